@@ -1,0 +1,3 @@
+from dgr_forge.cli import main
+
+main()

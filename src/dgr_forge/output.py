@@ -1,0 +1,113 @@
+"""Where output goes: human text on stderr, one JSON object on stdout with --json.
+
+Commands never print directly; they talk to a `Reporter`, so colour, progress bars and
+the JSON/human split are decided in this one place.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+
+def _interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+
+
+class ProgressSink:
+    """A progress handle: a Rich bar on a terminal, a few plain lines elsewhere."""
+
+    def __init__(self, reporter: Reporter, progress: Progress | None) -> None:
+        self._reporter = reporter
+        self._progress = progress
+        self._last_pct: dict[str, int] = {}
+
+    def add(self, description: str, total: float | None = None) -> TaskID | str:
+        if self._progress is not None:
+            return self._progress.add_task(description, total=total)
+        self._reporter.info(f"{description} ...")
+        return description
+
+    def update(
+        self,
+        task: TaskID | str,
+        completed: float,
+        total: float | None = None,
+        description: str | None = None,
+    ) -> None:
+        if self._progress is not None:
+            assert not isinstance(task, str)
+            self._progress.update(task, completed=completed, total=total, description=description)
+            return
+        # plain mode: a line at every 25 % so logs stay short
+        if total:
+            pct = int(100 * completed / total) // 25 * 25
+            key = str(task)
+            if pct > self._last_pct.get(key, -1):
+                self._last_pct[key] = pct
+                self._reporter.info(f"{description or task}: {pct}%")
+
+
+class Reporter:
+    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
+        self.json_mode = json_mode
+        self.quiet = quiet
+        self.console = Console(
+            stderr=True,
+            no_color=bool(os.environ.get("NO_COLOR")) or not sys.stderr.isatty(),
+            highlight=False,
+        )
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False)
+
+    def step(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(f"==> {message}", markup=False)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"warning: {message}", markup=False)
+
+    def error(self, message: str) -> None:
+        self.console.print(f"error: {message}", markup=False)
+
+    def table(
+        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> None:
+        if self.quiet:
+            return
+        table = Table(title=title, show_lines=False)
+        for col in columns:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*("" if cell is None else str(cell) for cell in row))
+        self.console.print(table)
+
+    @contextmanager
+    def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:
+        """Rich progress on an interactive terminal (never with --json); plain lines otherwise."""
+        if self.quiet or self.json_mode or not _interactive():
+            yield ProgressSink(self, None)
+            return
+        columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+        if transfer:
+            columns += [DownloadColumn(), TransferSpeedColumn()]
+        columns.append(TimeRemainingColumn())
+        with Progress(*columns, console=self.console, transient=False) as progress:
+            yield ProgressSink(self, progress)

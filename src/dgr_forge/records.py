@@ -1,0 +1,66 @@
+"""What one lane build produced: the hand-off from `build` to the signed report.
+
+`build` fills a `LaneBuild`; `reports` turns it into an in-toto/SLSA statement. Keeping
+the record a plain dataclass lets either side be tested without the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str  # CMake target name
+    kind: str  # File API type: EXECUTABLE, SHARED_LIBRARY, STATIC_LIBRARY, MODULE_LIBRARY
+    path: Path  # absolute path on disk
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str  # cmake, ninja, c-compiler, cxx-compiler, nvcc, ...
+    path: str
+    version: str
+
+
+@dataclass(frozen=True)
+class PatchInput:
+    file: str  # patches/llama.cpp/0001-....patch (relative to the forge root)
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WorkerSource:
+    location: str  # a path, or a git URL
+    commit: str | None  # exact commit when the worker is a git checkout
+    dirty: bool  # uncommitted changes at build time
+
+
+@dataclass
+class LaneBuild:
+    lane: str
+    recipe_file: str  # relative to the forge root
+    recipe_sha256: str
+    manifest_file: str
+    manifest_sha256: str
+    upstream_name: str
+    upstream_url: str
+    upstream_commit: str
+    upstream_tree: str
+    patches: list[PatchInput]
+    series_digest: str  # sha256 over the ordered (file, sha256) list
+    result_tree: str  # git tree of the patched upstream
+    worker: WorkerSource | None
+    tools: list[Tool]
+    cmake_args: list[str]
+    compiler_launcher: str | None
+    source_date_epoch: int
+    build_dir: Path
+    log_file: Path
+    cmake_cache: Path
+    started_on: datetime
+    finished_on: datetime
+    artifacts: list[Artifact] = field(default_factory=list)
