@@ -1,0 +1,311 @@
+"""`dgr-forge rebase`: a real series replayed onto a test upstream that moves on."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from forgetest import Upstream, run_forge, sh_git
+from rebase_support import (
+    GGML_NEW,
+    GGML_OLD,
+    LLAMA_OWNER_OLD,
+    Series,
+    kill,
+    make_series,
+    start_paused,
+    upstream_edit,
+)
+
+
+@pytest.fixture
+def series(tmp_path: Path, upstream: Upstream) -> Series:
+    return make_series(tmp_path, upstream)
+
+
+def pinned(s: Series) -> dict[str, object]:
+    return tomllib.loads(s.manifest.read_text())
+
+
+def outcomes(result_json: dict[str, object]) -> dict[str, str]:
+    rows = result_json["patches"]
+    assert isinstance(rows, list)
+    return {r["file"][:4]: r["outcome"] for r in rows}
+
+
+def conflicting_upstream(s: Series) -> str:
+    """Upstream rewrites the very lines patch 1 changes."""
+    return upstream_edit(
+        s.upstream,
+        "src/llama.cpp",
+        LLAMA_OWNER_OLD,
+        "    return layer < 0 ? -1 : 0; /* upstream: validate */\n",
+        "llama: validate the layer index",
+    )
+
+
+def assert_at_old_state(s: Series, before: dict[str, bytes], old_head: str) -> None:
+    assert s.snapshot() == before  # byte for byte
+    assert sh_git(s.src, "rev-parse", "HEAD") == old_head
+    assert sh_git(s.src, "status", "--porcelain") == ""
+    assert not (s.root / ".dgr" / "rebase.json").exists()
+    assert s.forge("patch").code == 0  # the old series is intact and already applied
+
+
+# ----------------------------------------------------------------------------- (a)
+
+
+def test_unrelated_upstream_change_carries_cleanly(series: Series) -> None:
+    s = series
+    up = s.upstream
+    # shifts patch 1's lines (offsets move), leaves the other files alone
+    text = (up.path / "src/llama.cpp").read_text()
+    up.commit({"src/llama.cpp": "// upstream: a header comment\n\n" + text}, "llama: comment")
+    new = up.commit({"docs/changes.md": "upstream moved on\n"}, "docs: changes")
+    before = s.snapshot()
+
+    r = s.forge("rebase", "--onto", new, "--json")
+    assert r.code == 0, r
+    res = r.json
+    assert res["status"] == "done" and res["new_commit"] == new
+    got = outcomes(res)
+    assert got == {"0001": "refreshed", "0002": "unchanged", "0003": "unchanged"}
+    # re-pinned with commit + tree, hashes and per-patch trees rewritten
+    m = pinned(s)
+    assert m["upstream"]["commit"] == new  # type: ignore[index]
+    assert m["upstream"]["tree"] == up.tree(new)  # type: ignore[index]
+    assert s.patch_files() == sorted(k for k in before if k.endswith(".patch"))
+    after = s.snapshot()
+    assert (
+        after["0002-ggml-count-the-rpc-backend.patch"]
+        == before["0002-ggml-count-the-rpc-backend.patch"]
+    )
+    assert (
+        after["0001-llama-add-layer-range-ownership.patch"]
+        != before["0001-llama-add-layer-range-ownership.patch"]
+    )
+    # the report a release engineer pastes into the PR
+    report = Path(res["report"])
+    assert report.name == f"rebase-{s.pin[:12]}-{new[:12]}.json"
+    data = json.loads(report.read_text())
+    assert data["old"]["commit"] == s.pin and data["new"]["commit"] == new
+    assert [p["outcome"] for p in data["patches"]] == ["refreshed", "unchanged", "unchanged"]
+    md = Path(res["report_markdown"]).read_text()
+    assert s.pin[:12] in md and new[:12] in md and "refreshed" in md
+    # the workspace is at the new pin + series, and check agrees with everything
+    assert s.forge("patch").code == 0
+    assert s.forge("check").code == 0
+
+
+def test_ref_is_resolved_and_printed(series: Series) -> None:
+    s = series
+    new = s.upstream.commit({"docs/x.md": "x\n"}, "docs: x")
+    sh_git(s.upstream.path, "tag", "b9999")
+    r = s.forge("rebase", "--onto", "b9999", "--json")
+    assert r.code == 0, r
+    assert r.json["new_commit"] == new
+    assert new in r.stderr  # the full id that is pinned is shown
+    assert pinned(s)["upstream"]["commit"] == new  # type: ignore[index]
+
+
+# ----------------------------------------------------------------------------- (b)
+
+
+def test_conflict_names_patch_file_and_upstream_commit_then_continue(series: Series) -> None:
+    s = series
+    culprit = conflicting_upstream(s)
+    new = s.upstream.commit({"docs/after.md": "later\n"}, "docs: unrelated later commit")
+    before = s.snapshot()
+
+    r = s.forge("rebase", "--onto", new, "--json")
+    assert r.code == 3, r
+    err = r.json
+    assert err["patch"] == "0001-llama-add-layer-range-ownership.patch"
+    assert err["files"] == ["src/llama.cpp"]
+    assert [c["commit"] for c in err["upstream_commits"]["src/llama.cpp"]] == [culprit]
+    assert "0001-llama-add-layer-range-ownership.patch" in r.stderr
+    assert "src/llama.cpp" in r.stderr and culprit[:12] in r.stderr
+    assert "dgr-forge rebase --continue" in r.stderr and "--abort" in r.stderr
+    assert s.snapshot() == before  # nothing written before success
+    state = json.loads((s.root / ".dgr" / "rebase.json").read_text())
+    assert state["phase"] == "conflict"
+
+    # a new shell: --continue refuses while the file is unresolved, losing nothing
+    r = s.forge("rebase", "--continue")
+    assert r.code == 3 and "src/llama.cpp" in r.stderr, r
+    conflicted = (s.src / "src/llama.cpp").read_text()
+    assert "<<<<<<<" in conflicted
+    # staging the file with markers still in it is refused too
+    sh_git(s.src, "add", "src/llama.cpp")
+    r = s.forge("rebase", "--continue")
+    assert r.code == 3 and "conflict markers" in r.stderr, r
+
+    # resolve: keep upstream's validation, add our ownership rule
+    resolved = (
+        (s.upstream.path / "src/llama.cpp")
+        .read_text()
+        .replace(
+            "    return layer < 0 ? -1 : 0; /* upstream: validate */\n",
+            "    return layer < 0 ? -1 : layer % 2; /* dgr: odd layers are remote */\n",
+        )
+    )
+    (s.src / "src/llama.cpp").write_text(resolved)
+    sh_git(s.src, "add", "src/llama.cpp")
+    r = s.forge("rebase", "--continue", "--json")
+    assert r.code == 0, r
+    assert outcomes(r.json) == {"0001": "resolved", "0002": "unchanged", "0003": "unchanged"}
+    m = pinned(s)
+    assert m["upstream"]["commit"] == new  # type: ignore[index]
+    assert "layer % 2" in (s.patches_dir / "0001-llama-add-layer-range-ownership.patch").read_text()
+    assert not (s.root / ".dgr" / "rebase.json").exists()
+    md = Path(r.json["report_markdown"]).read_text()
+    assert "resolved by hand" in md and culprit[:12] in md
+    assert s.forge("check").code == 0
+
+
+# ----------------------------------------------------------------------------- (c)
+
+
+def test_upstreamed_patch_is_dropped_and_later_ones_renumbered(series: Series) -> None:
+    s = series
+    new = upstream_edit(s.upstream, "ggml/src/ggml.c", GGML_OLD, GGML_NEW, "ggml: count rpc")
+    r = s.forge("rebase", "--onto", new, "--json")
+    assert r.code == 0, r
+    assert outcomes(r.json) == {"0001": "unchanged", "0002": "dropped", "0003": "unchanged"}
+    rows = {row["file"][:4]: row for row in r.json["patches"]}
+    assert rows["0002"]["new_file"] is None
+    assert rows["0003"]["new_file"] == "0002-tools-print-a-build-banner.patch"
+    assert s.patch_files() == [
+        "0001-llama-add-layer-range-ownership.patch",
+        "0002-tools-print-a-build-banner.patch",
+    ]
+    series_files = [e["file"] for e in pinned(s)["patches"]["series"]]  # type: ignore[index]
+    assert series_files == s.patch_files()
+    assert "dropped" in Path(r.json["report_markdown"]).read_text()
+    assert s.forge("check").code == 0
+
+
+# ----------------------------------------------------------------------------- (d)
+
+
+def test_abort_restores_everything_byte_for_byte(series: Series) -> None:
+    s = series
+    conflicting_upstream(s)
+    new = s.upstream.head
+    before = s.snapshot()
+    old_head = sh_git(s.src, "rev-parse", "HEAD")
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 3, r
+    # starting another rebase meanwhile is refused, naming the way out
+    again = s.forge("rebase", "--onto", new)
+    assert again.code == 3 and "in progress" in again.stderr and "--abort" in again.stderr
+
+    r = s.forge("rebase", "--abort", "--json")
+    assert r.code == 0, r
+    assert r.json["status"] == "aborted"
+    assert_at_old_state(s, before, old_head)
+    # and nothing left to continue or abort
+    for flag in ("--continue", "--abort"):
+        r = s.forge("rebase", flag)
+        assert r.code == 2 and "no rebase in progress" in r.stderr, r
+
+
+# ----------------------------------------------------------------------------- (e)
+
+
+@pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
+def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
+    s = series
+    new = s.upstream.commit({"docs/y.md": "y\n"}, "docs: y")
+    proc = start_paused(s, step, "--onto", new)
+    kill(proc)
+    assert (s.root / ".dgr" / "rebase.json").exists()
+    r = s.forge("rebase", "--continue", "--json")
+    assert r.code == 0, r
+    assert set(outcomes(r.json).values()) == {"unchanged"}
+    assert pinned(s)["upstream"]["commit"] == new  # type: ignore[index]
+    assert s.forge("check").code == 0
+
+
+@pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
+def test_killed_mid_rebase_then_abort(series: Series, step: str) -> None:
+    s = series
+    s.upstream.commit({"docs/y.md": "y\n"}, "docs: y")
+    before = s.snapshot()
+    old_head = sh_git(s.src, "rev-parse", "HEAD")
+    proc = start_paused(s, step, "--onto", s.upstream.head)
+    kill(proc)
+    if step == "write":  # killed between writing patches/ and the manifest
+        assert s.snapshot() != before
+    r = s.forge("rebase", "--abort")
+    assert r.code == 0, r
+    assert_at_old_state(s, before, old_head)
+
+
+def test_stale_git_state_is_reported_not_tripped_over(series: Series) -> None:
+    s = series
+    new = s.upstream.commit({"docs/z.md": "z\n"}, "docs: z")
+    gitdir = s.src / ".git"
+    (gitdir / "rebase-apply").mkdir()
+    before = s.snapshot()
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 3, r
+    assert "rebase-apply" in r.stderr and "am --abort" in r.stderr
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "rebase.json").exists()
+
+
+# ----------------------------------------------------------------------------- (f)
+
+
+def test_fresh_workspace_reproduces_the_result_tree(series: Series, tmp_path: Path) -> None:
+    s = series
+    text = (s.upstream.path / "src/llama.cpp").read_text()
+    s.upstream.commit({"src/llama.cpp": "// moved\n" + text}, "llama: move lines")
+    new = upstream_edit(s.upstream, "ggml/src/ggml.c", GGML_OLD, GGML_NEW, "ggml: upstreamed")
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 0, r
+    result_tree = pinned(s)["patches"]["result"]["tree"]  # type: ignore[index]
+    fresh = tmp_path / "fresh-ws"
+    r = run_forge("--root", str(s.root), "--workspace", str(fresh), "patch")
+    assert r.code == 0, r
+    src = fresh / "src" / "llama.cpp"
+    assert sh_git(src, "rev-parse", "HEAD^{tree}") == result_tree
+    # and the same commits as the workspace that did the rebase
+    assert sh_git(src, "rev-parse", "HEAD^{tree}") == sh_git(s.src, "rev-parse", "HEAD^{tree}")
+
+
+# ----------------------------------------------------------------------------- refusals
+
+
+def test_bad_usage_and_unknown_refs(series: Series) -> None:
+    s = series
+    before = s.snapshot()
+    r = s.forge("rebase")
+    assert r.code == 2 and "exactly one of" in r.stderr, r
+    r = s.forge("rebase", "--onto", s.pin, "--continue")
+    assert r.code == 2, r
+    r = s.forge("rebase", "--onto", "no-such-tag")
+    assert r.code == 2 and "no-such-tag" in r.stderr, r
+    r = s.forge("rebase", "--onto", s.pin[:10])
+    assert r.code == 2 and "abbreviated" in r.stderr, r
+    r = s.forge("rebase", "--onto", "1" * 40)
+    assert r.code == 2 and "1" * 40 in r.stderr, r
+    r = s.forge("rebase", "--onto", s.pin, "--json")
+    assert r.code == 0 and r.json["status"] == "noop", r
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "rebase.json").exists()
+
+
+def test_manifest_edited_during_rebase_is_refused(series: Series) -> None:
+    s = series
+    conflicting_upstream(s)
+    r = s.forge("rebase", "--onto", s.upstream.head)
+    assert r.code == 3, r
+    s.manifest.write_text(s.manifest.read_text() + "# edited\n")
+    edited = s.manifest.read_bytes()
+    r = s.forge("rebase", "--continue")
+    assert r.code == 3 and "changed since the rebase started" in r.stderr, r
+    assert s.manifest.read_bytes() == edited
