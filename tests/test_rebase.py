@@ -46,6 +46,12 @@ def conflicting_upstream(s: Series) -> str:
     )
 
 
+def shift_patch_1(s: Series) -> str:
+    """An unrelated upstream change that moves patch 1's lines (it gets refreshed)."""
+    text = (s.upstream.path / "src/llama.cpp").read_text()
+    return s.upstream.commit({"src/llama.cpp": "// upstream: moved\n" + text}, "llama: move")
+
+
 def assert_at_old_state(s: Series, before: dict[str, bytes], old_head: str) -> None:
     assert s.snapshot() == before  # byte for byte
     assert sh_git(s.src, "rev-parse", "HEAD") == old_head
@@ -218,13 +224,13 @@ def test_abort_restores_everything_byte_for_byte(series: Series) -> None:
 @pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
 def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
     s = series
-    new = s.upstream.commit({"docs/y.md": "y\n"}, "docs: y")
+    new = shift_patch_1(s)
     proc = start_paused(s, step, "--onto", new)
     kill(proc)
     assert (s.root / ".dgr" / "rebase.json").exists()
     r = s.forge("rebase", "--continue", "--json")
     assert r.code == 0, r
-    assert set(outcomes(r.json).values()) == {"unchanged"}
+    assert outcomes(r.json) == {"0001": "refreshed", "0002": "unchanged", "0003": "unchanged"}
     assert pinned(s)["upstream"]["commit"] == new  # type: ignore[index]
     assert s.forge("check").code == 0
 
@@ -232,7 +238,7 @@ def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
 @pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
 def test_killed_mid_rebase_then_abort(series: Series, step: str) -> None:
     s = series
-    s.upstream.commit({"docs/y.md": "y\n"}, "docs: y")
+    shift_patch_1(s)
     before = s.snapshot()
     old_head = sh_git(s.src, "rev-parse", "HEAD")
     proc = start_paused(s, step, "--onto", s.upstream.head)

@@ -270,11 +270,6 @@ def resolve_rev(url: str, rev: str, src: Path | None) -> str:
     rev = rev.strip()
     if HEX40.match(rev.lower()):
         return rev.lower()
-    if re.fullmatch(r"[0-9a-fA-F]{4,39}", rev):
-        raise BadInput(
-            f"--onto {rev}: abbreviated commit ids are refused (ambiguous, unverifiable)",
-            hint="pass the full 40-hex commit id, or a ref name such as a tag or branch",
-        )
     proc = git(src, "ls-remote", url, rev, check=False, isolated=False)
     if proc.returncode != 0:
         raise OperationFailed(
@@ -293,6 +288,13 @@ def resolve_rev(url: str, rev: str, src: Path | None) -> str:
     candidates = set(peeled) or set(refs.values())
     if len(candidates) == 1:
         return candidates.pop()
+    if not refs and re.fullmatch(r"[0-9a-fA-F]{4,39}", rev):
+        # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
+        raise BadInput(
+            f"--onto {rev}: no such ref, and abbreviated commit ids are refused "
+            "(ambiguous, unverifiable)",
+            hint="pass the full 40-hex commit id, or a ref name such as a tag or branch",
+        )
     if not refs:
         raise BadInput(
             f"--onto {rev}: no such ref at {url}",
