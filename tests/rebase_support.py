@@ -20,7 +20,12 @@ from forgetest import (
     sh_git,
 )
 
+from dgr_forge import export, manifest
+from dgr_forge.forge import Forge
 from dgr_forge.fsutil import sha256_file
+from dgr_forge.manifest import UpstreamManifest
+from dgr_forge.output import Reporter
+from dgr_forge.patches import PatchedTree, ensure_patched
 
 FORMAT_PATCH = (
     "format-patch",
@@ -113,11 +118,20 @@ def make_series(tmp: Path, upstream: Upstream) -> Series:
     )
     s = Series(root, upstream, pin)
     # the real flow canonicalizes: apply, then re-export (fills per-patch and result trees)
-    r = s.forge("patch")
-    assert r.code == 0, r
-    r = s.forge("export")
-    assert r.code == 0, r
+    patch(root)
+    forge = Forge.locate(root)
+    export.export_workspace(forge, load_manifest(root), Reporter(quiet=True))
     return s
+
+
+def load_manifest(root: Path) -> UpstreamManifest:
+    return manifest.load(root / "manifests" / "llama.cpp.toml", root)
+
+
+def patch(root: Path, workspace: Path | None = None) -> PatchedTree:
+    """`dgr-forge patch` through the library (the patch helper's ensure_patched)."""
+    forge = Forge.locate(root, workspace)
+    return ensure_patched(forge, load_manifest(root), Reporter(quiet=True))
 
 
 def upstream_edit(up: Upstream, rel: str, old: str, new: str, message: str) -> str:

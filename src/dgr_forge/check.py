@@ -23,12 +23,13 @@ from typing import Any
 
 import tomlkit
 
-from dgr_forge import gitutil, manifest, recipes
+from dgr_forge import export, gitutil, manifest, manifest_edit, recipes
 from dgr_forge.errors import NeedsHuman, OperationFailed
 from dgr_forge.forge import UPSTREAM_MANIFEST, Forge
-from dgr_forge.fsutil import sha256_bytes, sha256_file
+from dgr_forge.fsutil import sha256_file
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.output import Reporter
+from dgr_forge.patches import ensure_patched
 
 CHECKED_PREFIXES = ("GGML_", "LLAMA_")
 _DECL = re.compile(
@@ -180,9 +181,6 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
 def check(
     forge: Forge, out: Reporter, *, mirror: str | None = None, offline: bool = False
 ) -> CheckResult:
-    from dgr_forge import export, manifest_edit
-    from dgr_forge.patches import ensure_patched
-
     m = manifest.load(forge.upstream_manifest, forge.root)
     all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
     result = CheckResult(commit=m.commit)
@@ -202,27 +200,21 @@ def check(
         src = patched.src_dir
         result.result_tree = patched.result_tree
 
-        rendered = export.render_series(src, m.commit, patched.head_commit)
+        rendered = export.compute_series(src, m.commit)
         on_disk = {p.name: p.read_bytes() for p in m.patches_dir.glob("*.patch")}
-        fresh = dict(rendered)
+        fresh = {p.file: p.data for p in rendered}
         for name in sorted(set(on_disk) | set(fresh)):
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
                 result.differences.append({"path": rel, "diff": _diff(rel, old, new)})
 
-        trees = gitutil.out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}")
+        # exactly what `dgr-forge export` would write over the committed manifest
         committed = m.path.read_bytes()
-        regenerated = manifest_edit.rewrite(
+        regenerated = manifest_edit.updated_text(
             committed.decode("utf-8"),
-            url=m.url,
-            commit=m.commit,
-            tree=gitutil.tree_of(src, m.commit),
-            series=[
-                (name, sha256_bytes(data), gitutil.tree_of(src, c))
-                for (name, data), c in zip(rendered, trees.split(), strict=True)
-            ],
-            result_tree=patched.result_tree,
+            [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+            patched.result_tree,
         ).encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)

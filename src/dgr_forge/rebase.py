@@ -39,13 +39,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from dgr_forge import gitutil, manifest
+import tomlkit
+import tomlkit.items
+
+from dgr_forge import export, gitutil, manifest, manifest_edit
 from dgr_forge.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import atomic_write_bytes, read_json, sha256_bytes, write_json
 from dgr_forge.gitutil import FORGE_IDENTITY, HEX40, git, out
+from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.output import Reporter
+from dgr_forge.patches import ensure_patched
 
 STATE_VERSION = 1
 OUTCOMES = ("unchanged", "refreshed", "merged", "resolved", "dropped")
@@ -149,8 +154,6 @@ def _pause(step: str) -> None:
 
 @contextmanager
 def _locked(forge: Forge, out_: Reporter) -> Iterator[None]:
-    from dgr_forge.lock import workspace_lock
-
     with workspace_lock(forge, out_):
         yield
 
@@ -549,8 +552,6 @@ def start(
     mirror: str | None = None,
     offline: bool = False,
 ) -> RebaseResult:
-    from dgr_forge.patches import ensure_patched
-
     with _locked(forge, out_):
         _reject_in_progress(forge)
         m = manifest.load(forge.upstream_manifest, forge.root)
@@ -769,51 +770,74 @@ def _noop_result(m: UpstreamManifest) -> RebaseResult:
 
 def _stage(forge: Forge, state: RebaseState) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
-    from dgr_forge import export, manifest_edit
-
     src = Path(state.src_dir)
     m = manifest.load(forge.upstream_manifest, forge.root)
-    rendered = export.render_series(src, state.new_commit, state.head)
+    # HEAD is state.head here: the replay moved it, a resumed run reset it there
+    rendered = export.compute_series(src, state.new_commit)
+    export.verify_round_trip(src, state.new_commit, rendered)
     kept = [s for s in state.patches if s.outcome != "dropped"]
-    if len(rendered) != len(kept):
+    if [p.commit for p in rendered] != [s.new_commit for s in kept]:
         raise OperationFailed(
-            f"export produced {len(rendered)} patches for {len(kept)} replayed commits"
+            f"export saw {len(rendered)} commits over {state.new_commit[:12]}, the replay "
+            f"made {len(kept)}",
+            hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
-    new_trees = [gitutil.tree_of(src, s.new_commit or "") for s in kept]
-    entries: list[tuple[str, bytes, str]] = []
-    for step, (name, data), tree in zip(kept, rendered, new_trees, strict=True):
-        step.new_file = name
-        entries.append((name, data, tree))
-        old_bytes = m.patch_path(_entry(m, step.file)).read_bytes()
+    for step, p in zip(kept, rendered, strict=True):
+        step.new_file = p.file
         if step.outcome == "resolved":
             continue
-        if data == old_bytes:
+        old_bytes = m.patch_path(_entry(m, step.file)).read_bytes()
+        if p.data == old_bytes:
             step.outcome = "unchanged"
         elif _patch_id(src, f"{step.old_commit}^", step.old_commit) == _patch_id(
-            src, f"{step.new_commit}^", step.new_commit or ""
+            src, f"{p.commit}^", p.commit
         ):
             step.outcome = "refreshed"
         else:
             step.outcome = "merged"
-    new_manifest = manifest_edit.rewrite(
+    new_manifest = manifest_text(
         m.path.read_text(encoding="utf-8"),
-        url=state.new_url,
+        [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        gitutil.tree_of(src, state.head),
         commit=state.new_commit,
         tree=state.new_tree,
-        series=[(name, sha256_bytes(data), tree) for name, data, tree in entries],
-        result_tree=gitutil.tree_of(src, state.head),
+        url=state.new_url if state.new_url != m.url else None,
     )
+    entries = [(p.file, p.data) for p in rendered]
     jdir = journal_dir(forge)
     shutil.rmtree(jdir, ignore_errors=True)
     (jdir / "old" / "patches").mkdir(parents=True)
     (jdir / "new" / "patches").mkdir(parents=True)
     atomic_write_bytes(jdir / "old" / "manifest.toml", m.path.read_bytes())
-    for p in sorted(m.patches_dir.glob("*.patch")):
-        atomic_write_bytes(jdir / "old" / "patches" / p.name, p.read_bytes())
-    for name, data, _ in entries:
+    for old in sorted(m.patches_dir.glob("*.patch")):
+        atomic_write_bytes(jdir / "old" / "patches" / old.name, old.read_bytes())
+    for name, data in entries:
         atomic_write_bytes(jdir / "new" / "patches" / name, data)
     atomic_write_bytes(jdir / "new" / "manifest.toml", new_manifest.encode("utf-8"))
     (jdir / "staged").write_text("ok\n")  # the journal is complete
+
+
+def manifest_text(
+    text: str,
+    series: list[manifest_edit.SeriesEntry],
+    result_tree: str,
+    *,
+    commit: str,
+    tree: str,
+    url: str | None,
+) -> str:
+    """The manifest re-pinned: the patch helper's editor (comments and key order kept),
+    plus the upstream URL when `--url` moved it."""
+    new = manifest_edit.updated_text(
+        text, series, result_tree, upstream_commit=commit, upstream_tree=tree
+    )
+    if url is None:
+        return new
+    doc = tomlkit.parse(new)
+    upstream = doc["upstream"]
+    assert isinstance(upstream, tomlkit.items.Table)
+    upstream["url"] = url
+    return tomlkit.dumps(doc)
 
 
 def _entry(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
