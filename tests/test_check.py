@@ -3,6 +3,7 @@ every GGML_*/LLAMA_* option the recipes pass is still declared upstream."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,23 @@ def test_declared_options_forms(tmp_path: Path) -> None:
     assert {"GGML_A", "GGML_B", "LLAMA_C", "GGML_D"} <= names
     assert "LLAMA_NOT_CACHED" not in names and "GGML_COMMENTED" not in names
     assert renames == {}
+
+
+def test_mirror_is_passed_through(series: Series, tmp_path: Path) -> None:
+    """An air-gapped CI host: the pinned URL is unreachable, a local mirror has the pin."""
+    s = series
+    mirror = tmp_path / "mirror.git"
+    sh_git(tmp_path, "clone", "-q", "--mirror", str(s.upstream.path), str(mirror))
+    gone = (tmp_path / "gone").as_uri()
+    s.manifest.write_text(s.manifest.read_text().replace(s.upstream.url, gone))
+    r = s.forge("check", "--json")
+    assert r.code == 1 and r.json["apply_error"], r
+    r = s.forge("check", "--mirror", str(mirror), "--json")
+    assert r.code == 0, r
+    # --offline reads the pin from this root's own workspace (which has it) ...
+    r = s.forge("check", "--offline", "--json")
+    assert r.code == 0, r
+    # ... and without one it fails clearly instead of touching the network
+    shutil.rmtree(s.root / ".dgr")
+    r = s.forge("check", "--offline", "--json")
+    assert r.code == 1 and "--offline" in r.json["apply_error"], r

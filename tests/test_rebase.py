@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, sh_git
+from forgetest import Upstream, run_forge, sh_git
 from rebase_support import (
     GGML_NEW,
     GGML_OLD,
@@ -229,8 +229,12 @@ def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
     proc = start_paused(s, step, "--onto", new)
     kill(proc)
     assert (s.root / ".dgr" / "rebase.json").exists()
+    if step.startswith("replay"):  # as if git itself had died mid-step
+        (s.src / ".git" / "index.lock").write_text("")
     r = s.forge("rebase", "--continue", "--json")
     assert r.code == 0, r
+    if step.startswith("replay"):
+        assert "stale" in r.stderr and "index.lock" in r.stderr
     assert outcomes(r.json) == {"0001": "refreshed", "0002": "unchanged", "0003": "unchanged"}
     assert pinned(s)["upstream"]["commit"] == new  # type: ignore[index]
     assert s.forge("check").code == 0
@@ -315,3 +319,68 @@ def test_manifest_edited_during_rebase_is_refused(series: Series) -> None:
     r = s.forge("rebase", "--continue")
     assert r.code == 3 and "changed since the rebase started" in r.stderr, r
     assert s.manifest.read_bytes() == edited
+
+
+def test_dirty_workspace_is_refused_and_the_edit_kept(series: Series) -> None:
+    s = series
+    new = s.upstream.commit({"docs/w.md": "w\n"}, "docs: w")
+    edited = s.src / "README.md"
+    edited.write_text("my local experiment\n")
+    before = s.snapshot()
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 3 and "README.md" in r.stderr, r
+    assert edited.read_text() == "my local experiment\n"
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "rebase.json").exists()
+
+
+def test_continue_refuses_unstaged_changes_then_takes_a_committed_resolution(
+    series: Series,
+) -> None:
+    s = series
+    conflicting_upstream(s)
+    r = s.forge("rebase", "--onto", s.upstream.head)
+    assert r.code == 3, r
+    resolved = (s.upstream.path / "src/llama.cpp").read_text().replace("0; /*", "layer % 2; /*")
+    (s.src / "src/llama.cpp").write_text(resolved)
+    sh_git(s.src, "add", "src/llama.cpp")
+    (s.src / "README.md").write_text("stray edit\n")  # not part of the resolution
+    r = s.forge("rebase", "--continue", "--json")
+    assert r.code == 3 and "not staged" in r.json["error"], r
+    assert r.json["files"] == ["README.md"]
+    assert (s.src / "README.md").read_text() == "stray edit\n"  # nothing lost
+    sh_git(s.src, "checkout", "--", "README.md")
+    # the engineer commits the resolution by habit: its tree is taken, our metadata kept
+    sh_git(s.src, "commit", "-q", "-m", "wip resolution")
+    r = s.forge("rebase", "--continue", "--json")
+    assert r.code == 0, r
+    assert outcomes(r.json)["0001"] == "resolved"
+    text = (s.patches_dir / "0001-llama-add-layer-range-ownership.patch").read_text()
+    assert "Subject: llama: add layer-range ownership" in text and "wip" not in text
+
+
+def test_url_moves_the_pin_to_a_fork(series: Series, tmp_path: Path) -> None:
+    s = series
+    fork = tmp_path / "fork"
+    sh_git(tmp_path, "clone", "-q", str(s.upstream.path), str(fork))
+    up = Upstream(fork, list(s.upstream.commits), 50)
+    new = up.commit({"docs/fork.md": "fork\n"}, "fork: docs")
+    r = s.forge("rebase", "--onto", new, "--url", up.url, "--json")
+    assert r.code == 0, r
+    m = pinned(s)
+    assert m["upstream"]["url"] == up.url and m["upstream"]["commit"] == new  # type: ignore[index]
+    assert "# the pin (test)" in s.manifest.read_text()  # comments kept
+
+
+def test_empty_series_just_moves_the_pin(forge_root: Path, upstream: Upstream) -> None:
+    new = upstream.commit({"docs/e.md": "e\n"}, "docs: e")
+    r = run_forge("--root", str(forge_root), "rebase", "--onto", new, "--json")
+    assert r.code == 0, r
+    assert r.json["patches"] == []
+    m = tomllib.loads((forge_root / "manifests" / "llama.cpp.toml").read_text())
+    assert m["upstream"]["commit"] == new and m["upstream"]["tree"] == upstream.tree(new)
+
+
+def test_offline_needs_a_commit_id(series: Series) -> None:
+    r = series.forge("rebase", "--onto", "main", "--offline")
+    assert r.code == 2 and "--offline" in r.stderr, r

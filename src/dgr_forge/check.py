@@ -168,6 +168,23 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     return root
 
 
+def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
+    """--offline: let the scratch repository read the objects of this root's own workspace
+    (git alternates), so no network is needed; ids are still verified by fetch, and the
+    own workspace is only read."""
+    objects = own / ".git" / "objects"
+    if not objects.is_dir():
+        return
+    gitutil.git(None, "init", "-q", str(scratch_src))
+    info = scratch_src / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
+    shallow = own / ".git" / "shallow"
+    if shallow.is_file():
+        shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
+    out.info(f"check --offline: reading objects from {own}")
+
+
 def _diff(path: str, old: bytes, new: bytes) -> str:
     lines = difflib.unified_diff(
         old.decode("utf-8", "replace").splitlines(keepends=True),
@@ -190,6 +207,8 @@ def check(
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
+        if offline:
+            _borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
         try:
             patched = ensure_patched(scratch, sm, out, mirror=mirror, offline=offline)
         except (NeedsHuman, OperationFailed) as err:

@@ -530,13 +530,24 @@ def _replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
 # ----------------------------------------------------------------------------- commands
 
 
+def in_progress(forge: Forge) -> str | None:
+    """A one-line description of a rebase in progress in this workspace, else None.
+    Commands that would move the workspace (fetch, patch, build) may refuse on it."""
+    state = load_state(forge)
+    if state is None:
+        return None
+    at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
+    return (
+        f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
+        f"progress ({state.phase} at {at}; state in {state_path(forge)})"
+    )
+
+
 def _reject_in_progress(forge: Forge) -> None:
     state = load_state(forge)
     if state is not None:
-        at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
-            f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
-            f"progress ({state.phase} at {at}; state in {state_path(forge)})",
+            in_progress(forge) or "",
             hint="finish it with `dgr-forge rebase --continue`, or undo it with "
             "`dgr-forge rebase --abort`",
             details={"state": str(state_path(forge)), "phase": state.phase},
@@ -558,6 +569,11 @@ def start(
         src = forge.src_dir(m.name)
         _refuse_stale(src)
         new_url = url or m.url
+        if offline and not HEX40.match(onto.strip().lower()):
+            raise BadInput(
+                f"--onto {onto}: --offline cannot resolve a ref name",
+                hint="pass the full 40-hex commit id (it must already be in the workspace)",
+            )
         commit = resolve_rev(mirror or new_url, onto, src if src.is_dir() else None)
         if commit != onto:
             out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
