@@ -13,14 +13,14 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dgr_forge import gitutil, patchfile
 from dgr_forge.errors import BadInput, ForgeError, NeedsHuman, OperationFailed
-from dgr_forge.fetch import CHECKOUT_JOURNAL, PIN_REF, ensure_fetched
+from dgr_forge.fetch import CHECKOUT_JOURNAL, PIN_REF, READ_ONLY_ENV, ensure_fetched
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import sha256_bytes
 from dgr_forge.gitutil import FORGE_IDENTITY, git, out
@@ -100,11 +100,13 @@ class CheckResult:
     tree: str | None = None
     conflicts: tuple[Conflict, ...] = ()
     expected_tree: str | None = None
+    changed_on_disk: bool = False  # the file's sha256 differs from the manifest's
 
     def as_dict(self) -> dict[str, object]:
         return {
             "file": self.file,
             "status": self.status,
+            "changed_on_disk": self.changed_on_disk,
             "tree": self.tree,
             "expected_tree": self.expected_tree,
             "conflicts": [c.as_dict() for c in self.conflicts],
@@ -258,7 +260,14 @@ def read_chain(src: Path, limit: int) -> list[ChainCommit]:
 
 
 def dirty_paths(src: Path) -> list[str]:
-    proc = git(src, "status", "--porcelain=v1", "--untracked-files=all", "--ignore-submodules")
+    proc = git(
+        src,
+        "status",
+        "--porcelain=v1",
+        "--untracked-files=all",
+        "--ignore-submodules",
+        env=READ_ONLY_ENV,  # a no-op must not even refresh the index
+    )
     return [line for line in proc.stdout.splitlines() if line]
 
 
@@ -364,7 +373,17 @@ def conflicting_hunks(
         bad: list[str] = []
         for i in units:
             text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
-            proc = git(repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False)
+            proc = git(
+                repo,
+                "apply",
+                "--cached",
+                "--check",
+                "-",
+                input=text,
+                env=env,
+                text=False,
+                check=False,
+            )
             if proc.returncode != 0:
                 if i is None:
                     err: bytes | str = proc.stderr
@@ -384,6 +403,7 @@ def check_series(
     parsed: Sequence[patchfile.ParsedPatch],
     *,
     compare_trees: bool = True,
+    changed: Collection[str] = (),
 ) -> list[CheckResult]:
     """Apply the series to a scratch index on the pin; report per patch. Touches nothing."""
     results: list[CheckResult] = []
@@ -393,21 +413,22 @@ def check_series(
             if blocked:
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
-            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False)
+            flagged = entry.file in changed
+            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
             if proc.returncode != 0:
+                conflicts = tuple(conflicting_hunks(repo, p, env))
                 results.append(
-                    CheckResult(
-                        entry.file, "conflict", None, tuple(conflicting_hunks(repo, p, env))
-                    )
+                    CheckResult(entry.file, "conflict", None, conflicts, entry.tree, flagged)
                 )
                 blocked = entry.file
                 continue
             tree = out(repo, "write-tree", env=env)
-            if compare_trees and entry.tree is not None and tree != entry.tree:
+            flagged = entry.file in changed  # edited files: their old trees do not apply
+            if compare_trees and not flagged and entry.tree is not None and tree != entry.tree:
                 results.append(CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree))
                 blocked = entry.file
                 continue
-            results.append(CheckResult(entry.file, "applies", tree))
+            results.append(CheckResult(entry.file, "applies", tree, (), entry.tree, flagged))
     return results
 
 
@@ -619,6 +640,7 @@ def _ensure_patched(
                 hint="delete the workspace (it is scratch space) and run `dgr-forge patch` again",
             )
 
+    check_symlinks(m, parsed, symlinks_in(src, m.commit))
     if trees is None:
         computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
         result_tree = None if trust_files else m.result_tree
@@ -627,7 +649,6 @@ def _ensure_patched(
             result = computed[-1] if computed else gitutil.tree_of(src, m.commit)
             return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
-    check_symlinks(m, parsed, symlinks_in(src, m.commit))
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     paths = [m.patch_path(e) for e in m.series]
@@ -660,3 +681,95 @@ def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
             f"(`git -C {shown} reset --hard <last forge commit>`)",
             details={"workspace": shown, "local_commits": ws.local_commits},
         )
+
+
+# ----------------------------------------------------------------------------- check, status
+
+
+def check_workspace(
+    forge: Forge,
+    m: UpstreamManifest,
+    out_: Reporter,
+    *,
+    mirror: str | None = None,
+    offline: bool = False,
+) -> list[CheckResult]:
+    """`patch --check`: apply the files as they are on a scratch index; report per patch.
+
+    The workspace's work tree, index and HEAD are not touched (only a missing workspace is
+    fetched, to have the pin's objects). Files changed since the manifest are checked as
+    they are and flagged; their trees are not compared.
+    """
+    with workspace_lock(forge, out_):
+        src = forge.src_dir(m.name)
+        datas = [read_patch(m, e) for e in m.series]
+        parsed = parse_series(m, datas)
+        if not (src / ".git").exists():
+            ensure_fetched(forge, m, out_, mirror=mirror, offline=offline)
+        elif not gitutil.has_object(src, m.commit):
+            raise BadInput(
+                f"{forge.rel(src)} does not have the pinned commit {m.commit[:12]}",
+                hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
+            )
+        check_symlinks(m, parsed, symlinks_in(src, m.commit))
+        changed = [
+            e.file for e, d in zip(m.series, datas, strict=True) if sha256_bytes(d) != e.sha256
+        ]
+        return check_series(src, m, datas, parsed, changed=changed)
+
+
+@dataclass(frozen=True)
+class PatchState:
+    file: str
+    state: str  # applied | pending | changed on disk | conflict
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, "state": self.state, "detail": self.detail}
+
+
+def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
+    """Per-patch state for `status` (read-only, takes no lock, writes nothing)."""
+    src = forge.src_dir(m.name)
+    datas = [read_patch(m, e) for e in m.series]
+    changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
+    ws = inspect(src, m.commit, len(m.series))
+    have_pin = ws.exists and gitutil.has_object(src, m.commit)
+    checks: list[CheckResult | None] = [None] * len(m.series)
+    problem = ""
+    if have_pin:
+        try:
+            parsed = parse_series(m, datas)
+            checks = list(check_series(src, m, datas, parsed, compare_trees=False))
+        except BadInput as err:
+            problem = err.message
+    applied_prefix = 0
+    if ws.base == m.commit:
+        for i, commit in enumerate(ws.series):
+            if i >= len(m.series) or changed[i]:
+                break
+            check = checks[i]
+            expected = m.series[i].tree or (check.tree if check else None)
+            if commit.tree != expected:
+                break
+            applied_prefix = i + 1
+    states: list[PatchState] = []
+    for i, entry in enumerate(m.series):
+        check = checks[i]
+        if changed[i]:
+            states.append(PatchState(entry.file, "changed on disk", "sha256 differs from manifest"))
+        elif i < applied_prefix:
+            states.append(PatchState(entry.file, "applied"))
+        elif check is not None and check.status == "conflict":
+            states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
+        else:
+            states.append(PatchState(entry.file, "pending", problem))
+    return {
+        "patches": [s.as_dict() for s in states],
+        "applied": applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
+        "local_edits": {
+            "uncommitted": ws.dirty,
+            "local_commits": ws.local_commits,
+        },
+        "operation_in_progress": ws.operation,
+    }
