@@ -425,6 +425,36 @@ def test_interrupted_checkout_is_completed(forge_root: Path, upstream: Upstream)
     assert not (src / ".git" / "dgr-checkout").exists()
 
 
+def test_interrupted_patch_run_is_rolled_back_to_the_pin(
+    forge_root: Path, upstream: Upstream
+) -> None:
+    """A `dgr-forge patch` killed mid `git am`: its journal tells fetch the edits are ours."""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    patches = forge_root / "p"
+    patches.mkdir()
+    (patches / "1.patch").write_text(
+        "From: A <a@invalid>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: one\n\n---\n"
+        "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n"
+        "@@ -1,3 +1,3 @@\n-# llama (test upstream)\n+# patched\n"
+        " \n A tiny stand-in for llama.cpp.\n"
+    )
+    (patches / "2.patch").write_text(
+        "From: A <a@invalid>\nDate: Mon, 1 Jan 2024 00:00:00 +0000\nSubject: two\n\n---\n"
+        "diff --git a/nope.txt b/nope.txt\n--- a/nope.txt\n+++ b/nope.txt\n"
+        "@@ -1 +1 @@\n-x\n+y\n"
+    )
+    (src / ".git" / "dgr-patching").write_text(upstream.head + "\n")
+    with pytest.raises(AssertionError):
+        sh_git(src, "am", str(patches / "1.patch"), str(patches / "2.patch"), env=FORGE_COMMITTER)
+    assert (src / ".git" / "rebase-apply").exists() and head(src) != upstream.head
+    r = run_forge("fetch", "--json", cwd=forge_root)
+    assert r.code == 0, r
+    assert_exactly_at(src, upstream, upstream.head)
+    assert not (src / ".git" / "rebase-apply").exists()
+    assert not (src / ".git" / "dgr-patching").exists()
+
+
 def test_concurrent_runs_wait_or_are_told(tmp_path: Path, upstream: Upstream) -> None:
     pin = add_bulk(upstream, files=120)
     with git_daemon(tmp_path, slow=0.04) as base:

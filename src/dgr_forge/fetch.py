@@ -48,6 +48,9 @@ PIN_REF = "refs/dgr/pin"
 # where the full-fetch fallback keeps the upstream's branches and tags
 UPSTREAM_REFS = ("+refs/heads/*:refs/dgr/upstream/heads/*", "+refs/tags/*:refs/dgr/upstream/tags/*")
 CHECKOUT_JOURNAL = "dgr-checkout"
+# the patch step's journal (patches.PATCH_JOURNAL): a `git am` was killed mid-series; its
+# half-applied work tree is the forge's, not the user's, and is rolled back to the pin
+PATCH_JOURNAL = "dgr-patching"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
@@ -260,7 +263,7 @@ def workspace_status(forge: Forge, m: UpstreamManifest) -> UpstreamStatus:
     st.head = wt.head
     st.local_changes = wt.changes
     st.shallow = (src / ".git" / "shallow").exists()
-    st.interrupted = (src / ".git" / CHECKOUT_JOURNAL).exists()
+    st.interrupted = any((src / ".git" / j).exists() for j in (CHECKOUT_JOURNAL, PATCH_JOURNAL))
     st.pin_tree = _commit_tree(src, m.commit)
     st.pin_present = st.pin_tree is not None
     if st.pin_tree is not None and m.tree is not None:
@@ -315,10 +318,11 @@ def _ensure(
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
     journal = gitdir / CHECKOUT_JOURNAL
+    patching = gitdir / PATCH_JOURNAL
 
     # The fast path: already verified at the pin (or pin + patch commits), clean: 2 git calls.
     wt: _Worktree | None = None
-    if _is_repo(src) and not journal.exists():
+    if _is_repo(src) and not journal.exists() and not patching.exists():
         wt = _inspect(src)
         if wt.head is not None and not wt.changes:
             pin_tree = _commit_tree(src, m.commit)
@@ -331,8 +335,10 @@ def _ensure(
         _init(src)
         wt = None
     _remove_leftovers(gitdir)
-    recovering = journal.exists()
-    if wt is None:
+    recovering = journal.exists() or patching.exists()
+    if patching.exists() and (gitdir / "rebase-apply").exists():
+        gitutil.git(src, "am", "--abort", check=False)
+    if wt is None or recovering:
         wt = _inspect(src)
 
     saved: Path | None = None
@@ -384,6 +390,7 @@ def _ensure(
     # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
     if recovering or moving:
         _checkout(src, m.commit, journal)
+        patching.unlink(missing_ok=True)
     else:
         gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if method in ("shallow", "full"):
