@@ -74,7 +74,10 @@ def git_daemon(base: Path, slow: float = 0.0) -> Iterator[str]:
         f"--port={port}",
         str(base),
     ]
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+    # stderr: the readiness probe makes the daemon log "hung up unexpectedly"
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 15
         while True:
