@@ -279,9 +279,10 @@ def test_fresh_workspace_reproduces_the_result_tree(series: Series, tmp_path: Pa
     r = s.forge("rebase", "--onto", new)
     assert r.code == 0, r
     result_tree = pinned(s)["patches"]["result"]["tree"]  # type: ignore[index]
-    fresh = patch(s.root, tmp_path / "fresh-ws")
-    assert fresh.changed and fresh.result_tree == result_tree
-    src = fresh.src_dir
+    r = run_forge("--root", str(s.root), "--workspace", str(tmp_path / "fresh"), "patch", "--json")
+    assert r.code == 0, r
+    assert r.json["changed"] is True and r.json["result_tree"] == result_tree
+    src = Path(r.json["src_dir"])
     assert sh_git(src, "rev-parse", "HEAD^{tree}") == result_tree
     # the very commits the rebase made: same inputs, same ids on any machine
     assert sh_git(src, "rev-parse", "HEAD") == sh_git(s.src, "rev-parse", "HEAD")
