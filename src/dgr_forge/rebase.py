@@ -197,8 +197,7 @@ def stale_git_state(src: Path) -> list[str]:
     if not (src / ".git").exists():
         return []
     gdir = git_dir(src)
-    found = [f"{gdir / name} ({what})" for name, what in _STALE_GIT_STATE.items()]
-    found = [f for f, name in zip(found, _STALE_GIT_STATE, strict=True) if (gdir / name).exists()]
+    found = [f"{gdir / n} ({what})" for n, what in _STALE_GIT_STATE.items() if (gdir / n).exists()]
     if (gdir / "index.lock").exists():
         found.append(f"{gdir / 'index.lock'} (a git command is running, or one crashed)")
     return found
@@ -433,6 +432,11 @@ def _conflict_error(forge: Forge, state: RebaseState) -> NeedsHuman:
         lines.append(f"  conflict: {f}")
         for uc in c.get("upstream", {}).get(f, []):
             lines.append(f"    upstream {uc['commit'][:12]} {uc['subject']}")
+    if not c.get("upstream"):
+        lines.append(
+            f"  (the upstream history between {state.old_commit[:12]} and "
+            f"{state.new_commit[:12]} could not be fetched: see `git log` there yourself)"
+        )
     lines += [
         "next:",
         f"  edit the files in {src} (conflict markers <<<<<<< ======= >>>>>>>),",

@@ -1,0 +1,166 @@
+"""Benchmark: `dgr-forge rebase --onto` vs a raw `git rebase --onto` of the same series.
+
+Builds an upstream with FILES source files, a series of PATCHES patches (one file each),
+then moves upstream on by one commit that shifts the lines of every other patched file
+(so half the series is "refreshed", half "unchanged"). Times:
+
+* raw: `git rebase --onto NEW OLD` of the patch commits in a clone (no export, no report)
+* dgr-forge: `dgr-forge rebase --onto NEW` (replay + re-export + verify round trip +
+  manifest + report), the workspace already patched at the old pin, as in real use
+
+    /work/venv/bin/python bench/rebase.py [--files 2000] [--patches 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+sys.path.insert(0, str(SRC))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from forgetest import make_forge_root, manifest_text  # noqa: E402
+
+from dgr_forge.fsutil import sha256_file  # noqa: E402
+
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("DGR_")},
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_AUTHOR_NAME": "Bench",
+    "GIT_AUTHOR_EMAIL": "bench@invalid",
+    "GIT_COMMITTER_NAME": "Bench",
+    "GIT_COMMITTER_EMAIL": "bench@invalid",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+    "PYTHONPATH": str(SRC),
+    "NO_COLOR": "1",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    proc = subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)}: {proc.stderr}")
+    return proc.stdout.strip()
+
+
+def source(i: int) -> str:
+    return "".join(f"int f{i}_{j}(void) {{ return {j}; }}\n" for j in range(40))
+
+
+def forge(root: Path, *args: str) -> float:
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "dgr_forge", "--root", str(root), *args],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"dgr-forge {' '.join(args)} failed:\n{proc.stderr}")
+    return time.perf_counter() - started
+
+
+class _Up:
+    """Just enough of forgetest.Upstream for make_forge_root."""
+
+    def __init__(self, path: Path, head: str) -> None:
+        self.path, self.head, self.url = path, head, path.as_uri()
+
+    def tree(self, rev: str) -> str:
+        return git(self.path, "rev-parse", f"{rev}^{{tree}}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--files", type=int, default=2000)
+    ap.add_argument("--patches", type=int, default=50)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-rebase-"))
+    try:
+        up = tmp / "upstream"
+        up.mkdir()
+        git(up, "init", "-q")
+        for i in range(args.files):
+            (up / "src" / f"m{i // 100}").mkdir(parents=True, exist_ok=True)
+            (up / "src" / f"m{i // 100}" / f"f{i}.c").write_text(source(i))
+        git(up, "add", "-A")
+        git(up, "commit", "-q", "-m", "initial")
+        old = git(up, "rev-parse", "HEAD")
+
+        # the series, authored in a clone, exported with the canonical flags
+        author = tmp / "author"
+        git(tmp, "clone", "-q", str(up), str(author))
+        step = args.files // args.patches
+        patched = [i * step for i in range(args.patches)]
+        for i in patched:
+            f = author / "src" / f"m{i // 100}" / f"f{i}.c"
+            f.write_text(f.read_text().replace("return 20;", "return 20 + 1; /* dgr */"))
+            git(author, "commit", "-q", "-am", f"dgr: patch file {i}")
+        root = make_forge_root(tmp / "forge", _Up(up, old))  # type: ignore[arg-type]
+        pdir = root / "patches" / "llama.cpp"
+        git(
+            author,
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "--full-index",
+            "--no-numbered",
+            "--keep-subject",
+            "--no-stat",
+            "-o",
+            str(pdir),
+            f"{old}..HEAD",
+        )
+        entries = [{"file": p.name, "sha256": sha256_file(p)} for p in sorted(pdir.iterdir())]
+        (root / "manifests" / "llama.cpp.toml").write_text(
+            manifest_text(up.as_uri(), old, _Up(up, old).tree(old), entries)
+        )
+        forge(root, "patch")
+        forge(root, "export")
+
+        # upstream moves on: every other patched file gets two lines on top
+        for i in patched[::2]:
+            f = up / "src" / f"m{i // 100}" / f"f{i}.c"
+            f.write_text("/* upstream */\n\n" + f.read_text())
+        git(up, "commit", "-q", "-am", "upstream: headers")
+        new = git(up, "rev-parse", "HEAD")
+
+        raw_repo = tmp / "raw"
+        git(tmp, "clone", "-q", str(author), str(raw_repo))
+        git(raw_repo, "fetch", "-q", str(up), new)
+        started = time.perf_counter()
+        git(raw_repo, "rebase", "-q", "--onto", new, old)
+        raw = time.perf_counter() - started
+
+        ours = forge(root, "rebase", "--onto", new)
+        noop = forge(root, "rebase", "--onto", new)
+        print(f"series: {args.patches} patches on {args.files} files; upstream moved 1 commit")
+        print(f"raw git rebase --onto:      {raw:7.3f} s")
+        print(
+            f"dgr-forge rebase --onto:    {ours:7.3f} s  ({ours / raw:.1f}x raw; includes "
+            "re-export, round-trip verify, manifest, report)"
+        )
+        print(f"dgr-forge rebase (no-op):   {noop:7.3f} s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
