@@ -28,6 +28,7 @@ can kill it there. It has no other effect and is not part of the interface.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -188,6 +189,7 @@ class RebaseResult:
 # ----------------------------------------------------------------------------- git helpers
 
 
+@functools.cache
 def git_dir(src: Path) -> Path:
     return Path(out(src, "rev-parse", "--absolute-git-dir"))
 
@@ -602,9 +604,12 @@ def start(
                 f"found {len(old_commits)}",
                 hint="reset the workspace with `dgr-forge fetch --force` and retry",
             )
+        subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
         steps = [
-            PatchStep(file=e.file, subject=_subject(src, c), old_commit=c)
-            for e, c in zip(m.series, old_commits, strict=True)
+            PatchStep(file=e.file, subject=subject, old_commit=c)
+            for e, c, subject in zip(
+                m.series, old_commits, subjects.stdout.splitlines(), strict=True
+            )
         ]
         git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
         git(src, "update-ref", REF_OLD, old_head)
