@@ -266,6 +266,12 @@ def test_stale_git_state_is_reported_not_tripped_over(series: Series) -> None:
     assert "rebase-apply" in r.stderr and "am --abort" in r.stderr
     assert s.snapshot() == before
     assert not (s.root / ".dgr" / "rebase.json").exists()
+    assert (gitdir / "rebase-apply").is_dir()  # reported, not removed: it may be someone's
+    # a lone index.lock is a killed run's leftover (we hold the workspace lock): cleared
+    (gitdir / "rebase-apply").rmdir()
+    (gitdir / "index.lock").write_text("")
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 0 and "stale" in r.stderr, r
 
 
 # ----------------------------------------------------------------------------- (f)

@@ -51,7 +51,7 @@ from dgr_forge.gitutil import FORGE_IDENTITY, HEX40, git, out
 from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.output import Reporter
-from dgr_forge.patches import ensure_patched
+from dgr_forge.patches import PATCH_JOURNAL, ensure_patched
 
 STATE_VERSION = 1
 OUTCOMES = ("unchanged", "refreshed", "merged", "resolved", "dropped")
@@ -205,7 +205,19 @@ def stale_git_state(src: Path) -> list[str]:
     return found
 
 
-def _refuse_stale(src: Path) -> None:
+def _refuse_stale(src: Path, out_: Reporter) -> None:
+    """Before a rebase starts: a person's half-finished git operation is refused (exit 3);
+    what a killed forge run left is cleared: an index.lock (no git runs while we hold the
+    workspace lock) and an interrupted `dgr-forge patch` (its own journal rolls it back)."""
+    if not (src / ".git").exists():
+        return
+    gdir = git_dir(src)
+    if (gdir / PATCH_JOURNAL).exists():
+        return  # ensure_patched recovers it
+    lock = gdir / "index.lock"
+    if lock.exists():
+        out_.warn(f"removing stale {lock} (no git command runs under the workspace lock)")
+        lock.unlink()
     stale = stale_git_state(src)
     if stale:
         raise NeedsHuman(
@@ -573,7 +585,7 @@ def start(
         _reject_in_progress(forge)
         m = manifest.load(forge.upstream_manifest, forge.root)
         src = forge.src_dir(m.name)
-        _refuse_stale(src)
+        _refuse_stale(src, out_)
         new_url = url or m.url
         if offline and not HEX40.match(onto.strip().lower()):
             raise BadInput(
