@@ -10,7 +10,7 @@ import typer
 from dgr_forge import manifest, patches
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import ExitCode
-from dgr_forge.export import export_workspace
+from dgr_forge.export import export_workspace, recover_swaps
 
 
 @app.command()
@@ -33,6 +33,7 @@ def patch(
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
+        recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
         if check:
             return _check(env, m, mirror, offline)
@@ -92,6 +93,7 @@ def export(ctx: typer.Context) -> None:
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
+        recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
         result = export_workspace(forge, m, env.out)
         if not result.changed:
