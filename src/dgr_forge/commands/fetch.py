@@ -9,6 +9,7 @@ import typer
 
 from dgr_forge import manifest
 from dgr_forge.app import Env, app, run
+from dgr_forge.commands.patch import status_section
 from dgr_forge.fetch import ensure_fetched, workspace_status
 
 
@@ -99,6 +100,7 @@ def status(ctx: typer.Context) -> None:
                     out.info(f"  {change.change:<12} {change.path}")
             else:
                 out.info("local changes: none")
-        return {"upstream": st.to_dict()}
+        patch_info = status_section(env, m)  # the patch helper's part
+        return {"upstream": st.to_dict(), "patches": patch_info}
 
     run(ctx, "status", body)
