@@ -319,6 +319,17 @@ def test_force_saves_a_patch_that_reapplies(forge_root: Path, upstream: Upstream
     assert not (src / "docs" / "notes-0.md").exists()
 
 
+def test_force_with_a_failing_fetch_keeps_the_edits(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    make_dirty(src)
+    set_pin(forge_root, upstream.url, UNKNOWN)
+    r = run_forge("fetch", "--force", cwd=forge_root)
+    assert r.code == 1 and f"commit {UNKNOWN} not found" in r.stderr, r
+    assert_still_dirty(src)
+    assert not (forge_root / ".dgr" / "logs").exists()
+
+
 def test_src_dir_that_is_not_a_repository_is_refused(forge_root: Path) -> None:
     src = src_of(forge_root)
     src.mkdir(parents=True)

@@ -341,25 +341,18 @@ def _ensure(
     if wt is None or recovering:
         wt = _inspect(src)
 
-    saved: Path | None = None
-    if wt.changes and not recovering:
-        if not force:
-            raise _dirty_error(forge, src, wt.changes)
-        saved = _save_changes(forge, m, src, wt.head)
-        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
-        out.info(f"  re-apply them with: git -C {src} apply {saved}")
-        _discard_changes(src, wt.head)
-
+    # refuse before any network traffic; with --force, save and discard only once the pin
+    # is fetched and verified (a failed fetch then leaves the edits where they are)
+    dirty = bool(wt.changes) and not recovering
+    if dirty and not force:
+        raise _dirty_error(forge, src, wt.changes)
     pin_here = _commit_tree(src, m.commit) is not None
     moving = wt.head is None or commits_on_pin(src, wt.head, m.commit) is None
+    commits: list[str] = []
     if moving and wt.head is not None and not recovering:
         commits = local_commits(src, wt.head, m.commit if pin_here else None)
         if commits and not force:
             raise _local_commits_error(forge, src, commits)
-        if commits:
-            saved_commits = _save_commits(forge, m, src, wt.head, m.commit if pin_here else None)
-            out.info(f"saved the workspace's own commits to {saved_commits}")
-            out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
     url = mirror or m.url
     method = "local"
@@ -386,6 +379,18 @@ def _ensure(
     pin_tree = gitutil.tree_of(src, m.commit)
     if m.tree is not None and pin_tree != m.tree:
         raise _tree_mismatch(m, pin_tree, url if method != "local" else None)
+
+    saved: Path | None = None
+    if dirty:
+        saved = _save_changes(forge, m, src, wt.head)
+        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
+        out.info(f"  re-apply them with: git -C {src} apply {saved}")
+        _discard_changes(src, wt.head)
+    if commits:
+        assert wt.head is not None
+        saved_commits = _save_commits(forge, m, src, wt.head, m.commit if pin_here else None)
+        out.info(f"saved the workspace's own commits to {saved_commits}")
+        out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
     # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
     if recovering or moving:
