@@ -430,6 +430,7 @@ def test_interrupted_checkout_is_completed(forge_root: Path, upstream: Upstream)
     (src / ".git" / "dgr-checkout").write_text(new + "\n")
     (src / "src" / "llama.cpp").write_text("// rewritten\n")
     (src / ".git" / "index.lock").write_text("")
+    (src / ".git" / "shallow.lock").write_text("")
     r = run_forge("fetch", "--json", cwd=forge_root)
     assert r.code == 0, r
     assert_exactly_at(src, upstream, new)
@@ -464,6 +465,18 @@ def test_interrupted_patch_run_is_rolled_back_to_the_pin(
     assert_exactly_at(src, upstream, upstream.head)
     assert not (src / ".git" / "rebase-apply").exists()
     assert not (src / ".git" / "dgr-patching").exists()
+
+
+def test_half_made_repository_is_started_over(forge_root: Path, upstream: Upstream) -> None:
+    """A run killed inside `git init`: an empty .git, and the temporary init directory."""
+    src = src_of(forge_root)
+    (src / ".git" / "refs").mkdir(parents=True)
+    stale = src.parent / ".llama.cpp.init-99999"
+    (stale / ".git").mkdir(parents=True)
+    r = run_forge("fetch", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0"})
+    assert r.code == 0, r
+    assert_exactly_at(src, upstream, upstream.head)
+    assert not stale.exists()
 
 
 def test_concurrent_runs_wait_or_are_told(tmp_path: Path, upstream: Upstream) -> None:
