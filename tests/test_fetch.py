@@ -122,6 +122,18 @@ def test_moving_the_pin_moves_a_clean_workspace(forge_root: Path, upstream: Upst
     assert_exactly_at(src_of(forge_root), upstream, new)
 
 
+def test_fallback_in_a_shallow_workspace_unshallows(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0  # v2: shallow at the head
+    src = src_of(forge_root)
+    assert (src / ".git" / "shallow").exists()
+    older = upstream.commits[1]  # behind the shallow boundary, not advertised
+    set_pin(forge_root, upstream.url, older, upstream.tree(older))
+    r = run_forge("fetch", "--json", cwd=forge_root, env=PROTOCOL_V0)
+    assert r.code == 0, r
+    assert r.json["method"] == "full" and r.json["shallow"] is False
+    assert_exactly_at(src, upstream, older)
+
+
 # ----------------------------------------------------------------------------- verification
 
 
