@@ -376,7 +376,7 @@ def test_offline_uses_objects_already_present(forge_root: Path, upstream: Upstre
     assert_exactly_at(src_of(forge_root), upstream, old)
 
 
-@pytest.mark.parametrize("how", ["flag", "env", "git-daemon"])
+@pytest.mark.parametrize("how", ["flag", "relative", "env", "git-daemon"])
 def test_mirror_fetches_and_verifies_the_pinned_ids(
     tmp_path: Path, upstream: Upstream, how: str
 ) -> None:
@@ -386,6 +386,8 @@ def test_mirror_fetches_and_verifies_the_pinned_ids(
     set_pin(root, "file:///nonexistent/llama.cpp.git", upstream.head, upstream.tree(upstream.head))
     if how == "flag":
         r = run_forge("fetch", "--mirror", str(mirror), "--json", cwd=root)
+    elif how == "relative":  # to the cwd, not to the work tree git runs in
+        r = run_forge("fetch", "--mirror", "../mirrors/llama.cpp.git", "--json", cwd=root)
     elif how == "env":
         r = run_forge("fetch", "--json", cwd=root, env={"DGR_MIRROR": str(mirror)})
     else:

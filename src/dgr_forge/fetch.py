@@ -286,11 +286,10 @@ def resolve_mirror(mirror: str | None) -> str | None:
     value = mirror if mirror else os.environ.get("DGR_MIRROR", "").strip() or None
     if value is None:
         return None
-    if "://" not in value:
-        path = Path(value).expanduser()
-        if path.exists() or value.startswith(("/", ".", "~")):
-            return path.resolve().as_uri()
-    return value
+    if "://" in value or (re.match(r"^[^/]+:", value) and not Path(value).exists()):
+        return value  # a URL, or scp-like user@host:path
+    # a path: made absolute here, since git runs inside the work tree
+    return Path(value).expanduser().resolve().as_uri()
 
 
 def ensure_fetched(
