@@ -129,7 +129,8 @@ def test_one_line_edit_in_patch_2_changes_only_its_file_and_lines(exported: Path
     assert "# why this patch exists" in (exported / MANIFEST).read_text()
     assert '"patches/llama.cpp"  # the series' in (exported / MANIFEST).read_text()
     # and the new series reproduces in a fresh workspace
-    again = run_forge("--root", str(exported), "--workspace", str(exported / "ws2"), "--json", "patch")
+    ws2 = str(exported / "ws2")
+    again = run_forge("--root", str(exported), "--workspace", ws2, "--json", "patch")
     assert again.code == 0 and again.json["result_tree"] == m.result_tree, again
     # export left the workspace on exactly the commits `patch` makes from the files
     assert again.json["head_commit"] == head(src)
