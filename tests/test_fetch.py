@@ -541,6 +541,16 @@ def test_lock_is_reentrant_in_one_process(tmp_path: Path) -> None:
     assert "unknown" in describe_holder(forge.lock_file)
 
 
+def test_lock_wait_gives_up_after_the_timeout(forge_root: Path) -> None:
+    holder = Forge(root=forge_root, workspace=forge_root / ".dgr")
+    with workspace_lock(holder, Reporter(quiet=True)):
+        r = run_forge("fetch", "--json", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0.5"})
+    assert r.code == 1, r
+    assert r.stderr.count("waiting for") == 1 and f"pid {os.getpid()}" in r.stderr
+    assert "still in use" in r.stderr and "DGR_LOCK_TIMEOUT" in r.stderr
+    assert not (forge_root / ".dgr" / "src").exists()
+
+
 def test_bad_lock_timeout_is_bad_input(forge_root: Path) -> None:
     holder = Forge(root=forge_root, workspace=forge_root / ".dgr")
     with workspace_lock(holder, Reporter(quiet=True)):
