@@ -643,7 +643,9 @@ def _run_fetch(src: Path, out: Reporter, args: list[str]) -> _FetchRun:
             _progress_line(buf.decode(errors="replace").strip(), sink, tasks, kept)
         rc = proc.wait()
     if rc == 0 and tasks:
-        out.info(f"fetched in {time.monotonic() - started:.1f} s")
+        size = tasks.get("size")
+        amount = f"{size.split(' |')[0]} " if size else ""
+        out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
     return _FetchRun(rc, "\n".join(kept[-50:]))
 
 
@@ -657,6 +659,8 @@ def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: l
         return
     phase, _pct, done, total, rest = match.groups()
     detail = rest.split(", done")[0].strip(", ")
+    if phase == "Receiving objects" and detail:
+        tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
     description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
     if phase not in tasks:
         tasks[phase] = sink.add(phase.lower(), total=float(total))
