@@ -208,6 +208,21 @@ def test_second_fetch_is_a_no_op_without_network(forge_root: Path, upstream: Ups
     assert "nothing to do" in r.stderr
 
 
+def test_no_op_runs_two_git_commands(forge_root: Path, tmp_path: Path) -> None:
+    """The fast path: one `git status` (HEAD + changes) and one `rev-parse` (the pin's tree)."""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    trace = tmp_path / "trace"
+    r = run_forge("fetch", cwd=forge_root, env={"GIT_TRACE": str(trace)})
+    assert r.code == 0 and "nothing to do" in r.stderr, r
+    commands = [
+        ln.split("built-in: git ")[1]
+        for ln in trace.read_text().splitlines()
+        if "built-in: git " in ln
+    ]
+    assert len(commands) == 2, commands
+    assert "status" in commands[0] and "rev-parse" in commands[1]
+
+
 def test_pin_plus_patch_commits_is_not_dirty_and_not_reset(
     forge_root: Path, upstream: Upstream
 ) -> None:
@@ -524,6 +539,16 @@ def test_lock_is_reentrant_in_one_process(tmp_path: Path) -> None:
             pass
         assert describe_holder(forge.lock_file).startswith(f"pid {os.getpid()}")
     assert "unknown" in describe_holder(forge.lock_file)
+
+
+def test_lock_wait_gives_up_after_the_timeout(forge_root: Path) -> None:
+    holder = Forge(root=forge_root, workspace=forge_root / ".dgr")
+    with workspace_lock(holder, Reporter(quiet=True)):
+        r = run_forge("fetch", "--json", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0.5"})
+    assert r.code == 1, r
+    assert r.stderr.count("waiting for") == 1 and f"pid {os.getpid()}" in r.stderr
+    assert "still in use" in r.stderr and "DGR_LOCK_TIMEOUT" in r.stderr
+    assert not (forge_root / ".dgr" / "src").exists()
 
 
 def test_bad_lock_timeout_is_bad_input(forge_root: Path) -> None:
