@@ -5,7 +5,7 @@ A repository with FILES files (default 5,000) and a series of PATCHES small patc
 
 * cold:  the workspace at the pin -> the whole series applied
          (dgr-forge: the CLI, and the library call without interpreter start-up;
-          raw: `git am` in a plain clone at the pin)
+          raw: `git am` in an exact copy of the fetched workspace, at the pin)
 * no-op: `dgr-forge patch` again on the applied workspace
 
 Targets (issue 3): cold <= 1.2x raw git am; no-op <= 0.5 s.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -134,13 +135,14 @@ def main() -> None:
         paths = [str(pdir / n) for n in names]
         print(f"setup: {args.files} files, {len(names)} patches ({time.perf_counter() - t0:.1f} s)")
 
-        # raw git am in a plain clone; dgr-forge in a workspace fetched once (not timed)
-        raw = tmp / "raw"
-        git(tmp, "clone", "-q", str(upstream), str(raw))
+        # dgr-forge in a workspace fetched once (not timed); raw git am in an exact copy of
+        # that repository (same shallow pack and index: only dgr-forge's own work differs)
         ws = tmp / "ws"
         cli = [sys.executable, "-m", "dgr_forge", "--root", str(root), "--workspace", str(ws)]
         subprocess.run([*cli, "fetch"], env=ENV, check=True, capture_output=True)
         src = ws / "src" / "llama.cpp"
+        raw = tmp / "raw"
+        shutil.copytree(src, raw, symlinks=True)
 
         from dgr_forge import manifest, patches
         from dgr_forge.forge import Forge
