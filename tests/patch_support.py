@@ -94,23 +94,18 @@ def make_series(
         shutil.rmtree(work)
     sh_git(root.parent, "clone", "-q", str(upstream.path), str(work))
     sh_git(work, "checkout", "-q", "--detach", pin)
-    commits = [
-        commit_in(work, files, subject, i)
-        for i, (files, subject) in enumerate(edits or DEFAULT_EDITS)
-    ]
+    edits = edits or DEFAULT_EDITS
+    commits = [commit_in(work, files, subject, i) for i, (files, subject) in enumerate(edits)]
     trees = [sh_git(work, "rev-parse", f"{c}^{{tree}}") for c in commits]
     pdir = root / "patches" / "llama.cpp"
     for old in pdir.glob("*.patch"):
         old.unlink()
     out = root.parent / f"fp-{root.name}"
     shutil.rmtree(out, ignore_errors=True)
-    names = sh_git(
-        work, "format-patch", "-q", "-k", "--zero-commit", "-o", str(out), f"{pin}..HEAD"
-    )
-    del names
+    sh_git(work, "format-patch", "-q", "-k", "--zero-commit", "-o", str(out), f"{pin}..HEAD")
     files: list[str] = []
     for i, (path, (_files, subject)) in enumerate(
-        zip(sorted(out.glob("*.patch")), edits or DEFAULT_EDITS, strict=True), start=1
+        zip(sorted(out.glob("*.patch")), edits, strict=True), start=1
     ):
         name = f"{i:04d}-{slugify(subject)}.patch"
         shutil.copyfile(path, pdir / name)

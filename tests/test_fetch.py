@@ -122,6 +122,18 @@ def test_moving_the_pin_moves_a_clean_workspace(forge_root: Path, upstream: Upst
     assert_exactly_at(src_of(forge_root), upstream, new)
 
 
+def test_fallback_in_a_shallow_workspace_unshallows(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0  # v2: shallow at the head
+    src = src_of(forge_root)
+    assert (src / ".git" / "shallow").exists()
+    older = upstream.commits[1]  # behind the shallow boundary, not advertised
+    set_pin(forge_root, upstream.url, older, upstream.tree(older))
+    r = run_forge("fetch", "--json", cwd=forge_root, env=PROTOCOL_V0)
+    assert r.code == 0, r
+    assert r.json["method"] == "full" and r.json["shallow"] is False
+    assert_exactly_at(src, upstream, older)
+
+
 # ----------------------------------------------------------------------------- verification
 
 
@@ -194,6 +206,21 @@ def test_second_fetch_is_a_no_op_without_network(forge_root: Path, upstream: Ups
     assert r.code == 0, r
     assert r.json["changed"] is False and r.json["method"] == "none"
     assert "nothing to do" in r.stderr
+
+
+def test_no_op_runs_two_git_commands(forge_root: Path, tmp_path: Path) -> None:
+    """The fast path: one `git status` (HEAD + changes) and one `rev-parse` (the pin's tree)."""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    trace = tmp_path / "trace"
+    r = run_forge("fetch", cwd=forge_root, env={"GIT_TRACE": str(trace)})
+    assert r.code == 0 and "nothing to do" in r.stderr, r
+    commands = [
+        ln.split("built-in: git ")[1]
+        for ln in trace.read_text().splitlines()
+        if "built-in: git " in ln
+    ]
+    assert len(commands) == 2, commands
+    assert "status" in commands[0] and "rev-parse" in commands[1]
 
 
 def test_pin_plus_patch_commits_is_not_dirty_and_not_reset(
@@ -319,6 +346,17 @@ def test_force_saves_a_patch_that_reapplies(forge_root: Path, upstream: Upstream
     assert not (src / "docs" / "notes-0.md").exists()
 
 
+def test_force_with_a_failing_fetch_keeps_the_edits(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    make_dirty(src)
+    set_pin(forge_root, upstream.url, UNKNOWN)
+    r = run_forge("fetch", "--force", cwd=forge_root)
+    assert r.code == 1 and f"commit {UNKNOWN} not found" in r.stderr, r
+    assert_still_dirty(src)
+    assert not (forge_root / ".dgr" / "logs").exists()
+
+
 def test_src_dir_that_is_not_a_repository_is_refused(forge_root: Path) -> None:
     src = src_of(forge_root)
     src.mkdir(parents=True)
@@ -353,7 +391,7 @@ def test_offline_uses_objects_already_present(forge_root: Path, upstream: Upstre
     assert_exactly_at(src_of(forge_root), upstream, old)
 
 
-@pytest.mark.parametrize("how", ["flag", "env", "git-daemon"])
+@pytest.mark.parametrize("how", ["flag", "relative", "env", "git-daemon"])
 def test_mirror_fetches_and_verifies_the_pinned_ids(
     tmp_path: Path, upstream: Upstream, how: str
 ) -> None:
@@ -363,6 +401,8 @@ def test_mirror_fetches_and_verifies_the_pinned_ids(
     set_pin(root, "file:///nonexistent/llama.cpp.git", upstream.head, upstream.tree(upstream.head))
     if how == "flag":
         r = run_forge("fetch", "--mirror", str(mirror), "--json", cwd=root)
+    elif how == "relative":  # to the cwd, not to the work tree git runs in
+        r = run_forge("fetch", "--mirror", "../mirrors/llama.cpp.git", "--json", cwd=root)
     elif how == "env":
         r = run_forge("fetch", "--json", cwd=root, env={"DGR_MIRROR": str(mirror)})
     else:
@@ -419,6 +459,7 @@ def test_interrupted_checkout_is_completed(forge_root: Path, upstream: Upstream)
     (src / ".git" / "dgr-checkout").write_text(new + "\n")
     (src / "src" / "llama.cpp").write_text("// rewritten\n")
     (src / ".git" / "index.lock").write_text("")
+    (src / ".git" / "shallow.lock").write_text("")
     r = run_forge("fetch", "--json", cwd=forge_root)
     assert r.code == 0, r
     assert_exactly_at(src, upstream, new)
@@ -455,6 +496,18 @@ def test_interrupted_patch_run_is_rolled_back_to_the_pin(
     assert not (src / ".git" / "dgr-patching").exists()
 
 
+def test_half_made_repository_is_started_over(forge_root: Path, upstream: Upstream) -> None:
+    """A run killed inside `git init`: an empty .git, and the temporary init directory."""
+    src = src_of(forge_root)
+    (src / ".git" / "refs").mkdir(parents=True)
+    stale = src.parent / ".llama.cpp.init-99999"
+    (stale / ".git").mkdir(parents=True)
+    r = run_forge("fetch", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0"})
+    assert r.code == 0, r
+    assert_exactly_at(src, upstream, upstream.head)
+    assert not stale.exists()
+
+
 def test_concurrent_runs_wait_or_are_told(tmp_path: Path, upstream: Upstream) -> None:
     pin = add_bulk(upstream, files=120)
     with git_daemon(tmp_path, slow=0.04) as base:
@@ -486,6 +539,16 @@ def test_lock_is_reentrant_in_one_process(tmp_path: Path) -> None:
             pass
         assert describe_holder(forge.lock_file).startswith(f"pid {os.getpid()}")
     assert "unknown" in describe_holder(forge.lock_file)
+
+
+def test_lock_wait_gives_up_after_the_timeout(forge_root: Path) -> None:
+    holder = Forge(root=forge_root, workspace=forge_root / ".dgr")
+    with workspace_lock(holder, Reporter(quiet=True)):
+        r = run_forge("fetch", "--json", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0.5"})
+    assert r.code == 1, r
+    assert r.stderr.count("waiting for") == 1 and f"pid {os.getpid()}" in r.stderr
+    assert "still in use" in r.stderr and "DGR_LOCK_TIMEOUT" in r.stderr
+    assert not (forge_root / ".dgr" / "src").exists()
 
 
 def test_bad_lock_timeout_is_bad_input(forge_root: Path) -> None:

@@ -21,6 +21,7 @@ from dgr_forge import gitutil, manifest_edit, patches
 from dgr_forge.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import atomic_write_text, sha256_bytes
+from dgr_forge.gitutil import FORGE_IDENTITY
 from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.output import Reporter
@@ -207,7 +208,66 @@ def export_series(
     series = compute_series(repo, base)
     verify_round_trip(repo, base, series)
     result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
-    return write_series(forge, m, series, result_tree, out, new_pin=new_pin)
+    result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
+    # The workspace now holds exactly the exported series: make its commits the ones
+    # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
+    # so "already applied" holds and a person's next commit stands out as a local edit.
+    # Same trees: HEAD moves, the index and the files do not.
+    canonical = canonical_commits(repo, base, series)
+    if gitutil.rev_parse(repo, "HEAD") != canonical:
+        gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
+    return result
+
+
+def canonical_commits(repo: Path, base: str, series: Sequence[ExportedPatch]) -> str:
+    """The commits `git am` (as `dgr-forge patch` runs it) makes from `series` on `base`,
+    built from the known trees with mailinfo + commit-tree: nothing in the work tree moves.
+    Returns the last one (`base` for an empty series)."""
+    parent = base
+    with tempfile.TemporaryDirectory(prefix="dgr-canon-") as tmp:
+        msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
+        for p in series:
+            proc = gitutil.git(
+                repo,
+                "mailinfo",
+                "-b",
+                "-u",
+                "--no-scissors",
+                str(msg),
+                str(diff),
+                input=p.data,
+                text=False,
+            )
+            raw: bytes | str = proc.stdout
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+            body = msg.read_text(encoding="utf-8")
+            message = stripspace(info.get("Subject", "") + "\n\n" + body)
+            date = info.get("Date", "")
+            env = {
+                "GIT_AUTHOR_NAME": info.get("Author", ""),
+                "GIT_AUTHOR_EMAIL": info.get("Email", ""),
+                "GIT_AUTHOR_DATE": date,
+                **FORGE_IDENTITY,
+                "GIT_COMMITTER_DATE": date,
+            }
+            parent = gitutil.out(
+                repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
+            )
+    return parent
+
+
+def stripspace(text: str) -> str:
+    """git's `stripspace` (what am does to a message): no trailing blanks, no runs of
+    empty lines, no leading/trailing empty lines, one final newline."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n" if out else ""
 
 
 def write_series(
@@ -324,6 +384,15 @@ def _swap_series(
             manifest_tmp.unlink(missing_ok=True)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_swaps(root: Path) -> None:
+    """Before the manifest is even loaded: undo any swap a killed export left half-done."""
+    patches_root = root / "patches"
+    if patches_root.is_dir():
+        for leftover in patches_root.glob(".*.export-old-*"):
+            name = leftover.name[1:].split(".export-old-")[0]
+            _recover_interrupted_swap(patches_root / name)
 
 
 def _recover_interrupted_swap(pdir: Path) -> None:

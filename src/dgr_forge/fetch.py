@@ -200,7 +200,7 @@ def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
 
 
 def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> OperationFailed:
-    where = f" fetched from {url}" if url else ""
+    where = f" fetched from {display_url(url)}" if url else ""
     return OperationFailed(
         f"tree mismatch for {m.name} commit {m.commit}{where}: the manifest pins tree "
         f"{m.tree}, the commit has tree {actual}",
@@ -286,11 +286,10 @@ def resolve_mirror(mirror: str | None) -> str | None:
     value = mirror if mirror else os.environ.get("DGR_MIRROR", "").strip() or None
     if value is None:
         return None
-    if "://" not in value:
-        path = Path(value).expanduser()
-        if path.exists() or value.startswith(("/", ".", "~")):
-            return path.resolve().as_uri()
-    return value
+    if "://" in value or (re.match(r"^[^/]+:", value) and not Path(value).exists()):
+        return value  # a URL, or scp-like user@host:path
+    # a path: made absolute here, since git runs inside the work tree
+    return Path(value).expanduser().resolve().as_uri()
 
 
 def ensure_fetched(
@@ -341,25 +340,18 @@ def _ensure(
     if wt is None or recovering:
         wt = _inspect(src)
 
-    saved: Path | None = None
-    if wt.changes and not recovering:
-        if not force:
-            raise _dirty_error(forge, src, wt.changes)
-        saved = _save_changes(forge, m, src, wt.head)
-        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
-        out.info(f"  re-apply them with: git -C {src} apply {saved}")
-        _discard_changes(src, wt.head)
-
+    # refuse before any network traffic; with --force, save and discard only once the pin
+    # is fetched and verified (a failed fetch then leaves the edits where they are)
+    dirty = bool(wt.changes) and not recovering
+    if dirty and not force:
+        raise _dirty_error(forge, src, wt.changes)
     pin_here = _commit_tree(src, m.commit) is not None
     moving = wt.head is None or commits_on_pin(src, wt.head, m.commit) is None
+    commits: list[str] = []
     if moving and wt.head is not None and not recovering:
         commits = local_commits(src, wt.head, m.commit if pin_here else None)
         if commits and not force:
             raise _local_commits_error(forge, src, commits)
-        if commits:
-            saved_commits = _save_commits(forge, m, src, wt.head, m.commit if pin_here else None)
-            out.info(f"saved the workspace's own commits to {saved_commits}")
-            out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
     url = mirror or m.url
     method = "local"
@@ -379,13 +371,25 @@ def _ensure(
     actual = gitutil.rev_parse(src, m.commit)
     if actual != m.commit:
         raise OperationFailed(
-            f"commit {m.commit} not found at {url}",
+            f"commit {m.commit} not found at {display_url(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
-            details={"commit": m.commit, "url": url},
+            details={"commit": m.commit, "url": display_url(url)},
         )
     pin_tree = gitutil.tree_of(src, m.commit)
     if m.tree is not None and pin_tree != m.tree:
         raise _tree_mismatch(m, pin_tree, url if method != "local" else None)
+
+    saved: Path | None = None
+    if dirty:
+        saved = _save_changes(forge, m, src, wt.head)
+        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
+        out.info(f"  re-apply them with: git -C {src} apply {saved}")
+        _discard_changes(src, wt.head)
+    if commits:
+        assert wt.head is not None
+        saved_commits = _save_commits(forge, m, src, wt.head, m.commit if pin_here else None)
+        out.info(f"saved the workspace's own commits to {saved_commits}")
+        out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
     # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
     if recovering or moving:
@@ -554,7 +558,7 @@ _PROGRESS = re.compile(
 
 def _transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
-    out.step(f"fetching {name} {commit[:12]} from {_display(url)}")
+    out.step(f"fetching {name} {commit[:12]} from {display_url(url)}")
     shallow = _run_fetch(src, out, ["--depth=1", url, commit])
     if shallow.returncode == 0:
         return "shallow"
@@ -568,25 +572,26 @@ def _transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str
     full = _run_fetch(src, out, args)
     if full.returncode != 0:
         raise OperationFailed(
-            f"fetching {name} from {url} failed: {_last_error(full.stderr)}",
+            f"fetching {name} from {display_url(url)} failed: {_last_error(full.stderr)}",
             hint="check the URL and network access; on an air-gapped host fetch from a local "
             "copy with --mirror PATH (or DGR_MIRROR)",
-            details={"url": url, "git_stderr": full.stderr[-4000:]},
+            details={"url": display_url(url), "git_stderr": full.stderr[-4000:]},
         )
     if gitutil.rev_parse(src, commit) != commit:
         raise OperationFailed(
-            f"commit {commit} not found at {url}",
+            f"commit {commit} not found at {display_url(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository's branches "
             "or tags?) and the URL",
-            details={"commit": commit, "url": url},
+            details={"commit": commit, "url": display_url(url)},
         )
     return "full"
 
 
-def _display(url: str) -> str:
+def display_url(url: str) -> str:
+    """The URL without credentials (an http user part is often a token), for messages."""
     parsed = urlparse(url)
-    if parsed.password:  # never echo credentials
-        return url.replace(f":{parsed.password}@", ":***@")
+    if parsed.scheme in ("http", "https") and "@" in parsed.netloc:
+        return parsed._replace(netloc="***@" + parsed.netloc.rsplit("@", 1)[1]).geturl()
     return url
 
 
@@ -638,7 +643,9 @@ def _run_fetch(src: Path, out: Reporter, args: list[str]) -> _FetchRun:
             _progress_line(buf.decode(errors="replace").strip(), sink, tasks, kept)
         rc = proc.wait()
     if rc == 0 and tasks:
-        out.info(f"fetched in {time.monotonic() - started:.1f} s")
+        size = tasks.get("size")
+        amount = f"{size.split(' |')[0]} " if size else ""
+        out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
     return _FetchRun(rc, "\n".join(kept[-50:]))
 
 
@@ -652,6 +659,8 @@ def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: l
         return
     phase, _pct, done, total, rest = match.groups()
     detail = rest.split(", done")[0].strip(", ")
+    if phase == "Receiving objects" and detail:
+        tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
     description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
     if phase not in tasks:
         tasks[phase] = sink.add(phase.lower(), total=float(total))

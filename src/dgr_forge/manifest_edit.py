@@ -90,7 +90,7 @@ def updated_text(
                 table[key] = value
         tables.append(table)
     if not unchanged:
-        _carry_comments(old_tables)
+        _carry_comments(patches, old_tables)
         if "series" in patches:
             del patches["series"]
         if tables:
@@ -110,10 +110,26 @@ def updated_text(
     return tomlkit.dumps(doc)
 
 
-def _carry_comments(tables: Sequence[Table]) -> None:
+def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
     """Comments written above a [[patches.series]] header belong to that entry, but tomlkit
     stores them at the end of the previous table: move them into the entry's own leading
     text so they travel with it when entries are dropped, added or reordered."""
+    if tables:
+        body = patches.value.body
+        at = next(i for i, (k, _v) in enumerate(body) if k is not None and k.key == "series")
+        start = at
+        while start > 0 and body[start - 1][0] is None:
+            if not isinstance(body[start - 1][1], Comment | Whitespace):
+                break
+            start -= 1
+        if any(isinstance(v, Comment) for _k, v in body[start:at]):
+            lead = "".join(v.as_string() for _k, v in body[start:at])
+            del body[start:at]
+            patches.value._map = {}  # indexes shifted: rebuild tomlkit's key map
+            for i, (k, _v) in enumerate(body):
+                if k is not None:
+                    patches.value._map[k] = i
+            tables[0].trivia.indent = lead.lstrip("\n") + tables[0].trivia.indent
     for prev, table in itertools.pairwise(tables):
         body = prev.value.body
         moved: list[str] = []

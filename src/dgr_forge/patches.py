@@ -765,7 +765,7 @@ def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
         else:
             states.append(PatchState(entry.file, "pending", problem))
     return {
-        "patches": [s.as_dict() for s in states],
+        "series": [s.as_dict() for s in states],
         "applied": applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
         "local_edits": {
             "uncommitted": ws.dirty,

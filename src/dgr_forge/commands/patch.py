@@ -10,7 +10,7 @@ import typer
 from dgr_forge import manifest, patches
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import ExitCode
-from dgr_forge.export import export_workspace
+from dgr_forge.export import export_workspace, recover_swaps
 
 
 @app.command()
@@ -33,6 +33,7 @@ def patch(
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
+        recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
         if check:
             return _check(env, m, mirror, offline)
@@ -92,6 +93,7 @@ def export(ctx: typer.Context) -> None:
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
+        recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
         result = export_workspace(forge, m, env.out)
         if not result.changed:
@@ -105,3 +107,23 @@ def export(ctx: typer.Context) -> None:
         return {"upstream": m.name, **result.as_dict()}
 
     run(ctx, "export", body)
+
+
+def status_section(env: Env, m: manifest.UpstreamManifest) -> dict[str, Any]:
+    """The `patches` part of `status` (called by the status command): one row per patch."""
+    info = patches.series_status(env.forge, m)
+    rows = [(p["file"], p["state"], p["detail"]) for p in info["series"]]  # type: ignore[attr-defined]
+    if rows:
+        env.out.table("patches", ["patch", "state", "detail"], rows)
+    else:
+        env.out.info("patches: none (empty series)")
+    edits = info["local_edits"]
+    assert isinstance(edits, dict)
+    if edits["local_commits"]:
+        env.out.info(
+            f"local commits on top of the series: {len(edits['local_commits'])} "
+            "(`dgr-forge export` turns them into patches)"
+        )
+    if info["operation_in_progress"]:
+        env.out.info(f"in progress in the workspace: {info['operation_in_progress']}")
+    return info

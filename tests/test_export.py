@@ -1,0 +1,277 @@
+"""`dgr-forge export`: the workspace's commits become the canonical, byte-stable series."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+from forgetest import Upstream, run_forge, sh_git
+from patch_support import (
+    AUTHOR_ENV,
+    commit_in,
+    head,
+    make_series,
+    snapshot,
+    src_dir,
+)
+
+from dgr_forge import manifest, manifest_edit
+from dgr_forge.export import compute_series, slug
+
+MANIFEST = Path("manifests") / "llama.cpp.toml"
+
+
+def forge(root: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return run_forge("--root", str(root), "--json", *args, env=env)
+
+
+def message(res) -> str:  # type: ignore[no-untyped-def]
+    data = res.json
+    return f"{data.get('error')} {data.get('hint')}"
+
+
+def state(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Bytes and mtimes of patches/ and the manifest."""
+    snap = {f"patches/{k}": v for k, v in snapshot(root / "patches").items()}
+    path = root / MANIFEST
+    snap[str(MANIFEST)] = (path.read_bytes(), path.stat().st_mtime_ns)
+    return snap
+
+
+def commented(root: Path) -> None:
+    """Add the kind of comments a person writes into the manifest."""
+    path = root / MANIFEST
+    text = path.read_text()
+    text = text.replace("[[patches.series]]", "# why this patch exists\n[[patches.series]]")
+    text = text.replace('dir = "patches/llama.cpp"', 'dir = "patches/llama.cpp"  # the series')
+    path.write_text(text)
+
+
+@pytest.fixture
+def exported(upstream: Upstream, forge_root: Path) -> Path:
+    """A forge root whose series went through `patch` + `export` once (canonical form)."""
+    make_series(forge_root, upstream)
+    commented(forge_root)
+    (forge_root / "patches" / "llama.cpp" / ".gitkeep").write_text("")
+    assert forge(forge_root, "patch").code == 0
+    res = forge(forge_root, "export")
+    assert res.code == 0, res
+    return forge_root
+
+
+def test_first_export_canonicalizes_and_records_trees(upstream: Upstream, forge_root: Path) -> None:
+    series = make_series(forge_root, upstream, with_trees=False)
+    assert forge(forge_root, "patch").code == 0
+    res = forge(forge_root, "export")
+    assert res.code == 0, res
+    m = manifest.load(forge_root / MANIFEST, forge_root)
+    assert [e.file for e in m.series] == series.files
+    assert [e.tree for e in m.series] == series.trees
+    assert m.result_tree == series.trees[-1]
+    for entry in m.series:
+        data = m.patch_path(entry).read_bytes()
+        assert data.startswith(b"From 0000000000000000000000000000000000000000 ")
+        assert b"\r\n" not in data and b"[PATCH" not in data
+        assert not data.rstrip().endswith(b"-- ")  # no signature
+        assert b"\n-- \n" not in data
+        assert b"index " in data and len(data.split(b"index ")[1].split(b"..")[0]) == 40
+
+
+def test_unchanged_series_export_changes_no_byte_and_no_mtime(exported: Path) -> None:
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    assert res.json["changed"] is False and res.json["written"] == []
+    assert state(exported) == before
+
+
+def test_one_line_edit_in_patch_2_changes_only_its_file_and_lines(exported: Path) -> None:
+    src = src_dir(exported)
+    before = state(exported)
+    manifest_before = (exported / MANIFEST).read_text()
+    c1, c2, c3 = sh_git(src, "rev-list", "--reverse", "HEAD~3..HEAD").split()
+    # the scripted equivalent of `git rebase -i` + "edit" on patch 2
+    sh_git(src, "checkout", "-q", "--detach", c2)
+    text = (src / "ggml" / "src" / "ggml.c").read_text().replace("return 2;", "return 3;")
+    (src / "ggml" / "src" / "ggml.c").write_text(text)
+    sh_git(src, "commit", "-q", "-a", "--amend", "--no-edit", env=AUTHOR_ENV)
+    sh_git(src, "cherry-pick", c3, env=AUTHOR_ENV)
+    del c1
+
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    m = manifest.load(exported / MANIFEST, exported)
+    files = [e.file for e in m.series]
+    assert res.json["written"] == [files[1]] and res.json["removed"] == []
+    after = state(exported)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed == {f"patches/llama.cpp/{files[1]}", str(MANIFEST)}
+    diff = [
+        line
+        for line in difflib.unified_diff(
+            manifest_before.splitlines(), (exported / MANIFEST).read_text().splitlines(), n=0
+        )
+        if line.startswith(("+", "-")) and not line.startswith(("+++", "---"))
+    ]
+    new = m.series
+    # patch 2's hash and tree; patch 3's and the result's tree (trees are cumulative)
+    assert sorted(diff) == sorted(
+        [
+            *(f"-{ln}" for ln in _lines(manifest_before, 1) + _lines(manifest_before, 2, True)),
+            f'+sha256 = "{new[1].sha256}"',
+            f'+tree = "{new[1].tree}"',
+            f'+tree = "{new[2].tree}"',
+            f'-tree = "{_old_result(manifest_before)}"',
+            f'+tree = "{m.result_tree}"',
+        ]
+    )
+    assert "# why this patch exists" in (exported / MANIFEST).read_text()
+    assert '"patches/llama.cpp"  # the series' in (exported / MANIFEST).read_text()
+    # and the new series reproduces in a fresh workspace
+    ws2 = str(exported / "ws2")
+    again = run_forge("--root", str(exported), "--workspace", ws2, "--json", "patch")
+    assert again.code == 0 and again.json["result_tree"] == m.result_tree, again
+    # export left the workspace on exactly the commits `patch` makes from the files
+    assert again.json["head_commit"] == head(src)
+    assert forge(exported, "patch").json["changed"] is False
+
+
+def _lines(text: str, index: int, tree_only: bool = False) -> list[str]:
+    entry = text.split("[[patches.series]]")[index + 1].split("\n\n")[0]
+    keys = ("tree",) if tree_only else ("sha256", "tree")
+    return [ln for ln in entry.splitlines() if ln.split(" ")[0] in keys]
+
+
+def _old_result(text: str) -> str:
+    return text.split("[patches.result]")[1].split('"')[1]
+
+
+def test_dropped_commit_removes_its_file_and_entry(exported: Path) -> None:
+    src = src_dir(exported)
+    files = [e.file for e in manifest.load(exported / MANIFEST, exported).series]
+    sh_git(src, "reset", "-q", "--hard", "HEAD~1")
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    assert res.json["removed"] == [files[2]] and res.json["written"] == []
+    assert not (exported / "patches" / "llama.cpp" / files[2]).exists()
+    assert (exported / "patches" / "llama.cpp" / ".gitkeep").exists()
+    m = manifest.load(exported / MANIFEST, exported)
+    assert [e.file for e in m.series] == files[:2]
+
+
+def test_new_commit_becomes_patch_4(exported: Path) -> None:
+    src = src_dir(exported)
+    commit_in(src, {"README.md": "# llama, patched\n"}, "README: say it is patched", 5)
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    assert res.json["written"] == ["0004-readme-say-it-is-patched.patch"]
+    after = state(exported)
+    for key, value in before.items():
+        if key.endswith(".patch"):
+            assert after[key] == value
+    assert forge(exported, "patch").json["changed"] is False  # the workspace is the series
+
+
+def test_uncommitted_edits_are_refused(exported: Path) -> None:
+    src = src_dir(exported)
+    (src / "README.md").write_text("uncommitted\n")
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 3, res
+    assert "uncommitted" in message(res) and "README.md" in message(res)
+    assert state(exported) == before
+    assert (src / "README.md").read_text() == "uncommitted\n"
+
+
+@pytest.mark.parametrize("step", ["staged", "swapped"])
+def test_failure_mid_export_leaves_the_old_series(exported: Path, step: str) -> None:
+    src = src_dir(exported)
+    sh_git(src, "reset", "-q", "--hard", "HEAD~1")
+    commit_in(src, {"README.md": "x\n"}, "Another change", 6)
+    before = state(exported)
+    res = forge(exported, "export", env={"DGR_TEST_FAIL_EXPORT": step})
+    assert res.code == 1 and "injected" in message(res), res
+    assert state(exported) == before
+    assert [p.name for p in (exported / "patches").iterdir()] == ["llama.cpp"]
+    assert not list((exported / "manifests").glob(".*"))
+    ok = forge(exported, "export")
+    assert ok.code == 0 and ok.json["changed"] is True, ok
+
+
+def test_killed_between_renames_is_recovered(exported: Path) -> None:
+    """The one non-atomic instant: the old dir renamed away, the new one not yet in place."""
+    pdir = exported / "patches" / "llama.cpp"
+    before = state(exported)
+    pdir.rename(exported / "patches" / ".llama.cpp.export-old-999")
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    assert state(exported) == before
+
+
+def test_hand_edited_patch_file_is_exported_after_patch_refuses_it(exported: Path) -> None:
+    m = manifest.load(exported / MANIFEST, exported)
+    path = m.patch_path(m.series[1])
+    path.write_bytes(path.read_bytes().replace(b"+    return 2;", b"+    return 22;"))
+    refused = forge(exported, "patch")
+    assert refused.code == 2 and "dgr-forge export" in message(refused)
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    m2 = manifest.load(exported / MANIFEST, exported)
+    assert m2.series[1].sha256 != m.series[1].sha256
+    assert b"return 22;" in m2.patch_path(m2.series[1]).read_bytes()
+    ok = forge(exported, "patch")
+    assert ok.code == 0 and ok.json["changed"] is False, ok
+    assert "return 22;" in (src_dir(exported) / "ggml" / "src" / "ggml.c").read_text()
+
+
+def test_hand_edited_file_and_workspace_edits_is_refused(exported: Path) -> None:
+    m = manifest.load(exported / MANIFEST, exported)
+    path = m.patch_path(m.series[1])
+    path.write_bytes(path.read_bytes().replace(b"+    return 2;", b"+    return 22;"))
+    commit_in(src_dir(exported), {"README.md": "y\n"}, "mine", 7)
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 3 and "both changed" in message(res), res
+    assert state(exported) == before
+
+
+def test_compute_series_touches_nothing_and_matches(exported: Path, tmp_path: Path) -> None:
+    m = manifest.load(exported / MANIFEST, exported)
+    src = src_dir(exported)
+    before, before_head = state(exported), head(src)
+    series = compute_series(src, m.commit, tmp_path / "out")
+    assert [p.file for p in series] == [e.file for e in m.series]
+    for p, e in zip(series, m.series, strict=True):
+        assert (tmp_path / "out" / p.file).read_bytes() == m.patch_path(e).read_bytes()
+        assert p.sha256 == e.sha256 and p.tree == e.tree
+    assert state(exported) == before and head(src) == before_head
+
+
+def test_slug_is_stable() -> None:
+    assert slug("Add layer range ownership") == "add-layer-range-ownership"
+    assert slug("ggml: CUDA (fix) — über!") == "ggml-cuda-fix-ber"
+    assert slug("!!!") == "patch"
+    assert len(slug("x" * 200)) == 52
+
+
+def test_manifest_edit_keeps_comments_and_moves_pin() -> None:
+    text = (
+        "# top comment\nschema = 1\n\n[upstream]\nname = \"llama.cpp\"\n"
+        'commit = "' + "a" * 40 + '"  # the pin\n\n[patches]\ndir = "patches/llama.cpp"\n\n'
+        "# first\n[[patches.series]]\nfile = \"0001-a.patch\"\nsha256 = \"" + "1" * 64 + '"\n\n'
+        "# second\n[[patches.series]]\nfile = \"0002-b.patch\"\nsha256 = \"" + "2" * 64 + '"\n'
+    )
+    new = manifest_edit.updated_text(
+        text,
+        [manifest_edit.SeriesEntry("0001-b.patch", "3" * 64, "c" * 40)],
+        "c" * 40,
+        upstream_commit="b" * 40,
+        upstream_tree="d" * 40,
+    )
+    assert "# top comment" in new and "# the pin" in new
+    assert "# second" in new and "# first" not in new  # the comment went with its patch
+    assert f'commit = "{"b" * 40}"  # the pin' in new
+    assert "0002-b.patch" not in new and 'file = "0001-b.patch"' in new
+    assert new.index("[[patches.series]]") < new.index("[patches.result]")
