@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 import requests
+import urllib3
 
 from dgr_forge import models
 from dgr_forge.errors import BadInput, OperationFailed
@@ -461,6 +462,7 @@ class _Downloader:
                     requests.Timeout,
                     requests.exceptions.ChunkedEncodingError,
                     requests.exceptions.ContentDecodingError,
+                    urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
                 ) as err:
                     fp.flush()
                     failures = 1 if state.have > before else failures + 1
@@ -535,7 +537,9 @@ class _Downloader:
                     f"{state.f.name}: HTTP {code} from {state.url}",
                     hint="check the url in the manifest (or --mirror) and access to the server",
                 )
-            for chunk in r.iter_content(NET_CHUNK):
+            # read1: whatever has arrived, so a dropped connection loses no received byte
+            # (iter_content would discard a partly filled chunk)
+            while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
                 self._write(state, chunk)
 
     def _copy_file(self, state: _Stream) -> None:
