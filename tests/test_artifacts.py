@@ -12,7 +12,7 @@ import pytest
 from artifacts_support import FaultyServer, flip_byte, split_names, write_split_gguf
 from forgetest import Result, run_forge
 
-from dgr_forge import artifacts, models
+from dgr_forge import artifacts, gguf_split, models
 from dgr_forge.errors import BadInput
 from dgr_forge.models import ModelFile
 from dgr_forge.output import Reporter
@@ -460,3 +460,50 @@ def test_manifest_command_refuses_inconsistent_headers(tmp_path: Path) -> None:
     assert res.code == 2, res
     assert "split.count is 3, the name says 2 parts" in res.stderr
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- GGUF headers
+
+
+def gguf_file(path: Path, kv: dict[str, object]) -> None:
+    import gguf
+    import numpy as np
+
+    w = gguf.GGUFWriter(path, arch="llama")
+    for key, value in kv.items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_uint16(key, int(value))  # type: ignore[call-overload]
+    w.add_tensor("t", np.zeros(8, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check(directory: Path) -> dict[str, list[str]]:
+    files = [
+        ModelFile(p.name, p.stat().st_size, "0" * 64, "file:///x") for p in directory.iterdir()
+    ]
+    return gguf_split.check(directory, files)
+
+
+def test_split_header_checks(tmp_path: Path) -> None:
+    gguf_file(tmp_path / "single.gguf", {})  # not a split, does not claim to be: fine
+    gguf_file(tmp_path / "liar.gguf", {"split.no": 0, "split.count": 2})
+    gguf_file(tmp_path / "s-00001-of-00001.gguf", {"split.no": "0", "split.count": "1"})
+    (tmp_path / "junk.gguf").write_bytes(b"not a gguf file at all")
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    (tmp_path / "notes.txt").write_text("not checked")
+    problems = check(tmp_path)
+    assert set(problems) == {"liar.gguf", "s-00001-of-00001.gguf", "junk.gguf", "empty.gguf"}
+    assert "header says part 1 of 2" in problems["liar.gguf"][0]
+    assert "no integer split.no/split.count" in problems["s-00001-of-00001.gguf"][0]
+    assert problems["junk.gguf"][0].startswith("unreadable GGUF header")
+    assert problems["empty.gguf"][0].startswith("unreadable GGUF header")
+
+
+def test_split_set_from_the_writer_is_consistent(tmp_path: Path) -> None:
+    write_split_gguf(tmp_path, "ok", 4, tensor_elems=32)
+    assert check(tmp_path) == {}

@@ -35,7 +35,7 @@ from urllib.request import url2pathname
 import requests
 import urllib3
 
-from dgr_forge import models
+from dgr_forge import gguf_split, models
 from dgr_forge.errors import BadInput, OperationFailed
 from dgr_forge.fsutil import atomic_write_text
 from dgr_forge.models import ModelFile, ModelManifest
@@ -659,7 +659,7 @@ def provision(
         if o.status == "failed":
             out.error(o.error or f"{o.name}: failed")
     ok_names = {o.name for o in files if o.status != "failed"}
-    split_problems = check_splits(target, [f for f in m.files if f.name in ok_names])
+    split_problems = gguf_split.check(target, [f for f in m.files if f.name in ok_names])
     for name, problems in split_problems.items():
         for problem in problems:
             out.error(f"{name}: {problem}")
@@ -774,7 +774,7 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
         else:
             cache.record(f.name, path.stat(), sha)
     present = [f for f in m.files if (target / f.name).is_file()]
-    for name, extra in check_splits(target, present).items():
+    for name, extra in gguf_split.check(target, present).items():
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
@@ -792,106 +792,6 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
             f"{m.name}: all {len(checks)} files verified ({human(m.total_size)} at {human(rate)}/s)"
         )
     return result
-
-
-# ----------------------------------------------------------------------------- GGUF splits
-
-
-def _kv_int(reader: Any, key: str) -> int | None:
-    field_ = reader.get_field(key)
-    if field_ is None or not field_.data:
-        return None
-    value = field_.parts[field_.data[0]]
-    try:
-        return int(value[0])
-    except (TypeError, ValueError, IndexError):
-        return None
-
-
-def check_splits(dest: Path, files: list[ModelFile]) -> dict[str, list[str]]:
-    """Split consistency from the GGUF headers of the present `.gguf` files.
-
-    Each part's `split.no` (0-based) and `split.count` must match its name
-    `P-0000K-of-0000N.gguf`; no two parts may claim one `split.no`; all parts of a set
-    must agree on `split.tensors.count`, and when all are present their tensors must add
-    up to it. A `.gguf` whose name is not a split must not claim to be one.
-    """
-    import gguf  # numpy-backed; only loaded when a model is checked
-
-    problems: dict[str, list[str]] = {}
-    by_no: dict[str, dict[int, list[str]]] = {}
-    tensor_totals: dict[str, dict[str, int]] = {}
-    tensor_counts: dict[str, int] = {}
-    for f in files:
-        if not f.name.endswith(".gguf"):
-            continue
-        path = dest / f.name
-        if not path.is_file():
-            continue
-        found = problems.setdefault(f.name, [])
-        try:
-            reader = gguf.GGUFReader(path, "r")
-            no = _kv_int(reader, "split.no")
-            count = _kv_int(reader, "split.count")
-            total = _kv_int(reader, "split.tensors.count")
-            n_tensors = len(reader.tensors)
-        except Exception as err:  # the gguf parser raises many kinds on a bad header
-            found.append(f"unreadable GGUF header: {_brief(err)}")
-            continue
-        s = models.split_name(f.name)
-        if s is None:
-            if count is not None and count > 1:
-                found.append(
-                    f"split mismatch: header says part {(no or 0) + 1} of {count} "
-                    "(split.no/split.count) but the name is not P-0000K-of-0000N.gguf"
-                )
-            continue
-        if count is None or no is None:
-            found.append(
-                f"split mismatch: no split.no/split.count in the header, the name says "
-                f"part {s.no} of {s.count}"
-            )
-            continue
-        if count != s.count:
-            found.append(f"split mismatch: split.count is {count}, the name says {s.count} parts")
-        if no != s.no - 1:
-            found.append(
-                f"split mismatch: split.no is {no} (part {no + 1}), the name says part {s.no}"
-            )
-        by_no.setdefault(s.prefix, {}).setdefault(no, []).append(f.name)
-        tensor_counts[f.name] = n_tensors
-        if total is not None:
-            tensor_totals.setdefault(s.prefix, {})[f.name] = total
-        else:
-            found.append("split mismatch: no split.tensors.count in the header")
-    for prefix, parts in by_no.items():
-        for no, names in parts.items():
-            if len(names) > 1:
-                for name in names:
-                    others = ", ".join(n for n in names if n != name)
-                    problems[name].append(
-                        f"split mismatch: duplicate split.no {no} (also claimed by {others})"
-                    )
-        totals = tensor_totals.get(prefix, {})
-        if len(set(totals.values())) > 1:
-            for name, total in totals.items():
-                problems[name].append(
-                    f"split mismatch: split.tensors.count {total} differs between the parts"
-                )
-        else:
-            names = [n for ns in parts.values() for n in ns]
-            first = models.split_name(names[0])
-            complete = first is not None and len(names) == first.count
-            if totals and complete and len(totals) == len(names):
-                declared = next(iter(totals.values()))
-                actual = sum(tensor_counts[n] for n in names)
-                if actual != declared:
-                    for name in names:
-                        problems[name].append(
-                            f"split mismatch: the parts hold {actual} tensors, "
-                            f"split.tensors.count says {declared}"
-                        )
-    return {k: v for k, v in problems.items() if v}
 
 
 # ----------------------------------------------------------------------------- manifest
@@ -971,7 +871,7 @@ def build_manifest(
     ]
     text = models.dumps(name, files, source_revision)
     models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
-    split_problems = check_splits(directory, files)
+    split_problems = gguf_split.check(directory, files)
     if split_problems:
         listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in split_problems.items())
         raise BadInput(
