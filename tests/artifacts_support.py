@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,6 +30,8 @@ class Faults:
     cut: dict[str, int] = field(default_factory=dict)  # name -> byte offset; fires once
     fail: dict[str, int] = field(default_factory=dict)  # name -> how many 500s to answer first
     ignore_range: set[str] = field(default_factory=set)  # answer 200 + whole file regardless
+    stall: dict[str, int] = field(default_factory=dict)  # name -> offset to go silent at, once
+    stall_seconds: float = 2.0
 
 
 class FaultyServer:
@@ -82,6 +85,9 @@ class FaultyServer:
             if failing:
                 self.faults.fail[name] -= 1
             cut = self.faults.cut.pop(name, None)
+            stall = self.faults.stall.pop(name, None)
+            if cut is None:
+                cut = stall
             ignore = name in self.faults.ignore_range
 
         def answer(status: int, headers: dict[str, str], body: bytes = b"") -> None:
@@ -121,7 +127,9 @@ class FaultyServer:
         h.wfile.flush()
         with path.open("rb") as f:
             h.connection.sendfile(f, offset=start, count=end - start)
-        if end < size:  # the injected fault: drop the connection mid-file
+        if end < size:  # the injected fault: go silent, or drop the connection mid-file
+            if stall is not None:
+                time.sleep(self.faults.stall_seconds)
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,47 @@ def test_server_ignoring_range_restarts_the_file_and_says_so_once(
     assert res.stderr.count("ignored the Range request") == 1
     assert "restarting this file from byte 0" in res.stderr
     assert outcome(res, NAMES[0])["restarts"] == 1
+
+
+def test_stalled_transfer_times_out_and_resumes(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    m = manifest_for(tmp_path, source, server.base_url)
+    server.faults.stall[NAMES[0]] = 20_000
+    server.faults.stall_seconds = 1.5
+    res = provision(m, tmp_path / "dest", env={"DGR_ARTIFACTS_TIMEOUT": "0.3"})
+    assert res.code == 0, res
+    assert_exact(source, tmp_path / "dest")
+    assert [r.range for r in server.requests_for(NAMES[0])] == [None, "bytes=20000-"]
+    assert f"{NAMES[0]}: timed out; retry" in res.stderr
+
+
+def test_unreachable_server_gives_up(tmp_path: Path, source: Path) -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = manifest_for(tmp_path, source, f"http://127.0.0.1:{port}/m")
+    res = provision(m, tmp_path / "dest", env={"DGR_ARTIFACTS_TRIES": "2"})
+    assert res.code == 1, res
+    assert sorted(res.json["failed"]) == NAMES
+    assert f"{NAMES[0]}: gave up after 2 tries without progress: cannot connect" in res.stderr
+    assert not list((tmp_path / "dest").glob("*.gguf*"))  # no empty .part left behind
+
+
+def test_part_beyond_the_servers_file_is_a_size_error(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    size = (source / NAMES[0]).stat().st_size
+    m = manifest_for(tmp_path, source, server.base_url, {NAMES[0]: {"size": size + 100}})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / f"{NAMES[0]}.part").write_bytes(b"x" * (size + 50))
+    res = provision(m, dest)
+    assert res.code == 1, res
+    assert [(r.range, r.status) for r in server.requests_for(NAMES[0])] == [
+        (f"bytes={size + 50}-", 416)
+    ]
+    assert f"{NAMES[0]}: the source has {size} bytes, the manifest says {size + 100}" in res.stderr
 
 
 def test_http_404_fails_without_retry(tmp_path: Path, source: Path, server: FaultyServer) -> None:

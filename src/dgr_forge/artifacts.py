@@ -379,6 +379,9 @@ class _Downloader:
         except OperationFailed as err:
             outcome.status = "failed"
             outcome.error = err.message
+            part = self.dest / (f.name + models.PART_SUFFIX)
+            if part.is_file() and part.stat().st_size == 0:
+                part.unlink()  # nothing worth resuming
         except OSError as err:  # the destination, not the source: disk full, permissions
             outcome.status = "failed"
             outcome.error = f"{f.name}: {err.strerror or err} ({err.filename or self.dest})"
@@ -469,8 +472,8 @@ class _Downloader:
                     if failures >= self.policy.tries:
                         raise OperationFailed(
                             f"{f.name}: gave up after {failures} tries without progress: "
-                            f"{_brief(err)}; {state.have} of {f.size} bytes are kept in "
-                            f"{part.name}",
+                            f"{_brief(err)} ({url}); {state.have} of {f.size} bytes are kept "
+                            f"in {part.name}",
                             hint="re-run provision: it resumes from the kept bytes",
                         ) from None
                     outcome.retries += 1
@@ -486,6 +489,11 @@ class _Downloader:
 
     def _restart(self, state: _Stream, why: str) -> None:
         """Drop the partial bytes and start the file over (said once per file)."""
+        if state.outcome.restarts >= self.policy.tries:
+            raise OperationFailed(
+                f"{state.f.name}: {why}, {state.outcome.restarts} times; giving up ({state.url})",
+                hint="the server does not serve this file consistently; try a --mirror",
+            )
         if not state.said_restart:
             self.out.warn(f"{state.f.name}: {why}; restarting this file from byte 0")
             state.said_restart = True
@@ -528,6 +536,11 @@ class _Downloader:
                 _, total = _content_range(r.headers.get("Content-Range", ""))
                 if total is not None and total != state.f.size:
                     raise self._wrong_size(state, total)
+                if not state.have:
+                    raise OperationFailed(
+                        f"{state.f.name}: HTTP 416 for a request without a range ({state.url})",
+                        hint="check the url in the manifest (or --mirror)",
+                    )
                 self._restart(state, "the server refused the range (HTTP 416)")
                 return
             elif code >= 500 or code in (408, 429):
@@ -606,6 +619,15 @@ def _content_range(value: str) -> tuple[int | None, int | None]:
 
 
 def _brief(err: BaseException) -> str:
+    """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
+    if isinstance(err, _Retry):
+        return str(err)
+    if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
+        return "timed out"
+    if isinstance(err, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):
+        return "connection dropped"
+    if isinstance(err, requests.ConnectionError):
+        return "cannot connect" if err.response is None else "connection error"
     text = str(err) or type(err).__name__
     return text if len(text) < 200 else text[:197] + "..."
 
