@@ -145,7 +145,7 @@ def main() -> None:
                 dest = work / "curl"
                 shutil.rmtree(dest, ignore_errors=True)
                 dest.mkdir()
-                cmd = ["curl", "-sS", "--fail"]
+                cmd = ["curl", "-sS", "--no-progress-meter", "--fail"]
                 if parallel:
                     cmd += ["--parallel", "--parallel-max", str(args.jobs)]
                 for u, p in zip(urls, paths, strict=True):

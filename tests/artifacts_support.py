@@ -53,6 +53,7 @@ class FaultyServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.block_on_close = False  # a stalled handler must not hold up the test
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     def __enter__(self) -> FaultyServer:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import socket
+import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from artifacts_support import FaultyServer, flip_byte, split_names, write_split_gguf
-from forgetest import Result, run_forge
+from forgetest import Result, forge_cmd, forge_env, run_forge
 
 from dgr_forge import artifacts, gguf_split, models
 from dgr_forge.errors import BadInput
@@ -200,6 +203,36 @@ def test_stalled_transfer_times_out_and_resumes(
     assert_exact(source, tmp_path / "dest")
     assert [r.range for r in server.requests_for(NAMES[0])] == [None, "bytes=20000-"]
     assert f"{NAMES[0]}: timed out; retry" in res.stderr
+
+
+def test_interrupted_run_keeps_the_part_and_the_next_run_resumes(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    m = manifest_for(tmp_path, source, server.base_url)
+    dest = tmp_path / "dest"
+    server.faults.stall[NAMES[0]] = 20_000
+    server.faults.stall_seconds = 30  # far beyond the test: only Ctrl-C ends the wait
+    part = dest / f"{NAMES[0]}.part"
+    args = ["artifacts", "provision", str(m), "--dest", str(dest), "--jobs", "1"]
+    env = forge_env({**FAST, "DGR_ARTIFACTS_TIMEOUT": "60"})
+    proc = subprocess.Popen(forge_cmd(*args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not (part.is_file() and part.stat().st_size == 20_000):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert time.monotonic() - started < 10  # not stuck behind the 60 s read timeout
+    assert "interrupted" in err
+    assert part.stat().st_size == 20_000 and not (dest / NAMES[0]).exists()
+
+    res = provision(m, dest)
+    assert res.code == 0, res
+    assert_exact(source, dest)
+    assert [r.range for r in server.requests_for(NAMES[0])] == [None, "bytes=20000-"]
 
 
 def test_unreachable_server_gives_up(tmp_path: Path, source: Path) -> None:

@@ -19,16 +19,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import shutil
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
@@ -43,6 +44,9 @@ from dgr_forge.output import ProgressSink, Reporter
 
 if TYPE_CHECKING:
     from hashlib import _Hash
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 READ_BLOCK = 8 << 20  # big reads: hashing runs at disk speed, few syscalls
 NET_CHUNK = 1 << 20
@@ -468,6 +472,8 @@ class _Downloader:
                     urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
                 ) as err:
                     fp.flush()
+                    if self.stop.is_set():  # aborted: the error is ours, not the server's
+                        raise KeyboardInterrupt from None
                     failures = 1 if state.have > before else failures + 1
                     if failures >= self.policy.tries:
                         raise OperationFailed(
@@ -518,42 +524,45 @@ class _Downloader:
             headers["Range"] = f"bytes={state.have}-"
         timeout = (self.policy.connect_timeout, self.policy.read_timeout)
         with requests.get(state.url, headers=headers, stream=True, timeout=timeout) as r:
-            code = r.status_code
-            if code == 206:
-                start, total = _content_range(r.headers.get("Content-Range", ""))
-                if total is not None and total != state.f.size:
-                    raise self._wrong_size(state, total)
-                if start != state.have:
-                    self._restart(state, f"the server answered a different range ({start})")
-                    return
-            elif code == 200:
-                length = r.headers.get("Content-Length")
-                if length is not None and length.isdigit() and int(length) != state.f.size:
-                    raise self._wrong_size(state, int(length))
-                if state.have:
-                    self._restart(state, "the server ignored the Range request (HTTP 200)")
-            elif code == 416:
-                _, total = _content_range(r.headers.get("Content-Range", ""))
-                if total is not None and total != state.f.size:
-                    raise self._wrong_size(state, total)
-                if not state.have:
-                    raise OperationFailed(
-                        f"{state.f.name}: HTTP 416 for a request without a range ({state.url})",
-                        hint="check the url in the manifest (or --mirror)",
-                    )
-                self._restart(state, "the server refused the range (HTTP 416)")
+            self._read_response(state, r)
+
+    def _read_response(self, state: _Stream, r: requests.Response) -> None:
+        code = r.status_code
+        if code == 206:
+            start, total = _content_range(r.headers.get("Content-Range", ""))
+            if total is not None and total != state.f.size:
+                raise self._wrong_size(state, total)
+            if start != state.have:
+                self._restart(state, f"the server answered a different range ({start})")
                 return
-            elif code >= 500 or code in (408, 429):
-                raise _Retry(f"HTTP {code} from {state.url}")
-            else:
+        elif code == 200:
+            length = r.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) != state.f.size:
+                raise self._wrong_size(state, int(length))
+            if state.have:
+                self._restart(state, "the server ignored the Range request (HTTP 200)")
+        elif code == 416:
+            _, total = _content_range(r.headers.get("Content-Range", ""))
+            if total is not None and total != state.f.size:
+                raise self._wrong_size(state, total)
+            if not state.have:
                 raise OperationFailed(
-                    f"{state.f.name}: HTTP {code} from {state.url}",
-                    hint="check the url in the manifest (or --mirror) and access to the server",
+                    f"{state.f.name}: HTTP 416 for a request without a range ({state.url})",
+                    hint="check the url in the manifest (or --mirror)",
                 )
-            # read1: whatever has arrived, so a dropped connection loses no received byte
-            # (iter_content would discard a partly filled chunk)
-            while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
-                self._write(state, chunk)
+            self._restart(state, "the server refused the range (HTTP 416)")
+            return
+        elif code >= 500 or code in (408, 429):
+            raise _Retry(f"HTTP {code} from {state.url}")
+        else:
+            raise OperationFailed(
+                f"{state.f.name}: HTTP {code} from {state.url}",
+                hint="check the url in the manifest (or --mirror) and access to the server",
+            )
+        # read1: whatever has arrived, so a dropped connection loses no received byte
+        # (iter_content would discard a partly filled chunk)
+        while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
+            self._write(state, chunk)
 
     def _copy_file(self, state: _Stream) -> None:
         src = Path(url2pathname(unquote(urlsplit(state.url).path)))
@@ -632,6 +641,53 @@ def _brief(err: BaseException) -> str:
     return text if len(text) < 200 else text[:197] + "..."
 
 
+def _in_daemon_threads(
+    fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
+) -> list[_R]:
+    """fn over items, `jobs` at a time, in daemon threads.
+
+    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
+    worker blocked in recv() until its read timeout. Daemon workers just end with the
+    process; a NAME.part they were appending to is always a prefix of the file, which the
+    next run hashes and resumes from.
+    """
+    pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
+    for i, item in enumerate(items):
+        pending.put((i, item))
+    results: dict[int, _R] = {}
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                i, item = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = fn(item)
+            except BaseException as err:
+                errors.append(err)
+                stop.set()
+                return
+
+    threads = [
+        threading.Thread(target=worker, name=f"dgr-artifacts-{n}", daemon=True)
+        for n in range(max(1, min(jobs, len(items))))
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # a timed join lets Ctrl-C through
+    except BaseException:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(items))]
+
+
 def provision(
     m: ModelManifest,
     dest: Path,
@@ -660,20 +716,9 @@ def provision(
             with out.progress(transfer=True) as sink:
                 progress = _Progress(sink, m.total_size, "total")
                 dl = _Downloader(target, out, cache, progress, policy, stop)
-                with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-                    futures: dict[Future[FileOutcome], ModelFile] = {
-                        pool.submit(dl.run, f, source_url(f, mirror)): f for f in m.files
-                    }
-                    try:
-                        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                        for fut in done:
-                            outcome = fut.result()
-                            outcomes[outcome.name] = outcome
-                    except BaseException:
-                        stop.set()  # workers stop at their next chunk; .part files stay
-                        for fut in futures:
-                            fut.cancel()
-                        raise
+                todo = [(f, source_url(f, mirror)) for f in m.files]
+                for outcome in _in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
+                    outcomes[outcome.name] = outcome
         finally:
             cache.save()
     files = [outcomes[f.name] for f in m.files]
