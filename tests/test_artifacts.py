@@ -582,3 +582,23 @@ def test_split_header_checks(tmp_path: Path) -> None:
 def test_split_set_from_the_writer_is_consistent(tmp_path: Path) -> None:
     write_split_gguf(tmp_path, "ok", 4, tensor_elems=32)
     assert check(tmp_path) == {}
+
+
+def test_manifest_defaults_to_the_forge_root_and_loads_by_name(
+    tmp_path: Path, source: Path
+) -> None:
+    root = tmp_path / "root"
+    (root / "manifests").mkdir(parents=True)
+    args = ("artifacts", "manifest", str(source), "--name", "tiny", "--url-base", "https://h/t")
+    res = run_forge(*args, cwd=root, env=FAST)
+    assert res.code == 0, res
+    assert (root / "manifests" / "models" / "tiny.toml").is_file()
+    v = run_forge("artifacts", "verify", "tiny", "--dest", str(source), cwd=root, env=FAST)
+    assert v.code == 0, v
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    res = run_forge(*args, cwd=elsewhere, env=FAST)
+    assert res.code == 2, res
+    assert "pass --out PATH" in res.stderr
+    assert not (elsewhere / "manifests").exists()

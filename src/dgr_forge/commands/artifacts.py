@@ -9,7 +9,7 @@ import typer
 
 from dgr_forge import artifacts, models
 from dgr_forge.app import Env, app, run
-from dgr_forge.errors import ExitCode, ForgeError
+from dgr_forge.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.fsutil import atomic_write_text
 
 artifacts_app = typer.Typer(
@@ -112,10 +112,18 @@ def make_manifest(
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
     def body(env: Env) -> dict[str, Any]:
+        target = out_path
+        if target is None:  # before hashing: a missing root should not cost a 500 GB read
+            try:
+                target = env.forge.root / models.MODELS_DIR / f"{name}.toml"
+            except ForgeError as err:
+                raise BadInput(
+                    f"no --out and no forge root to write {models.MODELS_DIR}/{name}.toml into",
+                    hint="pass --out PATH, or run inside a dgr-forge checkout (or --root DIR)",
+                ) from err
         built = artifacts.build_manifest(
             directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
         )
-        target = out_path or env.forge.root / models.MODELS_DIR / f"{name}.toml"
         old = target.read_text(encoding="utf-8") if target.is_file() else None
         state = "unchanged" if old == built.text else ("updated" if old else "written")
         if state != "unchanged":
