@@ -31,6 +31,7 @@ class Faults:
     fail: dict[str, int] = field(default_factory=dict)  # name -> how many 500s to answer first
     ignore_range: set[str] = field(default_factory=set)  # answer 200 + whole file regardless
     stall: dict[str, int] = field(default_factory=dict)  # name -> offset to go silent at, once
+    range_from_zero: set[str] = field(default_factory=set)  # 206, but always from byte 0
     stall_seconds: float = 2.0
 
 
@@ -90,6 +91,7 @@ class FaultyServer:
             if cut is None:
                 cut = stall
             ignore = name in self.faults.ignore_range
+            from_zero = name in self.faults.range_from_zero
 
         def answer(status: int, headers: dict[str, str], body: bytes = b"") -> None:
             with self._lock:
@@ -111,7 +113,7 @@ class FaultyServer:
         start = 0
         if range_header and not ignore:
             spec = range_header.removeprefix("bytes=")
-            start = int(spec.split("-", 1)[0])
+            start = 0 if from_zero else int(spec.split("-", 1)[0])
             if start >= size:
                 answer(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
                 return

@@ -109,8 +109,11 @@ def test_provision_verify_and_skip(tmp_path: Path, source: Path, server: FaultyS
     assert ok.code == 0, ok
     assert ok.json["bad"] == [] and all(f["ok"] for f in ok.json["files"])
 
+    stale = dest / f"{NAMES[0]}.part"  # left over from some older run
+    stale.write_bytes(b"junk")
     again = provision(m, dest)
     assert again.code == 0, again
+    assert not stale.exists()
     assert [f["status"] for f in again.json["files"]] == ["present"] * 3
     assert again.json["downloaded_bytes"] == 0
     assert len(server.log) == 3  # already-verified files are not downloaded again
@@ -261,6 +264,21 @@ def test_part_beyond_the_servers_file_is_a_size_error(
         (f"bytes={size + 50}-", 416)
     ]
     assert f"{NAMES[0]}: the source has {size} bytes, the manifest says {size + 100}" in res.stderr
+
+
+def test_server_answering_the_wrong_range_restarts_the_file(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    m = manifest_for(tmp_path, source, server.base_url)
+    server.faults.cut[NAMES[2]] = 10_000
+    server.faults.range_from_zero.add(NAMES[2])
+    res = provision(m, tmp_path / "dest")
+    assert res.code == 0, res
+    assert_exact(source, tmp_path / "dest")
+    log = [(r.range, r.status) for r in server.requests_for(NAMES[2])]
+    assert log == [(None, 200), ("bytes=10000-", 206), (None, 200)]
+    assert "answered a different range (0)" in res.stderr
+    assert outcome(res, NAMES[2])["restarts"] == 1
 
 
 def test_http_404_fails_without_retry(tmp_path: Path, source: Path, server: FaultyServer) -> None:

@@ -403,6 +403,8 @@ class _Downloader:
                     sha = hash_file(final, stop=self.stop).hexdigest()
                     self.cache.record(f.name, final.stat(), sha)
                 if sha == f.sha256:
+                    stale = self.dest / (f.name + models.PART_SUFFIX)
+                    stale.unlink(missing_ok=True)  # left by an older run; the file is done
                     tick(f.size, f"{f.name} (present)")
                     outcome.status = "present"
                     return
@@ -461,6 +463,9 @@ class _Downloader:
                         self._copy_file(state)
                     else:
                         self._get_http(state)
+                    if state.again:  # started over on purpose: ask again at once
+                        state.again = False
+                        continue
                     if state.have < f.size:
                         raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
                 except (
@@ -510,6 +515,7 @@ class _Downloader:
         state.h = hashlib.sha256()
         state.outcome.restarts += 1
         state.outcome.resumed_from = 0
+        state.again = True
 
     def _wrong_size(self, state: _Stream, server_size: int) -> OperationFailed:
         return OperationFailed(
@@ -541,6 +547,7 @@ class _Downloader:
                 raise self._wrong_size(state, int(length))
             if state.have:
                 self._restart(state, "the server ignored the Range request (HTTP 200)")
+                state.again = False  # this response is the whole file: keep reading it
         elif code == 416:
             _, total = _content_range(r.headers.get("Content-Range", ""))
             if total is not None and total != state.f.size:
@@ -612,6 +619,7 @@ class _Stream:
     tick: Callable[[int, str | None], None]
     fp: Any = None
     said_restart: bool = False
+    again: bool = False  # the last response made us start over; not a failure
 
 
 def _content_range(value: str) -> tuple[int | None, int | None]:
