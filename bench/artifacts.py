@@ -11,8 +11,8 @@ directory named after the size, reused by later runs), then times, with a warm p
 * provision: `dgr_forge.artifacts.provision` from a loopback HTTP server (the tests' Range
   server, sendfile) into a fresh directory, against `curl` fetching the same URLs from the
   same server (sequentially, and --jobs at a time with `curl --parallel`). provision also
-  hashes while streaming and fsyncs every file; curl does neither, so "curl + sha256sum" is
-  shown too. Skipped with a message when curl is absent.
+  hashes while streaming and fsyncs every file; curl does neither, so "curl + fsync" and
+  "curl + sha256sum" are shown too. Skipped with a message when curl is absent.
 
 Ratios are "dgr-forge time / raw tool time" style throughput ratios: >1.0 means faster.
 """
@@ -152,15 +152,24 @@ def main() -> None:
                     cmd += ["-o", str(dest / p.name), u]
                 run(cmd)
 
+            def curl_and_fsync() -> None:
+                curl(True)
+                for p in paths:  # what provision pays for durability before its rename
+                    fd = os.open(work / "curl" / p.name, os.O_RDONLY)
+                    os.fsync(fd)
+                    os.close(fd)
+
             def curl_and_hash() -> None:
                 curl(True)
                 run(["sha256sum", *(str(work / "curl" / p.name) for p in paths)])
 
             t_c1 = best(curl, False)
             t_cp = best(curl, True)
+            t_cf = best(curl_and_fsync)
             t_ch = best(curl_and_hash)
             row("curl (sequential)", t_c1, mib, f"provision is {t_c1 / t_prov:.2f}x")
             row(f"curl --parallel-max {args.jobs}", t_cp, mib, f"provision is {t_cp / t_prov:.2f}x")
+            row("curl --parallel + fsync", t_cf, mib, f"provision is {t_cf / t_prov:.2f}x")
             row("curl --parallel + sha256sum", t_ch, mib, f"provision is {t_ch / t_prov:.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
