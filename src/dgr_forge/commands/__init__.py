@@ -11,6 +11,7 @@ import importlib
 MODULES: list[str] = [
     "fetch",
     "build",
+    "report",
 ]
 
 _registered = False
