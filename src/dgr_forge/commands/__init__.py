@@ -9,6 +9,8 @@ import importlib
 
 # Explicit, ordered list: `dgr-forge --help` shows commands in this order.
 MODULES: list[str] = [
+    "fetch",
+    "build",
     "report",
 ]
 
