@@ -365,6 +365,8 @@ def test_unsigned_report_says_so_when_written_and_verified(
     assert env["signatures"] == [] and payload_of(env)["_type"] == provenance.STATEMENT_TYPE
     r = verify(path, "--key", str(pub))
     assert r.code == ExitCode.FAILED and "unsigned" in r.stderr, r
+    r = verify(path)  # no key anywhere: still "unsigned", not "no key"
+    assert r.code == ExitCode.FAILED and "unsigned" in r.stderr, r
 
 
 # ----------------------------------------------------------------------------- show
