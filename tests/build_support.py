@@ -119,7 +119,11 @@ def nvcc_path() -> str | None:
 
 def path_without(tool: str) -> str:
     """PATH with every directory that holds `tool` removed."""
-    keep = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / tool).exists()]
+    keep = [
+        d
+        for d in os.environ.get("PATH", "").split(os.pathsep)
+        if d and not (Path(d) / tool).exists()
+    ]
     return os.pathsep.join(keep)
 
 
@@ -132,7 +136,7 @@ TEST_CUDA_RECIPE = textwrap.dedent(
     host_os = ["linux"]
     toolchain = "cuda"
     [cmake]
-    options = { CMAKE_BUILD_TYPE = "Release", GGML_CUDA = "ON", GGML_NATIVE = "OFF", CMAKE_CUDA_ARCHITECTURES = "75-real" }
+    options = { GGML_CUDA = "ON", GGML_NATIVE = "OFF", CMAKE_CUDA_ARCHITECTURES = "75-real" }
     [requires]
     tools = ["cmake", "ninja", "gcc", "g++", "nvcc"]
     libraries = ["cudart"]

@@ -63,8 +63,11 @@ def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_p
     assert "owner(7)=3" in out  # upstream says 0; the patch in the series says layer % 4
     assert f"commit={pin}" in out and "lane=cpu" in out and "patches=1" in out
     head = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=root / ".dgr/src/llama.cpp", capture_output=True,
-        text=True, check=True,
+        ["git", "rev-parse", "HEAD"],
+        cwd=root / ".dgr/src/llama.cpp",
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert f"head={head}" in out and head != pin
 
@@ -106,7 +109,9 @@ def test_worker_source_edit_rebuilds_only_that(root: Path, worker_dir: Path) -> 
     first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
     assert first.code == 0, first
     util = worker_dir / "src" / "util.cpp"
-    util.write_text(util.read_text().replace("llama_layer_owner(layer);", "llama_layer_owner(layer) + 10;"))
+    util.write_text(
+        util.read_text().replace("llama_layer_owner(layer);", "llama_layer_owner(layer) + 10;")
+    )
 
     second = forge_build(root, "--worker", str(worker_dir), "--no-sign")
     assert second.code == 0, second
@@ -219,7 +224,9 @@ def test_bad_inputs_exit_2_nothing_created(root: Path, tmp_path: Path) -> None:
     assert res.code == 2 and "no CMakeLists.txt" in res.stderr
     res = run_forge("--root", str(root), "--json", "build", "--jobs", "0")
     assert res.code == 2 and "--jobs 0" in res.stderr
-    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\nurl = "x"\ncommit = "main"\n')
+    (root / "manifests" / "shard-worker.toml").write_text(
+        'schema = 1\n[worker]\nurl = "x"\ncommit = "main"\n'
+    )
     res = run_forge("--root", str(root), "--json", "build")
     assert res.code == 2 and "worker.commit" in res.stderr
     assert not (root / ".dgr").exists()
