@@ -20,18 +20,18 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dgr_forge import __version__, cmake_api, gitutil, worker
+from dgr_forge import __version__, cmake_api, gitutil, keys, reports, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.errors import BadInput, OperationFailed
 from dgr_forge.forge import Forge
-from dgr_forge.fsutil import atomic_write_text, read_json, sha256_file, write_json
+from dgr_forge.fsutil import read_json, sha256_file, write_json
+from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.manifest import load as load_manifest
 from dgr_forge.output import Reporter
@@ -111,8 +111,8 @@ def save_lane_state(forge: Forge, lane: str, entry: dict[str, Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- other helpers' code
-# Interfaces from HELPERS.md. Until the fetch/patch/reports branches are merged these
-# fall back to minimal local versions (marked TEMPORARY) so `build` works on its own.
+# ensure_patched is the patch helper's (HELPERS.md); until that branch is merged a
+# minimal local version (marked TEMPORARY) lets `build` work on its own.
 
 
 def _optional(module: str, name: str) -> Any:
@@ -120,26 +120,6 @@ def _optional(module: str, name: str) -> Any:
         return getattr(importlib.import_module(f"dgr_forge.{module}"), name)
     except (ImportError, AttributeError):
         return None
-
-
-def workspace_lock(forge: Forge, out: Reporter) -> AbstractContextManager[Any]:
-    lock = _optional("lock", "workspace_lock")
-    if lock is not None:
-        return lock(forge, out)  # type: ignore[no-any-return]
-    return _shim_lock(forge)
-
-
-@contextmanager
-def _shim_lock(forge: Forge) -> Iterator[None]:  # TEMPORARY until fetch is merged
-    import fcntl
-
-    forge.workspace.mkdir(parents=True, exist_ok=True)
-    with forge.lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -184,8 +164,15 @@ def _shim_ensure_patched(  # TEMPORARY until fetch + patch are merged
         for entry in m.series:
             out.step(f"apply {entry.file}")
             env = {**gitutil.FORGE_IDENTITY}
-            proc = gitutil.git(src, "am", "-q", "--committer-date-is-author-date",
-                               str(m.patch_path(entry)), check=False, env=env)
+            proc = gitutil.git(
+                src,
+                "am",
+                "-q",
+                "--committer-date-is-author-date",
+                str(m.patch_path(entry)),
+                check=False,
+                env=env,
+            )
             if proc.returncode != 0:
                 gitutil.git(src, "am", "--abort", check=False)
                 raise OperationFailed(f"patch {entry.file} does not apply: {proc.stderr.strip()}")
@@ -197,21 +184,11 @@ def _shim_ensure_patched(  # TEMPORARY until fetch + patch are merged
     return _Patched(src, m.commit, head_commit, tree, changed)
 
 
-def write_report(forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter) -> Path:
-    writer = _optional("reports", "write_report")
-    resolve_signer = _optional("keys", "resolve_signer")
-    if writer is not None and resolve_signer is not None:
-        signer = resolve_signer(key, out) if sign else None
-        return writer(forge, record, signer, out)  # type: ignore[no-any-return]
-    # TEMPORARY until reports is merged: the record as plain, unsigned JSON
-    out.warn("signed reports are not available yet in this build; writing an unsigned record")
-    path = forge.reports_dir / f"{record.lane}-{record.finished_on:%Y%m%dT%H%M%S%fZ}.json"
-    payload = {
-        k: (str(v) if isinstance(v, Path | datetime) else v) for k, v in vars(record).items()
-    }
-    atomic_write_text(path, json.dumps(payload, indent=2, default=lambda o: {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(o).items()}) + "\n")
-    return path
+def write_report(
+    forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter
+) -> Path:
+    signer = keys.resolve_signer(key, out) if sign else None
+    return reports.write_report(forge, record, signer, out)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -300,7 +277,11 @@ def _file_digest(path: Path | None) -> str | None:
 
 
 def inputs_digest(
-    forge: Forge, m: UpstreamManifest, plan: LanePlan, spec: worker.WorkerSpec | None, args: list[str]
+    forge: Forge,
+    m: UpstreamManifest,
+    plan: LanePlan,
+    spec: worker.WorkerSpec | None,
+    args: list[str],
 ) -> str:
     """Everything configure depends on; a change means reconfigure (worker *sources* are
     Ninja's business, only the worker's identity counts here)."""
@@ -361,9 +342,7 @@ def error_lines(lines: list[str], limit: int = 40) -> list[str]:
         start = next((i for i, line in enumerate(lines) if "CMake Error" in line), None)
     if start is None:
         start = max(0, len(lines) - limit)
-    picked = [
-        line for line in lines[start:] if not line.startswith("ninja: build stopped")
-    ]
+    picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
     return picked[:limit]
 
 
@@ -388,8 +367,10 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
     for name in ("cmake", "ninja"):
         if not doctor.tool(name).found:
             refuse_unbuildable(
-                [LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
-                 for r in selected]
+                [
+                    LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
+                    for r in selected
+                ]
             )
     spec = worker.resolve(forge, opts.worker)
     launcher = doctor.launcher()
@@ -447,8 +428,21 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 result.timings["patch"] = time.monotonic() - t
             head = patched.head_commit if patched else str(state.get("head_commit"))
             ok = _build_lane(
-                forge, m, out, opts, plan, spec, args, digest, head, bool(up_to_date),
-                state, result, doctor, started, t0,
+                forge,
+                m,
+                out,
+                opts,
+                plan,
+                spec,
+                args,
+                digest,
+                head,
+                bool(up_to_date),
+                state,
+                result,
+                doctor,
+                started,
+                t0,
             )
             if not ok:
                 break
@@ -496,7 +490,9 @@ def _build_lane(
             out.step(f"{lane}: configure ({'worker ' + spec.location if spec else m.name})")
             t = time.monotonic()
             cmake_api.write_query(plan.build_dir)
-            full = [plan.cmake, *args, f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [plan.cmake, *args]
+            full = (
+                [plan.cmake, *args, f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [plan.cmake, *args]
+            )
             if (plan.build_dir / "CMakeCache.txt").exists():
                 full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
             code, lines = _run_logged(full, log, env)
@@ -593,8 +589,7 @@ def _build_lane(
     result.status = "built"
     result.report = str(report)
     result.artifacts = [
-        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256}
-        for a in artifacts
+        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
     ]
     entry["last_build"] = {
         "time": record.finished_on.isoformat(),
@@ -645,7 +640,9 @@ def _tools(reply: cmake_api.Reply, doctor: Doctor, plan: LanePlan) -> list[Tool]
     tools.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
         tools.append(
-            Tool(f"{comp.language.lower()}-compiler", comp.path, f"{comp.id} {comp.version}".strip())
+            Tool(
+                f"{comp.language.lower()}-compiler", comp.path, f"{comp.id} {comp.version}".strip()
+            )
         )
     known = {t.path for t in tools}
     for name in plan.recipe.tools:

@@ -212,7 +212,9 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             raise _fail(shown, key, "must be a table", f"write [{key}]")
         bad = sorted(set(t) - _TOOL_KEYS)
         if bad:
-            raise _fail(shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_TOOL_KEYS)))
+            raise _fail(
+                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_TOOL_KEYS))
+            )
         path_search = t.get("path_search", True)
         if not isinstance(path_search, bool):
             raise _fail(shown, f"{key}.path_search", "must be true or false", "path_search = false")
@@ -238,7 +240,9 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             raise _fail(shown, key, "must be a table", f"write [{key}]")
         bad = sorted(set(lib) - _LIB_KEYS)
         if bad:
-            raise _fail(shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_LIB_KEYS)))
+            raise _fail(
+                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_LIB_KEYS))
+            )
         libraries[name] = LibraryProbe(
             name=name,
             description=_str(shown, f"{key}.description", lib.get("description"), name) or name,
@@ -258,7 +262,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
 
 
 def _expand(entry: str) -> str | None:
-    """"$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
+    """ "$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
     m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)
     if not m:
         return entry
@@ -302,8 +306,13 @@ class Doctor:
         packages = self._packages(probe.packages, probe.name)
         if probe.host_os and host_os() not in probe.host_os:
             return ProbeResult(
-                name, "tool", probe.description, False, None,
-                f"only on {', '.join(probe.host_os)}", packages,
+                name,
+                "tool",
+                probe.description,
+                False,
+                None,
+                f"only on {', '.join(probe.host_os)}",
+                packages,
             )
         dirs: list[str] = []
         if probe.python_dir:
@@ -429,14 +438,25 @@ class Doctor:
                     continue
             shown = str(lib or include)
             return ProbeResult(
-                name, "library", probe.description, True, shown, shown, packages,
+                name,
+                "library",
+                probe.description,
+                True,
+                shown,
+                shown,
+                packages,
                 include_dir=str(include) if include else None,
             )
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
         return ProbeResult(
-            name, "library", probe.description, False, None,
-            f"{wanted} not found under {looked}", packages,
+            name,
+            "library",
+            probe.description,
+            False,
+            None,
+            f"{wanted} not found under {looked}",
+            packages,
         )
 
     # -- helpers --
@@ -453,9 +473,7 @@ class Doctor:
                 series = "-".join(version.split(".")[:2])
         out: dict[str, list[str]] = {}
         for system, names in packages.items():
-            out[system] = [
-                n.replace("{cuda_series}", series or "<cuda-version>") for n in names
-            ]
+            out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
         return out
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:

@@ -21,16 +21,24 @@ from dgr_forge.recipes import load_all
 def build(
     ctx: typer.Context,
     lane: Annotated[
-        list[str] | None, typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu).")
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu)."),
     ] = None,
     worker: Annotated[
-        Path | None, typer.Option("--worker", help="Worker CMake project (overrides manifests/shard-worker.toml).")
+        Path | None,
+        typer.Option(
+            "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
+        ),
     ] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compile jobs.")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Signing key (path).")] = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
-    mirror: Annotated[str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")] = False,
+    mirror: Annotated[
+        str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
+    ] = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
@@ -55,7 +63,9 @@ def doctor(ctx: typer.Context) -> None:
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
-        probes = doctor_mod.load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml")
+        probes = doctor_mod.load_probes(
+            forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
+        )
         doc = doctor_mod.Doctor(probes)
         result = doctor_mod.diagnose(doc, load_all(forge.recipes_dir, forge.root))
         checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
@@ -67,7 +77,9 @@ def doctor(ctx: typer.Context) -> None:
             (lib["name"], "found" if lib["found"] else "missing", "", lib["path"] or "")
             for lib in result["libraries"]
         ]
-        env.out.table(f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows)
+        env.out.table(
+            f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
+        )
         for check in checks:
             env.out.info(f"{check.lane} lane: {check.summary()}")
             for line in check.reasons():
@@ -105,7 +117,9 @@ def lanes(
                     r["lane"],
                     r["backend"],
                     "buildable" if r["buildable"] else r["missing"],
-                    f"{r['last_build']['result']} {r['last_build']['time']}" if r["last_build"] else "never",
+                    f"{r['last_build']['result']} {r['last_build']['time']}"
+                    if r["last_build"]
+                    else "never",
                     env.forge.rel(Path(r["last_build"]["report"]))
                     if r["last_build"] and r["last_build"].get("report")
                     else "",
@@ -125,11 +139,16 @@ def lanes(
 @app.command()
 def presets(
     ctx: typer.Context,
-    lane: Annotated[list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")] = None,
+    lane: Annotated[
+        list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")
+    ] = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
-    print_: Annotated[bool, typer.Option("--print", help="Print instead of writing the file.")] = False,
+    print_: Annotated[
+        bool, typer.Option("--print", help="Print instead of writing the file.")
+    ] = False,
     out_path: Annotated[
-        Path | None, typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json).")
+        Path | None,
+        typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json)."),
     ] = None,
 ) -> None:
     """CMakeUserPresets.json with a configure + build preset per lane."""
