@@ -103,29 +103,21 @@ def test_real_build_report_verifies_certifies_and_lapses(
     cpu = next(row for row in r.json["lanes"] if row["lane"] == "cpu")
     assert cpu["certified"] is False and cpu["certification"]["reason"] == "none"
 
-    # certify on "hardware", trusting the release key in the root
+    # certify on "hardware"; the key is not trusted by the root yet
     evidence = tmp_path / "evidence.log"
     evidence.write_text("llama-cli: owner(7)=1 ok\n")
+    r = run_forge("certify", "--report", str(report), "--evidence", str(evidence), "--key",
+                  str(key), "--report-key", str(pub), "--hardware", "test host", "--root",
+                  str(root), "--json")
+    assert r.code == 0, r
+    assert r.json["trusted"] is False and r.json["report_sha256"] == sha256_file(report)
+    r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
+    assert r.code == 0 and r.json["advertised"] == [], r
+    r = run_forge("lanes", "--advertised", "--key", str(pub), "--root", str(root), "--json")
+    assert r.code == 0 and r.json["advertised"] == ["cpu"], r
+    # committed as trusted by the release engineers
     (root / "certifications/trusted-keys").mkdir(parents=True)
     shutil.copy(pub, root / "certifications/trusted-keys/release.pub")
-    r = run_forge(
-        "certify",
-        "--report",
-        str(report),
-        "--evidence",
-        str(evidence),
-        "--key",
-        str(key),
-        "--report-key",
-        str(pub),
-        "--hardware",
-        "test host",
-        "--root",
-        str(root),
-        "--json",
-    )
-    assert r.code == 0, r
-    assert r.json["trusted"] is True and r.json["report_sha256"] == sha256_file(report)
     r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
     assert r.code == 0, r
     assert r.json["advertised"] == ["cpu"]
