@@ -106,9 +106,22 @@ def test_real_build_report_verifies_certifies_and_lapses(
     # certify on "hardware"; the key is not trusted by the root yet
     evidence = tmp_path / "evidence.log"
     evidence.write_text("llama-cli: owner(7)=1 ok\n")
-    r = run_forge("certify", "--report", str(report), "--evidence", str(evidence), "--key",
-                  str(key), "--report-key", str(pub), "--hardware", "test host", "--root",
-                  str(root), "--json")
+    r = run_forge(
+        "certify",
+        "--report",
+        str(report),
+        "--evidence",
+        str(evidence),
+        "--key",
+        str(key),
+        "--report-key",
+        str(pub),
+        "--hardware",
+        "test host",
+        "--root",
+        str(root),
+        "--json",
+    )
     assert r.code == 0, r
     assert r.json["trusted"] is False and r.json["report_sha256"] == sha256_file(report)
     r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
