@@ -449,3 +449,31 @@ def test_private_key_from_env_never_appears_in_output_or_files(
         for line in secret_lines:
             assert line not in hay
         assert "PRIVATE KEY" not in hay
+
+
+def test_worker_descriptor_for_paths_and_urls(forge: Forge) -> None:
+    from dataclasses import replace
+
+    from dgr_forge.records import WorkerSource
+
+    def worker_dep(source: WorkerSource | None) -> Any:
+        st = provenance.statement(forge, replace(lane_build(forge), worker=source))
+        deps = st["predicate"]["buildDefinition"]["resolvedDependencies"]
+        return next((d for d in deps if d.get("name") == "worker"), None)
+
+    commit = "c" * 40
+    assert worker_dep(WorkerSource("worker", commit, True)) == {
+        "name": "worker",
+        "uri": "${DGR_ROOT}/worker",
+        "digest": {"gitCommit": commit},
+        "annotations": {"dirty": True},
+    }
+    url = "https://example.invalid/dgr-shard-worker.git"
+    assert worker_dep(WorkerSource(url, commit, False))["uri"] == f"git+{url}@{commit}"
+    plain = worker_dep(WorkerSource("/opt/src/worker", None, False))
+    assert plain == {
+        "name": "worker",
+        "uri": "file:///opt/src/worker",
+        "annotations": {"dirty": False},
+    }
+    assert worker_dep(None) is None
