@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dgr_forge import __version__, cmake_api, gitutil, keys, reports, worker
+from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.errors import BadInput, OperationFailed
 from dgr_forge.forge import Forge
@@ -187,6 +187,9 @@ def _shim_ensure_patched(  # TEMPORARY until fetch + patch are merged
 def write_report(
     forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter
 ) -> Path:
+    # imported here: a no-op rebuild never signs, so it never pays for the crypto imports
+    from dgr_forge import keys, reports
+
     signer = keys.resolve_signer(key, out) if sign else None
     return reports.write_report(forge, record, signer, out)
 
