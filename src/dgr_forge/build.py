@@ -506,7 +506,7 @@ def _build_lane(
         result_tree=gitutil.tree_of(upstream_dir, head),
         worker=worker.describe(spec) if spec else None,
         tools=_tools(reply, doctor, plan),
-        cmake_args=[plan.cmake, *args],
+        cmake_args=[plan.cmake, *args, *([f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [])],
         compiler_launcher=plan.launcher,
         source_date_epoch=int(env["SOURCE_DATE_EPOCH"]),
         build_dir=plan.build_dir,
