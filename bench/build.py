@@ -12,6 +12,7 @@ Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -52,9 +53,15 @@ def main() -> None:
         ]
 
         cold_forge, cold_raw, noop_forge, noop_raw = [], [], [], []
+        phases: dict[str, list[float]] = {}
+        raw_configure: list[float] = []
         for run in range(args.runs):
             shutil.rmtree(root / ".dgr", ignore_errors=True)
-            cold_forge.append(timed(forge, env=env))
+            t = time.perf_counter()
+            proc = subprocess.run([*forge, "--json"], env=env, check=True, capture_output=True)
+            cold_forge.append(time.perf_counter() - t)
+            for phase, seconds in json.loads(proc.stdout)["lanes"][0]["timings"].items():
+                phases.setdefault(phase, []).append(seconds)
             # the exact configure command the forge ran, pointed at a fresh directory
             log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
             configure = log[0][2:].split(" ")
@@ -70,6 +77,7 @@ def main() -> None:
             cmake = configure[0]
             t = time.perf_counter()
             subprocess.run(configure, check=True, capture_output=True)
+            raw_configure.append(time.perf_counter() - t)
             subprocess.run(
                 [cmake, "--build", str(raw_dir), "-j", str(args.jobs)],
                 check=True,
@@ -89,6 +97,10 @@ def main() -> None:
         print(
             f"no-op : dgr-forge {nf:.3f}s  raw ninja {nr:.3f}s  "
             f"overhead {nf - nr:+.3f}s  (target <= +0.5s)"
+        )
+        detail = "  ".join(f"{k} {statistics.median(v):.3f}s" for k, v in phases.items())
+        print(
+            f"forge cold phases: {detail}  (raw configure {statistics.median(raw_configure):.3f}s)"
         )
         print(
             f"runs={args.runs} jobs={args.jobs} "

@@ -137,6 +137,16 @@ def test_recipe_change_reconfigures(root: Path, worker_dir: Path) -> None:
     cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
     assert "GGML_NATIVE:BOOL=ON" in cache or "GGML_NATIVE:UNINITIALIZED=ON" in cache
 
+    # a toolchain file edit also reconfigures (and still does not re-patch)
+    toolchain = root / "toolchains" / "gcc.cmake"
+    toolchain.write_text(toolchain.read_text() + "# edited\n")
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 0, res
+    assert lane(res)["configured"] and not lane(res)["patched"]
+    # and with nothing changed after that, a no-op again
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert lane(res)["status"] == "up-to-date" and not lane(res)["configured"]
+
 
 def test_upstream_default_targets_without_worker(root: Path) -> None:
     res = forge_build(root, "--no-sign")
