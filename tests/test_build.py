@@ -137,6 +137,16 @@ def test_recipe_change_reconfigures(root: Path, worker_dir: Path) -> None:
     cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
     assert "GGML_NATIVE:BOOL=ON" in cache or "GGML_NATIVE:UNINITIALIZED=ON" in cache
 
+    # a toolchain file edit also reconfigures (and still does not re-patch)
+    toolchain = root / "toolchains" / "gcc.cmake"
+    toolchain.write_text(toolchain.read_text() + "# edited\n")
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 0, res
+    assert lane(res)["configured"] and not lane(res)["patched"]
+    # and with nothing changed after that, a no-op again
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert lane(res)["status"] == "up-to-date" and not lane(res)["configured"]
+
 
 def test_upstream_default_targets_without_worker(root: Path) -> None:
     res = forge_build(root, "--no-sign")
@@ -230,3 +240,26 @@ def test_bad_inputs_exit_2_nothing_created(root: Path, tmp_path: Path) -> None:
     res = run_forge("--root", str(root), "--json", "build")
     assert res.code == 2 and "worker.commit" in res.stderr
     assert not (root / ".dgr").exists()
+
+
+def test_ccache_is_the_compiler_launcher_when_present(
+    root: Path, worker_dir: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    calls = tmp_path / "ccache-calls"
+    script = fake / "ccache"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "ccache version 9.9.9"; exit 0; fi\n'
+        f'echo "$@" >> "{calls}"\n'
+        'exec "$@"\n'
+    )
+    script.chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign", env=env)
+    assert res.code == 0, res
+    cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={script}" in cache
+    launched = calls.read_text()
+    assert "src/util.cpp" in launched and "src/main.cpp" in launched

@@ -14,7 +14,6 @@ the last report is reused (nothing is re-signed).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -26,15 +25,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dgr_forge import __version__, cmake_api, gitutil, keys, reports, worker
+from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
-from dgr_forge.errors import BadInput, OperationFailed
+from dgr_forge.errors import BadInput
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import read_json, sha256_file, write_json
 from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.manifest import load as load_manifest
 from dgr_forge.output import Reporter
+from dgr_forge.patches import PatchedTree, ensure_patched
 from dgr_forge.recipes import Recipe, load_all, select
 from dgr_forge.records import Artifact, LaneBuild, PatchInput, Tool
 
@@ -110,83 +110,15 @@ def save_lane_state(forge: Forge, lane: str, entry: dict[str, Any]) -> None:
     write_json(forge.state_file, state)
 
 
-# ----------------------------------------------------------------------------- other helpers' code
-# ensure_patched is the patch helper's (HELPERS.md); until that branch is merged a
-# minimal local version (marked TEMPORARY) lets `build` work on its own.
-
-
-def _optional(module: str, name: str) -> Any:
-    try:
-        return getattr(importlib.import_module(f"dgr_forge.{module}"), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-@dataclass(frozen=True)
-class _Patched:  # the fields of patches.PatchedTree that build uses
-    src_dir: Path
-    base_commit: str
-    head_commit: str
-    result_tree: str
-    changed: bool
-
-
-def ensure_patched(
-    forge: Forge, m: UpstreamManifest, out: Reporter, mirror: str | None, offline: bool
-) -> _Patched:
-    real = _optional("patches", "ensure_patched")
-    if real is not None:
-        p = real(forge, m, out, mirror=mirror, offline=offline)
-        return _Patched(p.src_dir, p.base_commit, p.head_commit, p.result_tree, p.changed)
-    return _shim_ensure_patched(forge, m, out, mirror, offline)
-
-
-def _shim_ensure_patched(  # TEMPORARY until fetch + patch are merged
-    forge: Forge, m: UpstreamManifest, out: Reporter, mirror: str | None, offline: bool
-) -> _Patched:
-    src = forge.src_dir(m.name)
-    url = mirror or os.environ.get("DGR_MIRROR") or m.url
-    changed = False
-    if not (src / ".git").exists():
-        src.mkdir(parents=True, exist_ok=True)
-        gitutil.git(src, "init", "-q")
-    if not gitutil.has_object(src, m.commit):
-        if offline:
-            raise OperationFailed(f"{m.commit} not fetched and --offline given")
-        out.step(f"fetch {m.name} {m.commit[:12]}")
-        gitutil.git(src, "fetch", "-q", url, isolated=False)
-        changed = True
-    head = gitutil.rev_parse(src, "HEAD")
-    want = m.result_tree or gitutil.tree_of(src, m.commit)
-    if head is None or gitutil.tree_of(src, "HEAD") != want or gitutil.status_porcelain(src):
-        gitutil.git(src, "checkout", "-q", "--detach", "--force", m.commit)
-        gitutil.git(src, "clean", "-qfdx")
-        for entry in m.series:
-            out.step(f"apply {entry.file}")
-            env = {**gitutil.FORGE_IDENTITY}
-            proc = gitutil.git(
-                src,
-                "am",
-                "-q",
-                "--committer-date-is-author-date",
-                str(m.patch_path(entry)),
-                check=False,
-                env=env,
-            )
-            if proc.returncode != 0:
-                gitutil.git(src, "am", "--abort", check=False)
-                raise OperationFailed(f"patch {entry.file} does not apply: {proc.stderr.strip()}")
-        changed = True
-    head_commit = gitutil.rev_parse(src, "HEAD") or m.commit
-    tree = gitutil.tree_of(src, "HEAD")
-    if m.result_tree and tree != m.result_tree:
-        raise OperationFailed(f"patched tree {tree} != manifest result tree {m.result_tree}")
-    return _Patched(src, m.commit, head_commit, tree, changed)
+# ----------------------------------------------------------------------------- reports
 
 
 def write_report(
     forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter
 ) -> Path:
+    # imported here: a no-op rebuild never signs, so it never pays for the crypto imports
+    from dgr_forge import keys, reports
+
     signer = keys.resolve_signer(key, out) if sign else None
     return reports.write_report(forge, record, signer, out)
 
@@ -396,7 +328,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
 
     results: list[LaneResult] = []
     with workspace_lock(forge, out):
-        patched: _Patched | None = None
+        patched: PatchedTree | None = None
         upstream_dir = forge.src_dir(m.name)
         for plan in plans:
             state = load_state(forge)["lanes"].get(plan.recipe.name, {})
@@ -423,7 +355,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 t = time.monotonic()
                 if spec is not None:
                     worker.ensure_worker(spec, out, offline=opts.offline)
-                patched = ensure_patched(forge, m, out, opts.mirror, opts.offline)
+                patched = ensure_patched(forge, m, out, mirror=opts.mirror, offline=opts.offline)
                 result.patched = patched.changed
                 result.timings["patch"] = time.monotonic() - t
             head = patched.head_commit if patched else str(state.get("head_commit"))
@@ -574,7 +506,7 @@ def _build_lane(
         result_tree=gitutil.tree_of(upstream_dir, head),
         worker=worker.describe(spec) if spec else None,
         tools=_tools(reply, doctor, plan),
-        cmake_args=[plan.cmake, *args],
+        cmake_args=[plan.cmake, *args, *([f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [])],
         compiler_launcher=plan.launcher,
         source_date_epoch=int(env["SOURCE_DATE_EPOCH"]),
         build_dir=plan.build_dir,
