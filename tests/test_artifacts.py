@@ -21,9 +21,7 @@ from dgr_forge.errors import BadInput
 from dgr_forge.models import ModelFile
 from dgr_forge.output import Reporter
 
-# COLUMNS: the skeleton's Reporter wraps long lines at 80 columns off a terminal (fixed on
-# the reports/ci branches); a wide console keeps each message on one line until that merges
-FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10", "COLUMNS": "1000"}
+FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10"}
 NAMES = split_names("tiny", 3)
 
 
