@@ -89,7 +89,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if url is not None:
         if not isinstance(url, str) or not url:
             raise _fail("worker.url", "must be a non-empty string", "quote the URL")
-        if not isinstance(commit, str) or not HEX40.match(commit):
+        if not isinstance(commit, str) or not HEX40.fullmatch(commit):
             raise _fail(
                 "worker.commit",
                 f"{commit!r} is not an exact 40-hex commit",
