@@ -12,6 +12,9 @@ MODULES: list[str] = [
     "fetch",
     "patch",
     "rebase",
+    "build",
+    "report",
+    "artifacts",
 ]
 
 _registered = False
