@@ -183,6 +183,8 @@ def test_upstreamed_patch_is_dropped_and_later_ones_renumbered(series: Series) -
     assert outcomes(r.json) == {"0001": "unchanged", "0002": "dropped", "0003": "unchanged"}
     rows = {row["file"][:4]: row for row in r.json["patches"]}
     assert rows["0002"]["new_file"] is None
+    # the report says where it went
+    assert [c["commit"] for c in rows["0002"]["upstream_commits"]] == [new]
     assert rows["0003"]["new_file"] == "0002-tools-print-a-build-banner.patch"
     assert s.patch_files() == [
         "0001-llama-add-layer-range-ownership.patch",

@@ -540,9 +540,37 @@ def _replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             raise _conflict_error(forge, state)
         _record(src, state, i, resolved=False)
         _clear_leftovers(src, out_, index_lock=False)
-        verb = "dropped (already upstream)" if step.outcome == "dropped" else "replayed"
+        verb = "replayed"
+        if step.outcome == "dropped":
+            step.upstream_commits = _upstreamed_by(src, state, step)
+            verb = (
+                "dropped (already upstream"
+                + "".join(f", {c['commit'][:12]} {c['subject']}" for c in step.upstream_commits[:3])
+                + ")"
+            )
         out_.info(f"{step.file}: {verb}")
         save_state(forge, state)
+
+
+def _upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
+    """The upstream commits (old..new pin) that touched a dropped patch's files: where the
+    change went, for the report. Empty when the history cannot be fetched."""
+    if not ensure_history(src, state.new_url, state.old_commit, state.new_commit):
+        return []
+    files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
+    proc = git(
+        src,
+        "log",
+        "--format=%H%x09%s",
+        f"{state.old_commit}..{state.new_commit}",
+        "--",
+        *files.splitlines(),
+        check=False,
+    )
+    return [
+        {"commit": c, "subject": subj}
+        for c, _, subj in (ln.partition("\t") for ln in proc.stdout.splitlines() if ln)
+    ]
 
 
 # ----------------------------------------------------------------------------- commands
@@ -934,7 +962,7 @@ def _finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = Fal
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "now", "outcome"],
-        [(r["file"], r["new_file"] or "-", OUTCOME_TEXT[r["outcome"]]) for r in rows],
+        [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
     )
     out_.info(f"report: {report_md}")
     out_.info(
