@@ -323,11 +323,21 @@ def test_manifest_edited_during_rebase_is_refused(series: Series) -> None:
     conflicting_upstream(s)
     r = s.forge("rebase", "--onto", s.upstream.head)
     assert r.code == 3, r
+    before_manifest = s.manifest.read_bytes()
     s.manifest.write_text(s.manifest.read_text() + "# edited\n")
     edited = s.manifest.read_bytes()
     r = s.forge("rebase", "--continue")
     assert r.code == 3 and "changed since the rebase started" in r.stderr, r
     assert s.manifest.read_bytes() == edited
+    # a patch file edited meanwhile is caught the same way; --abort keeps both edits
+    s.manifest.write_bytes(before_manifest)
+    patch_file = s.patches_dir / "0003-tools-print-a-build-banner.patch"
+    patch_file.write_bytes(patch_file.read_bytes() + b"\n")
+    r = s.forge("rebase", "--continue")
+    assert r.code == 3 and "patch files changed" in r.stderr, r
+    r = s.forge("rebase", "--abort")
+    assert r.code == 0, r
+    assert patch_file.read_bytes().endswith(b"\n\n")
 
 
 def test_dirty_workspace_is_refused_and_the_edit_kept(series: Series) -> None:

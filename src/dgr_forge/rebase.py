@@ -103,7 +103,8 @@ class RebaseState:
     new_commit: str
     new_tree: str
     onto: str  # REV as the user typed it
-    manifest_sha256: str
+    inputs_sha256: str  # manifest + patches/ at the start: both must not change meanwhile
+    fetch_url: str  # where objects come from (the mirror, else new_url): for deepening
     patches: list[PatchStep]
     next: int = 0  # index of the next patch to replay
     head: str = ""  # N_(next-1): the new pin plus the patches recorded so far
@@ -525,7 +526,7 @@ def _replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
                     hint="`dgr-forge rebase --abort` restores the workspace",
                 )
             out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
-            history = ensure_history(src, state.new_url, state.old_commit, state.new_commit)
+            history = ensure_history(src, state.fetch_url, state.old_commit, state.new_commit)
             upstream: dict[str, list[dict[str, str]]] = {}
             line_level: dict[str, bool] = {}
             if history:
@@ -555,7 +556,7 @@ def _replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
 def _upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
     """The upstream commits (old..new pin) that touched a dropped patch's files: where the
     change went, for the report. Empty when the history cannot be fetched."""
-    if not ensure_history(src, state.new_url, state.old_commit, state.new_commit):
+    if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
         return []
     files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
     proc = git(
@@ -664,7 +665,8 @@ def start(
             new_commit=commit,
             new_tree=new_tree,
             onto=onto,
-            manifest_sha256=sha256_bytes(m.path.read_bytes()),
+            inputs_sha256=inputs_digest(m),
+            fetch_url=mirror or new_url,
             patches=steps,
             head=commit,
         )
@@ -797,15 +799,29 @@ def _require_state(forge: Forge) -> RebaseState:
     return state
 
 
+def inputs_digest(m: UpstreamManifest) -> str:
+    """One sha256 over the manifest and every patch file: the rebase's inputs."""
+    parts = [m.path.read_bytes()]
+    if m.patches_dir.is_dir():
+        for p in sorted(m.patches_dir.glob("*.patch")):
+            parts += [p.name.encode(), sha256_bytes(p.read_bytes()).encode()]
+    return sha256_bytes(b"\0".join(parts))
+
+
 def _check_manifest_untouched(forge: Forge, state: RebaseState) -> None:
     if state.phase == "write":
         return  # our own write is half done; the journal knows both versions
-    now = sha256_bytes(forge.upstream_manifest.read_bytes())
-    if now != state.manifest_sha256:
+    try:
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        same = inputs_digest(m) == state.inputs_sha256
+    except BadInput:
+        same = False
+    if not same:
         raise NeedsHuman(
-            f"{forge.rel(forge.upstream_manifest)} changed since the rebase started",
-            hint="restore it (e.g. `git checkout -- manifests/`), or `dgr-forge rebase "
-            "--abort` and start again",
+            f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
+            "rebase started; the rebase would overwrite those edits",
+            hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
+            "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
         )
 
 
