@@ -34,6 +34,7 @@ import re
 import shutil
 import sys
 import time
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -895,7 +896,6 @@ def _stage(forge: Forge, state: RebaseState) -> None:
     for name, data in entries:
         atomic_write_bytes(jdir / "new" / "patches" / name, data)
     atomic_write_bytes(jdir / "new" / "manifest.toml", new_manifest.encode("utf-8"))
-    (jdir / "staged").write_text("ok\n")  # the journal is complete
 
 
 def manifest_text(
@@ -927,8 +927,6 @@ def _entry(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
 
 def _patches_dir(forge: Forge) -> Path:
     # read from the staged old manifest: the live one may be half-written
-    import tomllib
-
     data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
     rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
     return forge.root / rel
