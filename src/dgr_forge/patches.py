@@ -250,6 +250,8 @@ def read_chain(src: Path, limit: int) -> list[ChainCommit]:
         f"--max-count={limit}",
         "--format=%H %T %ce%x00%P",
         "HEAD",
+        check=False,  # an unborn HEAD is an empty chain
+        env=READ_ONLY_ENV,
     )
     chain: list[ChainCommit] = []
     for line in proc.stdout.splitlines():
@@ -283,18 +285,17 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         return ws
     ws.operation = operation_in_progress(src)
     ws.dirty = dirty_paths(src)
-    head = gitutil.rev_parse(src, "HEAD")
-    if head is None:
-        return ws
-    ws.head = head
     # The usual case (the series on the pin) needs only series_len + 1 commits.
     chain = read_chain(src, series_len + 1)
+    if not chain:
+        return ws
+    head = ws.head = chain[0].commit
+    bases = {pin}
     if len(chain) <= series_len or chain[series_len].commit != pin:
         chain = read_chain(src, series_len + 1 + 1000)
-    bases = {pin}
-    fetched = gitutil.rev_parse(src, PIN_REF)
-    if fetched:
-        bases.add(fetched)
+        fetched = gitutil.rev_parse(src, PIN_REF)
+        if fetched:
+            bases.add(fetched)
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
         i += 1
