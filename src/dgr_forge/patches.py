@@ -729,7 +729,25 @@ class PatchState:
         return {"file": self.file, "state": self.state, "detail": self.detail}
 
 
-def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
+@dataclass(frozen=True)
+class SeriesStatus:
+    series: list[PatchState]
+    applied: bool  # the whole series, exactly, and no local edits
+    uncommitted: list[str]  # porcelain lines
+    local_commits: list[str]
+    operation: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        """The `patches` object of `status --json`."""
+        return {
+            "series": [s.as_dict() for s in self.series],
+            "applied": self.applied,
+            "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
+            "operation_in_progress": self.operation,
+        }
+
+
+def series_status(forge: Forge, m: UpstreamManifest) -> SeriesStatus:
     """Per-patch state for `status` (read-only, takes no lock, writes nothing)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
@@ -765,12 +783,10 @@ def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
-    return {
-        "series": [s.as_dict() for s in states],
-        "applied": applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        "local_edits": {
-            "uncommitted": ws.dirty,
-            "local_commits": ws.local_commits,
-        },
-        "operation_in_progress": ws.operation,
-    }
+    return SeriesStatus(
+        series=states,
+        applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
+        uncommitted=ws.dirty,
+        local_commits=ws.local_commits,
+        operation=ws.operation,
+    )
