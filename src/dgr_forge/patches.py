@@ -765,10 +765,10 @@ def series_status(forge: Forge, m: UpstreamManifest) -> SeriesStatus:
     applied_prefix = 0
     if ws.base == m.commit:
         for i, commit in enumerate(ws.series):
-            if i >= len(m.series) or changed[i]:
+            if i >= len(m.series):
                 break
             check = checks[i]
-            expected = m.series[i].tree or (check.tree if check else None)
+            expected = m.series[i].tree or (None if changed[i] or not check else check.tree)
             if commit.tree != expected:
                 break
             applied_prefix = i + 1
@@ -776,7 +776,8 @@ def series_status(forge: Forge, m: UpstreamManifest) -> SeriesStatus:
     for i, entry in enumerate(m.series):
         check = checks[i]
         if changed[i]:
-            states.append(PatchState(entry.file, "changed on disk", "sha256 differs from manifest"))
+            note = "; the workspace has the manifest's version" if i < applied_prefix else ""
+            states.append(PatchState(entry.file, "changed on disk", "sha256 differs" + note))
         elif i < applied_prefix:
             states.append(PatchState(entry.file, "applied"))
         elif check is not None and check.status == "conflict":
