@@ -119,7 +119,7 @@ def _inspect(src: Path) -> _Worktree:
         i += 1
         if entry.startswith("# branch.oid "):
             oid = entry.split(" ", 2)[2]
-            head = oid if gitutil.HEX40.match(oid) else None
+            head = oid if gitutil.HEX40.fullmatch(oid) else None
         elif entry.startswith("1 "):
             parts = entry.split(" ", 8)
             xy = parts[1].replace(".", "")

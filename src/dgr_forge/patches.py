@@ -480,7 +480,7 @@ def recover_interrupted(src: Path) -> bool:
     pin = path.read_text().strip()
     if (git_dir(src) / "rebase-apply").exists():
         git(src, "am", "--abort", check=False)
-    if gitutil.HEX40.match(pin) and gitutil.has_object(src, pin):
+    if gitutil.HEX40.fullmatch(pin) and gitutil.has_object(src, pin):
         _checkout_pin(src, pin)
     path.unlink()
     return True

@@ -11,6 +11,9 @@ import importlib
 MODULES: list[str] = [
     "fetch",
     "patch",
+    "build",
+    "report",
+    "artifacts",
 ]
 
 _registered = False

@@ -1,0 +1,114 @@
+"""Benchmark: `dgr-forge build` vs the raw CMake + Ninja commands it wraps.
+
+The test upstream (tests/forgetest.py) with its one-patch series, and the test worker:
+  cold:  dgr-forge build (fetch + patch + configure + build + report) in a fresh
+         workspace  vs  `cmake -G Ninja <same args>` + `cmake --build` in a fresh dir
+  no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
+Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
+
+    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "tests"))
+sys.path.insert(0, str(HERE / "src"))
+
+from build_support import make_patched_root, make_worker  # noqa: E402
+from forgetest import forge_cmd, forge_env, make_upstream  # noqa: E402
+
+
+def timed(cmd: list[str], **kw: object) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, capture_output=True, **kw)  # type: ignore[call-overload]
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-build-"))
+    try:
+        upstream = make_upstream(tmp / "upstream")
+        root = make_patched_root(tmp / "forge", upstream)
+        worker = make_worker(tmp / "worker")
+        env = forge_env()
+        jobs = ["--jobs", str(args.jobs)]
+        forge = [
+            *forge_cmd("--root", str(root), "build", "--worker", str(worker), "--no-sign"),
+            *jobs,
+        ]
+
+        cold_forge, cold_raw, noop_forge, noop_raw = [], [], [], []
+        phases: dict[str, list[float]] = {}
+        raw_configure: list[float] = []
+        for run in range(args.runs):
+            shutil.rmtree(root / ".dgr", ignore_errors=True)
+            t = time.perf_counter()
+            proc = subprocess.run([*forge, "--json"], env=env, check=True, capture_output=True)
+            cold_forge.append(time.perf_counter() - t)
+            for phase, seconds in json.loads(proc.stdout)["lanes"][0]["timings"].items():
+                phases.setdefault(phase, []).append(seconds)
+            # the exact configure command the forge ran, pointed at a fresh directory
+            log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
+            configure = log[0][2:].split(" ")
+            ninja = next(
+                line[2:].split(" ")[0]
+                for line in log
+                if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
+            )
+            raw_dir = tmp / f"raw-{run}"
+            b = configure.index("-B")
+            configure[b + 1] = str(raw_dir)
+            configure = [a.replace("/build/cpu", f"/raw-{run}") for a in configure]
+            cmake = configure[0]
+            t = time.perf_counter()
+            subprocess.run(configure, check=True, capture_output=True)
+            raw_configure.append(time.perf_counter() - t)
+            subprocess.run(
+                [cmake, "--build", str(raw_dir), "-j", str(args.jobs)],
+                check=True,
+                capture_output=True,
+            )
+            cold_raw.append(time.perf_counter() - t)
+            for _ in range(3):
+                noop_forge.append(timed(forge, env=env))
+                noop_raw.append(timed([ninja, "-C", str(raw_dir)]))
+
+        cf, cr = statistics.median(cold_forge), statistics.median(cold_raw)
+        nf, nr = statistics.median(noop_forge), statistics.median(noop_raw)
+        print(
+            f"cold  : dgr-forge {cf:.3f}s  raw cmake+build {cr:.3f}s  "
+            f"ratio {cf / cr:.3f}x  (target <= 1.05x)"
+        )
+        print(
+            f"no-op : dgr-forge {nf:.3f}s  raw ninja {nr:.3f}s  "
+            f"overhead {nf - nr:+.3f}s  (target <= +0.5s)"
+        )
+        detail = "  ".join(f"{k} {statistics.median(v):.3f}s" for k, v in phases.items())
+        print(
+            f"forge cold phases: {detail}  (raw configure {statistics.median(raw_configure):.3f}s)"
+        )
+        print(
+            f"runs={args.runs} jobs={args.jobs} "
+            "(medians; cold forge includes fetch + patch + report)"
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
