@@ -258,10 +258,10 @@ def test_slug_is_stable() -> None:
 
 def test_manifest_edit_keeps_comments_and_moves_pin() -> None:
     text = (
-        "# top comment\nschema = 1\n\n[upstream]\nname = \"llama.cpp\"\n"
+        '# top comment\nschema = 1\n\n[upstream]\nname = "llama.cpp"\n'
         'commit = "' + "a" * 40 + '"  # the pin\n\n[patches]\ndir = "patches/llama.cpp"\n\n'
-        "# first\n[[patches.series]]\nfile = \"0001-a.patch\"\nsha256 = \"" + "1" * 64 + '"\n\n'
-        "# second\n[[patches.series]]\nfile = \"0002-b.patch\"\nsha256 = \"" + "2" * 64 + '"\n'
+        '# first\n[[patches.series]]\nfile = "0001-a.patch"\nsha256 = "' + "1" * 64 + '"\n\n'
+        '# second\n[[patches.series]]\nfile = "0002-b.patch"\nsha256 = "' + "2" * 64 + '"\n'
     )
     new = manifest_edit.updated_text(
         text,

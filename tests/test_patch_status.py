@@ -29,12 +29,19 @@ def test_status_per_patch_states(upstream: Upstream, forge_root: Path) -> None:
     sh_git(src, "reset", "-q", "--hard", "HEAD~1")
     assert states(status(forge_root)) == ["applied", "applied", "pending"]
 
-    # patch 2 edited so it no longer applies: changed on disk; patch 3 still pending
+    # patch 2 edited by hand: "changed on disk"; the workspace still has patch 3 applied
+    assert run_forge("--root", str(forge_root), "patch").code == 0
     path = series.paths(forge_root)[1]
     path.write_text(path.read_text().replace(" int ggml_backend_count(void) {", " int x(void) {"))
     before = snapshot(src)
     info = status(forge_root)
-    assert states(info) == ["applied", "changed on disk", "pending"]
+    assert states(info) == ["applied", "changed on disk", "applied"]
+    assert "manifest's version" in info["series"][1]["detail"]
+    sh_git(src, "reset", "-q", "--hard", "HEAD~1")
+    assert states(status(forge_root)) == ["applied", "changed on disk", "pending"]
+    assert snapshot(src) != before
+    before = snapshot(src)
+    status(forge_root)
     assert snapshot(src) == before  # status writes nothing
 
 

@@ -250,6 +250,8 @@ def read_chain(src: Path, limit: int) -> list[ChainCommit]:
         f"--max-count={limit}",
         "--format=%H %T %ce%x00%P",
         "HEAD",
+        check=False,  # an unborn HEAD is an empty chain
+        env=READ_ONLY_ENV,
     )
     chain: list[ChainCommit] = []
     for line in proc.stdout.splitlines():
@@ -283,18 +285,17 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         return ws
     ws.operation = operation_in_progress(src)
     ws.dirty = dirty_paths(src)
-    head = gitutil.rev_parse(src, "HEAD")
-    if head is None:
-        return ws
-    ws.head = head
     # The usual case (the series on the pin) needs only series_len + 1 commits.
     chain = read_chain(src, series_len + 1)
+    if not chain:
+        return ws
+    head = ws.head = chain[0].commit
+    bases = {pin}
     if len(chain) <= series_len or chain[series_len].commit != pin:
         chain = read_chain(src, series_len + 1 + 1000)
-    bases = {pin}
-    fetched = gitutil.rev_parse(src, PIN_REF)
-    if fetched:
-        bases.add(fetched)
+        fetched = gitutil.rev_parse(src, PIN_REF)
+        if fetched:
+            bases.add(fetched)
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
         i += 1
@@ -728,7 +729,25 @@ class PatchState:
         return {"file": self.file, "state": self.state, "detail": self.detail}
 
 
-def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
+@dataclass(frozen=True)
+class SeriesStatus:
+    series: list[PatchState]
+    applied: bool  # the whole series, exactly, and no local edits
+    uncommitted: list[str]  # porcelain lines
+    local_commits: list[str]
+    operation: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        """The `patches` object of `status --json`."""
+        return {
+            "series": [s.as_dict() for s in self.series],
+            "applied": self.applied,
+            "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
+            "operation_in_progress": self.operation,
+        }
+
+
+def series_status(forge: Forge, m: UpstreamManifest) -> SeriesStatus:
     """Per-patch state for `status` (read-only, takes no lock, writes nothing)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
@@ -746,10 +765,10 @@ def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
     applied_prefix = 0
     if ws.base == m.commit:
         for i, commit in enumerate(ws.series):
-            if i >= len(m.series) or changed[i]:
+            if i >= len(m.series):
                 break
             check = checks[i]
-            expected = m.series[i].tree or (check.tree if check else None)
+            expected = m.series[i].tree or (None if changed[i] or not check else check.tree)
             if commit.tree != expected:
                 break
             applied_prefix = i + 1
@@ -757,19 +776,18 @@ def series_status(forge: Forge, m: UpstreamManifest) -> dict[str, object]:
     for i, entry in enumerate(m.series):
         check = checks[i]
         if changed[i]:
-            states.append(PatchState(entry.file, "changed on disk", "sha256 differs from manifest"))
+            note = "; the workspace has the manifest's version" if i < applied_prefix else ""
+            states.append(PatchState(entry.file, "changed on disk", "sha256 differs" + note))
         elif i < applied_prefix:
             states.append(PatchState(entry.file, "applied"))
         elif check is not None and check.status == "conflict":
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
-    return {
-        "series": [s.as_dict() for s in states],
-        "applied": applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        "local_edits": {
-            "uncommitted": ws.dirty,
-            "local_commits": ws.local_commits,
-        },
-        "operation_in_progress": ws.operation,
-    }
+    return SeriesStatus(
+        series=states,
+        applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
+        uncommitted=ws.dirty,
+        local_commits=ws.local_commits,
+        operation=ws.operation,
+    )

@@ -112,18 +112,16 @@ def export(ctx: typer.Context) -> None:
 def status_section(env: Env, m: manifest.UpstreamManifest) -> dict[str, Any]:
     """The `patches` part of `status` (called by the status command): one row per patch."""
     info = patches.series_status(env.forge, m)
-    rows = [(p["file"], p["state"], p["detail"]) for p in info["series"]]  # type: ignore[attr-defined]
+    rows = [(p.file, p.state, p.detail) for p in info.series]
     if rows:
         env.out.table("patches", ["patch", "state", "detail"], rows)
     else:
         env.out.info("patches: none (empty series)")
-    edits = info["local_edits"]
-    assert isinstance(edits, dict)
-    if edits["local_commits"]:
+    if info.local_commits:
         env.out.info(
-            f"local commits on top of the series: {len(edits['local_commits'])} "
+            f"local commits on top of the series: {len(info.local_commits)} "
             "(`dgr-forge export` turns them into patches)"
         )
-    if info["operation_in_progress"]:
-        env.out.info(f"in progress in the workspace: {info['operation_in_progress']}")
-    return info
+    if info.operation:
+        env.out.info(f"in progress in the workspace: {info.operation}")
+    return info.as_dict()
