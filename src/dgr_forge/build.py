@@ -136,6 +136,9 @@ class LanePlan:
     ninja: str
     launcher: str | None
     compiler_args: list[str]  # -DCMAKE_CUDA_COMPILER=... from probes
+    # every tool the recipe requires, where this host has it: a compiler that moved
+    # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
+    tool_paths: dict[str, str] = field(default_factory=dict)
 
 
 def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
@@ -227,6 +230,7 @@ def inputs_digest(
         "cmake_modules": {p.name: sha256_file(p) for p in modules},
         "worker": spec.identity if spec else None,
         "cmake": plan.cmake,
+        "tools": plan.tool_paths,
         "args": args,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -323,6 +327,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 ninja=str(doctor.tool("ninja").path),
                 launcher=launcher.path if launcher else None,
                 compiler_args=compiler_args,
+                tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
             )
         )
 
