@@ -6,7 +6,7 @@ The test upstream (tests/forgetest.py) with its one-patch series, and the test w
   no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
 Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
 
-    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2]
+    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2] [--extra-sources N]
 """
 
 from __future__ import annotations
@@ -39,12 +39,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--extra-sources",
+        type=int,
+        default=0,
+        help="add N C++ files to the worker, to see how the fixed overhead amortizes",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-build-"))
     try:
         upstream = make_upstream(tmp / "upstream")
         root = make_patched_root(tmp / "forge", upstream)
-        worker = make_worker(tmp / "worker")
+        extra = {
+            f"src/extra{i}.cpp": (
+                "#include <map>\n#include <string>\n#include <vector>\n#include <algorithm>\n"
+                f"int extra{i}() {{ std::map<std::string, std::vector<int>> m; "
+                f'm["k"].push_back({i}); std::sort(m["k"].begin(), m["k"].end()); '
+                "return (int) m.size(); }\n"
+            )
+            for i in range(args.extra_sources)
+        }
+        worker = make_worker(tmp / "worker", extra)
+        if extra:
+            cml = worker / "CMakeLists.txt"
+            cml.write_text(
+                cml.read_text().replace("src/util.cpp)", "src/util.cpp " + " ".join(extra) + ")")
+            )
         env = forge_env()
         jobs = ["--jobs", str(args.jobs)]
         forge = [
