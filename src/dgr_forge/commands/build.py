@@ -10,6 +10,7 @@ import typer
 
 from dgr_forge import build as build_mod
 from dgr_forge import doctor as doctor_mod
+from dgr_forge import keys as keys_mod
 from dgr_forge import lanes as lanes_mod
 from dgr_forge import presets as presets_mod
 from dgr_forge.app import Env, app, run
@@ -89,14 +90,28 @@ def doctor(ctx: typer.Context) -> None:
 
 
 @app.command()
-def lanes(ctx: typer.Context) -> None:
-    """The lane matrix: backend, buildable here, last build."""
+def lanes(
+    ctx: typer.Context,
+    advertised: Annotated[
+        bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
+    ] = False,
+    key: Annotated[
+        list[str] | None,
+        typer.Option("--key", help="Also trust this public key (besides trusted-keys/)."),
+    ] = None,
+) -> None:
+    """The lane matrix: backend, buildable here, last build, certified."""
 
     def body(env: Env) -> dict[str, Any]:
-        rows = lanes_mod.matrix(env.forge)
+        trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
+        rows = lanes_mod.matrix(env.forge, trusted)
+        if advertised:
+            rows = [r for r in rows if r["certified"]]
+            if not rows:
+                env.out.info("no lane is advertised: none has a valid hardware certification")
         env.out.table(
             None,
-            ["lane", "backend", "here", "last build", "report"],
+            ["lane", "backend", "here", "last build", "report", "certified"],
             [
                 (
                     r["lane"],
@@ -108,11 +123,15 @@ def lanes(ctx: typer.Context) -> None:
                     env.forge.rel(Path(r["last_build"]["report"]))
                     if r["last_build"] and r["last_build"].get("report")
                     else "",
+                    "yes" if r["certified"] else r["certification"]["reason"],
                 )
                 for r in rows
             ],
         )
-        return {"lanes": rows}
+        result: dict[str, Any] = {"lanes": rows}
+        if advertised:
+            result["advertised"] = [r["lane"] for r in rows]
+        return result
 
     run(ctx, "lanes", body)
 
