@@ -288,3 +288,18 @@ def test_git_worker_from_manifest_is_fetched_at_its_commit(root: Path, tmp_path:
     assert again.code == 0, again
     assert lane(again)["status"] == "up-to-date"
     assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+
+def test_local_edit_in_upstream_workspace_is_not_built_silently(
+    root: Path, worker_dir: Path
+) -> None:
+    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+    binary = root / ".dgr" / "build" / "cpu" / "shard-worker"
+    built = binary.stat().st_mtime_ns
+    edited = root / ".dgr" / "src" / "llama.cpp" / "src" / "llama.cpp"
+    edited.write_text(edited.read_text().replace("layer % 4", "layer % 5"))
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 3, res  # a human decides: export it as a patch, or discard it
+    assert "src/llama.cpp" in res.stderr
+    assert "layer % 5" in edited.read_text()  # the edit is kept
+    assert binary.stat().st_mtime_ns == built  # nothing was compiled from it

@@ -346,6 +346,12 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 and state.get("head_commit")
                 and (upstream_dir / ".git").exists()
                 and gitutil.rev_parse(upstream_dir, "HEAD") == state.get("head_commit")
+                # local edits to tracked upstream files: ensure_patched decides (it refuses
+                # to build them silently); a report must never claim the patched tree
+                # while Ninja compiles something else
+                and not gitutil.git(
+                    upstream_dir, "status", "--porcelain", "--untracked-files=no"
+                ).stdout.strip()
             )
             result = LaneResult(
                 lane=plan.recipe.name,
