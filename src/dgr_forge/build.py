@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
@@ -34,9 +34,11 @@ from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.manifest import load as load_manifest
 from dgr_forge.output import Reporter
-from dgr_forge.patches import PatchedTree, ensure_patched
 from dgr_forge.recipes import Recipe, load_all, select
 from dgr_forge.records import Artifact, LaneBuild, PatchInput, Tool
+
+if TYPE_CHECKING:
+    from dgr_forge.patches import PatchedTree
 
 STATE_SCHEMA = 1
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
@@ -366,6 +368,8 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 t = time.monotonic()
                 if spec is not None:
                     worker.ensure_worker(spec, out, offline=opts.offline)
+                from dgr_forge.patches import ensure_patched  # not needed on the no-op path
+
                 patched = ensure_patched(forge, m, out, mirror=opts.mirror, offline=opts.offline)
                 result.patched = patched.changed
                 result.timings["patch"] = time.monotonic() - t
