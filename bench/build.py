@@ -75,6 +75,7 @@ def main() -> None:
         cold_forge, cold_raw, noop_forge, noop_raw = [], [], [], []
         phases: dict[str, list[float]] = {}
         raw_configure: list[float] = []
+        startup: list[float] = []  # `dgr-forge --version`: interpreter + CLI imports only
         for run in range(args.runs):
             shutil.rmtree(root / ".dgr", ignore_errors=True)
             t = time.perf_counter()
@@ -105,6 +106,7 @@ def main() -> None:
             )
             cold_raw.append(time.perf_counter() - t)
             for _ in range(3):
+                startup.append(timed(forge_cmd("--version"), env=env))
                 noop_forge.append(timed(forge, env=env))
                 noop_raw.append(timed([ninja, "-C", str(raw_dir)]))
 
@@ -117,6 +119,9 @@ def main() -> None:
         print(
             f"no-op : dgr-forge {nf:.3f}s  raw ninja {nr:.3f}s  "
             f"overhead {nf - nr:+.3f}s  (target <= +0.5s)"
+        )
+        print(
+            f"        (of which CLI start, dgr-forge --version: {statistics.median(startup):.3f}s)"
         )
         detail = "  ".join(f"{k} {statistics.median(v):.3f}s" for k, v in phases.items())
         print(
