@@ -76,35 +76,47 @@ def main() -> None:
         phases: dict[str, list[float]] = {}
         raw_configure: list[float] = []
         startup: list[float] = []  # `dgr-forge --version`: interpreter + CLI imports only
-        for run in range(args.runs):
+        # one untimed build: warms the caches and yields the exact commands the forge runs
+        subprocess.run(forge, env=env, check=True, capture_output=True)
+        log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
+        configure_cmd = log[0][2:].split(" ")
+        ninja = next(
+            line[2:].split(" ")[0]
+            for line in log
+            if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
+        )
+
+        def forge_cold() -> None:
             shutil.rmtree(root / ".dgr", ignore_errors=True)
             t = time.perf_counter()
             proc = subprocess.run([*forge, "--json"], env=env, check=True, capture_output=True)
             cold_forge.append(time.perf_counter() - t)
             for phase, seconds in json.loads(proc.stdout)["lanes"][0]["timings"].items():
                 phases.setdefault(phase, []).append(seconds)
-            # the exact configure command the forge ran, pointed at a fresh directory
-            log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
-            configure = log[0][2:].split(" ")
-            ninja = next(
-                line[2:].split(" ")[0]
-                for line in log
-                if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
-            )
-            raw_dir = tmp / f"raw-{run}"
-            b = configure.index("-B")
-            configure[b + 1] = str(raw_dir)
-            configure = [a.replace("/build/cpu", f"/raw-{run}") for a in configure]
-            cmake = configure[0]
+
+        def raw_cold(raw_dir: Path) -> None:
+            # the same configure command, pointed at a fresh directory
+            configure = [
+                a.replace(str(root / ".dgr" / "build" / "cpu"), str(raw_dir)) for a in configure_cmd
+            ]
             t = time.perf_counter()
             subprocess.run(configure, check=True, capture_output=True)
             raw_configure.append(time.perf_counter() - t)
             subprocess.run(
-                [cmake, "--build", str(raw_dir), "-j", str(args.jobs)],
+                [configure[0], "--build", str(raw_dir), "-j", str(args.jobs)],
                 check=True,
                 capture_output=True,
             )
             cold_raw.append(time.perf_counter() - t)
+
+        for run in range(args.runs):
+            raw_dir = tmp / f"raw-{run}"
+            if run % 2:  # alternate the order: neither side always gets the warmer cache
+                raw_cold(raw_dir)
+                forge_cold()
+            else:
+                forge_cold()
+                raw_cold(raw_dir)
             for _ in range(3):
                 startup.append(timed(forge_cmd("--version"), env=env))
                 noop_forge.append(timed(forge, env=env))
