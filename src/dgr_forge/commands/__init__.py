@@ -9,7 +9,7 @@ import importlib
 
 # Explicit, ordered list: `dgr-forge --help` shows commands in this order.
 MODULES: list[str] = [
-
+    "ci",
 ]
 
 _registered = False
