@@ -25,8 +25,13 @@ from rich.progress import (
 from rich.table import Table
 
 
+def _terminal() -> bool:
+    """Both streams on a terminal: piping or redirecting either one means a log, not a user."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 def _interactive() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+    return _terminal() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
 
 
 class ProgressSink:
@@ -69,8 +74,10 @@ class Reporter:
         self.quiet = quiet
         self.console = Console(
             stderr=True,
-            no_color=bool(os.environ.get("NO_COLOR")) or not sys.stderr.isatty(),
+            no_color=bool(os.environ.get("NO_COLOR")) or not _terminal(),
             highlight=False,
+            # in logs a long message stays one line (no wrapping at 80 columns)
+            soft_wrap=not _terminal(),
         )
 
     def info(self, message: str) -> None:
