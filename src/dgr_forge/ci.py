@@ -92,9 +92,7 @@ def _template_source(name: str) -> str:
     return resources.files("dgr_forge").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def render(
-    which: Provider, recipes: dict[str, Recipe], manifest: UpstreamManifest
-) -> str:
+def render(which: Provider, recipes: dict[str, Recipe], manifest: UpstreamManifest) -> str:
     """The workflow text for `which`; the same recipes and manifest give the same bytes."""
     if not recipes:
         raise BadInput(

@@ -34,9 +34,10 @@ def matrix_command(ctx: typer.Context) -> None:
             # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
             sys.stdout.write(json.dumps(lanes, indent=2) + "\n")
             sys.stdout.flush()
-        env.out.info(f"{len(lanes['include'])} lane(s): " + ", ".join(
-            entry["lane"] for entry in lanes["include"]
-        ))
+        env.out.info(
+            f"{len(lanes['include'])} lane(s): "
+            + ", ".join(entry["lane"] for entry in lanes["include"])
+        )
         return {"matrix": lanes}
 
     run(ctx, "ci matrix", body)
