@@ -76,8 +76,6 @@ class Reporter:
             stderr=True,
             no_color=bool(os.environ.get("NO_COLOR")) or not _terminal(),
             highlight=False,
-            # in logs a long message stays one line (no wrapping at 80 columns)
-            soft_wrap=not _terminal(),
         )
 
     def info(self, message: str) -> None:
