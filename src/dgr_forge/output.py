@@ -80,17 +80,17 @@ class Reporter:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(message, markup=False)
+            self.console.print(message, markup=False, soft_wrap=True)
 
     def step(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(f"==> {message}", markup=False)
+            self.console.print(f"==> {message}", markup=False, soft_wrap=True)
 
     def warn(self, message: str) -> None:
-        self.console.print(f"warning: {message}", markup=False)
+        self.console.print(f"warning: {message}", markup=False, soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.console.print(f"error: {message}", markup=False)
+        self.console.print(f"error: {message}", markup=False, soft_wrap=True)
 
     def table(
         self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]

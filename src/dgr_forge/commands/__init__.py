@@ -9,6 +9,9 @@ import importlib
 
 # Explicit, ordered list: `dgr-forge --help` shows commands in this order.
 MODULES: list[str] = [
+    "fetch",
+    "build",
+    "report",
     "ci",
 ]
 

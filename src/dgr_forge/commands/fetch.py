@@ -1,0 +1,104 @@
+"""`fetch` and `status`: the upstream work tree at the pinned commit."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge import manifest
+from dgr_forge.app import Env, app, run
+from dgr_forge.fetch import ensure_fetched, workspace_status
+
+
+@app.command()
+def fetch(
+    ctx: typer.Context,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            metavar="URL",
+            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); "
+            "the pinned ids are still verified.",
+        ),
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never touch the network; fail if the pin is missing.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Save local changes as a patch under the workspace's logs/, then discard them.",
+        ),
+    ] = False,
+) -> None:
+    """Put the upstream at exactly the pinned commit (shallow when the server allows it)."""
+
+    def body(env: Env) -> dict[str, Any]:
+        forge = env.forge
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        started = time.monotonic()
+        result = ensure_fetched(forge, m, env.out, mirror=mirror, offline=offline, force=force)
+        seconds = round(time.monotonic() - started, 3)
+        where = forge.rel(result.src_dir)
+        if result.changed:
+            env.out.info(f"{m.name}: {where} at {result.commit} ({result.method}, {seconds} s)")
+        else:
+            env.out.info(f"{m.name}: {where} already at {result.commit} (verified, nothing to do)")
+        return {
+            "upstream": m.name,
+            "url": result.url or m.url,
+            "src_dir": str(result.src_dir),
+            "commit": result.commit,
+            "tree": result.tree,
+            "changed": result.changed,
+            "method": result.method,
+            "shallow": (result.src_dir / ".git" / "shallow").exists(),
+            "saved_patch": str(result.saved_patch) if result.saved_patch else None,
+            "seconds": seconds,
+        }
+
+    run(ctx, "fetch", body)
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """The upstream pin, the workspace commit, whether it is verified, and local changes."""
+
+    # --json: {"upstream": UpstreamStatus.to_dict()}; later sections (patches, lanes) are
+    # added as sibling keys by the helpers that own them.
+    def body(env: Env) -> dict[str, Any]:
+        forge = env.forge
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        st = workspace_status(forge, m)
+        out = env.out
+        out.info(f"upstream  {st.name}  {st.url}")
+        out.info(
+            f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
+        )
+        if not st.present:
+            out.info(f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)")
+        else:
+            head = st.head or "(nothing checked out)"
+            extra = f"  (pin + {st.commits_on_top} commits)" if st.commits_on_top else ""
+            out.info(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
+            commit = "yes" if st.commit_verified else "no"
+            tree = {True: "yes", False: "NO (mismatch)", None: "not pinned"}[st.tree_verified]
+            out.info(
+                f"verified  {'yes' if st.verified else 'no'}  (commit: {commit}, tree: {tree}"
+                f"{', shallow' if st.shallow else ''})"
+            )
+            if st.interrupted:
+                out.info("note      an interrupted checkout; `dgr-forge fetch` completes it")
+            if st.local_changes:
+                out.info(f"local changes ({len(st.local_changes)}):")
+                for change in st.local_changes:
+                    out.info(f"  {change.change:<12} {change.path}")
+            else:
+                out.info("local changes: none")
+        return {"upstream": st.to_dict()}
+
+    run(ctx, "status", body)

@@ -1,0 +1,26 @@
+# dgr-forge toolchain: Clang from PATH (AppleClang on macOS, via xcrun when present).
+include_guard(GLOBAL)
+
+if(CMAKE_HOST_APPLE)
+  find_program(DGR_XCRUN xcrun)
+endif()
+
+foreach(_lang C CXX)
+  if(_lang STREQUAL "C")
+    set(_name clang)
+  else()
+    set(_name clang++)
+  endif()
+  if(NOT CMAKE_${_lang}_COMPILER)
+    set(_found "")
+    if(DGR_XCRUN)
+      execute_process(COMMAND "${DGR_XCRUN}" --find ${_name}
+                      OUTPUT_VARIABLE _found OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    endif()
+    if(NOT _found)
+      find_program(DGR_CLANG_${_lang} NAMES ${_name} HINTS "$ENV{DGR_CLANG_PREFIX}/bin" REQUIRED)
+      set(_found "${DGR_CLANG_${_lang}}")
+    endif()
+    set(CMAKE_${_lang}_COMPILER "${_found}" CACHE FILEPATH "${_lang} compiler (dgr-forge clang toolchain)")
+  endif()
+endforeach()
