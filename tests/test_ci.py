@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,75 @@ def test_templates_ship_with_the_package() -> None:
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     # setuptools ships package data only when pyproject lists it
     assert 'dgr_forge = ["templates/*", "py.typed"]' in pyproject
+
+
+# ----------------------------------------------------------------------------- the real thing
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_repositorys_own_recipes_render_for_both_providers(tmp_path: Path) -> None:
+    """The committed recipes/ (every lane) render to workflows whose lanes are `ci matrix`."""
+    matrix = ci_matrix(REPO)
+    assert {e["lane"] for e in matrix["include"]} >= {"cpu", "cuda", "rocm", "vulkan", "metal"}
+    github = render(REPO)
+    assert github_jobs(github)["lane"]["strategy"]["matrix"] == matrix
+    gitlab = yaml.safe_load(render(REPO, "gitlab"))
+    assert [n[5:] for n in gitlab if n.startswith("lane:")] == [
+        e["lane"] for e in matrix["include"]
+    ]
+    assert render(REPO) == github
+
+
+def shell_step(script: str, lane: str, cwd: Path, tmp_path: Path) -> Any:
+    """Run a workflow step's script as GitHub does (bash -eo pipefail) with `dgr-forge` on PATH."""
+    import subprocess
+
+    from forgetest import forge_cmd, forge_env
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    shim = bindir / "dgr-forge"
+    shim.write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
+    shim.chmod(0o755)
+    env = forge_env({"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    return subprocess.run(
+        [
+            "bash",
+            "--noprofile",
+            "--norc",
+            "-eo",
+            "pipefail",
+            "-c",
+            script.replace("${{ matrix.lane }}", lane),
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_path: Path) -> None:
+    """The rendered build step, run for real: a missing toolchain is exit 2, never a pass."""
+    import platform
+    import shutil
+
+    lane = "cuda" if platform.system() == "Darwin" else "metal"  # never buildable here
+    shutil.copytree(REPO / "toolchains", forge_root / "toolchains", dirs_exist_ok=True)
+    shutil.copy(REPO / "recipes" / f"{lane}.toml", forge_root / "recipes")
+    steps = github_jobs(render(forge_root))["lane"]["steps"]
+    build = next(s for s in steps if "dgr-forge build" in s.get("run", ""))
+    doctor = next(s for s in steps if s.get("run") == "dgr-forge doctor")
+
+    probe = shell_step(doctor["run"], lane, forge_root, tmp_path)
+    assert probe.returncode == 0, probe.stderr
+    assert f"{lane} lane" in probe.stderr
+
+    job = shell_step(build["run"], lane, forge_root, tmp_path)
+    assert job.returncode == 2, (job.stdout, job.stderr)
+    report = json.loads((forge_root / f"dgr-build-{lane}.json").read_text())
+    assert report["ok"] is False and report["exit_code"] == 2 and report["command"] == "build"
+    assert json.loads(job.stdout) == report  # the step prints the result into the log
+    assert not (forge_root / ".dgr" / "build" / lane).exists(), "nothing half-built"

@@ -53,9 +53,20 @@ def required_params(path: Path_) -> list[str]:
     return [p.name for p in NODES[path].params if getattr(p, "required", False)]
 
 
-# Failing invocations that differ from the default `--root <empty dir> COMMAND`
-# (expected exit 2): the arguments after the command and the expected exit code.
-FAILING: dict[Path_, tuple[list[str], int]] = {}
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _existing_key(tmp: Path) -> tuple[list[str], int]:
+    (tmp / "key").write_text("not mine to overwrite\n")
+    return ["--out", str(tmp / "key")], 2
+
+
+# Commands that do not fail with the default `--root <empty dir> COMMAND` (exit 2), e.g.
+# because they need no root: a function of a temp dir giving the arguments after the
+# command and the expected exit code.
+FAILING: dict[Path_, Callable[[Path], tuple[list[str], int]]] = {
+    ("keygen",): _existing_key,
+}
 
 
 def _ci_root(tmp: Path) -> Path:
@@ -73,6 +84,9 @@ def _ci_root(tmp: Path) -> Path:
 SUCCEEDING: dict[Path_, Callable[[Path], list[str]]] = {
     ("ci", "matrix"): lambda tmp: ["--root", str(_ci_root(tmp)), "ci", "matrix"],
     ("ci", "render"): lambda tmp: ["--root", str(_ci_root(tmp)), "ci", "render"],
+    ("keygen",): lambda tmp: ["keygen", "--out", str(tmp / "new-key")],
+    ("doctor",): lambda tmp: ["--root", str(REPO), "--workspace", str(tmp / "ws"), "doctor"],
+    ("lanes",): lambda tmp: ["--root", str(REPO), "--workspace", str(tmp / "ws"), "lanes"],
 }
 
 
@@ -120,7 +134,7 @@ def test_discovery_sees_the_registered_commands() -> None:
 
 @pytest.mark.parametrize("path", LEAVES, ids=name)
 def test_failing_invocation_is_one_json_object(path: Path_, sandbox: dict[str, Any]) -> None:
-    args, expected = FAILING.get(path, ([], 2))
+    args, expected = FAILING[path](sandbox["tmp"]) if path in FAILING else ([], 2)
     empty_root = sandbox["tmp"] / "not-a-root"
     empty_root.mkdir()
     result = forge(sandbox, "--root", str(empty_root), *path, *args, "--json")
