@@ -404,3 +404,19 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
     assert report["ok"] is False and report["exit_code"] == 2 and report["command"] == "build"
     assert json.loads(job.stdout) == report  # the step prints the result into the log
     assert not (forge_root / ".dgr" / "build" / lane).exists(), "nothing half-built"
+
+
+def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
+    script = run_forge("--show-completion", "bash")
+    assert script.code == 0, script
+    assert "_DGR_FORGE_COMPLETE=complete_bash" in script.stdout
+    assert "complete -o default -F _dgr_forge_completion dgr-forge" in script.stdout
+    offered = run_forge(
+        env={
+            "_DGR_FORGE_COMPLETE": "complete_bash",
+            "COMP_WORDS": "dgr-forge ci ",
+            "COMP_CWORD": "2",
+        }
+    )
+    assert offered.code == 0, offered
+    assert offered.stdout.split() == ["matrix", "render"]
