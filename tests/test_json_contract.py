@@ -248,3 +248,34 @@ def test_errors_raised_outside_run_keep_the_contract(capsys: pytest.CaptureFixtu
         assert "Traceback" in captured.err
     finally:
         del app.registered_commands[-2:]
+
+
+def test_child_process_output_never_reaches_json_stdout(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """With --json, file descriptor 1 is stderr for everything but the one object."""
+    import subprocess
+
+    def noisy(ctx: typer.Context) -> None:
+        def body(env: Any) -> dict[str, Any]:
+            subprocess.run(["sh", "-c", "echo from-a-child-process"], check=True)
+            print("from-print")
+            return {"done": True}
+
+        run(ctx, "zz-noisy", body)
+
+    app.command("zz-noisy")(noisy)
+    try:
+        assert _main(["zz-noisy", "--json"]) == 0
+        captured = capfd.readouterr()
+        assert json.loads(captured.out) == {
+            "ok": True,
+            "exit_code": 0,
+            "command": "zz-noisy",
+            "done": True,
+        }
+        assert "from-a-child-process" in captured.err and "from-print" in captured.err
+        print("stdout is back")
+        assert capfd.readouterr().out == "stdout is back\n"
+    finally:
+        del app.registered_commands[-1:]

@@ -7,7 +7,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 import typer
 
@@ -66,31 +66,38 @@ def command_path(args: list[str]) -> str:
     return " ".join(path) or "dgr-forge"
 
 
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (in-process callers)
+        return None
+
+
 @contextmanager
 def _json_stdout(enabled: bool) -> Iterator[None]:
-    """With --json, keep the real stdout for the one JSON object and point file descriptor 1
-    (Python's stdout, Typer's help, child processes) at stderr, so nothing else lands there."""
+    """With --json, keep stdout for the one JSON object only: Python's `sys.stdout` (Typer's
+    help, stray prints) and file descriptor 1 (child processes) both go to stderr meanwhile."""
     if not enabled:
         yield
         return
     sys.stdout.flush()
-    try:
-        fd = sys.stdout.fileno()
-    except (AttributeError, OSError, ValueError):  # not a real file (in-process callers)
-        JSON_CHANNEL.stream, saved = sys.stdout, sys.stdout
-        sys.stdout = sys.stderr
-        try:
-            yield
-        finally:
-            sys.stdout = saved
-        return
-    JSON_CHANNEL.stream = os.fdopen(os.dup(fd), "w", encoding="utf-8")
-    os.dup2(sys.stderr.fileno(), fd)
+    saved_stdout = sys.stdout
+    out_fd = _fileno(saved_stdout)
+    stream = saved_stdout if out_fd is None else os.fdopen(os.dup(out_fd), "w", encoding="utf-8")
+    saved_fd1 = os.dup(1)
+    os.dup2(_fileno(sys.stderr) or 2, 1)
+    JSON_CHANNEL.stream = stream
+    sys.stdout = sys.stderr
     try:
         yield
     finally:
-        sys.stdout.flush()
-        JSON_CHANNEL.stream.flush()
+        sys.stdout = saved_stdout
+        JSON_CHANNEL.stream = None
+        os.dup2(saved_fd1, 1)
+        os.close(saved_fd1)
+        stream.flush()
+        if stream is not saved_stdout:
+            stream.close()
 
 
 def _invoke(args: list[str], command: str, as_json: bool) -> int:
