@@ -279,3 +279,42 @@ def test_child_process_output_never_reaches_json_stdout(
         assert capfd.readouterr().out == "stdout is back\n"
     finally:
         del app.registered_commands[-1:]
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
+    """Run the CLI with stdout and stderr on a pseudo-terminal; everything it printed."""
+    import os
+    import pty
+    import subprocess
+
+    from forgetest import forge_cmd, forge_env
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        forge_cmd(*args),
+        stdout=follower,
+        stderr=follower,
+        stdin=subprocess.DEVNULL,
+        env=forge_env({"COLUMNS": "120", "TERM": "xterm-256color", **env}),
+    )
+    os.close(follower)
+    chunks: list[bytes] = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(tmp_path: Path) -> None:
+    args = ["--root", str(REPO), "--workspace", str(tmp_path / "ws"), "lanes"]
+    coloured = _on_a_terminal(args, {"NO_COLOR": ""})
+    assert "\x1b[" in coloured, "a terminal gets styling (table headers)"
+    plain = _on_a_terminal(args, {"NO_COLOR": "1"})
+    assert "\x1b[" not in plain and "cpu" in plain

@@ -72,9 +72,11 @@ class Reporter:
     def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
+        plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
         self.console = Console(
             stderr=True,
-            no_color=bool(os.environ.get("NO_COLOR")) or not _terminal(),
+            no_color=plain,
+            color_system=None if plain else "auto",  # plain: no escape codes at all, not even bold
             highlight=False,
         )
 
