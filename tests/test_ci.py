@@ -165,11 +165,14 @@ def test_github_workflow_lane_matrix_equals_ci_matrix(root: Path) -> None:
     assert lane["strategy"]["matrix"]["include"] == EXPECTED_MATRIX["include"]
     assert lane["runs-on"] == "${{ matrix.runs_on }}"
     assert lane["container"] == "${{ matrix.container }}"
-    assert lane["env"]["DGR_SIGNING_KEY"] == "${{ secrets.DGR_SIGNING_KEY }}"
 
     steps = lane["steps"]
     build = next(step for step in steps if "dgr-forge build" in step.get("run", ""))
     assert "dgr-forge build --lane ${{ matrix.lane }} --json" in build["run"]
+    # the signing key comes from the secret, and only the build step sees it
+    assert build["env"] == {"DGR_SIGNING_KEY": "${{ secrets.DGR_SIGNING_KEY }}"}
+    assert "DGR_SIGNING_KEY" not in lane.get("env", {})
+    assert [s for s in steps if "DGR_SIGNING_KEY" in str(s)] == [build]
     # the build's exit code (2 when the lane's toolchain is missing) is the step's
     assert build["run"].rstrip().endswith('exit "$status"')
     uploads = [step for step in steps if step.get("uses", "").startswith("actions/upload-artifact")]
