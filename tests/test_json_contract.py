@@ -213,12 +213,9 @@ def test_without_json_errors_stay_off_stdout_and_uncoloured(sandbox: dict[str, A
 
 
 def _main(argv: list[str]) -> int:
-    JSON_CHANNEL.emitted = False
-    JSON_CHANNEL.stream = None
     with pytest.raises(SystemExit) as exit_info:
         cli.main(argv)
-    JSON_CHANNEL.emitted = False
-    JSON_CHANNEL.stream = None
+    assert JSON_CHANNEL.stream is None, "main restores stdout"
     return int(exit_info.value.code or 0)
 
 

@@ -95,8 +95,8 @@ JSON_CHANNEL = JsonChannel()
 
 
 def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
-    """Print the --json object; only the first call in a process prints (one object)."""
-    if JSON_CHANNEL.emitted:
+    """Print the --json object; under `cli.main` only the first call prints (one object)."""
+    if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
         return
     JSON_CHANNEL.emitted = True
     payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}

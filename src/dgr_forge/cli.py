@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     head = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in head
     command = command_path(args)
+    JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):
         code = _invoke(args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
