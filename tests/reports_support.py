@@ -48,7 +48,9 @@ def make_worker(path: Path) -> str:
     """A worker source repo with a fixed date: the same commit id wherever it is made."""
     path.mkdir(parents=True)
     sh_git(path, "init", "-q")
-    (path / "CMakeLists.txt").write_text("project(worker CXX)\nadd_executable(dgr-shard-worker w.cpp)\n")
+    (path / "CMakeLists.txt").write_text(
+        "project(worker CXX)\nadd_executable(dgr-shard-worker w.cpp)\n"
+    )
     (path / "w.cpp").write_text("int main() { return 0; }\n")
     sh_git(path, "add", "-A")
     date = "2025-02-01T00:00:00Z"
@@ -86,7 +88,7 @@ def lane_build(forge: Forge, lane: str = "cpu", tag: str = "") -> LaneBuild:
     for p, data in files.items():
         p.write_bytes(data)
     cache = build_dir / "CMakeCache.txt"
-    cache.write_text(f"CMAKE_BUILD_TYPE:STRING=Release\nGGML_NATIVE:BOOL=OFF\n")
+    cache.write_text("CMAKE_BUILD_TYPE:STRING=Release\nGGML_NATIVE:BOOL=OFF\n")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
     log = forge.logs_dir / f"build-{lane}.log"
     log.write_text("[1/3] Building C object ggml.c.o\n[3/3] Linking llama-cli\n")
@@ -96,7 +98,11 @@ def lane_build(forge: Forge, lane: str = "cpu", tag: str = "") -> LaneBuild:
     cc_version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     recipe = forge.recipes_dir / f"{lane}.toml"
     now = datetime.now(UTC)
-    kinds = {"llama-cli": "EXECUTABLE", "dgr-shard-worker": "EXECUTABLE", "libllama.so": "SHARED_LIBRARY"}
+    kinds = {
+        "llama-cli": "EXECUTABLE",
+        "dgr-shard-worker": "EXECUTABLE",
+        "libllama.so": "SHARED_LIBRARY",
+    }
     return LaneBuild(
         lane=lane,
         recipe_file=f"recipes/{lane}.toml",
@@ -127,8 +133,7 @@ def lane_build(forge: Forge, lane: str = "cpu", tag: str = "") -> LaneBuild:
         started_on=now - timedelta(seconds=3),
         finished_on=now,
         artifacts=[
-            Artifact(name=p.name, kind=kinds[p.name], path=p, sha256=sha256_file(p))
-            for p in files
+            Artifact(name=p.name, kind=kinds[p.name], path=p, sha256=sha256_file(p)) for p in files
         ],
     )
 

@@ -174,3 +174,12 @@ def test_resolve_verifier_order_and_missing_key(
     default = keys.generate(keys.default_key_path())
     v = keys.resolve_verifier(None)
     assert v.keyid == default.keyid and v.source.endswith("signing-key.pem.pub")
+
+
+def test_keygen_into_an_unwritable_place_is_exit_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory\n")
+    r = run_forge("keygen", "--out", str(blocker / "k.pem"))
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "cannot write the key" in r.stderr and "--out" in r.stderr
+    assert blocker.read_text() == "not a directory\n"

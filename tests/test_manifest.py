@@ -70,6 +70,11 @@ def test_repo_manifest_pins_the_real_upstream() -> None:
         (manifest_text("u", "main"), "upstream.commit", "branch and tag names are refused"),
         (manifest_text("u", COMMIT[:12]), "upstream.commit", "not a full 40-hex"),
         (manifest_text("u", COMMIT.upper()), "upstream.commit", "not a full 40-hex"),
+        (
+            manifest_text("u", COMMIT).replace(COMMIT, COMMIT + "\\n"),
+            "upstream.commit",
+            "not a full 40-hex",
+        ),
         (manifest_text("u", COMMIT, "xyz"), "upstream.tree", "tree id"),
         (manifest_text("u", COMMIT) + "color = 1\n", "color", "unknown key"),
         (manifest_text("u", COMMIT).replace("schema = 1", "schema = 2"), "schema", "expected 1"),

@@ -14,29 +14,31 @@ the last report is reused (nothing is re-signed).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
-from dgr_forge.errors import BadInput, OperationFailed
+from dgr_forge.errors import BadInput
 from dgr_forge.forge import Forge
-from dgr_forge.fsutil import atomic_write_text, read_json, sha256_file, write_json
+from dgr_forge.fsutil import read_json, sha256_file, write_json
+from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.manifest import load as load_manifest
 from dgr_forge.output import Reporter
 from dgr_forge.recipes import Recipe, load_all, select
 from dgr_forge.records import Artifact, LaneBuild, PatchInput, Tool
+
+if TYPE_CHECKING:
+    from dgr_forge.patches import PatchedTree
 
 STATE_SCHEMA = 1
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
@@ -110,108 +112,17 @@ def save_lane_state(forge: Forge, lane: str, entry: dict[str, Any]) -> None:
     write_json(forge.state_file, state)
 
 
-# ----------------------------------------------------------------------------- other helpers' code
-# Interfaces from HELPERS.md. Until the fetch/patch/reports branches are merged these
-# fall back to minimal local versions (marked TEMPORARY) so `build` works on its own.
+# ----------------------------------------------------------------------------- reports
 
 
-def _optional(module: str, name: str) -> Any:
-    try:
-        return getattr(importlib.import_module(f"dgr_forge.{module}"), name)
-    except (ImportError, AttributeError):
-        return None
+def write_report(
+    forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter
+) -> Path:
+    # imported here: a no-op rebuild never signs, so it never pays for the crypto imports
+    from dgr_forge import keys, reports
 
-
-def workspace_lock(forge: Forge, out: Reporter) -> AbstractContextManager[Any]:
-    lock = _optional("lock", "workspace_lock")
-    if lock is not None:
-        return lock(forge, out)  # type: ignore[no-any-return]
-    return _shim_lock(forge)
-
-
-@contextmanager
-def _shim_lock(forge: Forge) -> Iterator[None]:  # TEMPORARY until fetch is merged
-    import fcntl
-
-    forge.workspace.mkdir(parents=True, exist_ok=True)
-    with forge.lock_file.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@dataclass(frozen=True)
-class _Patched:  # the fields of patches.PatchedTree that build uses
-    src_dir: Path
-    base_commit: str
-    head_commit: str
-    result_tree: str
-    changed: bool
-
-
-def ensure_patched(
-    forge: Forge, m: UpstreamManifest, out: Reporter, mirror: str | None, offline: bool
-) -> _Patched:
-    real = _optional("patches", "ensure_patched")
-    if real is not None:
-        p = real(forge, m, out, mirror=mirror, offline=offline)
-        return _Patched(p.src_dir, p.base_commit, p.head_commit, p.result_tree, p.changed)
-    return _shim_ensure_patched(forge, m, out, mirror, offline)
-
-
-def _shim_ensure_patched(  # TEMPORARY until fetch + patch are merged
-    forge: Forge, m: UpstreamManifest, out: Reporter, mirror: str | None, offline: bool
-) -> _Patched:
-    src = forge.src_dir(m.name)
-    url = mirror or os.environ.get("DGR_MIRROR") or m.url
-    changed = False
-    if not (src / ".git").exists():
-        src.mkdir(parents=True, exist_ok=True)
-        gitutil.git(src, "init", "-q")
-    if not gitutil.has_object(src, m.commit):
-        if offline:
-            raise OperationFailed(f"{m.commit} not fetched and --offline given")
-        out.step(f"fetch {m.name} {m.commit[:12]}")
-        gitutil.git(src, "fetch", "-q", url, isolated=False)
-        changed = True
-    head = gitutil.rev_parse(src, "HEAD")
-    want = m.result_tree or gitutil.tree_of(src, m.commit)
-    if head is None or gitutil.tree_of(src, "HEAD") != want or gitutil.status_porcelain(src):
-        gitutil.git(src, "checkout", "-q", "--detach", "--force", m.commit)
-        gitutil.git(src, "clean", "-qfdx")
-        for entry in m.series:
-            out.step(f"apply {entry.file}")
-            env = {**gitutil.FORGE_IDENTITY}
-            proc = gitutil.git(src, "am", "-q", "--committer-date-is-author-date",
-                               str(m.patch_path(entry)), check=False, env=env)
-            if proc.returncode != 0:
-                gitutil.git(src, "am", "--abort", check=False)
-                raise OperationFailed(f"patch {entry.file} does not apply: {proc.stderr.strip()}")
-        changed = True
-    head_commit = gitutil.rev_parse(src, "HEAD") or m.commit
-    tree = gitutil.tree_of(src, "HEAD")
-    if m.result_tree and tree != m.result_tree:
-        raise OperationFailed(f"patched tree {tree} != manifest result tree {m.result_tree}")
-    return _Patched(src, m.commit, head_commit, tree, changed)
-
-
-def write_report(forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter) -> Path:
-    writer = _optional("reports", "write_report")
-    resolve_signer = _optional("keys", "resolve_signer")
-    if writer is not None and resolve_signer is not None:
-        signer = resolve_signer(key, out) if sign else None
-        return writer(forge, record, signer, out)  # type: ignore[no-any-return]
-    # TEMPORARY until reports is merged: the record as plain, unsigned JSON
-    out.warn("signed reports are not available yet in this build; writing an unsigned record")
-    path = forge.reports_dir / f"{record.lane}-{record.finished_on:%Y%m%dT%H%M%S%fZ}.json"
-    payload = {
-        k: (str(v) if isinstance(v, Path | datetime) else v) for k, v in vars(record).items()
-    }
-    atomic_write_text(path, json.dumps(payload, indent=2, default=lambda o: {
-        k: str(v) if isinstance(v, Path) else v for k, v in vars(o).items()}) + "\n")
-    return path
+    signer = keys.resolve_signer(key, out) if sign else None
+    return reports.write_report(forge, record, signer, out)
 
 
 # ----------------------------------------------------------------------------- planning
@@ -227,6 +138,9 @@ class LanePlan:
     ninja: str
     launcher: str | None
     compiler_args: list[str]  # -DCMAKE_CUDA_COMPILER=... from probes
+    # every tool the recipe requires, where this host has it: a compiler that moved
+    # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
+    tool_paths: dict[str, str] = field(default_factory=dict)
 
 
 def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
@@ -300,7 +214,11 @@ def _file_digest(path: Path | None) -> str | None:
 
 
 def inputs_digest(
-    forge: Forge, m: UpstreamManifest, plan: LanePlan, spec: worker.WorkerSpec | None, args: list[str]
+    forge: Forge,
+    m: UpstreamManifest,
+    plan: LanePlan,
+    spec: worker.WorkerSpec | None,
+    args: list[str],
 ) -> str:
     """Everything configure depends on; a change means reconfigure (worker *sources* are
     Ninja's business, only the worker's identity counts here)."""
@@ -314,6 +232,7 @@ def inputs_digest(
         "cmake_modules": {p.name: sha256_file(p) for p in modules},
         "worker": spec.identity if spec else None,
         "cmake": plan.cmake,
+        "tools": plan.tool_paths,
         "args": args,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -361,9 +280,7 @@ def error_lines(lines: list[str], limit: int = 40) -> list[str]:
         start = next((i for i, line in enumerate(lines) if "CMake Error" in line), None)
     if start is None:
         start = max(0, len(lines) - limit)
-    picked = [
-        line for line in lines[start:] if not line.startswith("ninja: build stopped")
-    ]
+    picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
     return picked[:limit]
 
 
@@ -388,8 +305,10 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
     for name in ("cmake", "ninja"):
         if not doctor.tool(name).found:
             refuse_unbuildable(
-                [LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
-                 for r in selected]
+                [
+                    LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
+                    for r in selected
+                ]
             )
     spec = worker.resolve(forge, opts.worker)
     launcher = doctor.launcher()
@@ -410,12 +329,13 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 ninja=str(doctor.tool("ninja").path),
                 launcher=launcher.path if launcher else None,
                 compiler_args=compiler_args,
+                tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
             )
         )
 
     results: list[LaneResult] = []
     with workspace_lock(forge, out):
-        patched: _Patched | None = None
+        patched: PatchedTree | None = None
         upstream_dir = forge.src_dir(m.name)
         for plan in plans:
             state = load_state(forge)["lanes"].get(plan.recipe.name, {})
@@ -428,6 +348,12 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 and state.get("head_commit")
                 and (upstream_dir / ".git").exists()
                 and gitutil.rev_parse(upstream_dir, "HEAD") == state.get("head_commit")
+                # local edits to tracked upstream files: ensure_patched decides (it refuses
+                # to build them silently); a report must never claim the patched tree
+                # while Ninja compiles something else
+                and not gitutil.git(
+                    upstream_dir, "status", "--porcelain", "--untracked-files=no"
+                ).stdout.strip()
             )
             result = LaneResult(
                 lane=plan.recipe.name,
@@ -442,13 +368,28 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 t = time.monotonic()
                 if spec is not None:
                     worker.ensure_worker(spec, out, offline=opts.offline)
-                patched = ensure_patched(forge, m, out, opts.mirror, opts.offline)
+                from dgr_forge.patches import ensure_patched  # not needed on the no-op path
+
+                patched = ensure_patched(forge, m, out, mirror=opts.mirror, offline=opts.offline)
                 result.patched = patched.changed
                 result.timings["patch"] = time.monotonic() - t
             head = patched.head_commit if patched else str(state.get("head_commit"))
             ok = _build_lane(
-                forge, m, out, opts, plan, spec, args, digest, head, bool(up_to_date),
-                state, result, doctor, started, t0,
+                forge,
+                m,
+                out,
+                opts,
+                plan,
+                spec,
+                args,
+                digest,
+                head,
+                bool(up_to_date),
+                state,
+                result,
+                doctor,
+                started,
+                t0,
             )
             if not ok:
                 break
@@ -496,7 +437,9 @@ def _build_lane(
             out.step(f"{lane}: configure ({'worker ' + spec.location if spec else m.name})")
             t = time.monotonic()
             cmake_api.write_query(plan.build_dir)
-            full = [plan.cmake, *args, f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [plan.cmake, *args]
+            full = (
+                [plan.cmake, *args, f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [plan.cmake, *args]
+            )
             if (plan.build_dir / "CMakeCache.txt").exists():
                 full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
             code, lines = _run_logged(full, log, env)
@@ -578,7 +521,7 @@ def _build_lane(
         result_tree=gitutil.tree_of(upstream_dir, head),
         worker=worker.describe(spec) if spec else None,
         tools=_tools(reply, doctor, plan),
-        cmake_args=[plan.cmake, *args],
+        cmake_args=[plan.cmake, *args, *([f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [])],
         compiler_launcher=plan.launcher,
         source_date_epoch=int(env["SOURCE_DATE_EPOCH"]),
         build_dir=plan.build_dir,
@@ -593,8 +536,7 @@ def _build_lane(
     result.status = "built"
     result.report = str(report)
     result.artifacts = [
-        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256}
-        for a in artifacts
+        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
     ]
     entry["last_build"] = {
         "time": record.finished_on.isoformat(),
@@ -645,7 +587,9 @@ def _tools(reply: cmake_api.Reply, doctor: Doctor, plan: LanePlan) -> list[Tool]
     tools.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
         tools.append(
-            Tool(f"{comp.language.lower()}-compiler", comp.path, f"{comp.id} {comp.version}".strip())
+            Tool(
+                f"{comp.language.lower()}-compiler", comp.path, f"{comp.id} {comp.version}".strip()
+            )
         )
     known = {t.path for t in tools}
     for name in plan.recipe.tools:

@@ -84,7 +84,7 @@ def read_reply(build_dir: Path) -> Reply:
     for response in responses:
         if "jsonFile" in response:
             files[response["kind"]] = reply_dir / response["jsonFile"]
-    missing = [r["kind"] for r in REQUESTS if r["kind"] not in files]
+    missing = [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]
     if missing:
         raise OperationFailed(
             f"CMake File API reply lacks {', '.join(missing)}",

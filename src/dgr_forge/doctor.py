@@ -8,11 +8,13 @@ about a lane.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import platform
 import re
 import shutil
 import subprocess
+import sysconfig
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ SCHEMA = 1
 _TOOL_KEYS = {
     "description",
     "executables",
-    "python_dir",
+    "python_dirs",
     "hints",
     "path_search",
     "find_command",
@@ -55,7 +57,7 @@ class ToolProbe:
     name: str
     description: str
     executables: tuple[str, ...]
-    python_dir: str | None
+    python_dirs: tuple[str, ...]
     hints: tuple[str, ...]
     path_search: bool
     find_command: tuple[str, ...]
@@ -212,7 +214,9 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             raise _fail(shown, key, "must be a table", f"write [{key}]")
         bad = sorted(set(t) - _TOOL_KEYS)
         if bad:
-            raise _fail(shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_TOOL_KEYS)))
+            raise _fail(
+                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_TOOL_KEYS))
+            )
         path_search = t.get("path_search", True)
         if not isinstance(path_search, bool):
             raise _fail(shown, f"{key}.path_search", "must be true or false", "path_search = false")
@@ -220,7 +224,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             name=name,
             description=_str(shown, f"{key}.description", t.get("description"), name) or name,
             executables=_strs(shown, f"{key}.executables", t.get("executables", [])),
-            python_dir=_str(shown, f"{key}.python_dir", t.get("python_dir")),
+            python_dirs=_strs(shown, f"{key}.python_dirs", t.get("python_dirs", [])),
             hints=_strs(shown, f"{key}.hints", t.get("hints", [])),
             path_search=path_search,
             find_command=_strs(shown, f"{key}.find_command", t.get("find_command", [])),
@@ -238,7 +242,9 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             raise _fail(shown, key, "must be a table", f"write [{key}]")
         bad = sorted(set(lib) - _LIB_KEYS)
         if bad:
-            raise _fail(shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_LIB_KEYS)))
+            raise _fail(
+                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_LIB_KEYS))
+            )
         libraries[name] = LibraryProbe(
             name=name,
             description=_str(shown, f"{key}.description", lib.get("description"), name) or name,
@@ -258,7 +264,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
 
 
 def _expand(entry: str) -> str | None:
-    """"$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
+    """ "$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
     m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)
     if not m:
         return entry
@@ -267,6 +273,23 @@ def _expand(entry: str) -> str | None:
 
 
 def _python_dir(spec: str) -> str | None:
+    """A directory an installed wheel ships binaries in.
+
+    "pkg/sub/dir": inside the package, found without importing it (importing the cmake
+    wheel costs ~0.1 s, too much for a no-op build); "@scripts": this Python's scripts
+    directory; "module:ATTR": the attribute of the imported module (the slow fallback).
+    """
+    if spec == "@scripts":
+        return sysconfig.get_path("scripts")
+    if ":" not in spec:
+        package, _, sub = spec.partition("/")
+        try:
+            found = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            return None
+        locations = list(found.submodule_search_locations or []) if found else []
+        path = Path(locations[0]) / sub if locations else None
+        return str(path) if path and path.is_dir() else None
     module, _, attr = spec.partition(":")
     try:
         value = getattr(importlib.import_module(module), attr)
@@ -302,18 +325,30 @@ class Doctor:
         packages = self._packages(probe.packages, probe.name)
         if probe.host_os and host_os() not in probe.host_os:
             return ProbeResult(
-                name, "tool", probe.description, False, None,
-                f"only on {', '.join(probe.host_os)}", packages,
+                name,
+                "tool",
+                probe.description,
+                False,
+                None,
+                f"only on {', '.join(probe.host_os)}",
+                packages,
             )
         dirs: list[str] = []
-        if probe.python_dir:
-            wheel = _python_dir(probe.python_dir)
+        for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
+            wheel = _python_dir(spec)
             if wheel:
                 dirs.append(wheel)
-        dirs += [d for d in (_expand(h) for h in probe.hints) if d]
-        search = os.pathsep.join(dirs)
+                found = next(
+                    (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
+                )
+                if found:
+                    return ProbeResult(
+                        name, "tool", probe.description, True, found, found, packages
+                    )
+        hints = [d for d in (_expand(h) for h in probe.hints) if d]
+        dirs += hints
         for exe in probe.executables:
-            found = shutil.which(exe, path=search) if search else None
+            found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None
             if found is None and probe.path_search:
                 found = shutil.which(exe, path=self.path_env)
             if found:
@@ -429,14 +464,25 @@ class Doctor:
                     continue
             shown = str(lib or include)
             return ProbeResult(
-                name, "library", probe.description, True, shown, shown, packages,
+                name,
+                "library",
+                probe.description,
+                True,
+                shown,
+                shown,
+                packages,
                 include_dir=str(include) if include else None,
             )
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
         return ProbeResult(
-            name, "library", probe.description, False, None,
-            f"{wanted} not found under {looked}", packages,
+            name,
+            "library",
+            probe.description,
+            False,
+            None,
+            f"{wanted} not found under {looked}",
+            packages,
         )
 
     # -- helpers --
@@ -453,9 +499,7 @@ class Doctor:
                 series = "-".join(version.split(".")[:2])
         out: dict[str, list[str]] = {}
         for system, names in packages.items():
-            out[system] = [
-                n.replace("{cuda_series}", series or "<cuda-version>") for n in names
-            ]
+            out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
         return out
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:

@@ -48,6 +48,9 @@ PIN_REF = "refs/dgr/pin"
 # where the full-fetch fallback keeps the upstream's branches and tags
 UPSTREAM_REFS = ("+refs/heads/*:refs/dgr/upstream/heads/*", "+refs/tags/*:refs/dgr/upstream/tags/*")
 CHECKOUT_JOURNAL = "dgr-checkout"
+# the patch step's journal (patches.PATCH_JOURNAL): a `git am` was killed mid-series; its
+# half-applied work tree is the forge's, not the user's, and is rolled back to the pin
+PATCH_JOURNAL = "dgr-patching"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
@@ -116,7 +119,7 @@ def _inspect(src: Path) -> _Worktree:
         i += 1
         if entry.startswith("# branch.oid "):
             oid = entry.split(" ", 2)[2]
-            head = oid if gitutil.HEX40.match(oid) else None
+            head = oid if gitutil.HEX40.fullmatch(oid) else None
         elif entry.startswith("1 "):
             parts = entry.split(" ", 8)
             xy = parts[1].replace(".", "")
@@ -146,15 +149,58 @@ def _commit_tree(src: Path, commit: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
-def _descends_from(src: Path, head: str, commit: str) -> bool:
-    if head == commit:
-        return True
-    proc = gitutil.git(src, "merge-base", "--is-ancestor", commit, head, check=False)
-    return proc.returncode == 0
+FORGE_EMAIL = gitutil.FORGE_IDENTITY["GIT_COMMITTER_EMAIL"]
+
+
+def commits_on_pin(src: Path, head: str, pin: str) -> int | None:
+    """How many of the forge's own commits HEAD has on top of the pin (0: HEAD is the pin).
+
+    None when HEAD is anything else: not a descendant, or reached through commits the forge
+    did not make. The forge's commits (patch, rebase) are the ones whose committer is
+    `gitutil.FORGE_IDENTITY`; they must form a linear chain whose root's parent is the pin.
+    Whether they are the *right* patch commits is the patch step's exact tree check.
+    """
+    if head == pin:
+        return 0
+    proc = gitutil.git(
+        src,
+        "log",
+        "--topo-order",
+        "--format=%H %P%x00%ce",
+        f"{pin}..{head}",
+        check=False,
+        env=READ_ONLY_ENV,
+    )
+    lines = proc.stdout.splitlines()
+    if proc.returncode != 0 or not lines:
+        return None
+    expected = head
+    for line in lines:
+        ids, _, email = line.partition("\0")
+        commit, *parents = ids.split()
+        if commit != expected or len(parents) != 1 or email != FORGE_EMAIL:
+            return None
+        expected = parents[0]
+    return len(lines) if expected == pin else None
+
+
+def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
+    """Commits in HEAD that are neither the upstream's (fetched refs, the pin) nor the forge's:
+    someone committed in the workspace. Lines are "<id> <subject>"."""
+    args = ["log", "--format=%H%x00%ce%x00%s", head, "--not", "--glob=refs/dgr/*"]
+    if pin is not None:
+        args.append(pin)
+    proc = gitutil.git(src, *args, check=False, env=READ_ONLY_ENV)
+    found = []
+    for line in proc.stdout.splitlines():
+        commit, email, subject = [*line.split("\0"), "", ""][:3]
+        if email != FORGE_EMAIL:
+            found.append(f"{commit[:12]} {subject}")
+    return found
 
 
 def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> OperationFailed:
-    where = f" fetched from {url}" if url else ""
+    where = f" fetched from {display_url(url)}" if url else ""
     return OperationFailed(
         f"tree mismatch for {m.name} commit {m.commit}{where}: the manifest pins tree "
         f"{m.tree}, the commit has tree {actual}",
@@ -187,6 +233,7 @@ class UpstreamStatus:
     shallow: bool = False
     interrupted: bool = False  # a checkout was cut short; the next fetch completes it
     local_changes: list[LocalChange] = field(default_factory=list)
+    local_commits: list[str] = field(default_factory=list)  # "<id> <subject>", not the forge's
 
     @property
     def verified(self) -> bool:
@@ -216,18 +263,18 @@ def workspace_status(forge: Forge, m: UpstreamManifest) -> UpstreamStatus:
     st.head = wt.head
     st.local_changes = wt.changes
     st.shallow = (src / ".git" / "shallow").exists()
-    st.interrupted = (src / ".git" / CHECKOUT_JOURNAL).exists()
+    st.interrupted = any((src / ".git" / j).exists() for j in (CHECKOUT_JOURNAL, PATCH_JOURNAL))
     st.pin_tree = _commit_tree(src, m.commit)
     st.pin_present = st.pin_tree is not None
     if st.pin_tree is not None and m.tree is not None:
         st.tree_verified = st.pin_tree == m.tree
     if wt.head is not None and st.pin_present:
         st.at_pin = wt.head == m.commit
-        st.commit_verified = _descends_from(src, wt.head, m.commit)
-        if st.commit_verified and not st.at_pin:
-            st.commits_on_top = int(
-                gitutil.out(src, "rev-list", "--count", f"{m.commit}..{wt.head}", env=READ_ONLY_ENV)
-            )
+        on_top = commits_on_pin(src, wt.head, m.commit)
+        st.commit_verified = on_top is not None
+        st.commits_on_top = on_top or 0
+    if wt.head is not None and not st.commit_verified:
+        st.local_commits = local_commits(src, wt.head, m.commit if st.pin_present else None)
     return st
 
 
@@ -239,11 +286,10 @@ def resolve_mirror(mirror: str | None) -> str | None:
     value = mirror if mirror else os.environ.get("DGR_MIRROR", "").strip() or None
     if value is None:
         return None
-    if "://" not in value:
-        path = Path(value).expanduser()
-        if path.exists() or value.startswith(("/", ".", "~")):
-            return path.resolve().as_uri()
-    return value
+    if "://" in value or (re.match(r"^[^/]+:", value) and not Path(value).exists()):
+        return value  # a URL, or scp-like user@host:path
+    # a path: made absolute here, since git runs inside the work tree
+    return Path(value).expanduser().resolve().as_uri()
 
 
 def ensure_fetched(
@@ -271,14 +317,15 @@ def _ensure(
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
     journal = gitdir / CHECKOUT_JOURNAL
+    patching = gitdir / PATCH_JOURNAL
 
     # The fast path: already verified at the pin (or pin + patch commits), clean: 2 git calls.
     wt: _Worktree | None = None
-    if _is_repo(src) and not journal.exists():
+    if _is_repo(src) and not journal.exists() and not patching.exists():
         wt = _inspect(src)
         if wt.head is not None and not wt.changes:
             pin_tree = _commit_tree(src, m.commit)
-            if pin_tree is not None and _descends_from(src, wt.head, m.commit):
+            if pin_tree is not None and commits_on_pin(src, wt.head, m.commit) is not None:
                 if m.tree is not None and pin_tree != m.tree:
                     raise _tree_mismatch(m, pin_tree, None)
                 return FetchResult(src, m.commit, pin_tree, changed=False)
@@ -287,22 +334,28 @@ def _ensure(
         _init(src)
         wt = None
     _remove_leftovers(gitdir)
-    recovering = journal.exists()
-    if wt is None:
+    recovering = journal.exists() or patching.exists()
+    if patching.exists() and (gitdir / "rebase-apply").exists():
+        gitutil.git(src, "am", "--abort", check=False)
+    if wt is None or recovering:
         wt = _inspect(src)
 
-    saved: Path | None = None
-    if wt.changes and not recovering:
-        if not force:
-            raise _dirty_error(forge, src, wt.changes)
-        saved = _save_changes(forge, m, src, wt.head)
-        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
-        out.info(f"  re-apply them with: git -C {src} apply {saved}")
-        _discard_changes(src, wt.head)
+    # refuse before any network traffic; with --force, save and discard only once the pin
+    # is fetched and verified (a failed fetch then leaves the edits where they are)
+    dirty = bool(wt.changes) and not recovering
+    if dirty and not force:
+        raise _dirty_error(forge, src, wt.changes)
+    pin_here = _commit_tree(src, m.commit) is not None
+    moving = wt.head is None or commits_on_pin(src, wt.head, m.commit) is None
+    commits: list[str] = []
+    if moving and wt.head is not None and not recovering:
+        commits = local_commits(src, wt.head, m.commit if pin_here else None)
+        if commits and not force:
+            raise _local_commits_error(forge, src, commits)
 
     url = mirror or m.url
     method = "local"
-    if _commit_tree(src, m.commit) is None:
+    if not pin_here:
         if offline:
             raise OperationFailed(
                 f"commit {m.commit} is not in the workspace ({forge.rel(src)}) and --offline "
@@ -318,18 +371,32 @@ def _ensure(
     actual = gitutil.rev_parse(src, m.commit)
     if actual != m.commit:
         raise OperationFailed(
-            f"commit {m.commit} not found at {url}",
+            f"commit {m.commit} not found at {display_url(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
-            details={"commit": m.commit, "url": url},
+            details={"commit": m.commit, "url": display_url(url)},
         )
     pin_tree = gitutil.tree_of(src, m.commit)
     if m.tree is not None and pin_tree != m.tree:
         raise _tree_mismatch(m, pin_tree, url if method != "local" else None)
 
+    saved: Path | None = None
+    if dirty:
+        saved = _save_changes(forge, m, src, wt.head)
+        out.info(f"saved local changes of {forge.rel(src)} to {saved}")
+        out.info(f"  re-apply them with: git -C {src} apply {saved}")
+        _discard_changes(src, wt.head)
+    if commits:
+        assert wt.head is not None
+        saved_commits = _save_commits(forge, m, src, wt.head, m.commit if pin_here else None)
+        out.info(f"saved the workspace's own commits to {saved_commits}")
+        out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
+
     # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
-    if recovering or wt.head is None or not _descends_from(src, wt.head, m.commit):
+    if recovering or moving:
         _checkout(src, m.commit, journal)
-    gitutil.git(src, "update-ref", PIN_REF, m.commit)
+        patching.unlink(missing_ok=True)
+    else:
+        gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if method in ("shallow", "full"):
         out.info(f"{m.name} at {m.commit} (tree {pin_tree}) verified")
     return FetchResult(
@@ -347,6 +414,38 @@ def _dirty_error(forge: Forge, src: Path, changes: list[LocalChange]) -> NeedsHu
         f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
         details={"local_changes": [asdict(c) for c in changes]},
     )
+
+
+def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHuman:
+    shown = "; ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
+    return NeedsHuman(
+        f"the workspace {forge.rel(src)} has commits of its own on top of the upstream: {shown}",
+        hint=f"keep them (e.g. `git -C {src} format-patch` them, or turn them into patches in "
+        "the series), or re-run with --force to save them as an mbox under "
+        f"{forge.rel(forge.logs_dir)} and continue",
+        details={"local_commits": commits},
+    )
+
+
+def _save_commits(forge: Forge, m: UpstreamManifest, src: Path, head: str, pin: str | None) -> Path:
+    """The workspace's own commits as one mbox (`git am` re-applies them)."""
+    args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
+    args += ["--glob=refs/dgr/*", *([pin] if pin else [])]
+    proc = gitutil.git(src, *args, text=False)
+    target = _log_path(forge, f"fetch-saved-commits-{m.name}", ".mbox")
+    atomic_write_bytes(target, cast(bytes, proc.stdout))
+    return target
+
+
+def _log_path(forge: Forge, stem: str, suffix: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    forge.logs_dir.mkdir(parents=True, exist_ok=True)
+    target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = forge.logs_dir / f"{stem}-{stamp}-{n}{suffix}"
+    return target
 
 
 def _init(src: Path) -> None:
@@ -423,15 +522,9 @@ def _save_changes(forge: Forge, m: UpstreamManifest, src: Path, head: str | None
         )
     finally:
         tmp_index.unlink(missing_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"fetch-saved-{m.name}-{stamp}.patch"
-    n = 1
-    while target.exists():
-        n += 1
-        target = forge.logs_dir / f"fetch-saved-{m.name}-{stamp}-{n}.patch"
+    target = _log_path(forge, f"fetch-saved-{m.name}", ".patch")
     header = (
-        f"# Local changes of {src}, saved by `dgr-forge fetch --force` at {stamp}.\n"
+        f"# Local changes of {src}, saved by `dgr-forge fetch --force`.\n"
         f"# Base commit: {head or '(none)'}\n"
         f"# Re-apply on that base: git -C {src} apply {target}\n\n"
     ).encode()
@@ -451,6 +544,8 @@ def _checkout(src: Path, commit: str, journal: Path) -> None:
     """Detach HEAD at `commit`, journaled so a killed checkout is finished next time."""
     journal.write_text(commit + "\n")
     gitutil.git(src, "checkout", "-q", "-f", "--detach", commit)
+    # the ref first: a crash after the journal is gone must leave the pin marked as upstream
+    gitutil.git(src, "update-ref", PIN_REF, commit)
     journal.unlink()
 
 
@@ -463,7 +558,7 @@ _PROGRESS = re.compile(
 
 def _transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
-    out.step(f"fetching {name} {commit[:12]} from {_display(url)}")
+    out.step(f"fetching {name} {commit[:12]} from {display_url(url)}")
     shallow = _run_fetch(src, out, ["--depth=1", url, commit])
     if shallow.returncode == 0:
         return "shallow"
@@ -477,25 +572,26 @@ def _transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str
     full = _run_fetch(src, out, args)
     if full.returncode != 0:
         raise OperationFailed(
-            f"fetching {name} from {url} failed: {_last_error(full.stderr)}",
+            f"fetching {name} from {display_url(url)} failed: {_last_error(full.stderr)}",
             hint="check the URL and network access; on an air-gapped host fetch from a local "
             "copy with --mirror PATH (or DGR_MIRROR)",
-            details={"url": url, "git_stderr": full.stderr[-4000:]},
+            details={"url": display_url(url), "git_stderr": full.stderr[-4000:]},
         )
     if gitutil.rev_parse(src, commit) != commit:
         raise OperationFailed(
-            f"commit {commit} not found at {url}",
+            f"commit {commit} not found at {display_url(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository's branches "
             "or tags?) and the URL",
-            details={"commit": commit, "url": url},
+            details={"commit": commit, "url": display_url(url)},
         )
     return "full"
 
 
-def _display(url: str) -> str:
+def display_url(url: str) -> str:
+    """The URL without credentials (an http user part is often a token), for messages."""
     parsed = urlparse(url)
-    if parsed.password:  # never echo credentials
-        return url.replace(f":{parsed.password}@", ":***@")
+    if parsed.scheme in ("http", "https") and "@" in parsed.netloc:
+        return parsed._replace(netloc="***@" + parsed.netloc.rsplit("@", 1)[1]).geturl()
     return url
 
 
@@ -547,7 +643,9 @@ def _run_fetch(src: Path, out: Reporter, args: list[str]) -> _FetchRun:
             _progress_line(buf.decode(errors="replace").strip(), sink, tasks, kept)
         rc = proc.wait()
     if rc == 0 and tasks:
-        out.info(f"fetched in {time.monotonic() - started:.1f} s")
+        size = tasks.get("size")
+        amount = f"{size.split(' |')[0]} " if size else ""
+        out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
     return _FetchRun(rc, "\n".join(kept[-50:]))
 
 
@@ -561,6 +659,8 @@ def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: l
         return
     phase, _pct, done, total, rest = match.groups()
     detail = rest.split(", done")[0].strip(", ")
+    if phase == "Receiving objects" and detail:
+        tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
     description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
     if phase not in tasks:
         tasks[phase] = sink.add(phase.lower(), total=float(total))

@@ -144,10 +144,6 @@ def generate(path: Path, *, force: bool = False) -> Signer:
                 )
     if path.is_dir():
         raise BadInput(f"{path}: is a directory", hint="pass a file path to --out")
-    created_dir = not path.parent.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if created_dir:
-        os.chmod(path.parent, 0o700)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
         serialization.Encoding.PEM,
@@ -155,18 +151,29 @@ def generate(path: Path, *, force: bool = False) -> Signer:
         serialization.NoEncryption(),
     )
     try:
-        _write_private(path, pem, force)
-    except FileExistsError:
+        created_dir = not path.parent.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if created_dir:
+            os.chmod(path.parent, 0o700)
+        try:
+            _write_private(path, pem, force)
+        except FileExistsError:
+            raise BadInput(
+                f"{path}: a key already exists; refusing to overwrite it",
+                hint="pass --force to replace it",
+            ) from None
+        pub_pem = spki_pem(key.public_key()).encode("ascii")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{pub.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(pub_pem)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, pub)
+    except OSError as err:
         raise BadInput(
-            f"{path}: a key already exists; refusing to overwrite it",
-            hint="pass --force to replace it",
+            f"{path}: cannot write the key: {err.strerror}",
+            hint="choose a writable location with --out",
+            details={"path": str(path)},
         ) from None
-    pub_pem = spki_pem(key.public_key()).encode("ascii")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{pub.name}.", suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(pub_pem)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, pub)
     return Signer(key, str(path))
 
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 from dgr_forge.build import load_state
+from dgr_forge.certify import certification_status
 from dgr_forge.doctor import Doctor, load_probes
 from dgr_forge.forge import Forge
+from dgr_forge.keys import PublicKey
+from dgr_forge.manifest import load as load_manifest
 from dgr_forge.recipes import load_all
 
 
-def matrix(forge: Forge) -> list[dict[str, Any]]:
+def matrix(forge: Forge, trusted: list[PublicKey] | None = None) -> list[dict[str, Any]]:
     recipes = load_all(forge.recipes_dir, forge.root)
+    m = load_manifest(forge.upstream_manifest, forge.root)
+    certs = certification_status(forge, recipes, m, trusted)
     doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
     state = load_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
@@ -35,7 +40,11 @@ def matrix(forge: Forge) -> list[dict[str, Any]]:
                     if last
                     else None
                 ),
-                # reports helper: add "certified" here (dgr_forge.certify.advertised_lanes)
+                "certified": certs[name].certified,
+                "certification": {
+                    "reason": certs[name].reason,
+                    "record": (c.as_dict() if (c := certs[name].certification) else None),
+                },
             }
         )
     return rows

@@ -107,7 +107,7 @@ class _Checker:
         value = self.string(data, key, where, required)
         if value is None:
             return None
-        if not HEX40.match(value):
+        if not HEX40.fullmatch(value):
             what = "commit" if key == "commit" else "tree"
             looks_like_ref = not re.fullmatch(r"[0-9a-fA-F]*", value)
             problem = f"{value!r} is not a full 40-hex {what} id"
@@ -159,7 +159,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     c.known_keys(upstream, _UPSTREAM_KEYS, "upstream")
     name = c.string(upstream, "name", "upstream")
     assert name is not None
-    if not NAME.match(name):
+    if not NAME.fullmatch(name):
         raise c.fail(
             "upstream.name",
             f"{name!r} is not a plain directory name",
@@ -190,7 +190,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         c.known_keys(entry, _ENTRY_KEYS, where)
         file = c.string(entry, "file", where)
         assert file is not None
-        m = PATCH_NAME.match(file)
+        m = PATCH_NAME.fullmatch(file)
         if not m:
             raise c.fail(
                 f"{where}.file",
@@ -199,7 +199,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
             )
         sha = c.string(entry, "sha256", where)
         assert sha is not None
-        if not HEX64.match(sha):
+        if not HEX64.fullmatch(sha):
             raise c.fail(
                 f"{where}.sha256",
                 f"{sha!r} is not a 64-hex sha256",

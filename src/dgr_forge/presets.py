@@ -66,7 +66,10 @@ def render(forge: Forge, lanes: list[str], worker_dir: Path | None) -> dict[str,
         if doctor.tool("ninja").found:
             preset["cacheVariables"]["CMAKE_MAKE_PROGRAM"] = str(doctor.tool("ninja").path)
         configure.append(preset)
-        step: dict[str, Any] = {"name": f"dgr-{recipe.name}", "configurePreset": f"dgr-{recipe.name}"}
+        step: dict[str, Any] = {
+            "name": f"dgr-{recipe.name}",
+            "configurePreset": f"dgr-{recipe.name}",
+        }
         if recipe.targets:
             step["targets"] = list(recipe.targets)
         build.append(step)

@@ -108,11 +108,14 @@ def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
     w = build.worker
     if w is None:
         return None
-    location = paths.text(w.location)
     is_url = "://" in w.location or w.location.startswith("git@")
-    uri = f"git+{w.location}@{w.commit}" if is_url and w.commit else location
-    if not is_url and not uri.startswith("${") and not uri.startswith("file:"):
-        uri = "file://" + uri
+    if is_url:
+        uri = f"git+{w.location}@{w.commit}" if w.commit else w.location
+    else:
+        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w)
+        path = w.location if Path(w.location).is_absolute() else f"{ROOT_VAR}/{w.location}"
+        path = paths.text(path)
+        uri = path if path.startswith("${") else "file://" + path
     desc: dict[str, Any] = {"name": "worker", "uri": uri}
     if w.commit:
         desc["digest"] = {"gitCommit": w.commit}

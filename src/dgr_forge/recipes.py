@@ -81,7 +81,7 @@ def _strings(shown: str, key: str, value: Any) -> tuple[str, ...]:
 def load(path: Path, shown: str | None = None) -> Recipe:
     shown = shown or str(path)
     name = path.stem
-    if not LANE_NAME.match(name):
+    if not LANE_NAME.fullmatch(name):
         raise _fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
     try:
         raw = path.read_bytes()
@@ -131,7 +131,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         )
     options: dict[str, str] = {}
     for key, value in options_raw.items():
-        if not CMAKE_NAME.match(key):
+        if not CMAKE_NAME.fullmatch(key):
             raise _fail(shown, f"cmake.options.{key}", "not a CMake variable name", "fix the name")
         if isinstance(value, bool):
             value = "ON" if value else "OFF"

@@ -184,7 +184,7 @@ class ArtifactCheck:
 @dataclass
 class Verification:
     report: Report
-    key: PublicKey
+    key: PublicKey | None  # None only for an unsigned report (nothing to verify with)
     failures: list[str] = field(default_factory=list)
     verified_by: str | None = None  # keyid
     artifacts: list[ArtifactCheck] = field(default_factory=list)
@@ -197,7 +197,7 @@ class Verification:
         return {
             "report": str(self.report.path),
             "verified": self.ok,
-            "key": {"keyid": self.key.keyid, "source": self.key.source},
+            "key": {"keyid": self.key.keyid, "source": self.key.source} if self.key else None,
             "signed_by": [s.keyid for s in self.report.envelope.signatures],
             "failures": self.failures,
             "artifacts": [a.as_dict() for a in self.artifacts],
@@ -209,6 +209,11 @@ def _check_signature(v: Verification) -> None:
     if not env.signatures:
         v.failures.append("unsigned: the report has no signatures (it was written with --no-sign)")
         return
+    if v.key is None:
+        raise BadInput(
+            "no public key to verify the report's signature with",
+            hint="pass --key PUB or set DGR_VERIFY_KEY",
+        )
     accepted = dsse.verify(env, [v.key])
     if accepted is not None:
         v.verified_by = accepted.keyid
@@ -276,7 +281,7 @@ def _check_artifacts(v: Verification, base: Path) -> None:
 
 
 def verify_report(
-    path: Path, key: PublicKey, *, artifacts_base: Path | None = None
+    path: Path, key: PublicKey | None, *, artifacts_base: Path | None = None
 ) -> Verification:
     """Check payload type, signature, statement and predicate types, and (given a base
     directory, normally the workspace) every subject's sha256 on disk. Failures are listed,

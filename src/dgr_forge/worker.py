@@ -39,7 +39,9 @@ class WorkerSpec:
 
 
 def _fail(key: str, problem: str, fix: str) -> BadInput:
-    return BadInput(f"{MANIFEST}: {key}: {problem}", hint=fix, details={"file": MANIFEST, "key": key})
+    return BadInput(
+        f"{MANIFEST}: {key}: {problem}", hint=fix, details={"file": MANIFEST, "key": key}
+    )
 
 
 def _check_dir(path: Path, shown: str) -> None:
@@ -75,25 +77,27 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     unknown = sorted(set(table) - {"path", "url", "commit"})
     if unknown:
         raise _fail(f"worker.{unknown[0]}", "unknown key", "allowed: path, or url + commit")
-    path, url, commit = table.get("path"), table.get("url"), table.get("commit")
-    if path is not None and url is not None:
+    raw_path, url, commit = table.get("path"), table.get("url"), table.get("commit")
+    if raw_path is not None and url is not None:
         raise _fail("worker", "both path and url given", "keep one of them")
-    if path is not None:
-        if not isinstance(path, str) or not path:
+    if raw_path is not None:
+        if not isinstance(raw_path, str) or not raw_path:
             raise _fail("worker.path", "must be a non-empty string", 'path = "worker"')
-        full = (forge.root / path).resolve()
-        _check_dir(full, path)
-        return WorkerSpec(location=path, source_dir=full)
+        full = (forge.root / raw_path).resolve()
+        _check_dir(full, raw_path)
+        return WorkerSpec(location=raw_path, source_dir=full)
     if url is not None:
         if not isinstance(url, str) or not url:
             raise _fail("worker.url", "must be a non-empty string", "quote the URL")
-        if not isinstance(commit, str) or not HEX40.match(commit):
+        if not isinstance(commit, str) or not HEX40.fullmatch(commit):
             raise _fail(
                 "worker.commit",
                 f"{commit!r} is not an exact 40-hex commit",
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
             )
-        return WorkerSpec(location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit)
+        return WorkerSpec(
+            location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
+        )
     if commit is not None:
         raise _fail("worker.commit", "commit without url", "add url = ... or remove commit")
     return None

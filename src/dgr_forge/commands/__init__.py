@@ -12,6 +12,7 @@ MODULES: list[str] = [
     "fetch",
     "build",
     "report",
+    "artifacts",
     "ci",
 ]
 

@@ -8,32 +8,40 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import build as build_mod
-from dgr_forge import doctor as doctor_mod
-from dgr_forge import lanes as lanes_mod
-from dgr_forge import presets as presets_mod
 from dgr_forge.app import Env, app, run
-from dgr_forge.recipes import load_all
+
+# Library modules are imported inside each command: every CLI start registers all
+# commands, and a no-op `build` should not pay for crypto or certification imports.
 
 
 @app.command()
 def build(
     ctx: typer.Context,
     lane: Annotated[
-        list[str] | None, typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu).")
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu)."),
     ] = None,
     worker: Annotated[
-        Path | None, typer.Option("--worker", help="Worker CMake project (overrides manifests/shard-worker.toml).")
+        Path | None,
+        typer.Option(
+            "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
+        ),
     ] = None,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compile jobs.")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Signing key (path).")] = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
-    mirror: Annotated[str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")] = False,
+    mirror: Annotated[
+        str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
+    ] = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import build as build_mod
+
         opts = build_mod.BuildOptions(
             lanes=list(lane or []),
             worker=worker,
@@ -54,7 +62,12 @@ def doctor(ctx: typer.Context) -> None:
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
-        probes = doctor_mod.load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml")
+        from dgr_forge import doctor as doctor_mod
+        from dgr_forge.recipes import load_all
+
+        probes = doctor_mod.load_probes(
+            forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
+        )
         doc = doctor_mod.Doctor(probes)
         result = doctor_mod.diagnose(doc, load_all(forge.recipes_dir, forge.root))
         checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
@@ -66,7 +79,9 @@ def doctor(ctx: typer.Context) -> None:
             (lib["name"], "found" if lib["found"] else "missing", "", lib["path"] or "")
             for lib in result["libraries"]
         ]
-        env.out.table(f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows)
+        env.out.table(
+            f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
+        )
         for check in checks:
             env.out.info(f"{check.lane} lane: {check.summary()}")
             for line in check.reasons():
@@ -77,28 +92,51 @@ def doctor(ctx: typer.Context) -> None:
 
 
 @app.command()
-def lanes(ctx: typer.Context) -> None:
-    """The lane matrix: backend, buildable here, last build."""
+def lanes(
+    ctx: typer.Context,
+    advertised: Annotated[
+        bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
+    ] = False,
+    key: Annotated[
+        list[str] | None,
+        typer.Option("--key", help="Also trust this public key (besides trusted-keys/)."),
+    ] = None,
+) -> None:
+    """The lane matrix: backend, buildable here, last build, certified."""
 
     def body(env: Env) -> dict[str, Any]:
-        rows = lanes_mod.matrix(env.forge)
+        from dgr_forge import keys as keys_mod
+        from dgr_forge import lanes as lanes_mod
+
+        trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
+        rows = lanes_mod.matrix(env.forge, trusted)
+        if advertised:
+            rows = [r for r in rows if r["certified"]]
+            if not rows:
+                env.out.info("no lane is advertised: none has a valid hardware certification")
         env.out.table(
             None,
-            ["lane", "backend", "here", "last build", "report"],
+            ["lane", "backend", "here", "last build", "report", "certified"],
             [
                 (
                     r["lane"],
                     r["backend"],
                     "buildable" if r["buildable"] else r["missing"],
-                    f"{r['last_build']['result']} {r['last_build']['time']}" if r["last_build"] else "never",
+                    f"{r['last_build']['result']} {r['last_build']['time']}"
+                    if r["last_build"]
+                    else "never",
                     env.forge.rel(Path(r["last_build"]["report"]))
                     if r["last_build"] and r["last_build"].get("report")
                     else "",
+                    "yes" if r["certified"] else r["certification"]["reason"],
                 )
                 for r in rows
             ],
         )
-        return {"lanes": rows}
+        result: dict[str, Any] = {"lanes": rows}
+        if advertised:
+            result["advertised"] = [r["lane"] for r in rows]
+        return result
 
     run(ctx, "lanes", body)
 
@@ -106,16 +144,23 @@ def lanes(ctx: typer.Context) -> None:
 @app.command()
 def presets(
     ctx: typer.Context,
-    lane: Annotated[list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")] = None,
+    lane: Annotated[
+        list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")
+    ] = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
-    print_: Annotated[bool, typer.Option("--print", help="Print instead of writing the file.")] = False,
+    print_: Annotated[
+        bool, typer.Option("--print", help="Print instead of writing the file.")
+    ] = False,
     out_path: Annotated[
-        Path | None, typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json).")
+        Path | None,
+        typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json)."),
     ] = None,
 ) -> None:
     """CMakeUserPresets.json with a configure + build preset per lane."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import presets as presets_mod
+
         data = presets_mod.render(env.forge, list(lane or []), worker)
         names = [p["name"] for p in data["configurePresets"]]
         if print_:

@@ -9,7 +9,7 @@ import typer
 
 from dgr_forge import manifest
 from dgr_forge.app import Env, app, run
-from dgr_forge.fetch import ensure_fetched, workspace_status
+from dgr_forge.fetch import display_url, ensure_fetched, workspace_status
 
 
 @app.command()
@@ -50,7 +50,7 @@ def fetch(
             env.out.info(f"{m.name}: {where} already at {result.commit} (verified, nothing to do)")
         return {
             "upstream": m.name,
-            "url": result.url or m.url,
+            "url": display_url(result.url or m.url),
             "src_dir": str(result.src_dir),
             "commit": result.commit,
             "tree": result.tree,

@@ -1,0 +1,222 @@
+"""Reading a patch file (mbox from `git format-patch`, or a plain unified diff) without git.
+
+We parse the diff headers ourselves so that a patch touching a path outside the tree is
+refused before git writes anything, and so a conflict can be narrowed to single hunks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+_ESCAPES = {
+    ord("a"): 7,
+    ord("b"): 8,
+    ord("t"): 9,
+    ord("n"): 10,
+    ord("v"): 11,
+    ord("f"): 12,
+    ord("r"): 13,
+    ord('"'): 34,
+    ord("\\"): 92,
+}
+
+
+@dataclass
+class Hunk:
+    header: str  # the "@@ -a,b +c,d @@" line (without any trailing function context)
+    old_start: int
+    lines: list[bytes]  # the hunk's lines, header included, each with its newline
+
+
+@dataclass
+class FileDiff:
+    old_path: str | None  # None for a new file (/dev/null)
+    new_path: str | None  # None for a deleted file
+    new_mode: str | None  # "120000" when the patch creates a symlink, ...
+    header: list[bytes] = field(default_factory=list)  # "diff --git" .. "+++" lines
+    hunks: list[Hunk] = field(default_factory=list)
+
+    @property
+    def path(self) -> str:
+        return self.new_path or self.old_path or "?"
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for p in dict.fromkeys((self.old_path, self.new_path)) if p is not None]
+
+    def single_hunk_patch(self, i: int) -> bytes:
+        return b"".join(self.header) + b"".join(self.hunks[i].lines)
+
+
+@dataclass
+class ParsedPatch:
+    headers: dict[str, str]  # From, Date, Subject of the mail part (first occurrence)
+    files: list[FileDiff]
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for f in self.files for p in f.paths]
+
+
+def _unquote(raw: bytes) -> bytes:
+    """Undo git's C-style quoting of a path ("a/t\\303\\251st")."""
+    if not raw.startswith(b'"'):
+        return raw
+    out = bytearray()
+    i = 1
+    while i < len(raw) and raw[i] != ord('"'):
+        c = raw[i]
+        if c == ord("\\") and i + 1 < len(raw):
+            nxt = raw[i + 1]
+            if 48 <= nxt <= 55:
+                out.append(int(raw[i + 1 : i + 4], 8) & 0xFF)
+                i += 4
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return bytes(out)
+
+
+def _path(raw: bytes, strip_prefix: bool = True) -> str | None:
+    raw = raw.rstrip(b"\n").rstrip(b"\r")
+    if not raw.startswith(b'"') and b"\t" in raw:
+        raw = raw.split(b"\t", 1)[0]  # traditional diffs append a timestamp after a tab
+    value = _unquote(raw)
+    if value == b"/dev/null":
+        return None
+    if strip_prefix:
+        value = value.split(b"/", 1)[1] if b"/" in value else value
+    return value.decode("utf-8", "surrogateescape")
+
+
+def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
+    """Paths from 'diff --git a/X b/Y' when no ---/+++ lines say it (mode-only, binary)."""
+    rest = rest.rstrip(b"\n")
+    if rest.startswith(b'"'):
+        end = rest.index(b'"', 1)
+        while rest[end - 1] == ord("\\"):
+            end = rest.index(b'"', end + 1)
+        return _path(rest[: end + 1]), _path(rest[end + 2 :])
+    n = len(rest)
+    if (n - 5) % 2 == 0 and rest.startswith(b"a/"):
+        half = (n - 5) // 2
+        name = rest[2 : 2 + half]
+        if rest[2 + half :] == b" b/" + name:
+            return _path(b"a/" + name), _path(b"b/" + name)
+    left, _, right = rest.partition(b" b/")
+    return _path(left), _path(b"b/" + right)
+
+
+def parse(data: bytes) -> ParsedPatch:
+    lines = data.splitlines(keepends=True)
+    headers: dict[str, str] = {}
+    files: list[FileDiff] = []
+    i = 0
+    in_mail_header = True
+    while i < len(lines):
+        line = lines[i]
+        if in_mail_header:
+            if line.strip() == b"":
+                in_mail_header = False
+            else:
+                m = re.match(rb"^(From|Date|Subject): ?(.*)", line)
+                if m:
+                    headers.setdefault(m.group(1).decode(), m.group(2).decode("utf-8", "replace"))
+        starts_git = line.startswith(b"diff --git ")
+        starts_trad = (
+            line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
+        )
+        if not (starts_git or starts_trad):
+            i += 1
+            continue
+        in_mail_header = False
+        fd = FileDiff(old_path=None, new_path=None, new_mode=None)
+        if starts_git:
+            fd.old_path, fd.new_path = _git_line_paths(line[len(b"diff --git ") :])
+            fd.header.append(line)
+            i += 1
+            while i < len(lines) and not lines[i].startswith((b"diff --git ", b"@@ ")):
+                h = lines[i]
+                if h.startswith(b"--- ") and not starts_trad:
+                    fd.old_path = _path(h[4:])
+                elif h.startswith(b"+++ "):
+                    fd.new_path = _path(h[4:])
+                elif h.startswith((b"rename from ", b"copy from ")):
+                    fd.old_path = _path(h.split(b" ", 2)[2], strip_prefix=False)
+                elif h.startswith((b"rename to ", b"copy to ")):
+                    fd.new_path = _path(h.split(b" ", 2)[2], strip_prefix=False)
+                elif h.startswith(b"new file mode "):
+                    fd.old_path = None
+                    fd.new_mode = h.split()[-1].decode()
+                elif h.startswith(b"deleted file mode "):
+                    fd.new_path = None
+                elif h.startswith(b"new mode "):
+                    fd.new_mode = h.split()[-1].decode()
+                elif not h.startswith(
+                    (b"old mode", b"index ", b"similarity", b"dissimilarity", b"Binary", b"GIT ")
+                ):
+                    break  # end of this file's header (e.g. an mbox signature)
+                fd.header.append(h)
+                if h.startswith(b"GIT binary patch"):
+                    i += 1
+                    while i < len(lines) and not lines[i].startswith(b"diff --git "):
+                        fd.header.append(lines[i])
+                        i += 1
+                    break
+                i += 1
+        else:
+            fd.old_path = _path(line[4:])
+            fd.new_path = _path(lines[i + 1][4:])
+            fd.header += [line, lines[i + 1]]
+            i += 2
+        while i < len(lines) and (m := _HUNK.match(lines[i])):
+            old_len = int(m.group(2)) if m.group(2) is not None else 1
+            new_len = int(m.group(4)) if m.group(4) is not None else 1
+            header = lines[i].split(b" @@", 2)
+            hunk = Hunk(
+                header=(header[0] + b" @@").decode("utf-8", "replace"),
+                old_start=int(m.group(1)),
+                lines=[lines[i]],
+            )
+            i += 1
+            while i < len(lines) and (old_len > 0 or new_len > 0):
+                body = lines[i]
+                tag = body[:1]
+                if tag in (b" ", b"\n", b"\r"):
+                    old_len -= 1
+                    new_len -= 1
+                elif tag == b"-":
+                    old_len -= 1
+                elif tag == b"+":
+                    new_len -= 1
+                elif tag != b"\\":
+                    break  # a truncated hunk; git apply will refuse it
+                hunk.lines.append(body)
+                i += 1
+            while i < len(lines) and lines[i].startswith(b"\\"):
+                hunk.lines.append(lines[i])  # "\ No newline at end of file"
+                i += 1
+            fd.hunks.append(hunk)
+        files.append(fd)
+    return ParsedPatch(headers=headers, files=files)
+
+
+def unsafe_reason(path: str) -> str | None:
+    """Why a path in a patch may not be written inside the tree, or None when it is fine."""
+    if not path:
+        return "empty path"
+    if path.startswith("/"):
+        return "absolute path"
+    parts = path.split("/")
+    if any(p == ".." for p in parts):
+        return "'..' leaves the tree"
+    if any(p.lower().rstrip(". ") == ".git" for p in parts):
+        return "writes into git's own .git directory"
+    if any(p in ("", ".") for p in parts):
+        return "not a normalized path"
+    return None

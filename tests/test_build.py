@@ -1,0 +1,305 @@
+"""`dgr-forge build`: real CMake + Ninja builds of the test upstream and a test worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from build_support import (
+    TEST_CUDA_RECIPE,
+    make_patched_root,
+    make_worker,
+    nvcc_path,
+    path_without,
+)
+from forgetest import Upstream, run_forge, sh_git
+
+pytestmark = pytest.mark.slow
+
+
+def forge_build(root: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    return run_forge("--root", str(root), "--json", "build", "--jobs", "2", *args, env=env)
+
+
+@pytest.fixture
+def root(tmp_path: Path, upstream: Upstream) -> Path:
+    return make_patched_root(tmp_path / "forge", upstream)
+
+
+@pytest.fixture
+def worker_dir(tmp_path: Path) -> Path:
+    return make_worker(tmp_path / "worker")
+
+
+def lane(result) -> dict:  # type: ignore[no-untyped-def,type-arg]
+    return result.json["lanes"][0]  # type: ignore[no-any-return]
+
+
+def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_path: Path) -> None:
+    key = tmp_path / "keys" / "signing.pem"
+    assert run_forge("keygen", "--out", str(key)).code == 0
+    res = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
+    assert res.code == 0, res
+    cpu = lane(res)
+    assert cpu["status"] == "built" and cpu["configured"]
+    build_dir = root / ".dgr" / "build" / "cpu"
+    assert Path(cpu["build_dir"]) == build_dir
+
+    # artifacts come from the File API codemodel: exactly the worker's executable (the
+    # upstream is EXCLUDE_FROM_ALL and its tools are off in worker builds)
+    assert [(a["name"], a["kind"]) for a in cpu["artifacts"]] == [("shard-worker", "EXECUTABLE")]
+    binary = Path(cpu["artifacts"][0]["path"])
+    assert binary == build_dir / "shard-worker"
+    assert (build_dir / ".cmake/api/v1/query/client-dgr-forge/query.json").is_file()
+    assert (build_dir / "compile_commands.json").is_file()
+
+    manifest = (root / "manifests" / "llama.cpp.toml").read_text()
+    pin = re.search(r'commit = "([0-9a-f]{40})"', manifest).group(1)  # type: ignore[union-attr]
+    out = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout
+    assert "owner(7)=3" in out  # upstream says 0; the patch in the series says layer % 4
+    assert f"commit={pin}" in out and "lane=cpu" in out and "patches=1" in out
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"],
+        cwd=root / ".dgr/src/llama.cpp",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert f"head={head}" in out and head != pin
+
+    # the signed report verifies, artifacts included
+    verify = run_forge(
+        "--root", str(root), "report", "verify", cpu["report"], "--key", f"{key}.pub", "--artifacts"
+    )
+    assert verify.code == 0, verify
+    state = json.loads((root / ".dgr" / "state.json").read_text())
+    assert state["lanes"]["cpu"]["last_build"]["result"] == "ok"
+
+
+def test_noop_rebuild_runs_only_ninja(root: Path, worker_dir: Path) -> None:
+    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert first.code == 0, first
+    cache = root / ".dgr" / "build" / "cpu" / "CMakeCache.txt"
+    src_head = root / ".dgr" / "src" / "llama.cpp" / ".git" / "HEAD"
+    cache_mtime, head_mtime = cache.stat().st_mtime_ns, src_head.stat().st_mtime_ns
+    binary = Path(lane(first)["artifacts"][0]["path"])
+    binary_mtime = binary.stat().st_mtime_ns
+
+    second = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert second.code == 0, second
+    cpu = lane(second)
+    assert cpu["status"] == "up-to-date"
+    assert not cpu["configured"] and not cpu["patched"] and cpu["report_reused"]
+    assert cpu["report"] == lane(first)["report"]
+    assert cpu["artifacts"] == lane(first)["artifacts"]
+    assert cache.stat().st_mtime_ns == cache_mtime  # not re-configured
+    assert src_head.stat().st_mtime_ns == head_mtime  # not re-fetched / re-patched
+    assert binary.stat().st_mtime_ns == binary_mtime
+    log = (root / ".dgr" / "logs" / "build-cpu.log").read_text()
+    assert "ninja: no work to do." in log
+    assert "cmake" not in log.split("\n", 1)[0].lower().replace("ninja", "")  # only ninja ran
+    assert "configure" not in second.stderr and "fetch" not in second.stderr
+
+
+def test_worker_source_edit_rebuilds_only_that(root: Path, worker_dir: Path) -> None:
+    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert first.code == 0, first
+    util = worker_dir / "src" / "util.cpp"
+    util.write_text(
+        util.read_text().replace("llama_layer_owner(layer);", "llama_layer_owner(layer) + 10;")
+    )
+
+    second = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert second.code == 0, second
+    cpu = lane(second)
+    assert cpu["status"] == "built" and not cpu["configured"]
+    assert cpu["ninja_steps"] == 2  # compile util.cpp + relink, nothing else
+    log = (root / ".dgr" / "logs" / "build-cpu.log").read_text()
+    compiled = re.findall(r"^\[\d+/\d+\] Building \S+ object (\S+)", log, re.MULTILINE)
+    assert compiled == ["CMakeFiles/shard-worker.dir/src/util.cpp.o"]
+    assert cpu["report"] != lane(first)["report"]  # new artifact hash -> new report
+    assert cpu["artifacts"][0]["sha256"] != lane(first)["artifacts"][0]["sha256"]
+    out = subprocess.run([cpu["artifacts"][0]["path"]], capture_output=True, text=True).stdout
+    assert "owner(7)=13" in out
+
+
+def test_recipe_change_reconfigures(root: Path, worker_dir: Path) -> None:
+    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+    recipe = root / "recipes" / "cpu.toml"
+    recipe.write_text(recipe.read_text().replace('GGML_NATIVE = "OFF"', 'GGML_NATIVE = "ON"'))
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 0, res
+    assert lane(res)["configured"] and not lane(res)["patched"]
+    cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
+    assert "GGML_NATIVE:BOOL=ON" in cache or "GGML_NATIVE:UNINITIALIZED=ON" in cache
+
+    # a toolchain file edit also reconfigures (and still does not re-patch)
+    toolchain = root / "toolchains" / "gcc.cmake"
+    toolchain.write_text(toolchain.read_text() + "# edited\n")
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 0, res
+    assert lane(res)["configured"] and not lane(res)["patched"]
+    # and with nothing changed after that, a no-op again
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert lane(res)["status"] == "up-to-date" and not lane(res)["configured"]
+
+
+def test_upstream_default_targets_without_worker(root: Path) -> None:
+    res = forge_build(root, "--no-sign")
+    assert res.code == 0, res
+    artifacts = {a["name"]: a for a in lane(res)["artifacts"]}
+    assert set(artifacts) == {"llama-cli"}  # the upstream's only executable target
+    out = subprocess.run(
+        [artifacts["llama-cli"]["path"]], capture_output=True, text=True, check=True
+    ).stdout
+    assert "llama upstream+dgr" in out and "owner(7)=3" in out
+    lanes = run_forge("--root", str(root), "--json", "lanes")
+    row = next(r for r in lanes.json["lanes"] if r["lane"] == "cpu")
+    assert row["buildable"] and row["last_build"]["result"] == "ok"
+    assert row["last_build"]["report"] == lane(res)["report"]
+
+
+def test_failing_compile_exit_1_shows_errors_keeps_log(root: Path, tmp_path: Path) -> None:
+    broken = make_worker(
+        tmp_path / "broken", {"src/util.cpp": "int worker_owner(int layer) { return layer +; }\n"}
+    )
+    res = forge_build(root, "--worker", str(broken), "--no-sign")
+    assert res.code == 1, res
+    assert res.json["ok"] is False
+    assert "util.cpp" in res.stderr and "error" in res.stderr
+    log = root / ".dgr" / "logs" / "build-cpu.log"
+    assert str(log) in res.stderr
+    assert "FAILED:" in log.read_text() and "util.cpp" in log.read_text()
+    assert any("error" in line for line in lane(res)["error_lines"])
+    lanes = run_forge("--root", str(root), "--json", "lanes")
+    row = next(r for r in lanes.json["lanes"] if r["lane"] == "cpu")
+    assert row["last_build"]["result"] == "failed"
+
+
+def test_missing_nvcc_exit_2_creates_nothing(root: Path) -> None:
+    (root / "recipes" / "cuda.toml").write_text(TEST_CUDA_RECIPE)
+    env = {"PATH": path_without("nvcc"), "CUDA_PATH": "", "CUDA_HOME": ""}
+    manifest_before = (root / "manifests" / "llama.cpp.toml").read_bytes()
+    res = run_forge("--root", str(root), "--json", "build", "--lane", "cuda", env=env)
+    assert res.code == 2, res
+    assert "cuda lane cannot build on this host" in res.stderr
+    assert "nvcc not found" in res.stderr and "nvidia-cuda-toolkit" in res.stderr
+    assert res.json["lanes"]["cuda"]["missing"][0]["name"] == "nvcc"
+    assert not (root / ".dgr").exists()  # no workspace, no build dir, nothing half-done
+    assert (root / "manifests" / "llama.cpp.toml").read_bytes() == manifest_before
+
+
+def test_real_cuda_recipe_says_cublas_missing(root: Path) -> None:
+    if nvcc_path() is None:
+        pytest.skip("no nvcc on this host")
+    doctor = run_forge("--root", str(root), "--json", "doctor")
+    cuda = next(r for r in doctor.json["lanes"] if r["lane"] == "cuda")
+    if cuda["buildable"]:
+        pytest.skip("this host has cuBLAS")
+    env = {"PATH": os.environ["PATH"] + os.pathsep + str(Path(nvcc_path() or "").parent)}
+    res = run_forge("--root", str(root), "--json", "build", "--lane", "cuda", env=env)
+    assert res.code == 2, res
+    assert "cuda lane cannot build on this host: missing cuBLAS" in res.stderr
+    assert [m["name"] for m in res.json["lanes"]["cuda"]["missing"]] == ["cublas"]
+    assert not (root / ".dgr" / "build").exists()
+
+
+def test_nvcc_compiles_cu_file_in_cuda_lane(root: Path) -> None:
+    nvcc = nvcc_path()
+    if nvcc is None:
+        pytest.skip("no nvcc on this host")
+    (root / "recipes" / "cuda.toml").write_text(TEST_CUDA_RECIPE)
+    env = {"PATH": str(Path(nvcc).parent) + os.pathsep + os.environ["PATH"]}
+    res = forge_build(root, "--lane", "cuda", "--no-sign", env=env)
+    assert res.code == 0, res
+    build_dir = root / ".dgr" / "build" / "cuda"
+    commands = json.loads((build_dir / "compile_commands.json").read_text())
+    cu = [c for c in commands if c["file"].endswith("ggml-cuda.cu")]
+    assert cu and "nvcc" in cu[0]["command"]
+    assert "ggml-cuda.cu.o" in (root / ".dgr" / "logs" / "build-cuda.log").read_text()
+    objects = list(build_dir.rglob("ggml-cuda.cu.o"))
+    assert objects and objects[0].stat().st_size > 0
+    cache = (build_dir / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CUDA_COMPILER:FILEPATH={nvcc}" in cache or "CMAKE_CUDA_COMPILER:" in cache
+
+
+def test_bad_inputs_exit_2_nothing_created(root: Path, tmp_path: Path) -> None:
+    res = run_forge("--root", str(root), "--json", "build", "--lane", "nope")
+    assert res.code == 2 and "unknown lane 'nope'" in res.stderr
+    res = run_forge("--root", str(root), "--json", "build", "--worker", str(tmp_path / "missing"))
+    assert res.code == 2 and "no CMakeLists.txt" in res.stderr
+    res = run_forge("--root", str(root), "--json", "build", "--jobs", "0")
+    assert res.code == 2 and "--jobs 0" in res.stderr
+    (root / "manifests" / "shard-worker.toml").write_text(
+        'schema = 1\n[worker]\nurl = "x"\ncommit = "main"\n'
+    )
+    res = run_forge("--root", str(root), "--json", "build")
+    assert res.code == 2 and "worker.commit" in res.stderr
+    assert not (root / ".dgr").exists()
+
+
+def test_ccache_is_the_compiler_launcher_when_present(
+    root: Path, worker_dir: Path, tmp_path: Path
+) -> None:
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    calls = tmp_path / "ccache-calls"
+    script = fake / "ccache"
+    script.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = "--version" ]; then echo "ccache version 9.9.9"; exit 0; fi\n'
+        f'echo "$@" >> "{calls}"\n'
+        'exec "$@"\n'
+    )
+    script.chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign", env=env)
+    assert res.code == 0, res
+    cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
+    assert f"CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={script}" in cache
+    launched = calls.read_text()
+    assert "src/util.cpp" in launched and "src/main.cpp" in launched
+
+
+def test_git_worker_from_manifest_is_fetched_at_its_commit(root: Path, tmp_path: Path) -> None:
+    repo = make_worker(tmp_path / "worker-repo")
+    sh_git(repo, "init", "-q")
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "-qm", "worker")
+    commit = sh_git(repo, "rev-parse", "HEAD")
+    (root / "manifests" / "shard-worker.toml").write_text(
+        f'schema = 1\n[worker]\nurl = "{repo.as_uri()}"\ncommit = "{commit}"\n'
+    )
+    res = forge_build(root, "--no-sign")
+    assert res.code == 0, res
+    assert res.json["worker"] == repo.as_uri()
+    assert [a["name"] for a in lane(res)["artifacts"]] == ["shard-worker"]
+    checkout = root / ".dgr" / "src" / "shard-worker"
+    assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+    # a new commit upstream of the worker changes nothing: the pin is exact
+    (repo / "src" / "util.cpp").write_text("int worker_owner(int) { return 99; }\n")
+    sh_git(repo, "commit", "-qam", "later")
+    again = forge_build(root, "--no-sign")
+    assert again.code == 0, again
+    assert lane(again)["status"] == "up-to-date"
+    assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+
+def test_local_edit_in_upstream_workspace_is_not_built_silently(
+    root: Path, worker_dir: Path
+) -> None:
+    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+    binary = root / ".dgr" / "build" / "cpu" / "shard-worker"
+    built = binary.stat().st_mtime_ns
+    edited = root / ".dgr" / "src" / "llama.cpp" / "src" / "llama.cpp"
+    edited.write_text(edited.read_text().replace("layer % 4", "layer % 5"))
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 3, res  # a human decides: export it as a patch, or discard it
+    assert "src/llama.cpp" in res.stderr
+    assert "layer % 5" in edited.read_text()  # the edit is kept
+    assert binary.stat().st_mtime_ns == built  # nothing was compiled from it

@@ -1,0 +1,236 @@
+"""certify and advertised lanes: a lane is advertised only while a trusted, valid
+certification matches the current recipe, pin and series."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from forgetest import Upstream, run_forge
+from reports_support import keyid_from_pub, lane_build, make_patch, setup_root, write_manifest
+from securesystemslib.dsse import Envelope as SslibEnvelope
+from securesystemslib.signer import SSlibKey
+
+from dgr_forge import certify, keys, manifest, recipes, reports
+from dgr_forge.errors import ExitCode
+from dgr_forge.forge import Forge
+from dgr_forge.fsutil import sha256_file
+from dgr_forge.output import Reporter
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def patch_text(upstream: Upstream) -> str:
+    return make_patch(upstream)
+
+
+@pytest.fixture
+def forge(tmp_path: Path, upstream: Upstream, patch_text: str) -> Forge:
+    root = setup_root(tmp_path / "forge", upstream, patch_text)
+    return Forge(root, root / ".dgr")
+
+
+@pytest.fixture
+def builder_key(tmp_path: Path) -> Path:
+    """The CI key that signs build reports."""
+    keys.generate(tmp_path / "ci.pem")
+    return tmp_path / "ci.pem"
+
+
+@pytest.fixture
+def release_key(tmp_path: Path) -> Path:
+    """The release engineer's key that signs certifications."""
+    keys.generate(tmp_path / "release.pem")
+    return tmp_path / "release.pem"
+
+
+@pytest.fixture
+def report(forge: Forge, builder_key: Path) -> Path:
+    return reports.write_report(forge, lane_build(forge), keys.load_signer(builder_key), Reporter())
+
+
+@pytest.fixture
+def evidence(tmp_path: Path) -> Path:
+    path = tmp_path / "hw-run.log"
+    path.write_text("test-backend-ops: 1234/1234 passed\n")
+    return path
+
+
+def trust(forge: Forge, key: Path) -> None:
+    d = forge.root / "certifications/trusted-keys"
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copy(str(key) + ".pub", d / (key.stem + ".pub"))
+
+
+def run_certify(forge: Forge, report: Path, evidence: Path, key: Path, *extra: str) -> Any:
+    return run_forge(
+        "certify", "--report", str(report), "--evidence", str(evidence), "--key", str(key),
+        "--report-key", str(forge.root.parent / "ci.pem.pub"),
+        "--root", str(forge.root), "--json", *extra,
+    )  # fmt: skip
+
+
+def advertised(forge: Forge) -> dict[str, certify.Certification]:
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    return certify.advertised_lanes(forge, recipes.load_all(forge.recipes_dir, forge.root), m)
+
+
+def status(forge: Forge) -> certify.CertStatus:
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+    return certify.certification_status(forge, all_recipes, m)["cpu"]
+
+
+def test_certification_binds_the_lane_and_lapses_when_the_pin_moves(
+    forge: Forge, upstream: Upstream, patch_text: str, report: Path, evidence: Path,
+    release_key: Path,
+) -> None:  # fmt: skip
+    trust(forge, release_key)
+    assert advertised(forge) == {}
+    assert status(forge).reason == "none"
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "2x RTX 4090, driver 560")
+    assert r.code == 0, r
+    assert r.json["trusted"] is True
+    cert_file = forge.root / "certifications/cpu.json"
+    assert r.json["certification"] == str(cert_file)
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    lanes = advertised(forge)
+    assert list(lanes) == ["cpu"]
+    cert = lanes["cpu"]
+    assert cert.recipe_sha256 == sha256_file(forge.recipes_dir / "cpu.toml")
+    assert cert.upstream_commit == m.commit == upstream.head
+    assert cert.series_digest == m.series_digest
+    assert cert.report_sha256 == sha256_file(report)
+    assert cert.evidence_sha256 == sha256_file(evidence)
+    assert cert.hardware == {"description": "2x RTX 4090, driver 560", "probed": False}
+    assert cert.keyid == keyid_from_pub(Path(str(release_key) + ".pub"))
+
+    # a rebase moves the pin: the certification lapses ...
+    write_manifest(forge.root, upstream, upstream.commits[-2], patch_text)
+    assert advertised(forge) == {}
+    assert status(forge).reason == "lapsed: the upstream pin moved since certification"
+    assert cert_file.is_file()  # ... but nothing is deleted
+    # ... and is valid again at the certified pin
+    write_manifest(forge.root, upstream, upstream.head, patch_text)
+    assert list(advertised(forge)) == ["cpu"]
+
+
+def test_recipe_or_series_change_lapses_the_certification(
+    forge: Forge, upstream: Upstream, patch_text: str, report: Path, evidence: Path,
+    release_key: Path,
+) -> None:  # fmt: skip
+    trust(forge, release_key)
+    assert run_certify(forge, report, evidence, release_key, "--hardware", "rig").code == 0
+    recipe = forge.recipes_dir / "cpu.toml"
+    original = recipe.read_text()
+    recipe.write_text(original.replace('"OFF"', '"ON"'))
+    assert advertised(forge) == {}
+    assert status(forge).reason == "lapsed: the recipe changed since certification"
+    recipe.write_text(original)
+    assert list(advertised(forge)) == ["cpu"]
+    changed = patch_text.replace("add layer range ownership", "own layer ranges")
+    (forge.root / "patches/llama.cpp/0001-layer-owner.patch").write_text(changed)
+    write_manifest(forge.root, upstream, upstream.head, changed)
+    assert advertised(forge) == {}
+    assert status(forge).reason == "lapsed: the patch series changed since certification"
+
+
+def test_untrusted_or_tampered_certifications_are_not_advertised(
+    forge: Forge, report: Path, evidence: Path, release_key: Path, tmp_path: Path
+) -> None:
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == 0, r
+    assert r.json["trusted"] is False
+    assert "trusted-keys" in r.stderr  # says how to make it count
+    assert advertised(forge) == {}
+    assert status(forge).reason.startswith("untrusted: no trusted keys")
+    keys.generate(tmp_path / "someone-else.pem")
+    trust(forge, tmp_path / "someone-else.pem")
+    assert status(forge).reason.startswith("untrusted: signature does not verify")
+    # an explicitly passed key counts too (lanes --advertised --key PUB)
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    extra = [keys.load_public_file(Path(str(release_key) + ".pub"))]
+    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+    assert list(certify.advertised_lanes(forge, all_recipes, m, extra)) == ["cpu"]
+    # flip one byte of the signed record: no longer valid
+    trust(forge, release_key)
+    cert_file = forge.root / "certifications/cpu.json"
+    env = json.loads(cert_file.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["recipe"]["sha256"] = body["recipe"]["sha256"][::-1]
+    env["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    cert_file.write_text(json.dumps(env))
+    assert advertised(forge) == {}
+    assert "signature does not verify" in status(forge).reason
+
+
+def test_certification_verifies_with_securesystemslib(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    assert run_certify(forge, report, evidence, release_key, "--hardware", "rig").code == 0
+    env = json.loads((forge.root / "certifications/cpu.json").read_text())
+    assert env["payloadType"] == certify.CERT_PAYLOAD_TYPE
+    pub = Path(str(release_key) + ".pub")
+    key = SSlibKey.from_crypto(
+        serialization.load_pem_public_key(pub.read_bytes()),  # type: ignore[arg-type]
+        keyid=keyid_from_pub(pub),
+    )
+    assert list(SslibEnvelope.from_dict(env).verify([key], threshold=1)) == [keyid_from_pub(pub)]
+
+
+def test_certify_probes_the_hardware_when_not_told(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    r = run_certify(forge, report, evidence, release_key)
+    assert r.code == 0, r
+    hw = r.json["hardware"]
+    assert hw["probed"] is True and hw["cpu"] and hw["os"] and hw["machine"]
+    if shutil.which("nvidia-smi"):
+        assert any(g.startswith("NVIDIA") for g in hw["gpus"])
+
+
+def test_certify_refuses_a_report_that_fails_verification(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    env = json.loads(report.read_text())
+    body = bytearray(base64.b64decode(env["payload"]))
+    body[body.index(b"llama-cli")] ^= 1
+    env["payload"] = base64.b64encode(bytes(body)).decode()
+    report.write_text(json.dumps(env) + "\n")
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == ExitCode.FAILED, r
+    assert "failed verification" in r.stderr and "bad signature" in r.stderr
+    assert not (forge.root / "certifications").exists()
+
+
+def test_certify_refuses_a_report_of_other_inputs(
+    forge: Forge, upstream: Upstream, patch_text: str, report: Path, evidence: Path,
+    release_key: Path,
+) -> None:  # fmt: skip
+    write_manifest(forge.root, upstream, upstream.commits[-2], patch_text)
+    manifest_before = forge.upstream_manifest.read_text()
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "upstream commit" in r.stderr and "rebuild the lane" in r.stderr
+    assert not (forge.root / "certifications").exists()
+    assert forge.upstream_manifest.read_text() == manifest_before
+
+
+def test_certify_missing_evidence_is_exit_2(
+    forge: Forge, report: Path, release_key: Path, tmp_path: Path
+) -> None:
+    r = run_certify(forge, report, tmp_path / "no-such.log", release_key, "--hardware", "rig")
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "no such evidence file" in r.stderr
+    assert not (forge.root / "certifications").exists()

@@ -1,0 +1,93 @@
+"""`dgr-forge doctor`: host probes and the lane verdicts `build` relies on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from build_support import copy_product, nvcc_path, path_without
+from forgetest import Upstream, make_forge_root, run_forge
+
+
+def _root(tmp_path: Path, upstream: Upstream) -> Path:
+    root = make_forge_root(tmp_path / "forge", upstream)
+    copy_product(root)
+    return root
+
+
+def test_doctor_reports_tools_and_lanes(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    res = run_forge("--root", str(root), "--json", "doctor")
+    assert res.code == 0, res
+    data = res.json
+    tools = {t["name"]: t for t in data["tools"]}
+    assert tools["cmake"]["found"] and tools["cmake"]["version"]
+    assert tools["ninja"]["found"] and tools["ninja"]["version"]
+    lanes = {lane["lane"]: lane for lane in data["lanes"]}
+    assert set(lanes) == {"cpu", "cuda", "rocm", "vulkan", "metal"}
+    assert lanes["cpu"]["buildable"] == bool(shutil.which("gcc") and shutil.which("g++"))
+    assert not lanes["metal"]["buildable"] and not lanes["metal"]["host_os_ok"]
+    assert "cpu lane:" in res.stderr and "metal lane: needs darwin" in res.stderr
+    assert not (root / ".dgr").exists()  # doctor only looks
+
+
+def test_doctor_cuda_lane_names_missing_cublas(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    res = run_forge("--root", str(root), "--json", "doctor")
+    libs = {lib["name"]: lib for lib in res.json["libraries"]}
+    cuda = next(lane for lane in res.json["lanes"] if lane["lane"] == "cuda")
+    if libs["cublas"]["found"]:
+        assert "cublas" not in [m["name"] for m in cuda["missing"]]
+        return
+    assert "cublas" in [m["name"] for m in cuda["missing"]]
+    assert "cuBLAS (library cublas)" in res.stderr
+    if nvcc_path() and shutil.which("nvcc"):
+        # this machine: CUDA 13 without cuBLAS -> exactly cuBLAS, with the package names
+        assert cuda["summary"] == "missing cuBLAS"
+        assert "libcublas-dev-" in res.stderr and "nvidia-cuda-dev" in res.stderr
+
+
+def test_doctor_without_compilers_lists_packages(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    os.symlink("/usr/bin/git", bare / "git")
+    res = run_forge("--root", str(root), "--json", "doctor", env={"PATH": str(bare)})
+    assert res.code == 0, res
+    cpu = next(lane for lane in res.json["lanes"] if lane["lane"] == "cpu")
+    assert not cpu["buildable"]
+    assert {m["name"] for m in cpu["missing"]} == {"gcc", "g++"}
+    assert "debian: build-essential" in res.stderr
+
+
+def test_missing_tool_without_nvcc_on_path(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    env = {"PATH": path_without("nvcc"), "CUDA_PATH": "", "CUDA_HOME": ""}
+    res = run_forge("--root", str(root), "--json", "doctor", env=env)
+    cuda = next(lane for lane in res.json["lanes"] if lane["lane"] == "cuda")
+    assert "nvcc" in [m["name"] for m in cuda["missing"]]
+
+
+def test_bad_probe_file_is_exit_2(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    probes = root / "toolchains" / "probes.toml"
+    probes.write_text(probes.read_text().replace("[tools.cmake]\n", "[tools.cmake]\nbogus = 1\n"))
+    res = run_forge("--root", str(root), "--json", "doctor")
+    assert res.code == 2
+    assert "toolchains/probes.toml: tools.cmake.bogus: unknown key" in res.stderr
+    recipe = root / "recipes" / "cpu.toml"
+    probes.write_text(probes.read_text().replace("bogus = 1\n", ""))
+    recipe.write_text(recipe.read_text().replace('"g++"]', '"g++", "nosuchtool"]'))
+    res = run_forge("--root", str(root), "--json", "doctor")
+    assert res.code == 2 and "unknown tool probe 'nosuchtool'" in res.stderr
+
+
+def test_lanes_matrix_before_any_build(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    res = run_forge("--root", str(root), "--json", "lanes")
+    assert res.code == 0, res
+    rows = {r["lane"]: r for r in res.json["lanes"]}
+    assert rows["cpu"]["backend"] == "CPU" and rows["cpu"]["last_build"] is None
+    assert rows["cuda"]["backend"] == "CUDA"
+    assert rows["metal"]["buildable"] is False

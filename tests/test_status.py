@@ -1,0 +1,127 @@
+"""`dgr-forge status` (upstream part): pin, workspace commit, verification, local changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from forgetest import Upstream, manifest_text, run_forge, sh_git
+
+FORGE_COMMITTER = {"GIT_COMMITTER_NAME": "dgr-forge", "GIT_COMMITTER_EMAIL": "dgr-forge@invalid"}
+
+# the documented `--json` fields of the "upstream" object
+FIELDS = {
+    "name",
+    "url",
+    "commit",
+    "tree",
+    "src_dir",
+    "present",
+    "head",
+    "pin_present",
+    "at_pin",
+    "commits_on_top",
+    "commit_verified",
+    "pin_tree",
+    "tree_verified",
+    "shallow",
+    "interrupted",
+    "local_changes",
+    "local_commits",
+    "verified",
+}
+
+
+@pytest.fixture(autouse=True)
+def _wide_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "10000")
+
+
+def status(root: Path) -> dict[str, object]:
+    r = run_forge("status", "--json", cwd=root)
+    assert r.code == 0, r
+    assert r.json["command"] == "status" and r.json["ok"] is True
+    up = r.json["upstream"]
+    assert set(up) == FIELDS
+    return dict(up)
+
+
+def src_of(root: Path) -> Path:
+    return root / ".dgr" / "src" / "llama.cpp"
+
+
+def test_status_before_any_fetch(forge_root: Path, upstream: Upstream) -> None:
+    up = status(forge_root)
+    assert up["present"] is False and up["verified"] is False and up["head"] is None
+    assert up["commit"] == upstream.head and up["url"] == upstream.url
+    r = run_forge("status", cwd=forge_root)
+    assert "not fetched yet" in r.stderr and "dgr-forge fetch" in r.stderr
+    assert not (forge_root / ".dgr").exists()  # status writes nothing
+
+
+def test_status_after_fetch_is_verified(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    up = status(forge_root)
+    assert up["present"] is True and up["verified"] is True
+    assert up["head"] == upstream.head and up["at_pin"] is True
+    assert up["commit_verified"] is True and up["tree_verified"] is True
+    assert up["pin_tree"] == upstream.tree(upstream.head) and up["shallow"] is True
+    assert up["local_changes"] == [] and up["commits_on_top"] == 0
+    r = run_forge("status", cwd=forge_root)
+    assert f"at {upstream.head}" in r.stderr
+    assert "verified  yes  (commit: yes, tree: yes, shallow)" in r.stderr
+
+
+def test_status_lists_local_changes(forge_root: Path) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    (src / "README.md").write_text("edited\n")
+    (src / "docs" / "notes-0.md").unlink()
+    (src / "scratch.txt").write_text("new\n")
+    up = status(forge_root)
+    assert up["verified"] is False and up["commit_verified"] is True
+    assert up["local_changes"] == [
+        {"path": "README.md", "change": "modified"},
+        {"path": "docs/notes-0.md", "change": "deleted"},
+        {"path": "scratch.txt", "change": "untracked"},
+    ]
+    r = run_forge("status", cwd=forge_root)
+    assert "local changes (3):" in r.stderr and "scratch.txt" in r.stderr
+
+
+def test_status_counts_the_forges_commits_on_top(forge_root: Path) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    (src / "README.md").write_text("patched\n")
+    sh_git(src, "commit", "-qam", "0001 patch", env=FORGE_COMMITTER)
+    up = status(forge_root)
+    assert up["verified"] is True and up["at_pin"] is False and up["commits_on_top"] == 1
+    assert "(pin + 1 commits)" in run_forge("status", cwd=forge_root).stderr
+
+
+def test_status_names_commits_not_made_by_the_forge(forge_root: Path) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    (src / "README.md").write_text("mine\n")
+    sh_git(src, "commit", "-qam", "my commit")
+    up = status(forge_root)
+    assert up["verified"] is False and up["commit_verified"] is False
+    assert up["local_commits"] == [f"{sh_git(src, 'rev-parse', 'HEAD')[:12]} my commit"]
+
+
+def test_status_shows_a_tree_mismatch(forge_root: Path, upstream: Upstream) -> None:
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    wrong = upstream.tree(upstream.commits[0])
+    (forge_root / "manifests" / "llama.cpp.toml").write_text(
+        manifest_text(upstream.url, upstream.head, wrong)
+    )
+    up = status(forge_root)
+    assert up["tree_verified"] is False and up["verified"] is False and up["tree"] == wrong
+    assert "tree: NO (mismatch)" in run_forge("status", cwd=forge_root).stderr
+
+
+def test_status_with_a_bad_manifest_is_bad_input(forge_root: Path) -> None:
+    (forge_root / "manifests" / "llama.cpp.toml").write_text("schema = 1\n[upstream]\n")
+    r = run_forge("status", "--json", cwd=forge_root)
+    assert r.code == 2, r
+    assert "manifests/llama.cpp.toml" in r.stderr and r.json["ok"] is False
