@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 
 import typer
 
@@ -82,10 +82,28 @@ def options(ctx: typer.Context) -> GlobalOptions:
     return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
 
 
+@dataclass
+class JsonChannel:
+    """Where the one --json object goes. `cli.main` points `stream` at the real stdout and
+    sends everything else written to stdout (help, child processes) to stderr."""
+
+    stream: TextIO | None = None
+    emitted: bool = False
+
+
+JSON_CHANNEL = JsonChannel()
+
+
 def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
-    payload = {"ok": code == 0, "exit_code": code, "command": command, **fields}
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
-    sys.stdout.flush()
+    """Print the --json object; under `cli.main` only the first call prints (one object)."""
+    if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
+        return
+    JSON_CHANNEL.emitted = True
+    payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}
+    payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
+    stream = JSON_CHANNEL.stream or sys.stdout
+    stream.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    stream.flush()
 
 
 def run(ctx: typer.Context, command: str, body: Callable[[Env], dict[str, Any] | None]) -> None:

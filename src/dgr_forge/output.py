@@ -25,8 +25,13 @@ from rich.progress import (
 from rich.table import Table
 
 
+def _terminal() -> bool:
+    """Both streams on a terminal: piping or redirecting either one means a log, not a user."""
+    return sys.stdout.isatty() and sys.stderr.isatty()
+
+
 def _interactive() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+    return _terminal() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
 
 
 class ProgressSink:
@@ -67,9 +72,11 @@ class Reporter:
     def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
+        plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
         self.console = Console(
             stderr=True,
-            no_color=bool(os.environ.get("NO_COLOR")) or not sys.stderr.isatty(),
+            no_color=plain,
+            color_system=None if plain else "auto",  # plain: no escape codes at all, not even bold
             highlight=False,
         )
 

@@ -15,6 +15,7 @@ MODULES: list[str] = [
     "build",
     "report",
     "artifacts",
+    "ci",
 ]
 
 _registered = False
