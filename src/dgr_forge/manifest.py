@@ -73,6 +73,19 @@ class _Checker:
             f"{self.shown}: {key}: {problem}", hint=fix, details={"file": self.shown, "key": key}
         )
 
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        """TOML bytes to a dict; bad encoding or syntax is a BadInput naming the line."""
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise self.fail(
+                "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
+            ) from None
+        except tomllib.TOMLDecodeError as err:
+            raise self.fail(
+                "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
+            ) from None
+
     def table(self, data: Any, key: str) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise self.fail(key, f"must be a table, got {type(data).__name__}", f"write [{key}]")
@@ -139,16 +152,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         ) from None
     except OSError as err:
         raise BadInput(f"{shown}: cannot read: {err.strerror}", details={"file": shown}) from None
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise c.fail(
-            "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as err:
-        raise c.fail(
-            "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
-        ) from None
+    data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
     schema = data.get("schema")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,16 +142,7 @@ def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
     c = _Checker(path or Path(shown), shown)
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise c.fail(
-            "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
-        ) from None
-    except tomllib.TOMLDecodeError as err:
-        raise c.fail(
-            "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
-        ) from None
+    data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
     schema = data.get("schema")
