@@ -275,3 +275,12 @@ def test_manifest_edit_keeps_comments_and_moves_pin() -> None:
     assert f'commit = "{"b" * 40}"  # the pin' in new
     assert "0002-b.patch" not in new and 'file = "0001-b.patch"' in new
     assert new.index("[[patches.series]]") < new.index("[patches.result]")
+
+
+def test_export_from_the_bare_pin_is_refused(exported: Path) -> None:
+    src = src_dir(exported)
+    sh_git(src, "checkout", "-q", "--detach", "HEAD~3")
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 3 and "delete all 3 patches" in message(res), res
+    assert state(exported) == before
