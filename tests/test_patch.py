@@ -58,7 +58,6 @@ def test_applies_series_like_plain_git_am(
         "Patch Author <author@dgr.invalid>|docs: add DGR notes"
     )
     assert sh_git(src, "status", "--porcelain") == ""
-    assert not list((src / ".git").glob("sharedindex.*"))  # the index is an ordinary one
 
 
 def test_commit_ids_equal_across_workspaces_and_environments(
