@@ -390,3 +390,39 @@ def test_empty_series_is_the_pin(upstream: Upstream, forge_root: Path) -> None:
     assert res.json["head_commit"] == upstream.head
     again = patch(forge_root)
     assert again.code == 0 and again.json["changed"] is False
+
+
+def test_sigkill_mid_am_then_patch_recovers(upstream: Upstream, forge_root: Path) -> None:
+    """A real kill while `git am` runs: the next `patch` rolls back and applies, exactly."""
+    import signal
+    import subprocess
+    import time
+
+    from forgetest import forge_cmd, forge_env
+
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({f"docs/kill-{i}.md": f"note {i}\n"}, f"docs: kill note {i}") for i in range(40)
+    ]
+    series = make_series(forge_root, upstream, edits)
+    src = src_dir(forge_root)
+    assert run_forge("--root", str(forge_root), "fetch").code == 0
+    proc = subprocess.Popen(
+        forge_cmd("--root", str(forge_root), "patch"),
+        env=forge_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # killed with its git children, as CI cancelling a job does
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (src / ".git" / "rebase-apply").exists():
+        time.sleep(0.002)
+    killed_mid_am = (src / ".git" / "rebase-apply").exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert killed_mid_am, "git am finished before the kill; the test did not test anything"
+    assert (src / ".git" / "dgr-patching").exists()  # the journal marks the run as ours
+    res = patch(forge_root)
+    assert res.code == 0, res
+    assert sh_git(src, "rev-parse", "HEAD^{tree}") == series.trees[-1]
+    assert not (src / ".git" / "dgr-patching").exists()
+    assert sh_git(src, "status", "--porcelain") == ""
