@@ -6,7 +6,7 @@ The test upstream (tests/forgetest.py) with its one-patch series, and the test w
   no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
 Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
 
-    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2]
+    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2] [--extra-sources N]
 """
 
 from __future__ import annotations
@@ -39,12 +39,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--extra-sources",
+        type=int,
+        default=0,
+        help="add N C++ files to the worker, to see how the fixed overhead amortizes",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-build-"))
     try:
         upstream = make_upstream(tmp / "upstream")
         root = make_patched_root(tmp / "forge", upstream)
-        worker = make_worker(tmp / "worker")
+        extra = {
+            f"src/extra{i}.cpp": (
+                "#include <map>\n#include <string>\n#include <vector>\n#include <algorithm>\n"
+                f"int extra{i}() {{ std::map<std::string, std::vector<int>> m; "
+                f'm["k"].push_back({i}); std::sort(m["k"].begin(), m["k"].end()); '
+                "return (int) m.size(); }\n"
+            )
+            for i in range(args.extra_sources)
+        }
+        worker = make_worker(tmp / "worker", extra)
+        if extra:
+            cml = worker / "CMakeLists.txt"
+            cml.write_text(
+                cml.read_text().replace("src/util.cpp)", "src/util.cpp " + " ".join(extra) + ")")
+            )
         env = forge_env()
         jobs = ["--jobs", str(args.jobs)]
         forge = [
@@ -55,36 +75,50 @@ def main() -> None:
         cold_forge, cold_raw, noop_forge, noop_raw = [], [], [], []
         phases: dict[str, list[float]] = {}
         raw_configure: list[float] = []
-        for run in range(args.runs):
+        startup: list[float] = []  # `dgr-forge --version`: interpreter + CLI imports only
+        # one untimed build: warms the caches and yields the exact commands the forge runs
+        subprocess.run(forge, env=env, check=True, capture_output=True)
+        log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
+        configure_cmd = log[0][2:].split(" ")
+        ninja = next(
+            line[2:].split(" ")[0]
+            for line in log
+            if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
+        )
+
+        def forge_cold() -> None:
             shutil.rmtree(root / ".dgr", ignore_errors=True)
             t = time.perf_counter()
             proc = subprocess.run([*forge, "--json"], env=env, check=True, capture_output=True)
             cold_forge.append(time.perf_counter() - t)
             for phase, seconds in json.loads(proc.stdout)["lanes"][0]["timings"].items():
                 phases.setdefault(phase, []).append(seconds)
-            # the exact configure command the forge ran, pointed at a fresh directory
-            log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
-            configure = log[0][2:].split(" ")
-            ninja = next(
-                line[2:].split(" ")[0]
-                for line in log
-                if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
-            )
-            raw_dir = tmp / f"raw-{run}"
-            b = configure.index("-B")
-            configure[b + 1] = str(raw_dir)
-            configure = [a.replace("/build/cpu", f"/raw-{run}") for a in configure]
-            cmake = configure[0]
+
+        def raw_cold(raw_dir: Path) -> None:
+            # the same configure command, pointed at a fresh directory
+            configure = [
+                a.replace(str(root / ".dgr" / "build" / "cpu"), str(raw_dir)) for a in configure_cmd
+            ]
             t = time.perf_counter()
             subprocess.run(configure, check=True, capture_output=True)
             raw_configure.append(time.perf_counter() - t)
             subprocess.run(
-                [cmake, "--build", str(raw_dir), "-j", str(args.jobs)],
+                [configure[0], "--build", str(raw_dir), "-j", str(args.jobs)],
                 check=True,
                 capture_output=True,
             )
             cold_raw.append(time.perf_counter() - t)
+
+        for run in range(args.runs):
+            raw_dir = tmp / f"raw-{run}"
+            if run % 2:  # alternate the order: neither side always gets the warmer cache
+                raw_cold(raw_dir)
+                forge_cold()
+            else:
+                forge_cold()
+                raw_cold(raw_dir)
             for _ in range(3):
+                startup.append(timed(forge_cmd("--version"), env=env))
                 noop_forge.append(timed(forge, env=env))
                 noop_raw.append(timed([ninja, "-C", str(raw_dir)]))
 
@@ -97,6 +131,9 @@ def main() -> None:
         print(
             f"no-op : dgr-forge {nf:.3f}s  raw ninja {nr:.3f}s  "
             f"overhead {nf - nr:+.3f}s  (target <= +0.5s)"
+        )
+        print(
+            f"        (of which CLI start, dgr-forge --version: {statistics.median(startup):.3f}s)"
         )
         detail = "  ".join(f"{k} {statistics.median(v):.3f}s" for k, v in phases.items())
         print(

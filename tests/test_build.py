@@ -16,7 +16,7 @@ from build_support import (
     nvcc_path,
     path_without,
 )
-from forgetest import Upstream, run_forge
+from forgetest import Upstream, run_forge, sh_git
 
 pytestmark = pytest.mark.slow
 
@@ -263,3 +263,43 @@ def test_ccache_is_the_compiler_launcher_when_present(
     assert f"CMAKE_CXX_COMPILER_LAUNCHER:UNINITIALIZED={script}" in cache
     launched = calls.read_text()
     assert "src/util.cpp" in launched and "src/main.cpp" in launched
+
+
+def test_git_worker_from_manifest_is_fetched_at_its_commit(root: Path, tmp_path: Path) -> None:
+    repo = make_worker(tmp_path / "worker-repo")
+    sh_git(repo, "init", "-q")
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "-qm", "worker")
+    commit = sh_git(repo, "rev-parse", "HEAD")
+    (root / "manifests" / "shard-worker.toml").write_text(
+        f'schema = 1\n[worker]\nurl = "{repo.as_uri()}"\ncommit = "{commit}"\n'
+    )
+    res = forge_build(root, "--no-sign")
+    assert res.code == 0, res
+    assert res.json["worker"] == repo.as_uri()
+    assert [a["name"] for a in lane(res)["artifacts"]] == ["shard-worker"]
+    checkout = root / ".dgr" / "src" / "shard-worker"
+    assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+    # a new commit upstream of the worker changes nothing: the pin is exact
+    (repo / "src" / "util.cpp").write_text("int worker_owner(int) { return 99; }\n")
+    sh_git(repo, "commit", "-qam", "later")
+    again = forge_build(root, "--no-sign")
+    assert again.code == 0, again
+    assert lane(again)["status"] == "up-to-date"
+    assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+
+def test_local_edit_in_upstream_workspace_is_not_built_silently(
+    root: Path, worker_dir: Path
+) -> None:
+    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+    binary = root / ".dgr" / "build" / "cpu" / "shard-worker"
+    built = binary.stat().st_mtime_ns
+    edited = root / ".dgr" / "src" / "llama.cpp" / "src" / "llama.cpp"
+    edited.write_text(edited.read_text().replace("layer % 4", "layer % 5"))
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 3, res  # a human decides: export it as a patch, or discard it
+    assert "src/llama.cpp" in res.stderr
+    assert "layer % 5" in edited.read_text()  # the edit is kept
+    assert binary.stat().st_mtime_ns == built  # nothing was compiled from it

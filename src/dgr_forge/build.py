@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
@@ -34,9 +34,11 @@ from dgr_forge.lock import workspace_lock
 from dgr_forge.manifest import UpstreamManifest
 from dgr_forge.manifest import load as load_manifest
 from dgr_forge.output import Reporter
-from dgr_forge.patches import PatchedTree, ensure_patched
 from dgr_forge.recipes import Recipe, load_all, select
 from dgr_forge.records import Artifact, LaneBuild, PatchInput, Tool
+
+if TYPE_CHECKING:
+    from dgr_forge.patches import PatchedTree
 
 STATE_SCHEMA = 1
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
@@ -136,6 +138,9 @@ class LanePlan:
     ninja: str
     launcher: str | None
     compiler_args: list[str]  # -DCMAKE_CUDA_COMPILER=... from probes
+    # every tool the recipe requires, where this host has it: a compiler that moved
+    # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
+    tool_paths: dict[str, str] = field(default_factory=dict)
 
 
 def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
@@ -227,6 +232,7 @@ def inputs_digest(
         "cmake_modules": {p.name: sha256_file(p) for p in modules},
         "worker": spec.identity if spec else None,
         "cmake": plan.cmake,
+        "tools": plan.tool_paths,
         "args": args,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
@@ -323,6 +329,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 ninja=str(doctor.tool("ninja").path),
                 launcher=launcher.path if launcher else None,
                 compiler_args=compiler_args,
+                tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
             )
         )
 
@@ -341,6 +348,12 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 and state.get("head_commit")
                 and (upstream_dir / ".git").exists()
                 and gitutil.rev_parse(upstream_dir, "HEAD") == state.get("head_commit")
+                # local edits to tracked upstream files: ensure_patched decides (it refuses
+                # to build them silently); a report must never claim the patched tree
+                # while Ninja compiles something else
+                and not gitutil.git(
+                    upstream_dir, "status", "--porcelain", "--untracked-files=no"
+                ).stdout.strip()
             )
             result = LaneResult(
                 lane=plan.recipe.name,
@@ -355,6 +368,8 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
                 t = time.monotonic()
                 if spec is not None:
                     worker.ensure_worker(spec, out, offline=opts.offline)
+                from dgr_forge.patches import ensure_patched  # not needed on the no-op path
+
                 patched = ensure_patched(forge, m, out, mirror=opts.mirror, offline=opts.offline)
                 result.patched = patched.changed
                 result.timings["patch"] = time.monotonic() - t

@@ -8,11 +8,13 @@ about a lane.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import platform
 import re
 import shutil
 import subprocess
+import sysconfig
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ SCHEMA = 1
 _TOOL_KEYS = {
     "description",
     "executables",
-    "python_dir",
+    "python_dirs",
     "hints",
     "path_search",
     "find_command",
@@ -55,7 +57,7 @@ class ToolProbe:
     name: str
     description: str
     executables: tuple[str, ...]
-    python_dir: str | None
+    python_dirs: tuple[str, ...]
     hints: tuple[str, ...]
     path_search: bool
     find_command: tuple[str, ...]
@@ -222,7 +224,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             name=name,
             description=_str(shown, f"{key}.description", t.get("description"), name) or name,
             executables=_strs(shown, f"{key}.executables", t.get("executables", [])),
-            python_dir=_str(shown, f"{key}.python_dir", t.get("python_dir")),
+            python_dirs=_strs(shown, f"{key}.python_dirs", t.get("python_dirs", [])),
             hints=_strs(shown, f"{key}.hints", t.get("hints", [])),
             path_search=path_search,
             find_command=_strs(shown, f"{key}.find_command", t.get("find_command", [])),
@@ -271,6 +273,23 @@ def _expand(entry: str) -> str | None:
 
 
 def _python_dir(spec: str) -> str | None:
+    """A directory an installed wheel ships binaries in.
+
+    "pkg/sub/dir": inside the package, found without importing it (importing the cmake
+    wheel costs ~0.1 s, too much for a no-op build); "@scripts": this Python's scripts
+    directory; "module:ATTR": the attribute of the imported module (the slow fallback).
+    """
+    if spec == "@scripts":
+        return sysconfig.get_path("scripts")
+    if ":" not in spec:
+        package, _, sub = spec.partition("/")
+        try:
+            found = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            return None
+        locations = list(found.submodule_search_locations or []) if found else []
+        path = Path(locations[0]) / sub if locations else None
+        return str(path) if path and path.is_dir() else None
     module, _, attr = spec.partition(":")
     try:
         value = getattr(importlib.import_module(module), attr)
@@ -315,14 +334,21 @@ class Doctor:
                 packages,
             )
         dirs: list[str] = []
-        if probe.python_dir:
-            wheel = _python_dir(probe.python_dir)
+        for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
+            wheel = _python_dir(spec)
             if wheel:
                 dirs.append(wheel)
-        dirs += [d for d in (_expand(h) for h in probe.hints) if d]
-        search = os.pathsep.join(dirs)
+                found = next(
+                    (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
+                )
+                if found:
+                    return ProbeResult(
+                        name, "tool", probe.description, True, found, found, packages
+                    )
+        hints = [d for d in (_expand(h) for h in probe.hints) if d]
+        dirs += hints
         for exe in probe.executables:
-            found = shutil.which(exe, path=search) if search else None
+            found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None
             if found is None and probe.path_search:
                 found = shutil.which(exe, path=self.path_env)
             if found:

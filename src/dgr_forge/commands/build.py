@@ -8,13 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import build as build_mod
-from dgr_forge import doctor as doctor_mod
-from dgr_forge import keys as keys_mod
-from dgr_forge import lanes as lanes_mod
-from dgr_forge import presets as presets_mod
 from dgr_forge.app import Env, app, run
-from dgr_forge.recipes import load_all
+
+# Library modules are imported inside each command: every CLI start registers all
+# commands, and a no-op `build` should not pay for crypto or certification imports.
 
 
 @app.command()
@@ -43,6 +40,8 @@ def build(
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import build as build_mod
+
         opts = build_mod.BuildOptions(
             lanes=list(lane or []),
             worker=worker,
@@ -63,6 +62,9 @@ def doctor(ctx: typer.Context) -> None:
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
+        from dgr_forge import doctor as doctor_mod
+        from dgr_forge.recipes import load_all
+
         probes = doctor_mod.load_probes(
             forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
         )
@@ -103,6 +105,9 @@ def lanes(
     """The lane matrix: backend, buildable here, last build, certified."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import keys as keys_mod
+        from dgr_forge import lanes as lanes_mod
+
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         rows = lanes_mod.matrix(env.forge, trusted)
         if advertised:
@@ -154,6 +159,8 @@ def presets(
     """CMakeUserPresets.json with a configure + build preset per lane."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import presets as presets_mod
+
         data = presets_mod.render(env.forge, list(lane or []), worker)
         names = [p["name"] for p in data["configurePresets"]]
         if print_:
