@@ -275,3 +275,44 @@ def test_manifest_edit_keeps_comments_and_moves_pin() -> None:
     assert f'commit = "{"b" * 40}"  # the pin' in new
     assert "0002-b.patch" not in new and 'file = "0001-b.patch"' in new
     assert new.index("[[patches.series]]") < new.index("[patches.result]")
+
+
+def test_export_from_the_bare_pin_is_refused(exported: Path) -> None:
+    src = src_dir(exported)
+    sh_git(src, "checkout", "-q", "--detach", "HEAD~3")
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 3 and "delete all 3 patches" in message(res), res
+    assert state(exported) == before
+
+
+def test_export_refuses_merges_empty_commits_and_foreign_bases(exported: Path) -> None:
+    src = src_dir(exported)
+    tip = head(src)
+    before = state(exported)
+    # an empty commit
+    sh_git(src, "commit", "-q", "--allow-empty", "-m", "nothing", env=AUTHOR_ENV)
+    res = forge(exported, "export")
+    assert res.code == 3 and "changes nothing" in message(res), res
+    # a merge commit
+    sh_git(src, "checkout", "-q", "--detach", tip)
+    side = commit_in(src, {"README.md": "side\n"}, "side", 8)
+    sh_git(src, "checkout", "-q", "--detach", tip)
+    commit_in(src, {"docs/other.md": "other\n"}, "other", 9)
+    sh_git(src, "merge", "-q", "--no-edit", side, env=AUTHOR_ENV)
+    res = forge(exported, "export")
+    assert res.code == 3 and "merge" in message(res), res
+    # a HEAD that is not based on the pin
+    sh_git(src, "checkout", "-q", "--orphan", "elsewhere")
+    sh_git(src, "commit", "-q", "-m", "unrelated", env=AUTHOR_ENV)
+    res = forge(exported, "export")
+    assert res.code == 3 and "not based on the pinned commit" in message(res), res
+    assert state(exported) == before
+
+
+def test_export_without_a_workspace_is_bad_input(upstream: Upstream, forge_root: Path) -> None:
+    make_series(forge_root, upstream)
+    before = state(forge_root)
+    res = forge(forge_root, "export")
+    assert res.code == 2 and "dgr-forge patch" in message(res), res
+    assert state(forge_root) == before

@@ -390,3 +390,71 @@ def test_empty_series_is_the_pin(upstream: Upstream, forge_root: Path) -> None:
     assert res.json["head_commit"] == upstream.head
     again = patch(forge_root)
     assert again.code == 0 and again.json["changed"] is False
+
+
+def test_sigkill_mid_am_then_patch_recovers(upstream: Upstream, forge_root: Path) -> None:
+    """A real kill while `git am` runs: the next `patch` rolls back and applies, exactly."""
+    import signal
+    import subprocess
+    import time
+
+    from forgetest import forge_cmd, forge_env
+
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({f"docs/kill-{i}.md": f"note {i}\n"}, f"docs: kill note {i}") for i in range(40)
+    ]
+    series = make_series(forge_root, upstream, edits)
+    src = src_dir(forge_root)
+    assert run_forge("--root", str(forge_root), "fetch").code == 0
+    proc = subprocess.Popen(
+        forge_cmd("--root", str(forge_root), "patch"),
+        env=forge_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # killed with its git children, as CI cancelling a job does
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (src / ".git" / "rebase-apply").exists():
+        time.sleep(0.002)
+    killed_mid_am = (src / ".git" / "rebase-apply").exists()
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert killed_mid_am, "git am finished before the kill; the test did not test anything"
+    assert (src / ".git" / "dgr-patching").exists()  # the journal marks the run as ours
+    res = patch(forge_root)
+    assert res.code == 0, res
+    assert sh_git(src, "rev-parse", "HEAD^{tree}") == series.trees[-1]
+    assert not (src / ".git" / "dgr-patching").exists()
+    assert sh_git(src, "status", "--porcelain") == ""
+
+
+def test_patch_without_date_header_is_refused(upstream: Upstream, forge_root: Path) -> None:
+    name = escape_patch(forge_root, upstream, "docs/ok.txt")
+    path = forge_root / "patches" / "llama.cpp" / name
+    path.write_text(path.read_text().replace("Date: Wed, 1 Jan 2025 00:00:00 +0000\n", ""))
+    write_manifest(forge_root, upstream, [name], None)
+    res = patch(forge_root)
+    assert res.code == 2 and "'Date:'" in message(res) and name in message(res), res
+    assert not src_dir(forge_root).exists()
+
+
+def test_patch_without_a_diff_is_refused(upstream: Upstream, forge_root: Path) -> None:
+    name = "0001-nothing.patch"
+    (forge_root / "patches" / "llama.cpp" / name).write_text(
+        "From: A <a@b.invalid>\nDate: Wed, 1 Jan 2025 00:00:00 +0000\nSubject: nothing\n\nbody\n"
+    )
+    write_manifest(forge_root, upstream, [name], None)
+    res = patch(forge_root)
+    assert res.code == 2 and "no diff" in message(res) and name in message(res), res
+
+
+def test_result_tree_mismatch_fails_and_returns_to_pin(
+    upstream: Upstream, forge_root: Path
+) -> None:
+    series = make_series(forge_root, upstream, with_trees=False)
+    write_manifest(forge_root, upstream, series.files, None, result_tree=series.trees[0])
+    res = patch(forge_root)
+    assert res.code == 1, res
+    text = message(res)
+    assert series.trees[0] in text and series.trees[-1] in text and series.files[-1] in text
+    assert head(src_dir(forge_root)) == series.pin

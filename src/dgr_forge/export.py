@@ -445,4 +445,12 @@ def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> Export
                 )
             out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
             patches.apply_files_as_they_are(forge, m, out)
+        elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
+            # most likely the series was never applied here: exporting would delete it
+            raise NeedsHuman(
+                f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
+                f"{len(m.series)} patches",
+                hint="run `dgr-forge patch` first and commit on top of the series; to drop "
+                "every patch on purpose, delete the files and their [[patches.series]] entries",
+            )
         return export_series(src, m.commit, forge, m, out)

@@ -616,7 +616,8 @@ def _ensure_patched(
     trees = None if trust_files else known_trees(m)
 
     ws = inspect(src, m.commit, n)
-    if trees is not None and is_applied(ws, m.commit, trees, m.result_tree):
+    journal = ws.exists and (git_dir(src) / PATCH_JOURNAL).exists()  # a run was killed
+    if trees is not None and not journal and is_applied(ws, m.commit, trees, m.result_tree):
         assert ws.head is not None
         result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))
         return PatchedTree(src, m.commit, ws.head, result, changed=False)
