@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from rebase_support import (
     start_paused,
     upstream_edit,
 )
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -138,6 +141,18 @@ def test_conflict_names_patch_file_and_upstream_commit_then_continue(series: Ser
     assert s.snapshot() == before  # nothing written before success
     state = json.loads((s.root / ".dgr" / "rebase.json").read_text())
     assert state["phase"] == "conflict"
+
+    # commands that would move or read the half-replayed workspace refuse, losing nothing
+    conflicted_text = (s.src / "src/llama.cpp").read_text()
+    # the cpu lane, so `build` gets as far as the workspace
+    shutil.copytree(REPO / "toolchains", s.root / "toolchains", dirs_exist_ok=True)
+    shutil.copy(REPO / "recipes" / "cpu.toml", s.root / "recipes" / "cpu.toml")
+    for cmd in (["fetch"], ["fetch", "--force"], ["patch"], ["export"], ["build", "--no-sign"]):
+        r = s.forge(*cmd)
+        assert r.code == 3, (cmd, r)
+        assert "a rebase is in progress" in r.stderr and "rebase --continue" in r.stderr, r
+    assert (s.src / "src/llama.cpp").read_text() == conflicted_text
+    assert s.snapshot() == before
 
     # a new shell: --continue refuses while the file is unresolved, losing nothing
     r = s.forge("rebase", "--continue")

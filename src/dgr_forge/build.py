@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from dgr_forge import __version__, cmake_api, gitutil, worker
 from dgr_forge.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.errors import BadInput
+from dgr_forge.fetch import refuse_during_rebase
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import read_json, sha256_file, write_json
 from dgr_forge.lock import workspace_lock
@@ -335,6 +336,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
 
     results: list[LaneResult] = []
     with workspace_lock(forge, out):
+        refuse_during_rebase(forge)
         patched: PatchedTree | None = None
         upstream_dir = forge.src_dir(m.name)
         for plan in plans:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dgr_forge import gitutil, manifest_edit, patches
 from dgr_forge.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.fetch import refuse_during_rebase
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import atomic_write_text, sha256_bytes
 from dgr_forge.gitutil import FORGE_IDENTITY
@@ -418,6 +419,7 @@ def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> Export
     """The `export` command: the workspace's commits over the pin -> patches/ + manifest."""
     src = forge.src_dir(m.name)
     with workspace_lock(forge, out):
+        refuse_during_rebase(forge)
         if not (src / ".git").exists():
             raise BadInput(
                 f"{forge.rel(src)}: no workspace to export from",

@@ -292,6 +292,18 @@ def resolve_mirror(mirror: str | None) -> str | None:
     return Path(value).expanduser().resolve().as_uri()
 
 
+def refuse_during_rebase(forge: Forge) -> None:
+    """A workspace mid-rebase belongs to the rebase: fetch, patch, export and build would
+    move or read a half-replayed series (and `fetch --force` would discard a resolution)."""
+    if forge.rebase_state.exists():
+        raise NeedsHuman(
+            f"a rebase is in progress in this workspace (state in {forge.rel(forge.rebase_state)})",
+            hint="finish it with `dgr-forge rebase --continue`, or undo it with "
+            "`dgr-forge rebase --abort`",
+            details={"state": str(forge.rebase_state)},
+        )
+
+
 def ensure_fetched(
     forge: Forge,
     m: UpstreamManifest,
@@ -303,6 +315,7 @@ def ensure_fetched(
 ) -> FetchResult:
     """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module doc."""
     with workspace_lock(forge, out):
+        refuse_during_rebase(forge)
         return _ensure(forge, m, out, resolve_mirror(mirror), offline, force)
 
 

@@ -93,6 +93,11 @@ class Forge:
     def lock_file(self) -> Path:
         return self.workspace / "lock"
 
+    @property
+    def rebase_state(self) -> Path:
+        """Present while `dgr-forge rebase` is stopped on a conflict or was interrupted."""
+        return self.workspace / "rebase.json"
+
     def rel(self, path: Path) -> str:
         """A path as the user should see it: relative to the root when inside it."""
         try:

@@ -20,7 +20,13 @@ from pathlib import Path
 
 from dgr_forge import gitutil, patchfile
 from dgr_forge.errors import BadInput, ForgeError, NeedsHuman, OperationFailed
-from dgr_forge.fetch import CHECKOUT_JOURNAL, PIN_REF, READ_ONLY_ENV, ensure_fetched
+from dgr_forge.fetch import (
+    CHECKOUT_JOURNAL,
+    PIN_REF,
+    READ_ONLY_ENV,
+    ensure_fetched,
+    refuse_during_rebase,
+)
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import sha256_bytes
 from dgr_forge.gitutil import FORGE_IDENTITY, git, out
@@ -583,6 +589,7 @@ def ensure_patched(
 ) -> PatchedTree:
     """Fetch if needed, apply the series, verify; a no-op when it is already applied."""
     with workspace_lock(forge, out_):
+        refuse_during_rebase(forge)
         return _ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
 
 

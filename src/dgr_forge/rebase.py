@@ -120,7 +120,7 @@ class RebaseState:
 
 
 def state_path(forge: Forge) -> Path:
-    return forge.workspace / "rebase.json"
+    return forge.rebase_state
 
 
 def journal_dir(forge: Forge) -> Path:
