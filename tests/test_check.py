@@ -78,6 +78,7 @@ def test_patch_that_no_longer_applies_fails(series: Series) -> None:
     r = s.forge("check", "--json")
     assert r.code == 1, r
     assert "src/llama.cpp" in r.json["apply_error"]
+    assert "0001-llama-add-layer-range-ownership.patch" in r.json["apply_error"]
     assert r.json["differences"] == []  # nothing to compare: it stopped at the patch
 
 

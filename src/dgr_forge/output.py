@@ -10,19 +10,14 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
+
+# rich.progress and rich.table are imported where they are used: every CLI start builds
+# a Reporter, few draw a table or a bar.
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def _terminal() -> bool:
@@ -99,6 +94,8 @@ class Reporter:
     ) -> None:
         if self.quiet:
             return
+        from rich.table import Table
+
         table = Table(title=title, show_lines=False)
         for col in columns:
             table.add_column(col)
@@ -112,6 +109,15 @@ class Reporter:
         if self.quiet or self.json_mode or not _interactive():
             yield ProgressSink(self, None)
             return
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
         columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
         if transfer:
             columns += [DownloadColumn(), TransferSpeedColumn()]

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge import artifacts, models
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import BadInput, ExitCode, ForgeError
-from dgr_forge.fsutil import atomic_write_text
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and only `artifacts` itself should pay for requests/urllib3.
+if TYPE_CHECKING:
+    from dgr_forge.models import ModelManifest
 
 artifacts_app = typer.Typer(
     name="artifacts",
@@ -29,7 +32,9 @@ ManifestArg = Annotated[
 DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
 
 
-def _load(env: Env, spec: str) -> models.ModelManifest:
+def _load(env: Env, spec: str) -> ModelManifest:
+    from dgr_forge import models
+
     path = Path(spec)
     if spec.endswith(".toml") or "/" in spec or path.exists():
         try:
@@ -55,6 +60,8 @@ def provision(
     """Download the model's files into DEST: resumable, retried, verified, atomic."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import artifacts
+
         m = _load(env, manifest)
         result = artifacts.provision(m, dest, env.out, mirror=mirror, jobs=jobs)
         fields = result.to_json()
@@ -78,6 +85,8 @@ def verify(
     """Check size, sha256 and GGUF split headers of every file in DEST."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import artifacts
+
         m = _load(env, manifest)
         result = artifacts.verify(m, dest, env.out, jobs=jobs)
         fields = result.to_json()
@@ -112,6 +121,9 @@ def make_manifest(
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import artifacts, models
+        from dgr_forge.fsutil import atomic_write_text
+
         target = out_path
         if target is None:  # before hashing: a missing root should not cost a 500 GB read
             try:

@@ -9,10 +9,11 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import ci, manifest, recipes
 from dgr_forge.app import Env, app, options, run
 from dgr_forge.errors import BadInput, OperationFailed
-from dgr_forge.fsutil import sha256_bytes
+
+# Library modules (jinja2 behind dgr_forge.ci) are imported inside the commands: every
+# CLI start registers all commands.
 
 ci_app = typer.Typer(
     name="ci",
@@ -28,6 +29,8 @@ def matrix_command(ctx: typer.Context) -> None:
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import ci, recipes
+
         forge = env.forge
         lanes = ci.matrix(recipes.load_all(forge.recipes_dir, forge.root))
         if not as_json:
@@ -63,6 +66,9 @@ def render_command(
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import ci, manifest, recipes
+        from dgr_forge.fsutil import sha256_bytes
+
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")
         which = ci.provider(provider)

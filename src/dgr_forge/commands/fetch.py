@@ -7,10 +7,10 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import manifest
 from dgr_forge.app import Env, app, run
-from dgr_forge.commands.patch import status_section
-from dgr_forge.fetch import display_url, ensure_fetched, workspace_status
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
 
 
 @app.command()
@@ -39,6 +39,9 @@ def fetch(
     """Put the upstream at exactly the pinned commit (shallow when the server allows it)."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import manifest
+        from dgr_forge.fetch import display_url, ensure_fetched
+
         forge = env.forge
         m = manifest.load(forge.upstream_manifest, forge.root)
         started = time.monotonic()
@@ -72,6 +75,10 @@ def status(ctx: typer.Context) -> None:
     # --json: {"upstream": UpstreamStatus.to_dict()}; later sections (patches, lanes) are
     # added as sibling keys by the helpers that own them.
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import manifest
+        from dgr_forge.commands.patch import status_section
+        from dgr_forge.fetch import workspace_status
+
         forge = env.forge
         m = manifest.load(forge.upstream_manifest, forge.root)
         st = workspace_status(forge, m)

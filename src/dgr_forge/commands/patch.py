@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge import manifest, patches
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import ExitCode
-from dgr_forge.export import export_workspace, recover_swaps
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
+if TYPE_CHECKING:
+    from dgr_forge.manifest import UpstreamManifest
 
 
 @app.command()
@@ -32,6 +35,9 @@ def patch(
     """Apply the series on the pinned commit (one commit per patch, reproducible ids)."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import manifest, patches
+        from dgr_forge.export import recover_swaps
+
         forge = env.forge
         recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
@@ -62,9 +68,9 @@ def patch(
     run(ctx, "patch", body)
 
 
-def _check(
-    env: Env, m: manifest.UpstreamManifest, mirror: str | None, offline: bool
-) -> dict[str, Any]:
+def _check(env: Env, m: UpstreamManifest, mirror: str | None, offline: bool) -> dict[str, Any]:
+    from dgr_forge import patches
+
     results = patches.check_workspace(env.forge, m, env.out, mirror=mirror, offline=offline)
     rows = []
     for r in results:
@@ -92,6 +98,9 @@ def export(ctx: typer.Context) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import manifest
+        from dgr_forge.export import export_workspace, recover_swaps
+
         forge = env.forge
         recover_swaps(forge.root)
         m = manifest.load(forge.upstream_manifest, forge.root)
@@ -109,8 +118,10 @@ def export(ctx: typer.Context) -> None:
     run(ctx, "export", body)
 
 
-def status_section(env: Env, m: manifest.UpstreamManifest) -> dict[str, Any]:
+def status_section(env: Env, m: UpstreamManifest) -> dict[str, Any]:
     """The `patches` part of `status` (called by the status command): one row per patch."""
+    from dgr_forge import patches
+
     info = patches.series_status(env.forge, m)
     rows = [(p.file, p.state, p.detail) for p in info.series]
     if rows:

@@ -6,11 +6,11 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import check as check_mod
-from dgr_forge import rebase as rebase_mod
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import BadInput
-from dgr_forge.fetch import resolve_mirror
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
 
 _MIRROR = typer.Option(
     "--mirror",
@@ -43,6 +43,9 @@ def rebase(
     """Replay the patch series onto a new upstream commit (3-way); resumable."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import rebase as rebase_mod
+        from dgr_forge.fetch import resolve_mirror
+
         modes = [
             name
             for name, on in (("--onto", onto), ("--continue", continue_), ("--abort", abort))
@@ -83,6 +86,9 @@ def check(
     byte for byte, and upstream must still declare every CMake option the recipes pass."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import check as check_mod
+        from dgr_forge.fetch import resolve_mirror
+
         result = check_mod.check(env.forge, env.out, mirror=resolve_mirror(mirror), offline=offline)
         fields = result.as_dict()
         if not result.ok:

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import certify as certify_mod
-from dgr_forge import keys, manifest, recipes
-from dgr_forge import reports as reports_mod
 from dgr_forge.app import Env, app, run
 from dgr_forge.errors import BadInput, ExitCode
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and only the signing/verifying ones should pay for cryptography.
 
 report_app = typer.Typer(
     name="report", help="Show and verify signed build reports.", no_args_is_help=True
@@ -32,6 +32,8 @@ def keygen(
     """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import keys
+
         path = (out or keys.default_key_path()).expanduser()
         signer = keys.generate(path, force=force)
         pub = keys.public_path(path)
@@ -51,6 +53,8 @@ def show(
     """Print a readable summary of a report (--json: the statement too). Does not verify."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import reports as reports_mod
+
         loaded = reports_mod.load(report)
         if loaded.statement is None:
             raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
@@ -105,6 +109,9 @@ def verify(
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import keys
+        from dgr_forge import reports as reports_mod
+
         # an unsigned report fails as "unsigned" even where no key is set up
         signed = bool(reports_mod.load(report).envelope.signatures)
         public = keys.resolve_verifier(key) if signed or key else None
@@ -148,6 +155,9 @@ def certify_command(
     """Record, signed, that this exact lane/recipe/report passed on real hardware."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import certify as certify_mod
+        from dgr_forge import keys, manifest, recipes
+
         forge = env.forge
         m = manifest.load(forge.upstream_manifest, forge.root)
         all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
