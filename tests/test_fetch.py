@@ -5,6 +5,7 @@ workspaces, --force, --offline, --mirror, crashes and concurrent runs."""
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -191,6 +192,20 @@ def test_unreachable_url_fails_with_a_hint(forge_root: Path, upstream: Upstream)
     r = run_forge("fetch", cwd=forge_root)
     assert r.code == 1, r
     assert "file:///nonexistent/llama.cpp.git" in r.stderr and "--mirror" in r.stderr
+    # no server answered: it is not reported as a refused shallow fetch, nor retried in full
+    assert "refused a depth-1 fetch" not in r.stderr
+
+
+def test_unreachable_daemon_port_is_not_taken_for_a_refusal(
+    forge_root: Path, upstream: Upstream
+) -> None:
+    with socket.socket() as sock:  # a free port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    set_pin(forge_root, f"git://127.0.0.1:{port}/llama.cpp.git", upstream.head)
+    r = run_forge("fetch", cwd=forge_root)
+    assert r.code == 1, r
+    assert "refused a depth-1 fetch" not in r.stderr and "--mirror" in r.stderr, r
 
 
 # ----------------------------------------------------------------------------- no-op

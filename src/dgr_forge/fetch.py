@@ -569,20 +569,35 @@ _PROGRESS = re.compile(
 )
 
 
+# git's words when no server answered at all (as opposed to a server refusing a SHA want)
+_UNREACHABLE = (
+    "Could not resolve host",
+    "Failed to connect",
+    "Connection refused",
+    "Connection timed out",
+    "Network is unreachable",
+    "does not appear to be a git repository",
+    "Could not read from remote repository",
+)
+
+
 def _transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
     out.step(f"fetching {name} {commit[:12]} from {display_url(url)}")
     shallow = _run_fetch(src, out, ["--depth=1", url, commit])
     if shallow.returncode == 0:
         return "shallow"
-    out.info(
-        "the server refused a depth-1 fetch of the commit "
-        f"({_last_error(shallow.stderr)}); fetching all branches and tags instead"
-    )
-    args = [url, *UPSTREAM_REFS]
-    if (src / ".git" / "shallow").exists():
-        args.insert(0, "--unshallow")
-    full = _run_fetch(src, out, args)
+    if any(marker in shallow.stderr for marker in _UNREACHABLE):
+        full = shallow  # no server answered: a full fetch would fail the same way
+    else:
+        out.info(
+            "the server refused a depth-1 fetch of the commit "
+            f"({_last_error(shallow.stderr)}); fetching all branches and tags instead"
+        )
+        args = [url, *UPSTREAM_REFS]
+        if (src / ".git" / "shallow").exists():
+            args.insert(0, "--unshallow")
+        full = _run_fetch(src, out, args)
     if full.returncode != 0:
         raise OperationFailed(
             f"fetching {name} from {display_url(url)} failed: {_last_error(full.stderr)}",
