@@ -44,9 +44,10 @@ def hoist_global_options(argv: list[str]) -> list[str]:
     return front + rest
 
 
-def command_path(args: list[str]) -> str:
-    """The (sub)command a hoisted argument list names, e.g. "ci render"; "dgr-forge" if none."""
-    node: Any = typer.main.get_command(app)
+def command_path(args: list[str], root: Any = None) -> str:
+    """The (sub)command a hoisted argument list names, e.g. "ci render"; "dgr-forge" if none.
+    `root` is the app's Click command when the caller already built it."""
+    node: Any = typer.main.get_command(app) if root is None else root
     path: list[str] = []
     i = 0
     while i < len(args) and isinstance(getattr(node, "commands", None), Mapping):
@@ -100,10 +101,13 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
             stream.close()
 
 
-def _invoke(args: list[str], command: str, as_json: bool) -> int:
-    """Run the app; every way out becomes an exit code (and, with --json, one JSON object)."""
+def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
+    """Run the app's Click command `root`; every way out becomes an exit code (and, with
+    --json, one JSON object)."""
     try:
-        result = app(args=args, prog_name="dgr-forge", standalone_mode=False)
+        # `app(...)` would rebuild the Click command (~15 ms at every start); with pretty
+        # exceptions off, calling the built one is the same thing.
+        result = root(args=args, prog_name="dgr-forge", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except ForgeError as err:  # raised outside `run` (an option callback, a sub-app)
         Reporter(json_mode=as_json).error(str(err))
@@ -136,10 +140,11 @@ def main(argv: list[str] | None = None) -> None:
     register_all()
     head = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in head
-    command = command_path(args)
+    root = typer.main.get_command(app)
+    command = command_path(args, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):
-        code = _invoke(args, command, as_json)
+        code = _invoke(root, args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
             fields: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr_forge import gitutil, manifest_edit, patches
+from dgr_forge import gitutil, patches
 from dgr_forge.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.fetch import refuse_during_rebase
 from dgr_forge.forge import Forge
@@ -290,6 +290,8 @@ def write_series(
     )
     unchanged = tuple(p.file for p in series if p.file not in written)
     removed = tuple(sorted(on_disk - set(wanted)))
+
+    from dgr_forge import manifest_edit  # tomlkit: only an export writes the manifest
 
     old_text = m.path.read_text(encoding="utf-8")
     entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
