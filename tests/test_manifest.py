@@ -121,7 +121,7 @@ def test_series_errors(tmp_path: Path) -> None:
 
 
 def test_missing_manifest_is_bad_input(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="missing"):
+    with pytest.raises(BadInput, match="no such manifest"):
         manifest.load(tmp_path / "manifests" / "llama.cpp.toml", tmp_path)
 
 

@@ -143,7 +143,7 @@ def test_split_sets_must_be_complete_and_consistent(tmp_path: Path) -> None:
 
 
 def test_missing_and_non_utf8(tmp_path: Path) -> None:
-    with pytest.raises(BadInput, match="missing"):
+    with pytest.raises(BadInput, match="no such model manifest"):
         models.load(tmp_path / "nope.toml", tmp_path)
     path = write(tmp_path, "x")
     path.write_bytes(b"\xff\xfe")
@@ -164,7 +164,10 @@ def test_cli_by_name_from_the_forge_root(tmp_path: Path) -> None:
     assert res.code == 2, res
     assert res.json["file"] == "manifests/models/m.toml" and res.json["key"] == "files[0].name"
     missing = run_forge("artifacts", "verify", "other", "--dest", str(tmp_path), cwd=tmp_path)
-    assert missing.code == 2 and "manifests/models/other.toml: missing" in missing.stderr
+    assert (
+        missing.code == 2
+        and "manifests/models/other.toml: no such model manifest" in missing.stderr
+    )
 
 
 def test_repo_model_manifests_load() -> None:

@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.errors import BadInput
+
 CHUNK = 1 << 20
 
 
@@ -18,6 +20,20 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def read_input(path: Path, *, what: str, hint: str, shown: str | None = None) -> bytes:
+    """The bytes of an input file; missing or unreadable is exit 2 naming the file."""
+    name = shown or str(path)
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        problem = f"no such {what}"
+    except IsADirectoryError:
+        problem = f"is a directory, not a {what}"
+    except OSError as err:
+        problem = f"cannot read the {what}: {err.strerror}"
+    raise BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
 
 
 def sha256_bytes(data: bytes) -> str:

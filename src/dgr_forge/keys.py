@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from dgr_forge.errors import BadInput
+from dgr_forge.fsutil import read_input
 from dgr_forge.output import Reporter
 
 SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
@@ -204,16 +205,9 @@ def _private_from_pem(data: bytes, source: str) -> Signer:
 
 
 def _read(path: Path, what: str) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(
-            f"{path}: no such {what} file",
-            hint="check the path, or create a key with `dgr-forge keygen`",
-            details={"path": str(path)},
-        ) from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read {what}: {err.strerror}") from None
+    return read_input(
+        path, what=f"{what} file", hint="check the path, or create a key with `dgr-forge keygen`"
+    )
 
 
 def load_signer(path: Path) -> Signer:

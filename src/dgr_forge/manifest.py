@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.errors import BadInput
+from dgr_forge.fsutil import read_input
 
 SCHEMA = 1
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -142,16 +143,12 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     except ValueError:
         shown = str(path)
     c = _Checker(path, shown)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(
-            f"{shown}: missing",
-            hint="create it (see README, 'Manifest') or pass --root to the right checkout",
-            details={"file": shown},
-        ) from None
-    except OSError as err:
-        raise BadInput(f"{shown}: cannot read: {err.strerror}", details={"file": shown}) from None
+    raw = read_input(
+        path,
+        what="manifest",
+        shown=shown,
+        hint="create it (see README, 'The manifest') or pass --root to the right checkout",
+    )
     data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")

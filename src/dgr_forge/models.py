@@ -27,7 +27,7 @@ from urllib.parse import quote, urlsplit
 
 import tomli_w
 
-from dgr_forge.errors import BadInput
+from dgr_forge.fsutil import read_input
 from dgr_forge.manifest import HEX40, HEX64, NAME, _Checker
 
 SCHEMA = 1
@@ -124,17 +124,13 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
     if root is not None:
         with contextlib.suppress(ValueError, OSError):
             shown = str(path.resolve().relative_to(root.resolve()))
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(
-            f"{shown}: missing",
-            hint=f"pass the path to a model manifest, or a name under {MODELS_DIR}/ "
-            "(`dgr-forge artifacts manifest` writes one)",
-            details={"file": shown},
-        ) from None
-    except OSError as err:
-        raise BadInput(f"{shown}: cannot read: {err.strerror}", details={"file": shown}) from None
+    raw = read_input(
+        path,
+        what="model manifest",
+        shown=shown,
+        hint=f"pass the path to a model manifest, or a name under {MODELS_DIR}/ "
+        "(`dgr-forge artifacts manifest` writes one)",
+    )
     return loads(raw, path=path, shown=shown)
 
 

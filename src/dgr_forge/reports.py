@@ -19,7 +19,7 @@ from typing import Any
 from dgr_forge import dsse, provenance
 from dgr_forge.errors import BadInput
 from dgr_forge.forge import Forge
-from dgr_forge.fsutil import atomic_write_text, sha256_file
+from dgr_forge.fsutil import atomic_write_text, read_input, sha256_file
 from dgr_forge.keys import PublicKey, Signer
 from dgr_forge.output import Reporter
 from dgr_forge.records import LaneBuild
@@ -65,16 +65,9 @@ class Report:
 
 def load(path: Path) -> Report:
     """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(
-            f"{path}: no such report",
-            hint="reports are written to <workspace>/reports/ by `dgr-forge build`",
-            details={"report": str(path)},
-        ) from None
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read: {err.strerror}") from None
+    raw = read_input(
+        path, what="report", hint="reports are written to <workspace>/reports/ by `dgr-forge build`"
+    )
     lines = [line for line in raw.splitlines() if line.strip()]
     try:
         if len(lines) != 1:
