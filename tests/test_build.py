@@ -79,6 +79,13 @@ def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_p
     state = json.loads((root / ".dgr" / "state.json").read_text())
     assert state["lanes"]["cpu"]["last_build"]["result"] == "ok"
 
+    # status names the lanes built here and their last report
+    st = run_forge("--root", str(root), "status", "--json")
+    assert st.code == 0, st
+    assert st.json["lanes"]["cpu"]["result"] == "ok"
+    assert st.json["lanes"]["cpu"]["report"] == cpu["report"]
+    assert "lane cpu" in st.stderr and cpu["report"] in st.stderr
+
 
 def test_noop_rebuild_runs_only_ninja(root: Path, worker_dir: Path) -> None:
     first = forge_build(root, "--worker", str(worker_dir), "--no-sign")

@@ -108,6 +108,35 @@ def status(ctx: typer.Context) -> None:
             else:
                 out.info("local changes: none")
         patch_info = status_section(env, m)  # the patch helper's part
-        return {"upstream": st.to_dict(), "patches": patch_info}
+        lanes = _lanes_section(env)
+        if forge.rebase_state.exists():
+            out.info(
+                f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
+                "`dgr-forge rebase --continue` or `--abort`"
+            )
+        return {
+            "upstream": st.to_dict(),
+            "patches": patch_info,
+            "lanes": lanes,
+            "rebase_in_progress": forge.rebase_state.exists(),
+        }
 
     run(ctx, "status", body)
+
+
+def _lanes_section(env: Env) -> dict[str, Any]:
+    """Lanes built in this workspace and their last build (from the build state)."""
+    from dgr_forge.build import load_state
+
+    lanes: dict[str, Any] = {
+        name: entry.get("last_build") for name, entry in load_state(env.forge)["lanes"].items()
+    }
+    if not lanes:
+        env.out.info("lanes: none built in this workspace (run `dgr-forge build`)")
+    for name, last in sorted(lanes.items()):
+        last = last or {}
+        env.out.info(
+            f"lane {name:<8} last build {last.get('time', '?')}: {last.get('result', '?')}"
+            f"  report {last.get('report') or '(none)'}"
+        )
+    return lanes
