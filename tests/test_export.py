@@ -76,6 +76,9 @@ def test_first_export_canonicalizes_and_records_trees(upstream: Upstream, forge_
         assert not data.rstrip().endswith(b"-- ")  # no signature
         assert b"\n-- \n" not in data
         assert b"index " in data and len(data.split(b"index ")[1].split(b"..")[0]) == 40
+        # committed files keep ordinary permissions (not the temp file's 0600)
+        assert m.patch_path(entry).stat().st_mode & 0o044 == 0o044
+    assert (forge_root / MANIFEST).stat().st_mode & 0o044 == 0o044
 
 
 def test_unchanged_series_export_changes_no_byte_and_no_mtime(exported: Path) -> None:

@@ -40,6 +40,15 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _mode_for(path: Path) -> int:
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
     """Write via a temp file in the same directory + fsync + rename: readers see old or new."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -49,8 +58,9 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        # mkstemp makes 0600 files: keep the mode of the file we replace, else the
+        # umask default, so a rewritten manifest or patch stays readable as before
+        os.chmod(tmp, mode if mode is not None else _mode_for(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
