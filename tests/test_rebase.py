@@ -87,6 +87,9 @@ def test_unrelated_upstream_change_carries_cleanly(series: Series) -> None:
     assert m["upstream"]["commit"] == new  # type: ignore[index]
     assert m["upstream"]["tree"] == up.tree(new)  # type: ignore[index]
     assert s.patch_files() == sorted(k for k in before if k.endswith(".patch"))
+    # rewritten files keep ordinary permissions (not a temp file's 0600)
+    for path in [s.root / "manifests" / "llama.cpp.toml", *s.patches_dir.glob("*.patch")]:
+        assert path.stat().st_mode & 0o044 == 0o044, path
     after = s.snapshot()
     assert (
         after["0002-ggml-count-the-rpc-backend.patch"]
