@@ -183,6 +183,18 @@ def _str(shown: str, key: str, value: Any, default: str | None = None) -> str | 
     return value
 
 
+def _table(shown: str, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:
+    """A probe's table ([tools.X] or [libraries.X]) holding only the `allowed` keys."""
+    if not isinstance(value, dict):
+        raise _fail(shown, key, "must be a table", f"write [{key}]")
+    bad = sorted(set(value) - allowed)
+    if bad:
+        raise _fail(
+            shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(allowed))
+        )
+    return value
+
+
 def _packages(shown: str, key: str, value: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(value, dict):
         raise _fail(shown, key, "must be a table", 'write packages = { debian = ["..."] }')
@@ -210,13 +222,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
     tools: dict[str, ToolProbe] = {}
     for name, t in dict(data.get("tools", {})).items():
         key = f"tools.{name}"
-        if not isinstance(t, dict):
-            raise _fail(shown, key, "must be a table", f"write [{key}]")
-        bad = sorted(set(t) - _TOOL_KEYS)
-        if bad:
-            raise _fail(
-                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_TOOL_KEYS))
-            )
+        t = _table(shown, key, t, _TOOL_KEYS)
         path_search = t.get("path_search", True)
         if not isinstance(path_search, bool):
             raise _fail(shown, f"{key}.path_search", "must be true or false", "path_search = false")
@@ -238,13 +244,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
     libraries: dict[str, LibraryProbe] = {}
     for name, lib in dict(data.get("libraries", {})).items():
         key = f"libraries.{name}"
-        if not isinstance(lib, dict):
-            raise _fail(shown, key, "must be a table", f"write [{key}]")
-        bad = sorted(set(lib) - _LIB_KEYS)
-        if bad:
-            raise _fail(
-                shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(_LIB_KEYS))
-            )
+        lib = _table(shown, key, lib, _LIB_KEYS)
         libraries[name] = LibraryProbe(
             name=name,
             description=_str(shown, f"{key}.description", lib.get("description"), name) or name,
