@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, make_forge_root, manifest_text, sh_git
 
@@ -29,6 +30,13 @@ options = { GGML_NATIVE = "OFF" }
 """
 
 PATCH_FILE = "0001-layer-owner.patch"
+
+
+def isolate_key_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No default key from the user's config, no key or CI setting from the environment."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(var, raising=False)
 
 
 def make_patch(upstream: Upstream) -> str:

@@ -13,6 +13,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, run_forge
 from reports_support import (
+    isolate_key_env,
     keyid_from_pub,
     lane_build,
     make_patch,
@@ -33,9 +34,7 @@ from dgr_forge.output import Reporter
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI", "GITHUB_ACTIONS"):
-        monkeypatch.delenv(var, raising=False)
+    isolate_key_env(tmp_path, monkeypatch)
 
 
 @pytest.fixture

@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, run_forge
-from reports_support import keyid_from_pub, make_patch, payload_of, read_envelope, write_manifest
+from reports_support import (
+    isolate_key_env,
+    keyid_from_pub,
+    make_patch,
+    payload_of,
+    read_envelope,
+    write_manifest,
+)
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
@@ -25,9 +32,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI", "GITHUB_ACTIONS"):
-        monkeypatch.delenv(var, raising=False)
+    isolate_key_env(tmp_path, monkeypatch)
 
 
 def forge_root(tmp_path: Path, upstream: Upstream, patch_text: str) -> Path:
