@@ -87,6 +87,13 @@ class _Checker:
                 "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
             ) from None
 
+    def schema(self, data: dict[str, Any], expected: int) -> None:
+        schema = data.get("schema")
+        if schema != expected or isinstance(schema, bool):  # True == 1, but is not a schema
+            raise self.fail(
+                "schema", f"expected {expected}, got {schema!r}", f"set schema = {expected}"
+            )
+
     def table(self, data: Any, key: str) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise self.fail(key, f"must be a table, got {type(data).__name__}", f"write [{key}]")
@@ -152,9 +159,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
-    schema = data.get("schema")
-    if schema != SCHEMA or isinstance(schema, bool):
-        raise c.fail("schema", f"expected {SCHEMA}, got {schema!r}", f"set schema = {SCHEMA}")
+    c.schema(data, SCHEMA)
 
     upstream = c.table(data.get("upstream"), "upstream")
     c.known_keys(upstream, _UPSTREAM_KEYS, "upstream")

@@ -141,9 +141,7 @@ def loads(
     data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
-    schema = data.get("schema")
-    if schema != SCHEMA or isinstance(schema, bool):
-        raise c.fail("schema", f"expected {SCHEMA}, got {schema!r}", f"set schema = {SCHEMA}")
+    c.schema(data, SCHEMA)
 
     model = c.table(data.get("model"), "model")
     c.known_keys(model, _MODEL_KEYS, "model")
