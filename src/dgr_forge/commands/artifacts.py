@@ -30,6 +30,10 @@ ManifestArg = Annotated[
     ),
 ]
 DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
+HashJobsOpt = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", min=1, help="Files hashed in parallel (default: cores)."),
+]
 
 
 def _load(env: Env, spec: str) -> ModelManifest:
@@ -77,10 +81,7 @@ def verify(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1, help="Files hashed in parallel (default: cores)."),
-    ] = None,
+    jobs: HashJobsOpt = None,
 ) -> None:
     """Check size, sha256 and GGUF split headers of every file in DEST."""
 
@@ -113,10 +114,7 @@ def make_manifest(
         Path | None,
         typer.Option("--out", help="Where to write (default: manifests/models/NAME.toml)."),
     ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option("--jobs", "-j", min=1, help="Files hashed in parallel (default: cores)."),
-    ] = None,
+    jobs: HashJobsOpt = None,
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
