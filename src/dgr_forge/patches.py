@@ -420,7 +420,7 @@ def check_series(
             if blocked:
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
-            flagged = entry.file in changed
+            flagged = entry.file in changed  # edited files: their old trees do not apply
             proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
             if proc.returncode != 0:
                 conflicts = tuple(conflicting_hunks(repo, p, env))
@@ -430,7 +430,6 @@ def check_series(
                 blocked = entry.file
                 continue
             tree = out(repo, "write-tree", env=env)
-            flagged = entry.file in changed  # edited files: their old trees do not apply
             if compare_trees and not flagged and entry.tree is not None and tree != entry.tree:
                 results.append(CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree))
                 blocked = entry.file
