@@ -12,7 +12,6 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, run_forge
 from reports_support import (
-    isolate_key_env,
     keyid_from_pub,
     make_patch,
     payload_of,
@@ -25,14 +24,9 @@ from securesystemslib.signer import SSlibKey
 from dgr_forge.errors import ExitCode
 from dgr_forge.fsutil import sha256_file
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    isolate_key_env(tmp_path, monkeypatch)
 
 
 def forge_root(tmp_path: Path, upstream: Upstream, patch_text: str) -> Path:

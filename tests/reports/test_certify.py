@@ -13,11 +13,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, run_forge
 from reports_support import (
-    isolate_key_env,
     keyid_from_pub,
     lane_build,
-    make_patch,
-    setup_root,
     write_manifest,
 )
 from securesystemslib.dsse import Envelope as SslibEnvelope
@@ -28,22 +25,6 @@ from dgr_forge.errors import ExitCode
 from dgr_forge.forge import Forge
 from dgr_forge.fsutil import sha256_file
 from dgr_forge.output import Reporter
-
-
-@pytest.fixture(autouse=True)
-def _isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    isolate_key_env(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def patch_text(upstream: Upstream) -> str:
-    return make_patch(upstream)
-
-
-@pytest.fixture
-def forge(tmp_path: Path, upstream: Upstream, patch_text: str) -> Forge:
-    root = setup_root(tmp_path / "forge", upstream, patch_text)
-    return Forge(root, root / ".dgr")
 
 
 @pytest.fixture
