@@ -5,10 +5,10 @@
 Generates SIZE MiB of random data in FILES files once (kept in DIR, default a temp
 directory named after the size, reused by later runs), then times, with a warm page cache:
 
-* verify: `dgr_forge.artifacts.verify` (size + sha256 + GGUF split headers) with 1 job and
+* verify: `dgr_forge.models.artifacts.verify` (size + sha256 + GGUF split headers) with 1 job and
   with --jobs, against `sha256sum` of the same files (one process, and --jobs processes
   through xargs -P). Target: verify's throughput >= 0.9x sha256sum's.
-* provision: `dgr_forge.artifacts.provision` from a loopback HTTP server (the tests' Range
+* provision: `dgr_forge.models.artifacts.provision` from a loopback HTTP server (the tests' Range
   server, sendfile) into a fresh directory, against `curl` fetching the same URLs from the
   same server (sequentially, and --jobs at a time with `curl --parallel`). provision also
   hashes while streaming and fsyncs every file; curl does neither, so "curl + fsync" and
@@ -33,8 +33,9 @@ sys.path[:0] = [str(HERE.parent / "src"), str(HERE.parent / "tests")]
 
 from artifacts_support import FaultyServer  # noqa: E402
 
-from dgr_forge import artifacts, models  # noqa: E402
-from dgr_forge.output import Reporter  # noqa: E402
+from dgr_forge.core.output import Reporter  # noqa: E402
+from dgr_forge.models import artifacts  # noqa: E402
+from dgr_forge.models import manifest as models  # noqa: E402
 
 BLOCK = 8 << 20
 

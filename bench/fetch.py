@@ -150,10 +150,10 @@ def main() -> None:
             noop_cli.append(time.perf_counter() - t)
             assert json.loads(proc.stdout)["changed"] is False, proc.stderr
 
-        from dgr_forge import manifest
-        from dgr_forge.fetch import ensure_fetched
-        from dgr_forge.forge import Forge
-        from dgr_forge.output import Reporter
+        from dgr_forge.core.forge import Forge
+        from dgr_forge.core.output import Reporter
+        from dgr_forge.upstream import manifest
+        from dgr_forge.upstream.fetch import ensure_fetched
 
         forge = Forge.locate(root)
         noop_lib = []

@@ -144,9 +144,9 @@ def main() -> None:
         raw = tmp / "raw"
         shutil.copytree(src, raw, symlinks=True)
 
-        from dgr_forge import manifest, patches
-        from dgr_forge.forge import Forge
-        from dgr_forge.output import Reporter
+        from dgr_forge.core.forge import Forge
+        from dgr_forge.core.output import Reporter
+        from dgr_forge.upstream import manifest, patches
 
         forge = Forge(root=root, workspace=ws)
         m = manifest.load(root / "manifests" / "llama.cpp.toml", root)

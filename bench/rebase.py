@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from forgetest import make_forge_root, manifest_text  # noqa: E402
 
-from dgr_forge.fsutil import sha256_file  # noqa: E402
+from dgr_forge.core.fsutil import sha256_file  # noqa: E402
 
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("DGR_")},

@@ -28,11 +28,11 @@ sys.path.insert(0, str(HERE / "src"))
 from forgetest import forge_cmd, forge_env, make_upstream  # noqa: E402
 from reports_support import lane_build, make_patch, setup_root  # noqa: E402
 
-from dgr_forge import keys, reports  # noqa: E402
-from dgr_forge.forge import Forge  # noqa: E402
-from dgr_forge.fsutil import sha256_file  # noqa: E402
-from dgr_forge.output import Reporter  # noqa: E402
-from dgr_forge.records import Artifact  # noqa: E402
+from dgr_forge.attest import keys, reports  # noqa: E402
+from dgr_forge.attest.records import Artifact  # noqa: E402
+from dgr_forge.core.forge import Forge  # noqa: E402
+from dgr_forge.core.fsutil import sha256_file  # noqa: E402
+from dgr_forge.core.output import Reporter  # noqa: E402
 
 
 def best(samples: list[float]) -> float:

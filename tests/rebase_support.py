@@ -20,12 +20,12 @@ from forgetest import (
     sh_git,
 )
 
-from dgr_forge import export, manifest
-from dgr_forge.forge import Forge
-from dgr_forge.fsutil import sha256_file
-from dgr_forge.manifest import UpstreamManifest
-from dgr_forge.output import Reporter
-from dgr_forge.patches import PatchedTree, ensure_patched
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import export, manifest
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.patches import PatchedTree, ensure_patched
 
 FORMAT_PATCH = (
     "format-patch",

@@ -16,10 +16,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from forgetest import Upstream, make_forge_root, manifest_text, sh_git
 
-from dgr_forge import manifest
-from dgr_forge.forge import Forge
-from dgr_forge.fsutil import sha256_bytes, sha256_file
-from dgr_forge.records import Artifact, LaneBuild, PatchInput, Tool, WorkerSource
+from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool, WorkerSource
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
+from dgr_forge.upstream import manifest
 
 RECIPE = """schema = 1
 [lane]

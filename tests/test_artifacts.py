@@ -16,10 +16,11 @@ import pytest
 from artifacts_support import FaultyServer, flip_byte, split_names, write_split_gguf
 from forgetest import Result, forge_cmd, forge_env, run_forge
 
-from dgr_forge import artifacts, gguf_split, models
-from dgr_forge.errors import BadInput
-from dgr_forge.models import ModelFile
-from dgr_forge.output import Reporter
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import Reporter
+from dgr_forge.models import artifacts, gguf_split
+from dgr_forge.models import manifest as models
+from dgr_forge.models.manifest import ModelFile
 
 FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10"}
 NAMES = split_names("tiny", 3)

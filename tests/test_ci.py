@@ -11,9 +11,9 @@ import pytest
 import yaml
 from forgetest import manifest_text, run_forge
 
-from dgr_forge import ci
-from dgr_forge.fsutil import sha256_file
-from dgr_forge.manifest import load as load_manifest
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.lanes import ci
+from dgr_forge.upstream.manifest import load as load_manifest
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
@@ -334,7 +334,7 @@ def test_templates_ship_with_the_package() -> None:
     assert names == ["github-actions.yml.j2", "gitlab-ci.yml.j2"]
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     # setuptools ships package data only when pyproject lists it
-    assert 'dgr_forge = ["templates/*", "py.typed"]' in pyproject
+    assert '"dgr_forge.lanes" = ["templates/*"]' in pyproject
 
 
 # ----------------------------------------------------------------------------- the real thing

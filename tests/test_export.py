@@ -16,8 +16,8 @@ from patch_support import (
     src_dir,
 )
 
-from dgr_forge import manifest, manifest_edit
-from dgr_forge.export import compute_series, slug
+from dgr_forge.upstream import manifest, manifest_edit
+from dgr_forge.upstream.export import compute_series, slug
 
 MANIFEST = Path("manifests") / "llama.cpp.toml"
 

@@ -12,9 +12,9 @@ import pytest
 from fetch_support import PROTOCOL_V0, Background, git_daemon
 from forgetest import Upstream, make_forge_root, manifest_text, run_forge, sh_git
 
-from dgr_forge.forge import Forge
-from dgr_forge.lock import describe_holder, workspace_lock
-from dgr_forge.output import Reporter
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.lock import describe_holder, workspace_lock
+from dgr_forge.core.output import Reporter
 
 UNKNOWN = "0123456789abcdef0123456789abcdef01234567"
 FORGE_COMMITTER = {"GIT_COMMITTER_NAME": "dgr-forge", "GIT_COMMITTER_EMAIL": "dgr-forge@invalid"}

@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from dgr_forge.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import atomic_write_text
 
 
 def mode(path: Path) -> int:

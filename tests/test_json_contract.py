@@ -17,10 +17,10 @@ import pytest
 import typer
 from forgetest import Result, manifest_text, run_forge
 
-from dgr_forge import cli
-from dgr_forge.app import JSON_CHANNEL, app, run
-from dgr_forge.commands import register_all
-from dgr_forge.errors import BadInput
+from dgr_forge.cli import main as cli
+from dgr_forge.cli.app import JSON_CHANNEL, app, run
+from dgr_forge.cli.commands import register_all
+from dgr_forge.core.errors import BadInput
 
 Path_ = tuple[str, ...]
 

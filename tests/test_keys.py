@@ -13,9 +13,9 @@ from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 from forgetest import run_forge
 from reports_support import keyid_from_pub
 
-from dgr_forge import keys
-from dgr_forge.errors import BadInput, ExitCode
-from dgr_forge.output import Reporter
+from dgr_forge.attest import keys
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.core.output import Reporter
 
 
 @pytest.fixture(autouse=True)

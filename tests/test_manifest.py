@@ -10,8 +10,8 @@ from forgetest import manifest_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dgr_forge import manifest
-from dgr_forge.errors import BadInput, ExitCode
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.upstream import manifest
 
 COMMIT = "4df29be4f4c3673f428170fda944a5b19f743bb8"
 TREE = "b" * 40

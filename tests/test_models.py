@@ -11,9 +11,9 @@ from forgetest import run_forge
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dgr_forge import models
-from dgr_forge.errors import BadInput, ExitCode
-from dgr_forge.models import ModelFile
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.models import manifest as models
+from dgr_forge.models.manifest import ModelFile
 
 REV = "60d8d70770c6776ff598c94bb586a859a38244f1"
 SHA = "c" * 64

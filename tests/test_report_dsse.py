@@ -12,8 +12,8 @@ from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
-from dgr_forge import dsse
-from dgr_forge.keys import PublicKey, Signer, keyid_of, spki_der
+from dgr_forge.attest import dsse
+from dgr_forge.attest.keys import PublicKey, Signer, keyid_of, spki_der
 
 # secure-systems-lab/dsse: protocol.md "Test Vectors" and testvectors/vectors.json (key "A"
 # is RFC 8032's first Ed25519 test key)

@@ -21,10 +21,10 @@ HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "toml
 _PROBE = """
 import json, sys
 import typer
-import dgr_forge.cli
-import dgr_forge.commands
-dgr_forge.commands.register_all()
-typer.main.get_command(dgr_forge.cli.app)  # what every start builds to parse argv
+import dgr_forge.cli.main
+import dgr_forge.cli.commands
+dgr_forge.cli.commands.register_all()
+typer.main.get_command(dgr_forge.cli.main.app)  # what every start builds to parse argv
 {extra}
 print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {heavy!r})))
 """
@@ -54,7 +54,7 @@ def test_registering_all_commands_imports_no_heavy_library() -> None:
 def test_cli_start_without_a_command_body_imports_no_heavy_library(argv: list[str]) -> None:
     run_main = f"""
 try:
-    dgr_forge.cli.main({argv!r})
+    dgr_forge.cli.main.main({argv!r})
 except SystemExit as exit:
     assert exit.code == 0, exit.code
 """
@@ -64,4 +64,4 @@ except SystemExit as exit:
 
 def test_the_guard_sees_a_heavy_import() -> None:
     # the probe itself works: importing a library the commands defer is reported
-    assert "tomlkit" in _heavy_modules_after("import dgr_forge.manifest_edit")
+    assert "tomlkit" in _heavy_modules_after("import dgr_forge.upstream.manifest_edit")

@@ -1,3 +1,3 @@
-from dgr_forge.cli import main
+from dgr_forge.cli.main import main
 
 main()

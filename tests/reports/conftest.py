@@ -8,7 +8,7 @@ import pytest
 from forgetest import Upstream
 from reports_support import isolate_key_env, make_patch, setup_root
 
-from dgr_forge.forge import Forge
+from dgr_forge.core.forge import Forge
 
 
 @pytest.fixture(autouse=True)

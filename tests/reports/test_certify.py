@@ -20,11 +20,13 @@ from reports_support import (
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
-from dgr_forge import certify, keys, manifest, recipes, reports
-from dgr_forge.errors import ExitCode
-from dgr_forge.forge import Forge
-from dgr_forge.fsutil import sha256_file
-from dgr_forge.output import Reporter
+from dgr_forge.attest import certify, keys, reports
+from dgr_forge.core.errors import ExitCode
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.lanes import recipes
+from dgr_forge.upstream import manifest
 
 
 @pytest.fixture

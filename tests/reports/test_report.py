@@ -23,11 +23,11 @@ from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
-from dgr_forge import keys, provenance, reports
-from dgr_forge.errors import ExitCode
-from dgr_forge.forge import Forge
-from dgr_forge.fsutil import sha256_file
-from dgr_forge.output import Reporter
+from dgr_forge.attest import keys, provenance, reports
+from dgr_forge.core.errors import ExitCode
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
 
 
 @pytest.fixture
@@ -90,7 +90,7 @@ def test_statement_is_slsa_provenance_with_every_input(forge: Forge, report: Pat
     assert "-DCMAKE_MODULE_PATH=${DGR_ROOT}/cmake" in internal["cmakeArgs"]
     assert internal["SOURCE_DATE_EPOCH"] == 1735689600
     deps = bd["resolvedDependencies"]
-    from dgr_forge import manifest
+    from dgr_forge.upstream import manifest
 
     m = manifest.load(forge.upstream_manifest, forge.root)
     assert deps[0]["uri"] == f"git+{m.url}@{m.commit}"
@@ -248,7 +248,7 @@ def test_tampered_reports_fail_naming_the_failure(
 def test_wrong_payload_type_is_named_even_when_validly_signed(
     forge: Forge, signer: keys.Signer, pub: Path
 ) -> None:
-    from dgr_forge import dsse
+    from dgr_forge.attest import dsse
 
     path = forge.reports_dir / "cpu-other.intoto.jsonl"
     path.parent.mkdir(parents=True)
@@ -435,7 +435,7 @@ def test_private_key_from_env_never_appears_in_output_or_files(
 def test_worker_descriptor_for_paths_and_urls(forge: Forge) -> None:
     from dataclasses import replace
 
-    from dgr_forge.records import WorkerSource
+    from dgr_forge.attest.records import WorkerSource
 
     def worker_dep(source: WorkerSource | None) -> Any:
         st = provenance.statement(forge, replace(lane_build(forge), worker=source))

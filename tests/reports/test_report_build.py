@@ -21,8 +21,8 @@ from reports_support import (
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 
-from dgr_forge.errors import ExitCode
-from dgr_forge.fsutil import sha256_file
+from dgr_forge.core.errors import ExitCode
+from dgr_forge.core.fsutil import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 

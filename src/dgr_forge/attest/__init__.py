@@ -1,0 +1,1 @@
+"""Provenance: signing keys, DSSE, SLSA statements, build reports, hardware certification."""

@@ -1,0 +1,326 @@
+"""Hardware certification: compiled is not certified.
+
+`certify` records, signed, that one verified report's lane passed on real hardware: a DSSE
+envelope (payload type `CERT_PAYLOAD_TYPE`) in `<root>/certifications/<lane>.json`, which
+release engineers commit. The record binds the lane, the recipe's sha256, the upstream
+commit, the patch series digest, the report's sha256 and artifacts, the hardware and the
+evidence file's sha256.
+
+A lane is *advertised* only while a certification signed by a trusted key
+(`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) matches the
+current recipe, pin and series exactly; a rebase or a recipe edit lapses it until renewed.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.attest import dsse, provenance
+from dgr_forge.attest import reports as reports_mod
+from dgr_forge.attest.keys import PublicKey, Signer, load_public_file
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
+CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
+CERT_DIR = "certifications"
+TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+
+
+@dataclass(frozen=True)
+class Certification:
+    lane: str
+    recipe_sha256: str
+    upstream_commit: str
+    series_digest: str
+    report_sha256: str
+    evidence_sha256: str
+    hardware: dict[str, Any]
+    certified_on: str
+    keyid: str  # the trusted key that verified it ("" when not verified)
+    path: Path
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane,
+            "recipe_sha256": self.recipe_sha256,
+            "upstream_commit": self.upstream_commit,
+            "series_digest": self.series_digest,
+            "report_sha256": self.report_sha256,
+            "evidence_sha256": self.evidence_sha256,
+            "hardware": self.hardware,
+            "certified_on": self.certified_on,
+            "keyid": self.keyid,
+            "file": str(self.path),
+        }
+
+
+def cert_path(forge: Forge, lane: str) -> Path:
+    return forge.root / CERT_DIR / f"{lane}.json"
+
+
+# ----------------------------------------------------------------------------- hardware
+
+
+def _command(args: list[str]) -> str | None:
+    if shutil.which(args[0]) is None:
+        return None
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    brand = _command(["sysctl", "-n", "machdep.cpu.brand_string"])
+    return (brand or platform.processor() or platform.machine()).strip()
+
+
+def _gpus() -> list[str]:
+    gpus: list[str] = []
+    smi = _command(
+        ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"]
+    )
+    if smi:
+        gpus += [f"NVIDIA {line.strip()}" for line in smi.splitlines() if line.strip()]
+    rocm = _command(["rocminfo"])
+    if rocm:
+        # rocminfo lists agents; keep the marketing names of GPU agents only
+        name = None
+        for line in rocm.splitlines():
+            key, _, value = line.strip().partition(":")
+            if key == "Marketing Name":
+                name = value.strip()
+            elif key == "Device Type" and value.strip() == "GPU" and name:
+                gpus.append(f"AMD {name}")
+    return gpus
+
+
+def probe_hardware() -> dict[str, Any]:
+    """What this host is: CPU model, GPUs (nvidia-smi / rocminfo when present), OS."""
+    return {
+        "cpu": _cpu_model(),
+        "gpus": _gpus(),
+        "os": platform.platform(),
+        "machine": platform.machine(),
+        "probed": True,
+    }
+
+
+# ----------------------------------------------------------------------------- certify
+
+
+def certify(
+    forge: Forge,
+    recipes: dict[str, Recipe],
+    m: UpstreamManifest,
+    *,
+    report: Path,
+    evidence: Path,
+    signer: Signer,
+    report_key: PublicKey,
+    hardware: str | None,
+    out: Reporter,
+) -> tuple[Path, Certification]:
+    """Verify `report`, check it matches the current recipe/pin/series, write the record."""
+    check = reports_mod.verify_report(report, report_key)
+    if not check.ok:
+        raise OperationFailed(
+            f"{report}: the report failed verification, refusing to certify it:\n  "
+            + "\n  ".join(check.failures),
+            hint="certify a report that `dgr-forge report verify` accepts",
+            details={"failures": check.failures},
+        )
+    stmt = check.report.statement or {}
+    ext = stmt["predicate"]["buildDefinition"]["externalParameters"]
+    lane = str(ext.get("lane"))
+    if lane not in recipes:
+        raise BadInput(
+            f"{report}: lane {lane!r} has no recipe in this forge root",
+            hint="certify in the checkout whose recipes/ built the report",
+        )
+    recipe = recipes[lane]
+    up = reports_mod.upstream_of(stmt)
+    rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
+    rep_commit = str((up.get("digest") or {}).get("gitCommit"))
+    rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
+    stale = [
+        (what, got, want)
+        for what, got, want in (
+            (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
+            ("upstream commit", rep_commit, m.commit),
+            ("patch series digest", rep_series, m.series_digest),
+        )
+        if got != want
+    ]
+    if stale:
+        raise BadInput(
+            f"{report}: the report does not match this checkout: "
+            + "; ".join(
+                f"{what} is {want} here but {got} in the report" for what, got, want in stale
+            ),
+            hint="rebuild the lane (`dgr-forge build --lane "
+            f"{lane}`), run it on the hardware, and certify the new report",
+            details={"stale": [w for w, _, _ in stale]},
+        )
+    try:
+        evidence_sha = sha256_file(evidence)
+    except FileNotFoundError:
+        raise BadInput(
+            f"{evidence}: no such evidence file",
+            hint="pass --evidence with the test log or benchmark output from the hardware run",
+        ) from None
+    except IsADirectoryError:
+        raise BadInput(f"{evidence}: is a directory", hint="pass one file (tar it)") from None
+    hw: dict[str, Any] = (
+        {"description": hardware, "probed": False} if hardware else probe_hardware()
+    )
+    body = {
+        "_type": CERT_TYPE,
+        "lane": lane,
+        "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
+        "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
+        "seriesDigest": m.series_digest,
+        "report": {
+            "name": report.name,
+            "sha256": check.report.sha256,
+            "keyid": check.verified_by,
+            "subjects": stmt.get("subject", []),
+        },
+        "hardware": hw,
+        "evidence": {"name": evidence.name, "sha256": evidence_sha},
+        "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
+    }
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
+    path = cert_path(forge, lane)
+    atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
+    cert = _from_body(body, signer.keyid, path)
+    trusted = {k.keyid for k in trusted_keys(forge)}
+    out.info(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
+    if signer.keyid not in trusted:
+        out.warn(
+            f"keyid {signer.keyid[:16]} is not in {TRUSTED_KEYS_DIR}/: `lanes --advertised` will "
+            f"not list {lane} until its public key is committed there"
+        )
+    return path, cert
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
+    return Certification(
+        lane=str(body.get("lane")),
+        recipe_sha256=str((body.get("recipe") or {}).get("sha256")),
+        upstream_commit=str((body.get("upstream") or {}).get("commit")),
+        series_digest=str(body.get("seriesDigest")),
+        report_sha256=str((body.get("report") or {}).get("sha256")),
+        evidence_sha256=str((body.get("evidence") or {}).get("sha256")),
+        hardware=dict(body.get("hardware") or {}),
+        certified_on=str(body.get("certifiedOn")),
+        keyid=keyid,
+        path=path,
+    )
+
+
+def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
+    keys = list(extra or [])
+    directory = forge.root / TRUSTED_KEYS_DIR
+    if directory.is_dir():
+        keys += [load_public_file(p) for p in sorted(directory.glob("*.pub"))]
+    return keys
+
+
+@dataclass(frozen=True)
+class CertStatus:
+    lane: str
+    certified: bool
+    reason: str  # "certified", "none", or why it lapsed / is invalid
+    certification: Certification | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane,
+            "certified": self.certified,
+            "reason": self.reason,
+            "certification": self.certification.as_dict() if self.certification else None,
+        }
+
+
+def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[PublicKey]) -> CertStatus:
+    lane = recipe.name
+    path = cert_path(forge, lane)
+    if not path.is_file():
+        return CertStatus(lane, False, "none", None)
+    try:
+        envelope = dsse.Envelope.from_json(path.read_bytes())
+    except (OSError, dsse.EnvelopeError) as err:
+        return CertStatus(
+            lane, False, f"invalid: {forge.rel(path)} is not a DSSE envelope ({err})", None
+        )
+    if envelope.payload_type != CERT_PAYLOAD_TYPE:
+        return CertStatus(lane, False, f"invalid: payload type {envelope.payload_type!r}", None)
+    accepted = dsse.verify(envelope, keys) if keys else None
+    if accepted is None:
+        why = "no trusted keys" if not keys else "signature does not verify with a trusted key"
+        return CertStatus(lane, False, f"untrusted: {why} ({TRUSTED_KEYS_DIR}/*.pub)", None)
+    try:
+        body = json.loads(envelope.payload)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return CertStatus(lane, False, "invalid: payload is not JSON", None)
+    if not isinstance(body, dict) or body.get("_type") != CERT_TYPE:
+        return CertStatus(lane, False, "invalid: not a dgr-forge certification", None)
+    cert = _from_body(body, accepted.keyid, path)
+    if cert.lane != lane:
+        return CertStatus(lane, False, f"invalid: the file certifies lane {cert.lane!r}", cert)
+    if cert.recipe_sha256 != recipe.sha256:
+        return CertStatus(lane, False, "lapsed: the recipe changed since certification", cert)
+    if cert.upstream_commit != m.commit:
+        return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
+    if cert.series_digest != m.series_digest:
+        return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
+    return CertStatus(lane, True, "certified", cert)
+
+
+def certification_status(
+    forge: Forge,
+    recipes: dict[str, Recipe],
+    m: UpstreamManifest,
+    keys: list[PublicKey] | None = None,
+) -> dict[str, CertStatus]:
+    """Per lane: certified or not, and why (for the `lanes` table)."""
+    trusted = trusted_keys(forge, keys)
+    return {lane: _status(forge, recipe, m, trusted) for lane, recipe in recipes.items()}
+
+
+def advertised_lanes(
+    forge: Forge,
+    recipes: dict[str, Recipe],
+    m: UpstreamManifest,
+    keys: list[PublicKey] | None = None,
+) -> dict[str, Certification]:
+    """Only lanes whose current recipe, pin and series match a validly signed certification."""
+    return {
+        lane: status.certification
+        for lane, status in certification_status(forge, recipes, m, keys).items()
+        if status.certified and status.certification is not None
+    }

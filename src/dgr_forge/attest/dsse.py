@@ -1,0 +1,120 @@
+"""DSSE v1 (Dead Simple Signing Envelope): the pre-authentication encoding, sign, verify.
+
+    PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body
+
+(LEN = decimal byte length, type as UTF-8). The envelope is the JSON form from the spec:
+``{"payload": b64(body), "payloadType": type, "signatures": [{"keyid", "sig": b64(sig)}]}``.
+Verifiers accept standard and URL-safe base64, as the spec requires. The keyid is only a
+hint: every signature is tried against every trusted key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from dgr_forge.attest.keys import PublicKey, Signer
+
+
+class EnvelopeError(ValueError):
+    """The bytes are not a DSSE envelope (bad JSON, a missing field, bad base64)."""
+
+
+def pae(payload_type: str, body: bytes) -> bytes:
+    t = payload_type.encode("utf-8")
+    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(body), body)
+
+
+def b64decode(text: str) -> bytes:
+    """Standard or URL-safe base64, padded or not (DSSE verifiers MUST accept either)."""
+    cleaned = text.strip().replace("-", "+").replace("_", "/")
+    cleaned += "=" * (-len(cleaned) % 4)
+    try:
+        return base64.b64decode(cleaned, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise EnvelopeError(f"invalid base64: {err}") from None
+
+
+def b64encode(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@dataclass(frozen=True)
+class Signature:
+    keyid: str
+    sig: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Envelope:
+    payload: bytes
+    payload_type: str
+    signatures: tuple[Signature, ...]
+
+    def pae(self) -> bytes:
+        return pae(self.payload_type, self.payload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "payload": b64encode(self.payload),
+            "payloadType": self.payload_type,
+            "signatures": [{"keyid": s.keyid, "sig": b64encode(s.sig)} for s in self.signatures],
+        }
+
+    def to_json(self) -> str:
+        """One line (the `.intoto.jsonl` convention: one envelope per line)."""
+        return json.dumps(self.to_dict(), separators=(",", ":")) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Envelope:
+        if not isinstance(data, dict):
+            raise EnvelopeError("not a JSON object")
+        for key in ("payload", "payloadType", "signatures"):
+            if key not in data:
+                raise EnvelopeError(f"missing field {key!r}")
+        payload_b64, payload_type, sigs = data["payload"], data["payloadType"], data["signatures"]
+        if not isinstance(payload_b64, str) or not isinstance(payload_type, str):
+            raise EnvelopeError("payload and payloadType must be strings")
+        if not isinstance(sigs, list):
+            raise EnvelopeError("signatures must be an array")
+        signatures: list[Signature] = []
+        for i, s in enumerate(sigs):
+            if not isinstance(s, dict) or not isinstance(s.get("sig"), str):
+                raise EnvelopeError(f"signatures[{i}] has no 'sig' string")
+            keyid = s.get("keyid", "")
+            if not isinstance(keyid, str):
+                raise EnvelopeError(f"signatures[{i}].keyid must be a string")
+            signatures.append(Signature(keyid, b64decode(s["sig"])))
+        return cls(b64decode(payload_b64), payload_type, tuple(signatures))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Envelope:
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise EnvelopeError(f"not JSON: {err}") from None
+        return cls.from_dict(data)
+
+
+def sign(body: bytes, payload_type: str, signer: Signer | None) -> Envelope:
+    """An envelope over `body`; `signer=None` gives one with no signatures (unsigned)."""
+    if signer is None:
+        return Envelope(body, payload_type, ())
+    return Envelope(
+        body, payload_type, (Signature(signer.keyid, signer.sign(pae(payload_type, body))),)
+    )
+
+
+def verify(envelope: Envelope, keys: list[PublicKey]) -> PublicKey | None:
+    """The first trusted key that verifies some signature over the PAE, else None."""
+    message = envelope.pae()
+    # try the key the keyid names first (a hint only), then every other key
+    for sig in envelope.signatures:
+        ordered = sorted(keys, key=lambda k: k.keyid != sig.keyid)
+        for key in ordered:
+            if key.verify(sig.sig, message):
+                return key
+    return None

@@ -1,0 +1,281 @@
+"""Ed25519 signing keys: generate, find, load. A private key is never printed or logged.
+
+Files: the private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable
+by others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM.
+
+    keyid = sha256(SubjectPublicKeyInfo DER of the public key), lowercase hex
+
+so anyone holding only the `.pub` file computes the same id (`openssl pkey -pubin -in
+KEY.pub -outform DER | sha256sum`).
+
+Signing key lookup (`resolve_signer`): `--key PATH`, then `DGR_SIGNING_KEY` (a path, or
+the PEM text itself as CI secrets hold it), then the default key in the user's config
+directory, created on first use. Verification key lookup (`resolve_verifier`): `--key
+PATH`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_input
+from dgr_forge.core.output import Reporter
+
+SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
+VERIFY_KEY_ENV = "DGR_VERIFY_KEY"
+PEM_MARKER = "-----BEGIN"
+
+
+def default_key_path() -> Path:
+    """`$XDG_CONFIG_HOME/dgr-forge/signing-key.pem`, else `~/.config/dgr-forge/...`."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "dgr-forge" / "signing-key.pem"
+
+
+def public_path(private_path: Path) -> Path:
+    return private_path.with_name(private_path.name + ".pub")
+
+
+def spki_der(public_key: Ed25519PublicKey) -> bytes:
+    return public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def spki_pem(public_key: Ed25519PublicKey) -> str:
+    return public_key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    ).decode("ascii")
+
+
+def keyid_of(public_key: Ed25519PublicKey) -> str:
+    """The documented key id: sha256 of the SubjectPublicKeyInfo DER, hex."""
+    return hashlib.sha256(spki_der(public_key)).hexdigest()
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """A verification key and where it came from (so messages can say which key was used)."""
+
+    key: Ed25519PublicKey = field(repr=False)
+    source: str
+
+    @property
+    def keyid(self) -> str:
+        return keyid_of(self.key)
+
+    @property
+    def pem(self) -> str:
+        return spki_pem(self.key)
+
+    def verify(self, signature: bytes, data: bytes) -> bool:
+        try:
+            self.key.verify(signature, data)
+        except InvalidSignature:
+            return False
+        return True
+
+
+@dataclass(frozen=True)
+class Signer:
+    """An Ed25519 private key. `repr`/`str` never show key material."""
+
+    key: Ed25519PrivateKey = field(repr=False)
+    source: str  # e.g. "--key ci.pem", "DGR_SIGNING_KEY (inline PEM)": never the PEM itself
+
+    @property
+    def public(self) -> PublicKey:
+        return PublicKey(self.key.public_key(), self.source)
+
+    @property
+    def keyid(self) -> str:
+        return keyid_of(self.key.public_key())
+
+    def sign(self, data: bytes) -> bytes:
+        return self.key.sign(data)
+
+
+# ----------------------------------------------------------------------------- generate
+
+
+def _write_private(path: Path, pem: bytes, force: bool) -> None:
+    """Create the file 0600 from its first byte (O_EXCL temp + rename), never world-readable."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)  # mkstemp already creates 0600; say so explicitly
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+            f.flush()
+            os.fsync(f.fileno())
+        if force:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)  # fails if `path` appeared meanwhile: never overwrite
+            os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def generate(path: Path, *, force: bool = False) -> Signer:
+    """Write a new Ed25519 key to `path` (0600) and `path.pub`; refuse to overwrite (exit 2)."""
+    pub = public_path(path)
+    if not force:
+        for existing in (path, pub):
+            if existing.exists():
+                raise BadInput(
+                    f"{existing}: a key already exists; refusing to overwrite it",
+                    hint="keep using it, choose another --out PATH, or pass --force to replace "
+                    "it (reports signed with the old key then verify only with the old .pub)",
+                    details={"path": str(existing)},
+                )
+    if path.is_dir():
+        raise BadInput(f"{path}: is a directory", hint="pass a file path to --out")
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    try:
+        created_dir = not path.parent.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if created_dir:
+            os.chmod(path.parent, 0o700)
+        try:
+            _write_private(path, pem, force)
+        except FileExistsError:
+            raise BadInput(
+                f"{path}: a key already exists; refusing to overwrite it",
+                hint="pass --force to replace it",
+            ) from None
+        pub_pem = spki_pem(key.public_key()).encode("ascii")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{pub.name}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(pub_pem)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, pub)
+    except OSError as err:
+        raise BadInput(
+            f"{path}: cannot write the key: {err.strerror}",
+            hint="choose a writable location with --out",
+            details={"path": str(path)},
+        ) from None
+    return Signer(key, str(path))
+
+
+# ----------------------------------------------------------------------------- load
+
+
+def _private_from_pem(data: bytes, source: str) -> Signer:
+    """Parse a private key; errors name the source only, never the content."""
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise BadInput(
+            f"{source}: the private key is encrypted",
+            hint="dgr-forge reads unencrypted PKCS#8 PEM keys (`dgr-forge keygen` writes one); "
+            "keep it safe with file mode 0600 or a CI secret instead",
+        ) from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise BadInput(
+            f"{source}: not a PEM private key",
+            hint="pass the PKCS#8 PEM file written by `dgr-forge keygen` (not the .pub file)",
+        ) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise BadInput(
+            f"{source}: not an Ed25519 key ({type(key).__name__})",
+            hint="generate one with `dgr-forge keygen`",
+        )
+    return Signer(key, source)
+
+
+def _read(path: Path, what: str) -> bytes:
+    return read_input(
+        path, what=f"{what} file", hint="check the path, or create a key with `dgr-forge keygen`"
+    )
+
+
+def load_signer(path: Path) -> Signer:
+    return _private_from_pem(_read(path, "private key"), str(path))
+
+
+def load_public(data: bytes, source: str) -> PublicKey:
+    """A SubjectPublicKeyInfo PEM; a private key PEM is accepted too (its public half)."""
+    if b"PRIVATE KEY" in data:
+        return _private_from_pem(data, source).public
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, UnsupportedAlgorithm):
+        raise BadInput(
+            f"{source}: not a PEM public key",
+            hint="pass the .pub file written next to the key by `dgr-forge keygen`",
+        ) from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise BadInput(
+            f"{source}: not an Ed25519 public key ({type(key).__name__})",
+            hint="reports are signed with Ed25519 keys from `dgr-forge keygen`",
+        )
+    return PublicKey(key, source)
+
+
+def load_public_file(path: Path) -> PublicKey:
+    return load_public(_read(path, "public key"), str(path))
+
+
+def resolve_signer(key: str | None, out: Reporter) -> Signer:
+    """`--key`, then `DGR_SIGNING_KEY` (path or PEM), then the default key (made on first use)."""
+    if key:
+        return load_signer(Path(key).expanduser())
+    env = os.environ.get(SIGNING_KEY_ENV, "")
+    if env.strip():
+        if PEM_MARKER in env:
+            return _private_from_pem(env.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
+        signer = load_signer(Path(env).expanduser())
+        return Signer(signer.key, f"{SIGNING_KEY_ENV}={env}")
+    path = default_key_path()
+    if not path.exists():
+        signer = generate(path)
+        out.info(
+            f"created signing key {path} (public key {public_path(path)}, keyid "
+            f"{signer.keyid[:16]}); keep the private file secret"
+        )
+        return signer
+    return load_signer(path)
+
+
+def resolve_verifier(key: str | None) -> PublicKey:
+    """`--key PUB`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`."""
+    if key:
+        return load_public_file(Path(key).expanduser())
+    env = os.environ.get(VERIFY_KEY_ENV, "")
+    if env.strip():
+        if PEM_MARKER in env:
+            return load_public(env.encode("utf-8"), f"{VERIFY_KEY_ENV} (inline PEM)")
+        pub = load_public_file(Path(env).expanduser())
+        return PublicKey(pub.key, f"{VERIFY_KEY_ENV}={env}")
+    default = default_key_path()
+    pub_path = public_path(default)
+    if pub_path.exists():
+        return load_public_file(pub_path)
+    if default.exists():
+        return load_signer(default).public
+    raise BadInput(
+        "no public key to verify with",
+        hint=f"pass --key PUB, set {VERIFY_KEY_ENV}, or create the default key with "
+        f"`dgr-forge keygen` ({default})",
+    )

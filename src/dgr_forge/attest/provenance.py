@@ -1,0 +1,205 @@
+"""A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate.
+
+Choices this project documents (README, "Signed reports"):
+
+* `buildType` is `BUILD_TYPE`, this project's own URI; the parameters below are its schema.
+* `subject[].name` is the artifact's path relative to the workspace (`build/<lane>/...`),
+  so `report verify --artifacts` finds it again; `annotations` give target and kind.
+* Absolute paths under the workspace or the forge root are written as `${DGR_WORKSPACE}/…`
+  and `${DGR_ROOT}/…`, so two builds of the same inputs in different checkouts give the same
+  `buildDefinition`. Only `runDetails` (builder, times, invocation id, byproducts) differ.
+* The upstream is `git+<url>@<commit>` with digest `gitCommit` and `gitTree`; its
+  annotations carry the patched result tree and the series digest that certifications bind.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dgr_forge import __version__
+from dgr_forge.attest.records import LaneBuild, Tool
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
+BUILD_TYPE = "https://dgr-forge.invalid/buildtypes/cmake-lane/v1"
+BUILDER_LOCAL = "https://dgr-forge.invalid/builders/local/v1"
+BUILDER_CI = "https://dgr-forge.invalid/builders/ci/v1"
+BUILDER_GITHUB = "https://dgr-forge.invalid/builders/github-actions/v1"
+
+ROOT_VAR = "${DGR_ROOT}"
+WORKSPACE_VAR = "${DGR_WORKSPACE}"
+
+
+def rfc3339(moment: datetime) -> str:
+    """UTC, second precision, `Z` suffix. A naive time is taken as local time."""
+    return moment.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _Paths:
+    """Rewrites absolute workspace/root paths into portable `${DGR_…}` forms."""
+
+    def __init__(self, forge: Forge) -> None:
+        # longest prefix first: the default workspace lies inside the root
+        pairs = [(forge.workspace.resolve(), WORKSPACE_VAR), (forge.root.resolve(), ROOT_VAR)]
+        pairs += [(forge.workspace, WORKSPACE_VAR), (forge.root, ROOT_VAR)]
+        self._pairs = sorted(
+            {(str(p), v) for p, v in pairs}, key=lambda pv: len(pv[0]), reverse=True
+        )
+
+    def text(self, value: str) -> str:
+        for prefix, var in self._pairs:
+            value = value.replace(prefix + os.sep, var + "/")
+            if value == prefix or value.endswith("=" + prefix):
+                value = value[: len(value) - len(prefix)] + var
+        return value
+
+
+def workspace_relative(forge: Forge, path: Path) -> str:
+    """How a subject or byproduct is named: relative to the workspace when inside it."""
+    for base in (forge.workspace, forge.workspace.resolve()):
+        try:
+            return path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+    try:
+        return path.resolve().relative_to(forge.workspace.resolve()).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+def builder() -> dict[str, Any]:
+    """Distinct ids for local and CI runs; on GitHub Actions the run URL is recorded too."""
+    version = {"dgr-forge": __version__}
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        server = os.environ.get("GITHUB_SERVER_URL", "https://github.com")
+        repo = os.environ.get("GITHUB_REPOSITORY", "")
+        run_id = os.environ.get("GITHUB_RUN_ID", "")
+        if repo and run_id:
+            attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
+            version["runUrl"] = f"{server}/{repo}/actions/runs/{run_id}/attempts/{attempt}"
+        return {"id": BUILDER_GITHUB, "version": version}
+    if os.environ.get("CI"):
+        for var in ("CI_JOB_URL", "BUILD_URL"):  # GitLab, Jenkins
+            if os.environ.get(var):
+                version["runUrl"] = os.environ[var]
+        return {"id": BUILDER_CI, "version": version}
+    return {"id": BUILDER_LOCAL, "version": version}
+
+
+def _tool(tool: Tool, paths: _Paths) -> dict[str, Any]:
+    desc: dict[str, Any] = {"name": tool.name}
+    annotations = {"version": tool.version, "path": paths.text(tool.path)}
+    exe = Path(tool.path)
+    if exe.is_absolute():
+        desc["uri"] = "file://" + paths.text(exe.as_posix())
+        if exe.is_file() and os.access(exe, os.R_OK):
+            desc["digest"] = {"sha256": sha256_file(exe.resolve())}
+    desc["annotations"] = annotations
+    return desc
+
+
+def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
+    w = build.worker
+    if w is None:
+        return None
+    is_url = "://" in w.location or w.location.startswith("git@")
+    if is_url:
+        uri = f"git+{w.location}@{w.commit}" if w.commit else w.location
+    else:
+        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w)
+        path = w.location if Path(w.location).is_absolute() else f"{ROOT_VAR}/{w.location}"
+        path = paths.text(path)
+        uri = path if path.startswith("${") else "file://" + path
+    desc: dict[str, Any] = {"name": "worker", "uri": uri}
+    if w.commit:
+        desc["digest"] = {"gitCommit": w.commit}
+    desc["annotations"] = {"dirty": w.dirty}
+    return desc
+
+
+def _byproduct(forge: Forge, path: Path, media_type: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    return {
+        "name": workspace_relative(forge, path),
+        "digest": {"sha256": sha256_file(path)},
+        "mediaType": media_type,
+    }
+
+
+def statement(
+    forge: Forge, build: LaneBuild, *, invocation_id: str | None = None
+) -> dict[str, Any]:
+    """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
+    paths = _Paths(forge)
+    subjects = [
+        {
+            "name": workspace_relative(forge, a.path),
+            "digest": {"sha256": a.sha256},
+            "annotations": {"target": a.name, "kind": a.kind},
+        }
+        for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path))
+    ]
+    worker = _worker(build, paths)
+    upstream = {
+        "name": build.upstream_name,
+        "uri": f"git+{build.upstream_url}@{build.upstream_commit}",
+        "digest": {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree},
+        "annotations": {"resultTree": build.result_tree, "seriesDigest": build.series_digest},
+    }
+    patches = [{"name": p.file, "digest": {"sha256": p.sha256}} for p in build.patches]
+    resolved = [upstream, *patches]
+    if worker is not None:
+        resolved.append(worker)
+    resolved += [_tool(t, paths) for t in build.tools]
+
+    byproducts = [
+        b
+        for b in (
+            _byproduct(forge, build.log_file, "text/plain"),
+            _byproduct(forge, build.cmake_cache, "text/plain"),
+        )
+        if b is not None
+    ]
+    return {
+        "_type": STATEMENT_TYPE,
+        "subject": subjects,
+        "predicateType": PREDICATE_TYPE,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "lane": build.lane,
+                    "recipe": {"path": build.recipe_file, "sha256": build.recipe_sha256},
+                    "manifest": {"path": build.manifest_file, "sha256": build.manifest_sha256},
+                    "worker": None
+                    if build.worker is None
+                    else {
+                        "location": paths.text(build.worker.location),
+                        "commit": build.worker.commit,
+                    },
+                },
+                "internalParameters": {
+                    "cmakeArgs": [paths.text(a) for a in build.cmake_args],
+                    "compilerLauncher": build.compiler_launcher,
+                    "SOURCE_DATE_EPOCH": build.source_date_epoch,
+                },
+                "resolvedDependencies": resolved,
+            },
+            "runDetails": {
+                "builder": builder(),
+                "metadata": {
+                    "invocationId": invocation_id or str(uuid.uuid4()),
+                    "startedOn": rfc3339(build.started_on),
+                    "finishedOn": rfc3339(build.finished_on),
+                },
+                "byproducts": byproducts,
+            },
+        },
+    }

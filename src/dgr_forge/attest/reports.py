@@ -1,0 +1,310 @@
+"""Signed build reports: write one per lane build, show it, verify it.
+
+A report is one DSSE envelope on one line (the `.intoto.jsonl` convention), payload type
+`application/vnd.in-toto+json`, around the statement from `provenance.statement`:
+
+    <workspace>/reports/<lane>-<finishedOn as YYYYmmddTHHMMSSZ>-<invocation id[:8]>.intoto.jsonl
+
+Reports are never overwritten (each build gets its own file). `--no-sign` writes the same
+envelope with an empty `signatures` list; `report verify` then fails with "unsigned".
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.attest import dsse, provenance
+from dgr_forge.attest.keys import PublicKey, Signer
+from dgr_forge.attest.records import LaneBuild
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text, read_input, sha256_file
+from dgr_forge.core.output import Reporter
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+SUFFIX = ".intoto.jsonl"
+
+
+def report_name(lane: str, statement: dict[str, Any]) -> str:
+    meta = statement["predicate"]["runDetails"]["metadata"]
+    stamp = meta["finishedOn"].replace("-", "").replace(":", "")
+    return f"{lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
+
+
+def write_report(forge: Forge, build: LaneBuild, signer: Signer | None, out: Reporter) -> Path:
+    """Write the (signed, unless `signer` is None) report for `build`; return its path."""
+    stmt = provenance.statement(forge, build)
+    body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
+    path = forge.reports_dir / report_name(build.lane, stmt)
+    atomic_write_text(path, envelope.to_json())
+    if signer is None:
+        out.warn(f"report {forge.rel(path)} is UNSIGNED (--no-sign): it cannot be verified")
+    else:
+        out.info(f"report {forge.rel(path)} signed by keyid {signer.keyid[:16]} ({signer.source})")
+    return path
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class Report:
+    path: Path
+    envelope: dsse.Envelope
+    statement: dict[str, Any] | None  # None when the payload is not a JSON object
+    payload_error: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        return sha256_file(self.path)
+
+
+def load(path: Path) -> Report:
+    """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
+    raw = read_input(
+        path, what="report", hint="reports are written to <workspace>/reports/ by `dgr-forge build`"
+    )
+    lines = [line for line in raw.splitlines() if line.strip()]
+    try:
+        if len(lines) != 1:
+            raise dsse.EnvelopeError(f"expected one envelope line, found {len(lines)}")
+        envelope = dsse.Envelope.from_json(lines[0])
+    except dsse.EnvelopeError as err:
+        raise BadInput(
+            f"{path}: not a DSSE envelope ({err})",
+            hint="pass a .intoto.jsonl report written by `dgr-forge build`",
+            details={"report": str(path)},
+        ) from None
+    try:
+        stmt = json.loads(envelope.payload)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return Report(path, envelope, None, f"payload is not JSON ({err})")
+    if not isinstance(stmt, dict):
+        return Report(path, envelope, None, "payload is not a JSON object")
+    return Report(path, envelope, stmt)
+
+
+def _get(data: Any, *keys: str | int) -> Any:
+    for key in keys:
+        try:
+            data = data[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
+    """The upstream ResourceDescriptor (the first resolved dependency with a gitTree)."""
+    for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
+        if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
+            return dep
+    return {}
+
+
+def summary(report: Report) -> dict[str, Any]:
+    """What `report show` prints, as stable JSON fields."""
+    stmt = report.statement or {}
+    build_def = _get(stmt, "predicate", "buildDefinition") or {}
+    run = _get(stmt, "predicate", "runDetails") or {}
+    up = upstream_of(stmt)
+    deps = build_def.get("resolvedDependencies") or []
+    patches = [
+        {"name": d.get("name"), "sha256": _get(d, "digest", "sha256")}
+        for d in deps
+        if isinstance(d, dict) and str(d.get("name", "")).endswith(".patch")
+    ]
+    toolchain = [
+        {"name": d.get("name"), "version": _get(d, "annotations", "version")}
+        for d in deps
+        if isinstance(d, dict) and "version" in (d.get("annotations") or {})
+    ]
+    return {
+        "report": str(report.path),
+        "payload_type": report.envelope.payload_type,
+        "lane": _get(build_def, "externalParameters", "lane"),
+        "recipe": _get(build_def, "externalParameters", "recipe"),
+        "upstream": {
+            "name": up.get("name"),
+            "uri": up.get("uri"),
+            "commit": _get(up, "digest", "gitCommit"),
+            "tree": _get(up, "digest", "gitTree"),
+            "series_digest": _get(up, "annotations", "seriesDigest"),
+        },
+        "patches": patches,
+        "toolchain": toolchain,
+        "artifacts": [
+            {
+                "name": s.get("name"),
+                "sha256": _get(s, "digest", "sha256"),
+                "target": _get(s, "annotations", "target"),
+            }
+            for s in stmt.get("subject") or []
+            if isinstance(s, dict)
+        ],
+        "signed_by": [s.keyid for s in report.envelope.signatures],
+        "builder": _get(run, "builder", "id"),
+        "invocation_id": _get(run, "metadata", "invocationId"),
+        "started_on": _get(run, "metadata", "startedOn"),
+        "finished_on": _get(run, "metadata", "finishedOn"),
+    }
+
+
+# ----------------------------------------------------------------------------- verifying
+
+
+@dataclass
+class ArtifactCheck:
+    name: str
+    path: str
+    expected: str
+    actual: str | None  # None: missing
+    status: str  # ok | changed | missing | outside
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "status": self.status,
+            "expected": self.expected,
+            "actual": self.actual,
+        }
+
+
+@dataclass
+class Verification:
+    report: Report
+    key: PublicKey | None  # None only for an unsigned report (nothing to verify with)
+    failures: list[str] = field(default_factory=list)
+    verified_by: str | None = None  # keyid
+    artifacts: list[ArtifactCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "report": str(self.report.path),
+            "verified": self.ok,
+            "key": {"keyid": self.key.keyid, "source": self.key.source} if self.key else None,
+            "signed_by": [s.keyid for s in self.report.envelope.signatures],
+            "failures": self.failures,
+            "artifacts": [a.as_dict() for a in self.artifacts],
+        }
+
+
+def _check_signature(v: Verification) -> None:
+    env = v.report.envelope
+    if not env.signatures:
+        v.failures.append("unsigned: the report has no signatures (it was written with --no-sign)")
+        return
+    if v.key is None:
+        raise BadInput(
+            "no public key to verify the report's signature with",
+            hint="pass --key PUB or set DGR_VERIFY_KEY",
+        )
+    accepted = dsse.verify(env, [v.key])
+    if accepted is not None:
+        v.verified_by = accepted.keyid
+        return
+    hinted = {s.keyid for s in env.signatures}
+    if v.key.keyid not in hinted:
+        v.failures.append(
+            f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
+            f"than the verification key {v.key.keyid} ({v.key.source})"
+        )
+    else:
+        v.failures.append(
+            f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
+            "payload (the report was changed after signing, or the signature is corrupt)"
+        )
+
+
+def _check_statement(v: Verification) -> None:
+    stmt = v.report.statement
+    if stmt is None:
+        v.failures.append(f"bad statement: {v.report.payload_error}")
+        return
+    if stmt.get("_type") != provenance.STATEMENT_TYPE:
+        v.failures.append(
+            f"wrong statement type: {stmt.get('_type')!r} (expected {provenance.STATEMENT_TYPE})"
+        )
+    if stmt.get("predicateType") != provenance.PREDICATE_TYPE:
+        v.failures.append(
+            f"wrong predicate type: {stmt.get('predicateType')!r} "
+            f"(expected {provenance.PREDICATE_TYPE})"
+        )
+    subjects = stmt.get("subject")
+    if not isinstance(subjects, list) or not subjects:
+        v.failures.append("bad statement: no subjects (a report must name its artifacts)")
+        return
+    for i, s in enumerate(subjects):
+        if not isinstance(_get(s, "name"), str) or not isinstance(_get(s, "digest", "sha256"), str):
+            v.failures.append(f"bad statement: subject[{i}] lacks a name or a sha256 digest")
+
+
+def _check_artifacts(v: Verification, base: Path) -> None:
+    stmt = v.report.statement or {}
+    base = base.resolve()
+    for s in stmt.get("subject") or []:
+        name, expected = _get(s, "name"), _get(s, "digest", "sha256")
+        if not isinstance(name, str) or not isinstance(expected, str):
+            continue
+        path = (base / name).resolve()
+        if not path.is_relative_to(base):
+            # a statement must not make us hash files outside the workspace
+            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "outside"))
+            v.failures.append(f"artifact {name}: path leaves the workspace {base}")
+            continue
+        if not path.is_file():
+            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "missing"))
+            v.failures.append(f"artifact {name} missing: expected at {path}")
+            continue
+        actual = sha256_file(path)
+        status = "ok" if actual == expected else "changed"
+        v.artifacts.append(ArtifactCheck(name, str(path), expected, actual, status))
+        if status == "changed":
+            v.failures.append(
+                f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
+            )
+
+
+def verify_report(
+    path: Path, key: PublicKey | None, *, artifacts_base: Path | None = None
+) -> Verification:
+    """Check payload type, signature, statement and predicate types, and (given a base
+    directory, normally the workspace) every subject's sha256 on disk. Failures are listed,
+    not raised: the caller decides the exit code."""
+    report = load(path)
+    v = Verification(report, key)
+    if report.envelope.payload_type != PAYLOAD_TYPE:
+        v.failures.append(
+            f"wrong payload type: {report.envelope.payload_type!r} (expected {PAYLOAD_TYPE})"
+        )
+    _check_signature(v)
+    _check_statement(v)
+    if artifacts_base is not None:
+        _check_artifacts(v, artifacts_base)
+    return v
+
+
+def parse_name(name: str) -> tuple[str, str, str] | None:
+    """(lane, stamp, invocation prefix) from a report file name, or None."""
+    if not name.endswith(SUFFIX):
+        return None
+    parts = name[: -len(SUFFIX)].rsplit("-", 2)
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else None
+
+
+def latest_report(forge: Forge, lane: str) -> Path | None:
+    """The newest report of `lane` in the workspace (by finishedOn in the name, then mtime)."""
+    candidates = []
+    for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
+        parsed = parse_name(path.name)
+        if parsed and parsed[0] == lane:
+            candidates.append((parsed[1], path.stat().st_mtime, path))
+    return max(candidates)[2] if candidates else None

@@ -1,0 +1,1 @@
+"""The thin command line: global options, one module per command group."""

@@ -1,0 +1,128 @@
+"""The Typer application, its global options, and the one way a command runs.
+
+Every command body is a plain library call wrapped by `run`, which turns a `ForgeError`
+into its exit code and message, and prints the single JSON object that `--json` promises:
+``{"ok": bool, "exit_code": int, "command": str, ...the command's own fields}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import typer
+
+from dgr_forge import __version__
+from dgr_forge.core.errors import ExitCode, ForgeError
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.output import Reporter
+
+app = typer.Typer(
+    name="dgr-forge",
+    help="Pinned, patched llama.cpp and signed backend-lane builds.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+)
+
+
+@dataclass
+class GlobalOptions:
+    root: Path | None = None
+    workspace: Path | None = None
+    json: bool = False
+
+
+@dataclass
+class Env:
+    """What a command body gets: the output channel and (lazily) the forge it works on."""
+
+    options: GlobalOptions
+    out: Reporter
+    _forge: Forge | None = field(default=None, repr=False)
+
+    @property
+    def forge(self) -> Forge:
+        if self._forge is None:
+            self._forge = Forge.locate(self.options.root, self.options.workspace)
+        return self._forge
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"dgr-forge {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    root: Annotated[
+        Path | None, typer.Option("--root", help="Forge root (default: nearest manifests/).")
+    ] = None,
+    workspace: Annotated[
+        Path | None, typer.Option("--workspace", help="Workspace (default: ROOT/.dgr).")
+    ] = None,
+    json_: Annotated[
+        bool, typer.Option("--json", help="One JSON object on stdout; human text on stderr.")
+    ] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
+    ] = False,
+) -> None:
+    ctx.obj = GlobalOptions(root=root, workspace=workspace, json=json_)
+
+
+def options(ctx: typer.Context) -> GlobalOptions:
+    obj = ctx.find_root().obj
+    return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
+
+
+@dataclass
+class JsonChannel:
+    """Where the one --json object goes. `cli.main` points `stream` at the real stdout and
+    sends everything else written to stdout (help, child processes) to stderr."""
+
+    stream: TextIO | None = None
+    emitted: bool = False
+
+
+JSON_CHANNEL = JsonChannel()
+
+
+def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
+    """Print the --json object; under `cli.main` only the first call prints (one object)."""
+    if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
+        return
+    JSON_CHANNEL.emitted = True
+    payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}
+    payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
+    stream = JSON_CHANNEL.stream or sys.stdout
+    stream.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    stream.flush()
+
+
+def run(ctx: typer.Context, command: str, body: Callable[[Env], dict[str, Any] | None]) -> None:
+    """Run a command body; map errors to exit codes; emit JSON when asked. Never returns."""
+    opts = options(ctx)
+    env = Env(options=opts, out=Reporter(json_mode=opts.json))
+    code: int = ExitCode.OK
+    fields: dict[str, Any] = {}
+    try:
+        fields = body(env) or {}
+        code = int(fields.pop("exit_code", ExitCode.OK))
+    except ForgeError as err:
+        code = int(err.exit_code)
+        env.out.error(str(err))
+        fields = {"error": err.message, "hint": err.hint, **err.details}
+    except KeyboardInterrupt:
+        code = 130
+        env.out.error("interrupted")
+        fields = {"error": "interrupted"}
+    if opts.json:
+        emit_json(command, code, fields)
+    raise typer.Exit(code)

@@ -1,0 +1,174 @@
+"""build, doctor, lanes, presets: the backend-lane commands (thin: parse, call, describe)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+
+# Library modules are imported inside each command: every CLI start registers all
+# commands, and a no-op `build` should not pay for crypto or certification imports.
+
+
+@app.command()
+def build(
+    ctx: typer.Context,
+    lane: Annotated[
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu)."),
+    ] = None,
+    worker: Annotated[
+        Path | None,
+        typer.Option(
+            "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
+        ),
+    ] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compile jobs.")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Signing key (path).")] = None,
+    no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
+    mirror: Annotated[
+        str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
+    ] = False,
+) -> None:
+    """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.lanes import build as build_mod
+
+        opts = build_mod.BuildOptions(
+            lanes=list(lane or []),
+            worker=worker,
+            jobs=jobs,
+            key=key,
+            sign=not no_sign,
+            mirror=mirror,
+            offline=offline,
+        )
+        return build_mod.build(env.forge, env.out, opts)
+
+    run(ctx, "build", body)
+
+
+@app.command()
+def doctor(ctx: typer.Context) -> None:
+    """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
+
+    def body(env: Env) -> dict[str, Any]:
+        forge = env.forge
+        from dgr_forge.lanes import doctor as doctor_mod
+        from dgr_forge.lanes.recipes import load_all
+
+        probes = doctor_mod.load_probes(
+            forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
+        )
+        doc = doctor_mod.Doctor(probes)
+        result = doctor_mod.diagnose(doc, load_all(forge.recipes_dir, forge.root))
+        checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
+        rows = [
+            (t["name"], "found" if t["found"] else "missing", t["version"] or "", t["path"] or "")
+            for t in result["tools"]
+        ]
+        rows += [
+            (lib["name"], "found" if lib["found"] else "missing", "", lib["path"] or "")
+            for lib in result["libraries"]
+        ]
+        env.out.table(
+            f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
+        )
+        for check in checks:
+            env.out.info(f"{check.lane} lane: {check.summary()}")
+            for line in check.reasons():
+                env.out.info(f"    {line}")
+        return result
+
+    run(ctx, "doctor", body)
+
+
+@app.command()
+def lanes(
+    ctx: typer.Context,
+    advertised: Annotated[
+        bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
+    ] = False,
+    key: Annotated[
+        list[str] | None,
+        typer.Option("--key", help="Also trust this public key (besides trusted-keys/)."),
+    ] = None,
+) -> None:
+    """The lane matrix: backend, buildable here, last build, certified."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import keys as keys_mod
+        from dgr_forge.lanes import matrix as lanes_mod
+
+        trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
+        rows = lanes_mod.matrix(env.forge, trusted)
+        if advertised:
+            rows = [r for r in rows if r["certified"]]
+            if not rows:
+                env.out.info("no lane is advertised: none has a valid hardware certification")
+        env.out.table(
+            None,
+            ["lane", "backend", "here", "last build", "report", "certified"],
+            [
+                (
+                    r["lane"],
+                    r["backend"],
+                    "buildable" if r["buildable"] else r["missing"],
+                    f"{r['last_build']['result']} {r['last_build']['time']}"
+                    if r["last_build"]
+                    else "never",
+                    env.forge.rel(Path(r["last_build"]["report"]))
+                    if r["last_build"] and r["last_build"].get("report")
+                    else "",
+                    "yes" if r["certified"] else r["certification"]["reason"],
+                )
+                for r in rows
+            ],
+        )
+        result: dict[str, Any] = {"lanes": rows}
+        if advertised:
+            result["advertised"] = [r["lane"] for r in rows]
+        return result
+
+    run(ctx, "lanes", body)
+
+
+@app.command()
+def presets(
+    ctx: typer.Context,
+    lane: Annotated[
+        list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")
+    ] = None,
+    worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
+    print_: Annotated[
+        bool, typer.Option("--print", help="Print instead of writing the file.")
+    ] = False,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json)."),
+    ] = None,
+) -> None:
+    """CMakeUserPresets.json with a configure + build preset per lane."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.lanes import presets as presets_mod
+
+        data = presets_mod.render(env.forge, list(lane or []), worker)
+        names = [p["name"] for p in data["configurePresets"]]
+        if print_:
+            if not env.options.json:
+                typer.echo(json.dumps(data, indent=2))
+            return {"path": None, "presets": names, "content": data}
+        path = presets_mod.write(env.forge, data, out_path)
+        env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
+        return {"path": str(path), "presets": names}
+
+    run(ctx, "presets", body)

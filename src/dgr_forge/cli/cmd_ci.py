@@ -1,0 +1,104 @@
+"""`dgr-forge ci matrix` and `dgr-forge ci render`: CI generated from recipes/."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, options, run
+from dgr_forge.core.errors import BadInput, OperationFailed
+
+# Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
+# CLI start registers all commands.
+
+ci_app = typer.Typer(
+    name="ci",
+    help="CI generated from the recipes: the lane matrix and workflow files.",
+    no_args_is_help=True,
+)
+app.add_typer(ci_app, name="ci")
+
+
+@ci_app.command("matrix")
+def matrix_command(ctx: typer.Context) -> None:
+    """Print the per-lane CI matrix as JSON: {"include": [{lane, backend, runs_on, ...}]}."""
+    as_json = options(ctx).json
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.lanes import ci, recipes
+
+        forge = env.forge
+        lanes = ci.matrix(recipes.load_all(forge.recipes_dir, forge.root))
+        if not as_json:
+            # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
+            sys.stdout.write(json.dumps(lanes, indent=2) + "\n")
+            sys.stdout.flush()
+        env.out.info(
+            f"{len(lanes['include'])} lane(s): "
+            + ", ".join(entry["lane"] for entry in lanes["include"])
+        )
+        return {"matrix": lanes}
+
+    run(ctx, "ci matrix", body)
+
+
+@ci_app.command("render")
+def render_command(
+    ctx: typer.Context,
+    provider: Annotated[
+        str, typer.Option("--provider", help="CI system: github or gitlab.")
+    ] = "github",
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the workflow here (atomically).")
+    ] = None,
+    check: Annotated[
+        Path | None,
+        typer.Option(
+            "--check", help="Compare with this committed workflow; exit 1 when it is stale."
+        ),
+    ] = None,
+) -> None:
+    """Render the CI workflow for the lanes in recipes/ (stdout unless --out or --check)."""
+    as_json = options(ctx).json
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.core.fsutil import sha256_bytes
+        from dgr_forge.lanes import ci, recipes
+        from dgr_forge.upstream import manifest
+
+        if out is not None and check is not None:
+            raise BadInput("--out and --check exclude each other", hint="pass one of them")
+        which = ci.provider(provider)
+        forge = env.forge
+        lanes = recipes.load_all(forge.recipes_dir, forge.root)
+        pin = manifest.load(forge.upstream_manifest, forge.root)
+        text = ci.render(which, lanes, pin)
+        fields: dict[str, Any] = {
+            "provider": which.name,
+            "lanes": sorted(lanes),
+            "sha256": sha256_bytes(text.encode("utf-8")),
+        }
+        if check is not None:
+            if not ci.is_current(check, text):
+                raise OperationFailed(
+                    f"{check}: stale: it differs from what recipes/ and the manifest render to",
+                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    details={**fields, "path": str(check), "current": False},
+                )
+            env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
+            return {**fields, "path": str(check), "current": True}
+        if out is not None:
+            changed = ci.write(out, text)
+            env.out.info(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
+            return {**fields, "path": str(out), "changed": changed}
+        if as_json:
+            return {**fields, "workflow": text}
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return fields
+
+    run(ctx, "ci render", body)

@@ -1,0 +1,142 @@
+"""`fetch` and `status`: the upstream work tree at the pinned commit."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
+
+
+@app.command()
+def fetch(
+    ctx: typer.Context,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            metavar="URL",
+            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); "
+            "the pinned ids are still verified.",
+        ),
+    ] = None,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Never touch the network; fail if the pin is missing.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Save local changes as a patch under the workspace's logs/, then discard them.",
+        ),
+    ] = False,
+) -> None:
+    """Put the upstream at exactly the pinned commit (shallow when the server allows it)."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream import manifest
+        from dgr_forge.upstream.fetch import display_url, ensure_fetched
+
+        forge = env.forge
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        started = time.monotonic()
+        result = ensure_fetched(forge, m, env.out, mirror=mirror, offline=offline, force=force)
+        seconds = round(time.monotonic() - started, 3)
+        where = forge.rel(result.src_dir)
+        if result.changed:
+            env.out.info(f"{m.name}: {where} at {result.commit} ({result.method}, {seconds} s)")
+        else:
+            env.out.info(f"{m.name}: {where} already at {result.commit} (verified, nothing to do)")
+        return {
+            "upstream": m.name,
+            "url": display_url(result.url or m.url),
+            "src_dir": str(result.src_dir),
+            "commit": result.commit,
+            "tree": result.tree,
+            "changed": result.changed,
+            "method": result.method,
+            "shallow": (result.src_dir / ".git" / "shallow").exists(),
+            "saved_patch": str(result.saved_patch) if result.saved_patch else None,
+            "seconds": seconds,
+        }
+
+    run(ctx, "fetch", body)
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """The upstream pin, the workspace commit, whether it is verified, and local changes."""
+
+    # --json: {"upstream": UpstreamStatus.to_dict()}; later sections (patches, lanes) are
+    # added as sibling keys by the helpers that own them.
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.cli.cmd_patch import status_section
+        from dgr_forge.upstream import manifest
+        from dgr_forge.upstream.fetch import workspace_status
+
+        forge = env.forge
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        st = workspace_status(forge, m)
+        out = env.out
+        out.info(f"upstream  {st.name}  {st.url}")
+        out.info(
+            f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
+        )
+        if not st.present:
+            out.info(f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)")
+        else:
+            head = st.head or "(nothing checked out)"
+            extra = f"  (pin + {st.commits_on_top} commits)" if st.commits_on_top else ""
+            out.info(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
+            commit = "yes" if st.commit_verified else "no"
+            tree = {True: "yes", False: "NO (mismatch)", None: "not pinned"}[st.tree_verified]
+            out.info(
+                f"verified  {'yes' if st.verified else 'no'}  (commit: {commit}, tree: {tree}"
+                f"{', shallow' if st.shallow else ''})"
+            )
+            if st.interrupted:
+                out.info("note      an interrupted checkout; `dgr-forge fetch` completes it")
+            if st.local_changes:
+                out.info(f"local changes ({len(st.local_changes)}):")
+                for change in st.local_changes:
+                    out.info(f"  {change.change:<12} {change.path}")
+            else:
+                out.info("local changes: none")
+        patch_info = status_section(env, m)  # the patch helper's part
+        lanes = _lanes_section(env)
+        if forge.rebase_state.exists():
+            out.info(
+                f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
+                "`dgr-forge rebase --continue` or `--abort`"
+            )
+        return {
+            "upstream": st.to_dict(),
+            "patches": patch_info,
+            "lanes": lanes,
+            "rebase_in_progress": forge.rebase_state.exists(),
+        }
+
+    run(ctx, "status", body)
+
+
+def _lanes_section(env: Env) -> dict[str, Any]:
+    """Lanes built in this workspace and their last build (from the build state)."""
+    from dgr_forge.lanes.build import load_state
+
+    lanes: dict[str, Any] = {
+        name: entry.get("last_build") for name, entry in load_state(env.forge)["lanes"].items()
+    }
+    if not lanes:
+        env.out.info("lanes: none built in this workspace (run `dgr-forge build`)")
+    for name, last in sorted(lanes.items()):
+        last = last or {}
+        env.out.info(
+            f"lane {name:<8} last build {last.get('time', '?')}: {last.get('result', '?')}"
+            f"  report {last.get('report') or '(none)'}"
+        )
+    return lanes

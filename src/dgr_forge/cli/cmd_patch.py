@@ -1,0 +1,138 @@
+"""`patch` and `export`: the numbered patch series on the pinned upstream."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+from dgr_forge.core.errors import ExitCode
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
+if TYPE_CHECKING:
+    from dgr_forge.upstream.manifest import UpstreamManifest
+
+
+@app.command()
+def patch(
+    ctx: typer.Context,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Apply in a scratch index and report per patch; touch nothing.",
+        ),
+    ] = False,
+    mirror: Annotated[
+        str | None,
+        typer.Option("--mirror", metavar="URL", help="Fetch from this mirror if needed."),
+    ] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
+) -> None:
+    """Apply the series on the pinned commit (one commit per patch, reproducible ids)."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream import manifest, patches
+        from dgr_forge.upstream.export import recover_swaps
+
+        forge = env.forge
+        recover_swaps(forge.root)
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        if check:
+            return _check(env, m, mirror, offline)
+        started = time.monotonic()
+        result = patches.ensure_patched(forge, m, env.out, mirror=mirror, offline=offline)
+        seconds = round(time.monotonic() - started, 3)
+        where = forge.rel(result.src_dir)
+        if result.changed:
+            env.out.info(
+                f"{m.name}: {len(m.series)} patches applied in {where} "
+                f"(HEAD {result.head_commit[:12]}, tree {result.result_tree[:12]}, {seconds} s)"
+            )
+        else:
+            env.out.info(f"{m.name}: series already applied in {where} (verified, nothing to do)")
+        return {
+            "upstream": m.name,
+            "src_dir": str(result.src_dir),
+            "base_commit": result.base_commit,
+            "head_commit": result.head_commit,
+            "result_tree": result.result_tree,
+            "patches": [e.file for e in m.series],
+            "changed": result.changed,
+            "seconds": seconds,
+        }
+
+    run(ctx, "patch", body)
+
+
+def _check(env: Env, m: UpstreamManifest, mirror: str | None, offline: bool) -> dict[str, Any]:
+    from dgr_forge.upstream import patches
+
+    results = patches.check_workspace(env.forge, m, env.out, mirror=mirror, offline=offline)
+    rows = []
+    for r in results:
+        detail = "; ".join(str(c) for c in r.conflicts)
+        if r.status == "tree-mismatch":
+            detail = f"tree {r.tree} != manifest {r.expected_tree}"
+        if r.changed_on_disk:
+            detail = ("changed on disk; " + detail).strip("; ")
+        rows.append((r.file, r.status, detail))
+    env.out.table("patch --check", ["patch", "result", "detail"], rows)
+    ok = all(r.status == "applies" for r in results)
+    if ok:
+        env.out.info(f"all {len(results)} patches apply exactly on {m.commit[:12]}")
+    return {
+        "exit_code": ExitCode.OK if ok else ExitCode.FAILED,
+        "upstream": m.name,
+        "commit": m.commit,
+        "applies": ok,
+        "patches": [r.as_dict() for r in results],
+    }
+
+
+@app.command()
+def export(ctx: typer.Context) -> None:
+    """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream import manifest
+        from dgr_forge.upstream.export import export_workspace, recover_swaps
+
+        forge = env.forge
+        recover_swaps(forge.root)
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        result = export_workspace(forge, m, env.out)
+        if not result.changed:
+            env.out.info(f"{len(result.patches)} patches, nothing changed")
+        else:
+            env.out.info(
+                f"{len(result.patches)} patches: {len(result.written)} written, "
+                f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
+                f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
+            )
+        return {"upstream": m.name, **result.as_dict()}
+
+    run(ctx, "export", body)
+
+
+def status_section(env: Env, m: UpstreamManifest) -> dict[str, Any]:
+    """The `patches` part of `status` (called by the status command): one row per patch."""
+    from dgr_forge.upstream import patches
+
+    info = patches.series_status(env.forge, m)
+    rows = [(p.file, p.state, p.detail) for p in info.series]
+    if rows:
+        env.out.table("patches", ["patch", "state", "detail"], rows)
+    else:
+        env.out.info("patches: none (empty series)")
+    if info.local_commits:
+        env.out.info(
+            f"local commits on top of the series: {len(info.local_commits)} "
+            "(`dgr-forge export` turns them into patches)"
+        )
+    if info.operation:
+        env.out.info(f"in progress in the workspace: {info.operation}")
+    return info.as_dict()

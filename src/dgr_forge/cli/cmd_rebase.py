@@ -1,0 +1,98 @@
+"""`rebase` (move the series to a new upstream commit) and `check` (the CI gate)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+from dgr_forge.core.errors import BadInput
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and each should pay only for what it uses.
+
+_MIRROR = typer.Option(
+    "--mirror",
+    metavar="URL",
+    help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still verified.",
+)
+_OFFLINE = typer.Option("--offline", help="Never touch the network.")
+
+
+@app.command()
+def rebase(
+    ctx: typer.Context,
+    onto: Annotated[
+        str | None,
+        typer.Option("--onto", metavar="REV", help="New upstream commit (full id, or a ref)."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option("--url", metavar="URL", help="Pin this upstream URL from now on."),
+    ] = None,
+    continue_: Annotated[
+        bool, typer.Option("--continue", help="Resume after resolving a conflict or a crash.")
+    ] = False,
+    abort: Annotated[
+        bool, typer.Option("--abort", help="Undo: workspace, manifest and patches/ as before.")
+    ] = False,
+    mirror: Annotated[str | None, _MIRROR] = None,
+    offline: Annotated[bool, _OFFLINE] = False,
+) -> None:
+    """Replay the patch series onto a new upstream commit (3-way); resumable."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream import rebase as rebase_mod
+        from dgr_forge.upstream.fetch import resolve_mirror
+
+        modes = [
+            name
+            for name, on in (("--onto", onto), ("--continue", continue_), ("--abort", abort))
+            if on
+        ]
+        if len(modes) != 1:
+            raise BadInput(
+                "rebase: give exactly one of --onto REV, --continue, --abort"
+                + (f" (got {' '.join(modes)})" if modes else ""),
+                hint="start with `dgr-forge rebase --onto <commit>`",
+            )
+        if (url or mirror or offline) and not onto:
+            raise BadInput(
+                "rebase: --url, --mirror and --offline only go with --onto",
+                hint="`dgr-forge rebase --continue` reuses what the rebase started with",
+            )
+        if abort:
+            return rebase_mod.abort(env.forge, env.out)
+        if continue_:
+            result = rebase_mod.resume(env.forge, env.out)
+        else:
+            assert onto is not None
+            result = rebase_mod.start(
+                env.forge, env.out, onto, url=url, mirror=resolve_mirror(mirror), offline=offline
+            )
+        return result.as_dict()
+
+    run(ctx, "rebase", body)
+
+
+@app.command()
+def check(
+    ctx: typer.Context,
+    mirror: Annotated[str | None, _MIRROR] = None,
+    offline: Annotated[bool, _OFFLINE] = False,
+) -> None:
+    """CI gate: fresh fetch + apply + re-export must reproduce patches/ and the manifest
+    byte for byte, and upstream must still declare every CMake option the recipes pass."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream import check as check_mod
+        from dgr_forge.upstream.fetch import resolve_mirror
+
+        result = check_mod.check(env.forge, env.out, mirror=resolve_mirror(mirror), offline=offline)
+        fields = result.as_dict()
+        if not result.ok:
+            fields["exit_code"] = 1
+        return fields
+
+    run(ctx, "check", body)

@@ -1,0 +1,186 @@
+"""keygen, report show / report verify, certify."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+from dgr_forge.core.errors import BadInput, ExitCode
+
+# Library modules are imported inside the commands: every CLI start registers all
+# commands, and only the signing/verifying ones should pay for cryptography.
+
+report_app = typer.Typer(
+    name="report", help="Show and verify signed build reports.", no_args_is_help=True
+)
+app.add_typer(report_app, name="report")
+
+
+@app.command()
+def keygen(
+    ctx: typer.Context,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Private key path (default: the user's config directory)."),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing key.")] = False,
+) -> None:
+    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import keys
+
+        path = (out or keys.default_key_path()).expanduser()
+        signer = keys.generate(path, force=force)
+        pub = keys.public_path(path)
+        env.out.info(f"private key {path} (mode 0600; keep it secret)")
+        env.out.info(f"public key  {pub}")
+        env.out.info(f"keyid       {signer.keyid}")
+        return {"private_key": str(path), "public_key": str(pub), "keyid": signer.keyid}
+
+    run(ctx, "keygen", body)
+
+
+@report_app.command("show")
+def show(
+    ctx: typer.Context,
+    report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
+) -> None:
+    """Print a readable summary of a report (--json: the statement too). Does not verify."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import reports as reports_mod
+
+        loaded = reports_mod.load(report)
+        if loaded.statement is None:
+            raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
+        s = reports_mod.summary(loaded)
+        up = s["upstream"]
+        out = env.out
+        out.info(f"report     {report}")
+        out.info(f"lane       {s['lane']}")
+        out.info(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
+        out.info(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
+        for p in s["patches"]:
+            out.info(f"  {p['name']}  sha256 {p['sha256']}")
+        out.info(f"artifacts  {len(s['artifacts'])}")
+        for a in s["artifacts"]:
+            out.info(f"  {a['name']}  sha256 {a['sha256']}")
+        for t in s["toolchain"]:
+            out.info(f"tool       {t['name']} {t['version']}")
+        signed = ", ".join(k[:16] for k in s["signed_by"]) or "UNSIGNED"
+        out.info(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
+        out.info(f"builder    {s['builder']}")
+        out.info(f"started    {s['started_on']}  finished {s['finished_on']}")
+        return {"summary": s, "statement": loaded.statement}
+
+    run(ctx, "report show", body)
+
+
+def _artifact_base(env: Env, report: Path) -> Path:
+    """Where subject names (workspace-relative) resolve: --workspace, the report's own
+    workspace (a report in <ws>/reports/), else the forge's workspace."""
+    if env.options.workspace is not None:
+        return env.options.workspace.resolve()
+    if os.environ.get("DGR_WORKSPACE"):
+        return Path(os.environ["DGR_WORKSPACE"]).resolve()
+    resolved = report.resolve()
+    if resolved.parent.name == "reports":
+        return resolved.parent.parent
+    return env.forge.workspace
+
+
+@report_app.command("verify")
+def verify(
+    ctx: typer.Context,
+    report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
+    ] = None,
+    artifacts: Annotated[
+        bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
+    ] = False,
+) -> None:
+    """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import keys
+        from dgr_forge.attest import reports as reports_mod
+
+        # an unsigned report fails as "unsigned" even where no key is set up
+        signed = bool(reports_mod.load(report).envelope.signatures)
+        public = keys.resolve_verifier(key) if signed or key else None
+        base = _artifact_base(env, report) if artifacts else None
+        v = reports_mod.verify_report(report, public, artifacts_base=base)
+        if public is not None:
+            env.out.info(f"key: keyid {public.keyid[:16]} from {public.source}")
+        for a in v.artifacts:
+            env.out.info(f"  {a.status:8} {a.name}")
+        fields = v.as_dict()
+        if not v.ok:
+            for failure in v.failures:
+                env.out.error(failure)
+            env.out.info(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
+            return {"exit_code": ExitCode.FAILED, **fields}
+        checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
+        env.out.info(f"{report}: OK (signature, payload type, statement{checked})")
+        return fields
+
+    run(ctx, "report verify", body)
+
+
+@app.command("certify")
+def certify_command(
+    ctx: typer.Context,
+    report: Annotated[Path, typer.Option("--report", help="The verified report of the run.")],
+    evidence: Annotated[
+        Path, typer.Option("--evidence", help="Test/benchmark output from the hardware run.")
+    ],
+    hardware: Annotated[
+        str | None, typer.Option("--hardware", help="Describe the hardware (default: probe it).")
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", help="Signing key (default: DGR_SIGNING_KEY, yours).")
+    ] = None,
+    report_key: Annotated[
+        str | None,
+        typer.Option("--report-key", help="Public key the report must verify with."),
+    ] = None,
+) -> None:
+    """Record, signed, that this exact lane/recipe/report passed on real hardware."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import certify as certify_mod
+        from dgr_forge.attest import keys
+        from dgr_forge.lanes import recipes
+        from dgr_forge.upstream import manifest
+
+        forge = env.forge
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+        public = keys.resolve_verifier(report_key)
+        signer = keys.resolve_signer(key, env.out)
+        path, cert = certify_mod.certify(
+            forge,
+            all_recipes,
+            m,
+            report=report,
+            evidence=evidence,
+            signer=signer,
+            report_key=public,
+            hardware=hardware,
+            out=env.out,
+        )
+        trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
+        return {
+            "certification": str(path),
+            "trusted": signer.keyid in trusted,
+            **cert.as_dict(),
+        }
+
+    run(ctx, "certify", body)

@@ -1,0 +1,29 @@
+"""CLI commands, one module per concern; each module registers its commands on `app`.
+
+The modules stay thin: parse options, call the library, describe the result.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+# Explicit, ordered list: `dgr-forge --help` shows commands in this order.
+MODULES: list[str] = [
+    "fetch",
+    "patch",
+    "rebase",
+    "build",
+    "report",
+    "artifacts",
+    "ci",
+]
+
+_registered = False
+
+
+def register_all() -> None:
+    global _registered
+    if not _registered:
+        for name in MODULES:
+            importlib.import_module(f"dgr_forge.cli.cmd_{name}")
+        _registered = True

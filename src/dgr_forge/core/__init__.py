@@ -1,0 +1,1 @@
+"""Shared foundations: errors and exit codes, output, file system, locks, git, TOML checks."""

@@ -1,0 +1,106 @@
+"""The forge root (the in-repo inputs) and the workspace (ignored scratch space)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.core.errors import BadInput
+
+UPSTREAM_MANIFEST = "manifests/llama.cpp.toml"
+
+
+def find_root(start: Path) -> Path | None:
+    """Nearest ancestor of `start` (inclusive) that has a manifests/ directory."""
+    for candidate in (start, *start.parents):
+        if (candidate / "manifests").is_dir():
+            return candidate
+    return None
+
+
+@dataclass(frozen=True)
+class Forge:
+    root: Path
+    workspace: Path
+
+    @classmethod
+    def locate(
+        cls, root: Path | None = None, workspace: Path | None = None, cwd: Path | None = None
+    ) -> Forge:
+        """Resolve --root/DGR_ROOT (else search upwards) and --workspace/DGR_WORKSPACE."""
+        cwd = cwd or Path.cwd()
+        if root is None and os.environ.get("DGR_ROOT"):
+            root = Path(os.environ["DGR_ROOT"])
+        if root is not None:
+            root = (cwd / root).resolve()
+            if not (root / "manifests").is_dir():
+                raise BadInput(
+                    f"{root}: not a forge root (no manifests/ directory)",
+                    hint="pass --root pointing at the checkout that holds manifests/, "
+                    "patches/ and recipes/",
+                )
+        else:
+            found = find_root(cwd.resolve())
+            if found is None:
+                raise BadInput(
+                    f"no forge root found from {cwd} upwards (looked for a manifests/ directory)",
+                    hint="run inside a dgr-forge checkout, or pass --root DIR / set DGR_ROOT",
+                )
+            root = found
+        if workspace is None and os.environ.get("DGR_WORKSPACE"):
+            workspace = Path(os.environ["DGR_WORKSPACE"])
+        workspace = (cwd / workspace).resolve() if workspace else root / ".dgr"
+        return cls(root=root, workspace=workspace)
+
+    # -- inputs (authoritative, committed) --
+    @property
+    def upstream_manifest(self) -> Path:
+        return self.root / UPSTREAM_MANIFEST
+
+    @property
+    def recipes_dir(self) -> Path:
+        return self.root / "recipes"
+
+    @property
+    def toolchains_dir(self) -> Path:
+        return self.root / "toolchains"
+
+    @property
+    def cmake_dir(self) -> Path:
+        return self.root / "cmake"
+
+    # -- workspace (scratch, never authoritative) --
+    def src_dir(self, name: str) -> Path:
+        return self.workspace / "src" / name
+
+    def build_dir(self, lane: str) -> Path:
+        return self.workspace / "build" / lane
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.workspace / "reports"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.workspace / "logs"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workspace / "state.json"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.workspace / "lock"
+
+    @property
+    def rebase_state(self) -> Path:
+        """Present while `dgr-forge rebase` is stopped on a conflict or was interrupted."""
+        return self.workspace / "rebase.json"
+
+    def rel(self, path: Path) -> str:
+        """A path as the user should see it: relative to the root when inside it."""
+        try:
+            return str(path.resolve().relative_to(self.root))
+        except ValueError:
+            return str(path)

@@ -1,0 +1,127 @@
+"""Running git: one place that fixes the settings that make it fast and deterministic.
+
+We call the git binary directly: plumbing commands with an explicit environment are
+clearer than any wrapper, and every call goes through `git()` below.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dgr_forge.core.errors import OperationFailed
+
+# Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
+# diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
+CONFIG: tuple[str, ...] = (
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "core.autocrlf=false",
+    "core.eol=lf",
+    "core.safecrlf=false",
+    "core.quotePath=false",
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "diff.algorithm=myers",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.renames=false",
+    "format.signature=",
+    "advice.detachedHead=false",
+    "am.threeWay=false",
+    "init.defaultBranch=main",
+    "user.name=dgr-forge",
+    "user.email=dgr-forge@invalid",
+)
+
+# Identity and dates used for commits the forge makes (patch commits use each patch's
+# own author and date; the committer is always this, so ids are reproducible).
+FORGE_IDENTITY = {
+    "GIT_COMMITTER_NAME": "dgr-forge",
+    "GIT_COMMITTER_EMAIL": "dgr-forge@invalid",
+}
+
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def base_env(isolated: bool = True) -> dict[str, str]:
+    env = dict(os.environ)
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
+        env.pop(var, None)
+    env.update(
+        GIT_TERMINAL_PROMPT="0",
+        GIT_PAGER="cat",
+        LC_ALL="C",
+        LANG="C",
+        GIT_CONFIG_NOSYSTEM="1",
+    )
+    if isolated:
+        # user config must not change patch bytes or commit ids; network operations
+        # keep it (credentials, proxies, insteadOf rules for private mirrors)
+        env["GIT_CONFIG_GLOBAL"] = os.devnull
+    return env
+
+
+def git(
+    cwd: Path | None,
+    *args: str,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    input: str | bytes | None = None,
+    isolated: bool = True,
+    text: bool = True,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `git <args>` in `cwd`; raise OperationFailed with git's stderr when `check`."""
+    cmd = ["git"]
+    for setting in CONFIG:
+        cmd += ["-c", setting]
+    cmd += list(args)
+    full_env = base_env(isolated)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=full_env,
+        input=input.encode() if isinstance(input, str) and not text else input,
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise OperationFailed(
+            f"git {' '.join(args[:3])} failed (exit {proc.returncode}): "
+            f"{(proc.stderr or '').strip()[-2000:]}",
+            details={"git_args": list(args), "git_stderr": proc.stderr},
+        )
+    return proc
+
+
+def out(cwd: Path | None, *args: str, **kw: object) -> str:
+    """stdout of a git call, stripped."""
+    return git(cwd, *args, **kw).stdout.strip()  # type: ignore[arg-type]
+
+
+def rev_parse(repo: Path, rev: str) -> str | None:
+    proc = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def tree_of(repo: Path, rev: str) -> str:
+    return out(repo, "rev-parse", f"{rev}^{{tree}}")
+
+
+def has_object(repo: Path, oid: str) -> bool:
+    return git(repo, "cat-file", "-e", oid, check=False).returncode == 0
+
+
+def status_porcelain(repo: Path, args: Sequence[str] = ()) -> list[str]:
+    """Changed paths in the work tree (tracked and untracked), as porcelain v1 lines."""
+    proc = git(repo, "status", "--porcelain=v1", "--untracked-files=all", *args)
+    return [line for line in proc.stdout.splitlines() if line]

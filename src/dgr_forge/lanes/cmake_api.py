@@ -1,0 +1,136 @@
+"""The CMake File API (cmake-file-api(7)): what CMake itself says it will build.
+
+A query written into the build directory before configure makes CMake write a reply:
+the codemodel (targets and their on-disk artifacts), the cache and the toolchains
+(compiler paths, ids and versions). Artifacts come from here, never from globbing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.fsutil import atomic_write_text
+
+CLIENT = "client-dgr-forge"
+REQUESTS = [
+    {"kind": "codemodel", "version": 2},
+    {"kind": "cache", "version": 2},
+    {"kind": "toolchains", "version": 1},
+]
+# Artifact kinds a lane ships; static libraries are intermediate for a worker build.
+SHIPPED = ("EXECUTABLE", "SHARED_LIBRARY", "MODULE_LIBRARY")
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    kind: str  # EXECUTABLE, SHARED_LIBRARY, ...
+    artifacts: tuple[Path, ...]  # absolute
+
+
+@dataclass(frozen=True)
+class Compiler:
+    language: str
+    path: str
+    id: str
+    version: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    cmake_version: str
+    targets: tuple[Target, ...]
+    cache: dict[str, str]
+    compilers: tuple[Compiler, ...]
+
+
+def query_dir(build_dir: Path) -> Path:
+    return build_dir / ".cmake" / "api" / "v1" / "query" / CLIENT
+
+
+def write_query(build_dir: Path) -> None:
+    """The stateful query (client query.json); written before configure, idempotent."""
+    path = query_dir(build_dir) / "query.json"
+    text = json.dumps({"requests": REQUESTS}, indent=2) + "\n"
+    if not path.exists() or path.read_text() != text:
+        atomic_write_text(path, text)
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise OperationFailed(
+            f"{path}: unreadable CMake File API reply: {err}",
+            hint="re-run the build; if it persists delete the lane's build directory",
+        ) from None
+
+
+def read_reply(build_dir: Path) -> Reply:
+    reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
+    indexes = sorted(reply_dir.glob("index-*.json"))  # names sort by time: last is newest
+    if not indexes:
+        raise OperationFailed(
+            f"{reply_dir}: no CMake File API reply",
+            hint="CMake 3.14+ writes it during configure; re-run the build",
+        )
+    index = _load(indexes[-1])
+    responses = index.get("reply", {}).get(CLIENT, {}).get("query.json", {}).get("responses", [])
+    files: dict[str, Path] = {}
+    for response in responses:
+        if "jsonFile" in response:
+            files[response["kind"]] = reply_dir / response["jsonFile"]
+    missing = [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]
+    if missing:
+        raise OperationFailed(
+            f"CMake File API reply lacks {', '.join(missing)}",
+            hint="the CMake in use is too old (3.20+ needed for toolchains-v1)",
+        )
+
+    codemodel = _load(files["codemodel"])
+    source_build = Path(codemodel["paths"]["build"])
+    targets: list[Target] = []
+    configs = codemodel.get("configurations", [])
+    for ref in configs[0].get("targets", []) if configs else []:
+        data = _load(reply_dir / ref["jsonFile"])
+        artifacts = []
+        for art in data.get("artifacts", []):
+            p = Path(art["path"])
+            artifacts.append(p if p.is_absolute() else source_build / p)
+        targets.append(Target(data["name"], data["type"], tuple(artifacts)))
+
+    cache_data = _load(files["cache"])
+    cache = {e["name"]: e["value"] for e in cache_data.get("entries", [])}
+
+    toolchains = _load(files["toolchains"])
+    compilers = []
+    for tc in toolchains.get("toolchains", []):
+        comp = tc.get("compiler", {})
+        compilers.append(
+            Compiler(
+                language=tc.get("language", "?"),
+                path=comp.get("path", ""),
+                id=comp.get("id", ""),
+                version=comp.get("version", ""),
+            )
+        )
+    version = index.get("cmake", {}).get("version", {}).get("string", "")
+    return Reply(version, tuple(targets), cache, tuple(compilers))
+
+
+def shipped_artifacts(reply: Reply, only: tuple[str, ...] = ()) -> list[tuple[Target, Path]]:
+    """(target, file) for every shipped artifact, restricted to `only` targets when given.
+
+    Targets that were not built (EXCLUDE_FROM_ALL upstream tools a worker does not link)
+    have no file on disk and are left out.
+    """
+    out: list[tuple[Target, Path]] = []
+    for target in reply.targets:
+        if target.kind not in SHIPPED or (only and target.name not in only):
+            continue
+        out += [(target, path) for path in target.artifacts if path.is_file()]
+    return out

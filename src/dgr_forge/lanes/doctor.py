@@ -1,0 +1,559 @@
+"""Host probes: which tools and libraries this machine has, and so which lanes it can build.
+
+The probes are data (`toolchains/probes.toml`); recipes name them in `[requires]`. `build`
+runs the same checks before it creates anything, so `doctor` and `build` never disagree
+about a lane.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sysconfig
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.lanes.recipes import Recipe
+
+SCHEMA = 1
+_TOOL_KEYS = {
+    "description",
+    "executables",
+    "python_dirs",
+    "hints",
+    "path_search",
+    "find_command",
+    "version_args",
+    "version_regex",
+    "host_os",
+    "packages",
+}
+_LIB_KEYS = {
+    "description",
+    "headers",
+    "names",
+    "roots",
+    "include_dirs",
+    "lib_dirs",
+    "packages",
+}
+_LIB_SUFFIXES = (".so", ".dylib", ".a", ".lib", ".tbd")
+
+
+def host_os() -> str:
+    return platform.system().lower()
+
+
+@dataclass(frozen=True)
+class ToolProbe:
+    name: str
+    description: str
+    executables: tuple[str, ...]
+    python_dirs: tuple[str, ...]
+    hints: tuple[str, ...]
+    path_search: bool
+    find_command: tuple[str, ...]
+    version_args: tuple[str, ...]
+    version_regex: str | None
+    host_os: tuple[str, ...]
+    packages: dict[str, tuple[str, ...]] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class LibraryProbe:
+    name: str
+    description: str
+    headers: tuple[str, ...]
+    names: tuple[str, ...]
+    roots: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    lib_dirs: tuple[str, ...]
+    packages: dict[str, tuple[str, ...]] = field(hash=False)
+
+
+@dataclass(frozen=True)
+class Probes:
+    path: Path
+    sha256: str
+    tools: dict[str, ToolProbe] = field(hash=False)
+    libraries: dict[str, LibraryProbe] = field(hash=False)
+
+
+@dataclass
+class ProbeResult:
+    name: str
+    kind: str  # "tool" | "library"
+    description: str
+    found: bool
+    path: str | None  # the executable, or the library file
+    detail: str  # where it was found, or where we looked
+    packages: dict[str, list[str]]
+    version: str | None = None
+    include_dir: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "description": self.description,
+            "found": self.found,
+            "path": self.path,
+            "version": self.version,
+            "detail": self.detail,
+            "packages": self.packages,
+        }
+
+
+@dataclass
+class LaneCheck:
+    lane: str
+    backend: str
+    buildable: bool
+    missing: list[ProbeResult]
+    host_ok: bool
+    host_os: tuple[str, ...]
+
+    def reasons(self) -> list[str]:
+        """One line per missing thing, with its install hint."""
+        lines: list[str] = []
+        if not self.host_ok:
+            lines.append(
+                f"host OS {host_os()!r}: the {self.lane} lane builds only on "
+                + ", ".join(self.host_os)
+            )
+        for item in self.missing:
+            lines.append(f"{item.description} ({item.kind} {item.name}): {item.detail}")
+            hint = install_hint(item.packages)
+            if hint:
+                lines.append(f"  install: {hint}")
+        return lines
+
+    def summary(self) -> str:
+        if self.buildable:
+            return "buildable"
+        parts = [] if self.host_ok else [f"needs {'/'.join(self.host_os)}"]
+        parts += [_short(item.description) for item in self.missing]
+        return "missing " + ", ".join(parts) if self.host_ok else "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lane": self.lane,
+            "backend": self.backend,
+            "buildable": self.buildable,
+            "host_os_ok": self.host_ok,
+            "missing": [m.as_dict() for m in self.missing],
+            "summary": self.summary(),
+        }
+
+
+def _short(description: str) -> str:
+    return description.split(" (")[0]
+
+
+def install_hint(packages: dict[str, list[str]]) -> str:
+    return " · ".join(f"{system}: {' '.join(names)}" for system, names in packages.items())
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def _fail(shown: str, key: str, problem: str, fix: str) -> BadInput:
+    return BadInput(f"{shown}: {key}: {problem}", hint=fix, details={"file": shown, "key": key})
+
+
+def _strs(shown: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _fail(shown, key, "must be an array of strings", 'write ["..."]')
+    return tuple(value)
+
+
+def _str(shown: str, key: str, value: Any, default: str | None = None) -> str | None:
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise _fail(shown, key, "must be a string", "quote the value")
+    return value
+
+
+def _table(shown: str, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:
+    """A probe's table ([tools.X] or [libraries.X]) holding only the `allowed` keys."""
+    if not isinstance(value, dict):
+        raise _fail(shown, key, "must be a table", f"write [{key}]")
+    bad = sorted(set(value) - allowed)
+    if bad:
+        raise _fail(
+            shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(allowed))
+        )
+    return value
+
+
+def _packages(shown: str, key: str, value: Any) -> dict[str, tuple[str, ...]]:
+    if not isinstance(value, dict):
+        raise _fail(shown, key, "must be a table", 'write packages = { debian = ["..."] }')
+    return {system: _strs(shown, f"{key}.{system}", names) for system, names in value.items()}
+
+
+def load_probes(path: Path, shown: str | None = None) -> Probes:
+    """Parse probes.toml strictly: unknown keys and wrong types are exit 2."""
+    shown = shown or str(path)
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except FileNotFoundError:
+        raise BadInput(
+            f"{shown}: missing", hint="restore toolchains/probes.toml from the repository"
+        ) from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise _fail(shown, "(syntax)", f"invalid TOML: {err}", "fix the TOML") from None
+    unknown = sorted(set(data) - {"schema", "tools", "libraries"})
+    if unknown:
+        raise _fail(shown, unknown[0], "unknown key", "allowed: schema, tools, libraries")
+    if data.get("schema") != SCHEMA:
+        raise _fail(shown, "schema", f"expected {SCHEMA}", "set schema = 1")
+
+    tools: dict[str, ToolProbe] = {}
+    for name, t in dict(data.get("tools", {})).items():
+        key = f"tools.{name}"
+        t = _table(shown, key, t, _TOOL_KEYS)
+        path_search = t.get("path_search", True)
+        if not isinstance(path_search, bool):
+            raise _fail(shown, f"{key}.path_search", "must be true or false", "path_search = false")
+        tools[name] = ToolProbe(
+            name=name,
+            description=_str(shown, f"{key}.description", t.get("description"), name) or name,
+            executables=_strs(shown, f"{key}.executables", t.get("executables", [])),
+            python_dirs=_strs(shown, f"{key}.python_dirs", t.get("python_dirs", [])),
+            hints=_strs(shown, f"{key}.hints", t.get("hints", [])),
+            path_search=path_search,
+            find_command=_strs(shown, f"{key}.find_command", t.get("find_command", [])),
+            version_args=_strs(shown, f"{key}.version_args", t.get("version_args", ["--version"])),
+            version_regex=_str(shown, f"{key}.version_regex", t.get("version_regex")),
+            host_os=_strs(shown, f"{key}.host_os", t.get("host_os", [])),
+            packages=_packages(shown, f"{key}.packages", t.get("packages", {})),
+        )
+        if not tools[name].executables and not tools[name].find_command:
+            raise _fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
+    libraries: dict[str, LibraryProbe] = {}
+    for name, lib in dict(data.get("libraries", {})).items():
+        key = f"libraries.{name}"
+        lib = _table(shown, key, lib, _LIB_KEYS)
+        libraries[name] = LibraryProbe(
+            name=name,
+            description=_str(shown, f"{key}.description", lib.get("description"), name) or name,
+            headers=_strs(shown, f"{key}.headers", lib.get("headers", [])),
+            names=_strs(shown, f"{key}.names", lib.get("names", [])),
+            roots=_strs(shown, f"{key}.roots", lib.get("roots", [])),
+            include_dirs=_strs(shown, f"{key}.include_dirs", lib.get("include_dirs", ["include"])),
+            lib_dirs=_strs(shown, f"{key}.lib_dirs", lib.get("lib_dirs", ["lib"])),
+            packages=_packages(shown, f"{key}.packages", lib.get("packages", {})),
+        )
+    from dgr_forge.core.fsutil import sha256_bytes
+
+    return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
+
+
+# ----------------------------------------------------------------------------- probing
+
+
+def _expand(entry: str) -> str | None:
+    """ "$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
+    m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)
+    if not m:
+        return entry
+    value = os.environ.get(m.group(1))
+    return value + m.group(2) if value else None
+
+
+def _python_dir(spec: str) -> str | None:
+    """A directory an installed wheel ships binaries in.
+
+    "pkg/sub/dir": inside the package, found without importing it (importing the cmake
+    wheel costs ~0.1 s, too much for a no-op build); "@scripts": this Python's scripts
+    directory; "module:ATTR": the attribute of the imported module (the slow fallback).
+    """
+    if spec == "@scripts":
+        return sysconfig.get_path("scripts")
+    if ":" not in spec:
+        package, _, sub = spec.partition("/")
+        try:
+            found = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            return None
+        locations = list(found.submodule_search_locations or []) if found else []
+        path = Path(locations[0]) / sub if locations else None
+        return str(path) if path and path.is_dir() else None
+    module, _, attr = spec.partition(":")
+    try:
+        value = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+class Doctor:
+    """Runs probes on demand and caches the results for one process."""
+
+    def __init__(self, probes: Probes, path_env: str | None = None) -> None:
+        self.probes = probes
+        self.path_env = os.environ.get("PATH", "") if path_env is None else path_env
+        self._results: dict[str, ProbeResult] = {}
+        self._versions: dict[str, str | None] = {}
+
+    # -- tools --
+    def tool(self, name: str) -> ProbeResult:
+        key = f"tool:{name}"
+        if key not in self._results:
+            self._results[key] = self._probe_tool(name)
+        return self._results[key]
+
+    def _probe_tool(self, name: str) -> ProbeResult:
+        probe = self.probes.tools.get(name)
+        if probe is None:
+            raise BadInput(
+                f"unknown tool probe {name!r}",
+                hint=f"add [tools.{name}] to toolchains/probes.toml or fix the recipe's tools",
+                details={"probe": name},
+            )
+        packages = self._packages(probe.packages, probe.name)
+        if probe.host_os and host_os() not in probe.host_os:
+            return ProbeResult(
+                name,
+                "tool",
+                probe.description,
+                False,
+                None,
+                f"only on {', '.join(probe.host_os)}",
+                packages,
+            )
+        dirs: list[str] = []
+        for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
+            wheel = _python_dir(spec)
+            if wheel:
+                dirs.append(wheel)
+                found = next(
+                    (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
+                )
+                if found:
+                    return ProbeResult(
+                        name, "tool", probe.description, True, found, found, packages
+                    )
+        hints = [d for d in (_expand(h) for h in probe.hints) if d]
+        dirs += hints
+        for exe in probe.executables:
+            found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None
+            if found is None and probe.path_search:
+                found = shutil.which(exe, path=self.path_env)
+            if found:
+                return ProbeResult(name, "tool", probe.description, True, found, found, packages)
+        if probe.find_command:
+            path = self._find_command(probe.find_command)
+            if path:
+                return ProbeResult(name, "tool", probe.description, True, path, path, packages)
+        where = " or ".join(probe.executables) or " ".join(probe.find_command)
+        looked = "PATH" if probe.path_search else ""
+        if dirs:
+            looked = ", ".join(dirs) + (" and PATH" if probe.path_search else "")
+        return ProbeResult(
+            name, "tool", probe.description, False, None, f"{where} not found in {looked}", packages
+        )
+
+    def _find_command(self, command: tuple[str, ...]) -> str | None:
+        exe = shutil.which(command[0], path=self.path_env)
+        if exe is None:
+            return None
+        try:
+            proc = subprocess.run(
+                [exe, *command[1:]], capture_output=True, text=True, timeout=20, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        path = proc.stdout.strip()
+        return path if proc.returncode == 0 and path and Path(path).exists() else None
+
+    def version(self, name: str) -> str | None:
+        """The tool's version (runs it once; None when unknown)."""
+        if name in self._versions:
+            return self._versions[name]
+        result = self.tool(name)
+        probe = self.probes.tools[name]
+        version: str | None = None
+        if result.found and result.path and probe.version_regex:
+            try:
+                proc = subprocess.run(
+                    [result.path, *probe.version_args],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    check=False,
+                )
+                m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
+                version = m.group(1) if m else None
+            except (OSError, subprocess.TimeoutExpired):
+                version = None
+        self._versions[name] = version
+        result.version = version
+        return version
+
+    # -- libraries --
+    def library(self, name: str) -> ProbeResult:
+        key = f"library:{name}"
+        if key not in self._results:
+            self._results[key] = self._probe_library(name)
+        return self._results[key]
+
+    def _roots(self, probe: LibraryProbe) -> list[Path]:
+        roots: list[Path] = []
+        for entry in probe.roots:
+            if entry.startswith("tool:"):
+                tool = self.tool(entry[5:])
+                if tool.found and tool.path:
+                    roots.append(Path(tool.path).resolve().parent.parent)
+                continue
+            expanded = _expand(entry)
+            if expanded:
+                roots.append(Path(expanded))
+        unique: list[Path] = []
+        for root in roots:
+            if root not in unique:
+                unique.append(root)
+        return unique
+
+    def _probe_library(self, name: str) -> ProbeResult:
+        probe = self.probes.libraries.get(name)
+        if probe is None:
+            raise BadInput(
+                f"unknown library probe {name!r}",
+                hint=f"add [libraries.{name}] to toolchains/probes.toml or fix the recipe",
+                details={"probe": name},
+            )
+        packages = self._packages(probe.packages, probe.name)
+        roots = self._roots(probe)
+        for root in roots:
+            include = None
+            if probe.headers:
+                include = next(
+                    (
+                        root / d
+                        for d in probe.include_dirs
+                        if all((root / d / h).is_file() for h in probe.headers)
+                    ),
+                    None,
+                )
+                if include is None:
+                    continue
+            lib = None
+            if probe.names:
+                lib = next(
+                    (
+                        path
+                        for d in probe.lib_dirs
+                        for n in probe.names
+                        for path in _library_files(root / d, n)
+                    ),
+                    None,
+                )
+                if lib is None:
+                    continue
+            shown = str(lib or include)
+            return ProbeResult(
+                name,
+                "library",
+                probe.description,
+                True,
+                shown,
+                shown,
+                packages,
+                include_dir=str(include) if include else None,
+            )
+        wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
+        looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
+        return ProbeResult(
+            name,
+            "library",
+            probe.description,
+            False,
+            None,
+            f"{wanted} not found under {looked}",
+            packages,
+        )
+
+    # -- helpers --
+    def _packages(
+        self, packages: dict[str, tuple[str, ...]], probe: str = ""
+    ) -> dict[str, list[str]]:
+        """Package names; {cuda_series} becomes nvcc's "13-0" when nvcc is found."""
+        series = None
+        templated = any("{cuda_series}" in n for names in packages.values() for n in names)
+        if templated and probe != "nvcc":
+            nvcc = self.tool("nvcc") if "nvcc" in self.probes.tools else None
+            version = self.version("nvcc") if nvcc and nvcc.found else None
+            if version:
+                series = "-".join(version.split(".")[:2])
+        out: dict[str, list[str]] = {}
+        for system, names in packages.items():
+            out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
+        return out
+
+    def check_lane(self, recipe: Recipe) -> LaneCheck:
+        host_ok = host_os() in recipe.host_os
+        missing: list[ProbeResult] = []
+        if host_ok:
+            missing += [r for r in (self.tool(t) for t in recipe.tools) if not r.found]
+            missing += [r for r in (self.library(lib) for lib in recipe.libraries) if not r.found]
+        return LaneCheck(
+            lane=recipe.name,
+            backend=recipe.backend,
+            buildable=host_ok and not missing,
+            missing=missing,
+            host_ok=host_ok,
+            host_os=recipe.host_os,
+        )
+
+    def launcher(self) -> ProbeResult | None:
+        """ccache, else sccache, when present: the compiler launcher builds use."""
+        for name in ("ccache", "sccache"):
+            if name in self.probes.tools:
+                result = self.tool(name)
+                if result.found:
+                    return result
+        return None
+
+
+def _library_files(directory: Path, name: str) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    candidates = [directory / f"lib{name}{suffix}" for suffix in _LIB_SUFFIXES]
+    candidates.append(directory / f"{name}.lib")
+    return [c for c in candidates if c.exists()]
+
+
+def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
+    """Everything `doctor` reports: every probe, and every lane's verdict."""
+    names_tools = sorted(doctor.probes.tools)
+    names_libs = sorted(doctor.probes.libraries)
+    tools = []
+    for name in names_tools:
+        result = doctor.tool(name)
+        if result.found:
+            doctor.version(name)
+        tools.append(result.as_dict())
+    libraries = [doctor.library(name).as_dict() for name in names_libs]
+    lanes = [doctor.check_lane(r) for r in recipes.values()]
+    launcher = doctor.launcher()
+    return {
+        "host_os": host_os(),
+        "machine": platform.machine(),
+        "tools": tools,
+        "libraries": libraries,
+        "compiler_launcher": launcher.path if launcher else None,
+        "lanes": [lane.as_dict() for lane in lanes],
+        "_checks": lanes,
+    }

@@ -1,0 +1,50 @@
+"""The lane matrix: every recipe, whether this host can build it, and its last build."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dgr_forge.attest.certify import certification_status
+from dgr_forge.attest.keys import PublicKey
+from dgr_forge.core.forge import Forge
+from dgr_forge.lanes.build import load_state
+from dgr_forge.lanes.doctor import Doctor, load_probes
+from dgr_forge.lanes.recipes import load_all
+from dgr_forge.upstream.manifest import load as load_manifest
+
+
+def matrix(forge: Forge, trusted: list[PublicKey] | None = None) -> list[dict[str, Any]]:
+    recipes = load_all(forge.recipes_dir, forge.root)
+    m = load_manifest(forge.upstream_manifest, forge.root)
+    certs = certification_status(forge, recipes, m, trusted)
+    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
+    state = load_state(forge)["lanes"]
+    rows: list[dict[str, Any]] = []
+    for name, recipe in recipes.items():
+        check = doctor.check_lane(recipe)
+        last = state.get(name, {}).get("last_build")
+        rows.append(
+            {
+                "lane": name,
+                "backend": recipe.backend,
+                "host_os": list(recipe.host_os),
+                "buildable": check.buildable,
+                "missing": check.summary() if not check.buildable else None,
+                "last_build": (
+                    {
+                        "time": last.get("time"),
+                        "result": last.get("result"),
+                        "report": last.get("report"),
+                        "log": last.get("log"),
+                    }
+                    if last
+                    else None
+                ),
+                "certified": certs[name].certified,
+                "certification": {
+                    "reason": certs[name].reason,
+                    "record": (c.as_dict() if (c := certs[name].certification) else None),
+                },
+            }
+        )
+    return rows

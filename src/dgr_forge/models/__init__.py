@@ -1,0 +1,1 @@
+"""Model artifacts: model manifests, resumable downloads, verification, split GGUF."""

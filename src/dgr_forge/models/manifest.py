@@ -1,0 +1,272 @@
+"""Model artifact manifests: `manifests/models/<name>.toml`, loaded and validated.
+
+```toml
+schema = 1
+[model]
+name = "deepseek-v4"
+source_revision = "<40 hex>"      # optional: the upstream checkpoint revision
+[[files]]
+name = "deepseek-v4-Q4_K_M-00001-of-00009.gguf"
+size = 123                        # bytes
+sha256 = "<64 hex>"
+url = "https://.../deepseek-v4-Q4_K_M-00001-of-00009.gguf"
+```
+
+Like the upstream manifest loader, every malformed input is a `BadInput` (exit 2) naming
+the file, the key and the fix; no input makes the loader raise anything else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import tomli_w
+
+from dgr_forge.core.fsutil import read_input
+from dgr_forge.upstream.manifest import HEX40, HEX64, NAME, _Checker
+
+SCHEMA = 1
+NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
+HEX40_RE = HEX40
+MODELS_DIR = "manifests/models"
+PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
+# llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
+SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+_TOP_KEYS = {"schema", "model", "files"}
+_MODEL_KEYS = {"name", "source_revision"}
+_FILE_KEYS = {"name", "size", "sha256", "url"}
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    name: str
+    size: int
+    sha256: str
+    url: str
+
+
+@dataclass(frozen=True)
+class SplitName:
+    prefix: str
+    no: int  # 1-based, as in the file name
+    count: int
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    path: Path | None
+    shown: str  # how errors name the manifest
+    name: str
+    source_revision: str | None
+    files: tuple[ModelFile, ...]
+
+    @property
+    def total_size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def split_name(name: str) -> SplitName | None:
+    """`x-00002-of-00009.gguf` -> SplitName("x", 2, 9); None for a name that is not a split."""
+    m = SPLIT_NAME.fullmatch(name)
+    if not m:
+        return None
+    return SplitName(m.group("prefix"), int(m.group("no")), int(m.group("count")))
+
+
+def check_url(url: str) -> str | None:
+    """None when `url` is a usable http(s)/file URL, else what is wrong with it."""
+    try:
+        parts = urlsplit(url)
+    except ValueError as err:
+        return f"{url!r} is not a URL ({err})"
+    if parts.scheme in ("http", "https"):
+        return None if parts.netloc else f"{url!r} has no host"
+    if parts.scheme == "file":
+        return None if parts.path.startswith("/") else f"{url!r} has no absolute path"
+    return f"{url!r} is not an http(s):// or file:// URL"
+
+
+def file_url(base: str, name: str) -> str:
+    """BASE/NAME, the name percent-encoded (mirrors and `artifacts manifest --url-base`)."""
+    return base.rstrip("/") + "/" + quote(name)
+
+
+def check_file_name(name: str) -> str | None:
+    """None when `name` is a plain file name the manifest may list, else what is wrong."""
+    if "/" in name or "\\" in name:
+        return f"{name!r} contains a path separator"
+    if ".." in name:
+        return f"{name!r} contains '..'"
+    if not NAME.fullmatch(name):
+        return f"{name!r} is not a plain file name"
+    if name.endswith(PART_SUFFIX):
+        return f"{name!r} ends in {PART_SUFFIX}, which is reserved for partial downloads"
+    return None
+
+
+def resolve_path(spec: str, root: Path | None) -> Path:
+    """A manifest argument: a path to a .toml file, or a model name under manifests/models/."""
+    path = Path(spec)
+    if spec.endswith(".toml") or path.exists() or "/" in spec or root is None:
+        return path
+    return root / MODELS_DIR / f"{spec}.toml"
+
+
+def load(path: Path, root: Path | None = None) -> ModelManifest:
+    """Load and validate the model manifest at `path` (shown relative to `root` in errors)."""
+    shown = str(path)
+    if root is not None:
+        with contextlib.suppress(ValueError, OSError):
+            shown = str(path.resolve().relative_to(root.resolve()))
+    raw = read_input(
+        path,
+        what="model manifest",
+        shown=shown,
+        hint=f"pass the path to a model manifest, or a name under {MODELS_DIR}/ "
+        "(`dgr-forge artifacts manifest` writes one)",
+    )
+    return loads(raw, path=path, shown=shown)
+
+
+def loads(
+    raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
+) -> ModelManifest:
+    c = _Checker(path or Path(shown), shown)
+    data = c.parse(raw)
+
+    c.known_keys(data, _TOP_KEYS, "")
+    c.schema(data, SCHEMA)
+
+    model = c.table(data.get("model"), "model")
+    c.known_keys(model, _MODEL_KEYS, "model")
+    name = c.string(model, "name", "model")
+    assert name is not None
+    if not NAME.fullmatch(name) or ".." in name:
+        raise c.fail(
+            "model.name",
+            f"{name!r} is not a plain name",
+            "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
+        )
+    revision = c.string(model, "source_revision", "model", required=False)
+    if revision is not None and not HEX40.fullmatch(revision):
+        raise c.fail(
+            "model.source_revision",
+            f"{revision!r} is not a full 40-hex revision",
+            "pin the checkpoint's full lowercase commit id (branch or tag names move), "
+            "or remove source_revision",
+        )
+
+    files_raw = data.get("files")
+    if not isinstance(files_raw, list) or not files_raw:
+        raise c.fail(
+            "files",
+            "missing or empty" if not files_raw else "must be an array of tables",
+            "list each artifact as a [[files]] table with name, size, sha256 and url",
+        )
+    files: list[ModelFile] = []
+    seen: dict[str, str] = {}
+    for i, item in enumerate(files_raw):
+        files.append(_file_entry(c, item, i, seen))
+    _check_split_sets(c, files)
+    return ModelManifest(
+        path=path, shown=shown, name=name, source_revision=revision, files=tuple(files)
+    )
+
+
+def _file_entry(c: _Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFile:
+    where = f"files[{i}]"
+    entry = c.table(item, where)
+    c.known_keys(entry, _FILE_KEYS, where)
+    name = c.string(entry, "name", where)
+    assert name is not None
+    problem = check_file_name(name)
+    if problem:
+        raise c.fail(f"{where}.name", problem, "use the bare file name; files land in --dest")
+    folded = name.casefold()  # "A.gguf" and "a.gguf" are one file on macOS/Windows
+    if folded in seen:
+        raise c.fail(
+            f"{where}.name",
+            f"duplicate file name {name!r} (also {seen[folded]})",
+            "list each file once",
+        )
+    seen[folded] = where
+
+    if "size" not in entry:
+        raise c.fail(f"{where}.size", "missing", "add size = <bytes> (`stat -c %s FILE`)")
+    size = entry["size"]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise c.fail(
+            f"{where}.size",
+            f"{size!r} is not a non-negative integer number of bytes",
+            "set it to the file's exact size in bytes (`stat -c %s FILE`)",
+        )
+    sha = c.string(entry, "sha256", where)
+    assert sha is not None
+    if not HEX64.fullmatch(sha):
+        raise c.fail(
+            f"{where}.sha256",
+            f"{sha!r} is not a 64-hex lowercase sha256",
+            f"set it to the output of `sha256sum {name}`",
+        )
+    url = c.string(entry, "url", where)
+    assert url is not None
+    url_problem = check_url(url)
+    if url_problem:
+        raise c.fail(f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
+    return ModelFile(name=name, size=size, sha256=sha, url=url)
+
+
+def _check_split_sets(c: _Checker, files: list[ModelFile]) -> None:
+    """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
+    sets: dict[str, dict[int, str]] = {}
+    counts: dict[str, int] = {}
+    for f in files:
+        s = split_name(f.name)
+        if s is None:
+            continue
+        if s.count < 1 or not 1 <= s.no <= s.count:
+            raise c.fail(
+                "files",
+                f"{f.name}: part {s.no} of {s.count} is not a valid split part",
+                "parts are numbered 00001 to N, e.g. model-00001-of-00003.gguf",
+            )
+        known = counts.setdefault(s.prefix, s.count)
+        if known != s.count:
+            raise c.fail(
+                "files",
+                f"split set {s.prefix}: {f.name} says {s.count} parts, another part says {known}",
+                "list the parts of one split set only (same -of-NNNNN)",
+            )
+        sets.setdefault(s.prefix, {})[s.no] = f.name
+    for prefix, parts in sets.items():
+        missing = [n for n in range(1, counts[prefix] + 1) if n not in parts]
+        if missing:
+            shown = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
+            raise c.fail(
+                "files",
+                f"split set {prefix} is incomplete: not listed: {shown}",
+                "list every part of the set (`dgr-forge artifacts manifest` does)",
+            )
+
+
+def dumps(
+    name: str, files: list[ModelFile] | tuple[ModelFile, ...], source_revision: str | None = None
+) -> str:
+    """The manifest text for `files` (what `artifacts manifest` writes); loads() accepts it."""
+    model: dict[str, Any] = {"name": name}
+    if source_revision is not None:
+        model["source_revision"] = source_revision
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "model": model,
+        "files": [
+            {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url} for f in files
+        ],
+    }
+    return tomli_w.dumps(doc)

@@ -1,0 +1,1 @@
+"""The pinned upstream: manifest, workspace, fetch, patch series, export, rebase, check."""

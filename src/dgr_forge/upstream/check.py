@@ -1,0 +1,264 @@
+"""`check`: the CI gate for changes to the pin or the series (DESIGN.md, `check`).
+
+From nothing but the committed inputs: a fresh scratch workspace (a temp dir), fetch the
+pin, apply the patch files exactly as they are on disk (no fuzz), re-export the series
+with the one canonical exporter, and byte-compare the result with `patches/` and the
+manifest. Any difference fails (exit 1) with a unified diff, so a hand-edited patch, a
+stale hash or tree, or a non-canonical file cannot be merged.
+
+Then every `GGML_*`/`LLAMA_*` option a recipe passes must still be declared by the
+upstream at the pin (`option(`, `cmake_dependent_option(`, `set(... CACHE`): an upstream
+rename would otherwise be silently ignored by CMake and build the wrong thing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import NeedsHuman, OperationFailed
+from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.lanes import recipes
+from dgr_forge.upstream import export, manifest, manifest_edit
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.patches import ensure_patched
+
+CHECKED_PREFIXES = ("GGML_", "LLAMA_")
+_DECL = re.compile(
+    r"\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
+    r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
+    re.IGNORECASE,
+)
+# llama.cpp marks renames as `llama_option_depr(WARNING OLD NEW)` (ggml likewise)
+_DEPR = re.compile(
+    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    re.IGNORECASE,
+)
+_COMMENT = re.compile(r"#[^\n]*")
+
+
+@dataclass(frozen=True)
+class OptionProblem:
+    recipe: str
+    option: str
+    message: str
+    renamed_to: str | None = None
+
+
+@dataclass
+class CheckResult:
+    commit: str
+    result_tree: str | None = None
+    differences: list[dict[str, str]] = field(default_factory=list)  # {"path", "diff"}
+    apply_error: str | None = None
+    options_checked: int = 0
+    option_problems: list[OptionProblem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences and not self.apply_error and not self.option_problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "result_tree": self.result_tree,
+            "series_reproduced": not self.differences and not self.apply_error,
+            "apply_error": self.apply_error,
+            "differences": self.differences,
+            "options_checked": self.options_checked,
+            "option_problems": [vars(p) for p in self.option_problems],
+        }
+
+
+# ----------------------------------------------------------------------------- options
+
+
+def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
+    """CMake cache variables the tree declares, and its deprecated-name renames (old -> new)."""
+    files = gitutil.out(src, "ls-files", "-z").split("\0")
+    names: set[str] = set()
+    renames: dict[str, str] = {}
+    for rel in files:
+        base = rel.rsplit("/", 1)[-1]
+        if base != "CMakeLists.txt" and not base.endswith(".cmake"):
+            continue
+        try:
+            text = _COMMENT.sub("", (src / rel).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        for m in _DECL.finditer(text):
+            names.add(m.group(1) or m.group(2))
+        for m in _DEPR.finditer(text):
+            renames[m.group(1)] = m.group(2)
+    return names, renames
+
+
+def check_options(
+    forge: Forge, src: Path, commit: str, all_recipes: dict[str, recipes.Recipe]
+) -> tuple[int, list[OptionProblem]]:
+    declared, renames = declared_options(src)
+    problems: list[OptionProblem] = []
+    checked = 0
+    for lane, recipe in all_recipes.items():
+        for option in sorted(recipe.cmake_options):
+            if not option.startswith(CHECKED_PREFIXES):
+                continue
+            checked += 1
+            if option in declared and option not in renames:
+                continue
+            shown = forge.rel(recipe.path)
+            if option in renames:
+                new = renames[option]
+                problems.append(
+                    OptionProblem(
+                        lane,
+                        option,
+                        f"{shown}: cmake.options.{option}: upstream {commit[:12]} renamed it "
+                        f"to {new} (deprecated alias); use {new}",
+                        renamed_to=new,
+                    )
+                )
+                continue
+            close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
+            hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
+            problems.append(
+                OptionProblem(
+                    lane,
+                    option,
+                    f"{shown}: cmake.options.{option}: not declared by upstream at "
+                    f"{commit[:12]} (no option()/set(... CACHE) in any CMakeLists.txt or "
+                    f"*.cmake): renamed or removed upstream? CMake would silently ignore it"
+                    f"{hint}",
+                )
+            )
+    return checked, problems
+
+
+# ----------------------------------------------------------------------------- series
+
+
+def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
+    """A copy of the inputs whose manifest takes the patch files as they are on disk (their
+    actual hashes, no per-patch or result trees): we want to see what they produce, and
+    compare that with what the manifest claims, not stop at the first mismatch."""
+    root = tmp / "root"
+    (root / "manifests").mkdir(parents=True)
+    pdir = root / m.patches_dir_rel
+    pdir.mkdir(parents=True)
+    for entry in m.series:
+        shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+    doc = tomlkit.parse(m.path.read_text(encoding="utf-8"))
+    patches = doc.get("patches")
+    if patches is not None:
+        for item, entry in zip(patches.get("series", []), m.series, strict=True):
+            item["sha256"] = sha256_file(m.patch_path(entry))
+            if "tree" in item:
+                del item["tree"]
+        if "result" in patches:
+            del patches["result"]
+    (root / UPSTREAM_MANIFEST).write_text(tomlkit.dumps(doc), encoding="utf-8")
+    return root
+
+
+def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
+    """--offline: let the scratch repository read the objects of this root's own workspace
+    (git alternates), so no network is needed; ids are still verified by fetch, and the
+    own workspace is only read."""
+    objects = own / ".git" / "objects"
+    if not objects.is_dir():
+        return
+    gitutil.git(None, "init", "-q", str(scratch_src))
+    info = scratch_src / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
+    shallow = own / ".git" / "shallow"
+    if shallow.is_file():
+        shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
+    out.info(f"check --offline: reading objects from {own}")
+
+
+def _diff(path: str, old: bytes, new: bytes) -> str:
+    lines = difflib.unified_diff(
+        old.decode("utf-8", "replace").splitlines(keepends=True),
+        new.decode("utf-8", "replace").splitlines(keepends=True),
+        fromfile=f"a/{path} (committed)",
+        tofile=f"b/{path} (fresh re-export)",
+    )
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
+
+
+def check(
+    forge: Forge, out: Reporter, *, mirror: str | None = None, offline: bool = False
+) -> CheckResult:
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+    result = CheckResult(commit=m.commit)
+    with tempfile.TemporaryDirectory(prefix="dgr-check-") as tmp_name:
+        tmp = Path(tmp_name)
+        scratch_root = _scratch_root(forge, m, tmp)
+        scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
+        sm = manifest.load(scratch.upstream_manifest, scratch.root)
+        out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
+        if offline:
+            _borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
+        try:
+            patched = ensure_patched(scratch, sm, out, mirror=mirror, offline=offline)
+        except (NeedsHuman, OperationFailed) as err:
+            # a patch that no longer applies, or a pin that cannot be fetched/verified
+            result.apply_error = str(err)
+            out.error(f"check: {err}")
+            return result
+        src = patched.src_dir
+        result.result_tree = patched.result_tree
+
+        rendered = export.compute_series(src, m.commit)
+        on_disk = {p.name: p.read_bytes() for p in m.patches_dir.glob("*.patch")}
+        fresh = {p.file: p.data for p in rendered}
+        for name in sorted(set(on_disk) | set(fresh)):
+            rel = f"{m.patches_dir_rel}/{name}"
+            old, new = on_disk.get(name, b""), fresh.get(name, b"")
+            if old != new:
+                result.differences.append({"path": rel, "diff": _diff(rel, old, new)})
+
+        # exactly what `dgr-forge export` would write over the committed manifest
+        committed = m.path.read_bytes()
+        regenerated = manifest_edit.updated_text(
+            committed.decode("utf-8"),
+            [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+            patched.result_tree,
+        ).encode("utf-8")
+        if regenerated != committed:
+            rel = forge.rel(m.path)
+            result.differences.append({"path": rel, "diff": _diff(rel, committed, regenerated)})
+
+        result.options_checked, result.option_problems = check_options(
+            forge, src, m.commit, all_recipes
+        )
+
+    for d in result.differences:
+        out.error(f"check: {d['path']} differs from a fresh apply + re-export")
+        out.info(d["diff"].rstrip("\n"))
+    for p in result.option_problems:
+        out.error(f"check: recipe {p.recipe}: {p.message}")
+    if result.ok:
+        out.info(
+            f"check: ok: {len(m.series)} patches reproduce byte for byte on {m.commit[:12]} "
+            f"(result tree {result.result_tree}); {result.options_checked} recipe options "
+            "declared upstream"
+        )
+    elif result.differences:
+        out.info(
+            "fix: if the change is intended, run `dgr-forge patch` and `dgr-forge export` and "
+            "commit the result; otherwise restore the files from git"
+        )
+    return result

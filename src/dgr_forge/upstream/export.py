@@ -1,0 +1,461 @@
+"""`export`: the workspace's commits on top of the pin become the canonical patch series.
+
+One exporter, one set of flags (DESIGN.md, "Patch files are canonical"): `git format-patch
+--zero-commit --no-signature --full-index --no-numbered --keep-subject --no-stat` with the
+diff settings pinned in gitutil, file names `NNNN-<slug>.patch`. Unchanged patches keep
+their bytes, inode and mtime; the new series is staged in a temporary directory and
+swapped in together with the manifest, so a failure mid-export leaves the old series.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes
+from dgr_forge.core.gitutil import FORGE_IDENTITY
+from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import patches
+from dgr_forge.upstream.fetch import refuse_during_rebase
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+FORMAT_PATCH: tuple[str, ...] = (
+    "format-patch",
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-numbered",
+    "--keep-subject",
+    "--no-stat",
+    "--no-attach",
+    "--no-thread",
+    "--no-cover-letter",
+    "--no-signoff",
+    "--no-base",
+    "--no-notes",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-renames",
+    "--unified=3",
+    "--diff-algorithm=myers",
+)
+SLUG_MAX = 52
+
+
+@dataclass(frozen=True)
+class ExportedPatch:
+    file: str  # NNNN-<slug>.patch
+    data: bytes
+    sha256: str
+    tree: str  # the tree of the commit it came from
+    commit: str
+    subject: str
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    patches: tuple[ExportedPatch, ...]
+    result_tree: str
+    written: tuple[str, ...]  # new or changed files
+    unchanged: tuple[str, ...]
+    removed: tuple[str, ...]  # stale files deleted
+    manifest_changed: bool
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed or self.manifest_changed)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "patches": [
+                {"file": p.file, "sha256": p.sha256, "tree": p.tree, "subject": p.subject}
+                for p in self.patches
+            ],
+            "result_tree": self.result_tree,
+            "written": list(self.written),
+            "unchanged": list(self.unchanged),
+            "removed": list(self.removed),
+            "manifest_changed": self.manifest_changed,
+            "changed": self.changed,
+        }
+
+
+def slug(subject: str) -> str:
+    """A file-name slug from a commit subject: stable, lowercase, [a-z0-9-]."""
+    text = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
+    return text[:SLUG_MAX].rstrip("-") or "patch"
+
+
+def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
+    """(commit, tree, parent tree, subject) for base..HEAD, oldest first; linear only."""
+    if gitutil.rev_parse(repo, "HEAD") is None:
+        raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
+    proc = gitutil.git(repo, "merge-base", "--is-ancestor", base, "HEAD", check=False)
+    if proc.returncode != 0:
+        raise NeedsHuman(
+            f"{repo}: HEAD is not based on the pinned commit {base}",
+            hint="rebase your commits onto the pin (`git rebase --onto "
+            f"{base[:12]} <old base>`), or move the pin with `dgr-forge rebase`",
+            details={"base": base},
+        )
+    out = gitutil.out(
+        repo, "log", "--reverse", "--format=%H %T %P%x00%s", "--topo-order", f"{base}..HEAD"
+    )
+    commits: list[tuple[str, str, str, str]] = []
+    for line in out.splitlines():
+        ids, _, subject = line.partition("\0")
+        commit, tree, *parents = ids.split()
+        if len(parents) != 1:
+            raise NeedsHuman(
+                f"{repo}: commit {commit[:12]} ({subject}) is a merge; a patch series is linear",
+                hint="linearize the history with `git rebase` onto the pin",
+                details={"commit": commit},
+            )
+        commits.append((commit, tree, parents[0], subject))
+    if commits and commits[0][2] != base:
+        raise NeedsHuman(f"{repo}: history between the pin and HEAD is not a single chain")
+    for (commit, tree, _parent, subject), prev_tree in zip(
+        commits, [gitutil.tree_of(repo, base), *(c[1] for c in commits)], strict=False
+    ):
+        if tree == prev_tree:
+            raise NeedsHuman(
+                f"{repo}: commit {commit[:12]} ({subject}) changes nothing; an empty patch "
+                "cannot be applied",
+                hint="drop it (`git rebase -i` and delete its line), then export again",
+                details={"commit": commit},
+            )
+    return commits
+
+
+def compute_series(repo: Path, base: str, dest: Path | None = None) -> list[ExportedPatch]:
+    """The canonical series for base..HEAD of `repo`; written to `dest` when given.
+
+    Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
+    to byte-compare with the committed series.
+    """
+    commits = series_commits(repo, base)
+    result: list[ExportedPatch] = []
+    if commits:
+        with tempfile.TemporaryDirectory(prefix="dgr-export-") as tmp:
+            names = gitutil.out(repo, *FORMAT_PATCH, "-o", tmp, f"{base}..HEAD").splitlines()
+            if len(names) != len(commits):
+                raise OperationFailed(
+                    f"git format-patch wrote {len(names)} files for {len(commits)} commits"
+                )
+            for n, ((commit, tree, _parent, subject), name) in enumerate(
+                zip(commits, names, strict=True), start=1
+            ):
+                data = Path(name).read_bytes()
+                file = f"{n:04d}-{slug(subject)}.patch"
+                result.append(ExportedPatch(file, data, sha256_bytes(data), tree, commit, subject))
+    if dest is not None:
+        dest.mkdir(parents=True, exist_ok=True)
+        for p in result:
+            (dest / p.file).write_bytes(p.data)
+    return result
+
+
+def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
+    """Apply the exported files on a scratch index: each must give its commit's tree
+    exactly, or `dgr-forge patch` could never reproduce the series (exit 1)."""
+    with patches.scratch_index(repo, base) as env:
+        for p in series:
+            proc = gitutil.git(
+                repo, "apply", "--cached", "-", input=p.data, env=env, text=False, check=False
+            )
+            tree = gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
+            if tree != p.tree:
+                raise OperationFailed(
+                    f"{p.file} (from commit {p.commit[:12]}) does not reproduce its commit "
+                    f"when applied (tree {tree or 'conflict'}, commit has {p.tree})",
+                    hint="git cannot represent this change as a patch exactly (e.g. a file "
+                    "mode or submodule change); split or simplify the commit",
+                    details={"file": p.file, "commit": p.commit},
+                )
+
+
+def export_series(
+    repo: Path,
+    base: str,
+    forge: Forge,
+    m: UpstreamManifest,
+    out: Reporter,
+    *,
+    new_pin: tuple[str, str] | None = None,
+) -> ExportResult:
+    """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
+
+    `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
+    Refuses (exit 3) when `repo` has uncommitted edits: export exports commits only.
+    """
+    dirty = patches.dirty_paths(repo)
+    if dirty:
+        raise NeedsHuman(
+            f"{forge.rel(repo)} has uncommitted edits ({len(dirty)} paths: "
+            + ", ".join(line[3:] for line in dirty[:10])
+            + "); export writes commits only",
+            hint="commit them (`git commit`, or `git commit --amend` / `git rebase -i` to "
+            "change an existing patch) or discard them, then export again",
+            details={"dirty": dirty},
+        )
+    series = compute_series(repo, base)
+    verify_round_trip(repo, base, series)
+    result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
+    result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
+    # The workspace now holds exactly the exported series: make its commits the ones
+    # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
+    # so "already applied" holds and a person's next commit stands out as a local edit.
+    # Same trees: HEAD moves, the index and the files do not.
+    canonical = canonical_commits(repo, base, series)
+    if gitutil.rev_parse(repo, "HEAD") != canonical:
+        gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
+    return result
+
+
+def canonical_commits(repo: Path, base: str, series: Sequence[ExportedPatch]) -> str:
+    """The commits `git am` (as `dgr-forge patch` runs it) makes from `series` on `base`,
+    built from the known trees with mailinfo + commit-tree: nothing in the work tree moves.
+    Returns the last one (`base` for an empty series)."""
+    parent = base
+    with tempfile.TemporaryDirectory(prefix="dgr-canon-") as tmp:
+        msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
+        for p in series:
+            proc = gitutil.git(
+                repo,
+                "mailinfo",
+                "-b",
+                "-u",
+                "--no-scissors",
+                str(msg),
+                str(diff),
+                input=p.data,
+                text=False,
+            )
+            raw: bytes | str = proc.stdout
+            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+            body = msg.read_text(encoding="utf-8")
+            message = stripspace(info.get("Subject", "") + "\n\n" + body)
+            date = info.get("Date", "")
+            env = {
+                "GIT_AUTHOR_NAME": info.get("Author", ""),
+                "GIT_AUTHOR_EMAIL": info.get("Email", ""),
+                "GIT_AUTHOR_DATE": date,
+                **FORGE_IDENTITY,
+                "GIT_COMMITTER_DATE": date,
+            }
+            parent = gitutil.out(
+                repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
+            )
+    return parent
+
+
+def stripspace(text: str) -> str:
+    """git's `stripspace` (what am does to a message): no trailing blanks, no runs of
+    empty lines, no leading/trailing empty lines, one final newline."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n" if out else ""
+
+
+def write_series(
+    forge: Forge,
+    m: UpstreamManifest,
+    series: Sequence[ExportedPatch],
+    result_tree: str,
+    out: Reporter,
+    *,
+    new_pin: tuple[str, str] | None = None,
+) -> ExportResult:
+    """Make patches/ and the manifest hold `series`, touching only what differs."""
+    pdir = m.patches_dir
+    _recover_interrupted_swap(pdir)
+    wanted = {p.file: p for p in series}
+    on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
+    written = tuple(
+        p.file for p in series if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
+    )
+    unchanged = tuple(p.file for p in series if p.file not in written)
+    removed = tuple(sorted(on_disk - set(wanted)))
+
+    from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes the manifest
+
+    old_text = m.path.read_text(encoding="utf-8")
+    entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
+    new_text = manifest_edit.updated_text(
+        old_text,
+        entries,
+        result_tree,
+        upstream_commit=new_pin[0] if new_pin else None,
+        upstream_tree=new_pin[1] if new_pin else None,
+    )
+    manifest_changed = new_text != old_text
+
+    if written or removed:
+        _swap_series(pdir, series, written, m.path, new_text if manifest_changed else None)
+    elif manifest_changed:
+        atomic_write_text(m.path, new_text)
+    for name in written:
+        out.info(f"wrote   {m.patches_dir_rel}/{name}")
+    for name in removed:
+        out.info(f"removed {m.patches_dir_rel}/{name}")
+    if manifest_changed:
+        out.info(f"updated {forge.rel(m.path)}")
+    return ExportResult(tuple(series), result_tree, written, unchanged, removed, manifest_changed)
+
+
+def _swap_series(
+    pdir: Path,
+    series: Sequence[ExportedPatch],
+    written: Sequence[str],
+    manifest_path: Path,
+    manifest_text: str | None,
+) -> None:
+    """Stage the whole new directory (unchanged files hard-linked: same bytes, inode and
+    mtime), then swap it in with two renames and replace the manifest. Any failure before
+    the swap leaves the old series and manifest; a failure during it is rolled back."""
+    parent = pdir.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{pdir.name}.export-", dir=parent))
+    old = parent / f".{pdir.name}.export-old-{os.getpid()}"
+    manifest_tmp: Path | None = None
+    try:
+        if pdir.is_dir():
+            for entry in pdir.iterdir():
+                if entry.name.endswith(".patch"):
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, stage / entry.name, symlinks=True)
+                else:
+                    os.link(entry, stage / entry.name, follow_symlinks=False)
+        for p in series:
+            target = stage / p.file
+            if p.file in written:
+                with target.open("wb") as f:
+                    f.write(p.data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                os.link(pdir / p.file, target)
+        os.chmod(stage, 0o755)
+        if manifest_text is not None:
+            fd, tmp = tempfile.mkstemp(
+                dir=manifest_path.parent, prefix=f".{manifest_path.name}.", suffix=".tmp"
+            )
+            manifest_tmp = Path(tmp)
+            with os.fdopen(fd, "wb") as f:
+                f.write(manifest_text.encode("utf-8"))
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(manifest_tmp, manifest_path.stat().st_mode & 0o777)
+        _fail_point("staged")
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if manifest_tmp is not None:
+            manifest_tmp.unlink(missing_ok=True)
+        raise
+
+    # the swap: three renames, rolled back in reverse on any error
+    had_old = pdir.exists()
+    try:
+        if had_old:
+            os.rename(pdir, old)
+        os.rename(stage, pdir)
+        _fail_point("swapped")
+        if manifest_tmp is not None:
+            os.replace(manifest_tmp, manifest_path)
+    except BaseException:
+        if pdir.exists() and had_old and old.exists():
+            os.rename(pdir, stage)
+        if had_old and old.exists():
+            os.rename(old, pdir)
+        shutil.rmtree(stage, ignore_errors=True)
+        if manifest_tmp is not None:
+            manifest_tmp.unlink(missing_ok=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_swaps(root: Path) -> None:
+    """Before the manifest is even loaded: undo any swap a killed export left half-done."""
+    patches_root = root / "patches"
+    if patches_root.is_dir():
+        for leftover in patches_root.glob(".*.export-old-*"):
+            name = leftover.name[1:].split(".export-old-")[0]
+            _recover_interrupted_swap(patches_root / name)
+
+
+def _recover_interrupted_swap(pdir: Path) -> None:
+    """A run killed between the swap's renames left no patches dir and an `-old` one:
+    put the old series back (its manifest was not replaced yet). Drop stale stages."""
+    parent = pdir.parent
+    if not parent.is_dir():
+        return
+    for leftover in sorted(parent.glob(f".{pdir.name}.export-*")):
+        if "-old-" in leftover.name and not pdir.exists():
+            os.rename(leftover, pdir)
+        else:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _fail_point(name: str) -> None:
+    """Tests inject a crash here (DGR_TEST_FAIL_EXPORT=staged|swapped)."""
+    if os.environ.get("DGR_TEST_FAIL_EXPORT") == name:
+        raise OperationFailed(f"injected failure at export step {name!r}")
+
+
+def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> ExportResult:
+    """The `export` command: the workspace's commits over the pin -> patches/ + manifest."""
+    src = forge.src_dir(m.name)
+    with workspace_lock(forge, out):
+        refuse_during_rebase(forge)
+        if not (src / ".git").exists():
+            raise BadInput(
+                f"{forge.rel(src)}: no workspace to export from",
+                hint="run `dgr-forge patch`, commit your changes in the workspace, then export",
+            )
+        op = patches.operation_in_progress(src)
+        if op:
+            raise NeedsHuman(
+                f"{forge.rel(src)}: a {op} is in progress",
+                hint="finish or abort it before exporting",
+            )
+        edited = patches.changed_on_disk(m)
+        if edited:
+            # patch files edited by hand: they are the intended series, unless the
+            # workspace has its own new commits too (then a person must choose)
+            ws = patches.inspect(src, m.commit, len(m.series))
+            if ws.has_local_edits:
+                raise NeedsHuman(
+                    f"both changed: {', '.join(edited)} differ from the manifest, and "
+                    f"{forge.rel(src)} has local edits; exporting would overwrite one of them",
+                    hint="keep one side: restore the patch files (`git checkout -- "
+                    f"{m.patches_dir_rel}`) and export, or discard the workspace edits and "
+                    "export again",
+                    details={"edited": edited},
+                )
+            out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
+            patches.apply_files_as_they_are(forge, m, out)
+        elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
+            # most likely the series was never applied here: exporting would delete it
+            raise NeedsHuman(
+                f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
+                f"{len(m.series)} patches",
+                hint="run `dgr-forge patch` first and commit on top of the series; to drop "
+                "every patch on purpose, delete the files and their [[patches.series]] entries",
+            )
+        return export_series(src, m.commit, forge, m, out)

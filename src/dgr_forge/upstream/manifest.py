@@ -1,0 +1,265 @@
+"""The upstream pin: `manifests/llama.cpp.toml`, loaded and validated (DESIGN.md, "Manifest").
+
+Every malformed input is a `BadInput` (exit 2) naming the file, the key and the fix; no
+input makes the loader raise anything else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_input
+
+SCHEMA = 1
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX64 = re.compile(r"^[0-9a-f]{64}$")
+PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+_TOP_KEYS = {"schema", "upstream", "patches"}
+_UPSTREAM_KEYS = {"name", "url", "commit", "tree"}
+_PATCHES_KEYS = {"dir", "series", "result"}
+_ENTRY_KEYS = {"file", "sha256", "tree"}
+_RESULT_KEYS = {"tree"}
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    file: str
+    sha256: str
+    tree: str | None
+
+    @property
+    def number(self) -> int:
+        return int(self.file[:4])
+
+
+@dataclass(frozen=True)
+class UpstreamManifest:
+    path: Path
+    name: str
+    url: str
+    commit: str
+    tree: str | None
+    patches_dir: Path  # absolute
+    patches_dir_rel: str  # as written in the manifest
+    series: tuple[PatchEntry, ...]
+    result_tree: str | None
+
+    def patch_path(self, entry: PatchEntry) -> Path:
+        return self.patches_dir / entry.file
+
+    @property
+    def series_digest(self) -> str:
+        """sha256 over the ordered series ("file sha256" lines): one id for the whole stack."""
+        lines = "".join(f"{e.file} {e.sha256}\n" for e in self.series)
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+
+class _Checker:
+    """Collects the file name so every error says where it is."""
+
+    def __init__(self, path: Path, shown: str) -> None:
+        self.path = path
+        self.shown = shown
+
+    def fail(self, key: str, problem: str, fix: str) -> BadInput:
+        return BadInput(
+            f"{self.shown}: {key}: {problem}", hint=fix, details={"file": self.shown, "key": key}
+        )
+
+    def parse(self, raw: bytes) -> dict[str, Any]:
+        """TOML bytes to a dict; bad encoding or syntax is a BadInput naming the line."""
+        try:
+            return tomllib.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise self.fail(
+                "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
+            ) from None
+        except tomllib.TOMLDecodeError as err:
+            raise self.fail(
+                "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
+            ) from None
+
+    def schema(self, data: dict[str, Any], expected: int) -> None:
+        schema = data.get("schema")
+        if schema != expected or isinstance(schema, bool):  # True == 1, but is not a schema
+            raise self.fail(
+                "schema", f"expected {expected}, got {schema!r}", f"set schema = {expected}"
+            )
+
+    def table(self, data: Any, key: str) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            raise self.fail(key, f"must be a table, got {type(data).__name__}", f"write [{key}]")
+        return data
+
+    def known_keys(self, data: dict[str, Any], allowed: set[str], where: str) -> None:
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            prefix = f"{where}." if where else ""
+            raise self.fail(
+                f"{prefix}{unknown[0]}",
+                "unknown key",
+                f"remove it; allowed keys{' in ' + where if where else ''}: "
+                + ", ".join(sorted(allowed)),
+            )
+
+    def string(
+        self, data: dict[str, Any], key: str, where: str, required: bool = True
+    ) -> str | None:
+        if key not in data:
+            if required:
+                raise self.fail(f"{where}.{key}", "missing", f'add {key} = "..." under [{where}]')
+            return None
+        value = data[key]
+        if not isinstance(value, str):
+            raise self.fail(
+                f"{where}.{key}", f"must be a string, got {type(value).__name__}", "quote the value"
+            )
+        return value
+
+    def object_id(self, data: dict[str, Any], key: str, where: str, required: bool) -> str | None:
+        value = self.string(data, key, where, required)
+        if value is None:
+            return None
+        if not HEX40.fullmatch(value):
+            what = "commit" if key == "commit" else "tree"
+            looks_like_ref = not re.fullmatch(r"[0-9a-fA-F]*", value)
+            problem = f"{value!r} is not a full 40-hex {what} id"
+            if looks_like_ref and key == "commit":
+                problem += " (branch and tag names are refused: a pin must not move)"
+            fix = (
+                "pin the full lowercase commit id, e.g. the output of `git rev-parse <ref>`"
+                if key == "commit"
+                else f"use the full tree id (`git rev-parse <commit>^{{tree}}`) or remove {key}"
+            )
+            raise self.fail(f"{where}.{key}", problem, fix)
+        return value
+
+
+def load(path: Path, root: Path) -> UpstreamManifest:
+    """Load and validate the upstream manifest at `path`; paths resolve against `root`."""
+    try:
+        shown = str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        shown = str(path)
+    c = _Checker(path, shown)
+    raw = read_input(
+        path,
+        what="manifest",
+        shown=shown,
+        hint="create it (see README, 'The manifest') or pass --root to the right checkout",
+    )
+    data = c.parse(raw)
+
+    c.known_keys(data, _TOP_KEYS, "")
+    c.schema(data, SCHEMA)
+
+    upstream = c.table(data.get("upstream"), "upstream")
+    c.known_keys(upstream, _UPSTREAM_KEYS, "upstream")
+    name = c.string(upstream, "name", "upstream")
+    assert name is not None
+    if not NAME.fullmatch(name):
+        raise c.fail(
+            "upstream.name",
+            f"{name!r} is not a plain directory name",
+            "use letters, digits, '.', '_' or '-', e.g. \"llama.cpp\"",
+        )
+    url = c.string(upstream, "url", "upstream")
+    assert url is not None
+    if not url.strip():
+        raise c.fail("upstream.url", "empty", "set the upstream's git URL")
+    commit = c.object_id(upstream, "commit", "upstream", required=True)
+    assert commit is not None
+    tree = c.object_id(upstream, "tree", "upstream", required=False)
+
+    patches = c.table(data.get("patches", {}), "patches")
+    c.known_keys(patches, _PATCHES_KEYS, "patches")
+    dir_rel = c.string(patches, "dir", "patches", required=False) or f"patches/{name}"
+    patches_dir = (root / dir_rel).resolve()
+    if Path(dir_rel).is_absolute() or not patches_dir.is_relative_to(root.resolve()):
+        raise c.fail("patches.dir", f"{dir_rel!r} is outside the forge root", "use a relative path")
+
+    series_raw = patches.get("series", [])
+    if not isinstance(series_raw, list):
+        raise c.fail("patches.series", "must be an array of tables", "write [[patches.series]]")
+    series: list[PatchEntry] = []
+    for i, item in enumerate(series_raw):
+        where = f"patches.series[{i}]"
+        entry = c.table(item, where)
+        c.known_keys(entry, _ENTRY_KEYS, where)
+        file = c.string(entry, "file", where)
+        assert file is not None
+        m = PATCH_NAME.fullmatch(file)
+        if not m:
+            raise c.fail(
+                f"{where}.file",
+                f"{file!r} is not named NNNN-<slug>.patch",
+                "run `dgr-forge export` to regenerate canonical names",
+            )
+        sha = c.string(entry, "sha256", where)
+        assert sha is not None
+        if not HEX64.fullmatch(sha):
+            raise c.fail(
+                f"{where}.sha256",
+                f"{sha!r} is not a 64-hex sha256",
+                f"set it to `sha256sum {dir_rel}/{file}` (or run `dgr-forge export`)",
+            )
+        step_tree = c.object_id(entry, "tree", where, required=False)
+        if series and int(m.group(1)) == series[-1].number:
+            raise c.fail(
+                f"{where}.file",
+                f"duplicate patch number {m.group(1)} ({series[-1].file} and {file})",
+                "renumber the series (`dgr-forge export` does it)",
+            )
+        if series and int(m.group(1)) < series[-1].number:
+            raise c.fail(
+                f"{where}.file",
+                f"{file} is listed after {series[-1].file}: series out of numeric order",
+                "list [[patches.series]] in ascending NNNN order",
+            )
+        series.append(PatchEntry(file=file, sha256=sha, tree=step_tree))
+
+    result = c.table(patches.get("result", {}), "patches.result")
+    c.known_keys(result, _RESULT_KEYS, "patches.result")
+    result_tree = c.object_id(result, "tree", "patches.result", required=False)
+
+    _check_files_on_disk(c, patches_dir, dir_rel, series)
+    return UpstreamManifest(
+        path=path,
+        name=name,
+        url=url,
+        commit=commit,
+        tree=tree,
+        patches_dir=patches_dir,
+        patches_dir_rel=dir_rel,
+        series=tuple(series),
+        result_tree=result_tree,
+    )
+
+
+def _check_files_on_disk(
+    c: _Checker, patches_dir: Path, dir_rel: str, series: list[PatchEntry]
+) -> None:
+    listed = {e.file for e in series}
+    for i, entry in enumerate(series):
+        if not (patches_dir / entry.file).is_file():
+            raise c.fail(
+                f"patches.series[{i}].file",
+                f"{dir_rel}/{entry.file} does not exist",
+                "restore the file, or remove its [[patches.series]] entry",
+            )
+    on_disk = sorted(p.name for p in patches_dir.glob("*.patch")) if patches_dir.is_dir() else []
+    for name in on_disk:
+        if name not in listed:
+            raise c.fail(
+                "patches.series",
+                f"{dir_rel}/{name} is on disk but not listed in the series",
+                "add a [[patches.series]] entry for it (`dgr-forge export` does), or delete it",
+            )

@@ -1,0 +1,150 @@
+"""Rewriting the upstream manifest in place with tomlkit: values change, the user's
+comments, blank lines and key order stay (DESIGN.md, "Manifest").
+
+`export` rewrites the series' hashes and trees; `rebase` also moves the pin. Both go
+through `updated_text`, then write atomically.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import tomlkit
+from tomlkit.items import AoT, Comment, Table, Whitespace
+
+from dgr_forge.core.errors import BadInput
+
+_NUMBER = re.compile(r"^\d{4}-")
+
+
+@dataclass(frozen=True)
+class SeriesEntry:
+    file: str
+    sha256: str
+    tree: str
+
+
+def _slug(file: str) -> str:
+    return _NUMBER.sub("", file)
+
+
+def updated_text(
+    text: str,
+    series: Sequence[SeriesEntry],
+    result_tree: str,
+    *,
+    upstream_commit: str | None = None,
+    upstream_tree: str | None = None,
+) -> str:
+    """The manifest text with the series, result tree (and optionally the pin) replaced.
+
+    An existing [[patches.series]] table is reused for the entry with the same slug (the
+    name without its number), else for the entry at the same position, so comments
+    written next to a patch stay with it; tables of dropped patches are removed.
+    """
+    try:
+        doc = tomlkit.parse(text)
+    except Exception as err:  # tomlkit raises several unrelated types
+        raise BadInput(f"manifest is not valid TOML: {err}") from None
+    if upstream_commit is not None or upstream_tree is not None:
+        upstream = doc["upstream"]
+        assert isinstance(upstream, Table)
+        if upstream_commit is not None:
+            upstream["commit"] = upstream_commit
+        if upstream_tree is not None:
+            upstream["tree"] = upstream_tree
+
+    if "patches" not in doc:
+        doc["patches"] = tomlkit.table()
+    patches = doc["patches"]
+    assert isinstance(patches, Table)
+    old = patches.get("series")
+    old_tables: list[Table] = list(old) if isinstance(old, AoT) else []
+
+    by_slug: dict[str, list[int]] = {}
+    for i, t in enumerate(old_tables):
+        by_slug.setdefault(_slug(str(t.get("file", ""))), []).append(i)
+    used: set[int] = set()
+    chosen: list[Table | None] = []
+    for entry in series:
+        candidates = [i for i in by_slug.get(_slug(entry.file), []) if i not in used]
+        chosen.append(old_tables[candidates[0]] if candidates else None)
+        if candidates:
+            used.add(candidates[0])
+    for pos, table in enumerate(chosen):
+        if table is None and pos < len(old_tables) and pos not in used:
+            chosen[pos] = old_tables[pos]
+            used.add(pos)
+
+    unchanged = len(chosen) == len(old_tables) and all(
+        t is old_tables[i] for i, t in enumerate(chosen)
+    )
+    tables: list[Table] = []
+    for entry, maybe in zip(series, chosen, strict=True):
+        table = maybe if maybe is not None else tomlkit.table()
+        for key, value in (("file", entry.file), ("sha256", entry.sha256), ("tree", entry.tree)):
+            if table.get(key) != value:
+                table[key] = value
+        tables.append(table)
+    if not unchanged:
+        _carry_comments(patches, old_tables)
+        if "series" in patches:
+            del patches["series"]
+        if tables:
+            aot = tomlkit.aot()
+            for table in tables:
+                aot.append(table)
+            _insert_before(patches, "series", aot, before="result")
+
+    result = patches.get("result")
+    if isinstance(result, Table):
+        if result.get("tree") != result_tree:
+            result["tree"] = result_tree
+    else:
+        table = tomlkit.table()
+        table["tree"] = result_tree
+        patches["result"] = table
+    return tomlkit.dumps(doc)
+
+
+def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
+    """Comments written above a [[patches.series]] header belong to that entry, but tomlkit
+    stores them at the end of the previous table: move them into the entry's own leading
+    text so they travel with it when entries are dropped, added or reordered."""
+    if tables:
+        body = patches.value.body
+        at = next(i for i, (k, _v) in enumerate(body) if k is not None and k.key == "series")
+        start = at
+        while start > 0 and body[start - 1][0] is None:
+            if not isinstance(body[start - 1][1], Comment | Whitespace):
+                break
+            start -= 1
+        if any(isinstance(v, Comment) for _k, v in body[start:at]):
+            lead = "".join(v.as_string() for _k, v in body[start:at])
+            del body[start:at]
+            patches.value._map = {}  # indexes shifted: rebuild tomlkit's key map
+            for i, (k, _v) in enumerate(body):
+                if k is not None:
+                    patches.value._map[k] = i
+            tables[0].trivia.indent = lead.lstrip("\n") + tables[0].trivia.indent
+    for prev, table in itertools.pairwise(tables):
+        body = prev.value.body
+        moved: list[str] = []
+        while body and body[-1][0] is None and isinstance(body[-1][1], Comment | Whitespace):
+            moved.insert(0, body.pop()[1].as_string())
+        table.trivia.indent = "".join(moved) + table.trivia.indent
+
+
+def _insert_before(table: Table, key: str, value: AoT, before: str) -> None:
+    """Put `key` before `before` (TOML needs the array of tables ahead of [patches.result]
+    only for readability; tomlkit appends at the end otherwise)."""
+    if before not in table:
+        table[key] = value
+        return
+    saved = table[before]
+    del table[before]
+    table[key] = value
+    table[before] = saved
