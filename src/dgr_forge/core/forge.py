@@ -90,6 +90,11 @@ class Forge:
         return self.workspace / "state.json"
 
     @property
+    def tmp_dir(self) -> Path:
+        """Scratch of every command (staging, scratch worktrees); the next run cleans it."""
+        return self.workspace / "tmp"
+
+    @property
     def lock_file(self) -> Path:
         return self.workspace / "lock"
 

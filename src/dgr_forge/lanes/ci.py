@@ -89,7 +89,9 @@ def _environment() -> jinja2.Environment:
 
 
 def _template_source(name: str) -> str:
-    return resources.files("dgr_forge.lanes").joinpath("templates", name).read_text(encoding="utf-8")
+    return (
+        resources.files("dgr_forge.lanes").joinpath("templates", name).read_text(encoding="utf-8")
+    )
 
 
 def render(which: Provider, recipes: dict[str, Recipe], manifest: UpstreamManifest) -> str:

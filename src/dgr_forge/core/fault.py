@@ -1,0 +1,111 @@
+"""The one fault-injection hook: ``DGR_FAULT=<point>[:<action>][@<n>][,...]``.
+
+Crash-safety tests name a point the code passes at a state transition (``fault.point(
+"export.swapped")``) and what happens there:
+
+* ``kill`` (the default): SIGKILL this process, as ``kill -9`` or a power cut would;
+* ``enospc``: raise ``OSError(ENOSPC)``, as a full disk would at a write;
+* ``fail``: raise ``OperationFailed``, an ordinary failure;
+* ``pause``: print ``DGR_FAULT: paused at <point>`` on stderr and sleep, so a test can
+  kill the process or race a second run while it sits there.
+
+``@n`` fires on the n-th time the point is reached (default: the first). Points are named
+``<command>.<transition>``; a point may carry a detail (``patch.applied:0002``) that a
+spec can name exactly or leave off to match every detail. Unset, a point costs one
+environment lookup. The hook is for tests; it never weakens a check.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from dgr_forge.core.errors import BadInput, OperationFailed
+
+ACTIONS = ("kill", "enospc", "fail", "pause")
+_MAX_SPECS = 64
+
+
+@dataclass(frozen=True)
+class Spec:
+    point: str
+    action: str = "kill"
+    nth: int = 1
+
+
+_parsed: tuple[str, tuple[Spec, ...]] | None = None
+_hits: dict[str, int] = {}
+
+
+def parse(raw: str) -> tuple[Spec, ...]:
+    """`DGR_FAULT`'s value as specs; a malformed value is bad input, not a silent no-op."""
+    specs: list[Spec] = []
+    for item in raw.split(",")[: _MAX_SPECS + 1]:
+        item = item.strip()
+        if not item:
+            continue
+        nth = 1
+        if "@" in item:
+            item, _, count = item.rpartition("@")
+            if not count.isdigit() or not 0 < int(count) < 1_000_000:
+                raise BadInput(
+                    f"DGR_FAULT: {count!r} is not a hit count (1..999999)",
+                    hint="write e.g. DGR_FAULT=patch.applied@2",
+                )
+            nth = int(count)
+        action = "kill"
+        head, sep, tail = item.rpartition(":")
+        if sep and tail in ACTIONS:
+            item, action = head, tail
+        if not item or any(c.isspace() or ord(c) < 32 for c in item):
+            raise BadInput(
+                f"DGR_FAULT: {item!r} is not a fault point name",
+                hint="write DGR_FAULT=<point>[:kill|enospc|fail|pause][@n]",
+            )
+        specs.append(Spec(item, action, nth))
+    if len(specs) > _MAX_SPECS:
+        raise BadInput(f"DGR_FAULT names more than {_MAX_SPECS} points")
+    return tuple(specs)
+
+
+def _specs() -> tuple[Spec, ...]:
+    global _parsed
+    raw = os.environ.get("DGR_FAULT", "")
+    if _parsed is None or _parsed[0] != raw:
+        _parsed = (raw, parse(raw) if raw else ())
+        _hits.clear()
+    return _parsed[1]
+
+
+def point(name: str, detail: str = "") -> None:
+    """A named state transition; acts only when DGR_FAULT names it (see module doc)."""
+    if "DGR_FAULT" not in os.environ:
+        return
+    full = f"{name}:{detail}" if detail else name
+    for spec in _specs():
+        if spec.point not in (name, full):
+            continue
+        _hits[spec.point] = _hits.get(spec.point, 0) + 1
+        if _hits[spec.point] != spec.nth:
+            continue
+        _act(spec.action, full)
+
+
+def _act(action: str, where: str) -> None:
+    if action == "kill":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)  # SIGKILL is not instant on every platform; never run on
+    if action == "enospc":
+        raise OSError(errno.ENOSPC, f"No space left on device (DGR_FAULT at {where})")
+    if action == "fail":
+        raise OperationFailed(f"injected failure at {where} (DGR_FAULT)")
+    if action == "pause":
+        sys.stderr.write(f"DGR_FAULT: paused at {where}\n")
+        sys.stderr.flush()
+        time.sleep(3600)
