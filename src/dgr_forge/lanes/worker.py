@@ -17,6 +17,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import check_url, mask
 
 MANIFEST = "manifests/shard-worker.toml"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -89,6 +90,11 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if url is not None:
         if not isinstance(url, str) or not url:
             raise _fail("worker.url", "must be a non-empty string", "quote the URL")
+        try:
+            check_url(url, f"{MANIFEST}: worker.url")
+        except BadInput as err:
+            err.details = {"file": MANIFEST, "key": "worker.url"}
+            raise
         if not isinstance(commit, str) or not HEX40.fullmatch(commit):
             raise _fail(
                 "worker.commit",
@@ -115,19 +121,28 @@ def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> 
             f"worker commit {spec.commit[:12]} is not in {src} and --offline forbids fetching",
             hint="run once without --offline",
         )
-    out.step(f"fetch worker {spec.url} at {spec.commit[:12]}")
+    out.step(f"fetch worker {mask(spec.url)} at {spec.commit[:12]}")
     src.mkdir(parents=True, exist_ok=True)
     if not (src / ".git").exists():
         gitutil.git(src, "init", "-q")
     if not gitutil.has_object(src, spec.commit):
         shallow = gitutil.git(
-            src, "fetch", "-q", "--depth", "1", spec.url, spec.commit, check=False, isolated=False
+            src,
+            "fetch",
+            "-q",
+            "--depth",
+            "1",
+            "--",
+            spec.url,
+            spec.commit,
+            check=False,
+            isolated=False,
         )
         if shallow.returncode != 0:
-            gitutil.git(src, "fetch", "-q", spec.url, isolated=False)
+            gitutil.git(src, "fetch", "-q", "--", spec.url, isolated=False)
     if not gitutil.has_object(src, spec.commit):
         raise OperationFailed(
-            f"worker commit {spec.commit} not found at {spec.url}",
+            f"worker commit {spec.commit} not found at {mask(spec.url)}",
             hint="check [worker] commit in manifests/shard-worker.toml",
         )
     gitutil.git(src, "checkout", "-q", "--detach", "--force", spec.commit)
