@@ -33,7 +33,13 @@ def test_presets_print_mirrors_recipes(tmp_path: Path, upstream: Upstream) -> No
 
 def test_presets_write_root_file(tmp_path: Path, upstream: Upstream) -> None:
     root = make_patched_root(tmp_path / "forge", upstream)
+    # no worker and no upstream tree yet: nowhere `cmake --preset` would work (issue 13 #9)
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
+    assert res.code == 2, res
+    assert "dgr-forge patch" in res.stderr
+    assert not (root / "CMakeUserPresets.json").exists()
+    # --out still writes exactly where asked
+    res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu", "--out", str(root))
     assert res.code == 0, res
     path = root / "CMakeUserPresets.json"
     assert res.json["path"] == str(path)
