@@ -4,15 +4,20 @@ The test upstream (tests/forgetest.py) with its one-patch series, and the test w
   cold:  dgr-forge build (fetch + patch + configure + build + report) in a fresh
          workspace  vs  `cmake -G Ninja <same args>` + `cmake --build` in a fresh dir
   no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
-Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
+Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s; with --artifact-mb 200
+(a 200 MB worker binary, which every no-op build re-hashes), no-op <= raw + 0.3 s over the
+same figure without it (issue 13).
 
     /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2] [--extra-sources N]
+                                         [--artifact-mb MB]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -45,6 +50,12 @@ def main() -> None:
         default=0,
         help="add N C++ files to the worker, to see how the fixed overhead amortizes",
     )
+    parser.add_argument(
+        "--artifact-mb",
+        type=int,
+        default=0,
+        help="embed MB of random bytes in the worker binary (no-op re-hash cost)",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-build-"))
     try:
@@ -59,6 +70,13 @@ def main() -> None:
             )
             for i in range(args.extra_sources)
         }
+        if args.artifact_mb:
+            blob = tmp / "blob.bin"
+            with blob.open("wb") as f:
+                for _ in range(args.artifact_mb):
+                    f.write(os.urandom(1 << 20))
+            asm = f'.section .rodata.dgrblob,\\"a\\"\\n.incbin \\"{blob}\\"\\n.previous\\n'
+            extra["src/blob.c"] = f'__asm__("{asm}");\n'
         worker = make_worker(tmp / "worker", extra)
         if extra:
             cml = worker / "CMakeLists.txt"
@@ -79,11 +97,11 @@ def main() -> None:
         # one untimed build: warms the caches and yields the exact commands the forge runs
         subprocess.run(forge, env=env, check=True, capture_output=True)
         log = (root / ".dgr" / "logs" / "build-cpu.log").read_text().splitlines()
-        configure_cmd = log[0][2:].split(" ")
+        configure_cmd = shlex.split(log[0][2:])
         ninja = next(
-            line[2:].split(" ")[0]
+            shlex.split(line[2:])[0]
             for line in log
-            if line.startswith("$ ") and line[2:].split(" ")[0].endswith("ninja")
+            if line.startswith("$ ") and shlex.split(line[2:])[0].endswith("ninja")
         )
 
         def forge_cold() -> None:
@@ -140,7 +158,7 @@ def main() -> None:
             f"forge cold phases: {detail}  (raw configure {statistics.median(raw_configure):.3f}s)"
         )
         print(
-            f"runs={args.runs} jobs={args.jobs} "
+            f"runs={args.runs} jobs={args.jobs} artifact_mb={args.artifact_mb} "
             "(medians; cold forge includes fetch + patch + report)"
         )
     finally:

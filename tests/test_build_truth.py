@@ -261,9 +261,12 @@ def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None
             assert path not in text, (path, text)
         assert not re.search(r"(^|[=\s])/(usr|opt|home|tmp|work)/", text), text
     names = {d["name"]: d for d in deps}
-    assert names["toolchains/gcc.cmake"]["digest"]["sha256"] == __import__("hashlib").sha256(
-        (root / "toolchains" / "gcc.cmake").read_bytes()
-    ).hexdigest()
+    assert (
+        names["toolchains/gcc.cmake"]["digest"]["sha256"]
+        == __import__("hashlib")
+        .sha256((root / "toolchains" / "gcc.cmake").read_bytes())
+        .hexdigest()
+    )
     cmake_version = subprocess.run(
         [shutil.which("cmake", path=str(Path(sys.executable).parent)) or "cmake", "--version"],
         capture_output=True,
@@ -401,3 +404,32 @@ def test_presets_default_to_worker_dir(root: Path, tmp_path: Path) -> None:
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
     assert res.code == 0, res
     assert res.json["path"] == str(worker.resolve() / "CMakeUserPresets.json")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "named"),
+    [
+        (["--cache", "bogus"], {}, "--cache 'bogus'"),
+        (["--cache", "-x"], {}, "--cache '-x'"),
+        (["--cache-mode", "../rw"], {}, "--cache-mode '../rw'"),
+        ([], {"DGR_CACHE": "ccache\x01"}, "DGR_CACHE"),
+        ([], {"DGR_CACHE_MODE": "write"}, "DGR_CACHE_MODE"),
+    ],
+)
+def test_bad_cache_choice_is_exit_2_before_anything(
+    root: Path, args: list[str], env: dict[str, str], named: str
+) -> None:
+    res = forge_build(root, "--no-sign", *args, env=env)
+    assert res.code == 2, res
+    assert named in res.stderr and "Traceback" not in res.stderr
+    assert not (root / ".dgr" / "build").exists()
+
+
+def test_cache_off_builds_without_launcher_and_report_records_cache(root: Path) -> None:
+    res = forge_build(root, "--no-sign", "--cache", "off")
+    assert res.code == 0, res
+    assert lane(res)["cache"] == {"tool": None, "version": "", "backend": "none", "mode": "off"}
+    cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
+    assert "COMPILER_LAUNCHER" not in cache
+    internal = statement(lane(res)["report"])["predicate"]["buildDefinition"]["internalParameters"]
+    assert internal["compilerCache"]["mode"] == "off" and internal["compilerLauncher"] is None

@@ -62,6 +62,8 @@ def build(
             offline=offline,
             cache=cache or os.environ.get("DGR_CACHE") or "auto",
             cache_mode=cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw",
+            cache_source="--cache" if cache is not None else "DGR_CACHE",
+            cache_mode_source="--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
         )
         result = build_mod.build(env.forge, env.out, opts)
         payload: dict[str, Any] = {

@@ -69,6 +69,9 @@ class BuildOptions:
     offline: bool = False
     cache: str = "auto"  # auto | ccache | sccache | off
     cache_mode: str = "rw"  # rw | ro
+    # where each came from, for messages: the option, or DGR_CACHE / DGR_CACHE_MODE
+    cache_source: str = "--cache"
+    cache_mode_source: str = "--cache-mode"
 
 
 @dataclass
@@ -529,12 +532,12 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
         raise BadInput(f"--jobs {opts.jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
     if opts.cache not in cache_mod.CHOICES:
         raise BadInput(
-            f"--cache {opts.cache!r}: not a cache choice",
+            f"{opts.cache_source} {opts.cache!r}: not a cache choice",
             hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
         )
     if opts.cache_mode not in cache_mod.MODES:
         raise BadInput(
-            f"--cache-mode {opts.cache_mode!r}: not a cache mode",
+            f"{opts.cache_mode_source} {opts.cache_mode!r}: not a cache mode",
             hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
         )
     m = load_manifest(forge.upstream_manifest, forge.root)

@@ -8,6 +8,7 @@ Old logs are pruned, except any a live report still names.
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -55,7 +56,7 @@ def run_logged(
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[int, list[str]]:
     """Run, teeing stdout+stderr into the log; returns (exit code, all lines)."""
-    log.write(f"$ {' '.join(cmd)}\n")
+    log.write(f"$ {shlex.join(cmd)}\n")  # exactly re-runnable (flags hold spaces)
     log.flush()
     lines: list[str] = []
     proc = subprocess.Popen(
