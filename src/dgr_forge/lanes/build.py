@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"
+RACY_NS = 2_000_000_000  # a stat record this close to the file's last change is re-hashed
 
 
 @dataclass
@@ -156,7 +157,14 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 def _changes(src: Path) -> list[str]:
     """Tracked edits and untracked files git does not ignore (porcelain v1 lines)."""
-    proc = gitutil.git(src, "status", "--porcelain", "--untracked-files=all", "--ignore-submodules")
+    proc = gitutil.git(
+        src,
+        "status",
+        "--porcelain",
+        "--untracked-files=all",
+        "--ignore-submodules",
+        env={"GIT_OPTIONAL_LOCKS": "0"},  # a no-op build must not even refresh the index
+    )
     return [line for line in proc.stdout.splitlines() if line]
 
 
@@ -253,12 +261,32 @@ class LaneBuilder:
         return fp if keyid == last.signed_by and fp is not None else None
 
     def _changed_subjects(self, last: LastBuild | None) -> list[Path]:
-        """Recorded subjects whose bytes are no longer what the report says."""
+        """Recorded subjects whose bytes are no longer what the report says.
+
+        A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
+        recorded when it last hashed true, and that record is not racy (taken more than
+        `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
+        can set back, so this is the check git's index makes, and a no-op build with
+        hundreds of MB of artifacts stays cheap."""
+        if last is None:
+            return []
         changed = []
-        for art in last.artifacts if last else []:
+        now = time.time_ns()
+        for art in last.artifacts:
             path = Path(art.get("path", ""))
-            if not path.is_file() or sha256_file(path) != art.get("sha256"):
+            try:
+                st = os.stat(path)
+            except OSError:
                 changed.append(path)
+                continue
+            seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+            rec = last.subject_stats.get(str(path))
+            if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
+                continue
+            if sha256_file(path) != art.get("sha256"):
+                changed.append(path)
+            else:
+                last.subject_stats[str(path)] = [*seen, now]
         return changed
 
     def _report_true(self, last: LastBuild) -> bool:

@@ -28,6 +28,8 @@ class LastBuild:
     signer_fingerprint: str | None = None  # of the key material asked for (cheap re-check)
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     byproducts: dict[str, str] = field(default_factory=dict)  # path -> sha256, as reported
+    # path -> [size, mtime_ns, ctime_ns, inode, recorded_ns] when it last hashed true
+    subject_stats: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Any) -> LastBuild | None:
@@ -35,9 +37,23 @@ class LastBuild:
             return None
         known = {f.name for f in fields(cls)}
         try:
-            return cls(**{k: v for k, v in data.items() if k in known})
+            last = cls(**{k: v for k, v in data.items() if k in known})
         except TypeError:
             return None
+        # a hand-edited or damaged file is no state, never a crash
+        if not isinstance(last.artifacts, list) or not all(
+            isinstance(a, dict) for a in last.artifacts
+        ):
+            last.artifacts = []
+        if not isinstance(last.byproducts, dict):
+            last.byproducts = {}
+        stats = last.subject_stats
+        if not isinstance(stats, dict) or not all(
+            isinstance(v, list) and len(v) == 5 and all(type(n) is int for n in v)
+            for v in stats.values()
+        ):
+            last.subject_stats = {}
+        return last
 
 
 @dataclass
