@@ -433,3 +433,18 @@ def test_cache_off_builds_without_launcher_and_report_records_cache(root: Path) 
     assert "COMPILER_LAUNCHER" not in cache
     internal = statement(lane(res)["report"])["predicate"]["buildDefinition"]["internalParameters"]
     assert internal["compilerCache"]["mode"] == "off" and internal["compilerLauncher"] is None
+
+
+def test_damaged_state_file_is_no_state(root: Path, worker_dir: Path) -> None:
+    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert first.code == 0, first
+    state_file = root / ".dgr" / "state.json"
+    data = json.loads(state_file.read_text())
+    data["lanes"]["cpu"]["last_build"]["subject_stats"] = "garbage"
+    data["lanes"]["cpu"]["last_build"]["artifacts"] = [1, 2]
+    data["lanes"]["cpu"]["source_date_epoch"] = True
+    state_file.write_text(json.dumps(data))
+    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert res.code == 0, res
+    assert "Traceback" not in res.stderr
+    assert lane(res)["status"] == "built"  # nothing trusted from it: a new, true report

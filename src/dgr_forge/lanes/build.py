@@ -317,6 +317,7 @@ class LaneBuilder:
             self.result.timings["patch"] = time.monotonic() - t
             self.head = patched.head_commit
             self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
+            self._refuse_undeclared()  # on the tree about to be configured
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
@@ -364,7 +365,6 @@ class LaneBuilder:
 
     def configure(self, log: IO[str], env: dict[str, str]) -> bool:
         plan, lane = self.plan, self.plan.lane
-        self._refuse_undeclared()
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
         t = time.monotonic()
@@ -383,7 +383,7 @@ class LaneBuilder:
             return self.fail("configure", lines)
         unused = self._recipe_unused(unused_variables(lines))
         if unused:
-            save_lane_state(self.forge, lane, st)  # not configured: the next run re-checks
+            self._mark_failed("configure")  # not configured: the next run re-checks
             raise BadInput(
                 f"{lane}: CMake did not use recipe option(s) {', '.join(unused)}: "
                 "the project never reads them, so they would change nothing",
