@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
+
+from dgr_forge.core import proc
 
 KEEP = 20  # logs kept per lane besides those a live report names
 
@@ -59,23 +60,13 @@ def run_logged(
     log.write(f"$ {shlex.join(cmd)}\n")  # exactly re-runnable (flags hold spaces)
     log.flush()
     lines: list[str] = []
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(line)
-        stripped = line.rstrip("\n")
-        lines.append(stripped)
+
+    def each(line: str) -> None:
+        log.write(line + "\n")
+        lines.append(line)
         if on_line:
-            on_line(stripped)
-    code = proc.wait()
+            on_line(line)
+
+    code = proc.stream(cmd, each, env=env)
     log.flush()
     return code, lines
