@@ -448,3 +448,35 @@ def test_damaged_state_file_is_no_state(root: Path, worker_dir: Path) -> None:
     assert res.code == 0, res
     assert "Traceback" not in res.stderr
     assert lane(res)["status"] == "built"  # nothing trusted from it: a new, true report
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "--upload-pack=touch {marker};git-upload-pack",
+        "ext::sh -c 'touch {marker}'",
+        "https://example.invalid/w.git\n--upload-pack=touch {marker}",
+    ],
+)
+def test_worker_url_is_data_never_an_option(root: Path, tmp_path: Path, url: str) -> None:
+    marker = tmp_path / "pwned"
+    value = url.format(marker=marker)
+    (root / "manifests" / "shard-worker.toml").write_text(
+        f'schema = 1\n[worker]\nurl = {json.dumps(value)}\ncommit = "{"a" * 40}"\n'
+    )
+    res = forge_build(root, "--no-sign")
+    assert res.code == 2, res
+    assert "worker.url" in res.stderr and "Traceback" not in res.stderr
+    assert not marker.exists()
+    assert not (root / ".dgr").exists()
+
+
+def test_worker_url_credentials_are_masked(root: Path, tmp_path: Path) -> None:
+    (root / "manifests" / "shard-worker.toml").write_text(
+        'schema = 1\n[worker]\nurl = "https://user:s3cr3t@127.0.0.1:9/w.git"\n'
+        f'commit = "{"a" * 40}"\n'
+    )
+    res = forge_build(root, "--no-sign")  # loopback port 9: refused, no network needed
+    assert res.code == 1, res
+    assert "***@127.0.0.1" in res.stderr
+    assert "s3cr3t" not in res.stdout + res.stderr

@@ -56,7 +56,9 @@ if TYPE_CHECKING:
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"
-RACY_NS = 2_000_000_000  # a stat record this close to the file's last change is re-hashed
+# a stat taken this soon after the file's last change may miss a second change in the same
+# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
+RACY_NS = 50_000_000
 
 
 @dataclass
@@ -266,14 +268,14 @@ class LaneBuilder:
         A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
         recorded when it last hashed true, and that record is not racy (taken more than
         `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
-        can set back, so this is the check git's index makes, and a no-op build with
-        hundreds of MB of artifacts stays cheap."""
+        can set back: the check git's index makes, so a no-op build with hundreds of MB
+        of artifacts stays cheap."""
         if last is None:
             return []
         changed = []
-        now = time.time_ns()
         for art in last.artifacts:
             path = Path(art.get("path", ""))
+            taken = time.time_ns()
             try:
                 st = os.stat(path)
             except OSError:
@@ -286,7 +288,7 @@ class LaneBuilder:
             if sha256_file(path) != art.get("sha256"):
                 changed.append(path)
             else:
-                last.subject_stats[str(path)] = [*seen, now]
+                last.subject_stats[str(path)] = [*seen, taken]
         return changed
 
     def _report_true(self, last: LastBuild) -> bool:
@@ -474,13 +476,12 @@ class LaneBuilder:
         return r
 
     def collect(self, changed: list[Path], env: dict[str, str]) -> LaneResult:
-        from dgr_forge.attest.records import Artifact
         from dgr_forge.lanes import cmake_api
 
         plan, lane, r = self.plan, self.plan.lane, self.result
         t = time.monotonic()
         reply = cmake_api.read_reply(plan.build_dir)
-        artifacts: list[Artifact] = collect_artifacts(reply, plan.recipe.targets)
+        artifacts, stats = collect_artifacts(reply, plan.recipe.targets)
         gone = [p for p in changed if not p.is_file()]
         if gone:
             self._mark_failed("report")
@@ -513,6 +514,7 @@ class LaneBuilder:
             signed_by=signer.keyid if signer else None,
             signer_fingerprint=self.ctx.signing.fingerprint(),
             artifacts=r.artifacts,
+            subject_stats=stats,
             byproducts={
                 str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,9 +18,12 @@ if TYPE_CHECKING:
     from dgr_forge.lanes.build import LaneBuilder
 
 
-def collect_artifacts(reply: cmake_api.Reply, only: tuple[str, ...]) -> list[Artifact]:
+def collect_artifacts(
+    reply: cmake_api.Reply, only: tuple[str, ...]
+) -> tuple[list[Artifact], dict[str, list[int]]]:
     """Shipped artifacts named by their real file; symlinks to it (a shared library's
-    `libx.so` / `libx.so.1`) become its aliases, never subjects of their own."""
+    `libx.so` / `libx.so.1`) become its aliases, never subjects of their own. Also each
+    file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
     for target, path in cmake_api.shipped_artifacts(reply, only):
         real = path.resolve()
@@ -30,12 +34,13 @@ def collect_artifacts(reply: cmake_api.Reply, only: tuple[str, ...]) -> list[Art
             for entry in os.scandir(real.parent):
                 if entry.is_symlink() and Path(entry.path).resolve() == real:
                     aliases.add(entry.name)
-    return [
-        Artifact(
-            name=name, kind=kind, path=real, sha256=sha256_file(real), aliases=tuple(sorted(a))
-        )
-        for real, (name, kind, a) in sorted(found.items())
-    ]
+    artifacts, stats = [], {}
+    for real, (name, kind, a) in sorted(found.items()):
+        taken = time.time_ns()
+        st = os.stat(real)
+        artifacts.append(Artifact(name, kind, real, sha256_file(real), tuple(sorted(a))))
+        stats[str(real)] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, taken]
+    return artifacts, stats
 
 
 def _placeholder(name: str) -> str:

@@ -168,9 +168,11 @@ def configure_args(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[st
             languages.append("HIP")
         args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
     args += plan.compiler_args
-    flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in FLAG_LANGS}
+    # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
+    langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
+    flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in langs}
     args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in flag_vars]
-    args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in FLAG_LANGS]
+    args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
     if spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",

@@ -17,7 +17,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import check_url, mask
+from dgr_forge.core.urls import check_url, mask, mask_text
 
 MANIFEST = "manifests/shard-worker.toml"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -90,17 +90,17 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if url is not None:
         if not isinstance(url, str) or not url:
             raise _fail("worker.url", "must be a non-empty string", "quote the URL")
-        try:
-            check_url(url, f"{MANIFEST}: worker.url")
-        except BadInput as err:
-            err.details = {"file": MANIFEST, "key": "worker.url"}
-            raise
         if not isinstance(commit, str) or not HEX40.fullmatch(commit):
             raise _fail(
                 "worker.commit",
                 f"{commit!r} is not an exact 40-hex commit",
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
             )
+        try:
+            check_url(url, f"{MANIFEST}: worker.url")
+        except BadInput as err:
+            err.details = {"file": MANIFEST, "key": "worker.url"}
+            raise
         return WorkerSpec(
             location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
         )
@@ -139,7 +139,13 @@ def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> 
             isolated=False,
         )
         if shallow.returncode != 0:
-            gitutil.git(src, "fetch", "-q", "--", spec.url, isolated=False)
+            full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
+            if full.returncode != 0:
+                raise OperationFailed(
+                    f"fetching the worker from {mask(spec.url)} failed: "
+                    f"{mask_text(full.stderr.strip())[-2000:]}",
+                    hint="check [worker] url in manifests/shard-worker.toml and the network",
+                )
     if not gitutil.has_object(src, spec.commit):
         raise OperationFailed(
             f"worker commit {spec.commit} not found at {mask(spec.url)}",
