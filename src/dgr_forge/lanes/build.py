@@ -32,7 +32,7 @@ from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import logs, worker
+from dgr_forge.lanes import logs, options, worker
 from dgr_forge.lanes.collect import collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
-UNUSED_HEADER = "Manually-specified variables were not used by the project:"
 # a stat taken this soon after the file's last change may miss a second change in the same
 # (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
 RACY_NS = 50_000_000
@@ -135,22 +134,6 @@ def error_lines(lines: list[str], limit: int = 40) -> list[str]:
         start = max(0, len(lines) - limit)
     picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
     return picked[:limit]
-
-
-def unused_variables(lines: list[str]) -> list[str]:
-    """CMake's "Manually-specified variables were not used by the project" list."""
-    names: list[str] = []
-    for i, line in enumerate(lines):
-        if UNUSED_HEADER in line:
-            for follow in lines[i + 1 :]:
-                word = follow.strip()
-                if not word and names:
-                    break
-                if word and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.+-]*", word):
-                    names.append(word)
-                elif word:
-                    break
-    return names
 
 
 def source_date_epoch(src: Path, commit: str) -> int:
@@ -319,7 +302,8 @@ class LaneBuilder:
             self.result.timings["patch"] = time.monotonic() - t
             self.head = patched.head_commit
             self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
-            self._refuse_undeclared()  # on the tree about to be configured
+            # recipes mean what they say, on the tree about to be configured
+            options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, self.m.commit)
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
@@ -383,7 +367,7 @@ class LaneBuilder:
         st.inputs_digest = None
         if code != 0:
             return self.fail("configure", lines)
-        unused = self._recipe_unused(unused_variables(lines))
+        unused = self._recipe_unused(options.unused_variables(lines))
         if unused:
             self._mark_failed("configure")  # not configured: the next run re-checks
             raise BadInput(
@@ -410,30 +394,9 @@ class LaneBuilder:
         return [n for n in names if n in own]
 
     def _refuse_undeclared(self) -> None:
-        """`check`'s declared-option scan, on the tree about to be built (exit 2)."""
-        import difflib
-
-        from dgr_forge.upstream.check import CHECKED_PREFIXES, declared_options
-
-        recipe = self.plan.recipe
-        wanted = [o for o in sorted(recipe.cmake_options) if o.startswith(CHECKED_PREFIXES)]
-        if not wanted:
-            return
-        declared, renames = declared_options(self.plan.upstream_dir)
-        bad = []
-        for option in wanted:
-            if option in renames:
-                bad.append(f"{option} (renamed upstream to {renames[option]})")
-            elif option not in declared:
-                close = difflib.get_close_matches(option, sorted(declared), n=1, cutoff=0.6)
-                bad.append(f"{option} (closest declared: {close[0]})" if close else option)
-        if bad:
-            raise BadInput(
-                f"{self.forge.rel(recipe.path)}: cmake.options not declared by upstream at "
-                f"{self.m.commit[:12]}: {'; '.join(bad)}; CMake would silently ignore them",
-                hint="rename or remove them (`dgr-forge check` lists every lane's options)",
-                details={"file": self.forge.rel(recipe.path), "undeclared": bad},
-            )
+        options.refuse_undeclared(
+            self.forge, self.plan.recipe, self.plan.upstream_dir, self.m.commit
+        )
 
     def compile(self, log: IO[str], env: dict[str, str]) -> bool | None:
         """Run Ninja; True when it had no work, None when it failed."""
