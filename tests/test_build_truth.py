@@ -66,9 +66,13 @@ def test_flipped_byte_in_artifact_rebuilds_and_writes_new_report(
     first = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
     assert first.code == 0, first
     binary = Path(lane(first)["artifacts"][0]["path"])
+    # a no-op first: the subject's stat record is now settled (not racy)
+    assert forge_build(root, "--worker", str(worker_dir), "--key", str(key)).code == 0
+    before = binary.stat()
     data = bytearray(binary.read_bytes())
     data[len(data) // 2] ^= 0xFF
     binary.write_bytes(bytes(data))
+    os.utime(binary, ns=(before.st_atime_ns, before.st_mtime_ns))  # same size, same mtime
 
     second = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
     assert second.code == 0, second

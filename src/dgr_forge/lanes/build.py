@@ -33,7 +33,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import logs, options, worker
-from dgr_forge.lanes.collect import collect_artifacts, make_record
+from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
-# a stat taken this soon after the file's last change may miss a second change in the same
-# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
-RACY_NS = 50_000_000
 
 
 @dataclass

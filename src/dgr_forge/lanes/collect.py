@@ -18,6 +18,11 @@ if TYPE_CHECKING:
     from dgr_forge.lanes.build import LaneBuilder
 
 
+# a stat taken this soon after the file's last change may miss a second change in the same
+# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
+RACY_NS = 50_000_000
+
+
 def collect_artifacts(
     reply: cmake_api.Reply, only: tuple[str, ...]
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
@@ -34,6 +39,12 @@ def collect_artifacts(
             for entry in os.scandir(real.parent):
                 if entry.is_symlink() and Path(entry.path).resolve() == real:
                     aliases.add(entry.name)
+    # a stat taken right after the link is racy (re-hashed by the next no-op): wait out
+    # the rest of the window once, a few ms of a cold build, so the next no-op is cheap
+    newest = max((os.stat(p).st_ctime_ns for p in found), default=0)
+    wait = RACY_NS - (time.time_ns() - newest)
+    if 0 < wait <= RACY_NS:
+        time.sleep(wait / 1e9 + 0.002)
     artifacts, stats = [], {}
     for real, (name, kind, a) in sorted(found.items()):
         taken = time.time_ns()
