@@ -336,7 +336,7 @@ class LaneBuilder:
         )
         if reuse and last is not None:
             return self._reuse(last)
-        return self.collect(changed, env)
+        return self.collect(changed)
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -435,7 +435,7 @@ class LaneBuilder:
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
-    def collect(self, changed: list[Path], env: dict[str, str]) -> LaneResult:
+    def collect(self, changed: list[Path]) -> LaneResult:
         from dgr_forge.lanes import cmake_api
 
         plan, lane, r = self.plan, self.plan.lane, self.result
