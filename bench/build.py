@@ -160,7 +160,7 @@ def main() -> None:
         )
         print(
             f"        (of which CLI start, dgr-forge --version: {statistics.median(startup):.3f}s;"
-            f" first no-op after a build, re-hashing every subject: "
+            f" first no-op right after a build: "
             f"{statistics.median(first_noop):.3f}s)"
         )
         detail = "  ".join(f"{k} {statistics.median(v):.3f}s" for k, v in phases.items())

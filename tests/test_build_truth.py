@@ -447,6 +447,7 @@ def test_damaged_state_file_is_no_state(root: Path, worker_dir: Path) -> None:
     data["lanes"]["cpu"]["last_build"]["subject_stats"] = "garbage"
     data["lanes"]["cpu"]["last_build"]["artifacts"] = [1, 2]
     data["lanes"]["cpu"]["source_date_epoch"] = True
+    data["lanes"]["cpu"]["evidence"] = {"byproducts": "x", "signed_by": 7, "report_sha256": []}
     state_file.write_text(json.dumps(data))
     res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
     assert res.code == 0, res

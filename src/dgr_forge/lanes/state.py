@@ -13,6 +13,9 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, write_json
 
 STATE_SCHEMA = 1
+# what `status` and `lanes` show of a last build; the rest is the evidence a reuse checks,
+# kept beside it (`evidence`) so their --json output stays what it was
+PUBLIC = ("time", "result", "report", "log", "phase", "artifacts")
 
 
 @dataclass
@@ -41,6 +44,13 @@ class LastBuild:
         except TypeError:
             return None
         # a hand-edited or damaged file is no state, never a crash
+        if not all(isinstance(getattr(last, k), str) for k in ("time", "log")):
+            return None
+        for name in ("report", "report_sha256", "log_file", "phase", "signed_by"):
+            if not isinstance(getattr(last, name), str | None):
+                setattr(last, name, None)
+        if not isinstance(last.signer_fingerprint, str | None):
+            last.signer_fingerprint = None
         if not isinstance(last.artifacts, list) or not all(
             isinstance(a, dict) for a in last.artifacts
         ):
@@ -71,7 +81,10 @@ class LaneState:
     def from_dict(cls, data: Any) -> LaneState:
         if not isinstance(data, dict):
             return cls()
-        state = cls(last_build=LastBuild.from_dict(data.get("last_build")))
+        last, evidence = data.get("last_build"), data.get("evidence")
+        if isinstance(last, dict) and isinstance(evidence, dict):
+            last = {**evidence, **last}
+        state = cls(last_build=LastBuild.from_dict(last))
         for name in ("inputs_digest", "head_commit", "configured_at", "in_progress"):
             value = data.get(name)
             setattr(state, name, value if isinstance(value, str) else None)
@@ -80,8 +93,12 @@ class LaneState:
         return state
 
     def as_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        return {k: v for k, v in data.items() if v is not None}
+        data = {k: v for k, v in asdict(self).items() if v is not None}
+        last = data.pop("last_build", None)
+        if last is not None:
+            data["last_build"] = {k: last[k] for k in PUBLIC if last.get(k) is not None}
+            data["evidence"] = {k: v for k, v in last.items() if k not in PUBLIC}
+        return data
 
 
 def load_state(forge: Forge) -> dict[str, Any]:
