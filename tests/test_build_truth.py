@@ -405,9 +405,19 @@ def test_presets_default_to_worker_dir(root: Path, tmp_path: Path) -> None:
     (root / "manifests" / "shard-worker.toml").write_text(
         f'schema = 1\n[worker]\npath = "{os.path.relpath(worker, root)}"\n'
     )
+    first = forge_build(root, "--no-sign")
+    assert first.code == 0, first
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
     assert res.code == 0, res
     assert res.json["path"] == str(worker.resolve() / "CMakeUserPresets.json")
+    cmake = str(Path(sys.executable).parent / "cmake")
+    cmake = cmake if Path(cmake).exists() else "cmake"
+    subprocess.run([cmake, "--preset", "dgr-cpu"], cwd=worker, check=True, capture_output=True)
+    built = subprocess.run(
+        [cmake, "--build", "--preset", "dgr-cpu"], cwd=worker, capture_output=True, text=True
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "no work to do" in built.stdout  # the same arguments: the forge's build graph
 
 
 @pytest.mark.parametrize(
