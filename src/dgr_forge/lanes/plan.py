@@ -101,15 +101,16 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
 
 
 def _prefix_maps(forge: Forge, spec: worker.WorkerSpec | None) -> tuple[tuple[Path, str], ...]:
-    maps: list[tuple[Path, str]] = [(forge.root.resolve(), MAPPED_ROOT)]
-    ws = forge.workspace.resolve()
-    maps.append((ws, MAPPED_WORKSPACE))
+    root, ws = forge.root.resolve(), forge.workspace.resolve()
+    # each path as given and as resolved: a compiler sees whichever CMake passes it
+    maps: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
+    maps += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
     if spec is not None and spec.url is None:
         src = spec.source_dir.resolve()
-        if not src.is_relative_to(forge.root.resolve()) and not src.is_relative_to(ws):
+        if not src.is_relative_to(root) and not src.is_relative_to(ws):
             maps.append((src, MAPPED_WORKER))
     # GCC and Clang apply the *last* matching map: the most specific path goes last
-    return tuple(sorted(set(maps), key=lambda pm: len(str(pm[0]))))
+    return tuple(sorted(set(maps), key=lambda pm: (len(str(pm[0])), str(pm[0]))))
 
 
 def plan_lane(
