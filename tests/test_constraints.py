@@ -33,6 +33,6 @@ def test_constraints_pin_toolchain_and_runtime_deps() -> None:
 
 
 def test_ci_and_readme_install_with_the_constraints() -> None:
-    line = "pip install -c constraints.txt -e '.[test]'"
-    assert line in (REPO / ".ci" / "run").read_text()
-    assert line in (REPO / "README.md").read_text()
+    line = re.compile(r"pip install (--quiet )?-c constraints\.txt -e '\.\[test\]'")
+    assert line.search((REPO / ".ci" / "run").read_text())
+    assert line.search((REPO / "README.md").read_text())
