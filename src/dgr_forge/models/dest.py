@@ -1,0 +1,318 @@
+"""The destination directory: where model files may land, room for them, one writer at a time.
+
+A destination may be shared with other local users, so nothing here follows a symlink
+planted inside it: the provision lock, partial downloads (`NAME.part`) and final files are
+opened with O_NOFOLLOW and checked to be regular files on the descriptor that is then used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.lock import POLL_S, lock_timeout
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask_text
+from dgr_forge.models import manifest as models
+from dgr_forge.models.hashing import human
+from dgr_forge.models.manifest import ModelFile
+
+LOCK_FILE = ".dgr-provision.lock"
+# Model files must not land on the home file system (small, quota'd, backed up).
+FORBIDDEN_ROOTS = ("/home",)
+# O_NONBLOCK: opening a planted FIFO must not hang; it is refused after fstat
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def check_destination(dest: Path) -> Path:
+    """The destination with symlinks resolved; BadInput if it is (or would be) under /home."""
+    resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    for root in FORBIDDEN_ROOTS:
+        for form in {Path(root), Path(os.path.realpath(root))}:
+            if resolved == form or resolved.is_relative_to(form):
+                raise BadInput(
+                    f"--dest {dest}: resolves to {resolved}, under {root}: model artifacts "
+                    f"are never stored under {root}",
+                    hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
+                    "(symlinks are followed, so a link into /home is refused too)",
+                    details={"dest": str(dest), "resolved": str(resolved)},
+                )
+    if resolved.exists() and not resolved.is_dir():
+        raise BadInput(
+            f"--dest {dest}: {resolved} exists and is not a directory",
+            hint="pass a directory (it is created if missing)",
+            details={"dest": str(dest)},
+        )
+    return resolved
+
+
+def nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(path.anchor or "/")
+
+
+def _regular_size(path: Path) -> int | None:
+    """The size of `path` if it is a regular file itself (a symlink is not), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
+    """Bytes still to download: a present file of the right size counts as done."""
+    need = 0
+    for f in files:
+        if _regular_size(dest / f.name) == f.size:
+            continue
+        have = _regular_size(dest / (f.name + models.PART_SUFFIX)) or 0
+        need += f.size - have if have <= f.size else f.size
+    return need
+
+
+def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
+    need = missing_bytes(dest, files)
+    anchor = nearest_existing(dest)
+    free = shutil.disk_usage(anchor).free
+    if need > free:
+        raise BadInput(
+            f"--dest {dest}: not enough free space: {human(need)} ({need} bytes) still to "
+            f"download, {human(free)} ({free} bytes) free on the file system of {anchor}",
+            hint="free space there or pass a --dest on a larger disk",
+            details={"dest": str(dest), "needed_bytes": need, "free_bytes": free},
+        )
+    return need, free
+
+
+def kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def refuse_planted(dest: Path, files: tuple[ModelFile, ...]) -> None:
+    """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
+
+    Provision would otherwise read (and report as present) whatever the link points at,
+    a way to put model files under /home or to pass off another file as verified.
+    """
+    for f in files:
+        path = dest / f.name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise BadInput(
+                f"{path}: is {kind(mode)}, not a regular file; model files are never read or "
+                "written through one",
+                hint=f"remove it (`rm {path}`) and re-run provision",
+                details={"dest": str(dest), "file": f.name},
+            )
+
+
+def open_final(path: Path) -> int | None:
+    """A read-only descriptor of the final file, None when absent; never through a symlink."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        mode = os.lstat(path).st_mode
+        raise OperationFailed(
+            f"{path}: is {kind(mode)}, not a regular file ({err.strerror})",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OperationFailed(
+            f"{path}: is {kind(st.st_mode)}, not a regular file",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+        )
+    return fd
+
+
+def open_part(path: Path, out: Reporter) -> int:
+    """`NAME.part` opened for append; a planted non-file there is removed and started over.
+
+    An existing part is opened without following a symlink and checked on its descriptor;
+    a new one is created with O_EXCL, so a link planted in between fails instead of being
+    followed. The caller hashes and appends through this one descriptor.
+    """
+    flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
+    fd: int | None = None
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
+    if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    if fd is not None:
+        if fd >= 0:
+            os.close(fd)
+        mode = os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
+            raise OperationFailed(
+                f"{path}: is a directory, not a partial download",
+                hint=f"remove it (`rm -r {path}`) and re-run provision",
+            )
+        out.warn(f"{path.name} is {kind(mode)}, not a partial download; removed it, starting over")
+        os.unlink(path)  # removes the link itself, never its target
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise OperationFailed(
+            f"{path}: appeared while provision was creating it (another writer?)",
+            hint="make sure nothing else writes into --dest, then re-run provision",
+        ) from None
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# ----------------------------------------------------------------------------- provision lock
+
+
+def _lock_wait_s() -> float:
+    timeout = lock_timeout()  # the forge lock's DGR_LOCK_TIMEOUT, read the same way
+    if not math.isfinite(timeout):
+        raise BadInput(
+            f"DGR_LOCK_TIMEOUT={os.environ.get('DGR_LOCK_TIMEOUT', '')!r} is not a finite "
+            "number of seconds",
+            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
+        )
+    return timeout
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what the holder wrote (read through our own descriptor)."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        info = {}
+    if not isinstance(info, dict) or "pid" not in info:
+        return "another provision (holder unknown)"
+    return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
+
+
+def _open_lock(path: Path) -> int:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+    except OSError as err:
+        try:
+            what = kind(os.lstat(path).st_mode)
+        except OSError:
+            what = "unusable"
+        raise BadInput(
+            f"{path}: the provision lock is {what} ({err.strerror}); it is never followed",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+            details={"lock": str(path)},
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise BadInput(
+            f"{path}: the provision lock is {kind(st.st_mode)}, not a regular file",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+            details={"lock": str(path)},
+        )
+    return fd
+
+
+@contextmanager
+def dest_lock(dest: Path, out: Reporter) -> Iterator[None]:
+    """One provision per destination at a time: two writers on one NAME.part corrupt it.
+
+    Waits up to DGR_LOCK_TIMEOUT seconds (like the forge lock), naming the holder.
+    """
+    if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
+        yield
+        return
+    import fcntl
+
+    def try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    path = dest / LOCK_FILE
+    fd = _open_lock(path)
+    try:
+        if not try_lock(fd):
+            timeout = _lock_wait_s()
+            holder = _holder(fd)
+            fix = "wait for it to finish (or stop it), or set DGR_LOCK_TIMEOUT to wait longer"
+            if timeout == 0:
+                raise OperationFailed(
+                    f"{dest} is being provisioned by {holder}",
+                    hint=fix,
+                    details={"lock": str(path), "holder": holder},
+                )
+            out.info(f"waiting for {holder} (provision lock {path}, up to {timeout:g} s)")
+            deadline = time.monotonic() + timeout
+            while not try_lock(fd):
+                if time.monotonic() >= deadline:
+                    holder = _holder(fd)
+                    raise OperationFailed(
+                        f"{dest} still being provisioned by {holder} after {timeout:g} s",
+                        hint=fix,
+                        details={"lock": str(path), "holder": holder},
+                    )
+                time.sleep(POLL_S)
+        info = {
+            "pid": os.getpid(),
+            "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
+            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        with suppress(OSError):  # only tells a waiter who it waits for
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        try:
+            yield
+        finally:
+            with suppress(OSError):  # clear first: a waiter never reads a stale holder
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
