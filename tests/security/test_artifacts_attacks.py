@@ -381,3 +381,23 @@ def test_provision_lock_honours_the_lock_timeout_and_names_the_holder(
     assert server.log == []
     res = provision(m, dest)
     assert res.code == 0, res
+
+
+@pytest.mark.parametrize(
+    ("mirror", "words"),
+    [
+        ("-oProxyCommand=touch /tmp/x", "starts with '-'"),
+        ("ext::sh -c touch% /tmp/x", "remote helper transport"),
+        ("http://h/\x01", "control character"),
+        ("ssh://h/m", "scheme ssh://"),
+    ],
+)
+def test_hostile_mirror_is_refused(
+    tmp_path: Path, source: Path, server: FaultyServer, mirror: str, words: str
+) -> None:
+    m = manifest_for(tmp_path, source, server.base_url)
+    res = provision(m, tmp_path / "dest", f"--mirror={mirror}")
+    assert res.code == 2, res
+    no_traceback(res)
+    assert "--mirror" in res.stderr and words in res.stderr
+    assert server.log == [] and not (tmp_path / "dest").exists()
