@@ -619,3 +619,18 @@ def test_manifest_defaults_to_the_forge_root_and_loads_by_name(
     assert res.code == 2, res
     assert "pass --out PATH" in res.stderr
     assert not (elsewhere / "manifests").exists()
+
+
+def test_dest_dir_holds_exactly_the_checked_directory(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "models"
+    real.mkdir(parents=True)
+    with artifacts.DestDir(real) as held:
+        assert held.lstat("nothing") is None and held / "x" == real / "x"
+    # a component above --dest swapped for a link after the /home check: refused
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    if Path("/proc/self/fd").is_dir():
+        with pytest.raises(BadInput, match="changed while provision opened it"):
+            artifacts.DestDir(tmp_path / "link" / "models")
+    (tmp_path / "direct").symlink_to(real)  # the last component: never followed
+    with pytest.raises(BadInput, match="cannot open the directory"):
+        artifacts.DestDir(tmp_path / "direct")

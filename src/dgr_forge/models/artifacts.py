@@ -15,6 +15,7 @@ from __future__ import annotations
 from dgr_forge.models.dest import (
     FORBIDDEN_ROOTS,
     LOCK_FILE,
+    DestDir,
     check_destination,
     check_space,
     dest_lock,
@@ -41,6 +42,7 @@ __all__ = [
     "LOCK_FILE",
     "READ_BLOCK",
     "BuiltManifest",
+    "DestDir",
     "FileCheck",
     "FileOutcome",
     "ProvisionResult",

@@ -109,84 +109,141 @@ def kind(mode: int) -> str:
     return "not a regular file"
 
 
-def refuse_planted(dest: Path, files: tuple[ModelFile, ...]) -> None:
-    """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
+class DestDir:
+    """The destination, held open: every file in it is reached by name from this descriptor.
 
-    Provision would otherwise read (and report as present) whatever the link points at,
-    a way to put model files under /home or to pass off another file as verified.
+    Opening the directory once (and checking, on Linux, that the directory held is the one
+    that passed the /home rule) means a path component above it swapped for a symlink
+    later cannot redirect a write; the names inside are opened with O_NOFOLLOW.
     """
-    for f in files:
-        path = dest / f.name
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
         try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(mode):
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+        except OSError as err:
             raise BadInput(
-                f"{path}: is {kind(mode)}, not a regular file; model files are never read or "
-                "written through one",
-                hint=f"remove it (`rm {path}`) and re-run provision",
-                details={"dest": str(dest), "file": f.name},
+                f"--dest {path}: cannot open the directory ({err.strerror})",
+                hint="pass a directory you can write to (symlinks are resolved first)",
+                details={"dest": str(path)},
+            ) from None
+        try:
+            held = os.readlink(f"/proc/self/fd/{self.fd}")
+        except OSError:
+            held = None  # no /proc (macOS): the O_NOFOLLOW open is the check
+        if held is not None and held != str(path):
+            os.close(self.fd)
+            raise BadInput(
+                f"--dest {path}: the directory changed while provision opened it (now {held})",
+                hint="make sure nobody else can rename the directories above --dest",
+                details={"dest": str(path), "resolved": held},
             )
 
+    def close(self) -> None:
+        os.close(self.fd)
 
-def open_final(path: Path) -> int | None:
-    """A read-only descriptor of the final file, None when absent; never through a symlink."""
-    try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        mode = os.lstat(path).st_mode
-        raise OperationFailed(
-            f"{path}: is {kind(mode)}, not a regular file ({err.strerror})",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-        ) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OperationFailed(
-            f"{path}: is {kind(st.st_mode)}, not a regular file",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-        )
-    return fd
+    def __enter__(self) -> DestDir:
+        return self
 
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
-def open_part(path: Path, out: Reporter) -> int:
-    """`NAME.part` opened for append; a planted non-file there is removed and started over.
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name  # for messages; the files are opened through self.fd
 
-    An existing part is opened without following a symlink and checked on its descriptor;
-    a new one is created with O_EXCL, so a link planted in between fails instead of being
-    followed. The caller hashes and appends through this one descriptor.
-    """
-    flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
-    fd: int | None = None
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        pass
-    except OSError:
-        fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
-    if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
-        return fd
-    if fd is not None:
-        if fd >= 0:
-            os.close(fd)
-        mode = os.lstat(path).st_mode
-        if stat.S_ISDIR(mode):
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return None
+
+    def unlink(self, name: str) -> None:
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)  # removes a link itself, never its target
+
+    def replace(self, src: str, dst: str) -> None:
+        """Atomic rename inside the directory; a planted link at `dst` is replaced, not followed."""
+        os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def fsync(self) -> None:
+        with suppress(OSError):
+            os.fsync(self.fd)
+
+    def refuse_planted(self, files: tuple[ModelFile, ...]) -> None:
+        """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
+
+        Provision would otherwise read (and report as present) whatever the link points at,
+        a way to put model files under /home or to pass off another file as verified.
+        """
+        for f in files:
+            st = self.lstat(f.name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                path = self / f.name
+                raise BadInput(
+                    f"{path}: is {kind(st.st_mode)}, not a regular file; model files are never "
+                    "read or written through one",
+                    hint=f"remove it (`rm {path}`) and re-run provision",
+                    details={"dest": str(self.path), "file": f.name},
+                )
+
+    def open_final(self, name: str) -> int | None:
+        """A read-only descriptor of a final file, None when absent; never through a link."""
+        try:
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            st = self.lstat(name)
+            what = kind(st.st_mode) if st is not None else "unusable"
             raise OperationFailed(
-                f"{path}: is a directory, not a partial download",
-                hint=f"remove it (`rm -r {path}`) and re-run provision",
+                f"{self / name}: is {what}, not a regular file ({err.strerror})",
+                hint=f"remove it (`rm {self / name}`) and re-run provision",
+            ) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise OperationFailed(
+                f"{self / name}: is {kind(mode)}, not a regular file",
+                hint=f"remove it (`rm {self / name}`) and re-run provision",
             )
-        out.warn(f"{path.name} is {kind(mode)}, not a partial download; removed it, starting over")
-        os.unlink(path)  # removes the link itself, never its target
-    try:
-        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileExistsError:
-        raise OperationFailed(
-            f"{path}: appeared while provision was creating it (another writer?)",
-            hint="make sure nothing else writes into --dest, then re-run provision",
-        ) from None
+        return fd
+
+    def open_part(self, name: str, out: Reporter) -> int:
+        """`NAME.part` opened for append; a planted non-file there is removed, started over.
+
+        An existing part is opened without following a symlink and checked on its
+        descriptor; a new one is created with O_EXCL, so a link planted in between fails
+        instead of being followed. The caller hashes and appends through this descriptor.
+        """
+        flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
+        fd: int | None = None
+        try:
+            fd = os.open(name, flags, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
+        if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        if fd is not None:
+            if fd >= 0:
+                os.close(fd)
+            st = self.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise OperationFailed(
+                    f"{self / name}: is a directory, not a partial download",
+                    hint=f"remove it (`rm -r {self / name}`) and re-run provision",
+                )
+            what = kind(st.st_mode) if st is not None else "unusable"
+            out.warn(f"{name} is {what}, not a partial download; removed it, starting over")
+            self.unlink(name)
+        try:
+            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self.fd)
+        except FileExistsError:
+            raise OperationFailed(
+                f"{self / name}: appeared while provision was creating it (another writer?)",
+                hint="make sure nothing else writes into --dest, then re-run provision",
+            ) from None
 
 
 def write_all(fd: int, data: bytes | memoryview) -> None:
@@ -194,19 +251,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- provision lock
@@ -234,14 +278,13 @@ def _holder(fd: int) -> str:
     return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
 
 
-def _open_lock(path: Path) -> int:
+def _open_lock(dest: DestDir) -> int:
+    path = dest / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644)
+        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644, dir_fd=dest.fd)
     except OSError as err:
-        try:
-            what = kind(os.lstat(path).st_mode)
-        except OSError:
-            what = "unusable"
+        st = dest.lstat(LOCK_FILE)
+        what = kind(st.st_mode) if st is not None else "unusable"
         raise BadInput(
             f"{path}: the provision lock is {what} ({err.strerror}); it is never followed",
             hint=f"remove it (`rm {path}`) and re-run provision",
@@ -259,7 +302,7 @@ def _open_lock(path: Path) -> int:
 
 
 @contextmanager
-def dest_lock(dest: Path, out: Reporter) -> Iterator[None]:
+def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     """One provision per destination at a time: two writers on one NAME.part corrupt it.
 
     Waits up to DGR_LOCK_TIMEOUT seconds (like the forge lock), naming the holder.
@@ -277,7 +320,7 @@ def dest_lock(dest: Path, out: Reporter) -> Iterator[None]:
         return True
 
     path = dest / LOCK_FILE
-    fd = _open_lock(path)
+    fd = _open_lock(dest)
     try:
         if not try_lock(fd):
             timeout = _lock_wait_s()
@@ -285,7 +328,7 @@ def dest_lock(dest: Path, out: Reporter) -> Iterator[None]:
             fix = "wait for it to finish (or stop it), or set DGR_LOCK_TIMEOUT to wait longer"
             if timeout == 0:
                 raise OperationFailed(
-                    f"{dest} is being provisioned by {holder}",
+                    f"{dest.path} is being provisioned by {holder}",
                     hint=fix,
                     details={"lock": str(path), "holder": holder},
                 )
@@ -295,7 +338,7 @@ def dest_lock(dest: Path, out: Reporter) -> Iterator[None]:
                 if time.monotonic() >= deadline:
                     holder = _holder(fd)
                     raise OperationFailed(
-                        f"{dest} still being provisioned by {holder} after {timeout:g} s",
+                        f"{dest.path} still being provisioned by {holder} after {timeout:g} s",
                         hint=fix,
                         details={"lock": str(path), "holder": holder},
                     )

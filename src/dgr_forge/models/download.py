@@ -30,7 +30,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask, mask_text
 from dgr_forge.models import manifest as models
-from dgr_forge.models.dest import fsync_dir, open_final, open_part, write_all
+from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.manifest import ModelFile
 
@@ -154,7 +154,7 @@ class Downloader:
 
     def __init__(
         self,
-        dest: Path,
+        dest: DestDir,
         out: Reporter,
         cache: VerifiedCache,
         progress: Progress,
@@ -171,31 +171,32 @@ class Downloader:
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size)
         tick = self.progress.add(f.name, f.size)
-        part = self.dest / (f.name + models.PART_SUFFIX)
+        part = f.name + models.PART_SUFFIX
         try:
             self._provision(f, url, outcome, tick)
         except OperationFailed as err:
             outcome.status = "failed"
             outcome.error = err.message
-            st = _lstat(part)
+            st = self.dest.lstat(part)
             if st is not None and st.st_size == 0 and stat.S_ISREG(st.st_mode):
-                part.unlink()  # nothing worth resuming
+                self.dest.unlink(part)  # nothing worth resuming
         except OSError as err:  # the destination, not the source: disk full, permissions
             outcome.status = "failed"
-            st = _lstat(part)
-            kept = f"; {st.st_size} bytes are kept in {part.name}" if st and st.st_size else ""
-            outcome.error = f"{f.name}: {err.strerror or err} ({err.filename or self.dest}){kept}"
+            st = self.dest.lstat(part)
+            kept = f"; {st.st_size} bytes are kept in {part}" if st and st.st_size else ""
+            where = err.filename or self.dest.path
+            outcome.error = f"{f.name}: {err.strerror or err} ({where}){kept}"
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                d = self.dest.path
                 outcome.error += (
-                    f"\n  fix: free space on the file system of {self.dest} (`df -h {self.dest}`)"
+                    f"\n  fix: free space on the file system of {d} (`df -h {d}`)"
                     " and re-run provision: it resumes from the kept bytes"
                 )
         return outcome
 
     def _provision(self, f: ModelFile, url: str, outcome: FileOutcome, tick: TickFn) -> None:
-        final = self.dest / f.name
-        part = self.dest / (f.name + models.PART_SUFFIX)
-        fd = open_final(final)
+        part = f.name + models.PART_SUFFIX
+        fd = self.dest.open_final(f.name)
         if fd is not None:
             try:
                 st = os.fstat(fd)
@@ -205,9 +206,7 @@ class Downloader:
                         sha = hash_fd(fd, stop=self.stop).hexdigest()
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
-                        st_part = _lstat(part)
-                        if st_part is not None:  # left by an older run; the file is done
-                            part.unlink()
+                        self.dest.unlink(part)  # left by an older run; the file is done
                         tick(f.size, f"{f.name} (present)")
                         outcome.status = "present"
                         return
@@ -226,24 +225,26 @@ class Downloader:
         shown = mask(url)
         sha = self._download(f, url, shown, part, outcome, tick)
         if sha != f.sha256:
-            part.unlink(missing_ok=True)
+            self.dest.unlink(part)
             raise OperationFailed(
                 f"{f.name}: sha256 mismatch after download: expected {f.sha256}, got {sha} "
                 f"(from {shown}); the partial file was removed",
                 hint="re-run to download again; if it repeats, the manifest or the server is wrong",
             )
         fault.point("provision.verified", f.name)
-        os.replace(part, final)  # rename replaces a planted link at `final`, never follows it
-        fsync_dir(self.dest)
+        self.dest.replace(part, f.name)  # a planted link at the final name is replaced
+        self.dest.fsync()
         fault.point("provision.renamed", f.name)
-        self.cache.record(f.name, os.lstat(final), sha)
+        after = self.dest.lstat(f.name)
+        if after is not None:
+            self.cache.record(f.name, after, sha)
         outcome.status = "downloaded"
 
     def _download(
-        self, f: ModelFile, url: str, shown: str, part: Path, outcome: FileOutcome, tick: TickFn
+        self, f: ModelFile, url: str, shown: str, part: str, outcome: FileOutcome, tick: TickFn
     ) -> str:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
-        fd = open_part(part, self.out)
+        fd = self.dest.open_part(part, self.out)
         try:
             return self._fill(f, url, shown, part, fd, outcome, tick)
         finally:
@@ -254,7 +255,7 @@ class Downloader:
         f: ModelFile,
         url: str,
         shown: str,
-        part: Path,
+        part: str,
         fd: int,
         outcome: FileOutcome,
         tick: TickFn,
@@ -262,7 +263,7 @@ class Downloader:
         h = hashlib.sha256()
         have = os.fstat(fd).st_size
         if have > f.size:
-            self.out.warn(f"{part.name} is larger than the manifest's size; starting over")
+            self.out.warn(f"{part} is larger than the manifest's size; starting over")
             os.ftruncate(fd, 0)
             have = 0
         if have:
@@ -301,7 +302,7 @@ class Downloader:
                     what = "slow tries" if slow else "tries without progress"
                     raise OperationFailed(
                         f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
-                        f"({shown}); {state.have} of {f.size} bytes are kept in {part.name}",
+                        f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
                         hint="re-run provision: it resumes from the kept bytes",
                     ) from None
                 outcome.retries += 1
@@ -450,13 +451,6 @@ class Downloader:
         state.have += len(chunk)
         state.outcome.downloaded_bytes += len(chunk)
         state.tick(len(chunk), None)
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except OSError:
-        return None
 
 
 def _content_range(value: str) -> tuple[int | None, int | None]:

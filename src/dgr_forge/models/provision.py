@@ -18,12 +18,7 @@ from typing import Any, TypeVar
 
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import gguf_split
-from dgr_forge.models.dest import (
-    check_destination,
-    check_space,
-    dest_lock,
-    refuse_planted,
-)
+from dgr_forge.models.dest import DestDir, check_destination, check_space, dest_lock
 from dgr_forge.models.download import (
     Downloader,
     FileOutcome,
@@ -131,8 +126,8 @@ def provision(
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     outcomes: dict[str, FileOutcome] = {}
-    with dest_lock(target, out):
-        refuse_planted(target, m.files)
+    with DestDir(target) as held, dest_lock(held, out):
+        held.refuse_planted(m.files)
         out.step(
             f"provisioning {m.name}: {len(m.files)} files, {human(m.total_size)}, "
             f"{human(need)} to download, into {target}"
@@ -141,7 +136,7 @@ def provision(
         try:
             with out.progress(transfer=True) as sink:
                 progress = Progress(sink, m.total_size, "total")
-                dl = Downloader(target, out, cache, progress, policy, stop)
+                dl = Downloader(held, out, cache, progress, policy, stop)
                 todo = [(f, source_url(f, mirror)) for f in m.files]
                 for outcome in in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
                     outcomes[outcome.name] = outcome
