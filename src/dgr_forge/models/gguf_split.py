@@ -127,9 +127,31 @@ class _Reader:
         if item not in (_STRING, _ARRAY):
             raise GGUFError(f"{what} has unknown item type {item}")
         n = self.count(what, 8 if item == _STRING else 12)  # every item has a length/header
+        if item == _STRING:
+            self._skip_strings(n, what)
+            return None
         for _ in range(n):
             self.value(item, what, depth + 1)
         return None
+
+    def _skip_strings(self, n: int, what: str) -> None:
+        """Skip `n` length-prefixed strings (a vocabulary: 10^5 of them), each length bounded."""
+        f, unpack, fmt, size = self.f, struct.unpack, self.order + "Q", self.size
+        pos = self.pos
+        for _ in range(n):
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise GGUFError(f"the file ended inside {what} at offset {pos}")
+            length = unpack(fmt, raw)[0]
+            pos += 8
+            if length > size - pos:
+                raise GGUFError(
+                    f"{what}: a string of {length} bytes at offset {pos}, the file has "
+                    f"{size - pos} left"
+                )
+            pos += length
+            f.seek(length, 1)
+        self.pos = pos
 
 
 def read_header(path: Path, *, follow: bool = False) -> Header:
