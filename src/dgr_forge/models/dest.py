@@ -106,7 +106,7 @@ def kind(mode: int) -> str:
         return "a FIFO"
     if stat.S_ISSOCK(mode):
         return "a socket"
-    return "not a regular file"
+    return "a regular file" if stat.S_ISREG(mode) else "a device or other special file"
 
 
 class DestDir:
@@ -194,9 +194,11 @@ class DestDir:
             return None
         except OSError as err:
             st = self.lstat(name)
-            what = kind(st.st_mode) if st is not None else "unusable"
+            if st is None or stat.S_ISREG(st.st_mode):
+                err.filename = str(self / name)
+                raise  # a regular file we may not read: permissions, I/O
             raise OperationFailed(
-                f"{self / name}: is {what}, not a regular file ({err.strerror})",
+                f"{self / name}: is {kind(st.st_mode)}, not a regular file ({err.strerror})",
                 hint=f"remove it (`rm {self / name}`) and re-run provision",
             ) from None
         mode = os.fstat(fd).st_mode
@@ -221,7 +223,11 @@ class DestDir:
             fd = os.open(name, flags, dir_fd=self.fd)
         except FileNotFoundError:
             pass
-        except OSError:
+        except OSError as err:
+            st = self.lstat(name)
+            if st is None or stat.S_ISREG(st.st_mode):
+                err.filename = str(self / name)
+                raise  # a part we may not write (another user's): never deleted
             fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
         if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
             return fd
@@ -284,9 +290,15 @@ def _open_lock(dest: DestDir) -> int:
         fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644, dir_fd=dest.fd)
     except OSError as err:
         st = dest.lstat(LOCK_FILE)
-        what = kind(st.st_mode) if st is not None else "unusable"
+        if st is None or stat.S_ISREG(st.st_mode):  # e.g. another user's, not writable
+            raise BadInput(
+                f"{path}: cannot open the provision lock ({err.strerror})",
+                hint="provision as a user who may write into --dest, or pass another --dest",
+                details={"lock": str(path)},
+            ) from None
         raise BadInput(
-            f"{path}: the provision lock is {what} ({err.strerror}); it is never followed",
+            f"{path}: the provision lock is {kind(st.st_mode)} ({err.strerror}); it is never "
+            "followed",
             hint=f"remove it (`rm {path}`) and re-run provision",
             details={"lock": str(path)},
         ) from None
