@@ -194,7 +194,7 @@ def test_failure_mid_export_leaves_the_old_series(exported: Path, step: str) -> 
     sh_git(src, "reset", "-q", "--hard", "HEAD~1")
     commit_in(src, {"README.md": "x\n"}, "Another change", 6)
     before = state(exported)
-    res = forge(exported, "export", env={"DGR_TEST_FAIL_EXPORT": step})
+    res = forge(exported, "export", env={"DGR_FAULT": f"export.{step}:fail"})
     assert res.code == 1 and "injected" in message(res), res
     assert state(exported) == before
     assert [p.name for p in (exported / "patches").iterdir()] == ["llama.cpp"]
