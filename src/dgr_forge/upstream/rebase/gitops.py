@@ -1,0 +1,198 @@
+"""Git plumbing of the rebase: stale state, commit metadata, resolving and fetching REV."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import cast
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream.patches import PATCH_JOURNAL
+from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
+
+# ----------------------------------------------------------------------------- git helpers
+
+
+@functools.cache
+def git_dir(src: Path) -> Path:
+    return Path(out(src, "rev-parse", "--absolute-git-dir"))
+
+
+def stale_git_state(src: Path) -> list[str]:
+    """Half-finished git operations in the workspace repo (left by a crash or by hand)."""
+    if not (src / ".git").exists():
+        return []
+    gdir = git_dir(src)
+    found = [f"{gdir / n} ({what})" for n, what in STALE_GIT_STATE.items() if (gdir / n).exists()]
+    if (gdir / "index.lock").exists():
+        found.append(f"{gdir / 'index.lock'} (a git command is running, or one crashed)")
+    return found
+
+
+def refuse_stale(src: Path, out_: Reporter) -> None:
+    """Before a rebase starts: a person's half-finished git operation is refused (exit 3);
+    what a killed forge run left is cleared: an index.lock (no git runs while we hold the
+    workspace lock) and an interrupted `dgr-forge patch` (its own journal rolls it back)."""
+    if not (src / ".git").exists():
+        return
+    gdir = git_dir(src)
+    if (gdir / PATCH_JOURNAL).exists():
+        return  # ensure_patched recovers it
+    lock = gdir / "index.lock"
+    if lock.exists():
+        out_.warn(f"removing stale {lock} (no git command runs under the workspace lock)")
+        lock.unlink()
+    stale = stale_git_state(src)
+    if stale:
+        raise NeedsHuman(
+            f"{src}: unfinished git state: " + "; ".join(stale),
+            hint=f"if you started it, finish it (e.g. `git -C {src} am --abort` or "
+            f"`git -C {src} cherry-pick --abort`); if no git command is running, delete a "
+            f"stale index.lock; or reset the workspace with `dgr-forge fetch --force`",
+            details={"stale": stale},
+        )
+
+
+def clear_leftovers(src: Path, out_: Reporter, *, index_lock: bool) -> None:
+    gdir = git_dir(src)
+    for name in MERGE_LEFTOVERS:
+        (gdir / name).unlink(missing_ok=True)
+    lock = gdir / "index.lock"
+    if index_lock and lock.exists():
+        # we hold the workspace lock and our own step was interrupted: the lock is ours
+        out_.warn(f"removing stale {lock} left by the interrupted rebase step")
+        lock.unlink()
+
+
+def git_bytes(
+    src: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
+    """stdout of a git call as raw bytes (commit messages are bytes, not text)."""
+    proc = git(src, *args, input=input, env=env, text=False)
+    return cast(bytes, proc.stdout)
+
+
+def commit_meta(src: Path, commit: str) -> tuple[dict[str, str], bytes]:
+    """Author env (name, email, date) and the raw message bytes of `commit`."""
+    raw = git_bytes(src, "cat-file", "commit", commit)
+    header, _, message = raw.partition(b"\n\n")
+    env: dict[str, str] = {}
+    for line in header.decode("utf-8", "replace").splitlines():
+        if line.startswith("author "):
+            m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line)
+            if not m:
+                raise OperationFailed(f"{commit}: unparseable author line {line!r}")
+            env = {
+                "GIT_AUTHOR_NAME": m.group(1),
+                "GIT_AUTHOR_EMAIL": m.group(2),
+                "GIT_AUTHOR_DATE": f"@{m.group(3)}",
+                # committer: fixed identity, the patch's own date (reproducible ids)
+                "GIT_COMMITTER_DATE": f"@{m.group(3)}",
+                **FORGE_IDENTITY,
+            }
+    if not env:
+        raise OperationFailed(f"{commit}: no author line")
+    return env, message
+
+
+def subject_of(src: Path, commit: str) -> str:
+    return out(src, "log", "-1", "--format=%s", commit)
+
+
+def patch_id(src: Path, a: str, b: str) -> str:
+    diff = git(src, "diff", "--full-index", a, b).stdout
+    proc = git(src, "patch-id", "--stable", input=diff)
+    return proc.stdout.split(" ")[0] if proc.stdout else ""
+
+
+def resolve_rev(url: str, rev: str, src: Path | None) -> str:
+    """A full commit id for REV: itself when 40-hex, else the ref as the remote has it."""
+    rev = rev.strip()
+    if HEX40.match(rev.lower()):
+        return rev.lower()
+    proc = git(src, "ls-remote", url, rev, check=False, isolated=False)
+    if proc.returncode != 0:
+        raise OperationFailed(
+            f"cannot list refs of {url}: {proc.stderr.strip()}",
+            hint="check the URL and network access, or pass the full commit id",
+        )
+    refs: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        sha, _, name = line.partition("\t")
+        refs[name] = sha
+    for name in (rev, f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}"):
+        if name in refs:
+            return refs[name]
+    # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
+    peeled = [s for n, s in refs.items() if n.endswith("^{}")]
+    candidates = set(peeled) or set(refs.values())
+    if len(candidates) == 1:
+        return candidates.pop()
+    if not refs and re.fullmatch(r"[0-9a-fA-F]{4,39}", rev):
+        # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
+        raise BadInput(
+            f"--onto {rev}: no such ref, and abbreviated commit ids are refused "
+            "(ambiguous, unverifiable)",
+            hint="pass the full 40-hex commit id, or a ref name such as a tag or branch",
+        )
+    if not refs:
+        raise BadInput(
+            f"--onto {rev}: no such ref at {url}",
+            hint="pass a full 40-hex commit id, or a tag/branch name the upstream has",
+        )
+    raise BadInput(
+        f"--onto {rev}: ambiguous at {url}: " + ", ".join(sorted(refs)),
+        hint="pass the full ref name (refs/tags/... or refs/heads/...) or the commit id",
+    )
+
+
+def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
+    """Make `commit` available in the workspace repo: one commit (shallow) when possible."""
+    if gitutil.has_object(src, commit):
+        return
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    depth = ["--depth=1"] if shallow else []
+    out_.step(f"fetching {commit[:12]} from {url}")
+    proc = git(src, "fetch", "--no-tags", *depth, url, commit, check=False, isolated=False)
+    if proc.returncode != 0 or not gitutil.has_object(src, commit):
+        # the server does not serve single commits: fetch its branches and tags
+        out_.info("the server refused a single-commit fetch; fetching branches and tags")
+        git(
+            src,
+            "fetch",
+            "--no-tags",
+            *depth,
+            url,
+            "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
+            "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
+            isolated=False,
+        )
+    if not gitutil.has_object(src, f"{commit}^{{commit}}"):
+        raise BadInput(
+            f"--onto: commit {commit} is not available from {url}",
+            hint="check the commit id and that the URL is the repository that has it",
+        )
+
+
+def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
+    """Deepen a shallow workspace until old..new is walkable; True when it is."""
+
+    def connected() -> bool:
+        return git(src, "merge-base", old, new, check=False).returncode == 0
+
+    if connected():
+        return True
+    for step in ("--deepen=64", "--deepen=1024", "--unshallow"):
+        if out(src, "rev-parse", "--is-shallow-repository") != "true":
+            break
+        proc = git(src, "fetch", "--no-tags", step, url, new, check=False, isolated=False)
+        if proc.returncode != 0:
+            return False
+        if connected():
+            return True
+    return connected()
+
