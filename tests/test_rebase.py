@@ -242,9 +242,7 @@ def test_abort_restores_everything_byte_for_byte(series: Series) -> None:
 # ----------------------------------------------------------------------------- (e)
 
 
-@pytest.mark.parametrize(
-    "step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"]
-)
+@pytest.mark.parametrize("step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"])
 def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
     s = series
     new = shift_patch_1(s)
@@ -262,9 +260,7 @@ def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
     assert s.forge("check").code == 0
 
 
-@pytest.mark.parametrize(
-    "step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"]
-)
+@pytest.mark.parametrize("step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"])
 def test_killed_mid_rebase_then_abort(series: Series, step: str) -> None:
     s = series
     shift_patch_1(s)
@@ -330,8 +326,12 @@ def test_bad_usage_and_unknown_refs(series: Series) -> None:
     assert r.code == 2, r
     r = s.forge("rebase", "--onto", "no-such-tag")
     assert r.code == 2 and "no-such-tag" in r.stderr, r
-    r = s.forge("rebase", "--onto", s.pin[:10])
-    assert r.code == 2 and "abbreviated" in r.stderr, r
+    # issue 15: an abbreviated id is accepted (peeled to the full commit), an unknown one
+    # is still bad input naming it
+    r = s.forge("rebase", "--onto", s.pin[:10], "--json")
+    assert r.code == 0 and r.json["status"] == "noop", r
+    r = s.forge("rebase", "--onto", "abcdef0123")
+    assert r.code == 2 and "abbreviated" in r.stderr and "abcdef0123" in r.stderr, r
     r = s.forge("rebase", "--onto", "1" * 40)
     assert r.code == 2 and "1" * 40 in r.stderr, r
     r = s.forge("rebase", "--onto", s.pin, "--json")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from dgr_forge.lanes import recipes
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
+from dgr_forge.upstream.scratch import scratch_dir
 
 CHECKED_PREFIXES = ("GGML_", "LLAMA_")
 _DECL = re.compile(
@@ -170,10 +170,10 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     return root
 
 
-def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
-    """--offline: let the scratch repository read the objects of this root's own workspace
-    (git alternates), so no network is needed; ids are still verified by fetch, and the
-    own workspace is only read."""
+def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
+    """Let a scratch repository read the objects of this root's own workspace (git
+    alternates), so no network is needed for what it already has (check --offline, the
+    rebase dry run); ids are still verified by fetch, and the own workspace is only read."""
     objects = own / ".git" / "objects"
     if not objects.is_dir():
         return
@@ -184,7 +184,7 @@ def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
     shallow = own / ".git" / "shallow"
     if shallow.is_file():
         shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
-    out.info(f"check --offline: reading objects from {own}")
+    out.info(f"scratch workspace: reading objects from {own}")
 
 
 def _diff(path: str, old: bytes, new: bytes) -> str:
@@ -203,14 +203,13 @@ def check(
     m = manifest.load(forge.upstream_manifest, forge.root)
     all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
     result = CheckResult(commit=m.commit)
-    with tempfile.TemporaryDirectory(prefix="dgr-check-") as tmp_name:
-        tmp = Path(tmp_name)
+    with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
         if offline:
-            _borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
+            borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
         try:
             patched = ensure_patched(scratch, sm, out, mirror=mirror, offline=offline)
         except (NeedsHuman, OperationFailed) as err:
@@ -221,7 +220,7 @@ def check(
         src = patched.src_dir
         result.result_tree = patched.result_tree
 
-        rendered = export.compute_series(src, m.commit)
+        rendered = export.compute_series(src, m.commit, tmp_root=forge.tmp_dir)
         on_disk = {p.name: p.read_bytes() for p in m.patches_dir.glob("*.patch")}
         fresh = {p.file: p.data for p in rendered}
         for name in sorted(set(on_disk) | set(fresh)):

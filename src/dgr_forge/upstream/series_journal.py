@@ -108,6 +108,10 @@ def write(
     `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
     with root_lock_at(root, out):
         recover_dir(pdir, manifest_path, out)
+        on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
+        same = on_disk == set(files) and all((pdir / n).read_bytes() == d for n, d in files.items())
+        if same and manifest_bytes is None:
+            return  # already there (e.g. a write finished by recovery)
         parent = pdir.parent
         parent.mkdir(parents=True, exist_ok=True)
         jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{secrets.token_hex(4)}"
@@ -178,9 +182,7 @@ def recover(root: Path, out: Reporter | None = None) -> None:
     patches_root = root / "patches"
     # a live owner's journal is its own business (it holds the root lock): don't wait on it
     found = [
-        p
-        for p in patches_root.glob(f".*{_MARK}*")
-        if p.is_dir() and not owner_alive(owner_pid(p))
+        p for p in patches_root.glob(f".*{_MARK}*") if p.is_dir() and not owner_alive(owner_pid(p))
     ]
     legacy = list(patches_root.glob(".*.export-*"))
     # a manifest's atomic-write temp file: an orphan, since every writer holds the root lock

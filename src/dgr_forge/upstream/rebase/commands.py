@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core import gitutil
+from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40, git, out
 from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import manifest
+from dgr_forge.core.urls import check_url
+from dgr_forge.upstream import manifest, series_journal
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
     check_manifest_untouched,
@@ -23,8 +25,10 @@ from dgr_forge.upstream.rebase.finish import (
     restore_journal,
 )
 from dgr_forge.upstream.rebase.gitops import (
+    check_rev,
     clear_leftovers,
-    fetch_commit,
+    peel,
+    pin_commit,
     refuse_stale,
     resolve_rev,
     stale_git_state,
@@ -77,34 +81,47 @@ def start(
     url: str | None = None,
     mirror: str | None = None,
     offline: bool = False,
+    canary: bool = False,
 ) -> RebaseResult:
+    """`--onto REV`. With `canary` (a --dry-run's scratch forge) a conflict is recorded and
+    the replay goes on without that patch, so every patch gets an outcome."""
+    if url is not None:
+        url = check_url(url, "--url")
+    onto = check_rev(onto)
     with workspace_lock(forge, out_):
+        series_journal.recover(forge.root, out_)
         reject_in_progress(forge)
         m = manifest.load(forge.upstream_manifest, forge.root)
         src = forge.src_dir(m.name)
         refuse_stale(src, out_)
         new_url = url or m.url
-        if offline and not HEX40.match(onto.strip().lower()):
+        fetch_url = mirror or new_url
+        if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
             raise BadInput(
                 f"--onto {onto}: --offline cannot resolve a ref name",
-                hint="pass the full 40-hex commit id (it must already be in the workspace)",
+                hint="pass the commit id (it must already be in the workspace)",
             )
-        commit = resolve_rev(mirror or new_url, onto, src if src.is_dir() else None)
-        if commit != onto:
-            out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
-        if commit == m.commit and new_url == m.url:
-            out_.info(f"already pinned at {commit}: nothing to rebase")
+        sha = None if offline else resolve_rev(fetch_url, onto, src if src.is_dir() else None)
+        if offline and HEX40.match(onto.lower()):
+            sha = onto.lower()
+        if sha == m.commit and new_url == m.url:
+            out_.info(f"already pinned at {sha}: nothing to rebase")
             return noop_result(m)
-        if offline and not (src.is_dir() and gitutil.has_object(src, commit)):
+        if offline and not (src.is_dir() and peel(src, sha or onto)):
             raise BadInput(
-                f"--offline: {commit} is not in the workspace",
+                f"--offline: {onto} is not in the workspace",
                 hint="run without --offline, or pass --mirror with a reachable mirror",
             )
 
         patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
         src = patched.src_dir
         old_head = patched.head_commit
-        fetch_commit(src, mirror or new_url, commit, out_)
+        commit = pin_commit(src, fetch_url, onto, sha, out_)
+        if commit != onto.lower():
+            out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
+        if commit == m.commit and new_url == m.url:
+            out_.info(f"already pinned at {commit}: nothing to rebase")
+            return noop_result(m)
         new_tree = gitutil.tree_of(src, commit)
         old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
         if len(old_commits) != len(m.series):
@@ -134,14 +151,17 @@ def start(
             new_tree=new_tree,
             onto=onto,
             inputs_sha256=inputs_digest(m),
-            fetch_url=mirror or new_url,
+            fetch_url=fetch_url,
             patches=steps,
             head=commit,
+            canary=canary,
         )
         save_state(forge, state)
         out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
         git(src, "checkout", "-q", "-f", "--detach", commit)
         replay(forge, state, out_)
+        if canary:  # the dry run reads the state; nothing is written
+            return noop_result(m)
         return finish(forge, state, out_)
 
 
@@ -149,10 +169,14 @@ def resume(forge: Forge, out_: Reporter) -> RebaseResult:
     """`--continue`: after a resolved conflict, or after a crash at any step."""
     with workspace_lock(forge, out_):
         state = require_state(forge)
+        fault.point("rebase.continue")
+        series_journal.recover(forge.root, out_)
         src = Path(state.src_dir)
         check_manifest_untouched(forge, state)
         if state.phase == "write":
             out_.info("finishing the interrupted write of the manifest and patches/")
+            # a kill in the final checkout leaves git's index.lock: ours, under our lock
+            clear_leftovers(src, out_, index_lock=True)
             return finish(forge, state, out_, staged=True)
         if state.phase == "conflict":
             take_resolution(forge, state, out_)
@@ -167,11 +191,11 @@ def resume(forge: Forge, out_: Reporter) -> RebaseResult:
         return finish(forge, state, out_)
 
 
-
 def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
     """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
     with workspace_lock(forge, out_):
         state = require_state(forge)
+        series_journal.recover(forge.root, out_)
         src = Path(state.src_dir)
         if state.phase == "write":
             restore_journal(forge, out_)
@@ -204,4 +228,3 @@ def require_state(forge: Forge) -> RebaseState:
             hint="start one with `dgr-forge rebase --onto <commit>`",
         )
     return state
-

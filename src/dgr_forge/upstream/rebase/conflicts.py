@@ -116,4 +116,3 @@ def conflict_error(forge: Forge, state: RebaseState) -> NeedsHuman:
             ],
         },
     )
-

@@ -19,7 +19,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, manifest_edit, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_id
-from dgr_forge.upstream.rebase.report import rows_of, write_report
+from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
@@ -86,9 +86,9 @@ def stage(forge: Forge, state: RebaseState) -> None:
     src = Path(state.src_dir)
     m = manifest.load(forge.upstream_manifest, forge.root)
     # HEAD is state.head here: the replay moved it, a resumed run reset it there
-    rendered = export.compute_series(src, state.new_commit)
+    rendered = export.compute_series(src, state.new_commit, tmp_root=forge.tmp_dir)
     export.verify_round_trip(src, state.new_commit, rendered)
-    kept = [s for s in state.patches if s.outcome != "dropped"]
+    kept = [s for s in state.patches if s.new_commit is not None]
     if [p.commit for p in rendered] != [s.new_commit for s in kept]:
         raise OperationFailed(
             f"export saw {len(rendered)} commits over {state.new_commit[:12]}, the replay "
@@ -198,7 +198,6 @@ def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = Fals
         stage(forge, state)
         state.phase = "write"
         save_state(forge, state)
-    fault.point("rebase.write")
     write_side(forge, "new", out_)
     fault.point("rebase.checkout")
     git(src, "checkout", "-q", "-f", "--detach", state.head)
@@ -213,6 +212,7 @@ def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = Fals
         ["patch", "now", "outcome"],
         [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
     )
+    out_.info(summary(counts_of(rows)))
     out_.info(f"report: {report_md}")
     out_.info(
         f"manifest re-pinned to {state.new_commit}; commit "

@@ -11,6 +11,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
 
@@ -109,22 +110,51 @@ def patch_id(src: Path, a: str, b: str) -> str:
     return proc.stdout.split(" ")[0] if proc.stdout else ""
 
 
-def resolve_rev(url: str, rev: str, src: Path | None) -> str:
-    """A full commit id for REV: itself when 40-hex, else the ref as the remote has it."""
+_ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
+_MAX_REV = 256
+
+
+def check_rev(rev: str) -> str:
+    """`--onto`'s value as data: no option, no control character, bounded (exit 2)."""
     rev = rev.strip()
+    bad = (
+        not rev
+        or rev.startswith("-")
+        or len(rev) > _MAX_REV
+        or any(ord(c) < 33 or ord(c) == 127 for c in rev)
+        or ".." in rev
+    )
+    if bad:
+        raise BadInput(
+            f"--onto {rev[:80]!r}: not a commit id, tag or branch name",
+            hint="pass a commit id (full or abbreviated), a tag or a branch of the upstream",
+        )
+    return rev
+
+
+def resolve_rev(url: str, rev: str, src: Path | None) -> str | None:
+    """REV as the remote names it: a full id (of a commit or of an annotated tag: `peel`
+    turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
+    rev = check_rev(rev)
     if HEX40.match(rev.lower()):
         return rev.lower()
-    proc = git(src, "ls-remote", url, rev, check=False, isolated=False)
+    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False)
     if proc.returncode != 0:
         raise OperationFailed(
-            f"cannot list refs of {url}: {proc.stderr.strip()}",
+            f"cannot list refs of {mask(url)}: {mask_text(proc.stderr.strip())}",
             hint="check the URL and network access, or pass the full commit id",
         )
     refs: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         sha, _, name = line.partition("\t")
         refs[name] = sha
-    for name in (rev, f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}"):
+    for name in (
+        f"{rev}^{{}}",
+        rev,
+        f"refs/tags/{rev}^{{}}",
+        f"refs/tags/{rev}",
+        f"refs/heads/{rev}",
+    ):
         if name in refs:
             return refs[name]
     # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
@@ -132,21 +162,72 @@ def resolve_rev(url: str, rev: str, src: Path | None) -> str:
     candidates = set(peeled) or set(refs.values())
     if len(candidates) == 1:
         return candidates.pop()
-    if not refs and re.fullmatch(r"[0-9a-fA-F]{4,39}", rev):
-        # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
-        raise BadInput(
-            f"--onto {rev}: no such ref, and abbreviated commit ids are refused "
-            "(ambiguous, unverifiable)",
-            hint="pass the full 40-hex commit id, or a ref name such as a tag or branch",
-        )
+    if not refs and _ABBREV.fullmatch(rev):
+        return None  # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
     if not refs:
         raise BadInput(
-            f"--onto {rev}: no such ref at {url}",
-            hint="pass a full 40-hex commit id, or a tag/branch name the upstream has",
+            f"--onto {rev}: no such ref at {mask(url)}",
+            hint="pass a commit id, or a tag/branch name the upstream has",
         )
     raise BadInput(
-        f"--onto {rev}: ambiguous at {url}: " + ", ".join(sorted(refs)),
+        f"--onto {rev}: ambiguous at {mask(url)}: " + ", ".join(sorted(refs)),
         hint="pass the full ref name (refs/tags/... or refs/heads/...) or the commit id",
+    )
+
+
+def peel(src: Path, rev: str) -> str | None:
+    """The commit `rev` names in the workspace repo (a tag peeled), else None."""
+    proc = git(
+        src, "rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}", check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -> str:
+    """The commit to pin for `--onto rev` (`sha` from resolve_rev): fetched, then peeled
+    to `^{commit}`, which is what gets pinned and shown."""
+    if sha is not None:
+        fetch_commit(src, url, sha, out_)
+        commit = peel(src, sha)
+    else:
+        commit = peel(src, rev)
+        if commit is None:
+            out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
+            _fetch_all(src, url)
+            commit = peel(src, rev)
+        if commit is None:
+            proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
+            many = proc.stdout.split()
+            raise BadInput(
+                f"--onto {rev} (an abbreviated commit id): "
+                + (
+                    f"ambiguous ({len(many)} objects start with it)"
+                    if len(many) > 1
+                    else "no commit starting with it is reachable from the branches and tags "
+                    f"of {mask(url)}"
+                ),
+                hint="pass more digits, or the full 40-hex commit id",
+            )
+    if commit is None:
+        raise BadInput(
+            f"--onto {rev}: {sha} is not a commit (nor a tag of one)",
+            hint="pass a commit id, a tag or a branch",
+        )
+    return commit
+
+
+def _fetch_all(src: Path, url: str) -> None:
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    git(
+        src,
+        "fetch",
+        "--no-tags",
+        *(["--depth=1"] if shallow else []),
+        "--",
+        url,
+        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
+        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
+        isolated=False,
     )
 
 
@@ -156,24 +237,15 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
         return
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
     depth = ["--depth=1"] if shallow else []
-    out_.step(f"fetching {commit[:12]} from {url}")
-    proc = git(src, "fetch", "--no-tags", *depth, url, commit, check=False, isolated=False)
+    out_.step(f"fetching {commit[:12]} from {mask(url)}")
+    proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
         # the server does not serve single commits: fetch its branches and tags
         out_.info("the server refused a single-commit fetch; fetching branches and tags")
-        git(
-            src,
-            "fetch",
-            "--no-tags",
-            *depth,
-            url,
-            "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
-            "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
-            isolated=False,
-        )
+        _fetch_all(src, url)
     if not gitutil.has_object(src, f"{commit}^{{commit}}"):
         raise BadInput(
-            f"--onto: commit {commit} is not available from {url}",
+            f"--onto: commit {commit} is not available from {mask(url)}",
             hint="check the commit id and that the URL is the repository that has it",
         )
 
@@ -189,10 +261,9 @@ def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
     for step in ("--deepen=64", "--deepen=1024", "--unshallow"):
         if out(src, "rev-parse", "--is-shallow-repository") != "true":
             break
-        proc = git(src, "fetch", "--no-tags", step, url, new, check=False, isolated=False)
+        proc = git(src, "fetch", "--no-tags", step, "--", url, new, check=False, isolated=False)
         if proc.returncode != 0:
             return False
         if connected():
             return True
     return connected()
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -17,6 +18,7 @@ from dgr_forge.upstream.rebase.gitops import (
     ensure_history,
     git_bytes,
     git_dir,
+    patch_id,
 )
 from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 
@@ -28,7 +30,8 @@ def record(src: Path, state: RebaseState, i: int, resolved: bool) -> None:
     step = state.patches[i]
     empty = git(src, "diff", "--cached", "--quiet", state.head, check=False).returncode == 0
     if empty:
-        step.new_commit, step.outcome = None, "dropped"
+        # by itself: the change is upstream; after a conflict: a person chose upstream's side
+        step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
         tree = out(src, "write-tree")
         env, message = commit_meta(src, step.old_commit)
@@ -76,9 +79,18 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
                     upstream[f], line_level[f] = upstream_commits_for(
                         src, state.old_commit, state.new_commit, state.head, f
                     )
+            step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
+            step.files = unmerged
+            if state.canary:
+                # a --dry-run: note it and go on without this patch
+                step.new_commit, step.outcome = None, "conflict"
+                git(src, "reset", "-q", "--hard", state.head)
+                clear_leftovers(src, out_, index_lock=False)
+                state.next = i + 1
+                save_state(forge, state)
+                continue
             state.phase = "conflict"
             state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
-            step.upstream_commits = [c for f in unmerged for c in upstream.get(f, [])]
             save_state(forge, state)
             raise conflict_error(forge, state)
         record(src, state, i, resolved=False)
@@ -95,26 +107,37 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         save_state(forge, state)
 
 
+def _unique(commits: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for c in commits:
+        seen.setdefault(c["commit"], c)
+    return list(seen.values())
+
+
 def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
-    """The upstream commits (old..new pin) that touched a dropped patch's files: where the
-    change went, for the report. Empty when the history cannot be fetched."""
+    """The upstream commits (old..new pin) that took a dropped patch: those whose change
+    is the same (`git patch-id`), else those that touched its files. Empty when the
+    history cannot be fetched."""
     if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
         return []
     files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
-    proc = git(
-        src,
-        "log",
-        "--format=%H%x09%s",
-        f"{state.old_commit}..{state.new_commit}",
-        "--",
-        *files.splitlines(),
-        check=False,
-    )
-    return [
+    span = f"{state.old_commit}..{state.new_commit}"
+    proc = git(src, "log", "--format=%H%x09%s", span, "--", *files.splitlines(), check=False)
+    touching = [
         {"commit": c, "subject": subj}
         for c, _, subj in (ln.partition("\t") for ln in proc.stdout.splitlines() if ln)
     ]
-
+    if len(touching) > 1:
+        mine = patch_id(src, f"{step.old_commit}^", step.old_commit)
+        diffs = git(src, "log", "-p", "--full-index", "--format=commit %H", span, check=False)
+        ids = git(src, "patch-id", "--stable", input=diffs.stdout, check=False)
+        same = {
+            c for pid, _, c in (ln.partition(" ") for ln in ids.stdout.splitlines()) if pid == mine
+        }
+        exact = [c for c in touching if c["commit"] in same]
+        if exact:
+            return exact
+    return touching
 
 
 def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
@@ -167,7 +190,10 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         )
     record(src, state, state.next, resolved=True)
     clear_leftovers(src, out_, index_lock=False)
-    out_.info(f"{step.file}: resolved by hand")
+    if step.outcome == "dropped-by-hand":
+        out_.info(f"{step.file}: resolved to no change: dropped by hand")
+    else:
+        out_.info(f"{step.file}: resolved by hand")
     save_state(forge, state)
 
 
@@ -177,4 +203,3 @@ def has_markers(path: Path) -> bool:
     except OSError:
         return False
     return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))
-

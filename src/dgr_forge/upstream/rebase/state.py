@@ -58,7 +58,8 @@ class PatchStep:
     new_commit: str | None = None  # N_i; None while pending or when dropped
     outcome: str | None = None  # set when recorded: "picked", "resolved", "dropped"; final at end
     new_file: str | None = None
-    upstream_commits: list[dict[str, str]] = field(default_factory=list)  # when it conflicted
+    upstream_commits: list[dict[str, str]] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # the conflicted files, when it conflicted
 
 
 @dataclass
@@ -80,6 +81,7 @@ class RebaseState:
     head: str = ""  # N_(next-1): the new pin plus the patches recorded so far
     phase: str = "replay"  # replay | conflict | write
     conflict: dict[str, Any] | None = None
+    canary: bool = False  # a --dry-run: conflicts are recorded, not stopped at
     version: int = STATE_VERSION
 
     @classmethod
@@ -138,7 +140,7 @@ class RebaseResult:
             "new_tree": self.new_tree,
             "result_tree": self.result_tree,
             "patches": self.patches,
+            "counts": {o: sum(1 for p in self.patches if p["outcome"] == o) for o in OUTCOMES},
             "report": str(self.report_json) if self.report_json else None,
             "report_markdown": str(self.report_md) if self.report_md else None,
         }
-
