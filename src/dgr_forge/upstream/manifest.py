@@ -145,6 +145,11 @@ class _Checker:
 
 def load(path: Path, root: Path) -> UpstreamManifest:
     """Load and validate the upstream manifest at `path`; paths resolve against `root`."""
+    # a write of patches/ + manifest that a kill interrupted is finished first (cheap: two
+    # globs when there is none), so no command reads a half-written series
+    from dgr_forge.upstream.series_journal import recover
+
+    recover(root)
     try:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
