@@ -197,6 +197,15 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
 
 
+def _what_differs(old: bytes, new: bytes) -> str:
+    """ "message" when the header and message part differ (what `git am` made of the
+    commit message is not what the file says), else "diff"; "file" for a missing one."""
+    if not old or not new:
+        return "file"
+    head_old, head_new = old.split(b"\ndiff --git ", 1)[0], new.split(b"\ndiff --git ", 1)[0]
+    return "message" if head_old != head_new else "diff"
+
+
 def check(
     forge: Forge, out: Reporter, *, mirror: str | None = None, offline: bool = False
 ) -> CheckResult:
@@ -227,7 +236,9 @@ def check(
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
-                result.differences.append({"path": rel, "diff": _diff(rel, old, new)})
+                result.differences.append(
+                    {"path": rel, "diff": _diff(rel, old, new), "what": _what_differs(old, new)}
+                )
 
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = m.path.read_bytes()
@@ -238,14 +249,19 @@ def check(
         ).encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
-            result.differences.append({"path": rel, "diff": _diff(rel, committed, regenerated)})
+            result.differences.append(
+                {"path": rel, "diff": _diff(rel, committed, regenerated), "what": "manifest"}
+            )
 
         result.options_checked, result.option_problems = check_options(
             forge, src, m.commit, all_recipes
         )
 
     for d in result.differences:
-        out.error(f"check: {d['path']} differs from a fresh apply + re-export")
+        what = {"message": " (its commit message)", "diff": " (its diff)"}.get(
+            d.get("what", ""), ""
+        )
+        out.error(f"check: {d['path']} differs from a fresh apply + re-export{what}")
         out.info(d["diff"].rstrip("\n"))
     for p in result.option_problems:
         out.error(f"check: recipe {p.recipe}: {p.message}")
