@@ -200,3 +200,17 @@ def test_resolved_to_empty_is_dropped_by_hand_not_upstreamed(series: Series) -> 
     assert data["counts"] == r.json["counts"]
     assert "1 dropped-by-hand" in r.stderr and "1 dropped-by-hand" in md
     assert s.forge("check").code == 0
+
+
+def test_manifest_url_injection_through_rebase_never_runs(series: Series, tmp_path: Path) -> None:
+    s = series
+    marker = tmp_path / "pwned"
+    new = s.upstream.commit({"docs/z.md": "z\n"}, "docs: z")
+    text = s.manifest.read_text()
+    s.manifest.write_text(text.replace(s.upstream.url, f"--upload-pack=touch {marker};x"))
+    for extra in ((), ("--dry-run",)):
+        r = s.forge("rebase", "--onto", "v1", *extra)
+        assert r.code == 2 and "url" in r.stderr, r
+        r = s.forge("rebase", "--onto", new, *extra)
+        assert r.code == 2 and "url" in r.stderr, r
+    assert not marker.exists()

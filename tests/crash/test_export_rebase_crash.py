@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from rebase_support import (
     start_paused_cmd,
     upstream_edit,
 )
+
+from dgr_forge.upstream import series_journal
 
 KILLED = (-9, 137)
 DATE = "2025-03-01T00:00:00Z"
@@ -312,3 +315,81 @@ def test_rebase_continue_killed_after_a_resolution(series: Series) -> None:
     )
     assert leftovers(s) == []
     assert s.forge("check").code == 0
+
+
+# ----------------------------------------------------------------------------- the journal itself
+
+
+def _journal_root(tmp: Path) -> tuple[Path, Path, Path]:
+    root = tmp / "root"
+    pdir = root / "patches" / "up"
+    pdir.mkdir(parents=True)
+    (root / "manifests").mkdir()
+    manifest = root / "manifests" / "up.toml"
+    manifest.write_bytes(b"old manifest\n")
+    (pdir / "0001-a.patch").write_bytes(b"old a\n")
+    (pdir / "0002-b.patch").write_bytes(b"old b\n")
+    (pdir / "README").write_bytes(b"kept\n")
+    return root, pdir, manifest
+
+
+NEW = {"0001-a.patch": b"new a\n", "0002-c.patch": b"new c\n"}
+
+
+def _files(pdir: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(pdir.iterdir())}
+
+
+@pytest.mark.parametrize(
+    ("point", "finished"),
+    [
+        ("j.write", False),  # killed while staging: rolled back
+        ("j.staged", True),  # complete journal, nothing swapped: rolled forward
+        ("j.swapped", True),  # new series in place, manifest not yet: rolled forward
+        ("j.manifest", True),  # all in place, journal not yet removed: cleaned
+    ],
+)
+def test_journal_recovery_rolls_forward_only_a_complete_journal(
+    tmp_path: Path, point: str, finished: bool
+) -> None:
+    root, pdir, manifest = _journal_root(tmp_path)
+    before = {**_files(pdir), "manifest": manifest.read_bytes()}
+    script = (
+        "import sys; from pathlib import Path; from dgr_forge.upstream import series_journal as j;"
+        f"j.write(Path({str(root)!r}), Path({str(pdir)!r}), {NEW!r}, "
+        f"Path({str(manifest)!r}), b'new manifest\\n', points='j')"
+    )
+    from forgetest import forge_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env=forge_env({"DGR_FAULT": f"{point}:kill"}),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode in KILLED, proc.stderr
+    # the old series is never gone while the manifest is old
+    if manifest.read_bytes() == b"old manifest\n":
+        journals = list(pdir.parent.glob(".up.journal-*"))
+        assert pdir.is_dir() or any((j / "old").is_dir() for j in journals)
+    series_journal.recover(root)
+    after = {**_files(pdir), "manifest": manifest.read_bytes()}
+    if finished:
+        assert after == {**NEW, "README": b"kept\n", "manifest": b"new manifest\n"}
+    else:
+        assert after == before
+    assert [p.name for p in pdir.parent.iterdir()] == ["up"]
+
+
+def test_journal_of_a_live_owner_is_left_alone(tmp_path: Path) -> None:
+    root, pdir, _manifest = _journal_root(tmp_path)
+    live = pdir.parent / f".up.journal-{os.getppid()}-abcd"
+    (live / "series").mkdir(parents=True)
+    series_journal.recover(root)
+    assert live.is_dir()
+    dead_pid = subprocess.Popen(["true"])
+    dead_pid.wait()
+    dead = pdir.parent / f".up.journal-{dead_pid.pid}-abcd"
+    (dead / "series").mkdir(parents=True)
+    series_journal.recover(root)
+    assert not dead.exists() and live.is_dir()

@@ -94,6 +94,8 @@ def start(
         m = manifest.load(forge.upstream_manifest, forge.root)
         src = forge.src_dir(m.name)
         refuse_stale(src, out_)
+        # the manifest's URL is data as much as --url is (`--` comes before it as well)
+        check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
         new_url = url or m.url
         fetch_url = mirror or new_url
         if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
