@@ -214,3 +214,20 @@ def test_manifest_url_injection_through_rebase_never_runs(series: Series, tmp_pa
         r = s.forge("rebase", "--onto", new, *extra)
         assert r.code == 2 and "url" in r.stderr, r
     assert not marker.exists()
+
+
+def test_upstreamed_names_the_commit_that_took_it_not_every_one_touching_the_file(
+    series: Series,
+) -> None:
+    s = series
+    text = (s.upstream.path / "ggml/src/ggml.c").read_text()
+    other = s.upstream.commit(
+        {"ggml/src/ggml.c": text + "/* upstream: unrelated */\n"}, "ggml: note"
+    )
+    took = upstream_edit(s.upstream, "ggml/src/ggml.c", GGML_OLD, GGML_NEW, "ggml: count rpc")
+    r = s.forge("rebase", "--onto", took, "--json")
+    assert r.code == 0, r
+    rows = {row["file"][:4]: row for row in r.json["patches"]}
+    assert rows["0002"]["outcome"] == "dropped"
+    assert [c["commit"] for c in rows["0002"]["upstream_commits"]] == [took]
+    assert other[:12] not in Path(r.json["report_markdown"]).read_text()

@@ -18,7 +18,6 @@ from dgr_forge.upstream.rebase.gitops import (
     ensure_history,
     git_bytes,
     git_dir,
-    patch_id,
 )
 from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 
@@ -114,27 +113,41 @@ def _unique(commits: Iterable[dict[str, str]]) -> list[dict[str, str]]:
     return list(seen.values())
 
 
+def _changed_lines(diff: str) -> dict[str, set[str]]:
+    """The lines a diff removes ("-") and adds ("+"), without context or positions."""
+    lines: dict[str, set[str]] = {"-": set(), "+": set()}
+    for line in diff.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            continue
+        if line[:1] in lines and line[1:].strip():
+            lines[line[:1]].add(line[1:].strip())
+    return lines
+
+
 def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
-    """The upstream commits (old..new pin) that took a dropped patch: those whose change
-    is the same (`git patch-id`), else those that touched its files. Empty when the
-    history cannot be fetched."""
+    """The upstream commits (old..new pin) that took a dropped patch: those whose diff
+    removes and adds every line the patch does (context and positions aside), else every
+    one that touched its files. Empty when the history cannot be fetched."""
     if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
         return []
     files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
     span = f"{state.old_commit}..{state.new_commit}"
-    proc = git(src, "log", "--format=%H%x09%s", span, "--", *files.splitlines(), check=False)
+    paths = files.splitlines()
+    proc = git(src, "log", "--format=%H%x09%s", span, "--", *paths, check=False)
     touching = [
         {"commit": c, "subject": subj}
         for c, _, subj in (ln.partition("\t") for ln in proc.stdout.splitlines() if ln)
     ]
     if len(touching) > 1:
-        mine = patch_id(src, f"{step.old_commit}^", step.old_commit)
-        diffs = git(src, "log", "-p", "--full-index", "--format=commit %H", span, check=False)
-        ids = git(src, "patch-id", "--stable", input=diffs.stdout, check=False)
-        same = {
-            c for pid, _, c in (ln.partition(" ") for ln in ids.stdout.splitlines()) if pid == mine
-        }
-        exact = [c for c in touching if c["commit"] in same]
+        mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
+        log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
+        took: set[str] = set()
+        for chunk in log.split("\0")[1:]:
+            commit, _, diff = chunk.partition("\n")
+            theirs = _changed_lines(diff)
+            if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
+                took.add(commit.strip())
+        exact = [c for c in touching if c["commit"] in took]
         if exact:
             return exact
     return touching
