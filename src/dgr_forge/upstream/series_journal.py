@@ -173,8 +173,10 @@ def _swap(jdir: Path, pdir: Path, manifest_path: Path, points: str) -> None:
         if isinstance(err, OSError):
             raise _no_space(err, pdir) from None
         raise
-    fault.point(f"{points}.manifest")
-    shutil.rmtree(jdir, ignore_errors=True)
+    try:
+        fault.point(f"{points}.manifest")
+    finally:  # the write is complete either way: only the journal is left to remove
+        shutil.rmtree(jdir, ignore_errors=True)
 
 
 def recover(root: Path, out: Reporter | None = None) -> None:
