@@ -275,6 +275,23 @@ def test_rebase_killed_then_abort_restores(series: Series, point: str) -> None:
     assert leftovers(s) == []
 
 
+def test_rebase_abort_killed_then_abort_again(series: Series) -> None:
+    s = series
+    new = shift_patch_1(s)
+    before = s.snapshot()
+    old_head = sh_git(s.src, "rev-parse", "HEAD")
+    r = fault(s, "rebase.swapped:kill", "rebase", "--onto", new)
+    assert r.code in KILLED, r
+    for point in ("rebase.staged", "rebase.abort"):  # the restore itself is killed
+        r = fault(s, f"{point}:kill", "rebase", "--abort")
+        assert r.code in KILLED, r
+    r = s.forge("rebase", "--abort")
+    assert r.code == 0, r
+    assert s.snapshot() == before
+    assert sh_git(s.src, "rev-parse", "HEAD") == old_head
+    assert leftovers(s) == []
+
+
 def test_rebase_disk_full_at_write_then_continue(series: Series) -> None:
     s = series
     new = shift_patch_1(s)

@@ -29,7 +29,7 @@ Modules: `state` (rebase.json), `gitops` (git plumbing, REV resolution), `replay
 `conflicts`, `finish` (stage + write), `report`, `commands` (start/resume/abort),
 `dryrun`. Fault points (`DGR_FAULT`): `rebase.replay:NNNN`, `rebase.commit:NNNN`,
 `rebase.continue`, `rebase.write`, the journal's `rebase.staged`/`rebase.swapped`/
-`rebase.manifest`, `rebase.checkout`.
+`rebase.manifest`, `rebase.checkout`, `rebase.abort`.
 """
 
 from dgr_forge.upstream.rebase.commands import abort, in_progress, resume, start

@@ -204,6 +204,7 @@ def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
         stale = stale_git_state(src)
         if stale:
             out_.warn("cleaning up: " + "; ".join(stale))
+        fault.point("rebase.abort")
         clear_leftovers(src, out_, index_lock=True)
         git(src, "reset", "-q", "--hard")
         git(src, "checkout", "-q", "-f", "--detach", state.old_head)
