@@ -3,8 +3,11 @@
 One exporter, one set of flags (DESIGN.md, "Patch files are canonical"): `git format-patch
 --zero-commit --no-signature --full-index --no-numbered --keep-subject --no-stat` with the
 diff settings pinned in gitutil, file names `NNNN-<slug>.patch`. Unchanged patches keep
-their bytes, inode and mtime; the new series is staged in a temporary directory and
-swapped in together with the manifest, so a failure mid-export leaves the old series.
+their bytes, inode and mtime; the new series and manifest go through the one crash-safe
+journal (`series_journal`, shared with rebase) under the root lock, so a failure leaves
+the old series and a kill is finished or undone by the next command. Fault points:
+`export.computed`, `export.write:<file>`, `export.staged`, `export.swapped`,
+`export.manifest`. Scratch directories live in the workspace's `tmp/`.
 """
 
 from __future__ import annotations
