@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -231,3 +232,15 @@ def test_upstreamed_names_the_commit_that_took_it_not_every_one_touching_the_fil
     assert rows["0002"]["outcome"] == "dropped"
     assert [c["commit"] for c in rows["0002"]["upstream_commits"]] == [took]
     assert other[:12] not in Path(r.json["report_markdown"]).read_text()
+
+
+def test_dry_run_without_a_workspace_creates_none(series: Series) -> None:
+    s = series
+    new = s.upstream.commit({"docs/z.md": "z\n"}, "docs: z")
+    shutil.rmtree(s.root / ".dgr")
+    before = s.snapshot()
+    r = s.forge("rebase", "--onto", new, "--dry-run", "--json")
+    assert r.code == 0, r
+    assert set(outcomes(r.json["patches"]).values()) == {"unchanged"}
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "src").exists()
