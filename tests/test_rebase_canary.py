@@ -99,7 +99,10 @@ def test_dry_run_report_path_is_checked(series: Series) -> None:
     s = series
     new = s.upstream.commit({"docs/z.md": "z\n"}, "docs: z")
     before = everything(s)
-    for bad in (str(s.manifest), str(s.patches_dir / "x.md"), str(s.root / "no" / "such.md")):
+    link = s.root.parent / "link.md"
+    link.symlink_to(s.manifest)
+    bad_paths = (s.manifest, s.patches_dir / "x.md", s.root / "no" / "such.md", link, s.root)
+    for bad in map(str, bad_paths):
         r = s.forge("rebase", "--onto", new, "--dry-run", "--report", bad)
         assert r.code == 2 and "--report" in r.stderr, r
     r = s.forge("rebase", "--onto", new, "--report", "x.md")
