@@ -410,3 +410,21 @@ def test_journal_of_a_live_owner_is_left_alone(tmp_path: Path) -> None:
     (dead / "series").mkdir(parents=True)
     series_journal.recover(root)
     assert not dead.exists() and live.is_dir()
+
+
+def test_series_kept_outside_patches_is_recovered_too(series: Series) -> None:
+    s = series
+    moved = s.root / "vendor" / "llama-patches"
+    moved.parent.mkdir()
+    s.patches_dir.rename(moved)
+    text = s.manifest.read_text()
+    s.manifest.write_text(text.replace('dir = "patches/llama.cpp"', 'dir = "vendor/llama-patches"'))
+    assert s.forge("patch").code == 0
+    new_commit_in_workspace(s)
+    r = fault(s, "export.swapped:kill", "export")
+    assert r.code in KILLED, r
+    st = s.forge("status")  # loading the manifest finishes the write first
+    assert st.code == 0 and "Traceback" not in st.stderr, st
+    assert "0004-docs-shard-worker-notes.patch" in [p.name for p in moved.iterdir()]
+    assert [p.name for p in moved.parent.iterdir()] == ["llama-patches"]
+    assert s.forge("export", "--json").json["changed"] is False

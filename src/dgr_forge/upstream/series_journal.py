@@ -179,13 +179,23 @@ def _swap(jdir: Path, pdir: Path, manifest_path: Path, points: str) -> None:
         shutil.rmtree(jdir, ignore_errors=True)
 
 
-def recover(root: Path, out: Reporter | None = None) -> None:
-    """Finish or undo what a killed writer left under `root`/patches (cheap when nothing)."""
-    patches_root = root / "patches"
+def _dead(journals: list[Path]) -> list[Path]:
     # a live owner's journal is its own business (it holds the root lock): don't wait on it
-    found = [
-        p for p in patches_root.glob(f".*{_MARK}*") if p.is_dir() and not owner_alive(owner_pid(p))
-    ]
+    return [j for j in journals if j.is_dir() and not owner_alive(owner_pid(j))]
+
+
+def pending(pdir: Path) -> bool:
+    """A dead writer's journal next to `pdir` (for a patches dir outside `patches/`)."""
+    return bool(_dead(_journal_glob(pdir)))
+
+
+def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
+    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`,
+    when the manifest keeps the series elsewhere); cheap when there is nothing."""
+    patches_root = root / "patches"
+    found = _dead(sorted(patches_root.glob(f".*{_MARK}*")))
+    if pdir is not None and pdir.parent != patches_root:
+        found += _dead(_journal_glob(pdir))
     legacy = list(patches_root.glob(".*.export-*"))
     # a manifest's atomic-write temp file: an orphan, since every writer holds the root lock
     orphans = list((root / "manifests").glob(".*.toml.*.tmp"))
