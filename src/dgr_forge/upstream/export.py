@@ -25,8 +25,8 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patches
-from dgr_forge.upstream.fetch import refuse_during_rebase
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.workspace import refuse_during_rebase
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
