@@ -9,9 +9,7 @@ from forgetest import run_forge
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e300", "99999999", "soon", "-"])
-def test_lock_timeout_must_be_finite_bounded_and_not_negative(
-    forge_root: Path, value: str
-) -> None:
+def test_lock_timeout_must_be_finite_bounded_and_not_negative(forge_root: Path, value: str) -> None:
     res = run_forge("--json", "fetch", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": value})
     assert res.code == 2, res
     assert "DGR_LOCK_TIMEOUT" in res.stderr and "Traceback" not in res.stderr, res
