@@ -327,13 +327,13 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def clean_scratch(tmp_root: Path) -> None:
-    """Remove scratch directories whose owner (the pid in the name) is dead."""
+def clean_scratch(tmp_root: Path, prefix: str) -> None:
+    """Remove `<prefix>-<pid>-*` scratch directories whose owner (that pid) is dead."""
     if not tmp_root.is_dir():
         return
-    for entry in tmp_root.iterdir():
-        parts = entry.name.split("-")
-        pid = next((int(p) for p in parts if p.isdigit()), None)
+    for entry in tmp_root.glob(f"{prefix}-*"):
+        rest = entry.name[len(prefix) + 1 :].split("-", 1)[0]
+        pid = int(rest) if rest.isdigit() else None
         if pid is None or pid == os.getpid() or _pid_alive(pid):
             continue
         if entry.is_dir() and not entry.is_symlink():
@@ -347,7 +347,7 @@ def scratch_dir(tmp_root: Path, prefix: str) -> Iterator[Path]:
     """`<tmp_root>/<prefix>-<pid>-<random>`: removed on exit; a killed owner's is removed by
     the next run's `clean_scratch` (the pid says whose it is)."""
     tmp_root.mkdir(parents=True, exist_ok=True)
-    clean_scratch(tmp_root)
+    clean_scratch(tmp_root, prefix)
     path = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=tmp_root))
     try:
         yield path
