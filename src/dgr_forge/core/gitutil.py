@@ -124,10 +124,17 @@ def git(
         timeout=timeout,
     )
     if check and proc.returncode != 0:
+        # git's words and arguments can hold a URL with a credential: masked (core.urls)
+        from dgr_forge.core.urls import mask_text
+
+        err = (
+            proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode("utf-8", "replace")
+        )
+        shown = [mask_text(a) for a in args]
         raise OperationFailed(
-            f"git {' '.join(args[:3])} failed (exit {proc.returncode}): "
-            f"{(proc.stderr or '').strip()[-2000:]}",
-            details={"git_args": list(args), "git_stderr": proc.stderr},
+            f"git {' '.join(shown[:3])} failed (exit {proc.returncode}): "
+            f"{mask_text(err.strip()[-2000:])}",
+            details={"git_args": shown, "git_stderr": mask_text(err)},
         )
     return proc
 

@@ -52,8 +52,7 @@ def lock_timeout() -> float:
     # nan compares false with everything, so it would wait forever: refuse it explicitly
     if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT_S:
         raise BadInput(
-            f"DGR_LOCK_TIMEOUT={raw[:40]!r} is not a number of seconds from 0 to "
-            f"{MAX_TIMEOUT_S:g}",
+            f"DGR_LOCK_TIMEOUT={raw[:40]!r} is not a number of seconds from 0 to {MAX_TIMEOUT_S:g}",
             hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
         )
     return value

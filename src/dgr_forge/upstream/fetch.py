@@ -266,7 +266,7 @@ def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHu
 def _save_commits(forge: Forge, m: UpstreamManifest, src: Path, head: str, pin: str | None) -> Path:
     """The workspace's own commits as one mbox (`git am` re-applies them)."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
-    args += ["--glob=refs/dgr/*", *([pin] if pin else [])]
+    args += ["--glob=refs/dgr/*", *([pin] if pin else []), "--"]
     proc = gitutil.git(src, *args, text=False)
     target = _log_path(forge, f"fetch-saved-commits-{m.name}", ".mbox")
     atomic_write_bytes(target, cast(bytes, proc.stdout))
@@ -322,6 +322,7 @@ def _save_changes(forge: Forge, m: UpstreamManifest, src: Path, head: str | None
             "--binary",
             "--full-index",
             head or EMPTY_TREE,
+            "--",
             env=env,
             text=False,
         )

@@ -379,10 +379,13 @@ def patch_locked(
 def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
     shown = forge.rel(ws.src)
     if ws.operation:
+        # not the forge's (its own `am` is journaled and rolled back; a `dgr-forge rebase`
+        # was refused earlier): name the git command that ends this one
+        verb = {"git rebase": "rebase", "git merge": "merge", "git cherry-pick": "cherry-pick"}
+        abort = f"git -C {shown} {verb.get(ws.operation, 'am')} --abort"
         raise NeedsHuman(
             f"{shown}: a {ws.operation} is in progress in the workspace",
-            hint="finish it (`dgr-forge rebase --continue`) or abort it (`dgr-forge rebase "
-            f"--abort`, or `git -C {shown} am --abort` if an interrupted patch left it)",
+            hint=f"finish it, or abort it (`{abort}`), then run the command again",
             details={"workspace": shown, "operation": ws.operation},
         )
     if ws.dirty:
