@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.proc import capture
 
 # Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
 # diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
@@ -114,15 +115,7 @@ def git(
     full_env = base_env(isolated)
     if env:
         full_env.update(env)
-    proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=full_env,
-        input=input.encode() if isinstance(input, str) and not text else input,
-        capture_output=True,
-        text=text,
-        timeout=timeout,
-    )
+    proc = capture(cmd, cwd=cwd, env=full_env, input=input, text=text, timeout=timeout)
     if check and proc.returncode != 0:
         # git's words and arguments can hold a URL with a credential: masked (core.urls)
         from dgr_forge.core.urls import mask_text

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core import gitutil
+from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text
@@ -116,32 +115,14 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun
     # network calls keep the user's git config: credentials, proxies, insteadOf mirrors
     env = gitutil.base_env(isolated=False)
     kept: list[str] = []
+    tasks: dict[str, Any] = {}
     started = time.monotonic()
-    with (
-        out.progress(transfer=False) as sink,
-        subprocess.Popen(
-            cmd,
-            cwd=src,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        ) as proc,
-    ):
-        assert proc.stderr is not None
-        tasks: dict[str, Any] = {}
-        buf = b""
-        while True:
-            chunk = os.read(proc.stderr.fileno(), 65536)
-            if not chunk:
-                break
-            buf += chunk
-            *lines, buf = re.split(rb"[\r\n]", buf)
-            for raw in lines:
-                _progress_line(mask_text(raw.decode(errors="replace").strip()), sink, tasks, kept)
-        if buf:
-            _progress_line(mask_text(buf.decode(errors="replace").strip()), sink, tasks, kept)
-        rc = proc.wait()
+    with out.progress(transfer=False) as sink:
+
+        def on_line(line: str) -> None:
+            _progress_line(mask_text(line.strip()), sink, tasks, kept)
+
+        rc = proc.stream(cmd, on_line, cwd=src, env=env, merge_stdout=False)
     if rc == 0 and tasks:
         size = tasks.get("size")
         amount = f"{size.split(' |')[0]} " if size else ""
