@@ -9,6 +9,7 @@ at the pin plus the series, clean, with no journal left.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -53,7 +54,9 @@ def _assert_patched(root: Path, series: Series, before: dict[str, bytes]) -> Non
     assert not [p.name for p in (src / ".git").glob("dgr-*")]
     assert _inputs(root) == before
     st = run_forge("--json", "status", cwd=root)
-    assert st.code == 0 and st.json["patches"]["applied"] is True, st
+    assert st.code == 0, st
+    shown = {k: st.json[k] for k in ("upstream", "patches")}
+    assert st.json["patches"]["applied"] is True, json.dumps(shown, indent=1)
 
 
 @pytest.mark.parametrize("point", FETCH_POINTS)
@@ -235,3 +238,21 @@ def test_scratch_dirs_live_in_the_workspace_and_dead_owners_are_cleaned(
     assert not stale.exists() and live.exists() and other.exists()
     assert list(tmpdir.iterdir()) == []  # nothing in $TMPDIR
     assert sorted(p.name for p in tmp.iterdir()) == sorted([live.name, other.name])
+
+
+def test_depth_one_commit_without_its_shallow_entry_is_fetched_again(
+    upstream: Upstream, forge_root: Path
+) -> None:
+    """A depth-1 fetch killed after its pack but before `.git/shallow`: the pin is there
+    with its whole tree, but its parent is missing and not grafted (every `git log` fails).
+    Found by the random-kill test; the next fetch must fetch again."""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_dir(forge_root)
+    assert (src / ".git" / "shallow").exists()
+    (src / ".git" / "shallow").unlink()
+    (src / ".git" / "dgr-fetching").write_text(upstream.head + "\n")  # the killed transfer
+    sh_git(src, "checkout", "-q", "--detach", upstream.head)
+    r = run_forge("fetch", cwd=forge_root)
+    assert r.code == 0, r
+    sh_git(src, "log", "--format=%H", upstream.head)  # history readable again
+    _assert_at_pin(forge_root, upstream)

@@ -58,10 +58,17 @@ class Env:
         return self._forge
 
     @contextlib.contextmanager
-    def session(self, *, lock: bool = True, refuse_rebase: bool = False) -> Iterator[Session]:
+    def session(
+        self,
+        *,
+        lock: bool = True,
+        refuse_rebase: bool = False,
+        prepare: Callable[[Forge], object] | None = None,
+    ) -> Iterator[Session]:
         """The command boundary: take the workspace lock once (before any input is read),
-        refuse during a rebase where the command must, then load the manifest once and
-        hand it down. Library functions take the loaded values.
+        run `prepare` (e.g. recovery that may rewrite the inputs), refuse during a rebase
+        where the command must, then load the manifest once and hand it down. Library
+        functions take the loaded values.
 
         `lock=False` is for read-only commands (`status`): they must not wait behind a
         build, and read a snapshot."""
@@ -71,6 +78,8 @@ class Env:
 
         forge = self.forge
         with workspace_lock(forge, self.out) if lock else contextlib.nullcontext():
+            if prepare is not None:
+                prepare(forge)
             if refuse_rebase:
                 refuse_during_rebase(forge)
             m = manifest.load(forge.upstream_manifest, forge.root)

@@ -42,8 +42,7 @@ def patch(
         url = resolve_mirror(mirror)
         # under the lock from before the manifest is read: a patch started during an
         # export waits for it and then sees the new manifest and files
-        with env.session(refuse_rebase=not check) as s:
-            recover_swaps(s.forge.root)
+        with env.session(refuse_rebase=not check, prepare=lambda f: recover_swaps(f.root)) as s:
             return _patch(env, s, url, offline) if not check else _check(env, s, url, offline)
 
     run(ctx, "patch", body)
@@ -117,13 +116,13 @@ def export(ctx: typer.Context) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream import manifest
         from dgr_forge.upstream.export import export_workspace, recover_swaps
 
-        forge = env.forge
-        recover_swaps(forge.root)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        result = export_workspace(forge, m, env.out)
+        # the manifest is read under the workspace lock (export_workspace takes it again,
+        # re-entrantly, and refuses during a rebase)
+        with env.session(refuse_rebase=True, prepare=lambda f: recover_swaps(f.root)) as s:
+            forge, m = s.forge, s.manifest
+            result = export_workspace(forge, m, env.out)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:

@@ -270,10 +270,11 @@ def pin_tree(ws: Workspace, pin: str) -> str | None:
 
 
 def connected(src: Path, commit: str) -> bool:
-    """Every object of `commit`'s tree is here (a killed fetch can leave a commit without
-    its trees). Costs a walk of the tree: run it only when the cheap checks are unsure."""
+    """Every object of `commit`'s tree is here, and its parents (or a shallow graft): a
+    killed fetch can leave a commit without its trees, or a depth-1 commit whose `shallow`
+    entry was never written. Costs a walk of one tree: run it only when unsure."""
     proc = gitutil.git(
-        src, "rev-list", "--objects", "--quiet", "--no-walk", commit, "--",
+        src, "rev-list", "--objects", "--quiet", "--max-count=1", commit, "--",
         check=False, env=READ_ONLY_ENV,
     )  # fmt: skip
     return proc.returncode == 0
