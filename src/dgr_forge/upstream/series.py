@@ -156,7 +156,7 @@ def check_symlinks(
 
 
 def symlinks_in(repo: Path, rev: str) -> set[str]:
-    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", rev)
+    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", rev)
     links: set[str] = set()
     for record in proc.stdout.split("\0"):
         if record.startswith(SYMLINK_MODE + " "):
