@@ -256,3 +256,25 @@ def test_depth_one_commit_without_its_shallow_entry_is_fetched_again(
     assert r.code == 0, r
     sh_git(src, "log", "--format=%H", upstream.head)  # history readable again
     _assert_at_pin(forge_root, upstream)
+
+
+def test_journal_stays_when_the_roll_back_fails_and_the_next_patch_finishes_it(
+    upstream: Upstream, forge_root: Path
+) -> None:
+    """A full disk mid-series, and the roll-back fails too: the journal must stay (it is
+    what tells the next run that the half-applied tree is the forge's), and the hint names
+    a command that works."""
+    series = make_series(forge_root, upstream)
+    before = _inputs(forge_root)
+    fault = "patch.applied:0002:enospc,patch.rollback:enospc"
+    r = run_forge("--json", "patch", cwd=forge_root, env={"DGR_FAULT": fault})
+    assert r.code == 1, r
+    assert "back at the pin failed too" in r.json["error"], r
+    assert "dgr-forge patch" in r.json["hint"] and "Traceback" not in r.stderr, r
+    src = src_dir(forge_root)
+    assert (src / ".git" / "dgr-patching").exists()
+    st = run_forge("status", cwd=forge_root)
+    assert st.code == 0 and "dgr-forge patch" in st.stderr, st
+    r = run_forge("patch", cwd=forge_root)
+    assert r.code == 0, r
+    _assert_patched(forge_root, series, before)

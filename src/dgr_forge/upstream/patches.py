@@ -151,6 +151,10 @@ def _checkout_pin(src: Path, pin: str) -> None:
 def _rollback(src: Path, pin: str) -> str | None:
     """Put the work tree back at the pin after a failed or killed `git am`; None when it
     worked, else git's reason. Under the journal every change is the forge's own."""
+    try:
+        fault.point("patch.rollback")  # a roll-back that fails, e.g. on a still-full disk
+    except OSError as err:
+        return str(err)
     if (git_dir(src) / "rebase-apply").exists():
         abort_am(src)
     proc = git(src, "checkout", "--quiet", "--detach", "--force", pin, check=False)
