@@ -16,7 +16,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
-from dgr_forge.upstream.workspace import scratch_dir
+from dgr_forge.upstream.scratch import scratch_dir
 
 SYMLINK_MODE = "120000"
 
@@ -196,7 +196,7 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
             if line.strip() and not line.startswith("#"):
                 alt = Path(line.strip())
                 alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
-    with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch") as tmp:
+    with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch-") as tmp:
         (Path(tmp) / "objects").mkdir()
         env = {
             "GIT_INDEX_FILE": str(Path(tmp) / "index"),

@@ -9,15 +9,12 @@ forge's identity, the pin ref, the markers of git operations in progress.
 
 It also owns the clean-up of what a killed git leaves behind (lock files, temporary
 packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
+(Scratch directories are `scratch.py`'s.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
-import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,41 +313,3 @@ def remove_git_leftovers(gitdir: Path) -> None:
                 keep.unlink()
         except OSError:
             pass
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_scratch(tmp_root: Path, prefix: str) -> None:
-    """Remove `<prefix>-<pid>-*` scratch directories whose owner (that pid) is dead."""
-    if not tmp_root.is_dir():
-        return
-    for entry in tmp_root.glob(f"{prefix}-*"):
-        rest = entry.name[len(prefix) + 1 :].split("-", 1)[0]
-        pid = int(rest) if rest.isdigit() else None
-        if pid is None or pid == os.getpid() or _pid_alive(pid):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def scratch_dir(tmp_root: Path, prefix: str) -> Iterator[Path]:
-    """`<tmp_root>/<prefix>-<pid>-<random>`: removed on exit; a killed owner's is removed by
-    the next run's `clean_scratch` (the pid says whose it is)."""
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    clean_scratch(tmp_root, prefix)
-    path = Path(tempfile.mkdtemp(prefix=f"{prefix}-{os.getpid()}-", dir=tmp_root))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
