@@ -46,9 +46,9 @@ from dgr_forge.lanes.recipes import load_all, select
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
 from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
-from dgr_forge.upstream.fetch import refuse_during_rebase
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.manifest import load as load_manifest
+from dgr_forge.upstream.workspace import refuse_during_rebase
 
 if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree
