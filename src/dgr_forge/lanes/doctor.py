@@ -548,12 +548,15 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
     libraries = [doctor.library(name).as_dict() for name in names_libs]
     lanes = [doctor.check_lane(r) for r in recipes.values()]
     launcher = doctor.launcher()
+    from dgr_forge.lanes import cache  # the compiler cache section (lanes/cache.py)
+
     return {
         "host_os": host_os(),
         "machine": platform.machine(),
         "tools": tools,
         "libraries": libraries,
         "compiler_launcher": launcher.path if launcher else None,
+        "cache": cache.describe(doctor),
         "lanes": [lane.as_dict() for lane in lanes],
         "_checks": lanes,
     }
