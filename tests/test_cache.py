@@ -100,7 +100,7 @@ def test_tools_come_from_the_wheels_without_path() -> None:
         assert setup.version and setup.version[0].isdigit()
 
 
-def test_auto_prefers_ccache_then_sccache_when_a_remote_backend_is_set() -> None:
+def test_auto_prefers_ccache_then_sccache_when_a_remote_backend_is_set(tmp_path: Path) -> None:
     d = doctor()
     assert cache.select(d, "auto", environ=clean_env()).tool == "ccache"
     remote = clean_env(SCCACHE_REDIS=f"redis://user:{SECRET}@127.0.0.1:6379")
@@ -108,6 +108,11 @@ def test_auto_prefers_ccache_then_sccache_when_a_remote_backend_is_set() -> None
     assert setup.tool == "sccache"
     assert setup.backend == "local + remote redis redis://***@127.0.0.1:6379"
     assert SECRET not in repr(setup) and SECRET not in str(setup.record())
+    dist = tmp_path / "dist.toml"
+    dist.write_text('[dist]\nscheduler_url = "http://127.0.0.1:10600"\n')
+    setup = cache.select(d, "auto", environ=clean_env(SCCACHE_CONF=str(dist)))
+    assert setup.tool == "sccache" and setup.distributed == "http://127.0.0.1:10600"
+    assert setup.backend == "local"
     gha_off = clean_env(SCCACHE_GHA_ENABLED="false")
     assert cache.select(d, "auto", environ=gha_off).tool == "ccache"
 

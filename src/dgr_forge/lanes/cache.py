@@ -134,7 +134,8 @@ def select(
 ) -> CacheSetup:
     """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro.
 
-    `auto` takes sccache when one of its remote backends is configured, else ccache, else
+    `auto` takes sccache when one of its remote backends (or an sccache-dist scheduler) is
+    configured, else ccache, else
     sccache, else none. An explicit tool that is not installed is exit 2. `workspace` and
     `root` give the base directories that make cache keys path-independent.
     """
@@ -143,7 +144,7 @@ def select(
         return OFF
     environ = os.environ if environ is None else environ
     if choice == "auto":
-        remote = _sccache_backend(environ) is not None
+        remote = _sccache_backend(environ) is not None or _sccache_dist(environ) is not None
         order = ("sccache", "ccache") if remote else ("ccache", "sccache")
         for name in order:
             path = locate(doctor, name)
