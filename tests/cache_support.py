@@ -50,7 +50,7 @@ def make_project(workspace: Path, sources: int = 10, heavy: bool = False) -> Pat
                 f"static double g{i}_{j}(double v) {{ double a = v; "
                 f"for (int k = 0; k < {j + 3}; k++) a = a * 1.0001 + k / (a + 1.0); "
                 f"return a; }}\ndouble h{i}_{j}(double v) {{ return g{i}_{j}(v) + f{i}(1); }}\n"
-                for j in range(150)
+                for j in range(60)
             )
         (src / "src" / f"f{i:03d}.c").write_text('#include <stdio.h>\n#include "common.h"\n' + body)
     return src
