@@ -308,3 +308,36 @@ def test_doctor_shows_the_cache_and_never_its_secret(tmp_path: Path) -> None:
 
     missing = run_forge("--root", str(root), "doctor", "--json", env={"DGR_CACHE": "-x"})
     assert "not a compiler cache choice" in missing.json["cache"]["problem"]
+
+
+def test_env_holds_only_the_caches_own_variables(tmp_path: Path) -> None:
+    user = clean_env(AWS_SECRET_ACCESS_KEY=SECRET, CCACHE_REMOTE_STORAGE=f"http://x:{SECRET}@h/c")
+    for tool in ("ccache", "sccache"):
+        for mode in ("rw", "ro"):
+            setup = cache.select(doctor(), tool, mode, workspace=tmp_path, environ=user)
+            assert all(k.startswith(("CCACHE_", "SCCACHE_")) for k in setup.env), setup.env
+            assert SECRET not in repr(setup) and SECRET not in str(setup.record())
+
+
+@pytest.mark.parametrize("content", [None, b"\xff\xfe not utf-8", b"[cache.redis\nurl=", b"x" * 9])
+def test_hostile_sccache_config_is_ignored_not_fatal(tmp_path: Path, content: bytes | None) -> None:
+    conf = Path("/dev/zero") if content is None else tmp_path / "conf"
+    if content is not None:
+        conf.write_bytes(content * (200_000 if content == b"x" * 9 else 1))
+    setup = cache.select(doctor(), "auto", environ=clean_env(SCCACHE_CONF=str(conf)))
+    assert setup.tool == "ccache" and setup.backend == "local"
+
+
+def test_planted_symlink_for_the_sccache_socket_dir_is_not_used(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o777)
+    (ws / "sccache").symlink_to(elsewhere)
+    setup = cache.select(doctor(), "sccache", workspace=ws, environ=clean_env())
+    assert "SCCACHE_SERVER_UDS" not in setup.env
+    assert not list(elsewhere.iterdir())
+    fine = cache.select(doctor(), "sccache", workspace=tmp_path / "ok", environ=clean_env())
+    sock = Path(fine.env["SCCACHE_SERVER_UDS"])
+    assert sock.parent == (tmp_path / "ok" / "sccache").resolve()
+    assert sock.parent.stat().st_mode & 0o777 == 0o700

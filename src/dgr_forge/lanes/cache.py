@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import subprocess
 import sysconfig
 import tomllib
@@ -227,7 +228,7 @@ def _bases(workspace: Path | None, root: Path | None) -> list[Path]:
     for p in (workspace, root):
         if p is None:
             continue
-        p = Path(os.path.abspath(p))
+        p = p.resolve()  # as `build` maps them (-ffile-prefix-map of resolved paths)
         if os.pathsep in str(p) or "\0" in str(p) or "\n" in str(p):
             continue  # cannot be written in SCCACHE_BASEDIRS; hits then need the same path
         if p not in out:
@@ -351,12 +352,23 @@ def _sccache_env(
     if workspace is not None and "SCCACHE_SERVER_UDS" not in environ:
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
         key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
-        sock = Path(os.path.abspath(workspace)) / "sccache" / f"{key}.sock"
-        if len(str(sock)) <= _MAX_UDS:
-            sock.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        sock = workspace.resolve() / "sccache" / f"{key}.sock"
+        if len(str(sock)) <= _MAX_UDS and _private_dir(sock.parent):
             env["SCCACHE_SERVER_UDS"] = str(sock)
     backend = _sccache_backend(environ)
     return env, f"local + remote {backend}" if backend else "local", _sccache_dist(environ)
+
+
+def _private_dir(path: Path) -> bool:
+    """`path` is (now) a real directory of ours that nobody else can enter: a server socket
+    there cannot be swapped for someone else's (who would then serve object files)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
 def stop_server(setup: CacheSetup) -> None:
