@@ -35,7 +35,7 @@ def doctor(path_env: str | None = None) -> Doctor:
     return Doctor(load_probes(REPO / "toolchains" / "probes.toml"), path_env)
 
 
-def make_project(workspace: Path, sources: int = 10, heavy: bool = False) -> Path:
+def make_project(workspace: Path, sources: int = 10, heavy: int = 0) -> Path:
     """`<workspace>/src/proj`: a C project whose every file uses __FILE__ (a path in the
     object) and a shared header."""
     src = workspace / "src" / "proj"
@@ -45,12 +45,12 @@ def make_project(workspace: Path, sources: int = 10, heavy: bool = False) -> Pat
     (src / "include" / "common.h").write_text("#define COMMON 3\n")
     for i in range(sources):
         body = f'int f{i}(int x) {{ printf("%s %d\\n", __FILE__, x); return x * {i} + COMMON; }}\n'
-        if heavy:  # enough work per file that compile time dominates (bench)
+        if heavy:  # `heavy` functions more per file: compile time dominates, as in ggml (bench)
             body += "".join(
                 f"static double g{i}_{j}(double v) {{ double a = v; "
                 f"for (int k = 0; k < {j + 3}; k++) a = a * 1.0001 + k / (a + 1.0); "
                 f"return a; }}\ndouble h{i}_{j}(double v) {{ return g{i}_{j}(v) + f{i}(1); }}\n"
-                for j in range(60)
+                for j in range(heavy)
             )
         (src / "src" / f"f{i:03d}.c").write_text('#include <stdio.h>\n#include "common.h"\n' + body)
     return src
