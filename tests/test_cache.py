@@ -42,14 +42,7 @@ def _ws(tmp_path: Path, rel: str) -> Path:
 def test_off_means_no_launcher_and_says_so() -> None:
     setup = cache.select(doctor(), "off", "rw")
     assert setup.launcher is None and setup.env == {}
-    assert setup.record() == {
-        "tool": None,
-        "launcher": None,
-        "version": "",
-        "backend": "none",
-        "mode": "off",
-        "distributed": None,
-    }
+    assert setup.record() == {"tool": None, "version": "", "backend": "none", "mode": "off"}
 
 
 @pytest.mark.parametrize("choice", ["-x", "../ccache", "ccache\0", "CCACHE", "", "x" * 5000])
@@ -141,7 +134,7 @@ def test_sccache_config_file_backend_and_dist_scheduler_are_recorded_masked(
     record = setup.record()
     assert record["backend"] == "local + remote webdav https://dav.example/c"
     assert record["distributed"] == "https://***@sched.example:10600"
-    assert record["launcher"] == "sccache" and "/" not in str(record["launcher"])
+    assert str(tmp_path) not in str(record)  # no machine path
     assert SECRET not in str(record) and SECRET not in repr(setup)
     assert setup.env["SCCACHE_WEBDAV_RW_MODE"] == "READ_ONLY"
     assert setup.env["SCCACHE_LOCAL_RW_MODE"] == "READ_ONLY"

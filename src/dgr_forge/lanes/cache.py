@@ -94,15 +94,17 @@ class CacheSetup:
     env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def record(self) -> dict[str, Any]:
-        """What the signed report says about the cache (never a credential, never a path)."""
-        return {
+        """What the signed report says about the cache (never a credential, never a path;
+        the launcher itself is the report's `compilerLauncher`)."""
+        out: dict[str, Any] = {
             "tool": self.tool,
-            "launcher": Path(self.launcher).name if self.launcher else None,
             "version": self.version,
             "backend": self.backend,
             "mode": self.mode,
-            "distributed": self.distributed,
         }
+        if self.distributed:
+            out["distributed"] = self.distributed
+        return out
 
 
 OFF = CacheSetup()
@@ -404,11 +406,13 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
     try:
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
-        info.update(OFF.record())
+        info.update(OFF.record(), launcher=None, distributed=None)
         info["problem"] = mask_text(str(err))
         return info
     info.update(setup.record())
+    info["launcher"] = Path(setup.launcher).name if setup.launcher else None
     info["path"] = setup.launcher
+    info.setdefault("distributed", None)
     return info
 
 
