@@ -156,12 +156,15 @@ def sccache_hits(stats: dict[str, object]) -> tuple[int, int]:
 
 
 def snapshot(directory: Path, skip_stats: bool = True) -> dict[str, bytes]:
-    """Every cache entry file and its bytes (counters, locks and directory tags left out)."""
+    """Every cache entry file and its bytes (counters, locks, directory tags and the
+    tool's own scratch left out)."""
     out: dict[str, bytes] = {}
     for path in sorted(directory.rglob("*")):
         if not path.is_file() or (skip_stats and path.name in ("stats", "stats.lock")):
             continue
         if path.suffix == ".lock" or path.name.endswith(".tmp") or path.name == "CACHEDIR.TAG":
+            continue
+        if path.name.startswith(".") or path.relative_to(directory).parts[0] == "tmp":
             continue
         out[str(path.relative_to(directory))] = path.read_bytes()
     return out
