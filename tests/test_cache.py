@@ -334,3 +334,32 @@ def test_planted_symlink_for_the_sccache_socket_dir_is_not_used(tmp_path: Path) 
     sock = Path(fine.env["SCCACHE_SERVER_UDS"])
     assert sock.parent == (tmp_path / "ok" / "sccache").resolve()
     assert sock.parent.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "-x",
+        "--help",
+        "ftp://h/c",
+        "http",
+        f"gopher://u:{SECRET}@h/c",
+        "http://h/c\x01",
+        "x" * 70000,
+    ],
+)
+def test_bad_remote_storage_is_exit_2_naming_it_masked(value: str) -> None:
+    env = clean_env(CCACHE_REMOTE_STORAGE=value)
+    with pytest.raises(BadInput) as err:
+        cache.select(doctor(), "ccache", "rw", environ=env)
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+    assert "CCACHE_REMOTE_STORAGE" in err.value.message
+    assert SECRET not in str(err.value)
+
+
+def test_remote_storage_from_ccache_conf_is_found_and_masked(tmp_path: Path) -> None:
+    conf = tmp_path / "ccache.conf"
+    conf.write_text(f"remote_storage = http://u:{SECRET}@h:1/c|bearer-token={SECRET} redis://h2\n")
+    setup = cache.select(doctor(), "ccache", "ro", environ=clean_env(CCACHE_CONFIGPATH=str(conf)))
+    assert setup.backend == "local + remote http://***@h:1/c|read-only redis://h2|read-only"
+    assert SECRET not in str(setup.record()) and SECRET not in repr(setup)

@@ -268,11 +268,34 @@ def _ccache_env(
     return env, backend
 
 
+_CCACHE_SCHEMES = ("http", "https", "redis", "redis+unix", "file", "crsh")
+
+
+def _check_remote(value: str, where: str) -> str:
+    """Each space-separated `URL|attributes` entry has a scheme ccache knows (exit 2 naming
+    `where`, masked, instead of a failing compile on every file)."""
+    if len(value) > 65536 or any(ord(c) < 32 and c not in " \t" for c in value):
+        raise BadInput(
+            f"{where}: too long or has a control character",
+            hint="fix the remote storage setting (ccache: URL[|attr=value...], space-separated)",
+        )
+    for entry in value.split():
+        url = entry.split("|", 1)[0]
+        scheme, sep, rest = url.partition(":")
+        if not sep or scheme.lower() not in _CCACHE_SCHEMES or not rest or url.startswith("-"):
+            raise BadInput(
+                f"{where}: {mask(url)!r} is not a remote storage URL",
+                hint="use " + ", ".join(f"{s}:" for s in _CCACHE_SCHEMES) + " URLs",
+                details={"setting": where},
+            )
+    return value
+
+
 def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
     """ccache's remote storage as it will use it: the variable, else its config files."""
     for var in ("CCACHE_REMOTE_STORAGE", "CCACHE_SECONDARY_STORAGE"):
         if environ.get(var, "").strip():
-            return environ[var].strip()
+            return _check_remote(environ[var].strip(), var)
     try:
         proc = subprocess.run(
             [path, "--get-config", "remote_storage"],
@@ -284,7 +307,8 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         )
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    value = proc.stdout.strip() if proc.returncode == 0 else ""
+    return _check_remote(value, "ccache.conf remote_storage") if value else ""
 
 
 def _shown_entry(entry: str) -> str:
