@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.urls import mask, mask_text
 
@@ -187,13 +188,8 @@ def _version(doctor: Doctor, name: str, path: str) -> str:
     result = doctor.tool(name) if name in doctor.probes.tools else None
     if result is not None and result.path == path:
         return doctor.version(name) or ""
-    try:  # found through the scripts fallback: ask it directly
-        out = subprocess.run(
-            [path, "--version"], capture_output=True, text=True, timeout=30, check=False
-        ).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    words = out.split("\n", 1)[0].split()
+    done = proc.probe([path, "--version"])  # found through the scripts fallback: ask it
+    words = done.stdout.split("\n", 1)[0].split() if done else []
     return words[-1] if words else ""
 
 
@@ -297,17 +293,10 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         if environ.get(var, "").strip():
             return _check_remote(environ[var].strip(), var)
     try:
-        proc = subprocess.run(
-            [path, "--get-config", "remote_storage"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env=dict(environ),
-        )
+        done = proc.capture([path, "--get-config", "remote_storage"], env=environ, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    value = proc.stdout.strip() if proc.returncode == 0 else ""
+    value = done.stdout.strip() if done.returncode == 0 else ""
     return _check_remote(value, "ccache.conf remote_storage") if value else ""
 
 
@@ -400,13 +389,7 @@ def _private_dir(path: Path) -> bool:
 def stop_server(setup: CacheSetup) -> None:
     """Stop the sccache server this setup's builds started (tests, benchmarks)."""
     if setup.tool == "sccache" and setup.launcher:
-        subprocess.run(
-            [setup.launcher, "--stop-server"],
-            env={**os.environ, **setup.env},
-            capture_output=True,
-            timeout=60,
-            check=False,
-        )
+        proc.capture([setup.launcher, "--stop-server"], env={**os.environ, **setup.env}, timeout=60)
 
 
 # ----------------------------------------------------------------------------- doctor
