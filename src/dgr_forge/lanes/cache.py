@@ -139,9 +139,9 @@ def select(
     """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro.
 
     `auto` takes sccache when one of its remote backends (or an sccache-dist scheduler) is
-    configured, else ccache, else
-    sccache, else none. An explicit tool that is not installed is exit 2. `workspace` and
-    `root` give the base directories that make cache keys path-independent.
+    configured, else ccache, else sccache, else none. An explicit tool that is not
+    installed is exit 2. `workspace` and `root` give the base directories that make cache
+    keys path-independent (`build` passes both).
     """
     check_choice(choice, mode)
     if choice == "off":
@@ -158,8 +158,8 @@ def select(
     path = locate(doctor, choice)
     if path is None:
         raise BadInput(
-            f"--cache {choice}: {choice} is not installed (not on PATH, not in this Python's "
-            "scripts directory)",
+            f"--cache/DGR_CACHE {choice}: {choice} is not installed (not on PATH, not in this "
+            "Python's scripts directory)",
             hint=f"{INSTALL_HINT}, or install {choice} on PATH, or build with --cache auto|off",
             details={"cache": choice},
         )
