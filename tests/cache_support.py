@@ -196,6 +196,8 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _reply(self, status: int, body: bytes = b"") -> None:
+            if self.command != "PUT":  # a request body left unread breaks the next request
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
             with store.lock:
                 store.requests.append((self.command, self.path, status))
             self.send_response(status)
@@ -228,6 +230,22 @@ def _handler(store: Store) -> type[BaseHTTPRequestHandler]:
             with store.lock:
                 store.objects[self.path] = body
             self._reply(201)
+
+        def do_MKCOL(self) -> None:  # WebDAV (sccache's webdav backend makes directories)
+            self._reply(201)
+
+        def do_MOVE(self) -> None:  # WebDAV: opendal writes a temporary file, then moves it
+            from urllib.parse import urlsplit
+
+            target = urlsplit(self.headers.get("Destination", "")).path
+            with store.lock:
+                body = store.objects.pop(self.path, None)
+                if body is not None and target:
+                    store.objects[target] = body
+            self._reply(201 if body is not None and target else 404)
+
+        def do_PROPFIND(self) -> None:  # WebDAV: "does the directory exist?" - make it
+            self._reply(404)
 
         def do_DELETE(self) -> None:
             with store.lock:

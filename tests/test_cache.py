@@ -363,3 +363,39 @@ def test_remote_storage_from_ccache_conf_is_found_and_masked(tmp_path: Path) -> 
     setup = cache.select(doctor(), "ccache", "ro", environ=clean_env(CCACHE_CONFIGPATH=str(conf)))
     assert setup.backend == "local + remote http://***@h:1/c|read-only redis://h2|read-only"
     assert SECRET not in str(setup.record()) and SECRET not in repr(setup)
+
+
+@pytest.mark.slow
+def test_sccache_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
+    """sccache's own remote backend (WebDAV) against the loopback server: workspace A fills
+    it; a fresh local cache in workspace B, read-only, hits from it and adds nothing."""
+    with loopback_server(auth=f"ci:{SECRET}") as (host, store):
+        env = clean_env(
+            SCCACHE_DIR=str(tmp_path / "local-a"),
+            SCCACHE_WEBDAV_ENDPOINT=f"http://{host}/dav",
+            SCCACHE_WEBDAV_USERNAME="ci",
+            SCCACHE_WEBDAV_PASSWORD=SECRET,
+            SCCACHE_IDLE_TIMEOUT="60",
+        )
+        a, b = _ws(tmp_path, "a/ws"), _ws(tmp_path, "b/x/ws")
+        d = doctor()
+        setup_a = cache.select(d, "auto", "rw", workspace=a, environ=env)
+        assert setup_a.tool == "sccache"  # a remote backend: auto takes sccache
+        assert setup_a.backend == f"local + remote webdav http://{host}/dav"
+        assert SECRET not in repr(setup_a) and SECRET not in str(setup_a.record())
+        try:
+            build(a, setup_a, env, maps=False, build_type="Release")
+        finally:
+            cache.stop_server(setup_a)
+        assert store.count("PUT", 201) >= 10 and store.count("GET", 401) == 0
+        objects = dict(store.objects)
+
+        env["SCCACHE_DIR"] = str(tmp_path / "local-b")
+        setup_b = cache.select(d, "auto", "ro", workspace=b, environ=env)
+        try:
+            build(b, setup_b, env, maps=False, build_type="Release")
+            hits, calls = sccache_hits(sccache_stats(setup_b, env))
+        finally:
+            cache.stop_server(setup_b)
+        assert calls >= 8 and hits >= 0.8 * calls, (hits, calls)
+        assert store.objects == objects  # read-only: nothing written remotely
