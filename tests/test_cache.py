@@ -328,12 +328,19 @@ def test_planted_symlink_for_the_sccache_socket_dir_is_not_used(tmp_path: Path) 
     elsewhere.mkdir(mode=0o777)
     (ws / "sccache").symlink_to(elsewhere)
     setup = cache.select(doctor(), "sccache", workspace=ws, environ=clean_env())
-    assert "SCCACHE_SERVER_UDS" not in setup.env
+    sock = Path(setup.env["SCCACHE_SERVER_UDS"])  # the private fallback, not the symlink
+    assert not sock.is_relative_to(ws) and not sock.is_relative_to(elsewhere)
     assert not list(elsewhere.iterdir())
     fine = cache.select(doctor(), "sccache", workspace=tmp_path / "ok", environ=clean_env())
     sock = Path(fine.env["SCCACHE_SERVER_UDS"])
     assert sock.parent == (tmp_path / "ok" / "sccache").resolve()
     assert sock.parent.stat().st_mode & 0o777 == 0o700
+    # a workspace too deep for a socket path: a private directory in the temporary one
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    far = cache.select(doctor(), "sccache", workspace=deep, environ=clean_env())
+    sock = Path(far.env["SCCACHE_SERVER_UDS"])
+    assert not sock.is_relative_to(tmp_path) and len(str(sock)) <= 107
+    assert sock.parent.stat().st_mode & 0o777 == 0o700 and not sock.parent.is_symlink()
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,7 @@ import os
 import stat
 import subprocess
 import sysconfig
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -80,7 +81,7 @@ _SCCACHE_RW_MODES = (
     "SCCACHE_COS_RW_MODE",
 )
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
-_MAX_UDS = 100  # a unix socket path longer than this does not fit sockaddr_un
+_MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
 
 
 @dataclass(frozen=True)
@@ -365,9 +366,16 @@ def _sccache_env(
     if workspace is not None and "SCCACHE_SERVER_UDS" not in environ:
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
         key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
-        sock = workspace.resolve() / "sccache" / f"{key}.sock"
-        if len(str(sock)) <= _MAX_UDS and _private_dir(sock.parent):
-            env["SCCACHE_SERVER_UDS"] = str(sock)
+        # in the workspace; for a workspace path too long for a socket, a private directory
+        # of this user's in the system's temporary directory
+        dirs = (
+            workspace.resolve() / "sccache",
+            Path(tempfile.gettempdir()) / f"dgr-sccache-{os.getuid()}",
+        )
+        for sock in (d / f"{key}.sock" for d in dirs):
+            if len(str(sock)) <= _MAX_UDS and _private_dir(sock.parent):
+                env["SCCACHE_SERVER_UDS"] = str(sock)
+                break
     backend = _sccache_backend(environ)
     return env, f"local + remote {backend}" if backend else "local", _sccache_dist(environ)
 
