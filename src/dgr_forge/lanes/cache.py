@@ -363,7 +363,7 @@ def _sccache_env(
     # The sccache server reads its configuration when it starts: a server left running by
     # an earlier build (say read-write) would ignore this one's. One server per
     # configuration, on a socket in the workspace, makes the settings above the ones used.
-    if workspace is not None and "SCCACHE_SERVER_UDS" not in environ:
+    if workspace is not None and "SCCACHE_SERVER_UDS" not in environ and hasattr(os, "getuid"):
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
         key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
         # in the workspace; for a workspace path too long for a socket, a private directory
