@@ -73,10 +73,11 @@ def run_forge(
 ) -> Result:
     """`dgr-forge ARGS` with stdin on /dev/null; its exit code, stdout and stderr.
 
-    In-process unless `subprocess` is true, or None and `needs_subprocess(env)` says so.
+    In-process unless `subprocess` is true, or None and `needs_subprocess(env)` says so
+    (FORGETEST_SUBPROCESS=1 in the test run's environment: always a child process).
     `timeout` bounds a child process; in-process runs are bounded by pytest-timeout."""
     if subprocess is None:
-        subprocess = needs_subprocess(env)
+        subprocess = needs_subprocess(env) or os.environ.get("FORGETEST_SUBPROCESS") == "1"
     if subprocess:
         return run_forge_subprocess(*args, cwd=cwd, env=env, timeout=timeout)
     return run_forge_in_process(*args, cwd=cwd, env=env)
