@@ -1,4 +1,5 @@
-"""Re-exports `support.server` (the loopback HTTP server with faults, split GGUF files)."""
+"""Re-exports `support.server` (the loopback HTTP server with faults, split GGUF files,
+hostile GGUF headers)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,17 @@ from support.server import (
     FaultyServer,
     Request,
     flip_byte,
+    hostile_gguf,
     split_names,
     write_split_gguf,
 )
 
-__all__ = ["Faults", "FaultyServer", "Request", "flip_byte", "split_names", "write_split_gguf"]
+__all__ = [
+    "Faults",
+    "FaultyServer",
+    "Request",
+    "flip_byte",
+    "hostile_gguf",
+    "split_names",
+    "write_split_gguf",
+]
