@@ -71,3 +71,31 @@ def test_a_lock_held_here_sends_the_run_to_a_child_process(forge_root: Path) -> 
     with workspace_lock(holder, Reporter(quiet=True)):
         assert needs_subprocess(None)
     assert not needs_subprocess(None)
+
+
+def test_other_threads_of_the_test_do_not_write_into_the_result(tmp_path: Path) -> None:
+    """A test server's handler thread printing during an in-process run (a traceback when the
+    client hangs up) is not the CLI's output, as with a child process."""
+    import sys
+    import threading
+
+    stop = threading.Event()
+    wrote = threading.Event()
+
+    def noise() -> None:
+        while not stop.is_set():
+            print("noise from the test's thread", file=sys.stderr)
+            wrote.set()
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=noise, daemon=True)
+    thread.start()
+    try:
+        wrote.wait(10)
+        args = ["--root", str(REPO), "--workspace", str(tmp_path / "ws"), "lanes"]
+        res = run_forge_in_process(*args)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert res.code == 0, res
+    assert "cpu" in res.stderr and "noise" not in res.stderr

@@ -24,12 +24,14 @@ import os
 import subprocess as _sp
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
+from weakref import WeakSet
 
 from .git import GIT_ENV
 
@@ -177,7 +179,7 @@ def _built_commands_reused() -> Iterator[None]:
             hit = _BUILT[id(app)] = (key, build(app))
         return hit[1]
 
-    typer.main.get_command = reused
+    typer.main.get_command = reused  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -210,38 +212,95 @@ def _read(file: BinaryIO) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+class _ByThread:
+    """sys.stdout/sys.stderr during an in-process run: the run's threads (the caller and the
+    threads it starts) write to the run's stream, the test's other threads (a test server's
+    handlers) to where they wrote before, as they would with the CLI in a child process."""
+
+    def __init__(self, mine: TextIO, others: TextIO, owners: WeakSet[threading.Thread]) -> None:
+        self._mine = mine
+        self._others = others
+        self._owners = owners
+
+    def _target(self) -> TextIO:
+        return self._mine if threading.current_thread() in self._owners else self._others
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def fileno(self) -> int:
+        return self._target().fileno()
+
+    def isatty(self) -> bool:
+        return self._target().isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
 @contextmanager
 def _std_fds(out_file: BinaryIO, err_file: BinaryIO) -> Iterator[None]:
-    """fd 0 on /dev/null, fds 1 and 2 on the files, sys.std* as a fresh interpreter has them."""
+    """fd 0 on /dev/null, fds 1 and 2 on the files, sys.std* as a fresh interpreter has them
+    (for this thread and the threads it starts; see `_ByThread`)."""
     for stream in (sys.stdout, sys.stderr):
         with suppress(OSError, ValueError):
             stream.flush()
     saved_streams = (sys.stdin, sys.stdout, sys.stderr)
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
     devnull = os.open(os.devnull, os.O_RDONLY)
+    owners: WeakSet[threading.Thread] = WeakSet([threading.current_thread()])
+    start = threading.Thread.start
+
+    def start_owned(thread: threading.Thread) -> None:
+        if threading.current_thread() in owners:
+            owners.add(thread)
+        start(thread)
+
+    opened: list[TextIO] = []
     try:
         os.dup2(devnull, 0)
         os.dup2(out_file.fileno(), 1)
         os.dup2(err_file.fileno(), 2)
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
         # as Python sets them up when stdout/stderr are not a terminal
-        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-        sys.stderr = io.TextIOWrapper(
+        out = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        err = io.TextIOWrapper(
             open(2, "wb", closefd=False),  # noqa: SIM115
             encoding="utf-8",
             errors="backslashreplace",
             line_buffering=True,
         )
+        opened += [out, err]
+        others = []
+        for fd, saved in ((1, saved_streams[1]), (2, saved_streams[2])):
+            if _fileno(saved) == fd:  # on the real fd (pytest -s): write to where it was
+                saved = open(saved_fds[fd], "w", buffering=1, closefd=False)  # noqa: SIM115
+                opened.append(saved)
+            others.append(saved)
+        sys.stdout = _ByThread(out, others[0], owners)
+        sys.stderr = _ByThread(err, others[1], owners)
+        threading.Thread.start = start_owned  # type: ignore[method-assign,assignment]
         yield
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        threading.Thread.start = start  # type: ignore[method-assign]
+        for stream in opened:
             with suppress(OSError, ValueError):
                 stream.flush()
         sys.stdin, sys.stdout, sys.stderr = saved_streams
-        for fd, saved in zip((0, 1, 2), saved_fds, strict=True):
-            os.dup2(saved, fd)
-            os.close(saved)
+        for fd, saved_fd in zip((0, 1, 2), saved_fds, strict=True):
+            os.dup2(saved_fd, fd)
+            os.close(saved_fd)
         os.close(devnull)
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 @contextmanager
