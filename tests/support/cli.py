@@ -6,7 +6,8 @@ is kept exact: file descriptors 0, 1 and 2 are pointed at /dev/null and two temp
 files for the call (so output of child processes and the `--json` fd-1 redirection of
 `cli.main` land where they would), `os.environ` is exactly `forge_env(env)` and the cwd is
 `cwd` for its duration, and the module-level caches a fresh process would not have (the
-fault hook's parsed spec, functools caches) are cleared around it.
+fault hook's parsed spec, functools caches) are cleared around it. Python-level writes of
+the test's own other threads (a test server's handlers) do not go into the result.
 
 A child process is used (`subprocess=True`, or chosen automatically) where in-process
 cannot be the same thing: `DGR_FAULT` with a `kill` or `pause` action (it would kill or
