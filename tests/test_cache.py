@@ -9,8 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from build_support import REPO
-from cache_support import (
+from support.cache import (
     build,
     ccache_hits,
     ccache_stats,
@@ -22,6 +21,7 @@ from cache_support import (
     sccache_stats,
     snapshot,
 )
+from support.roots import REPO
 
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.lanes import cache
@@ -283,7 +283,7 @@ def test_sccache_base_dirs_share_hits_and_read_only_writes_nothing(tmp_path: Pat
 
 
 def test_doctor_shows_the_cache_and_never_its_secret(tmp_path: Path) -> None:
-    from forgetest import run_forge
+    from support.cli import run_forge
 
     root = tmp_path / "forge"
     shutil.copytree(REPO / "toolchains", root / "toolchains")

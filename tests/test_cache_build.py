@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_support import make_patched_root, make_worker
-from cache_support import ccache_hits, ccache_stats, clean_env, doctor, loopback_server, snapshot
-from forgetest import Result, Upstream, run_forge
+from support.build import make_patched_root, make_worker
+from support.cache import ccache_hits, ccache_stats, clean_env, doctor, loopback_server, snapshot
+from support.cli import Result, run_forge
+from support.git import Upstream
 
 from dgr_forge.lanes import cache
 from dgr_forge.lanes.build import BuildOptions

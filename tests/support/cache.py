@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from build_support import REPO
-
 from dgr_forge.lanes.cache import CacheSetup
 from dgr_forge.lanes.doctor import Doctor, load_probes
+
+from .roots import REPO
 
 CMAKE_LISTS = """\
 cmake_minimum_required(VERSION 3.18)
