@@ -546,7 +546,9 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
                 ]
             )
     spec = worker.resolve(forge, opts.worker)
-    cache = cache_mod.select(doctor, opts.cache, opts.cache_mode)
+    cache = cache_mod.select(
+        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root
+    )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 
     results: list[LaneResult] = []

@@ -46,7 +46,11 @@ def render(
     recipes = select(load_all(forge.recipes_dir, forge.root), lanes)
     doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
     spec = worker.resolve(forge, worker_dir)
-    setup = cache_mod.select(doctor, cache if cache in cache_mod.CHOICES else "auto", "rw")
+    choice = cache if cache in cache_mod.CHOICES else "auto"
+    try:
+        setup = cache_mod.select(doctor, choice, "rw", workspace=forge.workspace, root=forge.root)
+    except BadInput:
+        setup = cache_mod.OFF  # a tool named but missing: presets still render
     configure: list[dict[str, Any]] = []
     build: list[dict[str, Any]] = []
     for recipe in recipes:
