@@ -212,12 +212,13 @@ def certify(
         "evidence": {"name": evidence.name, "sha256": evidence_sha},
         "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
     }
+    # the trust anchors are checked before anything is written: a hostile one is exit 2
+    trusted = {k.keyid for k in trusted_keys(forge)}
     payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
     path = cert_path(forge, lane)
     atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
     cert = _from_body(body, signer.keyid, path)
-    trusted = {k.keyid for k in trusted_keys(forge)}
     out.info(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
     if signer.keyid not in trusted:
         out.warn(
