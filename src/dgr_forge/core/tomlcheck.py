@@ -218,7 +218,7 @@ class Checker:
                 full, f"must be a string, got {type_name(value)}", fix or "quote the value"
             )
         if "\x00" in value:  # never meaningful, and a path with one makes os calls raise
-            raise self.fail(full, "contains a NUL byte", "remove it")
+            raise self.fail(full, "contains a NUL byte (a control character)", "remove it")
         if nonempty and not value.strip():
             raise self.fail(full, "empty", fix or "give it a value")
         return value
@@ -286,5 +286,7 @@ class Checker:
                 self.key(where, key), "must be an array of strings", fix or f'write {key} = ["..."]'
             )
         if any("\x00" in v for v in value):
-            raise self.fail(self.key(where, key), "contains a NUL byte", "remove it")
+            raise self.fail(
+                self.key(where, key), "contains a NUL byte (a control character)", "remove it"
+            )
         return tuple(value)
