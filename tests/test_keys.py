@@ -248,9 +248,9 @@ def test_existing_default_key_is_used_in_ci(monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.mark.parametrize(
     ("env", "words"),
     [
-        ({"DGR_SIGNING_KEY": ""}, "DGR_SIGNING_KEY is set but empty"),
+        ({"DGR_SIGNING_KEY": "", "CI": ""}, "DGR_SIGNING_KEY is set but empty"),
         ({"CI": "true"}, "no signing key in CI"),
-        ({}, "no signing key (no --key"),  # stdin is not a TTY here
+        ({"CI": ""}, "no signing key (no --key"),  # not CI, but stdin is not a TTY here
     ],
 )
 def test_cli_refuses_to_sign_with_a_throwaway_key(
