@@ -164,7 +164,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
         where = f"{_shown_path(path)}: " if path is not None else ""
         also = f" -> {_shown_path(err.filename2)}" if err.filename2 is not None else ""
         what = err.strerror or str(err)
-        message = f"{where}{what}{also}"
+        message = mask_text(f"{where}{what}{also}")  # a path may be a URL with a password
         if code in _PATH_ERRNOS and path is not None:
             return BadInput(message, hint=_PATH_ERRNOS[code], details={"path": _shown_path(path)})
         hint = _FAILED_HINTS.get(
