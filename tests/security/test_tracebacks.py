@@ -47,7 +47,7 @@ def test_nul_in_a_path_option_is_exit_2(
     args = ["--root", str(forge_root)] if option == "--workspace" else []
     code, text = in_process([*args, option, str(forge_root / "ws\x00evil"), "patch"], capsys)
     assert code == ExitCode.BAD_INPUT, text
-    assert "error:" in text and "NUL" in text
+    assert f"error: {option}: the value contains a NUL byte" in text
     no_traceback(text)
     assert snapshot(forge_root) == before  # nothing created, nothing changed
 
@@ -55,10 +55,14 @@ def test_nul_in_a_path_option_is_exit_2(
 def test_nul_in_a_path_option_with_json_is_one_object(
     forge_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _ = in_process(
-        ["--root", str(forge_root), "--json", "--workspace", "w\x00", "patch"], capsys
-    )
-    assert code == ExitCode.BAD_INPUT
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--root", str(forge_root), "--json", "--workspace=w\x00", "patch"])
+    captured = capsys.readouterr()
+    assert info.value.code == ExitCode.BAD_INPUT
+    payload = json.loads(captured.out)  # exactly one object
+    assert payload["exit_code"] == 2 and payload["command"] == "patch"
+    assert payload["argument"] == "--workspace" and "NUL" in payload["error"]
+    no_traceback(captured.err)
 
 
 def test_nul_in_a_url_option_is_exit_2(
@@ -68,7 +72,7 @@ def test_nul_in_a_url_option_is_exit_2(
         ["--root", str(forge_root), "fetch", "--mirror", "https://example.invalid/\x00x"], capsys
     )
     assert code == ExitCode.BAD_INPUT, text
-    assert "NUL" in text
+    assert "--mirror: the value contains a NUL byte" in text
     no_traceback(text)
 
 

@@ -233,6 +233,24 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
         return int(ExitCode.FAILED)
 
 
+def _nul_argument(args: list[str]) -> BadInput | None:
+    """No path or URL may hold a NUL byte (exec cannot pass one; an in-process caller
+    can): refuse it up front, naming the option, before anything is read or created."""
+    for i, arg in enumerate(args):
+        if "\x00" not in arg:
+            continue
+        name = arg.split("=", 1)[0] if arg.startswith("-") else None
+        if name is None and i > 0 and args[i - 1].startswith("-"):
+            name = args[i - 1]
+        where = name or f"argument {i + 1}"
+        return BadInput(
+            f"{where}: the value contains a NUL byte (a control character)",
+            hint="remove the NUL byte: no path, URL or name may contain one",
+            details={"argument": where},
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = hoist_global_options(list(sys.argv[1:] if argv is None else argv))
     register_all()
@@ -242,7 +260,8 @@ def main(argv: list[str] | None = None) -> None:
     command = command_path(args, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):
-        code = _invoke(root, args, command, as_json)
+        nul = _nul_argument(args)
+        code = _report(nul, command, as_json) if nul else _invoke(root, args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
             fields: dict[str, Any] = {}
