@@ -11,11 +11,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import typer
 from forgetest import Upstream, forge_cmd, forge_env, run_forge, sh_git
 from patch_support import AUTHOR_ENV, commit_in, make_series, snapshot, src_dir
 
 from dgr_forge.cli import main as cli
-from dgr_forge.cli.app import JSON_CHANNEL
+from dgr_forge.cli.app import JSON_CHANNEL, app, run
 from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, ExitCode
 
@@ -153,13 +154,29 @@ def test_lock_that_is_a_directory_is_exit_2_and_left_alone(forge_root: Path) -> 
     assert (lock / "keep").read_text() == "mine"  # nothing lost
 
 
-def test_debug_shows_the_traceback(forge_root: Path) -> None:
-    r = run_forge(
-        "--root", str(forge_root), "--workspace", "/proc/forbidden", "patch",
-        env={"DGR_DEBUG": "1"},
-    )  # fmt: skip
-    assert r.code == ExitCode.BAD_INPUT, r
-    assert "Traceback" in r.stderr and "error: /proc/forbidden" in r.stderr
+def test_an_oserror_escaping_a_command_is_one_line_and_debug_shows_the_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever command lets a file error escape, the boundary names the path; DGR_DEBUG=1
+    adds the traceback."""
+    missing = tmp_path / "gone" / "file.txt"
+
+    def reads(ctx: typer.Context) -> None:
+        run(ctx, "zz-read", lambda env: {"bytes": len(missing.read_bytes())})
+
+    app.command("zz-read")(reads)
+    try:
+        monkeypatch.delenv("DGR_DEBUG", raising=False)
+        code, text = in_process(["zz-read"], capsys)
+        assert code == ExitCode.BAD_INPUT, text
+        assert f"error: {missing}: No such file or directory" in text and "fix:" in text
+        no_traceback(text)
+        monkeypatch.setenv("DGR_DEBUG", "1")
+        code, text = in_process(["zz-read"], capsys)
+        assert code == ExitCode.BAD_INPUT, text
+        assert "Traceback" in text and f"error: {missing}" in text
+    finally:
+        del app.registered_commands[-1:]
 
 
 def _unshare_works() -> bool:

@@ -10,7 +10,6 @@ traceback. Only a genuine bug (any other exception) still prints its traceback.
 
 from __future__ import annotations
 
-import errno
 import os
 import sys
 import traceback
@@ -23,9 +22,9 @@ import typer
 from dgr_forge import __version__
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
 from dgr_forge.cli.commands import register_all
-from dgr_forge.core.errors import BadInput, ExitCode, ForgeError, OperationFailed
+from dgr_forge.cli.failures import as_forge_error, debug_enabled
+from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask_text
 
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
@@ -111,82 +110,6 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
             stream.close()
 
 
-# errno values that mean "this path cannot be used as given" (exit 2): the user fixes the
-# path or its permissions. Anything else (ENOSPC, EIO, ...) is an operation that failed.
-_PATH_ERRNOS = {
-    errno.ENOENT: "check that the path exists (a directory on the way may be missing)",
-    errno.ENOTDIR: "a component of the path is a file, not a directory",
-    errno.EISDIR: "a directory is where a file is expected: move it away",
-    errno.EACCES: "check the path's permissions, or choose another --workspace / --root",
-    errno.EPERM: "check the path's permissions, or choose another --workspace / --root",
-    errno.EROFS: "the file system is read-only: make it writable or choose another "
-    "--workspace / --root",
-    errno.ELOOP: "too many symbolic links (a link loop?): fix the links on the path",
-    errno.ENAMETOOLONG: "shorten the path",
-    errno.EEXIST: "something is already there: move it away",
-    errno.ENXIO: "the path names a device or socket, not a file",
-}
-_FAILED_HINTS = {
-    errno.ENOSPC: "free disk space (or raise the quota), then re-run",
-    errno.EDQUOT: "free disk space (or raise the quota), then re-run",
-    errno.EMFILE: "raise the open-files limit (ulimit -n), then re-run",
-}
-
-
-def _shown_path(name: object) -> str:
-    text = os.fsdecode(name) if isinstance(name, str | bytes) else str(name)
-    return repr(text) if any(ord(c) < 32 for c in text) else text
-
-
-def as_forge_error(err: BaseException) -> ForgeError | None:
-    """The message and exit code for an exception that is not a bug, else None."""
-    module = type(err).__module__ or ""
-    if module.startswith(("requests", "urllib3")):  # requests' errors are OSErrors too
-        name = type(err).__name__
-        text = mask_text(str(err))
-        if name in (
-            "InvalidURL",
-            "MissingSchema",
-            "InvalidSchema",
-            "URLRequired",
-            "LocationParseError",
-        ):
-            return BadInput(
-                f"invalid URL: {text}", hint="check the URL (and any redirect it gives)"
-            )
-        return OperationFailed(
-            f"network error ({name}): {text}",
-            hint="check the network and the server, then re-run: partial downloads resume",
-        )
-    if isinstance(err, OSError):
-        code = err.errno or 0
-        path = err.filename if err.filename is not None else None
-        where = f"{_shown_path(path)}: " if path is not None else ""
-        also = f" -> {_shown_path(err.filename2)}" if err.filename2 is not None else ""
-        what = err.strerror or str(err)
-        message = mask_text(f"{where}{what}{also}")  # a path may be a URL with a password
-        if code in _PATH_ERRNOS and path is not None:
-            return BadInput(message, hint=_PATH_ERRNOS[code], details={"path": _shown_path(path)})
-        hint = _FAILED_HINTS.get(
-            code, "re-run; if it persists, re-run with DGR_DEBUG=1 and report the output"
-        )
-        details: dict[str, object] = {"path": _shown_path(path)} if path is not None else {}
-        return OperationFailed(message, hint=hint, details=details)
-    if isinstance(err, RecursionError):
-        return BadInput(
-            "an input is nested too deeply to read",
-            hint="check the files and values given: no real input nests this deep",
-        )
-    if isinstance(err, ValueError):
-        text = mask_text(str(err))
-        if "null byte" in text or "NUL" in text:
-            return BadInput(
-                "a path or value contains a NUL byte", hint="remove the NUL byte from the argument"
-            )
-        return BadInput(f"invalid value: {text}", hint="check the arguments and input files")
-    return None
-
-
 def _report(err: ForgeError, command: str, as_json: bool) -> int:
     Reporter(json_mode=as_json).error(str(err))
     if as_json:
@@ -210,7 +133,7 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
     except Exception as err:
         known = as_forge_error(err)
         if known is not None:
-            if os.environ.get("DGR_DEBUG", "").strip() not in ("", "0"):
+            if debug_enabled():
                 traceback.print_exc()
             return _report(known, command, as_json)
         # Usage errors (bad flag, missing argument) carry `show` and `format_message` in
