@@ -1,12 +1,15 @@
 """Benchmark: `dgr-forge build` vs the raw CMake + Ninja commands it wraps.
 
-The test upstream (tests/forgetest.py) with its one-patch series, and the test worker:
+The test upstream (tests/support/git.py) with its one-patch series, and the test worker:
   cold:  dgr-forge build (fetch + patch + configure + build + report) in a fresh
          workspace  vs  `cmake -G Ninja <same args>` + `cmake --build` in a fresh dir
   no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
 Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
 
-    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2] [--extra-sources N]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.build [--runs 3] [--jobs 2] [--extra-sources N]
 """
 
 from __future__ import annotations
@@ -16,17 +19,13 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
-sys.path.insert(0, str(HERE / "src"))
-
-from build_support import make_patched_root, make_worker  # noqa: E402
-from forgetest import forge_cmd, forge_env, make_upstream  # noqa: E402
+from tests.support.build import make_patched_root, make_worker
+from tests.support.cli import forge_cmd, forge_env
+from tests.support.git import make_upstream
 
 
 def timed(cmd: list[str], **kw: object) -> float:
