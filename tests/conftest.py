@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,19 @@ settings.register_profile(
     "dgr-forge", database=DirectoryBasedExampleDatabase(_hypothesis_home() / "examples")
 )
 settings.load_profile("dgr-forge")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """With the `cache` extra installed, test builds go through ccache: give them a cache of
+    their own, never the user's (nor its remote storage or settings)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith(("CCACHE_", "SCCACHE_")):
+                mp.delenv(name)
+        mp.setenv("CCACHE_DIR", str(tmp_path_factory.mktemp("ccache")))
+        mp.setenv("SCCACHE_DIR", str(tmp_path_factory.mktemp("sccache")))
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -82,6 +82,9 @@ def doctor(ctx: typer.Context) -> None:
         env.out.table(
             f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
         )
+        from dgr_forge.lanes import cache as cache_mod
+
+        env.out.info(cache_mod.summary(result["cache"]))
         for check in checks:
             env.out.info(f"{check.lane} lane: {check.summary()}")
             for line in check.reasons():
