@@ -481,7 +481,7 @@ def test_worker_url_is_data_never_an_option(root: Path, tmp_path: Path, url: str
     )
     res = forge_build(root, "--no-sign")
     assert res.code == 2, res
-    assert "worker.url" in res.stderr and "Traceback" not in res.stderr
+    assert "[worker] url" in res.stderr and "Traceback" not in res.stderr
     assert not marker.exists()
     assert not (root / ".dgr").exists()
 
