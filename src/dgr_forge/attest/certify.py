@@ -19,7 +19,6 @@ import os
 import platform
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +31,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.proc import probe
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -79,11 +79,8 @@ def cert_path(forge: Forge, lane: str) -> Path:
 def _command(args: list[str]) -> str | None:
     if shutil.which(args[0]) is None:
         return None
-    try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+    proc = probe(args)
+    return proc.stdout if proc is not None and proc.returncode == 0 else None
 
 
 def _cpu_model() -> str:
