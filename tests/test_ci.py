@@ -433,7 +433,7 @@ def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
         build = next(line for line in job["script"] if "dgr-forge build" in line)
         assert '--no-sign --cache ccache --cache-mode "$DGR_CACHE_MODE"' in build
         caches = {cache["key"]: cache for cache in job["cache"]}
-        assert caches[f"dgr-src-{PIN}"]["fallback_keys"] == ["dgr-src"]
+        assert caches["dgr-src"]["paths"] == [".dgr/src/"]
         # the compiler cache is keyed by lane: it survives a pin bump
         assert caches[f"ccache-{entry['lane']}"]["policy"] == "$DGR_CACHE_POLICY"
         assert ".dgr/reports/" in job["artifacts"]["paths"]
@@ -488,7 +488,7 @@ def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
     gitlab = yaml.safe_load(render(root, "gitlab"))
     assert gitlab["lane:cuda"]["image"] == cuda["container"]
     assert gitlab["lane:cuda"]["tags"] == ["gpu-runner", "saas-linux-medium-amd64"]
-    assert gitlab["lane:cuda"]["variables"]["DGR_PACKAGES"] == "build-essential git"
+    assert gitlab["lane:cuda"]["variables"]["DGR_PACKAGES"] == "ccache build-essential git"
     for bad, key in (
         ('image_digest = "sha256:abc"', "ci.image_digest"),
         ('gitlab_tags = ["a b"]', "ci.gitlab_tags"),
@@ -755,3 +755,17 @@ def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
     )
     assert offered.code == 0, offered
     assert offered.stdout.split() == ["matrix", "render"]
+
+
+def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("dgr-forge==0.1.0\n")
+    (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").symlink_to(outside)
+    linked = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
+    assert linked.code == 2 and "not a regular file" in linked.stderr, linked
+    assert not (tmp_path / "wf.yml").exists()
+    (root / "ci" / "requirements.txt").unlink()
+    (root / "ci" / "requirements.txt").write_text("dgr-forge==0.1.0\n" + "#" * 70_000 + "\n")
+    huge = run_forge("--root", str(root), "ci", "render")
+    assert huge.code == 2 and "larger than 64 KiB" in huge.stderr, huge
