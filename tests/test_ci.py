@@ -495,8 +495,12 @@ def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
         ('packages = ["x; rm -rf /"]', "ci.packages"),
         ('packages = ["-oDpkg::x"]', "ci.packages"),
         ('runs_on = ["${{ secrets.X }}"]', "ci.runs_on"),
+        ('container = "${{ secrets.X }}"', "ci.container"),
+        ('container = "-v/:/host"', "ci.container"),
     ):
         text = CUDA.replace('runs_on = ["ubuntu-24.04", "gpu"]\n', "")
+        if bad.startswith("container"):
+            text = text.replace('container = "nvidia/cuda:12.6.2-devel-ubuntu24.04"\n', "")
         (root / "recipes" / "cuda.toml").write_text(text.replace("[ci]\n", f"[ci]\n{bad}\n"))
         result = run_forge("--root", str(root), "ci", "matrix")
         assert result.code == 2, (bad, result)
@@ -669,21 +673,22 @@ def validate(
 def test_rendered_workflows_pass_their_schemas_and_zizmor(tmp_path: Path) -> None:
     """Issue 15 #1: both files validate offline; zizmor (medium+) finds nothing but
     `unpinned-images` (allowed only for a recipe that names its image by tag)."""
-    findings = validate(tmp_path, render(REPO), render(REPO, "gitlab"))
+    github, gitlab = render(REPO), render(REPO, "gitlab")
+    findings = validate(tmp_path, github, gitlab)
     assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
     # the auditor persona also checks that the secret lives in an environment only
-    strict = validate(tmp_path / "auditor", render(REPO), render(REPO, "gitlab"), "auditor")
+    strict = validate(tmp_path / "auditor", github, gitlab, "auditor")
     assert {f["ident"] for f in strict} <= {"unpinned-images"}, strict
 
     # the same tools catch what the old template did: an unpinned action, a checkout
-    # that keeps its credentials (secrets outside an environment: zizmor's auditor persona)
-    bad = render(REPO).replace("    environment: release-signing\n", "")
+    # that keeps its credentials, a secret outside an environment
+    bad = github.replace("    environment: release-signing\n", "")
     bad = re.sub(r"\n +with:\n +persist-credentials: false", "", bad)
     bad = re.sub(r"actions/checkout@[0-9a-f]{40} # v[0-9.]+", "actions/checkout@v4", bad)
-    found = {f["ident"] for f in validate(tmp_path / "bad", bad, render(REPO, "gitlab"))}
+    found = {f["ident"] for f in validate(tmp_path / "bad", bad, gitlab)}
     assert {"unpinned-uses", "artipacked"} <= found, found
-    audited = validate(tmp_path / "bad-auditor", bad, render(REPO, "gitlab"), "auditor")
-    assert "secrets-outside-env" in {f["ident"] for f in audited}
+    audited = {f["ident"] for f in validate(tmp_path / "bad-auditor", bad, gitlab, "auditor")}
+    assert "secrets-outside-env" in audited, audited
 
 
 def shell_step(script: str, lane: str, cwd: Path, tmp_path: Path) -> Any:
