@@ -774,3 +774,13 @@ def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> 
     (root / "ci" / "requirements.txt").write_text("dgr-forge==0.1.0\n" + "#" * 70_000 + "\n")
     huge = run_forge("--root", str(root), "ci", "render")
     assert huge.code == 2 and "larger than 64 KiB" in huge.stderr, huge
+
+    # a planted ci/ symlink is not written through
+    (root / "ci" / "requirements.txt").unlink()
+    (root / "ci").rmdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (root / "ci").symlink_to(target)
+    planted = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
+    assert planted.code == 2 and "not a regular file" in planted.stderr, planted
+    assert list(target.iterdir()) == []

@@ -149,7 +149,8 @@ def requirements(root: Path) -> Requirements:
     Only exact pins (`name==version`, optionally `--hash=sha256:...`) are accepted: an
     unpinned, URL, editable or option line would let CI install something else."""
     path = root / REQUIREMENTS
-    if path.is_symlink() or (path.exists() and not path.is_file()):
+    if path.parent.is_symlink() or path.is_symlink() or (path.exists() and not path.is_file()):
+        # read or written through a planted link, it would pin whatever the link points at
         raise BadInput(f"{REQUIREMENTS}: not a regular file", hint="commit a plain file")
     try:
         raw = path.read_bytes()
