@@ -1,0 +1,92 @@
+"""The one way the forge runs a child process: captured, probed, or streamed line by line.
+
+git (through gitutil), cmake and ninja (build), the doctor's probes and certify's hardware
+queries all come here, so stdin is never inherited (a CI job must not hang on a prompt),
+output is decoded one way, and a missing or hanging tool is handled one way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+_LINE_END = re.compile(rb"[\r\n]")  # git's progress rewrites its line with \r
+
+
+def capture(
+    cmd: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | bytes | None = None,
+    text: bool = True,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` to completion with stdout and stderr captured (never raises on exit code)."""
+    if input is None:
+        return subprocess.run(
+            list(cmd),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=text,
+            timeout=timeout,
+            check=False,
+        )
+    if isinstance(input, str) and not text:
+        input = input.encode()
+    return subprocess.run(
+        list(cmd),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        input=input,
+        capture_output=True,
+        text=text,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def probe(cmd: Sequence[str], *, timeout: float = 20.0) -> subprocess.CompletedProcess[str] | None:
+    """Run a host probe (`tool --version`); None when it is missing, broken or hangs."""
+    try:
+        return capture(cmd, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+def stream(
+    cmd: Sequence[str],
+    on_line: Callable[[str], None],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    merge_stdout: bool = True,
+) -> int:
+    """Run `cmd`, calling `on_line` for each line of its stderr (and stdout when
+    `merge_stdout`; otherwise stdout is discarded) as it arrives; returns the exit code.
+    Lines end at \\n or \\r, so progress that redraws one line arrives as it changes."""
+    with subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if merge_stdout else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE,
+    ) as proc:
+        pipe = proc.stdout if merge_stdout else proc.stderr
+        assert pipe is not None
+        buf = b""
+        while chunk := os.read(pipe.fileno(), 65536):
+            buf += chunk
+            *lines, buf = _LINE_END.split(buf)
+            for raw in lines:
+                if raw:
+                    on_line(raw.decode(errors="replace"))
+        if buf:
+            on_line(buf.decode(errors="replace"))
+        return proc.wait()

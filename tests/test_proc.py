@@ -1,0 +1,41 @@
+"""core/proc: the one subprocess runner (real processes, no mocks)."""
+
+from __future__ import annotations
+
+import sys
+
+from dgr_forge.core import proc
+
+
+def test_capture_never_inherits_stdin_and_keeps_both_streams() -> None:
+    code = "import sys; print(sys.stdin.read() == ''); print('e', file=sys.stderr)"
+    done = proc.capture([sys.executable, "-c", code])
+    assert done.returncode == 0
+    assert done.stdout.strip() == "True" and done.stderr.strip() == "e"
+
+
+def test_capture_passes_input() -> None:
+    done = proc.capture(
+        [sys.executable, "-c", "import sys; print(sys.stdin.read()[::-1])"], input="abc"
+    )
+    assert done.stdout.strip() == "cba"
+
+
+def test_probe_of_a_missing_or_hanging_tool_is_none() -> None:
+    assert proc.probe(["/nonexistent/tool", "--version"]) is None
+    assert proc.probe([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.2) is None
+    assert proc.probe(["tool\x00with-nul"]) is None
+
+
+def test_stream_splits_progress_redraws_and_merges_streams() -> None:
+    code = (
+        "import sys; sys.stderr.write('10%\\r50%\\r100%\\n'); sys.stderr.flush();"
+        "print('out'); sys.stdout.flush(); sys.stderr.write('tail'); sys.exit(3)"
+    )
+    seen: list[str] = []
+    rc = proc.stream([sys.executable, "-c", code], seen.append)
+    assert rc == 3
+    assert seen[:3] == ["10%", "50%", "100%"] and "out" in seen and seen[-1] == "tail"
+    only_err: list[str] = []
+    proc.stream([sys.executable, "-c", code], only_err.append, merge_stdout=False)
+    assert "out" not in only_err and "100%" in only_err
