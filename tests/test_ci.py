@@ -784,3 +784,45 @@ def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> 
     planted = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
     assert planted.code == 2 and "not a regular file" in planted.stderr, planted
     assert list(target.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) -> None:
+    """The rendered cache-proof script (GitLab's: plain shell lines), run as CI would: the
+    cpu lane built with --cache off and through ccache gives identical subjects."""
+    import shutil
+    import subprocess
+
+    from build_support import copy_product
+    from forgetest import forge_cmd, forge_env, make_forge_root
+
+    root = make_forge_root(tmp_path / "forge", upstream)
+    copy_product(root)
+    for lane in ("cuda", "metal", "rocm", "vulkan"):
+        (root / "recipes" / f"{lane}.toml").unlink()
+    script = yaml.safe_load(render(root, "gitlab"))["cache-proof"]["script"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "dgr-forge"
+    shim.write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
+    shim.chmod(0o755)
+    ccache = shutil.which("ccache") or str(Path(tool("zizmor")).parent / "ccache")
+    path = os.pathsep.join([str(bindir), str(Path(ccache).parent), os.environ["PATH"]])
+    env = forge_env(
+        {
+            "PATH": path,
+            "CI_PROJECT_DIR": str(root),
+            "DGR_LANE": "cpu",
+            "CCACHE_DIR": str(tmp_path / "ccache"),
+        }
+    )
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(script)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "identical subjects" in proc.stderr
