@@ -14,6 +14,9 @@ directory named after the size, reused by later runs), then times, with a warm p
   hashes while streaming and fsyncs every file; curl does neither, so "curl + fsync" and
   "curl + sha256sum" are shown too. Skipped with a message when curl is absent.
 
+* GGUF header: the bounded reader verify uses (`gguf_split.read_header`) against the `gguf`
+  package's GGUFReader, on a header with a 150,000-token vocabulary (strings, scores, types).
+
 Ratios are "dgr-forge time / raw tool time" style throughput ratios: >1.0 means faster.
 """
 
@@ -34,7 +37,7 @@ sys.path[:0] = [str(HERE.parent / "src"), str(HERE.parent / "tests")]
 from artifacts_support import FaultyServer  # noqa: E402
 
 from dgr_forge.core.output import Reporter  # noqa: E402
-from dgr_forge.models import artifacts  # noqa: E402
+from dgr_forge.models import artifacts, gguf_split  # noqa: E402
 from dgr_forge.models import manifest as models  # noqa: E402
 
 BLOCK = 8 << 20
@@ -70,6 +73,34 @@ def row(label: str, seconds: float, mib: float, note: str = "") -> None:
 
 def run(cmd: list[str], **kw: object) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, **kw)  # type: ignore[call-overload]
+
+
+def header_bench(work: Path, repeat: int) -> None:
+    """The bounded header reader vs the gguf package's reader on a tokenizer-sized header."""
+    import gguf
+    import numpy as np
+
+    path = work / "dgr-bench-header.gguf"
+    if not path.is_file():
+        w = gguf.GGUFWriter(path, arch="llama")
+        n = 150_000
+        w.add_token_list([f"tok{i}".encode() for i in range(n)])
+        w.add_token_scores([float(i) for i in range(n)])
+        w.add_token_types([1] * n)
+        w.add_uint16("split.no", 0)
+        w.add_uint16("split.count", 1)
+        w.add_int32("split.tensors.count", 1)
+        w.add_tensor("t", np.zeros(8, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+    ours = min(timed("", gguf_split.read_header, path) for _ in range(repeat))
+    theirs = min(timed("", gguf.GGUFReader, path) for _ in range(repeat))
+    kib = path.stat().st_size / 1024
+    print(f"\nGGUF header ({kib:.0f} KiB, 150,000-token vocabulary)")
+    print(f"  {'gguf_split.read_header (bounded)':<32} {ours * 1000:7.1f} ms")
+    print(f"  {'gguf.GGUFReader':<32} {theirs * 1000:7.1f} ms  ours is {theirs / ours:.1f}x")
 
 
 def main() -> None:
@@ -113,6 +144,9 @@ def main() -> None:
         mib,
         f"vs sha256sum {t_sum / t_vj:.2f}x, vs xargs -P {t_sum_p / t_vj:.2f}x",
     )
+
+    # ------------------------------------------------------------------ GGUF header
+    header_bench(data_dir.parent, args.repeat)
 
     # ------------------------------------------------------------------ provision
     work = Path(tempfile.mkdtemp(prefix="dgr-bench-provision-", dir=data_dir.parent))

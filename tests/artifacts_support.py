@@ -1,5 +1,6 @@
-"""Test helpers for model artifacts: a loopback HTTP server with Range and injected faults,
-and small real split GGUF files written with the `gguf` package.
+"""Test helpers for model artifacts: a loopback HTTP server with Range and injected faults
+(500s, cuts, stalls, redirects, a 1-byte-per-second trickle), small real split GGUF files
+written with the `gguf` package, and hostile GGUF headers.
 
 The bench (bench/artifacts.py) reuses the server, so it serves straight from a directory
 with sendfile and keeps no file in memory.
@@ -33,6 +34,9 @@ class Faults:
     stall: dict[str, int] = field(default_factory=dict)  # name -> offset to go silent at, once
     range_from_zero: set[str] = field(default_factory=set)  # 206, but always from byte 0
     stall_seconds: float = 2.0
+    redirect: dict[str, str] = field(default_factory=dict)  # name -> Location of a 302
+    trickle: dict[str, int] = field(default_factory=dict)  # name -> offset to drip from
+    trickle_interval: float = 1.0  # seconds per byte once trickling (for at most 30 s)
 
 
 class FaultyServer:
@@ -92,6 +96,8 @@ class FaultyServer:
                 cut = stall
             ignore = name in self.faults.ignore_range
             from_zero = name in self.faults.range_from_zero
+            location = self.faults.redirect.get(name)
+            trickle = self.faults.trickle.get(name)
 
         def answer(status: int, headers: dict[str, str], body: bytes = b"") -> None:
             with self._lock:
@@ -105,6 +111,9 @@ class FaultyServer:
 
         if failing:
             answer(500, {"Content-Length": "6"}, b"broken")
+            return
+        if location is not None:
+            answer(302, {"Location": location, "Content-Length": "0"})
             return
         if "/" in name or not path.is_file():
             answer(404, {"Content-Length": "9"}, b"not found")
@@ -128,13 +137,33 @@ class FaultyServer:
             answer(200, {"Content-Length": str(size)})
         end = size if cut is None or cut <= start else cut
         h.wfile.flush()
+        if trickle is not None and trickle < end:
+            end = max(trickle, start)  # the rest drips, a byte per interval
         with path.open("rb") as f:
-            h.connection.sendfile(f, offset=start, count=end - start)
+            if end > start:
+                h.connection.sendfile(f, offset=start, count=end - start)
+            if trickle is not None:
+                self._drip(h, f, end, size)
+                return
         if end < size:  # the injected fault: go silent, or drop the connection mid-file
             if stall is not None:
                 time.sleep(self.faults.stall_seconds)
             h.close_connection = True
             h.connection.shutdown(socket.SHUT_RDWR)
+
+    def _drip(self, h: BaseHTTPRequestHandler, f: Any, offset: int, size: int) -> None:
+        """Send one byte per trickle_interval: alive, never timed out by a read timeout."""
+        deadline = time.monotonic() + 30
+        f.seek(offset)
+        while offset < size and time.monotonic() < deadline:
+            time.sleep(self.faults.trickle_interval)
+            try:
+                h.wfile.write(f.read(1))
+                h.wfile.flush()
+            except OSError:  # the client gave up on us
+                return
+            offset += 1
+        h.close_connection = True
 
 
 # ----------------------------------------------------------------------------- GGUF files
@@ -187,3 +216,17 @@ def flip_byte(path: Path, offset: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
         f.flush()
         os.fsync(f.fileno())
+
+
+def hostile_gguf(path: Path, item_type: int = 0, count: int = 10**12) -> Path:
+    """A tiny GGUF v3 file whose one KV claims an array of `count` items (UINT8 by default).
+
+    The `gguf` package's reader spends minutes and gigabytes on it; the forge's bounded
+    reader refuses it at once.
+    """
+    import struct
+
+    data = b"GGUF" + struct.pack("<IQQ", 3, 0, 1)  # version 3, 0 tensors, 1 KV
+    data += struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", 9, item_type, count)  # ARRAY
+    path.write_bytes(data)
+    return path

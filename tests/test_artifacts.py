@@ -619,3 +619,47 @@ def test_manifest_defaults_to_the_forge_root_and_loads_by_name(
     assert res.code == 2, res
     assert "pass --out PATH" in res.stderr
     assert not (elsewhere / "manifests").exists()
+
+
+def test_dest_dir_holds_exactly_the_checked_directory(tmp_path: Path) -> None:
+    real = tmp_path / "real" / "models"
+    real.mkdir(parents=True)
+    with artifacts.DestDir(real) as held:
+        assert held.lstat("nothing") is None and held / "x" == real / "x"
+    # a component above --dest swapped for a link after the /home check: refused
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    if Path("/proc/self/fd").is_dir():
+        with pytest.raises(BadInput, match="changed while provision opened it"):
+            artifacts.DestDir(tmp_path / "link" / "models")
+    (tmp_path / "direct").symlink_to(real)  # the last component: never followed
+    with pytest.raises(BadInput, match="cannot open the directory"):
+        artifacts.DestDir(tmp_path / "direct")
+
+
+def test_bounded_reader_reads_what_the_gguf_writer_wrote(tmp_path: Path) -> None:
+    import gguf
+    import numpy as np
+
+    path = tmp_path / "vocab.gguf"
+    w = gguf.GGUFWriter(path, arch="llama")
+    w.add_token_list([f"tok{i}".encode() for i in range(500)] + [b""])  # array of strings
+    w.add_token_scores([0.5] * 501)  # array of float32
+    w.add_string("general.name", "x" * 300)
+    w.add_bool("flag", True)
+    w.add_uint64("big", 2**40)
+    w.add_int32("split.tensors.count", 2)
+    w.add_tensor("a", np.zeros(8, dtype=np.float32))
+    w.add_tensor("b", np.ones(3, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    header = gguf_split.read_header(path)
+    assert header.n_tensors == 2 and header.version == 3
+    assert header.ints["big"] == 2**40 and header.ints["split.tensors.count"] == 2
+    assert header.ints["flag"] == 1 and "general.name" not in header.ints
+    assert "tokenizer.ggml.tokens" in header.keys
+    cut = tmp_path / "cut.gguf"  # the same header cut inside the vocabulary
+    cut.write_bytes(path.read_bytes()[:2000])
+    with pytest.raises(gguf_split.GGUFError):
+        gguf_split.read_header(cut)

@@ -102,6 +102,10 @@ def test_dumps_round_trips() -> None:
         (doc(entry(url="https:///a")), "files[0].url", "has no host"),
         (doc(entry(url="file:rel/a")), "files[0].url", "no absolute path"),
         (doc(entry(url="http://[::1")), "files[0].url", "not a URL"),
+        (doc(entry(url="https://h/a\x00b")), "files[0].url", "control character"),
+        (doc(entry(url="https://h/a\nb")), "files[0].url", "control character"),
+        (doc(entry(url="https://-oProxyCommand=x/a")), "files[0].url", "starting with '-'"),
+        (doc(entry(url="http://u:SECRET@[::1")), "files[0].url", "http://***@"),
         ({"schema": 1, "model": {"name": "m"}}, "files", "missing or empty"),
         ({"schema": 1, "model": {"name": "m"}, "files": []}, "files", "missing or empty"),
         ({"schema": 1, "model": {"name": "m"}, "files": 3}, "files", "array of tables"),
@@ -273,3 +277,11 @@ def test_file_name_check_never_admits_a_path(name: str) -> None:
     if models.check_file_name(name) is None:
         assert Path(name).name == name and name not in ("", ".", "..")
         assert "/" not in name and "\\" not in name and "\x00" not in name
+
+
+@pytest.mark.parametrize(
+    "url", ["http://u:SECRET@[::1", "ftp://u:SECRET@h/a", "https://u:SECRET@h/\x01"]
+)
+def test_bad_url_errors_mask_credentials(tmp_path: Path, url: str) -> None:
+    err = load_error(tmp_path, doc(entry(url=url)))
+    assert "files[0].url" in str(err) and "SECRET" not in str(err) + repr(err.details)

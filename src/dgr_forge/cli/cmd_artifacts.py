@@ -120,6 +120,7 @@ def make_manifest(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.fsutil import atomic_write_text
+        from dgr_forge.core.urls import mask
         from dgr_forge.models import artifacts
         from dgr_forge.models import manifest as models
 
@@ -146,7 +147,7 @@ def make_manifest(
             "manifest": str(target),
             "state": state,
             "files": [
-                {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url}
+                {"name": f.name, "size": f.size, "sha256": f.sha256, "url": mask(f.url)}
                 for f in built.files
             ],
             "total_size": total,

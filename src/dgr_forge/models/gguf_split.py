@@ -1,37 +1,225 @@
-"""Split consistency of a GGUF model, read from the headers with the `gguf` package.
+"""Split consistency of a GGUF model, read from the headers by a bounded reader.
 
 llama.cpp splits a model into `P-00001-of-0000N.gguf` ... and writes `split.no` (0-based),
 `split.count` and `split.tensors.count` into every part's KV header.
+
+The reader checks every count and length against the bytes left in the file before it
+reads or skips anything, and keeps only integer KV values: a header claiming an array of
+10^12 items is refused at once instead of being materialized (the `gguf` package's reader
+builds Python lists of what the header claims, minutes and gigabytes for a 43-byte file).
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import struct
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import BinaryIO
 
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile
 
-
-def _kv_int(reader: Any, key: str) -> int | None:
-    """An integer KV value; None when absent or not an integer (a string would read as bytes)."""
-    import gguf
-
-    field_ = reader.get_field(key)
-    if field_ is None or not field_.data or len(field_.types) != 1:
-        return None
-    if field_.types[0] in (gguf.GGUFValueType.STRING, gguf.GGUFValueType.ARRAY):
-        return None
-    if field_.types[0] in (gguf.GGUFValueType.FLOAT32, gguf.GGUFValueType.FLOAT64):
-        return None
-    value = field_.parts[field_.data[0]]
-    try:
-        return int(value[0])
-    except (TypeError, ValueError, IndexError):
-        return None
+GGUF_MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # what llama.cpp writes today (and the gguf package reads)
+DEFAULT_ALIGNMENT = 32
+MAX_ARRAY_DEPTH = 4  # llama.cpp writes flat arrays; a deeper nest is hostile
+MAX_DIMS = 8  # GGML_MAX_DIMS is 4
+# value types (GGUFValueType): fixed-size scalars by their byte size
+_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _FLOAT32, _BOOL = range(8)
+_STRING, _ARRAY, _UINT64, _INT64, _FLOAT64 = range(8, 13)
+_SCALAR = {
+    _UINT8: "B", _INT8: "b", _UINT16: "H", _INT16: "h", _UINT32: "I", _INT32: "i",
+    _FLOAT32: "f", _BOOL: "?", _UINT64: "Q", _INT64: "q", _FLOAT64: "d",
+}  # fmt: skip
+_INTEGER = {_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _BOOL, _UINT64, _INT64}
+_MIN_KV = 8 + 4 + 1  # key length, type, the smallest value
+_MIN_TENSOR = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
 
 
-def check(dest: Path, files: list[ModelFile]) -> dict[str, list[str]]:
+class GGUFError(ValueError):
+    """The header is malformed, or claims more than the file holds."""
+
+
+@dataclass
+class Header:
+    """What the split check needs from a GGUF header: integer KV values and the tensor count."""
+
+    version: int
+    n_tensors: int
+    ints: dict[str, int] = field(default_factory=dict)  # integer-typed KV values
+    keys: set[str] = field(default_factory=set)
+
+
+class _Reader:
+    """Reads a GGUF header, every count and length bounded by the bytes left in the file."""
+
+    def __init__(self, f: BinaryIO, size: int) -> None:
+        self.f = f
+        self.size = size
+        self.pos = 0
+        self.order = "<"
+
+    def left(self) -> int:
+        return self.size - self.pos
+
+    def take(self, n: int, what: str) -> bytes:
+        if n > self.left():
+            raise GGUFError(
+                f"{what} needs {n} bytes at offset {self.pos}, the file has {self.left()} left"
+            )
+        data = self.f.read(n)
+        if len(data) != n:
+            raise GGUFError(f"the file ended while reading {what} at offset {self.pos}")
+        self.pos += n
+        return data
+
+    def skip(self, n: int, what: str) -> None:
+        if n > self.left():
+            raise GGUFError(
+                f"{what} needs {n} bytes at offset {self.pos}, the file has {self.left()} left"
+            )
+        self.pos += n
+        self.f.seek(self.pos)
+
+    def num(self, fmt: str, what: str) -> int | float | bool:
+        size = struct.calcsize(fmt)
+        value: int | float | bool = struct.unpack(self.order + fmt, self.take(size, what))[0]
+        return value
+
+    def u32(self, what: str) -> int:
+        return int(self.num("I", what))
+
+    def u64(self, what: str) -> int:
+        return int(self.num("Q", what))
+
+    def count(self, what: str, each: int) -> int:
+        """A count of items of at least `each` bytes: refused when they cannot fit."""
+        n = self.u64(what)
+        if n * each > self.left():
+            raise GGUFError(
+                f"{what} claims {n} items, more than the {self.left()} bytes left can hold"
+            )
+        return n
+
+    def string(self, what: str) -> bytes:
+        return self.take(self.count(f"{what} length", 1), what)
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> int | float | bool | None:
+        """Read (or skip) one value; scalars are returned, strings and arrays skipped."""
+        fmt = _SCALAR.get(vtype)
+        if fmt is not None:
+            return self.num(fmt, what)
+        if vtype == _STRING:
+            self.skip(self.count(f"{what} length", 1), what)
+            return None
+        if vtype != _ARRAY:
+            raise GGUFError(f"{what} has unknown value type {vtype}")
+        if depth >= MAX_ARRAY_DEPTH:
+            raise GGUFError(f"{what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
+        item = self.u32(f"{what} item type")
+        fmt = _SCALAR.get(item)
+        if fmt is not None:
+            n = self.count(what, struct.calcsize(fmt))
+            self.skip(n * struct.calcsize(fmt), what)
+            return None
+        if item not in (_STRING, _ARRAY):
+            raise GGUFError(f"{what} has unknown item type {item}")
+        n = self.count(what, 8 if item == _STRING else 12)  # every item has a length/header
+        if item == _STRING:
+            self._skip_strings(n, what)
+            return None
+        for _ in range(n):
+            self.value(item, what, depth + 1)
+        return None
+
+    def _skip_strings(self, n: int, what: str) -> None:
+        """Skip `n` length-prefixed strings (a vocabulary: 10^5 of them), each length bounded."""
+        f, unpack, fmt, size = self.f, struct.unpack, self.order + "Q", self.size
+        pos = self.pos
+        for _ in range(n):
+            raw = f.read(8)
+            if len(raw) != 8:
+                raise GGUFError(f"the file ended inside {what} at offset {pos}")
+            length = unpack(fmt, raw)[0]
+            pos += 8
+            if length > size - pos:
+                raise GGUFError(
+                    f"{what}: a string of {length} bytes at offset {pos}, the file has "
+                    f"{size - pos} left"
+                )
+            pos += length
+            f.seek(length, 1)
+        self.pos = pos
+
+
+def read_header(path: Path, *, follow: bool = False) -> Header:
+    """The GGUF header of `path`, read within the file's own size.
+
+    A symlink is not followed unless `follow` (a release engineer's own source directory).
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise GGUFError("not a regular file")
+        size = st.st_size
+        r = _Reader(f, size)
+        if r.take(4, "the magic") != GGUF_MAGIC:
+            raise GGUFError("GGUF magic invalid")
+        raw = r.take(4, "the version")
+        version = struct.unpack("<I", raw)[0]
+        if version & 0xFFFF == 0:  # written on a big-endian host
+            r.order = ">"
+            version = struct.unpack(">I", raw)[0]
+        if version not in VERSIONS:
+            raise GGUFError(f"GGUF version {version} is not supported (2 or 3)")
+        n_tensors = r.u64("the tensor count")
+        n_kv = r.count("the KV count", _MIN_KV)
+        if n_tensors * _MIN_TENSOR > r.left():
+            raise GGUFError(f"the header claims {n_tensors} tensors, more than the file can hold")
+        header = Header(version=version, n_tensors=n_tensors)
+        for i in range(n_kv):
+            key_raw = r.string(f"KV {i} key")
+            try:
+                key = key_raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise GGUFError(f"KV {i} key is not UTF-8") from None
+            if key in header.keys:
+                raise GGUFError(f"duplicate KV key {key[:100]!r}")
+            header.keys.add(key)
+            vtype = r.u32(f"KV {key[:100]!r} type")
+            value = r.value(vtype, f"KV {key[:100]!r}")
+            if vtype in _INTEGER and value is not None:
+                header.ints[key] = int(value)
+        alignment = header.ints.get("general.alignment", DEFAULT_ALIGNMENT)
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise GGUFError(f"general.alignment {alignment} is not a power of two")
+        names: set[bytes] = set()
+        for i in range(n_tensors):
+            name = r.string(f"tensor {i} name")
+            if name in names:
+                raise GGUFError(f"duplicate tensor name {name[:100]!r}")
+            names.add(name)
+            n_dims = r.u32(f"tensor {i} dimension count")
+            if n_dims > MAX_DIMS:
+                raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
+            r.skip(8 * n_dims + 4, f"tensor {i} shape and type")
+            offset = r.u64(f"tensor {i} offset")
+            data_start = -(-r.pos // alignment) * alignment
+            if offset > size - min(data_start, size):
+                raise GGUFError(f"tensor {i} starts beyond the end of the file")
+        return header
+
+
+def _kv_int(header: Header, key: str) -> int | None:
+    """An integer KV value; None when absent or not an integer-typed value."""
+    return header.ints.get(key)
+
+
+def check(dest: Path, files: list[ModelFile], *, follow: bool = False) -> dict[str, list[str]]:
     """Split consistency from the GGUF headers of the present `.gguf` files.
 
     Each part's `split.no` (0-based) and `split.count` must match its name
@@ -39,8 +227,6 @@ def check(dest: Path, files: list[ModelFile]) -> dict[str, list[str]]:
     must agree on `split.tensors.count`, and when all are present their tensors must add
     up to it. A `.gguf` whose name is not a split must not claim to be one.
     """
-    import gguf  # numpy-backed; only loaded when a model is checked
-
     problems: dict[str, list[str]] = {}
     by_no: dict[str, dict[int, list[str]]] = {}
     tensor_totals: dict[str, dict[str, int]] = {}
@@ -53,15 +239,15 @@ def check(dest: Path, files: list[ModelFile]) -> dict[str, list[str]]:
             continue
         found = problems.setdefault(f.name, [])
         try:
-            reader = gguf.GGUFReader(path, "r")
-            no = _kv_int(reader, "split.no")
-            count = _kv_int(reader, "split.count")
-            total = _kv_int(reader, "split.tensors.count")
-            n_tensors = len(reader.tensors)
-        except Exception as err:  # the gguf parser raises many kinds on a bad header
-            text = str(err) or type(err).__name__
+            header = read_header(path, follow=follow)
+        except (GGUFError, OSError) as err:
+            text = str(err) if isinstance(err, GGUFError) else (err.strerror or str(err))
             found.append(f"unreadable GGUF header: {text[:200]}")
             continue
+        no = _kv_int(header, "split.no")
+        count = _kv_int(header, "split.count")
+        total = _kv_int(header, "split.tensors.count")
+        n_tensors = header.n_tensors
         s = models.split_name(f.name)
         if s is None:
             if count is not None and count > 1:

@@ -27,13 +27,17 @@ from urllib.parse import quote, urlsplit
 
 import tomli_w
 
+from dgr_forge.core import urls
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import read_input
+from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.upstream.manifest import HEX40, HEX64, NAME, _Checker
 
 SCHEMA = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
 HEX40_RE = HEX40
 MODELS_DIR = "manifests/models"
+URL_SCHEMES = (*HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
 PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -80,16 +84,21 @@ def split_name(name: str) -> SplitName | None:
 
 
 def check_url(url: str) -> str | None:
-    """None when `url` is a usable http(s)/file URL, else what is wrong with it."""
+    """None when `url` is a usable http(s)/file URL, else what is wrong with it.
+
+    The shared validator (`core.urls.check_url`, which also refuses a leading `-`, control
+    characters and NUL) runs after this one; messages show the URL masked.
+    """
+    shown = mask(url)
     try:
         parts = urlsplit(url)
     except ValueError as err:
-        return f"{url!r} is not a URL ({err})"
+        return f"{shown!r} is not a URL ({err})"
     if parts.scheme in ("http", "https"):
-        return None if parts.netloc else f"{url!r} has no host"
+        return None if parts.netloc else f"{shown!r} has no host"
     if parts.scheme == "file":
-        return None if parts.path.startswith("/") else f"{url!r} has no absolute path"
-    return f"{url!r} is not an http(s):// or file:// URL"
+        return None if parts.path.startswith("/") else f"{shown!r} has no absolute path"
+    return f"{shown!r} is not an http(s):// or file:// URL"
 
 
 def file_url(base: str, name: str) -> str:
@@ -219,6 +228,11 @@ def _file_entry(c: _Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFi
     url_problem = check_url(url)
     if url_problem:
         raise c.fail(f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
+    try:
+        urls.check_url(url, f"{c.shown}: {where}.url", schemes=URL_SCHEMES)
+    except BadInput as err:
+        err.details = {"file": c.shown, "key": f"{where}.url"}
+        raise
     return ModelFile(name=name, size=size, sha256=sha, url=url)
 
 

@@ -1,0 +1,373 @@
+"""The destination directory: where model files may land, room for them, one writer at a time.
+
+A destination may be shared with other local users, so nothing here follows a symlink
+planted inside it: the provision lock, partial downloads (`NAME.part`) and final files are
+opened with O_NOFOLLOW and checked to be regular files on the descriptor that is then used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.lock import POLL_S, lock_timeout
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask_text
+from dgr_forge.models import manifest as models
+from dgr_forge.models.hashing import human
+from dgr_forge.models.manifest import ModelFile
+
+LOCK_FILE = ".dgr-provision.lock"
+# Model files must not land on the home file system (small, quota'd, backed up).
+FORBIDDEN_ROOTS = ("/home",)
+# O_NONBLOCK: opening a planted FIFO must not hang; it is refused after fstat
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def check_destination(dest: Path) -> Path:
+    """The destination with symlinks resolved; BadInput if it is (or would be) under /home."""
+    resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    for root in FORBIDDEN_ROOTS:
+        for form in {Path(root), Path(os.path.realpath(root))}:
+            if resolved == form or resolved.is_relative_to(form):
+                raise BadInput(
+                    f"--dest {dest}: resolves to {resolved}, under {root}: model artifacts "
+                    f"are never stored under {root}",
+                    hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
+                    "(symlinks are followed, so a link into /home is refused too)",
+                    details={"dest": str(dest), "resolved": str(resolved)},
+                )
+    if resolved.exists() and not resolved.is_dir():
+        raise BadInput(
+            f"--dest {dest}: {resolved} exists and is not a directory",
+            hint="pass a directory (it is created if missing)",
+            details={"dest": str(dest)},
+        )
+    return resolved
+
+
+def nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(path.anchor or "/")
+
+
+def _regular_size(path: Path) -> int | None:
+    """The size of `path` if it is a regular file itself (a symlink is not), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
+    """Bytes still to download: a present file of the right size counts as done."""
+    need = 0
+    for f in files:
+        if _regular_size(dest / f.name) == f.size:
+            continue
+        have = _regular_size(dest / (f.name + models.PART_SUFFIX)) or 0
+        need += f.size - have if have <= f.size else f.size
+    return need
+
+
+def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
+    need = missing_bytes(dest, files)
+    anchor = nearest_existing(dest)
+    free = shutil.disk_usage(anchor).free
+    if need > free:
+        raise BadInput(
+            f"--dest {dest}: not enough free space: {human(need)} ({need} bytes) still to "
+            f"download, {human(free)} ({free} bytes) free on the file system of {anchor}",
+            hint="free space there or pass a --dest on a larger disk",
+            details={"dest": str(dest), "needed_bytes": need, "free_bytes": free},
+        )
+    return need, free
+
+
+def kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a regular file" if stat.S_ISREG(mode) else "a device or other special file"
+
+
+class DestDir:
+    """The destination, held open: every file in it is reached by name from this descriptor.
+
+    Opening the directory once (and checking, on Linux, that the directory held is the one
+    that passed the /home rule) means a path component above it swapped for a symlink
+    later cannot redirect a write; the names inside are opened with O_NOFOLLOW.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW)
+        except OSError as err:
+            raise BadInput(
+                f"--dest {path}: cannot open the directory ({err.strerror})",
+                hint="pass a directory you can write to (symlinks are resolved first)",
+                details={"dest": str(path)},
+            ) from None
+        try:
+            held = os.readlink(f"/proc/self/fd/{self.fd}")
+        except OSError:
+            held = None  # no /proc (macOS): the O_NOFOLLOW open is the check
+        if held is not None and held != str(path):
+            os.close(self.fd)
+            raise BadInput(
+                f"--dest {path}: the directory changed while provision opened it (now {held})",
+                hint="make sure nobody else can rename the directories above --dest",
+                details={"dest": str(path), "resolved": held},
+            )
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> DestDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name  # for messages; the files are opened through self.fd
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except OSError:
+            return None
+
+    def unlink(self, name: str) -> None:
+        with suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)  # removes a link itself, never its target
+
+    def replace(self, src: str, dst: str) -> None:
+        """Atomic rename inside the directory; a planted link at `dst` is replaced, not followed."""
+        os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def fsync(self) -> None:
+        with suppress(OSError):
+            os.fsync(self.fd)
+
+    def refuse_planted(self, files: tuple[ModelFile, ...]) -> None:
+        """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
+
+        Provision would otherwise read (and report as present) whatever the link points at,
+        a way to put model files under /home or to pass off another file as verified.
+        """
+        for f in files:
+            st = self.lstat(f.name)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                path = self / f.name
+                raise BadInput(
+                    f"{path}: is {kind(st.st_mode)}, not a regular file; model files are never "
+                    "read or written through one",
+                    hint=f"remove it (`rm {path}`) and re-run provision",
+                    details={"dest": str(self.path), "file": f.name},
+                )
+
+    def open_final(self, name: str) -> int | None:
+        """A read-only descriptor of a final file, None when absent; never through a link."""
+        try:
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=self.fd)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            st = self.lstat(name)
+            if st is None or stat.S_ISREG(st.st_mode):
+                err.filename = str(self / name)
+                raise  # a regular file we may not read: permissions, I/O
+            raise OperationFailed(
+                f"{self / name}: is {kind(st.st_mode)}, not a regular file ({err.strerror})",
+                hint=f"remove it (`rm {self / name}`) and re-run provision",
+            ) from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise OperationFailed(
+                f"{self / name}: is {kind(mode)}, not a regular file",
+                hint=f"remove it (`rm {self / name}`) and re-run provision",
+            )
+        return fd
+
+    def open_part(self, name: str, out: Reporter) -> int:
+        """`NAME.part` opened for append; a planted non-file there is removed, started over.
+
+        An existing part is opened without following a symlink and checked on its
+        descriptor; a new one is created with O_EXCL, so a link planted in between fails
+        instead of being followed. The caller hashes and appends through this descriptor.
+        """
+        flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
+        fd: int | None = None
+        try:
+            fd = os.open(name, flags, dir_fd=self.fd)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            st = self.lstat(name)
+            if st is None or stat.S_ISREG(st.st_mode):
+                err.filename = str(self / name)
+                raise  # a part we may not write (another user's): never deleted
+            fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
+        if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        if fd is not None:
+            if fd >= 0:
+                os.close(fd)
+            st = self.lstat(name)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise OperationFailed(
+                    f"{self / name}: is a directory, not a partial download",
+                    hint=f"remove it (`rm -r {self / name}`) and re-run provision",
+                )
+            what = kind(st.st_mode) if st is not None else "unusable"
+            out.warn(f"{name} is {what}, not a partial download; removed it, starting over")
+            self.unlink(name)
+        try:
+            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self.fd)
+        except FileExistsError:
+            raise OperationFailed(
+                f"{self / name}: appeared while provision was creating it (another writer?)",
+                hint="make sure nothing else writes into --dest, then re-run provision",
+            ) from None
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# ----------------------------------------------------------------------------- provision lock
+
+
+def _lock_wait_s() -> float:
+    timeout = lock_timeout()  # the forge lock's DGR_LOCK_TIMEOUT, read the same way
+    if not math.isfinite(timeout):
+        raise BadInput(
+            f"DGR_LOCK_TIMEOUT={os.environ.get('DGR_LOCK_TIMEOUT', '')!r} is not a finite "
+            "number of seconds",
+            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
+        )
+    return timeout
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what the holder wrote (read through our own descriptor)."""
+    try:
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
+    except (OSError, ValueError):
+        info = {}
+    if not isinstance(info, dict) or "pid" not in info:
+        return "another provision (holder unknown)"
+    return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
+
+
+def _open_lock(dest: DestDir) -> int:
+    path = dest / LOCK_FILE
+    try:
+        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644, dir_fd=dest.fd)
+    except OSError as err:
+        st = dest.lstat(LOCK_FILE)
+        if st is None or stat.S_ISREG(st.st_mode):  # e.g. another user's, not writable
+            raise BadInput(
+                f"{path}: cannot open the provision lock ({err.strerror})",
+                hint="provision as a user who may write into --dest, or pass another --dest",
+                details={"lock": str(path)},
+            ) from None
+        raise BadInput(
+            f"{path}: the provision lock is {kind(st.st_mode)} ({err.strerror}); it is never "
+            "followed",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+            details={"lock": str(path)},
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise BadInput(
+            f"{path}: the provision lock is {kind(st.st_mode)}, not a regular file",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+            details={"lock": str(path)},
+        )
+    return fd
+
+
+@contextmanager
+def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
+    """One provision per destination at a time: two writers on one NAME.part corrupt it.
+
+    Waits up to DGR_LOCK_TIMEOUT seconds (like the forge lock), naming the holder.
+    """
+    if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
+        yield
+        return
+    import fcntl
+
+    def try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    path = dest / LOCK_FILE
+    fd = _open_lock(dest)
+    try:
+        if not try_lock(fd):
+            timeout = _lock_wait_s()
+            holder = _holder(fd)
+            fix = "wait for it to finish (or stop it), or set DGR_LOCK_TIMEOUT to wait longer"
+            if timeout == 0:
+                raise OperationFailed(
+                    f"{dest.path} is being provisioned by {holder}",
+                    hint=fix,
+                    details={"lock": str(path), "holder": holder},
+                )
+            out.info(f"waiting for {holder} (provision lock {path}, up to {timeout:g} s)")
+            deadline = time.monotonic() + timeout
+            while not try_lock(fd):
+                if time.monotonic() >= deadline:
+                    holder = _holder(fd)
+                    raise OperationFailed(
+                        f"{dest.path} still being provisioned by {holder} after {timeout:g} s",
+                        hint=fix,
+                        details={"lock": str(path), "holder": holder},
+                    )
+                time.sleep(POLL_S)
+        info = {
+            "pid": os.getpid(),
+            "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
+            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        with suppress(OSError):  # only tells a waiter who it waits for
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        try:
+            yield
+        finally:
+            with suppress(OSError):  # clear first: a waiter never reads a stale holder
+                os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)

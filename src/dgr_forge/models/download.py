@@ -1,0 +1,480 @@
+"""Bringing one model file into the destination exactly: resumable, retried, bounded, atomic.
+
+Each missing file streams into `NAME.part` (opened without following links, see `dest`),
+resumes with an HTTP Range request from the bytes already there, retries dropped
+connections, timeouts, slow transfers and 5xx with exponential backoff, checks size and
+sha256 (hashed while streaming), then fsync + atomic rename. Every URL shown is masked.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import math
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+from urllib.request import url2pathname
+
+import requests
+import urllib3
+
+from dgr_forge.core import fault
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask, mask_text
+from dgr_forge.models import manifest as models
+from dgr_forge.models.dest import DestDir, write_all
+from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
+from dgr_forge.models.manifest import ModelFile
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
+
+NET_CHUNK = 1 << 20
+TickFn = Callable[[int, str | None], None]
+
+
+def env_number(
+    name: str, default: float, *, low: float, high: float, integer: bool = False
+) -> float:
+    """A DGR_ARTIFACTS_* number: finite and within [low, high], else BadInput (exit 2)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and low <= value <= high):
+        kind = "a whole number" if integer else "a number"
+        raise BadInput(
+            f"{name}={raw!r} is not {kind} from {low:g} to {high:g}",
+            hint=f"set {name} to e.g. {default:g}, or unset it for the default",
+            details={"variable": name, "value": raw},
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard provisioning tries: `tries` consecutive failures without progress per file."""
+
+    tries: int = 5
+    backoff: float = 1.0  # first delay in seconds, doubled per failure, capped at 30 s
+    connect_timeout: float = 15.0
+    read_timeout: float = 60.0
+    # a transfer slower than min_rate bytes/s over a stall_s window is cut and retried,
+    # so a server trickling a byte at a time cannot hold a run forever
+    min_rate: float = 1024.0
+    stall_s: float = 60.0
+
+    @classmethod
+    def from_env(cls) -> RetryPolicy:
+        """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S}; a bad value is exit 2."""
+        return cls(
+            tries=int(env_number("DGR_ARTIFACTS_TRIES", cls.tries, low=1, high=1000, integer=True)),
+            backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, low=0, high=300),
+            read_timeout=env_number(
+                "DGR_ARTIFACTS_TIMEOUT", cls.read_timeout, low=0.01, high=86400
+            ),
+            min_rate=env_number("DGR_ARTIFACTS_MIN_RATE", cls.min_rate, low=1, high=2.0**40),
+            stall_s=env_number("DGR_ARTIFACTS_STALL_S", cls.stall_s, low=0.01, high=86400),
+        )
+
+    def delay(self, failures: int) -> float:
+        return float(min(self.backoff * 2 ** (failures - 1), 30.0))
+
+
+@dataclass
+class FileOutcome:
+    name: str
+    size: int
+    status: str = "pending"  # present | downloaded | failed
+    downloaded_bytes: int = 0
+    resumed_from: int = 0  # bytes of NAME.part reused instead of downloaded again
+    restarts: int = 0  # times the file started over from byte 0 (server ignored Range)
+    retries: int = 0
+    error: str | None = None
+
+
+class _Retry(Exception):
+    """A transient failure: the bytes so far are kept and the next try resumes."""
+
+
+class _TooSlow(_Retry):
+    """Below the minimum rate: retried, but it counts as a try even though bytes arrived."""
+
+
+def source_url(f: ModelFile, mirror: str | None) -> str:
+    return models.file_url(mirror, f.name) if mirror else f.url
+
+
+def check_mirror(mirror: str | None) -> str | None:
+    """A mirror base URL; a plain directory path becomes a file:// URL."""
+    if mirror is None:
+        return None
+    if "://" not in mirror and not mirror.startswith("-"):
+        path = Path(mirror).expanduser()
+        if path.is_dir():
+            return path.resolve().as_uri()
+    check_url(mirror, "--mirror", schemes=(*HTTP_SCHEMES, "file"))
+    problem = models.check_url(mirror)
+    if problem:
+        raise BadInput(
+            f"--mirror: {problem}",
+            hint="pass a base URL (http://, https://, file://) or a directory holding the files",
+            details={"mirror": mask(mirror)},
+        )
+    return mirror
+
+
+@dataclass
+class _Stream:
+    f: ModelFile
+    url: str
+    shown: str  # the URL as messages show it: credentials masked
+    have: int
+    h: _Hash
+    outcome: FileOutcome
+    tick: TickFn
+    fd: int = -1
+    said_restart: bool = False
+    again: bool = False  # the last response made us start over; not a failure
+
+
+class Downloader:
+    """Brings one file to `dest` exactly; shared state is only the cache and progress."""
+
+    def __init__(
+        self,
+        dest: DestDir,
+        out: Reporter,
+        cache: VerifiedCache,
+        progress: Progress,
+        policy: RetryPolicy,
+        stop: threading.Event,
+    ) -> None:
+        self.dest = dest
+        self.out = out
+        self.cache = cache
+        self.progress = progress
+        self.policy = policy
+        self.stop = stop
+
+    def run(self, f: ModelFile, url: str) -> FileOutcome:
+        outcome = FileOutcome(name=f.name, size=f.size)
+        tick = self.progress.add(f.name, f.size)
+        part = f.name + models.PART_SUFFIX
+        try:
+            self._provision(f, url, outcome, tick)
+        except OperationFailed as err:
+            outcome.status = "failed"
+            outcome.error = err.message
+            st = self.dest.lstat(part)
+            if st is not None and st.st_size == 0 and stat.S_ISREG(st.st_mode):
+                self.dest.unlink(part)  # nothing worth resuming
+        except OSError as err:  # the destination, not the source: disk full, permissions
+            outcome.status = "failed"
+            st = self.dest.lstat(part)
+            kept = f"; {st.st_size} bytes are kept in {part}" if st and st.st_size else ""
+            where = err.filename or self.dest.path
+            outcome.error = f"{f.name}: {err.strerror or err} ({where}){kept}"
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                d = self.dest.path
+                outcome.error += (
+                    f"\n  fix: free space on the file system of {d} (`df -h {d}`)"
+                    " and re-run provision: it resumes from the kept bytes"
+                )
+        return outcome
+
+    def _provision(self, f: ModelFile, url: str, outcome: FileOutcome, tick: TickFn) -> None:
+        part = f.name + models.PART_SUFFIX
+        fd = self.dest.open_final(f.name)
+        if fd is not None:
+            try:
+                st = os.fstat(fd)
+                if st.st_size == f.size:
+                    sha = self.cache.lookup(f.name, st)
+                    if sha is None:
+                        sha = hash_fd(fd, stop=self.stop).hexdigest()
+                        self.cache.record(f.name, os.fstat(fd), sha)
+                    if sha == f.sha256:
+                        self.dest.unlink(part)  # left by an older run; the file is done
+                        tick(f.size, f"{f.name} (present)")
+                        outcome.status = "present"
+                        return
+                    self.out.warn(
+                        f"{f.name}: on disk with sha256 {sha}, manifest says {f.sha256}; "
+                        "downloading it again"
+                    )
+                else:
+                    self.out.warn(
+                        f"{f.name}: on disk with {st.st_size} bytes, manifest says {f.size}; "
+                        "downloading it again"
+                    )
+            finally:
+                os.close(fd)
+            self.cache.forget(f.name)
+        shown = mask(url)
+        sha = self._download(f, url, shown, part, outcome, tick)
+        if sha != f.sha256:
+            self.dest.unlink(part)
+            raise OperationFailed(
+                f"{f.name}: sha256 mismatch after download: expected {f.sha256}, got {sha} "
+                f"(from {shown}); the partial file was removed",
+                hint="re-run to download again; if it repeats, the manifest or the server is wrong",
+            )
+        fault.point("provision.verified", f.name)
+        self.dest.replace(part, f.name)  # a planted link at the final name is replaced
+        self.dest.fsync()
+        fault.point("provision.renamed", f.name)
+        after = self.dest.lstat(f.name)
+        if after is not None:
+            self.cache.record(f.name, after, sha)
+        outcome.status = "downloaded"
+
+    def _download(
+        self, f: ModelFile, url: str, shown: str, part: str, outcome: FileOutcome, tick: TickFn
+    ) -> str:
+        """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
+        fd = self.dest.open_part(part, self.out)
+        try:
+            return self._fill(f, url, shown, part, fd, outcome, tick)
+        finally:
+            os.close(fd)
+
+    def _fill(
+        self,
+        f: ModelFile,
+        url: str,
+        shown: str,
+        part: str,
+        fd: int,
+        outcome: FileOutcome,
+        tick: TickFn,
+    ) -> str:
+        h = hashlib.sha256()
+        have = os.fstat(fd).st_size
+        if have > f.size:
+            self.out.warn(f"{part} is larger than the manifest's size; starting over")
+            os.ftruncate(fd, 0)
+            have = 0
+        if have:
+            hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
+            outcome.resumed_from = have
+            tick(have, None)
+            self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
+        state = _Stream(f=f, url=url, shown=shown, have=have, h=h, outcome=outcome, tick=tick)
+        state.fd = fd
+        failures = 0
+        while state.have < f.size:
+            before = state.have
+            try:
+                if urlsplit(url).scheme == "file":
+                    self._copy_file(state)
+                else:
+                    self._get_http(state)
+                if state.again:  # started over on purpose: ask again at once
+                    state.again = False
+                    continue
+                if state.have < f.size:
+                    raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
+            except (
+                _Retry,
+                requests.ConnectionError,
+                requests.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+                requests.exceptions.ContentDecodingError,
+                urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
+            ) as err:
+                if self.stop.is_set():  # aborted: the error is ours, not the server's
+                    raise KeyboardInterrupt from None
+                slow = isinstance(err, _TooSlow)
+                failures = 1 if state.have > before and not slow else failures + 1
+                if failures >= self.policy.tries:
+                    what = "slow tries" if slow else "tries without progress"
+                    raise OperationFailed(
+                        f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
+                        f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
+                        hint="re-run provision: it resumes from the kept bytes",
+                    ) from None
+                outcome.retries += 1
+                delay = self.policy.delay(failures)
+                self.out.warn(
+                    f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
+                )
+                if self.stop.wait(delay):
+                    raise KeyboardInterrupt from None
+            except (requests.RequestException, ValueError) as err:
+                # an invalid redirect target (`http://[::1`), too many redirects, ...
+                raise OperationFailed(
+                    f"{f.name}: the request to {shown} failed: {_brief(err)}",
+                    hint="check the url in the manifest (or --mirror) and where the server "
+                    "redirects to",
+                ) from None
+        os.fsync(fd)
+        return state.h.hexdigest()
+
+    def _restart(self, state: _Stream, why: str) -> None:
+        """Drop the partial bytes and start the file over (said once per file)."""
+        if state.outcome.restarts >= self.policy.tries:
+            raise OperationFailed(
+                f"{state.f.name}: {why}, {state.outcome.restarts} times; giving up ({state.shown})",
+                hint="the server does not serve this file consistently; try a --mirror",
+            )
+        if not state.said_restart:
+            self.out.warn(f"{state.f.name}: {why}; restarting this file from byte 0")
+            state.said_restart = True
+        os.ftruncate(state.fd, 0)  # O_APPEND: the next write lands at byte 0
+        state.tick(-state.have, None)
+        state.have = 0
+        state.h = hashlib.sha256()
+        state.outcome.restarts += 1
+        state.outcome.resumed_from = 0
+        state.again = True
+
+    def _wrong_size(self, state: _Stream, server_size: int) -> OperationFailed:
+        return OperationFailed(
+            f"{state.f.name}: the source has {server_size} bytes, the manifest says "
+            f"{state.f.size} ({state.shown})",
+            hint="fix size (and sha256) in the manifest, or point it at the right file",
+        )
+
+    def _get_http(self, state: _Stream) -> None:
+        headers = {"Accept-Encoding": "identity"}  # byte offsets must be the file's own
+        if state.have:
+            headers["Range"] = f"bytes={state.have}-"
+        timeout = (self.policy.connect_timeout, self.policy.read_timeout)
+        with requests.get(state.url, headers=headers, stream=True, timeout=timeout) as r:
+            self._read_response(state, r)
+
+    def _read_response(self, state: _Stream, r: requests.Response) -> None:
+        code = r.status_code
+        if code == 206:
+            start, total = _content_range(r.headers.get("Content-Range", ""))
+            if total is not None and total != state.f.size:
+                raise self._wrong_size(state, total)
+            if start != state.have:
+                self._restart(state, f"the server answered a different range ({start})")
+                return
+        elif code == 200:
+            length = r.headers.get("Content-Length")
+            if length is not None and length.isdigit() and int(length) != state.f.size:
+                raise self._wrong_size(state, int(length))
+            if state.have:
+                self._restart(state, "the server ignored the Range request (HTTP 200)")
+                state.again = False  # this response is the whole file: keep reading it
+        elif code == 416:
+            _, total = _content_range(r.headers.get("Content-Range", ""))
+            if total is not None and total != state.f.size:
+                raise self._wrong_size(state, total)
+            if not state.have:
+                raise OperationFailed(
+                    f"{state.f.name}: HTTP 416 for a request without a range ({state.shown})",
+                    hint="check the url in the manifest (or --mirror)",
+                )
+            self._restart(state, "the server refused the range (HTTP 416)")
+            return
+        elif code >= 500 or code in (408, 429):
+            raise _Retry(f"HTTP {code} from {state.shown}")
+        else:
+            raise OperationFailed(
+                f"{state.f.name}: HTTP {code} from {state.shown}",
+                hint="check the url in the manifest (or --mirror) and access to the server",
+            )
+        # read1: whatever has arrived, so a dropped connection loses no received byte
+        # (iter_content would discard a partly filled chunk)
+        window_start, window_bytes = time.monotonic(), 0
+        while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
+            self._write(state, chunk)
+            window_bytes += len(chunk)
+            elapsed = time.monotonic() - window_start
+            if elapsed >= self.policy.stall_s:
+                if window_bytes < self.policy.min_rate * elapsed:
+                    raise _TooSlow(
+                        f"too slow: {window_bytes} bytes in {elapsed:.1f}s, under the minimum "
+                        f"{human(self.policy.min_rate)}/s (DGR_ARTIFACTS_MIN_RATE)"
+                    )
+                window_start, window_bytes = time.monotonic(), 0
+
+    def _copy_file(self, state: _Stream) -> None:
+        src = Path(url2pathname(unquote(urlsplit(state.url).path)))
+        try:
+            size = src.stat().st_size
+        except FileNotFoundError:
+            raise OperationFailed(
+                f"{state.f.name}: {src} does not exist ({state.shown})",
+                hint="check the url in the manifest or the --mirror directory",
+            ) from None
+        except OSError as err:
+            raise _Retry(f"cannot stat {src}: {err.strerror}") from None
+        if size != state.f.size:
+            raise self._wrong_size(state, size)
+        try:
+            s = src.open("rb")
+            s.seek(state.have)
+        except OSError as err:
+            raise _Retry(f"reading {src}: {err.strerror}") from None
+        with s:
+            while True:
+                try:
+                    chunk = s.read(READ_BLOCK)
+                except OSError as err:  # the source's read; a write error is the dest's
+                    raise _Retry(f"reading {src}: {err.strerror}") from None
+                if not chunk:
+                    return
+                self._write(state, chunk)
+
+    def _write(self, state: _Stream, chunk: bytes) -> None:
+        if self.stop.is_set():
+            raise KeyboardInterrupt
+        if state.have + len(chunk) > state.f.size:
+            raise OperationFailed(
+                f"{state.f.name}: the source sent more than the manifest's {state.f.size} "
+                f"bytes ({state.shown})",
+                hint="fix size (and sha256) in the manifest, or point it at the right file",
+            )
+        fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
+        try:
+            write_all(state.fd, chunk)
+        except OSError as err:
+            err.filename = err.filename or str(self.dest / (state.f.name + models.PART_SUFFIX))
+            raise
+        state.h.update(chunk)
+        state.have += len(chunk)
+        state.outcome.downloaded_bytes += len(chunk)
+        state.tick(len(chunk), None)
+
+
+def _content_range(value: str) -> tuple[int | None, int | None]:
+    """'bytes 10-99/100' -> (10, 100); 'bytes */100' -> (None, 100)."""
+    try:
+        unit, _, spec = value.strip().partition(" ")
+        rng, _, total = spec.partition("/")
+        if unit != "bytes":
+            return None, None
+        start = None if rng == "*" else int(rng.split("-", 1)[0])
+        return start, (None if total in ("", "*") else int(total))
+    except ValueError:
+        return None, None
+
+
+def _brief(err: BaseException) -> str:
+    """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
+    if isinstance(err, _Retry):
+        return mask_text(str(err))
+    if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
+        return "timed out"
+    if isinstance(err, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):
+        return "connection dropped"
+    if isinstance(err, requests.ConnectionError):
+        return "cannot connect" if err.response is None else "connection error"
+    text = mask_text(str(err) or type(err).__name__)
+    return text if len(text) < 200 else text[:197] + "..."

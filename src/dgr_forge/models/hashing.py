@@ -1,0 +1,185 @@
+"""Hashing model files: sha256 at disk speed, progress over parallel files, the verified cache.
+
+A cache `<dest>/.dgr-verified.json` remembers (size, mtime_ns, ctime_ns, inode, device) ->
+sha256 of files this tool verified, so `provision` skips present files without re-hashing
+them. Any write to a file changes its ctime, which `touch` cannot set back, so a changed
+file never matches its entry; `verify` never trusts the cache (it always re-hashes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.output import ProgressSink, Reporter
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
+
+READ_BLOCK = 8 << 20  # big reads: hashing runs at disk speed, few syscalls
+CACHE_FILE = ".dgr-verified.json"
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def default_jobs() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def hash_fd(
+    fd: int,
+    h: _Hash | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+) -> _Hash:
+    """Feed the open file `fd` from byte 0 into `h` (a new sha256 by default).
+
+    pread with 8 MiB reads into one buffer: the caller's descriptor is hashed (never a path
+    re-opened, which a planted symlink could redirect), and its offset is left alone.
+    """
+    h = h if h is not None else hashlib.sha256()
+    buf = bytearray(READ_BLOCK)
+    view = memoryview(buf)
+    if hasattr(os, "posix_fadvise"):
+        with suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    offset = 0
+    while n := os.preadv(fd, [buf], offset):
+        offset += n
+        h.update(view[:n])  # releases the GIL: other files hash at the same time
+        if on_bytes is not None:
+            on_bytes(n)
+        if stop is not None and stop.is_set():
+            raise KeyboardInterrupt
+    return h
+
+
+def hash_file(
+    path: Path,
+    h: _Hash | None = None,
+    on_bytes: Callable[[int], None] | None = None,
+    stop: threading.Event | None = None,
+    *,
+    follow: bool = True,
+) -> _Hash:
+    """sha256 of `path`; with follow=False a symlink is an OSError (ELOOP), never read."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        return hash_fd(fd, h, on_bytes, stop)
+    finally:
+        os.close(fd)
+
+
+class VerifiedCache:
+    """`<dest>/.dgr-verified.json`: files this tool hashed, keyed by an exact stat signature."""
+
+    def __init__(self, dest: Path) -> None:
+        self.path = dest / CACHE_FILE
+        self._lock = threading.Lock()
+        self.entries: dict[str, dict[str, Any]] = {}
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with os.fdopen(fd, "rb") as f:
+                data = json.loads(f.read(16 << 20).decode("utf-8"))  # bounded: only a cache
+            if isinstance(data, dict) and isinstance(data.get("files"), dict):
+                self.entries = {k: v for k, v in data["files"].items() if isinstance(v, dict)}
+        except (OSError, ValueError):
+            pass  # no cache, or a broken one: everything gets hashed
+
+    @staticmethod
+    def signature(st: os.stat_result) -> dict[str, int]:
+        return {
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+            "ino": st.st_ino,
+            "dev": st.st_dev,
+        }
+
+    def lookup(self, name: str, st: os.stat_result) -> str | None:
+        with self._lock:
+            entry = self.entries.get(name)
+        if entry is None:
+            return None
+        sig = self.signature(st)
+        if any(entry.get(k) != v for k, v in sig.items()):
+            return None
+        sha = entry.get("sha256")
+        return sha if isinstance(sha, str) else None
+
+    def record(self, name: str, st: os.stat_result, sha: str) -> None:
+        with self._lock:
+            self.entries[name] = {**self.signature(st), "sha256": sha}
+
+    def forget(self, name: str) -> None:
+        with self._lock:
+            self.entries.pop(name, None)
+
+    def save(self) -> None:
+        with self._lock:
+            text = json.dumps({"version": 1, "files": self.entries}, indent=1, sort_keys=True)
+        with suppress(OSError):  # only a speed-up; never fail a run over it
+            atomic_write_text(self.path, text + "\n")  # a new temp file renamed: no follow
+
+
+class Progress:
+    """Thread-safe wrapper over a ProgressSink: one bar per file plus a total."""
+
+    def __init__(self, sink: ProgressSink, total: int, label: str) -> None:
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._done = 0
+        self._total = total
+        self._label = label
+        self._total_task = sink.add(label, total=total or None)
+
+    def add(self, name: str, size: int) -> Callable[[int, str | None], None]:
+        with self._lock:
+            task = self._sink.add(name, total=size or None)
+        state = {"done": 0}
+
+        def update(n: int, description: str | None = None) -> None:
+            with self._lock:
+                state["done"] += n
+                self._done += n
+                self._sink.update(task, state["done"], size or None, description or name)
+                self._sink.update(self._total_task, self._done, self._total or None, self._label)
+
+        return update
+
+
+def hash_many(
+    paths: list[Path], out: Reporter, jobs: int, label: str = "hashing", *, follow: bool = True
+) -> dict[Path, str]:
+    """sha256 of each path, `jobs` files at a time, with progress."""
+    sizes = {p: (p.stat() if follow else p.lstat()).st_size for p in paths}
+    stop = threading.Event()
+    with out.progress(transfer=True) as sink:
+        progress = Progress(sink, sum(sizes.values()), label)
+
+        def one(p: Path) -> tuple[Path, str]:
+            tick = progress.add(p.name, sizes[p])
+            h = hash_file(p, on_bytes=lambda n: tick(n, None), stop=stop, follow=follow)
+            return p, h.hexdigest()
+
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            try:
+                return dict(pool.map(one, paths))
+            except BaseException:
+                stop.set()
+                raise

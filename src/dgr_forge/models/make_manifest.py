@@ -1,0 +1,104 @@
+"""`artifacts manifest`: a model manifest from the files in a directory (release engineers).
+
+Files are hashed, then their GGUF split headers are read by the bounded parser in
+`gguf_split`, so a hostile header costs at most a read of its own bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import HTTP_SCHEMES, check_url
+from dgr_forge.models import gguf_split
+from dgr_forge.models import manifest as models
+from dgr_forge.models.hashing import default_jobs, hash_many
+from dgr_forge.models.manifest import ModelFile
+
+
+@dataclass
+class BuiltManifest:
+    name: str
+    files: list[ModelFile]
+    text: str
+
+
+def build_manifest(
+    directory: Path,
+    name: str,
+    url_base: str,
+    out: Reporter,
+    *,
+    source_revision: str | None = None,
+    jobs: int | None = None,
+) -> BuiltManifest:
+    """Hash the files in `directory` into a model manifest (validated by the loader)."""
+    if not directory.is_dir():
+        raise BadInput(
+            f"{directory}: not a directory",
+            hint="pass the directory that holds the model files",
+            details={"dir": str(directory)},
+        )
+    if not models.NAME_RE.fullmatch(name) or ".." in name:
+        raise BadInput(
+            f"--name: {name!r} is not a plain name",
+            hint="use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
+        )
+    if source_revision is not None and not models.HEX40_RE.fullmatch(source_revision):
+        raise BadInput(
+            f"--source-revision: {source_revision!r} is not a full 40-hex revision",
+            hint="pass the checkpoint's full lowercase commit id (branch or tag names move)",
+        )
+    problem = models.check_url(url_base)
+    if problem:
+        raise BadInput(
+            f"--url-base: {problem}",
+            hint="pass the base URL the files will be served from, e.g. https://host/models/NAME",
+        )
+    check_url(url_base, "--url-base", schemes=(*HTTP_SCHEMES, "file"))
+    entries = sorted(
+        (
+            p
+            for p in directory.iterdir()
+            if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".part")
+        ),
+        key=lambda p: p.name,
+    )
+    if not entries:
+        raise BadInput(
+            f"{directory}: no model files in it",
+            hint="pass the directory that holds the model files (hidden and .part files "
+            "are skipped, subdirectories are not read)",
+            details={"dir": str(directory)},
+        )
+    for p in entries:
+        bad = models.check_file_name(p.name)
+        if bad:
+            raise BadInput(
+                f"{directory}: {bad}",
+                hint="rename the file to letters, digits, '.', '_' and '-'",
+                details={"dir": str(directory), "file": p.name},
+            )
+    shas = hash_many(entries, out, jobs or default_jobs(), "hashing")
+    files = [
+        ModelFile(
+            name=p.name,
+            size=p.stat().st_size,
+            sha256=shas[p],
+            url=models.file_url(url_base, p.name),
+        )
+        for p in entries
+    ]
+    text = models.dumps(name, files, source_revision)
+    models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
+    split_problems = gguf_split.check(directory, files, follow=True)
+    if split_problems:
+        listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in split_problems.items())
+        raise BadInput(
+            f"{directory}: the GGUF split set is inconsistent: {listed}",
+            hint="re-split the model (llama-gguf-split) so every part's header matches its name",
+            details={"dir": str(directory), "split_problems": split_problems},
+        )
+    return BuiltManifest(name=name, files=files, text=text)
