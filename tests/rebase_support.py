@@ -140,10 +140,18 @@ def upstream_edit(up: Upstream, rel: str, old: str, new: str, message: str) -> s
 
 
 def start_paused(s: Series, step: str, *args: str) -> subprocess.Popen[str]:
-    """Start `rebase` with the test-only pause hook and wait until it sits at `step`."""
+    """Start `rebase` paused at the fault point `step` (DGR_FAULT=<step>:pause) and wait
+    until it sits there."""
+    return start_paused_cmd(s, step, "rebase", *args)
+
+
+def start_paused_cmd(
+    s: Series, step: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
+    """Any forge command paused at the fault point `step`."""
     proc = subprocess.Popen(
-        forge_cmd("--root", str(s.root), "rebase", *args),
-        env=forge_env({"DGR_TEST_PAUSE_AT": step}),
+        forge_cmd("--root", str(s.root), *args),
+        env=forge_env({**(env or {}), "DGR_FAULT": f"{step}:pause"}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

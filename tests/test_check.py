@@ -154,3 +154,21 @@ def test_mirror_is_passed_through(series: Series, tmp_path: Path) -> None:
     shutil.rmtree(s.root / ".dgr")
     r = s.forge("check", "--offline", "--json")
     assert r.code == 1 and "--offline" in r.json["apply_error"], r
+
+
+def test_a_message_git_am_cuts_fails_check_naming_the_message(series: Series) -> None:
+    """Issue 15: check compares messages too: a patch file whose message body holds a
+    `---` line applies (same tree) but its message does not survive; check fails."""
+    s = series
+    p = s.patches_dir / "0003-tools-print-a-build-banner.patch"
+    text = p.read_text()
+    subject = "Subject: tools: print a build banner\n"
+    assert subject in text
+    p.write_text(text.replace(subject, subject + "\nwhy:\n---\nthe rest of the story\n", 1))
+    edited = s.snapshot()
+    r = s.forge("check", "--json")
+    assert r.code == 1, r
+    what = {d["path"]: d["what"] for d in r.json["differences"]}
+    assert what["patches/llama.cpp/0003-tools-print-a-build-banner.patch"] == "message"
+    assert "(its commit message)" in r.stderr
+    assert s.snapshot() == edited

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import shutil
 from pathlib import Path
 
 import pytest
@@ -194,7 +195,7 @@ def test_failure_mid_export_leaves_the_old_series(exported: Path, step: str) -> 
     sh_git(src, "reset", "-q", "--hard", "HEAD~1")
     commit_in(src, {"README.md": "x\n"}, "Another change", 6)
     before = state(exported)
-    res = forge(exported, "export", env={"DGR_TEST_FAIL_EXPORT": step})
+    res = forge(exported, "export", env={"DGR_FAULT": f"export.{step}:fail"})
     assert res.code == 1 and "injected" in message(res), res
     assert state(exported) == before
     assert [p.name for p in (exported / "patches").iterdir()] == ["llama.cpp"]
@@ -319,3 +320,66 @@ def test_export_without_a_workspace_is_bad_input(upstream: Upstream, forge_root:
     res = forge(forge_root, "export")
     assert res.code == 2 and "dgr-forge patch" in message(res), res
     assert state(forge_root) == before
+
+
+# ----------------------------------------------------------------------------- issue 15
+
+
+@pytest.mark.parametrize(
+    "line", ["---", "--- a/x", "diff --git a/x b/x", "From here on it is different"]
+)
+def test_message_git_am_would_cut_is_refused_naming_commit_and_line(
+    exported: Path, line: str
+) -> None:
+    src = src_dir(exported)
+    (src / "README.md").write_text("x\n")
+    sh_git(src, "add", "-A")
+    body = f"Explain the change\n\nfirst paragraph\n{line}\nlast paragraph\n"
+    sh_git(src, "commit", "-q", "-m", body, env=AUTHOR_ENV)
+    commit = head(src)
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 2, res
+    assert commit[:12] in message(res) and "line 4" in message(res), res
+    assert line[:20] in message(res) and "reword" in message(res)
+    assert state(exported) == before
+
+
+def test_message_round_trip_is_exact(exported: Path) -> None:
+    """A message with indented look-alikes, trailers and blank lines survives export ->
+    patch -> re-export byte for byte, and `check` passes."""
+    src = src_dir(exported)
+    (src / "README.md").write_text("x\n")
+    sh_git(src, "add", "-A")
+    body = (
+        "Explain the change\n\nfirst paragraph\n  --- indented\n  diff --git quoted\n"
+        " From a quote\n\nSigned-off-by: A <a@b.invalid>\n"
+    )
+    sh_git(src, "commit", "-q", "-m", body, env=AUTHOR_ENV)
+    message_before = sh_git(src, "log", "-1", "--format=%B")
+    assert forge(exported, "export").code == 0
+    files = state(exported)
+    # a fresh workspace from the files: the same message, and a re-export changes nothing
+    shutil.rmtree(exported / ".dgr")
+    assert forge(exported, "patch").code == 0
+    assert sh_git(src_dir(exported), "log", "-1", "--format=%B") == message_before
+    again = forge(exported, "export")
+    assert again.code == 0 and again.json["changed"] is False, again
+    assert {k: v[0] for k, v in state(exported).items()} == {k: v[0] for k, v in files.items()}
+    assert forge(exported, "check").code == 0
+
+
+def test_forge_written_comments_do_not_go_stale() -> None:
+    text = (
+        'schema = 1\n\n[upstream]\nname = "llama.cpp"\ncommit = "' + "a" * 40 + '"\n'
+        '# tree = "<40 hex>"  # add after the first verified fetch\n\n'
+        '[patches]\ndir = "patches/llama.cpp"\n'
+        "# the series is empty for now; `dgr-forge export` writes [[patches.series]] here\n"
+    )
+    entry = manifest_edit.SeriesEntry("0001-a.patch", "1" * 64, "c" * 40)
+    moved = manifest_edit.updated_text(text, [entry], "c" * 40, upstream_tree="d" * 40)
+    assert "# tree =" not in moved and "series is empty" not in moved
+    assert f'tree = "{"d" * 40}"' in moved
+    # no tree yet, no series yet: the comments still tell the truth and stay
+    same = manifest_edit.updated_text(text, [], "e" * 40)
+    assert "# tree =" in same and "series is empty" in same

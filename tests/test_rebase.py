@@ -242,25 +242,25 @@ def test_abort_restores_everything_byte_for_byte(series: Series) -> None:
 # ----------------------------------------------------------------------------- (e)
 
 
-@pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
+@pytest.mark.parametrize("step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"])
 def test_killed_mid_rebase_then_continue(series: Series, step: str) -> None:
     s = series
     new = shift_patch_1(s)
     proc = start_paused(s, step, "--onto", new)
     kill(proc)
     assert (s.root / ".dgr" / "rebase.json").exists()
-    if step.startswith("replay"):  # as if git itself had died mid-step
+    if step.startswith("rebase.replay"):  # as if git itself had died mid-step
         (s.src / ".git" / "index.lock").write_text("")
     r = s.forge("rebase", "--continue", "--json")
     assert r.code == 0, r
-    if step.startswith("replay"):
+    if step.startswith("rebase.replay"):
         assert "stale" in r.stderr and "index.lock" in r.stderr
     assert outcomes(r.json) == {"0001": "refreshed", "0002": "unchanged", "0003": "unchanged"}
     assert pinned(s)["upstream"]["commit"] == new  # type: ignore[index]
     assert s.forge("check").code == 0
 
 
-@pytest.mark.parametrize("step", ["replay:0002", "commit:0002", "write"])
+@pytest.mark.parametrize("step", ["rebase.replay:0002", "rebase.commit:0002", "rebase.swapped"])
 def test_killed_mid_rebase_then_abort(series: Series, step: str) -> None:
     s = series
     shift_patch_1(s)
@@ -268,7 +268,7 @@ def test_killed_mid_rebase_then_abort(series: Series, step: str) -> None:
     old_head = sh_git(s.src, "rev-parse", "HEAD")
     proc = start_paused(s, step, "--onto", s.upstream.head)
     kill(proc)
-    if step == "write":  # killed between writing patches/ and the manifest
+    if step == "rebase.swapped":  # killed between writing patches/ and the manifest
         assert s.snapshot() != before
     r = s.forge("rebase", "--abort")
     assert r.code == 0, r
@@ -326,8 +326,12 @@ def test_bad_usage_and_unknown_refs(series: Series) -> None:
     assert r.code == 2, r
     r = s.forge("rebase", "--onto", "no-such-tag")
     assert r.code == 2 and "no-such-tag" in r.stderr, r
-    r = s.forge("rebase", "--onto", s.pin[:10])
-    assert r.code == 2 and "abbreviated" in r.stderr, r
+    # issue 15: an abbreviated id is accepted (peeled to the full commit), an unknown one
+    # is still bad input naming it
+    r = s.forge("rebase", "--onto", s.pin[:10], "--json")
+    assert r.code == 0 and r.json["status"] == "noop", r
+    r = s.forge("rebase", "--onto", "abcdef0123")
+    assert r.code == 2 and "abbreviated" in r.stderr and "abcdef0123" in r.stderr, r
     r = s.forge("rebase", "--onto", "1" * 40)
     assert r.code == 2 and "1" * 40 in r.stderr, r
     r = s.forge("rebase", "--onto", s.pin, "--json")

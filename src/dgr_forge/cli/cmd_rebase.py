@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +26,12 @@ def rebase(
     ctx: typer.Context,
     onto: Annotated[
         str | None,
-        typer.Option("--onto", metavar="REV", help="New upstream commit (full id, or a ref)."),
+        typer.Option(
+            "--onto",
+            metavar="REV",
+            help="New upstream commit: a commit id (full or abbreviated), a tag or a branch; "
+            "peeled to the commit, which is what gets pinned.",
+        ),
     ] = None,
     url: Annotated[
         str | None,
@@ -37,6 +43,18 @@ def rebase(
     abort: Annotated[
         bool, typer.Option("--abort", help="Undo: workspace, manifest and patches/ as before.")
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="The upstream canary: replay in a scratch workspace and report per patch, "
+            "touching nothing (exit 3 when a patch would conflict).",
+        ),
+    ] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", metavar="PATH", help="With --dry-run: write a Markdown report."),
+    ] = None,
     mirror: Annotated[str | None, _MIRROR] = None,
     offline: Annotated[bool, _OFFLINE] = False,
 ) -> None:
@@ -57,11 +75,31 @@ def rebase(
                 + (f" (got {' '.join(modes)})" if modes else ""),
                 hint="start with `dgr-forge rebase --onto <commit>`",
             )
-        if (url or mirror or offline) and not onto:
+        if (url or mirror or offline or dry_run) and not onto:
             raise BadInput(
-                "rebase: --url, --mirror and --offline only go with --onto",
+                "rebase: --url, --mirror, --offline and --dry-run only go with --onto",
                 hint="`dgr-forge rebase --continue` reuses what the rebase started with",
             )
+        if report is not None and not dry_run:
+            raise BadInput(
+                "rebase: --report only goes with --dry-run",
+                hint="a real rebase writes its report to the workspace's reports/",
+            )
+        if url is not None:
+            from dgr_forge.core.urls import check_url
+
+            check_url(url, "--url")
+        if dry_run:
+            assert onto is not None
+            return rebase_mod.dry_run(
+                env.forge,
+                env.out,
+                onto,
+                url=url,
+                mirror=resolve_mirror(mirror),
+                offline=offline,
+                report=report,
+            ).as_dict()
         if abort:
             return rebase_mod.abort(env.forge, env.out)
         if continue_:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import difflib
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from dgr_forge.lanes import recipes
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
+from dgr_forge.upstream.scratch import scratch_dir
 
 CHECKED_PREFIXES = ("GGML_", "LLAMA_")
 _DECL = re.compile(
@@ -170,10 +170,10 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     return root
 
 
-def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
-    """--offline: let the scratch repository read the objects of this root's own workspace
-    (git alternates), so no network is needed; ids are still verified by fetch, and the
-    own workspace is only read."""
+def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
+    """Let a scratch repository read the objects of this root's own workspace (git
+    alternates), so no network is needed for what it already has (check --offline, the
+    rebase dry run); ids are still verified by fetch, and the own workspace is only read."""
     objects = own / ".git" / "objects"
     if not objects.is_dir():
         return
@@ -184,7 +184,7 @@ def _borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
     shallow = own / ".git" / "shallow"
     if shallow.is_file():
         shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
-    out.info(f"check --offline: reading objects from {own}")
+    out.info(f"scratch workspace: reading objects from {own}")
 
 
 def _diff(path: str, old: bytes, new: bytes) -> str:
@@ -197,20 +197,28 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
 
 
+def _what_differs(old: bytes, new: bytes) -> str:
+    """ "message" when the header and message part differ (what `git am` made of the
+    commit message is not what the file says), else "diff"; "file" for a missing one."""
+    if not old or not new:
+        return "file"
+    head_old, head_new = old.split(b"\ndiff --git ", 1)[0], new.split(b"\ndiff --git ", 1)[0]
+    return "message" if head_old != head_new else "diff"
+
+
 def check(
     forge: Forge, out: Reporter, *, mirror: str | None = None, offline: bool = False
 ) -> CheckResult:
     m = manifest.load(forge.upstream_manifest, forge.root)
     all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
     result = CheckResult(commit=m.commit)
-    with tempfile.TemporaryDirectory(prefix="dgr-check-") as tmp_name:
-        tmp = Path(tmp_name)
+    with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
         if offline:
-            _borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
+            borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out)
         try:
             patched = ensure_patched(scratch, sm, out, mirror=mirror, offline=offline)
         except (NeedsHuman, OperationFailed) as err:
@@ -221,14 +229,16 @@ def check(
         src = patched.src_dir
         result.result_tree = patched.result_tree
 
-        rendered = export.compute_series(src, m.commit)
+        rendered = export.compute_series(src, m.commit, tmp_root=forge.tmp_dir)
         on_disk = {p.name: p.read_bytes() for p in m.patches_dir.glob("*.patch")}
         fresh = {p.file: p.data for p in rendered}
         for name in sorted(set(on_disk) | set(fresh)):
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
-                result.differences.append({"path": rel, "diff": _diff(rel, old, new)})
+                result.differences.append(
+                    {"path": rel, "diff": _diff(rel, old, new), "what": _what_differs(old, new)}
+                )
 
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = m.path.read_bytes()
@@ -239,14 +249,19 @@ def check(
         ).encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
-            result.differences.append({"path": rel, "diff": _diff(rel, committed, regenerated)})
+            result.differences.append(
+                {"path": rel, "diff": _diff(rel, committed, regenerated), "what": "manifest"}
+            )
 
         result.options_checked, result.option_problems = check_options(
             forge, src, m.commit, all_recipes
         )
 
     for d in result.differences:
-        out.error(f"check: {d['path']} differs from a fresh apply + re-export")
+        what = {"message": " (its commit message)", "diff": " (its diff)"}.get(
+            d.get("what", ""), ""
+        )
+        out.error(f"check: {d['path']} differs from a fresh apply + re-export{what}")
         out.info(d["diff"].rstrip("\n"))
     for p in result.option_problems:
         out.error(f"check: recipe {p.recipe}: {p.message}")

@@ -3,30 +3,31 @@
 One exporter, one set of flags (DESIGN.md, "Patch files are canonical"): `git format-patch
 --zero-commit --no-signature --full-index --no-numbered --keep-subject --no-stat` with the
 diff settings pinned in gitutil, file names `NNNN-<slug>.patch`. Unchanged patches keep
-their bytes, inode and mtime; the new series is staged in a temporary directory and
-swapped in together with the manifest, so a failure mid-export leaves the old series.
+their bytes, inode and mtime; the new series and manifest go through the one crash-safe
+journal (`series_journal`, shared with rebase) under the root lock, so a failure leaves
+the old series and a kill is finished or undone by the next command. Fault points:
+`export.computed`, `export.write:<file>`, `export.staged`, `export.swapped`,
+`export.manifest`. Scratch directories live in the workspace's `tmp/`.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr_forge.core import gitutil
+from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
-from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.lock import root_lock, workspace_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches
+from dgr_forge.upstream import patches, series_journal
 from dgr_forge.upstream.fetch import refuse_during_rebase
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.scratch import scratch_dir
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
@@ -136,17 +137,45 @@ def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
     return commits
 
 
-def compute_series(repo: Path, base: str, dest: Path | None = None) -> list[ExportedPatch]:
+# lines `git am` (mailinfo/mailsplit) reads as the end of the message or a new mail: a
+# message holding one would not survive export -> apply -> re-export
+_UNSAFE_LINE = re.compile(r"^(---|diff -|Index: |From )")
+
+
+def refuse_unsafe_messages(repo: Path, base: str) -> None:
+    """Exit 2 naming the commit and the line when a message would be cut by `git am`."""
+    raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..HEAD")
+    for record in raw.split("\x01"):
+        commit, sep, message = record.strip("\n").partition("\0")
+        if not sep:
+            continue
+        body = message.split("\n")[1:]  # the subject is safe: it becomes `Subject:`
+        for n, line in enumerate(body, start=2):
+            if _UNSAFE_LINE.match(line):
+                raise BadInput(
+                    f"commit {commit[:12]}: message line {n} {line[:60]!r} would be read by "
+                    "`git am` as the start of the diff or of a new mail; the patch would not "
+                    "reproduce the message",
+                    hint=f"reword that line (e.g. indent it): `git -C {repo} rebase -i "
+                    f"{base[:12]}` and `reword` the commit, then export again",
+                    details={"commit": commit, "line": n, "text": line},
+                )
+
+
+def compute_series(
+    repo: Path, base: str, dest: Path | None = None, *, tmp_root: Path | None = None
+) -> list[ExportedPatch]:
     """The canonical series for base..HEAD of `repo`; written to `dest` when given.
 
     Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
     to byte-compare with the committed series.
     """
     commits = series_commits(repo, base)
+    refuse_unsafe_messages(repo, base)
     result: list[ExportedPatch] = []
     if commits:
-        with tempfile.TemporaryDirectory(prefix="dgr-export-") as tmp:
-            names = gitutil.out(repo, *FORMAT_PATCH, "-o", tmp, f"{base}..HEAD").splitlines()
+        with scratch_dir(tmp_root, "dgr-export-") as tmp:
+            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..HEAD").splitlines()
             if len(names) != len(commits):
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"
@@ -207,27 +236,30 @@ def export_series(
             "change an existing patch) or discard them, then export again",
             details={"dirty": dirty},
         )
-    series = compute_series(repo, base)
+    series = compute_series(repo, base, tmp_root=forge.tmp_dir)
     verify_round_trip(repo, base, series)
     result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
+    fault.point("export.computed")
     result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
     # The workspace now holds exactly the exported series: make its commits the ones
     # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
     # so "already applied" holds and a person's next commit stands out as a local edit.
     # Same trees: HEAD moves, the index and the files do not.
-    canonical = canonical_commits(repo, base, series)
+    canonical = canonical_commits(repo, base, series, forge.tmp_dir)
     if gitutil.rev_parse(repo, "HEAD") != canonical:
         gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
     return result
 
 
-def canonical_commits(repo: Path, base: str, series: Sequence[ExportedPatch]) -> str:
+def canonical_commits(
+    repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
+) -> str:
     """The commits `git am` (as `dgr-forge patch` runs it) makes from `series` on `base`,
     built from the known trees with mailinfo + commit-tree: nothing in the work tree moves.
     Returns the last one (`base` for an empty series)."""
     parent = base
-    with tempfile.TemporaryDirectory(prefix="dgr-canon-") as tmp:
-        msg, diff = Path(tmp) / "msg", Path(tmp) / "patch"
+    with scratch_dir(tmp_root, "dgr-canon-") as tmp:
+        msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
             proc = gitutil.git(
                 repo,
@@ -281,34 +313,43 @@ def write_series(
     *,
     new_pin: tuple[str, str] | None = None,
 ) -> ExportResult:
-    """Make patches/ and the manifest hold `series`, touching only what differs."""
+    """Make patches/ and the manifest hold `series`, touching only what differs, through
+    the one crash-safe journal (series_journal) under the root lock."""
     pdir = m.patches_dir
-    _recover_interrupted_swap(pdir)
-    wanted = {p.file: p for p in series}
-    on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
-    written = tuple(
-        p.file for p in series if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
-    )
-    unchanged = tuple(p.file for p in series if p.file not in written)
-    removed = tuple(sorted(on_disk - set(wanted)))
+    with root_lock(forge, out):
+        series_journal.recover_dir(pdir, m.path, out)
+        wanted = {p.file: p for p in series}
+        on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
+        written = tuple(
+            p.file
+            for p in series
+            if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
+        )
+        unchanged = tuple(p.file for p in series if p.file not in written)
+        removed = tuple(sorted(on_disk - set(wanted)))
 
-    from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes the manifest
+        from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
-    old_text = m.path.read_text(encoding="utf-8")
-    entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
-    new_text = manifest_edit.updated_text(
-        old_text,
-        entries,
-        result_tree,
-        upstream_commit=new_pin[0] if new_pin else None,
-        upstream_tree=new_pin[1] if new_pin else None,
-    )
-    manifest_changed = new_text != old_text
-
-    if written or removed:
-        _swap_series(pdir, series, written, m.path, new_text if manifest_changed else None)
-    elif manifest_changed:
-        atomic_write_text(m.path, new_text)
+        old_text = m.path.read_text(encoding="utf-8")
+        entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
+        new_text = manifest_edit.updated_text(
+            old_text,
+            entries,
+            result_tree,
+            upstream_commit=new_pin[0] if new_pin else None,
+            upstream_tree=new_pin[1] if new_pin else None,
+        )
+        manifest_changed = new_text != old_text
+        if written or removed or manifest_changed:
+            series_journal.write(
+                forge.root,
+                pdir,
+                {p.file: p.data for p in series},
+                m.path,
+                new_text.encode("utf-8") if manifest_changed else None,
+                points="export",
+                out=out,
+            )
     for name in written:
         out.info(f"wrote   {m.patches_dir_rel}/{name}")
     for name in removed:
@@ -318,111 +359,32 @@ def write_series(
     return ExportResult(tuple(series), result_tree, written, unchanged, removed, manifest_changed)
 
 
-def _swap_series(
-    pdir: Path,
-    series: Sequence[ExportedPatch],
-    written: Sequence[str],
-    manifest_path: Path,
-    manifest_text: str | None,
-) -> None:
-    """Stage the whole new directory (unchanged files hard-linked: same bytes, inode and
-    mtime), then swap it in with two renames and replace the manifest. Any failure before
-    the swap leaves the old series and manifest; a failure during it is rolled back."""
-    parent = pdir.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{pdir.name}.export-", dir=parent))
-    old = parent / f".{pdir.name}.export-old-{os.getpid()}"
-    manifest_tmp: Path | None = None
-    try:
-        if pdir.is_dir():
-            for entry in pdir.iterdir():
-                if entry.name.endswith(".patch"):
-                    continue
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.copytree(entry, stage / entry.name, symlinks=True)
-                else:
-                    os.link(entry, stage / entry.name, follow_symlinks=False)
-        for p in series:
-            target = stage / p.file
-            if p.file in written:
-                with target.open("wb") as f:
-                    f.write(p.data)
-                    f.flush()
-                    os.fsync(f.fileno())
-            else:
-                os.link(pdir / p.file, target)
-        os.chmod(stage, 0o755)
-        if manifest_text is not None:
-            fd, tmp = tempfile.mkstemp(
-                dir=manifest_path.parent, prefix=f".{manifest_path.name}.", suffix=".tmp"
-            )
-            manifest_tmp = Path(tmp)
-            with os.fdopen(fd, "wb") as f:
-                f.write(manifest_text.encode("utf-8"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(manifest_tmp, manifest_path.stat().st_mode & 0o777)
-        _fail_point("staged")
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        if manifest_tmp is not None:
-            manifest_tmp.unlink(missing_ok=True)
-        raise
-
-    # the swap: three renames, rolled back in reverse on any error
-    had_old = pdir.exists()
-    try:
-        if had_old:
-            os.rename(pdir, old)
-        os.rename(stage, pdir)
-        _fail_point("swapped")
-        if manifest_tmp is not None:
-            os.replace(manifest_tmp, manifest_path)
-    except BaseException:
-        if pdir.exists() and had_old and old.exists():
-            os.rename(pdir, stage)
-        if had_old and old.exists():
-            os.rename(old, pdir)
-        shutil.rmtree(stage, ignore_errors=True)
-        if manifest_tmp is not None:
-            manifest_tmp.unlink(missing_ok=True)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def recover_swaps(root: Path) -> None:
-    """Before the manifest is even loaded: undo any swap a killed export left half-done."""
-    patches_root = root / "patches"
-    if patches_root.is_dir():
-        for leftover in patches_root.glob(".*.export-old-*"):
-            name = leftover.name[1:].split(".export-old-")[0]
-            _recover_interrupted_swap(patches_root / name)
-
-
-def _recover_interrupted_swap(pdir: Path) -> None:
-    """A run killed between the swap's renames left no patches dir and an `-old` one:
-    put the old series back (its manifest was not replaced yet). Drop stale stages."""
-    parent = pdir.parent
-    if not parent.is_dir():
-        return
-    for leftover in sorted(parent.glob(f".{pdir.name}.export-*")):
-        if "-old-" in leftover.name and not pdir.exists():
-            os.rename(leftover, pdir)
-        else:
-            shutil.rmtree(leftover, ignore_errors=True)
-
-
-def _fail_point(name: str) -> None:
-    """Tests inject a crash here (DGR_TEST_FAIL_EXPORT=staged|swapped)."""
-    if os.environ.get("DGR_TEST_FAIL_EXPORT") == name:
-        raise OperationFailed(f"injected failure at export step {name!r}")
+def recover_swaps(root: Path, out: Reporter | None = None) -> None:
+    """Before the manifest is even loaded: finish or undo what a killed export or rebase
+    left half-written (see series_journal)."""
+    series_journal.recover(root, out)
 
 
 def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> ExportResult:
     """The `export` command: the workspace's commits over the pin -> patches/ + manifest."""
     src = forge.src_dir(m.name)
-    with workspace_lock(forge, out):
+    with workspace_lock(forge, out), root_lock(forge, out):
         refuse_during_rebase(forge)
+        series_journal.recover(forge.root, out)
+        # the manifest as it is now that no other writer runs: another workspace's export
+        # may have changed it while this one waited (then a person must choose)
+        from dgr_forge.upstream import manifest as manifest_mod
+
+        now = manifest_mod.load(m.path, forge.root)
+        if (now.commit, now.series, now.result_tree) != (m.commit, m.series, m.result_tree):
+            raise NeedsHuman(
+                f"{forge.rel(m.path)} changed while this export waited for the root lock "
+                "(another run, e.g. from another workspace, wrote the series)",
+                hint="look at what changed (`git diff manifests/ patches/`); to keep it, "
+                "update this workspace (`dgr-forge fetch --force` then `dgr-forge patch`) and "
+                "redo your commits; otherwise export again to overwrite it",
+                details={"manifest": str(m.path)},
+            )
         if not (src / ".git").exists():
             raise BadInput(
                 f"{forge.rel(src)}: no workspace to export from",

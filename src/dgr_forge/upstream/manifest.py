@@ -145,6 +145,11 @@ class _Checker:
 
 def load(path: Path, root: Path) -> UpstreamManifest:
     """Load and validate the upstream manifest at `path`; paths resolve against `root`."""
+    # a write of patches/ + manifest that a kill interrupted is finished first (cheap: two
+    # globs when there is none), so no command reads a half-written series
+    from dgr_forge.upstream.series_journal import pending, recover
+
+    recover(root)
     try:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
@@ -185,6 +190,9 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     patches_dir = (root / dir_rel).resolve()
     if Path(dir_rel).is_absolute() or not patches_dir.is_relative_to(root.resolve()):
         raise c.fail("patches.dir", f"{dir_rel!r} is outside the forge root", "use a relative path")
+    if patches_dir.parent != root.resolve() / "patches" and pending(patches_dir):
+        recover(root, pdir=patches_dir)  # a series kept elsewhere: finish its write, reread
+        return load(path, root)
 
     series_raw = patches.get("series", [])
     if not isinstance(series_raw, list):

@@ -107,7 +107,31 @@ def updated_text(
         table = tomlkit.table()
         table["tree"] = result_tree
         patches["result"] = table
-    return tomlkit.dumps(doc)
+    return _drop_stale_comments(tomlkit.dumps(doc), has_series=bool(series))
+
+
+_SECTION = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-]+)\s*\]\]?", re.M)
+_TREE_KEY = re.compile(r"^\s*tree\s*=", re.M)
+_TREE_PLACEHOLDER = re.compile(r"^\s*#\s*tree\s*=.*\n?", re.M)
+_EMPTY_SERIES_NOTE = re.compile(r"^\s*#[^\n]*series is empty[^\n]*\n?", re.M)
+
+
+def _drop_stale_comments(text: str, *, has_series: bool) -> str:
+    """Comments that described the manifest before this write and are false after it: the
+    `# tree = ...` placeholder once [upstream] has a real `tree`, and the "series is
+    empty" note once it is not."""
+    if has_series:
+        text = _EMPTY_SERIES_NOTE.sub("", text)
+    heads = list(_SECTION.finditer(text))
+    for i, head in enumerate(heads):
+        if head.group(1) != "upstream":
+            continue
+        start, end = head.end(), heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        body = text[start:end]
+        if _TREE_KEY.search(body):
+            text = text[:start] + _TREE_PLACEHOLDER.sub("", body) + text[end:]
+        break
+    return text
 
 
 def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:

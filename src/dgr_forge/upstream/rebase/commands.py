@@ -1,0 +1,233 @@
+"""The rebase commands: start (`--onto`), resume (`--continue`), abort (`--abort`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.gitutil import HEX40, git, out
+from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import check_url
+from dgr_forge.upstream import manifest, series_journal
+from dgr_forge.upstream.patches import ensure_patched
+from dgr_forge.upstream.rebase.finish import (
+    check_manifest_untouched,
+    drop_refs,
+    finish,
+    inputs_digest,
+    noop_result,
+    restore_journal,
+)
+from dgr_forge.upstream.rebase.gitops import (
+    check_rev,
+    clear_leftovers,
+    peel,
+    pin_commit,
+    refuse_stale,
+    resolve_rev,
+    stale_git_state,
+)
+from dgr_forge.upstream.rebase.replay import replay, take_resolution
+from dgr_forge.upstream.rebase.state import (
+    REF_NEW,
+    REF_OLD,
+    PatchStep,
+    RebaseResult,
+    RebaseState,
+    journal_dir,
+    load_state,
+    save_state,
+    state_path,
+)
+
+# ----------------------------------------------------------------------------- commands
+
+
+def in_progress(forge: Forge) -> str | None:
+    """A one-line description of a rebase in progress in this workspace, else None.
+    Commands that would move the workspace (fetch, patch, build) may refuse on it."""
+    state = load_state(forge)
+    if state is None:
+        return None
+    at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
+    return (
+        f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
+        f"progress ({state.phase} at {at}; state in {state_path(forge)})"
+    )
+
+
+def reject_in_progress(forge: Forge) -> None:
+    state = load_state(forge)
+    if state is not None:
+        raise NeedsHuman(
+            in_progress(forge) or "",
+            hint="finish it with `dgr-forge rebase --continue`, or undo it with "
+            "`dgr-forge rebase --abort`",
+            details={"state": str(state_path(forge)), "phase": state.phase},
+        )
+
+
+def start(
+    forge: Forge,
+    out_: Reporter,
+    onto: str,
+    *,
+    url: str | None = None,
+    mirror: str | None = None,
+    offline: bool = False,
+    canary: bool = False,
+) -> RebaseResult:
+    """`--onto REV`. With `canary` (a --dry-run's scratch forge) a conflict is recorded and
+    the replay goes on without that patch, so every patch gets an outcome."""
+    if url is not None:
+        url = check_url(url, "--url")
+    onto = check_rev(onto)
+    with workspace_lock(forge, out_):
+        series_journal.recover(forge.root, out_)
+        reject_in_progress(forge)
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        src = forge.src_dir(m.name)
+        refuse_stale(src, out_)
+        # the manifest's URL is data as much as --url is (`--` comes before it as well)
+        check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
+        new_url = url or m.url
+        fetch_url = mirror or new_url
+        if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
+            raise BadInput(
+                f"--onto {onto}: --offline cannot resolve a ref name",
+                hint="pass the commit id (it must already be in the workspace)",
+            )
+        sha = None if offline else resolve_rev(fetch_url, onto, src if src.is_dir() else None)
+        if offline and HEX40.match(onto.lower()):
+            sha = onto.lower()
+        if sha == m.commit and new_url == m.url:
+            out_.info(f"already pinned at {sha}: nothing to rebase")
+            return noop_result(m)
+        if offline and not (src.is_dir() and peel(src, sha or onto)):
+            raise BadInput(
+                f"--offline: {onto} is not in the workspace",
+                hint="run without --offline, or pass --mirror with a reachable mirror",
+            )
+
+        patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
+        src = patched.src_dir
+        old_head = patched.head_commit
+        commit = pin_commit(src, fetch_url, onto, sha, out_)
+        if commit != onto.lower():
+            out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
+        if commit == m.commit and new_url == m.url:
+            out_.info(f"already pinned at {commit}: nothing to rebase")
+            return noop_result(m)
+        new_tree = gitutil.tree_of(src, commit)
+        old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
+        if len(old_commits) != len(m.series):
+            raise OperationFailed(
+                f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
+                f"found {len(old_commits)}",
+                hint="reset the workspace with `dgr-forge fetch --force` and retry",
+            )
+        subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
+        steps = [
+            PatchStep(file=e.file, subject=subject, old_commit=c)
+            for e, c, subject in zip(
+                m.series, old_commits, subjects.stdout.splitlines(), strict=True
+            )
+        ]
+        git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
+        git(src, "update-ref", REF_OLD, old_head)
+        state = RebaseState(
+            upstream=m.name,
+            src_dir=str(src),
+            old_url=m.url,
+            new_url=new_url,
+            old_commit=m.commit,
+            old_tree=m.tree or gitutil.tree_of(src, m.commit),
+            old_head=old_head,
+            new_commit=commit,
+            new_tree=new_tree,
+            onto=onto,
+            inputs_sha256=inputs_digest(m),
+            fetch_url=fetch_url,
+            patches=steps,
+            head=commit,
+            canary=canary,
+        )
+        save_state(forge, state)
+        out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
+        git(src, "checkout", "-q", "-f", "--detach", commit)
+        replay(forge, state, out_)
+        if canary:  # the dry run reads the state; nothing is written
+            return noop_result(m)
+        return finish(forge, state, out_)
+
+
+def resume(forge: Forge, out_: Reporter) -> RebaseResult:
+    """`--continue`: after a resolved conflict, or after a crash at any step."""
+    with workspace_lock(forge, out_):
+        state = require_state(forge)
+        fault.point("rebase.continue")
+        series_journal.recover(forge.root, out_)
+        src = Path(state.src_dir)
+        check_manifest_untouched(forge, state)
+        if state.phase == "write":
+            out_.info("finishing the interrupted write of the manifest and patches/")
+            # a kill in the final checkout leaves git's index.lock: ours, under our lock
+            clear_leftovers(src, out_, index_lock=True)
+            return finish(forge, state, out_, staged=True)
+        if state.phase == "conflict":
+            take_resolution(forge, state, out_)
+        else:
+            # interrupted between automatic steps: redo the step from its recorded head
+            stale = stale_git_state(src)
+            if stale:
+                out_.warn("interrupted rebase step left: " + "; ".join(stale))
+            clear_leftovers(src, out_, index_lock=True)
+            git(src, "reset", "-q", "--hard", state.head)
+        replay(forge, state, out_)
+        return finish(forge, state, out_)
+
+
+def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
+    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
+    with workspace_lock(forge, out_):
+        state = require_state(forge)
+        series_journal.recover(forge.root, out_)
+        src = Path(state.src_dir)
+        if state.phase == "write":
+            restore_journal(forge, out_)
+        stale = stale_git_state(src)
+        if stale:
+            out_.warn("cleaning up: " + "; ".join(stale))
+        fault.point("rebase.abort")
+        clear_leftovers(src, out_, index_lock=True)
+        git(src, "reset", "-q", "--hard")
+        git(src, "checkout", "-q", "-f", "--detach", state.old_head)
+        drop_refs(src)
+        shutil.rmtree(journal_dir(forge), ignore_errors=True)
+        state_path(forge).unlink()
+        out_.info(
+            f"rebase aborted: workspace back at {state.old_commit[:12]} + "
+            f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
+        )
+        return {
+            "status": "aborted",
+            "old_commit": state.old_commit,
+            "new_commit": state.new_commit,
+            "head": state.old_head,
+        }
+
+
+def require_state(forge: Forge) -> RebaseState:
+    state = load_state(forge)
+    if state is None:
+        raise BadInput(
+            f"no rebase in progress (no {state_path(forge)})",
+            hint="start one with `dgr-forge rebase --onto <commit>`",
+        )
+    return state

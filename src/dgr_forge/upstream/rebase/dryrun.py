@@ -1,0 +1,139 @@
+"""`rebase --onto REV --dry-run`: the upstream canary.
+
+The same replay as a real rebase, run on a scratch copy of the inputs (manifest and patch
+files) with a scratch workspace under `<workspace>/tmp/`; the scratch repository reads
+the real workspace's objects (git alternates) and writes only its own. A conflicting
+patch is recorded with its files and the upstream commits that touched them, and the
+replay goes on without it, so every patch gets an outcome. Nothing of the root or the
+workspace changes; exit 3 when a patch would conflict.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.fsutil import atomic_write_bytes
+from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import manifest
+from dgr_forge.upstream.check import borrow_objects
+from dgr_forge.upstream.rebase.commands import reject_in_progress, start
+from dgr_forge.upstream.rebase.finish import stage
+from dgr_forge.upstream.rebase.report import (
+    counts_of,
+    render_markdown,
+    report_data,
+    rows_of,
+    summary,
+)
+from dgr_forge.upstream.rebase.state import load_state
+from dgr_forge.upstream.scratch import scratch_dir
+
+
+@dataclass(frozen=True)
+class DryRunResult:
+    data: dict[str, Any]
+    conflicts: int
+    report_md: Path | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": "dry-run",
+            **self.data,
+            "would_conflict": self.conflicts > 0,
+            "report_markdown": str(self.report_md) if self.report_md else None,
+            "exit_code": ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK,
+        }
+
+
+def _check_report_path(path: Path, forge: Forge) -> Path:
+    """`--report PATH`: a file we may write, never one of the inputs (exit 2)."""
+    if "\0" in str(path):
+        raise BadInput("--report: the path contains a NUL byte", hint="give a file path")
+    target = path.absolute()
+    if target.is_symlink() or target.is_dir():
+        raise BadInput(
+            f"--report {path}: is a directory or a symbolic link",
+            hint="give the path of a regular file to write (e.g. canary.md)",
+        )
+    inputs = (forge.root / "manifests", forge.root / "patches")
+    resolved = target.parent.resolve() / target.name
+    if any(resolved.is_relative_to(p.resolve()) for p in inputs):
+        raise BadInput(
+            f"--report {path}: inside manifests/ or patches/, which a dry run never touches",
+            hint="write the report elsewhere, e.g. --report canary.md",
+        )
+    if not target.parent.is_dir():
+        raise BadInput(
+            f"--report {path}: no such directory {target.parent}",
+            hint="create the directory first, or give another path",
+        )
+    return target
+
+
+def dry_run(
+    forge: Forge,
+    out_: Reporter,
+    onto: str,
+    *,
+    url: str | None = None,
+    mirror: str | None = None,
+    offline: bool = False,
+    report: Path | None = None,
+) -> DryRunResult:
+    target = _check_report_path(report, forge) if report is not None else None
+    with workspace_lock(forge, out_):
+        reject_in_progress(forge)
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
+            root = tmp / "root"
+            (root / "manifests").mkdir(parents=True)
+            shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
+            pdir = root / m.patches_dir_rel
+            pdir.mkdir(parents=True)
+            for entry in m.series:
+                shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+            scratch = Forge(root=root, workspace=tmp / "workspace")
+            borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+            out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
+            result = start(
+                scratch, out_, onto, url=url, mirror=mirror, offline=offline, canary=True
+            )
+            state = load_state(scratch)
+            if state is None:  # already pinned there: nothing to replay
+                data: dict[str, Any] = {
+                    "old_commit": result.old_commit,
+                    "new_commit": result.new_commit,
+                    "patches": result.patches,
+                    "counts": counts_of(result.patches),
+                }
+                return DryRunResult(data, 0, None)
+            stage(scratch, state)
+            rows = rows_of(state)
+            data = report_data(state, None, rows)
+            data.update(old_commit=state.old_commit, new_commit=state.new_commit)
+            text = render_markdown(state, None, rows, "Upstream canary (dry run)")
+    conflicts = sum(1 for r in rows if r["outcome"] == "conflict")
+    out_.table(
+        f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
+        ["patch", "would be", "outcome"],
+        [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+    )
+    for r in rows:
+        if r["outcome"] == "conflict":
+            out_.info(f"{r['file']}: would conflict in {', '.join(r['files'])}")
+            for c in r["upstream_commits"]:
+                out_.info(f"    upstream {c['commit'][:12]} {c['subject']}")
+        if r["outcome"] == "dropped" and r["upstream_commits"]:
+            taken = ", ".join(c["commit"][:12] for c in r["upstream_commits"])
+            out_.info(f"{r['file']}: upstreamed by {taken}")
+    out_.info(summary(counts_of(rows)) + "; nothing was changed (dry run)")
+    if target is not None:
+        atomic_write_bytes(target, text.encode("utf-8"))
+        out_.info(f"report: {target}")
+    return DryRunResult(data, conflicts, target)

@@ -1,0 +1,234 @@
+"""The end of a rebase: the new series staged, written through the journal, reported."""
+
+from __future__ import annotations
+
+import shutil
+import tomllib
+from pathlib import Path
+
+import tomlkit
+import tomlkit.items
+
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
+from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.lock import root_lock
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import export, manifest, manifest_edit, series_journal
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.rebase.gitops import patch_id
+from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
+from dgr_forge.upstream.rebase.state import (
+    REF_NEW,
+    REF_OLD,
+    RebaseResult,
+    RebaseState,
+    journal_dir,
+    save_state,
+    state_path,
+)
+
+
+def inputs_digest(m: UpstreamManifest) -> str:
+    """One sha256 over the manifest and every patch file: the rebase's inputs."""
+    parts = [m.path.read_bytes()]
+    if m.patches_dir.is_dir():
+        for p in sorted(m.patches_dir.glob("*.patch")):
+            parts += [p.name.encode(), sha256_bytes(p.read_bytes()).encode()]
+    return sha256_bytes(b"\0".join(parts))
+
+
+def check_manifest_untouched(forge: Forge, state: RebaseState) -> None:
+    if state.phase == "write":
+        return  # our own write is half done; the journal knows both versions
+    try:
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        same = inputs_digest(m) == state.inputs_sha256
+    except BadInput:
+        same = False
+    if not same:
+        raise NeedsHuman(
+            f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
+            "rebase started; the rebase would overwrite those edits",
+            hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
+            "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
+        )
+
+
+def drop_refs(src: Path) -> None:
+    for ref in (REF_NEW, REF_OLD):
+        git(src, "update-ref", "-d", ref, check=False)
+    refs = out(src, "for-each-ref", "--format=%(refname)", "refs/dgr/rebase/remote/")
+    for ref in refs.split():
+        git(src, "update-ref", "-d", ref, check=False)
+
+
+# ----------------------------------------------------------------------------- finish
+
+
+def noop_result(m: UpstreamManifest) -> RebaseResult:
+    return RebaseResult(
+        status="noop",
+        old_commit=m.commit,
+        new_commit=m.commit,
+        new_tree=m.tree or "",
+        result_tree=m.result_tree,
+        patches=[{"file": e.file, "new_file": e.file, "outcome": "unchanged"} for e in m.series],
+        report_json=None,
+        report_md=None,
+    )
+
+
+def stage(forge: Forge, state: RebaseState) -> None:
+    """Compute the new series and manifest bytes; stage old and new copies in the journal."""
+    src = Path(state.src_dir)
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    # HEAD is state.head here: the replay moved it, a resumed run reset it there
+    rendered = export.compute_series(src, state.new_commit, tmp_root=forge.tmp_dir)
+    export.verify_round_trip(src, state.new_commit, rendered)
+    kept = [s for s in state.patches if s.new_commit is not None]
+    if [p.commit for p in rendered] != [s.new_commit for s in kept]:
+        raise OperationFailed(
+            f"export saw {len(rendered)} commits over {state.new_commit[:12]}, the replay "
+            f"made {len(kept)}",
+            hint="`dgr-forge rebase --abort` restores the workspace; then retry",
+        )
+    for step, p in zip(kept, rendered, strict=True):
+        step.new_file = p.file
+        if step.outcome == "resolved":
+            continue
+        old_bytes = m.patch_path(entry_of(m, step.file)).read_bytes()
+        if p.data == old_bytes:
+            step.outcome = "unchanged"
+        elif patch_id(src, f"{step.old_commit}^", step.old_commit) == patch_id(
+            src, f"{p.commit}^", p.commit
+        ):
+            step.outcome = "refreshed"
+        else:
+            step.outcome = "merged"
+    new_manifest = manifest_text(
+        m.path.read_text(encoding="utf-8"),
+        [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        gitutil.tree_of(src, state.head),
+        commit=state.new_commit,
+        tree=state.new_tree,
+        url=state.new_url if state.new_url != m.url else None,
+    )
+    entries = [(p.file, p.data) for p in rendered]
+    jdir = journal_dir(forge)
+    shutil.rmtree(jdir, ignore_errors=True)
+    (jdir / "old" / "patches").mkdir(parents=True)
+    (jdir / "new" / "patches").mkdir(parents=True)
+    atomic_write_bytes(jdir / "old" / "manifest.toml", m.path.read_bytes())
+    for old in sorted(m.patches_dir.glob("*.patch")):
+        atomic_write_bytes(jdir / "old" / "patches" / old.name, old.read_bytes())
+    for name, data in entries:
+        atomic_write_bytes(jdir / "new" / "patches" / name, data)
+    atomic_write_bytes(jdir / "new" / "manifest.toml", new_manifest.encode("utf-8"))
+
+
+def manifest_text(
+    text: str,
+    series: list[manifest_edit.SeriesEntry],
+    result_tree: str,
+    *,
+    commit: str,
+    tree: str,
+    url: str | None,
+) -> str:
+    """The manifest re-pinned: the patch helper's editor (comments and key order kept),
+    plus the upstream URL when `--url` moved it."""
+    new = manifest_edit.updated_text(
+        text, series, result_tree, upstream_commit=commit, upstream_tree=tree
+    )
+    if url is None:
+        return new
+    doc = tomlkit.parse(new)
+    upstream = doc["upstream"]
+    assert isinstance(upstream, tomlkit.items.Table)
+    upstream["url"] = url
+    return tomlkit.dumps(doc)
+
+
+def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
+    return next(e for e in m.series if e.file == file)
+
+
+def staged_patches_dir(forge: Forge) -> Path:
+    # read from the staged old manifest: the live one may be half-written
+    data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
+    rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
+    return forge.root / rel
+
+
+def write_side(forge: Forge, side: str, out_: Reporter) -> None:
+    """Make patches/ and the manifest equal to the journal's `side` (old or new) through
+    the one crash-safe series journal, under the root lock. Idempotent: a write that a
+    kill interrupted is rolled forward first, then nothing is left to do."""
+    jdir = journal_dir(forge) / side
+    wanted = {p.name: p.read_bytes() for p in sorted((jdir / "patches").glob("*.patch"))}
+    data = (jdir / "manifest.toml").read_bytes()
+    with root_lock(forge, out_):
+        series_journal.recover(forge.root, out_)
+        pdir = staged_patches_dir(forge)
+        live = forge.upstream_manifest.read_bytes()
+        series_journal.write(
+            forge.root,
+            pdir,
+            wanted,
+            forge.upstream_manifest,
+            data if live != data else None,
+            points="rebase",
+            out=out_,
+        )
+
+
+def restore_journal(forge: Forge, out_: Reporter) -> None:
+    out_.info("restoring the manifest and patches/ from the rebase journal")
+    write_side(forge, "old", out_)
+
+
+def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = False) -> RebaseResult:
+    src = Path(state.src_dir)
+    if not staged:
+        # the phase turns to "write" only once the journal is complete: from then on a
+        # crash is finished (or undone) from the staged copies
+        stage(forge, state)
+        state.phase = "write"
+        save_state(forge, state)
+    write_side(forge, "new", out_)
+    fault.point("rebase.checkout")
+    git(src, "checkout", "-q", "-f", "--detach", state.head)
+    result_tree = gitutil.tree_of(src, state.head)
+    report_json, report_md = write_report(forge, state, result_tree)
+    drop_refs(src)
+    shutil.rmtree(journal_dir(forge), ignore_errors=True)
+    state_path(forge).unlink()
+    rows = rows_of(state)
+    out_.table(
+        f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
+        ["patch", "now", "outcome"],
+        [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+    )
+    out_.info(summary(counts_of(rows)))
+    out_.info(f"report: {report_md}")
+    out_.info(
+        f"manifest re-pinned to {state.new_commit}; commit "
+        f"{forge.rel(forge.upstream_manifest)} and {forge.rel(live_patches_dir(forge))}/"
+    )
+    return RebaseResult(
+        status="done",
+        old_commit=state.old_commit,
+        new_commit=state.new_commit,
+        new_tree=state.new_tree,
+        result_tree=result_tree,
+        patches=rows,
+        report_json=report_json,
+        report_md=report_md,
+    )
+
+
+def live_patches_dir(forge: Forge) -> Path:
+    return manifest.load(forge.upstream_manifest, forge.root).patches_dir

@@ -1,0 +1,269 @@
+"""Git plumbing of the rebase: stale state, commit metadata, resolving and fetching REV."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import cast
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.upstream.patches import PATCH_JOURNAL
+from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
+
+# ----------------------------------------------------------------------------- git helpers
+
+
+@functools.cache
+def git_dir(src: Path) -> Path:
+    return Path(out(src, "rev-parse", "--absolute-git-dir"))
+
+
+def stale_git_state(src: Path) -> list[str]:
+    """Half-finished git operations in the workspace repo (left by a crash or by hand)."""
+    if not (src / ".git").exists():
+        return []
+    gdir = git_dir(src)
+    found = [f"{gdir / n} ({what})" for n, what in STALE_GIT_STATE.items() if (gdir / n).exists()]
+    if (gdir / "index.lock").exists():
+        found.append(f"{gdir / 'index.lock'} (a git command is running, or one crashed)")
+    return found
+
+
+def refuse_stale(src: Path, out_: Reporter) -> None:
+    """Before a rebase starts: a person's half-finished git operation is refused (exit 3);
+    what a killed forge run left is cleared: an index.lock (no git runs while we hold the
+    workspace lock) and an interrupted `dgr-forge patch` (its own journal rolls it back)."""
+    if not (src / ".git").exists():
+        return
+    gdir = git_dir(src)
+    if (gdir / PATCH_JOURNAL).exists():
+        return  # ensure_patched recovers it
+    lock = gdir / "index.lock"
+    if lock.exists():
+        out_.warn(f"removing stale {lock} (no git command runs under the workspace lock)")
+        lock.unlink()
+    stale = stale_git_state(src)
+    if stale:
+        raise NeedsHuman(
+            f"{src}: unfinished git state: " + "; ".join(stale),
+            hint=f"if you started it, finish it (e.g. `git -C {src} am --abort` or "
+            f"`git -C {src} cherry-pick --abort`); if no git command is running, delete a "
+            f"stale index.lock; or reset the workspace with `dgr-forge fetch --force`",
+            details={"stale": stale},
+        )
+
+
+def clear_leftovers(src: Path, out_: Reporter, *, index_lock: bool) -> None:
+    gdir = git_dir(src)
+    for name in MERGE_LEFTOVERS:
+        (gdir / name).unlink(missing_ok=True)
+    lock = gdir / "index.lock"
+    if index_lock and lock.exists():
+        # we hold the workspace lock and our own step was interrupted: the lock is ours
+        out_.warn(f"removing stale {lock} left by the interrupted rebase step")
+        lock.unlink()
+
+
+def git_bytes(
+    src: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
+    """stdout of a git call as raw bytes (commit messages are bytes, not text)."""
+    proc = git(src, *args, input=input, env=env, text=False)
+    return cast(bytes, proc.stdout)
+
+
+def commit_meta(src: Path, commit: str) -> tuple[dict[str, str], bytes]:
+    """Author env (name, email, date) and the raw message bytes of `commit`."""
+    raw = git_bytes(src, "cat-file", "commit", commit)
+    header, _, message = raw.partition(b"\n\n")
+    env: dict[str, str] = {}
+    for line in header.decode("utf-8", "replace").splitlines():
+        if line.startswith("author "):
+            m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line)
+            if not m:
+                raise OperationFailed(f"{commit}: unparseable author line {line!r}")
+            env = {
+                "GIT_AUTHOR_NAME": m.group(1),
+                "GIT_AUTHOR_EMAIL": m.group(2),
+                "GIT_AUTHOR_DATE": f"@{m.group(3)}",
+                # committer: fixed identity, the patch's own date (reproducible ids)
+                "GIT_COMMITTER_DATE": f"@{m.group(3)}",
+                **FORGE_IDENTITY,
+            }
+    if not env:
+        raise OperationFailed(f"{commit}: no author line")
+    return env, message
+
+
+def subject_of(src: Path, commit: str) -> str:
+    return out(src, "log", "-1", "--format=%s", commit)
+
+
+def patch_id(src: Path, a: str, b: str) -> str:
+    diff = git(src, "diff", "--full-index", a, b).stdout
+    proc = git(src, "patch-id", "--stable", input=diff)
+    return proc.stdout.split(" ")[0] if proc.stdout else ""
+
+
+_ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
+_MAX_REV = 256
+
+
+def check_rev(rev: str) -> str:
+    """`--onto`'s value as data: no option, no control character, bounded (exit 2)."""
+    rev = rev.strip()
+    bad = (
+        not rev
+        or rev.startswith("-")
+        or len(rev) > _MAX_REV
+        or any(ord(c) < 33 or ord(c) == 127 for c in rev)
+        or ".." in rev
+    )
+    if bad:
+        raise BadInput(
+            f"--onto {rev[:80]!r}: not a commit id, tag or branch name",
+            hint="pass a commit id (full or abbreviated), a tag or a branch of the upstream",
+        )
+    return rev
+
+
+def resolve_rev(url: str, rev: str, src: Path | None) -> str | None:
+    """REV as the remote names it: a full id (of a commit or of an annotated tag: `peel`
+    turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
+    rev = check_rev(rev)
+    if HEX40.match(rev.lower()):
+        return rev.lower()
+    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False)
+    if proc.returncode != 0:
+        raise OperationFailed(
+            f"cannot list refs of {mask(url)}: {mask_text(proc.stderr.strip())}",
+            hint="check the URL and network access, or pass the full commit id",
+        )
+    refs: dict[str, str] = {}
+    for line in proc.stdout.splitlines():
+        sha, _, name = line.partition("\t")
+        refs[name] = sha
+    for name in (
+        f"{rev}^{{}}",
+        rev,
+        f"refs/tags/{rev}^{{}}",
+        f"refs/tags/{rev}",
+        f"refs/heads/{rev}",
+    ):
+        if name in refs:
+            return refs[name]
+    # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
+    peeled = [s for n, s in refs.items() if n.endswith("^{}")]
+    candidates = set(peeled) or set(refs.values())
+    if len(candidates) == 1:
+        return candidates.pop()
+    if not refs and _ABBREV.fullmatch(rev):
+        return None  # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
+    if not refs:
+        raise BadInput(
+            f"--onto {rev}: no such ref at {mask(url)}",
+            hint="pass a commit id, or a tag/branch name the upstream has",
+        )
+    raise BadInput(
+        f"--onto {rev}: ambiguous at {mask(url)}: " + ", ".join(sorted(refs)),
+        hint="pass the full ref name (refs/tags/... or refs/heads/...) or the commit id",
+    )
+
+
+def peel(src: Path, rev: str) -> str | None:
+    """The commit `rev` names in the workspace repo (a tag peeled), else None."""
+    proc = git(
+        src, "rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}", check=False
+    )
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -> str:
+    """The commit to pin for `--onto rev` (`sha` from resolve_rev): fetched, then peeled
+    to `^{commit}`, which is what gets pinned and shown."""
+    if sha is not None:
+        fetch_commit(src, url, sha, out_)
+        commit = peel(src, sha)
+    else:
+        commit = peel(src, rev)
+        if commit is None:
+            out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
+            _fetch_all(src, url)
+            commit = peel(src, rev)
+        if commit is None:
+            proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
+            many = proc.stdout.split()
+            raise BadInput(
+                f"--onto {rev} (an abbreviated commit id): "
+                + (
+                    f"ambiguous ({len(many)} objects start with it)"
+                    if len(many) > 1
+                    else "no commit starting with it is reachable from the branches and tags "
+                    f"of {mask(url)}"
+                ),
+                hint="pass more digits, or the full 40-hex commit id",
+            )
+    if commit is None:
+        raise BadInput(
+            f"--onto {rev}: {sha} is not a commit (nor a tag of one)",
+            hint="pass a commit id, a tag or a branch",
+        )
+    return commit
+
+
+def _fetch_all(src: Path, url: str) -> None:
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    git(
+        src,
+        "fetch",
+        "--no-tags",
+        *(["--depth=1"] if shallow else []),
+        "--",
+        url,
+        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
+        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
+        isolated=False,
+    )
+
+
+def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
+    """Make `commit` available in the workspace repo: one commit (shallow) when possible."""
+    if gitutil.has_object(src, commit):
+        return
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    depth = ["--depth=1"] if shallow else []
+    out_.step(f"fetching {commit[:12]} from {mask(url)}")
+    proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    if proc.returncode != 0 or not gitutil.has_object(src, commit):
+        # the server does not serve single commits: fetch its branches and tags
+        out_.info("the server refused a single-commit fetch; fetching branches and tags")
+        _fetch_all(src, url)
+    if not gitutil.has_object(src, f"{commit}^{{commit}}"):
+        raise BadInput(
+            f"--onto: commit {commit} is not available from {mask(url)}",
+            hint="check the commit id and that the URL is the repository that has it",
+        )
+
+
+def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
+    """Deepen a shallow workspace until old..new is walkable; True when it is."""
+
+    def connected() -> bool:
+        return git(src, "merge-base", old, new, check=False).returncode == 0
+
+    if connected():
+        return True
+    for step in ("--deepen=64", "--deepen=1024", "--unshallow"):
+        if out(src, "rev-parse", "--is-shallow-repository") != "true":
+            break
+        proc = git(src, "fetch", "--no-tags", step, "--", url, new, check=False, isolated=False)
+        if proc.returncode != 0:
+            return False
+        if connected():
+            return True
+    return connected()

@@ -1,0 +1,218 @@
+"""The replay: each patch commit cherry-picked (3-way) onto the new head and recorded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import NeedsHuman, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits_for
+from dgr_forge.upstream.rebase.gitops import (
+    clear_leftovers,
+    commit_meta,
+    ensure_history,
+    git_bytes,
+    git_dir,
+)
+from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
+
+# ----------------------------------------------------------------------------- replay
+
+
+def record(src: Path, state: RebaseState, i: int, resolved: bool) -> None:
+    """Commit the index as patch i on top of state.head (or drop it when empty)."""
+    step = state.patches[i]
+    empty = git(src, "diff", "--cached", "--quiet", state.head, check=False).returncode == 0
+    if empty:
+        # by itself: the change is upstream; after a conflict: a person chose upstream's side
+        step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
+    else:
+        tree = out(src, "write-tree")
+        env, message = commit_meta(src, step.old_commit)
+        commit = git_bytes(
+            src, "commit-tree", tree, "-p", state.head, input=message, env=env
+        ).decode()
+        commit = commit.strip()
+        fault.point("rebase.commit", step.file[:4])
+        git(src, "update-ref", "--no-deref", "HEAD", commit)
+        step.new_commit, step.outcome = commit, "resolved" if resolved else "picked"
+        state.head = commit
+    state.next, state.phase, state.conflict = i + 1, "replay", None
+
+
+def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+    src = Path(state.src_dir)
+    while state.next < len(state.patches):
+        i = state.next
+        step = state.patches[i]
+        fault.point("rebase.replay", step.file[:4])
+        proc = git(
+            src,
+            "-c",
+            "merge.conflictStyle=diff3",
+            "cherry-pick",
+            "--no-commit",
+            step.old_commit,
+            check=False,
+        )
+        if proc.returncode != 0:
+            unmerged = sorted(
+                {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
+            )
+            if not unmerged:
+                raise OperationFailed(
+                    f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
+                    hint="`dgr-forge rebase --abort` restores the workspace",
+                )
+            out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
+            history = ensure_history(src, state.fetch_url, state.old_commit, state.new_commit)
+            upstream: dict[str, list[dict[str, str]]] = {}
+            line_level: dict[str, bool] = {}
+            if history:
+                for f in unmerged:
+                    upstream[f], line_level[f] = upstream_commits_for(
+                        src, state.old_commit, state.new_commit, state.head, f
+                    )
+            step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
+            step.files = unmerged
+            if state.canary:
+                # a --dry-run: note it and go on without this patch
+                step.new_commit, step.outcome = None, "conflict"
+                git(src, "reset", "-q", "--hard", state.head)
+                clear_leftovers(src, out_, index_lock=False)
+                state.next = i + 1
+                save_state(forge, state)
+                continue
+            state.phase = "conflict"
+            state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
+            save_state(forge, state)
+            raise conflict_error(forge, state)
+        record(src, state, i, resolved=False)
+        clear_leftovers(src, out_, index_lock=False)
+        verb = "replayed"
+        if step.outcome == "dropped":
+            step.upstream_commits = upstreamed_by(src, state, step)
+            verb = (
+                "dropped (already upstream"
+                + "".join(f", {c['commit'][:12]} {c['subject']}" for c in step.upstream_commits[:3])
+                + ")"
+            )
+        out_.info(f"{step.file}: {verb}")
+        save_state(forge, state)
+
+
+def _unique(commits: Iterable[dict[str, str]]) -> list[dict[str, str]]:
+    seen: dict[str, dict[str, str]] = {}
+    for c in commits:
+        seen.setdefault(c["commit"], c)
+    return list(seen.values())
+
+
+def _changed_lines(diff: str) -> dict[str, set[str]]:
+    """The lines a diff removes ("-") and adds ("+"), without context or positions."""
+    lines: dict[str, set[str]] = {"-": set(), "+": set()}
+    for line in diff.splitlines():
+        if line.startswith(("--- ", "+++ ")):
+            continue
+        if line[:1] in lines and line[1:].strip():
+            lines[line[:1]].add(line[1:].strip())
+    return lines
+
+
+def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
+    """The upstream commits (old..new pin) that took a dropped patch: those whose diff
+    removes and adds every line the patch does (context and positions aside), else every
+    one that touched its files. Empty when the history cannot be fetched."""
+    if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
+        return []
+    files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
+    span = f"{state.old_commit}..{state.new_commit}"
+    paths = files.splitlines()
+    proc = git(src, "log", "--format=%H%x09%s", span, "--", *paths, check=False)
+    touching = [
+        {"commit": c, "subject": subj}
+        for c, _, subj in (ln.partition("\t") for ln in proc.stdout.splitlines() if ln)
+    ]
+    if len(touching) > 1:
+        mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
+        log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
+        took: set[str] = set()
+        for chunk in log.split("\0")[1:]:
+            commit, _, diff = chunk.partition("\n")
+            theirs = _changed_lines(diff)
+            if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
+                took.add(commit.strip())
+        exact = [c for c in touching if c["commit"] in took]
+        if exact:
+            return exact
+    return touching
+
+
+def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+    src = Path(state.src_dir)
+    step = state.patches[state.next]
+    gdir = git_dir(src)
+    if (gdir / "index.lock").exists():
+        raise NeedsHuman(
+            f"{gdir / 'index.lock'} exists: a git command is running in {src}, or one crashed",
+            hint="wait for it to finish; if none is running, delete the file and retry",
+        )
+    head = out(src, "rev-parse", "HEAD")
+    if head != state.head:
+        parent = gitutil.rev_parse(src, "HEAD^")
+        if parent != state.head:
+            raise NeedsHuman(
+                f"{src}: HEAD moved to {head[:12]} during the rebase (expected {state.head[:12]})",
+                hint=f"`git -C {src} reset --soft {state.head}` keeps your resolution "
+                "staged; then `dgr-forge rebase --continue`",
+            )
+        # the engineer committed the resolution: take its tree, keep our own commit metadata
+        out_.info(f"taking the resolution from your commit {head[:12]}")
+        git(src, "reset", "-q", "--soft", state.head)
+    unmerged = sorted(
+        {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
+    )
+    if unmerged:
+        raise NeedsHuman(
+            f"patch {step.file}: still unresolved: {', '.join(unmerged)}",
+            hint=f"edit them in {src}, `git -C {src} add {' '.join(unmerged)}`, then "
+            "`dgr-forge rebase --continue`",
+            details={"patch": step.file, "files": unmerged},
+        )
+    files = (state.conflict or {}).get("files", [])
+    marked = [f for f in files if has_markers(src / f)]
+    if marked:
+        raise NeedsHuman(
+            f"patch {step.file}: conflict markers left in {', '.join(marked)}",
+            hint="remove the <<<<<<< ======= >>>>>>> blocks, `git add` again, then "
+            "`dgr-forge rebase --continue`",
+            details={"patch": step.file, "files": marked},
+        )
+    unstaged = out(src, "diff", "--name-only").split()
+    if unstaged:
+        raise NeedsHuman(
+            f"patch {step.file}: changes not staged: {', '.join(unstaged)}",
+            hint=f"`git -C {src} add` what belongs to the resolution (or `git -C {src} "
+            "checkout -- <file>` to drop it), then `dgr-forge rebase --continue`",
+            details={"patch": step.file, "files": unstaged},
+        )
+    record(src, state, state.next, resolved=True)
+    clear_leftovers(src, out_, index_lock=False)
+    if step.outcome == "dropped-by-hand":
+        out_.info(f"{step.file}: resolved to no change: dropped by hand")
+    else:
+        out_.info(f"{step.file}: resolved by hand")
+    save_state(forge, state)
+
+
+def has_markers(path: Path) -> bool:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))

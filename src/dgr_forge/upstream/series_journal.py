@@ -1,0 +1,257 @@
+"""patches/ and the manifest written together through one crash-safe journal.
+
+`export`, rebase's finish and rebase's abort all end here. The journal is a directory
+next to the patches directory, named for its owner (`.<name>.journal-<pid>-<random>`):
+
+    series/         the complete new patches directory (unchanged files hard-linked)
+    manifest.toml   the new manifest bytes (absent when the manifest does not change)
+    old/            the old patches directory, once it has been swapped out
+    journal.json    written last, when all of the above is staged: the journal is complete
+
+The swap is: `patches/<name>` -> `old/`, `series/` -> `patches/<name>`, `manifest.toml`
+-> the manifest, then the journal (with the old series) is removed. A failure raised in
+this process rolls back. After a kill, `recover` (under the root lock, for journals whose
+owner is dead) rolls forward a complete journal (its new manifest is staged) and removes
+an incomplete one (nothing was swapped yet); the old series is never deleted before the
+manifest is replaced, and a patches directory edited by hand after the kill is kept
+(the journal is dropped instead). Writers hold the root-level lock, so two workspaces on
+one root serialize.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from dgr_forge.core import fault
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.lock import root_lock_at
+from dgr_forge.core.output import Reporter
+
+JOURNAL_FILE = "journal.json"
+_MARK = ".journal-"
+
+
+def _journal_glob(pdir: Path) -> list[Path]:
+    parent = pdir.parent
+    if not parent.is_dir():
+        return []
+    return sorted(parent.glob(f".{pdir.name}{_MARK}*"))
+
+
+def owner_pid(path: Path) -> int | None:
+    """The pid in a `...-<pid>-<random>` name, else None."""
+    parts = path.name.rsplit("-", 2)
+    return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+
+
+def owner_alive(pid: int | None) -> bool:
+    if pid is None or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _digest(pdir: Path) -> dict[str, str]:
+    if not pdir.is_dir():
+        return {}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(pdir.glob("*.patch"))
+        if p.is_file()
+    }
+
+
+def _fsync_write(path: Path, data: bytes, point: str) -> None:
+    fault.point(point, path.name)
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _no_space(err: OSError, where: Path) -> OperationFailed:
+    why = "the disk is full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
+    return OperationFailed(
+        f"writing {where} failed: {why}; patches/ and the manifest are unchanged",
+        hint="free some space (or fix the permissions) and run the command again",
+        details={"path": str(where)},
+    )
+
+
+def write(
+    root: Path,
+    pdir: Path,
+    files: Mapping[str, bytes],
+    manifest_path: Path,
+    manifest_bytes: bytes | None,
+    *,
+    points: str,
+    out: Reporter | None = None,
+) -> None:
+    """Make `pdir` hold exactly `files` (its `*.patch` files; anything else in it is kept)
+    and the manifest `manifest_bytes` (None: unchanged), as one crash-safe step.
+
+    `points` names the fault points: `<points>.write` (each staged file),
+    `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
+    with root_lock_at(root, out):
+        recover_dir(pdir, manifest_path, out)
+        on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
+        same = on_disk == set(files) and all((pdir / n).read_bytes() == d for n, d in files.items())
+        if same and manifest_bytes is None:
+            return  # already there (e.g. a write finished by recovery)
+        parent = pdir.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        stage = jdir / "series"
+        try:
+            stage.mkdir(parents=True)
+            if pdir.is_dir():
+                for entry in pdir.iterdir():
+                    if entry.name.endswith(".patch"):
+                        continue
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.copytree(entry, stage / entry.name, symlinks=True)
+                    else:
+                        os.link(entry, stage / entry.name, follow_symlinks=False)
+            for name, data in files.items():
+                old = pdir / name
+                if old.is_file() and not old.is_symlink() and old.read_bytes() == data:
+                    os.link(old, stage / name)  # same bytes, inode and mtime
+                else:
+                    _fsync_write(stage / name, data, f"{points}.write")
+            os.chmod(stage, pdir.stat().st_mode & 0o777 if pdir.is_dir() else 0o755)
+            if manifest_bytes is not None:
+                staged = jdir / "manifest.toml"
+                _fsync_write(staged, manifest_bytes, f"{points}.write")
+                os.chmod(staged, manifest_path.stat().st_mode & 0o777)
+            record = {
+                "pid": os.getpid(),
+                "patches_dir": str(pdir),
+                "manifest": str(manifest_path),
+                "old": _digest(pdir),
+            }
+            _fsync_write(jdir / JOURNAL_FILE, json.dumps(record).encode(), f"{points}.write")
+            fault.point(f"{points}.staged")
+        except BaseException as err:
+            shutil.rmtree(jdir, ignore_errors=True)
+            if isinstance(err, OSError):
+                raise _no_space(err, pdir) from None
+            raise
+        _swap(jdir, pdir, manifest_path, points)
+
+
+def _swap(jdir: Path, pdir: Path, manifest_path: Path, points: str) -> None:
+    old, stage, staged = jdir / "old", jdir / "series", jdir / "manifest.toml"
+    had_old = pdir.exists()
+    try:
+        if had_old:
+            os.rename(pdir, old)
+        os.rename(stage, pdir)
+        fault.point(f"{points}.swapped")
+        if staged.exists():
+            os.replace(staged, manifest_path)
+    except BaseException as err:
+        # rolled back in this process: the old series and manifest stay
+        if had_old and old.exists():
+            if pdir.exists():
+                os.rename(pdir, stage)
+            os.rename(old, pdir)
+        shutil.rmtree(jdir, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise _no_space(err, pdir) from None
+        raise
+    try:
+        fault.point(f"{points}.manifest")
+    finally:  # the write is complete either way: only the journal is left to remove
+        shutil.rmtree(jdir, ignore_errors=True)
+
+
+def _dead(journals: list[Path]) -> list[Path]:
+    # a live owner's journal is its own business (it holds the root lock): don't wait on it
+    return [j for j in journals if j.is_dir() and not owner_alive(owner_pid(j))]
+
+
+def pending(pdir: Path) -> bool:
+    """A dead writer's journal next to `pdir` (for a patches dir outside `patches/`)."""
+    return bool(_dead(_journal_glob(pdir)))
+
+
+def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
+    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`,
+    when the manifest keeps the series elsewhere); cheap when there is nothing."""
+    patches_root = root / "patches"
+    found = _dead(sorted(patches_root.glob(f".*{_MARK}*")))
+    if pdir is not None and pdir.parent != patches_root:
+        found += _dead(_journal_glob(pdir))
+    legacy = list(patches_root.glob(".*.export-*"))
+    # a manifest's atomic-write temp file: an orphan, since every writer holds the root lock
+    orphans = list((root / "manifests").glob(".*.toml.*.tmp"))
+    if not found and not legacy and not orphans:
+        return
+    with root_lock_at(root, out):
+        for leftover in legacy:  # an older dgr-forge's export staging: never half-swapped
+            name = leftover.name[1:].split(".export-")[0]
+            if "-old-" in leftover.name and not (patches_root / name).exists():
+                os.rename(leftover, patches_root / name)
+            else:
+                shutil.rmtree(leftover, ignore_errors=True)
+        for jdir in found:
+            if not jdir.exists() or owner_alive(owner_pid(jdir)):
+                continue
+            _recover_one(jdir, out)
+        for orphan in orphans:
+            with contextlib.suppress(OSError):
+                orphan.unlink()
+
+
+def recover_dir(pdir: Path, manifest_path: Path, out: Reporter | None = None) -> None:
+    """`recover` for the journals of one patches directory (caller holds the root lock)."""
+    del manifest_path  # each journal records its own
+    for jdir in _journal_glob(pdir):
+        if jdir.is_dir() and not owner_alive(owner_pid(jdir)):
+            _recover_one(jdir, out)
+
+
+def _say(out: Reporter | None, text: str) -> None:
+    if out is not None:
+        out.warn(text)
+
+
+def _recover_one(jdir: Path, out: Reporter | None) -> None:
+    record_path = jdir / JOURNAL_FILE
+    try:
+        record = json.loads(record_path.read_text(encoding="utf-8"))
+        pdir, manifest_path = Path(record["patches_dir"]), Path(record["manifest"])
+        old_digest = dict(record["old"])
+    except (OSError, ValueError, KeyError, TypeError):
+        # incomplete: the run died while staging, before any swap: roll back
+        _say(out, f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
+        shutil.rmtree(jdir, ignore_errors=True)
+        return
+    old, stage, staged = jdir / "old", jdir / "series", jdir / "manifest.toml"
+    if stage.exists() and not old.exists() and pdir.exists():
+        if _digest(pdir) != old_digest:
+            # edited by hand since the kill: the person's files win, the journal goes
+            _say(out, f"{pdir} changed since an interrupted write; dropping {jdir.name}")
+            shutil.rmtree(jdir, ignore_errors=True)
+            return
+        os.rename(pdir, old)
+    if stage.exists() and not pdir.exists():
+        os.rename(stage, pdir)
+    if staged.exists():
+        os.replace(staged, manifest_path)
+    _say(out, f"finished an interrupted write of {pdir.name} and the manifest ({jdir.name})")
+    shutil.rmtree(jdir, ignore_errors=True)
