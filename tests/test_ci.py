@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from forgetest import manifest_text, run_forge
+from forgetest import manifest_text, run_forge, sh_git
 
 import dgr_forge
 from dgr_forge.core.fsutil import sha256_file
@@ -826,3 +826,73 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
     )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     assert "identical subjects" in proc.stderr
+
+
+def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None:
+    """The rendered GitHub canary steps, run in order as Actions would (GITHUB_ENV and
+    GITHUB_OUTPUT honoured): upstream's HEAD moved under patch 0001, so the replay step
+    warns, the report names the patch and the upstream commit, and the last step fails
+    the job with exit 3."""
+    import subprocess
+
+    from forgetest import forge_cmd, forge_env
+    from rebase_support import LLAMA_OWNER_OLD, make_series, upstream_edit
+
+    s = make_series(tmp_path, upstream)
+    (s.root / "recipes" / "cpu.toml").write_text(CPU)
+    culprit = upstream_edit(
+        s.upstream,
+        "src/llama.cpp",
+        LLAMA_OWNER_OLD,
+        "    return layer < 0 ? -1 : 0; /* upstream: validate */\n",
+        "llama: validate the layer index",
+    )
+    manifest_before = s.manifest.read_bytes()
+    steps = github_jobs(render(s.root))["canary"]["steps"]
+    scripts = [step for step in steps if "run" in step]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dgr-forge").write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
+    (bindir / "dgr-forge").chmod(0o755)
+    github_env, github_output = tmp_path / "github_env", tmp_path / "github_output"
+    env = forge_env(
+        {
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "DGR_UPSTREAM_URL": s.upstream.url,
+            "GITHUB_ENV": str(github_env),
+            "GITHUB_OUTPUT": str(github_output),
+            "GITHUB_PATH": str(tmp_path / "github_path"),
+            "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        }
+    )
+    results = []
+    for step in scripts[1:]:  # [0] installs dgr-forge from PyPI: the shim stands in for it
+        for file in (github_env, github_output):
+            if file.exists():
+                for line in file.read_text().splitlines():
+                    key, value = line.split("=", 1)
+                    env[key if file is github_env else f"OUT_{key}"] = value
+        step_env = {
+            key: (env.get("OUT_status", "") if "steps.canary.outputs.status" in value else value)
+            for key, value in step.get("env", {}).items()
+        }
+        results.append(
+            subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+                cwd=s.root,
+                env={**env, **step_env},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        )
+    head, replay, fail = results
+    assert head.returncode == 0, head.stderr
+    assert env["DGR_CANARY_ONTO"] == sh_git(s.upstream.path, "rev-parse", "HEAD")
+    assert replay.returncode == 0, (replay.stdout, replay.stderr)
+    assert "::warning title=upstream canary::" in replay.stdout
+    assert json.loads(replay.stdout.split("::warning")[0])["would_conflict"] is True
+    report = (s.root / "canary.md").read_text()
+    assert "0001-" in report and culprit[:12] in report
+    assert fail.returncode == 3
+    assert s.manifest.read_bytes() == manifest_before
