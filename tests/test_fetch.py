@@ -235,7 +235,7 @@ def test_no_op_runs_two_git_commands(forge_root: Path, tmp_path: Path) -> None:
         if "built-in: git " in ln
     ]
     assert len(commands) == 2, commands
-    assert "status" in commands[0] and "rev-parse" in commands[1]
+    assert "status" in commands[0] and "log" in commands[1]  # workspace.inspect
 
 
 def test_pin_plus_patch_commits_is_not_dirty_and_not_reset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -458,3 +459,81 @@ def test_result_tree_mismatch_fails_and_returns_to_pin(
     text = message(res)
     assert series.trees[0] in text and series.trees[-1] in text and series.files[-1] in text
     assert head(src_dir(forge_root)) == series.pin
+
+
+def _absolute_patch(root: Path, upstream: Upstream, old: str, new: str) -> str:
+    text = (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: Mallory <m@evil.invalid>\n"
+        "Date: Wed, 1 Jan 2025 00:00:00 +0000\n"
+        "Subject: absolute\n\n---\n"
+        f"--- {old}\n"
+        f"+++ {new}\n"
+        "@@ -0,0 +1 @@\n"
+        "+hello\n"
+    )
+    name = "0001-absolute.patch"
+    (root / "patches" / "llama.cpp" / name).write_text(text)
+    write_manifest(root, upstream, [name], None)
+    return name
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "shown"),
+    [("/dev/null", "/tmp/x", 8, "/tmp/x"), ("/etc/x", "b/etc/x", 7, "/etc/x")],
+)
+def test_absolute_path_in_a_patch_is_bad_input(
+    tmp_path: Path, upstream: Upstream, forge_root: Path, old: str, new: str, line: int, shown: str
+) -> None:
+    name = _absolute_patch(forge_root, upstream, old, new)
+    for args in ([], ["--check"]):
+        res = patch(forge_root, *args)
+        assert res.code == 2, res
+        assert name in message(res) and "absolute path" in message(res), res
+        assert f"line {line}" in message(res) and shown in message(res), res
+        assert res.json["line"] == line
+    assert not src_dir(forge_root).exists()  # refused before anything was fetched
+
+
+def test_check_fails_when_a_file_differs_from_the_manifest(
+    upstream: Upstream, forge_root: Path
+) -> None:
+    """A file edited so that it still applies is not the series the manifest pins."""
+    series = make_series(forge_root, upstream)
+    path = series.paths(forge_root)[2]
+    path.write_bytes(path.read_bytes().replace(b"Body of", b"Body of the"))
+    res = patch(forge_root, "--check")
+    assert res.code == 1, res
+    assert res.json["applies"] is True
+    assert res.json["changed_on_disk"] == [series.files[2]]
+    assert "differ from the manifest's sha256" in res.stderr and series.files[2] in res.stderr
+
+
+def test_patch_started_during_an_export_waits_and_sees_the_new_manifest(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """The manifest is read under the lock: a `patch` that starts while another run (here:
+    a stand-in for `export`, holding the workspace lock while it rewrites patches/ and the
+    manifest) is busy waits, then applies the new series instead of calling it edited."""
+    from fetch_support import Background
+
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.core.lock import workspace_lock
+    from dgr_forge.core.output import Reporter
+
+    make_series(forge_root, upstream)
+    assert patch(forge_root).code == 0
+    forge = Forge(root=forge_root, workspace=forge_root / ".dgr")
+    with workspace_lock(forge, Reporter(quiet=True)):
+        bg = Background("--json", "patch", cwd=forge_root)
+        bg.wait_for("waiting for")
+        edits: list[tuple[dict[str, str | None], str]] = [
+            ({"docs/new.md": "new\n"}, "docs: a new first patch"),
+            ({"docs/other.md": "other\n"}, "docs: another"),
+        ]
+        new = make_series(forge_root, upstream, edits)  # the "export": new files + manifest
+    out, _err = bg.proc.communicate(timeout=120)
+    assert bg.proc.returncode == 0, (out, bg.lines)
+    assert json.loads(out)["changed"] is True
+    src = src_dir(forge_root)
+    assert sh_git(src, "rev-parse", "HEAD^{tree}") == new.trees[-1]

@@ -125,3 +125,48 @@ def test_status_with_a_bad_manifest_is_bad_input(forge_root: Path) -> None:
     r = run_forge("status", "--json", cwd=forge_root)
     assert r.code == 2, r
     assert "manifests/llama.cpp.toml" in r.stderr and r.json["ok"] is False
+
+
+# ---------------------------------------------------------------------- truthful in every state
+
+
+def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    from rebase_support import LLAMA_OWNER_OLD, upstream_edit
+    from rebase_support import make_series as make_rebase_series
+
+    s = make_rebase_series(tmp_path, upstream)
+    for i in range(12):  # upstream moves on: these are upstream's commits, nobody's local ones
+        s.upstream.commit({f"docs/later-{i}.md": f"{i}\n"}, f"docs: later {i}")
+    upstream_edit(s.upstream, "src/llama.cpp", LLAMA_OWNER_OLD, "    return -1;\n", "llama: x")
+    new = s.upstream.commit({"docs/last.md": "last\n"}, "docs: last")
+    r = s.forge("rebase", "--onto", new)
+    assert r.code == 3, r
+
+    res = run_forge("--root", str(s.root), "--json", "status")
+    assert res.code == 0, res
+    data = res.json
+    assert data["rebase_in_progress"] is True
+    assert data["patches"]["local_edits"]["local_commits"] == []
+    assert data["upstream"]["local_commits"] == []
+    rebase = data["rebase"]
+    assert rebase["new_commit"] == new and rebase["patches_total"] == 3
+    assert rebase["patches_done"] == 0 and rebase["stopped_at"].startswith("0001-")
+    human = run_forge("--root", str(s.root), "status").stderr
+    assert "local commits" not in human, human
+    assert "0 of 3 patches replayed" in human and "0001-" in human, human
+
+
+def test_status_after_an_interrupted_fetch_is_truthful(forge_root: Path) -> None:
+    r = run_forge("fetch", cwd=forge_root, env={"DGR_FAULT": "fetch.objects"})
+    assert r.code in (-9, 137), r
+    res = run_forge("--json", "status", cwd=forge_root)
+    assert res.code == 0, res
+    up = res.json["upstream"]
+    assert up["interrupted"] is True and up["verified"] is False
+    human = run_forge("status", cwd=forge_root).stderr
+    assert "interrupted fetch" in human and "dgr-forge fetch" in human, human
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    up = run_forge("--json", "status", cwd=forge_root).json["upstream"]
+    assert up["verified"] is True and up["interrupted"] is False

@@ -7,12 +7,15 @@ into its exit code and message, and prints the single JSON object that `--json` 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -20,6 +23,9 @@ from dgr_forge import __version__
 from dgr_forge.core.errors import ExitCode, ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+
+if TYPE_CHECKING:
+    from dgr_forge.upstream.manifest import UpstreamManifest
 
 app = typer.Typer(
     name="dgr-forge",
@@ -50,6 +56,43 @@ class Env:
         if self._forge is None:
             self._forge = Forge.locate(self.options.root, self.options.workspace)
         return self._forge
+
+    @contextlib.contextmanager
+    def session(
+        self,
+        *,
+        lock: bool = True,
+        refuse_rebase: bool = False,
+        prepare: Callable[[Forge], object] | None = None,
+    ) -> Iterator[Session]:
+        """The command boundary: take the workspace lock once (before any input is read),
+        run `prepare` (e.g. recovery that may rewrite the inputs), refuse during a rebase
+        where the command must, then load the manifest once and hand it down. Library
+        functions take the loaded values.
+
+        `lock=False` is for read-only commands (`status`): they must not wait behind a
+        build, and read a snapshot."""
+        from dgr_forge.core.lock import workspace_lock
+        from dgr_forge.upstream import manifest
+        from dgr_forge.upstream.workspace import refuse_during_rebase
+
+        forge = self.forge
+        with workspace_lock(forge, self.out) if lock else contextlib.nullcontext():
+            if prepare is not None:
+                prepare(forge)
+            if refuse_rebase:
+                refuse_during_rebase(forge)
+            m = manifest.load(forge.upstream_manifest, forge.root)
+            yield Session(forge=forge, out=self.out, manifest=m)
+
+
+@dataclass(frozen=True)
+class Session:
+    """What a command works on once its boundary is passed: inputs loaded under the lock."""
+
+    forge: Forge
+    out: Reporter
+    manifest: UpstreamManifest
 
 
 def _version(value: bool) -> None:
@@ -123,6 +166,15 @@ def run(ctx: typer.Context, command: str, body: Callable[[Env], dict[str, Any] |
         code = 130
         env.out.error("interrupted")
         fields = {"error": "interrupted"}
+    except OSError as err:
+        # a full disk, a vanished or unreadable path: one line naming it, not a traceback
+        code = int(ExitCode.FAILED)
+        where = f": {err.filename}" if err.filename else ""
+        message = f"{err.strerror or err}{where}"
+        if os.environ.get("DGR_DEBUG") == "1":
+            traceback.print_exc()
+        env.out.error(message)
+        fields = {"error": message, "errno": err.errno}
     if opts.json:
         emit_json(command, code, fields)
     raise typer.Exit(code)

@@ -39,13 +39,14 @@ def fetch(
     """Put the upstream at exactly the pinned commit (shallow when the server allows it)."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream import manifest
-        from dgr_forge.upstream.fetch import display_url, ensure_fetched
+        from dgr_forge.core.urls import mask
+        from dgr_forge.upstream.fetch import fetch_locked, resolve_mirror
 
-        forge = env.forge
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        started = time.monotonic()
-        result = ensure_fetched(forge, m, env.out, mirror=mirror, offline=offline, force=force)
+        url = resolve_mirror(mirror)  # validated before the lock and before any git call
+        with env.session(refuse_rebase=True) as s:
+            forge, m = s.forge, s.manifest
+            started = time.monotonic()
+            result = fetch_locked(forge, m, env.out, mirror=url, offline=offline, force=force)
         seconds = round(time.monotonic() - started, 3)
         where = forge.rel(result.src_dir)
         if result.changed:
@@ -54,7 +55,7 @@ def fetch(
             env.out.info(f"{m.name}: {where} already at {result.commit} (verified, nothing to do)")
         return {
             "upstream": m.name,
-            "url": display_url(result.url or m.url),
+            "url": mask(result.url or m.url),
             "src_dir": str(result.src_dir),
             "commit": result.commit,
             "tree": result.tree,
@@ -76,12 +77,14 @@ def status(ctx: typer.Context) -> None:
     # added as sibling keys by the helpers that own them.
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.cli.cmd_patch import status_section
-        from dgr_forge.upstream import manifest
-        from dgr_forge.upstream.fetch import workspace_status
+        from dgr_forge.upstream.status import rebase_progress, workspace_status
+        from dgr_forge.upstream.workspace import inspect
 
-        forge = env.forge
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        st = workspace_status(forge, m)
+        with env.session(lock=False) as s:  # read-only: a snapshot, never waits on a build
+            forge, m = s.forge, s.manifest
+        rebase = rebase_progress(forge)
+        ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))
+        st = workspace_status(forge, m, ws, rebasing=rebase is not None)
         out = env.out
         out.info(f"upstream  {st.name}  {st.url}")
         out.info(
@@ -100,28 +103,46 @@ def status(ctx: typer.Context) -> None:
                 f"{', shallow' if st.shallow else ''})"
             )
             if st.interrupted:
-                out.info("note      an interrupted checkout; `dgr-forge fetch` completes it")
+                out.info(f"note      {_interrupted(ws.journals)}")
             if st.local_changes:
                 out.info(f"local changes ({len(st.local_changes)}):")
                 for change in st.local_changes:
                     out.info(f"  {change.change:<12} {change.path}")
             else:
                 out.info("local changes: none")
-        patch_info = status_section(env, m)  # the patch helper's part
+        patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
         lanes = _lanes_section(env)
-        if forge.rebase_state.exists():
+        if rebase is not None:
             out.info(
                 f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
                 "`dgr-forge rebase --continue` or `--abort`"
             )
+            if "patches_total" in rebase:
+                stop = f", stopped at {rebase['stopped_at']}" if rebase.get("stopped_at") else ""
+                out.info(
+                    f"          onto {str(rebase.get('new_commit'))[:12]} ({rebase.get('onto')}): "
+                    f"{rebase['patches_done']} of {rebase['patches_total']} patches replayed"
+                    f" (phase {rebase.get('phase')}{stop})"
+                )
         return {
             "upstream": st.to_dict(),
             "patches": patch_info,
             "lanes": lanes,
-            "rebase_in_progress": forge.rebase_state.exists(),
+            "rebase_in_progress": rebase is not None,
+            "rebase": rebase,
         }
 
     run(ctx, "status", body)
+
+
+def _interrupted(journals: frozenset[str]) -> str:
+    from dgr_forge.upstream.workspace import CHECKOUT_JOURNAL, FETCH_JOURNAL
+
+    if FETCH_JOURNAL in journals:
+        return "an interrupted fetch; `dgr-forge fetch` completes it"
+    if CHECKOUT_JOURNAL in journals:
+        return "an interrupted checkout; `dgr-forge fetch` completes it"
+    return "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
 
 
 def _lanes_section(env: Env) -> dict[str, Any]:

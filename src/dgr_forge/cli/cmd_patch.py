@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Session, app, run
 from dgr_forge.core.errors import ExitCode
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.workspace import Workspace
 
 
 @app.command()
@@ -35,43 +36,50 @@ def patch(
     """Apply the series on the pinned commit (one commit per patch, reproducible ids)."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream import manifest, patches
         from dgr_forge.upstream.export import recover_swaps
+        from dgr_forge.upstream.transfer import resolve_mirror
 
-        forge = env.forge
-        recover_swaps(forge.root)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        if check:
-            return _check(env, m, mirror, offline)
-        started = time.monotonic()
-        result = patches.ensure_patched(forge, m, env.out, mirror=mirror, offline=offline)
-        seconds = round(time.monotonic() - started, 3)
-        where = forge.rel(result.src_dir)
-        if result.changed:
-            env.out.info(
-                f"{m.name}: {len(m.series)} patches applied in {where} "
-                f"(HEAD {result.head_commit[:12]}, tree {result.result_tree[:12]}, {seconds} s)"
-            )
-        else:
-            env.out.info(f"{m.name}: series already applied in {where} (verified, nothing to do)")
-        return {
-            "upstream": m.name,
-            "src_dir": str(result.src_dir),
-            "base_commit": result.base_commit,
-            "head_commit": result.head_commit,
-            "result_tree": result.result_tree,
-            "patches": [e.file for e in m.series],
-            "changed": result.changed,
-            "seconds": seconds,
-        }
+        url = resolve_mirror(mirror)
+        # under the lock from before the manifest is read: a patch started during an
+        # export waits for it and then sees the new manifest and files
+        with env.session(refuse_rebase=not check, prepare=lambda f: recover_swaps(f.root)) as s:
+            return _patch(env, s, url, offline) if not check else _check(env, s, url, offline)
 
     run(ctx, "patch", body)
 
 
-def _check(env: Env, m: UpstreamManifest, mirror: str | None, offline: bool) -> dict[str, Any]:
+def _patch(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str, Any]:
     from dgr_forge.upstream import patches
 
-    results = patches.check_workspace(env.forge, m, env.out, mirror=mirror, offline=offline)
+    forge, m = s.forge, s.manifest
+    started = time.monotonic()
+    result = patches.patch_locked(forge, m, env.out, mirror=mirror, offline=offline)
+    seconds = round(time.monotonic() - started, 3)
+    where = forge.rel(result.src_dir)
+    if result.changed:
+        env.out.info(
+            f"{m.name}: {len(m.series)} patches applied in {where} "
+            f"(HEAD {result.head_commit[:12]}, tree {result.result_tree[:12]}, {seconds} s)"
+        )
+    else:
+        env.out.info(f"{m.name}: series already applied in {where} (verified, nothing to do)")
+    return {
+        "upstream": m.name,
+        "src_dir": str(result.src_dir),
+        "base_commit": result.base_commit,
+        "head_commit": result.head_commit,
+        "result_tree": result.result_tree,
+        "patches": [e.file for e in m.series],
+        "changed": result.changed,
+        "seconds": seconds,
+    }
+
+
+def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str, Any]:
+    from dgr_forge.upstream import patches
+
+    m = s.manifest
+    results = patches.check_workspace(s.forge, m, env.out, mirror=mirror, offline=offline)
     rows = []
     for r in results:
         detail = "; ".join(str(c) for c in r.conflicts)
@@ -81,14 +89,24 @@ def _check(env: Env, m: UpstreamManifest, mirror: str | None, offline: bool) -> 
             detail = ("changed on disk; " + detail).strip("; ")
         rows.append((r.file, r.status, detail))
     env.out.table("patch --check", ["patch", "result", "detail"], rows)
-    ok = all(r.status == "applies" for r in results)
-    if ok:
+    applies = all(r.status == "applies" for r in results)
+    changed = [r.file for r in results if r.changed_on_disk]
+    ok = applies and not changed
+    if applies:
         env.out.info(f"all {len(results)} patches apply exactly on {m.commit[:12]}")
+    if changed:
+        # applying is not enough: the files are not the series the manifest pins
+        env.out.info(
+            f"{len(changed)} patch file(s) differ from the manifest's sha256: "
+            f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
+            f"(`git checkout -- {m.patches_dir_rel}`)"
+        )
     return {
         "exit_code": ExitCode.OK if ok else ExitCode.FAILED,
         "upstream": m.name,
         "commit": m.commit,
-        "applies": ok,
+        "applies": applies,
+        "changed_on_disk": changed,
         "patches": [r.as_dict() for r in results],
     }
 
@@ -98,13 +116,13 @@ def export(ctx: typer.Context) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream import manifest
         from dgr_forge.upstream.export import export_workspace, recover_swaps
 
-        forge = env.forge
-        recover_swaps(forge.root)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        result = export_workspace(forge, m, env.out)
+        # the manifest is read under the workspace lock (export_workspace takes it again,
+        # re-entrantly, and refuses during a rebase)
+        with env.session(refuse_rebase=True, prepare=lambda f: recover_swaps(f.root)) as s:
+            forge, m = s.forge, s.manifest
+            result = export_workspace(forge, m, env.out)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:
@@ -118,11 +136,13 @@ def export(ctx: typer.Context) -> None:
     run(ctx, "export", body)
 
 
-def status_section(env: Env, m: UpstreamManifest) -> dict[str, Any]:
+def status_section(
+    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
+) -> dict[str, Any]:
     """The `patches` part of `status` (called by the status command): one row per patch."""
-    from dgr_forge.upstream import patches
+    from dgr_forge.upstream.status import series_status
 
-    info = patches.series_status(env.forge, m)
+    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
     rows = [(p.file, p.state, p.detail) for p in info.series]
     if rows:
         env.out.table("patches", ["patch", "state", "detail"], rows)

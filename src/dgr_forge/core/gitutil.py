@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.proc import capture
 
 # Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
 # diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
@@ -37,6 +38,9 @@ CONFIG: tuple[str, ...] = (
     "init.defaultBranch=main",
     "user.name=dgr-forge",
     "user.email=dgr-forge@invalid",
+    # transports that run commands or read descriptors are never used (DESIGN.md, trust)
+    "protocol.ext.allow=never",
+    "protocol.fd.allow=never",
 )
 
 # Identity and dates used for commits the forge makes (patch commits use each patch's
@@ -47,6 +51,28 @@ FORGE_IDENTITY = {
 }
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+
+def is_local_url(url: str) -> bool:
+    """A file:// URL or an absolute path (git's "file" protocol)."""
+    return url.startswith(("file://", "/"))
+
+
+def protocol_policy(url: str) -> tuple[str, ...]:
+    """Settings for a call that contacts `url`: the network transports the forge accepts,
+    and the local one only when `url` itself is local (a manifest URL must not make git
+    read another repository of this host through a redirect or an insteadOf rule)."""
+    local = "always" if is_local_url(url) else "never"
+    return (
+        "protocol.allow=never",
+        "protocol.https.allow=always",
+        "protocol.http.allow=always",
+        "protocol.ssh.allow=always",
+        "protocol.git.allow=always",
+        f"protocol.file.allow={local}",
+        "protocol.ext.allow=never",
+        "protocol.fd.allow=never",
+    )
 
 
 def base_env(isolated: bool = True) -> dict[str, str]:
@@ -76,29 +102,32 @@ def git(
     isolated: bool = True,
     text: bool = True,
     timeout: float | None = None,
+    config: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run `git <args>` in `cwd`; raise OperationFailed with git's stderr when `check`."""
+    """Run `git <args>` in `cwd`; raise OperationFailed with git's stderr when `check`.
+
+    Callers put `--` before repositories, refs and paths where git allows it: a value
+    starting with `-` is then data, never an option."""
     cmd = ["git"]
-    for setting in CONFIG:
+    for setting in (*CONFIG, *config):
         cmd += ["-c", setting]
     cmd += list(args)
     full_env = base_env(isolated)
     if env:
         full_env.update(env)
-    proc = subprocess.run(
-        cmd,
-        cwd=cwd,
-        env=full_env,
-        input=input.encode() if isinstance(input, str) and not text else input,
-        capture_output=True,
-        text=text,
-        timeout=timeout,
-    )
+    proc = capture(cmd, cwd=cwd, env=full_env, input=input, text=text, timeout=timeout)
     if check and proc.returncode != 0:
+        # git's words and arguments can hold a URL with a credential: masked (core.urls)
+        from dgr_forge.core.urls import mask_text
+
+        err = (
+            proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode("utf-8", "replace")
+        )
+        shown = [mask_text(a) for a in args]
         raise OperationFailed(
-            f"git {' '.join(args[:3])} failed (exit {proc.returncode}): "
-            f"{(proc.stderr or '').strip()[-2000:]}",
-            details={"git_args": list(args), "git_stderr": proc.stderr},
+            f"git {' '.join(shown[:3])} failed (exit {proc.returncode}): "
+            f"{mask_text(err.strip()[-2000:])}",
+            details={"git_args": shown, "git_stderr": mask_text(err)},
         )
     return proc
 
@@ -109,16 +138,20 @@ def out(cwd: Path | None, *args: str, **kw: object) -> str:
 
 
 def rev_parse(repo: Path, rev: str) -> str | None:
-    proc = git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    # --end-of-options: a rev starting with "-" is a rev (that does not exist), not an option
+    proc = git(
+        repo, "rev-parse", "--verify", "--quiet", "--end-of-options", f"{rev}^{{commit}}",
+        check=False,
+    )  # fmt: skip
     return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def tree_of(repo: Path, rev: str) -> str:
-    return out(repo, "rev-parse", f"{rev}^{{tree}}")
+    return out(repo, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}")
 
 
 def has_object(repo: Path, oid: str) -> bool:
-    return git(repo, "cat-file", "-e", oid, check=False).returncode == 0
+    return git(repo, "cat-file", "-e", "--end-of-options", oid, check=False).returncode == 0
 
 
 def status_porcelain(repo: Path, args: Sequence[str] = ()) -> list[str]:

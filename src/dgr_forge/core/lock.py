@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import sys
 import threading
@@ -25,6 +26,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 
 DEFAULT_TIMEOUT_S = 600.0
+MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond that a value is a typo, not a wish
 POLL_S = 0.1
 
 
@@ -46,10 +48,11 @@ def lock_timeout() -> float:
     try:
         value = float(raw)
     except ValueError:
-        value = -1.0
-    if value < 0:
+        value = math.nan
+    # nan compares false with everything, so it would wait forever: refuse it explicitly
+    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT_S:
         raise BadInput(
-            f"DGR_LOCK_TIMEOUT={raw!r} is not a number of seconds >= 0",
+            f"DGR_LOCK_TIMEOUT={raw[:40]!r} is not a number of seconds from 0 to {MAX_TIMEOUT_S:g}",
             hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
         )
     return value
@@ -91,8 +94,17 @@ def workspace_lock(forge: Forge, out: Reporter) -> Iterator[None]:
                 held.depth -= 1
         return
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    lock_timeout()  # a bad value is refused whether or not this run has to wait
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+    except OSError as err:
+        raise BadInput(
+            f"{path}: cannot open the workspace lock ({err.strerror or err})",
+            hint="the lock must be a plain file the forge can write: remove whatever is "
+            f"there (`rm -r {path}`; it holds no data) or choose another --workspace",
+            details={"lock": str(path)},
+        ) from None
     try:
         if not _try_flock(fd):
             timeout = lock_timeout()

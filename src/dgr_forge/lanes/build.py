@@ -36,9 +36,9 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.lanes import cmake_api, worker
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.recipes import Recipe, load_all, select
-from dgr_forge.upstream.fetch import refuse_during_rebase
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.manifest import load as load_manifest
+from dgr_forge.upstream.workspace import refuse_during_rebase
 
 if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree

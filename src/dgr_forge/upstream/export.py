@@ -25,9 +25,9 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.lock import root_lock, workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patches, series_journal
-from dgr_forge.upstream.fetch import refuse_during_rebase
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.workspace import refuse_during_rebase
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",

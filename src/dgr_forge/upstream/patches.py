@@ -1,4 +1,4 @@
-"""The numbered patch series on the pinned upstream: verify, apply, check, inspect.
+"""The numbered patch series on the pinned upstream: apply it, exactly, reproducibly.
 
 Applying is `git am` on the pin, one commit per patch, without 3-way merge and without
 fuzz (git apply needs every context line to match), with a fixed committer and the
@@ -6,34 +6,95 @@ committer date taken from each patch's own Date header, so the same inputs give 
 commit ids on every machine. Whether the series is "already applied" is an exact
 comparison of the workspace's commit chain over the pin with the manifest's trees: no
 stamp files, no reverse-apply guessing (DESIGN.md, "Patch files are canonical").
+
+Reading and checking the files is `series.py`; the work tree model is `workspace.py`.
+Crash safety: the run is journaled (`.git/dgr-patching`); a failed run rolls back to the
+pin before the journal goes, and a killed one is rolled back by the next run (stale git
+locks and a half-finished `am` included) under the workspace lock.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from dgr_forge.core import gitutil
-from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman, OperationFailed
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.gitutil import FORGE_IDENTITY, git, out
+from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patchfile
-from dgr_forge.upstream.fetch import (
-    CHECKOUT_JOURNAL,
-    PIN_REF,
-    READ_ONLY_ENV,
-    ensure_fetched,
-    refuse_during_rebase,
+from dgr_forge.upstream.fetch import abort_am, fetch_locked
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.series import (
+    SYMLINK_MODE,
+    CheckResult,
+    Conflict,
+    check_series,
+    check_symlinks,
+    conflicting_hunks,
+    expected_trees,
+    known_trees,
+    parse_series,
+    read_patch,
+    read_series,
+    scratch_index,
+    symlinks_in,
 )
-from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
+from dgr_forge.upstream.transfer import resolve_mirror
+from dgr_forge.upstream.workspace import (
+    FORGE_EMAIL,
+    PATCH_JOURNAL,
+    ChainCommit,
+    Workspace,
+    git_dir,
+    inspect,
+    operation_in_progress,
+    read_chain,
+    read_changes,
+    refuse_during_rebase,
+    remove_git_leftovers,
+)
+
+# names other modules use through `patches` (export, rebase, check, build)
+__all__ = [
+    "AM_FLAGS",
+    "FORGE_EMAIL",
+    "PATCH_JOURNAL",
+    "SYMLINK_MODE",
+    "ChainCommit",
+    "CheckResult",
+    "Conflict",
+    "PatchedTree",
+    "Workspace",
+    "apply_files_as_they_are",
+    "apply_series",
+    "changed_on_disk",
+    "check_series",
+    "check_symlinks",
+    "check_workspace",
+    "conflicting_hunks",
+    "dirty_paths",
+    "ensure_patched",
+    "expected_trees",
+    "inspect",
+    "is_applied",
+    "known_trees",
+    "operation_in_progress",
+    "parse_series",
+    "patch_locked",
+    "read_chain",
+    "read_patch",
+    "read_series",
+    "recover_interrupted",
+    "scratch_index",
+    "symlinks_in",
+]
 
 # `git am` flags: no 3-way fallback (a hunk that does not match exactly is a conflict),
 # keep subjects as exported (only "[PATCH ...]" prefixes are stripped), never rewrite
@@ -48,9 +109,6 @@ AM_FLAGS: tuple[str, ...] = (
     "--no-gpg-sign",
     "--quiet",
 )
-FORGE_EMAIL = FORGE_IDENTITY["GIT_COMMITTER_EMAIL"]
-SYMLINK_MODE = "120000"
-PATCH_JOURNAL = "dgr-patching"  # in .git while `git am` runs: a killed run is rolled back
 
 
 @dataclass(frozen=True)
@@ -62,264 +120,9 @@ class PatchedTree:
     changed: bool  # False: it was already applied, nothing moved
 
 
-@dataclass(frozen=True)
-class ChainCommit:
-    commit: str
-    tree: str
-    parents: tuple[str, ...]
-    forge_made: bool  # committed by the forge identity (not by a person)
-
-
-@dataclass
-class Workspace:
-    """What the work tree holds, measured exactly."""
-
-    src: Path
-    exists: bool
-    head: str | None = None
-    series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
-    base: str | None = None  # the commit under them
-    local_commits: list[str] = field(default_factory=list)  # a person's commits on top
-    dirty: list[str] = field(default_factory=list)  # uncommitted changes (porcelain)
-    operation: str | None = None  # an am/rebase/merge left in progress
-
-    @property
-    def has_local_edits(self) -> bool:
-        return bool(self.dirty or self.local_commits)
-
-
-@dataclass(frozen=True)
-class Conflict:
-    file: str  # path in the upstream tree
-    hunks: tuple[str, ...]  # "hunk 2/3 @@ -10,6 +10,7 @@" (or git's reason for whole files)
-
-    def as_dict(self) -> dict[str, object]:
-        return {"file": self.file, "hunks": list(self.hunks)}
-
-    def __str__(self) -> str:
-        return f"{self.file} ({', '.join(self.hunks)})"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    file: str
-    status: str  # applies | conflict | tree-mismatch | skipped
-    tree: str | None = None
-    conflicts: tuple[Conflict, ...] = ()
-    expected_tree: str | None = None
-    changed_on_disk: bool = False  # the file's sha256 differs from the manifest's
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "status": self.status,
-            "changed_on_disk": self.changed_on_disk,
-            "tree": self.tree,
-            "expected_tree": self.expected_tree,
-            "conflicts": [c.as_dict() for c in self.conflicts],
-        }
-
-
-# ----------------------------------------------------------------------------- inputs
-
-
-def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
-    """Every patch file's bytes, each checked against the manifest's sha256 (exit 2)."""
-    datas: list[bytes] = []
-    for entry in m.series:
-        data = read_patch(m, entry)
-        actual = sha256_bytes(data)
-        if actual != entry.sha256:
-            shown = _shown(m, entry, forge)
-            raise BadInput(
-                f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
-                hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
-                "if you changed it on purpose",
-                details={"file": shown, "actual_sha256": actual, "expected_sha256": entry.sha256},
-            )
-        datas.append(data)
-    return datas
-
-
-def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
-    path = m.patch_path(entry)
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        raise BadInput(
-            f"{m.patches_dir_rel}/{entry.file}: cannot read: {err.strerror}",
-            hint="restore the file, or remove its [[patches.series]] entry",
-            details={"file": f"{m.patches_dir_rel}/{entry.file}"},
-        ) from None
-
-
-def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:
-    return forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
-
-
-def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.ParsedPatch]:
-    """Parse every patch and refuse unsafe paths and missing mail headers (exit 2)."""
-    parsed: list[patchfile.ParsedPatch] = []
-    for entry, data in zip(m.series, datas, strict=True):
-        shown = f"{m.patches_dir_rel}/{entry.file}"
-        p = patchfile.parse(data)
-        if not p.files:
-            raise BadInput(
-                f"{shown}: contains no diff",
-                hint="delete it and its [[patches.series]] entry, or re-export the series",
-                details={"file": shown},
-            )
-        for header in ("From", "Date"):
-            if header not in p.headers:
-                raise BadInput(
-                    f"{shown}: no '{header}:' header (needed for a reproducible commit)",
-                    hint="patches must be `git format-patch` mails; regenerate them with "
-                    "`dgr-forge export`",
-                    details={"file": shown, "header": header},
-                )
-        for path in p.paths:
-            reason = patchfile.unsafe_reason(path)
-            if reason:
-                raise BadInput(
-                    f"{shown}: refuses to touch {path!r}: {reason}",
-                    hint="a patch may only change files inside the upstream tree; fix the "
-                    "diff headers",
-                    details={"file": shown, "path": path},
-                )
-        parsed.append(p)
-    return parsed
-
-
-def check_symlinks(
-    m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], symlinks: set[str]
-) -> None:
-    """Refuse a patch writing through a symlink (in the pinned tree or made by the series)."""
-    links = set(symlinks)
-    for entry, p in zip(m.series, parsed, strict=True):
-        for path in p.paths:
-            parts = path.split("/")
-            for n in range(1, len(parts)):
-                parent = "/".join(parts[:n])
-                if parent in links:
-                    shown = f"{m.patches_dir_rel}/{entry.file}"
-                    raise BadInput(
-                        f"{shown}: refuses to touch {path!r}: {parent!r} is a symlink, the "
-                        "write could land outside the tree",
-                        hint="patch the symlink's target path instead",
-                        details={"file": shown, "path": path, "symlink": parent},
-                    )
-        for f in p.files:
-            if f.new_path and f.new_mode == SYMLINK_MODE:
-                links.add(f.new_path)
-            elif f.new_path is None and f.old_path:
-                links.discard(f.old_path)
-
-
-def symlinks_in(repo: Path, rev: str) -> set[str]:
-    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", rev)
-    links: set[str] = set()
-    for record in proc.stdout.split("\0"):
-        if record.startswith(SYMLINK_MODE + " "):
-            links.add(record.split("\t", 1)[1])
-    return links
-
-
-# ----------------------------------------------------------------------------- inspecting
-
-
-def git_dir(src: Path) -> Path:
-    dot = src / ".git"
-    if dot.is_dir():
-        return dot
-    return Path(out(src, "rev-parse", "--absolute-git-dir"))
-
-
-def operation_in_progress(src: Path) -> str | None:
-    gd = git_dir(src)
-    for name, what in (
-        ("rebase-apply", "git am / rebase"),
-        ("rebase-merge", "git rebase"),
-        ("MERGE_HEAD", "git merge"),
-        ("CHERRY_PICK_HEAD", "git cherry-pick"),
-    ):
-        if (gd / name).exists():
-            return what
-    return None
-
-
-def read_chain(src: Path, limit: int) -> list[ChainCommit]:
-    """The first-parent history from HEAD, newest first, at most `limit` commits."""
-    proc = git(
-        src,
-        "log",
-        "--first-parent",
-        "--no-show-signature",
-        f"--max-count={limit}",
-        "--format=%H %T %ce%x00%P",
-        "HEAD",
-        check=False,  # an unborn HEAD is an empty chain
-        env=READ_ONLY_ENV,
-    )
-    chain: list[ChainCommit] = []
-    for line in proc.stdout.splitlines():
-        left, _, parents = line.partition("\0")
-        commit, tree, email = left.split(" ", 2)
-        chain.append(ChainCommit(commit, tree, tuple(parents.split()), email == FORGE_EMAIL))
-    return chain
-
-
 def dirty_paths(src: Path) -> list[str]:
-    proc = git(
-        src,
-        "status",
-        "--porcelain=v1",
-        "--untracked-files=all",
-        "--ignore-submodules",
-        env=READ_ONLY_ENV,  # a no-op must not even refresh the index
-    )
-    return [line for line in proc.stdout.splitlines() if line]
-
-
-def inspect(src: Path, pin: str, series_len: int) -> Workspace:
-    """Measure the workspace: forge commits over which base, a person's commits, edits.
-
-    The base is the pin, or the pin fetch last checked out (`refs/dgr/pin`) when the
-    manifest has moved since. Commits above the base that the forge did not make are a
-    person's (local commits); upstream history below the base is never counted.
-    """
-    ws = Workspace(src=src, exists=(src / ".git").exists())
-    if not ws.exists:
-        return ws
-    ws.operation = operation_in_progress(src)
-    ws.dirty = dirty_paths(src)
-    # The usual case (the series on the pin) needs only series_len + 1 commits.
-    chain = read_chain(src, series_len + 1)
-    if not chain:
-        return ws
-    head = ws.head = chain[0].commit
-    bases = {pin}
-    if len(chain) <= series_len or chain[series_len].commit != pin:
-        chain = read_chain(src, series_len + 1 + 1000)
-        fetched = gitutil.rev_parse(src, PIN_REF)
-        if fetched:
-            bases.add(fetched)
-    i = 0
-    while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
-        i += 1
-    top, rest = chain[:i], chain[i:]
-    j = 0
-    while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
-        j += 1
-    if j:
-        ws.local_commits = [c.commit for c in top]
-        ws.series = list(reversed(rest[:j]))
-        ws.base = rest[j].commit if j < len(rest) else None
-    elif rest:
-        ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
-        ws.base = rest[0].commit
-    else:
-        ws.base = head  # unknown history (no fetch recorded it): fetch decides
-    return ws
+    """Uncommitted changes as "XY path" lines (the workspace model's `dirty`)."""
+    return read_changes(src)[2] if (src / ".git").exists() else []
 
 
 def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str | None) -> bool:
@@ -333,128 +136,9 @@ def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str |
     return result_tree is None or not trees or trees[-1] == result_tree
 
 
-def known_trees(m: UpstreamManifest) -> list[str] | None:
-    """The per-patch trees from the manifest, or None when any is missing."""
-    trees = [e.tree for e in m.series]
-    if any(t is None for t in trees):
-        return None
-    return [t for t in trees if t is not None]
-
-
-# ----------------------------------------------------------------------------- scratch apply
-
-
-@contextmanager
-def scratch_index(repo: Path, rev: str) -> Iterator[dict[str, str]]:
-    """A temporary index (seeded from `rev`) and object directory: nothing in `repo` changes.
-
-    Objects git writes go to the scratch directory; the repository's objects are read
-    through GIT_ALTERNATE_OBJECT_DIRECTORIES.
-    """
-    common = Path(out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
-    objects = common / "objects"
-    alternates = [str(objects)]
-    info = objects / "info" / "alternates"
-    if info.is_file():
-        for line in info.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                alt = Path(line.strip())
-                alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
-    with tempfile.TemporaryDirectory(prefix="dgr-scratch-") as tmp:
-        (Path(tmp) / "objects").mkdir()
-        env = {
-            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
-            "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(alternates),
-        }
-        git(repo, "read-tree", rev, env=env)
-        yield env
-
-
-def conflicting_hunks(
-    repo: Path, p: patchfile.ParsedPatch, env: dict[str, str] | None = None
-) -> list[Conflict]:
-    """Which files and hunks of `p` do not apply to the index (exactly, without fuzz)."""
-    result: list[Conflict] = []
-    for f in p.files:
-        units = range(len(f.hunks)) if f.hunks else [None]
-        bad: list[str] = []
-        for i in units:
-            text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
-            proc = git(
-                repo,
-                "apply",
-                "--cached",
-                "--check",
-                "-",
-                input=text,
-                env=env,
-                text=False,
-                check=False,
-            )
-            if proc.returncode != 0:
-                if i is None:
-                    err: bytes | str = proc.stderr
-                    msg = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
-                    bad.append((msg.strip().splitlines() or ["does not apply"])[-1])
-                else:
-                    bad.append(f"hunk {i + 1}/{len(f.hunks)} {f.hunks[i].header}")
-        if bad:
-            result.append(Conflict(f.path, tuple(bad)))
-    return result
-
-
-def check_series(
-    repo: Path,
-    m: UpstreamManifest,
-    datas: Sequence[bytes],
-    parsed: Sequence[patchfile.ParsedPatch],
-    *,
-    compare_trees: bool = True,
-    changed: Collection[str] = (),
-) -> list[CheckResult]:
-    """Apply the series to a scratch index on the pin; report per patch. Touches nothing."""
-    results: list[CheckResult] = []
-    with scratch_index(repo, m.commit) as env:
-        blocked: str | None = None
-        for entry, data, p in zip(m.series, datas, parsed, strict=True):
-            if blocked:
-                results.append(CheckResult(entry.file, "skipped"))
-                continue
-            flagged = entry.file in changed  # edited files: their old trees do not apply
-            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
-            if proc.returncode != 0:
-                conflicts = tuple(conflicting_hunks(repo, p, env))
-                results.append(
-                    CheckResult(entry.file, "conflict", None, conflicts, entry.tree, flagged)
-                )
-                blocked = entry.file
-                continue
-            tree = out(repo, "write-tree", env=env)
-            if compare_trees and not flagged and entry.tree is not None and tree != entry.tree:
-                results.append(CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree))
-                blocked = entry.file
-                continue
-            results.append(CheckResult(entry.file, "applies", tree, (), entry.tree, flagged))
-    return results
-
-
-def expected_trees(
-    repo: Path,
-    m: UpstreamManifest,
-    datas: Sequence[bytes],
-    parsed: Sequence[patchfile.ParsedPatch],
-    *,
-    use_manifest: bool = True,
-) -> list[str] | None:
-    """Per-patch trees: from the manifest, else computed on a scratch index (None: conflict)."""
-    trees = known_trees(m) if use_manifest else None
-    if trees is not None:
-        return trees
-    results = check_series(repo, m, datas, parsed, compare_trees=use_manifest)
-    if any(r.status != "applies" for r in results):
-        return None
-    return [r.tree for r in results if r.tree is not None]
+def changed_on_disk(m: UpstreamManifest) -> list[str]:
+    """Patch files whose bytes no longer match the manifest's sha256."""
+    return [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
 
 
 # ----------------------------------------------------------------------------- applying
@@ -464,30 +148,63 @@ def _checkout_pin(src: Path, pin: str) -> None:
     git(src, "checkout", "--quiet", "--detach", "--force", pin)
 
 
+def _rollback(src: Path, pin: str) -> str | None:
+    """Put the work tree back at the pin after a failed or killed `git am`; None when it
+    worked, else git's reason. Under the journal every change is the forge's own."""
+    try:
+        fault.point("patch.rollback")  # a roll-back that fails, e.g. on a still-full disk
+    except OSError as err:
+        return str(err)
+    if (git_dir(src) / "rebase-apply").exists():
+        abort_am(src)
+    proc = git(src, "checkout", "--quiet", "--detach", "--force", pin, check=False)
+    if proc.returncode == 0:
+        proc = git(src, "clean", "-fdq", check=False)  # files a killed apply left
+    if proc.returncode != 0 or (git_dir(src) / "rebase-apply").exists():
+        return (proc.stderr.strip().splitlines() or ["a git am is still in progress"])[-1]
+    return None
+
+
 @contextmanager
 def _journal(src: Path, pin: str) -> Iterator[None]:
     """Mark the work tree as "being patched" so a killed run is rolled back, not blamed
-    on the user: the next run finds the journal, aborts the am and returns to the pin."""
+    on the user. A failure rolls back here; the journal goes only once that worked (else
+    the next run finishes the roll-back)."""
     path = git_dir(src) / PATCH_JOURNAL
     path.write_text(pin + "\n")
     try:
         yield
-    except ForgeError:
-        path.unlink()  # handled failures put the work tree back at the pin first
-        raise
+    except BaseException as err:
+        reason = _rollback(src, pin)
+        if reason is None:
+            path.unlink(missing_ok=True)
+            raise
+        raise OperationFailed(
+            f"{err}; putting {src} back at the pin failed too: {reason}",
+            hint="free disk space (or fix what git names), then run `dgr-forge patch`: it "
+            "finishes the roll-back and applies the series",
+            details={"rollback_error": reason},
+        ) from err
     path.unlink()
 
 
-def recover_interrupted(src: Path) -> bool:
-    """Roll back what a killed `dgr-forge patch` left (an am mid-way); True if it did."""
+def recover_interrupted(src: Path, pin: str) -> bool:
+    """Roll back what a killed or failed `dgr-forge patch` left (an am mid-way, stale git
+    locks); True if there was anything. Call under the workspace lock."""
     path = git_dir(src) / PATCH_JOURNAL
     if not path.exists():
         return False
-    pin = path.read_text().strip()
-    if (git_dir(src) / "rebase-apply").exists():
-        git(src, "am", "--abort", check=False)
-    if gitutil.HEX40.fullmatch(pin) and gitutil.has_object(src, pin):
-        _checkout_pin(src, pin)
+    recorded = path.read_text().strip()
+    if gitutil.HEX40.fullmatch(recorded) and gitutil.has_object(src, recorded):
+        pin = recorded
+    remove_git_leftovers(git_dir(src))
+    reason = _rollback(src, pin)
+    if reason is not None:
+        raise OperationFailed(
+            f"{src}: rolling back an interrupted `dgr-forge patch` failed: {reason}",
+            hint="free disk space (or fix what git names), then run `dgr-forge patch` again",
+            details={"rollback_error": reason},
+        )
     path.unlink()
     return True
 
@@ -502,61 +219,58 @@ def apply_series(
 ) -> str:
     """`git am` the files onto the pin in the (clean) work tree; return the new HEAD.
 
-    On a conflict the am is aborted, the work tree is back at the pin, and NeedsHuman
-    names the patch, files and hunks. With `check_trees` each commit's tree must equal the
-    manifest's per-patch tree and the last one `patches.result.tree` (else exit 1, back at
-    the pin).
+    On a conflict the work tree is back at the pin, and NeedsHuman names the patch, files
+    and hunks. With `check_trees` each commit's tree must equal the manifest's per-patch
+    tree and the last one `patches.result.tree` (else exit 1, back at the pin).
     """
+    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
     with _journal(src, m.commit):
+        fault.point("patch.journal")
         if gitutil.rev_parse(src, "HEAD") != m.commit:
             _checkout_pin(src, m.commit)
         if not paths:
             return m.commit
-        proc = git(src, *AM_FLAGS, *[str(p) for p in paths], env=FORGE_IDENTITY, check=False)
-        if proc.returncode != 0:
-            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
-    chain = list(reversed(read_chain(src, len(paths))))
-    if check_trees:
-        for entry, commit in zip(m.series, chain, strict=True):
-            if entry.tree is not None and commit.tree != entry.tree:
-                _checkout_pin(src, m.commit)
-                raise OperationFailed(
-                    f"{m.patches_dir_rel}/{entry.file}: applied, but the tree is {commit.tree}, "
-                    f"the manifest says {entry.tree}",
-                    hint="the manifest's trees do not belong to these files; run "
-                    "`dgr-forge export` from a workspace that has the intended commits",
-                    details={"file": entry.file, "tree": commit.tree, "expected": entry.tree},
-                )
-        if m.result_tree is not None and chain[-1].tree != m.result_tree:
-            _checkout_pin(src, m.commit)
-            raise OperationFailed(
-                f"the patched tree is {chain[-1].tree}, patches.result.tree says {m.result_tree} "
-                f"(after {m.series[-1].file})",
-                hint="run `dgr-forge export` to record the series' real result tree",
-                details={
-                    "file": m.series[-1].file,
-                    "tree": chain[-1].tree,
-                    "expected": m.result_tree,
-                },
-            )
+        # one am per patch: each applied patch is a state a crash test can stop at
+        for i, path in enumerate(paths):
+            proc = git(src, *AM_FLAGS, "--", str(path), env=FORGE_IDENTITY, check=False)
+            if proc.returncode != 0:
+                raise _am_failure(src, m, parsed, proc.stdout + proc.stderr, i)
+            fault.point("patch.applied", m.series[i].file[:4])
+        chain = list(reversed(read_chain(src, len(paths))))
+        if check_trees:
+            _check_trees(m, chain)
+        fault.point("patch.verified")
     return chain[-1].commit
 
 
+def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
+    for entry, commit in zip(m.series, chain, strict=True):
+        if entry.tree is not None and commit.tree != entry.tree:
+            raise OperationFailed(
+                f"{m.patches_dir_rel}/{entry.file}: applied, but the tree is {commit.tree}, "
+                f"the manifest says {entry.tree}",
+                hint="the manifest's trees do not belong to these files; run "
+                "`dgr-forge export` from a workspace that has the intended commits",
+                details={"file": entry.file, "tree": commit.tree, "expected": entry.tree},
+            )
+    if m.result_tree is not None and chain[-1].tree != m.result_tree:
+        raise OperationFailed(
+            f"the patched tree is {chain[-1].tree}, patches.result.tree says {m.result_tree} "
+            f"(after {m.series[-1].file})",
+            hint="run `dgr-forge export` to record the series' real result tree",
+            details={"file": m.series[-1].file, "tree": chain[-1].tree, "expected": m.result_tree},
+        )
+
+
 def _am_failure(
-    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str
+    src: Path,
+    m: UpstreamManifest,
+    parsed: Sequence[patchfile.ParsedPatch],
+    output: str,
+    index: int,
 ) -> Exception:
-    gd = git_dir(src)
-    try:
-        index = int((gd / "rebase-apply" / "next").read_text().strip()) - 1
-    except (OSError, ValueError):
-        index = -1
-    conflicts: list[Conflict] = []
-    if 0 <= index < len(parsed):
-        conflicts = conflicting_hunks(src, parsed[index])  # index == HEAD: previous patches
-    git(src, "am", "--abort", check=False)
-    _checkout_pin(src, m.commit)
-    if not 0 <= index < len(m.series):
-        return OperationFailed(f"git am failed: {output.strip()[-2000:]}")
+    """The error for patch `index` failing; the journal then rolls back to the pin."""
+    conflicts = conflicting_hunks(src, parsed[index])  # index == HEAD: previous patches
     entry = m.series[index]
     shown = f"{m.patches_dir_rel}/{entry.file}"
     if not conflicts:
@@ -579,6 +293,9 @@ def _am_failure(
     )
 
 
+# ----------------------------------------------------------------------------- the command
+
+
 def ensure_patched(
     forge: Forge,
     m: UpstreamManifest,
@@ -587,15 +304,13 @@ def ensure_patched(
     mirror: str | None = None,
     offline: bool = False,
 ) -> PatchedTree:
-    """Fetch if needed, apply the series, verify; a no-op when it is already applied."""
+    """Fetch if needed, apply the series, verify; a no-op when it is already applied.
+
+    Takes the workspace lock (re-entrant, for library callers such as `build`); the CLI
+    holds it from before the manifest was read and calls `patch_locked`."""
     with workspace_lock(forge, out_):
         refuse_during_rebase(forge)
-        return _ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
-
-
-def changed_on_disk(m: UpstreamManifest) -> list[str]:
-    """Patch files whose bytes no longer match the manifest's sha256."""
-    return [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
+        return patch_locked(forge, m, out_, mirror=mirror, offline=offline)
 
 
 def apply_files_as_they_are(
@@ -605,10 +320,10 @@ def apply_files_as_they_are(
     (export's "I edited a patch file on purpose" path); the manifest's trees are not
     checked, since they describe the old files. Same safety otherwise."""
     with workspace_lock(forge, out_):
-        return _ensure_patched(forge, m, out_, mirror=None, offline=offline, trust_files=True)
+        return patch_locked(forge, m, out_, mirror=None, offline=offline, trust_files=True)
 
 
-def _ensure_patched(
+def patch_locked(
     forge: Forge,
     m: UpstreamManifest,
     out_: Reporter,
@@ -617,22 +332,22 @@ def _ensure_patched(
     offline: bool,
     trust_files: bool = False,
 ) -> PatchedTree:
+    """`ensure_patched` for a caller that holds the workspace lock."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
     trees = None if trust_files else known_trees(m)
 
-    ws = inspect(src, m.commit, n)
-    journal = ws.exists and (git_dir(src) / PATCH_JOURNAL).exists()  # a run was killed
-    if trees is not None and not journal and is_applied(ws, m.commit, trees, m.result_tree):
+    ws = inspect(src, m.commit, n)  # the no-op: these 2 git calls and nothing else
+    if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
         assert ws.head is not None
         result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))
         return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
-    if ws.exists and (recover_interrupted(src) or (git_dir(src) / CHECKOUT_JOURNAL).exists()):
+    if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
         out_.info(f"{forge.rel(src)}: finishing an interrupted run")
-        ensure_fetched(forge, m, out_, mirror=mirror, offline=offline)
+        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
     _refuse_local_edits(ws, forge)
     if ws.base != m.commit:
@@ -640,7 +355,7 @@ def _ensure_patched(
         # they are dropped; fetch then moves the clean tree to the new pin
         if ws.exists and ws.head and gitutil.has_object(src, m.commit):
             _checkout_pin(src, m.commit)
-        ensure_fetched(forge, m, out_, mirror=mirror, offline=offline)
+        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
         _refuse_local_edits(ws, forge)
         if ws.base != m.commit:
@@ -668,10 +383,13 @@ def _ensure_patched(
 def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
     shown = forge.rel(ws.src)
     if ws.operation:
+        # not the forge's (its own `am` is journaled and rolled back; a `dgr-forge rebase`
+        # was refused earlier): name the git command that ends this one
+        verb = {"git rebase": "rebase", "git merge": "merge", "git cherry-pick": "cherry-pick"}
+        abort = f"git -C {shown} {verb.get(ws.operation, 'am')} --abort"
         raise NeedsHuman(
             f"{shown}: a {ws.operation} is in progress in the workspace",
-            hint="finish it (`dgr-forge rebase --continue`) or abort it (`dgr-forge rebase "
-            f"--abort`, or `git -C {shown} am --abort` if an interrupted patch left it)",
+            hint=f"finish it, or abort it (`{abort}`), then run the command again",
             details={"workspace": shown, "operation": ws.operation},
         )
     if ws.dirty:
@@ -692,9 +410,6 @@ def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- check, status
-
-
 def check_workspace(
     forge: Forge,
     m: UpstreamManifest,
@@ -707,95 +422,18 @@ def check_workspace(
 
     The workspace's work tree, index and HEAD are not touched (only a missing workspace is
     fetched, to have the pin's objects). Files changed since the manifest are checked as
-    they are and flagged; their trees are not compared.
+    they are and flagged; their trees are not compared. Call under the workspace lock.
     """
-    with workspace_lock(forge, out_):
-        src = forge.src_dir(m.name)
-        datas = [read_patch(m, e) for e in m.series]
-        parsed = parse_series(m, datas)
-        if not (src / ".git").exists():
-            ensure_fetched(forge, m, out_, mirror=mirror, offline=offline)
-        elif not gitutil.has_object(src, m.commit):
-            raise BadInput(
-                f"{forge.rel(src)} does not have the pinned commit {m.commit[:12]}",
-                hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
-            )
-        check_symlinks(m, parsed, symlinks_in(src, m.commit))
-        changed = [
-            e.file for e, d in zip(m.series, datas, strict=True) if sha256_bytes(d) != e.sha256
-        ]
-        return check_series(src, m, datas, parsed, changed=changed)
-
-
-@dataclass(frozen=True)
-class PatchState:
-    file: str
-    state: str  # applied | pending | changed on disk | conflict
-    detail: str = ""
-
-    def as_dict(self) -> dict[str, str]:
-        return {"file": self.file, "state": self.state, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class SeriesStatus:
-    series: list[PatchState]
-    applied: bool  # the whole series, exactly, and no local edits
-    uncommitted: list[str]  # porcelain lines
-    local_commits: list[str]
-    operation: str | None
-
-    def as_dict(self) -> dict[str, object]:
-        """The `patches` object of `status --json`."""
-        return {
-            "series": [s.as_dict() for s in self.series],
-            "applied": self.applied,
-            "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
-            "operation_in_progress": self.operation,
-        }
-
-
-def series_status(forge: Forge, m: UpstreamManifest) -> SeriesStatus:
-    """Per-patch state for `status` (read-only, takes no lock, writes nothing)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
-    changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
-    ws = inspect(src, m.commit, len(m.series))
-    have_pin = ws.exists and gitutil.has_object(src, m.commit)
-    checks: list[CheckResult | None] = [None] * len(m.series)
-    problem = ""
-    if have_pin:
-        try:
-            parsed = parse_series(m, datas)
-            checks = list(check_series(src, m, datas, parsed, compare_trees=False))
-        except BadInput as err:
-            problem = err.message
-    applied_prefix = 0
-    if ws.base == m.commit:
-        for i, commit in enumerate(ws.series):
-            if i >= len(m.series):
-                break
-            check = checks[i]
-            expected = m.series[i].tree or (None if changed[i] or not check else check.tree)
-            if commit.tree != expected:
-                break
-            applied_prefix = i + 1
-    states: list[PatchState] = []
-    for i, entry in enumerate(m.series):
-        check = checks[i]
-        if changed[i]:
-            note = "; the workspace has the manifest's version" if i < applied_prefix else ""
-            states.append(PatchState(entry.file, "changed on disk", "sha256 differs" + note))
-        elif i < applied_prefix:
-            states.append(PatchState(entry.file, "applied"))
-        elif check is not None and check.status == "conflict":
-            states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
-        else:
-            states.append(PatchState(entry.file, "pending", problem))
-    return SeriesStatus(
-        series=states,
-        applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        uncommitted=ws.dirty,
-        local_commits=ws.local_commits,
-        operation=ws.operation,
-    )
+    parsed = parse_series(m, datas)
+    if not (src / ".git").exists():
+        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
+    elif not gitutil.has_object(src, m.commit):
+        raise BadInput(
+            f"{forge.rel(src)} does not have the pinned commit {m.commit[:12]}",
+            hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
+        )
+    check_symlinks(m, parsed, symlinks_in(src, m.commit))
+    changed = [e.file for e, d in zip(m.series, datas, strict=True) if sha256_bytes(d) != e.sha256]
+    return check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)

@@ -54,6 +54,9 @@ class FileDiff:
 class ParsedPatch:
     headers: dict[str, str]  # From, Date, Subject of the mail part (first occurrence)
     files: list[FileDiff]
+    # (line number, path) of each ---/+++ header naming an absolute path: refused, since
+    # stripping the prefix would silently turn "/etc/x" into "etc/x"
+    absolute: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def paths(self) -> list[str]:
@@ -112,10 +115,28 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
     return _path(left), _path(b"b/" + right)
 
 
+def _absolute(raw: bytes) -> str | None:
+    """The path of a ---/+++ header line's value when it is absolute (not /dev/null)."""
+    value = raw.rstrip(b"\r\n")
+    if not value.startswith(b'"') and b"\t" in value:
+        value = value.split(b"\t", 1)[0]
+    value = _unquote(value)
+    if value.startswith(b"/") and value != b"/dev/null":
+        return value.decode("utf-8", "surrogateescape")
+    return None
+
+
 def parse(data: bytes) -> ParsedPatch:
     lines = data.splitlines(keepends=True)
     headers: dict[str, str] = {}
     files: list[FileDiff] = []
+    absolute: list[tuple[int, str]] = []
+
+    def note(n: int) -> None:
+        found = _absolute(lines[n][4:])
+        if found is not None:
+            absolute.append((n + 1, found))
+
     i = 0
     in_mail_header = True
     while i < len(lines):
@@ -143,8 +164,10 @@ def parse(data: bytes) -> ParsedPatch:
             while i < len(lines) and not lines[i].startswith((b"diff --git ", b"@@ ")):
                 h = lines[i]
                 if h.startswith(b"--- ") and not starts_trad:
+                    note(i)
                     fd.old_path = _path(h[4:])
                 elif h.startswith(b"+++ "):
+                    note(i)
                     fd.new_path = _path(h[4:])
                 elif h.startswith((b"rename from ", b"copy from ")):
                     fd.old_path = _path(h.split(b" ", 2)[2], strip_prefix=False)
@@ -170,6 +193,8 @@ def parse(data: bytes) -> ParsedPatch:
                     break
                 i += 1
         else:
+            note(i)
+            note(i + 1)
             fd.old_path = _path(line[4:])
             fd.new_path = _path(lines[i + 1][4:])
             fd.header += [line, lines[i + 1]]
@@ -203,7 +228,7 @@ def parse(data: bytes) -> ParsedPatch:
                 i += 1
             fd.hunks.append(hunk)
         files.append(fd)
-    return ParsedPatch(headers=headers, files=files)
+    return ParsedPatch(headers=headers, files=files, absolute=absolute)
 
 
 def unsafe_reason(path: str) -> str | None:

@@ -1,0 +1,294 @@
+"""The patch series as data: read and check the files, parse them, and try them on a
+scratch index (nothing in the workspace changes). `patches.py` applies them for real.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.gitutil import git, out
+from dgr_forge.upstream import patchfile
+from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
+from dgr_forge.upstream.scratch import scratch_dir
+
+SYMLINK_MODE = "120000"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    file: str  # path in the upstream tree
+    hunks: tuple[str, ...]  # "hunk 2/3 @@ -10,6 +10,7 @@" (or git's reason for whole files)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"file": self.file, "hunks": list(self.hunks)}
+
+    def __str__(self) -> str:
+        return f"{self.file} ({', '.join(self.hunks)})"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    file: str
+    status: str  # applies | conflict | tree-mismatch | skipped
+    tree: str | None = None
+    conflicts: tuple[Conflict, ...] = ()
+    expected_tree: str | None = None
+    changed_on_disk: bool = False  # the file's sha256 differs from the manifest's
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "file": self.file,
+            "status": self.status,
+            "changed_on_disk": self.changed_on_disk,
+            "tree": self.tree,
+            "expected_tree": self.expected_tree,
+            "conflicts": [c.as_dict() for c in self.conflicts],
+        }
+
+
+# ----------------------------------------------------------------------------- inputs
+
+
+def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
+    """Every patch file's bytes, each checked against the manifest's sha256 (exit 2)."""
+    datas: list[bytes] = []
+    for entry in m.series:
+        data = read_patch(m, entry)
+        actual = sha256_bytes(data)
+        if actual != entry.sha256:
+            shown = _shown(m, entry, forge)
+            raise BadInput(
+                f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
+                hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
+                "if you changed it on purpose",
+                details={"file": shown, "actual_sha256": actual, "expected_sha256": entry.sha256},
+            )
+        datas.append(data)
+    return datas
+
+
+def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
+    path = m.patch_path(entry)
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise BadInput(
+            f"{m.patches_dir_rel}/{entry.file}: cannot read: {err.strerror}",
+            hint="restore the file, or remove its [[patches.series]] entry",
+            details={"file": f"{m.patches_dir_rel}/{entry.file}"},
+        ) from None
+
+
+def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:
+    return forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
+
+
+def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.ParsedPatch]:
+    """Parse every patch and refuse unsafe paths and missing mail headers (exit 2)."""
+    parsed: list[patchfile.ParsedPatch] = []
+    for entry, data in zip(m.series, datas, strict=True):
+        shown = f"{m.patches_dir_rel}/{entry.file}"
+        p = patchfile.parse(data)
+        for line, path in p.absolute:
+            raise BadInput(
+                f"{shown}: line {line}: absolute path {path!r}",
+                hint="a patch may only change files inside the upstream tree; diff headers "
+                "name them relative to it (`--- a/<path>`, `+++ b/<path>`)",
+                details={"file": shown, "line": line, "path": path},
+            )
+        if not p.files:
+            raise BadInput(
+                f"{shown}: contains no diff",
+                hint="delete it and its [[patches.series]] entry, or re-export the series",
+                details={"file": shown},
+            )
+        for header in ("From", "Date"):
+            if header not in p.headers:
+                raise BadInput(
+                    f"{shown}: no '{header}:' header (needed for a reproducible commit)",
+                    hint="patches must be `git format-patch` mails; regenerate them with "
+                    "`dgr-forge export`",
+                    details={"file": shown, "header": header},
+                )
+        for path in p.paths:
+            reason = patchfile.unsafe_reason(path)
+            if reason:
+                raise BadInput(
+                    f"{shown}: refuses to touch {path!r}: {reason}",
+                    hint="a patch may only change files inside the upstream tree; fix the "
+                    "diff headers",
+                    details={"file": shown, "path": path},
+                )
+        parsed.append(p)
+    return parsed
+
+
+def check_symlinks(
+    m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], symlinks: set[str]
+) -> None:
+    """Refuse a patch writing through a symlink (in the pinned tree or made by the series)."""
+    links = set(symlinks)
+    for entry, p in zip(m.series, parsed, strict=True):
+        for path in p.paths:
+            parts = path.split("/")
+            for n in range(1, len(parts)):
+                parent = "/".join(parts[:n])
+                if parent in links:
+                    shown = f"{m.patches_dir_rel}/{entry.file}"
+                    raise BadInput(
+                        f"{shown}: refuses to touch {path!r}: {parent!r} is a symlink, the "
+                        "write could land outside the tree",
+                        hint="patch the symlink's target path instead",
+                        details={"file": shown, "path": path, "symlink": parent},
+                    )
+        for f in p.files:
+            if f.new_path and f.new_mode == SYMLINK_MODE:
+                links.add(f.new_path)
+            elif f.new_path is None and f.old_path:
+                links.discard(f.old_path)
+
+
+def symlinks_in(repo: Path, rev: str) -> set[str]:
+    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", rev)
+    links: set[str] = set()
+    for record in proc.stdout.split("\0"):
+        if record.startswith(SYMLINK_MODE + " "):
+            links.add(record.split("\t", 1)[1])
+    return links
+
+
+def known_trees(m: UpstreamManifest) -> list[str] | None:
+    """The per-patch trees from the manifest, or None when any is missing."""
+    trees = [e.tree for e in m.series]
+    if any(t is None for t in trees):
+        return None
+    return [t for t in trees if t is not None]
+
+
+# ----------------------------------------------------------------------------- scratch apply
+
+
+@contextmanager
+def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterator[dict[str, str]]:
+    """A temporary index (seeded from `rev`) and object directory: nothing in `repo` changes.
+
+    Objects git writes go to the scratch directory; the repository's objects are read
+    through GIT_ALTERNATE_OBJECT_DIRECTORIES. The directory lives in `tmp_root` (the
+    workspace's `tmp/`; default: `dgr-tmp` in the repository's git dir), named with this
+    process's pid so the next run removes it if this one is killed.
+    """
+    dot = repo / ".git"
+    common = dot if dot.is_dir() else Path(
+        out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
+    )  # fmt: skip
+    objects = common / "objects"
+    alternates = [str(objects)]
+    info = objects / "info" / "alternates"
+    if info.is_file():
+        for line in info.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                alt = Path(line.strip())
+                alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
+    with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch-") as tmp:
+        (Path(tmp) / "objects").mkdir()
+        env = {
+            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+            "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(alternates),
+        }
+        git(repo, "read-tree", "--end-of-options", rev, env=env)
+        yield env
+
+
+def conflicting_hunks(
+    repo: Path, p: patchfile.ParsedPatch, env: dict[str, str] | None = None
+) -> list[Conflict]:
+    """Which files and hunks of `p` do not apply to the index (exactly, without fuzz)."""
+    result: list[Conflict] = []
+    for f in p.files:
+        units = range(len(f.hunks)) if f.hunks else [None]
+        bad: list[str] = []
+        for i in units:
+            text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
+            proc = git(
+                repo,
+                "apply",
+                "--cached",
+                "--check",
+                "-",
+                input=text,
+                env=env,
+                text=False,
+                check=False,
+            )
+            if proc.returncode != 0:
+                if i is None:
+                    err: bytes | str = proc.stderr
+                    msg = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+                    bad.append((msg.strip().splitlines() or ["does not apply"])[-1])
+                else:
+                    bad.append(f"hunk {i + 1}/{len(f.hunks)} {f.hunks[i].header}")
+        if bad:
+            result.append(Conflict(f.path, tuple(bad)))
+    return result
+
+
+def check_series(
+    repo: Path,
+    m: UpstreamManifest,
+    datas: Sequence[bytes],
+    parsed: Sequence[patchfile.ParsedPatch],
+    *,
+    compare_trees: bool = True,
+    changed: Collection[str] = (),
+    tmp_root: Path | None = None,
+) -> list[CheckResult]:
+    """Apply the series to a scratch index on the pin; report per patch. Touches nothing."""
+    results: list[CheckResult] = []
+    with scratch_index(repo, m.commit, tmp_root) as env:
+        blocked: str | None = None
+        for entry, data, p in zip(m.series, datas, parsed, strict=True):
+            if blocked:
+                results.append(CheckResult(entry.file, "skipped"))
+                continue
+            flagged = entry.file in changed  # edited files: their old trees do not apply
+            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
+            if proc.returncode != 0:
+                conflicts = tuple(conflicting_hunks(repo, p, env))
+                results.append(
+                    CheckResult(entry.file, "conflict", None, conflicts, entry.tree, flagged)
+                )
+                blocked = entry.file
+                continue
+            tree = out(repo, "write-tree", env=env)
+            if compare_trees and not flagged and entry.tree is not None and tree != entry.tree:
+                results.append(CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree))
+                blocked = entry.file
+                continue
+            results.append(CheckResult(entry.file, "applies", tree, (), entry.tree, flagged))
+    return results
+
+
+def expected_trees(
+    repo: Path,
+    m: UpstreamManifest,
+    datas: Sequence[bytes],
+    parsed: Sequence[patchfile.ParsedPatch],
+    *,
+    use_manifest: bool = True,
+) -> list[str] | None:
+    """Per-patch trees: from the manifest, else computed on a scratch index (None: conflict)."""
+    trees = known_trees(m) if use_manifest else None
+    if trees is not None:
+        return trees
+    results = check_series(repo, m, datas, parsed, compare_trees=use_manifest)
+    if any(r.status != "applies" for r in results):
+        return None
+    return [r.tree for r in results if r.tree is not None]

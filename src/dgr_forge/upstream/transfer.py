@@ -1,0 +1,148 @@
+"""Getting the pinned commit's objects from the upstream or a mirror (`fetch`'s transfer).
+
+The URL is validated data (`core.urls.check_url`) before git sees it, it follows `--` on
+git's command line, and git runs with a protocol policy (`gitutil.protocol_policy`): no
+command-running transports, the local one only for a local URL. Anything shown to a
+person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core import gitutil, proc
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.output import ProgressSink, Reporter
+from dgr_forge.core.urls import check_url, mask, mask_text
+
+# where the full-fetch fallback keeps the upstream's branches and tags
+UPSTREAM_REFS = ("+refs/heads/*:refs/dgr/upstream/heads/*", "+refs/tags/*:refs/dgr/upstream/tags/*")
+
+
+def resolve_mirror(mirror: str | None) -> str | None:
+    """--mirror, else DGR_MIRROR, validated (exit 2 naming which); a local path becomes a
+    file:// URL (made absolute here, since git runs inside the work tree)."""
+    where = "--mirror" if mirror else "DGR_MIRROR"
+    value = mirror if mirror else os.environ.get("DGR_MIRROR", "").strip() or None
+    if value is None:
+        return None
+    if value.startswith("-") or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        check_url(value, where)  # refuses, naming the option or variable
+    if "://" in value or (re.match(r"^[^/]+:", value) and not Path(value).exists()):
+        return check_url(value, where)  # a URL, or scp-like user@host:path
+    return check_url(Path(value).expanduser().resolve().as_uri(), where)
+
+
+# ----------------------------------------------------------------------------- transfer
+
+_PROGRESS = re.compile(
+    r"^(Receiving objects|Resolving deltas|Unpacking objects):\s+(\d+)% \((\d+)/(\d+)\)(.*)$"
+)
+
+
+# git's words when no server answered at all (as opposed to a server refusing a SHA want)
+_UNREACHABLE = (
+    "Could not resolve host",
+    "Failed to connect",
+    "Connection refused",
+    "Connection timed out",
+    "Network is unreachable",
+    "does not appear to be a git repository",
+    "Could not read from remote repository",
+)
+
+
+def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
+    """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
+    out.step(f"fetching {name} {commit[:12]} from {mask(url)}")
+    shallow = _run_fetch(src, out, url, ["--depth=1", "--", url, commit])
+    if shallow.returncode == 0:
+        return "shallow"
+    if any(marker in shallow.stderr for marker in _UNREACHABLE):
+        full = shallow  # no server answered: a full fetch would fail the same way
+    else:
+        out.info(
+            "the server refused a depth-1 fetch of the commit "
+            f"({_last_error(shallow.stderr)}); fetching all branches and tags instead"
+        )
+        args = ["--", url, *UPSTREAM_REFS]
+        if (src / ".git" / "shallow").exists():
+            args.insert(0, "--unshallow")
+        full = _run_fetch(src, out, url, args)
+    if full.returncode != 0:
+        raise OperationFailed(
+            f"fetching {name} from {mask(url)} failed: {_last_error(full.stderr)}",
+            hint="check the URL and network access; on an air-gapped host fetch from a local "
+            "copy with --mirror PATH (or DGR_MIRROR)",
+            details={"url": mask(url), "git_stderr": mask_text(full.stderr[-4000:])},
+        )
+    if gitutil.rev_parse(src, commit) != commit:
+        raise OperationFailed(
+            f"commit {commit} not found at {mask(url)}",
+            hint="check `commit` in the manifest (is it pushed to that repository's branches "
+            "or tags?) and the URL",
+            details={"commit": commit, "url": mask(url)},
+        )
+    return "full"
+
+
+def _last_error(stderr: str) -> str:
+    stderr = mask_text(stderr)
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    return (errors or lines or ["no output"])[-1]
+
+
+@dataclass
+class _FetchRun:
+    returncode: int
+    stderr: str
+
+
+def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun:
+    """`git fetch --progress ...`, its progress lines turned into Reporter progress."""
+    cmd = ["git"]
+    # fetch.unpackLimit=1: objects always arrive as one pack, which git publishes (its
+    # .idx) only when complete, so a killed fetch never leaves a commit without its trees
+    for setting in (*gitutil.CONFIG, *gitutil.protocol_policy(url), "fetch.unpackLimit=1"):
+        cmd += ["-c", setting]
+    cmd += ["fetch", "--no-tags", "--no-write-fetch-head", "--progress", *args]
+    # network calls keep the user's git config: credentials, proxies, insteadOf mirrors
+    env = gitutil.base_env(isolated=False)
+    kept: list[str] = []
+    tasks: dict[str, Any] = {}
+    started = time.monotonic()
+    with out.progress(transfer=False) as sink:
+
+        def on_line(line: str) -> None:
+            _progress_line(mask_text(line.strip()), sink, tasks, kept)
+
+        rc = proc.stream(cmd, on_line, cwd=src, env=env, merge_stdout=False)
+    if rc == 0 and tasks:
+        size = tasks.get("size")
+        amount = f"{size.split(' |')[0]} " if size else ""
+        out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
+    return _FetchRun(rc, "\n".join(kept[-50:]))
+
+
+def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: list[str]) -> None:
+    if not line:
+        return
+    match = _PROGRESS.match(line)
+    if match is None:
+        if not line.startswith("remote: ") or "error" in line.lower():
+            kept.append(line)
+        return
+    phase, _pct, done, total, rest = match.groups()
+    detail = rest.split(", done")[0].strip(", ")
+    if phase == "Receiving objects" and detail:
+        tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
+    description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
+    if phase not in tasks:
+        tasks[phase] = sink.add(phase.lower(), total=float(total))
+    sink.update(tasks[phase], completed=float(done), total=float(total), description=description)

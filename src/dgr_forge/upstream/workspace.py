@@ -1,0 +1,315 @@
+"""One model of the upstream work tree (`<workspace>/src/<name>`), measured exactly.
+
+`inspect()` answers, in one `git status --porcelain=v2` and one history walk: HEAD, the
+local changes (tracked and untracked), the forge's commits over the pin (the applied
+series), a person's commits, a git operation left in progress, and the forge's journals.
+fetch, patch, export, build and status all read the work tree through it, and the
+constants that say what the forge owns in that repository live here: the journals, the
+forge's identity, the pin ref, the markers of git operations in progress.
+
+It also owns the clean-up of what a killed git leaves behind (lock files, temporary
+packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
+(Scratch directories are `scratch.py`'s.)
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import NeedsHuman
+from dgr_forge.core.forge import Forge
+
+PIN_REF = "refs/dgr/pin"  # the pin fetch last checked out (upstream, not the forge's)
+# journals in .git: a run that died mid-transition is completed or rolled back, never
+# mistaken for a person's edits
+CHECKOUT_JOURNAL = "dgr-checkout"  # fetch is moving HEAD to the pin
+PATCH_JOURNAL = "dgr-patching"  # patch is running `git am` on the pin
+FETCH_JOURNAL = "dgr-fetching"  # fetch is transferring objects: the pin may be incomplete
+JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+# read-only git calls must not take index.lock (status would otherwise refresh the index)
+READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
+FORGE_EMAIL = gitutil.FORGE_IDENTITY["GIT_COMMITTER_EMAIL"]
+# git's own markers of an operation in progress (relative to the git dir)
+OPERATIONS = (
+    ("rebase-apply", "git am / rebase"),
+    ("rebase-merge", "git rebase"),
+    ("MERGE_HEAD", "git merge"),
+    ("CHERRY_PICK_HEAD", "git cherry-pick"),
+)
+# the usual history walk reads the series plus the pin; a longer one is the unusual case
+_LONG_WALK = 1000
+
+
+@dataclass(frozen=True)
+class LocalChange:
+    path: str
+    change: str  # modified, added, deleted, renamed, type-changed, untracked, unmerged
+
+
+@dataclass(frozen=True)
+class ChainCommit:
+    commit: str
+    tree: str
+    parents: tuple[str, ...]
+    forge_made: bool  # committed by the forge identity (not by a person)
+
+
+@dataclass
+class Workspace:
+    """What the work tree holds (see the module doc)."""
+
+    src: Path
+    exists: bool
+    head: str | None = None  # None: unborn HEAD (or no repository)
+    changes: list[LocalChange] = field(default_factory=list)
+    dirty: list[str] = field(default_factory=list)  # the same changes as "XY path" lines
+    operation: str | None = None  # an am/rebase/merge/cherry-pick left in progress
+    journals: frozenset[str] = frozenset()
+    shallow: bool = False
+    chain: list[ChainCommit] = field(default_factory=list)  # first-parent, newest first
+    series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
+    base: str | None = None  # the commit under them
+    local_commits: list[str] = field(default_factory=list)  # a person's commits on top
+    walked_all: bool = False  # the chain reaches the root (nothing beyond it)
+
+    @property
+    def has_local_edits(self) -> bool:
+        return bool(self.dirty or self.local_commits)
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.journals)
+
+    def tree_of(self, commit: str) -> str | None:
+        """The tree of `commit` when the walk met it."""
+        return next((c.tree for c in self.chain if c.commit == commit), None)
+
+    def commits_on(self, pin: str) -> int | None:
+        """How many of the forge's own commits HEAD has on top of `pin` (0: HEAD is it).
+
+        None when HEAD is anything else: not a descendant, or reached through commits the
+        forge did not make (a linear chain of forge commits whose root's parent is the pin).
+        Whether they are the *right* patch commits is the patch step's exact tree check.
+        """
+        if self.head is None:
+            return None
+        for n, c in enumerate(self.chain):
+            if c.commit == pin:
+                return n
+            if not c.forge_made or len(c.parents) != 1:
+                return None
+        return None
+
+
+def git_dir(src: Path) -> Path:
+    dot = src / ".git"
+    if dot.is_dir():
+        return dot
+    return Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
+
+
+def is_repo(src: Path) -> bool:
+    return (src / ".git" / "HEAD").is_file() and (src / ".git" / "objects").is_dir()
+
+
+def operation_in_progress(src: Path) -> str | None:
+    gd = git_dir(src)
+    return next((what for name, what in OPERATIONS if (gd / name).exists()), None)
+
+
+def refuse_during_rebase(forge: Forge) -> None:
+    """A workspace mid-rebase belongs to the rebase: fetch, patch, export and build would
+    move or read a half-replayed series (and `fetch --force` would discard a resolution)."""
+    if forge.rebase_state.exists():
+        raise NeedsHuman(
+            f"a rebase is in progress in this workspace (state in {forge.rel(forge.rebase_state)})",
+            hint="finish it with `dgr-forge rebase --continue`, or undo it with "
+            "`dgr-forge rebase --abort`",
+            details={"state": str(forge.rebase_state)},
+        )
+
+
+# ----------------------------------------------------------------------------- reading
+
+_XY = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "added"}
+_XY["T"] = "type-changed"
+
+
+def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
+    """HEAD, local changes and their "XY path" lines, in one git call (porcelain v2 -z)."""
+    proc = gitutil.git(
+        src,
+        "status",
+        "--porcelain=v2",
+        "--branch",
+        "-z",
+        "--untracked-files=all",
+        "--ignore-submodules=none",
+        env=READ_ONLY_ENV,  # a no-op must not even refresh the index
+    )
+    head: str | None = None
+    changes: list[LocalChange] = []
+    lines: list[str] = []
+    fields = proc.stdout.split("\0")
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if entry.startswith("# branch.oid "):
+            oid = entry.split(" ", 2)[2]
+            head = oid if gitutil.HEX40.fullmatch(oid) else None
+        elif entry.startswith("1 "):
+            parts = entry.split(" ", 8)
+            xy = parts[1].replace(".", " ")
+            changes.append(LocalChange(parts[8], _XY.get(xy.strip()[-1:], "modified")))
+            lines.append(f"{xy} {parts[8]}")
+        elif entry.startswith("2 "):
+            parts = entry.split(" ", 9)
+            changes.append(LocalChange(parts[9], "renamed"))
+            orig = fields[i] if i < len(fields) else ""
+            lines.append(f"{parts[1].replace('.', ' ')} {orig} -> {parts[9]}")
+            i += 1  # the original path follows in its own field
+        elif entry.startswith("u "):
+            path = entry.split(" ", 10)[10]
+            changes.append(LocalChange(path, "unmerged"))
+            lines.append(f"{entry.split(' ', 2)[1]} {path}")
+        elif entry.startswith("? "):
+            changes.append(LocalChange(entry[2:], "untracked"))
+            lines.append(f"?? {entry[2:]}")
+    return head, changes, lines
+
+
+def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
+    """The first-parent history from `rev`, newest first, at most `limit` commits."""
+    proc = gitutil.git(
+        src,
+        "log",
+        "--first-parent",
+        "--no-show-signature",
+        f"--max-count={limit}",
+        "--format=%H %T %ce%x00%P",
+        rev,
+        "--",
+        check=False,  # an unborn HEAD is an empty chain
+        env=READ_ONLY_ENV,
+    )
+    chain: list[ChainCommit] = []
+    for line in proc.stdout.splitlines():
+        left, _, parents = line.partition("\0")
+        commit, tree, email = left.split(" ", 2)
+        chain.append(ChainCommit(commit, tree, tuple(parents.split()), email == FORGE_EMAIL))
+    return chain
+
+
+def inspect(src: Path, pin: str, series_len: int) -> Workspace:
+    """Measure the workspace: forge commits over which base, a person's commits, edits.
+
+    The base is the pin, or the pin fetch last checked out (`refs/dgr/pin`) when the
+    manifest has moved since. Commits above the base that the forge did not make are a
+    person's (local commits); upstream history below the base is never counted.
+    """
+    ws = Workspace(src=src, exists=is_repo(src))
+    if not ws.exists:
+        return ws
+    gd = src / ".git"
+    ws.operation = operation_in_progress(src)
+    ws.journals = frozenset(j for j in JOURNALS if (gd / j).exists())
+    ws.shallow = (gd / "shallow").exists()
+    ws.head, ws.changes, ws.dirty = read_changes(src)
+    if ws.head is None:
+        return ws
+    # The usual case (the series on the pin) needs only series_len + 1 commits.
+    limit = series_len + 1
+    chain = read_chain(src, limit)
+    bases = {pin}
+    if len(chain) < limit or chain[series_len].commit != pin:
+        limit = series_len + 1 + _LONG_WALK
+        chain = read_chain(src, limit)
+        fetched = gitutil.rev_parse(src, PIN_REF)
+        if fetched:
+            bases.add(fetched)
+    ws.chain = chain
+    ws.walked_all = len(chain) < limit
+    head = ws.head
+    i = 0
+    while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
+        i += 1
+    top, rest = chain[:i], chain[i:]
+    j = 0
+    while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
+        j += 1
+    if j:
+        ws.local_commits = [c.commit for c in top]
+        ws.series = list(reversed(rest[:j]))
+        ws.base = rest[j].commit if j < len(rest) else None
+    elif rest:
+        ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
+        ws.base = rest[0].commit
+    else:
+        ws.base = head  # unknown history (no fetch recorded it): fetch decides
+    return ws
+
+
+def pin_tree(ws: Workspace, pin: str) -> str | None:
+    """The pin's tree when its commit is here (from the walk when it met it)."""
+    found = ws.tree_of(pin)
+    if found is not None or not ws.exists:
+        return found
+    proc = gitutil.git(
+        ws.src, "rev-parse", "--verify", "--quiet", f"{pin}^{{tree}}", check=False,
+        env=READ_ONLY_ENV,
+    )  # fmt: skip
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
+def connected(src: Path, commit: str) -> bool:
+    """Every object of `commit`'s tree is here, and its parents (or a shallow graft): a
+    killed fetch can leave a commit without its trees, or a depth-1 commit whose `shallow`
+    entry was never written. Costs a walk of one tree: run it only when unsure."""
+    proc = gitutil.git(
+        src, "rev-list", "--objects", "--quiet", "--max-count=1", commit, "--",
+        check=False, env=READ_ONLY_ENV,
+    )  # fmt: skip
+    return proc.returncode == 0
+
+
+# ----------------------------------------------------------------------------- clean-up
+
+
+def remove_git_leftovers(gitdir: Path) -> None:
+    """Remove what a killed git leaves behind: lock files, temporary packs and objects.
+
+    Safe only under the workspace lock: every git call on this repository is the forge's,
+    so a lock file found now belongs to a dead run.
+    """
+    for entry in gitdir.iterdir():
+        if entry.name == "objects":
+            continue
+        locks = entry.rglob("*.lock") if entry.is_dir() else [entry]
+        for lock in locks:
+            if lock.name.endswith(".lock"):
+                lock.unlink(missing_ok=True)
+    objects = gitdir / "objects"
+    for tmp in [
+        *objects.glob("incoming-*"),
+        *objects.glob("pack/tmp_*"),
+        *objects.glob("*/tmp_obj_*"),
+    ]:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+    for pack in objects.glob("pack/pack-*.pack"):
+        if not pack.with_suffix(".idx").exists():  # renamed into place, never indexed
+            for sibling in pack.parent.glob(pack.stem + ".*"):
+                sibling.unlink(missing_ok=True)
+    for keep in objects.glob("pack/pack-*.keep"):
+        try:
+            if keep.read_text().startswith("fetch-pack"):  # fetch's own, only kept mid-fetch
+                keep.unlink()
+        except OSError:
+            pass
