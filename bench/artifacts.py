@@ -1,6 +1,9 @@
 """Benchmark: `artifacts verify` vs `sha256sum`, `artifacts provision` vs `curl`.
 
-    python bench/artifacts.py [--size-mb 2048] [--files 4] [--jobs 2] [--dir DIR]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.artifacts [--size-mb 2048] [--files 4] [--jobs 2] [--dir DIR]
 
 Generates SIZE MiB of random data in FILES files once (kept in DIR, default a temp
 directory named after the size, reused by later runs), then times, with a warm page cache:
@@ -31,14 +34,10 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE.parent / "src"), str(HERE.parent / "tests")]
-
-from artifacts_support import FaultyServer  # noqa: E402
-
-from dgr_forge.core.output import Reporter  # noqa: E402
-from dgr_forge.models import artifacts, gguf_split  # noqa: E402
-from dgr_forge.models import manifest as models  # noqa: E402
+from dgr_forge.core.output import Reporter
+from dgr_forge.models import artifacts, gguf_split
+from dgr_forge.models import manifest as models
+from tests.support.server import FaultyServer
 
 BLOCK = 8 << 20
 

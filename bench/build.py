@@ -1,32 +1,40 @@
 """Benchmark: `dgr-forge build` vs the raw CMake + Ninja commands it wraps.
 
-The test upstream (tests/forgetest.py) with its one-patch series, and the test worker:
+The test upstream (tests/support/git.py) with its one-patch series, and the test worker:
   cold:  dgr-forge build (fetch + patch + configure + build + report) in a fresh
          workspace  vs  `cmake -G Ninja <same args>` + `cmake --build` in a fresh dir
   no-op: a second dgr-forge build  vs  a raw `ninja` no-op in the raw build dir
 Targets: cold <= 1.05x raw; no-op <= raw Ninja no-op + 0.5 s.
 
-    /work/venv/bin/python bench/build.py [--runs 3] [--jobs 2] [--extra-sources N]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.build [--runs 3] [--jobs 2] [--extra-sources N]
+
+`--cache-ratios` (issue 16) instead measures the compiler cache, as ratios to a raw cold
+CMake + Ninja build of a C project (`--cache-sources N` files) with `build`'s prefix maps,
+through `lanes.cache.select()`'s launcher and env (ccache):
+  warm:   a fresh workspace at another path, warm local cache    (target <= 0.2x cold)
+  remote: a fresh workspace and empty local cache, warm loopback
+          HTTP remote storage (ccache's http backend)             (target <= 0.3x cold)
+  cold:   the cache's overhead on a cold build (empty cache)       (target <= 1.05x raw)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
-sys.path.insert(0, str(HERE / "src"))
-
-from build_support import make_patched_root, make_worker  # noqa: E402
-from forgetest import forge_cmd, forge_env, make_upstream  # noqa: E402
+from tests.support.build import make_patched_root, make_worker
+from tests.support.cli import forge_cmd, forge_env
+from tests.support.git import make_upstream
 
 
 def timed(cmd: list[str], **kw: object) -> float:
@@ -45,7 +53,15 @@ def main() -> None:
         default=0,
         help="add N C++ files to the worker, to see how the fixed overhead amortizes",
     )
+    parser.add_argument("--cache-ratios", action="store_true", help="measure the cache only")
+    parser.add_argument("--cache-sources", type=int, default=12)
+    parser.add_argument(
+        "--cache-weight", type=int, default=150, help="functions per source (compile work)"
+    )
     args = parser.parse_args()
+    if args.cache_ratios:
+        cache_ratios(args.runs, args.jobs, args.cache_sources, args.cache_weight)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-build-"))
     try:
         upstream = make_upstream(tmp / "upstream")
@@ -145,6 +161,75 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cache_ratios(runs: int, jobs: int, sources: int, weight: int) -> None:
+    """The three cache ratios of issue 16 (medians over `runs`)."""
+    from dgr_forge.lanes import cache
+    from tests.support.cache import build, clean_env, doctor, loopback_server, make_project
+
+    tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-cache-"))
+    doc = doctor()
+    n = 0
+
+    def workspace() -> Path:
+        nonlocal n
+        n += 1
+        return make_project(tmp / f"w{n}" / ("deeper/" * (n % 3)) / "ws", sources, heavy=weight)
+
+    cpu: dict[int, float] = {}  # id(list) -> CPU seconds of the builds appended to it
+
+    def timed_build(setup: cache.CacheSetup, env: dict[str, str], ws: Path) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t = time.perf_counter()
+        build(ws, setup, env, jobs=jobs)
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        cpu_last.append(used)
+        return wall
+
+    cpu_last: list[float] = []
+    raw, cold, warm, remote = [], [], [], []
+    try:
+        with loopback_server() as (host, _store):
+            for run in range(runs):
+                local = tmp / f"cache-{run}"
+                env = clean_env(CCACHE_DIR=str(local))
+                ws_raw, ws_cold = workspace().parent.parent, workspace().parent.parent
+                pair = [
+                    (raw, cache.OFF, ws_raw),
+                    (cold, cache.select(doc, "ccache", workspace=ws_cold, environ=env), ws_cold),
+                ]
+                for out, setup, ws in pair if run % 2 == 0 else pair[::-1]:
+                    out.append(timed_build(setup, env, ws))
+                    cpu[id(out)] = cpu.get(id(out), 0.0) + cpu_last[-1]
+                ws = workspace().parent.parent
+                setup = cache.select(doc, "ccache", workspace=ws, environ=env)
+                warm.append(timed_build(setup, env, ws))
+
+                # remote: fill it from one workspace, then a fresh local cache elsewhere
+                renv = clean_env(
+                    CCACHE_DIR=str(tmp / f"fill-{run}"),
+                    CCACHE_REMOTE_STORAGE=f"http://{host}/run{run}",
+                )
+                ws = workspace().parent.parent
+                build(ws, cache.select(doc, "ccache", workspace=ws, environ=renv), renv, jobs=jobs)
+                renv["CCACHE_DIR"] = str(tmp / f"fresh-{run}")
+                ws = workspace().parent.parent
+                setup = cache.select(doc, "ccache", workspace=ws, environ=renv)
+                remote.append(timed_build(setup, renv, ws))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    r = statistics.median(raw)
+    c, w, m = statistics.median(cold), statistics.median(warm), statistics.median(remote)
+    print(f"raw cold (no cache)        {r:.3f}s")
+    print(f"cold, empty ccache         {c:.3f}s  overhead {c / r:.3f}x raw  (target <= 1.05x)")
+    cr, cc = cpu[id(raw)], cpu[id(cold)]
+    print(f"  (CPU time, less sensitive to a loaded machine: {cc / cr:.3f}x raw)")
+    print(f"warm local, another path   {w:.3f}s  {w / r:.3f}x raw cold  (target <= 0.2x)")
+    print(f"loopback remote, fresh     {m:.3f}s  {m / r:.3f}x raw cold  (target <= 0.3x)")
+    print(f"runs={runs} jobs={jobs} sources={sources} weight={weight} (medians; configure + build)")
 
 
 if __name__ == "__main__":

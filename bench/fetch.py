@@ -5,7 +5,10 @@ Builds (once, cached) a local upstream with many commits and incompressible hist
 prints: fetch time and bytes on disk for dgr-forge vs `git clone`, their ratio, and the
 no-op re-fetch time (the whole CLI, and the library call alone).
 
-    /work/venv/bin/python bench/fetch.py [--cache DIR] [--commits 2000] [--mb 60]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.fetch [--cache DIR] [--commits 2000] [--mb 60]
 """
 
 from __future__ import annotations
@@ -22,8 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-sys.path.insert(0, str(SRC))
+SRC = ROOT / "src"  # for the CLI processes the bench starts
 
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("DGR_")},

@@ -10,7 +10,10 @@ A repository with FILES files (default 5,000) and a series of PATCHES small patc
 
 Targets (issue 3): cold <= 1.2x raw git am; no-op <= 0.5 s.
 
-    /work/venv/bin/python bench/patch.py [--files 5000] [--patches 200] [--runs 3]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.patch [--files 5000] [--patches 200] [--runs 3]
 """
 
 from __future__ import annotations
@@ -27,8 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-sys.path.insert(0, str(SRC))
+SRC = ROOT / "src"  # for the CLI processes the bench starts
 
 ENV = {
     **os.environ,

@@ -8,7 +8,10 @@ then moves upstream on by one commit that shifts the lines of every other patche
 * dgr-forge: `dgr-forge rebase --onto NEW` (replay + re-export + verify round trip +
   manifest + report), the workspace already patched at the old pin, as in real use
 
-    /work/venv/bin/python bench/rebase.py [--files 2000] [--patches 50]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.rebase [--files 2000] [--patches 50]
 """
 
 from __future__ import annotations
@@ -22,14 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.git import Upstream
+from tests.support.roots import CANONICAL, Edit, make_root
+
 ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-sys.path.insert(0, str(SRC))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from forgetest import make_forge_root, manifest_text  # noqa: E402
-
-from dgr_forge.core.fsutil import sha256_file  # noqa: E402
+SRC = ROOT / "src"  # for the CLI processes the bench starts
 
 ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("DGR_")},
@@ -76,14 +76,8 @@ def forge(root: Path, *args: str) -> float:
     return time.perf_counter() - started
 
 
-class _Up:
-    """Just enough of forgetest.Upstream for make_forge_root."""
-
-    def __init__(self, path: Path, head: str) -> None:
-        self.path, self.head, self.url = path, head, path.as_uri()
-
-    def tree(self, rev: str) -> str:
-        return git(self.path, "rev-parse", f"{rev}^{{tree}}")
+def _patched(text: str) -> str:
+    return text.replace("return 20;", "return 20 + 1; /* dgr */")
 
 
 def main() -> None:
@@ -103,35 +97,22 @@ def main() -> None:
         git(up, "commit", "-q", "-m", "initial")
         old = git(up, "rev-parse", "HEAD")
 
-        # the series, authored in a clone, exported with the canonical flags
-        author = tmp / "author"
-        git(tmp, "clone", "-q", str(up), str(author))
+        # the series, authored with plain git in a clone, exported with the canonical flags
         step = args.files // args.patches
         patched = [i * step for i in range(args.patches)]
-        for i in patched:
-            f = author / "src" / f"m{i // 100}" / f"f{i}.c"
-            f.write_text(f.read_text().replace("return 20;", "return 20 + 1; /* dgr */"))
-            git(author, "commit", "-q", "-am", f"dgr: patch file {i}")
-        root = make_forge_root(tmp / "forge", _Up(up, old))  # type: ignore[arg-type]
-        pdir = root / "patches" / "llama.cpp"
-        git(
-            author,
-            "format-patch",
-            "-q",
-            "--zero-commit",
-            "--no-signature",
-            "--full-index",
-            "--no-numbered",
-            "--keep-subject",
-            "--no-stat",
-            "-o",
-            str(pdir),
-            f"{old}..HEAD",
-        )
-        entries = [{"file": p.name, "sha256": sha256_file(p)} for p in sorted(pdir.iterdir())]
-        (root / "manifests" / "llama.cpp.toml").write_text(
-            manifest_text(up.as_uri(), old, _Up(up, old).tree(old), entries)
-        )
+        edits = [
+            Edit({f"src/m{i // 100}/f{i}.c": _patched}, f"dgr: patch file {i}") for i in patched
+        ]
+        author = tmp / "author"  # kept: the raw rebase below starts from its commits
+        root = make_root(
+            tmp / "forge",
+            Upstream(up, [old]),
+            edits,
+            flags=CANONICAL,
+            names="git",
+            trees=False,
+            scratch=author,
+        ).root
         forge(root, "patch")
         forge(root, "export")
 

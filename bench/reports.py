@@ -6,7 +6,10 @@ With artifacts of --mb MiB in total (real files in a workspace):
   verify:  `dgr-forge report verify --artifacts` (a CLI process)  vs  `sha256sum` of the
            artifacts (a process), i.e. the cost over the unavoidable re-hash
 
-    /work/venv/bin/python bench/reports.py [--mb 256] [--runs 3]
+Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
+PYTHONPATH=src):
+
+    python -m bench.reports [--mb 256] [--runs 3]
 """
 
 from __future__ import annotations
@@ -15,24 +18,19 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
-sys.path.insert(0, str(HERE / "src"))
-
-from forgetest import forge_cmd, forge_env, make_upstream  # noqa: E402
-from reports_support import lane_build, make_patch, setup_root  # noqa: E402
-
-from dgr_forge.attest import keys, reports  # noqa: E402
-from dgr_forge.attest.records import Artifact  # noqa: E402
-from dgr_forge.core.forge import Forge  # noqa: E402
-from dgr_forge.core.fsutil import sha256_file  # noqa: E402
-from dgr_forge.core.output import Reporter  # noqa: E402
+from dgr_forge.attest import keys, reports
+from dgr_forge.attest.records import Artifact
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from tests.support.cli import forge_cmd, forge_env
+from tests.support.git import make_upstream
+from tests.support.reports import lane_build, make_patch, setup_root
 
 
 def best(samples: list[float]) -> float:

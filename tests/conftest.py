@@ -1,10 +1,43 @@
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from forgetest import Upstream, make_forge_root, make_upstream
+from hypothesis import configuration, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+
+def _hypothesis_home() -> Path:
+    """Hypothesis's examples and caches live in the user's cache, never in the checkout
+    (HYPOTHESIS_STORAGE_DIRECTORY still wins when set)."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        return Path(os.environ["HYPOTHESIS_STORAGE_DIRECTORY"])
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "dgr-forge" / "hypothesis"
+
+
+configuration.set_hypothesis_home_dir(_hypothesis_home())
+settings.register_profile(
+    "dgr-forge", database=DirectoryBasedExampleDatabase(_hypothesis_home() / "examples")
+)
+settings.load_profile("dgr-forge")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """With the `cache` extra installed, test builds go through ccache: give them a cache of
+    their own, never the user's (nor its remote storage or settings)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in list(os.environ):
+            if name.startswith(("CCACHE_", "SCCACHE_")):
+                mp.delenv(name)
+        mp.setenv("CCACHE_DIR", str(tmp_path_factory.mktemp("ccache")))
+        mp.setenv("SCCACHE_DIR", str(tmp_path_factory.mktemp("sccache")))
+        yield
 
 
 @pytest.fixture(scope="session")

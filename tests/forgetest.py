@@ -1,298 +1,39 @@
-"""Shared test helpers: a real upstream git repository, a forge root, and running the CLI.
+"""The names the tests have always imported; they live in the `support` package now.
 
-The upstream is a small CMake C/C++ project shaped like llama.cpp (the same option
-names, a ggml library, a llama library, a tool) so recipes and builds exercise real
-switches. Tests run the real CLI in a subprocess: exit codes, stdout/stderr and signals
-are then exactly what users see.
+An upstream git repository (`support.git`), a forge root (`support.roots`, the one
+builder) and running the CLI (`support.cli`: in-process by default, a child process for
+kill/pause faults, signals and held locks).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from support.cli import (
+    SRC,
+    Result,
+    forge_cmd,
+    forge_env,
+    needs_subprocess,
+    run_forge,
+    run_forge_in_process,
+    run_forge_subprocess,
+)
+from support.git import BASE_FILES, GIT_ENV, Upstream, make_upstream, sh_git
+from support.roots import make_forge_root, manifest_text
 
-SRC = Path(__file__).resolve().parent.parent / "src"
-
-GIT_ENV = {
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_AUTHOR_NAME": "Upstream Dev",
-    "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
-    "GIT_COMMITTER_NAME": "Upstream Dev",
-    "GIT_COMMITTER_EMAIL": "dev@upstream.invalid",
-}
-
-
-def sh_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    full = {**os.environ, **GIT_ENV, **(env or {})}
-    proc = subprocess.run(
-        ["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgSign=false", *args],
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
-    return proc.stdout.strip()
-
-
-# ----------------------------------------------------------------------------- upstream
-
-BASE_FILES: dict[str, str] = {
-    "CMakeLists.txt": textwrap.dedent(
-        """\
-        cmake_minimum_required(VERSION 3.14)
-        project(llama C CXX)
-
-        option(GGML_NATIVE "optimize for the build host" ON)
-        option(GGML_CUDA "use CUDA" OFF)
-        option(GGML_HIP "use HIP" OFF)
-        option(GGML_VULKAN "use Vulkan" OFF)
-        option(GGML_METAL "use Metal" OFF)
-        option(LLAMA_BUILD_TESTS "build tests" OFF)
-        option(LLAMA_BUILD_EXAMPLES "build examples" OFF)
-        option(LLAMA_BUILD_TOOLS "build tools" ON)
-        option(LLAMA_CURL "use libcurl" OFF)
-
-        add_subdirectory(ggml)
-        add_library(llama src/llama.cpp)
-        target_include_directories(llama PUBLIC include)
-        target_link_libraries(llama PUBLIC ggml)
-
-        if (LLAMA_BUILD_TOOLS)
-            add_executable(llama-cli tools/main.cpp)
-            target_link_libraries(llama-cli PRIVATE llama)
-        endif()
-        """
-    ),
-    "ggml/CMakeLists.txt": textwrap.dedent(
-        """\
-        add_library(ggml src/ggml.c)
-        target_include_directories(ggml PUBLIC include)
-        if (GGML_CUDA)
-            enable_language(CUDA)
-            target_sources(ggml PRIVATE src/ggml-cuda.cu)
-            target_compile_definitions(ggml PUBLIC GGML_USE_CUDA)
-        endif()
-        """
-    ),
-    "ggml/include/ggml.h": textwrap.dedent(
-        """\
-        #pragma once
-        #ifdef __cplusplus
-        extern "C" {
-        #endif
-        int ggml_backend_count(void);
-        #ifdef __cplusplus
-        }
-        #endif
-        """
-    ),
-    "ggml/src/ggml.c": textwrap.dedent(
-        """\
-        #include "ggml.h"
-
-        int ggml_backend_count(void) {
-            return 1;
-        }
-        """
-    ),
-    "ggml/src/ggml-cuda.cu": textwrap.dedent(
-        """\
-        __global__ void ggml_cuda_noop(int * x) { if (x) { *x = 1; } }
-        """
-    ),
-    "include/llama.h": textwrap.dedent(
-        """\
-        #pragma once
-        #include "ggml.h"
-
-        const char * llama_version(void);
-        int llama_layer_owner(int layer);
-        """
-    ),
-    "src/llama.cpp": textwrap.dedent(
-        """\
-        #include "llama.h"
-
-        const char * llama_version(void) {
-            return "upstream";
-        }
-
-        int llama_layer_owner(int layer) {
-            (void) layer;
-            return 0;
-        }
-        """
-    ),
-    "tools/main.cpp": textwrap.dedent(
-        """\
-        #include <cstdio>
-        #include "llama.h"
-
-        int main() {
-            std::printf("llama %s backends=%d owner(7)=%d\\n",
-                        llama_version(), ggml_backend_count(), llama_layer_owner(7));
-            return 0;
-        }
-        """
-    ),
-    "README.md": "# llama (test upstream)\n\nA tiny stand-in for llama.cpp.\n",
-}
-
-
-@dataclass
-class Upstream:
-    """A real git repository playing llama.cpp; `commits` oldest first."""
-
-    path: Path
-    commits: list[str] = field(default_factory=list)
-    _tick: int = 0
-
-    @property
-    def url(self) -> str:
-        return self.path.as_uri()
-
-    @property
-    def head(self) -> str:
-        return self.commits[-1]
-
-    def tree(self, rev: str) -> str:
-        return sh_git(self.path, "rev-parse", f"{rev}^{{tree}}")
-
-    def commit(self, files: dict[str, str | None], message: str) -> str:
-        """Write (or delete, with None) files and commit them with a deterministic date."""
-        for rel, content in files.items():
-            target = self.path / rel
-            if content is None:
-                target.unlink()
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(content)
-        sh_git(self.path, "add", "-A")
-        self._tick += 1
-        date = f"2025-01-01T00:{self._tick // 60:02d}:{self._tick % 60:02d}Z"
-        sh_git(
-            self.path,
-            "commit",
-            "-q",
-            "-m",
-            message,
-            env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
-        )
-        sha = sh_git(self.path, "rev-parse", "HEAD")
-        self.commits.append(sha)
-        return sha
-
-    def read(self, rel: str, rev: str = "HEAD") -> str:
-        return sh_git(self.path, "show", f"{rev}:{rel}")
-
-
-def make_upstream(path: Path, extra_commits: int = 3) -> Upstream:
-    path.mkdir(parents=True)
-    sh_git(path, "init", "-q")
-    up = Upstream(path)
-    up.commit(dict(BASE_FILES), "initial import")
-    for i in range(extra_commits):
-        up.commit({f"docs/notes-{i}.md": f"note {i}\n"}, f"docs: note {i}")
-    return up
-
-
-# ----------------------------------------------------------------------------- forge root
-
-
-def manifest_text(
-    url: str,
-    commit: str,
-    tree: str | None = None,
-    series: list[dict[str, str]] | None = None,
-    result_tree: str | None = None,
-    name: str = "llama.cpp",
-) -> str:
-    lines = [
-        "# the pin (test)",
-        "schema = 1",
-        "",
-        "[upstream]",
-        f'name = "{name}"',
-        f'url = "{url}"',
-        f'commit = "{commit}"',
-    ]
-    if tree:
-        lines.append(f'tree = "{tree}"')
-    lines += ["", "[patches]", f'dir = "patches/{name}"']
-    for entry in series or []:
-        lines += ["", "[[patches.series]]"]
-        lines += [f'{k} = "{v}"' for k, v in entry.items()]
-    if result_tree:
-        lines += ["", "[patches.result]", f'tree = "{result_tree}"']
-    return "\n".join(lines) + "\n"
-
-
-def make_forge_root(
-    path: Path, upstream: Upstream, commit: str | None = None, with_tree: bool = True
-) -> Path:
-    """A forge root pinning `upstream` at `commit` (default: its head), with an empty series."""
-    commit = commit or upstream.head
-    (path / "manifests").mkdir(parents=True)
-    (path / "patches" / "llama.cpp").mkdir(parents=True)
-    for d in ("recipes", "toolchains", "cmake"):
-        (path / d).mkdir()
-    tree = upstream.tree(commit) if with_tree else None
-    (path / "manifests" / "llama.cpp.toml").write_text(manifest_text(upstream.url, commit, tree))
-    return path
-
-
-# ----------------------------------------------------------------------------- the CLI
-
-
-@dataclass
-class Result:
-    code: int
-    stdout: str
-    stderr: str
-
-    @property
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-    def __repr__(self) -> str:  # shown by pytest on failure
-        return f"Result(code={self.code})\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
-
-
-def forge_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_")}
-    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
-    env["NO_COLOR"] = "1"
-    env.update(GIT_ENV)
-    env.update(extra or {})
-    return env
-
-
-def forge_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "dgr_forge", *args]
-
-
-def run_forge(
-    *args: str,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
-    timeout: float = 300,
-) -> Result:
-    proc = subprocess.run(
-        forge_cmd(*args),
-        cwd=cwd,
-        env=forge_env(env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+__all__ = [
+    "BASE_FILES",
+    "GIT_ENV",
+    "SRC",
+    "Result",
+    "Upstream",
+    "forge_cmd",
+    "forge_env",
+    "make_forge_root",
+    "make_upstream",
+    "manifest_text",
+    "needs_subprocess",
+    "run_forge",
+    "run_forge_in_process",
+    "run_forge_subprocess",
+    "sh_git",
+]

@@ -1,17 +1,42 @@
 """Helpers for the patch/export tests: a real patch series made by committing in a clone
-of the test upstream and running plain `git format-patch` (independent of dgr-forge)."""
+of the test upstream and running plain `git format-patch` (independent of dgr-forge).
+The series is made by the one builder, `support.roots`."""
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 import shutil
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
-from forgetest import GIT_ENV, Upstream, manifest_text, sh_git
+from forgetest import GIT_ENV, Upstream, sh_git
+from support.roots import (
+    PLAIN,
+    Edit,
+    Series,
+    commit_edits,
+    sha256,
+    slugify,
+    write_manifest,
+    write_series,
+)
+
+__all__ = [
+    "AUTHOR_ENV",
+    "DEFAULT_EDITS",
+    "Series",
+    "commit_in",
+    "git_env",
+    "gnu_patch_needs_fuzz",
+    "head",
+    "make_series",
+    "plain_am_tree",
+    "sha256",
+    "slugify",
+    "snapshot",
+    "src_dir",
+    "write_manifest",
+]
 
 AUTHOR_ENV = {
     "GIT_AUTHOR_NAME": "Patch Author",
@@ -44,38 +69,10 @@ DEFAULT_EDITS: list[tuple[dict[str, str | None], str]] = [
 ]
 
 
-@dataclass
-class Series:
-    files: list[str]  # file names in patches/llama.cpp
-    commits: list[str]  # the commits in the authoring clone
-    trees: list[str]
-    pin: str
-
-    def paths(self, root: Path) -> list[Path]:
-        return [root / "patches" / "llama.cpp" / f for f in self.files]
-
-
-def slugify(subject: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:52].rstrip("-")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def commit_in(repo: Path, files: dict[str, str | None], subject: str, tick: int) -> str:
-    for rel, content in files.items():
-        target = repo / rel
-        if content is None:
-            target.unlink()
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(content)
-    sh_git(repo, "add", "-A")
-    date = f"2025-02-0{1 + tick % 9}T10:00:00+02:00"
-    env = {**AUTHOR_ENV, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    sh_git(repo, "commit", "-q", "-m", subject, "-m", f"Body of {subject!r}.", env=env)
-    return sh_git(repo, "rev-parse", "HEAD")
+    """Commit `files` in `repo` as the patch author, with the tick-th patch date."""
+    edit = Edit(dict(files), subject, _body(subject))
+    return commit_edits(repo, [edit], author=AUTHOR_ENV, date=lambda _: _date(tick))[0]
 
 
 def make_series(
@@ -86,54 +83,29 @@ def make_series(
     with_trees: bool = True,
     pin: str | None = None,
 ) -> Series:
-    """Commit `edits` on the pin in a scratch clone, format-patch them into the forge root
-    and write the manifest (sha256, and per-patch/result trees when `with_trees`)."""
-    pin = pin or upstream.head
-    work = root.parent / f"author-{root.name}"
-    if work.exists():
-        shutil.rmtree(work)
-    sh_git(root.parent, "clone", "-q", str(upstream.path), str(work))
-    sh_git(work, "checkout", "-q", "--detach", pin)
-    edits = edits or DEFAULT_EDITS
-    commits = [commit_in(work, files, subject, i) for i, (files, subject) in enumerate(edits)]
-    trees = [sh_git(work, "rev-parse", f"{c}^{{tree}}") for c in commits]
-    pdir = root / "patches" / "llama.cpp"
-    for old in pdir.glob("*.patch"):
-        old.unlink()
-    out = root.parent / f"fp-{root.name}"
-    shutil.rmtree(out, ignore_errors=True)
-    sh_git(work, "format-patch", "-q", "-k", "--zero-commit", "-o", str(out), f"{pin}..HEAD")
-    files: list[str] = []
-    for i, (path, (_files, subject)) in enumerate(
-        zip(sorted(out.glob("*.patch")), edits, strict=True), start=1
-    ):
-        name = f"{i:04d}-{slugify(subject)}.patch"
-        shutil.copyfile(path, pdir / name)
-        files.append(name)
-    write_manifest(root, upstream, files, trees if with_trees else None, pin=pin)
-    return Series(files=files, commits=commits, trees=trees, pin=pin)
+    """Commit `edits` on the pin in a scratch clone, format-patch them (plain `-k`) into
+    the forge root and write the manifest (sha256, and per-patch/result trees when
+    `with_trees`)."""
+    return write_series(
+        root,
+        upstream,
+        [Edit(dict(files), subject, _body(subject)) for files, subject in edits or DEFAULT_EDITS],
+        pin=pin,
+        flags=PLAIN,
+        names="slug",
+        trees=with_trees,
+        author=AUTHOR_ENV,
+        date=_date,
+        scratch=root.parent / f"author-{root.name}",
+    )
 
 
-def write_manifest(
-    root: Path,
-    upstream: Upstream,
-    files: list[str],
-    trees: list[str] | None,
-    *,
-    pin: str | None = None,
-    result_tree: str | None = None,
-) -> None:
-    pin = pin or upstream.head
-    pdir = root / "patches" / "llama.cpp"
-    series = []
-    for i, name in enumerate(files):
-        entry = {"file": name, "sha256": sha256(pdir / name)}
-        if trees:
-            entry["tree"] = trees[i]
-        series.append(entry)
-    result = result_tree or (trees[-1] if trees else None)
-    text = manifest_text(upstream.url, pin, upstream.tree(pin), series, result)
-    (root / "manifests" / "llama.cpp.toml").write_text(text)
+def _body(subject: str) -> str:
+    return f"Body of {subject!r}."
+
+
+def _date(tick: int) -> str:
+    return f"2025-02-0{1 + tick % 9}T10:00:00+02:00"
 
 
 def plain_am_tree(tmp: Path, upstream: Upstream, pin: str, patch_paths: list[Path]) -> str:

@@ -6,36 +6,19 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
-from forgetest import (
-    Result,
-    Upstream,
-    forge_cmd,
-    forge_env,
-    make_forge_root,
-    manifest_text,
-    run_forge,
-    sh_git,
-)
+from forgetest import Upstream, forge_cmd, forge_env
+from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, Series, make_root
 
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import export, manifest
+from dgr_forge.upstream import manifest
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
 
-FORMAT_PATCH = (
-    "format-patch",
-    "--zero-commit",
-    "--no-signature",
-    "--full-index",
-    "--no-numbered",
-    "--keep-subject",
-    "--no-stat",
-)
+FORMAT_PATCH = ("format-patch", *CANONICAL)  # the canonical `git format-patch` call
 
 LLAMA_OWNER_OLD = "    (void) layer;\n    return 0;\n"
 LLAMA_OWNER_NEW = "    return layer % 2; /* dgr: odd layers are remote */\n"
@@ -52,75 +35,32 @@ SERIES: list[tuple[str, str, str, str]] = [
 ]
 
 
-@dataclass
-class Series:
-    root: Path
-    upstream: Upstream
-    pin: str
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifests" / "llama.cpp.toml"
-
-    @property
-    def patches_dir(self) -> Path:
-        return self.root / "patches" / "llama.cpp"
-
-    @property
-    def src(self) -> Path:
-        return self.root / ".dgr" / "src" / "llama.cpp"
-
-    def snapshot(self) -> dict[str, bytes]:
-        """Every byte of the manifest and patches/: what must survive an abort."""
-        files = {"manifest": self.manifest.read_bytes()}
-        for p in sorted(self.patches_dir.iterdir()):
-            files[p.name] = p.read_bytes()
-        return files
-
-    def patch_files(self) -> list[str]:
-        return sorted(p.name for p in self.patches_dir.glob("*.patch"))
-
-    def forge(self, *args: str, env: dict[str, str] | None = None) -> Result:
-        return run_forge("--root", str(self.root), *args, env=env)
-
-
 def apply_snippet(text: str, old: str, new: str) -> str:
     assert old in text, f"snippet not found: {old!r}"
     return text.replace(old, new, 1)
 
 
+def _replace(old: str, new: str) -> Callable[[str], str]:
+    return lambda text: apply_snippet(text, old, new)
+
+
 def make_series(tmp: Path, upstream: Upstream) -> Series:
-    """A forge root pinning upstream's head with SERIES as canonical patch files."""
-    pin = upstream.head
-    root = make_forge_root(tmp / "forge", upstream)
-    author = tmp / "author"
-    sh_git(tmp, "clone", "-q", str(upstream.path), str(author))
-    sh_git(author, "checkout", "-q", "--detach", pin)
-    for i, (subject, rel, old, new) in enumerate(SERIES):
-        path = author / rel
-        path.write_text(apply_snippet(path.read_text(), old, new))
-        sh_git(author, "add", "-A")
-        date = f"2025-02-01T00:00:{i:02d}Z"
-        sh_git(
-            author,
-            "commit",
-            "-q",
-            "-m",
-            subject,
-            env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
-        )
-    pdir = root / "patches" / "llama.cpp"
-    sh_git(author, *FORMAT_PATCH, "-o", str(pdir), f"{pin}..HEAD")
-    entries = [{"file": p.name, "sha256": sha256_file(p)} for p in sorted(pdir.glob("*.patch"))]
-    assert len(entries) == len(SERIES)
-    (root / "manifests" / "llama.cpp.toml").write_text(
-        manifest_text(upstream.url, pin, upstream.tree(pin), entries)
+    """A forge root (`tmp/forge`) pinning upstream's head with SERIES as patch files made
+    with plain git, then canonicalized by the real flow: `patch`, then `export` (which
+    fills the per-patch and result trees)."""
+    edits = [Edit({rel: _replace(old, new)}, subject) for subject, rel, old, new in SERIES]
+    s = make_root(
+        tmp / "forge",
+        upstream,
+        edits,
+        how="forge",
+        flags=CANONICAL,
+        names="git",
+        trees=False,
+        author=UPSTREAM_AUTHOR,
+        scratch=tmp / "author",
     )
-    s = Series(root, upstream, pin)
-    # the real flow canonicalizes: apply, then re-export (fills per-patch and result trees)
-    patch(root)
-    forge = Forge.locate(root)
-    export.export_workspace(forge, load_manifest(root), Reporter(quiet=True))
+    assert len(s.files) == len(SERIES)
     return s
 
 

@@ -92,6 +92,9 @@ def doctor(
         env.out.table(
             f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
         )
+        from dgr_forge.lanes import cache as cache_mod
+
+        env.out.info(cache_mod.summary(result["cache"]))
         for check in checks:
             verdict = check.summary() if check.buildable or not lane else "cannot build here"
             env.out.info(f"{check.lane} lane: {verdict}")

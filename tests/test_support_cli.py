@@ -1,0 +1,101 @@
+"""The test runner itself: an in-process CLI run is what a child process gives, and leaves
+this process as it was; kill/pause faults and held locks go to a child process."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from forgetest import needs_subprocess, run_forge, run_forge_in_process, run_forge_subprocess
+
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.output import Reporter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--version"],
+        ["--json", "--version"],
+        ["--no-such-flag"],
+        ["status", "--json", "--no-such-flag"],
+        ["--root", str(REPO), "--workspace", "{ws}", "lanes"],
+        ["--root", str(REPO), "--workspace", "{ws}", "lanes", "--json"],
+        ["--root", "{ws}/nowhere", "status"],
+    ],
+)
+def test_in_process_run_is_what_a_child_process_gives(tmp_path: Path, args: list[str]) -> None:
+    argv = [a.replace("{ws}", str(tmp_path / "ws")) for a in args]
+    child = run_forge_subprocess(*argv)
+    here = run_forge_in_process(*argv)
+    assert (here.code, here.stdout, here.stderr) == (child.code, child.stdout, child.stderr)
+
+
+def test_in_process_run_leaves_environ_cwd_and_fds_as_they_were(
+    forge_root: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DGR_ROOT", "/nonexistent")  # stripped, as for a child process
+    before = (dict(os.environ), os.getcwd())
+    res = run_forge("status", "--json", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "5"})
+    assert res.code == 0, res
+    assert res.json["command"] == "status"
+    assert (dict(os.environ), os.getcwd()) == before
+    print("after")
+    assert capfd.readouterr().out == "after\n"
+
+
+@pytest.mark.parametrize(
+    ("env", "child"),
+    [
+        ({}, False),
+        ({"DGR_FAULT": "patch.applied:enospc"}, False),
+        ({"DGR_FAULT": "patch.applied:fail@2"}, False),
+        ({"DGR_FAULT": "patch.applied"}, True),
+        ({"DGR_FAULT": "patch.applied:0002"}, True),
+        ({"DGR_FAULT": "patch.applied:0002:kill@3"}, True),
+        ({"DGR_FAULT": "a.b:fail,export.swapped:pause"}, True),
+        ({"DGR_TEST_PAUSE_AT": "replay:0001"}, True),
+    ],
+)
+def test_kill_and_pause_faults_run_in_a_child_process(env: dict[str, str], child: bool) -> None:
+    assert needs_subprocess(env) is child
+
+
+def test_a_lock_held_here_sends_the_run_to_a_child_process(forge_root: Path) -> None:
+    holder = Forge(root=forge_root, workspace=forge_root / ".dgr")
+    assert not needs_subprocess(None)
+    with workspace_lock(holder, Reporter(quiet=True)):
+        assert needs_subprocess(None)
+    assert not needs_subprocess(None)
+
+
+def test_other_threads_of_the_test_do_not_write_into_the_result(tmp_path: Path) -> None:
+    """A test server's handler thread printing during an in-process run (a traceback when the
+    client hangs up) is not the CLI's output, as with a child process."""
+    import sys
+    import threading
+
+    stop = threading.Event()
+    wrote = threading.Event()
+
+    def noise() -> None:
+        while not stop.is_set():
+            print("noise from the test's thread", file=sys.stderr)
+            wrote.set()
+            stop.wait(0.001)
+
+    thread = threading.Thread(target=noise, daemon=True)
+    thread.start()
+    try:
+        wrote.wait(10)
+        args = ["--root", str(REPO), "--workspace", str(tmp_path / "ws"), "lanes"]
+        res = run_forge_in_process(*args)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert res.code == 0, res
+    assert "cpu" in res.stderr and "noise" not in res.stderr
