@@ -112,6 +112,8 @@ def test_resolve_signer_order_key_then_env_then_default(
     assert signer.keyid == a.keyid
     assert "inline PEM" in signer.source and "BEGIN" not in signer.source
     monkeypatch.delenv(keys.SIGNING_KEY_ENV)
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(keys, "interactive", lambda: True)  # only a person at a terminal
     capsys.readouterr()
     first = keys.resolve_signer(None, out)  # the default key, created on first use ...
     notice = capsys.readouterr().err
@@ -183,3 +185,147 @@ def test_keygen_into_an_unwritable_place_is_exit_2(tmp_path: Path) -> None:
     assert r.code == ExitCode.BAD_INPUT, r
     assert "cannot write the key" in r.stderr and "--out" in r.stderr
     assert blocker.read_text() == "not a directory\n"
+
+
+# ----------------------------------------------------------------------------- no throwaway keys
+
+
+def no_default_key() -> None:
+    assert not keys.default_key_path().exists(), "no key may be created by accident"
+
+
+@pytest.mark.parametrize("value", ["", "   ", "\n"])
+def test_empty_signing_key_env_is_exit_2_not_a_throwaway_key(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(keys.SIGNING_KEY_ENV, value)
+    monkeypatch.setattr(keys, "interactive", lambda: True)  # even for a person at a terminal
+    with pytest.raises(BadInput) as info:
+        keys.resolve_signer(None, Reporter())
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    assert "DGR_SIGNING_KEY is set but empty" in str(info.value)
+    assert "--no-sign" in str(info.value)
+    no_default_key()
+
+
+@pytest.mark.parametrize("ci", ["true", "1", "yes"])
+def test_no_key_in_ci_is_exit_2(monkeypatch: pytest.MonkeyPatch, ci: str) -> None:
+    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(keys, "interactive", lambda: True)  # a CI runner with a TTY: still no
+    with pytest.raises(BadInput) as info:
+        keys.resolve_signer(None, Reporter())
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    assert "no signing key in CI" in str(info.value) and "--no-sign" in str(info.value)
+    no_default_key()
+
+
+def test_no_key_without_a_terminal_is_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(keys, "interactive", lambda: False)
+    with pytest.raises(BadInput) as info:
+        keys.resolve_signer(None, Reporter())
+    assert "no signing key" in str(info.value) and "dgr-forge keygen" in str(info.value)
+    no_default_key()
+
+
+def test_default_key_is_created_loudly_only_at_a_terminal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(keys, "interactive", lambda: True)
+    signer = keys.resolve_signer(None, Reporter())
+    err = capsys.readouterr().err
+    assert err.startswith("warning: created signing key") and "NEW KEY" in err
+    assert signer.keyid[:16] in err and mode(keys.default_key_path()) == 0o600
+
+
+def test_existing_default_key_is_used_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = keys.generate(keys.default_key_path())
+    monkeypatch.setenv("CI", "true")
+    assert keys.resolve_signer(None, Reporter()).keyid == made.keyid
+
+
+@pytest.mark.parametrize(
+    ("env", "words"),
+    [
+        ({"DGR_SIGNING_KEY": "", "CI": ""}, "DGR_SIGNING_KEY is set but empty"),
+        ({"CI": "true"}, "no signing key in CI"),
+        ({"CI": ""}, "no signing key (no --key"),  # not CI, but stdin is not a TTY here
+    ],
+)
+def test_cli_refuses_to_sign_with_a_throwaway_key(
+    tmp_path: Path, forge_root: Path, _config_home: Path, env: dict[str, str], words: str
+) -> None:
+    """Through the real entry point: exit 2 with the reason, no key created, nothing written."""
+    keys.generate(tmp_path / "x.pem")
+    (tmp_path / "report.json").write_text("{}")
+    r = run_forge(
+        "certify", "--report", str(tmp_path / "report.json"),
+        "--evidence", str(tmp_path / "x.pem.pub"), "--report-key", str(tmp_path / "x.pem.pub"),
+        "--root", str(forge_root),
+        env={"XDG_CONFIG_HOME": str(_config_home), **env},
+    )  # fmt: skip
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert words in r.stderr and "Traceback" not in r.stderr
+    assert not (_config_home / "dgr-forge").exists()
+    assert not (forge_root / "certifications").exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("/nonexistent/ci.pem", "(/nonexistent/ci.pem)"),
+        ("not a key at all\nMC4CAQAwBQYDK2VwBCIEI", None),  # a damaged secret: never echoed
+    ],
+)
+def test_garbage_signing_key_env_is_exit_2_without_echoing_a_secret(
+    monkeypatch: pytest.MonkeyPatch, value: str, shown: str | None
+) -> None:
+    monkeypatch.setenv(keys.SIGNING_KEY_ENV, value)
+    with pytest.raises(BadInput) as info:
+        keys.resolve_signer(None, Reporter())
+    text = str(info.value)
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    assert "DGR_SIGNING_KEY is neither PEM key text nor the path of a key file" in text
+    if shown:
+        assert shown in text
+    else:
+        assert "MC4CAQ" not in text and "not a key at all" not in text
+    no_default_key()
+
+
+@pytest.mark.parametrize("bad_mode", [0o644, 0o666, 0o640, 0o604, 0o620])
+def test_signing_key_readable_by_others_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bad_mode: int
+) -> None:
+    keys.generate(tmp_path / "k.pem")
+    key = tmp_path / "k.pem"
+    before = key.read_bytes()
+    key.chmod(bad_mode)
+    for how in ("--key", "env", "default"):
+        if how == "env":
+            monkeypatch.setenv(keys.SIGNING_KEY_ENV, str(key))
+        elif how == "default":
+            monkeypatch.delenv(keys.SIGNING_KEY_ENV)
+            keys.default_key_path().parent.mkdir(parents=True, exist_ok=True)
+            key = keys.default_key_path()
+            key.write_bytes(before)
+            key.chmod(bad_mode)
+        with pytest.raises(BadInput) as info:
+            keys.resolve_signer(str(key) if how == "--key" else None, Reporter())
+        assert info.value.exit_code == ExitCode.BAD_INPUT
+        assert f"mode {bad_mode:04o}" in str(info.value) and f"chmod 600 {key}" in str(info.value)
+        assert key.read_bytes() == before and mode(key) == bad_mode  # nothing changed
+    key.chmod(0o600)
+    assert keys.resolve_signer(None, Reporter()).keyid  # fixed as told: accepted
+
+
+def test_signing_key_that_is_not_a_file_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "k.pem"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput, match="not a regular file"):
+        keys.resolve_signer(str(fifo), Reporter())
+    with pytest.raises(BadInput, match="NUL"):
+        keys.resolve_signer(str(tmp_path / "a\x00b.pem"), Reporter())
+    with pytest.raises(BadInput, match="--key: empty"):
+        keys.resolve_signer("", Reporter())

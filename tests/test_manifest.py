@@ -78,6 +78,13 @@ def test_repo_manifest_pins_the_real_upstream() -> None:
         (manifest_text("u", COMMIT, "xyz"), "upstream.tree", "tree id"),
         (manifest_text("u", COMMIT) + "color = 1\n", "color", "unknown key"),
         (manifest_text("u", COMMIT).replace("schema = 1", "schema = 2"), "schema", "expected 1"),
+        (manifest_text("u", COMMIT).replace("schema = 1", "schema = true"), "schema", "boolean"),
+        (manifest_text("u", COMMIT).replace("schema = 1", "schema = 1.0"), "schema", "float"),
+        (
+            manifest_text("https://h/x.git", COMMIT).replace("https://h/x.git", "-oProxy=x"),
+            "[upstream] url",
+            "starts with '-'",
+        ),
         (manifest_text("u", COMMIT).replace('url = "u"\n', ""), "upstream.url", "missing"),
         (
             manifest_text("u", COMMIT).replace("[upstream]", '[upstream]\nbranch = "x"'),

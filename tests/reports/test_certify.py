@@ -222,3 +222,28 @@ def test_certify_missing_evidence_is_exit_2(
     assert r.code == ExitCode.BAD_INPUT, r
     assert "no such evidence file" in r.stderr
     assert not (forge.root / "certifications").exists()
+
+
+def test_certify_refuses_a_signing_key_readable_by_others(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    release_key.chmod(0o644)
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "mode 0644" in r.stderr and f"chmod 600 {release_key}" in r.stderr
+    assert not (forge.root / "certifications").exists()  # nothing signed, nothing written
+    release_key.chmod(0o600)
+    assert run_certify(forge, report, evidence, release_key, "--hardware", "rig").code == 0
+
+
+def test_certify_refuses_a_symlinked_trust_anchor(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    d = forge.root / "certifications/trusted-keys"
+    d.mkdir(parents=True)
+    (d / "release.pub").symlink_to(str(release_key) + ".pub")
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "certifications/trusted-keys/release.pub" in r.stderr and "symlink" in r.stderr
+    assert r.json["exit_code"] == 2 and "Traceback" not in r.stderr
+    assert not (forge.root / "certifications/cpu.json").exists()  # refused before writing

@@ -13,9 +13,12 @@ current recipe, pin and series exactly; a rebase or a recipe edit lapses it unti
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import platform
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,7 +27,7 @@ from typing import Any
 
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
-from dgr_forge.attest.keys import PublicKey, Signer, load_public_file
+from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, sha256_file
@@ -209,12 +212,13 @@ def certify(
         "evidence": {"name": evidence.name, "sha256": evidence_sha},
         "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
     }
+    # the trust anchors are checked before anything is written: a hostile one is exit 2
+    trusted = {k.keyid for k in trusted_keys(forge)}
     payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
     path = cert_path(forge, lane)
     atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
     cert = _from_body(body, signer.keyid, path)
-    trusted = {k.keyid for k in trusted_keys(forge)}
     out.info(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
     if signer.keyid not in trusted:
         out.warn(
@@ -243,11 +247,67 @@ def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
 
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
+    """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
+    trust anchor must be (see `_trusted_key`): any doubt is exit 2 naming the file."""
     keys = list(extra or [])
     directory = forge.root / TRUSTED_KEYS_DIR
-    if directory.is_dir():
-        keys += [load_public_file(p) for p in sorted(directory.glob("*.pub"))]
-    return keys
+    try:
+        st = directory.lstat()
+    except FileNotFoundError:
+        return keys
+    shown = TRUSTED_KEYS_DIR  # not resolved: a symlink must be named as itself
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise BadInput(
+            f"{shown}: not a directory (a symlink or a file): trust anchors must live in the "
+            "checkout itself",
+            hint=f"make {TRUSTED_KEYS_DIR} a plain directory holding the trusted .pub files",
+            details={"path": shown},
+        )
+    if st.st_mode & stat.S_IWOTH:
+        raise BadInput(
+            f"{shown}: the trusted-keys directory is world-writable (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): anyone here could add a trusted key",
+            hint=f"chmod o-w {directory}",
+            details={"path": shown},
+        )
+    return keys + [_trusted_key(p) for p in sorted(directory.glob("*.pub"))]
+
+
+def _trusted_key(path: Path) -> PublicKey:
+    """One trust anchor: a regular file (no symlink), not group/world-writable, holding a
+    public key only. Read through one descriptor opened with O_NOFOLLOW."""
+    shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
+
+    def refuse(problem: str, fix: str) -> BadInput:
+        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise refuse(
+                "a symlink in trusted-keys: a trust anchor must be the key file itself",
+                f"replace the link with a copy of the public key (cp --remove-destination "
+                f"$(readlink -f {shown}) {shown})",
+            ) from None
+        raise refuse(f"cannot read the trusted key: {err.strerror}", "check the file") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("not a regular file", "keep only .pub files in trusted-keys")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise refuse(
+                f"the trusted key is writable by others (mode {stat.S_IMODE(st.st_mode):04o})",
+                f"chmod go-w {shown}",
+            )
+        data = f.read(64 << 10)
+    if b"PRIVATE KEY" in data:
+        raise refuse(
+            "a PRIVATE key in trusted-keys (it is committed for everyone to read)",
+            "remove it, commit only the .pub file, and replace the exposed key "
+            "(`dgr-forge keygen --force`): anyone may have copied it",
+        )
+    return load_public(data, shown)
 
 
 @dataclass(frozen=True)

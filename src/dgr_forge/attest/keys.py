@@ -10,8 +10,12 @@ KEY.pub -outform DER | sha256sum`).
 
 Signing key lookup (`resolve_signer`): `--key PATH`, then `DGR_SIGNING_KEY` (a path, or
 the PEM text itself as CI secrets hold it), then the default key in the user's config
-directory, created on first use. Verification key lookup (`resolve_verifier`): `--key
-PATH`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`.
+directory. No throwaway key by accident: a set but empty `DGR_SIGNING_KEY` (what CI passes
+when a secret is missing) is exit 2; under CI (`CI` set) a missing key is exit 2; the
+default key is created only for a person at a terminal (stdin is a TTY), and said loudly.
+A private key file readable or writable by anyone but its owner is refused (exit 2,
+`chmod 600`). Verification key lookup (`resolve_verifier`): `--key PATH`, then
+`DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +37,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 )
 
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.fsutil import read_input
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.tomlcheck import read_bytes
 
 SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
 VERIFY_KEY_ENV = "DGR_VERIFY_KEY"
 PEM_MARKER = "-----BEGIN"
+MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes
 
 
 def default_key_path() -> Path:
@@ -205,13 +212,47 @@ def _private_from_pem(data: bytes, source: str) -> Signer:
 
 
 def _read(path: Path, what: str) -> bytes:
-    return read_input(
-        path, what=f"{what} file", hint="check the path, or create a key with `dgr-forge keygen`"
+    return read_bytes(
+        path,
+        what=f"{what} file",
+        hint="check the path, or create a key with `dgr-forge keygen`",
+        limit=MAX_KEY_BYTES,
     )
 
 
+def _read_private(path: Path, shown: str) -> tuple[bytes, int]:
+    """A private key file's bytes and mode, both from the one descriptor that is read (a
+    swap between the check and the read cannot slip another file in)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        _read(path, "private key")  # raises the usual exit-2 message (missing, NUL, ...)
+        raise BadInput(
+            f"{shown}: cannot open the private key file", hint="check the path"
+        ) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(
+                f"{shown}: not a regular file",
+                hint="pass the private key file written by `dgr-forge keygen`",
+                details={"path": shown},
+            )
+        return f.read(MAX_KEY_BYTES), stat.S_IMODE(st.st_mode)
+
+
 def load_signer(path: Path) -> Signer:
-    return _private_from_pem(_read(path, "private key"), str(path))
+    """The private key at `path`; refused (exit 2) when others may read or write the file."""
+    data, mode = _read_private(path, str(path))
+    signer = _private_from_pem(data, str(path))
+    if mode & 0o077:
+        raise BadInput(
+            f"{path}: the signing key has mode {mode:04o}: others may read or replace it",
+            hint=f"chmod 600 {path}  (if others could read it, also replace the key: "
+            "`dgr-forge keygen --force`)",
+            details={"path": str(path), "mode": f"{mode:04o}"},
+        )
+    return signer
 
 
 def load_public(data: bytes, source: str) -> PublicKey:
@@ -237,25 +278,87 @@ def load_public_file(path: Path) -> PublicKey:
     return load_public(_read(path, "public key"), str(path))
 
 
+def in_ci() -> bool:
+    """True under a CI system (they set `CI`; `CI=false` or `0` says no)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def interactive() -> bool:
+    """A person at a terminal: only then may a default key be created."""
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _env_key_path(env: str) -> str:
+    """How to show a DGR_SIGNING_KEY that is not PEM text: the path when it looks like one,
+    else nothing (it may be a damaged secret)."""
+    looks_like_path = len(env) < 512 and not any(c.isspace() or ord(c) < 32 for c in env)
+    return f" ({env})" if looks_like_path else ""
+
+
 def resolve_signer(key: str | None, out: Reporter) -> Signer:
-    """`--key`, then `DGR_SIGNING_KEY` (path or PEM), then the default key (made on first use)."""
-    if key:
+    """`--key`, then `DGR_SIGNING_KEY` (path or PEM), then the default key.
+
+    Exit 2 instead of a throwaway key: an empty `DGR_SIGNING_KEY`, no key under CI, no key
+    without a terminal. The default key is created only interactively, with a warning."""
+    if key is not None:
+        if not key.strip():
+            raise BadInput("--key: empty", hint="pass the path of a private key (PEM)")
         return load_signer(Path(key).expanduser())
-    env = os.environ.get(SIGNING_KEY_ENV, "")
-    if env.strip():
+    if SIGNING_KEY_ENV in os.environ:
+        env = os.environ[SIGNING_KEY_ENV]
+        if not env.strip():
+            raise BadInput(
+                f"{SIGNING_KEY_ENV} is set but empty (a CI secret that is not available here?)",
+                hint=f"set {SIGNING_KEY_ENV} to the key's PEM text or path, unset it to use "
+                "your default key, or pass --no-sign to build without a signed report",
+                details={"variable": SIGNING_KEY_ENV},
+            )
         if PEM_MARKER in env:
             return _private_from_pem(env.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
-        signer = load_signer(Path(env).expanduser())
+        path = Path(env).expanduser()
+        try:
+            is_file = path.is_file()
+        except (OSError, ValueError):
+            is_file = False
+        if not is_file:
+            raise BadInput(
+                f"{SIGNING_KEY_ENV} is neither PEM key text nor the path of a key file"
+                + _env_key_path(env),
+                hint=f"set {SIGNING_KEY_ENV} to the private key's PEM text (as written by "
+                "`dgr-forge keygen`) or to its path",
+                details={"variable": SIGNING_KEY_ENV},
+            )
+        signer = load_signer(path)
         return Signer(signer.key, f"{SIGNING_KEY_ENV}={env}")
     path = default_key_path()
-    if not path.exists():
-        signer = generate(path)
-        out.info(
-            f"created signing key {path} (public key {public_path(path)}, keyid "
-            f"{signer.keyid[:16]}); keep the private file secret"
+    if path.exists():
+        return load_signer(path)
+    how = (
+        f"pass --key PATH, set {SIGNING_KEY_ENV} (PEM text or path), "
+        "or pass --no-sign to build without a signed report"
+    )
+    if in_ci():
+        raise BadInput(
+            "no signing key in CI: refusing to sign with a throwaway key",
+            hint=f"{how}; a fork's pull request has no secrets, so sign only on trusted runs",
+            details={"variable": SIGNING_KEY_ENV},
         )
-        return signer
-    return load_signer(path)
+    if not interactive():
+        raise BadInput(
+            f"no signing key (no --key, no {SIGNING_KEY_ENV}, no default key {path})",
+            hint=f"{how}, or create the default key with `dgr-forge keygen`",
+            details={"variable": SIGNING_KEY_ENV},
+        )
+    signer = generate(path)
+    out.warn(
+        f"created signing key {path} (NEW KEY: public key {public_path(path)}, keyid "
+        f"{signer.keyid[:16]}); reports are signed with it from now on: keep the private "
+        "file secret and give the .pub to whoever verifies your reports"
+    )
+    return signer
 
 
 def resolve_verifier(key: str | None) -> PublicKey:

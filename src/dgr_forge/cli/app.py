@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -20,7 +19,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 import typer
 
 from dgr_forge import __version__
-from dgr_forge.core.errors import ExitCode, ForgeError
+from dgr_forge.cli.failures import as_forge_error, debug_enabled
+from dgr_forge.core.errors import ExitCode, ForgeError, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 
@@ -168,13 +168,13 @@ def run(ctx: typer.Context, command: str, body: Callable[[Env], dict[str, Any] |
         fields = {"error": "interrupted"}
     except OSError as err:
         # a full disk, a vanished or unreadable path: one line naming it, not a traceback
-        code = int(ExitCode.FAILED)
-        where = f": {err.filename}" if err.filename else ""
-        message = f"{err.strerror or err}{where}"
-        if os.environ.get("DGR_DEBUG") == "1":
+        failure = as_forge_error(err) or OperationFailed(str(err))
+        code = int(failure.exit_code)
+        if debug_enabled():
             traceback.print_exc()
-        env.out.error(message)
-        fields = {"error": message, "errno": err.errno}
+        env.out.error(str(failure))
+        fields = {"error": failure.message, "hint": failure.hint, "errno": err.errno}
+        fields |= failure.details
     if opts.json:
         emit_json(command, code, fields)
     raise typer.Exit(code)

@@ -1,4 +1,12 @@
-"""Console entry point: hoist global options, register commands, map usage errors to exit 2."""
+"""Console entry point: hoist global options, register commands, and the error boundary.
+
+Every way out is an exit code and a message, never a traceback: a `ForgeError` as raised;
+a usage error as exit 2; an `OSError` as one ``error:`` line naming the path, with a hint
+(exit 2 when the path is unusable: missing, not a directory, permissions, read-only; exit 1
+when the operation failed: disk full, I/O error); a NUL byte, a `ValueError`, a too-deep
+input (`RecursionError`) as exit 2; a network error as exit 1. ``DGR_DEBUG=1`` adds the
+traceback. Only a genuine bug (any other exception) still prints its traceback.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +22,8 @@ import typer
 from dgr_forge import __version__
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
 from dgr_forge.cli.commands import register_all
-from dgr_forge.core.errors import ExitCode, ForgeError
+from dgr_forge.cli.failures import as_forge_error, debug_enabled
+from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.core.output import Reporter
 
 # Options that belong to the whole tool; accepted anywhere on the command line
@@ -101,6 +110,13 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
             stream.close()
 
 
+def _report(err: ForgeError, command: str, as_json: bool) -> int:
+    Reporter(json_mode=as_json).error(str(err))
+    if as_json:
+        emit_json(command, err.exit_code, {"error": err.message, "hint": err.hint, **err.details})
+    return int(err.exit_code)
+
+
 def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
     """Run the app's Click command `root`; every way out becomes an exit code (and, with
     --json, one JSON object)."""
@@ -115,6 +131,11 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
             emit_json(command, err.exit_code, {"error": err.message, "hint": err.hint})
         return int(err.exit_code)
     except Exception as err:
+        known = as_forge_error(err)
+        if known is not None:
+            if debug_enabled():
+                traceback.print_exc()
+            return _report(known, command, as_json)
         # Usage errors (bad flag, missing argument) carry `show` and `format_message` in
         # every Typer/Click version; match that shape rather than a private class.
         show = getattr(err, "show", None)
@@ -135,6 +156,24 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
         return int(ExitCode.FAILED)
 
 
+def _nul_argument(args: list[str]) -> BadInput | None:
+    """No path or URL may hold a NUL byte (exec cannot pass one; an in-process caller
+    can): refuse it up front, naming the option, before anything is read or created."""
+    for i, arg in enumerate(args):
+        if "\x00" not in arg:
+            continue
+        name = arg.split("=", 1)[0] if arg.startswith("-") else None
+        if name is None and i > 0 and args[i - 1].startswith("-"):
+            name = args[i - 1]
+        where = name or f"argument {i + 1}"
+        return BadInput(
+            f"{where}: the value contains a NUL byte (a control character)",
+            hint="remove the NUL byte: no path, URL or name may contain one",
+            details={"argument": where},
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = hoist_global_options(list(sys.argv[1:] if argv is None else argv))
     register_all()
@@ -144,7 +183,8 @@ def main(argv: list[str] | None = None) -> None:
     command = command_path(args, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):
-        code = _invoke(root, args, command, as_json)
+        nul = _nul_argument(args)
+        code = _report(nul, command, as_json) if nul else _invoke(root, args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
             fields: dict[str, Any] = {}

@@ -15,12 +15,13 @@ import re
 import shutil
 import subprocess
 import sysconfig
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.lanes.recipes import Recipe
 
 SCHEMA = 1
@@ -165,98 +166,60 @@ def install_hint(packages: dict[str, list[str]]) -> str:
 # ----------------------------------------------------------------------------- loading
 
 
-def _fail(shown: str, key: str, problem: str, fix: str) -> BadInput:
-    return BadInput(f"{shown}: {key}: {problem}", hint=fix, details={"file": shown, "key": key})
-
-
-def _strs(shown: str, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(shown, key, "must be an array of strings", 'write ["..."]')
-    return tuple(value)
-
-
-def _str(shown: str, key: str, value: Any, default: str | None = None) -> str | None:
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise _fail(shown, key, "must be a string", "quote the value")
-    return value
-
-
-def _table(shown: str, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:
+def _table(c: Checker, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:
     """A probe's table ([tools.X] or [libraries.X]) holding only the `allowed` keys."""
-    if not isinstance(value, dict):
-        raise _fail(shown, key, "must be a table", f"write [{key}]")
-    bad = sorted(set(value) - allowed)
-    if bad:
-        raise _fail(
-            shown, f"{key}.{bad[0]}", "unknown key", "allowed: " + ", ".join(sorted(allowed))
-        )
-    return value
+    table = c.table(value, key)
+    c.known_keys(table, allowed, key)
+    return table
 
 
-def _packages(shown: str, key: str, value: Any) -> dict[str, tuple[str, ...]]:
-    if not isinstance(value, dict):
-        raise _fail(shown, key, "must be a table", 'write packages = { debian = ["..."] }')
-    return {system: _strs(shown, f"{key}.{system}", names) for system, names in value.items()}
+def _packages(c: Checker, key: str, value: Any) -> dict[str, tuple[str, ...]]:
+    table = c.table(value, key, fix='write packages = { debian = ["..."] }')
+    return {system: c.strings(table, system, key) for system in table}
 
 
 def load_probes(path: Path, shown: str | None = None) -> Probes:
     """Parse probes.toml strictly: unknown keys and wrong types are exit 2."""
-    shown = shown or str(path)
-    try:
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise BadInput(
-            f"{shown}: missing", hint="restore toolchains/probes.toml from the repository"
-        ) from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise _fail(shown, "(syntax)", f"invalid TOML: {err}", "fix the TOML") from None
-    unknown = sorted(set(data) - {"schema", "tools", "libraries"})
-    if unknown:
-        raise _fail(shown, unknown[0], "unknown key", "allowed: schema, tools, libraries")
-    if data.get("schema") != SCHEMA:
-        raise _fail(shown, "schema", f"expected {SCHEMA}", "set schema = 1")
+    c = Checker(shown or str(path))
+    raw, data = c.load(
+        path, what="probes file", hint="restore toolchains/probes.toml from the repository"
+    )
+    c.known_keys(data, {"schema", "tools", "libraries"}, "")
+    c.schema(data, SCHEMA)
 
     tools: dict[str, ToolProbe] = {}
-    for name, t in dict(data.get("tools", {})).items():
+    for name, t in c.table(data.get("tools", {}), "tools").items():
         key = f"tools.{name}"
-        t = _table(shown, key, t, _TOOL_KEYS)
-        path_search = t.get("path_search", True)
-        if not isinstance(path_search, bool):
-            raise _fail(shown, f"{key}.path_search", "must be true or false", "path_search = false")
+        t = _table(c, key, t, _TOOL_KEYS)
         tools[name] = ToolProbe(
             name=name,
-            description=_str(shown, f"{key}.description", t.get("description"), name) or name,
-            executables=_strs(shown, f"{key}.executables", t.get("executables", [])),
-            python_dirs=_strs(shown, f"{key}.python_dirs", t.get("python_dirs", [])),
-            hints=_strs(shown, f"{key}.hints", t.get("hints", [])),
-            path_search=path_search,
-            find_command=_strs(shown, f"{key}.find_command", t.get("find_command", [])),
-            version_args=_strs(shown, f"{key}.version_args", t.get("version_args", ["--version"])),
-            version_regex=_str(shown, f"{key}.version_regex", t.get("version_regex")),
-            host_os=_strs(shown, f"{key}.host_os", t.get("host_os", [])),
-            packages=_packages(shown, f"{key}.packages", t.get("packages", {})),
+            description=c.string(t, "description", key, required=False) or name,
+            executables=c.strings(t, "executables", key),
+            python_dirs=c.strings(t, "python_dirs", key),
+            hints=c.strings(t, "hints", key),
+            path_search=c.boolean(t, "path_search", key, True, fix="path_search = false"),
+            find_command=c.strings(t, "find_command", key),
+            version_args=c.strings(t, "version_args", key, ["--version"]),
+            version_regex=c.string(t, "version_regex", key, required=False),
+            host_os=c.strings(t, "host_os", key),
+            packages=_packages(c, f"{key}.packages", t.get("packages", {})),
         )
         if not tools[name].executables and not tools[name].find_command:
-            raise _fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
+            raise c.fail(key, "needs executables or find_command", 'executables = ["..."]')
     libraries: dict[str, LibraryProbe] = {}
-    for name, lib in dict(data.get("libraries", {})).items():
+    for name, lib in c.table(data.get("libraries", {}), "libraries").items():
         key = f"libraries.{name}"
-        lib = _table(shown, key, lib, _LIB_KEYS)
+        lib = _table(c, key, lib, _LIB_KEYS)
         libraries[name] = LibraryProbe(
             name=name,
-            description=_str(shown, f"{key}.description", lib.get("description"), name) or name,
-            headers=_strs(shown, f"{key}.headers", lib.get("headers", [])),
-            names=_strs(shown, f"{key}.names", lib.get("names", [])),
-            roots=_strs(shown, f"{key}.roots", lib.get("roots", [])),
-            include_dirs=_strs(shown, f"{key}.include_dirs", lib.get("include_dirs", ["include"])),
-            lib_dirs=_strs(shown, f"{key}.lib_dirs", lib.get("lib_dirs", ["lib"])),
-            packages=_packages(shown, f"{key}.packages", lib.get("packages", {})),
+            description=c.string(lib, "description", key, required=False) or name,
+            headers=c.strings(lib, "headers", key),
+            names=c.strings(lib, "names", key),
+            roots=c.strings(lib, "roots", key),
+            include_dirs=c.strings(lib, "include_dirs", key, ["include"]),
+            lib_dirs=c.strings(lib, "lib_dirs", key, ["lib"]),
+            packages=_packages(c, f"{key}.packages", lib.get("packages", {})),
         )
-    from dgr_forge.core.fsutil import sha256_bytes
-
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
 
 

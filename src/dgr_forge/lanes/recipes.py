@@ -35,13 +35,14 @@ make program, compilers and launchers, module path, `DGR_*`) or that load code
 from __future__ import annotations
 
 import re
-import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.tomlcheck import Checker
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -111,75 +112,38 @@ class Recipe:
 
 
 def _fail(shown: str, key: str, problem: str, fix: str) -> BadInput:
-    return BadInput(f"{shown}: {key}: {problem}", hint=fix, details={"file": shown, "key": key})
-
-
-def _strings(shown: str, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise _fail(
-            shown, key, "must be an array of strings", f'write {key.split(".")[-1]} = ["..."]'
-        )
-    return tuple(value)
+    return Checker(shown).fail(key, problem, fix)
 
 
 def load(path: Path, shown: str | None = None) -> Recipe:
     shown = shown or str(path)
+    c = Checker(shown)
     name = path.stem
     if not LANE_NAME.fullmatch(name):
-        raise _fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
-    try:
-        raw = path.read_bytes()
-        data = tomllib.loads(raw.decode("utf-8"))
-    except OSError as err:
-        raise _fail(shown, "(file)", f"cannot read: {err.strerror}", "check the path") from None
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise _fail(
-            shown, "(syntax)", f"invalid TOML: {err}", "fix the TOML at that line"
-        ) from None
+        raise c.fail("(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
+    raw, data = c.load(path, what="recipe", hint="check the path")
 
-    tables: dict[str, dict[str, Any]] = {"": data}
-    for section in ("lane", "cmake", "requires", "ci"):
-        value = data.get(section, {})
-        if not isinstance(value, dict):
-            raise _fail(shown, section, "must be a table", f"write [{section}]")
-        tables[section] = value
-    for section, allowed in _KEYS.items():
-        unknown = sorted(set(tables[section]) - allowed)
-        if unknown:
-            key = f"{section}.{unknown[0]}" if section else unknown[0]
-            raise _fail(shown, key, "unknown key", "allowed: " + ", ".join(sorted(allowed)))
-    if data.get("schema") != SCHEMA:
-        raise _fail(
-            shown, "schema", f"expected {SCHEMA}, got {data.get('schema')!r}", "set schema = 1"
-        )
+    c.known_keys(data, _KEYS[""], "")
+    lane, cmake, requires, ci = (
+        c.section(data, s, _KEYS[s]) for s in ("lane", "cmake", "requires", "ci")
+    )
+    c.schema(data, SCHEMA)
 
-    lane, cmake, requires, ci = (tables[s] for s in ("lane", "cmake", "requires", "ci"))
-    backend = lane.get("backend")
-    if not isinstance(backend, str) or not backend:
-        raise _fail(shown, "lane.backend", "missing or not a string", 'set backend = "CPU"')
-    description = lane.get("description", "")
-    toolchain = lane.get("toolchain")
-    container = ci.get("container")
-    for key, value in (
-        ("lane.description", description),
-        ("lane.toolchain", toolchain),
-        ("ci.container", container),
-    ):
-        if value is not None and not isinstance(value, str):
-            raise _fail(shown, key, "must be a string", "quote the value")
+    backend = c.string(lane, "backend", "lane", nonempty=True, fix='set backend = "CPU"')
+    assert backend is not None
+    description = c.string(lane, "description", "lane", required=False) or ""
+    toolchain = c.string(lane, "toolchain", "lane", required=False)
+    container = c.string(ci, "container", "ci", required=False)
 
     options_raw = cmake.get("options", {})
     if not isinstance(options_raw, dict):
-        raise _fail(
-            shown, "cmake.options", "must be a table", 'write options = { GGML_CUDA = "ON" }'
-        )
+        raise c.fail("cmake.options", "must be a table", 'write options = { GGML_CUDA = "ON" }')
     options: dict[str, str] = {}
     for key, value in options_raw.items():
         if not CMAKE_NAME.fullmatch(key):
-            raise _fail(shown, f"cmake.options.{key}", "not a CMake variable name", "fix the name")
+            raise c.fail(f"cmake.options.{key}", "not a CMake variable name", "fix the name")
         if _FORGE_KEYS.fullmatch(key):
-            raise _fail(
-                shown,
+            raise c.fail(
                 f"cmake.options.{key}",
                 "the forge sets this variable itself (or it loads CMake code); "
                 "a recipe may not override it",
@@ -188,26 +152,22 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         options[key] = _option_value(shown, f"cmake.options.{key}", value)
 
     if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
-        raise _fail(
-            shown,
+        raise c.fail(
             "lane.toolchain",
             f"{toolchain!r} is not a file name in toolchains/ (no path, no '..')",
             'write toolchain = "gcc" for toolchains/gcc.cmake',
         )
-    digest = ci.get("image_digest")
-    if digest is not None and (not isinstance(digest, str) or not IMAGE_DIGEST.fullmatch(digest)):
-        raise _fail(
-            shown,
-            "ci.image_digest",
-            f"{digest!r} is not sha256:<64 hex>",
-            "copy it from the registry",
+    digest = c.string(ci, "image_digest", "ci", required=False)
+    if digest is not None and not IMAGE_DIGEST.fullmatch(digest):
+        raise c.fail(
+            "ci.image_digest", f"{digest!r} is not sha256:<64 hex>", "copy it from the registry"
         )
     if digest is not None and container is None:
-        raise _fail(shown, "ci.image_digest", "without ci.container", "set ci.container too")
+        raise c.fail("ci.image_digest", "without ci.container", "set ci.container too")
     if container is not None and not _CI_WORD.fullmatch(container):
-        raise _fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
-    runs_on = _words(shown, "ci.runs_on", ci.get("runs_on", ["ubuntu-latest"]), _CI_WORD)
-    host_oses = _strings(shown, "lane.host_os", lane.get("host_os", ["linux", "darwin", "windows"]))
+        raise c.fail("ci.container", f"{container!r} is not an image name", "fix it")
+    runs_on = _words(c, ci, "runs_on", ["ubuntu-latest"], _CI_WORD)
+    host_oses = c.strings(lane, "host_os", "lane", ["linux", "darwin", "windows"])
     system = next((o for o in ("linux", "darwin", "windows") if o in host_oses), "linux")
     gitlab_default = GITLAB_DEFAULT_TAGS[system]
 
@@ -216,28 +176,33 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         path=path,
         sha256=sha256_bytes(raw),
         backend=backend,
-        description=description or "",
+        description=description,
         host_os=host_oses,
         toolchain=toolchain,
         cmake_options=options,
-        targets=_strings(shown, "cmake.targets", cmake.get("targets", [])),
-        tools=_strings(shown, "requires.tools", requires.get("tools", [])),
-        libraries=_strings(shown, "requires.libraries", requires.get("libraries", [])),
+        targets=c.strings(cmake, "targets", "cmake"),
+        tools=c.strings(requires, "tools", "requires"),
+        libraries=c.strings(requires, "libraries", "requires"),
         runs_on=runs_on,
         container=container,
         image_digest=digest,
-        gitlab_tags=_words(
-            shown, "ci.gitlab_tags", ci.get("gitlab_tags", list(gitlab_default)), _CI_WORD
-        ),
-        packages=_words(shown, "ci.packages", ci.get("packages", []), APT_PACKAGE),
+        gitlab_tags=_words(c, ci, "gitlab_tags", gitlab_default, _CI_WORD),
+        packages=_words(c, ci, "packages", [], APT_PACKAGE),
     )
 
 
-def _words(shown: str, key: str, value: Any, pattern: re.Pattern[str]) -> tuple[str, ...]:
-    words = _strings(shown, key, value)
+def _words(
+    c: Checker,
+    table: dict[str, Any],
+    key: str,
+    default: Iterable[str],
+    pattern: re.Pattern[str],
+) -> tuple[str, ...]:
+    """`[ci].key`: an array of strings, each one CI word (no spaces, quotes, `$`, ...)."""
+    words = c.strings(table, key, "ci", default)
     for word in words:
         if not pattern.fullmatch(word) or len(word) > 200:
-            raise _fail(shown, key, f"{word!r} is not allowed here", f"match {pattern.pattern}")
+            raise c.fail(f"ci.{key}", f"{word!r} is not allowed here", f"match {pattern.pattern}")
     return words
 
 
@@ -254,7 +219,7 @@ def _option_value(shown: str, key: str, value: Any) -> str:
 def _option_word(shown: str, key: str, value: Any, *, in_list: bool) -> str:
     if isinstance(value, bool):
         return "ON" if value else "OFF"
-    if not isinstance(value, str | int):
+    if type(value) not in (str, int):  # exact: a float is not an option value
         raise _fail(shown, key, "must be a string, integer or boolean", 'e.g. GGML_CUDA = "ON"')
     text = str(value)
     fix = 'one word per value; write a CMake list as a TOML array: KEY = ["a", "b"]'

@@ -8,7 +8,6 @@ into the workspace the same way the upstream is: by exact commit, never a branch
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,8 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.tomlcheck import Checker, shown_value
+from dgr_forge.core.urls import check_url
 
 MANIFEST = "manifests/shard-worker.toml"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -62,39 +63,32 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     manifest = forge.root / MANIFEST
     if not manifest.is_file():
         return None
-    try:
-        data = tomllib.loads(manifest.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
-        raise _fail("(syntax)", f"invalid TOML: {err}", "fix the TOML") from None
-    unknown = sorted(set(data) - {"schema", "worker"})
-    if unknown:
-        raise _fail(unknown[0], "unknown key", "allowed: schema, worker")
-    if data.get("schema") != 1:
-        raise _fail("schema", f"expected 1, got {data.get('schema')!r}", "set schema = 1")
-    table = data.get("worker", {})
-    if not isinstance(table, dict):
-        raise _fail("worker", "must be a table", "write [worker]")
-    unknown = sorted(set(table) - {"path", "url", "commit"})
-    if unknown:
-        raise _fail(f"worker.{unknown[0]}", "unknown key", "allowed: path, or url + commit")
-    raw_path, url, commit = table.get("path"), table.get("url"), table.get("commit")
+    c = Checker(MANIFEST)
+    _, data = c.load(manifest, what="worker manifest", hint="restore it or remove it")
+    c.known_keys(data, {"schema", "worker"}, "")
+    c.schema(data, 1)
+    table = c.section(data, "worker", {"path", "url", "commit"})
+    raw_path = c.string(table, "path", "worker", required=False, fix='path = "worker"')
+    url = c.string(table, "url", "worker", required=False, fix="quote the URL")
+    commit = table.get("commit")
     if raw_path is not None and url is not None:
         raise _fail("worker", "both path and url given", "keep one of them")
     if raw_path is not None:
-        if not isinstance(raw_path, str) or not raw_path:
+        if not raw_path:
             raise _fail("worker.path", "must be a non-empty string", 'path = "worker"')
         full = (forge.root / raw_path).resolve()
         _check_dir(full, raw_path)
         return WorkerSpec(location=raw_path, source_dir=full)
     if url is not None:
-        if not isinstance(url, str) or not url:
+        if not url:
             raise _fail("worker.url", "must be a non-empty string", "quote the URL")
         if not isinstance(commit, str) or not HEX40.fullmatch(commit):
             raise _fail(
                 "worker.commit",
-                f"{commit!r} is not an exact 40-hex commit",
+                f"{shown_value(commit)} is not an exact 40-hex commit",
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
             )
+        check_url(url, f"{MANIFEST}: [worker] url")  # data, never a git option
         return WorkerSpec(
             location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
         )

@@ -29,9 +29,9 @@ import tomli_w
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.fsutil import read_input
+from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
-from dgr_forge.upstream.manifest import HEX40, HEX64, NAME, _Checker
+from dgr_forge.upstream.manifest import HEX40, HEX64, NAME
 
 SCHEMA = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
@@ -133,7 +133,7 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
     if root is not None:
         with contextlib.suppress(ValueError, OSError):
             shown = str(path.resolve().relative_to(root.resolve()))
-    raw = read_input(
+    raw = read_bytes(
         path,
         what="model manifest",
         shown=shown,
@@ -146,7 +146,7 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
 def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
-    c = _Checker(path or Path(shown), shown)
+    c = Checker(shown)
     data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
@@ -188,7 +188,7 @@ def loads(
     )
 
 
-def _file_entry(c: _Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFile:
+def _file_entry(c: Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFile:
     where = f"files[{i}]"
     entry = c.table(item, where)
     c.known_keys(entry, _FILE_KEYS, where)
@@ -209,10 +209,10 @@ def _file_entry(c: _Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFi
     if "size" not in entry:
         raise c.fail(f"{where}.size", "missing", "add size = <bytes> (`stat -c %s FILE`)")
     size = entry["size"]
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    if type(size) is not int or size < 0:  # exact type: `true` and `1.0` are not sizes
         raise c.fail(
             f"{where}.size",
-            f"{size!r} is not a non-negative integer number of bytes",
+            f"{shown_value(size)} is not a non-negative integer number of bytes",
             "set it to the file's exact size in bytes (`stat -c %s FILE`)",
         )
     sha = c.string(entry, "sha256", where)
@@ -236,7 +236,7 @@ def _file_entry(c: _Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFi
     return ModelFile(name=name, size=size, sha256=sha, url=url)
 
 
-def _check_split_sets(c: _Checker, files: list[ModelFile]) -> None:
+def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
     """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core.errors import BadInput
-from dgr_forge.core.fsutil import read_input
+from dgr_forge.core.tomlcheck import Checker, shown_value
+from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -62,67 +61,8 @@ class UpstreamManifest:
         return hashlib.sha256(lines.encode()).hexdigest()
 
 
-class _Checker:
-    """Collects the file name so every error says where it is."""
-
-    def __init__(self, path: Path, shown: str) -> None:
-        self.path = path
-        self.shown = shown
-
-    def fail(self, key: str, problem: str, fix: str) -> BadInput:
-        return BadInput(
-            f"{self.shown}: {key}: {problem}", hint=fix, details={"file": self.shown, "key": key}
-        )
-
-    def parse(self, raw: bytes) -> dict[str, Any]:
-        """TOML bytes to a dict; bad encoding or syntax is a BadInput naming the line."""
-        try:
-            return tomllib.loads(raw.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise self.fail(
-                "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
-            ) from None
-        except tomllib.TOMLDecodeError as err:
-            raise self.fail(
-                "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
-            ) from None
-
-    def schema(self, data: dict[str, Any], expected: int) -> None:
-        schema = data.get("schema")
-        if schema != expected or isinstance(schema, bool):  # True == 1, but is not a schema
-            raise self.fail(
-                "schema", f"expected {expected}, got {schema!r}", f"set schema = {expected}"
-            )
-
-    def table(self, data: Any, key: str) -> dict[str, Any]:
-        if not isinstance(data, dict):
-            raise self.fail(key, f"must be a table, got {type(data).__name__}", f"write [{key}]")
-        return data
-
-    def known_keys(self, data: dict[str, Any], allowed: set[str], where: str) -> None:
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            prefix = f"{where}." if where else ""
-            raise self.fail(
-                f"{prefix}{unknown[0]}",
-                "unknown key",
-                f"remove it; allowed keys{' in ' + where if where else ''}: "
-                + ", ".join(sorted(allowed)),
-            )
-
-    def string(
-        self, data: dict[str, Any], key: str, where: str, required: bool = True
-    ) -> str | None:
-        if key not in data:
-            if required:
-                raise self.fail(f"{where}.{key}", "missing", f'add {key} = "..." under [{where}]')
-            return None
-        value = data[key]
-        if not isinstance(value, str):
-            raise self.fail(
-                f"{where}.{key}", f"must be a string, got {type(value).__name__}", "quote the value"
-            )
-        return value
+class _Checker(Checker):
+    """The shared schema reader plus the manifest's git object ids."""
 
     def object_id(self, data: dict[str, Any], key: str, where: str, required: bool) -> str | None:
         value = self.string(data, key, where, required)
@@ -131,7 +71,7 @@ class _Checker:
         if not HEX40.fullmatch(value):
             what = "commit" if key == "commit" else "tree"
             looks_like_ref = not re.fullmatch(r"[0-9a-fA-F]*", value)
-            problem = f"{value!r} is not a full 40-hex {what} id"
+            problem = f"{shown_value(value)} is not a full 40-hex {what} id"
             if looks_like_ref and key == "commit":
                 problem += " (branch and tag names are refused: a pin must not move)"
             fix = (
@@ -154,14 +94,12 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         shown = str(path)
-    c = _Checker(path, shown)
-    raw = read_input(
+    c = _Checker(shown)
+    _, data = c.load(
         path,
         what="manifest",
-        shown=shown,
         hint="create it (see README, 'The manifest') or pass --root to the right checkout",
     )
-    data = c.parse(raw)
 
     c.known_keys(data, _TOP_KEYS, "")
     c.schema(data, SCHEMA)
@@ -173,7 +111,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     if not NAME.fullmatch(name):
         raise c.fail(
             "upstream.name",
-            f"{name!r} is not a plain directory name",
+            f"{shown_value(name)} is not a plain directory name",
             "use letters, digits, '.', '_' or '-', e.g. \"llama.cpp\"",
         )
     url = c.string(upstream, "url", "upstream")
@@ -189,7 +127,11 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     dir_rel = c.string(patches, "dir", "patches", required=False) or f"patches/{name}"
     patches_dir = (root / dir_rel).resolve()
     if Path(dir_rel).is_absolute() or not patches_dir.is_relative_to(root.resolve()):
-        raise c.fail("patches.dir", f"{dir_rel!r} is outside the forge root", "use a relative path")
+        raise c.fail(
+            "patches.dir",
+            f"{shown_value(dir_rel)} is outside the forge root",
+            "use a relative path",
+        )
     if patches_dir.parent != root.resolve() / "patches" and pending(patches_dir):
         recover(root, pdir=patches_dir)  # a series kept elsewhere: finish its write, reread
         return load(path, root)
@@ -208,7 +150,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         if not m:
             raise c.fail(
                 f"{where}.file",
-                f"{file!r} is not named NNNN-<slug>.patch",
+                f"{shown_value(file)} is not named NNNN-<slug>.patch",
                 "run `dgr-forge export` to regenerate canonical names",
             )
         sha = c.string(entry, "sha256", where)
@@ -216,7 +158,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         if not HEX64.fullmatch(sha):
             raise c.fail(
                 f"{where}.sha256",
-                f"{sha!r} is not a 64-hex sha256",
+                f"{shown_value(sha)} is not a 64-hex sha256",
                 f"set it to `sha256sum {dir_rel}/{file}` (or run `dgr-forge export`)",
             )
         step_tree = c.object_id(entry, "tree", where, required=False)
@@ -239,6 +181,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     result_tree = c.object_id(result, "tree", "patches.result", required=False)
 
     _check_files_on_disk(c, patches_dir, dir_rel, series)
+    check_url(url, f"{shown}: [upstream] url")  # data, never a git option
     return UpstreamManifest(
         path=path,
         name=name,

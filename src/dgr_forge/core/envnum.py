@@ -1,0 +1,51 @@
+"""Numbers read from environment variables: finite, in range, or exit 2 naming the variable.
+
+``float("nan")`` and ``float("inf")`` parse, and a NaN compares false with everything, so a
+plain ``float(os.environ[...])`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever" and
+``DGR_ARTIFACTS_TRIES=inf`` into a loop that never gives up. Every numeric setting goes
+through `env_number` instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import overload
+
+from dgr_forge.core.errors import BadInput
+
+MAX_TEXT = 64  # a number is short; anything longer is not one (and is not echoed whole)
+
+
+@overload
+def env_number(name: str, default: int, minimum: int, maximum: int) -> int: ...
+@overload
+def env_number(name: str, default: float, minimum: float, maximum: float) -> float: ...
+
+
+def env_number(name: str, default: float, minimum: float, maximum: float) -> float:
+    """`$name` as a number in [minimum, maximum], `default` when unset or empty.
+
+    An int `default` asks for a whole number (``3``, not ``2.5``). Not a number, NaN,
+    infinite or out of range: BadInput (exit 2) naming the variable and the range."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    whole = isinstance(default, int)
+    kind = "a whole number" if whole else "a number"
+    shown = raw if len(raw) <= MAX_TEXT else raw[:MAX_TEXT] + "..."
+    hint = f"set {name} to {kind} from {minimum} to {maximum}, or unset it (default {default})"
+    value: float | None
+    try:
+        value = int(raw) if whole else float(raw)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value):
+        raise BadInput(f"{name}={shown!r} is not {kind}", hint=hint, details={"variable": name})
+    if not minimum <= value <= maximum:
+        raise BadInput(
+            f"{name}={shown!r} is out of range ({minimum} to {maximum})",
+            hint=hint,
+            details={"variable": name},
+        )
+    return value
