@@ -33,7 +33,13 @@ def test_presets_print_mirrors_recipes(tmp_path: Path, upstream: Upstream) -> No
 
 def test_presets_write_root_file(tmp_path: Path, upstream: Upstream) -> None:
     root = make_patched_root(tmp_path / "forge", upstream)
+    # no worker and no upstream tree yet: nowhere `cmake --preset` would work (issue 13 #9)
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
+    assert res.code == 2, res
+    assert "dgr-forge patch" in res.stderr
+    assert not (root / "CMakeUserPresets.json").exists()
+    # --out still writes exactly where asked
+    res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu", "--out", str(root))
     assert res.code == 0, res
     path = root / "CMakeUserPresets.json"
     assert res.json["path"] == str(path)
@@ -77,3 +83,18 @@ def test_ide_preset_builds_the_same_tree(tmp_path: Path, upstream: Upstream) -> 
     again = run_forge("--root", str(root), "--json", "build", "--worker", str(worker), "--no-sign")
     assert again.code == 0, again
     assert again.json["lanes"][0]["configured"] is False
+
+
+def test_presets_refuse_to_write_through_a_planted_symlink(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "CMakeUserPresets.json").symlink_to(victim)
+    res = run_forge("--root", str(root), "presets", "--lane", "cpu", "--out", str(out))
+    assert res.code == 2, res
+    assert "symlink" in res.stderr and "Traceback" not in res.stderr
+    assert victim.read_text() == "keep\n"

@@ -102,9 +102,13 @@ def test_statement_is_slsa_provenance_with_every_input(forge: Forge, report: Pat
         "digest": {"sha256": sha256_file(patch)},
     }
     worker = next(d for d in deps if d.get("name") == "worker")
-    assert worker["digest"]["gitCommit"] and worker["annotations"] == {"dirty": False}
+    assert worker["digest"]["gitCommit"]
+    # issue 13 #6: an RFC 3986 URI; the placeholder location goes to the annotations
+    assert worker["uri"] == "file:///dgr/root/worker"
+    assert worker["annotations"] == {"dirty": False, "location": "${DGR_ROOT}/worker"}
     cc = next(d for d in deps if d.get("name") == "c-compiler")
-    assert cc["annotations"]["version"] and cc["annotations"]["path"]
+    # no machine path: the compiler is named by a package URL with its exact version
+    assert cc["annotations"]["version"] and cc["uri"].startswith("pkg:generic/c-compiler@")
     run = st["predicate"]["runDetails"]
     assert run["builder"]["id"] == provenance.BUILDER_LOCAL
     meta = run["metadata"]
@@ -445,16 +449,16 @@ def test_worker_descriptor_for_paths_and_urls(forge: Forge) -> None:
     commit = "c" * 40
     assert worker_dep(WorkerSource("worker", commit, True)) == {
         "name": "worker",
-        "uri": "${DGR_ROOT}/worker",
+        "uri": "file:///dgr/root/worker",  # RFC 3986 (issue 13 #6), as the prefix maps name it
         "digest": {"gitCommit": commit},
-        "annotations": {"dirty": True},
+        "annotations": {"dirty": True, "location": "${DGR_ROOT}/worker"},
     }
     url = "https://example.invalid/dgr-shard-worker.git"
     assert worker_dep(WorkerSource(url, commit, False))["uri"] == f"git+{url}@{commit}"
     plain = worker_dep(WorkerSource("/opt/src/worker", None, False))
     assert plain == {
         "name": "worker",
-        "uri": "file:///opt/src/worker",
-        "annotations": {"dirty": False},
+        "uri": "file:///dgr/worker",  # no absolute machine path (issue 13 #6)
+        "annotations": {"dirty": False, "location": "${DGR_WORKER}"},
     }
     assert worker_dep(None) is None

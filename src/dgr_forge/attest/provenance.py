@@ -15,15 +15,18 @@ Choices this project documents (README, "Signed reports"):
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.urls import mask
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -42,21 +45,23 @@ def rfc3339(moment: datetime) -> str:
 
 
 class _Paths:
-    """Rewrites absolute workspace/root paths into portable `${DGR_…}` forms."""
+    """Rewrites absolute workspace/root paths (and tool paths) into `${NAME}` placeholders."""
 
-    def __init__(self, forge: Forge) -> None:
-        # longest prefix first: the default workspace lies inside the root
+    def __init__(self, forge: Forge, extra: dict[str, str] | None = None) -> None:
         pairs = [(forge.workspace.resolve(), WORKSPACE_VAR), (forge.root.resolve(), ROOT_VAR)]
         pairs += [(forge.workspace, WORKSPACE_VAR), (forge.root, ROOT_VAR)]
-        self._pairs = sorted(
-            {(str(p), v) for p, v in pairs}, key=lambda pv: len(pv[0]), reverse=True
-        )
+        found = {(str(p), v) for p, v in pairs}
+        found |= {(p, v) for p, v in (extra or {}).items() if p and p != "/"}
+        # longest prefix first: the default workspace lies inside the root
+        ordered = sorted(found, key=lambda pv: len(pv[0]), reverse=True)
+        self._subs = [
+            (re.compile(re.escape(p) + r"(?=$|[/=;:\s\"'])"), v.replace("\\", "\\\\"))
+            for p, v in ordered
+        ]
 
     def text(self, value: str) -> str:
-        for prefix, var in self._pairs:
-            value = value.replace(prefix + os.sep, var + "/")
-            if value == prefix or value.endswith("=" + prefix):
-                value = value[: len(value) - len(prefix)] + var
+        for pattern, var in self._subs:
+            value = pattern.sub(var, value)
         return value
 
 
@@ -92,16 +97,28 @@ def builder() -> dict[str, Any]:
     return {"id": BUILDER_LOCAL, "version": version}
 
 
-def _tool(tool: Tool, paths: _Paths) -> dict[str, Any]:
-    desc: dict[str, Any] = {"name": tool.name}
-    annotations = {"version": tool.version, "path": paths.text(tool.path)}
+def purl(name: str, version: str) -> str:
+    """A tool as a package URL (an RFC 3986 URI): `pkg:generic/<name>@<version>`."""
+    return f"pkg:generic/{quote(name, safe='')}" + (
+        f"@{quote(version, safe='')}" if version else ""
+    )
+
+
+def _tool(tool: Tool) -> dict[str, Any]:
+    desc: dict[str, Any] = {"name": tool.name, "uri": purl(tool.name, tool.version)}
     exe = Path(tool.path)
-    if exe.is_absolute():
-        desc["uri"] = "file://" + paths.text(exe.as_posix())
-        if exe.is_file() and os.access(exe, os.R_OK):
-            desc["digest"] = {"sha256": sha256_file(exe.resolve())}
-    desc["annotations"] = annotations
+    if exe.is_absolute() and exe.is_file() and os.access(exe, os.R_OK):
+        desc["digest"] = {"sha256": sha256_file(exe.resolve())}
+    desc["annotations"] = {"version": tool.version}
     return desc
+
+
+def git_uri(location: str, commit: str | None) -> str:
+    """`git+<url>@<commit>` for a URL; a local path becomes a `file:` URL first."""
+    url = mask(location)
+    if url.startswith("/"):
+        url = Path(url).as_uri()
+    return f"git+{url}@{commit}" if commit else url
 
 
 def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
@@ -109,17 +126,48 @@ def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
     if w is None:
         return None
     is_url = "://" in w.location or w.location.startswith("git@")
+    annotations: dict[str, Any] = {"dirty": w.dirty}
     if is_url:
-        uri = f"git+{w.location}@{w.commit}" if w.commit else w.location
+        uri = git_uri(w.location, w.commit)
     else:
-        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w)
-        path = w.location if Path(w.location).is_absolute() else f"{ROOT_VAR}/{w.location}"
-        path = paths.text(path)
-        uri = path if path.startswith("${") else "file://" + path
+        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w);
+        # the URI names it as the prefix maps do (/dgr/root/..., /dgr/worker), never by
+        # the machine's path, which becomes a placeholder annotation
+        rel = Path(w.location)
+        location = paths.text(w.location) if rel.is_absolute() else f"{ROOT_VAR}/{w.location}"
+        mapped = "/dgr/worker"  # a path outside root and workspace (as the prefix maps)
+        for var, name in ((ROOT_VAR, "/dgr/root"), (WORKSPACE_VAR, "/dgr/workspace")):
+            if location.startswith(var + "/"):
+                mapped = name + location[len(var) :]
+        if not location.startswith("${"):
+            location = "${DGR_WORKER}"
+        uri = "file://" + quote(mapped)
+        annotations["location"] = location
     desc: dict[str, Any] = {"name": "worker", "uri": uri}
     if w.commit:
         desc["digest"] = {"gitCommit": w.commit}
-    desc["annotations"] = {"dirty": w.dirty}
+    desc["annotations"] = annotations
+    return desc
+
+
+def container_image() -> dict[str, Any] | None:
+    """The CI container image the build ran in, when the environment says so."""
+    ref = os.environ.get("DGR_CONTAINER_IMAGE") or os.environ.get("CI_JOB_IMAGE") or ""
+    if not ref or any(c.isspace() or ord(c) < 32 for c in ref) or len(ref) > 512:
+        return None
+    name, _, digest = ref.partition("@")
+    digest = digest or os.environ.get("DGR_CONTAINER_DIGEST", "")
+    tag = ""
+    if ":" in name.rsplit("/", 1)[-1]:
+        name, _, tag = name.rpartition(":")
+    desc: dict[str, Any] = {
+        "name": "container-image",
+        "uri": "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
+        "annotations": {"image": mask(ref)},
+    }
+    algo, _, value = digest.partition(":")
+    if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value):
+        desc["digest"] = {"sha256": value}
     return desc
 
 
@@ -137,19 +185,23 @@ def statement(
     forge: Forge, build: LaneBuild, *, invocation_id: str | None = None
 ) -> dict[str, Any]:
     """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
-    paths = _Paths(forge)
-    subjects = [
-        {
-            "name": workspace_relative(forge, a.path),
-            "digest": {"sha256": a.sha256},
-            "annotations": {"target": a.name, "kind": a.kind},
-        }
-        for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path))
-    ]
+    paths = _Paths(forge, build.placeholders)
+    subjects = []
+    for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path)):
+        notes: dict[str, Any] = {"target": a.name, "kind": a.kind}
+        if a.aliases:
+            notes["aliases"] = list(a.aliases)
+        subjects.append(
+            {
+                "name": workspace_relative(forge, a.path),
+                "digest": {"sha256": a.sha256},
+                "annotations": notes,
+            }
+        )
     worker = _worker(build, paths)
     upstream = {
         "name": build.upstream_name,
-        "uri": f"git+{build.upstream_url}@{build.upstream_commit}",
+        "uri": git_uri(build.upstream_url, build.upstream_commit),
         "digest": {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree},
         "annotations": {"resultTree": build.result_tree, "seriesDigest": build.series_digest},
     }
@@ -157,7 +209,14 @@ def statement(
     resolved = [upstream, *patches]
     if worker is not None:
         resolved.append(worker)
-    resolved += [_tool(t, paths) for t in build.tools]
+    if build.toolchain_file and build.toolchain_sha256:
+        resolved.append(
+            {"name": build.toolchain_file, "digest": {"sha256": build.toolchain_sha256}}
+        )
+    resolved += [_tool(t) for t in build.tools]
+    image = container_image()
+    if image is not None:
+        resolved.append(image)
 
     byproducts = [
         b
@@ -181,14 +240,18 @@ def statement(
                     "worker": None
                     if build.worker is None
                     else {
-                        "location": paths.text(build.worker.location),
+                        "location": paths.text(mask(build.worker.location)),
                         "commit": build.worker.commit,
                     },
                 },
                 "internalParameters": {
                     "cmakeArgs": [paths.text(a) for a in build.cmake_args],
-                    "compilerLauncher": build.compiler_launcher,
+                    "compilerLauncher": paths.text(build.compiler_launcher)
+                    if build.compiler_launcher
+                    else None,
+                    "compilerCache": build.cache,
                     "SOURCE_DATE_EPOCH": build.source_date_epoch,
+                    "reproducible": build.reproducible,
                 },
                 "resolvedDependencies": resolved,
             },

@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Artifact:
     name: str  # CMake target name
     kind: str  # File API type: EXECUTABLE, SHARED_LIBRARY, STATIC_LIBRARY, MODULE_LIBRARY
-    path: Path  # absolute path on disk
+    path: Path  # absolute path on disk (the real file, never a symlink)
     sha256: str
+    aliases: tuple[str, ...] = ()  # symlink names pointing at it (libfoo.so -> libfoo.so.1)
 
 
 @dataclass(frozen=True)
@@ -64,3 +66,10 @@ class LaneBuild:
     started_on: datetime
     finished_on: datetime
     artifacts: list[Artifact] = field(default_factory=list)
+    toolchain_file: str | None = None  # relative to the forge root
+    toolchain_sha256: str | None = None
+    cache: dict[str, Any] | None = None  # CacheSetup.record(): tool, version, backend, mode
+    # absolute machine paths -> named placeholders (tools, an outside worker), so the
+    # statement never carries a path of the building machine
+    placeholders: dict[str, str] = field(default_factory=dict)
+    reproducible: bool = True  # False: the lane cannot promise identical bytes elsewhere

@@ -308,3 +308,50 @@ def latest_report(forge: Forge, lane: str) -> Path | None:
         if parsed and parsed[0] == lane:
             candidates.append((parsed[1], path.stat().st_mtime, path))
     return max(candidates)[2] if candidates else None
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+@dataclass
+class Comparison:
+    a: Verification
+    b: Verification
+    differences: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def identical(self) -> bool:
+        return self.a.ok and self.b.ok and not self.differences
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "identical": self.identical,
+            "a": self.a.as_dict(),
+            "b": self.b.as_dict(),
+            "differences": self.differences,
+        }
+
+
+def subject_digests(v: Verification) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for s in (v.report.statement or {}).get("subject") or []:
+        name, digest = _get(s, "name"), _get(s, "digest", "sha256")
+        if isinstance(name, str) and isinstance(digest, str):
+            found[name] = digest
+    return found
+
+
+def compare_reports(a: Path, b: Path, key: PublicKey | None) -> Comparison:
+    """Verify both reports, then compare their subjects by name and sha256: the proof that
+    two builds of a lane (two runners, two workspaces, cache on and off) gave one output."""
+    c = Comparison(verify_report(a, key), verify_report(b, key))
+    sa, sb = subject_digests(c.a), subject_digests(c.b)
+    for name in sorted(set(sa) | set(sb)):
+        if sa.get(name) != sb.get(name):
+            status = (
+                "changed" if name in sa and name in sb else ("only_a" if name in sa else "only_b")
+            )
+            c.differences.append(
+                {"name": name, "status": status, "a": sa.get(name), "b": sb.get(name)}
+            )
+    return c

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -36,10 +37,19 @@ def build(
     offline: Annotated[
         bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
     ] = False,
+    cache: Annotated[
+        str | None,
+        typer.Option("--cache", help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE)."),
+    ] = None,
+    cache_mode: Annotated[
+        str | None,
+        typer.Option("--cache-mode", help="Cache mode: rw|ro (or DGR_CACHE_MODE)."),
+    ] = None,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.core.errors import ExitCode
         from dgr_forge.lanes import build as build_mod
 
         opts = build_mod.BuildOptions(
@@ -50,8 +60,22 @@ def build(
             sign=not no_sign,
             mirror=mirror,
             offline=offline,
+            cache=cache or os.environ.get("DGR_CACHE") or "auto",
+            cache_mode=cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw",
+            cache_source="--cache" if cache is not None else "DGR_CACHE",
+            cache_mode_source="--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
         )
-        return build_mod.build(env.forge, env.out, opts)
+        result = build_mod.build(env.forge, env.out, opts)
+        payload: dict[str, Any] = {
+            "upstream": result.upstream,
+            "worker": result.worker,
+            "lanes": [r.as_dict() for r in result.lanes],
+        }
+        failed = result.failed
+        if failed is not None:
+            payload["exit_code"] = ExitCode.FAILED
+            payload["error"] = f"{failed.lane} lane build failed; log: {failed.log}"
+        return payload
 
     run(ctx, "build", body)
 
@@ -169,7 +193,10 @@ def presets(
     ] = False,
     out_path: Annotated[
         Path | None,
-        typer.Option("--out", help="Where to write (default ROOT/CMakeUserPresets.json)."),
+        typer.Option(
+            "--out",
+            help="Where to write (default: the worker's directory, else the upstream tree).",
+        ),
     ] = None,
 ) -> None:
     """CMakeUserPresets.json with a configure + build preset per lane."""
@@ -177,13 +204,14 @@ def presets(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.lanes import presets as presets_mod
 
-        data = presets_mod.render(env.forge, list(lane or []), worker)
+        cache = os.environ.get("DGR_CACHE") or "auto"
+        data = presets_mod.render(env.forge, list(lane or []), worker, cache)
         names = [p["name"] for p in data["configurePresets"]]
         if print_:
             if not env.options.json:
                 typer.echo(json.dumps(data, indent=2))
             return {"path": None, "presets": names, "content": data}
-        path = presets_mod.write(env.forge, data, out_path)
+        path = presets_mod.write(env.forge, data, out_path, worker)
         env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
         return {"path": str(path), "presets": names}
 

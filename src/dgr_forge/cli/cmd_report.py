@@ -134,6 +134,41 @@ def verify(
     run(ctx, "report verify", body)
 
 
+@report_app.command("compare")
+def compare(
+    ctx: typer.Context,
+    a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
+    b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
+    key: Annotated[
+        str | None,
+        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
+    ] = None,
+) -> None:
+    """Verify two reports and compare their subjects; exit 1 listing any difference."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.attest import keys
+        from dgr_forge.attest import reports as reports_mod
+
+        signed = any(bool(reports_mod.load(r).envelope.signatures) for r in (a, b))
+        public = keys.resolve_verifier(key) if signed or key else None
+        c = reports_mod.compare_reports(a, b, public)
+        for name, v in (("A", c.a), ("B", c.b)):
+            for failure in v.failures:
+                env.out.error(f"{name} {v.report.path}: {failure}")
+        for d in c.differences:
+            env.out.info(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
+        if not c.identical:
+            what = "differ" if c.a.ok and c.b.ok else "do not both verify"
+            env.out.info(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
+            return {"exit_code": ExitCode.FAILED, **c.as_dict()}
+        count = len(reports_mod.subject_digests(c.a))
+        env.out.info(f"{a} and {b}: identical subjects ({count} artifact(s))")
+        return c.as_dict()
+
+    run(ctx, "report compare", body)
+
+
 @app.command("certify")
 def certify_command(
     ctx: typer.Context,

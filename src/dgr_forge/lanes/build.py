@@ -1,41 +1,51 @@
 """`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane.
 
 For each lane: refuse before creating anything when the host lacks what the recipe
-needs; otherwise make sure the upstream is patched, configure with Ninja (a CMake File
-API query first), build, find artifacts through the File API reply, hash them and hand a
-`LaneBuild` to the report writer.
+needs; otherwise plan the lane (`lanes.plan`), make sure the upstream is patched and
+clean, configure with Ninja (a CMake File API query first), build, find artifacts through
+the File API reply, hash them and hand a `LaneBuild` to the report writer.
 
-Incremental: a digest of everything configure depends on is kept per lane in
-`<workspace>/state.json`. When it matches (and the patched tree is where we left it),
-fetch, patch and configure are skipped and only Ninja runs; when Ninja then has no work,
-the last report is reused (nothing is re-signed).
+Incremental, but never at the cost of truth: a digest of everything configure depends on
+is kept per lane in `<workspace>/state.json`. When it matches (and the patched tree is
+where we left it, with nothing untracked or modified), fetch, patch and configure are
+skipped and only Ninja runs. The last report is handed back only when Ninja had no work,
+the last build completed, every subject still re-hashes to its digest, every byproduct
+too, and it was signed by the key asked for now; a changed artifact is removed so Ninja
+rebuilds it, and a new report is written.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from dgr_forge import __version__
-from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
-from dgr_forge.core import gitutil
-from dgr_forge.core.errors import BadInput
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_json, sha256_file, write_json
+from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.lanes import cmake_api, worker
+from dgr_forge.core.urls import mask
+from dgr_forge.lanes import cache as cache_mod
+from dgr_forge.lanes import logs, options, worker
+from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
-from dgr_forge.lanes.recipes import Recipe, load_all, select
+from dgr_forge.lanes.plan import (
+    LanePlan,
+    configure_args,
+    inputs_digest,
+    plan_lane,
+    refuse_unbuildable,
+)
+from dgr_forge.lanes.recipes import load_all, select
+from dgr_forge.lanes.signing import SigningKey
+from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
+from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.manifest import load as load_manifest
 from dgr_forge.upstream.workspace import refuse_during_rebase
@@ -43,12 +53,8 @@ from dgr_forge.upstream.workspace import refuse_during_rebase
 if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree
 
-STATE_SCHEMA = 1
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
-# extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
-# uses exactly the binary `doctor` found
-COMPILER_VARS = {"nvcc": "CMAKE_CUDA_COMPILER", "hip-clang": "CMAKE_HIP_COMPILER"}
 
 
 @dataclass
@@ -60,6 +66,11 @@ class BuildOptions:
     sign: bool = True
     mirror: str | None = None
     offline: bool = False
+    cache: str = "auto"  # auto | ccache | sccache | off
+    cache_mode: str = "rw"  # rw | ro
+    # where each came from, for messages: the option, or DGR_CACHE / DGR_CACHE_MODE
+    cache_source: str = "--cache"
+    cache_mode_source: str = "--cache-mode"
 
 
 @dataclass
@@ -72,10 +83,13 @@ class LaneResult:
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     report: str | None = None
     report_reused: bool = False
-    log: str = ""
+    log: str = ""  # logs/build-<lane>.log, the link to the latest log
+    log_file: str = ""  # this build's own log
     build_dir: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     error_lines: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)  # artifacts found changed on disk
+    cache: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,192 +102,24 @@ class LaneResult:
             "report": self.report,
             "report_reused": self.report_reused,
             "log": self.log,
+            "log_file": self.log_file,
             "build_dir": self.build_dir,
+            "cache": self.cache,
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
+            **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
             **({"error_lines": self.error_lines} if self.error_lines else {}),
         }
 
 
-# ----------------------------------------------------------------------------- state.json
-
-
-def load_state(forge: Forge) -> dict[str, Any]:
-    """The per-lane build state (never authoritative: a missing or bad file is empty)."""
-    try:
-        data = read_json(forge.state_file)
-    except (OSError, ValueError):
-        return {"schema": STATE_SCHEMA, "lanes": {}}
-    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
-        return {"schema": STATE_SCHEMA, "lanes": {}}
-    data.setdefault("lanes", {})
-    return data
-
-
-def save_lane_state(forge: Forge, lane: str, entry: dict[str, Any]) -> None:
-    state = load_state(forge)  # re-read: another lane of this run may have written
-    state["lanes"][lane] = entry
-    write_json(forge.state_file, state)
-
-
-# ----------------------------------------------------------------------------- reports
-
-
-def write_report(
-    forge: Forge, record: LaneBuild, key: str | None, sign: bool, out: Reporter
-) -> Path:
-    # imported here: a no-op rebuild never signs, so it never pays for the crypto imports
-    from dgr_forge.attest import keys, reports
-
-    signer = keys.resolve_signer(key, out) if sign else None
-    return reports.write_report(forge, record, signer, out)
-
-
-# ----------------------------------------------------------------------------- planning
-
-
 @dataclass
-class LanePlan:
-    recipe: Recipe
-    toolchain_file: Path | None
-    build_dir: Path
-    log_file: Path
-    cmake: str
-    ninja: str
-    launcher: str | None
-    compiler_args: list[str]  # -DCMAKE_CUDA_COMPILER=... from probes
-    # every tool the recipe requires, where this host has it: a compiler that moved
-    # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
-    tool_paths: dict[str, str] = field(default_factory=dict)
+class BuildResult:
+    upstream: dict[str, Any]
+    worker: str | None
+    lanes: list[LaneResult]
 
-
-def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
-    if recipe.toolchain is None:
-        return None
-    path = forge.toolchains_dir / f"{recipe.toolchain}.cmake"
-    if not path.is_file():
-        raise BadInput(
-            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(path)} does not exist",
-            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
-            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
-        )
-    return path
-
-
-def refuse_unbuildable(checks: list[LaneCheck]) -> None:
-    """Exit 2 naming everything missing, before anything is created."""
-    bad = [c for c in checks if not c.buildable]
-    if not bad:
-        return
-    lines = []
-    for check in bad:
-        lines.append(f"{check.lane} lane cannot build on this host: {check.summary()}")
-        lines += [f"  {line}" for line in check.reasons()]
-    raise BadInput(
-        "\n".join(lines),
-        hint="install what is listed (see `dgr-forge doctor`), or build another --lane",
-        details={"lanes": {c.lane: c.as_dict() for c in bad}},
-    )
-
-
-def configure_args(
-    forge: Forge,
-    m: UpstreamManifest,
-    plan: LanePlan,
-    spec: worker.WorkerSpec | None,
-    upstream_dir: Path,
-) -> list[str]:
-    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
-    source = spec.source_dir if spec else upstream_dir
-    args = ["-G", "Ninja", "-S", str(source), "-B", str(plan.build_dir)]
-    args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
-    if plan.toolchain_file:
-        args.append(f"-DCMAKE_TOOLCHAIN_FILE={plan.toolchain_file}")
-    args.append("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
-    if plan.launcher:
-        languages = ["C", "CXX"]
-        if "GGML_CUDA" in plan.recipe.cmake_options:
-            languages.append("CUDA")
-        if "GGML_HIP" in plan.recipe.cmake_options:
-            languages.append("HIP")
-        args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
-    args += plan.compiler_args
-    args += plan.recipe.cmake_args()
-    if spec is not None:
-        args += [
-            f"-DDGR_UPSTREAM_SOURCE_DIR={upstream_dir}",
-            f"-DCMAKE_MODULE_PATH={forge.cmake_dir}",
-            f"-DDGR_LANE={plan.recipe.name}",
-            f"-DDGR_UPSTREAM_NAME={m.name}",
-            f"-DDGR_UPSTREAM_COMMIT={m.commit}",
-            f"-DDGR_SERIES_DIGEST={m.series_digest}",
-            f"-DDGR_PATCH_COUNT={len(m.series)}",
-            f"-DDGR_FORGE_VERSION={__version__}",
-        ]
-    return args
-
-
-def _file_digest(path: Path | None) -> str | None:
-    return sha256_file(path) if path and path.is_file() else None
-
-
-def inputs_digest(
-    forge: Forge,
-    m: UpstreamManifest,
-    plan: LanePlan,
-    spec: worker.WorkerSpec | None,
-    args: list[str],
-) -> str:
-    """Everything configure depends on; a change means reconfigure (worker *sources* are
-    Ninja's business, only the worker's identity counts here)."""
-    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
-    data = {
-        "forge": __version__,
-        "manifest": _file_digest(m.path),
-        "series": m.series_digest,
-        "recipe": plan.recipe.sha256,
-        "toolchain": _file_digest(plan.toolchain_file),
-        "cmake_modules": {p.name: sha256_file(p) for p in modules},
-        "worker": spec.identity if spec else None,
-        "cmake": plan.cmake,
-        "tools": plan.tool_paths,
-        "args": args,
-    }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-# ----------------------------------------------------------------------------- running
-
-
-def _run_logged(
-    cmd: list[str],
-    log: Any,
-    env: dict[str, str],
-    on_line: Callable[[str], None] | None = None,
-) -> tuple[int, list[str]]:
-    """Run, teeing stdout+stderr into the log; returns (exit code, all lines)."""
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    lines: list[str] = []
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        text=True,
-        errors="replace",
-        bufsize=1,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        log.write(line)
-        stripped = line.rstrip("\n")
-        lines.append(stripped)
-        if on_line:
-            on_line(stripped)
-    code = proc.wait()
-    log.flush()
-    return code, lines
+    @property
+    def failed(self) -> LaneResult | None:
+        return next((r for r in self.lanes if r.status == "failed"), None)
 
 
 def error_lines(lines: list[str], limit: int = 40) -> list[str]:
@@ -291,185 +137,275 @@ def source_date_epoch(src: Path, commit: str) -> int:
     return int(gitutil.out(src, "show", "-s", "--format=%ct", commit))
 
 
-# ----------------------------------------------------------------------------- the command
+def _changes(src: Path) -> list[str]:
+    """Tracked edits and untracked files git does not ignore (porcelain v1 lines)."""
+    proc = gitutil.git(
+        src,
+        "status",
+        "--porcelain",
+        "--untracked-files=all",
+        "--ignore-submodules",
+        env={"GIT_OPTIONAL_LOCKS": "0"},  # a no-op build must not even refresh the index
+    )
+    return [line for line in proc.stdout.splitlines() if line]
 
 
-def build(forge: Forge, out: Reporter, opts: BuildOptions) -> dict[str, Any]:
-    m = load_manifest(forge.upstream_manifest, forge.root)
-    recipes = load_all(forge.recipes_dir, forge.root)
-    selected = select(recipes, opts.lanes or ["cpu"])
-    if opts.jobs is not None and opts.jobs < 1:
-        raise BadInput(f"--jobs {opts.jobs}: must be 1 or more", hint="e.g. --jobs 2")
-    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
+def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
+    """Exit 3: the tree built must be exactly the tree pinned (nothing untracked either)."""
+    changes = _changes(src)
+    if not changes:
+        return
+    shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
+    raise NeedsHuman(
+        f"{forge.rel(src)}: the {what} tree has untracked or modified files, which a build "
+        f"would compile and attest: {', '.join(shown)}",
+        hint=f"remove them (git -C {forge.rel(src)} status), or commit them as a patch and "
+        "`dgr-forge export`; a file a tool writes there belongs in .git/info/exclude",
+        details={"tree": str(src), "changes": changes},
+    )
 
-    # Everything that can refuse does so here, before the workspace is touched.
-    checks = [doctor.check_lane(r) for r in selected]
-    refuse_unbuildable(checks)
-    for name in ("cmake", "ninja"):
-        if not doctor.tool(name).found:
-            refuse_unbuildable(
-                [
-                    LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
-                    for r in selected
-                ]
+
+class BuildContext:
+    """What every lane of one `build` shares: inputs, host, key, the patched tree."""
+
+    def __init__(
+        self, forge: Forge, m: UpstreamManifest, out: Reporter, opts: BuildOptions, doctor: Doctor
+    ) -> None:
+        self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
+        self.signing = SigningKey(opts.key, opts.sign, out)
+        self.patched: PatchedTree | None = None
+
+    def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
+        if self.patched is None:
+            if spec is not None:
+                worker.ensure_worker(spec, self.out, offline=self.opts.offline)
+            from dgr_forge.upstream.patches import ensure_patched  # not on the no-op path
+
+            self.patched = ensure_patched(
+                self.forge, self.m, self.out, mirror=self.opts.mirror, offline=self.opts.offline
             )
-    spec = worker.resolve(forge, opts.worker)
-    launcher = doctor.launcher()
-    plans = []
-    for recipe in selected:
-        compiler_args = [
-            f"-D{var}={doctor.tool(tool).path}"
-            for tool, var in COMPILER_VARS.items()
-            if tool in recipe.tools
-        ]
-        plans.append(
-            LanePlan(
-                recipe=recipe,
-                toolchain_file=toolchain_file(forge, recipe),
-                build_dir=forge.build_dir(recipe.name),
-                log_file=forge.logs_dir / f"build-{recipe.name}.log",
-                cmake=str(doctor.tool("cmake").path),
-                ninja=str(doctor.tool("ninja").path),
-                launcher=launcher.path if launcher else None,
-                compiler_args=compiler_args,
-                tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
-            )
+            refuse_unclean(self.patched.src_dir, "upstream", self.forge)
+            if spec is not None and spec.url is not None:
+                refuse_unclean(spec.source_dir, "worker", self.forge)
+        return self.patched
+
+
+class LaneBuilder:
+    """One lane: configure (when its inputs changed), compile, collect (report)."""
+
+    def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
+        self.ctx, self.plan = ctx, plan
+        self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
+        self.state = lane_state(self.forge, plan.lane)
+        self.args = configure_args(self.forge, self.m, plan)
+        self.digest = inputs_digest(self.forge, self.m, plan, self.args)
+        self.result = LaneResult(
+            lane=plan.lane,
+            status="failed",
+            log=str(plan.log_link),
+            build_dir=str(plan.build_dir),
+            cache=plan.cache.record(),
+        )
+        self.started = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.head = ""
+        self.epoch = 0
+        self.log_path = plan.log_link
+        self.lines: list[str] = []
+
+    # -- decisions
+
+    def _configured(self) -> bool:
+        st, plan = self.state, self.plan
+        up = plan.upstream_dir
+        return bool(
+            st.inputs_digest == self.digest
+            and (plan.build_dir / "CMakeCache.txt").is_file()
+            and (plan.build_dir / "build.ninja").is_file()
+            and st.head_commit
+            and st.source_date_epoch is not None
+            and (up / ".git").exists()
+            and gitutil.rev_parse(up, "HEAD") == st.head_commit
+            # edits or untracked files: ensure_patched decides (it refuses); a report
+            # must never claim the patched tree while Ninja compiles something else
+            and not _changes(up)
+            and not (plan.spec and plan.spec.url and _changes(plan.spec.source_dir))
         )
 
-    results: list[LaneResult] = []
-    with workspace_lock(forge, out):
-        refuse_during_rebase(forge)
-        patched: PatchedTree | None = None
-        upstream_dir = forge.src_dir(m.name)
-        for plan in plans:
-            state = load_state(forge)["lanes"].get(plan.recipe.name, {})
-            args = configure_args(forge, m, plan, spec, upstream_dir)
-            digest = inputs_digest(forge, m, plan, spec, args)
-            up_to_date = (
-                state.get("inputs_digest") == digest
-                and (plan.build_dir / "CMakeCache.txt").is_file()
-                and (plan.build_dir / "build.ninja").is_file()
-                and state.get("head_commit")
-                and (upstream_dir / ".git").exists()
-                and gitutil.rev_parse(upstream_dir, "HEAD") == state.get("head_commit")
-                # local edits to tracked upstream files: ensure_patched decides (it refuses
-                # to build them silently); a report must never claim the patched tree
-                # while Ninja compiles something else
-                and not gitutil.git(
-                    upstream_dir, "status", "--porcelain", "--untracked-files=no"
-                ).stdout.strip()
-            )
-            result = LaneResult(
-                lane=plan.recipe.name,
-                status="failed",
-                log=str(plan.log_file),
-                build_dir=str(plan.build_dir),
-            )
-            results.append(result)
-            started = datetime.now(UTC)
-            t0 = time.monotonic()
-            if not up_to_date and patched is None:
-                t = time.monotonic()
-                if spec is not None:
-                    worker.ensure_worker(spec, out, offline=opts.offline)
-                from dgr_forge.upstream.patches import (
-                    ensure_patched,  # not needed on the no-op path
-                )
+    def _key_matches(self, last: LastBuild) -> str | None:
+        """The key's fingerprint when the last report was signed by the key asked for
+        now (or unsigned when --no-sign is asked), else None. A bad key raises (exit 2)."""
+        signing = self.ctx.signing
+        fp = signing.fingerprint()
+        if fp is not None and fp == last.signer_fingerprint:
+            return fp
+        keyid = signing.keyid()  # the full load: refuses a missing or garbage key
+        return fp if keyid == last.signed_by and fp is not None else None
 
-                patched = ensure_patched(forge, m, out, mirror=opts.mirror, offline=opts.offline)
-                result.patched = patched.changed
-                result.timings["patch"] = time.monotonic() - t
-            head = patched.head_commit if patched else str(state.get("head_commit"))
-            ok = _build_lane(
-                forge,
-                m,
-                out,
-                opts,
-                plan,
-                spec,
-                args,
-                digest,
-                head,
-                bool(up_to_date),
-                state,
-                result,
-                doctor,
-                started,
-                t0,
-            )
-            if not ok:
-                break
-    failed = [r for r in results if r.status == "failed"]
-    payload: dict[str, Any] = {
-        "upstream": {"name": m.name, "commit": m.commit, "series_digest": m.series_digest},
-        "worker": spec.location if spec else None,
-        "lanes": [r.as_dict() for r in results],
-    }
-    if failed:
-        payload["exit_code"] = 1
-        payload["error"] = f"{failed[0].lane} lane build failed; log: {failed[0].log}"
-    return payload
+    def _changed_subjects(self, last: LastBuild | None) -> list[Path]:
+        """Recorded subjects whose bytes are no longer what the report says.
 
+        A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
+        recorded when it last hashed true, and that record is not racy (taken more than
+        `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
+        can set back: the check git's index makes, so a no-op build with hundreds of MB
+        of artifacts stays cheap."""
+        if last is None:
+            return []
+        changed = []
+        for art in last.artifacts:
+            path = Path(art.get("path", ""))
+            taken = time.time_ns()
+            try:
+                st = os.stat(path)
+            except OSError:
+                changed.append(path)
+                continue
+            seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+            rec = last.subject_stats.get(str(path))
+            if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
+                continue
+            if sha256_file(path) != art.get("sha256"):
+                changed.append(path)
+            else:
+                last.subject_stats[str(path)] = [*seen, taken]
+        return changed
 
-def _build_lane(
-    forge: Forge,
-    m: UpstreamManifest,
-    out: Reporter,
-    opts: BuildOptions,
-    plan: LanePlan,
-    spec: worker.WorkerSpec | None,
-    args: list[str],
-    digest: str,
-    head: str,
-    up_to_date: bool,
-    state: dict[str, Any],
-    result: LaneResult,
-    doctor: Doctor,
-    started: datetime,
-    t0: float,
-) -> bool:
-    lane = plan.recipe.name
-    upstream_dir = forge.src_dir(m.name)
-    env = dict(os.environ)
-    env["SOURCE_DATE_EPOCH"] = str(
-        state.get("source_date_epoch") if up_to_date else source_date_epoch(upstream_dir, m.commit)
-    )
-    env["NINJA_STATUS"] = "[%f/%t] "
-    env.setdefault("CLICOLOR_FORCE", "0")
-    plan.log_file.parent.mkdir(parents=True, exist_ok=True)
-    entry: dict[str, Any] = dict(state)
-    with plan.log_file.open("w", encoding="utf-8") as log:
+    def _report_true(self, last: LastBuild) -> bool:
+        """The report file and every byproduct it names are still the bytes recorded."""
+        named = {last.report or "": last.report_sha256 or "", **last.byproducts}
+        for path, digest in named.items():
+            p = Path(path)
+            if not digest or not p.is_file() or sha256_file(p) != digest:
+                return False
+        return True
+
+    # -- the run
+
+    def run(self) -> LaneResult:
+        plan, ctx, st = self.plan, self.ctx, self.state
+        up_to_date = self._configured()
+        last = st.last_build if st.last_build and st.last_build.result == "ok" else None
+        interrupted = st.in_progress is not None
+        fp: str | None = None
+        if up_to_date and last and not interrupted:
+            fp = self._key_matches(last)
+        else:
+            ctx.signing.signer()  # a bad key refuses before anything is built
         if not up_to_date:
-            out.step(f"{lane}: configure ({'worker ' + spec.location if spec else m.name})")
             t = time.monotonic()
-            cmake_api.write_query(plan.build_dir)
-            full = (
-                [plan.cmake, *args, f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [plan.cmake, *args]
-            )
-            if (plan.build_dir / "CMakeCache.txt").exists():
-                full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
-            code, lines = _run_logged(full, log, env)
-            result.timings["configure"] = time.monotonic() - t
-            result.configured = True
-            if code != 0:
-                entry.pop("inputs_digest", None)
-                return _fail(forge, out, plan, result, lines, entry, started, "configure")
-            entry.update(
-                inputs_digest=digest,
-                head_commit=head,
-                source_date_epoch=int(env["SOURCE_DATE_EPOCH"]),
-                configured_at=datetime.now(UTC).isoformat(),
-            )
-            save_lane_state(forge, lane, entry)
+            patched = ctx.ensure_patched(plan.spec)
+            self.result.patched = patched.changed
+            self.result.timings["patch"] = time.monotonic() - t
+            self.head = patched.head_commit
+            self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
+            # recipes mean what they say, on the tree about to be configured
+            options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, self.m.commit)
+        else:
+            self.head = str(st.head_commit)
+            self.epoch = int(st.source_date_epoch or 0)
+        changed = self._changed_subjects(last) if up_to_date else []
+        for path in changed:
+            # restore truth: Ninja relinks what is missing, whatever touched it
+            self.out.warn(f"{plan.lane}: {self.forge.rel(path)} changed on disk; rebuilding it")
+            path.unlink(missing_ok=True)
+        self.result.rebuilt = [str(p) for p in changed]
 
-        out.step(f"{lane}: build")
+        st.in_progress = "configure" if not up_to_date else "build"
+        save_lane_state(self.forge, plan.lane, st)
+        self.log_path = logs.new_log(plan.logs_dir, plan.lane)
+        self.result.log_file = str(self.log_path)
+        env = self._env()
+        with self.log_path.open("w", encoding="utf-8") as log:
+            logs.point_link(plan.log_link, self.log_path)
+            if not up_to_date and not self.configure(log, env):
+                return self.result
+            no_work = self.compile(log, env)
+            if no_work is None:
+                return self.result
+        fault.point("build.linked", plan.lane)
+
+        reuse = (
+            up_to_date
+            and no_work
+            and last is not None
+            and not interrupted
+            and not changed
+            and fp is not None
+            and self._report_true(last)
+        )
+        if reuse and last is not None:
+            return self._reuse(last)
+        return self.collect(changed)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.plan.cache.env)
+        env["SOURCE_DATE_EPOCH"] = str(self.epoch)
+        env["NINJA_STATUS"] = "[%f/%t] "
+        env.setdefault("CLICOLOR_FORCE", "0")
+        return env
+
+    def configure(self, log: IO[str], env: dict[str, str]) -> bool:
+        plan, lane = self.plan, self.plan.lane
+        shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
+        self.out.step(f"{lane}: configure ({shown})")
+        t = time.monotonic()
+        from dgr_forge.lanes import cmake_api
+
+        cmake_api.write_query(plan.build_dir)
+        full = [plan.cmake, *self.args, *self._head_arg()]
+        if (plan.build_dir / "CMakeCache.txt").exists():
+            full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
+        code, lines = logs.run_logged(full, log, env)
+        self.result.timings["configure"] = time.monotonic() - t
+        self.result.configured = True
+        st = self.state
+        st.inputs_digest = None
+        if code != 0:
+            return self.fail("configure", lines)
+        unused = self._recipe_unused(options.unused_variables(lines))
+        if unused:
+            self._mark_failed("configure")  # not configured: the next run re-checks
+            raise BadInput(
+                f"{lane}: CMake did not use recipe option(s) {', '.join(unused)}: "
+                "the project never reads them, so they would change nothing",
+                hint=f"remove them from {self.forge.rel(plan.recipe.path)}, or fix their names",
+                details={"lane": lane, "unused": unused, "log": str(self.log_path)},
+            )
+        st.inputs_digest = self.digest
+        st.head_commit = self.head
+        st.source_date_epoch = self.epoch
+        st.configured_at = datetime.now(UTC).isoformat()
+        save_lane_state(self.forge, lane, st)
+        return True
+
+    def _head_arg(self) -> list[str]:
+        return [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
+
+    def _recipe_unused(self, names: list[str]) -> list[str]:
+        own = set(self.plan.recipe.cmake_options)
+        for name in names:
+            if name not in own:
+                self.out.warn(f"{self.plan.lane}: CMake did not use {name} (set by the forge)")
+        return [n for n in names if n in own]
+
+    def _refuse_undeclared(self) -> None:
+        options.refuse_undeclared(
+            self.forge, self.plan.recipe, self.plan.upstream_dir, self.m.commit
+        )
+
+    def compile(self, log: IO[str], env: dict[str, str]) -> bool | None:
+        """Run Ninja; True when it had no work, None when it failed."""
+        plan, lane = self.plan, self.plan.lane
+        self.out.step(f"{lane}: build")
         t = time.monotonic()
         cmd = [plan.ninja, "-C", str(plan.build_dir)]
-        if opts.jobs:
-            cmd += ["-j", str(opts.jobs)]
+        if self.ctx.opts.jobs:
+            cmd += ["-j", str(self.ctx.opts.jobs)]
         cmd += list(plan.recipe.targets)
         steps = [0]
-        with out.progress() as sink:
+        with self.out.progress() as sink:
             task = sink.add(f"{lane}: compile", total=None)
 
             def on_line(line: str) -> None:
@@ -479,130 +415,154 @@ def _build_lane(
                     steps[0] = done
                     sink.update(task, done, total, f"{lane}: {match.group(3)[:60]}")
 
-            code, lines = _run_logged(cmd, log, env, on_line)
-        result.timings["build"] = time.monotonic() - t
-        result.ninja_steps = steps[0]
+            code, lines = logs.run_logged(cmd, log, env, on_line)
+        self.result.timings["build"] = time.monotonic() - t
+        self.result.ninja_steps = steps[0]
         if code != 0:
-            return _fail(forge, out, plan, result, lines, entry, started, "build")
-        no_work = any(line.strip() == NO_WORK for line in lines)
+            self.fail("build", lines)
+            return None
+        return any(line.strip() == NO_WORK for line in lines)
 
-    last = entry.get("last_build") or {}
-    reuse = (
-        up_to_date
-        and no_work
-        and last.get("result") == "ok"
-        and last.get("report")
-        and Path(last["report"]).is_file()
-    )
-    if reuse:
-        result.status = "up-to-date"
-        result.report = last["report"]
-        result.report_reused = True
-        result.artifacts = list(last.get("artifacts", []))
-        out.info(f"{lane}: up to date (report {forge.rel(Path(last['report']))})")
-        result.timings["total"] = time.monotonic() - t0
-        return True
+    def _reuse(self, last: LastBuild) -> LaneResult:
+        r, st = self.result, self.state
+        r.status, r.report, r.report_reused = "up-to-date", last.report, True
+        r.artifacts = list(last.artifacts)
+        st.in_progress = None
+        save_lane_state(self.forge, self.plan.lane, st)
+        shown = self.forge.rel(Path(str(last.report)))
+        self.out.info(f"{self.plan.lane}: up to date (report {shown})")
+        logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
+        r.timings["total"] = time.monotonic() - self.t0
+        return r
 
-    t = time.monotonic()
-    reply = cmake_api.read_reply(plan.build_dir)
-    found = cmake_api.shipped_artifacts(reply, plan.recipe.targets)
-    artifacts = [
-        Artifact(name=target.name, kind=target.kind, path=path, sha256=sha256_file(path))
-        for target, path in found
-    ]
-    record = LaneBuild(
-        lane=lane,
-        recipe_file=forge.rel(plan.recipe.path),
-        recipe_sha256=plan.recipe.sha256,
-        manifest_file=forge.rel(m.path),
-        manifest_sha256=sha256_file(m.path),
-        upstream_name=m.name,
-        upstream_url=m.url,
-        upstream_commit=m.commit,
-        upstream_tree=m.tree or gitutil.tree_of(upstream_dir, m.commit),
-        patches=[
-            PatchInput(file=f"{m.patches_dir_rel}/{e.file}", sha256=e.sha256) for e in m.series
-        ],
-        series_digest=m.series_digest,
-        result_tree=gitutil.tree_of(upstream_dir, head),
-        worker=worker.describe(spec) if spec else None,
-        tools=_tools(reply, doctor, plan),
-        cmake_args=[plan.cmake, *args, *([f"-DDGR_UPSTREAM_HEAD={head}"] if spec else [])],
-        compiler_launcher=plan.launcher,
-        source_date_epoch=int(env["SOURCE_DATE_EPOCH"]),
-        build_dir=plan.build_dir,
-        log_file=plan.log_file,
-        cmake_cache=plan.build_dir / "CMakeCache.txt",
-        started_on=started,
-        finished_on=datetime.now(UTC),
-        artifacts=artifacts,
-    )
-    report = write_report(forge, record, opts.key, opts.sign, out)
-    result.timings["report"] = time.monotonic() - t
-    result.status = "built"
-    result.report = str(report)
-    result.artifacts = [
-        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
-    ]
-    entry["last_build"] = {
-        "time": record.finished_on.isoformat(),
-        "result": "ok",
-        "report": str(report),
-        "log": str(plan.log_file),
-        "artifacts": result.artifacts,
-    }
-    save_lane_state(forge, lane, entry)
-    for a in artifacts:
-        out.info(f"  {a.kind.lower():15} {forge.rel(a.path)}  sha256:{a.sha256[:16]}")
-    out.info(f"{lane}: built; report {forge.rel(report)}")
-    result.timings["total"] = time.monotonic() - t0
-    return True
+    def collect(self, changed: list[Path]) -> LaneResult:
+        from dgr_forge.lanes import cmake_api
 
-
-def _fail(
-    forge: Forge,
-    out: Reporter,
-    plan: LanePlan,
-    result: LaneResult,
-    lines: list[str],
-    entry: dict[str, Any],
-    started: datetime,
-    phase: str,
-) -> bool:
-    lane = plan.recipe.name
-    result.status = "failed"
-    result.error_lines = error_lines(lines)
-    out.error(f"{lane}: {phase} failed")
-    for line in result.error_lines:
-        out.info(f"  {line}")
-    out.info(f"full log: {plan.log_file}")
-    entry["last_build"] = {
-        **(entry.get("last_build") or {}),
-        "time": datetime.now(UTC).isoformat(),
-        "result": "failed",
-        "phase": phase,
-        "log": str(plan.log_file),
-    }
-    save_lane_state(forge, lane, entry)
-    return False
-
-
-def _tools(reply: cmake_api.Reply, doctor: Doctor, plan: LanePlan) -> list[Tool]:
-    """Toolchain versions: compilers from the File API, the rest from the probes."""
-    tools = [Tool("cmake", plan.cmake, reply.cmake_version)]
-    tools.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
-    for comp in reply.compilers:
-        tools.append(
-            Tool(
-                f"{comp.language.lower()}-compiler", comp.path, f"{comp.id} {comp.version}".strip()
+        plan, lane, r = self.plan, self.plan.lane, self.result
+        t = time.monotonic()
+        reply = cmake_api.read_reply(plan.build_dir)
+        artifacts, stats = collect_artifacts(reply, plan.recipe.targets)
+        gone = [p for p in changed if not p.is_file()]
+        if gone:
+            self._mark_failed("report")
+            raise OperationFailed(
+                f"{lane}: {', '.join(self.forge.rel(p) for p in gone)} changed on disk and "
+                "Ninja did not rebuild it: no report can say what it is",
+                hint=f"delete {self.forge.rel(plan.build_dir)} and build again",
+                details={"lane": lane, "artifacts": [str(p) for p in gone]},
             )
+        record = make_record(self, reply, artifacts)
+        from dgr_forge.attest import reports
+
+        signer = self.ctx.signing.signer()
+        report = reports.write_report(self.forge, record, signer, self.out)
+        r.timings["report"] = time.monotonic() - t
+        r.status, r.report = "built", str(report)
+        r.artifacts = [
+            {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256}
+            for a in artifacts
+        ]
+        st = self.state
+        st.in_progress = None
+        st.last_build = LastBuild(
+            time=record.finished_on.isoformat(),
+            result="ok",
+            log=str(plan.log_link),
+            log_file=str(self.log_path),
+            report=str(report),
+            report_sha256=sha256_file(report),
+            signed_by=signer.keyid if signer else None,
+            signer_fingerprint=self.ctx.signing.fingerprint(),
+            artifacts=r.artifacts,
+            subject_stats=stats,
+            byproducts={
+                str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
+            },
         )
-    known = {t.path for t in tools}
-    for name in plan.recipe.tools:
-        probe = doctor.tool(name)
-        if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
-            tools.append(Tool(name, probe.path, doctor.version(name) or ""))
-    if plan.launcher:
-        name = Path(plan.launcher).name
-        tools.append(Tool(name, plan.launcher, doctor.version(name) or ""))
-    return tools
+        save_lane_state(self.forge, lane, st)
+        logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
+        for a in artifacts:
+            self.out.info(f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}")
+        self.out.info(f"{lane}: built; report {self.forge.rel(report)}")
+        r.timings["total"] = time.monotonic() - self.t0
+        return r
+
+    def _mark_failed(self, phase: str) -> None:
+        st = self.state
+        previous = st.last_build
+        st.last_build = LastBuild(
+            time=datetime.now(UTC).isoformat(),
+            result="failed",
+            phase=phase,
+            log=str(self.plan.log_link),
+            log_file=str(self.log_path),
+            report=previous.report if previous else None,
+        )
+        st.in_progress = None
+        save_lane_state(self.forge, self.plan.lane, st)
+
+    def fail(self, phase: str, lines: list[str]) -> bool:
+        r = self.result
+        r.status = "failed"
+        r.error_lines = error_lines(lines)
+        self.out.error(f"{self.plan.lane}: {phase} failed")
+        for line in r.error_lines:
+            self.out.info(f"  {line}")
+        self.out.info(f"full log: {self.plan.log_link}")
+        self._mark_failed(phase)
+        r.timings["total"] = time.monotonic() - self.t0
+        return False
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
+    if opts.jobs is not None and not 1 <= opts.jobs <= 4096:
+        raise BadInput(f"--jobs {opts.jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
+    if opts.cache not in cache_mod.CHOICES:
+        raise BadInput(
+            f"{opts.cache_source} {opts.cache!r}: not a cache choice",
+            hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
+        )
+    if opts.cache_mode not in cache_mod.MODES:
+        raise BadInput(
+            f"{opts.cache_mode_source} {opts.cache_mode!r}: not a cache mode",
+            hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
+        )
+    m = load_manifest(forge.upstream_manifest, forge.root)
+    recipes = load_all(forge.recipes_dir, forge.root)
+    selected = select(recipes, opts.lanes or ["cpu"])
+    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
+
+    # Everything that can refuse does so here, before the workspace is touched.
+    refuse_unbuildable([doctor.check_lane(r) for r in selected])
+    for name in ("cmake", "ninja"):
+        if not doctor.tool(name).found:
+            refuse_unbuildable(
+                [
+                    LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
+                    for r in selected
+                ]
+            )
+    spec = worker.resolve(forge, opts.worker)
+    cache = cache_mod.select(
+        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root
+    )
+    plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
+
+    results: list[LaneResult] = []
+    with workspace_lock(forge, out):
+        refuse_during_rebase(forge)
+        ctx = BuildContext(forge, m, out, opts, doctor)
+        for plan in plans:
+            builder = LaneBuilder(ctx, plan)
+            results.append(builder.result)
+            builder.run()
+            if builder.result.status == "failed":
+                break
+    return BuildResult(
+        upstream={"name": m.name, "commit": m.commit, "series_digest": m.series_digest},
+        worker=mask(spec.location) if spec else None,
+        lanes=results,
+    )

@@ -7,9 +7,9 @@ from typing import Any
 from dgr_forge.attest.certify import certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
-from dgr_forge.lanes.build import load_state
 from dgr_forge.lanes.doctor import Doctor, load_probes
 from dgr_forge.lanes.recipes import load_all
+from dgr_forge.lanes.state import load_state
 from dgr_forge.upstream.manifest import load as load_manifest
 
 

@@ -1,5 +1,12 @@
 """CMakeUserPresets.json: one configure + build preset per lane, so IDEs build what the
-forge builds (same source, build directory, toolchain file and cache variables)."""
+forge builds (same source, build directory, toolchain file and cache variables: the lane
+plan from `lanes.plan`, the one `build` runs).
+
+The file goes where `cmake --preset dgr-<lane>` finds a CMakeLists.txt next to it: the
+worker's directory when one is configured, else the patched upstream tree, where it is
+listed in the repository's `.git/info/exclude` so `patch` and `build` still see a clean
+tree.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import worker
-from dgr_forge.lanes.build import COMPILER_VARS, LanePlan, configure_args, toolchain_file
 from dgr_forge.lanes.doctor import Doctor, load_probes
+from dgr_forge.lanes.plan import configure_args, plan_lane
 from dgr_forge.lanes.recipes import load_all, select
 from dgr_forge.upstream.manifest import load as load_manifest
 
@@ -29,30 +39,23 @@ def _cache_variables(args: list[str]) -> dict[str, str]:
     return out
 
 
-def render(forge: Forge, lanes: list[str], worker_dir: Path | None) -> dict[str, Any]:
+def render(
+    forge: Forge, lanes: list[str], worker_dir: Path | None, cache: str = "auto"
+) -> dict[str, Any]:
     m = load_manifest(forge.upstream_manifest, forge.root)
     recipes = select(load_all(forge.recipes_dir, forge.root), lanes)
     doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
     spec = worker.resolve(forge, worker_dir)
-    launcher = doctor.launcher()
+    choice = cache if cache in cache_mod.CHOICES else "auto"
+    try:
+        setup = cache_mod.select(doctor, choice, "rw", workspace=forge.workspace, root=forge.root)
+    except BadInput:
+        setup = cache_mod.OFF  # a tool named but missing: presets still render
     configure: list[dict[str, Any]] = []
     build: list[dict[str, Any]] = []
     for recipe in recipes:
-        plan = LanePlan(
-            recipe=recipe,
-            toolchain_file=toolchain_file(forge, recipe),
-            build_dir=forge.build_dir(recipe.name),
-            log_file=forge.logs_dir / f"build-{recipe.name}.log",
-            cmake=str(doctor.tool("cmake").path or "cmake"),
-            ninja=str(doctor.tool("ninja").path or "ninja"),
-            launcher=launcher.path if launcher else None,
-            compiler_args=[
-                f"-D{var}={doctor.tool(tool).path}"
-                for tool, var in COMPILER_VARS.items()
-                if tool in recipe.tools and doctor.tool(tool).found
-            ],
-        )
-        args = configure_args(forge, m, plan, spec, forge.src_dir(m.name))
+        plan = plan_lane(forge, m, recipe, doctor, spec, setup)
+        args = configure_args(forge, m, plan)
         preset: dict[str, Any] = {
             "name": f"dgr-{recipe.name}",
             "displayName": f"dgr-forge {recipe.name} ({recipe.backend})",
@@ -81,9 +84,45 @@ def render(forge: Forge, lanes: list[str], worker_dir: Path | None) -> dict[str,
     }
 
 
-def write(forge: Forge, presets: dict[str, Any], dest: Path | None) -> Path:
-    path = dest or forge.root / FILE_NAME
+def default_dest(forge: Forge, worker_dir: Path | None) -> Path:
+    """The worker's directory when one is configured, else the upstream tree."""
+    spec = worker.resolve(forge, worker_dir)
+    if spec is not None:
+        return spec.source_dir
+    m = load_manifest(forge.upstream_manifest, forge.root)
+    src = forge.src_dir(m.name)
+    if not (src / "CMakeLists.txt").is_file():
+        raise BadInput(
+            f"{forge.rel(src)}: no upstream tree to write {FILE_NAME} into",
+            hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
+        )
+    return src
+
+
+def exclude_from_git(path: Path) -> None:
+    """List `path` in its repository's `.git/info/exclude` (once), so `git status`, `patch`
+    and `build` do not count a file the forge wrote as a local change."""
+    top = gitutil.git(path.parent, "rev-parse", "--show-toplevel", check=False)
+    if top.returncode != 0:
+        return
+    root = Path(top.stdout.strip())
+    common = gitutil.git(root, "rev-parse", "--git-common-dir").stdout.strip()
+    exclude = (root / common) / "info" / "exclude"
+    rel = "/" + path.resolve().relative_to(root.resolve()).as_posix()
+    lines = exclude.read_text(encoding="utf-8").splitlines() if exclude.is_file() else []
+    if rel not in lines:
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(exclude, "\n".join([*lines, rel]) + "\n")
+
+
+def write(
+    forge: Forge, presets: dict[str, Any], dest: Path | None, worker_dir: Path | None
+) -> Path:
+    path = dest or default_dest(forge, worker_dir)
     if path.is_dir():
         path = path / FILE_NAME
+    if path.is_symlink():
+        raise BadInput(f"{path}: is a symlink; the forge does not write through it")
+    exclude_from_git(path)  # before the file appears: never a moment of a dirty tree
     atomic_write_text(path, json.dumps(presets, indent=2) + "\n")
     return path

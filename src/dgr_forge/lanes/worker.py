@@ -17,7 +17,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tomlcheck import Checker, shown_value
-from dgr_forge.core.urls import check_url
+from dgr_forge.core.urls import check_url, mask, mask_text
 
 MANIFEST = "manifests/shard-worker.toml"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -109,19 +109,34 @@ def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> 
             f"worker commit {spec.commit[:12]} is not in {src} and --offline forbids fetching",
             hint="run once without --offline",
         )
-    out.step(f"fetch worker {spec.url} at {spec.commit[:12]}")
+    out.step(f"fetch worker {mask(spec.url)} at {spec.commit[:12]}")
     src.mkdir(parents=True, exist_ok=True)
     if not (src / ".git").exists():
         gitutil.git(src, "init", "-q")
     if not gitutil.has_object(src, spec.commit):
         shallow = gitutil.git(
-            src, "fetch", "-q", "--depth", "1", spec.url, spec.commit, check=False, isolated=False
+            src,
+            "fetch",
+            "-q",
+            "--depth",
+            "1",
+            "--",
+            spec.url,
+            spec.commit,
+            check=False,
+            isolated=False,
         )
         if shallow.returncode != 0:
-            gitutil.git(src, "fetch", "-q", spec.url, isolated=False)
+            full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
+            if full.returncode != 0:
+                raise OperationFailed(
+                    f"fetching the worker from {mask(spec.url)} failed: "
+                    f"{mask_text(full.stderr.strip())[-2000:]}",
+                    hint="check [worker] url in manifests/shard-worker.toml and the network",
+                )
     if not gitutil.has_object(src, spec.commit):
         raise OperationFailed(
-            f"worker commit {spec.commit} not found at {spec.url}",
+            f"worker commit {spec.commit} not found at {mask(spec.url)}",
             hint="check [worker] commit in manifests/shard-worker.toml",
         )
     gitutil.git(src, "checkout", "-q", "--detach", "--force", spec.commit)

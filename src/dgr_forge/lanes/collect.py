@@ -1,0 +1,120 @@
+"""Collect a finished lane build: its artifacts (by real file) and the report's record."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
+from dgr_forge.core import gitutil
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.urls import mask
+from dgr_forge.lanes import cmake_api, worker
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.build import LaneBuilder
+
+
+# a stat taken this soon after the file's last change may miss a second change in the same
+# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
+RACY_NS = 50_000_000
+
+
+def collect_artifacts(
+    reply: cmake_api.Reply, only: tuple[str, ...]
+) -> tuple[list[Artifact], dict[str, list[int]]]:
+    """Shipped artifacts named by their real file; symlinks to it (a shared library's
+    `libx.so` / `libx.so.1`) become its aliases, never subjects of their own. Also each
+    file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
+    found: dict[Path, tuple[str, str, set[str]]] = {}
+    for target, path in cmake_api.shipped_artifacts(reply, only):
+        real = path.resolve()
+        aliases = found.setdefault(real, (target.name, target.kind, set()))[2]
+        if path.is_symlink():
+            aliases.add(path.name)
+        if target.kind in ("SHARED_LIBRARY", "MODULE_LIBRARY"):
+            for entry in os.scandir(real.parent):
+                if entry.is_symlink() and Path(entry.path).resolve() == real:
+                    aliases.add(entry.name)
+    # a stat taken right after the link is racy (re-hashed by the next no-op): wait out
+    # the rest of the window once, a few ms of a cold build, so the next no-op is cheap
+    newest = max((os.stat(p).st_ctime_ns for p in found), default=0)
+    wait = RACY_NS - (time.time_ns() - newest)
+    if 0 < wait <= RACY_NS:
+        time.sleep(wait / 1e9 + 0.002)
+    artifacts, stats = [], {}
+    for real, (name, kind, a) in sorted(found.items()):
+        taken = time.time_ns()
+        st = os.stat(real)
+        artifacts.append(Artifact(name, kind, real, sha256_file(real), tuple(sorted(a))))
+        stats[str(real)] = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, taken]
+    return artifacts, stats
+
+
+def _placeholder(name: str) -> str:
+    return "${" + "".join(c if c.isalnum() else "_" for c in name).upper() + "}"
+
+
+def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str, str]]:
+    """Toolchain versions (compilers from the File API, the rest from the probes) and the
+    placeholders that stand for their machine paths in the statement."""
+    plan, doctor = b.plan, b.ctx.doctor
+    found = [Tool("cmake", plan.cmake, reply.cmake_version)]
+    found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
+    for comp in reply.compilers:
+        version = f"{comp.id} {comp.version}".strip()
+        found.append(Tool(f"{comp.language.lower()}-compiler", comp.path, version))
+    known = {t.path for t in found}
+    for name in plan.recipe.tools:
+        probe = doctor.tool(name)
+        if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
+            found.append(Tool(name, probe.path, doctor.version(name) or ""))
+    if plan.launcher and plan.cache.tool:
+        found.append(Tool(plan.cache.tool, plan.launcher, plan.cache.version))
+    placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
+    spec = plan.spec
+    if spec is not None and spec.url is None:
+        placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
+    return found, placeholders
+
+
+def make_record(b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
+    forge, m, plan = b.forge, b.m, b.plan
+    found, placeholders = tools(b, reply)
+    toolchain = plan.toolchain_file
+    return LaneBuild(
+        lane=plan.lane,
+        recipe_file=forge.rel(plan.recipe.path),
+        recipe_sha256=plan.recipe.sha256,
+        manifest_file=forge.rel(m.path),
+        manifest_sha256=sha256_file(m.path),
+        upstream_name=m.name,
+        upstream_url=mask(m.url),
+        upstream_commit=m.commit,
+        upstream_tree=m.tree or gitutil.tree_of(plan.upstream_dir, m.commit),
+        patches=[
+            PatchInput(file=f"{m.patches_dir_rel}/{e.file}", sha256=e.sha256) for e in m.series
+        ],
+        series_digest=m.series_digest,
+        result_tree=gitutil.tree_of(plan.upstream_dir, b.head),
+        worker=worker.describe(plan.spec) if plan.spec else None,
+        tools=found,
+        cmake_args=[plan.cmake, *b.args, *b._head_arg()],
+        compiler_launcher=plan.launcher,
+        source_date_epoch=b.epoch,
+        build_dir=plan.build_dir,
+        log_file=b.log_path,
+        cmake_cache=plan.build_dir / "CMakeCache.txt",
+        started_on=b.started,
+        finished_on=datetime.now(UTC),
+        artifacts=artifacts,
+        toolchain_file=forge.rel(toolchain) if toolchain else None,
+        toolchain_sha256=sha256_file(toolchain) if toolchain else None,
+        cache=plan.cache.record(),
+        placeholders=placeholders,
+        # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
+        reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
+    )

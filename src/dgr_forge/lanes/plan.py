@@ -1,0 +1,213 @@
+"""The lane plan: everything one lane's configure and build are made of, decided once.
+
+`plan_lane()` is the one place that turns a recipe, the host's probes, the worker and the
+compiler cache into a `LanePlan`; `build` runs it and `presets` writes it for IDEs, so both
+configure the same tree with the same arguments. `configure_args()` renders the plan as
+CMake arguments and `inputs_digest()` names everything configure depends on.
+
+Path independence is decided here too: the workspace, the forge root and an outside
+worker are mapped to fixed names with `-ffile-prefix-map` (debug info, `__FILE__`), and
+build RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and
+a compiler cache hits across them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dgr_forge import __version__
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.lanes import worker
+from dgr_forge.lanes.cache import OFF, CacheSetup
+from dgr_forge.lanes.doctor import Doctor, LaneCheck
+from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+# extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
+# uses exactly the binary `doctor` found
+COMPILER_VARS = {"nvcc": "CMAKE_CUDA_COMPILER", "hip-clang": "CMAKE_HIP_COMPILER"}
+# where prefix maps send the machine's paths (fixed names: the same in every workspace)
+MAPPED_WORKSPACE = "/dgr/workspace"
+MAPPED_ROOT = "/dgr/root"
+MAPPED_WORKER = "/dgr/worker"
+# flag variables the forge extends with the prefix maps (a recipe's value is kept first)
+FLAG_LANGS = ("C", "CXX")
+
+
+@dataclass(frozen=True)
+class LanePlan:
+    recipe: Recipe
+    toolchain_file: Path | None
+    source_dir: Path  # what CMake configures: the worker, else the upstream tree
+    upstream_dir: Path
+    build_dir: Path
+    logs_dir: Path
+    cmake: str
+    ninja: str
+    cache: CacheSetup
+    compiler_args: tuple[str, ...]  # -DCMAKE_CUDA_COMPILER=... from probes
+    prefix_maps: tuple[tuple[Path, str], ...]  # (machine path, mapped name), general first
+    spec: worker.WorkerSpec | None = None
+    # every tool the recipe requires, where this host has it: a compiler that moved
+    # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
+    tool_paths: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def lane(self) -> str:
+        return self.recipe.name
+
+    @property
+    def log_link(self) -> Path:
+        """`logs/build-<lane>.log`: always points at the latest build's own log."""
+        return self.logs_dir / f"build-{self.lane}.log"
+
+    @property
+    def launcher(self) -> str | None:
+        return self.cache.launcher
+
+
+def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
+    if recipe.toolchain is None:
+        return None
+    path = forge.toolchains_dir / f"{recipe.toolchain}.cmake"
+    if not path.is_file():
+        raise BadInput(
+            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(path)} does not exist",
+            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
+            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
+        )
+    return path
+
+
+def refuse_unbuildable(checks: list[LaneCheck]) -> None:
+    """Exit 2 naming everything missing, before anything is created."""
+    bad = [c for c in checks if not c.buildable]
+    if not bad:
+        return
+    lines = []
+    for check in bad:
+        lines.append(f"{check.lane} lane cannot build on this host: {check.summary()}")
+        lines += [f"  {line}" for line in check.reasons()]
+    raise BadInput(
+        "\n".join(lines),
+        hint="install what is listed (see `dgr-forge doctor`), or build another --lane",
+        details={"lanes": {c.lane: c.as_dict() for c in bad}},
+    )
+
+
+def _prefix_maps(forge: Forge, spec: worker.WorkerSpec | None) -> tuple[tuple[Path, str], ...]:
+    root, ws = forge.root.resolve(), forge.workspace.resolve()
+    # each path as given and as resolved: a compiler sees whichever CMake passes it
+    maps: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
+    maps += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
+    if spec is not None and spec.url is None:
+        src = spec.source_dir.resolve()
+        if not src.is_relative_to(root) and not src.is_relative_to(ws):
+            maps.append((src, MAPPED_WORKER))
+    # GCC and Clang apply the *last* matching map: the most specific path goes last
+    return tuple(sorted(set(maps), key=lambda pm: (len(str(pm[0])), str(pm[0]))))
+
+
+def plan_lane(
+    forge: Forge,
+    m: UpstreamManifest,
+    recipe: Recipe,
+    doctor: Doctor,
+    spec: worker.WorkerSpec | None,
+    cache: CacheSetup = OFF,
+) -> LanePlan:
+    """The lane as `build` runs it and `presets` writes it (tools not found stay bare
+    names, so presets still render on a host that lacks them; `build` refuses first)."""
+    upstream_dir = forge.src_dir(m.name)
+    return LanePlan(
+        recipe=recipe,
+        toolchain_file=toolchain_file(forge, recipe),
+        source_dir=spec.source_dir if spec else upstream_dir,
+        upstream_dir=upstream_dir,
+        build_dir=forge.build_dir(recipe.name),
+        logs_dir=forge.logs_dir,
+        cmake=str(doctor.tool("cmake").path or "cmake"),
+        ninja=str(doctor.tool("ninja").path or "ninja"),
+        cache=cache,
+        compiler_args=tuple(
+            f"-D{var}={doctor.tool(tool).path}"
+            for tool, var in COMPILER_VARS.items()
+            if tool in recipe.tools and doctor.tool(tool).found
+        ),
+        prefix_maps=_prefix_maps(forge, spec),
+        spec=spec,
+        tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
+    )
+
+
+def _flags(plan: LanePlan, lang: str) -> str:
+    own = plan.recipe.cmake_options.get(f"CMAKE_{lang}_FLAGS", "")
+    maps = [f"-ffile-prefix-map={path}={name}" for path, name in plan.prefix_maps]
+    return " ".join([*([own] if own else []), *maps])
+
+
+def configure_args(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[str]:
+    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
+    spec = plan.spec
+    args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
+    args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
+    if plan.toolchain_file:
+        args.append(f"-DCMAKE_TOOLCHAIN_FILE={plan.toolchain_file}")
+    args.append("-DCMAKE_EXPORT_COMPILE_COMMANDS=ON")
+    # reproducible: build-tree RPATHs relative to the binary, not the machine's build dir
+    args.append("-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON")
+    if plan.launcher:
+        languages = ["C", "CXX"]
+        if "GGML_CUDA" in plan.recipe.cmake_options:
+            languages.append("CUDA")
+        if "GGML_HIP" in plan.recipe.cmake_options:
+            languages.append("HIP")
+        args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
+    args += plan.compiler_args
+    # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
+    langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
+    flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in langs}
+    args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in flag_vars]
+    args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
+    if spec is not None:
+        args += [
+            f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",
+            f"-DCMAKE_MODULE_PATH={forge.cmake_dir}",
+            f"-DDGR_LANE={plan.recipe.name}",
+            f"-DDGR_UPSTREAM_NAME={m.name}",
+            f"-DDGR_UPSTREAM_COMMIT={m.commit}",
+            f"-DDGR_SERIES_DIGEST={m.series_digest}",
+            f"-DDGR_PATCH_COUNT={len(m.series)}",
+            f"-DDGR_FORGE_VERSION={__version__}",
+        ]
+    return args
+
+
+def _file_digest(path: Path | None) -> str | None:
+    return sha256_file(path) if path and path.is_file() else None
+
+
+def inputs_digest(forge: Forge, m: UpstreamManifest, plan: LanePlan, args: list[str]) -> str:
+    """Everything configure depends on; a change means reconfigure (worker *sources* are
+    Ninja's business, only the worker's identity counts here). The cache tool is in the
+    arguments (its launcher); its mode changes no output byte and is left out."""
+    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+    data = {
+        "forge": __version__,
+        "manifest": _file_digest(m.path),
+        "series": m.series_digest,
+        "recipe": plan.recipe.sha256,
+        "toolchain": _file_digest(plan.toolchain_file),
+        "cmake_modules": {p.name: sha256_file(p) for p in modules},
+        "worker": plan.spec.identity if plan.spec else None,
+        "cmake": plan.cmake,
+        "tools": plan.tool_paths,
+        "cache": plan.cache.tool,
+        "args": args,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()

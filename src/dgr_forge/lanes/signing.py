@@ -1,0 +1,85 @@
+"""Which key a build signs with, checked on every build, up to date or not.
+
+`attest.keys.resolve_signer` decides (and refuses a missing file, a garbage or empty
+`DGR_SIGNING_KEY`, a key in CI that was not given). Loading it costs the cryptography
+import (~0.1 s), too much for a no-op build; so the key material asked for is also
+fingerprinted cheaply (its bytes, path and mode), and a no-op build whose fingerprint
+matches the one recorded with the last report skips the load: same bytes, same key.
+Anything else takes the full path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dgr_forge.core.output import Reporter
+
+if TYPE_CHECKING:
+    from dgr_forge.attest.keys import Signer
+
+SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
+PEM_MARKER = "-----BEGIN"
+
+
+def _default_key_path() -> Path:
+    # the same rule as attest.keys.default_key_path; a mismatch only costs the fast path,
+    # since the path itself is part of the fingerprint compared with the recorded one
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "dgr-forge" / "signing-key.pem"
+
+
+def _file_fingerprint(kind: str, path: Path) -> str | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        data = path.read_bytes()
+    except OSError:
+        return None  # the full path reports what is wrong
+    h = hashlib.sha256(f"{kind}\0{path}\0{st.st_mode}\0{st.st_uid}\0".encode())
+    h.update(data)
+    return h.hexdigest()
+
+
+class SigningKey:
+    """The key asked for now (`--key`, else the environment), loaded only when needed."""
+
+    def __init__(self, key: str | None, sign: bool, out: Reporter) -> None:
+        self.key = key
+        self.sign = sign
+        self.out = out
+        self._signer: Signer | None = None
+
+    def fingerprint(self) -> str | None:
+        """Cheap identity of the key material, or None when only a full load can tell."""
+        if not self.sign:
+            return "unsigned"
+        if self.key:
+            return _file_fingerprint("--key", Path(self.key).expanduser())
+        env = os.environ.get(SIGNING_KEY_ENV)
+        if env is not None:
+            if not env.strip():
+                return None  # empty: resolve_signer refuses it
+            if PEM_MARKER in env:
+                return hashlib.sha256(b"pem\0" + env.encode()).hexdigest()
+            return _file_fingerprint("env", Path(env).expanduser())
+        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
+            return None  # CI without a key: resolve_signer decides (it refuses)
+        path = _default_key_path()
+        return _file_fingerprint("default", path) if path.is_file() else None
+
+    def signer(self) -> Signer | None:
+        """The signer (None with --no-sign); a bad key is the loader's exit 2."""
+        if not self.sign:
+            return None
+        if self._signer is None:
+            # imported here: a no-op rebuild with an unchanged key never pays for it
+            from dgr_forge.attest import keys
+
+            self._signer = keys.resolve_signer(self.key, self.out)
+        return self._signer
+
+    def keyid(self) -> str | None:
+        signer = self.signer()
+        return signer.keyid if signer else None
