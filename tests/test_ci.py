@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from forgetest import manifest_text, run_forge
+from forgetest import manifest_text, run_forge, sh_git
 
+import dgr_forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import ci
-from dgr_forge.upstream.manifest import load as load_manifest
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
@@ -59,6 +61,9 @@ EXPECTED_MATRIX = {
             "runs_on": ["ubuntu-latest"],
             "tools": ["cc", "cxx"],
             "libraries": [],
+            "packages": [],
+            "gitlab_tags": ["saas-linux-small-amd64"],
+            "runner_os": "linux",
         },
         {
             "lane": "cuda",
@@ -67,6 +72,9 @@ EXPECTED_MATRIX = {
             "container": "nvidia/cuda:12.6.2-devel-ubuntu24.04",
             "tools": ["nvcc"],
             "libraries": ["cublas"],
+            "packages": [],
+            "gitlab_tags": ["saas-linux-small-amd64"],
+            "runner_os": "linux",
         },
     ]
 }
@@ -155,50 +163,123 @@ def test_github_workflow_lane_matrix_equals_ci_matrix(root: Path) -> None:
     jobs = github_jobs(render(root))
     names = list(jobs)
     assert names[0] == "check", "the check job must come first"
-    assert names == ["check", "lane"]
+    assert names == ["check", "lane", "sign", "canary", "cache-proof"]
     check_steps = jobs["check"]["steps"]
     assert any(step.get("run") == "dgr-forge check" for step in check_steps)
 
-    lane = jobs["lane"]
-    assert lane["needs"] == "check"
-    assert lane["strategy"]["matrix"] == ci_matrix(root)
-    assert lane["strategy"]["matrix"]["include"] == EXPECTED_MATRIX["include"]
-    assert lane["runs-on"] == "${{ matrix.runs_on }}"
-    assert lane["container"] == "${{ matrix.container }}"
-
-    steps = lane["steps"]
-    build = next(step for step in steps if "dgr-forge build" in step.get("run", ""))
-    assert "dgr-forge build --lane ${{ matrix.lane }} --json" in build["run"]
-    # the signing key comes from the secret, and only the build step sees it
-    assert build["env"] == {"DGR_SIGNING_KEY": "${{ secrets.DGR_SIGNING_KEY }}"}
-    assert "DGR_SIGNING_KEY" not in lane.get("env", {})
-    assert [s for s in steps if "DGR_SIGNING_KEY" in str(s)] == [build]
-    # the build's exit code (2 when the lane's toolchain is missing) is the step's
-    assert build["run"].rstrip().endswith('exit "$status"')
-    uploads = [step for step in steps if step.get("uses", "").startswith("actions/upload-artifact")]
-    assert uploads and ".dgr/reports/" in uploads[0]["with"]["path"]
-    assert uploads[0]["with"]["if-no-files-found"] == "error"
+    for name in ("lane", "sign"):
+        job = jobs[name]
+        assert job["strategy"]["matrix"] == ci_matrix(root)
+        assert job["strategy"]["matrix"]["include"] == EXPECTED_MATRIX["include"]
+        assert job["runs-on"] == "${{ matrix.runs_on }}"
+        assert job["container"] == "${{ matrix.container }}"
+        assert job["env"]["DGR_LANE"] == "${{ matrix.lane }}"
+        steps = job["steps"]
+        build = next(step for step in steps if "dgr-forge build" in step.get("run", ""))
+        assert 'dgr-forge build --lane "$DGR_LANE"' in build["run"]
+        assert "--json" in build["run"]
+        # the build's exit code (2 when the lane's toolchain is missing) is the step's
+        assert build["run"].rstrip().endswith('exit "$status"')
+        # the runner is probed for the lane first: exit 1 names what is missing
+        doctor = [i for i, s in enumerate(steps) if "dgr-forge doctor" in s.get("run", "")]
+        assert doctor and doctor[0] < steps.index(build)
+        assert steps[doctor[0]]["run"] == 'dgr-forge doctor --lane "$DGR_LANE"'
+        uploads = [s for s in steps if s.get("uses", "").startswith("actions/upload-artifact")]
+        assert uploads and ".dgr/reports/" in uploads[0]["with"]["path"]
+        assert uploads[0]["with"]["if-no-files-found"] == "error"
+    assert jobs["lane"]["needs"] == "check" and jobs["sign"]["needs"] == "lane"
     # nothing may turn a failed lane into a pass
     for mapping in walk(jobs):
         assert "continue-on-error" not in mapping
         assert "|| true" not in str(mapping.get("run", ""))
 
 
-def test_github_caches_are_keyed_by_pin_lane_and_series(root: Path) -> None:
+def test_pull_requests_never_see_the_signing_key(root: Path) -> None:
+    """Issue 15 #1: PRs build unsigned; signing is its own job, in an environment, never
+    on pull_request, and the secret appears in that one step only."""
+    text = render(root)
+    jobs = github_jobs(text)
+    lane, sign = jobs["lane"], jobs["sign"]
+    lane_build = next(s for s in lane["steps"] if "dgr-forge build" in s.get("run", ""))
+    assert "--no-sign" in lane_build["run"] and "env" not in lane_build
+    assert "secrets." not in str(lane) and "secrets." not in str(jobs["check"])
+
+    assert sign["environment"] == "release-signing"
+    condition = sign["if"]
+    assert "github.event_name != 'pull_request'" in condition
+    for allowed in ("workflow_dispatch", "refs/tags/", "default_branch"):
+        assert allowed in condition
+    sign_build = next(s for s in sign["steps"] if "dgr-forge build" in s.get("run", ""))
+    assert "--no-sign" not in sign_build["run"]
+    assert sign_build["env"] == {"DGR_SIGNING_KEY": "${{ secrets.DGR_SIGNING_KEY }}"}
+    secret_users = [
+        (name, step)
+        for name, job in jobs.items()
+        for step in job["steps"]
+        if "secrets." in str(step)
+    ]
+    assert secret_users == [("sign", sign_build)]
+    assert text.count("secrets.") == 1
+    assert "DGR_SIGNING_KEY" not in str(yaml.safe_load(text).get("env", {}))
+
+
+def test_least_privilege_and_pinned_actions(root: Path) -> None:
     text = render(root)
     data = yaml.safe_load(text)
-    pin = load_manifest(root / "manifests" / "llama.cpp.toml", root)
+    assert data["permissions"] == {}
+    for name, job in data["jobs"].items():
+        assert job["permissions"] == {"contents": "read"}, name
+        for step in job["steps"]:
+            uses = step.get("uses")
+            if uses is None:
+                continue
+            assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", uses), uses
+            if uses.startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False, name
+    # the version stays readable next to each pin, and all pins come from actions.toml
+    pins = tomllib.loads((TEMPLATES / "actions.toml").read_text())["github"]
+    for line in text.splitlines():
+        if "uses:" in line:
+            ref = line.split("uses:", 1)[1].strip()
+            action, rest = ref.split("@", 1)
+            sha, comment = rest.split(" # ")
+            entry = next(e for e in pins.values() if e["sha"] == sha)
+            assert (
+                action in (entry["uses"], entry["uses"] + "/restore")
+                and comment == entry["version"]
+            )
+    for template in TEMPLATES.glob("*.j2"):
+        body = template.read_text()
+        assert not re.search(r"uses: *[\w-]+/", body), f"{template.name}: a literal action"
+    assert "pip install --quiet ." not in text and "install ." not in text
+    assert "-r ci/requirements.txt" in text
+
+
+def test_cache_is_written_only_from_the_default_branch(root: Path) -> None:
+    """Issue 16 #4/#5: sccache (GHA backend); rw only on a default-branch push, ro on pull
+    requests and in the signing job; the source cache survives a pin bump."""
+    text = render(root)
+    data = yaml.safe_load(text)
+    jobs = data["jobs"]
     assert data["env"]["DGR_PIN"] == PIN
-    assert data["env"]["DGR_SERIES_DIGEST"] == pin.series_digest
-    caches = {
-        step["with"]["path"]: step["with"]
-        for step in data["jobs"]["lane"]["steps"]
-        if step.get("uses", "").startswith("actions/cache")
-    }
-    assert caches[".dgr/src"]["key"] == "dgr-src-${{ env.DGR_PIN }}"
-    ccache_key = caches[".ccache"]["key"]
-    for part in ("${{ matrix.lane }}", "${{ env.DGR_PIN }}", "${{ env.DGR_SERIES_DIGEST }}"):
-        assert part in ccache_key
+    lane_env = jobs["lane"]["env"]
+    assert lane_env["SCCACHE_GHA_ENABLED"] == "true"
+    mode = lane_env["DGR_CACHE_MODE"]
+    assert "github.event_name == 'push'" in mode and "default_branch" in mode
+    assert mode.rstrip("} ").endswith("&& 'rw' || 'ro'")
+    lane_build = next(s for s in jobs["lane"]["steps"] if "dgr-forge build" in s.get("run", ""))
+    assert '--cache sccache --cache-mode "$DGR_CACHE_MODE"' in lane_build["run"]
+    sign_build = next(s for s in jobs["sign"]["steps"] if "dgr-forge build" in s.get("run", ""))
+    assert "--cache sccache --cache-mode ro" in sign_build["run"]
+    for name in ("lane", "sign"):
+        steps = jobs[name]["steps"]
+        assert any(s.get("uses", "").startswith("mozilla-actions/sccache-action@") for s in steps)
+        src = next(s for s in steps if s.get("with", {}).get("path") == ".dgr/src")
+        assert src["with"]["key"] == "dgr-src-${{ env.DGR_PIN }}"
+        assert src["with"]["restore-keys"].strip() == "dgr-src-"
+    # the signing job only restores: it never saves a cache a later build would trust
+    sign_src = next(s for s in jobs["sign"]["steps"] if s.get("with", {}).get("path") == ".dgr/src")
+    assert sign_src["uses"].startswith("actions/cache/restore@")
 
     # a new pin is a new key: the rendered bytes change exactly there
     other = write_root(root.parent / "other", {"cpu": CPU, "cuda": CUDA}, pin=OTHER_PIN)
@@ -206,6 +287,40 @@ def test_github_caches_are_keyed_by_pin_lane_and_series(root: Path) -> None:
         (a, b) for a, b in zip(text.splitlines(), render(other).splitlines(), strict=True) if a != b
     ]
     assert changed == [(f'  DGR_PIN: "{PIN}"', f'  DGR_PIN: "{OTHER_PIN}"')]
+
+
+def test_nightly_canary_and_cache_proof(root: Path) -> None:
+    data = yaml.safe_load(render(root))
+    on = data.get("on", data.get(True))
+    assert on["schedule"] and on["schedule"][0]["cron"] and "workflow_dispatch" in on
+    jobs = data["jobs"]
+    for name in ("canary", "cache-proof"):
+        assert jobs[name]["if"] == (
+            "${{ github.event_name == 'schedule' || github.event_name == 'workflow_dispatch' }}"
+        )
+    for name in ("check", "lane"):
+        assert "github.event_name != 'schedule'" in jobs[name]["if"]
+    canary = jobs["canary"]["steps"]
+    head = next(s for s in canary if "ls-remote" in s.get("run", ""))
+    assert 'git ls-remote -- "$DGR_UPSTREAM_URL" HEAD' in head["run"]
+    assert data["env"]["DGR_UPSTREAM_URL"] == "https://example.invalid/llama.cpp.git"
+    replay = next(s for s in canary if "dgr-forge rebase" in s.get("run", ""))
+    assert (
+        'dgr-forge rebase --onto "$DGR_CANARY_ONTO" --dry-run --json --report canary.md'
+        in replay["run"]
+    )
+    assert "::warning" in replay["run"]
+    upload = next(s for s in canary if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "${{ always() }}" and "canary.md" in upload["with"]["path"]
+    last = canary[-1]
+    assert last["run"] == 'exit "${CANARY_STATUS:-1}"'
+    assert last["env"]["CANARY_STATUS"] == "${{ steps.canary.outputs.status }}"
+
+    proof = jobs["cache-proof"]
+    assert proof["strategy"]["matrix"]["include"][0]["lane"] == "cpu"
+    script = next(s for s in proof["steps"] if "report compare" in s.get("run", ""))["run"]
+    assert "--cache off" in script and "--cache sccache --cache-mode ro" in script
+    assert "secrets." not in str(proof) and "dgr-forge keygen" in script
 
 
 def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) -> None:
@@ -227,6 +342,9 @@ def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) ->
         "runs_on": ["ubuntu-24.04"],
         "tools": ["glslc"],
         "libraries": ["vulkan"],
+        "packages": [],
+        "gitlab_tags": ["saas-linux-small-amd64"],
+        "runner_os": "linux",
     }
     assert "lane:vulkan" not in before_gitlab and "lane:vulkan" in after_gitlab
     assert {p.name: sha256_file(p) for p in TEMPLATES.iterdir()} == template_hashes
@@ -240,10 +358,17 @@ def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path:
     assert first.stdout.count("{\n") == 1 and first.json["changed"] is True
     assert first.json["path"] == str(out) and first.json["lanes"] == ["cpu", "cuda"]
     assert out.read_text() == render(root)
+    # the forge root now pins the dgr-forge CI installs (written once, never overwritten)
+    assert first.json["requirements"] == "ci/requirements.txt"
+    assert first.json["requirements_exist"] is False and first.json["requirements_written"]
+    reqs = root / "ci" / "requirements.txt"
+    assert f"dgr-forge=={dgr_forge.__version__}" in reqs.read_text().splitlines()
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
     mtime = out.stat().st_mtime_ns
     again = run_forge("--root", str(root), "ci", "render", "--out", str(out), "--json")
     assert again.code == 0 and again.json["changed"] is False
+    assert again.json["requirements_exist"] is True
+    assert again.json["requirements_written"] is False
     assert out.stat().st_mtime_ns == mtime
     assert sorted(os.listdir(out.parent)) == ["dgr-forge.yml"], "no temp files left behind"
 
@@ -262,6 +387,20 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
     assert "stale" in stale.stderr
     assert f"dgr-forge ci render --provider github --out {out}" in stale.stderr
     assert out.read_bytes() == committed
+    # the diff says what changed: the new lane's matrix entry, as a unified diff
+    diff = stale.json["diff"]
+    assert diff.startswith(f"--- {out} (committed)\n+++ {out} (rendered)\n@@ ")
+    added = [line for line in diff.splitlines() if line.startswith("+ ")]
+    assert added and all('"lane": "vulkan"' in line for line in added), diff
+    assert diff in stale.stderr
+    plain = run_forge("--root", str(root), "ci", "render", "--check", str(out))
+    assert plain.code == 1 and diff in plain.stderr and plain.stdout == ""
+
+    # without the pinned requirements the workflow cannot install dgr-forge: not current
+    (root / "recipes" / "vulkan.toml").unlink()
+    (root / "ci" / "requirements.txt").unlink()
+    unpinned = run_forge("--root", str(root), "ci", "render", "--check", str(out))
+    assert unpinned.code == 1 and "ci/requirements.txt: missing" in unpinned.stderr, unpinned
 
     missing = run_forge("--root", str(root), "ci", "render", "--check", str(tmp_path / "no.yml"))
     assert missing.code == 2 and "no such workflow file" in missing.stderr, missing
@@ -271,26 +410,133 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
 
 
 def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
-    data = yaml.safe_load(render(root, "gitlab"))
-    assert data["stages"] == ["check", "build"]
+    text = render(root, "gitlab")
+    data = yaml.safe_load(text)
+    assert data["stages"] == ["check", "build", "sign", "canary"]
     assert data["check"]["stage"] == "check" and data["check"]["needs"] == []
     assert "dgr-forge check" in data["check"]["script"]
     lanes = {name.split(":", 1)[1]: job for name, job in data.items() if name.startswith("lane:")}
+    signs = {name.split(":", 1)[1]: job for name, job in data.items() if name.startswith("sign:")}
     matrix = ci_matrix(root)["include"]
-    assert list(lanes) == [entry["lane"] for entry in matrix]
+    assert list(lanes) == list(signs) == [entry["lane"] for entry in matrix]
     for entry in matrix:
         job = lanes[entry["lane"]]
         assert job["needs"] == ["check"] and job["stage"] == "build"
-        assert job["tags"] == entry["runs_on"]
+        # GitLab runner tags from the recipe (default: GitLab's hosted runners), never
+        # GitHub's runner labels
+        assert job["tags"] == entry["gitlab_tags"] == ["saas-linux-small-amd64"]
+        assert not set(job["tags"]) & set(entry["runs_on"])
         assert job["variables"]["DGR_LANE"] == entry["lane"]
-        assert job.get("image") == entry.get("container")
+        assert job["image"] == entry.get("container", "ubuntu:24.04")
         assert job["allow_failure"] is False
-        assert any('dgr-forge build --lane "$DGR_LANE" --json' in line for line in job["script"])
-        keys = [cache["key"] for cache in job["cache"]]
-        assert keys[0] == f"dgr-src-{PIN}"
-        assert keys[1].startswith(f"ccache-{entry['lane']}-{PIN}-")
+        assert job["script"][0] == 'dgr-forge doctor --lane "$DGR_LANE"'
+        build = next(line for line in job["script"] if "dgr-forge build" in line)
+        assert '--no-sign --cache ccache --cache-mode "$DGR_CACHE_MODE"' in build
+        caches = {cache["key"]: cache for cache in job["cache"]}
+        assert caches["dgr-src"]["paths"] == [".dgr/src/"]
+        # the compiler cache is keyed by lane: it survives a pin bump
+        assert caches[f"ccache-{entry['lane']}"]["policy"] == "$DGR_CACHE_POLICY"
         assert ".dgr/reports/" in job["artifacts"]["paths"]
+
+        sign = signs[entry["lane"]]
+        assert sign["environment"] == {"name": "release-signing"}
+        assert sign["needs"] == [f"lane:{entry['lane']}"]
+        assert sign["rules"][0] == {
+            "if": '$CI_PIPELINE_SOURCE == "merge_request_event"',
+            "when": "never",
+        }
+        sign_build = next(line for line in sign["script"] if "dgr-forge build" in line)
+        assert "--no-sign" not in sign_build and "--cache-mode ro" in sign_build
+        assert {c["policy"] for c in sign["cache"]} == {"pull"}
+    # merge requests pull the caches, a default-branch push writes them
+    assert data["variables"]["DGR_CACHE_MODE"] == "ro"
+    assert data["variables"]["DGR_CACHE_POLICY"] == "pull"
+    writers = [r for r in data["workflow"]["rules"] if r.get("variables")]
+    assert writers == [
+        {
+            "if": '$CI_PIPELINE_SOURCE == "push" && $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH',
+            "variables": {"DGR_CACHE_MODE": "rw", "DGR_CACHE_POLICY": "pull-push"},
+        }
+    ]
     assert data["variables"]["DGR_PIN"] == PIN
+    # the key is never named in a script; dgr-forge comes from the pinned requirements
+    assert "DGR_SIGNING_KEY" not in str({k: v for k, v in data.items()})
+    assert "-r ci/requirements.txt" in str(data[".dgr-forge"]["before_script"])
+    assert "install --quiet ." not in text
+
+    canary = data["canary"]
+    assert canary["allow_failure"] == {"exit_codes": [3]}
+    assert canary["rules"] == [
+        {"if": '$CI_PIPELINE_SOURCE == "schedule" || $CI_PIPELINE_SOURCE == "web"'}
+    ]
+    assert any("--dry-run --json --report canary.md" in line for line in canary["script"])
+    assert canary["artifacts"]["paths"] == ["canary.md", "canary.json"]
+    proof = " ".join(data["cache-proof"]["script"])
+    assert "--cache off" in proof and "report compare" in proof
+
+
+def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
+    digest = "sha256:" + "ab" * 32
+    (root / "recipes" / "cuda.toml").write_text(
+        CUDA
+        + f'gitlab_tags = ["gpu-runner", "saas-linux-medium-amd64"]\nimage_digest = "{digest}"\n'
+        'packages = ["build-essential", "git"]\n'
+    )
+    cuda = ci_matrix(root)["include"][1]
+    assert cuda["container"] == f"nvidia/cuda:12.6.2-devel-ubuntu24.04@{digest}"
+    assert cuda["gitlab_tags"] == ["gpu-runner", "saas-linux-medium-amd64"]
+    gitlab = yaml.safe_load(render(root, "gitlab"))
+    assert gitlab["lane:cuda"]["image"] == cuda["container"]
+    assert gitlab["lane:cuda"]["tags"] == ["gpu-runner", "saas-linux-medium-amd64"]
+    assert gitlab["lane:cuda"]["variables"]["DGR_PACKAGES"] == "ccache build-essential git"
+    for bad, key in (
+        ('image_digest = "sha256:abc"', "ci.image_digest"),
+        ('gitlab_tags = ["a b"]', "ci.gitlab_tags"),
+        ('packages = ["x; rm -rf /"]', "ci.packages"),
+        ('packages = ["-oDpkg::x"]', "ci.packages"),
+        ('runs_on = ["${{ secrets.X }}"]', "ci.runs_on"),
+        ('container = "${{ secrets.X }}"', "ci.container"),
+        ('container = "-v/:/host"', "ci.container"),
+    ):
+        text = CUDA.replace('runs_on = ["ubuntu-24.04", "gpu"]\n', "")
+        if bad.startswith("container"):
+            text = text.replace('container = "nvidia/cuda:12.6.2-devel-ubuntu24.04"\n', "")
+        (root / "recipes" / "cuda.toml").write_text(text.replace("[ci]\n", f"[ci]\n{bad}\n"))
+        result = run_forge("--root", str(root), "ci", "matrix")
+        assert result.code == 2, (bad, result)
+        assert "recipes/cuda.toml" in result.stderr and key in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        ".",
+        "-e .",
+        "dgr-forge",
+        "dgr-forge>=0.1",
+        "--index-url https://evil.example/simple",
+        "https://evil.example/dgr_forge.whl",
+        "dgr-forge @ https://evil.example/x.whl",
+        "-r other.txt",
+        "git+https://evil.example/x.git",
+    ],
+)
+def test_unpinned_requirements_are_refused(root: Path, line: str) -> None:
+    (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").write_text(f"# pinned\n{line}\n")
+    result = run_forge("--root", str(root), "ci", "render", "--json")
+    assert result.code == 2, result
+    assert "ci/requirements.txt:2" in result.stderr and "not an exact pin" in result.stderr
+    assert "dgr-forge==" in result.stderr  # the fix
+
+
+def test_hashed_requirements_install_with_require_hashes(root: Path) -> None:
+    (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").write_text(
+        "dgr-forge==0.1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+    )
+    assert "pip install --quiet --require-hashes -r ci/requirements.txt" in render(root)
+    assert "--require-hashes -r ci/requirements.txt" in render(root, "gitlab")
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -331,7 +577,7 @@ def test_out_to_a_directory_is_refused(root: Path) -> None:
 
 def test_templates_ship_with_the_package() -> None:
     names = sorted(p.name for p in TEMPLATES.iterdir())
-    assert names == ["github-actions.yml.j2", "gitlab-ci.yml.j2"]
+    assert names == ["actions.toml", "github-actions.yml.j2", "gitlab-ci.yml.j2"]
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     # setuptools ships package data only when pyproject lists it
     assert '"dgr_forge.lanes" = ["templates/*"]' in pyproject
@@ -353,6 +599,96 @@ def test_the_repositorys_own_recipes_render_for_both_providers(tmp_path: Path) -
         e["lane"] for e in matrix["include"]
     ]
     assert render(REPO) == github
+    # GitLab jobs get GitLab's runner tags, never GitHub's runner labels
+    for entry in matrix["include"]:
+        assert not set(gitlab[f"lane:{entry['lane']}"]["tags"]) & set(entry["runs_on"])
+    assert gitlab["lane:metal"]["tags"] == ["saas-macos-medium-m1"]
+    # the lanes' images have what the lanes need (grounded in llama.cpp's own CI)
+    by_lane = {e["lane"]: e for e in matrix["include"]}
+    assert by_lane["cuda"]["container"].startswith("nvidia/cuda:12.6.2-devel-ubuntu24.04@sha256:")
+    assert by_lane["rocm"]["container"] == "rocm/dev-ubuntu-22.04:6.1.2"
+    assert {"rocblas-dev", "hipblas-dev"} <= set(by_lane["rocm"]["packages"])
+    assert by_lane["vulkan"]["runs_on"] == ["ubuntu-24.04"]
+    assert {"libvulkan-dev", "glslc"} <= set(by_lane["vulkan"]["packages"])
+    assert by_lane["metal"]["runs_on"][0].startswith("macos-")
+
+
+def tool(name: str) -> str:
+    """A validator from the test extra: next to this interpreter (the venv), else on PATH."""
+    import shutil
+    import sys
+
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    assert found, f"{name} is missing: pip install -e '.[test]'"
+    return found
+
+
+def validate(
+    tmp_path: Path, github: str, gitlab: str, persona: str = "regular"
+) -> list[dict[str, Any]]:
+    """Both files against their vendored schemas (offline), the GitHub one through zizmor
+    (offline, medium and up); returns zizmor's findings."""
+    import subprocess
+
+    workflows = tmp_path / "repo" / ".github" / "workflows"
+    workflows.mkdir(parents=True)
+    (workflows / "dgr-forge.yml").write_text(github)
+    (tmp_path / "repo" / ".gitlab-ci.yml").write_text(gitlab)
+    for schema, path in (
+        ("vendor.github-workflows", workflows / "dgr-forge.yml"),
+        ("vendor.gitlab-ci", tmp_path / "repo" / ".gitlab-ci.yml"),
+    ):
+        checked = subprocess.run(
+            [tool("check-jsonschema"), "--builtin-schema", schema, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert checked.returncode == 0, (schema, checked.stdout, checked.stderr)
+    audit = subprocess.run(
+        [
+            tool("zizmor"),
+            "--offline",
+            "--no-progress",
+            "--persona",
+            persona,
+            "--min-severity",
+            "medium",
+            "--format",
+            "json",
+            str(workflows / "dgr-forge.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert audit.returncode in (0, 11, 12, 13, 14), (audit.returncode, audit.stderr)
+    findings: list[dict[str, Any]] = json.loads(audit.stdout or "[]")
+    return findings
+
+
+@pytest.mark.slow
+def test_rendered_workflows_pass_their_schemas_and_zizmor(tmp_path: Path) -> None:
+    """Issue 15 #1: both files validate offline; zizmor (medium+) finds nothing but
+    `unpinned-images` (allowed only for a recipe that names its image by tag)."""
+    github, gitlab = render(REPO), render(REPO, "gitlab")
+    findings = validate(tmp_path, github, gitlab)
+    assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
+    # the auditor persona also checks that the secret lives in an environment only
+    strict = validate(tmp_path / "auditor", github, gitlab, "auditor")
+    assert {f["ident"] for f in strict} <= {"unpinned-images"}, strict
+
+    # the same tools catch what the old template did: an unpinned action, a checkout
+    # that keeps its credentials, a secret outside an environment
+    bad = github.replace("    environment: release-signing\n", "")
+    bad = re.sub(r"\n +with:\n +persist-credentials: false", "", bad)
+    bad = re.sub(r"actions/checkout@[0-9a-f]{40} # v[0-9.]+", "actions/checkout@v4", bad)
+    found = {f["ident"] for f in validate(tmp_path / "bad", bad, gitlab)}
+    assert {"unpinned-uses", "artipacked"} <= found, found
+    audited = {f["ident"] for f in validate(tmp_path / "bad-auditor", bad, gitlab, "auditor")}
+    assert "secrets-outside-env" in audited, audited
 
 
 def shell_step(script: str, lane: str, cwd: Path, tmp_path: Path) -> Any:
@@ -375,10 +711,10 @@ def shell_step(script: str, lane: str, cwd: Path, tmp_path: Path) -> Any:
             "-eo",
             "pipefail",
             "-c",
-            script.replace("${{ matrix.lane }}", lane),
+            script,
         ],
         cwd=cwd,
-        env=env,
+        env={**env, "DGR_LANE": lane, "DGR_CACHE_MODE": "ro"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -395,11 +731,12 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
     shutil.copy(REPO / "recipes" / f"{lane}.toml", forge_root / "recipes")
     steps = github_jobs(render(forge_root))["lane"]["steps"]
     build = next(s for s in steps if "dgr-forge build" in s.get("run", ""))
-    doctor = next(s for s in steps if s.get("run") == "dgr-forge doctor")
+    doctor = next(s for s in steps if s.get("run", "").startswith("dgr-forge doctor"))
 
+    # the job stops at the probe: exit 1, naming the lane and what it lacks
     probe = shell_step(doctor["run"], lane, forge_root, tmp_path)
-    assert probe.returncode == 0, probe.stderr
-    assert f"{lane} lane" in probe.stderr
+    assert probe.returncode == 1, probe.stderr
+    assert f"{lane} lane: cannot build here" in probe.stderr
 
     job = shell_step(build["run"], lane, forge_root, tmp_path)
     assert job.returncode == 2, (job.stdout, job.stderr)
@@ -423,3 +760,139 @@ def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
     )
     assert offered.code == 0, offered
     assert offered.stdout.split() == ["matrix", "render"]
+
+
+def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere.txt"
+    outside.write_text("dgr-forge==0.1.0\n")
+    (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").symlink_to(outside)
+    linked = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
+    assert linked.code == 2 and "not a regular file" in linked.stderr, linked
+    assert not (tmp_path / "wf.yml").exists()
+    (root / "ci" / "requirements.txt").unlink()
+    (root / "ci" / "requirements.txt").write_text("dgr-forge==0.1.0\n" + "#" * 70_000 + "\n")
+    huge = run_forge("--root", str(root), "ci", "render")
+    assert huge.code == 2 and "larger than 64 KiB" in huge.stderr, huge
+
+    # a planted ci/ symlink is not written through
+    (root / "ci" / "requirements.txt").unlink()
+    (root / "ci").rmdir()
+    target = tmp_path / "target"
+    target.mkdir()
+    (root / "ci").symlink_to(target)
+    planted = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
+    assert planted.code == 2 and "not a regular file" in planted.stderr, planted
+    assert list(target.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) -> None:
+    """The rendered cache-proof script (GitLab's: plain shell lines), run as CI would: the
+    cpu lane built with --cache off and through ccache gives identical subjects."""
+    import shutil
+    import subprocess
+
+    from build_support import copy_product
+    from forgetest import forge_cmd, forge_env, make_forge_root
+
+    root = make_forge_root(tmp_path / "forge", upstream)
+    copy_product(root)
+    for lane in ("cuda", "metal", "rocm", "vulkan"):
+        (root / "recipes" / f"{lane}.toml").unlink()
+    script = yaml.safe_load(render(root, "gitlab"))["cache-proof"]["script"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    shim = bindir / "dgr-forge"
+    shim.write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
+    shim.chmod(0o755)
+    ccache = shutil.which("ccache") or str(Path(tool("zizmor")).parent / "ccache")
+    path = os.pathsep.join([str(bindir), str(Path(ccache).parent), os.environ["PATH"]])
+    env = forge_env(
+        {
+            "PATH": path,
+            "CI_PROJECT_DIR": str(root),
+            "DGR_LANE": "cpu",
+            "CCACHE_DIR": str(tmp_path / "ccache"),
+        }
+    )
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(script)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert "identical subjects" in proc.stderr
+
+
+def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None:
+    """The rendered GitHub canary steps, run in order as Actions would (GITHUB_ENV and
+    GITHUB_OUTPUT honoured): upstream's HEAD moved under patch 0001, so the replay step
+    warns, the report names the patch and the upstream commit, and the last step fails
+    the job with exit 3."""
+    import subprocess
+
+    from forgetest import forge_cmd, forge_env
+    from rebase_support import LLAMA_OWNER_OLD, make_series, upstream_edit
+
+    s = make_series(tmp_path, upstream)
+    (s.root / "recipes" / "cpu.toml").write_text(CPU)
+    culprit = upstream_edit(
+        s.upstream,
+        "src/llama.cpp",
+        LLAMA_OWNER_OLD,
+        "    return layer < 0 ? -1 : 0; /* upstream: validate */\n",
+        "llama: validate the layer index",
+    )
+    manifest_before = s.manifest.read_bytes()
+    steps = github_jobs(render(s.root))["canary"]["steps"]
+    scripts = [step for step in steps if "run" in step]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dgr-forge").write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
+    (bindir / "dgr-forge").chmod(0o755)
+    github_env, github_output = tmp_path / "github_env", tmp_path / "github_output"
+    env = forge_env(
+        {
+            "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "DGR_UPSTREAM_URL": s.upstream.url,
+            "GITHUB_ENV": str(github_env),
+            "GITHUB_OUTPUT": str(github_output),
+            "GITHUB_PATH": str(tmp_path / "github_path"),
+            "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        }
+    )
+    results = []
+    for step in scripts[1:]:  # [0] installs dgr-forge from PyPI: the shim stands in for it
+        for file in (github_env, github_output):
+            if file.exists():
+                for line in file.read_text().splitlines():
+                    key, value = line.split("=", 1)
+                    env[key if file is github_env else f"OUT_{key}"] = value
+        step_env = {
+            key: (env.get("OUT_status", "") if "steps.canary.outputs.status" in value else value)
+            for key, value in step.get("env", {}).items()
+        }
+        results.append(
+            subprocess.run(
+                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+                cwd=s.root,
+                env={**env, **step_env},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        )
+    head, replay, fail = results
+    assert head.returncode == 0, head.stderr
+    assert env["DGR_CANARY_ONTO"] == sh_git(s.upstream.path, "rev-parse", "HEAD")
+    assert replay.returncode == 0, (replay.stdout, replay.stderr)
+    assert "::warning title=upstream canary::" in replay.stdout
+    assert json.loads(replay.stdout.split("::warning")[0])["would_conflict"] is True
+    report = (s.root / "canary.md").read_text()
+    assert "0001-" in report and culprit[:12] in report
+    assert fail.returncode == 3
+    assert s.manifest.read_bytes() == manifest_before

@@ -91,3 +91,49 @@ def test_lanes_matrix_before_any_build(tmp_path: Path, upstream: Upstream) -> No
     assert rows["cpu"]["backend"] == "CPU" and rows["cpu"]["last_build"] is None
     assert rows["cuda"]["backend"] == "CUDA"
     assert rows["metal"]["buildable"] is False
+
+
+# ----------------------------------------------------------------------------- doctor --lane
+
+
+def test_doctor_lane_exits_1_naming_what_is_missing(tmp_path: Path, upstream: Upstream) -> None:
+    """CI runs `doctor --lane L` first: a lane that cannot build here fails the job, saying why."""
+    import platform
+
+    root = _root(tmp_path, upstream)
+    lane = "cuda" if platform.system() == "Darwin" else "metal"  # never buildable here
+    res = run_forge("--root", str(root), "--json", "doctor", "--lane", lane)
+    assert res.code == 1, res
+    assert res.json["ok"] is False and res.json["exit_code"] == 1
+    assert res.json["selected"] == [lane]
+    assert res.json["unbuildable"] == [lane]
+    assert [entry["lane"] for entry in res.json["lanes"]] == [lane]
+    assert f"{lane} lane: cannot build here" in res.stderr
+    assert "needs darwin" in res.stderr or "nvcc" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (root / ".dgr").exists()
+
+    # a lane with nothing missing passes, and `--lane` may repeat
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    os.symlink("/usr/bin/git", bare / "git")
+    res = run_forge("--root", str(root), "doctor", "--lane", "cpu", env={"PATH": str(bare)})
+    assert res.code == 1 and "cpu lane: cannot build here" in res.stderr, res
+    assert "gcc" in res.stderr and "debian: build-essential" in res.stderr
+    if shutil.which("gcc") and shutil.which("g++"):
+        ok = run_forge("--root", str(root), "--json", "doctor", "--lane", "cpu")
+        assert ok.code == 0, ok
+        assert ok.json["unbuildable"] == [] and "cpu lane: buildable" in ok.stderr
+        both = run_forge("--root", str(root), "doctor", "--lane", "cpu", "--lane", lane)
+        assert both.code == 1 and f"{lane} lane: cannot build here" in both.stderr
+
+
+def test_doctor_unknown_lane_is_exit_2(tmp_path: Path, upstream: Upstream) -> None:
+    root = _root(tmp_path, upstream)
+    for bad in ("nosuch", "-x", "../cpu", "cpu\x01"):
+        res = run_forge("--root", str(root), "--json", "doctor", "--lane", bad)
+        assert res.code == 2, res
+        assert "unknown lane" in res.stderr and "known lanes: cpu" in res.stderr
+        assert "Traceback" not in res.stderr
+    plain = run_forge("--root", str(root), "doctor")
+    assert plain.code == 0, plain  # without --lane, doctor only reports

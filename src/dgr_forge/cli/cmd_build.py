@@ -81,20 +81,30 @@ def build(
 
 
 @app.command()
-def doctor(ctx: typer.Context) -> None:
+def doctor(
+    ctx: typer.Context,
+    lane: Annotated[
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Exit 1 unless this lane can build here (repeatable)."),
+    ] = None,
+) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
 
     def body(env: Env) -> dict[str, Any]:
         forge = env.forge
         from dgr_forge.lanes import doctor as doctor_mod
-        from dgr_forge.lanes.recipes import load_all
+        from dgr_forge.lanes.recipes import load_all, select
 
+        all_recipes = load_all(forge.recipes_dir, forge.root)
+        select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
         probes = doctor_mod.load_probes(
             forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
         )
         doc = doctor_mod.Doctor(probes)
-        result = doctor_mod.diagnose(doc, load_all(forge.recipes_dir, forge.root))
+        result = doctor_mod.diagnose(doc, all_recipes)
         checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
+        if lane:
+            checks = doctor_mod.gate(result, checks, list(lane))
         rows = [
             (t["name"], "found" if t["found"] else "missing", t["version"] or "", t["path"] or "")
             for t in result["tools"]
@@ -110,7 +120,10 @@ def doctor(ctx: typer.Context) -> None:
 
         env.out.info(cache_mod.summary(result["cache"]))
         for check in checks:
-            env.out.info(f"{check.lane} lane: {check.summary()}")
+            verdict = check.summary() if check.buildable or not lane else "cannot build here"
+            env.out.info(f"{check.lane} lane: {verdict}")
+            if lane and not check.buildable:
+                env.out.info(f"    {check.summary()}")
             for line in check.reasons():
                 env.out.info(f"    {line}")
         return result

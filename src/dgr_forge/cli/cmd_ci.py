@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dgr_forge import __version__
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.core.errors import BadInput, OperationFailed
 
@@ -58,7 +59,8 @@ def render_command(
     check: Annotated[
         Path | None,
         typer.Option(
-            "--check", help="Compare with this committed workflow; exit 1 when it is stale."
+            "--check",
+            help="Compare with this committed workflow; exit 1 with a diff when it is stale.",
         ),
     ] = None,
 ) -> None:
@@ -76,16 +78,29 @@ def render_command(
         forge = env.forge
         lanes = recipes.load_all(forge.recipes_dir, forge.root)
         pin = manifest.load(forge.upstream_manifest, forge.root)
-        text = ci.render(which, lanes, pin)
+        reqs = ci.requirements(forge.root)
+        text = ci.render(which, lanes, pin, reqs)
         fields: dict[str, Any] = {
             "provider": which.name,
             "lanes": sorted(lanes),
             "sha256": sha256_bytes(text.encode("utf-8")),
+            "requirements": ci.REQUIREMENTS,
+            "requirements_exist": reqs.exists,
         }
         if check is not None:
-            if not ci.is_current(check, text):
+            diff = ci.stale_diff(check, text)
+            if diff:
+                # the diff itself is the message: what to commit, line by line
+                sys.stderr.write(diff)
+                sys.stderr.flush()
                 raise OperationFailed(
                     f"{check}: stale: it differs from what recipes/ and the manifest render to",
+                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    details={**fields, "path": str(check), "current": False, "diff": diff},
+                )
+            if not reqs.exists:
+                raise OperationFailed(
+                    f"{ci.REQUIREMENTS}: missing: the workflow installs dgr-forge from it",
                     hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
                     details={**fields, "path": str(check), "current": False},
                 )
@@ -94,6 +109,9 @@ def render_command(
         if out is not None:
             changed = ci.write(out, text)
             env.out.info(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
+            fields["requirements_written"] = ci.write_requirements(forge.root)
+            if fields["requirements_written"]:
+                env.out.info(f"{ci.REQUIREMENTS}: written (pins dgr-forge=={__version__})")
             return {**fields, "path": str(out), "changed": changed}
         if as_json:
             return {**fields, "workflow": text}

@@ -524,3 +524,16 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
         "lanes": [lane.as_dict() for lane in lanes],
         "_checks": lanes,
     }
+
+
+def gate(result: dict[str, Any], checks: list[LaneCheck], lanes: list[str]) -> list[LaneCheck]:
+    """`doctor --lane L...`: narrow `result` to those lanes and set its exit code (1 when one
+    cannot build here). The recipes' lane names were already checked (unknown: exit 2)."""
+    chosen = [c for c in checks if c.lane in lanes]
+    bad = [c.lane for c in chosen if not c.buildable]
+    result["lanes"] = [c.as_dict() for c in chosen]
+    result["selected"] = list(lanes)
+    result["unbuildable"] = bad
+    if bad:
+        result["exit_code"] = 1
+    return chosen

@@ -18,15 +18,27 @@ everywhere with no code change.
     tools = ["nvcc"]                       # probe names from toolchains/probes.toml
     libraries = ["cublas"]
     [ci]
-    runs_on = ["ubuntu-24.04"]             # runner labels
+    runs_on = ["ubuntu-24.04"]             # GitHub runner labels
+    gitlab_tags = ["saas-linux-small-amd64"]   # GitLab runner tags (default: by host_os)
     container = "nvidia/cuda:12.6.2-devel-ubuntu24.04"   # optional
+    image_digest = "sha256:<64 hex>"       # optional: pull `container` by this digest
+    packages = ["libvulkan-dev", "glslc"]  # optional: apt packages the job installs first
+
+Option values are data, not CMake arguments: a small safe character set (no `;`,
+whitespace, `$`, quotes, backslash, control characters, no leading `-`); a CMake list is
+written as a TOML array and joined here. Variables the forge sets itself (toolchain file,
+make program, compilers and launchers, module path, `DGR_*`) or that load code
+(`CMAKE_PROJECT_*INCLUDE*`, `CMAKE_USER_MAKE_RULES_OVERRIDE*`) are refused, and
+`lane.toolchain` is a bare file name in `toolchains/` that must resolve inside the root.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
@@ -40,7 +52,29 @@ _KEYS: dict[str, set[str]] = {
     "lane": {"backend", "description", "host_os", "toolchain"},
     "cmake": {"options", "targets"},
     "requires": {"tools", "libraries"},
-    "ci": {"runs_on", "container"},
+    "ci": {"runs_on", "container", "image_digest", "gitlab_tags", "packages"},
+}
+# Option values: one CMake word, never a list separator, generator expression, variable
+# reference or argument; lists are TOML arrays (joined with `;` by `_option_value`).
+_SAFE_VALUE = re.compile(r"[A-Za-z0-9_.+:/=@,%^~-]*")
+_MAX_VALUE = 1024
+# Variables the forge sets (toolchain, make program, compilers, launchers, its own DGR_*)
+# or that make CMake load a file: a recipe setting them would override the forge silently.
+_FORGE_KEYS = re.compile(
+    r"CMAKE_TOOLCHAIN_FILE|CMAKE_MAKE_PROGRAM|CMAKE_MODULE_PATH|CMAKE_GENERATOR\w*"
+    r"|CMAKE_EXPORT_COMPILE_COMMANDS|CMAKE_\w+_COMPILER(_LAUNCHER)?|CMAKE_CUDA_HOST_COMPILER"
+    r"|CMAKE_PROJECT_\w*INCLUDES?(_BEFORE)?|CMAKE_USER_MAKE_RULES_OVERRIDE\w*|DGR_\w*"
+)
+TOOLCHAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+# container image references and runner labels/tags: no whitespace, quotes or `$`
+_CI_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]*")
+APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
+# GitLab.com's hosted runners (never GitHub's labels): by the lane's host OS
+GITLAB_DEFAULT_TAGS = {
+    "darwin": ("saas-macos-medium-m1",),
+    "windows": ("saas-windows-medium-amd64",),
+    "linux": ("saas-linux-small-amd64",),
 }
 
 
@@ -59,6 +93,18 @@ class Recipe:
     libraries: tuple[str, ...]
     runs_on: tuple[str, ...]
     container: str | None
+    image_digest: str | None = None
+    gitlab_tags: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
+
+    @property
+    def image(self) -> str | None:
+        """The container reference CI pulls: by digest when the recipe gives one."""
+        if self.container is None:
+            return None
+        if self.image_digest is None:
+            return self.container
+        return f"{self.container.split('@', 1)[0]}@{self.image_digest}"
 
     def cmake_args(self) -> list[str]:
         """`-DNAME=VALUE` for each option, in a stable (sorted) order."""
@@ -96,15 +142,34 @@ def load(path: Path, shown: str | None = None) -> Recipe:
     for key, value in options_raw.items():
         if not CMAKE_NAME.fullmatch(key):
             raise c.fail(f"cmake.options.{key}", "not a CMake variable name", "fix the name")
-        if isinstance(value, bool):
-            value = "ON" if value else "OFF"
-        if type(value) not in (str, int):  # exact: a float is not an option value
+        if _FORGE_KEYS.fullmatch(key):
             raise c.fail(
                 f"cmake.options.{key}",
-                "must be a string, integer or boolean",
-                'e.g. GGML_CUDA = "ON"',
+                "the forge sets this variable itself (or it loads CMake code); "
+                "a recipe may not override it",
+                'remove it; choose a toolchain with lane.toolchain = "<name in toolchains/>"',
             )
-        options[key] = str(value)
+        options[key] = _option_value(shown, f"cmake.options.{key}", value)
+
+    if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
+        raise c.fail(
+            "lane.toolchain",
+            f"{toolchain!r} is not a file name in toolchains/ (no path, no '..')",
+            'write toolchain = "gcc" for toolchains/gcc.cmake',
+        )
+    digest = c.string(ci, "image_digest", "ci", required=False)
+    if digest is not None and not IMAGE_DIGEST.fullmatch(digest):
+        raise c.fail(
+            "ci.image_digest", f"{digest!r} is not sha256:<64 hex>", "copy it from the registry"
+        )
+    if digest is not None and container is None:
+        raise c.fail("ci.image_digest", "without ci.container", "set ci.container too")
+    if container is not None and not _CI_WORD.fullmatch(container):
+        raise c.fail("ci.container", f"{container!r} is not an image name", "fix it")
+    runs_on = _words(c, ci, "runs_on", ["ubuntu-latest"], _CI_WORD)
+    host_oses = c.strings(lane, "host_os", "lane", ["linux", "darwin", "windows"])
+    system = next((o for o in ("linux", "darwin", "windows") if o in host_oses), "linux")
+    gitlab_default = GITLAB_DEFAULT_TAGS[system]
 
     return Recipe(
         name=name,
@@ -112,15 +177,69 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         sha256=sha256_bytes(raw),
         backend=backend,
         description=description,
-        host_os=c.strings(lane, "host_os", "lane", ["linux", "darwin", "windows"]),
+        host_os=host_oses,
         toolchain=toolchain,
         cmake_options=options,
         targets=c.strings(cmake, "targets", "cmake"),
         tools=c.strings(requires, "tools", "requires"),
         libraries=c.strings(requires, "libraries", "requires"),
-        runs_on=c.strings(ci, "runs_on", "ci", ["ubuntu-latest"]),
+        runs_on=runs_on,
         container=container,
+        image_digest=digest,
+        gitlab_tags=_words(c, ci, "gitlab_tags", gitlab_default, _CI_WORD),
+        packages=_words(c, ci, "packages", [], APT_PACKAGE),
     )
+
+
+def _words(
+    c: Checker,
+    table: dict[str, Any],
+    key: str,
+    default: Iterable[str],
+    pattern: re.Pattern[str],
+) -> tuple[str, ...]:
+    """`[ci].key`: an array of strings, each one CI word (no spaces, quotes, `$`, ...)."""
+    words = c.strings(table, key, "ci", default)
+    for word in words:
+        if not pattern.fullmatch(word) or len(word) > 200:
+            raise c.fail(f"ci.{key}", f"{word!r} is not allowed here", f"match {pattern.pattern}")
+    return words
+
+
+def _option_value(shown: str, key: str, value: Any) -> str:
+    """One option's value as CMake sees it; a TOML array becomes a `;`-joined CMake list."""
+    if isinstance(value, list):
+        if not value:
+            raise _fail(shown, key, "empty list", "remove the option or give values")
+        parts = [_option_word(shown, key, item, in_list=True) for item in value]
+        return ";".join(parts)
+    return _option_word(shown, key, value, in_list=False)
+
+
+def _option_word(shown: str, key: str, value: Any, *, in_list: bool) -> str:
+    if isinstance(value, bool):
+        return "ON" if value else "OFF"
+    if type(value) not in (str, int):  # exact: a float is not an option value
+        raise _fail(shown, key, "must be a string, integer or boolean", 'e.g. GGML_CUDA = "ON"')
+    text = str(value)
+    fix = 'one word per value; write a CMake list as a TOML array: KEY = ["a", "b"]'
+    if len(text) > _MAX_VALUE:
+        raise _fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
+    if in_list and not text:
+        raise _fail(shown, key, "empty list element", fix)
+    if text.startswith("-"):
+        raise _fail(shown, key, f"{text[:40]!r}: leading '-' (a CMake argument)", fix)
+    if not _SAFE_VALUE.fullmatch(text):
+        bad = next(ch for ch in text if not _SAFE_VALUE.fullmatch(ch))
+        what = (
+            "whitespace"
+            if bad.isspace()
+            else "a control character"
+            if ord(bad) < 32 or ord(bad) == 127
+            else repr(bad)
+        )
+        raise _fail(shown, key, f"{text[:40]!r} contains {what}", fix)
+    return text
 
 
 def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
@@ -130,8 +249,28 @@ def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
     for path in sorted(recipes_dir.glob("*.toml")):
         shown = str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
-        recipes[path.stem] = load(path, shown)
+        recipe = load(path, shown)
+        if root is not None:
+            _toolchain_inside(recipe, root, shown)
+        recipes[path.stem] = recipe
     return recipes
+
+
+def _toolchain_inside(recipe: Recipe, root: Path, shown: str) -> None:
+    """`toolchains/<name>.cmake` may be a symlink, but never to a file outside the root."""
+    if recipe.toolchain is None:
+        return
+    path = root / "toolchains" / f"{recipe.toolchain}.cmake"
+    if not path.is_symlink():
+        return  # a missing file is build's message (it names the toolchains it has)
+    real, top = path.resolve(), root.resolve()
+    if not real.is_relative_to(top):
+        raise _fail(
+            shown,
+            "lane.toolchain",
+            f"toolchains/{path.name} is a symlink to {real}, outside the forge root",
+            "commit the toolchain file itself under toolchains/",
+        )
 
 
 def select(recipes: dict[str, Recipe], lanes: list[str]) -> list[Recipe]:
