@@ -13,7 +13,6 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.lanes.recipes import Recipe
 
@@ -332,14 +332,11 @@ class Doctor:
         exe = shutil.which(command[0], path=self.path_env)
         if exe is None:
             return None
-        try:
-            proc = subprocess.run(
-                [exe, *command[1:]], capture_output=True, text=True, timeout=20, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired):
+        proc = run_probe([exe, *command[1:]])
+        if proc is None or proc.returncode != 0:
             return None
         path = proc.stdout.strip()
-        return path if proc.returncode == 0 and path and Path(path).exists() else None
+        return path if path and Path(path).exists() else None
 
     def version(self, name: str) -> str | None:
         """The tool's version (runs it once; None when unknown)."""
@@ -349,18 +346,10 @@ class Doctor:
         probe = self.probes.tools[name]
         version: str | None = None
         if result.found and result.path and probe.version_regex:
-            try:
-                proc = subprocess.run(
-                    [result.path, *probe.version_args],
-                    capture_output=True,
-                    text=True,
-                    timeout=30,
-                    check=False,
-                )
+            proc = run_probe([result.path, *probe.version_args], timeout=30)
+            if proc is not None:
                 m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
                 version = m.group(1) if m else None
-            except (OSError, subprocess.TimeoutExpired):
-                version = None
         self._versions[name] = version
         result.version = version
         return version
