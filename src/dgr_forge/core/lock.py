@@ -16,7 +16,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,10 +77,33 @@ def _try_flock(fd: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Words:
+    """How a lock names itself in messages (the workspace lock and the root lock)."""
+
+    open_failed: str  # "{path}: cannot open ..." is prefixed
+    open_hint: str
+    open_error: type[BadInput] | type[OperationFailed]
+    busy: str  # "workspace X is in use" / "forge root X is being written"
+    still_busy: str
+    label: str  # "workspace lock" / "root lock", in the waiting line
+
+
+def _stamp(fd: int) -> None:
+    """Tell a waiting run who holds the lock (pid, command, start time)."""
+    info = {
+        "pid": os.getpid(),
+        "command": " ".join(["dgr-forge", *sys.argv[1:]])[:300],
+        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+
+
 @contextlib.contextmanager
-def workspace_lock(forge: Forge, out: Reporter) -> Iterator[None]:
-    """Hold the workspace lock for the block; wait (or fail, with DGR_LOCK_TIMEOUT=0)."""
-    path = forge.lock_file
+def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterator[None]:
+    """Hold an exclusive flock on `path` for the block: re-entrant within this process;
+    waits up to DGR_LOCK_TIMEOUT for another run, naming it, else fails naming it."""
     key = path.absolute()
     with _guard:
         held = _held.get(key)
@@ -94,46 +117,37 @@ def workspace_lock(forge: Forge, out: Reporter) -> Iterator[None]:
                 held.depth -= 1
         return
 
-    lock_timeout()  # a bad value is refused whether or not this run has to wait
+    timeout = lock_timeout()  # a bad value is refused whether or not this run has to wait
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
     except OSError as err:
-        raise BadInput(
-            f"{path}: cannot open the workspace lock ({err.strerror or err})",
-            hint="the lock must be a plain file the forge can write: remove whatever is "
-            f"there (`rm -r {path}`; it holds no data) or choose another --workspace",
+        raise words.open_error(
+            f"{path}: {words.open_failed} ({err.strerror or err})",
+            hint=words.open_hint,
             details={"lock": str(path)},
         ) from None
     try:
         if not _try_flock(fd):
-            timeout = lock_timeout()
             holder = describe_holder(path)
             if timeout == 0:
                 raise OperationFailed(
-                    f"workspace {forge.workspace} is in use by {holder}",
+                    f"{words.busy} by {holder}",
                     hint="wait for that run to finish (or stop it), or set DGR_LOCK_TIMEOUT to "
                     "a number of seconds to wait",
                     details={"lock": str(path), "holder": holder},
                 )
-            out.info(f"waiting for {holder} (workspace lock {path}, up to {timeout:g} s)")
+            say(f"waiting for {holder} ({words.label} {path}, up to {timeout:g} s)")
             deadline = time.monotonic() + timeout
             while not _try_flock(fd):
                 if time.monotonic() >= deadline:
                     raise OperationFailed(
-                        f"workspace {forge.workspace} still in use by {describe_holder(path)} "
-                        f"after {timeout:g} s",
+                        f"{words.still_busy} by {describe_holder(path)} after {timeout:g} s",
                         hint="wait for that run to finish (or stop it), or raise DGR_LOCK_TIMEOUT",
                         details={"lock": str(path), "holder": describe_holder(path)},
                     )
                 time.sleep(POLL_S)
-        info = {
-            "pid": os.getpid(),
-            "command": " ".join(["dgr-forge", *sys.argv[1:]])[:300],
-            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        _stamp(fd)
         with _guard:
             _held[key] = _Held(fd=fd, depth=1)
         try:
@@ -149,113 +163,44 @@ def workspace_lock(forge: Forge, out: Reporter) -> Iterator[None]:
         os.close(fd)
 
 
+def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextManager[None]:
+    """Hold the workspace lock for the block; wait (or fail, with DGR_LOCK_TIMEOUT=0)."""
+    path = forge.lock_file
+    words = _Words(
+        open_failed="cannot open the workspace lock",
+        open_hint="the lock must be a plain file the forge can write: remove whatever is "
+        f"there (`rm -r {path}`; it holds no data) or choose another --workspace",
+        open_error=BadInput,
+        busy=f"workspace {forge.workspace} is in use",
+        still_busy=f"workspace {forge.workspace} still in use",
+        label="workspace lock",
+    )
+    return _flock_held(path, words, out.info)
+
+
 # ----------------------------------------------------------------------------- root lock
-# Self-contained on purpose (the workspace lock above may change shape): writers of
-# patches/ and the manifest (export, rebase's finish and abort, journal recovery) also take
-# a flock on `<root>/.dgr-root.lock`, so two workspaces on one root serialize.
+# Writers of patches/ and the manifest (export, rebase's finish and abort, journal
+# recovery) also take a flock on `<root>/.dgr-root.lock`, so two workspaces on one root
+# serialize.
 
 ROOT_LOCK_NAME = ".dgr-root.lock"
-_ROOT_DEFAULT_TIMEOUT_S = 600.0
-_ROOT_POLL_S = 0.1
-_root_depth: dict[Path, tuple[int, int]] = {}  # lock path -> (fd, depth), this process
 
 
-def _root_timeout() -> float:
-    raw = os.environ.get("DGR_LOCK_TIMEOUT", "").strip()
-    try:
-        value = float(raw) if raw else _ROOT_DEFAULT_TIMEOUT_S
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise BadInput(
-            f"DGR_LOCK_TIMEOUT={raw!r} is not a finite number of seconds >= 0",
-            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
-        )
-    return value
-
-
-def _root_try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _root_holder(path: Path) -> str:
-    try:
-        info = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
-        info = {}
-    if not isinstance(info, dict) or "pid" not in info:
-        return "another dgr-forge run (holder unknown)"
-    return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
-
-
-@contextlib.contextmanager
-def root_lock_at(root: Path, out: Reporter | None = None) -> Iterator[None]:
+def root_lock_at(
+    root: Path, out: Reporter | None = None
+) -> contextlib.AbstractContextManager[None]:
     """Hold `<root>/.dgr-root.lock` for the block (re-entrant in one process); wait up to
     DGR_LOCK_TIMEOUT for another run, naming it, or fail (exit 1) naming it."""
-    path = (root / ROOT_LOCK_NAME).absolute()
-    held = _root_depth.get(path)
-    if held is not None:
-        _root_depth[path] = (held[0], held[1] + 1)
-        try:
-            yield
-        finally:
-            fd, depth = _root_depth[path]
-            _root_depth[path] = (fd, depth - 1)
-        return
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as err:
-        raise OperationFailed(
-            f"{path}: cannot open the root lock ({err.strerror})",
-            hint="the forge root must be writable by whoever runs export or rebase",
-        ) from None
-    try:
-        if not _root_try_flock(fd):
-            timeout = _root_timeout()
-            holder = _root_holder(path)
-            if timeout == 0:
-                raise OperationFailed(
-                    f"forge root {root} is being written by {holder}",
-                    hint="wait for that run to finish (or stop it), or set DGR_LOCK_TIMEOUT",
-                    details={"lock": str(path), "holder": holder},
-                )
-            msg = f"waiting for {holder} (root lock {path}, up to {timeout:g} s)"
-            if out is not None:
-                out.info(msg)
-            else:
-                sys.stderr.write(msg + "\n")
-            deadline = time.monotonic() + timeout
-            while not _root_try_flock(fd):
-                if time.monotonic() >= deadline:
-                    raise OperationFailed(
-                        f"forge root {root} still being written by {_root_holder(path)} "
-                        f"after {timeout:g} s",
-                        hint="wait for that run to finish (or stop it), or raise DGR_LOCK_TIMEOUT",
-                        details={"lock": str(path), "holder": _root_holder(path)},
-                    )
-                time.sleep(_ROOT_POLL_S)
-        info = {
-            "pid": os.getpid(),
-            "command": " ".join(["dgr-forge", *sys.argv[1:]])[:300],
-            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        _root_depth[path] = (fd, 1)
-        try:
-            yield
-        finally:
-            del _root_depth[path]
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    words = _Words(
+        open_failed="cannot open the root lock",
+        open_hint="the forge root must be writable by whoever runs export or rebase",
+        open_error=OperationFailed,
+        busy=f"forge root {root} is being written",
+        still_busy=f"forge root {root} still being written",
+        label="root lock",
+    )
+    say = out.info if out is not None else (lambda msg: print(msg, file=sys.stderr))
+    return _flock_held((root / ROOT_LOCK_NAME).absolute(), words, say)
 
 
 def root_lock(forge: Forge, out: Reporter | None = None) -> contextlib.AbstractContextManager[None]:
