@@ -24,8 +24,7 @@ from patch_support import Series, make_series, src_dir
 
 FETCH_POINTS = ["fetch.journal", "fetch.objects", "fetch.verified", "fetch.checkout"]
 FETCH_POINTS += ["fetch.checked-out"]
-PATCH_POINTS = ["patch.journal", "patch.applied:0001", "patch.applied:0002"]
-PATCH_POINTS += ["patch.applied:0003", "patch.verified"]
+PATCH_POINTS = ["patch.journal", "patch.applied", "patch.applied:0003", "patch.verified"]
 KILLED = (-9, 137)
 
 
@@ -137,7 +136,7 @@ def test_patch_killed_at_each_point_then_patch_completes(
     _assert_patched(forge_root, series, before)
 
 
-@pytest.mark.parametrize("point", ["patch.journal", "patch.applied:0002", "patch.verified"])
+@pytest.mark.parametrize("point", ["patch.journal", "patch.applied", "patch.verified"])
 def test_patch_disk_full_rolls_back_and_next_patch_completes(
     upstream: Upstream, forge_root: Path, point: str
 ) -> None:
@@ -266,7 +265,7 @@ def test_journal_stays_when_the_roll_back_fails_and_the_next_patch_finishes_it(
     a command that works."""
     series = make_series(forge_root, upstream)
     before = _inputs(forge_root)
-    fault = "patch.applied:0002:enospc,patch.rollback:enospc"
+    fault = "patch.applied:enospc,patch.rollback:enospc"
     r = run_forge("--json", "patch", cwd=forge_root, env={"DGR_FAULT": fault})
     assert r.code == 1, r
     assert "back at the pin failed too" in r.json["error"], r
