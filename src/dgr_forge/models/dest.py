@@ -8,7 +8,6 @@ opened with O_NOFOLLOW and checked to be regular files on the descriptor that is
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import stat
@@ -262,17 +261,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 # ----------------------------------------------------------------------------- provision lock
 
 
-def _lock_wait_s() -> float:
-    timeout = lock_timeout()  # the forge lock's DGR_LOCK_TIMEOUT, read the same way
-    if not math.isfinite(timeout):
-        raise BadInput(
-            f"DGR_LOCK_TIMEOUT={os.environ.get('DGR_LOCK_TIMEOUT', '')!r} is not a finite "
-            "number of seconds",
-            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
-        )
-    return timeout
-
-
 def _holder(fd: int) -> str:
     """Who holds the lock, from what the holder wrote (read through our own descriptor)."""
     try:
@@ -335,7 +323,7 @@ def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     fd = _open_lock(dest)
     try:
         if not try_lock(fd):
-            timeout = _lock_wait_s()
+            timeout = lock_timeout()  # the forge lock's DGR_LOCK_TIMEOUT: finite, bounded
             holder = _holder(fd)
             fix = "wait for it to finish (or stop it), or set DGR_LOCK_TIMEOUT to wait longer"
             if timeout == 0:
