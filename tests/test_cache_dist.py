@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support import dist
 from support.build import make_patched_root, make_worker
-from support.cache import clean_env
+from support.cache import clean_env, loopback_server
 from support.cli import Result, run_forge
 from support.git import Upstream
 
@@ -134,6 +134,11 @@ def test_a_scheduler_that_went_down_means_local_compiles_and_one_warning(
     assert len(warnings) == 1 and url in warnings[0] and "locally" in warnings[0], warnings
     assert dist.sccache_servers(root / ".dgr") == []
 
+    env = {**_env(tmp_path, conf, dgr_cache), "DGR_CACHE": "sccache"}
+    doctor = run_forge("--root", str(root), "--json", "doctor", env=env)
+    assert doctor.code == 0 and doctor.json["cache"]["dist"]["status"] == "unreachable"
+    assert "fix: start the scheduler" in doctor.stderr
+
 
 def test_a_wrong_token_is_exit_1_naming_it_and_doctor_says_how_to_fix(
     tmp_path: Path, upstream: Upstream, pool: dist.Pool, dgr_cache: Path
@@ -160,6 +165,16 @@ def test_a_wrong_token_is_exit_1_naming_it_and_doctor_says_how_to_fix(
     ok = run_forge("--root", str(root), "--json", "doctor", env=good)
     assert ok.json["cache"]["dist"]["status"] == "ok"
     assert ok.json["cache"]["dist"]["servers"] == 1 and "fix:" not in ok.stderr
+
+    # https:// straight at a plain-HTTP port: a TLS failure, said as such (the scheduler
+    # itself never answers a ClientHello: the same verdict after the 5 s deadline)
+    with loopback_server() as (host, _):
+        tls = dist.write_client_conf(tmp_path / "tls.toml", f"https://{host}", pool.client_token)
+        env_tls = {**good, "SCCACHE_CONF": str(tls)}
+        bad = run_forge("--root", str(root), "--json", "doctor", env=env_tls)
+    assert bad.json["cache"]["dist"]["status"] == "unreachable"
+    assert "TLS handshake failed" in bad.json["cache"]["dist"]["detail"]
+    assert "TLS proxy" in bad.json["cache"]["dist"]["fix"]
 
 
 # ----------------------------------------------------------------------------- no pool

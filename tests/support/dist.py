@@ -22,7 +22,27 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .roots import REPO
+
 READY_TIMEOUT = 30.0  # seconds for the scheduler to listen and the server to register
+DOC = REPO / "docs" / "distributed-compilation.md"
+
+
+def doc_config(first_line: str) -> str:
+    """The ```toml block of docs/distributed-compilation.md that starts with `first_line`:
+    the pool runs from the configuration the doc gives (filled in), so the doc stays true."""
+    blocks = DOC.read_text().split("```toml\n")[1:]
+    found = [b.split("```", 1)[0] for b in blocks if b.startswith(first_line + "\n")]
+    assert len(found) == 1, f"{DOC}: no single ```toml block starting {first_line!r}"
+    return found[0]
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    """`text` with each key replaced by its value; every key must be there (the doc's)."""
+    for old, new in values.items():
+        assert old in text, f"{DOC}: {old!r} not in\n{text}"
+        text = text.replace(old, new)
+    return text
 
 
 def sccache_dist() -> Path | None:
@@ -121,9 +141,14 @@ def start_scheduler(workdir: Path, client_token: str, server_token: str) -> tupl
     port = free_port()
     conf = workdir / f"scheduler-{port}.conf"
     conf.write_text(
-        f'public_addr = "127.0.0.1:{port}"\n'
-        f'[client_auth]\ntype = "token"\ntoken = "{client_token}"\n'
-        f'[server_auth]\ntype = "token"\ntoken = "{server_token}"\n'
+        fill(
+            doc_config("# scheduler.conf"),
+            {
+                "127.0.0.1:10600": f"127.0.0.1:{port}",
+                "CLIENT_TOKEN": client_token,
+                "SERVER_TOKEN": server_token,
+            },
+        )
     )
     conf.chmod(0o600)
     daemon = start([str(sccache_dist()), "scheduler", "--config", str(conf)])
@@ -147,10 +172,8 @@ class Pool:
 
 
 def write_client_conf(path: Path, scheduler_url: str, token: str) -> Path:
-    path.write_text(
-        f'[dist]\nscheduler_url = "{scheduler_url}"\ntoolchains = []\n'
-        f'[dist.auth]\ntype = "token"\ntoken = "{token}"\n'
-    )
+    text = doc_config("# client: ~/.config/dgr/sccache-dist.toml")
+    path.write_text(fill(text, {"http://127.0.0.1:10600": scheduler_url, "CLIENT_TOKEN": token}))
     path.chmod(0o600)
     return path
 
@@ -165,14 +188,15 @@ def loopback_pool(workdir: Path) -> Iterator[Pool]:
     try:
         port = free_port()
         conf = workdir / "server.conf"
-        conf.write_text(
-            f'cache_dir = "{workdir / "toolchains"}"\n'
-            f'public_addr = "127.0.0.1:{port}"\n'
-            f'scheduler_url = "{url}"\n'
-            f'[builder]\ntype = "overlay"\nbuild_dir = "{workdir / "builds"}"\n'
-            f'bwrap_path = "{bwrap()}"\n'
-            f'[scheduler_auth]\ntype = "token"\ntoken = "{server_token}"\n'
-        )
+        values = {
+            "/var/lib/sccache-dist/toolchains": str(workdir / "toolchains"),
+            "/var/lib/sccache-dist/builds": str(workdir / "builds"),
+            "127.0.0.1:10501": f"127.0.0.1:{port}",
+            "http://127.0.0.1:10600": url,
+            "/usr/bin/bwrap": str(bwrap()),
+            "SERVER_TOKEN": server_token,
+        }
+        conf.write_text(fill(doc_config("# server.conf"), values))
         conf.chmod(0o600)
         server = start([str(sccache_dist()), "server", "--config", str(conf)])
         scheduler.wait_for("Registered new server")

@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +38,8 @@ from dgr_forge.lanes import sccache_dist
 from dgr_forge.lanes.cache import CacheSetup, sccache_config
 
 _TIMEOUT = 60.0  # seconds for one sccache/ccache control command
+_STARTUP = 30.0  # seconds for the sccache server to say it listens
+_STOP = 30.0  # seconds for it to finish after --stop-server, before it is killed
 
 
 @dataclass
@@ -47,6 +52,7 @@ class CacheSession:
     warned: bool = False
     _before: dict[str, Any] = field(default_factory=dict)
     _statslog: Path | None = None
+    _server: subprocess.Popen[bytes] | None = None
 
     # -- per lane
 
@@ -114,22 +120,72 @@ class CacheSession:
 
     def start(self) -> None:
         sock = self.setup.env.get("SCCACHE_SERVER_UDS")
-        self.own_server = sock is not None
-        if sock and os.path.lexists(sock):
+        if sock is None:  # a server the user placed (a TCP port of theirs): only use it
+            done = self._run("--start-server")
+            said = "" if done is None else (done.stderr or done.stdout)
+            if done is None or done.returncode != 0:
+                self._failed(said)
+            return
+        self.own_server = True
+        if os.path.lexists(sock):
             self._run("--stop-server")  # a server a killed build left: it holds old settings
             Path(sock).unlink(missing_ok=True)
-        done = self._run("--start-server")
-        if done is None or done.returncode != 0:
-            said = "" if done is None else (done.stderr or done.stdout)
-            raise OperationFailed(
-                "sccache: its server did not start: " + _clean(said, self.env),
-                hint="run `sccache --start-server` with SCCACHE_LOG=debug to see why, or build "
-                "with --cache ccache|off",
-            )
+        refused = self._spawn(Path(sock))
+        if refused is not None:
+            self.stop()
+            self._failed(refused)
+
+    def _spawn(self, sock: Path) -> str | None:
+        """Start the server as our child and wait until it says it listens (sccache's own
+        startup notification); None when it does, else what it said."""
+        assert self.setup.launcher
+        with tempfile.TemporaryDirectory(prefix="dgr-sccache-") as tmp:
+            notify = Path(tmp) / "started"
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+                listener.bind(str(notify))
+                listener.listen(1)
+                listener.settimeout(_STARTUP)
+                env = {
+                    **self.env,
+                    "SCCACHE_START_SERVER": "1",
+                    "SCCACHE_NO_DAEMON": "1",
+                    "SCCACHE_STARTUP_NOTIFY": str(notify),
+                }
+                log = sock.with_suffix(".log")
+                self._server = proc.spawn([self.setup.launcher], env=env, log=log)
+                try:
+                    conn, _ = listener.accept()
+                    with conn:
+                        conn.settimeout(_STARTUP)
+                        data = b""
+                        while len(data) < 1 << 16 and (chunk := conn.recv(4096)):
+                            data += chunk
+                except OSError:  # no word within the deadline, or it died first
+                    return _tail(log) or "no startup notification"
+        # u32 length (big-endian), then bincode: variant 0 is Ok { addr }
+        if len(data) >= 8 and struct.unpack("<I", data[4:8])[0] == 0:
+            return None
+        return data[8:].decode("utf-8", "replace") or _tail(log) or "it refused to start"
+
+    def _failed(self, said: str) -> None:
+        raise OperationFailed(
+            "sccache: its server did not start: " + _clean(said, self.env),
+            hint="run `SCCACHE_LOG=debug sccache --start-server` with the same settings to see "
+            "why, or build with --cache ccache|off",
+        )
 
     def stop(self) -> None:
-        if self.own_server:
-            self._run("--stop-server")
+        """Stop our server and wait for it to be gone (killed if it will not go)."""
+        if not self.own_server:
+            return
+        self._run("--stop-server")
+        if self._server is not None:
+            try:
+                self._server.wait(_STOP)
+            except subprocess.TimeoutExpired:
+                self._server.kill()
+                self._server.wait()
+            self._server = None
 
 
 @contextmanager
@@ -215,6 +271,15 @@ def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dic
             counters[key] = int(value)
     hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
     return {"hits": hits, "misses": counters.get("cache_miss", 0)}
+
+
+def _tail(log: Path) -> str:
+    try:
+        with log.open("rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 2000))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 def _clean(text: str, env: Mapping[str, str]) -> str:

@@ -144,22 +144,19 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
     try:
         code, body, reason = _request(client, "POST", _ALLOC, timeout)
         status = _request(client, "GET", _STATUS, timeout)
-    except ssl.SSLError as err:
+    except (ssl.SSLError, TimeoutError) as err:
+        if not isinstance(err, ssl.SSLError) and "handshake" not in str(err):
+            return _unreachable(client, err, unreachable_fix)
+        # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
         return DistCheck(
             shown,
             "unreachable",
-            f"TLS handshake failed ({_clean(str(err.reason or err), client)}); "
+            f"TLS handshake failed ({_clean(str(getattr(err, 'reason', None) or err), client)}); "
             "compiles will run locally",
             fix=unreachable_fix,
         )
-    except (OSError, http.client.HTTPException) as err:  # TimeoutError is an OSError
-        why = _clean(str(err) or type(err).__name__, client)
-        return DistCheck(
-            shown,
-            "unreachable",
-            f"cannot be reached ({why}); compiles will run locally",
-            fix=unreachable_fix,
-        )
+    except (OSError, http.client.HTTPException) as err:
+        return _unreachable(client, err, unreachable_fix)
     said = _clean(body.decode("utf-8", "replace"), client) or reason
     if code in (401, 403):
         if client.auth in ("oauth2_code_grant_pkce", "oauth2_implicit"):
@@ -198,3 +195,13 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
         )
     counted = f"{servers} build server(s), {cpus} CPUs" if servers is not None else "servers: ?"
     return DistCheck(shown, "ok", f"accepts the token; {counted}", servers=servers, cpus=cpus)
+
+
+def _unreachable(client: DistClient, err: Exception, fix: str) -> DistCheck:
+    why = _clean(str(err) or type(err).__name__, client)
+    return DistCheck(
+        client.shown,
+        "unreachable",
+        f"cannot be reached ({why}); compiles will run locally",
+        fix=fix,
+    )
