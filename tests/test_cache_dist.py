@@ -121,9 +121,13 @@ def test_a_scheduler_that_went_down_means_local_compiles_and_one_warning(
     tmp_path: Path, upstream: Upstream, pool: dist.Pool, dgr_cache: Path
 ) -> None:
     url, scheduler = dist.start_scheduler(tmp_path, "c" * 32, "s" * 32)
-    scheduler.stop()  # it was there; now it is not
     conf = dist.write_client_conf(tmp_path / "down.toml", url, "c" * 32)
     root = _root(tmp_path, upstream)
+    env = {**_env(tmp_path, conf, dgr_cache), "DGR_CACHE": "sccache"}
+    alone = run_forge("--root", str(root), "--json", "doctor", env=env)
+    assert alone.json["cache"]["dist"]["status"] == "no-servers"  # up, but nobody to build
+    assert "fix: start a build server" in alone.stderr
+    scheduler.stop()  # it was there; now it is not
     result = _build(root, _env(tmp_path, conf, dgr_cache))
     assert result.code == 0, result
     n = _compiles(root)
@@ -134,7 +138,6 @@ def test_a_scheduler_that_went_down_means_local_compiles_and_one_warning(
     assert len(warnings) == 1 and url in warnings[0] and "locally" in warnings[0], warnings
     assert dist.sccache_servers(root / ".dgr") == []
 
-    env = {**_env(tmp_path, conf, dgr_cache), "DGR_CACHE": "sccache"}
     doctor = run_forge("--root", str(root), "--json", "doctor", env=env)
     assert doctor.code == 0 and doctor.json["cache"]["dist"]["status"] == "unreachable"
     assert "fix: start the scheduler" in doctor.stderr

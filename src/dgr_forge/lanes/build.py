@@ -343,7 +343,8 @@ class LaneBuilder:
         env = dict(os.environ)
         env.update(self.plan.cache.env)
         if self.ctx.cache is not None:  # this lane's own cache counters start here
-            env.update(self.ctx.cache.begin(self.plan.build_dir))
+            statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
+            env.update(self.ctx.cache.begin(statslog))
         env["SOURCE_DATE_EPOCH"] = str(self.epoch)
         env["NINJA_STATUS"] = "[%f/%t] "
         env.setdefault("CLICOLOR_FORCE", "0")

@@ -56,13 +56,13 @@ class CacheSession:
 
     # -- per lane
 
-    def begin(self, scratch: Path) -> dict[str, str]:
+    def begin(self, statslog: Path) -> dict[str, str]:
         """Start counting for one lane; returns what the lane's processes need in their
-        environment (ccache's stats log)."""
+        environment (ccache: `statslog`, the file its compiles append their results to)."""
         if self.setup.tool == "ccache":
-            scratch.mkdir(parents=True, exist_ok=True)
-            self._statslog = scratch / "ccache-stats.log"
-            self._statslog.write_bytes(b"")  # this lane's compiles only
+            statslog.parent.mkdir(parents=True, exist_ok=True)
+            self._statslog = statslog
+            statslog.write_bytes(b"")  # this lane's compiles only
             return {"CCACHE_STATSLOG": str(self._statslog)}
         if self.setup.tool == "sccache":
             self._before = self._sccache_stats() or {}
