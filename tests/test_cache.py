@@ -465,3 +465,36 @@ def test_relative_and_dotted_dgr_cache_dir_are_resolved(tmp_path: Path) -> None:
     env = clean_env(DGR_CACHE_DIR=str(tmp_path / "a" / ".." / "-c"))
     setup = cache.select(doctor(), "sccache", workspace=tmp_path / "ws", environ=env)
     assert setup.server_env["XDG_CACHE_HOME"] == str(tmp_path.resolve() / "-c")
+
+
+# ----------------------------------------------------------------------------- sccache-dist
+
+
+@pytest.mark.parametrize(
+    "url", ["-x", "ftp://127.0.0.1:1", "http://127.0.0.1:1/api", "http://", "file:///etc/passwd"]
+)
+def test_a_scheduler_url_sccache_would_refuse_is_an_error_without_a_connection(url: str) -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    client = sccache_dist.client({"dist": {"scheduler_url": url, "auth": {"token": SECRET}}})
+    assert client is not None and client.auth == "insecure"  # no type: sccache's default
+    check = sccache_dist.check(client, timeout=0.01)
+    assert check.status == "error" and "http://HOST:10600" in (check.fix or "")
+    assert SECRET not in str(check.as_dict())
+
+
+def test_dist_client_reads_token_flavours_and_never_shows_the_token() -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    url = f"http://ci:{SECRET}@127.0.0.1:1"
+    token = sccache_dist.client(
+        {"dist": {"scheduler_url": url, "auth": {"type": "token", "token": SECRET}}}
+    )
+    assert token is not None and token.auth == "token" and token.token == SECRET
+    assert token.shown == "http://***@127.0.0.1:1" and SECRET not in repr(token)
+    oauth = sccache_dist.client(
+        {"dist": {"scheduler_url": url, "auth": {"type": "oauth2_implicit", "client_id": "x"}}}
+    )
+    assert oauth is not None and oauth.auth == "oauth2_implicit" and oauth.token is None
+    assert sccache_dist.client({"dist": {"scheduler_url": 5}}) is None
+    assert sccache_dist.client({"dist": "x"}) is None and sccache_dist.client({}) is None

@@ -205,3 +205,22 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     cache = cc.json["lanes"][0]["cache"]
     assert (cache["tool"], cache["hits"], cache["misses"]) == ("ccache", 0, n)
     assert _internal(cc.json["lanes"][0]["report"])["compilerCache"] == cache
+
+
+def test_a_server_that_cannot_start_is_exit_1_with_sccaches_words_and_no_secret(
+    tmp_path: Path, upstream: Upstream, dgr_cache: Path
+) -> None:
+    secret = "tok-" + "7" * 28
+    conf = tmp_path / "bad.toml"  # sccache refuses a scheduler URL with a path
+    conf.write_text(
+        '[dist]\nscheduler_url = "http://127.0.0.1:1/api"\n'
+        f'[dist.auth]\ntype = "token"\ntoken = "{secret}"\n'
+    )
+    root = _root(tmp_path, upstream)
+    result = _build(root, _env(tmp_path, conf, dgr_cache))
+    assert result.code == 1, result
+    assert "sccache: its server did not start" in result.stderr
+    assert "relative path" in result.stderr and "fix:" in result.stderr
+    assert secret not in result.stdout + result.stderr
+    assert dist.sccache_servers(root / ".dgr") == []
+    assert not (root / ".dgr" / "build").exists()  # refused before any lane

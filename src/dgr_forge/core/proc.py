@@ -99,9 +99,9 @@ def spawn(
     log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start a long-running child the caller owns and stops (a server for one build): stdin
-    closed, stdout and stderr appended to `log` (else discarded), in its own session so a
+    closed, stdout and stderr written to `log` (else discarded), in its own session so a
     terminal's Ctrl-C reaches only the forge, which then stops it in order."""
-    sink = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
         return subprocess.Popen(
             list(cmd),

@@ -18,8 +18,10 @@ compiles ran on the pool and how many here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import selectors
 import socket
 import struct
 import subprocess
@@ -120,11 +122,10 @@ class CacheSession:
 
     def start(self) -> None:
         sock = self.setup.env.get("SCCACHE_SERVER_UDS")
-        if sock is None:  # a server the user placed (a TCP port of theirs): only use it
-            done = self._run("--start-server")
-            said = "" if done is None else (done.stderr or done.stdout)
+        if sock is None:  # the user's own server address: theirs to run, ours only to use
+            done = self._run("--show-stats")  # connects, or starts the one server there
             if done is None or done.returncode != 0:
-                self._failed(said)
+                self._failed("" if done is None else (done.stderr or done.stdout))
             return
         self.own_server = True
         if os.path.lexists(sock):
@@ -153,6 +154,8 @@ class CacheSession:
                 }
                 log = sock.with_suffix(".log")
                 self._server = proc.spawn([self.setup.launcher], env=env, log=log)
+                if not _await_either(listener, self._server.pid):
+                    return _tail(log) or "it exited, or said nothing within the deadline"
                 try:
                     conn, _ = listener.accept()
                     with conn:
@@ -160,7 +163,7 @@ class CacheSession:
                         data = b""
                         while len(data) < 1 << 16 and (chunk := conn.recv(4096)):
                             data += chunk
-                except OSError:  # no word within the deadline, or it died first
+                except OSError:
                     return _tail(log) or "no startup notification"
         # u32 length (big-endian), then bincode: variant 0 is Ok { addr }
         if len(data) >= 8 and struct.unpack("<I", data[4:8])[0] == 0:
@@ -271,6 +274,23 @@ def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dic
             counters[key] = int(value)
     hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
     return {"hits": hits, "misses": counters.get("cache_miss", 0)}
+
+
+def _await_either(listener: socket.socket, pid: int) -> bool:
+    """Wait for the server's startup notification; False when the server exits first
+    (seen through a pidfd where the platform has one) or the deadline passes."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(listener, selectors.EVENT_READ)
+        pidfd = None
+        with contextlib.suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(pid)
+            sel.register(pidfd, selectors.EVENT_READ)
+        try:
+            ready = sel.select(_STARTUP)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return any(key.fileobj is listener for key, _ in ready)
 
 
 def _tail(log: Path) -> str:
