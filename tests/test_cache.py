@@ -471,7 +471,8 @@ def test_relative_and_dotted_dgr_cache_dir_are_resolved(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["-x", "ftp://127.0.0.1:1", "http://127.0.0.1:1/api", "http://", "file:///etc/passwd"]
+    "url",
+    ["-x", "ftp://127.0.0.1:1", "http://127.0.0.1:1/api", "http://", "file:///x", "http://h:x1"],
 )
 def test_a_scheduler_url_sccache_would_refuse_is_an_error_without_a_connection(url: str) -> None:
     from dgr_forge.lanes import sccache_dist
@@ -498,3 +499,14 @@ def test_dist_client_reads_token_flavours_and_never_shows_the_token() -> None:
     assert oauth is not None and oauth.auth == "oauth2_implicit" and oauth.token is None
     assert sccache_dist.client({"dist": {"scheduler_url": 5}}) is None
     assert sccache_dist.client({"dist": "x"}) is None and sccache_dist.client({}) is None
+
+
+def test_a_token_with_a_line_break_is_an_error_that_never_shows_it() -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    auth = {"type": "token", "token": SECRET + "\r\nX-Evil: 1"}
+    client = sccache_dist.client({"dist": {"scheduler_url": "http://127.0.0.1:1", "auth": auth}})
+    assert client is not None
+    check = sccache_dist.check(client, timeout=0.01)
+    assert check.status == "unauthorized" and "control character" in check.detail
+    assert SECRET not in str(check.as_dict()) + check.line()

@@ -129,12 +129,23 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
     """Ask the scheduler: reachable, does it take this client's token, how many servers."""
     shown = client.shown
     parts = urlsplit(client.url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        parts = urlsplit("")
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
         return DistCheck(
             shown,
             "error",
             "scheduler_url is not http(s)://host:port/ (sccache accepts no other form)",
             fix="write scheduler_url as http://HOST:10600 (or https:// through a TLS proxy)",
+        )
+    if client.token is not None and any(ord(c) < 32 or ord(c) == 127 for c in client.token):
+        return DistCheck(
+            shown,
+            "unauthorized",
+            "the client token has a control character or a line break: no scheduler takes it",
+            fix=_fix_auth(client),
         )
     unreachable_fix = (
         "start the scheduler (sccache-dist scheduler --config scheduler.conf) or fix "
