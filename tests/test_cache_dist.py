@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from support import dist
 from support.build import make_patched_root, make_worker
 from support.cache import clean_env, loopback_server
-from support.cli import Result, run_forge
+from support.cli import Result, forge_cmd, forge_env, run_forge
 from support.git import Upstream
 
 pytestmark = pytest.mark.slow
@@ -188,6 +189,27 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     assert second.code == 0, second
     cache = second.json["lanes"][0]["cache"]
     assert (cache["hits"], cache["misses"]) == (n, 0)  # its own figures, not the sum
+    assert dist.sccache_servers(ws) == []
+
+    # killed mid-build (SIGKILL: no cleanup runs): one server served all 8 jobs, and it
+    # outlives the forge; the next build of the workspace stops it first and leaves none
+    shutil.rmtree(ws / "build")
+    paused = subprocess.Popen(
+        forge_cmd("--root", str(root), "--workspace", str(ws), "build", "-j", "8", "--no-sign",
+                  "--worker", str(root / "worker"), "--cache", "sccache"),
+        env=forge_env({**env, "DGR_FAULT": "build.linked:pause"}),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert paused.stderr is not None
+    with paused, paused.stderr:
+        assert any("paused at build.linked" in line for line in paused.stderr)
+        servers = dist.sccache_servers(ws)
+        assert len(servers) == 1
+        paused.kill()
+    assert dist.sccache_servers(ws) == servers  # the forge's own stop never ran
+    after = _build(root, env, "--workspace", str(ws), jobs=8)
+    assert after.code == 0, after
+    dist.wait_gone(servers[0])
     assert dist.sccache_servers(ws) == []
 
     shutil.rmtree(ws / "build")

@@ -227,3 +227,18 @@ def sccache_servers(socket_dir: Path) -> list[int]:
                 if sock.is_relative_to(socket_dir) and b"SCCACHE_START_SERVER=1" in environ:
                     found.append(int(entry.name))
     return found
+
+
+def wait_gone(pid: int, timeout: float = 30.0) -> None:
+    """Wait for a process that is not our child to exit (its pidfd becomes readable)."""
+    import select
+
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        assert ready, f"process {pid} still running after {timeout} s"
+    finally:
+        os.close(fd)
