@@ -12,6 +12,7 @@ MODULES: list[str] = [
     "fetch",
     "patch",
     "rebase",
+    "bump",
     "build",
     "report",
     "artifacts",
