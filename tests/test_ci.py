@@ -951,7 +951,7 @@ def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None
     assert fail.returncode == 3
 
 
-def test_bump_request_can_be_turned_off(root: Path) -> None:
+def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     """`ci/bump.toml` `[bump] open_request = false`: the roller still bumps and uploads its
     report, read-only, in no environment, with no request step; bad settings exit 2."""
     (root / "ci").mkdir()
@@ -964,6 +964,8 @@ def test_bump_request_can_be_turned_off(root: Path) -> None:
     assert "secrets." not in str(job)
     gitlab = yaml.safe_load(render(root, "gitlab"))["canary"]
     assert "environment" not in gitlab and "merge_requests" not in str(gitlab)
+    findings = validate(tmp_path, render(root), render(root, "gitlab"), "auditor")
+    assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
     for bad, words in (
         ("schema = 1\n[bump]\nopen_request = 'no'\n", "bump.open_request"),
         ("schema = 1\n[bump]\nopen = false\n", "bump.open"),

@@ -328,7 +328,11 @@ def render(d: dict[str, Any], table: str) -> str:
         "",
         f"- pin (before): `{d['pin']}` ({d['url']})",
         f"- target: `{d['target']}` {d['target_subject'] or ''}"
-        + (f" (from `{d['to']}`)" if d["to"] != d["target"] else ""),
+        + (
+            " (the upstream's default branch head)"
+            if d["to"] == "HEAD"
+            else (f" (from `{d['to']}`)" if d["to"] != d["target"] else "")
+        ),
         f"- newest clean: `{d['newest_clean']}` {d['newest_clean_subject'] or ''} — "
         f"{d['taken']} of {d['candidates']} first-parent commit(s); the pin {verb}"
         + ("; **target reached**" if reached else "; **stopped short of the target**"),
