@@ -158,10 +158,10 @@ def test_bump_repins_at_the_newest_clean_commit_and_check_passes(h: History) -> 
     assert again.json["replays"] <= max_replays(AFTER - BREAKS_AT + 1) - 1
 
 
-@pytest.mark.parametrize("how", ["full", "abbreviated", "tag"])
+@pytest.mark.parametrize("how", ["abbreviated", "tag"])
 def test_to_a_clean_commit_reaches_it_with_two_replays(h: History, how: str) -> None:
     s, after = h.series, h.after
-    to = {"full": after[20], "abbreviated": after[20][:10], "tag": "v-clean"}[how]
+    to = {"abbreviated": after[20][:10], "tag": "v-clean"}[how]
     before = everything(s)
     r = s.forge("bump", "--to", to, "--dry-run", "--json")
     assert r.code == 0, r
@@ -201,6 +201,32 @@ def test_hostile_to_is_a_clear_error_and_changes_nothing(h: History, to: str, wo
     assert "Traceback" not in r.stderr
     assert everything(s) == before
     assert not (s.root / "pwned").exists()
+
+
+def test_dry_run_without_a_workspace_creates_none_and_mirror_is_used(h: History) -> None:
+    s, after = h.series, h.after
+    shutil.rmtree(s.root / ".dgr")
+    before = s.snapshot()
+    text = s.manifest.read_text()
+    # the manifest's URL is unreachable: everything comes from the mirror
+    s.manifest.write_text(text.replace(s.upstream.url, "https://127.0.0.1:9/llama.cpp.git"))
+    r = s.forge("bump", "--to", after[5], "--dry-run", "--mirror", str(s.upstream.path), "--json")
+    assert r.code == 0, r
+    assert r.json["newest_clean"] == after[5] and r.json["replays"] == 2
+    s.manifest.write_text(text)
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "src").exists()
+
+
+def test_report_inside_the_inputs_and_a_rebase_in_progress_are_refused(h: History) -> None:
+    s, after = h.series, h.after
+    before = everything(s)
+    r = s.forge("bump", "--dry-run", "--report", str(s.patches_dir / "bump.md"))
+    assert r.code == 2 and "--report" in r.stderr, r
+    assert everything(s) == before
+    assert s.forge("rebase", "--onto", after[BREAKS_AT - 1]).code == 3  # stops on 0001
+    r = s.forge("bump", "--dry-run")
+    assert r.code == 3 and "rebase" in r.stderr and "in progress" in r.stderr, r
 
 
 def test_to_older_than_the_pin_is_refused(h: History) -> None:
