@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
@@ -152,7 +152,6 @@ class TreeReplay:
     pin: str
     patches: list[tuple[str, str]]
     runs: int = 0
-    dropped: dict[str, list[str]] = field(default_factory=dict)  # candidate -> files
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
@@ -160,7 +159,6 @@ class TreeReplay:
         head_tree = gitutil.tree_of(self.repo, candidate)
         picked: list[str] = []  # the replayed trees, in order
         base = self.pin
-        dropped: list[str] = []
         for file, commit in self.patches:
             ours = self._commit(head_tree, base, f"dgr-forge bump: replayed head before {file}")
             proc = git(
@@ -185,13 +183,10 @@ class TreeReplay:
             if proc.returncode == 1:
                 files = sorted({f for f in rest if f})
                 return self._explain(candidate, file, files, head, picked)
-            if head == head_tree:
-                dropped.append(file)  # upstream took it: empty, clean, dropped
-            else:
+            if head != head_tree:  # else upstream took it: empty, clean, dropped
                 picked.append(head)
                 head_tree = head
             base = commit
-        self.dropped[candidate] = dropped
         return None
 
     def _commit(self, tree: str, parent: str, message: str) -> str:
@@ -212,10 +207,13 @@ class TreeReplay:
                 blob = git(
                     self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False
                 )
-                if blob.returncode == 0:
-                    target = self.repo / path
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(cast(bytes, blob.stdout))
+                target = self.repo / path
+                try:
+                    if blob.returncode == 0:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(cast(bytes, blob.stdout))
+                except OSError:
+                    pass  # e.g. a file where a directory is needed: file-level names only
             found, _ = upstream_commits_for(self.repo, self.pin, candidate, head, path)
             commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
         return Break(candidate, patch, files, commits)
