@@ -15,6 +15,7 @@ import subprocess
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from forgetest import make_upstream, sh_git
@@ -240,16 +241,21 @@ def test_to_older_than_the_pin_is_refused(h: History) -> None:
 
 
 def _run(
-    n: int, clean: Callable[[int], bool], real: Callable[[int], bool] | None = None
+    n: int,
+    clean: Callable[[int], bool],
+    real: Callable[[int], bool] | None = None,
+    real_probes: bool = False,
 ) -> tuple[int, int | None, int]:
     def probe(i: int) -> Break | None:
         return None if clean(i) else Break(str(i), "p", [], [])
 
-    def verify(i: int) -> tuple[Break | None, object]:
-        ok = (real or clean)(i)
-        return (None, "ok") if ok else (Break(str(i), "p", [], []), None)
+    def real_probe(i: int) -> Break | None:
+        return None if (real or clean)(i) else Break(str(i), "p", [], [])
 
-    r = search(n, probe, verify, Reporter(quiet=True))
+    def verify(i: int) -> tuple[Break | None, object]:
+        return (None, "ok") if real_probe(i) is None else (real_probe(i), None)
+
+    r = search(n, probe, verify, Reporter(quiet=True), real_probe if real_probes else None)
     return r.newest_clean, r.first_breaking, r.replays
 
 
@@ -266,6 +272,10 @@ def test_a_contradicting_real_replay_narrows_the_search_again() -> None:
     # the dry-run probe says 0..29 clean; the real replay finds 20..29 broken too
     newest, first, _ = _run(50, lambda i: i < 30, real=lambda i: i < 20)
     assert (newest, first) == (19, 20)
+    # with real replays as probes after the first contradiction: a bisection again
+    newest, first, bisected = _run(300, lambda i: True, lambda i: i < 20, real_probes=True)
+    assert (newest, first) == (19, 20) and bisected <= 2 * max_replays(300)
+    assert _run(300, lambda i: True, lambda i: i < 20)[2] > 200  # without: one by one
     # clean again past a break (upstream later took the conflicting patch): the answer
     # is never past a known break
     newest, first, _ = _run(50, lambda i: i < 10 or i >= 40)
@@ -273,3 +283,32 @@ def test_a_contradicting_real_replay_narrows_the_search_again() -> None:
     # a clean island after a break that bisection never probes is not guessed at: the
     # answer is a clean commit right before a broken one
     assert _run(50, lambda i: i < 10 or 30 <= i < 45)[:2] == (9, 10)
+
+
+def test_a_real_replay_that_contradicts_the_probes_narrows_and_never_lands_on_it(
+    tmp_path: Path, upstream: Any
+) -> None:
+    """The workspace's own merge settings (a merge driver that always fails, for
+    src/llama.cpp) make the real rebase conflict where the work-tree-free probes, which
+    never read them, find every candidate clean: the rebase is undone each time and the
+    search narrows below it, so the pin lands on the newest commit the real replay takes."""
+    s = make_series(tmp_path, upstream)
+    after = []
+    for i in range(1, 9):
+        if i == 3:  # touches the patched file far from the patch: needs a file-level merge
+            text = (upstream.path / "src/llama.cpp").read_text()
+            after.append(upstream.commit({"src/llama.cpp": text + "// upstream\n"}, "llama: note"))
+        else:
+            after.append(upstream.commit({f"docs/n{i}.md": f"{i}\n"}, f"docs: n{i}"))
+    (s.src / ".git" / "info").mkdir(exist_ok=True)
+    (s.src / ".git" / "info" / "attributes").write_text("src/llama.cpp merge=refuse\n")
+    sh_git(s.src, "config", "merge.refuse.driver", "false")
+    r = s.forge("bump", "--json")
+    assert r.code == 3, r
+    assert r.json["newest_clean"] == pinned(s) == after[1]
+    assert r.json["first_breaking"]["commit"] == after[2]
+    assert r.json["first_breaking"]["files"] == ["src/llama.cpp"]
+    assert "narrowing the search below it with real replays" in r.stderr
+    # after the contradiction, a bisection with real replays: not a walk down one by one
+    assert r.json["replays"] <= 2 + max_replays(len(after))
+    assert not (s.root / ".dgr" / "rebase.json").exists()

@@ -122,7 +122,10 @@ def bump(
             def verify(i: int) -> tuple[Break | None, Any]:
                 return _verify(work, out_, chain[i], dry_run, mirror)
 
-            found = search(len(chain), lambda i: probe(chain[i]), verify, out_)
+            def real_probe(i: int) -> Break | None:
+                return _canary(work, out_, chain[i], mirror)[0]
+
+            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
             newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
             first = None
             if found.first_breaking is not None:
@@ -193,6 +196,30 @@ def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
     return found[0]
 
 
+def _canary(
+    work: Forge, out_: Reporter, commit: str, mirror: str | None, *, rows: bool = False
+) -> tuple[Break | None, Any]:
+    """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
+    (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
+    `rows`, the per-patch rows and their Markdown table when it is clean."""
+    try:
+        start(work, Reporter(quiet=True), commit, mirror=mirror, canary=True)
+        state = load_state(work)
+        if state is None:
+            raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
+        bad = next((r for r in rows_of(state) if r["outcome"] == "conflict"), None)
+        if bad is not None:
+            return _break_of(commit, bad["file"], bad["files"], bad["upstream_commits"]), None
+        if not rows:
+            return None, None
+        stage(work, state)
+        table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
+        return None, {"patches": rows_of(state), "table": table}
+    finally:
+        if load_state(work) is not None:  # ready for the next replay
+            abort(work, Reporter(quiet=True))
+
+
 def _verify(
     work: Forge, out_: Reporter, commit: str, dry_run: bool, mirror: str | None
 ) -> tuple[Break | None, Any]:
@@ -200,22 +227,7 @@ def _verify(
     the rebase itself. A conflict comes back as a Break (the search narrows again)."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
     if dry_run:
-        try:
-            start(work, out_, commit, mirror=mirror, canary=True)
-            state = load_state(work)
-            if state is None:
-                raise OperationFailed(f"the verifying replay onto {commit[:12]} left no state")
-            rows = rows_of(state)
-            bad = next((r for r in rows if r["outcome"] == "conflict"), None)
-            if bad is not None:
-                return _break_of(commit, bad["file"], bad["files"], bad["upstream_commits"]), None
-            stage(work, state)
-            rows = rows_of(state)
-            table = render_markdown(state, None, rows, "Replay (dry run)")
-            return None, {"patches": rows, "table": table}
-        finally:
-            if load_state(work) is not None:  # ready for another verifying replay
-                abort(work, Reporter(quiet=True))
+        return _canary(work, out_, commit, mirror, rows=True)
     try:
         result = start(work, out_, commit, mirror=mirror)
     except NeedsHuman as err:

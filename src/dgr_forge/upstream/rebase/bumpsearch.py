@@ -242,13 +242,16 @@ def search(
     probe: Callable[[int], Break | None],
     verify: Callable[[int], tuple[Break | None, Any]],
     out_: Reporter,
+    real_probe: Callable[[int], Break | None] | None = None,
 ) -> SearchResult:
     """Candidates 0..n-1 (oldest first); -1 is the pin, clean by definition.
 
     The target (n-1) first: the nightly common case costs one probe. Else bisect between
     the newest known clean and the oldest known broken. The answer is then replayed for
     real (`verify`); when that conflicts, the probe was wrong about it: it counts as
-    broken and the search narrows again below it."""
+    broken, and the search narrows again below it, from then on with `real_probe` (a
+    real replay that changes nothing) where given, since the dry-run probe proved wrong
+    for this series: its other verdicts are dropped, not trusted."""
     verdict: dict[int, Break | None] = {-1: None}
     replays = 0
 
@@ -282,7 +285,11 @@ def search(
         out_.warn(
             f"the real replay onto candidate {lo + 1} conflicts ({broken.patch}) where the "
             "dry run found it clean: narrowing the search below it"
+            + (" with real replays" if real_probe is not None and probe is not real_probe else "")
         )
+        if real_probe is not None and probe is not real_probe:
+            probe = real_probe
+            verdict = {-1: None}
         verdict[lo] = broken
         hi = lo
 
