@@ -312,3 +312,19 @@ def test_a_real_replay_that_contradicts_the_probes_narrows_and_never_lands_on_it
     # after the contradiction, a bisection with real replays: not a walk down one by one
     assert r.json["replays"] <= 2 + max_replays(len(after))
     assert not (s.root / ".dgr" / "rebase.json").exists()
+
+
+def test_a_killed_replay_that_must_change_nothing_is_never_continued(h: History) -> None:
+    """bump's real probes replay in the workspace and undo it (`canary`); one killed in
+    the middle leaves its state: `rebase --continue` refuses it (it would finish a series
+    with the conflicting patch left out), `--abort` restores everything."""
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.upstream.rebase import start
+
+    s, after = h.series, h.after
+    before = s.snapshot()
+    start(Forge.locate(s.root, None), Reporter(quiet=True), after[BREAKS_AT - 1], canary=True)
+    r = s.forge("rebase", "--continue")
+    assert r.code == 3 and "dry run" in r.stderr, r
+    assert s.forge("rebase", "--abort").code == 0
+    assert s.snapshot() == before and pinned(s) == s.pin
