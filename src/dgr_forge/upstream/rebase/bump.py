@@ -32,6 +32,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.bumpsearch import (
     Break,
+    SearchResult,
     TreeReplay,
     candidates,
     fetch_range,
@@ -126,40 +127,53 @@ def bump(
                 return _canary(work, out_, chain[i], mirror)[0]
 
             found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
-            newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
-            first = None
-            if found.first_breaking is not None:
-                b = found.breaks[found.first_breaking]
-                first = b.as_dict(subject_of(src, b.commit))
-            verified = found.verified or {}
-            data: dict[str, Any] = {
-                "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
-                "upstream": m.name,
-                "url": mask(m.url),
-                "to": rev,
-                "pin": m.commit,
-                "target": target,
-                "target_subject": subject_of(src, target),
-                "newest_clean": newest,
-                "newest_clean_subject": subject_of(src, newest),
-                "candidates": len(chain),
-                "taken": found.newest_clean + 1,
-                "first_breaking": first,
-                "replays": found.replays,
-                "max_replays": budget,
-                "moved": newest != m.commit and not dry_run,
-                "dry_run": dry_run,
-                "dropped": [
-                    {"file": r["file"], "upstream_commits": r["upstream_commits"]}
-                    for r in verified.get("patches", [])
-                    if r["outcome"] == "dropped"
-                ],
-                "patches": verified.get("patches", []),
-                "rebase_report": verified.get("report"),
-                "rebase_report_markdown": verified.get("report_markdown"),
-            }
-            table = verified.get("table", "")
+            data = _data(m, rev, src, target, chain, found, dry_run)
+            table = (found.verified or {}).get("table", "")
         return _finish(BumpResult(data, render(data, table), None), target_md, out_)
+
+
+def _data(
+    m: UpstreamManifest,
+    rev: str,
+    src: Path,
+    target: str,
+    chain: list[str],
+    found: SearchResult,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """The result: `--json`'s keys, and what the Markdown and the console say."""
+    newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
+    first = None
+    if found.first_breaking is not None:
+        b = found.breaks[found.first_breaking]
+        first = b.as_dict(subject_of(src, b.commit))
+    verified = found.verified or {}
+    return {
+        "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
+        "upstream": m.name,
+        "url": mask(m.url),
+        "to": rev,
+        "pin": m.commit,
+        "target": target,
+        "target_subject": subject_of(src, target),
+        "newest_clean": newest,
+        "newest_clean_subject": subject_of(src, newest),
+        "candidates": len(chain),
+        "taken": found.newest_clean + 1,
+        "first_breaking": first,
+        "replays": found.replays,
+        "max_replays": max_replays(len(chain)),
+        "moved": newest != m.commit and not dry_run,
+        "dry_run": dry_run,
+        "dropped": [
+            {"file": r["file"], "upstream_commits": r["upstream_commits"]}
+            for r in verified.get("patches", [])
+            if r["outcome"] == "dropped"
+        ],
+        "patches": verified.get("patches", []),
+        "rebase_report": verified.get("report"),
+        "rebase_report_markdown": verified.get("report_markdown"),
+    }
 
 
 def _scratch_forge(forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter) -> Forge:
