@@ -16,6 +16,7 @@ MODULES: list[str] = [
     "report",
     "artifacts",
     "ci",
+    "demo",
 ]
 
 _registered = False
