@@ -26,7 +26,15 @@ class DemoTour:
         return {"XDG_CONFIG_HOME": str(self.config), "HOME": str(self.config)}
 
     def fresh(self) -> Path:
-        shutil.rmtree(self.root, ignore_errors=True)
+        """The root as the tour left it, at the same path; what an earlier user of the
+        root wrote beside it (another workspace, `../nocache`) is removed too."""
+        for entry in self.root.parent.iterdir():
+            if entry in (self.pristine, self.config):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
         shutil.copytree(self.pristine, self.root, symlinks=True)
         return self.root
 
