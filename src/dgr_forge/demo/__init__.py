@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgr_forge.core.output import Reporter
-from dgr_forge.demo.generate import DemoRoot, check_target, generate
+from dgr_forge.demo.generate import DemoRoot, check_target, generate, product_dir
 from dgr_forge.demo.tour import Step, run_tour
 
 __all__ = ["DemoResult", "DemoRoot", "check_target", "generate", "run", "run_tour"]
@@ -37,6 +37,7 @@ class DemoResult:
 
 def run(raw_dir: str, out: Reporter) -> DemoResult:
     """Check DIR, write the demo root into it, run the tour."""
+    product_dir()  # an installation without the forge's recipes refuses before DIR exists
     root = check_target(raw_dir)
     out.step(f"writing a demo forge root into {root}")
     demo = generate(root)
