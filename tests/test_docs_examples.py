@@ -10,7 +10,8 @@ variables carry over): a plain `dgr-forge ...` line in-process (support.cli's ru
 anything else (pipes, `$(...)`, globs, git) through bash. In `console` blocks only the
 `$ ` lines are commands; the rest is output, not compared. A command must exit 0 unless
 its comment says `# exit N`. `$EDITOR` is a non-interactive editor: it resolves conflict
-markers by keeping the patch's side, or else appends a line.
+markers by keeping the patch's side, or else appends a line. `DOCS_TIMING=1` prints each
+command's time to stderr (with `-s`), to find an example that got slow.
 """
 
 from __future__ import annotations
