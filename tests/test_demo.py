@@ -120,3 +120,18 @@ def test_a_dangling_symlink_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     assert "symbolic link" in _refused(tmp_path, str(tmp_path / "dangling"))
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_dot_dot_is_read_as_the_kernel_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`new/../demo` is ./demo (no stray `new/`); `..` of a non-empty parent is refused."""
+    from dgr_forge.core.errors import BadInput
+    from dgr_forge.demo.generate import check_target
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inner").mkdir()
+    assert check_target("new/../demo") == tmp_path / "demo"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "inner"]
+    with pytest.raises(BadInput, match="not empty"):
+        check_target("inner/..")

@@ -80,13 +80,16 @@ def check_target(raw: str) -> Path:
                 f"demo DIR {raw}: not empty",
                 hint="give a new or empty directory; the demo never writes over files",
             )
+    # `..` as the kernel reads it (through the parents, never a stray `new/` for
+    # `new/../demo`); the last component stays as checked above, never followed
+    target = path.resolve() if path.name in ("", ".", "..") else path.parent.resolve() / path.name
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise BadInput(
             f"demo DIR {raw}: cannot create it: {err.strerror}", hint="give a writable path"
         ) from None
-    return path.resolve()
+    return target
 
 
 def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
