@@ -196,6 +196,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 RUNNABLE = [p.name for p in doc_files() if any(b.skip is None and commands(b) for b in blocks(p))]
 
 
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
 @pytest.mark.parametrize("name", RUNNABLE)
 def test_the_examples_of_each_page_run(name: str, demo_tour: DemoTour, tmp_path: Path) -> None:
     assert demo_tour.result.code == 0, demo_tour.result
@@ -215,6 +216,7 @@ def test_every_example_is_run_or_says_why_not() -> None:
     assert ran >= 30, ran
 
 
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
 def test_a_broken_example_fails_the_test(demo_tour: DemoTour, tmp_path: Path) -> None:
     """The runner can fail: a wrong option, a wrong exit code, a failing shell line."""
     page = tmp_path / "page.md"

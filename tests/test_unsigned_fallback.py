@@ -15,6 +15,8 @@ import pytest
 from support.cli import run_forge
 from support.demo import DemoTour
 
+pytestmark = pytest.mark.slow  # builds in the demo root
+
 
 def _build(root: Path, config: Path, **extra: str) -> tuple[int, str, dict[str, object]]:
     env = {"XDG_CONFIG_HOME": str(config), "HOME": str(config), "CI": "", **extra}
