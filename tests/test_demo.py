@@ -137,3 +137,33 @@ def test_dot_dot_is_read_as_the_kernel_reads_it(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "inner"]
     with pytest.raises(BadInput, match="not empty"):
         check_target("inner/..")
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
+    demo_tour: DemoTour,
+) -> None:
+    from dgr_forge.core.errors import ExitCode, OperationFailed
+    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.tour import Step, _run
+
+    root = demo_tour.fresh()
+    data = demo_tour.result.json
+    demo = DemoRoot(
+        root,
+        root / "upstream",
+        data["pin"],
+        data["onto"],
+        Path(data["key"]),
+        tuple(data["patches"]),
+    )
+    with pytest.raises(OperationFailed) as info:
+        _run(demo, Step("patch", ["patch", "--no-such-flag"]))
+    err = info.value
+    assert err.exit_code == ExitCode.FAILED
+    assert "demo step patch (`dgr-forge patch --no-such-flag`) exited 2" in str(err)
+    assert err.details == {"step": "patch", "step_exit_code": 2}
+    assert err.hint and "dgr-forge doctor" in err.hint
+    # the dry run's exit 3 is expected, anything else is not
+    with pytest.raises(OperationFailed, match="exited 3"):
+        _run(demo, Step("rebase --dry-run", ["rebase", "--onto", "master", "--dry-run"]))
