@@ -46,13 +46,13 @@ class Step:
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
-    env.pop("PYTHONSAFEPATH", None)
-    return env
+    return {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
 
 
 def _run(demo: DemoRoot, step: Step) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "dgr_forge", "--root", str(demo.root), "--json", *step.args]
+    # -P: nothing is imported from DIR, the child's working directory
+    cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
+    cmd += step.args
     done = proc.capture(cmd, cwd=demo.root, env=_env())
     step.exit_code = done.returncode
     try:
