@@ -233,3 +233,24 @@ def test_a_broken_example_fails_the_test(demo_tour: DemoTour, tmp_path: Path) ->
         run_commands([wrong], root, {})
     with pytest.raises(AssertionError, match="exited 1"):
         run_commands([Command("page.md", 1, "ls no-such-file | grep x", 0)], root, {})
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to '-'."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_every_relative_link_and_anchor_resolves() -> None:
+    """The README is mostly links now: each must lead to a file (and heading) that exists."""
+    link = re.compile(r"\]\((?!https?:|mailto:)([^)\s]+)\)")
+    for page in [*doc_files(), REPO / "SECURITY.md"]:
+        text = page.read_text()
+        for target in link.findall(text):
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.name}: link to {target}: no {dest}"
+            if anchor and dest.suffix == ".md":
+                headings = re.findall(r"(?m)^#+ (.+)$", dest.read_text())
+                slugs = {_slug(h) for h in headings}
+                assert anchor in slugs, f"{page.name}: link to {target}: no such heading"
