@@ -17,6 +17,7 @@ MODULES: list[str] = [
     "report",
     "artifacts",
     "ci",
+    "demo",
 ]
 
 _registered = False
