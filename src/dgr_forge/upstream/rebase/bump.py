@@ -84,7 +84,8 @@ def bump(
         check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
         url = mirror or m.url
         own_src = forge.src_dir(m.name)
-        sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, "--to")
+        label = "--to" if to is not None else "the upstream's default branch"
+        sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
         if sha == m.commit:
             out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
             return _finish(_noop(m, rev, dry_run), target_md, out_)
