@@ -69,15 +69,13 @@ def render_command(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.fsutil import sha256_bytes
-        from dgr_forge.lanes import ci, recipes
-        from dgr_forge.upstream import manifest
+        from dgr_forge.lanes import ci
 
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")
         which = ci.provider(provider)
-        forge = env.forge
-        lanes = recipes.load_all(forge.recipes_dir, forge.root)
-        pin = manifest.load(forge.upstream_manifest, forge.root)
+        with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
+            forge, lanes, pin = s.forge, s.recipes, s.manifest
         reqs = ci.requirements(forge.root)
         text = ci.render(which, lanes, pin, reqs)
         fields: dict[str, Any] = {

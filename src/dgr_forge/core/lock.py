@@ -2,8 +2,8 @@
 
 The kernel drops a flock when its holder dies, so a crashed or SIGKILLed run never blocks
 the next one; the file's content (pid, command, start time) is only there to tell a
-waiting run who it is waiting for. Re-entrant within one process, so library functions
-(`ensure_patched` calling `ensure_fetched`, `build` calling both) can each take it.
+waiting run who it is waiting for. Re-entrant within one process; the command context
+(`cli/context`) takes it once, before any input is read; library functions never do.
 """
 
 from __future__ import annotations

@@ -84,12 +84,9 @@ class _Checker(Checker):
 
 
 def load(path: Path, root: Path) -> UpstreamManifest:
-    """Load and validate the upstream manifest at `path`; paths resolve against `root`."""
-    # a write of patches/ + manifest that a kill interrupted is finished first (cheap: two
-    # globs when there is none), so no command reads a half-written series
-    from dgr_forge.upstream.series_journal import pending, recover
-
-    recover(root)
+    """Load and validate the upstream manifest at `path`; paths resolve against `root`.
+    Pure: it reads. A write a kill interrupted is finished by the command context
+    (`cli/context`, for commands that write) before this runs."""
     try:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
@@ -132,10 +129,6 @@ def load(path: Path, root: Path) -> UpstreamManifest:
             f"{shown_value(dir_rel)} is outside the forge root",
             "use a relative path",
         )
-    if patches_dir.parent != root.resolve() / "patches" and pending(patches_dir):
-        recover(root, pdir=patches_dir)  # a series kept elsewhere: finish its write, reread
-        return load(path, root)
-
     series_raw = patches.get("series", [])
     if not isinstance(series_raw, list):
         raise c.fail("patches.series", "must be an array of tables", "write [[patches.series]]")
