@@ -107,7 +107,9 @@ def doctor(
         with env.session(manifest=False, recipes=True, probes=True) as s:
             all_recipes, doc = s.recipes, s.doctor
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
-        result = doctor_mod.diagnose(doc, all_recipes)
+        from dgr_forge.lanes import cache as cache_mod
+
+        result = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
         if lane:
             checks = doctor_mod.gate(result, checks, list(lane))
@@ -122,8 +124,6 @@ def doctor(
         env.out.table(
             f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
         )
-        from dgr_forge.lanes import cache as cache_mod
-
         env.out.info(cache_mod.summary(result["cache"]))
         for check in checks:
             verdict = check.summary() if check.buildable or not lane else "cannot build here"

@@ -33,7 +33,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import logs, options, worker
-from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
+from dgr_forge.lanes.collect import RACY_NS, BuildRun, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -398,7 +398,7 @@ class LaneBuilder:
         from dgr_forge.lanes import cmake_api
 
         cmake_api.write_query(plan.build_dir)
-        full = [plan.cmake, *self.args, *self._head_arg()]
+        full = self.cmake_command()
         if (plan.build_dir / "CMakeCache.txt").exists():
             full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
         code, lines = logs.run_logged(full, log, env)
@@ -424,8 +424,11 @@ class LaneBuilder:
         save_lane_state(self.forge, lane, st)
         return True
 
-    def _head_arg(self) -> list[str]:
-        return [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
+    def cmake_command(self) -> list[str]:
+        """The configure command: the plan's arguments, and the upstream head a worker
+        project is built against."""
+        head = [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
+        return [self.plan.cmake, *self.args, *head]
 
     def _recipe_unused(self, names: list[str]) -> list[str]:
         own = set(self.plan.recipe.cmake_options)
@@ -490,7 +493,18 @@ class LaneBuilder:
                 hint=f"delete {self.forge.rel(plan.build_dir)} and build again",
                 details={"lane": lane, "artifacts": [str(p) for p in gone]},
             )
-        record = make_record(self, reply, artifacts)
+        run = BuildRun(
+            forge=self.forge,
+            m=self.m,
+            plan=plan,
+            doctor=self.ctx.doctor,
+            head=self.head,
+            cmake_args=self.cmake_command(),
+            epoch=self.epoch,
+            log_path=self.log_path,
+            started=self.started,
+        )
+        record = make_record(run, reply, artifacts)
         from dgr_forge.attest import reports
 
         signer = self.ctx.signing.signer()

@@ -12,14 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.core.ids import HEX40, HEX64, NAME
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _TOP_KEYS = {"schema", "upstream", "patches"}
 _UPSTREAM_KEYS = {"name", "url", "commit", "tree"}
