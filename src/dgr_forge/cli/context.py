@@ -107,6 +107,25 @@ def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamMan
     return m
 
 
+def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) -> None:
+    """A command that does not write never finishes a killed export's or rebase's write
+    of patches/ and the manifest: it says so (exit 3) rather than read a half-written
+    series."""
+    from dgr_forge.core.errors import NeedsHuman
+    from dgr_forge.upstream import series_journal
+
+    journals = series_journal.interrupted(forge.root, pdir)
+    if not journals:
+        return
+    raise NeedsHuman(
+        "an export or rebase was interrupted while writing patches/ and the manifest "
+        f"({', '.join(forge.rel(j) for j in journals)})",
+        hint="run it again (`dgr-forge export`, or `dgr-forge rebase --continue` during a "
+        "rebase); any command that writes, e.g. `dgr-forge patch`, finishes the write first",
+        details={"journals": [str(j) for j in journals], **({"error": str(err)} if err else {})},
+    ) from err
+
+
 @contextlib.contextmanager
 def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]:
     from dgr_forge.core.lock import root_lock, workspace_lock
@@ -137,9 +156,14 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
 
             try:
                 m = _load_manifest(forge, out, recover=needs.recover)
-            except BadInput:
+            except BadInput as err:
+                if not needs.recover:
+                    where = err.details.get("patches_dir")
+                    _refuse_interrupted(forge, Path(str(where)) if where else None, err)
                 if not needs.manifest_may_fail:
                     raise
+            if m is not None and not needs.recover:
+                _refuse_interrupted(forge, m.patches_dir, None)
         recipes = None
         if needs.recipes:
             from dgr_forge.lanes.recipes import load_all

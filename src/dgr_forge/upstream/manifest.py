@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url
@@ -171,7 +172,12 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     c.known_keys(result, _RESULT_KEYS, "patches.result")
     result_tree = c.object_id(result, "tree", "patches.result", required=False)
 
-    _check_files_on_disk(c, patches_dir, dir_rel, series)
+    try:
+        _check_files_on_disk(c, patches_dir, dir_rel, series)
+    except BadInput as err:
+        # where the series lives: a half-written one there may be why (cli/context says so)
+        err.details.setdefault("patches_dir", str(patches_dir))
+        raise
     check_url(url, f"{shown}: [upstream] url")  # data, never a git option
     return UpstreamManifest(
         path=path,
