@@ -98,11 +98,19 @@ def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamMan
     """The manifest, once. For a writer, after recovery: a series kept outside `patches/`
     has its journal next to its own directory, known only once the manifest names it
     (then it is finished and the manifest read again)."""
+    from dgr_forge.core.errors import BadInput
     from dgr_forge.upstream import manifest, series_journal
 
-    m = manifest.load(forge.upstream_manifest, forge.root)
-    if recover and series_journal.pending(m.patches_dir):
-        series_journal.recover(forge.root, out, pdir=m.patches_dir)
+    try:
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        pdir = m.patches_dir
+    except BadInput as err:  # perhaps the half-written series: the error says where it is
+        where = err.details.get("patches_dir")
+        if not (recover and where and series_journal.pending(Path(str(where)))):
+            raise
+        pdir = Path(str(where))
+    if recover and series_journal.pending(pdir):
+        series_journal.recover(forge.root, out, pdir=pdir)
         m = manifest.load(forge.upstream_manifest, forge.root)
     return m
 
@@ -135,13 +143,16 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
             stack.enter_context(workspace_lock(forge, out))
         before = None
         if needs.root_lock:
-            if needs.recover:  # our own killed write is no other run's change
-                from dgr_forge.upstream import series_journal
+            # another run holds the root lock: keep the manifest as it was before waiting,
+            # so a writer can tell that run's write from its own view
+            seen: list[bytes] = []
 
-                series_journal.recover(forge.root, out)
-            with contextlib.suppress(OSError):
-                before = forge.upstream_manifest.read_bytes()
-            stack.enter_context(root_lock(forge, out))
+            def waiting() -> None:
+                with contextlib.suppress(OSError):
+                    seen.append(forge.upstream_manifest.read_bytes())
+
+            stack.enter_context(root_lock(forge, out, on_wait=waiting))
+            before = seen[0] if seen else None
         if needs.recover:
             from dgr_forge.upstream import series_journal
 
