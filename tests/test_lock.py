@@ -96,3 +96,33 @@ def test_lock_that_is_a_symlink_is_refused(tmp_path: Path, forge_root: Path) -> 
     res = run_forge("fetch", cwd=forge_root)
     assert res.code == 2 and "lock" in res.stderr, res
     assert victim.read_text() == "keep\n"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["fetch"],
+        ["patch"],
+        ["patch", "--check"],
+        ["export"],
+        ["build", "--no-sign"],
+        ["rebase", "--onto", "HEAD"],
+        ["rebase", "--onto", "HEAD", "--dry-run"],
+        ["rebase", "--continue"],
+        ["rebase", "--abort"],
+    ],
+    ids=lambda a: " ".join(a),
+)
+def test_commands_take_the_lock_before_reading_any_input(
+    forge_root: Path, args: list[str]
+) -> None:
+    """The command context locks first: with the lock held (and no wait allowed), a
+    command fails on the lock, naming its holder, before it reads the (here broken)
+    manifest, recipes or probes; a run that waits then sees what the holder wrote."""
+    manifest = forge_root / "manifests" / "llama.cpp.toml"
+    manifest.write_text("this is [not toml\n")
+    with _held_lock(forge_root):
+        res = run_forge(*args, cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "0"})
+    assert res.code == 1, res
+    assert f"pid {os.getpid()} (holder" in res.stderr and "not toml" not in res.stderr, res
+    assert manifest.read_text() == "this is [not toml\n"

@@ -30,10 +30,10 @@ def matrix_command(ctx: typer.Context) -> None:
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.lanes import ci, recipes
+        from dgr_forge.lanes import ci
 
-        forge = env.forge
-        lanes = ci.matrix(recipes.load_all(forge.recipes_dir, forge.root))
+        with env.session(manifest=False, recipes=True) as s:
+            lanes = ci.matrix(s.recipes)
         if not as_json:
             # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
             sys.stdout.write(json.dumps(lanes, indent=2) + "\n")
