@@ -113,9 +113,7 @@ def test_lock_that_is_a_symlink_is_refused(tmp_path: Path, forge_root: Path) -> 
     ],
     ids=lambda a: " ".join(a),
 )
-def test_commands_take_the_lock_before_reading_any_input(
-    forge_root: Path, args: list[str]
-) -> None:
+def test_commands_take_the_lock_before_reading_any_input(forge_root: Path, args: list[str]) -> None:
     """The command context locks first: with the lock held (and no wait allowed), a
     command fails on the lock, naming its holder, before it reads the (here broken)
     manifest, recipes or probes; a run that waits then sees what the holder wrote."""
