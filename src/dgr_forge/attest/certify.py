@@ -19,10 +19,11 @@ import os
 import platform
 import shutil
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
@@ -32,13 +33,24 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
-from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+
+
+class Recipe(Protocol):
+    """What a certification records of a lane's recipe (`lanes.recipes.Recipe` is one;
+    attest sits below lanes and does not import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def sha256(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -130,7 +142,7 @@ def probe_hardware() -> dict[str, Any]:
 
 def certify(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     *,
     report: Path,
@@ -360,7 +372,7 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
 
 def certification_status(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
 ) -> dict[str, CertStatus]:
@@ -371,7 +383,7 @@ def certification_status(
 
 def advertised_lanes(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
 ) -> dict[str, Certification]:

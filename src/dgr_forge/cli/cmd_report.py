@@ -192,12 +192,9 @@ def certify_command(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.attest import certify as certify_mod
         from dgr_forge.attest import keys
-        from dgr_forge.lanes import recipes
-        from dgr_forge.upstream import manifest
 
-        forge = env.forge
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+        with env.session(recipes=True) as s:
+            forge, m, all_recipes = s.forge, s.manifest, s.recipes
         public = keys.resolve_verifier(report_key)
         signer = keys.resolve_signer(key, env.out)
         path, cert = certify_mod.certify(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
@@ -15,7 +16,10 @@ from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cmake_api, worker
 
 if TYPE_CHECKING:
-    from dgr_forge.lanes.build import LaneBuilder
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.lanes.doctor import Doctor
+    from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 # a stat taken this soon after the file's last change may miss a second change in the same
@@ -58,10 +62,11 @@ def _placeholder(name: str) -> str:
     return "${" + "".join(c if c.isalnum() else "_" for c in name).upper() + "}"
 
 
-def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str, str]]:
+def tools(
+    plan: LanePlan, doctor: Doctor, reply: cmake_api.Reply
+) -> tuple[list[Tool], dict[str, str]]:
     """Toolchain versions (compilers from the File API, the rest from the probes) and the
     placeholders that stand for their machine paths in the statement."""
-    plan, doctor = b.plan, b.ctx.doctor
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
@@ -81,9 +86,25 @@ def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str,
     return found, placeholders
 
 
-def make_record(b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
-    forge, m, plan = b.forge, b.m, b.plan
-    found, placeholders = tools(b, reply)
+@dataclass(frozen=True)
+class BuildRun:
+    """What one lane build did, as the report records it (`LaneBuilder` fills it in)."""
+
+    forge: Forge
+    m: UpstreamManifest
+    plan: LanePlan
+    doctor: Doctor
+    head: str  # the patched upstream commit built
+    cmake_args: list[str]  # the configure command, as run
+    epoch: int  # SOURCE_DATE_EPOCH
+    log_path: Path
+    started: datetime
+    cache: dict[str, Any]  # the cache setup and this build's own figures (lanes/cache_session)
+
+
+def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
+    forge, m, plan = run.forge, run.m, run.plan
+    found, placeholders = tools(plan, run.doctor, reply)
     toolchain = plan.toolchain_file
     return LaneBuild(
         lane=plan.lane,
@@ -99,21 +120,21 @@ def make_record(b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact
             PatchInput(file=f"{m.patches_dir_rel}/{e.file}", sha256=e.sha256) for e in m.series
         ],
         series_digest=m.series_digest,
-        result_tree=gitutil.tree_of(plan.upstream_dir, b.head),
+        result_tree=gitutil.tree_of(plan.upstream_dir, run.head),
         worker=worker.describe(plan.spec) if plan.spec else None,
         tools=found,
-        cmake_args=[plan.cmake, *b.args, *b._head_arg()],
+        cmake_args=run.cmake_args,
         compiler_launcher=plan.launcher,
-        source_date_epoch=b.epoch,
+        source_date_epoch=run.epoch,
         build_dir=plan.build_dir,
-        log_file=b.log_path,
+        log_file=run.log_path,
         cmake_cache=plan.build_dir / "CMakeCache.txt",
-        started_on=b.started,
+        started_on=run.started,
         finished_on=datetime.now(UTC),
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
         toolchain_sha256=sha256_file(toolchain) if toolchain else None,
-        cache=b.result.cache,  # the setup and this build's own figures (lanes/cache_session)
+        cache=run.cache,
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
