@@ -112,7 +112,17 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
 
 
 @app.command()
-def export(ctx: typer.Context) -> None:
+def export(
+    ctx: typer.Context,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite a series that moved on disk since this workspace was patched "
+            "(the replaced files are saved under the workspace's logs/ first).",
+        ),
+    ] = False,
+) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
@@ -122,7 +132,7 @@ def export(ctx: typer.Context) -> None:
         # re-entrantly, and refuses during a rebase)
         with env.session(refuse_rebase=True, prepare=lambda f: recover_swaps(f.root)) as s:
             forge, m = s.forge, s.manifest
-            result = export_workspace(forge, m, env.out)
+            result = export_workspace(forge, m, env.out, force=force)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:

@@ -13,7 +13,7 @@ the old series and a kill is finished or undone by the next command. Fault point
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.lock import root_lock, workspace_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches, series_journal
+from dgr_forge.upstream import patches, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
 from dgr_forge.upstream.workspace import refuse_during_rebase
@@ -220,11 +220,14 @@ def export_series(
     out: Reporter,
     *,
     new_pin: tuple[str, str] | None = None,
+    guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
 ) -> ExportResult:
     """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
 
     `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
     Refuses (exit 3) when `repo` has uncommitted edits: export exports commits only.
+    `guard` sees the computed series before anything is written (the fast-forward check;
+    the caller holds the root lock, so the check and the write are one step).
     """
     dirty = patches.dirty_paths(repo)
     if dirty:
@@ -238,9 +241,14 @@ def export_series(
         )
     series = compute_series(repo, base, tmp_root=forge.tmp_dir)
     verify_round_trip(repo, base, series)
+    if guard is not None:
+        guard(series)
     result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
     fault.point("export.computed")
     result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
+    # the workspace now holds what is on disk: the base of its next export
+    pin = new_pin[0] if new_pin else base
+    series_base.record(repo, series_base.SeriesBase(pin, tuple((p.file, p.sha256) for p in series)))
     # The workspace now holds exactly the exported series: make its commits the ones
     # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
     # so "already applied" holds and a person's next commit stands out as a local edit.
@@ -365,26 +373,25 @@ def recover_swaps(root: Path, out: Reporter | None = None) -> None:
     series_journal.recover(root, out)
 
 
-def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> ExportResult:
-    """The `export` command: the workspace's commits over the pin -> patches/ + manifest."""
+def export_workspace(
+    forge: Forge, m: UpstreamManifest, out: Reporter, *, force: bool = False
+) -> ExportResult:
+    """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
+
+    A fast-forward of the series on disk (series_base): changes made on disk since this
+    workspace was patched stop it (exit 3) unless `force`, which saves the replaced files
+    under logs/ first. Compared and written under one root lock."""
     src = forge.src_dir(m.name)
     with workspace_lock(forge, out), root_lock(forge, out):
         refuse_during_rebase(forge)
         series_journal.recover(forge.root, out)
         # the manifest as it is now that no other writer runs: another workspace's export
-        # may have changed it while this one waited (then a person must choose)
+        # may have changed it while this one waited
         from dgr_forge.upstream import manifest as manifest_mod
 
         now = manifest_mod.load(m.path, forge.root)
-        if (now.commit, now.series, now.result_tree) != (m.commit, m.series, m.result_tree):
-            raise NeedsHuman(
-                f"{forge.rel(m.path)} changed while this export waited for the root lock "
-                "(another run, e.g. from another workspace, wrote the series)",
-                hint="look at what changed (`git diff manifests/ patches/`); to keep it, "
-                "update this workspace (`dgr-forge fetch --force` then `dgr-forge patch`) and "
-                "redo your commits; otherwise export again to overwrite it",
-                details={"manifest": str(m.path)},
-            )
+        waited = (now.commit, now.series, now.result_tree) != (m.commit, m.series, m.result_tree)
+        m = now
         if not (src / ".git").exists():
             raise BadInput(
                 f"{forge.rel(src)}: no workspace to export from",
@@ -420,4 +427,18 @@ def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> Export
                 hint="run `dgr-forge patch` first and commit on top of the series; to drop "
                 "every patch on purpose, delete the files and their [[patches.series]] entries",
             )
-        return export_series(src, m.commit, forge, m, out)
+        base = series_base.load(src)
+        trees = [c.tree for c in patches.inspect(src, m.commit, len(m.series)).series]
+        manifest = m
+
+        def fast_forward(series: Sequence[ExportedPatch]) -> None:
+            rendered = [(p.file, p.sha256) for p in series]
+            harm = series_base.harmful(base, manifest, rendered, trees)
+            if not harm:
+                return
+            if not force:
+                raise series_base.stale_error(forge, manifest, harm, waited=waited)
+            saved = series_base.save_replaced(forge, manifest)
+            out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved}")
+
+        return export_series(src, m.commit, forge, m, out, guard=fast_forward)

@@ -1,0 +1,172 @@
+"""Several people, one series (issue 19): two workspaces on one forge root with real git.
+
+A exports a new patch; B, still on the old series, cannot export over it (exit 3, nothing
+written); `patch` brings B up to date and replays B's own commits on top; B's export then
+appends after A's patch; a fresh workspace applies everything. A conflicting commit of
+B's stops `patch` (exit 3) and `--continue` / `--abort` finish or undo it exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from forgetest import Result, Upstream, sh_git
+from rebase_support import Series, make_series
+
+from dgr_forge.upstream.workspace import inspect
+
+B_AUTHOR = {
+    "GIT_AUTHOR_NAME": "Bea Teammate",
+    "GIT_AUTHOR_EMAIL": "bea@team.invalid",
+    "GIT_COMMITTER_NAME": "Bea Teammate",
+    "GIT_COMMITTER_EMAIL": "bea@team.invalid",
+    "GIT_AUTHOR_DATE": "2025-04-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2025-04-01T00:00:00Z",
+}
+
+
+@pytest.fixture
+def team(tmp_path: Path, upstream: Upstream) -> Series:
+    """A root with a three-patch series, patched in A (.dgr) and in B (tmp/wsB)."""
+    s = make_series(tmp_path, upstream)
+    assert b(s, "patch").code == 0
+    return s
+
+
+def b_ws(s: Series) -> Path:
+    return s.root.parent / "wsB"
+
+
+def b_src(s: Series) -> Path:
+    return b_ws(s) / "src" / "llama.cpp"
+
+
+def b(s: Series, *args: str) -> Result:
+    return s.forge("--workspace", str(b_ws(s)), *args)
+
+
+def commit(src: Path, rel: str, text: str, subject: str, env: dict[str, str] | None = None) -> str:
+    path = src / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    sh_git(src, "add", "-A")
+    sh_git(src, "commit", "-q", "-m", subject, "-m", f"Why: {subject}.", env=env or B_AUTHOR)
+    return sh_git(src, "rev-parse", "HEAD")
+
+
+def a_exports_0004(s: Series) -> None:
+    commit(s.src, "docs/team.md", "A's notes\n", "docs: team notes", env={})
+    r = s.forge("export")
+    assert r.code == 0, r
+    assert "0004-docs-team-notes.patch" in s.patch_files()
+
+
+def state_of(src: Path) -> tuple[str, str, str, dict[str, bytes]]:
+    """HEAD, the symbolic ref, the history and every file: what --abort must restore."""
+    files = {
+        str(p.relative_to(src)): p.read_bytes()
+        for p in sorted(src.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(src).parts
+    }
+    symbolic = sh_git(src, "rev-parse", "--symbolic-full-name", "HEAD")
+    return sh_git(src, "rev-parse", "HEAD"), symbolic, sh_git(src, "log", "--format=%H %T"), files
+
+
+def test_stale_export_stops_and_patch_keeps_own_commits(team: Series) -> None:
+    s = team
+    a_exports_0004(s)
+    # B never saw 0004: its export would delete it
+    before = s.snapshot()
+    r = b(s, "--json", "export")
+    assert r.code == 3, r
+    assert "0004-docs-team-notes.patch" in r.json["error"] and "added" in r.json["error"]
+    assert "dgr-forge patch" in r.json["hint"] and "export --force" in r.json["hint"]
+    assert r.json["drift"]["added"] == ["0004-docs-team-notes.patch"]
+    assert s.snapshot() == before
+    # B commits its own work, then `patch` brings 0004 in and keeps B's commit on top
+    mine = commit(b_src(s), "docs/bea.md", "Bea's notes\n", "docs: bea's notes")
+    r = b(s, "--json", "patch")
+    assert r.code == 0, r
+    assert r.json["replayed"] == [mine]
+    ws = inspect(b_src(s), s.pin, 4)
+    assert len(ws.series) == 4 and len(ws.local_commits) == 1
+    top = ws.local_commits[0]
+    assert sh_git(b_src(s), "log", "-1", "--format=%an <%ae>|%cn|%B", top) == (
+        "Bea Teammate <bea@team.invalid>|Bea Teammate|docs: bea's notes\n\nWhy: docs: bea's notes."
+    )
+    assert (b_src(s) / "docs" / "team.md").read_text() == "A's notes\n"
+    assert (b_src(s) / "docs" / "bea.md").read_text() == "Bea's notes\n"
+    # B's export appends 0005 and leaves A's 0004 byte-identical
+    a4 = (s.patches_dir / "0004-docs-team-notes.patch").read_bytes()
+    r = b(s, "--json", "export")
+    assert r.code == 0, r
+    assert r.json["written"] == ["0005-docs-bea-s-notes.patch"] and r.json["removed"] == []
+    assert (s.patches_dir / "0004-docs-team-notes.patch").read_bytes() == a4
+    # a fresh workspace applies all five; A, now stale, is refused in turn
+    r = s.forge("--workspace", str(s.root.parent / "wsC"), "--json", "patch")
+    assert r.code == 0 and len(r.json["patches"]) == 5, r
+    assert s.forge("export").code == 3
+    assert s.forge("patch").code == 0 and s.forge("export").code == 0
+    assert len(s.patch_files()) == 5
+
+
+def test_export_force_saves_what_it_replaces(team: Series) -> None:
+    s = team
+    a_exports_0004(s)
+    before = s.snapshot()
+    r = b(s, "--json", "export", "--force")
+    assert r.code == 0, r
+    assert r.json["removed"] == ["0004-docs-team-notes.patch"]
+    saved = sorted((b_ws(s) / "logs").glob("export-replaced-llama.cpp-*"))
+    assert len(saved) == 1
+    assert (saved[0] / "llama.cpp.toml").read_bytes() == before["manifest"]
+    for name, data in before.items():
+        if name.endswith(".patch"):
+            assert (saved[0] / "patches" / name).read_bytes() == data
+
+
+def test_conflicting_own_commit_continue_and_abort(team: Series) -> None:
+    s = team
+    a_exports_0004(s)
+    src = b_src(s)
+    mine = commit(src, "docs/team.md", "B's notes\n", "docs: bea's team notes")
+    sh_git(src, "switch", "-q", "-c", "bea")  # on a branch: --abort puts it back on it
+    before = state_of(src)
+    r = b(s, "--json", "patch")
+    assert r.code == 3, r
+    assert mine[:12] in r.json["error"] and "docs/team.md" in r.json["error"]
+    assert "patch --continue" in r.json["hint"] and "patch --abort" in r.json["hint"]
+    # everything else waits for the replay; status shows where it stands
+    assert b(s, "export").code == 3 and b(s, "build", "--lane", "cpu").code == 3
+    st = b(s, "--json", "status")
+    states = [p["state"] for p in st.json["patches"]["series"]]
+    assert states == ["applied"] * 4, st
+    assert st.json["patches"]["replay"]["conflict"] == mine
+    # --abort restores B exactly: HEAD, branch, history, files
+    r = b(s, "patch", "--abort")
+    assert r.code == 0, r
+    assert state_of(src) == before
+    assert b(s, "export").code == 3  # still stale, still refused
+    # again, resolved this time
+    assert b(s, "patch").code == 3
+    (src / "docs" / "team.md").write_text("A's notes\nB's notes\n")
+    assert b(s, "patch", "--continue").code == 3  # not yet added: still unmerged
+    sh_git(src, "add", "docs/team.md")
+    r = b(s, "--json", "patch", "--continue")
+    assert r.code == 0, r
+    assert sh_git(src, "rev-parse", "--symbolic-full-name", "HEAD") == "refs/heads/bea"
+    ws = inspect(src, s.pin, 4)
+    assert len(ws.series) == 4 and len(ws.local_commits) == 1
+    a4 = (s.patches_dir / "0004-docs-team-notes.patch").read_bytes()
+    r = b(s, "--json", "export")
+    assert r.code == 0, r
+    assert r.json["written"] == ["0005-docs-bea-s-team-notes.patch"]
+    assert (s.patches_dir / "0004-docs-team-notes.patch").read_bytes() == a4
+    r = s.forge("--workspace", str(s.root.parent / "wsC"), "patch")
+    assert r.code == 0, r
+
+
+def test_patch_without_a_replay_has_nothing_to_continue(team: Series) -> None:
+    r = b(team, "--json", "patch", "--continue")
+    assert r.code == 2 and "no patch replay" in r.json["error"], r
+    assert b(team, "patch", "--continue", "--abort").code == 2
