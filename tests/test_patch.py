@@ -281,8 +281,10 @@ def test_local_commit_on_top_is_kept(upstream: Upstream, forge_root: Path) -> No
     src = src_dir(forge_root)
     mine = commit_in(src, {"README.md": "mine\n"}, "my change", 3)
     res = patch(forge_root)
-    assert res.code == 3, res
-    assert "local commit" in message(res) and "dgr-forge export" in message(res)
+    # the series did not move: nothing to apply, the commit stays on top (issue 19)
+    assert res.code == 0 and res.json["changed"] is False, res
+    assert res.json["local_commits"] == 1 and res.json["replayed"] == []
+    assert "dgr-forge export" in res.stderr
     assert head(src) == mine
 
 

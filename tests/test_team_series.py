@@ -137,7 +137,7 @@ def test_conflicting_own_commit_continue_and_abort(team: Series) -> None:
     assert mine[:12] in r.json["error"] and "docs/team.md" in r.json["error"]
     assert "patch --continue" in r.json["hint"] and "patch --abort" in r.json["hint"]
     # everything else waits for the replay; status shows where it stands
-    assert b(s, "export").code == 3 and b(s, "build", "--lane", "cpu").code == 3
+    assert b(s, "export").code == 3 and b(s, "fetch").code == 3
     st = b(s, "--json", "status")
     states = [p["state"] for p in st.json["patches"]["series"]]
     assert states == ["applied"] * 4, st
