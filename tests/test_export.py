@@ -383,3 +383,18 @@ def test_forge_written_comments_do_not_go_stale() -> None:
     # no tree yet, no series yet: the comments still tell the truth and stay
     same = manifest_edit.updated_text(text, [], "e" * 40)
     assert "# tree =" in same and "series is empty" in same
+
+
+def test_export_adding_and_dropping_patches_leaves_no_double_blank_lines(
+    exported: Path,
+) -> None:
+    src = src_dir(exported)
+    commit_in(src, {"docs/extra.md": "extra\n"}, "docs: extra", 5)
+    assert forge(exported, "export").code == 0
+    text = (exported / MANIFEST).read_text()
+    assert "\n\n\n" not in text, text
+    assert text.count("[[patches.series]]") == 4 and "# why this patch exists" in text
+    sh_git(src, "reset", "-q", "--hard", "HEAD~2")
+    assert forge(exported, "export").code == 0
+    text = (exported / MANIFEST).read_text()
+    assert "\n\n\n" not in text and text.count("[[patches.series]]") == 2, text
