@@ -137,25 +137,65 @@ def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
     return commits
 
 
-# lines `git am` (mailinfo/mailsplit) reads as the end of the message or a new mail: a
-# message holding one would not survive export -> apply -> re-export
-_UNSAFE_LINE = re.compile(r"^(---|diff -|Index: |From )")
+def _is_mbox_from(line: str) -> bool:
+    """git mailsplit's `is_from_line`: "From " ... a time "dd:dd:dd" and a year > 90 after
+    it, which starts a new mail in the series' mbox."""
+    if len(line) + 1 < 20 or not line.startswith("From "):  # (git counts the newline)
+        return False
+    colon = line.rfind(":", 4, len(line) - 1)
+    if colon < 4 or colon + 2 >= len(line):
+        return False
+    digits = (line[colon - 4], line[colon - 2], line[colon - 1], line[colon + 1], line[colon + 2])
+    if not all(c.isdigit() for c in digits):
+        return False
+    year = re.match(r"\s*[+-]?\d+", line[colon + 3 :])
+    return year is not None and int(year.group()) > 90
+
+
+def message_break(line: str) -> str | None:
+    """Why `git am` would not keep this message line as text: git's own rules (mailinfo's
+    `patchbreak`, mailsplit's `is_from_line`); None when it round-trips. `---------`,
+    `--- ` followed by a space, `* ` bullets and indented diffs are all kept."""
+    if line.startswith("diff -"):
+        return "it starts a diff (`diff -`)"
+    if line.startswith("Index: "):
+        return "it starts a CVS-style diff (`Index: `)"
+    if line.startswith("---") and len(line) >= 3:
+        rest = line[3:]
+        if rest.startswith(" ") and rest[1:2] and not rest[1].isspace():
+            return "it starts a diff header (`--- <file>`)"
+        if not rest.strip():
+            return "it is the `---` separator that ends the message"
+    if _is_mbox_from(line):
+        return "it looks like an mbox `From ` line, which starts a new mail"
+    return None
+
+
+# mailinfo's in-body headers: at the start of the body they replace the mail's own
+_INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
 def refuse_unsafe_messages(repo: Path, base: str) -> None:
-    """Exit 2 naming the commit and the line when a message would be cut by `git am`."""
+    """Exit 2 naming the commit and the line when `git am` would not give the message back
+    exactly (the line would end the message, start a diff or a new mail, or replace a
+    header)."""
     raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..HEAD")
     for record in raw.split("\x01"):
         commit, sep, message = record.strip("\n").partition("\0")
         if not sep:
             continue
-        body = message.split("\n")[1:]  # the subject is safe: it becomes `Subject:`
-        for n, line in enumerate(body, start=2):
-            if _UNSAFE_LINE.match(line):
+        lines = message.split("\n")
+        # the subject is safe: it becomes `Subject:`; the body starts after the blank line
+        first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
+        for n, line in enumerate(lines[1:], start=2):
+            why = message_break(line)
+            at_start = first is not None and n == first + 1
+            if why is None and at_start and _INBODY_HEADER.match(line):
+                why = "at the start of the body `git am` reads it as a mail header"
+            if why is not None:
                 raise BadInput(
-                    f"commit {commit[:12]}: message line {n} {line[:60]!r} would be read by "
-                    "`git am` as the start of the diff or of a new mail; the patch would not "
-                    "reproduce the message",
+                    f"commit {commit[:12]}: message line {n} {line[:60]!r} would not survive "
+                    f"`git am`: {why}; the patch would not reproduce the message",
                     hint=f"reword that line (e.g. indent it): `git -C {repo} rebase -i "
                     f"{base[:12]}` and `reword` the commit, then export again",
                     details={"commit": commit, "line": n, "text": line},

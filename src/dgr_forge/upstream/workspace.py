@@ -149,8 +149,7 @@ def refuse_during_replay(forge: Forge) -> None:
         if stopped:
             src = state.parent.parent
             raise NeedsHuman(
-                f"{forge.rel(src)}: a patch replay is in progress (your commits on the new "
-                "series)",
+                f"{forge.rel(src)}: a patch replay is in progress (your commits on the new series)",
                 hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
                 "`dgr-forge patch --abort` to put the workspace back as it was",
                 details={"workspace": forge.rel(src)},
