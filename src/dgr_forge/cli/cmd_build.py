@@ -45,6 +45,14 @@ def build(
         str | None,
         typer.Option("--cache-mode", help="Cache mode: rw|ro (or DGR_CACHE_MODE)."),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Move a git worker checkout holding edits or commits of your own (saved "
+            "under the workspace's logs/ first).",
+        ),
+    ] = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
@@ -64,6 +72,7 @@ def build(
             cache_mode=cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw",
             cache_source="--cache" if cache is not None else "DGR_CACHE",
             cache_mode_source="--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
+            force=force,
         )
         result = build_mod.build(env.forge, env.out, opts)
         payload: dict[str, Any] = {

@@ -71,6 +71,7 @@ class BuildOptions:
     # where each came from, for messages: the option, or DGR_CACHE / DGR_CACHE_MODE
     cache_source: str = "--cache"
     cache_mode_source: str = "--cache-mode"
+    force: bool = False  # a git worker checkout holding a person's work: save it, then move
 
 
 @dataclass
@@ -165,6 +166,15 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     )
 
 
+def _worker_at(spec: worker.WorkerSpec) -> bool:
+    """A git worker checkout is there, at its commit, clean (a deleted one is fetched
+    again, an edited one refused by the build)."""
+    src = spec.source_dir
+    if not (src / ".git").exists() or gitutil.rev_parse(src, "HEAD") != spec.commit:
+        return False
+    return not _changes(src)
+
+
 class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
 
@@ -178,7 +188,10 @@ class BuildContext:
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
             if spec is not None:
-                worker.ensure_worker(spec, self.out, offline=self.opts.offline)
+                opts = self.opts
+                worker.ensure_worker(
+                    spec, self.out, offline=opts.offline, force=opts.force, forge=self.forge
+                )
             from dgr_forge.upstream.patches import ensure_patched  # not on the no-op path
 
             self.patched = ensure_patched(
@@ -229,7 +242,7 @@ class LaneBuilder:
             # edits or untracked files: ensure_patched decides (it refuses); a report
             # must never claim the patched tree while Ninja compiles something else
             and not _changes(up)
-            and not (plan.spec and plan.spec.url and _changes(plan.spec.source_dir))
+            and not (plan.spec and plan.spec.url and not _worker_at(plan.spec))
         )
 
     def _key_matches(self, last: LastBuild) -> str | None:
