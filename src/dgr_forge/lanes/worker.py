@@ -18,6 +18,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
+from dgr_forge.upstream.workspace import remove_partial_objects
 
 MANIFEST = "manifests/shard-worker.toml"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -143,8 +144,10 @@ def ensure_worker(
             isolated=False,
         )
         if shallow.returncode != 0:
+            remove_partial_objects(src / ".git")  # a failed transfer's partial pack
             full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
             if full.returncode != 0:
+                remove_partial_objects(src / ".git")
                 raise OperationFailed(
                     f"fetching the worker from {mask(spec.url)} failed: "
                     f"{mask_text(full.stderr.strip())[-2000:]}",

@@ -317,15 +317,7 @@ def remove_git_leftovers(gitdir: Path) -> None:
             if lock.name.endswith(".lock"):
                 lock.unlink(missing_ok=True)
     objects = gitdir / "objects"
-    for tmp in [
-        *objects.glob("incoming-*"),
-        *objects.glob("pack/tmp_*"),
-        *objects.glob("*/tmp_obj_*"),
-    ]:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+    remove_partial_objects(gitdir)
     for pack in objects.glob("pack/pack-*.pack"):
         if not pack.with_suffix(".idx").exists():  # renamed into place, never indexed
             for sibling in pack.parent.glob(pack.stem + ".*"):
@@ -336,3 +328,19 @@ def remove_git_leftovers(gitdir: Path) -> None:
                 keep.unlink()
         except OSError:
             pass
+
+
+def remove_partial_objects(gitdir: Path) -> None:
+    """Temporary packs and objects of a fetch that failed or was killed (`tmp_pack_*`,
+    `tmp_idx_*`, quarantine `incoming-*`): never part of the repository, megabytes each.
+    Call after a failed fetch, or under the workspace lock."""
+    objects = gitdir / "objects"
+    for tmp in [
+        *objects.glob("incoming-*"),
+        *objects.glob("pack/tmp_*"),
+        *objects.glob("*/tmp_obj_*"),
+    ]:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
