@@ -10,9 +10,9 @@ branch, commits, files, and the record of the series it was patched from).
 
 Crash safety: before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old
 HEAD (`refs/dgr/replay-orig`, so the commits stay reachable) are written. A run killed
-while the new series was being applied is undone by the next `patch` (back to the old
-HEAD, then the whole update again); one killed during the replay leaves a state that
-`--continue` / `--abort` finish. Fault points: `patch.replay-saved`, `patch.replayed`.
+before it stopped on a conflict is undone by the next `patch` (back to the old HEAD,
+then the whole update again); only a conflict stop (`stopped_at`) waits for
+`--continue` / `--abort`. Fault points: `patch.replay-saved`, `patch.replayed`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class ReplayState:
     phase: str = "series"  # series: applying the new series; replay: cherry-picking
     replayed: list[str] = field(default_factory=list)  # new ids, in order
     skipped: list[str] = field(default_factory=list)  # already in the new series
-    stopped_at: str | None = None  # HEAD when a conflict stopped the replay
+    stopped_at: str | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
 
 
@@ -105,8 +105,9 @@ def update(
     src = forge.src_dir(m.name)
     st = load_state(src)
     if st is not None:
-        if st.phase != "series":
+        if st.stopped_at is not None:
             raise _in_progress(forge, src, st)
+        # killed before it stopped anywhere: undo it and start over (deterministic)
         out.info(f"{forge.rel(src)}: undoing an interrupted update, then updating again")
         _restore(src, st)
     ws = inspect(src, m.commit, len(m.series))
@@ -167,7 +168,7 @@ def resume(
     """`patch --continue`: commit the resolved conflict, replay the rest."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--continue")
-    if st.phase == "series":
+    if st.stopped_at is None:  # an update that was killed, not stopped: start it over
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
     gd = git_dir(src)

@@ -143,7 +143,8 @@ def refuse_during_replay(forge: Forge) -> None:
     series) belongs to it until `patch --continue` or `--abort`."""
     for state in forge.workspace.glob(f"src/*/.git/{REPLAY_STATE}"):
         try:
-            stopped = json.loads(state.read_text(encoding="utf-8")).get("phase") == "replay"
+            data = json.loads(state.read_text(encoding="utf-8"))
+            stopped = data.get("stopped_at") is not None  # a killed one: `patch` redoes it
         except (OSError, ValueError, AttributeError):
             stopped = True
         if stopped:
