@@ -1,7 +1,8 @@
 """Which series a workspace was patched from, and whether the series on disk moved since.
 
 `patch` (and `export`, `rebase` once they wrote the series) record the manifest's pin and
-series entries (file + sha256) in the workspace's git dir (`.git/dgr-series.json`).
+series entries (file + sha256) in the workspace's git dir (`.git/dgr/series.json`, not a
+journal: it stays).
 `export` is a fast-forward of that base (DESIGN.md, crash safety: "a stale workspace
 cannot export over a teammate's patches"): under the root lock it compares the base
 with the series on disk, and when patches were added, changed or removed since, it stops
@@ -26,7 +27,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.upstream.manifest import UpstreamManifest
 
-BASE_FILE = "dgr-series.json"
+BASE_FILE = "dgr/series.json"
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ def record(src: Path, base: SeriesBase) -> None:
             return
     except OSError:
         pass
+    path.parent.mkdir(exist_ok=True)
     atomic_write_text(path, text)
 
 
@@ -124,6 +126,7 @@ def restore_text(src: Path, text: str | None) -> None:
     if text is None:
         _path(src).unlink(missing_ok=True)
     else:
+        _path(src).parent.mkdir(exist_ok=True)
         atomic_write_text(_path(src), text)
 
 
