@@ -346,14 +346,16 @@ def patch_locked(
     mirror: str | None,
     offline: bool,
     trust_files: bool = False,
+    measured: Workspace | None = None,
 ) -> PatchedTree:
-    """`ensure_patched` for a caller that holds the workspace lock."""
+    """`ensure_patched` for a caller that holds the workspace lock (`measured`: the
+    workspace as the caller just inspected it, saving the no-op a second look)."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
     trees = None if trust_files else known_trees(m)
 
-    ws = inspect(src, m.commit, n)  # the no-op: these 2 git calls and nothing else
+    ws = measured or inspect(src, m.commit, n)  # the no-op: these 2 git calls, nothing else
     if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
         assert ws.head is not None
         result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))

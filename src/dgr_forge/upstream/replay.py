@@ -113,7 +113,8 @@ def update(
     ws = inspect(src, m.commit, len(m.series))
     if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
         # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
-        return UpdateResult(patch_locked(forge, m, out, mirror=mirror, offline=offline), (), (), 0)
+        done = patch_locked(forge, m, out, mirror=mirror, offline=offline, measured=ws)
+        return UpdateResult(done, (), (), 0)
     assert ws.head is not None
     mine = list(reversed(ws.local_commits))
     if series_base.load(src) == series_base.SeriesBase.of(m) and ws.base == m.commit:
