@@ -170,3 +170,40 @@ def test_patch_without_a_replay_has_nothing_to_continue(team: Series) -> None:
     r = b(team, "--json", "patch", "--continue")
     assert r.code == 2 and "no patch replay" in r.json["error"], r
     assert b(team, "patch", "--continue", "--abort").code == 2
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        "not json",
+        '{"orig_head": "--exec=touch PWNED", "orig_ref": null, "commits": [], '
+        '"stopped_at": "' + "a" * 40 + '"}',
+        '{"orig_head": "' + "a" * 40 + '", "orig_ref": "refs/heads/../../x", "commits": [], '
+        '"stopped_at": "' + "a" * 40 + '"}',
+        '{"orig_head": "' + "a" * 40 + '", "orig_ref": null, "commits": ["-x"], "position": 9}',
+    ],
+)
+def test_hostile_replay_state_runs_nothing_and_blocks_nothing(team: Series, state: str) -> None:
+    src = b_src(team)
+    head_before = sh_git(src, "rev-parse", "HEAD")
+    (src / ".git" / "dgr-replay.json").write_text(state)
+    r = b(team, "--json", "patch", "--abort")
+    assert r.code == 2 and "not a readable patch replay state" in r.json["error"], r
+    assert not (src / ".git" / "dgr-replay.json").exists()
+    assert not list(src.rglob("PWNED")) and not (src.parent / "PWNED").exists()
+    assert sh_git(src, "rev-parse", "HEAD") == head_before
+    assert b(team, "patch").code == 0
+
+
+def test_garbage_series_record_falls_back_to_the_trees(team: Series) -> None:
+    """A record that is not one (hand-edited, truncated) is ignored: a workspace whose
+    commits carry the manifest's trees exports; a stale one is still refused."""
+    record = b_src(team) / ".git" / "dgr" / "series.json"
+    record.write_text('{"commit": "-x", "series": [["../../etc/passwd", 1]]}')
+    assert b(team, "export").code == 0
+    a_exports_0004(team)
+    record.write_text("garbage")
+    before = team.snapshot()
+    r = b(team, "--json", "export")
+    assert r.code == 3 and "no record" in r.json["error"], r
+    assert team.snapshot() == before

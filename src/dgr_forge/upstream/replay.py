@@ -18,6 +18,7 @@ then the whole update again); only a conflict stop (`stopped_at`) waits for
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ from dgr_forge.upstream.workspace import (
 )
 
 REPLAY_REF = "refs/dgr/replay-orig"
+_BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
 
 
@@ -69,11 +71,24 @@ def _path(src: Path) -> Path:
 
 
 def load_state(src: Path) -> ReplayState | None:
+    """The replay in progress, or None (none, or a file that is not one: its ids go to
+    git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
     try:
         data = json.loads((src / ".git" / REPLAY_STATE).read_text(encoding="utf-8"))
-        return ReplayState(**data)
+        st = ReplayState(**data)
     except (OSError, ValueError, TypeError):
         return None
+    ids = [st.orig_head, *st.commits, *st.replayed, *st.skipped]
+    ids += [st.stopped_at] if st.stopped_at is not None else []
+    ok = (
+        all(isinstance(i, str) and gitutil.HEX40.fullmatch(i) for i in ids)
+        and isinstance(st.position, int)
+        and 0 <= st.position <= len(st.commits)
+        and (st.orig_ref is None or _BRANCH.fullmatch(str(st.orig_ref)) is not None)
+        and ".." not in str(st.orig_ref)
+        and (st.base_text is None or isinstance(st.base_text, str))
+    )
+    return st if ok else None
 
 
 def _save(src: Path, st: ReplayState) -> None:
@@ -308,6 +323,17 @@ def _restore(src: Path, st: ReplayState) -> None:
 
 def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
     st = load_state(src) if (src / ".git").is_dir() else None
+    path = src / ".git" / REPLAY_STATE
+    if st is None and path.exists():
+        # not a state the forge wrote (or can act on): it must not block every command
+        path.unlink()
+        raise BadInput(
+            f"{forge.rel(path)} is not a readable patch replay state; removed it",
+            hint="the commits you had before the update (if any) are at "
+            f"{REPLAY_REF}: `git -C {forge.rel(src)} log {REPLAY_REF}`; run "
+            "`dgr-forge patch` again",
+            details={"state": forge.rel(path)},
+        )
     if st is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",

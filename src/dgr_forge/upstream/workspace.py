@@ -146,7 +146,7 @@ def refuse_during_replay(forge: Forge) -> None:
             data = json.loads(state.read_text(encoding="utf-8"))
             stopped = data.get("stopped_at") is not None  # a killed one: `patch` redoes it
         except (OSError, ValueError, AttributeError):
-            stopped = True
+            stopped = False  # not a replay's: `patch` ignores it and writes its own
         if stopped:
             src = state.parent.parent
             raise NeedsHuman(
