@@ -172,26 +172,31 @@ def test_patch_without_a_replay_has_nothing_to_continue(team: Series) -> None:
     assert b(team, "patch", "--continue", "--abort").code == 2
 
 
-@pytest.mark.parametrize(
-    "state",
-    [
-        "not json",
-        '{"orig_head": "--exec=touch PWNED", "orig_ref": null, "commits": [], '
-        '"stopped_at": "' + "a" * 40 + '"}',
-        '{"orig_head": "' + "a" * 40 + '", "orig_ref": "refs/heads/../../x", "commits": [], '
-        '"stopped_at": "' + "a" * 40 + '"}',
-        '{"orig_head": "' + "a" * 40 + '", "orig_ref": null, "commits": ["-x"], "position": 9}',
-    ],
-)
-def test_hostile_replay_state_runs_nothing_and_blocks_nothing(team: Series, state: str) -> None:
+HOSTILE_STATES = [
+    "not json",
+    '{"orig_head": "--exec=touch PWNED", "orig_ref": null, "commits": [], '
+    '"stopped_at": "' + "a" * 40 + '"}',
+    '{"orig_head": "' + "a" * 40 + '", "orig_ref": "refs/heads/../../x", "commits": [], '
+    '"stopped_at": "' + "a" * 40 + '"}',
+    '{"orig_head": "' + "a" * 40 + '", "orig_ref": null, "commits": ["-x"], "position": 9}',
+]
+
+
+def test_hostile_replay_state_runs_nothing_and_blocks_nothing(team: Series) -> None:
     src = b_src(team)
     head_before = sh_git(src, "rev-parse", "HEAD")
-    (src / ".git" / "dgr-replay.json").write_text(state)
-    r = b(team, "--json", "patch", "--abort")
-    assert r.code == 2 and "not a readable patch replay state" in r.json["error"], r
-    assert not (src / ".git" / "dgr-replay.json").exists()
-    assert not list(src.rglob("PWNED")) and not (src.parent / "PWNED").exists()
-    assert sh_git(src, "rev-parse", "HEAD") == head_before
+    for state in HOSTILE_STATES:
+        (src / ".git" / "dgr-replay.json").write_text(state)
+        r = b(team, "--json", "patch", "--abort")
+        assert r.code == 2 and "not a readable patch replay state" in r.json["error"], r
+        assert not (src / ".git" / "dgr-replay.json").exists()
+        assert not list(src.rglob("PWNED")) and not (src.parent / "PWNED").exists()
+        assert sh_git(src, "rev-parse", "HEAD") == head_before
+    # one that claims a stop: plain commands wait for it, and the --abort they name clears it
+    (src / ".git" / "dgr-replay.json").write_text(HOSTILE_STATES[1])
+    r = b(team, "--json", "patch")
+    assert r.code == 3 and "patch --abort" in r.json["hint"], r
+    assert b(team, "patch", "--abort").code == 2
     assert b(team, "patch").code == 0
 
 
