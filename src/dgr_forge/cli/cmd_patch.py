@@ -197,6 +197,12 @@ def status_section(
             f"local commits on top of the series: {len(info.local_commits)} "
             "(`dgr-forge export` turns them into patches)"
         )
+    if info.moved:
+        env.out.info(
+            "the series on disk moved since this workspace was patched "
+            f"({', '.join(f'{k}: {v}' for k, v in info.moved.items() if v)}): "
+            "`dgr-forge patch` brings it up to date"
+        )
     if info.operation:
         env.out.info(f"in progress in the workspace: {info.operation}")
     return info.as_dict()

@@ -14,6 +14,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
+from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import local_commits
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.replay import replay_rows
@@ -114,6 +115,8 @@ class SeriesStatus:
     operation: str | None
     # a `patch` replay of a person's commits: per commit replayed / conflict / pending
     replay: list[dict[str, str]] | None = None
+    # the series on disk moved since this workspace was patched (series_base), or None
+    moved: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The `patches` object of `status --json`."""
@@ -127,6 +130,7 @@ class SeriesStatus:
             "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
             "operation_in_progress": self.operation,
             "replay": replay,
+            "moved_since_patched": self.moved,
         }
 
 
@@ -160,6 +164,8 @@ def series_status(
         mid_rebase = _rebase_states(forge)
         if mid_rebase is not None:
             return SeriesStatus(mid_rebase, False, ws.dirty, [], ws.operation, replay)
+    base = series_base.load(ws.src) if ws.exists else None
+    moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
@@ -194,6 +200,7 @@ def series_status(
         local_commits=[] if rebasing else ws.local_commits,
         operation=ws.operation,
         replay=replay,
+        moved=moved.as_dict() if moved else None,
     )
 
 
