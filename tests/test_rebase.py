@@ -448,6 +448,9 @@ def test_abbreviated_onto_whose_fetch_fails_names_the_id_and_leaves_no_packs(
     blob = sh_git(s.upstream.path, "rev-parse", "HEAD:zz-tip.txt")
     (s.upstream.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
     before = s.snapshot()
+    pack = s.src / ".git" / "objects" / "pack"
+    for leftover in ("tmp_pack_killed", "tmp_idx_killed"):  # what a killed fetch leaves
+        (pack / leftover).write_bytes(b"\0" * 4096)
     r = s.forge("rebase", "--onto", inner[:10], "--json")
     assert r.code == 1, r
     assert inner[:10] in r.json["error"], r

@@ -42,6 +42,7 @@ def refuse_stale(src: Path, out_: Reporter) -> None:
     if not (src / ".git").exists():
         return
     gdir = git_dir(src)
+    remove_partial_objects(gdir)  # a killed fetch's temporary packs (we hold the lock)
     if (gdir / PATCH_JOURNAL).exists():
         return  # ensure_patched recovers it
     lock = gdir / "index.lock"
