@@ -134,7 +134,8 @@ def update(
     mine = list(reversed(ws.local_commits))
     if series_base.load(src) == series_base.SeriesBase.of(m) and ws.base == m.commit:
         trees = [e.tree for e in m.series]
-        if None not in trees and [c.tree for c in ws.series] == trees:
+        have = [c.tree for c in ws.series]
+        if have == trees or (None in trees and len(have) == len(trees)):
             out.info(
                 f"{forge.rel(src)}: series already applied, {len(mine)} commit(s) of your own "
                 "on top (`dgr-forge export` turns them into patches)"
