@@ -121,7 +121,7 @@ def test_export_force_saves_what_it_replaces(team: Series) -> None:
     assert r.code == 0, r
     assert r.json["removed"] == ["0004-docs-team-notes.patch"]
     saved = sorted((b_ws(s) / "logs").glob("export-replaced-llama.cpp-*"))
-    assert len(saved) == 1
+    assert len(saved) == 1 and r.json["replaced_saved"] == str(saved[0])
     assert (saved[0] / "llama.cpp.toml").read_bytes() == before["manifest"]
     for name, data in before.items():
         if name.endswith(".patch"):

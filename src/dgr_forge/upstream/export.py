@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -70,6 +70,7 @@ class ExportResult:
     unchanged: tuple[str, ...]
     removed: tuple[str, ...]  # stale files deleted
     manifest_changed: bool
+    replaced_saved: str | None = None  # --force: where the overwritten series was saved
 
     @property
     def changed(self) -> bool:
@@ -87,6 +88,7 @@ class ExportResult:
             "removed": list(self.removed),
             "manifest_changed": self.manifest_changed,
             "changed": self.changed,
+            "replaced_saved": self.replaced_saved,
         }
 
 
@@ -470,6 +472,7 @@ def export_workspace(
         base = series_base.load(src)
         trees = [c.tree for c in patches.inspect(src, m.commit, len(m.series)).series]
         manifest = m
+        saved: list[Path] = []
 
         def fast_forward(series: Sequence[ExportedPatch]) -> None:
             rendered = [(p.file, p.sha256) for p in series]
@@ -478,7 +481,8 @@ def export_workspace(
                 return
             if not force:
                 raise series_base.stale_error(forge, manifest, harm, waited=waited)
-            saved = series_base.save_replaced(forge, manifest)
-            out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved}")
+            saved.append(series_base.save_replaced(forge, manifest))
+            out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved[0]}")
 
-        return export_series(src, m.commit, forge, m, out, guard=fast_forward)
+        result = export_series(src, m.commit, forge, m, out, guard=fast_forward)
+        return replace(result, replaced_saved=str(saved[0])) if saved else result
