@@ -215,3 +215,21 @@ def test_garbage_series_record_falls_back_to_the_trees(team: Series) -> None:
     r = b(team, "--json", "export")
     assert r.code == 3 and "no record" in r.json["error"], r
     assert team.snapshot() == before
+
+
+def test_teammates_rebase_moved_the_pin_patch_replays_onto_it(team: Series) -> None:
+    """A's rebase moves the pin and re-exports; B (own commit, old pin) is refused by
+    export naming the pin move, and `patch` carries B's commit onto the new pin."""
+    s = team
+    new = s.upstream.commit({"docs/upstream-later.md": "later\n"}, "docs: later")
+    assert s.forge("rebase", "--onto", new).code == 0
+    mine = commit(b_src(s), "docs/bea.md", "Bea's notes\n", "docs: bea's notes")
+    before = s.snapshot()
+    r = b(s, "--json", "export")
+    assert r.code == 3 and "pin moved" in r.json["error"], r
+    assert r.json["drift"]["pin_moved"][1] == new
+    assert s.snapshot() == before
+    r = b(s, "--json", "patch")
+    assert r.code == 0 and r.json["replayed"] == [mine] and r.json["base_commit"] == new, r
+    r = b(s, "--json", "export")
+    assert r.code == 0 and r.json["written"] == ["0004-docs-bea-s-notes.patch"], r
