@@ -233,3 +233,34 @@ def test_teammates_rebase_moved_the_pin_patch_replays_onto_it(team: Series) -> N
     assert r.code == 0 and r.json["replayed"] == [mine] and r.json["base_commit"] == new, r
     r = b(s, "--json", "export")
     assert r.code == 0 and r.json["written"] == ["0004-docs-bea-s-notes.patch"], r
+
+
+def test_git_pull_of_a_teammates_patch_then_patch_and_export(team: Series, tmp_path: Path) -> None:
+    """The same through git: B's own clone of the forge root pulls A's exported patch."""
+    s = team
+    (s.root / ".gitignore").write_text(".dgr/\n")
+    sh_git(s.root, "init", "-q")
+    sh_git(s.root, "add", "-A")
+    sh_git(s.root, "commit", "-qm", "series")
+    clone = tmp_path / "clone"
+    sh_git(tmp_path, "clone", "-q", str(s.root), str(clone))
+    mine_root = Series(clone, s.upstream, s.pin)
+    assert mine_root.forge("patch").code == 0
+    a_exports_0004(s)
+    sh_git(s.root, "add", "-A")
+    sh_git(s.root, "commit", "-qm", "0004")
+    src = clone / ".dgr" / "src" / "llama.cpp"
+    mine = commit(src, "docs/bea.md", "Bea's notes\n", "docs: bea's notes")
+    sh_git(clone, "pull", "-q", "--ff-only")
+    before = mine_root.snapshot()
+    r = mine_root.forge("--json", "export")
+    assert r.code == 3 and r.json["drift"]["added"] == ["0004-docs-team-notes.patch"], r
+    assert mine_root.snapshot() == before
+    r = mine_root.forge("--json", "patch")
+    assert r.code == 0 and r.json["replayed"] == [mine], r
+    r = mine_root.forge("--json", "export")
+    assert r.code == 0 and r.json["written"] == ["0005-docs-bea-s-notes.patch"], r
+    # the pulled patch untouched: only the manifest changes and 0005 is new
+    assert sh_git(clone, "diff", "--name-only") == "manifests/llama.cpp.toml"
+    new_files = sh_git(clone, "ls-files", "--others", "--exclude-standard")
+    assert new_files == "patches/llama.cpp/0005-docs-bea-s-notes.patch"
