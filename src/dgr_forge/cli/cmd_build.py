@@ -44,6 +44,14 @@ def build(
         str | None,
         typer.Option("--cache-mode", help="Cache mode: rw|ro (or DGR_CACHE_MODE)."),
     ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Move a git worker checkout holding edits or commits of your own (saved "
+            "under the workspace's logs/ first).",
+        ),
+    ] = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
@@ -61,6 +69,7 @@ def build(
             offline=offline,
             cache=cache,
             cache_mode=cache_mode,
+            force=force,
         )
         # the lock before any input is read: a waiting build builds (and signs) what the
         # build it waited for left, never a manifest read before

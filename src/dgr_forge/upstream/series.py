@@ -258,7 +258,7 @@ def check_series(
             if blocked:
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
-            flagged = entry.file in changed  # edited files: their old trees do not apply
+            flagged = entry.file in changed  # edited since the manifest was written
             proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
             if proc.returncode != 0:
                 conflicts = tuple(conflicting_hunks(repo, p, env))
@@ -268,8 +268,12 @@ def check_series(
                 blocked = entry.file
                 continue
             tree = out(repo, "write-tree", env=env)
-            if compare_trees and not flagged and entry.tree is not None and tree != entry.tree:
-                results.append(CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree))
+            if compare_trees and entry.tree is not None and tree != entry.tree:
+                # the first patch whose result differs is the one reported (an edited
+                # file, say); the ones after it cannot be judged against the manifest
+                results.append(
+                    CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree, flagged)
+                )
                 blocked = entry.file
                 continue
             results.append(CheckResult(entry.file, "applies", tree, (), entry.tree, flagged))
