@@ -83,8 +83,9 @@ def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_p
     # status names the lanes built here and their last report
     st = run_forge("--root", str(root), "status", "--json")
     assert st.code == 0, st
-    assert st.json["lanes"]["cpu"]["result"] == "ok"
-    assert st.json["lanes"]["cpu"]["report"] == cpu["report"]
+    assert st.json["lanes"] == [{"lane": "cpu", "last_build": st.json["lanes"][0]["last_build"]}]
+    assert st.json["lanes"][0]["last_build"]["result"] == "ok"
+    assert st.json["lanes"][0]["last_build"]["report"] == cpu["report"]
     assert "lane cpu" in st.stderr and cpu["report"] in st.stderr
 
 
@@ -203,7 +204,8 @@ def test_missing_nvcc_exit_2_creates_nothing(root: Path) -> None:
     assert res.code == 2, res
     assert "cuda lane cannot build on this host" in res.stderr
     assert "nvcc not found" in res.stderr and "nvidia-cuda-toolkit" in res.stderr
-    assert res.json["lanes"]["cuda"]["missing"][0]["name"] == "nvcc"
+    assert [lane["lane"] for lane in res.json["lanes"]] == ["cuda"]
+    assert res.json["lanes"][0]["missing"][0]["name"] == "nvcc"
     assert nothing_but_the_lock(root)  # no build dir, no source, nothing half-done
     assert (root / "manifests" / "llama.cpp.toml").read_bytes() == manifest_before
 
@@ -219,7 +221,7 @@ def test_real_cuda_recipe_says_cublas_missing(root: Path) -> None:
     res = run_forge("--root", str(root), "--json", "build", "--lane", "cuda", env=env)
     assert res.code == 2, res
     assert "cuda lane cannot build on this host: missing cuBLAS" in res.stderr
-    assert [m["name"] for m in res.json["lanes"]["cuda"]["missing"]] == ["cublas"]
+    assert [m["name"] for m in res.json["lanes"][0]["missing"]] == ["cublas"]
     assert not (root / ".dgr" / "build").exists()
 
 

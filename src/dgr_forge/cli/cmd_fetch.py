@@ -145,19 +145,21 @@ def _interrupted(journals: frozenset[str]) -> str:
     return "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
 
 
-def _lanes_section(env: Env) -> dict[str, Any]:
-    """Lanes built in this workspace and their last build (from the build state)."""
+def _lanes_section(env: Env) -> list[dict[str, Any]]:
+    """Lanes built in this workspace and their last build (from the build state): a list
+    of `{lane, last_build}`, the shape `build` and `lanes` give a lane too."""
     from dgr_forge.lanes.build import load_state
 
-    lanes: dict[str, Any] = {
-        name: entry.get("last_build") for name, entry in load_state(env.forge)["lanes"].items()
-    }
+    lanes = [
+        {"lane": name, "last_build": entry.get("last_build")}
+        for name, entry in sorted(load_state(env.forge)["lanes"].items())
+    ]
     if not lanes:
         env.out.info("lanes: none built in this workspace (run `dgr-forge build`)")
-    for name, last in sorted(lanes.items()):
-        last = last or {}
+    for row in lanes:
+        last = row["last_build"] or {}
         env.out.info(
-            f"lane {name:<8} last build {last.get('time', '?')}: {last.get('result', '?')}"
+            f"lane {row['lane']:<8} last build {last.get('time', '?')}: {last.get('result', '?')}"
             f"  report {last.get('report') or '(none)'}"
         )
     return lanes

@@ -96,7 +96,7 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     raise BadInput(
         "\n".join(lines),
         hint="install what is listed (see `dgr-forge doctor`), or build another --lane",
-        details={"lanes": {c.lane: c.as_dict() for c in bad}},
+        details={"lanes": [c.as_dict() for c in bad]},
     )
 
 

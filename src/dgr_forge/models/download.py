@@ -102,6 +102,7 @@ class FileOutcome:
     restarts: int = 0  # times the file started over from byte 0 (server ignored Range)
     retries: int = 0
     error: str | None = None
+    sha256: str = ""  # the manifest's: what the file was (or would be) verified against
 
 
 class _Retry(Exception):
@@ -169,7 +170,7 @@ class Downloader:
         self.stop = stop
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
-        outcome = FileOutcome(name=f.name, size=f.size)
+        outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
         tick = self.progress.add(f.name, f.size)
         part = f.name + models.PART_SUFFIX
         try:

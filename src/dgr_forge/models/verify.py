@@ -30,6 +30,7 @@ class FileCheck:
     ok: bool
     problems: list[str]
     sha256: str | None = None  # what is on disk, when it was hashed
+    status: str = "ok"  # ok | missing | bad (wrong kind, size, sha256 or split header)
 
 
 @dataclass
@@ -52,6 +53,12 @@ class VerifyResult:
             "bytes": sum(f.size for f in self.files),
             "seconds": round(self.seconds, 3),
         }
+
+
+def _status(problems: list[str]) -> str:
+    if not problems:
+        return "ok"
+    return "missing" if problems[0].startswith("missing") else "bad"
 
 
 def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = None) -> VerifyResult:
@@ -101,7 +108,14 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
     if os.access(target, os.W_OK):
         cache.save()
     checks = [
-        FileCheck(f.name, f.size, not problems[f.name], problems[f.name], shas.get(target / f.name))
+        FileCheck(
+            f.name,
+            f.size,
+            not problems[f.name],
+            problems[f.name],
+            shas.get(target / f.name),
+            _status(problems[f.name]),
+        )
         for f in m.files
     ]
     result = VerifyResult(m.name, target, checks, time.monotonic() - started)

@@ -19,6 +19,7 @@ from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask
 from dgr_forge.upstream import manifest
 from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -76,6 +77,37 @@ def _check_report_path(path: Path, forge: Forge) -> Path:
     return target
 
 
+def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, Any]:
+    """Onto the current pin: the same keys as a replay's report, every patch unchanged."""
+    pin = {"url": mask(m.url), "commit": m.commit, "tree": m.tree}
+    rows = [
+        {
+            "file": e.file,
+            "new_file": e.file,
+            "subject": None,
+            "outcome": "unchanged",
+            "old_commit": None,
+            "new_commit": None,
+            "upstream_commits": [],
+            "files": [],
+        }
+        for e in m.series
+    ]
+    return {
+        "kind": "dgr-forge/rebase-report",
+        "version": 1,
+        "upstream": m.name,
+        "onto": onto,
+        "old": pin,
+        "new": dict(pin),
+        "result_tree": m.result_tree,
+        "counts": counts_of(rows),
+        "patches": rows,
+        "old_commit": m.commit,
+        "new_commit": commit,
+    }
+
+
 def dry_run(
     forge: Forge,
     out_: Reporter,
@@ -108,13 +140,7 @@ def dry_run(
         )
         state = load_state(scratch)
         if state is None:  # already pinned there: nothing to replay
-            data: dict[str, Any] = {
-                "old_commit": result.old_commit,
-                "new_commit": result.new_commit,
-                "patches": result.patches,
-                "counts": counts_of(result.patches),
-            }
-            return DryRunResult(data, 0, None)
+            return DryRunResult(_already_pinned(m, onto, result.new_commit), 0, None)
         stage(scratch, state, sm)
         rows = rows_of(state)
         data = report_data(state, None, rows)
