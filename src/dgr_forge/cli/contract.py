@@ -37,6 +37,43 @@ DRIFT = obj(
     optional=("added", "changed", "removed", "pin_moved"),
 )
 
+DOCTOR_CACHE = obj(
+    "what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`, "
+    "default `auto` / `rw`); never a credential: URLs are masked",
+    {
+        "choice": s(
+            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
+            "`problem`)"
+        ),
+        "tool": null(s("`ccache` or `sccache`; null: no cache")),
+        "launcher": null(s("the launcher's file name")),
+        "path": null(s("where the launcher was found (absent when `problem` is set)")),
+        "version": s('the tool\'s version (`""` when none)'),
+        "backend": s(
+            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
+            "marks a read-only ccache remote)"
+        ),
+        "mode": s("`rw`, `ro` or `off`"),
+        "distributed": null(s("the sccache-dist scheduler URL, masked")),
+        "dist": null(
+            obj(
+                "with a scheduler: what it answered when asked with the client's token: "
+                "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
+                "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
+                "`servers`, `cpus` (null when unknown); never the token"
+            )
+        ),
+        "tools": obj("per tool (`ccache`, `sccache`): `found`, `path`, `version`"),
+        "problem": null(
+            s(
+                "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit "
+                "tool that is not installed"
+            )
+        ),
+    },
+    optional=("tool", "launcher", "path", "version", "backend", "mode", "distributed", "dist"),
+)
+
 FETCH = Command(
     "fetch",
     "Check out the pinned upstream commit, verified.",
@@ -356,7 +393,7 @@ DOCTOR = Command(
                 "tools": arr(obj("a probe: `name`, `found`, `path`, `version`, ..."), "tools"),
                 "libraries": arr(obj("a probe"), "libraries"),
                 "compiler_launcher": null(s("the compiler launcher")),
-                "cache": obj("what `build` would use as compiler cache: see below"),
+                "cache": DOCTOR_CACHE,
                 "lanes": arr(DOCTOR_LANE, "per lane (narrowed by `--lane`)"),
                 "selected": strs("with `--lane`: the lanes asked for"),
                 "unbuildable": strs("with `--lane`: those that cannot build here"),
@@ -398,7 +435,9 @@ REBASE = Command(
                 "onto": s("`--onto` as given"),
                 "old": PIN_SIDE,
                 "new": PIN_SIDE,
-                "result_tree": null(s("the series' result tree (null when not replayed to the end)")),
+                "result_tree": null(
+                    s("the series' result tree (null when not replayed to the end)")
+                ),
                 "counts": COUNTS,
                 "patches": arr(REBASE_ROW, "per patch"),
                 "old_commit": s("the pin"),
@@ -499,8 +538,14 @@ REPORT_SHOW = Command(
 REPORT_VERIFY = Command(
     "report verify",
     "Verify a report's signature (and with `--artifacts` its subjects on disk).",
-    (Form("report verify", dict(VERIFICATION["properties"]), may_fail=True,
-          note="exit 1 when not verified"),),
+    (
+        Form(
+            "report verify",
+            dict(VERIFICATION["properties"]),
+            may_fail=True,
+            note="exit 1 when not verified",
+        ),
+    ),
 )
 
 REPORT_COMPARE = Command(
@@ -561,7 +606,7 @@ MATRIX_ENTRY = obj(
     {
         "lane": s("the file name (`cuda` for `recipes/cuda.toml`)"),
         "backend": s("`lane.backend`"),
-        "runs_on": strs("`ci.runs_on` (runner labels; default `[\"ubuntu-latest\"]`)"),
+        "runs_on": strs('`ci.runs_on` (runner labels; default `["ubuntu-latest"]`)'),
         "container": s(
             "`ci.container`, as `image@sha256:...` when `ci.image_digest` is set; present only "
             "when the recipe names one"
@@ -583,7 +628,7 @@ CI_MATRIX = Command(
             "ci matrix",
             {
                 "matrix": obj(
-                    "`{\"include\": [ENTRY, ...]}`, one entry per `recipes/<lane>.toml`",
+                    '`{"include": [ENTRY, ...]}`, one entry per `recipes/<lane>.toml`',
                     {"include": arr(MATRIX_ENTRY, "sorted by lane")},
                 )
             },
@@ -591,7 +636,7 @@ CI_MATRIX = Command(
     ),
     prose=(
         "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
-        "`{\"include\": [ENTRY, ...]}`. With `--json` the same object is under `matrix`."
+        '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
     ),
 )
 

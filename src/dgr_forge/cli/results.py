@@ -134,7 +134,7 @@ CACHE = obj(
     "(see docs/distributed-compilation.md)",
     {
         "tool": null(s("`ccache`, `sccache`, or null: no cache")),
-        "version": s("the tool's version (`\"\"` when none)"),
+        "version": s('the tool\'s version (`""` when none)'),
         "backend": s("`none`, `local`, or `local + remote <masked URL or kind>`"),
         "mode": s("`rw`, `ro` or `off`"),
         "hits": null(i("this build's cache hits (with a cache; null when the tool would not say)")),

@@ -98,7 +98,7 @@ def type_words(schema: Schema) -> str:
         if k == "array":
             items = schema.get("items", {})
             inner = type_words(items)
-            words.append(f"list of {inner}s" if inner in ("string", "object") else f"list")
+            words.append(f"list of {inner}s" if inner in ("string", "object") else "list")
         elif k == "null":
             continue
         elif k == "boolean":
@@ -115,13 +115,28 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _meaning(schema: Schema) -> str:
+BIG = 6  # an object with more keys than this gets a table of its own
+
+
+def _optional(schema: Schema) -> tuple[str, ...]:
+    required = schema.get("required", [])
+    return tuple(k for k in schema.get("properties", {}) if k not in required)
+
+
+def _meaning(schema: Schema, depth: int = 0) -> str:
+    """A key's description, its nested keys' in parentheses (a big object: its own table)."""
     text = str(schema.get("description", ""))
     props = schema.get("properties") or schema.get("items", {}).get("properties")
-    if props:
-        parts = [f"`{k}`: {v.get('description', '')}" for k, v in props.items()]
+    if depth == 0 and len(schema.get("properties", {})) > BIG:
+        return _cell(text + " (see below)")
+    if props and depth < 3:
+        parts = [f"`{k}`: {_meaning(v, depth + 1)}" for k, v in props.items()]
         text += " (" + "; ".join(parts) + ")"
     return _cell(text)
+
+
+def _sentence(text: str) -> str:
+    return _cell(text[:1].upper() + text[1:] + ".")
 
 
 def _table(props: dict[str, Schema], optional: tuple[str, ...] = ()) -> list[str]:
@@ -131,6 +146,20 @@ def _table(props: dict[str, Schema], optional: tuple[str, ...] = ()) -> list[str
         lines.append(f"| `{key}`{flag} | {type_words(schema)} | {_meaning(schema)} |")
     return lines
 
+
+ENVELOPE: dict[str, Schema] = {
+    "ok": {"type": "boolean", "description": "`exit_code == 0`"},
+    "exit_code": {
+        "type": "integer",
+        "description": "the process exit status: `0` ok · `1` the operation failed · `2` bad "
+        "input or usage · `3` needs a human · `130` interrupted",
+    },
+    "command": {
+        "type": "string",
+        "description": 'the command path as typed, e.g. `"build"`, `"ci render"`, '
+        '`"report verify"`; `"dgr-forge"` when no command was named',
+    },
+}
 
 INTRO = """\
 # `--json`: the machine-readable contract
@@ -157,11 +186,7 @@ meaning; nested objects are open to new keys.
 
 ## The envelope (every command)
 
-| key | type | meaning |
-| --- | --- | --- |
-| `ok` | bool | `exit_code == 0` |
-| `exit_code` | int | the process exit status: `0` ok · `1` the operation failed · `2` bad input or usage · `3` needs a human · `130` interrupted |
-| `command` | string | the command path as typed, e.g. `"build"`, `"ci render"`, `"report verify"`; `"dgr-forge"` when no command was named |
+{envelope}
 
 These three always come first. On failure the object also carries:
 
@@ -189,30 +214,9 @@ $ dgr-forge build --lane cuda --json 2>/dev/null
 ```
 """
 
-DOCTOR_CACHE = """\
-### `doctor`: `cache`
-
-What `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`, default
-`auto` / `rw`). Never a credential: URLs are masked.
-
-| key | type | meaning |
-| --- | --- | --- |
-| `choice` | string | `auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in `problem`) |
-| `tool` | string or null | `ccache` or `sccache`; null: no cache |
-| `launcher` | string or null | the launcher's file name |
-| `path` | string or null | where the launcher was found (absent when `problem` is set) |
-| `version` | string | the tool's version (`""` when none) |
-| `backend` | string | `none`, `local`, or `local + remote <masked URL or backend kind>` (`\\|read-only` marks a read-only ccache remote) |
-| `mode` | string | `rw`, `ro` or `off` |
-| `distributed` | string or null | the sccache-dist scheduler URL, masked |
-| `dist` | object or null | with a scheduler: what it answered when asked with the client's token: `scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, `unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), `servers`, `cpus` (null when unknown); never the token |
-| `tools` | object | per tool (`ccache`, `sccache`): `found`, `path`, `version` |
-| `problem` | string or null | why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool that is not installed |
-"""
-
 
 def render_doc() -> str:
-    out = [INTRO, "### Failure details", ""]
+    out = [INTRO.replace("{envelope}", "\n".join(_table(ENVELOPE))), "### Failure details", ""]
     out.append(
         "An error's own fields, by key (each present only when it applies); any of them "
         "may appear in a command's failure object:"
@@ -222,7 +226,12 @@ def render_doc() -> str:
     out += [f"| `{k}` | {_cell(str(v.get('description', '')))} |" for k, v in DETAILS.items()]
     out += ["", "## Per command", ""]
     for cmd in COMMANDS:
-        out += [f"### `{cmd.words}`", "", f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.", ""]
+        out += [
+            f"### `{cmd.words}`",
+            "",
+            f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.",
+            "",
+        ]
         if cmd.prose:
             out += [cmd.prose, ""]
         for form in cmd.forms:
@@ -232,8 +241,16 @@ def render_doc() -> str:
             out += _table(form.props, form.optional)
             out.append("")
             if form.note:
-                out += [form.note[0].upper() + form.note[1:] + ".", ""]
-    out.append(DOCTOR_CACHE)
+                out += [_sentence(form.note), ""]
+            for key, sub in form.props.items():
+                if len(sub.get("properties", {})) > BIG:  # its own table, not one long cell
+                    out += [
+                        f"`{cmd.words}`: `{key}`",
+                        "",
+                        _sentence(sub.get("description", "")),
+                        "",
+                    ]
+                    out += [*_table(sub["properties"], _optional(sub)), ""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -274,4 +291,3 @@ if __name__ == "__main__":  # pragma: no cover
 
 
 __all__ = ["command_schema", "main", "render_doc", "rendered"]
-

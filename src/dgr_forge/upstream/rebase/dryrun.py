@@ -80,7 +80,7 @@ def _check_report_path(path: Path, forge: Forge) -> Path:
 def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, Any]:
     """Onto the current pin: the same keys as a replay's report, every patch unchanged."""
     pin = {"url": mask(m.url), "commit": m.commit, "tree": m.tree}
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "file": e.file,
             "new_file": e.file,

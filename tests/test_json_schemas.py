@@ -1,0 +1,235 @@
+"""The published JSON contract: every command's `--json` object validates against its
+schema in docs/json-schema/, succeeding and failing, and the schemas and docs/json.md are
+exactly what `python -m dgr_forge.cli.schemas` generates.
+
+The commands run once, in order, on a copy of the demo root (the session's `demo_tour`,
+whose cpu lane is built: `build` is up to date, nothing compiles again).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from jsonschema import Draft202012Validator
+from support.cli import Result, run_forge
+from support.demo import DemoTour
+
+from dgr_forge.cli import schemas
+from dgr_forge.cli.app import app
+from dgr_forge.cli.commands import register_all
+from dgr_forge.cli.contract import COMMANDS
+from dgr_forge.cli.results import FAILURE
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMAS = REPO / "docs" / "json-schema"
+
+
+def _registered() -> set[str]:
+    register_all()
+    found: set[str] = set()
+
+    def visit(node: Any, path: tuple[str, ...]) -> None:
+        subs = getattr(node, "commands", None)
+        if isinstance(subs, Mapping):
+            for name in subs:
+                visit(subs[name], (*path, name))
+        else:
+            found.add(" ".join(path))
+
+    visit(typer.main.get_command(app), ())
+    return found
+
+
+def test_the_committed_schemas_and_doc_are_what_the_generator_writes() -> None:
+    for rel, text in schemas.rendered().items():
+        assert (REPO / rel).read_text(encoding="utf-8") == text, (
+            f"{rel} is stale: run `python -m dgr_forge.cli.schemas`"
+        )
+    assert {p.name for p in SCHEMAS.iterdir()} == {f"{c.name}.json" for c in COMMANDS}
+
+
+def test_the_generator_check_mode_names_a_stale_file(tmp_path: Path) -> None:
+    assert schemas.main([str(tmp_path)]) == 0
+    assert schemas.main(["--check", str(tmp_path)]) == 0
+    (tmp_path / "docs" / "json-schema" / "fetch.json").write_text("{}\n")
+    assert schemas.main(["--check", str(tmp_path)]) == 1
+    assert (tmp_path / "docs" / "json-schema" / "fetch.json").read_text() == "{}\n"
+
+
+def test_every_registered_command_has_a_closed_2020_12_schema() -> None:
+    assert {c.words for c in COMMANDS} == _registered()
+    for cmd in COMMANDS:
+        schema = json.loads((SCHEMAS / f"{cmd.name}.json").read_text())
+        Draft202012Validator.check_schema(schema)
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        assert schema["additionalProperties"] is False
+        branches = [*schema["anyOf"][:-2], *schema["$defs"].values()]
+        assert all(b["additionalProperties"] is False for b in branches), cmd.words
+
+
+def test_every_error_detail_raised_in_src_is_declared() -> None:
+    """A `details={...}` key of a ForgeError anywhere in src/ is in the failure envelope."""
+    keys: set[str] = set()
+    for path in (REPO / "src").rglob("*.py"):
+        text = path.read_text()
+        for m in re.finditer(r"details\s*=\s*\{", text):
+            depth, j = 1, m.end()
+            while depth:
+                depth += {"{": 1, "}": -1}.get(text[j], 0)
+                j += 1
+            body = text[m.end() : j - 1]
+            # the literal's own keys (nested literals' keys may be any)
+            keys |= set(re.findall(r'^\s*"([a-z_]+)"\s*:', body, re.M))
+            keys |= set(re.findall(r'\{"([a-z_]+)"\s*:', body))
+    assert keys, "the scan found nothing: the pattern no longer matches the code"
+    assert keys <= set(FAILURE), sorted(keys - set(FAILURE))
+
+
+@dataclass
+class Run:
+    label: str
+    command: str  # the schema's name
+    result: Result
+
+
+@pytest.fixture(scope="module")
+def runs(demo_tour: DemoTour, tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
+    """Every command, succeeding and failing, on a copy of the demo root."""
+    assert demo_tour.result.code == 0, demo_tour.result
+    root = demo_tour.fresh()
+    tmp = tmp_path_factory.mktemp("schemas")
+    empty = tmp / "empty"
+    empty.mkdir()
+    env = demo_tour.env()
+    demo = demo_tour.result.json
+    report = next((root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
+    key, pub = "keys/demo-signing-key.pem", "keys/demo-signing-key.pem.pub"
+    (tmp / "evidence.txt").write_text("ran on a box\n")
+    model = tmp / "model"
+    model.mkdir()
+    (model / "a.bin").write_bytes(b"hello\n")
+    m = str(tmp / "m.toml")
+    out: list[Run] = []
+
+    def go(label: str, command: str, *args: str, code: int | None = None, at: Path = root) -> None:
+        result = run_forge("--json", *args, cwd=at, env=env)
+        if code is not None:
+            assert result.code == code, (label, result)
+        out.append(Run(label, command, result))
+
+    fails = 2
+    go("fetch", "fetch", "fetch", "--offline", code=0)
+    go("fetch fails", "fetch", "fetch", code=fails, at=empty)
+    go("patch", "patch", "patch", "--offline", code=0)
+    go("patch --check", "patch", "patch", "--check", code=0)
+    go("patch --abort fails", "patch", "patch", "--abort", code=fails)
+    go("status", "status", "status", code=0)
+    go("status fails", "status", "status", code=fails, at=empty)
+    go("export", "export", "export", code=0)
+    go("export fails", "export", "export", code=fails, at=empty)
+    go("check", "check", "check", "--offline", code=0)
+    go("check fails", "check", "check", code=fails, at=empty)
+    go("build", "build", "build", "--lane", "cpu", "--key", key, "--cache", "off", "--offline")
+    go("build fails", "build", "build", "--lane", "no-such-lane", code=fails)
+    go("lanes", "lanes", "lanes", code=0)
+    go("lanes --advertised", "lanes", "lanes", "--advertised", code=0)
+    go("lanes fails", "lanes", "lanes", code=fails, at=empty)
+    go("doctor --lane cpu", "doctor", "doctor", "--lane", "cpu", code=0)
+    go("doctor fails", "doctor", "doctor", "--lane", "no-such-lane", code=fails)
+    go("rebase --dry-run onto the pin", "rebase", "rebase", "--dry-run", "--onto", demo["pin"])
+    go("rebase --dry-run", "rebase", "rebase", "--dry-run", "--onto", demo["onto"], code=3)
+    go("rebase fails", "rebase", "rebase", "--continue", code=fails)
+    go("bump --dry-run", "bump", "bump", "--dry-run", "--to", demo["onto"], code=3)
+    go("bump --dry-run to the pin", "bump", "bump", "--dry-run", "--to", demo["pin"], code=0)
+    go("bump fails", "bump", "bump", "--to", "-x", code=fails)
+    go("keygen", "keygen", "keygen", "--out", str(tmp / "k" / "key.pem"), code=0)
+    go("keygen fails", "keygen", "keygen", "--out", str(root / key), code=fails)
+    go("report show", "report-show", "report", "show", str(report), code=0)
+    go("report show fails", "report-show", "report", "show", str(tmp / "none.jsonl"), code=fails)
+    go("report verify", "report-verify", "report", "verify", str(report), "--key", pub, code=0)
+    go("report verify fails", "report-verify", "report", "verify", str(report), "--key",
+       str(tmp / "k" / "key.pem.pub"), code=1)  # fmt: skip
+    go("report compare", "report-compare", "report", "compare", str(report), str(report),
+       "--key", pub, code=0)  # fmt: skip
+    go("report compare fails", "report-compare", "report", "compare", str(report),
+       str(tmp / "none.jsonl"), code=fails)  # fmt: skip
+    go("certify", "certify", "certify", "--report", str(report), "--evidence",
+       str(tmp / "evidence.txt"), "--key", key, "--report-key", pub, "--hardware", "box",
+       code=0)  # fmt: skip
+    go("certify fails", "certify", "certify", "--report", str(report), "--evidence",
+       str(tmp / "none.txt"), "--key", key, code=fails)  # fmt: skip
+    go("ci matrix", "ci-matrix", "ci", "matrix", code=0)
+    go("ci matrix fails", "ci-matrix", "ci", "matrix", code=fails, at=empty)
+    go("ci render", "ci-render", "ci", "render", code=0)
+    wf = str(tmp / "ci.yml")
+    go("ci render --out", "ci-render", "ci", "render", "--out", wf, code=0)
+    go("ci render --check", "ci-render", "ci", "render", "--check", wf, code=0)
+    Path(wf).write_text("# stale\n")
+    go("ci render --check stale", "ci-render", "ci", "render", "--check", wf, code=1)
+    go("ci render fails", "ci-render", "ci", "render", "--provider", "nope", code=fails)
+    go("presets --print", "presets", "presets", "--print", code=0)
+    go("presets", "presets", "presets", "--out", str(tmp / "CMakeUserPresets.json"), code=0)
+    go("presets fails", "presets", "presets", "--lane", "no-such-lane", code=fails)
+    go("artifacts manifest", "artifacts-manifest", "artifacts", "manifest", str(model),
+       "--name", "m", "--url-base", model.as_uri(), "--out", m, code=0)  # fmt: skip
+    go("artifacts manifest fails", "artifacts-manifest", "artifacts", "manifest",
+       str(tmp / "none"), "--name", "m", "--url-base", model.as_uri(), code=fails)  # fmt: skip
+    dest = str(tmp / "dest")
+    go("artifacts provision", "artifacts-provision", "artifacts", "provision", m, "--dest",
+       dest, code=0)  # fmt: skip
+    go("artifacts verify", "artifacts-verify", "artifacts", "verify", m, "--dest", dest, code=0)
+    (tmp / "dest" / "a.bin").write_bytes(b"HELLO\n")
+    go("artifacts verify fails", "artifacts-verify", "artifacts", "verify", m, "--dest", dest,
+       code=1)  # fmt: skip
+    (tmp / "dest" / "a.bin").unlink()
+    shutil.rmtree(model)
+    go("artifacts provision fails", "artifacts-provision", "artifacts", "provision", m,
+       "--dest", dest, code=1)  # fmt: skip
+    out.append(Run("demo", "demo", demo_tour.result))
+    go("demo fails", "demo", "demo", str(root), code=fails)
+    for cmd in COMMANDS:  # --help: the same object for every command
+        go(f"{cmd.words} --help", cmd.name, *cmd.words.split(), "--help", code=0)
+    return out
+
+
+@pytest.mark.slow  # the demo root (one real CMake build for the session)
+def test_every_command_succeeds_and_fails_in_the_runs(runs: list[Run]) -> None:
+    for cmd in COMMANDS:
+        mine = [r.result for r in runs if r.command == cmd.name and "--help" not in r.label]
+        assert any(r.json["ok"] for r in mine), cmd.words
+        assert any(not r.json["ok"] for r in mine), cmd.words
+
+
+@pytest.mark.slow  # the demo root (one real CMake build for the session)
+@pytest.mark.parametrize("cmd", [c.name for c in COMMANDS])
+def test_each_output_validates_against_its_schema(cmd: str, runs: list[Run]) -> None:
+    validator = Draft202012Validator(json.loads((SCHEMAS / f"{cmd}.json").read_text()))
+    for run in (r for r in runs if r.command == cmd):
+        data = run.result.json
+        errors = sorted(validator.iter_errors(data), key=str)
+        detail = [
+            f"{list(sub.absolute_path)}: {sub.message[:200]}"
+            for e in errors
+            for sub in (e.context or [e])
+        ]
+        assert not errors, (run.label, detail[:15], run.result)
+
+
+@pytest.mark.slow  # the demo root (one real CMake build for the session)
+def test_a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> None:
+    """The schemas are closed and typed: the test above can fail."""
+    status = next(r.result.json for r in runs if r.label == "status")
+    validator = Draft202012Validator(json.loads((SCHEMAS / "status.json").read_text()))
+    assert validator.is_valid(status)
+    assert not validator.is_valid({**status, "surprise": 1})
+    assert not validator.is_valid({**status, "lanes": {"cpu": {}}})  # lanes are a list
+    no_upstream = {k: v for k, v in status.items() if k != "upstream"}
+    assert not validator.is_valid(no_upstream)
