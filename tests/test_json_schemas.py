@@ -233,3 +233,24 @@ def test_a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> Non
     assert not validator.is_valid({**status, "lanes": {"cpu": {}}})  # lanes are a list
     no_upstream = {k: v for k, v in status.items() if k != "upstream"}
     assert not validator.is_valid(no_upstream)
+
+
+@pytest.mark.slow  # the demo root (one real CMake build for the session)
+def test_the_drifts_are_fixed(runs: list[Run]) -> None:
+    """The keys docs/json.md promised and the commands did not give."""
+    by = {r.label: r.result.json for r in runs}
+    manifest = {f["name"]: f["sha256"] for f in by["artifacts manifest"]["files"]}
+    assert [(f["name"], f["sha256"]) for f in by["artifacts provision"]["files"]] == list(
+        manifest.items()
+    )
+    assert [f["status"] for f in by["artifacts verify"]["files"]] == ["ok"]
+    assert [f["status"] for f in by["artifacts verify fails"]["files"]] == ["bad"]
+    same = by["rebase --dry-run onto the pin"]
+    pin = by["rebase --dry-run"]["old"]
+    assert same["old"] == same["new"] == pin and same["onto"] == pin["commit"]
+    assert same["result_tree"] and same["kind"] == "dgr-forge/rebase-report"
+    assert [p["outcome"] for p in same["patches"]] == ["unchanged"] * 3
+    assert [lane["lane"] for lane in by["status"]["lanes"]] == ["cpu"]
+    in_status = by["status"]["lanes"][0]["last_build"]
+    in_lanes = by["lanes"]["lanes"][0]["last_build"]
+    assert {k: in_status[k] for k in in_lanes} == in_lanes

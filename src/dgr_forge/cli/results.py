@@ -106,19 +106,6 @@ class Command:
 SHA = "a sha256, hex"
 COMMIT = "a full git commit id"
 
-LAST_BUILD = null(
-    obj(
-        "the lane's last build in this workspace (null: never built here)",
-        {
-            "time": s("when it finished (ISO 8601, UTC)"),
-            "result": s("`ok` or `failed`"),
-            "report": null(s("the signed report's path (null without one)")),
-            "log": null(s("the `build-<lane>.log` link")),
-        },
-        optional=("report", "log"),
-    )
-)
-
 ARTIFACT = obj(
     "a built artifact",
     {
@@ -127,6 +114,20 @@ ARTIFACT = obj(
         "path": s("where it is"),
         "sha256": s(SHA),
     },
+)
+
+LAST_BUILD = null(
+    obj(
+        "the lane's last build in this workspace (null: never built here)",
+        {
+            "time": s("when it finished (ISO 8601, UTC)"),
+            "result": s("`ok` or `failed`"),
+            "report": null(s("the signed report's path (null without one)")),
+            "log": null(s("the `build-<lane>.log` link")),
+            "artifacts": arr(ARTIFACT, "`status` only: the artifacts it made"),
+        },
+        optional=("report", "log", "artifacts"),
+    )
 )
 
 CACHE = obj(
