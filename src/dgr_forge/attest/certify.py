@@ -29,7 +29,12 @@ from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import (
+    MAX_EVIDENCE_BYTES,
+    atomic_write_text,
+    read_regular,
+    sha256_regular,
+)
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
 from dgr_forge.lanes.recipes import Recipe
@@ -39,6 +44,7 @@ CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,13 @@ def certify(
     out: Reporter,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
+    evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
+        evidence,
+        what="evidence file",
+        hint="pass --evidence with the test log or benchmark output from the hardware run "
+        f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
+        limit=MAX_EVIDENCE_BYTES,
+    )
     check = reports_mod.verify_report(report, report_key)
     if not check.ok:
         raise OperationFailed(
@@ -181,15 +194,6 @@ def certify(
             f"{lane}`), run it on the hardware, and certify the new report",
             details={"stale": [w for w, _, _ in stale]},
         )
-    try:
-        evidence_sha = sha256_file(evidence)
-    except FileNotFoundError:
-        raise BadInput(
-            f"{evidence}: no such evidence file",
-            hint="pass --evidence with the test log or benchmark output from the hardware run",
-        ) from None
-    except IsADirectoryError:
-        raise BadInput(f"{evidence}: is a directory", hint="pass one file (tar it)") from None
     hw: dict[str, Any] = (
         {"description": hardware, "probed": False} if hardware else probe_hardware()
     )
@@ -329,7 +333,12 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
     if not path.is_file():
         return CertStatus(lane, False, "none", None)
     try:
-        envelope = dsse.Envelope.from_json(path.read_bytes())
+        raw = read_regular(  # committed by anyone: never a FIFO, never followed out
+            path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
+        )
+        envelope = dsse.Envelope.from_json(raw)
+    except BadInput as err:
+        return CertStatus(lane, False, f"invalid: {err.message}", None)
     except (OSError, dsse.EnvelopeError) as err:
         return CertStatus(
             lane, False, f"invalid: {forge.rel(path)} is not a DSSE envelope ({err})", None

@@ -132,7 +132,7 @@ def provision(
             f"provisioning {m.name}: {len(m.files)} files, {human(m.total_size)}, "
             f"{human(need)} to download, into {target}"
         )
-        cache = VerifiedCache(target)
+        cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
         try:
             with out.progress(transfer=True) as sink:
                 progress = Progress(sink, m.total_size, "total")
