@@ -11,6 +11,7 @@ tree.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -99,13 +100,24 @@ def default_dest(forge: Forge, worker_dir: Path | None) -> Path:
     return src
 
 
-def exclude_from_git(path: Path) -> None:
+def _inside(path: Path, *bases: Path) -> bool:
+    real = Path(os.path.realpath(path))
+    return any(real.is_relative_to(os.path.realpath(b)) for b in bases)
+
+
+def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
     """List `path` in its repository's `.git/info/exclude` (once), so `git status`, `patch`
-    and `build` do not count a file the forge wrote as a local change."""
+    and `build` do not count a file the forge wrote as a local change. Only a repository
+    in the forge root or workspace (or the checkout holding the root) is edited: never
+    another repository's `.git/`."""
     top = gitutil.git(path.parent, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:
         return
     root = Path(top.stdout.strip())
+    if forge is not None and not (
+        _inside(root, forge.root, forge.workspace) or _inside(forge.root, root)
+    ):
+        return  # another repository: its .git/ is not ours to edit
     common = gitutil.git(root, "rev-parse", "--git-common-dir").stdout.strip()
     exclude = (root / common) / "info" / "exclude"
     rel = "/" + path.resolve().relative_to(root.resolve()).as_posix()
@@ -119,10 +131,20 @@ def write(
     forge: Forge, presets: dict[str, Any], dest: Path | None, worker_dir: Path | None
 ) -> Path:
     path = dest or default_dest(forge, worker_dir)
+    if dest is None and worker_dir is None and not _inside(path, forge.root, forge.workspace):
+        # the committed worker path (a symlink, "..") leads out of the root: a checkout
+        # must not make the forge write into another directory or repository
+        raise BadInput(
+            f"{path}: the worker directory named in manifests/shard-worker.toml leads out of "
+            f"the forge root ({forge.root}); presets are not written there",
+            hint="pass --out PATH (or --worker DIR) to write there on purpose, or point "
+            "[worker] path at a directory inside the root",
+            details={"path": str(path)},
+        )
     if path.is_dir():
         path = path / FILE_NAME
     if path.is_symlink():
         raise BadInput(f"{path}: is a symlink; the forge does not write through it")
-    exclude_from_git(path)  # before the file appears: never a moment of a dirty tree
+    exclude_from_git(path, forge)  # before the file appears: never a moment of a dirty tree
     atomic_write_text(path, json.dumps(presets, indent=2) + "\n")
     return path
