@@ -277,7 +277,9 @@ class DestDir:
             out.warn(f"{name} is {what}, not a partial download; removed it, starting over")
             self.unlink(name)
         try:
-            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self.fd)
+            # 0600 until verified: another user never reads bytes that came from a
+            # source only this one may read
+            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self.fd)
         except FileExistsError:
             raise OperationFailed(
                 f"{self / name}: appeared while provision was creating it (another writer?)",

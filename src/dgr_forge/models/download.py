@@ -221,6 +221,41 @@ def source_url(f: ModelFile, mirror: str | None) -> str:
     return models.file_url(mirror, f.name) if mirror else f.url
 
 
+FILE_ROOTS_ENV = "DGR_ARTIFACTS_FILE_ROOTS"
+
+
+def _file_path(url: str) -> Path:
+    return Path(url2pathname(unquote(urlsplit(url).path)))
+
+
+def check_file_sources(
+    files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
+) -> None:
+    """A `file://` URL reads this host's files with the rights of whoever provisions: the
+    manifest's author may name only files under a directory the operator allowed (the
+    --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
+    is looked at (not even its size) otherwise."""
+    roots: list[str] = []
+    if mirror is not None and urlsplit(mirror).scheme == "file":
+        roots.append(os.path.realpath(_file_path(mirror)))
+    for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
+        if entry.strip():
+            roots.append(os.path.realpath(Path(entry).expanduser()))
+    for f in files:
+        url = source_url(f, mirror)
+        if urlsplit(url).scheme != "file":
+            continue
+        real = os.path.realpath(_file_path(url))
+        if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            raise BadInput(
+                f"{shown_manifest}: {f.name}: the file URL {mask(url)} is outside the "
+                "directories allowed for file:// sources",
+                hint=f"pass --mirror DIR, or allow the directory with {FILE_ROOTS_ENV}=DIR "
+                "(a manifest may not read any file of this host on its own)",
+                details={"file": f.name, "variable": FILE_ROOTS_ENV},
+            )
+
+
 def check_mirror(mirror: str | None) -> str | None:
     """A mirror base URL; a plain directory path becomes a file:// URL."""
     if mirror is None:
@@ -349,9 +384,12 @@ class Downloader:
         self, f: ModelFile, url: str, shown: str, part: str, outcome: FileOutcome, tick: TickFn
     ) -> str:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
-        fd = self.dest.open_part(part, self.out)
+        fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            return self._fill(f, url, shown, part, fd, outcome, tick)
+            sha = self._fill(f, url, shown, part, fd, outcome, tick)
+            if sha == f.sha256:  # the model file it becomes is readable as usual
+                os.fchmod(fd, 0o644 & ~_umask())
+            return sha
         finally:
             os.close(fd)
 
@@ -514,22 +552,37 @@ class Downloader:
                 window_start, window_bytes = time.monotonic(), 0
 
     def _copy_file(self, state: _Stream) -> None:
-        src = Path(url2pathname(unquote(urlsplit(state.url).path)))
+        src = _file_path(state.url)
+        # opened first, sized on the descriptor: nothing (not even the size) is told
+        # about a file this user may not read; a FIFO or device never blocks or streams
         try:
-            size = src.stat().st_size
+            fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise OperationFailed(
                 f"{state.f.name}: {src} does not exist ({state.shown})",
                 hint="check the url in the manifest or the --mirror directory",
             ) from None
         except OSError as err:
-            raise _Retry(f"cannot stat {src}: {err.strerror}") from None
-        if size != state.f.size:
-            raise self._wrong_size(state, size)
+            raise OperationFailed(
+                f"{state.f.name}: cannot read {src} ({err.strerror})",
+                hint="provision as a user who may read the source, or fix the url",
+            ) from None
+        s = os.fdopen(fd, "rb")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            s.close()
+            raise OperationFailed(
+                f"{state.f.name}: {src} is not a regular file ({state.shown})",
+                hint="point the url at the model file itself",
+            )
+        os.set_blocking(fd, True)
+        if st.st_size != state.f.size:
+            s.close()
+            raise self._wrong_size(state, st.st_size)
         try:
-            s = src.open("rb")
             s.seek(state.have)
         except OSError as err:
+            s.close()
             raise _Retry(f"reading {src}: {err.strerror}") from None
         with s:
             while True:
@@ -560,6 +613,16 @@ class Downloader:
         state.have += len(chunk)
         state.outcome.downloaded_bytes += len(chunk)
         state.tick(len(chunk), None)
+
+
+@functools.cache
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for every thread)."""
+    with suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 def _content_range(value: str) -> tuple[int | None, int | None]:
