@@ -11,6 +11,7 @@ refused instead of exhausting the stack.
 
 from __future__ import annotations
 
+import re
 import reprlib
 import tomllib
 from collections.abc import Iterable
@@ -53,6 +54,15 @@ def read_bytes(
     Missing, unreadable, not a regular file, a NUL in the path, or too big: exit 2 naming
     the file (`core.fsutil.read_regular`, the one bounded reader)."""
     return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
+
+
+_LONG_NUMBER = re.compile(r"[0-9_]{1000,}")
+
+
+def _long_number_line(text: str) -> int | None:
+    """The 1-based line of the first run of a thousand digits or more, if any."""
+    m = _LONG_NUMBER.search(text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 def _depth_exceeds(data: Any, limit: int) -> bool:
@@ -111,6 +121,14 @@ class Checker:
             ) from None
         except RecursionError:  # tomllib recurses once per nested array / inline table
             data = None
+        except ValueError:  # Python's own int limit: a number of thousands of digits
+            line = _long_number_line(text)
+            where = f"line {line}" if line else "(file)"
+            raise self.fail(
+                where,
+                "a number with thousands of digits (over Python's limit)",
+                "no value the forge reads is that large: fix the number at that line",
+            ) from None
         if data is None or _depth_exceeds(data, MAX_DEPTH):
             raise self.fail(
                 "(file)",

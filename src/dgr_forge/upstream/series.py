@@ -96,7 +96,15 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
     parsed: list[patchfile.ParsedPatch] = []
     for entry, data in zip(m.series, datas, strict=True):
         shown = f"{m.patches_dir_rel}/{entry.file}"
-        p = patchfile.parse(data)
+        try:
+            p = patchfile.parse(data)
+        except patchfile.PatchSyntaxError as err:
+            raise BadInput(
+                f"{shown}: line {err.line}: {err.problem}",
+                hint="regenerate the patch with `git format-patch` (or `dgr-forge export`); "
+                'git quotes a path as "a/..." with three-digit octal escapes',
+                details={"file": shown, "line": err.line},
+            ) from None
         for line, path in p.absolute:
             raise BadInput(
                 f"{shown}: line {line}: absolute path {path!r}",
