@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from artifacts_support import FaultyServer, write_split_gguf
-from forgetest import Result, run_forge
+from build_support import make_patched_root
+from forgetest import Result, Upstream, run_forge
 from support.roots import copy_product
 
 from dgr_forge.attest import keys
@@ -189,3 +190,12 @@ def test_provision_and_verify_with_a_fifo_cache_over_http(
         res = run_forge("artifacts", "provision", str(m), "--dest", str(dest), **HANG)  # type: ignore[arg-type]
         assert res.code == 0, res
     shutil.rmtree(dest)
+
+
+def test_a_fifo_among_the_cmake_modules_never_blocks_a_build(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    os.mkfifo(root / "cmake" / "planted.cmake")
+    res = run_forge("--root", str(root), "build", "--lane", "cpu", "--no-sign", **HANG)  # type: ignore[arg-type]
+    refused(res, "cmake/planted.cmake")
