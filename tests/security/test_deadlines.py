@@ -87,7 +87,7 @@ def test_a_server_holding_the_header_phase_is_cut_within_the_deadline(
             "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
             env={
                 "DGR_ARTIFACTS_TIMEOUT": str(DEADLINE),
-                "DGR_ARTIFACTS_TRIES": "2",
+                "DGR_ARTIFACTS_TRIES": "1",
                 "DGR_ARTIFACTS_BACKOFF": "0.01",
             },
             subprocess=True,  # a hang must fail this test, not hold the run
@@ -97,4 +97,4 @@ def test_a_server_holding_the_header_phase_is_cut_within_the_deadline(
     assert res.code == 1, res
     assert said in res.stderr, res
     assert "Traceback" not in res.stderr
-    assert took < 2 * DEADLINE + 8, took  # two tries, each cut at the deadline
+    assert took < DEADLINE + 8, took  # cut at the deadline, not held

@@ -37,29 +37,36 @@ _PAIR_IN_TEXT = re.compile(r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_.-]+)=([^&\s'\"#;
 # context (git drops the user info, then shows "?session=VALUE"), so `mask_text` hides
 # these values wherever they appear.
 _KNOWN_SECRETS: set[str] = set()
-_MIN_SECRET = 4  # shorter values ("1", "yes") would mask ordinary words
+# shorter values would mask ordinary words everywhere ("main", "1"): a password or a
+# secret-named value from 6 characters, any other query value of a URL with user info
+# (masked in the URL itself regardless) from 12
+_MIN_SECRET = 6
+_MIN_OTHER = 12
 
 
 def remember_secrets(url: str) -> None:
     """Note the password, the secret query values and, for a URL with user info, every
-    query value of `url`, so any later text holding one of them is masked."""
+    long query value of `url`, so any later text holding one of them is masked."""
+    if "@" not in url and "=" not in url:
+        return  # the common case: nothing to remember
     try:
         parts = urlsplit(url)
     except ValueError:
         return
-    found: list[str] = []
+    found: list[tuple[str, int]] = []
     credentials = "@" in parts.netloc
     if credentials:
         userinfo = parts.netloc.rsplit("@", 1)[0]
-        found += [userinfo, *userinfo.split(":", 1)[1:]]
-        if ":" not in userinfo:
-            found.append(userinfo)  # a bare token as the user name
+        user, colon, password = userinfo.partition(":")
+        found += [(userinfo, _MIN_SECRET), (password if colon else user, _MIN_SECRET)]
     for k, v in parse_qsl(parts.query, keep_blank_values=True):
-        if credentials or secret_name(k):
-            found.append(v)
-    for value in found:
+        if secret_name(k):
+            found.append((v, _MIN_SECRET))
+        elif credentials:
+            found.append((v, _MIN_OTHER))
+    for value, minimum in found:
         for form in {value, quote(value, safe=""), unquote(value)}:
-            if len(form) >= _MIN_SECRET:
+            if len(form) >= minimum:
                 _KNOWN_SECRETS.add(form)
 
 
