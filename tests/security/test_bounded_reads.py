@@ -199,3 +199,16 @@ def test_a_fifo_among_the_cmake_modules_never_blocks_a_build(
     os.mkfifo(root / "cmake" / "planted.cmake")
     res = run_forge("--root", str(root), "build", "--lane", "cpu", "--no-sign", **HANG)  # type: ignore[arg-type]
     refused(res, "cmake/planted.cmake")
+
+
+def test_a_signing_key_path_that_is_a_fifo_never_blocks(
+    fifo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dgr_forge.core.output import Reporter
+    from dgr_forge.lanes.signing import SigningKey
+
+    monkeypatch.setenv("DGR_SIGNING_KEY", str(fifo))
+    key = SigningKey(None, True, Reporter())
+    assert key.fingerprint() is None  # the no-op fast path reads nothing
+    with pytest.raises(BadInput, match="DGR_SIGNING_KEY"):
+        key.signer()  # refused at once, not read
