@@ -105,6 +105,18 @@ def _inside(path: Path, *bases: Path) -> bool:
     return any(real.is_relative_to(os.path.realpath(b)) for b in bases)
 
 
+def _linked_out(forge: Forge, path: Path) -> bool:
+    """Whether the manifest's worker `path` is reached through a symlink that leaves the
+    root and workspace (an explicit "../worker" in the manifest is not: reviewers see it)."""
+    spec = worker.resolve(forge, None)
+    if spec is None or spec.url is not None:
+        return False
+    lexical = Path(os.path.normpath(Path(os.path.realpath(forge.root)) / spec.location))
+    return Path(os.path.realpath(lexical)) != lexical and not _inside(
+        path, forge.root, forge.workspace
+    )
+
+
 def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
     """List `path` in its repository's `.git/info/exclude` (once), so `git status`, `patch`
     and `build` do not count a file the forge wrote as a local change. Only a repository
@@ -131,12 +143,12 @@ def write(
     forge: Forge, presets: dict[str, Any], dest: Path | None, worker_dir: Path | None
 ) -> Path:
     path = dest or default_dest(forge, worker_dir)
-    if dest is None and worker_dir is None and not _inside(path, forge.root, forge.workspace):
-        # the committed worker path (a symlink, "..") leads out of the root: a checkout
-        # must not make the forge write into another directory or repository
+    if dest is None and worker_dir is None and _linked_out(forge, path):
+        # a committed symlink on the worker path leads out of the root: a checkout must
+        # not make the forge write into another directory or repository
         raise BadInput(
             f"{path}: the worker directory named in manifests/shard-worker.toml leads out of "
-            f"the forge root ({forge.root}); presets are not written there",
+            f"the forge root ({forge.root}) through a symlink; presets are not written there",
             hint="pass --out PATH (or --worker DIR) to write there on purpose, or point "
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
