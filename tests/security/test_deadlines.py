@@ -98,3 +98,26 @@ def test_a_server_holding_the_header_phase_is_cut_within_the_deadline(
     assert said in res.stderr, res
     assert "Traceback" not in res.stderr
     assert took < DEADLINE + 8, took  # cut at the deadline, not held
+
+
+def test_the_header_deadline_holds_through_a_proxy(tmp_path: Path) -> None:
+    with raw_server(trickle_headers) as proxy:
+        m = tmp_path / "m.toml"
+        m.write_text(
+            models.dumps("x", [ModelFile("x.gguf", 10, "0" * 64, "http://models.invalid/x.gguf")])
+        )
+        res = run_forge(
+            "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+            env={
+                "DGR_ARTIFACTS_TIMEOUT": str(DEADLINE),
+                "DGR_ARTIFACTS_TRIES": "1",
+                "http_proxy": proxy,
+                "HTTP_PROXY": proxy,
+                "no_proxy": "",
+                "NO_PROXY": "",
+            },
+            subprocess=True,
+            timeout=60,
+        )  # fmt: skip
+    assert res.code == 1, res
+    assert "no complete response headers" in res.stderr, res

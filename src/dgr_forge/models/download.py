@@ -136,6 +136,12 @@ class _DeadlineAdapter(requests.adapters.HTTPAdapter):
         super().init_poolmanager(*args, **kwargs)  # type: ignore[arg-type]
         self.poolmanager.pool_classes_by_scheme = _pool_classes(self._deadline)
 
+    def proxy_manager_for(self, proxy: str, **kwargs: object) -> urllib3.PoolManager:
+        manager: urllib3.PoolManager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools bring their own connections
+            manager.pool_classes_by_scheme = _pool_classes(self._deadline)
+        return manager
+
 
 def http_session(deadline: float) -> requests.Session:
     """A requests session whose every request (redirects too) has a header deadline."""
