@@ -64,3 +64,9 @@ def test_c1_controls_from_input_are_escaped_on_the_terminal(
     assert res.code == 2, res
     assert "\u009b" not in res.stderr and "\u0085" not in res.stderr, res
     assert "\\x9b31m\\x85x" in res.stderr, res
+
+
+def test_c1_controls_in_a_usage_error_are_escaped(forge_root: Path) -> None:
+    res = run_forge("report", "show", "--no-such\u009b2J", cwd=forge_root)
+    assert res.code == 2, res
+    assert "\u009b" not in res.stderr and "\\x9b2J" in res.stderr, res
