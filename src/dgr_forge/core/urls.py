@@ -4,7 +4,9 @@ Every repository or download URL the forge reads (the manifest's ``url``, ``--mi
 ``DGR_MIRROR``, ``rebase --url``, the worker manifest, model file URLs) passes
 `check_url` before it reaches git or requests, and every URL shown to a person (messages,
 ``--json``, logs, ``status``, reports) passes `mask` (or `mask_text` for free text such as
-git's stderr), so a credential in a URL never leaves the process.
+git's stderr), so a credential in a URL never leaves the process. The Reporter, every
+``--json`` string and every build-log line go through `mask_text` (`shown` also escapes
+control characters for the terminal), so a child's words are masked as the forge's are.
 """
 
 from __future__ import annotations
