@@ -182,3 +182,23 @@ def test_provision_never_shows_a_secret(tmp_path: Path) -> None:
             assert res.code == 1, res
             assert "HTTP 500" in res.stderr and "HTTP 404" in res.stdout + res.stderr, res
             assert SECRET not in res.stdout + res.stderr, (query, res)
+
+
+@pytest.mark.parametrize("option", ["--key", "--report-key"])
+def test_key_text_passed_to_a_key_option_is_never_echoed(
+    tmp_path: Path, forge_root: Path, option: str
+) -> None:
+    encoded = base64.b64encode(_pem(tmp_path)).decode()
+    keys.generate(tmp_path / "other.pem")
+    other = (
+        ["--key", str(tmp_path / "other.pem")]
+        if option == "--report-key"
+        else ["--report-key", str(tmp_path / "other.pem.pub")]
+    )
+    res = run_forge(
+        "--json", "certify", "--report", str(tmp_path / "r"), "--evidence", str(tmp_path / "e"),
+        option, encoded, *other, cwd=forge_root,
+    )  # fmt: skip
+    assert res.code == 2, res
+    assert encoded[:12] not in res.stdout + res.stderr, res
+    assert "not shown" in res.stderr, res

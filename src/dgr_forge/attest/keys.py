@@ -328,6 +328,20 @@ def _path_shaped(env: str) -> bool:
     )
 
 
+def _refuse_secret_shaped_option(value: str) -> None:
+    """`--key` takes a path: a value that names no file and does not look like a path
+    (key text pasted in, `--key "$SECRET"`) is refused without being echoed."""
+    if "\x00" in value or _env_is_file(value) or _path_shaped(value):
+        return  # a path (or no path at all): the loader names it (missing, NUL, ...)
+    if any(c.isspace() for c in value.strip()) or len(value) >= 40:  # no short file name
+        raise BadInput(
+            f"--key: not the path of an existing key file; its value ({len(value)} "
+            "characters) is not shown: it may be a secret",
+            hint="pass the path of the key file (key text goes in DGR_SIGNING_KEY)",
+            details={"option": "--key", "expected": "a key file path"},
+        )
+
+
 def _env_is_file(env: str) -> bool:
     try:
         return Path(env).expanduser().is_file()
@@ -343,6 +357,7 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
     if key is not None:
         if not key.strip():
             raise BadInput("--key: empty", hint="pass the path of a private key (PEM)")
+        _refuse_secret_shaped_option(key)
         return load_signer(Path(key).expanduser())
     if SIGNING_KEY_ENV in os.environ:
         env = os.environ[SIGNING_KEY_ENV]
@@ -391,6 +406,7 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
 def resolve_verifier(key: str | None) -> PublicKey:
     """`--key PUB`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`."""
     if key:
+        _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())
     env = os.environ.get(VERIFY_KEY_ENV, "")
     if env.strip():
