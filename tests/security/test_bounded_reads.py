@@ -147,7 +147,8 @@ def test_a_hostile_verified_cache_is_discarded_never_waited_on(
         ["provision", str(m), "--dest", str(dest)],
         ["verify", str(m), "--dest", str(dest)],
     ):
-        res = run_forge("artifacts", *args, env=env, **HANG)  # type: ignore[arg-type]
+        guard = HANG if cache == "fifo" else {}  # only a FIFO could hang the old code
+        res = run_forge("artifacts", *args, env=env, **guard)  # type: ignore[arg-type]
         assert res.code == 0, res
         assert "Traceback" not in res.stderr
 
