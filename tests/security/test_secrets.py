@@ -202,3 +202,24 @@ def test_key_text_passed_to_a_key_option_is_never_echoed(
     assert res.code == 2, res
     assert encoded[:12] not in res.stdout + res.stderr, res
     assert "not shown" in res.stderr, res
+
+
+def test_a_childs_words_in_a_build_log_are_masked(tmp_path: Path) -> None:
+    import io
+    import os
+    import sys
+
+    from dgr_forge.lanes.logs import run_logged
+
+    said = f"fatal: unable to access 'http://h/x.git?private_token={SECRET}/'"
+    log = io.StringIO()
+    seen: list[str] = []
+    code, lines = run_logged(
+        [sys.executable, "-c", f"print({said!r})", f"--auth-token={SECRET}"],
+        log,
+        dict(os.environ),
+        seen.append,
+    )
+    assert code == 0
+    assert SECRET not in log.getvalue() + "".join(lines) + "".join(seen), log.getvalue()
+    assert "private_token=***" in log.getvalue()
