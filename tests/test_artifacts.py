@@ -375,7 +375,7 @@ def test_wrong_split_count_is_caught(tmp_path: Path) -> None:
     write_split_gguf(src, "tiny", 3, tensor_elems=256, header={2: {"split.count": 4}})
     m = manifest_for(tmp_path, src, src.as_uri())  # file:// URLs
     dest = tmp_path / "dest"
-    res = provision(m, dest)
+    res = provision(m, dest, env={"DGR_ARTIFACTS_FILE_ROOTS": str(src)})
     assert res.code == 1, res  # every byte matches the manifest, the headers do not
     assert res.json["failed"] == []
     assert NAMES[2] in res.json["split_problems"]
@@ -476,7 +476,10 @@ def test_mirror_replaces_urls(tmp_path: Path, source: Path) -> None:
     assert verify(m, dest).code == 0
 
 
-def test_file_url_partial_resume(tmp_path: Path, source: Path) -> None:
+def test_file_url_partial_resume(
+    tmp_path: Path, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(source))  # the operator allows it
     m = models.load(manifest_for(tmp_path, source, source.as_uri()))
     dest = tmp_path / "dest"
     dest.mkdir()

@@ -228,7 +228,9 @@ def presets(
             if not env.options.json:
                 typer.echo(json.dumps(data, indent=2))
             return {"path": None, "presets": names, "content": data}
-        path = presets_mod.write(env.forge, data, out_path, m, spec)
+        path = presets_mod.write(
+            env.forge, data, out_path, m, spec, worker_override=worker is not None
+        )
         env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
         return {"path": str(path), "presets": names}
 

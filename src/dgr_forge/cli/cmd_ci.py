@@ -12,6 +12,7 @@ import typer
 from dgr_forge import __version__
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.urls import shown
 
 # Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
 # CLI start registers all commands.
@@ -89,7 +90,7 @@ def render_command(
             diff = ci.stale_diff(check, text)
             if diff:
                 # the diff itself is the message: what to commit, line by line
-                sys.stderr.write(diff)
+                sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
                 sys.stderr.flush()
                 raise OperationFailed(
                     f"{check}: stale: it differs from what recipes/ and the manifest render to",

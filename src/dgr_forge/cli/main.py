@@ -10,6 +10,7 @@ traceback. Only a genuine bug (any other exception) still prints its traceback.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import traceback
@@ -25,6 +26,7 @@ from dgr_forge.cli.commands import register_all
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import shown
 
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
@@ -140,7 +142,10 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
         # every Typer/Click version; match that shape rather than a private class.
         show = getattr(err, "show", None)
         if show is not None and hasattr(err, "format_message"):
-            show()
+            text = io.StringIO()
+            show(file=text)  # Click echoes the argument: escaped like every input shown
+            sys.stderr.write(shown(text.getvalue()))
+            sys.stderr.flush()
             if as_json:
                 message = err.format_message() or "missing command (usage printed on stderr)"
                 emit_json(command, ExitCode.BAD_INPUT, {"error": message})

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from dgr_forge.core.urls import shown
+
 # rich.progress and rich.table are imported where they are used: every CLI start builds
 # a Reporter, few draw a table or a bar.
 if TYPE_CHECKING:
@@ -29,6 +31,13 @@ def _interactive() -> bool:
     return _terminal() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
 
 
+def _bar_text(text: str) -> str:
+    """A progress bar's description: shown safely, and never read as Rich markup."""
+    from rich.markup import escape
+
+    return escape(shown(text))
+
+
 class ProgressSink:
     """A progress handle: a Rich bar on a terminal, a few plain lines elsewhere."""
 
@@ -39,7 +48,7 @@ class ProgressSink:
 
     def add(self, description: str, total: float | None = None) -> TaskID | str:
         if self._progress is not None:
-            return self._progress.add_task(description, total=total)
+            return self._progress.add_task(_bar_text(description), total=total)
         self._reporter.info(f"{description} ...")
         return description
 
@@ -52,7 +61,8 @@ class ProgressSink:
     ) -> None:
         if self._progress is not None:
             assert not isinstance(task, str)
-            self._progress.update(task, completed=completed, total=total, description=description)
+            text = None if description is None else _bar_text(description)
+            self._progress.update(task, completed=completed, total=total, description=text)
             return
         # plain mode: a line at every 25 % so logs stay short
         if total:
@@ -75,19 +85,21 @@ class Reporter:
             highlight=False,
         )
 
+    # Every line goes through `urls.shown`: credentials masked (the forge's words and a
+    # child's output alike) and control characters escaped, whatever the input held.
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(message, markup=False, soft_wrap=True)
+            self.console.print(shown(message), markup=False, soft_wrap=True)
 
     def step(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(f"==> {message}", markup=False, soft_wrap=True)
+            self.console.print(f"==> {shown(message)}", markup=False, soft_wrap=True)
 
     def warn(self, message: str) -> None:
-        self.console.print(f"warning: {message}", markup=False, soft_wrap=True)
+        self.console.print(f"warning: {shown(message)}", markup=False, soft_wrap=True)
 
     def error(self, message: str) -> None:
-        self.console.print(f"error: {message}", markup=False, soft_wrap=True)
+        self.console.print(f"error: {shown(message)}", markup=False, soft_wrap=True)
 
     def table(
         self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
@@ -100,7 +112,7 @@ class Reporter:
         for col in columns:
             table.add_column(col)
         for row in rows:
-            table.add_row(*("" if cell is None else str(cell) for cell in row))
+            table.add_row(*("" if cell is None else shown(str(cell)) for cell in row))
         self.console.print(table)
 
     @contextmanager

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import jinja2
 
 from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -262,13 +263,12 @@ def render(
 
 def write(path: Path, text: str) -> bool:
     """Write the workflow atomically; False (nothing written) when it is already up to date."""
-    try:
-        if path.read_text(encoding="utf-8") == text:
+    try:  # never blocks on a FIFO planted at --out; anything but a regular file is replaced
+        old = read_regular(path, what="workflow file", hint="", limit=MAX_WORKFLOW_BYTES)
+        if old.decode("utf-8") == text:
             return False
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError):
-        pass  # unreadable or not text: replace it
+    except (BadInput, UnicodeDecodeError):
+        pass  # missing, unreadable, not a file or not text: replace it
     if path.is_dir():
         raise BadInput(f"{path}: is a directory", hint="pass --out a file path")
     try:
@@ -290,13 +290,19 @@ MAX_DIFF_LINES = 400
 
 def stale_diff(path: Path, text: str) -> str:
     """A unified diff from the committed workflow to what renders now ("" when current)."""
-    try:
-        committed = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise BadInput(
             f"{path}: no such workflow file", hint="render it with dgr-forge ci render --out PATH"
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        )
+    raw = read_regular(  # a FIFO or /dev/zero is refused, never read (exit 2)
+        path,
+        what="workflow file",
+        hint="pass the committed workflow file (a regular file of at most 1 MiB)",
+        limit=MAX_WORKFLOW_BYTES,
+    )
+    try:
+        committed = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise BadInput(f"{path}: cannot read: {err}", hint="check the path") from None
     if committed == text:
         return ""
