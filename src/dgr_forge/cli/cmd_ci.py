@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import __version__
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.core.errors import BadInput, OperationFailed
 
@@ -69,7 +68,7 @@ def render_command(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.fsutil import sha256_bytes
-        from dgr_forge.lanes import ci, recipes
+        from dgr_forge.lanes import ci, ci_install, recipes
         from dgr_forge.upstream import manifest
 
         if out is not None and check is not None:
@@ -78,15 +77,19 @@ def render_command(
         forge = env.forge
         lanes = recipes.load_all(forge.recipes_dir, forge.root)
         pin = manifest.load(forge.upstream_manifest, forge.root)
-        reqs = ci.requirements(forge.root)
-        text = ci.render(which, lanes, pin, reqs)
+        how = ci_install.install(forge.root)
+        text = ci.render(which, lanes, pin, how)
         fields: dict[str, Any] = {
             "provider": which.name,
             "lanes": sorted(lanes),
             "sha256": sha256_bytes(text.encode("utf-8")),
-            "requirements": ci.REQUIREMENTS,
-            "requirements_exist": reqs.exists,
+            "install": how.mode,
+            "install_args": how.args,
+            "constraints": how.constraints,
+            "requirements": how.requirements,
+            "requirements_exist": how.exists,
         }
+        fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
         if check is not None:
             diff = ci.stale_diff(check, text)
             if diff:
@@ -95,13 +98,13 @@ def render_command(
                 sys.stderr.flush()
                 raise OperationFailed(
                     f"{check}: stale: it differs from what recipes/ and the manifest render to",
-                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    hint=fix,
                     details={**fields, "path": str(check), "current": False, "diff": diff},
                 )
-            if not reqs.exists:
+            if how.missing:
                 raise OperationFailed(
-                    f"{ci.REQUIREMENTS}: missing: the workflow installs dgr-forge from it",
-                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    f"{', '.join(how.missing)}: missing: the workflow's install step reads it",
+                    hint=ci_install.PIN_HINT if how.missing == (ci_install.REQUIREMENTS,) else fix,
                     details={**fields, "path": str(check), "current": False},
                 )
             env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
@@ -109,9 +112,17 @@ def render_command(
         if out is not None:
             changed = ci.write(out, text)
             env.out.info(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
-            fields["requirements_written"] = ci.write_requirements(forge.root)
-            if fields["requirements_written"]:
-                env.out.info(f"{ci.REQUIREMENTS}: written (pins dgr-forge=={__version__})")
+            written = ci_install.write_missing(forge.root, how)
+            for rel in written:
+                env.out.info(f"{rel}: written")
+            fields["written"] = written
+            fields["requirements_written"] = ci_install.REQUIREMENTS in written
+            fields["requirements_exist"] = ci_install.install(forge.root).exists
+            if ci_install.REQUIREMENTS in set(how.missing) - set(written):
+                env.out.warn(
+                    f"{ci_install.REQUIREMENTS}: missing: the workflow cannot install dgr-forge "
+                    f"until it exists; {ci_install.PIN_HINT}"
+                )
             return {**fields, "path": str(out), "changed": changed}
         if as_json:
             return {**fields, "workflow": text}
