@@ -13,7 +13,6 @@ import pytest
 import yaml
 from forgetest import manifest_text, run_forge, sh_git
 
-import dgr_forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import ci
 
@@ -486,7 +485,8 @@ def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
     assert data["variables"]["DGR_PIN"] == PIN
     # the key is never named in a script; dgr-forge comes from the pinned requirements
     assert "DGR_SIGNING_KEY" not in str({k: v for k, v in data.items()})
-    assert "-c ci/constraints.txt -r ci/requirements.txt" in str(data[".dgr-forge"]["before_script"])
+    before = str(data[".dgr-forge"]["before_script"])
+    assert "-c ci/constraints.txt -r ci/requirements.txt" in before
     assert "install --quiet ." not in text
 
     canary = data["canary"]

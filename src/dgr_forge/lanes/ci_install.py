@@ -36,13 +36,9 @@ MAX_BYTES = 64 * 1024
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?"
 _HASHES = r"(\s+--hash=sha256:[0-9a-f]{64})+"
 # an exact commit of a git repository: the bytes are the commit's
-_GIT_PIN = re.compile(
-    _NAME + r"\s*@\s*git\+(https|ssh|file)://[^\s@#;]+(@[^\s@#;]+)?@[0-9a-f]{40}"
-)
+_GIT_PIN = re.compile(_NAME + r"\s*@\s*git\+(https|ssh|file)://[^\s@#;]+(@[^\s@#;]+)?@[0-9a-f]{40}")
 # name==version or name @ https://...: pinned by content only with --hash
-_HASHED_PIN = re.compile(
-    _NAME + r"(==[A-Za-z0-9.+!_-]+|\s*@\s*https://[^\s#;]+)" + _HASHES
-)
+_HASHED_PIN = re.compile(_NAME + r"(==[A-Za-z0-9.+!_-]+|\s*@\s*https://[^\s#;]+)" + _HASHES)
 _EXACT = re.compile(_NAME + r"==[A-Za-z0-9.+!_-]+")
 
 
@@ -154,7 +150,7 @@ def install(root: Path) -> Install:
         lines = _read(root, SELF_CONSTRAINTS)
         if lines is not None:
             _check_constraints(SELF_CONSTRAINTS, lines)
-        missing = () if lines is not None else (SELF_CONSTRAINTS,)
+        missing: tuple[str, ...] = () if lines is not None else (SELF_CONSTRAINTS,)
         return Install("checkout", None, SELF_CONSTRAINTS, not missing, False, missing)
     reqs = _read(root, REQUIREMENTS)
     hashes = _check_requirements(reqs) if reqs is not None else False
@@ -172,7 +168,9 @@ def _write(root: Path, rel: str, text: str) -> None:
         (root / "ci").mkdir(exist_ok=True)
         atomic_write_text(root / rel, text, mode=0o644)
     except OSError as err:
-        raise BadInput(f"{rel}: cannot write: {err.strerror}", hint="check the forge root") from None
+        raise BadInput(
+            f"{rel}: cannot write: {err.strerror}", hint="check the forge root"
+        ) from None
 
 
 def _canonical(name: str) -> str:

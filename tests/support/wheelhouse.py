@@ -1,0 +1,103 @@
+"""Wheels made from this test environment: a package source pip can install from offline.
+
+Each installed distribution is packed back into the wheel it was installed from: the files
+its RECORD lists (byte for byte), its dist-info with a fresh RECORD, the tag from its own
+WHEEL file; a file pip placed in bin/ that no console-script entry point generates (ninja's
+binary) goes back under `<name>.data/scripts/`. With `PIP_NO_INDEX=1` and
+`PIP_FIND_LINKS=<the folder>`, `pip install` then resolves exactly the versions this
+environment runs, without the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+_SKIP_INFO = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + digest.decode()
+
+
+def _tag(dist: metadata.Distribution) -> str:
+    wheel = dist.read_text("WHEEL") or ""
+    tags = re.findall(r"^Tag: *(\S+)$", wheel, re.MULTILINE)
+    assert tags, f"{dist.metadata['Name']}: no Tag in its WHEEL file"
+    # every tag it was built for, compressed as a wheel name writes them (py2.py3-none-any)
+    parts = [sorted({tag.split("-")[i] for tag in tags}) for i in range(3)]
+    return "-".join(".".join(p) for p in parts)
+
+
+def pack(name: str, dest: Path) -> Path:
+    """The wheel of the installed distribution `name`, written into `dest`."""
+    dist = metadata.distribution(name)
+    version = dist.version
+    info = next(
+        str(f).split("/", 1)[0] for f in dist.files or [] if str(f).endswith(".dist-info/METADATA")
+    )
+    project = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
+    data_dir = f"{project}-{version}.data"
+    scripts = {e.name for e in dist.entry_points if e.group in ("console_scripts", "gui_scripts")}
+    wheel = dest / f"{project}-{version}-{_tag(dist)}.whl"
+    record: list[str] = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        for file in dist.files or []:
+            rel = str(file)
+            if "__pycache__" in rel or rel.endswith(".pyc"):
+                continue
+            if rel.startswith(f"{info}/") and rel.split("/", 1)[1] in _SKIP_INFO:
+                continue
+            if rel.startswith(".."):
+                # outside site-packages: a generated entry-point wrapper, or a script shipped
+                if "/bin/" not in rel or Path(rel).name in scripts:
+                    continue
+                arcname = f"{data_dir}/scripts/{Path(rel).name}"
+            else:
+                arcname = rel
+            path = Path(str(dist.locate_file(file)))
+            data = path.read_bytes()
+            entry = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.external_attr = (0o100000 | (path.stat().st_mode & 0o777)) << 16  # keeps +x
+            zf.writestr(entry, data)
+            record.append(f"{arcname},{_record_hash(data)},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def runtime_closure(root: str = "dgr-forge") -> list[str]:
+    """`root` and every installed distribution it needs at run time (no extras)."""
+    seen: dict[str, str] = {}
+    todo = [root]
+    while todo:
+        try:
+            dist = metadata.distribution(todo.pop())
+        except metadata.PackageNotFoundError:
+            continue  # excluded by its marker here
+        for req in dist.requires or []:
+            if re.search(r"\bextra\s*==", req):
+                continue
+            name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+            key = re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else ""
+            if name and key not in seen:
+                seen[key] = name.group(0)
+                todo.append(name.group(0))
+    return sorted(seen.values(), key=str.lower)
+
+
+def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Path:
+    """Wheels of dgr-forge's runtime dependencies as installed here, plus `extra` (the
+    build backend pip's build isolation installs to build a source tree)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in [*runtime_closure(), *extra]:
+        try:
+            pack(name, dest)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement whose marker excludes this platform
+    return dest
