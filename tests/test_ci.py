@@ -948,7 +948,7 @@ def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None
         }
     )
     results = []
-    for step in scripts[1:]:  # [0] installs dgr-forge from PyPI: the shim stands in for it
+    for step in scripts[1:]:  # [0] installs dgr-forge (ci/requirements.txt): the shim stands in
         for file in (github_env, github_output):
             if file.exists():
                 for line in file.read_text().splitlines():
