@@ -34,7 +34,7 @@ from build_support import make_patched_root
 from forgetest import Upstream, run_forge, sh_git
 from support.actions import Runner, cache_service, run_github_job, run_gitlab_job
 from support.roots import canonicalize
-from support.wheelhouse import make_wheelhouse
+from support.wheelhouse import copy_worktree, make_wheelhouse
 
 REPO = Path(__file__).resolve().parent.parent
 GITHUB = ".github/workflows/dgr-forge.yml"
@@ -120,15 +120,7 @@ def tool_repository(tmp_path_factory: pytest.TempPathFactory, _upstream_template
     """This repository's tracked files as they are now, pinning the test upstream (one
     patch), with the cpu lane only and both workflows rendered and committed."""
     base = tmp_path_factory.mktemp("tool")
-    repo = base / "dgr-forge"
-    listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        source = REPO / rel
-        if source.is_file():
-            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, repo / rel)
+    repo = copy_worktree(REPO, base / "dgr-forge")
     patched = make_patched_root(base / "patched", _upstream_template)
     shutil.copy(patched / "manifests" / "llama.cpp.toml", repo / "manifests" / "llama.cpp.toml")
     shutil.rmtree(repo / "patches" / "llama.cpp")

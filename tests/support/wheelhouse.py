@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import shutil
 import zipfile
 from importlib import metadata
 from pathlib import Path
@@ -100,4 +101,23 @@ def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Pat
             pack(name, dest)
         except metadata.PackageNotFoundError:
             continue  # a requirement whose marker excludes this platform
+    return dest
+
+
+def copy_worktree(repo: Path, dest: Path) -> Path:
+    """The files git would commit from `repo` now (tracked and new, not ignored), as they
+    are on disk: a clean tree to build or clone from, without this checkout's build output."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        source = repo / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
     return dest
