@@ -255,6 +255,13 @@ def test_unreachable_server_gives_up(tmp_path: Path, source: Path) -> None:
     assert res.code == 1, res
     assert sorted(res.json["failed"]) == NAMES
     assert f"{NAMES[0]}: gave up after 2 tries without progress: cannot connect" in res.stderr
+    # every network failure says what to do about it
+    errors = [i for i, line in enumerate(res.stderr.splitlines()) if line.startswith("error:")]
+    lines = res.stderr.splitlines()
+    assert len(errors) == len(NAMES)
+    for i in errors:
+        assert lines[i + 1].startswith("  fix: check that the host is reachable"), lines[i + 1]
+        assert "--mirror URL" in lines[i + 1]
     assert not list((tmp_path / "dest").glob("*.gguf*"))  # no empty .part left behind
 
 

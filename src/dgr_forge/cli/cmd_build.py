@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complete_lanes
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -20,7 +21,12 @@ def build(
     ctx: typer.Context,
     lane: Annotated[
         list[str] | None,
-        typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu)."),
+        typer.Option(
+            "--lane",
+            "-l",
+            help="Lane to build (repeatable; default cpu).",
+            autocompletion=complete_lanes,
+        ),
     ] = None,
     worker: Annotated[
         Path | None,
@@ -39,11 +45,19 @@ def build(
     ] = False,
     cache: Annotated[
         str | None,
-        typer.Option("--cache", help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE)."),
+        typer.Option(
+            "--cache",
+            help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE).",
+            autocompletion=complete_cache,
+        ),
     ] = None,
     cache_mode: Annotated[
         str | None,
-        typer.Option("--cache-mode", help="Cache mode: rw|ro (or DGR_CACHE_MODE)."),
+        typer.Option(
+            "--cache-mode",
+            help="Cache mode: rw|ro (or DGR_CACHE_MODE).",
+            autocompletion=complete_cache_mode,
+        ),
     ] = None,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
@@ -85,7 +99,12 @@ def doctor(
     ctx: typer.Context,
     lane: Annotated[
         list[str] | None,
-        typer.Option("--lane", "-l", help="Exit 1 unless this lane can build here (repeatable)."),
+        typer.Option(
+            "--lane",
+            "-l",
+            help="Exit 1 unless this lane can build here (repeatable).",
+            autocompletion=complete_lanes,
+        ),
     ] = None,
 ) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
@@ -152,8 +171,6 @@ def lanes(
         rows = lanes_mod.matrix(env.forge, trusted)
         if advertised:
             rows = [r for r in rows if r["certified"]]
-            if not rows:
-                env.out.info("no lane is advertised: none has a valid hardware certification")
         env.out.table(
             None,
             ["lane", "backend", "here", "last build", "report", "certified"],
@@ -172,6 +189,11 @@ def lanes(
                 )
                 for r in rows
             ],
+            empty=(
+                "nothing certified: no lane has a valid hardware certification"
+                if advertised
+                else "no lanes: add recipes/<lane>.toml"
+            ),
         )
         result: dict[str, Any] = {"lanes": rows}
         if advertised:
@@ -185,7 +207,8 @@ def lanes(
 def presets(
     ctx: typer.Context,
     lane: Annotated[
-        list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Only these lanes.", autocompletion=complete_lanes),
     ] = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
     print_: Annotated[

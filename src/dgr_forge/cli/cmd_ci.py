@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, app, options, run
+from dgr_forge.cli.helpstyle import complete_provider
 from dgr_forge.core.errors import BadInput, OperationFailed
 
 # Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
@@ -50,7 +51,10 @@ def matrix_command(ctx: typer.Context) -> None:
 def render_command(
     ctx: typer.Context,
     provider: Annotated[
-        str, typer.Option("--provider", help="CI system: github or gitlab.")
+        str,
+        typer.Option(
+            "--provider", help="CI system: github or gitlab.", autocompletion=complete_provider
+        ),
     ] = "github",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the workflow here (atomically).")
