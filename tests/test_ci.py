@@ -614,9 +614,20 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
     (pretender / "src" / "dgr_forge").mkdir(parents=True)
     (pretender / "src" / "dgr_forge" / "__init__.py").write_text("")
     assert "install --quiet -c constraints.txt ." in render(pretender)
+    out = tmp_path / "wf.yml"
+    assert run_forge("--root", str(pretender), "ci", "render", "--out", str(out)).code == 0
+    assert not (pretender / "ci").exists()  # nothing to write: the checkout is the pin
+    (pretender / "constraints.txt").unlink()
+    gone = run_forge("--root", str(pretender), "ci", "render", "--check", str(out), "--json")
+    assert gone.code == 1 and "constraints.txt: missing" in gone.stderr, gone
+    assert gone.json["requirements"] is None and gone.json["install"] == "checkout"
     (pretender / "constraints.txt").write_text("cmake\n")
     loose = run_forge("--root", str(pretender), "ci", "render")
     assert loose.code == 2 and "constraints.txt:1" in loose.stderr, loose
+    (pretender / "constraints.txt").unlink()
+    (pretender / "constraints.txt").symlink_to(REPO / "constraints.txt")
+    linked = run_forge("--root", str(pretender), "ci", "render")
+    assert linked.code == 2 and "not a regular file" in linked.stderr, linked
 
 
 # ----------------------------------------------------------------------------- refusals

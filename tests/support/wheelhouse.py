@@ -72,31 +72,15 @@ def pack(name: str, dest: Path) -> Path:
     return wheel
 
 
-def runtime_closure(root: str = "dgr-forge") -> list[str]:
-    """`root` and every installed distribution it needs at run time (no extras)."""
-    seen: dict[str, str] = {}
-    todo = [root]
-    while todo:
-        try:
-            dist = metadata.distribution(todo.pop())
-        except metadata.PackageNotFoundError:
-            continue  # excluded by its marker here
-        for req in dist.requires or []:
-            if re.search(r"\bextra\s*==", req):
-                continue
-            name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
-            key = re.sub(r"[-_.]+", "-", name.group(0)).lower() if name else ""
-            if name and key not in seen:
-                seen[key] = name.group(0)
-                todo.append(name.group(0))
-    return sorted(seen.values(), key=str.lower)
-
-
 def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Path:
     """Wheels of dgr-forge's runtime dependencies as installed here, plus `extra` (the
     build backend pip's build isolation installs to build a source tree)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in [*runtime_closure(), *extra]:
+    from dgr_forge.lanes.ci_install import runtime_pins
+
+    # the same closure `ci render` pins in ci/constraints.txt: a name it missed is a wheel
+    # missing here, and the install in tests/test_ci_runs.py fails
+    for name in [*(pin.split("==")[0] for pin in runtime_pins()), *extra]:
         try:
             pack(name, dest)
         except metadata.PackageNotFoundError:
