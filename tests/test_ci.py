@@ -594,13 +594,16 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
     toolchain pinned by constraints.txt, in one identical step; a root that only claims
     the name (no src/dgr_forge) is not the tool's repository."""
     github, gitlab = render(REPO), render(REPO, "gitlab")
-    steps = [
-        step["run"]
-        for job in github_jobs(github).values()
-        for step in job["steps"]
-        if "pip install" in step.get("run", "")
-    ]
-    assert len(steps) == 5 and len(set(steps)) == 1, steps
+    steps = []
+    for name, job in github_jobs(github).items():
+        installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+        assert len(installs) == 1, (name, installs)  # every job: exactly one install step
+        steps += installs
+    assert len(set(steps)) == 1, steps  # ... and the same one
+    pipeline = yaml.safe_load(gitlab)
+    jobs = {n: j for n, j in pipeline.items() if isinstance(j, dict) and "script" in j}
+    assert jobs and all(j.get("extends") == ".dgr-forge" for j in jobs.values()), jobs.keys()
+    assert "before_script" not in str([j.keys() for j in jobs.values()])  # none overrides it
     assert "-m pip install --quiet -c constraints.txt .\n" in steps[0]
     assert "-r ci/requirements.txt" not in github + gitlab
     assert "'\"$venv/bin/python\" -m pip install --quiet -c constraints.txt .'" in gitlab
