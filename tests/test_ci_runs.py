@@ -239,3 +239,41 @@ def test_gitlab_cpu_lane_job_of_a_merge_request_runs(
     (lane,) = build["lanes"]
     assert lane["cache"]["tool"] == "ccache" and lane["cache"]["mode"] == "ro", lane
     assert (workdir / ".dgr" / "reports").is_dir() and (workdir / ".ccache").is_dir()
+
+
+def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
+    tool_repository: Path, machine: Machine, _upstream_template: Upstream, tmp_path: Path
+) -> None:
+    """A forge root that is not the tool's repository: its check job installs dgr-forge
+    from an exact commit of the tool's repository (here a local clone's URL), under the
+    ci/constraints.txt `ci render --out` wrote from this environment, and runs."""
+    root = make_patched_root(tmp_path / "forge", _upstream_template)
+    for recipe in (root / "recipes").glob("*.toml"):
+        if recipe.name != "cpu.toml":
+            recipe.unlink()
+    canonicalize(root)
+    shutil.rmtree(root / ".dgr")
+    commit = sh_git(tool_repository, "rev-parse", "HEAD")
+    (root / "ci").mkdir()
+    # file://localhost/...: the pip that `python -m venv` bundles wants a host in the URL
+    pin = f"dgr-forge @ git+file://localhost{tool_repository}@{commit}"
+    (root / "ci" / "requirements.txt").write_text(pin + "\n")
+    out = run_forge("--root", str(root), "ci", "render", "--out", str(root / GITHUB), "--json")
+    assert out.code == 0 and out.json["written"] == ["ci/constraints.txt"], out
+    assert out.json["install_args"] == "-c ci/constraints.txt -r ci/requirements.txt"
+    sh_git(root, "init", "-q", "-b", "main")
+    sh_git(root, "add", "-A")
+    sh_git(root, "commit", "-q", "-m", "a forge root of its own")
+
+    workflow = yaml.safe_load((root / GITHUB).read_text())
+    check = run_github_job(workflow, "check", clone(root, tmp_path / "check"), machine.runner,
+                           PULL_REQUEST, temp=machine.temp)  # fmt: skip
+    assert check.ok, check.failure()
+    installed_tool(check.env, machine.temp)
+    direct = subprocess.run(
+        [str(machine.temp / "dgr-venv" / "bin" / "python"), "-c",
+         "from importlib.metadata import distribution as d;"
+         "print(d('dgr-forge').read_text('direct_url.json'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert json.loads(direct)["vcs_info"]["commit_id"] == commit
