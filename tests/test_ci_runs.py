@@ -265,13 +265,19 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
     sh_git(root, "add", "-A")
     sh_git(root, "commit", "-q", "-m", "a forge root of its own")
 
+    # the shared venv keeps the dependencies earlier jobs installed (what a fresh runner
+    # downloads again), not dgr-forge: pip would take the same version as satisfied
+    venv_python = machine.temp / "dgr-venv" / "bin" / "python"
+    if venv_python.exists():
+        subprocess.run([str(venv_python), "-m", "pip", "uninstall", "-q", "-y", "dgr-forge"],
+                       env=machine.runner.base_env, check=True, capture_output=True)  # fmt: skip
     workflow = yaml.safe_load((root / GITHUB).read_text())
     check = run_github_job(workflow, "check", clone(root, tmp_path / "check"), machine.runner,
                            PULL_REQUEST, temp=machine.temp)  # fmt: skip
     assert check.ok, check.failure()
     installed_tool(check.env, machine.temp)
     direct = subprocess.run(
-        [str(machine.temp / "dgr-venv" / "bin" / "python"), "-c",
+        [str(venv_python), "-c",
          "from importlib.metadata import distribution as d;"
          "print(d('dgr-forge').read_text('direct_url.json'))"],
         capture_output=True, text=True, check=True,
