@@ -83,6 +83,8 @@ class _Parser:
         return self.tokens[self.pos][1] if self.pos < len(self.tokens) else None
 
     def take(self, expected: str | None = None) -> tuple[str, str]:
+        if self.pos >= len(self.tokens):
+            raise ValueError("unexpected end of expression")
         token = self.tokens[self.pos]
         if expected is not None and token[1] != expected:
             raise ValueError(f"expected {expected!r}, got {token[1]!r}")
