@@ -421,7 +421,7 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
     assert f"--out {out}" in unpinned.stderr  # the fix writes it
 
     # hashes instead of a commit: the install step changes, so the committed file is stale
-    (root / "ci" / "constraints.txt").write_text("cmake==4.4.5\n")
+    (root / "ci" / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
     (root / "ci" / "requirements.txt").write_text("dgr-forge==0.1.0 --hash=sha256:" + "0" * 64)
     hashed = run_forge("--root", str(root), "ci", "render", "--check", str(out), "--json")
     assert hashed.code == 1 and "--require-hashes" in hashed.json["diff"], hashed
@@ -585,6 +585,10 @@ def test_requirements_pinned_by_commit_or_hash(root: Path) -> None:
     (root / "ci" / "constraints.txt").write_text("cmake>=4\n")
     floating = run_forge("--root", str(root), "ci", "render")
     assert floating.code == 2 and "ci/constraints.txt:1" in floating.stderr, floating
+    # ... and one without the build toolchain pins what does not matter
+    (root / "ci" / "constraints.txt").write_text("typer==0.28.0\nCMake==4.4.5\n")
+    toolless = run_forge("--root", str(root), "ci", "render")
+    assert toolless.code == 2 and "does not pin ninja" in toolless.stderr, toolless
 
 
 def test_the_tools_own_repository_installs_the_checkout_under_constraints(
@@ -612,7 +616,7 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
 
     pretender = write_root(tmp_path / "pretender", {"cpu": CPU})
     (pretender / "pyproject.toml").write_text('[project]\nname = "dgr-forge"\n')
-    (pretender / "constraints.txt").write_text("cmake==4.4.5\n")
+    (pretender / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
     assert "-r ci/requirements.txt" in render(pretender)
     (pretender / "src" / "dgr_forge").mkdir(parents=True)
     (pretender / "src" / "dgr_forge" / "__init__.py").write_text("")

@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 
 from dgr_forge import __version__
-from dgr_forge.core.errors import BadInput
+from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text
 
 REQUIREMENTS = "ci/requirements.txt"
@@ -103,8 +103,13 @@ def _bodies(lines: list[str]) -> list[tuple[int, str]]:
     return found
 
 
+TOOLCHAIN = ("cmake", "ninja")
+
+
 def _check_constraints(rel: str, lines: list[str]) -> None:
-    """Only exact `name==version` lines: a constraint that floats pins nothing."""
+    """Only exact `name==version` lines (a constraint that floats pins nothing), and the
+    build toolchain among them: a report names the exact cmake and ninja it built with."""
+    pinned = set()
     for number, body in _bodies(lines):
         if not _EXACT.fullmatch(body):
             raise BadInput(
@@ -112,6 +117,14 @@ def _check_constraints(rel: str, lines: list[str]) -> None:
                 hint="write name==version, one per line (ci render --out writes the file)",
                 details={"file": rel, "line": number},
             )
+        pinned.add(_canonical(body.split("==", 1)[0].split("[", 1)[0]))
+    missing = [tool for tool in TOOLCHAIN if tool not in pinned]
+    if missing:
+        raise BadInput(
+            f"{rel}: does not pin {' or '.join(missing)}: the toolchain CI builds with",
+            hint=f"add {'==<version> and '.join(missing)}==<version> (what a report names)",
+            details={"file": rel},
+        )
 
 
 PIN_HINT = (
@@ -229,11 +242,19 @@ def write_missing(root: Path, current: Install) -> list[str]:
         return []
     written: list[str] = []
     if CI_CONSTRAINTS in current.missing:
+        pins = runtime_pins()
+        if not pins:
+            raise OperationFailed(
+                f"{CI_CONSTRAINTS}: cannot tell this dgr-forge's runtime dependencies (it is "
+                "not installed as a distribution)",
+                hint=f"install dgr-forge with pip and re-run, or write {CI_CONSTRAINTS} "
+                "(name==version lines, cmake and ninja among them)",
+            )
         text = (
             f"# The toolchain CI installs dgr-forge with (written by dgr-forge {__version__}'s\n"
             "# `ci render` from the environment it ran in): exact versions only; a report\n"
             "# names the cmake and ninja it built with. Change it deliberately.\n"
-            + "".join(f"{pin}\n" for pin in runtime_pins())
+            + "".join(f"{pin}\n" for pin in pins)
         )
         _write(root, CI_CONSTRAINTS, text)
         written.append(CI_CONSTRAINTS)
