@@ -82,7 +82,7 @@ def render_command(
         lanes = recipes.load_all(forge.recipes_dir, forge.root)
         pin = manifest.load(forge.upstream_manifest, forge.root)
         how = ci_install.install(forge.root)
-        text = ci.render(which, lanes, pin, how)
+        text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
         fields: dict[str, Any] = {
             "provider": which.name,
             "lanes": sorted(lanes),
