@@ -110,10 +110,6 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": str(wheels),
         "PIP_CONFIG_FILE": os.devnull,  # this machine's pip settings are not the runner's
-        # A runner ends every process of a job with the job. Parallel compiles can each
-        # start an sccache server, and only the one that holds the socket hears
-        # --stop-server: the others end when idle, here after a minute, not ten.
-        "SCCACHE_IDLE_TIMEOUT": "60",
     }
     with cache_service() as (url, requests):
         yield Machine(Runner(env, python_bin, sccache, url), temp, tools, requests)
@@ -195,15 +191,9 @@ def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
     ).stdout  # fmt: skip
     assert str(machine.temp / "dgr-venv") in where and str(REPO) not in where
 
-    try:
-        lane = run_github_job(workflow, "lane", clone(tool_repository, tmp_path / "lane"),
-                              machine.runner, PULL_REQUEST, lane_entry(workflow, "cpu"),
-                              temp=machine.temp)  # fmt: skip
-    finally:  # the job's sccache server outlives the build (as on a runner, until it ends)
-        for sock in (tmp_path / "lane" / ".dgr" / "sccache").glob("*.sock"):
-            env = {**machine.runner.base_env, "SCCACHE_SERVER_UDS": str(sock)}
-            subprocess.run([str(machine.runner.sccache), "--stop-server"], env=env,
-                           capture_output=True, timeout=60, check=False)  # fmt: skip
+    lane = run_github_job(workflow, "lane", clone(tool_repository, tmp_path / "lane"),
+                          machine.runner, PULL_REQUEST, lane_entry(workflow, "cpu"),
+                          temp=machine.temp)  # fmt: skip
     assert lane.ok, lane.failure()
     assert [s.kind for s in lane.steps].count("skipped") == 0
     build = json.loads((tmp_path / "lane" / "dgr-build-cpu.json").read_text())
