@@ -167,6 +167,18 @@ def installed_tool(job_env: dict[str, str], temp: Path) -> Path:
     return Path(found)
 
 
+def installed_from(temp: Path) -> dict[str, Any]:
+    """pip's record of where the venv's dgr-forge came from (direct_url.json)."""
+    shown = subprocess.run(
+        [str(temp / "dgr-venv" / "bin" / "python"), "-c",
+         "from importlib.metadata import distribution as d;"
+         "print(d('dgr-forge').read_text('direct_url.json'))"],
+        capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"},
+    ).stdout  # fmt: skip
+    record: dict[str, Any] = json.loads(shown)
+    return record
+
+
 def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
     tool_repository: Path, machine: Machine, tmp_path: Path
 ) -> None:
@@ -190,6 +202,9 @@ def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
         capture_output=True, text=True, check=True, env={"PATH": "/usr/bin:/bin"},
     ).stdout  # fmt: skip
     assert str(machine.temp / "dgr-venv") in where and str(REPO) not in where
+    source = installed_from(machine.temp)  # this job's own clone, as a wheel (not editable)
+    assert source["url"] == (tmp_path / "check").as_uri(), source
+    assert not source.get("dir_info", {}).get("editable"), source
 
     lane = run_github_job(workflow, "lane", clone(tool_repository, tmp_path / "lane"),
                           machine.runner, PULL_REQUEST, lane_entry(workflow, "cpu"),
@@ -233,7 +248,10 @@ def test_gitlab_cpu_lane_job_of_a_merge_request_runs(
         {"CI_PIPELINE_SOURCE": "merge_request_event", "CI_CONFIG_PATH": GITLAB},
     )
     assert result.ok, result.failure()
-    installed_tool(result.env | {"PATH": f"{machine.temp}/dgr-venv/bin"}, machine.temp)
+    # the job's install step put its own clone into the venv its later lines ran from
+    assert installed_from(machine.temp)["url"] == workdir.as_uri()
+    # ... and the image has no other dgr-forge the script could have run
+    assert shutil.which("dgr-forge", path=machine.runner.base_env["PATH"]) is None
     build = json.loads((workdir / "dgr-build-cpu.json").read_text())
     assert build["ok"] is True, build
     (lane,) = build["lanes"]
@@ -276,10 +294,4 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
                            PULL_REQUEST, temp=machine.temp)  # fmt: skip
     assert check.ok, check.failure()
     installed_tool(check.env, machine.temp)
-    direct = subprocess.run(
-        [str(venv_python), "-c",
-         "from importlib.metadata import distribution as d;"
-         "print(d('dgr-forge').read_text('direct_url.json'))"],
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert json.loads(direct)["vcs_info"]["commit_id"] == commit
+    assert installed_from(machine.temp)["vcs_info"]["commit_id"] == commit
