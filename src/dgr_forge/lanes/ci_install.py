@@ -84,7 +84,8 @@ def _read(root: Path, rel: str) -> list[str] | None:
         # read or written through a planted link, it would pin whatever the link points at
         raise BadInput(f"{rel}: not a regular file", hint="commit a plain file")
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # bounded: a huge file is refused, not loaded
     except FileNotFoundError:
         return None
     except OSError as err:
