@@ -21,6 +21,7 @@ from typing import Any, TextIO
 import typer
 
 from dgr_forge import __version__
+from dgr_forge.cli import helpstyle
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
 from dgr_forge.cli.commands import register_all
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
@@ -185,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     head = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in head
     root = typer.main.get_command(app)
+    helpstyle.apply(root)  # one placeholder style, the global options named in every help
     command = command_path(args, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):

@@ -73,6 +73,10 @@ class ProgressSink:
                 self._reporter.info(f"{description or task}: {pct}%")
 
 
+def _cell(value: Any) -> str:
+    return "" if value is None else shown(" ".join(str(value).splitlines()))
+
+
 class Reporter:
     def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
@@ -102,18 +106,39 @@ class Reporter:
         self.console.print(f"error: {shown(message)}", markup=False, soft_wrap=True)
 
     def table(
-        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+        self,
+        title: str | None,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        empty: str | None = None,
     ) -> None:
+        """Rows as a table: a Rich table on a terminal; elsewhere (a CI log, a pipe) plain
+        aligned lines, one per row, never cut to a width. No rows: one line saying so
+        (`empty`, else "<title>: none"), never an empty table."""
         if self.quiet:
+            return
+        if not rows:
+            self.info(empty or f"{title or 'table'}: none")
+            return
+        cells = [[_cell(c) for c in row] for row in rows]
+        if not _terminal():
+            self._plain_table(title, [str(c) for c in columns], cells)
             return
         from rich.table import Table
 
         table = Table(title=title, show_lines=False)
         for col in columns:
             table.add_column(col)
-        for row in rows:
-            table.add_row(*("" if cell is None else shown(str(cell)) for cell in row))
+        for row in cells:
+            table.add_row(*row)
         self.console.print(table)
+
+    def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+        if title:
+            self.info(f"{title}:")
+        for row in [columns, *rows]:
+            self.info("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
     @contextmanager
     def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:

@@ -322,7 +322,7 @@ class Downloader:
             self._provision(f, url, outcome, tick)
         except OperationFailed as err:
             outcome.status = "failed"
-            outcome.error = err.message
+            outcome.error = str(err)  # with its `fix:` line, as every failure is printed
             st = self.dest.lstat(part)
             if st is not None and st.st_size == 0 and stat.S_ISREG(st.st_mode):
                 self.dest.unlink(part)  # nothing worth resuming
@@ -452,7 +452,11 @@ class Downloader:
                     raise OperationFailed(
                         f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
                         f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                        hint="re-run provision: it resumes from the kept bytes",
+                        hint=(
+                            "check that the host is reachable from here (network, proxy, DNS)"
+                            " or pass --mirror URL, then re-run provision: it resumes from"
+                            " the kept bytes"
+                        ),
                     ) from None
                 outcome.retries += 1
                 delay = self.policy.delay(failures)
