@@ -644,8 +644,21 @@ _RENDER = {
     "provider": s("`github` or `gitlab`"),
     "lanes": strs("the lanes rendered, sorted"),
     "sha256": s("of the rendered workflow's bytes"),
-    "requirements": s("`ci/requirements.txt`: what the workflows install"),
-    "requirements_exist": b("the forge root has it (`--check` exits 1 without it)"),
+    "install": s(
+        "how every job installs dgr-forge: `checkout` (the tool's own repository: the "
+        "checked-out tree) or `requirements` (`ci/requirements.txt`, pinned by content)"
+    ),
+    "install_args": s(
+        "pip install's arguments in that step, e.g. `-c constraints.txt .` or "
+        "`-c ci/constraints.txt -r ci/requirements.txt`"
+    ),
+    "constraints": s(
+        "the constraints file the step installs under (`constraints.txt` or `ci/constraints.txt`)"
+    ),
+    "requirements": null(s("`ci/requirements.txt`; null in the tool's own repository")),
+    "requirements_exist": b(
+        "every file the install step reads exists (`--check` exits 1 otherwise)"
+    ),
 }
 
 CI_RENDER = Command(
@@ -659,7 +672,12 @@ CI_RENDER = Command(
                 **_RENDER,
                 "path": s("the `--out` path"),
                 "changed": b("the file was (re)written; false when already identical"),
-                "requirements_written": b("it was missing and has been written"),
+                "written": strs(
+                    "the files written because they were missing (`ci/constraints.txt` from "
+                    "this environment; `ci/requirements.txt` only when this dgr-forge came "
+                    "from a git commit)"
+                ),
+                "requirements_written": b("`ci/requirements.txt` was among them"),
             },
         ),
         Form(

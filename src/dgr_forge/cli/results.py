@@ -251,8 +251,10 @@ DETAILS: dict[str, Schema] = {
     "journals": anything("a killed export's or rebase's pending writes (exit 3)"),
     "key": anything("the key at fault (manifest key, or signing key)"),
     "lane": anything("the lane at fault"),
-    "lanes": anything("the lanes at fault: a list of `doctor` lane rows"),
-    "line": anything("the line at fault"),
+    "lanes": anything(
+        "the lanes at fault: a list of `doctor` lane rows (`ci render --check`: the lanes rendered)"
+    ),
+    "line": anything("the line at fault (e.g. a malformed patch header)"),
     "local_changes": anything("local changes a command would lose"),
     "local_commits": anything("your commits a command would lose"),
     "lock": anything("a busy lock's path"),
@@ -271,6 +273,9 @@ DETAILS: dict[str, Schema] = {
     "probe": anything("the probe at fault"),
     "provider": anything("the CI provider"),
     "report": anything("the report at fault"),
+    "install": anything("`ci render`: how the jobs install dgr-forge"),
+    "install_args": anything("`ci render`: pip install's arguments"),
+    "constraints": anything("`ci render`: the constraints file"),
     "requirements": anything("`ci render`: the requirements file"),
     "requirements_exist": anything("`ci render`: the forge root has it"),
     "resolved": anything("what a path resolved to"),
@@ -297,7 +302,10 @@ DETAILS: dict[str, Schema] = {
     "upstream_commits": anything("upstream commits that touched a conflicted patch's files"),
     "url": anything("the URL at fault (masked)"),
     "value": anything("the bad value"),
-    "variable": anything("the bad environment variable"),
+    "variable": anything(
+        "the bad environment variable (with `expected` for a key variable that is neither "
+        "PEM nor a key file, whose value is never shown)"
+    ),
     "worker": anything("the worker checkout at fault"),
     "workspace": anything("the workspace"),
 }

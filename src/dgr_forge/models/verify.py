@@ -107,6 +107,7 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
+    cache.close()
     checks = [
         FileCheck(
             f.name,
