@@ -265,6 +265,7 @@ DETAILS: dict[str, Schema] = {
     "needed_bytes": anything("space needed"),
     "next_commands": anything("the commands that continue"),
     "operation": anything("the operation in progress"),
+    "option": anything("the option at fault (e.g. `--key`)"),
     "patch": anything("the patch at fault"),
     "patches_dir": anything("a patches directory that does not match the series"),
     "path": anything("the path at fault (also an unusable path or a failed file operation)"),
