@@ -134,6 +134,7 @@ def runs(demo_tour: DemoTour, tmp_path_factory: pytest.TempPathFactory) -> list[
     go("status", "status", "status", code=0)
     go("status fails", "status", "status", code=fails, at=empty)
     go("export", "export", "export", code=0)
+    go("export --force", "export", "export", "--force", code=0)
     go("export fails", "export", "export", code=fails, at=empty)
     go("check", "check", "check", "--offline", code=0)
     go("check fails", "check", "check", code=fails, at=empty)
@@ -147,6 +148,9 @@ def runs(demo_tour: DemoTour, tmp_path_factory: pytest.TempPathFactory) -> list[
     go("rebase --dry-run onto the pin", "rebase", "rebase", "--dry-run", "--onto", demo["pin"])
     go("rebase --dry-run", "rebase", "rebase", "--dry-run", "--onto", demo["onto"], code=3)
     go("rebase fails", "rebase", "rebase", "--continue", code=fails)
+    go("rebase --onto: a conflict", "rebase", "rebase", "--onto", demo["onto"], code=3)
+    go("status mid-rebase", "status", "status", code=0)
+    go("rebase --abort", "rebase", "rebase", "--abort", code=0)
     go("bump --dry-run", "bump", "bump", "--dry-run", "--to", demo["onto"], code=3)
     go("bump --dry-run to the pin", "bump", "bump", "--dry-run", "--to", demo["pin"], code=0)
     go("bump fails", "bump", "bump", "--to", "-x", code=fails)
@@ -250,6 +254,7 @@ def test_the_drifts_are_fixed(runs: list[Run]) -> None:
     assert same["result_tree"] and same["kind"] == "dgr-forge/rebase-report"
     assert [p["outcome"] for p in same["patches"]] == ["unchanged"] * 3
     assert [lane["lane"] for lane in by["status"]["lanes"]] == ["cpu"]
+    assert by["status mid-rebase"]["rebase"]["onto"] == by["rebase --dry-run"]["onto"]
     in_status = by["status"]["lanes"][0]["last_build"]
     in_lanes = by["lanes"]["lanes"][0]["last_build"]
     assert {k: in_status[k] for k in in_lanes} == in_lanes
