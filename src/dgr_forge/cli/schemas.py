@@ -238,7 +238,17 @@ def render_doc() -> str:
             fails = " *(may fail: `ok` false with these keys)*" if form.may_fail else ""
             if len(cmd.forms) > 1 or fails:
                 out += [f"`{form.title}`{fails}", ""]
-            out += _table(form.props, form.optional)
+            first = cmd.forms[0]
+            shared = [
+                k for k, v in form.props.items() if form is not first and first.props.get(k) == v
+            ]
+            if len(shared) > 2:  # the first form's rows once, not again
+                names = ", ".join(f"`{k}`" for k in shared)
+                out += [f"The same {names} as `{first.title}`, and:", ""]
+            else:
+                shared = []
+            mine = {k: v for k, v in form.props.items() if k not in shared}
+            out += _table(mine, form.optional)
             out.append("")
             if form.note:
                 out += [_sentence(form.note), ""]
