@@ -67,6 +67,7 @@ def test_the_generator_check_mode_names_a_stale_file(tmp_path: Path) -> None:
 def test_every_registered_command_has_a_closed_2020_12_schema() -> None:
     assert {c.words for c in COMMANDS} == _registered()
     for cmd in COMMANDS:
+        assert all(set(f.optional) <= set(f.props) for f in cmd.forms), cmd.words
         schema = json.loads((SCHEMAS / f"{cmd.name}.json").read_text())
         Draft202012Validator.check_schema(schema)
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
