@@ -101,12 +101,10 @@ class Run:
     result: Result
 
 
-@pytest.fixture(scope="module")
-def runs(demo_tour: DemoTour, tmp_path_factory: pytest.TempPathFactory) -> list[Run]:
+def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     """Every command, succeeding and failing, on a copy of the demo root."""
     assert demo_tour.result.code == 0, demo_tour.result
     root = demo_tour.fresh()
-    tmp = tmp_path_factory.mktemp("schemas")
     empty = tmp / "empty"
     empty.mkdir()
     demo = demo_tour.result.json
@@ -204,32 +202,32 @@ def runs(demo_tour: DemoTour, tmp_path_factory: pytest.TempPathFactory) -> list[
     return out
 
 
-@pytest.mark.slow  # the demo root (one real CMake build for the session)
-def test_every_command_succeeds_and_fails_in_the_runs(runs: list[Run]) -> None:
+def every_command_succeeds_and_fails(runs: list[Run]) -> None:
     for cmd in COMMANDS:
         mine = [r.result for r in runs if r.command == cmd.name and "--help" not in r.label]
         assert any(r.json["ok"] for r in mine), cmd.words
         assert any(not r.json["ok"] for r in mine), cmd.words
 
 
-@pytest.mark.slow  # the demo root (one real CMake build for the session)
-@pytest.mark.parametrize("cmd", [c.name for c in COMMANDS])
-def test_each_output_validates_against_its_schema(cmd: str, runs: list[Run]) -> None:
-    validator = Draft202012Validator(json.loads((SCHEMAS / f"{cmd}.json").read_text()))
-    for run in (r for r in runs if r.command == cmd):
-        data = run.result.json
-        errors = sorted(validator.iter_errors(data), key=str)
-        detail = [
-            f"{list(sub.absolute_path)}: {sub.message[:200]}"
-            for e in errors
-            for sub in (e.context or [e])
-        ]
-        assert not errors, (run.label, detail[:15], run.result)
+def invalid_outputs(runs: list[Run]) -> list[tuple[str, list[str], Result]]:
+    """(label, why, result) of each output its command's schema rejects."""
+    bad = []
+    for cmd in COMMANDS:
+        validator = Draft202012Validator(json.loads((SCHEMAS / f"{cmd.name}.json").read_text()))
+        for run in (r for r in runs if r.command == cmd.name):
+            errors = sorted(validator.iter_errors(run.result.json), key=str)
+            why = [
+                f"{list(sub.absolute_path)}: {sub.message[:200]}"
+                for e in errors
+                for sub in (e.context or [e])
+            ]
+            if errors:
+                bad.append((run.label, why[:15], run.result))
+    return bad
 
 
-@pytest.mark.slow  # the demo root (one real CMake build for the session)
-def test_a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> None:
-    """The schemas are closed and typed: the test above can fail."""
+def a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> None:
+    """The schemas are closed and typed: the validation can fail."""
     status = next(r.result.json for r in runs if r.label == "status")
     validator = Draft202012Validator(json.loads((SCHEMAS / "status.json").read_text()))
     assert validator.is_valid(status)
@@ -239,8 +237,7 @@ def test_a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> Non
     assert not validator.is_valid(no_upstream)
 
 
-@pytest.mark.slow  # the demo root (one real CMake build for the session)
-def test_the_drifts_are_fixed(runs: list[Run]) -> None:
+def the_drifts_are_fixed(runs: list[Run]) -> None:
     """The keys docs/json.md promised and the commands did not give."""
     by = {r.label: r.result.json for r in runs}
     manifest = {f["name"]: f["sha256"] for f in by["artifacts manifest"]["files"]}
@@ -259,3 +256,13 @@ def test_the_drifts_are_fixed(runs: list[Run]) -> None:
     in_status = by["status"]["lanes"][0]["last_build"]
     in_lanes = by["lanes"]["lanes"][0]["last_build"]
     assert {k: in_status[k] for k in in_lanes} == in_lanes
+
+
+@pytest.mark.slow  # the demo root (one real CMake build for the session)
+def test_every_command_validates_against_its_schema(demo_tour: DemoTour, tmp_path: Path) -> None:
+    """One test, so that one xdist worker runs the commands (about 4 s), not every worker."""
+    runs = run_every_command(demo_tour, tmp_path)
+    every_command_succeeds_and_fails(runs)
+    assert not invalid_outputs(runs)
+    a_foreign_key_or_another_shape_fails_validation(runs)
+    the_drifts_are_fixed(runs)
