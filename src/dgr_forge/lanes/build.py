@@ -32,13 +32,14 @@ from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import logs, options, worker
+from dgr_forge.lanes import genbuild, gitview, logs, options, worker
 from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
     LanePlan,
     configure_args,
     inputs_digest,
+    launcher_switches,
     plan_lane,
     refuse_unbuildable,
 )
@@ -197,7 +198,9 @@ class LaneBuilder:
         self.ctx, self.plan = ctx, plan
         self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
         self.state = lane_state(self.forge, plan.lane)
-        self.args = configure_args(self.forge, self.m, plan)
+        # the switches found at the configured head: right while the tree is still there
+        self.switches = tuple(self.state.launcher_switches)
+        self.args = configure_args(self.forge, self.m, plan, self.switches)
         self.digest = inputs_digest(self.forge, self.m, plan, self.args)
         self.result = LaneResult(
             lane=plan.lane,
@@ -301,6 +304,7 @@ class LaneBuilder:
             self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
             # recipes mean what they say, on the tree about to be configured
             options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, self.m.commit)
+            self._pin_switches(launcher_switches(plan.upstream_dir))
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
@@ -338,8 +342,19 @@ class LaneBuilder:
             return self._reuse(last)
         return self.collect(changed)
 
+    def _pin_switches(self, switches: tuple[str, ...]) -> None:
+        """Arguments and digest for the tree about to be configured."""
+        self.switches = switches
+        self.args = configure_args(self.forge, self.m, self.plan, switches)
+        self.digest = inputs_digest(self.forge, self.m, self.plan, self.args)
+
+    def _view_commits(self) -> list[str]:
+        spec = self.plan.spec
+        return [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
         env.update(self.plan.cache.env)
         env["SOURCE_DATE_EPOCH"] = str(self.epoch)
         env["NINJA_STATUS"] = "[%f/%t] "
@@ -373,12 +388,37 @@ class LaneBuilder:
                 hint=f"remove them from {self.forge.rel(plan.recipe.path)}, or fix their names",
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
+        self._check_launchers()
         st.inputs_digest = self.digest
+        st.launcher_switches = list(self.switches)
         st.head_commit = self.head
         st.source_date_epoch = self.epoch
         st.configured_at = datetime.now(UTC).isoformat()
         save_lane_state(self.forge, lane, st)
         return True
+
+    def _check_launchers(self) -> str | None:
+        """The launcher the generated rules run (the report's `compilerLauncher`); exit 1
+        when it is not exactly the forge's choice (none included)."""
+        found = genbuild.read_launchers(self.plan.build_dir)
+        problems = found.problems(self.plan.launcher)
+        if problems:
+            self._mark_failed("configure")  # not configured: the next run re-checks
+            raise OperationFailed(
+                f"{self.plan.lane}: the generated build does not run what the forge chose: "
+                + "; ".join(problems),
+                hint="a launcher comes from the forge alone (--cache); remove the upstream's, "
+                "the toolchain file's or the recipe's (RULE_LAUNCH_*, *_LAUNCHER, "
+                "*_CLANG_TIDY), or name the upstream's switch in an issue",
+                details={
+                    "lane": self.plan.lane,
+                    "compile": sorted(found.compile),
+                    "link": sorted(found.link),
+                    "code_check": sorted(found.code_check),
+                    "chosen": self.plan.launcher,
+                },
+            )
+        return found.single()
 
     def _head_arg(self) -> list[str]:
         return [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
@@ -451,7 +491,7 @@ class LaneBuilder:
                 hint=f"delete {self.forge.rel(plan.build_dir)} and build again",
                 details={"lane": lane, "artifacts": [str(p) for p in gone]},
             )
-        record = make_record(self, reply, artifacts)
+        record = make_record(self, reply, artifacts, self._check_launchers())
         from dgr_forge.attest import reports
 
         signer = self.ctx.signing.signer()
@@ -547,7 +587,12 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
             )
     spec = worker.resolve(forge, opts.worker)
     cache = cache_mod.select(
-        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root
+        doctor,
+        opts.cache,
+        opts.cache_mode,
+        workspace=forge.workspace,
+        root=forge.root,
+        worker=spec.source_dir if spec is not None and spec.url is None else None,
     )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 

@@ -58,7 +58,9 @@ def _placeholder(name: str) -> str:
     return "${" + "".join(c if c.isalnum() else "_" for c in name).upper() + "}"
 
 
-def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str, str]]:
+def tools(
+    b: LaneBuilder, reply: cmake_api.Reply, launcher: str | None
+) -> tuple[list[Tool], dict[str, str]]:
     """Toolchain versions (compilers from the File API, the rest from the probes) and the
     placeholders that stand for their machine paths in the statement."""
     plan, doctor = b.plan, b.ctx.doctor
@@ -72,8 +74,8 @@ def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str,
         probe = doctor.tool(name)
         if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
-    if plan.launcher and plan.cache.tool:
-        found.append(Tool(plan.cache.tool, plan.launcher, plan.cache.version))
+    if launcher and plan.cache.tool:
+        found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
     spec = plan.spec
     if spec is not None and spec.url is None:
@@ -81,9 +83,12 @@ def tools(b: LaneBuilder, reply: cmake_api.Reply) -> tuple[list[Tool], dict[str,
     return found, placeholders
 
 
-def make_record(b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
+def make_record(
+    b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact], launcher: str | None
+) -> LaneBuild:
+    """The report's record; `launcher` is the one read back from the generated rules."""
     forge, m, plan = b.forge, b.m, b.plan
-    found, placeholders = tools(b, reply)
+    found, placeholders = tools(b, reply, launcher)
     toolchain = plan.toolchain_file
     return LaneBuild(
         lane=plan.lane,
@@ -103,7 +108,7 @@ def make_record(b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact
         worker=worker.describe(plan.spec) if plan.spec else None,
         tools=found,
         cmake_args=[plan.cmake, *b.args, *b._head_arg()],
-        compiler_launcher=plan.launcher,
+        compiler_launcher=launcher,
         source_date_epoch=b.epoch,
         build_dir=plan.build_dir,
         log_file=b.log_path,

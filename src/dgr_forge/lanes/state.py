@@ -72,6 +72,8 @@ class LaneState:
     head_commit: str | None = None
     source_date_epoch: int | None = None
     configured_at: str | None = None
+    # the upstream's launcher auto-detection switches at head_commit, pinned OFF
+    launcher_switches: list[str] = field(default_factory=list)
     # set before configure/compile, cleared once the report is written: a run killed in
     # between never lets the next one hand back a report of other bytes
     in_progress: str | None = None
@@ -88,12 +90,15 @@ class LaneState:
         for name in ("inputs_digest", "head_commit", "configured_at", "in_progress"):
             value = data.get(name)
             setattr(state, name, value if isinstance(value, str) else None)
+        switches = data.get("launcher_switches")
+        if isinstance(switches, list) and all(isinstance(n, str) for n in switches):
+            state.launcher_switches = list(switches)
         epoch = data.get("source_date_epoch")
         state.source_date_epoch = epoch if type(epoch) is int else None
         return state
 
     def as_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if v is not None}
+        data = {k: v for k, v in asdict(self).items() if v is not None and v != []}
         last = data.pop("last_build", None)
         if last is not None:
             data["last_build"] = {k: last[k] for k in PUBLIC if last.get(k) is not None}

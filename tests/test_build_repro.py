@@ -1,0 +1,106 @@
+"""Reproducible and true on an upstream that builds like llama.cpp (issue 20): the forge
+chooses every launcher (the upstream's own ccache auto-detection included), the binary
+does not depend on the workspace's git history, the cache or the checkout's path."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.build import make_patched_root
+from support.cache import clean_env
+from support.cli import Result, run_forge
+from support.git import Upstream, sh_git
+from support.llamalike import make_llamalike_upstream
+
+pytestmark = pytest.mark.slow
+
+SCRIPTS = str(Path(sys.executable).parent)  # the venv's bin: ccache (the cache extra)
+
+
+@pytest.fixture(scope="module")
+def llamalike(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    return make_llamalike_upstream(tmp_path_factory.mktemp("llamalike") / "upstream")
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """ccache on PATH (the upstream finds it), a cache of the test's own."""
+    path = SCRIPTS + os.pathsep + os.environ.get("PATH", "")
+    return clean_env(CCACHE_DIR=str(tmp_path / "ccache"), PATH=path, **extra)
+
+
+def _build(root: Path, env: dict[str, str], *args: str) -> Result:
+    sign = [] if "--key" in args else ["--no-sign"]
+    return run_forge("--root", str(root), "--json", "build", "-j", "2", *sign, *args, env=env)
+
+
+def _lane(res: Result) -> dict[str, Any]:
+    return res.json["lanes"][0]  # type: ignore[no-any-return]
+
+
+def _generated(root: Path) -> str:
+    build = root / ".dgr" / "build" / "cpu"
+    return (build / "build.ninja").read_text() + (build / "CMakeFiles" / "rules.ninja").read_text()
+
+
+def _tool_output(res: Result) -> str:
+    tool = next(a["path"] for a in _lane(res)["artifacts"] if a["name"] == "llama-cli")
+    return subprocess.run([tool], capture_output=True, text=True, check=True).stdout
+
+
+def test_deepened_cached_and_fresh_uncached_at_another_path_are_identical(
+    tmp_path: Path, llamalike: Upstream
+) -> None:
+    if shutil.which("ccache", path=SCRIPTS + os.pathsep + os.environ.get("PATH", "")) is None:
+        pytest.skip("ccache not installed (the 'cache' extra)")
+    a = make_patched_root(tmp_path / "one" / "forge", llamalike)
+    b = tmp_path / "two" / "deeper" / "forge"
+    shutil.copytree(a, b, symlinks=True)
+    # a user's own git setting that changes `--short` (as a big history does)
+    gitconfig = tmp_path / "gitconfig"
+    gitconfig.write_text("[core]\n\tabbrev = 9\n")
+    env = _env(tmp_path)
+    key = tmp_path / "key.pem"
+    assert run_forge("keygen", "--out", str(key)).code == 0
+
+    # checkout A: fetched, then its history deepened (as a rebase does), built cached
+    assert run_forge("--root", str(a), "fetch", env=env).code == 0
+    src = a / ".dgr" / "src" / "llama.cpp"
+    sh_git(src, "fetch", "-q", "--unshallow", llamalike.url)
+    assert sh_git(src, "rev-list", "--count", llamalike.head) == str(len(llamalike.commits))
+    user_git = {**env, "GIT_CONFIG_GLOBAL": str(gitconfig)}
+    cached = _build(a, user_git, "--cache", "ccache", "--key", str(key))
+    assert cached.code == 0, cached
+    assert _lane(cached)["cache"]["tool"] == "ccache"
+
+    # checkout B: fresh (shallow), another path, no cache
+    off = _build(b, env, "--cache", "off", "--key", str(key))
+    assert off.code == 0, off
+    assert _lane(off)["cache"]["mode"] == "off"
+    rules = _generated(b)
+    assert "ccache" not in rules and "LAUNCHER = " not in rules  # no hidden launcher
+
+    # the binary embeds the real commit: canonical length, history of the pinned view
+    out = _tool_output(off)
+    head = sh_git(b / ".dgr" / "src" / "llama.cpp", "rev-parse", "HEAD")
+    assert f"commit {head[:12]} " in out and "build 2 " in out, out
+    assert _tool_output(cached) == out
+
+    names = sorted(x["name"] for x in _lane(off)["artifacts"])
+    assert names == ["ggml", "llama", "llama-cli"], names
+    compare = run_forge(
+        "--json",
+        "report",
+        "compare",
+        _lane(cached)["report"],
+        _lane(off)["report"],
+        "--key",
+        f"{key}.pub",
+        env=env,
+    )
+    assert compare.code == 0, compare.stdout + compare.stderr
