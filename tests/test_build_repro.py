@@ -104,3 +104,35 @@ def test_deepened_cached_and_fresh_uncached_at_another_path_are_identical(
         env=env,
     )
     assert compare.code == 0, compare.stdout + compare.stderr
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def test_ignored_file_in_the_upstream_tree_stops_the_build(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    env = clean_env()
+    assert _build(root, env, "--cache", "off").code == 0
+    src = root / ".dgr" / "src" / "llama.cpp"
+    # a shadow header on the include path, hidden from `git status` by info/exclude
+    (src / "include" / "cstdio").write_text("#error shadowed\n")
+    exclude = src / ".git" / "info" / "exclude"
+    exclude.write_text(exclude.read_text() + "/include/cstdio\n")
+    res = _build(root, env, "--cache", "off")
+    assert res.code == 3, res
+    assert "include/cstdio" in res.stderr and "ignored" in res.stderr
+    status = run_forge("--root", str(root), "--json", "status", env=env)
+    assert status.json["upstream"]["ignored"] == ["include/cstdio"], status.json
+    assert status.json["upstream"]["verified"] is False
+
+    # the forge's own presets file is let through, by name and content; another is not
+    (src / "include" / "cstdio").unlink()
+    presets = run_forge("--root", str(root), "presets", env=env)
+    assert presets.code == 0, presets
+    assert (src / "CMakeUserPresets.json").is_file()
+    assert _build(root, env, "--cache", "off").code == 0
+    (src / "CMakeUserPresets.json").write_text('{"version": 3, "include": ["/tmp/x.json"]}\n')
+    res = _build(root, env, "--cache", "off")
+    assert res.code == 3 and "CMakeUserPresets.json" in res.stderr, res

@@ -32,7 +32,7 @@ from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import genbuild, gitview, logs, options, worker
+from dgr_forge.lanes import genbuild, gitview, logs, options, trees, worker
 from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
@@ -139,16 +139,8 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits and untracked files git does not ignore (porcelain v1 lines)."""
-    proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain",
-        "--untracked-files=all",
-        "--ignore-submodules",
-        env={"GIT_OPTIONAL_LOCKS": "0"},  # a no-op build must not even refresh the index
-    )
-    return [line for line in proc.stdout.splitlines() if line]
+    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`)."""
+    return trees.changes(src)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
@@ -158,10 +150,10 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
         return
     shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
     raise NeedsHuman(
-        f"{forge.rel(src)}: the {what} tree has untracked or modified files, which a build "
-        f"would compile and attest: {', '.join(shown)}",
-        hint=f"remove them (git -C {forge.rel(src)} status), or commit them as a patch and "
-        "`dgr-forge export`; a file a tool writes there belongs in .git/info/exclude",
+        f"{forge.rel(src)}: the {what} tree has modified, untracked or ignored files, which a "
+        f"build could compile while the report claims the pinned tree: {', '.join(shown)}",
+        hint=f"remove them (git -C {forge.rel(src)} status --ignored), or commit them as a "
+        "patch and `dgr-forge export`; build output belongs in the lane's build directory",
         details={"tree": str(src), "changes": changes},
     )
 
