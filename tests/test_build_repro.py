@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import make_patched_root
+from support.build import make_patched_root, make_worker
 from support.cache import clean_env
 from support.cli import Result, run_forge
 from support.git import Upstream, sh_git
@@ -136,3 +136,90 @@ def test_ignored_file_in_the_upstream_tree_stops_the_build(
     (src / "CMakeUserPresets.json").write_text('{"version": 3, "include": ["/tmp/x.json"]}\n')
     res = _build(root, env, "--cache", "off")
     assert res.code == 3 and "CMakeUserPresets.json" in res.stderr, res
+
+
+# ----------------------------------------------------------------------------- programs
+
+
+def _compilers(directory: Path, cxx_extra: str = "", hook: str = "") -> dict[str, str]:
+    """gcc/g++ at a fixed path (the gcc toolchain's DGR_GCC_PREFIX): wrapper scripts."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, real in (("gcc", "gcc"), ("g++", "g++")):
+        script = bin_dir / name
+        extra = cxx_extra if name == "g++" else ""
+        tmp = bin_dir / f".{name}.new"  # replaced, as a package update does: a new file
+        tmp.write_text(f'#!/bin/sh\n{hook}exec {shutil.which(real)} "$@" {extra}\n')
+        tmp.chmod(0o755)
+        tmp.replace(script)
+    return {"DGR_GCC_PREFIX": str(directory)}
+
+
+def test_compiler_swapped_at_the_same_path_rebuilds_everything(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    make_worker(root / "worker")
+    env = clean_env(**_compilers(tmp_path / "gcc"))
+    first = _build(root, env, "--cache", "off", "--worker", str(root / "worker"))
+    assert first.code == 0, first
+    steps = _lane(first)["ninja_steps"]
+    tools = _statement(_lane(first)["report"])["predicate"]["buildDefinition"][
+        "resolvedDependencies"
+    ]
+    assert any(t["name"] == "cxx-compiler cc1plus" and "digest" in t for t in tools), tools
+    assert any(t["name"] == "ar" and t["annotations"]["version"] for t in tools), tools
+
+    _compilers(tmp_path / "gcc", cxx_extra="-O0")  # same path, another compiler
+    second = _build(root, env, "--cache", "off", "--worker", str(root / "worker"))
+    assert second.code == 0, second
+    assert _lane(second)["status"] == "built" and not _lane(second)["report_reused"]
+    assert "changed since configure" in second.stderr and "CMAKE_CXX_COMPILER" in second.stderr
+    assert _lane(second)["ninja_steps"] == steps  # every object again, none mixed in
+    assert _lane(second)["artifacts"] != _lane(first)["artifacts"]
+
+
+def test_worker_edit_with_an_old_mtime_is_rebuilt(tmp_path: Path, upstream: Upstream) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    worker = make_worker(tmp_path / "worker")
+    env = clean_env()
+    first = _build(root, env, "--cache", "off", "--worker", str(worker))
+    assert first.code == 0, first
+    util = worker / "src" / "util.cpp"
+    before = util.stat()
+    util.write_text(util.read_text().replace("(layer);", "(layer) + 10;"))
+    os.utime(util, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `cp -p`, a checkout
+
+    second = _build(root, env, "--cache", "off", "--worker", str(worker))
+    assert second.code == 0, second
+    cpu = _lane(second)
+    assert cpu["status"] == "built" and not cpu["report_reused"], cpu
+    assert "nothing to do" in second.stderr
+    out = subprocess.run([cpu["artifacts"][0]["path"]], capture_output=True, text=True).stdout
+    assert "owner(7)=13" in out
+    third = _build(root, env, "--cache", "off", "--worker", str(worker))
+    assert _lane(third)["status"] == "up-to-date" and _lane(third)["report_reused"], third
+
+
+def test_toolchain_file_edited_during_the_build_gives_no_report(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    toolchain = root / "toolchains" / "gcc.cmake"
+    # the compiler edits the toolchain file while configure runs it
+    hook = f"grep -q edited {toolchain} || echo '# edited' >> {toolchain}\n"
+    env = clean_env(**_compilers(tmp_path / "gcc", hook=hook))
+    res = _build(root, env, "--cache", "off")
+    assert res.code == 1, res
+    assert "toolchains/gcc.cmake" in res.stderr and "changed while the build ran" in res.stderr
+    assert not list((root / ".dgr" / "reports").glob("*.jsonl"))
+    again = _build(root, clean_env(**_compilers(tmp_path / "gcc2")), "--cache", "off")
+    assert again.code == 0 and _lane(again)["status"] == "built", again
+
+
+def _statement(report: str) -> dict[str, Any]:
+    import base64
+    import json
+
+    envelope = json.loads(Path(report).read_text().splitlines()[0])
+    return json.loads(base64.b64decode(envelope["payload"]))  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +33,17 @@ from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import genbuild, gitview, logs, options, trees, worker
+from dgr_forge.lanes import (
+    genbuild,
+    gitview,
+    inputs,
+    logs,
+    options,
+    programs,
+    stamps,
+    trees,
+    worker,
+)
 from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
@@ -167,6 +178,7 @@ class BuildContext:
         self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
         self.signing = SigningKey(opts.key, opts.sign, out)
         self.patched: PatchedTree | None = None
+        self.manifest_sha256 = ""  # of the manifest `m` was parsed from (build() sets it)
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
@@ -190,10 +202,12 @@ class LaneBuilder:
         self.ctx, self.plan = ctx, plan
         self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
         self.state = lane_state(self.forge, plan.lane)
+        # every input file, read once here (under the workspace lock, before configure)
+        self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
         # the switches found at the configured head: right while the tree is still there
         self.switches = tuple(self.state.launcher_switches)
         self.args = configure_args(self.forge, self.m, plan, self.switches)
-        self.digest = inputs_digest(self.forge, self.m, plan, self.args)
+        self.digest = inputs_digest(self.forge, self.m, plan, self.args, self.snap)
         self.result = LaneResult(
             lane=plan.lane,
             status="failed",
@@ -279,6 +293,13 @@ class LaneBuilder:
 
     def run(self) -> LaneResult:
         plan, ctx, st = self.plan, self.ctx, self.state
+        self._refuse_moved_inputs()
+        swapped = programs.changed(st.programs) if st.programs else []
+        if swapped:
+            # never objects of two compilers in one binary: configure and build it all again
+            shown = ", ".join(f"{n} ({st.programs[n]['path']})" for n in swapped)
+            self.out.warn(f"{plan.lane}: changed since configure: {shown}; full rebuild")
+            self._wipe()
         up_to_date = self._configured()
         last = st.last_build if st.last_build and st.last_build.result == "ok" else None
         interrupted = st.in_progress is not None
@@ -319,12 +340,27 @@ class LaneBuilder:
             no_work = self.compile(log, env)
             if no_work is None:
                 return self.result
+            whole = self._whole()
+            if no_work and not (last is not None and last.input_digest == whole):
+                # inputs Ninja cannot see changed (an edit with an old mtime, a state
+                # lost): what it has is of unknown inputs, so build it all again
+                self.out.warn(
+                    f"{plan.lane}: inputs changed but Ninja found nothing to do "
+                    "(a file with an old mtime?); fresh build directory"
+                )
+                self._wipe()
+                env = self._env()
+                if not self.configure(log, env) or self.compile(log, env) is None:
+                    return self.result
+                no_work, whole = False, self._whole()
         fault.point("build.linked", plan.lane)
+        self._refuse_changed_during()
 
         reuse = (
             up_to_date
             and no_work
             and last is not None
+            and last.input_digest == whole
             and not interrupted
             and not changed
             and fp is not None
@@ -332,13 +368,59 @@ class LaneBuilder:
         )
         if reuse and last is not None:
             return self._reuse(last)
-        return self.collect(changed)
+        return self.collect(changed, whole)
+
+    def _whole(self) -> str:
+        spec = self.plan.spec
+        return inputs.whole_digest(
+            self.digest,
+            self.snap,
+            self.head,
+            spec.commit if spec is not None and spec.url else None,
+            self.state.programs,
+        )
+
+    def _wipe(self) -> None:
+        """A fresh build directory: nothing of what configure or Ninja kept survives."""
+        shutil.rmtree(self.plan.build_dir, ignore_errors=True)
+        st = self.state
+        st.inputs_digest, st.programs = None, {}
+        save_lane_state(self.forge, self.plan.lane, st)
+
+    def _refuse_moved_inputs(self) -> None:
+        """The recipe and manifest this run parsed are the bytes stamped under the lock."""
+        plan, snap = self.plan, self.snap
+        moved = []
+        if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
+            moved.append(plan.recipe.path)
+        if inputs.digest_of(snap, self.m.path) != self.ctx.manifest_sha256:
+            moved.append(self.m.path)
+        if moved:
+            self._changed_error(moved, "between reading it and taking the workspace lock")
+
+    def _refuse_changed_during(self) -> None:
+        """No report for inputs or programs that changed while configure and Ninja ran."""
+        moved = [Path(p) for p in stamps.changed(self.snap)]
+        progs = self.state.programs
+        moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
+        if moved:
+            self._mark_failed("build")
+            self._changed_error(moved, "while the build ran")
+
+    def _changed_error(self, moved: list[Path], when: str) -> None:
+        shown = ", ".join(self.forge.rel(p) for p in moved)
+        raise OperationFailed(
+            f"{self.plan.lane}: {shown} changed {when}; no report: it would name "
+            "digests the build did not read",
+            hint="let edits finish (or another workspace's export), then build again",
+            details={"lane": self.plan.lane, "changed": [str(p) for p in moved]},
+        )
 
     def _pin_switches(self, switches: tuple[str, ...]) -> None:
         """Arguments and digest for the tree about to be configured."""
         self.switches = switches
         self.args = configure_args(self.forge, self.m, self.plan, switches)
-        self.digest = inputs_digest(self.forge, self.m, self.plan, self.args)
+        self.digest = inputs_digest(self.forge, self.m, self.plan, self.args, self.snap)
 
     def _view_commits(self) -> list[str]:
         spec = self.plan.spec
@@ -381,6 +463,7 @@ class LaneBuilder:
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
         self._check_launchers()
+        st.programs = programs.snapshot(plan.build_dir, plan.launcher)
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
         st.head_commit = self.head
@@ -460,6 +543,7 @@ class LaneBuilder:
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         r.artifacts = list(last.artifacts)
         st.in_progress = None
+        self._settle()
         save_lane_state(self.forge, self.plan.lane, st)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.info(f"{self.plan.lane}: up to date (report {shown})")
@@ -467,7 +551,12 @@ class LaneBuilder:
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
-    def collect(self, changed: list[Path]) -> LaneResult:
+    def _settle(self) -> None:
+        """Keep the stamps (re-taken: a settled stamp makes the next no-op cheap)."""
+        self.state.input_stamps = stamps.restamp(self.snap)
+        programs.refresh(self.state.programs)
+
+    def collect(self, changed: list[Path], whole: str) -> LaneResult:
         from dgr_forge.lanes import cmake_api
 
         plan, lane, r = self.plan, self.plan.lane, self.result
@@ -507,10 +596,12 @@ class LaneBuilder:
             signer_fingerprint=self.ctx.signing.fingerprint(),
             artifacts=r.artifacts,
             subject_stats=stats,
+            input_digest=whole,
             byproducts={
                 str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
             },
         )
+        self._settle()
         save_lane_state(self.forge, lane, st)
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         for a in artifacts:
@@ -562,6 +653,8 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
             f"{opts.cache_mode_source} {opts.cache_mode!r}: not a cache mode",
             hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
         )
+    manifest = forge.upstream_manifest
+    manifest_sha256 = sha256_file(manifest) if manifest.is_file() else ""
     m = load_manifest(forge.upstream_manifest, forge.root)
     recipes = load_all(forge.recipes_dir, forge.root)
     selected = select(recipes, opts.lanes or ["cpu"])
@@ -592,6 +685,7 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
     with workspace_lock(forge, out):
         refuse_during_rebase(forge)
         ctx = BuildContext(forge, m, out, opts, doctor)
+        ctx.manifest_sha256 = manifest_sha256
         for plan in plans:
             builder = LaneBuilder(ctx, plan)
             results.append(builder.result)

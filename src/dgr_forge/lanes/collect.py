@@ -6,13 +6,13 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cmake_api, worker
+from dgr_forge.lanes import cmake_api, inputs, worker
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.build import LaneBuilder
@@ -76,11 +76,34 @@ def tools(
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
     if launcher and plan.cache.tool:
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
+    found = _with_programs(found, b.state.programs, {c.path: c for c in reply.compilers})
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
     spec = plan.spec
     if spec is not None and spec.url is None:
         placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
     return found, placeholders
+
+
+def _with_programs(
+    found: list[Tool], progs: dict[str, dict[str, Any]], compilers: dict[str, cmake_api.Compiler]
+) -> list[Tool]:
+    """Every program configure resolved (`lanes.programs`), with the sha256 stamped then:
+    a tool already listed gets it, the others (archiver, linker, GCC's cc1plus, as, ld)
+    are added by name, version and sha256."""
+    by_path = {p.get("as", p["path"]): p for p in progs.values()}
+    out = []
+    for tool in found:
+        p = by_path.get(tool.path)
+        out.append(Tool(tool.name, tool.path, tool.version, p["stamp"][0]) if p else tool)
+    listed = {t.path for t in out}
+    for name, p in sorted(progs.items()):
+        if p.get("as", p["path"]) in listed or name == "launcher":
+            continue
+        owner = compilers.get(progs.get(name.split(":")[0], {}).get("as", ""))
+        version = p.get("version") or (f"{owner.id} {owner.version}" if owner else "")
+        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
+        out.append(Tool(label, p["as"], version, p["stamp"][0]))
+    return out
 
 
 def make_record(
@@ -95,7 +118,7 @@ def make_record(
         recipe_file=forge.rel(plan.recipe.path),
         recipe_sha256=plan.recipe.sha256,
         manifest_file=forge.rel(m.path),
-        manifest_sha256=sha256_file(m.path),
+        manifest_sha256=inputs.digest_of(b.snap, m.path) or sha256_file(m.path),
         upstream_name=m.name,
         upstream_url=mask(m.url),
         upstream_commit=m.commit,
@@ -117,7 +140,7 @@ def make_record(
         finished_on=datetime.now(UTC),
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
-        toolchain_sha256=sha256_file(toolchain) if toolchain else None,
+        toolchain_sha256=inputs.digest_of(b.snap, toolchain),
         cache=plan.cache.record(),
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths

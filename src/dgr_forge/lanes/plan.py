@@ -23,8 +23,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput
@@ -240,18 +242,32 @@ def _file_digest(path: Path | None) -> str | None:
     return sha256_file(path) if path and path.is_file() else None
 
 
-def inputs_digest(forge: Forge, m: UpstreamManifest, plan: LanePlan, args: list[str]) -> str:
+def inputs_digest(
+    forge: Forge,
+    m: UpstreamManifest,
+    plan: LanePlan,
+    args: list[str],
+    snap: Mapping[str, list[Any]] | None = None,
+) -> str:
     """Everything configure depends on; a change means reconfigure (worker *sources* are
     Ninja's business, only the worker's identity counts here). The cache tool is in the
-    arguments (its launcher); its mode changes no output byte and is left out."""
+    arguments (its launcher); its mode changes no output byte and is left out. File
+    digests come from `snap` (`lanes.inputs`, taken under the lock) when given."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path | None) -> str | None:
+        if snap is not None and path is not None:
+            stamp = snap.get(str(path))
+            return str(stamp[0]) if stamp else None
+        return _file_digest(path)
+
     data = {
         "forge": __version__,
-        "manifest": _file_digest(m.path),
+        "manifest": digest(m.path),
         "series": m.series_digest,
         "recipe": plan.recipe.sha256,
-        "toolchain": _file_digest(plan.toolchain_file),
-        "cmake_modules": {p.name: sha256_file(p) for p in modules},
+        "toolchain": digest(plan.toolchain_file),
+        "cmake_modules": {p.name: digest(p) for p in modules},
         "worker": plan.spec.identity if plan.spec else None,
         "cmake": plan.cmake,
         "tools": plan.tool_paths,

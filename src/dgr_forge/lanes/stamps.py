@@ -1,0 +1,74 @@
+"""File stamps: a file's sha256 with the stat record it was hashed under (issue 20).
+
+A stamp is re-used without reading the file only when (size, mtime, ctime, inode) are
+exactly those recorded and the record is not racy (taken more than `RACY_NS` after the
+file's ctime). Any write changes ctime, which no user process can set back, so an edit
+that keeps the old mtime (`touch -d`, a checkout of an old commit, `cp -p`) is re-hashed:
+content decides, never mtime alone. The check git's index makes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.fsutil import sha256_file
+
+RACY_NS = 50_000_000
+Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
+
+
+def _valid(stamp: Any) -> bool:
+    return (
+        isinstance(stamp, list)
+        and len(stamp) == 6
+        and isinstance(stamp[0], str)
+        and all(type(n) is int for n in stamp[1:])
+    )
+
+
+def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
+    """The file's stamp (None when it is missing or not a file); `known` is re-used when
+    the file's stat record still matches it."""
+    taken = time.time_ns()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    if settled and known is not None and known[1:5] == seen:
+        return known
+    digest = sha256_file(path)
+    return [digest, *seen, taken]
+
+
+def restamp(stamps: dict[str, Stamp]) -> dict[str, Stamp]:
+    """Every path of `stamps` stamped again (missing files left out)."""
+    out = {}
+    for path, known in stamps.items():
+        new = stamp(Path(path), known)
+        if new is not None:
+            out[path] = new
+    return out
+
+
+def changed(stamps: dict[str, Stamp]) -> list[str]:
+    """Paths whose content is no longer what `stamps` recorded (or that are gone)."""
+    out = []
+    for path, known in stamps.items():
+        new = stamp(Path(path), known)
+        if new is None or new[0] != known[0]:
+            out.append(path)
+    return out
+
+
+def valid_map(data: Any) -> dict[str, Stamp]:
+    """A stamps mapping read from state.json; anything malformed is dropped."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and _valid(v)}
