@@ -8,7 +8,9 @@ evidence file's sha256.
 
 A lane is *advertised* only while a certification signed by a trusted key
 (`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) matches the
-current recipe, pin and series exactly; a rebase or a recipe edit lapses it until renewed.
+current recipe, pin and series exactly, and the lane's other inputs (`inputs`: the
+toolchain file, the forge's cmake/ modules, the worker's commit or tree): a rebase, a
+recipe, toolchain, module or worker edit lapses it, with the reason, until renewed.
 """
 
 from __future__ import annotations
@@ -29,9 +31,10 @@ from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
+from dgr_forge.core.urls import mask
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -53,6 +56,7 @@ class Certification:
     certified_on: str
     keyid: str  # the trusted key that verified it ("" when not verified)
     path: Path
+    inputs: dict[str, Any] | None = None  # `bound_inputs` when certified (None: older file)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -66,7 +70,49 @@ class Certification:
             "certified_on": self.certified_on,
             "keyid": self.keyid,
             "file": str(self.path),
+            "inputs": self.inputs,
         }
+
+
+def bound_inputs(forge: Forge, recipe: Recipe) -> dict[str, Any]:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it."""
+    from dgr_forge.lanes import inputs, worker  # the lane's own view of its inputs
+
+    tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
+    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+    spec = worker.resolve(forge, None)
+    bound_worker: dict[str, Any] | None = None
+    if spec is not None and spec.url is not None:
+        bound_worker = {"location": mask(spec.url), "commit": spec.commit}
+    elif spec is not None:
+        files = inputs._worker_files(spec.source_dir)
+        lines = "".join(
+            f"{p.relative_to(spec.source_dir).as_posix()} {sha256_file(p)}\n" for p in files
+        )
+        bound_worker = {"location": spec.location, "tree": sha256_bytes(lines.encode())}
+    return {
+        "toolchain": None
+        if tc is None
+        else {"path": forge.rel(tc), "sha256": sha256_file(tc) if tc.is_file() else None},
+        "cmakeModules": {m.name: sha256_file(m) for m in modules},
+        "worker": bound_worker,
+    }
+
+
+def _inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
+    """Why the bound inputs are not the current ones (None: they are)."""
+    if not isinstance(bound, dict):
+        return "the certification does not bind the toolchain file, cmake/ or the worker"
+    if bound.get("toolchain") != current["toolchain"]:
+        tc = current["toolchain"] or bound.get("toolchain") or {}
+        return f"the toolchain file {tc.get('path', '(none)')} changed since certification"
+    if bound.get("cmakeModules") != current["cmakeModules"]:
+        old, new = bound.get("cmakeModules") or {}, current["cmakeModules"]
+        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+        return f"cmake/ modules changed since certification: {', '.join(names)}"
+    if bound.get("worker") != current["worker"]:
+        return "the worker changed since certification"
+    return None
 
 
 def cert_path(forge: Forge, lane: str) -> Path:
@@ -162,15 +208,25 @@ def certify(
     rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
     rep_commit = str((up.get("digest") or {}).get("gitCommit"))
     rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
-    stale = [
-        (what, got, want)
-        for what, got, want in (
-            (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
-            ("upstream commit", rep_commit, m.commit),
-            ("patch series digest", rep_series, m.series_digest),
-        )
-        if got != want
+    current = bound_inputs(forge, recipe)
+    checks = [
+        (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
+        ("upstream commit", rep_commit, m.commit),
+        ("patch series digest", rep_series, m.series_digest),
     ]
+    if current["toolchain"] is not None:
+        tc = current["toolchain"]
+        deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
+        got = next(
+            (
+                str((d.get("digest") or {}).get("sha256"))
+                for d in deps
+                if d.get("name") == tc["path"]
+            ),
+            "none",
+        )
+        checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
+    stale = [(what, got, want) for what, got, want in checks if got != want]
     if stale:
         raise BadInput(
             f"{report}: the report does not match this checkout: "
@@ -199,6 +255,7 @@ def certify(
         "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
         "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
         "seriesDigest": m.series_digest,
+        "inputs": current,
         "report": {
             "name": report.name,
             "sha256": check.report.sha256,
@@ -240,6 +297,7 @@ def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
         certified_on=str(body.get("certifiedOn")),
         keyid=keyid,
         path=path,
+        inputs=body.get("inputs") if isinstance(body.get("inputs"), dict) else None,
     )
 
 
@@ -355,6 +413,13 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
+    lapse: str | None
+    try:
+        lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe))
+    except BadInput as err:  # a broken worker manifest: nothing can be said to match
+        lapse = f"the worker manifest is unreadable ({err})"
+    if lapse is not None:
+        return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)
 
 
