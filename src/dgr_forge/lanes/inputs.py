@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.lanes import stamps
+from dgr_forge.lanes import stamps, trees
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.plan import LanePlan
@@ -38,6 +38,9 @@ def _worker_files(top: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for name in sorted(filenames):
+            presets = name == trees.PRESETS and dirpath == str(top)
+            if presets and trees.forge_presets(top / name):  # the forge's, for IDEs: inert
+                continue
             count += 1
             if count > MAX_WORKER_FILES:
                 raise OperationFailed(
