@@ -223,3 +223,29 @@ def _statement(report: str) -> dict[str, Any]:
 
     envelope = json.loads(Path(report).read_text().splitlines()[0])
     return json.loads(base64.b64decode(envelope["payload"]))  # type: ignore[no-any-return]
+
+
+def test_worker_beside_the_checkout_hits_the_cache_from_another_path(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    from support.cache import ccache_hits, ccache_stats, doctor
+
+    from dgr_forge.lanes import cache
+
+    env = _env(tmp_path)
+    setup = cache.select(doctor(), "ccache", environ=env)
+    results = []
+    for where in ("one", "two/deeper"):
+        root = make_patched_root(tmp_path / where / "forge", upstream)
+        worker = make_worker(tmp_path / where / "shard-worker")  # the README's ../shard-worker
+        before = ccache_stats(setup, env)
+        res = _build(root, env, "--cache", "ccache", "--worker", str(worker))
+        assert res.code == 0, res
+        after = ccache_stats(setup, env)
+        results.append((res, {k: after.get(k, 0) - before.get(k, 0) for k in after}))
+    hits, calls = ccache_hits(results[1][1])
+    assert calls >= 4 and hits == calls, results[1][1]  # the worker's objects too
+    assert (
+        _lane(results[0][0])["artifacts"][0]["sha256"]
+        == _lane(results[1][0])["artifacts"][0]["sha256"]
+    )

@@ -34,7 +34,6 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import (
-    genbuild,
     gitview,
     inputs,
     logs,
@@ -42,9 +41,10 @@ from dgr_forge.lanes import (
     programs,
     stamps,
     trees,
+    truth,
     worker,
 )
-from dgr_forge.lanes.collect import RACY_NS, collect_artifacts, make_record
+from dgr_forge.lanes.collect import collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -251,49 +251,11 @@ class LaneBuilder:
         keyid = signing.keyid()  # the full load: refuses a missing or garbage key
         return fp if keyid == last.signed_by and fp is not None else None
 
-    def _changed_subjects(self, last: LastBuild | None) -> list[Path]:
-        """Recorded subjects whose bytes are no longer what the report says.
-
-        A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
-        recorded when it last hashed true, and that record is not racy (taken more than
-        `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
-        can set back: the check git's index makes, so a no-op build with hundreds of MB
-        of artifacts stays cheap."""
-        if last is None:
-            return []
-        changed = []
-        for art in last.artifacts:
-            path = Path(art.get("path", ""))
-            taken = time.time_ns()
-            try:
-                st = os.stat(path)
-            except OSError:
-                changed.append(path)
-                continue
-            seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-            rec = last.subject_stats.get(str(path))
-            if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
-                continue
-            if sha256_file(path) != art.get("sha256"):
-                changed.append(path)
-            else:
-                last.subject_stats[str(path)] = [*seen, taken]
-        return changed
-
-    def _report_true(self, last: LastBuild) -> bool:
-        """The report file and every byproduct it names are still the bytes recorded."""
-        named = {last.report or "": last.report_sha256 or "", **last.byproducts}
-        for path, digest in named.items():
-            p = Path(path)
-            if not digest or not p.is_file() or sha256_file(p) != digest:
-                return False
-        return True
-
     # -- the run
 
     def run(self) -> LaneResult:
         plan, ctx, st = self.plan, self.ctx, self.state
-        self._refuse_moved_inputs()
+        truth.refuse_moved_inputs(self)
         swapped = programs.changed(st.programs) if st.programs else []
         if swapped:
             # never objects of two compilers in one binary: configure and build it all again
@@ -321,7 +283,7 @@ class LaneBuilder:
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
-        changed = self._changed_subjects(last) if up_to_date else []
+        changed = truth.changed_subjects(last) if up_to_date else []
         for path in changed:
             # restore truth: Ninja relinks what is missing, whatever touched it
             self.out.warn(f"{plan.lane}: {self.forge.rel(path)} changed on disk; rebuilding it")
@@ -354,7 +316,7 @@ class LaneBuilder:
                     return self.result
                 no_work, whole = False, self._whole()
         fault.point("build.linked", plan.lane)
-        self._refuse_changed_during()
+        truth.refuse_changed_during(self)
 
         reuse = (
             up_to_date
@@ -364,7 +326,7 @@ class LaneBuilder:
             and not interrupted
             and not changed
             and fp is not None
-            and self._report_true(last)
+            and truth.report_true(last)
         )
         if reuse and last is not None:
             return self._reuse(last)
@@ -386,35 +348,6 @@ class LaneBuilder:
         st = self.state
         st.inputs_digest, st.programs = None, {}
         save_lane_state(self.forge, self.plan.lane, st)
-
-    def _refuse_moved_inputs(self) -> None:
-        """The recipe and manifest this run parsed are the bytes stamped under the lock."""
-        plan, snap = self.plan, self.snap
-        moved = []
-        if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
-            moved.append(plan.recipe.path)
-        if inputs.digest_of(snap, self.m.path) != self.ctx.manifest_sha256:
-            moved.append(self.m.path)
-        if moved:
-            self._changed_error(moved, "between reading it and taking the workspace lock")
-
-    def _refuse_changed_during(self) -> None:
-        """No report for inputs or programs that changed while configure and Ninja ran."""
-        moved = [Path(p) for p in stamps.changed(self.snap)]
-        progs = self.state.programs
-        moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
-        if moved:
-            self._mark_failed("build")
-            self._changed_error(moved, "while the build ran")
-
-    def _changed_error(self, moved: list[Path], when: str) -> None:
-        shown = ", ".join(self.forge.rel(p) for p in moved)
-        raise OperationFailed(
-            f"{self.plan.lane}: {shown} changed {when}; no report: it would name "
-            "digests the build did not read",
-            hint="let edits finish (or another workspace's export), then build again",
-            details={"lane": self.plan.lane, "changed": [str(p) for p in moved]},
-        )
 
     def _pin_switches(self, switches: tuple[str, ...]) -> None:
         """Arguments and digest for the tree about to be configured."""
@@ -462,7 +395,7 @@ class LaneBuilder:
                 hint=f"remove them from {self.forge.rel(plan.recipe.path)}, or fix their names",
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
-        self._check_launchers()
+        truth.check_launchers(self)
         st.programs = programs.snapshot(plan.build_dir, plan.launcher)
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
@@ -471,29 +404,6 @@ class LaneBuilder:
         st.configured_at = datetime.now(UTC).isoformat()
         save_lane_state(self.forge, lane, st)
         return True
-
-    def _check_launchers(self) -> str | None:
-        """The launcher the generated rules run (the report's `compilerLauncher`); exit 1
-        when it is not exactly the forge's choice (none included)."""
-        found = genbuild.read_launchers(self.plan.build_dir)
-        problems = found.problems(self.plan.launcher)
-        if problems:
-            self._mark_failed("configure")  # not configured: the next run re-checks
-            raise OperationFailed(
-                f"{self.plan.lane}: the generated build does not run what the forge chose: "
-                + "; ".join(problems),
-                hint="a launcher comes from the forge alone (--cache); remove the upstream's, "
-                "the toolchain file's or the recipe's (RULE_LAUNCH_*, *_LAUNCHER, "
-                "*_CLANG_TIDY), or name the upstream's switch in an issue",
-                details={
-                    "lane": self.plan.lane,
-                    "compile": sorted(found.compile),
-                    "link": sorted(found.link),
-                    "code_check": sorted(found.code_check),
-                    "chosen": self.plan.launcher,
-                },
-            )
-        return found.single()
 
     def _head_arg(self) -> list[str]:
         return [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
@@ -504,11 +414,6 @@ class LaneBuilder:
             if name not in own:
                 self.out.warn(f"{self.plan.lane}: CMake did not use {name} (set by the forge)")
         return [n for n in names if n in own]
-
-    def _refuse_undeclared(self) -> None:
-        options.refuse_undeclared(
-            self.forge, self.plan.recipe, self.plan.upstream_dir, self.m.commit
-        )
 
     def compile(self, log: IO[str], env: dict[str, str]) -> bool | None:
         """Run Ninja; True when it had no work, None when it failed."""
@@ -572,7 +477,7 @@ class LaneBuilder:
                 hint=f"delete {self.forge.rel(plan.build_dir)} and build again",
                 details={"lane": lane, "artifacts": [str(p) for p in gone]},
             )
-        record = make_record(self, reply, artifacts, self._check_launchers())
+        record = make_record(self, reply, artifacts, truth.check_launchers(self))
         from dgr_forge.attest import reports
 
         signer = self.ctx.signing.signer()
