@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -221,6 +222,7 @@ class LaneBuilder:
         self.epoch = 0
         self.log_path = plan.log_link
         self.lines: list[str] = []
+        self.programs: Future[dict[str, Any]] | None = None
 
     # -- decisions
 
@@ -302,6 +304,7 @@ class LaneBuilder:
             no_work = self.compile(log, env)
             if no_work is None:
                 return self.result
+            self._take_programs()
             whole = self._whole()
             if no_work and not (last is not None and last.input_digest == whole):
                 # inputs Ninja cannot see changed (an edit with an old mtime, a state
@@ -314,6 +317,7 @@ class LaneBuilder:
                 env = self._env()
                 if not self.configure(log, env) or self.compile(log, env) is None:
                     return self.result
+                self._take_programs()
                 no_work, whole = False, self._whole()
         fault.point("build.linked", plan.lane)
         truth.refuse_changed_during(self)
@@ -331,6 +335,12 @@ class LaneBuilder:
         if reuse and last is not None:
             return self._reuse(last)
         return self.collect(changed, whole)
+
+    def _take_programs(self) -> None:
+        """The programs configure resolved, hashed meanwhile (`programs.start`)."""
+        if self.programs is not None:
+            self.state.programs, self.programs = self.programs.result(), None
+            save_lane_state(self.forge, self.plan.lane, self.state)
 
     def _whole(self) -> str:
         spec = self.plan.spec
@@ -396,7 +406,7 @@ class LaneBuilder:
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
         truth.check_launchers(self)
-        st.programs = programs.snapshot(plan.build_dir, plan.launcher)
+        self.programs = programs.start(plan.build_dir, plan.launcher)  # hashed while Ninja runs
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
         st.head_commit = self.head

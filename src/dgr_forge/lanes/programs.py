@@ -7,6 +7,10 @@ launcher, each by resolved path, version and a `stamps` stamp. A change of any o
 since configure (a compiler replaced at the same path) means a fresh configure and a full
 rebuild of the lane, never objects of two compilers in one binary; a change during the
 build means no report.
+
+Hashing a compiler proper is ~70 MB (cc1 + cc1plus): `start()` does it on worker threads
+while Ninja compiles, from stat records taken when configure ended; a file whose stat moved
+meanwhile is recorded as changed, never as what it became.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +27,10 @@ from dgr_forge.lanes import genbuild, stamps
 
 # what each GCC driver runs: its compiler proper, assembler and linker
 _INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
-# programs whose version the report needs from `--version` (compilers: the File API's)
+# what the build runs besides the compilers (the File API gives their versions); the
+# other binutils CMake finds (nm, objcopy, strip, ...) are not run by a build
 _VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
+CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -36,37 +43,89 @@ def _first_line(cmd: list[str]) -> str:
 
 
 def _internal(compiler: str, lang: str) -> dict[str, str]:
-    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none)."""
-    out = {}
-    for name in (*_INTERNAL.get(lang, ()), *_INTERNAL[""]):
-        found = _first_line([compiler, f"-print-prog-name={name}"])
-        if found and not found.startswith("/"):
-            found = shutil.which(found) or ""  # the driver runs it from PATH
-        if found.startswith("/") and os.path.isfile(found):
-            out[name] = found
+    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none).
+    One driver call finds its compiler proper; collect2, as and ld are looked up where the
+    driver looks: beside it, then PATH."""
+    proper = _INTERNAL.get(lang, ())
+    if not proper:
+        return {}
+    found = _first_line([compiler, f"-print-prog-name={proper[0]}"])
+    if not found.startswith("/") or not os.path.isfile(found):
+        return {}
+    out = {proper[0]: found}
+    libexec = os.path.dirname(found)
+    for name in _INTERNAL[""]:
+        beside = os.path.join(libexec, name)
+        where = beside if os.path.isfile(beside) else shutil.which(name)
+        if where:
+            out[name] = where
     return out
 
 
-def snapshot(build_dir: Path, launcher: str | None) -> dict[str, dict[str, Any]]:
-    """name -> {path (resolved), version, stamp} for every program of the configured lane."""
+def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]]:
+    """name -> (path as CMake has it, version) for every program the build runs."""
+    cache = genbuild.programs(build_dir)
     found: dict[str, tuple[str, str]] = {}
-    for var, path in genbuild.programs(build_dir).items():
-        if var.endswith("_COMMAND") or not os.path.isabs(path):  # cmake, ctest, cpack
-            continue
-        version = _first_line([path, "--version"]) if var in _VERSIONED else ""
-        found[var] = (path, version)
-        if var.endswith("_COMPILER") and var.count("_") == 2:
-            lang = var.split("_")[1]
-            for name, internal in _internal(path, lang).items():
-                found.setdefault(f"{var}:{name}", (internal, ""))
+    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        versions = {
+            v: pool.submit(_first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
+        }
+        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
+        for var, path in sorted(compilers.items()):
+            if os.path.isabs(path):
+                found[var] = (path, "")
+        for var, future in sorted(versions.items()):
+            if os.path.isabs(cache[var]):
+                found[var] = (cache[var], future.result())
+        for var, pending in sorted(internal.items()):
+            for name, path in pending.result().items():
+                found.setdefault(f"{var}:{name}", (path, ""))
     if launcher:
         found["launcher"] = (launcher, "")
+    return found
+
+
+def start(build_dir: Path, launcher: str | None) -> Future[dict[str, dict[str, Any]]]:
+    """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
+    what CMake resolved are taken now, before anything else runs."""
+    early = {}
+    for path in genbuild.programs(build_dir).values():
+        real = os.path.realpath(path)
+        try:
+            early[real] = os.stat(real)
+        except OSError:
+            continue
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(snapshot, build_dir, launcher, early)
+    pool.shutdown(wait=False)
+    return future
+
+
+def snapshot(
+    build_dir: Path, launcher: str | None, early: dict[str, os.stat_result] | None = None
+) -> dict[str, dict[str, Any]]:
+    """name -> {path (resolved), as, version, stamp} for every program of the lane. With
+    `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    found = _resolve(build_dir, launcher)
+    real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        stamped = {p: pool.submit(stamps.stamp, Path(p)) for p in sorted(set(real.values()))}
+        done = {p: f.result() for p, f in stamped.items()}
     out: dict[str, dict[str, Any]] = {}
     for name, (path, version) in sorted(found.items()):
-        real = os.path.realpath(path)
-        stamp = stamps.stamp(Path(real))
-        if stamp is not None:
-            out[name] = {"path": real, "as": path, "version": version, "stamp": stamp}
+        stamp = done[real[name]]
+        if stamp is None:
+            continue
+        before = (early or {}).get(real[name])
+        seen = (
+            [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
+            if before
+            else None
+        )
+        if seen is not None and seen != stamp[1:5]:
+            stamp = [CHANGED, *seen, stamp[5]]
+        out[name] = {"path": real[name], "as": path, "version": version, "stamp": stamp}
     return out
 
 
