@@ -109,9 +109,13 @@ def snapshot(
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
     found = _resolve(build_dir, launcher)
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
+    host = stamps.load_host()  # settled stamps of this user's programs: a stat, no hash
     with ThreadPoolExecutor(max_workers=2) as pool:
-        stamped = {p: pool.submit(stamps.stamp, Path(p)) for p in sorted(set(real.values()))}
+        stamped = {
+            p: pool.submit(stamps.stamp, Path(p), host.get(p)) for p in sorted(set(real.values()))
+        }
         done = {p: f.result() for p, f in stamped.items()}
+    stamps.save_host({p: s for p, s in done.items() if s is not None and s != host.get(p)})
     out: dict[str, dict[str, Any]] = {}
     for name, (path, version) in sorted(found.items()):
         stamp = done[real[name]]

@@ -9,12 +9,14 @@ content decides, never mtime alone. The check git's index makes.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 
 RACY_NS = 50_000_000
 Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
@@ -72,3 +74,31 @@ def valid_map(data: Any) -> dict[str, Stamp]:
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and _valid(v)}
+
+
+# ----------------------------------------------------------------------------- host cache
+
+_HOST_MAX = 512  # entries: programs of a few toolchains
+
+
+def host_cache_file() -> Path:
+    """This user's stamps of programs (compilers: ~70 MB to hash), shared by workspaces."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dgr-forge" / "program-stamps.json"
+
+
+def load_host() -> dict[str, Stamp]:
+    try:
+        with host_cache_file().open("rb") as fh:
+            data = fh.read(1 << 20)
+        return valid_map(json.loads(data))
+    except (OSError, ValueError):
+        return {}
+
+
+def save_host(new: dict[str, Stamp]) -> None:
+    """Merge `new` into the host cache (best effort: an unwritable home changes nothing)."""
+    merged = {**load_host(), **new}
+    keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
+    with contextlib.suppress(OSError):
+        atomic_write_text(host_cache_file(), json.dumps(keep, sort_keys=True))
