@@ -33,13 +33,36 @@ _VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
 CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
 
 
-def _first_line(cmd: list[str]) -> str:
+def _run_first_line(cmd: list[str]) -> str:
     try:
         done = proc.capture(cmd, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     text = (done.stdout or done.stderr or "").strip()
     return text.splitlines()[0][:200] if done.returncode == 0 and text else ""
+
+
+def _probe_key(cmd: list[str]) -> str | None:
+    """A program's answer is kept per exact file (its stat record) and argument."""
+    try:
+        real = os.path.realpath(cmd[0])
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{cmd[1]}"
+
+
+_PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
+
+
+def _first_line(cmd: list[str]) -> str:
+    key = _probe_key(cmd)
+    if key is not None and key in _PROBES:
+        return _PROBES[key]
+    line = _run_first_line(cmd)
+    if key is not None:
+        _PROBES[key] = line
+    return line
 
 
 def _internal(compiler: str, lang: str) -> dict[str, str]:
@@ -107,7 +130,9 @@ def snapshot(
 ) -> dict[str, dict[str, Any]]:
     """name -> {path (resolved), as, version, stamp} for every program of the lane. With
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    _PROBES.update(stamps.load_host_probes())
     found = _resolve(build_dir, launcher)
+    stamps.save_host_probes(dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
     host = stamps.load_host()  # settled stamps of this user's programs: a stat, no hash
     with ThreadPoolExecutor(max_workers=2) as pool:

@@ -102,3 +102,27 @@ def save_host(new: dict[str, Stamp]) -> None:
     keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
     with contextlib.suppress(OSError):
         atomic_write_text(host_cache_file(), json.dumps(keep, sort_keys=True))
+
+
+def _probes_file() -> Path:
+    return host_cache_file().with_name("program-probes.json")
+
+
+def load_host_probes() -> dict[str, str]:
+    """Programs' `--version` / `-print-prog-name` answers, keyed by file stat and argument."""
+    try:
+        with _probes_file().open("rb") as fh:
+            data = json.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def save_host_probes(probes: dict[str, str]) -> None:
+    if probes == load_host_probes():
+        return
+    keep = dict(list(probes.items())[-_HOST_MAX:])
+    with contextlib.suppress(OSError):
+        atomic_write_text(_probes_file(), json.dumps(keep, sort_keys=True))
