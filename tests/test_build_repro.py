@@ -233,6 +233,8 @@ def test_worker_beside_the_checkout_hits_the_cache_from_another_path(
     from dgr_forge.lanes import cache
 
     env = _env(tmp_path)
+    if cache.locate(doctor(), "ccache") is None:
+        pytest.skip("ccache not installed (the 'cache' extra)")
     setup = cache.select(doctor(), "ccache", environ=env)
     results = []
     for where in ("one", "two/deeper"):
@@ -249,3 +251,17 @@ def test_worker_beside_the_checkout_hits_the_cache_from_another_path(
         _lane(results[0][0])["artifacts"][0]["sha256"]
         == _lane(results[1][0])["artifacts"][0]["sha256"]
     )
+
+
+def test_a_launcher_the_forge_did_not_choose_is_exit_1(tmp_path: Path, upstream: Upstream) -> None:
+    root = make_patched_root(tmp_path / "forge", upstream)
+    toolchain = root / "toolchains" / "gcc.cmake"
+    # a launcher set behind the forge's back (as ggml's RULE_LAUNCH_COMPILE does)
+    toolchain.write_text(
+        toolchain.read_text() + "set_property(GLOBAL PROPERTY RULE_LAUNCH_COMPILE /usr/bin/env)\n"
+    )
+    res = _build(root, clean_env(), "--cache", "off")
+    assert res.code == 1, res
+    assert "/usr/bin/env" in res.stderr and "the forge chose none" in res.stderr
+    assert res.json["compile"] == ["/usr/bin/env"] and res.json["chosen"] is None
+    assert not list((root / ".dgr" / "reports").glob("*.jsonl"))

@@ -159,10 +159,11 @@ def snapshot(
 
 
 def changed(programs: dict[str, dict[str, Any]]) -> list[str]:
-    """Names of the programs whose file is no longer what was recorded."""
+    """Names of the programs whose file is no longer what was recorded (or that moved
+    while they were being hashed)."""
     known = {p["path"]: p["stamp"] for p in programs.values()}
     gone = set(stamps.changed(known))
-    return [name for name, p in programs.items() if p["path"] in gone]
+    return [name for name, p in programs.items() if p["path"] in gone or p["stamp"][0] == CHANGED]
 
 
 def refresh(programs: dict[str, dict[str, Any]]) -> None:
