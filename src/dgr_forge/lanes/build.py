@@ -179,7 +179,8 @@ class BuildContext:
         self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
         self.signing = SigningKey(opts.key, opts.sign, out)
         self.patched: PatchedTree | None = None
-        self.manifest_sha256 = ""  # of the manifest `m` was parsed from (build() sets it)
+        # of the manifest bytes `m` was parsed from: build() sets it from before the parse
+        self.manifest_sha256 = sha256_file(m.path)
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
