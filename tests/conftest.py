@@ -9,6 +9,7 @@ import pytest
 from forgetest import Upstream, make_forge_root, make_upstream
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from support.demo import DemoTour, make_demo
 
 
 def _hypothesis_home() -> Path:
@@ -57,3 +58,9 @@ def upstream(tmp_path: Path, _upstream_template: Upstream) -> Upstream:
 def forge_root(tmp_path: Path, upstream: Upstream) -> Path:
     """A forge root pinning `upstream` at its head, with an empty patch series."""
     return make_forge_root(tmp_path / "forge", upstream)
+
+
+@pytest.fixture(scope="session")
+def demo_tour(tmp_path_factory: pytest.TempPathFactory) -> DemoTour:
+    """`dgr-forge demo DIR` run once (offline, no key but the demo's); see support.demo."""
+    return make_demo(tmp_path_factory.mktemp("demo"))

@@ -406,3 +406,107 @@ def test_sccache_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
             cache.stop_server(setup_b)
         assert calls >= 8 and hits >= 0.8 * calls, (hits, calls)
         assert store.objects == objects  # read-only: nothing written remotely
+
+
+# ----------------------------------------------------------------------------- DGR_CACHE_DIR
+
+
+def test_sccache_data_goes_to_dgr_cache_dir_never_home(tmp_path: Path) -> None:
+    """sccache's local cache and the dist client's toolchains follow DGR_CACHE_DIR, by
+    default <workspace>/cache; SCCACHE_DIR or the config's own [cache.disk] dir win."""
+    ws = tmp_path / "ws"
+    setup = cache.select(doctor(), "sccache", workspace=ws, environ=clean_env())
+    assert setup.env["SCCACHE_DIR"] == str(ws.absolute() / "cache" / "sccache")
+    assert setup.server_env == {"XDG_CACHE_HOME": str(ws.absolute() / "cache")}
+    assert "XDG_CACHE_HOME" not in setup.env  # the server's alone, not every compile's
+    mine = tmp_path / "mine"
+    env = clean_env(DGR_CACHE_DIR=str(mine))
+    setup = cache.select(doctor(), "sccache", workspace=ws, environ=env)
+    assert setup.env["SCCACHE_DIR"] == str(mine / "sccache")
+    assert setup.server_env["XDG_CACHE_HOME"] == str(mine)
+    own = clean_env(DGR_CACHE_DIR=str(mine), SCCACHE_DIR=str(tmp_path / "x"))
+    assert "SCCACHE_DIR" not in cache.select(doctor(), "sccache", workspace=ws, environ=own).env
+    conf = tmp_path / "conf.toml"
+    conf.write_text(f'[cache.disk]\ndir = "{tmp_path / "disk"}"\n')
+    env = clean_env(SCCACHE_CONF=str(conf))
+    assert "SCCACHE_DIR" not in cache.select(doctor(), "sccache", workspace=ws, environ=env).env
+
+
+@pytest.mark.parametrize("kind", ["nul", "newline", "file", "world", "link", "huge"])
+def test_hostile_dgr_cache_dir_is_exit_2(tmp_path: Path, kind: str) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    target = tmp_path / "c"
+    value = str(target)
+    if kind == "nul":
+        value = str(target) + "\0x"
+    elif kind == "newline":
+        value = str(target) + "\nx"
+    elif kind == "file":
+        target.write_text("")
+    elif kind == "world":
+        target.mkdir()
+        target.chmod(0o777)
+    elif kind == "huge":
+        value = "/" + "x/" * 3000
+    env = clean_env() if kind == "link" else clean_env(DGR_CACHE_DIR=value)
+    if kind == "link":  # the default place, planted as a link to somewhere else
+        target.mkdir()
+        (ws / "cache").symlink_to(target)
+    with pytest.raises(BadInput) as err:
+        cache.select(doctor(), "sccache", workspace=ws, environ=env)
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+    assert ("DGR_CACHE_DIR" in str(err.value)) or kind == "link"
+    assert not list(target.iterdir()) if target.is_dir() else True
+
+
+def test_relative_and_dotted_dgr_cache_dir_are_resolved(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    env = clean_env(DGR_CACHE_DIR=str(tmp_path / "a" / ".." / "-c"))
+    setup = cache.select(doctor(), "sccache", workspace=tmp_path / "ws", environ=env)
+    assert setup.server_env["XDG_CACHE_HOME"] == str(tmp_path.resolve() / "-c")
+
+
+# ----------------------------------------------------------------------------- sccache-dist
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["-x", "ftp://127.0.0.1:1", "http://127.0.0.1:1/api", "http://", "file:///x", "http://h:x1"],
+)
+def test_a_scheduler_url_sccache_would_refuse_is_an_error_without_a_connection(url: str) -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    client = sccache_dist.client({"dist": {"scheduler_url": url, "auth": {"token": SECRET}}})
+    assert client is not None and client.auth == "insecure"  # no type: sccache's default
+    check = sccache_dist.check(client, timeout=0.01)
+    assert check.status == "error" and "http://HOST:10600" in (check.fix or "")
+    assert SECRET not in str(check.as_dict())
+
+
+def test_dist_client_reads_token_flavours_and_never_shows_the_token() -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    url = f"http://ci:{SECRET}@127.0.0.1:1"
+    token = sccache_dist.client(
+        {"dist": {"scheduler_url": url, "auth": {"type": "token", "token": SECRET}}}
+    )
+    assert token is not None and token.auth == "token" and token.token == SECRET
+    assert token.shown == "http://***@127.0.0.1:1" and SECRET not in repr(token)
+    oauth = sccache_dist.client(
+        {"dist": {"scheduler_url": url, "auth": {"type": "oauth2_implicit", "client_id": "x"}}}
+    )
+    assert oauth is not None and oauth.auth == "oauth2_implicit" and oauth.token is None
+    assert sccache_dist.client({"dist": {"scheduler_url": 5}}) is None
+    assert sccache_dist.client({"dist": "x"}) is None and sccache_dist.client({}) is None
+
+
+def test_a_token_with_a_line_break_is_an_error_that_never_shows_it() -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    auth = {"type": "token", "token": SECRET + "\r\nX-Evil: 1"}
+    client = sccache_dist.client({"dist": {"scheduler_url": "http://127.0.0.1:1", "auth": auth}})
+    assert client is not None
+    check = sccache_dist.check(client, timeout=0.01)
+    assert check.status == "unauthorized" and "control character" in check.detail
+    assert SECRET not in str(check.as_dict()) + check.line()

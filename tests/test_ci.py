@@ -218,8 +218,11 @@ def test_pull_requests_never_see_the_signing_key(root: Path) -> None:
         for step in job["steps"]
         if "secrets." in str(step)
     ]
-    assert secret_users == [("sign", sign_build)]
-    assert text.count("secrets.") == 1
+    # the roller's pull-request step reads its own optional token, never the signing key
+    bump_pr = next(s for s in jobs["canary"]["steps"] if "gh pr create" in s.get("run", ""))
+    assert secret_users == [("sign", sign_build), ("canary", bump_pr)]
+    assert text.count("secrets.DGR_SIGNING_KEY") == 1
+    assert text.count("secrets.") == 1 + str(bump_pr).count("secrets.DGR_BUMP_TOKEN")
     assert "DGR_SIGNING_KEY" not in str(yaml.safe_load(text).get("env", {}))
 
 
@@ -228,6 +231,10 @@ def test_least_privilege_and_pinned_actions(root: Path) -> None:
     data = yaml.safe_load(text)
     assert data["permissions"] == {}
     for name, job in data["jobs"].items():
+        if name == "canary":  # the roller pushes a branch and opens a pull request
+            assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+            assert job["environment"] == "upstream-bump"
+            continue
         assert job["permissions"] == {"contents": "read"}, name
         for step in job["steps"]:
             uses = step.get("uses")
@@ -301,20 +308,20 @@ def test_nightly_canary_and_cache_proof(root: Path) -> None:
     for name in ("check", "lane"):
         assert "github.event_name != 'schedule'" in jobs[name]["if"]
     canary = jobs["canary"]["steps"]
-    head = next(s for s in canary if "ls-remote" in s.get("run", ""))
-    assert 'git ls-remote -- "$DGR_UPSTREAM_URL" HEAD' in head["run"]
+    bump = next(s for s in canary if "dgr-forge bump" in s.get("run", ""))
+    assert "dgr-forge bump --json --report bump.md > bump.json" in bump["run"]
+    assert "--dry-run" not in bump["run"] and "::warning" in bump["run"]
+    assert bump["id"] == "bump"
     assert data["env"]["DGR_UPSTREAM_URL"] == "https://example.invalid/llama.cpp.git"
-    replay = next(s for s in canary if "dgr-forge rebase" in s.get("run", ""))
-    assert (
-        'dgr-forge rebase --onto "$DGR_CANARY_ONTO" --dry-run --json --report canary.md'
-        in replay["run"]
-    )
-    assert "::warning" in replay["run"]
     upload = next(s for s in canary if s.get("uses", "").startswith("actions/upload-artifact"))
-    assert upload["if"] == "${{ always() }}" and "canary.md" in upload["with"]["path"]
+    assert upload["if"] == "${{ always() }}" and "bump.md" in upload["with"]["path"]
+    request = next(s for s in canary if "gh pr create" in s.get("run", ""))
+    assert request["if"] == "${{ steps.bump.outputs.moved == 'true' }}"
+    assert "--body-file bump.md" in request["run"] and "git push" in request["run"]
+    assert "DGR_SIGNING_KEY" not in str(jobs["canary"])
     last = canary[-1]
-    assert last["run"] == 'exit "${CANARY_STATUS:-1}"'
-    assert last["env"]["CANARY_STATUS"] == "${{ steps.canary.outputs.status }}"
+    assert last["run"] == 'exit "${BUMP_STATUS:-1}"'
+    assert last["env"]["BUMP_STATUS"] == "${{ steps.bump.outputs.status }}"
 
     proof = jobs["cache-proof"]
     assert proof["strategy"]["matrix"]["include"][0]["lane"] == "cpu"
@@ -469,8 +476,12 @@ def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
     assert canary["rules"] == [
         {"if": '$CI_PIPELINE_SOURCE == "schedule" || $CI_PIPELINE_SOURCE == "web"'}
     ]
-    assert any("--dry-run --json --report canary.md" in line for line in canary["script"])
-    assert canary["artifacts"]["paths"] == ["canary.md", "canary.json"]
+    assert canary["script"][0] == "dgr-forge bump --json --report bump.md > bump.json || status=$?"
+    assert canary["environment"] == {"name": "upstream-bump"}
+    request = next(line for line in canary["script"] if "merge_requests" in line)
+    assert "description@bump.md" in request and "DGR_BUMP_TOKEN" in request
+    assert "DGR_SIGNING_KEY" not in str(canary)
+    assert canary["artifacts"]["paths"] == ["bump.md", "bump.json", ".dgr/reports/"]
     proof = " ".join(data["cache-proof"]["script"])
     assert "--cache off" in proof and "report compare" in proof
 
@@ -828,11 +839,13 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
     assert "identical subjects" in proc.stderr
 
 
-def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None:
-    """The rendered GitHub canary steps, run in order as Actions would (GITHUB_ENV and
-    GITHUB_OUTPUT honoured): upstream's HEAD moved under patch 0001, so the replay step
-    warns, the report names the patch and the upstream commit, and the last step fails
-    the job with exit 3."""
+def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None:
+    """The rendered GitHub roller steps, run in order as Actions would (GITHUB_ENV,
+    GITHUB_OUTPUT, step `if:` and `env:` honoured; `gh` is a stand-in that records its
+    calls; `origin` a local bare repository): upstream moved by a clean commit, then one
+    that conflicts with patch 0001. The pin moves to the clean one, a branch with the new
+    manifest is pushed, a pull request is opened with the report as its body, and the last
+    step fails the job with exit 3 (stopped short)."""
     import subprocess
 
     from forgetest import forge_cmd, forge_env
@@ -840,6 +853,7 @@ def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None
 
     s = make_series(tmp_path, upstream)
     (s.root / "recipes" / "cpu.toml").write_text(CPU)
+    clean = s.upstream.commit({"docs/clean.md": "clean\n"}, "docs: clean")
     culprit = upstream_edit(
         s.upstream,
         "src/llama.cpp",
@@ -847,13 +861,28 @@ def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None
         "    return layer < 0 ? -1 : 0; /* upstream: validate */\n",
         "llama: validate the layer index",
     )
-    manifest_before = s.manifest.read_bytes()
-    steps = github_jobs(render(s.root))["canary"]["steps"]
+    workflow = s.root / ".github" / "workflows" / "dgr-forge.yml"
+    workflow.parent.mkdir(parents=True)
+    workflow.write_text(render(s.root))
+    (s.root / ".gitignore").write_text(".dgr/\n")
+    origin = tmp_path / "origin.git"
+    sh_git(tmp_path, "init", "-q", "--bare", str(origin))
+    for args in (("init", "-q"), ("add", "-A"), ("commit", "-q", "-m", "forge root")):
+        sh_git(s.root, *args)
+    sh_git(s.root, "remote", "add", "origin", str(origin))
+    sh_git(s.root, "push", "-q", "origin", "HEAD:refs/heads/main")
+    steps = github_jobs(workflow.read_text())["canary"]["steps"]
     scripts = [step for step in steps if "run" in step]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "dgr-forge").write_text("#!/bin/sh\nexec " + " ".join(forge_cmd()) + ' "$@"\n')
-    (bindir / "dgr-forge").chmod(0o755)
+    gh_log = tmp_path / "gh.log"
+    # `gh pr view` finds no open pull request; every call is recorded
+    (bindir / "gh").write_text(
+        f'#!/bin/sh\nprintf "%s\\n" "$*" >> {gh_log}\n[ "$1 $2" != "pr view" ]\n'
+    )
+    for tool in ("dgr-forge", "gh"):
+        (bindir / tool).chmod(0o755)
     github_env, github_output = tmp_path / "github_env", tmp_path / "github_output"
     env = forge_env(
         {
@@ -862,37 +891,90 @@ def test_the_nightly_canary_runs_for_real(upstream: Any, tmp_path: Path) -> None
             "GITHUB_ENV": str(github_env),
             "GITHUB_OUTPUT": str(github_output),
             "GITHUB_PATH": str(tmp_path / "github_path"),
+            "GITHUB_WORKFLOW_REF": "owner/repo/.github/workflows/dgr-forge.yml@refs/heads/main",
             "RUNNER_TEMP": str(tmp_path / "runner-temp"),
         }
     )
-    results = []
+    outputs: dict[str, str] = {}
+
+    def expression(value: str) -> str:
+        """The few `${{ }}` expressions the roller's steps use, as Actions evaluates them."""
+        if not value.startswith("${{"):
+            return value
+        inner = value.strip("${} ")
+        if inner == "steps.bump.outputs.moved == 'true'":
+            return str(outputs.get("moved") == "true").lower()
+        if inner.startswith("steps.bump.outputs."):
+            return outputs.get(inner.rsplit(".", 1)[1], "")
+        return {
+            "secrets.DGR_BUMP_TOKEN || github.token": "job-token",
+            "secrets.DGR_BUMP_TOKEN != ''": "false",
+            "github.event.repository.default_branch": "main",
+        }[inner]
+
+    results = {}
     for step in scripts[1:]:  # [0] installs dgr-forge from PyPI: the shim stands in for it
-        for file in (github_env, github_output):
-            if file.exists():
-                for line in file.read_text().splitlines():
-                    key, value = line.split("=", 1)
-                    env[key if file is github_env else f"OUT_{key}"] = value
-        step_env = {
-            key: (env.get("OUT_status", "") if "steps.canary.outputs.status" in value else value)
-            for key, value in step.get("env", {}).items()
-        }
-        results.append(
-            subprocess.run(
-                ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
-                cwd=s.root,
-                env={**env, **step_env},
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+        if github_output.exists():
+            outputs.update(line.split("=", 1) for line in github_output.read_text().splitlines())
+        if "if" in step and expression(step["if"]) != "true":
+            continue
+        step_env = {key: expression(value) for key, value in step.get("env", {}).items()}
+        results[step["name"].split(" ")[0]] = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+            cwd=s.root,
+            env={**env, **step_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
-    head, replay, fail = results
-    assert head.returncode == 0, head.stderr
-    assert env["DGR_CANARY_ONTO"] == sh_git(s.upstream.path, "rev-parse", "HEAD")
-    assert replay.returncode == 0, (replay.stdout, replay.stderr)
-    assert "::warning title=upstream canary::" in replay.stdout
-    assert json.loads(replay.stdout.split("::warning")[0])["would_conflict"] is True
-    report = (s.root / "canary.md").read_text()
-    assert "0001-" in report and culprit[:12] in report
+    bump, push, fail = results["Bump"], results["Push"], results["Fail"]
+    assert bump.returncode == 0, (bump.stdout, bump.stderr)
+    assert "::warning title=upstream roller::" in bump.stdout
+    data = json.loads(bump.stdout.split("::warning")[0])
+    assert data["newest_clean"] == clean and data["first_breaking"]["commit"] == culprit
+    assert push.returncode == 0, (push.stdout, push.stderr)
+    branch = f"dgr-forge/bump-{clean[:12]}"
+    pushed = sh_git(origin, "show", f"{branch}:manifests/llama.cpp.toml")
+    assert f'commit = "{clean}"' in pushed
+    calls = gh_log.read_text().splitlines()
+    assert calls[0] == "auth setup-git"
+    create = next(c for c in calls if c.startswith("pr create"))
+    assert f"--base main --head {branch}" in create and "--body-file bump.md" in create
+    report = (s.root / "bump.md").read_text()
+    assert culprit[:12] in report and "0001-" in report
+    # without DGR_BUMP_TOKEN the workflow file is not pushed (GitHub refuses it): the
+    # request says how to re-render it
+    assert "re-render it" in report
+    assert sh_git(origin, "diff", "main", branch, "--name-only").splitlines() == [
+        "manifests/llama.cpp.toml"
+    ]
     assert fail.returncode == 3
-    assert s.manifest.read_bytes() == manifest_before
+
+
+def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
+    """`ci/bump.toml` `[bump] open_request = false`: the roller still bumps and uploads its
+    report, read-only, in no environment, with no request step; bad settings exit 2."""
+    (root / "ci").mkdir()
+    settings = root / "ci" / "bump.toml"
+    settings.write_text("schema = 1\n[bump]\nopen_request = false\n")
+    job = github_jobs(render(root))["canary"]
+    assert job["permissions"] == {"contents": "read"} and "environment" not in job
+    assert any("dgr-forge bump" in s.get("run", "") for s in job["steps"])
+    assert not any("gh pr" in s.get("run", "") for s in job["steps"])
+    assert "secrets." not in str(job)
+    gitlab = yaml.safe_load(render(root, "gitlab"))["canary"]
+    assert "environment" not in gitlab and "merge_requests" not in str(gitlab)
+    findings = validate(tmp_path, render(root), render(root, "gitlab"), "auditor")
+    assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
+    for bad, words in (
+        ("schema = 1\n[bump]\nopen_request = 'no'\n", "bump.open_request"),
+        ("schema = 1\n[bump]\nopen = false\n", "bump.open"),
+        ("schema = 2\n", "schema"),
+    ):
+        settings.write_text(bad)
+        r = run_forge("--root", str(root), "ci", "render")
+        assert r.code == 2 and "ci/bump.toml" in r.stderr and words in r.stderr, r
+    settings.unlink()
+    settings.symlink_to(root / "manifests" / "llama.cpp.toml")
+    r = run_forge("--root", str(root), "ci", "render")
+    assert r.code == 2 and "not a regular file" in r.stderr, r

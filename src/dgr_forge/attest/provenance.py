@@ -1,6 +1,6 @@
 """A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate.
 
-Choices this project documents (README, "Signed reports"):
+Choices this project documents (docs/build-and-reports.md, "Signed reports"):
 
 * `buildType` is `BUILD_TYPE`, this project's own URI; the parameters below are its schema.
 * `subject[].name` is the artifact's path relative to the workspace (`build/<lane>/...`),

@@ -200,7 +200,9 @@ class Verification:
 def _check_signature(v: Verification) -> None:
     env = v.report.envelope
     if not env.signatures:
-        v.failures.append("unsigned: the report has no signatures (it was written with --no-sign)")
+        v.failures.append(
+            "unsigned: the report has no signatures (built with --no-sign, or with no key)"
+        )
         return
     if v.key is None:
         raise BadInput(

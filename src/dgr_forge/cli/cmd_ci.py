@@ -79,7 +79,7 @@ def render_command(
         lanes = recipes.load_all(forge.recipes_dir, forge.root)
         pin = manifest.load(forge.upstream_manifest, forge.root)
         reqs = ci.requirements(forge.root)
-        text = ci.render(which, lanes, pin, reqs)
+        text = ci.render(which, lanes, pin, reqs, ci.bump_request(forge.root))
         fields: dict[str, Any] = {
             "provider": which.name,
             "lanes": sorted(lanes),

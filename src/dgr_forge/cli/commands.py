@@ -12,10 +12,12 @@ MODULES: list[str] = [
     "fetch",
     "patch",
     "rebase",
+    "bump",
     "build",
     "report",
     "artifacts",
     "ci",
+    "demo",
 ]
 
 _registered = False

@@ -90,3 +90,27 @@ def stream(
         if buf:
             on_line(buf.decode(errors="replace"))
         return proc.wait()
+
+
+def spawn(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start a long-running child the caller owns and stops (a server for one build): stdin
+    closed, stdout and stderr written to `log` (else discarded), in its own session so a
+    terminal's Ctrl-C reaches only the forge, which then stops it in order."""
+    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            list(cmd),
+            env=None if env is None else dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        if not isinstance(sink, int):
+            sink.close()

@@ -21,7 +21,7 @@ import re
 import shutil
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -35,6 +35,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import (
+    cache_session,
     gitview,
     inputs,
     logs,
@@ -181,6 +182,7 @@ class BuildContext:
         self.patched: PatchedTree | None = None
         # of the manifest bytes `m` was parsed from: build() sets it from before the parse
         self.manifest_sha256 = sha256_file(m.path)
+        self.cache: cache_session.CacheSession | None = None  # the build's cache session
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
@@ -374,6 +376,9 @@ class LaneBuilder:
         env = dict(os.environ)
         gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
         env.update(self.plan.cache.env)
+        if self.ctx.cache is not None:  # this lane's own cache counters start here
+            statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
+            env.update(self.ctx.cache.begin(statslog))
         env["SOURCE_DATE_EPOCH"] = str(self.epoch)
         env["NINJA_STATUS"] = "[%f/%t] "
         env.setdefault("CLICOLOR_FORCE", "0")
@@ -448,6 +453,11 @@ class LaneBuilder:
 
             code, lines = logs.run_logged(cmd, log, env, on_line)
         self.result.timings["build"] = time.monotonic() - t
+        if self.ctx.cache is not None:  # what the cache did in this build, for the report
+            figures = self.ctx.cache.figures()
+            self.result.cache = {**self.plan.cache.record(), **figures}
+            if figures:
+                self.out.info(f"{lane}: {cache_session.describe(self.result.cache)}")
         self.result.ninja_steps = steps[0]
         if code != 0:
             self.fail("build", lines)
@@ -600,14 +610,28 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
     results: list[LaneResult] = []
     with workspace_lock(forge, out):
         refuse_during_rebase(forge)
+        if cache.tool == "sccache":
+            # again, now that the workspace exists: the base directories (and the server's
+            # socket) of a first build are then those of every later one
+            cache = cache_mod.select(
+                doctor,
+                opts.cache,
+                opts.cache_mode,
+                workspace=forge.workspace,
+                root=forge.root,
+                worker=spec.source_dir if spec is not None and spec.url is None else None,
+            )
+            plans = [replace(p, cache=cache) for p in plans]
         ctx = BuildContext(forge, m, out, opts, doctor)
         ctx.manifest_sha256 = manifest_sha256
-        for plan in plans:
-            builder = LaneBuilder(ctx, plan)
-            results.append(builder.result)
-            builder.run()
-            if builder.result.status == "failed":
-                break
+        with cache_session.open_session(cache, os.environ, out) as session:
+            ctx.cache = session
+            for plan in plans:
+                builder = LaneBuilder(ctx, plan)
+                results.append(builder.result)
+                builder.run()
+                if builder.result.status == "failed":
+                    break
     return BuildResult(
         upstream={"name": m.name, "commit": m.commit, "series_digest": m.series_digest},
         worker=mask(spec.location) if spec else None,

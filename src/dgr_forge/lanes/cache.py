@@ -94,6 +94,9 @@ class CacheSetup:
     distributed: str | None = None  # sccache-dist scheduler, masked
     # for the configure and build processes: may hold a credential, so never shown
     env: dict[str, str] = field(default_factory=dict, repr=False)
+    # for the sccache server alone (lanes/cache_session.py starts it): where the sccache-dist
+    # client keeps its toolchain packages (XDG_CACHE_HOME, under DGR_CACHE_DIR)
+    server_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     def record(self) -> dict[str, Any]:
         """What the signed report says about the cache (never a credential, never a path;
@@ -211,7 +214,48 @@ def _setup(
         env, backend = _ccache_env(path, mode, bases, environ)
         return CacheSetup(name, path, version, backend, mode, None, env)
     env, backend, dist = _sccache_env(mode, bases, workspace, environ)
-    return CacheSetup(name, path, version, backend, mode, dist, env)
+    server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
+    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
+        env["SCCACHE_DIR"] = str(where / "sccache")
+    return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
+
+
+def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None:
+    """Where the forge keeps sccache's local cache and the sccache-dist client's toolchain
+    packages: DGR_CACHE_DIR, else `<workspace>/cache` (never the home directory of whoever
+    runs the build). Exit 2 for a value that cannot be a directory of ours."""
+    raw = environ.get("DGR_CACHE_DIR", "")
+    if not raw:
+        if workspace is None:
+            return None
+        path = workspace.absolute() / "cache"
+        if path.is_symlink():  # the forge writes here: never through a planted link
+            raise BadInput(
+                f"{path}: the workspace's cache directory is a symbolic link",
+                hint="remove the link (the forge recreates the directory), or set DGR_CACHE_DIR",
+            )
+        return path
+    if any(ord(c) < 32 or ord(c) == 127 for c in raw) or len(raw) > 4096:
+        raise BadInput(
+            "DGR_CACHE_DIR: has a control character or NUL, or is too long",
+            hint="set DGR_CACHE_DIR to a directory path (or unset it: <workspace>/cache)",
+        )
+    path = Path(os.path.abspath(raw)).resolve()
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return path
+    except OSError as err:
+        raise BadInput(f"DGR_CACHE_DIR {raw!r}: {err.strerror}", hint="fix DGR_CACHE_DIR") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise BadInput(f"DGR_CACHE_DIR {raw!r}: not a directory", hint="name a directory")
+    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o002):
+        # whoever can write the cache chooses the object files this build links
+        raise BadInput(
+            f"DGR_CACHE_DIR {raw!r}: owned by another user or writable by everyone",
+            hint=f"use a directory of your own (chmod o-w {path}), or unset DGR_CACHE_DIR",
+        )
+    return path
 
 
 def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
@@ -349,6 +393,16 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
+    """The config file names sccache's local cache directory itself."""
+    caches = _sccache_config(environ).get("cache")
+    disk = caches.get("disk") if isinstance(caches, dict) else None
+    return isinstance(disk, dict) and bool(disk.get("dir"))
+
+
+sccache_config = _sccache_config  # lanes/cache_session.py and sccache_dist read it too
+
+
 def _sccache_dist(environ: Mapping[str, str]) -> str | None:
     dist = _sccache_config(environ).get("dist")
     url = dist.get("scheduler_url") if isinstance(dist, dict) else None
@@ -431,6 +485,12 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
     info["launcher"] = Path(setup.launcher).name if setup.launcher else None
     info["path"] = setup.launcher
     info.setdefault("distributed", None)
+    info["dist"] = None
+    if setup.distributed:
+        from dgr_forge.lanes import sccache_dist  # asks the scheduler, with the client's token
+
+        client = sccache_dist.client(_sccache_config(environ))
+        info["dist"] = sccache_dist.check(client).as_dict() if client else None
     return info
 
 
@@ -448,4 +508,8 @@ def summary(info: dict[str, Any]) -> str:
     )
     if info.get("distributed"):
         line += f", distributed via {info['distributed']}"
+    dist = info.get("dist")
+    if dist:
+        line += f"\n  sccache-dist scheduler {dist['scheduler']}: {dist['detail']}"
+        line += f"\n  fix: {dist['fix']}" if dist.get("fix") else ""
     return line

@@ -200,11 +200,34 @@ def write_requirements(root: Path) -> bool:
     return True
 
 
+BUMP_SETTINGS = "ci/bump.toml"
+
+
+def bump_request(root: Path) -> bool:
+    """`ci/bump.toml` `[bump] open_request` (default true): whether the nightly roller job
+    pushes a branch and opens a pull/merge request when `dgr-forge bump` moved the pin.
+    Off, the job still bumps and uploads the report, with read-only permissions."""
+    from dgr_forge.core.tomlcheck import Checker
+
+    path = root / BUMP_SETTINGS
+    if not path.exists() and not path.is_symlink():
+        return True
+    if path.is_symlink() or path.parent.is_symlink() or not path.is_file():
+        raise BadInput(f"{BUMP_SETTINGS}: not a regular file", hint="commit a plain file")
+    c = Checker(BUMP_SETTINGS)
+    _, data = c.load(path, what="CI bump settings", hint="see docs/bump.md")
+    c.schema(data, 1)
+    c.known_keys(data, {"schema", "bump"}, "")
+    bump = c.section(data, "bump", {"open_request"})
+    return c.boolean(bump, "open_request", "bump", True)
+
+
 def render(
     which: Provider,
     recipes: dict[str, Recipe],
     manifest: UpstreamManifest,
     reqs: Requirements | None = None,
+    open_request: bool = True,
 ) -> str:
     """The workflow text for `which`; the same recipes and manifest give the same bytes."""
     if not recipes:
@@ -225,6 +248,7 @@ def render(
         "provider": which.name,
         "requirements": REQUIREMENTS,
         "require_hashes": bool(reqs and reqs.hashes),
+        "bump_request": open_request,
         **pinned(),
     }
     try:

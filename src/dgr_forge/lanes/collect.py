@@ -141,7 +141,7 @@ def make_record(
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
         toolchain_sha256=inputs.digest_of(b.snap, toolchain),
-        cache=plan.cache.record(),
+        cache=b.result.cache,  # the setup and this build's own figures (lanes/cache_session)
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,

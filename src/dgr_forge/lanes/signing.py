@@ -6,6 +6,11 @@ import (~0.1 s), too much for a no-op build; so the key material asked for is al
 fingerprinted cheaply (its bytes, path and mode), and a no-op build whose fingerprint
 matches the one recorded with the last report skips the load: same bytes, same key.
 Anything else takes the full path.
+
+No key anywhere (no `--key`, no `DGR_SIGNING_KEY`, no default key), no person at a
+terminal and not in CI: the build writes its report unsigned and says so on every run,
+so the README's first line works on a fresh machine whether or not it runs at a terminal.
+In CI that stays exit 2 (`resolve_signer`): a release build is never silently unsigned.
 """
 
 from __future__ import annotations
@@ -50,10 +55,31 @@ class SigningKey:
         self.sign = sign
         self.out = out
         self._signer: Signer | None = None
+        self._fallback: bool | None = None
+        self._warned = False
+
+    def unsigned_fallback(self) -> bool:
+        """No key was asked for or exists, and nobody could be asked (see the module doc)."""
+        if self._fallback is None:
+            self._fallback = False
+            nothing_given = self.key is None and SIGNING_KEY_ENV not in os.environ
+            if self.sign and nothing_given and not _default_key_path().exists():
+                from dgr_forge.attest import keys  # only on a machine without any key
+
+                self._fallback = not keys.in_ci() and not keys.interactive()
+        if self._fallback and not self._warned:
+            self._warned = True
+            self.out.warn(
+                f"no signing key (no --key, no {SIGNING_KEY_ENV}, no default key "
+                f"{_default_key_path()}) and no terminal to create one: the report is written "
+                "UNSIGNED (`report verify` fails it as unsigned); to sign, run "
+                "`dgr-forge keygen` once and build again, or pass --key PATH"
+            )
+        return self._fallback
 
     def fingerprint(self) -> str | None:
         """Cheap identity of the key material, or None when only a full load can tell."""
-        if not self.sign:
+        if not self.sign or self.unsigned_fallback():
             return "unsigned"
         if self.key:
             return _file_fingerprint("--key", Path(self.key).expanduser())
@@ -71,7 +97,7 @@ class SigningKey:
 
     def signer(self) -> Signer | None:
         """The signer (None with --no-sign); a bad key is the loader's exit 2."""
-        if not self.sign:
+        if not self.sign or self.unsigned_fallback():
             return None
         if self._signer is None:
             # imported here: a no-op rebuild with an unchanged key never pays for it

@@ -98,7 +98,8 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     _, data = c.load(
         path,
         what="manifest",
-        hint="create it (see README, 'The manifest') or pass --root to the right checkout",
+        hint="create it (see docs/patches-and-rebase.md, 'The manifest') "
+        "or pass --root to the right checkout",
     )
 
     c.known_keys(data, _TOP_KEYS, "")

@@ -171,6 +171,12 @@ def resume(forge: Forge, out_: Reporter) -> RebaseResult:
     """`--continue`: after a resolved conflict, or after a crash at any step."""
     with workspace_lock(forge, out_):
         state = require_state(forge)
+        if state.canary:
+            # a replay that must change nothing (bump's) was killed: never finish it
+            raise NeedsHuman(
+                "the interrupted replay was a dry run: there is nothing to continue",
+                hint="`dgr-forge rebase --abort` puts the workspace back",
+            )
         fault.point("rebase.continue")
         series_journal.recover(forge.root, out_)
         src = Path(state.src_dir)

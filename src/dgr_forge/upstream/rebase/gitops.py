@@ -114,8 +114,9 @@ _ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
 _MAX_REV = 256
 
 
-def check_rev(rev: str) -> str:
-    """`--onto`'s value as data: no option, no control character, bounded (exit 2)."""
+def check_rev(rev: str, option: str = "--onto") -> str:
+    """`--onto`'s (or `option`'s) value as data: no option, no control character, bounded
+    (exit 2)."""
     rev = rev.strip()
     bad = (
         not rev
@@ -126,16 +127,16 @@ def check_rev(rev: str) -> str:
     )
     if bad:
         raise BadInput(
-            f"--onto {rev[:80]!r}: not a commit id, tag or branch name",
+            f"{option} {rev[:80]!r}: not a commit id, tag or branch name",
             hint="pass a commit id (full or abbreviated), a tag or a branch of the upstream",
         )
     return rev
 
 
-def resolve_rev(url: str, rev: str, src: Path | None) -> str | None:
+def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") -> str | None:
     """REV as the remote names it: a full id (of a commit or of an annotated tag: `peel`
     turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
-    rev = check_rev(rev)
+    rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
         return rev.lower()
     proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False)
@@ -166,11 +167,11 @@ def resolve_rev(url: str, rev: str, src: Path | None) -> str | None:
         return None  # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
     if not refs:
         raise BadInput(
-            f"--onto {rev}: no such ref at {mask(url)}",
+            f"{option} {rev}: no such ref at {mask(url)}",
             hint="pass a commit id, or a tag/branch name the upstream has",
         )
     raise BadInput(
-        f"--onto {rev}: ambiguous at {mask(url)}: " + ", ".join(sorted(refs)),
+        f"{option} {rev}: ambiguous at {mask(url)}: " + ", ".join(sorted(refs)),
         hint="pass the full ref name (refs/tags/... or refs/heads/...) or the commit id",
     )
 

@@ -1,0 +1,64 @@
+"""`bump`: the roller (move the pin to the newest upstream commit the series takes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+
+
+@app.command()
+def bump(
+    ctx: typer.Context,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="REV",
+            help="How far to go: a commit id, tag or branch of the upstream, peeled to the "
+            "commit (default: the upstream's default branch head).",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Find and report the newest clean commit and the first breaking one; "
+            "touch nothing (manifest, patches/, workspace).",
+        ),
+    ] = False,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", metavar="PATH", help="Write the Markdown report here."),
+    ] = None,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            metavar="URL",
+            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still "
+            "verified.",
+        ),
+    ] = None,
+) -> None:
+    """Move the pin to the newest upstream commit (up to --to) onto which the whole series
+    replays cleanly, found by bisecting first-parent history; name the first commit that
+    breaks a patch. Exit 0 when the target was reached, 3 when a patch stopped it short."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.upstream.fetch import resolve_mirror
+        from dgr_forge.upstream.rebase.bump import bump as bump_
+
+        return bump_(
+            env.forge,
+            env.out,
+            to,
+            dry_run=dry_run,
+            report=report,
+            mirror=resolve_mirror(mirror),
+        ).as_dict()
+
+    run(ctx, "bump", body)

@@ -1,0 +1,30 @@
+"""`demo DIR`: the tour without network (thin: the library writes and runs it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+
+
+@app.command()
+def demo(
+    ctx: typer.Context,
+    directory: Annotated[
+        str, typer.Argument(metavar="DIR", help="A new or empty directory for the demo root.")
+    ],
+) -> None:
+    """A tour without network: a generated upstream, series and worker in DIR, then fetch,
+    patch, build, report verify and a rebase dry run. DIR is then an ordinary forge root."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge import demo as demo_mod
+
+        result = demo_mod.run(directory, env.out)
+        root = result.demo.root
+        env.out.info(f"done: {root} is a forge root; try `cd {root} && dgr-forge status`")
+        return result.as_dict()
+
+    run(ctx, "demo", body)

@@ -1,0 +1,200 @@
+"""Write a demo forge root: an upstream repository with history, a pinned series, a worker.
+
+Everything goes into one new (or empty) directory and nothing outside it is read but the
+forge's own recipes/, toolchains/ and cmake/ (from the checkout this package runs from) or
+written at all: the signing key is a demo key inside DIR, the upstream a local repository
+the manifest pins by a `file://` URL, so the tour needs no network and no key setup.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import UPSTREAM_MANIFEST
+from dgr_forge.demo import sources
+from dgr_forge.upstream.export import compute_series
+from dgr_forge.upstream.scratch import scratch_dir
+
+# what a demo root takes from the forge's own checkout (the real product, not copies)
+PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml")
+
+
+@dataclass(frozen=True)
+class DemoRoot:
+    root: Path
+    upstream: Path
+    pin: str
+    newer: str  # the upstream's branch head: what the tour rebases onto
+    key: Path
+    patches: tuple[str, ...]
+
+    @property
+    def public_key(self) -> Path:
+        return self.key.with_name(self.key.name + ".pub")
+
+
+def product_dir() -> Path:
+    """The checkout holding the forge's recipes/, toolchains/ and cmake/ (exit 1 if none)."""
+    here = Path(__file__).resolve().parents[3]  # src/dgr_forge/demo/ -> the checkout
+    if all((here / rel).exists() for rel in PRODUCT):
+        return here
+    raise OperationFailed(
+        f"the demo needs the forge's {', '.join(PRODUCT)}; this installation ({here}) has none",
+        hint="run the demo from a dgr-forge checkout installed with "
+        "`pip install -c constraints.txt -e .`",
+    )
+
+
+def check_target(raw: str) -> Path:
+    """DIR as given: new or empty, a real directory (exit 2 with the fix otherwise)."""
+    if "\0" in raw:
+        raise BadInput("demo DIR: the path contains a NUL byte", hint="give a directory path")
+    if not raw or raw.startswith("-"):
+        raise BadInput(
+            f"demo DIR {raw!r}: empty or starts with '-'",
+            hint="give a directory path; write a name starting with '-' as ./-name",
+        )
+    path = Path(raw)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    except OSError as err:
+        raise BadInput(f"demo DIR {raw}: {err.strerror}", hint="give a usable directory") from None
+    if st is not None:
+        if stat.S_ISLNK(st.st_mode):
+            raise BadInput(
+                f"demo DIR {raw}: is a symbolic link",
+                hint="give the directory itself (the demo writes a forge root into it)",
+            )
+        if not stat.S_ISDIR(st.st_mode):
+            raise BadInput(f"demo DIR {raw}: not a directory", hint="give a new or empty directory")
+        if any(path.iterdir()):
+            raise BadInput(
+                f"demo DIR {raw}: not empty",
+                hint="give a new or empty directory; the demo never writes over files",
+            )
+    # `..` as the kernel reads it (through the parents, never a stray `new/` for
+    # `new/../demo`); the last component stays as checked above, never followed
+    target = path.resolve() if path.name in ("", ".", "..") else path.parent.resolve() / path.name
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise BadInput(
+            f"demo DIR {raw}: cannot create it: {err.strerror}", hint="give a writable path"
+        ) from None
+    return target
+
+
+def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
+    for rel, content in files.items():
+        target = repo / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    gitutil.git(repo, "add", "-A")
+    when = sources.date(n)
+    env = {**ident, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    gitutil.git(repo, "commit", "-q", "--no-verify", "-m", subject, env=env)
+    return gitutil.out(repo, "rev-parse", "HEAD")
+
+
+def write_upstream(path: Path) -> list[str]:
+    """The demo upstream repository; its commit ids, oldest first."""
+    path.mkdir(parents=True)
+    gitutil.git(path, "init", "-q", "-b", sources.BRANCH)
+    return [
+        _commit(path, c.files, c.subject, n, sources.IDENTITY)
+        for n, c in enumerate(sources.HISTORY)
+    ]
+
+
+def _manifest(url: str, pin: str, tree: str, patches: list[tuple[str, str, str]]) -> str:
+    lines = [
+        "# The pin: the demo upstream (a local repository) at an exact commit, and its series.",
+        "# Written by `dgr-forge demo`; `dgr-forge export` and `rebase` keep it up to date.",
+        "schema = 1",
+        "",
+        "[upstream]",
+        'name = "llama.cpp"',
+        f'url = "{url}"',
+        f'commit = "{pin}"',
+        f'tree = "{tree}"',
+        "",
+        "[patches]",
+        'dir = "patches/llama.cpp"',
+    ]
+    for file, sha, ptree in patches:
+        lines += ["", "[[patches.series]]", f'file = "{file}"', f'sha256 = "{sha}"']
+        lines.append(f'tree = "{ptree}"')
+    lines += ["", "[patches.result]", f'tree = "{patches[-1][2]}"']
+    return "\n".join(lines) + "\n"
+
+
+def write_series(root: Path, upstream: Path, pin: str) -> list[tuple[str, str, str]]:
+    """Author the series on the pin in a scratch clone, export it with the forge's own
+    canonical exporter into patches/llama.cpp/; (file, sha256, tree) per patch."""
+    dest = root / "patches" / "llama.cpp"
+    with scratch_dir(root, ".demo-series-") as tmp:
+        clone = tmp / "clone"
+        gitutil.git(None, "clone", "-q", "--no-checkout", "--", str(upstream), str(clone))
+        gitutil.git(clone, "checkout", "-q", "--detach", pin)
+        base = len(sources.HISTORY)
+        for i, c in enumerate(sources.SERIES):
+            _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
+        exported = compute_series(clone, pin, dest, tmp_root=tmp)
+    return [(p.file, p.sha256, p.tree) for p in exported]
+
+
+def copy_product(root: Path) -> None:
+    src = product_dir()
+    for rel in PRODUCT:
+        source, target = src / rel, root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, symlinks=False)
+        else:
+            shutil.copyfile(source, target)
+
+
+def generate(root: Path) -> DemoRoot:
+    """Fill the (checked, empty) `root` with the demo; the forge root is a git repository
+    with one commit, as a team's would be."""
+    from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
+
+    product_dir()  # refuse before writing anything
+    upstream = root / sources.UPSTREAM_DIR
+    commits = write_upstream(upstream)
+    pin = commits[sources.PIN_INDEX]
+    (root / "manifests").mkdir()
+    series = write_series(root, upstream, pin)
+    tree = gitutil.tree_of(upstream, pin)
+    manifest = _manifest(upstream.as_uri(), pin, tree, series)
+    (root / UPSTREAM_MANIFEST).write_text(manifest)
+    (root / "manifests" / "shard-worker.toml").write_text(sources.WORKER_MANIFEST)
+    for rel, content in sources.WORKER_FILES.items():
+        target = root / sources.WORKER_DIR / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    copy_product(root)
+    (root / ".gitignore").write_text(sources.GITIGNORE)
+    key = root / sources.KEYS_DIR / sources.KEY_FILE
+    keys.generate(key)
+    gitutil.git(root, "init", "-q", "-b", "main")
+    gitutil.git(root, "add", "-A")
+    when = sources.date(0)
+    env = {**sources.ROOT_IDENTITY, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
+    gitutil.git(root, "commit", "-q", "--no-verify", "-m", "a dgr-forge demo root", env=env)
+    return DemoRoot(
+        root=root,
+        upstream=upstream,
+        pin=pin,
+        newer=commits[-1],
+        key=key,
+        patches=tuple(s[0] for s in series),
+    )

@@ -1,0 +1,324 @@
+"""The compiler cache while one `build` runs: its sccache server, and what it did.
+
+sccache compiles through a server. Left to itself, each compile that finds no server
+starts one: with `-j N` up to N start at once on the same socket (sccache removes the
+socket before binding), all but the last run on unreachable, and their compiles are
+missing from the statistics. So the forge owns the server: `open_session` stops whatever
+a killed earlier build left on this build's socket, starts one server with the build's
+whole environment (after the workspace exists, so its base directories are the ones every
+later build uses) and stops it when the build ends, whatever happened. Nothing else starts
+a server for that socket while it runs.
+
+Per lane, `begin` and `figures` give the lane's own counters: sccache's statistics read
+before and after (`--show-stats --stats-format=json`), ccache's from a stats log of this
+lane alone (`CCACHE_STATSLOG`, read with `--print-log-stats`: the cache's shared counters
+are neither zeroed nor trusted). With an sccache-dist scheduler they also say how many
+compiles ran on the pool and how many here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import socket
+import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core import proc
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask_text
+from dgr_forge.lanes import sccache_dist
+from dgr_forge.lanes.cache import CacheSetup, sccache_config
+
+_TIMEOUT = 60.0  # seconds for one sccache/ccache control command
+_STARTUP = 30.0  # seconds for the sccache server to say it listens
+_STOP = 30.0  # seconds for it to finish after --stop-server, before it is killed
+
+
+@dataclass
+class CacheSession:
+    setup: CacheSetup
+    env: dict[str, str] = field(repr=False)  # the server's environment: may hold secrets
+    out: Reporter | None = None
+    own_server: bool = False  # we started it (on our socket) and stop it
+    dist: sccache_dist.DistCheck | None = None
+    warned: bool = False
+    _before: dict[str, Any] = field(default_factory=dict)
+    _statslog: Path | None = None
+    _server: subprocess.Popen[bytes] | None = None
+
+    # -- per lane
+
+    def begin(self, statslog: Path) -> dict[str, str]:
+        """Start counting for one lane; returns what the lane's processes need in their
+        environment (ccache: `statslog`, the file its compiles append their results to)."""
+        if self.setup.tool == "ccache":
+            statslog.parent.mkdir(parents=True, exist_ok=True)
+            self._statslog = statslog
+            statslog.write_bytes(b"")  # this lane's compiles only
+            return {"CCACHE_STATSLOG": str(self._statslog)}
+        if self.setup.tool == "sccache":
+            self._before = self._sccache_stats() or {}
+        return {}
+
+    def figures(self) -> dict[str, Any]:
+        """This lane's `hits` and `misses` (and with a scheduler `distributed`: remote and
+        local compiles); {} without a cache, None for a count the tool would not give."""
+        if self.setup.tool == "ccache" and self._statslog is not None:
+            return _ccache_figures(self.setup, self.env, self._statslog)
+        if self.setup.tool != "sccache":
+            return {}
+        after = self._sccache_stats()
+        stats = _minus(after, self._before) if after is not None else None
+        fig: dict[str, Any] = {
+            "hits": _count(stats, "cache_hits") if stats is not None else None,
+            "misses": _count(stats, "cache_misses") if stats is not None else None,
+        }
+        if self.setup.distributed:
+            remote = local = None
+            if stats is not None:
+                remote = sum(_int(v) for v in _dict(stats.get("dist_compiles")).values())
+                local = max(0, _int(stats.get("compilations")) - remote)
+            fig["distributed"] = {
+                "scheduler": self.setup.distributed,
+                "remoteCompiles": remote,
+                "localCompiles": local,
+            }
+            if local and not remote and not self.warned and self.out is not None:
+                self.warned = True
+                self.out.warn(
+                    f"sccache-dist: none of {local} compile(s) ran on the pool "
+                    f"({self.setup.distributed}); they ran locally"
+                )
+        return fig
+
+    # -- the server
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+        assert self.setup.launcher
+        try:
+            return proc.capture([self.setup.launcher, *args], env=self.env, timeout=_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    def _sccache_stats(self) -> dict[str, Any] | None:
+        done = self._run("--show-stats", "--stats-format=json")
+        if done is None or done.returncode != 0:
+            return None
+        try:
+            stats = json.loads(done.stdout).get("stats")
+        except (ValueError, AttributeError):
+            return None
+        return stats if isinstance(stats, dict) else None
+
+    def start(self) -> None:
+        sock = self.setup.env.get("SCCACHE_SERVER_UDS")
+        if sock is None:  # the user's own server address: theirs to run, ours only to use
+            done = self._run("--show-stats")  # connects, or starts the one server there
+            if done is None or done.returncode != 0:
+                self._failed("" if done is None else (done.stderr or done.stdout))
+            return
+        self.own_server = True
+        if os.path.lexists(sock):
+            self._run("--stop-server")  # a server a killed build left: it holds old settings
+            Path(sock).unlink(missing_ok=True)
+        refused = self._spawn(Path(sock))
+        if refused is not None:
+            self.stop()
+            self._failed(refused)
+
+    def _spawn(self, sock: Path) -> str | None:
+        """Start the server as our child and wait until it says it listens (sccache's own
+        startup notification); None when it does, else what it said."""
+        assert self.setup.launcher
+        with tempfile.TemporaryDirectory(prefix="dgr-sccache-") as tmp:
+            notify = Path(tmp) / "started"
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+                listener.bind(str(notify))
+                listener.listen(1)
+                listener.settimeout(_STARTUP)
+                env = {
+                    **self.env,
+                    "SCCACHE_START_SERVER": "1",
+                    "SCCACHE_NO_DAEMON": "1",
+                    "SCCACHE_STARTUP_NOTIFY": str(notify),
+                }
+                log = sock.with_suffix(".log")
+                self._server = proc.spawn([self.setup.launcher], env=env, log=log)
+                if not _await_either(listener, self._server.pid):
+                    return _tail(log) or "it exited, or said nothing within the deadline"
+                try:
+                    conn, _ = listener.accept()
+                    with conn:
+                        conn.settimeout(_STARTUP)
+                        data = b""
+                        while len(data) < 1 << 16 and (chunk := conn.recv(4096)):
+                            data += chunk
+                except OSError:
+                    return _tail(log) or "no startup notification"
+        # u32 length (big-endian), then bincode: variant 0 is Ok { addr }
+        if len(data) >= 8 and struct.unpack("<I", data[4:8])[0] == 0:
+            return None
+        return data[8:].decode("utf-8", "replace") or _tail(log) or "it refused to start"
+
+    def _failed(self, said: str) -> None:
+        raise OperationFailed(
+            "sccache: its server did not start: " + _clean(said, self.env),
+            hint="run `SCCACHE_LOG=debug sccache --start-server` with the same settings to see "
+            "why, or build with --cache ccache|off",
+        )
+
+    def stop(self) -> None:
+        """Stop our server and wait for it to be gone (killed if it will not go)."""
+        if not self.own_server:
+            return
+        self._run("--stop-server")
+        if self._server is not None:
+            try:
+                self._server.wait(_STOP)
+            except subprocess.TimeoutExpired:
+                self._server.kill()
+                self._server.wait()
+            self._server = None
+
+
+@contextmanager
+def open_session(
+    setup: CacheSetup, environ: Mapping[str, str], out: Reporter | None = None
+) -> Iterator[CacheSession]:
+    """The build's cache session: for sccache its own server from start to end (stopped
+    even when the build fails or is interrupted), for ccache nothing to start."""
+    env = {**environ, **setup.env, **setup.server_env}
+    session = CacheSession(setup, env, out)
+    if setup.tool != "sccache" or not setup.launcher:
+        yield session
+        return
+    client = sccache_dist.client(sccache_config(env)) if setup.distributed else None
+    if client is not None:
+        session.dist = check = sccache_dist.check(client)
+        if check.status == "unauthorized":
+            raise OperationFailed(
+                check.line().split("\n", 1)[0],
+                hint=check.fix,
+                details={"scheduler": check.scheduler, "status": check.status},
+            )
+        if not check.usable and out is not None:
+            out.warn(check.line())
+            session.warned = True
+    session.start()
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _count(stats: dict[str, Any], key: str) -> int:
+    return sum(_int(v) for v in _dict(_dict(stats.get(key)).get("counts")).values())
+
+
+def _minus(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    """sccache's counters since `before` (numbers, and maps of numbers, one level deep)."""
+    out: dict[str, Any] = {}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            out[key] = max(0, value - _int(old))
+        elif isinstance(value, dict):
+            if key in ("cache_hits", "cache_misses"):
+                counts = _dict(value.get("counts"))
+                was = _dict(_dict(old).get("counts"))
+                out[key] = {
+                    "counts": {k: max(0, _int(v) - _int(was.get(k))) for k, v in counts.items()}
+                }
+            else:
+                out[key] = {k: max(0, _int(v) - _int(_dict(old).get(k))) for k, v in value.items()}
+    return out
+
+
+def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dict[str, Any]:
+    assert setup.launcher
+    try:
+        done = proc.capture(
+            [setup.launcher, "--print-log-stats"],
+            env={**env, "CCACHE_STATSLOG": str(log)},
+            timeout=_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        done = None
+    if done is None or done.returncode != 0:
+        return {"hits": None, "misses": None}
+    counters: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counters[key] = int(value)
+    hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
+    return {"hits": hits, "misses": counters.get("cache_miss", 0)}
+
+
+def _await_either(listener: socket.socket, pid: int) -> bool:
+    """Wait for the server's startup notification; False when the server exits first
+    (seen through a pidfd where the platform has one) or the deadline passes."""
+    with selectors.DefaultSelector() as sel:
+        sel.register(listener, selectors.EVENT_READ)
+        pidfd = None
+        with contextlib.suppress(AttributeError, OSError):
+            pidfd = os.pidfd_open(pid)
+            sel.register(pidfd, selectors.EVENT_READ)
+        try:
+            ready = sel.select(_STARTUP)
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+        return any(key.fileobj is listener for key, _ in ready)
+
+
+def _tail(log: Path) -> str:
+    try:
+        with log.open("rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 2000))
+            return fh.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _clean(text: str, env: Mapping[str, str]) -> str:
+    """A tool's error text for a person: short, URL user info masked, no token."""
+    config = sccache_config(env)
+    client = sccache_dist.client(config)
+    if client is not None and client.token:
+        text = text.replace(client.token, "***")
+    return mask_text(" ".join(text.split()))[:400]
+
+
+def describe(record: Mapping[str, Any]) -> str:
+    """One line for a person: what the cache did in this lane's build."""
+    hits, misses = record.get("hits"), record.get("misses")
+    line = f"compiler cache {record.get('tool')}: {hits} hit(s), {misses} miss(es)"
+    dist = record.get("distributed")
+    if isinstance(dist, dict):
+        line += (
+            f"; {dist.get('remoteCompiles')} compile(s) on the pool ({dist.get('scheduler')}), "
+            f"{dist.get('localCompiles')} here"
+        )
+    return line

@@ -1,0 +1,218 @@
+"""sccache-dist from the client's side: the scheduler its config names, and a check that
+asks that scheduler with the client's own credentials.
+
+`sccache --dist-status` only asks the scheduler's status page, which needs no credentials:
+it reports success with a wrong token, and every compile then fails with HTTP 401. So
+`check()` sends what a compile sends first - an authenticated job request - with an empty
+body: a scheduler that accepts the token answers 400 (no job in it; nothing is allocated),
+one that does not answers 401. `doctor` shows the verdict with a `fix:` line, `build`
+refuses a rejected token (exit 1) before configure and warns once when the pool cannot be
+reached (compiles then run locally, and the report says so).
+
+The token is sent only to the scheduler the config names and is never shown: not in a
+message, a detail or an error text the scheduler sends back.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ssl
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from dgr_forge.core.urls import mask, mask_text
+
+# sccache's client token when the config has no [dist.auth] (a DANGEROUSLY_INSECURE pool)
+INSECURE_TOKEN = "dangerously_insecure_client"
+TIMEOUT = 5.0  # seconds for each request to the scheduler
+_ALLOC = "/api/v1/scheduler/alloc_job"
+_STATUS = "/api/v1/scheduler/status"
+
+
+@dataclass(frozen=True)
+class DistClient:
+    """The `[dist]` table of sccache's client config, as sccache reads it."""
+
+    url: str = field(repr=False)  # may hold user info: shown only through `shown`
+    shown: str
+    auth: str  # token | oauth2_code_grant_pkce | oauth2_implicit | insecure
+    token: str | None = field(default=None, repr=False)
+
+
+@dataclass
+class DistCheck:
+    """What the scheduler said. `status`: ok | no-servers | unauthorized | unreachable |
+    error | unchecked."""
+
+    scheduler: str  # masked
+    status: str
+    detail: str
+    fix: str | None = None
+    servers: int | None = None
+    cpus: int | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.status == "ok"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scheduler": self.scheduler,
+            "status": self.status,
+            "detail": self.detail,
+            "fix": self.fix,
+            "servers": self.servers,
+            "cpus": self.cpus,
+        }
+
+    def line(self) -> str:
+        """One line for a person: the verdict and, when something is wrong, the fix."""
+        text = f"sccache-dist scheduler {self.scheduler}: {self.detail}"
+        return text + (f"\n  fix: {self.fix}" if self.fix else "")
+
+
+def client(config: Mapping[str, Any]) -> DistClient | None:
+    """The scheduler and credentials of sccache's parsed config; None without a scheduler."""
+    dist = config.get("dist")
+    url = dist.get("scheduler_url") if isinstance(dist, dict) else None
+    if not isinstance(dist, dict) or not isinstance(url, str) or not url:
+        return None
+    auth = dist.get("auth")
+    kind = auth.get("type") if isinstance(auth, dict) else None
+    if not isinstance(auth, dict) or kind is None:
+        return DistClient(url, mask(url), "insecure", INSECURE_TOKEN)
+    token = auth.get("token")
+    if kind == "token" and isinstance(token, str):
+        return DistClient(url, mask(url), "token", token)
+    return DistClient(url, mask(url), str(kind))
+
+
+def _fix_auth(client: DistClient) -> str:
+    return (
+        'set [dist.auth] type = "token" and token = the scheduler\'s client token (its '
+        "[client_auth] token, or a JWT it validates) in the file SCCACHE_CONF names; or build "
+        "without the pool (--cache ccache, or SCCACHE_CONF unset)"
+    )
+
+
+def _clean(text: str, client: DistClient) -> str:
+    """A scheduler's own words, short, with the token (and any URL user info) masked."""
+    if client.token:
+        text = text.replace(client.token, "***")
+    return mask_text(" ".join(text.split()))[:200]
+
+
+def _request(client: DistClient, method: str, path: str, timeout: float) -> tuple[int, bytes, str]:
+    parts = urlsplit(client.url)
+    host, port = parts.hostname or "", parts.port
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    headers = {"Content-Length": "0"}
+    if client.token is not None and path == _ALLOC:
+        headers["Authorization"] = f"Bearer {client.token}"
+    try:
+        conn.request(method, path, headers=headers)
+        resp = conn.getresponse()
+        body = resp.read(4096)
+        return resp.status, body, resp.reason
+    finally:
+        conn.close()
+
+
+def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
+    """Ask the scheduler: reachable, does it take this client's token, how many servers."""
+    shown = client.shown
+    parts = urlsplit(client.url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError:
+        parts = urlsplit("")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        return DistCheck(
+            shown,
+            "error",
+            "scheduler_url is not http(s)://host:port/ (sccache accepts no other form)",
+            fix="write scheduler_url as http://HOST:10600 (or https:// through a TLS proxy)",
+        )
+    if client.token is not None and any(ord(c) < 32 or ord(c) == 127 for c in client.token):
+        return DistCheck(
+            shown,
+            "unauthorized",
+            "the client token has a control character or a line break: no scheduler takes it",
+            fix=_fix_auth(client),
+        )
+    unreachable_fix = (
+        "start the scheduler (sccache-dist scheduler --config scheduler.conf) or fix "
+        "scheduler_url; the scheduler itself speaks plain HTTP: use http:// on loopback or a "
+        "trusted network, https:// only through a TLS proxy in front of it"
+    )
+    try:
+        code, body, reason = _request(client, "POST", _ALLOC, timeout)
+        status = _request(client, "GET", _STATUS, timeout)
+    except (ssl.SSLError, TimeoutError) as err:
+        if not isinstance(err, ssl.SSLError) and "handshake" not in str(err):
+            return _unreachable(client, err, unreachable_fix)
+        # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
+        return DistCheck(
+            shown,
+            "unreachable",
+            f"TLS handshake failed ({_clean(str(getattr(err, 'reason', None) or err), client)}); "
+            "compiles will run locally",
+            fix=unreachable_fix,
+        )
+    except (OSError, http.client.HTTPException) as err:
+        return _unreachable(client, err, unreachable_fix)
+    said = _clean(body.decode("utf-8", "replace"), client) or reason
+    if code in (401, 403):
+        if client.auth in ("oauth2_code_grant_pkce", "oauth2_implicit"):
+            return DistCheck(
+                shown,
+                "unchecked",
+                f"authentication is {client.auth}: sccache fetches its token interactively "
+                "(`sccache --dist-auth`); the forge cannot check it",
+            )
+        what = "the default insecure token" if client.auth == "insecure" else "the client token"
+        return DistCheck(
+            shown,
+            "unauthorized",
+            f"refused {what} (HTTP {code}: {said}); every compile would fail",
+            fix=_fix_auth(client),
+        )
+    if code != 400:
+        return DistCheck(
+            shown,
+            "error",
+            f"answered HTTP {code} ({said}) to a job request: not an sccache-dist scheduler?",
+            fix="point scheduler_url at the scheduler's public_addr (http://HOST:PORT)",
+        )
+    servers = cpus = None
+    if status[0] == 200 and len(status[1]) == 24:  # bincode: num_servers, num_cpus, in_progress
+        servers, cpus, _ = struct.unpack("<QQQ", status[1])
+    if servers == 0:
+        return DistCheck(
+            shown,
+            "no-servers",
+            "accepts the token but has no build server; compiles will run locally",
+            fix="start a build server (sudo sccache-dist server --config server.conf) whose "
+            "scheduler_url names this scheduler",
+            servers=0,
+            cpus=cpus,
+        )
+    counted = f"{servers} build server(s), {cpus} CPUs" if servers is not None else "servers: ?"
+    return DistCheck(shown, "ok", f"accepts the token; {counted}", servers=servers, cpus=cpus)
+
+
+def _unreachable(client: DistClient, err: Exception, fix: str) -> DistCheck:
+    why = _clean(str(err) or type(err).__name__, client)
+    return DistCheck(
+        client.shown,
+        "unreachable",
+        f"cannot be reached ({why}); compiles will run locally",
+        fix=fix,
+    )

@@ -1,0 +1,386 @@
+"""`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV,
+default the upstream's default branch head) onto which the whole series replays cleanly.
+
+The candidates are the first-parent commits after the pin up to the target, fetched in
+one go (`bumpsearch.fetch_range`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
+in a scratch repository, no work tree) bisect them; the answer is then verified by a real
+replay: with `--dry-run` the canary's (`rebase --onto --dry-run`, in a scratch forge),
+without it the rebase itself (`rebase.start`, exactly `rebase --onto <answer>`: manifest
+re-pinned, series re-exported, upstreamed patches dropped, the rebase report written).
+Exit 0 when the target was reached (or already was the pin), 3 when a patch stopped it
+short, with the first breaking commit named: the patch, its files and the upstream
+commits that touched them, as `rebase` names a conflict.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
+from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.fsutil import atomic_write_bytes
+from dgr_forge.core.gitutil import out
+from dgr_forge.core.lock import workspace_lock
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import check_url, mask
+from dgr_forge.upstream import manifest, series_journal
+from dgr_forge.upstream.check import borrow_objects
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.patches import ensure_patched
+from dgr_forge.upstream.rebase.bumpsearch import (
+    Break,
+    SearchResult,
+    TreeReplay,
+    candidates,
+    fetch_range,
+    max_replays,
+    search,
+)
+from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
+from dgr_forge.upstream.rebase.dryrun import _check_report_path
+from dgr_forge.upstream.rebase.finish import stage
+from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.report import render_markdown, rows_of
+from dgr_forge.upstream.rebase.state import load_state
+from dgr_forge.upstream.scratch import scratch_dir
+
+
+@dataclass(frozen=True)
+class BumpResult:
+    data: dict[str, Any]
+    markdown: str
+    report_md: Path | None
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.data["newest_clean"] == self.data["target"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.data,
+            "report_markdown": str(self.report_md) if self.report_md else None,
+            "exit_code": ExitCode.OK if self.reached else ExitCode.NEEDS_HUMAN,
+        }
+
+
+def bump(
+    forge: Forge,
+    out_: Reporter,
+    to: str | None = None,
+    *,
+    dry_run: bool = False,
+    report: Path | None = None,
+    mirror: str | None = None,
+) -> BumpResult:
+    target_md = _check_report_path(report, forge) if report is not None else None
+    rev = check_rev(to, "--to") if to is not None else "HEAD"
+    with workspace_lock(forge, out_):
+        series_journal.recover(forge.root, out_)
+        reject_in_progress(forge)
+        m = manifest.load(forge.upstream_manifest, forge.root)
+        check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
+        url = mirror or m.url
+        own_src = forge.src_dir(m.name)
+        label = "--to" if to is not None else "the upstream's default branch"
+        sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
+        if sha == m.commit:
+            out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+            return _finish(_noop(m, rev, dry_run), target_md, out_)
+        with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
+            work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
+            wm = manifest.load(work.upstream_manifest, work.root)
+            patched = ensure_patched(work, wm, out_, mirror=mirror)
+            src = patched.src_dir
+            olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
+            if len(olds) != len(m.series):
+                raise OperationFailed(
+                    f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
+                    f"found {len(olds)}",
+                    hint="reset the workspace with `dgr-forge fetch --force` and retry",
+                )
+            # an abbreviated id names a commit of the default branch's history after the pin
+            want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
+            fetch_range(src, url, m.commit, want, out_)
+            target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
+            if target is None:
+                raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
+            if target == m.commit:
+                out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+                return _finish(_noop(m, rev, dry_run), target_md, out_)
+            chain = candidates(src, m.commit, target)
+            replay_repo = tmp / "replay"
+            borrow_objects(src, replay_repo, Reporter(quiet=True))
+            series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
+            probe = TreeReplay(replay_repo, m.commit, series)
+            budget = max_replays(len(chain))
+            out_.step(
+                f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
+                f"(at most {budget} replays of {len(m.series)} patch(es))"
+            )
+
+            def verify(i: int) -> tuple[Break | None, Any]:
+                return _verify(work, out_, chain[i], dry_run, mirror)
+
+            def real_probe(i: int) -> Break | None:
+                return _canary(work, out_, chain[i], mirror)[0]
+
+            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+            data = _data(m, rev, src, target, chain, found, dry_run)
+            table = (found.verified or {}).get("table", "")
+        return _finish(BumpResult(data, render(data, table), None), target_md, out_)
+
+
+def _data(
+    m: UpstreamManifest,
+    rev: str,
+    src: Path,
+    target: str,
+    chain: list[str],
+    found: SearchResult,
+    dry_run: bool,
+) -> dict[str, Any]:
+    """The result: `--json`'s keys, and what the Markdown and the console say."""
+    newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
+    first = None
+    if found.first_breaking is not None:
+        b = found.breaks[found.first_breaking]
+        first = b.as_dict(subject_of(src, b.commit))
+    verified = found.verified or {}
+    return {
+        "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
+        "upstream": m.name,
+        "url": mask(m.url),
+        "to": rev,
+        "pin": m.commit,
+        "target": target,
+        "target_subject": subject_of(src, target),
+        "newest_clean": newest,
+        "newest_clean_subject": subject_of(src, newest),
+        "candidates": len(chain),
+        "taken": found.newest_clean + 1,
+        "first_breaking": first,
+        "replays": found.replays,
+        "max_replays": max_replays(len(chain)),
+        "moved": newest != m.commit and not dry_run,
+        "dry_run": dry_run,
+        "dropped": [
+            {"file": r["file"], "upstream_commits": r["upstream_commits"]}
+            for r in verified.get("patches", [])
+            if r["outcome"] == "dropped"
+        ],
+        "patches": verified.get("patches", []),
+        "rebase_report": verified.get("report"),
+        "rebase_report_markdown": verified.get("report_markdown"),
+    }
+
+
+def _scratch_forge(forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter) -> Forge:
+    """--dry-run: a copy of the inputs and a scratch workspace that reads the real one's
+    objects (the canary's setup); nothing of the root or the workspace changes."""
+    root = tmp / "root"
+    (root / "manifests").mkdir(parents=True)
+    shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
+    pdir = root / m.patches_dir_rel
+    pdir.mkdir(parents=True)
+    for entry in m.series:
+        shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+    scratch = Forge(root=root, workspace=tmp / "workspace")
+    borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+    return scratch
+
+
+def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
+    """An abbreviated --to: the one commit of the default branch after the pin (or the
+    pin) whose id starts with it."""
+    chain = [m.commit, *candidates(src, m.commit, head)]
+    found = [c for c in chain if c.startswith(rev.lower())]
+    if len(found) != 1:
+        raise BadInput(
+            f"--to {rev} (an abbreviated commit id): "
+            + (
+                f"ambiguous ({len(found)} commits start with it)"
+                if found
+                else f"no first-parent commit of {mask(m.url)}'s default branch after the "
+                f"pin {m.commit[:12]} starts with it"
+            ),
+            hint="pass more digits, the full 40-hex commit id, a tag or a branch",
+        )
+    return found[0]
+
+
+def _canary(
+    work: Forge, out_: Reporter, commit: str, mirror: str | None, *, rows: bool = False
+) -> tuple[Break | None, Any]:
+    """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
+    (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
+    `rows`, the per-patch rows and their Markdown table when it is clean."""
+    try:
+        start(work, Reporter(quiet=True), commit, mirror=mirror, canary=True)
+        state = load_state(work)
+        if state is None:
+            raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
+        bad = next((r for r in rows_of(state) if r["outcome"] == "conflict"), None)
+        if bad is not None:
+            return _break_of(commit, bad["file"], bad["files"], bad["upstream_commits"]), None
+        if not rows:
+            return None, None
+        stage(work, state)
+        table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
+        return None, {"patches": rows_of(state), "table": table}
+    finally:
+        if load_state(work) is not None:  # ready for the next replay
+            abort(work, Reporter(quiet=True))
+
+
+def _verify(
+    work: Forge, out_: Reporter, commit: str, dry_run: bool, mirror: str | None
+) -> tuple[Break | None, Any]:
+    """The real replay onto `commit`: the canary's in the scratch forge (--dry-run), else
+    the rebase itself. A conflict comes back as a Break (the search narrows again)."""
+    out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
+    if dry_run:
+        return _canary(work, out_, commit, mirror, rows=True)
+    try:
+        result = start(work, out_, commit, mirror=mirror)
+    except NeedsHuman as err:
+        state = load_state(work)
+        if state is None or state.phase != "conflict":
+            raise
+        abort(work, out_)
+        details: dict[str, Any] = dict(err.details)
+        files: list[str] = list(details.get("files", []))
+        ups: dict[str, list[dict[str, str]]] = details.get("upstream_commits", {})
+        commits = [c for f in files for c in ups.get(f, [])]
+        return _break_of(commit, str(details.get("patch", "")), files, commits), None
+    md = Path(result.report_md) if result.report_md else None
+    return None, {
+        "patches": result.patches,
+        "report": str(result.report_json) if result.report_json else None,
+        "report_markdown": str(md) if md else None,
+        "table": md.read_text(encoding="utf-8") if md and md.is_file() else "",
+    }
+
+
+def _break_of(commit: str, patch: str, files: list[str], commits: list[dict[str, str]]) -> Break:
+    unique = list({c["commit"]: c for c in commits}.values())
+    return Break(commit, patch, list(files), unique)
+
+
+def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> BumpResult:
+    data: dict[str, Any] = {
+        "status": "noop",
+        "upstream": m.name,
+        "url": mask(m.url),
+        "to": rev,
+        "pin": m.commit,
+        "target": m.commit,
+        "target_subject": None,
+        "newest_clean": m.commit,
+        "newest_clean_subject": None,
+        "candidates": 0,
+        "taken": 0,
+        "first_breaking": None,
+        "replays": 0,
+        "max_replays": 0,
+        "moved": False,
+        "dry_run": dry_run,
+        "dropped": [],
+        "patches": [],
+        "rebase_report": None,
+        "rebase_report_markdown": None,
+    }
+    return BumpResult(data, render(data, ""), None)
+
+
+def _finish(result: BumpResult, target_md: Path | None, out_: Reporter) -> BumpResult:
+    for line in summary_lines(result.data):
+        out_.info(line)
+    if target_md is None:
+        return result
+    atomic_write_bytes(target_md, result.markdown.encode("utf-8"))
+    out_.info(f"report: {target_md}")
+    return BumpResult(result.data, result.markdown, target_md)
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def _c(commit: str | None) -> str:
+    return f"`{commit[:12]}`" if commit else "—"
+
+
+def summary_lines(d: dict[str, Any]) -> list[str]:
+    """The console's words; the Markdown says the same (render)."""
+    if d["status"] == "noop":
+        return [f"pin {d['pin'][:12]} is already {d['to']}: nothing changed"]
+    lines = [
+        f"newest clean: {d['newest_clean'][:12]} ({d['taken']} of {d['candidates']} "
+        f"first-parent commit(s) after the pin {d['pin'][:12]}; target {d['target'][:12]})"
+    ]
+    fb = d["first_breaking"]
+    if fb:
+        lines.append(
+            f"first breaking: {fb['commit'][:12]} {fb['subject']}: {fb['patch']} conflicts in "
+            + ", ".join(fb["files"])
+        )
+        lines += [f"    upstream {c['commit'][:12]} {c['subject']}" for c in fb["upstream_commits"]]
+    for drop in d["dropped"]:
+        by = ", ".join(c["commit"][:12] for c in drop["upstream_commits"]) or "upstream"
+        lines.append(f"dropped (upstreamed): {drop['file']} by {by}")
+    lines.append(f"replays: {d['replays']} (at most {d['max_replays']})")
+    if d["dry_run"]:
+        lines.append("nothing was changed (dry run)")
+    elif d["moved"]:
+        lines.append(f"manifest re-pinned to {d['newest_clean']}")
+    else:
+        lines.append("the pin did not move: the first candidate already breaks the series")
+    return lines
+
+
+def render(d: dict[str, Any], table: str) -> str:
+    """The Markdown report (the pull request's description in CI)."""
+    if d["status"] == "noop":
+        return (
+            f"### Bump {d['upstream']}: already at `{d['to']}`\n\n"
+            f"- pin: `{d['pin']}` ({d['url']}): nothing changed\n"
+        )
+    reached = d["newest_clean"] == d["target"]
+    verb = "would move" if d["dry_run"] else ("moved" if d["moved"] else "stays")
+    md = [
+        f"### Bump {d['upstream']}: `{d['pin'][:12]}` → `{d['newest_clean'][:12]}`"
+        + (" (dry run)" if d["dry_run"] else ""),
+        "",
+        f"- pin (before): `{d['pin']}` ({d['url']})",
+        f"- target: `{d['target']}` {d['target_subject'] or ''}"
+        + (
+            " (the upstream's default branch head)"
+            if d["to"] == "HEAD"
+            else (f" (from `{d['to']}`)" if d["to"] != d["target"] else "")
+        ),
+        f"- newest clean: `{d['newest_clean']}` {d['newest_clean_subject'] or ''} — "
+        f"{d['taken']} of {d['candidates']} first-parent commit(s); the pin {verb}"
+        + ("; **target reached**" if reached else "; **stopped short of the target**"),
+    ]
+    fb = d["first_breaking"]
+    if fb:
+        md.append(
+            f"- first breaking: `{fb['commit']}` {fb['subject']}: patch `{fb['patch']}` "
+            f"conflicts in {', '.join(f'`{f}`' for f in fb['files'])}"
+        )
+        md += [f"  - upstream {_c(c['commit'])} {c['subject']}" for c in fb["upstream_commits"]]
+    for drop in d["dropped"]:
+        by = ", ".join(f"{_c(c['commit'])} {c['subject']}" for c in drop["upstream_commits"])
+        md.append(f"- dropped (upstreamed): `{drop['file']}`" + (f" by {by}" if by else ""))
+    md.append(
+        f"- replays: {d['replays']} (bisection; at most ⌈log2 {d['candidates']}⌉ + 2 = "
+        f"{d['max_replays']})"
+    )
+    if d["rebase_report_markdown"]:
+        md.append(f"- rebase report: `{d['rebase_report_markdown']}`")
+    text = "\n".join(md) + "\n"
+    if table:
+        text += "\n" + table.replace("### ", "#### ", 1)
+    return text

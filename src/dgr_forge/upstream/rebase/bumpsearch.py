@@ -1,0 +1,298 @@
+"""The roller's search: which first-parent commit after the pin is the newest one the whole
+series replays onto cleanly, and which one breaks it.
+
+* `fetch_range`: one fetch of the candidate range (pin..target; on a shallow workspace
+  `--shallow-since` the pin's date, so no history before the pin comes along).
+* `TreeReplay`: a dry-run replay without a work tree: each patch commit O_i is merged onto
+  the replayed head by `git merge-tree --write-tree` (git >= 2.38) with O_(i-1) as the
+  merge base, the same 3-way merge `cherry-pick` does (git 2.39 has no `--merge-base`, so
+  the head is wrapped in a throwaway commit whose parent is O_(i-1)). A result equal to
+  the head is a patch upstream took (dropped, clean); a conflict is not clean. Objects go
+  to a scratch repository that reads the workspace's through git alternates.
+* `search`: bisection over the candidates, verified by a real replay, narrowed again when
+  a replay contradicts "once broken, stays broken".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.gitutil import FORGE_IDENTITY, git, out
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
+from dgr_forge.upstream.rebase.gitops import ensure_history
+from dgr_forge.upstream.transfer import _UNREACHABLE
+
+PIN_REF = "refs/dgr/bump/pin"  # the pin as a ref: the fetch negotiates it as "have"
+_REPLAY_ENV = {
+    **FORGE_IDENTITY,
+    "GIT_AUTHOR_NAME": "dgr-forge",
+    "GIT_AUTHOR_EMAIL": "dgr-forge@invalid",
+    "GIT_AUTHOR_DATE": "@0 +0000",
+    "GIT_COMMITTER_DATE": "@0 +0000",
+}
+
+
+def max_replays(candidates: int) -> int:
+    """The budget: ceil(log2 n) + 2 (the target, the bisection, the verifying replay)."""
+    return math.ceil(math.log2(candidates)) + 2 if candidates > 1 else 2
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def is_ancestor(src: Path, a: str, b: str) -> bool:
+    return git(src, "merge-base", "--is-ancestor", a, b, check=False).returncode == 0
+
+
+def fetch_range(src: Path, url: str, pin: str, want: str, out_: Reporter) -> None:
+    """Make pin..want (its first-parent chain and what it needs) available in `src`: one
+    fetch; on a shallow repository cut at the pin's date. Deepened only when a commit on
+    the chain is dated before the pin (then the cut missed it)."""
+    if gitutil.has_object(src, want) and is_ancestor(src, pin, want):
+        return
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    since = out(src, "log", "-1", "--format=%ct", pin)
+    git(src, "update-ref", PIN_REF, pin)
+    try:
+        out_.step(f"fetching the first-parent history {pin[:12]}..{want[:12]} from {mask(url)}")
+        args = ["--no-tags", "--no-write-fetch-head"]
+        cut = [f"--shallow-since={since}"] if shallow else []
+        proc = _fetch(src, url, [*args, *cut, "--", url, want])
+        if proc.returncode != 0 and cut:
+            # a server without shallow support (dumb HTTP): everything after the pin
+            out_.info("the server refused a --shallow-since fetch; fetching without it")
+            proc = _fetch(src, url, [*args, "--", url, want])
+        if proc.returncode != 0 and not any(m in proc.stderr for m in _UNREACHABLE):
+            # the server answered: it has no such commit (or serves none by id)
+            raise BadInput(
+                f"--to {want}: commit not available from {mask(url)}: "
+                f"{mask_text(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '')}",
+                hint="check the commit id; a server that serves no commit by id needs a tag "
+                "or branch name",
+                details={"target": want},
+            )
+        if proc.returncode != 0:
+            raise OperationFailed(
+                f"fetching {want[:12]} from {mask(url)} failed: "
+                f"{mask_text(proc.stderr.strip()[-500:])}",
+                hint="check the URL and network access, or pass --mirror",
+            )
+        if not is_ancestor(src, pin, want) and shallow:
+            ensure_history(src, url, pin, want)
+    finally:
+        git(src, "update-ref", "-d", PIN_REF, check=False)
+
+
+def _fetch(src: Path, url: str, args: list[str]) -> Any:
+    return git(
+        src,
+        "fetch",
+        *args,
+        check=False,
+        isolated=False,
+        config=(*gitutil.protocol_policy(url), "fetch.unpackLimit=1"),
+    )
+
+
+def candidates(src: Path, pin: str, target: str) -> list[str]:
+    """The first-parent commits after the pin up to and including the target, oldest
+    first (only descendants of the pin)."""
+    if target == pin:
+        return []
+    if not is_ancestor(src, pin, target):
+        raise BadInput(
+            f"--to {target[:12]} is not a descendant of the pin {pin[:12]} (it is older, or on "
+            "another branch): bump only moves the pin forward",
+            hint="use `dgr-forge rebase --onto REV` to move the pin anywhere else",
+            details={"pin": pin, "target": target},
+        )
+    listed = out(
+        src, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{pin}..{target}"
+    )
+    return listed.split()
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+@dataclass(frozen=True)
+class Break:
+    """Why a candidate is not clean: the first patch that conflicts onto it."""
+
+    commit: str
+    patch: str
+    files: list[str]
+    upstream_commits: list[dict[str, str]]
+
+    def as_dict(self, subject: str) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "subject": subject,
+            "patch": self.patch,
+            "files": self.files,
+            "upstream_commits": self.upstream_commits,
+        }
+
+
+@dataclass
+class TreeReplay:
+    """Dry-run replays of the series onto candidates, in a scratch repository `repo` that
+    reads the workspace's objects. `patches` are (file, O_i) in series order; O_i's parent
+    is O_(i-1), the pin for the first."""
+
+    repo: Path
+    pin: str
+    patches: list[tuple[str, str]]
+    runs: int = 0
+
+    def __call__(self, candidate: str) -> Break | None:
+        """None when the whole series replays cleanly onto `candidate`."""
+        self.runs += 1
+        head_tree = gitutil.tree_of(self.repo, candidate)
+        picked: list[str] = []  # the replayed trees, in order
+        base = self.pin
+        for file, commit in self.patches:
+            ours = self._commit(head_tree, base, f"dgr-forge bump: replayed head before {file}")
+            proc = git(
+                self.repo,
+                "merge-tree",
+                "--write-tree",
+                "-z",
+                "--name-only",
+                "--no-messages",
+                ours,
+                commit,
+                check=False,
+                config=("merge.conflictStyle=diff3",),
+            )
+            if proc.returncode not in (0, 1):
+                raise OperationFailed(
+                    f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
+                    f"{proc.stderr.strip()[-500:]}",
+                    hint="git 2.38 or newer is needed (`git --version`)",
+                )
+            head, *rest = proc.stdout.split("\0\0", 1)[0].split("\0")
+            if proc.returncode == 1:
+                files = sorted({f for f in rest if f})
+                return self._explain(candidate, file, files, head, picked)
+            if head != head_tree:  # else upstream took it: empty, clean, dropped
+                picked.append(head)
+                head_tree = head
+            base = commit
+        return None
+
+    def _commit(self, tree: str, parent: str, message: str) -> str:
+        return out(self.repo, "commit-tree", tree, "-p", parent, "-m", message, env=_REPLAY_ENV)
+
+    def _explain(
+        self, candidate: str, patch: str, files: list[str], merged: str, picked: list[str]
+    ) -> Break:
+        """The conflict named as `rebase` names it (`upstream_commits_for`): the replayed
+        head as commits on the candidate, the conflicted files (with their markers, from
+        merge-tree's tree) in the scratch repository's work tree."""
+        head = candidate
+        for tree in picked:
+            head = self._commit(tree, head, "dgr-forge bump: replayed patch")
+        commits: list[dict[str, str]] = []
+        for path in files:
+            if _safe(path):
+                blob = git(
+                    self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False
+                )
+                target = self.repo / path
+                try:
+                    if blob.returncode == 0:
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        target.write_bytes(cast(bytes, blob.stdout))
+                except OSError:
+                    pass  # e.g. a file where a directory is needed: file-level names only
+            found, _ = upstream_commits_for(self.repo, self.pin, candidate, head, path)
+            commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
+        return Break(candidate, patch, files, commits)
+
+
+def _safe(path: str) -> bool:
+    """A path git gave us, written only inside the scratch work tree."""
+    parts = path.split("/")
+    return bool(path) and not path.startswith("/") and ".." not in parts and ".git" not in parts
+
+
+# ----------------------------------------------------------------------------- search
+
+
+@dataclass
+class SearchResult:
+    newest_clean: int  # index into the candidates, -1 = the pin itself
+    first_breaking: int | None
+    breaks: dict[int, Break]
+    replays: int  # dry-run probes + verifying replays
+    verified: Any = None  # what the successful verifying replay returned
+
+
+def search(
+    n: int,
+    probe: Callable[[int], Break | None],
+    verify: Callable[[int], tuple[Break | None, Any]],
+    out_: Reporter,
+    real_probe: Callable[[int], Break | None] | None = None,
+) -> SearchResult:
+    """Candidates 0..n-1 (oldest first); -1 is the pin, clean by definition.
+
+    The target (n-1) first: the nightly common case costs one probe. Else bisect between
+    the newest known clean and the oldest known broken. The answer is then replayed for
+    real (`verify`); when that conflicts, the probe was wrong about it: it counts as
+    broken, and the search narrows again below it, from then on with `real_probe` (a
+    real replay that changes nothing) where given, since the dry-run probe proved wrong
+    for this series: its other verdicts are dropped, not trusted."""
+    verdict: dict[int, Break | None] = {-1: None}
+    replays = 0
+
+    def test(i: int) -> bool:
+        nonlocal replays
+        if i not in verdict:
+            replays += 1
+            found = verdict[i] = probe(i)
+            state = "clean" if found is None else f"breaks ({found.patch})"
+            out_.info(f"  replay {replays}: candidate {i + 1}/{n}: {state}")
+        return verdict[i] is None
+
+    hi: int | None = None if test(n - 1) else n - 1
+    while True:
+        lo = max(i for i, v in verdict.items() if v is None and (hi is None or i < hi))
+        if hi is not None:
+            # a clean verdict above a broken one contradicts monotonicity: ignore it (the
+            # oldest broken bounds the search, so the answer is never past a known break)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if test(mid):
+                    lo = mid
+                else:
+                    hi = mid
+        if lo < 0:
+            return SearchResult(-1, hi, _breaks(verdict), replays)
+        replays += 1
+        broken, verified = verify(lo)
+        if broken is None:
+            return SearchResult(lo, hi, _breaks(verdict), replays, verified)
+        out_.warn(
+            f"the real replay onto candidate {lo + 1} conflicts ({broken.patch}) where the "
+            "dry run found it clean: narrowing the search below it"
+            + (" with real replays" if real_probe is not None and probe is not real_probe else "")
+        )
+        if real_probe is not None and probe is not real_probe:
+            probe = real_probe
+            verdict = {-1: None}
+        verdict[lo] = broken
+        hi = lo
+
+
+def _breaks(verdict: dict[int, Break | None]) -> dict[int, Break]:
+    return {i: b for i, b in verdict.items() if b is not None}

@@ -1,0 +1,51 @@
+"""The demo forge root (`dgr-forge demo DIR`), made once per test session.
+
+`make_demo(base)` runs the real command offline with a fresh, empty XDG_CONFIG_HOME and
+HOME (no key anywhere but the demo's own) and keeps a pristine copy of the toured root;
+`DemoTour.fresh()` puts that copy back at the same path (absolute paths in the build
+directory and the manifest's file:// URL stay true, so nothing rebuilds from scratch).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cli import Result, run_forge
+
+
+@dataclass(frozen=True)
+class DemoTour:
+    root: Path  # where the demo lives (restored by fresh())
+    pristine: Path  # the root right after the tour
+    config: Path  # the XDG_CONFIG_HOME and HOME the tour ran with (left empty)
+    result: Result
+
+    def env(self) -> dict[str, str]:
+        return {"XDG_CONFIG_HOME": str(self.config), "HOME": str(self.config)}
+
+    def fresh(self) -> Path:
+        """The root as the tour left it, at the same path; what an earlier user of the
+        root wrote beside it (another workspace, `../nocache`) is removed too."""
+        for entry in self.root.parent.iterdir():
+            if entry in (self.pristine, self.config):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        shutil.copytree(self.pristine, self.root, symlinks=True)
+        return self.root
+
+
+def make_demo(base: Path) -> DemoTour:
+    config = base / "config"
+    config.mkdir()
+    root = base / "demo"
+    env = {"XDG_CONFIG_HOME": str(config), "HOME": str(config), "CI": ""}
+    result = run_forge("--json", "demo", str(root), cwd=base, env=env)
+    pristine = base / "pristine"
+    if result.code == 0:
+        shutil.copytree(root, pristine, symlinks=True)
+    return DemoTour(root, pristine, config, result)

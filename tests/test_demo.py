@@ -1,0 +1,169 @@
+"""`dgr-forge demo DIR`: the tour without network or key setup, and DIR afterwards.
+
+The tour itself runs once per session (the `demo_tour` fixture: offline, a fresh empty
+XDG_CONFIG_HOME and HOME, not at a terminal, so no key but the demo's own can be used).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+from support.cli import run_forge
+from support.demo import DemoTour
+from support.git import sh_git
+
+STEPS = ["fetch", "patch", "build", "report verify", "rebase --dry-run"]
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_the_tour_runs_every_step_offline_and_says_what_each_proved(
+    demo_tour: DemoTour,
+) -> None:
+    r = demo_tour.result
+    assert r.code == 0, r
+    data = r.json
+    assert data["ok"] and data["command"] == "demo"
+    assert [s["step"] for s in data["steps"]] == STEPS
+    # the dry run finds the conflict the history was made for: exit 3 is the expected outcome
+    assert [s["exit_code"] for s in data["steps"]] == [0, 0, 0, 0, 3]
+    proved = [s["proved"] for s in data["steps"]]
+    assert "pinned commit " + data["pin"][:12] in proved[0]
+    assert "3 patches applied" in proved[1]
+    # the worker binary ran and shows both patches compiled in (round-robin owner, the cap)
+    assert "worker 3 of 4 (at most 64 workers)" in proved[2]
+    assert "re-hash" in proved[3]
+    canary = proved[4]
+    assert "0001-llama-own-layers-round-robin.patch would conflict in src/llama.cpp" in canary
+    assert "llama: validate the layer index" in canary
+    assert "0002-llama-add-llama-max-workers.patch is upstreamed by" in canary
+    assert "0003-readme-say-the-tree-is-patched.patch unchanged" in canary
+    # one human line per step on stderr
+    assert r.stderr.count("proved: ") == len(STEPS)
+    # nothing outside DIR: no default key, no config written
+    assert list(demo_tour.config.iterdir()) == []
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_dir_is_an_ordinary_forge_root_afterwards(demo_tour: DemoTour) -> None:
+    assert demo_tour.result.code == 0, demo_tour.result
+    root = demo_tour.fresh()
+    manifest = tomllib.loads((root / "manifests" / "llama.cpp.toml").read_text())
+    assert manifest["upstream"]["url"].startswith("file://")  # offline by construction
+    r = run_forge("--json", "status", cwd=root, env=demo_tour.env())
+    assert r.code == 0, r
+    st = r.json
+    assert st["upstream"]["verified"] and st["upstream"]["commits_on_top"] == 3
+    assert [p["state"] for p in st["patches"]["series"]] == ["applied"] * 3
+    assert "cpu" in st["lanes"]
+    # the dry run touched nothing: the root's own git sees no change to manifest or patches
+    assert sh_git(root, "status", "--porcelain") == ""
+    # the private key is the owner's only
+    key = root / "keys" / "demo-signing-key.pem"
+    assert os.stat(key).st_mode & 0o077 == 0
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_the_check_gate_passes_offline_on_the_demo_root(demo_tour: DemoTour) -> None:
+    """The series the demo writes is canonical: what `export` would write, byte for byte."""
+    root = demo_tour.fresh()
+    r = run_forge("check", "--offline", cwd=root, env=demo_tour.env())
+    assert r.code == 0, r
+
+
+@pytest.fixture
+def nonempty(tmp_path: Path) -> Path:
+    d = tmp_path / "full"
+    d.mkdir()
+    (d / "mine.txt").write_text("keep me\n")
+    return d
+
+
+def _refused(tmp_path: Path, *args: str) -> str:
+    r = run_forge("demo", *args, cwd=tmp_path, env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    assert r.code == 2, r
+    assert "error:" in r.stderr and "fix:" in r.stderr, r
+    assert not (tmp_path / "cfg").exists()
+    return r.stderr
+
+
+def test_a_non_empty_dir_is_refused_and_left_as_it_was(tmp_path: Path, nonempty: Path) -> None:
+    err = _refused(tmp_path, str(nonempty))
+    assert "not empty" in err
+    assert sorted(p.name for p in nonempty.iterdir()) == ["mine.txt"]
+    assert (nonempty / "mine.txt").read_text() == "keep me\n"
+
+
+def test_a_symlink_is_refused_even_to_an_empty_dir(tmp_path: Path) -> None:
+    target = tmp_path / "empty"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    assert "symbolic link" in _refused(tmp_path, str(tmp_path / "link"))
+    assert list(target.iterdir()) == []
+
+
+def test_a_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "file"
+    f.write_text("x\n")
+    assert "not a directory" in _refused(tmp_path, str(f))
+    assert f.read_text() == "x\n"
+
+
+def test_a_leading_dash_and_a_nul_byte_are_refused(tmp_path: Path) -> None:
+    assert "starts with '-'" in _refused(tmp_path, "--", "-demo")
+    assert not (tmp_path / "-demo").exists()
+    assert "NUL" in _refused(tmp_path, str(tmp_path / "a\0b"))
+    assert list(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_dangling_symlink_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    assert "symbolic link" in _refused(tmp_path, str(tmp_path / "dangling"))
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_dot_dot_is_read_as_the_kernel_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`new/../demo` is ./demo (no stray `new/`); `..` of a non-empty parent is refused."""
+    from dgr_forge.core.errors import BadInput
+    from dgr_forge.demo.generate import check_target
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "inner").mkdir()
+    assert check_target("new/../demo") == tmp_path / "demo"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo", "inner"]
+    with pytest.raises(BadInput, match="not empty"):
+        check_target("inner/..")
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
+    demo_tour: DemoTour,
+) -> None:
+    from dgr_forge.core.errors import ExitCode, OperationFailed
+    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.tour import Step, _run
+
+    root = demo_tour.fresh()
+    data = demo_tour.result.json
+    demo = DemoRoot(
+        root,
+        root / "upstream",
+        data["pin"],
+        data["onto"],
+        Path(data["key"]),
+        tuple(data["patches"]),
+    )
+    with pytest.raises(OperationFailed) as info:
+        _run(demo, Step("patch", ["patch", "--no-such-flag"]))
+    err = info.value
+    assert err.exit_code == ExitCode.FAILED
+    assert "demo step patch (`dgr-forge patch --no-such-flag`) exited 2" in str(err)
+    assert err.details == {"step": "patch", "step_exit_code": 2}
+    assert err.hint and "dgr-forge doctor" in err.hint
+    # the dry run's exit 3 is expected, anything else is not
+    with pytest.raises(OperationFailed, match="exited 3"):
+        _run(demo, Step("rebase --dry-run", ["rebase", "--onto", "master", "--dry-run"]))
