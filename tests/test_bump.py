@@ -319,11 +319,14 @@ def test_a_killed_replay_that_must_change_nothing_is_never_continued(h: History)
     the middle leaves its state: `rebase --continue` refuses it (it would finish a series
     with the conflicting patch left out), `--abort` restores everything."""
     from dgr_forge.core.forge import Forge
+    from dgr_forge.upstream import manifest
     from dgr_forge.upstream.rebase import start
 
     s, after = h.series, h.after
     before = s.snapshot()
-    start(Forge.locate(s.root, None), Reporter(quiet=True), after[BREAKS_AT - 1], canary=True)
+    forge = Forge.locate(s.root, None)
+    m = manifest.load(forge.upstream_manifest, forge.root)
+    start(forge, Reporter(quiet=True), m, after[BREAKS_AT - 1], canary=True)
     r = s.forge("rebase", "--continue")
     assert r.code == 3 and "dry run" in r.stderr, r
     assert s.forge("rebase", "--abort").code == 0

@@ -5,6 +5,7 @@ read from the tools' own statistics."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -510,3 +511,30 @@ def test_a_token_with_a_line_break_is_an_error_that_never_shows_it() -> None:
     check = sccache_dist.check(client, timeout=0.01)
     assert check.status == "unauthorized" and "control character" in check.detail
     assert SECRET not in str(check.as_dict()) + check.line()
+
+
+def test_build_options_resolve_once_from_defaults_environment_and_options() -> None:
+    """The environment is read in the library, the option wins over it, a bad value names
+    its source (exit 2), and the result cannot change afterwards."""
+    import dataclasses
+
+    from dgr_forge.lanes.build import BuildOptions
+
+    plain = BuildOptions.resolve(environ={})
+    assert (plain.lanes, plain.cache, plain.cache_mode) == (("cpu",), "auto", "rw")
+    env = {"DGR_CACHE": "off", "DGR_CACHE_MODE": "ro"}
+    from_env = BuildOptions.resolve(environ=env)
+    assert (from_env.cache, from_env.cache_mode) == ("off", "ro")
+    given = BuildOptions.resolve(cache="ccache", cache_mode="rw", environ=env)
+    assert (given.cache, given.cache_mode) == ("ccache", "rw")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        given.cache = "off"  # type: ignore[misc]
+    for kwargs, named in (
+        ({"environ": {"DGR_CACHE": "bogus"}}, "DGR_CACHE 'bogus'"),
+        ({"cache": "bogus", "environ": {}}, "--cache 'bogus'"),
+        ({"environ": {"DGR_CACHE_MODE": "write"}}, "DGR_CACHE_MODE 'write'"),
+        ({"cache_mode": "-x", "environ": {}}, "--cache-mode '-x'"),
+        ({"jobs": 0, "environ": {}}, "--jobs 0"),
+    ):
+        with pytest.raises(BadInput, match=re.escape(named)):
+            BuildOptions.resolve(**kwargs)  # type: ignore[arg-type]

@@ -18,13 +18,8 @@ from support.cli import Result, run_forge
 from support.git import Upstream
 
 from dgr_forge.lanes import cache
-from dgr_forge.lanes.build import BuildOptions
 
 pytestmark = pytest.mark.slow
-
-# Until `build --cache` (the build branch) is merged beside this one: then it always runs.
-if "cache" not in BuildOptions.__dataclass_fields__:
-    pytest.skip("build has no --cache yet (issue 16 wiring)", allow_module_level=True)
 
 SECRET = "hunter2-s3cr3t"
 

@@ -13,8 +13,16 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 
 
 def test_unset_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DGR_FAULT", raising=False)
-    fault.point("export.swapped")
+    """The same point fails while DGR_FAULT names it and is a no-op once it is unset
+    (nothing of the parsed value is kept)."""
+    monkeypatch.setenv("DGR_FAULT", "export.swapped:fail@2")
+    fault.point("export.swapped")  # the first hit: not the second yet
+    monkeypatch.delenv("DGR_FAULT")
+    for _ in range(3):
+        assert fault.point("export.swapped") is None  # type: ignore[func-returns-value]
+    monkeypatch.setenv("DGR_FAULT", "export.swapped:fail")
+    with pytest.raises(OperationFailed, match=r"injected failure at export\.swapped"):
+        fault.point("export.swapped")
 
 
 def test_parse_actions_counts_and_details() -> None:

@@ -329,3 +329,29 @@ def test_signing_key_that_is_not_a_file_is_refused_without_blocking(tmp_path: Pa
         keys.resolve_signer(str(tmp_path / "a\x00b.pem"), Reporter())
     with pytest.raises(BadInput, match="--key: empty"):
         keys.resolve_signer("", Reporter())
+
+
+@pytest.mark.parametrize(
+    ("key", "env", "named"),
+    [
+        ("", None, "--key: empty"),
+        ("  ", None, "--key: empty"),
+        (None, "", "DGR_SIGNING_KEY is set but empty"),
+        (None, " \n", "DGR_SIGNING_KEY is set but empty"),
+    ],
+)
+def test_one_key_lookup_an_empty_value_is_exit_2_for_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None, env: str | None, named: str
+) -> None:
+    """The full load (`resolve_signer`) and a no-op build's cheap fingerprint share one
+    lookup: an empty value is refused by both, never a fall-through to another key."""
+    from dgr_forge.lanes.signing import SigningKey
+
+    keys.generate(keys.default_key_path())  # a key a fall-through would find
+    if env is not None:
+        monkeypatch.setenv(keys.SIGNING_KEY_ENV, env)
+    with pytest.raises(BadInput, match=named) as full:
+        keys.resolve_signer(key, Reporter())
+    with pytest.raises(BadInput, match=named) as cheap:
+        SigningKey(key, True, Reporter()).fingerprint()
+    assert full.value.exit_code == cheap.value.exit_code == ExitCode.BAD_INPUT

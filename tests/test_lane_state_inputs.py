@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from dgr_forge.lanes import programs, stamps, trees
+from dgr_forge.lanes import programs, stamps
 from dgr_forge.lanes.state import LaneState
+from dgr_forge.upstream import trees
 
 
 @pytest.mark.parametrize(

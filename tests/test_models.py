@@ -175,10 +175,13 @@ def test_cli_by_name_from_the_forge_root(tmp_path: Path) -> None:
 
 
 def test_repo_model_manifests_load() -> None:
-    """Whatever the repository ships under manifests/models/ must load."""
+    """Whatever the repository ships under manifests/models/ must load, and so must the
+    test model (none is shipped on purpose: the loop must still have something to load)."""
     root = Path(__file__).resolve().parent.parent
-    for path in sorted((root / "manifests" / "models").glob("*.toml")):
-        models.load(path, root)
+    paths = sorted((root / "manifests" / "models").glob("*.toml"))
+    paths += sorted((root / "tests" / "data" / "models").glob("*.toml"))
+    loaded = {models.load(path, root).name: path for path in paths}
+    assert "tiny-test" in loaded and len(loaded) == len(paths)
 
 
 # ----------------------------------------------------------------------------- properties

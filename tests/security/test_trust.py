@@ -5,11 +5,13 @@ naming the file, and nothing is trusted. Signing-key permissions are in tests/te
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 from forgetest import run_forge
+from support.roots import REPO
 
 from dgr_forge.attest import certify, keys
 from dgr_forge.core.errors import BadInput, ExitCode
@@ -111,6 +113,9 @@ def test_lanes_with_a_hostile_trust_anchor_exits_2_naming_it(
     (forge_root / "recipes" / "cpu.toml").write_text(
         'schema = 1\n[lane]\nbackend = "CPU"\n[cmake]\noptions = { GGML_NATIVE = "OFF" }\n'
     )
+    # every input `lanes` reads is loaded first (the command context): a complete root
+    (forge_root / "toolchains").mkdir(exist_ok=True)
+    shutil.copyfile(REPO / "toolchains" / "probes.toml", forge_root / "toolchains" / "probes.toml")
     d = forge_root / TRUSTED
     d.mkdir(parents=True)
     (d / "release.pub").write_bytes(pub_bytes(key))

@@ -21,27 +21,40 @@ import os
 import platform
 import shutil
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes, sha256_file
+from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
-from dgr_forge.core.urls import mask
-from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+
+
+class Recipe(Protocol):
+    """What a certification records of a lane's recipe (`lanes.recipes.Recipe` is one;
+    attest sits below lanes and does not import it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def sha256(self) -> str: ...
+    @property
+    def toolchain(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -74,28 +87,18 @@ class Certification:
         }
 
 
-def bound_inputs(forge: Forge, recipe: Recipe) -> dict[str, Any]:
-    """What a certification binds beyond recipe, pin and series, as the checkout has it."""
-    from dgr_forge.lanes import inputs, worker  # the lane's own view of its inputs
-
+def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it:
+    the toolchain file, the `cmake/` modules and the worker (`worker`: its identity, from
+    `lanes.inputs.worker_identity`; attest does not read lanes' inputs itself)."""
     tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
-    spec = worker.resolve(forge, None)
-    bound_worker: dict[str, Any] | None = None
-    if spec is not None and spec.url is not None:
-        bound_worker = {"location": mask(spec.url), "commit": spec.commit}
-    elif spec is not None:
-        files = inputs._worker_files(spec.source_dir)
-        lines = "".join(
-            f"{p.relative_to(spec.source_dir).as_posix()} {sha256_file(p)}\n" for p in files
-        )
-        bound_worker = {"location": spec.location, "tree": sha256_bytes(lines.encode())}
     return {
         "toolchain": None
         if tc is None
         else {"path": forge.rel(tc), "sha256": sha256_file(tc) if tc.is_file() else None},
-        "cmakeModules": {m.name: sha256_file(m) for m in modules},
-        "worker": bound_worker,
+        "cmakeModules": {p.name: sha256_file(p) for p in modules},
+        "worker": dict(worker) if worker is not None else None,
     }
 
 
@@ -176,7 +179,7 @@ def probe_hardware() -> dict[str, Any]:
 
 def certify(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     *,
     report: Path,
@@ -185,6 +188,7 @@ def certify(
     report_key: PublicKey,
     hardware: str | None,
     out: Reporter,
+    worker: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
     check = reports_mod.verify_report(report, report_key)
@@ -208,7 +212,7 @@ def certify(
     rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
     rep_commit = str((up.get("digest") or {}).get("gitCommit"))
     rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
-    current = bound_inputs(forge, recipe)
+    current = bound_inputs(forge, recipe, worker)
     checks = [
         (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
         ("upstream commit", rep_commit, m.commit),
@@ -381,7 +385,13 @@ class CertStatus:
         }
 
 
-def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[PublicKey]) -> CertStatus:
+def _status(
+    forge: Forge,
+    recipe: Recipe,
+    m: UpstreamManifest,
+    keys: list[PublicKey],
+    worker: Mapping[str, Any] | None,
+) -> CertStatus:
     lane = recipe.name
     path = cert_path(forge, lane)
     if not path.is_file():
@@ -413,11 +423,7 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
-    lapse: str | None
-    try:
-        lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe))
-    except BadInput as err:  # a broken worker manifest: nothing can be said to match
-        lapse = f"the worker manifest is unreadable ({err})"
+    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker))
     if lapse is not None:
         return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)
@@ -425,24 +431,28 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
 
 def certification_status(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, CertStatus]:
-    """Per lane: certified or not, and why (for the `lanes` table)."""
+    """Per lane: certified or not, and why (for the `lanes` table); `worker` is the
+    configured worker's identity (`lanes.inputs.worker_identity`), None for none."""
     trusted = trusted_keys(forge, keys)
-    return {lane: _status(forge, recipe, m, trusted) for lane, recipe in recipes.items()}
+    return {lane: _status(forge, recipe, m, trusted, worker) for lane, recipe in recipes.items()}
 
 
 def advertised_lanes(
     forge: Forge,
-    recipes: dict[str, Recipe],
+    recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, Certification]:
-    """Only lanes whose current recipe, pin and series match a validly signed certification."""
+    """Only lanes whose current recipe, pin, series and other bound inputs match a validly
+    signed certification."""
     return {
         lane: status.certification
-        for lane, status in certification_status(forge, recipes, m, keys).items()
+        for lane, status in certification_status(forge, recipes, m, keys, worker).items()
         if status.certified and status.certification is not None
     }

@@ -36,20 +36,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from dgr_forge.attest.keysource import PEM_MARKER as PEM_MARKER
+from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
+from dgr_forge.attest.keysource import default_key_path as default_key_path
+from dgr_forge.attest.keysource import signing_key_source
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tomlcheck import read_bytes
 
-SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
 VERIFY_KEY_ENV = "DGR_VERIFY_KEY"
-PEM_MARKER = "-----BEGIN"
 MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes
-
-
-def default_key_path() -> Path:
-    """`$XDG_CONFIG_HOME/dgr-forge/signing-key.pem`, else `~/.config/dgr-forge/...`."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "dgr-forge" / "signing-key.pem"
 
 
 def public_path(private_path: Path) -> Path:
@@ -303,22 +299,14 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
 
     Exit 2 instead of a throwaway key: an empty `DGR_SIGNING_KEY`, no key under CI, no key
     without a terminal. The default key is created only interactively, with a warning."""
-    if key is not None:
-        if not key.strip():
-            raise BadInput("--key: empty", hint="pass the path of a private key (PEM)")
-        return load_signer(Path(key).expanduser())
-    if SIGNING_KEY_ENV in os.environ:
-        env = os.environ[SIGNING_KEY_ENV]
-        if not env.strip():
-            raise BadInput(
-                f"{SIGNING_KEY_ENV} is set but empty (a CI secret that is not available here?)",
-                hint=f"set {SIGNING_KEY_ENV} to the key's PEM text or path, unset it to use "
-                "your default key, or pass --no-sign to build without a signed report",
-                details={"variable": SIGNING_KEY_ENV},
-            )
-        if PEM_MARKER in env:
-            return _private_from_pem(env.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
-        path = Path(env).expanduser()
+    source = signing_key_source(key)
+    if source.kind == "option":
+        assert source.path is not None
+        return load_signer(source.path)
+    if source.kind == "env-pem":
+        return _private_from_pem(source.value.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
+    if source.kind == "env-path":
+        env, path = source.value, Path(source.value).expanduser()
         try:
             is_file = path.is_file()
         except (OSError, ValueError):

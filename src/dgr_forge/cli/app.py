@@ -11,21 +11,19 @@ import contextlib
 import json
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 
 from dgr_forge import __version__
+from dgr_forge.cli.context import Needs, Session, open_session
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import ExitCode, ForgeError, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
-
-if TYPE_CHECKING:
-    from dgr_forge.upstream.manifest import UpstreamManifest
 
 app = typer.Typer(
     name="dgr-forge",
@@ -57,42 +55,36 @@ class Env:
             self._forge = Forge.locate(self.options.root, self.options.workspace)
         return self._forge
 
-    @contextlib.contextmanager
     def session(
         self,
         *,
-        lock: bool = True,
+        lock: bool = False,
+        root_lock: bool = False,
+        recover: bool = False,
         refuse_rebase: bool = False,
-        prepare: Callable[[Forge], object] | None = None,
-    ) -> Iterator[Session]:
-        """The command boundary: take the workspace lock once (before any input is read),
-        run `prepare` (e.g. recovery that may rewrite the inputs), refuse during a rebase
-        where the command must, then load the manifest once and hand it down. Library
-        functions take the loaded values.
-
-        `lock=False` is for read-only commands (`status`): they must not wait behind a
-        build, and read a snapshot."""
-        from dgr_forge.core.lock import workspace_lock
-        from dgr_forge.upstream import manifest
-        from dgr_forge.upstream.workspace import refuse_during_rebase
-
-        forge = self.forge
-        with workspace_lock(forge, self.out) if lock else contextlib.nullcontext():
-            if prepare is not None:
-                prepare(forge)
-            if refuse_rebase:
-                refuse_during_rebase(forge)
-            m = manifest.load(forge.upstream_manifest, forge.root)
-            yield Session(forge=forge, out=self.out, manifest=m)
-
-
-@dataclass(frozen=True)
-class Session:
-    """What a command works on once its boundary is passed: inputs loaded under the lock."""
-
-    forge: Forge
-    out: Reporter
-    manifest: UpstreamManifest
+        manifest: bool = True,
+        manifest_may_fail: bool = False,
+        recipes: bool = False,
+        probes: bool = False,
+        worker: bool = False,
+        worker_override: Path | None = None,
+    ) -> contextlib.AbstractContextManager[Session]:
+        """The command boundary (`cli/context`): locks first, recovery for commands that
+        write, the rebase refusal, then each declared input loaded once and handed down.
+        Without `lock` (read-only commands such as `status`) nothing waits behind a build."""
+        needs = Needs(
+            lock=lock,
+            root_lock=root_lock,
+            recover=recover,
+            refuse_rebase=refuse_rebase,
+            manifest=manifest,
+            manifest_may_fail=manifest_may_fail,
+            recipes=recipes,
+            probes=probes,
+            worker=worker,
+            worker_override=worker_override,
+        )
+        return open_session(self.forge, self.out, needs)
 
 
 def _version(value: bool) -> None:

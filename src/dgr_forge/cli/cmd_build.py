@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,20 +51,31 @@ def build(
         from dgr_forge.core.errors import ExitCode
         from dgr_forge.lanes import build as build_mod
 
-        opts = build_mod.BuildOptions(
-            lanes=list(lane or []),
+        opts = build_mod.BuildOptions.resolve(
+            lanes=lane or (),
             worker=worker,
             jobs=jobs,
             key=key,
             sign=not no_sign,
             mirror=mirror,
             offline=offline,
-            cache=cache or os.environ.get("DGR_CACHE") or "auto",
-            cache_mode=cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw",
-            cache_source="--cache" if cache is not None else "DGR_CACHE",
-            cache_mode_source="--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
+            cache=cache,
+            cache_mode=cache_mode,
         )
-        result = build_mod.build(env.forge, env.out, opts)
+        # the lock before any input is read: a waiting build builds (and signs) what the
+        # build it waited for left, never a manifest read before
+        with env.session(
+            lock=True,
+            recover=True,
+            refuse_rebase=True,
+            recipes=True,
+            probes=True,
+            worker=True,
+            worker_override=worker,
+        ) as s:
+            result = build_mod.build(
+                s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker
+            )
         payload: dict[str, Any] = {
             "upstream": result.upstream,
             "worker": result.worker,
@@ -91,17 +101,15 @@ def doctor(
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
 
     def body(env: Env) -> dict[str, Any]:
-        forge = env.forge
         from dgr_forge.lanes import doctor as doctor_mod
-        from dgr_forge.lanes.recipes import load_all, select
+        from dgr_forge.lanes.recipes import select
 
-        all_recipes = load_all(forge.recipes_dir, forge.root)
+        with env.session(manifest=False, recipes=True, probes=True) as s:
+            all_recipes, doc = s.recipes, s.doctor
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
-        probes = doctor_mod.load_probes(
-            forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"
-        )
-        doc = doctor_mod.Doctor(probes)
-        result = doctor_mod.diagnose(doc, all_recipes)
+        from dgr_forge.lanes import cache as cache_mod
+
+        result = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
         if lane:
             checks = doctor_mod.gate(result, checks, list(lane))
@@ -116,8 +124,6 @@ def doctor(
         env.out.table(
             f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
         )
-        from dgr_forge.lanes import cache as cache_mod
-
         env.out.info(cache_mod.summary(result["cache"]))
         for check in checks:
             verdict = check.summary() if check.buildable or not lane else "cannot build here"
@@ -149,7 +155,8 @@ def lanes(
         from dgr_forge.lanes import matrix as lanes_mod
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
-        rows = lanes_mod.matrix(env.forge, trusted)
+        with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
+            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
         if advertised:
             rows = [r for r in rows if r["certified"]]
             if not rows:
@@ -204,14 +211,15 @@ def presets(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.lanes import presets as presets_mod
 
-        cache = os.environ.get("DGR_CACHE") or "auto"
-        data = presets_mod.render(env.forge, list(lane or []), worker, cache)
+        with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
+            m, spec = s.manifest, s.worker
+            data = presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
         names = [p["name"] for p in data["configurePresets"]]
         if print_:
             if not env.options.json:
                 typer.echo(json.dumps(data, indent=2))
             return {"path": None, "presets": names, "content": data}
-        path = presets_mod.write(env.forge, data, out_path, worker)
+        path = presets_mod.write(env.forge, data, out_path, m, spec)
         env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
         return {"path": str(path), "presets": names}
 

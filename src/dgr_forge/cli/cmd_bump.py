@@ -52,13 +52,15 @@ def bump(
         from dgr_forge.upstream.fetch import resolve_mirror
         from dgr_forge.upstream.rebase.bump import bump as bump_
 
-        return bump_(
-            env.forge,
-            env.out,
-            to,
-            dry_run=dry_run,
-            report=report,
-            mirror=resolve_mirror(mirror),
-        ).as_dict()
+        with env.session(lock=True, recover=True, refuse_rebase=True) as s:
+            return bump_(
+                env.forge,
+                env.out,
+                s.manifest,
+                to,
+                dry_run=dry_run,
+                report=report,
+                mirror=resolve_mirror(mirror),
+            ).as_dict()
 
     run(ctx, "bump", body)

@@ -30,10 +30,10 @@ def matrix_command(ctx: typer.Context) -> None:
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.lanes import ci, recipes
+        from dgr_forge.lanes import ci
 
-        forge = env.forge
-        lanes = ci.matrix(recipes.load_all(forge.recipes_dir, forge.root))
+        with env.session(manifest=False, recipes=True) as s:
+            lanes = ci.matrix(s.recipes)
         if not as_json:
             # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
             sys.stdout.write(json.dumps(lanes, indent=2) + "\n")
@@ -69,15 +69,13 @@ def render_command(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.fsutil import sha256_bytes
-        from dgr_forge.lanes import ci, recipes
-        from dgr_forge.upstream import manifest
+        from dgr_forge.lanes import ci
 
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")
         which = ci.provider(provider)
-        forge = env.forge
-        lanes = recipes.load_all(forge.recipes_dir, forge.root)
-        pin = manifest.load(forge.upstream_manifest, forge.root)
+        with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
+            forge, lanes, pin = s.forge, s.recipes, s.manifest
         reqs = ci.requirements(forge.root)
         text = ci.render(which, lanes, pin, reqs, ci.bump_request(forge.root))
         fields: dict[str, Any] = {

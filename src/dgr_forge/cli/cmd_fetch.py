@@ -43,7 +43,7 @@ def fetch(
         from dgr_forge.upstream.fetch import fetch_locked, resolve_mirror
 
         url = resolve_mirror(mirror)  # validated before the lock and before any git call
-        with env.session(refuse_rebase=True) as s:
+        with env.session(lock=True, recover=True, refuse_rebase=True) as s:
             forge, m = s.forge, s.manifest
             started = time.monotonic()
             result = fetch_locked(forge, m, env.out, mirror=url, offline=offline, force=force)
@@ -80,7 +80,7 @@ def status(ctx: typer.Context) -> None:
         from dgr_forge.upstream.status import rebase_progress, workspace_status
         from dgr_forge.upstream.workspace import inspect
 
-        with env.session(lock=False) as s:  # read-only: a snapshot, never waits on a build
+        with env.session() as s:  # read-only: no lock, no recovery; never waits on a build
             forge, m = s.forge, s.manifest
         rebase = rebase_progress(forge)
         ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))

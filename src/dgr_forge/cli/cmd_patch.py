@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, Session, app, run
+from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.context import Session
 from dgr_forge.core.errors import ExitCode
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -36,13 +37,12 @@ def patch(
     """Apply the series on the pinned commit (one commit per patch, reproducible ids)."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream.export import recover_swaps
         from dgr_forge.upstream.transfer import resolve_mirror
 
         url = resolve_mirror(mirror)
         # under the lock from before the manifest is read: a patch started during an
         # export waits for it and then sees the new manifest and files
-        with env.session(refuse_rebase=not check, prepare=lambda f: recover_swaps(f.root)) as s:
+        with env.session(lock=True, recover=True, refuse_rebase=not check) as s:
             return _patch(env, s, url, offline) if not check else _check(env, s, url, offline)
 
     run(ctx, "patch", body)
@@ -116,13 +116,13 @@ def export(ctx: typer.Context) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.upstream.export import export_workspace, recover_swaps
+        from dgr_forge.upstream.export import export_workspace
 
-        # the manifest is read under the workspace lock (export_workspace takes it again,
-        # re-entrantly, and refuses during a rebase)
-        with env.session(refuse_rebase=True, prepare=lambda f: recover_swaps(f.root)) as s:
+        # both locks before the manifest is read: another workspace's export of the same
+        # root finishes first, and this one sees what it wrote
+        with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
             forge, m = s.forge, s.manifest
-            result = export_workspace(forge, m, env.out)
+            result = export_workspace(forge, m, env.out, before=s.manifest_before)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:

@@ -89,27 +89,30 @@ def rebase(
             from dgr_forge.core.urls import check_url
 
             check_url(url, "--url")
-        if dry_run:
-            assert onto is not None
-            return rebase_mod.dry_run(
-                env.forge,
-                env.out,
-                onto,
-                url=url,
-                mirror=resolve_mirror(mirror),
-                offline=offline,
-                report=report,
-            ).as_dict()
+        # each mode under the workspace lock, after recovery, the manifest loaded once
         if abort:
-            return rebase_mod.abort(env.forge, env.out)
+            with env.session(lock=True, recover=True, manifest=False) as s:
+                return rebase_mod.abort(s.forge, env.out)
         if continue_:
-            result = rebase_mod.resume(env.forge, env.out)
-        else:
-            assert onto is not None
-            result = rebase_mod.start(
-                env.forge, env.out, onto, url=url, mirror=resolve_mirror(mirror), offline=offline
-            )
-        return result.as_dict()
+            with env.session(lock=True, recover=True, manifest_may_fail=True) as s:
+                return rebase_mod.resume(s.forge, env.out, s.manifest_or_none).as_dict()
+        assert onto is not None
+        fetch_from = resolve_mirror(mirror)
+        with env.session(lock=True, recover=True) as s:
+            if dry_run:
+                return rebase_mod.dry_run(
+                    s.forge,
+                    env.out,
+                    s.manifest,
+                    onto,
+                    url=url,
+                    mirror=fetch_from,
+                    offline=offline,
+                    report=report,
+                ).as_dict()
+            return rebase_mod.start(
+                s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
+            ).as_dict()
 
     run(ctx, "rebase", body)
 
@@ -124,10 +127,22 @@ def check(
     byte for byte, and upstream must still declare every CMake option the recipes pass."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.lanes import options as options_mod
         from dgr_forge.upstream import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 
-        result = check_mod.check(env.forge, env.out, mirror=resolve_mirror(mirror), offline=offline)
+        fetch_from = resolve_mirror(mirror)
+        # read-only on the forge (it works in a scratch copy): no lock, no recovery
+        with env.session(recipes=True) as s:
+            forge, recipes = s.forge, s.recipes
+            result = check_mod.check(
+                forge,
+                env.out,
+                s.manifest,
+                lambda src, commit: options_mod.check_options(forge, src, commit, recipes),
+                mirror=fetch_from,
+                offline=offline,
+            )
         fields = result.as_dict()
         if not result.ok:
             fields["exit_code"] = 1

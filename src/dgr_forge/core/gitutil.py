@@ -7,11 +7,11 @@ clearer than any wrapper, and every call goes through `git()` below.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dgr_forge.core import ids
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.proc import capture
 
@@ -50,7 +50,7 @@ FORGE_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "dgr-forge@invalid",
 }
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = ids.HEX40  # one definition, in core.ids
 
 
 def is_local_url(url: str) -> bool:

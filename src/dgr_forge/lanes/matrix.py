@@ -7,17 +7,23 @@ from typing import Any
 from dgr_forge.attest.certify import certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
-from dgr_forge.lanes.doctor import Doctor, load_probes
-from dgr_forge.lanes.recipes import load_all
+from dgr_forge.lanes.doctor import Doctor
+from dgr_forge.lanes.inputs import worker_identity
+from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.lanes.state import load_state
-from dgr_forge.upstream.manifest import load as load_manifest
+from dgr_forge.lanes.worker import WorkerSpec
+from dgr_forge.upstream.manifest import UpstreamManifest
 
 
-def matrix(forge: Forge, trusted: list[PublicKey] | None = None) -> list[dict[str, Any]]:
-    recipes = load_all(forge.recipes_dir, forge.root)
-    m = load_manifest(forge.upstream_manifest, forge.root)
-    certs = certification_status(forge, recipes, m, trusted)
-    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
+def matrix(
+    forge: Forge,
+    m: UpstreamManifest,
+    recipes: dict[str, Recipe],
+    doctor: Doctor,
+    trusted: list[PublicKey] | None = None,
+    spec: WorkerSpec | None = None,
+) -> list[dict[str, Any]]:
+    certs = certification_status(forge, recipes, m, trusted, worker_identity(spec))
     state = load_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():

@@ -1,5 +1,5 @@
 """Recipes mean what they say: every option a recipe passes is declared upstream (before
-configure, the same scan as `check`), and CMake used it (after configure)."""
+configure, and in `check`: the one scan), and CMake used it (after configure)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,92 @@ import difflib
 import re
 from pathlib import Path
 
+from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.upstream.check import OptionProblem
 
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"
 
 
+CHECKED_PREFIXES = ("GGML_", "LLAMA_")
+_DECL = re.compile(
+    r"\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
+    r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
+    re.IGNORECASE,
+)
+# llama.cpp marks renames as `llama_option_depr(WARNING OLD NEW)` (ggml likewise)
+_DEPR = re.compile(
+    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    re.IGNORECASE,
+)
+_COMMENT = re.compile(r"#[^\n]*")
+
+
+def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
+    """CMake cache variables the tree declares, and its deprecated-name renames (old -> new)."""
+    files = gitutil.out(src, "ls-files", "-z").split("\0")
+    names: set[str] = set()
+    renames: dict[str, str] = {}
+    for rel in files:
+        base = rel.rsplit("/", 1)[-1]
+        if base != "CMakeLists.txt" and not base.endswith(".cmake"):
+            continue
+        try:
+            text = _COMMENT.sub("", (src / rel).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        for m in _DECL.finditer(text):
+            names.add(m.group(1) or m.group(2))
+        for m in _DEPR.finditer(text):
+            renames[m.group(1)] = m.group(2)
+    return names, renames
+
+
+def check_options(
+    forge: Forge, src: Path, commit: str, all_recipes: dict[str, Recipe]
+) -> tuple[int, list[OptionProblem]]:
+    declared, renames = declared_options(src)
+    problems: list[OptionProblem] = []
+    checked = 0
+    for lane, recipe in all_recipes.items():
+        for option in sorted(recipe.cmake_options):
+            if not option.startswith(CHECKED_PREFIXES):
+                continue
+            checked += 1
+            if option in declared and option not in renames:
+                continue
+            shown = forge.rel(recipe.path)
+            if option in renames:
+                new = renames[option]
+                problems.append(
+                    OptionProblem(
+                        lane,
+                        option,
+                        f"{shown}: cmake.options.{option}: upstream {commit[:12]} renamed it "
+                        f"to {new} (deprecated alias); use {new}",
+                        renamed_to=new,
+                    )
+                )
+                continue
+            close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
+            hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
+            problems.append(
+                OptionProblem(
+                    lane,
+                    option,
+                    f"{shown}: cmake.options.{option}: not declared by upstream at "
+                    f"{commit[:12]} (no option()/set(... CACHE) in any CMakeLists.txt or "
+                    f"*.cmake): renamed or removed upstream? CMake would silently ignore it"
+                    f"{hint}",
+                )
+            )
+    return checked, problems
+
+
 def refuse_undeclared(forge: Forge, recipe: Recipe, src: Path, commit: str) -> None:
     """`check`'s declared-option scan, on the tree about to be built (exit 2)."""
-    from dgr_forge.upstream.check import CHECKED_PREFIXES, declared_options
-
     wanted = [o for o in sorted(recipe.cmake_options) if o.startswith(CHECKED_PREFIXES)]
     if not wanted:
         return

@@ -153,7 +153,7 @@ _LAUNCHER_SWITCH = re.compile(r"\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNC
 def launcher_switches(src: Path) -> tuple[str, ...]:
     """The cache variables `src` declares that auto-detect a launcher; `build` pins each
     OFF (the forge passes its own launcher, or none). Deprecated aliases are left out."""
-    from dgr_forge.upstream.check import declared_options  # not on the no-op path
+    from dgr_forge.lanes.options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
     return tuple(sorted(n for n in declared if _LAUNCHER_SWITCH.fullmatch(n) and n not in renames))

@@ -11,6 +11,7 @@ tree.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,10 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import worker
-from dgr_forge.lanes.doctor import Doctor, load_probes
+from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
-from dgr_forge.lanes.recipes import load_all, select
-from dgr_forge.upstream.manifest import load as load_manifest
+from dgr_forge.lanes.recipes import Recipe, select
+from dgr_forge.upstream.manifest import UpstreamManifest
 
 FILE_NAME = "CMakeUserPresets.json"
 
@@ -40,12 +41,17 @@ def _cache_variables(args: list[str]) -> dict[str, str]:
 
 
 def render(
-    forge: Forge, lanes: list[str], worker_dir: Path | None, cache: str = "auto"
+    forge: Forge,
+    m: UpstreamManifest,
+    all_recipes: dict[str, Recipe],
+    doctor: Doctor,
+    spec: worker.WorkerSpec | None,
+    lanes: list[str],
+    cache: str | None = None,
 ) -> dict[str, Any]:
-    m = load_manifest(forge.upstream_manifest, forge.root)
-    recipes = select(load_all(forge.recipes_dir, forge.root), lanes)
-    doctor = Doctor(load_probes(forge.toolchains_dir / "probes.toml", "toolchains/probes.toml"))
-    spec = worker.resolve(forge, worker_dir)
+    """The presets of `lanes` (all when empty); `cache` defaults to DGR_CACHE, else auto."""
+    recipes = select(all_recipes, lanes)
+    cache = cache or os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
     try:
         setup = cache_mod.select(
@@ -94,12 +100,10 @@ def render(
     }
 
 
-def default_dest(forge: Forge, worker_dir: Path | None) -> Path:
+def default_dest(forge: Forge, m: UpstreamManifest, spec: worker.WorkerSpec | None) -> Path:
     """The worker's directory when one is configured, else the upstream tree."""
-    spec = worker.resolve(forge, worker_dir)
     if spec is not None:
         return spec.source_dir
-    m = load_manifest(forge.upstream_manifest, forge.root)
     src = forge.src_dir(m.name)
     if not (src / "CMakeLists.txt").is_file():
         raise BadInput(
@@ -126,9 +130,13 @@ def exclude_from_git(path: Path) -> None:
 
 
 def write(
-    forge: Forge, presets: dict[str, Any], dest: Path | None, worker_dir: Path | None
+    forge: Forge,
+    presets: dict[str, Any],
+    dest: Path | None,
+    m: UpstreamManifest,
+    spec: worker.WorkerSpec | None,
 ) -> Path:
-    path = dest or default_dest(forge, worker_dir)
+    path = dest or default_dest(forge, m, spec)
     if path.is_dir():
         path = path / FILE_NAME
     if path.is_symlink():

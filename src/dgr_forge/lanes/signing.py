@@ -1,7 +1,8 @@
 """Which key a build signs with, checked on every build, up to date or not.
 
-`attest.keys.resolve_signer` decides (and refuses a missing file, a garbage or empty
-`DGR_SIGNING_KEY`, a key in CI that was not given). Loading it costs the cryptography
+`attest.keysource` names the key (the one lookup: an empty `--key` or `DGR_SIGNING_KEY` is
+exit 2 here as there); `attest.keys.resolve_signer` loads it (and refuses a missing file,
+garbage, a key in CI that was not given). Loading it costs the cryptography
 import (~0.1 s), too much for a no-op build; so the key material asked for is also
 fingerprinted cheaply (its bytes, path and mode), and a no-op build whose fingerprint
 matches the one recorded with the last report skips the load: same bytes, same key.
@@ -20,20 +21,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dgr_forge.attest.keysource import SIGNING_KEY_ENV, default_key_path, signing_key_source
 from dgr_forge.core.output import Reporter
 
 if TYPE_CHECKING:
     from dgr_forge.attest.keys import Signer
-
-SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
-PEM_MARKER = "-----BEGIN"
-
-
-def _default_key_path() -> Path:
-    # the same rule as attest.keys.default_key_path; a mismatch only costs the fast path,
-    # since the path itself is part of the fingerprint compared with the recorded one
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "dgr-forge" / "signing-key.pem"
 
 
 def _file_fingerprint(kind: str, path: Path) -> str | None:
@@ -63,7 +55,7 @@ class SigningKey:
         if self._fallback is None:
             self._fallback = False
             nothing_given = self.key is None and SIGNING_KEY_ENV not in os.environ
-            if self.sign and nothing_given and not _default_key_path().exists():
+            if self.sign and nothing_given and not default_key_path().exists():
                 from dgr_forge.attest import keys  # only on a machine without any key
 
                 self._fallback = not keys.in_ci() and not keys.interactive()
@@ -71,7 +63,7 @@ class SigningKey:
             self._warned = True
             self.out.warn(
                 f"no signing key (no --key, no {SIGNING_KEY_ENV}, no default key "
-                f"{_default_key_path()}) and no terminal to create one: the report is written "
+                f"{default_key_path()}) and no terminal to create one: the report is written "
                 "UNSIGNED (`report verify` fails it as unsigned); to sign, run "
                 "`dgr-forge keygen` once and build again, or pass --key PATH"
             )
@@ -81,19 +73,12 @@ class SigningKey:
         """Cheap identity of the key material, or None when only a full load can tell."""
         if not self.sign or self.unsigned_fallback():
             return "unsigned"
-        if self.key:
-            return _file_fingerprint("--key", Path(self.key).expanduser())
-        env = os.environ.get(SIGNING_KEY_ENV)
-        if env is not None:
-            if not env.strip():
-                return None  # empty: resolve_signer refuses it
-            if PEM_MARKER in env:
-                return hashlib.sha256(b"pem\0" + env.encode()).hexdigest()
-            return _file_fingerprint("env", Path(env).expanduser())
-        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-            return None  # CI without a key: resolve_signer decides (it refuses)
-        path = _default_key_path()
-        return _file_fingerprint("default", path) if path.is_file() else None
+        source = signing_key_source(self.key)  # the one lookup: an empty value is exit 2
+        if source.kind == "env-pem":
+            return hashlib.sha256(b"pem\0" + source.value.encode()).hexdigest()
+        assert source.path is not None
+        kind = {"option": "--key", "env-path": "env", "default": "default"}[source.kind]
+        return _file_fingerprint(kind, source.path)
 
     def signer(self) -> Signer | None:
         """The signer (None with --no-sign); a bad key is the loader's exit 2."""

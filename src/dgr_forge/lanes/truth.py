@@ -10,27 +10,29 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import Any, NoReturn
 
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import genbuild, inputs, programs, stamps
 from dgr_forge.lanes.collect import RACY_NS
+from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
+from dgr_forge.upstream.manifest import UpstreamManifest
 
-if TYPE_CHECKING:
-    from dgr_forge.lanes.build import LaneBuilder
+MarkFailed = Callable[[str], None]  # the builder's: records the lane failed in that phase
 
 
-def check_launchers(b: LaneBuilder) -> str | None:
+def check_launchers(plan: LanePlan, mark_failed: MarkFailed) -> str | None:
     """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
     it is not exactly the forge's choice (none included)."""
-    plan = b.plan
     found = genbuild.read_launchers(plan.build_dir)
     problems = found.problems(plan.launcher)
     if problems:
-        b._mark_failed("configure")  # not configured: the next run re-checks
+        mark_failed("configure")  # not configured: the next run re-checks
         raise OperationFailed(
             f"{plan.lane}: the generated build does not run what the forge chose: "
             + "; ".join(problems),
@@ -48,35 +50,44 @@ def check_launchers(b: LaneBuilder) -> str | None:
     return found.single()
 
 
-def refuse_moved_inputs(b: LaneBuilder) -> None:
+def refuse_moved_inputs(
+    forge: Forge,
+    plan: LanePlan,
+    m: UpstreamManifest,
+    snap: dict[str, stamps.Stamp],
+    manifest_sha256: str,
+) -> None:
     """The recipe and manifest this run parsed are the bytes stamped under the lock."""
-    plan, snap = b.plan, b.snap
     moved = []
     if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
         moved.append(plan.recipe.path)
-    if inputs.digest_of(snap, b.m.path) != b.ctx.manifest_sha256:
-        moved.append(b.m.path)
+    if inputs.digest_of(snap, m.path) != manifest_sha256:
+        moved.append(m.path)
     if moved:
-        changed_error(b, moved, "between reading it and taking the workspace lock")
+        changed_error(forge, plan.lane, moved, "between reading it and taking the workspace lock")
 
 
-def refuse_changed_during(b: LaneBuilder) -> None:
+def refuse_changed_during(
+    forge: Forge,
+    plan: LanePlan,
+    snap: dict[str, stamps.Stamp],
+    progs: dict[str, dict[str, Any]],
+    mark_failed: MarkFailed,
+) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
-    moved = [Path(p) for p in stamps.changed(b.snap)]
-    progs = b.state.programs
+    moved = [Path(p) for p in stamps.changed(snap)]
     moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
     if moved:
-        b._mark_failed("build")
-        changed_error(b, moved, "while the build ran")
+        mark_failed("build")
+        changed_error(forge, plan.lane, moved, "while the build ran")
 
 
-def changed_error(b: LaneBuilder, moved: list[Path], when: str) -> NoReturn:
-    shown = ", ".join(b.forge.rel(p) for p in moved)
+def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
+    shown = ", ".join(forge.rel(p) for p in moved)
     raise OperationFailed(
-        f"{b.plan.lane}: {shown} changed {when}; no report: it would name digests the "
-        "build did not read",
+        f"{lane}: {shown} changed {when}; no report: it would name digests the build did not read",
         hint="let edits finish (or another workspace's export), then build again",
-        details={"lane": b.plan.lane, "changed": [str(p) for p in moved]},
+        details={"lane": lane, "changed": [str(p) for p in moved]},
     )
 
 

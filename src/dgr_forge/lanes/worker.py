@@ -7,7 +7,6 @@ into the workspace the same way the upstream is: by exact commit, never a branch
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,12 +14,12 @@ from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.ids import HEX40
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 
 MANIFEST = "manifests/shard-worker.toml"
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
 WORKER_DIR = "shard-worker"
 
 

@@ -29,9 +29,9 @@ import tomli_w
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.ids import HEX40, HEX64, NAME
 from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
-from dgr_forge.upstream.manifest import HEX40, HEX64, NAME
 
 SCHEMA = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front

@@ -14,8 +14,8 @@ rename would otherwise be silently ignored by CMake and build the wrong thing.
 from __future__ import annotations
 
 import difflib
-import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,24 +27,10 @@ from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
-from dgr_forge.lanes import recipes
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import scratch_dir
-
-CHECKED_PREFIXES = ("GGML_", "LLAMA_")
-_DECL = re.compile(
-    r"\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
-    r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
-    re.IGNORECASE,
-)
-# llama.cpp marks renames as `llama_option_depr(WARNING OLD NEW)` (ggml likewise)
-_DEPR = re.compile(
-    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z_][A-Za-z0-9_]*)",
-    re.IGNORECASE,
-)
-_COMMENT = re.compile(r"#[^\n]*")
 
 
 @dataclass(frozen=True)
@@ -78,70 +64,6 @@ class CheckResult:
             "options_checked": self.options_checked,
             "option_problems": [vars(p) for p in self.option_problems],
         }
-
-
-# ----------------------------------------------------------------------------- options
-
-
-def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
-    """CMake cache variables the tree declares, and its deprecated-name renames (old -> new)."""
-    files = gitutil.out(src, "ls-files", "-z").split("\0")
-    names: set[str] = set()
-    renames: dict[str, str] = {}
-    for rel in files:
-        base = rel.rsplit("/", 1)[-1]
-        if base != "CMakeLists.txt" and not base.endswith(".cmake"):
-            continue
-        try:
-            text = _COMMENT.sub("", (src / rel).read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-        for m in _DECL.finditer(text):
-            names.add(m.group(1) or m.group(2))
-        for m in _DEPR.finditer(text):
-            renames[m.group(1)] = m.group(2)
-    return names, renames
-
-
-def check_options(
-    forge: Forge, src: Path, commit: str, all_recipes: dict[str, recipes.Recipe]
-) -> tuple[int, list[OptionProblem]]:
-    declared, renames = declared_options(src)
-    problems: list[OptionProblem] = []
-    checked = 0
-    for lane, recipe in all_recipes.items():
-        for option in sorted(recipe.cmake_options):
-            if not option.startswith(CHECKED_PREFIXES):
-                continue
-            checked += 1
-            if option in declared and option not in renames:
-                continue
-            shown = forge.rel(recipe.path)
-            if option in renames:
-                new = renames[option]
-                problems.append(
-                    OptionProblem(
-                        lane,
-                        option,
-                        f"{shown}: cmake.options.{option}: upstream {commit[:12]} renamed it "
-                        f"to {new} (deprecated alias); use {new}",
-                        renamed_to=new,
-                    )
-                )
-                continue
-            close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
-            hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
-            problems.append(
-                OptionProblem(
-                    lane,
-                    option,
-                    f"{shown}: cmake.options.{option}: not declared by upstream at "
-                    f"{commit[:12]} (no option()/set(... CACHE) in any CMakeLists.txt or "
-                    f"*.cmake): renamed or removed upstream? CMake would silently ignore it"
-                    f"{hint}",
-                )
-            )
-    return checked, problems
 
 
 # ----------------------------------------------------------------------------- series
@@ -206,15 +128,26 @@ def _what_differs(old: bytes, new: bytes) -> str:
     return "message" if head_old != head_new else "diff"
 
 
+# what `lanes.options.check_options` does for the recipes: (options checked, problems)
+OptionsCheck = Callable[[Path, str], tuple[int, list[OptionProblem]]]
+
+
 def check(
-    forge: Forge, out: Reporter, *, mirror: str | None = None, offline: bool = False
+    forge: Forge,
+    out: Reporter,
+    m: UpstreamManifest,
+    options_check: OptionsCheck,
+    *,
+    mirror: str | None = None,
+    offline: bool = False,
 ) -> CheckResult:
-    m = manifest.load(forge.upstream_manifest, forge.root)
-    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
+    """The CI gate on the loaded manifest `m`; `options_check` scans the fresh tree for
+    the options the recipes pass (the lanes package owns recipes)."""
     result = CheckResult(commit=m.commit)
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
+        # the copy this run just made: its paths resolve against the scratch root
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
         if offline:
@@ -253,9 +186,7 @@ def check(
                 {"path": rel, "diff": _diff(rel, committed, regenerated), "what": "manifest"}
             )
 
-        result.options_checked, result.option_problems = check_options(
-            forge, src, m.commit, all_recipes
-        )
+        result.options_checked, result.option_problems = options_check(src, m.commit)
 
     for d in result.differences:
         what = {"message": " (its commit message)", "diff": " (its diff)"}.get(

@@ -22,12 +22,10 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
-from dgr_forge.core.lock import root_lock, workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patches, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
-from dgr_forge.upstream.workspace import refuse_during_rebase
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
@@ -314,42 +312,38 @@ def write_series(
     new_pin: tuple[str, str] | None = None,
 ) -> ExportResult:
     """Make patches/ and the manifest hold `series`, touching only what differs, through
-    the one crash-safe journal (series_journal) under the root lock."""
+    the one crash-safe journal (series_journal); the caller holds the root lock."""
     pdir = m.patches_dir
-    with root_lock(forge, out):
-        series_journal.recover_dir(pdir, m.path, out)
-        wanted = {p.file: p for p in series}
-        on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
-        written = tuple(
-            p.file
-            for p in series
-            if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
-        )
-        unchanged = tuple(p.file for p in series if p.file not in written)
-        removed = tuple(sorted(on_disk - set(wanted)))
+    wanted = {p.file: p for p in series}
+    on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
+    written = tuple(
+        p.file for p in series if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
+    )
+    unchanged = tuple(p.file for p in series if p.file not in written)
+    removed = tuple(sorted(on_disk - set(wanted)))
 
-        from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
+    from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
-        old_text = m.path.read_text(encoding="utf-8")
-        entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
-        new_text = manifest_edit.updated_text(
-            old_text,
-            entries,
-            result_tree,
-            upstream_commit=new_pin[0] if new_pin else None,
-            upstream_tree=new_pin[1] if new_pin else None,
+    old_text = m.path.read_text(encoding="utf-8")
+    entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
+    new_text = manifest_edit.updated_text(
+        old_text,
+        entries,
+        result_tree,
+        upstream_commit=new_pin[0] if new_pin else None,
+        upstream_tree=new_pin[1] if new_pin else None,
+    )
+    manifest_changed = new_text != old_text
+    if written or removed or manifest_changed:
+        series_journal.write(
+            forge.root,
+            pdir,
+            {p.file: p.data for p in series},
+            m.path,
+            new_text.encode("utf-8") if manifest_changed else None,
+            points="export",
+            out=out,
         )
-        manifest_changed = new_text != old_text
-        if written or removed or manifest_changed:
-            series_journal.write(
-                forge.root,
-                pdir,
-                {p.file: p.data for p in series},
-                m.path,
-                new_text.encode("utf-8") if manifest_changed else None,
-                points="export",
-                out=out,
-            )
     for name in written:
         out.info(f"wrote   {m.patches_dir_rel}/{name}")
     for name in removed:
@@ -359,65 +353,57 @@ def write_series(
     return ExportResult(tuple(series), result_tree, written, unchanged, removed, manifest_changed)
 
 
-def recover_swaps(root: Path, out: Reporter | None = None) -> None:
-    """Before the manifest is even loaded: finish or undo what a killed export or rebase
-    left half-written (see series_journal)."""
-    series_journal.recover(root, out)
-
-
-def export_workspace(forge: Forge, m: UpstreamManifest, out: Reporter) -> ExportResult:
-    """The `export` command: the workspace's commits over the pin -> patches/ + manifest."""
+def export_workspace(
+    forge: Forge, m: UpstreamManifest, out: Reporter, *, before: bytes | None = None
+) -> ExportResult:
+    """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
+    The caller holds the workspace and root locks, ran recovery and loaded `m` under them
+    (the command context). `before`: the manifest's bytes from before the root lock was
+    waited for; another workspace's export may have changed it meanwhile (then a person
+    must choose)."""
+    if before is not None and before != m.path.read_bytes():
+        raise NeedsHuman(
+            f"{forge.rel(m.path)} changed while this export waited for the root lock "
+            "(another run, e.g. from another workspace, wrote the series)",
+            hint="look at what changed (`git diff manifests/ patches/`); to keep it, "
+            "update this workspace (`dgr-forge fetch --force` then `dgr-forge patch`) and "
+            "redo your commits; otherwise export again to overwrite it",
+            details={"manifest": str(m.path)},
+        )
     src = forge.src_dir(m.name)
-    with workspace_lock(forge, out), root_lock(forge, out):
-        refuse_during_rebase(forge)
-        series_journal.recover(forge.root, out)
-        # the manifest as it is now that no other writer runs: another workspace's export
-        # may have changed it while this one waited (then a person must choose)
-        from dgr_forge.upstream import manifest as manifest_mod
-
-        now = manifest_mod.load(m.path, forge.root)
-        if (now.commit, now.series, now.result_tree) != (m.commit, m.series, m.result_tree):
+    if not (src / ".git").exists():
+        raise BadInput(
+            f"{forge.rel(src)}: no workspace to export from",
+            hint="run `dgr-forge patch`, commit your changes in the workspace, then export",
+        )
+    op = patches.operation_in_progress(src)
+    if op:
+        raise NeedsHuman(
+            f"{forge.rel(src)}: a {op} is in progress",
+            hint="finish or abort it before exporting",
+        )
+    edited = patches.changed_on_disk(m)
+    if edited:
+        # patch files edited by hand: they are the intended series, unless the
+        # workspace has its own new commits too (then a person must choose)
+        ws = patches.inspect(src, m.commit, len(m.series))
+        if ws.has_local_edits:
             raise NeedsHuman(
-                f"{forge.rel(m.path)} changed while this export waited for the root lock "
-                "(another run, e.g. from another workspace, wrote the series)",
-                hint="look at what changed (`git diff manifests/ patches/`); to keep it, "
-                "update this workspace (`dgr-forge fetch --force` then `dgr-forge patch`) and "
-                "redo your commits; otherwise export again to overwrite it",
-                details={"manifest": str(m.path)},
+                f"both changed: {', '.join(edited)} differ from the manifest, and "
+                f"{forge.rel(src)} has local edits; exporting would overwrite one of them",
+                hint="keep one side: restore the patch files (`git checkout -- "
+                f"{m.patches_dir_rel}`) and export, or discard the workspace edits and "
+                "export again",
+                details={"edited": edited},
             )
-        if not (src / ".git").exists():
-            raise BadInput(
-                f"{forge.rel(src)}: no workspace to export from",
-                hint="run `dgr-forge patch`, commit your changes in the workspace, then export",
-            )
-        op = patches.operation_in_progress(src)
-        if op:
-            raise NeedsHuman(
-                f"{forge.rel(src)}: a {op} is in progress",
-                hint="finish or abort it before exporting",
-            )
-        edited = patches.changed_on_disk(m)
-        if edited:
-            # patch files edited by hand: they are the intended series, unless the
-            # workspace has its own new commits too (then a person must choose)
-            ws = patches.inspect(src, m.commit, len(m.series))
-            if ws.has_local_edits:
-                raise NeedsHuman(
-                    f"both changed: {', '.join(edited)} differ from the manifest, and "
-                    f"{forge.rel(src)} has local edits; exporting would overwrite one of them",
-                    hint="keep one side: restore the patch files (`git checkout -- "
-                    f"{m.patches_dir_rel}`) and export, or discard the workspace edits and "
-                    "export again",
-                    details={"edited": edited},
-                )
-            out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
-            patches.apply_files_as_they_are(forge, m, out)
-        elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
-            # most likely the series was never applied here: exporting would delete it
-            raise NeedsHuman(
-                f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
-                f"{len(m.series)} patches",
-                hint="run `dgr-forge patch` first and commit on top of the series; to drop "
-                "every patch on purpose, delete the files and their [[patches.series]] entries",
-            )
-        return export_series(src, m.commit, forge, m, out)
+        out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
+        patches.apply_files_as_they_are(forge, m, out)
+    elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
+        # most likely the series was never applied here: exporting would delete it
+        raise NeedsHuman(
+            f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
+            f"{len(m.series)} patches",
+            hint="run `dgr-forge patch` first and commit on top of the series; to drop "
+            "every patch on purpose, delete the files and their [[patches.series]] entries",
+        )
+    return export_series(src, m.commit, forge, m, out)

@@ -40,7 +40,6 @@ from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -58,11 +57,10 @@ from dgr_forge.upstream.workspace import (
     connected,
     inspect,
     pin_tree,
-    refuse_during_rebase,
     remove_git_leftovers,
 )
 
-__all__ = ["FetchResult", "ensure_fetched", "fetch_locked", "local_commits", "resolve_mirror"]
+__all__ = ["FetchResult", "fetch_locked", "local_commits", "resolve_mirror"]
 
 
 @dataclass(frozen=True)
@@ -108,26 +106,6 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
     )
 
 
-def ensure_fetched(
-    forge: Forge,
-    m: UpstreamManifest,
-    out: Reporter,
-    *,
-    mirror: str | None = None,
-    offline: bool = False,
-    force: bool = False,
-) -> FetchResult:
-    """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module doc.
-
-    Takes the workspace lock (re-entrant: a caller that holds it already, e.g. `build`, may
-    call this); the CLI holds it from before the manifest was read."""
-    with workspace_lock(forge, out):
-        refuse_during_rebase(forge)
-        return fetch_locked(
-            forge, m, out, mirror=resolve_mirror(mirror), offline=offline, force=force
-        )
-
-
 def fetch_locked(
     forge: Forge,
     m: UpstreamManifest,
@@ -137,7 +115,8 @@ def fetch_locked(
     offline: bool,
     force: bool,
 ) -> FetchResult:
-    """`ensure_fetched` for a caller holding the lock, with `mirror` already resolved."""
+    """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module
+    doc. The caller holds the workspace lock and resolved `mirror` (`resolve_mirror`)."""
     check_url(m.url, url_key(forge, m))  # a hostile manifest never reaches git
     src = forge.src_dir(m.name)
     gitdir = src / ".git"

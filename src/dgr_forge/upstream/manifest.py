@@ -12,14 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.ids import HEX40, HEX64, NAME
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-HEX64 = re.compile(r"^[0-9a-f]{64}$")
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _TOP_KEYS = {"schema", "upstream", "patches"}
 _UPSTREAM_KEYS = {"name", "url", "commit", "tree"}
@@ -84,12 +83,9 @@ class _Checker(Checker):
 
 
 def load(path: Path, root: Path) -> UpstreamManifest:
-    """Load and validate the upstream manifest at `path`; paths resolve against `root`."""
-    # a write of patches/ + manifest that a kill interrupted is finished first (cheap: two
-    # globs when there is none), so no command reads a half-written series
-    from dgr_forge.upstream.series_journal import pending, recover
-
-    recover(root)
+    """Load and validate the upstream manifest at `path`; paths resolve against `root`.
+    Pure: it reads. A write a kill interrupted is finished by the command context
+    (`cli/context`, for commands that write) before this runs."""
     try:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
@@ -133,10 +129,6 @@ def load(path: Path, root: Path) -> UpstreamManifest:
             f"{shown_value(dir_rel)} is outside the forge root",
             "use a relative path",
         )
-    if patches_dir.parent != root.resolve() / "patches" and pending(patches_dir):
-        recover(root, pdir=patches_dir)  # a series kept elsewhere: finish its write, reread
-        return load(path, root)
-
     series_raw = patches.get("series", [])
     if not isinstance(series_raw, list):
         raise c.fail("patches.series", "must be an array of tables", "write [[patches.series]]")
@@ -181,7 +173,12 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     c.known_keys(result, _RESULT_KEYS, "patches.result")
     result_tree = c.object_id(result, "tree", "patches.result", required=False)
 
-    _check_files_on_disk(c, patches_dir, dir_rel, series)
+    try:
+        _check_files_on_disk(c, patches_dir, dir_rel, series)
+    except BadInput as err:
+        # where the series lives: a half-written one there may be why (cli/context says so)
+        err.details.setdefault("patches_dir", str(patches_dir))
+        raise
     check_url(url, f"{shown}: [upstream] url")  # data, never a git option
     return UpstreamManifest(
         path=path,

@@ -38,8 +38,10 @@ def updated_text(
     *,
     upstream_commit: str | None = None,
     upstream_tree: str | None = None,
+    upstream_url: str | None = None,
 ) -> str:
-    """The manifest text with the series, result tree (and optionally the pin) replaced.
+    """The manifest text with the series, result tree (and optionally the pin and the
+    upstream URL) replaced.
 
     An existing [[patches.series]] table is reused for the entry with the same slug (the
     name without its number), else for the entry at the same position, so comments
@@ -49,13 +51,13 @@ def updated_text(
         doc = tomlkit.parse(text)
     except Exception as err:  # tomlkit raises several unrelated types
         raise BadInput(f"manifest is not valid TOML: {err}") from None
-    if upstream_commit is not None or upstream_tree is not None:
+    pin = {"commit": upstream_commit, "tree": upstream_tree, "url": upstream_url}
+    if any(v is not None for v in pin.values()):
         upstream = doc["upstream"]
         assert isinstance(upstream, Table)
-        if upstream_commit is not None:
-            upstream["commit"] = upstream_commit
-        if upstream_tree is not None:
-            upstream["tree"] = upstream_tree
+        for key, value in pin.items():
+            if value is not None:
+                upstream[key] = value
 
     if "patches" not in doc:
         doc["patches"] = tomlkit.table()

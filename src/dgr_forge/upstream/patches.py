@@ -26,7 +26,6 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY, git
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import patchfile
@@ -58,7 +57,6 @@ from dgr_forge.upstream.workspace import (
     operation_in_progress,
     read_chain,
     read_changes,
-    refuse_during_rebase,
     remove_git_leftovers,
 )
 
@@ -320,12 +318,8 @@ def ensure_patched(
     offline: bool = False,
 ) -> PatchedTree:
     """Fetch if needed, apply the series, verify; a no-op when it is already applied.
-
-    Takes the workspace lock (re-entrant, for library callers such as `build`); the CLI
-    holds it from before the manifest was read and calls `patch_locked`."""
-    with workspace_lock(forge, out_):
-        refuse_during_rebase(forge)
-        return patch_locked(forge, m, out_, mirror=mirror, offline=offline)
+    The caller holds the workspace lock (the command context takes it)."""
+    return patch_locked(forge, m, out_, mirror=mirror, offline=offline)
 
 
 def apply_files_as_they_are(
@@ -333,9 +327,9 @@ def apply_files_as_they_are(
 ) -> PatchedTree:
     """Apply the patch files on disk even where they differ from the manifest's hashes
     (export's "I edited a patch file on purpose" path); the manifest's trees are not
-    checked, since they describe the old files. Same safety otherwise."""
-    with workspace_lock(forge, out_):
-        return patch_locked(forge, m, out_, mirror=None, offline=offline, trust_files=True)
+    checked, since they describe the old files. Same safety otherwise (under the caller's
+    workspace lock)."""
+    return patch_locked(forge, m, out_, mirror=None, offline=offline, trust_files=True)
 
 
 def patch_locked(
@@ -347,7 +341,7 @@ def patch_locked(
     offline: bool,
     trust_files: bool = False,
 ) -> PatchedTree:
-    """`ensure_patched` for a caller that holds the workspace lock."""
+    """Fetch if needed, apply the series, verify (the caller holds the workspace lock)."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)

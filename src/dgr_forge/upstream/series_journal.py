@@ -189,13 +189,21 @@ def pending(pdir: Path) -> bool:
     return bool(_dead(_journal_glob(pdir)))
 
 
-def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
-    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`,
-    when the manifest keeps the series elsewhere); cheap when there is nothing."""
+def interrupted(root: Path, pdir: Path | None = None) -> list[Path]:
+    """Dead writers' journals under `root`/patches (and next to `pdir`): what `recover`
+    would finish. Reads only: for commands that do not write (`status`)."""
     patches_root = root / "patches"
     found = _dead(sorted(patches_root.glob(f".*{_MARK}*")))
     if pdir is not None and pdir.parent != patches_root:
         found += _dead(_journal_glob(pdir))
+    return found
+
+
+def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
+    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`,
+    when the manifest keeps the series elsewhere); cheap when there is nothing."""
+    patches_root = root / "patches"
+    found = interrupted(root, pdir)
     legacy = list(patches_root.glob(".*.export-*"))
     # a manifest's atomic-write temp file: an orphan, since every writer holds the root lock
     orphans = list((root / "manifests").glob(".*.toml.*.tmp"))

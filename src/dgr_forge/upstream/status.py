@@ -5,7 +5,6 @@ in progress. Read-only: takes no lock, changes nothing in the work tree.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +76,7 @@ def workspace_status(
         return st
     st.head = ws.head
     st.local_changes = ws.changes
-    from dgr_forge.lanes.trees import ignored  # what `build` refuses beyond git's changes
+    from dgr_forge.upstream.trees import ignored  # what `build` refuses beyond git's changes
 
     st.ignored = ignored(ws.src)
     st.shallow = ws.shallow
@@ -189,29 +188,30 @@ def series_status(
 
 
 def rebase_progress(forge: Forge) -> dict[str, Any] | None:
-    """A rebase in progress as `status` shows it (from its state file; best effort)."""
+    """A rebase in progress as `status` shows it (from its state file, read by the rebase's
+    own parser; best effort: an unreadable one shows only where it is)."""
+    from dgr_forge.upstream.rebase.state import load_state
+
     path = forge.rebase_state
     if not path.exists():
         return None
     info: dict[str, Any] = {"state": str(path)}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        state = load_state(forge)
+    except BadInput:
         return info
-    if not isinstance(data, dict):
+    if state is None:
         return info
-    raw_steps, raw_next = data.get("patches"), data.get("next")
-    steps: list[Any] = raw_steps if isinstance(raw_steps, list) else []
-    nxt: int = raw_next if isinstance(raw_next, int) else 0
+    steps, nxt = state.patches, state.next
     info.update(
-        onto=data.get("onto"),
-        new_commit=data.get("new_commit"),
-        old_commit=data.get("old_commit"),
-        phase=data.get("phase"),
+        onto=state.onto,
+        new_commit=state.new_commit,
+        old_commit=state.old_commit,
+        phase=state.phase,
         patches_total=len(steps),
         patches_done=min(nxt, len(steps)),
     )
-    stopped = isinstance(data.get("conflict"), dict) or data.get("phase") == "conflict"
-    if stopped and 0 <= nxt < len(steps) and isinstance(steps[nxt], dict):
-        info["stopped_at"] = steps[nxt].get("file")
+    stopped = state.conflict is not None or state.phase == "conflict"
+    if stopped and 0 <= nxt < len(steps):
+        info["stopped_at"] = steps[nxt].file
     return info

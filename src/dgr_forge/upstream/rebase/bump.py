@@ -23,10 +23,9 @@ from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFaile
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.gitutil import out
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.upstream import manifest, series_journal
+from dgr_forge.upstream import manifest
 from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
@@ -69,6 +68,7 @@ class BumpResult:
 def bump(
     forge: Forge,
     out_: Reporter,
+    m: UpstreamManifest,
     to: str | None = None,
     *,
     dry_run: bool = False,
@@ -77,60 +77,58 @@ def bump(
 ) -> BumpResult:
     target_md = _check_report_path(report, forge) if report is not None else None
     rev = check_rev(to, "--to") if to is not None else "HEAD"
-    with workspace_lock(forge, out_):
-        series_journal.recover(forge.root, out_)
-        reject_in_progress(forge)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
-        url = mirror or m.url
-        own_src = forge.src_dir(m.name)
-        label = "--to" if to is not None else "the upstream's default branch"
-        sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
-        if sha == m.commit:
+    reject_in_progress(forge)
+    check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
+    url = mirror or m.url
+    own_src = forge.src_dir(m.name)
+    label = "--to" if to is not None else "the upstream's default branch"
+    sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
+    if sha == m.commit:
+        out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+        return _finish(_noop(m, rev, dry_run), target_md, out_)
+    with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
+        work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
+        # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
+        wm = m if work is forge else manifest.load(work.upstream_manifest, work.root)
+        patched = ensure_patched(work, wm, out_, mirror=mirror)
+        src = patched.src_dir
+        olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
+        if len(olds) != len(m.series):
+            raise OperationFailed(
+                f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
+                f"found {len(olds)}",
+                hint="reset the workspace with `dgr-forge fetch --force` and retry",
+            )
+        # an abbreviated id names a commit of the default branch's history after the pin
+        want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
+        fetch_range(src, url, m.commit, want, out_)
+        target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
+        if target is None:
+            raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
+        if target == m.commit:
             out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
             return _finish(_noop(m, rev, dry_run), target_md, out_)
-        with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
-            work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
-            wm = manifest.load(work.upstream_manifest, work.root)
-            patched = ensure_patched(work, wm, out_, mirror=mirror)
-            src = patched.src_dir
-            olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
-            if len(olds) != len(m.series):
-                raise OperationFailed(
-                    f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-                    f"found {len(olds)}",
-                    hint="reset the workspace with `dgr-forge fetch --force` and retry",
-                )
-            # an abbreviated id names a commit of the default branch's history after the pin
-            want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
-            fetch_range(src, url, m.commit, want, out_)
-            target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
-            if target is None:
-                raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
-            if target == m.commit:
-                out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
-                return _finish(_noop(m, rev, dry_run), target_md, out_)
-            chain = candidates(src, m.commit, target)
-            replay_repo = tmp / "replay"
-            borrow_objects(src, replay_repo, Reporter(quiet=True))
-            series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
-            probe = TreeReplay(replay_repo, m.commit, series)
-            budget = max_replays(len(chain))
-            out_.step(
-                f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
-                f"(at most {budget} replays of {len(m.series)} patch(es))"
-            )
+        chain = candidates(src, m.commit, target)
+        replay_repo = tmp / "replay"
+        borrow_objects(src, replay_repo, Reporter(quiet=True))
+        series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
+        probe = TreeReplay(replay_repo, m.commit, series)
+        budget = max_replays(len(chain))
+        out_.step(
+            f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
+            f"(at most {budget} replays of {len(m.series)} patch(es))"
+        )
 
-            def verify(i: int) -> tuple[Break | None, Any]:
-                return _verify(work, out_, chain[i], dry_run, mirror)
+        def verify(i: int) -> tuple[Break | None, Any]:
+            return _verify(work, wm, out_, chain[i], dry_run, mirror)
 
-            def real_probe(i: int) -> Break | None:
-                return _canary(work, out_, chain[i], mirror)[0]
+        def real_probe(i: int) -> Break | None:
+            return _canary(work, wm, out_, chain[i], mirror)[0]
 
-            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
-            data = _data(m, rev, src, target, chain, found, dry_run)
-            table = (found.verified or {}).get("table", "")
-        return _finish(BumpResult(data, render(data, table), None), target_md, out_)
+        found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+        data = _data(m, rev, src, target, chain, found, dry_run)
+        table = (found.verified or {}).get("table", "")
+    return _finish(BumpResult(data, render(data, table), None), target_md, out_)
 
 
 def _data(
@@ -212,13 +210,19 @@ def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
 
 
 def _canary(
-    work: Forge, out_: Reporter, commit: str, mirror: str | None, *, rows: bool = False
+    work: Forge,
+    wm: UpstreamManifest,
+    out_: Reporter,
+    commit: str,
+    mirror: str | None,
+    *,
+    rows: bool = False,
 ) -> tuple[Break | None, Any]:
     """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
     (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
     `rows`, the per-patch rows and their Markdown table when it is clean."""
     try:
-        start(work, Reporter(quiet=True), commit, mirror=mirror, canary=True)
+        start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
         state = load_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
@@ -227,7 +231,7 @@ def _canary(
             return _break_of(commit, bad["file"], bad["files"], bad["upstream_commits"]), None
         if not rows:
             return None, None
-        stage(work, state)
+        stage(work, state, wm)
         table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
         return None, {"patches": rows_of(state), "table": table}
     finally:
@@ -236,15 +240,20 @@ def _canary(
 
 
 def _verify(
-    work: Forge, out_: Reporter, commit: str, dry_run: bool, mirror: str | None
+    work: Forge,
+    wm: UpstreamManifest,
+    out_: Reporter,
+    commit: str,
+    dry_run: bool,
+    mirror: str | None,
 ) -> tuple[Break | None, Any]:
     """The real replay onto `commit`: the canary's in the scratch forge (--dry-run), else
     the rebase itself. A conflict comes back as a Break (the search narrows again)."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
     if dry_run:
-        return _canary(work, out_, commit, mirror, rows=True)
+        return _canary(work, wm, out_, commit, mirror, rows=True)
     try:
-        result = start(work, out_, commit, mirror=mirror)
+        result = start(work, out_, wm, commit, mirror=mirror)
     except NeedsHuman as err:
         state = load_state(work)
         if state is None or state.phase != "conflict":

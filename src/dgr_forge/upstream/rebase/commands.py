@@ -11,10 +11,9 @@ from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40, git, out
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url
-from dgr_forge.upstream import manifest, series_journal
+from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
     check_manifest_untouched,
@@ -76,6 +75,7 @@ def reject_in_progress(forge: Forge) -> None:
 def start(
     forge: Forge,
     out_: Reporter,
+    m: UpstreamManifest,
     onto: str,
     *,
     url: str | None = None,
@@ -84,149 +84,144 @@ def start(
     canary: bool = False,
 ) -> RebaseResult:
     """`--onto REV`. With `canary` (a --dry-run's scratch forge) a conflict is recorded and
-    the replay goes on without that patch, so every patch gets an outcome."""
+    the replay goes on without that patch, so every patch gets an outcome. The caller
+    holds the workspace lock, ran recovery and loaded `m` under it."""
     if url is not None:
         url = check_url(url, "--url")
     onto = check_rev(onto)
-    with workspace_lock(forge, out_):
-        series_journal.recover(forge.root, out_)
-        reject_in_progress(forge)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        src = forge.src_dir(m.name)
-        refuse_stale(src, out_)
-        # the manifest's URL is data as much as --url is (`--` comes before it as well)
-        check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
-        new_url = url or m.url
-        fetch_url = mirror or new_url
-        if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
-            raise BadInput(
-                f"--onto {onto}: --offline cannot resolve a ref name",
-                hint="pass the commit id (it must already be in the workspace)",
-            )
-        sha = None if offline else resolve_rev(fetch_url, onto, src if src.is_dir() else None)
-        if offline and HEX40.match(onto.lower()):
-            sha = onto.lower()
-        if sha == m.commit and new_url == m.url:
-            out_.info(f"already pinned at {sha}: nothing to rebase")
-            return noop_result(m)
-        if offline and not (src.is_dir() and peel(src, sha or onto)):
-            raise BadInput(
-                f"--offline: {onto} is not in the workspace",
-                hint="run without --offline, or pass --mirror with a reachable mirror",
-            )
-
-        patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
-        src = patched.src_dir
-        old_head = patched.head_commit
-        commit = pin_commit(src, fetch_url, onto, sha, out_)
-        if commit != onto.lower():
-            out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
-        if commit == m.commit and new_url == m.url:
-            out_.info(f"already pinned at {commit}: nothing to rebase")
-            return noop_result(m)
-        new_tree = gitutil.tree_of(src, commit)
-        old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
-        if len(old_commits) != len(m.series):
-            raise OperationFailed(
-                f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-                f"found {len(old_commits)}",
-                hint="reset the workspace with `dgr-forge fetch --force` and retry",
-            )
-        subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
-        steps = [
-            PatchStep(file=e.file, subject=subject, old_commit=c)
-            for e, c, subject in zip(
-                m.series, old_commits, subjects.stdout.splitlines(), strict=True
-            )
-        ]
-        git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
-        git(src, "update-ref", REF_OLD, old_head)
-        state = RebaseState(
-            upstream=m.name,
-            src_dir=str(src),
-            old_url=m.url,
-            new_url=new_url,
-            old_commit=m.commit,
-            old_tree=m.tree or gitutil.tree_of(src, m.commit),
-            old_head=old_head,
-            new_commit=commit,
-            new_tree=new_tree,
-            onto=onto,
-            inputs_sha256=inputs_digest(m),
-            fetch_url=fetch_url,
-            patches=steps,
-            head=commit,
-            canary=canary,
+    reject_in_progress(forge)
+    src = forge.src_dir(m.name)
+    refuse_stale(src, out_)
+    # the manifest's URL is data as much as --url is (`--` comes before it as well)
+    check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
+    new_url = url or m.url
+    fetch_url = mirror or new_url
+    if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
+        raise BadInput(
+            f"--onto {onto}: --offline cannot resolve a ref name",
+            hint="pass the commit id (it must already be in the workspace)",
         )
-        save_state(forge, state)
-        out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
-        git(src, "checkout", "-q", "-f", "--detach", commit)
-        replay(forge, state, out_)
-        if canary:  # the dry run reads the state; nothing is written
-            return noop_result(m)
-        return finish(forge, state, out_)
+    sha = None if offline else resolve_rev(fetch_url, onto, src if src.is_dir() else None)
+    if offline and HEX40.match(onto.lower()):
+        sha = onto.lower()
+    if sha == m.commit and new_url == m.url:
+        out_.info(f"already pinned at {sha}: nothing to rebase")
+        return noop_result(m)
+    if offline and not (src.is_dir() and peel(src, sha or onto)):
+        raise BadInput(
+            f"--offline: {onto} is not in the workspace",
+            hint="run without --offline, or pass --mirror with a reachable mirror",
+        )
+
+    patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
+    src = patched.src_dir
+    old_head = patched.head_commit
+    commit = pin_commit(src, fetch_url, onto, sha, out_)
+    if commit != onto.lower():
+        out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
+    if commit == m.commit and new_url == m.url:
+        out_.info(f"already pinned at {commit}: nothing to rebase")
+        return noop_result(m)
+    new_tree = gitutil.tree_of(src, commit)
+    old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
+    if len(old_commits) != len(m.series):
+        raise OperationFailed(
+            f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
+            f"found {len(old_commits)}",
+            hint="reset the workspace with `dgr-forge fetch --force` and retry",
+        )
+    subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
+    steps = [
+        PatchStep(file=e.file, subject=subject, old_commit=c)
+        for e, c, subject in zip(m.series, old_commits, subjects.stdout.splitlines(), strict=True)
+    ]
+    git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
+    git(src, "update-ref", REF_OLD, old_head)
+    state = RebaseState(
+        upstream=m.name,
+        src_dir=str(src),
+        old_url=m.url,
+        new_url=new_url,
+        old_commit=m.commit,
+        old_tree=m.tree or gitutil.tree_of(src, m.commit),
+        old_head=old_head,
+        new_commit=commit,
+        new_tree=new_tree,
+        onto=onto,
+        inputs_sha256=inputs_digest(m),
+        fetch_url=fetch_url,
+        patches=steps,
+        head=commit,
+        canary=canary,
+    )
+    save_state(forge, state)
+    out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
+    git(src, "checkout", "-q", "-f", "--detach", commit)
+    replay(forge, state, out_)
+    if canary:  # the dry run reads the state; nothing is written
+        return noop_result(m)
+    return finish(forge, state, out_, m)
 
 
-def resume(forge: Forge, out_: Reporter) -> RebaseResult:
-    """`--continue`: after a resolved conflict, or after a crash at any step."""
-    with workspace_lock(forge, out_):
-        state = require_state(forge)
-        if state.canary:
-            # a replay that must change nothing (bump's) was killed: never finish it
-            raise NeedsHuman(
-                "the interrupted replay was a dry run: there is nothing to continue",
-                hint="`dgr-forge rebase --abort` puts the workspace back",
-            )
-        fault.point("rebase.continue")
-        series_journal.recover(forge.root, out_)
-        src = Path(state.src_dir)
-        check_manifest_untouched(forge, state)
-        if state.phase == "write":
-            out_.info("finishing the interrupted write of the manifest and patches/")
-            # a kill in the final checkout leaves git's index.lock: ours, under our lock
-            clear_leftovers(src, out_, index_lock=True)
-            return finish(forge, state, out_, staged=True)
-        if state.phase == "conflict":
-            take_resolution(forge, state, out_)
-        else:
-            # interrupted between automatic steps: redo the step from its recorded head
-            stale = stale_git_state(src)
-            if stale:
-                out_.warn("interrupted rebase step left: " + "; ".join(stale))
-            clear_leftovers(src, out_, index_lock=True)
-            git(src, "reset", "-q", "--hard", state.head)
-        replay(forge, state, out_)
-        return finish(forge, state, out_)
+def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseResult:
+    """`--continue`: after a resolved conflict, or after a crash at any step. The caller
+    holds the workspace lock, ran recovery and loaded the manifest (`m`, None when it
+    does not load: then it changed since the rebase started)."""
+    state = require_state(forge)
+    if state.canary:
+        # a replay that must change nothing (bump's) was killed: never finish it
+        raise NeedsHuman(
+            "the interrupted replay was a dry run: there is nothing to continue",
+            hint="`dgr-forge rebase --abort` puts the workspace back",
+        )
+    fault.point("rebase.continue")
+    src = Path(state.src_dir)
+    if state.phase == "write":
+        out_.info("finishing the interrupted write of the manifest and patches/")
+        # a kill in the final checkout leaves git's index.lock: ours, under our lock
+        clear_leftovers(src, out_, index_lock=True)
+        return finish(forge, state, out_, None)
+    m = check_manifest_untouched(forge, state, m)
+    if state.phase == "conflict":
+        take_resolution(forge, state, out_)
+    else:
+        # interrupted between automatic steps: redo the step from its recorded head
+        stale = stale_git_state(src)
+        if stale:
+            out_.warn("interrupted rebase step left: " + "; ".join(stale))
+        clear_leftovers(src, out_, index_lock=True)
+        git(src, "reset", "-q", "--hard", state.head)
+    replay(forge, state, out_)
+    return finish(forge, state, out_, m)
 
 
 def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
-    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
-    with workspace_lock(forge, out_):
-        state = require_state(forge)
-        series_journal.recover(forge.root, out_)
-        src = Path(state.src_dir)
-        if state.phase == "write":
-            restore_journal(forge, out_)
-        stale = stale_git_state(src)
-        if stale:
-            out_.warn("cleaning up: " + "; ".join(stale))
-        fault.point("rebase.abort")
-        clear_leftovers(src, out_, index_lock=True)
-        git(src, "reset", "-q", "--hard")
-        git(src, "checkout", "-q", "-f", "--detach", state.old_head)
-        drop_refs(src)
-        shutil.rmtree(journal_dir(forge), ignore_errors=True)
-        state_path(forge).unlink()
-        out_.info(
-            f"rebase aborted: workspace back at {state.old_commit[:12]} + "
-            f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
-        )
-        return {
-            "status": "aborted",
-            "old_commit": state.old_commit,
-            "new_commit": state.new_commit,
-            "head": state.old_head,
-        }
+    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before.
+    The caller holds the workspace lock and ran recovery."""
+    state = require_state(forge)
+    src = Path(state.src_dir)
+    if state.phase == "write":
+        restore_journal(forge, out_)
+    stale = stale_git_state(src)
+    if stale:
+        out_.warn("cleaning up: " + "; ".join(stale))
+    fault.point("rebase.abort")
+    clear_leftovers(src, out_, index_lock=True)
+    git(src, "reset", "-q", "--hard")
+    git(src, "checkout", "-q", "-f", "--detach", state.old_head)
+    drop_refs(src)
+    shutil.rmtree(journal_dir(forge), ignore_errors=True)
+    state_path(forge).unlink()
+    out_.info(
+        f"rebase aborted: workspace back at {state.old_commit[:12]} + "
+        f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
+    )
+    return {
+        "status": "aborted",
+        "old_commit": state.old_commit,
+        "new_commit": state.new_commit,
+        "head": state.old_head,
+    }
 
 
 def require_state(forge: Forge) -> RebaseState:

@@ -18,10 +18,10 @@ from typing import Any
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
-from dgr_forge.core.lock import workspace_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import manifest
 from dgr_forge.upstream.check import borrow_objects
+from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.commands import reject_in_progress, start
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.report import (
@@ -79,6 +79,7 @@ def _check_report_path(path: Path, forge: Forge) -> Path:
 def dry_run(
     forge: Forge,
     out_: Reporter,
+    m: UpstreamManifest,
     onto: str,
     *,
     url: str | None = None,
@@ -87,37 +88,38 @@ def dry_run(
     report: Path | None = None,
 ) -> DryRunResult:
     target = _check_report_path(report, forge) if report is not None else None
-    with workspace_lock(forge, out_):
-        reject_in_progress(forge)
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
-            root = tmp / "root"
-            (root / "manifests").mkdir(parents=True)
-            shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
-            pdir = root / m.patches_dir_rel
-            pdir.mkdir(parents=True)
-            for entry in m.series:
-                shutil.copyfile(m.patch_path(entry), pdir / entry.file)
-            scratch = Forge(root=root, workspace=tmp / "workspace")
-            borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
-            out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
-            result = start(
-                scratch, out_, onto, url=url, mirror=mirror, offline=offline, canary=True
-            )
-            state = load_state(scratch)
-            if state is None:  # already pinned there: nothing to replay
-                data: dict[str, Any] = {
-                    "old_commit": result.old_commit,
-                    "new_commit": result.new_commit,
-                    "patches": result.patches,
-                    "counts": counts_of(result.patches),
-                }
-                return DryRunResult(data, 0, None)
-            stage(scratch, state)
-            rows = rows_of(state)
-            data = report_data(state, None, rows)
-            data.update(old_commit=state.old_commit, new_commit=state.new_commit)
-            text = render_markdown(state, None, rows, "Upstream canary (dry run)")
+    # the caller holds the workspace lock and loaded `m` under it
+    reject_in_progress(forge)
+    with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
+        root = tmp / "root"
+        (root / "manifests").mkdir(parents=True)
+        shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
+        pdir = root / m.patches_dir_rel
+        pdir.mkdir(parents=True)
+        for entry in m.series:
+            shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+        scratch = Forge(root=root, workspace=tmp / "workspace")
+        # the copy this run just made: its paths resolve against the scratch root
+        sm = manifest.load(scratch.upstream_manifest, scratch.root)
+        borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+        out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
+        result = start(
+            scratch, out_, sm, onto, url=url, mirror=mirror, offline=offline, canary=True
+        )
+        state = load_state(scratch)
+        if state is None:  # already pinned there: nothing to replay
+            data: dict[str, Any] = {
+                "old_commit": result.old_commit,
+                "new_commit": result.new_commit,
+                "patches": result.patches,
+                "counts": counts_of(result.patches),
+            }
+            return DryRunResult(data, 0, None)
+        stage(scratch, state, sm)
+        rows = rows_of(state)
+        data = report_data(state, None, rows)
+        data.update(old_commit=state.old_commit, new_commit=state.new_commit)
+        text = render_markdown(state, None, rows, "Upstream canary (dry run)")
     conflicts = sum(1 for r in rows if r["outcome"] == "conflict")
     out_.table(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",

@@ -6,11 +6,8 @@ import shutil
 import tomllib
 from pathlib import Path
 
-import tomlkit
-import tomlkit.items
-
 from dgr_forge.core import fault, gitutil
-from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
 from dgr_forge.core.gitutil import git, out
@@ -40,21 +37,18 @@ def inputs_digest(m: UpstreamManifest) -> str:
     return sha256_bytes(b"\0".join(parts))
 
 
-def check_manifest_untouched(forge: Forge, state: RebaseState) -> None:
-    if state.phase == "write":
-        return  # our own write is half done; the journal knows both versions
-    try:
-        m = manifest.load(forge.upstream_manifest, forge.root)
-        same = inputs_digest(m) == state.inputs_sha256
-    except BadInput:
-        same = False
-    if not same:
+def check_manifest_untouched(
+    forge: Forge, state: RebaseState, m: UpstreamManifest | None
+) -> UpstreamManifest:
+    """`m` (None: it did not load) is what the rebase started from, else exit 3."""
+    if m is None or inputs_digest(m) != state.inputs_sha256:
         raise NeedsHuman(
             f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
             "rebase started; the rebase would overwrite those edits",
             hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
             "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
         )
+    return m
 
 
 def drop_refs(src: Path) -> None:
@@ -81,10 +75,9 @@ def noop_result(m: UpstreamManifest) -> RebaseResult:
     )
 
 
-def stage(forge: Forge, state: RebaseState) -> None:
+def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
     src = Path(state.src_dir)
-    m = manifest.load(forge.upstream_manifest, forge.root)
     # HEAD is state.head here: the replay moved it, a resumed run reset it there
     rendered = export.compute_series(src, state.new_commit, tmp_root=forge.tmp_dir)
     export.verify_round_trip(src, state.new_commit, rendered)
@@ -140,16 +133,9 @@ def manifest_text(
 ) -> str:
     """The manifest re-pinned: the patch helper's editor (comments and key order kept),
     plus the upstream URL when `--url` moved it."""
-    new = manifest_edit.updated_text(
-        text, series, result_tree, upstream_commit=commit, upstream_tree=tree
+    return manifest_edit.updated_text(
+        text, series, result_tree, upstream_commit=commit, upstream_tree=tree, upstream_url=url
     )
-    if url is None:
-        return new
-    doc = tomlkit.parse(new)
-    upstream = doc["upstream"]
-    assert isinstance(upstream, tomlkit.items.Table)
-    upstream["url"] = url
-    return tomlkit.dumps(doc)
 
 
 def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
@@ -190,14 +176,20 @@ def restore_journal(forge: Forge, out_: Reporter) -> None:
     write_side(forge, "old", out_)
 
 
-def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = False) -> RebaseResult:
+def finish(
+    forge: Forge, state: RebaseState, out_: Reporter, m: UpstreamManifest | None
+) -> RebaseResult:
+    """Stage (unless a killed run staged already: phase "write", `m` may be None then),
+    write, check out, report."""
     src = Path(state.src_dir)
-    if not staged:
+    if state.phase != "write":
+        assert m is not None
         # the phase turns to "write" only once the journal is complete: from then on a
         # crash is finished (or undone) from the staged copies
-        stage(forge, state)
+        stage(forge, state, m)
         state.phase = "write"
         save_state(forge, state)
+    pdir = staged_patches_dir(forge)  # the series' directory, which a rebase never moves
     write_side(forge, "new", out_)
     fault.point("rebase.checkout")
     git(src, "checkout", "-q", "-f", "--detach", state.head)
@@ -216,7 +208,7 @@ def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = Fals
     out_.info(f"report: {report_md}")
     out_.info(
         f"manifest re-pinned to {state.new_commit}; commit "
-        f"{forge.rel(forge.upstream_manifest)} and {forge.rel(live_patches_dir(forge))}/"
+        f"{forge.rel(forge.upstream_manifest)} and {forge.rel(pdir)}/"
     )
     return RebaseResult(
         status="done",
@@ -228,7 +220,3 @@ def finish(forge: Forge, state: RebaseState, out_: Reporter, staged: bool = Fals
         report_json=report_json,
         report_md=report_md,
     )
-
-
-def live_patches_dir(forge: Forge) -> Path:
-    return manifest.load(forge.upstream_manifest, forge.root).patches_dir

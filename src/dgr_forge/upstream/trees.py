@@ -4,7 +4,8 @@
 ignored ones too (a shadow `include/cstdio` listed in `.git/info/exclude` is still on the
 include path). The one file the forge itself writes into a tree, the `CMakeUserPresets.json`
 of `presets`, is let through by name and content (its shape, with nothing that loads other
-files); the build directory lives outside both trees.
+files); the build directory lives outside both trees. `lanes.build` refuses what this
+finds (exit 3), `status` shows the ignored files.
 """
 
 from __future__ import annotations

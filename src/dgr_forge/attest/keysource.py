@@ -1,0 +1,57 @@
+"""Where the signing key comes from: the one lookup, without the cryptography import.
+
+`--key PATH`, then `DGR_SIGNING_KEY` (a path, or the PEM text itself as CI secrets hold
+it), then the default key in the user's config directory. A set but empty value (an
+empty `--key`, or what CI passes when a secret is missing) is exit 2, never a fallback.
+`attest.keys.resolve_signer` loads what this names; `lanes.signing` fingerprints it
+cheaply for a no-op build.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dgr_forge.core.errors import BadInput
+
+SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
+PEM_MARKER = "-----BEGIN"
+
+
+def default_key_path(environ: Mapping[str, str] | None = None) -> Path:
+    """`$XDG_CONFIG_HOME/dgr-forge/signing-key.pem`, else `~/.config/dgr-forge/...`."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "dgr-forge" / "signing-key.pem"
+
+
+@dataclass(frozen=True)
+class KeySource:
+    kind: Literal["option", "env-pem", "env-path", "default"]
+    value: str  # the option or variable as given (a path, or PEM text for env-pem)
+    path: Path | None  # the key file (None for inline PEM)
+
+
+def signing_key_source(key: str | None, environ: Mapping[str, str] | None = None) -> KeySource:
+    env = os.environ if environ is None else environ
+    if key is not None:
+        if not key.strip():
+            raise BadInput("--key: empty", hint="pass the path of a private key (PEM)")
+        return KeySource("option", key, Path(key).expanduser())
+    if SIGNING_KEY_ENV in env:
+        value = env[SIGNING_KEY_ENV]
+        if not value.strip():
+            raise BadInput(
+                f"{SIGNING_KEY_ENV} is set but empty (a CI secret that is not available here?)",
+                hint=f"set {SIGNING_KEY_ENV} to the key's PEM text or path, unset it to use "
+                "your default key, or pass --no-sign to build without a signed report",
+                details={"variable": SIGNING_KEY_ENV},
+            )
+        if PEM_MARKER in value:
+            return KeySource("env-pem", value, None)
+        return KeySource("env-path", value, Path(value).expanduser())
+    path = default_key_path(env)
+    return KeySource("default", str(path), path)

@@ -1,0 +1,138 @@
+"""Imports point one way (docs/architecture.md): each package imports only packages below
+it in `LAYERS`, `core` imports nothing of the forge, and no module cycle exists, even one
+hidden by a function-local or TYPE_CHECKING import. Read from the source with `ast`."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "dgr_forge"
+
+# lowest first: a package may import the ones before it (and the top-level package)
+LAYERS = ["core", "upstream", "attest", "lanes", "models", "demo", "cli"]
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """Every forge module `path` imports, wherever the import statement stands (in a
+    function, under TYPE_CHECKING): `from pkg import mod` names `mod`, not `pkg`."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            named = {f"{node.module}.{a.name}" for a in node.names}
+            subs = named & modules
+            found |= subs
+            if len(subs) < len(named):
+                found.add(node.module)
+    return found & modules
+
+
+def graph(src: Path = SRC) -> dict[str, set[str]]:
+    modules = {_module_name(p, src): p for p in src.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges[name] = _imports(path, set(modules)) - {name}
+    return edges
+
+
+def package(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in LAYERS) else None
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for mod, targets in edges.items():
+        src_pkg = package(mod)
+        for target in targets:
+            dst_pkg = package(target)
+            if src_pkg is None or dst_pkg is None or src_pkg == dst_pkg:
+                continue
+            if src_pkg not in LAYERS or dst_pkg not in LAYERS:
+                bad.append(f"{mod} -> {target} (a package missing from LAYERS)")
+            elif LAYERS.index(dst_pkg) > LAYERS.index(src_pkg):
+                bad.append(f"{mod} -> {target} ({src_pkg} imports {dst_pkg}, above it)")
+    return sorted(bad)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _package_tree(tmp: Path, files: dict[str, str]) -> Path:
+    src = tmp / "dgr_forge"
+    for rel, text in {"__init__.py": "", **files}.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    return src
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert upward_imports(graph()) == []
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(graph()) == []
+
+
+def test_core_imports_nothing_of_the_forge_but_core() -> None:
+    edges = graph()
+    outside = [f"{m} -> {t}" for m in edges if package(m) == "core" for t in edges[m]]
+    assert [e for e in outside if package(e.split(" -> ")[1]) not in ("core", None)] == []
+
+
+def test_the_check_sees_an_upward_import_and_a_hidden_cycle(tmp_path: Path) -> None:
+    """The checks themselves can fail: an upward import inside a function, and a cycle."""
+    src = _package_tree(
+        tmp_path,
+        {
+            "core/__init__.py": "",
+            "core/a.py": "def f():\n    from dgr_forge.lanes import b\n",
+            "lanes/__init__.py": "",
+            "lanes/b.py": "from dgr_forge.lanes.c import x\n",
+            "lanes/c.py": "from dgr_forge.lanes import b\nx = 1\n",
+        },
+    )
+    edges = graph(src)
+    assert upward_imports(edges) == [
+        "dgr_forge.core.a -> dgr_forge.lanes.b (core imports lanes, above it)"
+    ]
+    assert cycles(edges) == [["dgr_forge.lanes.b", "dgr_forge.lanes.c"]]
