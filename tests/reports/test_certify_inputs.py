@@ -78,3 +78,28 @@ def test_certify_refuses_a_report_built_with_another_toolchain_file(
     r = run_certify(forge, toolchain_report, evidence, tmp_path / "release.pem", "--hardware", "x")
     assert r.code == 2, r
     assert "toolchains/gcc.cmake" in r.stderr
+
+
+def test_a_worker_change_lapses_it(forge: Forge, toolchain_report: Path, tmp_path: Path) -> None:
+    keys.generate(tmp_path / "release.pem")
+    trust(forge, tmp_path / "release.pem")
+    evidence = tmp_path / "run.log"
+    evidence.write_text("passed\n")
+    (forge.root / "manifests" / "shard-worker.toml").write_text(
+        'schema = 1\n[worker]\npath = "worker"\n'
+    )
+    r = run_certify(forge, toolchain_report, evidence, tmp_path / "release.pem", "--hardware", "x")
+    assert r.code == 0, r
+    assert r.json["inputs"]["worker"]["location"] == "worker", r.json
+
+    def lane_status() -> dict[str, object]:
+        res = run_forge("--root", str(forge.root), "--json", "lanes")
+        assert res.code == 0, res
+        return next(ln for ln in res.json["lanes"] if ln["lane"] == "cpu")  # type: ignore[no-any-return]
+
+    assert lane_status()["certified"] is True
+    main = forge.root / "worker" / "w.cpp"
+    main.write_text(main.read_text() + "// changed\n")
+    shown = lane_status()
+    assert shown["certified"] is False
+    assert "the worker changed" in str(shown["certification"]), shown
