@@ -265,3 +265,29 @@ def test_a_launcher_the_forge_did_not_choose_is_exit_1(tmp_path: Path, upstream:
     assert "/usr/bin/env" in res.stderr and "the forge chose none" in res.stderr
     assert res.json["compile"] == ["/usr/bin/env"] and res.json["chosen"] is None
     assert not list((root / ".dgr" / "reports").glob("*.jsonl"))
+
+
+def test_a_kill_during_the_fresh_build_directory_is_finished_by_the_next_run(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    import json
+
+    root = make_patched_root(tmp_path / "forge", upstream)
+    env = clean_env(**_compilers(tmp_path / "gcc"))
+    first = _build(root, env, "--cache", "off")
+    assert first.code == 0, first
+    _compilers(tmp_path / "gcc", cxx_extra="-O0")  # the next run must start afresh
+    killed = _build(root, {**env, "DGR_FAULT": "build.wipe"}, "--cache", "off")
+    assert killed.code in (-9, 137), killed
+    state = json.loads((root / ".dgr" / "state.json").read_text())["lanes"]["cpu"]
+    assert state["in_progress"] == "wipe" and "programs" not in state
+    # as a removal cut short leaves it: some files gone, the other objects still there
+    build = root / ".dgr" / "build" / "cpu"
+    (build / "build.ninja").unlink()
+    next(build.rglob("*.o")).unlink()
+    again = _build(root, env, "--cache", "off")
+    assert again.code == 0, again
+    assert _lane(again)["status"] == "built"
+    assert _lane(again)["ninja_steps"] == _lane(first)["ninja_steps"]  # every object again
+    state = json.loads((root / ".dgr" / "state.json").read_text())["lanes"]["cpu"]
+    assert "in_progress" not in state

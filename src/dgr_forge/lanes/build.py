@@ -305,6 +305,8 @@ class LaneBuilder:
     def run(self) -> LaneResult:
         plan, ctx, st = self.plan, self.ctx, self.state
         truth.refuse_moved_inputs(self.forge, plan, self.m, self.snap, ctx.manifest_sha256)
+        if st.in_progress == "wipe":  # a removal a kill cut short: finish it first
+            self._wipe()
         swapped = programs.changed(st.programs) if st.programs else []
         if swapped:
             # never objects of two compilers in one binary: configure and build it all again
@@ -402,10 +404,16 @@ class LaneBuilder:
         )
 
     def _wipe(self) -> None:
-        """A fresh build directory: nothing of what configure or Ninja kept survives."""
-        shutil.rmtree(self.plan.build_dir, ignore_errors=True)
+        """A fresh build directory: nothing of what configure or Ninja kept survives. The
+        state says so first (`in_progress = "wipe"`): a run killed halfway through the
+        removal leaves objects Ninja would take for current, so the next run removes the
+        rest before anything else."""
         st = self.state
-        st.inputs_digest, st.programs = None, {}
+        st.inputs_digest, st.programs, st.in_progress = None, {}, "wipe"
+        save_lane_state(self.forge, self.plan.lane, st)
+        fault.point("build.wipe", self.plan.lane)
+        shutil.rmtree(self.plan.build_dir, ignore_errors=True)
+        st.in_progress = None
         save_lane_state(self.forge, self.plan.lane, st)
 
     def _pin_switches(self, switches: tuple[str, ...]) -> None:
