@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -305,6 +306,43 @@ def test_git_worker_from_manifest_is_fetched_at_its_commit(root: Path, tmp_path:
     assert again.code == 0, again
     assert lane(again)["status"] == "up-to-date"
     assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+    # a deleted checkout is fetched again by the next plain build (issue 19)
+    shutil.rmtree(checkout)
+    again = forge_build(root, "--no-sign")
+    assert again.code == 0, again
+    assert sh_git(checkout, "rev-parse", "HEAD") == commit
+
+    # the checkout is a workspace: a bump never loses an edit or a commit made there
+    later = sh_git(repo, "rev-parse", "HEAD")
+    (checkout / "src" / "main.cpp").write_text(
+        "// my edit\n" + (repo / "src" / "main.cpp").read_text()
+    )
+    (checkout / "NOTES.md").write_text("mine\n")
+    (root / "manifests" / "shard-worker.toml").write_text(
+        f'schema = 1\n[worker]\nurl = "{repo.as_uri()}"\ncommit = "{later}"\n'
+    )
+    res = forge_build(root, "--no-sign")
+    assert res.code == 3, res
+    assert "src/main.cpp" in res.json["error"] and "--force" in res.json["hint"], res
+    assert (checkout / "NOTES.md").read_text() == "mine\n"
+    sh_git(checkout, "add", "-A")
+    sh_git(checkout, "commit", "-qm", "my worker tweak")
+    mine = sh_git(checkout, "rev-parse", "HEAD")
+    (checkout / "NOTES.md").write_text("mine, later\n")
+    res = forge_build(root, "--no-sign")
+    assert res.code == 3 and "my worker tweak" in res.json["error"], res
+    assert sh_git(checkout, "rev-parse", "HEAD") == mine
+    res = forge_build(root, "--no-sign", "--force")
+    assert res.code == 0, res
+    assert sh_git(checkout, "rev-parse", "HEAD") == later
+    logs = root / ".dgr" / "logs"
+    (patch_file,) = logs.glob("worker-saved-shard-worker-*.patch")
+    (mbox,) = logs.glob("worker-saved-commits-shard-worker-*.mbox")
+    assert str(patch_file) in res.stderr and str(mbox) in res.stderr
+    assert b"mine, later" in patch_file.read_bytes()
+    assert b"Subject: [PATCH] my worker tweak" in mbox.read_bytes()
+    assert b"// my edit" in mbox.read_bytes()
 
 
 def test_local_edit_in_upstream_workspace_is_not_built_silently(

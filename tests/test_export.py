@@ -326,7 +326,7 @@ def test_export_without_a_workspace_is_bad_input(upstream: Upstream, forge_root:
 
 
 @pytest.mark.parametrize(
-    "line", ["---", "--- a/x", "diff --git a/x b/x", "From here on it is different"]
+    "line", ["---", "--- a/x", "diff --git a/x b/x", "From nobody Mon Sep 17 00:00:00 2001"]
 )
 def test_message_git_am_would_cut_is_refused_naming_commit_and_line(
     exported: Path, line: str
@@ -383,3 +383,87 @@ def test_forge_written_comments_do_not_go_stale() -> None:
     # no tree yet, no series yet: the comments still tell the truth and stay
     same = manifest_edit.updated_text(text, [], "e" * 40)
     assert "# tree =" in same and "series is empty" in same
+
+
+def test_export_adding_and_dropping_patches_leaves_no_double_blank_lines(
+    exported: Path,
+) -> None:
+    src = src_dir(exported)
+    commit_in(src, {"docs/extra.md": "extra\n"}, "docs: extra", 5)
+    assert forge(exported, "export").code == 0
+    text = (exported / MANIFEST).read_text()
+    assert "\n\n\n" not in text, text
+    assert text.count("[[patches.series]]") == 4 and "# why this patch exists" in text
+    sh_git(src, "reset", "-q", "--hard", "HEAD~2")
+    assert forge(exported, "export").code == 0
+    text = (exported / MANIFEST).read_text()
+    assert "\n\n\n" not in text and text.count("[[patches.series]]") == 2, text
+
+
+SQUASH_MESSAGE = """ggml: backport the rpc fix (#1234)
+
+* rpc: check the tensor size
+
+* rpc: keep the old wire format
+  (a continuation line, indented)
+
+An indented diff, as reviewers paste them:
+
+    diff --git a/ggml/src/ggml.c b/ggml/src/ggml.c
+    --- a/ggml/src/ggml.c
+    +++ b/ggml/src/ggml.c
+
+---  two spaces after the dashes is text too
+----
+From here on it is different (no mbox date: git keeps it)
+
+---------
+
+Co-authored-by: Jane Doe <jane@example.com>
+Co-authored-by: John Roe <john@example.com>
+"""
+
+
+def test_real_upstream_messages_round_trip_byte_for_byte(exported: Path, tmp_path: Path) -> None:
+    """A GitHub squash merge (`---------`, `Co-authored-by:`), bullets and an indented diff
+    survive export -> apply -> re-export exactly (issue 19)."""
+    src = src_dir(exported)
+    (src / "docs").mkdir(exist_ok=True)
+    (src / "docs" / "rpc.md").write_text("rpc\n")
+    sh_git(src, "add", "-A")
+    msg = tmp_path / "msg"
+    msg.write_text(SQUASH_MESSAGE)
+    sh_git(src, "commit", "-q", "-F", str(msg), env=AUTHOR_ENV)
+    original = sh_git(src, "log", "-1", "--format=%B")
+    res = forge(exported, "export")
+    assert res.code == 0, res
+    files = state(exported)
+    fresh = tmp_path / "fresh"
+    assert forge(exported, "--workspace", str(fresh), "patch").code == 0
+    applied = fresh / "src" / "llama.cpp"
+    assert sh_git(applied, "log", "-1", "--format=%B") == original
+    res = forge(exported, "--workspace", str(fresh), "--json", "export")
+    assert res.code == 0 and res.json["changed"] is False, res
+    assert {k: v[0] for k, v in state(exported).items()} == {k: v[0] for k, v in files.items()}
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("---   ", "separator"),
+        ("Index: src/llama.cpp", "CVS"),
+        ("From nobody Mon Sep 17 00:00:00 2001", "mbox"),
+        ("From: Somebody Else <else@example.com>", "mail header"),
+    ],
+)
+def test_message_lines_git_am_would_cut_are_refused(exported: Path, line: str, why: str) -> None:
+    src = src_dir(exported)
+    (src / "new.txt").write_text("new\n")
+    sh_git(src, "add", "-A")
+    sh_git(src, "commit", "-q", "-m", "subject", "-m", f"{line}\nmore text", env=AUTHOR_ENV)
+    before = state(exported)
+    res = forge(exported, "export")
+    assert res.code == 2, res
+    assert "line 3" in res.json["error"] and why in res.json["error"], res
+    assert sh_git(src, "rev-parse", "HEAD")[:12] in res.json["error"]
+    assert state(exported) == before

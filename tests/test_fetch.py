@@ -572,3 +572,25 @@ def test_bad_lock_timeout_is_bad_input(forge_root: Path) -> None:
         r = run_forge("fetch", cwd=forge_root, env={"DGR_LOCK_TIMEOUT": "soon"})
     assert r.code == 2, r
     assert "DGR_LOCK_TIMEOUT" in r.stderr
+
+
+# ----------------------------------------------------------------------------- issue 19
+
+
+def _break_object(upstream: Upstream, rel: str, rev: str = "HEAD") -> None:
+    """Delete one loose blob the commit needs: the upstream's pack-objects then dies
+    mid-transfer, as a dropped connection or a corrupt server does."""
+    blob = sh_git(upstream.path, "rev-parse", f"{rev}:{rel}")
+    (upstream.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+
+
+def test_failed_fetch_leaves_no_temporary_packs(forge_root: Path, upstream: Upstream) -> None:
+    add_bulk(upstream, files=40, size=60_000)  # the server starts sending megabytes
+    tail = upstream.commit({"zz-last.txt": os.urandom(2000).hex()}, "tail")
+    set_pin(forge_root, upstream.url, tail)
+    _break_object(upstream, "zz-last.txt")
+    r = run_forge("--root", str(forge_root), "--json", "fetch")
+    assert r.code == 1, r
+    pack = src_of(forge_root) / ".git" / "objects" / "pack"
+    assert sorted(p.name for p in pack.glob("tmp_*")) == [], list(pack.iterdir())
+    assert not list((src_of(forge_root) / ".git" / "objects").glob("incoming-*"))

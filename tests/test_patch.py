@@ -281,8 +281,10 @@ def test_local_commit_on_top_is_kept(upstream: Upstream, forge_root: Path) -> No
     src = src_dir(forge_root)
     mine = commit_in(src, {"README.md": "mine\n"}, "my change", 3)
     res = patch(forge_root)
-    assert res.code == 3, res
-    assert "local commit" in message(res) and "dgr-forge export" in message(res)
+    # the series did not move: nothing to apply, the commit stays on top (issue 19)
+    assert res.code == 0 and res.json["changed"] is False, res
+    assert res.json["local_commits"] == 1 and res.json["replayed"] == []
+    assert "dgr-forge export" in res.stderr
     assert head(src) == mine
 
 
@@ -537,3 +539,25 @@ def test_patch_started_during_an_export_waits_and_sees_the_new_manifest(
     assert json.loads(out)["changed"] is True
     src = src_dir(forge_root)
     assert sh_git(src, "rev-parse", "HEAD^{tree}") == new.trees[-1]
+
+
+def test_check_reports_the_tampered_patch_not_the_next_one(
+    upstream: Upstream, forge_root: Path
+) -> None:
+    """A patch file changed so that it still applies but gives another tree: that patch is
+    reported (tree-mismatch, changed on disk); the untouched one after it is not blamed."""
+    series = make_series(forge_root, upstream)
+    assert patch(forge_root).code == 0
+    path = series.paths(forge_root)[1]
+    path.write_text(path.read_text().replace("return 2;", "return 3;"))
+    res = patch(forge_root, "--check")
+    assert res.code == 1, res
+    states = [(p["file"], p["status"], p["changed_on_disk"]) for p in res.json["patches"]]
+    assert states == [
+        (series.files[0], "applies", False),
+        (series.files[1], "tree-mismatch", True),
+        (series.files[2], "skipped", False),
+    ]
+    st = run_forge("--root", str(forge_root), "--json", "status")
+    rows = {p["file"]: p["state"] for p in st.json["patches"]["series"]}
+    assert rows[series.files[1]] == "changed on disk" and rows[series.files[2]] == "applied"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tomllib
 from pathlib import Path
@@ -425,3 +426,34 @@ def test_empty_series_just_moves_the_pin(forge_root: Path, upstream: Upstream) -
 def test_offline_needs_a_commit_id(series: Series) -> None:
     r = series.forge("rebase", "--onto", "main", "--offline")
     assert r.code == 2 and "--offline" in r.stderr, r
+
+
+def test_abbreviated_onto_a_tip_fetches_one_commit(series: Series) -> None:
+    """Issue 19: an abbreviated id that a branch or tag points at is resolved from the
+    ref listing; only that commit is fetched, not every branch and tag."""
+    s = series
+    new = s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
+    r = s.forge("rebase", "--onto", new[:10], "--json")
+    assert r.code == 0 and r.json["new_commit"] == new, r
+    assert "fetching the upstream's branches and tags" not in r.stderr, r
+
+
+def test_abbreviated_onto_whose_fetch_fails_names_the_id_and_leaves_no_packs(
+    series: Series,
+) -> None:
+    s = series
+    s.upstream.commit({f"bulk/{i}.bin": os.urandom(60_000).hex() for i in range(30)}, "bulk")
+    inner = s.upstream.commit({"docs/inner.md": "inner\n"}, "docs: inner")
+    s.upstream.commit({"zz-tip.txt": os.urandom(2000).hex()}, "tip")
+    blob = sh_git(s.upstream.path, "rev-parse", "HEAD:zz-tip.txt")
+    (s.upstream.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    before = s.snapshot()
+    pack = s.src / ".git" / "objects" / "pack"
+    for leftover in ("tmp_pack_killed", "tmp_idx_killed"):  # what a killed fetch leaves
+        (pack / leftover).write_bytes(b"\0" * 4096)
+    r = s.forge("rebase", "--onto", inner[:10], "--json")
+    assert r.code == 1, r
+    assert inner[:10] in r.json["error"], r
+    assert sorted(p.name for p in (s.src / ".git" / "objects" / "pack").glob("tmp_*")) == []
+    assert s.snapshot() == before
+    assert not (s.root / ".dgr" / "rebase.json").exists()

@@ -134,13 +134,13 @@ def test_status_with_a_bad_manifest_is_bad_input(forge_root: Path) -> None:
 def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
     tmp_path: Path, upstream: Upstream
 ) -> None:
-    from rebase_support import LLAMA_OWNER_OLD, upstream_edit
+    from rebase_support import GGML_OLD, upstream_edit
     from rebase_support import make_series as make_rebase_series
 
     s = make_rebase_series(tmp_path, upstream)
     for i in range(12):  # upstream moves on: these are upstream's commits, nobody's local ones
         s.upstream.commit({f"docs/later-{i}.md": f"{i}\n"}, f"docs: later {i}")
-    upstream_edit(s.upstream, "src/llama.cpp", LLAMA_OWNER_OLD, "    return -1;\n", "llama: x")
+    upstream_edit(s.upstream, "ggml/src/ggml.c", GGML_OLD, "    return -1;\n", "ggml: x")
     new = s.upstream.commit({"docs/last.md": "last\n"}, "docs: last")
     r = s.forge("rebase", "--onto", new)
     assert r.code == 3, r
@@ -153,10 +153,14 @@ def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
     assert data["upstream"]["local_commits"] == []
     rebase = data["rebase"]
     assert rebase["new_commit"] == new and rebase["patches_total"] == 3
-    assert rebase["patches_done"] == 0 and rebase["stopped_at"].startswith("0001-")
+    assert rebase["patches_done"] == 1 and rebase["stopped_at"].startswith("0002-")
+    # each patch's own state matches the progress line (issue 19)
+    states = [(p["file"][:5], p["state"]) for p in data["patches"]["series"]]
+    assert states == [("0001-", "replayed"), ("0002-", "conflict"), ("0003-", "pending")]
+    assert "ggml/src/ggml.c" in data["patches"]["series"][1]["detail"]
     human = run_forge("--root", str(s.root), "status").stderr
     assert "local commits" not in human, human
-    assert "0 of 3 patches replayed" in human and "0001-" in human, human
+    assert "1 of 3 patches replayed" in human and "0002-" in human, human
 
 
 def test_status_after_an_interrupted_fetch_is_truthful(forge_root: Path) -> None:

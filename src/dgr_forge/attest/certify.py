@@ -32,7 +32,12 @@ from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import (
+    MAX_EVIDENCE_BYTES,
+    atomic_write_text,
+    read_regular,
+    sha256_regular,
+)
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -41,6 +46,8 @@ CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
+MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 
 
 class Recipe(Protocol):
@@ -93,11 +100,24 @@ def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None)
     `lanes.inputs.worker_identity`; attest does not read lanes' inputs itself)."""
     tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path, what: str) -> str:
+        return sha256_regular(
+            path,
+            what=what,
+            hint="restore it from the repository",
+            limit=MAX_INPUT_BYTES,
+            shown=forge.rel(path),
+        )
+
     return {
         "toolchain": None
         if tc is None
-        else {"path": forge.rel(tc), "sha256": sha256_file(tc) if tc.is_file() else None},
-        "cmakeModules": {p.name: sha256_file(p) for p in modules},
+        else {
+            "path": forge.rel(tc),
+            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
+        },
+        "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
         "worker": dict(worker) if worker is not None else None,
     }
 
@@ -191,6 +211,14 @@ def certify(
     worker: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
+    _anchor_dir(forge, CERT_DIR, _allowed_owners(forge))  # never written through a link
+    evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
+        evidence,
+        what="evidence file",
+        hint="pass --evidence with the test log or benchmark output from the hardware run "
+        f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
+        limit=MAX_EVIDENCE_BYTES,
+    )
     check = reports_mod.verify_report(report, report_key)
     if not check.ok:
         raise OperationFailed(
@@ -241,15 +269,6 @@ def certify(
             f"{lane}`), run it on the hardware, and certify the new report",
             details={"stale": [w for w, _, _ in stale]},
         )
-    try:
-        evidence_sha = sha256_file(evidence)
-    except FileNotFoundError:
-        raise BadInput(
-            f"{evidence}: no such evidence file",
-            hint="pass --evidence with the test log or benchmark output from the hardware run",
-        ) from None
-    except IsADirectoryError:
-        raise BadInput(f"{evidence}: is a directory", hint="pass one file (tar it)") from None
     hw: dict[str, Any] = (
         {"description": hardware, "probed": False} if hardware else probe_hardware()
     )
@@ -307,34 +326,83 @@ def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
     """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (see `_trusted_key`): any doubt is exit 2 naming the file."""
+    trust anchor must be (see `_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming
+    the path."""
     keys = list(extra or [])
-    directory = forge.root / TRUSTED_KEYS_DIR
-    try:
-        st = directory.lstat()
-    except FileNotFoundError:
+    owners = _allowed_owners(forge)
+    if _anchor_dir(forge, CERT_DIR, owners) is None:
         return keys
-    shown = TRUSTED_KEYS_DIR  # not resolved: a symlink must be named as itself
+    directory = forge.root / TRUSTED_KEYS_DIR
+    if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
+        return keys
+    return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
+
+
+def _allowed_owners(forge: Forge) -> set[int]:
+    """Who may own a trust anchor: the checkout's owner, or root."""
+    try:
+        return {0, os.stat(forge.root).st_uid}
+    except OSError:
+        return {0, os.getuid()}
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's own private group (the user-private-group
+    scheme of umask 002 hosts): group-writable then means writable by the owner alone."""
+    try:
+        import grp
+        import pwd
+
+        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+    except (ImportError, KeyError):
+        return False
+
+
+def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
+    """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
+    a real directory (no symlink out of the checkout), owned by the checkout's owner or
+    root, writable by nobody else. None when it does not exist; exit 2 naming it else."""
+    try:
+        st = (forge.root / rel).lstat()
+    except FileNotFoundError:
+        return None
+    shown = rel  # not resolved: a symlink must be named as itself
+
+    def refuse(problem: str, fix: str) -> BadInput:
+        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+    mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise BadInput(
-            f"{shown}: not a directory (a symlink or a file): trust anchors must live in the "
-            "checkout itself",
-            hint=f"make {TRUSTED_KEYS_DIR} a plain directory holding the trusted .pub files",
-            details={"path": shown},
+        raise refuse(
+            "not a directory (a symlink or a file): trust anchors must live in the checkout itself",
+            f"make {rel} a plain directory holding the trusted .pub files",
         )
     if st.st_mode & stat.S_IWOTH:
-        raise BadInput(
-            f"{shown}: the trusted-keys directory is world-writable (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}): anyone here could add a trusted key",
-            hint=f"chmod o-w {directory}",
-            details={"path": shown},
+        raise refuse(
+            f"the directory is world-writable (mode {mode:04o}): anyone here could add a "
+            "trusted key or certification",
+            f"chmod o-w {forge.root / rel}",
         )
-    return keys + [_trusted_key(p) for p in sorted(directory.glob("*.pub"))]
+    if st.st_mode & stat.S_IWGRP and not _private_group(st):
+        raise refuse(
+            f"the directory is group-writable (mode {mode:04o}): the group could add a "
+            "trusted key or certification",
+            f"chmod g-w {forge.root / rel}",
+        )
+    if st.st_uid not in owners:
+        raise refuse(
+            f"owned by uid {st.st_uid}, not by the checkout's owner or root: its owner "
+            "could add a trusted key or certification",
+            f"chown it to the checkout's owner (chown -R $(stat -c %u {forge.root}) "
+            f"{forge.root / rel}) or remove it",
+        )
+    return st
 
 
-def _trusted_key(path: Path) -> PublicKey:
-    """One trust anchor: a regular file (no symlink), not group/world-writable, holding a
-    public key only. Read through one descriptor opened with O_NOFOLLOW."""
+def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
+    """One trust anchor: a regular file (no symlink), owned by the checkout's owner or
+    root, not group/world-writable, holding a public key only. Read through one
+    descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
 
     def refuse(problem: str, fix: str) -> BadInput:
@@ -359,6 +427,14 @@ def _trusted_key(path: Path) -> PublicKey:
                 f"the trusted key is writable by others (mode {stat.S_IMODE(st.st_mode):04o})",
                 f"chmod go-w {shown}",
             )
+        if st.st_uid not in owners:
+            raise refuse(
+                f"the trusted key is owned by uid {st.st_uid}, not by the checkout's owner "
+                "or root: its owner could replace it",
+                f"chown $(stat -c %u .) {shown}, after checking the key is the one you trust",
+            )
+        if st.st_size > 64 << 10:
+            raise refuse("over 64 KiB: not a public key", "keep only .pub files in trusted-keys")
         data = f.read(64 << 10)
     if b"PRIVATE KEY" in data:
         raise refuse(
@@ -397,7 +473,12 @@ def _status(
     if not path.is_file():
         return CertStatus(lane, False, "none", None)
     try:
-        envelope = dsse.Envelope.from_json(path.read_bytes())
+        raw = read_regular(  # committed by anyone: never a FIFO, never followed out
+            path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
+        )
+        envelope = dsse.Envelope.from_json(raw)
+    except BadInput as err:
+        return CertStatus(lane, False, f"invalid: {err.message}", None)
     except (OSError, dsse.EnvelopeError) as err:
         return CertStatus(
             lane, False, f"invalid: {forge.rel(path)} is not a DSSE envelope ({err})", None

@@ -33,27 +33,58 @@ def patch(
         typer.Option("--mirror", metavar="URL", help="Fetch from this mirror if needed."),
     ] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--continue", help="Resume replaying your commits after resolving a conflict."
+        ),
+    ] = False,
+    abort: Annotated[
+        bool,
+        typer.Option("--abort", help="Undo the update: the workspace exactly as it was."),
+    ] = False,
 ) -> None:
-    """Apply the series on the pinned commit (one commit per patch, reproducible ids)."""
+    """Apply the series on the pinned commit (one commit per patch, reproducible ids).
+
+    Commits of your own on top are kept: when the series on disk moved, they are replayed
+    on the new series (a conflict stops; `--continue` / `--abort`)."""
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.core.errors import BadInput
         from dgr_forge.upstream.transfer import resolve_mirror
+        from dgr_forge.upstream.workspace import refuse_during_rebase
 
+        if sum((check, resume, abort)) > 1:
+            raise BadInput(
+                "--check, --continue and --abort exclude each other", hint="give one of them"
+            )
         url = resolve_mirror(mirror)
         # under the lock from before the manifest is read: a patch started during an
         # export waits for it and then sees the new manifest and files
-        with env.session(lock=True, recover=True, refuse_rebase=not check) as s:
-            return _patch(env, s, url, offline) if not check else _check(env, s, url, offline)
+        with env.session(lock=True, recover=True) as s:
+            if not check:
+                # --continue/--abort are how a stopped replay ends; plain patch is refused
+                refuse_during_rebase(s.forge, replay=not (resume or abort))
+            if check:
+                return _check(env, s, url, offline)
+            return _patch(env, s, url, offline, resume=resume, abort=abort)
 
     run(ctx, "patch", body)
 
 
-def _patch(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str, Any]:
-    from dgr_forge.upstream import patches
+def _patch(
+    env: Env, s: Session, mirror: str | None, offline: bool, *, resume: bool, abort: bool
+) -> dict[str, Any]:
+    from dgr_forge.upstream import replay
 
     forge, m = s.forge, s.manifest
     started = time.monotonic()
-    result = patches.patch_locked(forge, m, env.out, mirror=mirror, offline=offline)
+    if abort:
+        head = replay.abort(forge, m, env.out)
+        return {"upstream": m.name, "src_dir": str(forge.src_dir(m.name)), "head_commit": head}
+    how = replay.resume if resume else replay.update
+    update = how(forge, m, env.out, mirror=mirror, offline=offline)
+    result = update.patched
     seconds = round(time.monotonic() - started, 3)
     where = forge.rel(result.src_dir)
     if result.changed:
@@ -71,6 +102,9 @@ def _patch(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
         "result_tree": result.result_tree,
         "patches": [e.file for e in m.series],
         "changed": result.changed,
+        "replayed": list(update.replayed),
+        "skipped": list(update.skipped),
+        "local_commits": update.local_commits,
         "seconds": seconds,
     }
 
@@ -88,7 +122,7 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
         if r.changed_on_disk:
             detail = ("changed on disk; " + detail).strip("; ")
         rows.append((r.file, r.status, detail))
-    env.out.table("patch --check", ["patch", "result", "detail"], rows)
+    env.out.table("patch --check", ["patch", "result", "detail"], rows, empty="no patches")
     applies = all(r.status == "applies" for r in results)
     changed = [r.file for r in results if r.changed_on_disk]
     ok = applies and not changed
@@ -112,7 +146,17 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
 
 
 @app.command()
-def export(ctx: typer.Context) -> None:
+def export(
+    ctx: typer.Context,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Overwrite a series that moved on disk since this workspace was patched "
+            "(the replaced files are saved under the workspace's logs/ first).",
+        ),
+    ] = False,
+) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
     def body(env: Env) -> dict[str, Any]:
@@ -122,7 +166,7 @@ def export(ctx: typer.Context) -> None:
         # root finishes first, and this one sees what it wrote
         with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
             forge, m = s.forge, s.manifest
-            result = export_workspace(forge, m, env.out, before=s.manifest_before)
+            result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:
@@ -152,6 +196,12 @@ def status_section(
         env.out.info(
             f"local commits on top of the series: {len(info.local_commits)} "
             "(`dgr-forge export` turns them into patches)"
+        )
+    if info.moved:
+        env.out.info(
+            "the series on disk moved since this workspace was patched "
+            f"({', '.join(f'{k}: {v}' for k, v in info.moved.items() if v)}): "
+            "`dgr-forge patch` brings it up to date"
         )
     if info.operation:
         env.out.info(f"in progress in the workspace: {info.operation}")

@@ -83,6 +83,7 @@ class BuildOptions:
     offline: bool = False
     cache: str = "auto"  # auto | ccache | sccache | off
     cache_mode: str = "rw"  # rw | ro
+    force: bool = False  # a git worker checkout holding a person's work: save it, then move
 
     @classmethod
     def resolve(
@@ -97,6 +98,7 @@ class BuildOptions:
         offline: bool = False,
         cache: str | None = None,
         cache_mode: str | None = None,
+        force: bool = False,
         environ: Mapping[str, str] | None = None,
     ) -> BuildOptions:
         """Exit 2, naming the option or variable, for a value that is not allowed."""
@@ -128,6 +130,7 @@ class BuildOptions:
             offline=offline,
             cache=choice,
             cache_mode=mode,
+            force=force,
         )
 
 
@@ -215,6 +218,15 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     )
 
 
+def _worker_at(spec: worker.WorkerSpec) -> bool:
+    """A git worker checkout is there, at its commit, clean (a deleted one is fetched
+    again, an edited one refused by the build)."""
+    src = spec.source_dir
+    if not (src / ".git").exists() or gitutil.rev_parse(src, "HEAD") != spec.commit:
+        return False
+    return not _changes(src)
+
+
 class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
 
@@ -231,7 +243,10 @@ class BuildContext:
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
             if spec is not None:
-                worker.ensure_worker(spec, self.out, offline=self.opts.offline)
+                opts = self.opts
+                worker.ensure_worker(
+                    spec, self.out, offline=opts.offline, force=opts.force, forge=self.forge
+                )
             from dgr_forge.upstream.patches import ensure_patched  # not on the no-op path
 
             self.patched = ensure_patched(
@@ -287,7 +302,7 @@ class LaneBuilder:
             # edits or untracked files: ensure_patched decides (it refuses); a report
             # must never claim the patched tree while Ninja compiles something else
             and not _changes(up)
-            and not (plan.spec and plan.spec.url and _changes(plan.spec.source_dir))
+            and not (plan.spec and plan.spec.url and not _worker_at(plan.spec))
         )
 
     def _key_matches(self, last: LastBuild) -> str | None:

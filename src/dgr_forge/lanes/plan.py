@@ -31,12 +31,14 @@ from typing import Any
 from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_file, sha256_regular
 from dgr_forge.lanes import worker
 from dgr_forge.lanes.cache import OFF, CacheSetup
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
+
+MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
 
 # extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
 # uses exactly the binary `doctor` found
@@ -242,6 +244,17 @@ def _file_digest(path: Path | None) -> str | None:
     return sha256_file(path) if path and path.is_file() else None
 
 
+def _module_digest(forge: Forge, path: Path) -> str:
+    """A committed CMake module's sha256: a regular file (a FIFO never blocks), bounded."""
+    return sha256_regular(
+        path,
+        what="CMake module",
+        hint="keep only the forge's .cmake files in cmake/",
+        limit=MAX_MODULE_BYTES,
+        shown=forge.rel(path),
+    )
+
+
 def inputs_digest(
     forge: Forge,
     m: UpstreamManifest,
@@ -267,7 +280,11 @@ def inputs_digest(
         "series": m.series_digest,
         "recipe": plan.recipe.sha256,
         "toolchain": digest(plan.toolchain_file),
-        "cmake_modules": {p.name: digest(p) for p in modules},
+        # a module not in the snapshot (not a regular file): main's checked read refuses it
+        "cmake_modules": {
+            p.name: digest(p) if snap is not None and str(p) in snap else _module_digest(forge, p)
+            for p in modules
+        },
         "worker": plan.spec.identity if plan.spec else None,
         "cmake": plan.cmake,
         "tools": plan.tool_paths,

@@ -12,15 +12,17 @@ from pathlib import Path
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.ids import HEX40
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
+from dgr_forge.upstream.workspace import remove_partial_objects
 
 MANIFEST = "manifests/shard-worker.toml"
 WORKER_DIR = "shard-worker"
+PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
 @dataclass(frozen=True)
@@ -96,13 +98,28 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     return None
 
 
-def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> None:
-    """Put a git worker at its exact commit (a no-op when it is already there)."""
+def ensure_worker(
+    spec: WorkerSpec,
+    out: Reporter,
+    *,
+    offline: bool = False,
+    force: bool = False,
+    forge: Forge | None = None,
+) -> list[Path]:
+    """Put a git worker at its exact commit (a no-op when it is already there).
+
+    The checkout is a workspace too: before it moves, uncommitted edits and commits of a
+    person's own there stop it (exit 3); with `force` they are saved under `forge`'s
+    logs/ first (a patch and an mbox, as `fetch --force` does). A deleted checkout is
+    fetched again. Returns the files saved."""
     if spec.url is None or spec.commit is None:
-        return
+        return []
     src = spec.source_dir
     if (src / ".git").exists() and gitutil.rev_parse(src, "HEAD") == spec.commit:
-        return
+        return []
+    saved: list[Path] = []
+    if (src / ".git").exists():
+        saved = _keep_local_work(spec, src, out, force=force, forge=forge)
     if offline and not ((src / ".git").exists() and gitutil.has_object(src, spec.commit)):
         raise OperationFailed(
             f"worker commit {spec.commit[:12]} is not in {src} and --offline forbids fetching",
@@ -126,8 +143,10 @@ def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> 
             isolated=False,
         )
         if shallow.returncode != 0:
+            remove_partial_objects(src / ".git")  # a failed transfer's partial pack
             full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
             if full.returncode != 0:
+                remove_partial_objects(src / ".git")
                 raise OperationFailed(
                     f"fetching the worker from {mask(spec.url)} failed: "
                     f"{mask_text(full.stderr.strip())[-2000:]}",
@@ -138,7 +157,63 @@ def ensure_worker(spec: WorkerSpec, out: Reporter, *, offline: bool = False) -> 
             f"worker commit {spec.commit} not found at {mask(spec.url)}",
             hint="check [worker] commit in manifests/shard-worker.toml",
         )
+    if saved:
+        from dgr_forge.upstream.fetch import discard_changes
+
+        discard_changes(src, gitutil.rev_parse(src, "HEAD"))
     gitutil.git(src, "checkout", "-q", "--detach", "--force", spec.commit)
+    # what the forge put there: commits above it are a person's (see _own_commits)
+    gitutil.git(src, "update-ref", PIN_REF, spec.commit)
+    return saved
+
+
+def _own_commits(src: Path) -> list[str]:
+    """ "<id> <subject>" of the commits on HEAD above what the forge checked out (the
+    pin ref; FETCH_HEAD for a checkout made before the ref existed)."""
+    base = PIN_REF if gitutil.rev_parse(src, PIN_REF) else "FETCH_HEAD"
+    if gitutil.rev_parse(src, base) is None or gitutil.rev_parse(src, "HEAD") is None:
+        return []
+    proc = gitutil.git(src, "log", "--format=%h %s", "HEAD", "--not", base, "--", check=False)
+    return [line for line in proc.stdout.splitlines() if line]
+
+
+def _keep_local_work(
+    spec: WorkerSpec, src: Path, out: Reporter, *, force: bool, forge: Forge | None
+) -> list[Path]:
+    """Refuse (exit 3) to move a checkout holding a person's work; with `force` save it."""
+    dirty = gitutil.status_porcelain(src)
+    own = _own_commits(src)
+    if not dirty and not own:
+        return []
+    shown = forge.rel(src) if forge else str(src)
+    logs = forge.rel(forge.logs_dir) if forge else "the workspace's logs/"
+    if not force or forge is None:
+        what = []
+        if dirty:
+            what.append(f"uncommitted edits ({', '.join(line[3:] for line in dirty[:10])})")
+        if own:
+            what.append(f"commits of your own ({'; '.join(own[:5])})")
+        raise NeedsHuman(
+            f"the worker checkout {shown} has {' and '.join(what)}; moving it to "
+            f"{spec.commit[:12] if spec.commit else '?'} would lose them",
+            hint=f"keep them (push your commits, `git -C {shown} diff > my.patch`), or run "
+            f"the build with --force to save them under {logs} first",
+            details={"worker": shown, "dirty": dirty, "local_commits": own},
+        )
+    from dgr_forge.upstream.fetch import save_changes, save_commits
+
+    head = gitutil.rev_parse(src, "HEAD")
+    saved: list[Path] = []
+    if dirty:
+        by = "dgr-forge build --force"
+        saved.append(save_changes(forge, f"worker-saved-{WORKER_DIR}", src, head, by))
+        out.info(f"saved the uncommitted edits of {shown} to {saved[-1]}")
+    if own and head is not None:
+        base = [] if gitutil.rev_parse(src, PIN_REF) else ["FETCH_HEAD"]
+        stem = f"worker-saved-commits-{WORKER_DIR}"
+        saved.append(save_commits(forge, stem, src, head, base))
+        out.info(f"saved the worker's own commits to {saved[-1]} (`git am` re-applies them)")
+    return saved
 
 
 def describe(spec: WorkerSpec) -> WorkerSource:

@@ -13,8 +13,8 @@ the old series and a kill is finished or undone by the next command. Fault point
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -23,7 +23,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches, series_journal
+from dgr_forge.upstream import patches, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
 
@@ -68,6 +68,7 @@ class ExportResult:
     unchanged: tuple[str, ...]
     removed: tuple[str, ...]  # stale files deleted
     manifest_changed: bool
+    replaced_saved: str | None = None  # --force: where the overwritten series was saved
 
     @property
     def changed(self) -> bool:
@@ -85,6 +86,7 @@ class ExportResult:
             "removed": list(self.removed),
             "manifest_changed": self.manifest_changed,
             "changed": self.changed,
+            "replaced_saved": self.replaced_saved,
         }
 
 
@@ -135,25 +137,65 @@ def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
     return commits
 
 
-# lines `git am` (mailinfo/mailsplit) reads as the end of the message or a new mail: a
-# message holding one would not survive export -> apply -> re-export
-_UNSAFE_LINE = re.compile(r"^(---|diff -|Index: |From )")
+def _is_mbox_from(line: str) -> bool:
+    """git mailsplit's `is_from_line`: "From " ... a time "dd:dd:dd" and a year > 90 after
+    it, which starts a new mail in the series' mbox."""
+    if len(line) + 1 < 20 or not line.startswith("From "):  # (git counts the newline)
+        return False
+    colon = line.rfind(":", 4, len(line) - 1)
+    if colon < 4 or colon + 2 >= len(line):
+        return False
+    digits = (line[colon - 4], line[colon - 2], line[colon - 1], line[colon + 1], line[colon + 2])
+    if not all(c.isdigit() for c in digits):
+        return False
+    year = re.match(r"\s*[+-]?\d+", line[colon + 3 :])
+    return year is not None and int(year.group()) > 90
+
+
+def message_break(line: str) -> str | None:
+    """Why `git am` would not keep this message line as text: git's own rules (mailinfo's
+    `patchbreak`, mailsplit's `is_from_line`); None when it round-trips. `---------`,
+    `--- ` followed by a space, `* ` bullets and indented diffs are all kept."""
+    if line.startswith("diff -"):
+        return "it starts a diff (`diff -`)"
+    if line.startswith("Index: "):
+        return "it starts a CVS-style diff (`Index: `)"
+    if line.startswith("---") and len(line) >= 3:
+        rest = line[3:]
+        if rest.startswith(" ") and rest[1:2] and not rest[1].isspace():
+            return "it starts a diff header (`--- <file>`)"
+        if not rest.strip():
+            return "it is the `---` separator that ends the message"
+    if _is_mbox_from(line):
+        return "it looks like an mbox `From ` line, which starts a new mail"
+    return None
+
+
+# mailinfo's in-body headers: at the start of the body they replace the mail's own
+_INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
 def refuse_unsafe_messages(repo: Path, base: str) -> None:
-    """Exit 2 naming the commit and the line when a message would be cut by `git am`."""
+    """Exit 2 naming the commit and the line when `git am` would not give the message back
+    exactly (the line would end the message, start a diff or a new mail, or replace a
+    header)."""
     raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..HEAD")
     for record in raw.split("\x01"):
         commit, sep, message = record.strip("\n").partition("\0")
         if not sep:
             continue
-        body = message.split("\n")[1:]  # the subject is safe: it becomes `Subject:`
-        for n, line in enumerate(body, start=2):
-            if _UNSAFE_LINE.match(line):
+        lines = message.split("\n")
+        # the subject is safe: it becomes `Subject:`; the body starts after the blank line
+        first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
+        for n, line in enumerate(lines[1:], start=2):
+            why = message_break(line)
+            at_start = first is not None and n == first + 1
+            if why is None and at_start and _INBODY_HEADER.match(line):
+                why = "at the start of the body `git am` reads it as a mail header"
+            if why is not None:
                 raise BadInput(
-                    f"commit {commit[:12]}: message line {n} {line[:60]!r} would be read by "
-                    "`git am` as the start of the diff or of a new mail; the patch would not "
-                    "reproduce the message",
+                    f"commit {commit[:12]}: message line {n} {line[:60]!r} would not survive "
+                    f"`git am`: {why}; the patch would not reproduce the message",
                     hint=f"reword that line (e.g. indent it): `git -C {repo} rebase -i "
                     f"{base[:12]}` and `reword` the commit, then export again",
                     details={"commit": commit, "line": n, "text": line},
@@ -218,11 +260,14 @@ def export_series(
     out: Reporter,
     *,
     new_pin: tuple[str, str] | None = None,
+    guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
 ) -> ExportResult:
     """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
 
     `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
     Refuses (exit 3) when `repo` has uncommitted edits: export exports commits only.
+    `guard` sees the computed series before anything is written (the fast-forward check;
+    the caller holds the root lock, so the check and the write are one step).
     """
     dirty = patches.dirty_paths(repo)
     if dirty:
@@ -236,9 +281,14 @@ def export_series(
         )
     series = compute_series(repo, base, tmp_root=forge.tmp_dir)
     verify_round_trip(repo, base, series)
+    if guard is not None:
+        guard(series)
     result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
     fault.point("export.computed")
     result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
+    # the workspace now holds what is on disk: the base of its next export
+    pin = new_pin[0] if new_pin else base
+    series_base.record(repo, series_base.SeriesBase(pin, tuple((p.file, p.sha256) for p in series)))
     # The workspace now holds exactly the exported series: make its commits the ones
     # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
     # so "already applied" holds and a person's next commit stands out as a local edit.
@@ -354,22 +404,22 @@ def write_series(
 
 
 def export_workspace(
-    forge: Forge, m: UpstreamManifest, out: Reporter, *, before: bytes | None = None
+    forge: Forge,
+    m: UpstreamManifest,
+    out: Reporter,
+    *,
+    before: bytes | None = None,
+    force: bool = False,
 ) -> ExportResult:
     """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
     The caller holds the workspace and root locks, ran recovery and loaded `m` under them
-    (the command context). `before`: the manifest's bytes from before the root lock was
-    waited for; another workspace's export may have changed it meanwhile (then a person
-    must choose)."""
-    if before is not None and before != m.path.read_bytes():
-        raise NeedsHuman(
-            f"{forge.rel(m.path)} changed while this export waited for the root lock "
-            "(another run, e.g. from another workspace, wrote the series)",
-            hint="look at what changed (`git diff manifests/ patches/`); to keep it, "
-            "update this workspace (`dgr-forge fetch --force` then `dgr-forge patch`) and "
-            "redo your commits; otherwise export again to overwrite it",
-            details={"manifest": str(m.path)},
-        )
+    (the command context); `before`: the manifest's bytes from before the root lock was
+    waited for (another workspace's export may have changed it meanwhile).
+
+    A fast-forward of the series on disk (series_base): changes made on disk since this
+    workspace was patched stop it (exit 3) unless `force`, which saves the replaced files
+    under logs/ first. Compared and written under the one root lock the caller holds."""
+    waited = before is not None and before != m.path.read_bytes()
     src = forge.src_dir(m.name)
     if not (src / ".git").exists():
         raise BadInput(
@@ -406,4 +456,23 @@ def export_workspace(
             hint="run `dgr-forge patch` first and commit on top of the series; to drop "
             "every patch on purpose, delete the files and their [[patches.series]] entries",
         )
-    return export_series(src, m.commit, forge, m, out)
+    base = series_base.load(src)
+    moved = series_base.drift(base, m) if base is not None else None
+    if moved is not None and moved.pin is not None:
+        # a teammate's rebase moved the pin: the commits here sit on the old one
+        raise series_base.stale_error(forge, m, moved, waited=waited)
+    trees = [c.tree for c in patches.inspect(src, m.commit, len(m.series)).series]
+    saved: list[Path] = []
+
+    def fast_forward(series: Sequence[ExportedPatch]) -> None:
+        rendered = [(p.file, p.sha256) for p in series]
+        harm = series_base.harmful(base, m, rendered, trees)
+        if not harm:
+            return
+        if not force:
+            raise series_base.stale_error(forge, m, harm, waited=waited)
+        saved.append(series_base.save_replaced(forge, m))
+        out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved[0]}")
+
+    result = export_series(src, m.commit, forge, m, out, guard=fast_forward)
+    return replace(result, replaced_saved=str(saved[0])) if saved else result

@@ -244,10 +244,16 @@ def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHu
 
 def _save_commits(forge: Forge, m: UpstreamManifest, src: Path, head: str, pin: str | None) -> Path:
     """The workspace's own commits as one mbox (`git am` re-applies them)."""
+    return save_commits(forge, f"fetch-saved-commits-{m.name}", src, head, [pin] if pin else [])
+
+
+def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
+    """Commits on `head` that are neither under refs/dgr/* nor `exclude`, as one mbox in
+    logs/ (`git am` re-applies them); its path. Shared with the worker checkout."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
-    args += ["--glob=refs/dgr/*", *([pin] if pin else []), "--"]
+    args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)
-    target = _log_path(forge, f"fetch-saved-commits-{m.name}", ".mbox")
+    target = _log_path(forge, stem, ".mbox")
     atomic_write_bytes(target, cast(bytes, proc.stdout))
     return target
 
@@ -285,6 +291,12 @@ def _init(src: Path) -> None:
 
 def _save_changes(forge: Forge, m: UpstreamManifest, src: Path, head: str | None) -> Path:
     """Write tracked and untracked changes as one binary patch under logs/; return its path."""
+    return save_changes(forge, f"fetch-saved-{m.name}", src, head, "dgr-forge fetch --force")
+
+
+def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path:
+    """Tracked and untracked changes of `src` against `head` as one binary patch in logs/
+    (`git apply` re-applies it on that base); its path. Shared with the worker checkout."""
     gitdir = src / ".git"
     tmp_index = gitdir / "dgr-save.index"
     if (gitdir / "index").exists():
@@ -307,14 +319,18 @@ def _save_changes(forge: Forge, m: UpstreamManifest, src: Path, head: str | None
         )
     finally:
         tmp_index.unlink(missing_ok=True)
-    target = _log_path(forge, f"fetch-saved-{m.name}", ".patch")
+    target = _log_path(forge, stem, ".patch")
     header = (
-        f"# Local changes of {src}, saved by `dgr-forge fetch --force`.\n"
+        f"# Local changes of {src}, saved by `{by}`.\n"
         f"# Base commit: {head or '(none)'}\n"
         f"# Re-apply on that base: git -C {src} apply {target}\n\n"
     ).encode()
     atomic_write_bytes(target, header + cast(bytes, proc.stdout))
     return target
+
+
+def discard_changes(src: Path, head: str | None) -> None:
+    _discard_changes(src, head)
 
 
 def _discard_changes(src: Path, head: str | None) -> None:

@@ -93,6 +93,13 @@ def updated_text(
         tables.append(table)
     if not unchanged:
         _carry_comments(patches, old_tables)
+        for prev, table in itertools.pairwise(tables):
+            if not any(table is t for t in old_tables):
+                # a new table brings its own blank line: the one that ended the previous
+                # table (above [patches.result], say) would make two
+                body = prev.value.body
+                while body and body[-1][0] is None and isinstance(body[-1][1], Whitespace):
+                    body.pop()
         if "series" in patches:
             del patches["series"]
         if tables:

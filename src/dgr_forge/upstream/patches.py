@@ -28,7 +28,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
-from dgr_forge.upstream import patchfile
+from dgr_forge.upstream import patchfile, series_base
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
@@ -340,17 +340,21 @@ def patch_locked(
     mirror: str | None,
     offline: bool,
     trust_files: bool = False,
+    measured: Workspace | None = None,
 ) -> PatchedTree:
-    """Fetch if needed, apply the series, verify (the caller holds the workspace lock)."""
+    """Fetch if needed, apply the series, verify; the caller holds the workspace lock
+    (`measured`: the workspace as the caller just inspected it, saving the no-op a second
+    look)."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
     trees = None if trust_files else known_trees(m)
 
-    ws = inspect(src, m.commit, n)  # the no-op: these 2 git calls and nothing else
+    ws = measured or inspect(src, m.commit, n)  # the no-op: these 2 git calls, nothing else
     if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
         assert ws.head is not None
         result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))
+        series_base.record(src, series_base.SeriesBase.of(m))
         return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
@@ -380,12 +384,14 @@ def patch_locked(
         if computed is not None and is_applied(ws, m.commit, computed, result_tree):
             assert ws.head is not None
             result = computed[-1] if computed else gitutil.tree_of(src, m.commit)
+            series_base.record(src, series_base.SeriesBase.of(m))
             return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     paths = [m.patch_path(e) for e in m.series]
     head = apply_series(src, m, paths, parsed, check_trees=not trust_files)
+    series_base.record(src, series_base.SeriesBase.of(m))
     return PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
 
 

@@ -13,8 +13,10 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
+from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import local_commits
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.replay import replay_rows
 from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
 from dgr_forge.upstream.workspace import FETCH_JOURNAL, LocalChange, Workspace, connected, pin_tree
 
@@ -116,14 +118,24 @@ class SeriesStatus:
     uncommitted: list[str]  # porcelain lines
     local_commits: list[str]
     operation: str | None
+    # a `patch` replay of a person's commits: per commit replayed / conflict / pending
+    replay: list[dict[str, str]] | None = None
+    # the series on disk moved since this workspace was patched (series_base), or None
+    moved: dict[str, object] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The `patches` object of `status --json`."""
+        replay = None
+        if self.replay is not None:
+            stopped = [r["commit"] for r in self.replay if r["state"] == "conflict"]
+            replay = {"commits": self.replay, "conflict": stopped[0] if stopped else None}
         return {
             "series": [s.as_dict() for s in self.series],
             "applied": self.applied,
             "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
             "operation_in_progress": self.operation,
+            "replay": replay,
+            "moved_since_patched": self.moved,
         }
 
 
@@ -150,7 +162,15 @@ def series_status(
     rebasing: bool = False,
 ) -> SeriesStatus:
     """Per-patch state for `status`. The series is tried on a scratch index only when it
-    is not all applied (to tell pending from conflicting patches)."""
+    is not all applied (to tell pending from conflicting patches). Mid-rebase each patch
+    is replayed, conflict or pending as the rebase's own state says."""
+    replay = replay_rows(ws.src) if ws.exists else None
+    if rebasing:
+        mid_rebase = _rebase_states(forge)
+        if mid_rebase is not None:
+            return SeriesStatus(mid_rebase, False, ws.dirty, [], ws.operation, replay)
+    base = series_base.load(ws.src) if ws.exists else None
+    moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
@@ -184,7 +204,33 @@ def series_status(
         # mid-rebase the commits above the old pin are the replay's, not a person's
         local_commits=[] if rebasing else ws.local_commits,
         operation=ws.operation,
+        replay=replay,
+        moved=moved.as_dict() if moved else None,
     )
+
+
+def _rebase_states(forge: Forge) -> list[PatchState] | None:
+    """Per patch from the rebase's state file (read by the rebase's own parser): replayed
+    (with its outcome so far), conflict (the files), pending; the same count as the
+    progress line."""
+    from dgr_forge.upstream.rebase.state import load_state
+
+    try:
+        state = load_state(forge)
+    except BadInput:
+        return None
+    if state is None:
+        return None
+    stopped = state.phase == "conflict" or state.conflict is not None
+    states = []
+    for i, step in enumerate(state.patches):
+        if i < state.next:
+            states.append(PatchState(step.file, "replayed", step.outcome or ""))
+        elif i == state.next and stopped:
+            states.append(PatchState(step.file, "conflict", ", ".join(step.files)))
+        else:
+            states.append(PatchState(step.file, "pending"))
+    return states
 
 
 def rebase_progress(forge: Forge) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text
+from dgr_forge.upstream.workspace import remove_partial_objects
 
 # where the full-fetch fallback keeps the upstream's branches and tags
 UPSTREAM_REFS = ("+refs/heads/*:refs/dgr/upstream/heads/*", "+refs/tags/*:refs/dgr/upstream/tags/*")
@@ -123,6 +124,9 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun
             _progress_line(mask_text(line.strip()), sink, tasks, kept)
 
         rc = proc.stream(cmd, on_line, cwd=src, env=env, merge_stdout=False)
+    if rc != 0:
+        # a failed transfer leaves its partial pack behind (megabytes): never reused
+        remove_partial_objects(src / ".git")
     if rc == 0 and tasks:
         size = tasks.get("size")
         amount = f"{size.split(' |')[0]} " if size else ""

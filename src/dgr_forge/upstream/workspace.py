@@ -14,6 +14,7 @@ packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,8 @@ CHECKOUT_JOURNAL = "dgr-checkout"  # fetch is moving HEAD to the pin
 PATCH_JOURNAL = "dgr-patching"  # patch is running `git am` on the pin
 FETCH_JOURNAL = "dgr-fetching"  # fetch is transferring objects: the pin may be incomplete
 JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
+# `patch` replaying a person's commits on a new series (replay.py); --continue/--abort
+REPLAY_STATE = "dgr-replay.json"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
@@ -121,7 +124,7 @@ def operation_in_progress(src: Path) -> str | None:
     return next((what for name, what in OPERATIONS if (gd / name).exists()), None)
 
 
-def refuse_during_rebase(forge: Forge) -> None:
+def refuse_during_rebase(forge: Forge, *, replay: bool = True) -> None:
     """A workspace mid-rebase belongs to the rebase: fetch, patch, export and build would
     move or read a half-replayed series (and `fetch --force` would discard a resolution)."""
     if forge.rebase_state.exists():
@@ -131,6 +134,27 @@ def refuse_during_rebase(forge: Forge) -> None:
             "`dgr-forge rebase --abort`",
             details={"state": str(forge.rebase_state)},
         )
+    if replay:
+        refuse_during_replay(forge)
+
+
+def refuse_during_replay(forge: Forge) -> None:
+    """A workspace stopped in a `patch` replay (a person's commit conflicts with the new
+    series) belongs to it until `patch --continue` or `--abort`."""
+    for state in forge.workspace.glob(f"src/*/.git/{REPLAY_STATE}"):
+        try:
+            data = json.loads(state.read_text(encoding="utf-8"))
+            stopped = data.get("stopped_at") is not None  # a killed one: `patch` redoes it
+        except (OSError, ValueError, AttributeError):
+            stopped = False  # not a replay's: `patch` ignores it and writes its own
+        if stopped:
+            src = state.parent.parent
+            raise NeedsHuman(
+                f"{forge.rel(src)}: a patch replay is in progress (your commits on the new series)",
+                hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
+                "`dgr-forge patch --abort` to put the workspace back as it was",
+                details={"workspace": forge.rel(src)},
+            )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -294,15 +318,7 @@ def remove_git_leftovers(gitdir: Path) -> None:
             if lock.name.endswith(".lock"):
                 lock.unlink(missing_ok=True)
     objects = gitdir / "objects"
-    for tmp in [
-        *objects.glob("incoming-*"),
-        *objects.glob("pack/tmp_*"),
-        *objects.glob("*/tmp_obj_*"),
-    ]:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+    remove_partial_objects(gitdir)
     for pack in objects.glob("pack/pack-*.pack"):
         if not pack.with_suffix(".idx").exists():  # renamed into place, never indexed
             for sibling in pack.parent.glob(pack.stem + ".*"):
@@ -313,3 +329,19 @@ def remove_git_leftovers(gitdir: Path) -> None:
                 keep.unlink()
         except OSError:
             pass
+
+
+def remove_partial_objects(gitdir: Path) -> None:
+    """Temporary packs and objects of a fetch that failed or was killed (`tmp_pack_*`,
+    `tmp_idx_*`, quarantine `incoming-*`): never part of the repository, megabytes each.
+    Call after a failed fetch, or under the workspace lock."""
+    objects = gitdir / "objects"
+    for tmp in [
+        *objects.glob("incoming-*"),
+        *objects.glob("pack/tmp_*"),
+        *objects.glob("*/tmp_obj_*"),
+    ]:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)

@@ -13,7 +13,7 @@ from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import export, manifest, manifest_edit, series_journal
+from dgr_forge.upstream import export, manifest, manifest_edit, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_id
 from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
@@ -193,6 +193,9 @@ def finish(
     write_side(forge, "new", out_)
     fault.point("rebase.checkout")
     git(src, "checkout", "-q", "-f", "--detach", state.head)
+    # the workspace holds the re-exported series: the base of its next export
+    pinned = manifest.load(forge.upstream_manifest, forge.root)
+    series_base.record(src, series_base.SeriesBase.of(pinned))
     result_tree = gitutil.tree_of(src, state.head)
     report_json, report_md = write_report(forge, state, result_tree)
     drop_refs(src)
@@ -203,6 +206,7 @@ def finish(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "now", "outcome"],
         [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+        empty="no patches replayed",
     )
     out_.info(summary(counts_of(rows)))
     out_.info(f"report: {report_md}")

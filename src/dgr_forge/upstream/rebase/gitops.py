@@ -14,6 +14,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
+from dgr_forge.upstream.workspace import remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
 
@@ -41,6 +42,7 @@ def refuse_stale(src: Path, out_: Reporter) -> None:
     if not (src / ".git").exists():
         return
     gdir = git_dir(src)
+    remove_partial_objects(gdir)  # a killed fetch's temporary packs (we hold the lock)
     if (gdir / PATCH_JOURNAL).exists():
         return  # ensure_patched recovers it
     lock = gdir / "index.lock"
@@ -187,6 +189,8 @@ def peel(src: Path, rev: str) -> str | None:
 def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -> str:
     """The commit to pin for `--onto rev` (`sha` from resolve_rev): fetched, then peeled
     to `^{commit}`, which is what gets pinned and shown."""
+    if sha is None:
+        sha = _tip_with_prefix(src, url, rev)  # a branch or tag tip: one commit to fetch
     if sha is not None:
         fetch_commit(src, url, sha, out_)
         commit = peel(src, sha)
@@ -194,7 +198,7 @@ def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -
         commit = peel(src, rev)
         if commit is None:
             out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
-            _fetch_all(src, url)
+            _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
             commit = peel(src, rev)
         if commit is None:
             proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
@@ -217,9 +221,25 @@ def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -
     return commit
 
 
-def _fetch_all(src: Path, url: str) -> None:
+def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
+    """The one branch or tag tip whose id starts with the abbreviated `rev` (what
+    `ls-remote` already lists: no objects move), else None."""
+    if not _ABBREV.fullmatch(rev):
+        return None
+    proc = git(src, "ls-remote", "--", url, check=False, isolated=False)
+    if proc.returncode != 0:
+        return None
+    prefix = rev.lower()
+    tips = [line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line]
+    matching = [(sha, name) for sha, name in tips if sha.startswith(prefix)]
+    peeled = {sha for sha, name in matching if name.endswith("^{}")}
+    candidates = peeled or {sha for sha, _name in matching}
+    return candidates.pop() if len(candidates) == 1 else None
+
+
+def _fetch_all(src: Path, url: str, why: str) -> None:
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    git(
+    proc = git(
         src,
         "fetch",
         "--no-tags",
@@ -228,8 +248,23 @@ def _fetch_all(src: Path, url: str) -> None:
         url,
         "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
         "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
+        check=False,
         isolated=False,
     )
+    if proc.returncode != 0:
+        remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
+        raise OperationFailed(
+            f"fetching the branches and tags of {mask(url)} {why} failed: "
+            f"{_last_line(proc.stderr)}",
+            hint="check the URL and network access, or pass the full 40-hex commit id",
+            details={"url": mask(url), "git_stderr": mask_text(proc.stderr[-4000:])},
+        )
+
+
+def _last_line(stderr: str) -> str:
+    lines = [ln.strip() for ln in mask_text(stderr).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
+    return (errors or lines or ["no output"])[-1]
 
 
 def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
@@ -240,10 +275,12 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
     proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    if proc.returncode != 0:
+        remove_partial_objects(git_dir(src))
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
         # the server does not serve single commits: fetch its branches and tags
         out_.info("the server refused a single-commit fetch; fetching branches and tags")
-        _fetch_all(src, url)
+        _fetch_all(src, url, f"to find {commit[:12]}")
     if not gitutil.has_object(src, f"{commit}^{{commit}}"):
         raise BadInput(
             f"--onto: commit {commit} is not available from {mask(url)}",
@@ -264,6 +301,7 @@ def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
             break
         proc = git(src, "fetch", "--no-tags", step, "--", url, new, check=False, isolated=False)
         if proc.returncode != 0:
+            remove_partial_objects(git_dir(src))
             return False
         if connected():
             return True

@@ -1,0 +1,385 @@
+"""`patch` on a workspace with commits of its own: new series underneath, own commits kept.
+
+When the series on disk moved (a teammate's patches pulled in) and the workspace holds
+commits a person made on top of the forge's patch commits, `dgr-forge patch` applies the
+new series on the pin and replays those commits on top with `git cherry-pick` (3-way, no
+fuzz), one at a time, keeping each commit's author, committer and message. A conflict
+stops with exit 3 naming the commit and the files; `patch --continue` resumes once they
+are resolved and added, `patch --abort` puts the workspace back exactly as it was (HEAD,
+branch, commits, files, and the record of the series it was patched from).
+
+Crash safety: before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old
+HEAD (`refs/dgr/replay-orig`, so the commits stay reachable) are written. A run killed
+before it stopped on a conflict is undone by the next `patch` (back to the old HEAD,
+then the whole update again); only a conflict stop (`stopped_at`) waits for
+`--continue` / `--abort`. Fault points: `patch.replay-saved`, `patch.replayed`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import series_base
+from dgr_forge.upstream.fetch import abort_am
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.patches import PATCH_JOURNAL, PatchedTree, patch_locked
+from dgr_forge.upstream.workspace import (
+    REPLAY_STATE,
+    git_dir,
+    inspect,
+    read_changes,
+    remove_git_leftovers,
+)
+
+REPLAY_REF = "refs/dgr/replay-orig"
+_BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
+_NO_SIGN = ("commit.gpgSign=false",)
+
+
+@dataclass
+class ReplayState:
+    orig_head: str
+    orig_ref: str | None  # the branch HEAD was on (None: detached)
+    commits: list[str]  # a person's commits, oldest first
+    position: int = 0  # the next one to replay (the one in conflict while stopped)
+    phase: str = "series"  # series: applying the new series; replay: cherry-picking
+    replayed: list[str] = field(default_factory=list)  # new ids, in order
+    skipped: list[str] = field(default_factory=list)  # already in the new series
+    stopped_at: str | None = None  # HEAD when a conflict stopped the replay (else: killed)
+    base_text: str | None = None  # the series record before (restored by --abort)
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    patched: PatchedTree
+    replayed: tuple[str, ...]  # the person's commits replayed (their old ids)
+    skipped: tuple[str, ...]  # those whose change the new series already holds
+    local_commits: int  # a person's commits on top after the update
+
+
+def _path(src: Path) -> Path:
+    return git_dir(src) / REPLAY_STATE
+
+
+def load_state(src: Path) -> ReplayState | None:
+    """The replay in progress, or None (none, or a file that is not one: its ids go to
+    git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
+    try:
+        data = json.loads((src / ".git" / REPLAY_STATE).read_text(encoding="utf-8"))
+        st = ReplayState(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+    ids = [st.orig_head, *st.commits, *st.replayed, *st.skipped]
+    ids += [st.stopped_at] if st.stopped_at is not None else []
+    ok = (
+        all(isinstance(i, str) and gitutil.HEX40.fullmatch(i) for i in ids)
+        and isinstance(st.position, int)
+        and 0 <= st.position <= len(st.commits)
+        and (st.orig_ref is None or _BRANCH.fullmatch(str(st.orig_ref)) is not None)
+        and ".." not in str(st.orig_ref)
+        and (st.base_text is None or isinstance(st.base_text, str))
+    )
+    return st if ok else None
+
+
+def _save(src: Path, st: ReplayState) -> None:
+    atomic_write_text(_path(src), json.dumps(asdict(st), indent=1) + "\n")
+
+
+def _committer_env(src: Path, commit: str) -> dict[str, str]:
+    """The commit's own committer (not the forge's identity: a replayed commit stays a
+    person's), so `inspect` still tells it from the forge's patch commits."""
+    name, email, date = gitutil.out(
+        src, "log", "-1", "--format=%cn%x00%ce%x00%cd", "--date=raw", commit, "--"
+    ).split("\0")
+    return {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
+
+
+def _subject(src: Path, commit: str) -> str:
+    return gitutil.out(src, "log", "-1", "--format=%s", commit, "--")
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def update(
+    forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
+) -> UpdateResult:
+    """`dgr-forge patch`: apply the series; with a person's commits on top (and nothing
+    uncommitted), apply the series underneath them and replay them. Call under the
+    workspace lock."""
+    src = forge.src_dir(m.name)
+    st = load_state(src)
+    if st is not None:
+        if st.stopped_at is not None:
+            raise _in_progress(forge, src, st)
+        # killed before it stopped anywhere: undo it and start over (deterministic)
+        out.info(f"{forge.rel(src)}: undoing an interrupted update, then updating again")
+        _restore(src, st)
+    ws = inspect(src, m.commit, len(m.series))
+    if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
+        # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
+        done = patch_locked(forge, m, out, mirror=mirror, offline=offline, measured=ws)
+        return UpdateResult(done, (), (), 0)
+    assert ws.head is not None
+    mine = list(reversed(ws.local_commits))
+    if series_base.load(src) == series_base.SeriesBase.of(m) and ws.base == m.commit:
+        trees = [e.tree for e in m.series]
+        have = [c.tree for c in ws.series]
+        if have == trees or (None in trees and len(have) == len(trees)):
+            out.info(
+                f"{forge.rel(src)}: series already applied, {len(mine)} commit(s) of your own "
+                "on top (`dgr-forge export` turns them into patches)"
+            )
+            tree = gitutil.tree_of(src, "HEAD")
+            done = PatchedTree(src, m.commit, ws.head, tree, changed=False)
+            return UpdateResult(done, (), (), len(mine))
+    for c in mine:
+        parents = gitutil.out(src, "log", "-1", "--format=%P", c, "--").split()
+        if len(parents) != 1:
+            raise NeedsHuman(
+                f"{forge.rel(src)}: commit {c[:12]} ({_subject(src, c)}) is a merge; only a "
+                "linear chain of commits can be replayed on the new series",
+                hint=f"linearize it (`git -C {forge.rel(src)} rebase` onto the last patch "
+                "commit), then run `dgr-forge patch` again",
+                details={"commit": c},
+            )
+    symbolic = gitutil.git(src, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
+    st = ReplayState(
+        orig_head=ws.head,
+        orig_ref=symbolic or None,
+        commits=mine,
+        base_text=series_base.text_of(src),
+    )
+    gitutil.git(src, "update-ref", REPLAY_REF, ws.head)
+    _save(src, st)
+    fault.point("patch.replay-saved")
+    out.info(
+        f"{forge.rel(src)}: {len(mine)} commit(s) of your own on top: applying the series "
+        "underneath them, then replaying them"
+    )
+    below = ws.series[-1].commit if ws.series else (ws.base or m.commit)
+    try:
+        gitutil.git(src, "checkout", "-q", "--detach", "--force", below)
+        patched = patch_locked(forge, m, out, mirror=mirror, offline=offline)
+    except BaseException:
+        _restore(src, st)
+        raise
+    st.phase = "replay"
+    _save(src, st)
+    return _replay_rest(forge, m, src, st, out, patched)
+
+
+def resume(
+    forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
+) -> UpdateResult:
+    """`patch --continue`: commit the resolved conflict, replay the rest."""
+    src = forge.src_dir(m.name)
+    st = _required(forge, src, "--continue")
+    if st.stopped_at is None:  # an update that was killed, not stopped: start it over
+        _restore(src, st)
+        return update(forge, m, out, mirror=mirror, offline=offline)
+    gd = git_dir(src)
+    _head, changes, lines = read_changes(src)
+    unmerged = [c.path for c in changes if c.change == "unmerged"]
+    if unmerged:
+        raise NeedsHuman(
+            f"{forge.rel(src)}: still unmerged: {', '.join(unmerged)}",
+            hint="resolve them, `git add` them, then run `dgr-forge patch --continue` "
+            "(or `dgr-forge patch --abort`)",
+            details={"unmerged": unmerged},
+        )
+    unstaged = [line[3:] for line in lines if line[1] not in " ?"]
+    if unstaged:
+        raise NeedsHuman(
+            f"{forge.rel(src)}: changes not added: {', '.join(unstaged)}",
+            hint="`git add` the resolution (or discard what is not part of it), then run "
+            "`dgr-forge patch --continue`",
+            details={"unstaged": unstaged},
+        )
+    commit = st.commits[st.position]
+    if (gd / "CHERRY_PICK_HEAD").exists():
+        env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
+        proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
+        if proc.returncode != 0:
+            if (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
+                # the resolution left nothing of this commit: the series holds it already
+                gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+                st.skipped.append(commit)
+            else:
+                raise OperationFailed(
+                    f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
+                    hint="fix what git names, then `dgr-forge patch --continue` again",
+                )
+        else:
+            st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        st.position += 1
+    elif gitutil.rev_parse(src, "HEAD") != st.stopped_at:
+        # the person committed the resolution themselves
+        st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        st.position += 1
+    st.stopped_at = None
+    _save(src, st)
+    head = gitutil.out(src, "rev-parse", "HEAD")
+    patched = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
+    return _replay_rest(forge, m, src, st, out, patched)
+
+
+def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
+    """`patch --abort`: the workspace exactly as before the update; its HEAD."""
+    src = forge.src_dir(m.name)
+    st = _required(forge, src, "--abort")
+    _restore(src, st)
+    out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
+    return st.orig_head
+
+
+# ----------------------------------------------------------------------------- steps
+
+
+def _replay_rest(
+    forge: Forge,
+    m: UpstreamManifest,
+    src: Path,
+    st: ReplayState,
+    out: Reporter,
+    patched: PatchedTree,
+) -> UpdateResult:
+    gd = git_dir(src)
+    while st.position < len(st.commits):
+        commit = st.commits[st.position]
+        proc = gitutil.git(
+            src,
+            "cherry-pick",
+            "--allow-empty-message",
+            commit,
+            env=_committer_env(src, commit),
+            check=False,
+            config=_NO_SIGN,
+        )
+        if proc.returncode != 0:
+            _head, changes, _lines = read_changes(src)
+            unmerged = [c.path for c in changes if c.change == "unmerged"]
+            if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
+                gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+                out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+                st.skipped.append(commit)
+                st.position += 1
+                _save(src, st)
+                continue
+            st.stopped_at = gitutil.rev_parse(src, "HEAD")
+            _save(src, st)
+            raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
+        st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        st.position += 1
+        _save(src, st)
+        fault.point("patch.replayed", str(st.position))
+    head = gitutil.out(src, "rev-parse", "HEAD")
+    if st.orig_ref:
+        # the branch the person was on follows its commits, as after a `git rebase`
+        gitutil.git(src, "update-ref", "-m", "dgr-forge patch", st.orig_ref, head)
+        gitutil.git(src, "symbolic-ref", "HEAD", st.orig_ref)
+    gitutil.git(src, "update-ref", "-d", REPLAY_REF, check=False)
+    _path(src).unlink(missing_ok=True)
+    n = len(st.commits) - len(st.skipped)
+    out.info(
+        f"{forge.rel(src)}: {len(m.series)} patches applied, {n} commit(s) of your own "
+        "replayed on top (`dgr-forge export` appends them to the series)"
+    )
+    done = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
+    return UpdateResult(done, tuple(st.commits), tuple(st.skipped), n)
+
+
+def _staged(src: Path) -> bool:
+    return gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0
+
+
+def _restore(src: Path, st: ReplayState) -> None:
+    """Back to the state before the update: HEAD, branch, files, the series record."""
+    gd = git_dir(src)
+    remove_git_leftovers(gd)
+    if (gd / "CHERRY_PICK_HEAD").exists() or (gd / "sequencer").exists():
+        gitutil.git(src, "cherry-pick", "--quit", check=False)
+    if (gd / "rebase-apply").exists():
+        abort_am(src)
+    shutil.rmtree(gd / "sequencer", ignore_errors=True)
+    gitutil.git(src, "checkout", "-q", "--detach", "--force", st.orig_head)
+    if st.orig_ref:
+        gitutil.git(src, "update-ref", st.orig_ref, st.orig_head)
+        gitutil.git(src, "symbolic-ref", "HEAD", st.orig_ref)
+    (gd / PATCH_JOURNAL).unlink(missing_ok=True)
+    series_base.restore_text(src, st.base_text)
+    gitutil.git(src, "update-ref", "-d", REPLAY_REF, check=False)
+    _path(src).unlink(missing_ok=True)
+
+
+def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+    st = load_state(src) if (src / ".git").is_dir() else None
+    path = src / ".git" / REPLAY_STATE
+    if st is None and path.exists():
+        # not a state the forge wrote (or can act on): it must not block every command
+        path.unlink()
+        raise BadInput(
+            f"{forge.rel(path)} is not a readable patch replay state; removed it",
+            hint="the commits you had before the update (if any) are at "
+            f"{REPLAY_REF}: `git -C {forge.rel(src)} log {REPLAY_REF}`; run "
+            "`dgr-forge patch` again",
+            details={"state": forge.rel(path)},
+        )
+    if st is None:
+        raise BadInput(
+            f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
+            hint="`dgr-forge patch` starts one when the series moved under commits of your own",
+        )
+    return st
+
+
+def _conflict(
+    forge: Forge, src: Path, st: ReplayState, commit: str, files: list[str], stderr: str
+) -> NeedsHuman:
+    shown = forge.rel(src)
+    what = ", ".join(files) if files else stderr.strip()[-500:]
+    return NeedsHuman(
+        f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
+        f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
+        hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
+        "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
+        details={"commit": commit, "files": files, "workspace": shown},
+    )
+
+
+def _in_progress(forge: Forge, src: Path, st: ReplayState) -> NeedsHuman:
+    commit = st.commits[st.position] if st.position < len(st.commits) else st.orig_head
+    return NeedsHuman(
+        f"{forge.rel(src)}: a patch replay is in progress (stopped at your commit "
+        f"{commit[:12]}, {st.position} of {len(st.commits)} replayed)",
+        hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
+        "`dgr-forge patch --abort` to put the workspace back as it was",
+        details={"commit": commit, "workspace": forge.rel(src)},
+    )
+
+
+def replay_rows(src: Path) -> list[dict[str, str]] | None:
+    """Each of a person's commits in a replay: replayed, conflict or pending (status)."""
+    st = load_state(src)
+    if st is None:
+        return None
+    rows = []
+    for n, c in enumerate(st.commits):
+        if n < st.position:
+            state = "skipped" if c in st.skipped else "replayed"
+        elif n == st.position and st.stopped_at is not None:
+            state = "conflict"
+        else:
+            state = "pending"
+        rows.append({"commit": c, "subject": _subject(src, c), "state": state})
+    return rows

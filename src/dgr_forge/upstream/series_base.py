@@ -1,0 +1,212 @@
+"""Which series a workspace was patched from, and whether the series on disk moved since.
+
+`patch` (and `export`, `rebase` once they wrote the series) record the manifest's pin and
+series entries (file + sha256) in the workspace's git dir (`.git/dgr/series.json`, not a
+journal: it stays).
+`export` is a fast-forward of that base (DESIGN.md, crash safety: "a stale workspace
+cannot export over a teammate's patches"): under the root lock it compares the base
+with the series on disk, and when patches were added, changed or removed since, it stops
+(exit 3) unless `--force`, which first saves the replaced files under `logs/`.
+
+The record lives inside the work tree's repository on purpose: deleting the workspace
+deletes it with the commits it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import NeedsHuman
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+BASE_FILE = "dgr/series.json"
+
+
+@dataclass(frozen=True)
+class SeriesBase:
+    commit: str  # the pin
+    entries: tuple[tuple[str, str], ...]  # (file, sha256), in series order
+
+    @staticmethod
+    def of(m: UpstreamManifest) -> SeriesBase:
+        return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series))
+
+    def to_json(self) -> str:
+        data = {"commit": self.commit, "series": [list(e) for e in self.entries]}
+        return json.dumps(data, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class Drift:
+    """How the series on disk differs from a workspace's base."""
+
+    added: tuple[str, ...]
+    changed: tuple[str, ...]
+    removed: tuple[str, ...]
+    pin: tuple[str, str] | None  # (base pin, pin on disk) when the pin moved
+    unknown: bool = False  # no record, and the workspace's commits do not match the disk
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.changed or self.removed or self.pin or self.unknown)
+
+    def describe(self) -> str:
+        parts = []
+        if self.pin:
+            parts.append(f"the pin moved from {self.pin[0][:12]} to {self.pin[1][:12]}")
+        for label, files in (
+            ("added", self.added),
+            ("changed", self.changed),
+            ("removed", self.removed),
+        ):
+            if files:
+                parts.append(f"{label}: {', '.join(files)}")
+        if self.unknown:
+            parts.append("this workspace has no record of the series it was patched from")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "added": list(self.added),
+            "changed": list(self.changed),
+            "removed": list(self.removed),
+            "pin_moved": list(self.pin) if self.pin else None,
+        }
+
+
+def _path(src: Path) -> Path:
+    return src / ".git" / BASE_FILE
+
+
+def load(src: Path) -> SeriesBase | None:
+    """The recorded base, or None (no record, or one this version cannot read)."""
+    try:
+        data = json.loads(_path(src).read_text(encoding="utf-8"))
+        commit = data["commit"]
+        entries = tuple((str(f), str(s)) for f, s in data["series"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(commit, str) or not gitutil.HEX40.fullmatch(commit):
+        return None
+    return SeriesBase(commit, entries)
+
+
+def record(src: Path, base: SeriesBase) -> None:
+    """Remember `base` as what `src` holds (only written when it differs: the no-op path
+    of `patch` must stay cheap)."""
+    if not (src / ".git").is_dir():
+        return
+    text = base.to_json()
+    path = _path(src)
+    try:
+        if path.read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
+    path.parent.mkdir(exist_ok=True)
+    atomic_write_text(path, text)
+
+
+def text_of(src: Path) -> str | None:
+    """The record's raw text (a replay restores it exactly on abort)."""
+    try:
+        return _path(src).read_text(encoding="utf-8")
+    except OSError:
+        return None
+
+
+def restore_text(src: Path, text: str | None) -> None:
+    if text is None:
+        _path(src).unlink(missing_ok=True)
+    else:
+        _path(src).parent.mkdir(exist_ok=True)
+        atomic_write_text(_path(src), text)
+
+
+def drift(base: SeriesBase | None, m: UpstreamManifest) -> Drift:
+    """What changed on disk since `base` (None: unknown)."""
+    if base is None:
+        return Drift((), (), (), None, unknown=True)
+    now = {f: s for f, s in ((e.file, e.sha256) for e in m.series)}
+    was = dict(base.entries)
+    added = tuple(f for f in now if f not in was)
+    removed = tuple(f for f in was if f not in now)
+    changed = tuple(f for f in now if f in was and was[f] != now[f])
+    pin = (base.commit, m.commit) if base.commit != m.commit else None
+    return Drift(added, changed, removed, pin)
+
+
+def harmful(
+    base: SeriesBase | None,
+    m: UpstreamManifest,
+    rendered: Sequence[tuple[str, str]],
+    workspace_trees: Sequence[str],
+) -> Drift:
+    """The changes on disk since `base` that writing `rendered` (file, sha256) would undo.
+
+    A change the workspace already holds (its own export, rolled forward after a kill, or
+    a replayed teammate's patch) is not undone by writing it again. Without a record the
+    workspace counts as patched from the disk's series when its forge commits carry
+    exactly the manifest's trees; otherwise only an export that changes nothing passes."""
+    disk = {e.file: e.sha256 for e in m.series}
+    new = dict(rendered)
+    if base is None:
+        trees = [e.tree for e in m.series]
+        if None not in trees and list(workspace_trees) == trees:
+            base = SeriesBase.of(m)
+        elif new == disk:
+            return Drift((), (), (), None)
+        else:
+            return Drift((), (), (), None, unknown=True)
+    d = drift(base, m)
+    return Drift(
+        added=tuple(f for f in d.added if new.get(f) != disk[f]),
+        changed=tuple(f for f in d.changed if new.get(f) != disk[f]),
+        removed=tuple(f for f in d.removed if f in new),
+        pin=None,  # the export's base is the pin on disk (series_commits checks HEAD on it)
+    )
+
+
+def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) -> NeedsHuman:
+    why = (
+        " (it changed while this export waited for the root lock: another workspace exported)"
+        if waited
+        else ""
+    )
+    return NeedsHuman(
+        f"the series on disk is not the one this workspace was patched from{why}: "
+        f"{d.describe()}; exporting would undo those patches",
+        hint="bring the workspace up to date with `dgr-forge patch` (it applies the new "
+        "series and replays your own commits on top), then export again; or overwrite the "
+        "series on purpose with `dgr-forge export --force` (the replaced files are saved "
+        f"under {forge.rel(forge.logs_dir)} first)",
+        details={"drift": d.as_dict(), "manifest": forge.rel(m.path)},
+    )
+
+
+def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
+    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
+    them; the directory's path."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    forge.logs_dir.mkdir(parents=True, exist_ok=True)
+    target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}"
+    n = 1
+    while target.exists():
+        n += 1
+        target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}-{n}"
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "patches").mkdir(parents=True)
+    if m.patches_dir.is_dir():
+        for p in sorted(m.patches_dir.glob("*.patch")):
+            shutil.copy2(p, tmp / "patches" / p.name)
+    shutil.copy2(m.path, tmp / m.path.name)
+    tmp.rename(target)  # complete or absent
+    return target
