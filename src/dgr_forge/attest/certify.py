@@ -8,7 +8,9 @@ evidence file's sha256.
 
 A lane is *advertised* only while a certification signed by a trusted key
 (`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) matches the
-current recipe, pin and series exactly; a rebase or a recipe edit lapses it until renewed.
+current recipe, pin and series exactly, and the lane's other inputs (`inputs`: the
+toolchain file, the forge's cmake/ modules, the worker's commit or tree): a rebase, a
+recipe, toolchain, module or worker edit lapses it, with the reason, until renewed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
 MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 
 
@@ -57,6 +60,8 @@ class Recipe(Protocol):
     def path(self) -> Path: ...
     @property
     def sha256(self) -> str: ...
+    @property
+    def toolchain(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Certification:
     certified_on: str
     keyid: str  # the trusted key that verified it ("" when not verified)
     path: Path
+    inputs: dict[str, Any] | None = None  # `bound_inputs` when certified (None: older file)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +90,52 @@ class Certification:
             "certified_on": self.certified_on,
             "keyid": self.keyid,
             "file": str(self.path),
+            "inputs": self.inputs,
         }
+
+
+def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it:
+    the toolchain file, the `cmake/` modules and the worker (`worker`: its identity, from
+    `lanes.inputs.worker_identity`; attest does not read lanes' inputs itself)."""
+    tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
+    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path, what: str) -> str:
+        return sha256_regular(
+            path,
+            what=what,
+            hint="restore it from the repository",
+            limit=MAX_INPUT_BYTES,
+            shown=forge.rel(path),
+        )
+
+    return {
+        "toolchain": None
+        if tc is None
+        else {
+            "path": forge.rel(tc),
+            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
+        },
+        "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
+        "worker": dict(worker) if worker is not None else None,
+    }
+
+
+def _inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
+    """Why the bound inputs are not the current ones (None: they are)."""
+    if not isinstance(bound, dict):
+        return "the certification does not bind the toolchain file, cmake/ or the worker"
+    if bound.get("toolchain") != current["toolchain"]:
+        tc = current["toolchain"] or bound.get("toolchain") or {}
+        return f"the toolchain file {tc.get('path', '(none)')} changed since certification"
+    if bound.get("cmakeModules") != current["cmakeModules"]:
+        old, new = bound.get("cmakeModules") or {}, current["cmakeModules"]
+        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+        return f"cmake/ modules changed since certification: {', '.join(names)}"
+    if bound.get("worker") != current["worker"]:
+        return "the worker changed since certification"
+    return None
 
 
 def cert_path(forge: Forge, lane: str) -> Path:
@@ -157,6 +208,7 @@ def certify(
     report_key: PublicKey,
     hardware: str | None,
     out: Reporter,
+    worker: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
     _anchor_dir(forge, CERT_DIR, _allowed_owners(forge))  # never written through a link
@@ -188,15 +240,25 @@ def certify(
     rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
     rep_commit = str((up.get("digest") or {}).get("gitCommit"))
     rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
-    stale = [
-        (what, got, want)
-        for what, got, want in (
-            (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
-            ("upstream commit", rep_commit, m.commit),
-            ("patch series digest", rep_series, m.series_digest),
-        )
-        if got != want
+    current = bound_inputs(forge, recipe, worker)
+    checks = [
+        (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
+        ("upstream commit", rep_commit, m.commit),
+        ("patch series digest", rep_series, m.series_digest),
     ]
+    if current["toolchain"] is not None:
+        tc = current["toolchain"]
+        deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
+        got = next(
+            (
+                str((d.get("digest") or {}).get("sha256"))
+                for d in deps
+                if d.get("name") == tc["path"]
+            ),
+            "none",
+        )
+        checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
+    stale = [(what, got, want) for what, got, want in checks if got != want]
     if stale:
         raise BadInput(
             f"{report}: the report does not match this checkout: "
@@ -216,6 +278,7 @@ def certify(
         "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
         "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
         "seriesDigest": m.series_digest,
+        "inputs": current,
         "report": {
             "name": report.name,
             "sha256": check.report.sha256,
@@ -257,6 +320,7 @@ def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
         certified_on=str(body.get("certifiedOn")),
         keyid=keyid,
         path=path,
+        inputs=body.get("inputs") if isinstance(body.get("inputs"), dict) else None,
     )
 
 
@@ -397,7 +461,13 @@ class CertStatus:
         }
 
 
-def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[PublicKey]) -> CertStatus:
+def _status(
+    forge: Forge,
+    recipe: Recipe,
+    m: UpstreamManifest,
+    keys: list[PublicKey],
+    worker: Mapping[str, Any] | None,
+) -> CertStatus:
     lane = recipe.name
     path = cert_path(forge, lane)
     if not path.is_file():
@@ -434,6 +504,9 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
+    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker))
+    if lapse is not None:
+        return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)
 
 
@@ -442,10 +515,12 @@ def certification_status(
     recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, CertStatus]:
-    """Per lane: certified or not, and why (for the `lanes` table)."""
+    """Per lane: certified or not, and why (for the `lanes` table); `worker` is the
+    configured worker's identity (`lanes.inputs.worker_identity`), None for none."""
     trusted = trusted_keys(forge, keys)
-    return {lane: _status(forge, recipe, m, trusted) for lane, recipe in recipes.items()}
+    return {lane: _status(forge, recipe, m, trusted, worker) for lane, recipe in recipes.items()}
 
 
 def advertised_lanes(
@@ -453,10 +528,12 @@ def advertised_lanes(
     recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, Certification]:
-    """Only lanes whose current recipe, pin and series match a validly signed certification."""
+    """Only lanes whose current recipe, pin, series and other bound inputs match a validly
+    signed certification."""
     return {
         lane: status.certification
-        for lane, status in certification_status(forge, recipes, m, keys).items()
+        for lane, status in certification_status(forge, recipes, m, keys, worker).items()
         if status.certified and status.certification is not None
     }

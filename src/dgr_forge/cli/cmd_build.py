@@ -183,8 +183,8 @@ def lanes(
         from dgr_forge.lanes import matrix as lanes_mod
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
-        with env.session(recipes=True, probes=True) as s:  # read-only: no lock
-            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted)
+        with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
+            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
         if advertised:
             rows = [r for r in rows if r["certified"]]
         env.out.table(

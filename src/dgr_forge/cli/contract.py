@@ -72,7 +72,11 @@ BUILD_LANE = obj(
         "ninja_steps": i("Ninja steps run"),
         "artifacts": arr(ARTIFACT, "the artifacts, hashed"),
         "report": null(s("the signed report")),
-        "report_reused": b("an identical earlier report was kept"),
+        "report_reused": b(
+            "an earlier report was kept: only when the lane's whole input digest (input "
+            "files, patched tree, worker, programs, by content) is the one recorded with that "
+            "report"
+        ),
         "log": null(s("the `build-<lane>.log` link")),
         "log_file": null(s("this build's own log")),
         "build_dir": s("the lane's build directory"),
@@ -109,7 +113,12 @@ BUILD = Command(
                 "exit 1 when a lane's build failed; a git worker checkout holding edits or "
                 "commits of your own that a move would lose is exit 3 with `worker`, `dirty`, "
                 "`local_commits` (`--force` saves them under logs/ first); a lane that cannot "
-                "build here is exit 2 with `lanes` (`doctor` rows)"
+                "build here is exit 2 with `lanes` (`doctor` rows); a launcher in the generated "
+                "rules other than the forge's choice, or an input file or program changed "
+                "during the build, is exit 1 with `changed` (the paths) or `compile`/`link`/"
+                "`code_check`/`chosen` (the launchers found, the one chosen), and no report; an "
+                "ignored, untracked or modified file in the upstream or git-worker tree is "
+                "exit 3 with `changes`"
             ),
         ),
     ),
@@ -134,7 +143,10 @@ LANES = Command(
                             "last_build": LAST_BUILD,
                             "certified": b("a valid hardware certification"),
                             "certification": obj(
-                                "`reason` (why not certified, or `valid`) and `record`"
+                                "`reason` (why not certified, or `valid`; why a certification "
+                                "lapsed: recipe, pin, series, toolchain file, `cmake/` modules "
+                                "or worker) and `record` (its `inputs`: the bound `toolchain "
+                                "{path, sha256}`, `cmakeModules {name: sha256}`, `worker`)"
                             ),
                         },
                     ),
@@ -265,6 +277,16 @@ CERTIFY = Command(
                 "hardware": obj("`description`, `probed`"),
                 "certified_on": s("when (ISO 8601, UTC)"),
                 "keyid": s("the signing key's id"),
+                "inputs": obj(
+                    "the inputs it binds besides recipe, pin and series",
+                    {
+                        "toolchain": null(obj("the toolchain file: `path`, `sha256`")),
+                        "cmakeModules": mapping(s("sha256"), "`cmake/` modules by name"),
+                        "worker": null(
+                            obj("the worker: `location` + `commit`, or `location` + `tree`")
+                        ),
+                    },
+                ),
             },
         ),
     ),

@@ -136,6 +136,10 @@ STATUS = Command(
                         "tree_verified": null(b("the tree matches (null: none pinned)")),
                         "shallow": b("the checkout is shallow"),
                         "local_changes": arr(obj("a changed path"), "uncommitted changes"),
+                        "ignored": strs(
+                            "ignored files in the tree, which `build` refuses; `verified` is "
+                            "false while there are any"
+                        ),
                     },
                 ),
                 "patches": obj(

@@ -224,7 +224,11 @@ DETAILS: dict[str, Schema] = {
     "base": anything("the base commit"),
     "cache": anything("the `--cache` choice"),
     "cache_mode": anything("the `--cache-mode` choice"),
-    "changes": anything("the local changes"),
+    "changed": anything("`build`: input files or programs changed during the build"),
+    "changes": anything("the local changes (e.g. in the upstream or git-worker tree)"),
+    "chosen": anything("`build`: the compiler launcher the forge chose"),
+    "code_check": anything("`build`: the launchers found in the code-check rules"),
+    "compile": anything("`build`: the launchers found in the compile rules"),
     "commit": anything("the commit at fault, e.g. the one a replay stopped on"),
     "conflicts": anything("the conflicts"),
     "current": anything("`ci render --check`: false"),
@@ -254,6 +258,7 @@ DETAILS: dict[str, Schema] = {
     "lanes": anything(
         "the lanes at fault: a list of `doctor` lane rows (`ci render --check`: the lanes rendered)"
     ),
+    "link": anything("`build`: the launchers found in the link rules"),
     "line": anything("the line at fault (e.g. a malformed patch header)"),
     "local_changes": anything("local changes a command would lose"),
     "local_commits": anything("your commits a command would lose"),

@@ -22,7 +22,7 @@ from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import worker
 from dgr_forge.lanes.doctor import Doctor
-from dgr_forge.lanes.plan import configure_args, plan_lane
+from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -54,14 +54,24 @@ def render(
     cache = cache or os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
     try:
-        setup = cache_mod.select(doctor, choice, "rw", workspace=forge.workspace, root=forge.root)
+        setup = cache_mod.select(
+            doctor,
+            choice,
+            "rw",
+            workspace=forge.workspace,
+            root=forge.root,
+            worker=spec.source_dir if spec is not None and spec.url is None else None,
+        )
     except BadInput:
         setup = cache_mod.OFF  # a tool named but missing: presets still render
     configure: list[dict[str, Any]] = []
     build: list[dict[str, Any]] = []
+    src = forge.src_dir(m.name)
+    # the upstream's launcher auto-detection, pinned as `build` pins it (once patched)
+    switches = launcher_switches(src) if (src / ".git").exists() else ()
     for recipe in recipes:
         plan = plan_lane(forge, m, recipe, doctor, spec, setup)
-        args = configure_args(forge, m, plan)
+        args = configure_args(forge, m, plan, switches)
         preset: dict[str, Any] = {
             "name": f"dgr-{recipe.name}",
             "displayName": f"dgr-forge {recipe.name} ({recipe.backend})",
