@@ -481,7 +481,8 @@ class LaneBuilder:
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
         truth.check_launchers(self.plan, self._mark_failed)
-        self.programs = programs.start(plan.build_dir, plan.launcher)  # hashed while Ninja runs
+        # hashed while Ninja runs; stamps shared through the forge's cache directory
+        self.programs = programs.start(plan.build_dir, plan.launcher, _program_stamps(self.forge))
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
         st.head_commit = self.head
@@ -648,6 +649,16 @@ class LaneBuilder:
         self._mark_failed(phase)
         r.timings["total"] = time.monotonic() - self.t0
         return False
+
+
+def _program_stamps(forge: Forge) -> Path | None:
+    """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
+    programs` (a cache: an unusable place keeps none, the build hashes again)."""
+    try:
+        base = cache_mod.cache_dir(os.environ, forge.workspace)
+    except BadInput:
+        return None
+    return base / "programs" if base is not None else None
 
 
 # ----------------------------------------------------------------------------- the command

@@ -109,9 +109,12 @@ def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]
     return found
 
 
-def start(build_dir: Path, launcher: str | None) -> Future[dict[str, dict[str, Any]]]:
+def start(
+    build_dir: Path, launcher: str | None, host: Path | None = None
+) -> Future[dict[str, dict[str, Any]]]:
     """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
-    what CMake resolved are taken now, before anything else runs."""
+    what CMake resolved are taken now, before anything else runs. `host`: the directory of
+    the stamps shared between builds (the forge's cache directory; None: none kept)."""
     early = {}
     for path in genbuild.programs(build_dir).values():
         real = os.path.realpath(path)
@@ -120,27 +123,32 @@ def start(build_dir: Path, launcher: str | None) -> Future[dict[str, dict[str, A
         except OSError:
             continue
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(snapshot, build_dir, launcher, early)
+    future = pool.submit(snapshot, build_dir, launcher, early, host)
     pool.shutdown(wait=False)
     return future
 
 
 def snapshot(
-    build_dir: Path, launcher: str | None, early: dict[str, os.stat_result] | None = None
+    build_dir: Path,
+    launcher: str | None,
+    early: dict[str, os.stat_result] | None = None,
+    host_dir: Path | None = None,
 ) -> dict[str, dict[str, Any]]:
     """name -> {path (resolved), as, version, stamp} for every program of the lane. With
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
-    _PROBES.update(stamps.load_host_probes())
+    _PROBES.update(stamps.load_host_probes(host_dir))
     found = _resolve(build_dir, launcher)
-    stamps.save_host_probes(dict(_PROBES))
+    stamps.save_host_probes(host_dir, dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
-    host = stamps.load_host()  # settled stamps of this user's programs: a stat, no hash
+    host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash
     with ThreadPoolExecutor(max_workers=2) as pool:
         stamped = {
             p: pool.submit(stamps.stamp, Path(p), host.get(p)) for p in sorted(set(real.values()))
         }
         done = {p: f.result() for p, f in stamped.items()}
-    stamps.save_host({p: s for p, s in done.items() if s is not None and s != host.get(p)})
+    stamps.save_host(
+        host_dir, {p: s for p, s in done.items() if s is not None and s != host.get(p)}
+    )
     out: dict[str, dict[str, Any]] = {}
     for name, (path, version) in sorted(found.items()):
         stamp = done[real[name]]

@@ -81,37 +81,44 @@ def valid_map(data: Any) -> dict[str, Stamp]:
 _HOST_MAX = 512  # entries: programs of a few toolchains
 
 
-def host_cache_file() -> Path:
-    """This user's stamps of programs (compilers: ~70 MB to hash), shared by workspaces."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "dgr-forge" / "program-stamps.json"
+def host_cache_file(base: Path) -> Path:
+    """Stamps of programs (compilers: ~70 MB to hash), shared by the builds that share
+    `base`: the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), never
+    the home directory of whoever runs the build (issue 25 #4)."""
+    return base / "program-stamps.json"
 
 
-def load_host() -> dict[str, Stamp]:
+def load_host(base: Path | None) -> dict[str, Stamp]:
+    if base is None:
+        return {}
     try:
-        with host_cache_file().open("rb") as fh:
+        with host_cache_file(base).open("rb") as fh:
             data = fh.read(1 << 20)
         return valid_map(json.loads(data))
     except (OSError, ValueError):
         return {}
 
 
-def save_host(new: dict[str, Stamp]) -> None:
-    """Merge `new` into the host cache (best effort: an unwritable home changes nothing)."""
-    merged = {**load_host(), **new}
+def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
+    """Merge `new` into the host cache (best effort: an unwritable directory changes nothing)."""
+    if base is None or not new:
+        return
+    merged = {**load_host(base), **new}
     keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
     with contextlib.suppress(OSError):
-        atomic_write_text(host_cache_file(), json.dumps(keep, sort_keys=True))
+        atomic_write_text(host_cache_file(base), json.dumps(keep, sort_keys=True))
 
 
-def _probes_file() -> Path:
-    return host_cache_file().with_name("program-probes.json")
+def _probes_file(base: Path) -> Path:
+    return base / "program-probes.json"
 
 
-def load_host_probes() -> dict[str, str]:
+def load_host_probes(base: Path | None) -> dict[str, str]:
     """Programs' `--version` / `-print-prog-name` answers, keyed by file stat and argument."""
+    if base is None:
+        return {}
     try:
-        with _probes_file().open("rb") as fh:
+        with _probes_file(base).open("rb") as fh:
             data = json.loads(fh.read(1 << 20))
     except (OSError, ValueError):
         return {}
@@ -120,9 +127,9 @@ def load_host_probes() -> dict[str, str]:
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def save_host_probes(probes: dict[str, str]) -> None:
-    if probes == load_host_probes():
+def save_host_probes(base: Path | None, probes: dict[str, str]) -> None:
+    if base is None or probes == load_host_probes(base):
         return
     keep = dict(list(probes.items())[-_HOST_MAX:])
     with contextlib.suppress(OSError):
-        atomic_write_text(_probes_file(), json.dumps(keep, sort_keys=True))
+        atomic_write_text(_probes_file(base), json.dumps(keep, sort_keys=True))
