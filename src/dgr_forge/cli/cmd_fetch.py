@@ -147,7 +147,7 @@ def _interrupted(journals: frozenset[str]) -> str:
 
 def _lanes_section(env: Env) -> dict[str, Any]:
     """Lanes built in this workspace and their last build (from the build state)."""
-    from dgr_forge.lanes.build import load_state
+    from dgr_forge.lanes.state import load_state
 
     lanes: dict[str, Any] = {
         name: entry.get("last_build") for name, entry in load_state(env.forge)["lanes"].items()
