@@ -166,9 +166,7 @@ def export(
         # root finishes first, and this one sees what it wrote
         with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
             forge, m = s.forge, s.manifest
-            result = export_workspace(
-                forge, m, env.out, before=s.manifest_before, force=force
-            )
+            result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
         if not result.changed:
             env.out.info(f"{len(result.patches)} patches, nothing changed")
         else:

@@ -13,7 +13,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
-from dgr_forge.upstream import series_base
+from dgr_forge.upstream import series_base, tree_cache
 from dgr_forge.upstream.fetch import local_commits
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.replay import replay_rows
@@ -134,13 +134,18 @@ class SeriesStatus:
 
 
 def _applied_prefix(
-    m: UpstreamManifest, ws: Workspace, changed: list[bool], checks: list[CheckResult | None]
+    m: UpstreamManifest,
+    ws: Workspace,
+    changed: list[bool],
+    checks: list[CheckResult | None],
+    cached: list[str | None],
 ) -> int:
     applied = 0
     if ws.base == m.commit:
         for i, commit in enumerate(ws.series[: len(m.series)]):
             check = checks[i]
-            expected = m.series[i].tree or (None if changed[i] or not check else check.tree)
+            computed = check.tree if check else cached[i]
+            expected = m.series[i].tree or (None if changed[i] else computed)
             if commit.tree != expected:
                 break
             applied = i + 1
@@ -169,16 +174,21 @@ def series_status(
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
     problem = ""
-    applied_prefix = _applied_prefix(m, ws, changed, checks)
+    # trees the manifest does not record: from the workspace's cache (computed once)
+    cached: list[str | None] = [None] * len(datas)
+    if ws.exists:
+        cached = tree_cache.lookup(ws.src, m.commit, datas)
+    applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     if have_pin and applied_prefix < len(m.series):
         try:
             parsed = parse_series(m, datas)
             checks = list(
                 check_series(ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir)
             )
+            tree_cache.store(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
         except BadInput as err:
             problem = err.message
-        applied_prefix = _applied_prefix(m, ws, changed, checks)
+        applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     states: list[PatchState] = []
     for i, entry in enumerate(m.series):
         check = checks[i]
