@@ -47,6 +47,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=9)
     ap.add_argument("--patches", type=int, default=60)
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as set (every start compiles dgr-forge's sources); "
+        "by default the runs use compiled bytecode, as an installed package does",
+    )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-noop-"))
     try:
@@ -55,6 +61,11 @@ def main() -> None:
         worker = make_worker(tmp / "worker")
         key = tmp / "key.pem"
         env = forge_env({"DGR_SIGNING_KEY": str(key)})
+        if not args.no_bytecode:
+            # an installed package has its .pyc files; an editable checkout under
+            # PYTHONDONTWRITEBYTECODE=1 would compile every module at every start
+            env.pop("PYTHONDONTWRITEBYTECODE", None)
+            env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
         base = forge_cmd("--root", str(root))
         subprocess.run(forge_cmd("keygen", "--out", str(key)), env=env, check=True)
         build = [*base, "build", "--worker", str(worker), "--jobs", "2"]

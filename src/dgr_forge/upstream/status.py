@@ -14,11 +14,19 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base, tree_cache
-from dgr_forge.upstream.fetch import local_commits
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.replay import replay_rows
 from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
-from dgr_forge.upstream.workspace import FETCH_JOURNAL, LocalChange, Workspace, connected, pin_tree
+from dgr_forge.upstream.workspace import (
+    FETCH_JOURNAL,
+    REPLAY_STATE,
+    LocalChange,
+    Workspace,
+    connected,
+    pin_tree,
+)
+
+# `fetch` and `replay` are imported where a workspace needs them: a no-op status (the
+# series applied, no replay) does without them.
 
 
 @dataclass
@@ -91,6 +99,8 @@ def workspace_status(
         st.commits_on_top = on_top or 0
     if ws.head is not None and not st.commit_verified and not rebasing:
         # (mid-rebase, HEAD is on the new upstream: its history is not anyone's commits)
+        from dgr_forge.upstream.fetch import local_commits
+
         st.local_commits = local_commits(ws.src, ws.head, m.commit if st.pin_present else None)
     return st
 
@@ -163,7 +173,11 @@ def series_status(
     """Per-patch state for `status`. The series is tried on a scratch index only when it
     is not all applied (to tell pending from conflicting patches). Mid-rebase each patch
     is replayed, conflict or pending as the rebase's own state says."""
-    replay = replay_rows(ws.src) if ws.exists else None
+    replay = None
+    if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
+        from dgr_forge.upstream.replay import replay_rows
+
+        replay = replay_rows(ws.src)
     if rebasing:
         mid_rebase = _rebase_states(forge)
         if mid_rebase is not None:
