@@ -100,9 +100,8 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     floor = statistics.median(times["floor"])
-    print(
-        f"runs: {args.runs} (median; min in brackets); status-60: {args.patches} patches, no trees"
-    )
+    mode = "sources compiled at every start" if args.no_bytecode else "bytecode"
+    print(f"runs: {args.runs} (median; min in brackets); status-60: {args.patches} patches; {mode}")
     for name, values in times.items():
         med = statistics.median(values)
         line = f"{name:10s} {med:6.3f} s  [{min(values):.3f}]"
