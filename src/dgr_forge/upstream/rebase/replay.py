@@ -15,6 +15,7 @@ from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits
 from dgr_forge.upstream.rebase.gitops import (
     clear_leftovers,
     commit_meta,
+    commit_objects,
     ensure_history,
     git_bytes,
     git_dir,
@@ -24,16 +25,28 @@ from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 # ----------------------------------------------------------------------------- replay
 
 
-def record(src: Path, state: RebaseState, i: int, resolved: bool) -> None:
+class Known:
+    """What the replay already knows, so each patch costs fewer git calls: the tree of
+    state.head and the patches' commit objects (read once)."""
+
+    def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
+        self.head_tree = head_tree
+        self.objects = commit_objects(src, [s.old_commit for s in state.patches[state.next :]])
+
+
+def record(
+    src: Path, state: RebaseState, i: int, resolved: bool, known: Known | None = None
+) -> None:
     """Commit the index as patch i on top of state.head (or drop it when empty)."""
     step = state.patches[i]
-    empty = git(src, "diff", "--cached", "--quiet", state.head, check=False).returncode == 0
-    if empty:
+    tree = out(src, "write-tree")
+    head_tree = known.head_tree if known and known.head_tree else gitutil.tree_of(src, state.head)
+    if tree == head_tree:
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        tree = out(src, "write-tree")
-        env, message = commit_meta(src, step.old_commit)
+        raw = known.objects.get(step.old_commit) if known else None
+        env, message = commit_meta(src, step.old_commit, raw)
         commit = git_bytes(
             src, "commit-tree", tree, "-p", state.head, input=message, env=env
         ).decode()
@@ -42,11 +55,16 @@ def record(src: Path, state: RebaseState, i: int, resolved: bool) -> None:
         git(src, "update-ref", "--no-deref", "HEAD", commit)
         step.new_commit, step.outcome = commit, "resolved" if resolved else "picked"
         state.head = commit
+        head_tree = tree
+    if known is not None:
+        known.head_tree = head_tree
     state.next, state.phase, state.conflict = i + 1, "replay", None
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
     src = Path(state.src_dir)
+    # (HEAD is state.head here; the new pin's tree is known when nothing is replayed yet)
+    known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
     while state.next < len(state.patches):
         i = state.next
         step = state.patches[i]
@@ -92,7 +110,7 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
             save_state(forge, state)
             raise conflict_error(forge, state)
-        record(src, state, i, resolved=False)
+        record(src, state, i, resolved=False, known=known)
         clear_leftovers(src, out_, index_lock=False)
         verb = "replayed"
         if step.outcome == "dropped":
