@@ -123,10 +123,13 @@ def test_a_hostile_tree_cache_is_recomputed_never_trusted_blindly(
     assert run_forge("patch", cwd=forge_root).code == 0
     cache = _tree_cache(forge_root)
     good = cache.read_text()
-    for bad in ("not json", '{"schema": 1, "trees": []}', '{"schema": 1, "trees": {"x": 1}}'):
+    # the right trees, but a file no series needs (17 MiB): not read, recomputed
+    huge = good.rstrip()[:-1] + ', "pad": "' + "x" * (17 << 20) + '"}'
+    hostile = ("not json", '{"schema": 1, "trees": []}', '{"schema": 1, "trees": {"x": 1}}', huge)
+    for bad in hostile:
         cache.write_text(bad)
         res = run_forge("--json", "status", cwd=forge_root)
-        assert res.code == 0 and res.json["patches"]["applied"] is True, (bad, res)
+        assert res.code == 0 and res.json["patches"]["applied"] is True, (bad[:40], res)
         assert cache.read_text() == good  # recomputed and written back
     # a wrong tree under the right key: the workspace does not match it, so status asks
     # git again (the series is still applied) and the cache is corrected

@@ -22,6 +22,7 @@ from dgr_forge.core.ids import HEX40
 
 CACHE_FILE = "dgr/trees.json"
 SCHEMA = 1
+MAX_BYTES = 16 << 20  # 100,000 patches' entries fit in a tenth of it
 
 
 def _path(src: Path) -> Path:
@@ -41,6 +42,8 @@ def keys(pin: str, datas: Sequence[bytes]) -> list[str]:
 def lookup(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None]:
     """The cached tree after each patch (None where not cached)."""
     try:
+        if _path(src).stat().st_size > MAX_BYTES:
+            raise ValueError("not this cache")  # a series never needs this much: recompute
         data = json.loads(_path(src).read_text(encoding="utf-8"))
         trees = data["trees"] if data.get("schema") == SCHEMA else {}
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
