@@ -9,7 +9,7 @@ from pathlib import Path
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
+from dgr_forge.core.fsutil import atomic_write_many, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
@@ -118,12 +118,19 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     shutil.rmtree(jdir, ignore_errors=True)
     (jdir / "old" / "patches").mkdir(parents=True)
     (jdir / "new" / "patches").mkdir(parents=True)
-    atomic_write_bytes(jdir / "old" / "manifest.toml", m.path.read_bytes())
-    for old in sorted(m.patches_dir.glob("*.patch")):
-        atomic_write_bytes(jdir / "old" / "patches" / old.name, old.read_bytes())
-    for name, data in entries:
-        atomic_write_bytes(jdir / "new" / "patches" / name, data)
-    atomic_write_bytes(jdir / "new" / "manifest.toml", new_manifest.encode("utf-8"))
+    # one batch: every file synced before any is in place (a flush per file costs a rebase
+    # of a long series more than its replay)
+    atomic_write_many(
+        [
+            (jdir / "old" / "manifest.toml", m.path.read_bytes()),
+            *(
+                (jdir / "old" / "patches" / old.name, old.read_bytes())
+                for old in sorted(m.patches_dir.glob("*.patch"))
+            ),
+            *((jdir / "new" / "patches" / name, data) for name, data in entries),
+            (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
+        ]
+    )
 
 
 def manifest_text(

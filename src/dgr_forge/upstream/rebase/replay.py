@@ -109,7 +109,7 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             record(src, state, i, resolved=False, known=known, tree=tree)
             behind = True
             _replayed(src, state, step, out_)
-            save_state(forge, state)
+            save_state(forge, state, durable=False)
             continue
         if behind:  # the work tree must be at state.head for cherry-pick to show a conflict
             git(src, "reset", "-q", "--hard", state.head)
@@ -149,7 +149,7 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
                 git(src, "reset", "-q", "--hard", state.head)
                 clear_leftovers(src, out_, index_lock=False)
                 state.next = i + 1
-                save_state(forge, state)
+                save_state(forge, state, durable=False)
                 continue
             state.phase = "conflict"
             state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
@@ -158,7 +158,7 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         record(src, state, i, resolved=False, known=known)
         clear_leftovers(src, out_, index_lock=False)
         _replayed(src, state, step, out_)
-        save_state(forge, state)
+        save_state(forge, state, durable=False)
     if behind:
         git(src, "reset", "-q", "--hard", state.head)  # what finishing expects: HEAD there
 
