@@ -179,10 +179,13 @@ def test_untracked_source_in_upstream_tree_is_exit_3(root: Path, worker_dir: Pat
     assert res.code == 3, res
     assert "stray.cpp" in res.stderr
     assert stray.read_text() == "int stray() { return 1; }\n"  # nothing lost
-    # an ignored file (the forge's own, or the user's exclude) is not dirt
+    # an ignored file is compiled as readily (issue 20): refused too, by name
     stray.unlink()
     (src / ".git" / "info" / "exclude").write_text("/notes.txt\n")
     (src / "notes.txt").write_text("mine\n")
+    ignored = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    assert ignored.code == 3 and "notes.txt" in ignored.stderr, ignored
+    (src / "notes.txt").unlink()
     ok = forge_build(root, "--worker", str(worker_dir), "--no-sign")
     assert ok.code == 0, ok
 

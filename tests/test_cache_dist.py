@@ -9,6 +9,7 @@ import base64
 import json
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,9 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     url, scheduler = dist.start_scheduler(tmp_path, "c" * 32, "s" * 32)
     conf = dist.write_client_conf(tmp_path / "down.toml", url, "c" * 32)
     root = _root(tmp_path, upstream)
-    ws = tmp_path / "elsewhere" / "ws"
+    # outside the root, on a short path: the socket of the forge's server is then in the
+    # workspace (xdist's deep tmp paths are too long for a socket, which then goes to /tmp)
+    ws = Path(tempfile.mkdtemp(prefix="dgr-ws-")) / "ws"
     env = {**_env(tmp_path, conf, dgr_cache), "CCACHE_DIR": str(tmp_path / "cc")}
     looks = run_forge("--root", str(root), "--json", "doctor", env={**env, "DGR_CACHE": "sccache"})
     assert looks.json["cache"]["dist"]["status"] == "no-servers"  # up, but nobody to build
@@ -202,10 +205,12 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     )  # fmt: skip
     assert paused.stderr is not None
     with paused, paused.stderr:
-        assert any("paused at build.linked" in line for line in paused.stderr)
-        servers = dist.sccache_servers(ws)
-        assert len(servers) == 1
-        paused.kill()
+        try:
+            assert any("paused at build.linked" in line for line in paused.stderr)
+            servers = dist.sccache_servers(ws)
+            assert len(servers) == 1
+        finally:
+            paused.kill()  # a failed check must not leave the paused build to wait on
     assert dist.sccache_servers(ws) == servers  # the forge's own stop never ran
     after = _build(root, env, "--workspace", str(ws), jobs=8)
     assert after.code == 0, after
@@ -218,6 +223,7 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     cache = cc.json["lanes"][0]["cache"]
     assert (cache["tool"], cache["hits"], cache["misses"]) == ("ccache", 0, n)
     assert _internal(cc.json["lanes"][0]["report"])["compilerCache"] == cache
+    shutil.rmtree(ws.parent, ignore_errors=True)
 
 
 def test_a_server_that_cannot_start_is_exit_1_with_sccaches_words_and_no_secret(

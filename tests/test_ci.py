@@ -13,12 +13,13 @@ import pytest
 import yaml
 from forgetest import manifest_text, run_forge, sh_git
 
-import dgr_forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import ci
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
+# dgr-forge pinned by content: an exact commit of the tool's repository
+GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 TEMPLATES = Path(ci.__file__).parent / "templates"
 
 CPU = """\
@@ -259,7 +260,7 @@ def test_least_privilege_and_pinned_actions(root: Path) -> None:
         body = template.read_text()
         assert not re.search(r"uses: *[\w-]+/", body), f"{template.name}: a literal action"
     assert "pip install --quiet ." not in text and "install ." not in text
-    assert "-r ci/requirements.txt" in text
+    assert "-c ci/constraints.txt -r ci/requirements.txt" in text
 
 
 def test_cache_is_written_only_from_the_default_branch(root: Path) -> None:
@@ -365,16 +366,28 @@ def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path:
     assert first.stdout.count("{\n") == 1 and first.json["changed"] is True
     assert first.json["path"] == str(out) and first.json["lanes"] == ["cpu", "cuda"]
     assert out.read_text() == render(root)
-    # the forge root now pins the dgr-forge CI installs (written once, never overwritten)
+    # not the tool's repository: the toolchain CI installs under is written once from this
+    # environment (exact pins), the pin of dgr-forge itself is the root's to give by content
+    assert first.json["install"] == "requirements"
+    assert first.json["install_args"] == "-c ci/constraints.txt -r ci/requirements.txt"
     assert first.json["requirements"] == "ci/requirements.txt"
-    assert first.json["requirements_exist"] is False and first.json["requirements_written"]
-    reqs = root / "ci" / "requirements.txt"
-    assert f"dgr-forge=={dgr_forge.__version__}" in reqs.read_text().splitlines()
+    assert first.json["written"] == ["ci/constraints.txt"]
+    assert first.json["requirements_exist"] is False and not first.json["requirements_written"]
+    assert "ci/requirements.txt: missing" in first.stderr and "git+https://" in first.stderr
+    constraints = (root / "ci" / "constraints.txt").read_text().splitlines()
+    pins = [line for line in constraints if not line.startswith("#")]
+    from importlib import metadata
+
+    for name in ("cmake", "ninja", "typer", "cryptography"):
+        assert f"{name}=={metadata.version(name)}" in pins, pins
+    assert all(re.fullmatch(r"[\w.-]+==[\w.+!-]+", line) for line in pins), pins
+    assert not any(line.lower().startswith(("pytest", "gguf", "dgr-forge")) for line in pins)
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
     mtime = out.stat().st_mtime_ns
+    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
     again = run_forge("--root", str(root), "ci", "render", "--out", str(out), "--json")
     assert again.code == 0 and again.json["changed"] is False
-    assert again.json["requirements_exist"] is True
+    assert again.json["requirements_exist"] is True and again.json["written"] == []
     assert again.json["requirements_written"] is False
     assert out.stat().st_mtime_ns == mtime
     assert sorted(os.listdir(out.parent)) == ["dgr-forge.yml"], "no temp files left behind"
@@ -383,6 +396,10 @@ def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path:
 def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "dgr-forge.yml"
     assert run_forge("--root", str(root), "ci", "render", "--out", str(out)).code == 0
+    missing_pin = run_forge("--root", str(root), "ci", "render", "--check", str(out))
+    assert missing_pin.code == 1 and "ci/requirements.txt: missing" in missing_pin.stderr
+    assert "git+https://" in missing_pin.stderr, missing_pin
+    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
     ok = run_forge("--root", str(root), "ci", "render", "--check", str(out), "--json")
     assert ok.code == 0 and ok.json["current"] is True, ok
 
@@ -403,11 +420,18 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
     plain = run_forge("--root", str(root), "ci", "render", "--check", str(out))
     assert plain.code == 1 and diff in plain.stderr and plain.stdout == ""
 
-    # without the pinned requirements the workflow cannot install dgr-forge: not current
+    # without the constraints the install step reads, the workflow cannot run: not current
     (root / "recipes" / "vulkan.toml").unlink()
-    (root / "ci" / "requirements.txt").unlink()
+    (root / "ci" / "constraints.txt").unlink()
     unpinned = run_forge("--root", str(root), "ci", "render", "--check", str(out))
-    assert unpinned.code == 1 and "ci/requirements.txt: missing" in unpinned.stderr, unpinned
+    assert unpinned.code == 1 and "ci/constraints.txt: missing" in unpinned.stderr, unpinned
+    assert f"--out {out}" in unpinned.stderr  # the fix writes it
+
+    # hashes instead of a commit: the install step changes, so the committed file is stale
+    (root / "ci" / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
+    (root / "ci" / "requirements.txt").write_text("dgr-forge==0.1.0 --hash=sha256:" + "0" * 64)
+    hashed = run_forge("--root", str(root), "ci", "render", "--check", str(out), "--json")
+    assert hashed.code == 1 and "--require-hashes" in hashed.json["diff"], hashed
 
     missing = run_forge("--root", str(root), "ci", "render", "--check", str(tmp_path / "no.yml"))
     assert missing.code == 2 and "no such workflow file" in missing.stderr, missing
@@ -468,7 +492,8 @@ def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
     assert data["variables"]["DGR_PIN"] == PIN
     # the key is never named in a script; dgr-forge comes from the pinned requirements
     assert "DGR_SIGNING_KEY" not in str({k: v for k, v in data.items()})
-    assert "-r ci/requirements.txt" in str(data[".dgr-forge"]["before_script"])
+    before = str(data[".dgr-forge"]["before_script"])
+    assert "-c ci/constraints.txt -r ci/requirements.txt" in before
     assert "install --quiet ." not in text
 
     canary = data["canary"]
@@ -530,24 +555,97 @@ def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
         "dgr-forge @ https://evil.example/x.whl",
         "-r other.txt",
         "git+https://evil.example/x.git",
+        "dgr-forge==0.1.0",  # names a version, not bytes (and no such release exists)
+        "dgr-forge @ git+https://evil.example/x.git@main",
+        "dgr-forge @ git+https://evil.example/x.git@" + "a" * 39,
+        "dgr-forge @ git+http://evil.example/x.git@" + "a" * 40,
+        "dgr-forge @ git+https://evil.example/x.git@" + "a" * 40 + " ; rm -rf /",
+        "dgr-forge @ http://evil.example/x.whl --hash=sha256:" + "0" * 64,
+        "-e git+https://evil.example/x.git@" + "a" * 40,
     ],
 )
-def test_unpinned_requirements_are_refused(root: Path, line: str) -> None:
+def test_requirements_not_pinned_by_content_are_refused(root: Path, line: str) -> None:
     (root / "ci").mkdir()
     (root / "ci" / "requirements.txt").write_text(f"# pinned\n{line}\n")
     result = run_forge("--root", str(root), "ci", "render", "--json")
     assert result.code == 2, result
-    assert "ci/requirements.txt:2" in result.stderr and "not an exact pin" in result.stderr
-    assert "dgr-forge==" in result.stderr  # the fix
+    assert "ci/requirements.txt:2" in result.stderr and "not pinned by content" in result.stderr
+    assert "git+https://" in result.stderr and "--hash" in result.stderr  # the fix
 
 
-def test_hashed_requirements_install_with_require_hashes(root: Path) -> None:
+def test_requirements_pinned_by_commit_or_hash(root: Path) -> None:
     (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").write_text(f"# the tool, by commit\n{GIT_PIN}\n")
+    step = "pip install --quiet -c ci/constraints.txt -r ci/requirements.txt"
+    assert step in render(root) and step in render(root, "gitlab")
     (root / "ci" / "requirements.txt").write_text(
         "dgr-forge==0.1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+        "cmake==4.4.5 --hash=sha256:" + "1" * 64 + "\n"
     )
-    assert "pip install --quiet --require-hashes -r ci/requirements.txt" in render(root)
-    assert "--require-hashes -r ci/requirements.txt" in render(root, "gitlab")
+    hashed = "--require-hashes -c ci/constraints.txt -r ci/requirements.txt"
+    assert f"pip install --quiet {hashed}" in render(root)
+    assert hashed in render(root, "gitlab")
+    # pip checks hashes for every line or none: a mixed file is refused before CI finds out
+    (root / "ci" / "requirements.txt").write_text(
+        "cmake==4.4.5 --hash=sha256:" + "0" * 64 + "\n" + GIT_PIN + "\n"
+    )
+    mixed = run_forge("--root", str(root), "ci", "render")
+    assert mixed.code == 2 and "some lines have --hash" in mixed.stderr, mixed
+    # a floating constraint pins nothing
+    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
+    (root / "ci" / "constraints.txt").write_text("cmake>=4\n")
+    floating = run_forge("--root", str(root), "ci", "render")
+    assert floating.code == 2 and "ci/constraints.txt:1" in floating.stderr, floating
+    # ... and one without the build toolchain pins what does not matter
+    (root / "ci" / "constraints.txt").write_text("typer==0.28.0\nCMake==4.4.5\n")
+    toolless = run_forge("--root", str(root), "ci", "render")
+    assert toolless.code == 2 and "does not pin ninja" in toolless.stderr, toolless
+
+
+def test_the_tools_own_repository_installs_the_checkout_under_constraints(
+    tmp_path: Path,
+) -> None:
+    """Every job of this repository's workflows installs the checked-out tree with the
+    toolchain pinned by constraints.txt, in one identical step; a root that only claims
+    the name (no src/dgr_forge) is not the tool's repository."""
+    github, gitlab = render(REPO), render(REPO, "gitlab")
+    steps = []
+    for name, job in github_jobs(github).items():
+        installs = [s["run"] for s in job["steps"] if "pip install" in s.get("run", "")]
+        assert len(installs) == 1, (name, installs)  # every job: exactly one install step
+        steps += installs
+    assert len(set(steps)) == 1, steps  # ... and the same one
+    pipeline = yaml.safe_load(gitlab)
+    jobs = {n: j for n, j in pipeline.items() if isinstance(j, dict) and "script" in j}
+    assert jobs and all(j.get("extends") == ".dgr-forge" for j in jobs.values()), jobs.keys()
+    assert "before_script" not in str([j.keys() for j in jobs.values()])  # none overrides it
+    assert "-m pip install --quiet -c constraints.txt .\n" in steps[0]
+    assert "-r ci/requirements.txt" not in github + gitlab
+    assert "'\"$venv/bin/python\" -m pip install --quiet -c constraints.txt .'" in gitlab
+    shown = run_forge("--root", str(REPO), "ci", "render", "--json")
+    assert shown.json["install"] == "checkout" and shown.json["constraints"] == "constraints.txt"
+
+    pretender = write_root(tmp_path / "pretender", {"cpu": CPU})
+    (pretender / "pyproject.toml").write_text('[project]\nname = "dgr-forge"\n')
+    (pretender / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
+    assert "-r ci/requirements.txt" in render(pretender)
+    (pretender / "src" / "dgr_forge").mkdir(parents=True)
+    (pretender / "src" / "dgr_forge" / "__init__.py").write_text("")
+    assert "install --quiet -c constraints.txt ." in render(pretender)
+    out = tmp_path / "wf.yml"
+    assert run_forge("--root", str(pretender), "ci", "render", "--out", str(out)).code == 0
+    assert not (pretender / "ci").exists()  # nothing to write: the checkout is the pin
+    (pretender / "constraints.txt").unlink()
+    gone = run_forge("--root", str(pretender), "ci", "render", "--check", str(out), "--json")
+    assert gone.code == 1 and "constraints.txt: missing" in gone.stderr, gone
+    assert gone.json["requirements"] is None and gone.json["install"] == "checkout"
+    (pretender / "constraints.txt").write_text("cmake\n")
+    loose = run_forge("--root", str(pretender), "ci", "render")
+    assert loose.code == 2 and "constraints.txt:1" in loose.stderr, loose
+    (pretender / "constraints.txt").unlink()
+    (pretender / "constraints.txt").symlink_to(REPO / "constraints.txt")
+    linked = run_forge("--root", str(pretender), "ci", "render")
+    assert linked.code == 2 and "not a regular file" in linked.stderr, linked
 
 
 # ----------------------------------------------------------------------------- refusals
@@ -758,7 +856,9 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
 
 
 def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
-    script = run_forge("--show-completion", "bash")
+    """Through Click's own completion entry point (the variable the installed script sets),
+    never `--show-completion`: that asks the login shell, which a sandbox may lack."""
+    script = run_forge(env={"_DGR_FORGE_COMPLETE": "source_bash"})
     assert script.code == 0, script
     assert "_DGR_FORGE_COMPLETE=complete_bash" in script.stdout
     assert "complete -o default -F _dgr_forge_completion dgr-forge" in script.stdout
@@ -913,7 +1013,7 @@ def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None
         }[inner]
 
     results = {}
-    for step in scripts[1:]:  # [0] installs dgr-forge from PyPI: the shim stands in for it
+    for step in scripts[1:]:  # [0] installs dgr-forge (ci/requirements.txt): the shim stands in
         if github_output.exists():
             outputs.update(line.split("=", 1) for line in github_output.read_text().splitlines())
         if "if" in step and expression(step["if"]) != "true":

@@ -25,6 +25,12 @@ def test_constraints_pin_toolchain_and_runtime_deps() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     for req in project["dependencies"]:
         assert _name(req) in pins, f"{req} is not pinned in constraints.txt"
+    # the test extra too (CI installs it under the same file), and the build backend the
+    # rendered CI and the packaging tests build this tree with
+    for req in project["optional-dependencies"]["test"]:
+        assert _name(req) in pins, f"{req} (test extra) is not pinned in constraints.txt"
+    backend = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert all(_name(req) in pins for req in backend), backend
     assert "cmake" in pins and "ninja" in pins
     # fragile dependencies carry an upper bound in pyproject too
     bounded = {_name(r): r for r in project["dependencies"]}

@@ -82,7 +82,7 @@ def test_ide_preset_builds_the_same_tree(tmp_path: Path, upstream: Upstream) -> 
     assert "no work to do" in built.stdout  # same args -> same build graph, nothing rebuilt
     again = run_forge("--root", str(root), "--json", "build", "--worker", str(worker), "--no-sign")
     assert again.code == 0, again
-    assert again.json["lanes"][0]["configured"] is False
+    assert again.json["lanes"][0]["configured"] is False, again.stderr
 
 
 def test_presets_refuse_to_write_through_a_planted_symlink(

@@ -26,6 +26,7 @@ FIELDS = {
     "tree_verified",
     "shallow",
     "interrupted",
+    "ignored",
     "local_changes",
     "local_commits",
     "verified",

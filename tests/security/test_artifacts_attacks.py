@@ -300,7 +300,9 @@ def test_redirect_to_an_invalid_url_is_a_clear_failure(
     assert res.code == 1, res
     no_traceback(res)
     assert f"{NAMES[0]}: the request to {server.url(NAMES[0])} failed" in res.stderr
-    assert "fix:" not in res.json["files"][0]["error"]
+    # every network failure carries its fix (issue 22), once, in the file's own error
+    error = res.json["files"][0]["error"]
+    assert error.count("fix:") == 1 and "redirects to" in error, error
     assert res.json["failed"] == [NAMES[0]]
 
 

@@ -125,3 +125,65 @@ def test_lanes_with_a_hostile_trust_anchor_exits_2_naming_it(
     assert f"{TRUSTED}/release.pub" in r.stderr and "writable by others" in r.stderr
     assert r.json["ok"] is False and "Traceback" not in r.stderr
     assert stat.S_IMODE((d / "release.pub").stat().st_mode) == 0o666  # nothing changed
+
+
+# ----------------------------------------------------------------------------- owners (issue 21 #5)
+
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="simulating other owners needs root")
+OTHER = 54321
+
+
+@as_root
+def test_a_trusted_key_owned_by_another_user_is_refused(forge: Forge, key: Path) -> None:
+    path = forge.root / TRUSTED / "release.pub"
+    path.write_bytes(pub_bytes(key))
+    path.chmod(0o644)
+    os.chown(path, OTHER, OTHER)
+    refused(forge, f"{TRUSTED}/release.pub", f"uid {OTHER}", "owner")
+    os.chown(path, 0, 0)  # root may own an anchor
+    assert len(certify.trusted_keys(forge)) == 1
+
+
+@as_root
+def test_the_checkouts_owner_may_own_the_anchors(forge: Forge, key: Path) -> None:
+    path = forge.root / TRUSTED / "release.pub"
+    path.write_bytes(pub_bytes(key))
+    path.chmod(0o644)
+    for p in (forge.root, forge.root / "certifications", forge.root / TRUSTED, path):
+        os.chown(p, 1000, 1000)
+    assert len(certify.trusted_keys(forge)) == 1
+    os.chown(path, OTHER, OTHER)
+    refused(forge, f"{TRUSTED}/release.pub", f"uid {OTHER}")
+
+
+@as_root
+@pytest.mark.parametrize("rel", ["certifications", TRUSTED])
+def test_a_group_writable_anchor_directory_is_refused(forge: Forge, rel: str) -> None:
+    (forge.root / rel).chmod(0o775)
+    assert len(certify.trusted_keys(forge)) == 0  # the owner's private group: only the owner
+    os.chown(forge.root / rel, 0, OTHER)  # a shared group
+    refused(forge, rel, "group-writable", "chmod g-w")
+
+
+@as_root
+@pytest.mark.parametrize("rel", ["certifications", TRUSTED])
+def test_an_anchor_directory_owned_by_another_user_is_refused(forge: Forge, rel: str) -> None:
+    os.chown(forge.root / rel, OTHER, OTHER)
+    refused(forge, rel, f"uid {OTHER}")
+
+
+def test_a_certifications_directory_symlinked_out_of_the_checkout_is_refused(
+    forge_root: Path, key: Path, tmp_path: Path
+) -> None:
+    (forge_root / "recipes" / "cpu.toml").write_text(
+        'schema = 1\n[lane]\nbackend = "CPU"\n[cmake]\noptions = { GGML_NATIVE = "OFF" }\n'
+    )
+    (forge_root / "toolchains").mkdir(exist_ok=True)  # `lanes` reads the probes first
+    shutil.copyfile(REPO / "toolchains" / "probes.toml", forge_root / "toolchains" / "probes.toml")
+    outside = tmp_path / "outside-certs"
+    (outside / "trusted-keys").mkdir(parents=True)
+    (outside / "trusted-keys" / "release.pub").write_bytes(pub_bytes(key))
+    (forge_root / "certifications").symlink_to(outside)
+    r = run_forge("--root", str(forge_root), "--json", "lanes", "--advertised")
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "certifications: not a directory" in r.stderr, r

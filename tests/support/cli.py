@@ -341,6 +341,10 @@ def _reset_module_state() -> None:
         hits = getattr(fault, "_hits", None)
         if isinstance(hits, dict):
             hits.clear()
+    urls = sys.modules.get("dgr_forge.core.urls")  # secrets a run saw in URLs
+    known = getattr(urls, "_KNOWN_SECRETS", None)
+    if isinstance(known, set):
+        known.clear()
 
 
 def _release_leaked_locks(held_before: set[Any]) -> None:

@@ -8,7 +8,9 @@ evidence file's sha256.
 
 A lane is *advertised* only while a certification signed by a trusted key
 (`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) matches the
-current recipe, pin and series exactly; a rebase or a recipe edit lapses it until renewed.
+current recipe, pin and series exactly, and the lane's other inputs (`inputs`: the
+toolchain file, the forge's cmake/ modules, the worker's commit or tree): a rebase, a
+recipe, toolchain, module or worker edit lapses it, with the reason, until renewed.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer, load_public
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import (
+    MAX_EVIDENCE_BYTES,
+    atomic_write_text,
+    read_regular,
+    sha256_regular,
+)
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import probe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -39,6 +46,8 @@ CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 CERT_TYPE = "https://dgr-forge.invalid/certification/v1"
 CERT_DIR = "certifications"
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
+MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 
 
 class Recipe(Protocol):
@@ -51,6 +60,8 @@ class Recipe(Protocol):
     def path(self) -> Path: ...
     @property
     def sha256(self) -> str: ...
+    @property
+    def toolchain(self) -> str | None: ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,7 @@ class Certification:
     certified_on: str
     keyid: str  # the trusted key that verified it ("" when not verified)
     path: Path
+    inputs: dict[str, Any] | None = None  # `bound_inputs` when certified (None: older file)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,7 +90,52 @@ class Certification:
             "certified_on": self.certified_on,
             "keyid": self.keyid,
             "file": str(self.path),
+            "inputs": self.inputs,
         }
+
+
+def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it:
+    the toolchain file, the `cmake/` modules and the worker (`worker`: its identity, from
+    `lanes.inputs.worker_identity`; attest does not read lanes' inputs itself)."""
+    tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
+    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path, what: str) -> str:
+        return sha256_regular(
+            path,
+            what=what,
+            hint="restore it from the repository",
+            limit=MAX_INPUT_BYTES,
+            shown=forge.rel(path),
+        )
+
+    return {
+        "toolchain": None
+        if tc is None
+        else {
+            "path": forge.rel(tc),
+            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
+        },
+        "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
+        "worker": dict(worker) if worker is not None else None,
+    }
+
+
+def _inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
+    """Why the bound inputs are not the current ones (None: they are)."""
+    if not isinstance(bound, dict):
+        return "the certification does not bind the toolchain file, cmake/ or the worker"
+    if bound.get("toolchain") != current["toolchain"]:
+        tc = current["toolchain"] or bound.get("toolchain") or {}
+        return f"the toolchain file {tc.get('path', '(none)')} changed since certification"
+    if bound.get("cmakeModules") != current["cmakeModules"]:
+        old, new = bound.get("cmakeModules") or {}, current["cmakeModules"]
+        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+        return f"cmake/ modules changed since certification: {', '.join(names)}"
+    if bound.get("worker") != current["worker"]:
+        return "the worker changed since certification"
+    return None
 
 
 def cert_path(forge: Forge, lane: str) -> Path:
@@ -151,8 +208,17 @@ def certify(
     report_key: PublicKey,
     hardware: str | None,
     out: Reporter,
+    worker: Mapping[str, Any] | None = None,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
+    _anchor_dir(forge, CERT_DIR, _allowed_owners(forge))  # never written through a link
+    evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
+        evidence,
+        what="evidence file",
+        hint="pass --evidence with the test log or benchmark output from the hardware run "
+        f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
+        limit=MAX_EVIDENCE_BYTES,
+    )
     check = reports_mod.verify_report(report, report_key)
     if not check.ok:
         raise OperationFailed(
@@ -174,15 +240,25 @@ def certify(
     rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
     rep_commit = str((up.get("digest") or {}).get("gitCommit"))
     rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
-    stale = [
-        (what, got, want)
-        for what, got, want in (
-            (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
-            ("upstream commit", rep_commit, m.commit),
-            ("patch series digest", rep_series, m.series_digest),
-        )
-        if got != want
+    current = bound_inputs(forge, recipe, worker)
+    checks = [
+        (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
+        ("upstream commit", rep_commit, m.commit),
+        ("patch series digest", rep_series, m.series_digest),
     ]
+    if current["toolchain"] is not None:
+        tc = current["toolchain"]
+        deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
+        got = next(
+            (
+                str((d.get("digest") or {}).get("sha256"))
+                for d in deps
+                if d.get("name") == tc["path"]
+            ),
+            "none",
+        )
+        checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
+    stale = [(what, got, want) for what, got, want in checks if got != want]
     if stale:
         raise BadInput(
             f"{report}: the report does not match this checkout: "
@@ -193,15 +269,6 @@ def certify(
             f"{lane}`), run it on the hardware, and certify the new report",
             details={"stale": [w for w, _, _ in stale]},
         )
-    try:
-        evidence_sha = sha256_file(evidence)
-    except FileNotFoundError:
-        raise BadInput(
-            f"{evidence}: no such evidence file",
-            hint="pass --evidence with the test log or benchmark output from the hardware run",
-        ) from None
-    except IsADirectoryError:
-        raise BadInput(f"{evidence}: is a directory", hint="pass one file (tar it)") from None
     hw: dict[str, Any] = (
         {"description": hardware, "probed": False} if hardware else probe_hardware()
     )
@@ -211,6 +278,7 @@ def certify(
         "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
         "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
         "seriesDigest": m.series_digest,
+        "inputs": current,
         "report": {
             "name": report.name,
             "sha256": check.report.sha256,
@@ -252,39 +320,89 @@ def _from_body(body: dict[str, Any], keyid: str, path: Path) -> Certification:
         certified_on=str(body.get("certifiedOn")),
         keyid=keyid,
         path=path,
+        inputs=body.get("inputs") if isinstance(body.get("inputs"), dict) else None,
     )
 
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
     """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (see `_trusted_key`): any doubt is exit 2 naming the file."""
+    trust anchor must be (see `_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming
+    the path."""
     keys = list(extra or [])
-    directory = forge.root / TRUSTED_KEYS_DIR
-    try:
-        st = directory.lstat()
-    except FileNotFoundError:
+    owners = _allowed_owners(forge)
+    if _anchor_dir(forge, CERT_DIR, owners) is None:
         return keys
-    shown = TRUSTED_KEYS_DIR  # not resolved: a symlink must be named as itself
+    directory = forge.root / TRUSTED_KEYS_DIR
+    if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
+        return keys
+    return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
+
+
+def _allowed_owners(forge: Forge) -> set[int]:
+    """Who may own a trust anchor: the checkout's owner, or root."""
+    try:
+        return {0, os.stat(forge.root).st_uid}
+    except OSError:
+        return {0, os.getuid()}
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's own private group (the user-private-group
+    scheme of umask 002 hosts): group-writable then means writable by the owner alone."""
+    try:
+        import grp
+        import pwd
+
+        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+    except (ImportError, KeyError):
+        return False
+
+
+def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
+    """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
+    a real directory (no symlink out of the checkout), owned by the checkout's owner or
+    root, writable by nobody else. None when it does not exist; exit 2 naming it else."""
+    try:
+        st = (forge.root / rel).lstat()
+    except FileNotFoundError:
+        return None
+    shown = rel  # not resolved: a symlink must be named as itself
+
+    def refuse(problem: str, fix: str) -> BadInput:
+        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+    mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise BadInput(
-            f"{shown}: not a directory (a symlink or a file): trust anchors must live in the "
-            "checkout itself",
-            hint=f"make {TRUSTED_KEYS_DIR} a plain directory holding the trusted .pub files",
-            details={"path": shown},
+        raise refuse(
+            "not a directory (a symlink or a file): trust anchors must live in the checkout itself",
+            f"make {rel} a plain directory holding the trusted .pub files",
         )
     if st.st_mode & stat.S_IWOTH:
-        raise BadInput(
-            f"{shown}: the trusted-keys directory is world-writable (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}): anyone here could add a trusted key",
-            hint=f"chmod o-w {directory}",
-            details={"path": shown},
+        raise refuse(
+            f"the directory is world-writable (mode {mode:04o}): anyone here could add a "
+            "trusted key or certification",
+            f"chmod o-w {forge.root / rel}",
         )
-    return keys + [_trusted_key(p) for p in sorted(directory.glob("*.pub"))]
+    if st.st_mode & stat.S_IWGRP and not _private_group(st):
+        raise refuse(
+            f"the directory is group-writable (mode {mode:04o}): the group could add a "
+            "trusted key or certification",
+            f"chmod g-w {forge.root / rel}",
+        )
+    if st.st_uid not in owners:
+        raise refuse(
+            f"owned by uid {st.st_uid}, not by the checkout's owner or root: its owner "
+            "could add a trusted key or certification",
+            f"chown it to the checkout's owner (chown -R $(stat -c %u {forge.root}) "
+            f"{forge.root / rel}) or remove it",
+        )
+    return st
 
 
-def _trusted_key(path: Path) -> PublicKey:
-    """One trust anchor: a regular file (no symlink), not group/world-writable, holding a
-    public key only. Read through one descriptor opened with O_NOFOLLOW."""
+def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
+    """One trust anchor: a regular file (no symlink), owned by the checkout's owner or
+    root, not group/world-writable, holding a public key only. Read through one
+    descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
 
     def refuse(problem: str, fix: str) -> BadInput:
@@ -309,6 +427,14 @@ def _trusted_key(path: Path) -> PublicKey:
                 f"the trusted key is writable by others (mode {stat.S_IMODE(st.st_mode):04o})",
                 f"chmod go-w {shown}",
             )
+        if st.st_uid not in owners:
+            raise refuse(
+                f"the trusted key is owned by uid {st.st_uid}, not by the checkout's owner "
+                "or root: its owner could replace it",
+                f"chown $(stat -c %u .) {shown}, after checking the key is the one you trust",
+            )
+        if st.st_size > 64 << 10:
+            raise refuse("over 64 KiB: not a public key", "keep only .pub files in trusted-keys")
         data = f.read(64 << 10)
     if b"PRIVATE KEY" in data:
         raise refuse(
@@ -335,13 +461,24 @@ class CertStatus:
         }
 
 
-def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[PublicKey]) -> CertStatus:
+def _status(
+    forge: Forge,
+    recipe: Recipe,
+    m: UpstreamManifest,
+    keys: list[PublicKey],
+    worker: Mapping[str, Any] | None,
+) -> CertStatus:
     lane = recipe.name
     path = cert_path(forge, lane)
     if not path.is_file():
         return CertStatus(lane, False, "none", None)
     try:
-        envelope = dsse.Envelope.from_json(path.read_bytes())
+        raw = read_regular(  # committed by anyone: never a FIFO, never followed out
+            path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
+        )
+        envelope = dsse.Envelope.from_json(raw)
+    except BadInput as err:
+        return CertStatus(lane, False, f"invalid: {err.message}", None)
     except (OSError, dsse.EnvelopeError) as err:
         return CertStatus(
             lane, False, f"invalid: {forge.rel(path)} is not a DSSE envelope ({err})", None
@@ -367,6 +504,9 @@ def _status(forge: Forge, recipe: Recipe, m: UpstreamManifest, keys: list[Public
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
+    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker))
+    if lapse is not None:
+        return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)
 
 
@@ -375,10 +515,12 @@ def certification_status(
     recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, CertStatus]:
-    """Per lane: certified or not, and why (for the `lanes` table)."""
+    """Per lane: certified or not, and why (for the `lanes` table); `worker` is the
+    configured worker's identity (`lanes.inputs.worker_identity`), None for none."""
     trusted = trusted_keys(forge, keys)
-    return {lane: _status(forge, recipe, m, trusted) for lane, recipe in recipes.items()}
+    return {lane: _status(forge, recipe, m, trusted, worker) for lane, recipe in recipes.items()}
 
 
 def advertised_lanes(
@@ -386,10 +528,12 @@ def advertised_lanes(
     recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
 ) -> dict[str, Certification]:
-    """Only lanes whose current recipe, pin and series match a validly signed certification."""
+    """Only lanes whose current recipe, pin, series and other bound inputs match a validly
+    signed certification."""
     return {
         lane: status.certification
-        for lane, status in certification_status(forge, recipes, m, keys).items()
+        for lane, status in certification_status(forge, recipes, m, keys, worker).items()
         if status.certified and status.certification is not None
     }

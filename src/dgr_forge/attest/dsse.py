@@ -96,6 +96,8 @@ class Envelope:
             data = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise EnvelopeError(f"not JSON: {err}") from None
+        except RecursionError:
+            raise EnvelopeError("JSON nested too deeply") from None
         return cls.from_dict(data)
 
 

@@ -287,11 +287,62 @@ def interactive() -> bool:
         return False
 
 
-def _env_key_path(env: str) -> str:
-    """How to show a DGR_SIGNING_KEY that is not PEM text: the path when it looks like one,
-    else nothing (it may be a damaged secret)."""
-    looks_like_path = len(env) < 512 and not any(c.isspace() or ord(c) < 32 for c in env)
-    return f" ({env})" if looks_like_path else ""
+def _env_refusal(variable: str, env: str, kind: str) -> BadInput:
+    """A key variable that is neither PEM text nor an existing file: exit 2 that names the
+    variable and the shapes expected, never the value (it may be the secret itself, e.g.
+    base64-encoded PEM)."""
+    encoded = ""
+    try:
+        import base64
+
+        if PEM_MARKER.encode() in base64.b64decode(env.strip(), validate=True)[:64]:
+            encoded = " (it looks base64-encoded: store the PEM text itself, or decode it)"
+    except ValueError:
+        pass
+    if _path_shaped(env):
+        shown = f" ({env})"
+    else:
+        shown = f"; its value ({len(env)} characters) is not shown: it may be a secret{encoded}"
+    return BadInput(
+        f"{variable} is neither PEM key text nor the path of a key file{shown}; expected "
+        f"the {kind} key's PEM text (starting {PEM_MARKER}) or the path of that file",
+        hint=f"set {variable} to the {kind} key's PEM text (as written by `dgr-forge "
+        "keygen`) or to the path of that file",
+        details={"variable": variable, "expected": "PEM text or a key file path"},
+    )
+
+
+def _path_shaped(env: str) -> bool:
+    """A value safe to echo: an absolute, home or relative path whose file name has an
+    extension (no base64 text holds a '.'; a JWT or hex secret does not start with '/')."""
+    return (
+        env.startswith(("/", "~/", "./", "../"))
+        and len(env) < 256
+        and env.isprintable()
+        and not any(c.isspace() for c in env)
+        and "." in env.rsplit("/", 1)[-1]
+    )
+
+
+def _refuse_secret_shaped_option(value: str) -> None:
+    """`--key` takes a path: a value that names no file and does not look like a path
+    (key text pasted in, `--key "$SECRET"`) is refused without being echoed."""
+    if "\x00" in value or _env_is_file(value) or _path_shaped(value):
+        return  # a path (or no path at all): the loader names it (missing, NUL, ...)
+    if any(c.isspace() for c in value.strip()) or len(value) >= 40:  # no short file name
+        raise BadInput(
+            f"--key: not the path of an existing key file; its value ({len(value)} "
+            "characters) is not shown: it may be a secret",
+            hint="pass the path of the key file (key text goes in DGR_SIGNING_KEY)",
+            details={"option": "--key", "expected": "a key file path"},
+        )
+
+
+def _env_is_file(env: str) -> bool:
+    try:
+        return Path(env).expanduser().is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def resolve_signer(key: str | None, out: Reporter) -> Signer:
@@ -302,23 +353,15 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
     source = signing_key_source(key)
     if source.kind == "option":
         assert source.path is not None
+        _refuse_secret_shaped_option(key or "")
         return load_signer(source.path)
     if source.kind == "env-pem":
         return _private_from_pem(source.value.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
     if source.kind == "env-path":
-        env, path = source.value, Path(source.value).expanduser()
-        try:
-            is_file = path.is_file()
-        except (OSError, ValueError):
-            is_file = False
-        if not is_file:
-            raise BadInput(
-                f"{SIGNING_KEY_ENV} is neither PEM key text nor the path of a key file"
-                + _env_key_path(env),
-                hint=f"set {SIGNING_KEY_ENV} to the private key's PEM text (as written by "
-                "`dgr-forge keygen`) or to its path",
-                details={"variable": SIGNING_KEY_ENV},
-            )
+        env = source.value
+        if not _env_is_file(env):
+            raise _env_refusal(SIGNING_KEY_ENV, env, "private")
+        path = Path(env).expanduser()
         signer = load_signer(path)
         return Signer(signer.key, f"{SIGNING_KEY_ENV}={env}")
     path = default_key_path()
@@ -352,11 +395,14 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
 def resolve_verifier(key: str | None) -> PublicKey:
     """`--key PUB`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`."""
     if key:
+        _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())
     env = os.environ.get(VERIFY_KEY_ENV, "")
     if env.strip():
         if PEM_MARKER in env:
             return load_public(env.encode("utf-8"), f"{VERIFY_KEY_ENV} (inline PEM)")
+        if not _env_is_file(env):
+            raise _env_refusal(VERIFY_KEY_ENV, env, "public")
         pub = load_public_file(Path(env).expanduser())
         return PublicKey(pub.key, f"{VERIFY_KEY_ENV}={env}")
     default = default_key_path()

@@ -107,7 +107,9 @@ def purl(name: str, version: str) -> str:
 def _tool(tool: Tool) -> dict[str, Any]:
     desc: dict[str, Any] = {"name": tool.name, "uri": purl(tool.name, tool.version)}
     exe = Path(tool.path)
-    if exe.is_absolute() and exe.is_file() and os.access(exe, os.R_OK):
+    if tool.sha256:
+        desc["digest"] = {"sha256": tool.sha256}
+    elif exe.is_absolute() and exe.is_file() and os.access(exe, os.R_OK):
         desc["digest"] = {"sha256": sha256_file(exe.resolve())}
     desc["annotations"] = {"version": tool.version}
     return desc

@@ -26,6 +26,7 @@ class Tool:
     name: str  # cmake, ninja, c-compiler, cxx-compiler, nvcc, ...
     path: str
     version: str
+    sha256: str | None = None  # as stamped when configure resolved it (else at report time)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from dgr_forge.attest.keys import PublicKey, Signer
 from dgr_forge.attest.records import LaneBuild
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, read_input, sha256_file
+from dgr_forge.core.fsutil import MAX_REPORT_BYTES, atomic_write_text, read_input, sha256_file
 from dgr_forge.core.output import Reporter
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -66,7 +66,11 @@ class Report:
 def load(path: Path) -> Report:
     """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
     raw = read_input(
-        path, what="report", hint="reports are written to <workspace>/reports/ by `dgr-forge build`"
+        path,
+        what="report",
+        hint="reports are written to <workspace>/reports/ by `dgr-forge build` (a report is "
+        f"a regular file of at most {MAX_REPORT_BYTES >> 20} MiB)",
+        limit=MAX_REPORT_BYTES,
     )
     lines = [line for line in raw.splitlines() if line.strip()]
     try:
@@ -83,6 +87,8 @@ def load(path: Path) -> Report:
         stmt = json.loads(envelope.payload)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         return Report(path, envelope, None, f"payload is not JSON ({err})")
+    except RecursionError:  # a verification failure like any broken payload, not exit 2
+        return Report(path, envelope, None, "payload is JSON nested too deeply to read")
     if not isinstance(stmt, dict):
         return Report(path, envelope, None, "payload is not a JSON object")
     return Report(path, envelope, stmt)

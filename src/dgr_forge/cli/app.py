@@ -24,6 +24,7 @@ from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import ExitCode, ForgeError, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask_text
 
 app = typer.Typer(
     name="dgr-forge",
@@ -129,6 +130,17 @@ class JsonChannel:
 JSON_CHANNEL = JsonChannel()
 
 
+def _masked(value: Any) -> Any:
+    """Every string in a --json payload through `mask_text` (keys and values)."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {_masked(k): _masked(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(v) for v in value]
+    return value
+
+
 def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
     """Print the --json object; under `cli.main` only the first call prints (one object)."""
     if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
@@ -136,6 +148,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
     JSON_CHANNEL.emitted = True
     payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}
     payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
+    payload = _masked(payload)  # a child's words in a field (git_stderr, ...) hold no secret
     stream = JSON_CHANNEL.stream or sys.stdout
     stream.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
     stream.flush()

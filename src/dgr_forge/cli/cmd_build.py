@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complete_lanes
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -19,7 +20,12 @@ def build(
     ctx: typer.Context,
     lane: Annotated[
         list[str] | None,
-        typer.Option("--lane", "-l", help="Lane to build (repeatable; default cpu)."),
+        typer.Option(
+            "--lane",
+            "-l",
+            help="Lane to build (repeatable; default cpu).",
+            autocompletion=complete_lanes,
+        ),
     ] = None,
     worker: Annotated[
         Path | None,
@@ -38,11 +44,19 @@ def build(
     ] = False,
     cache: Annotated[
         str | None,
-        typer.Option("--cache", help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE)."),
+        typer.Option(
+            "--cache",
+            help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE).",
+            autocompletion=complete_cache,
+        ),
     ] = None,
     cache_mode: Annotated[
         str | None,
-        typer.Option("--cache-mode", help="Cache mode: rw|ro (or DGR_CACHE_MODE)."),
+        typer.Option(
+            "--cache-mode",
+            help="Cache mode: rw|ro (or DGR_CACHE_MODE).",
+            autocompletion=complete_cache_mode,
+        ),
     ] = None,
     force: Annotated[
         bool,
@@ -104,7 +118,12 @@ def doctor(
     ctx: typer.Context,
     lane: Annotated[
         list[str] | None,
-        typer.Option("--lane", "-l", help="Exit 1 unless this lane can build here (repeatable)."),
+        typer.Option(
+            "--lane",
+            "-l",
+            help="Exit 1 unless this lane can build here (repeatable).",
+            autocompletion=complete_lanes,
+        ),
     ] = None,
 ) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
@@ -164,12 +183,10 @@ def lanes(
         from dgr_forge.lanes import matrix as lanes_mod
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
-        with env.session(recipes=True, probes=True) as s:  # read-only: no lock
-            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted)
+        with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
+            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
         if advertised:
             rows = [r for r in rows if r["certified"]]
-            if not rows:
-                env.out.info("no lane is advertised: none has a valid hardware certification")
         env.out.table(
             None,
             ["lane", "backend", "here", "last build", "report", "certified"],
@@ -188,6 +205,11 @@ def lanes(
                 )
                 for r in rows
             ],
+            empty=(
+                "nothing certified: no lane has a valid hardware certification"
+                if advertised
+                else "no lanes: add recipes/<lane>.toml"
+            ),
         )
         result: dict[str, Any] = {"lanes": rows}
         if advertised:
@@ -201,7 +223,8 @@ def lanes(
 def presets(
     ctx: typer.Context,
     lane: Annotated[
-        list[str] | None, typer.Option("--lane", "-l", help="Only these lanes.")
+        list[str] | None,
+        typer.Option("--lane", "-l", help="Only these lanes.", autocompletion=complete_lanes),
     ] = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
     print_: Annotated[
@@ -228,7 +251,9 @@ def presets(
             if not env.options.json:
                 typer.echo(json.dumps(data, indent=2))
             return {"path": None, "presets": names, "content": data}
-        path = presets_mod.write(env.forge, data, out_path, m, spec)
+        path = presets_mod.write(
+            env.forge, data, out_path, m, spec, worker_override=worker is not None
+        )
         env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
         return {"path": str(path), "presets": names}
 

@@ -44,9 +44,10 @@ def bump(
         ),
     ] = None,
 ) -> None:
-    """Move the pin to the newest upstream commit (up to --to) onto which the whole series
-    replays cleanly, found by bisecting first-parent history; name the first commit that
-    breaks a patch. Exit 0 when the target was reached, 3 when a patch stopped it short."""
+    """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.
+
+    Found by bisecting first-parent history; names the first commit that breaks a patch.
+    Exit 0 when the target was reached, 3 when a patch stopped it short."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.upstream.fetch import resolve_mirror

@@ -9,9 +9,10 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge import __version__
 from dgr_forge.cli.app import Env, app, options, run
+from dgr_forge.cli.helpstyle import complete_provider
 from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.urls import shown
 
 # Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
 # CLI start registers all commands.
@@ -51,7 +52,10 @@ def matrix_command(ctx: typer.Context) -> None:
 def render_command(
     ctx: typer.Context,
     provider: Annotated[
-        str, typer.Option("--provider", help="CI system: github or gitlab.")
+        str,
+        typer.Option(
+            "--provider", help="CI system: github or gitlab.", autocompletion=complete_provider
+        ),
     ] = "github",
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the workflow here (atomically).")
@@ -69,37 +73,41 @@ def render_command(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.fsutil import sha256_bytes
-        from dgr_forge.lanes import ci
+        from dgr_forge.lanes import ci, ci_install
 
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")
         which = ci.provider(provider)
         with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
             forge, lanes, pin = s.forge, s.recipes, s.manifest
-        reqs = ci.requirements(forge.root)
-        text = ci.render(which, lanes, pin, reqs, ci.bump_request(forge.root))
+        how = ci_install.install(forge.root)
+        text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
         fields: dict[str, Any] = {
             "provider": which.name,
             "lanes": sorted(lanes),
             "sha256": sha256_bytes(text.encode("utf-8")),
-            "requirements": ci.REQUIREMENTS,
-            "requirements_exist": reqs.exists,
+            "install": how.mode,
+            "install_args": how.args,
+            "constraints": how.constraints,
+            "requirements": how.requirements,
+            "requirements_exist": how.exists,
         }
+        fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
         if check is not None:
             diff = ci.stale_diff(check, text)
             if diff:
                 # the diff itself is the message: what to commit, line by line
-                sys.stderr.write(diff)
+                sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
                 sys.stderr.flush()
                 raise OperationFailed(
                     f"{check}: stale: it differs from what recipes/ and the manifest render to",
-                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    hint=fix,
                     details={**fields, "path": str(check), "current": False, "diff": diff},
                 )
-            if not reqs.exists:
+            if how.missing:
                 raise OperationFailed(
-                    f"{ci.REQUIREMENTS}: missing: the workflow installs dgr-forge from it",
-                    hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                    f"{', '.join(how.missing)}: missing: the workflow's install step reads it",
+                    hint=ci_install.PIN_HINT if how.missing == (ci_install.REQUIREMENTS,) else fix,
                     details={**fields, "path": str(check), "current": False},
                 )
             env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
@@ -107,9 +115,17 @@ def render_command(
         if out is not None:
             changed = ci.write(out, text)
             env.out.info(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
-            fields["requirements_written"] = ci.write_requirements(forge.root)
-            if fields["requirements_written"]:
-                env.out.info(f"{ci.REQUIREMENTS}: written (pins dgr-forge=={__version__})")
+            written = ci_install.write_missing(forge.root, how)
+            for rel in written:
+                env.out.info(f"{rel}: written")
+            fields["written"] = written
+            fields["requirements_written"] = ci_install.REQUIREMENTS in written
+            fields["requirements_exist"] = ci_install.install(forge.root).exists
+            if ci_install.REQUIREMENTS in set(how.missing) - set(written):
+                env.out.warn(
+                    f"{ci_install.REQUIREMENTS}: missing: the workflow cannot install dgr-forge "
+                    f"until it exists; {ci_install.PIN_HINT}"
+                )
             return {**fields, "path": str(out), "changed": changed}
         if as_json:
             return {**fields, "workflow": text}

@@ -16,8 +16,9 @@ def demo(
         str, typer.Argument(metavar="DIR", help="A new or empty directory for the demo root.")
     ],
 ) -> None:
-    """A tour without network: a generated upstream, series and worker in DIR, then fetch,
-    patch, build, report verify and a rebase dry run. DIR is then an ordinary forge root."""
+    """A tour without network: fetch, patch, build, verify, rebase --dry-run in a new DIR.
+
+    DIR gets a generated upstream, series and worker, and is then an ordinary forge root."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge import demo as demo_mod

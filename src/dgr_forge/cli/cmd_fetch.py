@@ -110,6 +110,10 @@ def status(ctx: typer.Context) -> None:
                     out.info(f"  {change.change:<12} {change.path}")
             else:
                 out.info("local changes: none")
+            if st.ignored:  # `build` refuses them (exit 3): compiled, yet not the pin
+                out.info(f"ignored files ({len(st.ignored)}), which `build` refuses:")
+                for path in st.ignored:
+                    out.info(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
         lanes = _lanes_section(env)
         if rebase is not None:

@@ -122,7 +122,7 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
         if r.changed_on_disk:
             detail = ("changed on disk; " + detail).strip("; ")
         rows.append((r.file, r.status, detail))
-    env.out.table("patch --check", ["patch", "result", "detail"], rows)
+    env.out.table("patch --check", ["patch", "result", "detail"], rows, empty="no patches")
     applies = all(r.status == "applies" for r in results)
     changed = [r.file for r in results if r.changed_on_disk]
     ok = applies and not changed

@@ -123,8 +123,9 @@ def check(
     mirror: Annotated[str | None, _MIRROR] = None,
     offline: Annotated[bool, _OFFLINE] = False,
 ) -> None:
-    """CI gate: fresh fetch + apply + re-export must reproduce patches/ and the manifest
-    byte for byte, and upstream must still declare every CMake option the recipes pass."""
+    """CI gate: a fresh fetch, apply and re-export reproduce patches/ and the manifest.
+
+    Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.lanes import options as options_mod

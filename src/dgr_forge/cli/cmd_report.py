@@ -192,9 +192,11 @@ def certify_command(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.attest import certify as certify_mod
         from dgr_forge.attest import keys
+        from dgr_forge.lanes.inputs import worker_identity
 
-        with env.session(recipes=True) as s:
+        with env.session(recipes=True, worker=True) as s:
             forge, m, all_recipes = s.forge, s.manifest, s.recipes
+            bound_worker = worker_identity(s.worker)  # what the certification binds of it
         public = keys.resolve_verifier(report_key)
         signer = keys.resolve_signer(key, env.out)
         path, cert = certify_mod.certify(
@@ -207,6 +209,7 @@ def certify_command(
             report_key=public,
             hardware=hardware,
             out=env.out,
+            worker=bound_worker,
         )
         trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
         return {

@@ -10,6 +10,7 @@ traceback. Only a genuine bug (any other exception) still prints its traceback.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import traceback
@@ -20,11 +21,13 @@ from typing import Any, TextIO
 import typer
 
 from dgr_forge import __version__
+from dgr_forge.cli import helpstyle
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
 from dgr_forge.cli.commands import register_for
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import shown
 
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
@@ -140,7 +143,10 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
         # every Typer/Click version; match that shape rather than a private class.
         show = getattr(err, "show", None)
         if show is not None and hasattr(err, "format_message"):
-            show()
+            text = io.StringIO()
+            show(file=text)  # Click echoes the argument: escaped like every input shown
+            sys.stderr.write(shown(text.getvalue()))
+            sys.stderr.flush()
             if as_json:
                 message = err.format_message() or "missing command (usage printed on stderr)"
                 emit_json(command, ExitCode.BAD_INPUT, {"error": message})
@@ -180,6 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     head = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in head
     root = typer.main.get_command(app)
+    helpstyle.apply(root)  # one placeholder style, the global options named in every help
     command = command_path(args, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):

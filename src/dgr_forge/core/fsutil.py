@@ -1,10 +1,19 @@
-"""Small file-system helpers: atomic writes and hashing."""
+"""Small file-system helpers: atomic writes, hashing, and bounded reads of named files.
+
+Every file a user or a repository names (manifests, recipes, probes, patches, reports,
+evidence, CI workflows, keys, caches) is read through `read_regular` / `sha256_regular`:
+opened non-blocking (a FIFO or device never hangs the open), checked on the descriptor
+to be a regular file (not a directory, FIFO, socket or device), refused over a documented
+size before a byte is read, then read through that same descriptor. Any refusal is exit
+2 naming the file.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,18 +32,108 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_input(path: Path, *, what: str, hint: str, shown: str | None = None) -> bytes:
-    """The bytes of an input file; missing or unreadable is exit 2 naming the file."""
+# The documented read limits (SECURITY.md, "Parsing is bounded"): TOML inputs 4 MiB
+# (core/tomlcheck), reports 16 MiB, evidence 1 GiB, CI workflows and keys far less.
+MAX_REPORT_BYTES = 16 << 20
+MAX_EVIDENCE_BYTES = 1 << 30
+MAX_WORKFLOW_BYTES = 1 << 20
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK
+
+
+def open_regular(
+    path: Path, *, what: str, hint: str, limit: int, shown: str | None = None, follow: bool = True
+) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of `path` and its fstat, only if it is a regular file of at
+    most `limit` bytes: else exit 2 naming the file. Never blocks (O_NONBLOCK); with
+    follow=False a symlink at `path` is refused too (O_NOFOLLOW)."""
     name = shown or str(path)
+    problem: str
+    flags = _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW)
     try:
-        return path.read_bytes()
+        fd = os.open(path, flags)
     except FileNotFoundError:
         problem = f"no such {what}"
     except IsADirectoryError:
         problem = f"is a directory, not a {what}"
+    except ValueError:  # an embedded NUL: no such file can exist
+        problem = f"the path contains a NUL byte: no such {what}"
     except OSError as err:
-        problem = f"cannot read the {what}: {err.strerror}"
+        if not follow and os.path.islink(path):
+            problem = f"is a symlink, not a {what}: it is never followed"
+        else:
+            problem = f"cannot read the {what}: {err.strerror}"
+    else:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            problem = f"is a directory, not a {what}"
+        elif not stat.S_ISREG(st.st_mode):
+            problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
+        elif st.st_size > limit:
+            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
+        else:
+            os.set_blocking(fd, True)
+            return fd, st
+        os.close(fd)
     raise BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
+
+
+def read_regular(
+    path: Path,
+    *,
+    what: str,
+    hint: str,
+    limit: int,
+    shown: str | None = None,
+    follow: bool = True,
+) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (see `open_regular`)."""
+    name = shown or str(path)
+    fd, _ = open_regular(path, what=what, hint=hint, limit=limit, shown=shown, follow=follow)
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)  # the file may grow after fstat
+        except OSError as err:
+            raise BadInput(
+                f"{name}: cannot read the {what}: {err.strerror}", hint=hint, details={"file": name}
+            ) from None
+    if len(data) > limit:
+        raise BadInput(
+            f"{name}: is over the {limit}-byte limit for a {what}",
+            hint=hint,
+            details={"file": name},
+        )
+    return data
+
+
+def sha256_regular(
+    path: Path, *, what: str, hint: str, limit: int, shown: str | None = None
+) -> str:
+    """sha256 of a regular file of at most `limit` bytes, read through the checked
+    descriptor and never past `limit` (a file growing meanwhile is refused)."""
+    name = shown or str(path)
+    fd, _ = open_regular(path, what=what, hint=hint, limit=limit, shown=shown)
+    h = hashlib.sha256()
+    total = 0
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(CHUNK):
+            total += len(chunk)
+            if total > limit:
+                raise BadInput(
+                    f"{name}: is over the {limit}-byte limit for a {what}",
+                    hint=hint,
+                    details={"file": name},
+                )
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_input(
+    path: Path, *, what: str, hint: str, shown: str | None = None, limit: int = MAX_REPORT_BYTES
+) -> bytes:
+    """The bytes of an input file; missing, unreadable, not a regular file or over
+    `limit` is exit 2 naming the file."""
+    return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
 
 
 def sha256_bytes(data: bytes) -> str:

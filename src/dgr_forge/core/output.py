@@ -13,6 +13,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from dgr_forge.core.urls import shown
+
 # Rich is imported where it is used (about 20 ms): every CLI start builds a Reporter, and
 # most plain lines never need it.
 if TYPE_CHECKING:
@@ -33,6 +35,13 @@ def _interactive() -> bool:
     return _terminal() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
 
 
+def _bar_text(text: str) -> str:
+    """A progress bar's description: shown safely, and never read as Rich markup."""
+    from rich.markup import escape
+
+    return escape(shown(text))
+
+
 class ProgressSink:
     """A progress handle: a Rich bar on a terminal, a few plain lines elsewhere."""
 
@@ -43,7 +52,7 @@ class ProgressSink:
 
     def add(self, description: str, total: float | None = None) -> TaskID | str:
         if self._progress is not None:
-            return self._progress.add_task(description, total=total)
+            return self._progress.add_task(_bar_text(description), total=total)
         self._reporter.info(f"{description} ...")
         return description
 
@@ -56,7 +65,8 @@ class ProgressSink:
     ) -> None:
         if self._progress is not None:
             assert not isinstance(task, str)
-            self._progress.update(task, completed=completed, total=total, description=description)
+            text = None if description is None else _bar_text(description)
+            self._progress.update(task, completed=completed, total=total, description=text)
             return
         # plain mode: a line at every 25 % so logs stay short
         if total:
@@ -65,6 +75,10 @@ class ProgressSink:
             if pct > self._last_pct.get(key, -1):
                 self._last_pct[key] = pct
                 self._reporter.info(f"{description or task}: {pct}%")
+
+
+def _cell(value: Any) -> str:
+    return "" if value is None else shown(" ".join(str(value).splitlines()))
 
 
 class Reporter:
@@ -96,33 +110,56 @@ class Reporter:
             return
         self.console.print(text, markup=False, soft_wrap=True)
 
+    # Every line goes through `urls.shown`: credentials masked (the forge's words and a
+    # child's output alike) and control characters escaped, whatever the input held.
     def info(self, message: str) -> None:
         if not self.quiet:
-            self._line(message)
+            self._line(shown(message))
 
     def step(self, message: str) -> None:
         if not self.quiet:
-            self._line(f"==> {message}")
+            self._line(f"==> {shown(message)}")
 
     def warn(self, message: str) -> None:
-        self._line(f"warning: {message}")
+        self._line(f"warning: {shown(message)}")
 
     def error(self, message: str) -> None:
-        self._line(f"error: {message}")
+        self._line(f"error: {shown(message)}")
 
     def table(
-        self, title: str | None, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+        self,
+        title: str | None,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        empty: str | None = None,
     ) -> None:
+        """Rows as a table: a Rich table on a terminal; elsewhere (a CI log, a pipe) plain
+        aligned lines, one per row, never cut to a width. No rows: one line saying so
+        (`empty`, else "<title>: none"), never an empty table."""
         if self.quiet:
+            return
+        if not rows:
+            self.info(empty or f"{title or 'table'}: none")
+            return
+        cells = [[_cell(c) for c in row] for row in rows]
+        if not _terminal():
+            self._plain_table(title, [str(c) for c in columns], cells)
             return
         from rich.table import Table
 
         table = Table(title=title, show_lines=False)
         for col in columns:
             table.add_column(col)
-        for row in rows:
-            table.add_row(*("" if cell is None else str(cell) for cell in row))
+        for row in cells:
+            table.add_row(*row)
         self.console.print(table)
+
+    def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
+        if title:
+            self.info(f"{title}:")
+        for row in [columns, *rows]:
+            self.info("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
     @contextmanager
     def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:

@@ -11,15 +11,15 @@ refused instead of exhausting the stack.
 
 from __future__ import annotations
 
-import os
+import re
 import reprlib
-import stat
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_regular
 
 # The largest real input is a model manifest of a few hundred split parts (~300 bytes each)
 # or a long patch series: far below 4 MiB. Anything bigger is not an input we wrote.
@@ -52,38 +52,17 @@ def read_bytes(
     """The bytes of an input file, refused by its size before reading when over `limit`.
 
     Missing, unreadable, not a regular file, a NUL in the path, or too big: exit 2 naming
-    the file."""
-    name = shown or str(path)
-    problem: str
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        problem = f"no such {what}"
-    except IsADirectoryError:
-        problem = f"is a directory, not a {what}"
-    except ValueError:  # an embedded NUL: no such file can exist
-        problem = f"the path contains a NUL byte: no such {what}"
-    except OSError as err:
-        problem = f"cannot read the {what}: {err.strerror}"
-    else:
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if stat.S_ISDIR(st.st_mode):
-                problem = f"is a directory, not a {what}"
-            elif not stat.S_ISREG(st.st_mode):
-                problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
-            elif st.st_size > limit:
-                problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
-            else:
-                try:
-                    data = f.read(limit + 1)  # the file may grow after fstat
-                except OSError as err:
-                    problem = f"cannot read the {what}: {err.strerror}"
-                else:
-                    if len(data) <= limit:
-                        return data
-                    problem = f"is over the {limit}-byte limit for a {what}"
-    raise BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
+    the file (`core.fsutil.read_regular`, the one bounded reader)."""
+    return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
+
+
+_LONG_NUMBER = re.compile(r"[0-9_]{1000,}")
+
+
+def _long_number_line(text: str) -> int | None:
+    """The 1-based line of the first run of a thousand digits or more, if any."""
+    m = _LONG_NUMBER.search(text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
 
 
 def _depth_exceeds(data: Any, limit: int) -> bool:
@@ -142,6 +121,14 @@ class Checker:
             ) from None
         except RecursionError:  # tomllib recurses once per nested array / inline table
             data = None
+        except ValueError:  # Python's own int limit: a number of thousands of digits
+            line = _long_number_line(text)
+            where = f"line {line}" if line else "(file)"
+            raise self.fail(
+                where,
+                "a number with thousands of digits (over Python's limit)",
+                "no value the forge reads is that large: fix the number at that line",
+            ) from None
         if data is None or _depth_exceeds(data, MAX_DEPTH):
             raise self.fail(
                 "(file)",

@@ -4,13 +4,15 @@ Every repository or download URL the forge reads (the manifest's ``url``, ``--mi
 ``DGR_MIRROR``, ``rebase --url``, the worker manifest, model file URLs) passes
 `check_url` before it reaches git or requests, and every URL shown to a person (messages,
 ``--json``, logs, ``status``, reports) passes `mask` (or `mask_text` for free text such as
-git's stderr), so a credential in a URL never leaves the process.
+git's stderr), so a credential in a URL never leaves the process. The Reporter, every
+``--json`` string and every build-log line go through `mask_text` (`shown` also escapes
+control characters for the terminal), so a child's words are masked as the forge's are.
 """
 
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from dgr_forge.core.errors import BadInput
 
@@ -21,11 +23,59 @@ MAX_URL_LEN = 8192
 # [user@]host:path, the scp-like form git accepts; the host may not start with "-"
 _SCP = re.compile(r"(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:(?!//)[^\s]*")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_SECRET_QUERY = re.compile(
-    r"(?i)^(token|access_token|auth|sig|signature|key|api_key|secret|password|"
-    r"credential|x-amz-.*|x-goog-.*)$"
-)
-_USERINFO_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@]+)@")
+# A query parameter whose name holds one of these words (any case) carries a secret:
+# token, private_token, hf_token, api_key, X-Amz-Signature, sig, password, ...
+_SECRET_WORDS = ("token", "key", "secret", "sig", "password", "passwd", "auth", "credential")
+_SECRET_PREFIXES = ("x-amz-", "x-goog-")
+# a URL inside free text (git's "unable to access 'http://…?token=…/'"): up to a quote,
+# a space or a bracket
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]+")
+_USERINFO_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@'\"]+)@")
+# name=value pairs in text that is no URL (a query string alone, an environment dump)
+_PAIR_IN_TEXT = re.compile(r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_.-]+)=([^&\s'\"#;,]+)")
+
+
+# Secrets seen in URLs this process checked: a child may print them without their URL
+# context (git drops the user info, then shows "?session=VALUE"), so `mask_text` hides
+# these values wherever they appear.
+_KNOWN_SECRETS: set[str] = set()
+# shorter values would mask ordinary words everywhere ("main", "1"): a password or a
+# secret-named value from 6 characters, any other query value of a URL with user info
+# (masked in the URL itself regardless) from 12
+_MIN_SECRET = 6
+_MIN_OTHER = 12
+
+
+def remember_secrets(url: str) -> None:
+    """Note the password, the secret query values and, for a URL with user info, every
+    long query value of `url`, so any later text holding one of them is masked."""
+    if "@" not in url and "=" not in url:
+        return  # the common case: nothing to remember
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return
+    found: list[tuple[str, int]] = []
+    credentials = "@" in parts.netloc
+    if credentials:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        user, colon, password = userinfo.partition(":")
+        found += [(userinfo, _MIN_SECRET), (password if colon else user, _MIN_SECRET)]
+    for k, v in parse_qsl(parts.query, keep_blank_values=True):
+        if secret_name(k):
+            found.append((v, _MIN_SECRET))
+        elif credentials:
+            found.append((v, _MIN_OTHER))
+    for value, minimum in found:
+        for form in {value, quote(value, safe=""), unquote(value)}:
+            if len(form) >= minimum:
+                _KNOWN_SECRETS.add(form)
+
+
+def secret_name(name: str) -> bool:
+    """Whether a query parameter (or `name=value` pair) named `name` holds a secret."""
+    low = name.lower()
+    return low.startswith(_SECRET_PREFIXES) or any(w in low for w in _SECRET_WORDS)
 
 
 def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES) -> str:
@@ -35,6 +85,8 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
     ``"--mirror"``, ``"DGR_MIRROR"``. Allowed: the `schemes` as ``scheme://...``; for git
     URLs also scp-like ``user@host:path`` and absolute local paths.
     """
+    if isinstance(value, str):
+        remember_secrets(value)
     shown = mask(value) if isinstance(value, str) else repr(value)
 
     def refuse(why: str, fix: str) -> BadInput:
@@ -48,8 +100,8 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
         raise refuse("is not a URL", f"give a URL ({allowed})")
     if len(value) > MAX_URL_LEN:
         raise BadInput(f"{where}: URL longer than {MAX_URL_LEN} characters", hint="shorten it")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise refuse("contains a control character or NUL", "remove it")
+    if any(ord(c) < 32 or 127 <= ord(c) <= 159 for c in value):
+        raise refuse("contains a control character (C0, DEL or C1) or NUL", "remove it")
     if value.startswith("-"):
         raise refuse("starts with '-' (git would read it as an option)", f"give a URL ({allowed})")
     if "::" in value.split("/", 1)[0]:
@@ -80,25 +132,66 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
 
 
 def mask(url: str) -> str:
-    """`url` with any password or token replaced by ``***`` (user info, secret query keys)."""
+    """`url` with any password or token replaced by ``***``: user info, every query value
+    whose name says it is a secret (`secret_name`), and all query values of a URL that
+    carries user info (whoever put a credential there may have put more)."""
+    remember_secrets(url)
     try:
         parts = urlsplit(url)
     except ValueError:
-        return mask_text(url)
+        return _mask_pairs(_USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", url))
     if not parts.scheme or not parts.netloc:
-        return mask_text(url)
+        return _mask_pairs(_USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", url))
     netloc = parts.netloc
-    if "@" in netloc:
+    credentials = "@" in netloc
+    if credentials:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        if any(_SECRET_QUERY.match(k) for k, _ in pairs):
-            masked = [(k, "***" if _SECRET_QUERY.match(k) else v) for k, v in pairs]
+        if credentials or any(secret_name(k) for k, _ in pairs):
+            masked = [(k, "***" if credentials or secret_name(k) else v) for k, v in pairs]
             query = urlencode(masked, safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        elif not pairs:  # no name=value form at all: nothing to tell secret from not
+            query = _mask_pairs(query)
+    fragment = _mask_pairs(parts.fragment) if parts.fragment else ""
+    return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+
+
+def _mask_pairs(text: str) -> str:
+    return _PAIR_IN_TEXT.sub(
+        lambda m: f"{m.group(1)}=***" if secret_name(m.group(1)) else m.group(0), text
+    )
 
 
 def mask_text(text: str) -> str:
-    """Free text (git's stderr, an exception) with user info in any URL masked."""
-    return _USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", text)
+    """Free text (git's stderr, a child's output, an exception) with every credential
+    masked: each URL in it through `mask`, user info anywhere, and secret `name=value`
+    pairs outside URLs. The one function for everything a person or a file gets to see."""
+    if not text:
+        return text
+    for secret in sorted(_KNOWN_SECRETS, key=len, reverse=True):
+        if secret in text:
+            text = text.replace(secret, "***")
+    text = _URL_IN_TEXT.sub(lambda m: mask(m.group(0)), text)
+    text = _USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", text)
+    return _mask_pairs(text)
+
+
+def escape_controls(text: str) -> str:
+    """`text` safe to print on a terminal: C0 controls (but new line and tab), DEL and C1
+    controls become visible escapes (``\\x1b``, ``\\x9b``), so input can neither move
+    the cursor nor start an escape sequence."""
+    if text.isprintable() or not any(_unsafe(c) for c in text):
+        return text
+    return "".join(f"\\x{ord(c):02x}" if _unsafe(c) else c for c in text)
+
+
+def _unsafe(c: str) -> bool:
+    o = ord(c)
+    return (o < 32 and c not in "\n\t") or 127 <= o <= 159
+
+
+def shown(text: str) -> str:
+    """What may reach a terminal or a log from any input: masked, controls escaped."""
+    return escape_controls(mask_text(text))

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,13 +34,24 @@ from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import cache_session, logs, options, worker
-from dgr_forge.lanes.collect import RACY_NS, BuildRun, collect_artifacts, make_record
+from dgr_forge.lanes import (
+    cache_session,
+    gitview,
+    inputs,
+    logs,
+    options,
+    programs,
+    stamps,
+    truth,
+    worker,
+)
+from dgr_forge.lanes.collect import BuildRun, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.plan import (
     LanePlan,
     configure_args,
     inputs_digest,
+    launcher_switches,
     plan_lane,
     refuse_unbuildable,
 )
@@ -46,6 +59,7 @@ from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
 from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
+from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 if TYPE_CHECKING:
@@ -185,16 +199,8 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits and untracked files git does not ignore (porcelain v1 lines)."""
-    proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain",
-        "--untracked-files=all",
-        "--ignore-submodules",
-        env={"GIT_OPTIONAL_LOCKS": "0"},  # a no-op build must not even refresh the index
-    )
-    return [line for line in proc.stdout.splitlines() if line]
+    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`)."""
+    return trees.changes(src)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
@@ -204,10 +210,10 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
         return
     shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
     raise NeedsHuman(
-        f"{forge.rel(src)}: the {what} tree has untracked or modified files, which a build "
-        f"would compile and attest: {', '.join(shown)}",
-        hint=f"remove them (git -C {forge.rel(src)} status), or commit them as a patch and "
-        "`dgr-forge export`; a file a tool writes there belongs in .git/info/exclude",
+        f"{forge.rel(src)}: the {what} tree has modified, untracked or ignored files, which a "
+        f"build could compile while the report claims the pinned tree: {', '.join(shown)}",
+        hint=f"remove them (git -C {forge.rel(src)} status --ignored), or commit them as a "
+        "patch and `dgr-forge export`; build output belongs in the lane's build directory",
         details={"tree": str(src), "changes": changes},
     )
 
@@ -230,6 +236,8 @@ class BuildContext:
         self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
         self.signing = SigningKey(opts.key, opts.sign, out)
         self.patched: PatchedTree | None = None
+        # of the manifest bytes `m` was parsed from: build() sets it from before the parse
+        self.manifest_sha256 = sha256_file(m.path)
         self.cache: cache_session.CacheSession | None = None  # the build's cache session
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
@@ -257,8 +265,12 @@ class LaneBuilder:
         self.ctx, self.plan = ctx, plan
         self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
         self.state = lane_state(self.forge, plan.lane)
-        self.args = configure_args(self.forge, self.m, plan)
-        self.digest = inputs_digest(self.forge, self.m, plan, self.args)
+        # every input file, read once here (under the workspace lock, before configure)
+        self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
+        # the switches found at the configured head: right while the tree is still there
+        self.switches = tuple(self.state.launcher_switches)
+        self.args = configure_args(self.forge, self.m, plan, self.switches)
+        self.digest = inputs_digest(self.forge, self.m, plan, self.args, self.snap)
         self.result = LaneResult(
             lane=plan.lane,
             status="failed",
@@ -272,6 +284,7 @@ class LaneBuilder:
         self.epoch = 0
         self.log_path = plan.log_link
         self.lines: list[str] = []
+        self.programs: Future[dict[str, Any]] | None = None
 
     # -- decisions
 
@@ -302,48 +315,19 @@ class LaneBuilder:
         keyid = signing.keyid()  # the full load: refuses a missing or garbage key
         return fp if keyid == last.signed_by and fp is not None else None
 
-    def _changed_subjects(self, last: LastBuild | None) -> list[Path]:
-        """Recorded subjects whose bytes are no longer what the report says.
-
-        A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
-        recorded when it last hashed true, and that record is not racy (taken more than
-        `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
-        can set back: the check git's index makes, so a no-op build with hundreds of MB
-        of artifacts stays cheap."""
-        if last is None:
-            return []
-        changed = []
-        for art in last.artifacts:
-            path = Path(art.get("path", ""))
-            taken = time.time_ns()
-            try:
-                st = os.stat(path)
-            except OSError:
-                changed.append(path)
-                continue
-            seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-            rec = last.subject_stats.get(str(path))
-            if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
-                continue
-            if sha256_file(path) != art.get("sha256"):
-                changed.append(path)
-            else:
-                last.subject_stats[str(path)] = [*seen, taken]
-        return changed
-
-    def _report_true(self, last: LastBuild) -> bool:
-        """The report file and every byproduct it names are still the bytes recorded."""
-        named = {last.report or "": last.report_sha256 or "", **last.byproducts}
-        for path, digest in named.items():
-            p = Path(path)
-            if not digest or not p.is_file() or sha256_file(p) != digest:
-                return False
-        return True
-
     # -- the run
 
     def run(self) -> LaneResult:
         plan, ctx, st = self.plan, self.ctx, self.state
+        truth.refuse_moved_inputs(self.forge, plan, self.m, self.snap, ctx.manifest_sha256)
+        if st.in_progress == "wipe":  # a removal a kill cut short: finish it first
+            self._wipe()
+        swapped = programs.changed(st.programs) if st.programs else []
+        if swapped:
+            # never objects of two compilers in one binary: configure and build it all again
+            shown = ", ".join(f"{n} ({st.programs[n]['path']})" for n in swapped)
+            self.out.warn(f"{plan.lane}: changed since configure: {shown}; full rebuild")
+            self._wipe()
         up_to_date = self._configured()
         last = st.last_build if st.last_build and st.last_build.result == "ok" else None
         interrupted = st.in_progress is not None
@@ -361,10 +345,11 @@ class LaneBuilder:
             self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
             # recipes mean what they say, on the tree about to be configured
             options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, self.m.commit)
+            self._pin_switches(launcher_switches(plan.upstream_dir))
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
-        changed = self._changed_subjects(last) if up_to_date else []
+        changed = truth.changed_subjects(last) if up_to_date else []
         for path in changed:
             # restore truth: Ninja relinks what is missing, whatever touched it
             self.out.warn(f"{plan.lane}: {self.forge.rel(path)} changed on disk; rebuilding it")
@@ -383,23 +368,82 @@ class LaneBuilder:
             no_work = self.compile(log, env)
             if no_work is None:
                 return self.result
+            self._take_programs()
+            whole = self._whole()
+            if no_work and not (last is not None and last.input_digest == whole):
+                # inputs Ninja cannot see changed (an edit with an old mtime, a state
+                # lost): what it has is of unknown inputs, so build it all again
+                self.out.warn(
+                    f"{plan.lane}: inputs changed but Ninja found nothing to do "
+                    "(a file with an old mtime?); fresh build directory"
+                )
+                self._wipe()
+                env = self._env()
+                if not self.configure(log, env) or self.compile(log, env) is None:
+                    return self.result
+                self._take_programs()
+                no_work, whole = False, self._whole()
         fault.point("build.linked", plan.lane)
+        truth.refuse_changed_during(
+            self.forge, plan, self.snap, self.state.programs, self._mark_failed
+        )
 
         reuse = (
             up_to_date
             and no_work
             and last is not None
+            and last.input_digest == whole
             and not interrupted
             and not changed
             and fp is not None
-            and self._report_true(last)
+            and truth.report_true(last)
         )
         if reuse and last is not None:
             return self._reuse(last)
-        return self.collect(changed)
+        return self.collect(changed, whole)
+
+    def _take_programs(self) -> None:
+        """The programs configure resolved, hashed meanwhile (`programs.start`)."""
+        if self.programs is not None:
+            self.state.programs, self.programs = self.programs.result(), None
+            save_lane_state(self.forge, self.plan.lane, self.state)
+
+    def _whole(self) -> str:
+        spec = self.plan.spec
+        return inputs.whole_digest(
+            self.digest,
+            self.snap,
+            self.head,
+            spec.commit if spec is not None and spec.url else None,
+            self.state.programs,
+        )
+
+    def _wipe(self) -> None:
+        """A fresh build directory: nothing of what configure or Ninja kept survives. The
+        state says so first (`in_progress = "wipe"`): a run killed halfway through the
+        removal leaves objects Ninja would take for current, so the next run removes the
+        rest before anything else."""
+        st = self.state
+        st.inputs_digest, st.programs, st.in_progress = None, {}, "wipe"
+        save_lane_state(self.forge, self.plan.lane, st)
+        fault.point("build.wipe", self.plan.lane)
+        shutil.rmtree(self.plan.build_dir, ignore_errors=True)
+        st.in_progress = None
+        save_lane_state(self.forge, self.plan.lane, st)
+
+    def _pin_switches(self, switches: tuple[str, ...]) -> None:
+        """Arguments and digest for the tree about to be configured."""
+        self.switches = switches
+        self.args = configure_args(self.forge, self.m, self.plan, switches)
+        self.digest = inputs_digest(self.forge, self.m, self.plan, self.args, self.snap)
+
+    def _view_commits(self) -> list[str]:
+        spec = self.plan.spec
+        return [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
+        gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
         env.update(self.plan.cache.env)
         if self.ctx.cache is not None:  # this lane's own cache counters start here
             statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
@@ -436,7 +480,11 @@ class LaneBuilder:
                 hint=f"remove them from {self.forge.rel(plan.recipe.path)}, or fix their names",
                 details={"lane": lane, "unused": unused, "log": str(self.log_path)},
             )
+        truth.check_launchers(self.plan, self._mark_failed)
+        # hashed while Ninja runs; stamps shared through the forge's cache directory
+        self.programs = programs.start(plan.build_dir, plan.launcher, _program_stamps(self.forge))
         st.inputs_digest = self.digest
+        st.launcher_switches = list(self.switches)
         st.head_commit = self.head
         st.source_date_epoch = self.epoch
         st.configured_at = datetime.now(UTC).isoformat()
@@ -494,6 +542,7 @@ class LaneBuilder:
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         r.artifacts = list(last.artifacts)
         st.in_progress = None
+        self._settle()
         save_lane_state(self.forge, self.plan.lane, st)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.info(f"{self.plan.lane}: up to date (report {shown})")
@@ -501,7 +550,12 @@ class LaneBuilder:
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
-    def collect(self, changed: list[Path]) -> LaneResult:
+    def _settle(self) -> None:
+        """Keep the stamps (re-taken: a settled stamp makes the next no-op cheap)."""
+        self.state.input_stamps = stamps.restamp(self.snap)
+        programs.refresh(self.state.programs)
+
+    def collect(self, changed: list[Path], whole: str) -> LaneResult:
         from dgr_forge.lanes import cmake_api
 
         plan, lane, r = self.plan, self.plan.lane, self.result
@@ -528,6 +582,9 @@ class LaneBuilder:
             log_path=self.log_path,
             started=self.started,
             cache=self.result.cache,
+            snap=self.snap,
+            programs=self.state.programs,
+            launcher=truth.check_launchers(self.plan, self._mark_failed),
         )
         record = make_record(run, reply, artifacts)
         from dgr_forge.attest import reports
@@ -553,10 +610,12 @@ class LaneBuilder:
             signer_fingerprint=self.ctx.signing.fingerprint(),
             artifacts=r.artifacts,
             subject_stats=stats,
+            input_digest=whole,
             byproducts={
                 str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
             },
         )
+        self._settle()
         save_lane_state(self.forge, lane, st)
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         for a in artifacts:
@@ -592,6 +651,16 @@ class LaneBuilder:
         return False
 
 
+def _program_stamps(forge: Forge) -> Path | None:
+    """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
+    programs` (a cache: an unusable place keeps none, the build hashes again)."""
+    try:
+        base = cache_mod.cache_dir(os.environ, forge.workspace)
+    except BadInput:
+        return None
+    return base / "programs" if base is not None else None
+
+
 # ----------------------------------------------------------------------------- the command
 
 
@@ -620,14 +689,19 @@ def build(
                 ]
             )
     cache = cache_mod.select(
-        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root
+        doctor,
+        opts.cache,
+        opts.cache_mode,
+        workspace=forge.workspace,
+        root=forge.root,
+        worker=spec.source_dir if spec is not None and spec.url is None else None,
     )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 
     results: list[LaneResult] = []
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
-    ctx = BuildContext(forge, m, out, opts, doctor)
+    ctx = BuildContext(forge, m, out, opts, doctor)  # the manifest digest: as loaded, locked
     with cache_session.open_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:

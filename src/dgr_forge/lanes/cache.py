@@ -139,13 +139,14 @@ def select(
     workspace: Path | None = None,
     root: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    worker: Path | None = None,
 ) -> CacheSetup:
     """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro.
 
     `auto` takes sccache when one of its remote backends (or an sccache-dist scheduler) is
     configured, else ccache, else sccache, else none. An explicit tool that is not
-    installed is exit 2. `workspace` and `root` give the base directories that make cache
-    keys path-independent (`build` passes both).
+    installed is exit 2. `workspace`, `root` and a path `worker` give the base directories
+    that make cache keys path-independent (`build` passes them).
     """
     check_choice(choice, mode)
     if choice == "off":
@@ -157,7 +158,7 @@ def select(
         for name in order:
             path = locate(doctor, name)
             if path:
-                return _setup(doctor, name, path, mode, workspace, root, environ)
+                return _setup(doctor, name, path, mode, workspace, root, environ, worker)
         return OFF
     path = locate(doctor, choice)
     if path is None:
@@ -167,7 +168,7 @@ def select(
             hint=f"{INSTALL_HINT}, or install {choice} on PATH, or build with --cache auto|off",
             details={"cache": choice},
         )
-    return _setup(doctor, choice, path, mode, workspace, root, environ)
+    return _setup(doctor, choice, path, mode, workspace, root, environ, worker)
 
 
 def locate(doctor: Doctor, name: str) -> str | None:
@@ -203,9 +204,10 @@ def _setup(
     workspace: Path | None,
     root: Path | None,
     environ: Mapping[str, str],
+    worker: Path | None = None,
 ) -> CacheSetup:
     version = _version(doctor, name)
-    bases = _bases(workspace, root)
+    bases = _bases(workspace, root, worker)
     if _readonly_in(name, environ):
         mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
     if name == "ccache":
@@ -263,10 +265,13 @@ def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
     return environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY"
 
 
-def _bases(workspace: Path | None, root: Path | None) -> list[Path]:
-    """Workspace and root, absolute; the ones whose path would break a list are dropped."""
+def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
+    """Workspace, root and a path worker, absolute; the ones whose path would break a list
+    are dropped. A worker beside the checkout (`--worker ../shard-worker`) widens ccache's
+    one base directory to their common parent, so its objects hit from another path too
+    (`plan` maps the relative names that gives)."""
     out: list[Path] = []
-    for p in (workspace, root):
+    for p in (workspace, root, worker):
         if p is None:
             continue
         p = p.resolve()  # as `build` maps them (-ffile-prefix-map of resolved paths)

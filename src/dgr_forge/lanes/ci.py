@@ -8,14 +8,16 @@ Jinja delimiters, so the providers' own `${{ }}` / `$VAR` syntax passes through 
 What the rendered CI guarantees (SECURITY.md): pull requests build unsigned and read the
 compiler cache read-only; only a protected push writes it; signing runs in its own job, in
 the `release-signing` environment that alone holds the key; every action is pinned to a
-commit (`templates/actions.toml`, the one place for them); dgr-forge itself comes from the
-forge root's pinned `ci/requirements.txt`, never from the checked-out tree.
+commit (`templates/actions.toml`, the one place for them); every job installs dgr-forge in
+one identical step (`ci_install`: the checked-out tree under constraints.txt in the tool's
+own repository, else a requirement pinned by content under ci/constraints.txt).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -25,10 +27,10 @@ from typing import Any
 
 import jinja2
 
-from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
 from dgr_forge.core.urls import mask
+from dgr_forge.lanes.ci_install import CI_CONSTRAINTS, REQUIREMENTS, Install
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -129,75 +131,8 @@ def pinned() -> dict[str, Any]:
     return {"actions": actions, "images": dict(data.get("gitlab", {}).get("images", {}))}
 
 
-REQUIREMENTS = "ci/requirements.txt"
-_PINNED_REQ = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+"
-    r"(\s+--hash=sha256:[0-9a-f]{64})*"
-)
-
-
-@dataclass(frozen=True)
-class Requirements:
-    path: Path
-    exists: bool
-    hashes: bool  # every requirement carries --hash: pip runs with --require-hashes
-
-
-def requirements(root: Path) -> Requirements:
-    """The forge root's pinned `ci/requirements.txt`: how CI installs dgr-forge (never `.`).
-
-    Only exact pins (`name==version`, optionally `--hash=sha256:...`) are accepted: an
-    unpinned, URL, editable or option line would let CI install something else."""
-    path = root / REQUIREMENTS
-    if path.parent.is_symlink() or path.is_symlink() or (path.exists() and not path.is_file()):
-        # read or written through a planted link, it would pin whatever the link points at
-        raise BadInput(f"{REQUIREMENTS}: not a regular file", hint="commit a plain file")
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return Requirements(path, False, False)
-    except OSError as err:
-        raise BadInput(f"{REQUIREMENTS}: cannot read: {err.strerror}", hint="check it") from None
-    if len(raw) > 64 * 1024:
-        raise BadInput(f"{REQUIREMENTS}: larger than 64 KiB", hint="pin only dgr-forge")
-    lines = raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
-    found, hashed = 0, 0
-    for number, line in enumerate(lines, 1):
-        body = line.split("#", 1)[0].strip()
-        if not body:
-            continue
-        if not _PINNED_REQ.fullmatch(body):
-            raise BadInput(
-                f"{REQUIREMENTS}:{number}: {body[:60]!r} is not an exact pin",
-                hint="write name==version (optionally --hash=sha256:...): e.g. "
-                f"dgr-forge=={__version__}",
-                details={"file": REQUIREMENTS, "line": number},
-            )
-        found += 1
-        hashed += "--hash=" in body
-    if not found:
-        raise BadInput(f"{REQUIREMENTS}: pins nothing", hint=f"add dgr-forge=={__version__}")
-    return Requirements(path, True, hashed == found)
-
-
-def write_requirements(root: Path) -> bool:
-    """Create `ci/requirements.txt` pinning this dgr-forge when the root has none."""
-    if requirements(root).exists:
-        return False
-    text = (
-        "# dgr-forge for CI, pinned: the rendered workflows install exactly this (never the\n"
-        "# checked-out tree). Written by `dgr-forge ci render`; bump it deliberately, and add\n"
-        "# --hash=sha256:... to pin the bytes too (pip then runs with --require-hashes).\n"
-        f"dgr-forge=={__version__}\n"
-    )
-    try:
-        (root / "ci").mkdir(exist_ok=True)
-        atomic_write_text(root / REQUIREMENTS, text, mode=0o644)
-    except OSError as err:
-        raise BadInput(
-            f"{REQUIREMENTS}: cannot write: {err.strerror}", hint="check the forge root"
-        ) from None
-    return True
+# what a root renders with before its files are looked at (`ci render` always looks)
+_DEFAULT = Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, False, False)
 
 
 BUMP_SETTINGS = "ci/bump.toml"
@@ -226,7 +161,7 @@ def render(
     which: Provider,
     recipes: dict[str, Recipe],
     manifest: UpstreamManifest,
-    reqs: Requirements | None = None,
+    how: Install | None = None,
     open_request: bool = True,
 ) -> str:
     """The workflow text for `which`; the same recipes and manifest give the same bytes."""
@@ -235,6 +170,7 @@ def render(
             "no recipes: a CI workflow needs at least one lane",
             hint="add recipes/<lane>.toml (e.g. recipes/cpu.toml)",
         )
+    how = how or _DEFAULT
     lanes = matrix(recipes)
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])
@@ -246,8 +182,14 @@ def render(
         "upstream": manifest.name,
         "upstream_url": mask(manifest.url),
         "provider": which.name,
-        "requirements": REQUIREMENTS,
-        "require_hashes": bool(reqs and reqs.hashes),
+        # the one install step of every job (lanes/ci_install.py): pip's arguments and
+        # what they install, for the step's name
+        "install_args": how.args,
+        "install_what": (
+            "the checked-out tree, its toolchain pinned by constraints.txt"
+            if how.mode == "checkout"
+            else f"pinned by {how.requirements} under {how.constraints}"
+        ),
         "bump_request": open_request,
         **pinned(),
     }
@@ -262,13 +204,12 @@ def render(
 
 def write(path: Path, text: str) -> bool:
     """Write the workflow atomically; False (nothing written) when it is already up to date."""
-    try:
-        if path.read_text(encoding="utf-8") == text:
+    try:  # never blocks on a FIFO planted at --out; anything but a regular file is replaced
+        old = read_regular(path, what="workflow file", hint="", limit=MAX_WORKFLOW_BYTES)
+        if old.decode("utf-8") == text:
             return False
-    except FileNotFoundError:
-        pass
-    except (OSError, UnicodeDecodeError):
-        pass  # unreadable or not text: replace it
+    except (BadInput, UnicodeDecodeError):
+        pass  # missing, unreadable, not a file or not text: replace it
     if path.is_dir():
         raise BadInput(f"{path}: is a directory", hint="pass --out a file path")
     try:
@@ -290,13 +231,19 @@ MAX_DIFF_LINES = 400
 
 def stale_diff(path: Path, text: str) -> str:
     """A unified diff from the committed workflow to what renders now ("" when current)."""
-    try:
-        committed = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise BadInput(
             f"{path}: no such workflow file", hint="render it with dgr-forge ci render --out PATH"
-        ) from None
-    except (OSError, UnicodeDecodeError, ValueError) as err:
+        )
+    raw = read_regular(  # a FIFO or /dev/zero is refused, never read (exit 2)
+        path,
+        what="workflow file",
+        hint="pass the committed workflow file (a regular file of at most 1 MiB)",
+        limit=MAX_WORKFLOW_BYTES,
+    )
+    try:
+        committed = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
         raise BadInput(f"{path}: cannot read: {err}", hint="check the path") from None
     if committed == text:
         return ""

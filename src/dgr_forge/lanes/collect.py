@@ -13,7 +13,7 @@ from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cmake_api, worker
+from dgr_forge.lanes import cmake_api, inputs, worker
 
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
@@ -63,7 +63,11 @@ def _placeholder(name: str) -> str:
 
 
 def tools(
-    plan: LanePlan, doctor: Doctor, reply: cmake_api.Reply
+    plan: LanePlan,
+    doctor: Doctor,
+    reply: cmake_api.Reply,
+    launcher: str | None,
+    progs: dict[str, dict[str, Any]],
 ) -> tuple[list[Tool], dict[str, str]]:
     """Toolchain versions (compilers from the File API, the rest from the probes) and the
     placeholders that stand for their machine paths in the statement."""
@@ -77,13 +81,36 @@ def tools(
         probe = doctor.tool(name)
         if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
-    if plan.launcher and plan.cache.tool:
-        found.append(Tool(plan.cache.tool, plan.launcher, plan.cache.version))
+    if launcher and plan.cache.tool:
+        found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
+    found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
     spec = plan.spec
     if spec is not None and spec.url is None:
         placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
     return found, placeholders
+
+
+def _with_programs(
+    found: list[Tool], progs: dict[str, dict[str, Any]], compilers: dict[str, cmake_api.Compiler]
+) -> list[Tool]:
+    """Every program configure resolved (`lanes.programs`), with the sha256 stamped then:
+    a tool already listed gets it, the others (archiver, linker, GCC's cc1plus, as, ld)
+    are added by name, version and sha256."""
+    by_path = {p.get("as", p["path"]): p for p in progs.values()}
+    out = []
+    for tool in found:
+        p = by_path.get(tool.path)
+        out.append(Tool(tool.name, tool.path, tool.version, p["stamp"][0]) if p else tool)
+    listed = {t.path for t in out}
+    for name, p in sorted(progs.items()):
+        if p.get("as", p["path"]) in listed or name == "launcher":
+            continue
+        owner = compilers.get(progs.get(name.split(":")[0], {}).get("as", ""))
+        version = p.get("version") or (f"{owner.id} {owner.version}" if owner else "")
+        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
+        out.append(Tool(label, p["as"], version, p["stamp"][0]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -100,18 +127,21 @@ class BuildRun:
     log_path: Path
     started: datetime
     cache: dict[str, Any]  # the cache setup and this build's own figures (lanes/cache_session)
+    snap: dict[str, Any]  # the input files' stamps, taken under the lock (lanes/inputs)
+    programs: dict[str, dict[str, Any]]  # every program configure resolved (lanes/programs)
+    launcher: str | None  # read back from the generated rules (lanes/genbuild)
 
 
 def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
     forge, m, plan = run.forge, run.m, run.plan
-    found, placeholders = tools(plan, run.doctor, reply)
+    found, placeholders = tools(plan, run.doctor, reply, run.launcher, run.programs)
     toolchain = plan.toolchain_file
     return LaneBuild(
         lane=plan.lane,
         recipe_file=forge.rel(plan.recipe.path),
         recipe_sha256=plan.recipe.sha256,
         manifest_file=forge.rel(m.path),
-        manifest_sha256=sha256_file(m.path),
+        manifest_sha256=inputs.digest_of(run.snap, m.path) or sha256_file(m.path),
         upstream_name=m.name,
         upstream_url=mask(m.url),
         upstream_commit=m.commit,
@@ -124,7 +154,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         worker=worker.describe(plan.spec) if plan.spec else None,
         tools=found,
         cmake_args=run.cmake_args,
-        compiler_launcher=plan.launcher,
+        compiler_launcher=run.launcher,
         source_date_epoch=run.epoch,
         build_dir=plan.build_dir,
         log_file=run.log_path,
@@ -133,7 +163,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         finished_on=datetime.now(UTC),
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
-        toolchain_sha256=sha256_file(toolchain) if toolchain else None,
+        toolchain_sha256=inputs.digest_of(run.snap, toolchain),
         cache=run.cache,
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths

@@ -21,7 +21,7 @@ from typing import Any
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.proc import probe as run_probe
-from dgr_forge.core.tomlcheck import Checker
+from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.lanes.recipes import Recipe
 
 SCHEMA = 1
@@ -206,6 +206,7 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
         )
         if not tools[name].executables and not tools[name].find_command:
             raise c.fail(key, "needs executables or find_command", 'executables = ["..."]')
+        _check_data(c, key, tools[name])
     libraries: dict[str, LibraryProbe] = {}
     for name, lib in c.table(data.get("libraries", {}), "libraries").items():
         key = f"libraries.{name}"
@@ -221,6 +222,82 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
             packages=_packages(c, f"{key}.packages", lib.get("packages", {})),
         )
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
+
+
+# ----------------------------------------------------------------------------- probes are data
+# A probe file comes with the checkout (a pull request may change it), and `lanes`,
+# `doctor`, `presets --print` run its probes: so it may only name programs, never a
+# command. A program is a plain name looked up in known places; it is asked its version
+# with one of a few fixed argument lists; `find_command` is one of the forms below.
+_PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
+VERSION_ARGS = {("--version",), ("-dumpfullversion",), ("-dumpversion",), ("-version",)}
+FIND_COMMANDS = {  # the program and its fixed arguments; "{}" is a program name
+    ("xcrun", "--find", "{}"),
+    ("xcrun", "-f", "{}"),
+    ("hipconfig", "--path"),
+    ("hipconfig", "--hipclangpath"),
+}
+PYTHON_MODULES = {"cmake", "ninja"}  # "module:ATTR" imports these wheels, nothing else
+# literal hint directories: system install prefixes only (a "$VAR/..." hint is the
+# operator's own environment)
+HINT_PREFIXES = ("/opt/", "/usr/", "/Library/", "/Applications/", "/Developer/")
+
+
+def _fixed_form(command: tuple[str, ...]) -> bool:
+    for form in FIND_COMMANDS:
+        if len(form) == len(command) and all(
+            f == a or (f == "{}" and _PROGRAM.fullmatch(a))
+            for f, a in zip(form, command, strict=True)
+        ):
+            return True
+    return False
+
+
+def _check_data(c: Checker, key: str, t: ToolProbe) -> None:
+    """Exit 2 naming the key for anything in a tool probe that is a command, not data."""
+    for exe in t.executables:
+        if not _PROGRAM.fullmatch(exe):
+            raise c.fail(
+                f"{key}.executables",
+                f"{exe[:60]!r} is not a program name (no paths, options or spaces)",
+                'name the program, e.g. executables = ["gcc"]',
+            )
+    if t.find_command and not _fixed_form(t.find_command):
+        forms = "; ".join(" ".join(f).replace("{}", "NAME") for f in sorted(FIND_COMMANDS))
+        raise c.fail(
+            f"{key}.find_command",
+            f"{shown_value(list(t.find_command))} is not one of the lookups the forge knows "
+            "(a probe never runs a command the repository names)",
+            f"use one of: {forms}",
+        )
+    if t.version_args not in VERSION_ARGS:
+        raise c.fail(
+            f"{key}.version_args",
+            f"{shown_value(list(t.version_args))} is not one of the fixed version queries",
+            "use one of: " + ", ".join(repr(list(a)) for a in sorted(VERSION_ARGS)),
+        )
+    for spec in t.python_dirs:
+        module, colon, _ = spec.partition(":")
+        package = spec.partition("/")[0]
+        ok = spec == "@scripts" or (
+            module in PYTHON_MODULES if colon else package.isidentifier() and ".." not in spec
+        )
+        if not ok:
+            raise c.fail(
+                f"{key}.python_dirs",
+                f"{spec[:60]!r} is not a wheel directory the forge may look in",
+                '"pkg/sub/dir", "@scripts", or "module:ATTR" for module '
+                + " or ".join(sorted(PYTHON_MODULES)),
+            )
+    for hint in t.hints:
+        if ".." in hint.split("/") or not (
+            re.match(r"^\$[A-Za-z_][A-Za-z0-9_]*(/|$)", hint) or hint.startswith(HINT_PREFIXES)
+        ):
+            raise c.fail(
+                f"{key}.hints",
+                f"{hint[:60]!r} is not a system prefix or an environment variable",
+                f'"$VAR/bin", or a directory under {", ".join(HINT_PREFIXES)}',
+            )
 
 
 # ----------------------------------------------------------------------------- probing

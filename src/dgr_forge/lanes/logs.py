@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from dgr_forge.core import proc
+from dgr_forge.core.urls import mask_text
 
 KEEP = 20  # logs kept per lane besides those a live report names
 
@@ -57,11 +58,13 @@ def run_logged(
     on_line: Callable[[str], None] | None = None,
 ) -> tuple[int, list[str]]:
     """Run, teeing stdout+stderr into the log; returns (exit code, all lines)."""
-    log.write(f"$ {shlex.join(cmd)}\n")  # exactly re-runnable (flags hold spaces)
+    # exactly re-runnable (flags hold spaces), credentials aside: a log holds no secret
+    log.write(mask_text(f"$ {shlex.join(cmd)}") + "\n")
     log.flush()
     lines: list[str] = []
 
     def each(line: str) -> None:
+        line = mask_text(line)  # a child's own words may carry a URL with a token
         log.write(line + "\n")
         lines.append(line)
         if on_line:

@@ -8,8 +8,10 @@ from dgr_forge.attest.certify import certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
 from dgr_forge.lanes.doctor import Doctor
+from dgr_forge.lanes.inputs import worker_identity
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.lanes.state import load_state
+from dgr_forge.lanes.worker import WorkerSpec
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
@@ -19,8 +21,9 @@ def matrix(
     recipes: dict[str, Recipe],
     doctor: Doctor,
     trusted: list[PublicKey] | None = None,
+    spec: WorkerSpec | None = None,
 ) -> list[dict[str, Any]]:
-    certs = certification_status(forge, recipes, m, trusted)
+    certs = certification_status(forge, recipes, m, trusted, worker_identity(spec))
     state = load_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():

@@ -8,25 +8,37 @@ CMake arguments and `inputs_digest()` names everything configure depends on.
 Path independence is decided here too: the workspace, the forge root and an outside
 worker are mapped to fixed names with `-ffile-prefix-map` (debug info, `__FILE__`), and
 build RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and
-a compiler cache hits across them.
+a compiler cache hits across them. The same maps hold for the relative names ccache's
+base directory rewriting gives the compiler (relative to the build directory), so a cached
+and an uncached build name every file alike.
+
+Launchers are the forge's alone: an upstream switch that auto-detects a compiler cache
+(llama.cpp's `GGML_CCACHE`, default ON) is pinned OFF (`launcher_switches`), and the forge
+passes its own launcher, or none; `genbuild` reads back what CMake generated.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_file, sha256_regular
 from dgr_forge.lanes import worker
 from dgr_forge.lanes.cache import OFF, CacheSetup
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
+
+MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
 
 # extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
 # uses exactly the binary `doctor` found
@@ -51,7 +63,7 @@ class LanePlan:
     ninja: str
     cache: CacheSetup
     compiler_args: tuple[str, ...]  # -DCMAKE_CUDA_COMPILER=... from probes
-    prefix_maps: tuple[tuple[Path, str], ...]  # (machine path, mapped name), general first
+    prefix_maps: tuple[tuple[str, str], ...]  # (old prefix, new prefix), general first
     spec: worker.WorkerSpec | None = None
     # every tool the recipe requires, where this host has it: a compiler that moved
     # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
@@ -100,17 +112,53 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     )
 
 
-def _prefix_maps(forge: Forge, spec: worker.WorkerSpec | None) -> tuple[tuple[Path, str], ...]:
+def _prefix_maps(
+    forge: Forge, spec: worker.WorkerSpec | None, build_dir: Path
+) -> tuple[tuple[str, str], ...]:
+    """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs.
+
+    Each machine path as given and as resolved, and as the build directory sees it: ccache
+    (CCACHE_BASEDIR) hands the compiler paths relative to the build directory, where
+    Ninja runs every command, so `../../src/x.c` must map where `<workspace>/src/x.c` does.
+    A file in the build directory itself becomes a bare relative name (`gen/x.c`): the
+    empty prefix maps it under the build directory's mapped name, and `/` (to itself)
+    keeps every other absolute path (system headers) as it is."""
     root, ws = forge.root.resolve(), forge.workspace.resolve()
-    # each path as given and as resolved: a compiler sees whichever CMake passes it
-    maps: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
-    maps += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
+    absolute: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
+    absolute += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
     if spec is not None and spec.url is None:
         src = spec.source_dir.resolve()
         if not src.is_relative_to(root) and not src.is_relative_to(ws):
-            maps.append((src, MAPPED_WORKER))
+            absolute.append((src, MAPPED_WORKER))
+    build = build_dir.resolve()
+    maps = {(str(path), name) for path, name in absolute}
+    for path, name in absolute:
+        if path == path.resolve():
+            maps.add((os.path.relpath(path, build), name))
+    maps |= {("", _mapped(build, absolute) + "/"), ("/", "/")}
     # GCC and Clang apply the *last* matching map: the most specific path goes last
-    return tuple(sorted(set(maps), key=lambda pm: (len(str(pm[0])), str(pm[0]))))
+    return tuple(sorted(maps, key=lambda pm: (len(pm[0]), pm[0])))
+
+
+def _mapped(path: Path, absolute: list[tuple[Path, str]]) -> str:
+    """`path` under the most specific map that holds it."""
+    best = max((p for p in absolute if path.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
+    rest = path.relative_to(best[0])
+    return best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
+
+
+# upstream switches that make it pick a compiler launcher on its own (llama.cpp's
+# GGML_CCACHE, LLAMA_CCACHE; USE_CCACHE, ENABLE_SCCACHE, ..._COMPILER_LAUNCHER elsewhere)
+_LAUNCHER_SWITCH = re.compile(r"\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*", re.I)
+
+
+def launcher_switches(src: Path) -> tuple[str, ...]:
+    """The cache variables `src` declares that auto-detect a launcher; `build` pins each
+    OFF (the forge passes its own launcher, or none). Deprecated aliases are left out."""
+    from dgr_forge.lanes.options import declared_options  # not on the no-op path
+
+    declared, renames = declared_options(src)
+    return tuple(sorted(n for n in declared if _LAUNCHER_SWITCH.fullmatch(n) and n not in renames))
 
 
 def plan_lane(
@@ -139,7 +187,7 @@ def plan_lane(
             for tool, var in COMPILER_VARS.items()
             if tool in recipe.tools and doctor.tool(tool).found
         ),
-        prefix_maps=_prefix_maps(forge, spec),
+        prefix_maps=_prefix_maps(forge, spec, forge.build_dir(recipe.name)),
         spec=spec,
         tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
     )
@@ -147,12 +195,15 @@ def plan_lane(
 
 def _flags(plan: LanePlan, lang: str) -> str:
     own = plan.recipe.cmake_options.get(f"CMAKE_{lang}_FLAGS", "")
-    maps = [f"-ffile-prefix-map={path}={name}" for path, name in plan.prefix_maps]
+    maps = [f"-ffile-prefix-map={old}={new}" for old, new in plan.prefix_maps]
     return " ".join([*([own] if own else []), *maps])
 
 
-def configure_args(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[str]:
-    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
+def configure_args(
+    forge: Forge, m: UpstreamManifest, plan: LanePlan, switches: tuple[str, ...] = ()
+) -> list[str]:
+    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD;
+    `switches` (`launcher_switches` of the tree) are pinned OFF."""
     spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
@@ -168,6 +219,7 @@ def configure_args(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[st
         if "GGML_HIP" in plan.recipe.cmake_options:
             languages.append("HIP")
         args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
+    args += [f"-D{name}=OFF" for name in switches]
     args += plan.compiler_args
     # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
     langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
@@ -192,18 +244,47 @@ def _file_digest(path: Path | None) -> str | None:
     return sha256_file(path) if path and path.is_file() else None
 
 
-def inputs_digest(forge: Forge, m: UpstreamManifest, plan: LanePlan, args: list[str]) -> str:
+def _module_digest(forge: Forge, path: Path) -> str:
+    """A committed CMake module's sha256: a regular file (a FIFO never blocks), bounded."""
+    return sha256_regular(
+        path,
+        what="CMake module",
+        hint="keep only the forge's .cmake files in cmake/",
+        limit=MAX_MODULE_BYTES,
+        shown=forge.rel(path),
+    )
+
+
+def inputs_digest(
+    forge: Forge,
+    m: UpstreamManifest,
+    plan: LanePlan,
+    args: list[str],
+    snap: Mapping[str, list[Any]] | None = None,
+) -> str:
     """Everything configure depends on; a change means reconfigure (worker *sources* are
     Ninja's business, only the worker's identity counts here). The cache tool is in the
-    arguments (its launcher); its mode changes no output byte and is left out."""
+    arguments (its launcher); its mode changes no output byte and is left out. File
+    digests come from `snap` (`lanes.inputs`, taken under the lock) when given."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path | None) -> str | None:
+        if snap is not None and path is not None:
+            stamp = snap.get(str(path))
+            return str(stamp[0]) if stamp else None
+        return _file_digest(path)
+
     data = {
         "forge": __version__,
-        "manifest": _file_digest(m.path),
+        "manifest": digest(m.path),
         "series": m.series_digest,
         "recipe": plan.recipe.sha256,
-        "toolchain": _file_digest(plan.toolchain_file),
-        "cmake_modules": {p.name: sha256_file(p) for p in modules},
+        "toolchain": digest(plan.toolchain_file),
+        # a module not in the snapshot (not a regular file): main's checked read refuses it
+        "cmake_modules": {
+            p.name: digest(p) if snap is not None and str(p) in snap else _module_digest(forge, p)
+            for p in modules
+        },
         "worker": plan.spec.identity if plan.spec else None,
         "cmake": plan.cmake,
         "tools": plan.tool_paths,

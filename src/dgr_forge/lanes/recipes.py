@@ -65,6 +65,41 @@ _FORGE_KEYS = re.compile(
     r"|CMAKE_EXPORT_COMPILE_COMMANDS|CMAKE_\w+_COMPILER(_LAUNCHER)?|CMAKE_CUDA_HOST_COMPILER"
     r"|CMAKE_PROJECT_\w*INCLUDES?(_BEFORE)?|CMAKE_USER_MAKE_RULES_OVERRIDE\w*|DGR_\w*"
 )
+# Variables that name a program the build runs (or a place programs are found), or make it
+# run one around each compile: programs belong in toolchains/, whose files are recorded;
+# a launcher is the forge's choice alone (`--cache`), the upstream's own cache switch too.
+_PROGRAM_KEYS = re.compile(
+    r"\w*_LAUNCHER|CMAKE_(?:\w+_)?(?:AR|RANLIB|LINKER|NM|OBJCOPY|OBJDUMP|STRIP|ADDR2LINE"
+    r"|READELF|DLLTOOL|MT)|CMAKE_\w*_(?:CLANG_TIDY|CPPCHECK|CPPLINT|INCLUDE_WHAT_YOU_USE"
+    r"|LINK_WHAT_YOU_USE)\w*|CMAKE_\w*LINKER_TYPE|CMAKE_\w+_USING_LINKER_\w+|CMAKE_SYSROOT\w*"
+    r"|CMAKE_CROSSCOMPILING_EMULATOR|CMAKE_(?:SYSTEM_)?PROGRAM_PATH|CMAKE_FIND_ROOT_PATH"
+    r"|\w*(?:CCACHE|SCCACHE)\w*"
+)
+# Flag variables: each value is one compiler/linker word, never a response file or a flag
+# that runs a program or reads a file the report does not record.
+_FLAG_KEYS = re.compile(r"CMAKE_\w*FLAGS\w*|\w+_FLAGS")
+_FILE_FLAGS = (
+    "@",
+    "-wrapper",
+    "-specs",
+    "--specs",
+    "-B",
+    "-fplugin",
+    "--sysroot",
+    "-isysroot",
+    "-imacros",
+    "-include",
+    "-iprefix",
+    "-iwithprefix",
+    "-fuse-ld",
+    "--ld-path",
+    "-Xlinker",
+    "-Wl,@",
+    "-Wl,-plugin",
+    "-Wl,--plugin",
+    "-fprofile-use",
+    "-fauto-profile",
+)
 TOOLCHAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # container image references and runner labels/tags: no whitespace, quotes or `$`
@@ -149,7 +184,25 @@ def load(path: Path, shown: str | None = None) -> Recipe:
                 "a recipe may not override it",
                 'remove it; choose a toolchain with lane.toolchain = "<name in toolchains/>"',
             )
+        if _PROGRAM_KEYS.fullmatch(key):
+            raise c.fail(
+                f"cmake.options.{key}",
+                "names a program the build would run (or where programs are found); the "
+                "report records programs only through toolchain files",
+                "remove it; set programs in a toolchain file under toolchains/ and name it "
+                'with lane.toolchain = "<name>" (a compiler cache: --cache)',
+            )
         options[key] = _option_value(shown, f"cmake.options.{key}", value)
+        if _FLAG_KEYS.fullmatch(key):  # (`@loader_path` elsewhere is an rpath, not a file)
+            for word in options[key].split(";"):
+                check_flag_word(shown, f"cmake.options.{key}", word)
+        if _FLAG_KEYS.fullmatch(key) and ";" in options[key]:
+            raise c.fail(
+                f"cmake.options.{key}",
+                "a list: CMake passes a flags variable to the shell as one string, where "
+                "';' separates commands",
+                "give one flag per flags variable",
+            )
 
     if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
         raise c.fail(
@@ -189,6 +242,19 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         gitlab_tags=_words(c, ci, "gitlab_tags", gitlab_default, _CI_WORD),
         packages=_words(c, ci, "packages", [], APT_PACKAGE),
     )
+
+
+def check_flag_word(shown: str, key: str, word: str) -> None:
+    """Exit 2 for a word that makes the compiler or linker read a file or run a program."""
+    bad = next((f for f in _FILE_FLAGS if word == f or word.startswith(f)), None)
+    if bad is not None:
+        raise _fail(
+            shown,
+            key,
+            f"{word[:40]!r}: {bad} makes the compiler or linker read a file or run a program "
+            "the report does not record",
+            "remove it; put programs and their settings in a toolchain file under toolchains/",
+        )
 
 
 def _words(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,10 +29,17 @@ if TYPE_CHECKING:
     from dgr_forge.attest.keys import Signer
 
 
+def _nonblocking(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW)
+
+
 def _file_fingerprint(kind: str, path: Path) -> str | None:
     try:
         st = os.stat(path, follow_symlinks=False)
-        data = path.read_bytes()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > 64 << 10:
+            return None  # a FIFO or device is never read here; the full path refuses it
+        with open(path, "rb", opener=_nonblocking) as f:
+            data = f.read(64 << 10)
     except OSError:
         return None  # the full path reports what is wrong
     h = hashlib.sha256(f"{kind}\0{path}\0{st.st_mode}\0{st.st_uid}\0".encode())

@@ -11,6 +11,7 @@ from typing import Any
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, write_json
+from dgr_forge.lanes import programs, stamps
 
 STATE_SCHEMA = 1
 # what `status` and `lanes` show of a last build; the rest is the evidence a reuse checks,
@@ -33,6 +34,8 @@ class LastBuild:
     byproducts: dict[str, str] = field(default_factory=dict)  # path -> sha256, as reported
     # path -> [size, mtime_ns, ctime_ns, inode, recorded_ns] when it last hashed true
     subject_stats: dict[str, list[int]] = field(default_factory=dict)
+    # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
+    input_digest: str | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> LastBuild | None:
@@ -46,7 +49,7 @@ class LastBuild:
         # a hand-edited or damaged file is no state, never a crash
         if not all(isinstance(getattr(last, k), str) for k in ("time", "log")):
             return None
-        for name in ("report", "report_sha256", "log_file", "phase", "signed_by"):
+        for name in ("report", "report_sha256", "log_file", "phase", "signed_by", "input_digest"):
             if not isinstance(getattr(last, name), str | None):
                 setattr(last, name, None)
         if not isinstance(last.signer_fingerprint, str | None):
@@ -72,6 +75,12 @@ class LaneState:
     head_commit: str | None = None
     source_date_epoch: int | None = None
     configured_at: str | None = None
+    # the upstream's launcher auto-detection switches at head_commit, pinned OFF
+    launcher_switches: list[str] = field(default_factory=list)
+    # every program configure resolved (`lanes.programs`): name -> path, version, stamp
+    programs: dict[str, Any] = field(default_factory=dict)
+    # the input files' stamps (`lanes.inputs`): path -> [sha256, size, mtime, ctime, ino, t]
+    input_stamps: dict[str, Any] = field(default_factory=dict)
     # set before configure/compile, cleared once the report is written: a run killed in
     # between never lets the next one hand back a report of other bytes
     in_progress: str | None = None
@@ -88,12 +97,17 @@ class LaneState:
         for name in ("inputs_digest", "head_commit", "configured_at", "in_progress"):
             value = data.get(name)
             setattr(state, name, value if isinstance(value, str) else None)
+        switches = data.get("launcher_switches")
+        if isinstance(switches, list) and all(isinstance(n, str) for n in switches):
+            state.launcher_switches = list(switches)
+        state.programs = programs.valid(data.get("programs"))
+        state.input_stamps = stamps.valid_map(data.get("input_stamps"))
         epoch = data.get("source_date_epoch")
         state.source_date_epoch = epoch if type(epoch) is int else None
         return state
 
     def as_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in asdict(self).items() if v is not None}
+        data = {k: v for k, v in asdict(self).items() if v is not None and v != [] and v != {}}
         last = data.pop("last_build", None)
         if last is not None:
             data["last_build"] = {k: last[k] for k in PUBLIC if last.get(k) is not None}

@@ -33,19 +33,42 @@ FORBIDDEN_ROOTS = ("/home",)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
+def _identities(root: str) -> set[tuple[int, int]]:
+    """(device, inode) of `root` and of every mount point that shows the same directory
+    (a bind mount of /home elsewhere, /home's file system mounted twice)."""
+    ids: set[tuple[int, int]] = set()
+    with suppress(OSError):
+        st = os.stat(root)
+        ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def _forbidden_ancestor(resolved: Path) -> str | None:
+    """The forbidden root that `resolved` (or the nearest existing directory above it) is
+    inside, compared by identity: a path string can be a bind mount of /home."""
+    ids = {root: _identities(root) for root in FORBIDDEN_ROOTS}
+    for candidate in (resolved, *resolved.parents):
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue  # not created yet: its parents decide
+        for root, found in ids.items():
+            if (st.st_dev, st.st_ino) in found:
+                return root
+    return None
+
+
 def check_destination(dest: Path) -> Path:
-    """The destination with symlinks resolved; BadInput if it is (or would be) under /home."""
+    """The destination with symlinks resolved; BadInput if it is (or would be) under /home,
+    by path or by identity (a bind mount of /home elsewhere is /home too)."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
     for root in FORBIDDEN_ROOTS:
         for form in {Path(root), Path(os.path.realpath(root))}:
             if resolved == form or resolved.is_relative_to(form):
-                raise BadInput(
-                    f"--dest {dest}: resolves to {resolved}, under {root}: model artifacts "
-                    f"are never stored under {root}",
-                    hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
-                    "(symlinks are followed, so a link into /home is refused too)",
-                    details={"dest": str(dest), "resolved": str(resolved)},
-                )
+                raise _under(dest, resolved, root, "")
+    root_hit = _forbidden_ancestor(resolved)
+    if root_hit is not None:
+        raise _under(dest, resolved, root_hit, f" (the same directory as {root_hit}: a mount)")
     if resolved.exists() and not resolved.is_dir():
         raise BadInput(
             f"--dest {dest}: {resolved} exists and is not a directory",
@@ -53,6 +76,17 @@ def check_destination(dest: Path) -> Path:
             details={"dest": str(dest)},
         )
     return resolved
+
+
+def _under(dest: Path, resolved: Path, root: str, how: str) -> BadInput:
+    return BadInput(
+        f"--dest {dest}: resolves to {resolved}, under {root}{how}: model artifacts "
+        f"are never stored under {root}",
+        hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
+        "(symlinks and mounts are followed, so a link or a bind mount of /home is refused "
+        "too)",
+        details={"dest": str(dest), "resolved": str(resolved)},
+    )
 
 
 def nearest_existing(path: Path) -> Path:
@@ -243,7 +277,9 @@ class DestDir:
             out.warn(f"{name} is {what}, not a partial download; removed it, starting over")
             self.unlink(name)
         try:
-            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=self.fd)
+            # 0600 until verified: another user never reads bytes that came from a
+            # source only this one may read
+            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self.fd)
         except FileExistsError:
             raise OperationFailed(
                 f"{self / name}: appeared while provision was creating it (another writer?)",

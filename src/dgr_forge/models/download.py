@@ -9,13 +9,17 @@ sha256 (hashed while streaming), then fsync + atomic rename. Every URL shown is 
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
+import http.client
 import math
 import os
+import socket
 import stat
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +27,10 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 import requests
+import requests.adapters
 import urllib3
+import urllib3.connection
+import urllib3.connectionpool
 
 from dgr_forge.core import fault
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -39,6 +46,110 @@ if TYPE_CHECKING:
 
 NET_CHUNK = 1 << 20
 TickFn = Callable[[int, str | None], None]
+# Interim responses (`100 Continue`) allowed before the real one: a server sending them
+# forever would otherwise hold the request before any timeout applies.
+MAX_INTERIM = 16
+
+# why this thread's last request was cut in the header phase (read by `_brief`)
+_HEADER_PHASE = threading.local()
+
+
+class _CappedResponse(http.client.HTTPResponse):
+    """http.client's response, counting the interim `100 Continue` responses it skips."""
+
+    def _read_status(self) -> tuple[str, int, str]:
+        version, status, reason = super()._read_status()  # type: ignore[misc]
+        if status == http.client.CONTINUE:
+            self._interim = getattr(self, "_interim", 0) + 1
+            if self._interim > MAX_INTERIM:
+                _HEADER_PHASE.why = f"more than {MAX_INTERIM} interim (1xx) responses"
+                raise http.client.HTTPException(_HEADER_PHASE.why)
+        return version, status, reason
+
+
+class _HeaderDeadline(urllib3.connection.HTTPConnection):
+    """A connection whose whole header phase (status line, interim responses, header
+    lines) must end within `header_deadline` seconds: the read timeout bounds each read
+    only, so a server trickling a header byte at a time would never trip it."""
+
+    header_deadline = 60.0
+    response_class = _CappedResponse
+
+    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
+        sock = self.sock
+        expired = threading.Event()
+
+        def cut() -> None:
+            expired.set()
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+
+        timer = threading.Timer(self.header_deadline, cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            response = super().getresponse()
+        except Exception:
+            if expired.is_set():
+                raise self._too_slow() from None
+            raise
+        finally:
+            timer.cancel()
+        if expired.is_set():  # cut mid-headers: what arrived is not a whole response
+            response.release_conn()
+            raise self._too_slow()
+        return response
+
+    def _too_slow(self) -> TimeoutError:
+        _HEADER_PHASE.why = (
+            f"no complete response headers within {self.header_deadline:g}s (DGR_ARTIFACTS_TIMEOUT)"
+        )
+        return TimeoutError(_HEADER_PHASE.why)
+
+
+class _HeaderDeadlineTLS(_HeaderDeadline, urllib3.connection.HTTPSConnection):
+    pass
+
+
+@functools.lru_cache(maxsize=8)
+def _pool_classes(deadline: float) -> dict[str, type[urllib3.connectionpool.HTTPConnectionPool]]:
+    plain = type("_Conn", (_HeaderDeadline,), {"header_deadline": deadline})
+    tls = type("_ConnTLS", (_HeaderDeadlineTLS,), {"header_deadline": deadline})
+    return {
+        "http": type(
+            "_Pool", (urllib3.connectionpool.HTTPConnectionPool,), {"ConnectionCls": plain}
+        ),
+        "https": type(
+            "_PoolTLS", (urllib3.connectionpool.HTTPSConnectionPool,), {"ConnectionCls": tls}
+        ),
+    }
+
+
+class _DeadlineAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter whose connections bound the header phase (see `_HeaderDeadline`)."""
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+        super().__init__()
+
+    def init_poolmanager(self, *args: object, **kwargs: object) -> None:
+        super().init_poolmanager(*args, **kwargs)  # type: ignore[arg-type]
+        self.poolmanager.pool_classes_by_scheme = _pool_classes(self._deadline)
+
+    def proxy_manager_for(self, proxy: str, **kwargs: object) -> urllib3.PoolManager:
+        manager: urllib3.PoolManager = super().proxy_manager_for(proxy, **kwargs)
+        if not proxy.lower().startswith("socks"):  # SOCKS pools bring their own connections
+            manager.pool_classes_by_scheme = _pool_classes(self._deadline)
+        return manager
+
+
+def http_session(deadline: float) -> requests.Session:
+    """A requests session whose every request (redirects too) has a header deadline."""
+    session = requests.Session()
+    adapter = _DeadlineAdapter(deadline)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
 
 def env_number(
@@ -116,6 +227,41 @@ def source_url(f: ModelFile, mirror: str | None) -> str:
     return models.file_url(mirror, f.name) if mirror else f.url
 
 
+FILE_ROOTS_ENV = "DGR_ARTIFACTS_FILE_ROOTS"
+
+
+def _file_path(url: str) -> Path:
+    return Path(url2pathname(unquote(urlsplit(url).path)))
+
+
+def check_file_sources(
+    files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
+) -> None:
+    """A `file://` URL reads this host's files with the rights of whoever provisions: the
+    manifest's author may name only files under a directory the operator allowed (the
+    --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
+    is looked at (not even its size) otherwise."""
+    roots: list[str] = []
+    if mirror is not None and urlsplit(mirror).scheme == "file":
+        roots.append(os.path.realpath(_file_path(mirror)))
+    for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
+        if entry.strip():
+            roots.append(os.path.realpath(Path(entry).expanduser()))
+    for f in files:
+        url = source_url(f, mirror)
+        if urlsplit(url).scheme != "file":
+            continue
+        real = os.path.realpath(_file_path(url))
+        if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            raise BadInput(
+                f"{shown_manifest}: {f.name}: the file URL {mask(url)} is outside the "
+                "directories allowed for file:// sources",
+                hint=f"pass --mirror DIR, or allow the directory with {FILE_ROOTS_ENV}=DIR "
+                "(a manifest may not read any file of this host on its own)",
+                details={"file": f.name, "variable": FILE_ROOTS_ENV},
+            )
+
+
 def check_mirror(mirror: str | None) -> str | None:
     """A mirror base URL; a plain directory path becomes a file:// URL."""
     if mirror is None:
@@ -176,7 +322,7 @@ class Downloader:
             self._provision(f, url, outcome, tick)
         except OperationFailed as err:
             outcome.status = "failed"
-            outcome.error = err.message
+            outcome.error = str(err)  # with its `fix:` line, as every failure is printed
             st = self.dest.lstat(part)
             if st is not None and st.st_size == 0 and stat.S_ISREG(st.st_mode):
                 self.dest.unlink(part)  # nothing worth resuming
@@ -244,9 +390,12 @@ class Downloader:
         self, f: ModelFile, url: str, shown: str, part: str, outcome: FileOutcome, tick: TickFn
     ) -> str:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
-        fd = self.dest.open_part(part, self.out)
+        fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            return self._fill(f, url, shown, part, fd, outcome, tick)
+            sha = self._fill(f, url, shown, part, fd, outcome, tick)
+            if sha == f.sha256:  # the model file it becomes is readable as usual
+                os.fchmod(fd, 0o644 & ~_umask())
+            return sha
         finally:
             os.close(fd)
 
@@ -303,7 +452,11 @@ class Downloader:
                     raise OperationFailed(
                         f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
                         f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                        hint="re-run provision: it resumes from the kept bytes",
+                        hint=(
+                            "check that the host is reachable from here (network, proxy, DNS)"
+                            " or pass --mirror URL, then re-run provision: it resumes from"
+                            " the kept bytes"
+                        ),
                     ) from None
                 outcome.retries += 1
                 delay = self.policy.delay(failures)
@@ -352,7 +505,11 @@ class Downloader:
         if state.have:
             headers["Range"] = f"bytes={state.have}-"
         timeout = (self.policy.connect_timeout, self.policy.read_timeout)
-        with requests.get(state.url, headers=headers, stream=True, timeout=timeout) as r:
+        _HEADER_PHASE.why = None
+        with (
+            http_session(self.policy.read_timeout) as session,
+            session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
+        ):
             self._read_response(state, r)
 
     def _read_response(self, state: _Stream, r: requests.Response) -> None:
@@ -405,22 +562,37 @@ class Downloader:
                 window_start, window_bytes = time.monotonic(), 0
 
     def _copy_file(self, state: _Stream) -> None:
-        src = Path(url2pathname(unquote(urlsplit(state.url).path)))
+        src = _file_path(state.url)
+        # opened first, sized on the descriptor: nothing (not even the size) is told
+        # about a file this user may not read; a FIFO or device never blocks or streams
         try:
-            size = src.stat().st_size
+            fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise OperationFailed(
                 f"{state.f.name}: {src} does not exist ({state.shown})",
                 hint="check the url in the manifest or the --mirror directory",
             ) from None
         except OSError as err:
-            raise _Retry(f"cannot stat {src}: {err.strerror}") from None
-        if size != state.f.size:
-            raise self._wrong_size(state, size)
+            raise OperationFailed(
+                f"{state.f.name}: cannot read {src} ({err.strerror})",
+                hint="provision as a user who may read the source, or fix the url",
+            ) from None
+        s = os.fdopen(fd, "rb")
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            s.close()
+            raise OperationFailed(
+                f"{state.f.name}: {src} is not a regular file ({state.shown})",
+                hint="point the url at the model file itself",
+            )
+        os.set_blocking(fd, True)
+        if st.st_size != state.f.size:
+            s.close()
+            raise self._wrong_size(state, st.st_size)
         try:
-            s = src.open("rb")
             s.seek(state.have)
         except OSError as err:
+            s.close()
             raise _Retry(f"reading {src}: {err.strerror}") from None
         with s:
             while True:
@@ -453,6 +625,16 @@ class Downloader:
         state.tick(len(chunk), None)
 
 
+@functools.cache
+def _umask() -> int:
+    """The process umask, read without changing it (os.umask would, for every thread)."""
+    with suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
+
+
 def _content_range(value: str) -> tuple[int | None, int | None]:
     """'bytes 10-99/100' -> (10, 100); 'bytes */100' -> (None, 100)."""
     try:
@@ -470,6 +652,10 @@ def _brief(err: BaseException) -> str:
     """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
     if isinstance(err, _Retry):
         return mask_text(str(err))
+    why = getattr(_HEADER_PHASE, "why", None)
+    if why:  # cut in the header phase: say why, not requests' nested text
+        _HEADER_PHASE.why = None
+        return str(why)
     if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
         return "timed out"
     if isinstance(err, requests.exceptions.ChunkedEncodingError | urllib3.exceptions.ProtocolError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,6 @@ from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import ProgressSink, Reporter
 
 if TYPE_CHECKING:
@@ -85,21 +85,52 @@ def hash_file(
         os.close(fd)
 
 
-class VerifiedCache:
-    """`<dest>/.dgr-verified.json`: files this tool hashed, keyed by an exact stat signature."""
+MAX_CACHE_BYTES = 16 << 20
+MAX_CACHE_DEPTH = 8  # {"files": {name: {field: value}}}: anything deeper is not ours
+_CACHE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
-    def __init__(self, dest: Path) -> None:
+
+class VerifiedCache:
+    """`<dest>/.dgr-verified.json`: files this tool hashed, keyed by an exact stat signature.
+
+    Only a cache: one that is missing, not a regular file (a planted FIFO or symlink),
+    too big, not JSON or nested deeper than ours is discarded, never fatal, never waited
+    on. It is read and written by name from the destination's held descriptor (`dir_fd`,
+    or one opened here), so a directory swapped for a symlink meanwhile is not written.
+    """
+
+    def __init__(self, dest: Path, dir_fd: int | None = None) -> None:
         self.path = dest / CACHE_FILE
         self._lock = threading.Lock()
         self.entries: dict[str, dict[str, Any]] = {}
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read(16 << 20).decode("utf-8"))  # bounded: only a cache
-            if isinstance(data, dict) and isinstance(data.get("files"), dict):
-                self.entries = {k: v for k, v in data["files"].items() if isinstance(v, dict)}
-        except (OSError, ValueError):
-            pass  # no cache, or a broken one: everything gets hashed
+        self._own_fd = dir_fd is None
+        self._dir_fd: int | None = dir_fd
+        if self._dir_fd is None:
+            with suppress(OSError):
+                self._dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        with suppress(OSError, ValueError, RecursionError):
+            self.entries = self._read()
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        if self._dir_fd is None:
+            return {}
+        fd = os.open(CACHE_FILE, _CACHE_OPEN, dir_fd=self._dir_fd)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
+                return {}
+            raw = f.read(MAX_CACHE_BYTES + 1)
+        if len(raw) > MAX_CACHE_BYTES or _nesting(raw) > MAX_CACHE_DEPTH:
+            return {}
+        data = json.loads(raw.decode("utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("files"), dict):
+            return {k: v for k, v in data["files"].items() if isinstance(v, dict)}
+        return {}
+
+    def close(self) -> None:
+        if self._own_fd and self._dir_fd is not None:
+            os.close(self._dir_fd)
+        self._dir_fd = None
 
     @staticmethod
     def signature(st: os.stat_result) -> dict[str, int]:
@@ -131,10 +162,57 @@ class VerifiedCache:
             self.entries.pop(name, None)
 
     def save(self) -> None:
+        """Write the cache (a new temp file renamed, in the held directory); then close."""
         with self._lock:
             text = json.dumps({"version": 1, "files": self.entries}, indent=1, sort_keys=True)
-        with suppress(OSError):  # only a speed-up; never fail a run over it
-            atomic_write_text(self.path, text + "\n")  # a new temp file renamed: no follow
+        try:
+            if self._dir_fd is not None:
+                with suppress(OSError):  # only a speed-up; never fail a run over it
+                    _write_in(self._dir_fd, CACHE_FILE, (text + "\n").encode())
+        finally:
+            self.close()
+
+
+def _nesting(raw: bytes) -> int:
+    """How deep brackets nest in JSON text (strings skipped): checked before json.loads,
+    which would recurse once per level."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for b in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif b == 0x5C:  # backslash
+                escaped = True
+            elif b == 0x22:
+                in_string = False
+        elif b == 0x22:
+            in_string = True
+        elif b in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif b in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+def _write_in(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically replace `name` inside the directory `dir_fd` (temp file + fsync + rename)."""
+    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    fd = os.open(
+        tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+        dir_fd=dir_fd,
+    )  # fmt: skip
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
 
 
 class Progress:

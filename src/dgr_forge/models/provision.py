@@ -23,6 +23,7 @@ from dgr_forge.models.download import (
     Downloader,
     FileOutcome,
     RetryPolicy,
+    check_file_sources,
     check_mirror,
     source_url,
 )
@@ -121,6 +122,7 @@ def provision(
     started = time.monotonic()
     policy = policy or RetryPolicy.from_env()
     mirror = check_mirror(mirror)
+    check_file_sources(m.files, mirror, m.shown)
     target = check_destination(dest)
     need, _ = check_space(target, m.files)
     target.mkdir(parents=True, exist_ok=True)
@@ -132,7 +134,7 @@ def provision(
             f"provisioning {m.name}: {len(m.files)} files, {human(m.total_size)}, "
             f"{human(need)} to download, into {target}"
         )
-        cache = VerifiedCache(target)
+        cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
         try:
             with out.progress(transfer=True) as sink:
                 progress = Progress(sink, m.total_size, "total")

@@ -100,6 +100,7 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
+    cache.close()
     checks = [
         FileCheck(f.name, f.size, not problems[f.name], problems[f.name], shas.get(target / f.name))
         for f in m.files

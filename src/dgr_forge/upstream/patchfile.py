@@ -63,10 +63,21 @@ class ParsedPatch:
         return [p for f in self.files for p in f.paths]
 
 
+class PatchSyntaxError(ValueError):
+    """A diff header git would not write (a bad quote or escape); `line` is 1-based."""
+
+    def __init__(self, problem: str, line: int = 0) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+
+
 def _unquote(raw: bytes) -> bytes:
     """Undo git's C-style quoting of a path ("a/t\\303\\251st")."""
     if not raw.startswith(b'"'):
         return raw
+    if len(raw) < 2 or not raw.rstrip(b"\r\n").endswith(b'"'):
+        raise PatchSyntaxError("a quoted path without its closing quote")
     out = bytearray()
     i = 1
     while i < len(raw) and raw[i] != ord('"'):
@@ -74,7 +85,13 @@ def _unquote(raw: bytes) -> bytes:
         if c == ord("\\") and i + 1 < len(raw):
             nxt = raw[i + 1]
             if 48 <= nxt <= 55:
-                out.append(int(raw[i + 1 : i + 4], 8) & 0xFF)
+                digits = raw[i + 1 : i + 4]
+                if len(digits) != 3 or any(not 48 <= d <= 55 for d in digits):
+                    raise PatchSyntaxError(
+                        f"bad octal escape \\{digits.decode('ascii', 'replace')!s} in a quoted "
+                        "path (git writes three octal digits)"
+                    )
+                out.append(int(digits, 8) & 0xFF)
                 i += 4
                 continue
             out.append(_ESCAPES.get(nxt, nxt))
@@ -101,9 +118,11 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
     """Paths from 'diff --git a/X b/Y' when no ---/+++ lines say it (mode-only, binary)."""
     rest = rest.rstrip(b"\n")
     if rest.startswith(b'"'):
-        end = rest.index(b'"', 1)
-        while rest[end - 1] == ord("\\"):
-            end = rest.index(b'"', end + 1)
+        end = rest.find(b'"', 1)
+        while end > 0 and rest[end - 1] == ord("\\"):
+            end = rest.find(b'"', end + 1)
+        if end < 0:
+            raise PatchSyntaxError("a quoted path without its closing quote")
         return _path(rest[: end + 1]), _path(rest[end + 2 :])
     n = len(rest)
     if (n - 5) % 2 == 0 and rest.startswith(b"a/"):
@@ -127,7 +146,17 @@ def _absolute(raw: bytes) -> str | None:
 
 
 def parse(data: bytes) -> ParsedPatch:
+    """The patch's headers and file diffs; a malformed diff header is `PatchSyntaxError`
+    naming its line."""
     lines = data.splitlines(keepends=True)
+    at = [0]  # the line being read, for a PatchSyntaxError
+    try:
+        return _parse(lines, at)
+    except PatchSyntaxError as err:
+        raise PatchSyntaxError(err.problem, at[0] + 1) from None
+
+
+def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
     headers: dict[str, str] = {}
     files: list[FileDiff] = []
     absolute: list[tuple[int, str]] = []
@@ -141,6 +170,7 @@ def parse(data: bytes) -> ParsedPatch:
     in_mail_header = True
     while i < len(lines):
         line = lines[i]
+        at[0] = i
         if in_mail_header:
             if line.strip() == b"":
                 in_mail_header = False
@@ -163,6 +193,7 @@ def parse(data: bytes) -> ParsedPatch:
             i += 1
             while i < len(lines) and not lines[i].startswith((b"diff --git ", b"@@ ")):
                 h = lines[i]
+                at[0] = i
                 if h.startswith(b"--- ") and not starts_trad:
                     note(i)
                     fd.old_path = _path(h[4:])
@@ -194,8 +225,9 @@ def parse(data: bytes) -> ParsedPatch:
                 i += 1
         else:
             note(i)
-            note(i + 1)
             fd.old_path = _path(line[4:])
+            at[0] = i + 1
+            note(i + 1)
             fd.new_path = _path(lines[i + 1][4:])
             fd.header += [line, lines[i + 1]]
             i += 2

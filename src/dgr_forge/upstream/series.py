@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.fsutil import read_regular, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
@@ -74,16 +74,17 @@ def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
     return datas
 
 
+MAX_PATCH_BYTES = 64 << 20  # far above any real patch; a FIFO or /dev/zero is refused
+
+
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
-    path = m.patch_path(entry)
-    try:
-        return path.read_bytes()
-    except OSError as err:
-        raise BadInput(
-            f"{m.patches_dir_rel}/{entry.file}: cannot read: {err.strerror}",
-            hint="restore the file, or remove its [[patches.series]] entry",
-            details={"file": f"{m.patches_dir_rel}/{entry.file}"},
-        ) from None
+    return read_regular(
+        m.patch_path(entry),
+        what="patch file",
+        hint="restore the file, or remove its [[patches.series]] entry",
+        limit=MAX_PATCH_BYTES,
+        shown=f"{m.patches_dir_rel}/{entry.file}",
+    )
 
 
 def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:
@@ -95,7 +96,15 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
     parsed: list[patchfile.ParsedPatch] = []
     for entry, data in zip(m.series, datas, strict=True):
         shown = f"{m.patches_dir_rel}/{entry.file}"
-        p = patchfile.parse(data)
+        try:
+            p = patchfile.parse(data)
+        except patchfile.PatchSyntaxError as err:
+            raise BadInput(
+                f"{shown}: line {err.line}: {err.problem}",
+                hint="regenerate the patch with `git format-patch` (or `dgr-forge export`); "
+                'git quotes a path as "a/..." with three-digit octal escapes',
+                details={"file": shown, "line": err.line},
+            ) from None
         for line, path in p.absolute:
             raise BadInput(
                 f"{shown}: line {line}: absolute path {path!r}",

@@ -49,6 +49,8 @@ class UpstreamStatus:
     shallow: bool = False
     interrupted: bool = False  # a fetch, checkout or patch was cut short; the next run ends it
     local_changes: list[LocalChange] = field(default_factory=list)
+    # ignored files in the tree (the forge's presets file left out): `build` refuses them
+    ignored: list[str] = field(default_factory=list)
     local_commits: list[str] = field(default_factory=list)  # "<id> <subject>", not the forge's
 
     @property
@@ -58,6 +60,7 @@ class UpstreamStatus:
             and self.tree_verified is not False
             and not self.interrupted
             and not self.local_changes
+            and not self.ignored
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +86,9 @@ def workspace_status(
         return st
     st.head = ws.head
     st.local_changes = ws.changes
+    from dgr_forge.upstream.trees import ignored  # what `build` refuses beyond git's changes
+
+    st.ignored = ignored(ws.src)
     st.shallow = ws.shallow
     st.interrupted = ws.interrupted
     st.pin_tree = pin_tree(ws, m.commit)

@@ -125,6 +125,7 @@ def dry_run(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "would be", "outcome"],
         [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+        empty="no patches to replay",
     )
     for r in rows:
         if r["outcome"] == "conflict":

@@ -217,6 +217,7 @@ def finish(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "now", "outcome"],
         [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+        empty="no patches replayed",
     )
     out_.info(summary(counts_of(rows)))
     out_.info(f"report: {report_md}")

@@ -1,0 +1,271 @@
+"""How the rendered CI installs dgr-forge: one step, the same in every job.
+
+Two cases, told apart by the forge root itself:
+
+* **the tool's own repository** (`pyproject.toml` names the project `dgr-forge` and
+  `src/dgr_forge/` is there): every job installs the checked-out tree with the toolchain
+  pinned by the repository's `constraints.txt` (`pip install -c constraints.txt .`). A
+  pull request's job holds no secret, and the signing job runs only on reviewed refs.
+* **any other forge root**: `ci/requirements.txt` pins dgr-forge by content, either an
+  exact commit of the tool's repository (`dgr-forge @ git+https://...@<40 hex>`) or a
+  fully hashed lock (every line with `--hash=sha256:...`; pip then checks every byte),
+  installed under `ci/constraints.txt`, the exact versions of dgr-forge's runtime
+  dependencies (cmake, ninja, ...) that `ci render --out` writes from the environment it
+  runs in. A bare `name==version` is refused: it names no bytes and, for dgr-forge, no
+  release on the package index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from dgr_forge import __version__
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.fsutil import atomic_write_text
+
+REQUIREMENTS = "ci/requirements.txt"
+CI_CONSTRAINTS = "ci/constraints.txt"
+SELF_CONSTRAINTS = "constraints.txt"
+MAX_BYTES = 64 * 1024
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?"
+_HASHES = r"(\s+--hash=sha256:[0-9a-f]{64})+"
+# an exact commit of a git repository: the bytes are the commit's
+_GIT_PIN = re.compile(_NAME + r"\s*@\s*git\+(https|ssh|file)://[^\s@#;]+(@[^\s@#;]+)?@[0-9a-f]{40}")
+# name==version or name @ https://...: pinned by content only with --hash
+_HASHED_PIN = re.compile(_NAME + r"(==[A-Za-z0-9.+!_-]+|\s*@\s*https://[^\s#;]+)" + _HASHES)
+_EXACT = re.compile(_NAME + r"==[A-Za-z0-9.+!_-]+")
+
+
+@dataclass(frozen=True)
+class Install:
+    """What the rendered install step runs, and the files it reads."""
+
+    mode: str  # "checkout" (the tool's own repository) or "requirements"
+    requirements: str | None  # ci/requirements.txt in "requirements" mode
+    constraints: str  # constraints.txt or ci/constraints.txt
+    exists: bool  # every file the step reads is there
+    hashes: bool  # every requirement carries --hash: pip runs with --require-hashes
+    missing: tuple[str, ...] = ()
+
+    @property
+    def args(self) -> str:
+        """pip install's arguments, as the step writes them (no user value in them)."""
+        if self.mode == "checkout":
+            return f"-c {self.constraints} ."
+        hashes = "--require-hashes " if self.hashes else ""
+        return f"{hashes}-c {self.constraints} -r {self.requirements}"
+
+
+def is_tool_repository(root: Path) -> bool:
+    """The forge root is dgr-forge's own repository: its pyproject.toml names the project
+    `dgr-forge` and the package's sources are in src/dgr_forge/."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file() or not (root / "src" / "dgr_forge" / "__init__.py").is_file():
+        return False
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return False
+    project = data.get("project")
+    name = project.get("name") if isinstance(project, dict) else None
+    return isinstance(name, str) and re.sub(r"[-_.]+", "-", name).lower() == "dgr-forge"
+
+
+def _read(root: Path, rel: str) -> list[str] | None:
+    """The file's lines (continuations joined), None when it does not exist."""
+    path = root / rel
+    if path.parent.is_symlink() or path.is_symlink() or (path.exists() and not path.is_file()):
+        # read or written through a planted link, it would pin whatever the link points at
+        raise BadInput(f"{rel}: not a regular file", hint="commit a plain file")
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)  # bounded: a huge file is refused, not loaded
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise BadInput(f"{rel}: cannot read: {err.strerror}", hint="check it") from None
+    if len(raw) > MAX_BYTES:
+        raise BadInput(f"{rel}: larger than 64 KiB", hint="pin only what CI installs")
+    return raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
+
+
+def _bodies(lines: list[str]) -> list[tuple[int, str]]:
+    found = []
+    for number, line in enumerate(lines, 1):
+        body = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if body:
+            found.append((number, body))
+    return found
+
+
+TOOLCHAIN = ("cmake", "ninja")
+
+
+def _check_constraints(rel: str, lines: list[str]) -> None:
+    """Only exact `name==version` lines (a constraint that floats pins nothing), and the
+    build toolchain among them: a report names the exact cmake and ninja it built with."""
+    pinned = set()
+    for number, body in _bodies(lines):
+        if not _EXACT.fullmatch(body):
+            raise BadInput(
+                f"{rel}:{number}: {body[:60]!r} is not an exact pin",
+                hint="write name==version, one per line (ci render --out writes the file)",
+                details={"file": rel, "line": number},
+            )
+        pinned.add(_canonical(body.split("==", 1)[0].split("[", 1)[0]))
+    missing = [tool for tool in TOOLCHAIN if tool not in pinned]
+    if missing:
+        raise BadInput(
+            f"{rel}: does not pin {' or '.join(missing)}: the toolchain CI builds with",
+            hint=f"add {'==<version> and '.join(missing)}==<version> (what a report names)",
+            details={"file": rel},
+        )
+
+
+PIN_HINT = (
+    "pin dgr-forge by content: `dgr-forge @ git+https://<the tool's repository>@<40-hex "
+    "commit>`, or a lock with --hash=sha256:... on every line"
+)
+
+
+def _check_requirements(lines: list[str]) -> bool:
+    """Every line pinned by content; True when they are hashes (pip --require-hashes)."""
+    found = _bodies(lines)
+    if not found:
+        raise BadInput(f"{REQUIREMENTS}: pins nothing", hint=PIN_HINT)
+    hashed = 0
+    for number, body in found:
+        if _HASHED_PIN.fullmatch(body):
+            hashed += 1
+        elif not _GIT_PIN.fullmatch(body):
+            raise BadInput(
+                f"{REQUIREMENTS}:{number}: {body[:60]!r} is not pinned by content",
+                hint=PIN_HINT,
+                details={"file": REQUIREMENTS, "line": number},
+            )
+    if hashed and hashed != len(found):
+        raise BadInput(
+            f"{REQUIREMENTS}: some lines have --hash and some do not",
+            hint="pip checks hashes for all lines or none: hash every line, or pin by commit",
+            details={"file": REQUIREMENTS},
+        )
+    return hashed == len(found)
+
+
+def install(root: Path) -> Install:
+    """How CI installs dgr-forge for this forge root (files checked, none written)."""
+    if is_tool_repository(root):
+        lines = _read(root, SELF_CONSTRAINTS)
+        if lines is not None:
+            _check_constraints(SELF_CONSTRAINTS, lines)
+        missing: tuple[str, ...] = () if lines is not None else (SELF_CONSTRAINTS,)
+        return Install("checkout", None, SELF_CONSTRAINTS, not missing, False, missing)
+    reqs = _read(root, REQUIREMENTS)
+    hashes = _check_requirements(reqs) if reqs is not None else False
+    cons = _read(root, CI_CONSTRAINTS)
+    if cons is not None:
+        _check_constraints(CI_CONSTRAINTS, cons)
+    missing = tuple(
+        rel for rel, lines in ((REQUIREMENTS, reqs), (CI_CONSTRAINTS, cons)) if lines is None
+    )
+    return Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, not missing, hashes, missing)
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    try:
+        (root / "ci").mkdir(exist_ok=True)
+        atomic_write_text(root / rel, text, mode=0o644)
+    except OSError as err:
+        raise BadInput(
+            f"{rel}: cannot write: {err.strerror}", hint="check the forge root"
+        ) from None
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def runtime_pins() -> list[str]:
+    """`name==version` of every installed distribution dgr-forge needs at run time (its
+    requirements, recursively, without extras): the toolchain this dgr-forge runs with."""
+    seen: dict[str, str] = {}
+    todo = ["dgr-forge"]
+    while todo:
+        name = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            continue  # not installed here: its marker excluded it
+        for req in dist.requires or []:
+            if re.search(r"\bextra\s*==", req):
+                continue
+            match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+            if match and _canonical(match.group(0)) not in seen:
+                try:
+                    version = metadata.version(match.group(0))
+                except metadata.PackageNotFoundError:
+                    continue
+                seen[_canonical(match.group(0))] = f"{match.group(0)}=={version}"
+                todo.append(match.group(0))
+    return sorted(seen.values(), key=str.lower)
+
+
+def _direct_pin() -> str | None:
+    """`dgr-forge @ git+URL@COMMIT` when this dgr-forge was installed from a git commit."""
+    try:
+        text = metadata.distribution("dgr-forge").read_text("direct_url.json")
+        data = json.loads(text or "null")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    vcs = data.get("vcs_info")
+    url = data.get("url")
+    if not (isinstance(vcs, dict) and vcs.get("vcs") == "git" and isinstance(url, str)):
+        return None
+    commit = vcs.get("commit_id")
+    line = f"dgr-forge @ git+{url}@{commit}"
+    return line if isinstance(commit, str) and _GIT_PIN.fullmatch(line) else None
+
+
+def write_missing(root: Path, current: Install) -> list[str]:
+    """For a forge root that is not the tool's repository, write what CI needs and can be
+    known here: ci/constraints.txt (this environment's runtime pins) and, when this
+    dgr-forge came from a git commit, ci/requirements.txt pinning that commit. Never
+    overwrites; returns the files written."""
+    if current.mode != "requirements":
+        return []
+    written: list[str] = []
+    if CI_CONSTRAINTS in current.missing:
+        pins = runtime_pins()
+        if not pins:
+            raise OperationFailed(
+                f"{CI_CONSTRAINTS}: cannot tell this dgr-forge's runtime dependencies (it is "
+                "not installed as a distribution)",
+                hint=f"install dgr-forge with pip and re-run, or write {CI_CONSTRAINTS} "
+                "(name==version lines, cmake and ninja among them)",
+            )
+        text = (
+            f"# The toolchain CI installs dgr-forge with (written by dgr-forge {__version__}'s\n"
+            "# `ci render` from the environment it ran in): exact versions only; a report\n"
+            "# names the cmake and ninja it built with. Change it deliberately.\n"
+            + "".join(f"{pin}\n" for pin in pins)
+        )
+        _write(root, CI_CONSTRAINTS, text)
+        written.append(CI_CONSTRAINTS)
+    pin = _direct_pin()
+    if REQUIREMENTS in current.missing and pin is not None:
+        text = (
+            "# dgr-forge for CI, pinned by content: an exact commit of the tool's repository\n"
+            "# (or a lock with --hash=sha256:... on every line). Change it deliberately.\n"
+            f"{pin}\n"
+        )
+        _write(root, REQUIREMENTS, text)
+        written.append(REQUIREMENTS)
+    return written

@@ -1,0 +1,102 @@
+"""What CMake generated, read back: which launchers the Ninja rules really run (issue 20).
+
+The report names the launcher found here, never the one asked for: an upstream can set
+`RULE_LAUNCH_COMPILE` / `RULE_LAUNCH_LINK` itself (ggml does, to ccache, whenever it finds
+one), a toolchain file can set `CMAKE_<LANG>_COMPILER_LAUNCHER` or a linker launcher, and a
+`CODE_CHECK` (clang-tidy, cppcheck, iwyu) runs a program around each compile.
+
+* compile rules (`<LANG>_COMPILER__...`): whatever precedes `${LAUNCHER}`;
+* link rules (`..._LINKER__...`): in each `&&` step, what precedes the first program CMake
+  itself resolved (compilers, archiver, linker, ranlib, cmake: CMakeCache.txt);
+* build statements: every `LAUNCHER = ...` and `CODE_CHECK = ...` value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dgr_forge.core.errors import OperationFailed
+
+_RULE = re.compile(r"^rule (\S+)\n((?:[ \t]+.*\n?)*)", re.M)
+_COMMAND = re.compile(r"^\s+command = (.*)$", re.M)
+_VAR = re.compile(r"^\s+(LAUNCHER|CODE_CHECK) = (.*)$", re.M)
+# CMakeCache.txt entries that name a program CMake resolved for the rules
+_PROGRAM = re.compile(
+    r"^(CMAKE_(?:\w+_)?(?:COMPILER|AR|RANLIB|LINKER|COMMAND|NM|OBJCOPY|OBJDUMP|STRIP|MT"
+    r"|ADDR2LINE|DLLTOOL|READELF)):[A-Z]+=(.+)$",
+    re.M,
+)
+_SKIP = ("$PRE_LINK", "$POST_BUILD", ":", "")
+
+
+@dataclass
+class Launchers:
+    compile: set[str] = field(default_factory=set)  # around compiles
+    link: set[str] = field(default_factory=set)  # around link / archive steps
+    code_check: set[str] = field(default_factory=set)
+
+    def single(self) -> str | None:
+        """The one compile launcher, None when there is none."""
+        return next(iter(self.compile)) if len(self.compile) == 1 else None
+
+    def problems(self, chosen: str | None) -> list[str]:
+        """How this differs from the forge's choice (`chosen`, or None for no launcher)."""
+        out = []
+        want = {chosen} if chosen else set()
+        if self.compile != want:
+            found = ", ".join(sorted(self.compile)) or "none"
+            out.append(f"compiles run through {found}, the forge chose {chosen or 'none'}")
+        if self.link:
+            out.append(f"link steps run through {', '.join(sorted(self.link))}")
+        if self.code_check:
+            out.append(f"compiles run a code check: {', '.join(sorted(self.code_check))}")
+        return out
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as err:
+        raise OperationFailed(
+            f"{path}: unreadable after configure ({err.strerror})",
+            hint="delete the lane's build directory and build again",
+        ) from None
+
+
+def programs(build_dir: Path) -> dict[str, str]:
+    """CMakeCache.txt's program entries (CMAKE_C_COMPILER, CMAKE_AR, ...): name -> path."""
+    text = _read(build_dir / "CMakeCache.txt")
+    return {m.group(1): m.group(2).strip() for m in _PROGRAM.finditer(text) if m.group(2).strip()}
+
+
+def read_launchers(build_dir: Path) -> Launchers:
+    found = Launchers()
+    rules = _read(build_dir / "CMakeFiles" / "rules.ninja")
+    known = {p for p in programs(build_dir).values() if p.startswith("/")}
+    for match in _RULE.finditer(rules):
+        name, body = match.group(1), match.group(2)
+        command = _COMMAND.search(body)
+        if command is None:
+            continue
+        text = command.group(1)
+        if "_COMPILER__" in name:
+            head = text.split("${LAUNCHER}", 1)[0].strip() if "${LAUNCHER}" in text else ""
+            if head:
+                found.compile.add(head)
+        elif "_LINKER__" in name:
+            for step in text.split(" && "):
+                step = step.replace("${LAUNCHER}", "").strip()
+                if step in _SKIP:
+                    continue
+                at = [step.find(p) for p in known if step.find(p) >= 0]
+                head = step[: min(at)].strip() if at else step.split(" ", 1)[0]
+                if head:
+                    found.link.add(head)
+    build = _read(build_dir / "build.ninja")
+    for match in _VAR.finditer(build):
+        value = match.group(2).strip()
+        if value:
+            (found.compile if match.group(1) == "LAUNCHER" else found.code_check).add(value)
+    return found

@@ -1,0 +1,120 @@
+"""A lane's inputs as one snapshot, taken under the workspace lock before configure.
+
+The manifest, the patch files, the recipe, the toolchain file, the host probes, the
+forge's `cmake/` modules and a path worker's tree are stamped (`stamps`) once; the report
+records those digests, and the same files are checked again before the report is
+written: one that changed while the build ran (an edited toolchain file, an `export` from
+another workspace) means no report (exit 1 naming it), never a digest configure did not
+read. The stamps are kept in state.json so a no-op re-reads only what was touched.
+
+`whole_digest()` is the lane's whole input: the configure digest, every file's content,
+the patched tree, the worker's commit, every program's sha256. A report is reused only
+when it is the one recorded with the last report (content, never mtimes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
+from dgr_forge.core.urls import mask
+from dgr_forge.lanes import stamps
+from dgr_forge.upstream import trees
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.lanes.worker import WorkerSpec
+    from dgr_forge.upstream.manifest import UpstreamManifest
+
+MAX_WORKER_FILES = 100_000  # a path worker's tree; beyond it, point --worker elsewhere
+_SKIP_DIRS = {".git", ".dgr", "__pycache__"}
+
+
+def _worker_files(top: Path) -> Iterable[Path]:
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(top):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            presets = name == trees.PRESETS and dirpath == str(top)
+            if presets and trees.forge_presets(top / name):  # the forge's, for IDEs: inert
+                continue
+            count += 1
+            if count > MAX_WORKER_FILES:
+                raise OperationFailed(
+                    f"worker {top}: more than {MAX_WORKER_FILES} files",
+                    hint="point --worker at the worker's CMake project, not a directory "
+                    "holding build output",
+                )
+            yield Path(dirpath) / name
+
+
+def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]:
+    files = [m.path, plan.recipe.path]
+    files += [forge.root / m.patches_dir_rel / e.file for e in m.series]
+    if plan.toolchain_file is not None:
+        files.append(plan.toolchain_file)
+    files.append(forge.toolchains_dir / "probes.toml")
+    if forge.cmake_dir.is_dir():
+        files += sorted(forge.cmake_dir.glob("*.cmake"))
+    spec = plan.spec
+    if spec is not None and spec.url is None:
+        files += list(_worker_files(spec.source_dir))
+    return files
+
+
+def snapshot(
+    forge: Forge, m: UpstreamManifest, plan: LanePlan, known: dict[str, stamps.Stamp]
+) -> dict[str, stamps.Stamp]:
+    """path -> stamp of every input file now (a missing file is simply not there)."""
+    out: dict[str, stamps.Stamp] = {}
+    for path in input_files(forge, m, plan):
+        key = str(path)
+        stamp = stamps.stamp(path, known.get(key))
+        if stamp is not None:
+            out[key] = stamp
+    return out
+
+
+def digest_of(snap: dict[str, stamps.Stamp], path: Path | None) -> str | None:
+    if path is None:
+        return None
+    stamp = snap.get(str(path))
+    return str(stamp[0]) if stamp else None
+
+
+def whole_digest(
+    configure_digest: str,
+    snap: dict[str, stamps.Stamp],
+    head: str,
+    worker_commit: str | None,
+    programs: dict[str, dict[str, Any]],
+) -> str:
+    data = {
+        "configure": configure_digest,
+        "files": {path: s[0] for path, s in sorted(snap.items())},
+        "head": head,
+        "worker": worker_commit,
+        "programs": {name: p["stamp"][0] for name, p in sorted(programs.items())},
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
+    """What a certification binds of the worker: a git worker's URL (masked) and commit,
+    a path worker's location and the digest of its files (`(path, sha256)` lines)."""
+    if spec is None:
+        return None
+    if spec.url is not None:
+        return {"location": mask(spec.url), "commit": spec.commit}
+    lines = "".join(
+        f"{p.relative_to(spec.source_dir).as_posix()} {sha256_file(p)}\n"
+        for p in _worker_files(spec.source_dir)
+    )
+    return {"location": spec.location, "tree": sha256_bytes(lines.encode())}

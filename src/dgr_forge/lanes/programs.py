@@ -1,0 +1,198 @@
+"""Every program a lane's build runs, as configure resolved it (issue 20 #4).
+
+After configure: the compilers, archiver, ranlib, linker and the other programs CMake
+put in its cache (`genbuild.programs`), each compiler's own programs as GCC resolves
+them through its driver (`-print-prog-name`: cc1/cc1plus, as, collect2, ld), and the
+launcher, each by resolved path, version and a `stamps` stamp. A change of any of them
+since configure (a compiler replaced at the same path) means a fresh configure and a full
+rebuild of the lane, never objects of two compilers in one binary; a change during the
+build means no report.
+
+Hashing a compiler proper is ~70 MB (cc1 + cc1plus): `start()` does it on worker threads
+while Ninja compiles, from stat records taken when configure ended; a file whose stat moved
+meanwhile is recorded as changed, never as what it became.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core import proc
+from dgr_forge.lanes import genbuild, stamps
+
+# what each GCC driver runs: its compiler proper, assembler and linker
+_INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
+# what the build runs besides the compilers (the File API gives their versions); the
+# other binutils CMake finds (nm, objcopy, strip, ...) are not run by a build
+_VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
+CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
+
+
+def _run_first_line(cmd: list[str]) -> str:
+    try:
+        done = proc.capture(cmd, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    text = (done.stdout or done.stderr or "").strip()
+    return text.splitlines()[0][:200] if done.returncode == 0 and text else ""
+
+
+def _probe_key(cmd: list[str]) -> str | None:
+    """A program's answer is kept per exact file (its stat record) and argument."""
+    try:
+        real = os.path.realpath(cmd[0])
+        st = os.stat(real)
+    except OSError:
+        return None
+    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{cmd[1]}"
+
+
+_PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
+
+
+def _first_line(cmd: list[str]) -> str:
+    key = _probe_key(cmd)
+    if key is not None and key in _PROBES:
+        return _PROBES[key]
+    line = _run_first_line(cmd)
+    if key is not None:
+        _PROBES[key] = line
+    return line
+
+
+def _internal(compiler: str, lang: str) -> dict[str, str]:
+    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none).
+    One driver call finds its compiler proper; collect2, as and ld are looked up where the
+    driver looks: beside it, then PATH."""
+    proper = _INTERNAL.get(lang, ())
+    if not proper:
+        return {}
+    found = _first_line([compiler, f"-print-prog-name={proper[0]}"])
+    if not found.startswith("/") or not os.path.isfile(found):
+        return {}
+    out = {proper[0]: found}
+    libexec = os.path.dirname(found)
+    for name in _INTERNAL[""]:
+        beside = os.path.join(libexec, name)
+        where = beside if os.path.isfile(beside) else shutil.which(name)
+        if where:
+            out[name] = where
+    return out
+
+
+def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]]:
+    """name -> (path as CMake has it, version) for every program the build runs."""
+    cache = genbuild.programs(build_dir)
+    found: dict[str, tuple[str, str]] = {}
+    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        versions = {
+            v: pool.submit(_first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
+        }
+        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
+        for var, path in sorted(compilers.items()):
+            if os.path.isabs(path):
+                found[var] = (path, "")
+        for var, future in sorted(versions.items()):
+            if os.path.isabs(cache[var]):
+                found[var] = (cache[var], future.result())
+        for var, pending in sorted(internal.items()):
+            for name, path in pending.result().items():
+                found.setdefault(f"{var}:{name}", (path, ""))
+    if launcher:
+        found["launcher"] = (launcher, "")
+    return found
+
+
+def start(
+    build_dir: Path, launcher: str | None, host: Path | None = None
+) -> Future[dict[str, dict[str, Any]]]:
+    """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
+    what CMake resolved are taken now, before anything else runs. `host`: the directory of
+    the stamps shared between builds (the forge's cache directory; None: none kept)."""
+    early = {}
+    for path in genbuild.programs(build_dir).values():
+        real = os.path.realpath(path)
+        try:
+            early[real] = os.stat(real)
+        except OSError:
+            continue
+    pool = ThreadPoolExecutor(max_workers=1)
+    future = pool.submit(snapshot, build_dir, launcher, early, host)
+    pool.shutdown(wait=False)
+    return future
+
+
+def snapshot(
+    build_dir: Path,
+    launcher: str | None,
+    early: dict[str, os.stat_result] | None = None,
+    host_dir: Path | None = None,
+) -> dict[str, dict[str, Any]]:
+    """name -> {path (resolved), as, version, stamp} for every program of the lane. With
+    `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    _PROBES.update(stamps.load_host_probes(host_dir))
+    found = _resolve(build_dir, launcher)
+    stamps.save_host_probes(host_dir, dict(_PROBES))
+    real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
+    host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        stamped = {
+            p: pool.submit(stamps.stamp, Path(p), host.get(p)) for p in sorted(set(real.values()))
+        }
+        done = {p: f.result() for p, f in stamped.items()}
+    stamps.save_host(
+        host_dir, {p: s for p, s in done.items() if s is not None and s != host.get(p)}
+    )
+    out: dict[str, dict[str, Any]] = {}
+    for name, (path, version) in sorted(found.items()):
+        stamp = done[real[name]]
+        if stamp is None:
+            continue
+        before = (early or {}).get(real[name])
+        seen = (
+            [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
+            if before
+            else None
+        )
+        if seen is not None and seen != stamp[1:5]:
+            stamp = [CHANGED, *seen, stamp[5]]
+        out[name] = {"path": real[name], "as": path, "version": version, "stamp": stamp}
+    return out
+
+
+def changed(programs: dict[str, dict[str, Any]]) -> list[str]:
+    """Names of the programs whose file is no longer what was recorded (or that moved
+    while they were being hashed)."""
+    known = {p["path"]: p["stamp"] for p in programs.values()}
+    gone = set(stamps.changed(known))
+    return [name for name, p in programs.items() if p["path"] in gone or p["stamp"][0] == CHANGED]
+
+
+def refresh(programs: dict[str, dict[str, Any]]) -> None:
+    """Re-stamp in place (a settled, non-racy stamp makes the next check cheap)."""
+    for p in programs.values():
+        new = stamps.stamp(Path(p["path"]), p["stamp"])
+        if new is not None and new[0] == p["stamp"][0]:
+            p["stamp"] = new
+
+
+def valid(data: Any) -> dict[str, dict[str, Any]]:
+    """The programs record read from state.json; malformed entries dropped."""
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for name, p in data.items():
+        if (
+            isinstance(p, dict)
+            and isinstance(p.get("path"), str)
+            and isinstance(p.get("version", ""), str)
+            and stamps.valid_map({"x": p.get("stamp")})
+        ):
+            out[str(name)] = p
+    return out

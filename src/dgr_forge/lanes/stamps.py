@@ -1,0 +1,135 @@
+"""File stamps: a file's sha256 with the stat record it was hashed under (issue 20).
+
+A stamp is re-used without reading the file only when (size, mtime, ctime, inode) are
+exactly those recorded and the record is not racy (taken more than `RACY_NS` after the
+file's ctime). Any write changes ctime, which no user process can set back, so an edit
+that keeps the old mtime (`touch -d`, a checkout of an old commit, `cp -p`) is re-hashed:
+content decides, never mtime alone. The check git's index makes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+
+RACY_NS = 50_000_000
+Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
+
+
+def _valid(stamp: Any) -> bool:
+    return (
+        isinstance(stamp, list)
+        and len(stamp) == 6
+        and isinstance(stamp[0], str)
+        and all(type(n) is int for n in stamp[1:])
+    )
+
+
+def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
+    """The file's stamp (None when it is missing or not a file); `known` is re-used when
+    the file's stat record still matches it."""
+    taken = time.time_ns()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if not os.path.isfile(path):
+        return None
+    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    if settled and known is not None and known[1:5] == seen:
+        return known
+    digest = sha256_file(path)
+    return [digest, *seen, taken]
+
+
+def restamp(stamps: dict[str, Stamp]) -> dict[str, Stamp]:
+    """Every path of `stamps` stamped again (missing files left out)."""
+    out = {}
+    for path, known in stamps.items():
+        new = stamp(Path(path), known)
+        if new is not None:
+            out[path] = new
+    return out
+
+
+def changed(stamps: dict[str, Stamp]) -> list[str]:
+    """Paths whose content is no longer what `stamps` recorded (or that are gone)."""
+    out = []
+    for path, known in stamps.items():
+        new = stamp(Path(path), known)
+        if new is None or new[0] != known[0]:
+            out.append(path)
+    return out
+
+
+def valid_map(data: Any) -> dict[str, Stamp]:
+    """A stamps mapping read from state.json; anything malformed is dropped."""
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and _valid(v)}
+
+
+# ----------------------------------------------------------------------------- host cache
+
+_HOST_MAX = 512  # entries: programs of a few toolchains
+
+
+def host_cache_file(base: Path) -> Path:
+    """Stamps of programs (compilers: ~70 MB to hash), shared by the builds that share
+    `base`: the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), never
+    the home directory of whoever runs the build (issue 25 #4)."""
+    return base / "program-stamps.json"
+
+
+def load_host(base: Path | None) -> dict[str, Stamp]:
+    if base is None:
+        return {}
+    try:
+        with host_cache_file(base).open("rb") as fh:
+            data = fh.read(1 << 20)
+        return valid_map(json.loads(data))
+    except (OSError, ValueError):
+        return {}
+
+
+def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
+    """Merge `new` into the host cache (best effort: an unwritable directory changes nothing)."""
+    if base is None or not new:
+        return
+    merged = {**load_host(base), **new}
+    keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
+    with contextlib.suppress(OSError):
+        atomic_write_text(host_cache_file(base), json.dumps(keep, sort_keys=True))
+
+
+def _probes_file(base: Path) -> Path:
+    return base / "program-probes.json"
+
+
+def load_host_probes(base: Path | None) -> dict[str, str]:
+    """Programs' `--version` / `-print-prog-name` answers, keyed by file stat and argument."""
+    if base is None:
+        return {}
+    try:
+        with _probes_file(base).open("rb") as fh:
+            data = json.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def save_host_probes(base: Path | None, probes: dict[str, str]) -> None:
+    if base is None or probes == load_host_probes(base):
+        return
+    keep = dict(list(probes.items())[-_HOST_MAX:])
+    with contextlib.suppress(OSError):
+        atomic_write_text(_probes_file(base), json.dumps(keep, sort_keys=True))

@@ -1,0 +1,131 @@
+"""The checks that keep a lane's report true to what ran (issue 20), for `LaneBuilder`.
+
+* `check_launchers`: the launcher the generated Ninja rules run is the forge's choice;
+* `refuse_moved_inputs`: the recipe and manifest parsed are the bytes stamped under the lock;
+* `refuse_changed_during`: no input file or program changed while configure and Ninja ran;
+* `changed_subjects`, `report_true`: what a reused report names is still on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.lanes import genbuild, inputs, programs, stamps
+from dgr_forge.lanes.collect import RACY_NS
+from dgr_forge.lanes.plan import LanePlan
+from dgr_forge.lanes.state import LastBuild
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+MarkFailed = Callable[[str], None]  # the builder's: records the lane failed in that phase
+
+
+def check_launchers(plan: LanePlan, mark_failed: MarkFailed) -> str | None:
+    """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
+    it is not exactly the forge's choice (none included)."""
+    found = genbuild.read_launchers(plan.build_dir)
+    problems = found.problems(plan.launcher)
+    if problems:
+        mark_failed("configure")  # not configured: the next run re-checks
+        raise OperationFailed(
+            f"{plan.lane}: the generated build does not run what the forge chose: "
+            + "; ".join(problems),
+            hint="a launcher comes from the forge alone (--cache); remove the upstream's, "
+            "the toolchain file's or the recipe's (RULE_LAUNCH_*, *_LAUNCHER, *_CLANG_TIDY), "
+            "or report the upstream switch that sets it",
+            details={
+                "lane": plan.lane,
+                "compile": sorted(found.compile),
+                "link": sorted(found.link),
+                "code_check": sorted(found.code_check),
+                "chosen": plan.launcher,
+            },
+        )
+    return found.single()
+
+
+def refuse_moved_inputs(
+    forge: Forge,
+    plan: LanePlan,
+    m: UpstreamManifest,
+    snap: dict[str, stamps.Stamp],
+    manifest_sha256: str,
+) -> None:
+    """The recipe and manifest this run parsed are the bytes stamped under the lock."""
+    moved = []
+    if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
+        moved.append(plan.recipe.path)
+    if inputs.digest_of(snap, m.path) != manifest_sha256:
+        moved.append(m.path)
+    if moved:
+        changed_error(forge, plan.lane, moved, "between reading it and taking the workspace lock")
+
+
+def refuse_changed_during(
+    forge: Forge,
+    plan: LanePlan,
+    snap: dict[str, stamps.Stamp],
+    progs: dict[str, dict[str, Any]],
+    mark_failed: MarkFailed,
+) -> None:
+    """No report for inputs or programs that changed while configure and Ninja ran."""
+    moved = [Path(p) for p in stamps.changed(snap)]
+    moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
+    if moved:
+        mark_failed("build")
+        changed_error(forge, plan.lane, moved, "while the build ran")
+
+
+def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
+    shown = ", ".join(forge.rel(p) for p in moved)
+    raise OperationFailed(
+        f"{lane}: {shown} changed {when}; no report: it would name digests the build did not read",
+        hint="let edits finish (or another workspace's export), then build again",
+        details={"lane": lane, "changed": [str(p) for p in moved]},
+    )
+
+
+def changed_subjects(last: LastBuild | None) -> list[Path]:
+    """Recorded subjects whose bytes are no longer what the report says.
+
+    A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
+    recorded when it last hashed true, and that record is not racy (taken more than
+    `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
+    can set back: the check git's index makes, so a no-op build with hundreds of MB
+    of artifacts stays cheap."""
+    if last is None:
+        return []
+    changed = []
+    for art in last.artifacts:
+        path = Path(art.get("path", ""))
+        taken = time.time_ns()
+        try:
+            st = os.stat(path)
+        except OSError:
+            changed.append(path)
+            continue
+        seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        rec = last.subject_stats.get(str(path))
+        if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
+            continue
+        if sha256_file(path) != art.get("sha256"):
+            changed.append(path)
+        else:
+            last.subject_stats[str(path)] = [*seen, taken]
+    return changed
+
+
+def report_true(last: LastBuild) -> bool:
+    """The report file and every byproduct it names are still the bytes recorded."""
+    named = {last.report or "": last.report_sha256 or "", **last.byproducts}
+    for path, digest in named.items():
+        p = Path(path)
+        if not digest or not p.is_file() or sha256_file(p) != digest:
+            return False
+    return True

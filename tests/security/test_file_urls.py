@@ -1,0 +1,105 @@
+"""`file://` model URLs (issue 21 #8): a manifest may name only files under directories
+the operator allowed (--mirror, DGR_ARTIFACTS_FILE_ROOTS); nothing (not even a size) is
+told about a file outside them or one the user may not read; parts are created 0600."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from artifacts_support import FaultyServer
+from forgetest import forge_cmd, forge_env, run_forge
+
+from dgr_forge.models import manifest as models
+from dgr_forge.models.manifest import ModelFile
+
+
+def manifest(tmp_path: Path, url: str, size: int, sha: str = "0" * 64) -> Path:
+    m = tmp_path / "m.toml"
+    m.write_text(models.dumps("x", [ModelFile("x.gguf", size, sha, url)]))
+    return m
+
+
+def test_a_file_url_outside_the_allowed_directories_is_refused_unread(tmp_path: Path) -> None:
+    secret = tmp_path / "private" / "secret.key"
+    secret.parent.mkdir()
+    secret.write_bytes(b"s" * 1234)
+    m = manifest(tmp_path, secret.as_uri(), size=1)  # a wrong size would reveal the real one
+    for flags in ([], ["--json"]):
+        res = run_forge(*flags, "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"))
+        assert res.code == 2, res
+        assert "DGR_ARTIFACTS_FILE_ROOTS" in res.stderr and "x.gguf" in res.stderr, res
+        assert "1234" not in res.stdout + res.stderr, res
+    assert not (tmp_path / "d").exists() or not any((tmp_path / "d").iterdir())
+    # allowed by the operator: read (and its size named, the user may read it anyway)
+    res = run_forge(
+        "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+        env={"DGR_ARTIFACTS_FILE_ROOTS": str(secret.parent)},
+    )  # fmt: skip
+    assert res.code == 1 and "1234" in res.stderr, res
+
+
+def test_a_symlink_inside_an_allowed_directory_cannot_lead_out(tmp_path: Path) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (tmp_path / "secret").write_bytes(b"s" * 777)
+    (allowed / "x.gguf").symlink_to(tmp_path / "secret")
+    m = manifest(tmp_path, (allowed / "x.gguf").as_uri(), size=1)
+    res = run_forge(
+        "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+        env={"DGR_ARTIFACTS_FILE_ROOTS": str(allowed)},
+    )  # fmt: skip
+    assert res.code == 2 and "777" not in res.stderr, res
+
+
+def test_parts_are_private_until_verified(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    data = os.urandom(64 << 10)
+    (src / "x.gguf").write_bytes(data)
+    good = hashlib.sha256(data).hexdigest()
+    env = {"DGR_ARTIFACTS_TRIES": "1", "DGR_ARTIFACTS_BACKOFF": "0.01"}
+    with FaultyServer(src) as server:
+        m = manifest(tmp_path, server.url("x.gguf"), len(data), sha=good)
+        server.faults.cut["x.gguf"] = 1000  # the connection drops: the part is kept
+        res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"), env=env)
+        assert res.code == 1, res
+        part = tmp_path / "d" / "x.gguf.part"
+        assert part.stat().st_size == 1000
+        assert stat.S_IMODE(part.stat().st_mode) == 0o600
+        res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"), env=env)
+        assert "1/1 files ready" in res.stderr, res  # (random bytes: not a GGUF header)
+    final = tmp_path / "d" / "x.gguf"
+    assert final.read_bytes() == data
+    assert stat.S_IMODE(final.stat().st_mode) & 0o044 == 0o044  # readable as model files are
+
+
+def test_nothing_is_told_about_a_file_the_user_cannot_read(tmp_path: Path) -> None:
+    """Another user's 0600 file, read by a process without the right to (root without
+    CAP_DAC_OVERRIDE, through setpriv): neither its size nor a hash is printed."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to drop the right to read every file")
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    secret = allowed / "x.gguf"
+    secret.write_bytes(b"r" * 4321)
+    secret.chmod(0o600)
+    os.chown(secret, 65534, 65534)
+    m = manifest(tmp_path, secret.as_uri(), size=1)
+    done = subprocess.run(
+        [
+            setpriv, "--inh-caps=-all", "--bounding-set=-dac_override,-dac_read_search",
+            *forge_cmd("artifacts", "provision", str(m), "--dest", str(tmp_path / "d")),
+        ],
+        env=forge_env({"DGR_ARTIFACTS_FILE_ROOTS": str(allowed)}),
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    assert "cannot read" in done.stderr, done
+    assert "4321" not in done.stdout + done.stderr, done

@@ -1,0 +1,107 @@
+"""Wheels made from this test environment: a package source pip can install from offline.
+
+Each installed distribution is packed back into the wheel it was installed from: the files
+its RECORD lists (byte for byte), its dist-info with a fresh RECORD, the tag from its own
+WHEEL file; a file pip placed in bin/ that no console-script entry point generates (ninja's
+binary) goes back under `<name>.data/scripts/`. With `PIP_NO_INDEX=1` and
+`PIP_FIND_LINKS=<the folder>`, `pip install` then resolves exactly the versions this
+environment runs, without the network.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import shutil
+import zipfile
+from importlib import metadata
+from pathlib import Path
+
+_SKIP_INFO = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return "sha256=" + digest.decode()
+
+
+def _tag(dist: metadata.Distribution) -> str:
+    wheel = dist.read_text("WHEEL") or ""
+    tags = re.findall(r"^Tag: *(\S+)$", wheel, re.MULTILINE)
+    assert tags, f"{dist.metadata['Name']}: no Tag in its WHEEL file"
+    # every tag it was built for, compressed as a wheel name writes them (py2.py3-none-any)
+    parts = [sorted({tag.split("-")[i] for tag in tags}) for i in range(3)]
+    return "-".join(".".join(p) for p in parts)
+
+
+def pack(name: str, dest: Path) -> Path:
+    """The wheel of the installed distribution `name`, written into `dest`."""
+    dist = metadata.distribution(name)
+    version = dist.version
+    info = next(
+        str(f).split("/", 1)[0] for f in dist.files or [] if str(f).endswith(".dist-info/METADATA")
+    )
+    project = re.sub(r"[-_.]+", "_", dist.metadata["Name"])
+    data_dir = f"{project}-{version}.data"
+    scripts = {e.name for e in dist.entry_points if e.group in ("console_scripts", "gui_scripts")}
+    wheel = dest / f"{project}-{version}-{_tag(dist)}.whl"
+    record: list[str] = []
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as zf:
+        for file in dist.files or []:
+            rel = str(file)
+            if "__pycache__" in rel or rel.endswith(".pyc"):
+                continue
+            if rel.startswith(f"{info}/") and rel.split("/", 1)[1] in _SKIP_INFO:
+                continue
+            if rel.startswith(".."):
+                # outside site-packages: a generated entry-point wrapper, or a script shipped
+                if "/bin/" not in rel or Path(rel).name in scripts:
+                    continue
+                arcname = f"{data_dir}/scripts/{Path(rel).name}"
+            else:
+                arcname = rel
+            path = Path(str(dist.locate_file(file)))
+            data = path.read_bytes()
+            entry = zipfile.ZipInfo(arcname, date_time=(1980, 1, 1, 0, 0, 0))
+            entry.external_attr = (0o100000 | (path.stat().st_mode & 0o777)) << 16  # keeps +x
+            zf.writestr(entry, data)
+            record.append(f"{arcname},{_record_hash(data)},{len(data)}")
+        record.append(f"{info}/RECORD,,")
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Path:
+    """Wheels of dgr-forge's runtime dependencies as installed here, plus `extra` (the
+    build backend pip's build isolation installs to build a source tree)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    from dgr_forge.lanes.ci_install import runtime_pins
+
+    # the same closure `ci render` pins in ci/constraints.txt: a name it missed is a wheel
+    # missing here, and the install in tests/test_ci_runs.py fails
+    for name in [*(pin.split("==")[0] for pin in runtime_pins()), *extra]:
+        try:
+            pack(name, dest)
+        except metadata.PackageNotFoundError:
+            continue  # a requirement whose marker excludes this platform
+    return dest
+
+
+def copy_worktree(repo: Path, dest: Path) -> Path:
+    """The files git would commit from `repo` now (tracked and new, not ignored), as they
+    are on disk: a clean tree to build or clone from, without this checkout's build output."""
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        source = repo / rel
+        if source.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / rel)
+    return dest

@@ -1,0 +1,122 @@
+"""What a person or a CI log reads: tables that are never cut, no empty tables, one
+placeholder style, the global options in every help, and completion of option values."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from build_support import copy_product
+from forgetest import run_forge
+
+from dgr_forge.cli.app import app
+from dgr_forge.cli.commands import register_all
+from dgr_forge.cli.helpstyle import apply
+from dgr_forge.core.output import Reporter
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_a_table_in_a_log_is_never_cut(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal (a CI log, a pipe): plain aligned rows at full width, no box."""
+    long_name = "0001-add-layer-range-ownership-for-the-distributed-runtime-" + "x" * 120
+    report = ".dgr/reports/" + "cpu-" * 40 + "report.dsse.json"
+    Reporter().table("rebase", ["patch", "report"], [(long_name, report), ("0002-b", None)])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "rebase:"
+    assert re.fullmatch(r"patch +report", lines[1])
+    assert lines[2].startswith(long_name) and lines[2].endswith(report)
+    assert lines[3] == "0002-b"
+    assert not any(ch in "".join(lines) for ch in "│┃━─…")
+
+
+def test_no_rows_is_one_line_not_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
+    Reporter().table("patch --check", ["patch", "result"], [], empty="no patches")
+    assert capsys.readouterr().err == "no patches\n"
+    Reporter().table("lanes", ["lane"], [])
+    assert capsys.readouterr().err == "lanes: none\n"
+
+
+def test_empty_series_and_nothing_certified_say_so(forge_root: Path) -> None:
+    checked = run_forge("--root", str(forge_root), "patch", "--check")
+    assert checked.code == 0, checked
+    assert "no patches" in checked.stderr and "patch  result" not in checked.stderr
+
+    copy_product(forge_root)  # the real recipes and probes: none certified in a test root
+    advertised = run_forge("--root", str(forge_root), "lanes", "--advertised")
+    assert advertised.code == 0, advertised
+    assert "nothing certified" in advertised.stderr
+    assert "backend" not in advertised.stderr  # no table header
+    listed = run_forge("--root", str(forge_root), "lanes")
+    assert re.search(r"^lane +backend", listed.stderr, re.MULTILINE), listed.stderr
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    register_all()
+    root = typer.main.get_command(app)
+    apply(root)
+    found: list[tuple[list[str], Any]] = []
+    stack: list[tuple[list[str], Any]] = [([], root)]
+    while stack:
+        path, command = stack.pop()
+        found.append((path, command))
+        for name, sub in (getattr(command, "commands", None) or {}).items():
+            stack.append(([*path, name], sub))
+    return found
+
+
+ALLOWED = {"PATH", "URL", "LANE", "REV", "N", "CACHE", "MODE", "PROVIDER", "NAME", "TEXT",
+           "DIR", "M", "SECONDS", "KEY"}  # fmt: skip
+
+
+def test_one_placeholder_style_and_the_global_options_in_every_help() -> None:
+    commands = _commands()
+    assert len(commands) > 20
+    for path, command in commands:
+        for param in command.params:
+            if param.param_type_name == "option" and not getattr(param, "is_flag", False):
+                assert param.metavar in ALLOWED, (path, param.opts, param.metavar)
+        # the one-line summary in `dgr-forge --help` is one sentence on one line
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert "\n" not in first, (path, first)
+        if not path:
+            continue
+        shown = run_forge(*path, "--help", env={"COLUMNS": "200"})
+        assert shown.code == 0, (path, shown)
+        text = shown.stdout + shown.stderr
+        assert not re.search(r"<(str|path|int|text|float)>", text, re.IGNORECASE), (path, text)
+        for option in ("--root PATH", "--workspace PATH", "--json"):
+            assert option in text, (path, option)
+
+
+def complete(*words: str, cwd: Path | None = None) -> list[str]:
+    """What the shell's completion script receives (Click's own entry point)."""
+    line = " ".join(["dgr-forge", *words])
+    result = run_forge(
+        cwd=cwd,
+        env={
+            "_DGR_FORGE_COMPLETE": "complete_bash",
+            "COMP_WORDS": line,
+            "COMP_CWORD": str(len(words)),
+        },
+    )
+    assert result.code == 0, result
+    return result.stdout.split()
+
+
+def test_completion_offers_lanes_caches_modes_and_providers(tmp_path: Path) -> None:
+    lanes = sorted(p.stem for p in (REPO / "recipes").glob("*.toml"))
+    assert complete("--root", str(REPO), "build", "--lane", "") == lanes
+    assert complete("--root", str(REPO), "doctor", "--lane", "c") == [
+        lane for lane in lanes if lane.startswith("c")
+    ]
+    assert complete("presets", "--lane", "", cwd=REPO) == lanes  # the root found upwards
+    assert complete("build", "--cache", "") == ["auto", "ccache", "sccache", "off"]
+    assert complete("build", "--cache", "s") == ["sccache"]
+    assert complete("build", "--cache-mode", "") == ["rw", "ro"]
+    assert complete("ci", "render", "--provider", "") == ["github", "gitlab"]
+    # no forge root: nothing offered, and no traceback in the shell
+    assert complete("--root", str(tmp_path), "build", "--lane", "") == []
