@@ -542,3 +542,21 @@ def test_build_options_resolve_once_from_defaults_environment_and_options() -> N
     ):
         with pytest.raises(BadInput, match=re.escape(named)):
             BuildOptions.resolve(**kwargs)  # type: ignore[arg-type]
+
+
+def test_ccache_runs_in_depend_mode_unless_the_user_chose(tmp_path: Path) -> None:
+    # depend mode: a miss reads the includes from the compiler's own -MD depfile instead of
+    # running the preprocessor first (the cache's overhead on a cold build, issue 23)
+    d = doctor()
+    assert cache.select(d, "ccache", environ=clean_env()).env["CCACHE_DEPEND"] == "1"
+    for chosen in ({"CCACHE_NODEPEND": "1"}, {"CCACHE_DEPEND": "0"}):
+        setup = cache.select(d, "ccache", environ=clean_env(**chosen))
+        assert "CCACHE_DEPEND" not in setup.env  # the user's own setting stays in force
+    # and a cold build through it compiles each file once, without a preprocessor pass
+    ws = _ws(tmp_path, "ws")
+    env = clean_env(CCACHE_DIR=str(tmp_path / "cc"))
+    setup = cache.select(d, "ccache", workspace=ws, environ=env)
+    build(ws, setup, env)
+    stats = ccache_stats(setup, env)
+    assert stats.get("preprocessed_cache_miss", 0) == 0, stats
+    assert stats.get("direct_cache_miss", 0) > 0, stats

@@ -6,7 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-from dgr_forge.core.fsutil import atomic_write_text
+import pytest
+
+from dgr_forge.core.fsutil import atomic_write_many, atomic_write_text
 
 
 def mode(path: Path) -> int:
@@ -35,3 +37,19 @@ def test_explicit_mode_wins(tmp_path: Path) -> None:
     path = tmp_path / "key.pem"
     atomic_write_text(path, "secret\n", mode=0o600)
     assert mode(path) == 0o600
+
+
+def test_a_batch_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    keep = tmp_path / "a.txt"
+    keep.write_text("old\n")
+    keep.chmod(0o640)
+    atomic_write_many([(keep, b"new\n"), (tmp_path / "sub" / "b.txt", b"b\n")])
+    assert keep.read_text() == "new\n" and stat.S_IMODE(keep.stat().st_mode) == 0o640
+    assert (tmp_path / "sub" / "b.txt").read_text() == "b\n"
+    # a file that cannot be made (its parent is a file): nothing renamed, no temp left
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    with pytest.raises(OSError):
+        atomic_write_many([(keep, b"newer\n"), (blocker / "c.txt", b"c\n")])
+    assert keep.read_text() == "new\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "blocker", "sub"]

@@ -6,6 +6,7 @@ and then execs the real git, so nothing about git's behaviour changes.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -53,3 +54,92 @@ def test_no_op_status_and_patch_run_git_few_times(
     res = run_forge("fetch", cwd=forge_root, env=env)
     assert res.code == 0 and "nothing to do" in res.stderr, res
     assert len(_count(log)) <= 2, _count(log)
+
+
+def _tree_cache(root: Path) -> Path:
+    return root / ".dgr" / "src" / "llama.cpp" / ".git" / "dgr" / "trees.json"
+
+
+def test_no_op_status_on_a_long_series_without_trees_asks_git_a_fixed_number_of_times(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    # 60 patches, the manifest records no per-patch trees: they are computed once (by the
+    # patch that applies them) and cached in the workspace, keyed by pin and patch bytes
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({f"docs/long-{i:02d}.md": f"line {i}\n"}, f"docs: long {i}") for i in range(60)
+    ]
+    series = make_series(forge_root, upstream, edits, with_trees=False)
+    assert (
+        "tree"
+        not in (forge_root / "manifests" / "llama.cpp.toml")
+        .read_text()
+        .split("[patches]")[1]
+        .split("[patches.result]")[0]
+    )
+    assert run_forge("patch", cwd=forge_root).code == 0
+    env, log = _shim(tmp_path)
+
+    res = run_forge("--json", "status", cwd=forge_root, env=env)
+    assert res.code == 0 and res.json["patches"]["applied"] is True, res
+    assert {p["state"] for p in res.json["patches"]["series"]} == {"applied"}
+    assert 1 <= len(_count(log)) <= 5, _count(log)
+
+    log.unlink()
+    res = run_forge("patch", cwd=forge_root, env=env)
+    assert res.code == 0 and "nothing to do" in res.stderr, res
+    assert 1 <= len(_count(log)) <= 5, _count(log)
+
+    # no cache (a workspace patched by an older forge): the first status computes the trees
+    # once, the next one is a no-op again
+    _tree_cache(forge_root).unlink()
+    log.unlink()
+    res = run_forge("--json", "status", cwd=forge_root, env=env)
+    assert res.code == 0 and res.json["patches"]["applied"] is True, res
+    assert len(_count(log)) > 60, len(_count(log))
+    log.unlink()
+    res = run_forge("--json", "status", cwd=forge_root, env=env)
+    assert res.code == 0 and res.json["patches"]["applied"] is True, res
+    assert 1 <= len(_count(log)) <= 5, _count(log)
+
+    # a changed patch byte misses the cache: that patch is named, never a stale "applied"
+    last = (
+        series.root
+        / "patches"
+        / "llama.cpp"
+        / sorted(p.name for p in (series.root / "patches" / "llama.cpp").glob("*.patch"))[-1]
+    )
+    last.write_bytes(last.read_bytes().replace(b"line 59", b"line 5x"))
+    res = run_forge("--json", "status", cwd=forge_root)
+    assert res.code == 0, res
+    states = [p["state"] for p in res.json["patches"]["series"]]
+    assert states[:59] == ["applied"] * 59 and states[59] == "changed on disk", states
+    assert res.json["patches"]["applied"] is False
+
+
+def test_a_hostile_tree_cache_is_recomputed_never_trusted_blindly(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    make_series(forge_root, upstream, with_trees=False)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    cache = _tree_cache(forge_root)
+    good = cache.read_text()
+    # the right trees, but a file no series needs (17 MiB): not read, recomputed
+    huge = good.rstrip()[:-1] + ', "pad": "' + "x" * (17 << 20) + '"}'
+    hostile = ("not json", '{"schema": 1, "trees": []}', '{"schema": 1, "trees": {"x": 1}}', huge)
+    for bad in hostile:
+        cache.write_text(bad)
+        res = run_forge("--json", "status", cwd=forge_root)
+        assert res.code == 0 and res.json["patches"]["applied"] is True, (bad[:40], res)
+        assert cache.read_text() == good  # recomputed and written back
+    # a wrong tree under the right key: the workspace does not match it, so status asks
+    # git again (the series is still applied) and the cache is corrected
+    key = next(iter(json.loads(good)["trees"]))
+    cache.write_text(json.dumps({"schema": 1, "trees": {key: "0" * 40}}))
+    res = run_forge("--json", "status", cwd=forge_root)
+    assert res.code == 0 and res.json["patches"]["applied"] is True, res
+    assert cache.read_text() == good
+    # a no-op patch with a wrong cached tree is not a no-op: it re-checks and stays correct
+    cache.write_text(json.dumps({"schema": 1, "trees": {key: "0" * 40}}))
+    res = run_forge("patch", cwd=forge_root)
+    assert res.code == 0, res
+    assert run_forge("--json", "status", cwd=forge_root).json["patches"]["applied"] is True

@@ -191,6 +191,39 @@ def test_conflict_names_patch_file_and_upstream_commit_then_continue(series: Ser
     assert s.forge("check").code == 0
 
 
+def test_a_conflict_after_patches_merged_in_memory_shows_in_the_work_tree(
+    series: Series,
+) -> None:
+    # patch 1 merges cleanly (in memory, the work tree not touched), patch 2 conflicts:
+    # the work tree is brought to patch 1's new commit first, so the conflict shows there
+    s = series
+    shift_patch_1(s)  # patch 1 is refreshed (merged in memory)
+    culprit = upstream_edit(
+        s.upstream, "ggml/src/ggml.c", GGML_OLD, "    return 1 + 0; /* upstream */\n", "ggml: x"
+    )
+    r = s.forge("rebase", "--onto", culprit, "--json")
+    assert r.code == 3, r
+    assert r.json["patch"] == "0002-ggml-count-the-rpc-backend.patch"
+    state = json.loads((s.root / ".dgr" / "rebase.json").read_text())
+    first = state["patches"][0]["new_commit"]
+    assert first and sh_git(s.src, "rev-parse", "HEAD") == first == state["head"]
+    assert sh_git(s.src, "rev-parse", "HEAD^") == culprit
+    assert "// upstream: moved" in (s.src / "src/llama.cpp").read_text()
+    assert "layer % 2" in (s.src / "src/llama.cpp").read_text()  # patch 1, refreshed
+    assert "<<<<<<<" in (s.src / "ggml/src/ggml.c").read_text()
+    assert sh_git(s.src, "ls-files", "-u").strip()  # git's own unmerged entries
+
+    (s.src / "ggml/src/ggml.c").write_text(
+        (s.upstream.path / "ggml/src/ggml.c").read_text().replace("1 + 0", "2")
+    )
+    sh_git(s.src, "add", "ggml/src/ggml.c")
+    r = s.forge("rebase", "--continue", "--json")
+    assert r.code == 0, r
+    assert outcomes(r.json) == {"0001": "refreshed", "0002": "resolved", "0003": "unchanged"}
+    assert sh_git(s.src, "status", "--porcelain") == ""  # the work tree is at the new head
+    assert s.forge("check").code == 0
+
+
 # ----------------------------------------------------------------------------- (c)
 
 

@@ -152,7 +152,7 @@ def _interrupted(journals: frozenset[str]) -> str:
 def _lanes_section(env: Env) -> list[dict[str, Any]]:
     """Lanes built in this workspace and their last build (from the build state): a list
     of `{lane, last_build}`, the shape `build` and `lanes` give a lane too."""
-    from dgr_forge.lanes.build import load_state
+    from dgr_forge.lanes.state import load_state
 
     lanes = [
         {"lane": name, "last_build": entry.get("last_build")}

@@ -23,7 +23,7 @@ import typer
 from dgr_forge import __version__
 from dgr_forge.cli import helpstyle
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
-from dgr_forge.cli.commands import register_all
+from dgr_forge.cli.commands import register_for
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 from dgr_forge.core.output import Reporter
@@ -182,7 +182,7 @@ def _nul_argument(args: list[str]) -> BadInput | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = hoist_global_options(list(sys.argv[1:] if argv is None else argv))
-    register_all()
+    register_for(args)
     head = args[: args.index("--")] if "--" in args else args
     as_json = "--json" in head
     root = typer.main.get_command(app)

@@ -7,19 +7,23 @@ the JSON/human split are decided in this one place.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from dgr_forge.core.urls import shown
 
-# rich.progress and rich.table are imported where they are used: every CLI start builds
-# a Reporter, few draw a table or a bar.
+# Rich is imported where it is used (about 20 ms): every CLI start builds a Reporter, and
+# most plain lines never need it.
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress, TaskID
+
+# What Rich would change in a plain line (control codes it strips, tabs it expands, an
+# emoji code it replaces): such a line goes through Rich, every other one straight out.
+_NEEDS_RICH = re.compile(r"[\x07\x08\x0b\x0c\r\t]|:\S*?:")
 
 
 def _terminal() -> bool:
@@ -81,29 +85,46 @@ class Reporter:
     def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
-        plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
-        self.console = Console(
-            stderr=True,
-            no_color=plain,
-            color_system=None if plain else "auto",  # plain: no escape codes at all, not even bold
-            highlight=False,
-        )
+        self.plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(
+                stderr=True,
+                no_color=self.plain,
+                # plain: no escape codes at all, not even bold
+                color_system=None if self.plain else "auto",
+                highlight=False,
+            )
+        return self._console
+
+    def _line(self, text: str) -> None:
+        if self.plain and not _NEEDS_RICH.search(text):
+            # exactly what Rich writes for this line in plain mode, without importing it
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+            return
+        self.console.print(text, markup=False, soft_wrap=True)
 
     # Every line goes through `urls.shown`: credentials masked (the forge's words and a
     # child's output alike) and control characters escaped, whatever the input held.
     def info(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(shown(message), markup=False, soft_wrap=True)
+            self._line(shown(message))
 
     def step(self, message: str) -> None:
         if not self.quiet:
-            self.console.print(f"==> {shown(message)}", markup=False, soft_wrap=True)
+            self._line(f"==> {shown(message)}")
 
     def warn(self, message: str) -> None:
-        self.console.print(f"warning: {shown(message)}", markup=False, soft_wrap=True)
+        self._line(f"warning: {shown(message)}")
 
     def error(self, message: str) -> None:
-        self.console.print(f"error: {shown(message)}", markup=False, soft_wrap=True)
+        self._line(f"error: {shown(message)}")
 
     def table(
         self,

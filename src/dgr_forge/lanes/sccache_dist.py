@@ -15,8 +15,6 @@ message, a detail or an error text the scheduler sends back.
 
 from __future__ import annotations
 
-import http.client
-import ssl
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -106,6 +104,8 @@ def _clean(text: str, client: DistClient) -> str:
 
 
 def _request(client: DistClient, method: str, path: str, timeout: float) -> tuple[int, bytes, str]:
+    import http.client
+
     parts = urlsplit(client.url)
     host, port = parts.hostname or "", parts.port
     conn: http.client.HTTPConnection
@@ -127,6 +127,10 @@ def _request(client: DistClient, method: str, path: str, timeout: float) -> tupl
 
 def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
     """Ask the scheduler: reachable, does it take this client's token, how many servers."""
+    # (imported here: every build imports this module, few ask a scheduler)
+    import http.client
+    import ssl
+
     shown = client.shown
     parts = urlsplit(client.url)
     try:

@@ -29,16 +29,9 @@ from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.option_problem import OptionProblem
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import scratch_dir
-
-
-@dataclass(frozen=True)
-class OptionProblem:
-    recipe: str
-    option: str
-    message: str
-    renamed_to: str | None = None
 
 
 @dataclass

@@ -28,7 +28,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
-from dgr_forge.upstream import patchfile, series_base
+from dgr_forge.upstream import patchfile, series_base, tree_cache
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
@@ -215,8 +215,10 @@ def apply_series(
     parsed: Sequence[patchfile.ParsedPatch],
     *,
     check_trees: bool = True,
+    datas: Sequence[bytes] | None = None,
 ) -> str:
     """`git am` the files onto the pin in the (clean) work tree; return the new HEAD.
+    With `datas` (the files' bytes) the per-patch trees go into the workspace's tree cache.
 
     On a conflict the work tree is back at the pin, and NeedsHuman names the patch, files
     and hunks. With `check_trees` each commit's tree must equal the manifest's per-patch
@@ -238,6 +240,8 @@ def apply_series(
         chain = list(reversed(read_chain(src, len(paths))))
         if check_trees:
             _check_trees(m, chain)
+        if datas is not None:
+            tree_cache.store(src, m.commit, datas, [c.tree for c in chain])
         fault.point("patch.verified")
     return chain[-1].commit
 
@@ -348,7 +352,7 @@ def patch_locked(
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
-    trees = None if trust_files else known_trees(m)
+    trees = None if trust_files else known_trees(m) or _cached_trees(src, m, datas)
 
     ws = measured or inspect(src, m.commit, n)  # the no-op: these 2 git calls, nothing else
     if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
@@ -380,6 +384,8 @@ def patch_locked(
     check_symlinks(m, parsed, symlinks_in(src, m.commit))
     if trees is None:
         computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
+        if computed is not None:
+            tree_cache.store(src, m.commit, datas, computed)
         result_tree = None if trust_files else m.result_tree
         if computed is not None and is_applied(ws, m.commit, computed, result_tree):
             assert ws.head is not None
@@ -390,9 +396,22 @@ def patch_locked(
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     paths = [m.patch_path(e) for e in m.series]
-    head = apply_series(src, m, paths, parsed, check_trees=not trust_files)
+    head = apply_series(src, m, paths, parsed, check_trees=not trust_files, datas=datas)
     series_base.record(src, series_base.SeriesBase.of(m))
     return PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
+
+
+def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:
+    """The per-patch trees from the workspace's cache (computed from these very bytes on
+    this pin), where the manifest records none; None unless every one is known and agrees
+    with each tree the manifest does record."""
+    cached = tree_cache.lookup(src, m.commit, datas)
+    trees = [t for t in cached if t is not None]
+    if len(trees) != len(cached):
+        return None
+    if any(e.tree is not None and e.tree != t for e, t in zip(m.series, trees, strict=True)):
+        return None
+    return trees
 
 
 def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:

@@ -13,12 +13,20 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
-from dgr_forge.upstream import series_base
-from dgr_forge.upstream.fetch import local_commits
+from dgr_forge.upstream import series_base, tree_cache
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.replay import replay_rows
 from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
-from dgr_forge.upstream.workspace import FETCH_JOURNAL, LocalChange, Workspace, connected, pin_tree
+from dgr_forge.upstream.workspace import (
+    FETCH_JOURNAL,
+    REPLAY_STATE,
+    LocalChange,
+    Workspace,
+    connected,
+    pin_tree,
+)
+
+# `fetch` and `replay` are imported where a workspace needs them: a no-op status (the
+# series applied, no replay) does without them.
 
 
 @dataclass
@@ -97,6 +105,8 @@ def workspace_status(
         st.commits_on_top = on_top or 0
     if ws.head is not None and not st.commit_verified and not rebasing:
         # (mid-rebase, HEAD is on the new upstream: its history is not anyone's commits)
+        from dgr_forge.upstream.fetch import local_commits
+
         st.local_commits = local_commits(ws.src, ws.head, m.commit if st.pin_present else None)
     return st
 
@@ -140,13 +150,18 @@ class SeriesStatus:
 
 
 def _applied_prefix(
-    m: UpstreamManifest, ws: Workspace, changed: list[bool], checks: list[CheckResult | None]
+    m: UpstreamManifest,
+    ws: Workspace,
+    changed: list[bool],
+    checks: list[CheckResult | None],
+    cached: list[str | None],
 ) -> int:
     applied = 0
     if ws.base == m.commit:
         for i, commit in enumerate(ws.series[: len(m.series)]):
             check = checks[i]
-            expected = m.series[i].tree or (None if changed[i] or not check else check.tree)
+            computed = check.tree if check else cached[i]
+            expected = m.series[i].tree or (None if changed[i] else computed)
             if commit.tree != expected:
                 break
             applied = i + 1
@@ -164,7 +179,11 @@ def series_status(
     """Per-patch state for `status`. The series is tried on a scratch index only when it
     is not all applied (to tell pending from conflicting patches). Mid-rebase each patch
     is replayed, conflict or pending as the rebase's own state says."""
-    replay = replay_rows(ws.src) if ws.exists else None
+    replay = None
+    if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
+        from dgr_forge.upstream.replay import replay_rows
+
+        replay = replay_rows(ws.src)
     if rebasing:
         mid_rebase = _rebase_states(forge)
         if mid_rebase is not None:
@@ -175,16 +194,21 @@ def series_status(
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
     problem = ""
-    applied_prefix = _applied_prefix(m, ws, changed, checks)
+    # trees the manifest does not record: from the workspace's cache (computed once)
+    cached: list[str | None] = [None] * len(datas)
+    if ws.exists:
+        cached = tree_cache.lookup(ws.src, m.commit, datas)
+    applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     if have_pin and applied_prefix < len(m.series):
         try:
             parsed = parse_series(m, datas)
             checks = list(
                 check_series(ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir)
             )
+            tree_cache.store(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
         except BadInput as err:
             problem = err.message
-        applied_prefix = _applied_prefix(m, ws, changed, checks)
+        applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     states: list[PatchState] = []
     for i, entry in enumerate(m.series):
         check = checks[i]
@@ -236,11 +260,12 @@ def _rebase_states(forge: Forge) -> list[PatchState] | None:
 def rebase_progress(forge: Forge) -> dict[str, Any] | None:
     """A rebase in progress as `status` shows it (from its state file, read by the rebase's
     own parser; best effort: an unreadable one shows only where it is)."""
-    from dgr_forge.upstream.rebase.state import load_state
-
     path = forge.rebase_state
     if not path.exists():
         return None
+    # (imported only now: the rebase package costs a no-op `status` about 25 ms)
+    from dgr_forge.upstream.rebase.state import load_state
+
     info: dict[str, Any] = {"state": str(path)}
     try:
         state = load_state(forge)

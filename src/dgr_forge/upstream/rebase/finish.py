@@ -9,17 +9,18 @@ from pathlib import Path
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
+from dgr_forge.core.fsutil import atomic_write_many, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, manifest_edit, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.rebase.gitops import patch_id
+from dgr_forge.upstream.rebase.gitops import patch_ids
 from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
+    PatchStep,
     RebaseResult,
     RebaseState,
     journal_dir,
@@ -88,6 +89,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
             f"made {len(kept)}",
             hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
+    changed: list[tuple[PatchStep, str]] = []
     for step, p in zip(kept, rendered, strict=True):
         step.new_file = p.file
         if step.outcome == "resolved":
@@ -95,12 +97,14 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         old_bytes = m.patch_path(entry_of(m, step.file)).read_bytes()
         if p.data == old_bytes:
             step.outcome = "unchanged"
-        elif patch_id(src, f"{step.old_commit}^", step.old_commit) == patch_id(
-            src, f"{p.commit}^", p.commit
-        ):
-            step.outcome = "refreshed"
         else:
-            step.outcome = "merged"
+            changed.append((step, p.commit))
+    # the same change on another base (refreshed) or not (merged): patch ids, two git
+    # calls for the whole series
+    ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
+    for step, new in changed:
+        same = ids[step.old_commit] == ids[new]
+        step.outcome = "refreshed" if same else "merged"
     new_manifest = manifest_text(
         m.path.read_text(encoding="utf-8"),
         [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
@@ -114,12 +118,19 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     shutil.rmtree(jdir, ignore_errors=True)
     (jdir / "old" / "patches").mkdir(parents=True)
     (jdir / "new" / "patches").mkdir(parents=True)
-    atomic_write_bytes(jdir / "old" / "manifest.toml", m.path.read_bytes())
-    for old in sorted(m.patches_dir.glob("*.patch")):
-        atomic_write_bytes(jdir / "old" / "patches" / old.name, old.read_bytes())
-    for name, data in entries:
-        atomic_write_bytes(jdir / "new" / "patches" / name, data)
-    atomic_write_bytes(jdir / "new" / "manifest.toml", new_manifest.encode("utf-8"))
+    # one batch: every file synced before any is in place (a flush per file costs a rebase
+    # of a long series more than its replay)
+    atomic_write_many(
+        [
+            (jdir / "old" / "manifest.toml", m.path.read_bytes()),
+            *(
+                (jdir / "old" / "patches" / old.name, old.read_bytes())
+                for old in sorted(m.patches_dir.glob("*.patch"))
+            ),
+            *((jdir / "new" / "patches" / name, data) for name, data in entries),
+            (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
+        ]
+    )
 
 
 def manifest_text(

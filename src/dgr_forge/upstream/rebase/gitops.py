@@ -79,9 +79,11 @@ def git_bytes(
     return cast(bytes, proc.stdout)
 
 
-def commit_meta(src: Path, commit: str) -> tuple[dict[str, str], bytes]:
-    """Author env (name, email, date) and the raw message bytes of `commit`."""
-    raw = git_bytes(src, "cat-file", "commit", commit)
+def commit_meta(src: Path, commit: str, raw: bytes | None = None) -> tuple[dict[str, str], bytes]:
+    """Author env (name, email, date) and the raw message bytes of `commit` (`raw`: its
+    object as `commit_objects` read it, saving a git call)."""
+    if raw is None:
+        raw = git_bytes(src, "cat-file", "commit", commit)
     header, _, message = raw.partition(b"\n\n")
     env: dict[str, str] = {}
     for line in header.decode("utf-8", "replace").splitlines():
@@ -102,14 +104,44 @@ def commit_meta(src: Path, commit: str) -> tuple[dict[str, str], bytes]:
     return env, message
 
 
+def commit_objects(src: Path, commits: list[str]) -> dict[str, bytes]:
+    """The raw commit objects of `commits` (exact ids), from one `git cat-file --batch`."""
+    if not commits:
+        return {}
+    data = git_bytes(src, "cat-file", "--batch", input="".join(f"{c}\n" for c in commits).encode())
+    found: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        header = data[pos:end].decode("ascii", "replace").split()
+        if len(header) != 3:  # "<id> missing": left to the caller's own read to report
+            pos = end + 1
+            continue
+        size = int(header[2])
+        if header[1] == "commit":
+            found[header[0]] = data[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1  # the object, then a newline
+    return found
+
+
+def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
+    """The stable patch id of each commit's change (`git diff c^ c`), from one `diff-tree`
+    and one `patch-id` for all of them (an empty change has none: "")."""
+    if not commits:
+        return {}
+    listed = "".join(f"{c}\n" for c in commits).encode()
+    diffs = git_bytes(src, "diff-tree", "--stdin", "-p", "--full-index", input=listed)
+    text = git_bytes(src, "patch-id", "--stable", input=diffs).decode("ascii", "replace")
+    ids = dict.fromkeys(commits, "")
+    for line in text.splitlines():
+        pid, _, commit = line.partition(" ")
+        if commit in ids:
+            ids[commit] = pid
+    return ids
+
+
 def subject_of(src: Path, commit: str) -> str:
     return out(src, "log", "-1", "--format=%s", commit)
-
-
-def patch_id(src: Path, a: str, b: str) -> str:
-    diff = git(src, "diff", "--full-index", a, b).stdout
-    proc = git(src, "patch-id", "--stable", input=diff)
-    return proc.stdout.split(" ")[0] if proc.stdout else ""
 
 
 _ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")

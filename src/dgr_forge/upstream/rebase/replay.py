@@ -9,12 +9,13 @@ from pathlib import Path
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.gitutil import HEX40, git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits_for
 from dgr_forge.upstream.rebase.gitops import (
     clear_leftovers,
     commit_meta,
+    commit_objects,
     ensure_history,
     git_bytes,
     git_dir,
@@ -24,33 +25,95 @@ from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 # ----------------------------------------------------------------------------- replay
 
 
-def record(src: Path, state: RebaseState, i: int, resolved: bool) -> None:
-    """Commit the index as patch i on top of state.head (or drop it when empty)."""
+class Known:
+    """What the replay already knows, so each patch costs fewer git calls: the tree of
+    state.head and the patches' commit objects (read once)."""
+
+    def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
+        self.head_tree = head_tree
+        self.objects = commit_objects(src, [s.old_commit for s in state.patches[state.next :]])
+
+
+def record(
+    src: Path,
+    state: RebaseState,
+    i: int,
+    resolved: bool,
+    known: Known | None = None,
+    tree: str | None = None,
+) -> None:
+    """Commit the index (or `tree`, merged without the work tree: HEAD then stays where it
+    is) as patch i on top of state.head; drop it when it changes nothing."""
     step = state.patches[i]
-    empty = git(src, "diff", "--cached", "--quiet", state.head, check=False).returncode == 0
-    if empty:
+    move_head = tree is None
+    if tree is None:
+        tree = out(src, "write-tree")
+    head_tree = known.head_tree if known and known.head_tree else gitutil.tree_of(src, state.head)
+    if tree == head_tree:
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        tree = out(src, "write-tree")
-        env, message = commit_meta(src, step.old_commit)
+        raw = known.objects.get(step.old_commit) if known else None
+        env, message = commit_meta(src, step.old_commit, raw)
         commit = git_bytes(
             src, "commit-tree", tree, "-p", state.head, input=message, env=env
         ).decode()
         commit = commit.strip()
         fault.point("rebase.commit", step.file[:4])
-        git(src, "update-ref", "--no-deref", "HEAD", commit)
+        if move_head:
+            git(src, "update-ref", "--no-deref", "HEAD", commit)
         step.new_commit, step.outcome = commit, "resolved" if resolved else "picked"
         state.head = commit
+        head_tree = tree
+    if known is not None:
+        known.head_tree = head_tree
     state.next, state.phase, state.conflict = i + 1, "replay", None
+
+
+def _merged_tree(src: Path, state: RebaseState, step: PatchStep, known: Known) -> str | None:
+    """The cherry-pick of `step` onto state.head as a tree, merged in memory (no index, no
+    work tree): a 3-way merge whose base is the patch's parent, as cherry-pick's is. git
+    2.39's merge-tree has no --merge-base, so the base is made the merge base: a scratch
+    commit with state.head's tree on the patch's parent. None when it does not merge
+    cleanly (the work-tree cherry-pick then shows the conflict)."""
+    raw = known.objects.get(step.old_commit)
+    parents = [ln[7:] for ln in (raw or b"").decode("utf-8", "replace").split("\n\n")[0]
+               .splitlines() if ln.startswith("parent ")]  # fmt: skip
+    if len(parents) != 1:
+        return None
+    head_tree = known.head_tree or gitutil.tree_of(src, state.head)
+    known.head_tree = head_tree
+    base = (
+        git_bytes(src, "commit-tree", head_tree, "-p", parents[0], input=b"dgr-forge replay base\n")
+        .decode()
+        .strip()
+    )
+    proc = git(src, "merge-tree", "--write-tree", base, step.old_commit, check=False)
+    if proc.returncode != 0:
+        return None
+    tree = proc.stdout.split("\n", 1)[0].strip()
+    return tree if HEX40.match(tree) else None
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
     src = Path(state.src_dir)
+    # (HEAD is state.head here; the new pin's tree is known when nothing is replayed yet)
+    known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
+    behind = False  # HEAD and the work tree still at an earlier head (in-memory merges)
     while state.next < len(state.patches):
         i = state.next
         step = state.patches[i]
         fault.point("rebase.replay", step.file[:4])
+        tree = _merged_tree(src, state, step, known)
+        if tree is not None:
+            record(src, state, i, resolved=False, known=known, tree=tree)
+            behind = True
+            _replayed(src, state, step, out_)
+            save_state(forge, state, durable=False)
+            continue
+        if behind:  # the work tree must be at state.head for cherry-pick to show a conflict
+            git(src, "reset", "-q", "--hard", state.head)
+            behind = False
         proc = git(
             src,
             "-c",
@@ -86,24 +149,30 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
                 git(src, "reset", "-q", "--hard", state.head)
                 clear_leftovers(src, out_, index_lock=False)
                 state.next = i + 1
-                save_state(forge, state)
+                save_state(forge, state, durable=False)
                 continue
             state.phase = "conflict"
             state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
             save_state(forge, state)
             raise conflict_error(forge, state)
-        record(src, state, i, resolved=False)
+        record(src, state, i, resolved=False, known=known)
         clear_leftovers(src, out_, index_lock=False)
-        verb = "replayed"
-        if step.outcome == "dropped":
-            step.upstream_commits = upstreamed_by(src, state, step)
-            verb = (
-                "dropped (already upstream"
-                + "".join(f", {c['commit'][:12]} {c['subject']}" for c in step.upstream_commits[:3])
-                + ")"
-            )
-        out_.info(f"{step.file}: {verb}")
-        save_state(forge, state)
+        _replayed(src, state, step, out_)
+        save_state(forge, state, durable=False)
+    if behind:
+        git(src, "reset", "-q", "--hard", state.head)  # what finishing expects: HEAD there
+
+
+def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:
+    verb = "replayed"
+    if step.outcome == "dropped":
+        step.upstream_commits = upstreamed_by(src, state, step)
+        verb = (
+            "dropped (already upstream"
+            + "".join(f", {c['commit'][:12]} {c['subject']}" for c in step.upstream_commits[:3])
+            + ")"
+        )
+    out_.info(f"{step.file}: {verb}")
 
 
 def _unique(commits: Iterable[dict[str, str]]) -> list[dict[str, str]]:

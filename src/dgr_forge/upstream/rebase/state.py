@@ -114,8 +114,10 @@ def load_state(forge: Forge) -> RebaseState | None:
         ) from None
 
 
-def save_state(forge: Forge, state: RebaseState) -> None:
-    write_json(state_path(forge), asdict(state))
+def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
+    """`durable=False` for a replay step: a power loss may take the step back (as it may
+    the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
+    write_json(state_path(forge), asdict(state), durable=durable)
 
 
 # ----------------------------------------------------------------------------- results

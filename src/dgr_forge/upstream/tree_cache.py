@@ -1,0 +1,76 @@
+"""Per-patch trees the manifest does not record, computed once and kept in the workspace.
+
+A series exported without per-patch trees leaves `status` and a no-op `patch` only one way
+to know what each patch should produce: apply the series on a scratch index (two git calls
+per patch). The trees that gives are kept in the workspace's git dir
+(`.git/dgr/trees.json`, beside `series_base`'s record), each keyed by the pin and the
+sha256 of every patch up to it, so a later run asks git nothing for them, and a changed
+pin or patch byte misses the cache instead of reading a stale tree. Only the current
+series is kept (the file stays the size of the series). The workspace is scratch space:
+a missing or unreadable cache is recomputed, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.ids import HEX40
+
+CACHE_FILE = "dgr/trees.json"
+SCHEMA = 1
+MAX_BYTES = 16 << 20  # 100,000 patches' entries fit in a tenth of it
+
+
+def _path(src: Path) -> Path:
+    return src / ".git" / CACHE_FILE
+
+
+def keys(pin: str, datas: Sequence[bytes]) -> list[str]:
+    """Key i: the pin and the digests of patches 0..i (what tree i depends on)."""
+    chain = hashlib.sha256(f"dgr-trees\0{pin}".encode())
+    out: list[str] = []
+    for data in datas:
+        chain.update(b"\0" + hashlib.sha256(data).digest())
+        out.append(chain.copy().hexdigest())
+    return out
+
+
+def lookup(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None]:
+    """The cached tree after each patch (None where not cached)."""
+    try:
+        if _path(src).stat().st_size > MAX_BYTES:
+            raise ValueError("not this cache")  # a series never needs this much: recompute
+        data = json.loads(_path(src).read_text(encoding="utf-8"))
+        trees = data["trees"] if data.get("schema") == SCHEMA else {}
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        trees = {}
+    if not isinstance(trees, dict):
+        trees = {}
+    found: list[str | None] = []
+    for key in keys(pin, datas):
+        tree = trees.get(key)
+        found.append(tree if isinstance(tree, str) and HEX40.fullmatch(tree) else None)
+    return found
+
+
+def store(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
+    """Keep the known trees of this series (`trees[i]` after patch i; None: unknown)."""
+    if not (src / ".git").is_dir():
+        return
+    entries = {
+        key: tree
+        for key, tree in zip(keys(pin, datas), trees, strict=False)
+        if tree is not None and HEX40.fullmatch(tree)
+    }
+    if not entries:
+        return
+    path = _path(src)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        atomic_write_text(path, json.dumps({"schema": SCHEMA, "trees": entries}, indent=1) + "\n")
+    except OSError:
+        pass  # a cache: a read-only workspace computes the trees again next time
