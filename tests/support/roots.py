@@ -288,10 +288,92 @@ def write_series(
 
 
 def canonicalize(root: Path) -> None:
-    """Put a root through the real forge: `dgr-forge patch`, then `dgr-forge export`."""
-    for command in ("patch", "export"):
-        res = run_forge("--root", str(root), command)
-        assert res.code == 0, res
+    """Put a root through the real forge: `dgr-forge patch`, then `dgr-forge export`.
+
+    The outcome depends only on the manifest (pin and URL), the patch files and the
+    upstream's objects, so it is made once per test process for each such input and copied
+    (with the root's and upstream's paths rewritten) for every later root: most of the
+    suite's roots are the same few series."""
+    key = _canon_key(root)
+    done = _CANON.get(key) if key else None
+    if done is None:
+        for command in ("patch", "export"):
+            res = run_forge("--root", str(root), command)
+            assert res.code == 0, res
+        if key:
+            _CANON[key] = _keep(root)
+        return
+    kept, old_root, old_url = done
+    new_url = _manifest_url(root)
+    for rel in ("manifests", "patches", ".dgr"):
+        if (root / rel).exists():
+            shutil.rmtree(root / rel)
+        if (kept / rel).exists():
+            shutil.copytree(kept / rel, root / rel, symlinks=True)
+    _relocate(root, {old_root: str(root), old_url: new_url})
+
+
+# (manifest with its URL left out, patch bytes, upstream path) -> (the canonical root's
+# manifests/, patches/ and .dgr/, the root and URL they were made at)
+_CANON: dict[str, tuple[Path, str, str]] = {}
+_CANON_DIR: list[Path] = []
+
+
+def _manifest_url(root: Path) -> str:
+    text = (root / "manifests" / "llama.cpp.toml").read_text()
+    found = re.search(r'^url = "([^"]*)"$', text, re.M)
+    return found.group(1) if found else ""
+
+
+def _canon_key(root: Path) -> str | None:
+    import os
+
+    if any(name.startswith("DGR_") for name in os.environ) or (root / ".dgr").exists():
+        return None  # a workspace elsewhere, a fault point, a mirror: made fresh
+    url = _manifest_url(root)
+    if not url.startswith("/") or not Path(url).is_dir():
+        return None
+    h = hashlib.sha256()
+    h.update((root / "manifests" / "llama.cpp.toml").read_bytes().replace(url.encode(), b"@"))
+    for p in sorted((root / "patches").rglob("*")):
+        h.update(p.relative_to(root).as_posix().encode() + b"\0")
+        if p.is_file():
+            h.update(p.read_bytes())
+    # the upstream's refs and objects as they are now (a test may have committed to it)
+    h.update(sh_git(Path(url), "for-each-ref", "--format=%(objectname) %(refname)").encode())
+    h.update(sh_git(Path(url), "rev-parse", "HEAD").encode())
+    return h.hexdigest()
+
+
+def _keep(root: Path) -> tuple[Path, str, str]:
+    if not _CANON_DIR:
+        import atexit
+
+        _CANON_DIR.append(Path(tempfile.mkdtemp(prefix="dgr-canonical-")))
+        atexit.register(shutil.rmtree, _CANON_DIR[0], True)
+    kept = _CANON_DIR[0] / str(len(_CANON))
+    for rel in ("manifests", "patches", ".dgr"):
+        if (root / rel).exists():
+            shutil.copytree(root / rel, kept / rel, symlinks=True)
+    shutil.rmtree(kept / ".dgr" / "tmp", ignore_errors=True)
+    return kept, str(root), _manifest_url(root)
+
+
+def _relocate(root: Path, paths: dict[str, str]) -> None:
+    """Rewrite the old root's and upstream's paths in every small text file the copy has
+    (the manifest, git's config, FETCH_HEAD, reflogs, the forge's records)."""
+    olds = sorted(paths, key=len, reverse=True)  # the longer (more precise) path first
+    for p in [root / "manifests" / "llama.cpp.toml", *(root / ".dgr").rglob("*")]:
+        if p.is_symlink() or not p.is_file() or "objects" in p.parts or p.name == "index":
+            continue
+        data = p.read_bytes()
+        if len(data) > 1 << 20 or b"\0" in data:
+            continue
+        new = data
+        for old in olds:
+            new = new.replace(old.encode(), paths[old].encode())
+        if new != data:
+            p.write_bytes(new)
 
 
 def make_root(
