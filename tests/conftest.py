@@ -64,3 +64,25 @@ def forge_root(tmp_path: Path, upstream: Upstream) -> Path:
 def demo_tour(tmp_path_factory: pytest.TempPathFactory) -> DemoTour:
     """`dgr-forge demo DIR` run once (offline, no key but the demo's); see support.demo."""
     return make_demo(tmp_path_factory.mktemp("demo"))
+
+
+# The files that take longest run first: with `--dist loadfile` each worker takes the next
+# file when it is done, so a long file started last would leave the others idle at the end.
+_LONGEST_FIRST = (
+    "test_ci_runs.py",
+    "test_artifacts_attacks.py",
+    "test_build_truth.py",
+    "test_export_rebase_crash.py",
+    "test_build.py",
+    "test_rebase.py",
+    "test_build_repro.py",
+    "test_cache_dist.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.name
+        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: each file keeps its own order
