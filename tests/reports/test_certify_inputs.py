@@ -103,3 +103,40 @@ def test_a_worker_change_lapses_it(forge: Forge, toolchain_report: Path, tmp_pat
     shown = lane_status()
     assert shown["certified"] is False
     assert "the worker changed" in str(shown["certification"]), shown
+
+
+def test_a_tool_version_change_on_the_host_lapses_it(forge: Forge, tmp_path: Path) -> None:
+    """The certification binds the host's tools the lane builds with (cmake, ninja, the
+    recipe's tools) by version: another gcc on PATH lapses it, with both versions."""
+    shutil.copy(REPO / "toolchains" / "probes.toml", forge.toolchains_dir / "probes.toml")
+    recipe = forge.recipes_dir / "cpu.toml"
+    recipe.write_text(recipe.read_text() + '[requires]\ntools = ["cmake", "ninja", "gcc"]\n')
+    keys.generate(tmp_path / "ci.pem")
+    signer = keys.load_signer(tmp_path / "ci.pem")
+    toolchain_report = reports.write_report(forge, lane_build(forge), signer, Reporter())
+    keys.generate(tmp_path / "release.pem")
+    trust(forge, tmp_path / "release.pem")
+    evidence = tmp_path / "run.log"
+    evidence.write_text("passed\n")
+    r = run_certify(forge, toolchain_report, evidence, tmp_path / "release.pem", "--hardware", "x")
+    assert r.code == 0, r
+    bound = r.json["inputs"]["tools"]
+    assert bound["cmake"] and bound["ninja"] and bound["gcc"], bound
+
+    def lane_status(env: dict[str, str] | None = None) -> dict[str, object]:
+        res = run_forge("--root", str(forge.root), "--json", "lanes", env=env)
+        assert res.code == 0, res
+        return next(ln for ln in res.json["lanes"] if ln["lane"] == "cpu")  # type: ignore[no-any-return]
+
+    assert lane_status()["certified"] is True
+    other = tmp_path / "other-gcc"
+    other.mkdir()
+    fake = other / "gcc"
+    fake.write_text("#!/bin/sh\necho 99.1.0\n")
+    fake.chmod(0o755)
+    import os
+
+    shown = lane_status({"PATH": f"{other}{os.pathsep}{os.environ['PATH']}"})
+    assert shown["certified"] is False, shown
+    assert f"gcc {bound['gcc']} -> 99.1.0" in str(shown["certification"]), shown
+    assert lane_status()["certified"] is True  # the certified gcc again: valid again

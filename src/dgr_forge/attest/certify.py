@@ -94,10 +94,17 @@ class Certification:
         }
 
 
-def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None) -> dict[str, Any]:
+def bound_inputs(
+    forge: Forge,
+    recipe: Recipe,
+    worker: Mapping[str, Any] | None,
+    tools: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """What a certification binds beyond recipe, pin and series, as the checkout has it:
-    the toolchain file, the `cmake/` modules and the worker (`worker`: its identity, from
-    `lanes.inputs.worker_identity`; attest does not read lanes' inputs itself)."""
+    the toolchain file, the `cmake/` modules, the worker (`worker`: its identity, from
+    `lanes.inputs.worker_identity`) and the host's tools the lane builds with (`tools`:
+    name -> version, from `lanes.inputs.tool_versions`; None where the host was not
+    probed). Attest does not read lanes' inputs itself."""
     tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
@@ -119,6 +126,7 @@ def bound_inputs(forge: Forge, recipe: Recipe, worker: Mapping[str, Any] | None)
         },
         "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
         "worker": dict(worker) if worker is not None else None,
+        "tools": dict(sorted(tools.items())) if tools is not None else None,
     }
 
 
@@ -135,6 +143,15 @@ def _inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
         return f"cmake/ modules changed since certification: {', '.join(names)}"
     if bound.get("worker") != current["worker"]:
         return "the worker changed since certification"
+    old_tools, new_tools = bound.get("tools"), current.get("tools")
+    if isinstance(old_tools, dict) and new_tools is not None and old_tools != new_tools:
+        names = sorted(
+            n for n in set(old_tools) | set(new_tools) if old_tools.get(n) != new_tools.get(n)
+        )
+        changes = ", ".join(
+            f"{n} {old_tools.get(n) or '(none)'} -> {new_tools.get(n) or '(none)'}" for n in names
+        )
+        return f"tools changed since certification: {changes}"
     return None
 
 
@@ -209,6 +226,7 @@ def certify(
     hardware: str | None,
     out: Reporter,
     worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Path, Certification]:
     """Verify `report`, check it matches the current recipe/pin/series, write the record."""
     _anchor_dir(forge, CERT_DIR, _allowed_owners(forge))  # never written through a link
@@ -240,7 +258,7 @@ def certify(
     rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
     rep_commit = str((up.get("digest") or {}).get("gitCommit"))
     rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
-    current = bound_inputs(forge, recipe, worker)
+    current = bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
     checks = [
         (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
         ("upstream commit", rep_commit, m.commit),
@@ -467,6 +485,7 @@ def _status(
     m: UpstreamManifest,
     keys: list[PublicKey],
     worker: Mapping[str, Any] | None,
+    tools: Mapping[str, str] | None = None,
 ) -> CertStatus:
     lane = recipe.name
     path = cert_path(forge, lane)
@@ -504,7 +523,7 @@ def _status(
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
-    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker))
+    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker, tools))
     if lapse is not None:
         return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)
@@ -516,11 +535,16 @@ def certification_status(
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
     worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, CertStatus]:
     """Per lane: certified or not, and why (for the `lanes` table); `worker` is the
-    configured worker's identity (`lanes.inputs.worker_identity`), None for none."""
+    configured worker's identity (`lanes.inputs.worker_identity`), None for none; `tools`
+    per lane the host's tool versions (`lanes.inputs.tool_versions`)."""
     trusted = trusted_keys(forge, keys)
-    return {lane: _status(forge, recipe, m, trusted, worker) for lane, recipe in recipes.items()}
+    return {
+        lane: _status(forge, recipe, m, trusted, worker, (tools or {}).get(lane))
+        for lane, recipe in recipes.items()
+    }
 
 
 def advertised_lanes(
@@ -529,11 +553,12 @@ def advertised_lanes(
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
     worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Certification]:
     """Only lanes whose current recipe, pin, series and other bound inputs match a validly
     signed certification."""
     return {
         lane: status.certification
-        for lane, status in certification_status(forge, recipes, m, keys, worker).items()
+        for lane, status in certification_status(forge, recipes, m, keys, worker, tools).items()
         if status.certified and status.certification is not None
     }

@@ -192,11 +192,14 @@ def certify_command(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.attest import certify as certify_mod
         from dgr_forge.attest import keys
-        from dgr_forge.lanes.inputs import worker_identity
+        from dgr_forge.lanes.inputs import tool_versions, worker_identity
 
-        with env.session(recipes=True, worker=True) as s:
+        # the host's tools are bound where its probes are there to read them
+        probed = (env.forge.toolchains_dir / "probes.toml").is_file()
+        with env.session(recipes=True, worker=True, probes=probed) as s:
             forge, m, all_recipes = s.forge, s.manifest, s.recipes
             bound_worker = worker_identity(s.worker)  # what the certification binds of it
+            tools = tool_versions(s.doctor, all_recipes) if probed else None
         public = keys.resolve_verifier(report_key)
         signer = keys.resolve_signer(key, env.out)
         path, cert = certify_mod.certify(
@@ -210,6 +213,7 @@ def certify_command(
             hardware=hardware,
             out=env.out,
             worker=bound_worker,
+            tools=tools,
         )
         trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
         return {

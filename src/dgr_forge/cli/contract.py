@@ -144,9 +144,10 @@ LANES = Command(
                             "certified": b("a valid hardware certification"),
                             "certification": obj(
                                 "`reason` (why not certified, or `valid`; why a certification "
-                                "lapsed: recipe, pin, series, toolchain file, `cmake/` modules "
-                                "or worker) and `record` (its `inputs`: the bound `toolchain "
-                                "{path, sha256}`, `cmakeModules {name: sha256}`, `worker`)"
+                                "lapsed: recipe, pin, series, toolchain file, `cmake/` modules, "
+                                "worker or the host's tool versions) and `record` (its `inputs`: "
+                                "the bound `toolchain {path, sha256}`, `cmakeModules {name: "
+                                "sha256}`, `worker`, `tools {name: version}`)"
                             ),
                         },
                     ),
@@ -284,6 +285,13 @@ CERTIFY = Command(
                         "cmakeModules": mapping(s("sha256"), "`cmake/` modules by name"),
                         "worker": null(
                             obj("the worker: `location` + `commit`, or `location` + `tree`")
+                        ),
+                        "tools": null(
+                            mapping(
+                                s("version"),
+                                "the host's tools the lane builds with (cmake, ninja, the "
+                                "recipe's tools) by version; null where not probed",
+                            )
                         ),
                     },
                 ),

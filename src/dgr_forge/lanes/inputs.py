@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,9 @@ from dgr_forge.lanes import stamps
 from dgr_forge.upstream import trees
 
 if TYPE_CHECKING:
+    from dgr_forge.lanes.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.lanes.recipes import Recipe
     from dgr_forge.lanes.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -118,3 +120,17 @@ def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
         for p in _worker_files(spec.source_dir)
     )
     return {"location": spec.location, "tree": sha256_bytes(lines.encode())}
+
+
+def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, dict[str, str]]:
+    """Per lane, what a certification binds of this host's tools: cmake, ninja and each
+    tool the recipe names, by the version its probe reads (a lane certified with one
+    compiler lapses when the host's is another)."""
+    out: dict[str, dict[str, str]] = {}
+    for lane, recipe in recipes.items():
+        found = {}
+        for name in sorted({"cmake", "ninja", *recipe.tools}):
+            if doctor.tool(name).found:  # its version: one run of it, with fixed arguments
+                found[name] = doctor.version(name) or "(version unknown)"
+        out[lane] = found
+    return out

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from dgr_forge.attest.certify import certification_status
+from dgr_forge.attest.certify import cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
 from dgr_forge.lanes.doctor import Doctor
-from dgr_forge.lanes.inputs import worker_identity
+from dgr_forge.lanes.inputs import tool_versions, worker_identity
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.lanes.state import load_state
 from dgr_forge.lanes.worker import WorkerSpec
@@ -23,7 +23,11 @@ def matrix(
     trusted: list[PublicKey] | None = None,
     spec: WorkerSpec | None = None,
 ) -> list[dict[str, Any]]:
-    certs = certification_status(forge, recipes, m, trusted, worker_identity(spec))
+    # the host's tool versions, asked only of lanes that have a certification to check
+    tools = tool_versions(
+        doctor, {n: r for n, r in recipes.items() if cert_path(forge, n).is_file()}
+    )
+    certs = certification_status(forge, recipes, m, trusted, worker_identity(spec), tools)
     state = load_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
