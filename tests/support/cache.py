@@ -260,7 +260,9 @@ def loopback_server(auth: str | None = None) -> Iterator[tuple[str, Store]]:
     """An HTTP server on 127.0.0.1 (free port) storing PUTs and serving GETs."""
     store = Store(auth=auth)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(store))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield f"127.0.0.1:{server.server_address[1]}", store
