@@ -14,17 +14,13 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import cmake_api, inputs, worker
+from dgr_forge.lanes.stamps import RACY_NS
 
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
     from dgr_forge.lanes.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
     from dgr_forge.upstream.manifest import UpstreamManifest
-
-
-# a stat taken this soon after the file's last change may miss a second change in the same
-# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
-RACY_NS = 50_000_000
 
 
 def collect_artifacts(

@@ -18,6 +18,8 @@ from typing import Any
 
 from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 
+# a stat taken this soon after the file's last change may miss a second change in the same
+# (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
 RACY_NS = 50_000_000
 Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
 

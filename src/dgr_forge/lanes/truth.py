@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -18,7 +16,6 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import genbuild, inputs, programs, stamps
-from dgr_forge.lanes.collect import RACY_NS
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -96,7 +93,7 @@ def changed_subjects(last: LastBuild | None) -> list[Path]:
 
     A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
     recorded when it last hashed true, and that record is not racy (taken more than
-    `RACY_NS` after the file's ctime). Any write changes ctime, which no user process
+    `stamps.RACY_NS` after the file's ctime). Any write changes ctime, which no user process
     can set back: the check git's index makes, so a no-op build with hundreds of MB
     of artifacts stays cheap."""
     if last is None:
@@ -104,20 +101,13 @@ def changed_subjects(last: LastBuild | None) -> list[Path]:
     changed = []
     for art in last.artifacts:
         path = Path(art.get("path", ""))
-        taken = time.time_ns()
-        try:
-            st = os.stat(path)
-        except OSError:
-            changed.append(path)
-            continue
-        seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
         rec = last.subject_stats.get(str(path))
-        if rec and rec[:4] == seen and rec[4] - st.st_ctime_ns > RACY_NS:
-            continue
-        if sha256_file(path) != art.get("sha256"):
+        known = [art.get("sha256"), *rec] if rec else None  # the record as a stamp
+        now = stamps.stamp(path, known)
+        if now is None or now[0] != art.get("sha256"):
             changed.append(path)
         else:
-            last.subject_stats[str(path)] = [*seen, taken]
+            last.subject_stats[str(path)] = now[1:]
     return changed
 
 
