@@ -62,8 +62,10 @@ class SigningKey:
         """No key was asked for or exists, and nobody could be asked (see the module doc)."""
         if self._fallback is None:
             self._fallback = False
-            nothing_given = self.key is None and SIGNING_KEY_ENV not in os.environ
-            if self.sign and nothing_given and not default_key_path().exists():
+            # the one lookup: nothing given (no --key, no variable) leaves the default key
+            source = signing_key_source(self.key) if self.sign else None
+            default = source.path if source is not None and source.kind == "default" else None
+            if default is not None and not default.exists():
                 from dgr_forge.attest import keys  # only on a machine without any key
 
                 self._fallback = not keys.in_ci() and not keys.interactive()
