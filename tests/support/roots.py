@@ -14,7 +14,9 @@ Used by the tests (through the `*_support` modules) and by bench/.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -326,8 +328,6 @@ def _manifest_url(root: Path) -> str:
 
 
 def _canon_key(root: Path) -> str | None:
-    import os
-
     if any(name.startswith("DGR_") for name in os.environ) or (root / ".dgr").exists():
         return None  # a workspace elsewhere, a fault point, a mirror: made fresh
     url = _manifest_url(root)
@@ -347,8 +347,6 @@ def _canon_key(root: Path) -> str | None:
 
 def _keep(root: Path) -> tuple[Path, str, str]:
     if not _CANON_DIR:
-        import atexit
-
         _CANON_DIR.append(Path(tempfile.mkdtemp(prefix="dgr-canonical-")))
         atexit.register(shutil.rmtree, _CANON_DIR[0], True)
     kept = _CANON_DIR[0] / str(len(_CANON))
