@@ -96,7 +96,6 @@ def make_series(
         trees=with_trees,
         author=AUTHOR_ENV,
         date=_date,
-        scratch=root.parent / f"author-{root.name}",
     )
 
 

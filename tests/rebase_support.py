@@ -58,7 +58,6 @@ def make_series(tmp: Path, upstream: Upstream) -> Series:
         names="git",
         trees=False,
         author=UPSTREAM_AUTHOR,
-        scratch=tmp / "author",
     )
     assert len(s.files) == len(SERIES)
     return s

@@ -22,10 +22,25 @@ GIT_ENV = {
 }
 
 
+# no background maintenance after a commit (a `git maintenance run --auto` child per
+# commit), no hook samples copied into each new repository
+_CONFIG = tuple(
+    arg
+    for setting in (
+        "init.defaultBranch=main",
+        "commit.gpgSign=false",
+        "maintenance.auto=false",
+        "gc.auto=0",
+        "init.templateDir=",
+    )
+    for arg in ("-c", setting)
+)
+
+
 def sh_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     full = {**os.environ, **GIT_ENV, **(env or {})}
     proc = subprocess.run(
-        ["git", "-c", "init.defaultBranch=main", "-c", "commit.gpgSign=false", *args],
+        ["git", *_CONFIG, *args],
         cwd=cwd,
         env=full,
         capture_output=True,

@@ -206,8 +206,15 @@ def author_patches(
     scratch: Path | None = None,
 ) -> tuple[list[tuple[str, bytes]], list[str], list[str]]:
     """Patches made with plain git: (git's file name, bytes) per edit, the commits and the
-    tree after each. `scratch` is the authoring clone (default: a temporary one)."""
+    tree after each. `scratch` is the authoring clone (default: a temporary one).
+
+    Without `scratch`, the result is made once per test process for each input (see
+    `_authoring_key`) and handed out again: most of the suite's series are the same few."""
     pin = pin or upstream.head
+    key = None if scratch else _authoring_key(upstream, edits, pin, flags, author, date)
+    if key is not None and key in _AUTHORED:
+        patches, commits, trees = _AUTHORED[key]
+        return list(patches), list(commits), list(trees)
     with tempfile.TemporaryDirectory(dir=upstream.path.parent, prefix=".author-") as tmp:
         work = scratch or Path(tmp) / "clone"
         if work.exists():
@@ -220,7 +227,49 @@ def author_patches(
         sh_git(work, "format-patch", "-q", *flags, "-o", str(out), f"{pin}..HEAD")
         patches = [(p.name, p.read_bytes()) for p in sorted(out.glob("*.patch"))]
     assert len(patches) == len(commits), "an edit that changes nothing makes no patch"
+    if key is not None:
+        _AUTHORED[key] = (list(patches), list(commits), list(trees))
     return patches, commits, trees
+
+
+# authoring input -> (patches, commits, trees): see `_authoring_key`
+_AUTHORED: dict[str, tuple[list[tuple[str, bytes]], list[str], list[str]]] = {}
+
+
+def _authoring_key(
+    upstream: Upstream,
+    edits: Sequence[EditLike],
+    pin: str,
+    flags: Sequence[str],
+    author: dict[str, str] | None,
+    date: Callable[[int], str],
+) -> str | None:
+    """What the authored commits and patch bytes depend on: the pin, the files each edit
+    leaves (computed here from the upstream's clean work tree at the pin), its message,
+    author and date, and the format-patch flags. None when that cannot be known cheaply
+    (another pin than the checked-out one, a dirty work tree, a file the pin lacks)."""
+    status = sh_git(upstream.path, "status", "--porcelain=v2", "--branch", "-z")
+    fields = [f for f in status.split("\0") if f]
+    if f"# branch.oid {pin}" not in fields or any(not f.startswith("#") for f in fields):
+        return None
+    files: dict[str, str | None] = {}
+    h = hashlib.sha256(repr((pin, tuple(flags), sorted((author or {}).items()))).encode())
+    for i, edit in enumerate(_edits(edits)):
+        left = []
+        for rel, content in edit.files.items():
+            if rel not in files and not (upstream.path / rel).is_file():
+                if content is None or callable(content):
+                    return None  # the real run fails on it: let it
+                files[rel] = None
+            if callable(content):
+                before = files.get(rel) if rel in files else (upstream.path / rel).read_text()
+                if before is None:
+                    return None
+                content = content(before)
+            files[rel] = content
+            left.append((rel, content))
+        h.update(repr((edit.subject, edit.body, date(i), sorted(left, key=str))).encode())
+    return h.hexdigest()
 
 
 def write_manifest(
