@@ -10,6 +10,7 @@ from forgetest import Upstream, make_forge_root, make_upstream
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from support.demo import DemoTour, make_demo
+from support.roots import SHARED_DIR_ENV
 
 
 def _hypothesis_home() -> Path:
@@ -38,6 +39,18 @@ def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
                 mp.delenv(name)
         mp.setenv("CCACHE_DIR", str(tmp_path_factory.mktemp("ccache")))
         mp.setenv("SCCACHE_DIR", str(tmp_path_factory.mktemp("sccache")))
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_between_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A directory of this run that every xdist worker sees (support.roots shares the
+    roots it canonicalized there): the parent of the workers' own base directories."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "shared"
+    shared.mkdir(exist_ok=True)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SHARED_DIR_ENV, str(shared))
         yield
 
 

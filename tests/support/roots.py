@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import unquote
 
 from .cli import Result, run_forge
 from .git import GIT_ENV, Upstream, sh_git
@@ -346,13 +348,14 @@ def canonicalize(root: Path) -> None:
     (with the root's and upstream's paths rewritten) for every later root: most of the
     suite's roots are the same few series."""
     key = _canon_key(root)
-    done = _CANON.get(key) if key else None
+    done = (_CANON.get(key) or _shared(key)) if key else None
     if done is None:
         for command in ("patch", "export"):
             res = run_forge("--root", str(root), command)
             assert res.code == 0, res
         if key:
             _CANON[key] = _keep(root)
+            _share(key, *_CANON[key])
         return
     kept, old_root, old_url = done
     new_url = _manifest_url(root)
@@ -361,7 +364,7 @@ def canonicalize(root: Path) -> None:
             shutil.rmtree(root / rel)
         if (kept / rel).exists():
             shutil.copytree(kept / rel, root / rel, symlinks=True)
-    _relocate(root, {old_root: str(root), old_url: new_url})
+    _relocate(root, {old_root: str(root), old_url: new_url, _path_of(old_url): _path_of(new_url)})
 
 
 # (manifest with its URL left out, patch bytes, upstream path) -> (the canonical root's
@@ -376,11 +379,16 @@ def _manifest_url(root: Path) -> str:
     return found.group(1) if found else ""
 
 
+def _path_of(url: str) -> str:
+    """A local upstream's path, from its URL as the manifest writes it (path or file://)."""
+    return unquote(url.removeprefix("file://")) if url.startswith("file:///") else url
+
+
 def _canon_key(root: Path) -> str | None:
     if any(name.startswith("DGR_") for name in os.environ) or (root / ".dgr").exists():
         return None  # a workspace elsewhere, a fault point, a mirror: made fresh
     url = _manifest_url(root)
-    if not url.startswith("/") or not Path(url).is_dir():
+    if not url.startswith(("/", "file:///")) or not Path(_path_of(url)).is_dir():
         return None
     h = hashlib.sha256()
     h.update((root / "manifests" / "llama.cpp.toml").read_bytes().replace(url.encode(), b"@"))
@@ -389,8 +397,9 @@ def _canon_key(root: Path) -> str | None:
         if p.is_file():
             h.update(p.read_bytes())
     # the upstream's refs and objects as they are now (a test may have committed to it)
-    h.update(sh_git(Path(url), "for-each-ref", "--format=%(objectname) %(refname)").encode())
-    h.update(sh_git(Path(url), "rev-parse", "HEAD").encode())
+    upstream = Path(_path_of(url))
+    h.update(sh_git(upstream, "for-each-ref", "--format=%(objectname) %(refname)").encode())
+    h.update(sh_git(upstream, "rev-parse", "HEAD").encode())
     return h.hexdigest()
 
 
@@ -404,6 +413,42 @@ def _keep(root: Path) -> tuple[Path, str, str]:
             shutil.copytree(root / rel, kept / rel, symlinks=True)
     shutil.rmtree(kept / ".dgr" / "tmp", ignore_errors=True)
     return kept, str(root), _manifest_url(root)
+
+
+# the test run's directory that every xdist worker sees (set by tests/conftest.py): a root
+# canonicalized by one worker is there for the others
+SHARED_DIR_ENV = "FORGETEST_SHARED_DIR"
+
+
+def _shared(key: str) -> tuple[Path, str, str] | None:
+    shared = os.environ.get(SHARED_DIR_ENV)
+    kept = Path(shared) / "canonical" / key if shared else None
+    if kept is None or not (kept / "made-at.json").is_file():
+        return None
+    made_at = json.loads((kept / "made-at.json").read_text())
+    _CANON[key] = (kept, made_at["root"], made_at["url"])
+    return _CANON[key]
+
+
+def _share(key: str, kept: Path, old_root: str, old_url: str) -> None:
+    """Publish a canonical root for the other workers: copied whole, then renamed into
+    place (a worker that made the same one first wins; both are the same bytes)."""
+    shared = os.environ.get(SHARED_DIR_ENV)
+    if not shared:
+        return
+    dest = Path(shared) / "canonical" / key
+    if dest.exists():
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".incoming-"))
+    for rel in ("manifests", "patches", ".dgr"):
+        if (kept / rel).exists():
+            shutil.copytree(kept / rel, tmp / rel, symlinks=True)
+    (tmp / "made-at.json").write_text(json.dumps({"root": old_root, "url": old_url}))
+    try:
+        tmp.rename(dest)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # another worker's copy is already there
 
 
 def _relocate(root: Path, paths: dict[str, str]) -> None:
