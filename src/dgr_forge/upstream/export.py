@@ -96,11 +96,11 @@ def slug(subject: str) -> str:
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
-def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
-    """(commit, tree, parent tree, subject) for base..HEAD, oldest first; linear only."""
-    if gitutil.rev_parse(repo, "HEAD") is None:
+def series_commits(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str, str, str]]:
+    """(commit, tree, parent, subject) for base..head, oldest first; linear only."""
+    if gitutil.rev_parse(repo, head) is None:
         raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
-    proc = gitutil.git(repo, "merge-base", "--is-ancestor", base, "HEAD", check=False)
+    proc = gitutil.git(repo, "merge-base", "--is-ancestor", base, head, check=False)
     if proc.returncode != 0:
         raise NeedsHuman(
             f"{repo}: HEAD is not based on the pinned commit {base}",
@@ -109,7 +109,7 @@ def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
             details={"base": base},
         )
     out = gitutil.out(
-        repo, "log", "--reverse", "--format=%H %T %P%x00%s", "--topo-order", f"{base}..HEAD"
+        repo, "log", "--reverse", "--format=%H %T %P%x00%s", "--topo-order", f"{base}..{head}"
     )
     commits: list[tuple[str, str, str, str]] = []
     for line in out.splitlines():
@@ -175,11 +175,11 @@ def message_break(line: str) -> str | None:
 _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
-def refuse_unsafe_messages(repo: Path, base: str) -> None:
+def refuse_unsafe_messages(repo: Path, base: str, head: str = "HEAD") -> None:
     """Exit 2 naming the commit and the line when `git am` would not give the message back
     exactly (the line would end the message, start a diff or a new mail, or replace a
     header)."""
-    raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..HEAD")
+    raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..{head}")
     for record in raw.split("\x01"):
         commit, sep, message = record.strip("\n").partition("\0")
         if not sep:
@@ -203,19 +203,24 @@ def refuse_unsafe_messages(repo: Path, base: str) -> None:
 
 
 def compute_series(
-    repo: Path, base: str, dest: Path | None = None, *, tmp_root: Path | None = None
+    repo: Path,
+    base: str,
+    dest: Path | None = None,
+    *,
+    head: str = "HEAD",
+    tmp_root: Path | None = None,
 ) -> list[ExportedPatch]:
-    """The canonical series for base..HEAD of `repo`; written to `dest` when given.
+    """The canonical series for base..head of `repo`; written to `dest` when given.
 
     Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
     to byte-compare with the committed series.
     """
-    commits = series_commits(repo, base)
-    refuse_unsafe_messages(repo, base)
+    commits = series_commits(repo, base, head)
+    refuse_unsafe_messages(repo, base, head)
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
-            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..HEAD").splitlines()
+            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..{head}").splitlines()
             if len(names) != len(commits):
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"

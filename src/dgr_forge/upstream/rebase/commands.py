@@ -156,7 +156,8 @@ def start(
     )
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
-    git(src, "checkout", "-q", "-f", "--detach", commit)
+    # HEAD and the work tree stay where they are: the replay merges in memory, checks out
+    # where a patch needs the work tree, and finishing checks out the result
     replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
         return noop_result(m)
@@ -190,7 +191,8 @@ def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseRe
         if stale:
             out_.warn("interrupted rebase step left: " + "; ".join(stale))
         clear_leftovers(src, out_, index_lock=True)
-        git(src, "reset", "-q", "--hard", state.head)
+        # (detached: HEAD may still be on the branch the rebase started from)
+        git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
     return finish(forge, state, out_, m)
 

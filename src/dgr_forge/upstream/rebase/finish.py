@@ -79,8 +79,8 @@ def noop_result(m: UpstreamManifest) -> RebaseResult:
 def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
     src = Path(state.src_dir)
-    # HEAD is state.head here: the replay moved it, a resumed run reset it there
-    rendered = export.compute_series(src, state.new_commit, tmp_root=forge.tmp_dir)
+    # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
+    rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
     export.verify_round_trip(src, state.new_commit, rendered)
     kept = [s for s in state.patches if s.new_commit is not None]
     if [p.commit for p in rendered] != [s.new_commit for s in kept]:

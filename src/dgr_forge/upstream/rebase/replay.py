@@ -96,10 +96,13 @@ def _merged_tree(src: Path, state: RebaseState, step: PatchStep, known: Known) -
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+    """Replay the patches from state.next on. HEAD and the work tree are moved to
+    state.head only where a patch needs the work tree (a cherry-pick); finishing checks
+    out the result."""
     src = Path(state.src_dir)
-    # (HEAD is state.head here; the new pin's tree is known when nothing is replayed yet)
+    # the new pin's tree is known when nothing is replayed yet
     known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
-    behind = False  # HEAD and the work tree still at an earlier head (in-memory merges)
+    at_head = False  # HEAD and the work tree at state.head (else: wherever they were)
     while state.next < len(state.patches):
         i = state.next
         step = state.patches[i]
@@ -107,13 +110,13 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         tree = _merged_tree(src, state, step, known)
         if tree is not None:
             record(src, state, i, resolved=False, known=known, tree=tree)
-            behind = True
+            at_head = False
             _replayed(src, state, step, out_)
             save_state(forge, state, durable=False)
             continue
-        if behind:  # the work tree must be at state.head for cherry-pick to show a conflict
-            git(src, "reset", "-q", "--hard", state.head)
-            behind = False
+        if not at_head:  # the work tree must be at state.head for cherry-pick to show a conflict
+            git(src, "checkout", "-q", "-f", "--detach", state.head)
+            at_head = True
         proc = git(
             src,
             "-c",
@@ -159,8 +162,6 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         clear_leftovers(src, out_, index_lock=False)
         _replayed(src, state, step, out_)
         save_state(forge, state, durable=False)
-    if behind:
-        git(src, "reset", "-q", "--hard", state.head)  # what finishing expects: HEAD there
 
 
 def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:
