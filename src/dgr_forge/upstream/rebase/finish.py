@@ -18,8 +18,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
 from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
-    REF_NEW,
-    REF_OLD,
+    REF_PREFIX,
     PatchStep,
     RebaseResult,
     RebaseState,
@@ -53,11 +52,12 @@ def check_manifest_untouched(
 
 
 def drop_refs(src: Path) -> None:
-    for ref in (REF_NEW, REF_OLD):
-        git(src, "update-ref", "-d", ref, check=False)
-    refs = out(src, "for-each-ref", "--format=%(refname)", "refs/dgr/rebase/remote/")
-    for ref in refs.split():
-        git(src, "update-ref", "-d", ref, check=False)
+    """The rebase's refs (REF_NEW, REF_OLD, REF_BATCH, fetched remote refs), in one
+    transaction."""
+    refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
+    if refs:
+        lines = "".join(f"delete {r}\n" for r in refs.split())
+        git(src, "update-ref", "--stdin", input=lines, check=False)
 
 
 # ----------------------------------------------------------------------------- finish
