@@ -23,7 +23,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches, series_base, series_journal
+from dgr_forge.upstream import patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
 
@@ -240,21 +240,79 @@ def compute_series(
 
 def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
     """Apply the exported files on a scratch index: each must give its commit's tree
-    exactly, or `dgr-forge patch` could never reproduce the series (exit 1)."""
+    exactly, or `dgr-forge patch` could never reproduce the series (exit 1).
+
+    Patches go to git in runs, one `git apply` and one tree for each run: git applies the
+    files of one call one after the other on one index, as separate calls would, and in a
+    run no patch touches (in its file or in its commit) a path another one touches, so a
+    patch that gave a wrong tree leaves a wrong path that nothing later in the run writes:
+    the run's tree is then wrong too. A run that does not give its tree is applied again
+    patch by patch, which names the patch."""
+    if not series:
+        return
     with patches.scratch_index(repo, base) as env:
-        for p in series:
-            proc = gitutil.git(
-                repo, "apply", "--cached", "-", input=p.data, env=env, text=False, check=False
-            )
-            tree = gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
-            if tree != p.tree:
-                raise OperationFailed(
-                    f"{p.file} (from commit {p.commit[:12]}) does not reproduce its commit "
-                    f"when applied (tree {tree or 'conflict'}, commit has {p.tree})",
-                    hint="git cannot represent this change as a patch exactly (e.g. a file "
-                    "mode or submodule change); split or simplify the commit",
-                    details={"file": p.file, "commit": p.commit},
-                )
+        scratch = Path(env["GIT_INDEX_FILE"]).parent
+        start = base  # what the index holds before the run
+        for run in _disjoint_runs(repo, series):
+            if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
+                start = run[-1].tree
+                continue
+            if len(run) > 1:  # the index may hold what the run made: back to its start
+                gitutil.git(repo, "read-tree", "--end-of-options", start, env=env)
+            for p in run:
+                tree = _apply(repo, env, [p], scratch)
+                if tree != p.tree:
+                    raise OperationFailed(
+                        f"{p.file} (from commit {p.commit[:12]}) does not reproduce its "
+                        f"commit when applied (tree {tree or 'conflict'}, commit has {p.tree})",
+                        hint="git cannot represent this change as a patch exactly (e.g. a "
+                        "file mode or submodule change); split or simplify the commit",
+                        details={"file": p.file, "commit": p.commit},
+                    )
+            start = run[-1].tree
+
+
+def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[ExportedPatch]]:
+    """The series cut where a patch touches a path (named in its file, or changed by its
+    commit: one `diff-tree` for all) that an earlier patch of the same run touches; a file
+    the parser cannot read is a run of its own."""
+    changed = gitutil.tree_changes(repo, [p.commit for p in series])
+    runs: list[list[ExportedPatch]] = []
+    seen: set[str] | None = None  # the paths of the run being built; None: none to join
+    for p, changes in zip(series, changed, strict=True):
+        try:
+            paths: set[str] | None = set(patchfile.parse(p.data).paths)
+        except patchfile.PatchSyntaxError:
+            paths = None
+        if paths is not None:
+            paths |= {c.path.decode("utf-8", "surrogateescape") for c in changes}
+        if paths is None or seen is None or paths & seen:
+            runs.append([p])
+            seen = paths
+        else:
+            runs[-1].append(p)
+            seen |= paths
+    return runs
+
+
+def _apply(
+    repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
+) -> str | None:
+    """The scratch index's tree after `git apply --cached` of the run's files (in order,
+    one call), None when they do not apply."""
+    if len(run) == 1:
+        proc = gitutil.git(
+            repo, "apply", "--cached", "-", input=run[0].data, env=env, text=False, check=False
+        )
+    else:
+        files = []
+        for n, p in enumerate(run):
+            files.append(scratch / f"run-{n:06d}.patch")
+            files[-1].write_bytes(p.data)
+        proc = gitutil.git(
+            repo, "apply", "--cached", "--", *map(str, files), env=env, text=False, check=False
+        )
+    return gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
 
 
 def export_series(
