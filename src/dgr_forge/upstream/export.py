@@ -98,35 +98,58 @@ def slug(subject: str) -> str:
 
 def series_commits(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str, str, str]]:
     """(commit, tree, parent, subject) for base..head, oldest first; linear only."""
-    if gitutil.rev_parse(repo, head) is None:
-        raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
-    proc = gitutil.git(repo, "merge-base", "--is-ancestor", base, head, check=False)
-    if proc.returncode != 0:
-        raise NeedsHuman(
-            f"{repo}: HEAD is not based on the pinned commit {base}",
-            hint="rebase your commits onto the pin (`git rebase --onto "
-            f"{base[:12]} <old base>`), or move the pin with `dgr-forge rebase`",
-            details={"base": base},
-        )
-    out = gitutil.out(
-        repo, "log", "--reverse", "--format=%H %T %P%x00%s", "--topo-order", f"{base}..{head}"
+    return [(c, tree, parent, subject) for c, tree, parent, subject, _ in _series(repo, base, head)]
+
+
+def _series(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
+    """`series_commits` with each commit's message: one `git log` (with the boundary, for
+    the base's tree) when the series is a chain on `base`; the calls that name what is
+    wrong run only when it is not, in the order they always ran."""
+    proc = gitutil.git(
+        repo,
+        "log",
+        "--reverse",
+        "--topo-order",
+        "--boundary",
+        "--format=%m%H %T %P%x00%s%x00%B%x01",
+        f"{base}..{head}",
+        check=False,
     )
-    commits: list[tuple[str, str, str, str]] = []
-    for line in out.splitlines():
-        ids, _, subject = line.partition("\0")
-        commit, tree, *parents = ids.split()
-        if len(parents) != 1:
+    listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
+    for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
+        ids, _, rest = record.strip("\n").partition("\0")
+        subject, _, message = rest.partition("\0")
+        if ids:
+            commit, tree, *parents = ids[1:].split()
+            listed.append((ids[0], commit, tree, parents, subject, message))
+    commits = [e for e in listed if e[0] != "-"]
+    chain = bool(commits) and all(len(e[3]) == 1 for e in commits) and commits[0][3][0] == base
+    if not chain:
+        if gitutil.rev_parse(repo, head) is None:
+            raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
+        if gitutil.git(repo, "merge-base", "--is-ancestor", base, head, check=False).returncode:
             raise NeedsHuman(
-                f"{repo}: commit {commit[:12]} ({subject}) is a merge; a patch series is linear",
-                hint="linearize the history with `git rebase` onto the pin",
-                details={"commit": commit},
+                f"{repo}: HEAD is not based on the pinned commit {base}",
+                hint="rebase your commits onto the pin (`git rebase --onto "
+                f"{base[:12]} <old base>`), or move the pin with `dgr-forge rebase`",
+                details={"base": base},
             )
-        commits.append((commit, tree, parents[0], subject))
-    if commits and commits[0][2] != base:
-        raise NeedsHuman(f"{repo}: history between the pin and HEAD is not a single chain")
-    for (commit, tree, _parent, subject), prev_tree in zip(
-        commits, [gitutil.tree_of(repo, base), *(c[1] for c in commits)], strict=False
-    ):
+        if proc.returncode != 0:
+            raise OperationFailed(f"git log {base[:12]}..{head} failed: {proc.stderr.strip()}")
+        for _, commit, _, parents, subject, _ in commits:
+            if len(parents) != 1:
+                raise NeedsHuman(
+                    f"{repo}: commit {commit[:12]} ({subject}) is a merge; a patch series is "
+                    "linear",
+                    hint="linearize the history with `git rebase` onto the pin",
+                    details={"commit": commit},
+                )
+        if commits:
+            raise NeedsHuman(f"{repo}: history between the pin and HEAD is not a single chain")
+        return []  # head is base
+    base_tree = next((e[2] for e in listed if e[0] == "-" and e[1] == base), None)
+    prev_tree = base_tree or gitutil.tree_of(repo, base)
+    for _, commit, tree, _, subject, _ in commits:
         if tree == prev_tree:
             raise NeedsHuman(
                 f"{repo}: commit {commit[:12]} ({subject}) changes nothing; an empty patch "
@@ -134,7 +157,10 @@ def series_commits(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str,
                 hint="drop it (`git rebase -i` and delete its line), then export again",
                 details={"commit": commit},
             )
-    return commits
+        prev_tree = tree
+    return [
+        (c, tree, parents[0], subject, message) for _, c, tree, parents, subject, message in commits
+    ]
 
 
 def _is_mbox_from(line: str) -> bool:
@@ -179,11 +205,12 @@ def refuse_unsafe_messages(repo: Path, base: str, head: str = "HEAD") -> None:
     """Exit 2 naming the commit and the line when `git am` would not give the message back
     exactly (the line would end the message, start a diff or a new mail, or replace a
     header)."""
-    raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..{head}")
-    for record in raw.split("\x01"):
-        commit, sep, message = record.strip("\n").partition("\0")
-        if not sep:
-            continue
+    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in _series(repo, base, head)])
+
+
+def _refuse_unsafe(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
+    """`refuse_unsafe_messages` of (commit, message) pairs."""
+    for commit, message in messages:
         lines = message.split("\n")
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
         first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
@@ -215,8 +242,8 @@ def compute_series(
     Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
     to byte-compare with the committed series.
     """
-    commits = series_commits(repo, base, head)
-    refuse_unsafe_messages(repo, base, head)
+    commits = _series(repo, base, head)
+    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in commits])
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
@@ -225,7 +252,7 @@ def compute_series(
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"
                 )
-            for n, ((commit, tree, _parent, subject), name) in enumerate(
+            for n, ((commit, tree, _parent, subject, _message), name) in enumerate(
                 zip(commits, names, strict=True), start=1
             ):
                 data = Path(name).read_bytes()
