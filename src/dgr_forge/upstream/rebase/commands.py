@@ -10,7 +10,7 @@ from typing import Any
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.gitutil import HEX40, git, out
+from dgr_forge.core.gitutil import HEX40, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -123,20 +123,26 @@ def start(
         out_.info(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m)
     new_tree = gitutil.tree_of(src, commit)
-    old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
-    if len(old_commits) != len(m.series):
+    # the patch commits and their subjects, oldest first, from one log
+    listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{old_head}").stdout
+    commits = [line.partition(" ") for line in listed.splitlines()]
+    if len(commits) != len(m.series):
         raise OperationFailed(
             f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-            f"found {len(old_commits)}",
+            f"found {len(commits)}",
             hint="reset the workspace with `dgr-forge fetch --force` and retry",
         )
-    subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
-        for e, c, subject in zip(m.series, old_commits, subjects.stdout.splitlines(), strict=True)
+        for e, (c, _, subject) in zip(m.series, commits, strict=True)
     ]
-    git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
-    git(src, "update-ref", REF_OLD, old_head)
+    # keep the fetched commit and the old series from any gc (one transaction)
+    git(
+        src,
+        "update-ref",
+        "--stdin",
+        input=f"update {REF_NEW} {commit}\nupdate {REF_OLD} {old_head}\n",
+    )
     state = RebaseState(
         upstream=m.name,
         src_dir=str(src),

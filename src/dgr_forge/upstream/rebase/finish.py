@@ -108,7 +108,8 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     new_manifest = manifest_text(
         m.path.read_text(encoding="utf-8"),
         [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
-        gitutil.tree_of(src, state.head),
+        # the tree of state.head: the last exported commit's (none left: the new pin)
+        rendered[-1].tree if rendered else state.new_tree,
         commit=state.new_commit,
         tree=state.new_tree,
         url=state.new_url if state.new_url != m.url else None,

@@ -328,6 +328,8 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
     proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
+        return  # what the checks below end with, asked once
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
