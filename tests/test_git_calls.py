@@ -143,3 +143,47 @@ def test_a_hostile_tree_cache_is_recomputed_never_trusted_blindly(
     res = run_forge("patch", cwd=forge_root)
     assert res.code == 0, res
     assert run_forge("--json", "status", cwd=forge_root).json["patches"]["applied"] is True
+
+
+def test_a_rebase_asks_git_a_fixed_number_of_times_whatever_the_series_length(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    # 16 patches, one file each; upstream then moves the lines of every other patched file
+    # (the shape of bench.rebase): the replay, the export and its round trip are batched,
+    # so the count does not grow with the series (it was five git processes a patch)
+    text = "".join(f"line {n}\n" for n in range(1, 21))
+    files = {f"docs/r-{i:02d}.md": text for i in range(16)}
+    pin = upstream.commit(dict(files), "docs: sixteen files")
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
+        for name, body in files.items()
+    ]
+    make_series(forge_root, upstream, edits, pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    assert run_forge("export", cwd=forge_root).code == 0  # the canonical bytes, as in use
+    new = upstream.commit(
+        {name: "moved\n\n" + body for name, body in list(files.items())[::2]}, "docs: headers"
+    )
+    env, log = _shim(tmp_path)
+    res = run_forge("--json", "rebase", "--onto", new, cwd=forge_root, env=env)
+    assert res.code == 0, res
+    outcomes = [p["outcome"] for p in res.json["patches"]]
+    assert outcomes == ["refreshed", "unchanged"] * 8, outcomes
+    calls = _count(log)
+    assert len(calls) <= 35, "\n".join(calls)
+    # the replay was the batch's: one merge and one fast-import for the whole series
+    commands = [_subcommand(c) for c in calls]
+    assert commands.count("merge-tree") == 1 and commands.count("fast-import") == 1, commands
+    assert commands.count("apply") == 1, commands  # the round trip: one run
+    assert run_forge("check", cwd=forge_root).code == 0
+
+
+def _subcommand(line: str) -> str:
+    """The git command of a logged call ("-c key=value" settings skipped)."""
+    words = iter(line.split())
+    for word in words:
+        if word == "-c":
+            next(words, None)
+            continue
+        return word
+    return ""

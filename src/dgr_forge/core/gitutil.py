@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dgr_forge.core import ids
@@ -158,3 +159,55 @@ def status_porcelain(repo: Path, args: Sequence[str] = ()) -> list[str]:
     """Changed paths in the work tree (tracked and untracked), as porcelain v1 lines."""
     proc = git(repo, "status", "--porcelain=v1", "--untracked-files=all", *args)
     return [line for line in proc.stdout.splitlines() if line]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path a diff changes: its new mode and object (DELETED: the path goes)."""
+
+    path: bytes
+    mode: str
+    oid: str
+
+
+DELETED = "000000"
+
+
+def tree_changes(repo: Path, lines: Sequence[str]) -> list[list[Change]]:
+    """The changes of each line ("<commit>": against its parent; "<commit> <commit>": from
+    the first to the second), every file (recursive, no renames), from one
+    `git diff-tree --stdin`. (Commits only: a line of two trees gets a header git ends
+    with a newline instead of the NUL.)"""
+    data = _diff_tree(repo, "--stdin", "--always", input="".join(f"{ln}\n" for ln in lines))
+    diffs: list[list[Change]] = []
+    tokens = data.split(b"\0")
+    i = 0
+    while i < len(tokens):
+        if tokens[i].startswith(b":") and diffs:
+            diffs[-1].append(_change(tokens[i], tokens[i + 1]))
+            i += 2
+            continue
+        if tokens[i]:
+            diffs.append([])  # the header of the next line (--always: one for every line)
+        i += 1
+    if len(diffs) != len(lines):
+        raise OperationFailed(f"git diff-tree --stdin answered {len(diffs)} of {len(lines)} lines")
+    return diffs
+
+
+def changes_between(repo: Path, old: str, new: str) -> list[Change]:
+    """What `new` changes over `old` (trees or commits): every file, no renames."""
+    tokens = _diff_tree(repo, "--end-of-options", old, new).split(b"\0")
+    return [_change(tokens[i], tokens[i + 1]) for i in range(0, len(tokens) - 1, 2)]
+
+
+def _diff_tree(repo: Path, *args: str, input: str | None = None) -> bytes:
+    proc = git(repo, "diff-tree", "-r", "-z", "--no-renames", *args, input=input, text=False)
+    raw: bytes | str = proc.stdout
+    return raw.encode() if isinstance(raw, str) else raw
+
+
+def _change(entry: bytes, path: bytes) -> Change:
+    """A raw diff entry (":<old mode> <new mode> <old id> <new id> <status>") and its path."""
+    _old_mode, mode, _old, oid, _status = entry[1:].decode("ascii").split(" ")
+    return Change(path, mode, oid)

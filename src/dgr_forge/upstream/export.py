@@ -23,7 +23,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches, series_base, series_journal
+from dgr_forge.upstream import patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
 
@@ -96,37 +96,60 @@ def slug(subject: str) -> str:
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
-def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
-    """(commit, tree, parent tree, subject) for base..HEAD, oldest first; linear only."""
-    if gitutil.rev_parse(repo, "HEAD") is None:
-        raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
-    proc = gitutil.git(repo, "merge-base", "--is-ancestor", base, "HEAD", check=False)
-    if proc.returncode != 0:
-        raise NeedsHuman(
-            f"{repo}: HEAD is not based on the pinned commit {base}",
-            hint="rebase your commits onto the pin (`git rebase --onto "
-            f"{base[:12]} <old base>`), or move the pin with `dgr-forge rebase`",
-            details={"base": base},
-        )
-    out = gitutil.out(
-        repo, "log", "--reverse", "--format=%H %T %P%x00%s", "--topo-order", f"{base}..HEAD"
+def series_commits(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str, str, str]]:
+    """(commit, tree, parent, subject) for base..head, oldest first; linear only."""
+    return [(c, tree, parent, subject) for c, tree, parent, subject, _ in _series(repo, base, head)]
+
+
+def _series(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
+    """`series_commits` with each commit's message: one `git log` (with the boundary, for
+    the base's tree) when the series is a chain on `base`; the calls that name what is
+    wrong run only when it is not, in the order they always ran."""
+    proc = gitutil.git(
+        repo,
+        "log",
+        "--reverse",
+        "--topo-order",
+        "--boundary",
+        "--format=%m%H %T %P%x00%s%x00%B%x01",
+        f"{base}..{head}",
+        check=False,
     )
-    commits: list[tuple[str, str, str, str]] = []
-    for line in out.splitlines():
-        ids, _, subject = line.partition("\0")
-        commit, tree, *parents = ids.split()
-        if len(parents) != 1:
+    listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
+    for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
+        ids, _, rest = record.strip("\n").partition("\0")
+        subject, _, message = rest.partition("\0")
+        if ids:
+            commit, tree, *parents = ids[1:].split()
+            listed.append((ids[0], commit, tree, parents, subject, message))
+    commits = [e for e in listed if e[0] != "-"]
+    chain = bool(commits) and all(len(e[3]) == 1 for e in commits) and commits[0][3][0] == base
+    if not chain:
+        if gitutil.rev_parse(repo, head) is None:
+            raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
+        if gitutil.git(repo, "merge-base", "--is-ancestor", base, head, check=False).returncode:
             raise NeedsHuman(
-                f"{repo}: commit {commit[:12]} ({subject}) is a merge; a patch series is linear",
-                hint="linearize the history with `git rebase` onto the pin",
-                details={"commit": commit},
+                f"{repo}: HEAD is not based on the pinned commit {base}",
+                hint="rebase your commits onto the pin (`git rebase --onto "
+                f"{base[:12]} <old base>`), or move the pin with `dgr-forge rebase`",
+                details={"base": base},
             )
-        commits.append((commit, tree, parents[0], subject))
-    if commits and commits[0][2] != base:
-        raise NeedsHuman(f"{repo}: history between the pin and HEAD is not a single chain")
-    for (commit, tree, _parent, subject), prev_tree in zip(
-        commits, [gitutil.tree_of(repo, base), *(c[1] for c in commits)], strict=False
-    ):
+        if proc.returncode != 0:
+            raise OperationFailed(f"git log {base[:12]}..{head} failed: {proc.stderr.strip()}")
+        for _, commit, _, parents, subject, _ in commits:
+            if len(parents) != 1:
+                raise NeedsHuman(
+                    f"{repo}: commit {commit[:12]} ({subject}) is a merge; a patch series is "
+                    "linear",
+                    hint="linearize the history with `git rebase` onto the pin",
+                    details={"commit": commit},
+                )
+        if commits:
+            raise NeedsHuman(f"{repo}: history between the pin and HEAD is not a single chain")
+        return []  # head is base
+    base_tree = next((e[2] for e in listed if e[0] == "-" and e[1] == base), None)
+    prev_tree = base_tree or gitutil.tree_of(repo, base)
+    for _, commit, tree, _, subject, _ in commits:
         if tree == prev_tree:
             raise NeedsHuman(
                 f"{repo}: commit {commit[:12]} ({subject}) changes nothing; an empty patch "
@@ -134,7 +157,10 @@ def series_commits(repo: Path, base: str) -> list[tuple[str, str, str, str]]:
                 hint="drop it (`git rebase -i` and delete its line), then export again",
                 details={"commit": commit},
             )
-    return commits
+        prev_tree = tree
+    return [
+        (c, tree, parents[0], subject, message) for _, c, tree, parents, subject, message in commits
+    ]
 
 
 def _is_mbox_from(line: str) -> bool:
@@ -175,15 +201,16 @@ def message_break(line: str) -> str | None:
 _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
-def refuse_unsafe_messages(repo: Path, base: str) -> None:
+def refuse_unsafe_messages(repo: Path, base: str, head: str = "HEAD") -> None:
     """Exit 2 naming the commit and the line when `git am` would not give the message back
     exactly (the line would end the message, start a diff or a new mail, or replace a
     header)."""
-    raw = gitutil.out(repo, "log", "--reverse", "--format=%H%x00%B%x01", f"{base}..HEAD")
-    for record in raw.split("\x01"):
-        commit, sep, message = record.strip("\n").partition("\0")
-        if not sep:
-            continue
+    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in _series(repo, base, head)])
+
+
+def _refuse_unsafe(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
+    """`refuse_unsafe_messages` of (commit, message) pairs."""
+    for commit, message in messages:
         lines = message.split("\n")
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
         first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
@@ -203,24 +230,29 @@ def refuse_unsafe_messages(repo: Path, base: str) -> None:
 
 
 def compute_series(
-    repo: Path, base: str, dest: Path | None = None, *, tmp_root: Path | None = None
+    repo: Path,
+    base: str,
+    dest: Path | None = None,
+    *,
+    head: str = "HEAD",
+    tmp_root: Path | None = None,
 ) -> list[ExportedPatch]:
-    """The canonical series for base..HEAD of `repo`; written to `dest` when given.
+    """The canonical series for base..head of `repo`; written to `dest` when given.
 
     Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
     to byte-compare with the committed series.
     """
-    commits = series_commits(repo, base)
-    refuse_unsafe_messages(repo, base)
+    commits = _series(repo, base, head)
+    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in commits])
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
-            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..HEAD").splitlines()
+            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..{head}").splitlines()
             if len(names) != len(commits):
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"
                 )
-            for n, ((commit, tree, _parent, subject), name) in enumerate(
+            for n, ((commit, tree, _parent, subject, _message), name) in enumerate(
                 zip(commits, names, strict=True), start=1
             ):
                 data = Path(name).read_bytes()
@@ -235,21 +267,79 @@ def compute_series(
 
 def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
     """Apply the exported files on a scratch index: each must give its commit's tree
-    exactly, or `dgr-forge patch` could never reproduce the series (exit 1)."""
+    exactly, or `dgr-forge patch` could never reproduce the series (exit 1).
+
+    Patches go to git in runs, one `git apply` and one tree for each run: git applies the
+    files of one call one after the other on one index, as separate calls would, and in a
+    run no patch touches (in its file or in its commit) a path another one touches, so a
+    patch that gave a wrong tree leaves a wrong path that nothing later in the run writes:
+    the run's tree is then wrong too. A run that does not give its tree is applied again
+    patch by patch, which names the patch."""
+    if not series:
+        return
     with patches.scratch_index(repo, base) as env:
-        for p in series:
-            proc = gitutil.git(
-                repo, "apply", "--cached", "-", input=p.data, env=env, text=False, check=False
-            )
-            tree = gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
-            if tree != p.tree:
-                raise OperationFailed(
-                    f"{p.file} (from commit {p.commit[:12]}) does not reproduce its commit "
-                    f"when applied (tree {tree or 'conflict'}, commit has {p.tree})",
-                    hint="git cannot represent this change as a patch exactly (e.g. a file "
-                    "mode or submodule change); split or simplify the commit",
-                    details={"file": p.file, "commit": p.commit},
-                )
+        scratch = Path(env["GIT_INDEX_FILE"]).parent
+        start = base  # what the index holds before the run
+        for run in _disjoint_runs(repo, series):
+            if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
+                start = run[-1].tree
+                continue
+            if len(run) > 1:  # the index may hold what the run made: back to its start
+                gitutil.git(repo, "read-tree", "--end-of-options", start, env=env)
+            for p in run:
+                tree = _apply(repo, env, [p], scratch)
+                if tree != p.tree:
+                    raise OperationFailed(
+                        f"{p.file} (from commit {p.commit[:12]}) does not reproduce its "
+                        f"commit when applied (tree {tree or 'conflict'}, commit has {p.tree})",
+                        hint="git cannot represent this change as a patch exactly (e.g. a "
+                        "file mode or submodule change); split or simplify the commit",
+                        details={"file": p.file, "commit": p.commit},
+                    )
+            start = run[-1].tree
+
+
+def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[ExportedPatch]]:
+    """The series cut where a patch touches a path (named in its file, or changed by its
+    commit: one `diff-tree` for all) that an earlier patch of the same run touches; a file
+    the parser cannot read is a run of its own."""
+    changed = gitutil.tree_changes(repo, [p.commit for p in series])
+    runs: list[list[ExportedPatch]] = []
+    seen: set[str] | None = None  # the paths of the run being built; None: none to join
+    for p, changes in zip(series, changed, strict=True):
+        try:
+            paths: set[str] | None = set(patchfile.parse(p.data).paths)
+        except patchfile.PatchSyntaxError:
+            paths = None
+        if paths is not None:
+            paths |= {c.path.decode("utf-8", "surrogateescape") for c in changes}
+        if paths is None or seen is None or paths & seen:
+            runs.append([p])
+            seen = paths
+        else:
+            runs[-1].append(p)
+            seen |= paths
+    return runs
+
+
+def _apply(
+    repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
+) -> str | None:
+    """The scratch index's tree after `git apply --cached` of the run's files (in order,
+    one call), None when they do not apply."""
+    if len(run) == 1:
+        proc = gitutil.git(
+            repo, "apply", "--cached", "-", input=run[0].data, env=env, text=False, check=False
+        )
+    else:
+        files = []
+        for n, p in enumerate(run):
+            files.append(scratch / f"run-{n:06d}.patch")
+            files[-1].write_bytes(p.data)
+        proc = gitutil.git(
+            repo, "apply", "--cached", "--", *map(str, files), env=env, text=False, check=False
+        )
+    return gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
 
 
 def export_series(

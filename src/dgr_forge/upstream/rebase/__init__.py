@@ -13,8 +13,15 @@ onto the new head N_(i-1) and committed with plumbing, with the patch's own auth
 date and message and the forge's fixed committer identity: the same inputs give the
 same commits. A pick that changes nothing was taken upstream and is dropped; a conflict
 stops with the files, the upstream commits that touched them and the next commands.
+Where one merge of the whole series gives each patch exactly its own merge (`batch`: a
+path upstream changed that one patch changes, every other path the patch's own), the
+picks are planned from that one merge and committed by one fast-import, to the same
+commits; the per-patch replay takes over where that does not hold. The merges run in
+memory (merge-tree): HEAD and the work tree move only for a cherry-pick that needs them
+(to show a conflict) and at the end.
 
-All progress lives in `<workspace>/rebase.json` (written atomically after every step),
+All progress lives in `<workspace>/rebase.json` (written atomically after every step or
+batch of steps),
 so `--continue` and `--abort` work from a new shell or after a crash. The manifest and
 `patches/` are not touched until the whole series has been replayed; then their new
 bytes are staged in `<workspace>/rebase/new/` (the old ones in `rebase/old/`) and
@@ -25,7 +32,7 @@ one `export` uses) under the root lock. A crash in that window is finished by
 `--dry-run` (the upstream canary) runs the same replay in a scratch workspace under the
 workspace's `tmp/` and reports per patch, touching nothing.
 
-Modules: `state` (rebase.json), `gitops` (git plumbing, REV resolution), `replay`,
+Modules: `state` (rebase.json), `gitops` (git plumbing, REV resolution), `replay`, `batch`,
 `conflicts`, `finish` (stage + write), `report`, `commands` (start/resume/abort),
 `dryrun`. Fault points (`DGR_FAULT`): `rebase.replay:NNNN`, `rebase.commit:NNNN`,
 `rebase.continue`, `rebase.write`, the journal's `rebase.staged`/`rebase.swapped`/

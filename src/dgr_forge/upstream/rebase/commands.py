@@ -10,7 +10,7 @@ from typing import Any
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.gitutil import HEX40, git, out
+from dgr_forge.core.gitutil import HEX40, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -123,20 +123,26 @@ def start(
         out_.info(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m)
     new_tree = gitutil.tree_of(src, commit)
-    old_commits = out(src, "rev-list", "--reverse", f"{m.commit}..{old_head}").split()
-    if len(old_commits) != len(m.series):
+    # the patch commits and their subjects, oldest first, from one log
+    listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{old_head}").stdout
+    commits = [line.partition(" ") for line in listed.splitlines()]
+    if len(commits) != len(m.series):
         raise OperationFailed(
             f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-            f"found {len(old_commits)}",
+            f"found {len(commits)}",
             hint="reset the workspace with `dgr-forge fetch --force` and retry",
         )
-    subjects = git(src, "log", "--reverse", "--format=%s", f"{m.commit}..{old_head}")
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
-        for e, c, subject in zip(m.series, old_commits, subjects.stdout.splitlines(), strict=True)
+        for e, (c, _, subject) in zip(m.series, commits, strict=True)
     ]
-    git(src, "update-ref", REF_NEW, commit)  # keep the fetched commit from any gc
-    git(src, "update-ref", REF_OLD, old_head)
+    # keep the fetched commit and the old series from any gc (one transaction)
+    git(
+        src,
+        "update-ref",
+        "--stdin",
+        input=f"update {REF_NEW} {commit}\nupdate {REF_OLD} {old_head}\n",
+    )
     state = RebaseState(
         upstream=m.name,
         src_dir=str(src),
@@ -156,7 +162,8 @@ def start(
     )
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
-    git(src, "checkout", "-q", "-f", "--detach", commit)
+    # HEAD and the work tree stay where they are: the replay merges in memory, checks out
+    # where a patch needs the work tree, and finishing checks out the result
     replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
         return noop_result(m)
@@ -190,7 +197,8 @@ def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseRe
         if stale:
             out_.warn("interrupted rebase step left: " + "; ".join(stale))
         clear_leftovers(src, out_, index_lock=True)
-        git(src, "reset", "-q", "--hard", state.head)
+        # (detached: HEAD may still be on the branch the rebase started from)
+        git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
     return finish(forge, state, out_, m)
 

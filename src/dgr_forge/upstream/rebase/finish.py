@@ -18,8 +18,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
 from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
-    REF_NEW,
-    REF_OLD,
+    REF_PREFIX,
     PatchStep,
     RebaseResult,
     RebaseState,
@@ -53,11 +52,12 @@ def check_manifest_untouched(
 
 
 def drop_refs(src: Path) -> None:
-    for ref in (REF_NEW, REF_OLD):
-        git(src, "update-ref", "-d", ref, check=False)
-    refs = out(src, "for-each-ref", "--format=%(refname)", "refs/dgr/rebase/remote/")
-    for ref in refs.split():
-        git(src, "update-ref", "-d", ref, check=False)
+    """The rebase's refs (REF_NEW, REF_OLD, REF_BATCH, fetched remote refs), in one
+    transaction."""
+    refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
+    if refs:
+        lines = "".join(f"delete {r}\n" for r in refs.split())
+        git(src, "update-ref", "--stdin", input=lines, check=False)
 
 
 # ----------------------------------------------------------------------------- finish
@@ -79,8 +79,8 @@ def noop_result(m: UpstreamManifest) -> RebaseResult:
 def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
     src = Path(state.src_dir)
-    # HEAD is state.head here: the replay moved it, a resumed run reset it there
-    rendered = export.compute_series(src, state.new_commit, tmp_root=forge.tmp_dir)
+    # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
+    rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
     export.verify_round_trip(src, state.new_commit, rendered)
     kept = [s for s in state.patches if s.new_commit is not None]
     if [p.commit for p in rendered] != [s.new_commit for s in kept]:
@@ -108,7 +108,8 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     new_manifest = manifest_text(
         m.path.read_text(encoding="utf-8"),
         [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
-        gitutil.tree_of(src, state.head),
+        # the tree of state.head: the last exported commit's (none left: the new pin)
+        rendered[-1].tree if rendered else state.new_tree,
         commit=state.new_commit,
         tree=state.new_tree,
         url=state.new_url if state.new_url != m.url else None,

@@ -124,6 +124,27 @@ def commit_objects(src: Path, commits: list[str]) -> dict[str, bytes]:
     return found
 
 
+def commit_parents(raw: bytes) -> list[str]:
+    """The parent ids in a raw commit object's header."""
+    header = raw.partition(b"\n\n")[0].decode("utf-8", "replace")
+    return [ln[7:] for ln in header.splitlines() if ln.startswith("parent ")]
+
+
+def merge_onto(src: Path, head_tree: str, base: str, commit: str) -> str | None:
+    """The tree of a 3-way merge of base..commit onto `head_tree`, in memory (no index, no
+    work tree): cherry-pick's merge when `base` is the commit's parent. git 2.39's
+    merge-tree has no --merge-base, so the base is made the merge base: a scratch commit
+    with `head_tree` on `base`. None when it does not merge cleanly."""
+    ours = git_bytes(
+        src, "commit-tree", head_tree, "-p", base, input=b"dgr-forge replay base\n"
+    ).decode()
+    proc = git(src, "merge-tree", "--write-tree", ours.strip(), commit, check=False)
+    if proc.returncode != 0:
+        return None
+    tree = proc.stdout.split("\n", 1)[0].strip()
+    return tree if HEX40.match(tree) else None
+
+
 def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     """The stable patch id of each commit's change (`git diff c^ c`), from one `diff-tree`
     and one `patch-id` for all of them (an empty change has none: "")."""
@@ -307,6 +328,8 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
     proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
+        return  # what the checks below end with, asked once
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
     if proc.returncode != 0 or not gitutil.has_object(src, commit):

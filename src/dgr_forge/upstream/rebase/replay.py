@@ -9,16 +9,19 @@ from pathlib import Path
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.gitutil import HEX40, git, out
+from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
+from dgr_forge.upstream.rebase.batch import replay_batch
 from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits_for
 from dgr_forge.upstream.rebase.gitops import (
     clear_leftovers,
     commit_meta,
     commit_objects,
+    commit_parents,
     ensure_history,
     git_bytes,
     git_dir,
+    merge_onto,
 )
 from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 
@@ -72,34 +75,49 @@ def record(
 
 def _merged_tree(src: Path, state: RebaseState, step: PatchStep, known: Known) -> str | None:
     """The cherry-pick of `step` onto state.head as a tree, merged in memory (no index, no
-    work tree): a 3-way merge whose base is the patch's parent, as cherry-pick's is. git
-    2.39's merge-tree has no --merge-base, so the base is made the merge base: a scratch
-    commit with state.head's tree on the patch's parent. None when it does not merge
-    cleanly (the work-tree cherry-pick then shows the conflict)."""
-    raw = known.objects.get(step.old_commit)
-    parents = [ln[7:] for ln in (raw or b"").decode("utf-8", "replace").split("\n\n")[0]
-               .splitlines() if ln.startswith("parent ")]  # fmt: skip
+    work tree): a 3-way merge whose base is the patch's parent, as cherry-pick's is. None
+    when it does not merge cleanly (the work-tree cherry-pick then shows the conflict)."""
+    parents = commit_parents(known.objects.get(step.old_commit, b""))
     if len(parents) != 1:
         return None
     head_tree = known.head_tree or gitutil.tree_of(src, state.head)
     known.head_tree = head_tree
-    base = (
-        git_bytes(src, "commit-tree", head_tree, "-p", parents[0], input=b"dgr-forge replay base\n")
-        .decode()
-        .strip()
-    )
-    proc = git(src, "merge-tree", "--write-tree", base, step.old_commit, check=False)
-    if proc.returncode != 0:
-        return None
-    tree = proc.stdout.split("\n", 1)[0].strip()
-    return tree if HEX40.match(tree) else None
+    return merge_onto(src, head_tree, parents[0], step.old_commit)
+
+
+def _replay_batch(forge: Forge, state: RebaseState, known: Known, out_: Reporter) -> None:
+    """Record the patches `batch` replays with one merge (all of them or the first ones),
+    saved once at the end: a run killed before that replays them again, to the same
+    commits."""
+    src = Path(state.src_dir)
+    steps = state.patches[state.next :]
+    commits = replay_batch(src, steps, state.head, known.head_tree, known.objects)
+    for commit in commits:
+        step = state.patches[state.next]
+        fault.point("rebase.replay", step.file[:4])
+        if commit is None:
+            step.new_commit, step.outcome = None, "dropped"
+        else:
+            fault.point("rebase.commit", step.file[:4])
+            step.new_commit, step.outcome = commit, "picked"
+            state.head = commit
+        state.next, state.phase, state.conflict = state.next + 1, "replay", None
+        _replayed(src, state, step, out_)
+    if any(c is not None for c in commits):
+        known.head_tree = None  # the batch's last tree: asked for when needed
+    if commits:
+        save_state(forge, state, durable=False)
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+    """Replay the patches from state.next on. HEAD and the work tree are moved to
+    state.head only where a patch needs the work tree (a conflict); finishing checks out
+    the result."""
     src = Path(state.src_dir)
-    # (HEAD is state.head here; the new pin's tree is known when nothing is replayed yet)
+    # the new pin's tree is known when nothing is replayed yet
     known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
-    behind = False  # HEAD and the work tree still at an earlier head (in-memory merges)
+    _replay_batch(forge, state, known, out_)
+    at_head = False  # HEAD and the work tree at state.head (else: wherever they were)
     while state.next < len(state.patches):
         i = state.next
         step = state.patches[i]
@@ -107,13 +125,13 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         tree = _merged_tree(src, state, step, known)
         if tree is not None:
             record(src, state, i, resolved=False, known=known, tree=tree)
-            behind = True
+            at_head = False
             _replayed(src, state, step, out_)
             save_state(forge, state, durable=False)
             continue
-        if behind:  # the work tree must be at state.head for cherry-pick to show a conflict
-            git(src, "reset", "-q", "--hard", state.head)
-            behind = False
+        if not at_head:  # the work tree must be at state.head for cherry-pick to show a conflict
+            git(src, "checkout", "-q", "-f", "--detach", state.head)
+            at_head = True
         proc = git(
             src,
             "-c",
@@ -159,8 +177,6 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
         clear_leftovers(src, out_, index_lock=False)
         _replayed(src, state, step, out_)
         save_state(forge, state, durable=False)
-    if behind:
-        git(src, "reset", "-q", "--hard", state.head)  # what finishing expects: HEAD there
 
 
 def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:

@@ -32,8 +32,10 @@ OUTCOME_TEXT = {
     "dropped-by-hand": "dropped by hand (conflict resolved to no change)",
     "conflict": "would conflict (a real rebase stops here)",
 }
+REF_PREFIX = "refs/dgr/rebase/"  # every ref a rebase makes: dropped when it ends
 REF_NEW = "refs/dgr/rebase/new"
 REF_OLD = "refs/dgr/rebase/old-head"
+REF_BATCH = "refs/dgr/rebase/batch"  # the commits the batch replay made (`batch`)
 # files git leaves next to a merge in progress; ours to clean once a step is recorded
 MERGE_LEFTOVERS = ("MERGE_MSG", "AUTO_MERGE", "CHERRY_PICK_HEAD")
 # half-finished git operations that must not be tripped over (git dir relative)

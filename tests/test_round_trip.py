@@ -1,0 +1,84 @@
+"""The round trip of an export (`export.verify_round_trip`) checks every patch against its
+own commit's tree, also where patches are applied by one `git apply` in runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from support.git import sh_git
+
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.upstream.export import ExportedPatch, compute_series, verify_round_trip
+
+LINES = "".join(f"line {n}\n" for n in range(1, 21))
+# (path, line) edits, one commit each: two runs (patch 3 touches a.c again)
+EDITS = [("a.c", 3), ("b.c", 3), ("a.c", 15), ("c.c", 7), ("d/e.c", 9)]
+
+
+@pytest.fixture(scope="module")
+def series(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[ExportedPatch]]:
+    # read-only for the tests: verify_round_trip works on a scratch index
+    tmp_path = tmp_path_factory.mktemp("round-trip")
+    repo = tmp_path / "repo"
+    (repo / "d").mkdir(parents=True)
+    sh_git(repo, "init", "-q")
+    for rel in ("a.c", "b.c", "c.c", "d/e.c"):
+        (repo / rel).write_text(LINES)
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "-q", "-m", "base")
+    base = sh_git(repo, "rev-parse", "HEAD")
+    for n, (rel, line) in enumerate(EDITS):
+        path = repo / rel
+        path.write_text(path.read_text().replace(f"line {line}\n", f"line {line} patched\n"))
+        sh_git(repo, "commit", "-q", "-am", f"patch {n}")
+    return repo, base, compute_series(repo, base, tmp_root=tmp_path / "tmp")
+
+
+def test_a_faithful_series_round_trips(series: tuple[Path, str, list[ExportedPatch]]) -> None:
+    repo, base, patches = series
+    verify_round_trip(repo, base, patches)
+
+
+@pytest.mark.parametrize("k", range(len(EDITS)))
+def test_a_patch_that_gives_another_tree_is_named(
+    series: tuple[Path, str, list[ExportedPatch]], k: int
+) -> None:
+    repo, base, patches = series
+    # still applies (same lines, same counts), but writes other content
+    wrong = patches[k].data.replace(b" patched\n", b" altered\n")
+    assert wrong != patches[k].data
+    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    with pytest.raises(OperationFailed) as err:
+        verify_round_trip(repo, base, bad)
+    assert patches[k].file in str(err.value)
+
+
+@pytest.mark.parametrize("k", range(len(EDITS)))
+def test_a_patch_that_does_not_apply_is_named(
+    series: tuple[Path, str, list[ExportedPatch]], k: int
+) -> None:
+    repo, base, patches = series
+    wrong = patches[k].data.replace(b"\n line", b"\n lime", 1)  # a context line
+    assert wrong != patches[k].data
+    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    with pytest.raises(OperationFailed) as err:
+        verify_round_trip(repo, base, bad)
+    assert patches[k].file in str(err.value) and "conflict" in str(err.value)
+
+
+def test_a_change_two_patches_leave_out_is_still_found(
+    series: tuple[Path, str, list[ExportedPatch]],
+) -> None:
+    # patches 4 and 5 exchange their files' bytes: each applies and the pair ends at the
+    # right tree, but patch 4 alone does not give its commit's tree (a run made from the
+    # files' paths alone would hold both and miss it)
+    repo, base, patches = series
+    swapped = [
+        dataclasses.replace(patches[3], data=patches[4].data),
+        dataclasses.replace(patches[4], data=patches[3].data),
+    ]
+    with pytest.raises(OperationFailed) as err:
+        verify_round_trip(repo, base, [*patches[:3], *swapped])
+    assert patches[3].file in str(err.value)
