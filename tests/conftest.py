@@ -9,8 +9,17 @@ import pytest
 from forgetest import Upstream, make_forge_root, make_upstream
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from support import scratch
 from support.demo import DemoTour, make_demo
 from support.roots import SHARED_DIR_ENV
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's temporary files on a RAM-backed file system when there is one with room
+    (support.scratch); chosen once, by the process that starts the xdist workers, which
+    inherit it."""
+    if not hasattr(config, "workerinput") and config.option.basetemp is None:
+        scratch.use(scratch.choose())
 
 
 def _hypothesis_home() -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import dist
+from support import dist, scratch
 from support.build import make_patched_root, make_worker
 from support.cache import clean_env, loopback_server
 from support.cli import Result, forge_cmd, forge_env, run_forge
@@ -24,6 +24,16 @@ from support.git import Upstream
 pytestmark = pytest.mark.slow
 
 WHY = dist.unavailable()
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """On disk, not on the suite's RAM-backed scratch (support.scratch): the pool's build
+    server runs each compile in a bwrap sandbox that mounts a fresh /dev, so a build
+    directory under /dev/shm would not be there."""
+    path = Path(tempfile.mkdtemp(dir=scratch.disk_tmp(), prefix="dgr-dist-test-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
