@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -336,10 +337,15 @@ def test_planted_symlink_for_the_sccache_socket_dir_is_not_used(tmp_path: Path) 
     sock = Path(setup.env["SCCACHE_SERVER_UDS"])  # the private fallback, not the symlink
     assert not sock.is_relative_to(ws) and not sock.is_relative_to(elsewhere)
     assert not list(elsewhere.iterdir())
-    fine = cache.select(doctor(), "sccache", workspace=tmp_path / "ok", environ=clean_env())
-    sock = Path(fine.env["SCCACHE_SERVER_UDS"])
-    assert sock.parent == (tmp_path / "ok" / "sccache").resolve()
-    assert sock.parent.stat().st_mode & 0o777 == 0o700
+    # a workspace at a short path (tmp_path's length depends on the run's directory)
+    short = Path(tempfile.mkdtemp(prefix="ws-"))
+    try:
+        fine = cache.select(doctor(), "sccache", workspace=short / "ok", environ=clean_env())
+        sock = Path(fine.env["SCCACHE_SERVER_UDS"])
+        assert sock.parent == (short / "ok" / "sccache").resolve()
+        assert sock.parent.stat().st_mode & 0o777 == 0o700
+    finally:
+        shutil.rmtree(short)
     # a workspace too deep for a socket path: a private directory in the temporary one
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     far = cache.select(doctor(), "sccache", workspace=deep, environ=clean_env())
