@@ -11,7 +11,11 @@ then moves upstream on by one commit that shifts the lines of every other patche
 Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
 
-    python -m bench.rebase [--files 2000] [--patches 50] [--runs 3] [--keep]
+    python -m bench.rebase [--files 2000] [--patches 50] [--runs 3] [--keep] [--overlap]
+
+`--overlap` makes the series look like a long-lived real one: every patch also edits its
+own function in one shared file that upstream changes too, so no patch can be replayed in
+the batch (rebase/batch.py) and each takes the per-patch 3-way merge.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from tests.support.git import Upstream
@@ -81,12 +86,20 @@ def _patched(text: str) -> str:
     return text.replace("return 20;", "return 20 + 1; /* dgr */")
 
 
+SHARED = "src/shared.c"  # --overlap: the file every patch and upstream change
+
+
+def _shared_edit(i: int) -> Callable[[str], str]:
+    return lambda text: text.replace(f"return {i};", f"return {i} + 1; /* dgr {i} */")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=2000)
     ap.add_argument("--patches", type=int, default=50)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the directory (for profiling)")
+    ap.add_argument("--overlap", action="store_true", help="every patch also edits one shared file")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-rebase-"))
     try:
@@ -96,6 +109,10 @@ def main() -> None:
         for i in range(args.files):
             (up / "src" / f"m{i // 100}").mkdir(parents=True, exist_ok=True)
             (up / "src" / f"m{i // 100}" / f"f{i}.c").write_text(source(i))
+        if args.overlap:
+            (up / SHARED).write_text(
+                "".join(f"int s{j}(void) {{\n    return {j};\n}}\n\n" for j in range(args.patches))
+            )
         git(up, "add", "-A")
         git(up, "commit", "-q", "-m", "initial")
         old = git(up, "rev-parse", "HEAD")
@@ -104,7 +121,14 @@ def main() -> None:
         step = args.files // args.patches
         patched = [i * step for i in range(args.patches)]
         edits = [
-            Edit({f"src/m{i // 100}/f{i}.c": _patched}, f"dgr: patch file {i}") for i in patched
+            Edit(
+                {
+                    f"src/m{i // 100}/f{i}.c": _patched,
+                    **({SHARED: _shared_edit(n)} if args.overlap else {}),
+                },
+                f"dgr: patch file {i}",
+            )
+            for n, i in enumerate(patched)
         ]
         author = tmp / "author"  # kept: the raw rebase below starts from its commits
         root = make_root(
@@ -123,6 +147,8 @@ def main() -> None:
         for i in patched[::2]:
             f = up / "src" / f"m{i // 100}" / f"f{i}.c"
             f.write_text("/* upstream */\n\n" + f.read_text())
+        if args.overlap:
+            (up / SHARED).write_text("/* upstream */\n\n" + (up / SHARED).read_text())
         git(up, "commit", "-q", "-am", "upstream: headers")
         new = git(up, "rev-parse", "HEAD")
 
@@ -145,7 +171,10 @@ def main() -> None:
             if not args.keep:
                 shutil.rmtree(run_root)
         raw, mine, noop = (statistics.median(v) for v in (raws, ours, noops))
-        print(f"series: {args.patches} patches on {args.files} files; upstream moved 1 commit")
+        shared = f", each also editing {SHARED} (--overlap)" if args.overlap else ""
+        print(
+            f"series: {args.patches} patches on {args.files} files{shared}; upstream moved 1 commit"
+        )
         print(f"runs: {args.runs} (median; min in brackets)")
         print(f"raw git rebase --onto:      {raw:7.3f} s  [{min(raws):.3f}]")
         print(
