@@ -364,7 +364,7 @@ def canonicalize(root: Path) -> None:
             shutil.rmtree(root / rel)
         if (kept / rel).exists():
             shutil.copytree(kept / rel, root / rel, symlinks=True)
-    _relocate(root, {old_root: str(root), old_url: new_url, _path_of(old_url): _path_of(new_url)})
+    _relocate(root, {old_root: str(root), old_url: new_url})
 
 
 # (manifest with its URL left out, patch bytes, upstream path) -> (the canonical root's
