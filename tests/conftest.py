@@ -12,6 +12,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from support import scratch
 from support.demo import DemoTour, make_demo
 from support.roots import SHARED_DIR_ENV
+from support.schedule import longest_first
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,34 +89,5 @@ def demo_tour(tmp_path_factory: pytest.TempPathFactory) -> DemoTour:
     return make_demo(tmp_path_factory.mktemp("demo"))
 
 
-# The files that take longest run first (wall seconds on one worker of three, idle 2-core
-# machine): with `--dist loadfile` each worker takes the next file when it is done, so a
-# long file started last would leave the others idle at the end (test_ci_runs.py, last,
-# once kept two workers idle for 14 s). `--no-loadscope-reorder` (addopts) keeps this
-# order: xdist otherwise starts the files with the most tests first.
-_LONGEST_FIRST = (
-    "test_ci_runs.py",  # 17.6 s
-    "test_build_truth.py",  # 17.0
-    "test_build.py",  # 14.2
-    "test_build_repro.py",  # 12.4
-    "test_cache_dist.py",  # 12.0
-    "test_export_rebase_crash.py",  # 10.5
-    "test_fetch.py",  # 9.8
-    "test_fetch_patch_crash.py",  # 8.1
-    "test_cache.py",  # 8.0
-    "test_ci.py",  # 7.2
-    "test_rebase.py",  # 6.4
-    "test_export.py",  # 6.1
-    "test_git_calls.py",  # 5.6
-    "test_artifacts_attacks.py",  # 4.7
-    "test_bump.py",  # 4.5
-    "test_docs_examples.py",  # 4.3
-)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
-
-    items.sort(key=rank)  # stable: each file keeps its own order
+    items.sort(key=lambda item: longest_first(item.path.name))  # stable: each file keeps its order

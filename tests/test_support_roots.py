@@ -12,17 +12,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _LONGEST_FIRST
 from forgetest import Upstream, run_forge, sh_git
 from rebase_support import SERIES, _replace
 from support import roots, scratch
 from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
+from support.schedule import LONGEST_FIRST
 
 REPO = Path(__file__).resolve().parent.parent
 
 
 def _edits() -> list[Edit]:
     return [Edit({rel: _replace(old, new)}, subject) for subject, rel, old, new in SERIES]
+
+
+def _own_edits() -> list[Edit]:
+    """A series no other test makes: the caches cannot already hold it."""
+    return [Edit(e.files, e.subject, "Made by test_support_roots only.") for e in _edits()]
 
 
 def _fresh_copy(upstream: Upstream, dest: Path) -> Upstream:
@@ -82,7 +87,7 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
     shared.mkdir()
     monkeypatch.setenv(roots.SHARED_DIR_ENV, str(shared))
     made_here = make_root(
-        tmp_path / "a" / "forge", upstream, _edits(), how="forge", names="git", trees=False
+        tmp_path / "a" / "forge", upstream, _own_edits(), how="forge", names="git", trees=False
     ).root
     assert len(list((shared / "canonical").iterdir())) == 1
     # worker B: another process, another upstream copy at another (longer) path
@@ -92,10 +97,10 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
         "from pathlib import Path\n"
         "from support.git import Upstream\n"
         "from support.roots import make_root\n"
-        "from test_support_roots import _edits\n"
+        "from test_support_roots import _own_edits\n"
         "up = Upstream(Path(sys.argv[1]), [])\n"
         "up.commits.append(__import__('support.git').git.sh_git(up.path, 'rev-parse', 'HEAD'))\n"
-        "make_root(Path(sys.argv[2]), up, _edits(), how='forge', names='git', trees=False)\n"
+        "make_root(Path(sys.argv[2]), up, _own_edits(), how='forge', names='git', trees=False)\n"
     )
     copied = tmp_path / "b-worker" / "deeper" / "forge"
     tests = str(REPO / "tests")
@@ -106,7 +111,9 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
     )
     # the long way, as canonicalize takes it on a miss: the real `patch` and `export`
     fresh_up = _fresh_copy(upstream, tmp_path / "c" / "upstream")
-    fresh = make_root(tmp_path / "c" / "forge", fresh_up, _edits(), names="git", trees=False).root
+    fresh = make_root(
+        tmp_path / "c" / "forge", fresh_up, _own_edits(), names="git", trees=False
+    ).root
     for command in ("patch", "export"):
         assert run_forge("--root", str(fresh), command).code == 0
     assert _series_bytes(copied) == _series_bytes(fresh) == _series_bytes(made_here)
@@ -163,5 +170,5 @@ def test_the_scratch_directory_is_chosen_as_documented(
 def test_the_longest_first_order_names_test_files_that_exist() -> None:
     """A renamed or removed file would drop out of the order silently."""
     names = {p.name for p in (REPO / "tests").rglob("test_*.py")}
-    assert set(_LONGEST_FIRST) <= names, set(_LONGEST_FIRST) - names
+    assert set(LONGEST_FIRST) <= names, set(LONGEST_FIRST) - names
     assert "--no-loadscope-reorder" in (REPO / "pyproject.toml").read_text()
