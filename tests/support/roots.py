@@ -344,9 +344,10 @@ def canonicalize(root: Path) -> None:
     """Put a root through the real forge: `dgr-forge patch`, then `dgr-forge export`.
 
     The outcome depends only on the manifest (pin and URL), the patch files and the
-    upstream's objects, so it is made once per test process for each such input and copied
-    (with the root's and upstream's paths rewritten) for every later root: most of the
-    suite's roots are the same few series."""
+    upstream's objects, so it is made once per test run for each such input (shared between
+    the xdist workers through FORGETEST_SHARED_DIR) and copied, with the root's path and
+    the upstream's URL rewritten, for every later root: most of the suite's roots are the
+    same few series. tests/test_support_roots.py holds a copy to a fresh run."""
     key = _canon_key(root)
     done = (_CANON.get(key) or _shared(key)) if key else None
     if done is None:
