@@ -17,9 +17,10 @@ import pytest
 from support.git import sh_git
 
 from dgr_forge.core import gitutil
-from dgr_forge.upstream.rebase.batch import committable, replay_batch
-from dgr_forge.upstream.rebase.gitops import commit_objects, commit_parents, merge_onto
-from dgr_forge.upstream.rebase.replay import record
+from dgr_forge.upstream.rebase.batch import replay_batch
+from dgr_forge.upstream.rebase.commits import CommitWriter, committable
+from dgr_forge.upstream.rebase.gitops import commit_objects, commit_parents, git_dir, merge_onto
+from dgr_forge.upstream.rebase.replay import Known, record
 from dgr_forge.upstream.rebase.state import PatchStep, RebaseState
 
 Files = dict[str, str | None]  # path -> text (None: delete)
@@ -261,3 +262,51 @@ def test_committable_only_what_commit_tree_writes_back(
     raw = b"tree " + b"0" * 40 + b"\nauthor " + author + b"\ncommitter c <c> 1 +0000\n\n" + message
     got = committable(raw)
     assert (got is not None) == ok, got
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, name: str) -> None:
+    """The per-patch replay with its one long-running writer (the scratch bases and the
+    patch commits) against the same replay with a commit-tree process for each."""
+    repo, new, commits = _build(tmp_path, CASES[name])
+    expected = _per_patch(repo, _state(repo, new, commits))
+    state = _state(repo, new, commits)
+    known = Known(repo, state, state.new_tree)
+    made: list[str | None] = []
+    try:
+        for i, step in enumerate(state.patches):
+            head_tree = gitutil.tree_of(repo, state.head)
+            parent = commit_parents(known.objects[step.old_commit])[0]
+            scratch = known.writer.scratch_base(head_tree, parent)
+            assert scratch is not None
+            tree = merge_onto(repo, head_tree, parent, step.old_commit, scratch)
+            if tree is None:
+                break
+            record(repo, state, i, resolved=False, known=known, tree=tree)
+            made.append(step.new_commit)
+    finally:
+        known.writer.close()
+    assert made == expected
+    assert not (git_dir(repo) / "dgr" / "commit-object").exists()  # nothing left behind
+
+
+def test_an_object_git_refuses_leaves_the_writer_to_commit_tree(tmp_path: Path) -> None:
+    repo, new, _ = _build(tmp_path, CASES[sorted(CASES)[0]])
+    writer = CommitWriter(repo)
+    tree = gitutil.tree_of(repo, new)
+    assert writer.write(b"not a commit\n") is None  # hash-object refused it, and exited
+    assert writer.commit(tree, new, (b"author A <a@b> 1 +0000", b"1 +0000", b"m\n")) is None
+    writer.close()
+    # a fresh writer writes what commit-tree writes
+    writer = CommitWriter(repo)
+    made = writer.commit(tree, new, (b"author A <a@b> 1 +0000", b"1 +0000", b"m\n"))
+    writer.close()
+    env = {
+        "GIT_AUTHOR_NAME": "A",
+        "GIT_AUTHOR_EMAIL": "a@b",
+        "GIT_AUTHOR_DATE": "@1 +0000",
+        "GIT_COMMITTER_DATE": "@1 +0000",
+        **gitutil.FORGE_IDENTITY,
+    }
+    by_git = gitutil.out(repo, "commit-tree", tree, "-p", new, input="m\n", env=env)
+    assert made == by_git

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from dgr_forge.core import ids
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.proc import capture
+from dgr_forge.core.proc import capture, coprocess
 
 # Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
 # diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
@@ -109,14 +109,12 @@ def git(
 
     Callers put `--` before repositories, refs and paths where git allows it: a value
     starting with `-` is then data, never an option."""
-    cmd = ["git"]
-    for setting in (*CONFIG, *config):
-        cmd += ["-c", setting]
-    cmd += list(args)
     full_env = base_env(isolated)
     if env:
         full_env.update(env)
-    proc = capture(cmd, cwd=cwd, env=full_env, input=input, text=text, timeout=timeout)
+    proc = capture(
+        _command(args, config), cwd=cwd, env=full_env, input=input, text=text, timeout=timeout
+    )
     if check and proc.returncode != 0:
         # git's words and arguments can hold a URL with a credential: masked (core.urls)
         from dgr_forge.core.urls import mask_text
@@ -131,6 +129,21 @@ def git(
             details={"git_args": shown, "git_stderr": mask_text(err)},
         )
     return proc
+
+
+def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
+    cmd = ["git"]
+    for setting in (*CONFIG, *config):
+        cmd += ["-c", setting]
+    return cmd + list(args)
+
+
+def start(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """A long-running `git <args>` in `cwd` (a batch command fed over stdin), with the
+    settings of every call; see proc.coprocess."""
+    full_env = base_env(True)
+    full_env.update(env or {})
+    return coprocess(_command(args), cwd=cwd, env=full_env)
 
 
 def out(cwd: Path | None, *args: str, **kw: object) -> str:

@@ -92,6 +92,22 @@ def stream(
         return proc.wait()
 
 
+def coprocess(
+    cmd: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """A child the caller talks to line by line over stdin and stdout (stderr discarded:
+    the caller checks every answer): a git batch command kept open for a whole operation
+    instead of one process per object. The caller closes stdin and waits for it."""
+    return subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 def spawn(
     cmd: Sequence[str],
     *,

@@ -16,7 +16,8 @@ stops with the files, the upstream commits that touched them and the next comman
 Where one merge of the whole series gives each patch exactly its own merge (`batch`: a
 path upstream changed that one patch changes, every other path the patch's own), the
 picks are planned from that one merge and committed by one fast-import, to the same
-commits; the per-patch replay takes over where that does not hold. The merges run in
+commits; the per-patch replay takes over where that does not hold, writing its commits
+(and each merge's scratch base) through one long-running writer (`commits`). The merges run in
 memory (merge-tree): HEAD and the work tree move only for a cherry-pick that needs them
 (to show a conflict) and at the end.
 

@@ -24,13 +24,11 @@ goes on from there, as before.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 
 from dgr_forge.core.gitutil import (
     DELETED,
-    FORGE_IDENTITY,
     HEX40,
     Change,
     changes_between,
@@ -38,40 +36,9 @@ from dgr_forge.core.gitutil import (
     tree_changes,
     tree_of,
 )
+from dgr_forge.upstream.rebase.commits import COMMITTER, committable
 from dgr_forge.upstream.rebase.gitops import commit_parents, merge_onto
 from dgr_forge.upstream.rebase.state import REF_BATCH, PatchStep
-
-# what git's ident code strips from the ends of a name or email ('.' too: older gits did)
-_CRUD = frozenset(range(33)) | frozenset(b",:;<>\"\\'.")
-_AUTHOR = re.compile(rb"author ([^<>\n\0]+) <([^<>\n\0]+)> ((0|[1-9][0-9]{0,11}) ([+-][0-9]{4}))")
-# code points commit-tree's UTF-8 check rejects (it would re-encode the message as Latin-1)
-_NONCHARS = re.compile(
-    "[\ufdd0-\ufdef" + "".join(chr(p << 16 | 0xFFFE) + chr(p << 16 | 0xFFFF) for p in range(17))
-    + "\0]"
-)  # fmt: skip
-
-
-def committable(raw: bytes) -> tuple[bytes, bytes, bytes] | None:
-    """(author line, date, message) of a patch commit when commit-tree, given them the way
-    `gitops.commit_meta` gives them, writes them back byte for byte; None when it would
-    rewrite them (crud around a name, a date it normalizes, a message it re-encodes)."""
-    header, _, message = raw.partition(b"\n\n")
-    authors = [ln for ln in header.split(b"\n") if ln.startswith(b"author ")]
-    m = _AUTHOR.fullmatch(authors[0]) if len(authors) == 1 else None
-    if m is None:
-        return None
-    name, email, date, _stamp, zone = m.groups()
-    if any(s[0] in _CRUD or s[-1] in _CRUD for s in (name, email)):
-        return None
-    if zone == b"-0000" or int(zone[3:]) >= 60 or int(zone[1:]) > 1400:
-        return None
-    try:
-        text = (authors[0] + b"\n" + message).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if _NONCHARS.search(text):
-        return None
-    return authors[0], date, message
 
 
 def _dirs(paths: set[bytes]) -> set[bytes]:
@@ -147,14 +114,10 @@ def _fast_import(
     makes them)."""
     if not plan:
         return []
-    committer = (
-        f"committer {FORGE_IDENTITY['GIT_COMMITTER_NAME']} "
-        f"<{FORGE_IDENTITY['GIT_COMMITTER_EMAIL']}> "
-    ).encode()
     stream = bytearray()
     for n, ((author, date, message), changes) in enumerate(plan, start=1):
         stream += b"commit %s\nmark :%d\n" % (REF_BATCH.encode(), n)
-        stream += author + b"\n" + committer + date + b"\n"
+        stream += author + b"\n" + COMMITTER + date + b"\n"
         stream += b"data %d\n" % len(message) + message + b"\n"
         if n == 1:
             stream += b"from %s\n" % head.encode()

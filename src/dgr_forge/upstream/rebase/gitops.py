@@ -130,14 +130,20 @@ def commit_parents(raw: bytes) -> list[str]:
     return [ln[7:] for ln in header.splitlines() if ln.startswith("parent ")]
 
 
-def merge_onto(src: Path, head_tree: str, base: str, commit: str) -> str | None:
+def merge_onto(
+    src: Path, head_tree: str, base: str, commit: str, scratch: str | None = None
+) -> str | None:
     """The tree of a 3-way merge of base..commit onto `head_tree`, in memory (no index, no
     work tree): cherry-pick's merge when `base` is the commit's parent. git 2.39's
     merge-tree has no --merge-base, so the base is made the merge base: a scratch commit
-    with `head_tree` on `base`. None when it does not merge cleanly."""
-    ours = git_bytes(
-        src, "commit-tree", head_tree, "-p", base, input=b"dgr-forge replay base\n"
-    ).decode()
+    with `head_tree` on `base` (`scratch`, when the caller wrote it already). None when it
+    does not merge cleanly."""
+    ours = (
+        scratch
+        or git_bytes(
+            src, "commit-tree", head_tree, "-p", base, input=b"dgr-forge replay base\n"
+        ).decode()
+    )
     proc = git(src, "merge-tree", "--write-tree", ours.strip(), commit, check=False)
     if proc.returncode != 0:
         return None

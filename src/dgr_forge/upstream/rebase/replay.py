@@ -12,6 +12,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.batch import replay_batch
+from dgr_forge.upstream.rebase.commits import CommitWriter, committable
 from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits_for
 from dgr_forge.upstream.rebase.gitops import (
     clear_leftovers,
@@ -30,11 +31,13 @@ from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
 
 class Known:
     """What the replay already knows, so each patch costs fewer git calls: the tree of
-    state.head and the patches' commit objects (read once)."""
+    state.head, the patches' commit objects (read once), and one writer of the commits
+    it makes (`commits.CommitWriter`; close it when done)."""
 
     def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
         self.head_tree = head_tree
         self.objects = commit_objects(src, [s.old_commit for s in state.patches[state.next :]])
+        self.writer = CommitWriter(src)
 
 
 def record(
@@ -57,11 +60,14 @@ def record(
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
         raw = known.objects.get(step.old_commit) if known else None
-        env, message = commit_meta(src, step.old_commit, raw)
-        commit = git_bytes(
-            src, "commit-tree", tree, "-p", state.head, input=message, env=env
-        ).decode()
-        commit = commit.strip()
+        meta = committable(raw) if known is not None and raw is not None else None
+        written = known.writer.commit(tree, state.head, meta) if known and meta else None
+        if written is None:
+            env, message = commit_meta(src, step.old_commit, raw)
+            written = git_bytes(
+                src, "commit-tree", tree, "-p", state.head, input=message, env=env
+            ).decode()
+        commit = written.strip()
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
@@ -82,7 +88,8 @@ def _merged_tree(src: Path, state: RebaseState, step: PatchStep, known: Known) -
         return None
     head_tree = known.head_tree or gitutil.tree_of(src, state.head)
     known.head_tree = head_tree
-    return merge_onto(src, head_tree, parents[0], step.old_commit)
+    scratch = known.writer.scratch_base(head_tree, parents[0])
+    return merge_onto(src, head_tree, parents[0], step.old_commit, scratch)
 
 
 def _replay_batch(forge: Forge, state: RebaseState, known: Known, out_: Reporter) -> None:
@@ -116,6 +123,14 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
     src = Path(state.src_dir)
     # the new pin's tree is known when nothing is replayed yet
     known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
+    try:
+        _replay_each(forge, state, known, out_)
+    finally:
+        known.writer.close()
+
+
+def _replay_each(forge: Forge, state: RebaseState, known: Known, out_: Reporter) -> None:
+    src = Path(state.src_dir)
     _replay_batch(forge, state, known, out_)
     at_head = False  # HEAD and the work tree at state.head (else: wherever they were)
     while state.next < len(state.patches):
