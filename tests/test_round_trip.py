@@ -10,6 +10,7 @@ import pytest
 from support.git import sh_git
 
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.upstream import export
 from dgr_forge.upstream.export import ExportedPatch, compute_series, verify_round_trip
 
 LINES = "".join(f"line {n}\n" for n in range(1, 21))
@@ -82,3 +83,51 @@ def test_a_change_two_patches_leave_out_is_still_found(
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, [*patches[:3], *swapped])
     assert patches[3].file in str(err.value)
+
+
+# a long-lived series: every patch touches one file again (a run each), checked in parts
+LONG = 24
+
+
+@pytest.fixture(scope="module")
+def long_series(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, list[ExportedPatch]]:
+    tmp_path = tmp_path_factory.mktemp("round-trip-long")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    text = "".join(f"line {n}\n" for n in range(1, 4 * LONG))
+    (repo / "shared.c").write_text(text)
+    sh_git(repo, "add", "-A")
+    sh_git(repo, "commit", "-q", "-m", "base")
+    base = sh_git(repo, "rev-parse", "HEAD")
+    for n in range(LONG):
+        line = 3 + 4 * n
+        text = text.replace(f"line {line}\n", f"line {line} patched\n")
+        (repo / "shared.c").write_text(text)
+        sh_git(repo, "commit", "-q", "-am", f"patch {n}")
+    return repo, base, compute_series(repo, base, tmp_root=tmp_path / "tmp")
+
+
+@pytest.mark.parametrize("wrong_at", [(), (17,), (2, 17), (LONG - 1,)])
+def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
+    long_series: tuple[Path, str, list[ExportedPatch]],
+    monkeypatch: pytest.MonkeyPatch,
+    wrong_at: tuple[int, ...],
+) -> None:
+    repo, base, patches = long_series
+    monkeypatch.setattr(export, "_VERIFY_WORKERS", 3)  # three parts, whatever the cores
+    assert len(export._parts(export._disjoint_runs(repo, patches), 3)) == 3
+    bad = [
+        dataclasses.replace(p, data=p.data.replace(b" patched\n", b" altered\n"))
+        if k in wrong_at
+        else p
+        for k, p in enumerate(patches)
+    ]
+    if not wrong_at:
+        verify_round_trip(repo, base, bad)
+        return
+    with pytest.raises(OperationFailed) as err:
+        verify_round_trip(repo, base, bad)
+    first = patches[min(wrong_at)].file
+    assert first in str(err.value), err.value
+    assert all(patches[k].file not in str(err.value) for k in wrong_at if k != min(wrong_at))

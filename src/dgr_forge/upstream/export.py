@@ -12,8 +12,10 @@ the old series and a kill is finished or undone by the next command. Fault point
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -274,13 +276,49 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
     run no patch touches (in its file or in its commit) a path another one touches, so a
     patch that gave a wrong tree leaves a wrong path that nothing later in the run writes:
     the run's tree is then wrong too. A run that does not give its tree is applied again
-    patch by patch, which names the patch."""
+    patch by patch, which names the patch.
+
+    A long series of short runs (patches that touch one file again and again) is checked
+    in parts side by side, each on its own scratch index from the tree its first patch's
+    commit starts from: each patch is still checked against its own commit, from its
+    parent's tree. The first failing patch of the series is the one reported."""
     if not series:
         return
-    with patches.scratch_index(repo, base) as env:
+    runs = _disjoint_runs(repo, series)
+    parts = _parts(runs, _VERIFY_WORKERS)
+    # each part starts from the tree of the commit before its first patch
+    starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
+    if len(parts) == 1:
+        failure = _verify_runs(repo, base, runs)
+    else:
+        with ThreadPoolExecutor(len(parts)) as pool:
+            found = list(pool.map(lambda part, start: _verify_runs(repo, start, part),
+                                  parts, starts))  # fmt: skip
+        failure = next((f for f in found if f is not None), None)
+    if failure is not None:
+        raise failure
+
+
+# threads, each with its git processes: enough to use the cores a workstation has
+_VERIFY_WORKERS = max(1, min(4, os.cpu_count() or 1))
+_PART_MIN = 8  # runs: fewer are checked in one part (a part costs a scratch index)
+
+
+def _parts(runs: list[list[ExportedPatch]], workers: int) -> list[list[list[ExportedPatch]]]:
+    """`runs` cut into at most `workers` consecutive parts of at least _PART_MIN runs."""
+    count = max(1, min(workers, len(runs) // _PART_MIN))
+    size = -(-len(runs) // count)
+    return [runs[k : k + size] for k in range(0, len(runs), size)]
+
+
+def _verify_runs(
+    repo: Path, start: str, runs: Sequence[Sequence[ExportedPatch]]
+) -> OperationFailed | None:
+    """Check `runs` in order on one scratch index seeded from `start`; the first patch that
+    does not give its commit's tree, as the error to raise."""
+    with patches.scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
-        start = base  # what the index holds before the run
-        for run in _disjoint_runs(repo, series):
+        for run in runs:
             if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
                 start = run[-1].tree
                 continue
@@ -289,7 +327,7 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
             for p in run:
                 tree = _apply(repo, env, [p], scratch)
                 if tree != p.tree:
-                    raise OperationFailed(
+                    return OperationFailed(
                         f"{p.file} (from commit {p.commit[:12]}) does not reproduce its "
                         f"commit when applied (tree {tree or 'conflict'}, commit has {p.tree})",
                         hint="git cannot represent this change as a patch exactly (e.g. a "
@@ -297,6 +335,7 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
                         details={"file": p.file, "commit": p.commit},
                     )
             start = run[-1].tree
+    return None
 
 
 def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[ExportedPatch]]:
