@@ -136,3 +136,25 @@ def test_the_check_sees_an_upward_import_and_a_hidden_cycle(tmp_path: Path) -> N
         "dgr_forge.core.a -> dgr_forge.lanes.b (core imports lanes, above it)"
     ]
     assert cycles(edges) == [["dgr_forge.lanes.b", "dgr_forge.lanes.c"]]
+
+
+def test_every_forge_name_the_benchmarks_import_exists() -> None:
+    """bench/ is not run by the suite: a name a refactor removed fails here instead of in
+    the next person's benchmark run (bench/fetch.py once imported a function that was gone).
+    Function-local imports included."""
+    import importlib
+    import importlib.util
+
+    bench = SRC.parent.parent / "bench"
+    missing = []
+    for path in sorted(bench.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dgr_forge"):
+                module = importlib.import_module(node.module or "")
+                missing += [
+                    f"{path.name}: {node.module}.{a.name}"
+                    for a in node.names
+                    if not hasattr(module, a.name)
+                    and importlib.util.find_spec(f"{node.module}.{a.name}") is None
+                ]
+    assert missing == []
