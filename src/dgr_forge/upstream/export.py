@@ -98,15 +98,11 @@ def slug(subject: str) -> str:
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
-def series_commits(repo: Path, base: str, head: str = "HEAD") -> list[tuple[str, str, str, str]]:
-    """(commit, tree, parent, subject) for base..head, oldest first; linear only."""
-    return [(c, tree, parent, subject) for c, tree, parent, subject, _ in _series(repo, base, head)]
-
-
-def _series(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
-    """`series_commits` with each commit's message: one `git log` (with the boundary, for
-    the base's tree) when the series is a chain on `base`; the calls that name what is
-    wrong run only when it is not, in the order they always ran."""
+def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
+    """(commit, tree, parent, subject, message) for base..head, oldest first; linear only.
+    One `git log` (with the boundary, for the base's tree) when the series is a chain on
+    `base`; the calls that name what is wrong run only when it is not, in the order they
+    always ran."""
     proc = gitutil.git(
         repo,
         "log",
@@ -203,15 +199,10 @@ def message_break(line: str) -> str | None:
 _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
-def refuse_unsafe_messages(repo: Path, base: str, head: str = "HEAD") -> None:
-    """Exit 2 naming the commit and the line when `git am` would not give the message back
-    exactly (the line would end the message, start a diff or a new mail, or replace a
-    header)."""
-    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in _series(repo, base, head)])
-
-
-def _refuse_unsafe(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
-    """`refuse_unsafe_messages` of (commit, message) pairs."""
+def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
+    """Exit 2 naming the commit and the line when `git am` would not give a (commit,
+    message) back exactly (the line would end the message, start a diff or a new mail, or
+    replace a header)."""
     for commit, message in messages:
         lines = message.split("\n")
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
@@ -244,8 +235,8 @@ def compute_series(
     Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
     to byte-compare with the committed series.
     """
-    commits = _series(repo, base, head)
-    _refuse_unsafe(repo, base, [(c[0], c[4]) for c in commits])
+    commits = series_commits(repo, base, head)
+    refuse_unsafe_messages(repo, base, [(c[0], c[4]) for c in commits])
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
