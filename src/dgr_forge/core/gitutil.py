@@ -109,11 +109,13 @@ def git(
 
     Callers put `--` before repositories, refs and paths where git allows it: a value
     starting with `-` is then data, never an option."""
-    full_env = base_env(isolated)
-    if env:
-        full_env.update(env)
     proc = capture(
-        _command(args, config), cwd=cwd, env=full_env, input=input, text=text, timeout=timeout
+        _command(args, config),
+        cwd=cwd,
+        env={**base_env(isolated), **(env or {})},
+        input=input,
+        text=text,
+        timeout=timeout,
     )
     if check and proc.returncode != 0:
         # git's words and arguments can hold a URL with a credential: masked (core.urls)
@@ -141,9 +143,7 @@ def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
 def start(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A long-running `git <args>` in `cwd` (a batch command fed over stdin), with the
     settings of every call; see proc.coprocess."""
-    full_env = base_env(True)
-    full_env.update(env or {})
-    return coprocess(_command(args), cwd=cwd, env=full_env)
+    return coprocess(_command(args), cwd=cwd, env={**base_env(True), **(env or {})})
 
 
 def out(cwd: Path | None, *args: str, **kw: object) -> str:
