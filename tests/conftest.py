@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from support import scratch
 from support.demo import DemoTour, make_demo
+from support.git import copy_upstream
 from support.roots import SHARED_DIR_ENV
 from support.schedule import longest_first
 
@@ -72,9 +72,7 @@ def _upstream_template(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
 @pytest.fixture
 def upstream(tmp_path: Path, _upstream_template: Upstream) -> Upstream:
     """A fresh copy of the test upstream (a real git repo) that the test may change."""
-    dest = tmp_path / "upstream"
-    shutil.copytree(_upstream_template.path, dest, symlinks=True)
-    return Upstream(dest, list(_upstream_template.commits), _upstream_template._tick)
+    return copy_upstream(_upstream_template, tmp_path / "upstream")
 
 
 @pytest.fixture

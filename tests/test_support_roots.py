@@ -5,7 +5,7 @@ longest-first order names files that exist."""
 
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +15,7 @@ import pytest
 from forgetest import Upstream, run_forge, sh_git
 from rebase_support import SERIES, _replace
 from support import roots, scratch
+from support.git import copy_upstream
 from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
 from support.schedule import LONGEST_FIRST
 
@@ -30,11 +31,6 @@ def _own_edits() -> list[Edit]:
     return [Edit(e.files, e.subject, "Made by test_support_roots only.") for e in _edits()]
 
 
-def _fresh_copy(upstream: Upstream, dest: Path) -> Upstream:
-    shutil.copytree(upstream.path, dest, symlinks=True)
-    return Upstream(dest, list(upstream.commits), upstream._tick)
-
-
 def test_a_series_handed_out_again_is_the_one_plain_git_makes(
     upstream: Upstream, tmp_path: Path
 ) -> None:
@@ -42,7 +38,7 @@ def test_a_series_handed_out_again_is_the_one_plain_git_makes(
     assert key is not None
     first = roots.author_patches(upstream, _edits())
     assert key in roots._AUTHORED
-    again = roots.author_patches(_fresh_copy(upstream, tmp_path / "other"), _edits())
+    again = roots.author_patches(copy_upstream(upstream, tmp_path / "other"), _edits())
     made = roots.author_patches(upstream, _edits(), scratch=tmp_path / "scratch")  # no cache
     assert first == again == made
 
@@ -91,7 +87,7 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
     ).root
     assert len(list((shared / "canonical").iterdir())) == 1
     # worker B: another process, another upstream copy at another (longer) path
-    other_up = _fresh_copy(upstream, tmp_path / "b-worker" / "upstream")
+    other_up = copy_upstream(upstream, tmp_path / "b-worker" / "upstream")
     script = (
         "import sys; sys.path[:0] = sys.argv[3:]\n"
         "from pathlib import Path\n"
@@ -110,7 +106,7 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
         env={**_env(), roots.SHARED_DIR_ENV: str(shared)},
     )
     # the long way, as canonicalize takes it on a miss: the real `patch` and `export`
-    fresh_up = _fresh_copy(upstream, tmp_path / "c" / "upstream")
+    fresh_up = copy_upstream(upstream, tmp_path / "c" / "upstream")
     fresh = make_root(
         tmp_path / "c" / "forge", fresh_up, _own_edits(), names="git", trees=False
     ).root
@@ -135,8 +131,6 @@ def test_a_canonical_root_from_another_worker_is_the_one_made_here(
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if not k.startswith("DGR_")}
 
 

@@ -7,6 +7,7 @@ ggml library, a llama library, a tool), so recipes and builds exercise real swit
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import textwrap
 from dataclasses import dataclass, field
@@ -201,6 +202,12 @@ class Upstream:
 
     def read(self, rel: str, rev: str = "HEAD") -> str:
         return sh_git(self.path, "show", f"{rev}:{rel}")
+
+
+def copy_upstream(up: Upstream, dest: Path) -> Upstream:
+    """A copy of `up` at `dest`, a repository of its own that a test may change."""
+    shutil.copytree(up.path, dest, symlinks=True)
+    return Upstream(dest, list(up.commits), up._tick)
 
 
 def make_upstream(path: Path, extra_commits: int = 3) -> Upstream:

@@ -111,6 +111,11 @@ class Edit:
     subject: str
     body: str | None = None
 
+    def contents(self, read: Callable[[str], str]) -> list[tuple[str, str | None]]:
+        """Each file this edit leaves: its new text, None to delete it; a function of a
+        file's content is given what `read` answers for that path."""
+        return [(rel, c(read(rel)) if callable(c) else c) for rel, c in self.files.items()]
+
 
 EditLike = Edit | tuple[dict[str, str | None], str]
 
@@ -180,13 +185,11 @@ def commit_edits(
     """Commit each edit on the current HEAD of `repo`; the new commit ids."""
     commits = []
     for i, edit in enumerate(_edits(edits)):
-        for rel, content in edit.files.items():
+        for rel, content in edit.contents(lambda rel: (repo / rel).read_text()):
             target = repo / rel
             if content is None:
                 target.unlink()
                 continue
-            if callable(content):
-                content = content(target.read_text())
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(content)
         sh_git(repo, "add", "-A")
@@ -254,22 +257,21 @@ def _authoring_key(
     fields = [f for f in status.split("\0") if f]
     if f"# branch.oid {pin}" not in fields or any(not f.startswith("#") for f in fields):
         return None
-    files: dict[str, str | None] = {}
+    files: dict[str, str | None] = {}  # what the edits so far left (None: deleted)
+
+    def read(rel: str) -> str:
+        text = files[rel] if rel in files else (upstream.path / rel).read_text()
+        if text is None:
+            raise FileNotFoundError(rel)
+        return text
+
     h = hashlib.sha256(repr((pin, tuple(flags), sorted((author or {}).items()))).encode())
     for i, edit in enumerate(_edits(edits)):
-        left = []
-        for rel, content in edit.files.items():
-            if rel not in files and not (upstream.path / rel).is_file():
-                if content is None or callable(content):
-                    return None  # the real run fails on it: let it
-                files[rel] = None
-            if callable(content):
-                before = files.get(rel) if rel in files else (upstream.path / rel).read_text()
-                if before is None:
-                    return None
-                content = content(before)
-            files[rel] = content
-            left.append((rel, content))
+        try:
+            left = edit.contents(read)
+        except OSError:
+            return None  # the real run fails on it too (and so stores nothing)
+        files.update(left)
         h.update(repr((edit.subject, edit.body, date(i), sorted(left, key=str))).encode())
     return h.hexdigest()
 
