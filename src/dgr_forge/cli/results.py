@@ -224,6 +224,10 @@ DETAILS: dict[str, Schema] = {
     "base": anything("the base commit"),
     "cache": anything("the `--cache` choice"),
     "cache_mode": anything("the `--cache-mode` choice"),
+    "cause": anything(
+        "`fetch`: why a transfer failed: `unreachable`, `server-abort` (the server died "
+        "reading its own objects), `refused`, `other`"
+    ),
     "changed": anything("`build`: input files or programs changed during the build"),
     "changes": anything("the local changes (e.g. in the upstream or git-worker tree)"),
     "chosen": anything("`build`: the compiler launcher the forge chose"),
@@ -287,6 +291,7 @@ DETAILS: dict[str, Schema] = {
     "resolved": anything("what a path resolved to"),
     "rollback_error": anything("what failed while rolling back"),
     "scheduler": anything("the sccache-dist scheduler (masked)"),
+    "server_said": anything("`fetch`: the server's own error lines (masked)"),
     "setting": anything("the setting at fault"),
     "sha256": anything("`ci render`: of the rendering"),
     "split_problems": anything("GGUF split problems, per file"),
