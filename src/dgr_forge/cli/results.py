@@ -125,8 +125,12 @@ LAST_BUILD = null(
             "report": null(s("the signed report's path (null without one)")),
             "log": null(s("the `build-<lane>.log` link")),
             "artifacts": arr(ARTIFACT, "`status` only: the artifacts it made"),
+            "stale": strs(
+                "what moved since this build's report was made: `pin`, `series`, `recipe`, "
+                "`worker` (empty: it is current; a build recorded by an older forge: all)"
+            ),
         },
-        optional=("report", "log", "artifacts"),
+        optional=("report", "log", "artifacts", "stale"),
     )
 )
 
