@@ -350,20 +350,64 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
 
 
 def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
-    """Deepen a shallow workspace until old..new is walkable; True when it is."""
+    """Make old..new walkable in a shallow workspace, fetching that range only; True when
+    it is. First one fetch cut at the old pin's commit date (the range's commits and what
+    they change, nothing before the pin); only when a commit in the range is dated before
+    the pin (a rebased pull request) does the cut miss it: then depth from the new pin,
+    sized from what arrived and doubled, and everything only as the last resort. Never a
+    fixed deepening, which also deepens the old pin's own boundary: history before the pin
+    is not the question."""
 
     def connected() -> bool:
         return git(src, "merge-base", old, new, check=False).returncode == 0
 
-    if connected():
-        return True
-    for step in ("--deepen=64", "--deepen=1024", "--unshallow"):
-        if out(src, "rev-parse", "--is-shallow-repository") != "true":
-            break
-        proc = git(src, "fetch", "--no-tags", step, "--", url, new, check=False, isolated=False)
+    def fetch(*how: str) -> bool:
+        proc = git(
+            src,
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            *how,
+            "--",
+            url,
+            new,
+            check=False,
+            isolated=False,
+            config=(*gitutil.protocol_policy(url), "fetch.unpackLimit=1"),
+        )
         if proc.returncode != 0:
             remove_partial_objects(git_dir(src))
-            return False
-        if connected():
+        return proc.returncode == 0
+
+    if connected():
+        return True
+    if out(src, "rev-parse", "--is-shallow-repository") != "true":
+        return False  # the whole history is here: they are not related
+    # both pins as refs while fetching: each fetch offers them (and what an earlier round
+    # brought) as "have", so no round sends again what the workspace holds
+    for ref, commit in ((_RANGE_OLD, old), (_RANGE_NEW, new)):
+        if gitutil.has_object(src, commit):
+            git(src, "update-ref", ref, commit)
+    try:
+        since = out(src, "log", "-1", "--format=%ct", old)
+        if fetch(f"--shallow-since={since}") and connected():
             return True
-    return connected()
+        depth = 2 * max(1, int(out(src, "rev-list", "--count", new)))
+        for _ in range(_DEPTH_ROUNDS):
+            if not fetch(f"--depth={depth}"):
+                break  # a server without shallow support: only everything is left
+            if connected():
+                return True
+            depth *= 2
+        if out(src, "rev-parse", "--is-shallow-repository") == "true":
+            fetch("--unshallow")
+        return connected()
+    finally:
+        for ref in (_RANGE_OLD, _RANGE_NEW):
+            git(src, "update-ref", "-d", ref, check=False)
+
+
+_RANGE_OLD, _RANGE_NEW = "refs/dgr/range/old", "refs/dgr/range/new"
+
+
+_DEPTH_ROUNDS = 6  # 2x..64x the range found by date, then everything
