@@ -132,3 +132,31 @@ def test_a_range_commit_dated_before_the_pin_is_still_reached(series: Series) ->
     assert between(s.upstream, s.pin, new) <= have
     # sized from the range: at most as many commits before the pin as the range holds
     assert len(have & before(s.upstream, s.pin)) <= RANGE + 1
+
+
+# ----------------------------------------------------------------------------- diagnosis
+
+
+def _broken_new_pin(s: Series) -> tuple[str, str]:
+    """A new pin whose one new blob the server has lost (a partial mirror)."""
+    new = s.upstream.commit({"models/ggml-vocab-x.gguf": "vocab " * 400}, "models: vocab")
+    blob = sh_git(s.upstream.path, "rev-parse", f"{new}:models/ggml-vocab-x.gguf")
+    (s.upstream.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    return new, blob
+
+
+@pytest.mark.parametrize(
+    "command", [("rebase", "--onto"), ("rebase", "--dry-run", "--onto"), ("bump", "--to")]
+)
+def test_a_server_abort_is_named_with_its_own_words(
+    series: Series, command: tuple[str, ...]
+) -> None:
+    s = series
+    new, blob = _broken_new_pin(s)
+    before = s.snapshot()
+    r = s.forge(*command, new)
+    assert r.code == 1, r
+    assert "refused" not in r.stderr and "not available" not in r.stderr, r.stderr
+    assert "the server aborted the transfer" in r.stderr and f"unable to read {blob}" in r.stderr
+    assert "git fsck" in r.stderr and "network access" not in r.stderr
+    assert s.snapshot() == before  # nothing lost: manifest and patches as they were

@@ -72,6 +72,9 @@ _REFUSAL = (
     "does not allow request",
 )
 
+# the causes another way of fetching may get past (the server answered and said no)
+CAN_RETRY = ("refused", "other")
+
 _HINT_NETWORK = (
     "check the URL and network access; on an air-gapped host fetch from a local copy with "
     "--mirror PATH (or DGR_MIRROR)"
@@ -104,7 +107,7 @@ def server_words(stderr: str) -> str:
     lines = [ln.strip() for ln in mask_text(stderr).splitlines()]
     said = [ln.removeprefix("remote:").strip() for ln in lines if ln.startswith("remote:")]
     said = list(dict.fromkeys(ln for ln in said if ln))  # git repeats some lines
-    return "; ".join(said) or _last_error(stderr)
+    return "; ".join(said) or last_error(stderr)
 
 
 def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
@@ -114,13 +117,13 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     if shallow.returncode == 0:
         return "shallow"
     cause = diagnose(shallow.stderr)
-    if cause in ("unreachable", "server-abort"):
+    if cause not in CAN_RETRY:
         full = shallow  # a full fetch would fail the same way (and move more bytes)
     else:
         said = "refused" if cause == "refused" else "failed"
         out.info(
             f"the server {said} a depth-1 fetch of the commit "
-            f"({_last_error(shallow.stderr)}); fetching all branches and tags instead"
+            f"({last_error(shallow.stderr)}); fetching all branches and tags instead"
         )
         args = ["--", url, *UPSTREAM_REFS]
         if (src / ".git" / "shallow").exists():
@@ -139,8 +142,10 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     return "full"
 
 
-def fetch_failed(name: str, url: str, stderr: str, cause: str) -> OperationFailed:
-    """The error for a failed fetch, its words and its fix fitted to the cause."""
+def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> OperationFailed:
+    """The error for a failed fetch of `what` (its words and its fix fitted to the cause,
+    `diagnose`d from git's stderr unless given): `fetch`'s, `rebase`'s and `bump`'s."""
+    cause = cause or diagnose(stderr)
     details: dict[str, object] = {
         "url": mask(url),
         "cause": cause,
@@ -150,20 +155,21 @@ def fetch_failed(name: str, url: str, stderr: str, cause: str) -> OperationFaile
         words = server_words(stderr)
         details["server_said"] = words
         return OperationFailed(
-            f"fetching {name} from {mask(url)} failed: the server aborted the transfer "
+            f"fetching {what} from {mask(url)} failed: the server aborted the transfer "
             f"(missing objects or corrupt on its side): {words}",
             hint=_HINT_SERVER.format(url=mask(url)),
             details=details,
         )
     hint = _HINT_NETWORK if cause == "unreachable" else _HINT_OTHER.format(url=mask(url))
     return OperationFailed(
-        f"fetching {name} from {mask(url)} failed: {_last_error(stderr)}",
+        f"fetching {what} from {mask(url)} failed: {last_error(stderr)}",
         hint=hint,
         details=details,
     )
 
 
-def _last_error(stderr: str) -> str:
+def last_error(stderr: str) -> str:
+    """git's last error line (masked), else its last line."""
     stderr = mask_text(stderr)
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]

@@ -12,6 +12,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
 from dgr_forge.upstream.workspace import remove_partial_objects
@@ -312,18 +313,7 @@ def _fetch_all(src: Path, url: str, why: str) -> None:
     )
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
-        raise OperationFailed(
-            f"fetching the branches and tags of {mask(url)} {why} failed: "
-            f"{_last_line(proc.stderr)}",
-            hint="check the URL and network access, or pass the full 40-hex commit id",
-            details={"url": mask(url), "git_stderr": mask_text(proc.stderr[-4000:])},
-        )
-
-
-def _last_line(stderr: str) -> str:
-    lines = [ln.strip() for ln in mask_text(stderr).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    return (errors or lines or ["no output"])[-1]
+        raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
 
 
 def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
@@ -338,9 +328,17 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
         return  # what the checks below end with, asked once
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
+        cause = transfer.diagnose(proc.stderr)
+        if cause not in transfer.CAN_RETRY:
+            # the server died reading its own objects, or none answered: fetching its
+            # branches and tags would fail the same way
+            raise transfer.fetch_failed(f"commit {commit[:12]}", url, proc.stderr, cause)
+        said = "refused" if cause == "refused" else "failed"
+        out_.info(
+            f"the server {said} a single-commit fetch ({transfer.last_error(proc.stderr)}); "
+            "fetching branches and tags"
+        )
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
-        # the server does not serve single commits: fetch its branches and tags
-        out_.info("the server refused a single-commit fetch; fetching branches and tags")
         _fetch_all(src, url, f"to find {commit[:12]}")
     if not gitutil.has_object(src, f"{commit}^{{commit}}"):
         raise BadInput(
