@@ -630,16 +630,40 @@ def test_server_missing_an_object_is_named_a_server_abort_not_a_refusal(
 
 
 def test_server_abort_words_are_masked(tmp_path: Path, upstream: Upstream) -> None:
-    """The server's words pass the URL masking: a credential in the URL never shows."""
+    """The server's words and the URL pass the masking: a credential never shows. The
+    user's git config (kept for network calls) maps the https URL onto the daemon."""
     pin = upstream.commit({"models/vocab.bin": os.urandom(3000).hex()}, "vocab")
     _break_object(upstream, "models/vocab.bin", pin)
     with git_daemon(tmp_path) as base:
         root = make_forge_root(tmp_path / "forge", upstream, commit=pin)
-        secret = base.replace("git://", "git://user:hunter2secret@")
-        set_pin(root, f"{secret}/upstream", pin, upstream.tree(pin))
-        r = run_forge("fetch", "--json", cwd=root)
-    assert r.code in (1, 2), r
+        secret = "https://user:hunter2secret@example.invalid/"
+        config = tmp_path / "gitconfig"
+        config.write_text(f'[url "{base}/"]\n\tinsteadOf = {secret}\n')
+        set_pin(root, f"{secret}upstream", pin, upstream.tree(pin))
+        r = run_forge("fetch", "--json", cwd=root, env={"GIT_CONFIG_GLOBAL": str(config)})
+    assert r.code == 1, r
+    assert "the server aborted the transfer" in r.stderr, r.stderr
     assert "hunter2secret" not in r.stderr and "hunter2secret" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("said", "cause"),
+    [
+        # git's own words (git 2.39), recorded: no test resolves a name (no network)
+        ("fatal: unable to look up example.invalid (port 9418) (Name or service not known)",
+         "unreachable"),
+        ("fatal: unable to access 'https://x.invalid/': Could not resolve host: x.invalid",
+         "unreachable"),
+        ("remote: fatal: unable to read 6178\nfatal: protocol error: bad pack header",
+         "server-abort"),
+        ("fatal: remote error: upload-pack: not our ref 0123", "refused"),
+        ("fatal: protocol error: bad pack header", "other"),
+    ],
+)  # fmt: skip
+def test_diagnosis_of_gits_words(said: str, cause: str) -> None:
+    from dgr_forge.upstream.transfer import diagnose
+
+    assert diagnose(said) == cause
 
 
 def test_a_real_refusal_still_says_refused_and_falls_back(

@@ -49,6 +49,9 @@ _PROGRESS = re.compile(
 # git's words when no server answered at all (as opposed to a server refusing a SHA want)
 _UNREACHABLE = (
     "Could not resolve host",
+    "unable to look up",  # git:// and ssh's resolver
+    "Name or service not known",
+    "Temporary failure in name resolution",
     "Failed to connect",
     "Connection refused",
     "Connection timed out",
