@@ -14,7 +14,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
-from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
+from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
 from dgr_forge.upstream.workspace import remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
@@ -405,7 +405,8 @@ def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
             git(src, "update-ref", "-d", ref, check=False)
 
 
-_RANGE_OLD, _RANGE_NEW = "refs/dgr/range/old", "refs/dgr/range/new"
+# under the rebase's prefix: a run killed mid-fetch leaves them to the rebase's cleanup
+_RANGE_OLD, _RANGE_NEW = f"{REF_PREFIX}range-old", f"{REF_PREFIX}range-new"
 
 
 _DEPTH_ROUNDS = 6  # 2x..64x the range found by date, then everything
