@@ -175,7 +175,12 @@ REBASE_ROW = obj(
     "a patch's outcome",
     {
         "file": s("the patch file before"),
-        "new_file": null(s("its file after (null when dropped or conflicting)")),
+        "new_file": null(
+            s(
+                "its file after (null when dropped); a dry run's `conflict` row names the "
+                "file the real rebase writes once it is resolved (it keeps its place)"
+            )
+        ),
         "subject": null(s("its subject")),
         "outcome": s(
             "`unchanged`, `refreshed`, `merged`, `resolved`, `dropped` (upstreamed), "
