@@ -160,3 +160,23 @@ def test_a_server_abort_is_named_with_its_own_words(
     assert "the server aborted the transfer" in r.stderr and f"unable to read {blob}" in r.stderr
     assert "git fsck" in r.stderr and "network access" not in r.stderr
     assert s.snapshot() == before  # nothing lost: manifest and patches as they were
+
+
+def test_rebase_calls_keep_the_transport_policy(tmp_path: Path, series: Series) -> None:
+    """A remote URL that the user's git config rewrites onto a local repository is not
+    read: rebase's ls-remote and fetches run under `fetch`'s transport policy."""
+    s = series
+    new = s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
+    config = tmp_path / "gitconfig"
+    config.write_text(f'[url "{s.upstream.url}"]\n\tinsteadOf = https://up.invalid/llama\n')
+    before = s.snapshot()
+    for rev in (new, "main"):  # a commit id (fetched), a branch (listed first)
+        r = s.forge(
+            "rebase", "--onto", rev, "--url", "https://up.invalid/llama",
+            env={"GIT_CONFIG_GLOBAL": str(config)},
+        )  # fmt: skip
+        assert r.code == 1, r
+        assert "transport 'file' not allowed" in r.stderr, r.stderr
+        assert "the server" not in r.stderr and "--mirror" in r.stderr  # no server was asked
+    assert s.snapshot() == before
+    assert s.upstream.commits[-1] not in workspace_commits(s.src)

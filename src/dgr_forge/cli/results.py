@@ -234,8 +234,9 @@ DETAILS: dict[str, Schema] = {
     "cache": anything("the `--cache` choice"),
     "cache_mode": anything("the `--cache-mode` choice"),
     "cause": anything(
-        "`fetch`: why a transfer failed: `unreachable`, `server-abort` (the server died "
-        "reading its own objects), `refused`, `other`"
+        "`fetch`, `rebase`, `bump`: why a transfer failed: `policy` (the forge's transport "
+        "policy stopped git, e.g. an insteadOf rule onto a local path), `unreachable`, "
+        "`server-abort` (the server died reading its own objects), `refused`, `other`"
     ),
     "changed": anything("`build`: input files or programs changed during the build"),
     "changes": anything("the local changes (e.g. in the upstream or git-worker tree)"),

@@ -87,6 +87,11 @@ _HINT_SERVER = (
     "`git fsck` there and repair it, or fetch from a complete copy with --mirror PATH "
     "(or DGR_MIRROR)"
 )
+_HINT_POLICY = (
+    "{url} leads git to a transport the forge does not use for it (a local path through "
+    "an insteadOf rule, or a command-running transport): give the real URL, or a local "
+    "copy with --mirror PATH (or DGR_MIRROR)"
+)
 _HINT_OTHER = (
     "git's words are above: check that {url} serves this repository over a transport "
     "git supports, or fetch from a local copy with --mirror PATH (or DGR_MIRROR)"
@@ -94,8 +99,12 @@ _HINT_OTHER = (
 
 
 def diagnose(stderr: str) -> str:
-    """Why a fetch failed, from git's words: "unreachable", "server-abort", "refused" or
-    "other". A server-side abort wins over everything the client said after it."""
+    """Why a fetch failed, from git's words: "policy" (the forge's transport policy
+    stopped git before any server: e.g. an insteadOf rule onto a local path),
+    "unreachable", "server-abort", "refused" or "other". A server-side abort wins over
+    everything the client said after it."""
+    if re.search(r"transport '[^']*' not allowed", stderr):
+        return "policy"
     if any(marker in stderr for marker in _SERVER_ABORT):
         return "server-abort"
     if any(marker in stderr for marker in _UNREACHABLE):
@@ -163,7 +172,8 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
             hint=_HINT_SERVER.format(url=mask(url)),
             details=details,
         )
-    hint = _HINT_NETWORK if cause == "unreachable" else _HINT_OTHER.format(url=mask(url))
+    hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY}
+    hint = hints.get(cause, _HINT_OTHER).format(url=mask(url))
     return OperationFailed(
         f"fetching {what} from {mask(url)} failed: {last_error(stderr)}",
         hint=hint,

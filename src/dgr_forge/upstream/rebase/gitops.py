@@ -11,13 +11,20 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.core.urls import mask
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
 from dgr_forge.upstream.workspace import remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
+
+
+def _policy(url: str) -> tuple[str, ...]:
+    """Every call that contacts the upstream or mirror runs under the forge's transport
+    policy (no command-running transports; the local one only for a local URL), as
+    `fetch`'s transfer does."""
+    return gitutil.protocol_policy(url)
 
 
 @functools.cache
@@ -201,12 +208,9 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
     rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
         return rev.lower()
-    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False)
+    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False, config=_policy(url))
     if proc.returncode != 0:
-        raise OperationFailed(
-            f"cannot list refs of {mask(url)}: {mask_text(proc.stderr.strip())}",
-            hint="check the URL and network access, or pass the full commit id",
-        )
+        raise transfer.fetch_failed("the refs", url, proc.stderr)
     refs: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         sha, _, name = line.partition("\t")
@@ -286,7 +290,7 @@ def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
     `ls-remote` already lists: no objects move), else None."""
     if not _ABBREV.fullmatch(rev):
         return None
-    proc = git(src, "ls-remote", "--", url, check=False, isolated=False)
+    proc = git(src, "ls-remote", "--", url, check=False, isolated=False, config=_policy(url))
     if proc.returncode != 0:
         return None
     prefix = rev.lower()
@@ -310,6 +314,7 @@ def _fetch_all(src: Path, url: str, why: str) -> None:
         "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
         check=False,
         isolated=False,
+        config=_policy(url),
     )
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
@@ -323,7 +328,18 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
     depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
-    proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    proc = git(
+        src,
+        "fetch",
+        "--no-tags",
+        *depth,
+        "--",
+        url,
+        commit,
+        check=False,
+        isolated=False,
+        config=_policy(url),
+    )
     if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
         return  # what the checks below end with, asked once
     if proc.returncode != 0:
@@ -371,7 +387,7 @@ def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
             new,
             check=False,
             isolated=False,
-            config=(*gitutil.protocol_policy(url), "fetch.unpackLimit=1"),
+            config=(*_policy(url), "fetch.unpackLimit=1"),
         )
         if proc.returncode != 0:
             remove_partial_objects(git_dir(src))
