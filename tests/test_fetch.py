@@ -594,3 +594,85 @@ def test_failed_fetch_leaves_no_temporary_packs(forge_root: Path, upstream: Upst
     pack = src_of(forge_root) / ".git" / "objects" / "pack"
     assert sorted(p.name for p in pack.glob("tmp_*")) == [], list(pack.iterdir())
     assert not list((src_of(forge_root) / ".git" / "objects").glob("incoming-*"))
+
+
+# ----------------------------------------------------------------------------- issue 29
+
+
+@pytest.mark.parametrize("transport", ["file", "git-daemon"])
+def test_server_missing_an_object_is_named_a_server_abort_not_a_refusal(
+    tmp_path: Path, upstream: Upstream, transport: str
+) -> None:
+    """A partial mirror: the server's pack-objects cannot read a blob the pin needs. That
+    is the server's fault, said in its own words, never "refused a depth-1 fetch"."""
+    pin = upstream.commit({"models/vocab.bin": os.urandom(3000).hex()}, "vocab")
+    blob = sh_git(upstream.path, "rev-parse", f"{pin}:models/vocab.bin")
+    _break_object(upstream, "models/vocab.bin", pin)
+    with git_daemon(tmp_path) as base:
+        url = upstream.url if transport == "file" else f"{base}/upstream"
+        root = make_forge_root(tmp_path / "forge", upstream, commit=pin)
+        set_pin(root, url, pin, upstream.tree(pin))
+        manifest = (root / "manifests" / "llama.cpp.toml").read_bytes()
+        r = run_forge("fetch", "--json", cwd=root)
+    assert r.code == 1, r
+    assert "refused" not in r.stderr, r.stderr
+    assert "aborted" in r.stderr and "missing objects or corrupt" in r.stderr, r.stderr
+    assert f"unable to read {blob}" in r.stderr  # the server's own words
+    assert "fix:" in r.stderr and "git fsck" in r.stderr and "--mirror" in r.stderr
+    assert "network access" not in r.stderr  # the network worked
+    assert r.json["cause"] == "server-abort"
+    assert f"unable to read {blob}" in r.json["server_said"]
+    # nothing lost, and no fallback to a whole-history fetch that needs the same blob
+    assert (root / "manifests" / "llama.cpp.toml").read_bytes() == manifest
+    assert "fetching all branches" not in r.stderr
+    pack = src_of(root) / ".git" / "objects" / "pack"
+    assert not list(pack.glob("tmp_*"))
+
+
+def test_server_abort_words_are_masked(tmp_path: Path, upstream: Upstream) -> None:
+    """The server's words and the URL pass the masking: a credential never shows. The
+    user's git config (kept for network calls) maps the https URL onto the daemon."""
+    pin = upstream.commit({"models/vocab.bin": os.urandom(3000).hex()}, "vocab")
+    _break_object(upstream, "models/vocab.bin", pin)
+    with git_daemon(tmp_path) as base:
+        root = make_forge_root(tmp_path / "forge", upstream, commit=pin)
+        secret = "https://user:hunter2secret@example.invalid/"
+        config = tmp_path / "gitconfig"
+        config.write_text(f'[url "{base}/"]\n\tinsteadOf = {secret}\n')
+        set_pin(root, f"{secret}upstream", pin, upstream.tree(pin))
+        r = run_forge("fetch", "--json", cwd=root, env={"GIT_CONFIG_GLOBAL": str(config)})
+    assert r.code == 1, r
+    assert "the server aborted the transfer" in r.stderr, r.stderr
+    assert "hunter2secret" not in r.stderr and "hunter2secret" not in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("said", "cause"),
+    [
+        # git's own words (git 2.39), recorded: no test resolves a name (no network)
+        ("fatal: unable to look up example.invalid (port 9418) (Name or service not known)",
+         "unreachable"),
+        ("fatal: unable to access 'https://x.invalid/': Could not resolve host: x.invalid",
+         "unreachable"),
+        ("remote: fatal: unable to read 6178\nfatal: protocol error: bad pack header",
+         "server-abort"),
+        ("fatal: remote error: upload-pack: not our ref 0123", "refused"),
+        ("fatal: protocol error: bad pack header", "other"),
+    ],
+)  # fmt: skip
+def test_diagnosis_of_gits_words(said: str, cause: str) -> None:
+    from dgr_forge.upstream.transfer import diagnose
+
+    assert diagnose(said) == cause
+
+
+def test_a_real_refusal_still_says_refused_and_falls_back(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    pin = upstream.commits[1]
+    with git_daemon(tmp_path) as base:
+        root = make_forge_root(tmp_path / "forge", upstream, commit=pin)
+        set_pin(root, f"{base}/upstream", pin, upstream.tree(pin))
+        r = run_forge("fetch", cwd=root, env=PROTOCOL_V0)
+    assert r.code == 0, r
+    assert "refused a depth-1 fetch" in r.stderr and "aborted" not in r.stderr

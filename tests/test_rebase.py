@@ -490,3 +490,39 @@ def test_abbreviated_onto_whose_fetch_fails_names_the_id_and_leaves_no_packs(
     assert sorted(p.name for p in (s.src / ".git" / "objects" / "pack").glob("tmp_*")) == []
     assert s.snapshot() == before
     assert not (s.root / ".dgr" / "rebase.json").exists()
+
+
+# ----------------------------------------------------------------------------- issue 29
+
+
+def test_dry_run_names_are_the_files_the_real_rebase_writes(series: Series) -> None:
+    """A conflicting 0002 is skipped by the dry run's replay but kept by the real rebase
+    once resolved: the dry run says 0003 stays 0003, as the real rebase then writes it."""
+    s = series
+    upstream_edit(
+        s.upstream, "ggml/src/ggml.c", GGML_OLD, "    return 3; /* upstream */\n", "ggml: three"
+    )
+    new = s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
+
+    dry = s.forge("rebase", "--onto", new, "--dry-run", "--json")
+    assert dry.code == 3, dry
+    rows = {r["file"][:4]: r for r in dry.json["patches"]}
+    assert rows["0002"]["outcome"] == "conflict"
+    would_be = [r["new_file"] for r in dry.json["patches"]]
+    assert would_be[2].startswith("0003-"), would_be
+    for name in would_be:
+        assert name in dry.stderr  # the table's "would be" column
+
+    real = s.forge("rebase", "--onto", new)
+    assert real.code == 3, real
+    (s.src / "ggml/src/ggml.c").write_text(
+        (s.upstream.path / "ggml/src/ggml.c")
+        .read_text()
+        .replace("return 3; /* upstream */", "return 2; /* dgr: cpu + rpc */")
+    )
+    sh_git(s.src, "add", "ggml/src/ggml.c")
+    done = s.forge("rebase", "--continue", "--json")
+    assert done.code == 0, done
+    written = sorted(p.name for p in s.patches_dir.glob("*.patch"))
+    assert written == would_be
+    assert [r["new_file"] for r in done.json["patches"]] == would_be

@@ -181,6 +181,7 @@ def lanes(
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.attest import keys as keys_mod
         from dgr_forge.lanes import matrix as lanes_mod
+        from dgr_forge.lanes.inputs import with_stale
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
@@ -195,7 +196,7 @@ def lanes(
                     r["lane"],
                     r["backend"],
                     "buildable" if r["buildable"] else r["missing"],
-                    f"{r['last_build']['result']} {r['last_build']['time']}"
+                    f"{with_stale(r['last_build'])} {r['last_build']['time']}"
                     if r["last_build"]
                     else "never",
                     env.forge.rel(Path(r["last_build"]["report"]))

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, app, run
+from dgr_forge.core.errors import ForgeError
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.recipes import Recipe
+    from dgr_forge.lanes.worker import WorkerSpec
+    from dgr_forge.upstream.manifest import UpstreamManifest
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -115,7 +122,7 @@ def status(ctx: typer.Context) -> None:
                 for path in st.ignored:
                     out.info(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
-        lanes = _lanes_section(env)
+        lanes = _lanes_section(env, m)
         if rebase is not None:
             out.info(
                 f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
@@ -149,21 +156,55 @@ def _interrupted(journals: frozenset[str]) -> str:
     return "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
 
 
-def _lanes_section(env: Env) -> list[dict[str, Any]]:
+def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
     """Lanes built in this workspace and their last build (from the build state): a list
-    of `{lane, last_build}`, the shape `build` and `lanes` give a lane too."""
-    from dgr_forge.lanes.state import load_state
+    of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
+    what moved (pin, series, recipe, worker) since the last report was built."""
+    from dgr_forge.lanes.inputs import moved_since, report_inputs, with_stale
+    from dgr_forge.lanes.state import LaneState, load_state
 
-    lanes = [
-        {"lane": name, "last_build": entry.get("last_build")}
-        for name, entry in sorted(load_state(env.forge)["lanes"].items())
-    ]
+    entries = sorted(load_state(env.forge)["lanes"].items())
+    spec, worker_known = _current_worker(env) if entries else (None, True)
+    lanes = []
+    for name, entry in entries:
+        last = entry.get("last_build") if isinstance(entry, dict) else None
+        if isinstance(last, dict):
+            current = report_inputs(m, _current_recipe(env, name), spec)
+            if not worker_known:
+                current["worker"] = "(unreadable)"  # never what a build recorded
+            recorded = LaneState.from_dict(entry).last_build
+            last = {**last, "stale": moved_since(recorded.inputs if recorded else None, current)}
+        lanes.append({"lane": name, "last_build": last})
     if not lanes:
         env.out.info("lanes: none built in this workspace (run `dgr-forge build`)")
     for row in lanes:
         last = row["last_build"] or {}
         env.out.info(
-            f"lane {row['lane']:<8} last build {last.get('time', '?')}: {last.get('result', '?')}"
+            f"lane {row['lane']:<8} last build {last.get('time', '?')}: {with_stale(last)}"
             f"  report {last.get('report') or '(none)'}"
         )
     return lanes
+
+
+def _current_recipe(env: Env, lane: str) -> Recipe | None:
+    """The lane's recipe as it is now; None when it is gone or unreadable (status still
+    answers: the last build is then stale by its recipe)."""
+    from dgr_forge.lanes.recipes import load
+
+    path = env.forge.recipes_dir / f"{lane}.toml"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
+        return None
+    try:
+        return load(path, env.forge.rel(path))
+    except ForgeError:
+        return None
+
+
+def _current_worker(env: Env) -> tuple[WorkerSpec | None, bool]:
+    """The worker the forge root names now, and whether it could be read."""
+    from dgr_forge.lanes import worker
+
+    try:
+        return worker.resolve(env.forge, None), True
+    except ForgeError:
+        return None, False

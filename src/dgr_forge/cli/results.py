@@ -125,8 +125,12 @@ LAST_BUILD = null(
             "report": null(s("the signed report's path (null without one)")),
             "log": null(s("the `build-<lane>.log` link")),
             "artifacts": arr(ARTIFACT, "`status` only: the artifacts it made"),
+            "stale": strs(
+                "what moved since this build's report was made: `pin`, `series`, `recipe`, "
+                "`worker` (empty: it is current; a build recorded by an older forge: all)"
+            ),
         },
-        optional=("report", "log", "artifacts"),
+        optional=("report", "log", "artifacts", "stale"),
     )
 )
 
@@ -171,7 +175,12 @@ REBASE_ROW = obj(
     "a patch's outcome",
     {
         "file": s("the patch file before"),
-        "new_file": null(s("its file after (null when dropped or conflicting)")),
+        "new_file": null(
+            s(
+                "its file after (null when dropped); a dry run's `conflict` row names the "
+                "file the real rebase writes once it is resolved (it keeps its place)"
+            )
+        ),
         "subject": null(s("its subject")),
         "outcome": s(
             "`unchanged`, `refreshed`, `merged`, `resolved`, `dropped` (upstreamed), "
@@ -224,6 +233,11 @@ DETAILS: dict[str, Schema] = {
     "base": anything("the base commit"),
     "cache": anything("the `--cache` choice"),
     "cache_mode": anything("the `--cache-mode` choice"),
+    "cause": anything(
+        "`fetch`, `rebase`, `bump`: why a transfer failed: `policy` (the forge's transport "
+        "policy stopped git, e.g. an insteadOf rule onto a local path), `unreachable`, "
+        "`server-abort` (the server died reading its own objects), `refused`, `other`"
+    ),
     "changed": anything("`build`: input files or programs changed during the build"),
     "changes": anything("the local changes (e.g. in the upstream or git-worker tree)"),
     "chosen": anything("`build`: the compiler launcher the forge chose"),
@@ -287,6 +301,7 @@ DETAILS: dict[str, Schema] = {
     "resolved": anything("what a path resolved to"),
     "rollback_error": anything("what failed while rolling back"),
     "scheduler": anything("the sccache-dist scheduler (masked)"),
+    "server_said": anything("`fetch`: the server's own error lines (masked)"),
     "setting": anything("the setting at fault"),
     "sha256": anything("`ci render`: of the rendering"),
     "split_problems": anything("GGUF split problems, per file"),

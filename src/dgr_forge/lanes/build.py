@@ -611,6 +611,7 @@ class LaneBuilder:
             artifacts=r.artifacts,
             subject_stats=stats,
             input_digest=whole,
+            inputs=inputs.report_inputs(self.m, plan.recipe, plan.spec),
             byproducts={
                 str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
             },
@@ -634,6 +635,7 @@ class LaneBuilder:
             log=str(self.plan.log_link),
             log_file=str(self.log_path),
             report=previous.report if previous else None,
+            inputs=previous.inputs if previous else None,  # the kept report's inputs
         )
         st.in_progress = None
         save_lane_state(self.forge, self.plan.lane, st)

@@ -122,6 +122,41 @@ def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
     return {"location": spec.location, "tree": sha256_bytes(lines.encode())}
 
 
+# what `status` and `lanes` compare a last build's inputs against, in the order they say it
+MOVABLE = ("pin", "series", "recipe", "worker")
+
+
+def report_inputs(
+    m: UpstreamManifest, recipe: Recipe | None, spec: WorkerSpec | None
+) -> dict[str, Any]:
+    """The inputs a person moves (`MOVABLE`), as this checkout has them now; cheap: no
+    program runs, a path worker's files hashed once. A build records them with its report."""
+    return {
+        "pin": m.commit,
+        "series": m.series_digest,
+        "recipe": recipe.sha256 if recipe is not None else None,
+        "worker": worker_identity(spec),
+    }
+
+
+def moved_since(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+    """What moved since a last build (`MOVABLE` names): empty when it is current. A build
+    that recorded nothing (an older forge) cannot be shown current: everything moved."""
+    if recorded is None:
+        return list(MOVABLE)
+    return [key for key in MOVABLE if recorded.get(key) != current.get(key)]
+
+
+def with_stale(last: Mapping[str, Any] | None) -> str:
+    """A last build's result as `status` and `lanes` print it: "ok", or "ok, stale (pin,
+    series moved)" when its report was built from other inputs."""
+    if not last:
+        return "never"
+    result = str(last.get("result", "?"))
+    stale = last.get("stale") or []
+    return f"{result}, stale ({', '.join(stale)} moved)" if stale else result
+
+
 def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, dict[str, str]]:
     """Per lane, what a certification binds of this host's tools: cmake, ninja and each
     tool the recipe names, by the version its probe reads (a lane certified with one

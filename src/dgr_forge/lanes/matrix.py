@@ -8,9 +8,9 @@ from dgr_forge.attest.certify import cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
 from dgr_forge.lanes.doctor import Doctor
-from dgr_forge.lanes.inputs import tool_versions, worker_identity
+from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
 from dgr_forge.lanes.recipes import Recipe
-from dgr_forge.lanes.state import load_state
+from dgr_forge.lanes.state import LaneState, load_state
 from dgr_forge.lanes.worker import WorkerSpec
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -33,6 +33,7 @@ def matrix(
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
         last = state.get(name, {}).get("last_build")
+        recorded = LaneState.from_dict(state.get(name)).last_build
         rows.append(
             {
                 "lane": name,
@@ -46,6 +47,10 @@ def matrix(
                         "result": last.get("result"),
                         "report": last.get("report"),
                         "log": last.get("log"),
+                        "stale": moved_since(
+                            recorded.inputs if recorded else None,
+                            report_inputs(m, recipe, spec),
+                        ),
                     }
                     if last
                     else None

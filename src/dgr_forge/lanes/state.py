@@ -36,6 +36,9 @@ class LastBuild:
     subject_stats: dict[str, list[int]] = field(default_factory=dict)
     # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
     input_digest: str | None = None
+    # the movable inputs (`lanes.inputs.report_inputs`) the report was built from: what
+    # `status` and `lanes` compare to say a last build is stale
+    inputs: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Any) -> LastBuild | None:
@@ -58,6 +61,8 @@ class LastBuild:
             isinstance(a, dict) for a in last.artifacts
         ):
             last.artifacts = []
+        if not isinstance(last.inputs, dict | None):
+            last.inputs = None
         if not isinstance(last.byproducts, dict):
             last.byproducts = {}
         stats = last.subject_stats

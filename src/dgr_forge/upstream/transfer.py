@@ -49,6 +49,9 @@ _PROGRESS = re.compile(
 # git's words when no server answered at all (as opposed to a server refusing a SHA want)
 _UNREACHABLE = (
     "Could not resolve host",
+    "unable to look up",  # git:// and ssh's resolver
+    "Name or service not known",
+    "Temporary failure in name resolution",
     "Failed to connect",
     "Connection refused",
     "Connection timed out",
@@ -56,6 +59,67 @@ _UNREACHABLE = (
     "does not appear to be a git repository",
     "Could not read from remote repository",
 )
+# a server that answered and then died: its pack-objects could not read an object it
+# holds (a partial mirror, a corrupt repository); a whole-history fetch needs the same
+_SERVER_ABORT = (
+    "aborting due to possible repository corruption",
+    "pack-objects died",
+    "remote: fatal:",
+    "remote: error:",
+)
+# a server that will not serve a depth-1 fetch of one commit id (but may serve its refs)
+_REFUSAL = (
+    "not our ref",
+    "unadvertised object",
+    "does not support shallow",
+    "does not allow request",
+)
+
+# the causes another way of fetching may get past (the server answered and said no)
+CAN_RETRY = ("refused", "other")
+
+_HINT_NETWORK = (
+    "check the URL and network access; on an air-gapped host fetch from a local copy with "
+    "--mirror PATH (or DGR_MIRROR)"
+)
+_HINT_SERVER = (
+    "the repository at {url} is missing objects or corrupt (a partial mirror?): run "
+    "`git fsck` there and repair it, or fetch from a complete copy with --mirror PATH "
+    "(or DGR_MIRROR)"
+)
+_HINT_POLICY = (
+    "{url} leads git to a transport the forge does not use for it (a local path through "
+    "an insteadOf rule, or a command-running transport): give the real URL, or a local "
+    "copy with --mirror PATH (or DGR_MIRROR)"
+)
+_HINT_OTHER = (
+    "git's words are above: check that {url} serves this repository over a transport "
+    "git supports, or fetch from a local copy with --mirror PATH (or DGR_MIRROR)"
+)
+
+
+def diagnose(stderr: str) -> str:
+    """Why a fetch failed, from git's words: "policy" (the forge's transport policy
+    stopped git before any server: e.g. an insteadOf rule onto a local path),
+    "unreachable", "server-abort", "refused" or "other". A server-side abort wins over
+    everything the client said after it."""
+    if re.search(r"transport '[^']*' not allowed", stderr):
+        return "policy"
+    if any(marker in stderr for marker in _SERVER_ABORT):
+        return "server-abort"
+    if any(marker in stderr for marker in _UNREACHABLE):
+        return "unreachable"
+    if any(marker in stderr for marker in _REFUSAL):
+        return "refused"
+    return "other"
+
+
+def server_words(stderr: str) -> str:
+    """The server's own error lines ("remote: fatal: unable to read …"), masked."""
+    lines = [ln.strip() for ln in mask_text(stderr).splitlines()]
+    said = [ln.removeprefix("remote:").strip() for ln in lines if ln.startswith("remote:")]
+    said = list(dict.fromkeys(ln for ln in said if ln))  # git repeats some lines
+    return "; ".join(said) or last_error(stderr)
 
 
 def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
@@ -64,24 +128,22 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     shallow = _run_fetch(src, out, url, ["--depth=1", "--", url, commit])
     if shallow.returncode == 0:
         return "shallow"
-    if any(marker in shallow.stderr for marker in _UNREACHABLE):
-        full = shallow  # no server answered: a full fetch would fail the same way
+    cause = diagnose(shallow.stderr)
+    if cause not in CAN_RETRY:
+        full = shallow  # a full fetch would fail the same way (and move more bytes)
     else:
+        said = "refused" if cause == "refused" else "failed"
         out.info(
-            "the server refused a depth-1 fetch of the commit "
-            f"({_last_error(shallow.stderr)}); fetching all branches and tags instead"
+            f"the server {said} a depth-1 fetch of the commit "
+            f"({last_error(shallow.stderr)}); fetching all branches and tags instead"
         )
         args = ["--", url, *UPSTREAM_REFS]
         if (src / ".git" / "shallow").exists():
             args.insert(0, "--unshallow")
         full = _run_fetch(src, out, url, args)
+        cause = diagnose(full.stderr)
     if full.returncode != 0:
-        raise OperationFailed(
-            f"fetching {name} from {mask(url)} failed: {_last_error(full.stderr)}",
-            hint="check the URL and network access; on an air-gapped host fetch from a local "
-            "copy with --mirror PATH (or DGR_MIRROR)",
-            details={"url": mask(url), "git_stderr": mask_text(full.stderr[-4000:])},
-        )
+        raise fetch_failed(name, url, full.stderr, cause)
     if gitutil.rev_parse(src, commit) != commit:
         raise OperationFailed(
             f"commit {commit} not found at {mask(url)}",
@@ -92,7 +154,35 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     return "full"
 
 
-def _last_error(stderr: str) -> str:
+def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> OperationFailed:
+    """The error for a failed fetch of `what` (its words and its fix fitted to the cause,
+    `diagnose`d from git's stderr unless given): `fetch`'s, `rebase`'s and `bump`'s."""
+    cause = cause or diagnose(stderr)
+    details: dict[str, object] = {
+        "url": mask(url),
+        "cause": cause,
+        "git_stderr": mask_text(stderr[-4000:]),
+    }
+    if cause == "server-abort":
+        words = server_words(stderr)
+        details["server_said"] = words
+        return OperationFailed(
+            f"fetching {what} from {mask(url)} failed: the server aborted the transfer "
+            f"(missing objects or corrupt on its side): {words}",
+            hint=_HINT_SERVER.format(url=mask(url)),
+            details=details,
+        )
+    hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY}
+    hint = hints.get(cause, _HINT_OTHER).format(url=mask(url))
+    return OperationFailed(
+        f"fetching {what} from {mask(url)} failed: {last_error(stderr)}",
+        hint=hint,
+        details=details,
+    )
+
+
+def last_error(stderr: str) -> str:
+    """git's last error line (masked), else its last line."""
     stderr = mask_text(stderr)
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
@@ -139,7 +229,10 @@ def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: l
         return
     match = _PROGRESS.match(line)
     if match is None:
-        if not line.startswith("remote: ") or "error" in line.lower():
+        # the server's own error lines are kept: they say why a transfer died
+        if not line.startswith("remote: ") or any(
+            word in line.lower() for word in ("error", "fatal", "abort", "unable")
+        ):
             kept.append(line)
         return
     phase, _pct, done, total, rest = match.groups()

@@ -28,7 +28,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
 from dgr_forge.upstream.rebase.gitops import ensure_history
-from dgr_forge.upstream.transfer import _UNREACHABLE
+from dgr_forge.upstream.transfer import CAN_RETRY, diagnose, fetch_failed
 
 PIN_REF = "refs/dgr/bump/pin"  # the pin as a ref: the fetch negotiates it as "have"
 _REPLAY_ENV = {
@@ -66,11 +66,14 @@ def fetch_range(src: Path, url: str, pin: str, want: str, out_: Reporter) -> Non
         args = ["--no-tags", "--no-write-fetch-head"]
         cut = [f"--shallow-since={since}"] if shallow else []
         proc = _fetch(src, url, [*args, *cut, "--", url, want])
-        if proc.returncode != 0 and cut:
+        if proc.returncode != 0 and cut and (cause := diagnose(proc.stderr)) in CAN_RETRY:
             # a server without shallow support (dumb HTTP): everything after the pin
-            out_.info("the server refused a --shallow-since fetch; fetching without it")
+            said = "refused" if cause == "refused" else "failed"
+            out_.info(f"the server {said} a --shallow-since fetch; fetching without it")
             proc = _fetch(src, url, [*args, "--", url, want])
-        if proc.returncode != 0 and not any(m in proc.stderr for m in _UNREACHABLE):
+        if proc.returncode != 0 and diagnose(proc.stderr) not in CAN_RETRY:
+            raise fetch_failed(f"{want[:12]} (the range after the pin)", url, proc.stderr)
+        if proc.returncode != 0:
             # the server answered: it has no such commit (or serves none by id)
             raise BadInput(
                 f"--to {want}: commit not available from {mask(url)}: "
@@ -78,12 +81,6 @@ def fetch_range(src: Path, url: str, pin: str, want: str, out_: Reporter) -> Non
                 hint="check the commit id; a server that serves no commit by id needs a tag "
                 "or branch name",
                 details={"target": want},
-            )
-        if proc.returncode != 0:
-            raise OperationFailed(
-                f"fetching {want[:12]} from {mask(url)} failed: "
-                f"{mask_text(proc.stderr.strip()[-500:])}",
-                hint="check the URL and network access, or pass --mirror",
             )
         if not is_ancestor(src, pin, want) and shallow:
             ensure_history(src, url, pin, want)

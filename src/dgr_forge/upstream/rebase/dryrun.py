@@ -22,6 +22,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import manifest
 from dgr_forge.upstream.check import borrow_objects
+from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.commands import reject_in_progress, start
 from dgr_forge.upstream.rebase.finish import stage
@@ -32,7 +33,7 @@ from dgr_forge.upstream.rebase.report import (
     rows_of,
     summary,
 )
-from dgr_forge.upstream.rebase.state import load_state
+from dgr_forge.upstream.rebase.state import RebaseState, load_state
 from dgr_forge.upstream.scratch import scratch_dir
 
 
@@ -108,6 +109,19 @@ def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, An
     }
 
 
+def _name_as_the_rebase_writes(state: RebaseState) -> None:
+    """The canary's replay goes on without a conflicting patch, so its export numbers the
+    patches after it one lower; the real rebase stops there and keeps that patch once
+    resolved. So every patch that is not dropped keeps its place: number them in order,
+    each named from its subject as `export` names it."""
+    n = 0
+    for step in state.patches:
+        if step.outcome == "dropped":
+            continue
+        n += 1
+        step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
+
+
 def dry_run(
     forge: Forge,
     out_: Reporter,
@@ -142,6 +156,7 @@ def dry_run(
         if state is None:  # already pinned there: nothing to replay
             return DryRunResult(_already_pinned(m, onto, result.new_commit), 0, None)
         stage(scratch, state, sm)
+        _name_as_the_rebase_writes(state)
         rows = rows_of(state)
         data = report_data(state, None, rows)
         data.update(old_commit=state.old_commit, new_commit=state.new_commit)

@@ -11,12 +11,20 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.core.urls import mask
+from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
-from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, STALE_GIT_STATE
+from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
 from dgr_forge.upstream.workspace import remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
+
+
+def _policy(url: str) -> tuple[str, ...]:
+    """Every call that contacts the upstream or mirror runs under the forge's transport
+    policy (no command-running transports; the local one only for a local URL), as
+    `fetch`'s transfer does."""
+    return gitutil.protocol_policy(url)
 
 
 @functools.cache
@@ -200,12 +208,9 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
     rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
         return rev.lower()
-    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False)
+    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False, config=_policy(url))
     if proc.returncode != 0:
-        raise OperationFailed(
-            f"cannot list refs of {mask(url)}: {mask_text(proc.stderr.strip())}",
-            hint="check the URL and network access, or pass the full commit id",
-        )
+        raise transfer.fetch_failed("the refs", url, proc.stderr)
     refs: dict[str, str] = {}
     for line in proc.stdout.splitlines():
         sha, _, name = line.partition("\t")
@@ -285,7 +290,7 @@ def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
     `ls-remote` already lists: no objects move), else None."""
     if not _ABBREV.fullmatch(rev):
         return None
-    proc = git(src, "ls-remote", "--", url, check=False, isolated=False)
+    proc = git(src, "ls-remote", "--", url, check=False, isolated=False, config=_policy(url))
     if proc.returncode != 0:
         return None
     prefix = rev.lower()
@@ -309,21 +314,11 @@ def _fetch_all(src: Path, url: str, why: str) -> None:
         "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
         check=False,
         isolated=False,
+        config=_policy(url),
     )
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
-        raise OperationFailed(
-            f"fetching the branches and tags of {mask(url)} {why} failed: "
-            f"{_last_line(proc.stderr)}",
-            hint="check the URL and network access, or pass the full 40-hex commit id",
-            details={"url": mask(url), "git_stderr": mask_text(proc.stderr[-4000:])},
-        )
-
-
-def _last_line(stderr: str) -> str:
-    lines = [ln.strip() for ln in mask_text(stderr).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    return (errors or lines or ["no output"])[-1]
+        raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
 
 
 def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
@@ -333,14 +328,33 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
     depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
-    proc = git(src, "fetch", "--no-tags", *depth, "--", url, commit, check=False, isolated=False)
+    proc = git(
+        src,
+        "fetch",
+        "--no-tags",
+        *depth,
+        "--",
+        url,
+        commit,
+        check=False,
+        isolated=False,
+        config=_policy(url),
+    )
     if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
         return  # what the checks below end with, asked once
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
+        cause = transfer.diagnose(proc.stderr)
+        if cause not in transfer.CAN_RETRY:
+            # the server died reading its own objects, or none answered: fetching its
+            # branches and tags would fail the same way
+            raise transfer.fetch_failed(f"commit {commit[:12]}", url, proc.stderr, cause)
+        said = "refused" if cause == "refused" else "failed"
+        out_.info(
+            f"the server {said} a single-commit fetch ({transfer.last_error(proc.stderr)}); "
+            "fetching branches and tags"
+        )
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
-        # the server does not serve single commits: fetch its branches and tags
-        out_.info("the server refused a single-commit fetch; fetching branches and tags")
         _fetch_all(src, url, f"to find {commit[:12]}")
     if not gitutil.has_object(src, f"{commit}^{{commit}}"):
         raise BadInput(
@@ -350,20 +364,65 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
 
 
 def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
-    """Deepen a shallow workspace until old..new is walkable; True when it is."""
+    """Make old..new walkable in a shallow workspace, fetching that range only; True when
+    it is. First one fetch cut at the old pin's commit date (the range's commits and what
+    they change, nothing before the pin); only when a commit in the range is dated before
+    the pin (a rebased pull request) does the cut miss it: then depth from the new pin,
+    sized from what arrived and doubled, and everything only as the last resort. Never a
+    fixed deepening, which also deepens the old pin's own boundary: history before the pin
+    is not the question."""
 
     def connected() -> bool:
         return git(src, "merge-base", old, new, check=False).returncode == 0
 
-    if connected():
-        return True
-    for step in ("--deepen=64", "--deepen=1024", "--unshallow"):
-        if out(src, "rev-parse", "--is-shallow-repository") != "true":
-            break
-        proc = git(src, "fetch", "--no-tags", step, "--", url, new, check=False, isolated=False)
+    def fetch(*how: str) -> bool:
+        proc = git(
+            src,
+            "fetch",
+            "--no-tags",
+            "--no-write-fetch-head",
+            *how,
+            "--",
+            url,
+            new,
+            check=False,
+            isolated=False,
+            config=(*_policy(url), "fetch.unpackLimit=1"),
+        )
         if proc.returncode != 0:
             remove_partial_objects(git_dir(src))
-            return False
-        if connected():
+        return proc.returncode == 0
+
+    if connected():
+        return True
+    if out(src, "rev-parse", "--is-shallow-repository") != "true":
+        return False  # the whole history is here: they are not related
+    # both pins as refs while fetching: each fetch offers them (and what an earlier round
+    # brought) as "have", so no round sends again what the workspace holds
+    for ref, commit in ((_RANGE_OLD, old), (_RANGE_NEW, new)):
+        if gitutil.has_object(src, commit):
+            git(src, "update-ref", ref, commit)
+    try:
+        since = out(src, "log", "-1", "--format=%ct", old)
+        if fetch(f"--shallow-since={since}") and connected():
             return True
-    return connected()
+        depth = 2 * max(1, int(out(src, "rev-list", "--count", new)))
+        for _ in range(_DEPTH_ROUNDS):
+            if not fetch(f"--depth={depth}"):
+                break  # a server without shallow support: only everything is left
+            if connected():
+                return True
+            depth *= 2
+        if out(src, "rev-parse", "--is-shallow-repository") == "true":
+            fetch("--unshallow")
+        return connected()
+    finally:
+        for ref in (_RANGE_OLD, _RANGE_NEW):
+            git(src, "update-ref", "-d", ref, check=False)
+
+
+# under the rebase's prefix: a run killed mid-fetch leaves them to the rebase's cleanup
+_RANGE_OLD, _RANGE_NEW = f"{REF_PREFIX}range-old", f"{REF_PREFIX}range-new"
+
+
+_DEPTH_ROUNDS = 6  # 2x..64x the range found by date, then everything
