@@ -5,9 +5,14 @@ The work lives in modules by concern:
 * `dest`: the destination (the /home rule, free space, the provision lock, opening files
   without following planted symlinks);
 * `hashing`: sha256 at disk speed, progress, the `.dgr-verified.json` cache;
-* `download`: one file, resumable, retried, rate-bounded, atomic; `provision`: all files;
-* `verify`: size + sha256 + split headers; `make_manifest`: a manifest from a directory;
-* `gguf_split`: the bounded GGUF header reader and split consistency.
+* `download`: one file, resumable, retried, rate-bounded, atomic (`http`: the header
+  deadline of every request); `provision`: all files, or those a `--layers` range needs
+  (`subset`, also the destination's record of provisioned ranges);
+* `verify`: size + sha256 + split headers (+ the layer map); `make_manifest`: a manifest
+  from a directory; `map_headers`: the layer map added to a manifest (`remote`: split
+  headers over HTTP Range requests);
+* `gguf_split`: the bounded GGUF header reader and split consistency; `layermap` (ranges,
+  tensor groups) and `mapping` (the map from the headers, checked).
 """
 
 from __future__ import annotations
