@@ -38,6 +38,7 @@ from dgr_forge.models.hashing import (
     human,
 )
 from dgr_forge.models.make_manifest import BuiltManifest, build_manifest
+from dgr_forge.models.map_headers import MapResult, map_manifest
 from dgr_forge.models.provision import ProvisionResult, provision
 from dgr_forge.models.verify import FileCheck, VerifyResult, verify
 
@@ -50,6 +51,7 @@ __all__ = [
     "DestDir",
     "FileCheck",
     "FileOutcome",
+    "MapResult",
     "ProvisionResult",
     "RetryPolicy",
     "VerifiedCache",
@@ -63,6 +65,7 @@ __all__ = [
     "hash_file",
     "hash_many",
     "human",
+    "map_manifest",
     "missing_bytes",
     "nearest_existing",
     "provision",

@@ -13,6 +13,7 @@ asks of a file it holds: does its header still say what the manifest's map says?
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from dgr_forge.models import gguf_split, layermap
 from dgr_forge.models import manifest as models
@@ -144,4 +145,31 @@ def contradictions(f: ModelFile, header: Header, lmap: LayerMap) -> list[str]:
             f"layer map mismatch: the header holds tensors {list(tensors)}, the map says "
             f"{list(f.tensors or ())} ({fix})"
         )
+    return problems
+
+
+def header_problems(
+    dest: Path, files: list[ModelFile], lmap: LayerMap | None, *, follow: bool = False
+) -> dict[str, list[str]]:
+    """Split consistency of the present `.gguf` files, and with a map, every header
+    against what the map says of its file (a file changed upstream is named here)."""
+    headers = gguf_split.read_headers(dest, files, follow=follow)
+    problems = gguf_split.check_headers(headers)
+    if lmap is None:
+        return problems
+    meta = metadata_file(files)
+    for f in files:
+        h = headers.get(f.name)
+        if not isinstance(h, Header) or not f.mapped or problems.get(f.name):
+            continue
+        found = contradictions(f, h, lmap)
+        if f is meta and f.name.endswith(".gguf"):
+            count = h.ints.get(f"{h.strings.get(ARCH_KEY)}.block_count")
+            if count != lmap.block_count:
+                found.append(
+                    f"layer map mismatch: the header's block_count is {count}, the map says "
+                    f"{lmap.block_count}"
+                )
+        if found:
+            problems[f.name] = found
     return problems
