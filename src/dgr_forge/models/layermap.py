@@ -19,7 +19,7 @@ EMBEDDINGS = "token_embd"  # what `--first` adds
 HEAD = ("output_norm", "output")  # what `--last` adds (tied embeddings: token_embd too)
 MAX_BLOCK_COUNT = 100_000  # llama.cpp models have at most a few hundred layers
 MAX_RANGE_ITEMS = 1024
-_ITEM = re.compile(r"(\d{1,9})(?:-(\d{1,9}))?")
+_ITEM = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9}))?")  # ASCII digits only
 _GROUP = re.compile(r"[A-Za-z0-9_]{1,64}")
 _LAYER = re.compile(rb"blk\.(\d{1,9})\.")
 

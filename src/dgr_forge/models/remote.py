@@ -1,10 +1,11 @@
 """A split's GGUF header over HTTP, with Range requests only: never the file's tensor data.
 
 `RangeFile` is the file object the bounded reader (`gguf_split.parse_header`) reads from:
-it asks for one closed range (`bytes=A-B`, BLOCK bytes) at a time, only for the bytes the
-reader needs (skipped arrays are never fetched), refuses a server that answers anything
-but 206 with a Content-Range inside the size the manifest pins, and stops at the header
-limit (`DGR_ARTIFACTS_HEADER_MAX`), so a header that never ends costs at most that.
+it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much each time,
+up to 1 MiB), only for the bytes the reader needs (skipped arrays are never fetched),
+refuses a server that answers anything but 206 with a Content-Range inside the size the
+manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a header
+that never ends costs at most that.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from dgr_forge.models.download import RetryPolicy, env_number
 from dgr_forge.models.gguf_split import Header
 from dgr_forge.models.http import http_session
 
-BLOCK = 256 << 10
+FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
+MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
 HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"
 HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
 
@@ -47,14 +49,18 @@ class Fetched:
 class RangeFile(io.RawIOBase):
     """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges."""
 
-    def __init__(self, url: str, size: int, session: requests.Session, policy: RetryPolicy) -> None:
+    def __init__(
+        self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
+    ) -> None:
         super().__init__()
         self.url, self.size, self.session, self.policy = url, size, session, policy
+        self.limit = min(size, limit)  # never a byte past the header limit is asked for
         self.pos = 0
         self.received = 0
         self.requests = 0
         self._start = 0
         self._block = b""
+        self._want = FIRST_BLOCK
 
     def readable(self) -> bool:
         return True
@@ -74,7 +80,7 @@ class RangeFile(io.RawIOBase):
         if n < 0:
             raise ValueError("RangeFile reads bounded sizes only")
         out = bytearray()
-        while n > 0 and self.pos < self.size:
+        while n > 0 and self.pos < self.limit:
             at = self.pos - self._start
             if not 0 <= at < len(self._block):
                 self._fetch(self.pos)
@@ -86,7 +92,8 @@ class RangeFile(io.RawIOBase):
         return bytes(out)
 
     def _fetch(self, start: int) -> None:
-        end = min(self.size, start + BLOCK) - 1
+        end = min(self.limit, start + self._want) - 1
+        self._want = min(MAX_BLOCK, self._want * 2)
         failures = 0
         while True:
             try:
@@ -149,6 +156,6 @@ def _content_range(value: str) -> tuple[int, int, int] | None:
 def read_remote_header(url: str, size: int, policy: RetryPolicy, limit: int) -> Fetched:
     """The header of the `size`-byte file at `url` (http/https), by Range requests only."""
     with http_session(policy.read_timeout) as session:
-        f = RangeFile(url, size, session, policy)
+        f = RangeFile(url, size, session, policy, limit)
         header = gguf_split.parse_header(f, size, limit)  # type: ignore[arg-type]
         return Fetched(header=header, bytes=f.received, requests=f.requests)
