@@ -381,3 +381,15 @@ def test_a_server_ignoring_range_is_refused_without_reading_the_file(tmp_path: P
     assert res.code == 1, res
     assert "HTTP 200 to a Range request" in res.json["error"]
     assert "--dest" in res.json["hint"]
+
+
+def test_the_progress_counts_the_subset_bytes(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    m = mapped_manifest(tmp_path, source, server.base_url)
+    res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+                    "--layers", "22-32", env=FAST)  # fmt: skip
+    assert res.code == 0, res
+    # the total bar ends at 100 % of the subset (the whole model would stop under 50 %)
+    assert "total: 100%" in res.stderr, res.stderr
+    assert "layers 22-32: 4 of 9 files" in res.stderr
