@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import layermap, mapping, subset
 from dgr_forge.models.dest import (
@@ -222,6 +223,7 @@ def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool)
     if sel is None:
         sel = subset.select(m, ((0, m.layer_map.block_count - 1),), True, True)
     new = old.union(sel) if old is not None else Record(m.name, sel.ranges, sel.first, sel.last)
+    fault.point("provision.record", m.name)  # every file in place, the record not yet
     subset.write_record(held.fd, new)
     held.fsync()
     return new
