@@ -14,9 +14,9 @@ serves it from the tests' loopback HTTP server. Then:
 * map: `artifacts map` of a manifest without a map, over HTTP Range requests: header
   bytes read against the model's size;
 * per stage (ceil(layers/stages) layers each; the first stage with the embeddings, the
-  last with the head, as `--layers` implies): `provision --layers` into a fresh directory: files and bytes the server sent,
-  against the whole model; and all stages into one destination, one after another (each
-  adds only what is missing).
+  last with the head, as `--layers` implies): `provision --layers` into a fresh
+  directory: files and bytes the server sent, against the whole model; and all stages
+  into one destination, one after another (each adds only what is missing).
 """
 
 from __future__ import annotations

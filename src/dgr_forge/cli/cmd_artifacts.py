@@ -39,9 +39,8 @@ LayersOpt = Annotated[
     str | None,
     typer.Option(
         "--layers",
-        metavar="A-B[,C-D]",
-        help="Only the files holding these layers' tensors (and the metadata split); "
-        "needs a layer map in the manifest (`artifacts map`).",
+        help="Layer ranges A-B[,C-D]: only the files holding their tensors (and the "
+        "metadata split); needs a layer map in the manifest (`artifacts map`).",
     ),
 ]
 FirstOpt = Annotated[
@@ -94,8 +93,10 @@ def provision(
         bool, typer.Option("--dry-run", help="Say which files and how many bytes; write nothing.")
     ] = False,
 ) -> None:
-    """Download the model's files (or a layer range's) into DEST: resumable, retried,
-    verified, atomic."""
+    """Download the model's files (or a layer range's) into DEST: resumable, verified.
+
+    With --layers, only the split files holding those layers' tensors, the metadata split
+    and (--first / --last) the embeddings' and output head's; --dry-run says which."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.models import artifacts
@@ -121,8 +122,10 @@ def verify(
     jobs: HashJobsOpt = None,
     layers: LayersOpt = None,
 ) -> None:
-    """Check size, sha256 and GGUF split headers of every file in DEST (or those a layer
-    range needs; without --layers, what DEST records it was provisioned for)."""
+    """Check size, sha256 and GGUF split headers of the files in DEST.
+
+    With --layers, the files those layers need; without it, what DEST records it was
+    provisioned for (or every file), and which layer ranges the files can serve."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.models import artifacts
@@ -210,8 +213,10 @@ def map_layers(
     mirror: MirrorOpt = None,
     jobs: HashJobsOpt = None,
 ) -> None:
-    """Add the layer map to manifest M from the split headers: from the files in DEST, or
-    by HTTP Range requests for the header bytes only."""
+    """Add the layer map to manifest M, read from the GGUF split headers.
+
+    From the files in DEST, or without --dest by HTTP Range requests for the header bytes
+    only."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.models.map_headers import map_manifest
