@@ -393,3 +393,19 @@ def test_the_progress_counts_the_subset_bytes(
     # the total bar ends at 100 % of the subset (the whole model would stop under 50 %)
     assert "total: 100%" in res.stderr, res.stderr
     assert "layers 22-32: 4 of 9 files" in res.stderr
+
+
+def test_map_from_a_file_mirror_reads_headers_in_place_under_the_limit(
+    tmp_path: Path, source: Path
+) -> None:
+    m = plain_manifest(tmp_path, source, "https://models.example.org/m43")
+    res = forge("artifacts", "map", str(m), "--mirror", str(source))
+    assert res.code == 0, res
+    assert res.json["requests"] == 0 and res.json["block_count"] == 43
+    assert 0 < res.json["header_bytes"] < sum(p.stat().st_size for p in source.iterdir()) / 10
+    small = forge("artifacts", "map", str(m), "--mirror", str(source),
+                  env={"DGR_ARTIFACTS_HEADER_MAX": "100"})  # fmt: skip
+    assert small.code == 2 and "header limit of 100 bytes" in small.json["error"], small
+    for bad in ("nan", "-5", "10x"):
+        res = forge("artifacts", "map", str(m), env={"DGR_ARTIFACTS_HEADER_MAX": bad})
+        assert res.code == 2 and res.json["variable"] == "DGR_ARTIFACTS_HEADER_MAX", res
