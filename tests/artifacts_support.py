@@ -9,7 +9,10 @@ from support.server import (
     Request,
     flip_byte,
     hostile_gguf,
+    layered_tensors,
+    split_by_count,
     split_names,
+    write_layered_gguf,
     write_split_gguf,
 )
 
@@ -19,6 +22,9 @@ __all__ = [
     "Request",
     "flip_byte",
     "hostile_gguf",
+    "layered_tensors",
+    "split_by_count",
     "split_names",
+    "write_layered_gguf",
     "write_split_gguf",
 ]

@@ -21,6 +21,7 @@ import typer
 from jsonschema import Draft202012Validator
 from support.cli import Result, run_forge
 from support.demo import DemoTour
+from support.server import write_layered_gguf
 
 from dgr_forge.cli import schemas
 from dgr_forge.cli.app import app
@@ -192,6 +193,24 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     go("artifacts verify fails", "artifacts-verify", "artifacts", "verify", m, "--dest", dest,
        code=1)  # fmt: skip
     (tmp / "dest" / "a.bin").unlink()
+    layered = tmp / "layered"
+    write_layered_gguf(layered, "l4", layers=4, splits=2)
+    lm = str(tmp / "l4.toml")
+    go("artifacts manifest with a map", "artifacts-manifest", "artifacts", "manifest",
+       str(layered), "--name", "l4", "--url-base", layered.as_uri(), "--out", lm,
+       code=0)  # fmt: skip
+    go("artifacts map", "artifacts-map", "artifacts", "map", lm, "--dest", str(layered), code=0)
+    go("artifacts map fails", "artifacts-map", "artifacts", "map", m, code=fails)
+    ldest = str(tmp / "ldest")
+    go("artifacts provision --layers --dry-run", "artifacts-provision", "artifacts",
+       "provision", lm, "--dest", ldest, "--layers", "1-2", "--dry-run", "--mirror",
+       str(layered), code=0)  # fmt: skip
+    go("artifacts provision --layers", "artifacts-provision", "artifacts", "provision", lm,
+       "--dest", ldest, "--layers", "1-2", "--mirror", str(layered), code=0)  # fmt: skip
+    go("artifacts verify --layers", "artifacts-verify", "artifacts", "verify", lm, "--dest",
+       ldest, "--layers", "1-2", code=0)  # fmt: skip
+    go("artifacts verify a record", "artifacts-verify", "artifacts", "verify", lm, "--dest",
+       ldest, code=0)  # fmt: skip
     shutil.rmtree(model)
     go("artifacts provision fails", "artifacts-provision", "artifacts", "provision", m,
        "--dest", dest, code=1)  # fmt: skip

@@ -69,7 +69,7 @@ def _commands() -> list[tuple[list[str], Any]]:
 
 
 ALLOWED = {"PATH", "URL", "LANE", "REV", "N", "CACHE", "MODE", "PROVIDER", "NAME", "TEXT",
-           "DIR", "M", "SECONDS", "KEY"}  # fmt: skip
+           "DIR", "M", "SECONDS", "KEY", "RANGES"}  # fmt: skip
 
 
 def test_one_placeholder_style_and_the_global_options_in_every_help() -> None:

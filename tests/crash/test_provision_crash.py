@@ -4,7 +4,8 @@ loopback HTTP server, resuming partial downloads with HTTP Range.
 
 Fault points: `provision.part` (before each write into NAME.part), `provision.verified`
 (NAME.part complete and its sha256 matched, not yet renamed), `provision.renamed` (the
-final file in place, not yet in the verified cache).
+final file in place, not yet in the verified cache), `provision.record` (every file of a
+`--layers` run in place, the destination's record of provisioned ranges not yet written).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer, split_names, write_split_gguf
+from artifacts_support import FaultyServer, split_names, write_layered_gguf, write_split_gguf
 from forgetest import Result, run_forge
 
 from dgr_forge.models import manifest as models
@@ -135,3 +136,25 @@ def test_disk_full_at_the_write_is_a_clear_failure_and_keeps_the_part(
     assert res.code == 0, res
     assert_exact(source, dest)
     assert [r.range for r in server.requests_for(NAMES[0])] == [None, f"bytes={kept}-"]
+
+
+def test_kill_before_the_layer_record_the_next_run_records_without_downloading(
+    tmp_path: Path,
+) -> None:
+    src = tmp_path / "src"
+    write_layered_gguf(src, "m8", layers=8, splits=3)
+    with FaultyServer(src) as server:
+        m = tmp_path / "m8.toml"
+        made = run_forge("artifacts", "manifest", str(src), "--name", "m8", "--url-base",
+                         server.base_url, "--out", str(m))  # fmt: skip
+        assert made.code == 0, made
+        dest = tmp_path / "dest"
+        args = ("artifacts", "provision", str(m), "--dest", str(dest), "--layers", "3-4", "--json")
+        killed = run_forge(*args, env={**FAST, "DGR_FAULT": "provision.record:m8"}, timeout=120)
+        assert killed.code in KILLED, killed
+        assert not (dest / ".dgr-layers.json").exists()
+        fetched = len(server.log)
+        res = run_forge(*args, env=FAST, timeout=120)
+        assert res.code == 0, res
+        assert len(server.log) == fetched  # every file was there: nothing downloaded again
+        assert res.json["provisioned"]["layers"] == "3-4"

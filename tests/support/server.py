@@ -24,6 +24,7 @@ class Request:
     name: str
     range: str | None  # the Range header as sent, None when absent
     status: int
+    sent: int = 0  # body bytes the server sent (or began to send) for it
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Faults:
     redirect: dict[str, str] = field(default_factory=dict)  # name -> Location of a 302
     trickle: dict[str, int] = field(default_factory=dict)  # name -> offset to drip from
     trickle_interval: float = 1.0  # seconds per byte once trickling (for at most 30 s)
+    range_only: bool = False  # a GET without Range is refused (403): nothing in full
 
 
 class FaultyServer:
@@ -101,16 +103,21 @@ class FaultyServer:
             location = self.faults.redirect.get(name)
             trickle = self.faults.trickle.get(name)
 
-        def answer(status: int, headers: dict[str, str], body: bytes = b"") -> None:
+        def answer(status: int, headers: dict[str, str], body: bytes = b"") -> Request:
+            req = Request(name, range_header, status, len(body))
             with self._lock:
-                self.log.append(Request(name, range_header, status))
+                self.log.append(req)
             h.send_response(status)
             for k, v in headers.items():
                 h.send_header(k, v)
             h.end_headers()
             if body:
                 h.wfile.write(body)
+            return req
 
+        if self.faults.range_only and not range_header:
+            answer(403, {"Content-Length": "10"}, b"range only")
+            return
         if failing:
             answer(500, {"Content-Length": "6"}, b"broken")
             return
@@ -121,23 +128,27 @@ class FaultyServer:
             answer(404, {"Content-Length": "9"}, b"not found")
             return
         size = path.stat().st_size
-        start = 0
+        start, last = 0, size - 1
         if range_header and not ignore:
             spec = range_header.removeprefix("bytes=")
-            start = 0 if from_zero else int(spec.split("-", 1)[0])
+            first, _, closed = spec.partition("-")
+            start = 0 if from_zero else int(first)
+            last = min(last, int(closed)) if closed and not from_zero else last
             if start >= size:
                 answer(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
                 return
-            answer(
+            req = answer(
                 206,
                 {
-                    "Content-Range": f"bytes {start}-{size - 1}/{size}",
-                    "Content-Length": str(size - start),
+                    "Content-Range": f"bytes {start}-{last}/{size}",
+                    "Content-Length": str(last + 1 - start),
                 },
             )
         else:
-            answer(200, {"Content-Length": str(size)})
+            req = answer(200, {"Content-Length": str(size)})
+        size = last + 1  # what this response carries ends there
         end = size if cut is None or cut <= start else cut
+        req.sent = end - start
         h.wfile.flush()
         if trickle is not None and trickle < end:
             end = max(trickle, start)  # the rest drips, a byte per interval
@@ -201,6 +212,67 @@ def write_split_gguf(
         w.add_int32("split.tensors.count", kv["split.tensors.count"])
         rng = np.random.default_rng(seed=i + 1)
         w.add_tensor(f"blk.{i}.weight", rng.random(tensor_elems, dtype=np.float32))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        paths.append(path)
+    return paths
+
+
+def layered_tensors(layers: int, *, tied: bool = False) -> list[str]:
+    """Tensor names in llama.cpp's order: embeddings, two per layer, then the head."""
+    names = ["token_embd.weight"]
+    for n in range(layers):
+        names += [f"blk.{n}.attn_q.weight", f"blk.{n}.ffn_down.weight"]
+    return names + ["output_norm.weight"] + ([] if tied else ["output.weight"])
+
+
+def split_by_count(names: list[str], splits: int) -> list[list[str]]:
+    """What `gguf-split --split-max-tensors N` does: N tensors per part, in order."""
+    per = -(-len(names) // splits)
+    return [names[i : i + per] for i in range(0, len(names), per)]
+
+
+def write_layered_gguf(
+    directory: Path,
+    prefix: str = "m43",
+    layers: int = 43,
+    splits: int = 9,
+    elems: int = 64,
+    *,
+    arch: str = "llama",
+    tied: bool = False,
+    rename: dict[str, str] | None = None,
+    header: dict[int, dict[str, int]] | None = None,
+    parts: list[list[str]] | None = None,
+) -> list[Path]:
+    """A real split GGUF model as `gguf-split` writes it: part 1 holds the model's KV
+    data (`<arch>.block_count`) and every part its `split.*` keys; tensors go to the parts
+    in order, `len/splits` (rounded up) each. `rename` changes tensor names (a hostile
+    `blk.99.*`), `header` overrides KV values per 0-based part, `parts` the assignment."""
+    import gguf
+    import numpy as np
+
+    directory.mkdir(parents=True, exist_ok=True)
+    names = [(rename or {}).get(t, t) for t in layered_tensors(layers, tied=tied)]
+    parts = parts or split_by_count(names, splits)
+    assert len(parts) == splits, (len(parts), splits)
+    total = sum(len(p) for p in parts)
+    paths = []
+    for i, (name, tensors) in enumerate(zip(split_names(prefix, splits), parts, strict=True)):
+        kv = {"split.no": i, "split.count": splits, "split.tensors.count": total}
+        kv.update((header or {}).get(i, {}))
+        path = directory / name
+        w = gguf.GGUFWriter(path, arch=arch)
+        if i == 0:
+            w.add_block_count(kv.pop("block_count", layers))
+        w.add_uint16("split.no", kv["split.no"])
+        w.add_uint16("split.count", kv["split.count"])
+        w.add_int32("split.tensors.count", kv["split.tensors.count"])
+        for t in tensors:
+            seed = sum(t.encode()) + i
+            w.add_tensor(t, np.random.default_rng(seed).random(elems, dtype=np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()

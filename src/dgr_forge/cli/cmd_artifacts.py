@@ -1,4 +1,4 @@
-"""`dgr-forge artifacts provision|verify|manifest`: exact model artifacts (split GGUF)."""
+"""`dgr-forge artifacts provision|verify|manifest|map`: exact model artifacts (split GGUF)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
 # commands, and only `artifacts` itself should pay for requests/urllib3.
 if TYPE_CHECKING:
     from dgr_forge.models.manifest import ModelManifest
+    from dgr_forge.models.subset import Selection
 
 artifacts_app = typer.Typer(
     name="artifacts",
-    help="Exact model artifacts: provision (resumable download), verify, manifest.",
+    help="Exact model artifacts: provision (resumable download), verify, manifest, map.",
     no_args_is_help=True,
 )
 app.add_typer(artifacts_app, name="artifacts")
@@ -33,6 +34,24 @@ DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files
 HashJobsOpt = Annotated[
     int | None,
     typer.Option("--jobs", "-j", min=1, help="Files hashed in parallel (default: cores)."),
+]
+LayersOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--layers",
+        help="Layer ranges A-B[,C-D]: only the files holding their tensors (and the "
+        "metadata split); needs a layer map in the manifest (`artifacts map`).",
+    ),
+]
+FirstOpt = Annotated[
+    bool, typer.Option("--first", help="Also the embeddings' files (implied by layer 0).")
+]
+LastOpt = Annotated[
+    bool, typer.Option("--last", help="Also the output head's files (implied by the last layer).")
+]
+MirrorOpt = Annotated[
+    str | None,
+    typer.Option("--mirror", help="Base URL (or directory) replacing each URL: BASE/NAME."),
 ]
 
 
@@ -50,24 +69,43 @@ def _load(env: Env, spec: str) -> ModelManifest:
     return models.load(models.resolve_path(spec, root), root)
 
 
+def _selection(m: ModelManifest, layers: str | None, first: bool, last: bool) -> Selection | None:
+    """The files `--layers` / `--first` / `--last` need; None for the whole model."""
+    if layers is None and not first and not last:
+        return None
+    from dgr_forge.models import subset
+
+    ranges = subset.parse_layers(m, layers) if layers is not None else ()
+    return subset.select(m, ranges, first, last)
+
+
 @artifacts_app.command()
 def provision(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    mirror: Annotated[
-        str | None,
-        typer.Option("--mirror", help="Base URL (or directory) replacing each URL: BASE/NAME."),
-    ] = None,
+    mirror: MirrorOpt = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files in parallel.")] = 4,
+    layers: LayersOpt = None,
+    first: FirstOpt = False,
+    last: LastOpt = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say which files and how many bytes; write nothing.")
+    ] = False,
 ) -> None:
-    """Download the model's files into DEST: resumable, retried, verified, atomic."""
+    """Download the model's files (or a layer range's) into DEST: resumable, verified.
+
+    With --layers, only the split files holding those layers' tensors, the metadata split
+    and (--first / --last) the embeddings' and output head's; --dry-run says which."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
-        result = artifacts.provision(m, dest, env.out, mirror=mirror, jobs=jobs)
+        selection = _selection(m, layers, first, last)
+        result = artifacts.provision(
+            m, dest, env.out, mirror=mirror, jobs=jobs, selection=selection, dry_run=dry_run
+        )
         fields = result.to_json()
         if not result.ok:
             fields["exit_code"] = ExitCode.FAILED
@@ -82,14 +120,19 @@ def verify(
     manifest: ManifestArg,
     dest: DestOpt,
     jobs: HashJobsOpt = None,
+    layers: LayersOpt = None,
 ) -> None:
-    """Check size, sha256 and GGUF split headers of every file in DEST."""
+    """Check size, sha256 and GGUF split headers of the files in DEST.
+
+    With --layers, the files those layers need; without it, what DEST records it was
+    provisioned for (or every file), and which layer ranges the files can serve."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
-        result = artifacts.verify(m, dest, env.out, jobs=jobs)
+        selection = _selection(m, layers, False, False)
+        result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
         fields = result.to_json()
         if result.bad:
             fields["exit_code"] = ExitCode.FAILED
@@ -151,6 +194,34 @@ def make_manifest(
                 for f in built.files
             ],
             "total_size": total,
+            "block_count": built.layer_map.block_count if built.layer_map else None,
         }
 
     run(ctx, "artifacts manifest", body)
+
+
+@artifacts_app.command("map")
+def map_layers(
+    ctx: typer.Context,
+    manifest: ManifestArg,
+    dest: Annotated[
+        Path | None,
+        typer.Option(
+            "--dest", help="Read the headers from the files here (default: over HTTP Range)."
+        ),
+    ] = None,
+    mirror: MirrorOpt = None,
+    jobs: HashJobsOpt = None,
+) -> None:
+    """Add the layer map to manifest M, read from the GGUF split headers.
+
+    From the files in DEST, or without --dest by HTTP Range requests for the header bytes
+    only."""
+
+    def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.models.map_headers import map_manifest
+
+        m = _load(env, manifest)
+        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs).to_json()
+
+    run(ctx, "artifacts map", body)

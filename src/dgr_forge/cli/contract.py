@@ -3,6 +3,12 @@ the shapes and how this is used; the upstream commands are in `cli.contract_sour
 
 from __future__ import annotations
 
+from dgr_forge.cli.contract_models import (
+    ARTIFACTS_MANIFEST,
+    ARTIFACTS_MAP,
+    ARTIFACTS_PROVISION,
+    ARTIFACTS_VERIFY,
+)
 from dgr_forge.cli.contract_source import BUMP, CHECK, EXPORT, FETCH, PATCH, REBASE, STATUS
 from dgr_forge.cli.results import (
     ARTIFACT,
@@ -18,7 +24,6 @@ from dgr_forge.cli.results import (
     b,
     i,
     mapping,
-    n,
     null,
     obj,
     s,
@@ -388,105 +393,6 @@ CI_RENDER = Command(
     ),
 )
 
-_FILES = {"model": s("the model's name"), "dest": s("the `--dest` directory")}
-
-ARTIFACTS_PROVISION = Command(
-    "artifacts provision",
-    "Download a model's files: resumable, retried, verified, atomic.",
-    (
-        Form(
-            "artifacts provision",
-            {
-                **_FILES,
-                "files": arr(
-                    obj(
-                        "a file",
-                        {
-                            "name": s("file name"),
-                            "size": i("bytes, from the manifest"),
-                            "sha256": s("the manifest's sha256: what it was verified against"),
-                            "status": s("`present`, `downloaded` or `failed`"),
-                            "downloaded_bytes": i("bytes downloaded this run"),
-                            "resumed_from": i("bytes of NAME.part reused"),
-                            "restarts": i("times it started over from byte 0"),
-                            "retries": i("retries"),
-                            "error": null(s("why it failed")),
-                        },
-                    ),
-                    "per file",
-                ),
-                "downloaded_bytes": i("total downloaded this run"),
-                "seconds": n("time taken"),
-                "failed": strs("the files that failed"),
-                "split_problems": mapping(strs("problems"), "GGUF split problems per file"),
-            },
-            may_fail=True,
-            note="exit 1 when a file fails; a busy provision lock adds `lock` and `holder` to "
-            "the error, a bad `DGR_ARTIFACTS_*` number `variable` and `value`",
-        ),
-    ),
-)
-
-ARTIFACTS_VERIFY = Command(
-    "artifacts verify",
-    "Check size, sha256 and GGUF split headers of every file.",
-    (
-        Form(
-            "artifacts verify",
-            {
-                **_FILES,
-                "files": arr(
-                    obj(
-                        "a file",
-                        {
-                            "name": s("file name"),
-                            "size": i("bytes, from the manifest"),
-                            "status": s("`ok`, `missing` or `bad`"),
-                            "ok": b("`status` is `ok`"),
-                            "problems": strs("what is wrong (size, sha256, split header)"),
-                            "sha256": null(s("what is on disk, when it was hashed")),
-                        },
-                    ),
-                    "per file",
-                ),
-                "bad": strs("the files not `ok`"),
-                "bytes": i("total size"),
-                "seconds": n("time taken"),
-            },
-            may_fail=True,
-            note="exit 1 when a file is not `ok`",
-        ),
-    ),
-)
-
-ARTIFACTS_MANIFEST = Command(
-    "artifacts manifest",
-    "A model manifest from the files in a directory.",
-    (
-        Form(
-            "artifacts manifest",
-            {
-                "model": s("the model's name"),
-                "manifest": s("where it was written"),
-                "state": s("e.g. `written`"),
-                "files": arr(
-                    obj(
-                        "a file",
-                        {
-                            "name": s("file name"),
-                            "size": i("bytes"),
-                            "sha256": s(SHA),
-                            "url": s("credentials masked"),
-                        },
-                    ),
-                    "per file",
-                ),
-                "total_size": i("bytes"),
-            },
-        ),
-    ),
-)
-
 PRESETS = Command(
     "presets",
     "CMakeUserPresets.json with a configure + build preset per lane.",
@@ -557,6 +463,7 @@ COMMANDS: tuple[Command, ...] = (
     CI_MATRIX,
     CI_RENDER,
     ARTIFACTS_MANIFEST,
+    ARTIFACTS_MAP,
     ARTIFACTS_PROVISION,
     ARTIFACTS_VERIFY,
     PRESETS,

@@ -32,6 +32,7 @@ METAVARS: dict[str, str] = {
     "--onto": "REV",
     "--name": "NAME",
     "--hardware": "TEXT",
+    "--layers": "RANGES",  # A-B[,C-D]: layer numbers
 }
 GLOBAL_OPTIONS = (
     "Global options, accepted anywhere on the line: --root PATH (the forge root), "

@@ -5,9 +5,14 @@ The work lives in modules by concern:
 * `dest`: the destination (the /home rule, free space, the provision lock, opening files
   without following planted symlinks);
 * `hashing`: sha256 at disk speed, progress, the `.dgr-verified.json` cache;
-* `download`: one file, resumable, retried, rate-bounded, atomic; `provision`: all files;
-* `verify`: size + sha256 + split headers; `make_manifest`: a manifest from a directory;
-* `gguf_split`: the bounded GGUF header reader and split consistency.
+* `download`: one file, resumable, retried, rate-bounded, atomic (`http`: the header
+  deadline of every request); `provision`: all files, or those a `--layers` range needs
+  (`subset`, also the destination's record of provisioned ranges);
+* `verify`: size + sha256 + split headers (+ the layer map); `make_manifest`: a manifest
+  from a directory; `map_headers`: the layer map added to a manifest (`remote`: split
+  headers over HTTP Range requests);
+* `gguf_split`: the bounded GGUF header reader and split consistency; `layermap` (ranges,
+  tensor groups) and `mapping` (the map from the headers, checked).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dgr_forge.models.hashing import (
     human,
 )
 from dgr_forge.models.make_manifest import BuiltManifest, build_manifest
+from dgr_forge.models.map_headers import MapResult, map_manifest
 from dgr_forge.models.provision import ProvisionResult, provision
 from dgr_forge.models.verify import FileCheck, VerifyResult, verify
 
@@ -45,6 +51,7 @@ __all__ = [
     "DestDir",
     "FileCheck",
     "FileOutcome",
+    "MapResult",
     "ProvisionResult",
     "RetryPolicy",
     "VerifiedCache",
@@ -58,6 +65,7 @@ __all__ = [
     "hash_file",
     "hash_many",
     "human",
+    "map_manifest",
     "missing_bytes",
     "nearest_existing",
     "provision",

@@ -11,10 +11,8 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
-import http.client
 import math
 import os
-import socket
 import stat
 import threading
 import time
@@ -27,10 +25,7 @@ from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
 import requests
-import requests.adapters
 import urllib3
-import urllib3.connection
-import urllib3.connectionpool
 
 from dgr_forge.core import fault
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -39,6 +34,7 @@ from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask, mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
+from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
 
 if TYPE_CHECKING:
@@ -46,110 +42,6 @@ if TYPE_CHECKING:
 
 NET_CHUNK = 1 << 20
 TickFn = Callable[[int, str | None], None]
-# Interim responses (`100 Continue`) allowed before the real one: a server sending them
-# forever would otherwise hold the request before any timeout applies.
-MAX_INTERIM = 16
-
-# why this thread's last request was cut in the header phase (read by `_brief`)
-_HEADER_PHASE = threading.local()
-
-
-class _CappedResponse(http.client.HTTPResponse):
-    """http.client's response, counting the interim `100 Continue` responses it skips."""
-
-    def _read_status(self) -> tuple[str, int, str]:
-        version, status, reason = super()._read_status()  # type: ignore[misc]
-        if status == http.client.CONTINUE:
-            self._interim = getattr(self, "_interim", 0) + 1
-            if self._interim > MAX_INTERIM:
-                _HEADER_PHASE.why = f"more than {MAX_INTERIM} interim (1xx) responses"
-                raise http.client.HTTPException(_HEADER_PHASE.why)
-        return version, status, reason
-
-
-class _HeaderDeadline(urllib3.connection.HTTPConnection):
-    """A connection whose whole header phase (status line, interim responses, header
-    lines) must end within `header_deadline` seconds: the read timeout bounds each read
-    only, so a server trickling a header byte at a time would never trip it."""
-
-    header_deadline = 60.0
-    response_class = _CappedResponse
-
-    def getresponse(self) -> urllib3.response.HTTPResponse:  # type: ignore[override]
-        sock = self.sock
-        expired = threading.Event()
-
-        def cut() -> None:
-            expired.set()
-            with suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
-
-        timer = threading.Timer(self.header_deadline, cut)
-        timer.daemon = True
-        timer.start()
-        try:
-            response = super().getresponse()
-        except Exception:
-            if expired.is_set():
-                raise self._too_slow() from None
-            raise
-        finally:
-            timer.cancel()
-        if expired.is_set():  # cut mid-headers: what arrived is not a whole response
-            response.release_conn()
-            raise self._too_slow()
-        return response
-
-    def _too_slow(self) -> TimeoutError:
-        _HEADER_PHASE.why = (
-            f"no complete response headers within {self.header_deadline:g}s (DGR_ARTIFACTS_TIMEOUT)"
-        )
-        return TimeoutError(_HEADER_PHASE.why)
-
-
-class _HeaderDeadlineTLS(_HeaderDeadline, urllib3.connection.HTTPSConnection):
-    pass
-
-
-@functools.lru_cache(maxsize=8)
-def _pool_classes(deadline: float) -> dict[str, type[urllib3.connectionpool.HTTPConnectionPool]]:
-    plain = type("_Conn", (_HeaderDeadline,), {"header_deadline": deadline})
-    tls = type("_ConnTLS", (_HeaderDeadlineTLS,), {"header_deadline": deadline})
-    return {
-        "http": type(
-            "_Pool", (urllib3.connectionpool.HTTPConnectionPool,), {"ConnectionCls": plain}
-        ),
-        "https": type(
-            "_PoolTLS", (urllib3.connectionpool.HTTPSConnectionPool,), {"ConnectionCls": tls}
-        ),
-    }
-
-
-class _DeadlineAdapter(requests.adapters.HTTPAdapter):
-    """requests' adapter whose connections bound the header phase (see `_HeaderDeadline`)."""
-
-    def __init__(self, deadline: float) -> None:
-        self._deadline = deadline
-        super().__init__()
-
-    def init_poolmanager(self, *args: object, **kwargs: object) -> None:
-        super().init_poolmanager(*args, **kwargs)  # type: ignore[arg-type]
-        self.poolmanager.pool_classes_by_scheme = _pool_classes(self._deadline)
-
-    def proxy_manager_for(self, proxy: str, **kwargs: object) -> urllib3.PoolManager:
-        manager: urllib3.PoolManager = super().proxy_manager_for(proxy, **kwargs)
-        if not proxy.lower().startswith("socks"):  # SOCKS pools bring their own connections
-            manager.pool_classes_by_scheme = _pool_classes(self._deadline)
-        return manager
-
-
-def http_session(deadline: float) -> requests.Session:
-    """A requests session whose every request (redirects too) has a header deadline."""
-    session = requests.Session()
-    adapter = _DeadlineAdapter(deadline)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
 
 
 def env_number(
@@ -231,7 +123,7 @@ def source_url(f: ModelFile, mirror: str | None) -> str:
 FILE_ROOTS_ENV = "DGR_ARTIFACTS_FILE_ROOTS"
 
 
-def _file_path(url: str) -> Path:
+def file_source_path(url: str) -> Path:
     return Path(url2pathname(unquote(urlsplit(url).path)))
 
 
@@ -244,7 +136,7 @@ def check_file_sources(
     is looked at (not even its size) otherwise."""
     roots: list[str] = []
     if mirror is not None and urlsplit(mirror).scheme == "file":
-        roots.append(os.path.realpath(_file_path(mirror)))
+        roots.append(os.path.realpath(file_source_path(mirror)))
     for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
         if entry.strip():
             roots.append(os.path.realpath(Path(entry).expanduser()))
@@ -252,7 +144,7 @@ def check_file_sources(
         url = source_url(f, mirror)
         if urlsplit(url).scheme != "file":
             continue
-        real = os.path.realpath(_file_path(url))
+        real = os.path.realpath(file_source_path(url))
         if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
             raise BadInput(
                 f"{shown_manifest}: {f.name}: the file URL {mask(url)} is outside the "
@@ -506,7 +398,7 @@ class Downloader:
         if state.have:
             headers["Range"] = f"bytes={state.have}-"
         timeout = (self.policy.connect_timeout, self.policy.read_timeout)
-        _HEADER_PHASE.why = None
+        HEADER_PHASE.why = None
         with (
             http_session(self.policy.read_timeout) as session,
             session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
@@ -563,7 +455,7 @@ class Downloader:
                 window_start, window_bytes = time.monotonic(), 0
 
     def _copy_file(self, state: _Stream) -> None:
-        src = _file_path(state.url)
+        src = file_source_path(state.url)
         # opened first, sized on the descriptor: nothing (not even the size) is told
         # about a file this user may not read; a FIFO or device never blocks or streams
         try:
@@ -653,9 +545,9 @@ def _brief(err: BaseException) -> str:
     """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
     if isinstance(err, _Retry):
         return mask_text(str(err))
-    why = getattr(_HEADER_PHASE, "why", None)
+    why = getattr(HEADER_PHASE, "why", None)
     if why:  # cut in the header phase: say why, not requests' nested text
-        _HEADER_PHASE.why = None
+        HEADER_PHASE.why = None
         return str(why)
     if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
         return "timed out"

@@ -36,6 +36,8 @@ _SCALAR = {
 _INTEGER = {_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _BOOL, _UINT64, _INT64}
 _MIN_KV = 8 + 4 + 1  # key length, type, the smallest value
 _MIN_TENSOR = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+KEPT_STRINGS = {"general.architecture"}  # the string values the layer map needs
+MAX_KEPT_STRING = 64
 
 
 class GGUFError(ValueError):
@@ -44,31 +46,42 @@ class GGUFError(ValueError):
 
 @dataclass
 class Header:
-    """What the split check needs from a GGUF header: integer KV values and the tensor count."""
+    """What the split check and the layer map need from a GGUF header."""
 
     version: int
     n_tensors: int
     ints: dict[str, int] = field(default_factory=dict)  # integer-typed KV values
     keys: set[str] = field(default_factory=set)
+    strings: dict[str, str] = field(default_factory=dict)  # KEPT_STRINGS only
+    tensors: list[bytes] = field(default_factory=list)  # tensor names, in header order
+    end: int = 0  # bytes of header read (up to the end of the tensor infos)
 
 
 class _Reader:
     """Reads a GGUF header, every count and length bounded by the bytes left in the file."""
 
-    def __init__(self, f: BinaryIO, size: int) -> None:
+    def __init__(self, f: BinaryIO, size: int, limit: int | None = None) -> None:
         self.f = f
         self.size = size
+        self.limit = size if limit is None else min(size, limit)
         self.pos = 0
         self.order = "<"
 
     def left(self) -> int:
         return self.size - self.pos
 
-    def take(self, n: int, what: str) -> bytes:
+    def _bounded(self, n: int, what: str) -> None:
         if n > self.left():
             raise GGUFError(
                 f"{what} needs {n} bytes at offset {self.pos}, the file has {self.left()} left"
             )
+        if self.pos + n > self.limit:  # a header that never ends: cut at the limit
+            raise GGUFError(
+                f"{what} at offset {self.pos} runs past the header limit of {self.limit} bytes"
+            )
+
+    def take(self, n: int, what: str) -> bytes:
+        self._bounded(n, what)
         data = self.f.read(n)
         if len(data) != n:
             raise GGUFError(f"the file ended while reading {what} at offset {self.pos}")
@@ -76,10 +89,7 @@ class _Reader:
         return data
 
     def skip(self, n: int, what: str) -> None:
-        if n > self.left():
-            raise GGUFError(
-                f"{what} needs {n} bytes at offset {self.pos}, the file has {self.left()} left"
-            )
+        self._bounded(n, what)
         self.pos += n
         self.f.seek(self.pos)
 
@@ -136,8 +146,10 @@ class _Reader:
 
     def _skip_strings(self, n: int, what: str) -> None:
         """Skip `n` length-prefixed strings (a vocabulary: 10^5 of them), each length bounded."""
-        f, unpack, fmt, size = self.f, struct.unpack, self.order + "Q", self.size
+        f, unpack, fmt, size = self.f, struct.unpack, self.order + "Q", self.limit
         pos = self.pos
+        if pos + 8 * n > size:
+            raise GGUFError(f"{what}: {n} strings at offset {pos} run past {size} bytes")
         for _ in range(n):
             raw = f.read(8)
             if len(raw) != 8:
@@ -154,8 +166,8 @@ class _Reader:
         self.pos = pos
 
 
-def read_header(path: Path, *, follow: bool = False) -> Header:
-    """The GGUF header of `path`, read within the file's own size.
+def read_header(path: Path, *, follow: bool = False, limit: int | None = None) -> Header:
+    """The GGUF header of `path`, read within the file's own size (and `limit` bytes).
 
     A symlink is not followed unless `follow` (a release engineer's own source directory).
     """
@@ -165,53 +177,66 @@ def read_header(path: Path, *, follow: bool = False) -> Header:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise GGUFError("not a regular file")
-        size = st.st_size
-        r = _Reader(f, size)
-        if r.take(4, "the magic") != GGUF_MAGIC:
-            raise GGUFError("GGUF magic invalid")
-        raw = r.take(4, "the version")
-        version = struct.unpack("<I", raw)[0]
-        if version & 0xFFFF == 0:  # written on a big-endian host
-            r.order = ">"
-            version = struct.unpack(">I", raw)[0]
-        if version not in VERSIONS:
-            raise GGUFError(f"GGUF version {version} is not supported (2 or 3)")
-        n_tensors = r.u64("the tensor count")
-        n_kv = r.count("the KV count", _MIN_KV)
-        if n_tensors * _MIN_TENSOR > r.left():
-            raise GGUFError(f"the header claims {n_tensors} tensors, more than the file can hold")
-        header = Header(version=version, n_tensors=n_tensors)
-        for i in range(n_kv):
-            key_raw = r.string(f"KV {i} key")
-            try:
-                key = key_raw.decode("utf-8")
-            except UnicodeDecodeError:
-                raise GGUFError(f"KV {i} key is not UTF-8") from None
-            if key in header.keys:
-                raise GGUFError(f"duplicate KV key {key[:100]!r}")
-            header.keys.add(key)
-            vtype = r.u32(f"KV {key[:100]!r} type")
-            value = r.value(vtype, f"KV {key[:100]!r}")
-            if vtype in _INTEGER and value is not None:
-                header.ints[key] = int(value)
-        alignment = header.ints.get("general.alignment", DEFAULT_ALIGNMENT)
-        if alignment <= 0 or alignment & (alignment - 1):
-            raise GGUFError(f"general.alignment {alignment} is not a power of two")
-        names: set[bytes] = set()
-        for i in range(n_tensors):
-            name = r.string(f"tensor {i} name")
-            if name in names:
-                raise GGUFError(f"duplicate tensor name {name[:100]!r}")
-            names.add(name)
-            n_dims = r.u32(f"tensor {i} dimension count")
-            if n_dims > MAX_DIMS:
-                raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
-            r.skip(8 * n_dims + 4, f"tensor {i} shape and type")
-            offset = r.u64(f"tensor {i} offset")
-            data_start = -(-r.pos // alignment) * alignment
-            if offset > size - min(data_start, size):
-                raise GGUFError(f"tensor {i} starts beyond the end of the file")
-        return header
+        return parse_header(f, st.st_size, limit)
+
+
+def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
+    """The GGUF header read from `f` (a file of `size` bytes: on disk or over HTTP Range
+    requests), every count checked against `size` and no byte read past `limit`."""
+    r = _Reader(f, size, limit)
+    if r.take(4, "the magic") != GGUF_MAGIC:
+        raise GGUFError("GGUF magic invalid")
+    raw = r.take(4, "the version")
+    version = struct.unpack("<I", raw)[0]
+    if version & 0xFFFF == 0:  # written on a big-endian host
+        r.order = ">"
+        version = struct.unpack(">I", raw)[0]
+    if version not in VERSIONS:
+        raise GGUFError(f"GGUF version {version} is not supported (2 or 3)")
+    n_tensors = r.u64("the tensor count")
+    n_kv = r.count("the KV count", _MIN_KV)
+    if n_tensors * _MIN_TENSOR > r.left():
+        raise GGUFError(f"the header claims {n_tensors} tensors, more than the file can hold")
+    header = Header(version=version, n_tensors=n_tensors)
+    for i in range(n_kv):
+        key_raw = r.string(f"KV {i} key")
+        try:
+            key = key_raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GGUFError(f"KV {i} key is not UTF-8") from None
+        if key in header.keys:
+            raise GGUFError(f"duplicate KV key {key[:100]!r}")
+        header.keys.add(key)
+        vtype = r.u32(f"KV {key[:100]!r} type")
+        if key in KEPT_STRINGS and vtype == _STRING:
+            kept = r.string(f"KV {key!r}")
+            if len(kept) > MAX_KEPT_STRING:
+                raise GGUFError(f"KV {key!r} is longer than {MAX_KEPT_STRING} bytes")
+            header.strings[key] = kept.decode("utf-8", "replace")
+            continue
+        value = r.value(vtype, f"KV {key[:100]!r}")
+        if vtype in _INTEGER and value is not None:
+            header.ints[key] = int(value)
+    alignment = header.ints.get("general.alignment", DEFAULT_ALIGNMENT)
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise GGUFError(f"general.alignment {alignment} is not a power of two")
+    names: set[bytes] = set()
+    for i in range(n_tensors):
+        name = r.string(f"tensor {i} name")
+        if name in names:
+            raise GGUFError(f"duplicate tensor name {name[:100]!r}")
+        names.add(name)
+        header.tensors.append(name)
+        n_dims = r.u32(f"tensor {i} dimension count")
+        if n_dims > MAX_DIMS:
+            raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
+        r.skip(8 * n_dims + 4, f"tensor {i} shape and type")
+        offset = r.u64(f"tensor {i} offset")
+        data_start = -(-r.pos // alignment) * alignment
+        if offset > size - min(data_start, size):
+            raise GGUFError(f"tensor {i} starts beyond the end of the file")
+    header.end = r.pos
+    return header
 
 
 def _kv_int(header: Header, key: str) -> int | None:
@@ -227,28 +252,45 @@ def check(dest: Path, files: list[ModelFile], *, follow: bool = False) -> dict[s
     must agree on `split.tensors.count`, and when all are present their tensors must add
     up to it. A `.gguf` whose name is not a split must not claim to be one.
     """
-    problems: dict[str, list[str]] = {}
-    by_no: dict[str, dict[int, list[str]]] = {}
-    tensor_totals: dict[str, dict[str, int]] = {}
-    tensor_counts: dict[str, int] = {}
+    return check_headers(read_headers(dest, files, follow=follow))
+
+
+def read_headers(
+    dest: Path, files: list[ModelFile], *, follow: bool = False
+) -> dict[str, Header | str]:
+    """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
+    headers: dict[str, Header | str] = {}
     for f in files:
         if not f.name.endswith(".gguf"):
             continue
         path = dest / f.name
         if not path.is_file():
             continue
-        found = problems.setdefault(f.name, [])
         try:
-            header = read_header(path, follow=follow)
+            headers[f.name] = read_header(path, follow=follow)
         except (GGUFError, OSError) as err:
             text = str(err) if isinstance(err, GGUFError) else (err.strerror or str(err))
-            found.append(f"unreadable GGUF header: {text[:200]}")
+            headers[f.name] = f"unreadable GGUF header: {text[:200]}"
+    return headers
+
+
+def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
+    """`check` on headers already read (from disk or over HTTP): name -> header, or what
+    made it unreadable."""
+    problems: dict[str, list[str]] = {}
+    by_no: dict[str, dict[int, list[str]]] = {}
+    tensor_totals: dict[str, dict[str, int]] = {}
+    tensor_counts: dict[str, int] = {}
+    for fname, header in headers.items():
+        found = problems.setdefault(fname, [])
+        if isinstance(header, str):
+            found.append(header)
             continue
         no = _kv_int(header, "split.no")
         count = _kv_int(header, "split.count")
         total = _kv_int(header, "split.tensors.count")
         n_tensors = header.n_tensors
-        s = models.split_name(f.name)
+        s = models.split_name(fname)
         if s is None:
             if count is not None and count > 1:
                 found.append(
@@ -268,10 +310,10 @@ def check(dest: Path, files: list[ModelFile], *, follow: bool = False) -> dict[s
             found.append(
                 f"split mismatch: split.no is {no} (part {no + 1}), the name says part {s.no}"
             )
-        by_no.setdefault(s.prefix, {}).setdefault(no, []).append(f.name)
-        tensor_counts[f.name] = n_tensors
+        by_no.setdefault(s.prefix, {}).setdefault(no, []).append(fname)
+        tensor_counts[fname] = n_tensors
         if total is not None:
-            tensor_totals.setdefault(s.prefix, {})[f.name] = total
+            tensor_totals.setdefault(s.prefix, {})[fname] = total
         else:
             found.append("split mismatch: no integer split.tensors.count in the header")
     for prefix, parts in by_no.items():

@@ -168,7 +168,7 @@ class VerifiedCache:
         try:
             if self._dir_fd is not None:
                 with suppress(OSError):  # only a speed-up; never fail a run over it
-                    _write_in(self._dir_fd, CACHE_FILE, (text + "\n").encode())
+                    write_in(self._dir_fd, CACHE_FILE, (text + "\n").encode())
         finally:
             self.close()
 
@@ -196,7 +196,7 @@ def _nesting(raw: bytes) -> int:
     return deepest
 
 
-def _write_in(dir_fd: int, name: str, data: bytes) -> None:
+def write_in(dir_fd: int, name: str, data: bytes) -> None:
     """Atomically replace `name` inside the directory `dir_fd` (temp file + fsync + rename)."""
     tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
     fd = os.open(

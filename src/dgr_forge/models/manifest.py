@@ -10,7 +10,12 @@ name = "deepseek-v4-Q4_K_M-00001-of-00009.gguf"
 size = 123                        # bytes
 sha256 = "<64 hex>"
 url = "https://.../deepseek-v4-Q4_K_M-00001-of-00009.gguf"
+layers = "0-4"                    # with a [map]: the layers whose tensors the file holds
+tensors = ["token_embd"]          # and its other tensor groups
 ```
+
+The optional `[map]` (`arch`, `block_count`) says every `.gguf` file carries `layers` and
+`tensors`, read from the split headers (`artifacts manifest`, `artifacts map`).
 
 Like the upstream manifest loader, every malformed input is a `BadInput` (exit 2) naming
 the file, the key and the fix; no input makes the loader raise anything else.
@@ -32,6 +37,8 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
 from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
+from dgr_forge.models import layermap
+from dgr_forge.models.layermap import LayerMap, Ranges
 
 SCHEMA = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
@@ -42,9 +49,11 @@ PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NA
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
-_TOP_KEYS = {"schema", "model", "files"}
+_TOP_KEYS = {"schema", "model", "map", "files"}
 _MODEL_KEYS = {"name", "source_revision"}
-_FILE_KEYS = {"name", "size", "sha256", "url"}
+_MAP_KEYS = {"arch", "block_count"}
+_FILE_KEYS = {"name", "size", "sha256", "url", "layers", "tensors"}
+_MAP_FIX = "re-create the map from the split headers: `dgr-forge artifacts map M`"
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,12 @@ class ModelFile:
     size: int
     sha256: str
     url: str
+    layers: Ranges | None = None  # with a layer map: the layers it holds tensors of
+    tensors: tuple[str, ...] | None = None  # and its other tensor groups
+
+    @property
+    def mapped(self) -> bool:
+        return self.layers is not None
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,7 @@ class ModelManifest:
     name: str
     source_revision: str | None
     files: tuple[ModelFile, ...]
+    layer_map: LayerMap | None = None
 
     @property
     def total_size(self) -> int:
@@ -178,17 +194,91 @@ def loads(
             "missing or empty" if not files_raw else "must be an array of tables",
             "list each artifact as a [[files]] table with name, size, sha256 and url",
         )
+    layer_map = _map_table(c, data)
     files: list[ModelFile] = []
     seen: dict[str, str] = {}
     for i, item in enumerate(files_raw):
-        files.append(_file_entry(c, item, i, seen))
+        files.append(_file_entry(c, item, i, seen, layer_map))
     _check_split_sets(c, files)
+    if layer_map is not None:
+        _check_map_covers(c, files, layer_map)
     return ModelManifest(
-        path=path, shown=shown, name=name, source_revision=revision, files=tuple(files)
+        path=path,
+        shown=shown,
+        name=name,
+        source_revision=revision,
+        files=tuple(files),
+        layer_map=layer_map,
     )
 
 
-def _file_entry(c: Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFile:
+def _map_table(c: Checker, data: dict[str, Any]) -> LayerMap | None:
+    if "map" not in data:
+        return None
+    table = c.table(data["map"], "map")
+    c.known_keys(table, _MAP_KEYS, "map")
+    arch = c.string(table, "arch", "map", fix=_MAP_FIX)
+    assert arch is not None
+    if layermap.check_group(arch) is not None:
+        raise c.fail("map.arch", f"{arch[:80]!r} is not an architecture name", _MAP_FIX)
+    count = c.integer(
+        table, "block_count", "map", minimum=1, maximum=layermap.MAX_BLOCK_COUNT, fix=_MAP_FIX
+    )
+    assert count is not None
+    return LayerMap(arch=arch, block_count=count)
+
+
+def _file_layers(
+    c: Checker, entry: dict[str, Any], where: str, name: str, layer_map: LayerMap | None
+) -> tuple[Ranges | None, tuple[str, ...] | None]:
+    """A file's half of the layer map: both keys on every .gguf file with a [map], none
+    anywhere without one."""
+    has = [k for k in ("layers", "tensors") if k in entry]
+    if layer_map is None or not name.endswith(".gguf"):
+        if has:
+            why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
+            raise c.fail(f"{where}.{has[0]}", f"set, but {why}", _MAP_FIX)
+        return None, None
+    raw = c.string(entry, "layers", where, fix=_MAP_FIX)
+    assert raw is not None
+    try:
+        layers = layermap.parse(raw)
+    except layermap.RangeError as err:
+        raise c.fail(f"{where}.layers", str(err), _MAP_FIX) from None
+    if layers and layers[-1][1] >= layer_map.block_count:
+        raise c.fail(
+            f"{where}.layers",
+            f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
+            _MAP_FIX,
+        )
+    if "tensors" not in entry:
+        raise c.fail(f"{where}.tensors", "missing", _MAP_FIX)
+    tensors = c.strings(entry, "tensors", where, fix=_MAP_FIX)
+    for group in tensors:
+        problem = layermap.check_group(group)
+        if problem:
+            raise c.fail(f"{where}.tensors", problem, _MAP_FIX)
+    return layers, tuple(sorted(set(tensors)))
+
+
+def _check_map_covers(c: Checker, files: list[ModelFile], layer_map: LayerMap) -> None:
+    """Every layer of the model is held by some file: a map with a hole cannot serve it."""
+    held: set[int] = set()
+    for f in files:
+        held |= layermap.layers(f.layers or ())
+    missing = [n for n in range(layer_map.block_count) if n not in held]
+    if missing:
+        holes = layermap.format_ranges(layermap.of_layers(missing))
+        raise c.fail(
+            "files",
+            f"the layer map holds no file for layers {holes} of {layer_map.block_count}",
+            _MAP_FIX,
+        )
+
+
+def _file_entry(
+    c: Checker, item: Any, i: int, seen: dict[str, str], layer_map: LayerMap | None
+) -> ModelFile:
     where = f"files[{i}]"
     entry = c.table(item, where)
     c.known_keys(entry, _FILE_KEYS, where)
@@ -233,7 +323,8 @@ def _file_entry(c: Checker, item: Any, i: int, seen: dict[str, str]) -> ModelFil
     except BadInput as err:
         err.details = {"file": c.shown, "key": f"{where}.url"}
         raise
-    return ModelFile(name=name, size=size, sha256=sha, url=url)
+    layers, tensors = _file_layers(c, entry, where, name, layer_map)
+    return ModelFile(name=name, size=size, sha256=sha, url=url, layers=layers, tensors=tensors)
 
 
 def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
@@ -269,18 +360,26 @@ def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
             )
 
 
+def _file_doc(f: ModelFile) -> dict[str, Any]:
+    doc: dict[str, Any] = {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url}
+    if f.layers is not None:
+        doc["layers"] = layermap.format_ranges(f.layers)
+        doc["tensors"] = list(f.tensors or ())
+    return doc
+
+
 def dumps(
-    name: str, files: list[ModelFile] | tuple[ModelFile, ...], source_revision: str | None = None
+    name: str,
+    files: list[ModelFile] | tuple[ModelFile, ...],
+    source_revision: str | None = None,
+    layer_map: LayerMap | None = None,
 ) -> str:
     """The manifest text for `files` (what `artifacts manifest` writes); loads() accepts it."""
     model: dict[str, Any] = {"name": name}
     if source_revision is not None:
         model["source_revision"] = source_revision
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "model": model,
-        "files": [
-            {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url} for f in files
-        ],
-    }
+    doc: dict[str, Any] = {"schema": SCHEMA, "model": model}
+    if layer_map is not None:
+        doc["map"] = {"arch": layer_map.arch, "block_count": layer_map.block_count}
+    doc["files"] = [_file_doc(f) for f in files]
     return tomli_w.dumps(doc)

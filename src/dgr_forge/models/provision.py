@@ -16,9 +16,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import gguf_split
-from dgr_forge.models.dest import DestDir, check_destination, check_space, dest_lock
+from dgr_forge.models import layermap, mapping, subset
+from dgr_forge.models.dest import (
+    DestDir,
+    check_destination,
+    check_space,
+    dest_lock,
+    missing_bytes,
+)
 from dgr_forge.models.download import (
     Downloader,
     FileOutcome,
@@ -28,7 +35,8 @@ from dgr_forge.models.download import (
     source_url,
 )
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
-from dgr_forge.models.manifest import ModelManifest
+from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.subset import Record, Selection
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -41,6 +49,11 @@ class ProvisionResult:
     files: list[FileOutcome]
     seconds: float
     split_problems: dict[str, list[str]] = field(default_factory=dict)
+    selection: Selection | None = None  # with --layers / --first / --last
+    model_bytes: int = 0  # the whole model, against which the subset is shown
+    missing_bytes: int = 0  # what was still to download when the run began
+    dry_run: bool = False
+    record: Record | None = None  # the ranges the destination now holds, with a map
 
     @property
     def failed(self) -> list[FileOutcome]:
@@ -59,6 +72,12 @@ class ProvisionResult:
             "seconds": round(self.seconds, 3),
             "failed": [f.name for f in self.failed],
             "split_problems": self.split_problems,
+            "layers": self.selection.to_json() if self.selection else None,
+            "bytes": sum(f.size for f in self.files),
+            "model_bytes": self.model_bytes,
+            "missing_bytes": self.missing_bytes,
+            "dry_run": self.dry_run,
+            "provisioned": self.record.to_json() if self.record else None,
         }
 
 
@@ -109,6 +128,18 @@ def in_daemon_threads(
     return [results[i] for i in range(len(items))]
 
 
+def _what(m: ModelManifest, files: tuple[ModelFile, ...], sel: Selection | None) -> str:
+    size = sum(f.size for f in files)
+    if sel is None:
+        return f"{len(files)} files, {human(size)}"
+    layers = layermap.format_ranges(sel.ranges) or "none"
+    ends = "".join((" + embeddings" if sel.first else "", " + output head" if sel.last else ""))
+    return (
+        f"layers {layers}{ends}: {len(files)} of {len(m.files)} files, {human(size)} of "
+        f"{human(m.total_size)}"
+    )
+
+
 def provision(
     m: ModelManifest,
     dest: Path,
@@ -117,48 +148,58 @@ def provision(
     mirror: str | None = None,
     jobs: int = 4,
     policy: RetryPolicy | None = None,
+    selection: Selection | None = None,
+    dry_run: bool = False,
 ) -> ProvisionResult:
-    """Bring every file of `m` into `dest`, exactly; refusals raise BadInput before any write."""
+    """Bring the files of `m` (those `selection` needs, or all) into `dest`, exactly;
+    refusals raise BadInput before any write. `dry_run` says what would move, writes none."""
     started = time.monotonic()
     policy = policy or RetryPolicy.from_env()
     mirror = check_mirror(mirror)
-    check_file_sources(m.files, mirror, m.shown)
+    chosen = selection.files if selection is not None else m.files
+    check_file_sources(chosen, mirror, m.shown)
     target = check_destination(dest)
-    need, _ = check_space(target, m.files)
+    what = _what(m, chosen, selection)
+    if dry_run:
+        return _dry_run(m, target, chosen, selection, what, out, started)
+    need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
     outcomes: dict[str, FileOutcome] = {}
+    size = sum(f.size for f in chosen)
     with DestDir(target) as held, dest_lock(held, out):
-        held.refuse_planted(m.files)
-        out.step(
-            f"provisioning {m.name}: {len(m.files)} files, {human(m.total_size)}, "
-            f"{human(need)} to download, into {target}"
-        )
+        held.refuse_planted(chosen)
+        out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")
         cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
         try:
             with out.progress(transfer=True) as sink:
-                progress = Progress(sink, m.total_size, "total")
+                progress = Progress(sink, size, "total")
                 dl = Downloader(held, out, cache, progress, policy, stop)
-                todo = [(f, source_url(f, mirror)) for f in m.files]
+                todo = [(f, source_url(f, mirror)) for f in chosen]
                 for outcome in in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
                     outcomes[outcome.name] = outcome
         finally:
             cache.save()
-    files = [outcomes[f.name] for f in m.files]
-    for o in files:
-        if o.status == "failed":
-            out.error(o.error or f"{o.name}: failed")
-    ok_names = {o.name for o in files if o.status != "failed"}
-    split_problems = gguf_split.check(target, [f for f in m.files if f.name in ok_names])
-    for name, problems in split_problems.items():
-        for problem in problems:
-            out.error(f"{name}: {problem}")
+        files = [outcomes[f.name] for f in chosen]
+        for o in files:
+            if o.status == "failed":
+                out.error(o.error or f"{o.name}: failed")
+        ok_files = [f for f in chosen if outcomes[f.name].status != "failed"]
+        split_problems = mapping.header_problems(target, ok_files, m.layer_map)
+        for name, problems in split_problems.items():
+            for problem in problems:
+                out.error(f"{name}: {problem}")
+        record = _record(m, held, selection, ok=len(ok_files) == len(chosen) and not split_problems)
     result = ProvisionResult(
         model=m.name,
         dest=target,
         files=files,
         seconds=time.monotonic() - started,
         split_problems=split_problems,
+        selection=selection,
+        model_bytes=m.total_size,
+        missing_bytes=need,
+        record=record,
     )
     got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
@@ -166,4 +207,63 @@ def provision(
         f"{m.name}: {len(files) - len(result.failed)}/{len(files)} files ready in {target} "
         f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
     )
+    if record is not None:
+        out.info(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
     return result
+
+
+def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool) -> Record | None:
+    """The destination's ranges after a run: the union with what it held (a failed run
+    adds nothing). Only with a layer map."""
+    if m.layer_map is None:
+        return None
+    old = subset.read_record(held.fd, m.name)
+    if not ok:
+        return old
+    if sel is None:
+        sel = subset.select(m, ((0, m.layer_map.block_count - 1),), True, True)
+    new = old.union(sel) if old is not None else Record(m.name, sel.ranges, sel.first, sel.last)
+    fault.point("provision.record", m.name)  # every file in place, the record not yet
+    subset.write_record(held.fd, new)
+    held.fsync()
+    return new
+
+
+def _dry_run(
+    m: ModelManifest,
+    target: Path,
+    chosen: tuple[ModelFile, ...],
+    sel: Selection | None,
+    what: str,
+    out: Reporter,
+    started: float,
+) -> ProvisionResult:
+    """Which files, how many bytes against the whole model: nothing created or locked."""
+    exists = target.is_dir()
+    need = missing_bytes(target, chosen) if exists else sum(f.size for f in chosen)
+    out.table(
+        f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
+        ["file", "size", "layers", "tensors"],
+        [
+            [
+                f.name,
+                human(f.size),
+                layermap.format_ranges(f.layers or ()) or "-",
+                ",".join(f.tensors or ()) or "-",
+            ]
+            for f in chosen
+        ],
+    )
+    files = [
+        FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
+    ]
+    return ProvisionResult(
+        model=m.name,
+        dest=target,
+        files=files,
+        seconds=time.monotonic() - started,
+        selection=sel,
+        model_bytes=m.total_size,
+        missing_bytes=need,
+        dry_run=True,
+    )

@@ -1,5 +1,11 @@
 """`artifacts verify`: size + sha256 of every file, then the split headers of the good ones.
 
+With `--layers` only the files those layers need must be there (`subset.select`); without
+it, a destination that records the ranges it was provisioned for is checked for those,
+any other file present is checked too, and the answer says which layer ranges the files
+that verified can serve. With a layer map every verified header must say what the map
+says of its file (a file changed upstream is named).
+
 Files hash in parallel (8 MiB reads; hashlib releases the GIL). A file is never read
 through a symlink, and GGUF headers are parsed only for files whose size and sha256
 matched, so a planted file cannot make the parser do work the manifest did not vouch for.
@@ -16,11 +22,12 @@ from typing import Any
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
+from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import kind
 from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
+from dgr_forge.models.subset import Record, Selection
 
 
 @dataclass
@@ -39,6 +46,9 @@ class VerifyResult:
     dest: Path
     files: list[FileCheck]
     seconds: float
+    checked: Selection | None = None  # the layers required (--layers, or the record)
+    serves: dict[str, Any] | None = None  # with a map: what the verified files can serve
+    record: Record | None = None
 
     @property
     def bad(self) -> list[FileCheck]:
@@ -52,6 +62,9 @@ class VerifyResult:
             "bad": [f.name for f in self.bad],
             "bytes": sum(f.size for f in self.files),
             "seconds": round(self.seconds, 3),
+            "layers": self.checked.to_json() if self.checked else None,
+            "serves": self.serves,
+            "provisioned": self.record.to_json() if self.record else None,
         }
 
 
@@ -61,7 +74,25 @@ def _status(problems: list[str]) -> str:
     return "missing" if problems[0].startswith("missing") else "bad"
 
 
-def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = None) -> VerifyResult:
+def _record(target: Path, model: str) -> Record | None:
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return subset.read_record(fd, model)
+    finally:
+        os.close(fd)
+
+
+def verify(
+    m: ModelManifest,
+    dest: Path,
+    out: Reporter,
+    *,
+    jobs: int | None = None,
+    selection: Selection | None = None,
+) -> VerifyResult:
     started = time.monotonic()
     target = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
     if not target.is_dir():
@@ -71,10 +102,17 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
             f"(`dgr-forge artifacts provision {m.shown} --dest DIR`)",
             details={"dest": str(dest)},
         )
-    out.step(f"verifying {m.name}: {len(m.files)} files, {human(m.total_size)} in {target}")
-    problems: dict[str, list[str]] = {f.name: [] for f in m.files}
+    record = _record(target, m.name) if m.layer_map is not None else None
+    checked = selection
+    if checked is None and record is not None:
+        checked = subset.select(m, record.ranges, record.first, record.last)
+    required = {f.name for f in (checked.files if checked else m.files)}
+    files = [f for f in m.files if f.name in required or os.path.lexists(target / f.name)]
+    size = sum(f.size for f in files)
+    out.step(f"verifying {m.name}: {len(files)} files, {human(size)} in {target}")
+    problems: dict[str, list[str]] = {f.name: [] for f in files}
     to_hash: list[Path] = []
-    for f in m.files:
+    for f in files:
         path = target / f.name
         s = models.split_name(f.name)
         part = f" (split part {s.no} of {s.count})" if s else ""
@@ -92,7 +130,7 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
     shas = hash_many(to_hash, out, jobs or default_jobs(), "verifying", follow=False)
     cache = VerifiedCache(target)
     matched = []
-    for f in m.files:
+    for f in files:
         path = target / f.name
         sha = shas.get(path)
         if sha is None:
@@ -103,7 +141,7 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
         else:
             cache.record(f.name, path.lstat(), sha)
             matched.append(f)
-    for name, extra in gguf_split.check(target, matched).items():
+    for name, extra in mapping.header_problems(target, matched, m.layer_map).items():
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
@@ -117,15 +155,24 @@ def verify(m: ModelManifest, dest: Path, out: Reporter, *, jobs: int | None = No
             shas.get(target / f.name),
             _status(problems[f.name]),
         )
-        for f in m.files
+        for f in files
     ]
-    result = VerifyResult(m.name, target, checks, time.monotonic() - started)
+    good = {c.name for c in checks if c.ok}
+    serves = subset.serves(m, good) if m.layer_map is not None else None
+    result = VerifyResult(
+        m.name, target, checks, time.monotonic() - started, checked, serves, record
+    )
     for c in result.bad:
         for problem in c.problems:
             out.error(f"{c.name}: {problem}")
     if not result.bad:
-        rate = m.total_size / result.seconds if result.seconds > 0 else 0.0
+        rate = size / result.seconds if result.seconds > 0 else 0.0
+        out.info(f"{m.name}: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)")
+    if serves is not None:
+        ends = [w for w, k in (("embeddings", "first"), ("output head", "last")) if serves[k]]
         out.info(
-            f"{m.name}: all {len(checks)} files verified ({human(m.total_size)} at {human(rate)}/s)"
+            f"{target} can serve layers {serves['layers'] or 'none'} of "
+            f"{m.layer_map.block_count if m.layer_map else 0}"
+            + (f" + {' + '.join(ends)}" if ends else "")
         )
     return result

@@ -1,0 +1,192 @@
+"""`artifacts map M`: add the layer map to an existing manifest, from the split headers.
+
+The headers come from the files on disk (`--dest DIR`: each must match the manifest's
+size and sha256 first, so the map describes exactly the pinned bytes) or, without
+`--dest`, from the manifest's URLs (or `--mirror`): over HTTP only the header bytes, by
+Range requests (`remote`), at most DGR_ARTIFACTS_HEADER_MAX per split; a `file://` source
+is read in place under the same limit. Nothing else of a file is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask
+from dgr_forge.models import gguf_split, layermap, mapping
+from dgr_forge.models import manifest as models
+from dgr_forge.models.download import (
+    RetryPolicy,
+    check_file_sources,
+    check_mirror,
+    file_source_path,
+    source_url,
+)
+from dgr_forge.models.gguf_split import GGUFError, Header
+from dgr_forge.models.hashing import default_jobs, hash_many, human
+from dgr_forge.models.layermap import LayerMap
+from dgr_forge.models.make_manifest import with_map
+from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.remote import header_limit, read_remote_header
+
+
+@dataclass
+class MapResult:
+    model: str
+    manifest: Path
+    state: str  # written | updated | unchanged
+    source: str  # dest | url
+    layer_map: LayerMap | None
+    files: list[ModelFile]
+    header_bytes: dict[str, int] = field(default_factory=dict)
+    requests: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        lm = self.layer_map
+        return {
+            "model": self.model,
+            "manifest": str(self.manifest),
+            "state": self.state,
+            "source": self.source,
+            "arch": lm.arch if lm else None,
+            "block_count": lm.block_count if lm else None,
+            "files": [
+                {
+                    "name": f.name,
+                    "layers": layermap.format_ranges(f.layers) if f.layers is not None else None,
+                    "tensors": list(f.tensors) if f.tensors is not None else None,
+                    "header_bytes": self.header_bytes.get(f.name, 0),
+                }
+                for f in self.files
+            ],
+            "header_bytes": sum(self.header_bytes.values()),
+            "requests": self.requests,
+        }
+
+
+def _from_dest(
+    m: ModelManifest, dest: Path, out: Reporter, jobs: int | None
+) -> tuple[dict[str, Header | str], dict[str, int]]:
+    target = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    if not target.is_dir():
+        raise BadInput(
+            f"--dest {dest}: {target} is not a directory",
+            hint="pass the directory holding the model's files, or leave --dest out to read "
+            "the headers over HTTP",
+            details={"dest": str(dest)},
+        )
+    ggufs = mapping.gguf_files(m.files)
+    bad: list[str] = []
+    for f in ggufs:
+        try:
+            st = os.lstat(target / f.name)
+        except FileNotFoundError:
+            bad.append(f"{f.name}: missing")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            bad.append(f"{f.name}: not a regular file")
+        elif st.st_size != f.size:
+            bad.append(f"{f.name}: {st.st_size} bytes, the manifest says {f.size}")
+    if not bad:
+        shas = hash_many([target / f.name for f in ggufs], out, jobs or default_jobs(),
+                         "hashing", follow=False)  # fmt: skip
+        bad = [
+            f"{f.name}: sha256 {shas[target / f.name]}, the manifest says {f.sha256}"
+            for f in ggufs
+            if shas[target / f.name] != f.sha256
+        ]
+    if bad:
+        raise OperationFailed(
+            f"{target}: the files are not the manifest's: {'; '.join(bad)[:1500]}",
+            hint=f"provision them first (`dgr-forge artifacts provision {m.shown} --dest "
+            f"{dest}`), or leave --dest out to read the headers over HTTP",
+        )
+    headers = gguf_split.read_headers(target, ggufs, follow=False)
+    sizes = {n: h.end for n, h in headers.items() if isinstance(h, Header)}
+    return headers, sizes
+
+
+def _from_urls(
+    m: ModelManifest, mirror: str | None, out: Reporter
+) -> tuple[dict[str, Header | str], dict[str, int], int]:
+    mirror = check_mirror(mirror)
+    check_file_sources(m.files, mirror, m.shown)
+    policy = RetryPolicy.from_env()
+    limit = header_limit()
+    headers: dict[str, Header | str] = {}
+    read: dict[str, int] = {}
+    requests = 0
+    for f in mapping.gguf_files(m.files):
+        url = source_url(f, mirror)
+        try:
+            if urlsplit(url).scheme == "file":
+                path = file_source_path(url)
+                h = gguf_split.read_header(path, follow=True, limit=limit)
+                if path.stat().st_size != f.size:
+                    have = path.stat().st_size
+                    headers[f.name] = f"the source has {have} bytes, the manifest says {f.size}"
+                    continue
+                headers[f.name], read[f.name] = h, h.end
+            else:
+                got = read_remote_header(url, f.size, policy, limit)
+                headers[f.name], read[f.name] = got.header, got.bytes
+                requests += got.requests
+        except GGUFError as err:
+            headers[f.name] = f"unreadable GGUF header: {str(err)[:200]} ({mask(url)})"
+        except OSError as err:
+            headers[f.name] = f"cannot read {mask(url)}: {err.strerror or err}"
+        out.info(f"{f.name}: header read ({human(read.get(f.name, 0))})")
+    return headers, read, requests
+
+
+def map_manifest(
+    m: ModelManifest,
+    out: Reporter,
+    *,
+    dest: Path | None = None,
+    mirror: str | None = None,
+    jobs: int | None = None,
+) -> MapResult:
+    """Write `m` again with its layer map (from the headers); the rest of it unchanged."""
+    if m.path is None:
+        raise BadInput("the manifest has no file to write the map into", hint="pass a path")
+    requests = 0
+    if dest is not None:
+        headers, read = _from_dest(m, dest, out, jobs)
+    else:
+        headers, read, requests = _from_urls(m, mirror, out)
+    layer_map, files = with_map(list(m.files), headers, m.shown, out)
+    if layer_map is None:
+        raise BadInput(
+            f"{m.shown}: no layer map can be made for this model",
+            hint="a layer map needs one GGUF model whose metadata split holds "
+            "general.architecture and <arch>.block_count",
+        )
+    text = models.dumps(m.name, files, m.source_revision, layer_map)
+    models.loads(text.encode(), shown=m.shown)  # the map passes the loader's rules
+    from dgr_forge.core.fsutil import atomic_write_text
+
+    old = m.path.read_text(encoding="utf-8") if m.path.is_file() else None
+    state = "unchanged" if old == text else "updated"
+    if state != "unchanged":
+        atomic_write_text(m.path, text)
+    out.info(
+        f"{m.shown}: layer map {state}: {layer_map.arch}, {layer_map.block_count} layers in "
+        f"{len(mapping.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"
+    )
+    return MapResult(
+        model=m.name,
+        manifest=m.path,
+        state=state,
+        source="dest" if dest is not None else "url",
+        layer_map=layer_map,
+        files=files,
+        header_bytes=read,
+        requests=requests,
+    )

@@ -1,0 +1,161 @@
+"""A split's GGUF header over HTTP, with Range requests only: never the file's tensor data.
+
+`RangeFile` is the file object the bounded reader (`gguf_split.parse_header`) reads from:
+it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much each time,
+up to 1 MiB), only for the bytes the reader needs (skipped arrays are never fetched),
+refuses a server that answers anything but 206 with a Content-Range inside the size the
+manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a header
+that never ends costs at most that.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from dataclasses import dataclass
+
+import requests
+import urllib3
+
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.urls import mask
+from dgr_forge.models import gguf_split
+from dgr_forge.models.download import RetryPolicy, env_number
+from dgr_forge.models.gguf_split import Header
+from dgr_forge.models.http import http_session
+
+FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
+MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
+HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"
+HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
+
+
+def header_limit() -> int:
+    """DGR_ARTIFACTS_HEADER_MAX: the most header bytes read per split (exit 2 when bad)."""
+    return int(env_number(HEADER_MAX_ENV, HEADER_MAX, low=64, high=2.0**40, integer=True))
+
+
+class _Unsupported(Exception):
+    """The server cannot serve this header by ranges: not retried."""
+
+
+@dataclass
+class Fetched:
+    header: Header
+    bytes: int  # body bytes received
+    requests: int
+
+
+class RangeFile(io.RawIOBase):
+    """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges."""
+
+    def __init__(
+        self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
+    ) -> None:
+        super().__init__()
+        self.url, self.size, self.session, self.policy = url, size, session, policy
+        self.limit = min(size, limit)  # never a byte past the header limit is asked for
+        self.pos = 0
+        self.received = 0
+        self.requests = 0
+        self._start = 0
+        self._block = b""
+        self._want = FIRST_BLOCK
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            raise ValueError("RangeFile reads bounded sizes only")
+        out = bytearray()
+        while n > 0 and self.pos < self.limit:
+            at = self.pos - self._start
+            if not 0 <= at < len(self._block):
+                self._fetch(self.pos)
+                at = 0
+            piece = self._block[at : at + n]
+            out += piece
+            self.pos += len(piece)
+            n -= len(piece)
+        return bytes(out)
+
+    def _fetch(self, start: int) -> None:
+        end = min(self.limit, start + self._want) - 1
+        self._want = min(MAX_BLOCK, self._want * 2)
+        failures = 0
+        while True:
+            try:
+                self._block = self._get(start, end)
+                self._start = start
+                return
+            except _Unsupported as err:
+                raise OperationFailed(
+                    f"{mask(self.url)}: {err}",
+                    hint="map from the files on disk instead (`--dest DIR`), or use a server "
+                    "that answers Range requests (HTTP 206)",
+                ) from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
+                failures += 1
+                if failures >= self.policy.tries:
+                    raise OperationFailed(
+                        f"{mask(self.url)}: reading the header (bytes {start}-{end}) failed "
+                        f"{failures} times: {type(err).__name__}",
+                        hint="check that the host is reachable from here, or pass --mirror URL",
+                    ) from None
+                time.sleep(self.policy.delay(failures))
+
+    def _get(self, start: int, end: int) -> bytes:
+        headers = {"Accept-Encoding": "identity", "Range": f"bytes={start}-{end}"}
+        timeout = (self.policy.connect_timeout, self.policy.read_timeout)
+        self.requests += 1
+        with self.session.get(self.url, headers=headers, stream=True, timeout=timeout) as r:
+            if r.status_code >= 500 or r.status_code in (408, 429):
+                raise requests.ConnectionError(f"HTTP {r.status_code}")
+            if r.status_code != 206:  # a 200 is the whole file: not one byte of it is read
+                raise _Unsupported(
+                    f"HTTP {r.status_code} to a Range request (a header is read by ranges only)"
+                )
+            got = _content_range(r.headers.get("Content-Range", ""))
+            if got is None or got[0] != start or got[1] > end or got[2] != self.size:
+                raise _Unsupported(
+                    f"Content-Range {r.headers.get('Content-Range', '')[:80]!r} does not "
+                    f"answer bytes {start}-{end} of a {self.size}-byte file"
+                )
+            want = got[1] - start + 1
+            data = r.raw.read(want, decode_content=False)
+            if len(data) != want:
+                raise requests.ConnectionError(f"{len(data)} of {want} bytes arrived")
+            self.received += len(data)
+            return bytes(data)
+
+
+def _content_range(value: str) -> tuple[int, int, int] | None:
+    """'bytes 0-99/1000' -> (0, 99, 1000); None for anything else."""
+    unit, _, spec = value.strip().partition(" ")
+    rng, _, total = spec.partition("/")
+    first, _, last = rng.partition("-")
+    if unit != "bytes" or not (first.isdigit() and last.isdigit() and total.isdigit()):
+        return None
+    if len(first) > 20 or len(last) > 20 or len(total) > 20:
+        return None
+    return int(first), int(last), int(total)
+
+
+def read_remote_header(url: str, size: int, policy: RetryPolicy, limit: int) -> Fetched:
+    """The header of the `size`-byte file at `url` (http/https), by Range requests only."""
+    with http_session(policy.read_timeout) as session:
+        f = RangeFile(url, size, session, policy, limit)
+        header = gguf_split.parse_header(f, size, limit)  # type: ignore[arg-type]
+        return Fetched(header=header, bytes=f.received, requests=f.requests)

@@ -1,0 +1,187 @@
+"""Which files a layer range needs, and what a destination was provisioned for.
+
+`--layers A-B[,C-D]` selects the files holding a tensor of those layers, plus the
+metadata split (part 1: the model's KV data), every file outside the map (a tokenizer,
+a README), every file holding a tensor group that is neither the embeddings nor the
+output head (`rope_freqs`: every layer reads it), the embeddings' files with `--first`
+and the output head's with `--last` (each implied when a range starts at layer 0 or ends
+at the last layer). Whole files only: the sha256 in the manifest covers them.
+
+`<dest>/.dgr-layers.json` records the union of the ranges provisioned into a destination;
+`verify` without `--layers` checks that, and says which ranges the files there can serve.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.models import layermap
+from dgr_forge.models.hashing import write_in
+from dgr_forge.models.layermap import EMBEDDINGS, HEAD, Ranges
+from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.mapping import metadata_file
+
+RECORD_FILE = ".dgr-layers.json"
+MAX_RECORD_BYTES = 64 << 10
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+@dataclass(frozen=True)
+class Selection:
+    ranges: Ranges
+    first: bool
+    last: bool
+    files: tuple[ModelFile, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "layers": layermap.format_ranges(self.ranges),
+            "first": self.first,
+            "last": self.last,
+        }
+
+
+def _needs_map(m: ModelManifest) -> BadInput:
+    return BadInput(
+        f"{m.shown}: the manifest has no layer map, so --layers cannot choose its files",
+        hint=f"add one from the split headers: `dgr-forge artifacts map {m.shown}` (over HTTP "
+        "Range requests, or `--dest DIR` where the files are), then re-run",
+        details={"file": m.shown},
+    )
+
+
+def parse_layers(m: ModelManifest, text: str) -> Ranges:
+    """`--layers` for `m`: exit 2 for a manifest without a map, a malformed list, or a layer
+    the model does not have."""
+    if m.layer_map is None:
+        raise _needs_map(m)
+    last = m.layer_map.block_count - 1
+    fix = f"pass --layers A-B[,C-D] with 0 <= A <= B <= {last}, e.g. --layers 0-{min(last, 10)}"
+    if "\x00" in text or not text:
+        raise BadInput(f"--layers {text[:40]!r}: empty or a NUL byte", hint=fix)
+    try:
+        ranges = layermap.parse(text)
+    except layermap.RangeError as err:
+        raise BadInput(f"--layers {text[:80]!r}: {err}", hint=fix) from None
+    if ranges[-1][1] > last:
+        raise BadInput(
+            f"--layers {text[:80]!r}: layer {ranges[-1][1]} is beyond the model's last layer "
+            f"{last} ({m.layer_map.block_count} layers)",
+            hint=fix,
+        )
+    return ranges
+
+
+def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selection:
+    """The files `ranges` (and `--first`/`--last`) need, in manifest order."""
+    if m.layer_map is None:
+        raise _needs_map(m)
+    final = m.layer_map.block_count - 1
+    first = first or any(lo == 0 for lo, _ in ranges)
+    last = last or any(hi == final for _, hi in ranges)
+    groups = {EMBEDDINGS} if first or (last and _tied(m)) else set()
+    if last:
+        groups |= set(HEAD)
+    meta = metadata_file(m.files)
+    chosen = []
+    for f in m.files:
+        held = set(f.tensors or ())
+        if (
+            not f.mapped
+            or f is meta
+            or layermap.overlaps(f.layers or (), ranges)
+            or held & groups
+            or held - {EMBEDDINGS, *HEAD}
+        ):
+            chosen.append(f)
+    return Selection(ranges, first, last, tuple(chosen))
+
+
+def _tied(m: ModelManifest) -> bool:
+    """No `output` tensor: the head reuses the embeddings (tied weights)."""
+    return not any("output" in (f.tensors or ()) for f in m.files)
+
+
+def serves(m: ModelManifest, good: set[str]) -> dict[str, Any]:
+    """What the files in `good` (verified) can serve: layer ranges, embeddings, head."""
+    if m.layer_map is None:
+        return {"layers": "", "first": False, "last": False}
+    meta = metadata_file(m.files)
+    base = all(
+        f.name in good
+        for f in m.files
+        if not f.mapped or f is meta or set(f.tensors or ()) - {EMBEDDINGS, *HEAD}
+    )
+
+    def groups_good(groups: set[str]) -> bool:
+        holders = [f for f in m.files if set(f.tensors or ()) & groups]
+        return base and bool(holders) and all(f.name in good for f in holders)
+
+    missing = {n for f in m.files if f.name not in good for n in layermap.layers(f.layers or ())}
+    layers = [] if not base else [n for n in range(m.layer_map.block_count) if n not in missing]
+    head = {*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)
+    return {
+        "layers": layermap.format_ranges(layermap.of_layers(layers)),
+        "first": groups_good({EMBEDDINGS}),
+        "last": groups_good(head),
+    }
+
+
+# ----------------------------------------------------------------------------- the record
+
+
+@dataclass(frozen=True)
+class Record:
+    model: str
+    ranges: Ranges
+    first: bool
+    last: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "layers": layermap.format_ranges(self.ranges),
+            "first": self.first,
+            "last": self.last,
+        }
+
+    def union(self, sel: Selection) -> Record:
+        return Record(
+            self.model,
+            layermap.merge((*self.ranges, *sel.ranges)),
+            self.first or sel.first,
+            self.last or sel.last,
+        )
+
+
+def read_record(dir_fd: int, model: str) -> Record | None:
+    """The destination's record for `model`; None when absent, another model's, or not
+    ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""
+    with suppress(OSError, ValueError, layermap.RangeError):
+        fd = os.open(RECORD_FILE, _OPEN, dir_fd=dir_fd)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
+                return None
+            data = json.loads(f.read(MAX_RECORD_BYTES + 1).decode("utf-8"))
+        if not isinstance(data, dict) or data.get("model") != model:
+            return None
+        ranges, first, last = data.get("layers"), data.get("first"), data.get("last")
+        if isinstance(ranges, str) and isinstance(first, bool) and isinstance(last, bool):
+            return Record(model, layermap.parse(ranges), first, last)
+    return None
+
+
+def write_record(dir_fd: int, record: Record) -> None:
+    text = json.dumps({"version": 1, **record.to_json()}, indent=1, sort_keys=True) + "\n"
+    write_in(dir_fd, RECORD_FILE, text.encode())
