@@ -92,7 +92,7 @@ def test_deepened_cached_and_fresh_uncached_at_another_path_are_identical(
     assert _tool_output(cached) == out
 
     names = sorted(x["name"] for x in _lane(off)["artifacts"])
-    assert names == ["ggml", "llama", "llama-cli"], names
+    assert names == ["ggml", "ggml-base", "ggml-cpu", "llama", "llama-cli"], names
     compare = run_forge(
         "--json",
         "report",

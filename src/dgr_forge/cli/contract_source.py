@@ -253,7 +253,7 @@ CHECK = Command(
                 "option_problems": arr(obj("an option upstream no longer declares"), "problems"),
             },
             may_fail=True,
-            note="exit 1 when not clean",
+            note="exit 1 when not clean, 2 when the only problem is a recipe option upstream keeps as a deprecated alias",
         ),
     ),
 )

@@ -22,19 +22,23 @@ _DECL = re.compile(
     r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
     re.IGNORECASE,
 )
-# llama.cpp marks renames as `llama_option_depr(WARNING OLD NEW)` (ggml likewise)
+# llama.cpp's deprecation shims: `llama_option_depr(WARNING OLD NEW)` for a rename,
+# `llama_option_depr(WARNING OLD)` for an option that is ignored now (LLAMA_CURL), a
+# FATAL_ERROR type where setting it stops configure (ggml likewise)
 _DEPR = re.compile(
-    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+([A-Za-z_][A-Za-z0-9_]*))?"
+    r"\s*\)",
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"#[^\n]*")
 
 
-def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
-    """CMake cache variables the tree declares, and its deprecated-name renames (old -> new)."""
+def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
+    """CMake cache variables the tree declares, and its deprecated names (old -> the
+    replacement upstream names, None when it names none)."""
     files = gitutil.out(src, "ls-files", "-z").split("\0")
     names: set[str] = set()
-    renames: dict[str, str] = {}
+    renames: dict[str, str | None] = {}
     for rel in files:
         base = rel.rsplit("/", 1)[-1]
         if base != "CMakeLists.txt" and not base.endswith(".cmake"):
@@ -46,8 +50,14 @@ def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
         for m in _DECL.finditer(text):
             names.add(m.group(1) or m.group(2))
         for m in _DEPR.finditer(text):
-            renames[m.group(1)] = m.group(2)
+            renames[m.group(1)] = m.group(2) or None
     return names, renames
+
+
+def deprecated(option: str, new: str | None, commit: str) -> str:
+    """What a recipe option that upstream keeps only as a deprecation shim is, and the fix."""
+    fix = f"use {new}" if new else "no replacement: upstream ignores it, remove it"
+    return f"{option} is deprecated upstream at {commit[:12]} (llama_option_depr): {fix}"
 
 
 def check_options(
@@ -70,9 +80,9 @@ def check_options(
                     OptionProblem(
                         lane,
                         option,
-                        f"{shown}: cmake.options.{option}: upstream {commit[:12]} renamed it "
-                        f"to {new} (deprecated alias); use {new}",
+                        f"{shown}: cmake.options.{option}: {deprecated(option, new, commit)}",
                         renamed_to=new,
+                        deprecated=True,
                     )
                 )
                 continue
@@ -100,14 +110,15 @@ def refuse_undeclared(forge: Forge, recipe: Recipe, src: Path, commit: str) -> N
     bad = []
     for option in wanted:
         if option in renames:
-            bad.append(f"{option} (renamed upstream to {renames[option]})")
+            bad.append(deprecated(option, renames[option], commit))
         elif option not in declared:
             close = difflib.get_close_matches(option, sorted(declared), n=1, cutoff=0.6)
             bad.append(f"{option} (closest declared: {close[0]})" if close else option)
     if bad:
         raise BadInput(
             f"{forge.rel(recipe.path)}: cmake.options not declared by upstream at "
-            f"{commit[:12]}: {'; '.join(bad)}; CMake would silently ignore them",
+            f"{commit[:12]} (or only as a deprecated alias): {'; '.join(bad)}; CMake would "
+            "ignore them or do what the replacement does",
             hint="rename or remove them (`dgr-forge check` lists every lane's options)",
             details={"file": forge.rel(recipe.path), "undeclared": bad},
         )
