@@ -110,7 +110,8 @@ def test_the_binary_carries_the_upstreams_build_number_shallow_or_deep(
     assert f"build_number = {number}\n" in manifest, manifest
     status = _forge(root, "status")
     assert status.json["upstream"]["build_number"] == number, status.json
-    assert f"b{number}" in run_forge("--root", str(root), "status", env=clean_env()).stdout
+    shown = run_forge("--root", str(root), "status", env=clean_env()).stderr
+    assert f"build     b{number}" in shown, shown
 
     # a second workspace at another path, its history deepened to the full upstream one
     deep = tmp_path / "two" / "deeper" / "forge"

@@ -229,8 +229,6 @@ FILES: dict[str, str] = {
 }
 
 
-
-
 def _history(up: Upstream, count: int) -> None:
     """`count` commits on the branch in one `git fast-import` (a commit each through
     `Upstream.commit` would take seconds), dated on from the upstream's clock."""
@@ -261,9 +259,7 @@ def _history(up: Upstream, count: int) -> None:
     sh_git(up.path, "reset", "-q", "--hard", "main")
 
 
-def make_llamalike_upstream(
-    path: Path, extra_commits: int = 3, history: int = HISTORY
-) -> Upstream:
+def make_llamalike_upstream(path: Path, extra_commits: int = 3, history: int = HISTORY) -> Upstream:
     """The test upstream, `history` more commits, then one commit that makes it build
     like llama.cpp (above)."""
     up = make_upstream(path, extra_commits)

@@ -164,4 +164,6 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
+        upstream_build_number=m.build_number,
+        upstream_build_commit=m.build_commit,
     )

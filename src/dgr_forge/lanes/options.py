@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from dgr_forge.core import gitutil
@@ -31,27 +32,43 @@ _DEPR = re.compile(
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"#[^\n]*")
+# llama.cpp's version: its CMake derives both from git unless they are given
+BUILD_INFO = ("LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT")
+_GIVEN = re.compile(r"\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)", re.IGNORECASE)
 
 
-def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
-    """CMake cache variables the tree declares, and its deprecated names (old -> the
-    replacement upstream names, None when it names none)."""
+def _cmake_texts(src: Path) -> Iterator[str]:
+    """Every tracked CMakeLists.txt and *.cmake of the tree, comments removed."""
     files = gitutil.out(src, "ls-files", "-z").split("\0")
-    names: set[str] = set()
-    renames: dict[str, str | None] = {}
     for rel in files:
         base = rel.rsplit("/", 1)[-1]
         if base != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue
         try:
-            text = _COMMENT.sub("", (src / rel).read_text(encoding="utf-8", errors="replace"))
+            text = (src / rel).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        yield _COMMENT.sub("", text)
+
+
+def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
+    """CMake cache variables the tree declares, and its deprecated names (old -> the
+    replacement upstream names, None when it names none)."""
+    names: set[str] = set()
+    renames: dict[str, str | None] = {}
+    for text in _cmake_texts(src):
         for m in _DECL.finditer(text):
             names.add(m.group(1) or m.group(2))
         for m in _DEPR.finditer(text):
             renames[m.group(1)] = m.group(2) or None
     return names, renames
+
+
+def taken_as_given(src: Path) -> tuple[str, ...]:
+    """The build-info variables the tree takes from outside when defined (llama.cpp's
+    `if (NOT DEFINED LLAMA_BUILD_NUMBER)`): `build` passes the upstream's own values."""
+    found = {m.group(1) for text in _cmake_texts(src) for m in _GIVEN.finditer(text)}
+    return tuple(n for n in BUILD_INFO if n in found)
 
 
 def deprecated(option: str, new: str | None, commit: str) -> str:
