@@ -185,3 +185,29 @@ def test_no_machine_path_of_a_file_upstream_in_the_report(
     for dep in deps:
         if "uri" in dep and dep["uri"].startswith("pkg:generic/"):
             assert dep["annotations"]["version"], dep
+
+
+def test_a_rebase_records_the_new_pins_build_number(tmp_path: Path, llamalike: Upstream) -> None:
+    root = make_patched_root(tmp_path / "forge", llamalike)
+    assert _forge(root, "fetch").code == 0
+    manifest = root / "manifests" / "llama.cpp.toml"
+    assert f"build_number = {_count(llamalike)}\n" in manifest.read_text()
+    for i in range(3):
+        llamalike.commit({f"docs/later-{i}.md": f"later {i}\n"}, f"docs: later {i}")
+    res = _forge(root, "rebase", "--onto", llamalike.head)
+    assert res.code == 0, res
+    text = manifest.read_text()
+    assert f'commit = "{llamalike.head}"' in text
+    assert f"build_number = {_count(llamalike)}\n" in text, text  # 128, not the old 125
+    assert _forge(root, "status").json["upstream"]["build_number"] == _count(llamalike)
+
+
+def test_a_hostile_build_number_is_exit_2(tmp_path: Path, llamalike: Upstream) -> None:
+    root = make_patched_root(tmp_path / "forge", llamalike)
+    manifest = root / "manifests" / "llama.cpp.toml"
+    good = manifest.read_text()
+    for bad in ('"125"', "true", "0", "-1", "1.5", str(10**30), '"${{ github.run }}"'):
+        manifest.write_text(good.replace("[upstream]\n", f"[upstream]\nbuild_number = {bad}\n"))
+        res = _forge(root, "status")
+        assert res.code == 2, (bad, res)
+        assert "upstream.build_number" in res.stderr, (bad, res.stderr)

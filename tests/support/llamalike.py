@@ -93,6 +93,8 @@ BUILD_NUMBER = textwrap.dedent(
 
 GGML_CMAKE = CCACHE_DETECT + textwrap.dedent(
     """\
+    # as ggml's project(ggml C CXX ASM): an assembler the report must name with its version
+    enable_language(ASM)
     add_library(ggml-base src/ggml-base.c)
     target_include_directories(ggml-base PUBLIC include)
     add_library(ggml-cpu src/ggml-cpu.c)
