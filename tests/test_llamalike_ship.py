@@ -211,3 +211,26 @@ def test_a_hostile_build_number_is_exit_2(tmp_path: Path, llamalike: Upstream) -
         res = _forge(root, "status")
         assert res.code == 2, (bad, res)
         assert "upstream.build_number" in res.stderr, (bad, res.stderr)
+
+
+def test_the_number_comes_from_a_full_mirror_never_from_a_shallow_one(
+    tmp_path: Path, llamalike: Upstream
+) -> None:
+    root = make_patched_root(tmp_path / "forge", llamalike)
+    shallow = tmp_path / "shallow.git"
+    full = tmp_path / "full.git"
+    sh_git(tmp_path, "clone", "-q", "--bare", "--depth", "1", llamalike.url, str(shallow))
+    sh_git(tmp_path, "clone", "-q", "--bare", "--mirror", str(llamalike.path), str(full))
+    shutil.rmtree(llamalike.path)  # the upstream itself is unreachable: mirrors only
+    manifest = root / "manifests" / "llama.cpp.toml"
+
+    res = _forge(root, "fetch", "--mirror", str(shallow))
+    assert res.code == 0, res
+    assert res.json["build_number"] is None
+    assert "build number" in res.stderr and "shallow" in res.stderr, res.stderr
+    assert "build_number" not in manifest.read_text()  # never the shallow count
+
+    res = _forge(root, "fetch", "--mirror", str(full))
+    assert res.code == 0, res
+    assert res.json["build_number"] == len(llamalike.commits)
+    assert f"build_number = {len(llamalike.commits)}\n" in manifest.read_text()

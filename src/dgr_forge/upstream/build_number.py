@@ -7,8 +7,9 @@ once, where the history is, and recorded in the manifest (`[upstream] build_numb
 * the workspace itself when it holds the pin's whole history (not shallow): no transfer;
 * else a commit-only fetch of the pin's history (`--filter=tree:0`: no trees, no blobs)
   into a scratch repository, from the upstream or the mirror; a server that ignores the
-  filter sends more, never a wrong count. A shallow server's history is refused (its
-  count would be short).
+  filter sends more, never a wrong count (a local repository is fetched without one: its
+  transport ignores it, and git 2.39 loops on a filtered fetch from a shallow one). A
+  shallow or partial server's history is refused (its count would be short).
 
 Never a guess: when neither can count, the answer is None and the caller says so.
 """
@@ -16,12 +17,16 @@ Never a guess: when neither can count, the answer is None and the caller says so
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.urls import check_url, mask_text
+
+# a commit-only fetch of llama.cpp's ~10k commits takes seconds; a stuck server, not forever
+FETCH_TIMEOUT = 900
 
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
@@ -54,19 +59,29 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))
     try:
         gitutil.git(None, "init", "-q", "--bare", str(scratch))
-        proc = gitutil.git(
-            scratch,
-            "fetch",
-            "-q",
-            "--no-tags",
-            "--filter=tree:0",
-            "--",
-            url,
-            commit,
-            check=False,
-            isolated=False,  # a network call: the user's credentials and proxies apply
-            config=gitutil.protocol_policy(url),
-        )
+        # commits only from a server that filters (a local one never does: it would
+        # ignore the filter); --update-shallow: a shallow server's history is taken as
+        # shallow, and refused below, never counted short
+        only_commits = [] if gitutil.is_local_url(url) else ["--filter=tree:0"]
+        try:
+            proc = gitutil.git(
+                scratch,
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--update-shallow",
+                *only_commits,
+                "--",
+                url,
+                commit,
+                check=False,
+                isolated=False,  # a network call: the user's credentials and proxies apply
+                config=gitutil.protocol_policy(url),
+                env={"GIT_NO_LAZY_FETCH": "1"},
+                timeout=FETCH_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"fetching the pin's history took over {FETCH_TIMEOUT} s"
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["git fetch failed"])[-1]
             return None, f"fetching the pin's history failed: {mask_text(last)}"
@@ -74,8 +89,24 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
             return None, "the server did not send the pinned commit"
         if _shallow(scratch):
             return None, "the server's own history is shallow: its count would be short"
-        number = int(gitutil.out(scratch, "rev-list", "--count", commit, "--"))
-        return number, "counted from the pin's history (commits only)"
+        # a commit the server lacks (its copy is shallow or partial) is never asked for
+        # again behind our back (a promisor remote's lazy fetch): the count fails instead
+        counted = gitutil.git(
+            scratch,
+            "rev-list",
+            "--count",
+            commit,
+            "--",
+            check=False,
+            env={"GIT_NO_LAZY_FETCH": "1"},
+        )
+        if counted.returncode != 0 or not counted.stdout.strip().isdigit():
+            return None, (
+                "the server's history of the pin is incomplete (a shallow or partial copy): "
+                "its count would be short"
+            )
+        shown = "its commits only" if only_commits else "a local repository"
+        return int(counted.stdout), f"counted from the pin's history ({shown})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
