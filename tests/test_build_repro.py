@@ -85,14 +85,17 @@ def test_deepened_cached_and_fresh_uncached_at_another_path_are_identical(
     rules = _generated(b)
     assert "ccache" not in rules and "LAUNCHER = " not in rules  # no hidden launcher
 
-    # the binary embeds the real commit: canonical length, history of the pinned view
+    # the binary embeds the upstream's own build number at the pin and the pin + series
+    # commit string (issue 29); git describe sees the canonical view (12-character ids)
     out = _tool_output(off)
     head = sh_git(b / ".dgr" / "src" / "llama.cpp", "rev-parse", "HEAD")
-    assert f"commit {head[:12]} " in out and "build 2 " in out, out
+    number = len(llamalike.commits)
+    assert f"build {number} commit {llamalike.head[:12]}+1 " in out, out
+    assert f"describe {head[:12]} " in out, out
     assert _tool_output(cached) == out
 
     names = sorted(x["name"] for x in _lane(off)["artifacts"])
-    assert names == ["ggml", "llama", "llama-cli"], names
+    assert names == ["ggml", "ggml-base", "ggml-cpu", "llama", "llama-cli"], names
     compare = run_forge(
         "--json",
         "report",

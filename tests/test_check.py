@@ -109,9 +109,10 @@ def test_upstream_rename_is_caught_after_a_rebase(series: Series) -> None:
     r = s.forge("rebase", "--onto", new)
     assert r.code == 0, r
     r = s.forge("check", "--json")
-    assert r.code == 1, r
+    assert r.code == 2, r  # the recipe must change: bad input (issue 29)
     (problem,) = r.json["option_problems"]
     assert problem["option"] == "GGML_CUDA" and problem["renamed_to"] == "GGML_CUDA_BACKEND"
+    assert problem["deprecated"] is True and "deprecated upstream at" in r.stderr
     assert "recipes/cuda.toml" in r.stderr
 
 

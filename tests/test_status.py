@@ -29,6 +29,7 @@ FIELDS = {
     "ignored",
     "local_changes",
     "local_commits",
+    "build_number",
     "verified",
 }
 

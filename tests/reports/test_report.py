@@ -93,7 +93,9 @@ def test_statement_is_slsa_provenance_with_every_input(forge: Forge, report: Pat
     from dgr_forge.upstream import manifest
 
     m = manifest.load(forge.upstream_manifest, forge.root)
-    assert deps[0]["uri"] == f"git+{m.url}@{m.commit}"
+    # a file:// upstream is named as the prefix maps name paths, never by its path here
+    assert deps[0]["uri"] == f"git+file:///dgr/upstream/{m.name}@{m.commit}"
+    assert deps[0]["annotations"]["location"] == "${DGR_UPSTREAM}"
     assert deps[0]["digest"] == {"gitCommit": m.commit, "gitTree": m.tree}
     assert deps[0]["annotations"]["seriesDigest"] == m.series_digest
     patch = forge.root / "patches/llama.cpp/0001-layer-owner.patch"

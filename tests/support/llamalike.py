@@ -9,16 +9,30 @@ On top of the plain test upstream (`git.make_upstream`), one more upstream commi
   time into a generated `build-info.cpp` in the build tree, as llama.cpp's
   `cmake/build-info.cmake` + `common/build-info.cpp.in` do;
 * compile in `__FILE__` (ggml's asserts), from a source and through a header;
-* build shared libraries by default (`BUILD_SHARED_LIBS`), so the report's subjects are
-  two libraries and the tool.
+* build shared libraries by default (`BUILD_SHARED_LIBS`), ggml split as ggml's own is
+  (`ggml-base`, `ggml-cpu`, and `ggml` linking both): `llama` loads three libraries at
+  run time (issue 29);
+* take `LLAMA_BUILD_NUMBER` / `LLAMA_BUILD_COMMIT` as given when defined (`if (NOT
+  DEFINED LLAMA_BUILD_NUMBER)`), else from git, and version the library
+  `libllama.so.0.0.<number>`, as llama.cpp's top CMakeLists.txt does;
+* declare llama.cpp's current option set with its deprecation shims: `LLAMA_CURL` only
+  as `llama_option_depr(WARNING LLAMA_CURL)` (ignored, no replacement), `LLAMA_CUBLAS`
+  a fatal alias of `GGML_CUDA`, `LLAMA_CUDA` a warning one;
+* a history of `HISTORY` upstream commits before that commit (one `git fast-import`, so
+  cheap), so a depth-1 workspace's count and the upstream's differ by a hundred and more.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
-from .git import BASE_FILES, Upstream, make_upstream
+from .git import BASE_FILES, GIT_ENV, Upstream, make_upstream, sh_git
+
+# upstream commits before the llama.cpp-like one: more than one deepening step fetches
+HISTORY = 120
 
 CCACHE_DETECT = textwrap.dedent(
     """\
@@ -34,6 +48,67 @@ CCACHE_DETECT = textwrap.dedent(
     """
 )
 
+# our own deprecation shim with the shape of llama.cpp's: the old name is read (so CMake
+# never calls it unused), a warning or a fatal error when it is set, and the new name
+# switched on when there is one
+DEPRECATION = textwrap.dedent(
+    """\
+    # the rest of llama.cpp's current switches the shipped recipes or its CI pass
+    option(LLAMA_BUILD_COMMON "build the common library" ON)
+    option(LLAMA_BUILD_SERVER "build the server" ON)
+    option(GGML_METAL_EMBED_LIBRARY "embed the Metal library" OFF)
+    option(GGML_RPC "use RPC" OFF)
+
+    function (llama_option_depr TYPE OLD)
+        if (${OLD})
+            set(NEW "${ARGV2}")
+            if (NEW)
+                message(${TYPE} "${OLD} is deprecated, use ${NEW} instead")
+                set(${NEW} ON PARENT_SCOPE)
+            else()
+                message(${TYPE} "${OLD} is deprecated and will be ignored")
+            endif()
+        endif()
+    endfunction()
+
+    llama_option_depr(FATAL_ERROR LLAMA_CUBLAS GGML_CUDA)
+    llama_option_depr(WARNING     LLAMA_CUDA   GGML_CUDA)
+    llama_option_depr(WARNING     LLAMA_CURL)
+    """
+)
+
+# as llama.cpp's top CMakeLists.txt: a number and a commit given from outside win
+BUILD_NUMBER = textwrap.dedent(
+    """\
+    include(cmake/build-info.cmake)
+    if (NOT DEFINED LLAMA_BUILD_NUMBER)
+        set(LLAMA_BUILD_NUMBER ${BUILD_NUMBER})
+    endif()
+    if (NOT DEFINED LLAMA_BUILD_COMMIT)
+        set(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})
+    endif()
+    set(LLAMA_INSTALL_VERSION 0.0.${LLAMA_BUILD_NUMBER})
+    add_subdirectory(common)"""
+)
+
+GGML_CMAKE = CCACHE_DETECT + textwrap.dedent(
+    """\
+    # as ggml's project(ggml C CXX ASM): an assembler the report must name with its version
+    enable_language(ASM)
+    add_library(ggml-base src/ggml-base.c)
+    target_include_directories(ggml-base PUBLIC include)
+    add_library(ggml-cpu src/ggml-cpu.c)
+    target_link_libraries(ggml-cpu PUBLIC ggml-base)
+    add_library(ggml src/ggml.c)
+    target_link_libraries(ggml PUBLIC ggml-base ggml-cpu)
+    if (GGML_CUDA)
+        enable_language(CUDA)
+        target_sources(ggml PRIVATE src/ggml-cuda.cu)
+        target_compile_definitions(ggml PUBLIC GGML_USE_CUDA)
+    endif()
+    """
+)
+
 FILES: dict[str, str] = {
     "CMakeLists.txt": BASE_FILES["CMakeLists.txt"]
     .replace(
@@ -41,19 +116,38 @@ FILES: dict[str, str] = {
         'option(BUILD_SHARED_LIBS "build shared libraries" ON)\n'
         'option(GGML_NATIVE "optimize for the build host" ON)',
     )
+    .replace('option(LLAMA_CURL "use libcurl" OFF)\n', DEPRECATION)
+    .replace("add_subdirectory(ggml)", "add_subdirectory(ggml)\n" + BUILD_NUMBER)
     .replace(
-        "add_subdirectory(ggml)",
-        "add_subdirectory(ggml)\ninclude(cmake/build-info.cmake)\nadd_subdirectory(common)",
+        "target_link_libraries(llama PUBLIC ggml)",
+        "target_link_libraries(llama PUBLIC ggml)\n"
+        "set_target_properties(llama PROPERTIES VERSION ${LLAMA_INSTALL_VERSION} SOVERSION 0)",
     )
     .replace(
         "target_link_libraries(llama-cli PRIVATE llama)",
         "target_link_libraries(llama-cli PRIVATE llama build_info)",
     ),
-    "ggml/CMakeLists.txt": CCACHE_DETECT + BASE_FILES["ggml/CMakeLists.txt"],
+    "ggml/CMakeLists.txt": GGML_CMAKE,
     "ggml/src/ggml-impl.h": textwrap.dedent(
         """\
         #pragma once
         #define GGML_WHERE __FILE__
+        """
+    ),
+    "ggml/src/ggml-base.c": textwrap.dedent(
+        """\
+        int ggml_base_tensor_count(void) {
+            return 2;
+        }
+        """
+    ),
+    "ggml/src/ggml-cpu.c": textwrap.dedent(
+        """\
+        int ggml_base_tensor_count(void);
+
+        int ggml_cpu_threads(void) {
+            return ggml_base_tensor_count() + 1;
+        }
         """
     ),
     "ggml/src/ggml.c": textwrap.dedent(
@@ -61,11 +155,13 @@ FILES: dict[str, str] = {
         #include "ggml.h"
         #include "ggml-impl.h"
 
+        int ggml_cpu_threads(void);
+
         const char * ggml_where_c = __FILE__;
         const char * ggml_where_h = GGML_WHERE;
 
         int ggml_backend_count(void) {
-            return 1;
+            return ggml_cpu_threads() - 2;
         }
         """
     ),
@@ -109,8 +205,8 @@ FILES: dict[str, str] = {
     ),
     "common/build-info.cpp.in": textwrap.dedent(
         """\
-        int LLAMA_BUILD_NUMBER = @BUILD_NUMBER@;
-        char const * LLAMA_COMMIT = "@BUILD_COMMIT@";
+        int LLAMA_BUILD_NUMBER = @LLAMA_BUILD_NUMBER@;
+        char const * LLAMA_COMMIT = "@LLAMA_BUILD_COMMIT@";
         char const * LLAMA_DESCRIBE = "@BUILD_DESCRIBE@";
         char const * LLAMA_BUILD_INFO_FILE = __FILE__;
         """
@@ -135,8 +231,40 @@ FILES: dict[str, str] = {
 }
 
 
-def make_llamalike_upstream(path: Path, extra_commits: int = 3) -> Upstream:
-    """The test upstream, then one commit that makes it build like llama.cpp (above)."""
+def _history(up: Upstream, count: int) -> None:
+    """`count` commits on the branch in one `git fast-import` (a commit each through
+    `Upstream.commit` would take seconds), dated on from the upstream's clock."""
+    tip = up.head
+    stream = [f"reset refs/heads/main\nfrom {tip}\n"]
+    for i in range(count):
+        up._tick += 1
+        stamp = 1735689600 + up._tick  # 2025-01-01T00:00:00Z + tick, as Upstream.commit
+        who = f"{GIT_ENV['GIT_AUTHOR_NAME']} <{GIT_ENV['GIT_AUTHOR_EMAIL']}> {stamp} +0000"
+        text = f"change {i}\n"
+        message = f"docs: changelog entry {i}\n"
+        stream.append(
+            f"commit refs/heads/main\nmark :{i + 1}\nauthor {who}\ncommitter {who}\n"
+            f"data {len(message)}\n{message}"
+            f"M 100644 inline docs/changelog.md\ndata {len(text)}\n{text}\n"
+        )
+    marks = up.path / ".git" / "dgr-test-marks"
+    subprocess.run(
+        ["git", "fast-import", "--quiet", f"--export-marks={marks}"],
+        cwd=up.path,
+        env={**os.environ, **GIT_ENV},
+        input="".join(stream).encode(),
+        check=True,
+    )
+    by_mark = dict(line.split() for line in marks.read_text().splitlines())
+    marks.unlink()
+    up.commits += [by_mark[f":{i + 1}"] for i in range(count)]
+    sh_git(up.path, "reset", "-q", "--hard", "main")
+
+
+def make_llamalike_upstream(path: Path, extra_commits: int = 3, history: int = HISTORY) -> Upstream:
+    """The test upstream, `history` more commits, then one commit that makes it build
+    like llama.cpp (above)."""
     up = make_upstream(path, extra_commits)
-    up.commit(dict(FILES), "build: ccache auto-detection, build info from git, shared libs")
+    _history(up, history)
+    up.commit(dict(FILES), "build: ccache auto-detection, build info, shared ggml, shims")
     return up

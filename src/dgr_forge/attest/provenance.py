@@ -26,6 +26,7 @@ from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.gitutil import is_local_url
 from dgr_forge.core.urls import mask
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -123,6 +124,15 @@ def git_uri(location: str, commit: str | None) -> str:
     return f"git+{url}@{commit}" if commit else url
 
 
+def portable_git_uri(location: str, commit: str | None, mapped: str) -> tuple[str, bool]:
+    """`git_uri`, except that a repository of this machine (a `file://` URL or a path) is
+    named by `mapped` (e.g. /dgr/upstream/llama.cpp), never by where it lies here: a
+    report names no absolute path of the building machine. Also whether it was mapped."""
+    if is_local_url(mask(location)):
+        return f"git+file://{quote(mapped)}" + (f"@{commit}" if commit else ""), True
+    return git_uri(location, commit), False
+
+
 def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
     w = build.worker
     if w is None:
@@ -130,7 +140,9 @@ def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
     is_url = "://" in w.location or w.location.startswith("git@")
     annotations: dict[str, Any] = {"dirty": w.dirty}
     if is_url:
-        uri = git_uri(w.location, w.commit)
+        uri, local = portable_git_uri(w.location, w.commit, "/dgr/worker")
+        if local:
+            annotations["location"] = "${DGR_WORKER}"
     else:
         # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w);
         # the URI names it as the prefix maps do (/dgr/root/..., /dgr/worker), never by
@@ -201,11 +213,21 @@ def statement(
             }
         )
     worker = _worker(build, paths)
+    uri, local = portable_git_uri(
+        build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
+    )
+    pin: dict[str, Any] = {"resultTree": build.result_tree, "seriesDigest": build.series_digest}
+    if local:
+        pin["location"] = "${DGR_UPSTREAM}"  # a repository of the building machine
+    if build.upstream_build_number is not None:
+        # what the binaries carry as their version: llama.cpp's b<N> and commit string
+        pin["buildNumber"] = build.upstream_build_number
+        pin["buildCommit"] = build.upstream_build_commit
     upstream = {
         "name": build.upstream_name,
-        "uri": git_uri(build.upstream_url, build.upstream_commit),
+        "uri": uri,
         "digest": {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree},
-        "annotations": {"resultTree": build.result_tree, "seriesDigest": build.series_digest},
+        "annotations": pin,
     }
     patches = [{"name": p.file, "digest": {"sha256": p.sha256}} for p in build.patches]
     resolved = [upstream, *patches]

@@ -74,3 +74,6 @@ class LaneBuild:
     # statement never carries a path of the building machine
     placeholders: dict[str, str] = field(default_factory=dict)
     reproducible: bool = True  # False: the lane cannot promise identical bytes elsewhere
+    # the upstream's own build number at the pin and the commit string the binaries carry
+    upstream_build_number: int | None = None
+    upstream_build_commit: str | None = None

@@ -47,13 +47,16 @@ def fetch(
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.urls import mask
+        from dgr_forge.upstream import build_number
         from dgr_forge.upstream.fetch import fetch_locked, resolve_mirror
 
         url = resolve_mirror(mirror)  # validated before the lock and before any git call
-        with env.session(lock=True, recover=True, refuse_rebase=True) as s:
+        # the root lock: fetch records the upstream's build number in the manifest
+        with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
             forge, m = s.forge, s.manifest
             started = time.monotonic()
             result = fetch_locked(forge, m, env.out, mirror=url, offline=offline, force=force)
+            m = build_number.record(forge, m, None if offline else url or m.url, env.out)
         seconds = round(time.monotonic() - started, 3)
         where = forge.rel(result.src_dir)
         if result.changed:
@@ -70,6 +73,7 @@ def fetch(
             "method": result.method,
             "shallow": (result.src_dir / ".git" / "shallow").exists(),
             "saved_patch": str(result.saved_patch) if result.saved_patch else None,
+            "build_number": m.build_number,
             "seconds": seconds,
         }
 
@@ -97,6 +101,8 @@ def status(ctx: typer.Context) -> None:
         out.info(
             f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
         )
+        number = f"b{m.build_number}" if m.build_number else "unknown (run `dgr-forge fetch`)"
+        out.info(f"build     {number}  (the upstream's own build number at the pin)")
         if not st.present:
             out.info(f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)")
         else:

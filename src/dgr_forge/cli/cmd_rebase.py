@@ -146,7 +146,10 @@ def check(
             )
         fields = result.as_dict()
         if not result.ok:
-            fields["exit_code"] = 1
+            # a recipe passing a deprecated alias is bad input; a tree that differs fails
+            only_options = not result.differences and not result.apply_error
+            deprecated = any(p.deprecated for p in result.option_problems)
+            fields["exit_code"] = 2 if only_options and deprecated else 1
         return fields
 
     run(ctx, "check", body)

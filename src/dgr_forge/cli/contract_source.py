@@ -48,6 +48,9 @@ FETCH = Command(
                 "method": s("how the commit arrived, e.g. `none`, `fetch`, `clone`"),
                 "shallow": b("the checkout is shallow"),
                 "saved_patch": null(s("`--force`: where the discarded local changes were saved")),
+                "build_number": null(
+                    i("the upstream's own build number at the pin (null: not countable here)")
+                ),
                 "seconds": n("time taken"),
             },
         ),
@@ -129,6 +132,9 @@ STATUS = Command(
                         "url": s("masked"),
                         "commit": s("the pin"),
                         "tree": null(s("the pinned tree")),
+                        "build_number": null(
+                            i("the upstream's build number at the pin, from the manifest")
+                        ),
                         "present": b("the workspace has a checkout"),
                         "head": null(s("its HEAD")),
                         "verified": b("commit and tree verified"),
@@ -253,7 +259,8 @@ CHECK = Command(
                 "option_problems": arr(obj("an option upstream no longer declares"), "problems"),
             },
             may_fail=True,
-            note="exit 1 when not clean",
+            note="exit 1 when not clean; 2 when only recipe options are wrong and one is a "
+            "deprecated alias upstream",
         ),
     ),
 )

@@ -114,7 +114,9 @@ def write_upstream(path: Path) -> list[str]:
     ]
 
 
-def _manifest(url: str, pin: str, tree: str, patches: list[tuple[str, str, str]]) -> str:
+def _manifest(
+    url: str, pin: str, tree: str, number: int, patches: list[tuple[str, str, str]]
+) -> str:
     lines = [
         "# The pin: the demo upstream (a local repository) at an exact commit, and its series.",
         "# Written by `dgr-forge demo`; `dgr-forge export` and `rebase` keep it up to date.",
@@ -125,6 +127,7 @@ def _manifest(url: str, pin: str, tree: str, patches: list[tuple[str, str, str]]
         f'url = "{url}"',
         f'commit = "{pin}"',
         f'tree = "{tree}"',
+        f"build_number = {number}",
         "",
         "[patches]",
         'dir = "patches/llama.cpp"',
@@ -174,7 +177,9 @@ def generate(root: Path) -> DemoRoot:
     (root / "manifests").mkdir()
     series = write_series(root, upstream, pin)
     tree = gitutil.tree_of(upstream, pin)
-    manifest = _manifest(upstream.as_uri(), pin, tree, series)
+    # the upstream's own build number at the pin (its commit count there), as fetch records
+    number = int(gitutil.out(upstream, "rev-list", "--count", pin, "--"))
+    manifest = _manifest(upstream.as_uri(), pin, tree, number, series)
     (root / UPSTREAM_MANIFEST).write_text(manifest)
     (root / "manifests" / "shard-worker.toml").write_text(sources.WORKER_MANIFEST)
     for rel, content in sources.WORKER_FILES.items():

@@ -269,7 +269,8 @@ class LaneBuilder:
         self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
         # the switches found at the configured head: right while the tree is still there
         self.switches = tuple(self.state.launcher_switches)
-        self.args = configure_args(self.forge, self.m, plan, self.switches)
+        self.given = tuple(self.state.build_info)
+        self.args = configure_args(self.forge, self.m, plan, self.switches, self.given)
         self.digest = inputs_digest(self.forge, self.m, plan, self.args, self.snap)
         self.result = LaneResult(
             lane=plan.lane,
@@ -345,7 +346,10 @@ class LaneBuilder:
             self.epoch = source_date_epoch(plan.upstream_dir, self.m.commit)
             # recipes mean what they say, on the tree about to be configured
             options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, self.m.commit)
-            self._pin_switches(launcher_switches(plan.upstream_dir))
+            given = options.taken_as_given(plan.upstream_dir)
+            if "LLAMA_BUILD_NUMBER" in given and self.m.build_number is None:
+                raise _unknown_build_number(self.forge, self.m)
+            self._pin_switches(launcher_switches(plan.upstream_dir), given)
         else:
             self.head = str(st.head_commit)
             self.epoch = int(st.source_date_epoch or 0)
@@ -431,10 +435,10 @@ class LaneBuilder:
         st.in_progress = None
         save_lane_state(self.forge, self.plan.lane, st)
 
-    def _pin_switches(self, switches: tuple[str, ...]) -> None:
+    def _pin_switches(self, switches: tuple[str, ...], given: tuple[str, ...]) -> None:
         """Arguments and digest for the tree about to be configured."""
-        self.switches = switches
-        self.args = configure_args(self.forge, self.m, self.plan, switches)
+        self.switches, self.given = switches, given
+        self.args = configure_args(self.forge, self.m, self.plan, switches, given)
         self.digest = inputs_digest(self.forge, self.m, self.plan, self.args, self.snap)
 
     def _view_commits(self) -> list[str]:
@@ -485,6 +489,7 @@ class LaneBuilder:
         self.programs = programs.start(plan.build_dir, plan.launcher, _program_stamps(self.forge))
         st.inputs_digest = self.digest
         st.launcher_switches = list(self.switches)
+        st.build_info = list(self.given)
         st.head_commit = self.head
         st.source_date_epoch = self.epoch
         st.configured_at = datetime.now(UTC).isoformat()
@@ -653,6 +658,17 @@ class LaneBuilder:
         return False
 
 
+def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
+    return BadInput(
+        f"{forge.rel(m.path)}: [upstream] build_number is missing, and upstream {m.name} "
+        f"compiles its build number in (LLAMA_BUILD_NUMBER): the binaries would claim the "
+        "count of this workspace's history instead of the upstream's",
+        hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to count "
+        f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
+        details={"file": forge.rel(m.path), "key": "upstream.build_number"},
+    )
+
+
 def _program_stamps(forge: Forge) -> Path | None:
     """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
     programs` (a cache: an unusable place keeps none, the build hashes again)."""
@@ -698,6 +714,13 @@ def build(
         root=forge.root,
         worker=spec.source_dir if spec is not None and spec.url is None else None,
     )
+    if m.build_number is None:
+        # the upstream's own version at the pin, once, where the history is (issue 29)
+        from dgr_forge.core.lock import root_lock
+        from dgr_forge.upstream import build_number
+
+        with root_lock(forge, out):  # a manifest write, as export's
+            m = build_number.record(forge, m, None if opts.offline else opts.mirror or m.url, out)
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 
     results: list[LaneResult] = []

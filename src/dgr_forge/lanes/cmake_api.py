@@ -30,6 +30,8 @@ class Target:
     name: str
     kind: str  # EXECUTABLE, SHARED_LIBRARY, ...
     artifacts: tuple[Path, ...]  # absolute
+    # the targets this one depends on (the codemodel's `dependencies`), by name
+    depends: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,13 +97,18 @@ def read_reply(build_dir: Path) -> Reply:
     source_build = Path(codemodel["paths"]["build"])
     targets: list[Target] = []
     configs = codemodel.get("configurations", [])
-    for ref in configs[0].get("targets", []) if configs else []:
+    refs = configs[0].get("targets", []) if configs else []
+    names = {ref.get("id"): ref.get("name") for ref in refs}
+    for ref in refs:
         data = _load(reply_dir / ref["jsonFile"])
         artifacts = []
         for art in data.get("artifacts", []):
             p = Path(art["path"])
             artifacts.append(p if p.is_absolute() else source_build / p)
-        targets.append(Target(data["name"], data["type"], tuple(artifacts)))
+        depends = tuple(
+            str(names[d["id"]]) for d in data.get("dependencies", []) if d.get("id") in names
+        )
+        targets.append(Target(data["name"], data["type"], tuple(artifacts), depends))
 
     cache_data = _load(files["cache"])
     cache = {e["name"]: e["value"] for e in cache_data.get("entries", [])}
@@ -122,15 +129,36 @@ def read_reply(build_dir: Path) -> Reply:
     return Reply(version, tuple(targets), cache, tuple(compilers))
 
 
+def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
+    """`only` and every target they depend on, transitively: the shared libraries a
+    requested target loads at run time are shipped with it (libllama loads libggml,
+    which loads libggml-base and libggml-cpu)."""
+    by_name = {t.name: t for t in reply.targets}
+    seen: set[str] = set()
+    todo = [n for n in only if n in by_name]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += [d for d in by_name[name].depends if d in by_name]
+    return seen
+
+
 def shipped_artifacts(reply: Reply, only: tuple[str, ...] = ()) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact, restricted to `only` targets when given.
+    """(target, file) for every shipped artifact, restricted to `only` targets (and the
+    shared and module libraries they depend on) when given.
 
     Targets that were not built (EXCLUDE_FROM_ALL upstream tools a worker does not link)
     have no file on disk and are left out.
     """
+    wanted = with_dependencies(reply, only) if only else set()
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
-        if target.kind not in SHIPPED or (only and target.name not in only):
+        if target.kind not in SHIPPED:
             continue
+        if only and target.name not in wanted:
+            continue
+        if only and target.name not in only and target.kind == "EXECUTABLE":
+            continue  # a tool the target's build runs (a generator) is not shipped with it
         out += [(target, path) for path in target.artifacts if path.is_file()]
     return out

@@ -70,7 +70,7 @@ def tools(
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
-        version = f"{comp.id} {comp.version}".strip()
+        version = f"{comp.id} {comp.version}".strip() or _probed_version(comp.path)
         found.append(Tool(f"{comp.language.lower()}-compiler", comp.path, version))
     known = {t.path for t in found}
     for name in plan.recipe.tools:
@@ -85,6 +85,16 @@ def tools(
     if spec is not None and spec.url is None:
         placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
     return found, placeholders
+
+
+def _probed_version(path: str) -> str:
+    """A program's version when CMake gives none (its ASM compiler: no id, no version):
+    its own `--version`, else why there is none. A report never has an empty version."""
+    from dgr_forge.lanes.programs import first_line
+
+    if not path or not Path(path).is_absolute():
+        return "unknown: CMake named no program path"
+    return first_line([path, "--version"]) or f"unknown: `{Path(path).name} --version` said none"
 
 
 def _with_programs(
@@ -164,4 +174,6 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
+        upstream_build_number=m.build_number,
+        upstream_build_commit=m.build_commit,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from dgr_forge.core import gitutil
@@ -22,32 +23,58 @@ _DECL = re.compile(
     r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
     re.IGNORECASE,
 )
-# llama.cpp marks renames as `llama_option_depr(WARNING OLD NEW)` (ggml likewise)
+# llama.cpp's deprecation shims: `llama_option_depr(WARNING OLD NEW)` for a rename,
+# `llama_option_depr(WARNING OLD)` for an option that is ignored now (LLAMA_CURL), a
+# FATAL_ERROR type where setting it stops configure (ggml likewise)
 _DEPR = re.compile(
-    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)\s+([A-Za-z_][A-Za-z0-9_]*)",
+    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+([A-Za-z_][A-Za-z0-9_]*))?"
+    r"\s*\)",
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"#[^\n]*")
+# llama.cpp's version: its CMake derives both from git unless they are given
+BUILD_INFO = ("LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT")
+_GIVEN = re.compile(r"\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)", re.IGNORECASE)
 
 
-def declared_options(src: Path) -> tuple[set[str], dict[str, str]]:
-    """CMake cache variables the tree declares, and its deprecated-name renames (old -> new)."""
+def _cmake_texts(src: Path) -> Iterator[str]:
+    """Every tracked CMakeLists.txt and *.cmake of the tree, comments removed."""
     files = gitutil.out(src, "ls-files", "-z").split("\0")
-    names: set[str] = set()
-    renames: dict[str, str] = {}
     for rel in files:
         base = rel.rsplit("/", 1)[-1]
         if base != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue
         try:
-            text = _COMMENT.sub("", (src / rel).read_text(encoding="utf-8", errors="replace"))
+            text = (src / rel).read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
+        yield _COMMENT.sub("", text)
+
+
+def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
+    """CMake cache variables the tree declares, and its deprecated names (old -> the
+    replacement upstream names, None when it names none)."""
+    names: set[str] = set()
+    renames: dict[str, str | None] = {}
+    for text in _cmake_texts(src):
         for m in _DECL.finditer(text):
             names.add(m.group(1) or m.group(2))
         for m in _DEPR.finditer(text):
-            renames[m.group(1)] = m.group(2)
+            renames[m.group(1)] = m.group(2) or None
     return names, renames
+
+
+def taken_as_given(src: Path) -> tuple[str, ...]:
+    """The build-info variables the tree takes from outside when defined (llama.cpp's
+    `if (NOT DEFINED LLAMA_BUILD_NUMBER)`): `build` passes the upstream's own values."""
+    found = {m.group(1) for text in _cmake_texts(src) for m in _GIVEN.finditer(text)}
+    return tuple(n for n in BUILD_INFO if n in found)
+
+
+def deprecated(option: str, new: str | None, commit: str) -> str:
+    """What a recipe option that upstream keeps only as a deprecation shim is, and the fix."""
+    fix = f"use {new}" if new else "no replacement: upstream ignores it, remove it"
+    return f"{option} is deprecated upstream at {commit[:12]} (llama_option_depr): {fix}"
 
 
 def check_options(
@@ -70,9 +97,9 @@ def check_options(
                     OptionProblem(
                         lane,
                         option,
-                        f"{shown}: cmake.options.{option}: upstream {commit[:12]} renamed it "
-                        f"to {new} (deprecated alias); use {new}",
+                        f"{shown}: cmake.options.{option}: {deprecated(option, new, commit)}",
                         renamed_to=new,
+                        deprecated=True,
                     )
                 )
                 continue
@@ -100,14 +127,15 @@ def refuse_undeclared(forge: Forge, recipe: Recipe, src: Path, commit: str) -> N
     bad = []
     for option in wanted:
         if option in renames:
-            bad.append(f"{option} (renamed upstream to {renames[option]})")
+            bad.append(deprecated(option, renames[option], commit))
         elif option not in declared:
             close = difflib.get_close_matches(option, sorted(declared), n=1, cutoff=0.6)
             bad.append(f"{option} (closest declared: {close[0]})" if close else option)
     if bad:
         raise BadInput(
             f"{forge.rel(recipe.path)}: cmake.options not declared by upstream at "
-            f"{commit[:12]}: {'; '.join(bad)}; CMake would silently ignore them",
+            f"{commit[:12]} (or only as a deprecated alias): {'; '.join(bad)}; CMake would "
+            "ignore them or do what the replacement does",
             hint="rename or remove them (`dgr-forge check` lists every lane's options)",
             details={"file": forge.rel(recipe.path), "undeclared": bad},
         )

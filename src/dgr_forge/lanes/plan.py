@@ -200,10 +200,16 @@ def _flags(plan: LanePlan, lang: str) -> str:
 
 
 def configure_args(
-    forge: Forge, m: UpstreamManifest, plan: LanePlan, switches: tuple[str, ...] = ()
+    forge: Forge,
+    m: UpstreamManifest,
+    plan: LanePlan,
+    switches: tuple[str, ...] = (),
+    given: tuple[str, ...] = (),
 ) -> list[str]:
     """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD;
-    `switches` (`launcher_switches` of the tree) are pinned OFF."""
+    `switches` (`launcher_switches` of the tree) are pinned OFF, and the build-info
+    variables the tree takes as given (`options.taken_as_given`) get the upstream's own
+    values: its build number at the pin and the pin + series commit string."""
     spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
@@ -220,6 +226,8 @@ def configure_args(
             languages.append("HIP")
         args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
     args += [f"-D{name}=OFF" for name in switches]
+    values = {"LLAMA_BUILD_NUMBER": m.build_number, "LLAMA_BUILD_COMMIT": m.build_commit}
+    args += [f"-D{name}={values[name]}" for name in given if values.get(name) is not None]
     args += plan.compiler_args
     # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
     langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS

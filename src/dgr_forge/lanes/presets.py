@@ -69,9 +69,12 @@ def render(
     src = forge.src_dir(m.name)
     # the upstream's launcher auto-detection, pinned as `build` pins it (once patched)
     switches = launcher_switches(src) if (src / ".git").exists() else ()
+    from dgr_forge.lanes.options import taken_as_given  # not on the no-op path
+
+    given = taken_as_given(src) if (src / ".git").exists() else ()
     for recipe in recipes:
         plan = plan_lane(forge, m, recipe, doctor, spec, setup)
-        args = configure_args(forge, m, plan, switches)
+        args = configure_args(forge, m, plan, switches, given)
         preset: dict[str, Any] = {
             "name": f"dgr-{recipe.name}",
             "displayName": f"dgr-forge {recipe.name} ({recipe.backend})",

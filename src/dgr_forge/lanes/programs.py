@@ -55,7 +55,8 @@ def _probe_key(cmd: list[str]) -> str | None:
 _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
 
 
-def _first_line(cmd: list[str]) -> str:
+def first_line(cmd: list[str]) -> str:
+    """The first line a program prints for `cmd` (e.g. `--version`), kept per exact file."""
     key = _probe_key(cmd)
     if key is not None and key in _PROBES:
         return _PROBES[key]
@@ -72,7 +73,7 @@ def _internal(compiler: str, lang: str) -> dict[str, str]:
     proper = _INTERNAL.get(lang, ())
     if not proper:
         return {}
-    found = _first_line([compiler, f"-print-prog-name={proper[0]}"])
+    found = first_line([compiler, f"-print-prog-name={proper[0]}"])
     if not found.startswith("/") or not os.path.isfile(found):
         return {}
     out = {proper[0]: found}
@@ -92,7 +93,7 @@ def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
     with ThreadPoolExecutor(max_workers=4) as pool:
         versions = {
-            v: pool.submit(_first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
+            v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
         }
         internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
         for var, path in sorted(compilers.items()):

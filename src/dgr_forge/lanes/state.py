@@ -82,6 +82,8 @@ class LaneState:
     configured_at: str | None = None
     # the upstream's launcher auto-detection switches at head_commit, pinned OFF
     launcher_switches: list[str] = field(default_factory=list)
+    # the build-info variables the tree at head_commit takes as given (`options`)
+    build_info: list[str] = field(default_factory=list)
     # every program configure resolved (`lanes.programs`): name -> path, version, stamp
     programs: dict[str, Any] = field(default_factory=dict)
     # the input files' stamps (`lanes.inputs`): path -> [sha256, size, mtime, ctime, ino, t]
@@ -105,6 +107,9 @@ class LaneState:
         switches = data.get("launcher_switches")
         if isinstance(switches, list) and all(isinstance(n, str) for n in switches):
             state.launcher_switches = list(switches)
+        given = data.get("build_info")
+        if isinstance(given, list) and all(isinstance(n, str) for n in given):
+            state.build_info = list(given)
         state.programs = programs.valid(data.get("programs"))
         state.input_stamps = stamps.valid_map(data.get("input_stamps"))
         epoch = data.get("source_date_epoch")

@@ -21,7 +21,9 @@ SCHEMA = 1
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 
 _TOP_KEYS = {"schema", "upstream", "patches"}
-_UPSTREAM_KEYS = {"name", "url", "commit", "tree"}
+_UPSTREAM_KEYS = {"name", "url", "commit", "tree", "build_number"}
+# llama.cpp is past b10000; a number far beyond any real history is a typo or hostile
+MAX_BUILD_NUMBER = 10**9
 _PATCHES_KEYS = {"dir", "series", "result"}
 _ENTRY_KEYS = {"file", "sha256", "tree"}
 _RESULT_KEYS = {"tree"}
@@ -49,6 +51,14 @@ class UpstreamManifest:
     patches_dir_rel: str  # as written in the manifest
     series: tuple[PatchEntry, ...]
     result_tree: str | None
+    # the upstream's own build number at the pin (its commit count there, llama.cpp's
+    # `b<N>`): what the binaries carry; recorded by fetch, rebase and bump
+    build_number: int | None = None
+
+    @property
+    def build_commit(self) -> str:
+        """The commit string the binaries carry: the pin, and the series on top."""
+        return f"{self.commit[:12]}+{len(self.series)}" if self.series else self.commit[:12]
 
     def patch_path(self, entry: PatchEntry) -> Path:
         return self.patches_dir / entry.file
@@ -118,6 +128,16 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     commit = c.object_id(upstream, "commit", "upstream", required=True)
     assert commit is not None
     tree = c.object_id(upstream, "tree", "upstream", required=False)
+    build_number = c.integer(
+        upstream,
+        "build_number",
+        "upstream",
+        required=False,
+        minimum=1,
+        maximum=MAX_BUILD_NUMBER,
+        fix="remove it: `dgr-forge fetch` records the upstream's own count at the pin "
+        "(`git rev-list --count <commit>` in a full clone)",
+    )
 
     patches = c.table(data.get("patches", {}), "patches")
     c.known_keys(patches, _PATCHES_KEYS, "patches")
@@ -190,6 +210,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         patches_dir_rel=dir_rel,
         series=tuple(series),
         result_tree=result_tree,
+        build_number=build_number,
     )
 
 

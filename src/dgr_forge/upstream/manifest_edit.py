@@ -27,6 +27,23 @@ class SeriesEntry:
     tree: str
 
 
+def with_build_number(text: str, number: int | None) -> str:
+    """The manifest text with `[upstream] build_number` set (None: removed, as when the
+    pin moves and the new count is not known); everything else as written."""
+    try:
+        doc = tomlkit.parse(text)
+    except Exception as err:  # tomlkit raises several unrelated types
+        raise BadInput(f"manifest is not valid TOML: {err}") from None
+    upstream = doc["upstream"]
+    assert isinstance(upstream, Table)
+    if number is None:
+        if "build_number" in upstream:
+            del upstream["build_number"]
+    elif upstream.get("build_number") != number:
+        upstream["build_number"] = number
+    return tomlkit.dumps(doc)
+
+
 def _slug(file: str) -> str:
     return _NUMBER.sub("", file)
 
@@ -39,6 +56,7 @@ def updated_text(
     upstream_commit: str | None = None,
     upstream_tree: str | None = None,
     upstream_url: str | None = None,
+    upstream_build_number: int | None = None,
 ) -> str:
     """The manifest text with the series, result tree (and optionally the pin and the
     upstream URL) replaced.
@@ -51,10 +69,18 @@ def updated_text(
         doc = tomlkit.parse(text)
     except Exception as err:  # tomlkit raises several unrelated types
         raise BadInput(f"manifest is not valid TOML: {err}") from None
-    pin = {"commit": upstream_commit, "tree": upstream_tree, "url": upstream_url}
+    pin: dict[str, str | int | None] = {
+        "commit": upstream_commit,
+        "tree": upstream_tree,
+        "url": upstream_url,
+        "build_number": upstream_build_number,
+    }
     if any(v is not None for v in pin.values()):
         upstream = doc["upstream"]
         assert isinstance(upstream, Table)
+        moved = upstream_commit is not None and upstream.get("commit") != upstream_commit
+        if moved and upstream_build_number is None and "build_number" in upstream:
+            del upstream["build_number"]  # the old pin's number: never a wrong one
         for key, value in pin.items():
             if value is not None:
                 upstream[key] = value

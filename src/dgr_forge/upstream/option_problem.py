@@ -12,3 +12,5 @@ class OptionProblem:
     option: str
     message: str
     renamed_to: str | None = None
+    # upstream keeps the option only as a deprecation shim (exit 2: the recipe must change)
+    deprecated: bool = False

@@ -39,6 +39,8 @@ class UpstreamStatus:
     tree: str | None  # the pinned tree, when the manifest has one
     src_dir: Path
     present: bool  # the work tree exists and is a git repository
+    # the upstream's own build number at the pin, as the manifest records it
+    build_number: int | None = None
     head: str | None = None
     pin_present: bool = False  # the pinned commit and its whole tree are in the workspace
     at_pin: bool = False  # HEAD is exactly the pin
@@ -80,6 +82,7 @@ def workspace_status(
         commit=m.commit,
         tree=m.tree,
         src_dir=ws.src,
+        build_number=m.build_number,
         present=ws.exists,
     )
     if not st.present:

@@ -113,6 +113,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         commit=state.new_commit,
         tree=state.new_tree,
         url=state.new_url if state.new_url != m.url else None,
+        build_number=_build_number(forge, src, state, m),
     )
     entries = [(p.file, p.data) for p in rendered]
     jdir = journal_dir(forge)
@@ -142,12 +143,32 @@ def manifest_text(
     commit: str,
     tree: str,
     url: str | None,
+    build_number: int | None = None,
 ) -> str:
     """The manifest re-pinned: the patch helper's editor (comments and key order kept),
-    plus the upstream URL when `--url` moved it."""
+    plus the upstream URL when `--url` moved it and the new pin's build number (None:
+    the old one is dropped, `fetch` counts it later)."""
     return manifest_edit.updated_text(
-        text, series, result_tree, upstream_commit=commit, upstream_tree=tree, upstream_url=url
+        text,
+        series,
+        result_tree,
+        upstream_commit=commit,
+        upstream_tree=tree,
+        upstream_url=url,
+        upstream_build_number=build_number,
     )
+
+
+def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManifest) -> int | None:
+    """The upstream's build number at the new pin (issue 29): unchanged pin, the recorded
+    one; else counted (the workspace's history, or a commit-only fetch), None when not."""
+    if state.new_commit == m.commit:
+        return m.build_number
+    if state.canary:  # a dry run's scratch forge writes no manifest anyone keeps
+        return None
+    from dgr_forge.upstream import build_number
+
+    return build_number.count(src, state.fetch_url, state.new_commit, forge.tmp_dir)[0]
 
 
 def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:

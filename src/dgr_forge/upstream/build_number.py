@@ -1,0 +1,139 @@
+"""The upstream's own build number at the pin (issue 29): llama.cpp's `b<N>`, its
+`git rev-list --count` at the commit, which its CMake compiles in as LLAMA_BUILD_NUMBER.
+
+A depth-1 workspace cannot count it (its history is one commit), so the number is counted
+once, where the history is, and recorded in the manifest (`[upstream] build_number`):
+
+* the workspace itself when it holds the pin's whole history (not shallow): no transfer;
+* else a commit-only fetch of the pin's history (`--filter=tree:0`: no trees, no blobs)
+  into a scratch repository, from the upstream or the mirror; a server that ignores the
+  filter sends more, never a wrong count (a local repository is fetched without one: its
+  transport ignores it, and git 2.39 loops on a filtered fetch from a shallow one). A
+  shallow or partial server's history is refused (its count would be short).
+
+Never a guess: when neither can count, the answer is None and the caller says so.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.urls import check_url, mask_text
+
+# a commit-only fetch of llama.cpp's ~10k commits takes seconds; a stuck server, not forever
+FETCH_TIMEOUT = 900
+
+if TYPE_CHECKING:
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.core.output import Reporter
+    from dgr_forge.upstream.manifest import UpstreamManifest
+
+
+def _shallow(repo: Path) -> bool:
+    return gitutil.out(repo, "rev-parse", "--is-shallow-repository") == "true"
+
+
+def local_count(src: Path, commit: str) -> int | None:
+    """The count at `commit` from a repository holding its whole history, else None."""
+    if not (src / ".git").exists() or gitutil.rev_parse(src, commit) != commit:
+        return None
+    if _shallow(src):
+        return None
+    return int(gitutil.out(src, "rev-list", "--count", commit, "--"))
+
+
+def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int | None, str]:
+    """(the upstream's count at `commit`, how it was found or why not)."""
+    here = local_count(src, commit)
+    if here is not None:
+        return here, "counted in the workspace's full history"
+    if url is None:
+        return None, "the workspace is shallow and no upstream may be contacted (--offline)"
+    check_url(url, "upstream url")  # data, never an option
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))
+    try:
+        gitutil.git(None, "init", "-q", "--bare", str(scratch))
+        # commits only from a server that filters (a local one never does: it would
+        # ignore the filter); --update-shallow: a shallow server's history is taken as
+        # shallow, and refused below, never counted short
+        only_commits = [] if gitutil.is_local_url(url) else ["--filter=tree:0"]
+        try:
+            proc = gitutil.git(
+                scratch,
+                "fetch",
+                "-q",
+                "--no-tags",
+                "--update-shallow",
+                *only_commits,
+                "--",
+                url,
+                commit,
+                check=False,
+                isolated=False,  # a network call: the user's credentials and proxies apply
+                config=gitutil.protocol_policy(url),
+                env={"GIT_NO_LAZY_FETCH": "1"},
+                timeout=FETCH_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:
+            return None, f"fetching the pin's history took over {FETCH_TIMEOUT} s"
+        if proc.returncode != 0:
+            last = (proc.stderr.strip().splitlines() or ["git fetch failed"])[-1]
+            return None, f"fetching the pin's history failed: {mask_text(last)}"
+        if gitutil.rev_parse(scratch, commit) != commit:
+            return None, "the server did not send the pinned commit"
+        if _shallow(scratch):
+            return None, "the server's own history is shallow: its count would be short"
+        # a commit the server lacks (its copy is shallow or partial) is never asked for
+        # again behind our back (a promisor remote's lazy fetch): the count fails instead
+        counted = gitutil.git(
+            scratch,
+            "rev-list",
+            "--count",
+            commit,
+            "--",
+            check=False,
+            env={"GIT_NO_LAZY_FETCH": "1"},
+        )
+        if counted.returncode != 0 or not counted.stdout.strip().isdigit():
+            return None, (
+                "the server's history of the pin is incomplete (a shallow or partial copy): "
+                "its count would be short"
+            )
+        shown = "its commits only" if only_commits else "a local repository"
+        return int(counted.stdout), f"counted from the pin's history ({shown})"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def record(forge: Forge, m: UpstreamManifest, url: str | None, out: Reporter) -> UpstreamManifest:
+    """`m` with its build number: as the manifest records it, else counted and written to
+    the manifest (`[upstream] build_number`; the caller holds the root lock) and `m`
+    loaded again. Not countable here: `m` as it was, and a warning saying how to fix it
+    (never a guess)."""
+    if m.build_number is not None:
+        return m
+    from dgr_forge.core.fsutil import atomic_write_text
+    from dgr_forge.upstream import manifest, manifest_edit
+
+    number, how = count(forge.src_dir(m.name), url, m.commit, forge.tmp_dir)
+    if number is None:
+        out.warn(
+            f"{m.name}: the upstream's build number at {m.commit[:12]} is unknown ({how}); "
+            "`build` needs it for an upstream that compiles it in: run `dgr-forge fetch` "
+            "with network access (or --mirror a full clone), or set [upstream] build_number "
+            f"in {forge.rel(m.path)} to `git rev-list --count {m.commit}` of a full clone"
+        )
+        return m
+    text = m.path.read_text(encoding="utf-8")
+    atomic_write_text(m.path, manifest_edit.with_build_number(text, number))
+    out.info(
+        f"{m.name}: build number b{number} at {m.commit[:12]} ({how}), recorded in "
+        f"{forge.rel(m.path)}"
+    )
+    return manifest.load(m.path, forge.root)
