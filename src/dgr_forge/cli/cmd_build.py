@@ -195,7 +195,7 @@ def lanes(
                 (
                     r["lane"],
                     r["backend"],
-                    "buildable" if r["buildable"] else r["missing"],
+                    r["summary"],
                     f"{with_stale(r['last_build'])} {r['last_build']['time']}"
                     if r["last_build"]
                     else "never",
