@@ -315,3 +315,32 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(tmp_path: Path) -> No
     assert "\x1b[" in coloured, "a terminal gets styling (table headers)"
     plain = _on_a_terminal(args, {"NO_COLOR": "1"})
     assert "\x1b[" not in plain and "cpu" in plain
+
+
+def test_one_boundary_keeps_the_details_and_the_interrupt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An error raised before `run` keeps its details (the second boundary dropped them);
+    Ctrl-C inside a body is exit 130 `interrupted`, as from anywhere else."""
+
+    def refuses(ctx: typer.Context) -> None:
+        raise BadInput("no such lane: zz", hint="pick one", details={"lane": "zz"})
+
+    def interrupted(ctx: typer.Context) -> None:
+        def body(env: Any) -> dict[str, Any]:
+            raise KeyboardInterrupt
+
+        run(ctx, "zz-interrupted", body)
+
+    app.command("zz-details")(refuses)
+    app.command("zz-interrupted")(interrupted)
+    try:
+        assert _main(["zz-details", "--json"]) == 2
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["lane"] == "zz" and payload["hint"] == "pick one", payload
+        assert _main(["zz-interrupted", "--json"]) == 130
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["error"] == "interrupted"
+        assert "interrupted" in captured.err
+    finally:
+        del app.registered_commands[-2:]

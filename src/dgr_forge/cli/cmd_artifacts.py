@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.core.errors import BadInput, ForgeError
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only `artifacts` itself should pay for requests/urllib3.
@@ -98,7 +98,7 @@ def provision(
     With --layers, only the split files holding those layers' tensors, the metadata split
     and (--first / --last) the embeddings' and output head's; --dry-run says which."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
@@ -106,10 +106,7 @@ def provision(
         result = artifacts.provision(
             m, dest, env.out, mirror=mirror, jobs=jobs, selection=selection, dry_run=dry_run
         )
-        fields = result.to_json()
-        if not result.ok:
-            fields["exit_code"] = ExitCode.FAILED
-        return fields
+        return Outcome.of(result.to_json(), result.ok)
 
     run(ctx, "artifacts provision", body)
 
@@ -127,16 +124,13 @@ def verify(
     With --layers, the files those layers need; without it, what DEST records it was
     provisioned for (or every file), and which layer ranges the files can serve."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
         selection = _selection(m, layers, False, False)
         result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
-        fields = result.to_json()
-        if result.bad:
-            fields["exit_code"] = ExitCode.FAILED
-        return fields
+        return Outcome.of(result.to_json(), not result.bad)
 
     run(ctx, "artifacts verify", body)
 
@@ -161,7 +155,7 @@ def make_manifest(
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.core.fsutil import atomic_write_text
         from dgr_forge.core.urls import mask
         from dgr_forge.models import artifacts

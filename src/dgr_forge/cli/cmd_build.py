@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complete_lanes
 
 # Library modules are imported inside each command: every CLI start registers all
@@ -69,8 +69,7 @@ def build(
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
 
-    def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.core.errors import ExitCode
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
 
         opts = build_mod.BuildOptions.resolve(
@@ -106,9 +105,8 @@ def build(
         }
         failed = result.failed
         if failed is not None:
-            payload["exit_code"] = ExitCode.FAILED
             payload["error"] = f"{failed.lane} lane build failed; log: {failed.log}"
-        return payload
+        return Outcome.of(payload, failed is None)
 
     run(ctx, "build", body)
 
@@ -128,7 +126,7 @@ def doctor(
 ) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import doctor as doctor_mod
         from dgr_forge.lanes.recipes import select
 
@@ -137,8 +135,7 @@ def doctor(
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
         from dgr_forge.lanes import cache as cache_mod
 
-        result = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
-        checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
+        result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         if lane:
             checks = doctor_mod.gate(result, checks, list(lane))
         rows = [
@@ -160,7 +157,7 @@ def doctor(
                 env.out.info(f"    {check.summary()}")
             for line in check.reasons():
                 env.out.info(f"    {line}")
-        return result
+        return Outcome.of(result, not result.get("unbuildable"))
 
     run(ctx, "doctor", body)
 
@@ -178,7 +175,7 @@ def lanes(
 ) -> None:
     """The lane matrix: backend, buildable here, last build, certified."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys as keys_mod
         from dgr_forge.lanes import matrix as lanes_mod
         from dgr_forge.lanes.inputs import with_stale
@@ -241,7 +238,7 @@ def presets(
 ) -> None:
     """CMakeUserPresets.json with a configure + build preset per lane."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import presets as presets_mod
 
         with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
 
 
 @app.command()
@@ -49,12 +49,12 @@ def bump(
     Found by bisecting first-parent history; names the first commit that breaks a patch.
     Exit 0 when the target was reached, 3 when a patch stopped it short."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream.fetch import resolve_mirror
         from dgr_forge.upstream.rebase.bump import bump as bump_
 
         with env.session(lock=True, recover=True, refuse_rebase=True) as s:
-            return bump_(
+            result = bump_(
                 env.forge,
                 env.out,
                 s.manifest,
@@ -62,6 +62,7 @@ def bump(
                 dry_run=dry_run,
                 report=report,
                 mirror=resolve_mirror(mirror),
-            ).as_dict()
+            )
+        return Outcome(result.as_dict(), result.exit_code)
 
     run(ctx, "bump", body)

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.context import Session
-from dgr_forge.core.errors import ExitCode
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -49,7 +48,7 @@ def patch(
     Commits of your own on top are kept: when the series on disk moved, they are replayed
     on the new series (a conflict stops; `--continue` / `--abort`)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.core.errors import BadInput
         from dgr_forge.upstream.transfer import resolve_mirror
         from dgr_forge.upstream.workspace import refuse_during_rebase
@@ -109,7 +108,7 @@ def _patch(
     }
 
 
-def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str, Any]:
+def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
     from dgr_forge.upstream import patches
 
     m = s.manifest
@@ -135,14 +134,14 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
             f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
             f"(`git checkout -- {m.patches_dir_rel}`)"
         )
-    return {
-        "exit_code": ExitCode.OK if ok else ExitCode.FAILED,
+    fields = {
         "upstream": m.name,
         "commit": m.commit,
         "applies": applies,
         "changed_on_disk": changed,
         "patches": [r.as_dict() for r in results],
     }
+    return Outcome.of(fields, ok)
 
 
 @app.command()
@@ -159,7 +158,7 @@ def export(
 ) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream.export import export_workspace
 
         # both locks before the manifest is read: another workspace's export of the same

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -60,7 +60,7 @@ def rebase(
 ) -> None:
     """Replay the patch series onto a new upstream commit (3-way); resumable."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 
@@ -100,7 +100,7 @@ def rebase(
         fetch_from = resolve_mirror(mirror)
         with env.session(lock=True, recover=True) as s:
             if dry_run:
-                return rebase_mod.dry_run(
+                dry = rebase_mod.dry_run(
                     s.forge,
                     env.out,
                     s.manifest,
@@ -109,7 +109,8 @@ def rebase(
                     mirror=fetch_from,
                     offline=offline,
                     report=report,
-                ).as_dict()
+                )
+                return Outcome(dry.as_dict(), dry.exit_code)
             return rebase_mod.start(
                 s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
             ).as_dict()
@@ -127,7 +128,7 @@ def check(
 
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import options as options_mod
         from dgr_forge.upstream import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
@@ -144,12 +145,12 @@ def check(
                 mirror=fetch_from,
                 offline=offline,
             )
-        fields = result.as_dict()
+        code = ExitCode.OK
         if not result.ok:
             # a recipe passing a deprecated alias is bad input; a tree that differs fails
             only_options = not result.differences and not result.apply_error
             deprecated = any(p.deprecated for p in result.option_problems)
-            fields["exit_code"] = 2 if only_options and deprecated else 1
-        return fields
+            code = ExitCode.BAD_INPUT if only_options and deprecated else ExitCode.FAILED
+        return Outcome(result.as_dict(), code)
 
     run(ctx, "check", body)

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -31,7 +31,7 @@ def keygen(
 ) -> None:
     """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
 
         path = (out or keys.default_key_path()).expanduser()
@@ -52,7 +52,7 @@ def show(
 ) -> None:
     """Print a readable summary of a report (--json: the statement too). Does not verify."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import reports as reports_mod
 
         loaded = reports_mod.load(report)
@@ -108,7 +108,7 @@ def verify(
 ) -> None:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -126,7 +126,7 @@ def verify(
             for failure in v.failures:
                 env.out.error(failure)
             env.out.info(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
-            return {"exit_code": ExitCode.FAILED, **fields}
+            return Outcome.of(fields, False)
         checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
         env.out.info(f"{report}: OK (signature, payload type, statement{checked})")
         return fields
@@ -146,7 +146,7 @@ def compare(
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -161,7 +161,7 @@ def compare(
         if not c.identical:
             what = "differ" if c.a.ok and c.b.ok else "do not both verify"
             env.out.info(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
-            return {"exit_code": ExitCode.FAILED, **c.as_dict()}
+            return Outcome.of(c.as_dict(), False)
         count = len(reports_mod.subject_digests(c.a))
         env.out.info(f"{a} and {b}: identical subjects ({count} artifact(s))")
         return c.as_dict()
@@ -189,7 +189,7 @@ def certify_command(
 ) -> None:
     """Record, signed, that this exact lane/recipe/report passed on real hardware."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import certify as certify_mod
         from dgr_forge.attest import keys
         from dgr_forge.lanes.inputs import tool_versions, worker_identity

@@ -10,10 +10,8 @@ traceback. Only a genuine bug (any other exception) still prints its traceback.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
-import traceback
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
@@ -22,12 +20,9 @@ import typer
 
 from dgr_forge import __version__
 from dgr_forge.cli import helpstyle
-from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
+from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json, fail
 from dgr_forge.cli.commands import register_for
-from dgr_forge.cli.failures import as_forge_error, debug_enabled
-from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
-from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import shown
+from dgr_forge.core.errors import BadInput
 
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
@@ -113,53 +108,19 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
             stream.close()
 
 
-def _report(err: ForgeError, command: str, as_json: bool) -> int:
-    Reporter(json_mode=as_json).error(str(err))
-    if as_json:
-        emit_json(command, err.exit_code, {"error": err.message, "hint": err.hint, **err.details})
-    return int(err.exit_code)
-
-
 def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
     """Run the app's Click command `root`; every way out becomes an exit code (and, with
-    --json, one JSON object)."""
+    --json, one JSON object): an error through the one boundary, `app.fail`."""
     try:
         # `app(...)` would rebuild the Click command (~15 ms at every start); with pretty
         # exceptions off, calling the built one is the same thing.
         result = root(args=args, prog_name="dgr-forge", standalone_mode=False)
         return result if isinstance(result, int) else 0
-    except ForgeError as err:  # raised outside `run` (an option callback, a sub-app)
-        Reporter(json_mode=as_json).error(str(err))
-        if as_json:
-            emit_json(command, err.exit_code, {"error": err.message, "hint": err.hint})
-        return int(err.exit_code)
-    except Exception as err:
-        known = as_forge_error(err)
-        if known is not None:
-            if debug_enabled():
-                traceback.print_exc()
-            return _report(known, command, as_json)
-        # Usage errors (bad flag, missing argument) carry `show` and `format_message` in
-        # every Typer/Click version; match that shape rather than a private class.
-        show = getattr(err, "show", None)
-        if show is not None and hasattr(err, "format_message"):
-            text = io.StringIO()
-            show(file=text)  # Click echoes the argument: escaped like every input shown
-            sys.stderr.write(shown(text.getvalue()))
-            sys.stderr.flush()
-            if as_json:
-                message = err.format_message() or "missing command (usage printed on stderr)"
-                emit_json(command, ExitCode.BAD_INPUT, {"error": message})
-            return int(ExitCode.BAD_INPUT)
-        if type(err).__name__ == "Abort":
-            if as_json:
-                emit_json(command, 130, {"error": "aborted"})
-            return 130
-        if not as_json:
+    except (Exception, KeyboardInterrupt) as err:
+        code = fail(err, command, as_json)
+        if code is None:
             raise
-        traceback.print_exc()  # a bug: the trace goes to stderr, the contract still holds
-        emit_json(command, ExitCode.FAILED, {"error": f"internal error: {err!r}"})
-        return int(ExitCode.FAILED)
+        return code
 
 
 def _nul_argument(args: list[str]) -> BadInput | None:
@@ -191,7 +152,7 @@ def main(argv: list[str] | None = None) -> None:
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json):
         nul = _nul_argument(args)
-        code = _report(nul, command, as_json) if nul else _invoke(root, args, command, as_json)
+        code = fail(nul, command, as_json) or 0 if nul else _invoke(root, args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
             fields: dict[str, Any] = {}
