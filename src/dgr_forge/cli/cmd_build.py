@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complete_lanes
+from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
+from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -18,30 +19,18 @@ from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complet
 @app.command()
 def build(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--lane",
-            "-l",
-            help="Lane to build (repeatable; default cpu).",
-            autocompletion=complete_lanes,
-        ),
-    ] = None,
+    lane: Lanes = None,
     worker: Annotated[
         Path | None,
         typer.Option(
             "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
         ),
     ] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compile jobs.")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Signing key (path).")] = None,
+    jobs: Jobs = None,
+    key: Key = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
-    mirror: Annotated[
-        str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")
-    ] = None,
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
-    ] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
     cache: Annotated[
         str | None,
         typer.Option(
@@ -58,16 +47,13 @@ def build(
             autocompletion=complete_cache_mode,
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Move a git worker checkout holding edits or commits of your own (saved "
-            "under the workspace's logs/ first).",
-        ),
-    ] = False,
+    force: Force = False,
 ) -> None:
-    """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
+    """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
+
+    `--lane` defaults to cpu; `--jobs`: parallel compile jobs; `--force` moves a git worker
+    checkout holding edits or commits of your own (saved under the workspace's logs/
+    first)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
@@ -114,17 +100,11 @@ def build(
 @app.command()
 def doctor(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--lane",
-            "-l",
-            help="Exit 1 unless this lane can build here (repeatable).",
-            autocompletion=complete_lanes,
-        ),
-    ] = None,
+    lane: Lanes = None,
 ) -> None:
-    """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
+    """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
+
+    With `--lane`: exit 1 unless every lane named can build here."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import doctor as doctor_mod
@@ -168,10 +148,7 @@ def lanes(
     advertised: Annotated[
         bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
     ] = False,
-    key: Annotated[
-        list[str] | None,
-        typer.Option("--key", help="Also trust this public key (besides trusted-keys/)."),
-    ] = None,
+    key: TrustedKeys = None,
 ) -> None:
     """The lane matrix: backend, buildable here, last build, certified."""
 
@@ -220,10 +197,7 @@ def lanes(
 @app.command()
 def presets(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option("--lane", "-l", help="Only these lanes.", autocompletion=complete_lanes),
-    ] = None,
+    lane: Lanes = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
     print_: Annotated[
         bool, typer.Option("--print", help="Print instead of writing the file.")
@@ -236,7 +210,7 @@ def presets(
         ),
     ] = None,
 ) -> None:
-    """CMakeUserPresets.json with a configure + build preset per lane."""
+    """CMakeUserPresets.json with a configure + build preset per lane (`--lane`: only those)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import presets as presets_mod

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Mirror
 
 
 @app.command()
@@ -34,15 +35,7 @@ def bump(
         Path | None,
         typer.Option("--report", metavar="PATH", help="Write the Markdown report here."),
     ] = None,
-    mirror: Annotated[
-        str | None,
-        typer.Option(
-            "--mirror",
-            metavar="URL",
-            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still "
-            "verified.",
-        ),
-    ] = None,
+    mirror: Mirror = None,
 ) -> None:
     """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.
 

@@ -9,6 +9,7 @@ import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.context import Session
+from dgr_forge.cli.options import Force, Mirror, Offline
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -27,11 +28,8 @@ def patch(
             help="Apply in a scratch index and report per patch; touch nothing.",
         ),
     ] = False,
-    mirror: Annotated[
-        str | None,
-        typer.Option("--mirror", metavar="URL", help="Fetch from this mirror if needed."),
-    ] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
     resume: Annotated[
         bool,
         typer.Option(
@@ -147,16 +145,12 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
 @app.command()
 def export(
     ctx: typer.Context,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Overwrite a series that moved on disk since this workspace was patched "
-            "(the replaced files are saved under the workspace's logs/ first).",
-        ),
-    ] = False,
+    force: Force = False,
 ) -> None:
-    """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
+    """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits.
+
+    `--force` overwrites a series that moved on disk since this workspace was patched (the
+    replaced files are saved under the workspace's logs/ first)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream.export import export_workspace

@@ -8,17 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Mirror, Offline
 from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
-
-_MIRROR = typer.Option(
-    "--mirror",
-    metavar="URL",
-    help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still verified.",
-)
-_OFFLINE = typer.Option("--offline", help="Never touch the network.")
 
 
 @app.command()
@@ -55,8 +49,8 @@ def rebase(
         Path | None,
         typer.Option("--report", metavar="PATH", help="With --dry-run: write a Markdown report."),
     ] = None,
-    mirror: Annotated[str | None, _MIRROR] = None,
-    offline: Annotated[bool, _OFFLINE] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
 ) -> None:
     """Replay the patch series onto a new upstream commit (3-way); resumable."""
 
@@ -121,8 +115,8 @@ def rebase(
 @app.command()
 def check(
     ctx: typer.Context,
-    mirror: Annotated[str | None, _MIRROR] = None,
-    offline: Annotated[bool, _OFFLINE] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
 ) -> None:
     """CI gate: a fresh fetch, apply and re-export reproduce patches/ and the manifest.
 

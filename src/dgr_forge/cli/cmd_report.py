@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Force, Key
 from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -27,9 +28,11 @@ def keygen(
         Path | None,
         typer.Option("--out", help="Private key path (default: the user's config directory)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing key.")] = False,
+    force: Force = False,
 ) -> None:
-    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
+    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.
+
+    `--force` replaces an existing key."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
@@ -98,10 +101,7 @@ def _artifact_base(env: Env, report: Path) -> Path:
 def verify(
     ctx: typer.Context,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
-    key: Annotated[
-        str | None,
-        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
-    ] = None,
+    key: Key = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
@@ -139,10 +139,7 @@ def compare(
     ctx: typer.Context,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
-    key: Annotated[
-        str | None,
-        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
-    ] = None,
+    key: Key = None,
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
@@ -179,9 +176,7 @@ def certify_command(
     hardware: Annotated[
         str | None, typer.Option("--hardware", help="Describe the hardware (default: probe it).")
     ] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", help="Signing key (default: DGR_SIGNING_KEY, yours).")
-    ] = None,
+    key: Key = None,
     report_key: Annotated[
         str | None,
         typer.Option("--report-key", help="Public key the report must verify with."),

@@ -1,0 +1,43 @@
+"""The options several commands share read the same everywhere: one declaration each
+(`cli/options.py`), one help text, whichever command shows it."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import typer
+
+from dgr_forge.cli.app import app
+from dgr_forge.cli.commands import register_all
+
+SHARED = ("--mirror", "--offline", "--force", "--key", "--jobs", "--lane")
+
+
+def _params() -> dict[str, list[tuple[str, Any]]]:
+    register_all()
+    found: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+
+    def visit(node: Any, path: tuple[str, ...]) -> None:
+        subs = getattr(node, "commands", None)
+        if isinstance(subs, Mapping):
+            for name in subs:
+                visit(subs[name], (*path, name))
+            return
+        for param in node.params:
+            for opt in param.opts:
+                found[opt].append((" ".join(path), param))
+
+    visit(typer.main.get_command(app), ())
+    return found
+
+
+def test_each_shared_option_has_one_help_text() -> None:
+    params = _params()
+    for opt in SHARED:
+        uses = params[opt]
+        assert len(uses) >= 2, (opt, uses)
+        # `lanes --key` trusts many public keys: its own declaration, repeatable
+        helps = {p.help for cmd, p in uses if not (opt == "--key" and cmd == "lanes")}
+        assert len(helps) == 1, (opt, sorted((cmd, p.help) for cmd, p in uses))
