@@ -41,3 +41,19 @@ def test_each_shared_option_has_one_help_text() -> None:
         # `lanes --key` trusts many public keys: its own declaration, repeatable
         helps = {p.help for cmd, p in uses if not (opt == "--key" and cmd == "lanes")}
         assert len(helps) == 1, (opt, sorted((cmd, p.help) for cmd, p in uses))
+
+
+def test_the_line_is_read_once() -> None:
+    """`cli.argv.read`: the global options hoisted, the command's words, `--json`, a NUL
+    byte found where it is; nothing after `--` is an option or a word."""
+    from dgr_forge.cli.argv import read
+
+    line = read(["build", "--lane", "cuda", "--json", "--root", "r", "--", "--json", "x"])
+    assert line.args == ["--json", "--root", "r", "build", "--lane", "cuda", "--", "--json", "x"]
+    assert line.words == ["build", "cuda"] and line.first == "build" and line.as_json
+    assert line.nul is None
+    assert not read(["status", "--", "--json"]).as_json
+    assert read(["--root", "a\x00b", "status"]).nul == "--root"
+    assert read(["fetch", "--mirror=u\x00"]).nul == "--mirror"
+    assert read(["report", "show", "r\x00"]).nul == "argument 3"
+    assert read(["--", "status"]).first is None and read(["-x", "status"]).first == "-x"
