@@ -7,7 +7,8 @@ tests import this module (msgspec stays off the no-op commands' start).
 
 A form's fields come after the envelope (`ok`, `exit_code`, `command`); a field without
 a default is required, `UNSET` marks one that may be absent, `X | None` one that may be
-null. A form is closed (`forbid_unknown_fields`); nested objects are open to new keys.
+null. A form is closed (`forbid_unknown_fields`); nested objects are open to new keys. A
+nested object's docstring is its meaning (a field of that type says it only to differ).
 """
 
 from __future__ import annotations
@@ -82,9 +83,6 @@ class LastBuild(Nested, kw_only=True):
             "`worker` (empty: it is current; a build recorded by an older forge: all)"
         ),
     ] = UNSET
-
-
-LAST_BUILD = d("the lane's last build in this workspace (null: never built here)")
 
 
 class Cache(Nested, kw_only=True):
@@ -318,23 +316,21 @@ class StatusPatches(Nested, kw_only=True):
             "`state` replayed/skipped/conflict/pending) and `conflict` (the commit it stopped on)"
         ),
     ]
-    moved_since_patched: Annotated[
-        Drift | None, d("what changed on disk since this workspace was patched")
-    ]
+    moved_since_patched: Drift | None
 
 
 class LaneLastBuild(Nested, kw_only=True):
     """a lane built in this workspace"""
 
     lane: Annotated[str, d("the lane")]
-    last_build: Annotated[LastBuild | None, LAST_BUILD]
+    last_build: LastBuild | None
 
 
 class Status(Form, kw_only=True):
     title = "status"
 
-    upstream: Annotated[StatusUpstream, d("the upstream checkout")]
-    patches: Annotated[StatusPatches, d("the series")]
+    upstream: StatusUpstream
+    patches: StatusPatches
     lanes: Annotated[
         list[LaneLastBuild],
         d(
@@ -429,8 +425,8 @@ class RebaseDryRun(Form, kw_only=True):
     version: Annotated[int, d("1")]
     upstream: Annotated[str, d("the upstream's name")]
     onto: Annotated[str, d("`--onto` as given")]
-    old: Annotated[PinSide, d("a side of the rebase")]
-    new: Annotated[PinSide, d("a side of the rebase")]
+    old: PinSide
+    new: PinSide
     result_tree: Annotated[
         str | None, d("the series' result tree (null when not replayed to the end)")
     ]
@@ -517,13 +513,7 @@ class BuildLane(Nested, kw_only=True):
     log: Annotated[str | None, d("the `build-<lane>.log` link")]
     log_file: Annotated[str | None, d("this build's own log")]
     build_dir: Annotated[str, d("the lane's build directory")]
-    cache: Annotated[
-        Cache,
-        d(
-            "the compiler cache this build used; the same object is the report's "
-            "`compilerCache` (see docs/distributed-compilation.md)"
-        ),
-    ]
+    cache: Cache
     timings: Annotated[dict[str, float], d("seconds per phase")]
     rebuilt: Annotated[
         Strs | UnsetType, d("artifacts found changed on disk and rebuilt (only when any)")
@@ -547,7 +537,7 @@ class Build(Form, kw_only=True):
         "upstream or git-worker tree is exit 3 with `changes`"
     )
 
-    upstream: Annotated[BuildUpstream, d("what was built")]
+    upstream: BuildUpstream
     worker: Annotated[str | None, d("the worker project")]
     lanes: Annotated[list[BuildLane], d("per lane")]
     error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
@@ -562,7 +552,7 @@ class LaneRow(Nested, kw_only=True):
     buildable: Annotated[bool, d("it can build on this host")]
     missing: Annotated[list[Missing], d("what is missing (the same rows as `doctor`'s)")]
     summary: Annotated[str, d("one line: `buildable`, or what is missing")]
-    last_build: Annotated[LastBuild | None, LAST_BUILD]
+    last_build: LastBuild | None
     certified: Annotated[bool, d("a valid hardware certification")]
     certification: Annotated[
         Obj,
@@ -639,13 +629,7 @@ class Doctor(Form, kw_only=True):
     tools: Annotated[list[Obj], d("tools")]
     libraries: Annotated[list[Obj], d("libraries")]
     compiler_launcher: Annotated[str | None, d("the compiler launcher")]
-    cache: Annotated[
-        DoctorCache,
-        d(
-            "what `build` would use now as compiler cache (from `DGR_CACHE` / "
-            "`DGR_CACHE_MODE`, default `auto` / `rw`); never a credential: URLs are masked"
-        ),
-    ]
+    cache: DoctorCache
     lanes: Annotated[list[DoctorLane], d("per lane (narrowed by `--lane`)")]
     selected: Annotated[Strs | UnsetType, d("with `--lane`: the lanes asked for")] = UNSET
     unbuildable: Annotated[Strs | UnsetType, d("with `--lane`: those that cannot build here")] = (
@@ -703,8 +687,8 @@ class ReportCompare(Form, kw_only=True):
     note = "exit 1 when a report does not verify or they differ"
 
     identical: Annotated[bool, d("same subjects, same digests")]
-    a: Annotated[Verification, d("a report's verification")]
-    b: Annotated[Verification, d("a report's verification")]
+    a: Verification
+    b: Verification
     differences: Annotated[list[SubjectDifference], d("per subject")]
 
 
@@ -738,7 +722,7 @@ class Certify(Form, kw_only=True):
     hardware: Annotated[Obj, d("`description`, `probed`")]
     certified_on: Annotated[str, d("when (ISO 8601, UTC)")]
     keyid: Annotated[str, d("the signing key's id")]
-    inputs: Annotated[CertifyInputs, d("the inputs it binds besides recipe, pin and series")]
+    inputs: CertifyInputs
 
 
 # --- CI ---------------------------------------------------------------------------------------

@@ -139,7 +139,10 @@ class Doc:
         if isinstance(branches, list):
             rest = [b for b in branches if b.get("type") != "null"]
             if len(rest) == 1 and len(rest) < len(branches):
-                return {**self.resolve(rest[0]), "description": schema.get("description", "")}, True
+                inner = self.resolve(rest[0])
+                if schema.get("description"):
+                    inner = {**inner, "description": schema["description"]}
+                return inner, True
         return self.resolve(schema), False
 
     def type_words(self, schema: Schema) -> str:
@@ -329,7 +332,7 @@ def render_doc() -> str:
                     out += [
                         f"`{cmd.words}`: `{key}`",
                         "",
-                        _sentence(sub.get("description", "")),
+                        _sentence(sub.get("description") or inner.get("description", "")),
                         "",
                     ]
                     out += [*doc.table(inner["properties"], _optional(inner)), ""]
