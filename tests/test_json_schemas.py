@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 import typer
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
@@ -236,6 +238,16 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     shutil.rmtree(model)
     go("artifacts provision fails", "artifacts-provision", "artifacts", "provision", m,
        "--dest", dest, code=1)  # fmt: skip
+    # the shapes of an empty series (a new forge's): the same root, its patches removed
+    root = demo_tour.fresh()
+    manifest = root / "manifests" / "llama.cpp.toml"
+    pin = tomllib.loads(manifest.read_text())
+    for entry in pin["patches"].pop("series", []):
+        (root / pin["patches"]["dir"] / entry["file"]).unlink()
+    manifest.write_text(tomli_w.dumps(pin))
+    for args in (["status"], ["patch", "--offline"], ["patch", "--check"], ["export"],
+                 ["check", "--offline"], ["status"]):  # fmt: skip
+        go(f"{' '.join(args)}: an empty series", args[0], *args, code=0)
     out.append(Run("demo", "demo", demo_tour.result))
     go("demo fails", "demo", "demo", str(root), code=fails)
     for cmd in COMMANDS:  # --help: the same object for every command
@@ -298,6 +310,8 @@ def the_drifts_are_fixed(runs: list[Run]) -> None:
         rows = {row["lane"]: row for row in by[label]["lanes"]}
         assert not rows["cuda"]["buildable"] and not rows["metal"]["buildable"], label
         assert "nvcc" in [m["name"] for m in rows["cuda"]["missing"]], label
+    assert by["patch --offline: an empty series"]["patches"] == []
+    assert by["status: an empty series"]["patches"]["series"] == []
     in_status = by["status"]["lanes"][0]["last_build"]
     in_lanes = by["lanes"]["lanes"][0]["last_build"]
     assert {k: in_status[k] for k in in_lanes} == in_lanes

@@ -301,7 +301,8 @@ class Drift(Nested, kw_only=True):
     changed: Annotated[Strs | UnsetType, d("patch files changed")] = UNSET
     removed: Annotated[Strs | UnsetType, d("patch files removed")] = UNSET
     pin_moved: Annotated[
-        bool | UnsetType, d("the manifest's pin moved (e.g. a teammate's rebase)")
+        Strs | UnsetType | None,
+        d("the manifest's pin moved (e.g. a teammate's rebase): `[old, new]`; null: it did not"),
     ] = UNSET
 
 
