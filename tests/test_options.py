@@ -57,3 +57,14 @@ def test_the_line_is_read_once() -> None:
     assert read(["fetch", "--mirror=u\x00"]).nul == "--mirror"
     assert read(["report", "show", "r\x00"]).nul == "argument 3"
     assert read(["--", "status"]).first is None and read(["-x", "status"]).first == "-x"
+
+
+def test_jobs_is_checked_once_for_every_command(tmp_path: Any) -> None:
+    """A hostile `--jobs` (0, negative, huge) is exit 2 naming it, in every command."""
+    from support.cli import run_forge
+
+    for args in (["build"], ["artifacts", "verify", "m.toml", "--dest", str(tmp_path)]):
+        for value in ("0", "-1", "99999999"):
+            res = run_forge("--json", *args, "--jobs", value, cwd=tmp_path)
+            assert res.code == 2 and f"--jobs {value}: must be 1 to 4096" in res.stderr, res
+            assert res.json["error"] == f"--jobs {value}: must be 1 to 4096"

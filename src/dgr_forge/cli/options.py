@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from dgr_forge.cli.helpstyle import complete_lanes
+from dgr_forge.core.errors import BadInput
 
 Mirror = Annotated[
     str | None,
@@ -50,12 +51,20 @@ TrustedKeys = Annotated[
     list[str] | None,
     typer.Option("--key", help="Also trust this public key (besides trusted-keys/; repeatable)."),
 ]
+def _jobs(value: int | None) -> int | None:
+    """1 to 4096, for every command (what `build` checks in the library too)."""
+    if value is not None and not 1 <= value <= MAX_JOBS:
+        raise BadInput(f"--jobs {value}: must be 1 to {MAX_JOBS}", hint="e.g. --jobs 2")
+    return value
+
+
+MAX_JOBS = 4096
 Jobs = Annotated[
     int | None,
     typer.Option(
         "--jobs",
         "-j",
-        min=1,
+        callback=_jobs,
         help="How many at once: compile jobs (`build`), files (`artifacts`); default: the "
         "cores (4 downloads).",
     ),
