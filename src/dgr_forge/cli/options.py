@@ -51,6 +51,8 @@ TrustedKeys = Annotated[
     list[str] | None,
     typer.Option("--key", help="Also trust this public key (besides trusted-keys/; repeatable)."),
 ]
+
+
 def _jobs(value: int | None) -> int | None:
     """1 to 4096, for every command (what `build` checks in the library too)."""
     if value is not None and not 1 <= value <= MAX_JOBS:
