@@ -16,7 +16,7 @@ import pytest
 from forgetest import SRC, forge_env
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
-HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit")
+HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")
 
 _PROBE = """
 import json, sys

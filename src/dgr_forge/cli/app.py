@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
@@ -28,6 +28,9 @@ from dgr_forge.core.errors import ExitCode, ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text, shown
+
+if TYPE_CHECKING:
+    from msgspec import Struct
 
 app = typer.Typer(
     name="dgr-forge",
@@ -96,11 +99,11 @@ class Outcome:
     """A command's `--json` fields and its exit status, kept apart: the status is never a
     key of the result (a body returns a plain dict when it succeeded)."""
 
-    fields: dict[str, Any]
+    fields: dict[str, Any] | Struct
     exit_code: int = ExitCode.OK
 
     @staticmethod
-    def of(fields: dict[str, Any], ok: bool) -> Outcome:
+    def of(fields: dict[str, Any] | Struct, ok: bool) -> Outcome:
         """Exit 1 (the operation failed, e.g. a verification found problems) unless `ok`."""
         return Outcome(fields, ExitCode.OK if ok else ExitCode.FAILED)
 
@@ -158,12 +161,18 @@ def _masked(value: Any) -> Any:
     return value
 
 
-def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
+def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
     """Print the --json object; under `cli.main` only the first call prints (one object)."""
     if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
         return
     JSON_CHANNEL.emitted = True
-    payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}
+    if isinstance(fields, dict):
+        own: dict[str, Any] = fields
+    else:  # a typed result: its declared keys, in their order
+        import msgspec
+
+        own = msgspec.to_builtins(fields)
+    payload = {**own, "ok": code == 0, "exit_code": code, "command": command}
     payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
     payload = _masked(payload)  # a child's words in a field (git_stderr, ...) hold no secret
     stream = JSON_CHANNEL.stream or sys.stdout
@@ -171,7 +180,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
     stream.flush()
 
 
-Body = Callable[[Env], dict[str, Any] | Outcome | None]
+Body = Callable[[Env], "dict[str, Any] | Struct | Outcome | None"]
 
 
 def run(ctx: typer.Context, command: str, body: Body) -> None:
@@ -180,10 +189,12 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     opts = options(ctx)
     env = Env(options=opts, out=Reporter(json_mode=opts.json))
     try:
-        result = body(env) or {}
+        result = body(env)
     except KeyboardInterrupt as err:
         # Typer turns Ctrl-C into a bare exit 130 before `cli.main` could see it
         raise typer.Exit(fail(err, command, opts.json) or 130) from err
+    if result is None:
+        result = {}
     outcome = result if isinstance(result, Outcome) else Outcome(result)
     if opts.json:
         emit_json(command, outcome.exit_code, outcome.fields)

@@ -985,7 +985,7 @@ class DemoStep(Nested, kw_only=True):
 
     step: Annotated[str, d("`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`")]
     command: Annotated[Strs, d("the argv, from `dgr-forge`")]
-    exit_code: Annotated[int, d("its exit code")]
+    exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
     proved: Annotated[str, d("one line")]
 
 
