@@ -344,3 +344,31 @@ def test_one_boundary_keeps_the_details_and_the_interrupt(
         assert "interrupted" in captured.err
     finally:
         del app.registered_commands[-2:]
+
+
+def test_a_typed_result_is_encoded_and_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    """A form of cli.results, alone or inside a plain dict: its keys in their declared
+    order, every string through the same masking as a dict's."""
+    from dgr_forge.cli import results
+
+    key = results.Keygen(private_key="https://u:SECRET@h.invalid/k", public_key="p", keyid="i")
+
+    def typed(ctx: typer.Context) -> None:
+        run(ctx, "zz-typed", lambda env: key)
+
+    def nested(ctx: typer.Context) -> None:
+        run(ctx, "zz-nested", lambda env: {"inner": key})
+
+    app.command("zz-typed")(typed)
+    app.command("zz-nested")(nested)
+    try:
+        assert _main(["zz-typed", "--json"]) == 0
+        out = capsys.readouterr().out
+        payload = json.loads(out)
+        assert list(payload) == ["ok", "exit_code", "command", "private_key", "public_key", "keyid"]
+        assert _main(["zz-nested", "--json"]) == 0
+        out += capsys.readouterr().out
+        assert json.loads(out.split("\n}\n", 1)[1])["inner"]["keyid"] == "i"
+        assert "SECRET" not in out
+    finally:
+        del app.registered_commands[-2:]

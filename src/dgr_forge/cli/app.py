@@ -152,6 +152,10 @@ JSON_CHANNEL = JsonChannel()
 
 def _masked(value: Any) -> Any:
     """Every string in a --json payload through `mask_text` (keys and values)."""
+    if hasattr(value, "__struct_fields__"):  # a typed result (in a plain dict, too)
+        import msgspec
+
+        value = msgspec.to_builtins(value)
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
@@ -166,12 +170,8 @@ def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
     if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
         return
     JSON_CHANNEL.emitted = True
-    if isinstance(fields, dict):
-        own: dict[str, Any] = fields
-    else:  # a typed result: its declared keys, in their order
-        import msgspec
-
-        own = msgspec.to_builtins(fields)
+    # a typed result gives its declared keys, in their order (`_masked` encodes it)
+    own: dict[str, Any] = fields if isinstance(fields, dict) else _masked(fields)
     payload = {**own, "ok": code == 0, "exit_code": code, "command": command}
     payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
     payload = _masked(payload)  # a child's words in a field (git_stderr, ...) hold no secret

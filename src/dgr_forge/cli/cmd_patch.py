@@ -14,6 +14,7 @@ from dgr_forge.cli.options import Force, Mirror, Offline
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
+    from dgr_forge.cli import results
     from dgr_forge.upstream.manifest import UpstreamManifest
     from dgr_forge.upstream.workspace import Workspace
 
@@ -152,7 +153,7 @@ def export(
     `--force` overwrites a series that moved on disk since this workspace was patched (the
     replaced files are saved under the workspace's logs/ first)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> results.Export:
         from dgr_forge.upstream.export import export_workspace
 
         # both locks before the manifest is read: another workspace's export of the same
@@ -168,7 +169,22 @@ def export(
                 f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
                 f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
             )
-        return {"upstream": m.name, **result.as_dict()}
+        from dgr_forge.cli import results
+
+        return results.Export(
+            upstream=m.name,
+            patches=[
+                results.ExportedPatch(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject)
+                for p in result.patches
+            ],
+            result_tree=result.result_tree,
+            written=list(result.written),
+            unchanged=list(result.unchanged),
+            removed=list(result.removed),
+            manifest_changed=result.manifest_changed,
+            changed=result.changed,
+            replaced_saved=result.replaced_saved,
+        )
 
     run(ctx, "export", body)
 

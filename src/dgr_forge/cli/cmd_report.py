@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.options import Force, Key
 from dgr_forge.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from dgr_forge.cli import results
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -34,8 +37,9 @@ def keygen(
 
     `--force` replaces an existing key."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> results.Keygen:
         from dgr_forge.attest import keys
+        from dgr_forge.cli import results
 
         path = (out or keys.default_key_path()).expanduser()
         signer = keys.generate(path, force=force)
@@ -43,7 +47,7 @@ def keygen(
         env.out.info(f"private key {path} (mode 0600; keep it secret)")
         env.out.info(f"public key  {pub}")
         env.out.info(f"keyid       {signer.keyid}")
-        return {"private_key": str(path), "public_key": str(pub), "keyid": signer.keyid}
+        return results.Keygen(private_key=str(path), public_key=str(pub), keyid=signer.keyid)
 
     run(ctx, "keygen", body)
 

@@ -58,8 +58,8 @@ Obj = dict[str, Any]
 class Artifact(Nested, kw_only=True):
     """a built artifact"""
 
-    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
     name: Annotated[str, d("the target's artifact name")]
+    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
     path: Annotated[str, d("where it is")]
     sha256: Annotated[str, SHA]
 
