@@ -200,6 +200,9 @@ class Fetch(Form, kw_only=True):
     method: Annotated[str, d("how the commit arrived, e.g. `none`, `fetch`, `clone`")]
     shallow: Annotated[bool, d("the checkout is shallow")]
     saved_patch: Annotated[str | None, d("`--force`: where the discarded local changes were saved")]
+    build_number: Annotated[
+        int | None, d("the upstream's own build number at the pin (null: not countable here)")
+    ]
     seconds: Annotated[float, d("time taken")]
 
 
@@ -264,6 +267,9 @@ class StatusUpstream(Nested, kw_only=True):
     url: Annotated[str, d("masked")]
     commit: Annotated[str, d("the pin")]
     tree: Annotated[str | None, d("the pinned tree")]
+    build_number: Annotated[
+        int | None, d("the upstream's build number at the pin, from the manifest")
+    ]
     present: Annotated[bool, d("the workspace has a checkout")]
     head: Annotated[str | None, d("its HEAD")]
     verified: Annotated[bool, d("commit and tree verified")]
@@ -390,7 +396,10 @@ class Difference(Nested, kw_only=True):
 class Check(Form, kw_only=True):
     title = "check"
     may_fail = True
-    note = "exit 1 when not clean"
+    note = (
+        "exit 1 when not clean; 2 when only recipe options are wrong and one is a deprecated "
+        "alias upstream"
+    )
 
     commit: Annotated[str, d("the pin")]
     result_tree: Annotated[str | None, d("the tree of the applied series")]
