@@ -315,3 +315,60 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(tmp_path: Path) -> No
     assert "\x1b[" in coloured, "a terminal gets styling (table headers)"
     plain = _on_a_terminal(args, {"NO_COLOR": "1"})
     assert "\x1b[" not in plain and "cpu" in plain
+
+
+def test_one_boundary_keeps_the_details_and_the_interrupt(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An error raised before `run` keeps its details (the second boundary dropped them);
+    Ctrl-C inside a body is exit 130 `interrupted`, as from anywhere else."""
+
+    def refuses(ctx: typer.Context) -> None:
+        raise BadInput("no such lane: zz", hint="pick one", details={"lane": "zz"})
+
+    def interrupted(ctx: typer.Context) -> None:
+        def body(env: Any) -> dict[str, Any]:
+            raise KeyboardInterrupt
+
+        run(ctx, "zz-interrupted", body)
+
+    app.command("zz-details")(refuses)
+    app.command("zz-interrupted")(interrupted)
+    try:
+        assert _main(["zz-details", "--json"]) == 2
+        payload = json.loads(capsys.readouterr().out)
+        assert payload["lane"] == "zz" and payload["hint"] == "pick one", payload
+        assert _main(["zz-interrupted", "--json"]) == 130
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["error"] == "interrupted"
+        assert "interrupted" in captured.err
+    finally:
+        del app.registered_commands[-2:]
+
+
+def test_a_typed_result_is_encoded_and_masked(capsys: pytest.CaptureFixture[str]) -> None:
+    """A form of cli.results, alone or inside a plain dict: its keys in their declared
+    order, every string through the same masking as a dict's."""
+    from dgr_forge.cli import results
+
+    key = results.Keygen(private_key="https://u:SECRET@h.invalid/k", public_key="p", keyid="i")
+
+    def typed(ctx: typer.Context) -> None:
+        run(ctx, "zz-typed", lambda env: key)
+
+    def nested(ctx: typer.Context) -> None:
+        run(ctx, "zz-nested", lambda env: {"inner": key})
+
+    app.command("zz-typed")(typed)
+    app.command("zz-nested")(nested)
+    try:
+        assert _main(["zz-typed", "--json"]) == 0
+        out = capsys.readouterr().out
+        payload = json.loads(out)
+        assert list(payload) == ["ok", "exit_code", "command", "private_key", "public_key", "keyid"]
+        assert _main(["zz-nested", "--json"]) == 0
+        out += capsys.readouterr().out
+        assert json.loads(out.split("\n}\n", 1)[1])["inner"]["keyid"] == "i"
+        assert "SECRET" not in out
+    finally:
+        del app.registered_commands[-2:]

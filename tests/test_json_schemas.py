@@ -9,16 +9,19 @@ whose cpu lane is built: `build` is up to date, nothing compiles again).
 from __future__ import annotations
 
 import json
-import re
 import shutil
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 import typer
 from jsonschema import Draft202012Validator
+from referencing import Registry, Resource
+from support.build import TEST_CUDA_RECIPE, path_without
 from support.cli import Result, run_forge
 from support.demo import DemoTour
 from support.server import write_layered_gguf
@@ -26,11 +29,20 @@ from support.server import write_layered_gguf
 from dgr_forge.cli import schemas
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all
-from dgr_forge.cli.contract import COMMANDS
-from dgr_forge.cli.results import FAILURE
+from dgr_forge.cli.results import COMMANDS
+from dgr_forge.core.errors import Details, ForgeError
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "docs" / "json-schema"
+SHARED = json.loads((SCHEMAS / schemas.SHARED).read_text())
+# the failure and --help objects every command schema references (`envelope.json`)
+REGISTRY: Registry = Registry().with_resource(SHARED["$id"], Resource.from_contents(SHARED))
+
+
+def validator(name: str) -> Draft202012Validator:
+    """The command's schema, its references to the shared envelope resolved."""
+    schema = json.loads((SCHEMAS / f"{name}.json").read_text())
+    return Draft202012Validator(schema, registry=REGISTRY)
 
 
 def _registered() -> set[str]:
@@ -54,7 +66,9 @@ def test_the_committed_schemas_and_doc_are_what_the_generator_writes() -> None:
         assert (REPO / rel).read_text(encoding="utf-8") == text, (
             f"{rel} is stale: run `python -m dgr_forge.cli.schemas`"
         )
-    assert {p.name for p in SCHEMAS.iterdir()} == {f"{c.name}.json" for c in COMMANDS}
+    assert {p.name for p in SCHEMAS.iterdir()} == {f"{c.name}.json" for c in COMMANDS} | {
+        schemas.SHARED
+    }
 
 
 def test_the_generator_check_mode_names_a_stale_file(tmp_path: Path) -> None:
@@ -67,32 +81,31 @@ def test_the_generator_check_mode_names_a_stale_file(tmp_path: Path) -> None:
 
 def test_every_registered_command_has_a_closed_2020_12_schema() -> None:
     assert {c.words for c in COMMANDS} == _registered()
+    Draft202012Validator.check_schema(SHARED)
+    assert all(b["additionalProperties"] is False for b in SHARED["$defs"].values())
     for cmd in COMMANDS:
-        assert all(set(f.optional) <= set(f.props) for f in cmd.forms), cmd.words
         schema = json.loads((SCHEMAS / f"{cmd.name}.json").read_text())
         Draft202012Validator.check_schema(schema)
         assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-        assert schema["additionalProperties"] is False
-        branches = [*schema["anyOf"][:-2], *schema["$defs"].values()]
-        assert all(b["additionalProperties"] is False for b in branches), cmd.words
+        # every branch of the top-level anyOf is closed: a form, the failure, --help
+        forms = [schema["$defs"][f.__name__] for f in cmd.forms]
+        assert all(b["additionalProperties"] is False for b in forms), cmd.words
+        assert [r["$ref"] for r in schema["anyOf"]] == [
+            *(f"#/$defs/{f.__name__}" for f in cmd.forms),
+            f"{schemas.SHARED}#/$defs/failure",
+            f"{schemas.SHARED}#/$defs/help",
+        ]
 
 
-def test_every_error_detail_raised_in_src_is_declared() -> None:
-    """A `details={...}` key of a ForgeError anywhere in src/ is in the failure envelope."""
-    keys: set[str] = set()
-    for path in (REPO / "src").rglob("*.py"):
-        text = path.read_text()
-        for m in re.finditer(r"details\s*=\s*\{", text):
-            depth, j = 1, m.end()
-            while depth:
-                depth += {"{": 1, "}": -1}.get(text[j], 0)
-                j += 1
-            body = text[m.end() : j - 1]
-            # the literal's own keys (nested literals' keys may be any)
-            keys |= set(re.findall(r'^\s*"([a-z_]+)"\s*:', body, re.M))
-            keys |= set(re.findall(r'\{"([a-z_]+)"\s*:', body))
-    assert keys, "the scan found nothing: the pattern no longer matches the code"
-    assert keys <= set(FAILURE), sorted(keys - set(FAILURE))
+def test_every_error_detail_is_declared_once_by_its_type() -> None:
+    """`ForgeError(details=...)` takes `core.errors.Details`, so mypy (strict, on src/)
+    refuses a key that is not declared there; the failure schema's keys are that class's."""
+    assert ForgeError.__init__.__annotations__["details"] == "Details | None"
+    failure = SHARED["$defs"]["failure"]["properties"]
+    assert set(failure) == {"ok", "exit_code", "command", "error", "hint"} | set(
+        Details.__annotations__
+    )
+    assert all(failure[k]["description"] for k in Details.__annotations__)
 
 
 @dataclass
@@ -143,6 +156,17 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     go("lanes", "lanes", "lanes", code=0)
     go("lanes --advertised", "lanes", "lanes", "--advertised", code=0)
     go("lanes fails", "lanes", "lanes", code=fails, at=empty)
+    # the shapes another host gives: a lane missing a tool, a lane for another OS
+    recipes = root / "recipes"
+    (recipes / "cuda.toml").write_text(TEST_CUDA_RECIPE)
+    shutil.copy(REPO / "recipes" / "metal.toml", recipes / "metal.toml")
+    no_cuda = {"PATH": path_without("nvcc"), "CUDA_PATH": "", "CUDA_HOME": ""}
+    for args, code in ((("lanes",), 0), (("doctor",), 0), (("doctor", "--lane", "cuda"), 1)):
+        result = run_forge("--json", *args, cwd=root, env={**env, **no_cuda})
+        assert result.code == code, (args, result)
+        out.append(Run(" ".join(args) + ": lanes that cannot build here", args[0], result))
+    (recipes / "cuda.toml").unlink()
+    (recipes / "metal.toml").unlink()
     go("doctor --lane cpu", "doctor", "doctor", "--lane", "cpu", code=0)
     go("doctor fails", "doctor", "doctor", "--lane", "no-such-lane", code=fails)
     go("rebase --dry-run onto the pin", "rebase", "rebase", "--dry-run", "--onto", demo["pin"])
@@ -214,6 +238,16 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     shutil.rmtree(model)
     go("artifacts provision fails", "artifacts-provision", "artifacts", "provision", m,
        "--dest", dest, code=1)  # fmt: skip
+    # the shapes of an empty series (a new forge's): the same root, its patches removed
+    root = demo_tour.fresh()
+    manifest = root / "manifests" / "llama.cpp.toml"
+    pin = tomllib.loads(manifest.read_text())
+    for entry in pin["patches"].pop("series", []):
+        (root / pin["patches"]["dir"] / entry["file"]).unlink()
+    manifest.write_text(tomli_w.dumps(pin))
+    for args in (["status"], ["patch", "--offline"], ["patch", "--check"], ["export"],
+                 ["check", "--offline"], ["status"]):  # fmt: skip
+        go(f"{' '.join(args)}: an empty series", args[0], *args, code=0)
     out.append(Run("demo", "demo", demo_tour.result))
     go("demo fails", "demo", "demo", str(root), code=fails)
     for cmd in COMMANDS:  # --help: the same object for every command
@@ -232,9 +266,9 @@ def invalid_outputs(runs: list[Run]) -> list[tuple[str, list[str], Result]]:
     """(label, why, result) of each output its command's schema rejects."""
     bad = []
     for cmd in COMMANDS:
-        validator = Draft202012Validator(json.loads((SCHEMAS / f"{cmd.name}.json").read_text()))
+        check = validator(cmd.name)
         for run in (r for r in runs if r.command == cmd.name):
-            errors = sorted(validator.iter_errors(run.result.json), key=str)
+            errors = sorted(check.iter_errors(run.result.json), key=str)
             why = [
                 f"{list(sub.absolute_path)}: {sub.message[:200]}"
                 for e in errors
@@ -248,12 +282,12 @@ def invalid_outputs(runs: list[Run]) -> list[tuple[str, list[str], Result]]:
 def a_foreign_key_or_another_shape_fails_validation(runs: list[Run]) -> None:
     """The schemas are closed and typed: the validation can fail."""
     status = next(r.result.json for r in runs if r.label == "status")
-    validator = Draft202012Validator(json.loads((SCHEMAS / "status.json").read_text()))
-    assert validator.is_valid(status)
-    assert not validator.is_valid({**status, "surprise": 1})
-    assert not validator.is_valid({**status, "lanes": {"cpu": {}}})  # lanes are a list
+    check = validator("status")
+    assert check.is_valid(status)
+    assert not check.is_valid({**status, "surprise": 1})
+    assert not check.is_valid({**status, "lanes": {"cpu": {}}})  # lanes are a list
     no_upstream = {k: v for k, v in status.items() if k != "upstream"}
-    assert not validator.is_valid(no_upstream)
+    assert not check.is_valid(no_upstream)
 
 
 def the_drifts_are_fixed(runs: list[Run]) -> None:
@@ -272,6 +306,12 @@ def the_drifts_are_fixed(runs: list[Run]) -> None:
     assert [p["outcome"] for p in same["patches"]] == ["unchanged"] * 3
     assert [lane["lane"] for lane in by["status"]["lanes"]] == ["cpu"]
     assert by["status mid-rebase"]["rebase"]["onto"] == by["rebase --dry-run"]["onto"]
+    for label in ("lanes: lanes that cannot build here", "doctor: lanes that cannot build here"):
+        rows = {row["lane"]: row for row in by[label]["lanes"]}
+        assert not rows["cuda"]["buildable"] and not rows["metal"]["buildable"], label
+        assert "nvcc" in [m["name"] for m in rows["cuda"]["missing"]], label
+    assert by["patch --offline: an empty series"]["patches"] == []
+    assert by["status: an empty series"]["patches"]["series"] == []
     in_status = by["status"]["lanes"][0]["last_build"]
     in_lanes = by["lanes"]["lanes"][0]["last_build"]
     assert {k: in_status[k] for k in in_lanes} == in_lanes

@@ -16,7 +16,7 @@ import pytest
 from forgetest import SRC, forge_env
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
-HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit")
+HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")
 
 _PROBE = """
 import json, sys
@@ -122,9 +122,10 @@ def test_the_command_map_names_the_module_of_every_command() -> None:
 def test_a_run_imports_only_the_module_of_the_command_it_names(
     argv: list[str], module: str | None
 ) -> None:
+    from dgr_forge.cli.argv import read
     from dgr_forge.cli.commands import command_module
 
-    assert command_module(argv) == module
+    assert command_module(read(argv)) == module
 
 
 def _help_listing(*argvs: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from patch_support import AUTHOR_ENV, commit_in, make_series, snapshot, src_dir
 
 from dgr_forge.cli import main as cli
 from dgr_forge.cli.app import JSON_CHANNEL, app, run
+from dgr_forge.cli.failures import as_forge_error
 from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, ExitCode
 
@@ -229,29 +230,29 @@ def test_read_only_patches_during_export_is_one_error_and_loses_nothing(
 
 
 def test_operation_failures_are_exit_1_with_a_hint() -> None:
-    err = cli.as_forge_error(OSError(errno.ENOSPC, "No space left on device", "/w/build/x.o"))
+    err = as_forge_error(OSError(errno.ENOSPC, "No space left on device", "/w/build/x.o"))
     assert err is not None and err.exit_code == ExitCode.FAILED
     assert str(err).startswith("/w/build/x.o: No space left on device") and err.hint
-    err = cli.as_forge_error(OSError(errno.EIO, "Input/output error"))
+    err = as_forge_error(OSError(errno.EIO, "Input/output error"))
     assert err is not None and err.exit_code == ExitCode.FAILED
-    err = cli.as_forge_error(PermissionError(errno.EACCES, "Permission denied", "/etc/x"))
+    err = as_forge_error(PermissionError(errno.EACCES, "Permission denied", "/etc/x"))
     assert err is not None and err.exit_code == ExitCode.BAD_INPUT
-    err = cli.as_forge_error(RecursionError("maximum recursion depth exceeded"))
+    err = as_forge_error(RecursionError("maximum recursion depth exceeded"))
     assert err is not None and err.exit_code == ExitCode.BAD_INPUT
-    err = cli.as_forge_error(ValueError("Invalid IPv6 URL"))
+    err = as_forge_error(ValueError("Invalid IPv6 URL"))
     assert err is not None and err.exit_code == ExitCode.BAD_INPUT
-    assert cli.as_forge_error(ZeroDivisionError()) is None  # a bug keeps its traceback
+    assert as_forge_error(ZeroDivisionError()) is None  # a bug keeps its traceback
 
 
 def test_network_errors_are_exit_1_and_masked() -> None:
     import requests
 
-    err = cli.as_forge_error(
+    err = as_forge_error(
         requests.exceptions.ConnectionError("cannot reach https://u:SECRET@h.invalid/m.gguf")
     )
     assert err is not None and err.exit_code == ExitCode.FAILED
     assert "SECRET" not in str(err) and "network error" in str(err)
-    err = cli.as_forge_error(requests.exceptions.InvalidURL("http://[::1"))
+    err = as_forge_error(requests.exceptions.InvalidURL("http://[::1"))
     assert err is not None and err.exit_code == ExitCode.BAD_INPUT
 
 

@@ -1,30 +1,36 @@
-"""The Typer application, its global options, and the one way a command runs.
+"""The Typer application, its global options, and the one way a command runs and ends.
 
-Every command body is a plain library call wrapped by `run`, which turns a `ForgeError`
-into its exit code and message, and prints the single JSON object that `--json` promises:
-``{"ok": bool, "exit_code": int, "command": str, ...the command's own fields}``.
+Every command body is a plain library call wrapped by `run`, which prints the single JSON
+object that `--json` promises: ``{"ok": bool, "exit_code": int, "command": str, ...the
+command's own fields}``. An error raised anywhere (a body, an option callback, Click's
+parsing) leaves through `fail`, the one error boundary `cli.main` calls: its message on
+stderr, with `--json` the failure object with every detail, and its exit code.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
 from dgr_forge import __version__
 from dgr_forge.cli.context import Needs, Session, open_session
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
-from dgr_forge.core.errors import ExitCode, ForgeError, OperationFailed
+from dgr_forge.core.errors import ExitCode, ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask_text
+from dgr_forge.core.urls import mask_text, shown
+
+if TYPE_CHECKING:
+    from msgspec import Struct
 
 app = typer.Typer(
     name="dgr-forge",
@@ -88,6 +94,20 @@ class Env:
         return open_session(self.forge, self.out, needs)
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """A command's `--json` fields and its exit status, kept apart: the status is never a
+    key of the result (a body returns a plain dict when it succeeded)."""
+
+    fields: dict[str, Any] | Struct
+    exit_code: int = ExitCode.OK
+
+    @staticmethod
+    def of(fields: dict[str, Any] | Struct, ok: bool) -> Outcome:
+        """Exit 1 (the operation failed, e.g. a verification found problems) unless `ok`."""
+        return Outcome(fields, ExitCode.OK if ok else ExitCode.FAILED)
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"dgr-forge {__version__}")
@@ -132,6 +152,10 @@ JSON_CHANNEL = JsonChannel()
 
 def _masked(value: Any) -> Any:
     """Every string in a --json payload through `mask_text` (keys and values)."""
+    if hasattr(value, "__struct_fields__"):  # a typed result (in a plain dict, too)
+        import msgspec
+
+        value = msgspec.to_builtins(value)
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
@@ -141,12 +165,14 @@ def _masked(value: Any) -> Any:
     return value
 
 
-def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
+def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
     """Print the --json object; under `cli.main` only the first call prints (one object)."""
     if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
         return
     JSON_CHANNEL.emitted = True
-    payload = {**fields, "ok": code == 0, "exit_code": code, "command": command}
+    # a typed result gives its declared keys, in their order (`_masked` encodes it)
+    own: dict[str, Any] = fields if isinstance(fields, dict) else _masked(fields)
+    payload = {**own, "ok": code == 0, "exit_code": code, "command": command}
     payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
     payload = _masked(payload)  # a child's words in a field (git_stderr, ...) hold no secret
     stream = JSON_CHANNEL.stream or sys.stdout
@@ -154,32 +180,73 @@ def emit_json(command: str, code: int, fields: dict[str, Any]) -> None:
     stream.flush()
 
 
-def run(ctx: typer.Context, command: str, body: Callable[[Env], dict[str, Any] | None]) -> None:
-    """Run a command body; map errors to exit codes; emit JSON when asked. Never returns."""
+Body = Callable[[Env], "dict[str, Any] | Struct | Outcome | None"]
+
+
+def run(ctx: typer.Context, command: str, body: Body) -> None:
+    """Run a command body and emit its JSON when asked; never returns. An error it raises
+    goes on to `fail` (through `cli.main`)."""
     opts = options(ctx)
     env = Env(options=opts, out=Reporter(json_mode=opts.json))
-    code: int = ExitCode.OK
-    fields: dict[str, Any] = {}
     try:
-        fields = body(env) or {}
-        code = int(fields.pop("exit_code", ExitCode.OK))
-    except ForgeError as err:
-        code = int(err.exit_code)
-        env.out.error(str(err))
-        fields = {"error": err.message, "hint": err.hint, **err.details}
-    except KeyboardInterrupt:
-        code = 130
-        env.out.error("interrupted")
-        fields = {"error": "interrupted"}
-    except OSError as err:
-        # a full disk, a vanished or unreadable path: one line naming it, not a traceback
-        failure = as_forge_error(err) or OperationFailed(str(err))
-        code = int(failure.exit_code)
-        if debug_enabled():
-            traceback.print_exc()
-        env.out.error(str(failure))
-        fields = {"error": failure.message, "hint": failure.hint, "errno": err.errno}
-        fields |= failure.details
+        result = body(env)
+    except KeyboardInterrupt as err:
+        # Typer turns Ctrl-C into a bare exit 130 before `cli.main` could see it
+        raise typer.Exit(fail(err, command, opts.json) or 130) from err
+    if result is None:
+        result = {}
+    outcome = result if isinstance(result, Outcome) else Outcome(result)
     if opts.json:
+        emit_json(command, outcome.exit_code, outcome.fields)
+    raise typer.Exit(int(outcome.exit_code))
+
+
+def _usage_error(err: BaseException) -> bool:
+    # Usage errors (bad flag, missing argument) carry `show` and `format_message` in every
+    # Typer/Click version; match that shape rather than a private class.
+    return hasattr(err, "show") and hasattr(err, "format_message")
+
+
+def fail(err: BaseException, command: str, as_json: bool) -> int | None:
+    """The one way an error leaves the CLI: a one-line message (and hint) on stderr, with
+    `--json` the failure object (`error`, `hint`, every detail), and the exit code. None
+    for a bug without `--json`: the caller re-raises it (its traceback is the report)."""
+    fields: dict[str, Any]
+    interrupted = isinstance(err, KeyboardInterrupt) or isinstance(
+        err.__cause__, KeyboardInterrupt
+    )  # Click turns Ctrl-C in a command into Abort
+    known = err if isinstance(err, ForgeError) else as_forge_error(err)
+    if interrupted:
+        code = 130
+        Reporter(json_mode=as_json).error("interrupted")
+        fields = {"error": "interrupted"}
+    elif known is not None:
+        # a full disk, a vanished or unreadable path, a bad value: one line, not a traceback
+        if known is not err and debug_enabled():
+            traceback.print_exc()
+        code = int(known.exit_code)
+        Reporter(json_mode=as_json).error(str(known))
+        fields = {"error": known.message, "hint": known.hint}
+        if isinstance(err, OSError):
+            fields["errno"] = err.errno
+        fields |= known.details
+    elif _usage_error(err):
+        text = io.StringIO()
+        err.show(file=text)  # type: ignore[attr-defined]
+        sys.stderr.write(shown(text.getvalue()))  # Click echoes the argument: escaped
+        sys.stderr.flush()
+        code = int(ExitCode.BAD_INPUT)
+        message = err.format_message()  # type: ignore[attr-defined]
+        fields = {"error": message or "missing command (usage printed on stderr)"}
+    elif type(err).__name__ == "Abort":
+        code = 130
+        fields = {"error": "aborted"}
+    elif not as_json:
+        return None
+    else:
+        traceback.print_exc()  # a bug: the trace goes to stderr, the contract still holds
+        code = int(ExitCode.FAILED)
+        fields = {"error": f"internal error: {err!r}"}
+    if as_json:
         emit_json(command, code, fields)
-    raise typer.Exit(code)
+    return code

@@ -7,8 +7,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Jobs, Mirror
+from dgr_forge.core.errors import BadInput, ForgeError
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only `artifacts` itself should pay for requests/urllib3.
@@ -31,10 +32,6 @@ ManifestArg = Annotated[
     ),
 ]
 DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
-HashJobsOpt = Annotated[
-    int | None,
-    typer.Option("--jobs", "-j", min=1, help="Files hashed in parallel (default: cores)."),
-]
 LayersOpt = Annotated[
     str | None,
     typer.Option(
@@ -48,10 +45,6 @@ FirstOpt = Annotated[
 ]
 LastOpt = Annotated[
     bool, typer.Option("--last", help="Also the output head's files (implied by the last layer).")
-]
-MirrorOpt = Annotated[
-    str | None,
-    typer.Option("--mirror", help="Base URL (or directory) replacing each URL: BASE/NAME."),
 ]
 
 
@@ -84,8 +77,8 @@ def provision(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    mirror: MirrorOpt = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files in parallel.")] = 4,
+    mirror: Mirror = None,
+    jobs: Jobs = 4,
     layers: LayersOpt = None,
     first: FirstOpt = False,
     last: LastOpt = False,
@@ -96,20 +89,18 @@ def provision(
     """Download the model's files (or a layer range's) into DEST: resumable, verified.
 
     With --layers, only the split files holding those layers' tensors, the metadata split
-    and (--first / --last) the embeddings' and output head's; --dry-run says which."""
+    and (--first / --last) the embeddings' and output head's; --dry-run says which.
+    `--jobs`: files downloaded at once (default 4)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
         selection = _selection(m, layers, first, last)
         result = artifacts.provision(
-            m, dest, env.out, mirror=mirror, jobs=jobs, selection=selection, dry_run=dry_run
+            m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
         )
-        fields = result.to_json()
-        if not result.ok:
-            fields["exit_code"] = ExitCode.FAILED
-        return fields
+        return Outcome.of(result.to_json(), result.ok)
 
     run(ctx, "artifacts provision", body)
 
@@ -119,7 +110,7 @@ def verify(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    jobs: HashJobsOpt = None,
+    jobs: Jobs = None,
     layers: LayersOpt = None,
 ) -> None:
     """Check size, sha256 and GGUF split headers of the files in DEST.
@@ -127,16 +118,13 @@ def verify(
     With --layers, the files those layers need; without it, what DEST records it was
     provisioned for (or every file), and which layer ranges the files can serve."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
         selection = _selection(m, layers, False, False)
         result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
-        fields = result.to_json()
-        if result.bad:
-            fields["exit_code"] = ExitCode.FAILED
-        return fields
+        return Outcome.of(result.to_json(), not result.bad)
 
     run(ctx, "artifacts verify", body)
 
@@ -157,11 +145,11 @@ def make_manifest(
         Path | None,
         typer.Option("--out", help="Where to write (default: manifests/models/NAME.toml)."),
     ] = None,
-    jobs: HashJobsOpt = None,
+    jobs: Jobs = None,
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.core.fsutil import atomic_write_text
         from dgr_forge.core.urls import mask
         from dgr_forge.models import artifacts
@@ -210,8 +198,8 @@ def map_layers(
             "--dest", help="Read the headers from the files here (default: over HTTP Range)."
         ),
     ] = None,
-    mirror: MirrorOpt = None,
-    jobs: HashJobsOpt = None,
+    mirror: Mirror = None,
+    jobs: Jobs = None,
 ) -> None:
     """Add the layer map to manifest M, read from the GGUF split headers.
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complete_lanes
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
+from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
+
+if TYPE_CHECKING:
+    from dgr_forge.cli import results
+    from dgr_forge.lanes.build import LaneResult
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -18,30 +23,18 @@ from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode, complet
 @app.command()
 def build(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--lane",
-            "-l",
-            help="Lane to build (repeatable; default cpu).",
-            autocompletion=complete_lanes,
-        ),
-    ] = None,
+    lane: Lanes = None,
     worker: Annotated[
         Path | None,
         typer.Option(
             "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
         ),
     ] = None,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", help="Parallel compile jobs.")] = None,
-    key: Annotated[str | None, typer.Option("--key", help="Signing key (path).")] = None,
+    jobs: Jobs = None,
+    key: Key = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
-    mirror: Annotated[
-        str | None, typer.Option("--mirror", help="Fetch the upstream from this mirror.")
-    ] = None,
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Never fetch; fail if something is missing.")
-    ] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
     cache: Annotated[
         str | None,
         typer.Option(
@@ -58,19 +51,15 @@ def build(
             autocompletion=complete_cache_mode,
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Move a git worker checkout holding edits or commits of your own (saved "
-            "under the workspace's logs/ first).",
-        ),
-    ] = False,
+    force: Force = False,
 ) -> None:
-    """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports."""
+    """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
 
-    def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.core.errors import ExitCode
+    `--lane` defaults to cpu; `--jobs`: parallel compile jobs; `--force` moves a git worker
+    checkout holding edits or commits of your own (saved under the workspace's logs/
+    first)."""
+
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
 
         opts = build_mod.BuildOptions.resolve(
@@ -99,36 +88,60 @@ def build(
             result = build_mod.build(
                 s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker
             )
-        payload: dict[str, Any] = {
-            "upstream": result.upstream,
-            "worker": result.worker,
-            "lanes": [r.as_dict() for r in result.lanes],
-        }
+        import msgspec
+
+        from dgr_forge.cli import results
+
         failed = result.failed
-        if failed is not None:
-            payload["exit_code"] = ExitCode.FAILED
-            payload["error"] = f"{failed.lane} lane build failed; log: {failed.log}"
-        return payload
+        typed = results.Build(
+            upstream=msgspec.convert(result.upstream, results.BuildUpstream),
+            worker=result.worker,
+            lanes=[_lane_row(r) for r in result.lanes],
+            error=msgspec.UNSET
+            if failed is None
+            else f"{failed.lane} lane build failed; log: {failed.log}",
+        )
+        return Outcome.of(typed, failed is None)
 
     run(ctx, "build", body)
+
+
+def _lane_row(r: LaneResult) -> results.BuildLane:
+    """A lane's build as `build --json` gives it (its `cache` object as recorded)."""
+    import msgspec
+
+    from dgr_forge.cli import results
+
+    return results.BuildLane(
+        lane=r.lane,
+        status=r.status,
+        configured=r.configured,
+        patched=r.patched,
+        ninja_steps=r.ninja_steps,
+        artifacts=msgspec.convert(r.artifacts, list[results.Artifact]),
+        report=r.report,
+        report_reused=r.report_reused,
+        log=r.log,
+        log_file=r.log_file,
+        build_dir=r.build_dir,
+        # the object the signed report records as `compilerCache`, as it is
+        cache=cast(results.Cache, r.cache),
+        timings={k: round(v, 3) for k, v in r.timings.items()},
+        rebuilt=r.rebuilt or msgspec.UNSET,
+        error_lines=r.error_lines or msgspec.UNSET,
+    )
 
 
 @app.command()
 def doctor(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--lane",
-            "-l",
-            help="Exit 1 unless this lane can build here (repeatable).",
-            autocompletion=complete_lanes,
-        ),
-    ] = None,
+    lane: Lanes = None,
 ) -> None:
-    """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here."""
+    """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
 
-    def body(env: Env) -> dict[str, Any]:
+    With `--lane`: exit 1 unless every lane named can build here."""
+
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import doctor as doctor_mod
         from dgr_forge.lanes.recipes import select
 
@@ -137,8 +150,7 @@ def doctor(
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
         from dgr_forge.lanes import cache as cache_mod
 
-        result = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
-        checks: list[doctor_mod.LaneCheck] = result.pop("_checks")
+        result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         if lane:
             checks = doctor_mod.gate(result, checks, list(lane))
         rows = [
@@ -160,7 +172,7 @@ def doctor(
                 env.out.info(f"    {check.summary()}")
             for line in check.reasons():
                 env.out.info(f"    {line}")
-        return result
+        return Outcome.of(result, not result.get("unbuildable"))
 
     run(ctx, "doctor", body)
 
@@ -171,14 +183,11 @@ def lanes(
     advertised: Annotated[
         bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
     ] = False,
-    key: Annotated[
-        list[str] | None,
-        typer.Option("--key", help="Also trust this public key (besides trusted-keys/)."),
-    ] = None,
+    key: TrustedKeys = None,
 ) -> None:
     """The lane matrix: backend, buildable here, last build, certified."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys as keys_mod
         from dgr_forge.lanes import matrix as lanes_mod
         from dgr_forge.lanes.inputs import with_stale
@@ -195,7 +204,7 @@ def lanes(
                 (
                     r["lane"],
                     r["backend"],
-                    "buildable" if r["buildable"] else r["missing"],
+                    r["summary"],
                     f"{with_stale(r['last_build'])} {r['last_build']['time']}"
                     if r["last_build"]
                     else "never",
@@ -223,10 +232,7 @@ def lanes(
 @app.command()
 def presets(
     ctx: typer.Context,
-    lane: Annotated[
-        list[str] | None,
-        typer.Option("--lane", "-l", help="Only these lanes.", autocompletion=complete_lanes),
-    ] = None,
+    lane: Lanes = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
     print_: Annotated[
         bool, typer.Option("--print", help="Print instead of writing the file.")
@@ -239,9 +245,9 @@ def presets(
         ),
     ] = None,
 ) -> None:
-    """CMakeUserPresets.json with a configure + build preset per lane."""
+    """CMakeUserPresets.json with a configure + build preset per lane (`--lane`: only those)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import presets as presets_mod
 
         with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:

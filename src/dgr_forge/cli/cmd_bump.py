@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Mirror
 
 
 @app.command()
@@ -34,27 +35,19 @@ def bump(
         Path | None,
         typer.Option("--report", metavar="PATH", help="Write the Markdown report here."),
     ] = None,
-    mirror: Annotated[
-        str | None,
-        typer.Option(
-            "--mirror",
-            metavar="URL",
-            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still "
-            "verified.",
-        ),
-    ] = None,
+    mirror: Mirror = None,
 ) -> None:
     """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.
 
     Found by bisecting first-parent history; names the first commit that breaks a patch.
     Exit 0 when the target was reached, 3 when a patch stopped it short."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream.fetch import resolve_mirror
         from dgr_forge.upstream.rebase.bump import bump as bump_
 
         with env.session(lock=True, recover=True, refuse_rebase=True) as s:
-            return bump_(
+            result = bump_(
                 env.forge,
                 env.out,
                 s.manifest,
@@ -62,6 +55,7 @@ def bump(
                 dry_run=dry_run,
                 report=report,
                 mirror=resolve_mirror(mirror),
-            ).as_dict()
+            )
+        return Outcome(result.as_dict(), result.exit_code)
 
     run(ctx, "bump", body)

@@ -11,7 +11,7 @@ import typer
 
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.cli.helpstyle import complete_provider
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
 
 # Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
@@ -82,7 +82,8 @@ def render_command(
             forge, lanes, pin = s.forge, s.recipes, s.manifest
         how = ci_install.install(forge.root)
         text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
-        fields: dict[str, Any] = {
+        # the rendering, also what a stale or incomplete `--check` reports as its details
+        render: Details = {
             "provider": which.name,
             "lanes": sorted(lanes),
             "sha256": sha256_bytes(text.encode("utf-8")),
@@ -92,6 +93,7 @@ def render_command(
             "requirements": how.requirements,
             "requirements_exist": how.exists,
         }
+        fields: dict[str, Any] = dict(render)
         fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
         if check is not None:
             diff = ci.stale_diff(check, text)
@@ -102,13 +104,13 @@ def render_command(
                 raise OperationFailed(
                     f"{check}: stale: it differs from what recipes/ and the manifest render to",
                     hint=fix,
-                    details={**fields, "path": str(check), "current": False, "diff": diff},
+                    details=Details(**render, path=str(check), current=False, diff=diff),
                 )
             if how.missing:
                 raise OperationFailed(
                     f"{', '.join(how.missing)}: missing: the workflow's install step reads it",
                     hint=ci_install.PIN_HINT if how.missing == (ci_install.REQUIREMENTS,) else fix,
-                    details={**fields, "path": str(check), "current": False},
+                    details=Details(**render, path=str(check), current=False),
                 )
             env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
             return {**fields, "path": str(check), "current": True}

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.options import Force, Mirror, Offline
 from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
@@ -23,27 +24,14 @@ if TYPE_CHECKING:
 @app.command()
 def fetch(
     ctx: typer.Context,
-    mirror: Annotated[
-        str | None,
-        typer.Option(
-            "--mirror",
-            metavar="URL",
-            help="Fetch from this mirror (URL or path; default: DGR_MIRROR); "
-            "the pinned ids are still verified.",
-        ),
-    ] = None,
-    offline: Annotated[
-        bool, typer.Option("--offline", help="Never touch the network; fail if the pin is missing.")
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Save local changes as a patch under the workspace's logs/, then discard them.",
-        ),
-    ] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
+    force: Force = False,
 ) -> None:
-    """Put the upstream at exactly the pinned commit (shallow when the server allows it)."""
+    """Put the upstream at exactly the pinned commit (shallow when the server allows it).
+
+    `--force` saves local changes as a patch under the workspace's logs/, then discards
+    them."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.urls import mask

@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.context import Session
-from dgr_forge.core.errors import ExitCode
+from dgr_forge.cli.options import Force, Mirror, Offline
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
+    from dgr_forge.cli import results
     from dgr_forge.upstream.manifest import UpstreamManifest
     from dgr_forge.upstream.workspace import Workspace
 
@@ -28,11 +29,8 @@ def patch(
             help="Apply in a scratch index and report per patch; touch nothing.",
         ),
     ] = False,
-    mirror: Annotated[
-        str | None,
-        typer.Option("--mirror", metavar="URL", help="Fetch from this mirror if needed."),
-    ] = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never touch the network.")] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
     resume: Annotated[
         bool,
         typer.Option(
@@ -49,7 +47,7 @@ def patch(
     Commits of your own on top are kept: when the series on disk moved, they are replayed
     on the new series (a conflict stops; `--continue` / `--abort`)."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.core.errors import BadInput
         from dgr_forge.upstream.transfer import resolve_mirror
         from dgr_forge.upstream.workspace import refuse_during_rebase
@@ -109,7 +107,7 @@ def _patch(
     }
 
 
-def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str, Any]:
+def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
     from dgr_forge.upstream import patches
 
     m = s.manifest
@@ -135,31 +133,27 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> dict[str,
             f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
             f"(`git checkout -- {m.patches_dir_rel}`)"
         )
-    return {
-        "exit_code": ExitCode.OK if ok else ExitCode.FAILED,
+    fields = {
         "upstream": m.name,
         "commit": m.commit,
         "applies": applies,
         "changed_on_disk": changed,
         "patches": [r.as_dict() for r in results],
     }
+    return Outcome.of(fields, ok)
 
 
 @app.command()
 def export(
     ctx: typer.Context,
-    force: Annotated[
-        bool,
-        typer.Option(
-            "--force",
-            help="Overwrite a series that moved on disk since this workspace was patched "
-            "(the replaced files are saved under the workspace's logs/ first).",
-        ),
-    ] = False,
+    force: Force = False,
 ) -> None:
-    """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits."""
+    """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits.
 
-    def body(env: Env) -> dict[str, Any]:
+    `--force` overwrites a series that moved on disk since this workspace was patched (the
+    replaced files are saved under the workspace's logs/ first)."""
+
+    def body(env: Env) -> results.Export:
         from dgr_forge.upstream.export import export_workspace
 
         # both locks before the manifest is read: another workspace's export of the same
@@ -175,7 +169,22 @@ def export(
                 f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
                 f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
             )
-        return {"upstream": m.name, **result.as_dict()}
+        from dgr_forge.cli import results
+
+        return results.Export(
+            upstream=m.name,
+            patches=[
+                results.ExportedPatch(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject)
+                for p in result.patches
+            ],
+            result_tree=result.result_tree,
+            written=list(result.written),
+            unchanged=list(result.unchanged),
+            removed=list(result.removed),
+            manifest_changed=result.manifest_changed,
+            changed=result.changed,
+            replaced_saved=result.replaced_saved,
+        )
 
     run(ctx, "export", body)
 

@@ -7,18 +7,12 @@ from typing import Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.core.errors import BadInput
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Mirror, Offline
+from dgr_forge.core.errors import BadInput, ExitCode
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
-
-_MIRROR = typer.Option(
-    "--mirror",
-    metavar="URL",
-    help="Fetch from this mirror (URL or path; default: DGR_MIRROR); ids are still verified.",
-)
-_OFFLINE = typer.Option("--offline", help="Never touch the network.")
 
 
 @app.command()
@@ -55,12 +49,12 @@ def rebase(
         Path | None,
         typer.Option("--report", metavar="PATH", help="With --dry-run: write a Markdown report."),
     ] = None,
-    mirror: Annotated[str | None, _MIRROR] = None,
-    offline: Annotated[bool, _OFFLINE] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
 ) -> None:
     """Replay the patch series onto a new upstream commit (3-way); resumable."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 
@@ -100,7 +94,7 @@ def rebase(
         fetch_from = resolve_mirror(mirror)
         with env.session(lock=True, recover=True) as s:
             if dry_run:
-                return rebase_mod.dry_run(
+                dry = rebase_mod.dry_run(
                     s.forge,
                     env.out,
                     s.manifest,
@@ -109,7 +103,8 @@ def rebase(
                     mirror=fetch_from,
                     offline=offline,
                     report=report,
-                ).as_dict()
+                )
+                return Outcome(dry.as_dict(), dry.exit_code)
             return rebase_mod.start(
                 s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
             ).as_dict()
@@ -120,14 +115,14 @@ def rebase(
 @app.command()
 def check(
     ctx: typer.Context,
-    mirror: Annotated[str | None, _MIRROR] = None,
-    offline: Annotated[bool, _OFFLINE] = False,
+    mirror: Mirror = None,
+    offline: Offline = False,
 ) -> None:
     """CI gate: a fresh fetch, apply and re-export reproduce patches/ and the manifest.
 
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import options as options_mod
         from dgr_forge.upstream import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
@@ -144,12 +139,24 @@ def check(
                 mirror=fetch_from,
                 offline=offline,
             )
-        fields = result.as_dict()
+        import msgspec
+
+        from dgr_forge.cli import results
+
+        typed = results.Check(
+            commit=result.commit,
+            result_tree=result.result_tree,
+            series_reproduced=result.reproduced,
+            apply_error=result.apply_error,
+            differences=msgspec.convert(result.differences, list[results.Difference]),
+            options_checked=result.options_checked,
+            option_problems=[vars(p) for p in result.option_problems],
+        )
+        code = ExitCode.OK
         if not result.ok:
             # a recipe passing a deprecated alias is bad input; a tree that differs fails
-            only_options = not result.differences and not result.apply_error
             deprecated = any(p.deprecated for p in result.option_problems)
-            fields["exit_code"] = 2 if only_options and deprecated else 1
-        return fields
+            code = ExitCode.BAD_INPUT if result.reproduced and deprecated else ExitCode.FAILED
+        return Outcome(typed, code)
 
     run(ctx, "check", body)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
-from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.options import Force, Key
+from dgr_forge.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from dgr_forge.cli import results
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -27,12 +31,15 @@ def keygen(
         Path | None,
         typer.Option("--out", help="Private key path (default: the user's config directory)."),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing key.")] = False,
+    force: Force = False,
 ) -> None:
-    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
+    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.
 
-    def body(env: Env) -> dict[str, Any]:
+    `--force` replaces an existing key."""
+
+    def body(env: Env) -> results.Keygen:
         from dgr_forge.attest import keys
+        from dgr_forge.cli import results
 
         path = (out or keys.default_key_path()).expanduser()
         signer = keys.generate(path, force=force)
@@ -40,7 +47,7 @@ def keygen(
         env.out.info(f"private key {path} (mode 0600; keep it secret)")
         env.out.info(f"public key  {pub}")
         env.out.info(f"keyid       {signer.keyid}")
-        return {"private_key": str(path), "public_key": str(pub), "keyid": signer.keyid}
+        return results.Keygen(private_key=str(path), public_key=str(pub), keyid=signer.keyid)
 
     run(ctx, "keygen", body)
 
@@ -52,7 +59,7 @@ def show(
 ) -> None:
     """Print a readable summary of a report (--json: the statement too). Does not verify."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import reports as reports_mod
 
         loaded = reports_mod.load(report)
@@ -98,17 +105,14 @@ def _artifact_base(env: Env, report: Path) -> Path:
 def verify(
     ctx: typer.Context,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
-    key: Annotated[
-        str | None,
-        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
-    ] = None,
+    key: Key = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
 ) -> None:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -126,7 +130,7 @@ def verify(
             for failure in v.failures:
                 env.out.error(failure)
             env.out.info(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
-            return {"exit_code": ExitCode.FAILED, **fields}
+            return Outcome.of(fields, False)
         checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
         env.out.info(f"{report}: OK (signature, payload type, statement{checked})")
         return fields
@@ -139,14 +143,11 @@ def compare(
     ctx: typer.Context,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
-    key: Annotated[
-        str | None,
-        typer.Option("--key", help="Public key PEM (default: DGR_VERIFY_KEY, then yours)."),
-    ] = None,
+    key: Key = None,
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -161,7 +162,7 @@ def compare(
         if not c.identical:
             what = "differ" if c.a.ok and c.b.ok else "do not both verify"
             env.out.info(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
-            return {"exit_code": ExitCode.FAILED, **c.as_dict()}
+            return Outcome.of(c.as_dict(), False)
         count = len(reports_mod.subject_digests(c.a))
         env.out.info(f"{a} and {b}: identical subjects ({count} artifact(s))")
         return c.as_dict()
@@ -179,9 +180,7 @@ def certify_command(
     hardware: Annotated[
         str | None, typer.Option("--hardware", help="Describe the hardware (default: probe it).")
     ] = None,
-    key: Annotated[
-        str | None, typer.Option("--key", help="Signing key (default: DGR_SIGNING_KEY, yours).")
-    ] = None,
+    key: Key = None,
     report_key: Annotated[
         str | None,
         typer.Option("--report-key", help="Public key the report must verify with."),
@@ -189,7 +188,7 @@ def certify_command(
 ) -> None:
     """Record, signed, that this exact lane/recipe/report passed on real hardware."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import certify as certify_mod
         from dgr_forge.attest import keys
         from dgr_forge.lanes.inputs import tool_versions, worker_identity

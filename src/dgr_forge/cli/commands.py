@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+
+from dgr_forge.cli.argv import Argv
 
 # Explicit, ordered list: `dgr-forge --help` shows commands in this order.
 MODULES: list[str] = [
@@ -46,9 +47,6 @@ COMMAND_MODULES: dict[str, str] = {
     "demo": "demo",
 }
 
-# the options of the whole tool that take a value (as `cli.main` hoists them)
-_VALUED = ("--root", "--workspace")
-
 _imported: set[str] = set()
 _all = False
 
@@ -76,33 +74,23 @@ def register_all() -> None:
     _all = True
 
 
-def command_module(args: Sequence[str]) -> str | None:
-    """The one module a (hoisted) argument list needs: "" for none (`--version` before any
-    command), None for all (no command named, `--help`, an unknown name, completion)."""
+def command_module(line: Argv) -> str | None:
+    """The one module a command line needs: "" for none (`--version` before any command),
+    None for all (no command named, `--help`, an unknown name, completion)."""
     if any(k.startswith("_DGR_FORGE_COMPLETE") or k == "_TYPER_COMPLETE_ARGS" for k in os.environ):
         return None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _VALUED:
-            i += 2
-            continue
-        if arg == "--version":
-            return ""
-        if arg == "--json" or arg.split("=", 1)[0] in _VALUED:
-            i += 1
-            continue
-        if arg.startswith("-"):
-            return None  # --help, completion options, a typo: Click shows every command
-        return COMMAND_MODULES.get(arg)
-    return None
+    if line.first == "--version":
+        return ""
+    if line.first is None or line.first.startswith("-"):
+        return None  # --help, completion options, a typo: Click shows every command
+    return COMMAND_MODULES.get(line.first)
 
 
-def register_for(args: Sequence[str]) -> None:
-    """Register what `args` runs: one module, none, or all."""
+def register_for(line: Argv) -> None:
+    """Register what the line runs: one module, none, or all."""
     if _all:
         return
-    name = command_module(args)
+    name = command_module(line)
     if name is None:
         register_all()
     elif name:

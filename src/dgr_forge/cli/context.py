@@ -130,7 +130,10 @@ def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) 
         f"({', '.join(forge.rel(j) for j in journals)})",
         hint="run it again (`dgr-forge export`, or `dgr-forge rebase --continue` during a "
         "rebase); any command that writes, e.g. `dgr-forge patch`, finishes the write first",
-        details={"journals": [str(j) for j in journals], **({"error": str(err)} if err else {})},
+        details={
+            "journals": [str(j) for j in journals],
+            **({"manifest_error": str(err)} if err else {}),
+        },
     ) from err
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 
-from dgr_forge.core.errors import BadInput, ForgeError, OperationFailed
+from dgr_forge.core.errors import BadInput, Details, ForgeError, OperationFailed
 from dgr_forge.core.urls import mask_text
 
 
@@ -80,7 +80,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
         hint = _FAILED_HINTS.get(
             code, "re-run; if it persists, re-run with DGR_DEBUG=1 and report the output"
         )
-        details: dict[str, object] = {"path": _shown_path(path)} if path is not None else {}
+        details: Details = {"path": _shown_path(path)} if path is not None else {}
         return OperationFailed(message, hint=hint, details=details)
     if isinstance(err, RecursionError):
         return BadInput(

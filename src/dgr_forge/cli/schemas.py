@@ -1,5 +1,8 @@
 """Generate the published `--json` contract: `docs/json-schema/<command>.json` (JSON Schema
-2020-12) and `docs/json.md`, both from the declarations in `cli.contract`.
+2020-12), `docs/json-schema/envelope.json` (the failure and `--help` objects every command
+shares, referenced by `$ref`) and `docs/json.md`, all from the types in `cli.results` and
+`core.errors.Details` (msgspec writes the schemas; this module adds the envelope and the
+prose).
 
     python -m dgr_forge.cli.schemas [--check] [ROOT]
 
@@ -12,25 +15,37 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any, get_type_hints
 
-from dgr_forge.cli.contract import COMMANDS
-from dgr_forge.cli.results import DETAILS, FAILURE, HELP, Command, Form, Schema
+import msgspec
+
+from dgr_forge.cli.results import COMMANDS, Command, Form
+from dgr_forge.core.errors import Details
+
+Schema = dict[str, Any]
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 BASE_ID = "https://dgr-forge.invalid/json-schema/"
 SCHEMA_DIR = Path("docs") / "json-schema"
 DOC = Path("docs") / "json.md"
+SHARED = "envelope.json"  # the failure and --help objects, once
+EXIT_CODES = (
+    "the process exit status: 0 ok, 1 the operation failed, 2 bad input or usage, "
+    "3 needs a human, 130 interrupted"
+)
 
 
-def _envelope(words: str, *, ok: Schema, exit_code: Schema) -> dict[str, Schema]:
+def details() -> dict[str, str]:
+    """The failure details' keys and meanings, from `core.errors.Details`."""
+    hints = get_type_hints(Details, include_extras=True)
+    return {key: str(hint.__metadata__[0]) for key, hint in hints.items()}
+
+
+def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
     return {
         "ok": {**ok, "description": "`exit_code == 0`"},
-        "exit_code": {
-            **exit_code,
-            "description": "the process exit status: 0 ok, 1 the operation failed, 2 bad "
-            "input or usage, 3 needs a human, 130 interrupted",
-        },
-        "command": {"const": words, "description": "the command path"},
+        "exit_code": {**exit_code, "description": EXIT_CODES},
+        "command": {**command, "description": "the command path"},
     }
 
 
@@ -44,71 +59,139 @@ def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema
     }
 
 
-def _form_schema(cmd: Command, form: Form) -> Schema:
-    if form.may_fail:
-        env = _envelope(cmd.words, ok={"type": "boolean"}, exit_code={"type": "integer"})
-    else:
-        env = _envelope(cmd.words, ok={"const": True}, exit_code={"const": 0})
-    required = [*env, *(k for k in form.props if k not in form.optional)]
-    return _closed(form.title, {**env, **form.props}, required)
+def envelope_schema() -> Schema:
+    """The failure object (the error, its hint, its details) and the `--help` object."""
+    failure_env = _envelope({"const": False}, {"type": "integer", "minimum": 1}, {"type": "string"})
+    failure = _closed(
+        "failure",
+        {
+            **failure_env,
+            "error": {
+                "type": "string",
+                "description": "what went wrong, and where (file, key, patch, line)",
+            },
+            "hint": {
+                "type": ["string", "null"],
+                "description": "how to fix it (absent for usage errors)",
+            },
+            **{key: {"description": text} for key, text in details().items()},
+        },
+        ["ok", "exit_code", "command", "error"],
+    )
+    help_env = _envelope({"const": True}, {"const": 0}, {"type": "string"})
+    help_ = _closed(
+        "--help",
+        {**help_env, "help": {"type": "string", "description": "`printed on stderr`"}},
+        ["ok", "exit_code", "command", "help"],
+    )
+    return {
+        "$schema": DIALECT,
+        "$id": f"{BASE_ID}{SHARED}",
+        "title": "dgr-forge --json: the failure and --help objects every command shares",
+        "$defs": {"failure": failure, "help": help_},
+    }
 
 
 def command_schema(cmd: Command) -> Schema:
-    """Success forms, `--help`, and the failure envelope; every branch closed, and the top
-    level closed over the union of their keys."""
-    failure_env = _envelope(
-        cmd.words, ok={"const": False}, exit_code={"type": "integer", "minimum": 1}
-    )
-    failure = _closed(
-        "failure", {**failure_env, **FAILURE}, ["ok", "exit_code", "command", "error"]
-    )
-    help_ = _closed(
-        "--help",
-        {**_envelope(cmd.words, ok={"const": True}, exit_code={"const": 0}), **HELP},
-        ["ok", "exit_code", "command", "help"],
-    )
-    branches = [_form_schema(cmd, f) for f in cmd.forms]
-    keys: dict[str, Schema] = {}
-    for branch in [*branches, failure, help_]:
-        for key in branch["properties"]:
-            keys.setdefault(key, {})
+    """The command's forms (msgspec's schemas of its types, each closed, with the envelope
+    first), or by reference the shared failure and `--help` objects."""
+    refs, defs = msgspec.json.schema_components(cmd.forms, ref_template="#/$defs/{name}")
+    for form in cmd.forms:
+        schema = defs[form.__name__]
+        if form.may_fail:
+            env = _envelope({"type": "boolean"}, {"type": "integer"}, {"const": cmd.words})
+        else:
+            env = _envelope({"const": True}, {"const": 0}, {"const": cmd.words})
+        schema["title"] = form.title
+        schema["properties"] = {**env, **schema["properties"]}
+        schema["required"] = [*env, *schema.get("required", [])]
     return {
         "$schema": DIALECT,
         "$id": f"{BASE_ID}{cmd.name}.json",
         "title": f"dgr-forge {cmd.words} --json",
         "description": cmd.summary,
-        "type": "object",
-        "properties": keys,
-        "additionalProperties": False,
-        "anyOf": [*branches, {"$ref": "#/$defs/failure"}, {"$ref": "#/$defs/help"}],
-        "$defs": {"failure": failure, "help": help_},
+        "anyOf": [*refs, {"$ref": f"{SHARED}#/$defs/failure"}, {"$ref": f"{SHARED}#/$defs/help"}],
+        "$defs": defs,
     }
 
 
 # --- docs/json.md ---------------------------------------------------------------------------
 
 
-def type_words(schema: Schema) -> str:
-    if "const" in schema:
-        return json.dumps(schema["const"])
-    kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind] if kind else []
-    words = []
-    for k in kinds:
-        if k == "array":
-            items = schema.get("items", {})
-            inner = type_words(items)
-            words.append(f"list of {inner}s" if inner in ("string", "object") else "list")
-        elif k == "null":
-            continue
-        elif k == "boolean":
-            words.append("bool")
-        elif k in ("integer", "number"):
-            words.append("int" if k == "integer" else "number")
-        else:
-            words.append(str(k))
-    text = " or ".join(words) or "any"
-    return text + (" or null" if "null" in kinds else "")
+class Doc:
+    """Reads one command's schema for the tables: `$ref`s resolved in its `$defs`."""
+
+    def __init__(self, defs: dict[str, Schema]) -> None:
+        self.defs = defs
+
+    def resolve(self, schema: Schema) -> Schema:
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return {
+                **self.defs[ref.removeprefix("#/$defs/")],
+                **{k: v for k, v in schema.items() if k != "$ref"},
+            }
+        return schema
+
+    def _nonnull(self, schema: Schema) -> tuple[Schema, bool]:
+        """The schema without its null branch, and whether it had one."""
+        branches = schema.get("anyOf")
+        if isinstance(branches, list):
+            rest = [b for b in branches if b.get("type") != "null"]
+            if len(rest) == 1 and len(rest) < len(branches):
+                inner = self.resolve(rest[0])
+                if schema.get("description"):
+                    inner = {**inner, "description": schema["description"]}
+                return inner, True
+        return self.resolve(schema), False
+
+    def type_words(self, schema: Schema) -> str:
+        if "const" in schema:
+            return json.dumps(schema["const"])
+        inner, nullable = self._nonnull(schema)
+        kind = inner.get("type")
+        kinds = kind if isinstance(kind, list) else [kind] if kind else []
+        words = []
+        for k in kinds:
+            if k == "array":
+                sub = self.type_words(self.resolve(inner.get("items", {})))
+                words.append(f"list of {sub}s" if sub in ("string", "object") else "list")
+            elif k == "null":
+                nullable = True
+            elif k == "boolean":
+                words.append("bool")
+            elif k in ("integer", "number"):
+                words.append("int" if k == "integer" else "number")
+            else:
+                words.append(str(k))
+        text = " or ".join(words) or "any"
+        return text + (" or null" if nullable else "")
+
+    def props(self, schema: Schema) -> dict[str, Schema]:
+        inner, _ = self._nonnull(schema)
+        if "items" in inner:
+            inner = self.resolve(inner["items"])
+        found = inner.get("properties")
+        return found if isinstance(found, dict) else {}
+
+    def meaning(self, schema: Schema, depth: int = 0) -> str:
+        """A key's description, its nested keys' in parentheses (a big object: its own table)."""
+        inner, _ = self._nonnull(schema)
+        text = str(schema.get("description") or inner.get("description", ""))
+        props = self.props(schema)
+        if depth == 0 and len(inner.get("properties", {})) > BIG:
+            return _cell(text + " (see below)")
+        if props and depth < 3:
+            parts = [f"`{k}`: {self.meaning(v, depth + 1)}" for k, v in props.items()]
+            text += " (" + "; ".join(parts) + ")"
+        return _cell(text)
+
+    def table(self, props: dict[str, Schema], optional: tuple[str, ...] = ()) -> list[str]:
+        lines = ["| key | type | meaning |", "| --- | --- | --- |"]
+        for key, schema in props.items():
+            flag = " *(optional)*" if key in optional else ""
+            lines.append(f"| `{key}`{flag} | {self.type_words(schema)} | {self.meaning(schema)} |")
+        return lines
 
 
 def _cell(text: str) -> str:
@@ -123,28 +206,8 @@ def _optional(schema: Schema) -> tuple[str, ...]:
     return tuple(k for k in schema.get("properties", {}) if k not in required)
 
 
-def _meaning(schema: Schema, depth: int = 0) -> str:
-    """A key's description, its nested keys' in parentheses (a big object: its own table)."""
-    text = str(schema.get("description", ""))
-    props = schema.get("properties") or schema.get("items", {}).get("properties")
-    if depth == 0 and len(schema.get("properties", {})) > BIG:
-        return _cell(text + " (see below)")
-    if props and depth < 3:
-        parts = [f"`{k}`: {_meaning(v, depth + 1)}" for k, v in props.items()]
-        text += " (" + "; ".join(parts) + ")"
-    return _cell(text)
-
-
 def _sentence(text: str) -> str:
     return _cell(text[:1].upper() + text[1:] + ".")
-
-
-def _table(props: dict[str, Schema], optional: tuple[str, ...] = ()) -> list[str]:
-    lines = ["| key | type | meaning |", "| --- | --- | --- |"]
-    for key, schema in props.items():
-        flag = " *(optional)*" if key in optional else ""
-        lines.append(f"| `{key}`{flag} | {type_words(schema)} | {_meaning(schema)} |")
-    return lines
 
 
 ENVELOPE: dict[str, Schema] = {
@@ -164,8 +227,9 @@ ENVELOPE: dict[str, Schema] = {
 INTRO = """\
 # `--json`: the machine-readable contract
 
-<!-- Generated by `python -m dgr_forge.cli.schemas` from src/dgr_forge/cli/contract.py
-and cli/results.py; edit those (the prose lives in cli/schemas.py), then regenerate. -->
+<!-- Generated by `python -m dgr_forge.cli.schemas` from the types in
+src/dgr_forge/cli/results.py and core/errors.py (`Details`); edit those (the prose lives in
+cli/schemas.py), then regenerate. -->
 
 Every dgr-forge invocation that has `--json` anywhere on its command line (global options
 may stand anywhere) prints **exactly one JSON object on stdout** and nothing else there;
@@ -178,8 +242,9 @@ progress bars are also off when `CI` is set or with `--json`. `tests/test_json_c
 checks all of this for every registered command.
 
 Each command's object has a JSON Schema (2020-12) in `docs/json-schema/<command>.json`
-(the command's words joined by `-`, e.g. `report-verify.json`): every success form, the
-`--help` object and the failure envelope, each closed (`additionalProperties: false`).
+(the command's words joined by `-`, e.g. `report-verify.json`): every success form, and
+by reference the `--help` object and the failure envelope, both defined once in
+`docs/json-schema/envelope.json`; each closed (`additionalProperties: false`).
 `tests/test_json_schemas.py` runs every command, succeeding and failing, and validates
 its output against its schema. Keys may gain siblings in a later version, never change
 meaning; nested objects are open to new keys.
@@ -215,15 +280,21 @@ $ dgr-forge build --lane cuda --json 2>/dev/null
 """
 
 
+def _fields(form: type[Form], schema: Schema) -> dict[str, Schema]:
+    """A form's own keys (after the envelope), in declaration order."""
+    return {k: schema["properties"][k] for k in form.__struct_fields__}
+
+
 def render_doc() -> str:
-    out = [INTRO.replace("{envelope}", "\n".join(_table(ENVELOPE))), "### Failure details", ""]
+    table = Doc({}).table(ENVELOPE)
+    out = [INTRO.replace("{envelope}", "\n".join(table)), "### Failure details", ""]
     out.append(
         "An error's own fields, by key (each present only when it applies); any of them "
         "may appear in a command's failure object:"
     )
     out.append("")
     out += ["| key | meaning |", "| --- | --- |"]
-    out += [f"| `{k}` | {_cell(str(v.get('description', '')))} |" for k, v in DETAILS.items()]
+    out += [f"| `{k}` | {_cell(v)} |" for k, v in details().items()]
     out += ["", "## Per command", ""]
     for cmd in COMMANDS:
         out += [
@@ -234,42 +305,48 @@ def render_doc() -> str:
         ]
         if cmd.prose:
             out += [cmd.prose, ""]
+        full = command_schema(cmd)
+        doc = Doc(full["$defs"])
+        first = cmd.forms[0]
+        first_props = _fields(first, full["$defs"][first.__name__])
         for form in cmd.forms:
+            schema = full["$defs"][form.__name__]
+            props = _fields(form, schema)
             fails = " *(may fail: `ok` false with these keys)*" if form.may_fail else ""
             if len(cmd.forms) > 1 or fails:
                 out += [f"`{form.title}`{fails}", ""]
-            first = cmd.forms[0]
-            shared = [
-                k for k, v in form.props.items() if form is not first and first.props.get(k) == v
-            ]
+            shared = [k for k, v in props.items() if form is not first and first_props.get(k) == v]
             if len(shared) > 2:  # the first form's rows once, not again
                 names = ", ".join(f"`{k}`" for k in shared)
                 out += [f"The same {names} as `{first.title}`, and:", ""]
             else:
                 shared = []
-            mine = {k: v for k, v in form.props.items() if k not in shared}
-            out += _table(mine, form.optional)
+            mine = {k: v for k, v in props.items() if k not in shared}
+            out += doc.table(mine, _optional({"properties": props, "required": schema["required"]}))
             out.append("")
             if form.note:
                 out += [_sentence(form.note), ""]
-            for key, sub in form.props.items():
-                if len(sub.get("properties", {})) > BIG:  # its own table, not one long cell
+            for key, sub in props.items():
+                inner = doc.resolve(sub)
+                if len(inner.get("properties", {})) > BIG:  # its own table, not one long cell
                     out += [
                         f"`{cmd.words}`: `{key}`",
                         "",
-                        _sentence(sub.get("description", "")),
+                        _sentence(sub.get("description") or inner.get("description", "")),
                         "",
                     ]
-                    out += [*_table(sub["properties"], _optional(sub)), ""]
+                    out += [*doc.table(inner["properties"], _optional(inner)), ""]
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _json(schema: Schema) -> str:
+    return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
 
 def rendered() -> dict[Path, str]:
     """Every generated file (relative to the project root) and its text."""
-    files = {
-        SCHEMA_DIR / f"{cmd.name}.json": json.dumps(command_schema(cmd), indent=2) + "\n"
-        for cmd in COMMANDS
-    }
+    files = {SCHEMA_DIR / f"{cmd.name}.json": _json(command_schema(cmd)) for cmd in COMMANDS}
+    files[SCHEMA_DIR / SHARED] = _json(envelope_schema())
     files[DOC] = render_doc()
     return files
 
@@ -300,4 +377,4 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main(sys.argv[1:]))
 
 
-__all__ = ["command_schema", "main", "render_doc", "rendered"]
+__all__ = ["command_schema", "envelope_schema", "main", "render_doc", "rendered"]

@@ -7,7 +7,6 @@ series, a worker, a demo signing key), `tour` runs the real commands on it. `run
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from dgr_forge.core.output import Reporter
 from dgr_forge.demo.generate import DemoRoot, check_target, generate, product_dir
@@ -20,19 +19,6 @@ __all__ = ["DemoResult", "DemoRoot", "check_target", "generate", "run", "run_tou
 class DemoResult:
     demo: DemoRoot
     steps: list[Step]
-
-    def as_dict(self) -> dict[str, Any]:
-        d = self.demo
-        return {
-            "root": str(d.root),
-            "upstream": str(d.upstream),
-            "pin": d.pin,
-            "onto": d.newer,
-            "patches": list(d.patches),
-            "key": str(d.key),
-            "public_key": str(d.public_key),
-            "steps": [s.as_dict() for s in self.steps],
-        }
 
 
 def run(raw_dir: str, out: Reporter) -> DemoResult:

@@ -36,14 +36,6 @@ class Step:
     proved: str = ""
     result: dict[str, Any] = field(default_factory=dict, repr=False)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "step": self.name,
-            "command": ["dgr-forge", *self.args],
-            "exit_code": self.exit_code,
-            "proved": self.proved,
-        }
-
 
 def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}

@@ -152,25 +152,6 @@ class LaneResult:
     rebuilt: list[str] = field(default_factory=list)  # artifacts found changed on disk
     cache: dict[str, Any] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "lane": self.lane,
-            "status": self.status,
-            "configured": self.configured,
-            "patched": self.patched,
-            "ninja_steps": self.ninja_steps,
-            "artifacts": self.artifacts,
-            "report": self.report,
-            "report_reused": self.report_reused,
-            "log": self.log,
-            "log_file": self.log_file,
-            "build_dir": self.build_dir,
-            "cache": self.cache,
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-            **({"rebuilt": self.rebuilt} if self.rebuilt else {}),
-            **({"error_lines": self.error_lines} if self.error_lines else {}),
-        }
-
 
 @dataclass
 class BuildResult:

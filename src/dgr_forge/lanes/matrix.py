@@ -40,7 +40,9 @@ def matrix(
                 "backend": recipe.backend,
                 "host_os": list(recipe.host_os),
                 "buildable": check.buildable,
-                "missing": check.summary() if not check.buildable else None,
+                # the same rows (and one-line summary) as `doctor`'s lanes
+                "missing": [probe.as_dict() for probe in check.missing],
+                "summary": check.summary(),
                 "last_build": (
                     {
                         "time": last.get("time"),

@@ -18,7 +18,6 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import tomlkit
 
@@ -44,19 +43,13 @@ class CheckResult:
     option_problems: list[OptionProblem] = field(default_factory=list)
 
     @property
-    def ok(self) -> bool:
-        return not self.differences and not self.apply_error and not self.option_problems
+    def reproduced(self) -> bool:
+        """fetch + apply + export gave patches/ and the manifest back"""
+        return not self.differences and not self.apply_error
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "commit": self.commit,
-            "result_tree": self.result_tree,
-            "series_reproduced": not self.differences and not self.apply_error,
-            "apply_error": self.apply_error,
-            "differences": self.differences,
-            "options_checked": self.options_checked,
-            "option_problems": [vars(p) for p in self.option_problems],
-        }
+    @property
+    def ok(self) -> bool:
+        return self.reproduced and not self.option_problems
 
 
 # ----------------------------------------------------------------------------- series

@@ -76,21 +76,6 @@ class ExportResult:
     def changed(self) -> bool:
         return bool(self.written or self.removed or self.manifest_changed)
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "patches": [
-                {"file": p.file, "sha256": p.sha256, "tree": p.tree, "subject": p.subject}
-                for p in self.patches
-            ],
-            "result_tree": self.result_tree,
-            "written": list(self.written),
-            "unchanged": list(self.unchanged),
-            "removed": list(self.removed),
-            "manifest_changed": self.manifest_changed,
-            "changed": self.changed,
-            "replaced_saved": self.replaced_saved,
-        }
-
 
 def slug(subject: str) -> str:
     """A file-name slug from a commit subject: stable, lowercase, [a-z0-9-]."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.core import gitutil, proc
-from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.errors import Details, OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
@@ -158,7 +158,7 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
     """The error for a failed fetch of `what` (its words and its fix fitted to the cause,
     `diagnose`d from git's stderr unless given): `fetch`'s, `rebase`'s and `bump`'s."""
     cause = cause or diagnose(stderr)
-    details: dict[str, object] = {
+    details: Details = {
         "url": mask(url),
         "cause": cause,
         "git_stderr": mask_text(stderr[-4000:]),

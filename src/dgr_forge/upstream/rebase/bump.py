@@ -57,12 +57,13 @@ class BumpResult:
     def reached(self) -> bool:
         return bool(self.data["newest_clean"] == self.data["target"])
 
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when a patch stopped the pin short of the target."""
+        return ExitCode.OK if self.reached else ExitCode.NEEDS_HUMAN
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.data,
-            "report_markdown": str(self.report_md) if self.report_md else None,
-            "exit_code": ExitCode.OK if self.reached else ExitCode.NEEDS_HUMAN,
-        }
+        return {**self.data, "report_markdown": str(self.report_md) if self.report_md else None}
 
 
 def bump(

@@ -49,8 +49,12 @@ class DryRunResult:
             **self.data,
             "would_conflict": self.conflicts > 0,
             "report_markdown": str(self.report_md) if self.report_md else None,
-            "exit_code": ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK,
         }
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when a patch would conflict."""
+        return ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK
 
 
 def _check_report_path(path: Path, forge: Forge) -> Path:
