@@ -160,11 +160,14 @@ def test_sdist_builds_the_wheel_and_carries_what_its_tests_read(dists: tuple[Pat
     sdist, _ = dists
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    assert {"LICENSE", "pyproject.toml", "setup.py", "README.md", "SECURITY.md",
-            "constraints.txt", "src/dgr_forge/__init__.py", "tests/conftest.py",
-            "tests/support/roots.py", "tests/data/models/tiny-test.toml",
-            "docs/json-schema/build.json", "docs/cli.md", "manifests/llama.cpp.toml",
-            "recipes/cpu.toml", "toolchains/probes.toml", "cmake/DgrUpstream.cmake"} <= names  # fmt: skip
+    expected = {
+        "LICENSE", "pyproject.toml", "setup.py", "README.md", "SECURITY.md", "constraints.txt",
+        "src/dgr_forge/__init__.py", "tests/conftest.py", "tests/support/roots.py",
+        "tests/data/models/tiny-test.toml", "docs/json-schema/build.json", "docs/cli.md",
+        "manifests/llama.cpp.toml", "recipes/cpu.toml", "toolchains/probes.toml",
+        "cmake/DgrUpstream.cmake",
+    }  # fmt: skip
+    assert expected <= names, sorted(expected - names)
     tracked = subprocess.run(
         ["git", "ls-files", "tests", "docs", "recipes", "toolchains", "cmake"],
         cwd=REPO, capture_output=True, text=True, check=True,

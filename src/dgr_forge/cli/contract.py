@@ -395,16 +395,30 @@ CI_RENDER = Command(
 
 PRESETS = Command(
     "presets",
-    "CMakeUserPresets.json with a configure + build preset per lane.",
+    "The forge's CMake presets in `dgr-forge.presets.json`, included from "
+    "`CMakeUserPresets.json` (the user's file keeps every other byte).",
     (
         Form(
             "presets",
             {
-                "path": null(s("the file written (null with `--print`)")),
-                "presets": strs("the preset names"),
+                "path": null(
+                    s(
+                        "the forge's presets file, `dgr-forge.presets.json` (null with "
+                        "`--print` and `--remove`)"
+                    )
+                ),
+                "presets": strs("the preset names (none with `--remove`)"),
                 "content": obj("with `--print`: the presets file"),
+                "user_presets": s("the `CMakeUserPresets.json` that includes it"),
+                "user_presets_change": s(
+                    "what happens to it: `created`, `changed` (the include entry added or "
+                    "removed; a `version` under 4 raised to 4), `unchanged`, `deleted` (the "
+                    "one the forge created, by `--remove`)"
+                ),
+                "diff": s('the change to it as a unified diff (`""`: none)'),
+                "dry_run": b("`--dry-run`: nothing was written"),
             },
-            optional=("content",),
+            optional=("content", "user_presets", "user_presets_change", "diff", "dry_run"),
         ),
     ),
 )
