@@ -350,18 +350,29 @@ _RENDER = {
     "sha256": s("of the rendered workflow's bytes"),
     "install": s(
         "how every job installs dgr-forge: `checkout` (the tool's own repository: the "
-        "checked-out tree) or `requirements` (`ci/requirements.txt`, pinned by content)"
+        "checked-out tree), `requirements` (`ci/requirements.txt`, pinned by content) or "
+        "`source` (`--tool-source`)"
     ),
     "install_args": s(
         "pip install's arguments in that step, e.g. `-c constraints.txt .` or "
-        "`-c ci/constraints.txt -r ci/requirements.txt`"
+        "`-c ci/constraints.txt -r ci/requirements.txt` (with `--tool-source`: "
+        '`-c ci/constraints.txt "$DGR_TOOL_SOURCE"`, the requirement in the workflow\'s '
+        "environment)"
     ),
     "constraints": s(
         "the constraints file the step installs under (`constraints.txt` or `ci/constraints.txt`)"
     ),
-    "requirements": null(s("`ci/requirements.txt`; null in the tool's own repository")),
+    "requirements": null(
+        s("`ci/requirements.txt`; null in the tool's own repository and with `--tool-source`")
+    ),
     "requirements_exist": b(
         "every file the install step reads exists (`--check` exits 1 otherwise)"
+    ),
+    "tool_source": null(
+        s(
+            "the pip requirement `--tool-source` gave (`dgr-forge==X`, `dgr-forge @ "
+            "https://...whl#sha256=...`, `dgr-forge @ git+https://...@<commit>`); null without"
+        )
     ),
 }
 

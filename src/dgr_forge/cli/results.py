@@ -298,6 +298,7 @@ DETAILS: dict[str, Schema] = {
     "constraints": anything("`ci render`: the constraints file"),
     "requirements": anything("`ci render`: the requirements file"),
     "requirements_exist": anything("`ci render`: the forge root has it"),
+    "tool_source": anything("`ci render`: the `--tool-source` requirement"),
     "resolved": anything("what a path resolved to"),
     "rollback_error": anything("what failed while rolling back"),
     "scheduler": anything("the sccache-dist scheduler (masked)"),
