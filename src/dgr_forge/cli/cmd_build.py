@@ -252,9 +252,10 @@ def presets(
         ),
     ] = None,
 ) -> None:
-    """The forge's CMake presets (a configure + build preset per lane) in
-    dgr-forge.presets.json, included from CMakeUserPresets.json, whose other bytes stay
-    the user's."""
+    """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
+
+    The forge writes dgr-forge.presets.json and adds one include entry for it to
+    CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
 
     def body(env: Env) -> dict[str, Any]:
         from dgr_forge.core.errors import BadInput
