@@ -37,6 +37,13 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return sdist, wheel
 
 
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dgr-forge's runtime dependencies and setuptools (pip's build isolation) as wheels of
+    this environment: what a fresh venv installs from, offline."""
+    return make_wheelhouse(tmp_path_factory.mktemp("wheels"))
+
+
 def test_twine_check_passes(dists: tuple[Path, Path]) -> None:
     checked = subprocess.run(
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, dists)],
@@ -109,12 +116,12 @@ def test_the_repository_keeps_one_copy_of_the_forges_files() -> None:
 
 @pytest.mark.slow
 def test_the_demo_runs_from_a_fresh_venv_of_the_wheel(
-    dists: tuple[Path, Path], tmp_path: Path
+    dists: tuple[Path, Path], tmp_path: Path, wheelhouse: Path
 ) -> None:
     """`pip install dgr_forge-*.whl` in a new venv, offline (the dependencies as wheels of
     this environment), then `dgr-forge demo DIR` outside any checkout: the whole tour."""
     _, wheel = dists
-    wheels = make_wheelhouse(tmp_path / "wheels", extra=())
+    wheels = wheelhouse
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
@@ -189,3 +196,47 @@ def test_src_never_imports_gguf_or_numpy() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in ("gguf", "numpy"), f"{path}: imports {name}"
+
+
+@pytest.mark.slow
+def test_the_readmes_main_line_installs_the_tool_without_the_test_extra(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    """The README's first line, as written, in a fresh venv of a clean copy of this tree
+    (offline: pip finds this environment's wheels): the tool and its runtime dependencies,
+    none of the test extra's packages. (Its `dgr-forge build` needs the upstream: the demo
+    test above runs the tool's whole loop offline.)"""
+    import re
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    main = next(x for x in readme.splitlines() if x.rstrip().endswith("&& dgr-forge build"))
+    install = next(part.strip() for part in main.split("&&") if part.strip().startswith("pip "))
+    assert install == "pip install -c constraints.txt -e .", install
+    tree = copy_worktree(REPO, tmp_path / "clone")
+    venv = tmp_path / "venv"
+    # the venv's pip is this environment's (--python): the same pip, without installing one
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse),
+               PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    args = shlex.split(install)[1:]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--quiet", *args],
+        cwd=tree, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    version = subprocess.run(
+        ["dgr-forge", "--version"], cwd=tmp_path, capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert version.returncode == 0 and re.search(r"\d+\.\d+", version.stdout + version.stderr)
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "list",
+         "--format=freeze"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout.lower()  # fmt: skip
+    names = {line.split("==")[0] for line in listed.split()}
+    assert {"dgr-forge", "cmake", "ninja", "typer"} <= names, names
+    assert not names & {"pytest", "mypy", "ruff", "zizmor", "gguf", "numpy", "hypothesis"}
