@@ -91,11 +91,14 @@ USAGE: dict[str, tuple[str, str]] = {
                        "0 the same subjects · 1 they differ, or one does not verify · "
                        "2 bad input"),
     "artifacts provision": ("dgr-forge artifacts provision manifests/models/m.toml "
-                            "--dest /srv/models",
+                            "--dest /srv/models --layers 0-15 --first",
                             "0 every file present and verified · 1 a download or hash "
                             "failed · 2 bad manifest or destination"),
     "artifacts verify": ("dgr-forge artifacts verify manifests/models/m.toml --dest /srv/models",
                          "0 verified · 1 a file is missing or differs · 2 bad input"),
+    "artifacts map": ("dgr-forge artifacts map manifests/models/m.toml --dest /srv/models",
+                      "0 the map added (or already there) · 1 a header could not be read · "
+                      "2 bad manifest or headers"),
     "artifacts manifest": ("dgr-forge artifacts manifest /srv/models/m --name m "
                            "--url-base https://models.example.com/m/",
                            "0 written · 2 bad input"),
