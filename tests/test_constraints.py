@@ -41,4 +41,8 @@ def test_constraints_pin_toolchain_and_runtime_deps() -> None:
 def test_ci_and_readme_install_with_the_constraints() -> None:
     line = re.compile(r"pip install (--quiet )?-c constraints\.txt -e '\.\[test\]'")
     assert line.search((REPO / ".ci" / "run").read_text())
-    assert line.search((REPO / "README.md").read_text())
+    readme = (REPO / "README.md").read_text()
+    assert line.search(readme)
+    # the main job installs the tool alone: no test extra before `dgr-forge build`
+    main = next(x for x in readme.splitlines() if x.rstrip().endswith("&& dgr-forge build"))
+    assert "pip install -c constraints.txt -e . &&" in main and "[test]" not in main, main

@@ -254,3 +254,20 @@ def test_every_relative_link_and_anchor_resolves() -> None:
                 headings = re.findall(r"(?m)^#+ (.+)$", dest.read_text())
                 slugs = {_slug(h) for h in headings}
                 assert anchor in slugs, f"{page.name}: link to {target}: no such heading"
+
+
+def test_every_environment_variable_the_code_reads_is_in_the_one_table() -> None:
+    """docs/environment.md lists every `DGR_*` variable src/ reads (each is read by its
+    name as a string literal: `environ.get("DGR_X")`, `env_number("DGR_X", ...)`, a
+    `..._ENV = "DGR_X"` constant), and names none that is gone. (The DGR_* names of the
+    rendered CI and the worker's CMake definitions are never quoted in src/.)"""
+    used = {
+        name
+        for path in (REPO / "src").rglob("*.py")
+        for name in re.findall(r"[\"'](DGR_[A-Z][A-Z0-9_]*[A-Z0-9])[\"']", path.read_text())
+    }
+    table = (REPO / "docs" / "environment.md").read_text()
+    listed = set(re.findall(r"^\| `(DGR_[A-Z0-9_]+)`", table, re.MULTILINE))
+    assert used <= listed, sorted(used - listed)
+    assert listed <= used, sorted(listed - used)
+    assert "(docs/environment.md)" in (REPO / "README.md").read_text()

@@ -54,7 +54,7 @@ def test_program_changed_during_hashing_is_never_recorded_as_what_it_became() ->
 
 def test_forge_presets_by_content_only(tmp_path: Path) -> None:
     good = {"version": 3, "configurePresets": [{"name": "dgr-cpu", "generator": "Ninja"}]}
-    path = tmp_path / trees.PRESETS
+    path = tmp_path / trees.OWN_PRESETS
     path.write_text(json.dumps(good))
     assert trees.forge_presets(path)
     for bad in (

@@ -1,4 +1,6 @@
-"""The distribution: sdist and wheel build offline, pass `twine check`, and say what they are."""
+"""The distribution: sdist and wheel build offline, pass `twine check`, and say what they are;
+the wheel is the whole tool (its demo runs from a fresh venv of it), the sdist builds the
+wheel and carries what its tests read."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from support.wheelhouse import copy_worktree
+from support.wheelhouse import copy_worktree, make_wheelhouse
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,6 +35,13 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (sdist,) = out.glob("*.tar.gz")
     (wheel,) = out.glob("*.whl")
     return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dgr-forge's runtime dependencies and setuptools (pip's build isolation) as wheels of
+    this environment: what a fresh venv installs from, offline."""
+    return make_wheelhouse(tmp_path_factory.mktemp("wheels"))
 
 
 def test_twine_check_passes(dists: tuple[Path, Path]) -> None:
@@ -74,14 +83,104 @@ def test_metadata_license_urls_classifiers_and_no_gguf_at_run_time(
             "dgr_forge/lanes/templates/actions.toml"} <= set(names)  # fmt: skip
 
 
-def test_sdist_carries_the_license_and_no_tests_it_could_not_run(dists: tuple[Path, Path]) -> None:
-    """The tests need the whole repository (recipes/, toolchains/, the support builders):
-    the sdist carries none rather than some that cannot run."""
+def _product_files() -> dict[str, bytes]:
+    """recipes/, toolchains/ and cmake/ as the repository holds them (one copy each)."""
+    return {
+        str(path.relative_to(REPO)): path.read_bytes()
+        for name in ("recipes", "toolchains", "cmake")
+        for path in sorted((REPO / name).rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+
+
+def test_the_wheel_carries_the_forges_own_files_as_package_data(dists: tuple[Path, Path]) -> None:
+    """What `demo` copies into a forge root ships in the wheel, byte for byte the
+    repository's one copy (built from the sdist: `python -m build` makes the wheel from it)."""
+    _, wheel = dists
+    with zipfile.ZipFile(wheel) as zf:
+        shipped = {
+            n.removeprefix("dgr_forge/product/"): zf.read(n)
+            for n in zf.namelist()
+            if n.startswith("dgr_forge/product/") and not n.endswith("/")
+        }
+    assert shipped == _product_files()
+    assert {"recipes/cpu.toml", "toolchains/probes.toml", "cmake/DgrUpstream.cmake"} <= set(shipped)
+
+
+def test_the_repository_keeps_one_copy_of_the_forges_files() -> None:
+    """No checked-in duplicate under src/: the wheel's copies are made when it is built."""
+    assert not (REPO / "src" / "dgr_forge" / "product").exists()
+    names = {p.name for p in (REPO / "src").rglob("*") if p.is_file()}
+    assert not {"cpu.toml", "probes.toml", "DgrUpstream.cmake"} & names
+
+
+@pytest.mark.slow
+def test_the_demo_runs_from_a_fresh_venv_of_the_wheel(
+    dists: tuple[Path, Path], tmp_path: Path, wheelhouse: Path
+) -> None:
+    """`pip install dgr_forge-*.whl` in a new venv, offline (the dependencies as wheels of
+    this environment), then `dgr-forge demo DIR` outside any checkout: the whole tour."""
+    _, wheel = dists
+    wheels = wheelhouse
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))
+    }
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(tmp_path / "home"))
+    # this environment's pip installs into the new venv (--python): no pip wheel needed there
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-index",
+         "--find-links", str(wheels), str(wheel)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    tool = venv / "bin" / "dgr-forge"
+    where = subprocess.run(
+        [str(py), "-P", "-c", "import dgr_forge; print(dgr_forge.__file__)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
+    ).stdout  # fmt: skip
+    assert str(venv) in where and str(REPO) not in where
+    demo = tmp_path / "demo"
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    ran = subprocess.run(
+        [str(tool), "--json", "demo", str(demo)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    import json
+
+    steps = json.loads(ran.stdout)["steps"]
+    assert [s["step"] for s in steps][:3] == ["fetch", "patch", "build"], steps
+    assert all(s["exit_code"] in (0, 3) for s in steps), steps
+    # the demo root holds the wheel's files, which are the repository's
+    for rel, data in _product_files().items():
+        if rel.startswith(("cmake/", "toolchains/")) or rel == "recipes/cpu.toml":
+            assert (demo / rel).read_bytes() == data, rel
+
+
+def test_sdist_builds_the_wheel_and_carries_what_its_tests_read(dists: tuple[Path, Path]) -> None:
+    """The sdist is the repository's source: the tests with their data, the docs and JSON
+    schemas, constraints.txt and the forge root's own files (setup.py copies three of them
+    into the wheel, which `python -m build` made from this sdist)."""
     sdist, _ = dists
     with tarfile.open(sdist) as tf:
         names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
-    assert {"LICENSE", "pyproject.toml", "README.md", "src/dgr_forge/__init__.py"} <= names
-    assert not [n for n in names if n.startswith(("tests/", "bench/"))], sorted(names)
+    expected = {
+        "LICENSE", "pyproject.toml", "setup.py", "README.md", "SECURITY.md", "constraints.txt",
+        "src/dgr_forge/__init__.py", "tests/conftest.py", "tests/support/roots.py",
+        "tests/data/models/tiny-test.toml", "docs/json-schema/build.json", "docs/cli.md",
+        "manifests/llama.cpp.toml", "recipes/cpu.toml", "toolchains/probes.toml",
+        "cmake/DgrUpstream.cmake",
+    }  # fmt: skip
+    assert expected <= names, sorted(expected - names)
+    tracked = subprocess.run(
+        ["git", "ls-files", "tests", "docs", "recipes", "toolchains", "cmake"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert not set(tracked) - names, sorted(set(tracked) - names)
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
 
 
 def test_src_never_imports_gguf_or_numpy() -> None:
@@ -97,3 +196,47 @@ def test_src_never_imports_gguf_or_numpy() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in ("gguf", "numpy"), f"{path}: imports {name}"
+
+
+@pytest.mark.slow
+def test_the_readmes_main_line_installs_the_tool_without_the_test_extra(
+    tmp_path: Path, wheelhouse: Path
+) -> None:
+    """The README's first line, as written, in a fresh venv of a clean copy of this tree
+    (offline: pip finds this environment's wheels): the tool and its runtime dependencies,
+    none of the test extra's packages. (Its `dgr-forge build` needs the upstream: the demo
+    test above runs the tool's whole loop offline.)"""
+    import re
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    main = next(x for x in readme.splitlines() if x.rstrip().endswith("&& dgr-forge build"))
+    install = next(part.strip() for part in main.split("&&") if part.strip().startswith("pip "))
+    assert install == "pip install -c constraints.txt -e .", install
+    tree = copy_worktree(REPO, tmp_path / "clone")
+    venv = tmp_path / "venv"
+    # the venv's pip is this environment's (--python): the same pip, without installing one
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse),
+               PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    args = shlex.split(install)[1:]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--quiet", *args],
+        cwd=tree, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    version = subprocess.run(
+        ["dgr-forge", "--version"], cwd=tmp_path, capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+    assert version.returncode == 0 and re.search(r"\d+\.\d+", version.stdout + version.stderr)
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "list",
+         "--format=freeze"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    ).stdout.lower()  # fmt: skip
+    names = {line.split("==")[0] for line in listed.split()}
+    assert {"dgr-forge", "cmake", "ninja", "typer"} <= names, names
+    assert not names & {"pytest", "mypy", "ruff", "zizmor", "gguf", "numpy", "hypothesis"}

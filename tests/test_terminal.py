@@ -92,6 +92,32 @@ def test_one_placeholder_style_and_the_global_options_in_every_help() -> None:
             assert option in text, (path, option)
 
 
+def test_every_command_help_has_one_true_example_and_its_exit_codes() -> None:
+    """One table (helpstyle.USAGE) for every command: its help ends with an example that
+    runs that command with options it has, and the exit codes it can give."""
+    from dgr_forge.cli.helpstyle import USAGE
+
+    leaves = {" ".join(p): c for p, c in _commands() if p and not getattr(c, "commands", None)}
+    assert set(USAGE) == set(leaves)
+    for path, command in leaves.items():
+        example, exits = USAGE[path]
+        assert example.startswith(f"dgr-forge {path} ") or example == f"dgr-forge {path}"
+        opts = {o for param in command.params for o in param.opts}
+        for word in example.split()[1 + len(path.split()) :]:
+            if word.startswith("-"):
+                assert word.split("=")[0] in opts, (path, word)
+        assert exits.startswith("0 ") and all(
+            re.fullmatch(r"[0-3] .+", part) for part in exits.split(" · ")
+        ), (path, exits)
+        shown = run_forge(*path.split(), "--help", env={"COLUMNS": "400"})
+        assert shown.code == 0, (path, shown)
+        text = " ".join((shown.stdout + shown.stderr).split())
+        assert f"Example: {example}" in text and f"Exit codes: {exits}" in text, (path, text)
+    # a group's help names the global options, not one command's example
+    group = " ".join(run_forge("report", "--help", env={"COLUMNS": "400"}).stdout.split())
+    assert "Example:" not in group and "--root PATH" in group
+
+
 def complete(*words: str, cwd: Path | None = None) -> list[str]:
     """What the shell's completion script receives (Click's own entry point)."""
     line = " ".join(["dgr-forge", *words])

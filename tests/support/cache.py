@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -77,8 +78,48 @@ def build(
     maps: bool = True,
     jobs: int = 2,
     build_type: str = "RelWithDebInfo",
+) -> dict[str, object] | None:
+    """Configure + build `<workspace>/src/proj` in `<workspace>/build/cpu` as `build` does;
+    for sccache, the server's statistics once its cache writes are done, else None.
+
+    sccache compiles run in the build's own server, as `build`'s do (cache_session): left
+    to themselves, `-j N` compiles each start a server on the same socket and only the last
+    one's stay reachable, so the counts read afterwards miss the others' compiles."""
+    if setup.tool == "sccache" and "SCCACHE_SERVER_UDS" in setup.env:
+        from dgr_forge.lanes.cache_session import open_session
+
+        with open_session(setup, env):
+            _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)
+            return _settled_stats(setup, env)
+    _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)
+    return None
+
+
+def _settled_stats(setup: CacheSetup, env: dict[str, str]) -> dict[str, object]:
+    """The server's statistics once every miss's cache write has finished: the server
+    answers a compile before its write (it runs after, in the background), and a server
+    stopped or read too early has not written (nor counted) the last entries."""
+    deadline = time.monotonic() + 60
+    while True:
+        stats = sccache_stats(setup, env)
+        if setup.mode == "ro":
+            return stats  # writes nothing
+        hits, calls = sccache_hits(stats)
+        written = sum(int(str(stats.get(k, 0))) for k in ("cache_writes", "cache_write_errors"))
+        if written >= calls - hits or time.monotonic() > deadline:
+            return stats
+        time.sleep(0.05)
+
+
+def _build(
+    workspace: Path,
+    setup: CacheSetup,
+    env: dict[str, str],
+    *,
+    maps: bool,
+    jobs: int,
+    build_type: str,
 ) -> None:
-    """Configure + build `<workspace>/src/proj` in `<workspace>/build/cpu` as `build` does."""
     d = doctor()
     cmake, ninja = d.tool("cmake").path, d.tool("ninja").path
     assert cmake and ninja

@@ -235,33 +235,78 @@ def presets(
     lane: Lanes = None,
     worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
     print_: Annotated[
-        bool, typer.Option("--print", help="Print instead of writing the file.")
+        bool, typer.Option("--print", help="Print the forge's presets; write nothing.")
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Show the change to CMakeUserPresets.json; write nothing."),
+    ] = False,
+    remove: Annotated[
+        bool,
+        typer.Option(
+            "--remove",
+            help="Take the forge's include out of CMakeUserPresets.json and delete its "
+            "presets file.",
+        ),
     ] = False,
     out_path: Annotated[
         Path | None,
         typer.Option(
             "--out",
-            help="Where to write (default: the worker's directory, else the upstream tree).",
+            help="The directory (or CMakeUserPresets.json path) to write in (default: the "
+            "worker's directory, else the upstream tree).",
         ),
     ] = None,
 ) -> None:
-    """CMakeUserPresets.json with a configure + build preset per lane (`--lane`: only those)."""
+    """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
+
+    The forge writes dgr-forge.presets.json and adds one include entry for it to
+    CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
+        from dgr_forge.core.errors import BadInput
         from dgr_forge.lanes import presets as presets_mod
 
+        if remove and print_:
+            raise BadInput("presets: --remove and --print do not go together",
+                           hint="give one of them")  # fmt: skip
         with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
             m, spec = s.manifest, s.worker
-            data = presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
-        names = [p["name"] for p in data["configurePresets"]]
-        if print_:
+            data = (
+                None
+                if remove
+                else presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
+            )
+        names = [p["name"] for p in data["configurePresets"]] if data else []
+        if print_ and data is not None:
             if not env.options.json:
                 typer.echo(json.dumps(data, indent=2))
             return {"path": None, "presets": names, "content": data}
-        path = presets_mod.write(
-            env.forge, data, out_path, m, spec, worker_override=worker is not None
+        where = {"worker_override": worker is not None}
+        change = (
+            presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
+            if data is None
+            else presets_mod.plan_write(env.forge, data, out_path, m, spec, **where)
         )
-        env.out.info(f"wrote {env.forge.rel(path)}: {', '.join(names)}")
-        return {"path": str(path), "presets": names}
+        diff = change.diff()
+        if dry_run:
+            if not env.options.json:
+                typer.echo(diff or f"{env.forge.rel(change.user)}: no change", nl=not diff)
+        else:
+            change.apply(env.forge)
+            if remove:
+                env.out.info(f"removed {env.forge.rel(change.own)} and its include from "
+                             f"{env.forge.rel(change.user)}")  # fmt: skip
+            else:
+                env.out.info(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
+                             f"{env.forge.rel(change.user)} includes it")  # fmt: skip
+        return {
+            "path": None if remove else str(change.own),
+            "presets": names,
+            "user_presets": str(change.user),
+            "user_presets_change": change.kind(),
+            "diff": diff,
+            "dry_run": dry_run,
+        }
 
     run(ctx, "presets", body)

@@ -39,8 +39,7 @@ def bump(
 ) -> None:
     """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.
 
-    Found by bisecting first-parent history; names the first commit that breaks a patch.
-    Exit 0 when the target was reached, 3 when a patch stopped it short."""
+    Found by bisecting first-parent history; names the first commit that breaks a patch."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream.fetch import resolve_mirror

@@ -67,6 +67,15 @@ def render_command(
             help="Compare with this committed workflow; exit 1 with a diff when it is stale.",
         ),
     ] = None,
+    tool_source: Annotated[
+        str | None,
+        typer.Option(
+            "--tool-source",
+            help="Where every job installs dgr-forge from: dgr-forge==X (your package index), "
+            "https://.../dgr_forge-X-py3-none-any.whl#sha256=HEX, or "
+            "git+https://.../REPO@COMMIT (40 hex).",
+        ),
+    ] = None,
 ) -> None:
     """Render the CI workflow for the lanes in recipes/ (stdout unless --out or --check)."""
     as_json = options(ctx).json
@@ -80,7 +89,8 @@ def render_command(
         which = ci.provider(provider)
         with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
             forge, lanes, pin = s.forge, s.recipes, s.manifest
-        how = ci_install.install(forge.root)
+        source = ci_install.tool_source(tool_source) if tool_source is not None else None
+        how = ci_install.install(forge.root, source)
         text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
         # the rendering, also what a stale or incomplete `--check` reports as its details
         render: Details = {
@@ -92,6 +102,7 @@ def render_command(
             "constraints": how.constraints,
             "requirements": how.requirements,
             "requirements_exist": how.exists,
+            "tool_source": source,
         }
         fields: dict[str, Any] = dict(render)
         fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
@@ -107,9 +118,12 @@ def render_command(
                     details=Details(**render, path=str(check), current=False, diff=diff),
                 )
             if how.missing:
+                pin_only = how.missing == (ci_install.REQUIREMENTS,)
+                why = ci_install.unpublished() if pin_only else ""
                 raise OperationFailed(
-                    f"{', '.join(how.missing)}: missing: the workflow's install step reads it",
-                    hint=ci_install.PIN_HINT if how.missing == (ci_install.REQUIREMENTS,) else fix,
+                    f"{', '.join(how.missing)}: missing: the workflow's install step reads it"
+                    + (f"; {why}" if why else ""),
+                    hint=ci_install.PIN_HINT if pin_only else fix,
                     details=Details(**render, path=str(check), current=False),
                 )
             env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
@@ -122,11 +136,12 @@ def render_command(
                 env.out.info(f"{rel}: written")
             fields["written"] = written
             fields["requirements_written"] = ci_install.REQUIREMENTS in written
-            fields["requirements_exist"] = ci_install.install(forge.root).exists
+            fields["requirements_exist"] = ci_install.install(forge.root, source).exists
             if ci_install.REQUIREMENTS in set(how.missing) - set(written):
+                why = ci_install.unpublished()
                 env.out.warn(
                     f"{ci_install.REQUIREMENTS}: missing: the workflow cannot install dgr-forge "
-                    f"until it exists; {ci_install.PIN_HINT}"
+                    f"until it exists{'; ' + why if why else ''}; {ci_install.PIN_HINT}"
                 )
             return {**fields, "path": str(out), "changed": changed}
         if as_json:

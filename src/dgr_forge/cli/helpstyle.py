@@ -2,8 +2,9 @@
 
 `apply` runs on the built Click command tree (cli.main): every option that takes a value
 shows one kind of placeholder (`PATH`, `URL`, `LANE`, `REV`, `N`, ...: never Typer's
-`<str>`/`<path>`), and every subcommand's help ends by naming the global options, which
-are accepted anywhere on the line. The `complete_*` functions are the options' Typer
+`<str>`/`<path>`), and every subcommand's help ends with one example, its exit codes
+(`USAGE`, the one table of both) and the global options, which are accepted anywhere on
+the line. The `complete_*` functions are the options' Typer
 `autocompletion`: lane names from the forge root's recipes/, cache kinds, modes and CI
 providers. Completion never fails: no forge root, no lanes offered.
 """
@@ -38,6 +39,87 @@ GLOBAL_OPTIONS = (
     "Global options, accepted anywhere on the line: --root PATH (the forge root), "
     "--workspace PATH, --json (one JSON object on stdout); see dgr-forge --help."
 )
+
+# Per command: one example, and what each exit code it can give means there (0 ok, 1 the
+# operation failed, 2 bad input or usage, 3 needs a human). tests/test_terminal.py checks
+# that every command has an entry and shows it.
+USAGE: dict[str, tuple[str, str]] = {
+    "fetch": ("dgr-forge fetch --mirror /srv/mirrors/llama.cpp.git",
+              "0 at the pinned commit · 1 the fetch failed · 2 bad manifest or URL · "
+              "3 local changes in the workspace (--force discards them)"),
+    "status": ("dgr-forge status",
+               "0 shown · 2 no forge root or a bad manifest · 3 an interrupted export or "
+               "rebase is pending"),
+    "patch": ("dgr-forge patch --check",
+              "0 applied (or already) · 1 a git step failed · 2 bad manifest or series · "
+              "3 a conflict: patch --continue or --abort"),
+    "export": ("dgr-forge export",
+               "0 written (or unchanged) · 2 bad input · 3 the series on disk moved since "
+               "this workspace was patched (--force saves and overwrites)"),
+    "rebase": ("dgr-forge rebase --onto master --dry-run",
+               "0 rebased (or, with --dry-run, every patch replays) · 1 failed · 2 bad "
+               "input · 3 a patch conflicts: fix, then rebase --continue"),
+    "check": ("dgr-forge check",
+              "0 the series re-exports byte for byte and every recipe option is declared · "
+              "1 it does not · 2 bad input"),
+    "bump": ("dgr-forge bump --dry-run --report bump.md",
+             "0 the target was reached · 1 failed · 2 bad input · 3 a patch stopped it "
+             "short (named in the report)"),
+    "build": ("dgr-forge build --lane cpu --no-sign",
+              "0 built (or up to date) · 1 the build failed · 2 bad input, or the lane "
+              "cannot build on this host · 3 the source tree is not the patched tree"),
+    "doctor": ("dgr-forge doctor --lane cuda",
+               "0 probed · 1 with --lane: that lane cannot build here · 2 bad input"),
+    "lanes": ("dgr-forge lanes --advertised", "0 listed · 2 bad input (a recipe)"),
+    "presets": ("dgr-forge presets --lane cpu --dry-run",
+                "0 written (or shown) · 2 no tree to write into, or a CMakeUserPresets.json "
+                "the forge will not edit (left unchanged)"),
+    "keygen": ("dgr-forge keygen --out keys/ci.pem",
+               "0 written · 2 the file exists or the path is unusable"),
+    "certify": ("dgr-forge certify --report .dgr/reports/cuda-R.intoto.jsonl "
+                "--evidence test-backend-ops.txt",
+                "0 recorded and signed · 1 the report does not verify (nothing written) · "
+                "2 bad input"),
+    "demo": ("dgr-forge demo /tmp/dgr-demo",
+             "0 the whole tour ran · 1 a step did not end as expected · 2 DIR is not new or "
+             "empty"),
+    "report show": ("dgr-forge report show .dgr/reports/cpu-*.intoto.jsonl",
+                    "0 shown · 2 not a report, or unreadable"),
+    "report verify": ("dgr-forge report verify --artifacts .dgr/reports/cpu-*.intoto.jsonl",
+                      "0 verified · 1 not (signature, subjects, artifacts) · 2 bad input"),
+    "report compare": ("dgr-forge report compare A.intoto.jsonl B.intoto.jsonl",
+                       "0 the same subjects · 1 they differ, or one does not verify · "
+                       "2 bad input"),
+    "artifacts provision": ("dgr-forge artifacts provision manifests/models/m.toml "
+                            "--dest /srv/models --layers 0-15 --first",
+                            "0 every file present and verified · 1 a download or hash "
+                            "failed · 2 bad manifest or destination"),
+    "artifacts verify": ("dgr-forge artifacts verify manifests/models/m.toml --dest /srv/models",
+                         "0 verified · 1 a file is missing or differs · 2 bad input"),
+    "artifacts map": ("dgr-forge artifacts map manifests/models/m.toml --dest /srv/models",
+                      "0 the map added (or already there) · 1 a header could not be read · "
+                      "2 bad manifest or headers"),
+    "artifacts manifest": ("dgr-forge artifacts manifest /srv/models/m --name m "
+                           "--url-base https://models.example.com/m/",
+                           "0 written · 2 bad input"),
+    "ci matrix": ("dgr-forge ci matrix", "0 printed · 2 bad recipes"),
+    "ci render": ("dgr-forge ci render --tool-source dgr-forge==0.1.0 "
+                  "--out .github/workflows/dgr-forge.yml",
+                  "0 rendered (--check: up to date) · 1 --check: stale, or a file the install "
+                  "step reads is missing · 2 bad input"),
+}  # fmt: skip
+
+
+def epilog(path: str) -> str:
+    """A command's help ending: its example, its exit codes, the global options (only
+    those for a command without an entry: a test's own; tests/test_terminal.py checks
+    that every command of the tool has one)."""
+    if path not in USAGE:
+        return GLOBAL_OPTIONS
+    example, exits = USAGE[path]
+    return f"Example: {example}\n\nExit codes: {exits}\n\n{GLOBAL_OPTIONS}"
+
+
 CACHE_KINDS = ("auto", "ccache", "sccache", "off")
 CACHE_MODES = ("rw", "ro")
 PROVIDERS = ("github", "gitlab")
@@ -70,10 +152,11 @@ def _argument(param: Any) -> None:
 
 
 def apply(root: Any) -> None:
-    """Placeholders and the global-options epilog, on every command under `root`."""
-    stack = [(root, True)]
+    """Placeholders and the epilog (example, exit codes, global options) on every command
+    under `root`."""
+    stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
-        command, top = stack.pop()
+        command, path = stack.pop()
         for param in command.params:
             if param.param_type_name == "argument":
                 _argument(param)
@@ -82,10 +165,11 @@ def apply(root: Any) -> None:
                 continue
             if param.metavar is None or param.metavar.startswith("<"):
                 param.metavar = _metavar(param)
-        if not top and not command.epilog:
-            command.epilog = GLOBAL_OPTIONS
-        for sub in (getattr(command, "commands", None) or {}).values():
-            stack.append((sub, False))
+        subs = getattr(command, "commands", None) or {}
+        if path and not command.epilog:
+            command.epilog = GLOBAL_OPTIONS if subs else epilog(path)
+        for name, sub in subs.items():
+            stack.append((sub, f"{path} {name}".strip()))
 
 
 def _choices(values: tuple[str, ...], incomplete: str) -> list[str]:

@@ -780,14 +780,17 @@ class Render(Form, kw_only=True):
         str,
         d(
             "how every job installs dgr-forge: `checkout` (the tool's own repository: the "
-            "checked-out tree) or `requirements` (`ci/requirements.txt`, pinned by content)"
+            "checked-out tree), `requirements` (`ci/requirements.txt`, pinned by content) or "
+            "`source` (`--tool-source`)"
         ),
     ]
     install_args: Annotated[
         str,
         d(
             "pip install's arguments in that step, e.g. `-c constraints.txt .` or "
-            "`-c ci/constraints.txt -r ci/requirements.txt`"
+            "`-c ci/constraints.txt -r ci/requirements.txt` (with `--tool-source`: "
+            '`-c ci/constraints.txt "$DGR_TOOL_SOURCE"`, the requirement in the workflow\'s '
+            "environment)"
         ),
     ]
     constraints: Annotated[
@@ -798,10 +801,18 @@ class Render(Form, kw_only=True):
         ),
     ]
     requirements: Annotated[
-        str | None, d("`ci/requirements.txt`; null in the tool's own repository")
+        str | None,
+        d("`ci/requirements.txt`; null in the tool's own repository and with `--tool-source`"),
     ]
     requirements_exist: Annotated[
         bool, d("every file the install step reads exists (`--check` exits 1 otherwise)")
+    ]
+    tool_source: Annotated[
+        str | None,
+        d(
+            "the pip requirement `--tool-source` gave (`dgr-forge==X`, `dgr-forge @ "
+            "https://...whl#sha256=...`, `dgr-forge @ git+https://...@<commit>`); null without"
+        ),
     ]
 
 
@@ -984,9 +995,28 @@ class ArtifactsMap(Form, kw_only=True):
 class Presets(Form, kw_only=True):
     title = "presets"
 
-    path: Annotated[str | None, d("the file written (null with `--print`)")]
-    presets: Annotated[Strs, d("the preset names")]
+    path: Annotated[
+        str | None,
+        d(
+            "the forge's presets file, `dgr-forge.presets.json` (null with `--print` and "
+            "`--remove`)"
+        ),
+    ]
+    presets: Annotated[Strs, d("the preset names (none with `--remove`)")]
     content: Annotated[Obj | UnsetType, d("with `--print`: the presets file")] = UNSET
+    user_presets: Annotated[str | UnsetType, d("the `CMakeUserPresets.json` that includes it")] = (
+        UNSET
+    )
+    user_presets_change: Annotated[
+        str | UnsetType,
+        d(
+            "what happens to it: `created`, `changed` (the include entry added or removed; a "
+            "`version` under 4 raised to 4), `unchanged`, `deleted` (the one the forge created, "
+            "by `--remove`)"
+        ),
+    ] = UNSET
+    diff: Annotated[str | UnsetType, d('the change to it as a unified diff (`""`: none)')] = UNSET
+    dry_run: Annotated[bool | UnsetType, d("`--dry-run`: nothing was written")] = UNSET
 
 
 class DemoStep(Nested, kw_only=True):

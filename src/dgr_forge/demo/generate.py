@@ -1,27 +1,27 @@
 """Write a demo forge root: an upstream repository with history, a pinned series, a worker.
 
 Everything goes into one new (or empty) directory and nothing outside it is read but the
-forge's own recipes/, toolchains/ and cmake/ (from the checkout this package runs from) or
-written at all: the signing key is a demo key inside DIR, the upstream a local repository
-the manifest pins by a `file://` URL, so the tour needs no network and no key setup.
+forge's own recipes/, toolchains/ and cmake/ (the wheel's package data, or the checkout an
+editable install runs from: `core.product`) or written at all: the signing key is a demo
+key inside DIR, the upstream a local repository the manifest pins by a `file://` URL, so
+the tour needs no network and no key setup.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from dgr_forge.core import gitutil
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core import gitutil, product
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.demo import sources
 from dgr_forge.upstream.export import compute_series
 from dgr_forge.upstream.scratch import scratch_dir
 
-# what a demo root takes from the forge's own checkout (the real product, not copies)
+# what a demo root takes of the forge's own files (the real product, not copies)
 PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml")
 
 
@@ -39,16 +39,9 @@ class DemoRoot:
         return self.key.with_name(self.key.name + ".pub")
 
 
-def product_dir() -> Path:
-    """The checkout holding the forge's recipes/, toolchains/ and cmake/ (exit 1 if none)."""
-    here = Path(__file__).resolve().parents[3]  # src/dgr_forge/demo/ -> the checkout
-    if all((here / rel).exists() for rel in PRODUCT):
-        return here
-    raise OperationFailed(
-        f"the demo needs the forge's {', '.join(PRODUCT)}; this installation ({here}) has none",
-        hint="run the demo from a dgr-forge checkout installed with "
-        "`pip install -c constraints.txt -e .`",
-    )
+def product_dir() -> None:
+    """Refuse (exit 1) an installation without the forge's recipes/, toolchains/, cmake/."""
+    product.require("the demo")
 
 
 def check_target(raw: str) -> Path:
@@ -155,14 +148,7 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[tuple[str, str, s
 
 
 def copy_product(root: Path) -> None:
-    src = product_dir()
-    for rel in PRODUCT:
-        source, target = src / rel, root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, symlinks=False)
-        else:
-            shutil.copyfile(source, target)
+    product.copy_into(root, PRODUCT, "the demo")
 
 
 def generate(root: Path) -> DemoRoot:

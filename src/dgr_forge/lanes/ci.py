@@ -174,9 +174,15 @@ def render(
     lanes = matrix(recipes)
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])
+    # GitHub's matrix rows: every row defines every key a job reads (actionlint types
+    # `matrix` from the rows), so a lane without an image has an empty `container`, which
+    # GitHub reads as none: the job runs on the runner itself
+    rows = [{**entry, "container": entry.get("container", "")} for entry in lanes["include"]]
     context = {
         "matrix": lanes,
+        "rows": rows,
         "proof": proof,
+        "proof_row": rows[lanes["include"].index(proof)],
         "pin": manifest.commit,
         "series_digest": manifest.series_digest,
         "upstream": manifest.name,
@@ -185,11 +191,15 @@ def render(
         # the one install step of every job (lanes/ci_install.py): pip's arguments and
         # what they install, for the step's name
         "install_args": how.args,
-        "install_what": (
-            "the checked-out tree, its toolchain pinned by constraints.txt"
-            if how.mode == "checkout"
-            else f"pinned by {how.requirements} under {how.constraints}"
-        ),
+        "install_what": {
+            "checkout": "the checked-out tree, its toolchain pinned by constraints.txt",
+            "requirements": f"pinned by {how.requirements} under {how.constraints}",
+            "source": f"from --tool-source (DGR_TOOL_SOURCE) under {how.constraints}",
+        }[how.mode],
+        # the --tool-source requirement (checked by ci_install.tool_source), or None
+        "tool_source": how.source,
+        # the workflow's own `ci render` (check, re-render) passes it back
+        "render_args": ' --tool-source "$DGR_TOOL_SOURCE"' if how.source else "",
         "bump_request": open_request,
         **pinned(),
     }

@@ -13,6 +13,13 @@ Two cases, told apart by the forge root itself:
   dependencies (cmake, ninja, ...) that `ci render --out` writes from the environment it
   runs in. A bare `name==version` is refused: it names no bytes and, for dgr-forge, no
   release on the package index.
+
+`ci render --tool-source SPEC` names where the tool comes from at render time instead, in
+any forge root: `dgr-forge==X` (a package index's release), `https://.../NAME.whl#sha256=<64
+hex>` (a wheel, pip checks the hash) or `git+https://.../REPO@<40 hex>` (a commit). It is
+checked as hostile input, written once into the workflow's environment
+(`DGR_TOOL_SOURCE`), handed to pip as one quoted argument under ci/constraints.txt, and
+passed back to the workflow's own `ci render --check` and re-render.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 from dgr_forge import __version__
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.urls import check_url
 
 REQUIREMENTS = "ci/requirements.txt"
 CI_CONSTRAINTS = "ci/constraints.txt"
@@ -46,18 +54,22 @@ _EXACT = re.compile(_NAME + r"==[A-Za-z0-9.+!_-]+")
 class Install:
     """What the rendered install step runs, and the files it reads."""
 
-    mode: str  # "checkout" (the tool's own repository) or "requirements"
+    mode: str  # "checkout" (the tool's own repository), "requirements" or "source"
     requirements: str | None  # ci/requirements.txt in "requirements" mode
     constraints: str  # constraints.txt or ci/constraints.txt
     exists: bool  # every file the step reads is there
     hashes: bool  # every requirement carries --hash: pip runs with --require-hashes
     missing: tuple[str, ...] = ()
+    source: str | None = None  # "source" mode: the requirement --tool-source gave
 
     @property
     def args(self) -> str:
-        """pip install's arguments, as the step writes them (no user value in them)."""
+        """pip install's arguments, as the step writes them (no user value in them: the
+        --tool-source requirement arrives through the environment)."""
         if self.mode == "checkout":
             return f"-c {self.constraints} ."
+        if self.mode == "source":
+            return f'-c {self.constraints} "$DGR_TOOL_SOURCE"'
         hashes = "--require-hashes " if self.hashes else ""
         return f"{hashes}-c {self.constraints} -r {self.requirements}"
 
@@ -130,8 +142,72 @@ def _check_constraints(rel: str, lines: list[str]) -> None:
 
 PIN_HINT = (
     "pin dgr-forge by content: `dgr-forge @ git+https://<the tool's repository>@<40-hex "
-    "commit>`, or a lock with --hash=sha256:... on every line"
+    "commit>`, or a lock with --hash=sha256:... on every line; or render with "
+    "--tool-source (dgr-forge==X, https://.../dgr_forge-X-py3-none-any.whl#sha256=<64 hex>, "
+    "or git+https://.../REPO@<40-hex commit>)"
 )
+
+TOOL_SOURCE_HINT = (
+    "give --tool-source as dgr-forge==X (a release on your package index), "
+    "https://HOST/PATH/dgr_forge-X-py3-none-any.whl#sha256=<64 hex> (a wheel and its hash), "
+    "or git+https://HOST/PATH@<40-hex commit>"
+)
+_VERSION = re.compile(r"[0-9][0-9A-Za-z.+!_-]{0,63}")
+# no `@` in it: a credential in a workflow file is readable by everyone who can read it
+_WHEEL = re.compile(r"(https://[^\s#@]+/dgr_forge-[^/\s#@]+\.whl)#sha256=([0-9a-f]{64})")
+_GIT = re.compile(r"git\+(https://[^\s@#]+)@([0-9a-f]{40})")
+# nothing the shell, YAML or a CI expression reads specially, even inside double quotes
+_UNSAFE = set("$`\\\"'{}<>|;&*?!~^[]()%,")
+
+
+def unpublished() -> str:
+    """A sentence when dgr-forge's own metadata names no real place to get it from (its
+    project URLs are `.invalid` placeholders until the repository is published), else ""."""
+    try:
+        urls = metadata.metadata("dgr-forge").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return ""
+    source = next((u.split(", ", 1)[1] for u in urls if u.startswith("Source, ")), "")
+    host = re.sub(r"^[a-z+]+://([^/:]+).*$", r"\1", source)
+    if source and not host.endswith(".invalid"):
+        return ""
+    return (
+        f"dgr-forge's own project URL ({source or 'none'}) is a placeholder: there is no "
+        "published repository or release to pin by default, so name the one your project "
+        "installs from"
+    )
+
+
+def tool_source(raw: str) -> str:
+    """The pip requirement for --tool-source `raw` (exit 2 on anything else)."""
+    where = "--tool-source"
+    if not raw or raw.startswith("-") or len(raw) > 2048:
+        raise BadInput(f"{where}: {raw[:80]!r} is empty, too long or starts with '-'",
+                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+    if any(ord(c) < 33 or ord(c) > 126 for c in raw):
+        raise BadInput(f"{where}: {raw[:80]!r} contains a space, control or non-ASCII character",
+                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+    if raw.startswith("dgr-forge=="):
+        version = raw.split("==", 1)[1]
+        if not _VERSION.fullmatch(version):
+            raise BadInput(f"{where}: {raw!r}: not an exact version", hint=TOOL_SOURCE_HINT)
+        return raw
+    bad = sorted(set(raw) & _UNSAFE)
+    if bad:
+        raise BadInput(
+            f"{where}: {raw[:80]!r} contains {' '.join(bad)}, which a URL here never needs",
+            hint=TOOL_SOURCE_HINT,
+        )
+    if wheel := _WHEEL.fullmatch(raw):
+        check_url(wheel.group(1), where, schemes=("https",))
+        return f"dgr-forge @ {raw}"
+    if git := _GIT.fullmatch(raw):
+        check_url(git.group(1), where, schemes=("https",))
+        return f"dgr-forge @ {raw}"
+    raise BadInput(
+        f"{where}: {raw[:80]!r} names no exact release, hashed wheel or commit",
+        hint=TOOL_SOURCE_HINT,
+    )
 
 
 def _check_requirements(lines: list[str]) -> bool:
@@ -158,8 +234,15 @@ def _check_requirements(lines: list[str]) -> bool:
     return hashed == len(found)
 
 
-def install(root: Path) -> Install:
-    """How CI installs dgr-forge for this forge root (files checked, none written)."""
+def install(root: Path, source: str | None = None) -> Install:
+    """How CI installs dgr-forge for this forge root (files checked, none written);
+    `source`: a requirement from `tool_source`, installed instead of the root's own pin."""
+    if source is not None:
+        cons = _read(root, CI_CONSTRAINTS)
+        if cons is not None:
+            _check_constraints(CI_CONSTRAINTS, cons)
+        absent: tuple[str, ...] = () if cons is not None else (CI_CONSTRAINTS,)
+        return Install("source", None, CI_CONSTRAINTS, not absent, False, absent, source)
     if is_tool_repository(root):
         lines = _read(root, SELF_CONSTRAINTS)
         if lines is not None:
@@ -239,7 +322,7 @@ def write_missing(root: Path, current: Install) -> list[str]:
     known here: ci/constraints.txt (this environment's runtime pins) and, when this
     dgr-forge came from a git commit, ci/requirements.txt pinning that commit. Never
     overwrites; returns the files written."""
-    if current.mode != "requirements":
+    if current.mode not in ("requirements", "source"):
         return []
     written: list[str] = []
     if CI_CONSTRAINTS in current.missing:
@@ -260,7 +343,7 @@ def write_missing(root: Path, current: Install) -> list[str]:
         _write(root, CI_CONSTRAINTS, text)
         written.append(CI_CONSTRAINTS)
     pin = _direct_pin()
-    if REQUIREMENTS in current.missing and pin is not None:
+    if current.mode == "requirements" and REQUIREMENTS in current.missing and pin is not None:
         text = (
             "# dgr-forge for CI, pinned by content: an exact commit of the tool's repository\n"
             "# (or a lock with --hash=sha256:... on every line). Change it deliberately.\n"

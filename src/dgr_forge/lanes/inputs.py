@@ -44,8 +44,7 @@ def _worker_files(top: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for name in sorted(filenames):
-            presets = name == trees.PRESETS and dirpath == str(top)
-            if presets and trees.forge_presets(top / name):  # the forge's, for IDEs: inert
+            if dirpath == str(top) and trees.forge_written(top, name):  # for IDEs: inert
                 continue
             count += 1
             if count > MAX_WORKER_FILES:

@@ -1,32 +1,47 @@
-"""CMakeUserPresets.json: one configure + build preset per lane, so IDEs build what the
+"""The forge's CMake presets: one configure + build preset per lane, so IDEs build what the
 forge builds (same source, build directory, toolchain file and cache variables: the lane
 plan from `lanes.plan`, the one `build` runs).
 
-The file goes where `cmake --preset dgr-<lane>` finds a CMakeLists.txt next to it: the
-worker's directory when one is configured, else the patched upstream tree, where it is
-listed in the repository's `.git/info/exclude` so `patch` and `build` still see a clean
-tree.
+CMake reserves `CMakeUserPresets.json` for the person. The forge writes its presets to a
+file of its own, `dgr-forge.presets.json`, and adds one `include` entry naming it to
+`CMakeUserPresets.json` beside it (creating a two-line one when there is none), the way
+Conan does: every other byte of the user's file stays as it was (a `version` under 4, the
+first that allows `include`, is raised to 4). `remove` takes the entry out again, and
+deletes a `CMakeUserPresets.json` the forge created when nothing else was added to it.
+
+The files go where `cmake --preset dgr-<lane>` finds a CMakeLists.txt next to them: the
+worker's directory when one is configured, else the patched upstream tree, where the
+files the forge creates are listed in the repository's `.git/info/exclude` so `patch` and
+`build` still see a clean tree.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
 from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import worker
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.trees import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
-FILE_NAME = "CMakeUserPresets.json"
+FILE_NAME = USER_PRESETS
+_MAX_USER = 1 << 20  # bytes of a CMakeUserPresets.json the forge reads
+_FIX = (
+    "fix or remove the file by hand (CMake would not read it either), or pass --out DIR to "
+    "write the forge's presets elsewhere"
+)
 
 
 def _cache_variables(args: list[str]) -> dict[str, str]:
@@ -154,17 +169,195 @@ def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
         atomic_write_text(exclude, "\n".join([*lines, rel]) + "\n")
 
 
-def write(
+def _bad(path: Path, problem: str) -> BadInput:
+    return BadInput(f"{path}: {problem}; the forge left it unchanged", hint=_FIX,
+                    details={"file": str(path)})  # fmt: skip
+
+
+def _ws(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _members(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]]]:
+    """The top-level object of a presets file: the index of its `{`, and per key where the
+    key starts and its value's span (start, end) in `text`. Exit 2 on anything that is not
+    a JSON object."""
+    decoder = json.JSONDecoder()
+    try:
+        decoder.decode(text)  # the whole file is JSON (raw_decode below walks its spans)
+    except ValueError as err:
+        raise _bad(path, f"is not valid JSON ({err})") from None
+    i = _ws(text, 0)
+    if text[i : i + 1] != "{":
+        raise _bad(path, "is not a JSON object")
+    start, members = i, {}
+    i = _ws(text, i + 1)
+    while text[i] != "}":
+        at = i
+        key, i = decoder.raw_decode(text, i)
+        i = _ws(text, _ws(text, i) + 1)  # past the ':'
+        _, end = decoder.raw_decode(text, i)
+        members[key] = (at, i, end)
+        i = _ws(text, end)
+        if text[i] == ",":
+            i = _ws(text, i + 1)
+    return start, members
+
+
+def _elements(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """The (start, end) of each element of the JSON array at `span`."""
+    decoder, out = json.JSONDecoder(), []
+    i = _ws(text, span[0] + 1)
+    while text[i] != "]":
+        _, end = decoder.raw_decode(text, i)
+        out.append((i, end))
+        i = _ws(text, end)
+        if text[i] == ",":
+            i = _ws(text, i + 1)
+    return out
+
+
+def _checked(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]], list[Any]]:
+    start, members = _members(path, text)
+    data = json.loads(text)
+    include = data.get("include", [])
+    if not isinstance(include, list) or not all(isinstance(e, str) for e in include):
+        raise _bad(path, "its `include` is not a list of file names")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise _bad(path, "its `version` is not a presets format version (a number)")
+    return start, members, include
+
+
+def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
+    """`text` with `entry` in its `include` list: inserted, every other byte kept."""
+    start, members, include = _checked(path, text)
+    if entry in include:
+        return text
+    edits: list[tuple[int, int, str]] = []  # (from, to, new text), applied back to front
+    if "version" in members and json.loads(text)["version"] < 4:
+        edits.append((*members["version"][1:], "4"))  # `include` needs presets version 4
+    if "include" in members:
+        span = members["include"][1:]
+        elements = _elements(text, span)
+        at = elements[-1][1] if elements else span[0] + 1
+        edits.append((at, at, f", {json.dumps(entry)}" if elements else json.dumps(entry)))
+    elif not members:
+        edits.append((start + 1, start + 1, f'"include": [{json.dumps(entry)}]'))
+    else:  # a member after the last one, on a line of its own when the first has one
+        first = min(k for k, _, _ in members.values())
+        last = max(e for _, _, e in members.values())
+        line = text.rfind("\n", start, first) + 1
+        indent = text[line:first] if line and not text[line:first].strip() else None
+        sep = ", " if indent is None else f",\n{indent}"
+        edits.append((last, last, f'{sep}"include": [{json.dumps(entry)}]'))
+    for lo, hi, new in sorted(edits, reverse=True):
+        text = text[:lo] + new + text[hi:]
+    return text
+
+
+def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | None:
+    """`text` without `entry` in `include` (every other byte kept); None when what is left
+    is the file the forge created (delete it)."""
+    if text == USER_PRESETS_STUB:
+        return None
+    _, members, include = _checked(path, text)
+    if entry not in include:
+        return text
+    elements = _elements(text, members["include"][1:])
+    if include == [entry]:  # the member the forge added: all of it goes
+        key, _, end = members["include"]
+        before = [e for _, _, e in members.values() if e <= key]
+        after = [k for k, _, _ in members.values() if k > key]
+        if before:
+            return text[: max(before)] + text[end:]
+        return text[:key] + text[min(after) if after else _ws(text, end) :]
+    k = include.index(entry)
+    lo, hi = elements[k]
+    if k + 1 < len(elements):
+        hi = elements[k + 1][0]  # the entry, its comma and the space up to the next one
+    elif k > 0:
+        lo = elements[k - 1][1]  # the comma before the last entry
+    return text[:lo] + text[hi:]
+
+
+@dataclass(frozen=True)
+class Change:
+    """What `presets` does to the two files: the forge's own, and the user's include."""
+
+    own: Path
+    own_content: bytes | None  # None: delete it
+    user: Path
+    before: bytes | None  # CMakeUserPresets.json now (None: absent)
+    after: bytes | None  # what it will be (None: absent / deleted)
+
+    def diff(self) -> str:
+        """The change to CMakeUserPresets.json as a unified diff ("" when none)."""
+
+        def lines(data: bytes | None) -> list[str]:
+            return [] if data is None else data.decode("utf-8").splitlines(keepends=True)
+
+        name = str(self.user)
+        return "".join(
+            difflib.unified_diff(
+                lines(self.before),
+                lines(self.after),
+                "/dev/null" if self.before is None else f"a/{name}",
+                "/dev/null" if self.after is None else f"b/{name}",
+            )
+        )
+
+    def kind(self) -> str:
+        """What happens to CMakeUserPresets.json: created, changed, unchanged, deleted."""
+        if self.before == self.after:
+            return "unchanged"
+        if self.before is None:
+            return "created"
+        return "deleted" if self.after is None else "changed"
+
+    def apply(self, forge: Forge) -> None:
+        if self.own_content is None:
+            self.own.unlink(missing_ok=True)
+        else:
+            if not self.own.exists():
+                exclude_from_git(self.own, forge)  # before it appears: never a dirty tree
+            atomic_write_bytes(self.own, self.own_content)
+        if self.after == self.before:
+            return
+        if self.after is None:
+            self.user.unlink(missing_ok=True)
+            return
+        if self.before is None:
+            exclude_from_git(self.user, forge)  # the forge's stub, not the user's file
+        atomic_write_bytes(self.user, self.after)
+
+
+def _read_user(path: Path) -> bytes | None:
+    if not os.path.lexists(path):
+        return None
+    hint = _FIX
+    if path.is_symlink():
+        raise _bad(path, "is a symlink; the forge does not write through it")
+    data = read_regular(path, what="CMake user presets file", hint=hint, limit=_MAX_USER,
+                        follow=False)  # fmt: skip
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _bad(path, "is not UTF-8 text") from None
+    return data
+
+
+def _place(
     forge: Forge,
-    presets: dict[str, Any],
     dest: Path | None,
     m: UpstreamManifest,
     spec: worker.WorkerSpec | None,
-    *,
-    worker_override: bool = False,
+    worker_override: bool,
 ) -> Path:
-    """Write the presets (`dest`, else the default place); `worker_override`: the worker
-    came from --worker, a place the person chose, not one a checkout committed."""
+    """CMakeUserPresets.json's path: in `dest` (a directory, or the file itself), else in
+    the default place."""
     path = dest or default_dest(forge, m, spec)
     if dest is None and not worker_override and _linked_out(forge, path, spec):
         # a committed symlink on the worker path leads out of the root: a checkout must
@@ -176,10 +369,53 @@ def write(
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
         )
-    if path.is_dir():
+    if path.is_dir() and not path.is_symlink():
         path = path / FILE_NAME
-    if path.is_symlink():
-        raise BadInput(f"{path}: is a symlink; the forge does not write through it")
-    exclude_from_git(path, forge)  # before the file appears: never a moment of a dirty tree
-    atomic_write_text(path, json.dumps(presets, indent=2) + "\n")
     return path
+
+
+def _own_file(user: Path) -> Path:
+    own = user.parent / OWN_PRESETS
+    if os.path.lexists(own) and (own.is_symlink() or not own.is_file()):
+        raise _bad(own, "is a symlink or not a regular file; the forge does not write through it")
+    return own
+
+
+def plan_write(
+    forge: Forge,
+    presets: dict[str, Any],
+    dest: Path | None,
+    m: UpstreamManifest,
+    spec: worker.WorkerSpec | None,
+    *,
+    worker_override: bool = False,
+) -> Change:
+    """The forge's presets file and the include entry (`dest`, else the default place);
+    `worker_override`: the worker came from --worker, a place the person chose, not one a
+    checkout committed. Reads and checks; writes nothing."""
+    user = _place(forge, dest, m, spec, worker_override)
+    own = _own_file(user)
+    before = _read_user(user)
+    after = (
+        USER_PRESETS_STUB.encode()
+        if before is None
+        else with_include(user, before.decode("utf-8")).encode("utf-8")
+    )
+    content = (json.dumps(presets, indent=2) + "\n").encode()
+    return Change(own, content, user, before, after)
+
+
+def plan_remove(
+    forge: Forge,
+    dest: Path | None,
+    m: UpstreamManifest,
+    spec: worker.WorkerSpec | None,
+    *,
+    worker_override: bool = False,
+) -> Change:
+    """Take the forge's entry out of CMakeUserPresets.json and delete its presets file."""
+    user = _place(forge, dest, m, spec, worker_override)
+    own = _own_file(user)
+    before = _read_user(user)
+    after = None if before is None else without_include(user, before.decode("utf-8"))
+    return Change(own, None, user, before, None if after is None else after.encode("utf-8"))

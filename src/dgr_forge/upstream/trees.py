@@ -2,9 +2,11 @@
 
 `changes()` is every path git sees beyond the commit: tracked edits, untracked files, and
 ignored ones too (a shadow `include/cstdio` listed in `.git/info/exclude` is still on the
-include path). The one file the forge itself writes into a tree, the `CMakeUserPresets.json`
-of `presets`, is let through by name and content (its shape, with nothing that loads other
-files); the build directory lives outside both trees. `lanes.build` refuses what this
+include path). The files the forge itself writes into a tree for `presets` are let through
+by name and content: its own `dgr-forge.presets.json` (its shape, with nothing that loads
+other files) and a `CMakeUserPresets.json` that is exactly the forge's two-line one
+including it (a person's own, which may include anything, is not); the build directory
+lives outside both trees. `lanes.build` refuses what this
 finds (exit 3), `status` shows the ignored files.
 """
 
@@ -16,7 +18,10 @@ from typing import Any
 
 from dgr_forge.core import gitutil
 
-PRESETS = "CMakeUserPresets.json"
+USER_PRESETS = "CMakeUserPresets.json"  # CMake's name; the person's file
+OWN_PRESETS = "dgr-forge.presets.json"  # the forge's presets; the user's file includes it
+# the CMakeUserPresets.json the forge creates where there is none: its include alone
+USER_PRESETS_STUB = f'{{\n  "version": 4,\n  "include": ["{OWN_PRESETS}"]\n}}\n'
 _PRESET_KEYS = {"version", "cmakeMinimumRequired", "configurePresets", "buildPresets"}
 _CONFIGURE_KEYS = {
     "name",
@@ -54,7 +59,7 @@ def changes(src: Path) -> list[str]:
             continue
         if entry[0] in "RC":  # a rename's original path follows in its own field
             i += 1
-        if entry[:3] == "!! " and entry[3:] == PRESETS and forge_presets(src / PRESETS):
+        if entry[:3] == "!! " and forge_written(src, entry[3:]):
             continue
         out.append(entry)
     return out
@@ -65,6 +70,19 @@ def ignored(src: Path) -> list[str]:
     if not (src / ".git").exists():
         return []
     return [line[3:] for line in changes(src) if line.startswith("!! ")]
+
+
+def forge_written(src: Path, rel: str) -> bool:
+    """`rel` in the tree `src` is a presets file the forge wrote there, by name and content."""
+    if rel == OWN_PRESETS:
+        return forge_presets(src / rel)
+    if rel == USER_PRESETS:
+        path = src / rel
+        try:
+            return not path.is_symlink() and path.read_bytes() == USER_PRESETS_STUB.encode()
+        except OSError:
+            return False
+    return False
 
 
 def forge_presets(path: Path) -> bool:
