@@ -26,6 +26,7 @@ from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json
 from dgr_forge.cli.commands import register_for
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import BadInput, ExitCode, ForgeError
+from dgr_forge.core.fsutil import tighten_umask
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import shown
 
@@ -181,6 +182,7 @@ def _nul_argument(args: list[str]) -> BadInput | None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    tighten_umask()  # nothing the forge makes is group/world-writable (SECURITY.md)
     args = hoist_global_options(list(sys.argv[1:] if argv is None else argv))
     register_for(args)
     head = args[: args.index("--")] if "--" in args else args

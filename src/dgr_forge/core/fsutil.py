@@ -241,6 +241,39 @@ def read_input(
     return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
 
 
+# what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is never
+# group- or world-writable, whatever umask it was started with
+UMASK_FLOOR = 0o022
+
+
+def tighten_umask() -> None:
+    """Add UMASK_FLOOR to the process umask (and so to every git/CMake it runs)."""
+    os.umask(os.umask(UMASK_FLOOR) | UMASK_FLOOR)
+
+
+def refuse_shared(path: Path, what: str) -> None:
+    """Exit 2 naming `path` when it exists and another user owns it or may write to it:
+    the forge trusts what it finds there (object files, stamps, state), so it must be
+    the forge's own."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if (
+        hasattr(os, "getuid")
+        and not stat.S_ISLNK(st.st_mode)
+        and (st.st_uid != os.getuid() or others)
+    ):
+        who = "writable by other users" if others else f"owned by another user (uid {st.st_uid})"
+        raise BadInput(
+            f"{path}: the forge's {what} is {who} (mode {stat.S_IMODE(st.st_mode):04o})",
+            hint=f"`chmod go-w {path}` if you trust what is in it, else remove it "
+            "(the forge recreates it)",
+            details={"file": str(path)},
+        )
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
