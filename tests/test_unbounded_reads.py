@@ -76,8 +76,11 @@ def unbounded_calls(src: Path = SRC) -> dict[str, set[str]]:
                 f = node.func
                 if isinstance(f, ast.Attribute):  # p.read_text(), p.open(), not os.open()
                     hit = f.attr in UNBOUNDED and getattr(f.value, "id", "") != "os"
-                else:  # the builtin open(); tomlcheck's read_bytes() is bounded
-                    hit = getattr(f, "id", None) == "open"
+                else:  # the builtin open() of a path (open(1, ...) is a descriptor);
+                    # tomlcheck's read_bytes() is bounded
+                    first = node.args[0] if node.args else None
+                    fd = isinstance(first, ast.Constant) and isinstance(first.value, int)
+                    hit = getattr(f, "id", None) == "open" and not fd
                 if hit:
                     found.setdefault(rel, set()).add(fn.name)
     return found
