@@ -69,6 +69,8 @@ def test_the_manifest_url_is_data_in_both_providers(tmp_path: Path, url: str) ->
     assert github_value(github["env"]["DGR_UPSTREAM_URL"]) == url
     gitlab = yaml.safe_load(_render(root, "gitlab"))
     assert gitlab_value(gitlab["variables"]["DGR_UPSTREAM_URL"]) == url
+    # jobs run under the runner's umask, not 0000: the forge's own files stay its own
+    assert gitlab["variables"]["FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR"] == "true"
 
 
 def test_a_recipe_backend_is_data_in_both_providers(tmp_path: Path) -> None:
