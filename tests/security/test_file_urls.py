@@ -152,3 +152,26 @@ def test_a_source_outside_the_allowed_dirs_is_refused_on_the_descriptor(
     res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
                     subprocess=False)  # fmt: skip
     assert res.code in (1, 2) and "outside the directories allowed" in res.stderr, res
+
+
+def test_map_reads_a_file_source_header_only_through_a_checked_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variant: `artifacts map` (GGUF headers of file:// sources) followed links and
+    opened by path after the check; a source swapped for a link is now never read."""
+    from support.server import write_layered_gguf
+    from test_layers import plain_manifest
+
+    elsewhere = tmp_path / "root-only"
+    write_layered_gguf(elsewhere, elems=64)
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    for p in sorted(elsewhere.iterdir()):
+        (allowed / p.name).symlink_to(p)
+    m = plain_manifest(tmp_path, elsewhere, allowed.as_uri())
+    monkeypatch.setattr("dgr_forge.models.map_headers.check_file_sources", lambda *a: None)
+    monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(allowed))
+    res = run_forge("--json", "artifacts", "map", str(m), subprocess=False)
+    assert res.code != 0, res
+    assert "block_count" not in (res.json or {}), res
+    assert "symbolic links" in res.stdout + res.stderr, res

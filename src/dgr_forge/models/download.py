@@ -168,6 +168,17 @@ def _outside(where: str, url: str, name: str) -> BadInput:
     )
 
 
+def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
+    """A read-only, non-blocking descriptor of the file:// source `path`, opened with no
+    link followed at any component, and checked on the descriptor to lie under `roots`:
+    OSError (ELOOP for a link, EACCES for a file outside them) otherwise."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not _allowed(_opened_path(fd, path), roots):
+        os.close(fd)
+        raise PermissionError(errno.EACCES, "outside the directories allowed for file://")
+    return fd
+
+
 def _opened_path(fd: int, fallback: Path) -> str:
     """The path the kernel holds for `fd` (Linux: /proc/self/fd), else the path opened
     (no link was followed to open it, so that path is the file's own)."""
