@@ -58,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     "models/map_headers.py": {"map_manifest"},
     # the root's manifest and patches/, already loaded bounded by the series loader
     "upstream/check.py": {"_scratch_root", "check"},  # manifest only
+    "upstream/build_number.py": {"record"},  # the manifest it rewrites
 }
 # never: these read trees the forge did not write
 TREE_READERS = {"lanes/options.py", "upstream/rebase/conflicts.py", "upstream/rebase/replay.py"}
