@@ -125,9 +125,7 @@ def test_the_demo_runs_from_a_fresh_venv_of_the_wheel(
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
     env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(tmp_path / "home"))
     # this environment's pip installs into the new venv (--python): no pip wheel needed there
     installed = subprocess.run(

@@ -103,3 +103,75 @@ def test_nothing_is_told_about_a_file_the_user_cannot_read(tmp_path: Path) -> No
     assert done.returncode == 1, done
     assert "cannot read" in done.stderr, done
     assert "4321" not in done.stdout + done.stderr, done
+
+
+# ----------------------------------------------------------------------------- issue 33 #5
+# the source is opened once, no link followed along its path, and that descriptor is
+# what is checked against the allowed directories and read: a swap after the up-front
+# check (simulated by skipping it) leaks nothing
+
+
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_a_source_swapped_for_a_link_after_the_check_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    secret = tmp_path / "root-only" / "secret"
+    secret.parent.mkdir()
+    secret.write_bytes(b"s" * 777)
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    if where == "file":
+        source = allowed / "x.gguf"
+        source.symlink_to(secret)
+    else:  # the variant: a directory on the way swapped for a link out of the allowed dir
+        (allowed / "sub").symlink_to(secret.parent)
+        source = allowed / "sub" / "secret"
+    m = manifest(tmp_path, source.as_uri(), size=777)
+    # the up-front check passed before the swap: the open itself must hold
+    monkeypatch.setattr("dgr_forge.models.provision.check_file_sources", lambda *a: None)
+    monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(allowed))
+    res = run_forge("--json", "artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+                    subprocess=False)  # fmt: skip
+    assert res.code in (1, 2), res
+    assert digest not in res.stdout + res.stderr, res
+    assert "symbolic link" in res.stdout + res.stderr, res
+    assert not (tmp_path / "d" / "x.gguf").exists()
+
+
+def test_a_source_outside_the_allowed_dirs_is_refused_on_the_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.gguf").write_bytes(b"s" * 10)
+    (tmp_path / "allowed").mkdir()
+    m = manifest(tmp_path, (other / "x.gguf").as_uri(), size=10)
+    monkeypatch.setattr("dgr_forge.models.provision.check_file_sources", lambda *a: None)
+    monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(tmp_path / "allowed"))
+    res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+                    subprocess=False)  # fmt: skip
+    assert res.code in (1, 2) and "outside the directories allowed" in res.stderr, res
+
+
+def test_map_reads_a_file_source_header_only_through_a_checked_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The variant: `artifacts map` (GGUF headers of file:// sources) followed links and
+    opened by path after the check; a source swapped for a link is now never read."""
+    from support.server import write_layered_gguf
+    from test_layers import plain_manifest
+
+    elsewhere = tmp_path / "root-only"
+    write_layered_gguf(elsewhere, elems=64)
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    for p in sorted(elsewhere.iterdir()):
+        (allowed / p.name).symlink_to(p)
+    m = plain_manifest(tmp_path, elsewhere, allowed.as_uri())
+    monkeypatch.setattr("dgr_forge.models.map_headers.check_file_sources", lambda *a: None)
+    monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(allowed))
+    res = run_forge("--json", "artifacts", "map", str(m), subprocess=False)
+    assert res.code != 0, res
+    assert "block_count" not in (res.json or {}), res
+    assert "symbolic links" in res.stdout + res.stderr, res

@@ -51,3 +51,56 @@ def test_a_probe_that_names_a_command_is_refused_by_every_command(
 def test_the_shipped_probes_are_all_data() -> None:
     probes = load_probes(Path(__file__).resolve().parents[2] / "toolchains" / "probes.toml")
     assert probes.tools["metal"].find_command == ("xcrun", "--find", "metal")
+
+
+# ----------------------------------------------------------------------------- issue 33 #2
+# hints expand only toolchain-installation variables, and never lead into the checkout
+
+
+def _evil_gcc(where: Path, marker: Path) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    gcc = where / "gcc"
+    gcc.write_text(f"#!/bin/sh\ntouch {marker}\necho 13.2.0\n")
+    gcc.chmod(0o755)
+
+
+@pytest.mark.parametrize("var", ["PWD", "GITHUB_WORKSPACE", "CI_PROJECT_DIR", "HOME"])
+def test_a_hint_through_a_variable_that_names_no_toolchain_is_refused(
+    tmp_path: Path, forge_root: Path, var: str
+) -> None:
+    copy_product(forge_root)
+    marker = tmp_path / "pwned"
+    _evil_gcc(forge_root / "evilbin", marker)
+    probes = forge_root / "toolchains" / "probes.toml"
+    probes.write_text(
+        probes.read_text().replace(
+            'hints = ["$DGR_GCC_PREFIX/bin"]', f'hints = ["${var}/evilbin"]', 1
+        )
+    )
+    env = {"PWD": str(forge_root), var: str(forge_root), "DGR_SIGNING_KEY": ""}
+    for args in (["doctor"], ["presets", "--print"]):
+        res = run_forge(*args, cwd=forge_root, env=env, subprocess=True)
+        assert not marker.exists(), f"{args} ran the checkout's gcc"
+        assert res.code == 2, res
+        assert "tools.gcc.hints" in res.stderr and f"${var}" in res.stderr, res
+
+
+@pytest.mark.parametrize("how", ["variable", "relative", "symlink"])
+def test_a_toolchain_variable_that_leads_into_the_checkout_is_not_searched(
+    tmp_path: Path, forge_root: Path, how: str
+) -> None:
+    """CUDA_PATH/DGR_GCC_PREFIX are allowed, but one pointing into the forge root (directly,
+    relatively, or through a link outside it) is skipped: compared by device and inode."""
+    copy_product(forge_root)
+    marker = tmp_path / "pwned"
+    _evil_gcc(forge_root / "evil" / "bin", marker)
+    value = {
+        "variable": str(forge_root / "evil"),
+        "relative": "evil",
+        "symlink": str(tmp_path / "looks-outside"),
+    }[how]
+    (tmp_path / "looks-outside").symlink_to(forge_root / "evil")
+    env = {"DGR_GCC_PREFIX": value, "DGR_SIGNING_KEY": ""}
+    res = run_forge("doctor", "--json", cwd=forge_root, env=env, subprocess=True)
+    assert not marker.exists(), "doctor ran the checkout's gcc"
+    assert "Traceback" not in res.stderr, res

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from artifacts_support import FaultyServer, write_split_gguf
@@ -223,3 +224,69 @@ def test_a_childs_words_in_a_build_log_are_masked(tmp_path: Path) -> None:
     assert code == 0
     assert SECRET not in log.getvalue() + "".join(lines) + "".join(seen), log.getvalue()
     assert "private_token=***" in log.getvalue()
+
+
+# ----------------------------------------------------------------------------- issue 33 #8
+# a server may echo a secret in another encoding: base64 (any alignment, URL-safe too),
+# URL-encoded, hex; each is masked as the secret itself is
+
+
+def _echo_server(body: bytes) -> tuple[Any, str]:
+    import http.server
+    import threading
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+def _encodings(token: str) -> dict[str, str]:
+    from urllib.parse import quote
+
+    raw = token.encode()
+    return {
+        "base64": base64.b64encode(raw).decode(),
+        "base64 in a Basic header": base64.b64encode(b"user:" + raw).decode(),
+        "base64url": base64.urlsafe_b64encode(b"x" + raw).decode().rstrip("="),
+        "hex": raw.hex(),
+        "HEX": raw.hex().upper(),
+        "url-encoded": quote(token, safe=""),
+    }
+
+
+@pytest.mark.parametrize("encoding", list(_encodings("t")))
+def test_a_scheduler_echoing_the_token_encoded_never_shows_it(encoding: str) -> None:
+    from dgr_forge.lanes import sccache_dist
+
+    token = "s3cr3t/tok+en=" + "q" * 20
+    echoed = _encodings(token)[encoding]
+    server, url = _echo_server(f"bad credentials: {echoed}".encode())
+    try:
+        result = sccache_dist.check(sccache_dist.DistClient(url, url, "token", token), 5)
+    finally:
+        server.shutdown()
+    assert result.status == "unauthorized", result
+    shown = result.detail
+    # nothing of the encoded token is left but a few characters at its ends
+    assert echoed[6:-6] not in shown, (encoding, shown)
+
+
+@pytest.mark.parametrize("encoding", list(_encodings("t")))
+def test_a_url_secret_is_masked_in_every_encoding(encoding: str) -> None:
+    """The variant: a secret from a URL (`?private_token=`), echoed by a child encoded."""
+    token = "glpat-" + "Zx9" * 8
+    mask(f"https://gitlab.invalid/x.git?private_token={token}")
+    echoed = _encodings(token)[encoding]
+    assert echoed[6:-6] not in mask_text(f"remote: auth {echoed} refused"), encoding

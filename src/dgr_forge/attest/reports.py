@@ -21,7 +21,13 @@ from dgr_forge.attest.keys import PublicKey, Signer
 from dgr_forge.attest.records import LaneBuild
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import MAX_REPORT_BYTES, atomic_write_text, read_input, sha256_file
+from dgr_forge.core.fsutil import (
+    MAX_REPORT_BYTES,
+    atomic_write_text,
+    read_input,
+    refuse_shared,
+    sha256_file,
+)
 from dgr_forge.core.output import Reporter
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -40,6 +46,7 @@ def write_report(forge: Forge, build: LaneBuild, signer: Signer | None, out: Rep
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
     path = forge.reports_dir / report_name(build.lane, stmt)
+    refuse_shared(forge.reports_dir, "reports directory")
     atomic_write_text(path, envelope.to_json())
     if signer is None:
         out.warn(f"report {forge.rel(path)} is UNSIGNED (--no-sign): it cannot be verified")

@@ -91,7 +91,8 @@ def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
     from dgr_forge.lanes.doctor import Doctor, load_probes
 
-    return Doctor(load_probes(forge.toolchains_dir / "probes.toml", PROBES))
+    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES)
+    return Doctor(probes, fenced=(forge.root, forge.workspace))
 
 
 def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamManifest:

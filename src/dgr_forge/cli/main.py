@@ -24,6 +24,7 @@ from dgr_forge.cli import helpstyle
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json, fail
 from dgr_forge.cli.commands import register_for
 from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.core.fsutil import tighten_umask
 
 
 def command_path(words: list[str], root: Any = None) -> str:
@@ -99,7 +100,30 @@ def _nul_argument(where: str) -> BadInput:
     )
 
 
+def _reopen_closed_std() -> set[int]:
+    """Which of stdin/stdout/stderr were closed at start (`>&-`), each reopened on
+    /dev/null: no file the forge opens later takes fd 1 or 2 (a report would get the
+    table printed into it), and every write goes somewhere instead of a traceback."""
+    closed: set[int] = set()
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            closed.add(fd)
+    if 1 in closed or sys.stdout is None:
+        sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    if 2 in closed or sys.stderr is None:
+        sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    return closed
+
+
 def main(argv: list[str] | None = None) -> None:
+    tighten_umask()  # nothing the forge makes is group/world-writable (SECURITY.md)
+    closed = _reopen_closed_std()
     line = argv_mod.read(list(sys.argv[1:] if argv is None else argv))
     register_for(line)
     as_json = line.as_json
@@ -120,4 +144,8 @@ def main(argv: list[str] | None = None) -> None:
             elif "--help" in line.head:
                 fields["help"] = "printed on stderr"
             emit_json(command, code, fields)
+    if as_json and 1 in closed and code == 0:
+        # the answer is the JSON object, and it had nowhere to go (docs/cli.md)
+        print("error: stdout is closed: the JSON object was not written", file=sys.stderr)
+        code = ExitCode.FAILED
     sys.exit(code)

@@ -99,6 +99,7 @@ class Details(TypedDict, total=False):
     requirements: Annotated[object, "`ci render`: the requirements file"]
     requirements_exist: Annotated[object, "`ci render`: the forge root has it"]
     tool_source: Annotated[object, "`ci render`: the `--tool-source` requirement"]
+    ref: Annotated[object, "a git ref that holds commits (e.g. your commits before a replay)"]
     resolved: Annotated[object, "what a path resolved to"]
     rollback_error: Annotated[object, "what failed while rolling back"]
     server_said: Annotated[object, "`fetch`: the server's own error lines (masked)"]

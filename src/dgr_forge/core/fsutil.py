@@ -10,6 +10,7 @@ size before a byte is read, then read through that same descriptor. Any refusal 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -106,6 +107,110 @@ def read_regular(
     return data
 
 
+# A file of a tree the forge did not write (upstream, the patched tree, a worker, a
+# conflict): llama.cpp's largest tracked file is a few MiB; a bound far above it.
+MAX_TREE_FILE_BYTES = 32 << 20
+
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def open_nofollow(path: Path, flags: int = _OPEN_FLAGS, *, base: Path | None = None) -> int:
+    """`path` opened one component at a time with O_NOFOLLOW (openat on each directory's
+    descriptor), from `base` (then `path` is relative to it) or from "/": a symlink at any
+    component, or a "..", is OSError(ELOOP), never followed. The returned descriptor is
+    the file that path names now, so what is checked on it is what is then read."""
+    parts = path.parts
+    if base is None:
+        if not path.is_absolute():
+            path = Path.cwd() / path
+        parts, start = path.parts[1:], "/"
+    else:
+        start = str(base)
+    if any(p in ("..", "") for p in parts) or not parts:
+        raise OSError(errno.ELOOP, "the path has a '..' component or names no file", str(path))
+    fd = os.open(start, _DIR_FLAGS & ~os.O_NOFOLLOW)  # the base itself is the caller's
+    try:
+        for part in parts[:-1]:
+            nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def read_tree_file(
+    root: Path,
+    rel: str,
+    *,
+    what: str = "tree file",
+    hint: str,
+    limit: int = MAX_TREE_FILE_BYTES,
+    missing_ok: bool = False,
+) -> bytes | None:
+    """The bytes of `rel` in the tree at `root`, as git stores it: a regular file's content,
+    or a symlink's target text (a link is never followed, at any component: out of the
+    tree or to a device). A FIFO, socket, device or a file over `limit` is exit 2 naming
+    it, before a byte is read; a missing file is None with missing_ok."""
+    shown = str(root / rel)
+    problem: str
+    try:
+        fd = open_nofollow(Path(rel), base=root)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        problem = f"no such {what}"
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+            return _link_text(root, rel, what=what, hint=hint, limit=limit)
+        problem = f"cannot read the {what}: {err.strerror}"
+    else:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            problem = f"is not a regular file (a directory, device, FIFO or socket), not a {what}"
+        elif st.st_size > limit:
+            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
+        else:
+            os.set_blocking(fd, True)
+            with os.fdopen(fd, "rb") as f:
+                data = f.read(limit + 1)  # the file may grow after fstat
+            if len(data) <= limit:
+                return data
+            problem = f"is over the {limit}-byte limit for a {what}"
+            fd = -1
+        if fd >= 0:
+            os.close(fd)
+    raise BadInput(f"{shown}: {problem}", hint=hint, details={"file": shown})
+
+
+def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> bytes:
+    """A symlink's text, the content git stores for it; a link among the directories
+    above it names nothing git tracks here: refused, not followed."""
+    shown = str(root / rel)
+    head, _, name = rel.rpartition("/")
+    try:
+        parent = open_nofollow(Path(head), _DIR_FLAGS, base=root) if head else None
+    except OSError:
+        parent = None
+        problem = f"a directory above it is a symlink: a {what} is never read through a link"
+    else:
+        try:
+            target = os.readlink(name, dir_fd=parent) if parent is not None else None
+            if parent is None:
+                target = os.readlink(root / name)
+        except OSError as err:
+            problem = f"cannot read the {what}: {err.strerror}"
+        else:
+            data = os.fsencode(target or "")
+            if len(data) <= limit:
+                return data
+            problem = f"is over the {limit}-byte limit for a {what}"
+        finally:
+            if parent is not None:
+                os.close(parent)
+    raise BadInput(f"{shown}: {problem}", hint=hint, details={"file": shown})
+
+
 def sha256_regular(
     path: Path, *, what: str, hint: str, limit: int, shown: str | None = None
 ) -> str:
@@ -134,6 +239,39 @@ def read_input(
     """The bytes of an input file; missing, unreadable, not a regular file or over
     `limit` is exit 2 naming the file."""
     return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
+
+
+# what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is never
+# group- or world-writable, whatever umask it was started with
+UMASK_FLOOR = 0o022
+
+
+def tighten_umask() -> None:
+    """Add UMASK_FLOOR to the process umask (and so to every git/CMake it runs)."""
+    os.umask(os.umask(UMASK_FLOOR) | UMASK_FLOOR)
+
+
+def refuse_shared(path: Path, what: str) -> None:
+    """Exit 2 naming `path` when it exists and another user owns it or may write to it:
+    the forge trusts what it finds there (object files, stamps, state), so it must be
+    the forge's own."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if (
+        hasattr(os, "getuid")
+        and not stat.S_ISLNK(st.st_mode)
+        and (st.st_uid != os.getuid() or others)
+    ):
+        who = "writable by other users" if others else f"owned by another user (uid {st.st_uid})"
+        raise BadInput(
+            f"{path}: the forge's {what} is {who} (mode {stat.S_IMODE(st.st_mode):04o})",
+            hint=f"`chmod go-w {path}` if you trust what is in it, else remove it "
+            "(the forge recreates it)",
+            details={"file": str(path)},
+        )
 
 
 def sha256_bytes(data: bytes) -> str:

@@ -9,10 +9,12 @@ waiting run who it is waiting for. Re-entrant within one process; the command co
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
+import stat
 import sys
 import threading
 import time
@@ -118,15 +120,22 @@ def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterat
         return
 
     timeout = lock_timeout()  # a bad value is refused whether or not this run has to wait
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        fd = os.open(path, flags, 0o644)  # non-blocking: a FIFO there never hangs the open
     except OSError as err:
+        if err.errno in (errno.EISDIR, errno.ELOOP, errno.ENXIO):  # not a file we can lock
+            raise _not_a_file(path) from None
         raise words.open_error(
             f"{path}: {words.open_failed} ({err.strerror or err})",
             hint=words.open_hint,
             details={"lock": str(path)},
         ) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device: flock says EINVAL
+        os.close(fd)
+        raise _not_a_file(path)
+    os.set_blocking(fd, True)
     try:
         if not _try_flock(fd):
             holder = describe_holder(path)
@@ -161,6 +170,15 @@ def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterat
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _not_a_file(path: Path) -> BadInput:
+    return BadInput(
+        f"{path}: the lock is not a regular file (a FIFO, socket, device, directory or link "
+        "is there)",
+        hint=f"remove it (`rm -r {path}`; a lock holds no data): the forge recreates it",
+        details={"lock": str(path)},
+    )
 
 
 def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextManager[None]:

@@ -12,7 +12,7 @@ control characters for the terminal), so a child's words are masked as the forge
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlencode, urlsplit, urlunsplit
 
 from dgr_forge.core.errors import BadInput
 
@@ -44,6 +44,8 @@ _KNOWN_SECRETS: set[str] = set()
 # (masked in the URL itself regardless) from 12
 _MIN_SECRET = 6
 _MIN_OTHER = 12
+_MIN_ENCODED = 8  # an encoded form shorter than this would mask ordinary text
+_URLSAFE = str.maketrans("+/", "-_")
 
 
 def remember_secrets(url: str) -> None:
@@ -67,9 +69,32 @@ def remember_secrets(url: str) -> None:
         elif credentials:
             found.append((v, _MIN_OTHER))
     for value, minimum in found:
-        for form in {value, quote(value, safe=""), unquote(value)}:
+        for form in {value, unquote(value)}:
             if len(form) >= minimum:
-                _KNOWN_SECRETS.add(form)
+                remember_secret(form)
+
+
+def remember_secret(value: str) -> None:
+    """Mask `value` from now on in every form a server or a child may echo it in: as is,
+    URL-encoded, hex, and base64 (standard and URL-safe, at any byte alignment inside a
+    longer encoded text, as in a Basic auth header), DESIGN: no secret in any encoding."""
+    if len(value) < _MIN_SECRET:
+        return
+    _KNOWN_SECRETS.update(f for f in secret_forms(value) if len(f) >= _MIN_ENCODED)
+
+
+def secret_forms(value: str) -> set[str]:
+    import base64  # only when a secret is seen: most runs see none
+
+    raw = value.encode("utf-8", "surrogateescape")
+    forms = {value, quote(value, safe=""), quote_plus(value, safe=""), raw.hex(), raw.hex().upper()}
+    for lead in range(3):  # the secret's bytes start at offset 0, 1 or 2 of a 3-byte group
+        enc = base64.b64encode(bytes(lead) + raw).decode("ascii")
+        # only the characters whose 6 bits all come from the secret: whatever stands
+        # before or after it in the echoed text changes the others
+        core = enc[-(-4 * lead // 3) : 8 * (lead + len(raw)) // 6]
+        forms |= {core, core.translate(_URLSAFE)}
+    return forms
 
 
 def secret_name(name: str) -> bool:

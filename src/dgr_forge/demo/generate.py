@@ -9,6 +9,7 @@ the tour needs no network and no key setup.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass
@@ -68,6 +69,20 @@ def check_target(raw: str) -> Path:
             )
         if not stat.S_ISDIR(st.st_mode):
             raise BadInput(f"demo DIR {raw}: not a directory", hint="give a new or empty directory")
+        # a directory this run did not create: only the caller's own, that no one else
+        # may write to (else another user plants links in it while the demo writes)
+        if st.st_uid != os.geteuid():
+            raise BadInput(
+                f"demo DIR {raw}: owned by another user (uid {st.st_uid})",
+                hint="give a new directory (the demo creates it) or one you own",
+                details={"file": raw},
+            )
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise BadInput(
+                f"demo DIR {raw}: writable by other users (mode {stat.S_IMODE(st.st_mode):o})",
+                hint=f"give a new directory, or `chmod go-w {raw}` first",
+                details={"file": raw},
+            )
         if any(path.iterdir()):
             raise BadInput(
                 f"demo DIR {raw}: not empty",
@@ -77,7 +92,10 @@ def check_target(raw: str) -> Path:
     # `new/../demo`); the last component stays as checked above, never followed
     target = path.resolve() if path.name in ("", ".", "..") else path.parent.resolve() / path.name
     try:
-        target.mkdir(parents=True, exist_ok=True)
+        for d in (*reversed(target.parents), target):
+            if not d.exists():
+                d.mkdir(mode=_DIR_MODE)
+                os.chmod(d, _DIR_MODE)  # whatever the umask: no one else writes here
     except OSError as err:
         raise BadInput(
             f"demo DIR {raw}: cannot create it: {err.strerror}", hint="give a writable path"
@@ -85,11 +103,44 @@ def check_target(raw: str) -> Path:
     return target
 
 
+_DIR_MODE = 0o755
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+
+
+def write_new(root: Path, rel: str, content: str) -> None:
+    """`content` as a new file `rel` inside `root`: each directory on the way made or
+    opened with O_NOFOLLOW, the file with O_EXCL|O_NOFOLLOW, so a link planted anywhere
+    below `root` is refused (exit 2 naming it), never written through."""
+    *dirs, name = rel.split("/")
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in dirs:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, _DIR_MODE, dir_fd=fd)
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            out = os.open(name, _NEW_FILE | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise BadInput(
+            f"demo DIR {root}: cannot write {rel}: {err.strerror} (a file or link is already "
+            "there: another user may have planted it)",
+            hint="run the demo again in a new directory",
+            details={"file": str(root / rel)},
+        ) from None
+    with os.fdopen(out, "w", encoding="utf-8") as f:
+        f.write(content)
+
+
 def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
     for rel, content in files.items():
         target = repo / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        if target.is_file() and not target.is_symlink():
+            target.unlink()  # a later commit's version: a new file, written no-follow
+        write_new(repo, rel, content)
     gitutil.git(repo, "add", "-A")
     when = sources.date(n)
     env = {**ident, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
@@ -166,14 +217,12 @@ def generate(root: Path) -> DemoRoot:
     # the upstream's own build number at the pin (its commit count there), as fetch records
     number = int(gitutil.out(upstream, "rev-list", "--count", pin, "--"))
     manifest = _manifest(upstream.as_uri(), pin, tree, number, series)
-    (root / UPSTREAM_MANIFEST).write_text(manifest)
-    (root / "manifests" / "shard-worker.toml").write_text(sources.WORKER_MANIFEST)
+    write_new(root, UPSTREAM_MANIFEST, manifest)
+    write_new(root, "manifests/shard-worker.toml", sources.WORKER_MANIFEST)
     for rel, content in sources.WORKER_FILES.items():
-        target = root / sources.WORKER_DIR / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content)
+        write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
     copy_product(root)
-    (root / ".gitignore").write_text(sources.GITIGNORE)
+    write_new(root, ".gitignore", sources.GITIGNORE)
     key = root / sources.KEYS_DIR / sources.KEY_FILE
     keys.generate(key)
     gitutil.git(root, "init", "-q", "-b", "main")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import refuse_shared
 from dgr_forge.core.urls import mask, mask_text
 
 if TYPE_CHECKING:
@@ -234,6 +235,9 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
                 f"{path}: the workspace's cache directory is a symbolic link",
                 hint="remove the link (the forge recreates the directory), or set DGR_CACHE_DIR",
             )
+        # trusted as DGR_CACHE_DIR is: whoever can write it chooses the object files
+        refuse_shared(workspace.absolute(), "workspace")
+        refuse_shared(path, "cache directory")
         return path
     if any(ord(c) < 32 or ord(c) == 127 for c in raw) or len(raw) > 4096:
         raise BadInput(

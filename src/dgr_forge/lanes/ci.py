@@ -85,6 +85,33 @@ def _flow(value: Any) -> str:
     return json.dumps(value, ensure_ascii=True)
 
 
+# Input text is data: GitHub evaluates `${{` anywhere in a value, so each one is written as
+# the literal expression `${{ '${{' }}` (which evaluates to those three characters: the
+# job gets the same bytes); GitLab expands `$VAR`/`${VAR}` in variables, so a variable
+# holding a `$` is written with `expand: false`.
+_GITHUB_OPEN = "${{"
+_GITHUB_LITERAL = "${{ '${{' }}"
+
+
+def _github_inert(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace(_GITHUB_OPEN, _GITHUB_LITERAL)
+    if isinstance(value, list):
+        return [_github_inert(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _github_inert(v) for k, v in value.items()}
+    return value
+
+
+def _github_flow(value: Any) -> str:
+    return _flow(_github_inert(value))
+
+
+def _gitlab_variable(value: str) -> str:
+    """A GitLab `variables:` value the runner passes to the job as these exact bytes."""
+    return _flow({"value": value, "expand": False} if "$" in value else value)
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),
@@ -101,6 +128,8 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["flow"] = _flow
+    env.filters["github"] = _github_flow
+    env.filters["variable"] = _gitlab_variable
     return env
 
 

@@ -241,6 +241,15 @@ PYTHON_MODULES = {"cmake", "ninja"}  # "module:ATTR" imports these wheels, nothi
 # literal hint directories: system install prefixes only (a "$VAR/..." hint is the
 # operator's own environment)
 HINT_PREFIXES = ("/opt/", "/usr/", "/Library/", "/Applications/", "/Developer/")
+# the variables a "$VAR/..." hint may name: each names a toolchain installation, never a
+# checkout ($PWD, $GITHUB_WORKSPACE, $CI_PROJECT_DIR, $HOME would run what a pull request
+# commits)
+TOOLCHAIN_VARS = frozenset(
+    {
+        "CUDA_PATH", "CUDA_HOME", "ROCM_PATH", "HIP_PATH", "VULKAN_SDK", "ONEAPI_ROOT",
+        "DGR_GCC_PREFIX", "DGR_CLANG_PREFIX",
+    }
+)  # fmt: skip
 
 
 def _fixed_form(command: tuple[str, ...]) -> bool:
@@ -290,13 +299,19 @@ def _check_data(c: Checker, key: str, t: ToolProbe) -> None:
                 + " or ".join(sorted(PYTHON_MODULES)),
             )
     for hint in t.hints:
-        if ".." in hint.split("/") or not (
-            re.match(r"^\$[A-Za-z_][A-Za-z0-9_]*(/|$)", hint) or hint.startswith(HINT_PREFIXES)
-        ):
+        var = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(/|$)", hint)
+        if ".." in hint.split("/") or not (var or hint.startswith(HINT_PREFIXES)):
             raise c.fail(
                 f"{key}.hints",
                 f"{hint[:60]!r} is not a system prefix or an environment variable",
                 f'"$VAR/bin", or a directory under {", ".join(HINT_PREFIXES)}',
+            )
+        if var and var.group(1) not in TOOLCHAIN_VARS:
+            raise c.fail(
+                f"{key}.hints",
+                f"${var.group(1)} names no toolchain installation (a probe never looks "
+                "in the checkout or a home directory)",
+                "use one of " + ", ".join(f"${v}" for v in sorted(TOOLCHAIN_VARS)),
             )
 
 
@@ -310,6 +325,25 @@ def _expand(entry: str) -> str | None:
         return entry
     value = os.environ.get(m.group(1))
     return value + m.group(2) if value else None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
+    """Whether `path`, resolved, is one of the `fenced` directories (device, inode) or
+    beneath one: whatever link or relative value led there."""
+    here = Path(os.path.realpath(path))
+    for d in (here, *here.parents):
+        ident = _identity(str(d))
+        if ident is not None and ident in fenced:
+            return True
+    return False
 
 
 def _python_dir(spec: str) -> str | None:
@@ -341,11 +375,26 @@ def _python_dir(spec: str) -> str | None:
 class Doctor:
     """Runs probes on demand and caches the results for one process."""
 
-    def __init__(self, probes: Probes, path_env: str | None = None) -> None:
+    def __init__(
+        self, probes: Probes, path_env: str | None = None, fenced: tuple[Path, ...] = ()
+    ) -> None:
         self.probes = probes
-        self.path_env = os.environ.get("PATH", "") if path_env is None else path_env
+        path_env = os.environ.get("PATH", "") if path_env is None else path_env
+        # a relative PATH entry is the working directory: the checkout
+        self.path_env = os.pathsep.join(p for p in path_env.split(os.pathsep) if os.path.isabs(p))
+        # never searched for a program: the forge root, workspace, checkout (as given by
+        # the caller and by the CI's own variables)
+        places = list(fenced)
+        places += [Path(os.environ[v]) for v in ("GITHUB_WORKSPACE", "CI_PROJECT_DIR")
+                   if os.environ.get(v)]  # fmt: skip
+        self._fenced = {i for p in places if (i := _identity(str(p))) is not None}
         self._results: dict[str, ProbeResult] = {}
         self._versions: dict[str, str | None] = {}
+
+    def _hint_dirs(self, hints: tuple[str, ...]) -> list[str]:
+        """The hints' directories: absolute, outside the checkout, else left out."""
+        found = [d for d in (_expand(h) for h in hints) if d and os.path.isabs(d)]
+        return [d for d in found if not _inside(d, self._fenced)]
 
     # -- tools --
     def tool(self, name: str) -> ProbeResult:
@@ -385,7 +434,7 @@ class Doctor:
                     return ProbeResult(
                         name, "tool", probe.description, True, found, found, packages
                     )
-        hints = [d for d in (_expand(h) for h in probe.hints) if d]
+        hints = self._hint_dirs(probe.hints)
         dirs += hints
         for exe in probe.executables:
             found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None

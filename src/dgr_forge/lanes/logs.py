@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO
 
 from dgr_forge.core import proc
+from dgr_forge.core.fsutil import refuse_shared
 from dgr_forge.core.urls import mask_text
 
 KEEP = 20  # logs kept per lane besides those a live report names
@@ -23,6 +24,7 @@ KEEP = 20  # logs kept per lane besides those a live report names
 def new_log(logs_dir: Path, lane: str) -> Path:
     """A fresh, never-existing log path (`build-<lane>-<UTC stamp>.log`)."""
     logs_dir.mkdir(parents=True, exist_ok=True)
+    refuse_shared(logs_dir, "logs directory")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     path = logs_dir / f"build-{lane}-{stamp}.log"
     n = 0

@@ -11,6 +11,7 @@ from pathlib import Path
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.option_problem import OptionProblem
 
@@ -35,6 +36,7 @@ _COMMENT = re.compile(r"#[^\n]*")
 # llama.cpp's version: its CMake derives both from git unless they are given
 BUILD_INFO = ("LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT")
 _GIVEN = re.compile(r"\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)", re.IGNORECASE)
+_TREE_HINT = "a CMake file of the tree is a regular file of sane size: fix the patch or commit"
 
 
 def _cmake_texts(src: Path) -> Iterator[str]:
@@ -44,11 +46,10 @@ def _cmake_texts(src: Path) -> Iterator[str]:
         base = rel.rsplit("/", 1)[-1]
         if base != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue
-        try:
-            text = (src / rel).read_text(encoding="utf-8", errors="replace")
-        except OSError:
+        data = read_tree_file(src, rel, what="CMake file", hint=_TREE_HINT, missing_ok=True)
+        if data is None:
             continue
-        yield _COMMENT.sub("", text)
+        yield _COMMENT.sub("", data.decode("utf-8", errors="replace"))
 
 
 def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.core.urls import mask, mask_text, remember_secret
 
 # sccache's client token when the config has no [dist.auth] (a DANGEROUSLY_INSECURE pool)
 INSECURE_TOKEN = "dangerously_insecure_client"
@@ -84,6 +84,7 @@ def client(config: Mapping[str, Any]) -> DistClient | None:
         return DistClient(url, mask(url), "insecure", INSECURE_TOKEN)
     token = auth.get("token")
     if kind == "token" and isinstance(token, str):
+        remember_secret(token)  # doctor, --json, build errors: masked in any encoding
         return DistClient(url, mask(url), "token", token)
     return DistClient(url, mask(url), str(kind))
 
@@ -99,7 +100,7 @@ def _fix_auth(client: DistClient) -> str:
 def _clean(text: str, client: DistClient) -> str:
     """A scheduler's own words, short, with the token (and any URL user info) masked."""
     if client.token:
-        text = text.replace(client.token, "***")
+        remember_secret(client.token)  # and its encodings, in every later message too
     return mask_text(" ".join(text.split()))[:200]
 
 

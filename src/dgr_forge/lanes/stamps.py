@@ -108,7 +108,16 @@ def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
     merged = {**load_host(base), **new}
     keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
     with contextlib.suppress(OSError):
-        atomic_write_text(host_cache_file(base), json.dumps(keep, sort_keys=True))
+        _private(base)
+        atomic_write_text(host_cache_file(base), json.dumps(keep, sort_keys=True), mode=0o600)
+
+
+def _private(base: Path) -> None:
+    """`base` and the cache directory above it, made 0700 when the forge makes them (what
+    is in them is trusted)."""
+    base.parent.parent.mkdir(parents=True, exist_ok=True)
+    for d in (base.parent, base):
+        d.mkdir(mode=0o700, exist_ok=True)
 
 
 def _probes_file(base: Path) -> Path:
@@ -134,4 +143,5 @@ def save_host_probes(base: Path | None, probes: dict[str, str]) -> None:
         return
     keep = dict(list(probes.items())[-_HOST_MAX:])
     with contextlib.suppress(OSError):
-        atomic_write_text(_probes_file(base), json.dumps(keep, sort_keys=True))
+        _private(base)
+        atomic_write_text(_probes_file(base), json.dumps(keep, sort_keys=True), mode=0o600)

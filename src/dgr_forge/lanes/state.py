@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_json, write_json
+from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
 from dgr_forge.lanes import programs, stamps
 
 STATE_SCHEMA = 1
@@ -126,7 +126,10 @@ class LaneState:
 
 
 def load_state(forge: Forge) -> dict[str, Any]:
-    """The raw state (`{"schema": 1, "lanes": {lane: {...}}}`); bad or missing is empty."""
+    """The raw state (`{"schema": 1, "lanes": {lane: {...}}}`); bad or missing is empty;
+    one another user may write is refused (exit 2), never trusted."""
+    refuse_shared(forge.workspace, "workspace")
+    refuse_shared(forge.state_file, "state file")
     try:
         data = read_json(forge.state_file)
     except (OSError, ValueError):

@@ -29,6 +29,7 @@ import urllib3
 
 from dgr_forge.core import fault
 from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask, mask_text
 from dgr_forge.models import manifest as models
@@ -134,25 +135,57 @@ def check_file_sources(
     manifest's author may name only files under a directory the operator allowed (the
     --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
     is looked at (not even its size) otherwise."""
+    roots = file_roots(mirror)
+    for f in files:
+        url = source_url(f, mirror)
+        if urlsplit(url).scheme != "file":
+            continue
+        if not _allowed(os.path.realpath(file_source_path(url)), roots):
+            raise _outside(f"{shown_manifest}: {f.name}", url, f.name)
+
+
+def file_roots(mirror: str | None) -> tuple[str, ...]:
+    """The directories file:// sources may come from, resolved: --mirror, FILE_ROOTS_ENV."""
     roots: list[str] = []
     if mirror is not None and urlsplit(mirror).scheme == "file":
         roots.append(os.path.realpath(file_source_path(mirror)))
     for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
         if entry.strip():
             roots.append(os.path.realpath(Path(entry).expanduser()))
-    for f in files:
-        url = source_url(f, mirror)
-        if urlsplit(url).scheme != "file":
-            continue
-        real = os.path.realpath(file_source_path(url))
-        if not any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
-            raise BadInput(
-                f"{shown_manifest}: {f.name}: the file URL {mask(url)} is outside the "
-                "directories allowed for file:// sources",
-                hint=f"pass --mirror DIR, or allow the directory with {FILE_ROOTS_ENV}=DIR "
-                "(a manifest may not read any file of this host on its own)",
-                details={"file": f.name, "variable": FILE_ROOTS_ENV},
-            )
+    return tuple(roots)
+
+
+def _allowed(real: str, roots: tuple[str, ...]) -> bool:
+    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _outside(where: str, url: str, name: str) -> BadInput:
+    return BadInput(
+        f"{where}: the file URL {mask(url)} is outside the directories allowed for file:// sources",
+        hint=f"pass --mirror DIR, or allow the directory with {FILE_ROOTS_ENV}=DIR "
+        "(a manifest may not read any file of this host on its own)",
+        details={"file": name, "variable": FILE_ROOTS_ENV},
+    )
+
+
+def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
+    """A read-only, non-blocking descriptor of the file:// source `path`, opened with no
+    link followed at any component, and checked on the descriptor to lie under `roots`:
+    OSError (ELOOP for a link, EACCES for a file outside them) otherwise."""
+    fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    if not _allowed(_opened_path(fd, path), roots):
+        os.close(fd)
+        raise PermissionError(errno.EACCES, "outside the directories allowed for file://")
+    return fd
+
+
+def _opened_path(fd: int, fallback: Path) -> str:
+    """The path the kernel holds for `fd` (Linux: /proc/self/fd), else the path opened
+    (no link was followed to open it, so that path is the file's own)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.normpath(fallback)
 
 
 def check_mirror(mirror: str | None) -> str | None:
@@ -199,7 +232,9 @@ class Downloader:
         progress: Progress,
         policy: RetryPolicy,
         stop: threading.Event,
+        file_roots: tuple[str, ...] = (),
     ) -> None:
+        self.file_roots = file_roots  # where a file:// source may be, checked on its descriptor
         self.dest = dest
         self.out = out
         self.cache = cache
@@ -456,20 +491,33 @@ class Downloader:
 
     def _copy_file(self, state: _Stream) -> None:
         src = file_source_path(state.url)
-        # opened first, sized on the descriptor: nothing (not even the size) is told
-        # about a file this user may not read; a FIFO or device never blocks or streams
+        # opened once, no link followed at any component, then checked on the descriptor
+        # (where it is, what it is, its size) and read through it: a swap after the
+        # up-front check reads nothing; nothing (not even the size) is told about a file
+        # this user may not read; a FIFO or device never blocks or streams
         try:
-            fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = open_nofollow(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError:
             raise OperationFailed(
                 f"{state.f.name}: {src} does not exist ({state.shown})",
                 hint="check the url in the manifest or the --mirror directory",
             ) from None
         except OSError as err:
+            if err.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise OperationFailed(
+                    f"{state.f.name}: {src} is, or lies under, a symbolic link: a file:// "
+                    "source is opened without following links",
+                    hint="point the url at the file itself, by a path without links",
+                ) from None
             raise OperationFailed(
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
+        if not _allowed(_opened_path(fd, src), self.file_roots):
+            os.close(fd)
+            # this file fails, the others go on
+            refused = _outside(state.f.name, state.url, state.f.name)
+            raise OperationFailed(refused.message, hint=refused.hint)
         s = os.fdopen(fd, "rb")
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

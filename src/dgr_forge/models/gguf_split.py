@@ -172,7 +172,11 @@ def read_header(path: Path, *, follow: bool = False, limit: int | None = None) -
     A symlink is not followed unless `follow` (a release engineer's own source directory).
     """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
+    return read_header_fd(os.open(path, flags), limit)
+
+
+def read_header_fd(fd: int, limit: int | None = None) -> Header:
+    """`read_header` of an open descriptor (closed after): the file already checked."""
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -25,7 +25,9 @@ from dgr_forge.models.download import (
     RetryPolicy,
     check_file_sources,
     check_mirror,
+    file_roots,
     file_source_path,
+    open_file_source,
     source_url,
 )
 from dgr_forge.models.gguf_split import GGUFError, Header
@@ -117,6 +119,7 @@ def _from_urls(
 ) -> tuple[dict[str, Header | str], dict[str, int], int]:
     mirror = check_mirror(mirror)
     check_file_sources(m.files, mirror, m.shown)
+    roots = file_roots(mirror)
     policy = RetryPolicy.from_env()
     limit = header_limit()
     headers: dict[str, Header | str] = {}
@@ -126,10 +129,11 @@ def _from_urls(
         url = source_url(f, mirror)
         try:
             if urlsplit(url).scheme == "file":
-                path = file_source_path(url)
-                h = gguf_split.read_header(path, follow=True, limit=limit)
-                if path.stat().st_size != f.size:
-                    have = path.stat().st_size
+                # opened once, no link followed, checked on the descriptor (issue 33 #5)
+                fd = open_file_source(file_source_path(url), roots)
+                have = os.fstat(fd).st_size
+                h = gguf_split.read_header_fd(fd, limit=limit)
+                if have != f.size:
                     headers[f.name] = f"the source has {have} bytes, the manifest says {f.size}"
                     continue
                 headers[f.name], read[f.name] = h, h.end

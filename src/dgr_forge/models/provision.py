@@ -32,6 +32,7 @@ from dgr_forge.models.download import (
     RetryPolicy,
     check_file_sources,
     check_mirror,
+    file_roots,
     source_url,
 )
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
@@ -174,7 +175,7 @@ def provision(
         try:
             with out.progress(transfer=True) as sink:
                 progress = Progress(sink, size, "total")
-                dl = Downloader(held, out, cache, progress, policy, stop)
+                dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
                 todo = [(f, source_url(f, mirror)) for f in chosen]
                 for outcome in in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
                     outcomes[outcome.name] = outcome

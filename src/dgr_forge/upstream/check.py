@@ -24,13 +24,15 @@ import tomlkit
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import read_tree_file, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.option_problem import OptionProblem
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import scratch_dir
+
+_PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 
 
 @dataclass
@@ -149,7 +151,12 @@ def check(
         result.result_tree = patched.result_tree
 
         rendered = export.compute_series(src, m.commit, tmp_root=forge.tmp_dir)
-        on_disk = {p.name: p.read_bytes() for p in m.patches_dir.glob("*.patch")}
+        # the root's patches/ is a tree a pull request writes: a planted link is its text
+        on_disk = {
+            p.name: read_tree_file(m.patches_dir, p.name, what="patch file", hint=_PATCH_HINT)
+            or b""
+            for p in m.patches_dir.glob("*.patch")
+        }
         fresh = {p.file: p.data for p in rendered}
         for name in sorted(set(on_disk) | set(fresh)):
             rel = f"{m.patches_dir_rel}/{name}"

@@ -393,7 +393,9 @@ def export_series(
     result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
     # the workspace now holds what is on disk: the base of its next export
     pin = new_pin[0] if new_pin else base
-    series_base.record(repo, series_base.SeriesBase(pin, tuple((p.file, p.sha256) for p in series)))
+    entries = tuple((p.file, p.sha256) for p in series)
+    trees = tuple(p.tree for p in series)
+    series_base.record(repo, series_base.SeriesBase(pin, entries, trees))
     # The workspace now holds exactly the exported series: make its commits the ones
     # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
     # so "already applied" holds and a person's next commit stands out as a local edit.

@@ -119,6 +119,8 @@ def update(
     workspace lock."""
     src = forge.src_dir(m.name)
     st = load_state(src)
+    if st is None and (src / ".git" / REPLAY_STATE).exists():
+        raise _unreadable(forge, src)
     if st is not None:
         if st.stopped_at is not None:
             raise _in_progress(forge, src, st)
@@ -238,8 +240,14 @@ def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
     """`patch --abort`: the workspace exactly as before the update; its HEAD."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--abort")
+    saved = series_base.save_edits(forge, src, "patch-abort")  # nothing made meanwhile is lost
     _restore(src, st)
     out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
+    if saved is not None:
+        out.warn(
+            f"what you changed during the stop is saved in {saved} "
+            f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"
+        )
     return st.orig_head
 
 
@@ -326,21 +334,33 @@ def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
     st = load_state(src) if (src / ".git").is_dir() else None
     path = src / ".git" / REPLAY_STATE
     if st is None and path.exists():
-        # not a state the forge wrote (or can act on): it must not block every command
-        path.unlink()
-        raise BadInput(
-            f"{forge.rel(path)} is not a readable patch replay state; removed it",
-            hint="the commits you had before the update (if any) are at "
-            f"{REPLAY_REF}: `git -C {forge.rel(src)} log {REPLAY_REF}`; run "
-            "`dgr-forge patch` again",
-            details={"state": forge.rel(path)},
-        )
+        raise _unreadable(forge, src)
     if st is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
             hint="`dgr-forge patch` starts one when the series moved under commits of your own",
         )
     return st
+
+
+def _unreadable(forge: Forge, src: Path) -> BadInput:
+    """Not a state the forge wrote (or can act on): removed, so it blocks nothing; the
+    message names the ref that still holds the person's commits."""
+    path = src / ".git" / REPLAY_STATE
+    path.unlink(missing_ok=True)
+    held = gitutil.rev_parse(src, REPLAY_REF)
+    where = (
+        f"your commits from before the update are at {REPLAY_REF} ({held[:12]})"
+        if held
+        else f"no {REPLAY_REF} is left: your commits are in HEAD's history"
+    )
+    return BadInput(
+        f"{forge.rel(path)} is not a readable patch replay state; removed it; {where}",
+        hint=f"`git -C {forge.rel(src)} log {REPLAY_REF}` shows them; "
+        f"`git -C {forge.rel(src)} cherry-pick --abort` if one is stopped, then "
+        "`dgr-forge patch` again",
+        details={"state": forge.rel(path), "ref": REPLAY_REF},
+    )
 
 
 def _conflict(

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
@@ -34,13 +35,22 @@ BASE_FILE = "dgr/series.json"
 class SeriesBase:
     commit: str  # the pin
     entries: tuple[tuple[str, str], ...]  # (file, sha256), in series order
+    # the tree after each patch: a commit is the forge's only when its tree is one of
+    # these (a committer email is anyone's to type); not part of what "the same base" is
+    trees: tuple[str, ...] = field(default=(), compare=False)
 
     @staticmethod
     def of(m: UpstreamManifest) -> SeriesBase:
-        return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series))
+        trees = tuple(e.tree for e in m.series if e.tree)
+        return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees)
 
     def to_json(self) -> str:
-        data = {"commit": self.commit, "series": [list(e) for e in self.entries]}
+        data: dict[str, object] = {
+            "commit": self.commit,
+            "series": [list(e) for e in self.entries],
+        }
+        if self.trees:
+            data["trees"] = list(self.trees)
         return json.dumps(data, indent=1) + "\n"
 
 
@@ -91,11 +101,14 @@ def load(src: Path) -> SeriesBase | None:
         data = json.loads(_path(src).read_text(encoding="utf-8"))
         commit = data["commit"]
         entries = tuple((str(f), str(s)) for f, s in data["series"])
-    except (OSError, ValueError, KeyError, TypeError):
+        trees = tuple(str(t) for t in data.get("trees", []))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(commit, str) or not gitutil.HEX40.fullmatch(commit):
         return None
-    return SeriesBase(commit, entries)
+    if not all(gitutil.HEX40.fullmatch(t) for t in trees):
+        trees = ()
+    return SeriesBase(commit, entries, trees)
 
 
 def record(src: Path, base: SeriesBase) -> None:
@@ -209,4 +222,27 @@ def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
             shutil.copy2(p, tmp / "patches" / p.name)
     shutil.copy2(m.path, tmp / m.path.name)
     tmp.rename(target)  # complete or absent
+    return target
+
+
+def save_edits(forge: Forge, src: Path, what: str) -> Path | None:
+    """Every change in `src`'s work tree against HEAD (tracked, staged, resolved or not,
+    and new files git does not ignore) as one binary patch under logs/, before an
+    `--abort` puts the tree back; its path, or None when nothing changed. Built in a
+    scratch index: the real index (a stopped cherry-pick's) is left as it is."""
+    with tempfile.TemporaryDirectory(prefix="dgr-abort-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        gitutil.git(src, "read-tree", "HEAD", env=env)
+        gitutil.git(src, "add", "-A", "--", ".", env=env)
+        diff = gitutil.git(
+            src, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD",
+            env=env, text=False,
+        )  # fmt: skip
+    data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
+    if not data.strip():
+        return None
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    forge.logs_dir.mkdir(parents=True, exist_ok=True)
+    target = forge.logs_dir / f"{what}-{stamp}.patch"
+    atomic_write_bytes(target, data, mode=0o600)
     return target

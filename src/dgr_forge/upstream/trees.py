@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core import gitutil
+from dgr_forge.core import fsutil, gitutil
+from dgr_forge.core.errors import ForgeError
 
 USER_PRESETS = "CMakeUserPresets.json"  # CMake's name; the person's file
 OWN_PRESETS = "dgr-forge.presets.json"  # the forge's presets; the user's file includes it
@@ -77,11 +78,13 @@ def forge_written(src: Path, rel: str) -> bool:
     if rel == OWN_PRESETS:
         return forge_presets(src / rel)
     if rel == USER_PRESETS:
-        path = src / rel
-        try:
-            return not path.is_symlink() and path.read_bytes() == USER_PRESETS_STUB.encode()
-        except OSError:
+        try:  # a tree file: bounded, a link read as its text (never equal to the stub)
+            data = fsutil.read_tree_file(src, rel, hint="", limit=_MAX_PRESETS, missing_ok=True)
+        except (OSError, ForgeError):
             return False
+        return (
+            data is not None and not (src / rel).is_symlink() and data == USER_PRESETS_STUB.encode()
+        )
     return False
 
 

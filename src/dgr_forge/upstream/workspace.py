@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
+from dgr_forge.upstream import series_base
 
 PIN_REF = "refs/dgr/pin"  # the pin fetch last checked out (upstream, not the forge's)
 # journals in .git: a run that died mid-transition is completed or rolled back, never
@@ -256,6 +257,12 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         fetched = gitutil.rev_parse(src, PIN_REF)
         if fetched:
             bases.add(fetched)
+    # the forge's commits are those of the series it recorded (by tree), not whatever a
+    # person committed with the forge's email (an amend would be re-applied away)
+    recorded = series_base.load(src)
+    if recorded is not None and recorded.trees:
+        trees = set(recorded.trees)
+        chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
     ws.walked_all = len(chain) < limit
     head = ws.head

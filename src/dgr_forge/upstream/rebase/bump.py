@@ -358,7 +358,12 @@ def render(d: dict[str, Any], table: str) -> str:
             f"- pin: `{d['pin']}` ({d['url']}): nothing changed\n"
         )
     reached = d["newest_clean"] == d["target"]
-    verb = "would move" if d["dry_run"] else ("moved" if d["moved"] else "stays")
+    # the words follow the answer: a dry run whose newest clean commit is the pin itself
+    # would move nothing (this text becomes a pull request's body)
+    if d["dry_run"]:
+        verb = "would move" if d["newest_clean"] != d["pin"] else "would stay"
+    else:
+        verb = "moved" if d["moved"] else "stays"
     md = [
         f"### Bump {d['upstream']}: `{d['pin'][:12]}` → `{d['newest_clean'][:12]}`"
         + (" (dry run)" if d["dry_run"] else ""),

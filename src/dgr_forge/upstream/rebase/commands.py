@@ -13,6 +13,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url
+from dgr_forge.upstream import series_base
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
@@ -215,6 +216,12 @@ def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
         out_.warn("cleaning up: " + "; ".join(stale))
     fault.point("rebase.abort")
     clear_leftovers(src, out_, index_lock=True)
+    saved = series_base.save_edits(forge, src, "rebase-abort")  # reset --hard loses nothing
+    if saved is not None:
+        out_.warn(
+            f"what you changed during the stop is saved in {saved} "
+            f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"
+        )
     git(src, "reset", "-q", "--hard")
     git(src, "checkout", "-q", "-f", "--detach", state.old_head)
     drop_refs(src)

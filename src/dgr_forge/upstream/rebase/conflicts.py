@@ -6,23 +6,29 @@ from pathlib import Path
 
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.upstream.rebase.gitops import subject_of
 from dgr_forge.upstream.rebase.state import RebaseState
 
 # ----------------------------------------------------------------------------- conflicts
 
+CONFLICT_HINT = (
+    "resolve it in the checkout so it is a regular file (or the link git should store), "
+    "or `dgr-forge rebase --abort`"
+)
 
-def _ours_ranges(work_file: Path, head_blob: str) -> list[tuple[int, int]]:
+
+def _ours_ranges(src: Path, path: str, head_blob: str) -> list[tuple[int, int]]:
     """Line ranges (1-based, in HEAD's version) of the "ours" side of each conflict region.
 
     The ours-side text of a region is located in HEAD's blob, so the ranges are exact
     even when clean hunks of the same pick shifted lines in the merged work file.
     """
-    try:
-        merged = work_file.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    data = read_tree_file(src, path, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
+    if data is None:
         return []
+    merged = data.decode("utf-8", errors="replace").splitlines()
     head_lines = head_blob.splitlines()
     ranges: list[tuple[int, int]] = []
     region: list[str] | None = None
@@ -58,7 +64,7 @@ def upstream_commits_for(
         for c, _, s in (ln.partition("\t") for ln in by_file.stdout.splitlines() if ln)
     ]
     blob = git(src, "show", f"{head}:{path}", check=False)
-    ranges = _ours_ranges(src / path, blob.stdout) if blob.returncode == 0 else []
+    ranges = _ours_ranges(src, path, blob.stdout) if blob.returncode == 0 else []
     if not ranges:
         return file_commits, False
     seen: list[str] = []

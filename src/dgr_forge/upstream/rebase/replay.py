@@ -9,11 +9,16 @@ from pathlib import Path
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.batch import replay_batch
 from dgr_forge.upstream.rebase.commits import CommitWriter, committable
-from dgr_forge.upstream.rebase.conflicts import conflict_error, upstream_commits_for
+from dgr_forge.upstream.rebase.conflicts import (
+    CONFLICT_HINT,
+    conflict_error,
+    upstream_commits_for,
+)
 from dgr_forge.upstream.rebase.gitops import (
     clear_leftovers,
     commit_meta,
@@ -285,7 +290,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             details={"patch": step.file, "files": unmerged},
         )
     files = (state.conflict or {}).get("files", [])
-    marked = [f for f in files if has_markers(src / f)]
+    marked = [f for f in files if has_markers(src, f)]
     if marked:
         raise NeedsHuman(
             f"patch {step.file}: conflict markers left in {', '.join(marked)}",
@@ -310,9 +315,9 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
     save_state(forge, state)
 
 
-def has_markers(path: Path) -> bool:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+def has_markers(src: Path, rel: str) -> bool:
+    data = read_tree_file(src, rel, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
+    if data is None:
         return False
+    text = data.decode("utf-8", errors="replace")
     return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))

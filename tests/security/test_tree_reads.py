@@ -1,0 +1,100 @@
+"""Files of a tree the forge did not write are read bounded (issue 33 #1): a tracked
+`*.cmake` that is a link to /dev/zero (a pull request's patch or an upstream commit can
+add one) is read as git stores it, the link text, never followed; a conflicted file is
+likewise; a FIFO, device or a file over the bound is exit 2 naming it, never a
+MemoryError. No module reads a file with an unbounded call but the ones listed in
+tests/test_unbounded_reads.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from build_support import make_patched_root
+from forgetest import Result, Upstream, run_forge, sh_git
+from support.git import copy_upstream
+
+from dgr_forge.core import fsutil
+from dgr_forge.core.errors import BadInput
+from dgr_forge.lanes.options import declared_options
+from dgr_forge.upstream.rebase.conflicts import _ours_ranges
+from dgr_forge.upstream.rebase.replay import has_markers
+
+HANG = {"subprocess": True, "timeout": 60}
+
+
+def _no_crash(res: Result) -> None:
+    assert "Traceback" not in res.stderr and "MemoryError" not in res.stderr, res
+
+
+def _linked_upstream(tmp_path: Path, upstream: Upstream, links: dict[str, str]) -> Upstream:
+    up = copy_upstream(upstream, tmp_path / "hostile-upstream")
+    for rel, target in links.items():
+        (up.path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (up.path / rel).symlink_to(target)
+    up.commit({}, "build: add a cmake module")
+    return up
+
+
+@pytest.mark.parametrize(
+    "links",
+    [
+        {"cmake/evil.cmake": "/dev/zero"},
+        # the variant: a subdirectory's CMakeLists.txt linked to a file of another user
+        {"tools/CMakeLists.txt": "/dev/urandom"},
+    ],
+)
+def test_check_and_build_read_a_linked_cmake_file_as_its_link_text(
+    tmp_path: Path, upstream: Upstream, links: dict[str, str]
+) -> None:
+    up = _linked_upstream(tmp_path, upstream, links)
+    root = make_patched_root(tmp_path / "forge", up)
+    # the old code read the device until memory ran out: keep that finite here
+    res = run_forge("--root", str(root), "--json", "check", **HANG)  # type: ignore[arg-type]
+    _no_crash(res)
+    assert res.code in (0, 1), res  # 1: the series' re-export differs on this upstream
+    assert res.json["options_checked"] > 0, res
+    # the scan itself, on a clone of the hostile tree: the link is its text, nothing else
+    src = tmp_path / "clone"
+    sh_git(tmp_path, "clone", "-q", up.url, str(src))
+    names, _ = declared_options(src)
+    assert "GGML_CUDA" in names, names
+
+
+def test_read_tree_file_never_follows(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "zero.cmake").symlink_to("/dev/zero")
+    assert fsutil.read_tree_file(tree, "zero.cmake", hint="h") == b"/dev/zero"
+    os.mkfifo(tree / "fifo.cmake")
+    with pytest.raises(BadInput, match=r"fifo.cmake: is not a regular file"):
+        fsutil.read_tree_file(tree, "fifo.cmake", hint="h")
+    (tree / "big.cmake").write_bytes(b"x" * 11)
+    with pytest.raises(BadInput, match=r"big.cmake: is 11 bytes, over the 10-byte limit"):
+        fsutil.read_tree_file(tree, "big.cmake", hint="h", limit=10)
+    # a directory of the tree linked out of it: nothing beneath it is read
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.cmake").write_text("option(SECRET)")
+    (tree / "linked").symlink_to(outside)
+    with pytest.raises(BadInput, match=r"linked/secret.cmake: a directory above it is a symlink"):
+        fsutil.read_tree_file(tree, "linked/secret.cmake", hint="h")
+    assert fsutil.read_tree_file(tree, "missing.cmake", hint="h", missing_ok=True) is None
+
+
+def test_conflict_scans_read_a_linked_or_fifo_file_bounded(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "llama.cpp").symlink_to("/dev/zero")
+    assert has_markers(tree, "src/llama.cpp") is False
+    assert _ours_ranges(tree, "src/llama.cpp", "x\n") == []
+    # the variant: a FIFO where the conflicted file was (opened non-blocking, refused)
+    os.mkfifo(tree / "src" / "ggml.c")
+    for call in (lambda: has_markers(tree, "src/ggml.c"),
+                 lambda: _ours_ranges(tree, "src/ggml.c", "")):  # fmt: skip
+        with pytest.raises(BadInput, match=r"src/ggml.c: is not a regular file"):
+            call()
+    (tree / "src" / "real.c").write_text("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> x\n")
+    assert has_markers(tree, "src/real.c") is True
+    assert _ours_ranges(tree, "src/real.c", "a\nb\n") == [(2, 2)]
