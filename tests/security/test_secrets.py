@@ -268,7 +268,7 @@ def _encodings(token: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("encoding", list(_encodings("t")))
 def test_a_scheduler_echoing_the_token_encoded_never_shows_it(encoding: str) -> None:
-    from dgr_forge.lanes import sccache_dist
+    from dgr_forge.cache import dist as sccache_dist
 
     token = "s3cr3t/tok+en=" + "q" * 20
     echoed = _encodings(token)[encoding]

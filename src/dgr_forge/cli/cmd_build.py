@@ -148,7 +148,7 @@ def doctor(
         with env.session(manifest=False, recipes=True, probes=True) as s:
             all_recipes, doc = s.recipes, s.doctor
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
-        from dgr_forge.lanes import cache as cache_mod
+        from dgr_forge.cache import select as cache_mod
 
         result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         if lane:

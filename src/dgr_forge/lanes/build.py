@@ -27,15 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from dgr_forge.cache import select as cache_mod
+from dgr_forge.cache import session as cache_session
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import (
-    cache_session,
     gitview,
     inputs,
     logs,

@@ -132,7 +132,7 @@ class BuildRun:
     epoch: int  # SOURCE_DATE_EPOCH
     log_path: Path
     started: datetime
-    cache: dict[str, Any]  # the cache setup and this build's own figures (lanes/cache_session)
+    cache: dict[str, Any]  # the cache setup and this build's own figures (cache/session)
     snap: dict[str, Any]  # the input files' stamps, taken under the lock (lanes/inputs)
     programs: dict[str, dict[str, Any]]  # every program configure resolved (lanes/programs)
     launcher: str | None  # read back from the generated rules (lanes/genbuild)

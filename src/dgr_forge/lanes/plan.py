@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge import __version__
+from dgr_forge.cache.select import OFF, CacheSetup
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file, sha256_regular
 from dgr_forge.lanes import worker
-from dgr_forge.lanes.cache import OFF, CacheSetup
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest

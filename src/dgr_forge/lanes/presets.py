@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.cache import select as cache_mod
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
-from dgr_forge.lanes import cache as cache_mod
 from dgr_forge.lanes import worker
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane

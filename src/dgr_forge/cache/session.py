@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.cache import dist as sccache_dist
+from dgr_forge.cache.select import CacheSetup, sccache_config
 from dgr_forge.core import proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
-from dgr_forge.lanes import sccache_dist
-from dgr_forge.lanes.cache import CacheSetup, sccache_config
 
 _TIMEOUT = 60.0  # seconds for one sccache/ccache control command
 _STARTUP = 30.0  # seconds for the sccache server to say it listens
