@@ -10,7 +10,7 @@ import pytest
 from forgetest import Upstream, sh_git
 from rebase_support import Series, make_series
 
-from dgr_forge.lanes.options import declared_options
+from dgr_forge.host.cmake_options import declared_options
 
 CUDA_RECIPE = """\
 schema = 1

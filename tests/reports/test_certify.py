@@ -25,7 +25,7 @@ from dgr_forge.core.errors import ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 from dgr_forge.upstream import manifest
 
 

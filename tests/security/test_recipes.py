@@ -11,7 +11,7 @@ import pytest
 from forgetest import manifest_text, run_forge
 
 from dgr_forge.core.errors import BadInput, ExitCode
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 

@@ -20,7 +20,7 @@ from dgr_forge.core import urls as core_urls
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text
-from dgr_forge.lanes import worker
+from dgr_forge.host import worker
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile
 

@@ -17,7 +17,7 @@ from support.git import copy_upstream
 
 from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput
-from dgr_forge.lanes.options import declared_options
+from dgr_forge.host.cmake_options import declared_options
 from dgr_forge.upstream.rebase.conflicts import _ours_ranges
 from dgr_forge.upstream.rebase.replay import has_markers
 

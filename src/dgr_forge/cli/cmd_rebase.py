@@ -123,7 +123,7 @@ def check(
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
-        from dgr_forge.lanes import options as options_mod
+        from dgr_forge.host import cmake_options as options_mod
         from dgr_forge.upstream import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 

@@ -35,16 +35,10 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import (
-    gitview,
-    inputs,
-    logs,
-    options,
-    programs,
-    stamps,
-    truth,
-    worker,
-)
+from dgr_forge.host import cmake_options as options
+from dgr_forge.host import worker
+from dgr_forge.host.recipes import Recipe, select
+from dgr_forge.lanes import gitview, inputs, logs, programs, stamps, truth
 from dgr_forge.lanes.collect import BuildRun, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.plan import (
@@ -55,7 +49,6 @@ from dgr_forge.lanes.plan import (
     plan_lane,
     refuse_unbuildable,
 )
-from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
 from dgr_forge.lanes.state import load_state as load_state  # status reads it from here

@@ -30,8 +30,8 @@ import jinja2
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
 from dgr_forge.core.urls import mask
+from dgr_forge.host.recipes import Recipe
 from dgr_forge.lanes.ci_install import CI_CONSTRAINTS, REQUIREMENTS, Install
-from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 

@@ -13,7 +13,8 @@ from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cmake_api, inputs, worker
+from dgr_forge.host import worker
+from dgr_forge.lanes import cmake_api, inputs
 from dgr_forge.lanes.stamps import RACY_NS
 
 if TYPE_CHECKING:

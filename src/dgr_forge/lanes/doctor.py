@@ -22,7 +22,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.tomlcheck import Checker, shown_value
-from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.host.recipes import Recipe
 
 SCHEMA = 1
 _TOOL_KEYS = {

@@ -7,11 +7,11 @@ from typing import Any
 from dgr_forge.attest.certify import cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
+from dgr_forge.host.recipes import Recipe
+from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
-from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.lanes.state import LaneState, load_state
-from dgr_forge.lanes.worker import WorkerSpec
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 

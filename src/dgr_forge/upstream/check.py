@@ -116,7 +116,7 @@ def _what_differs(old: bytes, new: bytes) -> str:
     return "message" if head_old != head_new else "diff"
 
 
-# what `lanes.options.check_options` does for the recipes: (options checked, problems)
+# what `host.cmake_options.check_options` does for the recipes: (options checked, problems)
 OptionsCheck = Callable[[Path, str], tuple[int, list[OptionProblem]]]
 
 

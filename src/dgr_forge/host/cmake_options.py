@@ -12,7 +12,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
-from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.option_problem import OptionProblem
 
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"
