@@ -13,8 +13,8 @@ import pytest
 import yaml
 from forgetest import manifest_text, run_forge, sh_git
 
+from dgr_forge.ci import render as ci
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.lanes import ci
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
@@ -695,7 +695,7 @@ def test_templates_ship_with_the_package() -> None:
     assert names == ["actions.toml", "github-actions.yml.j2", "gitlab-ci.yml.j2"]
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     # setuptools ships package data only when pyproject lists it
-    assert '"dgr_forge.lanes" = ["templates/*"]' in pyproject
+    assert '"dgr_forge.ci" = ["templates/*"]' in pyproject
 
 
 # ----------------------------------------------------------------------------- the real thing

@@ -19,10 +19,10 @@ ALLOWED: dict[str, set[str]] = {
     # fixed system files (/proc) and the package's own templates
     "attest/certify.py": {"_cpu_model"},
     "models/download.py": {"_umask"},
-    "lanes/ci.py": {"_template_source"},
+    "ci/render.py": {"_template_source"},
     # the forge's own recipes/toolchains/cmake shipped in the wheel, copied into a new root
     "core/product.py": {"_copy"},
-    "lanes/ci_install.py": {"_direct_pin", "_read", "is_tool_repository"},
+    "ci/install.py": {"_direct_pin", "_read", "is_tool_repository"},
     "cli/schemas.py": {"main"},
     # files the forge wrote: workspace state, journals, stamps, logs, caches, its git dir
     "cli/cmd_artifacts.py": {"body", "make_manifest"},

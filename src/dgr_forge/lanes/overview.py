@@ -1,4 +1,5 @@
-"""The lane matrix: every recipe, whether this host can build it, and its last build."""
+"""What `lanes` shows: every recipe, whether this host can build it, its last build, its
+certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dgr_forge.lanes.state import LaneState, load_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
-def matrix(
+def overview(
     forge: Forge,
     m: UpstreamManifest,
     recipes: dict[str, Recipe],
