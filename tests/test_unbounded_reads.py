@@ -59,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     # a model manifest it rewrites, compared as text (loaded bounded before)
     "models/map_headers.py": {"map_manifest"},
     # the root's manifest and patches/, already loaded bounded by the series loader
-    "upstream/check.py": {"_scratch_root", "check"},  # manifest only
+    "lanes/check.py": {"_scratch_root", "check"},  # manifest only
     "upstream/build_number.py": {"record"},  # the manifest it rewrites
 }
 # never: these read trees the forge did not write

@@ -26,7 +26,6 @@ from dgr_forge.core.gitutil import out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream import manifest
-from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.bumpsearch import (
@@ -44,7 +43,7 @@ from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_state
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import manifest
-from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.commands import reject_in_progress, start
@@ -34,7 +33,7 @@ from dgr_forge.upstream.rebase.report import (
     summary,
 )
 from dgr_forge.upstream.rebase.state import RebaseState, load_state
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 
 @dataclass(frozen=True)
