@@ -40,7 +40,7 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/signing.py": {"_file_fingerprint"},
     "lanes/stamps.py": {"load_host", "load_host_probes"},
     "upstream/patches.py": {"_am_stopped_at", "recover_interrupted"},
-    "upstream/replay.py": {"load_state"},
+    "upstream/local_replay.py": {"load_replay_state"},
     "upstream/series.py": {"scratch_index"},
     "upstream/series_base.py": {"load", "record", "text_of"},
     "upstream/series_journal.py": {"_digest", "_fsync_write", "_recover_one", "write"},

@@ -86,9 +86,9 @@ def build(
     to themselves, `-j N` compiles each start a server on the same socket and only the last
     one's stay reachable, so the counts read afterwards miss the others' compiles."""
     if setup.tool == "sccache" and "SCCACHE_SERVER_UDS" in setup.env:
-        from dgr_forge.cache.session import open_session
+        from dgr_forge.cache.session import open_cache_session
 
-        with open_session(setup, env):
+        with open_cache_session(setup, env):
             _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)
             return _settled_stats(setup, env)
     _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)

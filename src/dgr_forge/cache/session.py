@@ -3,7 +3,7 @@
 sccache compiles through a server. Left to itself, each compile that finds no server
 starts one: with `-j N` up to N start at once on the same socket (sccache removes the
 socket before binding), all but the last run on unreachable, and their compiles are
-missing from the statistics. So the forge owns the server: `open_session` stops whatever
+missing from the statistics. So the forge owns the server: `open_cache_session` stops whatever
 a killed earlier build left on this build's socket, starts one server with the build's
 whole environment (after the workspace exists, so its base directories are the ones every
 later build uses) and stops it when the build ends, whatever happened. Nothing else starts
@@ -192,7 +192,7 @@ class CacheSession:
 
 
 @contextmanager
-def open_session(
+def open_cache_session(
     setup: CacheSetup, environ: Mapping[str, str], out: Reporter | None = None
 ) -> Iterator[CacheSession]:
     """The build's cache session: for sccache its own server from start to end (stopped

@@ -155,9 +155,9 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
     of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
     what moved (pin, series, recipe, worker) since the last report was built."""
     from dgr_forge.lanes.inputs import moved_since, report_inputs, with_stale
-    from dgr_forge.lanes.state import LaneState, load_state
+    from dgr_forge.lanes.state import LaneState, load_lanes_state
 
-    entries = sorted(load_state(env.forge)["lanes"].items())
+    entries = sorted(load_lanes_state(env.forge)["lanes"].items())
     spec, worker_known = _current_worker(env) if entries else (None, True)
     lanes = []
     for name, entry in entries:

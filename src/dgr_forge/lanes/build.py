@@ -51,7 +51,6 @@ from dgr_forge.lanes.plan import (
 )
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
-from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
 from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -701,7 +700,7 @@ def build(
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
     ctx = BuildContext(forge, m, out, opts, doctor)  # the manifest digest: as loaded, locked
-    with cache_session.open_session(cache, os.environ, out) as session:
+    with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:
             builder = LaneBuilder(ctx, plan)

@@ -12,7 +12,7 @@ from dgr_forge.host.recipes import Recipe
 from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
-from dgr_forge.lanes.state import LaneState, load_state
+from dgr_forge.lanes.state import LaneState, load_lanes_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
@@ -29,7 +29,7 @@ def overview(
         doctor, {n: r for n, r in recipes.items() if cert_path(forge, n).is_file()}
     )
     certs = certification_status(forge, recipes, m, trusted, worker_identity(spec), tools)
-    state = load_state(forge)["lanes"]
+    state = load_lanes_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)

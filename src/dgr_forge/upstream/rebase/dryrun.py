@@ -32,7 +32,7 @@ from dgr_forge.upstream.rebase.report import (
     rows_of,
     summary,
 )
-from dgr_forge.upstream.rebase.state import RebaseState, load_state
+from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 
@@ -155,7 +155,7 @@ def dry_run(
         result = start(
             scratch, out_, sm, onto, url=url, mirror=mirror, offline=offline, canary=True
         )
-        state = load_state(scratch)
+        state = load_rebase_state(scratch)
         if state is None:  # already pinned there: nothing to replay
             return DryRunResult(_already_pinned(m, onto, result.new_commit), 0, None)
         stage(scratch, state, sm)
