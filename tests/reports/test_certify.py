@@ -11,14 +11,11 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from forgetest import Upstream, run_forge
-from reports_support import (
-    keyid_from_pub,
-    lane_build,
-    write_manifest,
-)
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
+from support.cli import run_forge
+from support.git import Upstream
+from support.reports import keyid_from_pub, lane_build, write_manifest
 
 from dgr_forge.attest import certify, keys, reports
 from dgr_forge.core.errors import ExitCode

@@ -12,8 +12,9 @@ import subprocess as sp
 from pathlib import Path
 
 import pytest
-from build_support import make_patched_root
-from forgetest import Upstream, forge_cmd, forge_env, run_forge
+from support.build import make_patched_root
+from support.cli import forge_cmd, forge_env, run_forge
+from support.git import Upstream
 
 from dgr_forge.cache import select as cache
 from dgr_forge.core.errors import BadInput

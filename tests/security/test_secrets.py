@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from artifacts_support import FaultyServer, write_split_gguf
-from forgetest import Upstream, manifest_text, run_forge
+from support.cli import run_forge
+from support.git import Upstream
+from support.roots import manifest_text
+from support.server import FaultyServer, write_split_gguf
 
 from dgr_forge.attest import keys
 from dgr_forge.core import urls as core_urls

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 
 import pytest
-from build_support import make_patched_root
-from forgetest import Result, Upstream, run_forge, sh_git
-from support.git import copy_upstream
+from support.build import make_patched_root
+from support.cli import Result, run_forge
+from support.git import Upstream, copy_upstream, sh_git
 
 from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput

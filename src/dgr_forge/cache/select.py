@@ -435,7 +435,7 @@ def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-sccache_config = _sccache_config  # cache/session.py and sccache_dist read it too
+sccache_config = _sccache_config  # cache/session.py and cache/dist.py read it too
 
 
 def _sccache_dist(environ: Mapping[str, str]) -> str | None:

@@ -9,7 +9,7 @@ What the rendered CI guarantees (SECURITY.md): pull requests build unsigned and 
 compiler cache read-only; only a protected push writes it; signing runs in its own job, in
 the `release-signing` environment that alone holds the key; every action is pinned to a
 commit (`templates/actions.toml`, the one place for them); every job installs dgr-forge in
-one identical step (`ci_install`: the checked-out tree under constraints.txt in the tool's
+one identical step (`ci.install`: the checked-out tree under constraints.txt in the tool's
 own repository, else a requirement pinned by content under ci/constraints.txt).
 """
 
@@ -223,7 +223,7 @@ def render(
             "requirements": f"pinned by {how.requirements} under {how.constraints}",
             "source": f"from --tool-source (DGR_TOOL_SOURCE) under {how.constraints}",
         }[how.mode],
-        # the --tool-source requirement (checked by ci_install.tool_source), or None
+        # the --tool-source requirement (checked by ci.install.tool_source), or None
         "tool_source": how.source,
         # the workflow's own `ci render` (check, re-render) passes it back
         "render_args": ' --tool-source "$DGR_TOOL_SOURCE"' if how.source else "",
