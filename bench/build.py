@@ -16,7 +16,7 @@ PYTHONPATH=src):
 
 `--cache-ratios` (issue 16) instead measures the compiler cache, as ratios to a raw cold
 CMake + Ninja build of a C project (`--cache-sources N` files) with `build`'s prefix maps,
-through `lanes.cache.select()`'s launcher and env (ccache):
+through `cache.select.select()`'s launcher and env (ccache):
   warm:   a fresh workspace at another path, warm local cache    (target <= 0.2x cold)
   remote: a fresh workspace and empty local cache, warm loopback
           HTTP remote storage (ccache's http backend)             (target <= 0.3x cold)
@@ -210,7 +210,7 @@ def main() -> None:
 
 def cache_ratios(runs: int, jobs: int, sources: int, weight: int) -> None:
     """The three cache ratios of issue 16 (medians over `runs`)."""
-    from dgr_forge.lanes import cache
+    from dgr_forge.cache import select as cache
     from tests.support.cache import build, clean_env, doctor, loopback_server, make_project
 
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-cache-"))

@@ -139,9 +139,9 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     from dgr_forge.core.gitutil import out
     from dgr_forge.core.output import Reporter
     from dgr_forge.upstream import manifest
-    from dgr_forge.upstream.check import borrow_objects
     from dgr_forge.upstream.patches import ensure_patched
     from dgr_forge.upstream.rebase.bumpsearch import TreeReplay, fetch_range
+    from dgr_forge.upstream.scratch import borrow_objects
 
     quiet = Reporter(quiet=True)
     f = Forge.locate(root, None)

@@ -5,13 +5,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, make_forge_root, make_upstream
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from support import scratch
 from support.demo import DemoTour, make_demo
-from support.git import copy_upstream
-from support.roots import SHARED_DIR_ENV
+from support.git import Upstream, copy_upstream, make_upstream
+from support.roots import SHARED_DIR_ENV, make_forge_root
 from support.schedule import longest_first
 
 

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer, flip_byte, split_names, write_split_gguf
-from forgetest import Result, forge_cmd, forge_env, run_forge
+from support.cli import Result, forge_cmd, forge_env, run_forge
+from support.server import FaultyServer, flip_byte, split_names, write_split_gguf
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter

@@ -10,14 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from build_support import (
-    TEST_CUDA_RECIPE,
-    make_patched_root,
-    make_worker,
-    nvcc_path,
-    path_without,
-)
-from forgetest import Upstream, run_forge, sh_git
+from support.build import TEST_CUDA_RECIPE, make_patched_root, make_worker, nvcc_path, path_without
+from support.cli import run_forge
+from support.git import Upstream, sh_git
 
 pytestmark = pytest.mark.slow
 

@@ -241,7 +241,7 @@ def test_worker_beside_the_checkout_hits_the_cache_from_another_path(
 ) -> None:
     from support.cache import ccache_hits, ccache_stats, doctor
 
-    from dgr_forge.lanes import cache
+    from dgr_forge.cache import select as cache
 
     env = _env(tmp_path)
     if cache.locate(doctor(), "ccache") is None:

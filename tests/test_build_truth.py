@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_support import make_patched_root, make_worker
-from forgetest import Upstream, run_forge, sh_git
+from support.build import make_patched_root, make_worker
+from support.cli import run_forge
+from support.git import Upstream, sh_git
 
 pytestmark = pytest.mark.slow
 

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forgetest import make_upstream, sh_git
-from rebase_support import GGML_NEW, GGML_OLD, LLAMA_OWNER_OLD, Series, make_series, upstream_edit
+from support.git import make_upstream, sh_git
+from support.rebase import GGML_NEW, GGML_OLD, LLAMA_OWNER_OLD, make_series, upstream_edit
+from support.roots import Series
 
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.bumpsearch import Break, max_replays, search

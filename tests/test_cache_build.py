@@ -17,7 +17,7 @@ from support.cache import ccache_hits, ccache_stats, clean_env, doctor, loopback
 from support.cli import Result, run_forge
 from support.git import Upstream
 
-from dgr_forge.lanes import cache
+from dgr_forge.cache import select as cache
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, sh_git
-from rebase_support import Series, make_series
+from support.git import Upstream, sh_git
+from support.rebase import make_series
+from support.roots import Series
 
-from dgr_forge.lanes.options import declared_options
+from dgr_forge.host.cmake_options import declared_options
 
 CUDA_RECIPE = """\
 schema = 1

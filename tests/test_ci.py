@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
-from forgetest import manifest_text, run_forge, sh_git
+from support.cli import run_forge
+from support.git import sh_git
+from support.roots import manifest_text
 
+from dgr_forge.ci import render as ci
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.lanes import ci
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
@@ -695,7 +697,7 @@ def test_templates_ship_with_the_package() -> None:
     assert names == ["actions.toml", "github-actions.yml.j2", "gitlab-ci.yml.j2"]
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     # setuptools ships package data only when pyproject lists it
-    assert '"dgr_forge.lanes" = ["templates/*"]' in pyproject
+    assert '"dgr_forge.ci" = ["templates/*"]' in pyproject
 
 
 # ----------------------------------------------------------------------------- the real thing
@@ -810,7 +812,7 @@ def shell_step(script: str, lane: str, cwd: Path, tmp_path: Path) -> Any:
     """Run a workflow step's script as GitHub does (bash -eo pipefail) with `dgr-forge` on PATH."""
     import subprocess
 
-    from forgetest import forge_cmd, forge_env
+    from support.cli import forge_cmd, forge_env
 
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
@@ -910,8 +912,8 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
     import shutil
     import subprocess
 
-    from build_support import copy_product
-    from forgetest import forge_cmd, forge_env, make_forge_root
+    from support.cli import forge_cmd, forge_env
+    from support.roots import copy_product, make_forge_root
 
     root = make_forge_root(tmp_path / "forge", upstream)
     copy_product(root)
@@ -954,8 +956,8 @@ def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None
     step fails the job with exit 3 (stopped short)."""
     import subprocess
 
-    from forgetest import forge_cmd, forge_env
-    from rebase_support import LLAMA_OWNER_OLD, make_series, upstream_edit
+    from support.cli import forge_cmd, forge_env
+    from support.rebase import LLAMA_OWNER_OLD, make_series, upstream_edit
 
     s = make_series(tmp_path, upstream)
     (s.root / "recipes" / "cpu.toml").write_text(CPU)

@@ -30,9 +30,10 @@ from typing import Any
 
 import pytest
 import yaml
-from build_support import make_patched_root
-from forgetest import Upstream, run_forge, sh_git
 from support.actions import Runner, cache_service, run_github_job, run_gitlab_job
+from support.build import make_patched_root
+from support.cli import run_forge
+from support.git import Upstream, sh_git
 from support.roots import canonicalize
 from support.wheelhouse import copy_worktree, make_wheelhouse
 

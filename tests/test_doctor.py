@@ -6,8 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
-from build_support import copy_product, nvcc_path, path_without
-from forgetest import Upstream, make_forge_root, run_forge
+from support.build import nvcc_path, path_without
+from support.cli import run_forge
+from support.git import Upstream
+from support.roots import copy_product, make_forge_root
 
 
 def _root(tmp_path: Path, upstream: Upstream) -> Path:

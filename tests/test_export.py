@@ -7,15 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, run_forge, sh_git
-from patch_support import (
-    AUTHOR_ENV,
-    commit_in,
-    head,
-    make_series,
-    snapshot,
-    src_dir,
-)
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.patches import AUTHOR_ENV, commit_in, head, make_series, snapshot, src_dir
 
 from dgr_forge.upstream import manifest, manifest_edit
 from dgr_forge.upstream.export import compute_series, slug

@@ -9,8 +9,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from fetch_support import PROTOCOL_V0, Background, git_daemon
-from forgetest import Upstream, make_forge_root, manifest_text, run_forge, sh_git
+from support.cli import run_forge
+from support.daemon import PROTOCOL_V0, Background, git_daemon
+from support.git import Upstream, sh_git
+from support.roots import make_forge_root, manifest_text
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.lock import describe_holder, workspace_lock

@@ -12,8 +12,9 @@ import shutil
 import stat
 from pathlib import Path
 
-from forgetest import Upstream, run_forge
-from patch_support import make_series
+from support.cli import run_forge
+from support.git import Upstream
+from support.patches import make_series
 
 
 def _shim(tmp_path: Path) -> tuple[dict[str, str], Path]:

@@ -10,7 +10,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "dgr_forge"
 
 # lowest first: a package may import the ones before it (and the top-level package)
-LAYERS = ["core", "upstream", "attest", "lanes", "models", "demo", "cli"]
+LAYERS = ["core", "upstream", "attest", "host", "cache", "ci", "lanes", "models", "demo", "cli"]
 
 
 def _module_name(path: Path, src: Path) -> str:

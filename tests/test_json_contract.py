@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 import typer
-from forgetest import Result, manifest_text, run_forge
+from support.cli import Result, run_forge
+from support.roots import manifest_text
 
 from dgr_forge.cli import main as cli
 from dgr_forge.cli.app import JSON_CHANNEL, app, run
@@ -284,7 +285,7 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> str:
     import pty
     import subprocess
 
-    from forgetest import forge_cmd, forge_env
+    from support.cli import forge_cmd, forge_env
 
     leader, follower = pty.openpty()
     proc = subprocess.Popen(

@@ -10,8 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
-from forgetest import run_forge
-from reports_support import keyid_from_pub
+from support.cli import run_forge
+from support.reports import keyid_from_pub
 
 from dgr_forge.attest import keys
 from dgr_forge.core.errors import BadInput, ExitCode

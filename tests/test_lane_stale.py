@@ -8,8 +8,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from build_support import PATCH_FILE, make_patched_root, make_worker
-from forgetest import Upstream, run_forge
+from support.build import PATCH_FILE, make_patched_root, make_worker
+from support.cli import run_forge
+from support.git import Upstream
 
 pytestmark = pytest.mark.slow
 

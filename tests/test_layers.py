@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifacts_support import (
+from support.cli import Result, run_forge
+from support.server import (
     FaultyServer,
     hostile_gguf,
     layered_tensors,
@@ -25,7 +26,6 @@ from artifacts_support import (
     split_names,
     write_layered_gguf,
 )
-from forgetest import Result, run_forge
 
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from forgetest import forge_cmd, forge_env, run_forge
+from support.cli import forge_cmd, forge_env, run_forge
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e300", "99999999", "soon", "-"])

@@ -6,9 +6,9 @@ import contextlib
 from pathlib import Path
 
 import pytest
-from forgetest import manifest_text
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.roots import manifest_text
 
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.upstream import manifest

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from forgetest import run_forge
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.cli import run_forge
 
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.models import manifest as models

@@ -79,8 +79,8 @@ def test_metadata_license_urls_classifiers_and_no_gguf_at_run_time(
     assert any(r.startswith("gguf") and 'extra == "test"' in r for r in requires)
     # what the package reads at run time ships in it
     assert "dgr_forge/py.typed" in names
-    assert {"dgr_forge/lanes/templates/github-actions.yml.j2",
-            "dgr_forge/lanes/templates/actions.toml"} <= set(names)  # fmt: skip
+    assert {"dgr_forge/ci/templates/github-actions.yml.j2",
+            "dgr_forge/ci/templates/actions.toml"} <= set(names)  # fmt: skip
 
 
 def _product_files() -> dict[str, bytes]:

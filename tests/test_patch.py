@@ -7,19 +7,19 @@ import os
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, run_forge, sh_git
-from patch_support import (
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.patches import (
     AUTHOR_ENV,
     commit_in,
     gnu_patch_needs_fuzz,
     head,
     make_series,
     plain_am_tree,
-    sha256,
     snapshot,
     src_dir,
-    write_manifest,
 )
+from support.roots import sha256, write_manifest
 
 
 def patch(root: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
@@ -401,7 +401,7 @@ def test_sigkill_mid_am_then_patch_recovers(upstream: Upstream, forge_root: Path
     import subprocess
     import time
 
-    from forgetest import forge_cmd, forge_env
+    from support.cli import forge_cmd, forge_env
 
     edits: list[tuple[dict[str, str | None], str]] = [
         ({f"docs/kill-{i}.md": f"note {i}\n"}, f"docs: kill note {i}") for i in range(40)
@@ -517,7 +517,7 @@ def test_patch_started_during_an_export_waits_and_sees_the_new_manifest(
     """The manifest is read under the lock: a `patch` that starts while another run (here:
     a stand-in for `export`, holding the workspace lock while it rewrites patches/ and the
     manifest) is busy waits, then applies the new series instead of calling it edited."""
-    from fetch_support import Background
+    from support.daemon import Background
 
     from dgr_forge.core.forge import Forge
     from dgr_forge.core.lock import workspace_lock

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forgetest import Upstream, run_forge, sh_git
-from patch_support import make_series, snapshot, src_dir
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.patches import make_series, snapshot, src_dir
 
 
 def status(root: Path):  # type: ignore[no-untyped-def]

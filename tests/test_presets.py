@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from build_support import make_patched_root, make_worker
-from forgetest import Upstream, run_forge
+from support.build import make_patched_root, make_worker
+from support.cli import run_forge
+from support.git import Upstream
 
 
 def test_presets_print_mirrors_recipes(tmp_path: Path, upstream: Upstream) -> None:

@@ -9,18 +9,19 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, run_forge, sh_git
-from rebase_support import (
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.rebase import (
     GGML_NEW,
     GGML_OLD,
     LLAMA_OWNER_OLD,
-    Series,
     kill,
     make_series,
     patch,
     start_paused,
     upstream_edit,
 )
+from support.roots import Series
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -8,15 +8,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, sh_git
-from rebase_support import (
-    GGML_NEW,
-    GGML_OLD,
-    LLAMA_OWNER_OLD,
-    Series,
-    make_series,
-    upstream_edit,
-)
+from support.git import Upstream, sh_git
+from support.rebase import GGML_NEW, GGML_OLD, LLAMA_OWNER_OLD, make_series, upstream_edit
+from support.roots import Series
 
 
 @pytest.fixture

@@ -8,16 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, sh_git
-from history_support import (
-    add_history,
-    before,
-    between,
-    pack_log,
-    range_objects,
-    workspace_commits,
-)
-from rebase_support import GGML_OLD, Series, make_series, upstream_edit
+from support.git import Upstream, sh_git
+from support.history import add_history, before, between, pack_log, range_objects, workspace_commits
+from support.rebase import GGML_OLD, make_series, upstream_edit
+from support.roots import Series
 
 HISTORY = 300  # commits before the pin
 RANGE = 25  # commits between the old and the new pin

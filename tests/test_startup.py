@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from forgetest import SRC, forge_env
+from support.cli import SRC, forge_env
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
 HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")

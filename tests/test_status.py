@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, manifest_text, run_forge, sh_git
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.roots import manifest_text
 
 FORGE_COMMITTER = {"GIT_COMMITTER_NAME": "dgr-forge", "GIT_COMMITTER_EMAIL": "dgr-forge@invalid"}
 
@@ -135,8 +137,8 @@ def test_status_with_a_bad_manifest_is_bad_input(forge_root: Path) -> None:
 def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
     tmp_path: Path, upstream: Upstream
 ) -> None:
-    from rebase_support import GGML_OLD, upstream_edit
-    from rebase_support import make_series as make_rebase_series
+    from support.rebase import GGML_OLD, upstream_edit
+    from support.rebase import make_series as make_rebase_series
 
     s = make_rebase_series(tmp_path, upstream)
     for i in range(12):  # upstream moves on: these are upstream's commits, nobody's local ones

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from forgetest import needs_subprocess, run_forge, run_forge_in_process, run_forge_subprocess
+from support.cli import needs_subprocess, run_forge, run_forge_in_process, run_forge_subprocess
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.lock import workspace_lock

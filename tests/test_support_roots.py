@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forgetest import Upstream, run_forge, sh_git
-from rebase_support import SERIES, _replace
 from support import roots, scratch
-from support.git import copy_upstream
+from support.cli import run_forge
+from support.git import Upstream, copy_upstream, sh_git
+from support.rebase import SERIES, _replace
 from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
 from support.schedule import LONGEST_FIRST
 

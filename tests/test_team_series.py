@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from forgetest import Result, Upstream, sh_git
-from rebase_support import Series, make_series
+from support.cli import Result
+from support.git import Upstream, sh_git
+from support.rebase import make_series
+from support.roots import Series
 
 from dgr_forge.upstream.workspace import inspect
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import typer
-from build_support import copy_product
-from forgetest import run_forge
+from support.cli import run_forge
+from support.roots import copy_product
 
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all

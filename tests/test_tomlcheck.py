@@ -11,7 +11,8 @@ import pytest
 from dgr_forge.core import tomlcheck
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
-from dgr_forge.lanes import doctor, recipes, worker
+from dgr_forge.host import recipes, worker
+from dgr_forge.lanes import doctor
 from dgr_forge.models import manifest as models
 from dgr_forge.upstream import manifest
 

@@ -12,15 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from forgetest import Result, Upstream, sh_git
-from rebase_support import (
-    LLAMA_OWNER_OLD,
-    Series,
-    kill,
-    make_series,
-    start_paused_cmd,
-    upstream_edit,
-)
+from support.cli import Result
+from support.git import Upstream, sh_git
+from support.rebase import LLAMA_OWNER_OLD, kill, make_series, start_paused_cmd, upstream_edit
+from support.roots import Series
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.upstream import manifest, series_journal
@@ -211,13 +206,13 @@ def test_root_lock_timeout_zero_names_the_holder(series: Series) -> None:
 
 
 def _cmd(s: Series, *args: str) -> list[str]:
-    from forgetest import forge_cmd
+    from support.cli import forge_cmd
 
     return forge_cmd("--root", str(s.root), *args)
 
 
 def _env() -> dict[str, str]:
-    from forgetest import forge_env
+    from support.cli import forge_env
 
     return forge_env()
 
@@ -378,7 +373,7 @@ def test_journal_recovery_rolls_forward_only_a_complete_journal(
         f"j.write(Path({str(root)!r}), Path({str(pdir)!r}), {NEW!r}, "
         f"Path({str(manifest)!r}), b'new manifest\\n', points='j')"
     )
-    from forgetest import forge_env
+    from support.cli import forge_env
 
     proc = subprocess.run(
         [sys.executable, "-c", script],

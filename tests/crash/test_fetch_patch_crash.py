@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, forge_cmd, forge_env, run_forge, sh_git
-from patch_support import Series, make_series, src_dir
+from support.cli import forge_cmd, forge_env, run_forge
+from support.git import Upstream, sh_git
+from support.patches import make_series, src_dir
+from support.roots import Series
 
 FETCH_POINTS = ["fetch.journal", "fetch.objects", "fetch.verified", "fetch.checkout"]
 FETCH_POINTS += ["fetch.checked-out"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream
-from reports_support import isolate_key_env, make_patch, setup_root
+from support.git import Upstream
+from support.reports import isolate_key_env, make_patch, setup_root
 
 from dgr_forge.core.forge import Forge
 

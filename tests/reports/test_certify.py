@@ -11,21 +11,18 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from forgetest import Upstream, run_forge
-from reports_support import (
-    keyid_from_pub,
-    lane_build,
-    write_manifest,
-)
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
+from support.cli import run_forge
+from support.git import Upstream
+from support.reports import keyid_from_pub, lane_build, write_manifest
 
 from dgr_forge.attest import certify, keys, reports
 from dgr_forge.core.errors import ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 from dgr_forge.upstream import manifest
 
 

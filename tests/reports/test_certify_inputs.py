@@ -9,8 +9,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from forgetest import run_forge
-from reports_support import lane_build
+from support.cli import run_forge
+from support.reports import lane_build
 from support.roots import REPO
 from test_certify import advertised, run_certify, status, trust
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from forgetest import run_forge
-from reports_support import lane_build
+from support.cli import run_forge
+from support.reports import lane_build
 
 from dgr_forge.attest import keys, reports
 from dgr_forge.core.forge import Forge

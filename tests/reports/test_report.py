@@ -11,17 +11,12 @@ from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from forgetest import Upstream, run_forge
-from reports_support import (
-    keyid_from_pub,
-    lane_build,
-    payload_of,
-    read_envelope,
-    setup_root,
-)
 from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
+from support.cli import run_forge
+from support.git import Upstream
+from support.reports import keyid_from_pub, lane_build, payload_of, read_envelope, setup_root
 
 from dgr_forge.attest import keys, provenance, reports
 from dgr_forge.core.errors import ExitCode

@@ -10,16 +10,11 @@ from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
-from forgetest import Upstream, run_forge
-from reports_support import (
-    keyid_from_pub,
-    make_patch,
-    payload_of,
-    read_envelope,
-    write_manifest,
-)
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
+from support.cli import run_forge
+from support.git import Upstream
+from support.reports import keyid_from_pub, make_patch, payload_of, read_envelope, write_manifest
 
 from dgr_forge.core.errors import ExitCode
 from dgr_forge.core.fsutil import sha256_file
@@ -31,7 +26,7 @@ pytestmark = pytest.mark.slow
 
 def forge_root(tmp_path: Path, upstream: Upstream, patch_text: str) -> Path:
     """A forge root with the project's real cpu recipe, toolchains and CMake modules."""
-    from forgetest import make_forge_root
+    from support.roots import make_forge_root
 
     root = make_forge_root(tmp_path / "forge", upstream)
     (root / "patches/llama.cpp/0001-layer-owner.patch").write_text(patch_text)

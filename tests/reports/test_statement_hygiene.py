@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from reports_support import lane_build
+from support.reports import lane_build
 
 from dgr_forge.attest import provenance
 from dgr_forge.attest.records import Tool, WorkerSource

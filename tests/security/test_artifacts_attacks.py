@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer, hostile_gguf, split_names, write_split_gguf
-from forgetest import Result, forge_cmd, forge_env, run_forge
+from support.cli import Result, forge_cmd, forge_env, run_forge
+from support.server import FaultyServer, hostile_gguf, split_names, write_split_gguf
 
 from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models

@@ -13,10 +13,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer, write_split_gguf
-from build_support import make_patched_root
-from forgetest import Result, Upstream, run_forge
+from support.build import make_patched_root
+from support.cli import Result, run_forge
+from support.git import Upstream
 from support.roots import copy_product
+from support.server import FaultyServer, write_split_gguf
 
 from dgr_forge.attest import keys
 from dgr_forge.core import fsutil

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from forgetest import run_forge
+from support.cli import run_forge
 from test_ci import CPU, validate, write_root
 
 HOSTILE_URLS = [

@@ -13,7 +13,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
-from forgetest import run_forge
+from support.cli import run_forge
 
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile

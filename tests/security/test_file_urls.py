@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer
-from forgetest import forge_cmd, forge_env, run_forge
+from support.cli import forge_cmd, forge_env, run_forge
+from support.server import FaultyServer
 
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile

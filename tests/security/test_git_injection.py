@@ -11,7 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, manifest_text, run_forge
+from support.cli import run_forge
+from support.git import Upstream
+from support.roots import manifest_text
 
 
 def _inject(marker: Path) -> str:

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from artifacts_support import FaultyServer, split_names, write_layered_gguf
-from forgetest import Result, run_forge
+from support.cli import Result, run_forge
+from support.server import FaultyServer, split_names, write_layered_gguf
 
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from forgetest import sh_git
-from rebase_support import Series
+from support.git import sh_git
+from support.roots import Series
 from test_rebase import conflicting_upstream, series
 from test_team_series import B_AUTHOR, a_exports_0004, b, b_src, b_ws, commit, team
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from forgetest import forge_cmd, forge_env, run_forge
+from support.cli import forge_cmd, forge_env, run_forge
 
 from dgr_forge.upstream.rebase.bump import render
 

@@ -12,11 +12,12 @@ import subprocess as sp
 from pathlib import Path
 
 import pytest
-from build_support import make_patched_root
-from forgetest import Upstream, forge_cmd, forge_env, run_forge
+from support.build import make_patched_root
+from support.cli import forge_cmd, forge_env, run_forge
+from support.git import Upstream
 
+from dgr_forge.cache import select as cache
 from dgr_forge.core.errors import BadInput
-from dgr_forge.lanes import cache
 
 
 def _build_under_umask_000(root: Path) -> sp.CompletedProcess[str]:

@@ -8,7 +8,9 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, manifest_text, run_forge
+from support.cli import run_forge
+from support.git import Upstream
+from support.roots import manifest_text
 
 PATCH = "0001-hostile-header.patch"
 HEADER = (

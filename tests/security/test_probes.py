@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from forgetest import run_forge
+from support.cli import run_forge
 from support.roots import copy_product
 
 from dgr_forge.lanes.doctor import load_probes

@@ -11,7 +11,7 @@ import pytest
 from test_recipes import recipe_text, refused
 
 from dgr_forge.core.errors import BadInput
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 
 
 @pytest.mark.parametrize(

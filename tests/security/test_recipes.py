@@ -8,10 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from forgetest import manifest_text, run_forge
+from support.cli import run_forge
+from support.roots import manifest_text
 
 from dgr_forge.core.errors import BadInput, ExitCode
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 
 PIN = "0123456789abcdef0123456789abcdef01234567"
 

@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from artifacts_support import FaultyServer, write_split_gguf
-from forgetest import Upstream, manifest_text, run_forge
+from support.cli import run_forge
+from support.git import Upstream
+from support.roots import manifest_text
+from support.server import FaultyServer, write_split_gguf
 
 from dgr_forge.attest import keys
 from dgr_forge.core import urls as core_urls
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text
-from dgr_forge.lanes import worker
+from dgr_forge.host import worker
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile
 
@@ -268,7 +270,7 @@ def _encodings(token: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("encoding", list(_encodings("t")))
 def test_a_scheduler_echoing_the_token_encoded_never_shows_it(encoding: str) -> None:
-    from dgr_forge.lanes import sccache_dist
+    from dgr_forge.cache import dist as sccache_dist
 
     token = "s3cr3t/tok+en=" + "q" * 20
     echoed = _encodings(token)[encoding]

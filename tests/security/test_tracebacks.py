@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 import typer
-from forgetest import Upstream, forge_cmd, forge_env, run_forge, sh_git
-from patch_support import AUTHOR_ENV, commit_in, make_series, snapshot, src_dir
+from support.cli import forge_cmd, forge_env, run_forge
+from support.git import Upstream, sh_git
+from support.patches import AUTHOR_ENV, commit_in, make_series, snapshot, src_dir
 
 from dgr_forge.cli import main as cli
 from dgr_forge.cli.app import JSON_CHANNEL, app, run

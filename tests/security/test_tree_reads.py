@@ -11,13 +11,13 @@ import os
 from pathlib import Path
 
 import pytest
-from build_support import make_patched_root
-from forgetest import Result, Upstream, run_forge, sh_git
-from support.git import copy_upstream
+from support.build import make_patched_root
+from support.cli import Result, run_forge
+from support.git import Upstream, copy_upstream, sh_git
 
 from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput
-from dgr_forge.lanes.options import declared_options
+from dgr_forge.host.cmake_options import declared_options
 from dgr_forge.upstream.rebase.conflicts import _ours_ranges
 from dgr_forge.upstream.rebase.replay import has_markers
 

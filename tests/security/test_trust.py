@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from forgetest import run_forge
+from support.cli import run_forge
 from support.roots import REPO
 
 from dgr_forge.attest import certify, keys

@@ -10,8 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from build_support import make_patched_root, make_worker
-from forgetest import Upstream, run_forge, sh_git
+from support.build import make_patched_root, make_worker
+from support.cli import run_forge
+from support.git import Upstream, sh_git
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.models.dest import check_destination

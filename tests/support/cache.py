@@ -1,5 +1,5 @@
 """Helpers for the compiler-cache tests and bench: a small real CMake C project in a
-"workspace", built with CMake + Ninja through `lanes.cache`'s launcher and env (as
+"workspace", built with CMake + Ninja through `cache.select`'s launcher and env (as
 `build` does, with its `-ffile-prefix-map`s), the tools' own statistics, and a loopback
 HTTP server that stores what ccache's http remote storage PUTs."""
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from dgr_forge.lanes.cache import CacheSetup
+from dgr_forge.cache.select import CacheSetup
 from dgr_forge.lanes.doctor import Doctor, load_probes
 
 from .roots import REPO
@@ -86,9 +86,9 @@ def build(
     to themselves, `-j N` compiles each start a server on the same socket and only the last
     one's stay reachable, so the counts read afterwards miss the others' compiles."""
     if setup.tool == "sccache" and "SCCACHE_SERVER_UDS" in setup.env:
-        from dgr_forge.lanes.cache_session import open_session
+        from dgr_forge.cache.session import open_cache_session
 
-        with open_session(setup, env):
+        with open_cache_session(setup, env):
             _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)
             return _settled_stats(setup, env)
     _build(workspace, setup, env, maps=maps, jobs=jobs, build_type=build_type)

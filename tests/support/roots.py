@@ -9,7 +9,7 @@ each file's sha256, and with `trees=True` the git tree after each patch and afte
 whole series. With `how="forge"` the root is then put through the real forge
 (`dgr-forge patch` + `dgr-forge export`), which canonicalizes patches and manifest.
 
-Used by the tests (through the `*_support` modules) and by bench/.
+Used by the tests and by bench/.
 """
 
 from __future__ import annotations

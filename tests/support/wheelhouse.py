@@ -76,7 +76,7 @@ def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Pat
     """Wheels of dgr-forge's runtime dependencies as installed here, plus `extra` (the
     build backend pip's build isolation installs to build a source tree)."""
     dest.mkdir(parents=True, exist_ok=True)
-    from dgr_forge.lanes.ci_install import runtime_pins
+    from dgr_forge.ci.install import runtime_pins
 
     # the same closure `ci render` pins in ci/constraints.txt: a name it missed is a wheel
     # missing here, and the install in tests/test_ci_runs.py fails

@@ -51,7 +51,7 @@ MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 
 
 class Recipe(Protocol):
-    """What a certification records of a lane's recipe (`lanes.recipes.Recipe` is one;
+    """What a certification records of a lane's recipe (`host.recipes.Recipe` is one;
     attest sits below lanes and does not import it)."""
 
     @property

@@ -142,13 +142,13 @@ def doctor(
     With `--lane`: exit 1 unless every lane named can build here."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
+        from dgr_forge.host.recipes import select
         from dgr_forge.lanes import doctor as doctor_mod
-        from dgr_forge.lanes.recipes import select
 
         with env.session(manifest=False, recipes=True, probes=True) as s:
             all_recipes, doc = s.recipes, s.doctor
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
-        from dgr_forge.lanes import cache as cache_mod
+        from dgr_forge.cache import select as cache_mod
 
         result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
         if lane:
@@ -189,12 +189,12 @@ def lanes(
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys as keys_mod
-        from dgr_forge.lanes import matrix as lanes_mod
         from dgr_forge.lanes.inputs import with_stale
+        from dgr_forge.lanes.overview import overview
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
-            rows = lanes_mod.matrix(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
+            rows = overview(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
         if advertised:
             rows = [r for r in rows if r["certified"]]
         env.out.table(

@@ -14,7 +14,7 @@ from dgr_forge.cli.helpstyle import complete_provider
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
 
-# Library modules (jinja2 behind dgr_forge.lanes.ci) are imported inside the commands: every
+# Library modules (jinja2 behind dgr_forge.ci.render) are imported inside the commands: every
 # CLI start registers all commands.
 
 ci_app = typer.Typer(
@@ -31,7 +31,7 @@ def matrix_command(ctx: typer.Context) -> None:
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.lanes import ci
+        from dgr_forge.ci import render as ci
 
         with env.session(manifest=False, recipes=True) as s:
             lanes = ci.matrix(s.recipes)
@@ -81,8 +81,9 @@ def render_command(
     as_json = options(ctx).json
 
     def body(env: Env) -> dict[str, Any]:
+        from dgr_forge.ci import install as ci_install
+        from dgr_forge.ci import render as ci
         from dgr_forge.core.fsutil import sha256_bytes
-        from dgr_forge.lanes import ci, ci_install
 
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")

@@ -13,8 +13,8 @@ from dgr_forge.cli.options import Force, Mirror, Offline
 from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
-    from dgr_forge.lanes.recipes import Recipe
-    from dgr_forge.lanes.worker import WorkerSpec
+    from dgr_forge.host.recipes import Recipe
+    from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -155,9 +155,9 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
     of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
     what moved (pin, series, recipe, worker) since the last report was built."""
     from dgr_forge.lanes.inputs import moved_since, report_inputs, with_stale
-    from dgr_forge.lanes.state import LaneState, load_state
+    from dgr_forge.lanes.state import LaneState, load_lanes_state
 
-    entries = sorted(load_state(env.forge)["lanes"].items())
+    entries = sorted(load_lanes_state(env.forge)["lanes"].items())
     spec, worker_known = _current_worker(env) if entries else (None, True)
     lanes = []
     for name, entry in entries:
@@ -183,7 +183,7 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
 def _current_recipe(env: Env, lane: str) -> Recipe | None:
     """The lane's recipe as it is now; None when it is gone or unreadable (status still
     answers: the last build is then stale by its recipe)."""
-    from dgr_forge.lanes.recipes import load
+    from dgr_forge.host.recipes import load
 
     path = env.forge.recipes_dir / f"{lane}.toml"
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
@@ -196,7 +196,7 @@ def _current_recipe(env: Env, lane: str) -> Recipe | None:
 
 def _current_worker(env: Env) -> tuple[WorkerSpec | None, bool]:
     """The worker the forge root names now, and whether it could be read."""
-    from dgr_forge.lanes import worker
+    from dgr_forge.host import worker
 
     try:
         return worker.resolve(env.forge, None), True

@@ -73,7 +73,7 @@ def patch(
 def _patch(
     env: Env, s: Session, mirror: str | None, offline: bool, *, resume: bool, abort: bool
 ) -> dict[str, Any]:
-    from dgr_forge.upstream import replay
+    from dgr_forge.upstream import local_replay as replay
 
     forge, m = s.forge, s.manifest
     started = time.monotonic()

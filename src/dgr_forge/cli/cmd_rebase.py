@@ -123,19 +123,17 @@ def check(
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
-        from dgr_forge.lanes import options as options_mod
-        from dgr_forge.upstream import check as check_mod
+        from dgr_forge.lanes import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 
         fetch_from = resolve_mirror(mirror)
         # read-only on the forge (it works in a scratch copy): no lock, no recovery
         with env.session(recipes=True) as s:
-            forge, recipes = s.forge, s.recipes
             result = check_mod.check(
-                forge,
+                s.forge,
                 env.out,
                 s.manifest,
-                lambda src, commit: options_mod.check_options(forge, src, commit, recipes),
+                s.recipes,
                 mirror=fetch_from,
                 offline=offline,
             )

@@ -27,9 +27,9 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 
 if TYPE_CHECKING:
+    from dgr_forge.host.recipes import Recipe
+    from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.lanes.doctor import Doctor
-    from dgr_forge.lanes.recipes import Recipe
-    from dgr_forge.lanes.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 PROBES = "toolchains/probes.toml"
@@ -181,13 +181,13 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
                 _refuse_interrupted(forge, m.patches_dir, None)
         recipes = None
         if needs.recipes:
-            from dgr_forge.lanes.recipes import load_all
+            from dgr_forge.host.recipes import load_all
 
             recipes = load_all(forge.recipes_dir, forge.root)
         doctor = load_doctor(forge) if needs.probes else None
         spec = None
         if needs.worker:
-            from dgr_forge.lanes import worker
+            from dgr_forge.host import worker
 
             spec = worker.resolve(forge, needs.worker_override)
         yield Session(forge, out, m, recipes, doctor, spec, before)

@@ -27,24 +27,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from dgr_forge.cache import select as cache_mod
+from dgr_forge.cache import session as cache_session
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import (
-    cache_session,
-    gitview,
-    inputs,
-    logs,
-    options,
-    programs,
-    stamps,
-    truth,
-    worker,
-)
+from dgr_forge.host import cmake_options as options
+from dgr_forge.host import worker
+from dgr_forge.host.recipes import Recipe, select
+from dgr_forge.lanes import gitview, inputs, logs, programs, stamps, truth
 from dgr_forge.lanes.collect import BuildRun, collect_artifacts, make_record
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.plan import (
@@ -55,10 +49,8 @@ from dgr_forge.lanes.plan import (
     plan_lane,
     refuse_unbuildable,
 )
-from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LastBuild, lane_state, save_lane_state
-from dgr_forge.lanes.state import load_state as load_state  # status reads it from here
 from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -708,7 +700,7 @@ def build(
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
     ctx = BuildContext(forge, m, out, opts, doctor)  # the manifest digest: as loaded, locked
-    with cache_session.open_session(cache, os.environ, out) as session:
+    with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:
             builder = LaneBuilder(ctx, plan)

@@ -13,7 +13,8 @@ from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes import cmake_api, inputs, worker
+from dgr_forge.host import worker
+from dgr_forge.lanes import cmake_api, inputs
 from dgr_forge.lanes.stamps import RACY_NS
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class BuildRun:
     epoch: int  # SOURCE_DATE_EPOCH
     log_path: Path
     started: datetime
-    cache: dict[str, Any]  # the cache setup and this build's own figures (lanes/cache_session)
+    cache: dict[str, Any]  # the cache setup and this build's own figures (cache/session)
     snap: dict[str, Any]  # the input files' stamps, taken under the lock (lanes/inputs)
     programs: dict[str, dict[str, Any]]  # every program configure resolved (lanes/programs)
     launcher: str | None  # read back from the generated rules (lanes/genbuild)

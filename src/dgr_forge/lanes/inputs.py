@@ -29,10 +29,10 @@ from dgr_forge.lanes import stamps
 from dgr_forge.upstream import trees
 
 if TYPE_CHECKING:
+    from dgr_forge.host.recipes import Recipe
+    from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.lanes.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
-    from dgr_forge.lanes.recipes import Recipe
-    from dgr_forge.lanes.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_WORKER_FILES = 100_000  # a path worker's tree; beyond it, point --worker elsewhere

@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge import __version__
+from dgr_forge.cache.select import OFF, CacheSetup
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file, sha256_regular
-from dgr_forge.lanes import worker
-from dgr_forge.lanes.cache import OFF, CacheSetup
+from dgr_forge.host import worker
+from dgr_forge.host.recipes import Recipe
 from dgr_forge.lanes.doctor import Doctor, LaneCheck
-from dgr_forge.lanes.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
@@ -155,7 +155,7 @@ _LAUNCHER_SWITCH = re.compile(r"\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNC
 def launcher_switches(src: Path) -> tuple[str, ...]:
     """The cache variables `src` declares that auto-detect a launcher; `build` pins each
     OFF (the forge passes its own launcher, or none). Deprecated aliases are left out."""
-    from dgr_forge.lanes.options import declared_options  # not on the no-op path
+    from dgr_forge.host.cmake_options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
     return tuple(sorted(n for n in declared if _LAUNCHER_SWITCH.fullmatch(n) and n not in renames))

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.cache import select as cache_mod
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
-from dgr_forge.lanes import cache as cache_mod
-from dgr_forge.lanes import worker
+from dgr_forge.host import worker
+from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
-from dgr_forge.lanes.recipes import Recipe, select
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.trees import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
@@ -84,7 +84,7 @@ def render(
     src = forge.src_dir(m.name)
     # the upstream's launcher auto-detection, pinned as `build` pins it (once patched)
     switches = launcher_switches(src) if (src / ".git").exists() else ()
-    from dgr_forge.lanes.options import taken_as_given  # not on the no-op path
+    from dgr_forge.host.cmake_options import taken_as_given  # not on the no-op path
 
     given = taken_as_given(src) if (src / ".git").exists() else ()
     for recipe in recipes:

@@ -125,7 +125,7 @@ class LaneState:
         return data
 
 
-def load_state(forge: Forge) -> dict[str, Any]:
+def load_lanes_state(forge: Forge) -> dict[str, Any]:
     """The raw state (`{"schema": 1, "lanes": {lane: {...}}}`); bad or missing is empty;
     one another user may write is refused (exit 2), never trusted."""
     refuse_shared(forge.workspace, "workspace")
@@ -142,10 +142,10 @@ def load_state(forge: Forge) -> dict[str, Any]:
 
 
 def lane_state(forge: Forge, lane: str) -> LaneState:
-    return LaneState.from_dict(load_state(forge)["lanes"].get(lane))
+    return LaneState.from_dict(load_lanes_state(forge)["lanes"].get(lane))
 
 
 def save_lane_state(forge: Forge, lane: str, state: LaneState) -> None:
-    data = load_state(forge)  # re-read: another lane of this run may have written
+    data = load_lanes_state(forge)  # re-read: another lane of this run may have written
     data["lanes"][lane] = state.as_dict()
     write_json(forge.state_file, data)

@@ -1,1 +1,1 @@
-"""The pinned upstream: manifest, workspace, fetch, patch series, export, rebase, check."""
+"""The pinned upstream: manifest, workspace, fetch, patch series, export, rebase."""

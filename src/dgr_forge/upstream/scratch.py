@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from dgr_forge.core import gitutil
+from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.series_journal import owner_alive, owner_pid
 
 
@@ -43,3 +45,20 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
+    """Let a scratch repository read the objects of this root's own workspace (git
+    alternates), so no network is needed for what it already has (check --offline, the
+    rebase dry run); ids are still verified by fetch, and the own workspace is only read."""
+    objects = own / ".git" / "objects"
+    if not objects.is_dir():
+        return
+    gitutil.git(None, "init", "-q", str(scratch_src))
+    info = scratch_src / ".git" / "objects" / "info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
+    shallow = own / ".git" / "shallow"
+    if shallow.is_file():
+        shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
+    out.info(f"scratch workspace: reading objects from {own}")

@@ -184,7 +184,7 @@ def series_status(
     is replayed, conflict or pending as the rebase's own state says."""
     replay = None
     if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
-        from dgr_forge.upstream.replay import replay_rows
+        from dgr_forge.upstream.local_replay import replay_rows
 
         replay = replay_rows(ws.src)
     if rebasing:
@@ -240,10 +240,10 @@ def _rebase_states(forge: Forge) -> list[PatchState] | None:
     """Per patch from the rebase's state file (read by the rebase's own parser): replayed
     (with its outcome so far), conflict (the files), pending; the same count as the
     progress line."""
-    from dgr_forge.upstream.rebase.state import load_state
+    from dgr_forge.upstream.rebase.state import load_rebase_state
 
     try:
-        state = load_state(forge)
+        state = load_rebase_state(forge)
     except BadInput:
         return None
     if state is None:
@@ -267,11 +267,11 @@ def rebase_progress(forge: Forge) -> dict[str, Any] | None:
     if not path.exists():
         return None
     # (imported only now: the rebase package costs a no-op `status` about 25 ms)
-    from dgr_forge.upstream.rebase.state import load_state
+    from dgr_forge.upstream.rebase.state import load_rebase_state
 
     info: dict[str, Any] = {"state": str(path)}
     try:
-        state = load_state(forge)
+        state = load_rebase_state(forge)
     except BadInput:
         return info
     if state is None:

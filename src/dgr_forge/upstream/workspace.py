@@ -31,7 +31,7 @@ CHECKOUT_JOURNAL = "dgr-checkout"  # fetch is moving HEAD to the pin
 PATCH_JOURNAL = "dgr-patching"  # patch is running `git am` on the pin
 FETCH_JOURNAL = "dgr-fetching"  # fetch is transferring objects: the pin may be incomplete
 JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
-# `patch` replaying a person's commits on a new series (replay.py); --continue/--abort
+# `patch` replaying a person's commits on a new series (local_replay.py); --continue/--abort
 REPLAY_STATE = "dgr-replay.json"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)

@@ -49,7 +49,7 @@ from dgr_forge.upstream.rebase.state import (
     PatchStep,
     RebaseResult,
     RebaseState,
-    load_state,
+    load_rebase_state,
     state_path,
 )
 
@@ -62,7 +62,7 @@ __all__ = [
     "dry_run",
     "in_progress",
     "inputs_digest",
-    "load_state",
+    "load_rebase_state",
     "manifest_text",
     "resolve_rev",
     "resume",

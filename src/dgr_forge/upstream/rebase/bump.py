@@ -26,7 +26,6 @@ from dgr_forge.core.gitutil import out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream import manifest
-from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.bumpsearch import (
@@ -43,8 +42,8 @@ from dgr_forge.upstream.rebase.dryrun import _check_report_path
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
-from dgr_forge.upstream.rebase.state import load_state
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.rebase.state import load_rebase_state
+from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 
 @dataclass(frozen=True)
@@ -224,7 +223,7 @@ def _canary(
     `rows`, the per-patch rows and their Markdown table when it is clean."""
     try:
         start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
-        state = load_state(work)
+        state = load_rebase_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
         bad = next((r for r in rows_of(state) if r["outcome"] == "conflict"), None)
@@ -236,7 +235,7 @@ def _canary(
         table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
         return None, {"patches": rows_of(state), "table": table}
     finally:
-        if load_state(work) is not None:  # ready for the next replay
+        if load_rebase_state(work) is not None:  # ready for the next replay
             abort(work, Reporter(quiet=True))
 
 
@@ -256,7 +255,7 @@ def _verify(
     try:
         result = start(work, out_, wm, commit, mirror=mirror)
     except NeedsHuman as err:
-        state = load_state(work)
+        state = load_rebase_state(work)
         if state is None or state.phase != "conflict":
             raise
         abort(work, out_)

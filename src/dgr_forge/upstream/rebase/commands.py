@@ -41,7 +41,7 @@ from dgr_forge.upstream.rebase.state import (
     RebaseResult,
     RebaseState,
     journal_dir,
-    load_state,
+    load_rebase_state,
     save_state,
     state_path,
 )
@@ -52,7 +52,7 @@ from dgr_forge.upstream.rebase.state import (
 def in_progress(forge: Forge) -> str | None:
     """A one-line description of a rebase in progress in this workspace, else None.
     Commands that would move the workspace (fetch, patch, build) may refuse on it."""
-    state = load_state(forge)
+    state = load_rebase_state(forge)
     if state is None:
         return None
     at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
@@ -63,7 +63,7 @@ def in_progress(forge: Forge) -> str | None:
 
 
 def reject_in_progress(forge: Forge) -> None:
-    state = load_state(forge)
+    state = load_rebase_state(forge)
     if state is not None:
         raise NeedsHuman(
             in_progress(forge) or "",
@@ -240,7 +240,7 @@ def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
 
 
 def require_state(forge: Forge) -> RebaseState:
-    state = load_state(forge)
+    state = load_rebase_state(forge)
     if state is None:
         raise BadInput(
             f"no rebase in progress (no {state_path(forge)})",

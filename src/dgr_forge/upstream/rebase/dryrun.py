@@ -21,7 +21,6 @@ from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import manifest
-from dgr_forge.upstream.check import borrow_objects
 from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.commands import reject_in_progress, start
@@ -33,8 +32,8 @@ from dgr_forge.upstream.rebase.report import (
     rows_of,
     summary,
 )
-from dgr_forge.upstream.rebase.state import RebaseState, load_state
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
+from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 
 @dataclass(frozen=True)
@@ -156,7 +155,7 @@ def dry_run(
         result = start(
             scratch, out_, sm, onto, url=url, mirror=mirror, offline=offline, canary=True
         )
-        state = load_state(scratch)
+        state = load_rebase_state(scratch)
         if state is None:  # already pinned there: nothing to replay
             return DryRunResult(_already_pinned(m, onto, result.new_commit), 0, None)
         stage(scratch, state, sm)

@@ -100,7 +100,7 @@ def journal_dir(forge: Forge) -> Path:
     return forge.workspace / "rebase"
 
 
-def load_state(forge: Forge) -> RebaseState | None:
+def load_rebase_state(forge: Forge) -> RebaseState | None:
     path = state_path(forge)
     if not path.exists():
         return None

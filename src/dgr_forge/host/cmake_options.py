@@ -6,14 +6,26 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
-from dgr_forge.lanes.recipes import Recipe
-from dgr_forge.upstream.option_problem import OptionProblem
+from dgr_forge.host.recipes import Recipe
+
+
+# what `check` reports about one CMake option a recipe passes
+@dataclass(frozen=True)
+class OptionProblem:
+    recipe: str
+    option: str
+    message: str
+    renamed_to: str | None = None
+    # upstream keeps the option only as a deprecation shim (exit 2: the recipe must change)
+    deprecated: bool = False
+
 
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"
 

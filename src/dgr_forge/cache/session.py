@@ -3,7 +3,7 @@
 sccache compiles through a server. Left to itself, each compile that finds no server
 starts one: with `-j N` up to N start at once on the same socket (sccache removes the
 socket before binding), all but the last run on unreachable, and their compiles are
-missing from the statistics. So the forge owns the server: `open_session` stops whatever
+missing from the statistics. So the forge owns the server: `open_cache_session` stops whatever
 a killed earlier build left on this build's socket, starts one server with the build's
 whole environment (after the workspace exists, so its base directories are the ones every
 later build uses) and stops it when the build ends, whatever happened. Nothing else starts
@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dgr_forge.cache import dist as sccache_dist
+from dgr_forge.cache.select import CacheSetup, sccache_config
 from dgr_forge.core import proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
-from dgr_forge.lanes import sccache_dist
-from dgr_forge.lanes.cache import CacheSetup, sccache_config
 
 _TIMEOUT = 60.0  # seconds for one sccache/ccache control command
 _STARTUP = 30.0  # seconds for the sccache server to say it listens
@@ -192,7 +192,7 @@ class CacheSession:
 
 
 @contextmanager
-def open_session(
+def open_cache_session(
     setup: CacheSetup, environ: Mapping[str, str], out: Reporter | None = None
 ) -> Iterator[CacheSession]:
     """The build's cache session: for sccache its own server from start to end (stopped

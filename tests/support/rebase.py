@@ -9,14 +9,15 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from forgetest import Upstream, forge_cmd, forge_env
-from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, Series, make_root
-
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import manifest
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
+
+from .cli import forge_cmd, forge_env
+from .git import Upstream
+from .roots import CANONICAL, UPSTREAM_AUTHOR, Edit, Series, make_root
 
 FORMAT_PATCH = ("format-patch", *CANONICAL)  # the canonical `git format-patch` call
 

@@ -70,7 +70,7 @@ def _path(src: Path) -> Path:
     return git_dir(src) / REPLAY_STATE
 
 
-def load_state(src: Path) -> ReplayState | None:
+def load_replay_state(src: Path) -> ReplayState | None:
     """The replay in progress, or None (none, or a file that is not one: its ids go to
     git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
     try:
@@ -118,7 +118,7 @@ def update(
     uncommitted), apply the series underneath them and replay them. Call under the
     workspace lock."""
     src = forge.src_dir(m.name)
-    st = load_state(src)
+    st = load_replay_state(src)
     if st is None and (src / ".git" / REPLAY_STATE).exists():
         raise _unreadable(forge, src)
     if st is not None:
@@ -331,7 +331,7 @@ def _restore(src: Path, st: ReplayState) -> None:
 
 
 def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
-    st = load_state(src) if (src / ".git").is_dir() else None
+    st = load_replay_state(src) if (src / ".git").is_dir() else None
     path = src / ".git" / REPLAY_STATE
     if st is None and path.exists():
         raise _unreadable(forge, src)
@@ -390,7 +390,7 @@ def _in_progress(forge: Forge, src: Path, st: ReplayState) -> NeedsHuman:
 
 def replay_rows(src: Path) -> list[dict[str, str]] | None:
     """Each of a person's commits in a replay: replayed, conflict or pending (status)."""
-    st = load_state(src)
+    st = load_replay_state(src)
     if st is None:
         return None
     rows = []

@@ -9,33 +9,20 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from forgetest import GIT_ENV, Upstream, sh_git
-from support.roots import (
-    PLAIN,
-    Edit,
-    Series,
-    commit_edits,
-    sha256,
-    slugify,
-    write_manifest,
-    write_series,
-)
+from .git import GIT_ENV, Upstream, sh_git
+from .roots import PLAIN, Edit, Series, commit_edits, write_series
 
 __all__ = [
     "AUTHOR_ENV",
     "DEFAULT_EDITS",
-    "Series",
     "commit_in",
     "git_env",
     "gnu_patch_needs_fuzz",
     "head",
     "make_series",
     "plain_am_tree",
-    "sha256",
-    "slugify",
     "snapshot",
     "src_dir",
-    "write_manifest",
 ]
 
 AUTHOR_ENV = {

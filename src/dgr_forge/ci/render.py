@@ -2,14 +2,14 @@
 
 `matrix` is the single source: `ci matrix` prints it, and every provider's template
 receives it, so a new `recipes/<lane>.toml` is a new CI job with no template change.
-Templates ship in the package (`dgr_forge/lanes/templates/`) and use `[[ ]]` / `[% %]` as
+Templates ship in the package (`dgr_forge/ci/templates/`) and use `[[ ]]` / `[% %]` as
 Jinja delimiters, so the providers' own `${{ }}` / `$VAR` syntax passes through untouched.
 
 What the rendered CI guarantees (SECURITY.md): pull requests build unsigned and read the
 compiler cache read-only; only a protected push writes it; signing runs in its own job, in
 the `release-signing` environment that alone holds the key; every action is pinned to a
 commit (`templates/actions.toml`, the one place for them); every job installs dgr-forge in
-one identical step (`ci_install`: the checked-out tree under constraints.txt in the tool's
+one identical step (`ci.install`: the checked-out tree under constraints.txt in the tool's
 own repository, else a requirement pinned by content under ci/constraints.txt).
 """
 
@@ -27,18 +27,18 @@ from typing import Any
 
 import jinja2
 
+from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
 from dgr_forge.core.urls import mask
-from dgr_forge.lanes.ci_install import CI_CONSTRAINTS, REQUIREMENTS, Install
-from dgr_forge.lanes.recipes import Recipe
+from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 @dataclass(frozen=True)
 class Provider:
     name: str
-    template: str  # file name under dgr_forge/templates/
+    template: str  # file name under dgr_forge/ci/templates/
     default_path: str  # where the provider looks for its workflow, relative to the repo
 
 
@@ -134,9 +134,7 @@ def _environment() -> jinja2.Environment:
 
 
 def _template_source(name: str) -> str:
-    return (
-        resources.files("dgr_forge.lanes").joinpath("templates", name).read_text(encoding="utf-8")
-    )
+    return resources.files("dgr_forge.ci").joinpath("templates", name).read_text(encoding="utf-8")
 
 
 _SHA = re.compile(r"[0-9a-f]{40}")
@@ -217,7 +215,7 @@ def render(
         "upstream": manifest.name,
         "upstream_url": mask(manifest.url),
         "provider": which.name,
-        # the one install step of every job (lanes/ci_install.py): pip's arguments and
+        # the one install step of every job (ci/install.py): pip's arguments and
         # what they install, for the step's name
         "install_args": how.args,
         "install_what": {
@@ -225,7 +223,7 @@ def render(
             "requirements": f"pinned by {how.requirements} under {how.constraints}",
             "source": f"from --tool-source (DGR_TOOL_SOURCE) under {how.constraints}",
         }[how.mode],
-        # the --tool-source requirement (checked by ci_install.tool_source), or None
+        # the --tool-source requirement (checked by ci.install.tool_source), or None
         "tool_source": how.source,
         # the workflow's own `ci render` (check, re-render) passes it back
         "render_args": ' --tool-source "$DGR_TOOL_SOURCE"' if how.source else "",

@@ -27,15 +27,41 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
 from dgr_forge.core.urls import mask, mask_text
 
-if TYPE_CHECKING:
-    from dgr_forge.lanes.doctor import Doctor
+
+# What the cache asks of the host's probes (`lanes.doctor.Doctor` is one), stated here
+# because the cache sits below the lanes. When the probes move to `host/`, below the cache,
+# this becomes an import of `Doctor`.
+class _ToolProbe(Protocol):
+    @property
+    def executables(self) -> tuple[str, ...]: ...
+
+
+class _Probes(Protocol):
+    @property
+    def tools(self) -> Mapping[str, _ToolProbe]: ...
+
+
+class _Found(Protocol):
+    found: bool
+    path: str | None
+    detail: str
+
+
+class HostProbes(Protocol):
+    @property
+    def probes(self) -> _Probes: ...
+
+    def tool(self, name: str) -> _Found: ...
+
+    def version(self, name: str) -> str | None: ...
+
 
 CHOICES = ("auto", "ccache", "sccache", "off")
 MODES = ("rw", "ro")
@@ -95,7 +121,7 @@ class CacheSetup:
     distributed: str | None = None  # sccache-dist scheduler, masked
     # for the configure and build processes: may hold a credential, so never shown
     env: dict[str, str] = field(default_factory=dict, repr=False)
-    # for the sccache server alone (lanes/cache_session.py starts it): where the sccache-dist
+    # for the sccache server alone (cache/session.py starts it): where the sccache-dist
     # client keeps its toolchain packages (XDG_CACHE_HOME, under DGR_CACHE_DIR)
     server_env: dict[str, str] = field(default_factory=dict, repr=False)
 
@@ -133,7 +159,7 @@ def check_choice(choice: str, mode: str, where: str = "--cache") -> None:
 
 
 def select(
-    doctor: Doctor,
+    doctor: HostProbes,
     choice: str = "auto",
     mode: str = "rw",
     *,
@@ -172,7 +198,7 @@ def select(
     return _setup(doctor, choice, path, mode, workspace, root, environ, worker)
 
 
-def locate(doctor: Doctor, name: str) -> str | None:
+def locate(doctor: HostProbes, name: str) -> str | None:
     """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts
     directory; a wheel find is recorded in the doctor's probe result, so `doctor` and the
     report show the same tool and version."""
@@ -193,12 +219,12 @@ def locate(doctor: Doctor, name: str) -> str | None:
     return None
 
 
-def _version(doctor: Doctor, name: str) -> str:
+def _version(doctor: HostProbes, name: str) -> str:
     return doctor.version(name) or ""
 
 
 def _setup(
-    doctor: Doctor,
+    doctor: HostProbes,
     name: str,
     path: str,
     mode: str,
@@ -409,7 +435,7 @@ def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-sccache_config = _sccache_config  # lanes/cache_session.py and sccache_dist read it too
+sccache_config = _sccache_config  # cache/session.py and cache/dist.py read it too
 
 
 def _sccache_dist(environ: Mapping[str, str]) -> str | None:
@@ -469,7 +495,7 @@ def stop_server(setup: CacheSetup) -> None:
 # ----------------------------------------------------------------------------- doctor
 
 
-def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def describe(doctor: HostProbes, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What `doctor` says about the cache: every tool found, and what `build` would use
     now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
     environ = os.environ if environ is None else environ
@@ -496,7 +522,9 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
     info.setdefault("distributed", None)
     info["dist"] = None
     if setup.distributed:
-        from dgr_forge.lanes import sccache_dist  # asks the scheduler, with the client's token
+        from dgr_forge.cache import (
+            dist as sccache_dist,  # asks the scheduler, with the client's token
+        )
 
         client = sccache_dist.client(_sccache_config(environ))
         info["dist"] = sccache_dist.check(client).as_dict() if client else None

@@ -15,22 +15,21 @@ from __future__ import annotations
 
 import difflib
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import tomlkit
 
-from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import read_tree_file, sha256_file
 from dgr_forge.core.output import Reporter
+from dgr_forge.host.cmake_options import OptionProblem, check_options
+from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.option_problem import OptionProblem
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 
 _PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 
@@ -80,23 +79,6 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     return root
 
 
-def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
-    """Let a scratch repository read the objects of this root's own workspace (git
-    alternates), so no network is needed for what it already has (check --offline, the
-    rebase dry run); ids are still verified by fetch, and the own workspace is only read."""
-    objects = own / ".git" / "objects"
-    if not objects.is_dir():
-        return
-    gitutil.git(None, "init", "-q", str(scratch_src))
-    info = scratch_src / ".git" / "objects" / "info"
-    info.mkdir(parents=True, exist_ok=True)
-    (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
-    shallow = own / ".git" / "shallow"
-    if shallow.is_file():
-        shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
-    out.info(f"scratch workspace: reading objects from {own}")
-
-
 def _diff(path: str, old: bytes, new: bytes) -> str:
     lines = difflib.unified_diff(
         old.decode("utf-8", "replace").splitlines(keepends=True),
@@ -116,21 +98,17 @@ def _what_differs(old: bytes, new: bytes) -> str:
     return "message" if head_old != head_new else "diff"
 
 
-# what `lanes.options.check_options` does for the recipes: (options checked, problems)
-OptionsCheck = Callable[[Path, str], tuple[int, list[OptionProblem]]]
-
-
 def check(
     forge: Forge,
     out: Reporter,
     m: UpstreamManifest,
-    options_check: OptionsCheck,
+    recipes: dict[str, Recipe],
     *,
     mirror: str | None = None,
     offline: bool = False,
 ) -> CheckResult:
-    """The CI gate on the loaded manifest `m`; `options_check` scans the fresh tree for
-    the options the recipes pass (the lanes package owns recipes)."""
+    """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
+    `recipes` pass."""
     result = CheckResult(commit=m.commit)
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
@@ -179,7 +157,9 @@ def check(
                 {"path": rel, "diff": _diff(rel, committed, regenerated), "what": "manifest"}
             )
 
-        result.options_checked, result.option_problems = options_check(src, m.commit)
+        result.options_checked, result.option_problems = check_options(
+            forge, src, m.commit, recipes
+        )
 
     for d in result.differences:
         what = {"message": " (its commit message)", "diff": " (its diff)"}.get(

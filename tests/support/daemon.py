@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from forgetest import GIT_ENV, forge_cmd, forge_env
+from .cli import forge_cmd, forge_env
+from .git import GIT_ENV
 
 # git config that makes a client speak protocol v0 (no SHA wants unless the server allows)
 PROTOCOL_V0 = {

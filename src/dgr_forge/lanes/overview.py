@@ -1,4 +1,5 @@
-"""The lane matrix: every recipe, whether this host can build it, and its last build."""
+"""What `lanes` shows: every recipe, whether this host can build it, its last build, its
+certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)"""
 
 from __future__ import annotations
 
@@ -7,15 +8,15 @@ from typing import Any
 from dgr_forge.attest.certify import cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
+from dgr_forge.host.recipes import Recipe
+from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
-from dgr_forge.lanes.recipes import Recipe
-from dgr_forge.lanes.state import LaneState, load_state
-from dgr_forge.lanes.worker import WorkerSpec
+from dgr_forge.lanes.state import LaneState, load_lanes_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
-def matrix(
+def overview(
     forge: Forge,
     m: UpstreamManifest,
     recipes: dict[str, Recipe],
@@ -28,7 +29,7 @@ def matrix(
         doctor, {n: r for n, r in recipes.items() if cert_path(forge, n).is_file()}
     )
     certs = certification_status(forge, recipes, m, trusted, worker_identity(spec), tools)
-    state = load_state(forge)["lanes"]
+    state = load_lanes_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
