@@ -175,3 +175,27 @@ def test_report_show_redirected_to_a_file(demo_tour: DemoTour, tmp_path: Path) -
     assert text.startswith(f"report     {report}\n"), text
     assert "lane       cpu" in text and "artifacts  " in text
     assert err == "", err
+
+
+@pytest.mark.slow
+def test_every_program_in_a_report_has_a_true_version(demo_tour: DemoTour) -> None:
+    """GCC's internal programs: the compiler proper (cc1plus) has its driver's version;
+    as, collect2 and ld their own (binutils), never the compiler's, never empty."""
+    assert demo_tour.result.code == 0, demo_tour.result
+    root = demo_tour.fresh()
+    report = next((root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
+    r = run_forge("report", "show", str(report), cwd=root, env=demo_tour.env())
+    entries = [line.removeprefix("tool").strip() for line in r.stdout.splitlines()
+               if line.startswith("tool ")]  # fmt: skip
+    by_name: dict[str, str] = {}  # GCC's own programs: "cxx-compiler as GNU assembler ..."
+    for entry in entries:
+        owner, _, rest = entry.partition(" ")
+        name, _, version = rest.partition(" ")
+        if owner.endswith("-compiler") and name in ("as", "ld", "collect2", "cc1", "cc1plus"):
+            by_name[name] = version.strip()
+    assert {"as", "ld", "cc1plus"} <= set(by_name), entries
+    assert all(by_name.values()), entries  # none empty
+    assert "assembler" in by_name["as"].lower(), by_name  # binutils' own, not GCC's
+    assert " ld " in f" {by_name['ld']} ".lower() and by_name["ld"] != by_name["cc1plus"]
+    driver = next(e for e in entries if e.startswith("cxx-compiler GNU "))  # the File API's
+    assert driver.split()[-1] in by_name["cc1plus"], (driver, by_name)  # the driver's version

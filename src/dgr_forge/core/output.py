@@ -101,7 +101,6 @@ class Reporter:
         self.json_mode = json_mode
         self.quiet = quiet
         self.verbose = verbose
-        self.plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
         self._consoles: dict[bool, Console] = {}
 
     def _stream(self, answer: bool) -> TextIO:
@@ -109,7 +108,9 @@ class Reporter:
         return sys.stdout if answer and not self.json_mode else sys.stderr
 
     def _plain_for(self, answer: bool) -> bool:
-        return bool(os.environ.get("NO_COLOR")) or not _tty(self._stream(answer))
+        # both streams on a terminal, or plain text on both (docs/json.md): `status | less`
+        # and `build 2> log` are read as a log, not by a person at a terminal
+        return bool(os.environ.get("NO_COLOR")) or not _terminal() or not _tty(self._stream(answer))
 
     def _console_for(self, answer: bool) -> Console:
         to_stdout = answer and not self.json_mode
@@ -202,7 +203,7 @@ class Reporter:
             self.answer(empty or f"{title or 'table'}: none")
             return
         cells = [[_cell(c) for c in row] for row in rows]
-        if not _tty(self._stream(True)):
+        if not _terminal() or not _tty(self._stream(True)):
             self._plain_table(title, [str(c) for c in columns], cells)
             return
         from rich.table import Table
