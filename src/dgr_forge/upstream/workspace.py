@@ -122,11 +122,15 @@ def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
 def fetch_failure(src: Path) -> str | None:
     """The cause `record_fetch_failure` kept; None when the journal holds none (a killed
     fetch) or there is no journal."""
-    try:
-        with open(git_dir(src) / FETCH_JOURNAL, "rb") as f:
-            text = f.read(4096).decode("utf-8", "replace")
-    except OSError:
+    from dgr_forge.core.errors import ForgeError
+    from dgr_forge.core.fsutil import read_regular
+
+    journal = git_dir(src) / FETCH_JOURNAL
+    try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
+        data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
+    except (ForgeError, OSError):
         return None
+    text = data.decode("utf-8", "replace")
     for line in text.splitlines()[1:]:
         if line.startswith("failed: "):
             return line.removeprefix("failed: ").strip() or "(no cause recorded)"
