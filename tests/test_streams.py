@@ -142,6 +142,32 @@ def test_status_after_a_failed_fetch_says_it_failed_and_why(
     assert "note " not in run_forge("status", cwd=forge_root).stdout
 
 
+def test_a_fetch_failure_cause_is_shown_masked_and_a_hostile_journal_tells_nothing(
+    forge_root: Path,
+) -> None:
+    """The cause comes from git's words (a URL with a credential, control characters) and
+    the journal lies in the workspace: shown masked and escaped; a FIFO or a link there is
+    never opened (status answers at once, as for a killed fetch)."""
+    import os
+
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    journal = forge_root / ".dgr" / "src" / "llama.cpp" / ".git" / "dgr-fetching"
+    journal.write_text("x\nfailed: from https://u:tok3n-secret@h.example/r \x1b[2J gone\n")
+    note = run_forge("status", cwd=forge_root).stdout
+    assert "the last fetch failed: from https://" in note, note
+    assert "tok3n-secret" not in note and "\x1b" not in note and "\\x1b[2J" in note, note
+    for hostile in ("fifo", "link"):
+        journal.unlink()
+        if hostile == "fifo":
+            os.mkfifo(journal)
+        else:
+            (forge_root / "elsewhere").write_text("x\nfailed: not the forge's\n")
+            journal.symlink_to(forge_root / "elsewhere")
+        r = run_forge("status", cwd=forge_root)
+        assert r.code == 0 and "an interrupted fetch" in r.stdout, (hostile, r)
+        assert "not the forge's" not in r.stdout
+
+
 def test_an_error_in_a_walked_up_root_names_the_root_and_how_it_was_picked(
     tmp_path: Path,
 ) -> None:
