@@ -14,8 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from forgetest import Upstream, forge_cmd, forge_env, run_forge, sh_git
+from support.cli import forge_cmd, forge_env, run_forge
 from support.demo import DemoTour
+from support.git import Upstream, sh_git
 from support.roots import copy_product
 
 ESC = "\x1b"
