@@ -178,9 +178,12 @@ def test_an_error_in_a_walked_up_root_names_the_root_and_how_it_was_picked(
     r = run_forge("status", cwd=unrelated / "src" / "deep")
     assert r.code == 2, r
     assert "no such manifest" in r.stderr
-    assert f"in the forge root {unrelated.resolve()}" in r.stderr, r.stderr
+    assert f"in the forge root {unrelated.resolve()}: the nearest directory" in r.stderr
     assert f"walking up from {(unrelated / 'src' / 'deep').resolve()}" in r.stderr
     assert "--root DIR or DGR_ROOT chooses another root" in r.stderr
+    # the working directory itself holds the unrelated manifests/: said as such
+    r = run_forge("status", cwd=unrelated)
+    assert r.code == 2 and f"in the forge root {unrelated.resolve()}: the working" in r.stderr
     # named by --root or DGR_ROOT: the user chose it, the error says no more than before
     for extra, env in ((("--root", str(unrelated)), None), ((), {"DGR_ROOT": str(unrelated)})):
         r = run_forge(*extra, "status", cwd=tmp_path, env=env)

@@ -64,8 +64,11 @@ class Forge:
         if self.found_from is None:
             return err
         how = (
-            f"in the forge root {self.root}, the nearest directory with a manifests/ "
-            f"directory found by walking up from {self.found_from}"
+            f"in the forge root {self.root}: the working directory, picked because it has "
+            "a manifests/ directory"
+            if self.found_from == self.root
+            else f"in the forge root {self.root}: the nearest directory with a manifests/ "
+            f"directory, found by walking up from {self.found_from}"
         )
         import copy
 

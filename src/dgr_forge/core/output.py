@@ -174,16 +174,23 @@ class Reporter:
 
     def child(self, cmd: Sequence[str], cwd: Path | None) -> None:
         """With --verbose, a child process about to start, as west logs it; masked and
-        escaped like every other line (a URL's credential never shows)."""
+        escaped like every other line (a URL's credential never shows). git's pinned
+        settings (the same on every call, `core.gitutil.CONFIG`) are left out."""
         if not self.verbose:
             return
         import shlex
 
-        where = ["-C", str(cwd)] if cwd is not None else []
         words = list(cmd)
-        if words and Path(words[0]).name == "git" and where:
-            words[1:1] = where  # `git -C DIR ...`, the form a user can paste
-        elif where:
+        if words and Path(words[0]).name == "git":
+            from dgr_forge.core.gitutil import CONFIG
+
+            # the settings every git call gets (gitutil.CONFIG) said once, not per line;
+            # a call's own `-c` (its protocol policy) stays
+            while len(words) > 2 and words[1] == "-c" and words[2] in CONFIG:
+                del words[1:3]
+            if cwd is not None:
+                words[1:1] = ["-C", str(cwd)]  # `git -C DIR ...`, the form a user can paste
+        elif cwd is not None:
             words = ["cd", str(cwd), "&&", *words]
         self._line(f"running: {shown(shlex.join(words))}")
 
