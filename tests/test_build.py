@@ -81,7 +81,7 @@ def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_p
     assert st.json["lanes"] == [{"lane": "cpu", "last_build": st.json["lanes"][0]["last_build"]}]
     assert st.json["lanes"][0]["last_build"]["result"] == "ok"
     assert st.json["lanes"][0]["last_build"]["report"] == cpu["report"]
-    assert "lane cpu" in st.stdout and cpu["report"] in st.stdout
+    assert "lane cpu" in st.stderr and cpu["report"] in st.stderr
 
 
 def test_noop_rebuild_runs_only_ninja(root: Path, worker_dir: Path) -> None:

@@ -67,7 +67,7 @@ def test_dry_run_names_the_conflict_and_touches_nothing(series: Series, tmp_path
     assert [c["commit"] for c in rows["0002"]["upstream_commits"]] == [taken]
     assert r.json["counts"]["conflict"] == 1 and r.json["counts"]["dropped"] == 1
     # the console says the same, naming patch, file and upstream commit
-    assert "would conflict in src/llama.cpp" in r.stdout and culprit[:12] in r.stdout
+    assert "would conflict in src/llama.cpp" in r.stderr and culprit[:12] in r.stderr
     md = report.read_text()
     assert "0001-llama-add-layer-range-ownership.patch" in md and culprit[:12] in md
     assert "would conflict" in md and taken[:12] in md
