@@ -853,7 +853,7 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
     # the job stops at the probe: exit 1, naming the lane and what it lacks
     probe = shell_step(doctor["run"], lane, forge_root, tmp_path)
     assert probe.returncode == 1, probe.stderr
-    assert f"{lane} lane: cannot build here" in probe.stderr
+    assert f"{lane} lane: cannot build here" in probe.stdout
 
     job = shell_step(build["run"], lane, forge_root, tmp_path)
     assert job.returncode == 2, (job.stdout, job.stderr)
@@ -944,7 +944,7 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
         timeout=600,
     )
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
-    assert "identical subjects" in proc.stderr
+    assert "identical subjects" in proc.stdout
 
 
 def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None:

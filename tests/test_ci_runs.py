@@ -194,7 +194,7 @@ def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
         "This workflow is what recipes/ renders to",
         "dgr-forge check",
     ]
-    assert "up to date" in check.steps[-2].stderr
+    assert "up to date" in check.steps[-2].stdout
     venv_python = machine.temp / "dgr-venv" / "bin" / "python"
     installed_tool(check.env, machine.temp)
     # the checked-out tree, installed (not linked to this checkout), with the pinned toolchain

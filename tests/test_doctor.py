@@ -110,7 +110,7 @@ def test_doctor_lane_exits_1_naming_what_is_missing(tmp_path: Path, upstream: Up
     assert res.json["selected"] == [lane]
     assert res.json["unbuildable"] == [lane]
     assert [entry["lane"] for entry in res.json["lanes"]] == [lane]
-    assert f"{lane} lane: cannot build here" in res.stderr
+    assert f"{lane} lane: cannot build here" in res.stderr  # --json: human text on stderr
     assert "needs darwin" in res.stderr or "nvcc" in res.stderr
     assert "Traceback" not in res.stderr
     assert not (root / ".dgr").exists()
@@ -120,14 +120,14 @@ def test_doctor_lane_exits_1_naming_what_is_missing(tmp_path: Path, upstream: Up
     bare.mkdir()
     os.symlink("/usr/bin/git", bare / "git")
     res = run_forge("--root", str(root), "doctor", "--lane", "cpu", env={"PATH": str(bare)})
-    assert res.code == 1 and "cpu lane: cannot build here" in res.stderr, res
-    assert "gcc" in res.stderr and "debian: build-essential" in res.stderr
+    assert res.code == 1 and "cpu lane: cannot build here" in res.stdout, res
+    assert "gcc" in res.stdout and "debian: build-essential" in res.stdout
     if shutil.which("gcc") and shutil.which("g++"):
         ok = run_forge("--root", str(root), "--json", "doctor", "--lane", "cpu")
         assert ok.code == 0, ok
         assert ok.json["unbuildable"] == [] and "cpu lane: buildable" in ok.stderr
         both = run_forge("--root", str(root), "doctor", "--lane", "cpu", "--lane", lane)
-        assert both.code == 1 and f"{lane} lane: cannot build here" in both.stderr
+        assert both.code == 1 and f"{lane} lane: cannot build here" in both.stdout
 
 
 def test_doctor_unknown_lane_is_exit_2(tmp_path: Path, upstream: Upstream) -> None:

@@ -230,7 +230,7 @@ def test_no_op_runs_two_git_commands(forge_root: Path, tmp_path: Path) -> None:
     assert run_forge("fetch", cwd=forge_root).code == 0
     trace = tmp_path / "trace"
     r = run_forge("fetch", cwd=forge_root, env={"GIT_TRACE": str(trace)})
-    assert r.code == 0 and "nothing to do" in r.stderr, r
+    assert r.code == 0 and "nothing to do" in r.stdout, r
     commands = [
         ln.split("built-in: git ")[1]
         for ln in trace.read_text().splitlines()

@@ -43,19 +43,19 @@ def test_no_op_status_and_patch_run_git_few_times(
     env, log = _shim(tmp_path)
 
     res = run_forge("status", cwd=forge_root, env=env)
-    assert res.code == 0 and "applied" in res.stderr, res
+    assert res.code == 0 and "applied" in res.stdout, res
     calls = _count(log)
     assert 1 <= len(calls) <= 5, calls
 
     log.unlink()
     res = run_forge("patch", cwd=forge_root, env=env)
-    assert res.code == 0 and "nothing to do" in res.stderr, res
+    assert res.code == 0 and "nothing to do" in res.stdout, res
     calls = _count(log)
     assert 1 <= len(calls) <= 3, calls
 
     log.unlink()
     res = run_forge("fetch", cwd=forge_root, env=env)
-    assert res.code == 0 and "nothing to do" in res.stderr, res
+    assert res.code == 0 and "nothing to do" in res.stdout, res
     assert len(_count(log)) <= 2, _count(log)
 
 
@@ -89,7 +89,7 @@ def test_no_op_status_on_a_long_series_without_trees_asks_git_a_fixed_number_of_
 
     log.unlink()
     res = run_forge("patch", cwd=forge_root, env=env)
-    assert res.code == 0 and "nothing to do" in res.stderr, res
+    assert res.code == 0 and "nothing to do" in res.stdout, res
     assert 1 <= len(_count(log)) <= 5, _count(log)
 
     # no cache (a workspace patched by an older forge): the first status computes the trees

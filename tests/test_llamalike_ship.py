@@ -110,7 +110,7 @@ def test_the_binary_carries_the_upstreams_build_number_shallow_or_deep(
     assert f"build_number = {number}\n" in manifest, manifest
     status = _forge(root, "status")
     assert status.json["upstream"]["build_number"] == number, status.json
-    shown = run_forge("--root", str(root), "status", env=clean_env()).stderr
+    shown = run_forge("--root", str(root), "status", env=clean_env()).stdout
     assert f"build     b{number}" in shown, shown
 
     # a second workspace at another path, its history deepened to the full upstream one

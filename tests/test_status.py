@@ -59,7 +59,7 @@ def test_status_before_any_fetch(forge_root: Path, upstream: Upstream) -> None:
     assert up["present"] is False and up["verified"] is False and up["head"] is None
     assert up["commit"] == upstream.head and up["url"] == upstream.url
     r = run_forge("status", cwd=forge_root)
-    assert "not fetched yet" in r.stderr and "dgr-forge fetch" in r.stderr
+    assert "not fetched yet" in r.stdout and "dgr-forge fetch" in r.stdout
     assert not (forge_root / ".dgr").exists()  # status writes nothing
 
 
@@ -72,8 +72,8 @@ def test_status_after_fetch_is_verified(forge_root: Path, upstream: Upstream) ->
     assert up["pin_tree"] == upstream.tree(upstream.head) and up["shallow"] is True
     assert up["local_changes"] == [] and up["commits_on_top"] == 0
     r = run_forge("status", cwd=forge_root)
-    assert f"at {upstream.head}" in r.stderr
-    assert "verified  yes  (commit: yes, tree: yes, shallow)" in r.stderr
+    assert f"at {upstream.head}" in r.stdout
+    assert "verified  yes  (commit: yes, tree: yes, shallow)" in r.stdout
 
 
 def test_status_lists_local_changes(forge_root: Path) -> None:
@@ -90,7 +90,7 @@ def test_status_lists_local_changes(forge_root: Path) -> None:
         {"path": "scratch.txt", "change": "untracked"},
     ]
     r = run_forge("status", cwd=forge_root)
-    assert "local changes (3):" in r.stderr and "scratch.txt" in r.stderr
+    assert "local changes (3):" in r.stdout and "scratch.txt" in r.stdout
 
 
 def test_status_counts_the_forges_commits_on_top(forge_root: Path) -> None:
@@ -100,7 +100,7 @@ def test_status_counts_the_forges_commits_on_top(forge_root: Path) -> None:
     sh_git(src, "commit", "-qam", "0001 patch", env=FORGE_COMMITTER)
     up = status(forge_root)
     assert up["verified"] is True and up["at_pin"] is False and up["commits_on_top"] == 1
-    assert "(pin + 1 commits)" in run_forge("status", cwd=forge_root).stderr
+    assert "(pin + 1 commits)" in run_forge("status", cwd=forge_root).stdout
 
 
 def test_status_names_commits_not_made_by_the_forge(forge_root: Path) -> None:
@@ -121,7 +121,7 @@ def test_status_shows_a_tree_mismatch(forge_root: Path, upstream: Upstream) -> N
     )
     up = status(forge_root)
     assert up["tree_verified"] is False and up["verified"] is False and up["tree"] == wrong
-    assert "tree: NO (mismatch)" in run_forge("status", cwd=forge_root).stderr
+    assert "tree: NO (mismatch)" in run_forge("status", cwd=forge_root).stdout
 
 
 def test_status_with_a_bad_manifest_is_bad_input(forge_root: Path) -> None:
@@ -161,7 +161,7 @@ def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
     states = [(p["file"][:5], p["state"]) for p in data["patches"]["series"]]
     assert states == [("0001-", "replayed"), ("0002-", "conflict"), ("0003-", "pending")]
     assert "ggml/src/ggml.c" in data["patches"]["series"][1]["detail"]
-    human = run_forge("--root", str(s.root), "status").stderr
+    human = run_forge("--root", str(s.root), "status").stdout
     assert "local commits" not in human, human
     assert "1 of 3 patches replayed" in human and "0002-" in human, human
 
@@ -173,7 +173,7 @@ def test_status_after_an_interrupted_fetch_is_truthful(forge_root: Path) -> None
     assert res.code == 0, res
     up = res.json["upstream"]
     assert up["interrupted"] is True and up["verified"] is False
-    human = run_forge("status", cwd=forge_root).stderr
+    human = run_forge("status", cwd=forge_root).stdout
     assert "interrupted fetch" in human and "dgr-forge fetch" in human, human
     assert run_forge("fetch", cwd=forge_root).code == 0
     up = run_forge("--json", "status", cwd=forge_root).json["upstream"]

@@ -98,4 +98,4 @@ def test_other_threads_of_the_test_do_not_write_into_the_result(tmp_path: Path) 
         stop.set()
         thread.join(10)
     assert res.code == 0, res
-    assert "cpu" in res.stderr and "noise" not in res.stderr
+    assert "cpu" in res.stdout and "noise" not in res.stderr + res.stdout

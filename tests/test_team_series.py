@@ -87,7 +87,7 @@ def test_stale_export_stops_and_patch_keeps_own_commits(team: Series) -> None:
     assert s.snapshot() == before
     st = b(s, "--json", "status")
     assert st.json["patches"]["moved_since_patched"]["added"] == ["0004-docs-team-notes.patch"]
-    assert "moved since this workspace was patched" in b(s, "status").stderr
+    assert "moved since this workspace was patched" in b(s, "status").stdout
     # B commits its own work, then `patch` brings 0004 in and keeps B's commit on top
     mine = commit(b_src(s), "docs/bea.md", "Bea's notes\n", "docs: bea's notes")
     r = b(s, "--json", "patch")

@@ -25,7 +25,7 @@ def test_a_table_in_a_log_is_never_cut(capsys: pytest.CaptureFixture[str]) -> No
     long_name = "0001-add-layer-range-ownership-for-the-distributed-runtime-" + "x" * 120
     report = ".dgr/reports/" + "cpu-" * 40 + "report.dsse.json"
     Reporter().table("rebase", ["patch", "report"], [(long_name, report), ("0002-b", None)])
-    lines = capsys.readouterr().err.splitlines()
+    lines = capsys.readouterr().out.splitlines()  # a table is an answer: stdout
     assert lines[0] == "rebase:"
     assert re.fullmatch(r"patch +report", lines[1])
     assert lines[2].startswith(long_name) and lines[2].endswith(report)
@@ -35,23 +35,23 @@ def test_a_table_in_a_log_is_never_cut(capsys: pytest.CaptureFixture[str]) -> No
 
 def test_no_rows_is_one_line_not_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
     Reporter().table("patch --check", ["patch", "result"], [], empty="no patches")
-    assert capsys.readouterr().err == "no patches\n"
+    assert capsys.readouterr().out == "no patches\n"
     Reporter().table("lanes", ["lane"], [])
-    assert capsys.readouterr().err == "lanes: none\n"
+    assert capsys.readouterr().out == "lanes: none\n"
 
 
 def test_empty_series_and_nothing_certified_say_so(forge_root: Path) -> None:
     checked = run_forge("--root", str(forge_root), "patch", "--check")
     assert checked.code == 0, checked
-    assert "no patches" in checked.stderr and "patch  result" not in checked.stderr
+    assert "no patches" in checked.stdout and "patch  result" not in checked.stdout
 
     copy_product(forge_root)  # the real recipes and probes: none certified in a test root
     advertised = run_forge("--root", str(forge_root), "lanes", "--advertised")
     assert advertised.code == 0, advertised
-    assert "nothing certified" in advertised.stderr
-    assert "backend" not in advertised.stderr  # no table header
+    assert "nothing certified" in advertised.stdout
+    assert "backend" not in advertised.stdout  # no table header
     listed = run_forge("--root", str(forge_root), "lanes")
-    assert re.search(r"^lane +backend", listed.stderr, re.MULTILINE), listed.stderr
+    assert re.search(r"^lane +backend", listed.stdout, re.MULTILINE), listed.stdout
 
 
 def _commands() -> list[tuple[list[str], Any]]:

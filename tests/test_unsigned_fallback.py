@@ -33,6 +33,9 @@ def test_no_key_no_terminal_not_ci_builds_unsigned_with_a_warning(
     code, err, data = _build(root, config)
     assert code == 0, err
     assert "warning: no signing key" in err and "UNSIGNED" in err
+    # the report's warning names the real reason: --no-sign was never given
+    assert "is UNSIGNED (no signing key found and no terminal to create one)" in err, err
+    assert "--no-sign" not in err, err
     assert "dgr-forge keygen" in err  # how to sign next time
     report = data["lanes"][0]["report"]  # type: ignore[index]
     envelope = json.loads(Path(report).read_text())
@@ -67,3 +70,22 @@ def test_in_ci_or_with_an_empty_key_variable_it_stays_exit_2(
     assert words in err
     assert list(config.iterdir()) == []
     assert sorted((root / ".dgr" / "reports").iterdir()) == reports  # nothing written
+
+
+def test_no_sign_given_is_the_reason_the_warning_names(demo_tour: DemoTour) -> None:
+    root = demo_tour.fresh()
+    env = {**demo_tour.env(), "CI": ""}
+    r = run_forge("--json", "build", "--cache", "off", "--no-sign", cwd=root, env=env)
+    assert r.code == 0, r
+    assert "is UNSIGNED (--no-sign given): it cannot be verified" in r.stderr, r.stderr
+    assert "no signing key found" not in r.stderr
+
+
+def test_no_warning_about_a_variable_the_forge_set_itself(demo_tour: DemoTour) -> None:
+    """CMake lists CMAKE_C_FLAGS (the forge's, for a project without C) as unused: that
+    stays in the build log, and the user, who cannot act on it, gets no warning."""
+    assert demo_tour.result.code == 0, demo_tour.result
+    assert "set by the forge" not in demo_tour.result.stderr, demo_tour.result.stderr
+    assert "CMake did not use" not in demo_tour.result.stderr
+    logs = (demo_tour.pristine / ".dgr" / "logs").glob("build-cpu-*.log")
+    assert any("Manually-specified variables were not used" in p.read_text() for p in logs)

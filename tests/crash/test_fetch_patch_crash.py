@@ -176,7 +176,7 @@ def test_stale_git_locks_and_a_half_finished_am_are_cleaned(
     (gd / "ORIG_HEAD.lock").write_text("")
     (gd / "dgr-patching").write_text(series.pin + "\n")
     st = run_forge("status", cwd=forge_root)
-    assert st.code == 0 and "dgr-forge patch" in st.stderr, st
+    assert st.code == 0 and "dgr-forge patch" in st.stdout, st
     r = run_forge("patch", cwd=forge_root)
     assert r.code == 0, r
     _assert_patched(forge_root, series, before)
@@ -279,7 +279,7 @@ def test_journal_stays_when_the_roll_back_fails_and_the_next_patch_finishes_it(
     src = src_dir(forge_root)
     assert (src / ".git" / "dgr-patching").exists()
     st = run_forge("status", cwd=forge_root)
-    assert st.code == 0 and "dgr-forge patch" in st.stderr, st
+    assert st.code == 0 and "dgr-forge patch" in st.stdout, st
     r = run_forge("patch", cwd=forge_root)
     assert r.code == 0, r
     _assert_patched(forge_root, series, before)

@@ -187,10 +187,10 @@ def test_verify_uses_dgr_verify_key_then_the_default_key(
 ) -> None:
     r = verify(report, env={"DGR_VERIFY_KEY": str(pub)})
     assert r.code == 0, r
-    assert "DGR_VERIFY_KEY" in r.stderr
+    assert "DGR_VERIFY_KEY" in r.stdout
     r = verify(report, env={"DGR_VERIFY_KEY": pub.read_text()})
     assert r.code == 0, r
-    assert "inline PEM" in r.stderr
+    assert "inline PEM" in r.stdout
     # no key anywhere: exit 2, says how to get one
     r = verify(report)
     assert r.code == ExitCode.BAD_INPUT, r
@@ -202,7 +202,7 @@ def test_verify_uses_dgr_verify_key_then_the_default_key(
     shutil.copy(pub, str(default) + ".pub")
     r = verify(report)
     assert r.code == 0, r
-    assert "signing-key.pem.pub" in r.stderr
+    assert "signing-key.pem.pub" in r.stdout
 
 
 def flip_payload_byte(env: dict[str, Any]) -> None:
@@ -370,7 +370,7 @@ def test_report_show_summarises_and_json_gives_the_statement(
         "started",
         "finished",
     ):
-        assert text in r.stderr, text
+        assert text in r.stdout, text
     r = run_forge("report", "show", str(report), "--json")
     assert r.code == 0, r
     assert r.json["statement"] == st

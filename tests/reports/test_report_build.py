@@ -130,7 +130,7 @@ def test_real_build_report_verifies_certifies_and_lapses(
     assert r.json["advertised"] == ["cpu"]
     assert r.json["lanes"][0]["certification"]["record"]["evidence_sha256"] == sha256_file(evidence)
     r = run_forge("lanes", "--advertised", "--root", str(root))
-    assert "cpu" in r.stderr and "yes" in r.stderr
+    assert "cpu" in r.stdout and "yes" in r.stdout
 
     # a rebuild of the same inputs: the statement differs only in run details
     shutil.rmtree(root / ".dgr/build/cpu")

@@ -314,7 +314,7 @@ def certify(
     path = cert_path(forge, lane)
     atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
     cert = _from_body(body, signer.keyid, path)
-    out.info(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
+    out.answer(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
     if signer.keyid not in trusted:
         out.warn(
             f"keyid {signer.keyid[:16]} is not in {TRUSTED_KEYS_DIR}/: `lanes --advertised` will "

@@ -40,8 +40,17 @@ def report_name(lane: str, statement: dict[str, Any]) -> str:
     return f"{lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
 
 
-def write_report(forge: Forge, build: LaneBuild, signer: Signer | None, out: Reporter) -> Path:
-    """Write the (signed, unless `signer` is None) report for `build`; return its path."""
+def write_report(
+    forge: Forge,
+    build: LaneBuild,
+    signer: Signer | None,
+    out: Reporter,
+    *,
+    unsigned_reason: str | None = None,
+) -> Path:
+    """Write the (signed, unless `signer` is None) report for `build`; return its path.
+    `unsigned_reason`: why there is no signer, in the warning (the build's own words:
+    `SigningKey.unsigned_reason`)."""
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
@@ -49,7 +58,8 @@ def write_report(forge: Forge, build: LaneBuild, signer: Signer | None, out: Rep
     refuse_shared(forge.reports_dir, "reports directory")
     atomic_write_text(path, envelope.to_json())
     if signer is None:
-        out.warn(f"report {forge.rel(path)} is UNSIGNED (--no-sign): it cannot be verified")
+        why = f" ({unsigned_reason})" if unsigned_reason else ""
+        out.warn(f"report {forge.rel(path)} is UNSIGNED{why}: it cannot be verified")
     else:
         out.info(f"report {forge.rel(path)} signed by keyid {signer.keyid[:16]} ({signer.source})")
     return path

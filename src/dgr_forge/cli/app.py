@@ -46,6 +46,8 @@ class GlobalOptions:
     root: Path | None = None
     workspace: Path | None = None
     json: bool = False
+    quiet: bool = False
+    verbose: bool = False
 
 
 @dataclass
@@ -126,11 +128,21 @@ def _global(
     json_: Annotated[
         bool, typer.Option("--json", help="One JSON object on stdout; human text on stderr.")
     ] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Errors only: no answer, progress or warnings."),
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Log each child command the forge runs (on stderr)."),
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
     ] = False,
 ) -> None:
-    ctx.obj = GlobalOptions(root=root, workspace=workspace, json=json_)
+    ctx.obj = GlobalOptions(
+        root=root, workspace=workspace, json=json_, quiet=quiet, verbose=verbose
+    )
 
 
 def options(ctx: typer.Context) -> GlobalOptions:
@@ -186,13 +198,19 @@ Body = Callable[[Env], "dict[str, Any] | Struct | Outcome | None"]
 def run(ctx: typer.Context, command: str, body: Body) -> None:
     """Run a command body and emit its JSON when asked; never returns. An error it raises
     goes on to `fail` (through `cli.main`)."""
+    from dgr_forge.core import proc
+
     opts = options(ctx)
-    env = Env(options=opts, out=Reporter(json_mode=opts.json))
+    out = Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose)
+    env = Env(options=opts, out=out)
+    before = proc.observe(out.child if opts.verbose else None)
     try:
         result = body(env)
     except KeyboardInterrupt as err:
         # Typer turns Ctrl-C into a bare exit 130 before `cli.main` could see it
         raise typer.Exit(fail(err, command, opts.json) or 130) from err
+    finally:
+        proc.observe(before)
     if result is None:
         result = {}
     outcome = result if isinstance(result, Outcome) else Outcome(result)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
-GLOBAL_FLAGS = frozenset({"--json"})
+GLOBAL_FLAGS = frozenset({"--json", "--quiet", "-q", "--verbose", "-v"})
 GLOBAL_VALUED = frozenset({"--root", "--workspace"})
 
 

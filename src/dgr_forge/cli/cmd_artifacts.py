@@ -172,7 +172,7 @@ def make_manifest(
         if state != "unchanged":
             atomic_write_text(target, built.text)
         total = sum(f.size for f in built.files)
-        env.out.info(f"{target}: {state} ({len(built.files)} files, {artifacts.human(total)})")
+        env.out.answer(f"{target}: {state} ({len(built.files)} files, {artifacts.human(total)})")
         return {
             "model": name,
             "manifest": str(target),

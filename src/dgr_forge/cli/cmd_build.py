@@ -164,14 +164,14 @@ def doctor(
         env.out.table(
             f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
         )
-        env.out.info(cache_mod.summary(result["cache"]))
+        env.out.answer(cache_mod.summary(result["cache"]))
         for check in checks:
             verdict = check.summary() if check.buildable or not lane else "cannot build here"
-            env.out.info(f"{check.lane} lane: {verdict}")
+            env.out.answer(f"{check.lane} lane: {verdict}")
             if lane and not check.buildable:
-                env.out.info(f"    {check.summary()}")
+                env.out.answer(f"    {check.summary()}")
             for line in check.reasons():
-                env.out.info(f"    {line}")
+                env.out.answer(f"    {line}")
         return Outcome.of(result, not result.get("unbuildable"))
 
     run(ctx, "doctor", body)
@@ -280,7 +280,7 @@ def presets(
         names = [p["name"] for p in data["configurePresets"]] if data else []
         if print_ and data is not None:
             if not env.options.json:
-                typer.echo(json.dumps(data, indent=2))
+                env.out.document(json.dumps(data, indent=2) + "\n")
             return {"path": None, "presets": names, "content": data}
         where = {"worker_override": worker is not None}
         change = (
@@ -291,14 +291,14 @@ def presets(
         diff = change.diff()
         if dry_run:
             if not env.options.json:
-                typer.echo(diff or f"{env.forge.rel(change.user)}: no change", nl=not diff)
+                env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
         else:
             change.apply(env.forge)
             if remove:
-                env.out.info(f"removed {env.forge.rel(change.own)} and its include from "
+                env.out.answer(f"removed {env.forge.rel(change.own)} and its include from "
                              f"{env.forge.rel(change.user)}")  # fmt: skip
             else:
-                env.out.info(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
+                env.out.answer(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
                              f"{env.forge.rel(change.user)} includes it")  # fmt: skip
         return {
             "path": None if remove else str(change.own),

@@ -37,8 +37,7 @@ def matrix_command(ctx: typer.Context) -> None:
             lanes = ci.matrix(s.recipes)
         if not as_json:
             # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
-            sys.stdout.write(json.dumps(lanes, indent=2) + "\n")
-            sys.stdout.flush()
+            env.out.document(json.dumps(lanes, indent=2) + "\n")
         env.out.info(
             f"{len(lanes['include'])} lane(s): "
             + ", ".join(entry["lane"] for entry in lanes["include"])
@@ -127,11 +126,11 @@ def render_command(
                     hint=ci_install.PIN_HINT if pin_only else fix,
                     details=Details(**render, path=str(check), current=False),
                 )
-            env.out.info(f"{check}: up to date ({len(lanes)} lane(s))")
+            env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
             return {**fields, "path": str(check), "current": True}
         if out is not None:
             changed = ci.write(out, text)
-            env.out.info(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
+            env.out.answer(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
             written = ci_install.write_missing(forge.root, how)
             for rel in written:
                 env.out.info(f"{rel}: written")
@@ -147,8 +146,7 @@ def render_command(
             return {**fields, "path": str(out), "changed": changed}
         if as_json:
             return {**fields, "workflow": text}
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        env.out.document(text)
         return fields
 
     run(ctx, "ci render", body)

@@ -29,7 +29,7 @@ def demo(
 
         result = demo_mod.run(directory, env.out)
         d = result.demo
-        env.out.info(f"done: {d.root} is a forge root; try `cd {d.root} && dgr-forge status`")
+        env.out.answer(f"done: {d.root} is a forge root; try `cd {d.root} && dgr-forge status`")
         return results.Demo(
             root=str(d.root),
             upstream=str(d.upstream),

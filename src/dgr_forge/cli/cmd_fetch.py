@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -48,9 +49,11 @@ def fetch(
         seconds = round(time.monotonic() - started, 3)
         where = forge.rel(result.src_dir)
         if result.changed:
-            env.out.info(f"{m.name}: {where} at {result.commit} ({result.method}, {seconds} s)")
+            env.out.answer(f"{m.name}: {where} at {result.commit} ({result.method}, {seconds} s)")
         else:
-            env.out.info(f"{m.name}: {where} already at {result.commit} (verified, nothing to do)")
+            env.out.answer(
+                f"{m.name}: {where} already at {result.commit} (verified, nothing to do)"
+            )
         return {
             "upstream": m.name,
             "url": mask(result.url or m.url),
@@ -85,46 +88,48 @@ def status(ctx: typer.Context) -> None:
         ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))
         st = workspace_status(forge, m, ws, rebasing=rebase is not None)
         out = env.out
-        out.info(f"upstream  {st.name}  {st.url}")
-        out.info(
+        out.answer(f"upstream  {st.name}  {st.url}")
+        out.answer(
             f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
         )
         number = f"b{m.build_number}" if m.build_number else "unknown (run `dgr-forge fetch`)"
-        out.info(f"build     {number}  (the upstream's own build number at the pin)")
+        out.answer(f"build     {number}  (the upstream's own build number at the pin)")
         if not st.present:
-            out.info(f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)")
+            out.answer(
+                f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)"
+            )
         else:
             head = st.head or "(nothing checked out)"
             extra = f"  (pin + {st.commits_on_top} commits)" if st.commits_on_top else ""
-            out.info(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
+            out.answer(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
             commit = "yes" if st.commit_verified else "no"
             tree = {True: "yes", False: "NO (mismatch)", None: "not pinned"}[st.tree_verified]
-            out.info(
+            out.answer(
                 f"verified  {'yes' if st.verified else 'no'}  (commit: {commit}, tree: {tree}"
                 f"{', shallow' if st.shallow else ''})"
             )
             if st.interrupted:
-                out.info(f"note      {_interrupted(ws.journals)}")
+                out.answer(f"note      {_interrupted(ws.journals, st.src_dir)}")
             if st.local_changes:
-                out.info(f"local changes ({len(st.local_changes)}):")
+                out.answer(f"local changes ({len(st.local_changes)}):")
                 for change in st.local_changes:
-                    out.info(f"  {change.change:<12} {change.path}")
+                    out.answer(f"  {change.change:<12} {change.path}")
             else:
-                out.info("local changes: none")
+                out.answer("local changes: none")
             if st.ignored:  # `build` refuses them (exit 3): compiled, yet not the pin
-                out.info(f"ignored files ({len(st.ignored)}), which `build` refuses:")
+                out.answer(f"ignored files ({len(st.ignored)}), which `build` refuses:")
                 for path in st.ignored:
-                    out.info(f"  {path}")
+                    out.answer(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
         lanes = _lanes_section(env, m)
         if rebase is not None:
-            out.info(
+            out.answer(
                 f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
                 "`dgr-forge rebase --continue` or `--abort`"
             )
             if "patches_total" in rebase:
                 stop = f", stopped at {rebase['stopped_at']}" if rebase.get("stopped_at") else ""
-                out.info(
+                out.answer(
                     f"          onto {str(rebase.get('new_commit'))[:12]} ({rebase.get('onto')}): "
                     f"{rebase['patches_done']} of {rebase['patches_total']} patches replayed"
                     f" (phase {rebase.get('phase')}{stop})"
@@ -140,10 +145,13 @@ def status(ctx: typer.Context) -> None:
     run(ctx, "status", body)
 
 
-def _interrupted(journals: frozenset[str]) -> str:
-    from dgr_forge.upstream.workspace import CHECKOUT_JOURNAL, FETCH_JOURNAL
+def _interrupted(journals: frozenset[str], src: Path) -> str:
+    from dgr_forge.upstream.workspace import CHECKOUT_JOURNAL, FETCH_JOURNAL, fetch_failure
 
     if FETCH_JOURNAL in journals:
+        cause = fetch_failure(src)
+        if cause is not None:  # it failed and said why; a killed one recorded nothing
+            return f"the last fetch failed: {cause}; `dgr-forge fetch` tries again"
         return "an interrupted fetch; `dgr-forge fetch` completes it"
     if CHECKOUT_JOURNAL in journals:
         return "an interrupted checkout; `dgr-forge fetch` completes it"
@@ -170,10 +178,10 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
             last = {**last, "stale": moved_since(recorded.inputs if recorded else None, current)}
         lanes.append({"lane": name, "last_build": last})
     if not lanes:
-        env.out.info("lanes: none built in this workspace (run `dgr-forge build`)")
+        env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
     for row in lanes:
         last = row["last_build"] or {}
-        env.out.info(
+        env.out.answer(
             f"lane {row['lane']:<8} last build {last.get('time', '?')}: {with_stale(last)}"
             f"  report {last.get('report') or '(none)'}"
         )

@@ -86,12 +86,12 @@ def _patch(
     seconds = round(time.monotonic() - started, 3)
     where = forge.rel(result.src_dir)
     if result.changed:
-        env.out.info(
+        env.out.answer(
             f"{m.name}: {len(m.series)} patches applied in {where} "
             f"(HEAD {result.head_commit[:12]}, tree {result.result_tree[:12]}, {seconds} s)"
         )
     else:
-        env.out.info(f"{m.name}: series already applied in {where} (verified, nothing to do)")
+        env.out.answer(f"{m.name}: series already applied in {where} (verified, nothing to do)")
     return {
         "upstream": m.name,
         "src_dir": str(result.src_dir),
@@ -125,10 +125,10 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
     changed = [r.file for r in results if r.changed_on_disk]
     ok = applies and not changed
     if applies:
-        env.out.info(f"all {len(results)} patches apply exactly on {m.commit[:12]}")
+        env.out.answer(f"all {len(results)} patches apply exactly on {m.commit[:12]}")
     if changed:
         # applying is not enough: the files are not the series the manifest pins
-        env.out.info(
+        env.out.answer(
             f"{len(changed)} patch file(s) differ from the manifest's sha256: "
             f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
             f"(`git checkout -- {m.patches_dir_rel}`)"
@@ -162,9 +162,9 @@ def export(
             forge, m = s.forge, s.manifest
             result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
         if not result.changed:
-            env.out.info(f"{len(result.patches)} patches, nothing changed")
+            env.out.answer(f"{len(result.patches)} patches, nothing changed")
         else:
-            env.out.info(
+            env.out.answer(
                 f"{len(result.patches)} patches: {len(result.written)} written, "
                 f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
                 f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
@@ -200,18 +200,18 @@ def status_section(
     if rows:
         env.out.table("patches", ["patch", "state", "detail"], rows)
     else:
-        env.out.info("patches: none (empty series)")
+        env.out.answer("patches: none (empty series)")
     if info.local_commits:
-        env.out.info(
+        env.out.answer(
             f"local commits on top of the series: {len(info.local_commits)} "
             "(`dgr-forge export` turns them into patches)"
         )
     if info.moved:
-        env.out.info(
+        env.out.answer(
             "the series on disk moved since this workspace was patched "
             f"({', '.join(f'{k}: {v}' for k, v in info.moved.items() if v)}): "
             "`dgr-forge patch` brings it up to date"
         )
     if info.operation:
-        env.out.info(f"in progress in the workspace: {info.operation}")
+        env.out.answer(f"in progress in the workspace: {info.operation}")
     return info.as_dict()

@@ -44,9 +44,9 @@ def keygen(
         path = (out or keys.default_key_path()).expanduser()
         signer = keys.generate(path, force=force)
         pub = keys.public_path(path)
-        env.out.info(f"private key {path} (mode 0600; keep it secret)")
-        env.out.info(f"public key  {pub}")
-        env.out.info(f"keyid       {signer.keyid}")
+        env.out.answer(f"private key {path} (mode 0600; keep it secret)")
+        env.out.answer(f"public key  {pub}")
+        env.out.answer(f"keyid       {signer.keyid}")
         return results.Keygen(private_key=str(path), public_key=str(pub), keyid=signer.keyid)
 
     run(ctx, "keygen", body)
@@ -68,21 +68,21 @@ def show(
         s = reports_mod.summary(loaded)
         up = s["upstream"]
         out = env.out
-        out.info(f"report     {report}")
-        out.info(f"lane       {s['lane']}")
-        out.info(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
-        out.info(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
+        out.answer(f"report     {report}")
+        out.answer(f"lane       {s['lane']}")
+        out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
+        out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
         for p in s["patches"]:
-            out.info(f"  {p['name']}  sha256 {p['sha256']}")
-        out.info(f"artifacts  {len(s['artifacts'])}")
+            out.answer(f"  {p['name']}  sha256 {p['sha256']}")
+        out.answer(f"artifacts  {len(s['artifacts'])}")
         for a in s["artifacts"]:
-            out.info(f"  {a['name']}  sha256 {a['sha256']}")
+            out.answer(f"  {a['name']}  sha256 {a['sha256']}")
         for t in s["toolchain"]:
-            out.info(f"tool       {t['name']} {t['version']}")
+            out.answer(f"tool       {t['name']} {t['version']}")
         signed = ", ".join(k[:16] for k in s["signed_by"]) or "UNSIGNED"
-        out.info(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
-        out.info(f"builder    {s['builder']}")
-        out.info(f"started    {s['started_on']}  finished {s['finished_on']}")
+        out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
+        out.answer(f"builder    {s['builder']}")
+        out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
         return {"summary": s, "statement": loaded.statement}
 
     run(ctx, "report show", body)
@@ -122,17 +122,17 @@ def verify(
         base = _artifact_base(env, report) if artifacts else None
         v = reports_mod.verify_report(report, public, artifacts_base=base)
         if public is not None:
-            env.out.info(f"key: keyid {public.keyid[:16]} from {public.source}")
+            env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")
         for a in v.artifacts:
-            env.out.info(f"  {a.status:8} {a.name}")
+            env.out.answer(f"  {a.status:8} {a.name}")
         fields = v.as_dict()
         if not v.ok:
             for failure in v.failures:
                 env.out.error(failure)
-            env.out.info(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
+            env.out.answer(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
             return Outcome.of(fields, False)
         checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
-        env.out.info(f"{report}: OK (signature, payload type, statement{checked})")
+        env.out.answer(f"{report}: OK (signature, payload type, statement{checked})")
         return fields
 
     run(ctx, "report verify", body)
@@ -158,13 +158,13 @@ def compare(
             for failure in v.failures:
                 env.out.error(f"{name} {v.report.path}: {failure}")
         for d in c.differences:
-            env.out.info(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
+            env.out.answer(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
         if not c.identical:
             what = "differ" if c.a.ok and c.b.ok else "do not both verify"
-            env.out.info(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
+            env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
             return Outcome.of(c.as_dict(), False)
         count = len(reports_mod.subject_digests(c.a))
-        env.out.info(f"{a} and {b}: identical subjects ({count} artifact(s))")
+        env.out.answer(f"{a} and {b}: identical subjects ({count} artifact(s))")
         return c.as_dict()
 
     run(ctx, "report compare", body)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 
@@ -138,6 +139,36 @@ def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) 
     ) from err
 
 
+def _load_inputs(
+    forge: Forge, out: Reporter, needs: Needs
+) -> tuple[UpstreamManifest | None, dict[str, Recipe] | None, Doctor | None, WorkerSpec | None]:
+    """Each declared input, loaded once (step 4 of the module doc)."""
+    m = None
+    if needs.manifest:
+        try:
+            m = _load_manifest(forge, out, recover=needs.recover)
+        except BadInput as err:
+            if not needs.recover:
+                where = err.details.get("patches_dir")
+                _refuse_interrupted(forge, Path(str(where)) if where else None, err)
+            if not needs.manifest_may_fail:
+                raise
+        if m is not None and not needs.recover:
+            _refuse_interrupted(forge, m.patches_dir, None)
+    recipes = None
+    if needs.recipes:
+        from dgr_forge.host.recipes import load_all
+
+        recipes = load_all(forge.recipes_dir, forge.root)
+    doctor = load_doctor(forge) if needs.probes else None
+    spec = None
+    if needs.worker:
+        from dgr_forge.host import worker
+
+        spec = worker.resolve(forge, needs.worker_override)
+    return m, recipes, doctor, spec
+
+
 @contextlib.contextmanager
 def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]:
     from dgr_forge.core.lock import root_lock, workspace_lock
@@ -165,29 +196,8 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
             from dgr_forge.upstream.workspace import refuse_during_rebase
 
             refuse_during_rebase(forge)
-        m = None
-        if needs.manifest:
-            from dgr_forge.core.errors import BadInput
-
-            try:
-                m = _load_manifest(forge, out, recover=needs.recover)
-            except BadInput as err:
-                if not needs.recover:
-                    where = err.details.get("patches_dir")
-                    _refuse_interrupted(forge, Path(str(where)) if where else None, err)
-                if not needs.manifest_may_fail:
-                    raise
-            if m is not None and not needs.recover:
-                _refuse_interrupted(forge, m.patches_dir, None)
-        recipes = None
-        if needs.recipes:
-            from dgr_forge.host.recipes import load_all
-
-            recipes = load_all(forge.recipes_dir, forge.root)
-        doctor = load_doctor(forge) if needs.probes else None
-        spec = None
-        if needs.worker:
-            from dgr_forge.host import worker
-
-            spec = worker.resolve(forge, needs.worker_override)
+        try:
+            m, recipes, doctor, spec = _load_inputs(forge, out, needs)
+        except BadInput as err:  # read from a root the search upwards picked: named
+            raise forge.picked(err) from err
         yield Session(forge, out, m, recipes, doctor, spec, before)

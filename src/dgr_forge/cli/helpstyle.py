@@ -37,7 +37,8 @@ METAVARS: dict[str, str] = {
 }
 GLOBAL_OPTIONS = (
     "Global options, accepted anywhere on the line: --root PATH (the forge root), "
-    "--workspace PATH, --json (one JSON object on stdout); see dgr-forge --help."
+    "--workspace PATH, --json (one JSON object on stdout), --quiet (errors only), "
+    "--verbose (the child commands run); see dgr-forge --help."
 )
 
 # Per command: one example, and what each exit code it can give means there (0 ok, 1 the

@@ -23,6 +23,9 @@ def find_root(start: Path) -> Path | None:
 class Forge:
     root: Path
     workspace: Path
+    # where the search for a manifests/ directory started when neither --root nor
+    # DGR_ROOT named the root (None: named): an error in its inputs says so
+    found_from: Path | None = None
 
     @classmethod
     def locate(
@@ -30,6 +33,7 @@ class Forge:
     ) -> Forge:
         """Resolve --root/DGR_ROOT (else search upwards) and --workspace/DGR_WORKSPACE."""
         cwd = cwd or Path.cwd()
+        found_from: Path | None = None
         if root is None and os.environ.get("DGR_ROOT"):
             root = Path(os.environ["DGR_ROOT"])
         if root is not None:
@@ -47,11 +51,33 @@ class Forge:
                     f"no forge root found from {cwd} upwards (looked for a manifests/ directory)",
                     hint="run inside a dgr-forge checkout, or pass --root DIR / set DGR_ROOT",
                 )
-            root = found
+            root, found_from = found, cwd.resolve()
         if workspace is None and os.environ.get("DGR_WORKSPACE"):
             workspace = Path(os.environ["DGR_WORKSPACE"])
         workspace = (cwd / workspace).resolve() if workspace else root / ".dgr"
-        return cls(root=root, workspace=workspace)
+        return cls(root=root, workspace=workspace, found_from=found_from)
+
+    def picked(self, err: BadInput) -> BadInput:
+        """`err` (bad input read from this root) naming the root and how it was picked,
+        when the search upwards picked it: a directory that merely holds an unrelated
+        manifests/ is then visibly the wrong root."""
+        if self.found_from is None:
+            return err
+        how = (
+            f"in the forge root {self.root}: the working directory, picked because it has "
+            "a manifests/ directory"
+            if self.found_from == self.root
+            else f"in the forge root {self.root}: the nearest directory with a manifests/ "
+            f"directory, found by walking up from {self.found_from}"
+        )
+        import copy
+
+        named = copy.copy(err)  # the same class, exit code and details
+        named.message = f"{err.message} ({how})"
+        named.args = (named.message,)
+        hint = err.hint.rstrip(".") + "; " if err.hint else ""
+        named.hint = f"{hint}--root DIR or DGR_ROOT chooses another root"
+        return named
 
     # -- inputs (authoritative, committed) --
     @property

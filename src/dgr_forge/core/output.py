@@ -1,7 +1,10 @@
-"""Where output goes: human text on stderr, one JSON object on stdout with --json.
+"""Where output goes, the way Unix tools do it: a command's answer (a table, a shown
+report, a rendered file) on stdout; progress, warnings and errors on stderr. With --json
+the one JSON object is stdout's only content and every human line goes to stderr.
 
-Commands never print directly; they talk to a `Reporter`, so colour, progress bars and
-the JSON/human split are decided in this one place.
+Commands never print directly; they talk to a `Reporter`, so colour, progress bars, the
+answer/diagnostic split and `--quiet`/`--verbose` are decided in this one place. A stream
+that is not a terminal (a pipe, a file) gets plain text: no colour, no Rich boxes.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import re
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
 
 from dgr_forge.core.urls import shown
 
@@ -29,6 +33,13 @@ _NEEDS_RICH = re.compile(r"[\x07\x08\x0b\x0c\r\t]|:\S*?:")
 def _terminal() -> bool:
     """Both streams on a terminal: piping or redirecting either one means a log, not a user."""
     return sys.stdout.isatty() and sys.stderr.isatty()
+
+
+def _tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):  # closed or not a real file
+        return False
 
 
 def _interactive() -> bool:
@@ -82,36 +93,70 @@ def _cell(value: Any) -> str:
 
 
 class Reporter:
-    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
+    """`json_mode`: the answer goes to stderr too (stdout holds the JSON object only).
+    `quiet`: errors only (no answer, no progress, no warnings). `verbose`: each child
+    process the forge starts is logged on stderr (`running: git -C DIR fetch ...`)."""
+
+    def __init__(self, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
         self.json_mode = json_mode
         self.quiet = quiet
-        self.plain = bool(os.environ.get("NO_COLOR")) or not _terminal()
-        self._console: Console | None = None
+        self.verbose = verbose
+        self._consoles: dict[bool, Console] = {}
+
+    def _stream(self, answer: bool) -> TextIO:
+        # looked up at each write: `cli.main` points sys.stdout elsewhere under --json
+        return sys.stdout if answer and not self.json_mode else sys.stderr
+
+    def _plain_for(self, answer: bool) -> bool:
+        # both streams on a terminal, or plain text on both (docs/json.md): `status | less`
+        # and `build 2> log` are read as a log, not by a person at a terminal
+        return bool(os.environ.get("NO_COLOR")) or not _terminal() or not _tty(self._stream(answer))
+
+    def _console_for(self, answer: bool) -> Console:
+        to_stdout = answer and not self.json_mode
+        console = self._consoles.get(to_stdout)
+        if console is None or console.file is not self._stream(answer):
+            from rich.console import Console
+
+            plain = self._plain_for(answer)
+            console = self._consoles[to_stdout] = Console(
+                file=self._stream(answer),
+                no_color=plain,
+                # plain: no escape codes at all, not even bold
+                color_system=None if plain else "auto",
+                highlight=False,
+            )
+        return console
 
     @property
     def console(self) -> Console:
-        if self._console is None:
-            from rich.console import Console
+        """The diagnostics console (stderr): progress bars draw here."""
+        return self._console_for(False)
 
-            self._console = Console(
-                stderr=True,
-                no_color=self.plain,
-                # plain: no escape codes at all, not even bold
-                color_system=None if self.plain else "auto",
-                highlight=False,
-            )
-        return self._console
-
-    def _line(self, text: str) -> None:
-        if self.plain and not _NEEDS_RICH.search(text):
+    def _line(self, text: str, answer: bool = False) -> None:
+        if self._plain_for(answer) and not _NEEDS_RICH.search(text):
             # exactly what Rich writes for this line in plain mode, without importing it
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
+            stream = self._stream(answer)
+            stream.write(text + "\n")
+            stream.flush()
             return
-        self.console.print(text, markup=False, soft_wrap=True)
+        self._console_for(answer).print(text, markup=False, soft_wrap=True)
 
     # Every line goes through `urls.shown`: credentials masked (the forge's words and a
     # child's output alike) and control characters escaped, whatever the input held.
+    def answer(self, message: str) -> None:
+        """A line of the command's answer (what a script pipes on): stdout."""
+        if not self.quiet:
+            self._line(shown(message), answer=True)
+
+    def document(self, text: str) -> None:
+        """A whole document as the answer (a rendered file, presets JSON), byte for byte:
+        what the forge itself generated, so nothing in it is masked or escaped."""
+        if not self.quiet:
+            stream = self._stream(True)
+            stream.write(text)
+            stream.flush()
+
     def info(self, message: str) -> None:
         if not self.quiet:
             self._line(shown(message))
@@ -121,10 +166,33 @@ class Reporter:
             self._line(f"==> {shown(message)}")
 
     def warn(self, message: str) -> None:
-        self._line(f"warning: {shown(message)}")
+        if not self.quiet:
+            self._line(f"warning: {shown(message)}")
 
     def error(self, message: str) -> None:
         self._line(f"error: {shown(message)}")
+
+    def child(self, cmd: Sequence[str], cwd: Path | None) -> None:
+        """With --verbose, a child process about to start, as west logs it; masked and
+        escaped like every other line (a URL's credential never shows). git's pinned
+        settings (the same on every call, `core.gitutil.CONFIG`) are left out."""
+        if not self.verbose:
+            return
+        import shlex
+
+        words = list(cmd)
+        if words and Path(words[0]).name == "git":
+            from dgr_forge.core.gitutil import CONFIG
+
+            # the settings every git call gets (gitutil.CONFIG) said once, not per line;
+            # a call's own `-c` (its protocol policy) stays
+            while len(words) > 2 and words[1] == "-c" and words[2] in CONFIG:
+                del words[1:3]
+            if cwd is not None:
+                words[1:1] = ["-C", str(cwd)]  # `git -C DIR ...`, the form a user can paste
+        elif cwd is not None:
+            words = ["cd", str(cwd), "&&", *words]
+        self._line(f"running: {shown(shlex.join(words))}")
 
     def table(
         self,
@@ -133,16 +201,16 @@ class Reporter:
         rows: Sequence[Sequence[Any]],
         empty: str | None = None,
     ) -> None:
-        """Rows as a table: a Rich table on a terminal; elsewhere (a CI log, a pipe) plain
-        aligned lines, one per row, never cut to a width. No rows: one line saying so
-        (`empty`, else "<title>: none"), never an empty table."""
+        """Rows as a table, part of the answer (stdout): a Rich table on a terminal;
+        elsewhere (a pipe, a file, a CI log) plain aligned lines, one per row, never cut
+        to a width. No rows: one line saying so (`empty`, else "<title>: none")."""
         if self.quiet:
             return
         if not rows:
-            self.info(empty or f"{title or 'table'}: none")
+            self.answer(empty or f"{title or 'table'}: none")
             return
         cells = [[_cell(c) for c in row] for row in rows]
-        if not _terminal():
+        if not _terminal() or not _tty(self._stream(True)):
             self._plain_table(title, [str(c) for c in columns], cells)
             return
         from rich.table import Table
@@ -152,14 +220,14 @@ class Reporter:
             table.add_column(col)
         for row in cells:
             table.add_row(*row)
-        self.console.print(table)
+        self._console_for(True).print(table)
 
     def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
         widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
         if title:
-            self.info(f"{title}:")
+            self.answer(f"{title}:")
         for row in [columns, *rows]:
-            self.info("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+            self.answer("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
     @contextmanager
     def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:

@@ -15,6 +15,23 @@ from pathlib import Path
 
 _LINE_END = re.compile(rb"[\r\n]")  # git's progress rewrites its line with \r
 
+# `--verbose`: told of each child (its argv and cwd) before it starts; `cli.app.run` sets
+# it for one command. One hook here, since every child the forge starts starts here.
+Observer = Callable[[Sequence[str], "Path | None"], None]
+_observer: Observer | None = None
+
+
+def observe(observer: Observer | None) -> Observer | None:
+    """Set the hook (None: none); returns the one it replaces."""
+    global _observer
+    before, _observer = _observer, observer
+    return before
+
+
+def _starting(cmd: Sequence[str], cwd: Path | None) -> None:
+    if _observer is not None:
+        _observer(cmd, cwd)
+
 
 def capture(
     cmd: Sequence[str],
@@ -26,6 +43,7 @@ def capture(
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `cmd` to completion with stdout and stderr captured (never raises on exit code)."""
+    _starting(cmd, cwd)
     if input is None:
         return subprocess.run(
             list(cmd),
@@ -70,6 +88,7 @@ def stream(
     """Run `cmd`, calling `on_line` for each line of its stderr (and stdout when
     `merge_stdout`; otherwise stdout is discarded) as it arrives; returns the exit code.
     Lines end at \\n or \\r, so progress that redraws one line arrives as it changes."""
+    _starting(cmd, cwd)
     with subprocess.Popen(
         list(cmd),
         cwd=cwd,
@@ -98,6 +117,7 @@ def coprocess(
     """A child the caller talks to line by line over stdin and stdout (stderr discarded:
     the caller checks every answer): a git batch command kept open for a whole operation
     instead of one process per object. The caller closes stdin and waits for it."""
+    _starting(cmd, cwd)
     return subprocess.Popen(
         list(cmd),
         cwd=cwd,
@@ -117,6 +137,7 @@ def spawn(
     """Start a long-running child the caller owns and stops (a server for one build): stdin
     closed, stdout and stderr written to `log` (else discarded), in its own session so a
     terminal's Ctrl-C reaches only the forge, which then stops it in order."""
+    _starting(cmd, None)
     sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
         return subprocess.Popen(

@@ -476,10 +476,10 @@ class LaneBuilder:
         return [self.plan.cmake, *self.args, *head]
 
     def _recipe_unused(self, names: list[str]) -> list[str]:
+        """The recipe's own options CMake did not use. A variable the forge set itself
+        (CMAKE_C_FLAGS on a project without C, the toolchain's settings) is not the
+        user's to act on: CMake's list stays in the log, no warning is printed."""
         own = set(self.plan.recipe.cmake_options)
-        for name in names:
-            if name not in own:
-                self.out.warn(f"{self.plan.lane}: CMake did not use {name} (set by the forge)")
         return [n for n in names if n in own]
 
     def compile(self, log: IO[str], env: dict[str, str]) -> bool | None:
@@ -523,7 +523,7 @@ class LaneBuilder:
         self._settle()
         save_lane_state(self.forge, self.plan.lane, st)
         shown = self.forge.rel(Path(str(last.report)))
-        self.out.info(f"{self.plan.lane}: up to date (report {shown})")
+        self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
         logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
         r.timings["total"] = time.monotonic() - self.t0
         return r
@@ -568,7 +568,8 @@ class LaneBuilder:
         from dgr_forge.attest import reports
 
         signer = self.ctx.signing.signer()
-        report = reports.write_report(self.forge, record, signer, self.out)
+        why = self.ctx.signing.unsigned_reason()
+        report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
         r.artifacts = [
@@ -598,8 +599,10 @@ class LaneBuilder:
         save_lane_state(self.forge, lane, st)
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         for a in artifacts:
-            self.out.info(f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}")
-        self.out.info(f"{lane}: built; report {self.forge.rel(report)}")
+            self.out.answer(
+                f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}"
+            )
+        self.out.answer(f"{lane}: built; report {self.forge.rel(report)}")
         r.timings["total"] = time.monotonic() - self.t0
         return r
 

@@ -170,7 +170,7 @@ def check(
     for p in result.option_problems:
         out.error(f"check: recipe {p.recipe}: {p.message}")
     if result.ok:
-        out.info(
+        out.answer(
             f"check: ok: {len(m.series)} patches reproduce byte for byte on {m.commit[:12]} "
             f"(result tree {result.result_tree}); {result.options_checked} recipe options "
             "declared upstream"

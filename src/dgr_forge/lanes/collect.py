@@ -114,7 +114,11 @@ def _with_programs(
         if p.get("as", p["path"]) in listed or name == "launcher":
             continue
         owner = compilers.get(progs.get(name.split(":")[0], {}).get("as", ""))
-        version = p.get("version") or (f"{owner.id} {owner.version}" if owner else "")
+        version = (
+            p.get("version")
+            or (f"{owner.id} {owner.version}".strip() if owner else "")
+            or _probed_version(p["as"])  # never empty: the version, or why there is none
+        )
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
         out.append(Tool(label, p["as"], version, p["stamp"][0]))
     return out

@@ -66,23 +66,27 @@ def first_line(cmd: list[str]) -> str:
     return line
 
 
-def _internal(compiler: str, lang: str) -> dict[str, str]:
-    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none).
-    One driver call finds its compiler proper; collect2, as and ld are looked up where the
-    driver looks: beside it, then PATH."""
+def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
+    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none),
+    each with its version. One driver call finds its compiler proper; collect2, as and
+    ld are looked up where the driver looks: beside it, then PATH.
+
+    The compiler proper answers no `--version` (it prints nothing): it is the driver's
+    own, so it has the driver's version. as, collect2 and ld answer `--version` (binutils
+    has versions of its own: never the compiler's)."""
     proper = _INTERNAL.get(lang, ())
     if not proper:
         return {}
     found = first_line([compiler, f"-print-prog-name={proper[0]}"])
     if not found.startswith("/") or not os.path.isfile(found):
         return {}
-    out = {proper[0]: found}
+    out = {proper[0]: (found, first_line([compiler, "--version"]))}
     libexec = os.path.dirname(found)
     for name in _INTERNAL[""]:
         beside = os.path.join(libexec, name)
         where = beside if os.path.isfile(beside) else shutil.which(name)
         if where:
-            out[name] = where
+            out[name] = (where, first_line([where, "--version"]))
     return out
 
 
@@ -103,8 +107,8 @@ def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]
             if os.path.isabs(cache[var]):
                 found[var] = (cache[var], future.result())
         for var, pending in sorted(internal.items()):
-            for name, path in pending.result().items():
-                found.setdefault(f"{var}:{name}", (path, ""))
+            for name, entry in pending.result().items():
+                found.setdefault(f"{var}:{name}", entry)
     if launcher:
         found["launcher"] = (launcher, "")
     return found

@@ -79,6 +79,15 @@ class SigningKey:
             )
         return self._fallback
 
+    def unsigned_reason(self) -> str | None:
+        """Why a report is written unsigned, in the words the warning gives; None when
+        it is signed."""
+        if not self.sign:
+            return "--no-sign given"
+        if self.unsigned_fallback():
+            return "no signing key found and no terminal to create one"
+        return None
+
     def fingerprint(self) -> str | None:
         """Cheap identity of the key material, or None when only a full load can tell."""
         if not self.sign or self.unsigned_fallback():

@@ -204,12 +204,12 @@ def provision(
     )
     got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
-    out.info(
+    out.answer(
         f"{m.name}: {len(files) - len(result.failed)}/{len(files)} files ready in {target} "
         f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
     )
     if record is not None:
-        out.info(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
+        out.answer(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
     return result
 
 

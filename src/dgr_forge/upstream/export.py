@@ -502,11 +502,11 @@ def write_series(
             out=out,
         )
     for name in written:
-        out.info(f"wrote   {m.patches_dir_rel}/{name}")
+        out.answer(f"wrote   {m.patches_dir_rel}/{name}")
     for name in removed:
-        out.info(f"removed {m.patches_dir_rel}/{name}")
+        out.answer(f"removed {m.patches_dir_rel}/{name}")
     if manifest_changed:
-        out.info(f"updated {forge.rel(m.path)}")
+        out.answer(f"updated {forge.rel(m.path)}")
     return ExportResult(tuple(series), result_tree, written, unchanged, removed, manifest_changed)
 
 

@@ -57,6 +57,7 @@ from dgr_forge.upstream.workspace import (
     connected,
     inspect,
     pin_tree,
+    record_fetch_failure,
     remove_git_leftovers,
 )
 
@@ -104,6 +105,20 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
         "trusted clone gives the right value; if a mirror served this, the mirror is wrong",
         details={"commit": m.commit, "expected_tree": m.tree, "actual_tree": actual},
     )
+
+
+def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> None:
+    """Before the work tree moves: a wrong pin leaves everything as it was."""
+    actual = gitutil.rev_parse(src, m.commit)
+    if actual != m.commit:
+        raise OperationFailed(
+            f"commit {m.commit} not found at {mask(url)}",
+            hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
+            details={"commit": m.commit, "url": mask(url)},
+        )
+    tree = gitutil.tree_of(src, m.commit)
+    if m.tree is not None and tree != m.tree:
+        raise _tree_mismatch(m, tree, url if method != "local" else None)
 
 
 def fetch_locked(
@@ -171,20 +186,16 @@ def fetch_locked(
             )
         (gitdir / FETCH_JOURNAL).write_text(m.commit + "\n")
         fault.point("fetch.journal")
-        method = transfer(src, url, m.commit, out, m.name)
-        fault.point("fetch.objects")
-
-    # verify before the work tree moves: a wrong pin leaves everything as it was
-    actual = gitutil.rev_parse(src, m.commit)
-    if actual != m.commit:
-        raise OperationFailed(
-            f"commit {m.commit} not found at {mask(url)}",
-            hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
-            details={"commit": m.commit, "url": mask(url)},
-        )
+        try:
+            method = transfer(src, url, m.commit, out, m.name)
+            fault.point("fetch.objects")
+            _verify_fetched(src, m, url, method)
+        except Exception as err:  # a failure, not a kill: `status` tells its cause
+            record_fetch_failure(gitdir, m.commit, str(err))
+            raise
+    else:
+        _verify_fetched(src, m, url, method)
     tree = gitutil.tree_of(src, m.commit)
-    if m.tree is not None and tree != m.tree:
-        raise _tree_mismatch(m, tree, url if method != "local" else None)
     (gitdir / FETCH_JOURNAL).unlink(missing_ok=True)  # complete: git checked connectivity
     fault.point("fetch.verified")
 

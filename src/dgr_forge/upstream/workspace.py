@@ -109,6 +109,34 @@ class Workspace:
         return None
 
 
+def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
+    """Why the transfer under the fetch journal failed, kept in the journal (masked, one
+    line): the journal still says the pin may be incomplete, and `status` says the fetch
+    failed and why rather than that it was interrupted."""
+    from dgr_forge.core.urls import mask_text
+
+    line = " ".join(mask_text(cause).split())[:2000]
+    (gitdir / FETCH_JOURNAL).write_text(f"{commit}\nfailed: {line}\n", encoding="utf-8")
+
+
+def fetch_failure(src: Path) -> str | None:
+    """The cause `record_fetch_failure` kept; None when the journal holds none (a killed
+    fetch) or there is no journal."""
+    from dgr_forge.core.errors import ForgeError
+    from dgr_forge.core.fsutil import read_regular
+
+    journal = git_dir(src) / FETCH_JOURNAL
+    try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
+        data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
+    except (ForgeError, OSError):
+        return None
+    text = data.decode("utf-8", "replace")
+    for line in text.splitlines()[1:]:
+        if line.startswith("failed: "):
+            return line.removeprefix("failed: ").strip() or "(no cause recorded)"
+    return None
+
+
 def git_dir(src: Path) -> Path:
     dot = src / ".git"
     if dot.is_dir():

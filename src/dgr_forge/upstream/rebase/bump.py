@@ -84,7 +84,7 @@ def bump(
     label = "--to" if to is not None else "the upstream's default branch"
     sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
     if sha == m.commit:
-        out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+        out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
         return _finish(_noop(m, rev, dry_run), target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
         work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
@@ -106,7 +106,7 @@ def bump(
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
         if target == m.commit:
-            out_.info(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+            out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
             return _finish(_noop(m, rev, dry_run), target_md, out_)
         chain = candidates(src, m.commit, target)
         replay_repo = tmp / "replay"
@@ -306,11 +306,11 @@ def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> BumpResult:
 
 def _finish(result: BumpResult, target_md: Path | None, out_: Reporter) -> BumpResult:
     for line in summary_lines(result.data):
-        out_.info(line)
+        out_.answer(line)
     if target_md is None:
         return result
     atomic_write_bytes(target_md, result.markdown.encode("utf-8"))
-    out_.info(f"report: {target_md}")
+    out_.answer(f"report: {target_md}")
     return BumpResult(result.data, result.markdown, target_md)
 
 

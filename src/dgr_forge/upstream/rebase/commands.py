@@ -106,7 +106,7 @@ def start(
     if offline and HEX40.match(onto.lower()):
         sha = onto.lower()
     if sha == m.commit and new_url == m.url:
-        out_.info(f"already pinned at {sha}: nothing to rebase")
+        out_.answer(f"already pinned at {sha}: nothing to rebase")
         return noop_result(m)
     if offline and not (src.is_dir() and peel(src, sha or onto)):
         raise BadInput(
@@ -121,7 +121,7 @@ def start(
     if commit != onto.lower():
         out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
     if commit == m.commit and new_url == m.url:
-        out_.info(f"already pinned at {commit}: nothing to rebase")
+        out_.answer(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m)
     new_tree = gitutil.tree_of(src, commit)
     # the patch commits and their subjects, oldest first, from one log
@@ -227,7 +227,7 @@ def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
     state_path(forge).unlink()
-    out_.info(
+    out_.answer(
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
     )

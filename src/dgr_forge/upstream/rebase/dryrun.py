@@ -173,14 +173,14 @@ def dry_run(
     )
     for r in rows:
         if r["outcome"] == "conflict":
-            out_.info(f"{r['file']}: would conflict in {', '.join(r['files'])}")
+            out_.answer(f"{r['file']}: would conflict in {', '.join(r['files'])}")
             for c in r["upstream_commits"]:
-                out_.info(f"    upstream {c['commit'][:12]} {c['subject']}")
+                out_.answer(f"    upstream {c['commit'][:12]} {c['subject']}")
         if r["outcome"] == "dropped" and r["upstream_commits"]:
             taken = ", ".join(c["commit"][:12] for c in r["upstream_commits"])
-            out_.info(f"{r['file']}: upstreamed by {taken}")
-    out_.info(summary(counts_of(rows)) + "; nothing was changed (dry run)")
+            out_.answer(f"{r['file']}: upstreamed by {taken}")
+    out_.answer(summary(counts_of(rows)) + "; nothing was changed (dry run)")
     if target is not None:
         atomic_write_bytes(target, text.encode("utf-8"))
-        out_.info(f"report: {target}")
+        out_.answer(f"report: {target}")
     return DryRunResult(data, conflicts, target)

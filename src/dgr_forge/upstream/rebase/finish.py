@@ -241,9 +241,9 @@ def finish(
         [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
         empty="no patches replayed",
     )
-    out_.info(summary(counts_of(rows)))
-    out_.info(f"report: {report_md}")
-    out_.info(
+    out_.answer(summary(counts_of(rows)))
+    out_.answer(f"report: {report_md}")
+    out_.answer(
         f"manifest re-pinned to {state.new_commit}; commit "
         f"{forge.rel(forge.upstream_manifest)} and {forge.rel(pdir)}/"
     )
