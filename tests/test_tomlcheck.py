@@ -12,7 +12,7 @@ from dgr_forge.core import tomlcheck
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.host import recipes, worker
-from dgr_forge.lanes import doctor
+from dgr_forge.lanes import probes
 from dgr_forge.models import manifest as models
 from dgr_forge.upstream import manifest
 
@@ -68,7 +68,7 @@ def load_recipe(root: Path, text: str) -> object:
 def load_probes(root: Path, text: str) -> object:
     path = root / "toolchains" / "probes.toml"
     path.write_text(text)
-    return doctor.load_probes(path, "toolchains/probes.toml")
+    return probes.load_probes(path, "toolchains/probes.toml")
 
 
 def load_worker(root: Path, text: str) -> object:
@@ -224,7 +224,7 @@ def test_repository_inputs_load() -> None:
     """The checked-in files pass the stricter reader."""
     manifest.load(REPO / "manifests" / "llama.cpp.toml", REPO)
     recipes.load_all(REPO / "recipes", REPO)
-    doctor.load_probes(REPO / "toolchains" / "probes.toml")
+    probes.load_probes(REPO / "toolchains" / "probes.toml")
     shipped = sorted((REPO / "manifests" / "models").glob("*.toml"))
     test_models = sorted((REPO / "tests" / "data" / "models").glob("*.toml"))
     assert test_models  # the loop loads at least one real model manifest

@@ -14,7 +14,7 @@ from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, Trus
 
 if TYPE_CHECKING:
     from dgr_forge.cli import results
-    from dgr_forge.lanes.build import LaneResult
+    from dgr_forge.lanes.lane_build import LaneResult
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -61,8 +61,9 @@ def build(
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
+        from dgr_forge.lanes.build_options import BuildOptions
 
-        opts = build_mod.BuildOptions.resolve(
+        opts = BuildOptions.resolve(
             lanes=lane or (),
             worker=worker,
             jobs=jobs,

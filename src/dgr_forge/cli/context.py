@@ -90,7 +90,8 @@ class Session:
 
 def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
-    from dgr_forge.lanes.doctor import Doctor, load_probes
+    from dgr_forge.lanes.doctor import Doctor
+    from dgr_forge.lanes.probes import load_probes
 
     probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES)
     return Doctor(probes, fenced=(forge.root, forge.workspace))

@@ -1,14 +1,15 @@
-"""The checks that keep a lane's report true to what ran (issue 20), for `LaneBuilder`.
+"""The checks that keep a lane's report true to what ran (issue 20), for `lane_build`.
 
 * `check_launchers`: the launcher the generated Ninja rules run is the forge's choice;
-* `refuse_moved_inputs`: the recipe and manifest parsed are the bytes stamped under the lock;
+* `moved_inputs`: the recipe and manifest parsed are the bytes stamped under the lock;
 * `refuse_changed_during`: no input file or program changed while configure and Ninja ran;
 * `changed_subjects`, `report_true`: what a reused report names is still on disk.
+
+Each raises; the builder records the lane failed in the phase it ran them in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -20,16 +21,13 @@ from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
 from dgr_forge.upstream.manifest import UpstreamManifest
 
-MarkFailed = Callable[[str], None]  # the builder's: records the lane failed in that phase
 
-
-def check_launchers(plan: LanePlan, mark_failed: MarkFailed) -> str | None:
+def check_launchers(plan: LanePlan) -> str | None:
     """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
     it is not exactly the forge's choice (none included)."""
     found = genbuild.read_launchers(plan.build_dir)
     problems = found.problems(plan.launcher)
     if problems:
-        mark_failed("configure")  # not configured: the next run re-checks
         raise OperationFailed(
             f"{plan.lane}: the generated build does not run what the forge chose: "
             + "; ".join(problems),
@@ -47,21 +45,17 @@ def check_launchers(plan: LanePlan, mark_failed: MarkFailed) -> str | None:
     return found.single()
 
 
-def refuse_moved_inputs(
-    forge: Forge,
-    plan: LanePlan,
-    m: UpstreamManifest,
-    snap: dict[str, stamps.Stamp],
-    manifest_sha256: str,
-) -> None:
-    """The recipe and manifest this run parsed are the bytes stamped under the lock."""
+def moved_inputs(
+    plan: LanePlan, m: UpstreamManifest, snap: dict[str, stamps.Stamp], manifest_sha256: str
+) -> list[Path]:
+    """The recipe and manifest this run parsed unless they are the bytes stamped under
+    the lock (a build refuses them: `changed_error`)."""
     moved = []
     if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
         moved.append(plan.recipe.path)
     if inputs.digest_of(snap, m.path) != manifest_sha256:
         moved.append(m.path)
-    if moved:
-        changed_error(forge, plan.lane, moved, "between reading it and taking the workspace lock")
+    return moved
 
 
 def refuse_changed_during(
@@ -69,13 +63,11 @@ def refuse_changed_during(
     plan: LanePlan,
     snap: dict[str, stamps.Stamp],
     progs: dict[str, dict[str, Any]],
-    mark_failed: MarkFailed,
 ) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
     moved = [Path(p) for p in stamps.changed(snap)]
     moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
     if moved:
-        mark_failed("build")
         changed_error(forge, plan.lane, moved, "while the build ran")
 
 

@@ -1,0 +1,76 @@
+"""What one `build` was asked (`BuildOptions`), resolved once and validated."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dgr_forge.cache import select as cache_mod
+from dgr_forge.core.errors import BadInput
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What one `build` was asked, resolved once (`resolve`): defaults, then the
+    environment (DGR_CACHE, DGR_CACHE_MODE), then the command's options; validated."""
+
+    lanes: tuple[str, ...] = ("cpu",)
+    worker: Path | None = None
+    jobs: int | None = None
+    key: str | None = None
+    sign: bool = True
+    mirror: str | None = None
+    offline: bool = False
+    cache: str = "auto"  # auto | ccache | sccache | off
+    cache_mode: str = "rw"  # rw | ro
+    force: bool = False  # a git worker checkout holding a person's work: save it, then move
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        lanes: Sequence[str] = (),
+        worker: Path | None = None,
+        jobs: int | None = None,
+        key: str | None = None,
+        sign: bool = True,
+        mirror: str | None = None,
+        offline: bool = False,
+        cache: str | None = None,
+        cache_mode: str | None = None,
+        force: bool = False,
+        environ: Mapping[str, str] | None = None,
+    ) -> BuildOptions:
+        """Exit 2, naming the option or variable, for a value that is not allowed."""
+        env = os.environ if environ is None else environ
+        if jobs is not None and not 1 <= jobs <= 4096:
+            raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
+        choice, where = (cache, "--cache") if cache is not None else (None, "DGR_CACHE")
+        choice = choice or env.get("DGR_CACHE") or "auto"
+        if choice not in cache_mod.CHOICES:
+            raise BadInput(
+                f"{where} {choice!r}: not a cache choice",
+                hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
+            )
+        mode, where = (cache_mode, "--cache-mode") if cache_mode is not None else (None, "")
+        where = where or "DGR_CACHE_MODE"
+        mode = mode or env.get("DGR_CACHE_MODE") or "rw"
+        if mode not in cache_mod.MODES:
+            raise BadInput(
+                f"{where} {mode!r}: not a cache mode",
+                hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
+            )
+        return cls(
+            lanes=tuple(lanes) or ("cpu",),
+            worker=worker,
+            jobs=jobs,
+            key=key,
+            sign=sign,
+            mirror=mirror,
+            offline=offline,
+            cache=choice,
+            cache_mode=mode,
+            force=force,
+        )

@@ -1,0 +1,213 @@
+"""What one lane's build does, decided from the recorded state and what is there now.
+
+`decide()` is pure: from the lane's `LaneState` (state.json) and a `Snapshot` of the
+inputs (taken once, under the workspace lock, by `lanes.lane_build.observe`) it returns
+one `Decision` with its reason:
+
+* `refuse`: the recipe or manifest parsed are not the bytes stamped under the lock;
+* `rebuild`: a fresh build directory first (a removal a kill cut short, a program
+  configure resolved changed: never objects of two compilers in one binary);
+* `reconfigure`: configure's inputs, the tree or the build directory are not the ones
+  configured; configure again, then Ninja;
+* `compile`: configured as recorded; Ninja, then a new report (no completed build, a run
+  cut short, an artifact changed on disk, another key);
+* `reuse`: configured, and the last report is handed back when Ninja has no work.
+
+After Ninja, `after_compile()` (pure too) settles what a `reuse` or any run with no work
+means: the report handed back, a new one, or a fresh build directory when the inputs
+Ninja cannot see changed. The transitions of the state (`started`, `configured`,
+`failed`, `built`, `wiping`, `wiped`) are pure as well: the builder writes each once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from dgr_forge.lanes.state import LaneState, LastBuild
+
+BEFORE_LOCK = "between reading it and taking the workspace lock"  # a refusal's "when"
+Action = Literal["refuse", "rebuild", "reconfigure", "compile", "reuse"]
+Outcome = Literal["reuse", "report", "rebuild"]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What is there now, as far as the decision needs it (no program runs to read it)."""
+
+    configure_digest: str  # `plan.inputs_digest` of the arguments configure would get now
+    build_files: bool  # CMakeCache.txt and build.ninja in the build directory
+    upstream_head: str | None  # HEAD of the patched tree; None: no git tree there
+    upstream_clean: bool  # nothing modified, untracked or ignored in it
+    worker_at: bool = True  # a git worker is at its commit, clean (True: no git worker)
+    moved: tuple[str, ...] = ()  # recipe / manifest whose bytes moved since parsed
+    programs_changed: tuple[str, ...] = ()  # names of programs changed since configure
+    subjects_changed: tuple[str, ...] = ()  # last report's artifacts changed on disk
+    key_fingerprint: str | None = None  # `SigningKey.fingerprint()` of the key asked for
+    key_id: str | None = None  # its keyid, loaded only when the fingerprint differs
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+    moved: tuple[str, ...] = ()  # refuse: the files that moved
+    rebuilt: tuple[str, ...] = ()  # compile / reuse: artifacts to remove so Ninja relinks
+
+    @property
+    def configured(self) -> bool:
+        """Configure is skipped: only Ninja runs."""
+        return self.action in ("compile", "reuse")
+
+
+def last_ok(state: LaneState) -> LastBuild | None:
+    """The last build, when it completed (a failed one is never handed back)."""
+    last = state.last_build
+    return last if last is not None and last.result == "ok" else None
+
+
+def _not_configured(state: LaneState, now: Snapshot) -> str | None:
+    """Why the build directory is not the one configured for these inputs, or None."""
+    if state.inputs_digest is None or not state.head_commit or state.source_date_epoch is None:
+        return "not configured yet (or its configure did not finish)"
+    if state.inputs_digest != now.configure_digest:
+        return "configure's inputs changed"
+    if not now.build_files:
+        return "the build directory has no CMakeCache.txt or build.ninja"
+    if now.upstream_head is None:
+        return "the patched tree is not there"
+    if now.upstream_head != state.head_commit:
+        return f"the patched tree moved ({state.head_commit[:12]} -> {now.upstream_head[:12]})"
+    if not now.upstream_clean:
+        # edits or untracked files: the patch step refuses them, never Ninja compiles them
+        return "the patched tree has modified or untracked files"
+    if not now.worker_at:
+        return "the worker checkout is not at its commit, or not clean"
+    return None
+
+
+def key_matches(last: LastBuild, now: Snapshot) -> bool:
+    """The last report was signed by the key asked for now (or unsigned when asked so)."""
+    fp = now.key_fingerprint
+    return fp is not None and (fp == last.signer_fingerprint or now.key_id == last.signed_by)
+
+
+def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
+    """Whether `decide` needs the keyid (a full key load): only when a report could be
+    handed back and the cheap fingerprint does not already say it is the same key."""
+    last = last_ok(state)
+    if last is None or state.in_progress is not None:
+        return False
+    return fingerprint is None or fingerprint != last.signer_fingerprint
+
+
+def decide(state: LaneState, now: Snapshot) -> Decision:
+    """The one decision for a lane, with the reason it is given."""
+    if now.moved:
+        return Decision("refuse", f"changed {BEFORE_LOCK}", moved=now.moved)
+    if state.in_progress == "wipe":
+        return Decision("rebuild", "a removal of the build directory was cut short")
+    if now.programs_changed:
+        return Decision("rebuild", f"changed since configure: {', '.join(now.programs_changed)}")
+    why = _not_configured(state, now)
+    if why is not None:
+        return Decision("reconfigure", why)
+    rebuilt = now.subjects_changed
+    last = last_ok(state)
+    if last is None:
+        reason = "no completed build" + (" (the last one failed)" if state.last_build else "")
+        return Decision("compile", reason, rebuilt=rebuilt)
+    if state.in_progress is not None:
+        reason = f"the last run was cut short (in {state.in_progress})"
+        return Decision("compile", reason, rebuilt=rebuilt)
+    if rebuilt:
+        return Decision("compile", "artifacts changed on disk", rebuilt=rebuilt)
+    if not key_matches(last, now):
+        return Decision("compile", "the last report was signed by another key")
+    return Decision("reuse", "configured as recorded; the last report, if Ninja has no work")
+
+
+def after_compile(decision: Decision, no_work: bool, recorded: str | None, whole: str) -> Outcome:
+    """After Ninja: `recorded` is the whole input digest of the last report (None: none),
+    `whole` this build's. Ninja with no work on inputs other than the report's (an edit
+    with an old mtime, a lost state) built nothing of them: a fresh build directory.
+    `reuse` still needs the report and its byproducts to re-hash true (`truth`)."""
+    if no_work and recorded != whole:
+        return "rebuild"
+    if decision.action == "reuse" and no_work:
+        return "reuse"
+    return "report"
+
+
+# -- the transitions of a lane's state (each written once, by the builder)
+
+
+def wiping(state: LaneState) -> LaneState:
+    """Before the build directory is removed: a kill halfway leaves objects Ninja would
+    take for current, so the next run finishes the removal before anything else."""
+    return dataclasses.replace(state, inputs_digest=None, programs={}, in_progress="wipe")
+
+
+def wiped(state: LaneState) -> LaneState:
+    return dataclasses.replace(state, in_progress=None)
+
+
+def started(state: LaneState, decision: Decision) -> LaneState:
+    """Before configure or Ninja runs: until the report is written, nothing is reused."""
+    return dataclasses.replace(state, in_progress="build" if decision.configured else "configure")
+
+
+def configured(
+    state: LaneState,
+    *,
+    digest: str,
+    switches: tuple[str, ...],
+    given: tuple[str, ...],
+    head: str,
+    epoch: int,
+    at: str,
+) -> LaneState:
+    return dataclasses.replace(
+        state,
+        inputs_digest=digest,
+        launcher_switches=list(switches),
+        build_info=list(given),
+        head_commit=head,
+        source_date_epoch=epoch,
+        configured_at=at,
+    )
+
+
+def unconfigured(state: LaneState) -> LaneState:
+    """Configure is running again: the old digest no longer describes the directory."""
+    return dataclasses.replace(state, inputs_digest=None)
+
+
+def with_programs(state: LaneState, progs: dict[str, Any]) -> LaneState:
+    return dataclasses.replace(state, programs=progs)
+
+
+def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) -> LaneState:
+    """The lane failed in `phase`; the kept report (and its inputs) stay named."""
+    previous = state.last_build
+    last = LastBuild(
+        time=at,
+        result="failed",
+        phase=phase,
+        log=log,
+        log_file=log_file,
+        report=previous.report if previous else None,
+        inputs=previous.inputs if previous else None,
+    )
+    return dataclasses.replace(state, last_build=last, in_progress=None)
+
+
+def built(
+    state: LaneState, last: LastBuild, stamps: dict[str, Any], progs: dict[str, Any]
+) -> LaneState:
+    """The report is written (or handed back): the stamps re-taken make the next no-op
+    cheap."""
+    return dataclasses.replace(
+        state, last_build=last, in_progress=None, input_stamps=stamps, programs=progs
+    )

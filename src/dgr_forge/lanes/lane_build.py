@@ -1,0 +1,496 @@
+"""One lane of a `build`: observe, decide (`lanes.decision`), run the steps (`lanes.steps`).
+
+`LaneBuilder` observes what is there (`observe`: the configure digest, the tree, the
+build directory, the programs configure resolved, the artifacts and key where the
+decision can use them), takes the one decision (reuse, compile, reconfigure, rebuild,
+refuse, with its reason) and runs the steps it asks for: patch, configure, compile,
+collect, sign. Each transition of the lane's state is written to state.json once; a
+refusal in a phase records the lane failed in that phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from dgr_forge.cache import select as cache_mod
+from dgr_forge.cache import session as cache_session
+from dgr_forge.core import fault, gitutil
+from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask
+from dgr_forge.host import cmake_options as options
+from dgr_forge.host import worker
+from dgr_forge.lanes import decision, gitview, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes.collect import BuildRun, make_record
+from dgr_forge.lanes.doctor import Doctor
+from dgr_forge.lanes.plan import (
+    LanePlan,
+    configure_args,
+    inputs_digest,
+    launcher_switches,
+)
+from dgr_forge.lanes.signing import SigningKey
+from dgr_forge.lanes.state import LaneState, LastBuild, lane_state, save_lane_state
+from dgr_forge.upstream import trees
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.build_options import BuildOptions
+    from dgr_forge.upstream.patches import PatchedTree
+
+
+@dataclass
+class LaneResult:
+    lane: str
+    status: str  # built | up-to-date | failed
+    configured: bool = False
+    patched: bool = False
+    ninja_steps: int = 0
+    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    report: str | None = None
+    report_reused: bool = False
+    log: str = ""  # logs/build-<lane>.log, the link to the latest log
+    log_file: str = ""  # this build's own log
+    build_dir: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    error_lines: list[str] = field(default_factory=list)
+    rebuilt: list[str] = field(default_factory=list)  # artifacts found changed on disk
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+def source_date_epoch(src: Path, commit: str) -> int:
+    return int(gitutil.out(src, "show", "-s", "--format=%ct", commit))
+
+
+def _changes(src: Path) -> list[str]:
+    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`)."""
+    return trees.changes(src)
+
+
+def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
+    """Exit 3: the tree built must be exactly the tree pinned (nothing untracked either)."""
+    changes = _changes(src)
+    if not changes:
+        return
+    shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
+    raise NeedsHuman(
+        f"{forge.rel(src)}: the {what} tree has modified, untracked or ignored files, which a "
+        f"build could compile while the report claims the pinned tree: {', '.join(shown)}",
+        hint=f"remove them (git -C {forge.rel(src)} status --ignored), or commit them as a "
+        "patch and `dgr-forge export`; build output belongs in the lane's build directory",
+        details={"tree": str(src), "changes": changes},
+    )
+
+
+def _worker_at(spec: worker.WorkerSpec) -> bool:
+    """A git worker checkout is there, at its commit, clean (a deleted one is fetched
+    again, an edited one refused by the build)."""
+    src = spec.source_dir
+    if not (src / ".git").exists() or gitutil.rev_parse(src, "HEAD") != spec.commit:
+        return False
+    return not _changes(src)
+
+
+class BuildContext:
+    """What every lane of one `build` shares: inputs, host, key, the patched tree."""
+
+    def __init__(
+        self, forge: Forge, m: UpstreamManifest, out: Reporter, opts: BuildOptions, doctor: Doctor
+    ) -> None:
+        self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
+        self.signing = SigningKey(opts.key, opts.sign, out)
+        self.patched: PatchedTree | None = None
+        # the manifest's bytes when the build starts (under the lock, after any build-number
+        # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
+        self.manifest_sha256 = sha256_file(m.path)
+        self.cache: cache_session.CacheSession | None = None  # the build's cache session
+
+    def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
+        if self.patched is None:
+            if spec is not None:
+                opts = self.opts
+                worker.ensure_worker(
+                    spec, self.out, offline=opts.offline, force=opts.force, forge=self.forge
+                )
+            from dgr_forge.upstream.patches import ensure_patched  # not on the no-op path
+
+            self.patched = ensure_patched(
+                self.forge, self.m, self.out, mirror=self.opts.mirror, offline=self.opts.offline
+            )
+            refuse_unclean(self.patched.src_dir, "upstream", self.forge)
+            if spec is not None and spec.url is not None:
+                refuse_unclean(spec.source_dir, "worker", self.forge)
+        return self.patched
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """What configure is given: the tree's head and epoch, the launcher switches and
+    build-info variables found at that head, the arguments and their digest."""
+
+    head: str
+    epoch: int
+    switches: tuple[str, ...]
+    given: tuple[str, ...]
+    args: list[str]
+    digest: str
+
+
+def observe(
+    ctx: BuildContext,
+    plan: LanePlan,
+    state: LaneState,
+    snap: dict[str, stamps.Stamp],
+    digest: str,
+) -> decision.Snapshot:
+    """What `decision.decide` reads, taken once. The artifacts are re-hashed and the key
+    loaded only where the decision can use them (a no-op build stays cheap)."""
+    up, spec = plan.upstream_dir, plan.spec
+    head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
+    now = decision.Snapshot(
+        configure_digest=digest,
+        build_files=all((plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")),
+        upstream_head=head,
+        upstream_clean=head is not None and head == state.head_commit and not _changes(up),
+        worker_at=not (spec and spec.url and not _worker_at(spec)),
+        moved=tuple(str(p) for p in truth.moved_inputs(plan, ctx.m, snap, ctx.manifest_sha256)),
+        programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
+    )
+    last = decision.last_ok(state)
+    if last is None or not decision.decide(state, now).configured:
+        return now
+    changed = tuple(str(p) for p in truth.changed_subjects(last))
+    now = dataclasses.replace(now, subjects_changed=changed)
+    if state.in_progress is not None:  # cut short: no report is handed back, whatever key
+        return now
+    fp = ctx.signing.fingerprint()
+    key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
+    return dataclasses.replace(now, key_fingerprint=fp, key_id=key_id)
+
+
+class LaneBuilder:
+    """One lane: observe, decide (`lanes.decision`), then the steps the decision asks for
+    (`lanes.steps`), recording each transition of the lane's state once."""
+
+    def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
+        self.ctx, self.plan = ctx, plan
+        self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
+        self.state = lane_state(self.forge, plan.lane)
+        # every input file, read once here (under the workspace lock, before configure)
+        self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
+        # the switches found at the configured head: right while the tree is still there
+        st = self.state
+        self.conf = self._configuration(
+            str(st.head_commit),
+            int(st.source_date_epoch or 0),
+            tuple(st.launcher_switches),
+            tuple(st.build_info),
+        )
+        self.result = LaneResult(
+            lane=plan.lane,
+            status="failed",
+            log=str(plan.log_link),
+            build_dir=str(plan.build_dir),
+            cache=plan.cache.record(),
+        )
+        self.started = datetime.now(UTC)
+        self.t0 = time.monotonic()
+        self.log_path = plan.log_link  # this build's own log, once it has one
+        self.hashing: Future[dict[str, Any]] | None = None  # programs, while Ninja runs
+
+    def _configuration(
+        self, head: str, epoch: int, switches: tuple[str, ...], given: tuple[str, ...]
+    ) -> Configuration:
+        args = configure_args(self.forge, self.m, self.plan, switches, given)
+        digest = inputs_digest(self.forge, self.m, self.plan, args, self.snap)
+        return Configuration(head, epoch, switches, given, args, digest)
+
+    def _record(self, state: LaneState) -> None:
+        """One transition of the lane's state, written once."""
+        self.state = state
+        save_lane_state(self.forge, self.plan.lane, state)
+
+    @contextmanager
+    def _failing(self, phase: str) -> Iterator[None]:
+        """A refusal in `phase` records the lane failed there (the next run re-checks)."""
+        try:
+            yield
+        except ForgeError:
+            self._record_failed(phase)
+            raise
+
+    # -- the run
+
+    def run(self) -> LaneResult:
+        plan, ctx, lane = self.plan, self.ctx, self.plan.lane
+        last = decision.last_ok(self.state)
+        d = decision.decide(self.state, observe(ctx, plan, self.state, self.snap, self.conf.digest))
+        if d.action == "refuse":
+            truth.changed_error(self.forge, lane, [Path(p) for p in d.moved], decision.BEFORE_LOCK)
+        if d.action == "rebuild":
+            if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
+                progs = self.state.programs
+                shown = ", ".join(f"{n} ({progs[n]['path']})" for n in programs.changed(progs))
+                self.out.warn(f"{lane}: changed since configure: {shown}; full rebuild")
+            self._wipe()
+        if d.action != "reuse":
+            ctx.signing.signer()  # a bad key refuses before anything is built
+        if not d.configured:
+            self._patch()
+        rebuilt = [Path(p) for p in d.rebuilt]
+        for path in rebuilt:
+            # restore truth: Ninja relinks what is missing, whatever touched it
+            self.out.warn(f"{lane}: {self.forge.rel(path)} changed on disk; rebuilding it")
+            path.unlink(missing_ok=True)
+        self.result.rebuilt = list(d.rebuilt)
+
+        self._record(decision.started(self.state, d))
+        self.log_path = logs.new_log(plan.logs_dir, lane)
+        self.result.log_file = str(self.log_path)
+        with self.log_path.open("w", encoding="utf-8") as log:
+            logs.point_link(plan.log_link, self.log_path)
+            env = self._env()
+            if not d.configured and not self._configure(log, env):
+                return self.result
+            ran = self._compile(log, env)
+            if ran is None:
+                return self.result
+            whole = self._whole()
+            recorded = last.input_digest if last is not None else None
+            outcome = decision.after_compile(d, ran.no_work, recorded, whole)
+            if outcome == "rebuild":
+                self.out.warn(
+                    f"{lane}: inputs changed but Ninja found nothing to do "
+                    "(a file with an old mtime?); fresh build directory"
+                )
+                self._wipe()
+                env = self._env()
+                if not self._configure(log, env) or self._compile(log, env) is None:
+                    return self.result
+                outcome, whole = "report", self._whole()
+        fault.point("build.linked", lane)
+        with self._failing("build"):
+            truth.refuse_changed_during(self.forge, plan, self.snap, self.state.programs)
+        if outcome == "reuse" and last is not None and truth.report_true(last):
+            return self._reuse(last)
+        return self._collect(rebuilt, whole)
+
+    def _patch(self) -> None:
+        """The pinned, patched tree, checked, and the configuration for it."""
+        plan, m = self.plan, self.m
+        t = time.monotonic()
+        patched = self.ctx.ensure_patched(plan.spec)
+        self.result.patched = patched.changed
+        self.result.timings["patch"] = time.monotonic() - t
+        epoch = source_date_epoch(plan.upstream_dir, m.commit)
+        # recipes mean what they say, on the tree about to be configured
+        options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, m.commit)
+        given = options.taken_as_given(plan.upstream_dir)
+        if "LLAMA_BUILD_NUMBER" in given and m.build_number is None:
+            raise _unknown_build_number(self.forge, m)
+        switches = launcher_switches(plan.upstream_dir)
+        self.conf = self._configuration(patched.head_commit, epoch, switches, given)
+
+    def _whole(self) -> str:
+        """The lane's whole input now, with the programs configure resolved (hashed while
+        Ninja ran: `programs.start`)."""
+        if self.hashing is not None:
+            progs, self.hashing = self.hashing.result(), None
+            self._record(decision.with_programs(self.state, progs))
+        spec = self.plan.spec
+        return inputs.whole_digest(
+            self.conf.digest,
+            self.snap,
+            self.conf.head,
+            spec.commit if spec is not None and spec.url else None,
+            self.state.programs,
+        )
+
+    def _wipe(self) -> None:
+        """A fresh build directory: nothing of what configure or Ninja kept survives."""
+        self._record(decision.wiping(self.state))
+        fault.point("build.wipe", self.plan.lane)
+        shutil.rmtree(self.plan.build_dir, ignore_errors=True)
+        self._record(decision.wiped(self.state))
+
+    def _view_commits(self) -> list[str]:
+        spec = self.plan.spec
+        return [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
+        env.update(self.plan.cache.env)
+        if self.ctx.cache is not None:  # this lane's own cache counters start here
+            statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
+            env.update(self.ctx.cache.begin(statslog))
+        env["SOURCE_DATE_EPOCH"] = str(self.conf.epoch)
+        env["NINJA_STATUS"] = "[%f/%t] "
+        env.setdefault("CLICOLOR_FORCE", "0")
+        return env
+
+    def cmake_command(self) -> list[str]:
+        """The configure command: the plan's arguments, and the upstream head a worker
+        project is built against."""
+        head = [f"-DDGR_UPSTREAM_HEAD={self.conf.head}"] if self.plan.spec else []
+        return [self.plan.cmake, *self.conf.args, *head]
+
+    def _configure(self, log: IO[str], env: dict[str, str]) -> bool:
+        plan, lane, conf = self.plan, self.plan.lane, self.conf
+        shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
+        self.out.step(f"{lane}: configure ({shown})")
+        ran = steps.configure(self.cmake_command(), plan.build_dir, log, env)
+        self.result.timings["configure"] = ran.seconds
+        self.result.configured = True
+        self.state = decision.unconfigured(self.state)  # written with the outcome
+        if ran.code != 0:
+            return self._fail("configure", ran.lines)
+        with self._failing("configure"):  # not configured: the next run re-checks
+            steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
+            truth.check_launchers(plan)
+        # hashed while Ninja runs; stamps shared through the forge's cache directory
+        self.hashing = programs.start(plan.build_dir, plan.launcher, _program_stamps(self.forge))
+        at = datetime.now(UTC).isoformat()
+        self._record(
+            decision.configured(
+                self.state,
+                digest=conf.digest,
+                switches=conf.switches,
+                given=conf.given,
+                head=conf.head,
+                epoch=conf.epoch,
+                at=at,
+            )
+        )
+        return True
+
+    def _compile(self, log: IO[str], env: dict[str, str]) -> steps.Ran | None:
+        """Ninja; None when it failed."""
+        lane = self.plan.lane
+        self.out.step(f"{lane}: build")
+        ran = steps.compile_lane(self.plan, self.out, self.ctx.opts.jobs, log, env)
+        self.result.timings["build"] = ran.seconds
+        if self.ctx.cache is not None:  # what the cache did in this build, for the report
+            figures = self.ctx.cache.figures()
+            self.result.cache = {**self.plan.cache.record(), **figures}
+            if figures:
+                self.out.info(f"{lane}: {cache_session.describe(self.result.cache)}")
+        self.result.ninja_steps = ran.steps
+        if ran.code != 0:
+            self._fail("build", ran.lines)
+            return None
+        return ran
+
+    def _settled(self, last: LastBuild) -> None:
+        """The lane built (or handed back): the stamps re-taken make the next no-op cheap."""
+        programs.refresh(self.state.programs)
+        self._record(
+            decision.built(self.state, last, stamps.restamp(self.snap), self.state.programs)
+        )
+
+    def _reuse(self, last: LastBuild) -> LaneResult:
+        r = self.result
+        r.status, r.report, r.report_reused = "up-to-date", last.report, True
+        r.artifacts = list(last.artifacts)
+        self._settled(last)
+        shown = self.forge.rel(Path(str(last.report)))
+        self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
+        logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
+        r.timings["total"] = time.monotonic() - self.t0
+        return r
+
+    def _collect(self, changed: list[Path], whole: str) -> LaneResult:
+        plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
+        t = time.monotonic()
+        with self._failing("report"):
+            found = steps.collect(self.forge, plan, changed)
+        with self._failing("configure"):
+            launcher = truth.check_launchers(plan)
+        run = BuildRun(
+            forge=self.forge,
+            m=self.m,
+            plan=plan,
+            doctor=self.ctx.doctor,
+            head=conf.head,
+            cmake_args=self.cmake_command(),
+            epoch=conf.epoch,
+            log_path=self.log_path,
+            started=self.started,
+            cache=r.cache,
+            snap=self.snap,
+            programs=self.state.programs,
+            launcher=launcher,
+        )
+        record = make_record(run, found.reply, found.artifacts)
+        report, signer = steps.sign(self.forge, record, self.ctx.signing, self.out)
+        r.timings["report"] = time.monotonic() - t
+        r.status, r.report = "built", str(report)
+        r.artifacts = steps.artifact_rows(found.artifacts)
+        last = steps.last_build(
+            self.m, plan, record, found, report, signer, self.ctx.signing, whole
+        )
+        self._settled(last)
+        logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
+        for a in found.artifacts:
+            self.out.answer(
+                f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}"
+            )
+        self.out.answer(f"{lane}: built; report {self.forge.rel(report)}")
+        r.timings["total"] = time.monotonic() - self.t0
+        return r
+
+    def _record_failed(self, phase: str) -> None:
+        self._record(
+            decision.failed(
+                self.state,
+                phase=phase,
+                at=datetime.now(UTC).isoformat(),
+                log=str(self.plan.log_link),
+                log_file=str(self.log_path),
+            )
+        )
+
+    def _fail(self, phase: str, lines: list[str]) -> bool:
+        r = self.result
+        r.status = "failed"
+        r.error_lines = steps.error_lines(lines)
+        self.out.error(f"{self.plan.lane}: {phase} failed")
+        for line in r.error_lines:
+            self.out.info(f"  {line}")
+        self.out.info(f"full log: {self.plan.log_link}")
+        self._record_failed(phase)
+        r.timings["total"] = time.monotonic() - self.t0
+        return False
+
+
+def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
+    return BadInput(
+        f"{forge.rel(m.path)}: [upstream] build_number is missing, and upstream {m.name} "
+        f"compiles its build number in (LLAMA_BUILD_NUMBER): the binaries would claim the "
+        "count of this workspace's history instead of the upstream's",
+        hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to count "
+        f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
+        details={"file": forge.rel(m.path), "key": "upstream.build_number"},
+    )
+
+
+def _program_stamps(forge: Forge) -> Path | None:
+    """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
+    programs` (a cache: an unusable place keeps none, the build hashes again)."""
+    try:
+        base = cache_mod.cache_dir(os.environ, forge.workspace)
+    except BadInput:
+        return None
+    return base / "programs" if base is not None else None

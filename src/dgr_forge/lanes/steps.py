@@ -1,0 +1,186 @@
+"""The steps of one lane's build: configure, compile, collect, sign.
+
+Each is a small function that runs one thing and returns what it found; none reads or
+writes state.json (the builder, `lanes.lane_build.LaneBuilder`, records each transition once,
+from `lanes.decision`).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from dgr_forge.attest.records import Artifact
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.host import cmake_options as options
+from dgr_forge.lanes import inputs, logs
+from dgr_forge.lanes.collect import collect_artifacts
+from dgr_forge.lanes.plan import LanePlan
+from dgr_forge.lanes.state import LastBuild
+
+if TYPE_CHECKING:
+    from dgr_forge.attest.keys import Signer
+    from dgr_forge.attest.records import LaneBuild
+    from dgr_forge.lanes.cmake_api import Reply
+    from dgr_forge.lanes.signing import SigningKey
+    from dgr_forge.upstream.manifest import UpstreamManifest
+
+NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
+NO_WORK = "ninja: no work to do."
+
+
+@dataclass(frozen=True)
+class Ran:
+    """A child the step ran: its exit code, its output lines, how long it took."""
+
+    code: int
+    lines: list[str]
+    seconds: float
+    steps: int = 0  # Ninja's last `[done/total]`
+
+    @property
+    def no_work(self) -> bool:
+        return self.code == 0 and any(line.strip() == NO_WORK for line in self.lines)
+
+
+def error_lines(lines: list[str], limit: int = 40) -> list[str]:
+    """The part of a failed build worth showing: Ninja's FAILED block(s) or CMake Errors."""
+    start = next((i for i, line in enumerate(lines) if line.startswith("FAILED:")), None)
+    if start is None:
+        start = next((i for i, line in enumerate(lines) if "CMake Error" in line), None)
+    if start is None:
+        start = max(0, len(lines) - limit)
+    picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
+    return picked[:limit]
+
+
+def configure(cmd: list[str], build_dir: Path, log: IO[str], env: dict[str, str]) -> Ran:
+    """CMake, with a File API query first; `--fresh` over an older configure (inputs
+    changed: no stale cache entries survive)."""
+    from dgr_forge.lanes import cmake_api
+
+    t = time.monotonic()
+    cmake_api.write_query(build_dir)
+    full = list(cmd)
+    if (build_dir / "CMakeCache.txt").exists():
+        full.insert(1, "--fresh")
+    code, lines = logs.run_logged(full, log, env)
+    return Ran(code, lines, time.monotonic() - t)
+
+
+def refuse_unused(forge: Forge, plan: LanePlan, lines: list[str], log: Path) -> None:
+    """Exit 2 for a recipe option CMake never read (it would change nothing). A variable
+    the forge set itself (CMAKE_C_FLAGS on a project without C, the toolchain's settings)
+    is not the user's to act on: CMake's list stays in the log, no warning is printed."""
+    own = set(plan.recipe.cmake_options)
+    unused = [n for n in options.unused_variables(lines) if n in own]
+    if unused:
+        raise BadInput(
+            f"{plan.lane}: CMake did not use recipe option(s) {', '.join(unused)}: "
+            "the project never reads them, so they would change nothing",
+            hint=f"remove them from {forge.rel(plan.recipe.path)}, or fix their names",
+            details={"lane": plan.lane, "unused": unused, "log": str(log)},
+        )
+
+
+def compile_lane(
+    plan: LanePlan, out: Reporter, jobs: int | None, log: IO[str], env: dict[str, str]
+) -> Ran:
+    """Ninja on the recipe's targets, its progress shown as it goes."""
+    lane = plan.lane
+    t = time.monotonic()
+    cmd = [plan.ninja, "-C", str(plan.build_dir)]
+    if jobs:
+        cmd += ["-j", str(jobs)]
+    cmd += list(plan.recipe.targets)
+    steps = [0]
+    with out.progress() as sink:
+        task = sink.add(f"{lane}: compile", total=None)
+
+        def on_line(line: str) -> None:
+            match = NINJA_STATUS.match(line)
+            if match:
+                done, total = int(match.group(1)), int(match.group(2))
+                steps[0] = done
+                sink.update(task, done, total, f"{lane}: {match.group(3)[:60]}")
+
+        code, lines = logs.run_logged(cmd, log, env, on_line)
+    return Ran(code, lines, time.monotonic() - t, steps[0])
+
+
+@dataclass(frozen=True)
+class Found:
+    reply: Reply
+    artifacts: list[Artifact]
+    stats: dict[str, list[int]]  # path -> stat record when it hashed true
+
+
+def collect(forge: Forge, plan: LanePlan, changed: list[Path]) -> Found:
+    """Artifacts through the File API reply, hashed; exit 1 when an artifact found
+    changed on disk was not rebuilt by Ninja."""
+    from dgr_forge.lanes import cmake_api
+
+    reply = cmake_api.read_reply(plan.build_dir)
+    artifacts, stats = collect_artifacts(reply, plan.recipe.targets)
+    gone = [p for p in changed if not p.is_file()]
+    if gone:
+        raise OperationFailed(
+            f"{plan.lane}: {', '.join(forge.rel(p) for p in gone)} changed on disk and "
+            "Ninja did not rebuild it: no report can say what it is",
+            hint=f"delete {forge.rel(plan.build_dir)} and build again",
+            details={"lane": plan.lane, "artifacts": [str(p) for p in gone]},
+        )
+    return Found(reply, artifacts, stats)
+
+
+def sign(
+    forge: Forge, record: LaneBuild, signing: SigningKey, out: Reporter
+) -> tuple[Path, Signer | None]:
+    """The report written, signed with the key asked for (unsigned when so asked)."""
+    from dgr_forge.attest import reports
+
+    signer = signing.signer()
+    why = signing.unsigned_reason()
+    return reports.write_report(forge, record, signer, out, unsigned_reason=why), signer
+
+
+def artifact_rows(artifacts: list[Artifact]) -> list[dict[str, Any]]:
+    return [
+        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
+    ]
+
+
+def last_build(
+    m: UpstreamManifest,
+    plan: LanePlan,
+    record: LaneBuild,
+    found: Found,
+    report: Path,
+    signer: Signer | None,
+    signing: SigningKey,
+    whole: str,
+) -> LastBuild:
+    """What state.json keeps of a written report: what a later no-op re-checks."""
+    return LastBuild(
+        time=record.finished_on.isoformat(),
+        result="ok",
+        log=str(plan.log_link),
+        log_file=str(record.log_file),
+        report=str(report),
+        report_sha256=sha256_file(report),
+        signed_by=signer.keyid if signer else None,
+        signer_fingerprint=signing.fingerprint(),
+        artifacts=artifact_rows(found.artifacts),
+        subject_stats=found.stats,
+        input_digest=whole,
+        inputs=inputs.report_inputs(m, plan.recipe, plan.spec),
+        byproducts={
+            str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
+        },
+    )
