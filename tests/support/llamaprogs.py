@@ -187,7 +187,8 @@ TEST_BACKEND_OPS = textwrap.dedent(
             }
             for (const auto & ne : shapes) {
                 n_total++;
-                printf("  %s(type=f32,ne=[%d,%d,%d,%d]): ", op_names[op], ne[0], ne[1], ne[2], ne[3]);
+                printf("  %s(type=f32,ne=[%d,%d,%d,%d]): ", op_names[op],
+                       ne[0], ne[1], ne[2], ne[3]);
                 fflush(stdout);
                 if (!ggml_test_op_supported(op)) {
                     printf("not supported [%s] ", dev);
@@ -263,7 +264,11 @@ LLAMA_BENCH = textwrap.dedent(
         for (char c : s) {
             if (c == '"') { out += "\\\""; }
             else if (c == '\\') { out += "\\\\"; }
-            else if ((unsigned char) c <= 0x1f) { char buf[8]; snprintf(buf, sizeof(buf), "\\u%04x", c); out += buf; }
+            else if ((unsigned char) c <= 0x1f) {
+                char buf[8];
+                snprintf(buf, sizeof(buf), "\\u%04x", c);
+                out += buf;
+            }
             else { out += c; }
         }
         return out;
@@ -311,7 +316,10 @@ LLAMA_BENCH = textwrap.dedent(
             else if (strcmp(argv[i], "-t") == 0 && more) { n_threads = atoi(argv[++i]); }
             else if (strcmp(argv[i], "-r") == 0 && more) { reps = atoi(argv[++i]); }
             else if (strcmp(argv[i], "-o") == 0 && more) { output = argv[++i]; }
-            else { fprintf(stderr, "error: invalid parameter for argument: %s\n", argv[i]); return 1; }
+            else {
+                fprintf(stderr, "error: invalid parameter for argument: %s\n", argv[i]);
+                return 1;
+            }
         }
         if (reps < 1) { reps = 1; }
         FILE * f = fopen(model, "rb");
@@ -372,7 +380,9 @@ LLAMA_BENCH = textwrap.dedent(
                 printf("    \"avg_ts\": %f,\n", r.avg_ts);
                 printf("    \"stddev_ts\": %f,\n", r.stddev_ts);
                 printf("    \"samples_ns\": [ ");
-                for (size_t i = 0; i < r.samples_ns.size(); i++) { printf(i ? ", %lld" : "%lld", r.samples_ns[i]); }
+                for (size_t i = 0; i < r.samples_ns.size(); i++) {
+                    printf(i ? ", %lld" : "%lld", r.samples_ns[i]);
+                }
                 printf(" ],\n");
                 printf("    \"samples_ts\": [ ");
                 for (size_t i = 0; i < r.samples_ns.size(); i++) {
@@ -383,11 +393,14 @@ LLAMA_BENCH = textwrap.dedent(
             }
             printf("\n]\n");
         } else {
-            printf("| model                          |       size |     params | backend    | threads |            test |                  t/s |\n");
-            printf("| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |\n");
+            printf("| model                          |       size |     params | backend    "
+                   "| threads |            test |                  t/s |\n");
+            printf("| ------------------------------ | ---------: | ---------: | ---------- "
+                   "| ------: | --------------: | -------------------: |\n");
             for (const result & r : results) {
                 char test[32];
-                snprintf(test, sizeof(test), r.n_gen == 0 ? "pp%d" : "tg%d", r.n_gen == 0 ? r.n_prompt : r.n_gen);
+                snprintf(test, sizeof(test), r.n_gen == 0 ? "pp%d" : "tg%d",
+                         r.n_gen == 0 ? r.n_prompt : r.n_gen);
                 printf("| %-30s | %6.2f KiB | %8.2f K | %-10s | %7d | %15s | %12.2f ± %5.2f |\n",
                        model_type.c_str(), model_size / 1024.0, model_size / 4 / 1000.0, "CPU",
                        n_threads, test, r.avg_ts, r.stddev_ts);
