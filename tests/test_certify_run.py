@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 from support.cli import Result, run_forge
 from support.git import Upstream
 from support.llamaprogs import BREAK_MUL, SLOW_DECODE, make_llamaprogs_upstream
@@ -53,6 +54,13 @@ parser = "llama-bench"
 min_avg_ts = { prompt = 1000.0, gen = 1000.0 }
 timeout = 60
 """
+
+
+def valid(result: Result, command: str) -> None:
+    """The --json object validates against docs/json-schema/<command>.json."""
+    schema = json.loads((REPO / "docs" / "json-schema" / f"{command}.json").read_text())
+    errors = [e.message for e in Draft202012Validator(schema).iter_errors(result.json)]
+    assert not errors, errors
 
 
 def recipe_text() -> str:
@@ -148,6 +156,7 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
 ) -> None:
     r = plain.certify("--model", "tiny")
     assert r.code == 0, r
+    valid(r, "certify")
     path = Path(r.json["certification"])
     cls = r.json["hardware_class"]
     assert path == plain.certs / "cpu" / "tiny" / f"{cls}.json" and r.json["trusted"] is True
@@ -182,6 +191,8 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
 
     adv = plain.forge("lanes", "--advertised")
     assert adv.code == 0, adv
+    valid(adv, "lanes")
+    valid(plain.forge("lanes"), "lanes")
     (entry,) = adv.json["entries"]
     assert (entry["lane"], entry["model"], entry["hardware_class"]) == ("cpu", "tiny", cls)
     assert entry["figures"]["ops"]["ops_failed"] == 0
@@ -292,6 +303,7 @@ def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
 def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -> None:
     r = broken.certify("--model", "tiny")
     assert r.code == ExitCode.FAILED, r
+    valid(r, "certify")
     assert r.json["failed_steps"] == ["ops", "speed"], r.json
     err = r.stderr
     assert "2 op case(s) failed (max_failed = 0)" in err

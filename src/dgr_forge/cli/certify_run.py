@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.cli.app import Env
-from dgr_forge.core.errors import BadInput, ExitCode, OperationFailed
+from dgr_forge.core.errors import BadInput, OperationFailed
 
 
 def certify_lane(
@@ -138,7 +138,6 @@ def certify_lane(
         "steps": steps,
         "hardware": identity,
         "certified_on": body["certifiedOn"],
-        "exit_code": ExitCode.OK,
     }
 
 
