@@ -314,3 +314,57 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     steps: list[dict[str, Any]] = r.json["steps"]
     assert steps[0]["figures"]["ops_failed"] == 2 and steps[0]["exit_code"] == 1
     assert steps[1]["figures"]["gen_ts"] < 100
+
+
+def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
+    """The runner on the real build: a step whose program outlives its limit is killed at
+    it and fails; the log keeps what it wrote; the environment keeps no signing key."""
+    import os
+    import time
+
+    from dgr_forge.attest.parsers import Thresholds
+    from dgr_forge.attest.reports import latest_report, subject_digests, verify_report
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.core.output import Reporter
+    from dgr_forge.lanes import certrun
+    from dgr_forge.lanes.certsuite import Step, Suite
+
+    forge = Forge(plain.root, plain.root / ".dgr")
+    report = latest_report(forge, "cpu")
+    assert report is not None
+    subjects = subject_digests(
+        verify_report(report, keys.load_public_file(Path(f"{plain.key}.pub")))
+    )
+    args = ("-m", "{model}", "-p", "64", "-n", "0", "-r", "100000000", "-o", "json")
+    endless = Step("endless", "llama-bench", args, "llama-bench", Thresholds(min_prompt_ts=1.0), 1)
+    suite = Suite(("llama-bench",), (endless,))
+    found = certrun.programs(forge, "cpu", suite, subjects)
+    model = next(plain.models.glob("*00001-of-*.gguf"))
+    started = time.monotonic()
+    (result,) = certrun.run_steps(forge, "cpu", suite, found, {"model": str(model)}, Reporter())
+    assert time.monotonic() - started < 20
+    assert not result.passed and result.exit_code is None
+    assert result.problems == ("stopped at its time limit (1 s)",)
+    assert sha256_file(plain.root / result.log) == result.log_sha256
+    os.environ["DGR_SIGNING_KEY"] = str(plain.key)
+    try:
+        assert "DGR_SIGNING_KEY" not in certrun.child_env()
+        os.environ["GH_TOKEN"] = "t"
+        assert "GH_TOKEN" not in certrun.child_env() and "PATH" in certrun.child_env()
+    finally:
+        os.environ.pop("DGR_SIGNING_KEY", None)
+        os.environ.pop("GH_TOKEN", None)
+    # a step whose placeholder has no value is exit 2 before anything runs
+    with pytest.raises(Exception, match=r"needs \{model\}"):
+        certrun.run_steps(forge, "cpu", suite, found, {"model": None}, Reporter())
+
+
+def test_a_hostile_report_path_is_exit_2(plain: Built, tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path / "missing.jsonl")):
+        r = plain.certify("--model", "tiny", "--report", path)
+        assert r.code == ExitCode.BAD_INPUT, (path, r)
+    assert plain.written() == []
