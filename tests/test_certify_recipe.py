@@ -36,6 +36,7 @@ program = "llama-bench"
 args = ["-m", "{model}", "-t", "{threads}", "-p", "64", "-n", "16", "-o", "json"]
 parser = "llama-bench"
 min_avg_ts = { prompt = 50.0, gen = 5 }
+by_model.tiny = { prompt = 2000.0, gen = 400.0 }
 timeout = 120
 """
 
@@ -62,6 +63,8 @@ def test_the_suite_loads_as_data(tmp_path: Path) -> None:
     assert ops.thresholds.max_failed == 0 and ops.timeout == 600
     assert speed.thresholds.min_prompt_ts == 50.0 and speed.thresholds.min_gen_ts == 5.0
     assert speed.timeout == 120 and r.certify.needs_model
+    assert speed.gate("tiny").min_gen_ts == 400.0 and speed.gate("tiny").min_prompt_ts == 2000.0
+    assert speed.gate("other") == speed.thresholds and speed.gate(None) == speed.thresholds
     assert load(tmp_path, BASE).certify is None
 
 
@@ -115,6 +118,14 @@ def test_shell_metacharacters_are_just_bytes(tmp_path: Path) -> None:
         (('name = "speed"', 'name = "ops"'), "certify.steps[1].name", "twice"),
         (('name = "speed"', 'name = "../x"'), "certify.steps[1].name", "not a step name"),
         (('name = "speed"', 'name = "speed"\nshell = true'), "certify.steps[1].shell",
+         "unknown key"),
+        # a model's own gate: speed steps only, a manifest name, a speed
+        (("max_failed = 0", "max_failed = 0\nby_model.tiny = { gen = 1.0 }"),
+         "certify.steps[0].by_model", "only a llama-bench step"),
+        (("by_model.tiny", 'by_model."../x"'), "certify.steps[1].by_model",
+         "not a model manifest name"),
+        (("gen = 400.0", "gen = -1.0"), "certify.steps[1].by_model.tiny.gen", "not a speed"),
+        (("gen = 400.0 }", "gen = 400.0, tg = 1.0 }"), "certify.steps[1].by_model.tiny.tg",
          "unknown key"),
     ],
 )  # fmt: skip

@@ -26,7 +26,7 @@ from support.roots import REPO, Edit, make_root
 from support.server import flip_byte, write_split_gguf
 
 from dgr_forge.attest import dsse, keys
-from dgr_forge.core.errors import ExitCode
+from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.fsutil import sha256_file
 
 pytestmark = pytest.mark.slow
@@ -52,6 +52,7 @@ program = "llama-bench"
 args = ["-m", "{model}", "-t", "{threads}", "-p", "64", "-n", "16", "-r", "3", "-o", "json"]
 parser = "llama-bench"
 min_avg_ts = { prompt = 1000.0, gen = 1000.0 }
+by_model.huge = { gen = 9000000.0 }
 timeout = 60
 """
 
@@ -103,6 +104,9 @@ def _model_manifest(root: Path, served: Path) -> None:
         ]  # fmt: skip
     (root / "manifests" / "models").mkdir(parents=True, exist_ok=True)
     (root / "manifests" / "models" / "tiny.toml").write_text("\n".join(lines) + "\n")
+    # the same files under another name, with a gate of its own in the recipe (by_model)
+    huge = "\n".join(lines).replace('name = "tiny"', 'name = "huge"', 1)
+    (root / "manifests" / "models" / "huge.toml").write_text(huge + "\n")
 
 
 def _build(path: Path, upstream: Upstream, edits: list[Edit]) -> Built:
@@ -242,6 +246,15 @@ def test_an_attested_certification_is_recorded_but_never_advertised(plain: Built
     assert cpu["certified"] is False and cpu["certification"]["reason"] == "attested, not checked"
 
 
+def test_a_models_own_speed_gate_is_the_one_applied(plain: Built) -> None:
+    r = plain.certify("--model", "huge")
+    assert r.code == ExitCode.FAILED, r
+    assert "step speed: gen speed" in r.stderr and "under min_avg_ts.gen = 9e+06" in r.stderr
+    speed = r.json["steps"][1]
+    assert speed["thresholds"] == {"min_avg_ts": {"gen": 9000000.0}}
+    assert plain.written() == []
+
+
 def test_a_changed_model_file_is_exit_1_and_writes_nothing(plain: Built) -> None:
     dest = plain.root.parent / "model-disk"
     assert plain.certify("--model", "tiny", "--dest", str(dest)).code == 0
@@ -355,7 +368,7 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
         os.environ.pop("DGR_SIGNING_KEY", None)
         os.environ.pop("GH_TOKEN", None)
     # a step whose placeholder has no value is exit 2 before anything runs
-    with pytest.raises(Exception, match=r"needs \{model\}"):
+    with pytest.raises(BadInput, match=r"needs \{model\}"):
         certrun.run_steps(forge, "cpu", suite, found, {"model": None}, Reporter())
 
 

@@ -96,7 +96,7 @@ def certify_lane(
         "device": the_device,
         "threads": str(os.cpu_count() or 1),
     }
-    results = certrun.run_steps(forge, lane, suite, found, values, env.out)
+    results = certrun.run_steps(forge, lane, suite, found, values, env.out, model)
     steps = [r.as_dict() for r in results]
     failed = [r for r in results if not r.passed]
     for r in results:

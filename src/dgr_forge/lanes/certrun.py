@@ -59,6 +59,7 @@ class StepResult:
     problems: tuple[str, ...]
     log: str  # workspace-relative
     log_sha256: str
+    thresholds: parsers.Thresholds  # the gate this run was judged by
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,7 +71,7 @@ class StepResult:
             },
             "args": list(self.argv),
             "parser": self.step.parser,
-            "thresholds": self.step.thresholds.as_dict(),
+            "thresholds": self.thresholds.as_dict(),
             "figures": self.figures,
             "exit_code": self.exit_code,
             "seconds": round(self.seconds, 3),
@@ -182,8 +183,10 @@ def run_steps(
     found: Mapping[str, Program],
     values: Mapping[str, str | None],
     out: Reporter,
+    model: str | None = None,
 ) -> list[StepResult]:
-    """Run every step (all of them, so a failure report is complete)."""
+    """Run every step (all of them, so a failure report is complete); `model` picks a
+    step's per-model gate."""
     argvs = [substitute(step, values) for step in suite.steps]  # exit 2 before anything runs
     logs = forge.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
@@ -211,12 +214,19 @@ def run_steps(
                     hint="rebuild the lane on this host",
                     details={"step": step.name},
                 ) from None
-        results.append(_judge(step, program, argv, done, forge.rel(log), sha256_file(log)))
+        gate = step.gate(model)
+        results.append(_judge(step, gate, program, argv, done, forge.rel(log), sha256_file(log)))
     return results
 
 
 def _judge(
-    step: Step, program: Program, argv: tuple[str, ...], done: Any, log: str, log_sha: str
+    step: Step,
+    gate: parsers.Thresholds,
+    program: Program,
+    argv: tuple[str, ...],
+    done: Any,
+    log: str,
+    log_sha: str,
 ) -> StepResult:
     problems: list[str] = []
     figures: parsers.Figures | None = None
@@ -230,7 +240,7 @@ def _judge(
         except parsers.Unreadable as err:
             problems.append(f"unreadable {step.parser} output: {err}")
     if figures is not None:
-        verdict = parsers.judge(figures, step.thresholds)
+        verdict = parsers.judge(figures, gate)
         problems += verdict.problems
         # the program's own failure report is judged by the gate; any other exit fails
         counted = figures.figures.get("ops_failed", figures.figures.get("failed", 0))
@@ -247,4 +257,5 @@ def _judge(
         problems=tuple(problems),
         log=log,
         log_sha256=log_sha,
+        thresholds=gate,
     )

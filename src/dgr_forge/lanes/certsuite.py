@@ -17,11 +17,14 @@
     args = ["-m", "{model}", "-p", "64", "-n", "16", "-o", "json"]
     parser = "llama-bench"
     min_avg_ts = { prompt = 50.0, gen = 5.0 }
+    by_model.tiny = { prompt = 2000.0, gen = 400.0 }   # this model's own speed gate
 
 Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
 just bytes); the only placeholders are `{model}`, `{device}` and `{threads}`, and any other
 brace is refused. Every step names its gate: `max_failed` for the counting parsers,
 `min_avg_ts` for `llama-bench`; a step without one would pass by default and is refused.
+Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
+`min_avg_ts` for that model (`certify --model NAME`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,17 @@ MAX_ARG = 1024
 MAX_FAILED = 1_000_000
 MAX_TS = 1e7
 _COUNTING = ("test-backend-ops", "ctest")
-_STEP_KEYS = {"name", "program", "args", "parser", "max_failed", "min_avg_ts", "timeout"}
+_STEP_KEYS = {
+    "name",
+    "program",
+    "args",
+    "parser",
+    "max_failed",
+    "min_avg_ts",
+    "timeout",
+    "by_model",
+}
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +69,11 @@ class Step:
     parser: str
     thresholds: Thresholds
     timeout: int  # seconds
+    by_model: tuple[tuple[str, Thresholds], ...] = ()  # a model's own speed gate
+
+    def gate(self, model: str | None) -> Thresholds:
+        """The thresholds for a run with `model` (its own, else the step's)."""
+        return next((t for name, t in self.by_model if name == model), self.thresholds)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -153,7 +171,29 @@ def _step(c: Checker, raw: Any, where: str, targets: tuple[str, ...]) -> Step:
         parser=parser,
         thresholds=_thresholds(c, table, where, parser),
         timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
+        by_model=_by_model(c, table, where, parser),
     )
+
+
+def _by_model(
+    c: Checker, table: dict[str, Any], where: str, parser: str | None
+) -> tuple[tuple[str, Thresholds], ...]:
+    raw = table.get("by_model")
+    if raw is None:
+        return ()
+    if parser != "llama-bench":
+        raise c.fail(
+            f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
+        )
+    models = c.table(raw, f"{where}.by_model", fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }")
+    out = []
+    for name, speeds in models.items():
+        if not MODEL_NAME.fullmatch(name):
+            raise c.fail(
+                f"{where}.by_model", f"{shown_value(name)} is not a model manifest name", "fix it"
+            )
+        out.append((name, _speeds(c, speeds, f"{where}.by_model.{name}")))
+    return tuple(out)
 
 
 def _check_arg(c: Checker, key: str, arg: str) -> None:
@@ -200,15 +240,19 @@ def _thresholds(c: Checker, table: dict[str, Any], where: str, parser: str | Non
             "missing: a step never passes by default",
             "add min_avg_ts = { prompt = 50.0, gen = 5.0 }",
         )
-    speeds = c.table(speeds, f"{where}.min_avg_ts", fix="min_avg_ts = { prompt = 50.0, gen = 5.0 }")
-    c.known_keys(speeds, {"prompt", "gen"}, f"{where}.min_avg_ts")
+    return _speeds(c, speeds, f"{where}.min_avg_ts")
+
+
+def _speeds(c: Checker, raw: Any, where: str) -> Thresholds:
+    speeds = c.table(raw, where, fix="min_avg_ts = { prompt = 50.0, gen = 5.0 }")
+    c.known_keys(speeds, {"prompt", "gen"}, where)
     if not speeds:
-        raise c.fail(f"{where}.min_avg_ts", "empty", "give prompt and/or gen tokens per second")
+        raise c.fail(where, "empty", "give prompt and/or gen tokens per second")
     got: dict[str, float] = {}
     for key, value in speeds.items():
         if type(value) not in (int, float) or not 0 < value <= MAX_TS:
             raise c.fail(
-                f"{where}.min_avg_ts.{key}",
+                f"{where}.{key}",
                 f"{shown_value(value)} ({type_name(value)}) is not a speed in (0, {MAX_TS:g}] t/s",
                 f"{key} = 5.0",
             )
