@@ -20,12 +20,33 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.cli.app import Env
+from dgr_forge.cli.context import Session
 from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
 
 
 def certify_lane(
     env: Env,
     *,
+    lane: str,
+    model: str | None,
+    dest: Path | None,
+    device: str | None,
+    report: Path | None,
+    key: str | None,
+    report_key: str | None,
+) -> dict[str, Any]:
+    """`certify --lane` under the workspace lock, held for the whole run: a build cannot
+    change the lane's binaries, nor another certify its logs, while the steps run."""
+    probed = (env.forge.toolchains_dir / "probes.toml").is_file()
+    with env.session(lock=True, recipes=True, worker=True, probes=probed) as s:
+        return _certify(env, s, probed, lane, model, dest, device, report, key, report_key)
+
+
+def _certify(
+    env: Env,
+    s: Session,
+    probed: bool,
     lane: str,
     model: str | None,
     dest: Path | None,
@@ -42,11 +63,9 @@ def certify_lane(
     from dgr_forge.lanes.recipes import select
     from dgr_forge.lanes.state import lane_state
 
-    probed = (env.forge.toolchains_dir / "probes.toml").is_file()
-    with env.session(recipes=True, worker=True, probes=probed) as s:
-        forge, m, all_recipes = s.forge, s.manifest, s.recipes
-        bound_worker = worker_identity(s.worker)
-        tools = tool_versions(s.doctor, all_recipes) if probed else None
+    forge, m, all_recipes = s.forge, s.manifest, s.recipes
+    bound_worker = worker_identity(s.worker)
+    tools = tool_versions(s.doctor, all_recipes) if probed else None
     (recipe,) = select(all_recipes, [lane])
     suite = recipe.certify
     if suite is None:
@@ -141,7 +160,7 @@ def certify_lane(
     }
 
 
-def _model(env: Env, forge: Any, name: str, dest: Path | None) -> tuple[dict[str, Any], Path]:
+def _model(env: Env, forge: Forge, name: str, dest: Path | None) -> tuple[dict[str, Any], Path]:
     """The model's files verified (provisioned when missing); (what the record binds, the
     first split's path)."""
     from dgr_forge.attest import checked
@@ -184,7 +203,7 @@ def _model(env: Env, forge: Any, name: str, dest: Path | None) -> tuple[dict[str
                 details={"model": name},
             )
 
-    def part(f: Any) -> int:
+    def part(f: models.ModelFile) -> int:
         split = models.split_name(f.name)
         return split.no if split else 0
 
