@@ -306,6 +306,10 @@ def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
         (["--model", "../../etc/passwd"], "not a manifest name"),
         (["--model", "-x"], "not a manifest name"),
         ([], "pass --model"),
+        (["--model", "tiny", "--dest", "/dev/zero"], "/dev/zero"),
+        (["--model", "tiny", "--dest", "/home/someone/models"], "/home"),
+        (["--model", "tiny", "--attested", "/dev/null"], "--attested records"),
+        (["--model", "tiny", "--hardware", "a rig"], "--hardware goes with --attested"),
     ):
         r = plain.certify(*args)
         assert r.code == ExitCode.BAD_INPUT, (args, r)
