@@ -330,7 +330,7 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     assert broken.written() == []
     steps: list[dict[str, Any]] = r.json["steps"]
     assert steps[0]["figures"]["ops_failed"] == 2 and steps[0]["exit_code"] == 1
-    assert steps[1]["figures"]["gen_ts"] < 100
+    assert steps[1]["figures"]["gen_ts"] < 250
 
 
 def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:

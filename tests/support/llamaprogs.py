@@ -19,7 +19,7 @@ formats of llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console) and
   (`NOISY_BENCH`) makes the output unparseable.
 
 The speeds are measured, not printed constants: unpatched, a token costs microseconds
-(hundreds of thousands of tokens per second); slowed, 20 ms (at most 50 t/s). A gate of
+(hundreds of thousands of tokens per second); slowed, 5 ms (at most 200 t/s). A gate of
 1000 t/s sits between them with a margin of orders of magnitude either way.
 """
 
@@ -458,7 +458,7 @@ SLOW_DECODE = Edit(
         ).replace(
             "    for (int t = 0; t < n_tokens; t++) {\n",
             "    for (int t = 0; t < n_tokens; t++) {\n"
-            "        std::this_thread::sleep_for(std::chrono::milliseconds(20));\n",
+            "        std::this_thread::sleep_for(std::chrono::milliseconds(5));\n",
         )
     },
     "llama: wait for the device each token",
