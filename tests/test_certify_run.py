@@ -385,3 +385,36 @@ def test_a_hostile_report_path_is_exit_2(plain: Built, tmp_path: Path) -> None:
         r = plain.certify("--model", "tiny", "--report", path)
         assert r.code == ExitCode.BAD_INPUT, (path, r)
     assert plain.written() == []
+
+
+def test_an_untrusted_or_tampered_record_is_not_advertised(plain: Built) -> None:
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    path = Path(r.json["certification"])
+    trusted = plain.certs / "trusted-keys" / "release.pub"
+    pub = trusted.read_bytes()
+    trusted.unlink()
+    try:
+        lanes = plain.forge("lanes")
+        (entry,) = lanes.json["lanes"][0]["certifications"]
+        assert entry["advertised"] is False and entry["reason"].startswith("untrusted:")
+        assert plain.forge("lanes", "--advertised").json["entries"] == []
+        # an explicitly trusted key counts (lanes --advertised --key PUB)
+        extra = plain.forge("lanes", "--advertised", "--key", f"{plain.key}.pub")
+        assert [e["hardware_class"] for e in extra.json["entries"]] == [path.stem], extra
+    finally:
+        trusted.write_bytes(pub)
+    env = json.loads(path.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["steps"][1]["figures"]["gen_ts"] = 1e9  # a better figure than was measured
+    env["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    path.write_text(json.dumps(env))
+    (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
+    assert entry["advertised"] is False and "signature does not verify" in entry["reason"]
+    # a record moved to another hardware class's name is not that class's
+    path.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    other = path.with_name("nvidia-sm90-h200-141gb.json")
+    path.rename(other)
+    (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
+    assert entry["advertised"] is False and entry["reason"].startswith("invalid: the record")
