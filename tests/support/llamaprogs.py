@@ -412,6 +412,14 @@ LLAMA_BENCH = textwrap.dedent(
     """
 ).lstrip()
 
+
+def _edit(text: str, old: str, new: str) -> str:
+    """`text` with `old` replaced: an upstream file that no longer has `old` is this
+    module's bug, said here rather than as a build without the programs."""
+    assert old in text, f"llamaprogs: {old!r} is gone from the llama-like upstream"
+    return text.replace(old, new)
+
+
 FILES: dict[str, str] = {
     "ggml/include/ggml-test-ops.h": OPS_H,
     "ggml/src/ggml-test-ops.c": OPS_C,
@@ -421,12 +429,12 @@ FILES: dict[str, str] = {
     "tools/llama-bench/llama-bench.cpp": LLAMA_BENCH,
     # the programs as llama.cpp builds them: test-backend-ops with LLAMA_BUILD_TESTS,
     # llama-bench with the tools
-    "CMakeLists.txt": LLAMALIKE_FILES["CMakeLists.txt"]
-    .replace(
-        "add_library(llama src/llama.cpp)",
-        "add_library(llama src/llama.cpp src/llama-test-decode.cpp)",
-    )
-    .replace(
+    "CMakeLists.txt": _edit(
+        _edit(
+            LLAMALIKE_FILES["CMakeLists.txt"],
+            "add_library(llama src/llama.cpp)",
+            "add_library(llama src/llama.cpp src/llama-test-decode.cpp)",
+        ),
         "    target_link_libraries(llama-cli PRIVATE llama build_info)\n",
         "    target_link_libraries(llama-cli PRIVATE llama build_info)\n"
         "    add_executable(llama-bench tools/llama-bench/llama-bench.cpp)\n"
@@ -436,10 +444,13 @@ FILES: dict[str, str] = {
     "    add_executable(test-backend-ops tests/test-backend-ops.cpp)\n"
     "    target_link_libraries(test-backend-ops PRIVATE ggml)\n"
     "endif()\n",
-    "ggml/CMakeLists.txt": LLAMALIKE_FILES["ggml/CMakeLists.txt"].replace(
-        "add_library(ggml src/ggml.c)", "add_library(ggml src/ggml.c src/ggml-test-ops.c)"
+    "ggml/CMakeLists.txt": _edit(
+        LLAMALIKE_FILES["ggml/CMakeLists.txt"],
+        "add_library(ggml src/ggml.c)",
+        "add_library(ggml src/ggml.c src/ggml-test-ops.c)",
     ),
 }
+
 
 # patches a series can carry to make a certification step fail
 BREAK_MUL = Edit(
