@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Force, Key
+from dgr_forge.cli.options import Force, Key, Lanes
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -173,10 +173,7 @@ def compare(
 @app.command("certify")
 def certify_command(
     ctx: typer.Context,
-    lane: Annotated[
-        str | None,
-        typer.Option("--lane", help="Run this lane's certification suite here and certify it."),
-    ] = None,
+    lanes: Lanes = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
@@ -211,9 +208,15 @@ def certify_command(
         typer.Option("--report-key", help="Public key the report must verify with."),
     ] = None,
 ) -> None:
-    """Run the lane's certification suite on this host; sign it when every step passes."""
+    """Run the lane's certification suite on this host; sign it when every step passes.
+
+    `--lane` names the one lane certified (its [certify] suite runs on the report's own
+    binaries); `--attested FILE --report R` records a person's evidence instead."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
+        if len(lanes or []) > 1:
+            raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
+        lane = lanes[0] if lanes else None
         if attested is not None:
             if lane is not None or model is not None or device is not None:
                 raise BadInput(
