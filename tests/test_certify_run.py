@@ -3,9 +3,9 @@
 end to end by `certify --lane cpu --model tiny`; each failure is refused with its exit
 code and message and writes nothing to certifications/.
 
-Two real builds for the module: one of the plain series (every passing and most refusing
+Three real builds for the module: one of the plain series (every passing and most refusing
 paths run on it, each test putting back what it changed), one whose series breaks MUL and
-slows decoding."""
+slows decoding, one whose llama-bench prints a line before its JSON."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from support.cli import Result, run_forge
 from support.git import Upstream
-from support.llamaprogs import BREAK_MUL, SLOW_DECODE, make_llamaprogs_upstream
+from support.llamaprogs import BREAK_MUL, NOISY_BENCH, SLOW_DECODE, make_llamaprogs_upstream
 from support.roots import REPO, Edit, make_root
 from support.server import flip_byte, write_split_gguf
 from test_json_schemas import validator
@@ -315,6 +315,22 @@ def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
         assert r.code == ExitCode.BAD_INPUT, (args, r)
         assert says in r.stderr, (args, r.stderr)
     assert plain.written() == []
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    return _build(tmp_path_factory.mktemp("noisy"), upstream, [NOISY_BENCH])
+
+
+def test_a_bench_that_prints_more_than_its_json_is_unreadable(noisy: Built) -> None:
+    """A patch makes llama-bench print a line before its JSON: the speed step cannot read
+    it, so it fails (the ops step still passes), nothing written."""
+    r = noisy.certify("--model", "tiny")
+    assert r.code == ExitCode.FAILED, r
+    assert r.json["failed_steps"] == ["speed"]
+    assert "step speed: unreadable llama-bench output: not JSON" in r.stderr
+    assert r.json["steps"][1]["figures"] is None and r.json["steps"][0]["verdict"] == "pass"
+    assert noisy.written() == []
 
 
 def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -> None:

@@ -455,18 +455,20 @@ FILES: dict[str, str] = {
 # patches a series can carry to make a certification step fail
 BREAK_MUL = Edit(
     {
-        "ggml/src/ggml-test-ops.c": lambda text: text.replace(
-            "dst[i] = a[i] * b[i];", "dst[i] = a[i] * b[i] + 0.25f;"
+        "ggml/src/ggml-test-ops.c": lambda text: _edit(
+            text, "dst[i] = a[i] * b[i];", "dst[i] = a[i] * b[i] + 0.25f;"
         )
     },
     "ggml: fused multiply-add for MUL (off by 0.25)",
 )
 SLOW_DECODE = Edit(
     {
-        "src/llama-test-decode.cpp": lambda text: text.replace(
-            '#include "llama-test-decode.h"\n',
-            '#include "llama-test-decode.h"\n#include <chrono>\n#include <thread>\n',
-        ).replace(
+        "src/llama-test-decode.cpp": lambda text: _edit(
+            _edit(
+                text,
+                '#include "llama-test-decode.h"\n',
+                '#include "llama-test-decode.h"\n#include <chrono>\n#include <thread>\n',
+            ),
             "    for (int t = 0; t < n_tokens; t++) {\n",
             "    for (int t = 0; t < n_tokens; t++) {\n"
             "        std::this_thread::sleep_for(std::chrono::milliseconds(5));\n",
@@ -476,9 +478,10 @@ SLOW_DECODE = Edit(
 )
 NOISY_BENCH = Edit(
     {
-        "tools/llama-bench/llama-bench.cpp": lambda text: text.replace(
-            '        if (output == "json") {\n',
-            '        printf("warming up the device...\\n");\n        if (output == "json") {\n',
+        "tools/llama-bench/llama-bench.cpp": lambda text: _edit(
+            text,
+            '    if (output == "json") {\n',
+            '    printf("warming up the device...\\n");\n    if (output == "json") {\n',
         )
     },
     "llama-bench: say when warming up",
