@@ -230,7 +230,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
     system = next((o for o in ("linux", "darwin", "windows") if o in host_oses), "linux")
     gitlab_default = GITLAB_DEFAULT_TAGS[system]
     targets = c.strings(cmake, "targets", "cmake")
-    suite = load_suite(c, data, targets)
+    suite = load_suite(c, data)
     certify_runs_on = _words(c, ci, "certify_runs_on", [], _CI_WORD)
     if certify_runs_on and suite is None:
         raise c.fail(
