@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dgr_forge.core.errors import BadInput
-from dgr_forge.lanes import recipes
+from dgr_forge.host import recipes
 
 BASE = """\
 schema = 1

@@ -359,8 +359,8 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
     from dgr_forge.attest.reports import latest_report, subject_digests, verify_report
     from dgr_forge.core.forge import Forge
     from dgr_forge.core.output import Reporter
+    from dgr_forge.host.certsuite import Step, Suite
     from dgr_forge.lanes import certrun
-    from dgr_forge.lanes.certsuite import Step, Suite
 
     forge = Forge(plain.root, plain.root / ".dgr")
     report = latest_report(forge, "cpu")

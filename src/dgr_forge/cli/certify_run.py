@@ -58,9 +58,9 @@ def _certify(
     from dgr_forge.attest import certify as certify_mod
     from dgr_forge.attest import checked, hardware, keys
     from dgr_forge.attest import reports as reports_mod
+    from dgr_forge.host.recipes import select
     from dgr_forge.lanes import certrun
     from dgr_forge.lanes.inputs import tool_versions, worker_identity
-    from dgr_forge.lanes.recipes import select
     from dgr_forge.lanes.state import lane_state
 
     forge, m, all_recipes = s.forge, s.manifest, s.recipes

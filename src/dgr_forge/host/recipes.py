@@ -25,7 +25,7 @@ everywhere with no code change.
     packages = ["libvulkan-dev", "glslc"]  # optional: apt packages the job installs first
     certify_runs_on = ["self-hosted", "gpu-cuda"]  # optional: a certify job on this hardware
     [certify]                              # optional: the lane's certification suite
-    targets = ["test-backend-ops"]         # (see lanes/certsuite.py)
+    targets = ["test-backend-ops"]         # (see host/certsuite.py)
 
 Option values are data, not CMake arguments: a small safe character set (no `;`,
 whitespace, `$`, quotes, backslash, control characters, no leading `-`); a CMake list is
@@ -46,7 +46,7 @@ from typing import Any
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.tomlcheck import Checker
-from dgr_forge.lanes.certsuite import Suite, load_suite
+from dgr_forge.host.certsuite import Suite, load_suite
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")

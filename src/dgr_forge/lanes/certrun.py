@@ -26,8 +26,8 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import bounded
+from dgr_forge.host.certsuite import Step, Suite
 from dgr_forge.lanes import cmake_api
-from dgr_forge.lanes.certsuite import Step, Suite
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 # the backend's first device as ggml names it, the default `{device}`
