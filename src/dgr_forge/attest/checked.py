@@ -102,7 +102,7 @@ def write(
             raise BadInput(f"{rel}: a symlink", hint=f"make {rel} a plain directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
-    out.info(f"certified {lane} / {name} / {hardware_class}: {forge.rel(path)}")
+    out.answer(f"certified {lane} / {name} / {hardware_class}: {forge.rel(path)}")
     if signer.keyid not in trusted:
         out.warn(
             f"keyid {signer.keyid[:16]} is not in {certify.TRUSTED_KEYS_DIR}/: `lanes "
