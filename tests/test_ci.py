@@ -1252,3 +1252,69 @@ def test_a_missing_pin_says_the_project_has_no_published_source_yet(root: Path) 
                       str(root / "wf.yml"))  # fmt: skip
     assert check.code == 1 and "is a placeholder" in check.json["error"], check
     assert "--tool-source" in check.json["hint"]
+
+
+CERTIFIED_CUDA = (
+    CUDA.replace(
+        'runs_on = ["ubuntu-24.04", "gpu"]',
+        'runs_on = ["ubuntu-24.04", "gpu"]\ncertify_runs_on = ["self-hosted", "gpu-cuda"]',
+    )
+    + """
+[certify]
+targets = ["test-backend-ops", "llama-bench"]
+[[certify.steps]]
+name = "ops"
+program = "test-backend-ops"
+args = ["test", "-b", "{device}"]
+parser = "test-backend-ops"
+max_failed = 0
+[[certify.steps]]
+name = "speed"
+program = "llama-bench"
+args = ["-m", "{model}", "-o", "json"]
+parser = "llama-bench"
+min_avg_ts = { prompt = 50.0, gen = 5.0 }
+"""
+)
+
+
+@pytest.mark.slow
+def test_certify_runs_on_adds_a_certify_job_on_trusted_refs_only(tmp_path: Path) -> None:
+    """Issue 30 #8: `ci.certify_runs_on` renders a certify job for that lane on its own
+    hardware, like signing never for pull requests, the key in one step of the
+    release-signing environment; both files pass their schemas and zizmor."""
+    root = write_root(tmp_path / "forge", {"cpu": CPU, "cuda": CERTIFIED_CUDA})
+    github, gitlab = render(root), render(root, "gitlab")
+    jobs = github_jobs(github)
+    certify = jobs["certify"]
+    assert certify["runs-on"] == "${{ matrix.certify_runs_on }}"
+    assert certify["strategy"]["matrix"]["include"] == [
+        {"lane": "cuda", "backend": "CUDA", "certify_runs_on": ["self-hosted", "gpu-cuda"],
+         "needs_model": True},
+    ]  # fmt: skip
+    assert certify["if"] == jobs["sign"]["if"] and certify["environment"] == "release-signing"
+    assert certify["needs"] == "sign" and certify["permissions"] == {"contents": "read"}
+    step = next(s for s in certify["steps"] if "dgr-forge certify" in s.get("run", ""))
+    assert step["env"] == {"DGR_SIGNING_KEY": "${{ secrets.DGR_SIGNING_KEY }}"}
+    assert '--model "$DGR_MODEL" --dest "$DGR_MODEL_DIR"' in step["run"]
+    assert "${{" not in step["run"]  # recipe and repository values arrive through env
+    upload = next(s for s in certify["steps"] if "upload-artifact" in s.get("uses", ""))
+    assert "certifications/" in upload["with"]["path"]
+    lab = yaml.safe_load(gitlab)
+    job = lab["certify:cuda"]
+    assert job["tags"] == ["self-hosted", "gpu-cuda"] and job["needs"] == ["sign:cuda"]
+    assert job["environment"] == {"name": "release-signing"}
+    assert job["rules"][0] == {
+        "if": '$CI_PIPELINE_SOURCE == "merge_request_event"',
+        "when": "never",
+    }
+    assert "certify" in lab["stages"] and "certify:cpu" not in lab
+    findings = validate(tmp_path / "v", github, gitlab)
+    assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
+    # the auditor persona also flags self-hosted runners, which this job runs on by design
+    strict = validate(tmp_path / "auditor", github, gitlab, "auditor")
+    assert {f["ident"] for f in strict} <= {"unpinned-images", "self-hosted-runner"}, strict
+    # without certify_runs_on, no certify job (and no certify stage)
+    plain = write_root(tmp_path / "plain", {"cpu": CPU, "cuda": CUDA})
+    assert "certify" not in github_jobs(render(plain))
+    assert "certify" not in yaml.safe_load(render(plain, "gitlab"))["stages"]

@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
+ATTESTED = "attested, not checked"
+
 
 def forge_root(tmp_path: Path, upstream: Upstream, patch_text: str) -> Path:
     """A forge root with the project's real cpu recipe, toolchains and CMake modules."""
@@ -120,17 +122,22 @@ def test_real_build_report_verifies_certifies_and_lapses(
     assert r.json["trusted"] is False and r.json["report_sha256"] == sha256_file(report)
     r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
     assert r.code == 0 and r.json["advertised"] == [], r
+    # a person's evidence is recorded, valid with the key, and never advertised (issue 30)
+    r = run_forge("lanes", "--key", str(pub), "--root", str(root), "--json")
+    assert r.code == 0 and r.json["lanes"][0]["certification"]["reason"] == ATTESTED, r
     r = run_forge("lanes", "--advertised", "--key", str(pub), "--root", str(root), "--json")
-    assert r.code == 0 and r.json["advertised"] == ["cpu"], r
+    assert r.code == 0 and r.json["advertised"] == [], r
     # committed as trusted by the release engineers
     (root / "certifications/trusted-keys").mkdir(parents=True)
     shutil.copy(pub, root / "certifications/trusted-keys/release.pub")
-    r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
+    r = run_forge("lanes", "--root", str(root), "--json")
     assert r.code == 0, r
-    assert r.json["advertised"] == ["cpu"]
+    assert r.json["lanes"][0]["certification"]["reason"] == ATTESTED
     assert r.json["lanes"][0]["certification"]["record"]["evidence_sha256"] == sha256_file(evidence)
-    r = run_forge("lanes", "--advertised", "--root", str(root))
-    assert "cpu" in r.stdout and "yes" in r.stdout
+    r = run_forge("lanes", "--advertised", "--root", str(root), "--json")
+    assert r.code == 0 and r.json["advertised"] == [], r
+    r = run_forge("lanes", "--root", str(root))
+    assert "cpu" in r.stdout and ATTESTED in r.stdout  # the table is the answer: stdout
 
     # a rebuild of the same inputs: the statement differs only in run details
     shutil.rmtree(root / ".dgr/build/cpu")

@@ -11,6 +11,7 @@ from __future__ import annotations
 # wall seconds on one worker of three, idle 2-core machine
 LONGEST_FIRST = (
     "test_ci_runs.py",  # 17.6 s
+    "test_certify_run.py",  # 24.9 s on one busy worker (-n 0, shared machine): three builds
     "test_build_truth.py",  # 17.0
     "test_build.py",  # 14.2
     "test_build_repro.py",  # 12.4

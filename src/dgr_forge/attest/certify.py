@@ -130,7 +130,7 @@ def bound_inputs(
     }
 
 
-def _inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
+def inputs_lapse(bound: Any, current: dict[str, Any]) -> str | None:
     """Why the bound inputs are not the current ones (None: they are)."""
     if not isinstance(bound, dict):
         return "the certification does not bind the toolchain file, cmake/ or the worker"
@@ -228,16 +228,82 @@ def certify(
     worker: Mapping[str, Any] | None = None,
     tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[Path, Certification]:
-    """Verify `report`, check it matches the current recipe/pin/series, write the record."""
+    """Verify `report`, check it matches the current recipe/pin/series, write the record
+    of a person's evidence (`certify --attested`: recorded, shown "attested, not checked",
+    never advertised)."""
     _anchor_dir(forge, CERT_DIR, _allowed_owners(forge))  # never written through a link
     evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
         evidence,
         what="evidence file",
-        hint="pass --evidence with the test log or benchmark output from the hardware run "
+        hint="pass --attested with the test log or benchmark output from the hardware run "
         f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
         limit=MAX_EVIDENCE_BYTES,
     )
-    check = reports_mod.verify_report(report, report_key)
+    checked = check_report(forge, recipes, m, report, report_key, worker, tools)
+    lane, recipe, check, current = checked.lane, checked.recipe, checked.check, checked.inputs
+    stmt = check.report.statement or {}
+    hw: dict[str, Any] = (
+        {"description": hardware, "probed": False} if hardware else probe_hardware()
+    )
+    body = {
+        "_type": CERT_TYPE,
+        "lane": lane,
+        "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
+        "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
+        "seriesDigest": m.series_digest,
+        "inputs": current,
+        "report": {
+            "name": report.name,
+            "sha256": check.report.sha256,
+            "keyid": check.verified_by,
+            "subjects": stmt.get("subject", []),
+        },
+        "hardware": hw,
+        "evidence": {"name": evidence.name, "sha256": evidence_sha},
+        "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
+    }
+    # the trust anchors are checked before anything is written: a hostile one is exit 2
+    trusted = {k.keyid for k in trusted_keys(forge)}
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
+    path = cert_path(forge, lane)
+    atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
+    cert = _from_body(body, signer.keyid, path)
+    out.answer(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
+    if signer.keyid not in trusted:
+        out.warn(
+            f"keyid {signer.keyid[:16]} is not in {TRUSTED_KEYS_DIR}/: `lanes --advertised` will "
+            f"not list {lane} until its public key is committed there"
+        )
+    return path, cert
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A report `check_report` accepted: its lane, recipe, verification and the inputs a
+    certification binds as the checkout has them now."""
+
+    lane: str
+    recipe: Recipe
+    check: reports_mod.Verification
+    inputs: dict[str, Any]
+
+
+def check_report(
+    forge: Forge,
+    recipes: Mapping[str, Recipe],
+    m: UpstreamManifest,
+    report: Path,
+    report_key: PublicKey,
+    worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    artifacts_base: Path | None = None,
+) -> CheckedReport:
+    """Verify `report` (signature, statement; with `artifacts_base`, every subject re-hashed
+    there): exit 1 when it fails; check it was built from this checkout's recipe, pin,
+    series and toolchain file: exit 2 naming what differs."""
+    check = reports_mod.verify_report(report, report_key, artifacts_base=artifacts_base)
     if not check.ok:
         raise OperationFailed(
             f"{report}: the report failed verification, refusing to certify it:\n  "
@@ -287,40 +353,7 @@ def certify(
             f"{lane}`), run it on the hardware, and certify the new report",
             details={"stale": [w for w, _, _ in stale]},
         )
-    hw: dict[str, Any] = (
-        {"description": hardware, "probed": False} if hardware else probe_hardware()
-    )
-    body = {
-        "_type": CERT_TYPE,
-        "lane": lane,
-        "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
-        "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
-        "seriesDigest": m.series_digest,
-        "inputs": current,
-        "report": {
-            "name": report.name,
-            "sha256": check.report.sha256,
-            "keyid": check.verified_by,
-            "subjects": stmt.get("subject", []),
-        },
-        "hardware": hw,
-        "evidence": {"name": evidence.name, "sha256": evidence_sha},
-        "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
-    }
-    # the trust anchors are checked before anything is written: a hostile one is exit 2
-    trusted = {k.keyid for k in trusted_keys(forge)}
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
-    path = cert_path(forge, lane)
-    atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
-    cert = _from_body(body, signer.keyid, path)
-    out.answer(f"certified lane {lane}: {forge.rel(path)} (keyid {signer.keyid[:16]})")
-    if signer.keyid not in trusted:
-        out.warn(
-            f"keyid {signer.keyid[:16]} is not in {TRUSTED_KEYS_DIR}/: `lanes --advertised` will "
-            f"not list {lane} until its public key is committed there"
-        )
-    return path, cert
+    return CheckedReport(lane, recipe, check, current)
 
 
 # ----------------------------------------------------------------------------- reading
@@ -523,7 +556,7 @@ def _status(
         return CertStatus(lane, False, "lapsed: the upstream pin moved since certification", cert)
     if cert.series_digest != m.series_digest:
         return CertStatus(lane, False, "lapsed: the patch series changed since certification", cert)
-    lapse = _inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker, tools))
+    lapse = inputs_lapse(cert.inputs, bound_inputs(forge, recipe, worker, tools))
     if lapse is not None:
         return CertStatus(lane, False, f"lapsed: {lapse}", cert)
     return CertStatus(lane, True, "certified", cert)

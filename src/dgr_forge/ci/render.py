@@ -69,6 +69,25 @@ def matrix(recipes: dict[str, Recipe]) -> dict[str, list[dict[str, Any]]]:
     return {"include": include}
 
 
+def certify_matrix(recipes: dict[str, Recipe]) -> dict[str, list[dict[str, Any]]]:
+    """The lanes whose recipe sets `ci.certify_runs_on`: one certify job each, on that
+    hardware (the entry: lane, backend, the runner labels, whether the suite runs a model)."""
+    include = []
+    for name in sorted(recipes):
+        recipe = recipes[name]
+        if recipe.certify is None or not recipe.certify_runs_on:
+            continue
+        include.append(
+            {
+                "lane": recipe.name,
+                "backend": recipe.backend,
+                "certify_runs_on": list(recipe.certify_runs_on),
+                "needs_model": recipe.certify.needs_model,
+            }
+        )
+    return {"include": include}
+
+
 def provider(name: str) -> Provider:
     try:
         return PROVIDERS[name]
@@ -208,6 +227,7 @@ def render(
     context = {
         "matrix": lanes,
         "rows": rows,
+        "certify": certify_matrix(recipes),
         "proof": proof,
         "proof_row": rows[lanes["include"].index(proof)],
         "pin": manifest.commit,

@@ -198,6 +198,19 @@ def lanes(
             rows = overview(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
         if advertised:
             rows = [r for r in rows if r["certified"]]
+            entries = [e for r in rows for e in r["certifications"] if e["advertised"]]
+            env.out.table(
+                None,
+                ["lane", "model", "hardware class", "figures", "certified on"],
+                [
+                    (e["lane"], e["model"], e["hardware_class"], _figures(e["figures"]),
+                     e["certified_on"] or "")
+                    for e in entries
+                ],
+                empty="nothing certified: no lane has a valid hardware certification",
+            )  # fmt: skip
+            return {"lanes": rows, "advertised": sorted({e["lane"] for e in entries}),
+                    "entries": entries}  # fmt: skip
         env.out.table(
             None,
             ["lane", "backend", "here", "last build", "report", "certified"],
@@ -222,12 +235,26 @@ def lanes(
                 else "no lanes: add recipes/<lane>.toml"
             ),
         )
-        result: dict[str, Any] = {"lanes": rows}
-        if advertised:
-            result["advertised"] = [r["lane"] for r in rows]
-        return result
+        return {"lanes": rows}
 
     run(ctx, "lanes", body)
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    """One line of a certification's figures: ops passed/failed, tokens per second."""
+    parts = []
+    for step, f in sorted(figures.items()):
+        if not isinstance(f, dict):
+            continue
+        if "ops_total" in f:
+            parts.append(f"{step}: {f['ops_passed']}/{f['ops_total']} ops")
+        if f.get("prompt_ts") is not None:
+            parts.append(f"{step}: pp {f['prompt_ts']:.1f} t/s")
+        if f.get("gen_ts") is not None:
+            parts.append(f"{step}: tg {f['gen_ts']:.1f} t/s")
+        if "tests" in f and isinstance(f["tests"], int):
+            parts.append(f"{step}: {f['passed']}/{f['tests']} tests")
+    return ", ".join(parts)
 
 
 @app.command()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Force, Key
+from dgr_forge.cli.options import Force, Key, Lanes
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -173,12 +173,34 @@ def compare(
 @app.command("certify")
 def certify_command(
     ctx: typer.Context,
-    report: Annotated[Path, typer.Option("--report", help="The verified report of the run.")],
-    evidence: Annotated[
-        Path, typer.Option("--evidence", help="Test/benchmark output from the hardware run.")
-    ],
+    lanes: Lanes = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
+    ] = None,
+    dest: Annotated[
+        Path | None,
+        typer.Option("--dest", help="Model directory (default: <workspace>/models/NAME)."),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="The {device} the steps test (default: the first)."),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option("--report", help="The lane's report (default: its latest)."),
+    ] = None,
+    attested: Annotated[
+        Path | None,
+        typer.Option(
+            "--attested",
+            "--evidence",
+            help="Record a person's evidence file instead (attested, not checked).",
+        ),
+    ] = None,
     hardware: Annotated[
-        str | None, typer.Option("--hardware", help="Describe the hardware (default: probe it).")
+        str | None,
+        typer.Option("--hardware", help="With --attested: describe the hardware."),
     ] = None,
     key: Key = None,
     report_key: Annotated[
@@ -186,39 +208,86 @@ def certify_command(
         typer.Option("--report-key", help="Public key the report must verify with."),
     ] = None,
 ) -> None:
-    """Record, signed, that this exact lane/recipe/report passed on real hardware."""
+    """Run the lane's certification suite on this host; sign it when every step passes.
+
+    `--lane` names the one lane certified (its [certify] suite runs on the report's own
+    binaries); `--attested FILE --report R` records a person's evidence instead."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
-        from dgr_forge.attest import certify as certify_mod
-        from dgr_forge.attest import keys
-        from dgr_forge.lanes.inputs import tool_versions, worker_identity
+        if len(lanes or []) > 1:
+            raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
+        lane = lanes[0] if lanes else None
+        if attested is not None:
+            if lane is not None or model is not None or device is not None:
+                raise BadInput(
+                    "--attested records a person's evidence: it takes no --lane, --model or "
+                    "--device",
+                    hint="certify --lane L [--model M] runs the suite; certify --attested FILE "
+                    "--report R records evidence",
+                )
+            if report is None:
+                raise BadInput("--attested needs --report R", hint="name the lane's report")
+            return _attested(env, report, attested, hardware, key, report_key)
+        if lane is None:
+            raise BadInput(
+                "certify needs --lane L (run its suite) or --attested FILE --report R",
+                hint="dgr-forge certify --lane cpu --model tiny",
+            )
+        if hardware is not None:
+            raise BadInput("--hardware goes with --attested", hint="the hardware is probed")
+        from dgr_forge.cli.certify_run import certify_lane
 
-        # the host's tools are bound where its probes are there to read them
-        probed = (env.forge.toolchains_dir / "probes.toml").is_file()
-        with env.session(recipes=True, worker=True, probes=probed) as s:
-            forge, m, all_recipes = s.forge, s.manifest, s.recipes
-            bound_worker = worker_identity(s.worker)  # what the certification binds of it
-            tools = tool_versions(s.doctor, all_recipes) if probed else None
-        public = keys.resolve_verifier(report_key)
-        signer = keys.resolve_signer(key, env.out)
-        path, cert = certify_mod.certify(
-            forge,
-            all_recipes,
-            m,
+        return certify_lane(
+            env,
+            lane=lane,
+            model=model,
+            dest=dest,
+            device=device,
             report=report,
-            evidence=evidence,
-            signer=signer,
-            report_key=public,
-            hardware=hardware,
-            out=env.out,
-            worker=bound_worker,
-            tools=tools,
+            key=key,
+            report_key=report_key,
         )
-        trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
-        return {
-            "certification": str(path),
-            "trusted": signer.keyid in trusted,
-            **cert.as_dict(),
-        }
 
     run(ctx, "certify", body)
+
+
+def _attested(
+    env: Env,
+    report: Path,
+    evidence: Path,
+    hardware: str | None,
+    key: str | None,
+    report_key: str | None,
+) -> dict[str, Any]:
+    from dgr_forge.attest import certify as certify_mod
+    from dgr_forge.attest import keys
+    from dgr_forge.lanes.inputs import tool_versions, worker_identity
+
+    # the host's tools are bound where its probes are there to read them
+    probed = (env.forge.toolchains_dir / "probes.toml").is_file()
+    with env.session(recipes=True, worker=True, probes=probed) as s:
+        forge, m, all_recipes = s.forge, s.manifest, s.recipes
+        bound_worker = worker_identity(s.worker)  # what the certification binds of it
+        tools = tool_versions(s.doctor, all_recipes) if probed else None
+    public = keys.resolve_verifier(report_key)
+    signer = keys.resolve_signer(key, env.out)
+    path, cert = certify_mod.certify(
+        forge,
+        all_recipes,
+        m,
+        report=report,
+        evidence=evidence,
+        signer=signer,
+        report_key=public,
+        hardware=hardware,
+        out=env.out,
+        worker=bound_worker,
+        tools=tools,
+    )
+    env.out.info(f"{cert.lane}: attested, not checked (never advertised)")
+    trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
+    return {
+        "certification": str(path),
+        "trusted": signer.keyid in trusted,
+        **cert.as_dict(),
+    }

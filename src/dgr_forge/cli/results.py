@@ -553,6 +553,30 @@ class Build(Form, kw_only=True):
     error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
 
 
+class CertEntry(Nested, kw_only=True):
+    """a certification the forge ran: `certifications/<lane>/<model>/<hardware-class>.json`"""
+
+    lane: Annotated[str, d("the lane")]
+    model: Annotated[str, d("the model manifest's name (`none`: a suite without a model)")]
+    hardware_class: Annotated[
+        str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
+    ]
+    advertised: Annotated[bool, d("signed by a trusted key and matching every input now")]
+    reason: Annotated[
+        str, d("`certified`, or why not (`untrusted: ...`, `lapsed: ...`, `invalid: ...`)")
+    ]
+    file: Annotated[str, d("the record, relative to the root")]
+    keyid: Annotated[str, d('the trusted key that verified it (`""` when none did)')]
+    certified_on: Annotated[str | None, d("when (ISO 8601, UTC)")]
+    figures: Annotated[
+        dict[str, Obj | None],
+        d(
+            "per step name: its parsed figures (`ops_passed`, `ops_failed`, `ops_unsupported`, "
+            "`ops_total`, `backends`; `prompt_ts`, `gen_ts`, `tests`; JUnit `tests`, `failed`)"
+        ),
+    ]
+
+
 class LaneRow(Nested, kw_only=True):
     """a lane"""
 
@@ -563,23 +587,38 @@ class LaneRow(Nested, kw_only=True):
     missing: Annotated[list[Missing], d("what is missing (the same rows as `doctor`'s)")]
     summary: Annotated[str, d("one line: `buildable`, or what is missing")]
     last_build: LastBuild | None
-    certified: Annotated[bool, d("a valid hardware certification")]
+    certified: Annotated[
+        bool,
+        d(
+            "a certification the forge ran (`certify --lane`), signed by a trusted key and "
+            "matching every input"
+        ),
+    ]
     certification: Annotated[
         Obj,
         d(
-            "`reason` (why not certified, or `valid`; why a certification lapsed: recipe, pin, "
-            "series, toolchain file, `cmake/` modules, worker or the host's tool versions) and "
-            "`record` (its `inputs`: the bound `toolchain {path, sha256}`, `cmakeModules {name: "
-            "sha256}`, `worker`, `tools {name: version}`)"
+            "`reason` (`certified`, `attested, not checked` for a valid record of a person's "
+            "evidence, or why not: `none`, `untrusted: ...`, `lapsed: ...`: recipe, pin, "
+            "series, toolchain file, `cmake/` modules, worker, the host's tool versions, the "
+            "model manifest), `attested` (the `--attested` record's own status) and `record` "
+            "(that record: its `inputs`, the bound `toolchain {path, sha256}`, `cmakeModules "
+            "{name: sha256}`, `worker`, `tools {name: version}`)"
         ),
     ]
+    certifications: Annotated[list[CertEntry], d("the lane's checked records")]
 
 
 class Lanes(Form, kw_only=True):
     title = "lanes [--advertised]"
 
     lanes: Annotated[list[LaneRow], d("per lane")]
-    advertised: Annotated[Strs | UnsetType, d("with `--advertised`: the certified lanes")] = UNSET
+    advertised: Annotated[Strs | UnsetType, d("with `--advertised`: the lanes of `entries`")] = (
+        UNSET
+    )
+    entries: Annotated[
+        list[CertEntry] | UnsetType,
+        d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
+    ] = UNSET
 
 
 class DoctorCache(Nested, kw_only=True):
@@ -717,8 +756,49 @@ class CertifyInputs(Nested, kw_only=True):
     ]
 
 
+class CertStep(Nested, kw_only=True):
+    """one step as run"""
+
+    name: Annotated[str, d("the step")]
+    program: Annotated[Obj, d("`target`, `path` (the report subject), `sha256`")]
+    args: Annotated[Strs, d("its arguments as run (placeholders substituted)")]
+    parser: Annotated[str, d("`test-backend-ops`, `llama-bench` or `ctest`")]
+    thresholds: Annotated[Obj, d("the gate applied: `max_failed`, or `min_avg_ts {prompt, gen}`")]
+    figures: Annotated[Obj | None, d("what the parser read; null: the output was unreadable")]
+    exit_code: Annotated[
+        int | None, d("the program's exit code; null: stopped (time limit, output bound)")
+    ]
+    seconds: Annotated[float, d("how long it ran")]
+    verdict: Annotated[str, d("`pass` or `fail`")]
+    problems: Annotated[Strs, d("why it failed (empty when it passed)")]
+    log: Annotated[Obj, d("the step's full log: `path`, `sha256`")]
+
+
+class CertifyLane(Form, kw_only=True):
+    title = "certify --lane L"
+
+    certification: Annotated[str, d("the record's path")]
+    trusted: Annotated[bool, d("its key is in trusted-keys/")]
+    lane: Annotated[str, d("the lane")]
+    model: Annotated[str, d("the model manifest's name (`none` without one)")]
+    hardware_class: Annotated[str, d("the hardware class the record is named by")]
+    report_sha256: Annotated[str, SHA]
+    keyid: Annotated[str, d("the signing key's id")]
+    steps: Annotated[list[CertStep], d("every step, all passed")]
+    hardware: Annotated[
+        Obj,
+        d(
+            "the probed identity: `cpu {model, flags, count, machine}`, `memory_bytes`, "
+            "`os {system, kernel, release}`, `gpus` (GPU UUIDs only as `uuid_sha256`), "
+            "`uuid_salt`, `probed`"
+        ),
+    ]
+    certified_on: Annotated[str, d("when (ISO 8601, UTC)")]
+
+
 class Certify(Form, kw_only=True):
-    title = "certify"
+    title = "certify --attested FILE --report R"
+    note = "recorded as `attested, not checked`: never advertised"
 
     certification: Annotated[str, d("the record's path")]
     file: Annotated[str, d("the same")]
@@ -1098,7 +1178,8 @@ COMMANDS: tuple[Command, ...] = (
     ),
     _cmd(
         "certify",
-        "Record, signed, that this exact lane/recipe/report passed on real hardware.",
+        "Run the lane's certification suite on this host; sign it when every step passes.",
+        CertifyLane,
         Certify,
     ),
     _cmd(

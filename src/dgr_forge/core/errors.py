@@ -35,12 +35,15 @@ class Details(TypedDict, total=False):
     changed: Annotated[object, "`build`: input files or programs changed during the build"]
     changes: Annotated[object, "the local changes (e.g. in the upstream or git-worker tree)"]
     chosen: Annotated[object, "`build`: the compiler launcher the forge chose"]
+    backend: Annotated[object, "`certify`: the lane's backend whose hardware is not on this host"]
+    bad: Annotated[object, "`certify`: the model files that do not verify"]
     code_check: Annotated[object, "`build`: the launchers found in the code-check rules"]
     compile: Annotated[object, "`build`: the launchers found in the compile rules"]
     commit: Annotated[object, "the commit at fault, e.g. the one a replay stopped on"]
     conflicts: Annotated[object, "the conflicts"]
     current: Annotated[object, "`ci render --check`: false"]
     dest: Annotated[object, "the `--dest` directory"]
+    device: Annotated[object, "`certify`: the `--device` at fault"]
     diff: Annotated[object, "a unified diff"]
     dir: Annotated[object, "the directory at fault"]
     dirty: Annotated[object, "a worker checkout's own edits"]
@@ -53,6 +56,7 @@ class Details(TypedDict, total=False):
     errno: Annotated[object, "the OS error number of a failed file operation"]
     expected: Annotated[object, "what was expected"]
     expected_tree: Annotated[object, "the tree expected"]
+    failed_steps: Annotated[object, "`certify`: the steps that failed (nothing was written)"]
     failures: Annotated[object, "what failed"]
     file: Annotated[object, "the file at fault (a manifest, recipe, model manifest)"]
     files: Annotated[object, "the files involved (e.g. conflicted)"]
@@ -81,6 +85,7 @@ class Details(TypedDict, total=False):
     manifest: Annotated[object, "the manifest at fault"]
     mirror: Annotated[object, "the mirror at fault (masked)"]
     mode: Annotated[object, "a signing key's mode when readable by others"]
+    model: Annotated[object, "`certify`: the model manifest at fault"]
     needed_bytes: Annotated[object, "space needed"]
     next_commands: Annotated[object, "the commands that continue"]
     operation: Annotated[object, "the operation in progress"]
@@ -111,7 +116,13 @@ class Details(TypedDict, total=False):
     stale: Annotated[object, "what is stale"]
     state: Annotated[object, "the state found"]
     status: Annotated[object, "the status found"]
-    step: Annotated[object, "`demo`: the step that did not end as expected"]
+    step: Annotated[
+        object, "`demo`: the step that did not end as expected; `certify`: the certification step"
+    ]
+    steps: Annotated[
+        object,
+        "`certify`: every step as run (the shape of a certification's `steps`), when one failed",
+    ]
     step_exit_code: Annotated[object, "`demo`: its exit code"]
     subject: Annotated[object, "the commit's subject"]
     symlink: Annotated[object, "a symbolic link in the way"]

@@ -7,11 +7,17 @@ output is decoded one way, and a missing or hanging tool is handled one way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import selectors
+import signal
 import subprocess
+import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 _LINE_END = re.compile(rb"[\r\n]")  # git's progress rewrites its line with \r
 
@@ -151,3 +157,88 @@ def spawn(
     finally:
         if not isinstance(sink, int):
             sink.close()
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """A child run to a deadline with its output bounded (`bounded`)."""
+
+    returncode: int | None  # None: it was stopped (deadline or output bound)
+    stdout: bytes  # at most the bound
+    stderr: bytes
+    timed_out: bool
+    over_limit: bool
+    seconds: float
+
+
+def bounded(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    limit: int,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log: BinaryIO | None = None,
+) -> Bounded:
+    """Run `cmd` (no shell, stdin closed, its own session) until it exits, `timeout` seconds
+    pass, or stdout + stderr exceed `limit` bytes; then its whole process group is killed.
+    Every byte read is also written to `log` (stdout and stderr as they interleave). Raises
+    OSError when the program cannot start."""
+    started = time.monotonic()
+    deadline = started + timeout
+    child = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    out_fd, err_fd = child.stdout.fileno(), child.stderr.fileno()
+    bufs = {out_fd: bytearray(), err_fd: bytearray()}
+    total = 0
+    timed_out = over = False
+    with selectors.DefaultSelector() as sel:
+        for fd in bufs:
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(min(left, 1.0)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    continue
+                room = limit - total
+                bufs[key.fd] += chunk[: max(room, 0)]
+                total += len(chunk)
+                if log is not None:
+                    log.write(chunk[: max(room, 0)])
+                if total > limit:
+                    over = True
+                    break
+            if over:
+                break
+    if timed_out or over:
+        _kill_group(child)
+    try:
+        rc: int | None = child.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        timed_out, rc = True, None
+    child.stdout.close()
+    child.stderr.close()
+    if timed_out or over:
+        rc = None
+    seconds = time.monotonic() - started
+    return Bounded(rc, bytes(bufs[out_fd]), bytes(bufs[err_fd]), timed_out, over, seconds)
+
+
+def _kill_group(child: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()

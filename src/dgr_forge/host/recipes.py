@@ -23,6 +23,9 @@ everywhere with no code change.
     container = "nvidia/cuda:12.6.2-devel-ubuntu24.04"   # optional
     image_digest = "sha256:<64 hex>"       # optional: pull `container` by this digest
     packages = ["libvulkan-dev", "glslc"]  # optional: apt packages the job installs first
+    certify_runs_on = ["self-hosted", "gpu-cuda"]  # optional: a certify job on this hardware
+    [certify]                              # optional: the lane's certification suite
+    targets = ["test-backend-ops"]         # (see host/certsuite.py)
 
 Option values are data, not CMake arguments: a small safe character set (no `;`,
 whitespace, `$`, quotes, backslash, control characters, no leading `-`); a CMake list is
@@ -43,16 +46,17 @@ from typing import Any
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.tomlcheck import Checker
+from dgr_forge.host.certsuite import Suite, load_suite
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _KEYS: dict[str, set[str]] = {
-    "": {"schema", "lane", "cmake", "requires", "ci"},
+    "": {"schema", "lane", "cmake", "requires", "ci", "certify"},
     "lane": {"backend", "description", "host_os", "toolchain"},
     "cmake": {"options", "targets"},
     "requires": {"tools", "libraries"},
-    "ci": {"runs_on", "container", "image_digest", "gitlab_tags", "packages"},
+    "ci": {"runs_on", "container", "image_digest", "gitlab_tags", "packages", "certify_runs_on"},
 }
 # Option values: one CMake word, never a list separator, generator expression, variable
 # reference or argument; lists are TOML arrays (joined with `;` by `_option_value`).
@@ -131,6 +135,8 @@ class Recipe:
     image_digest: str | None = None
     gitlab_tags: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
+    certify: Suite | None = None  # `[certify]`: the suite `certify --lane` runs
+    certify_runs_on: tuple[str, ...] = ()  # `ci.certify_runs_on`: a CI certify job's runner
 
     @property
     def image(self) -> str | None:
@@ -223,6 +229,15 @@ def load(path: Path, shown: str | None = None) -> Recipe:
     host_oses = c.strings(lane, "host_os", "lane", ["linux", "darwin", "windows"])
     system = next((o for o in ("linux", "darwin", "windows") if o in host_oses), "linux")
     gitlab_default = GITLAB_DEFAULT_TAGS[system]
+    targets = c.strings(cmake, "targets", "cmake")
+    suite = load_suite(c, data)
+    certify_runs_on = _words(c, ci, "certify_runs_on", [], _CI_WORD)
+    if certify_runs_on and suite is None:
+        raise c.fail(
+            "ci.certify_runs_on",
+            "a certify job for a lane without a [certify] suite",
+            "add the lane's [certify] table, or remove certify_runs_on",
+        )
 
     return Recipe(
         name=name,
@@ -233,7 +248,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         host_os=host_oses,
         toolchain=toolchain,
         cmake_options=options,
-        targets=c.strings(cmake, "targets", "cmake"),
+        targets=targets,
         tools=c.strings(requires, "tools", "requires"),
         libraries=c.strings(requires, "libraries", "requires"),
         runs_on=runs_on,
@@ -241,6 +256,8 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         image_digest=digest,
         gitlab_tags=_words(c, ci, "gitlab_tags", gitlab_default, _CI_WORD),
         packages=_words(c, ci, "packages", [], APT_PACKAGE),
+        certify=suite,
+        certify_runs_on=certify_runs_on,
     )
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dgr_forge.attest.certify import cert_path, certification_status
+from dgr_forge.attest import checked
+from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
 from dgr_forge.host.recipes import Recipe
@@ -26,15 +27,32 @@ def overview(
 ) -> list[dict[str, Any]]:
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
-        doctor, {n: r for n, r in recipes.items() if cert_path(forge, n).is_file()}
+        doctor,
+        {
+            n: r
+            for n, r in recipes.items()
+            if cert_path(forge, n).is_file() or (forge.root / CERT_DIR / n).is_dir()
+        },
     )
-    certs = certification_status(forge, recipes, m, trusted, worker_identity(spec), tools)
+    bound_worker = worker_identity(spec)
+    certs = certification_status(forge, recipes, m, trusted, bound_worker, tools)
+    runs = checked.entries(forge, recipes, m, trusted, bound_worker, tools)
     state = load_lanes_state(forge)["lanes"]
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
         last = state.get(name, {}).get("last_build")
         recorded = LaneState.from_dict(state.get(name)).last_build
+        mine = [e for e in runs if e.lane == name]
+        certified = any(e.advertised for e in mine)
+        attested = certs[name]
+        reason = (
+            "certified"
+            if certified
+            else "attested, not checked"
+            if attested.certified
+            else next((e.reason for e in mine), attested.reason)
+        )
         rows.append(
             {
                 "lane": name,
@@ -58,11 +76,13 @@ def overview(
                     if last
                     else None
                 ),
-                "certified": certs[name].certified,
+                "certified": certified,
                 "certification": {
-                    "reason": certs[name].reason,
-                    "record": (c.as_dict() if (c := certs[name].certification) else None),
+                    "reason": reason,
+                    "attested": attested.reason,
+                    "record": (c.as_dict() if (c := attested.certification) else None),
                 },
+                "certifications": [e.as_dict(forge) for e in mine],
             }
         )
     return rows

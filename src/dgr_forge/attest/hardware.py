@@ -1,0 +1,275 @@
+"""The host, probed exactly for a certification, and its *hardware class*.
+
+Identity: CPU model, flags and count, memory, OS and kernel (from `/proc` and `platform`);
+NVIDIA GPUs from `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,uuid`,
+AMD agents from `rocminfo`, Vulkan devices from `vulkaninfo --summary`. Each probe is
+optional (a missing tool is no GPU of that kind), runs through `core.proc.bounded` with a
+deadline and an output bound, and a GPU's UUID is kept only as sha256(salt + UUID) with a
+random salt per probe: the record can be matched to a device by whoever holds its UUID,
+never read back to one.
+
+The class is derived from the identity and the lane's backend, by this rule:
+
+* CPU lanes: `cpu-<machine>-<level>`; x86_64 level `avx512` (avx512f, bw, dq, vl), `avx2`
+  (avx2 and fma), `avx`, else `sse`; aarch64 `sve` or `neon`; e.g. `cpu-x86_64-avx2`.
+* CUDA lanes: `nvidia-sm<compute capability without the dot>-<model>-<memory>gb` per
+  distinct GPU, `<model>` the name without "NVIDIA"/"GeForce"/"Tesla" in lower-case
+  words joined by `-`, memory rounded up to whole GiB, `-x<N>` for N identical GPUs, `+`
+  between different ones; e.g. `nvidia-sm90-h200-141gb` (143771 MiB).
+* ROCm lanes: `amd-<gfx target>-<model>`; Vulkan lanes: `vulkan-<device name>`; Metal
+  lanes: `apple-<chip>`.
+
+A lane whose backend's hardware is not on the host has no class: exit 2.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import platform
+import re
+import secrets
+import shutil
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.proc import bounded
+
+PROBE_TIMEOUT = 20.0  # seconds per probe: a hung driver query is no answer, not a hang
+PROBE_LIMIT = 1 << 20  # bytes of a probe's output
+PROC_LIMIT = 4 << 20  # bytes read of /proc/cpuinfo (hundreds of cores stay far below)
+MAX_DEVICES = 64
+_WORD = re.compile(r"[^a-z0-9]+")
+
+# a probe: argv -> stdout text, or None when the tool is missing, fails or hangs
+Runner = Callable[[Sequence[str]], str | None]
+
+
+def run_probe(cmd: Sequence[str]) -> str | None:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        done = bounded(cmd, timeout=PROBE_TIMEOUT, limit=PROBE_LIMIT)
+    except (OSError, ValueError):
+        return None
+    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+
+
+def _read_proc(path: str) -> str:
+    try:
+        with open(path, "rb") as f:  # procfs reports size 0: bounded by the read itself
+            return f.read(PROC_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _slug(text: str, drop: Sequence[str] = ()) -> str:
+    words = [w for w in _WORD.split(text.lower()) if w and w not in drop]
+    return "-".join(words)[:48] or "unknown"
+
+
+def uuid_digest(salt: str, uuid: str) -> str:
+    return hashlib.sha256(f"{salt}:{uuid.strip()}".encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- probes
+
+
+def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+    text = _read_proc("/proc/cpuinfo") if cpuinfo is None else cpuinfo
+    model, flags = "", set[str]()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip().lower()
+        if key in ("model name", "hardware", "cpu model") and not model:
+            model = value.strip()
+        elif key in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return {
+        "model": (model or platform.processor() or platform.machine())[:200],
+        "flags": sorted(f for f in flags if len(f) < 40)[:400],
+        "count": os.cpu_count() or 0,
+        "machine": platform.machine(),
+    }
+
+
+def memory_bytes(meminfo: str | None = None) -> int | None:
+    text = _read_proc("/proc/meminfo") if meminfo is None else meminfo
+    m = re.search(r"^MemTotal:\s+(\d{1,15}) kB$", text, re.M)
+    return int(m.group(1)) * 1024 if m else None
+
+
+def os_info() -> dict[str, Any]:
+    pretty = ""
+    for line in _read_proc("/etc/os-release").splitlines():
+        if line.startswith("PRETTY_NAME="):
+            pretty = line.split("=", 1)[1].strip().strip('"')[:200]
+    return {"system": platform.system(), "kernel": platform.release(), "release": pretty}
+
+
+def nvidia_gpus(text: str | None, salt: str) -> list[dict[str, Any]]:
+    """nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,uuid
+    --format=csv,noheader,nounits: one line per GPU."""
+    gpus: list[dict[str, Any]] = []
+    for line in (text or "").splitlines()[:MAX_DEVICES]:
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) != 5 or not parts[0]:
+            continue
+        name, driver, cap, mem, uuid = parts
+        if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cap) or not mem.isdigit() or len(mem) > 9:
+            continue
+        gpus.append(
+            {
+                "vendor": "nvidia",
+                "name": name[:120],
+                "driver": driver[:40],
+                "compute_cap": cap,
+                "memory_mib": int(mem),
+                "uuid_sha256": uuid_digest(salt, uuid),
+            }
+        )
+    return gpus
+
+
+def rocm_agents(text: str | None, salt: str) -> list[dict[str, Any]]:
+    """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
+    agents: list[dict[str, Any]] = []
+    block: dict[str, str] = {}
+
+    def flush() -> None:
+        if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx"):
+            agent: dict[str, Any] = {
+                "vendor": "amd",
+                "name": block.get("marketing name", "")[:120],
+                "gfx": block["name"][:20],
+            }
+            if block.get("uuid"):
+                agent["uuid_sha256"] = uuid_digest(salt, block["uuid"])
+            agents.append(agent)
+
+    for line in (text or "").splitlines():
+        if re.match(r"^\*+\s*$", line.strip()) or line.strip().startswith("Agent "):
+            flush()
+            block = {}
+            continue
+        key, sep, value = line.strip().partition(":")
+        if sep and key.strip().lower() not in block:
+            block[key.strip().lower()] = value.strip()
+    flush()
+    return agents[:MAX_DEVICES]
+
+
+def vulkan_devices(text: str | None, salt: str) -> list[dict[str, Any]]:
+    """vulkaninfo --summary: `GPUn:` blocks with `deviceName = ...`, `deviceType = ...`."""
+    devices: list[dict[str, str]] = []
+    current: dict[str, str] | None = None
+    for line in (text or "").splitlines():
+        if re.match(r"^GPU\d+:\s*$", line.strip()):
+            current = {}
+            devices.append(current)
+            continue
+        if current is not None and "=" in line:
+            key, _, value = line.partition("=")
+            current.setdefault(key.strip(), value.strip()[:120])
+    out = []
+    for d in devices[:MAX_DEVICES]:
+        if not d.get("deviceName"):
+            continue
+        dev: dict[str, Any] = {
+            "vendor": "vulkan",
+            "name": d["deviceName"],
+            "type": d.get("deviceType", ""),
+            "driver": d.get("driverInfo", d.get("driverVersion", "")),
+        }
+        if d.get("deviceUUID"):
+            dev["uuid_sha256"] = uuid_digest(salt, d["deviceUUID"])
+        out.append(dev)
+    return out
+
+
+def probe(run: Runner = run_probe) -> dict[str, Any]:
+    """What this host is (the module doc); `run` answers each external probe."""
+    salt = secrets.token_hex(16)
+    query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
+    smi = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
+    rocm = run(["rocminfo"])
+    vk = run(["vulkaninfo", "--summary"])
+    return {
+        "cpu": cpu_info(),
+        "memory_bytes": memory_bytes(),
+        "os": os_info(),
+        "gpus": nvidia_gpus(smi, salt) + rocm_agents(rocm, salt) + vulkan_devices(vk, salt),
+        "uuid_salt": salt,
+        "probed": True,
+    }
+
+
+# ----------------------------------------------------------------------------- class
+
+
+def _cpu_level(machine: str, flags: set[str]) -> str:
+    if machine in ("x86_64", "amd64", "AMD64"):
+        if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+            return "avx512"
+        if {"avx2", "fma"} <= flags:
+            return "avx2"
+        return "avx" if "avx" in flags else "sse"
+    if machine in ("aarch64", "arm64"):
+        return "sve" if "sve" in flags else "neon"
+    return "base"
+
+
+def _grouped(names: list[str]) -> str:
+    distinct = sorted(set(names))
+    return "+".join(f"{n}-x{names.count(n)}" if names.count(n) > 1 else n for n in distinct)
+
+
+def hardware_class(identity: dict[str, Any], backend: str) -> str:
+    """The class of `identity` for a lane of `backend` (the rule in the module doc)."""
+    gpus = identity.get("gpus") or []
+    kind = backend.lower()
+    if kind == "cpu":
+        cpu = identity.get("cpu") or {}
+        machine = str(cpu.get("machine") or platform.machine())
+        arch = "x86_64" if machine in ("amd64", "AMD64") else machine.lower()
+        level = _cpu_level(machine, set(cpu.get("flags") or ()))
+        return f"cpu-{_slug(arch).replace('-', '_')}-{level}"
+    if kind == "cuda":
+        names = [
+            f"nvidia-sm{g['compute_cap'].replace('.', '')}-"
+            f"{_slug(g['name'], ('nvidia', 'geforce', 'tesla'))}-"
+            f"{math.ceil(g['memory_mib'] / 1024)}gb"
+            for g in gpus
+            if g.get("vendor") == "nvidia"
+        ]
+        if names:
+            return _grouped(names)
+        raise _absent(backend, "no NVIDIA GPU answered `nvidia-smi --query-gpu`")
+    if kind in ("rocm", "rocm/hip", "hip"):
+        names = [
+            f"amd-{_slug(g['gfx'])}-{_slug(g['name'], ('amd', 'radeon', 'instinct'))}"
+            for g in gpus
+            if g.get("vendor") == "amd"
+        ]
+        if names:
+            return _grouped(names)
+        raise _absent(backend, "no GPU agent in `rocminfo`")
+    if kind == "vulkan":
+        names = [f"vulkan-{_slug(g['name'])}" for g in gpus if g.get("vendor") == "vulkan"]
+        if names:
+            return _grouped(names)
+        raise _absent(backend, "no device in `vulkaninfo --summary`")
+    if kind == "metal":
+        cpu = identity.get("cpu") or {}
+        return f"apple-{_slug(str(cpu.get('model')), ('apple',))}"
+    raise _absent(backend, "the forge has no hardware-class rule for this backend")
+
+
+def _absent(backend: str, why: str) -> BadInput:
+    return BadInput(
+        f"this host has no {backend} hardware to certify on: {why}",
+        hint="certify the lane on a host with its hardware (`dgr-forge doctor` says what is here)",
+        details={"backend": backend},
+    )

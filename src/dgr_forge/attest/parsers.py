@@ -1,0 +1,346 @@
+"""Readers of the certification programs' own output, and the thresholds that judge it.
+
+Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BYTES`) to
+`Figures`, or `Unreadable`: output a parser cannot read fails its step, never passes.
+
+* `test-backend-ops` (mode `test`, console output): per backend a section opened by
+  `Backend i/N: NAME`, one line per op case `  OP(params): ...` ending in `OK` or `FAIL`
+  (a failure may print why before `FAIL`, e.g. `[MUL_MAT] NMSE = ... > ... `), or
+  `not supported [NAME]`; then `  P/T tests passed` and `  Backend NAME: OK|FAIL`; a
+  skipped backend prints one indented reason instead. Colour escapes are ignored.
+* `llama-bench` (`-o json`): a JSON array, one object per test with `n_prompt`, `n_gen`,
+  `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size` (and more, ignored). A test
+  with `n_gen == 0` is a prompt test, one with `n_prompt == 0` a generation test.
+* `ctest` (JUnit XML, as `ctest --output-junit` writes it): `<testsuite tests= failures=>`
+  with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
+  entity declaration is accepted (nothing is expanded), and the size is bounded first.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
+MAX_SHOWN_CASES = 20  # failing cases named in a message; the record keeps up to MAX_CASES
+MAX_CASES = 1000
+PARSERS = ("test-backend-ops", "llama-bench", "ctest")
+
+
+class Unreadable(Exception):
+    """The output is not what the parser reads: the step fails, naming why."""
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What a parser read: the figures the record keeps and the failing cases by name."""
+
+    parser: str
+    figures: dict[str, Any]
+    failing: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A step's gate: `max_failed` (op cases / tests) or `min_avg_ts` (tokens per second)."""
+
+    max_failed: int | None = None
+    min_prompt_ts: float | None = None
+    min_gen_ts: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.max_failed is not None:
+            out["max_failed"] = self.max_failed
+        speeds = {"prompt": self.min_prompt_ts, "gen": self.min_gen_ts}
+        if any(v is not None for v in speeds.values()):
+            out["min_avg_ts"] = {k: v for k, v in speeds.items() if v is not None}
+        return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    problems: tuple[str, ...] = field(default=())
+
+
+def _text(data: bytes, parser: str) -> str:
+    if len(data) > MAX_OUTPUT_BYTES:
+        raise Unreadable(f"{len(data)} bytes of output, over the {MAX_OUTPUT_BYTES}-byte bound")
+    if b"\0" in data:
+        raise Unreadable(f"a NUL byte in the output: not {parser} text")
+    return data.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------- test-backend-ops
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_BACKEND_HEAD = re.compile(r"^Backend (\d+)/(\d+): (\S.*)$")
+_CASE = re.compile(r"^  ([A-Za-z0-9_]+)\((.*?)\): (.*)$")
+_TESTS_PASSED = re.compile(r"^  (\d+)/(\d+) tests passed$")
+_BACKEND_STATUS = re.compile(r"^  Backend (\S.*): (OK|FAIL)$")
+_BACKENDS_PASSED = re.compile(r"^(\d+)/(\d+) backends passed$")
+_COUNT_DIGITS = 12  # a count of more digits is not a test count
+
+
+def _count(text: str) -> int:
+    if len(text) > _COUNT_DIGITS:
+        raise Unreadable(f"a count of {len(text)} digits")
+    return int(text)
+
+
+def parse_test_backend_ops(data: bytes) -> Figures:
+    """test-backend-ops mode `test` console output -> per backend ok/failed/unsupported."""
+    text = _ANSI.sub("", _text(data, "test-backend-ops"))
+    backends: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    failing: list[str] = []
+    overall: tuple[int, int] | None = None
+    for line in text.splitlines():
+        line = line.rstrip("\r")
+        if m := _BACKEND_HEAD.match(line):
+            current = {"name": m.group(3).strip(), "ok": 0, "failed": 0, "unsupported": 0}
+            current["counted"] = None
+            current["status"] = None
+            backends.append(current)
+            continue
+        if m := _BACKENDS_PASSED.match(line):
+            overall = (_count(m.group(1)), _count(m.group(2)))
+            continue
+        if current is None:
+            continue
+        if m := _TESTS_PASSED.match(line):
+            current["counted"] = (_count(m.group(1)), _count(m.group(2)))
+            continue
+        if m := _BACKEND_STATUS.match(line):
+            current["status"] = m.group(2)
+            current["status_name"] = m.group(1)
+            continue
+        if m := _CASE.match(line):
+            case = f"{m.group(1)}({m.group(2)})"
+            rest = m.group(3).rstrip()
+            if rest.startswith("not supported"):
+                current["unsupported"] += 1
+            elif rest.endswith("FAIL"):
+                current["failed"] += 1
+                if len(failing) < MAX_CASES:
+                    why = rest[: -len("FAIL")].strip()
+                    failing.append(f"{current['name']}: {case}" + (f" {why}"[:200] if why else ""))
+            elif rest == "OK" or rest.endswith(" OK"):
+                current["ok"] += 1
+            else:  # an error message instead of a verdict (allocation failed, ...): a failure
+                current["failed"] += 1
+                if len(failing) < MAX_CASES:
+                    failing.append(f"{current['name']}: {case} {rest[:200]}")
+    tested = [b for b in backends if b["status"] is not None]
+    if not tested:
+        raise Unreadable(
+            "no `Backend NAME: OK|FAIL` line: no backend was tested (a wrong -b name, a "
+            "crash, or not test-backend-ops output)"
+        )
+    out: list[dict[str, Any]] = []
+    for b in tested:
+        if b["counted"] is None:
+            raise Unreadable(f"backend {b['name']}: no `N/M tests passed` line before its status")
+        if b.get("status_name") != b["name"]:
+            raise Unreadable(f"backend {b['name']}: its status line names {b.get('status_name')!r}")
+        passed, total = b["counted"]
+        if passed > total:
+            raise Unreadable(f"backend {b['name']}: {passed}/{total} tests passed")
+        failed = max(total - passed, b["failed"])
+        if b["status"] == "FAIL" and failed == 0:
+            raise Unreadable(f"backend {b['name']}: FAIL with every test passed")
+        if b["status"] == "OK" and failed:
+            raise Unreadable(f"backend {b['name']}: OK with {failed} failed test(s)")
+        out.append(
+            {
+                "name": b["name"],
+                "status": b["status"],
+                "passed": passed,
+                "total": total,
+                "ok": b["ok"],
+                "failed": failed,
+                "unsupported": b["unsupported"],
+            }
+        )
+    figures: dict[str, Any] = {
+        "backends": out,
+        "ops_passed": sum(b["passed"] for b in out),
+        "ops_failed": sum(b["failed"] for b in out),
+        "ops_unsupported": sum(b["unsupported"] for b in out),
+        "ops_total": sum(b["total"] for b in out),
+    }
+    if overall is not None:
+        figures["backends_passed"], figures["backends_total"] = overall
+    return Figures("test-backend-ops", figures, tuple(failing))
+
+
+# ----------------------------------------------------------------------------- llama-bench
+
+_BENCH_STRINGS = ("backends", "model_type")
+_BENCH_INTS = ("n_prompt", "n_gen", "model_size")
+_BENCH_FLOATS = ("avg_ts", "stddev_ts")
+
+
+def parse_llama_bench(data: bytes) -> Figures:
+    """llama-bench `-o json` -> per test n_prompt, n_gen, avg_ts, stddev_ts; the slowest
+    prompt and generation speeds are the figures the gate compares."""
+    text = _text(data, "llama-bench")
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError) as err:
+        raise Unreadable(f"not JSON ({str(err)[:120]})") from None
+    if not isinstance(doc, list) or not doc:
+        raise Unreadable("not a JSON array of tests (run llama-bench with -o json)")
+    if len(doc) > MAX_CASES:
+        raise Unreadable(f"{len(doc)} tests, over {MAX_CASES}")
+    tests: list[dict[str, Any]] = []
+    for i, item in enumerate(doc):
+        if not isinstance(item, dict):
+            raise Unreadable(f"test {i}: not an object")
+        for key in _BENCH_STRINGS:
+            if not isinstance(item.get(key), str):
+                raise Unreadable(f"test {i}: {key} is not a string")
+        for key in _BENCH_INTS:
+            count = item.get(key)
+            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+                raise Unreadable(f"test {i}: {key} is not a whole number")
+        for key in _BENCH_FLOATS:
+            number = item.get(key)
+            if (
+                not isinstance(number, int | float)
+                or isinstance(number, bool)
+                or not math.isfinite(number)
+                or number < 0
+            ):
+                raise Unreadable(f"test {i}: {key} is not a finite number of tokens/s")
+        if item["n_prompt"] == 0 and item["n_gen"] == 0:
+            raise Unreadable(f"test {i}: neither prompt nor generation tokens")
+        tests.append(
+            {
+                "n_prompt": item["n_prompt"],
+                "n_gen": item["n_gen"],
+                "avg_ts": float(item["avg_ts"]),
+                "stddev_ts": float(item["stddev_ts"]),
+                "backends": item["backends"][:200],
+                "model_type": item["model_type"][:200],
+                "model_size": item["model_size"],
+            }
+        )
+    prompt = [t["avg_ts"] for t in tests if t["n_prompt"] > 0 and t["n_gen"] == 0]
+    gen = [t["avg_ts"] for t in tests if t["n_gen"] > 0 and t["n_prompt"] == 0]
+    figures: dict[str, Any] = {
+        "tests": tests,
+        "prompt_ts": min(prompt) if prompt else None,
+        "gen_ts": min(gen) if gen else None,
+        "backends": sorted({t["backends"] for t in tests}),
+        "model_type": tests[0]["model_type"],
+        "model_size": tests[0]["model_size"],
+    }
+    return Figures("llama-bench", figures)
+
+
+# ----------------------------------------------------------------------------- ctest (JUnit)
+
+_DECLARATION = re.compile(rb"<!(?:DOCTYPE|ENTITY|ELEMENT|ATTLIST)", re.IGNORECASE)
+
+
+def parse_ctest_junit(data: bytes) -> Figures:
+    """JUnit XML (`ctest --output-junit`) -> tests, failures, skipped, failing names."""
+    import xml.etree.ElementTree as ET
+
+    if len(data) > MAX_OUTPUT_BYTES:
+        raise Unreadable(f"{len(data)} bytes of XML, over the {MAX_OUTPUT_BYTES}-byte bound")
+    if _DECLARATION.search(data):
+        raise Unreadable("a DOCTYPE or entity declaration: JUnit XML has none (not expanded)")
+    try:
+        root = ET.fromstring(data)
+    except (ET.ParseError, ValueError, RecursionError) as err:
+        raise Unreadable(f"not XML ({str(err)[:120]})") from None
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    if root.tag not in ("testsuite", "testsuites") or not suites:
+        raise Unreadable(f"root element <{root.tag[:40]}>, not <testsuite>")
+    tests = failures = skipped = 0
+    failing: list[str] = []
+    for suite in suites:
+        cases = suite.findall("testcase")
+        for case in cases:
+            name = (case.get("name") or "?")[:200]
+            status = case.get("status", "run")
+            if case.find("failure") is not None or case.find("error") is not None:
+                failures += 1
+                if len(failing) < MAX_CASES:
+                    failing.append(name)
+            elif case.find("skipped") is not None or status in ("notrun", "disabled"):
+                skipped += 1
+            tests += 1
+        declared = suite.get("tests")
+        if declared is not None and (not declared.isdigit() or int(declared) != len(cases)):
+            raise Unreadable(f"tests={declared[:20]!r} but {len(cases)} <testcase> elements")
+        declared_failures = suite.get("failures")
+        suite_failed = sum(
+            1 for c in cases if c.find("failure") is not None or c.find("error") is not None
+        )
+        if declared_failures is not None and (
+            not declared_failures.isdigit() or int(declared_failures) != suite_failed
+        ):
+            raise Unreadable(
+                f"failures={declared_failures[:20]!r} but {suite_failed} failing <testcase>"
+            )
+    if tests == 0:
+        raise Unreadable("no <testcase>: no test ran")
+    figures = {
+        "tests": tests,
+        "failed": failures,
+        "skipped": skipped,
+        "passed": tests - failures - skipped,
+    }
+    return Figures("ctest", figures, tuple(failing))
+
+
+PARSE: Mapping[str, Callable[[bytes], Figures]] = {
+    "test-backend-ops": parse_test_backend_ops,
+    "llama-bench": parse_llama_bench,
+    "ctest": parse_ctest_junit,
+}
+
+
+# ----------------------------------------------------------------------------- judging
+
+
+def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
+    """Each threshold against the figures; a figure a threshold needs but the output lacks
+    fails (never passes by default)."""
+    problems: list[str] = []
+    f = figures.figures
+    if thresholds.max_failed is not None:
+        failed = f.get("ops_failed", f.get("failed"))
+        if not isinstance(failed, int):
+            problems.append("max_failed: the output has no failure count")
+        elif failed > thresholds.max_failed:
+            shown = list(figures.failing[:MAX_SHOWN_CASES])
+            more = len(figures.failing) - len(shown)
+            what = "op case(s)" if figures.parser == "test-backend-ops" else "test(s)"
+            problems.append(
+                f"{failed} {what} failed (max_failed = {thresholds.max_failed})"
+                + (": " + "; ".join(shown) if shown else "")
+                + (f"; and {more} more" if more > 0 else "")
+            )
+    for key, want, what in (
+        ("prompt_ts", thresholds.min_prompt_ts, "prompt"),
+        ("gen_ts", thresholds.min_gen_ts, "gen"),
+    ):
+        if want is None:
+            continue
+        got = f.get(key)
+        if not isinstance(got, float):
+            problems.append(f"min_avg_ts.{what}: the output has no {what} test")
+        elif got < want:
+            problems.append(f"{what} speed {got:.2f} t/s is under min_avg_ts.{what} = {want:g}")
+    if thresholds == Thresholds():
+        problems.append("no threshold: a step never passes by default")
+    return Verdict(not problems, tuple(problems))

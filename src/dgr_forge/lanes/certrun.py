@@ -1,0 +1,261 @@
+"""Run a lane's certification steps (`certsuite.Suite`) on this host.
+
+The certified binary is the shipped binary: each step's program is a CMake target of the
+lane's build (found through the File API reply in `build/<lane>/`), whose file is a
+subject of the verified report, and re-hashes to that subject's sha256 right before it
+runs. Its argv is the recipe's arguments with the placeholders substituted, handed to the
+program itself (no shell); it runs in a scratch directory with stdin closed, to its step's
+time limit and the output bound (`core.proc.bounded`), with credential-like variables
+left out of its environment. Its whole output is kept in `logs/certify-<lane>-<stamp>-
+<step>.log` and the record names that file's sha256. The parser reads its stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.attest import parsers
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.output import Reporter
+from dgr_forge.core.proc import bounded
+from dgr_forge.host.certsuite import Step, Suite
+from dgr_forge.lanes import cmake_api
+
+DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
+# the backend's first device as ggml names it, the default `{device}`
+DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "rocm/hip": "ROCm0", "rocm": "ROCm0",
+                  "vulkan": "Vulkan0", "metal": "Metal"}  # fmt: skip
+# left out of a step's environment: the program is the lane's build, not the signer
+_SECRET_ENV = re.compile(
+    r"DGR_SIGNING_KEY\w*|\w*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)\w*", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class Program:
+    target: str
+    path: Path  # absolute, in the lane's build directory
+    name: str  # the report subject's name (workspace-relative)
+    sha256: str
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: Step
+    program: Program
+    argv: tuple[str, ...]  # the arguments as run (after the program)
+    exit_code: int | None  # None: stopped at the time limit or the output bound
+    seconds: float
+    figures: dict[str, Any] | None  # None: unreadable
+    passed: bool
+    problems: tuple[str, ...]
+    log: str  # workspace-relative
+    log_sha256: str
+    thresholds: parsers.Thresholds  # the gate this run was judged by
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.step.name,
+            "program": {
+                "target": self.program.target,
+                "path": self.program.name,
+                "sha256": self.program.sha256,
+            },
+            "args": list(self.argv),
+            "parser": self.step.parser,
+            "thresholds": self.thresholds.as_dict(),
+            "figures": self.figures,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "verdict": "pass" if self.passed else "fail",
+            "problems": list(self.problems),
+            "log": {"path": self.log, "sha256": self.log_sha256},
+        }
+
+
+def default_device(backend: str) -> str:
+    return DEFAULT_DEVICE.get(backend.lower(), "CPU")
+
+
+def check_device(device: str) -> str:
+    if not DEVICE.fullmatch(device):
+        raise BadInput(
+            f"--device {device[:80]!r}: not a ggml device name",
+            hint="name a device as ggml does (CPU, CUDA0, ROCm0, Vulkan0); no leading '-', "
+            "no spaces",
+            details={"device": device[:80]},
+        )
+    return device
+
+
+def programs(
+    forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
+) -> dict[str, Program]:
+    """Each suite target's file, as the File API names it, checked to be a subject of the
+    report (`subjects`: name -> sha256) and to re-hash to it. Exit 1 naming the target."""
+    build_dir = forge.build_dir(lane)
+    try:
+        reply = cmake_api.read_reply(build_dir)
+    except OperationFailed as err:
+        raise OperationFailed(
+            f"lane {lane}: no CMake File API reply in {forge.rel(build_dir)} ({err.message})",
+            hint=f"build the lane here first (`dgr-forge build --lane {lane}`)",
+        ) from None
+    base = forge.workspace.resolve()
+    found: dict[str, Program] = {}
+    for target in suite.targets:
+        t = next((t for t in reply.targets if t.name == target), None)
+        if t is None or t.kind != "EXECUTABLE":
+            raise OperationFailed(
+                f"certify target {target!r} is not an executable target of lane {lane}'s "
+                "build (CMake File API)",
+                hint="name a program the upstream builds (with its option on in the recipe)",
+                details={"target": target},
+            )
+        files = [p for p in t.artifacts if p.is_file()]
+        if not files:
+            raise OperationFailed(
+                f"certify target {target!r} of lane {lane} was not built: it is not a subject "
+                "of the report",
+                hint="turn its option on in the recipe (e.g. LLAMA_BUILD_TESTS) and rebuild",
+                details={"target": target},
+            )
+        real = files[0].resolve()
+        name = real.relative_to(base).as_posix() if real.is_relative_to(base) else str(real)
+        want = subjects.get(name)
+        if want is None:
+            raise OperationFailed(
+                f"certify target {target!r} ({name}) is not a subject of the report: only "
+                "the shipped binary is certified",
+                hint=f"certify the report of the build that produced it "
+                f"(`dgr-forge build --lane {lane}` writes one)",
+                details={"target": target, "file": name},
+            )
+        got = sha256_file(real)
+        if got != want:
+            raise OperationFailed(
+                f"certify target {target!r} ({name}) changed since the report: sha256 {got}, "
+                f"the report says {want}",
+                hint=f"rebuild the lane (`dgr-forge build --lane {lane}`) and certify its report",
+                details={"target": target, "file": name},
+            )
+        found[target] = Program(target, real, name, got)
+    return found
+
+
+def substitute(step: Step, values: Mapping[str, str | None]) -> tuple[str, ...]:
+    """The step's argv: each placeholder replaced by its value (exit 2 when one is not
+    given); the values are checked by the caller and never start with '-'."""
+    argv = []
+    for arg in step.args:
+        for key, value in values.items():
+            token = "{" + key + "}"
+            if token in arg:
+                if value is None:
+                    raise BadInput(
+                        f"certify step {step.name!r} needs {token}",
+                        hint="pass --model M (a manifest under manifests/models/)"
+                        if key == "model"
+                        else f"pass the value of {token}",
+                        details={"step": step.name},
+                    )
+                arg = arg.replace(token, value)
+        argv.append(arg)
+    return tuple(argv)
+
+
+def child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.fullmatch(k)}
+
+
+def run_steps(
+    forge: Forge,
+    lane: str,
+    suite: Suite,
+    found: Mapping[str, Program],
+    values: Mapping[str, str | None],
+    out: Reporter,
+    model: str | None = None,
+) -> list[StepResult]:
+    """Run every step (all of them, so a failure report is complete); `model` picks a
+    step's per-model gate."""
+    argvs = [substitute(step, values) for step in suite.steps]  # exit 2 before anything runs
+    logs = forge.logs_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    scratch = forge.tmp_dir / f"certify-{lane}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    results = []
+    for step, argv in zip(suite.steps, argvs, strict=True):
+        program = found[step.program]
+        log = logs / f"certify-{lane}-{stamp}-{step.name}.log"
+        out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
+        with log.open("xb") as f:
+            try:
+                done = bounded(
+                    [str(program.path), *argv],
+                    timeout=step.timeout,
+                    limit=parsers.MAX_OUTPUT_BYTES,
+                    cwd=scratch,
+                    env=child_env(),
+                    log=f,
+                )
+            except OSError as err:
+                raise OperationFailed(
+                    f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
+                    hint="rebuild the lane on this host",
+                    details={"step": step.name},
+                ) from None
+        gate = step.gate(model)
+        results.append(_judge(step, gate, program, argv, done, forge.rel(log), sha256_file(log)))
+    return results
+
+
+def _judge(
+    step: Step,
+    gate: parsers.Thresholds,
+    program: Program,
+    argv: tuple[str, ...],
+    done: Any,
+    log: str,
+    log_sha: str,
+) -> StepResult:
+    problems: list[str] = []
+    figures: parsers.Figures | None = None
+    if done.timed_out:
+        problems.append(f"stopped at its time limit ({step.timeout} s)")
+    elif done.over_limit:
+        problems.append(f"stopped: output over {parsers.MAX_OUTPUT_BYTES} bytes")
+    else:
+        try:
+            figures = parsers.PARSE[step.parser](done.stdout)
+        except parsers.Unreadable as err:
+            problems.append(f"unreadable {step.parser} output: {err}")
+    if figures is not None:
+        verdict = parsers.judge(figures, gate)
+        problems += verdict.problems
+        # the program's own failure report is judged by the gate; any other exit fails
+        counted = figures.figures.get("ops_failed", figures.figures.get("failed", 0))
+        if done.returncode != 0 and not (done.returncode == 1 and counted):
+            problems.append(f"exit code {done.returncode}")
+    return StepResult(
+        step=step,
+        program=program,
+        argv=argv,
+        exit_code=done.returncode,
+        seconds=done.seconds,
+        figures=None if figures is None else figures.figures,
+        passed=not problems,
+        problems=tuple(problems),
+        log=log,
+        log_sha256=log_sha,
+        thresholds=gate,
+    )

@@ -1,0 +1,220 @@
+"""The certification parsers read llama.cpp's own output formats (issue 30 #3): exact
+figures from real-shaped output, and anything else is unreadable, never a pass."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dgr_forge.attest import parsers
+from dgr_forge.attest.parsers import Thresholds, Unreadable, judge
+
+OPS_OK = (
+    "Testing 2 devices\n\n"
+    "Backend 1/2: CUDA0\n"
+    "  Device description: NVIDIA H200\n"
+    "  Device memory: 143771 MB (143127 MB free)\n\n"
+    "  ADD(type=f32,ne=[10,5,4,3],nr=[1,1,1,1]): \x1b[1;32mOK\x1b[0m\n"
+    "  MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256): \x1b[1;32mOK\x1b[0m\n"
+    "  CONV_TRANSPOSE_1D(ne_input=[197,32,1,1]): not supported [CUDA0] \n"
+    "  3/3 tests passed\n"
+    "  Backend CUDA0: \x1b[1;32mOK\x1b[0m\n\n"
+    "Backend 2/2: CPU\n"
+    "  Skipping CPU backend\n"
+    "2/2 backends passed\n"
+    "\x1b[1;32mOK\x1b[0m\n"
+)
+
+OPS_FAIL = (
+    OPS_OK.replace(
+        "  MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256): \x1b[1;32mOK\x1b[0m\n",
+        "  MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256): [MUL_MAT] NMSE = 0.012 > 0.0005 "
+        "\x1b[1;31mFAIL\x1b[0m\n",
+    )
+    .replace("3/3 tests passed", "2/3 tests passed")
+    .replace("  Backend CUDA0: \x1b[1;32mOK", "  Backend CUDA0: \x1b[1;31mFAIL")
+)
+
+
+def bench(*tests: dict[str, object]) -> bytes:
+    rows = []
+    for t in tests:
+        rows.append(
+            {
+                "build_commit": "abc1234",
+                "build_number": 4242,
+                "cpu_info": "AMD EPYC",
+                "gpu_info": "NVIDIA H200",
+                "backends": "CUDA",
+                "model_filename": "/models/tiny-00001-of-00003.gguf",
+                "model_type": "llama 1B Q4_0",
+                "model_size": 1234567,
+                "model_n_params": 1100048384,
+                "n_prompt": 0,
+                "n_gen": 0,
+                "avg_ts": 1.0,
+                "stddev_ts": 0.1,
+                "samples_ts": [1.0],
+                **t,
+            }
+        )
+    return json.dumps(rows, indent=2).encode()
+
+
+def test_test_backend_ops_counts_ok_failed_unsupported() -> None:
+    f = parsers.parse_test_backend_ops(OPS_OK.encode())
+    assert f.figures["backends"] == [
+        {"name": "CUDA0", "status": "OK", "passed": 3, "total": 3, "ok": 2, "failed": 0,
+         "unsupported": 1},
+    ]  # fmt: skip
+    assert f.figures["ops_failed"] == 0 and f.figures["backends_passed"] == 2
+    assert judge(f, Thresholds(max_failed=0)).passed
+
+
+def test_a_failing_op_case_is_named_with_its_error() -> None:
+    f = parsers.parse_test_backend_ops(OPS_FAIL.encode())
+    assert f.figures["ops_failed"] == 1
+    v = judge(f, Thresholds(max_failed=0))
+    assert not v.passed
+    assert "MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256)" in v.problems[0]
+    assert "NMSE = 0.012 > 0.0005" in v.problems[0]
+    assert judge(f, Thresholds(max_failed=1)).passed
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        b"Segmentation fault\n",
+        # a backend filtered out / skipped: nothing was tested
+        b"Testing 1 devices\n\nBackend 1/1: CPU\n  Skipping\n1/1 backends passed\nOK\n",
+        # status without a count
+        b"Backend 1/1: CPU\n  ADD(): OK\n  Backend CPU: OK\n",
+        # contradictions
+        b"Backend 1/1: CPU\n  2/3 tests passed\n  Backend CPU: OK\n",
+        b"Backend 1/1: CPU\n  3/3 tests passed\n  Backend CPU: FAIL\n",
+        b"Backend 1/1: CPU\n  4/3 tests passed\n  Backend CPU: OK\n",
+        b"Backend 1/1: CPU\n  3/3 tests passed\n  Backend CUDA0: OK\n",
+        b"Backend 1/1: CPU\n  1/1 tests passed\n  Backend CPU: OK\n\0",
+        b"Backend 1/1: CPU\n  " + b"9" * 40 + b"/1 tests passed\n  Backend CPU: OK\n",
+    ],
+)
+def test_unreadable_test_backend_ops_output(output: bytes) -> None:
+    with pytest.raises(Unreadable):
+        parsers.parse_test_backend_ops(output)
+
+
+def test_an_error_line_instead_of_a_verdict_is_a_failure() -> None:
+    out = (
+        OPS_OK.replace(
+            "  ADD(type=f32,ne=[10,5,4,3],nr=[1,1,1,1]): \x1b[1;32mOK\x1b[0m",
+            "  ADD(type=f32,ne=[10,5,4,3],nr=[1,1,1,1]): failed to allocate tensors [CUDA0]",
+        )
+        .replace("3/3 tests passed", "2/3 tests passed")
+        .replace("CUDA0: \x1b[1;32mOK", "CUDA0: FAIL")
+    )
+    f = parsers.parse_test_backend_ops(out.encode())
+    assert f.figures["ops_failed"] == 1 and "failed to allocate" in f.failing[0]
+
+
+def test_llama_bench_json_prompt_and_generation_speeds() -> None:
+    data = bench(
+        {"n_prompt": 64, "avg_ts": 812.5, "stddev_ts": 3.25},
+        {"n_gen": 16, "avg_ts": 71.25, "stddev_ts": 0.5},
+    )
+    f = parsers.parse_llama_bench(data)
+    assert f.figures["prompt_ts"] == 812.5 and f.figures["gen_ts"] == 71.25
+    assert f.figures["backends"] == ["CUDA"] and f.figures["model_type"] == "llama 1B Q4_0"
+    assert f.figures["tests"][1] == {
+        "n_prompt": 0, "n_gen": 16, "avg_ts": 71.25, "stddev_ts": 0.5, "backends": "CUDA",
+        "model_type": "llama 1B Q4_0", "model_size": 1234567,
+    }  # fmt: skip
+    assert judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=5.0)).passed
+    slow = judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=100.0))
+    assert not slow.passed and slow.problems == (
+        "gen speed 71.25 t/s is under min_avg_ts.gen = 100",
+    )
+
+
+def test_a_gate_on_a_test_the_output_lacks_fails() -> None:
+    f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
+    v = judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=5.0))
+    assert not v.passed and "no gen test" in v.problems[0]
+
+
+def test_no_threshold_never_passes() -> None:
+    f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
+    assert not judge(f, Thresholds()).passed
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        b"main: error: failed to load model\n",
+        b"{}",
+        b"[]",
+        b"[1]",
+        b"[" * 100000 + b"]" * 100000,
+        bench({"n_prompt": 64, "avg_ts": "fast"}),
+        bench({"n_prompt": 64, "avg_ts": float("nan")}).replace(b"NaN", b"NaN"),
+        bench({"n_prompt": 64, "avg_ts": -1.0}),
+        bench({"n_prompt": True, "avg_ts": 1.0}),
+        bench({"avg_ts": 1.0}),  # neither prompt nor generation
+        b'[{"n_prompt": 1' + b"0" * 5000 + b"}]",
+    ],
+)
+def test_unreadable_llama_bench_output(output: bytes) -> None:
+    with pytest.raises(Unreadable):
+        parsers.parse_llama_bench(output)
+
+
+JUNIT = b"""<?xml version="1.0" encoding="UTF-8"?>
+<testsuite name="host" tests="3" failures="1" disabled="0" skipped="1" hostname="" time="0">
+\t<testcase name="parity-layers" classname="parity-layers" time="0.1" status="run">
+\t\t<system-out>ok</system-out>
+\t</testcase>
+\t<testcase name="parity-kv" classname="parity-kv" time="0.1" status="fail">
+\t\t<failure message="Failed"/>
+\t</testcase>
+\t<testcase name="parity-moe" classname="parity-moe" time="0" status="notrun">
+\t\t<skipped message="Disabled"/>
+\t</testcase>
+</testsuite>
+"""
+
+
+def test_ctest_junit_counts_and_names_failures() -> None:
+    f = parsers.parse_ctest_junit(JUNIT)
+    assert f.figures == {"tests": 3, "failed": 1, "skipped": 1, "passed": 1}
+    v = judge(f, Thresholds(max_failed=0))
+    assert not v.passed and "parity-kv" in v.problems[0]
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        b"not xml",
+        b"<html/>",
+        b'<testsuite tests="0"></testsuite>',
+        JUNIT.replace(b'tests="3"', b'tests="2"'),
+        JUNIT.replace(b'failures="1"', b'failures="0"'),
+        # billion laughs: refused before any parsing, nothing expanded
+        b'<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;">]>'
+        b'<testsuite tests="1"><testcase name="&b;"/></testsuite>',
+        b'<!DOCTYPE t SYSTEM "file:///etc/passwd"><testsuite/>',
+        b"<testsuite>" + b"<a>" * 200000 + b"</a>" * 200000 + b"</testsuite>",
+    ],
+)
+def test_unreadable_junit(output: bytes) -> None:
+    with pytest.raises(Unreadable):
+        parsers.parse_ctest_junit(output)
+
+
+def test_output_over_the_bound_is_unreadable() -> None:
+    huge = b"x" * (parsers.MAX_OUTPUT_BYTES + 1)
+    for parse in parsers.PARSE.values():
+        with pytest.raises(Unreadable, match="over the"):
+            parse(huge)

@@ -1,0 +1,436 @@
+"""Certification that checks (issue 30): the cpu lane of an upstream with its own
+`test-backend-ops` and `llama-bench` (tests/support/llamaprogs) is built, then certified
+end to end by `certify --lane cpu --model tiny`; each failure is refused with its exit
+code and message and writes nothing to certifications/.
+
+Three real builds for the module: one of the plain series (every passing and most refusing
+paths run on it, each test putting back what it changed), one whose series breaks MUL and
+slows decoding, one whose llama-bench prints a line before its JSON."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.cli import Result, run_forge
+from support.git import Upstream
+from support.llamaprogs import BREAK_MUL, NOISY_BENCH, SLOW_DECODE, make_llamaprogs_upstream
+from support.roots import REPO, Edit, make_root
+from support.server import flip_byte, write_split_gguf
+from test_json_schemas import validator
+
+from dgr_forge.attest import dsse, keys
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.core.fsutil import sha256_file
+
+pytestmark = pytest.mark.slow
+
+# the product's cpu recipe, with the upstream's tests on and the suite: an op filter of
+# the families the runtime uses, a short bench, a gate far below the unpatched speed and
+# far above the slowed one (tests/support/llamaprogs)
+SUITE = """
+[certify]
+targets = ["test-backend-ops", "llama-bench"]
+
+[[certify.steps]]
+name = "ops"
+program = "test-backend-ops"
+args = ["test", "-b", "{device}", "-o", "ADD,MUL,SCALE,SQR,CONV_TRANSPOSE_1D"]
+parser = "test-backend-ops"
+max_failed = 0
+timeout = 60
+
+[[certify.steps]]
+name = "speed"
+program = "llama-bench"
+args = ["-m", "{model}", "-t", "{threads}", "-p", "64", "-n", "16", "-r", "3", "-o", "json"]
+parser = "llama-bench"
+min_avg_ts = { prompt = 1000.0, gen = 1000.0 }
+by_model.huge = { gen = 9000000.0 }
+timeout = 60
+"""
+
+
+def valid(result: Result, command: str) -> None:
+    """The --json object validates against docs/json-schema/<command>.json."""
+    errors = [e.message for e in validator(command).iter_errors(result.json)]
+    assert not errors, errors
+
+
+def recipe_text() -> str:
+    text = (REPO / "recipes" / "cpu.toml").read_text()
+    text = text.split("\n[certify]")[0]  # the product's own suite, if any, replaced
+    return text.replace('LLAMA_BUILD_TESTS = "OFF"', 'LLAMA_BUILD_TESTS = "ON"') + SUITE
+
+
+@dataclass
+class Built:
+    root: Path
+    key: Path  # signs reports and certifications
+    models: Path  # where the model's files are served from (file:// URLs)
+
+    def forge(self, *args: str) -> Result:
+        env = {"DGR_ARTIFACTS_FILE_ROOTS": str(self.models)}  # the manifest's file:// URLs
+        return run_forge("--root", str(self.root), "--json", *args, env=env)
+
+    def certify(self, *args: str) -> Result:
+        return self.forge(
+            "certify", "--lane", "cpu", "--key", str(self.key),
+            "--report-key", f"{self.key}.pub", *args,
+        )  # fmt: skip
+
+    @property
+    def certs(self) -> Path:
+        return self.root / "certifications"
+
+    def written(self) -> list[Path]:
+        return sorted(p for p in self.certs.rglob("*.json")) if self.certs.exists() else []
+
+
+def _model_manifest(root: Path, served: Path) -> None:
+    files = write_split_gguf(served, "tiny", 2)
+    lines = ["schema = 1", "[model]", 'name = "tiny"']
+    for f in files:
+        lines += [
+            "[[files]]", f'name = "{f.name}"', f"size = {f.stat().st_size}",
+            f'sha256 = "{sha256_file(f)}"', f'url = "{f.as_uri()}"',
+        ]  # fmt: skip
+    (root / "manifests" / "models").mkdir(parents=True, exist_ok=True)
+    (root / "manifests" / "models" / "tiny.toml").write_text("\n".join(lines) + "\n")
+    # the same files under another name, with a gate of its own in the recipe (by_model)
+    huge = "\n".join(lines).replace('name = "tiny"', 'name = "huge"', 1)
+    (root / "manifests" / "models" / "huge.toml").write_text(huge + "\n")
+
+
+def _build(path: Path, upstream: Upstream, edits: list[Edit]) -> Built:
+    series = make_root(path / "forge", upstream, edits, product=True)
+    root = series.root
+    (root / "recipes" / "cpu.toml").write_text(recipe_text())
+    for other in (root / "recipes").glob("*.toml"):
+        if other.name != "cpu.toml":
+            other.unlink()
+    _model_manifest(root, path / "served")
+    key = path / "release.pem"
+    keys.generate(key)
+    trusted = root / "certifications" / "trusted-keys"
+    trusted.mkdir(parents=True)
+    shutil.copy(f"{key}.pub", trusted / "release.pub")
+    built = Built(root, key, path / "served")
+    r = built.forge("build", "--lane", "cpu", "-j", "2", "--key", str(key))
+    assert r.code == 0, r
+    return built
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    return make_llamaprogs_upstream(tmp_path_factory.mktemp("llamaprogs") / "upstream")
+
+
+@pytest.fixture(scope="module")
+def _plain(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    return _build(tmp_path_factory.mktemp("plain"), upstream, [])
+
+
+@pytest.fixture
+def plain(_plain: Built) -> Iterator[Built]:
+    """The plain build, with no certification and the model as provisioned; put back after."""
+    manifest = _plain.root / "manifests" / "models" / "tiny.toml"
+    text = manifest.read_text()
+    yield _plain
+    manifest.write_text(text)
+    for p in _plain.written():
+        p.unlink()
+    shutil.rmtree(_plain.root / ".dgr" / "models", ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def broken(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    return _build(tmp_path_factory.mktemp("broken"), upstream, [BREAK_MUL, SLOW_DECODE])
+
+
+def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
+    plain: Built,
+) -> None:
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    valid(r, "certify")
+    path = Path(r.json["certification"])
+    cls = r.json["hardware_class"]
+    assert path == plain.certs / "cpu" / "tiny" / f"{cls}.json" and r.json["trusted"] is True
+    assert cls.startswith("cpu-")
+    env = json.loads(path.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    ops, speed = body["steps"]
+    assert ops["verdict"] == "pass" and ops["figures"]["ops_failed"] == 0
+    assert ops["figures"]["ops_passed"] == 10 and ops["figures"]["ops_unsupported"] == 2
+    assert speed["figures"]["prompt_ts"] > 1000 and speed["figures"]["gen_ts"] > 1000
+    assert speed["thresholds"] == {"min_avg_ts": {"prompt": 1000.0, "gen": 1000.0}}
+    # the program that ran is the report's own subject, by path and sha256
+    subjects = {s["name"]: s["digest"]["sha256"] for s in body["report"]["subjects"]}
+    assert subjects[ops["program"]["path"]] == ops["program"]["sha256"]
+    assert ops["program"]["path"].endswith("test-backend-ops")
+    # the model is bound by its manifest and every file; {model} was the first split
+    manifest = plain.root / "manifests" / "models" / "tiny.toml"
+    assert body["model"]["manifest_sha256"] == sha256_file(manifest)
+    assert [f["name"] for f in body["model"]["files"]] == [
+        "tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf",
+    ]  # fmt: skip
+    assert speed["args"][1].endswith("tiny-00001-of-00002.gguf")
+    # each step's full log is kept, named by its sha256
+    for step in (ops, speed):
+        log = plain.root / step["log"]["path"]
+        assert log.parent == plain.root / ".dgr" / "logs"
+        assert sha256_file(log) == step["log"]["sha256"]
+    assert "Backend CPU: " in (plain.root / ops["log"]["path"]).read_text()
+    # the hardware identity: probed, never a GPU UUID in clear
+    assert body["hardware"]["identity"]["cpu"]["model"]
+    assert dsse.Envelope.from_json(path.read_bytes()).payload_type.endswith("certification+json")
+
+    adv = plain.forge("lanes", "--advertised")
+    assert adv.code == 0, adv
+    valid(adv, "lanes")
+    valid(plain.forge("lanes"), "lanes")
+    (entry,) = adv.json["entries"]
+    assert (entry["lane"], entry["model"], entry["hardware_class"]) == ("cpu", "tiny", cls)
+    assert entry["figures"]["ops"]["ops_failed"] == 0
+    assert entry["figures"]["speed"]["gen_ts"] == speed["figures"]["gen_ts"]
+    assert adv.json["advertised"] == ["cpu"]
+    human = run_forge("--root", str(plain.root), "lanes", "--advertised")
+    assert "tiny" in human.stdout + human.stderr and cls in human.stdout + human.stderr
+
+
+def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Built) -> None:
+    assert plain.certify("--model", "tiny").code == 0
+    manifest = plain.root / "manifests" / "models" / "tiny.toml"
+    original = manifest.read_text()
+    manifest.write_text(original.replace('name = "tiny"', 'name = "tiny"\nsource_revision = "'
+                                         + "a" * 40 + '"', 1))  # fmt: skip
+    lanes = plain.forge("lanes", "--advertised")
+    assert lanes.code == 0 and lanes.json["entries"] == [], lanes
+    shown = plain.forge("lanes")
+    (cpu,) = [row for row in shown.json["lanes"] if row["lane"] == "cpu"]
+    assert cpu["certified"] is False
+    assert "model manifest manifests/models/tiny.toml changed" in cpu["certification"]["reason"]
+    manifest.write_text(original)
+    assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
+    recipe = plain.root / "recipes" / "cpu.toml"
+    text = recipe.read_text()
+    recipe.write_text(text + "# edited\n")
+    try:
+        cpu = plain.forge("lanes").json["lanes"][0]
+        assert "lapsed: the recipe changed" in cpu["certification"]["reason"], cpu
+    finally:
+        recipe.write_text(text)
+
+
+def test_an_attested_certification_is_recorded_but_never_advertised(plain: Built) -> None:
+    evidence = plain.root.parent / "run.log"
+    evidence.write_text("test-backend-ops: all passed (a person says)\n")
+    report = next((plain.root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
+    r = plain.forge(
+        "certify", "--attested", str(evidence), "--report", str(report), "--key",
+        str(plain.key), "--report-key", f"{plain.key}.pub", "--hardware", "a rig",
+    )  # fmt: skip
+    assert r.code == 0, r
+    assert "attested, not checked" in r.stderr
+    lanes = plain.forge("lanes", "--advertised")
+    assert lanes.json["advertised"] == [] and lanes.json["entries"] == []
+    cpu = plain.forge("lanes").json["lanes"][0]
+    assert cpu["certified"] is False and cpu["certification"]["reason"] == "attested, not checked"
+
+
+def test_a_models_own_speed_gate_is_the_one_applied(plain: Built) -> None:
+    r = plain.certify("--model", "huge")
+    assert r.code == ExitCode.FAILED, r
+    assert "step speed: gen speed" in r.stderr and "under min_avg_ts.gen = 9e+06" in r.stderr
+    speed = r.json["steps"][1]
+    assert speed["thresholds"] == {"min_avg_ts": {"gen": 9000000.0}}
+    assert plain.written() == []
+
+
+def test_a_changed_model_file_is_exit_1_and_writes_nothing(plain: Built) -> None:
+    dest = plain.root.parent / "model-disk"
+    assert plain.certify("--model", "tiny", "--dest", str(dest)).code == 0
+    for p in plain.written():
+        p.unlink()
+    flip_byte(dest / "tiny-00002-of-00002.gguf", 100)
+    r = plain.certify("--model", "tiny", "--dest", str(dest))
+    assert r.code == ExitCode.FAILED, r
+    assert "tiny-00002-of-00002.gguf" in r.stderr and "wrong sha256" in r.stderr
+    assert plain.written() == []
+
+
+def test_unparseable_output_fails_the_step(plain: Built) -> None:
+    """A device the program does not test: test-backend-ops skips it and tests nothing,
+    which the parser cannot read as a pass."""
+    r = plain.certify("--model", "tiny", "--device", "CUDA0")
+    assert r.code == ExitCode.FAILED, r
+    assert "step ops: unreadable test-backend-ops output" in r.stderr
+    assert "no backend was tested" in r.stderr
+    assert r.json["failed_steps"] == ["ops"]
+    assert plain.written() == []
+
+
+def test_a_program_that_is_not_a_subject_of_the_report_is_refused(
+    plain: Built, tmp_path: Path
+) -> None:
+    """A report, validly signed, that does not name test-backend-ops: the program the
+    build left there is not the shipped binary and never runs."""
+    report = next((plain.root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
+    env = json.loads(report.read_text())
+    stmt = json.loads(base64.b64decode(env["payload"]))
+    stmt["subject"] = [s for s in stmt["subject"] if "test-backend-ops" not in s["name"]]
+    payload = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode()
+    other = tmp_path / report.name
+    signed = dsse.sign(payload, env["payloadType"], keys.load_signer(plain.key))
+    other.write_text(json.dumps(signed.to_dict()) + "\n")
+    r = plain.certify("--model", "tiny", "--report", str(other))
+    assert r.code == ExitCode.FAILED, r
+    assert "'test-backend-ops'" in r.stderr and "not a subject of the report" in r.stderr
+    assert plain.written() == []
+    logs = plain.root / ".dgr" / "logs"
+    assert not [p for p in logs.glob("certify-cpu-*") if p.stat().st_mtime > other.stat().st_mtime]
+
+
+def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
+    for args, says in (
+        (["--model", "tiny", "--device", "--rf"], "not a ggml device name"),
+        (["--model", "tiny", "--device", "CPU;id"], "not a ggml device name"),
+        (["--model", "../../etc/passwd"], "not a manifest name"),
+        (["--model", "-x"], "not a manifest name"),
+        ([], "pass --model"),
+        (["--model", "tiny", "--dest", "/dev/zero"], "/dev/zero"),
+        (["--model", "tiny", "--dest", "/home/someone/models"], "/home"),
+        (["--model", "tiny", "--attested", "/dev/null"], "--attested records"),
+        (["--model", "tiny", "--hardware", "a rig"], "--hardware goes with --attested"),
+        (["--model", "tiny", "--lane", "cuda"], "certify takes one --lane"),
+    ):
+        r = plain.certify(*args)
+        assert r.code == ExitCode.BAD_INPUT, (args, r)
+        assert says in r.stderr, (args, r.stderr)
+    assert plain.written() == []
+
+
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    return _build(tmp_path_factory.mktemp("noisy"), upstream, [NOISY_BENCH])
+
+
+def test_a_bench_that_prints_more_than_its_json_is_unreadable(noisy: Built) -> None:
+    """A patch makes llama-bench print a line before its JSON: the speed step cannot read
+    it, so it fails (the ops step still passes), nothing written."""
+    r = noisy.certify("--model", "tiny")
+    assert r.code == ExitCode.FAILED, r
+    assert r.json["failed_steps"] == ["speed"]
+    assert "step speed: unreadable llama-bench output: not JSON" in r.stderr
+    assert r.json["steps"][1]["figures"] is None and r.json["steps"][0]["verdict"] == "pass"
+    assert noisy.written() == []
+
+
+def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -> None:
+    r = broken.certify("--model", "tiny")
+    assert r.code == ExitCode.FAILED, r
+    valid(r, "certify")
+    assert r.json["failed_steps"] == ["ops", "speed"], r.json
+    err = r.stderr
+    assert "2 op case(s) failed (max_failed = 0)" in err
+    assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] NMSE" in err
+    assert "speed" in err and "is under min_avg_ts.gen = 1000" in err
+    assert "is under min_avg_ts.prompt = 1000" in err
+    assert broken.written() == []
+    steps: list[dict[str, Any]] = r.json["steps"]
+    assert steps[0]["figures"]["ops_failed"] == 2 and steps[0]["exit_code"] == 1
+    assert steps[1]["figures"]["gen_ts"] < 250
+
+
+def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
+    """The runner on the real build: a step whose program outlives its limit is killed at
+    it and fails; the log keeps what it wrote; the environment keeps no signing key."""
+    import os
+    import time
+
+    from dgr_forge.attest.parsers import Thresholds
+    from dgr_forge.attest.reports import latest_report, subject_digests, verify_report
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.core.output import Reporter
+    from dgr_forge.host.certsuite import Step, Suite
+    from dgr_forge.lanes import certrun
+
+    forge = Forge(plain.root, plain.root / ".dgr")
+    report = latest_report(forge, "cpu")
+    assert report is not None
+    subjects = subject_digests(
+        verify_report(report, keys.load_public_file(Path(f"{plain.key}.pub")))
+    )
+    args = ("-m", "{model}", "-p", "64", "-n", "0", "-r", "100000000", "-o", "json")
+    endless = Step("endless", "llama-bench", args, "llama-bench", Thresholds(min_prompt_ts=1.0), 1)
+    suite = Suite(("llama-bench",), (endless,))
+    found = certrun.programs(forge, "cpu", suite, subjects)
+    model = next(plain.models.glob("*00001-of-*.gguf"))
+    started = time.monotonic()
+    (result,) = certrun.run_steps(forge, "cpu", suite, found, {"model": str(model)}, Reporter())
+    assert time.monotonic() - started < 20
+    assert not result.passed and result.exit_code is None
+    assert result.problems == ("stopped at its time limit (1 s)",)
+    assert sha256_file(plain.root / result.log) == result.log_sha256
+    os.environ["DGR_SIGNING_KEY"] = str(plain.key)
+    try:
+        assert "DGR_SIGNING_KEY" not in certrun.child_env()
+        os.environ["GH_TOKEN"] = "t"
+        assert "GH_TOKEN" not in certrun.child_env() and "PATH" in certrun.child_env()
+    finally:
+        os.environ.pop("DGR_SIGNING_KEY", None)
+        os.environ.pop("GH_TOKEN", None)
+    # a step whose placeholder has no value is exit 2 before anything runs
+    with pytest.raises(BadInput, match=r"needs \{model\}"):
+        certrun.run_steps(forge, "cpu", suite, found, {"model": None}, Reporter())
+
+
+def test_a_hostile_report_path_is_exit_2(plain: Built, tmp_path: Path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo), str(tmp_path / "missing.jsonl")):
+        r = plain.certify("--model", "tiny", "--report", path)
+        assert r.code == ExitCode.BAD_INPUT, (path, r)
+    assert plain.written() == []
+
+
+def test_an_untrusted_or_tampered_record_is_not_advertised(plain: Built) -> None:
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    path = Path(r.json["certification"])
+    trusted = plain.certs / "trusted-keys" / "release.pub"
+    pub = trusted.read_bytes()
+    trusted.unlink()
+    try:
+        lanes = plain.forge("lanes")
+        (entry,) = lanes.json["lanes"][0]["certifications"]
+        assert entry["advertised"] is False and entry["reason"].startswith("untrusted:")
+        assert plain.forge("lanes", "--advertised").json["entries"] == []
+        # an explicitly trusted key counts (lanes --advertised --key PUB)
+        extra = plain.forge("lanes", "--advertised", "--key", f"{plain.key}.pub")
+        assert [e["hardware_class"] for e in extra.json["entries"]] == [path.stem], extra
+    finally:
+        trusted.write_bytes(pub)
+    env = json.loads(path.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["steps"][1]["figures"]["gen_ts"] = 1e9  # a better figure than was measured
+    env["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    path.write_text(json.dumps(env))
+    (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
+    assert entry["advertised"] is False and "signature does not verify" in entry["reason"]
+    # a record moved to another hardware class's name is not that class's
+    path.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    other = path.with_name("nvidia-sm90-h200-141gb.json")
+    path.rename(other)
+    (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
+    assert entry["advertised"] is False and entry["reason"].startswith("invalid: the record")
