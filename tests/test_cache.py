@@ -26,8 +26,8 @@ from support.roots import REPO
 
 from dgr_forge.cache import select as cache
 from dgr_forge.core.errors import BadInput, ExitCode
-from dgr_forge.lanes.doctor import Doctor
-from dgr_forge.lanes.probes import load_probes
+from dgr_forge.host.doctor import Doctor
+from dgr_forge.host.probes import load_probes
 
 SECRET = "hunter2-s3cr3t"
 

@@ -158,3 +158,28 @@ def test_every_forge_name_the_benchmarks_import_exists() -> None:
                     and importlib.util.find_spec(f"{node.module}.{a.name}") is None
                 ]
     assert missing == []
+
+
+MAX_MODULE_LINES = 600  # issue 31: a module past this holds more than one concern
+
+
+def oversized(src: Path = SRC, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """Every module of `src` longer than `limit` lines, with its count."""
+    found = []
+    for path in sorted(src.rglob("*.py")):
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        if count > limit:
+            found.append(f"{path.relative_to(src.parent)}: {count} lines")
+    return found
+
+
+def test_no_module_exceeds_600_lines() -> None:
+    assert oversized() == []
+
+
+def test_the_size_check_sees_a_long_module(tmp_path: Path) -> None:
+    """The check itself can fail: one line past the limit is caught, the limit itself not."""
+    src = _package_tree(
+        tmp_path, {"lanes/long.py": "x = 1\n" * 601, "lanes/edge.py": "x = 1\n" * 600}
+    )
+    assert oversized(src) == ["dgr_forge/lanes/long.py: 601 lines"]

@@ -72,8 +72,8 @@ def test_ide_preset_builds_the_same_tree(tmp_path: Path, upstream: Upstream) -> 
         str(worker),
     )
     assert res.code == 0, res
-    from dgr_forge.lanes.doctor import Doctor
-    from dgr_forge.lanes.probes import load_probes
+    from dgr_forge.host.doctor import Doctor
+    from dgr_forge.host.probes import load_probes
 
     cmake = Doctor(load_probes(root / "toolchains" / "probes.toml")).tool("cmake").path
     assert cmake

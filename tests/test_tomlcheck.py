@@ -11,8 +11,7 @@ import pytest
 from dgr_forge.core import tomlcheck
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
-from dgr_forge.host import recipes, worker
-from dgr_forge.lanes import probes
+from dgr_forge.host import probes, recipes, worker
 from dgr_forge.models import manifest as models
 from dgr_forge.upstream import manifest
 

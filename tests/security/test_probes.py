@@ -12,7 +12,7 @@ import pytest
 from support.cli import run_forge
 from support.roots import copy_product
 
-from dgr_forge.lanes.probes import load_probes
+from dgr_forge.host.probes import load_probes
 
 READ_ONLY = [["lanes"], ["doctor"], ["presets", "--print"], ["status"], ["build", "--lane", "cpu"]]
 

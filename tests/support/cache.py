@@ -18,8 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from dgr_forge.cache.select import CacheSetup
-from dgr_forge.lanes.doctor import Doctor
-from dgr_forge.lanes.probes import load_probes
+from dgr_forge.host.doctor import Doctor
+from dgr_forge.host.probes import load_probes
 
 from .roots import REPO
 

@@ -27,40 +27,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
 from dgr_forge.core.urls import mask, mask_text
 
-
-# What the cache asks of the host's probes (`lanes.doctor.Doctor` is one), stated here
-# because the cache sits below the lanes. When the probes move to `host/`, below the cache,
-# this becomes an import of `Doctor`.
-class _ToolProbe(Protocol):
-    @property
-    def executables(self) -> tuple[str, ...]: ...
-
-
-class _Probes(Protocol):
-    @property
-    def tools(self) -> Mapping[str, _ToolProbe]: ...
-
-
-class _Found(Protocol):
-    found: bool
-    path: str | None
-    detail: str
-
-
-class HostProbes(Protocol):
-    @property
-    def probes(self) -> _Probes: ...
-
-    def tool(self, name: str) -> _Found: ...
-
-    def version(self, name: str) -> str | None: ...
+if TYPE_CHECKING:
+    from dgr_forge.host.doctor import Doctor
 
 
 CHOICES = ("auto", "ccache", "sccache", "off")
@@ -159,7 +134,7 @@ def check_choice(choice: str, mode: str, where: str = "--cache") -> None:
 
 
 def select(
-    doctor: HostProbes,
+    doctor: Doctor,
     choice: str = "auto",
     mode: str = "rw",
     *,
@@ -198,7 +173,7 @@ def select(
     return _setup(doctor, choice, path, mode, workspace, root, environ, worker)
 
 
-def locate(doctor: HostProbes, name: str) -> str | None:
+def locate(doctor: Doctor, name: str) -> str | None:
     """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts
     directory; a wheel find is recorded in the doctor's probe result, so `doctor` and the
     report show the same tool and version."""
@@ -219,12 +194,12 @@ def locate(doctor: HostProbes, name: str) -> str | None:
     return None
 
 
-def _version(doctor: HostProbes, name: str) -> str:
+def _version(doctor: Doctor, name: str) -> str:
     return doctor.version(name) or ""
 
 
 def _setup(
-    doctor: HostProbes,
+    doctor: Doctor,
     name: str,
     path: str,
     mode: str,
@@ -495,7 +470,7 @@ def stop_server(setup: CacheSetup) -> None:
 # ----------------------------------------------------------------------------- doctor
 
 
-def describe(doctor: HostProbes, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What `doctor` says about the cache: every tool found, and what `build` would use
     now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
     environ = os.environ if environ is None else environ

@@ -143,8 +143,8 @@ def doctor(
     With `--lane`: exit 1 unless every lane named can build here."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
+        from dgr_forge.host import doctor as doctor_mod
         from dgr_forge.host.recipes import select
-        from dgr_forge.lanes import doctor as doctor_mod
 
         with env.session(manifest=False, recipes=True, probes=True) as s:
             all_recipes, doc = s.recipes, s.doctor

@@ -28,9 +28,9 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 
 if TYPE_CHECKING:
+    from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.recipes import Recipe
     from dgr_forge.host.worker import WorkerSpec
-    from dgr_forge.lanes.doctor import Doctor
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 PROBES = "toolchains/probes.toml"
@@ -90,8 +90,8 @@ class Session:
 
 def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
-    from dgr_forge.lanes.doctor import Doctor
-    from dgr_forge.lanes.probes import load_probes
+    from dgr_forge.host.doctor import Doctor
+    from dgr_forge.host.probes import load_probes
 
     probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES)
     return Doctor(probes, fenced=(forge.root, forge.workspace))

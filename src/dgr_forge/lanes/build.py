@@ -29,9 +29,9 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.host import worker
+from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.build_options import BuildOptions
-from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.lanes.lane_build import BuildContext, LaneBuilder, LaneResult
 from dgr_forge.lanes.plan import (
     plan_lane,

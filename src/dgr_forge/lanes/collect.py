@@ -19,7 +19,7 @@ from dgr_forge.lanes.stamps import RACY_NS
 
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
-    from dgr_forge.lanes.doctor import Doctor
+    from dgr_forge.host.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
     from dgr_forge.upstream.manifest import UpstreamManifest
 

@@ -29,9 +29,9 @@ from dgr_forge.lanes import stamps
 from dgr_forge.upstream import trees
 
 if TYPE_CHECKING:
+    from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.recipes import Recipe
     from dgr_forge.host.worker import WorkerSpec
-    from dgr_forge.lanes.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
     from dgr_forge.upstream.manifest import UpstreamManifest
 

@@ -32,9 +32,9 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
 from dgr_forge.host import worker
+from dgr_forge.host.doctor import Doctor
 from dgr_forge.lanes import decision, gitview, inputs, logs, programs, stamps, steps, truth
 from dgr_forge.lanes.collect import BuildRun, make_record
-from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import (
     LanePlan,
     configure_args,

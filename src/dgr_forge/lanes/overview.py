@@ -9,9 +9,9 @@ from dgr_forge.attest import checked
 from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.core.forge import Forge
+from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.host.worker import WorkerSpec
-from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
 from dgr_forge.lanes.state import LaneState, load_lanes_state
 from dgr_forge.upstream.manifest import UpstreamManifest

@@ -34,8 +34,8 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file, sha256_regular
 from dgr_forge.host import worker
+from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.lanes.doctor import Doctor, LaneCheck
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB

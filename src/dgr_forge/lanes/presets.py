@@ -30,8 +30,8 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
 from dgr_forge.host import worker
+from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
-from dgr_forge.lanes.doctor import Doctor
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.trees import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB

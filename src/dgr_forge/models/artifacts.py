@@ -27,7 +27,7 @@ from dgr_forge.models.dest import (
     missing_bytes,
     nearest_existing,
 )
-from dgr_forge.models.download import FileOutcome, RetryPolicy, check_mirror, source_url
+from dgr_forge.models.download import FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import (
     CACHE_FILE,
     READ_BLOCK,
@@ -40,6 +40,7 @@ from dgr_forge.models.hashing import (
 from dgr_forge.models.make_manifest import BuiltManifest, build_manifest
 from dgr_forge.models.map_headers import MapResult, map_manifest
 from dgr_forge.models.provision import ProvisionResult, provision
+from dgr_forge.models.sources import check_mirror, source_url
 from dgr_forge.models.verify import FileCheck, VerifyResult, verify
 
 __all__ = [

@@ -21,8 +21,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
-from urllib.request import url2pathname
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -31,12 +30,13 @@ from dgr_forge.core import fault
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask, mask_text
+from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.sources import allowed, file_source_path, opened_path, outside_roots
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -115,96 +115,6 @@ class _Retry(Exception):
 
 class _TooSlow(_Retry):
     """Below the minimum rate: retried, but it counts as a try even though bytes arrived."""
-
-
-def source_url(f: ModelFile, mirror: str | None) -> str:
-    return models.file_url(mirror, f.name) if mirror else f.url
-
-
-FILE_ROOTS_ENV = "DGR_ARTIFACTS_FILE_ROOTS"
-
-
-def file_source_path(url: str) -> Path:
-    return Path(url2pathname(unquote(urlsplit(url).path)))
-
-
-def check_file_sources(
-    files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
-) -> None:
-    """A `file://` URL reads this host's files with the rights of whoever provisions: the
-    manifest's author may name only files under a directory the operator allowed (the
-    --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
-    is looked at (not even its size) otherwise."""
-    roots = file_roots(mirror)
-    for f in files:
-        url = source_url(f, mirror)
-        if urlsplit(url).scheme != "file":
-            continue
-        if not _allowed(os.path.realpath(file_source_path(url)), roots):
-            raise _outside(f"{shown_manifest}: {f.name}", url, f.name)
-
-
-def file_roots(mirror: str | None) -> tuple[str, ...]:
-    """The directories file:// sources may come from, resolved: --mirror, FILE_ROOTS_ENV."""
-    roots: list[str] = []
-    if mirror is not None and urlsplit(mirror).scheme == "file":
-        roots.append(os.path.realpath(file_source_path(mirror)))
-    for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
-        if entry.strip():
-            roots.append(os.path.realpath(Path(entry).expanduser()))
-    return tuple(roots)
-
-
-def _allowed(real: str, roots: tuple[str, ...]) -> bool:
-    return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
-
-
-def _outside(where: str, url: str, name: str) -> BadInput:
-    return BadInput(
-        f"{where}: the file URL {mask(url)} is outside the directories allowed for file:// sources",
-        hint=f"pass --mirror DIR, or allow the directory with {FILE_ROOTS_ENV}=DIR "
-        "(a manifest may not read any file of this host on its own)",
-        details={"file": name, "variable": FILE_ROOTS_ENV},
-    )
-
-
-def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
-    """A read-only, non-blocking descriptor of the file:// source `path`, opened with no
-    link followed at any component, and checked on the descriptor to lie under `roots`:
-    OSError (ELOOP for a link, EACCES for a file outside them) otherwise."""
-    fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    if not _allowed(_opened_path(fd, path), roots):
-        os.close(fd)
-        raise PermissionError(errno.EACCES, "outside the directories allowed for file://")
-    return fd
-
-
-def _opened_path(fd: int, fallback: Path) -> str:
-    """The path the kernel holds for `fd` (Linux: /proc/self/fd), else the path opened
-    (no link was followed to open it, so that path is the file's own)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return os.path.normpath(fallback)
-
-
-def check_mirror(mirror: str | None) -> str | None:
-    """A mirror base URL; a plain directory path becomes a file:// URL."""
-    if mirror is None:
-        return None
-    if "://" not in mirror and not mirror.startswith("-"):
-        path = Path(mirror).expanduser()
-        if path.is_dir():
-            return path.resolve().as_uri()
-    check_url(mirror, "--mirror", schemes=(*HTTP_SCHEMES, "file"))
-    problem = models.check_url(mirror)
-    if problem:
-        raise BadInput(
-            f"--mirror: {problem}",
-            hint="pass a base URL (http://, https://, file://) or a directory holding the files",
-            details={"mirror": mask(mirror)},
-        )
-    return mirror
 
 
 @dataclass
@@ -513,10 +423,10 @@ class Downloader:
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
-        if not _allowed(_opened_path(fd, src), self.file_roots):
+        if not allowed(opened_path(fd, src), self.file_roots):
             os.close(fd)
             # this file fails, the others go on
-            refused = _outside(state.f.name, state.url, state.f.name)
+            refused = outside_roots(state.f.name, state.url, state.f.name)
             raise OperationFailed(refused.message, hint=refused.hint)
         s = os.fdopen(fd, "rb")
         st = os.fstat(fd)

@@ -21,8 +21,14 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split, layermap, mapping
 from dgr_forge.models import manifest as models
-from dgr_forge.models.download import (
-    RetryPolicy,
+from dgr_forge.models.download import RetryPolicy
+from dgr_forge.models.gguf_split import GGUFError, Header
+from dgr_forge.models.hashing import default_jobs, hash_many, human
+from dgr_forge.models.layermap import LayerMap
+from dgr_forge.models.make_manifest import with_map
+from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.remote import header_limit, read_remote_header
+from dgr_forge.models.sources import (
     check_file_sources,
     check_mirror,
     file_roots,
@@ -30,12 +36,6 @@ from dgr_forge.models.download import (
     open_file_source,
     source_url,
 )
-from dgr_forge.models.gguf_split import GGUFError, Header
-from dgr_forge.models.hashing import default_jobs, hash_many, human
-from dgr_forge.models.layermap import LayerMap
-from dgr_forge.models.make_manifest import with_map
-from dgr_forge.models.manifest import ModelFile, ModelManifest
-from dgr_forge.models.remote import header_limit, read_remote_header
 
 
 @dataclass

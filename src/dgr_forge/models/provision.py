@@ -26,17 +26,10 @@ from dgr_forge.models.dest import (
     dest_lock,
     missing_bytes,
 )
-from dgr_forge.models.download import (
-    Downloader,
-    FileOutcome,
-    RetryPolicy,
-    check_file_sources,
-    check_mirror,
-    file_roots,
-    source_url,
-)
+from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
 from dgr_forge.models.subset import Record, Selection
 
 _T = TypeVar("_T")

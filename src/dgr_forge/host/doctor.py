@@ -20,8 +20,8 @@ from typing import Any
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
+from dgr_forge.host.probes import LibraryProbe, Probes
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.lanes.probes import LibraryProbe, Probes
 
 _LIB_SUFFIXES = (".so", ".dylib", ".a", ".lib", ".tbd")
 
