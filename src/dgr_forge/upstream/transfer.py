@@ -3,8 +3,8 @@
 The URL is validated data (`core.urls.check_url`) before git sees it, it follows `--` on
 git's command line, and git runs with a protocol policy (`gitutil.protocol_policy`): no
 command-running transports, the local one only for a local URL. Anything shown to a
-person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`; git's and the server's words also
-`core.urls.shown` (controls escaped: a NUL or an escape sequence never reaches a person).
+person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`; git's and the
+server's words `core.urls.shown` too (controls escaped: a NUL never reaches a person).
 """
 
 from __future__ import annotations
