@@ -6,10 +6,13 @@ refused before any fetch (git 2.39 loops on a filtered fetch from it)."""
 from __future__ import annotations
 
 import json
+import re
 import types
 from pathlib import Path
 
 import pytest
+from support.build import make_patched_root
+from support.cli import run_forge
 from support.git import Upstream, sh_git
 from support.llamalike import make_llamalike_upstream
 
@@ -107,3 +110,27 @@ def test_a_local_url_that_is_no_repository_is_never_counted(
     }[where]
     number, how = build_number.count(tmp_path / "ws", url, long_upstream.head, tmp_path / "tmp")
     assert number is None, how
+
+
+@pytest.mark.parametrize("key", ["/nonexistent/signing.pem", "/dev/zero", "-rf"])
+def test_a_bad_key_is_refused_before_the_count_and_the_manifest_edit(
+    tmp_path: Path, upstream: Upstream, key: str
+) -> None:
+    """h7 finding 5: `build --key <missing file>` waited for the count's fetch and had
+    edited the manifest by then. Bad input is refused before any work, losing nothing."""
+    root = make_patched_root(tmp_path / "forge", upstream)
+    assert run_forge("--root", str(root), "patch").code == 0
+    manifest = root / "manifests" / "llama.cpp.toml"
+    manifest.write_bytes(re.sub(rb"(?m)^build_number = \d+\n", b"", manifest.read_bytes()))
+    before = manifest.read_bytes()
+    src = root / ".dgr" / "src" / "llama.cpp"
+    assert sh_git(src, "rev-parse", "--is-shallow-repository") == "true"  # number unknown
+    trace = tmp_path / "trace2.json"
+    res = run_forge(
+        "--root", str(root), "--json", "build", "--lane", "cpu", f"--key={key}",
+        env={"GIT_TRACE2_EVENT": str(trace)},
+    )  # fmt: skip
+    assert res.code == 2, res
+    assert "key" in res.stderr.lower(), res.stderr
+    assert manifest.read_bytes() == before
+    assert not [a for a in _git_commands(trace) if "fetch" in a]
