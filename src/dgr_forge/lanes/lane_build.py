@@ -410,6 +410,11 @@ class LaneBuilder:
         r = self.result
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         r.artifacts = list(last.artifacts)
+        if last.inputs is None:
+            # an older forge recorded none; the report was built from these whole inputs
+            # (`input_digest` matched), so its movable inputs are today's
+            now = inputs.report_inputs(self.m, self.plan.recipe, self.plan.spec)
+            last = dataclasses.replace(last, inputs=now)
         self._settled(last)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
