@@ -96,7 +96,7 @@ def _server_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _shallow_dir(git_dir: Path) -> bool:
     shallow = _server_git(git_dir, "rev-parse", "--is-shallow-repository")
-    return (git_dir / "shallow").exists() or shallow.stdout.strip() != "false"
+    return (git_dir / "shallow").exists() or shallow.stdout.strip() == "true"
 
 
 def _partial_dir(git_dir: Path) -> bool:
