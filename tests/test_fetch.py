@@ -678,3 +678,24 @@ def test_a_real_refusal_still_says_refused_and_falls_back(
         r = run_forge("fetch", cwd=root, env=PROTOCOL_V0)
     assert r.code == 0, r
     assert "refused a depth-1 fetch" in r.stderr and "aborted" not in r.stderr
+
+
+def test_control_bytes_in_the_servers_words_never_reach_a_person() -> None:
+    """git 2.39 ends a server abort with a NUL ("... on the remote side.\\x00", seen on a
+    real partial mirror); an escape sequence could move a terminal's cursor. The message,
+    `server_said`, `git_stderr` and `last_error` show each control byte as an escape."""
+    from dgr_forge.upstream.transfer import fetch_failed, last_error
+
+    said = (
+        "remote: fatal: unable to read 6178abcd\x1b[2J\n"
+        "error: git upload-pack: git-pack-objects died with error.\n"
+        "fatal: aborting due to possible repository corruption on the remote side.\x00\n"
+    )
+    err = fetch_failed("llama.cpp abc", "file:///srv/up.git", said)
+    shown = [str(err), err.details["server_said"], err.details["git_stderr"], last_error(said)]
+    for text in shown:
+        assert isinstance(text, str)
+        assert not any(ord(c) < 32 and c not in "\n\t" for c in text), repr(text)
+    assert "\\x1b[2J" in err.details["server_said"], err.details
+    assert "remote side.\\x00" in last_error(said)
+    assert err.details["cause"] == "server-abort"

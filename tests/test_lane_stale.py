@@ -5,6 +5,7 @@ inputs is marked stale, naming what moved, never shown as a plain "ok"."""
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,32 @@ def test_a_moved_input_marks_the_last_build_stale(tmp_path: Path, upstream: Upst
     assert "pin" in in_status["stale"] and in_status["stale"] == in_lanes["stale"]
     assert "stale (pin" in status_text and "stale (pin" in lanes_text
     assert ": ok " not in status_text  # never a plain "ok"
+
+
+def test_a_build_recorded_by_an_older_forge_says_its_inputs_were_not_recorded(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """h7 finding 4: a lane state without recorded inputs (an older forge) showed "stale
+    (pin, series, recipe, worker moved)" although nothing moved: it cannot tell, and says
+    so. `--json` keeps `stale` (all, as documented) and says `inputs_recorded: false`."""
+    root = make_patched_root(tmp_path / "forge", upstream)
+    built = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
+    assert built.code == 0, built
+    state_file = root / ".dgr" / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["lanes"]["cpu"]["evidence"].pop("inputs")  # as an older forge wrote it
+    state_file.write_text(json.dumps(state))
+
+    in_status, in_lanes, status_text, lanes_text = _lane_rows(root)
+    for row in (in_status, in_lanes):
+        assert row["inputs_recorded"] is False, row
+        assert row["stale"] == ["pin", "series", "recipe", "worker"], row
+    words = "stale (inputs not recorded: rebuild to record them)"
+    assert words in status_text and words in lanes_text, (status_text, lanes_text)
+    assert "moved" not in status_text + lanes_text
+
+    rebuilt = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
+    assert rebuilt.code == 0, rebuilt
+    in_status, in_lanes, status_text, _ = _lane_rows(root)
+    assert in_status["inputs_recorded"] is True and in_status["stale"] == []
+    assert "stale" not in status_text

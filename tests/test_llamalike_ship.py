@@ -69,6 +69,9 @@ def test_shipped_recipes_pass_check_and_build_at_a_current_llama_cpp(
     res = _build(root, "--lane", "cpu")
     assert res.code == 0, res
     assert "LLAMA_CURL" not in res.stderr
+    # upstream's llama-ui-assets ran, with neither npm nor a download (h7 finding 7)
+    log = Path(res.json["lanes"][0]["log"]).read_text()
+    assert "Provisioning UI assets" in log and "would" not in log, log[-2000:]
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,8 @@ BASE_FILES: dict[str, str] = {
         option(LLAMA_BUILD_EXAMPLES "build examples" OFF)
         option(LLAMA_BUILD_TOOLS "build tools" ON)
         option(LLAMA_CURL "use libcurl" OFF)
+        option(LLAMA_BUILD_UI "build the server's web UI" ON)
+        option(LLAMA_USE_PREBUILT_UI "download the prebuilt web UI" ON)
 
         add_subdirectory(ggml)
         add_library(llama src/llama.cpp)

@@ -18,6 +18,10 @@ On top of the plain test upstream (`git.make_upstream`), one more upstream commi
 * declare llama.cpp's current option set with its deprecation shims: `LLAMA_CURL` only
   as `llama_option_depr(WARNING LLAMA_CURL)` (ignored, no replacement), `LLAMA_CUBLAS`
   a fatal alias of `GGML_CUDA`, `LLAMA_CUDA` a warning one;
+* provision the server's web UI at build time as llama.cpp's `llama-ui-assets` does (an
+  ALL target: npm with `LLAMA_BUILD_UI`, a download with `LLAMA_USE_PREBUILT_UI`, both
+  default ON), here a failed build unless both are OFF: a recipe that leaves them on
+  would use the network while building;
 * a history of `HISTORY` upstream commits before that commit (one `git fast-import`, so
   cheap), so a depth-1 workspace's count and the upstream's differ by a hundred and more.
 """
@@ -56,6 +60,8 @@ DEPRECATION = textwrap.dedent(
     # the rest of llama.cpp's current switches the shipped recipes or its CI pass
     option(LLAMA_BUILD_COMMON "build the common library" ON)
     option(LLAMA_BUILD_SERVER "build the server" ON)
+    option(LLAMA_BUILD_UI "build the embedded Web UI for server" ON)
+    option(LLAMA_USE_PREBUILT_UI "use the prebuilt UI from a download" ON)
     option(GGML_METAL_EMBED_LIBRARY "embed the Metal library" OFF)
     option(GGML_RPC "use RPC" OFF)
 
@@ -88,7 +94,38 @@ BUILD_NUMBER = textwrap.dedent(
         set(LLAMA_BUILD_COMMIT ${BUILD_COMMIT})
     endif()
     set(LLAMA_INSTALL_VERSION 0.0.${LLAMA_BUILD_NUMBER})
-    add_subdirectory(common)"""
+    add_subdirectory(common)
+    if (LLAMA_BUILD_SERVER)
+        add_subdirectory(tools/ui)
+    endif()"""
+)
+
+# as llama.cpp's tools/ui (since May 2026): an ALL target that provisions the server's web
+# UI at build time, by `npm` (LLAMA_BUILD_UI) or a download (LLAMA_USE_PREBUILT_UI), else
+# builds without it. Here either way is a failed build (a test never uses the network).
+UI_CMAKE = textwrap.dedent(
+    """\
+    add_custom_target(llama-ui-assets ALL
+        COMMAND ${CMAKE_COMMAND}
+            "-DBUILD_UI=${LLAMA_BUILD_UI}"
+            "-DHF_ENABLED=${LLAMA_USE_PREBUILT_UI}"
+            "-DUI_BINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+            -P "${PROJECT_SOURCE_DIR}/scripts/ui-assets.cmake"
+        COMMENT "Provisioning UI assets"
+        VERBATIM)
+    """
+)
+UI_ASSETS = textwrap.dedent(
+    """\
+    if (BUILD_UI)
+        message(FATAL_ERROR "UI: would run npm install at build time (network)")
+    endif()
+    if (HF_ENABLED)
+        message(FATAL_ERROR "UI: would download the prebuilt UI at build time (network)")
+    endif()
+    message(WARNING "UI: no assets available - building without an embedded UI")
+    file(WRITE "${UI_BINARY_DIR}/ui.cpp" "// no embedded UI\\n")
+    """
 )
 
 GGML_CMAKE = CCACHE_DETECT + textwrap.dedent(
@@ -128,6 +165,8 @@ FILES: dict[str, str] = {
         "target_link_libraries(llama-cli PRIVATE llama build_info)",
     ),
     "ggml/CMakeLists.txt": GGML_CMAKE,
+    "tools/ui/CMakeLists.txt": UI_CMAKE,
+    "scripts/ui-assets.cmake": UI_ASSETS,
     "ggml/src/ggml-impl.h": textwrap.dedent(
         """\
         #pragma once

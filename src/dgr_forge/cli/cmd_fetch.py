@@ -162,7 +162,7 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
     """Lanes built in this workspace and their last build (from the build state): a list
     of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
     what moved (pin, series, recipe, worker) since the last report was built."""
-    from dgr_forge.lanes.inputs import moved_since, report_inputs, with_stale
+    from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
     from dgr_forge.lanes.state import LaneState, load_lanes_state
 
     entries = sorted(load_lanes_state(env.forge)["lanes"].items())
@@ -175,7 +175,7 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
             if not worker_known:
                 current["worker"] = "(unreadable)"  # never what a build recorded
             recorded = LaneState.from_dict(entry).last_build
-            last = {**last, "stale": moved_since(recorded.inputs if recorded else None, current)}
+            last = {**last, **staleness(recorded.inputs if recorded else None, current)}
         lanes.append({"lane": name, "last_build": last})
     if not lanes:
         env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")

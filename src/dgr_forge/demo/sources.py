@@ -28,6 +28,8 @@ option(LLAMA_CURL "use libcurl" OFF)
 option(LLAMA_BUILD_TESTS "build tests" OFF)
 option(LLAMA_BUILD_EXAMPLES "build examples" OFF)
 option(LLAMA_BUILD_TOOLS "build tools" ON)
+option(LLAMA_BUILD_UI "build the server's web UI" ON)
+option(LLAMA_USE_PREBUILT_UI "download the prebuilt web UI" ON)
 
 add_library(llama src/llama.cpp)
 target_include_directories(llama PUBLIC include)

@@ -37,6 +37,7 @@ from dgr_forge.lanes.plan import (
     plan_lane,
     refuse_unbuildable,
 )
+from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 if TYPE_CHECKING:
@@ -89,19 +90,23 @@ def build(
         root=forge.root,
         worker=spec.source_dir if spec is not None and spec.url is None else None,
     )
+    plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
+    signing = SigningKey(opts.key, opts.sign, out)
     if m.build_number is None:
+        # bad input is refused before the count's fetch and the manifest write: the key
+        # is loaded now (a no-op build, whose number is recorded, never pays for it)
+        signing.signer()
         # the upstream's own version at the pin, once, where the history is (issue 29)
         from dgr_forge.core.lock import root_lock
         from dgr_forge.upstream import build_number
 
         with root_lock(forge, out):  # a manifest write, as export's
             m = build_number.record(forge, m, None if opts.offline else opts.mirror or m.url, out)
-    plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
 
     results: list[LaneResult] = []
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
-    ctx = BuildContext(forge, m, out, opts, doctor)  # the manifest digest: as loaded, locked
+    ctx = BuildContext(forge, m, out, opts, doctor, signing)  # the manifest digest: as loaded
     with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:

@@ -146,12 +146,21 @@ def moved_since(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) 
     return [key for key in MOVABLE if recorded.get(key) != current.get(key)]
 
 
+def staleness(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys `status` and `lanes` add to a last build: `stale` (`moved_since`) and
+    `inputs_recorded` (False: an older forge recorded none, so nothing can be compared)."""
+    return {"stale": moved_since(recorded, current), "inputs_recorded": recorded is not None}
+
+
 def with_stale(last: Mapping[str, Any] | None) -> str:
     """A last build's result as `status` and `lanes` print it: "ok", or "ok, stale (pin,
-    series moved)" when its report was built from other inputs."""
+    series moved)" when its report was built from other inputs, or "ok, stale (inputs not
+    recorded: ...)" when an older forge recorded none (it cannot say what moved)."""
     if not last:
         return "never"
     result = str(last.get("result", "?"))
+    if last.get("inputs_recorded") is False:
+        return f"{result}, stale (inputs not recorded: rebuild to record them)"
     stale = last.get("stale") or []
     return f"{result}, stale ({', '.join(stale)} moved)" if stale else result
 

@@ -107,10 +107,16 @@ class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
 
     def __init__(
-        self, forge: Forge, m: UpstreamManifest, out: Reporter, opts: BuildOptions, doctor: Doctor
+        self,
+        forge: Forge,
+        m: UpstreamManifest,
+        out: Reporter,
+        opts: BuildOptions,
+        doctor: Doctor,
+        signing: SigningKey | None = None,
     ) -> None:
         self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
-        self.signing = SigningKey(opts.key, opts.sign, out)
+        self.signing = signing or SigningKey(opts.key, opts.sign, out)
         self.patched: PatchedTree | None = None
         # the manifest's bytes when the build starts (under the lock, after any build-number
         # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
@@ -404,6 +410,11 @@ class LaneBuilder:
         r = self.result
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         r.artifacts = list(last.artifacts)
+        if last.inputs is None:
+            # an older forge recorded none; the report was built from these whole inputs
+            # (`input_digest` matched), so its movable inputs are today's
+            now = inputs.report_inputs(self.m, self.plan.recipe, self.plan.spec)
+            last = dataclasses.replace(last, inputs=now)
         self._settled(last)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")

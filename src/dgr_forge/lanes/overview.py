@@ -12,7 +12,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.host.worker import WorkerSpec
-from dgr_forge.lanes.inputs import moved_since, report_inputs, tool_versions, worker_identity
+from dgr_forge.lanes.inputs import report_inputs, staleness, tool_versions, worker_identity
 from dgr_forge.lanes.state import LaneState, load_lanes_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -68,7 +68,7 @@ def overview(
                         "result": last.get("result"),
                         "report": last.get("report"),
                         "log": last.get("log"),
-                        "stale": moved_since(
+                        **staleness(
                             recorded.inputs if recorded else None,
                             report_inputs(m, recipe, spec),
                         ),

@@ -2,14 +2,19 @@
 `git rev-list --count` at the commit, which its CMake compiles in as LLAMA_BUILD_NUMBER.
 
 A depth-1 workspace cannot count it (its history is one commit), so the number is counted
-once, where the history is, and recorded in the manifest (`[upstream] build_number`):
+once, where the history is, with the least transfer the server allows, and recorded in
+the manifest (`[upstream] build_number`):
 
 * the workspace itself when it holds the pin's whole history (not shallow): no transfer;
+* a local upstream or mirror (file:// or a path) that is a full repository holding the
+  commit (not shallow, not partial, no grafts): counted there, no transfer;
 * else a commit-only fetch of the pin's history (`--filter=tree:0`: no trees, no blobs)
-  into a scratch repository, from the upstream or the mirror; a server that ignores the
-  filter sends more, never a wrong count (a local repository is fetched without one: its
-  transport ignores it, and git 2.39 loops on a filtered fetch from a shallow one). A
-  shallow or partial server's history is refused (its count would be short).
+  into a scratch repository, from the upstream or the mirror; a local server gets the
+  filter only when it allows filters (`uploadpack.allowFilter`: it would ignore it and
+  send everything), and a shallow local server is refused before any fetch (git 2.39
+  loops on a filtered fetch from one); a network server that ignores the filter sends
+  more, never a wrong count. A shallow or partial server's history is refused (its count
+  would be short).
 
 Never a guess: when neither can count, the answer is None and the caller says so.
 """
@@ -21,6 +26,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.urls import check_url, mask_text
@@ -47,6 +53,88 @@ def local_count(src: Path, commit: str) -> int | None:
     return int(gitutil.out(src, "rev-list", "--count", commit, "--"))
 
 
+def _local_git_dir(url: str) -> Path | None:
+    """The repository a local URL (file:// or an absolute path) names, exactly that one:
+    a directory inside another repository is not it (discovery stops at the path)."""
+    if url.startswith("file://"):
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            return None
+        path = Path(unquote(parts.path))
+    elif url.startswith("/"):
+        path = Path(url)
+    else:
+        return None
+    if not path.is_dir():
+        return None  # a missing path, a file, a device: no repository
+    found = gitutil.git(
+        path,
+        "rev-parse",
+        "--absolute-git-dir",
+        check=False,
+        env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
+    )
+    if found.returncode != 0:
+        return None
+    git_dir = Path(found.stdout.strip())
+    # the path itself or its .git: never a repository above it
+    return git_dir if git_dir in (path.resolve(), (path / ".git").resolve()) else None
+
+
+def _server_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """git in a local server's repository: the pinned config, no replace refs and no lazy
+    fetch (a count is of the commits it holds), its exit status left to the caller."""
+    return gitutil.git(
+        None,
+        f"--git-dir={git_dir}",
+        "--no-replace-objects",
+        *args,
+        check=False,
+        env={"GIT_NO_LAZY_FETCH": "1"},
+    )
+
+
+def _shallow_dir(git_dir: Path) -> bool:
+    shallow = _server_git(git_dir, "rev-parse", "--is-shallow-repository")
+    return (git_dir / "shallow").exists() or shallow.stdout.strip() == "true"
+
+
+def _partial_dir(git_dir: Path) -> bool:
+    """A partial clone (a promisor remote): it may lack objects it would fetch lazily."""
+    config = _server_git(
+        git_dir, "config", "--get-regexp", r"^(remote\..*\.promisor|extensions\.partialclone)$"
+    )
+    return bool(config.stdout.strip()) or any((git_dir / "objects" / "pack").glob("*.promisor"))
+
+
+def _server_count(git_dir: Path, commit: str) -> int | None:
+    """The count at `commit` in a full local repository holding it, else None."""
+    if _shallow_dir(git_dir) or _partial_dir(git_dir) or (git_dir / "info" / "grafts").exists():
+        return None
+    if _server_git(git_dir, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        return None
+    counted = _server_git(git_dir, "rev-list", "--count", commit, "--")
+    if counted.returncode != 0 or not counted.stdout.strip().isdigit():
+        return None  # a commit of its history missing: never a short count
+    return int(counted.stdout)
+
+
+def _allows_filter(git_dir: Path) -> bool:
+    """Whether the local server's upload-pack honours a filter (its config and the user's,
+    as the fetch's upload-pack reads them)."""
+    allowed = gitutil.git(
+        None,
+        f"--git-dir={git_dir}",
+        "config",
+        "--type=bool",
+        "--get",
+        "uploadpack.allowFilter",
+        check=False,
+        isolated=False,
+    )
+    return allowed.stdout.strip() == "true"
+
+
 def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int | None, str]:
     """(the upstream's count at `commit`, how it was found or why not)."""
     here = local_count(src, commit)
@@ -55,14 +143,24 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     if url is None:
         return None, "the workspace is shallow and no upstream may be contacted (--offline)"
     check_url(url, "upstream url")  # data, never an option
+    only_commits = ["--filter=tree:0"]
+    if gitutil.is_local_url(url):
+        git_dir = _local_git_dir(url)
+        if git_dir is not None:
+            there = _server_count(git_dir, commit)
+            if there is not None:
+                return there, "counted in the local repository's full history (no transfer)"
+            if _shallow_dir(git_dir):
+                return None, "the server's own history is shallow: its count would be short"
+        # a local server that does not allow filters would ignore the filter
+        if git_dir is None or not _allows_filter(git_dir):
+            only_commits = []
     tmp_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))
     try:
         gitutil.git(None, "init", "-q", "--bare", str(scratch))
-        # commits only from a server that filters (a local one never does: it would
-        # ignore the filter); --update-shallow: a shallow server's history is taken as
-        # shallow, and refused below, never counted short
-        only_commits = [] if gitutil.is_local_url(url) else ["--filter=tree:0"]
+        # commits only where the server filters; --update-shallow: a shallow server's
+        # history is taken as shallow, and refused below, never counted short
         try:
             proc = gitutil.git(
                 scratch,
@@ -105,7 +203,7 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
                 "the server's history of the pin is incomplete (a shallow or partial copy): "
                 "its count would be short"
             )
-        shown = "its commits only" if only_commits else "a local repository"
+        shown = "its commits only" if only_commits else "a server that sends whole history"
         return int(counted.stdout), f"counted from the pin's history ({shown})"
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -3,7 +3,8 @@
 The URL is validated data (`core.urls.check_url`) before git sees it, it follows `--` on
 git's command line, and git runs with a protocol policy (`gitutil.protocol_policy`): no
 command-running transports, the local one only for a local URL. Anything shown to a
-person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`.
+person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`; git's and the
+server's words `core.urls.shown` too (controls escaped: a NUL never reaches a person).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import Details, OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
-from dgr_forge.core.urls import check_url, mask, mask_text
+from dgr_forge.core.urls import check_url, mask, mask_text, shown
 from dgr_forge.upstream.workspace import remove_partial_objects
 
 # where the full-fetch fallback keeps the upstream's branches and tags
@@ -115,8 +116,9 @@ def diagnose(stderr: str) -> str:
 
 
 def server_words(stderr: str) -> str:
-    """The server's own error lines ("remote: fatal: unable to read …"), masked."""
-    lines = [ln.strip() for ln in mask_text(stderr).splitlines()]
+    """The server's own error lines ("remote: fatal: unable to read …"), masked, each
+    control byte an escape (git 2.39 ends a server abort with a NUL)."""
+    lines = [ln.strip() for ln in shown(stderr).splitlines()]
     said = [ln.removeprefix("remote:").strip() for ln in lines if ln.startswith("remote:")]
     said = list(dict.fromkeys(ln for ln in said if ln))  # git repeats some lines
     return "; ".join(said) or last_error(stderr)
@@ -161,7 +163,7 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
     details: Details = {
         "url": mask(url),
         "cause": cause,
-        "git_stderr": mask_text(stderr[-4000:]),
+        "git_stderr": shown(stderr[-4000:]),
     }
     if cause == "server-abort":
         words = server_words(stderr)
@@ -182,8 +184,8 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
 
 
 def last_error(stderr: str) -> str:
-    """git's last error line (masked), else its last line."""
-    stderr = mask_text(stderr)
+    """git's last error line (masked, controls escaped), else its last line."""
+    stderr = shown(stderr)
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
     return (errors or lines or ["no output"])[-1]

@@ -74,6 +74,13 @@ class LastBuild(Nested, kw_only=True):
             "`worker` (empty: it is current; a build recorded by an older forge: all)"
         ),
     ] = UNSET
+    inputs_recorded: Annotated[
+        bool | UnsetType,
+        d(
+            "false when the build was recorded by an older forge, with no inputs to compare: "
+            "stale until rebuilt, whatever moved (with `stale`)"
+        ),
+    ] = UNSET
 
 
 class Cache(Nested, kw_only=True):

@@ -1,0 +1,136 @@
+"""The upstream's build number, counted with the least transfer the server allows (issue 29,
+h7 finding 1): a full local repository is counted where it is (no fetch at all); a local
+server that is not (partial) but allows filters sends its commits only; a shallow one is
+refused before any fetch (git 2.39 loops on a filtered fetch from it)."""
+
+from __future__ import annotations
+
+import json
+import re
+import types
+from pathlib import Path
+
+import pytest
+from support.build import make_patched_root
+from support.cli import run_forge
+from support.git import Upstream, sh_git
+from support.llamalike import make_llamalike_upstream
+
+from dgr_forge.upstream import build_number
+
+HISTORY = 300
+
+
+@pytest.fixture(scope="module")
+def long_upstream(tmp_path_factory: pytest.TempPathFactory) -> Upstream:
+    return make_llamalike_upstream(tmp_path_factory.mktemp("bn") / "upstream", history=HISTORY)
+
+
+def _count(up: Upstream) -> int:
+    return int(sh_git(up.path, "rev-list", "--count", up.head))
+
+
+def _git_commands(trace: Path) -> list[list[str]]:
+    """Every git command that ran (GIT_TRACE2_EVENT), as its argv."""
+    if not trace.exists():
+        return []
+    events = [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
+    return [e["argv"] for e in events if e.get("event") == "start"]
+
+
+@pytest.mark.parametrize("form", ["file-url", "path"])
+def test_a_full_local_upstream_is_counted_in_place_with_no_transfer(
+    tmp_path: Path, long_upstream: Upstream, monkeypatch: pytest.MonkeyPatch, form: str
+) -> None:
+    trace = tmp_path / "trace2.json"
+    monkeypatch.setenv("GIT_TRACE2_EVENT", str(trace))
+    url = long_upstream.url if form == "file-url" else str(long_upstream.path)
+    number, how = build_number.count(tmp_path / "ws", url, long_upstream.head, tmp_path / "tmp")
+    assert number == _count(long_upstream) and number > HISTORY, how
+    assert "no transfer" in how, how
+    ran = _git_commands(trace)
+    assert ran, "GIT_TRACE2_EVENT recorded nothing"
+    assert not [a for a in ran if {"fetch", "upload-pack", "pack-objects"} & set(a)], ran
+    assert not (tmp_path / "tmp").exists() or not list((tmp_path / "tmp").iterdir())
+
+
+def test_a_partial_local_server_that_allows_filters_sends_its_commits_only(
+    tmp_path: Path, long_upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not counted in place (a partial clone may lack history), so fetched: with
+    uploadpack.allowFilter the server sends commits only, no tree, no blob."""
+    sh_git(long_upstream.path, "config", "uploadpack.allowFilter", "true")
+    server = tmp_path / "partial.git"
+    sh_git(
+        tmp_path, "clone", "-q", "--bare", "--no-local", "--filter=blob:none",
+        long_upstream.url, str(server),
+    )  # fmt: skip
+    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    kept: list[Path] = []
+    # the scratch repository the count fetched into, kept to count what arrived
+    monkeypatch.setattr(
+        build_number, "shutil", types.SimpleNamespace(rmtree=lambda p, **_: kept.append(p))
+    )
+    number, how = build_number.count(
+        tmp_path / "ws", server.as_uri(), long_upstream.head, tmp_path / "tmp"
+    )
+    assert number == _count(long_upstream), how
+    assert len(kept) == 1
+    stats = dict(line.split(": ") for line in sh_git(kept[0], "count-objects", "-v").splitlines())
+    # commits only: one object per commit (a whole fetch: their trees and blobs too)
+    assert int(stats["in-pack"]) == number, stats
+
+
+def test_a_shallow_local_server_is_refused_before_any_fetch(
+    tmp_path: Path, long_upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sh_git(long_upstream.path, "config", "uploadpack.allowFilter", "true")
+    server = tmp_path / "shallow.git"
+    sh_git(tmp_path, "clone", "-q", "--bare", "--depth", "5", long_upstream.url, str(server))
+    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    trace = tmp_path / "trace2.json"
+    monkeypatch.setenv("GIT_TRACE2_EVENT", str(trace))
+    number, how = build_number.count(
+        tmp_path / "ws", server.as_uri(), long_upstream.head, tmp_path / "tmp"
+    )
+    assert number is None and "shallow" in how, how
+    assert not [a for a in _git_commands(trace) if "fetch" in a]
+
+
+@pytest.mark.parametrize("where", ["subdirectory", "missing", "device"])
+def test_a_local_url_that_is_no_repository_is_never_counted(
+    tmp_path: Path, long_upstream: Upstream, where: str
+) -> None:
+    """A directory inside a repository is not that repository (git's discovery would
+    walk up to it); a missing path or a device is no repository at all."""
+    url = {
+        "subdirectory": str(long_upstream.path / "docs"),
+        "missing": (tmp_path / "nothing-here").as_uri(),
+        "device": "/dev/zero",
+    }[where]
+    number, how = build_number.count(tmp_path / "ws", url, long_upstream.head, tmp_path / "tmp")
+    assert number is None, how
+
+
+@pytest.mark.parametrize("key", ["/nonexistent/signing.pem", "/dev/zero", "-rf"])
+def test_a_bad_key_is_refused_before_the_count_and_the_manifest_edit(
+    tmp_path: Path, upstream: Upstream, key: str
+) -> None:
+    """h7 finding 5: `build --key <missing file>` waited for the count's fetch and had
+    edited the manifest by then. Bad input is refused before any work, losing nothing."""
+    root = make_patched_root(tmp_path / "forge", upstream)
+    assert run_forge("--root", str(root), "patch").code == 0
+    manifest = root / "manifests" / "llama.cpp.toml"
+    manifest.write_bytes(re.sub(rb"(?m)^build_number = \d+\n", b"", manifest.read_bytes()))
+    before = manifest.read_bytes()
+    src = root / ".dgr" / "src" / "llama.cpp"
+    assert sh_git(src, "rev-parse", "--is-shallow-repository") == "true"  # number unknown
+    trace = tmp_path / "trace2.json"
+    res = run_forge(
+        "--root", str(root), "--json", "build", "--lane", "cpu", f"--key={key}",
+        env={"GIT_TRACE2_EVENT": str(trace)},
+    )  # fmt: skip
+    assert res.code == 2, res
+    assert "key" in res.stderr.lower(), res.stderr
+    assert manifest.read_bytes() == before
+    assert not [a for a in _git_commands(trace) if "fetch" in a]
