@@ -10,7 +10,6 @@ tensor assignment, independently of the code under test.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import tomllib
 from collections.abc import Iterator
@@ -22,13 +21,13 @@ from support.server import (
     FaultyServer,
     hostile_gguf,
     layered_tensors,
+    manifest_of,
     split_by_count,
     split_names,
     write_layered_gguf,
 )
 
 from dgr_forge.models import manifest as models
-from dgr_forge.models.manifest import ModelFile
 
 FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10", "DGR_ARTIFACTS_TRIES": "2"}
 NAMES = split_names("m43", 9)
@@ -66,19 +65,9 @@ def server(source: Path) -> Iterator[FaultyServer]:
         yield s
 
 
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def plain_manifest(tmp_path: Path, source: Path, base_url: str) -> Path:
     """A manifest without a layer map, written independently of the code under test."""
-    files = [
-        ModelFile(p.name, p.stat().st_size, sha(p), models.file_url(base_url, p.name))
-        for p in sorted(source.iterdir())
-    ]
-    path = tmp_path / "m43.toml"
-    path.write_text(models.dumps("m43", files))
-    return path
+    return manifest_of(source, base_url, tmp_path / "m43.toml", "m43")
 
 
 def forge(*args: str, env: dict[str, str] | None = None) -> Result:

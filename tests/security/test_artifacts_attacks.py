@@ -6,7 +6,6 @@ and a held provision lock. Every attack runs the real CLI against a loopback HTT
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import resource
@@ -18,7 +17,14 @@ from pathlib import Path
 
 import pytest
 from support.cli import Result, forge_cmd, forge_env, run_forge
-from support.server import FaultyServer, hostile_gguf, split_names, write_split_gguf
+from support.server import (
+    FaultyServer,
+    hostile_gguf,
+    manifest_of,
+    sha,
+    split_names,
+    write_split_gguf,
+)
 
 from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
@@ -41,18 +47,8 @@ def server(source: Path) -> Iterator[FaultyServer]:
         yield s
 
 
-def sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def manifest_for(tmp_path: Path, source: Path, base_url: str) -> Path:
-    files = [
-        ModelFile(p.name, p.stat().st_size, sha(p), models.file_url(base_url, p.name))
-        for p in sorted(source.iterdir())
-    ]
-    path = tmp_path / "tiny.toml"
-    path.write_text(models.dumps("tiny", files))
-    return path
+    return manifest_of(source, base_url, tmp_path / "tiny.toml", "tiny")
 
 
 def provision(manifest: Path, dest: Path, *extra: str, env: dict[str, str] | None = None) -> Result:

@@ -8,6 +8,7 @@ with sendfile and keeps no file in memory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import threading
@@ -304,3 +305,20 @@ def hostile_gguf(path: Path, item_type: int = 0, count: int = 10**12) -> Path:
     data += struct.pack("<Q", 1) + b"a" + struct.pack("<IIQ", 9, item_type, count)  # ARRAY
     path.write_bytes(data)
     return path
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manifest_of(source: Path, base_url: str, out: Path, name: str) -> Path:
+    """A model manifest (no layer map) of every file in `source`, served from `base_url`,
+    written independently of the code under test."""
+    from dgr_forge.models import manifest as models
+
+    files = [
+        models.ModelFile(p.name, p.stat().st_size, sha(p), models.file_url(base_url, p.name))
+        for p in sorted(source.iterdir())
+    ]
+    out.write_text(models.dumps(name, files))
+    return out
