@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tests.support.git import GIT_ENV, make_upstream, sh_git
 from tests.support.history import PackLog, add_history, pack_log, range_objects
-from tests.support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
+from tests.support.rebase import SERIES, make_series
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"
@@ -47,18 +47,7 @@ ENV = {
     "PYTHONPATH": str(SRC),
     "NO_COLOR": "1",
 }
-CONFLICTED = "ggml/src/ggml.c"
-SERIES = [
-    ("llama: layer ownership", "src/llama.cpp", "    (void) layer;\n    return 0;\n",
-     "    return layer % 2; /* dgr */\n"),
-    ("ggml: count the rpc backend", CONFLICTED, "    return 1;\n", "    return 2; /* dgr */\n"),
-    ("tools: print a banner", "tools/main.cpp", "int main() {\n",
-     'int main() {\n    std::puts("dgr");\n'),
-]  # fmt: skip
-
-
-def _edit(old: str, new: str):  # type: ignore[no-untyped-def]
-    return lambda text: text.replace(old, new, 1)
+CONFLICTED = SERIES[1][1]  # the patch a halfway upstream commit conflicts with
 
 
 def forge(root: Path, log: PackLog, *args: str) -> tuple[float, int]:
@@ -111,17 +100,7 @@ def main() -> None:
     try:
         up = make_upstream(tmp / "upstream")
         add_history(up, args.history, "models/vocab.txt", args.kb * 1024)
-        edits = [Edit({rel: _edit(old, new)}, subject) for subject, rel, old, new in SERIES]
-        base = make_root(
-            tmp / "forge",
-            up,
-            edits,
-            how="forge",
-            flags=CANONICAL,
-            names="git",
-            trees=False,
-            author=UPSTREAM_AUTHOR,
-        )
+        base = make_series(tmp, up)
         pin = base.pin
         half = args.range // 2
         add_history(up, half - 1, "models/vocab.txt", args.kb * 1024)
