@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import subprocess
 from pathlib import Path
 from typing import cast
 
@@ -301,20 +302,30 @@ def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
     return candidates.pop() if len(candidates) == 1 else None
 
 
-def _fetch_all(src: Path, url: str, why: str) -> None:
+def _fetch(src: Path, url: str, *refs: str) -> subprocess.CompletedProcess[str]:
+    """One fetch of `refs` from `url` under the transport policy, depth 1 where the
+    workspace is shallow (it stays shallow); the caller reads the result."""
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    proc = git(
+    return git(
         src,
         "fetch",
         "--no-tags",
         *(["--depth=1"] if shallow else []),
         "--",
         url,
-        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
-        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
+        *refs,
         check=False,
         isolated=False,
         config=_policy(url),
+    )
+
+
+def _fetch_all(src: Path, url: str, why: str) -> None:
+    proc = _fetch(
+        src,
+        url,
+        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
+        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
     )
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
@@ -325,21 +336,8 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
     """Make `commit` available in the workspace repo: one commit (shallow) when possible."""
     if gitutil.has_object(src, commit):
         return
-    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    depth = ["--depth=1"] if shallow else []
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
-    proc = git(
-        src,
-        "fetch",
-        "--no-tags",
-        *depth,
-        "--",
-        url,
-        commit,
-        check=False,
-        isolated=False,
-        config=_policy(url),
-    )
+    proc = _fetch(src, url, commit)
     if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
         return  # what the checks below end with, asked once
     if proc.returncode != 0:
