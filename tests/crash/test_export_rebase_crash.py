@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -186,8 +187,12 @@ def test_two_workspaces_on_one_root_serialize(series: Series, tmp_path: Path) ->
     )
     assert second.stderr is not None
     assert "waiting for pid" in second.stderr.readline()
-    kill(first)  # its journal is complete: the waiter rolls it forward, then sees the change
+    # its journal is complete: the waiter rolls it forward, then sees the change. The
+    # killed run stays unreaped (a zombie, as under a parent that has not waited yet)
+    # while the waiter takes the lock: a pid that still answers kill(0) is no owner.
+    os.kill(first.pid, signal.SIGKILL)
     _out, err = second.communicate(timeout=120)
+    kill(first)
     assert second.returncode == 3, err
     assert "changed while this export waited" in err and "Traceback" not in err
     assert "0004-docs-shard-worker-notes.patch" in s.patch_files()

@@ -61,7 +61,21 @@ def owner_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    # a killed run whose parent has not waited for it yet still answers kill(0); its
+    # locks are already released, so a waiter may be running before the parent reaps it
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            stat = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+    except OSError:  # no procfs (macOS): kill(0) is the only sign
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] == b"Z"
 
 
 def _digest(pdir: Path) -> dict[str, str]:
@@ -217,9 +231,10 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
             else:
                 shutil.rmtree(leftover, ignore_errors=True)
         for jdir in found:
-            if not jdir.exists() or owner_alive(owner_pid(jdir)):
-                continue
-            _recover_one(jdir, out)
+            # under the root lock no other writer runs: a journal still here is dead, even
+            # if its pid has since been given to another process
+            if jdir.exists():
+                _recover_one(jdir, out)
         for orphan in orphans:
             with contextlib.suppress(OSError):
                 orphan.unlink()
