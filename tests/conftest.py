@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
-from support import scratch
+from support import precompile, scratch
+from support.cli import CACHE_DIR_ENV
 from support.demo import DemoTour, make_demo
 from support.git import Upstream, copy_upstream, make_upstream
 from support.roots import SHARED_DIR_ENV, make_forge_root
@@ -20,6 +21,8 @@ def pytest_configure(config: pytest.Config) -> None:
     inherit it."""
     if not hasattr(config, "workerinput") and config.option.basetemp is None:
         scratch.use(scratch.choose())
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        precompile.write_rewritten(config, Path(__file__).parent)
 
 
 def _hypothesis_home() -> Path:
@@ -48,6 +51,7 @@ def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
                 mp.delenv(name)
         mp.setenv("CCACHE_DIR", str(tmp_path_factory.mktemp("ccache")))
         mp.setenv("SCCACHE_DIR", str(tmp_path_factory.mktemp("sccache")))
+        mp.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("dgr-cache")))
         yield
 
 

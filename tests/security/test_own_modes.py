@@ -23,7 +23,7 @@ from dgr_forge.core.errors import BadInput
 def _build_under_umask_000(root: Path) -> sp.CompletedProcess[str]:
     return sp.run(
         forge_cmd("--root", str(root), "build", "--lane", "cpu", "--no-sign"),
-        env=forge_env({}),
+        env=forge_env({"DGR_CACHE_DIR": ""}),  # the default: <workspace>/cache
         capture_output=True,
         text=True,
         timeout=600,

@@ -36,6 +36,7 @@ from weakref import WeakSet
 
 from .git import GIT_ENV
 
+CACHE_DIR_ENV = "FORGETEST_CACHE_DIR"
 SRC = Path(__file__).resolve().parent.parent.parent / "src"
 
 
@@ -59,6 +60,11 @@ def forge_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     env["NO_COLOR"] = "1"
     env.update(GIT_ENV)
+    if os.environ.get(CACHE_DIR_ENV):
+        # one forge cache directory for the whole run, as on a build machine: the compilers'
+        # stamps are hashed once, not once per test workspace (a test names its own, or
+        # "" for the workspace's)
+        env["DGR_CACHE_DIR"] = os.environ[CACHE_DIR_ENV]
     env.update(extra or {})
     return env
 
@@ -326,14 +332,26 @@ def _process_state(environ: dict[str, str], cwd: Path | None) -> Iterator[None]:
         _reset_module_state()
 
 
+# each dgr_forge module's functools caches, found once per module object (a walk of every
+# module's names on every run cost more than most commands; a re-import is walked again)
+_CACHES: dict[str, tuple[Any, list[Any]]] = {}
+
+
 def _reset_module_state() -> None:
     for name, module in list(sys.modules.items()):
         if name != "dgr_forge" and not name.startswith("dgr_forge."):
             continue
-        for value in list(vars(module).values()):
-            clear = getattr(value, "cache_clear", None)
-            if callable(clear) and hasattr(value, "__wrapped__"):
-                clear()
+        seen, clears = _CACHES.get(name, (None, []))
+        if seen is not module:
+            clears = [
+                clear
+                for value in list(vars(module).values())
+                if callable(clear := getattr(value, "cache_clear", None))
+                and hasattr(value, "__wrapped__")
+            ]
+            _CACHES[name] = (module, clears)
+        for clear in clears:
+            clear()
     fault = sys.modules.get("dgr_forge.core.fault")
     if fault is not None:
         if hasattr(fault, "_parsed"):

@@ -1,0 +1,54 @@
+"""The test modules' assertion-rewritten bytecode, written once before the xdist workers start.
+
+Each worker collects every test module, and pytest rewrites a module's asserts and compiles
+it unless it finds its cached `.pyc` (in `__pycache__`, tagged `-pytest-<version>`). With
+no cache (a fresh clone, or PYTHONDONTWRITEBYTECODE set, as on these machines) the three
+workers each rewrote all of them: about 5 s of CPU each, on two cores, before any test ran.
+The controlling process writes them instead, on two processes, through pytest's own rewrite
+and pyc writer, so the workers read what pytest would have written itself. It is a cache:
+anything unexpected (another pytest's private API) leaves the workers to do it as before.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+
+def _targets(tests: Path) -> list[Path]:
+    found = sorted(tests.rglob("test_*.py")) + sorted(tests.rglob("conftest.py"))
+    return [p for p in found if "__pycache__" not in p.parts]
+
+
+def _write(config: pytest.Config, files: list[Path]) -> None:
+    from _pytest.assertion import rewrite
+
+    state = config.stash[rewrite.assertstate_key]
+    for fn in files:
+        pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
+        try:
+            if rewrite._read_pyc(fn, pyc) is not None:
+                continue  # current already
+            if not rewrite.try_makedirs(pyc.parent):
+                return
+            source_hash, co = rewrite._rewrite_test(fn, config)
+            rewrite._write_pyc(state, co, source_hash, pyc)
+        except Exception:  # a cache: the workers rewrite what is not here
+            return
+
+
+def write_rewritten(config: pytest.Config, tests: Path, jobs: int = 2) -> None:
+    """Rewrite and cache every test module under `tests` that has no current cached pyc
+    (forked children: the config is theirs without pickling)."""
+    if not hasattr(os, "fork"):
+        return
+    files = _targets(tests)
+    fork = multiprocessing.get_context("fork")
+    children = [fork.Process(target=_write, args=(config, files[i::jobs])) for i in range(jobs)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
