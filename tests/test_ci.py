@@ -627,9 +627,9 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
     jobs = {n: j for n, j in pipeline.items() if isinstance(j, dict) and "script" in j}
     assert jobs and all(j.get("extends") == ".dgr-forge" for j in jobs.values()), jobs.keys()
     assert "before_script" not in str([j.keys() for j in jobs.values()])  # none overrides it
-    assert "-m pip install --quiet -c constraints.txt .\n" in steps[0]
+    assert "\nvenv_pip install --quiet -c constraints.txt .\n" in steps[0]
     assert "-r ci/requirements.txt" not in github + gitlab
-    assert "'\"$venv/bin/python\" -m pip install --quiet -c constraints.txt .'" in gitlab
+    assert "'venv_pip install --quiet -c constraints.txt .'" in gitlab
     shown = run_forge("--root", str(REPO), "ci", "render", "--json")
     assert shown.json["install"] == "checkout" and shown.json["constraints"] == "constraints.txt"
 

@@ -274,7 +274,7 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
     shutil.rmtree(root / ".dgr")
     commit = sh_git(tool_repository, "rev-parse", "HEAD")
     (root / "ci").mkdir()
-    # file://localhost/...: the pip that `python -m venv` bundles wants a host in the URL
+    # file://localhost/...: pip 23 wants a host in a git+file URL
     pin = f"dgr-forge @ git+file://localhost{tool_repository}@{commit}"
     (root / "ci" / "requirements.txt").write_text(pin + "\n")
     out = run_forge("--root", str(root), "ci", "render", "--out", str(root / GITHUB), "--json")
@@ -288,7 +288,8 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
     # downloads again), not dgr-forge: pip would take the same version as satisfied
     venv_python = machine.temp / "dgr-venv" / "bin" / "python"
     if venv_python.exists():
-        subprocess.run([str(venv_python), "-m", "pip", "uninstall", "-q", "-y", "dgr-forge"],
+        subprocess.run([sys.executable, "-m", "pip", "--python", str(venv_python), "uninstall",
+                        "-q", "-y", "dgr-forge"],
                        env=machine.runner.base_env, check=True, capture_output=True)  # fmt: skip
     workflow = yaml.safe_load((root / GITHUB).read_text())
     check = run_github_job(workflow, "check", clone(root, tmp_path / "check"), machine.runner,
