@@ -1325,3 +1325,61 @@ def test_certify_runs_on_adds_a_certify_job_on_trusted_refs_only(tmp_path: Path)
     plain = write_root(tmp_path / "plain", {"cpu": CPU, "cuda": CUDA})
     assert "certify" not in github_jobs(render(plain))
     assert "certify" not in yaml.safe_load(render(plain, "gitlab"))["stages"]
+
+
+PYTHON_SHIM = """#!/bin/sh
+# an interpreter that only records: its `-m pip` works when PIP is yes (the venv's own
+# python always has one once ensurepip ran), `-m venv --without-pip DIR` makes DIR/bin/python
+echo "$0 $*" >> "$LOG"
+case "$0" in */dgr-venv/bin/python) exit 0 ;; esac
+case "$1 $2" in
+  "-m pip") [ "$PIP" = yes ] ;;
+  "-m venv") mkdir -p "$4/bin" && cp "$0" "$4/bin/python" ;;
+esac
+"""
+
+
+@pytest.mark.parametrize("provider", ["github", "gitlab"])
+@pytest.mark.parametrize("has_pip", [True, False])
+def test_the_install_step_uses_the_interpreters_pip_or_gives_the_venv_its_own(
+    tmp_path: Path, provider: str, has_pip: bool
+) -> None:
+    """The rendered install, run by a shell: a venv without pip filled by the interpreter's
+    own pip (`--python`), or, where that has none (or one before 22.3), by ensurepip."""
+    import subprocess
+
+    text = render(REPO, provider)
+    if provider == "github":
+        script = next(
+            s["run"] for j in github_jobs(text).values() for s in j["steps"]
+            if "venv_pip install" in s.get("run", "")
+        )  # fmt: skip
+    else:
+        lines = yaml.safe_load(text)[".dgr-forge"]["before_script"]
+        start = next(i for i, line in enumerate(lines) if line.startswith("python="))
+        script = "\n".join(line for line in lines[start:] if not line.startswith("export "))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("python3.13", "python3.12", "python3.11", "python3"):
+        (bindir / name).write_text(PYTHON_SHIM)
+        (bindir / name).chmod(0o755)
+    log, temp = tmp_path / "log", tmp_path / "temp"
+    temp.mkdir()
+    env = {
+        "PATH": f"{bindir}:/usr/bin:/bin", "LOG": str(log), "PIP": "yes" if has_pip else "no",
+        "RUNNER_TEMP": str(temp), "TMPDIR": str(temp), "GITHUB_PATH": str(tmp_path / "path"),
+    }  # fmt: skip
+    ran = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    venv_python = f"{temp}/dgr-venv/bin/python"
+    calls = log.read_text().splitlines()
+    outer = f"{bindir}/python3.13"
+    assert calls[0] == f"{outer} -m venv --without-pip {temp}/dgr-venv", calls
+    install = "install --quiet -c constraints.txt ."
+    if has_pip:
+        assert calls[-1] == f"{outer} -m pip --python {venv_python} {install}", calls
+        assert not [c for c in calls if "ensurepip" in c], calls
+    else:
+        assert f"{venv_python} -m ensurepip --default-pip" in calls, calls
+        assert calls[-1] == f"{venv_python} -m pip {install}", calls
