@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from dataclasses import dataclass
 from email.parser import Parser
 from pathlib import Path
 
@@ -114,50 +115,6 @@ def test_the_repository_keeps_one_copy_of_the_forges_files() -> None:
     assert not {"cpu.toml", "probes.toml", "DgrUpstream.cmake"} & names
 
 
-@pytest.mark.slow
-def test_the_demo_runs_from_a_fresh_venv_of_the_wheel(
-    dists: tuple[Path, Path], tmp_path: Path, wheelhouse: Path
-) -> None:
-    """`pip install dgr_forge-*.whl` in a new venv, offline (the dependencies as wheels of
-    this environment), then `dgr-forge demo DIR` outside any checkout: the whole tour."""
-    _, wheel = dists
-    wheels = wheelhouse
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
-    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(tmp_path / "home"))
-    # this environment's pip installs into the new venv (--python): no pip wheel needed there
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-index",
-         "--find-links", str(wheels), str(wheel)],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
-    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
-    tool = venv / "bin" / "dgr-forge"
-    where = subprocess.run(
-        [str(py), "-P", "-c", "import dgr_forge; print(dgr_forge.__file__)"],
-        capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
-    ).stdout  # fmt: skip
-    assert str(venv) in where and str(REPO) not in where
-    demo = tmp_path / "demo"
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    ran = subprocess.run(
-        [str(tool), "--json", "demo", str(demo)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
-    import json
-
-    steps = json.loads(ran.stdout)["steps"]
-    assert [s["step"] for s in steps][:3] == ["fetch", "patch", "build"], steps
-    assert all(s["exit_code"] in (0, 3) for s in steps), steps
-    # the demo root holds the wheel's files, which are the repository's
-    for rel, data in _product_files().items():
-        if rel.startswith(("cmake/", "toolchains/")) or rel == "recipes/cpu.toml":
-            assert (demo / rel).read_bytes() == data, rel
-
-
 def test_sdist_builds_the_wheel_and_carries_what_its_tests_read(dists: tuple[Path, Path]) -> None:
     """The sdist is the repository's source: the tests with their data, the docs and JSON
     schemas, constraints.txt and the forge root's own files (setup.py copies three of them
@@ -196,45 +153,113 @@ def test_src_never_imports_gguf_or_numpy() -> None:
                 assert name.split(".")[0] not in ("gguf", "numpy"), f"{path}: imports {name}"
 
 
-@pytest.mark.slow
-def test_the_readmes_main_line_installs_the_tool_without_the_test_extra(
-    tmp_path: Path, wheelhouse: Path
-) -> None:
+@dataclass
+class Venv:
+    """A fresh venv with the README's main line installed in it (offline)."""
+
+    path: Path
+    env: dict[str, str]  # no DGR_/PYTHON/PIP_ settings of this run; pip offline; PATH first
+    installed: subprocess.CompletedProcess[str]
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    def pip(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """This environment's pip on the venv (--python): the same pip, none installed there."""
+        return subprocess.run(
+            [sys.executable, "-m", "pip", "--python", str(self.python), "--quiet", *args],
+            capture_output=True, text=True, timeout=300, env=self.env,
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def readme_venv(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Venv:
     """The README's first line, as written, in a fresh venv of a clean copy of this tree
-    (offline: pip finds this environment's wheels): the tool and its runtime dependencies,
-    none of the test extra's packages. (Its `dgr-forge build` needs the upstream: the demo
-    test above runs the tool's whole loop offline.)"""
-    import re
+    (offline: pip finds this environment's wheels). One venv for the module: installing the
+    dependencies is most of its cost."""
     import shlex
 
     readme = (REPO / "README.md").read_text()
     main = next(x for x in readme.splitlines() if x.rstrip().endswith("&& dgr-forge build"))
     install = next(part.strip() for part in main.split("&&") if part.strip().startswith("pip "))
     assert install == "pip install -c constraints.txt -e .", install
-    tree = copy_worktree(REPO, tmp_path / "clone")
-    venv = tmp_path / "venv"
-    # the venv's pip is this environment's (--python): the same pip, without installing one
+    base = tmp_path_factory.mktemp("readme")
+    tree = copy_worktree(REPO, base / "clone")
+    venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
     env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse),
-               PIP_DISABLE_PIP_VERSION_CHECK="1")  # fmt: skip
+               PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(base / "home"))  # fmt: skip
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    args = shlex.split(install)[1:]
+    made = Venv(venv, env, subprocess.CompletedProcess([], 0))
+    args = shlex.split(install)[2:]  # after `pip install`
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "--quiet", *args],
+        [sys.executable, "-m", "pip", "--python", str(made.python), "--quiet", "install", *args],
         cwd=tree, capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
+    made.installed = done
+    return made
+
+
+@pytest.mark.slow
+def test_the_readmes_main_line_installs_the_tool_without_the_test_extra(
+    readme_venv: Venv,
+) -> None:
+    """The README's first line installs the tool and its runtime dependencies, none of the
+    test extra's packages. (Its `dgr-forge build` needs the upstream: the demo test below
+    runs the tool's whole loop offline.)"""
+    import re
+
+    done = readme_venv.installed
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     version = subprocess.run(
-        ["dgr-forge", "--version"], cwd=tmp_path, capture_output=True, text=True, env=env,
-        timeout=60,
+        ["dgr-forge", "--version"], cwd=readme_venv.path.parent, capture_output=True,
+        text=True, env=readme_venv.env, timeout=60,
     )  # fmt: skip
     assert version.returncode == 0 and re.search(r"\d+\.\d+", version.stdout + version.stderr)
     listed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "list",
+        [sys.executable, "-m", "pip", "--python", str(readme_venv.python), "list",
          "--format=freeze"],
-        capture_output=True, text=True, env=env, timeout=120, check=True,
+        capture_output=True, text=True, env=readme_venv.env, timeout=120, check=True,
     ).stdout.lower()  # fmt: skip
     names = {line.split("==")[0] for line in listed.split()}
     assert {"dgr-forge", "cmake", "ninja", "typer"} <= names, names
     assert not names & {"pytest", "mypy", "ruff", "zizmor", "gguf", "numpy", "hypothesis"}
+
+
+@pytest.mark.slow
+def test_the_demo_runs_from_the_wheel_installed_in_a_venv(
+    dists: tuple[Path, Path], readme_venv: Venv, tmp_path: Path
+) -> None:
+    """`pip install dgr_forge-*.whl` (offline; its dependencies, as its metadata names them,
+    already there), then `dgr-forge demo DIR` outside any checkout: the whole tour, from
+    the wheel's files only."""
+    _, wheel = dists
+    assert readme_venv.installed.returncode == 0, readme_venv.installed.stderr[-3000:]
+    removed = readme_venv.pip("uninstall", "-y", "dgr-forge")  # the README's editable one
+    assert removed.returncode == 0, removed.stderr[-3000:]
+    installed = readme_venv.pip("install", "--no-index", str(wheel))
+    assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
+    py, env = readme_venv.python, readme_venv.env
+    tool = readme_venv.path / "bin" / "dgr-forge"
+    where = subprocess.run(
+        [str(py), "-P", "-c", "import dgr_forge; print(dgr_forge.__file__)"],
+        capture_output=True, text=True, check=True, cwd=tmp_path, env=env,
+    ).stdout  # fmt: skip
+    assert str(readme_venv.path) in where and str(REPO) not in where and "clone" not in where
+    demo = tmp_path / "demo"
+    ran = subprocess.run(
+        [str(tool), "--json", "demo", str(demo)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    import json
+
+    steps = json.loads(ran.stdout)["steps"]
+    assert [s["step"] for s in steps][:3] == ["fetch", "patch", "build"], steps
+    assert all(s["exit_code"] in (0, 3) for s in steps), steps
+    # the demo root holds the wheel's files, which are the repository's
+    for rel, data in _product_files().items():
+        if rel.startswith(("cmake/", "toolchains/")) or rel == "recipes/cpu.toml":
+            assert (demo / rel).read_bytes() == data, rel
