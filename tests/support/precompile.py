@@ -1,4 +1,5 @@
-"""The test modules' assertion-rewritten bytecode, written once before the xdist workers start.
+"""Bytecode written once before the xdist workers start: the test modules' assertion-rewritten
+code, and src/ and tests/support compiled.
 
 Each worker collects every test module, and pytest rewrites a module's asserts and compiles
 it unless it finds its cached `.pyc` (in `__pycache__`, tagged `-pytest-<version>`). With
@@ -7,10 +8,15 @@ workers each rewrote all of them: about 5 s of CPU each, on two cores, before an
 The controlling process writes them instead, on two processes, through pytest's own rewrite
 and pyc writer, so the workers read what pytest would have written itself. It is a cache:
 anything unexpected (another pytest's private API) leaves the workers to do it as before.
+
+src/ is compiled too (`compileall`, which skips what is current): under
+PYTHONDONTWRITEBYTECODE a source edited since the last compile would otherwise be compiled
+again by every forge child process the suite starts (a few hundred).
 """
 
 from __future__ import annotations
 
+import compileall
 import multiprocessing
 import os
 from pathlib import Path
@@ -41,8 +47,11 @@ def _write(config: pytest.Config, files: list[Path]) -> None:
 
 
 def write_rewritten(config: pytest.Config, tests: Path, jobs: int = 2) -> None:
-    """Rewrite and cache every test module under `tests` that has no current cached pyc
-    (forked children: the config is theirs without pickling)."""
+    """Compile src/ and tests/support, then rewrite and cache every test module under
+    `tests` that has no current cached pyc (forked children: the config is theirs without
+    pickling)."""
+    for tree in (tests.parent / "src", tests / "support"):
+        compileall.compile_dir(str(tree), quiet=1, workers=jobs)
     if not hasattr(os, "fork"):
         return
     files = _targets(tests)
