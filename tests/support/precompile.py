@@ -51,7 +51,7 @@ def write_rewritten(config: pytest.Config, tests: Path, jobs: int = 2) -> None:
     `tests` that has no current cached pyc (forked children: the config is theirs without
     pickling)."""
     for tree in (tests.parent / "src", tests / "support"):
-        compileall.compile_dir(str(tree), quiet=1, workers=jobs)
+        compileall.compile_dir(str(tree), quiet=2, workers=jobs)
     if not hasattr(os, "fork"):
         return
     files = _targets(tests)
