@@ -20,8 +20,9 @@ import statistics
 import subprocess
 import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
+
+from msgspec.structs import replace
 
 from dgr_forge.attest import keys, reports
 from dgr_forge.attest.records import Artifact

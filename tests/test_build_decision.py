@@ -5,11 +5,11 @@ builder writes; the checks a reuse still makes on disk (`truth`, real files)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from dgr_forge.core.fsutil import sha256_file
@@ -59,7 +59,7 @@ def now(**changes: Any) -> Snapshot:
         upstream_clean=True,
         key_fingerprint=FP,
     )
-    return dataclasses.replace(base, **changes)
+    return msgspec.structs.replace(base, **changes)
 
 
 def test_nothing_moved_reuses_the_last_report_if_ninja_has_no_work() -> None:

@@ -4,10 +4,10 @@ it, and `lanes` says which."""
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 from support.cli import run_forge
 from support.reports import lane_build
@@ -31,7 +31,7 @@ def toolchain_report(forge: Forge, tmp_path: Path) -> Path:
     recipe = forge.recipes_dir / "cpu.toml"
     recipe.write_text(recipe.read_text().replace("[cmake]", 'toolchain = "gcc"\n[cmake]'))
     (forge.cmake_dir / "DgrBuildInfo.cmake").write_text("# module\n")
-    build = dataclasses.replace(
+    build = msgspec.structs.replace(
         lane_build(forge),
         toolchain_file="toolchains/gcc.cmake",
         toolchain_sha256=sha256_file(forge.toolchains_dir / "gcc.cmake"),

@@ -434,7 +434,7 @@ def test_private_key_from_env_never_appears_in_output_or_files(
 
 
 def test_worker_descriptor_for_paths_and_urls(forge: Forge) -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from dgr_forge.attest.records import WorkerSource
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Any
 
 import pytest
+from msgspec.structs import replace
 from support.reports import lane_build
 
 from dgr_forge.attest import provenance

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 
@@ -28,8 +29,7 @@ def default_key_path(environ: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "dgr-forge" / "signing-key.pem"
 
 
-@dataclass(frozen=True)
-class KeySource:
+class KeySource(Struct, frozen=True):
     kind: Literal["option", "env-pem", "env-path", "default"]
     value: str  # the option or variable as given (a path, or PEM text for env-pem)
     path: Path | None  # the key file (None for inline PEM)

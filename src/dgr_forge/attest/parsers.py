@@ -22,8 +22,9 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import Struct, field
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 20  # failing cases named in a message; the record keeps up to MAX_CASES
@@ -35,8 +36,7 @@ class Unreadable(Exception):
     """The output is not what the parser reads: the step fails, naming why."""
 
 
-@dataclass(frozen=True)
-class Figures:
+class Figures(Struct, frozen=True):
     """What a parser read: the figures the record keeps and the failing cases by name."""
 
     parser: str
@@ -44,8 +44,7 @@ class Figures:
     failing: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(Struct, frozen=True):
     """A step's gate: `max_failed` (op cases / tests) or `min_avg_ts` (tokens per second)."""
 
     max_failed: int | None = None
@@ -62,8 +61,7 @@ class Thresholds:
         return out
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Struct, frozen=True):
     passed: bool
     problems: tuple[str, ...] = field(default=())
 

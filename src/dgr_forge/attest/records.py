@@ -6,14 +6,14 @@ the record a plain dataclass lets either side be tested without the other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct, field
 
-@dataclass(frozen=True)
-class Artifact:
+
+class Artifact(Struct, frozen=True):
     name: str  # CMake target name
     kind: str  # File API type: EXECUTABLE, SHARED_LIBRARY, STATIC_LIBRARY, MODULE_LIBRARY
     path: Path  # absolute path on disk (the real file, never a symlink)
@@ -21,29 +21,25 @@ class Artifact:
     aliases: tuple[str, ...] = ()  # symlink names pointing at it (libfoo.so -> libfoo.so.1)
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(Struct, frozen=True):
     name: str  # cmake, ninja, c-compiler, cxx-compiler, nvcc, ...
     path: str
     version: str
     sha256: str | None = None  # as stamped when configure resolved it (else at report time)
 
 
-@dataclass(frozen=True)
-class PatchInput:
+class PatchInput(Struct, frozen=True):
     file: str  # patches/llama.cpp/0001-....patch (relative to the forge root)
     sha256: str
 
 
-@dataclass(frozen=True)
-class WorkerSource:
+class WorkerSource(Struct, frozen=True):
     location: str  # a path, or a git URL
     commit: str | None  # exact commit when the worker is a git checkout
     dirty: bool  # uncommitted changes at build time
 
 
-@dataclass
-class LaneBuild:
+class LaneBuild(Struct):
     lane: str
     recipe_file: str  # relative to the forge root
     recipe_sha256: str

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from msgspec import Struct
+
+from dgr_forge.core.structs import repr_without
 from dgr_forge.core.urls import mask, mask_text, remember_secret
 
 # sccache's client token when the config has no [dist.auth] (a DANGEROUSLY_INSECURE pool)
@@ -30,18 +32,19 @@ _ALLOC = "/api/v1/scheduler/alloc_job"
 _STATUS = "/api/v1/scheduler/status"
 
 
-@dataclass(frozen=True)
-class DistClient:
+class DistClient(Struct, frozen=True):
     """The `[dist]` table of sccache's client config, as sccache reads it."""
 
-    url: str = field(repr=False)  # may hold user info: shown only through `shown`
+    url: str  # may hold user info: shown only through `shown`
     shown: str
     auth: str  # token | oauth2_code_grant_pkce | oauth2_implicit | insecure
-    token: str | None = field(default=None, repr=False)
+    token: str | None = None
+
+    def __repr__(self) -> str:  # the url and token never shown
+        return repr_without(self, frozenset({"url", "token"}))
 
 
-@dataclass
-class DistCheck:
+class DistCheck(Struct):
     """What the scheduler said. `status`: ok | no-servers | unauthorized | unreachable |
     error | unchecked."""
 

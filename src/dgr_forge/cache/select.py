@@ -25,13 +25,15 @@ import sysconfig
 import tempfile
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct, field
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
+from dgr_forge.core.structs import repr_without
 from dgr_forge.core.urls import mask, mask_text
 
 if TYPE_CHECKING:
@@ -86,8 +88,7 @@ _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
 
 
-@dataclass(frozen=True)
-class CacheSetup:
+class CacheSetup(Struct, frozen=True):
     tool: str | None = None  # "ccache" | "sccache" | None (no cache)
     launcher: str | None = None  # absolute path of the launcher binary
     version: str = ""
@@ -95,10 +96,13 @@ class CacheSetup:
     mode: str = "off"  # "rw" | "ro" | "off"
     distributed: str | None = None  # sccache-dist scheduler, masked
     # for the configure and build processes: may hold a credential, so never shown
-    env: dict[str, str] = field(default_factory=dict, repr=False)
+    env: dict[str, str] = field(default_factory=dict)
     # for the sccache server alone (cache/session.py starts it): where the sccache-dist
     # client keeps its toolchain packages (XDG_CACHE_HOME, under DGR_CACHE_DIR)
-    server_env: dict[str, str] = field(default_factory=dict, repr=False)
+    server_env: dict[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # the environments never shown
+        return repr_without(self, frozenset({"env", "server_env"}))
 
     def record(self) -> dict[str, Any]:
         """What the signed report says about the cache (never a credential, never a path;

@@ -28,15 +28,17 @@ import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from dgr_forge.cache import dist as sccache_dist
 from dgr_forge.cache.select import CacheSetup, sccache_config
 from dgr_forge.core import proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import repr_without
 from dgr_forge.core.urls import mask_text
 
 _TIMEOUT = 60.0  # seconds for one sccache/ccache control command
@@ -44,10 +46,9 @@ _STARTUP = 30.0  # seconds for the sccache server to say it listens
 _STOP = 30.0  # seconds for it to finish after --stop-server, before it is killed
 
 
-@dataclass
-class CacheSession:
+class CacheSession(Struct):
     setup: CacheSetup
-    env: dict[str, str] = field(repr=False)  # the server's environment: may hold secrets
+    env: dict[str, str]  # the server's environment: may hold secrets (not in the repr)
     out: Reporter | None = None
     own_server: bool = False  # we started it (on our socket) and stop it
     dist: sccache_dist.DistCheck | None = None
@@ -55,6 +56,9 @@ class CacheSession:
     _before: dict[str, Any] = field(default_factory=dict)
     _statslog: Path | None = None
     _server: subprocess.Popen[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return repr_without(self, frozenset({"env"}))
 
     # -- per lane
 

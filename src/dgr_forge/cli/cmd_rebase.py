@@ -148,7 +148,7 @@ def check(
             apply_error=result.apply_error,
             differences=msgspec.convert(result.differences, list[results.Difference]),
             options_checked=result.options_checked,
-            option_problems=[vars(p) for p in result.option_problems],
+            option_problems=[msgspec.structs.asdict(p) for p in result.option_problems],
         )
         code = ExitCode.OK
         if not result.ok:

@@ -22,7 +22,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 
@@ -30,8 +31,7 @@ ACTIONS = ("kill", "enospc", "fail", "pause")
 _MAX_SPECS = 64
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(Struct, frozen=True):
     point: str
     action: str = "kill"
     nth: int = 1

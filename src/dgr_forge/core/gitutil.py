@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core import ids
 from dgr_forge.core.errors import OperationFailed
@@ -174,8 +175,7 @@ def status_porcelain(repo: Path, args: Sequence[str] = ()) -> list[str]:
     return [line for line in proc.stdout.splitlines() if line]
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(Struct, frozen=True):
     """One path a diff changes: its new mode and object (DELETED: the path goes)."""
 
     path: bytes

@@ -19,9 +19,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
@@ -32,8 +33,7 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond that a value is a typo, not a 
 POLL_S = 0.1
 
 
-@dataclass
-class _Held:
+class _Held(Struct):
     fd: int
     depth: int
 
@@ -79,8 +79,7 @@ def _try_flock(fd: int) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class _Words:
+class _Words(Struct, frozen=True):
     """How a lock names itself in messages (the workspace lock and the root lock)."""
 
     open_failed: str  # "{path}: cannot open ..." is prefixed

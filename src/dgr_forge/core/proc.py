@@ -15,9 +15,10 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
+
+from msgspec import Struct
 
 _LINE_END = re.compile(rb"[\r\n]")  # git's progress rewrites its line with \r
 
@@ -159,8 +160,7 @@ def spawn(
             sink.close()
 
 
-@dataclass(frozen=True)
-class Bounded:
+class Bounded(Struct, frozen=True):
     """A child run to a deadline with its output bounded (`bounded`)."""
 
     returncode: int | None  # None: it was stopped (deadline or output bound)

@@ -30,8 +30,9 @@ Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from msgspec import Struct
 
 from dgr_forge.attest.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import Checker, shown_value, type_name
@@ -61,8 +62,7 @@ _STEP_KEYS = {
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Struct, frozen=True):
     name: str
     program: str  # a CMake target of the lane's build (one of `Suite.targets`)
     args: tuple[str, ...]  # with placeholders, substituted at run time
@@ -86,8 +86,7 @@ class Step:
         }
 
 
-@dataclass(frozen=True)
-class Suite:
+class Suite(Struct, frozen=True):
     targets: tuple[str, ...]
     steps: tuple[Step, ...]
 

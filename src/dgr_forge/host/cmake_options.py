@@ -6,8 +6,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
@@ -17,8 +18,7 @@ from dgr_forge.host.recipes import Recipe
 
 
 # what `check` reports about one CMake option a recipe passes
-@dataclass(frozen=True)
-class OptionProblem:
+class OptionProblem(Struct, frozen=True):
     recipe: str
     option: str
     message: str

@@ -14,9 +14,10 @@ import platform
 import re
 import shutil
 import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
@@ -30,8 +31,7 @@ def host_os() -> str:
     return platform.system().lower()
 
 
-@dataclass
-class ProbeResult:
+class ProbeResult(Struct):
     name: str
     kind: str  # "tool" | "library"
     description: str
@@ -55,8 +55,7 @@ class ProbeResult:
         }
 
 
-@dataclass
-class LaneCheck:
+class LaneCheck(Struct):
     lane: str
     backend: str
     buildable: bool

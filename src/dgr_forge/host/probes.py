@@ -10,11 +10,13 @@ make the forge run or import anything else (tests/security/test_probes.py).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.structs import hash_without
 from dgr_forge.core.tomlcheck import Checker, shown_value
 
 SCHEMA = 1
@@ -41,8 +43,7 @@ _LIB_KEYS = {
 }
 
 
-@dataclass(frozen=True)
-class ToolProbe:
+class ToolProbe(Struct, frozen=True):
     name: str
     description: str
     executables: tuple[str, ...]
@@ -53,11 +54,13 @@ class ToolProbe:
     version_args: tuple[str, ...]
     version_regex: str | None
     host_os: tuple[str, ...]
-    packages: dict[str, tuple[str, ...]] = field(hash=False)
+    packages: dict[str, tuple[str, ...]]
+
+    def __hash__(self) -> int:  # a dict is unhashable
+        return hash_without(self, frozenset({"packages"}))
 
 
-@dataclass(frozen=True)
-class LibraryProbe:
+class LibraryProbe(Struct, frozen=True):
     name: str
     description: str
     headers: tuple[str, ...]
@@ -65,15 +68,20 @@ class LibraryProbe:
     roots: tuple[str, ...]
     include_dirs: tuple[str, ...]
     lib_dirs: tuple[str, ...]
-    packages: dict[str, tuple[str, ...]] = field(hash=False)
+    packages: dict[str, tuple[str, ...]]
+
+    def __hash__(self) -> int:  # a dict is unhashable
+        return hash_without(self, frozenset({"packages"}))
 
 
-@dataclass(frozen=True)
-class Probes:
+class Probes(Struct, frozen=True):
     path: Path
     sha256: str
-    tools: dict[str, ToolProbe] = field(hash=False)
-    libraries: dict[str, LibraryProbe] = field(hash=False)
+    tools: dict[str, ToolProbe]
+    libraries: dict[str, LibraryProbe]
+
+    def __hash__(self) -> int:  # a dict is unhashable
+        return hash_without(self, frozenset({"tools", "libraries"}))
 
 
 def _table(c: Checker, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:

@@ -39,12 +39,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msgspec import Struct
+
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.structs import hash_without
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.host.certsuite import Suite, load_suite
 
@@ -117,8 +119,7 @@ GITLAB_DEFAULT_TAGS = {
 }
 
 
-@dataclass(frozen=True)
-class Recipe:
+class Recipe(Struct, frozen=True):
     name: str  # the lane name: the file's stem
     path: Path
     sha256: str  # of the file's bytes: reports and certifications bind to it
@@ -126,7 +127,7 @@ class Recipe:
     description: str
     host_os: tuple[str, ...]
     toolchain: str | None
-    cmake_options: dict[str, str] = field(hash=False)
+    cmake_options: dict[str, str]  # not in the hash: a dict is unhashable
     targets: tuple[str, ...]
     tools: tuple[str, ...]
     libraries: tuple[str, ...]
@@ -137,6 +138,9 @@ class Recipe:
     packages: tuple[str, ...] = ()
     certify: Suite | None = None  # `[certify]`: the suite `certify --lane` runs
     certify_runs_on: tuple[str, ...] = ()  # `ci.certify_runs_on`: a CI certify job's runner
+
+    def __hash__(self) -> int:
+        return hash_without(self, frozenset({"cmake_options"}))
 
     @property
     def image(self) -> str | None:

@@ -7,8 +7,9 @@ into the workspace the same way the upstream is: by exact commit, never a branch
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
@@ -25,8 +26,7 @@ WORKER_DIR = "shard-worker"
 PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
-@dataclass(frozen=True)
-class WorkerSpec:
+class WorkerSpec(Struct, frozen=True):
     """What the manifest (or --worker) names; `source_dir` is where CMake reads it."""
 
     location: str  # as shown in reports: a root-relative path, or the git URL

@@ -20,8 +20,9 @@ a new report is written.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
@@ -44,8 +45,7 @@ if TYPE_CHECKING:
     pass
 
 
-@dataclass
-class BuildResult:
+class BuildResult(Struct):
     upstream: dict[str, Any]
     worker: str | None
     lanes: list[LaneResult]

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.core.errors import BadInput
 
 
-@dataclass(frozen=True)
-class BuildOptions:
+class BuildOptions(Struct, frozen=True):
     """What one `build` was asked, resolved once (`resolve`): defaults, then the
     environment (DGR_CACHE, DGR_CACHE_MODE), then the command's options; validated."""
 

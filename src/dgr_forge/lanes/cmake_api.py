@@ -8,9 +8,10 @@ the codemodel (targets and their on-disk artifacts), the cache and the toolchain
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text
@@ -25,8 +26,7 @@ REQUESTS = [
 SHIPPED = ("EXECUTABLE", "SHARED_LIBRARY", "MODULE_LIBRARY")
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Struct, frozen=True):
     name: str
     kind: str  # EXECUTABLE, SHARED_LIBRARY, ...
     artifacts: tuple[Path, ...]  # absolute
@@ -34,16 +34,14 @@ class Target:
     depends: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Compiler:
+class Compiler(Struct, frozen=True):
     language: str
     path: str
     id: str
     version: str
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(Struct, frozen=True):
     cmake_version: str
     targets: tuple[Target, ...]
     cache: dict[str, str]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
@@ -124,8 +125,7 @@ def _with_programs(
     return out
 
 
-@dataclass(frozen=True)
-class BuildRun:
+class BuildRun(Struct, frozen=True):
     """What one lane build did, as the report records it (`LaneBuilder` fills it in)."""
 
     forge: Forge

@@ -21,9 +21,10 @@ Ninja cannot see changed. The transitions of the state (`started`, `configured`,
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct
 
 from dgr_forge.lanes.state import LaneState, LastBuild
 
@@ -32,8 +33,7 @@ Action = Literal["refuse", "rebuild", "reconfigure", "compile", "reuse"]
 Outcome = Literal["reuse", "report", "rebuild"]
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(Struct, frozen=True):
     """What is there now, as far as the decision needs it (no program runs to read it)."""
 
     configure_digest: str  # `plan.inputs_digest` of the arguments configure would get now
@@ -48,8 +48,7 @@ class Snapshot:
     key_id: str | None = None  # its keyid, loaded only when the fingerprint differs
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Struct, frozen=True):
     action: Action
     reason: str
     moved: tuple[str, ...] = ()  # refuse: the files that moved
@@ -146,16 +145,18 @@ def after_compile(decision: Decision, no_work: bool, recorded: str | None, whole
 def wiping(state: LaneState) -> LaneState:
     """Before the build directory is removed: a kill halfway leaves objects Ninja would
     take for current, so the next run finishes the removal before anything else."""
-    return dataclasses.replace(state, inputs_digest=None, programs={}, in_progress="wipe")
+    return msgspec.structs.replace(state, inputs_digest=None, programs={}, in_progress="wipe")
 
 
 def wiped(state: LaneState) -> LaneState:
-    return dataclasses.replace(state, in_progress=None)
+    return msgspec.structs.replace(state, in_progress=None)
 
 
 def started(state: LaneState, decision: Decision) -> LaneState:
     """Before configure or Ninja runs: until the report is written, nothing is reused."""
-    return dataclasses.replace(state, in_progress="build" if decision.configured else "configure")
+    return msgspec.structs.replace(
+        state, in_progress="build" if decision.configured else "configure"
+    )
 
 
 def configured(
@@ -168,7 +169,7 @@ def configured(
     epoch: int,
     at: str,
 ) -> LaneState:
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         state,
         inputs_digest=digest,
         launcher_switches=list(switches),
@@ -181,11 +182,11 @@ def configured(
 
 def unconfigured(state: LaneState) -> LaneState:
     """Configure is running again: the old digest no longer describes the directory."""
-    return dataclasses.replace(state, inputs_digest=None)
+    return msgspec.structs.replace(state, inputs_digest=None)
 
 
 def with_programs(state: LaneState, progs: dict[str, Any]) -> LaneState:
-    return dataclasses.replace(state, programs=progs)
+    return msgspec.structs.replace(state, programs=progs)
 
 
 def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) -> LaneState:
@@ -200,7 +201,7 @@ def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) ->
         report=previous.report if previous else None,
         inputs=previous.inputs if previous else None,
     )
-    return dataclasses.replace(state, last_build=last, in_progress=None)
+    return msgspec.structs.replace(state, last_build=last, in_progress=None)
 
 
 def built(
@@ -208,6 +209,6 @@ def built(
 ) -> LaneState:
     """The report is written (or handed back): the stamps re-taken make the next no-op
     cheap."""
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         state, last_build=last, in_progress=None, input_stamps=stamps, programs=progs
     )

@@ -14,8 +14,9 @@ one), a toolchain file can set `CMAKE_<LANG>_COMPILER_LAUNCHER` or a linker laun
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
 
 from dgr_forge.core.errors import OperationFailed
 
@@ -31,8 +32,7 @@ _PROGRAM = re.compile(
 _SKIP = ("$PRE_LINK", "$POST_BUILD", ":", "")
 
 
-@dataclass
-class Launchers:
+class Launchers(Struct):
     compile: set[str] = field(default_factory=set)  # around compiles
     link: set[str] = field(default_factory=set)  # around link / archive steps
     code_check: set[str] = field(default_factory=set)

@@ -10,17 +10,18 @@ refusal in a phase records the lane failed in that phase.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+import msgspec
+from msgspec import Struct, field
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
@@ -51,8 +52,7 @@ if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree
 
 
-@dataclass
-class LaneResult:
+class LaneResult(Struct):
     lane: str
     status: str  # built | up-to-date | failed
     configured: bool = False
@@ -141,8 +141,7 @@ class BuildContext:
         return self.patched
 
 
-@dataclass(frozen=True)
-class Configuration:
+class Configuration(Struct, frozen=True):
     """What configure is given: the tree's head and epoch, the launcher switches and
     build-info variables found at that head, the arguments and their digest."""
 
@@ -178,12 +177,12 @@ def observe(
     if last is None or not decision.decide(state, now).configured:
         return now
     changed = tuple(str(p) for p in truth.changed_subjects(last))
-    now = dataclasses.replace(now, subjects_changed=changed)
+    now = msgspec.structs.replace(now, subjects_changed=changed)
     if state.in_progress is not None:  # cut short: no report is handed back, whatever key
         return now
     fp = ctx.signing.fingerprint()
     key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
-    return dataclasses.replace(now, key_fingerprint=fp, key_id=key_id)
+    return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
 
 
 class LaneBuilder:
@@ -414,7 +413,7 @@ class LaneBuilder:
             # an older forge recorded none; the report was built from these whole inputs
             # (`input_digest` matched), so its movable inputs are today's
             now = inputs.report_inputs(self.m, self.plan.recipe, self.plan.spec)
-            last = dataclasses.replace(last, inputs=now)
+            last = msgspec.structs.replace(last, inputs=now)
         self._settled(last)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")

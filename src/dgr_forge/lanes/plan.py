@@ -24,9 +24,10 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from dgr_forge import __version__
 from dgr_forge.cache.select import OFF, CacheSetup
@@ -51,8 +52,7 @@ MAPPED_WORKER = "/dgr/worker"
 FLAG_LANGS = ("C", "CXX")
 
 
-@dataclass(frozen=True)
-class LanePlan:
+class LanePlan(Struct, frozen=True):
     recipe: Recipe
     toolchain_file: Path | None
     source_dir: Path  # what CMake configures: the worker, else the upstream tree

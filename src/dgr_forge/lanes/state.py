@@ -6,11 +6,14 @@ typed `LaneState` is the one shape `build`, `lanes` and `status` read and write.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from msgspec import Struct, field
+from msgspec.structs import fields
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
+from dgr_forge.core.structs import asdict
 from dgr_forge.lanes import programs, stamps
 
 STATE_SCHEMA = 1
@@ -19,8 +22,7 @@ STATE_SCHEMA = 1
 PUBLIC = ("time", "result", "report", "log", "phase", "artifacts")
 
 
-@dataclass
-class LastBuild:
+class LastBuild(Struct):
     time: str
     result: str  # ok | failed
     log: str  # the latest log link, logs/build-<lane>.log
@@ -74,8 +76,7 @@ class LastBuild:
         return last
 
 
-@dataclass
-class LaneState:
+class LaneState(Struct):
     inputs_digest: str | None = None
     head_commit: str | None = None
     source_date_epoch: int | None = None

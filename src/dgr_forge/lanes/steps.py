@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
+
+from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -35,8 +36,7 @@ NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
 
 
-@dataclass(frozen=True)
-class Ran:
+class Ran(Struct, frozen=True):
     """A child the step ran: its exit code, its output lines, how long it took."""
 
     code: int
@@ -114,8 +114,7 @@ def compile_lane(
     return Ran(code, lines, time.monotonic() - t, steps[0])
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(Struct, frozen=True):
     reply: Reply
     artifacts: list[Artifact]
     stats: dict[str, list[int]]  # path -> stat record when it hashed true

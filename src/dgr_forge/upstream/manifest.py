@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
@@ -29,8 +30,7 @@ _ENTRY_KEYS = {"file", "sha256", "tree"}
 _RESULT_KEYS = {"tree"}
 
 
-@dataclass(frozen=True)
-class PatchEntry:
+class PatchEntry(Struct, frozen=True):
     file: str
     sha256: str
     tree: str | None
@@ -40,8 +40,7 @@ class PatchEntry:
         return int(self.file[:4])
 
 
-@dataclass(frozen=True)
-class UpstreamManifest:
+class UpstreamManifest(Struct, frozen=True):
     path: Path
     name: str
     url: str

@@ -7,7 +7,8 @@ refused before git writes anything, and so a conflict can be narrowed to single 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+from msgspec import Struct, field
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ESCAPES = {
@@ -23,15 +24,13 @@ _ESCAPES = {
 }
 
 
-@dataclass
-class Hunk:
+class Hunk(Struct):
     header: str  # the "@@ -a,b +c,d @@" line (without any trailing function context)
     old_start: int
     lines: list[bytes]  # the hunk's lines, header included, each with its newline
 
 
-@dataclass
-class FileDiff:
+class FileDiff(Struct):
     old_path: str | None  # None for a new file (/dev/null)
     new_path: str | None  # None for a deleted file
     new_mode: str | None  # "120000" when the patch creates a symlink, ...
@@ -50,8 +49,7 @@ class FileDiff:
         return b"".join(self.header) + b"".join(self.hunks[i].lines)
 
 
-@dataclass
-class ParsedPatch:
+class ParsedPatch(Struct):
     headers: dict[str, str]  # From, Date, Subject of the mail part (first occurrence)
     files: list[FileDiff]
     # (line number, path) of each ---/+++ header naming an absolute path: refused, since

@@ -7,8 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -21,8 +22,7 @@ from dgr_forge.upstream.scratch import scratch_dir
 SYMLINK_MODE = "120000"
 
 
-@dataclass(frozen=True)
-class Conflict:
+class Conflict(Struct, frozen=True):
     file: str  # path in the upstream tree
     hunks: tuple[str, ...]  # "hunk 2/3 @@ -10,6 +10,7 @@" (or git's reason for whole files)
 
@@ -33,8 +33,7 @@ class Conflict:
         return f"{self.file} ({', '.join(self.hunks)})"
 
 
-@dataclass(frozen=True)
-class CheckResult:
+class CheckResult(Struct, frozen=True):
     file: str
     status: str  # applies | conflict | tree-mismatch | skipped
     tree: str | None = None

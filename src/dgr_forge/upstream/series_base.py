@@ -18,26 +18,36 @@ import json
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text
+from dgr_forge.core.structs import hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
+_NOT_COMPARED = frozenset({"trees"})  # what "the same base" is not about
 
 
-@dataclass(frozen=True)
-class SeriesBase:
+class SeriesBase(Struct, frozen=True):
     commit: str  # the pin
     entries: tuple[tuple[str, str], ...]  # (file, sha256), in series order
     # the tree after each patch: a commit is the forge's only when its tree is one of
     # these (a committer email is anyone's to type); not part of what "the same base" is
-    trees: tuple[str, ...] = field(default=(), compare=False)
+    trees: tuple[str, ...] = ()
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return values_without(self, _NOT_COMPARED) == values_without(other, _NOT_COMPARED)
+
+    def __hash__(self) -> int:
+        return hash_without(self, _NOT_COMPARED)
 
     @staticmethod
     def of(m: UpstreamManifest) -> SeriesBase:
@@ -54,8 +64,7 @@ class SeriesBase:
         return json.dumps(data, indent=1) + "\n"
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(Struct, frozen=True):
     """How the series on disk differs from a workspace's base."""
 
     added: tuple[str, ...]

@@ -5,13 +5,15 @@ in progress. Read-only: takes no lock, changes nothing in the work tree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct, field
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.structs import asdict
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base, tree_cache
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -29,8 +31,7 @@ from dgr_forge.upstream.workspace import (
 # series applied, no replay) does without them.
 
 
-@dataclass
-class UpstreamStatus:
+class UpstreamStatus(Struct):
     """The workspace as `status` shows it; `to_dict()` is the `--json` `upstream` object."""
 
     name: str
@@ -114,8 +115,7 @@ def workspace_status(
     return st
 
 
-@dataclass(frozen=True)
-class PatchState:
+class PatchState(Struct, frozen=True):
     file: str
     state: str  # applied | pending | changed on disk | conflict
     detail: str = ""
@@ -124,8 +124,7 @@ class PatchState:
         return {"file": self.file, "state": self.state, "detail": self.detail}
 
 
-@dataclass(frozen=True)
-class SeriesStatus:
+class SeriesStatus(Struct, frozen=True):
     series: list[PatchState]
     applied: bool  # the whole series, exactly, and no local edits
     uncommitted: list[str]  # porcelain lines

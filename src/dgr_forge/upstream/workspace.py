@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from msgspec import Struct, field
+from msgspec.structs import replace
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
@@ -48,22 +50,19 @@ OPERATIONS = (
 _LONG_WALK = 1000
 
 
-@dataclass(frozen=True)
-class LocalChange:
+class LocalChange(Struct, frozen=True):
     path: str
     change: str  # modified, added, deleted, renamed, type-changed, untracked, unmerged
 
 
-@dataclass(frozen=True)
-class ChainCommit:
+class ChainCommit(Struct, frozen=True):
     commit: str
     tree: str
     parents: tuple[str, ...]
     forge_made: bool  # committed by the forge identity (not by a person)
 
 
-@dataclass
-class Workspace:
+class Workspace(Struct):
     """What the work tree holds (see the module doc)."""
 
     src: Path

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -26,8 +25,7 @@ class Nested(Struct, kw_only=True):
     """A nested object: described and typed, open to new siblings."""
 
 
-@dataclass(frozen=True)
-class Command:
+class Command(Struct, frozen=True):
     words: str  # "report verify"
     summary: str
     forms: tuple[type[Form], ...]
