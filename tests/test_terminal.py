@@ -3,13 +3,16 @@ placeholder style, the global options in every help, and completion of option va
 
 from __future__ import annotations
 
+import io
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
-from support.cli import run_forge
+from support.cli import SRC, forge_env, run_forge
 from support.roots import copy_product
 
 from dgr_forge.cli.app import app
@@ -31,6 +34,60 @@ def test_a_table_in_a_log_is_never_cut(capsys: pytest.CaptureFixture[str]) -> No
     assert lines[2].startswith(long_name) and lines[2].endswith(report)
     assert lines[3] == "0002-b"
     assert not any(ch in "".join(lines) for ch in "│┃━─…")
+
+
+# a time of day holds ":NN:", read as an emoji code by Rich (":100:" is one); other texts
+# whose plain output only Rich can say
+LINES = [
+    "lane cpu  last build 2026-12-01T12:13:39.566676+00:00: ok  report r.jsonl",
+    "at 12:00:00 and :0: and ::",
+    "thumbs :+1: :-1: :100: :1234: :__1: :+1-text:",
+    "a :smile: and :SMILE: and :Smile-emoji: and :nosuchemoji:",
+    "tab\there, a bell \x07",
+]
+
+
+def test_a_plain_line_is_exactly_what_rich_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    from rich.console import Console
+
+    from dgr_forge.core.urls import shown
+
+    for text in LINES:
+        Reporter().info(text)
+        theirs = io.StringIO()
+        Console(file=theirs, no_color=True, color_system=None, highlight=False).print(
+            shown(text), markup=False, soft_wrap=True
+        )
+        assert capsys.readouterr().err == theirs.getvalue(), text
+
+
+def test_a_time_of_day_in_a_plain_line_does_not_import_rich() -> None:
+    # `status` shows a last build's time: Rich (~35 ms to import) has nothing to do there
+    code = (
+        "import sys\n"
+        "from dgr_forge.core.output import Reporter\n"
+        f"Reporter().info({LINES[0]!r})\n"
+        f"Reporter().answer({LINES[1]!r})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=forge_env({"PYTHONPATH": str(SRC)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert proc.stderr == LINES[0] + "\n"
+    assert proc.stdout.splitlines() == [LINES[1], "[]"]
+
+
+def test_the_emoji_names_without_a_letter_are_rich_s() -> None:
+    from rich._emoji_codes import EMOJI
+
+    from dgr_forge.core.output import LETTERLESS_EMOJI
+
+    assert {n for n in EMOJI if not any(c.isalpha() for c in n)} == LETTERLESS_EMOJI
 
 
 def test_no_rows_is_one_line_not_an_empty_table(capsys: pytest.CaptureFixture[str]) -> None:
