@@ -22,14 +22,13 @@ import contextlib
 import json
 import os
 import selectors
-import socket
 import struct
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct, field
 
@@ -40,6 +39,9 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import repr_without
 from dgr_forge.core.urls import mask_text
+
+if TYPE_CHECKING:
+    import socket  # ~3 ms: imported where a server is started (`_spawn`), never on a no-op
 
 _TIMEOUT = 60.0  # seconds for one sccache/ccache control command
 _STARTUP = 30.0  # seconds for the sccache server to say it listens
@@ -143,6 +145,8 @@ class CacheSession(Struct):
     def _spawn(self, sock: Path) -> str | None:
         """Start the server as our child and wait until it says it listens (sccache's own
         startup notification); None when it does, else what it said."""
+        import socket
+
         assert self.setup.launcher
         with tempfile.TemporaryDirectory(prefix="dgr-sccache-") as tmp:
             notify = Path(tmp) / "started"

@@ -31,23 +31,23 @@ UNUSED_HEADER = "Manually-specified variables were not used by the project:"
 
 
 CHECKED_PREFIXES = ("GGML_", "LLAMA_")
-_DECL = re.compile(
-    r"\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
-    r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b",
-    re.IGNORECASE,
+# The scans' patterns are compiled at their first use (re caches them): compiling these
+# case-blind ones costs ~2 ms, and a no-op build imports this module without scanning.
+_DECL = (
+    r"(?i)\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
+    r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b"
 )
 # llama.cpp's deprecation shims: `llama_option_depr(WARNING OLD NEW)` for a rename,
 # `llama_option_depr(WARNING OLD)` for an option that is ignored now (LLAMA_CURL), a
 # FATAL_ERROR type where setting it stops configure (ggml likewise)
-_DEPR = re.compile(
-    r"\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+([A-Za-z_][A-Za-z0-9_]*))?"
-    r"\s*\)",
-    re.IGNORECASE,
+_DEPR = (
+    r"(?i)\b\w*option_depr\s*\(\s*\w+\s+([A-Za-z_][A-Za-z0-9_]*)(?:\s+([A-Za-z_][A-Za-z0-9_]*))?"
+    r"\s*\)"
 )
-_COMMENT = re.compile(r"#[^\n]*")
+_COMMENT = r"#[^\n]*"
 # llama.cpp's version: its CMake derives both from git unless they are given
 BUILD_INFO = ("LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT")
-_GIVEN = re.compile(r"\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)", re.IGNORECASE)
+_GIVEN = r"(?i)\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)"
 _TREE_HINT = "a CMake file of the tree is a regular file of sane size: fix the patch or commit"
 
 
@@ -61,7 +61,7 @@ def _cmake_texts(src: Path) -> Iterator[str]:
         data = read_tree_file(src, rel, what="CMake file", hint=_TREE_HINT, missing_ok=True)
         if data is None:
             continue
-        yield _COMMENT.sub("", data.decode("utf-8", errors="replace"))
+        yield re.sub(_COMMENT, "", data.decode("utf-8", errors="replace"))
 
 
 def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
@@ -70,9 +70,9 @@ def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
     names: set[str] = set()
     renames: dict[str, str | None] = {}
     for text in _cmake_texts(src):
-        for m in _DECL.finditer(text):
+        for m in re.finditer(_DECL, text):
             names.add(m.group(1) or m.group(2))
-        for m in _DEPR.finditer(text):
+        for m in re.finditer(_DEPR, text):
             renames[m.group(1)] = m.group(2) or None
     return names, renames
 
@@ -80,7 +80,7 @@ def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
 def taken_as_given(src: Path) -> tuple[str, ...]:
     """The build-info variables the tree takes from outside when defined (llama.cpp's
     `if (NOT DEFINED LLAMA_BUILD_NUMBER)`): `build` passes the upstream's own values."""
-    found = {m.group(1) for text in _cmake_texts(src) for m in _GIVEN.finditer(text)}
+    found = {m.group(1) for text in _cmake_texts(src) for m in re.finditer(_GIVEN, text)}
     return tuple(n for n in BUILD_INFO if n in found)
 
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +47,8 @@ from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future  # ~3 ms: the pool is lanes.programs', on a rebuild
+
     from dgr_forge.lanes.build_options import BuildOptions
     from dgr_forge.upstream.patches import PatchedTree
 

@@ -18,12 +18,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core import proc
 from dgr_forge.lanes import genbuild, stamps
+
+# concurrent.futures (~3 ms with the logging it imports) is imported by the functions that
+# hash programs: a no-op build or `status` only compares the recorded stamps
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 # what each GCC driver runs: its compiler proper, assembler and linker
 _INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
@@ -92,6 +96,8 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
 
 def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]]:
     """name -> (path as CMake has it, version) for every program the build runs."""
+    from concurrent.futures import ThreadPoolExecutor
+
     cache = genbuild.programs(build_dir)
     found: dict[str, tuple[str, str]] = {}
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
@@ -120,6 +126,8 @@ def start(
     """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
     what CMake resolved are taken now, before anything else runs. `host`: the directory of
     the stamps shared between builds (the forge's cache directory; None: none kept)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     early = {}
     for path in genbuild.programs(build_dir).values():
         real = os.path.realpath(path)
@@ -141,6 +149,8 @@ def snapshot(
 ) -> dict[str, dict[str, Any]]:
     """name -> {path (resolved), as, version, stamp} for every program of the lane. With
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    from concurrent.futures import ThreadPoolExecutor
+
     _PROBES.update(stamps.load_host_probes(host_dir))
     found = _resolve(build_dir, launcher)
     stamps.save_host_probes(host_dir, dict(_PROBES))
