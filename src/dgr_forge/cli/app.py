@@ -43,6 +43,8 @@ app = typer.Typer(
 
 @dataclass
 class GlobalOptions:
+    """The options of the whole tool (`--root`, `--json`, ...), wherever they were given."""
+
     root: Path | None = None
     workspace: Path | None = None
     json: bool = False

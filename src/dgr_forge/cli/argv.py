@@ -17,6 +17,8 @@ GLOBAL_VALUED = frozenset({"--root", "--workspace"})
 
 @dataclass(frozen=True)
 class Argv:
+    """The command line as `read` found it."""
+
     args: list[str]  # what Click parses: the global options first, then the rest as given
     words: list[str]  # the words before `--` that are not options: the command path's start
     first: str | None  # the first token after the global options (`--version`, a command)

@@ -21,6 +21,8 @@ def find_root(start: Path) -> Path | None:
 
 @dataclass(frozen=True)
 class Forge:
+    """The forge root a command works on and its workspace."""
+
     root: Path
     workspace: Path
     # where the search for a manifests/ directory started when neither --root nor
