@@ -40,13 +40,20 @@ def asdict(obj: Any) -> dict[str, Any]:
     return {name: _copied(value) for name, value in _values(obj, frozenset())}
 
 
+# what copy.deepcopy hands back as it is
+_ATOMIC = frozenset({str, int, float, bool, bytes, type(None)})
+
+
 def _copied(value: Any) -> Any:
+    if type(value) in _ATOMIC:
+        return value
     if hasattr(type(value), "__struct_fields__"):
         return asdict(value)
     if isinstance(value, list):
         return [_copied(v) for v in value]
     if isinstance(value, tuple):
-        return type(value)(_copied(v) for v in value)
+        items = [_copied(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if isinstance(value, dict):
         return type(value)((_copied(k), _copied(v)) for k, v in value.items())
     import copy  # what dataclasses.asdict does with a leaf (and copy is loaded by then)

@@ -1,0 +1,98 @@
+"""The no-op path's records are msgspec Structs where they were dataclasses: what the
+dataclass said per field (left out of repr, hash or ==; a deep asdict) still holds."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import msgspec
+
+from dgr_forge.cache.dist import DistClient
+from dgr_forge.cache.select import CacheSetup
+from dgr_forge.core import structs
+from dgr_forge.upstream.series_base import SeriesBase
+
+
+def test_a_credential_field_is_left_out_of_the_repr_as_the_dataclass_did() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class DistClient:  # the dataclass it was
+        url: str = dataclasses.field(repr=False)
+        shown: str
+        auth: str
+        token: str | None = dataclasses.field(default=None, repr=False)
+
+    args = ("https://u:secret@sched", "https://sched", "token", "s3cr3t")
+    mine = DistClient(*args)
+    from dgr_forge.cache import dist
+
+    shown = repr(dist.DistClient(*args))
+    assert shown == "DistClient(shown='https://sched', auth='token')"
+    assert repr(mine).endswith("." + shown)  # a local class: its qualname has a prefix
+    setup = CacheSetup(tool="sccache", env={"AWS_SECRET_ACCESS_KEY": "k"}, server_env={"X": "y"})
+    assert "AWS_SECRET" not in repr(setup) and "server_env" not in repr(setup)
+    assert repr(setup).startswith("CacheSetup(tool='sccache', launcher=None, ")
+
+
+def test_a_dict_field_is_left_out_of_the_hash_and_trees_out_of_equality() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Old:
+        name: str
+        packages: dict[str, tuple[str, ...]] = dataclasses.field(hash=False)
+        tools: tuple[str, ...] = ()
+
+    class New(msgspec.Struct, frozen=True):
+        name: str
+        packages: dict[str, tuple[str, ...]]
+        tools: tuple[str, ...] = ()
+
+        def __hash__(self) -> int:
+            return structs.hash_without(self, frozenset({"packages"}))
+
+    assert hash(New("a", {"apt": ("x",)}, ("t",))) == hash(Old("a", {"apt": ("x",)}, ("t",)))
+    one = SeriesBase("c" * 40, (("0001.patch", "0" * 64),), ("t1",))
+    other = SeriesBase("c" * 40, (("0001.patch", "0" * 64),), ("t2",))
+    assert one == other and hash(one) == hash(other)
+    assert one != SeriesBase("d" * 40, one.entries, one.trees)
+    assert one != ("c" * 40, one.entries)  # another class is never equal
+
+
+def test_asdict_is_dataclasses_deep_copy() -> None:
+    class Point(NamedTuple):
+        x: int
+        y: int
+
+    @dataclasses.dataclass
+    class OldInner:
+        path: str
+        change: str
+
+    @dataclasses.dataclass
+    class OldOuter:
+        src: Path
+        items: list[OldInner]
+        table: dict[str, Any]
+        pair: tuple[Any, ...]
+        at: Point
+
+    class Inner(msgspec.Struct):
+        path: str
+        change: str
+
+    class Outer(msgspec.Struct):
+        src: Path
+        items: list[Inner]
+        table: dict[str, Any]
+        pair: tuple[Any, ...]
+        at: Point
+
+    table = {"a": [1, {"b": None}], "c": 1.5}
+    old = OldOuter(Path("/x"), [OldInner("p", "added")], table, (b"z", True), Point(1, 2))
+    new = Outer(Path("/x"), [Inner("p", "added")], table, (b"z", True), Point(1, 2))
+    got = structs.asdict(new)
+    assert got == dataclasses.asdict(old)
+    assert type(got["at"]) is Point
+    assert got["table"] is not table and got["table"]["a"] is not table["a"]  # copies
+    client = DistClient("u", "s", "token")
+    assert structs.asdict(client) == msgspec.structs.asdict(client)  # flat: the same
