@@ -31,11 +31,11 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
+from msgspec import Struct
 from msgspec.structs import asdict
 
 from dgr_forge.core import fault, gitutil
@@ -66,8 +66,7 @@ from dgr_forge.upstream.workspace import (
 __all__ = ["FetchResult", "fetch_locked", "local_commits", "resolve_mirror"]
 
 
-@dataclass(frozen=True)
-class FetchResult:
+class FetchResult(Struct, frozen=True):
     src_dir: Path
     commit: str
     tree: str

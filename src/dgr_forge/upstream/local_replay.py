@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from msgspec import Struct, field
+from msgspec.structs import asdict
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -45,8 +47,7 @@ _BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
 
 
-@dataclass
-class ReplayState:
+class ReplayState(Struct):
     orig_head: str
     orig_ref: str | None  # the branch HEAD was on (None: detached)
     commits: list[str]  # a person's commits, oldest first
@@ -58,8 +59,7 @@ class ReplayState:
     base_text: str | None = None  # the series record before (restored by --abort)
 
 
-@dataclass(frozen=True)
-class UpdateResult:
+class UpdateResult(Struct, frozen=True):
     patched: PatchedTree
     replayed: tuple[str, ...]  # the person's commits replayed (their old ids)
     skipped: tuple[str, ...]  # those whose change the new series already holds

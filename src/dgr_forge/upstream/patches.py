@@ -18,8 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+
+from msgspec import Struct
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -110,8 +111,7 @@ AM_FLAGS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True)
-class PatchedTree:
+class PatchedTree(Struct, frozen=True):
     src_dir: Path
     base_commit: str  # the pin
     head_commit: str  # the last patch commit (the pin for an empty series)

@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import re
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from msgspec import Struct
 
 from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import Details, OperationFailed
@@ -191,8 +192,7 @@ def last_error(stderr: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-@dataclass
-class _FetchRun:
+class _FetchRun(Struct):
     returncode: int
     stderr: str
 
