@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from support.cli import SRC, forge_env
+from support.cli import SRC, forge_env, run_python
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
 HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")
@@ -32,14 +32,7 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & {heavy!r})))
 
 def _heavy_modules_after(extra: str = "") -> list[str]:
     code = _PROBE.format(extra=extra, heavy=set(HEAVY))
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=forge_env({"PYTHONPATH": str(SRC)}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_python(code)
     assert proc.returncode == 0, proc.stderr
     loaded: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])
     return loaded
@@ -89,14 +82,7 @@ def test_the_command_map_names_the_module_of_every_command() -> None:
     # a run that names one command imports only its module: the map must be the truth
     from dgr_forge.cli.commands import COMMAND_MODULES
 
-    proc = subprocess.run(
-        [sys.executable, "-c", _MAP_PROBE],
-        env=forge_env({"PYTHONPATH": str(SRC)}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_python(_MAP_PROBE)
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert found["map"] == COMMAND_MODULES

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer
-from support.cli import SRC, forge_env, run_forge
+from support.cli import run_forge, run_python
 from support.roots import copy_product
 
 from dgr_forge.cli.app import app
@@ -70,14 +68,8 @@ def test_a_time_of_day_in_a_plain_line_does_not_import_rich() -> None:
         f"Reporter().answer({LINES[1]!r})\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'rich'))\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=forge_env({"PYTHONPATH": str(SRC)}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
     assert proc.stderr == LINES[0] + "\n"
     assert proc.stdout.splitlines() == [LINES[1], "[]"]
 

@@ -73,6 +73,19 @@ def forge_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "dgr_forge", *args]
 
 
+def run_python(code: str) -> _sp.CompletedProcess[str]:
+    """`python -c CODE` in a fresh interpreter with the CLI's environment and src/ first on
+    the path: what a start imports, measured in a process of its own."""
+    return _sp.run(
+        [sys.executable, "-c", code],
+        env=forge_env({"PYTHONPATH": str(SRC)}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def run_forge(
     *args: str,
     cwd: Path | None = None,
