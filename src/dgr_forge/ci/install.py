@@ -38,6 +38,18 @@ from dgr_forge.core.urls import check_url
 
 REQUIREMENTS = "ci/requirements.txt"
 CI_CONSTRAINTS = "ci/constraints.txt"
+# the install step's venv (both templates: `$python` and `$venv` set, each its own paths),
+# and `venv_pip`, pip on that venv, for the step's `venv_pip install`
+VENV_SETUP = """\
+# the interpreter's own pip installs into the venv (ensurepip takes seconds); one
+# without pip (or older than 22.3) gives the venv its own
+"$python" -m venv --without-pip "$venv"
+if "$python" -m pip --python "$venv/bin/python" --version >/dev/null 2>&1; then
+  venv_pip() { "$python" -m pip --python "$venv/bin/python" "$@"; }
+else
+  "$venv/bin/python" -m ensurepip --default-pip >/dev/null
+  venv_pip() { "$venv/bin/python" -m pip "$@"; }
+fi"""
 SELF_CONSTRAINTS = "constraints.txt"
 MAX_BYTES = 64 * 1024
 

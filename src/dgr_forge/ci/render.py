@@ -27,7 +27,7 @@ from typing import Any
 
 import jinja2
 
-from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, Install
+from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
 from dgr_forge.core.urls import mask
@@ -238,6 +238,7 @@ def render(
         # the one install step of every job (ci/install.py): pip's arguments and
         # what they install, for the step's name
         "install_args": how.args,
+        "venv_setup": VENV_SETUP,
         "install_what": {
             "checkout": "the checked-out tree, its toolchain pinned by constraints.txt",
             "requirements": f"pinned by {how.requirements} under {how.constraints}",
