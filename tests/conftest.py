@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and config.option.basetemp is None:
         scratch.use(scratch.choose())
     if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
-        precompile.write_rewritten(config, Path(__file__).parent)
+        precompile.write_bytecode(config, Path(__file__).parent)
 
 
 def _hypothesis_home() -> Path:

@@ -32,7 +32,9 @@ def _targets(tests: Path) -> list[Path]:
 def _write(config: pytest.Config, files: list[Path]) -> None:
     from _pytest.assertion import rewrite
 
-    state = config.stash[rewrite.assertstate_key]
+    state = config.stash.get(rewrite.assertstate_key, None)
+    if state is None:  # pytest's rewrite hook is not installed here
+        return
     for fn in files:
         pyc = rewrite.get_cache_dir(fn) / (fn.name[:-3] + rewrite.PYC_TAIL)
         try:
@@ -46,13 +48,13 @@ def _write(config: pytest.Config, files: list[Path]) -> None:
             return
 
 
-def write_rewritten(config: pytest.Config, tests: Path, jobs: int = 2) -> None:
+def write_bytecode(config: pytest.Config, tests: Path, jobs: int = 2) -> None:
     """Compile src/ and tests/support, then rewrite and cache every test module under
     `tests` that has no current cached pyc (forked children: the config is theirs without
-    pickling)."""
+    pickling). With `--assert=plain` there is nothing to rewrite."""
     for tree in (tests.parent / "src", tests / "support"):
         compileall.compile_dir(str(tree), quiet=2, workers=jobs)
-    if not hasattr(os, "fork"):
+    if not hasattr(os, "fork") or config.getoption("assertmode") != "rewrite":
         return
     files = _targets(tests)
     fork = multiprocessing.get_context("fork")
