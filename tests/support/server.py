@@ -13,6 +13,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -208,17 +209,23 @@ def write_split_gguf(
         kv.update((header or {}).get(i, {}))
         path = directory / name
         w = gguf.GGUFWriter(path, arch="llama")
-        w.add_uint16("split.no", kv["split.no"])
-        w.add_uint16("split.count", kv["split.count"])
-        w.add_int32("split.tensors.count", kv["split.tensors.count"])
         rng = np.random.default_rng(seed=i + 1)
-        w.add_tensor(f"blk.{i}.weight", rng.random(tensor_elems, dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        _write_part(w, kv, [(f"blk.{i}.weight", rng.random(tensor_elems, dtype=np.float32))])
         paths.append(path)
     return paths
+
+
+def _write_part(w: Any, kv: dict[str, int], tensors: Iterable[tuple[str, Any]]) -> None:
+    """A part's split.* keys (after any KV data the caller added), its tensors, written."""
+    w.add_uint16("split.no", kv["split.no"])
+    w.add_uint16("split.count", kv["split.count"])
+    w.add_int32("split.tensors.count", kv["split.tensors.count"])
+    for name, data in tensors:
+        w.add_tensor(name, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
 
 
 def layered_tensors(layers: int, *, tied: bool = False) -> list[str]:
@@ -268,16 +275,11 @@ def write_layered_gguf(
         w = gguf.GGUFWriter(path, arch=arch)
         if i == 0:
             w.add_block_count(kv.pop("block_count", layers))
-        w.add_uint16("split.no", kv["split.no"])
-        w.add_uint16("split.count", kv["split.count"])
-        w.add_int32("split.tensors.count", kv["split.tensors.count"])
-        for t in tensors:
-            seed = sum(t.encode()) + i
-            w.add_tensor(t, np.random.default_rng(seed).random(elems, dtype=np.float32))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
+        data = (
+            (t, np.random.default_rng(sum(t.encode()) + i).random(elems, dtype=np.float32))
+            for t in tensors
+        )
+        _write_part(w, kv, data)
         paths.append(path)
     return paths
 
