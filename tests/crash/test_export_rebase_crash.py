@@ -438,3 +438,24 @@ def test_series_kept_outside_patches_is_recovered_too(series: Series) -> None:
     assert "0004-docs-shard-worker-notes.patch" in [p.name for p in moved.iterdir()]
     assert [p.name for p in moved.parent.iterdir()] == ["llama-patches"]
     assert s.forge("export", "--json").json["changed"] is False
+
+
+@pytest.mark.parametrize("pid", ["0", "99999999999999999999"])
+def test_a_journal_named_for_a_pid_no_process_can_have_is_a_dead_writers(
+    series: Series, pid: str
+) -> None:
+    """A journal left (or planted) under a pid no process can have: not a live writer
+    (kill(0) would signal this process group, or overflow): `status` says a write was
+    interrupted, `patch` clears it, nothing of the series is lost, no traceback."""
+    s = series
+    before = s.snapshot()
+    jdir = s.patches_dir.parent / f".{s.patches_dir.name}.journal-{pid}-0a1b2c3d"
+    jdir.mkdir()
+    status = s.forge("status")
+    assert status.code == 3, status
+    assert "interrupted" in status.stderr and "Traceback" not in status.stderr
+    patched = s.forge("patch")
+    assert patched.code == 0, patched
+    assert "Traceback" not in patched.stderr
+    assert not jdir.exists()
+    assert s.snapshot() == before

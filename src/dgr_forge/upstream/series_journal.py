@@ -53,11 +53,13 @@ def owner_pid(path: Path) -> int | None:
 
 
 def owner_alive(pid: int | None) -> bool:
-    if pid is None or pid == os.getpid():
+    # pid 0 would ask after this process group and a huge one overflows kill(): neither
+    # is a process that can own a journal
+    if pid is None or pid <= 0 or pid == os.getpid():
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
