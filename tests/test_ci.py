@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -1328,25 +1329,31 @@ def test_certify_runs_on_adds_a_certify_job_on_trusted_refs_only(tmp_path: Path)
 
 
 PYTHON_SHIM = """#!/bin/sh
-# an interpreter that only records: its `-m pip` works when PIP is yes (the venv's own
-# python always has one once ensurepip ran), `-m venv --without-pip DIR` makes DIR/bin/python
+# an interpreter that only records, but for `-c CODE`, which a real python runs beside a
+# pip of version $PIP (none when it is empty); its `-m pip` works when that pip can take
+# --python (the venv's own python always can once ensurepip ran); `-m venv --without-pip
+# DIR` makes DIR/bin/python
 echo "$0 $*" >> "$LOG"
 case "$0" in */dgr-venv/bin/python) exit 0 ;; esac
 case "$1 $2" in
-  "-m pip") [ "$PIP" = yes ] ;;
+  "-m pip") [ "$PIP" = 23.2.1 ] || [ "$PIP" = 22.3 ] ;;
   "-m venv") mkdir -p "$4/bin" && cp "$0" "$4/bin/python" ;;
+  "-c "*) PYTHONPATH="$PIPDIR" exec "$REAL" -S -c "$2" ;;
 esac
 """
 
 
 @pytest.mark.parametrize("provider", ["github", "gitlab"])
-@pytest.mark.parametrize("has_pip", [True, False])
+@pytest.mark.parametrize("pip", ["23.2.1", "22.3", "22.2.2", ""])
 def test_the_install_step_uses_the_interpreters_pip_or_gives_the_venv_its_own(
-    tmp_path: Path, provider: str, has_pip: bool
+    tmp_path: Path, provider: str, pip: str
 ) -> None:
     """The rendered install, run by a shell: a venv without pip filled by the interpreter's
-    own pip (`--python`), or, where that has none (or one before 22.3), by ensurepip."""
+    own pip (`--python`, pip 22.3 and later), or, where that has none or an older one, by
+    ensurepip. pip's version is read by a real python importing a pip of that version."""
     import subprocess
+
+    has_pip = pip in ("23.2.1", "22.3")
 
     text = render(REPO, provider)
     if provider == "github":
@@ -1363,10 +1370,14 @@ def test_the_install_step_uses_the_interpreters_pip_or_gives_the_venv_its_own(
     for name in ("python3.13", "python3.12", "python3.11", "python3"):
         (bindir / name).write_text(PYTHON_SHIM)
         (bindir / name).chmod(0o755)
-    log, temp = tmp_path / "log", tmp_path / "temp"
+    log, temp, pipdir = tmp_path / "log", tmp_path / "temp", tmp_path / "site"
     temp.mkdir()
+    if pip:
+        (pipdir / "pip").mkdir(parents=True)
+        (pipdir / "pip" / "__init__.py").write_text(f"__version__ = {pip!r}\n")
     env = {
-        "PATH": f"{bindir}:/usr/bin:/bin", "LOG": str(log), "PIP": "yes" if has_pip else "no",
+        "PATH": f"{bindir}:/usr/bin:/bin", "LOG": str(log), "PIP": pip, "PIPDIR": str(pipdir),
+        "REAL": sys.executable,
         "RUNNER_TEMP": str(temp), "TMPDIR": str(temp), "GITHUB_PATH": str(tmp_path / "path"),
     }  # fmt: skip
     ran = subprocess.run(["bash", "-eo", "pipefail", "-c", script], env=env, cwd=tmp_path,
@@ -1377,6 +1388,10 @@ def test_the_install_step_uses_the_interpreters_pip_or_gives_the_venv_its_own(
     outer = f"{bindir}/python3.13"
     assert calls[0] == f"{outer} -m venv --without-pip {temp}/dgr-venv", calls
     install = "install --quiet -c constraints.txt ."
+    # pip is started once, to install: its version was read without starting it
+    assert [c for c in calls if c.startswith(f"{outer} -m pip")] == (
+        [f"{outer} -m pip --python {venv_python} {install}"] if has_pip else []
+    ), calls
     if has_pip:
         assert calls[-1] == f"{outer} -m pip --python {venv_python} {install}", calls
         assert not [c for c in calls if "ensurepip" in c], calls

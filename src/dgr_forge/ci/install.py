@@ -42,9 +42,11 @@ CI_CONSTRAINTS = "ci/constraints.txt"
 # and `venv_pip`, pip on that venv, for the step's `venv_pip install`
 VENV_SETUP = """\
 # the interpreter's own pip installs into the venv (ensurepip takes seconds); one
-# without pip (or older than 22.3) gives the venv its own
+# without pip (or older than 22.3, before --python) gives the venv its own. pip's
+# version is read by import: starting pip to ask it costs two interpreter starts
 "$python" -m venv --without-pip "$venv"
-if "$python" -m pip --python "$venv/bin/python" --version >/dev/null 2>&1; then
+pip_ok='import pip, sys; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (22, 3))'
+if "$python" -c "$pip_ok" 2>/dev/null; then
   venv_pip() { "$python" -m pip --python "$venv/bin/python" "$@"; }
 else
   "$venv/bin/python" -m ensurepip --default-pip >/dev/null
