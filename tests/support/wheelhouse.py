@@ -72,9 +72,23 @@ def pack(name: str, dest: Path) -> Path:
     return wheel
 
 
-def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ("setuptools",)) -> Path:
+def build_backend(repo: Path) -> tuple[str, ...]:
+    """The distributions pip's build isolation installs to build `repo`: its pyproject's
+    [build-system] requires, and theirs, as installed here, and `editables`, which hatchling
+    asks for to build an editable install."""
+    import tomllib
+
+    from dgr_forge.ci.install import runtime_pins
+
+    requires = tomllib.loads((repo / "pyproject.toml").read_text())["build-system"]["requires"]
+    names = tuple(re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0] for r in requires)
+    names = (*names, "editables")
+    return (*names, *(pin.split("==")[0] for pin in runtime_pins(names)))
+
+
+def make_wheelhouse(dest: Path, extra: tuple[str, ...] = ()) -> Path:
     """Wheels of dgr-forge's runtime dependencies as installed here, plus `extra` (the
-    build backend pip's build isolation installs to build a source tree)."""
+    build backend pip's build isolation installs to build a source tree, `build_backend`)."""
     dest.mkdir(parents=True, exist_ok=True)
     from dgr_forge.ci.install import runtime_pins
 

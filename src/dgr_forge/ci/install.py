@@ -288,11 +288,12 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def runtime_pins() -> list[str]:
-    """`name==version` of every installed distribution dgr-forge needs at run time (its
-    requirements, recursively, without extras): the toolchain this dgr-forge runs with."""
+def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
+    """`name==version` of every installed distribution dgr-forge (or the distributions
+    `of` names) needs at run time: their requirements, recursively, without extras; for
+    dgr-forge, the toolchain this dgr-forge runs with."""
     seen: dict[str, str] = {}
-    todo = ["dgr-forge"]
+    todo = list(of)
     while todo:
         name = todo.pop()
         try:

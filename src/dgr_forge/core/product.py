@@ -1,10 +1,11 @@
 """The forge's own files that a forge root holds: `recipes/`, `toolchains/`, `cmake/`.
 
 The repository keeps one copy of each, at its root (where a forge root has them). The
-wheel carries them as package data, `dgr_forge/product/<dir>/`, copied in when the wheel
-is built (setup.py's build step), and found here through `importlib.resources`. An
-editable install of a checkout has no package data of them: the checkout's root is the
-source there.
+wheel carries them as package data, `dgr_forge/product/<dir>/` (pyproject.toml maps them
+in when the wheel is built), found here through `importlib.resources`. An editable install
+runs the checkout's own package, which has no package data of them: the checkout's root is
+the source there (the copy hatchling also puts beside the link in site-packages is never
+imported: the checkout's regular package comes first).
 """
 
 from __future__ import annotations
