@@ -6,12 +6,13 @@ XDG_CONFIG_HOME and HOME, not at a terminal, so no key but the demo's own can be
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from pathlib import Path
 
 import pytest
-from support.cli import run_forge
+from support.cli import run_forge, run_python
 from support.demo import DemoTour
 from support.git import sh_git
 
@@ -167,3 +168,32 @@ def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
     # the dry run's exit 3 is expected, anything else is not
     with pytest.raises(OperationFailed, match="exited 3"):
         _run(demo, Step("rebase --dry-run", ["rebase", "--onto", "master", "--dry-run"]))
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_a_no_op_build_imports_no_socket_and_no_thread_pool(demo_tour: DemoTour) -> None:
+    """An up-to-date lane is answered without what only real work needs: no socket (the
+    sccache-dist and HTTP paths) and no thread pool (program hashing, configure), kept off
+    a no-op's start (a measured share of the no-op budget)."""
+    root = demo_tour.fresh()
+    key = root / "keys" / "demo-signing-key.pem"
+    argv = ["--json", "build", "--lane", "cpu", "--key", str(key), "--cache", "off"]
+    probe = f"""
+import json, os, sys
+os.chdir({str(root)!r})
+os.environ.update({demo_tour.env()!r})
+import dgr_forge.cli.main as m
+try:
+    m.main({argv!r})
+except SystemExit as exit:
+    code = exit.code
+watched = ("socket", "concurrent.futures", "ssl", "requests")
+print(json.dumps([code, sorted(n for n in watched if n in sys.modules)]), file=sys.stderr)
+"""
+    ran = run_python(probe)
+    code, loaded = json.loads(ran.stderr.strip().splitlines()[-1])
+    assert code == 0, ran.stderr
+    (lane,) = json.loads(ran.stdout)["lanes"]
+    assert lane["status"] == "up-to-date" and lane["report_reused"], lane
+    assert not lane["configured"] and lane["ninja_steps"] == 0, lane
+    assert loaded == [], f"a no-op build imported {loaded}"

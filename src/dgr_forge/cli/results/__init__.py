@@ -2,8 +2,9 @@
 command's object can take (a *form*: a mode such as `patch --check`, or a result that may
 be `ok: false`), each field with the meaning docs/json.md shows. `docs/json-schema/*.json`
 and `docs/json.md` are generated from these classes (`python -m dgr_forge.cli.schemas`);
-the failure envelope's details are `core.errors.Details`. Only the generator and the
-tests import this module (msgspec stays off the no-op commands' start).
+the failure envelope's details are `core.errors.Details`. Besides the generator and the
+tests, the commands that answer with one of these types (`build`, `demo`, `keygen`) import
+it inside the command's body, never at start: `--version` and `--help` stay off msgspec.
 
 A form's fields come after the envelope (`ok`, `exit_code`, `command`); a field without
 a default is required, `UNSET` marks one that may be absent, `X | None` one that may be
