@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from support.actions import load_yaml
 from support.cli import run_forge
 from support.git import sh_git
 from support.roots import manifest_text
@@ -120,7 +120,7 @@ def github_rows(matrix: Any) -> Any:
 
 
 def github_jobs(text: str) -> dict[str, Any]:
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     assert isinstance(data, dict)
     # YAML 1.1 reads the bare key `on` as True: accept either spelling
     assert "on" in data or True in data
@@ -232,12 +232,12 @@ def test_pull_requests_never_see_the_signing_key(root: Path) -> None:
     assert secret_users == [("sign", sign_build), ("canary", bump_pr)]
     assert text.count("secrets.DGR_SIGNING_KEY") == 1
     assert text.count("secrets.") == 1 + str(bump_pr).count("secrets.DGR_BUMP_TOKEN")
-    assert "DGR_SIGNING_KEY" not in str(yaml.safe_load(text).get("env", {}))
+    assert "DGR_SIGNING_KEY" not in str(load_yaml(text).get("env", {}))
 
 
 def test_least_privilege_and_pinned_actions(root: Path) -> None:
     text = render(root)
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     assert data["permissions"] == {}
     for name, job in data["jobs"].items():
         if name == "canary":  # the roller pushes a branch and opens a pull request
@@ -275,7 +275,7 @@ def test_cache_is_written_only_from_the_default_branch(root: Path) -> None:
     """Issue 16 #4/#5: sccache (GHA backend); rw only on a default-branch push, ro on pull
     requests and in the signing job; the source cache survives a pin bump."""
     text = render(root)
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     jobs = data["jobs"]
     assert data["env"]["DGR_PIN"] == PIN
     lane_env = jobs["lane"]["env"]
@@ -306,7 +306,7 @@ def test_cache_is_written_only_from_the_default_branch(root: Path) -> None:
 
 
 def test_nightly_canary_and_cache_proof(root: Path) -> None:
-    data = yaml.safe_load(render(root))
+    data = load_yaml(render(root))
     on = data.get("on", data.get(True))
     assert on["schedule"] and on["schedule"][0]["cron"] and "workflow_dispatch" in on
     jobs = data["jobs"]
@@ -342,12 +342,12 @@ def test_nightly_canary_and_cache_proof(root: Path) -> None:
 def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) -> None:
     template_hashes = {p.name: sha256_file(p) for p in TEMPLATES.iterdir()}
     before = github_jobs(render(root))["lane"]["strategy"]["matrix"]["include"]
-    before_gitlab = yaml.safe_load(render(root, "gitlab"))
+    before_gitlab = load_yaml(render(root, "gitlab"))
 
     (root / "recipes" / "vulkan.toml").write_text(VULKAN)
     after_matrix = ci_matrix(root)
     after = github_jobs(render(root))["lane"]["strategy"]["matrix"]["include"]
-    after_gitlab = yaml.safe_load(render(root, "gitlab"))
+    after_gitlab = load_yaml(render(root, "gitlab"))
 
     assert [e["lane"] for e in before] == ["cpu", "cuda"]
     assert [e["lane"] for e in after] == ["cpu", "cuda", "vulkan"]
@@ -451,7 +451,7 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
 
 def test_gitlab_pipeline_has_the_same_shape(root: Path) -> None:
     text = render(root, "gitlab")
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     assert data["stages"] == ["check", "build", "sign", "canary"]
     assert data["check"]["stage"] == "check" and data["check"]["needs"] == []
     assert "dgr-forge check" in data["check"]["script"]
@@ -530,7 +530,7 @@ def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
     cuda = ci_matrix(root)["include"][1]
     assert cuda["container"] == f"nvidia/cuda:12.6.2-devel-ubuntu24.04@{digest}"
     assert cuda["gitlab_tags"] == ["gpu-runner", "saas-linux-medium-amd64"]
-    gitlab = yaml.safe_load(render(root, "gitlab"))
+    gitlab = load_yaml(render(root, "gitlab"))
     assert gitlab["lane:cuda"]["image"] == cuda["container"]
     assert gitlab["lane:cuda"]["tags"] == ["gpu-runner", "saas-linux-medium-amd64"]
     assert gitlab["lane:cuda"]["variables"]["DGR_PACKAGES"] == "ccache build-essential git"
@@ -624,7 +624,7 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
         assert len(installs) == 1, (name, installs)  # every job: exactly one install step
         steps += installs
     assert len(set(steps)) == 1, steps  # ... and the same one
-    pipeline = yaml.safe_load(gitlab)
+    pipeline = load_yaml(gitlab)
     jobs = {n: j for n, j in pipeline.items() if isinstance(j, dict) and "script" in j}
     assert jobs and all(j.get("extends") == ".dgr-forge" for j in jobs.values()), jobs.keys()
     assert "before_script" not in str([j.keys() for j in jobs.values()])  # none overrides it
@@ -710,7 +710,7 @@ def test_the_repositorys_own_recipes_render_for_both_providers(tmp_path: Path) -
     assert {e["lane"] for e in matrix["include"]} >= {"cpu", "cuda", "rocm", "vulkan", "metal"}
     github = render(REPO)
     assert github_jobs(github)["lane"]["strategy"]["matrix"] == github_rows(matrix)
-    gitlab = yaml.safe_load(render(REPO, "gitlab"))
+    gitlab = load_yaml(render(REPO, "gitlab"))
     assert [n[5:] for n in gitlab if n.startswith("lane:")] == [
         e["lane"] for e in matrix["include"]
     ]
@@ -925,7 +925,7 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
     copy_product(root)
     for lane in ("cuda", "metal", "rocm", "vulkan"):
         (root / "recipes" / f"{lane}.toml").unlink()
-    script = yaml.safe_load(render(root, "gitlab"))["cache-proof"]["script"]
+    script = load_yaml(render(root, "gitlab"))["cache-proof"]["script"]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     shim = bindir / "dgr-forge"
@@ -1076,7 +1076,7 @@ def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     assert any("dgr-forge bump" in s.get("run", "") for s in job["steps"])
     assert not any("gh pr" in s.get("run", "") for s in job["steps"])
     assert "secrets." not in str(job)
-    gitlab = yaml.safe_load(render(root, "gitlab"))["canary"]
+    gitlab = load_yaml(render(root, "gitlab"))["canary"]
     assert "environment" not in gitlab and "merge_requests" not in str(gitlab)
     findings = validate(tmp_path, render(root), render(root, "gitlab"), "auditor")
     assert {f["ident"] for f in findings} <= {"unpinned-images"}, findings
@@ -1185,7 +1185,7 @@ def test_tool_source_is_the_install_step_and_the_check_passes_it_back(
     assert res.json["install"] == "source" and res.json["tool_source"] == GOOD_SOURCES[raw]
     assert res.json["install_args"] == '-c ci/constraints.txt "$DGR_TOOL_SOURCE"'
     assert res.json["written"] == ["ci/constraints.txt"] and res.json["requirements_exist"]
-    data = yaml.safe_load(out.read_text())
+    data = load_yaml(out.read_text())
     assert data["env"]["DGR_TOOL_SOURCE"] == GOOD_SOURCES[raw]
     jobs = data["jobs"]
     install = next(s for s in jobs["check"]["steps"] if s.get("name", "").startswith("Install"))
@@ -1201,7 +1201,7 @@ def test_tool_source_is_the_install_step_and_the_check_passes_it_back(
     gitlab = run_forge("--root", str(root), "ci", "render", "--provider", "gitlab",
                        "--tool-source", raw)  # fmt: skip
     assert gitlab.code == 0, gitlab
-    lab = yaml.safe_load(gitlab.stdout)
+    lab = load_yaml(gitlab.stdout)
     assert lab["variables"]["DGR_TOOL_SOURCE"] == GOOD_SOURCES[raw]
     assert '--tool-source "$DGR_TOOL_SOURCE" --check' in "\n".join(lab["check"]["script"])
 
@@ -1306,7 +1306,7 @@ def test_certify_runs_on_adds_a_certify_job_on_trusted_refs_only(tmp_path: Path)
     assert "${{" not in step["run"]  # recipe and repository values arrive through env
     upload = next(s for s in certify["steps"] if "upload-artifact" in s.get("uses", ""))
     assert "certifications/" in upload["with"]["path"]
-    lab = yaml.safe_load(gitlab)
+    lab = load_yaml(gitlab)
     job = lab["certify:cuda"]
     assert job["tags"] == ["self-hosted", "gpu-cuda"] and job["needs"] == ["sign:cuda"]
     assert job["environment"] == {"name": "release-signing"}
@@ -1323,7 +1323,7 @@ def test_certify_runs_on_adds_a_certify_job_on_trusted_refs_only(tmp_path: Path)
     # without certify_runs_on, no certify job (and no certify stage)
     plain = write_root(tmp_path / "plain", {"cpu": CPU, "cuda": CUDA})
     assert "certify" not in github_jobs(render(plain))
-    assert "certify" not in yaml.safe_load(render(plain, "gitlab"))["stages"]
+    assert "certify" not in load_yaml(render(plain, "gitlab"))["stages"]
 
 
 PYTHON_SHIM = """#!/bin/sh
@@ -1360,7 +1360,7 @@ def test_the_install_step_uses_the_interpreters_pip_or_gives_the_venv_its_own(
             if "venv_pip install" in s.get("run", "")
         )  # fmt: skip
     else:
-        lines = yaml.safe_load(text)[".dgr-forge"]["before_script"]
+        lines = load_yaml(text)[".dgr-forge"]["before_script"]
         start = next(i for i, line in enumerate(lines) if line.startswith("python="))
         script = "\n".join(line for line in lines[start:] if not line.startswith("export "))
     bindir = tmp_path / "bin"

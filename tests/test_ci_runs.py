@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from support.actions import Runner, cache_service, run_github_job, run_gitlab_job
+from support.actions import Runner, cache_service, load_yaml, run_github_job, run_gitlab_job
 from support.build import make_patched_root
 from support.cli import run_forge
 from support.git import Upstream, sh_git
@@ -183,7 +182,7 @@ def installed_from(temp: Path) -> dict[str, Any]:
 def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
     tool_repository: Path, machine: Machine, tmp_path: Path
 ) -> None:
-    workflow = yaml.safe_load((tool_repository / GITHUB).read_text())
+    workflow = load_yaml((tool_repository / GITHUB).read_text())
 
     check = run_github_job(workflow, "check", clone(tool_repository, tmp_path / "check"),
                            machine.runner, PULL_REQUEST, temp=machine.temp)  # fmt: skip
@@ -237,7 +236,7 @@ def test_github_check_and_cpu_lane_jobs_of_a_pull_request_run(
 def test_gitlab_cpu_lane_job_of_a_merge_request_runs(
     tool_repository: Path, machine: Machine, tmp_path: Path
 ) -> None:
-    pipeline = yaml.safe_load((tool_repository / GITLAB).read_text())
+    pipeline = load_yaml((tool_repository / GITLAB).read_text())
     job = pipeline["lane:cpu"]
     assert job["rules"][0]["if"] == '$CI_PIPELINE_SOURCE == "schedule"'  # not a merge request
     workdir = clone(tool_repository, tmp_path / "lane")
@@ -291,7 +290,7 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
         subprocess.run([sys.executable, "-m", "pip", "--python", str(venv_python), "uninstall",
                         "-q", "-y", "dgr-forge"],
                        env=machine.runner.base_env, check=True, capture_output=True)  # fmt: skip
-    workflow = yaml.safe_load((root / GITHUB).read_text())
+    workflow = load_yaml((root / GITHUB).read_text())
     check = run_github_job(workflow, "check", clone(root, tmp_path / "check"), machine.runner,
                            PULL_REQUEST, temp=machine.temp)  # fmt: skip
     assert check.ok, check.failure()

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from support.actions import load_yaml
 from support.cli import run_forge
 from test_ci import CPU, validate, write_root
 
@@ -65,9 +65,9 @@ def _render(root: Path, provider: str) -> str:
 @pytest.mark.parametrize("url", HOSTILE_URLS)
 def test_the_manifest_url_is_data_in_both_providers(tmp_path: Path, url: str) -> None:
     root = _root(tmp_path, url)
-    github = yaml.safe_load(_render(root, "github"))
+    github = load_yaml(_render(root, "github"))
     assert github_value(github["env"]["DGR_UPSTREAM_URL"]) == url
-    gitlab = yaml.safe_load(_render(root, "gitlab"))
+    gitlab = load_yaml(_render(root, "gitlab"))
     assert gitlab_value(gitlab["variables"]["DGR_UPSTREAM_URL"]) == url
     # jobs run under the runner's umask, not 0000: the forge's own files stay its own
     assert gitlab["variables"]["FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR"] == "true"
@@ -75,10 +75,10 @@ def test_the_manifest_url_is_data_in_both_providers(tmp_path: Path, url: str) ->
 
 def test_a_recipe_backend_is_data_in_both_providers(tmp_path: Path) -> None:
     root = _root(tmp_path, HOSTILE_URLS[0], HOSTILE_BACKEND)
-    github = yaml.safe_load(_render(root, "github"))
+    github = load_yaml(_render(root, "github"))
     (entry,) = github["jobs"]["lane"]["strategy"]["matrix"]["include"]
     assert github_value(entry["backend"]) == HOSTILE_BACKEND
-    gitlab = yaml.safe_load(_render(root, "gitlab"))
+    gitlab = load_yaml(_render(root, "gitlab"))
     assert gitlab_value(gitlab["lane:cpu"]["variables"]["DGR_BACKEND"]) == HOSTILE_BACKEND
 
 
