@@ -34,11 +34,18 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
+_SRC_GRAPH: dict[str, set[str]] = {}  # the tree under test does not change during a run
+
+
 def graph(src: Path = SRC) -> dict[str, set[str]]:
+    if src == SRC and _SRC_GRAPH:
+        return {name: set(targets) for name, targets in _SRC_GRAPH.items()}
     modules = {_module_name(p, src): p for p in src.rglob("*.py")}
     edges: dict[str, set[str]] = {}
     for name, path in modules.items():
         edges[name] = _imports(path, set(modules)) - {name}
+    if src == SRC:
+        _SRC_GRAPH.update({name: set(targets) for name, targets in edges.items()})
     return edges
 
 
