@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -208,6 +208,60 @@ def test_first_and_last_stages_bring_the_embeddings_and_the_head(
     assert fetched(server) == needed(0, 10, first=True) | needed(33, 42, last=True)
     ends = forge("artifacts", "verify", str(m), "--dest", str(dest))
     assert ends.json["serves"]["first"] is True and ends.json["serves"]["last"] is True
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_first_and_last_flags_add_the_ends_to_a_middle_range(tmp_path: Path, tied: bool) -> None:
+    """`--first` / `--last` with a range that touches neither end: the embeddings' split,
+    the output head's (with tied weights, no `output` tensor: the embeddings' split too).
+    Here the embeddings live in part 3, not in the metadata split every stage holds."""
+    parts = split_by_count(layered_tensors(43, tied=tied), 9)
+    parts[0].remove("token_embd.weight")
+    parts[2].append("token_embd.weight")
+    src = tmp_path / "src"
+    write_layered_gguf(src, tied=tied, parts=parts)
+    m = mapped_manifest(tmp_path, src, "https://models.example.org/m43")
+
+    def holding(test: Callable[[str], bool]) -> set[str]:
+        return {NAMES[i] for i, tensors in enumerate(parts) if any(map(test, tensors))}
+
+    def chosen(*flags: str) -> tuple[dict[str, object], set[str]]:
+        res = forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"),
+                    "--layers", "22-32", "--dry-run", *flags)  # fmt: skip
+        assert res.code == 0, res
+        return res.json["layers"], {f["name"] for f in res.json["files"]}
+
+    mid = {NAMES[0]} | holding(lambda t: bool(re.match(r"blk\.(2[2-9]|3[0-2])\.", t)))
+    embd = holding(lambda t: t.startswith("token_embd."))
+    head = holding(lambda t: t.split(".")[0] in ("output", "output_norm"))
+    assert embd == {NAMES[2]} and not embd & mid and not head & mid  # the layout tested
+    assert chosen() == ({"layers": "22-32", "first": False, "last": False}, mid)
+    assert chosen("--first") == ({"layers": "22-32", "first": True, "last": False}, mid | embd)
+    assert chosen("--last") == (
+        {"layers": "22-32", "first": False, "last": True},
+        mid | head | (embd if tied else set()),
+    )
+
+
+def test_the_room_check_counts_only_the_subset(
+    tmp_path: Path, source: Path, server: FaultyServer
+) -> None:
+    """A file outside the range claims a petabyte: the whole model does not fit on this
+    disk (exit 2, nothing fetched), the range's files do."""
+    import tomli_w
+
+    m = mapped_manifest(tmp_path, source, server.base_url)
+    doc = tomllib.loads(m.read_text())
+    assert doc["files"][8]["name"] == NAMES[8] and NAMES[8] not in needed(11, 21)
+    doc["files"][8]["size"] = 10**15
+    m.write_text(tomli_w.dumps(doc))
+    dest = tmp_path / "dest"
+    whole = forge("artifacts", "provision", str(m), "--dest", str(dest))
+    assert whole.code == 2 and "not enough free space" in whole.json["error"], whole
+    assert server.log == [] and not dest.exists()
+    res = forge("artifacts", "provision", str(m), "--dest", str(dest), "--layers", "11-21")
+    assert res.code == 0, res
+    assert fetched(server) == needed(11, 21)
 
 
 def test_dry_run_says_which_files_and_bytes_and_writes_nothing(
