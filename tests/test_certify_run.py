@@ -298,6 +298,41 @@ def test_a_program_that_is_not_a_subject_of_the_report_is_refused(
     assert not [p for p in logs.glob("certify-cpu-*") if p.stat().st_mtime > other.stat().st_mtime]
 
 
+def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> None:
+    """Every subject of the report is re-hashed before a step runs, not only the suite's
+    programs: a shipped file changed after the build fails the report (exit 1 naming it,
+    nothing run, nothing written); and a program that no longer hashes to its subject
+    never runs (the second check, right before the steps)."""
+    import time
+
+    from dgr_forge.core.errors import OperationFailed
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.host.certsuite import Suite
+    from dgr_forge.lanes import certrun
+
+    report = next((plain.root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
+    stmt = json.loads(base64.b64decode(json.loads(report.read_text())["payload"]))
+    subjects = {s["name"]: s["digest"]["sha256"] for s in stmt["subject"]}
+    name = next(n for n in subjects if not n.endswith(("test-backend-ops", "llama-bench")))
+    victim = plain.root / ".dgr" / name
+    data = victim.read_bytes()
+    started = time.time()
+    flip_byte(victim, len(data) // 2)
+    try:
+        r = plain.certify("--model", "tiny")
+    finally:
+        victim.write_bytes(data)
+    assert r.code == ExitCode.FAILED, r
+    assert "failed verification" in r.stderr and f"artifact {name} changed" in r.stderr, r
+    assert plain.written() == []
+    logs = plain.root / ".dgr" / "logs"
+    assert not [p for p in logs.glob("certify-cpu-*") if p.stat().st_mtime >= started]
+    bench = next(n for n in subjects if n.endswith("llama-bench"))
+    forge = Forge(plain.root, plain.root / ".dgr")
+    with pytest.raises(OperationFailed, match="changed since the report"):
+        certrun.programs(forge, "cpu", Suite(("llama-bench",), ()), {bench: "0" * 64})
+
+
 def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
     for args, says in (
         (["--model", "tiny", "--device", "--rf"], "not a ggml device name"),
