@@ -1145,13 +1145,15 @@ def actionlint_problems(text: str) -> list[str]:
 
 
 def test_actionlint_rules_hold_for_every_rendered_workflow(tmp_path: Path) -> None:
-    """A matrix entry without a container (the cpu lane) beside one with (cuda), the
-    repository's own recipes, and with a --tool-source."""
+    """A matrix entry without a container (the cpu lane) beside one with (cuda), a lane
+    with a certify job (its own matrix), the repository's own recipes, and with a
+    --tool-source."""
     from support.roots import REPO
 
     roots = {
         "test": write_root(tmp_path / "t", {"cpu": CPU, "cuda": CUDA, "vulkan": VULKAN}),
         "none has a container": write_root(tmp_path / "n", {"cpu": CPU, "vulkan": VULKAN}),
+        "a certify job": write_root(tmp_path / "c", {"cpu": CPU, "cuda": CERTIFIED_CUDA}),
         "this repository": REPO,
     }
     for label, root in roots.items():
