@@ -192,6 +192,7 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     go("certify", "certify", "certify", "--report", str(report), "--evidence",
        str(tmp / "evidence.txt"), "--key", key, "--report-key", pub, "--hardware", "box",
        code=0)  # fmt: skip
+    go("lanes: an attested lane", "lanes", "lanes", "--key", pub, code=0)  # its record's shape
     go("certify fails", "certify", "certify", "--report", str(report), "--evidence",
        str(tmp / "none.txt"), "--key", key, code=fails)  # fmt: skip
     go("ci matrix", "ci-matrix", "ci", "matrix", code=0)
@@ -310,6 +311,8 @@ def the_drifts_are_fixed(runs: list[Run]) -> None:
         rows = {row["lane"]: row for row in by[label]["lanes"]}
         assert not rows["cuda"]["buildable"] and not rows["metal"]["buildable"], label
         assert "nvcc" in [m["name"] for m in rows["cuda"]["missing"]], label
+    (attested,) = [row for row in by["lanes: an attested lane"]["lanes"] if row["lane"] == "cpu"]
+    assert attested["certification"]["reason"] == "attested, not checked", attested
     assert by["patch --offline: an empty series"]["patches"] == []
     assert by["status: an empty series"]["patches"]["series"] == []
     in_status = by["status"]["lanes"][0]["last_build"]
