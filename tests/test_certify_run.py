@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,6 +228,18 @@ def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Buil
         assert "lapsed: the recipe changed" in cpu["certification"]["reason"], cpu
     finally:
         recipe.write_text(text)
+    # a rebase moves the pin: lapsed as an attested record lapses
+    pin = plain.root / "manifests" / "llama.cpp.toml"
+    pinned = pin.read_text()
+    commit = tomllib.loads(pinned)["upstream"]["commit"]
+    pin.write_text(pinned.replace(commit, "c" * 40))
+    try:
+        cpu = plain.forge("lanes").json["lanes"][0]
+        assert "lapsed: the upstream pin moved" in cpu["certification"]["reason"], cpu
+        assert plain.forge("lanes", "--advertised").json["entries"] == []
+    finally:
+        pin.write_text(pinned)
+    assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
 
 
 def test_an_attested_certification_is_recorded_but_never_advertised(plain: Built) -> None:
