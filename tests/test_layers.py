@@ -214,12 +214,16 @@ def test_first_and_last_stages_bring_the_embeddings_and_the_head(
 def test_first_and_last_flags_add_the_ends_to_a_middle_range(tmp_path: Path, tied: bool) -> None:
     """`--first` / `--last` with a range that touches neither end: the embeddings' split,
     the output head's (with tied weights, no `output` tensor: the embeddings' split too).
-    Here the embeddings live in part 3, not in the metadata split every stage holds."""
+    Here the embeddings live in part 3, not in the metadata split every stage holds; every
+    stage gets a file outside the map (a README) and the split of a tensor every layer
+    reads (`rope_freqs`, in part 8)."""
     parts = split_by_count(layered_tensors(43, tied=tied), 9)
     parts[0].remove("token_embd.weight")
     parts[2].append("token_embd.weight")
+    parts[7].append("rope_freqs.weight")
     src = tmp_path / "src"
     write_layered_gguf(src, tied=tied, parts=parts)
+    (src / "README.md").write_text("a model card\n")
     m = mapped_manifest(tmp_path, src, "https://models.example.org/m43")
 
     def holding(test: Callable[[str], bool]) -> set[str]:
@@ -231,10 +235,13 @@ def test_first_and_last_flags_add_the_ends_to_a_middle_range(tmp_path: Path, tie
         assert res.code == 0, res
         return res.json["layers"], {f["name"] for f in res.json["files"]}
 
-    mid = {NAMES[0]} | holding(lambda t: bool(re.match(r"blk\.(2[2-9]|3[0-2])\.", t)))
+    layers = holding(lambda t: bool(re.match(r"blk\.(2[2-9]|3[0-2])\.", t)))
+    rope = holding(lambda t: t.startswith("rope_freqs."))
+    mid = {NAMES[0], "README.md"} | layers | rope
     embd = holding(lambda t: t.startswith("token_embd."))
     head = holding(lambda t: t.split(".")[0] in ("output", "output_norm"))
-    assert embd == {NAMES[2]} and not embd & mid and not head & mid  # the layout tested
+    assert embd == {NAMES[2]} and rope == {NAMES[7]} and not rope & layers  # the layout
+    assert not embd & mid and not head & mid
     assert chosen() == ({"layers": "22-32", "first": False, "last": False}, mid)
     assert chosen("--first") == ({"layers": "22-32", "first": True, "last": False}, mid | embd)
     assert chosen("--last") == (
