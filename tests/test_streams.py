@@ -205,6 +205,15 @@ def test_report_show_redirected_to_a_file(demo_tour: DemoTour, tmp_path: Path) -
     assert text.startswith(f"report     {report}\n"), text
     assert "lane       cpu" in text and "artifacts  " in text
     assert err == "", err
+    # a compare result too: the answer in the file, stderr empty
+    from dgr_forge.demo import sources
+
+    pub = root / sources.KEYS_DIR / f"{sources.KEY_FILE}.pub"
+    c_txt = tmp_path / "c.txt"
+    err = _shell("report", "compare", str(report), str(report), "--key", str(pub), cwd=root,
+                 stdout=c_txt, env=demo_tour.env())  # fmt: skip
+    assert f"{report} and {report}: identical subjects" in c_txt.read_text()
+    assert err == "", err
 
 
 @pytest.mark.slow
