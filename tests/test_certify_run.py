@@ -362,6 +362,15 @@ def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
         r = plain.certify(*args)
         assert r.code == ExitCode.BAD_INPUT, (args, r)
         assert says in r.stderr, (args, r.stderr)
+    # a lane whose recipe has no suite has nothing to run
+    recipe = plain.root / "recipes" / "cpu.toml"
+    text = recipe.read_text()
+    recipe.write_text(text.split("\n[certify]")[0] + "\n")
+    try:
+        r = plain.certify("--model", "tiny")
+    finally:
+        recipe.write_text(text)
+    assert r.code == ExitCode.BAD_INPUT and "no [certify] suite" in r.stderr, r
     assert plain.written() == []
 
 
