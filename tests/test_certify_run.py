@@ -226,6 +226,10 @@ def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Buil
     try:
         cpu = plain.forge("lanes").json["lanes"][0]
         assert "lapsed: the recipe changed" in cpu["certification"]["reason"], cpu
+        # and the report, built from the recipe before the edit, is not certified again
+        again = plain.certify("--model", "tiny")
+        assert again.code == ExitCode.BAD_INPUT, again
+        assert "the report does not match this checkout: recipe recipes/cpu.toml" in again.stderr
     finally:
         recipe.write_text(text)
     # a rebase moves the pin: lapsed as an attested record lapses
