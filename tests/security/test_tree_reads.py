@@ -98,3 +98,29 @@ def test_conflict_scans_read_a_linked_or_fifo_file_bounded(tmp_path: Path) -> No
     (tree / "src" / "real.c").write_text("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> x\n")
     assert has_markers(tree, "src/real.c") is True
     assert _ours_ranges(tree, "src/real.c", "a\nb\n") == [(2, 2)]
+
+
+@pytest.mark.parametrize("kind", ["device-link", "fifo"])
+def test_a_path_workers_files_are_hashed_as_git_stores_them(
+    tmp_path: Path, upstream: Upstream, kind: str
+) -> None:
+    """A path worker is a tree the forge did not write: `lanes`, `status` and `build` hash
+    its files (the worker's identity). A link to /dev/zero was followed and hashed forever;
+    now it is its link text. The variant: a FIFO in the worker, exit 2 naming it, never an
+    open that waits for a writer."""
+    from support.build import make_worker
+
+    root = make_patched_root(tmp_path / "forge", upstream)
+    make_worker(root / "worker")
+    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    odd = root / "worker" / "src" / "odd.h"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    res = run_forge("--root", str(root), "--json", "lanes", **HANG)  # type: ignore[arg-type]
+    _no_crash(res)
+    if kind == "fifo":
+        assert res.code == 2 and "odd.h" in res.stderr, res
+    else:
+        assert res.code == 0, res

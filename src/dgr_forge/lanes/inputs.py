@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes, sha256_file
+from dgr_forge.core.fsutil import read_tree_file, sha256_bytes
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import stamps
 from dgr_forge.upstream import trees
@@ -114,11 +114,19 @@ def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
         return None
     if spec.url is not None:
         return {"location": mask(spec.url), "commit": spec.commit}
-    lines = "".join(
-        f"{p.relative_to(spec.source_dir).as_posix()} {sha256_file(p)}\n"
-        for p in _worker_files(spec.source_dir)
-    )
+    top = spec.source_dir
+    rels = (p.relative_to(top).as_posix() for p in _worker_files(top))
+    lines = "".join(f"{rel} {_worker_file_digest(top, rel)}\n" for rel in rels)
     return {"location": spec.location, "tree": sha256_bytes(lines.encode())}
+
+
+def _worker_file_digest(top: Path, rel: str) -> str:
+    """A worker file's sha256 as git stores it: a link's text, never what it points at (a
+    link to /dev/zero was hashed forever); a FIFO or device is exit 2 naming it."""
+    data = read_tree_file(
+        top, rel, what="worker file", hint="a path worker holds regular files and links only"
+    )
+    return sha256_bytes(data or b"")
 
 
 # what `status` and `lanes` compare a last build's inputs against, in the order they say it
