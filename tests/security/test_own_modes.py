@@ -91,3 +91,19 @@ def test_the_cli_tightens_a_permissive_umask(tmp_path: Path, upstream: Upstream)
         mode = path.lstat().st_mode
         if not stat.S_ISLNK(mode):
             assert mode & 0o022 == 0, f"{path}: {oct(mode)}"
+
+
+@pytest.mark.parametrize("what", ["logs", "reports"])
+def test_logs_or_reports_writable_by_others_are_refused(
+    tmp_path: Path, upstream: Upstream, what: str
+) -> None:
+    """The variant's other two: a world-writable logs/ or reports/ in the workspace (the
+    test above covers state.json only) stops `build`, exit 2 naming it, no report."""
+    root = make_patched_root(tmp_path / "forge", upstream)
+    shared = root / ".dgr" / what
+    shared.mkdir(parents=True)
+    shared.chmod(0o777)
+    res = run_forge("--root", str(root), "build", "--lane", "cpu", "--no-sign", "--jobs", "2")
+    assert res.code == 2, res
+    assert str(shared) in res.stderr and "writable by other users" in res.stderr, res
+    assert not list((root / ".dgr" / "reports").glob("*.intoto.jsonl"))
