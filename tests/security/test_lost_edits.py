@@ -6,8 +6,10 @@ person's commits."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from support.git import sh_git
 from support.roots import Series
 from test_rebase import conflicting_upstream, series
@@ -68,9 +70,22 @@ def test_an_amend_with_the_forge_email_is_a_persons_commit(team: Series) -> None
     assert (src / "docs" / "notes-1.md").read_text() == "my change, amended into the last patch\n"
 
 
-def test_an_unreadable_replay_state_names_the_ref_with_the_commits(team: Series) -> None:
+@pytest.mark.parametrize("state", ["truncated", "hostile-ids", "directory"])
+def test_an_unreadable_replay_state_names_the_ref_with_the_commits(
+    team: Series, state: str
+) -> None:
+    """The attack: a truncated file. The variants: well-formed JSON whose ids are not
+    commit ids (an option for git), and a directory where the file was."""
     src = _stopped(team)
-    (src / ".git" / "dgr-replay.json").write_text("{ truncated")
+    path = src / ".git" / "dgr-replay.json"
+    if state == "truncated":
+        path.write_text("{ truncated")
+    elif state == "hostile-ids":
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "orig_head": "--output=/tmp/dgr-pwned"}))
+    else:
+        path.unlink()
+        (path / "sub").mkdir(parents=True)
     r = b(team, "--json", "patch")
     assert r.code in (2, 3), r
     assert "refs/dgr/replay-orig" in r.json["error"] + r.json["hint"], r

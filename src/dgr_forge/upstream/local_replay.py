@@ -35,6 +35,7 @@ from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PATCH_JOURNAL, PatchedTree, patch_locked
 from dgr_forge.upstream.workspace import (
+    REPLAY_REF,
     REPLAY_STATE,
     git_dir,
     inspect,
@@ -42,7 +43,6 @@ from dgr_forge.upstream.workspace import (
     remove_git_leftovers,
 )
 
-REPLAY_REF = "refs/dgr/replay-orig"
 _BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
 
@@ -347,7 +347,11 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
     """Not a state the forge wrote (or can act on): removed, so it blocks nothing; the
     message names the ref that still holds the person's commits."""
     path = src / ".git" / REPLAY_STATE
-    path.unlink(missing_ok=True)
+    try:
+        path.unlink(missing_ok=True)
+        removed = "removed it"
+    except OSError:  # a directory where the file goes: not the forge's to delete
+        removed = "remove it"
     held = gitutil.rev_parse(src, REPLAY_REF)
     where = (
         f"your commits from before the update are at {REPLAY_REF} ({held[:12]})"
@@ -355,7 +359,7 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
         else f"no {REPLAY_REF} is left: your commits are in HEAD's history"
     )
     return BadInput(
-        f"{forge.rel(path)} is not a readable patch replay state; removed it; {where}",
+        f"{forge.rel(path)} is not a readable patch replay state; {removed}; {where}",
         hint=f"`git -C {forge.rel(src)} log {REPLAY_REF}` shows them; "
         f"`git -C {forge.rel(src)} cherry-pick --abort` if one is stopped, then "
         "`dgr-forge patch` again",

@@ -35,6 +35,8 @@ FETCH_JOURNAL = "dgr-fetching"  # fetch is transferring objects: the pin may be 
 JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
 # `patch` replaying a person's commits on a new series (local_replay.py); --continue/--abort
 REPLAY_STATE = "dgr-replay.json"
+# the person's commits from before a replay, kept reachable until it is done or undone
+REPLAY_REF = "refs/dgr/replay-orig"
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
@@ -180,8 +182,9 @@ def refuse_during_replay(forge: Forge) -> None:
             raise NeedsHuman(
                 f"{forge.rel(src)}: a patch replay is in progress (your commits on the new series)",
                 hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
-                "`dgr-forge patch --abort` to put the workspace back as it was",
-                details={"workspace": forge.rel(src)},
+                "`dgr-forge patch --abort` to put the workspace back as it was (your commits "
+                f"from before the update are kept at {REPLAY_REF})",
+                details={"workspace": forge.rel(src), "ref": REPLAY_REF},
             )
 
 
