@@ -70,6 +70,22 @@ def test_an_amend_with_the_forge_email_is_a_persons_commit(team: Series) -> None
     assert (src / "docs" / "notes-1.md").read_text() == "my change, amended into the last patch\n"
 
 
+def test_a_new_commit_posing_as_a_forge_patch_commit_is_a_persons(team: Series) -> None:
+    """The variant: not an amend but a new commit on top that copies a forge patch
+    commit's whole identity (its author, dates and the forge's committer name and email):
+    only the recorded series' trees tell it apart, so it is kept."""
+    src = b_src(team)
+    who = sh_git(src, "log", "-1", "--format=%an%x00%ae%x00%ad%x00%cn%x00%ce%x00%cd",
+                 "--date=raw").split("\0")  # fmt: skip
+    keys = ["AUTHOR_NAME", "AUTHOR_EMAIL", "AUTHOR_DATE", "COMMITTER_NAME", "COMMITTER_EMAIL"]
+    posing = {f"GIT_{k}": v for k, v in zip([*keys, "COMMITTER_DATE"], who, strict=True)}
+    assert posing["GIT_COMMITTER_EMAIL"] == "dgr-forge@invalid"
+    commit(src, "docs/notes-2.md", "my change, in a forge-looking commit\n", "docs: x", posing)
+    r = b(team, "--json", "patch")
+    assert r.code in (0, 3), r
+    assert (src / "docs" / "notes-2.md").read_text() == "my change, in a forge-looking commit\n"
+
+
 @pytest.mark.parametrize("state", ["truncated", "hostile-ids", "directory"])
 def test_an_unreadable_replay_state_names_the_ref_with_the_commits(
     team: Series, state: str
