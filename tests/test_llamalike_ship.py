@@ -237,3 +237,18 @@ def test_the_number_comes_from_a_full_mirror_never_from_a_shallow_one(
     assert res.code == 0, res
     assert res.json["build_number"] == len(llamalike.commits)
     assert f"build_number = {len(llamalike.commits)}\n" in manifest.read_text()
+
+
+def test_a_bump_records_the_new_pins_build_number(tmp_path: Path, llamalike: Upstream) -> None:
+    """`bump` (no --dry-run) re-pins through the rebase: the new pin's number, not the old."""
+    root = make_patched_root(tmp_path / "forge", llamalike)
+    assert _forge(root, "fetch").code == 0
+    old = _count(llamalike)
+    for i in range(2):
+        llamalike.commit({f"docs/bumped-{i}.md": f"bumped {i}\n"}, f"docs: bumped {i}")
+    res = _forge(root, "bump", "--to", llamalike.head)
+    assert res.code == 0, res
+    text = (root / "manifests" / "llama.cpp.toml").read_text()
+    assert f'commit = "{llamalike.head}"' in text, text
+    assert f"build_number = {old + 2}\n" in text, text
+    assert _forge(root, "status").json["upstream"]["build_number"] == old + 2
