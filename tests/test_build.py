@@ -10,15 +10,21 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.build import TEST_CUDA_RECIPE, make_patched_root, make_worker, nvcc_path, path_without
+from support.build import (
+    TEST_CUDA_RECIPE,
+    BuiltLane,
+    LaneSnapshot,
+    forge_build,
+    make_patched_root,
+    make_worker,
+    nvcc_path,
+    path_without,
+    snapshot_lane,
+)
 from support.cli import run_forge
 from support.git import Upstream, sh_git
 
 pytestmark = pytest.mark.slow
-
-
-def forge_build(root: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return run_forge("--root", str(root), "--json", "build", "--jobs", "2", *args, env=env)
 
 
 @pytest.fixture
@@ -29,6 +35,23 @@ def root(tmp_path: Path, upstream: Upstream) -> Path:
 @pytest.fixture
 def worker_dir(tmp_path: Path) -> Path:
     return make_worker(tmp_path / "worker")
+
+
+@pytest.fixture(scope="module")
+def _worker_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    """The worker built once with --no-sign: the first build of the tests that only need
+    a lane that was built (each gets it back as that build left it, see `built`)."""
+    snap = snapshot_lane(tmp_path_factory.mktemp("worker-lane"), _upstream_template)
+    first = snap.built.first
+    assert first.code == 0, first
+    return snap
+
+
+@pytest.fixture
+def built(_worker_lane: LaneSnapshot) -> BuiltLane:
+    return _worker_lane.restore()
 
 
 def lane(result) -> dict:  # type: ignore[no-untyped-def,type-arg]
@@ -84,9 +107,8 @@ def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_p
     assert "lane cpu" in st.stderr and cpu["report"] in st.stderr
 
 
-def test_noop_rebuild_runs_only_ninja(root: Path, worker_dir: Path) -> None:
-    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
-    assert first.code == 0, first
+def test_noop_rebuild_runs_only_ninja(built: BuiltLane) -> None:
+    root, worker_dir, first = built.root, built.worker, built.first
     cache = root / ".dgr" / "build" / "cpu" / "CMakeCache.txt"
     src_head = root / ".dgr" / "src" / "llama.cpp" / ".git" / "HEAD"
     cache_mtime, head_mtime = cache.stat().st_mtime_ns, src_head.stat().st_mtime_ns
@@ -109,9 +131,9 @@ def test_noop_rebuild_runs_only_ninja(root: Path, worker_dir: Path) -> None:
     assert "configure" not in second.stderr and "fetch" not in second.stderr
 
 
-def test_worker_source_edit_rebuilds_only_that(root: Path, worker_dir: Path) -> None:
-    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
-    assert first.code == 0, first
+def test_worker_source_edit_rebuilds_only_that(built: BuiltLane) -> None:
+    root, worker_dir, first = built.root, built.worker, built.first
+    assert worker_dir is not None
     util = worker_dir / "src" / "util.cpp"
     util.write_text(
         util.read_text().replace("llama_layer_owner(layer);", "llama_layer_owner(layer) + 10;")
@@ -131,8 +153,8 @@ def test_worker_source_edit_rebuilds_only_that(root: Path, worker_dir: Path) -> 
     assert "owner(7)=13" in out
 
 
-def test_recipe_change_reconfigures(root: Path, worker_dir: Path) -> None:
-    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+def test_recipe_change_reconfigures(built: BuiltLane) -> None:
+    root, worker_dir = built.root, built.worker
     recipe = root / "recipes" / "cpu.toml"
     recipe.write_text(recipe.read_text().replace('GGML_NATIVE = "OFF"', 'GGML_NATIVE = "ON"'))
     res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
@@ -342,10 +364,8 @@ def test_git_worker_from_manifest_is_fetched_at_its_commit(root: Path, tmp_path:
     assert b"// my edit" in mbox.read_bytes()
 
 
-def test_local_edit_in_upstream_workspace_is_not_built_silently(
-    root: Path, worker_dir: Path
-) -> None:
-    assert forge_build(root, "--worker", str(worker_dir), "--no-sign").code == 0
+def test_local_edit_in_upstream_workspace_is_not_built_silently(built: BuiltLane) -> None:
+    root, worker_dir = built.root, built.worker
     binary = root / ".dgr" / "build" / "cpu" / "shard-worker"
     built = binary.stat().st_mtime_ns
     edited = root / ".dgr" / "src" / "llama.cpp" / "src" / "llama.cpp"

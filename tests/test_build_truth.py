@@ -12,15 +12,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import make_patched_root, make_worker
+from support.build import (
+    BuiltLane,
+    LaneSnapshot,
+    forge_build,
+    keygen,
+    make_patched_root,
+    make_worker,
+    snapshot_lane,
+)
 from support.cli import run_forge
 from support.git import Upstream, sh_git
 
 pytestmark = pytest.mark.slow
-
-
-def forge_build(root: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return run_forge("--root", str(root), "--json", "build", "--jobs", "2", *args, env=env)
 
 
 @pytest.fixture
@@ -33,10 +37,38 @@ def worker_dir(tmp_path: Path) -> Path:
     return make_worker(tmp_path / "worker")
 
 
-def keygen(tmp_path: Path, name: str) -> Path:
-    key = tmp_path / "keys" / f"{name}.pem"
-    assert run_forge("keygen", "--out", str(key)).code == 0
-    return key
+# the first build of the tests that only need a lane that was built: made once per module
+# (signed with a key of its own, or --no-sign), each test gets it back as that build left it
+
+
+@pytest.fixture(scope="module")
+def _signed_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    snap = snapshot_lane(tmp_path_factory.mktemp("signed-lane"), _upstream_template, sign=True)
+    first = snap.built.first
+    assert first.code == 0, first
+    return snap
+
+
+@pytest.fixture
+def signed(_signed_lane: LaneSnapshot) -> BuiltLane:
+    return _signed_lane.restore()
+
+
+@pytest.fixture(scope="module")
+def _unsigned_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    snap = snapshot_lane(tmp_path_factory.mktemp("unsigned-lane"), _upstream_template)
+    first = snap.built.first
+    assert first.code == 0, first
+    return snap
+
+
+@pytest.fixture
+def unsigned(_unsigned_lane: LaneSnapshot) -> BuiltLane:
+    return _unsigned_lane.restore()
 
 
 def lane(result: Any) -> dict[str, Any]:
@@ -60,12 +92,8 @@ def state(root: Path) -> dict[str, Any]:
     return json.loads((root / ".dgr" / "state.json").read_text())["lanes"]["cpu"]  # type: ignore[no-any-return]
 
 
-def test_flipped_byte_in_artifact_rebuilds_and_writes_new_report(
-    root: Path, worker_dir: Path, tmp_path: Path
-) -> None:
-    key = keygen(tmp_path, "a")
-    first = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
-    assert first.code == 0, first
+def test_flipped_byte_in_artifact_rebuilds_and_writes_new_report(signed: BuiltLane) -> None:
+    root, worker_dir, key, first = signed.root, signed.worker, signed.key, signed.first
     binary = Path(lane(first)["artifacts"][0]["path"])
     # a no-op first: the subject's stat record is now settled (not racy)
     assert forge_build(root, "--worker", str(worker_dir), "--key", str(key)).code == 0
@@ -86,12 +114,9 @@ def test_flipped_byte_in_artifact_rebuilds_and_writes_new_report(
     assert cpu["artifacts"] == lane(first)["artifacts"]  # same inputs, same bytes again
 
 
-def test_kill_between_relink_and_report_never_reuses_a_stale_report(
-    root: Path, worker_dir: Path, tmp_path: Path
-) -> None:
-    key = keygen(tmp_path, "a")
-    first = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
-    assert first.code == 0, first
+def test_kill_between_relink_and_report_never_reuses_a_stale_report(signed: BuiltLane) -> None:
+    root, worker_dir, key, first = signed.root, signed.worker, signed.key, signed.first
+    assert worker_dir is not None
     assert "in_progress" not in state(root)  # cleared once the report is written
     util = worker_dir / "src" / "util.cpp"
     util.write_text(util.read_text().replace("(layer);", "(layer) + 10;"))
@@ -125,12 +150,9 @@ def test_in_progress_is_set_before_configure(root: Path, worker_dir: Path) -> No
     assert lane(again)["status"] == "built"
 
 
-def test_key_asked_on_up_to_date_lane_is_honoured(
-    root: Path, worker_dir: Path, tmp_path: Path
-) -> None:
-    a, b = keygen(tmp_path, "a"), keygen(tmp_path, "b")
-    first = forge_build(root, "--worker", str(worker_dir), "--key", str(a))
-    assert first.code == 0, first
+def test_key_asked_on_up_to_date_lane_is_honoured(signed: BuiltLane) -> None:
+    root, worker_dir, a, first = signed.root, signed.worker, signed.key, signed.first
+    b = keygen(signed.base, "b")
     second = forge_build(root, "--worker", str(worker_dir), "--key", str(b))
     assert second.code == 0, second
     cpu = lane(second)
@@ -147,12 +169,8 @@ def test_key_asked_on_up_to_date_lane_is_honoured(
     assert json.loads(Path(lane(unsigned)["report"]).read_text())["signatures"] == []
 
 
-def test_bad_key_is_exit_2_even_when_up_to_date(
-    root: Path, worker_dir: Path, tmp_path: Path
-) -> None:
-    key = keygen(tmp_path, "a")
-    first = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
-    assert first.code == 0, first
+def test_bad_key_is_exit_2_even_when_up_to_date(signed: BuiltLane, tmp_path: Path) -> None:
+    root, worker_dir = signed.root, signed.worker
     missing = forge_build(root, "--worker", str(worker_dir), "--key", str(tmp_path / "nope.pem"))
     assert missing.code == 2, missing
     assert "nope.pem" in missing.stderr
@@ -170,9 +188,8 @@ def test_bad_key_is_exit_2_even_when_up_to_date(
     assert "garbage.pem" in garbage_path.stderr
 
 
-def test_untracked_source_in_upstream_tree_is_exit_3(root: Path, worker_dir: Path) -> None:
-    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
-    assert first.code == 0, first
+def test_untracked_source_in_upstream_tree_is_exit_3(unsigned: BuiltLane) -> None:
+    root, worker_dir = unsigned.root, unsigned.worker
     src = root / ".dgr" / "src" / "llama.cpp"
     stray = src / "ggml" / "src" / "stray.cpp"
     stray.write_text("int stray() { return 1; }\n")
@@ -214,9 +231,8 @@ def test_cmake_unused_variable_is_exit_2_naming_it(root: Path) -> None:
     assert again.code == 2, again
 
 
-def test_noop_build_keeps_logs_and_byproducts_true(root: Path, worker_dir: Path) -> None:
-    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
-    assert first.code == 0, first
+def test_noop_build_keeps_logs_and_byproducts_true(unsigned: BuiltLane) -> None:
+    root, worker_dir, first = unsigned.root, unsigned.worker, unsigned.first
     first_log = Path(lane(first)["log_file"])
     content = first_log.read_bytes()
     assert b"CMAKE_BUILD_TYPE" in content or b"-DCMAKE" in content  # configure output kept
@@ -455,9 +471,8 @@ def test_cache_off_builds_without_launcher_and_report_records_cache(root: Path) 
     assert internal["compilerCache"]["mode"] == "off" and internal["compilerLauncher"] is None
 
 
-def test_damaged_state_file_is_no_state(root: Path, worker_dir: Path) -> None:
-    first = forge_build(root, "--worker", str(worker_dir), "--no-sign")
-    assert first.code == 0, first
+def test_damaged_state_file_is_no_state(unsigned: BuiltLane) -> None:
+    root, worker_dir = unsigned.root, unsigned.worker
     state_file = root / ".dgr" / "state.json"
     data = json.loads(state_file.read_text())
     data["lanes"]["cpu"]["last_build"]["subject_stats"] = "garbage"

@@ -1,27 +1,40 @@
 """Fixtures for the build/doctor/presets tests: a forge root with the real recipes,
 toolchains and CMake modules, a one-patch series that changes upstream behaviour, and a
-small C++ shard worker that includes DgrUpstream/DgrBuildInfo and links llama."""
+small C++ shard worker that includes DgrUpstream/DgrBuildInfo and links llama.
+
+`snapshot_lane` builds such a root once and keeps a pristine copy of it;
+`LaneSnapshot.restore()` puts that copy back at the same path for each test, so a test
+whose first build is only a precondition ("a lane that was built") starts from it.
+"""
 
 from __future__ import annotations
 
 import os
 import shutil
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
-from .git import Upstream
+from .cli import Result, run_forge
+from .git import Upstream, copy_upstream
 from .roots import CANONICAL, UPSTREAM_AUTHOR, Edit, copy_product, make_root
+from .snapshot import put_back
 
 __all__ = [
     "PATCHED_LLAMA",
     "PATCH_FILE",
     "TEST_CUDA_RECIPE",
     "WORKER_FILES",
+    "BuiltLane",
+    "LaneSnapshot",
     "copy_product",
+    "forge_build",
+    "keygen",
     "make_patched_root",
     "make_worker",
     "nvcc_path",
     "path_without",
+    "snapshot_lane",
 ]
 
 PATCH_FILE = "0001-layer-owner-round-robin.patch"
@@ -131,3 +144,68 @@ TEST_CUDA_RECIPE = textwrap.dedent(
     libraries = ["cudart"]
     """
 )
+
+
+def forge_build(root: Path, *args: str, env: dict[str, str] | None = None) -> Result:
+    """`dgr-forge --root ROOT --json build --jobs 2 ARGS`: the build tests' one build."""
+    return run_forge("--root", str(root), "--json", "build", "--jobs", "2", *args, env=env)
+
+
+def keygen(base: Path, name: str) -> Path:
+    """A fresh Ed25519 signing key at BASE/keys/NAME.pem (its public half beside it)."""
+    key = base / "keys" / f"{name}.pem"
+    res = run_forge("keygen", "--out", str(key))
+    assert res.code == 0, res
+    return key
+
+
+@dataclass(frozen=True)
+class BuiltLane:
+    """A patched root whose cpu lane was built once (what a test gets from a snapshot)."""
+
+    base: Path  # holds all of it: upstream/, forge/ (the root), worker/, keys/
+    root: Path
+    worker: Path | None
+    key: Path | None  # the signing key of the first build; None: it ran with --no-sign
+    first: Result  # what the real first build returned
+
+    def args(self) -> tuple[str, ...]:
+        """The first build's arguments after `build --jobs 2`: the same build again."""
+        return _first_args(self.worker, self.key)
+
+
+def _first_args(worker: Path | None, key: Path | None) -> tuple[str, ...]:
+    return (
+        *(("--worker", str(worker)) if worker else ()),
+        *(("--key", str(key)) if key else ("--no-sign",)),
+    )
+
+
+@dataclass(frozen=True)
+class LaneSnapshot:
+    built: BuiltLane
+    pristine: Path  # the base right after the first build
+
+    def restore(self) -> BuiltLane:
+        """The base as the first build left it, at the same path (support.snapshot);
+        whatever an earlier test wrote beside it in the snapshot's directory is removed."""
+        put_back(self.pristine, self.built.base)
+        return self.built
+
+
+def snapshot_lane(
+    directory: Path, upstream: Upstream, *, worker: bool = True, sign: bool = False
+) -> LaneSnapshot:
+    """Under the empty `directory`: a copy of `upstream`, a patched root pinning it, the
+    test worker (with `worker`) and a signing key made by `keygen` (with `sign`, else
+    --no-sign), built once with `forge_build`; and a pristine copy of all of it. The
+    caller asserts what it needs of `built.first` (a failed build is kept as it is)."""
+    base = directory / "lane"
+    root = make_patched_root(base / "forge", copy_upstream(upstream, base / "upstream"))
+    worker_dir = make_worker(base / "worker") if worker else None
+    key = keygen(base, "a") if sign else None
+    first = forge_build(root, *_first_args(worker_dir, key))
+    built = BuiltLane(base, root, worker_dir, key, first)
+    pristine = directory / "pristine"
+    shutil.copytree(base, pristine, symlinks=True)
+    return LaneSnapshot(built, pristine)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cli import Result, run_forge
+from .snapshot import put_back
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,7 @@ class DemoTour:
     def fresh(self) -> Path:
         """The root as the tour left it, at the same path; what an earlier user of the
         root wrote beside it (another workspace, `../nocache`) is removed too."""
-        for entry in self.root.parent.iterdir():
-            if entry in (self.pristine, self.config):
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        shutil.copytree(self.pristine, self.root, symlinks=True)
-        return self.root
+        return put_back(self.pristine, self.root, keep=(self.config,))
 
 
 def make_demo(base: Path) -> DemoTour:
