@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.build import PATCH_FILE, make_patched_root, make_worker
@@ -116,3 +119,129 @@ def test_a_build_recorded_by_an_older_forge_says_its_inputs_were_not_recorded(
     in_status, in_lanes, status_text, _ = _lane_rows(root)
     assert in_status["inputs_recorded"] is True and in_status["stale"] == []
     assert "stale" not in status_text
+
+
+def _keygen(tmp_path: Path) -> Path:
+    key = tmp_path / "keys" / "a.pem"
+    assert run_forge("keygen", "--out", str(key)).code == 0
+    return key
+
+
+def _absolute_state(root: Path) -> None:
+    """state.json as a forge before the workspace-relative paths wrote it: schema 1, every
+    path of the last build absolute (a no-op on a file that is already so)."""
+    state_file = root / ".dgr" / "state.json"
+    data = json.loads(state_file.read_text())
+    ws = root / ".dgr"
+
+    def absolute(p: str) -> str:
+        return p if Path(p).is_absolute() else str(ws / p)
+
+    for entry in data["lanes"].values():
+        last, evidence = entry["last_build"], entry["evidence"]
+        last["report"], last["log"] = absolute(last["report"]), absolute(last["log"])
+        for art in last["artifacts"]:
+            art["path"] = absolute(art["path"])
+        evidence["log_file"] = absolute(evidence["log_file"])
+        for name in ("byproducts", "subject_stats"):
+            evidence[name] = {absolute(k): v for k, v in evidence[name].items()}
+    data["schema"] = 1
+    state_file.write_text(json.dumps(data))
+
+
+def _relocate(a: Path, b: Path, how: str) -> None:
+    b.parent.mkdir(parents=True)
+    if how == "copied":
+        shutil.copytree(a, b, symlinks=True)
+    else:
+        os.rename(a, b)
+
+
+def _never_names(a: Path, *results: Any) -> None:
+    """No byte of the other root in what a command says (stdout, and the text on stderr)."""
+    for res in results:
+        assert str(a) not in res.stdout and str(a) not in res.stderr, res
+
+
+@pytest.mark.parametrize("how", ["copied", "moved"])
+def test_a_copied_or_moved_root_shows_its_own_last_build(
+    tmp_path: Path, upstream: Upstream, how: str
+) -> None:
+    """A root built in a/forge, then copied (cp -a) or moved to b/forge: `status` and `lanes`
+    in b named a's report, log and artifacts with `stale: []` (state.json kept absolute
+    paths). The workspace's paths are kept relative to it: b shows its own copy of the
+    report, the same bytes (re-hashed, verified with its artifacts); a `build` in b
+    reconfigures the copied build directory (CMake's cache names a) and writes b's own
+    report, never handing back a's."""
+    key = _keygen(tmp_path)
+    a, b = tmp_path / "a" / "forge", tmp_path / "b" / "forge"
+    make_patched_root(a, upstream)
+    built = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--key", str(key))
+    assert built.code == 0, built
+    name = Path(built.json["lanes"][0]["report"]).name
+    recorded = json.loads((a / ".dgr" / "state.json").read_text())["lanes"]["cpu"]
+    _relocate(a, b, how)
+
+    st = run_forge("--root", str(b), "--json", "status")
+    lanes = run_forge("--root", str(b), "--json", "lanes")
+    text = run_forge("--root", str(b), "status")
+    assert st.code == lanes.code == text.code == 0, (st, lanes, text)
+    _never_names(a, st, lanes, text)
+    in_status, in_lanes, _, _ = _lane_rows(b)
+    report = b / ".dgr" / "reports" / name
+    for row in (in_status, in_lanes):
+        assert row["result"] == "ok" and row["stale"] == [], row
+        assert row["report"] == str(report) and row["log"] == str(b / ".dgr/logs/build-cpu.log")
+    assert [x["path"] for x in in_status["artifacts"]] == [str(b / ".dgr/build/cpu/llama-cli")]
+    # the same file as the one a's build recorded, and it verifies here, artifacts included
+    assert hashlib.sha256(report.read_bytes()).hexdigest() == recorded["evidence"]["report_sha256"]
+    pub = Path(f"{key}.pub")
+    verified = run_forge(
+        "--root", str(b), "report", "verify", str(report), "--key", str(pub), "--artifacts"
+    )
+    assert verified.code == 0, verified
+
+    again = run_forge("--root", str(b), "--json", "build", "--jobs", "2", "--key", str(key))
+    assert again.code == 0, again
+    _never_names(a, again)
+    row = again.json["lanes"][0]
+    assert row["status"] == "built" and row["configured"] and not row["report_reused"], row
+    assert Path(row["report"]).parent == b / ".dgr" / "reports" and Path(row["report"]).name != name
+    assert _lane_rows(b)[0]["report"] == row["report"]
+    if how == "copied":  # the original root is its own still: up to date with its report
+        kept = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--key", str(key))
+        assert kept.code == 0, kept
+        assert kept.json["lanes"][0]["status"] == "up-to-date", kept
+        assert kept.json["lanes"][0]["report"] == str(a / ".dgr" / "reports" / name)
+        assert str(b) not in kept.stdout
+
+
+def test_an_older_forges_state_naming_another_workspace_is_not_a_build_here(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """A state.json an older forge wrote (absolute paths) in a root since copied: its last
+    build is another workspace's files; `status` and `lanes` say the lane was not built
+    here (`last_build: null`, the text says why) and never name the other root. In place,
+    the same file still reads as the build it records."""
+    a, b = tmp_path / "a" / "forge", tmp_path / "b" / "forge"
+    make_patched_root(a, upstream)
+    built = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--no-sign")
+    assert built.code == 0, built
+    _absolute_state(a)
+    assert _lane_rows(a)[0]["report"] == built.json["lanes"][0]["report"]  # in place: read
+    _relocate(a, b, "copied")
+
+    st = run_forge("--root", str(b), "--json", "status")
+    lanes = run_forge("--root", str(b), "--json", "lanes")
+    text = run_forge("--root", str(b), "status")
+    _never_names(a, st, lanes, text)
+    in_status, in_lanes, status_text, _ = _lane_rows(b)
+    assert in_status is None and in_lanes is None
+    words = "not built in this workspace (its state names another workspace's files"
+    assert words in status_text and words in text.stdout, (status_text, text)
+
+    again = run_forge("--root", str(b), "--json", "build", "--jobs", "2", "--no-sign")
+    assert again.code == 0, again
+    _never_names(a, again)
+    assert again.json["lanes"][0]["status"] == "built"
+    assert Path(again.json["lanes"][0]["report"]).parent == b / ".dgr" / "reports"

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from dgr_forge.core.forge import Forge
 from dgr_forge.lanes import programs, stamps
-from dgr_forge.lanes.state import LaneState
+from dgr_forge.lanes.state import STATE_SCHEMA, LaneState, lane_state, loaded, save_lane_state
 from dgr_forge.upstream import trees
 
 
@@ -72,3 +73,70 @@ def test_forge_presets_by_content_only(tmp_path: Path) -> None:
     path.unlink()
     path.symlink_to(target)
     assert not trees.forge_presets(path)
+
+
+def _entry(report: str, artifact: str) -> dict[str, object]:
+    """A lane entry as state.json keeps it, with the paths given."""
+    return {
+        "inputs_digest": "d",
+        "last_build": {
+            "time": "2026-01-01T00:00:00+00:00",
+            "result": "ok",
+            "report": report,
+            "log": "logs/build-cpu.log",
+            "artifacts": [{"name": "x", "kind": "EXECUTABLE", "path": artifact, "sha256": "0"}],
+        },
+        "evidence": {"byproducts": {"logs/build-cpu-1.log": "1"}, "subject_stats": {}},
+    }
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../../a/forge/.dgr/reports/cpu.intoto.jsonl",  # out of the workspace by `..`
+        "reports/../../x",
+        "/elsewhere/forge/.dgr/reports/cpu.intoto.jsonl",  # another workspace's, absolute
+        "{ws}-other/reports/cpu.intoto.jsonl",  # a sibling whose name starts the same
+        "{ws}/../x",
+        "reports/\0cpu",
+        "",
+    ],
+)
+def test_a_last_build_naming_a_path_not_the_workspaces_is_not_built_here(
+    tmp_path: Path, path: str
+) -> None:
+    """state.json keeps a last build's paths relative to the workspace; one that is not
+    the workspace's (another root's, as an older forge wrote it in a root since copied, or
+    hand-edited) makes the whole last build another workspace's: none is shown or reused,
+    and no path of it is ever opened."""
+    ws = tmp_path / "forge" / ".dgr"
+    forge = Forge(root=ws.parent, workspace=ws)
+    for entry in (
+        _entry(path.format(ws=ws), "build/cpu/x"),
+        _entry("reports/cpu.intoto.jsonl", path.format(ws=ws)),
+    ):
+        state, elsewhere = loaded(forge, entry)
+        assert state.last_build is None and elsewhere, entry
+        assert state.inputs_digest == "d"  # the rest of the lane's state is kept
+
+
+def test_workspace_paths_are_kept_relative_and_read_back_here(tmp_path: Path) -> None:
+    ws = tmp_path / "forge" / ".dgr"
+    forge = Forge(root=ws.parent, workspace=ws)
+    # relative (this forge), absolute inside the workspace (an older forge, in place), and a
+    # name with a leading `-` (a file name, never an option)
+    entry = _entry("-reports/cpu.intoto.jsonl", str(ws / "build" / "cpu" / "x"))
+    state, elsewhere = loaded(forge, entry)
+    last = state.last_build
+    assert last is not None and not elsewhere
+    assert last.report == str(ws / "-reports" / "cpu.intoto.jsonl")
+    assert last.log == str(ws / "logs" / "build-cpu.log")
+    assert last.artifacts[0]["path"] == str(ws / "build" / "cpu" / "x")
+    assert last.byproducts == {str(ws / "logs" / "build-cpu-1.log"): "1"}
+
+    save_lane_state(forge, "cpu", state)
+    kept = json.loads(forge.state_file.read_text())
+    assert kept["schema"] == STATE_SCHEMA
+    assert str(ws) not in json.dumps(kept)  # nothing of where this workspace is
+    assert kept["lanes"]["cpu"]["last_build"]["artifacts"][0]["path"] == "build/cpu/x"
+    assert lane_state(forge, "cpu") == state  # read back as it was

@@ -163,28 +163,33 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
     of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
     what moved (pin, series, recipe, worker) since the last report was built."""
     from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
-    from dgr_forge.lanes.state import LaneState, load_lanes_state
+    from dgr_forge.lanes.state import lane_states
 
-    entries = sorted(load_lanes_state(env.forge)["lanes"].items())
+    entries = lane_states(env.forge)
     spec, worker_known = _current_worker(env) if entries else (None, True)
     lanes = []
-    for name, entry in entries:
-        last = entry.get("last_build") if isinstance(entry, dict) else None
-        if isinstance(last, dict):
+    for name, entry in entries.items():
+        recorded = entry.state.last_build  # this workspace's paths, or None
+        last = None
+        if recorded is not None:
             current = report_inputs(m, _current_recipe(env, name), spec)
             if not worker_known:
                 current["worker"] = "(unreadable)"  # never what a build recorded
-            recorded = LaneState.from_dict(entry).last_build
-            last = {**last, **staleness(recorded.inputs if recorded else None, current)}
+            last = {**recorded.public(), **staleness(recorded.inputs, current)}
         lanes.append({"lane": name, "last_build": last})
+        if entry.elsewhere:  # never its paths: they are another root's
+            env.out.answer(
+                f"lane {name:<8} not built in this workspace (its state names another "
+                "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
+            )
+        else:
+            shown = last or {}
+            env.out.answer(
+                f"lane {name:<8} last build {shown.get('time', '?')}: {with_stale(shown)}"
+                f"  report {shown.get('report') or '(none)'}"
+            )
     if not lanes:
         env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
-    for row in lanes:
-        last = row["last_build"] or {}
-        env.out.answer(
-            f"lane {row['lane']:<8} last build {last.get('time', '?')}: {with_stale(last)}"
-            f"  report {last.get('report') or '(none)'}"
-        )
     return lanes
 
 

@@ -13,7 +13,7 @@ from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.inputs import report_inputs, staleness, tool_versions, worker_identity
-from dgr_forge.lanes.state import LaneState, load_lanes_state
+from dgr_forge.lanes.state import lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
@@ -37,12 +37,12 @@ def overview(
     bound_worker = worker_identity(spec)
     certs = certification_status(forge, recipes, m, trusted, bound_worker, tools)
     runs = checked.entries(forge, recipes, m, trusted, bound_worker, tools)
-    state = load_lanes_state(forge)["lanes"]
+    state = lane_states(forge)
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
-        last = state.get(name, {}).get("last_build")
-        recorded = LaneState.from_dict(state.get(name)).last_build
+        entry = state.get(name)
+        last = entry.state.last_build if entry is not None else None  # this workspace's
         mine = [e for e in runs if e.lane == name]
         certified = any(e.advertised for e in mine)
         attested = certs[name]
@@ -64,14 +64,11 @@ def overview(
                 "summary": check.summary(),
                 "last_build": (
                     {
-                        "time": last.get("time"),
-                        "result": last.get("result"),
-                        "report": last.get("report"),
-                        "log": last.get("log"),
-                        **staleness(
-                            recorded.inputs if recorded else None,
-                            report_inputs(m, recipe, spec),
-                        ),
+                        "time": last.time,
+                        "result": last.result,
+                        "report": last.report,
+                        "log": last.log,
+                        **staleness(last.inputs, report_inputs(m, recipe, spec)),
                     }
                     if last
                     else None

@@ -2,12 +2,21 @@
 
 A missing or unreadable file is an empty state: the next build configures again. The
 typed `LaneState` is the one shape `build`, `lanes` and `status` read and write.
+
+A last build's paths (report, logs, artifacts, byproducts) are all the workspace's; the
+file keeps them relative to it, so a workspace copied or moved (`cp -a`, `mv`) shows its
+own copy of its last build, never the files of the one it was copied from. In memory they
+are absolute. A path that is not the workspace's (an absolute one another workspace wrote,
+schema 1, or a hand-edited `..`) makes that last build another workspace's: not built here.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Any, NamedTuple
 
+import msgspec
 from msgspec import Struct, field
 from msgspec.structs import fields
 
@@ -16,7 +25,10 @@ from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
 from dgr_forge.core.structs import asdict
 from dgr_forge.lanes import programs, stamps
 
-STATE_SCHEMA = 1
+# 2: a last build's paths relative to the workspace (1, still read: absolute); an older
+# forge reads a newer file as no state (it configures again, never misreads a path)
+STATE_SCHEMA = 2
+READ_SCHEMAS = (1, 2)
 # what `status` and `lanes` show of a last build; the rest is the evidence a reuse checks,
 # kept beside it (`evidence`) so their --json output stays what it was
 PUBLIC = ("time", "result", "report", "log", "phase", "artifacts")
@@ -74,6 +86,57 @@ class LastBuild(Struct):
         ):
             last.subject_stats = {}
         return last
+
+    def public(self) -> dict[str, Any]:
+        """What `status` and `lanes` show of it (`PUBLIC`), as state.json's `last_build`."""
+        return {k: v for k in PUBLIC if (v := getattr(self, k)) is not None}
+
+    def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
+        """This last build with `move` applied to each of its paths; None when `move`
+        refuses one (it names a file that is not the workspace's)."""
+        moved: dict[str, str | None] = {}
+
+        def to(path: str) -> str:
+            moved[path] = new = moved[path] if path in moved else move(path)
+            return new if new is not None else path
+
+        arts = [{**a, "path": to(a["path"])} if isinstance(a.get("path"), str) else a
+                for a in self.artifacts]  # fmt: skip
+        last = msgspec.structs.replace(
+            self,
+            log=to(self.log),
+            report=to(self.report) if self.report is not None else None,
+            log_file=to(self.log_file) if self.log_file is not None else None,
+            artifacts=arts,
+            byproducts={to(p): v for p, v in self.byproducts.items()},
+            subject_stats={to(p): v for p, v in self.subject_stats.items()},
+        )
+        return None if None in moved.values() else last
+
+
+def stored_path(workspace: Path, path: str) -> str:
+    """A path as state.json keeps it: relative to the workspace when inside it."""
+    try:
+        return PurePosixPath(Path(path).relative_to(workspace)).as_posix()
+    except ValueError:
+        return path
+
+
+def loaded_path(workspace: Path, path: str) -> str | None:
+    """A path state.json keeps, absolute again; None when it is not this workspace's (an
+    absolute path elsewhere, a `..`, a NUL: another workspace's or hand-edited)."""
+    if "\0" in path or ".." in PurePosixPath(path).parts:
+        return None
+    if PurePosixPath(path).is_absolute():
+        return path if Path(path).is_relative_to(workspace) else None
+    return str(workspace / path) if path else None
+
+
+class Loaded(NamedTuple):
+    state: LaneState
+    # its last build names another workspace's files (a copied or moved root, recorded by
+    # an older forge): not built here, and said so
+    elsewhere: bool
 
 
 class LaneState(Struct):
@@ -135,18 +198,38 @@ def load_lanes_state(forge: Forge) -> dict[str, Any]:
         data = read_json(forge.state_file)
     except (OSError, ValueError):
         return {"schema": STATE_SCHEMA, "lanes": {}}
-    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA:
+    if not isinstance(data, dict) or data.get("schema") not in READ_SCHEMAS:
         return {"schema": STATE_SCHEMA, "lanes": {}}
     if not isinstance(data.get("lanes"), dict):
         data["lanes"] = {}
     return data
 
 
+def loaded(forge: Forge, entry: Any) -> Loaded:
+    """One lane's entry as read from the file, its paths this workspace's again."""
+    state = LaneState.from_dict(entry)
+    last = state.last_build
+    if last is None:
+        return Loaded(state, False)
+    here = last.relocated(lambda p: loaded_path(forge.workspace, p))
+    return Loaded(msgspec.structs.replace(state, last_build=here), here is None)
+
+
+def lane_states(forge: Forge) -> dict[str, Loaded]:
+    """Every lane the file names, by name."""
+    return {str(k): loaded(forge, v) for k, v in sorted(load_lanes_state(forge)["lanes"].items())}
+
+
 def lane_state(forge: Forge, lane: str) -> LaneState:
-    return LaneState.from_dict(load_lanes_state(forge)["lanes"].get(lane))
+    return loaded(forge, load_lanes_state(forge)["lanes"].get(lane)).state
 
 
 def save_lane_state(forge: Forge, lane: str, state: LaneState) -> None:
     data = load_lanes_state(forge)  # re-read: another lane of this run may have written
+    last = state.last_build
+    if last is not None:
+        kept = last.relocated(lambda p: stored_path(forge.workspace, p))
+        state = msgspec.structs.replace(state, last_build=kept)
+    data["schema"] = STATE_SCHEMA  # every lane's paths are read the same way
     data["lanes"][lane] = state.as_dict()
     write_json(forge.state_file, data)
