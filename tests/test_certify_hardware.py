@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Sequence
 
+import msgspec
 import pytest
 
 from dgr_forge.attest import hardware
@@ -52,26 +53,27 @@ def fake(answers: dict[str, str]) -> hardware.Runner:
 
 def test_this_host_is_probed_and_classed_for_the_cpu_lane() -> None:
     ident = hardware.probe()
-    assert ident["probed"] is True and ident["cpu"]["model"] and ident["os"]["kernel"]
-    assert ident["cpu"]["count"] >= 1
+    assert ident.probed is True and ident.cpu.model and ident.os.kernel
+    assert ident.cpu.count >= 1
     cls = hardware.hardware_class(ident, "CPU")
     assert re.fullmatch(r"cpu-[a-z0-9_]+-(avx512|avx2|avx|sse|sve|neon|base)", cls), cls
 
 
 def test_nvidia_class_and_the_uuid_only_as_a_salted_hash() -> None:
     ident = hardware.probe(fake({"nvidia-smi": SMI}))
-    (gpu,) = ident["gpus"]
+    (gpu,) = msgspec.to_builtins(ident.gpus)
     assert gpu == {
         "vendor": "nvidia", "name": "NVIDIA H200", "driver": "560.35.03", "compute_cap": "9.0",
         "memory_mib": 143771,
         "uuid_sha256": hardware.uuid_digest(
-            ident["uuid_salt"], "GPU-4b1f2c3d-1111-2222-3333-444455556666"
+            ident.uuid_salt, "GPU-4b1f2c3d-1111-2222-3333-444455556666"
         ),
     }  # fmt: skip
     assert "4b1f2c3d" not in repr(ident)
     assert hardware.hardware_class(ident, "CUDA") == "nvidia-sm90-h200-141gb"
     other = hardware.probe(fake({"nvidia-smi": SMI}))
-    assert other["gpus"][0]["uuid_sha256"] != gpu["uuid_sha256"]  # a fresh salt each time
+    (mine,) = other.gpus  # a fresh salt each time
+    assert isinstance(mine, hardware.NvidiaGpu) and mine.uuid_sha256 != gpu["uuid_sha256"]
     two = hardware.probe(fake({"nvidia-smi": SMI * 2}))
     assert hardware.hardware_class(two, "CUDA") == "nvidia-sm90-h200-141gb-x2"
 
@@ -85,7 +87,10 @@ def test_rocm_and_vulkan_classes() -> None:
 
 def test_cpu_levels_by_flags() -> None:
     def cls(flags: str, machine: str = "x86_64") -> str:
-        return hardware.hardware_class({"cpu": {"machine": machine, "flags": flags.split()}}, "CPU")
+        cpu = hardware.Cpu(model="", flags=flags.split(), count=1, machine=machine)
+        return hardware.hardware_class(msgspec.structs.replace(probed, cpu=cpu), "CPU")
+
+    probed = hardware.probe(fake({}))
 
     assert cls("sse avx avx2 fma") == "cpu-x86_64-avx2"
     assert cls("avx avx2 fma avx512f avx512bw avx512dq avx512vl") == "cpu-x86_64-avx512"

@@ -4,7 +4,9 @@ figures from real-shaped output, and anything else is unreadable, never a pass."
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import msgspec
 import pytest
 
 from dgr_forge.attest import parsers
@@ -62,19 +64,26 @@ def bench(*tests: dict[str, object]) -> bytes:
     return json.dumps(rows, indent=2).encode()
 
 
+def fig(f: parsers.Figures) -> dict[str, Any]:
+    """The figures as the record and `--json` write them: tagged by the parser."""
+    out: dict[str, Any] = msgspec.to_builtins(f.figures)
+    assert out["parser"] == f.parser
+    return out
+
+
 def test_test_backend_ops_counts_ok_failed_unsupported() -> None:
     f = parsers.parse_test_backend_ops(OPS_OK.encode())
-    assert f.figures["backends"] == [
+    assert fig(f)["backends"] == [
         {"name": "CUDA0", "status": "OK", "passed": 3, "total": 3, "ok": 2, "failed": 0,
          "unsupported": 1},
     ]  # fmt: skip
-    assert f.figures["ops_failed"] == 0 and f.figures["backends_passed"] == 2
+    assert fig(f)["ops_failed"] == 0 and fig(f)["backends_passed"] == 2
     assert judge(f, Thresholds(max_failed=0)).passed
 
 
 def test_a_failing_op_case_is_named_with_its_error() -> None:
     f = parsers.parse_test_backend_ops(OPS_FAIL.encode())
-    assert f.figures["ops_failed"] == 1
+    assert fig(f)["ops_failed"] == 1
     v = judge(f, Thresholds(max_failed=0))
     assert not v.passed
     assert "MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256)" in v.problems[0]
@@ -115,7 +124,7 @@ def test_an_error_line_instead_of_a_verdict_is_a_failure() -> None:
         .replace("CUDA0: \x1b[1;32mOK", "CUDA0: FAIL")
     )
     f = parsers.parse_test_backend_ops(out.encode())
-    assert f.figures["ops_failed"] == 1 and "failed to allocate" in f.failing[0]
+    assert fig(f)["ops_failed"] == 1 and "failed to allocate" in f.failing[0]
 
 
 def test_llama_bench_json_prompt_and_generation_speeds() -> None:
@@ -124,9 +133,9 @@ def test_llama_bench_json_prompt_and_generation_speeds() -> None:
         {"n_gen": 16, "avg_ts": 71.25, "stddev_ts": 0.5},
     )
     f = parsers.parse_llama_bench(data)
-    assert f.figures["prompt_ts"] == 812.5 and f.figures["gen_ts"] == 71.25
-    assert f.figures["backends"] == ["CUDA"] and f.figures["model_type"] == "llama 1B Q4_0"
-    assert f.figures["tests"][1] == {
+    assert fig(f)["prompt_ts"] == 812.5 and fig(f)["gen_ts"] == 71.25
+    assert fig(f)["backends"] == ["CUDA"] and fig(f)["model_type"] == "llama 1B Q4_0"
+    assert fig(f)["tests"][1] == {
         "n_prompt": 0, "n_gen": 16, "avg_ts": 71.25, "stddev_ts": 0.5, "backends": "CUDA",
         "model_type": "llama 1B Q4_0", "model_size": 1234567,
     }  # fmt: skip
@@ -187,7 +196,7 @@ JUNIT = b"""<?xml version="1.0" encoding="UTF-8"?>
 
 def test_ctest_junit_counts_and_names_failures() -> None:
     f = parsers.parse_ctest_junit(JUNIT)
-    assert f.figures == {"tests": 3, "failed": 1, "skipped": 1, "passed": 1}
+    assert fig(f) == {"parser": "ctest", "tests": 3, "failed": 1, "skipped": 1, "passed": 1}
     v = judge(f, Thresholds(max_failed=0))
     assert not v.passed and "parity-kv" in v.problems[0]
 

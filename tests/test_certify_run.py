@@ -10,6 +10,7 @@ slows decoding, one whose llama-bench prints a line before its JSON."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import shutil
 import tomllib
@@ -62,6 +63,16 @@ def valid(result: Result, command: str) -> None:
     """The --json object validates against docs/json-schema/<command>.json."""
     errors = [e.message for e in validator(command).iter_errors(result.json)]
     assert not errors, errors
+
+
+def not_valid(result: Result, command: str, where: tuple[str | int, ...], value: Any) -> bool:
+    """The --json object with the value at `where` replaced does not validate."""
+    changed = copy.deepcopy(result.json)
+    parent = changed
+    for key in where[:-1]:
+        parent = parent[key]
+    parent[where[-1]] = value
+    return not validator(command).is_valid(changed)
 
 
 def recipe_text() -> str:
@@ -161,6 +172,14 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     r = plain.certify("--model", "tiny")
     assert r.code == 0, r
     valid(r, "certify")
+    # each figure is typed by its parser: the same output with a key of another shape fails
+    assert [s["figures"]["parser"] for s in r.json["steps"]] == ["test-backend-ops", "llama-bench"]
+    assert not_valid(r, "certify", ("steps", 0, "figures", "ops_failed"), "0")
+    assert not_valid(r, "certify", ("steps", 1, "figures", "tests"), 2)
+    assert not_valid(r, "certify", ("steps", 1, "figures", "parser"), "ctest")
+    assert not_valid(r, "certify", ("steps", 0, "program", "sha256"), None)
+    assert not_valid(r, "certify", ("steps", 1, "thresholds", "min_avg_ts"), 1000.0)
+    assert not_valid(r, "certify", ("hardware", "cpu", "flags"), "avx2")
     path = Path(r.json["certification"])
     cls = r.json["hardware_class"]
     assert path == plain.certs / "cpu" / "tiny" / f"{cls}.json" and r.json["trusted"] is True
@@ -198,6 +217,8 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     valid(adv, "lanes")
     valid(plain.forge("lanes"), "lanes")
     (entry,) = adv.json["entries"]
+    assert not_valid(adv, "lanes", ("entries", 0, "figures", "speed", "gen_ts"), "fast")
+    assert not_valid(adv, "lanes", ("entries", 0, "figures", "ops", "backends"), 1)
     assert (entry["lane"], entry["model"], entry["hardware_class"]) == ("cpu", "tiny", cls)
     assert entry["figures"]["ops"]["ops_failed"] == 0
     assert entry["figures"]["speed"]["gen_ts"] == speed["figures"]["gen_ts"]
@@ -260,6 +281,29 @@ def test_an_attested_certification_is_recorded_but_never_advertised(plain: Built
     assert lanes.json["advertised"] == [] and lanes.json["entries"] == []
     cpu = plain.forge("lanes").json["lanes"][0]
     assert cpu["certified"] is False and cpu["certification"]["reason"] == "attested, not checked"
+
+
+def test_a_trusted_record_whose_figures_changed_shape_is_invalid(plain: Built) -> None:
+    """`lanes` shows a record's figures in the shapes `certify` wrote (its schema's): a
+    record signed by a trusted key whose figures have another shape is invalid, its
+    figures not shown, and not advertised."""
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    path = Path(r.json["certification"])
+    env = json.loads(path.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    body["steps"][0]["figures"]["ops_failed"] = "none"
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    signed = dsse.sign(payload, env["payloadType"], keys.load_signer(plain.key))
+    path.write_text(json.dumps(signed.to_dict()) + "\n")
+    lanes = plain.forge("lanes")
+    assert lanes.code == 0, lanes
+    valid(lanes, "lanes")
+    (entry,) = lanes.json["lanes"][0]["certifications"]
+    assert entry["advertised"] is False and entry["figures"] == {}, entry
+    assert entry["reason"].startswith("invalid: its steps are not a certification's"), entry
+    assert "ops_failed" in entry["reason"], entry
+    assert plain.forge("lanes", "--advertised").json["entries"] == []
 
 
 def test_a_models_own_speed_gate_is_the_one_applied(plain: Built) -> None:

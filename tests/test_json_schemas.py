@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCHEMAS = REPO / "docs" / "json-schema"
 SHARED = json.loads((SCHEMAS / schemas.SHARED).read_text())
 # the failure and --help objects every command schema references (`envelope.json`)
+Schema = dict[str, Any]
 REGISTRY: Registry = Registry().with_resource(SHARED["$id"], Resource.from_contents(SHARED))
 
 
@@ -106,6 +107,89 @@ def test_every_error_detail_is_declared_once_by_its_type() -> None:
         Details.__annotations__
     )
     assert all(failure[k]["description"] for k in Details.__annotations__)
+
+
+def _defs_validator(name: str, definition: str) -> tuple[Draft202012Validator, Schema]:
+    """A validator of one `$defs` entry of a command's schema, and the schema's `$defs`."""
+    defs = json.loads((SCHEMAS / f"{name}.json").read_text())["$defs"]
+    schema = {"$ref": f"#/$defs/{definition}", "$defs": defs}
+    return Draft202012Validator(schema, registry=REGISTRY), defs
+
+
+def _keys(schema: Schema, defs: dict[str, Schema]) -> set[str]:
+    """The keys an object schema declares (through `$ref`, `| None`, a tagged union's
+    variants: their union); empty for a bare object."""
+    if "$ref" in schema:
+        return _keys(defs[schema["$ref"].removeprefix("#/$defs/")], defs)
+    found = set(schema.get("properties", {}))
+    for branch in schema.get("anyOf", []):
+        found |= _keys(branch, defs)
+    return found
+
+
+OPS = {"parser": "test-backend-ops", "ops_passed": 10, "ops_failed": 0, "ops_unsupported": 2,
+       "ops_total": 10, "backends": [{"name": "CPU", "status": "OK", "passed": 10, "total": 10,
+                                      "ok": 10, "failed": 0, "unsupported": 2}]}  # fmt: skip
+BENCH_TEST = {"n_prompt": 64, "n_gen": 0, "avg_ts": 812.5, "stddev_ts": 1.5, "backends": "CPU",
+              "model_type": "llama 1B Q4_0", "model_size": 1000}  # fmt: skip
+BENCH = {"parser": "llama-bench", "tests": [BENCH_TEST], "prompt_ts": 812.5, "gen_ts": None,
+         "backends": ["CPU"], "model_type": "llama 1B Q4_0", "model_size": 1000}  # fmt: skip
+CTEST = {"parser": "ctest", "tests": 3, "failed": 1, "skipped": 1, "passed": 1}
+
+
+def test_a_certification_step_and_entry_type_every_nested_object() -> None:
+    """Issue 30's audit: a step's program, thresholds, figures and log, the hardware, the
+    lanes entry's figures and the lane row's certification were bare objects, so any shape
+    passed. Each is now a declared shape, and the figures are tagged by their parser."""
+    steps, defs = _defs_validator("certify", "CertStep")
+    for key, want in (
+        ("program", {"target", "path", "sha256"}),
+        ("log", {"path", "sha256"}),
+        ("thresholds", {"max_failed", "min_avg_ts"}),
+        ("figures", {"parser", "ops_failed", "backends", "tests", "prompt_ts", "gen_ts"}),
+    ):
+        assert want <= _keys(defs["CertStep"]["properties"][key], defs), key
+    hardware = defs["CertifyLane"]["properties"]["hardware"]
+    assert {"cpu", "memory_bytes", "os", "gpus", "uuid_salt", "probed"} <= _keys(hardware, defs)
+    assert {"description", "probed"} <= _keys(defs["Certify"]["properties"]["hardware"], defs)
+    lanes = json.loads((SCHEMAS / "lanes.json").read_text())["$defs"]
+    per_step = lanes["CertEntry"]["properties"]["figures"]["additionalProperties"]
+    assert {"parser", "ops_passed", "prompt_ts", "skipped"} <= _keys(per_step, lanes)
+    assert {"reason", "attested", "record"} <= _keys(
+        lanes["LaneRow"]["properties"]["certification"], lanes
+    )
+
+    step = {
+        "name": "ops", "args": ["test"], "parser": "test-backend-ops", "exit_code": 0,
+        "seconds": 1.0, "verdict": "pass", "problems": [],
+        "program": {"target": "test-backend-ops", "path": "build/cpu/bin/test-backend-ops",
+                    "sha256": "0" * 64},
+        "thresholds": {"max_failed": 0}, "figures": OPS,
+        "log": {"path": ".dgr/logs/certify-cpu-x-ops.log", "sha256": "0" * 64},
+    }  # fmt: skip
+    assert steps.is_valid(step)
+    for figures in (BENCH, CTEST, None, {**CTEST, "new_key": 1}):  # nested objects stay open
+        assert steps.is_valid({**step, "figures": figures}), figures
+    for bad in (
+        {**OPS, "ops_failed": "0"},  # a count that is not a number
+        {**CTEST, "tests": [BENCH_TEST]},  # llama-bench's `tests` under the ctest tag
+        {**BENCH, "tests": 3},  # and ctest's under llama-bench's
+        {k: v for k, v in OPS.items() if k != "ops_total"},
+        {k: v for k, v in OPS.items() if k != "parser"},  # untagged
+        {**OPS, "parser": "nope"},
+        {"ops_passed": "lots"},
+    ):
+        assert not steps.is_valid({**step, "figures": bad}), bad
+    assert not steps.is_valid({**step, "thresholds": {"min_avg_ts": {"gen": "fast"}}})
+    assert not steps.is_valid({**step, "program": {"target": "x"}})
+    assert not steps.is_valid({**step, "log": {"sha256": 1}})
+    entry, _ = _defs_validator("lanes", "CertEntry")
+    row = {"lane": "cpu", "model": "tiny", "hardware_class": "cpu-x86_64-avx2",
+           "advertised": True, "reason": "certified", "file": "x.json", "keyid": "k",
+           "certified_on": None, "figures": {"ops": OPS, "speed": BENCH}}  # fmt: skip
+    assert entry.is_valid(row)
+    assert not entry.is_valid({**row, "figures": {"speed": {**BENCH, "gen_ts": "fast"}}})
+    assert not entry.is_valid({**row, "figures": {"ops": {"ops_failed": 0}}})
 
 
 @dataclass

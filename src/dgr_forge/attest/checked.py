@@ -21,10 +21,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from dgr_forge.attest import certify, dsse, provenance
+from dgr_forge.attest.hardware import Identity
 from dgr_forge.attest.keys import PublicKey, Signer
+from dgr_forge.attest.parsers import Gate, StepFigures
+from dgr_forge.core.described import SHA, d
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_regular
@@ -36,6 +41,44 @@ CHECKED_TYPE = "https://dgr-forge.invalid/certification/checked/v1"
 NO_MODEL = "none"
 MODELS_DIR = "manifests/models"
 MAX_MANIFEST_BYTES = 4 << 20
+
+# --- a step as run: the record's `steps` and `certify --json`'s, declared once here -----
+
+
+class StepProgram(msgspec.Struct, kw_only=True):
+    """the program it ran: a subject of the report"""
+
+    target: Annotated[str, d("the CMake target")]
+    path: Annotated[str, d("its file: the report subject's name")]
+    sha256: Annotated[str, SHA]
+
+
+class StepLog(msgspec.Struct, kw_only=True):
+    """the step's full log (stdout and stderr)"""
+
+    path: Annotated[str, d("the file, relative to the root (under `.dgr/logs/`)")]
+    sha256: Annotated[str, SHA]
+
+
+class CertStep(msgspec.Struct, kw_only=True):
+    """one step as run"""
+
+    name: Annotated[str, d("the step")]
+    program: StepProgram
+    args: Annotated[list[str], d("its arguments as run (placeholders substituted)")]
+    parser: Annotated[str, d("`test-backend-ops`, `llama-bench` or `ctest`")]
+    thresholds: Gate
+    figures: Annotated[
+        StepFigures | None,
+        d("what the parser read, tagged by `parser`; null: the output was unreadable"),
+    ]
+    exit_code: Annotated[
+        int | None, d("the program's exit code; null: stopped (time limit, output bound)")
+    ]
+    seconds: Annotated[float, d("how long it ran")]
+    verdict: Annotated[str, d("`pass` or `fail`")]
+    problems: Annotated[list[str], d("why it failed (empty when it passed)")]
+    log: StepLog
 
 
 def checked_path(forge: Forge, lane: str, model: str, hardware_class: str) -> Path:
@@ -61,10 +104,10 @@ def write(
     report: Path,
     input_digest: str | None,
     model: dict[str, Any] | None,
-    hardware: dict[str, Any],
+    hardware: Identity,
     hardware_class: str,
     device: str,
-    steps: list[dict[str, Any]],
+    steps: list[CertStep],
     signer: Signer,
     out: Reporter,
 ) -> tuple[Path, dict[str, Any]]:
@@ -86,9 +129,9 @@ def write(
             "subjects": stmt.get("subject", []),
         },
         "model": model,
-        "hardware": {"class": hardware_class, "identity": hardware},
+        "hardware": {"class": hardware_class, "identity": msgspec.to_builtins(hardware)},
         "device": device,
-        "steps": steps,
+        "steps": msgspec.to_builtins(steps),
         "verdict": "pass",
         "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
     }
@@ -126,6 +169,7 @@ class Entry:
     path: Path
     keyid: str = ""
     body: dict[str, Any] | None = None
+    steps: tuple[CertStep, ...] = ()  # the body's, typed
 
     def as_dict(self, forge: Forge) -> dict[str, Any]:
         body = self.body or {}
@@ -138,11 +182,7 @@ class Entry:
             "file": forge.rel(self.path),
             "keyid": self.keyid,
             "certified_on": body.get("certifiedOn"),
-            "figures": {
-                str(s.get("name")): s.get("figures")
-                for s in body.get("steps") or []
-                if isinstance(s, dict)
-            },
+            "figures": {s.name: msgspec.to_builtins(s.figures) for s in self.steps},
         }
 
 
@@ -182,8 +222,10 @@ def _entry(
 ) -> Entry:
     lane, model, cls = recipe.name, path.parent.name, path.stem
 
+    steps: tuple[CertStep, ...] = ()
+
     def no(reason: str, keyid: str = "", body: dict[str, Any] | None = None) -> Entry:
-        return Entry(lane, model, cls, False, reason, path, keyid, body)
+        return Entry(lane, model, cls, False, reason, path, keyid, body, steps if body else ())
 
     try:
         raw = read_regular(
@@ -206,6 +248,11 @@ def _entry(
         return no("invalid: payload is not JSON", accepted.keyid)
     if not isinstance(body, dict) or body.get("_type") != CHECKED_TYPE:
         return no("invalid: not a certification the forge ran", accepted.keyid)
+    try:  # the figures `lanes` shows are the shapes `certify` wrote, or the record is invalid
+        steps = tuple(msgspec.convert(body.get("steps"), list[CertStep]))
+    except msgspec.ValidationError as err:
+        why = str(err)[:200]
+        return no(f"invalid: its steps are not a certification's ({why})", accepted.keyid)
     hw_value, model_value = body.get("hardware"), body.get("model")
     hw: dict[str, Any] = hw_value if isinstance(hw_value, dict) else {}
     bound_model: dict[str, Any] | None = model_value if isinstance(model_value, dict) else None
@@ -232,4 +279,4 @@ def _entry(
                 accepted.keyid,
                 body,
             )
-    return Entry(lane, model, cls, True, "certified", path, accepted.keyid, body)
+    return Entry(lane, model, cls, True, "certified", path, accepted.keyid, body, steps)

@@ -32,8 +32,11 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Annotated
 
+from msgspec import UNSET, Struct, UnsetType
+
+from dgr_forge.core.described import d
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import bounded
 
@@ -45,6 +48,72 @@ _WORD = re.compile(r"[^a-z0-9]+")
 
 # a probe: argv -> stdout text, or None when the tool is missing, fails or hangs
 Runner = Callable[[Sequence[str]], str | None]
+
+# --- the identity: the record's and `--json`'s shape, declared once here ---------------
+
+UUID_SHA = d("sha256 of `<uuid_salt>:<UUID>`: never the UUID itself")
+
+
+class Cpu(Struct, kw_only=True):
+    """the CPU (`/proc/cpuinfo`, `platform`)"""
+
+    model: Annotated[str, d("its model name")]
+    flags: Annotated[list[str], d("its feature flags, sorted")]
+    count: Annotated[int, d("logical CPUs")]
+    machine: Annotated[str, d("the machine, e.g. `x86_64`, `aarch64`")]
+
+
+class OsInfo(Struct, kw_only=True):
+    """the OS"""
+
+    system: Annotated[str, d("e.g. `Linux`")]
+    kernel: Annotated[str, d("the kernel release")]
+    release: Annotated[str, d('`/etc/os-release`\'s `PRETTY_NAME` (`""` without one)')]
+
+
+class Gpu(Struct, kw_only=True, tag_field="vendor"):
+    """a GPU, tagged by how it was found (`vendor`)"""
+
+
+class NvidiaGpu(Gpu, kw_only=True, tag="nvidia"):
+    """an NVIDIA GPU (`nvidia-smi --query-gpu`)"""
+
+    name: Annotated[str, d("its name, e.g. `NVIDIA H200`")]
+    driver: Annotated[str, d("the driver version")]
+    compute_cap: Annotated[str, d("the compute capability, e.g. `9.0`")]
+    memory_mib: Annotated[int, d("its memory in MiB")]
+    uuid_sha256: Annotated[str, UUID_SHA]
+
+
+class AmdGpu(Gpu, kw_only=True, tag="amd"):
+    """an AMD GPU agent (`rocminfo`)"""
+
+    name: Annotated[str, d("its marketing name")]
+    gfx: Annotated[str, d("its gfx target, e.g. `gfx942`")]
+    uuid_sha256: Annotated[str | UnsetType, UUID_SHA] = UNSET
+
+
+class VulkanGpu(Gpu, kw_only=True, tag="vulkan"):
+    """a Vulkan device (`vulkaninfo --summary`)"""
+
+    name: Annotated[str, d("its `deviceName`")]
+    type: Annotated[str, d("its `deviceType`")]
+    driver: Annotated[str, d("its `driverInfo` (or `driverVersion`)")]
+    uuid_sha256: Annotated[str | UnsetType, UUID_SHA] = UNSET
+
+
+AnyGpu = NvidiaGpu | AmdGpu | VulkanGpu
+
+
+class Identity(Struct, kw_only=True):
+    """the host, probed (`attest.hardware`): GPU UUIDs only as salted hashes"""
+
+    cpu: Cpu
+    memory_bytes: Annotated[int | None, d("`MemTotal` in bytes (null: unreadable)")]
+    os: OsInfo
+    gpus: Annotated[list[AnyGpu], d("every GPU the probes found")]
+    uuid_salt: Annotated[str, d("the random salt of this probe's `uuid_sha256`s")]
+    probed: Annotated[bool, d("true: probed by the forge")]
 
 
 def run_probe(cmd: Sequence[str]) -> str | None:
@@ -77,7 +146,7 @@ def uuid_digest(salt: str, uuid: str) -> str:
 # ----------------------------------------------------------------------------- probes
 
 
-def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
+def cpu_info(cpuinfo: str | None = None) -> Cpu:
     text = _read_proc("/proc/cpuinfo") if cpuinfo is None else cpuinfo
     model, flags = "", set[str]()
     for line in text.splitlines():
@@ -87,12 +156,12 @@ def cpu_info(cpuinfo: str | None = None) -> dict[str, Any]:
             model = value.strip()
         elif key in ("flags", "features") and not flags:
             flags = set(value.split())
-    return {
-        "model": (model or platform.processor() or platform.machine())[:200],
-        "flags": sorted(f for f in flags if len(f) < 40)[:400],
-        "count": os.cpu_count() or 0,
-        "machine": platform.machine(),
-    }
+    return Cpu(
+        model=(model or platform.processor() or platform.machine())[:200],
+        flags=sorted(f for f in flags if len(f) < 40)[:400],
+        count=os.cpu_count() or 0,
+        machine=platform.machine(),
+    )
 
 
 def memory_bytes(meminfo: str | None = None) -> int | None:
@@ -101,18 +170,18 @@ def memory_bytes(meminfo: str | None = None) -> int | None:
     return int(m.group(1)) * 1024 if m else None
 
 
-def os_info() -> dict[str, Any]:
+def os_info() -> OsInfo:
     pretty = ""
     for line in _read_proc("/etc/os-release").splitlines():
         if line.startswith("PRETTY_NAME="):
             pretty = line.split("=", 1)[1].strip().strip('"')[:200]
-    return {"system": platform.system(), "kernel": platform.release(), "release": pretty}
+    return OsInfo(system=platform.system(), kernel=platform.release(), release=pretty)
 
 
-def nvidia_gpus(text: str | None, salt: str) -> list[dict[str, Any]]:
+def nvidia_gpus(text: str | None, salt: str) -> list[NvidiaGpu]:
     """nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,uuid
     --format=csv,noheader,nounits: one line per GPU."""
-    gpus: list[dict[str, Any]] = []
+    gpus: list[NvidiaGpu] = []
     for line in (text or "").splitlines()[:MAX_DEVICES]:
         parts = [p.strip() for p in line.split(",")]
         if len(parts) != 5 or not parts[0]:
@@ -121,33 +190,32 @@ def nvidia_gpus(text: str | None, salt: str) -> list[dict[str, Any]]:
         if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cap) or not mem.isdigit() or len(mem) > 9:
             continue
         gpus.append(
-            {
-                "vendor": "nvidia",
-                "name": name[:120],
-                "driver": driver[:40],
-                "compute_cap": cap,
-                "memory_mib": int(mem),
-                "uuid_sha256": uuid_digest(salt, uuid),
-            }
+            NvidiaGpu(
+                name=name[:120],
+                driver=driver[:40],
+                compute_cap=cap,
+                memory_mib=int(mem),
+                uuid_sha256=uuid_digest(salt, uuid),
+            )
         )
     return gpus
 
 
-def rocm_agents(text: str | None, salt: str) -> list[dict[str, Any]]:
+def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
     """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
-    agents: list[dict[str, Any]] = []
+    agents: list[AmdGpu] = []
     block: dict[str, str] = {}
 
     def flush() -> None:
         if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx"):
-            agent: dict[str, Any] = {
-                "vendor": "amd",
-                "name": block.get("marketing name", "")[:120],
-                "gfx": block["name"][:20],
-            }
-            if block.get("uuid"):
-                agent["uuid_sha256"] = uuid_digest(salt, block["uuid"])
-            agents.append(agent)
+            uuid = block.get("uuid")
+            agents.append(
+                AmdGpu(
+                    name=block.get("marketing name", "")[:120],
+                    gfx=block["name"][:20],
+                    uuid_sha256=uuid_digest(salt, uuid) if uuid else UNSET,
+                )
+            )
 
     for line in (text or "").splitlines():
         if re.match(r"^\*+\s*$", line.strip()) or line.strip().startswith("Agent "):
@@ -161,7 +229,7 @@ def rocm_agents(text: str | None, salt: str) -> list[dict[str, Any]]:
     return agents[:MAX_DEVICES]
 
 
-def vulkan_devices(text: str | None, salt: str) -> list[dict[str, Any]]:
+def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
     """vulkaninfo --summary: `GPUn:` blocks with `deviceName = ...`, `deviceType = ...`."""
     devices: list[dict[str, str]] = []
     current: dict[str, str] | None = None
@@ -174,36 +242,37 @@ def vulkan_devices(text: str | None, salt: str) -> list[dict[str, Any]]:
             key, _, value = line.partition("=")
             current.setdefault(key.strip(), value.strip()[:120])
     out = []
-    for d in devices[:MAX_DEVICES]:
-        if not d.get("deviceName"):
+    for dev in devices[:MAX_DEVICES]:
+        if not dev.get("deviceName"):
             continue
-        dev: dict[str, Any] = {
-            "vendor": "vulkan",
-            "name": d["deviceName"],
-            "type": d.get("deviceType", ""),
-            "driver": d.get("driverInfo", d.get("driverVersion", "")),
-        }
-        if d.get("deviceUUID"):
-            dev["uuid_sha256"] = uuid_digest(salt, d["deviceUUID"])
-        out.append(dev)
+        uuid = dev.get("deviceUUID")
+        out.append(
+            VulkanGpu(
+                name=dev["deviceName"],
+                type=dev.get("deviceType", ""),
+                driver=dev.get("driverInfo", dev.get("driverVersion", "")),
+                uuid_sha256=uuid_digest(salt, uuid) if uuid else UNSET,
+            )
+        )
     return out
 
 
-def probe(run: Runner = run_probe) -> dict[str, Any]:
+def probe(run: Runner = run_probe) -> Identity:
     """What this host is (the module doc); `run` answers each external probe."""
     salt = secrets.token_hex(16)
     query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
     smi = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
     rocm = run(["rocminfo"])
     vk = run(["vulkaninfo", "--summary"])
-    return {
-        "cpu": cpu_info(),
-        "memory_bytes": memory_bytes(),
-        "os": os_info(),
-        "gpus": nvidia_gpus(smi, salt) + rocm_agents(rocm, salt) + vulkan_devices(vk, salt),
-        "uuid_salt": salt,
-        "probed": True,
-    }
+    gpus: list[AnyGpu] = [*nvidia_gpus(smi, salt), *rocm_agents(rocm, salt)]
+    return Identity(
+        cpu=cpu_info(),
+        memory_bytes=memory_bytes(),
+        os=os_info(),
+        gpus=[*gpus, *vulkan_devices(vk, salt)],
+        uuid_salt=salt,
+        probed=True,
+    )
 
 
 # ----------------------------------------------------------------------------- class
@@ -226,44 +295,42 @@ def _grouped(names: list[str]) -> str:
     return "+".join(f"{n}-x{names.count(n)}" if names.count(n) > 1 else n for n in distinct)
 
 
-def hardware_class(identity: dict[str, Any], backend: str) -> str:
+def hardware_class(identity: Identity, backend: str) -> str:
     """The class of `identity` for a lane of `backend` (the rule in the module doc)."""
-    gpus = identity.get("gpus") or []
+    gpus = identity.gpus
     kind = backend.lower()
     if kind == "cpu":
-        cpu = identity.get("cpu") or {}
-        machine = str(cpu.get("machine") or platform.machine())
+        machine = identity.cpu.machine or platform.machine()
         arch = "x86_64" if machine in ("amd64", "AMD64") else machine.lower()
-        level = _cpu_level(machine, set(cpu.get("flags") or ()))
+        level = _cpu_level(machine, set(identity.cpu.flags))
         return f"cpu-{_slug(arch).replace('-', '_')}-{level}"
     if kind == "cuda":
         names = [
-            f"nvidia-sm{g['compute_cap'].replace('.', '')}-"
-            f"{_slug(g['name'], ('nvidia', 'geforce', 'tesla'))}-"
-            f"{math.ceil(g['memory_mib'] / 1024)}gb"
+            f"nvidia-sm{g.compute_cap.replace('.', '')}-"
+            f"{_slug(g.name, ('nvidia', 'geforce', 'tesla'))}-"
+            f"{math.ceil(g.memory_mib / 1024)}gb"
             for g in gpus
-            if g.get("vendor") == "nvidia"
+            if isinstance(g, NvidiaGpu)
         ]
         if names:
             return _grouped(names)
         raise _absent(backend, "no NVIDIA GPU answered `nvidia-smi --query-gpu`")
     if kind in ("rocm", "rocm/hip", "hip"):
         names = [
-            f"amd-{_slug(g['gfx'])}-{_slug(g['name'], ('amd', 'radeon', 'instinct'))}"
+            f"amd-{_slug(g.gfx)}-{_slug(g.name, ('amd', 'radeon', 'instinct'))}"
             for g in gpus
-            if g.get("vendor") == "amd"
+            if isinstance(g, AmdGpu)
         ]
         if names:
             return _grouped(names)
         raise _absent(backend, "no GPU agent in `rocminfo`")
     if kind == "vulkan":
-        names = [f"vulkan-{_slug(g['name'])}" for g in gpus if g.get("vendor") == "vulkan"]
+        names = [f"vulkan-{_slug(g.name)}" for g in gpus if isinstance(g, VulkanGpu)]
         if names:
             return _grouped(names)
         raise _absent(backend, "no device in `vulkaninfo --summary`")
     if kind == "metal":
-        cpu = identity.get("cpu") or {}
-        return f"apple-{_slug(str(cpu.get('model')), ('apple',))}"
+        return f"apple-{_slug(identity.cpu.model, ('apple',))}"
     raise _absent(backend, "the forge has no hardware-class rule for this backend")
 
 

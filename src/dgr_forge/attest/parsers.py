@@ -22,9 +22,11 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
+
+from dgr_forge.core.described import d
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 20  # failing cases named in a message; the record keeps up to MAX_CASES
@@ -36,12 +38,106 @@ class Unreadable(Exception):
     """The output is not what the parser reads: the step fails, naming why."""
 
 
+# --- the figures a parser reads: the record's and `--json`'s shapes, declared once here ---
+
+
+class Parsed(Struct, kw_only=True, tag_field="parser"):
+    """what the parser read, tagged by the parser (`parser`)"""
+
+
+class OpsBackend(Struct, kw_only=True):
+    """a backend test-backend-ops tested"""
+
+    name: Annotated[str, d("the backend, as test-backend-ops names it (`CPU`, `CUDA0`)")]
+    status: Annotated[str, d("its status line's verdict: `OK` or `FAIL`")]
+    passed: Annotated[int, d("op cases passed (its `N/M tests passed` line)")]
+    total: Annotated[int, d("op cases tested")]
+    ok: Annotated[int, d("case lines ending in `OK`")]
+    failed: Annotated[int, d("op cases failed (not passed, or a `FAIL` line)")]
+    unsupported: Annotated[int, d("op cases the backend does not support")]
+
+
+class OpsFigures(Parsed, kw_only=True, tag="test-backend-ops"):
+    """test-backend-ops (mode `test`): op cases per backend, and their sums"""
+
+    backends: Annotated[list[OpsBackend], d("per backend tested")]
+    ops_passed: Annotated[int, d("op cases passed, all backends")]
+    ops_failed: Annotated[int, d("op cases failed, all backends")]
+    ops_unsupported: Annotated[int, d("op cases not supported, all backends")]
+    ops_total: Annotated[int, d("op cases tested, all backends")]
+    backends_passed: Annotated[int | UnsetType, d("its `P/T backends passed` line: P")] = UNSET
+    backends_total: Annotated[int | UnsetType, d("and T (both absent without that line)")] = UNSET
+
+
+class BenchTest(Struct, kw_only=True):
+    """a llama-bench test (`-o json`)"""
+
+    n_prompt: Annotated[int, d("prompt tokens (0: a generation test)")]
+    n_gen: Annotated[int, d("generated tokens (0: a prompt test)")]
+    avg_ts: Annotated[float, d("tokens per second, the average of its repetitions")]
+    stddev_ts: Annotated[float, d("their standard deviation")]
+    backends: Annotated[str, d("the backends it ran on, as llama-bench names them")]
+    model_type: Annotated[str, d("the model's type, e.g. `llama 1B Q4_0`")]
+    model_size: Annotated[int, d("the model's size in bytes")]
+
+
+class BenchFigures(Parsed, kw_only=True, tag="llama-bench"):
+    """llama-bench (`-o json`): per test, and the speeds the gate compares"""
+
+    tests: Annotated[list[BenchTest], d("per test")]
+    prompt_ts: Annotated[
+        float | None, d("the slowest prompt test's tokens per second (null: no prompt test)")
+    ]
+    gen_ts: Annotated[
+        float | None, d("the slowest generation test's tokens per second (null: none)")
+    ]
+    backends: Annotated[list[str], d("the tests' backends, each once")]
+    model_type: Annotated[str, d("the first test's model type")]
+    model_size: Annotated[int, d("the first test's model size in bytes")]
+
+
+class CtestFigures(Parsed, kw_only=True, tag="ctest"):
+    """ctest (JUnit XML): test counts"""
+
+    tests: Annotated[int, d("`<testcase>` elements")]
+    failed: Annotated[int, d("those with `<failure>` or `<error>`")]
+    skipped: Annotated[int, d("those skipped, not run or disabled")]
+    passed: Annotated[int, d("the rest")]
+
+
+StepFigures = OpsFigures | BenchFigures | CtestFigures
+
+
 class Figures(Struct, frozen=True):
     """What a parser read: the figures the record keeps and the failing cases by name."""
 
-    parser: str
-    figures: dict[str, Any]
+    figures: StepFigures
     failing: tuple[str, ...] = ()
+
+    @property
+    def parser(self) -> str:
+        return str(type(self.figures).__struct_config__.tag)
+
+
+def failed_count(figures: StepFigures) -> int | None:
+    """The failures a counting parser read (None: a parser that counts none)."""
+    if isinstance(figures, OpsFigures):
+        return figures.ops_failed
+    return figures.failed if isinstance(figures, CtestFigures) else None
+
+
+class Speeds(Struct, kw_only=True):
+    """the useful-speed gate, tokens per second"""
+
+    prompt: Annotated[float | UnsetType, d("the least prompt speed")] = UNSET
+    gen: Annotated[float | UnsetType, d("the least generation speed")] = UNSET
+
+
+class Gate(Struct, kw_only=True):
+    """the gate applied (one of its keys, or both)"""
+
+    max_failed: Annotated[int | UnsetType, d("the most failed op cases or tests")] = UNSET
+    min_avg_ts: Annotated[Speeds | UnsetType, d("the least `avg_ts`")] = UNSET
 
 
 class Thresholds(Struct, frozen=True):
@@ -51,14 +147,16 @@ class Thresholds(Struct, frozen=True):
     min_prompt_ts: float | None = None
     min_gen_ts: float | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.max_failed is not None:
-            out["max_failed"] = self.max_failed
-        speeds = {"prompt": self.min_prompt_ts, "gen": self.min_gen_ts}
-        if any(v is not None for v in speeds.values()):
-            out["min_avg_ts"] = {k: v for k, v in speeds.items() if v is not None}
-        return out
+    def gate(self) -> Gate:
+        """As the record and `--json` show it."""
+        speeds = Speeds(
+            prompt=UNSET if self.min_prompt_ts is None else self.min_prompt_ts,
+            gen=UNSET if self.min_gen_ts is None else self.min_gen_ts,
+        )
+        return Gate(
+            max_failed=UNSET if self.max_failed is None else self.max_failed,
+            min_avg_ts=UNSET if speeds == Speeds() else speeds,
+        )
 
 
 class Verdict(Struct, frozen=True):
@@ -140,7 +238,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
             "no `Backend NAME: OK|FAIL` line: no backend was tested (a wrong -b name, a "
             "crash, or not test-backend-ops output)"
         )
-    out: list[dict[str, Any]] = []
+    out: list[OpsBackend] = []
     for b in tested:
         if b["counted"] is None:
             raise Unreadable(f"backend {b['name']}: no `N/M tests passed` line before its status")
@@ -155,26 +253,26 @@ def parse_test_backend_ops(data: bytes) -> Figures:
         if b["status"] == "OK" and failed:
             raise Unreadable(f"backend {b['name']}: OK with {failed} failed test(s)")
         out.append(
-            {
-                "name": b["name"],
-                "status": b["status"],
-                "passed": passed,
-                "total": total,
-                "ok": b["ok"],
-                "failed": failed,
-                "unsupported": b["unsupported"],
-            }
+            OpsBackend(
+                name=b["name"],
+                status=b["status"],
+                passed=passed,
+                total=total,
+                ok=b["ok"],
+                failed=failed,
+                unsupported=b["unsupported"],
+            )
         )
-    figures: dict[str, Any] = {
-        "backends": out,
-        "ops_passed": sum(b["passed"] for b in out),
-        "ops_failed": sum(b["failed"] for b in out),
-        "ops_unsupported": sum(b["unsupported"] for b in out),
-        "ops_total": sum(b["total"] for b in out),
-    }
+    figures = OpsFigures(
+        backends=out,
+        ops_passed=sum(b.passed for b in out),
+        ops_failed=sum(b.failed for b in out),
+        ops_unsupported=sum(b.unsupported for b in out),
+        ops_total=sum(b.total for b in out),
+    )
     if overall is not None:
-        figures["backends_passed"], figures["backends_total"] = overall
-    return Figures("test-backend-ops", figures, tuple(failing))
+        figures.backends_passed, figures.backends_total = overall
+    return Figures(figures, tuple(failing))
 
 
 # ----------------------------------------------------------------------------- llama-bench
@@ -196,7 +294,7 @@ def parse_llama_bench(data: bytes) -> Figures:
         raise Unreadable("not a JSON array of tests (run llama-bench with -o json)")
     if len(doc) > MAX_CASES:
         raise Unreadable(f"{len(doc)} tests, over {MAX_CASES}")
-    tests: list[dict[str, Any]] = []
+    tests: list[BenchTest] = []
     for i, item in enumerate(doc):
         if not isinstance(item, dict):
             raise Unreadable(f"test {i}: not an object")
@@ -219,27 +317,27 @@ def parse_llama_bench(data: bytes) -> Figures:
         if item["n_prompt"] == 0 and item["n_gen"] == 0:
             raise Unreadable(f"test {i}: neither prompt nor generation tokens")
         tests.append(
-            {
-                "n_prompt": item["n_prompt"],
-                "n_gen": item["n_gen"],
-                "avg_ts": float(item["avg_ts"]),
-                "stddev_ts": float(item["stddev_ts"]),
-                "backends": item["backends"][:200],
-                "model_type": item["model_type"][:200],
-                "model_size": item["model_size"],
-            }
+            BenchTest(
+                n_prompt=item["n_prompt"],
+                n_gen=item["n_gen"],
+                avg_ts=float(item["avg_ts"]),
+                stddev_ts=float(item["stddev_ts"]),
+                backends=item["backends"][:200],
+                model_type=item["model_type"][:200],
+                model_size=item["model_size"],
+            )
         )
-    prompt = [t["avg_ts"] for t in tests if t["n_prompt"] > 0 and t["n_gen"] == 0]
-    gen = [t["avg_ts"] for t in tests if t["n_gen"] > 0 and t["n_prompt"] == 0]
-    figures: dict[str, Any] = {
-        "tests": tests,
-        "prompt_ts": min(prompt) if prompt else None,
-        "gen_ts": min(gen) if gen else None,
-        "backends": sorted({t["backends"] for t in tests}),
-        "model_type": tests[0]["model_type"],
-        "model_size": tests[0]["model_size"],
-    }
-    return Figures("llama-bench", figures)
+    prompt = [t.avg_ts for t in tests if t.n_prompt > 0 and t.n_gen == 0]
+    gen = [t.avg_ts for t in tests if t.n_gen > 0 and t.n_prompt == 0]
+    figures = BenchFigures(
+        tests=tests,
+        prompt_ts=min(prompt) if prompt else None,
+        gen_ts=min(gen) if gen else None,
+        backends=sorted({t.backends for t in tests}),
+        model_type=tests[0].model_type,
+        model_size=tests[0].model_size,
+    )
+    return Figures(figures)
 
 
 # ----------------------------------------------------------------------------- ctest (JUnit)
@@ -291,13 +389,10 @@ def parse_ctest_junit(data: bytes) -> Figures:
             )
     if tests == 0:
         raise Unreadable("no <testcase>: no test ran")
-    figures = {
-        "tests": tests,
-        "failed": failures,
-        "skipped": skipped,
-        "passed": tests - failures - skipped,
-    }
-    return Figures("ctest", figures, tuple(failing))
+    figures = CtestFigures(
+        tests=tests, failed=failures, skipped=skipped, passed=tests - failures - skipped
+    )
+    return Figures(figures, tuple(failing))
 
 
 PARSE: Mapping[str, Callable[[bytes], Figures]] = {
@@ -316,8 +411,8 @@ def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
     problems: list[str] = []
     f = figures.figures
     if thresholds.max_failed is not None:
-        failed = f.get("ops_failed", f.get("failed"))
-        if not isinstance(failed, int):
+        failed = failed_count(f)
+        if failed is None:
             problems.append("max_failed: the output has no failure count")
         elif failed > thresholds.max_failed:
             shown = list(figures.failing[:MAX_SHOWN_CASES])
@@ -328,14 +423,14 @@ def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
                 + (": " + "; ".join(shown) if shown else "")
                 + (f"; and {more} more" if more > 0 else "")
             )
-    for key, want, what in (
-        ("prompt_ts", thresholds.min_prompt_ts, "prompt"),
-        ("gen_ts", thresholds.min_gen_ts, "gen"),
+    bench = f if isinstance(f, BenchFigures) else None
+    for got, want, what in (
+        (bench.prompt_ts if bench else None, thresholds.min_prompt_ts, "prompt"),
+        (bench.gen_ts if bench else None, thresholds.min_gen_ts, "gen"),
     ):
         if want is None:
             continue
-        got = f.get(key)
-        if not isinstance(got, float):
+        if got is None:
             problems.append(f"min_avg_ts.{what}: the output has no {what} test")
         elif got < want:
             problems.append(f"{what} speed {got:.2f} t/s is under min_avg_ts.{what} = {want:g}")

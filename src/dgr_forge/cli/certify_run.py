@@ -55,6 +55,8 @@ def _certify(
     key: str | None,
     report_key: str | None,
 ) -> dict[str, Any]:
+    import msgspec
+
     from dgr_forge.attest import certify as certify_mod
     from dgr_forge.attest import checked, hardware, keys
     from dgr_forge.attest import reports as reports_mod
@@ -116,7 +118,8 @@ def _certify(
         "threads": str(os.cpu_count() or 1),
     }
     results = certrun.run_steps(forge, lane, suite, found, values, env.out, model)
-    steps = [r.as_dict() for r in results]
+    records = [r.record() for r in results]
+    steps = msgspec.to_builtins(records)
     failed = [r for r in results if not r.passed]
     for r in results:
         env.out.info(
@@ -141,7 +144,7 @@ def _certify(
         hardware=identity,
         hardware_class=cls,
         device=the_device,
-        steps=steps,
+        steps=records,
         signer=signer,
         out=env.out,
     )
@@ -155,7 +158,7 @@ def _certify(
         "report_sha256": checked_report.check.report.sha256,
         "keyid": signer.keyid,
         "steps": steps,
-        "hardware": identity,
+        "hardware": msgspec.to_builtins(identity),
         "certified_on": body["certifiedOn"],
     }
 

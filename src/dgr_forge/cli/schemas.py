@@ -145,11 +145,19 @@ class Doc:
                 return inner, True
         return self.resolve(schema), False
 
+    def tagged(self, schema: Schema) -> tuple[str, dict[str, Schema]] | None:
+        """A tagged union's tag key and its variants by tag (None: not a tagged union)."""
+        found = schema.get("discriminator")
+        if not isinstance(found, dict):
+            return None
+        mapping = found["mapping"]
+        return found["propertyName"], {t: self.resolve({"$ref": r}) for t, r in mapping.items()}
+
     def type_words(self, schema: Schema) -> str:
         if "const" in schema:
             return json.dumps(schema["const"])
         inner, nullable = self._nonnull(schema)
-        kind = inner.get("type")
+        kind = "object" if self.tagged(inner) else inner.get("type")
         kinds = kind if isinstance(kind, list) else [kind] if kind else []
         words = []
         for k in kinds:
@@ -175,9 +183,24 @@ class Doc:
         return found if isinstance(found, dict) else {}
 
     def meaning(self, schema: Schema, depth: int = 0) -> str:
-        """A key's description, its nested keys' in parentheses (a big object: its own table)."""
+        """A key's description, its nested keys' in parentheses (a big object: its own table;
+        a tagged union: each variant's keys after its tag; a map: its values')."""
         inner, _ = self._nonnull(schema)
         text = str(schema.get("description") or inner.get("description", ""))
+        each = self._nonnull(self.resolve(inner["items"]))[0] if "items" in inner else inner
+        values = each.get("additionalProperties")
+        if isinstance(values, dict) and depth < 3 and (of := self.meaning(values, depth + 1)):
+            return _cell(f"{text} (each: {of})")
+        tagged = self.tagged(each)
+        if tagged and depth < 3:
+            key, variants = tagged
+            parts = []
+            for tag, variant in variants.items():
+                own = {k: v for k, v in variant.get("properties", {}).items() if k != key}
+                keys = "; ".join(f"`{k}`: {self.meaning(v, depth + 2)}" for k, v in own.items())
+                parts.append(f"`{key}` `{tag}`: {variant.get('description', '')} ({keys})")
+            body = " · ".join(parts)
+            return _cell(f"{text} ({body})" if text else body)
         props = self.props(schema)
         if depth == 0 and len(inner.get("properties", {})) > BIG:
             return _cell(text + " (see below)")

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from msgspec import Struct
+from msgspec import Struct, to_builtins
 
 from dgr_forge.attest.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import Checker, shown_value, type_name
@@ -81,7 +81,7 @@ class Step(Struct, frozen=True):
             "program": self.program,
             "args": list(self.args),
             "parser": self.parser,
-            "thresholds": self.thresholds.as_dict(),
+            "thresholds": to_builtins(self.thresholds.gate()),
             "timeout": self.timeout,
         }
 

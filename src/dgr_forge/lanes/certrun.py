@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.attest import parsers
+from dgr_forge.attest.checked import CertStep, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
@@ -54,31 +55,30 @@ class StepResult:
     argv: tuple[str, ...]  # the arguments as run (after the program)
     exit_code: int | None  # None: stopped at the time limit or the output bound
     seconds: float
-    figures: dict[str, Any] | None  # None: unreadable
+    figures: parsers.StepFigures | None  # None: unreadable
     passed: bool
     problems: tuple[str, ...]
     log: str  # workspace-relative
     log_sha256: str
     thresholds: parsers.Thresholds  # the gate this run was judged by
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.step.name,
-            "program": {
-                "target": self.program.target,
-                "path": self.program.name,
-                "sha256": self.program.sha256,
-            },
-            "args": list(self.argv),
-            "parser": self.step.parser,
-            "thresholds": self.thresholds.as_dict(),
-            "figures": self.figures,
-            "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 3),
-            "verdict": "pass" if self.passed else "fail",
-            "problems": list(self.problems),
-            "log": {"path": self.log, "sha256": self.log_sha256},
-        }
+    def record(self) -> CertStep:
+        """As the certification records it (and `certify --json` shows it)."""
+        return CertStep(
+            name=self.step.name,
+            program=StepProgram(
+                target=self.program.target, path=self.program.name, sha256=self.program.sha256
+            ),
+            args=list(self.argv),
+            parser=self.step.parser,
+            thresholds=self.thresholds.gate(),
+            figures=self.figures,
+            exit_code=self.exit_code,
+            seconds=round(self.seconds, 3),
+            verdict="pass" if self.passed else "fail",
+            problems=list(self.problems),
+            log=StepLog(path=self.log, sha256=self.log_sha256),
+        )
 
 
 def default_device(backend: str) -> str:
@@ -243,7 +243,7 @@ def _judge(
         verdict = parsers.judge(figures, gate)
         problems += verdict.problems
         # the program's own failure report is judged by the gate; any other exit fails
-        counted = figures.figures.get("ops_failed", figures.figures.get("failed", 0))
+        counted = parsers.failed_count(figures.figures)
         if done.returncode != 0 and not (done.returncode == 1 and counted):
             problems.append(f"exit code {done.returncode}")
     return StepResult(

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
+from msgspec import UNSET, UnsetType
+
+from dgr_forge.attest.checked import CertStep
+from dgr_forge.attest.hardware import Identity
 from dgr_forge.cli.results.base import COMMIT, SHA, Form, Nested, Obj, Strs, Verification, d
 
 # --- keys, reports, certification -----------------------------------------------
@@ -81,24 +85,6 @@ class CertifyInputs(Nested, kw_only=True):
     ]
 
 
-class CertStep(Nested, kw_only=True):
-    """one step as run"""
-
-    name: Annotated[str, d("the step")]
-    program: Annotated[Obj, d("`target`, `path` (the report subject), `sha256`")]
-    args: Annotated[Strs, d("its arguments as run (placeholders substituted)")]
-    parser: Annotated[str, d("`test-backend-ops`, `llama-bench` or `ctest`")]
-    thresholds: Annotated[Obj, d("the gate applied: `max_failed`, or `min_avg_ts {prompt, gen}`")]
-    figures: Annotated[Obj | None, d("what the parser read; null: the output was unreadable")]
-    exit_code: Annotated[
-        int | None, d("the program's exit code; null: stopped (time limit, output bound)")
-    ]
-    seconds: Annotated[float, d("how long it ran")]
-    verdict: Annotated[str, d("`pass` or `fail`")]
-    problems: Annotated[Strs, d("why it failed (empty when it passed)")]
-    log: Annotated[Obj, d("the step's full log: `path`, `sha256`")]
-
-
 class CertifyLane(Form, kw_only=True):
     title = "certify --lane L"
 
@@ -110,31 +96,43 @@ class CertifyLane(Form, kw_only=True):
     report_sha256: Annotated[str, SHA]
     keyid: Annotated[str, d("the signing key's id")]
     steps: Annotated[list[CertStep], d("every step, all passed")]
-    hardware: Annotated[
-        Obj,
-        d(
-            "the probed identity: `cpu {model, flags, count, machine}`, `memory_bytes`, "
-            "`os {system, kernel, release}`, `gpus` (GPU UUIDs only as `uuid_sha256`), "
-            "`uuid_salt`, `probed`"
-        ),
-    ]
+    hardware: Identity
     certified_on: Annotated[str, d("when (ISO 8601, UTC)")]
 
 
-class Certify(Form, kw_only=True):
-    title = "certify --attested FILE --report R"
-    note = "recorded as `attested, not checked`: never advertised"
+class AttestedHardware(Nested, kw_only=True):
+    """the hardware as `certify --attested` records it: `--hardware`'s description, or the
+    host probed"""
 
-    certification: Annotated[str, d("the record's path")]
-    file: Annotated[str, d("the same")]
-    trusted: Annotated[bool, d("its key is in trusted-keys/")]
+    description: Annotated[str | UnsetType, d("`--hardware TEXT` (then not probed)")] = UNSET
+    cpu: Annotated[str | UnsetType, d("probed: the CPU model")] = UNSET
+    gpus: Annotated[Strs | UnsetType, d("probed: `nvidia-smi` / `rocminfo` GPU names")] = UNSET
+    os: Annotated[str | UnsetType, d("probed: the platform string")] = UNSET
+    machine: Annotated[str | UnsetType, d("probed: e.g. `x86_64`")] = UNSET
+    probed: Annotated[bool, d("true: probed here; false: described by `--hardware`")]
+
+
+class AttestedRecord(Nested, kw_only=True):
+    """a `certify --attested` record, as read back"""
+
     lane: Annotated[str, d("the lane")]
     recipe_sha256: Annotated[str, SHA]
     upstream_commit: Annotated[str, COMMIT]
     series_digest: Annotated[str, d("sha256 over the series")]
     report_sha256: Annotated[str, SHA]
     evidence_sha256: Annotated[str, SHA]
-    hardware: Annotated[Obj, d("`description`, `probed`")]
+    hardware: AttestedHardware
     certified_on: Annotated[str, d("when (ISO 8601, UTC)")]
     keyid: Annotated[str, d("the signing key's id")]
-    inputs: CertifyInputs
+    file: Annotated[str, d("the record's path")]
+    inputs: Annotated[
+        CertifyInputs | None, d("the inputs it binds (null: a record of an older forge)")
+    ]
+
+
+class Certify(Form, AttestedRecord, kw_only=True):
+    title = "certify --attested FILE --report R"
+    note = "recorded as `attested, not checked`: never advertised"
+
+    certification: Annotated[str, d("the record's path")]
+    trusted: Annotated[bool, d("its key is in trusted-keys/")]

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar
 
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import UNSET, Struct, UnsetType
 
-
-def d(text: str) -> Meta:
-    return Meta(description=text)
+from dgr_forge.core.described import SHA as SHA  # re-exported: the results modules use both
+from dgr_forge.core.described import d as d
 
 
 class Form(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -36,7 +35,6 @@ class Command(Struct, frozen=True):
         return self.words.replace(" ", "-")
 
 
-SHA = d("a sha256, hex")
 COMMIT = d("a full git commit id")
 Strs = list[str]
 Obj = dict[str, Any]

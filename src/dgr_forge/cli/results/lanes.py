@@ -6,6 +6,8 @@ from typing import Annotated
 
 from msgspec import UNSET, UnsetType
 
+from dgr_forge.attest.parsers import StepFigures
+from dgr_forge.cli.results.attest import AttestedRecord
 from dgr_forge.cli.results.base import (
     COMMIT,
     Artifact,
@@ -98,12 +100,28 @@ class CertEntry(Nested, kw_only=True):
     keyid: Annotated[str, d('the trusted key that verified it (`""` when none did)')]
     certified_on: Annotated[str | None, d("when (ISO 8601, UTC)")]
     figures: Annotated[
-        dict[str, Obj | None],
+        dict[str, StepFigures | None],
         d(
-            "per step name: its parsed figures (`ops_passed`, `ops_failed`, `ops_unsupported`, "
-            "`ops_total`, `backends`; `prompt_ts`, `gen_ts`, `tests`; JUnit `tests`, `failed`)"
+            "per step name: what its parser read, tagged by `parser` (the step's `figures` in "
+            "`certify --lane --json`); null: unreadable"
         ),
     ]
+
+
+class LaneCertification(Nested, kw_only=True):
+    """the lane's certification status"""
+
+    reason: Annotated[
+        str,
+        d(
+            "`certified`, `attested, not checked` for a valid record of a person's evidence, "
+            "or why not: `none`, `untrusted: ...`, `lapsed: ...`: recipe, pin, series, "
+            "toolchain file, `cmake/` modules, worker, the host's tool versions, the model "
+            "manifest"
+        ),
+    ]
+    attested: Annotated[str, d("the `--attested` record's own status")]
+    record: Annotated[AttestedRecord | None, d("that record (null: none)")]
 
 
 class LaneRow(Nested, kw_only=True):
@@ -123,17 +141,7 @@ class LaneRow(Nested, kw_only=True):
             "matching every input"
         ),
     ]
-    certification: Annotated[
-        Obj,
-        d(
-            "`reason` (`certified`, `attested, not checked` for a valid record of a person's "
-            "evidence, or why not: `none`, `untrusted: ...`, `lapsed: ...`: recipe, pin, "
-            "series, toolchain file, `cmake/` modules, worker, the host's tool versions, the "
-            "model manifest), `attested` (the `--attested` record's own status) and `record` "
-            "(that record: its `inputs`, the bound `toolchain {path, sha256}`, `cmakeModules "
-            "{name: sha256}`, `worker`, `tools {name: version}`)"
-        ),
-    ]
+    certification: LaneCertification
     certifications: Annotated[list[CertEntry], d("the lane's checked records")]
 
 
