@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
-from dgr_forge.attest import hardware
+from dgr_forge.attest import certshapes, hardware
 from dgr_forge.core.errors import BadInput
 
 SMI = "NVIDIA H200, 560.35.03, 9.0, 143771, GPU-4b1f2c3d-1111-2222-3333-444455556666\n"
@@ -73,7 +73,7 @@ def test_nvidia_class_and_the_uuid_only_as_a_salted_hash() -> None:
     assert hardware.hardware_class(ident, "CUDA") == "nvidia-sm90-h200-141gb"
     other = hardware.probe(fake({"nvidia-smi": SMI}))
     (mine,) = other.gpus  # a fresh salt each time
-    assert isinstance(mine, hardware.NvidiaGpu) and mine.uuid_sha256 != gpu["uuid_sha256"]
+    assert isinstance(mine, certshapes.NvidiaGpu) and mine.uuid_sha256 != gpu["uuid_sha256"]
     two = hardware.probe(fake({"nvidia-smi": SMI * 2}))
     assert hardware.hardware_class(two, "CUDA") == "nvidia-sm90-h200-141gb-x2"
 
@@ -87,7 +87,7 @@ def test_rocm_and_vulkan_classes() -> None:
 
 def test_cpu_levels_by_flags() -> None:
     def cls(flags: str, machine: str = "x86_64") -> str:
-        cpu = hardware.Cpu(model="", flags=flags.split(), count=1, machine=machine)
+        cpu = certshapes.Cpu(model="", flags=flags.split(), count=1, machine=machine)
         return hardware.hardware_class(msgspec.structs.replace(probed, cpu=cpu), "CPU")
 
     probed = hardware.probe(fake({}))

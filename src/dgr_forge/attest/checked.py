@@ -6,7 +6,8 @@ series, toolchain file, `cmake/`, worker, tool versions; and the whole input dig
 build that wrote the report), the report's sha256 and subjects, the model manifest's
 sha256 and every model file's, the hardware identity and class, and per step the
 program's path and sha256, its arguments, the parsed figures, thresholds, verdict and the
-sha256 of its log. It is written only when every step passed.
+sha256 of its log (`certshapes.CertStep`, the shape `certify --json` gives too). It is
+written only when every step passed.
 
 An entry is *advertised* while its record is signed by a trusted key and every bound
 input is still the checkout's: any change lapses it with the reason, the model manifest
@@ -21,15 +22,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
 from dgr_forge.attest import certify, dsse, provenance
-from dgr_forge.attest.hardware import Identity
+from dgr_forge.attest.certshapes import CertStep, Identity
 from dgr_forge.attest.keys import PublicKey, Signer
-from dgr_forge.attest.parsers import Gate, StepFigures
-from dgr_forge.core.described import SHA, d
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_regular
@@ -41,44 +40,6 @@ CHECKED_TYPE = "https://dgr-forge.invalid/certification/checked/v1"
 NO_MODEL = "none"
 MODELS_DIR = "manifests/models"
 MAX_MANIFEST_BYTES = 4 << 20
-
-# --- a step as run: the record's `steps` and `certify --json`'s, declared once here -----
-
-
-class StepProgram(msgspec.Struct, kw_only=True):
-    """the program it ran: a subject of the report"""
-
-    target: Annotated[str, d("the CMake target")]
-    path: Annotated[str, d("its file: the report subject's name")]
-    sha256: Annotated[str, SHA]
-
-
-class StepLog(msgspec.Struct, kw_only=True):
-    """the step's full log (stdout and stderr)"""
-
-    path: Annotated[str, d("the file, relative to the root (under `.dgr/logs/`)")]
-    sha256: Annotated[str, SHA]
-
-
-class CertStep(msgspec.Struct, kw_only=True):
-    """one step as run"""
-
-    name: Annotated[str, d("the step")]
-    program: StepProgram
-    args: Annotated[list[str], d("its arguments as run (placeholders substituted)")]
-    parser: Annotated[str, d("`test-backend-ops`, `llama-bench` or `ctest`")]
-    thresholds: Gate
-    figures: Annotated[
-        StepFigures | None,
-        d("what the parser read, tagged by `parser`; null: the output was unreadable"),
-    ]
-    exit_code: Annotated[
-        int | None, d("the program's exit code; null: stopped (time limit, output bound)")
-    ]
-    seconds: Annotated[float, d("how long it ran")]
-    verdict: Annotated[str, d("`pass` or `fail`")]
-    problems: Annotated[list[str], d("why it failed (empty when it passed)")]
-    log: StepLog
 
 
 def checked_path(forge: Forge, lane: str, model: str, hardware_class: str) -> Path:

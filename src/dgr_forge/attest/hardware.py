@@ -20,6 +20,9 @@ The class is derived from the identity and the lane's backend, by this rule:
   lanes: `apple-<chip>`.
 
 A lane whose backend's hardware is not on the host has no class: exit 2.
+
+The identity is `certshapes.Identity` (GPUs a union tagged by `vendor`), the shape the
+record and `certify --json` write.
 """
 
 from __future__ import annotations
@@ -32,11 +35,10 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from typing import Annotated
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET
 
-from dgr_forge.core.described import d
+from dgr_forge.attest.certshapes import AmdGpu, AnyGpu, Cpu, Identity, NvidiaGpu, OsInfo, VulkanGpu
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import bounded
 
@@ -48,72 +50,6 @@ _WORD = re.compile(r"[^a-z0-9]+")
 
 # a probe: argv -> stdout text, or None when the tool is missing, fails or hangs
 Runner = Callable[[Sequence[str]], str | None]
-
-# --- the identity: the record's and `--json`'s shape, declared once here ---------------
-
-UUID_SHA = d("sha256 of `<uuid_salt>:<UUID>`: never the UUID itself")
-
-
-class Cpu(Struct, kw_only=True):
-    """the CPU (`/proc/cpuinfo`, `platform`)"""
-
-    model: Annotated[str, d("its model name")]
-    flags: Annotated[list[str], d("its feature flags, sorted")]
-    count: Annotated[int, d("logical CPUs")]
-    machine: Annotated[str, d("the machine, e.g. `x86_64`, `aarch64`")]
-
-
-class OsInfo(Struct, kw_only=True):
-    """the OS"""
-
-    system: Annotated[str, d("e.g. `Linux`")]
-    kernel: Annotated[str, d("the kernel release")]
-    release: Annotated[str, d('`/etc/os-release`\'s `PRETTY_NAME` (`""` without one)')]
-
-
-class Gpu(Struct, kw_only=True, tag_field="vendor"):
-    """a GPU, tagged by how it was found (`vendor`)"""
-
-
-class NvidiaGpu(Gpu, kw_only=True, tag="nvidia"):
-    """an NVIDIA GPU (`nvidia-smi --query-gpu`)"""
-
-    name: Annotated[str, d("its name, e.g. `NVIDIA H200`")]
-    driver: Annotated[str, d("the driver version")]
-    compute_cap: Annotated[str, d("the compute capability, e.g. `9.0`")]
-    memory_mib: Annotated[int, d("its memory in MiB")]
-    uuid_sha256: Annotated[str, UUID_SHA]
-
-
-class AmdGpu(Gpu, kw_only=True, tag="amd"):
-    """an AMD GPU agent (`rocminfo`)"""
-
-    name: Annotated[str, d("its marketing name")]
-    gfx: Annotated[str, d("its gfx target, e.g. `gfx942`")]
-    uuid_sha256: Annotated[str | UnsetType, UUID_SHA] = UNSET
-
-
-class VulkanGpu(Gpu, kw_only=True, tag="vulkan"):
-    """a Vulkan device (`vulkaninfo --summary`)"""
-
-    name: Annotated[str, d("its `deviceName`")]
-    type: Annotated[str, d("its `deviceType`")]
-    driver: Annotated[str, d("its `driverInfo` (or `driverVersion`)")]
-    uuid_sha256: Annotated[str | UnsetType, UUID_SHA] = UNSET
-
-
-AnyGpu = NvidiaGpu | AmdGpu | VulkanGpu
-
-
-class Identity(Struct, kw_only=True):
-    """the host, probed (`attest.hardware`): GPU UUIDs only as salted hashes"""
-
-    cpu: Cpu
-    memory_bytes: Annotated[int | None, d("`MemTotal` in bytes (null: unreadable)")]
-    os: OsInfo
-    gpus: Annotated[list[AnyGpu], d("every GPU the probes found")]
-    uuid_salt: Annotated[str, d("the random salt of this probe's `uuid_sha256`s")]
-    probed: Annotated[bool, d("true: probed by the forge")]
 
 
 def run_probe(cmd: Sequence[str]) -> str | None:

@@ -14,6 +14,10 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
 * `ctest` (JUnit XML, as `ctest --output-junit` writes it): `<testsuite tests= failures=>`
   with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
   entity declaration is accepted (nothing is expanded), and the size is bounded first.
+
+The figures are `certshapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
+union tagged by `parser`: the record and the `--json` outputs (`certify`, `lanes`) write
+these types, each key and its meaning declared there once.
 """
 
 from __future__ import annotations
@@ -22,11 +26,20 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Any
 
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import UNSET, Struct, field
 
-from dgr_forge.core.described import d
+from dgr_forge.attest.certshapes import (
+    BenchFigures,
+    BenchTest,
+    CtestFigures,
+    Gate,
+    OpsBackend,
+    OpsFigures,
+    Speeds,
+    StepFigures,
+)
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 20  # failing cases named in a message; the record keeps up to MAX_CASES
@@ -36,76 +49,6 @@ PARSERS = ("test-backend-ops", "llama-bench", "ctest")
 
 class Unreadable(Exception):
     """The output is not what the parser reads: the step fails, naming why."""
-
-
-# --- the figures a parser reads: the record's and `--json`'s shapes, declared once here ---
-
-
-class Parsed(Struct, kw_only=True, tag_field="parser"):
-    """what the parser read, tagged by the parser (`parser`)"""
-
-
-class OpsBackend(Struct, kw_only=True):
-    """a backend test-backend-ops tested"""
-
-    name: Annotated[str, d("the backend, as test-backend-ops names it (`CPU`, `CUDA0`)")]
-    status: Annotated[str, d("its status line's verdict: `OK` or `FAIL`")]
-    passed: Annotated[int, d("op cases passed (its `N/M tests passed` line)")]
-    total: Annotated[int, d("op cases tested")]
-    ok: Annotated[int, d("case lines ending in `OK`")]
-    failed: Annotated[int, d("op cases failed (not passed, or a `FAIL` line)")]
-    unsupported: Annotated[int, d("op cases the backend does not support")]
-
-
-class OpsFigures(Parsed, kw_only=True, tag="test-backend-ops"):
-    """test-backend-ops (mode `test`): op cases per backend, and their sums"""
-
-    backends: Annotated[list[OpsBackend], d("per backend tested")]
-    ops_passed: Annotated[int, d("op cases passed, all backends")]
-    ops_failed: Annotated[int, d("op cases failed, all backends")]
-    ops_unsupported: Annotated[int, d("op cases not supported, all backends")]
-    ops_total: Annotated[int, d("op cases tested, all backends")]
-    backends_passed: Annotated[int | UnsetType, d("its `P/T backends passed` line: P")] = UNSET
-    backends_total: Annotated[int | UnsetType, d("and T (both absent without that line)")] = UNSET
-
-
-class BenchTest(Struct, kw_only=True):
-    """a llama-bench test (`-o json`)"""
-
-    n_prompt: Annotated[int, d("prompt tokens (0: a generation test)")]
-    n_gen: Annotated[int, d("generated tokens (0: a prompt test)")]
-    avg_ts: Annotated[float, d("tokens per second, the average of its repetitions")]
-    stddev_ts: Annotated[float, d("their standard deviation")]
-    backends: Annotated[str, d("the backends it ran on, as llama-bench names them")]
-    model_type: Annotated[str, d("the model's type, e.g. `llama 1B Q4_0`")]
-    model_size: Annotated[int, d("the model's size in bytes")]
-
-
-class BenchFigures(Parsed, kw_only=True, tag="llama-bench"):
-    """llama-bench (`-o json`): per test, and the speeds the gate compares"""
-
-    tests: Annotated[list[BenchTest], d("per test")]
-    prompt_ts: Annotated[
-        float | None, d("the slowest prompt test's tokens per second (null: no prompt test)")
-    ]
-    gen_ts: Annotated[
-        float | None, d("the slowest generation test's tokens per second (null: none)")
-    ]
-    backends: Annotated[list[str], d("the tests' backends, each once")]
-    model_type: Annotated[str, d("the first test's model type")]
-    model_size: Annotated[int, d("the first test's model size in bytes")]
-
-
-class CtestFigures(Parsed, kw_only=True, tag="ctest"):
-    """ctest (JUnit XML): test counts"""
-
-    tests: Annotated[int, d("`<testcase>` elements")]
-    failed: Annotated[int, d("those with `<failure>` or `<error>`")]
-    skipped: Annotated[int, d("those skipped, not run or disabled")]
-    passed: Annotated[int, d("the rest")]
-
-
-StepFigures = OpsFigures | BenchFigures | CtestFigures
 
 
 class Figures(Struct, frozen=True):
@@ -124,20 +67,6 @@ def failed_count(figures: StepFigures) -> int | None:
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
-
-
-class Speeds(Struct, kw_only=True):
-    """the useful-speed gate, tokens per second"""
-
-    prompt: Annotated[float | UnsetType, d("the least prompt speed")] = UNSET
-    gen: Annotated[float | UnsetType, d("the least generation speed")] = UNSET
-
-
-class Gate(Struct, kw_only=True):
-    """the gate applied (one of its keys, or both)"""
-
-    max_failed: Annotated[int | UnsetType, d("the most failed op cases or tests")] = UNSET
-    min_avg_ts: Annotated[Speeds | UnsetType, d("the least `avg_ts`")] = UNSET
 
 
 class Thresholds(Struct, frozen=True):

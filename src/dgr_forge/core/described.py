@@ -1,6 +1,6 @@
 """`d(text)`: a JSON key's meaning, written where the key is declared. The `--json` types
-(`cli.results`) and the records whose shapes they share (`attest.parsers`' figures,
-`attest.hardware`'s identity, `attest.checked`'s steps) declare each key once with it;
+(`cli.results`) and the records whose shapes they share (`attest.certshapes`: a
+certification's figures, hardware identity and steps) declare each key once with it;
 `python -m dgr_forge.cli.schemas` writes it into docs/json-schema/ and docs/json.md.
 """
 

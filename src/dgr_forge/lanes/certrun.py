@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.attest import parsers
-from dgr_forge.attest.checked import CertStep, StepLog, StepProgram
+from dgr_forge.attest.certshapes import CertStep, StepFigures, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
@@ -55,7 +55,7 @@ class StepResult:
     argv: tuple[str, ...]  # the arguments as run (after the program)
     exit_code: int | None  # None: stopped at the time limit or the output bound
     seconds: float
-    figures: parsers.StepFigures | None  # None: unreadable
+    figures: StepFigures | None  # None: unreadable
     passed: bool
     problems: tuple[str, ...]
     log: str  # workspace-relative

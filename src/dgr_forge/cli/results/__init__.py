@@ -10,6 +10,9 @@ A form's fields come after the envelope (`ok`, `exit_code`, `command`); a field 
 a default is required, `UNSET` marks one that may be absent, `X | None` one that may be
 null. A form is closed (`forbid_unknown_fields`); nested objects are open to new keys. A
 nested object's docstring is its meaning (a field of that type says it only to differ).
+A nested object the library makes as a Struct is that type, declared once below `cli`:
+a certification step as run, its figures (a union tagged by `parser`) and the hardware
+identity (GPUs tagged by `vendor`) are `attest.certshapes`'.
 """
 
 from __future__ import annotations

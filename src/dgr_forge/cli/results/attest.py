@@ -8,8 +8,7 @@ from typing import Annotated
 
 from msgspec import UNSET, UnsetType
 
-from dgr_forge.attest.checked import CertStep
-from dgr_forge.attest.hardware import Identity
+from dgr_forge.attest.certshapes import CertStep, Identity
 from dgr_forge.cli.results.base import COMMIT, SHA, Form, Nested, Obj, Strs, Verification, d
 
 # --- keys, reports, certification -----------------------------------------------

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from msgspec import UNSET, UnsetType
 
-from dgr_forge.attest.parsers import StepFigures
+from dgr_forge.attest.certshapes import StepFigures
 from dgr_forge.cli.results.attest import AttestedRecord
 from dgr_forge.cli.results.base import (
     COMMIT,
