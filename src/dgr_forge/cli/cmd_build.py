@@ -244,15 +244,14 @@ def _figures(figures: dict[str, Any]) -> str:
     """One line of a certification's figures: ops passed/failed, tokens per second."""
     parts = []
     for step, f in sorted(figures.items()):
-        if not isinstance(f, dict):
-            continue
-        if "ops_total" in f:
+        kind = f.get("parser") if isinstance(f, dict) else None  # the figures' tag
+        if kind == "test-backend-ops":
             parts.append(f"{step}: {f['ops_passed']}/{f['ops_total']} ops")
-        if f.get("prompt_ts") is not None:
-            parts.append(f"{step}: pp {f['prompt_ts']:.1f} t/s")
-        if f.get("gen_ts") is not None:
-            parts.append(f"{step}: tg {f['gen_ts']:.1f} t/s")
-        if "tests" in f and isinstance(f["tests"], int):
+        elif kind == "llama-bench":
+            for key, what in (("prompt_ts", "pp"), ("gen_ts", "tg")):
+                if f[key] is not None:
+                    parts.append(f"{step}: {what} {f[key]:.1f} t/s")
+        elif kind == "ctest":
             parts.append(f"{step}: {f['passed']}/{f['tests']} tests")
     return ", ".join(parts)
 
