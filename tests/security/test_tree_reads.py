@@ -124,3 +124,97 @@ def test_a_path_workers_files_are_hashed_as_git_stores_them(
         assert res.code == 2 and "odd.h" in res.stderr, res
     else:
         assert res.code == 0, res
+
+
+def _worker_root(tmp_path: Path, upstream: Upstream) -> Path:
+    from support.build import make_worker
+
+    root = make_patched_root(tmp_path / "forge", upstream)
+    make_worker(root / "worker")
+    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    return root
+
+
+def _build(root: Path) -> Result:
+    return run_forge(  # type: ignore[call-arg]
+        "--root", str(root), "--json", "build", "--jobs", "2", "--no-sign", **HANG
+    )
+
+
+def _input_stamps(root: Path) -> dict[str, list[object]]:
+    import json
+
+    state = json.loads((root / ".dgr" / "state.json").read_text())
+    return state["lanes"]["cpu"]["input_stamps"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_builds_input_snapshot_hashes_a_worker_link_as_its_text(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """`build` stamps every input file (lanes/stamps.stamp), the path worker's among them.
+    A link in the worker to a file outside it was followed and its contents hashed: the
+    build's inputs moved with a file that is no part of the worker as git stores it. Now
+    the link's text is hashed, and the second build is a no-op."""
+    root = _worker_root(tmp_path, upstream)
+    outside = tmp_path / "elsewhere.h"
+    outside.write_text("/* not the worker's */\n")
+    (root / "worker" / "src" / "linked.h").symlink_to(outside)
+    first = _build(root)
+    assert first.code == 0, first
+    key = str(root / "worker" / "src" / "linked.h")
+    assert _input_stamps(root)[key][0] == fsutil.sha256_bytes(os.fsencode(outside)), first
+    outside.write_text("/* changed, still not the worker's */\n")
+    second = _build(root)
+    assert second.code == 0, second
+    assert second.json["lanes"][0]["status"] == "up-to-date", second
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["device-link", "fifo"])
+def test_build_stamps_a_device_link_as_text_and_refuses_a_fifo(
+    tmp_path: Path, upstream: Upstream, kind: str
+) -> None:
+    """A link to /dev/zero in the path worker is an input like any file: its text (the
+    stamp skipped it, so retargeting it moved nothing). A FIFO is exit 2 naming it before
+    anything is configured, never an open that waits for a writer."""
+    root = _worker_root(tmp_path, upstream)
+    odd = root / "worker" / "src" / "odd.h"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    res = _build(root)
+    _no_crash(res)
+    if kind == "fifo":
+        assert res.code == 2 and "odd.h" in res.stderr, res
+        assert not (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").exists(), res
+        return
+    assert res.code == 0, res
+    assert _input_stamps(root)[str(odd)][0] == fsutil.sha256_bytes(b"/dev/zero"), res
+    odd.unlink()
+    odd.symlink_to("/dev/null")
+    again = _build(root)
+    assert again.code == 0 and again.json["lanes"][0]["status"] != "up-to-date", again
+
+
+def test_sha256_file_refuses_a_fifo_without_waiting(tmp_path: Path) -> None:
+    """The stamp's isfile check and its open are two steps: a FIFO swapped in between
+    blocked the open (no writer ever comes). The hash opens non-blocking and checks the
+    descriptor: exit 2 naming the file. Run in a child so the old code's hang is a
+    timeout here, not a stuck suite."""
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "swapped"
+    os.mkfifo(fifo)
+    code = (
+        "import sys; from pathlib import Path; from dgr_forge.core import fsutil\n"
+        "from dgr_forge.core.errors import BadInput\n"
+        "try: fsutil.sha256_file(Path(sys.argv[1]))\n"
+        "except BadInput as e: print(int(e.exit_code), e)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=30
+    )
+    assert res.stdout.startswith("2 ") and str(fifo) in res.stdout, res

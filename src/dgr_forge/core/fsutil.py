@@ -26,8 +26,21 @@ CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
+    """sha256 of a file the forge wrote or built (a report, a log, an artifact, a host
+    program), links followed, any size. Opened non-blocking and checked on the descriptor:
+    a FIFO or device swapped in is exit 2 naming it, never a read that waits or never
+    ends. A file of a tree the forge did not write goes through `read_tree_file`."""
+    fd = os.open(path, _OPEN_FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BadInput(
+            f"{path}: is not a regular file (a directory, device, FIFO or socket)",
+            hint="remove it: the forge hashes regular files only",
+            details={"file": str(path)},
+        )
+    os.set_blocking(fd, True)
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with os.fdopen(fd, "rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()

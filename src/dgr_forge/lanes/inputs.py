@@ -75,12 +75,19 @@ def snapshot(
 ) -> dict[str, stamps.Stamp]:
     """path -> stamp of every input file now (a missing file is simply not there)."""
     out: dict[str, stamps.Stamp] = {}
+    worker = worker_tree(plan)
     for path in input_files(forge, m, plan):
         key = str(path)
-        stamp = stamps.stamp(path, known.get(key))
+        stamp = stamps.input_stamp(path, known.get(key), worker)
         if stamp is not None:
             out[key] = stamp
     return out
+
+
+def worker_tree(plan: LanePlan) -> Path | None:
+    """The path worker's directory, whose files are stamped as git stores them."""
+    spec = plan.spec
+    return spec.source_dir if spec is not None and spec.url is None else None
 
 
 def digest_of(snap: dict[str, stamps.Stamp], path: Path | None) -> str | None:
@@ -123,9 +130,7 @@ def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
 def _worker_file_digest(top: Path, rel: str) -> str:
     """A worker file's sha256 as git stores it: a link's text, never what it points at (a
     link to /dev/zero was hashed forever); a FIFO or device is exit 2 naming it."""
-    data = read_tree_file(
-        top, rel, what="worker file", hint="a path worker holds regular files and links only"
-    )
+    data = read_tree_file(top, rel, what="worker file", hint=stamps.WORKER_HINT)
     return sha256_bytes(data or b"")
 
 

@@ -403,7 +403,12 @@ class LaneBuilder:
         """The lane built (or handed back): the stamps re-taken make the next no-op cheap."""
         programs.refresh(self.state.programs)
         self._record(
-            decision.built(self.state, last, stamps.restamp(self.snap), self.state.programs)
+            decision.built(
+                self.state,
+                last,
+                stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
+                self.state.programs,
+            )
         )
 
     def _reuse(self, last: LastBuild) -> LaneResult:

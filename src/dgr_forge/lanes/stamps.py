@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import atomic_write_text, read_tree_file, sha256_bytes, sha256_file
 
 # a stat taken this soon after the file's last change may miss a second change in the same
 # (coarse) timestamp tick, so such a record is re-hashed next time; ticks are <= 10 ms
@@ -47,25 +47,55 @@ def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
     settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
     if settled and known is not None and known[1:5] == seen:
         return known
-    digest = sha256_file(path)
+    digest = sha256_file(path)  # non-blocking: a FIFO swapped in is exit 2, never a wait
     return [digest, *seen, taken]
 
 
-def restamp(stamps: dict[str, Stamp]) -> dict[str, Stamp]:
+WORKER_HINT = "a path worker holds regular files and links only"
+
+
+def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
+    """`stamp` of a path worker's file `rel` (a tree the forge did not write), as git
+    stores it: a link's text, never what it points at (/dev/zero, a file outside the
+    worker); a FIFO or device is exit 2 naming it (`fsutil.read_tree_file`). None when
+    it is missing."""
+    taken = time.time_ns()
+    try:
+        st = os.lstat(top / rel)  # before the read: a change after it moves ctime
+    except OSError:
+        return None
+    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    if settled and known is not None and known[1:5] == seen:
+        return known
+    data = read_tree_file(top, rel, what="worker file", hint=WORKER_HINT, missing_ok=True)
+    return None if data is None else [sha256_bytes(data), *seen, taken]
+
+
+def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
+    """An input file's stamp: a path worker's file (under `worker`) as git stores it, the
+    root's own files (loaded bounded before, links followed as their loaders do) by
+    `stamp`. The one rule for the snapshot and every re-stamp of it."""
+    if worker is not None and path.is_relative_to(worker):
+        return tree_stamp(worker, path.relative_to(worker).as_posix(), known)
+    return stamp(path, known)
+
+
+def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:
     """Every path of `stamps` stamped again (missing files left out)."""
     out = {}
     for path, known in stamps.items():
-        new = stamp(Path(path), known)
+        new = input_stamp(Path(path), known, worker)
         if new is not None:
             out[path] = new
     return out
 
 
-def changed(stamps: dict[str, Stamp]) -> list[str]:
+def changed(stamps: dict[str, Stamp], worker: Path | None = None) -> list[str]:
     """Paths whose content is no longer what `stamps` recorded (or that are gone)."""
     out = []
     for path, known in stamps.items():
-        new = stamp(Path(path), known)
+        new = input_stamp(Path(path), known, worker)
         if new is None or new[0] != known[0]:
             out.append(path)
     return out

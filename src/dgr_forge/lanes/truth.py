@@ -65,7 +65,7 @@ def refuse_changed_during(
     progs: dict[str, dict[str, Any]],
 ) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
-    moved = [Path(p) for p in stamps.changed(snap)]
+    moved = [Path(p) for p in stamps.changed(snap, inputs.worker_tree(plan))]
     moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
     if moved:
         changed_error(forge, plan.lane, moved, "while the build ran")
