@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "ci/render.py": {"_template_source"},
     # the forge's own recipes/toolchains/cmake shipped in the wheel, copied into a new root
     "core/product.py": {"_copy"},
-    "ci/install.py": {"_direct_pin", "_read", "is_tool_repository"},
+    # the installed dgr-forge's own metadata (direct_url.json), not the root's files
+    "ci/install.py": {"_direct_pin"},
     "cli/schemas.py": {"main"},
     # files the forge wrote: workspace state, journals, stamps, logs, caches, its git dir
     "cli/cmd_artifacts.py": {"body", "make_manifest"},

@@ -218,3 +218,56 @@ def test_sha256_file_refuses_a_fifo_without_waiting(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(fifo)], capture_output=True, text=True, timeout=30
     )
     assert res.stdout.startswith("2 ") and str(fifo) in res.stdout, res
+
+
+def _pretender(tmp_path: Path) -> Path:
+    """A forge root that claims to be dgr-forge's own repository (src/dgr_forge/ is
+    there): `ci render` reads its pyproject.toml, a file a pull request controls."""
+    from test_ci import CPU, write_root
+
+    root = write_root(tmp_path / "pretender", {"cpu": CPU})
+    (root / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
+    (root / "src" / "dgr_forge").mkdir(parents=True)
+    (root / "src" / "dgr_forge" / "__init__.py").write_text("")
+    return root
+
+
+@pytest.mark.parametrize("kind", ["huge", "outside-link", "device-link", "fifo"])
+def test_ci_render_reads_the_roots_pyproject_bounded_and_never_through_a_link(
+    tmp_path: Path, kind: str
+) -> None:
+    """ci/install.is_tool_repository read pyproject.toml unbounded, following links: a
+    64 MiB file was loaded whole, and a link to another checkout's pyproject.toml made the
+    root "the tool's repository" (its jobs install the checkout). Now a regular file of at
+    most 4 MiB, never a link: anything else is exit 2 naming it, because the root claims
+    to be the tool (src/dgr_forge/ is there) and a silent other install mode would leave
+    `ci render --check` reporting a drift with no pointer at the cause."""
+    root = _pretender(tmp_path)
+    pyproject = root / "pyproject.toml"
+    if kind == "huge":
+        pyproject.write_text('[project]\nname = "dgr-forge"\n')
+        os.truncate(pyproject, 64 << 20)  # sparse: no disk, but 64 MiB to read
+    elif kind == "outside-link":
+        other = tmp_path / "other-checkout.toml"
+        other.write_text('[project]\nname = "dgr-forge"\n')
+        pyproject.symlink_to(other)
+    elif kind == "device-link":
+        pyproject.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(pyproject)
+    res = run_forge("--root", str(root), "ci", "render", **HANG)  # type: ignore[arg-type]
+    _no_crash(res)
+    assert res.code == 2 and "pyproject.toml" in res.stderr, res
+
+
+def test_ci_render_reads_ci_requirements_without_waiting_on_a_fifo(tmp_path: Path) -> None:
+    """ci/requirements.txt is read bounded with no link; a FIFO there is exit 2 naming it."""
+    from test_ci import CPU, write_root
+
+    root = write_root(tmp_path / "plain", {"cpu": CPU})
+    (root / "ci").mkdir(exist_ok=True)
+    (root / "ci" / "requirements.txt").unlink(missing_ok=True)
+    os.mkfifo(root / "ci" / "requirements.txt")
+    res = run_forge("--root", str(root), "ci", "render", **HANG)  # type: ignore[arg-type]
+    _no_crash(res)
+    assert res.code == 2 and "requirements.txt" in res.stderr, res

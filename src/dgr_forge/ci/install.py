@@ -25,6 +25,7 @@ passed back to the workflow's own `ci render --check` and re-render.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -32,8 +33,9 @@ from importlib import metadata
 from pathlib import Path
 
 from dgr_forge import __version__
+from dgr_forge.core import tomlcheck
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.fsutil import atomic_write_text
+from dgr_forge.core.fsutil import atomic_write_text, read_regular
 from dgr_forge.core.urls import check_url
 
 REQUIREMENTS = "ci/requirements.txt"
@@ -90,13 +92,30 @@ class Install:
 
 def is_tool_repository(root: Path) -> bool:
     """The forge root is dgr-forge's own repository: its pyproject.toml names the project
-    `dgr-forge` and the package's sources are in src/dgr_forge/."""
-    pyproject = root / "pyproject.toml"
-    if not pyproject.is_file() or not (root / "src" / "dgr_forge" / "__init__.py").is_file():
+    `dgr-forge` and the package's sources are in src/dgr_forge/. pyproject.toml is a file
+    a pull request controls: read bounded, never through a link, a FIFO never opened
+    blocking; where src/dgr_forge/ is there, a pyproject.toml that is not such a file is
+    exit 2 naming it (a silent other install mode would leave `ci render --check`
+    reporting a drift that points nowhere)."""
+    if not (root / "src" / "dgr_forge" / "__init__.py").is_file():
         return False
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        raw = read_regular(
+            root / "pyproject.toml",
+            what="pyproject.toml",
+            hint="the tool's own repository (src/dgr_forge/ is here) keeps a plain "
+            "pyproject.toml: restore it from git",
+            limit=tomlcheck.MAX_BYTES,
+            shown="pyproject.toml",
+            follow=False,
+        )
+    except BadInput:
+        if not os.path.lexists(root / "pyproject.toml"):
+            return False
+        raise
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return False
     project = data.get("project")
     name = project.get("name") if isinstance(project, dict) else None
@@ -106,18 +125,20 @@ def is_tool_repository(root: Path) -> bool:
 def _read(root: Path, rel: str) -> list[str] | None:
     """The file's lines (continuations joined), None when it does not exist."""
     path = root / rel
-    if path.parent.is_symlink() or path.is_symlink() or (path.exists() and not path.is_file()):
+    if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
         raise BadInput(f"{rel}: not a regular file", hint="commit a plain file")
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)  # bounded: a huge file is refused, not loaded
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return None
-    except OSError as err:
-        raise BadInput(f"{rel}: cannot read: {err.strerror}", hint="check it") from None
-    if len(raw) > MAX_BYTES:
-        raise BadInput(f"{rel}: larger than 64 KiB", hint="pin only what CI installs")
+    # bounded, no link, a FIFO never waited on: a pull request writes this file
+    raw = read_regular(
+        path,
+        what="CI pin file",
+        hint="commit a plain file; pin only what CI installs",
+        limit=MAX_BYTES,
+        shown=rel,
+        follow=False,
+    )
     return raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
 
 
