@@ -271,3 +271,67 @@ def test_ci_render_reads_ci_requirements_without_waiting_on_a_fifo(tmp_path: Pat
     res = run_forge("--root", str(root), "ci", "render", **HANG)  # type: ignore[arg-type]
     _no_crash(res)
     assert res.code == 2 and "requirements.txt" in res.stderr, res
+
+
+@pytest.mark.parametrize("kind", ["fifo", "outside-link"])
+def test_export_force_saves_the_replaced_files_as_git_stores_them(
+    tmp_path: Path, upstream: Upstream, kind: str
+) -> None:
+    """`export --force` saves patches/ and the manifest under logs/ first
+    (series_base.save_replaced). shutil.copy2 followed a link (a link to /dev/zero was
+    copied until the disk ran out; one to a file outside the root saved that file's
+    contents) and a FIFO was a SpecialFileError traceback. Now a link is saved as a link,
+    a regular file's bytes bounded, and a FIFO is exit 2 naming it before anything is
+    replaced."""
+    from support.rebase import load_manifest, make_series
+
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.upstream import series_base
+
+    s = make_series(tmp_path, upstream)
+    forge = Forge.locate(s.root, None)
+    m = load_manifest(s.root)
+    # planted after the load (which refuses a file the series does not list): a swap, or
+    # a teammate's pull, while export runs; only the save reads it
+    stale = s.patches_dir / "0099-stale.patch"
+    if kind == "fifo":
+        os.mkfifo(stale)
+    else:
+        outside = tmp_path / "secret.txt"
+        outside.write_text("another user's file\n")
+        stale.symlink_to(outside)
+    if kind == "fifo":
+        with pytest.raises(BadInput) as err:
+            series_base.save_replaced(forge, m)
+        assert "0099-stale.patch" in str(err.value), err.value
+        return
+    saved = series_base.save_replaced(forge, m) / "patches" / stale.name
+    assert saved.is_symlink() and os.readlink(saved) == str(outside)
+    kept = saved.parent / s.files[0]
+    assert kept.read_bytes() == (s.patches_dir / s.files[0]).read_bytes()
+
+
+def test_the_series_journal_carries_a_subdirectory_over_without_reading_it(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """Writing the series (export, rebase) stages patches/<name>/ anew and keeps what is not
+    a patch file. A subdirectory was copied with shutil.copytree, reading every file in it:
+    a FIFO there (a person's, or a pull request's) ended the write, exit 1, with "free
+    some space". Now its files are hard links, never opened; the FIFO is still a FIFO."""
+    import stat
+
+    from support.rebase import make_series
+
+    from dgr_forge.upstream import series_journal
+
+    s = make_series(tmp_path, upstream)
+    notes = s.patches_dir / "notes"
+    notes.mkdir()
+    os.mkfifo(notes / "pipe")
+    (notes / "big.bin").write_bytes(b"x" * 1000)
+    files = {name: (s.patches_dir / name).read_bytes() for name in s.files}
+    files[s.files[0]] += b"\n"  # a change: the directory is staged and swapped
+    series_journal.write(s.root, s.patches_dir, files, s.manifest, None, points="test")
+    assert (s.patches_dir / s.files[0]).read_bytes() == files[s.files[0]]
+    assert stat.S_ISFIFO(os.lstat(notes / "pipe").st_mode)
+    assert (notes / "big.bin").read_bytes() == b"x" * 1000

@@ -15,6 +15,7 @@ deletes it with the commits it describes.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from msgspec import Struct
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text
+from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_tree_file
 from dgr_forge.core.structs import hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -228,10 +229,22 @@ def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
     (tmp / "patches").mkdir(parents=True)
     if m.patches_dir.is_dir():
         for p in sorted(m.patches_dir.glob("*.patch")):
-            shutil.copy2(p, tmp / "patches" / p.name)
-    shutil.copy2(m.path, tmp / m.path.name)
+            _save_copy(m.patches_dir, p.name, tmp / "patches" / p.name)
+    _save_copy(m.path.parent, m.path.name, tmp / m.path.name)
     tmp.rename(target)  # complete or absent
     return target
+
+
+def _save_copy(top: Path, name: str, to: Path) -> None:
+    """A root file saved as git stores it: a link as a link (shutil.copy2 followed one to
+    /dev/zero until the disk ran out), a regular file's bytes read bounded; a FIFO or
+    device is exit 2 naming it, before anything is replaced."""
+    if (top / name).is_symlink():
+        os.symlink(os.readlink(top / name), to)
+        return
+    hint = "remove it from patches/ (only patch files and the manifest belong there)"
+    data = read_tree_file(top, name, what="file to save before --force", hint=hint)
+    to.write_bytes(data or b"")
 
 
 def save_edits(forge: Forge, src: Path, what: str) -> Path | None:

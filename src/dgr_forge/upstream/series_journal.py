@@ -32,6 +32,7 @@ from pathlib import Path
 
 from dgr_forge.core import fault
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.lock import root_lock_at
 from dgr_forge.core.output import Reporter
 
@@ -84,10 +85,23 @@ def _digest(pdir: Path) -> dict[str, str]:
     if not pdir.is_dir():
         return {}
     return {
-        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        p.name: hashlib.sha256(patch_bytes(pdir, p.name) or b"").hexdigest()
         for p in sorted(pdir.glob("*.patch"))
-        if p.is_file()
+        if p.is_file() or p.is_symlink()
     }
+
+
+def patch_bytes(pdir: Path, name: str) -> bytes | None:
+    """A patch file of the root (a tree a pull request writes) as git stores it: bounded,
+    a link's text, a FIFO or device exit 2 naming it; None when it is gone."""
+    hint = "patches/ holds regular patch files: remove what is not one"
+    return read_tree_file(pdir, name, what="patch file", hint=hint, missing_ok=True)
+
+
+def _hardlink(src: str, dst: str) -> None:
+    """copytree's copy step: the same inode, no byte read (a FIFO or a huge file kept
+    in a subdirectory of patches/ is carried over, never opened)."""
+    os.link(src, dst, follow_symlinks=False)
 
 
 def _fsync_write(path: Path, data: bytes, point: str) -> None:
@@ -125,7 +139,7 @@ def write(
     with root_lock_at(root, out):
         recover_dir(pdir, manifest_path, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
-        same = on_disk == set(files) and all((pdir / n).read_bytes() == d for n, d in files.items())
+        same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
             return  # already there (e.g. a write finished by recovery)
         parent = pdir.parent
@@ -139,13 +153,15 @@ def write(
                     if entry.name.endswith(".patch"):
                         continue
                     if entry.is_dir() and not entry.is_symlink():
-                        shutil.copytree(entry, stage / entry.name, symlinks=True)
+                        shutil.copytree(
+                            entry, stage / entry.name, symlinks=True, copy_function=_hardlink
+                        )
                     else:
                         os.link(entry, stage / entry.name, follow_symlinks=False)
             for name, data in files.items():
                 old = pdir / name
-                if old.is_file() and not old.is_symlink() and old.read_bytes() == data:
-                    os.link(old, stage / name)  # same bytes, inode and mtime
+                if old.is_file() and not old.is_symlink() and patch_bytes(pdir, name) == data:
+                    os.link(old, stage / name, follow_symlinks=False)  # same bytes, inode, mtime
                 else:
                     _fsync_write(stage / name, data, f"{points}.write")
             os.chmod(stage, pdir.stat().st_mode & 0o777 if pdir.is_dir() else 0o755)
