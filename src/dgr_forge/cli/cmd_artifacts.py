@@ -105,6 +105,19 @@ def provision(
     run(ctx, "artifacts provision", body)
 
 
+def _old_text(target: Path) -> str | None:
+    """What `make-manifest` would replace, read bounded (a FIFO or a huge file at the
+    target is simply replaced, never read); None when there is no manifest to compare."""
+    from dgr_forge.models import manifest as models
+
+    if not target.is_file():
+        return None
+    try:
+        return models.read_raw(target, str(target)).decode("utf-8")
+    except (BadInput, UnicodeDecodeError):
+        return None
+
+
 @artifacts_app.command()
 def verify(
     ctx: typer.Context,
@@ -167,7 +180,7 @@ def make_manifest(
         built = artifacts.build_manifest(
             directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
         )
-        old = target.read_text(encoding="utf-8") if target.is_file() else None
+        old = _old_text(target)
         state = "unchanged" if old == built.text else ("updated" if old else "written")
         if state != "unchanged":
             atomic_write_text(target, built.text)

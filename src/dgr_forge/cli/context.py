@@ -184,8 +184,12 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
             seen: list[bytes] = []
 
             def waiting() -> None:
-                with contextlib.suppress(OSError):
-                    seen.append(forge.upstream_manifest.read_bytes())
+                from dgr_forge.core.errors import BadInput
+                from dgr_forge.upstream.manifest import read_raw
+
+                # bounded, a FIFO never waited on: the loader refuses such a file after
+                with contextlib.suppress(OSError, BadInput):
+                    seen.append(read_raw(forge.upstream_manifest))
 
             stack.enter_context(root_lock(forge, out, on_wait=waiting))
             before = seen[0] if seen else None

@@ -14,7 +14,6 @@ rename would otherwise be silently ignored by CMake and build the wrong thing.
 from __future__ import annotations
 
 import difflib
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import tomlkit
 
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
-from dgr_forge.core.fsutil import read_tree_file, sha256_file
+from dgr_forge.core.fsutil import read_tree_file, sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
@@ -30,6 +29,7 @@ from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
+from dgr_forge.upstream.series import copy_inputs
 
 _PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 
@@ -61,16 +61,13 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     actual hashes, no per-patch or result trees): we want to see what they produce, and
     compare that with what the manifest claims, not stop at the first mismatch."""
     root = tmp / "root"
-    (root / "manifests").mkdir(parents=True)
-    pdir = root / m.patches_dir_rel
-    pdir.mkdir(parents=True)
-    for entry in m.series:
-        shutil.copyfile(m.patch_path(entry), pdir / entry.file)
-    doc = tomlkit.parse(m.path.read_text(encoding="utf-8"))
+    # read bounded, each once: the hashes written are of the bytes copied
+    raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)
+    doc = tomlkit.parse(raw.decode("utf-8"))
     patches = doc.get("patches")
     if patches is not None:
-        for item, entry in zip(patches.get("series", []), m.series, strict=True):
-            item["sha256"] = sha256_file(m.patch_path(entry))
+        for item, data in zip(patches.get("series", []), datas, strict=True):
+            item["sha256"] = sha256_bytes(data)
             if "tree" in item:
                 del item["tree"]
         if "result" in patches:
@@ -145,7 +142,7 @@ def check(
                 )
 
         # exactly what `dgr-forge export` would write over the committed manifest
-        committed = m.path.read_bytes()
+        committed = manifest.read_raw(m.path)  # bounded, as it was loaded
         regenerated = manifest_edit.updated_text(
             committed.decode("utf-8"),
             [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],

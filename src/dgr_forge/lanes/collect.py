@@ -12,11 +12,12 @@ from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
 from dgr_forge.core import gitutil
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.host import worker
 from dgr_forge.lanes import cmake_api, inputs
 from dgr_forge.lanes.stamps import RACY_NS
+from dgr_forge.upstream.manifest import read_raw
 
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
@@ -152,7 +153,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         recipe_file=forge.rel(plan.recipe.path),
         recipe_sha256=plan.recipe.sha256,
         manifest_file=forge.rel(m.path),
-        manifest_sha256=inputs.digest_of(run.snap, m.path) or sha256_file(m.path),
+        manifest_sha256=inputs.digest_of(run.snap, m.path) or sha256_bytes(read_raw(m.path)),
         upstream_name=m.name,
         upstream_url=mask(m.url),
         upstream_commit=m.commit,

@@ -27,7 +27,7 @@ from dgr_forge.cache import session as cache_session
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
@@ -44,7 +44,7 @@ from dgr_forge.lanes.plan import (
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import LaneState, LastBuild, lane_state, save_lane_state
 from dgr_forge.upstream import trees
-from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
 if TYPE_CHECKING:
     from concurrent.futures import Future  # ~3 ms: the pool is lanes.programs', on a rebuild
@@ -121,7 +121,7 @@ class BuildContext:
         self.patched: PatchedTree | None = None
         # the manifest's bytes when the build starts (under the lock, after any build-number
         # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
-        self.manifest_sha256 = sha256_file(m.path)
+        self.manifest_sha256 = sha256_bytes(read_raw(m.path))  # bounded, as it was loaded
         self.cache: cache_session.CacheSession | None = None  # the build's cache session
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:

@@ -33,7 +33,7 @@ from dgr_forge import __version__
 from dgr_forge.cache.select import OFF, CacheSetup
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file, sha256_regular
+from dgr_forge.core.fsutil import sha256_regular
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe
@@ -248,8 +248,15 @@ def configure_args(
     return args
 
 
-def _file_digest(path: Path | None) -> str | None:
-    return sha256_file(path) if path and path.is_file() else None
+def _file_digest(forge: Forge, path: Path | None) -> str | None:
+    """The manifest's or a toolchain file's sha256 (the root's files, loaded bounded
+    before): a regular file, bounded, a FIFO swapped in never waited on."""
+    if not path or not path.is_file():
+        return None
+    hint = "restore it from git: the root holds regular files there"
+    return sha256_regular(
+        path, what="input file", hint=hint, limit=MAX_MODULE_BYTES, shown=forge.rel(path)
+    )
 
 
 def _module_digest(forge: Forge, path: Path) -> str:
@@ -280,7 +287,7 @@ def inputs_digest(
         if snap is not None and path is not None:
             stamp = snap.get(str(path))
             return str(stamp[0]) if stamp else None
-        return _file_digest(path)
+        return _file_digest(forge, path)
 
     data = {
         "forge": __version__,

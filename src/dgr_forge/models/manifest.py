@@ -149,14 +149,19 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
     if root is not None:
         with contextlib.suppress(ValueError, OSError):
             shown = str(path.resolve().relative_to(root.resolve()))
-    raw = read_bytes(
+    return loads(read_raw(path, shown), path=path, shown=shown)
+
+
+def read_raw(path: Path, shown: str) -> bytes:
+    """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
+    never waited on): for `load`, and for a writer comparing what is there now."""
+    return read_bytes(
         path,
         what="model manifest",
         shown=shown,
         hint=f"pass the path to a model manifest, or a name under {MODELS_DIR}/ "
         "(`dgr-forge artifacts manifest` writes one)",
     )
-    return loads(raw, path=path, shown=shown)
 
 
 def loads(

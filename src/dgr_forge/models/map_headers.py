@@ -176,8 +176,9 @@ def map_manifest(
     models.loads(text.encode(), shown=m.shown)  # the map passes the loader's rules
     from dgr_forge.core.fsutil import atomic_write_text
 
-    old = m.path.read_text(encoding="utf-8") if m.path.is_file() else None
-    state = "unchanged" if old == text else "updated"
+    # read again, bounded: the file may have changed since `m` was loaded from it
+    old = models.read_raw(m.path, m.shown) if m.path.is_file() else None
+    state = "unchanged" if old == text.encode("utf-8") else "updated"
     if state != "unchanged":
         atomic_write_text(m.path, text)
     out.info(

@@ -228,7 +228,7 @@ def record(forge: Forge, m: UpstreamManifest, url: str | None, out: Reporter) ->
             f"in {forge.rel(m.path)} to `git rev-list --count {m.commit}` of a full clone"
         )
         return m
-    text = m.path.read_text(encoding="utf-8")
+    text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as `m` was loaded
     atomic_write_text(m.path, manifest_edit.with_build_number(text, number))
     out.info(
         f"{m.name}: build number b{number} at {m.commit[:12]} ({how}), recorded in "

@@ -25,7 +25,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import patches, patchfile, series_base, series_journal
+from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.scratch import scratch_dir
 
@@ -474,14 +474,16 @@ def write_series(
     wanted = {p.file: p for p in series}
     on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
     written = tuple(
-        p.file for p in series if p.file not in on_disk or (pdir / p.file).read_bytes() != p.data
+        p.file
+        for p in series
+        if p.file not in on_disk or series_journal.patch_bytes(pdir, p.file) != p.data
     )
     unchanged = tuple(p.file for p in series if p.file not in written)
     removed = tuple(sorted(on_disk - set(wanted)))
 
     from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
-    old_text = m.path.read_text(encoding="utf-8")
+    old_text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as it was loaded
     entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
     new_text = manifest_edit.updated_text(
         old_text,
@@ -526,7 +528,7 @@ def export_workspace(
     A fast-forward of the series on disk (series_base): changes made on disk since this
     workspace was patched stop it (exit 3) unless `force`, which saves the replaced files
     under logs/ first. Compared and written under the one root lock the caller holds."""
-    waited = before is not None and before != m.path.read_bytes()
+    waited = before is not None and before != manifest.read_raw(m.path)
     src = forge.src_dir(m.name)
     if not (src / ".git").exists():
         raise BadInput(

@@ -15,7 +15,7 @@ from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
-from dgr_forge.core.tomlcheck import Checker, shown_value
+from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
@@ -91,6 +91,19 @@ class _Checker(Checker):
         return value
 
 
+_HINT = (
+    "create it (see docs/patches-and-rebase.md, 'The manifest') "
+    "or pass --root to the right checkout"
+)
+
+
+def read_raw(path: Path) -> bytes:
+    """The manifest file's bytes now, read as `load` reads it (a regular file of at most
+    4 MiB, a FIFO never waited on, exit 2 naming it): for those that copy, hash, compare
+    or rewrite the file after loading it, never an unbounded second read."""
+    return read_bytes(path, what="manifest", hint=_HINT)
+
+
 def load(path: Path, root: Path) -> UpstreamManifest:
     """Load and validate the upstream manifest at `path`; paths resolve against `root`.
     Pure: it reads. A write a kill interrupted is finished by the command context
@@ -100,12 +113,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     except ValueError:
         shown = str(path)
     c = _Checker(shown)
-    _, data = c.load(
-        path,
-        what="manifest",
-        hint="create it (see docs/patches-and-rebase.md, 'The manifest') "
-        "or pass --root to the right checkout",
-    )
+    _, data = c.load(path, what="manifest", hint=_HINT)
 
     c.known_keys(data, _TOP_KEYS, "")
     c.schema(data, SCHEMA)

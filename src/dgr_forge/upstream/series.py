@@ -16,7 +16,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_regular, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.upstream import patchfile
-from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
+from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest, read_raw
 from dgr_forge.upstream.scratch import scratch_dir
 
 SYMLINK_MODE = "120000"
@@ -84,6 +84,24 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
         limit=MAX_PATCH_BYTES,
         shown=f"{m.patches_dir_rel}/{entry.file}",
     )
+
+
+def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:
+    """The manifest (at `manifest_rel`) and the series' patch files copied into the
+    scratch root `root`, each read as the loaders read it (`read_raw`, `read_patch`:
+    bounded, a FIFO or device exit 2 naming it; shutil.copyfile copied a link to
+    /dev/zero until the disk ran out); the manifest's bytes and the patches', in series
+    order."""
+    pdir = root / m.patches_dir_rel
+    pdir.mkdir(parents=True)
+    datas = [read_patch(m, entry) for entry in m.series]
+    for entry, data in zip(m.series, datas, strict=True):
+        (pdir / entry.file).write_bytes(data)
+    target = root / manifest_rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    raw = read_raw(m.path)
+    target.write_bytes(raw)
+    return raw, datas
 
 
 def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.core import fsutil, gitutil
-from dgr_forge.core.errors import ForgeError
+from dgr_forge.core.errors import BadInput, ForgeError
 
 USER_PRESETS = "CMakeUserPresets.json"  # CMake's name; the person's file
 OWN_PRESETS = "dgr-forge.presets.json"  # the forge's presets; the user's file includes it
@@ -92,10 +92,10 @@ def forge_presets(path: Path) -> bool:
     """`path` is a presets file as `dgr-forge presets` writes it: a regular file, JSON of
     exactly its keys (no `include`, which would load other files), every preset `dgr-*`."""
     try:
-        if path.is_symlink() or not path.is_file() or path.stat().st_size > _MAX_PRESETS:
-            return False
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        # in the upstream tree: a link is its text (not JSON), a FIFO exit 2, never a wait
+        raw = fsutil.read_tree_file(path.parent, path.name, hint="", limit=_MAX_PRESETS)
+        data: Any = json.loads(raw or b"")
+    except (OSError, ValueError, BadInput):
         return False
     if not isinstance(data, dict) or set(data) - _PRESET_KEYS:
         return False

@@ -14,7 +14,6 @@ commits that touched them, as `rebase` names a conflict.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subje
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
+from dgr_forge.upstream.series import copy_inputs
 
 
 @dataclass(frozen=True)
@@ -179,12 +179,7 @@ def _scratch_forge(forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter)
     """--dry-run: a copy of the inputs and a scratch workspace that reads the real one's
     objects (the canary's setup); nothing of the root or the workspace changes."""
     root = tmp / "root"
-    (root / "manifests").mkdir(parents=True)
-    shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
-    pdir = root / m.patches_dir_rel
-    pdir.mkdir(parents=True)
-    for entry in m.series:
-        shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+    copy_inputs(m, root, UPSTREAM_MANIFEST)
     scratch = Forge(root=root, workspace=tmp / "workspace")
     borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
     return scratch

@@ -10,7 +10,6 @@ workspace changes; exit 3 when a patch would conflict.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from dgr_forge.upstream.rebase.report import (
 )
 from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
+from dgr_forge.upstream.series import copy_inputs
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,7 @@ def dry_run(
     reject_in_progress(forge)
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
         root = tmp / "root"
-        (root / "manifests").mkdir(parents=True)
-        shutil.copyfile(m.path, root / UPSTREAM_MANIFEST)
-        pdir = root / m.patches_dir_rel
-        pdir.mkdir(parents=True)
-        for entry in m.series:
-            shutil.copyfile(m.patch_path(entry), pdir / entry.file)
+        copy_inputs(m, root, UPSTREAM_MANIFEST)
         scratch = Forge(root=root, workspace=tmp / "workspace")
         # the copy this run just made: its paths resolve against the scratch root
         sm = manifest.load(scratch.upstream_manifest, scratch.root)

@@ -30,11 +30,16 @@ from dgr_forge.upstream.rebase.state import (
 
 def inputs_digest(m: UpstreamManifest) -> str:
     """One sha256 over the manifest and every patch file: the rebase's inputs."""
-    parts = [m.path.read_bytes()]
+    # the root's files (a tree a pull request writes): bounded, a patch link its text
+    parts = [manifest.read_raw(m.path)]
     if m.patches_dir.is_dir():
         for p in sorted(m.patches_dir.glob("*.patch")):
-            parts += [p.name.encode(), sha256_bytes(p.read_bytes()).encode()]
+            parts += [p.name.encode(), sha256_bytes(_patch_bytes(m, p.name)).encode()]
     return sha256_bytes(b"\0".join(parts))
+
+
+def _patch_bytes(m: UpstreamManifest, name: str) -> bytes:
+    return series_journal.patch_bytes(m.patches_dir, name) or b""
 
 
 def check_manifest_untouched(
@@ -94,7 +99,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         step.new_file = p.file
         if step.outcome == "resolved":
             continue
-        old_bytes = m.patch_path(entry_of(m, step.file)).read_bytes()
+        old_bytes = _patch_bytes(m, entry_of(m, step.file).file)
         if p.data == old_bytes:
             step.outcome = "unchanged"
         else:
@@ -106,7 +111,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         same = ids[step.old_commit] == ids[new]
         step.outcome = "refreshed" if same else "merged"
     new_manifest = manifest_text(
-        m.path.read_text(encoding="utf-8"),
+        manifest.read_raw(m.path).decode("utf-8"),
         [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
         # the tree of state.head: the last exported commit's (none left: the new pin)
         rendered[-1].tree if rendered else state.new_tree,
@@ -124,9 +129,9 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     # of a long series more than its replay)
     atomic_write_many(
         [
-            (jdir / "old" / "manifest.toml", m.path.read_bytes()),
+            (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),
             *(
-                (jdir / "old" / "patches" / old.name, old.read_bytes())
+                (jdir / "old" / "patches" / old.name, _patch_bytes(m, old.name))
                 for old in sorted(m.patches_dir.glob("*.patch"))
             ),
             *((jdir / "new" / "patches" / name, data) for name, data in entries),
@@ -192,7 +197,7 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     with root_lock(forge, out_):
         series_journal.recover(forge.root, out_)
         pdir = staged_patches_dir(forge)
-        live = forge.upstream_manifest.read_bytes()
+        live = manifest.read_raw(forge.upstream_manifest)
         series_journal.write(
             forge.root,
             pdir,
