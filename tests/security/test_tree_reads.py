@@ -335,3 +335,27 @@ def test_the_series_journal_carries_a_subdirectory_over_without_reading_it(
     assert (s.patches_dir / s.files[0]).read_bytes() == files[s.files[0]]
     assert stat.S_ISFIFO(os.lstat(notes / "pipe").st_mode)
     assert (notes / "big.bin").read_bytes() == b"x" * 1000
+
+
+@pytest.mark.parametrize("command", ["patch", "check"])
+def test_a_patch_file_linked_out_of_the_root_is_never_followed(
+    tmp_path: Path, upstream: Upstream, command: str
+) -> None:
+    """A patch file is the root's (a pull request writes patches/). The series loader
+    followed a link: `patches/llama.cpp/0001-….patch -> ~/.ssh/id_ed25519` made `check`,
+    the pull-request gate, hash the runner's file and print its sha256 ("sha256 is …,
+    the manifest says …") into a public CI log. Now a link there is exit 2 naming it,
+    never opened."""
+    from support.rebase import make_series
+
+    s = make_series(tmp_path, upstream)
+    secret = tmp_path / "runner-secret"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nnot really\n")
+    patch = s.patches_dir / s.files[0]
+    patch.unlink()
+    patch.symlink_to(secret)
+    argv = ("check", "--offline") if command == "check" else ("patch",)
+    res = run_forge("--root", str(s.root), *argv, **HANG)  # type: ignore[arg-type]
+    _no_crash(res)
+    assert res.code == 2 and s.files[0] in res.stderr and "symlink" in res.stderr, res
+    assert fsutil.sha256_bytes(secret.read_bytes()) not in res.stdout + res.stderr, res
