@@ -15,11 +15,11 @@ import pytest
 from support.build import (
     BuiltLane,
     LaneSnapshot,
+    built_snapshot,
     forge_build,
     keygen,
     make_patched_root,
     make_worker,
-    snapshot_lane,
 )
 from support.cli import run_forge
 from support.git import Upstream, sh_git
@@ -45,10 +45,7 @@ def worker_dir(tmp_path: Path) -> Path:
 def _signed_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    snap = snapshot_lane(tmp_path_factory.mktemp("signed-lane"), _upstream_template, sign=True)
-    first = snap.built.first
-    assert first.code == 0, first
-    return snap
+    return built_snapshot(tmp_path_factory.mktemp("signed-lane"), _upstream_template, sign=True)
 
 
 @pytest.fixture
@@ -60,10 +57,7 @@ def signed(_signed_lane: LaneSnapshot) -> BuiltLane:
 def _unsigned_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    snap = snapshot_lane(tmp_path_factory.mktemp("unsigned-lane"), _upstream_template)
-    first = snap.built.first
-    assert first.code == 0, first
-    return snap
+    return built_snapshot(tmp_path_factory.mktemp("unsigned-lane"), _upstream_template)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import LaneSnapshot, forge_build, snapshot_lane
+from support.build import LaneSnapshot, built_snapshot, forge_build
 from support.git import Upstream
 
 pytestmark = pytest.mark.slow
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.slow
 def _snapshot(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    snap = snapshot_lane(tmp_path_factory.mktemp("lane"), _upstream_template)
-    assert snap.built.first.code == 0, snap.built.first
-    return snap
+    return built_snapshot(tmp_path_factory.mktemp("lane"), _upstream_template)
 
 
 def _tree(top: Path) -> dict[str, tuple[Any, ...]]:

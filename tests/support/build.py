@@ -27,6 +27,7 @@ __all__ = [
     "WORKER_FILES",
     "BuiltLane",
     "LaneSnapshot",
+    "built_snapshot",
     "copy_product",
     "forge_build",
     "keygen",
@@ -209,3 +210,12 @@ def snapshot_lane(
     pristine = directory / "pristine"
     shutil.copytree(base, pristine, symlinks=True)
     return LaneSnapshot(built, pristine)
+
+
+def built_snapshot(
+    directory: Path, upstream: Upstream, *, worker: bool = True, sign: bool = False
+) -> LaneSnapshot:
+    """`snapshot_lane` whose first build must have succeeded: a module's precondition."""
+    snap = snapshot_lane(directory, upstream, worker=worker, sign=sign)
+    assert snap.built.first.code == 0, snap.built.first
+    return snap
