@@ -527,3 +527,43 @@ def test_dry_run_names_are_the_files_the_real_rebase_writes(series: Series) -> N
     written = sorted(p.name for p in s.patches_dir.glob("*.patch"))
     assert written == would_be
     assert [r["new_file"] for r in done.json["patches"]] == would_be
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("next", "1"),  # a number as text
+        ("next", 99),  # past the last step
+        ("phase", 7),
+        ("patches", [{"file": "0001-x.patch"}]),  # a step without its subject and commit
+        ("patches", "0001"),
+        ("conflict", ["not", "an", "object"]),
+        ("canary", "yes"),
+        ("surprise", True),  # a key this forge never writes
+    ],
+)
+def test_a_damaged_rebase_state_is_exit_2_naming_the_key_and_loses_nothing(
+    series: Series, key: str, value: object
+) -> None:
+    """rebase.json is read as its type says, every field: a hand-edited or damaged one is
+    exit 2 naming the file and the key (never a traceback later, in the middle of a
+    replay), and the workspace, the state and the series are left as they were."""
+    s = series
+    conflicting_upstream(s)
+    assert s.forge("rebase", "--onto", s.upstream.head).code == 3
+    path = s.root / ".dgr" / "rebase.json"
+    state = json.loads(path.read_text())
+    state[key] = value
+    path.write_text(json.dumps(state))
+    damaged = path.read_bytes()
+    before = s.snapshot()
+    for cmd in (["rebase", "--continue"], ["rebase", "--abort"]):
+        r = s.forge(*cmd)
+        assert r.code == 2, (cmd, r)
+        assert "unreadable rebase state" in r.stderr and str(path) in r.stderr, r
+        assert key in r.stderr, r
+        assert "Traceback" not in r.stderr, r
+        assert "fix:" in r.stderr, r
+    shown = s.forge("status")  # tells the state is there, never a traceback
+    assert "Traceback" not in shown.stderr and "rebase.json" in shown.stdout + shown.stderr
+    assert path.read_bytes() == damaged and s.snapshot() == before

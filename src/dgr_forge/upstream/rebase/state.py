@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import msgspec
+from msgspec import Struct, field
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -52,8 +55,7 @@ STALE_GIT_STATE = {
 # ----------------------------------------------------------------------------- state
 
 
-@dataclass
-class PatchStep:
+class PatchStep(Struct, forbid_unknown_fields=True):
     file: str  # the old series file name
     subject: str
     old_commit: str  # O_i in the workspace (old pin + series)
@@ -64,8 +66,9 @@ class PatchStep:
     files: list[str] = field(default_factory=list)  # the conflicted files, when it conflicted
 
 
-@dataclass
-class RebaseState:
+# rebase.json is this type, every field: it is read back as it (`load_rebase_state`), so a
+# hand-edited or damaged file is refused naming the key, never half-used in a replay
+class RebaseState(Struct, forbid_unknown_fields=True):
     upstream: str
     src_dir: str
     old_url: str
@@ -81,15 +84,10 @@ class RebaseState:
     patches: list[PatchStep]
     next: int = 0  # index of the next patch to replay
     head: str = ""  # N_(next-1): the new pin plus the patches recorded so far
-    phase: str = "replay"  # replay | conflict | write
+    phase: Literal["replay", "conflict", "write"] = "replay"
     conflict: dict[str, Any] | None = None
     canary: bool = False  # a --dry-run: conflicts are recorded, not stopped at
     version: int = STATE_VERSION
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RebaseState:
-        steps = [PatchStep(**p) for p in data.pop("patches")]
-        return cls(patches=steps, **data)
 
 
 def state_path(forge: Forge) -> Path:
@@ -106,10 +104,14 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
         return None
     try:
         data = read_json(path)
-        if data.get("version") != STATE_VERSION:
-            raise ValueError(f"state version {data.get('version')!r}")
-        return RebaseState.from_json(data)
-    except (ValueError, TypeError, KeyError, AttributeError) as err:
+        version = data.get("version") if isinstance(data, dict) else None
+        if version != STATE_VERSION:
+            raise ValueError(f"state version {version!r}")
+        state = msgspec.convert(data, RebaseState)
+        if not 0 <= state.next <= len(state.patches):
+            raise ValueError(f"next {state.next} is not a step of its {len(state.patches)}")
+        return state
+    except (ValueError, msgspec.ValidationError) as err:
         raise BadInput(
             f"{path}: unreadable rebase state ({err})",
             hint=f"restore the workspace with `dgr-forge fetch --force`, then delete {path}",
@@ -123,10 +125,8 @@ def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> Non
 
 
 def _fields(state: RebaseState) -> dict[str, Any]:
-    """`asdict(state)` without its deep copy: the state is saved after every replayed
-    patch, and on a long series the copy cost more than writing the file."""
-    data = dict(vars(state))
-    data["patches"] = [dict(vars(step)) for step in state.patches]
+    """The state as JSON data (msgspec, in C: it is saved after every replayed patch)."""
+    data: dict[str, Any] = msgspec.to_builtins(state)
     return data
 
 
