@@ -54,8 +54,8 @@ def test_a_dict_field_is_left_out_of_the_hash_and_trees_out_of_equality() -> Non
     one = SeriesBase("c" * 40, (("0001.patch", "0" * 64),), ("t1",))
     other = SeriesBase("c" * 40, (("0001.patch", "0" * 64),), ("t2",))
     assert one == other and hash(one) == hash(other)
-    assert one != SeriesBase("d" * 40, one.entries, one.trees)
-    assert one != ("c" * 40, one.entries)  # another class is never equal
+    assert one != SeriesBase("d" * 40, one.series, one.trees)
+    assert one != ("c" * 40, one.series)  # another class is never equal
 
 
 def test_asdict_is_dataclasses_deep_copy() -> None:

@@ -266,3 +266,32 @@ def test_git_pull_of_a_teammates_patch_then_patch_and_export(team: Series, tmp_p
     assert sh_git(clone, "diff", "--name-only") == "manifests/llama.cpp.toml"
     new_files = sh_git(clone, "ls-files", "--others", "--exclude-standard")
     assert new_files == "patches/llama.cpp/0005-docs-bea-s-notes.patch"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"commit": 7, "series": []}',
+        '{"commit": "%s", "series": [["0001.patch", 5]]}' % ("a" * 40),
+        '{"commit": "%s", "series": "0001.patch"}' % ("a" * 40),
+        '{"series": []}',
+        '{"commit": "not hex", "series": []}',
+        "[]",
+        "{",
+        "",
+    ],
+)
+def test_a_damaged_series_record_is_no_record(tmp_path: Path, text: str) -> None:
+    """`.git/dgr/series.json` is decoded as its type (series_base.SeriesBase): a damaged
+    one is no record (export then asks, as for a workspace without one), never a crash; a
+    written one reads back equal, its trees kept."""
+    from dgr_forge.upstream import series_base
+
+    (tmp_path / ".git" / "dgr").mkdir(parents=True)
+    path = tmp_path / ".git" / series_base.BASE_FILE
+    path.write_text(text)
+    assert series_base.load(tmp_path) is None
+    base = series_base.SeriesBase("b" * 40, (("0001-x.patch", "0" * 64),), ("c" * 40,))
+    series_base.record(tmp_path, base)
+    again = series_base.load(tmp_path)
+    assert again == base and again is not None and again.trees == base.trees

@@ -14,7 +14,6 @@ deletes it with the commits it describes.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.core import gitutil
@@ -35,9 +35,11 @@ BASE_FILE = "dgr/series.json"
 _NOT_COMPARED = frozenset({"trees"})  # what "the same base" is not about
 
 
-class SeriesBase(Struct, frozen=True):
+class SeriesBase(Struct, frozen=True, omit_defaults=True):
+    """What `.git/dgr/series.json` holds, as it holds it (decoded and encoded as this type)."""
+
     commit: str  # the pin
-    entries: tuple[tuple[str, str], ...]  # (file, sha256), in series order
+    series: tuple[tuple[str, str], ...]  # (file, sha256), in series order
     # the tree after each patch: a commit is the forge's only when its tree is one of
     # these (a committer email is anyone's to type); not part of what "the same base" is
     trees: tuple[str, ...] = ()
@@ -56,13 +58,7 @@ class SeriesBase(Struct, frozen=True):
         return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees)
 
     def to_json(self) -> str:
-        data: dict[str, object] = {
-            "commit": self.commit,
-            "series": [list(e) for e in self.entries],
-        }
-        if self.trees:
-            data["trees"] = list(self.trees)
-        return json.dumps(data, indent=1) + "\n"
+        return msgspec.json.format(msgspec.json.encode(self), indent=1).decode() + "\n"
 
 
 class Drift(Struct, frozen=True):
@@ -108,17 +104,14 @@ def _path(src: Path) -> Path:
 def load(src: Path) -> SeriesBase | None:
     """The recorded base, or None (no record, or one this version cannot read)."""
     try:
-        data = json.loads(_path(src).read_text(encoding="utf-8"))
-        commit = data["commit"]
-        entries = tuple((str(f), str(s)) for f, s in data["series"])
-        trees = tuple(str(t) for t in data.get("trees", []))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        base = msgspec.json.decode(_path(src).read_bytes(), type=SeriesBase)
+    except (OSError, msgspec.DecodeError):  # a damaged record is no record
         return None
-    if not isinstance(commit, str) or not gitutil.HEX40.fullmatch(commit):
+    if not gitutil.HEX40.fullmatch(base.commit):
         return None
-    if not all(gitutil.HEX40.fullmatch(t) for t in trees):
-        trees = ()
-    return SeriesBase(commit, entries, trees)
+    if not all(gitutil.HEX40.fullmatch(t) for t in base.trees):
+        base = msgspec.structs.replace(base, trees=())
+    return base
 
 
 def record(src: Path, base: SeriesBase) -> None:
@@ -158,7 +151,7 @@ def drift(base: SeriesBase | None, m: UpstreamManifest) -> Drift:
     if base is None:
         return Drift((), (), (), None, unknown=True)
     now = {f: s for f, s in ((e.file, e.sha256) for e in m.series)}
-    was = dict(base.entries)
+    was = dict(base.series)
     added = tuple(f for f in now if f not in was)
     removed = tuple(f for f in was if f not in now)
     changed = tuple(f for f in now if f in was and was[f] != now[f])
