@@ -86,19 +86,31 @@ def test_a_new_commit_posing_as_a_forge_patch_commit_is_a_persons(team: Series) 
     assert (src / "docs" / "notes-2.md").read_text() == "my change, in a forge-looking commit\n"
 
 
-@pytest.mark.parametrize("state", ["truncated", "hostile-ids", "directory"])
+# well-formed JSON, a key of another type than the state's: the file is not a replay state
+_WRONG_TYPES = {
+    "hostile-ids": {"orig_head": "--output=/tmp/dgr-pwned"},
+    "phase": {"phase": "rm -rf"},
+    "position-text": {"position": "0"},
+    "commits-text": {"commits": "HEAD"},
+    "base-text-number": {"base_text": 7},
+    "unknown-key": {"exec": "true"},
+}
+
+
+@pytest.mark.parametrize("state", ["truncated", *_WRONG_TYPES, "directory"])
 def test_an_unreadable_replay_state_names_the_ref_with_the_commits(
     team: Series, state: str
 ) -> None:
     """The attack: a truncated file. The variants: well-formed JSON whose ids are not
-    commit ids (an option for git), and a directory where the file was."""
+    commit ids (an option for git) or whose keys are of another type (read as its type,
+    every key), and a directory where the file was."""
     src = _stopped(team)
     path = src / ".git" / "dgr-replay.json"
     if state == "truncated":
         path.write_text("{ truncated")
-    elif state == "hostile-ids":
+    elif state in _WRONG_TYPES:
         data = json.loads(path.read_text())
-        path.write_text(json.dumps({**data, "orig_head": "--output=/tmp/dgr-pwned"}))
+        path.write_text(json.dumps({**data, **_WRONG_TYPES[state]}))
     else:
         path.unlink()
         (path / "sub").mkdir(parents=True)

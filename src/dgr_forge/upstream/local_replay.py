@@ -17,13 +17,13 @@ then the whole update again); only a conflict stop (`stopped_at`) waits for
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
+from typing import Literal
 
+import msgspec
 from msgspec import Struct, field
-from msgspec.structs import asdict
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -47,12 +47,14 @@ _BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
 
 
-class ReplayState(Struct):
+# `.git/dgr-replay.json`, decoded as this type, every key (`load_replay_state`)
+class ReplayState(Struct, forbid_unknown_fields=True):
     orig_head: str
     orig_ref: str | None  # the branch HEAD was on (None: detached)
     commits: list[str]  # a person's commits, oldest first
     position: int = 0  # the next one to replay (the one in conflict while stopped)
-    phase: str = "series"  # series: applying the new series; replay: cherry-picking
+    # series: applying the new series; replay: cherry-picking
+    phase: Literal["series", "replay"] = "series"
     replayed: list[str] = field(default_factory=list)  # new ids, in order
     skipped: list[str] = field(default_factory=list)  # already in the new series
     stopped_at: str | None = None  # HEAD when a conflict stopped the replay (else: killed)
@@ -74,25 +76,22 @@ def load_replay_state(src: Path) -> ReplayState | None:
     """The replay in progress, or None (none, or a file that is not one: its ids go to
     git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
     try:
-        data = json.loads((src / ".git" / REPLAY_STATE).read_text(encoding="utf-8"))
-        st = ReplayState(**data)
-    except (OSError, ValueError, TypeError):
+        st = msgspec.json.decode((src / ".git" / REPLAY_STATE).read_bytes(), type=ReplayState)
+    except (OSError, msgspec.DecodeError):
         return None
     ids = [st.orig_head, *st.commits, *st.replayed, *st.skipped]
     ids += [st.stopped_at] if st.stopped_at is not None else []
     ok = (
-        all(isinstance(i, str) and gitutil.HEX40.fullmatch(i) for i in ids)
-        and isinstance(st.position, int)
+        all(gitutil.HEX40.fullmatch(i) for i in ids)
         and 0 <= st.position <= len(st.commits)
-        and (st.orig_ref is None or _BRANCH.fullmatch(str(st.orig_ref)) is not None)
+        and (st.orig_ref is None or _BRANCH.fullmatch(st.orig_ref) is not None)
         and ".." not in str(st.orig_ref)
-        and (st.base_text is None or isinstance(st.base_text, str))
     )
     return st if ok else None
 
 
 def _save(src: Path, st: ReplayState) -> None:
-    atomic_write_text(_path(src), json.dumps(asdict(st), indent=1) + "\n")
+    atomic_write_text(_path(src), msgspec.json.format(msgspec.json.encode(st)).decode() + "\n")
 
 
 def _committer_env(src: Path, commit: str) -> dict[str, str]:
