@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_tree_file, sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import stamps
 from dgr_forge.upstream import trees
@@ -128,10 +128,9 @@ def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
 
 
 def _worker_file_digest(top: Path, rel: str) -> str:
-    """A worker file's sha256 as git stores it: a link's text, never what it points at (a
-    link to /dev/zero was hashed forever); a FIFO or device is exit 2 naming it."""
-    data = read_tree_file(top, rel, what="worker file", hint=stamps.WORKER_HINT)
-    return sha256_bytes(data or b"")
+    """A worker file's sha256 as git stores it (`stamps.worker_file`: a link to /dev/zero
+    was hashed forever)."""
+    return sha256_bytes(stamps.worker_file(top, rel) or b"")
 
 
 # what `status` and `lanes` compare a last build's inputs against, in the order they say it

@@ -43,15 +43,26 @@ def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
         return None
     if not os.path.isfile(path):
         return None
-    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
-    if settled and known is not None and known[1:5] == seen:
+    seen, vouched = _recorded(st, known)
+    if vouched:
         return known
     digest = sha256_file(path)  # non-blocking: a FIFO swapped in is exit 2, never a wait
     return [digest, *seen, taken]
 
 
-WORKER_HINT = "a path worker holds regular files and links only"
+def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]:
+    """The stat record a stamp keeps of `st`, and whether `known` still vouches for the
+    file: its record is this one, taken once the file had settled."""
+    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    return seen, settled and known is not None and known[1:5] == seen
+
+
+def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | None:
+    """A path worker's file `rel` (a tree the forge did not write) as git stores it: a
+    link's text, never what it points at; a FIFO or device is exit 2 naming it."""
+    hint = "a path worker holds regular files and links only"
+    return read_tree_file(top, rel, what="worker file", hint=hint, missing_ok=missing_ok)
 
 
 def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
@@ -64,11 +75,10 @@ def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
         st = os.lstat(top / rel)  # before the read: a change after it moves ctime
     except OSError:
         return None
-    seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
-    if settled and known is not None and known[1:5] == seen:
+    seen, vouched = _recorded(st, known)
+    if vouched:
         return known
-    data = read_tree_file(top, rel, what="worker file", hint=WORKER_HINT, missing_ok=True)
+    data = worker_file(top, rel, missing_ok=True)
     return None if data is None else [sha256_bytes(data), *seen, taken]
 
 
