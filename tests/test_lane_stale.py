@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import PATCH_FILE, make_patched_root, make_worker
+from support.build import PATCH_FILE, keygen, make_patched_root, make_worker
 from support.cli import run_forge
 from support.git import Upstream
 
@@ -121,12 +121,6 @@ def test_a_build_recorded_by_an_older_forge_says_its_inputs_were_not_recorded(
     assert "stale" not in status_text
 
 
-def _keygen(tmp_path: Path) -> Path:
-    key = tmp_path / "keys" / "a.pem"
-    assert run_forge("keygen", "--out", str(key)).code == 0
-    return key
-
-
 def _absolute_state(root: Path) -> None:
     """state.json as a forge before the workspace-relative paths wrote it: schema 1, every
     path of the last build absolute (a no-op on a file that is already so)."""
@@ -173,7 +167,7 @@ def test_a_copied_or_moved_root_shows_its_own_last_build(
     report, the same bytes (re-hashed, verified with its artifacts); a `build` in b
     reconfigures the copied build directory (CMake's cache names a) and writes b's own
     report, never handing back a's."""
-    key = _keygen(tmp_path)
+    key = keygen(tmp_path, "a")
     a, b = tmp_path / "a" / "forge", tmp_path / "b" / "forge"
     make_patched_root(a, upstream)
     built = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--key", str(key))

@@ -200,12 +200,16 @@ def probe(run: Runner = run_probe) -> Identity:
     smi = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
     rocm = run(["rocminfo"])
     vk = run(["vulkaninfo", "--summary"])
-    gpus: list[AnyGpu] = [*nvidia_gpus(smi, salt), *rocm_agents(rocm, salt)]
+    gpus: list[AnyGpu] = [
+        *nvidia_gpus(smi, salt),
+        *rocm_agents(rocm, salt),
+        *vulkan_devices(vk, salt),
+    ]
     return Identity(
         cpu=cpu_info(),
         memory_bytes=memory_bytes(),
         os=os_info(),
-        gpus=[*gpus, *vulkan_devices(vk, salt)],
+        gpus=gpus,
         uuid_salt=salt,
         probed=True,
     )
