@@ -108,8 +108,9 @@ def _partial_dir(git_dir: Path) -> bool:
 
 
 def _server_count(git_dir: Path, commit: str) -> int | None:
-    """The count at `commit` in a full local repository holding it, else None."""
-    if _shallow_dir(git_dir) or _partial_dir(git_dir) or (git_dir / "info" / "grafts").exists():
+    """The count at `commit` in a local repository holding it, not shallow (the caller
+    asked), not partial and without grafts; else None."""
+    if _partial_dir(git_dir) or (git_dir / "info" / "grafts").exists():
         return None
     if _server_git(git_dir, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
         return None
@@ -147,11 +148,11 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     if gitutil.is_local_url(url):
         git_dir = _local_git_dir(url)
         if git_dir is not None:
+            if _shallow_dir(git_dir):
+                return None, "the server's own history is shallow: its count would be short"
             there = _server_count(git_dir, commit)
             if there is not None:
                 return there, "counted in the local repository's full history (no transfer)"
-            if _shallow_dir(git_dir):
-                return None, "the server's own history is shallow: its count would be short"
         # a local server that does not allow filters would ignore the filter
         if git_dir is None or not _allows_filter(git_dir):
             only_commits = []
