@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import PATCH_FILE, keygen, make_patched_root, make_worker
+from support.build import PATCH_FILE, add_path_worker, keygen, make_patched_root
 from support.cli import run_forge
 from support.git import Upstream
 
@@ -45,8 +45,7 @@ def _assert_stale(root: Path, moved: list[str]) -> None:
 
 def test_a_moved_input_marks_the_last_build_stale(tmp_path: Path, upstream: Upstream) -> None:
     root = make_patched_root(tmp_path / "forge", upstream)
-    make_worker(root / "worker")
-    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    add_path_worker(root)
     built = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
     assert built.code == 0, built
 

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support.build import make_patched_root
+from support.build import add_path_worker, make_patched_root
 from support.cli import Result, run_forge
 from support.git import Upstream, copy_upstream, sh_git
 
@@ -108,11 +108,7 @@ def test_a_path_workers_files_are_hashed_as_git_stores_them(
     its files (the worker's identity). A link to /dev/zero was followed and hashed forever;
     now it is its link text. The variant: a FIFO in the worker, exit 2 naming it, never an
     open that waits for a writer."""
-    from support.build import make_worker
-
-    root = make_patched_root(tmp_path / "forge", upstream)
-    make_worker(root / "worker")
-    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    root = _worker_root(tmp_path, upstream)
     odd = root / "worker" / "src" / "odd.h"
     if kind == "fifo":
         os.mkfifo(odd)
@@ -127,11 +123,8 @@ def test_a_path_workers_files_are_hashed_as_git_stores_them(
 
 
 def _worker_root(tmp_path: Path, upstream: Upstream) -> Path:
-    from support.build import make_worker
-
     root = make_patched_root(tmp_path / "forge", upstream)
-    make_worker(root / "worker")
-    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    add_path_worker(root)
     return root
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "WORKER_FILES",
     "BuiltLane",
     "LaneSnapshot",
+    "add_path_worker",
     "built_snapshot",
     "copy_product",
     "forge_build",
@@ -112,6 +113,14 @@ def make_worker(path: Path, files: dict[str, str] | None = None) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(content)
     return path
+
+
+def add_path_worker(root: Path) -> Path:
+    """The test worker at ROOT/worker, named as the root's path worker by its
+    manifests/shard-worker.toml."""
+    worker = make_worker(root / "worker")
+    (root / "manifests" / "shard-worker.toml").write_text('schema = 1\n[worker]\npath = "worker"\n')
+    return worker
 
 
 def nvcc_path() -> str | None:
