@@ -108,12 +108,7 @@ def test_a_path_workers_files_are_hashed_as_git_stores_them(
     its files (the worker's identity). A link to /dev/zero was followed and hashed forever;
     now it is its link text. The variant: a FIFO in the worker, exit 2 naming it, never an
     open that waits for a writer."""
-    root = _worker_root(tmp_path, upstream)
-    odd = root / "worker" / "src" / "odd.h"
-    if kind == "fifo":
-        os.mkfifo(odd)
-    else:
-        odd.symlink_to("/dev/zero")
+    root, _ = _worker_with_odd_file(tmp_path, upstream, kind)
     res = run_forge("--root", str(root), "--json", "lanes", **HANG)  # type: ignore[arg-type]
     _no_crash(res)
     if kind == "fifo":
@@ -126,6 +121,17 @@ def _worker_root(tmp_path: Path, upstream: Upstream) -> Path:
     root = make_patched_root(tmp_path / "forge", upstream)
     add_path_worker(root)
     return root
+
+
+def _worker_with_odd_file(tmp_path: Path, upstream: Upstream, kind: str) -> tuple[Path, Path]:
+    """A root with a path worker holding `src/odd.h`: a FIFO, or a link to /dev/zero."""
+    root = _worker_root(tmp_path, upstream)
+    odd = root / "worker" / "src" / "odd.h"
+    if kind == "fifo":
+        os.mkfifo(odd)
+    else:
+        odd.symlink_to("/dev/zero")
+    return root, odd
 
 
 def _build(root: Path) -> Result:
@@ -171,12 +177,7 @@ def test_build_stamps_a_device_link_as_text_and_refuses_a_fifo(
     """A link to /dev/zero in the path worker is an input like any file: its text (the
     stamp skipped it, so retargeting it moved nothing). A FIFO is exit 2 naming it before
     anything is configured, never an open that waits for a writer."""
-    root = _worker_root(tmp_path, upstream)
-    odd = root / "worker" / "src" / "odd.h"
-    if kind == "fifo":
-        os.mkfifo(odd)
-    else:
-        odd.symlink_to("/dev/zero")
+    root, odd = _worker_with_odd_file(tmp_path, upstream, kind)
     res = _build(root)
     _no_crash(res)
     if kind == "fifo":
