@@ -304,6 +304,52 @@ def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None
     assert "-DCMAKE_MAKE_PROGRAM=${NINJA}" in internal["cmakeArgs"]
 
 
+def test_cmake_and_ninja_are_stamped_once_for_every_report_that_shares_the_cache(
+    tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cmake (~20 MB) and ninja are programs of the build like the compilers: stamped while
+    Ninja compiles, through the forge cache's program stamps. A second workspace's build
+    reads neither file again, and its report still names each by its true sha256."""
+    from support.cache import doctor
+
+    from dgr_forge.attest import provenance
+    from dgr_forge.core import fsutil
+    from dgr_forge.lanes import stamps
+
+    key = keygen(tmp_path, "a")
+    first = forge_build(make_patched_root(tmp_path / "one", upstream), "--key", str(key))
+    assert first.code == 0, first
+    read: list[str] = []
+
+    def counting(path: Path) -> str:
+        read.append(os.path.realpath(path))
+        return fsutil.sha256_file(path)
+
+    for module in (provenance, stamps):  # the two readers a report's tool digests came from
+        monkeypatch.setattr(module, "sha256_file", counting)
+    second = forge_build(make_patched_root(tmp_path / "two", upstream), "--key", str(key))
+    assert second.code == 0, second
+    deps = _deps(lane(second)["report"])
+    drivers = {}
+    for name in ("cmake", "ninja"):
+        found = doctor().tool(name).path  # the program the build ran (plan.cmake, plan.ninja)
+        assert found, name
+        drivers[name] = os.path.realpath(found)
+        assert deps[name]["digest"]["sha256"] == _file_sha256(Path(drivers[name])), name
+    assert read and not set(read) & set(drivers.values()), (read, drivers)
+
+
+def _deps(report: str) -> dict[str, Any]:
+    deps = statement(report)["predicate"]["buildDefinition"]["resolvedDependencies"]
+    return {d["name"]: d for d in deps}
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def test_shared_library_subject_is_the_real_file(root: Path, tmp_path: Path) -> None:
     worker = make_worker(
         tmp_path / "w",

@@ -110,6 +110,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
         "PIP_NO_INDEX": "1",
         "PIP_FIND_LINKS": str(wheels),
         "PIP_CONFIG_FILE": os.devnull,  # this machine's pip settings are not the runner's
+        # PIP_COMPILE=0: the venv's modules compile when a job first imports them (no
+        # PYTHONDONTWRITEBYTECODE here): pip compiling every file of every wheel was
+        # ~6 s of CPU a suite, for modules the jobs never import
+        "PIP_COMPILE": "0",  # (pip reads PIP_NO_COMPILE=1 as compile=1)
     }
     with cache_service() as (url, requests):
         yield Machine(Runner(env, python_bin, sccache, url), temp, tools, requests)

@@ -190,7 +190,9 @@ def readme_venv(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> V
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DGR_", "PYTHON", "PIP_"))}
-    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse),
+    # PIP_COMPILE=0: what the venv's programs import compiles when they first run (this
+    # env has no PYTHONDONTWRITEBYTECODE), not every file of every wheel at install
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse), PIP_COMPILE="0",
                PIP_DISABLE_PIP_VERSION_CHECK="1", HOME=str(base / "home"))  # fmt: skip
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     made = Venv(venv, env, subprocess.CompletedProcess([], 0))

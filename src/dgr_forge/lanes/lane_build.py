@@ -367,7 +367,10 @@ class LaneBuilder:
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
             truth.check_launchers(plan)
         # hashed while Ninja runs; stamps shared through the forge's cache directory
-        self.hashing = programs.start(plan.build_dir, plan.launcher, _program_stamps(self.forge))
+        drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
+        self.hashing = programs.start(
+            plan.build_dir, plan.launcher, _program_stamps(self.forge), drivers
+        )
         at = datetime.now(UTC).isoformat()
         self._record(
             decision.configured(

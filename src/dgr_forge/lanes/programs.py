@@ -94,8 +94,11 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]]:
-    """name -> (path as CMake has it, version) for every program the build runs."""
+def _resolve(
+    build_dir: Path, launcher: str | None, drivers: dict[str, str] | None = None
+) -> dict[str, tuple[str, str]]:
+    """name -> (path as CMake has it, version) for every program the build runs;
+    `drivers`: name -> path of those that run CMake itself (cmake, ninja)."""
     from concurrent.futures import ThreadPoolExecutor
 
     cache = genbuild.programs(build_dir)
@@ -117,26 +120,34 @@ def _resolve(build_dir: Path, launcher: str | None) -> dict[str, tuple[str, str]
                 found.setdefault(f"{var}:{name}", entry)
     if launcher:
         found["launcher"] = (launcher, "")
+    for name, path in sorted((drivers or {}).items()):
+        if os.path.isabs(path):
+            found[name] = (path, "")
     return found
 
 
 def start(
-    build_dir: Path, launcher: str | None, host: Path | None = None
+    build_dir: Path,
+    launcher: str | None,
+    host: Path | None = None,
+    drivers: dict[str, str] | None = None,
 ) -> Future[dict[str, dict[str, Any]]]:
     """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
     what CMake resolved are taken now, before anything else runs. `host`: the directory of
-    the stamps shared between builds (the forge's cache directory; None: none kept)."""
+    the stamps shared between builds (the forge's cache directory; None: none kept).
+    `drivers`: cmake and ninja, stamped here too (through that cache: a report no longer
+    hashes cmake's 20 MB again)."""
     from concurrent.futures import ThreadPoolExecutor
 
     early = {}
-    for path in genbuild.programs(build_dir).values():
+    for path in [*genbuild.programs(build_dir).values(), *(drivers or {}).values()]:
         real = os.path.realpath(path)
         try:
             early[real] = os.stat(real)
         except OSError:
             continue
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(snapshot, build_dir, launcher, early, host)
+    future = pool.submit(snapshot, build_dir, launcher, early, host, drivers)
     pool.shutdown(wait=False)
     return future
 
@@ -146,13 +157,14 @@ def snapshot(
     launcher: str | None,
     early: dict[str, os.stat_result] | None = None,
     host_dir: Path | None = None,
+    drivers: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """name -> {path (resolved), as, version, stamp} for every program of the lane. With
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
     _PROBES.update(stamps.load_host_probes(host_dir))
-    found = _resolve(build_dir, launcher)
+    found = _resolve(build_dir, launcher, drivers)
     stamps.save_host_probes(host_dir, dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
     host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash
