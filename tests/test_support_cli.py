@@ -99,3 +99,58 @@ def test_other_threads_of_the_test_do_not_write_into_the_result(tmp_path: Path) 
         thread.join(10)
     assert res.code == 0, res
     assert "cpu" in res.stdout and "noise" not in res.stderr + res.stdout
+
+
+# ----------------------------------------------------------------------------- the zygote
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--version"],
+        ["--no-such-flag"],
+        ["status", "--json", "--no-such-flag"],
+        ["--root", str(REPO), "--workspace", "{ws}", "lanes", "--json"],
+        ["--root", "{ws}/nowhere", "status"],
+    ],
+)
+def test_a_forked_child_is_what_a_fresh_interpreter_gives(
+    tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = [a.replace("{ws}", str(tmp_path / "ws")) for a in args]
+    forked = run_forge_subprocess(*argv)
+    monkeypatch.setenv("FORGETEST_EXEC", "1")
+    fresh = run_forge_subprocess(*argv)
+    assert (forked.code, forked.stdout, forked.stderr) == (fresh.code, fresh.stdout, fresh.stderr)
+
+
+def test_a_forked_child_is_a_process_of_its_own(forge_root: Path, tmp_path: Path) -> None:
+    """Killed at a fault point it is -9 (as a killed child is) and the next one still runs;
+    its working directory and environment are the run's, not the zygote's."""
+    from support import zygote
+
+    assert zygote.get({**os.environ}) is not None  # this platform forks: the test means it
+    killed = run_forge("patch", cwd=forge_root, env={"DGR_FAULT": "patch.journal"})
+    assert killed.code == -9, killed
+    here = run_forge_subprocess("status", "--json", cwd=forge_root)  # the root found from cwd
+    assert here.code == 0 and here.json["command"] == "status", here
+    (tmp_path / "empty").mkdir()
+    elsewhere = run_forge_subprocess("status", cwd=tmp_path / "empty")
+    assert elsewhere.code == 2, elsewhere
+    assert f"no forge root found from {tmp_path / 'empty'}" in elsewhere.stderr, elsewhere
+    named = run_forge_subprocess(
+        "status", cwd=tmp_path / "empty", env={"DGR_ROOT": str(forge_root)}
+    )
+    assert named.code == 0, named  # the run's environment, not the zygote's
+
+
+def test_a_forked_child_past_its_timeout_is_killed(forge_root: Path) -> None:
+    import subprocess
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_forge("patch", cwd=forge_root, env={"DGR_FAULT": "patch.journal:pause"}, timeout=1)
+    assert time.monotonic() - started < 20
+    again = run_forge("patch", cwd=forge_root)  # the killed run held the lock: gone with it
+    assert again.code == 0, again

@@ -13,8 +13,9 @@ A child process is used (`subprocess=True`, or chosen automatically) where in-pr
 cannot be the same thing: `DGR_FAULT` with a `kill` or `pause` action (it would kill or
 stall the test run itself), the rebase pause hook, and while this process holds a
 workspace lock (the lock is re-entrant in one process, so an in-process run would not
-wait for it). Tests that send signals or read a live process use `forge_cmd`/`forge_env`
-with `subprocess.Popen`.
+wait for it). Such a child is forked from a zygote that imported the forge once
+(support.zygote), not a fresh interpreter, unless FORGETEST_EXEC=1. Tests that send
+signals or read a live process use `forge_cmd`/`forge_env` with `subprocess.Popen`.
 """
 
 from __future__ import annotations
@@ -111,11 +112,19 @@ def run_forge_subprocess(
     env: dict[str, str] | None = None,
     timeout: float = 300,
 ) -> Result:
-    """`python -m dgr_forge ARGS` in a child process (signals, kills, exact process state)."""
+    """`python -m dgr_forge ARGS` in a child process (signals, kills, exact process state):
+    a fork of this process's zygote where it is the same child (support.zygote), else a
+    fresh interpreter."""
+    from . import zygote
+
+    full = forge_env(env)
+    forks = zygote.get(forge_env())
+    if forks is not None and forks.serves(full, cwd):
+        return Result(*forks.run(list(args), cwd, full, timeout))
     proc = _sp.run(
         forge_cmd(*args),
         cwd=cwd,
-        env=forge_env(env),
+        env=full,
         capture_output=True,
         text=True,
         timeout=timeout,

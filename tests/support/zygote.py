@@ -1,0 +1,236 @@
+"""Forge child processes forked from a prepared interpreter instead of started afresh.
+
+Most of a `python -m dgr_forge` child's cost is the interpreter's start and the forge's
+imports (~0.15 s of CPU); the suite starts a few hundred such children, most of them to be
+killed at a fault point. The zygote is one interpreter per test process, started as
+`forge_cmd` starts a child (this executable, the environment `forge_env` gives), that has
+imported the forge and waits on a Unix socket. Each run is a fork of it: a real process
+with its own pid, file descriptors (0, 1 and 2 are the caller's; nothing else is open), working
+directory, environment and umask, that runs `python -m dgr_forge ARGS` through runpy and
+ends as the interpreter ends (threads joined, atexit handlers run, streams flushed). A
+kill, a pause, a lock it holds, its exit code (-9 for SIGKILL) are a process's own.
+
+A run takes the exec path instead where a fork would not be the same child: an
+environment whose interpreter or locale settings (PYTHON*, LANG, LC_*) differ from the
+zygote's, a working directory that does not exist, FORGETEST_EXEC=1, or no pidfd (Linux
+only).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+# The zygote itself: preload the forge, then serve forks. Run with `-c`; argv[1] is the
+# socket path, argv[2] the read end of a pipe whose EOF means the test process is gone.
+_SERVER = r"""
+import json, os, pkgutil, selectors, socket, sys, importlib
+
+import dgr_forge
+for info in pkgutil.walk_packages(dgr_forge.__path__, "dgr_forge."):
+    if not info.name.endswith("__main__"):
+        try:
+            importlib.import_module(info.name)
+        except Exception:
+            pass
+
+def child(req, fds):
+    os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    os.umask(req["umask"])
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    code = 0
+    try:
+        import runpy
+        sys.argv = ["dgr_forge", *req["argv"]]
+        runpy.run_module("dgr_forge", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None:
+            code = 0
+        elif isinstance(exc.code, int):
+            code = exc.code
+        else:
+            print(exc.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        code = 1
+    try:  # the interpreter's own end: threads, atexit, streams
+        import threading
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+        os._exit(code & 0xFF)
+
+def read_request(conn):
+    head, fds, _, _ = socket.recv_fds(conn, 1 << 16, 3)
+    size = int.from_bytes(head[:8], "big")
+    body = head[8:]
+    while len(body) < size:
+        more = conn.recv(size - len(body))
+        if not more:
+            raise OSError("short request")
+        body += more
+    return json.loads(body), fds
+
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(sys.argv[1])
+listener.listen(64)
+gone = int(sys.argv[2])
+sel = selectors.DefaultSelector()
+sel.register(listener, selectors.EVENT_READ, "accept")
+sel.register(gone, selectors.EVENT_READ, "gone")
+print("ready", flush=True)
+while True:
+    for key, _ in sel.select():
+        if key.data == "gone":
+            sys.exit(0)
+        if key.data == "accept":
+            conn, _ = listener.accept()
+            try:
+                req, fds = read_request(conn)
+            except (OSError, ValueError):
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                child(req, fds)
+            for fd in fds:
+                os.close(fd)
+            try:
+                conn.sendall(b"%d\n" % pid)
+            except OSError:
+                pass
+            sel.register(os.pidfd_open(pid), selectors.EVENT_READ, (pid, conn))
+        else:
+            pid, conn = key.data
+            sel.unregister(key.fileobj)
+            os.close(key.fileobj)
+            _, status = os.waitpid(pid, 0)
+            try:
+                conn.sendall(b"%d\n" % os.waitstatus_to_exitcode(status))
+            except OSError:
+                pass
+            conn.close()
+"""
+
+# what decides how an interpreter starts (and so what a fork of the zygote already is)
+_STARTUP = ("PYTHON", "LANG", "LC_")
+
+
+def _startup(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(_STARTUP)}
+
+
+class Zygote:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.dir = tempfile.mkdtemp(prefix="dgr-zygote-")
+        atexit.register(shutil.rmtree, self.dir, ignore_errors=True)
+        self.path = os.path.join(self.dir, "s")
+        read, self._alive = os.pipe()  # the zygote ends when this process's end closes
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, self.path, str(read)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            env=env,
+            cwd="/",
+            pass_fds=(read,),
+            text=True,
+        )
+        os.close(read)
+        ready = self.proc.stdout.readline() if self.proc.stdout else ""
+        if ready.strip() != "ready":
+            raise OSError(f"the zygote did not start: {ready!r}")
+
+    def serves(self, env: dict[str, str], cwd: Path | None) -> bool:
+        return (
+            self.proc.poll() is None
+            and _startup(env) == _startup(self.env)
+            and (cwd is None or os.path.isdir(cwd))
+        )
+
+    def run(
+        self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
+    ) -> tuple[int, str, str]:
+        umask = os.umask(0)
+        os.umask(umask)
+        req = json.dumps(
+            {"argv": argv, "cwd": str(cwd or os.getcwd()), "env": env, "umask": umask}
+        ).encode()
+        with (
+            open(os.devnull, "rb") as stdin,
+            tempfile.TemporaryFile() as out,
+            tempfile.TemporaryFile() as err,
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
+        ):
+            conn.connect(self.path)
+            fds = [stdin.fileno(), out.fileno(), err.fileno()]
+            socket.send_fds(conn, [len(req).to_bytes(8, "big") + req], fds)
+            pid = int(_line(conn))
+            conn.settimeout(timeout)
+            try:
+                code = int(_line(conn))
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                conn.settimeout(30)
+                _line(conn)
+                raise subprocess.TimeoutExpired(["dgr-forge", *argv], timeout) from None
+            return code, _text(out), _text(err)
+
+
+def _line(conn: socket.socket) -> bytes:
+    """One reply line from the zygote (its pid, then its exit code)."""
+    got = b""
+    while not got.endswith(b"\n"):
+        more = conn.recv(64)
+        if not more:
+            raise OSError("the zygote closed the connection")
+        got += more
+    return got
+
+
+def _text(file: Any) -> str:
+    file.seek(0)
+    text: str = file.read().decode("utf-8", errors="replace")
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # as `text=True` reads it
+
+
+_ZYGOTES: dict[int, Zygote | None] = {}
+_LOCK = threading.Lock()
+
+
+def get(env: dict[str, str]) -> Zygote | None:
+    """This process's zygote (started at the first call), or None where none can serve."""
+    if os.environ.get("FORGETEST_EXEC") == "1" or not hasattr(os, "pidfd_open"):
+        return None
+    with _LOCK:
+        pid = os.getpid()
+        if pid not in _ZYGOTES:
+            try:
+                _ZYGOTES[pid] = Zygote(env)
+            except OSError:
+                _ZYGOTES[pid] = None
+        return _ZYGOTES[pid]
