@@ -743,6 +743,17 @@ def tool(name: str) -> str:
 _SCHEMA_VALID: set[tuple[str, bytes]] = set()
 
 
+def check_jsonschema(*args: str) -> tuple[int, str]:
+    """The `check-jsonschema` command, run in this process through its own Click entry
+    point (its vendored schemas, its YAML loader, its format checks): the same check as
+    the installed program, without an interpreter start and imports per file (~0.4 s)."""
+    from check_jsonschema.cli.main_command import main
+    from click.testing import CliRunner
+
+    done = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return done.exit_code, done.output
+
+
 def validate(
     tmp_path: Path, github: str, gitlab: str, persona: str = "regular"
 ) -> list[dict[str, Any]]:
@@ -759,15 +770,10 @@ def validate(
         ("vendor.gitlab-ci", tmp_path / "repo" / ".gitlab-ci.yml"),
     ):
         key = (schema, path.read_bytes())
-        if key in _SCHEMA_VALID:  # these bytes passed this schema already (0.4 s a check)
+        if key in _SCHEMA_VALID:  # these bytes passed this schema already
             continue
-        checked = subprocess.run(
-            [tool("check-jsonschema"), "--builtin-schema", schema, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert checked.returncode == 0, (schema, checked.stdout, checked.stderr)
+        code, output = check_jsonschema("--builtin-schema", schema, str(path))
+        assert code == 0, (schema, output)
         _SCHEMA_VALID.add(key)
     audit = subprocess.run(
         [
