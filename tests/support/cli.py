@@ -359,21 +359,29 @@ def _process_state(environ: dict[str, str], cwd: Path | None) -> Iterator[None]:
 _CACHES: dict[str, tuple[Any, list[Any]]] = {}
 
 
+_ALL_CLEARS: tuple[int, list[Any]] = (-1, [])  # (len(sys.modules) when listed, the clears)
+
+
 def _reset_module_state() -> None:
-    for name, module in list(sys.modules.items()):
-        if name != "dgr_forge" and not name.startswith("dgr_forge."):
-            continue
-        seen, clears = _CACHES.get(name, (None, []))
-        if seen is not module:
-            clears = [
-                clear
-                for value in list(vars(module).values())
-                if callable(clear := getattr(value, "cache_clear", None))
-                and hasattr(value, "__wrapped__")
-            ]
-            _CACHES[name] = (module, clears)
-        for clear in clears:
-            clear()
+    global _ALL_CLEARS
+    if _ALL_CLEARS[0] != len(sys.modules):  # a module came or went: list the caches again
+        everything = []
+        for name, module in list(sys.modules.items()):
+            if name != "dgr_forge" and not name.startswith("dgr_forge."):
+                continue
+            seen, clears = _CACHES.get(name, (None, []))
+            if seen is not module:
+                clears = [
+                    clear
+                    for value in list(vars(module).values())
+                    if callable(clear := getattr(value, "cache_clear", None))
+                    and hasattr(value, "__wrapped__")
+                ]
+                _CACHES[name] = (module, clears)
+            everything += clears
+        _ALL_CLEARS = (len(sys.modules), everything)
+    for clear in _ALL_CLEARS[1]:
+        clear()
     fault = sys.modules.get("dgr_forge.core.fault")
     if fault is not None:
         if hasattr(fault, "_parsed"):
