@@ -108,8 +108,9 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
     )
 
 
-def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> None:
-    """Before the work tree moves: a wrong pin leaves everything as it was."""
+def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
+    """Before the work tree moves: a wrong pin leaves everything as it was. The pin's
+    tree."""
     actual = gitutil.rev_parse(src, m.commit)
     if actual != m.commit:
         raise OperationFailed(
@@ -120,6 +121,7 @@ def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> No
     tree = gitutil.tree_of(src, m.commit)
     if m.tree is not None and tree != m.tree:
         raise _tree_mismatch(m, tree, url if method != "local" else None)
+    return tree
 
 
 def fetch_locked(
@@ -190,13 +192,12 @@ def fetch_locked(
         try:
             method = transfer(src, url, m.commit, out, m.name)
             fault.point("fetch.objects")
-            _verify_fetched(src, m, url, method)
+            tree = _verify_fetched(src, m, url, method)
         except Exception as err:  # a failure, not a kill: `status` tells its cause
             record_fetch_failure(gitdir, m.commit, str(err))
             raise
     else:
-        _verify_fetched(src, m, url, method)
-    tree = gitutil.tree_of(src, m.commit)
+        tree = _verify_fetched(src, m, url, method)
     (gitdir / FETCH_JOURNAL).unlink(missing_ok=True)  # complete: git checked connectivity
     fault.point("fetch.verified")
 
