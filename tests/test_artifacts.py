@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli import Result, forge_cmd, forge_env, run_forge
+from support.cli import Result, forge_env, forge_popen, run_forge
 from support.server import FaultyServer, flip_byte, split_names, write_split_gguf
 
 from dgr_forge.core.errors import BadInput
@@ -223,8 +223,7 @@ def test_interrupted_run_keeps_the_part_and_the_next_run_resumes(
     server.faults.stall[NAMES[0]] = 20_000
     server.faults.stall_seconds = 600  # far beyond any bound below: only Ctrl-C ends it
     env = forge_env({**FAST, "DGR_ARTIFACTS_TIMEOUT": "600"})
-    proc = subprocess.Popen(forge_cmd(*args), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = forge_popen(*args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     while not (part.is_file() and part.stat().st_size == 20_000):
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.02)

@@ -18,7 +18,7 @@ import pytest
 from support import dist, scratch
 from support.build import make_patched_root, make_worker
 from support.cache import clean_env, loopback_server
-from support.cli import Result, forge_cmd, forge_env, run_forge
+from support.cli import Result, forge_env, forge_popen, run_forge
 from support.git import Upstream
 
 pytestmark = pytest.mark.slow
@@ -207,9 +207,9 @@ def test_scheduler_down_local_compiles_one_warning_one_server_and_first_build_ha
     # killed mid-build (SIGKILL: no cleanup runs): one server served all 8 jobs, and it
     # outlives the forge; the next build of the workspace stops it first and leaves none
     shutil.rmtree(ws / "build")
-    paused = subprocess.Popen(
-        forge_cmd("--root", str(root), "--workspace", str(ws), "build", "-j", "8", "--no-sign",
-                  "--worker", str(root / "worker"), "--cache", "sccache"),
+    paused = forge_popen(
+        "--root", str(root), "--workspace", str(ws), "build", "-j", "8", "--no-sign",
+        "--worker", str(root / "worker"), "--cache", "sccache",
         env=forge_env({**env, "DGR_FAULT": "build.linked:pause"}),
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli import forge_cmd, forge_env, run_forge
+from support.cli import forge_env, forge_popen, run_forge
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "1e300", "99999999", "soon", "-"])
@@ -60,8 +60,8 @@ def test_lock_timeout_is_applied(forge_root: Path, value: str) -> None:
 
 def test_lock_timeout_waits_for_the_holder_to_finish(forge_root: Path) -> None:
     with _held_lock(forge_root):
-        child = subprocess.Popen(
-            forge_cmd("fetch"),
+        child = forge_popen(
+            "fetch",
             cwd=forge_root,
             env={**forge_env(), "DGR_LOCK_TIMEOUT": "600"},
             stdin=subprocess.DEVNULL,

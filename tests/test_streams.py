@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.cli import forge_cmd, forge_env, run_forge
+from support.cli import forge_env, forge_popen, run_forge
 from support.demo import DemoTour
 from support.git import Upstream, sh_git
 from support.roots import copy_product
@@ -31,18 +31,18 @@ def _wide_logs(monkeypatch: pytest.MonkeyPatch) -> None:
 def _shell(*args: str, cwd: Path, stdout: Path, env: dict[str, str] | None = None) -> str:
     """`dgr-forge ARGS > stdout` in a child process; its stderr."""
     with open(stdout, "w") as out:
-        proc = subprocess.run(
-            forge_cmd(*args),
+        proc = forge_popen(
+            *args,
             cwd=cwd,
             env=forge_env(env),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stderr
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    return str(err)
 
 
 def test_status_redirected_to_a_file_gives_the_table_there_and_nothing_on_stderr(
@@ -62,8 +62,8 @@ def test_status_redirected_to_a_file_gives_the_table_there_and_nothing_on_stderr
 def test_lanes_piped_to_grep_through_a_real_pipe(forge_root: Path) -> None:
     copy_product(forge_root)  # the real recipes/ and probes
     env = forge_env()
-    with subprocess.Popen(
-        forge_cmd("lanes"), cwd=forge_root, env=env, stdin=subprocess.DEVNULL,
+    with forge_popen(
+        "lanes", cwd=forge_root, env=env, stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     ) as lanes, subprocess.Popen(
         ["grep", "cpu"], stdin=lanes.stdout, stdout=subprocess.PIPE, text=True

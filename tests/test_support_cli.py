@@ -154,3 +154,32 @@ def test_a_forked_child_past_its_timeout_is_killed(forge_root: Path) -> None:
     assert time.monotonic() - started < 20
     again = run_forge("patch", cwd=forge_root)  # the killed run held the lock: gone with it
     assert again.code == 0, again
+
+
+def test_a_forked_popen_is_what_popen_gives(forge_root: Path) -> None:
+    """Pipes, poll, a wait past its timeout, a session of its own, a group kill: -9."""
+    import signal
+    import subprocess
+
+    from support.cli import forge_env, forge_popen
+    from support.zygote import ForkedPopen
+
+    with forge_popen("--version", env=forge_env(), stdout=subprocess.PIPE, text=True) as version:
+        out, _ = version.communicate(timeout=60)
+    assert isinstance(version, ForkedPopen) and version.returncode == 0
+    assert out == run_forge_subprocess("--version").stdout
+
+    paused = forge_popen(
+        "patch", cwd=forge_root, env=forge_env({"DGR_FAULT": "patch.journal:pause"}),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, start_new_session=True,
+    )  # fmt: skip
+    assert isinstance(paused, ForkedPopen) and paused.stderr is not None
+    with paused, paused.stderr:
+        assert any("paused at patch.journal" in line for line in paused.stderr)
+        assert paused.poll() is None
+        with pytest.raises(subprocess.TimeoutExpired):
+            paused.wait(timeout=0.2)
+        assert os.getpgid(paused.pid) == paused.pid != os.getpgid(0)
+        os.killpg(paused.pid, signal.SIGKILL)
+        assert paused.wait(timeout=30) == -9

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import forge_cmd, forge_env, run_forge
+from support.cli import forge_env, forge_popen, run_forge
 from support.git import Upstream, sh_git
 from support.patches import make_series, src_dir
 from support.roots import Series
@@ -196,8 +196,8 @@ def test_random_kills_of_fetch_and_patch_never_break_the_next_run(
     started = time.monotonic()
     for i in range(6):
         command = rng.choice(["fetch", "patch"])
-        proc = subprocess.Popen(
-            forge_cmd(command),
+        proc = forge_popen(
+            command,
             cwd=forge_root,
             env=forge_env(),
             stdin=subprocess.DEVNULL,

@@ -74,6 +74,24 @@ def forge_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "dgr_forge", *args]
 
 
+# what a fork of the zygote can do as Popen does (preexec_fn, pass_fds, rlimits: exec)
+_FORKABLE = {"cwd", "env", "stdin", "stdout", "stderr", "text", "start_new_session", "umask"}
+
+
+def forge_popen(*args: str, **popen: Any) -> _sp.Popen[Any]:
+    """`subprocess.Popen(forge_cmd(*args), **popen)`: a fork of this process's zygote
+    (support.zygote) where it is the same child, else a fresh interpreter."""
+    from . import zygote
+
+    env = popen.get("env")
+    forks = zygote.get(forge_env()) if set(popen) <= _FORKABLE else None
+    if forks is not None and forks.serves(
+        dict(os.environ if env is None else env), popen.get("cwd")
+    ):
+        return zygote.ForkedPopen(forks, list(args), **popen)
+    return _sp.Popen(forge_cmd(*args), **popen)
+
+
 def run_python(code: str) -> _sp.CompletedProcess[str]:
     """`python -c CODE` in a fresh interpreter with the CLI's environment and src/ first on
     the path: what a start imports, measured in a process of its own."""

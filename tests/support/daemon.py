@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .cli import forge_cmd, forge_env
+from .cli import forge_env, forge_popen
 from .git import GIT_ENV
 
 # git config that makes a client speak protocol v0 (no SHA wants unless the server allows)
@@ -101,8 +101,8 @@ class Background:
     """`dgr-forge ...` running in its own process group; stderr read line by line."""
 
     def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
-            forge_cmd(*args),
+        self.proc = forge_popen(
+            *args,
             cwd=cwd,
             env=forge_env(env),
             stdin=subprocess.DEVNULL,

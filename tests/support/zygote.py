@@ -47,6 +47,8 @@ for info in pkgutil.walk_packages(dgr_forge.__path__, "dgr_forge."):
 def child(req, fds):
     os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    if req.get("setsid"):
+        os.setsid()
     os.umask(req["umask"])
     os.chdir(req["cwd"])
     os.environ.clear()
@@ -172,33 +174,107 @@ class Zygote:
             and (cwd is None or os.path.isdir(cwd))
         )
 
+    def launch(
+        self,
+        argv: list[str],
+        cwd: Path | str | None,
+        env: dict[str, str],
+        fds: list[int],
+        *,
+        umask: int | None = None,
+        setsid: bool = False,
+    ) -> tuple[int, socket.socket]:
+        """Fork a child running `dgr-forge ARGV` with `fds` as its 0, 1 and 2: its pid, and
+        the connection on which the zygote sends its exit code when it ends."""
+        if umask is None:
+            umask = os.umask(0)
+            os.umask(umask)
+        req = {"argv": argv, "cwd": str(cwd or os.getcwd()), "env": env, "umask": umask}
+        body = json.dumps({**req, "setsid": setsid}).encode()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self.path)
+            socket.send_fds(conn, [len(body).to_bytes(8, "big") + body], fds)
+            return int(_line(conn)), conn
+        except BaseException:
+            conn.close()
+            raise
+
     def run(
         self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
     ) -> tuple[int, str, str]:
-        umask = os.umask(0)
-        os.umask(umask)
-        req = json.dumps(
-            {"argv": argv, "cwd": str(cwd or os.getcwd()), "env": env, "umask": umask}
-        ).encode()
         with (
             open(os.devnull, "rb") as stdin,
             tempfile.TemporaryFile() as out,
             tempfile.TemporaryFile() as err,
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
         ):
-            conn.connect(self.path)
-            fds = [stdin.fileno(), out.fileno(), err.fileno()]
-            socket.send_fds(conn, [len(req).to_bytes(8, "big") + req], fds)
-            pid = int(_line(conn))
-            conn.settimeout(timeout)
-            try:
-                code = int(_line(conn))
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                conn.settimeout(30)
-                _line(conn)
-                raise subprocess.TimeoutExpired(["dgr-forge", *argv], timeout) from None
+            pid, conn = self.launch(argv, cwd, env, [stdin.fileno(), out.fileno(), err.fileno()])
+            with conn:
+                conn.settimeout(timeout)
+                try:
+                    code = int(_line(conn))
+                except TimeoutError:
+                    os.kill(pid, signal.SIGKILL)
+                    conn.settimeout(30)
+                    _line(conn)
+                    raise subprocess.TimeoutExpired(["dgr-forge", *argv], timeout) from None
             return code, _text(out), _text(err)
+
+
+class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
+    """`subprocess.Popen` of `dgr-forge ARGS` whose child is a fork of the zygote: pipes,
+    `communicate`, `poll`, `wait`, `kill` and `send_signal` as Popen has them (the exit
+    code comes from the zygote, which is the child's parent)."""
+
+    def __init__(self, zygote: Zygote, argv: list[str], **kwargs: Any) -> None:
+        self._zygote, self._argv, self._conn = zygote, argv, None
+        super().__init__(["dgr-forge", *argv], **kwargs)
+
+    def _execute_child(  # type: ignore[override]
+        self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any,
+        cwd: Any, env: Any, startupinfo: Any, creationflags: Any, shell: Any,
+        p2cread: int, p2cwrite: int, c2pread: int, c2pwrite: int, errread: int,
+        errwrite: int, restore_signals: Any, gid: Any, gids: Any, uid: Any, umask: int,
+        start_new_session: bool, *rest: Any,
+    ) -> None:  # fmt: skip
+        fds = [p2cread, c2pwrite, errwrite]
+        fds = [fd if fd != -1 else i for i, fd in enumerate(fds)]  # not redirected: ours
+        self.pid, self._conn = self._zygote.launch(
+            self._argv, cwd, dict(env if env is not None else os.environ), fds,
+            umask=None if umask < 0 else umask, setsid=start_new_session,
+        )  # fmt: skip
+        pairs = ((p2cread, p2cwrite), (c2pwrite, c2pread), (errwrite, errread))
+        devnull = getattr(self, "_devnull", None)
+        for child_end, parent_end in pairs:  # as Popen closes them once the child has them
+            if child_end != -1 and parent_end != -1 and child_end != devnull:
+                os.close(child_end)
+        if devnull is not None:
+            os.close(devnull)
+        self._closed_child_pipe_fds = True
+
+    def _exit_code(self, timeout: float | None) -> int | None:
+        if self._conn is None:
+            return self.returncode
+        self._conn.settimeout(timeout)
+        try:
+            code = int(_line(self._conn))
+        except (TimeoutError, BlockingIOError):
+            return None
+        self._conn.close()
+        self._conn = None
+        return code
+
+    def _internal_poll(self, *_: Any, **__: Any) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._exit_code(0)
+        return self.returncode
+
+    def _wait(self, timeout: float | None) -> int:
+        if self.returncode is None:
+            self.returncode = self._exit_code(timeout)
+            if self.returncode is None:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self.returncode
 
 
 def _line(conn: socket.socket) -> bytes:
