@@ -9,25 +9,67 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
-from msgspec import Struct
+import msgspec
+from msgspec import Meta, Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
+from dgr_forge.core.tominput import NonEmpty, Shape, decode, fail, fix
 from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
-
-_TOP_KEYS = {"schema", "upstream", "patches"}
-_UPSTREAM_KEYS = {"name", "url", "commit", "tree", "build_number"}
 # llama.cpp is past b10000; a number far beyond any real history is a typo or hostile
 MAX_BUILD_NUMBER = 10**9
-_PATCHES_KEYS = {"dir", "series", "result"}
-_ENTRY_KEYS = {"file", "sha256", "tree"}
-_RESULT_KEYS = {"tree"}
+
+
+# -- the file as written (its keys, types, bounds and defaults: declared once, here)
+
+
+class _Entry(Shape):  # one [[patches.series]]
+    file: str
+    sha256: str
+    tree: str | None = None
+
+
+class _Result(Shape):  # [patches.result]
+    tree: str | None = None
+
+
+class _Patches(Shape):
+    dir: str | None = None  # default: patches/<upstream.name>
+    series: tuple[_Entry, ...] = ()
+    result: _Result = msgspec.field(default_factory=_Result)
+
+
+class _Upstream(Shape):
+    name: str
+    url: Annotated[NonEmpty, Meta(extra=fix("set the upstream's git URL"))]
+    commit: str
+    tree: str | None = None
+    build_number: (
+        Annotated[
+            int,
+            Meta(
+                ge=1,
+                le=MAX_BUILD_NUMBER,
+                extra=fix(
+                    "remove it: `dgr-forge fetch` records the upstream's own count at the pin "
+                    "(`git rev-list --count <commit>` in a full clone)"
+                ),
+            ),
+        ]
+        | None
+    ) = None
+
+
+class _Manifest(Shape):
+    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    upstream: _Upstream
+    patches: _Patches = msgspec.field(default_factory=_Patches)
 
 
 class PatchEntry(Struct, frozen=True):
@@ -69,26 +111,20 @@ class UpstreamManifest(Struct, frozen=True):
         return hashlib.sha256(lines.encode()).hexdigest()
 
 
-class _Checker(Checker):
-    """The shared schema reader plus the manifest's git object ids."""
-
-    def object_id(self, data: dict[str, Any], key: str, where: str, required: bool) -> str | None:
-        value = self.string(data, key, where, required)
-        if value is None:
-            return None
-        if not HEX40.fullmatch(value):
-            what = "commit" if key == "commit" else "tree"
-            looks_like_ref = not re.fullmatch(r"[0-9a-fA-F]*", value)
-            problem = f"{shown_value(value)} is not a full 40-hex {what} id"
-            if looks_like_ref and key == "commit":
-                problem += " (branch and tag names are refused: a pin must not move)"
-            fix = (
-                "pin the full lowercase commit id, e.g. the output of `git rev-parse <ref>`"
-                if key == "commit"
-                else f"use the full tree id (`git rev-parse <commit>^{{tree}}`) or remove {key}"
-            )
-            raise self.fail(f"{where}.{key}", problem, fix)
+def _object_id(shown: str, value: str | None, key: str) -> str | None:
+    """A git object id as the manifest pins it: the full lowercase 40 hex, never a ref."""
+    if value is None or HEX40.fullmatch(value):
         return value
+    what = "commit" if key.endswith("commit") else "tree"
+    problem = f"{shown_value(value)} is not a full 40-hex {what} id"
+    if what == "commit" and not re.fullmatch(r"[0-9a-fA-F]*", value):
+        problem += " (branch and tag names are refused: a pin must not move)"
+    fix_text = (
+        "pin the full lowercase commit id, e.g. the output of `git rev-parse <ref>`"
+        if what == "commit"
+        else f"use the full tree id (`git rev-parse <commit>^{{tree}}`) or remove {key}"
+    )
+    raise fail(shown, key, problem, fix_text)
 
 
 _HINT = (
@@ -112,122 +148,101 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         shown = str(path)
-    c = _Checker(shown)
-    _, data = c.load(path, what="manifest", hint=_HINT)
-
-    c.known_keys(data, _TOP_KEYS, "")
-    c.schema(data, SCHEMA)
-
-    upstream = c.table(data.get("upstream"), "upstream")
-    c.known_keys(upstream, _UPSTREAM_KEYS, "upstream")
-    name = c.string(upstream, "name", "upstream")
-    assert name is not None
-    if not NAME.fullmatch(name):
-        raise c.fail(
+    _, data = Checker(shown).load(path, what="manifest", hint=_HINT)
+    doc = decode(shown, data, _Manifest)
+    up = doc.upstream
+    if not NAME.fullmatch(up.name):
+        raise fail(
+            shown,
             "upstream.name",
-            f"{shown_value(name)} is not a plain directory name",
+            f"{shown_value(up.name)} is not a plain directory name",
             "use letters, digits, '.', '_' or '-', e.g. \"llama.cpp\"",
         )
-    url = c.string(upstream, "url", "upstream")
-    assert url is not None
-    if not url.strip():
-        raise c.fail("upstream.url", "empty", "set the upstream's git URL")
-    commit = c.object_id(upstream, "commit", "upstream", required=True)
+    commit = _object_id(shown, up.commit, "upstream.commit")
     assert commit is not None
-    tree = c.object_id(upstream, "tree", "upstream", required=False)
-    build_number = c.integer(
-        upstream,
-        "build_number",
-        "upstream",
-        required=False,
-        minimum=1,
-        maximum=MAX_BUILD_NUMBER,
-        fix="remove it: `dgr-forge fetch` records the upstream's own count at the pin "
-        "(`git rev-list --count <commit>` in a full clone)",
-    )
+    tree = _object_id(shown, up.tree, "upstream.tree")
 
-    patches = c.table(data.get("patches", {}), "patches")
-    c.known_keys(patches, _PATCHES_KEYS, "patches")
-    dir_rel = c.string(patches, "dir", "patches", required=False) or f"patches/{name}"
+    dir_rel = doc.patches.dir or f"patches/{up.name}"
     patches_dir = (root / dir_rel).resolve()
     if Path(dir_rel).is_absolute() or not patches_dir.is_relative_to(root.resolve()):
-        raise c.fail(
+        raise fail(
+            shown,
             "patches.dir",
             f"{shown_value(dir_rel)} is outside the forge root",
             "use a relative path",
         )
-    series_raw = patches.get("series", [])
-    if not isinstance(series_raw, list):
-        raise c.fail("patches.series", "must be an array of tables", "write [[patches.series]]")
+    series = _series(shown, doc.patches.series, dir_rel)
+    result_tree = _object_id(shown, doc.patches.result.tree, "patches.result.tree")
+
+    try:
+        _check_files_on_disk(shown, patches_dir, dir_rel, series)
+    except BadInput as err:
+        # where the series lives: a half-written one there may be why (cli/context says so)
+        err.details.setdefault("patches_dir", str(patches_dir))
+        raise
+    check_url(up.url, f"{shown}: [upstream] url")  # data, never a git option
+    return UpstreamManifest(
+        path=path,
+        name=up.name,
+        url=up.url,
+        commit=commit,
+        tree=tree,
+        patches_dir=patches_dir,
+        patches_dir_rel=dir_rel,
+        series=series,
+        result_tree=result_tree,
+        build_number=up.build_number,
+    )
+
+
+def _series(shown: str, entries: tuple[_Entry, ...], dir_rel: str) -> tuple[PatchEntry, ...]:
+    """The series as listed: canonical names, sha256s, ascending numbers without repeats."""
     series: list[PatchEntry] = []
-    for i, item in enumerate(series_raw):
+    for i, entry in enumerate(entries):
         where = f"patches.series[{i}]"
-        entry = c.table(item, where)
-        c.known_keys(entry, _ENTRY_KEYS, where)
-        file = c.string(entry, "file", where)
-        assert file is not None
+        file = entry.file
         m = PATCH_NAME.fullmatch(file)
         if not m:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{where}.file",
                 f"{shown_value(file)} is not named NNNN-<slug>.patch",
                 "run `dgr-forge export` to regenerate canonical names",
             )
-        sha = c.string(entry, "sha256", where)
-        assert sha is not None
-        if not HEX64.fullmatch(sha):
-            raise c.fail(
+        if not HEX64.fullmatch(entry.sha256):
+            raise fail(
+                shown,
                 f"{where}.sha256",
-                f"{shown_value(sha)} is not a 64-hex sha256",
+                f"{shown_value(entry.sha256)} is not a 64-hex sha256",
                 f"set it to `sha256sum {dir_rel}/{file}` (or run `dgr-forge export`)",
             )
-        step_tree = c.object_id(entry, "tree", where, required=False)
+        step_tree = _object_id(shown, entry.tree, f"{where}.tree")
         if series and int(m.group(1)) == series[-1].number:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{where}.file",
                 f"duplicate patch number {m.group(1)} ({series[-1].file} and {file})",
                 "renumber the series (`dgr-forge export` does it)",
             )
         if series and int(m.group(1)) < series[-1].number:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{where}.file",
                 f"{file} is listed after {series[-1].file}: series out of numeric order",
                 "list [[patches.series]] in ascending NNNN order",
             )
-        series.append(PatchEntry(file=file, sha256=sha, tree=step_tree))
-
-    result = c.table(patches.get("result", {}), "patches.result")
-    c.known_keys(result, _RESULT_KEYS, "patches.result")
-    result_tree = c.object_id(result, "tree", "patches.result", required=False)
-
-    try:
-        _check_files_on_disk(c, patches_dir, dir_rel, series)
-    except BadInput as err:
-        # where the series lives: a half-written one there may be why (cli/context says so)
-        err.details.setdefault("patches_dir", str(patches_dir))
-        raise
-    check_url(url, f"{shown}: [upstream] url")  # data, never a git option
-    return UpstreamManifest(
-        path=path,
-        name=name,
-        url=url,
-        commit=commit,
-        tree=tree,
-        patches_dir=patches_dir,
-        patches_dir_rel=dir_rel,
-        series=tuple(series),
-        result_tree=result_tree,
-        build_number=build_number,
-    )
+        series.append(PatchEntry(file=file, sha256=entry.sha256, tree=step_tree))
+    return tuple(series)
 
 
 def _check_files_on_disk(
-    c: _Checker, patches_dir: Path, dir_rel: str, series: list[PatchEntry]
+    shown: str, patches_dir: Path, dir_rel: str, series: tuple[PatchEntry, ...]
 ) -> None:
     listed = {e.file for e in series}
     for i, entry in enumerate(series):
         if not (patches_dir / entry.file).is_file():
-            raise c.fail(
+            raise fail(
+                shown,
                 f"patches.series[{i}].file",
                 f"{dir_rel}/{entry.file} does not exist",
                 "restore the file, or remove its [[patches.series]] entry",
@@ -235,7 +250,8 @@ def _check_files_on_disk(
     on_disk = sorted(p.name for p in patches_dir.glob("*.patch")) if patches_dir.is_dir() else []
     for name in on_disk:
         if name not in listed:
-            raise c.fail(
+            raise fail(
+                shown,
                 "patches.series",
                 f"{dir_rel}/{name} is on disk but not listed in the series",
                 "add a [[patches.series]] entry for it (`dgr-forge export` does), or delete it",

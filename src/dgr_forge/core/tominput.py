@@ -1,0 +1,285 @@
+"""The TOML inputs as typed shapes: one decoder from a parsed document to its Shape.
+
+Each input's shape (its keys, types, bounds, defaults) is declared once, as `Shape` Structs
+at the top of its loader; `decode` converts strictly (a bool is not an integer, a float is
+not one, a string is never coerced) and turns msgspec's first complaint into the forge's
+`BadInput`: ``<file>: <key>: <problem>``, the fix as the hint, exit 2, in the words the
+inputs' documentation uses. A field's own fix text lives beside its type
+(``Annotated[int, Meta(ge=1, extra=fix("..."))]``). Reading, size, UTF-8, syntax and depth
+stay with `tomlcheck.Checker.load`; the checks that are not types (ids, names, paths, URLs)
+stay with each loader.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+
+import msgspec
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.tomlcheck import shown_value, type_name
+
+
+class Shape(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """The base of every input shape: an unknown key is refused, never ignored."""
+
+
+S = TypeVar("S", bound=Shape)
+
+
+def fix(text: str) -> dict[str, str]:
+    """A field's fix text, for `Meta(extra=...)`: the hint of every refusal of that field."""
+    return {"fix": text}
+
+
+# a string that is neither empty nor only whitespace
+NonEmpty = Annotated[str, msgspec.Meta(pattern=r"\S")]
+
+_NUL = "contains a NUL byte (a control character)"
+
+
+def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
+    """The one refusal of an input: file, key, problem; the fix as the hint."""
+    return BadInput(f"{shown}: {key}: {problem}", hint=hint, details={"file": shown, "key": key})
+
+
+def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:
+    """`data` (a parsed TOML document) as `shape`, or exit 2 naming the file and the key."""
+    try:
+        value = msgspec.convert(data, shape, strict=True)
+    except msgspec.ValidationError as err:
+        raise _explain(shown, data, shape, str(err)) from None
+    where = _nul_at(data)
+    if where is not None:  # never meaningful, and a path with one makes os calls raise
+        raise fail(shown, where, _NUL, "remove it")
+    return value
+
+
+# -- keys as messages show them
+
+
+def _key(where: str, key: str) -> str:
+    key = key if key.isprintable() else ascii(key)  # a control character is shown escaped
+    return f"{where}.{key}" if where else key
+
+
+def _nul_at(data: Any) -> str | None:
+    """The key of the first string (or key) holding a NUL; an array of strings is named
+    as a whole, as its type is."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, dict):
+            for k, v in reversed(value.items()):
+                if "\x00" in k:
+                    return _key(where, k)
+                stack.append((_key(where, k), v))
+        elif isinstance(value, list):
+            if any(isinstance(v, str) and "\x00" in v for v in value):
+                return where
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+        elif isinstance(value, str) and "\x00" in value:
+            return where
+    return None
+
+
+# -- msgspec's complaint in the forge's words
+
+_AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
+_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])")
+_ABSENT = object()
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", float: "a number"}
+
+
+class _Spot(msgspec.Struct):
+    """Where a complaint points: the type expected there, the value found, its key."""
+
+    type: Any
+    value: Any
+    key: str = ""
+    leaf: str = ""  # the last key, as a fix names it
+    metas: list[msgspec.Meta] = []
+    default: Any = _ABSENT  # the field's default, when it has one
+    container: Any = None  # the array a scalar element belongs to, when the error is one
+
+
+def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
+    """`t` without Annotated and Optional (keeping its Meta); a union of a table or an array
+    and something else is narrowed by the value's kind."""
+    while True:
+        origin = get_origin(t)
+        if origin is Annotated:
+            base, *extra = get_args(t)
+            metas.extend(m for m in extra if isinstance(m, msgspec.Meta))
+            t = base
+            continue
+        if origin is Union or origin is types.UnionType:
+            members = [m for m in get_args(t) if m is not type(None)]
+            fitting = [m for m in members if _kind(m) == _kind_of(value)]
+            if len(members) == 1:
+                t = members[0]
+                continue
+            if len(fitting) == 1 and _kind_of(value) != "scalar":
+                t = fitting[0]
+                continue
+        return t
+
+
+def _kind(t: Any) -> str:
+    t = get_args(t)[0] if get_origin(t) is Annotated else t
+    origin = get_origin(t) or t
+    if (isinstance(origin, type) and issubclass(origin, msgspec.Struct)) or origin is dict:
+        return "table"
+    return "array" if origin in (list, tuple) else "scalar"
+
+
+def _kind_of(value: Any) -> str:
+    return "table" if isinstance(value, dict) else "array" if isinstance(value, list) else "scalar"
+
+
+def _is_struct(t: Any) -> bool:
+    return isinstance(t, type) and issubclass(t, msgspec.Struct)
+
+
+def _walk(shape: type[Shape], data: Any, path: str) -> _Spot:
+    spot = _Spot(type=shape, value=data)
+    for name, index, anything in _SEGMENT.findall(path[1:]):
+        t = _unwrap(spot.type, spot.value, spot.metas)
+        if name:
+            info = {f.encode_name: f for f in msgspec.structs.fields(t)}[name]
+            spot = _Spot(
+                type=info.type,
+                value=spot.value.get(name, _ABSENT),
+                key=_key(spot.key, name),
+                leaf=name,
+                default=info.default,
+            )
+        elif index:
+            elem = get_args(t)[0]
+            value = spot.value[int(index)]
+            whole = spot
+            spot = _Spot(type=elem, value=value, key=f"{spot.key}[{index}]", leaf=spot.leaf)
+            if _kind(elem) == "scalar":
+                spot.container = whole
+        elif anything:  # a table of user-named keys: msgspec does not say which one
+            value_type = get_args(t)[1]
+            for k, v in spot.value.items():
+                try:
+                    msgspec.convert(v, value_type, strict=True)
+                except msgspec.ValidationError:
+                    spot = _Spot(type=value_type, value=v, key=_key(spot.key, k), leaf=k)
+                    break
+    if spot.container is not None:  # an array of strings is right or wrong as a whole
+        spot = spot.container
+    spot.type = _unwrap(spot.type, spot.value, spot.metas)
+    return spot
+
+
+def _fix(spot: _Spot, default: str) -> str:
+    for meta in reversed(spot.metas):
+        if meta.extra and "fix" in meta.extra:
+            return str(meta.extra["fix"])
+    return default
+
+
+def _literal(t: Any) -> str:
+    return " or ".join(repr(v) if isinstance(v, str) else str(v) for v in get_args(t))
+
+
+def _explain(shown: str, data: dict[str, Any], shape: type[Shape], message: str) -> BadInput:
+    m = _AT.match(message)
+    what, path = (m["what"], m["path"]) if m else (message, "$")
+    try:
+        spot = _walk(shape, data, path)
+    except (LookupError, TypeError, AttributeError):  # a path this reader cannot follow
+        return fail(shown, path[2:] or "(file)", what, "see the documentation of this file")
+    if what.startswith("Object missing required field"):
+        return _missing(shown, spot)
+    if what.startswith("Object contains unknown field"):
+        allowed = sorted(f.encode_name for f in msgspec.structs.fields(spot.type))
+        unknown = next(k for k in spot.value if k not in allowed)
+        return fail(
+            shown,
+            _key(spot.key, unknown),
+            "unknown key",
+            f"remove it; allowed keys{' in ' + spot.key if spot.key else ''}: "
+            + ", ".join(allowed),
+        )
+    return fail(shown, spot.key or "(file)", *_problem(spot, what))
+
+
+def _missing(shown: str, spot: _Spot) -> BadInput:
+    present = spot.value
+    field = next(
+        f for f in msgspec.structs.fields(spot.type) if f.required and f.encode_name not in present
+    )
+    inner = _Spot(type=field.type, value=_ABSENT, key=_key(spot.key, field.encode_name))
+    inner.leaf = field.encode_name
+    t = _unwrap(inner.type, _ABSENT, inner.metas)
+    name = inner.leaf
+    if get_origin(t) is Literal:
+        problem, default = f"expected {_literal(t)}, got nothing", f"set {name} = {_literal(t)}"
+    elif t is str:
+        under = f" under [{spot.key}]" if spot.key else ""
+        problem, default = "missing", f'add {name} = "..."{under}'
+    elif t is int:
+        problem, default = "missing", f"add {name} = <integer>"
+    elif _kind(t) == "table":
+        problem, default = "missing", f"add a [{inner.key}] table"
+    else:
+        problem, default = "missing", f"add {name} = ..."
+    return fail(shown, inner.key, problem, _fix(inner, default))
+
+
+def _problem(spot: _Spot, what: str) -> tuple[str, str]:
+    t, value, name = spot.type, spot.value, spot.leaf
+    got = type_name(value)
+    if get_origin(t) is Literal:
+        return (
+            f"expected {_literal(t)}, got {got} {shown_value(value)}",
+            _fix(spot, f"set {name} = {_literal(t)}"),
+        )
+    if what.startswith("Expected `int` >=") or what.startswith("Expected `int` <="):
+        low = next((m.ge for m in spot.metas if m.ge is not None), None)
+        high = next((m.le for m in spot.metas if m.le is not None), None)
+        bounds = (
+            f"between {low} and {high}"
+            if low is not None and high is not None
+            else f"at least {low}"
+            if low is not None
+            else f"at most {high}"
+        )
+        return f"{value} is out of range: must be {bounds}", _fix(spot, bounds)
+    if "matching regex" in what:
+        pattern = next((m.pattern for m in spot.metas if m.pattern), "")
+        if pattern == r"\S":
+            return "empty", _fix(spot, "give it a value")
+        return f"{shown_value(value)} does not match {pattern}", _fix(spot, f"fix {name}")
+    if t is str:
+        return f"must be a string, got {got}", _fix(spot, "quote the value")
+    if t is bool:
+        default = spot.default if isinstance(spot.default, bool) else False
+        return f"must be true or false, got {got}", _fix(spot, f"{name} = {str(default).lower()}")
+    if t is int:
+        return (
+            f"{shown_value(value)} is not an integer (a {got})",
+            _fix(spot, f"write {name} as a whole number without quotes or a decimal point"),
+        )
+    kind = _kind(t)
+    if kind == "array":
+        elem = _unwrap(get_args(t)[0], _ABSENT, [])
+        if elem is str:
+            return "must be an array of strings", _fix(spot, f'write {name} = ["..."]')
+        if _is_struct(elem):
+            return "must be an array of tables", _fix(spot, f"write [[{spot.key}]]")
+        return f"must be an array, got {got}", _fix(spot, f"write {name} = [...]")
+    if kind == "table":
+        return f"must be a table, got {got}", _fix(spot, f"write [{spot.key}]")
+    if t is float:
+        return f"must be a number, got {got}", _fix(spot, f"write {name} as a number")
+    members = [m for m in get_args(t) if m is not type(None)] or [t]
+    words = [_TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members]
+    either = f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
+    return f"must be {either}, got {got}", _fix(spot, "fix it")

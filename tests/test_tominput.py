@@ -1,0 +1,180 @@
+"""The typed TOML decoder (core/tominput): each hostile value a Shape meets is exit 2 with
+``file: key: words`` and a fix, through a real loader (the upstream manifest) and directly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import pytest
+from msgspec import Meta
+from support.roots import manifest_text
+
+from dgr_forge.core import tominput
+from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.upstream import manifest
+
+COMMIT = "4df29be4f4c3673f428170fda944a5b19f743bb8"
+SHA = "c" * 64
+SHOWN = "manifests/llama.cpp.toml"
+
+
+def refused(tmp_path: Path, text: str) -> BadInput:
+    (tmp_path / "manifests").mkdir(exist_ok=True)
+    (tmp_path / "patches" / "llama.cpp").mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "manifests" / "llama.cpp.toml"
+    path.write_text(text)
+    with pytest.raises(BadInput) as info:
+        manifest.load(path, tmp_path)
+    err = info.value
+    assert err.exit_code == ExitCode.BAD_INPUT and err.hint
+    assert str(err).startswith(f"{SHOWN}: ") and err.details["file"] == SHOWN
+    return err
+
+
+def base() -> str:
+    return manifest_text("https://example.invalid/l.git", COMMIT)
+
+
+def series(n: int, extra: str = "") -> str:
+    entries = "".join(
+        f'\n[[patches.series]]\nfile = "000{i + 1}-a.patch"\nsha256 = "{SHA}"\n' for i in range(n)
+    )
+    return base() + entries + extra
+
+
+def test_nul_in_a_string(tmp_path: Path) -> None:
+    err = refused(tmp_path, base().replace('name = "llama.cpp"', 'name = "ll\\u0000ama"'))
+    assert err.message == f"{SHOWN}: upstream.name: contains a NUL byte (a control character)"
+    assert err.details["key"] == "upstream.name" and err.hint == "remove it"
+
+
+def test_nul_in_a_key_is_shown_escaped(tmp_path: Path) -> None:
+    err = refused(tmp_path, base().replace("[upstream]", '[upstream]\n"a\\u0000b" = 1'))
+    assert "upstream.'a\\x00b': unknown key" in str(err) and "\x00" not in str(err)
+
+
+@pytest.mark.parametrize("number", ["10000000000000000000000000000000", "0", "-5"])
+def test_out_of_range_integer(tmp_path: Path, number: str) -> None:
+    err = refused(tmp_path, base().replace("[patches]", f"build_number = {number}\n[patches]"))
+    assert f"upstream.build_number: {number} is out of range: must be between 1 and" in str(err)
+    assert "git rev-list --count" in (err.hint or "")  # the field's own fix
+
+
+def test_a_5000_digit_integer_is_refused_by_parse(tmp_path: Path) -> None:
+    err = refused(tmp_path, base().replace("[patches]", f"build_number = {'9' * 5000}\n[patches]"))
+    assert "a number with thousands of digits" in str(err) and len(str(err)) < 300
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [
+        ("true", "True is not an integer (a boolean)"),
+        ("3.0", "3.0 is not an integer (a float)"),
+        ('"3"', "'3' is not an integer (a string)"),
+    ],
+)
+def test_bool_float_and_string_are_not_integers(tmp_path: Path, value: str, words: str) -> None:
+    err = refused(tmp_path, base().replace("[patches]", f"build_number = {value}\n[patches]"))
+    assert err.message == f"{SHOWN}: upstream.build_number: {words}"
+
+
+def test_a_table_where_an_array_is_expected(tmp_path: Path) -> None:
+    err = refused(tmp_path, base() + "\n[patches.series]\nfile = 1\n")
+    assert f"{SHOWN}: patches.series: must be an array of tables" in str(err)
+    assert err.hint == "write [[patches.series]]"
+
+
+def test_an_array_where_a_table_is_expected(tmp_path: Path) -> None:
+    err = refused(tmp_path, "schema = 1\nupstream = [1]\n")
+    assert f"{SHOWN}: upstream: must be a table, got array" in str(err)
+
+
+def test_an_unknown_key_deep_inside(tmp_path: Path) -> None:
+    err = refused(tmp_path, series(4, 'x = "y"\n'))
+    assert err.message == f"{SHOWN}: patches.series[3].x: unknown key"
+    assert err.details["key"] == "patches.series[3].x"
+    assert err.hint == "remove it; allowed keys in patches.series[3]: file, sha256, tree"
+
+
+def test_a_wrong_type_deep_inside(tmp_path: Path) -> None:
+    err = refused(tmp_path, series(3).replace(f'sha256 = "{SHA}"', "sha256 = 7", 3)[:-1] + "\n")
+    assert "patches.series[0].sha256: must be a string, got integer" in str(err)
+
+
+def test_a_missing_key_deep_inside(tmp_path: Path) -> None:
+    err = refused(tmp_path, series(2).replace(f'sha256 = "{SHA}"\n', "", 2))
+    assert err.message == f"{SHOWN}: patches.series[0].sha256: missing"
+    assert err.hint == 'add sha256 = "..." under [patches.series[0]]'
+
+
+@pytest.mark.parametrize("key", ['"--help"', '".."', '"a.b"', '"$.upstream"'])
+def test_keys_that_look_like_options_or_paths(tmp_path: Path, key: str) -> None:
+    err = refused(tmp_path, base().replace("[upstream]", f"[upstream]\n{key} = 1"))
+    assert f"{SHOWN}: upstream.{key.strip(chr(34))}: unknown key" in str(err)
+    err = refused(tmp_path, f"{key} = 1\n" + base())
+    assert f"{SHOWN}: {key.strip(chr(34))}: unknown key" in str(err)
+
+
+def test_a_missing_table(tmp_path: Path) -> None:
+    err = refused(tmp_path, "schema = 1\n")
+    assert err.message == f"{SHOWN}: upstream: missing" and err.hint == "add a [upstream] table"
+
+
+# -- the decoder on its own shapes
+
+
+class _Inner(tominput.Shape):
+    tags: tuple[str, ...] = ()
+    on: bool = True
+    n: Annotated[int, Meta(ge=1, extra=tominput.fix("count from 1"))] = 1
+
+
+class _Doc(tominput.Shape):
+    schema: Annotated[Literal[1], Meta(extra=tominput.fix("set schema = 1"))]
+    name: tominput.NonEmpty = "x"
+    tools: dict[str, _Inner] = {}  # noqa: RUF012 (msgspec copies an empty default)
+    value: str | int | bool = ""
+
+
+def decoded_error(data: dict[str, object]) -> BadInput:
+    with pytest.raises(BadInput) as info:
+        tominput.decode("f.toml", data, _Doc)
+    return info.value
+
+
+def test_decoder_words() -> None:
+    assert tominput.decode("f.toml", {"schema": 1}, _Doc).tools == {}
+    cases = {
+        "f.toml: schema: expected 1, got boolean True": {"schema": True},
+        "f.toml: schema: expected 1, got integer 2": {"schema": 2},
+        "f.toml: schema: expected 1, got nothing": {},
+        "f.toml: name: empty": {"schema": 1, "name": "  "},
+        "f.toml: tools.b.tags: must be an array of strings": {
+            "schema": 1,
+            "tools": {"a": {}, "b": {"tags": ["x", 3]}},
+        },
+        "f.toml: tools.a.tags: must be an array of strings ": {
+            "schema": 1,
+            "tools": {"a": {"tags": "x"}},
+        },
+        "f.toml: tools.a.on: must be true or false, got integer": {
+            "schema": 1,
+            "tools": {"a": {"on": 1}},
+        },
+        "f.toml: tools.a.n: 0 is out of range: must be at least 1": {
+            "schema": 1,
+            "tools": {"a": {"n": 0}},
+        },
+        "f.toml: value: must be a string, an integer or true or false, got float": {
+            "schema": 1,
+            "value": 1.5,
+        },
+        "f.toml: tools.a: must be a table, got string": {"schema": 1, "tools": {"a": "x"}},
+    }
+    for words, data in cases.items():
+        assert str(decoded_error(data)).startswith(words.strip()), words
+    assert decoded_error({"schema": 1, "tools": {"a": {"n": 0}}}).hint == "count from 1"
+    assert decoded_error({"schema": 1, "tools": {"a": {"on": 1}}}).hint == "on = true"
+    huge = decoded_error({"schema": "x" * 1_000_000})
+    assert len(str(huge)) < 300
