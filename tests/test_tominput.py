@@ -178,3 +178,34 @@ def test_decoder_words() -> None:
     assert decoded_error({"schema": 1, "tools": {"a": {"on": 1}}}).hint == "on = true"
     huge = decoded_error({"schema": "x" * 1_000_000})
     assert len(str(huge)) < 300
+
+
+# -- each loader's Shape, through the loader
+
+
+def worker_refusal(tmp_path: Path, text: str) -> BadInput:
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.host import worker
+
+    (tmp_path / "manifests").mkdir(exist_ok=True)
+    (tmp_path / worker.MANIFEST).write_text(text)
+    with pytest.raises(BadInput) as info:
+        worker.resolve(Forge(root=tmp_path, workspace=tmp_path / ".dgr"), None)
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("commit = 5", "worker.commit: must be a string, got integer"),
+        ('"--help" = "x"', "worker.--help: unknown key"),
+        ("path = []", "worker.path: must be a string, got array"),
+        ('path = "w\\u0000"', "worker.path: contains a NUL byte"),
+    ],
+)
+def test_worker_shape(tmp_path: Path, body: str, words: str) -> None:
+    err = worker_refusal(tmp_path, f"schema = 1\n[worker]\n{body}\n")
+    assert err.message == f"manifests/shard-worker.toml: {words}" + (
+        " (a control character)" if "NUL" in words else ""
+    )

@@ -8,8 +8,10 @@ into the workspace the same way the upstream is: by exact commit, never a branch
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from msgspec import Struct
+import msgspec
+from msgspec import Meta, Struct
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
@@ -17,6 +19,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.ids import HEX40
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.tominput import Shape, decode, fail, fix
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
@@ -24,6 +27,20 @@ from dgr_forge.upstream.workspace import remove_partial_objects
 MANIFEST = "manifests/shard-worker.toml"
 WORKER_DIR = "shard-worker"
 PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
+
+
+# -- the file as written: a path worker, or a git one (url + exact commit)
+
+
+class _Worker(Shape):
+    path: Annotated[str, Meta(extra=fix('path = "worker"'))] | None = None
+    url: Annotated[str, Meta(extra=fix("quote the URL"))] | None = None
+    commit: str | None = None
+
+
+class _Manifest(Shape):
+    schema: Annotated[Literal[1], Meta(extra=fix("set schema = 1"))]
+    worker: _Worker = msgspec.field(default_factory=_Worker)
 
 
 class WorkerSpec(Struct, frozen=True):
@@ -38,12 +55,6 @@ class WorkerSpec(Struct, frozen=True):
     def identity(self) -> str:
         """What configure depends on: a path worker's edits are Ninja's business."""
         return f"{self.location}@{self.commit}" if self.commit else self.location
-
-
-def _fail(key: str, problem: str, fix: str) -> BadInput:
-    return BadInput(
-        f"{MANIFEST}: {key}: {problem}", hint=fix, details={"file": MANIFEST, "key": key}
-    )
 
 
 def _check_dir(path: Path, shown: str) -> None:
@@ -64,27 +75,25 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     manifest = forge.root / MANIFEST
     if not manifest.is_file():
         return None
-    c = Checker(MANIFEST)
-    _, data = c.load(manifest, what="worker manifest", hint="restore it or remove it")
-    c.known_keys(data, {"schema", "worker"}, "")
-    c.schema(data, 1)
-    table = c.section(data, "worker", {"path", "url", "commit"})
-    raw_path = c.string(table, "path", "worker", required=False, fix='path = "worker"')
-    url = c.string(table, "url", "worker", required=False, fix="quote the URL")
-    commit = table.get("commit")
+    _, data = Checker(MANIFEST).load(
+        manifest, what="worker manifest", hint="restore it or remove it"
+    )
+    table = decode(MANIFEST, data, _Manifest).worker
+    raw_path, url, commit = table.path, table.url, table.commit
     if raw_path is not None and url is not None:
-        raise _fail("worker", "both path and url given", "keep one of them")
+        raise fail(MANIFEST, "worker", "both path and url given", "keep one of them")
     if raw_path is not None:
         if not raw_path:
-            raise _fail("worker.path", "must be a non-empty string", 'path = "worker"')
+            raise fail(MANIFEST, "worker.path", "must be a non-empty string", 'path = "worker"')
         full = (forge.root / raw_path).resolve()
         _check_dir(full, raw_path)
         return WorkerSpec(location=raw_path, source_dir=full)
     if url is not None:
         if not url:
-            raise _fail("worker.url", "must be a non-empty string", "quote the URL")
-        if not isinstance(commit, str) or not HEX40.fullmatch(commit):
-            raise _fail(
+            raise fail(MANIFEST, "worker.url", "must be a non-empty string", "quote the URL")
+        if commit is None or not HEX40.fullmatch(commit):
+            raise fail(
+                MANIFEST,
                 "worker.commit",
                 f"{shown_value(commit)} is not an exact 40-hex commit",
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
@@ -94,7 +103,9 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
             location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
         )
     if commit is not None:
-        raise _fail("worker.commit", "commit without url", "add url = ... or remove commit")
+        raise fail(
+            MANIFEST, "worker.commit", "commit without url", "add url = ... or remove commit"
+        )
     return None
 
 
