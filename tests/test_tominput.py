@@ -209,3 +209,33 @@ def test_worker_shape(tmp_path: Path, body: str, words: str) -> None:
     assert err.message == f"manifests/shard-worker.toml: {words}" + (
         " (a control character)" if "NUL" in words else ""
     )
+
+
+def probes_refusal(tmp_path: Path, text: str) -> BadInput:
+    from dgr_forge.host import probes
+
+    path = tmp_path / "probes.toml"
+    path.write_text(text)
+    with pytest.raises(BadInput) as info:
+        probes.load_probes(path, "toolchains/probes.toml")
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "words", "hint"),
+    [
+        ('packages = { debian = "gcc" }', "tools.cc.packages.debian: must be an array of strings",
+         'write debian = ["..."]'),
+        ("packages = 3", "tools.cc.packages: must be a table, got integer",
+         'write packages = { debian = ["..."] }'),
+        ('executables = ["cc", 1]', "tools.cc.executables: must be an array of strings",
+         'write executables = ["..."]'),
+        ('"../x" = 1', "tools.cc.../x: unknown key", None),
+    ],
+)  # fmt: skip
+def test_probes_shape(tmp_path: Path, body: str, words: str, hint: str | None) -> None:
+    good = 'schema = 1\n[tools.a]\nexecutables = ["a"]\n'
+    err = probes_refusal(tmp_path, f"{good}[tools.cc]\n{body}\n")
+    assert err.message == f"toolchains/probes.toml: {words}"
+    assert hint is None or err.hint == hint

@@ -11,36 +11,52 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
 
-from msgspec import Struct
+from msgspec import Meta, Struct
 
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
+from dgr_forge.core.tominput import Shape, decode, fail, fix
 from dgr_forge.core.tomlcheck import Checker, shown_value
 
 SCHEMA = 1
-_TOOL_KEYS = {
-    "description",
-    "executables",
-    "python_dirs",
-    "hints",
-    "path_search",
-    "find_command",
-    "version_args",
-    "version_regex",
-    "host_os",
-    "packages",
-}
-_LIB_KEYS = {
-    "description",
-    "headers",
-    "names",
-    "roots",
-    "include_dirs",
-    "lib_dirs",
-    "packages",
-}
+
+
+# -- the file as written (its keys, types and defaults: declared once, here)
+
+Strings = tuple[str, ...]
+# per package system (debian, fedora, brew, ...): the packages that provide it
+Packages = Annotated[dict[str, Strings], Meta(extra=fix('write packages = { debian = ["..."] }'))]
+
+
+class _Tool(Shape):  # [tools.NAME]
+    description: str | None = None  # default: the name
+    executables: Strings = ()
+    python_dirs: Strings = ()
+    hints: Strings = ()
+    path_search: Annotated[bool, Meta(extra=fix("path_search = false"))] = True
+    find_command: Strings = ()
+    version_args: Strings = ("--version",)
+    version_regex: str | None = None
+    host_os: Strings = ()
+    packages: Packages = {}  # noqa: RUF012 (msgspec copies an empty default)
+
+
+class _Library(Shape):  # [libraries.NAME]
+    description: str | None = None
+    headers: Strings = ()
+    names: Strings = ()
+    roots: Strings = ()
+    include_dirs: Strings = ("include",)
+    lib_dirs: Strings = ("lib",)
+    packages: Packages = {}  # noqa: RUF012
+
+
+class _Probes(Shape):
+    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    tools: dict[str, _Tool] = {}  # noqa: RUF012
+    libraries: dict[str, _Library] = {}  # noqa: RUF012
 
 
 class ToolProbe(Struct, frozen=True):
@@ -84,61 +100,45 @@ class Probes(Struct, frozen=True):
         return hash_without(self, frozenset({"tools", "libraries"}))
 
 
-def _table(c: Checker, key: str, value: Any, allowed: set[str]) -> dict[str, Any]:
-    """A probe's table ([tools.X] or [libraries.X]) holding only the `allowed` keys."""
-    table = c.table(value, key)
-    c.known_keys(table, allowed, key)
-    return table
-
-
-def _packages(c: Checker, key: str, value: Any) -> dict[str, tuple[str, ...]]:
-    table = c.table(value, key, fix='write packages = { debian = ["..."] }')
-    return {system: c.strings(table, system, key) for system in table}
-
-
 def load_probes(path: Path, shown: str | None = None) -> Probes:
     """Parse probes.toml strictly: unknown keys and wrong types are exit 2."""
-    c = Checker(shown or str(path))
-    raw, data = c.load(
+    shown = shown or str(path)
+    raw, data = Checker(shown).load(
         path, what="probes file", hint="restore toolchains/probes.toml from the repository"
     )
-    c.known_keys(data, {"schema", "tools", "libraries"}, "")
-    c.schema(data, SCHEMA)
-
+    doc = decode(shown, data, _Probes)
     tools: dict[str, ToolProbe] = {}
-    for name, t in c.table(data.get("tools", {}), "tools").items():
+    for name, t in doc.tools.items():
         key = f"tools.{name}"
-        t = _table(c, key, t, _TOOL_KEYS)
         tools[name] = ToolProbe(
             name=name,
-            description=c.string(t, "description", key, required=False) or name,
-            executables=c.strings(t, "executables", key),
-            python_dirs=c.strings(t, "python_dirs", key),
-            hints=c.strings(t, "hints", key),
-            path_search=c.boolean(t, "path_search", key, True, fix="path_search = false"),
-            find_command=c.strings(t, "find_command", key),
-            version_args=c.strings(t, "version_args", key, ["--version"]),
-            version_regex=c.string(t, "version_regex", key, required=False),
-            host_os=c.strings(t, "host_os", key),
-            packages=_packages(c, f"{key}.packages", t.get("packages", {})),
+            description=t.description or name,
+            executables=t.executables,
+            python_dirs=t.python_dirs,
+            hints=t.hints,
+            path_search=t.path_search,
+            find_command=t.find_command,
+            version_args=t.version_args,
+            version_regex=t.version_regex,
+            host_os=t.host_os,
+            packages=t.packages,
         )
-        if not tools[name].executables and not tools[name].find_command:
-            raise c.fail(key, "needs executables or find_command", 'executables = ["..."]')
-        _check_data(c, key, tools[name])
-    libraries: dict[str, LibraryProbe] = {}
-    for name, lib in c.table(data.get("libraries", {}), "libraries").items():
-        key = f"libraries.{name}"
-        lib = _table(c, key, lib, _LIB_KEYS)
-        libraries[name] = LibraryProbe(
+        if not t.executables and not t.find_command:
+            raise fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
+        _check_data(shown, key, tools[name])
+    libraries = {
+        name: LibraryProbe(
             name=name,
-            description=c.string(lib, "description", key, required=False) or name,
-            headers=c.strings(lib, "headers", key),
-            names=c.strings(lib, "names", key),
-            roots=c.strings(lib, "roots", key),
-            include_dirs=c.strings(lib, "include_dirs", key, ["include"]),
-            lib_dirs=c.strings(lib, "lib_dirs", key, ["lib"]),
-            packages=_packages(c, f"{key}.packages", lib.get("packages", {})),
+            description=lib.description or name,
+            headers=lib.headers,
+            names=lib.names,
+            roots=lib.roots,
+            include_dirs=lib.include_dirs,
+            lib_dirs=lib.lib_dirs,
+            packages=lib.packages,
         )
+        for name, lib in doc.libraries.items()
+    }
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
 
 
@@ -180,25 +180,28 @@ def _fixed_form(command: tuple[str, ...]) -> bool:
     return False
 
 
-def _check_data(c: Checker, key: str, t: ToolProbe) -> None:
+def _check_data(shown: str, key: str, t: ToolProbe) -> None:
     """Exit 2 naming the key for anything in a tool probe that is a command, not data."""
     for exe in t.executables:
         if not _PROGRAM.fullmatch(exe):
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{key}.executables",
                 f"{exe[:60]!r} is not a program name (no paths, options or spaces)",
                 'name the program, e.g. executables = ["gcc"]',
             )
     if t.find_command and not _fixed_form(t.find_command):
         forms = "; ".join(" ".join(f).replace("{}", "NAME") for f in sorted(FIND_COMMANDS))
-        raise c.fail(
+        raise fail(
+            shown,
             f"{key}.find_command",
             f"{shown_value(list(t.find_command))} is not one of the lookups the forge knows "
             "(a probe never runs a command the repository names)",
             f"use one of: {forms}",
         )
     if t.version_args not in VERSION_ARGS:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{key}.version_args",
             f"{shown_value(list(t.version_args))} is not one of the fixed version queries",
             "use one of: " + ", ".join(repr(list(a)) for a in sorted(VERSION_ARGS)),
@@ -210,7 +213,8 @@ def _check_data(c: Checker, key: str, t: ToolProbe) -> None:
             module in PYTHON_MODULES if colon else package.isidentifier() and ".." not in spec
         )
         if not ok:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{key}.python_dirs",
                 f"{spec[:60]!r} is not a wheel directory the forge may look in",
                 '"pkg/sub/dir", "@scripts", or "module:ATTR" for module '
@@ -219,13 +223,15 @@ def _check_data(c: Checker, key: str, t: ToolProbe) -> None:
     for hint in t.hints:
         var = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(/|$)", hint)
         if ".." in hint.split("/") or not (var or hint.startswith(HINT_PREFIXES)):
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{key}.hints",
                 f"{hint[:60]!r} is not a system prefix or an environment variable",
                 f'"$VAR/bin", or a directory under {", ".join(HINT_PREFIXES)}',
             )
         if var and var.group(1) not in TOOLCHAIN_VARS:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{key}.hints",
                 f"${var.group(1)} names no toolchain installation (a probe never looks "
                 "in the checkout or a home directory)",
