@@ -166,7 +166,7 @@ def test_decoder_words() -> None:
             "schema": 1,
             "tools": {"a": {"n": 0}},
         },
-        "f.toml: value: must be a string, an integer or true or false, got float": {
+        "f.toml: value: must be a string, an integer or a boolean, got float": {
             "schema": 1,
             "value": 1.5,
         },
@@ -239,3 +239,37 @@ def test_probes_shape(tmp_path: Path, body: str, words: str, hint: str | None) -
     err = probes_refusal(tmp_path, f"{good}[tools.cc]\n{body}\n")
     assert err.message == f"toolchains/probes.toml: {words}"
     assert hint is None or err.hint == hint
+
+
+def recipe_refusal(tmp_path: Path, text: str) -> BadInput:
+    from dgr_forge.host import recipes
+
+    path = tmp_path / "cpu.toml"
+    path.write_text(text)
+    with pytest.raises(BadInput) as info:
+        recipes.load(path, "recipes/cpu.toml")
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    return info.value
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("[cmake]\noptions = { X = 1.5 }", "cmake.options.X: must be a string, integer or boolean"),
+        ('[cmake]\noptions = { X = ["a", 1.5] }',
+         "cmake.options.X[1]: must be a string, integer or boolean"),
+        ("[cmake]\noptions = [1]", "cmake.options: must be a table, got array"),
+        ('[cmake]\n"--help" = 1', "cmake.--help: unknown key"),
+        ("[ci]\nrunner = 'x'", "ci.runner: unknown key"),
+        ("[requires]\ntools = [{ a = 1 }]", "requires.tools: must be an array of strings"),
+    ],
+)  # fmt: skip
+def test_recipe_shape(tmp_path: Path, body: str, words: str) -> None:
+    err = recipe_refusal(tmp_path, f'schema = 1\n[lane]\nbackend = "CPU"\n{body}\n')
+    assert err.message == f"recipes/cpu.toml: {words}"
+
+
+def test_a_recipe_without_a_lane(tmp_path: Path) -> None:
+    err = recipe_refusal(tmp_path, "schema = 1\n")
+    assert err.message == "recipes/cpu.toml: lane: missing"
+    assert err.hint == 'add [lane] with backend = "CPU"'

@@ -29,9 +29,10 @@ class Shape(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 S = TypeVar("S", bound=Shape)
 
 
-def fix(text: str) -> dict[str, str]:
-    """A field's fix text, for `Meta(extra=...)`: the hint of every refusal of that field."""
-    return {"fix": text}
+def fix(text: str, *, problem: str | None = None) -> dict[str, str]:
+    """A field's fix text, for `Meta(extra=...)`: the hint of every refusal of that field;
+    `problem`, when given, is what a value of the wrong type is told."""
+    return {"fix": text} if problem is None else {"fix": text, "problem": problem}
 
 
 # a string that is neither empty nor only whitespace
@@ -53,7 +54,12 @@ def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:
         raise _explain(shown, data, shape, str(err)) from None
     where = _nul_at(data)
     if where is not None:  # never meaningful, and a path with one makes os calls raise
-        raise fail(shown, where, _NUL, "remove it")
+        try:
+            spot = _walk(shape, data, where)
+            key, own = spot.key, _extra(spot, "fix")
+        except _UNFOLLOWED:
+            key, own = _joined(where), None
+        raise fail(shown, key, _NUL, f"remove it; {own}" if own else "remove it")
     return value
 
 
@@ -65,21 +71,28 @@ def _key(where: str, key: str) -> str:
     return f"{where}.{key}" if where else key
 
 
-def _nul_at(data: Any) -> str | None:
-    """The key of the first string (or key) holding a NUL; an array of strings is named
-    as a whole, as its type is."""
-    stack: list[tuple[str, Any]] = [("", data)]
+Segment = str | int | None  # a key, an array index, or "the failing key" of a table
+
+
+def _joined(path: list[Segment]) -> str:
+    key = ""
+    for segment in path:
+        key = f"{key}[{segment}]" if isinstance(segment, int) else _key(key, str(segment))
+    return key
+
+
+def _nul_at(data: Any) -> list[Segment] | None:
+    """The path to the first string (or key) holding a NUL."""
+    stack: list[tuple[list[Segment], Any]] = [([], data)]
     while stack:
         where, value = stack.pop()
         if isinstance(value, dict):
             for k, v in reversed(value.items()):
                 if "\x00" in k:
-                    return _key(where, k)
-                stack.append((_key(where, k), v))
+                    return [*where, k]
+                stack.append(([*where, k], v))
         elif isinstance(value, list):
-            if any(isinstance(v, str) and "\x00" in v for v in value):
-                return where
-            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+            stack.extend(([*where, i], v) for i, v in reversed(list(enumerate(value))))
         elif isinstance(value, str) and "\x00" in value:
             return where
     return None
@@ -90,7 +103,9 @@ def _nul_at(data: Any) -> str | None:
 _AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])")
 _ABSENT = object()
-_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", float: "a number"}
+# what following a path this reader cannot follow raises (it then names the path as is)
+_UNFOLLOWED = (LookupError, TypeError, AttributeError)
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "a boolean", float: "a number"}
 
 
 class _Spot(msgspec.Struct):
@@ -121,7 +136,7 @@ def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
             if len(members) == 1:
                 t = members[0]
                 continue
-            if len(fitting) == 1 and _kind_of(value) != "scalar":
+            if len(fitting) == 1:
                 t = fitting[0]
                 continue
         return t
@@ -143,45 +158,69 @@ def _is_struct(t: Any) -> bool:
     return isinstance(t, type) and issubclass(t, msgspec.Struct)
 
 
-def _walk(shape: type[Shape], data: Any, path: str) -> _Spot:
+def _segments(path: str) -> list[Segment]:
+    """msgspec's `$.a.b[0][...].c` as segments (`[...]`: a key msgspec does not name)."""
+    return [
+        name or (int(index) if index else None) for name, index, _ in _SEGMENT.findall(path[1:])
+    ]
+
+
+def _walk(shape: type[Shape], data: Any, path: list[Segment]) -> _Spot:
     spot = _Spot(type=shape, value=data)
-    for name, index, anything in _SEGMENT.findall(path[1:]):
+    for segment in path:
         t = _unwrap(spot.type, spot.value, spot.metas)
-        if name:
-            info = {f.encode_name: f for f in msgspec.structs.fields(t)}[name]
+        if isinstance(segment, int):
+            elem = Any if t is Any else get_args(t)[0]
+            whole = spot
+            spot = _Spot(
+                type=elem,
+                value=spot.value[segment],
+                key=f"{spot.key}[{segment}]",
+                leaf=spot.leaf,
+            )
+            if _unwrap(elem, _ABSENT, []) is str or (elem is Any and isinstance(spot.value, str)):
+                spot.container = whole
+        elif _is_struct(t):
+            assert segment is not None
+            info = {f.encode_name: f for f in msgspec.structs.fields(t)}[segment]
             spot = _Spot(
                 type=info.type,
-                value=spot.value.get(name, _ABSENT),
-                key=_key(spot.key, name),
-                leaf=name,
+                value=spot.value.get(segment, _ABSENT),
+                key=_key(spot.key, segment),
+                leaf=segment,
                 default=info.default,
             )
-        elif index:
-            elem = get_args(t)[0]
-            value = spot.value[int(index)]
-            whole = spot
-            spot = _Spot(type=elem, value=value, key=f"{spot.key}[{index}]", leaf=spot.leaf)
-            if _kind(elem) == "scalar":
-                spot.container = whole
-        elif anything:  # a table of user-named keys: msgspec does not say which one
-            value_type = get_args(t)[1]
-            for k, v in spot.value.items():
-                try:
-                    msgspec.convert(v, value_type, strict=True)
-                except msgspec.ValidationError:
-                    spot = _Spot(type=value_type, value=v, key=_key(spot.key, k), leaf=k)
-                    break
+        else:  # a table of user-named keys
+            value_type = Any if t is Any else get_args(t)[1]
+            name = segment if segment is not None else _failing_key(spot.value, value_type)
+            spot = _Spot(
+                type=value_type, value=spot.value[name], key=_key(spot.key, name), leaf=name
+            )
     if spot.container is not None:  # an array of strings is right or wrong as a whole
         spot = spot.container
     spot.type = _unwrap(spot.type, spot.value, spot.metas)
     return spot
 
 
-def _fix(spot: _Spot, default: str) -> str:
+def _failing_key(table: dict[str, Any], value_type: Any) -> str:
+    """The first key whose value is not `value_type`: the one msgspec complained of."""
+    for k, v in table.items():
+        try:
+            msgspec.convert(v, value_type, strict=True)
+        except msgspec.ValidationError:
+            return k
+    raise LookupError("no failing key")
+
+
+def _extra(spot: _Spot, name: str) -> str | None:
     for meta in reversed(spot.metas):
-        if meta.extra and "fix" in meta.extra:
-            return str(meta.extra["fix"])
-    return default
+        if meta.extra and name in meta.extra:
+            return str(meta.extra[name])
+    return None
+
+
+def _fix(spot: _Spot, default: str) -> str:
+    return _extra(spot, "fix") or default
 
 
 def _literal(t: Any) -> str:
@@ -192,8 +231,8 @@ def _explain(shown: str, data: dict[str, Any], shape: type[Shape], message: str)
     m = _AT.match(message)
     what, path = (m["what"], m["path"]) if m else (message, "$")
     try:
-        spot = _walk(shape, data, path)
-    except (LookupError, TypeError, AttributeError):  # a path this reader cannot follow
+        spot = _walk(shape, data, _segments(path))
+    except _UNFOLLOWED:
         return fail(shown, path[2:] or "(file)", what, "see the documentation of this file")
     if what.startswith("Object missing required field"):
         return _missing(shown, spot)
@@ -257,6 +296,9 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         if pattern == r"\S":
             return "empty", _fix(spot, "give it a value")
         return f"{shown_value(value)} does not match {pattern}", _fix(spot, f"fix {name}")
+    own = _extra(spot, "problem")
+    if own is not None:
+        return own, _fix(spot, "fix it")
     if t is str:
         return f"must be a string, got {got}", _fix(spot, "quote the value")
     if t is bool:
@@ -280,6 +322,13 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
     if t is float:
         return f"must be a number, got {got}", _fix(spot, f"write {name} as a number")
     members = [m for m in get_args(t) if m is not type(None)] or [t]
-    words = [_TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members]
+    words = [
+        "an array"
+        if _kind(m) == "array"
+        else "a table"
+        if _kind(m) == "table"
+        else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m)))
+        for m in members
+    ]
     either = f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
     return f"must be {either}, got {got}", _fix(spot, "fix it")

@@ -38,28 +38,22 @@ make program, compilers and launchers, module path, `DGR_*`) or that load code
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from msgspec import Struct
+import msgspec
+from msgspec import Meta, Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
+from dgr_forge.core.tominput import NonEmpty, Shape, decode, fail, fix
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.host.certsuite import Suite, load_suite
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_KEYS: dict[str, set[str]] = {
-    "": {"schema", "lane", "cmake", "requires", "ci", "certify"},
-    "lane": {"backend", "description", "host_os", "toolchain"},
-    "cmake": {"options", "targets"},
-    "requires": {"tools", "libraries"},
-    "ci": {"runs_on", "container", "image_digest", "gitlab_tags", "packages", "certify_runs_on"},
-}
 # Option values: one CMake word, never a list separator, generator expression, variable
 # reference or argument; lists are TOML arrays (joined with `;` by `_option_value`).
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.+:/=@,%^~-]*")
@@ -119,6 +113,60 @@ GITLAB_DEFAULT_TAGS = {
 }
 
 
+# -- the file as written (its keys, types and defaults: declared once, here)
+
+Words = tuple[str, ...]
+# one option value: a CMake word (a bool is ON/OFF); a TOML array is a CMake list
+OptionWord = Annotated[
+    str | int | bool,
+    Meta(
+        extra=fix(
+            'one word per value, e.g. GGML_CUDA = "ON"; a CMake list is a TOML array: '
+            'KEY = ["a", "b"]',
+            problem="must be a string, integer or boolean",
+        )
+    ),
+]
+
+
+class _Lane(Shape):
+    backend: Annotated[NonEmpty, Meta(extra=fix('set backend = "CPU"'))]
+    description: str = ""
+    host_os: Words = ("linux", "darwin", "windows")  # platform.system().lower() values
+    toolchain: str | None = None  # toolchains/<name>.cmake
+
+
+class _CMake(Shape):
+    options: Annotated[
+        dict[str, OptionWord | list[OptionWord]],
+        Meta(extra=fix('write options = { GGML_CUDA = "ON" }')),
+    ] = {}  # noqa: RUF012 (msgspec copies an empty default)
+    targets: Words = ()  # empty: CMake's default
+
+
+class _Requires(Shape):  # probe names from toolchains/probes.toml
+    tools: Words = ()
+    libraries: Words = ()
+
+
+class _CI(Shape):
+    runs_on: Words = ("ubuntu-latest",)
+    container: str | None = None
+    image_digest: str | None = None
+    gitlab_tags: Words | None = None  # default: GitLab's hosted runners for the host OS
+    packages: Words = ()
+    certify_runs_on: Words = ()
+
+
+class _Recipe(Shape):
+    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    lane: Annotated[_Lane, Meta(extra=fix('add [lane] with backend = "CPU"'))]
+    cmake: _CMake = msgspec.field(default_factory=_CMake)
+    requires: _Requires = msgspec.field(default_factory=_Requires)
+    ci: _CI = msgspec.field(default_factory=_CI)
+    certify: dict[str, Any] | None = None  # the suite: host/certsuite reads it
+
+
 class Recipe(Struct, frozen=True):
     name: str  # the lane name: the file's stem
     path: Path
@@ -156,120 +204,113 @@ class Recipe(Struct, frozen=True):
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
 
 
-def _fail(shown: str, key: str, problem: str, fix: str) -> BadInput:
-    return Checker(shown).fail(key, problem, fix)
-
-
 def load(path: Path, shown: str | None = None) -> Recipe:
     shown = shown or str(path)
-    c = Checker(shown)
     name = path.stem
     if not LANE_NAME.fullmatch(name):
-        raise c.fail("(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
+        raise fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
+    c = Checker(shown)
     raw, data = c.load(path, what="recipe", hint="check the path")
-
-    c.known_keys(data, _KEYS[""], "")
-    lane, cmake, requires, ci = (
-        c.section(data, s, _KEYS[s]) for s in ("lane", "cmake", "requires", "ci")
-    )
-    c.schema(data, SCHEMA)
-
-    backend = c.string(lane, "backend", "lane", nonempty=True, fix='set backend = "CPU"')
-    assert backend is not None
-    description = c.string(lane, "description", "lane", required=False) or ""
-    toolchain = c.string(lane, "toolchain", "lane", required=False)
-    container = c.string(ci, "container", "ci", required=False)
-
-    options_raw = cmake.get("options", {})
-    if not isinstance(options_raw, dict):
-        raise c.fail("cmake.options", "must be a table", 'write options = { GGML_CUDA = "ON" }')
-    options: dict[str, str] = {}
-    for key, value in options_raw.items():
-        if not CMAKE_NAME.fullmatch(key):
-            raise c.fail(f"cmake.options.{key}", "not a CMake variable name", "fix the name")
-        if _FORGE_KEYS.fullmatch(key):
-            raise c.fail(
-                f"cmake.options.{key}",
-                "the forge sets this variable itself (or it loads CMake code); "
-                "a recipe may not override it",
-                'remove it; choose a toolchain with lane.toolchain = "<name in toolchains/>"',
-            )
-        if _PROGRAM_KEYS.fullmatch(key):
-            raise c.fail(
-                f"cmake.options.{key}",
-                "names a program the build would run (or where programs are found); the "
-                "report records programs only through toolchain files",
-                "remove it; set programs in a toolchain file under toolchains/ and name it "
-                'with lane.toolchain = "<name>" (a compiler cache: --cache)',
-            )
-        options[key] = _option_value(shown, f"cmake.options.{key}", value)
-        if _FLAG_KEYS.fullmatch(key):  # (`@loader_path` elsewhere is an rpath, not a file)
-            for word in options[key].split(";"):
-                check_flag_word(shown, f"cmake.options.{key}", word)
-        if _FLAG_KEYS.fullmatch(key) and ";" in options[key]:
-            raise c.fail(
-                f"cmake.options.{key}",
-                "a list: CMake passes a flags variable to the shell as one string, where "
-                "';' separates commands",
-                "give one flag per flags variable",
-            )
-
+    doc = decode(shown, data, _Recipe)
+    lane, ci = doc.lane, doc.ci
+    options = {key: _option(shown, key, value) for key, value in doc.cmake.options.items()}
+    toolchain, container, digest = lane.toolchain, ci.container, ci.image_digest
     if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
-        raise c.fail(
+        raise fail(
+            shown,
             "lane.toolchain",
             f"{toolchain!r} is not a file name in toolchains/ (no path, no '..')",
             'write toolchain = "gcc" for toolchains/gcc.cmake',
         )
-    digest = c.string(ci, "image_digest", "ci", required=False)
     if digest is not None and not IMAGE_DIGEST.fullmatch(digest):
-        raise c.fail(
-            "ci.image_digest", f"{digest!r} is not sha256:<64 hex>", "copy it from the registry"
+        raise fail(
+            shown,
+            "ci.image_digest",
+            f"{digest!r} is not sha256:<64 hex>",
+            "copy it from the registry",
         )
     if digest is not None and container is None:
-        raise c.fail("ci.image_digest", "without ci.container", "set ci.container too")
+        raise fail(shown, "ci.image_digest", "without ci.container", "set ci.container too")
     if container is not None and not _CI_WORD.fullmatch(container):
-        raise c.fail("ci.container", f"{container!r} is not an image name", "fix it")
-    runs_on = _words(c, ci, "runs_on", ["ubuntu-latest"], _CI_WORD)
-    host_oses = c.strings(lane, "host_os", "lane", ["linux", "darwin", "windows"])
-    system = next((o for o in ("linux", "darwin", "windows") if o in host_oses), "linux")
-    gitlab_default = GITLAB_DEFAULT_TAGS[system]
-    targets = c.strings(cmake, "targets", "cmake")
+        raise fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
+    runs_on = _words(shown, "runs_on", ci.runs_on, _CI_WORD)
+    system = next((o for o in ("linux", "darwin", "windows") if o in lane.host_os), "linux")
     suite = load_suite(c, data)
-    certify_runs_on = _words(c, ci, "certify_runs_on", [], _CI_WORD)
+    certify_runs_on = _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
     if certify_runs_on and suite is None:
-        raise c.fail(
+        raise fail(
+            shown,
             "ci.certify_runs_on",
             "a certify job for a lane without a [certify] suite",
             "add the lane's [certify] table, or remove certify_runs_on",
         )
+    gitlab_tags = GITLAB_DEFAULT_TAGS[system] if ci.gitlab_tags is None else ci.gitlab_tags
 
     return Recipe(
         name=name,
         path=path,
         sha256=sha256_bytes(raw),
-        backend=backend,
-        description=description,
-        host_os=host_oses,
+        backend=lane.backend,
+        description=lane.description,
+        host_os=lane.host_os,
         toolchain=toolchain,
         cmake_options=options,
-        targets=targets,
-        tools=c.strings(requires, "tools", "requires"),
-        libraries=c.strings(requires, "libraries", "requires"),
+        targets=doc.cmake.targets,
+        tools=doc.requires.tools,
+        libraries=doc.requires.libraries,
         runs_on=runs_on,
         container=container,
         image_digest=digest,
-        gitlab_tags=_words(c, ci, "gitlab_tags", gitlab_default, _CI_WORD),
-        packages=_words(c, ci, "packages", [], APT_PACKAGE),
+        gitlab_tags=_words(shown, "gitlab_tags", gitlab_tags, _CI_WORD),
+        packages=_words(shown, "packages", ci.packages, APT_PACKAGE),
         certify=suite,
         certify_runs_on=certify_runs_on,
     )
+
+
+def _option(shown: str, name: str, value: str | int | bool | list[str | int | bool]) -> str:
+    """`[cmake] options.NAME` as CMake sees it: a variable a recipe may set, one safe
+    value (a `;`-joined list for an array; a flags variable one flag)."""
+    key = f"cmake.options.{name}"
+    if not CMAKE_NAME.fullmatch(name):
+        raise fail(shown, key, "not a CMake variable name", "fix the name")
+    if _FORGE_KEYS.fullmatch(name):
+        raise fail(
+            shown,
+            key,
+            "the forge sets this variable itself (or it loads CMake code); "
+            "a recipe may not override it",
+            'remove it; choose a toolchain with lane.toolchain = "<name in toolchains/>"',
+        )
+    if _PROGRAM_KEYS.fullmatch(name):
+        raise fail(
+            shown,
+            key,
+            "names a program the build would run (or where programs are found); the "
+            "report records programs only through toolchain files",
+            "remove it; set programs in a toolchain file under toolchains/ and name it "
+            'with lane.toolchain = "<name>" (a compiler cache: --cache)',
+        )
+    text = _option_value(shown, key, value)
+    if _FLAG_KEYS.fullmatch(name):  # (`@loader_path` elsewhere is an rpath, not a file)
+        for word in text.split(";"):
+            check_flag_word(shown, key, word)
+        if ";" in text:
+            raise fail(
+                shown,
+                key,
+                "a list: CMake passes a flags variable to the shell as one string, where "
+                "';' separates commands",
+                "give one flag per flags variable",
+            )
+    return text
 
 
 def check_flag_word(shown: str, key: str, word: str) -> None:
     """Exit 2 for a word that makes the compiler or linker read a file or run a program."""
     bad = next((f for f in _FILE_FLAGS if word == f or word.startswith(f)), None)
     if bad is not None:
-        raise _fail(
+        raise fail(
             shown,
             key,
             f"{word[:40]!r}: {bad} makes the compiler or linker read a file or run a program "
@@ -278,44 +319,37 @@ def check_flag_word(shown: str, key: str, word: str) -> None:
         )
 
 
-def _words(
-    c: Checker,
-    table: dict[str, Any],
-    key: str,
-    default: Iterable[str],
-    pattern: re.Pattern[str],
-) -> tuple[str, ...]:
-    """`[ci].key`: an array of strings, each one CI word (no spaces, quotes, `$`, ...)."""
-    words = c.strings(table, key, "ci", default)
+def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> Words:
+    """`[ci].key`: each one CI word (no spaces, quotes, `$`, ...)."""
     for word in words:
         if not pattern.fullmatch(word) or len(word) > 200:
-            raise c.fail(f"ci.{key}", f"{word!r} is not allowed here", f"match {pattern.pattern}")
+            raise fail(
+                shown, f"ci.{key}", f"{word!r} is not allowed here", f"match {pattern.pattern}"
+            )
     return words
 
 
-def _option_value(shown: str, key: str, value: Any) -> str:
+def _option_value(shown: str, key: str, value: str | int | bool | list[str | int | bool]) -> str:
     """One option's value as CMake sees it; a TOML array becomes a `;`-joined CMake list."""
     if isinstance(value, list):
         if not value:
-            raise _fail(shown, key, "empty list", "remove the option or give values")
+            raise fail(shown, key, "empty list", "remove the option or give values")
         parts = [_option_word(shown, key, item, in_list=True) for item in value]
         return ";".join(parts)
     return _option_word(shown, key, value, in_list=False)
 
 
-def _option_word(shown: str, key: str, value: Any, *, in_list: bool) -> str:
+def _option_word(shown: str, key: str, value: str | int | bool, *, in_list: bool) -> str:
     if isinstance(value, bool):
         return "ON" if value else "OFF"
-    if type(value) not in (str, int):  # exact: a float is not an option value
-        raise _fail(shown, key, "must be a string, integer or boolean", 'e.g. GGML_CUDA = "ON"')
     text = str(value)
     fix = 'one word per value; write a CMake list as a TOML array: KEY = ["a", "b"]'
     if len(text) > _MAX_VALUE:
-        raise _fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
+        raise fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
     if in_list and not text:
-        raise _fail(shown, key, "empty list element", fix)
+        raise fail(shown, key, "empty list element", fix)
     if text.startswith("-"):
-        raise _fail(shown, key, f"{text[:40]!r}: leading '-' (a CMake argument)", fix)
+        raise fail(shown, key, f"{text[:40]!r}: leading '-' (a CMake argument)", fix)
     if not _SAFE_VALUE.fullmatch(text):
         bad = next(ch for ch in text if not _SAFE_VALUE.fullmatch(ch))
         what = (
@@ -325,7 +359,7 @@ def _option_word(shown: str, key: str, value: Any, *, in_list: bool) -> str:
             if ord(bad) < 32 or ord(bad) == 127
             else repr(bad)
         )
-        raise _fail(shown, key, f"{text[:40]!r} contains {what}", fix)
+        raise fail(shown, key, f"{text[:40]!r} contains {what}", fix)
     return text
 
 
@@ -352,7 +386,7 @@ def _toolchain_inside(recipe: Recipe, root: Path, shown: str) -> None:
         return  # a missing file is build's message (it names the toolchains it has)
     real, top = path.resolve(), root.resolve()
     if not real.is_relative_to(top):
-        raise _fail(
+        raise fail(
             shown,
             "lane.toolchain",
             f"toolchains/{path.name} is a symlink to {real}, outside the forge root",
