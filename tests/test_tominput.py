@@ -273,3 +273,30 @@ def test_a_recipe_without_a_lane(tmp_path: Path) -> None:
     err = recipe_refusal(tmp_path, "schema = 1\n")
     assert err.message == "recipes/cpu.toml: lane: missing"
     assert err.hint == 'add [lane] with backend = "CPU"'
+
+
+@pytest.mark.parametrize(
+    ("body", "words", "hint"),
+    [
+        ("steps = 3", "certify.steps: must be an array of tables",
+         "add one [[certify.steps]] table per program run"),
+        ("steps = [1]", "certify.steps[0]: must be a table, got integer",
+         "write each step as a [[certify.steps]] table"),
+        ('steps = [{ name = "s", program = "t", parser = "llama-bench", min_avg_ts = 5 }]',
+         "certify.steps[0].min_avg_ts: must be a table, got integer",
+         "min_avg_ts = { prompt = 50.0, gen = 5.0 }"),
+        ('steps = [{ name = "s", program = "t", parser = "ctest", timeout = true }]',
+         "certify.steps[0].timeout: True is not an integer (a boolean)", None),
+        ('steps = [{ name = "s", program = "t", parser = "llama-bench",'
+         ' by_model = { m = { gen = true } } }]',
+         "certify.steps[0].by_model.m.gen: True (boolean) is not a speed in (0, 1e+07] t/s",
+         "gen = 5.0"),
+        ('steps = [{ program = "t", parser = "ctest" }]', "certify.steps[0].name: missing",
+         'add name = "..." under [certify.steps[0]]'),
+    ],
+)  # fmt: skip
+def test_certify_shape(tmp_path: Path, body: str, words: str, hint: str | None) -> None:
+    text = f'schema = 1\n[lane]\nbackend = "CPU"\n[certify]\ntargets = ["t"]\n{body}\n'
+    err = recipe_refusal(tmp_path, text)
+    assert err.message == f"recipes/cpu.toml: {words}"
+    assert hint is None or err.hint == hint

@@ -22,7 +22,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.tomlcheck import shown_value, type_name
 
 
-class Shape(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class Shape(msgspec.Struct, forbid_unknown_fields=True):
     """The base of every input shape: an unknown key is refused, never ignored."""
 
 
@@ -31,7 +31,9 @@ S = TypeVar("S", bound=Shape)
 
 def fix(text: str, *, problem: str | None = None) -> dict[str, str]:
     """A field's fix text, for `Meta(extra=...)`: the hint of every refusal of that field;
-    `problem`, when given, is what a value of the wrong type is told."""
+    `problem`, when given, is what a value of the wrong type or out of its bounds is told
+    (``{value}``, ``{type}`` and ``{name}`` in either stand for the value, its TOML type
+    and the key's last name)."""
     return {"fix": text} if problem is None else {"fix": text, "problem": problem}
 
 
@@ -275,6 +277,11 @@ def _missing(shown: str, spot: _Spot) -> BadInput:
 def _problem(spot: _Spot, what: str) -> tuple[str, str]:
     t, value, name = spot.type, spot.value, spot.leaf
     got = type_name(value)
+    own = _extra(spot, "problem")
+    if own is not None:  # the field words its own refusals (of type and of range)
+        for token, text in (("{value}", shown_value(value)), ("{type}", got), ("{name}", name)):
+            own = own.replace(token, text)
+        return own, _fix(spot, "fix it").replace("{name}", name)
     if get_origin(t) is Literal:
         return (
             f"expected {_literal(t)}, got {got} {shown_value(value)}",
@@ -296,9 +303,6 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         if pattern == r"\S":
             return "empty", _fix(spot, "give it a value")
         return f"{shown_value(value)} does not match {pattern}", _fix(spot, f"fix {name}")
-    own = _extra(spot, "problem")
-    if own is not None:
-        return own, _fix(spot, "fix it")
     if t is str:
         return f"must be a string, got {got}", _fix(spot, "quote the value")
     if t is bool:

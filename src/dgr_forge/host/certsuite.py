@@ -30,12 +30,13 @@ Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct, to_builtins
+from msgspec import Meta, Struct, to_builtins
 
 from dgr_forge.attest.parsers import PARSERS, Thresholds
-from dgr_forge.core.tomlcheck import Checker, shown_value, type_name
+from dgr_forge.core.tominput import NonEmpty, Shape, fail, fix
+from dgr_forge.core.tomlcheck import shown_value
 
 PLACEHOLDERS = ("model", "device", "threads")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -49,17 +50,57 @@ MAX_ARG = 1024
 MAX_FAILED = 1_000_000
 MAX_TS = 1e7
 _COUNTING = ("test-backend-ops", "ctest")
-_STEP_KEYS = {
-    "name",
-    "program",
-    "args",
-    "parser",
-    "max_failed",
-    "min_avg_ts",
-    "timeout",
-    "by_model",
-}
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+# -- the table as written (its keys, types and bounds: declared once, here)
+
+Strings = tuple[str, ...]
+_SPEEDS_FIX = "min_avg_ts = { prompt = 50.0, gen = 5.0 }"
+# tokens per second: a float (or an integer), never nan, inf, 0 or a string
+Speed = Annotated[
+    float,
+    Meta(
+        gt=0,
+        le=MAX_TS,
+        extra=fix(
+            "{name} = 5.0", problem=f"{{value}} ({{type}}) is not a speed in (0, {MAX_TS:g}] t/s"
+        ),
+    ),
+]
+
+
+class _Speeds(Shape):  # min_avg_ts, by_model.<model>
+    prompt: Speed | None = None
+    gen: Speed | None = None
+
+
+class _Step(Shape):  # one [[certify.steps]]
+    name: NonEmpty
+    program: NonEmpty  # one of certify.targets
+    parser: NonEmpty
+    args: Strings = ()
+    max_failed: Annotated[int, Meta(ge=0, le=MAX_FAILED)] | None = None
+    min_avg_ts: Annotated[_Speeds, Meta(extra=fix(_SPEEDS_FIX))] | None = None
+    timeout: Annotated[int, Meta(ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT  # seconds
+    by_model: (
+        Annotated[
+            dict[str, _Speeds], Meta(extra=fix("by_model.tiny = { prompt = 50.0, gen = 5.0 }"))
+        ]
+        | None
+    ) = None
+
+
+class SuiteShape(Shape):
+    """`[certify]` as a recipe writes it."""
+
+    targets: Annotated[Strings, Meta(extra=fix('targets = ["test-backend-ops"]'))] = ()
+    steps: Annotated[
+        tuple[
+            Annotated[_Step, Meta(extra=fix("write each step as a [[certify.steps]] table"))], ...
+        ],
+        Meta(extra=fix("add one [[certify.steps]] table per program run")),
+    ] = ()
 
 
 class Step(Struct, frozen=True):
@@ -95,161 +136,160 @@ class Suite(Struct, frozen=True):
         return any("{model}" in a for s in self.steps for a in s.args)
 
 
-def load_suite(c: Checker, data: dict[str, Any]) -> Suite | None:
+def load_suite(shown: str, table: SuiteShape | None) -> Suite | None:
     """`[certify]` of a recipe (None when the recipe has none); exit 2 naming the key.
 
     Whether the lane builds each target is the build's and certify's to say, not the
     recipe's: a build never fails for its suite, and `certify` refuses (exit 1) a target
     the build did not produce as a report subject (with `cmake.targets`, it must be one)."""
-    if "certify" not in data:
+    if table is None:
         return None
-    table = c.section(data, "certify", {"targets", "steps"})
-    targets = c.strings(table, "targets", "certify", fix='targets = ["test-backend-ops"]')
+    targets = table.targets
     if not targets:
-        raise c.fail("certify.targets", "empty", 'name the programs: targets = ["llama-bench"]')
+        raise fail(
+            shown, "certify.targets", "empty", 'name the programs: targets = ["llama-bench"]'
+        )
     for t in targets:
         if not TARGET_NAME.fullmatch(t) or len(t) > 200:
-            raise c.fail(
-                "certify.targets", f"{shown_value(t)} is not a CMake target name", "fix the name"
+            raise fail(
+                shown,
+                "certify.targets",
+                f"{shown_value(t)} is not a CMake target name",
+                "fix the name",
             )
-    raw_steps = table.get("steps")
-    if not isinstance(raw_steps, list) or not raw_steps:
-        raise c.fail(
+    if not table.steps:
+        raise fail(
+            shown,
             "certify.steps",
             "missing or not an array of tables",
             "add one [[certify.steps]] table per program run",
         )
-    if len(raw_steps) > MAX_STEPS:
-        raise c.fail("certify.steps", f"{len(raw_steps)} steps, over {MAX_STEPS}", "fewer steps")
+    if len(table.steps) > MAX_STEPS:
+        raise fail(
+            shown, "certify.steps", f"{len(table.steps)} steps, over {MAX_STEPS}", "fewer steps"
+        )
     steps: list[Step] = []
-    for i, raw in enumerate(raw_steps):
-        step = _step(c, raw, f"certify.steps[{i}]", targets)
+    for i, raw in enumerate(table.steps):
+        step = _step(shown, raw, f"certify.steps[{i}]", targets)
         if any(s.name == step.name for s in steps):
-            raise c.fail(f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely")
+            raise fail(
+                shown, f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely"
+            )
         steps.append(step)
     return Suite(targets, tuple(steps))
 
 
-def _step(c: Checker, raw: Any, where: str, targets: tuple[str, ...]) -> Step:
-    table = c.table(raw, where, fix="write each step as a [[certify.steps]] table")
-    c.known_keys(table, _STEP_KEYS, where)
-    name = c.string(table, "name", where, nonempty=True)
-    assert name is not None
+def _step(shown: str, raw: _Step, where: str, targets: tuple[str, ...]) -> Step:
+    name, program, args, parser = raw.name, raw.program, raw.args, raw.parser
     if not STEP_NAME.fullmatch(name) or len(name) > 64:
-        raise c.fail(f"{where}.name", f"{shown_value(name)} is not a step name", "use [a-z0-9_-]")
-    program = c.string(table, "program", where, nonempty=True)
-    assert program is not None
+        raise fail(
+            shown, f"{where}.name", f"{shown_value(name)} is not a step name", "use [a-z0-9_-]"
+        )
     if program not in targets:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.program",
             f"{shown_value(program)} is not one of certify.targets ({', '.join(targets)}): "
             "only a program the lane's build produced runs",
             "name a target listed in certify.targets (no path, no program from outside the build)",
         )
-    args = c.strings(table, "args", where)
     if len(args) > MAX_ARGS:
-        raise c.fail(f"{where}.args", f"{len(args)} arguments, over {MAX_ARGS}", "fewer arguments")
+        raise fail(
+            shown, f"{where}.args", f"{len(args)} arguments, over {MAX_ARGS}", "fewer arguments"
+        )
     for arg in args:
-        _check_arg(c, f"{where}.args", arg)
-    parser = c.string(table, "parser", where, nonempty=True)
+        _check_arg(shown, f"{where}.args", arg)
     if parser not in PARSERS:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.parser",
             f"{shown_value(parser)} is not a parser",
             f"one of {', '.join(PARSERS)}",
         )
-    timeout = c.integer(table, "timeout", where, required=False, minimum=1, maximum=MAX_TIMEOUT)
     return Step(
         name=name,
         program=program,
         args=args,
         parser=parser,
-        thresholds=_thresholds(c, table, where, parser),
-        timeout=DEFAULT_TIMEOUT if timeout is None else timeout,
-        by_model=_by_model(c, table, where, parser),
+        thresholds=_thresholds(shown, raw, where),
+        timeout=raw.timeout,
+        by_model=_by_model(shown, raw, where),
     )
 
 
-def _by_model(
-    c: Checker, table: dict[str, Any], where: str, parser: str | None
-) -> tuple[tuple[str, Thresholds], ...]:
-    raw = table.get("by_model")
-    if raw is None:
+def _by_model(shown: str, raw: _Step, where: str) -> tuple[tuple[str, Thresholds], ...]:
+    if raw.by_model is None:
         return ()
-    if parser != "llama-bench":
-        raise c.fail(
-            f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
+    if raw.parser != "llama-bench":
+        raise fail(
+            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
         )
-    models = c.table(raw, f"{where}.by_model", fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }")
     out = []
-    for name, speeds in models.items():
+    for name, speeds in raw.by_model.items():
         if not MODEL_NAME.fullmatch(name):
-            raise c.fail(
-                f"{where}.by_model", f"{shown_value(name)} is not a model manifest name", "fix it"
+            raise fail(
+                shown,
+                f"{where}.by_model",
+                f"{shown_value(name)} is not a model manifest name",
+                "fix it",
             )
-        out.append((name, _speeds(c, speeds, f"{where}.by_model.{name}")))
+        out.append((name, _speeds(shown, speeds, f"{where}.by_model.{name}")))
     return tuple(out)
 
 
-def _check_arg(c: Checker, key: str, arg: str) -> None:
+def _check_arg(shown: str, key: str, arg: str) -> None:
     if len(arg) > MAX_ARG:
-        raise c.fail(key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it")
+        raise fail(
+            shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
+        )
     bad = next((ch for ch in arg if ord(ch) < 32 or ord(ch) == 127), None)
     if bad is not None:
-        raise c.fail(key, f"{shown_value(arg)} contains a control character", "remove it")
+        raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
     for m in _PLACEHOLDER.finditer(arg):
         if m.group(1) not in PLACEHOLDERS:
-            raise c.fail(
+            raise fail(
+                shown,
                 key,
                 f"{shown_value(arg)}: {{{m.group(1)[:40]}}} is not a placeholder",
                 "the placeholders are {model}, {device} and {threads}",
             )
     if "{" in _PLACEHOLDER.sub("", arg) or "}" in _PLACEHOLDER.sub("", arg):
-        raise c.fail(
+        raise fail(
+            shown,
             key,
             f"{shown_value(arg)}: a brace outside a placeholder",
             "the placeholders are {model}, {device} and {threads}; no other braces",
         )
 
 
-def _thresholds(c: Checker, table: dict[str, Any], where: str, parser: str | None) -> Thresholds:
-    max_failed = c.integer(
-        table, "max_failed", where, required=False, minimum=0, maximum=MAX_FAILED
-    )
-    speeds = table.get("min_avg_ts")
+def _thresholds(shown: str, raw: _Step, where: str) -> Thresholds:
+    """The step's gate: `max_failed` for a counting parser, `min_avg_ts` for a speed one;
+    a step with neither would pass by default and is refused."""
+    parser, max_failed, speeds = raw.parser, raw.max_failed, raw.min_avg_ts
     if parser in _COUNTING:
         if speeds is not None:
-            raise c.fail(f"{where}.min_avg_ts", f"not a {parser} figure", "use max_failed")
+            raise fail(shown, f"{where}.min_avg_ts", f"not a {parser} figure", "use max_failed")
         if max_failed is None:
-            raise c.fail(
+            raise fail(
+                shown,
                 f"{where}.max_failed",
                 "missing: a step never passes by default",
                 "add max_failed = 0",
             )
         return Thresholds(max_failed=max_failed)
     if max_failed is not None:
-        raise c.fail(f"{where}.max_failed", f"not a {parser} figure", "use min_avg_ts")
+        raise fail(shown, f"{where}.max_failed", f"not a {parser} figure", "use min_avg_ts")
     if speeds is None:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.min_avg_ts",
             "missing: a step never passes by default",
-            "add min_avg_ts = { prompt = 50.0, gen = 5.0 }",
+            f"add {_SPEEDS_FIX}",
         )
-    return _speeds(c, speeds, f"{where}.min_avg_ts")
+    return _speeds(shown, speeds, f"{where}.min_avg_ts")
 
 
-def _speeds(c: Checker, raw: Any, where: str) -> Thresholds:
-    speeds = c.table(raw, where, fix="min_avg_ts = { prompt = 50.0, gen = 5.0 }")
-    c.known_keys(speeds, {"prompt", "gen"}, where)
-    if not speeds:
-        raise c.fail(where, "empty", "give prompt and/or gen tokens per second")
-    got: dict[str, float] = {}
-    for key, value in speeds.items():
-        if type(value) not in (int, float) or not 0 < value <= MAX_TS:
-            raise c.fail(
-                f"{where}.{key}",
-                f"{shown_value(value)} ({type_name(value)}) is not a speed in (0, {MAX_TS:g}] t/s",
-                f"{key} = 5.0",
-            )
-        got[key] = float(value)
-    return Thresholds(min_prompt_ts=got.get("prompt"), min_gen_ts=got.get("gen"))
+def _speeds(shown: str, speeds: _Speeds, where: str) -> Thresholds:
+    if speeds.prompt is None and speeds.gen is None:
+        raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
+    return Thresholds(min_prompt_ts=speeds.prompt, min_gen_ts=speeds.gen)

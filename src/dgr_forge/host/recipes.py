@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Struct
@@ -49,7 +49,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
 from dgr_forge.core.tominput import NonEmpty, Shape, decode, fail, fix
 from dgr_forge.core.tomlcheck import Checker
-from dgr_forge.host.certsuite import Suite, load_suite
+from dgr_forge.host.certsuite import Suite, SuiteShape, load_suite
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -164,7 +164,7 @@ class _Recipe(Shape):
     cmake: _CMake = msgspec.field(default_factory=_CMake)
     requires: _Requires = msgspec.field(default_factory=_Requires)
     ci: _CI = msgspec.field(default_factory=_CI)
-    certify: dict[str, Any] | None = None  # the suite: host/certsuite reads it
+    certify: SuiteShape | None = None  # the suite (host/certsuite)
 
 
 class Recipe(Struct, frozen=True):
@@ -209,8 +209,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
     name = path.stem
     if not LANE_NAME.fullmatch(name):
         raise fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
-    c = Checker(shown)
-    raw, data = c.load(path, what="recipe", hint="check the path")
+    raw, data = Checker(shown).load(path, what="recipe", hint="check the path")
     doc = decode(shown, data, _Recipe)
     lane, ci = doc.lane, doc.ci
     options = {key: _option(shown, key, value) for key, value in doc.cmake.options.items()}
@@ -235,7 +234,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         raise fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
     runs_on = _words(shown, "runs_on", ci.runs_on, _CI_WORD)
     system = next((o for o in ("linux", "darwin", "windows") if o in lane.host_os), "linux")
-    suite = load_suite(c, data)
+    suite = load_suite(shown, doc.certify)
     certify_runs_on = _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
     if certify_runs_on and suite is None:
         raise fail(
