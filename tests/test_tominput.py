@@ -118,7 +118,8 @@ def test_keys_that_look_like_options_or_paths(tmp_path: Path, key: str) -> None:
 
 def test_a_missing_table(tmp_path: Path) -> None:
     err = refused(tmp_path, "schema = 1\n")
-    assert err.message == f"{SHOWN}: upstream: missing" and err.hint == "add a [upstream] table"
+    assert err.message == f"{SHOWN}: upstream: must be a table, got nothing"
+    assert err.hint == "add a [upstream] table"
 
 
 # -- the decoder on its own shapes
@@ -271,7 +272,7 @@ def test_recipe_shape(tmp_path: Path, body: str, words: str) -> None:
 
 def test_a_recipe_without_a_lane(tmp_path: Path) -> None:
     err = recipe_refusal(tmp_path, "schema = 1\n")
-    assert err.message == "recipes/cpu.toml: lane: missing"
+    assert err.message == "recipes/cpu.toml: lane: must be a table, got nothing"
     assert err.hint == 'add [lane] with backend = "CPU"'
 
 
@@ -300,3 +301,35 @@ def test_certify_shape(tmp_path: Path, body: str, words: str, hint: str | None) 
     err = recipe_refusal(tmp_path, text)
     assert err.message == f"recipes/cpu.toml: {words}"
     assert hint is None or err.hint == hint
+
+
+def model_refusal(text: str) -> BadInput:
+    from dgr_forge.models import manifest as models
+
+    with pytest.raises(BadInput) as info:
+        models.loads(text.encode(), shown="manifests/models/m.toml")
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    return info.value
+
+
+MODEL = 'schema = 1\n[model]\nname = "m"\n'
+ENTRY = f'[[files]]\nname = "m.gguf"\nsha256 = "{"a" * 64}"\nurl = "https://h/m.gguf"\n'
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        (ENTRY + "size = true", "files[0].size: True is not a non-negative integer number of"),
+        (ENTRY + "size = -1", "files[0].size: -1 is not a non-negative integer number of bytes"),
+        (ENTRY + "size = 1.5", "files[0].size: 1.5 is not a non-negative integer number of"),
+        ('[[files]]\nname = "../a"', "files[0].name: '../a' contains a path separator"),
+        ("[[files]]\nname = 7", "files[0].name: must be a string, got integer"),
+        (f"{ENTRY}size = 1\n[map]\narch = \"llama\"\nblock_count = {10**30}",
+         f"map.block_count: {10**30} is out of range: must be between 1 and"),
+        (ENTRY + 'size = 1\ntensors = "x"', "files[0].tensors: must be an array of strings"),
+        (ENTRY + "size = 1\n[files.x]\ny = 1", "files[0].x: unknown key"),
+    ],
+)  # fmt: skip
+def test_model_manifest_shape(body: str, words: str) -> None:
+    err = model_refusal(f"{MODEL}{body}\n")
+    assert err.message.startswith(f"manifests/models/m.toml: {words}"), err.message

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import types
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -40,6 +40,30 @@ def fix(text: str, *, problem: str | None = None) -> dict[str, str]:
 # a string that is neither empty nor only whitespace
 NonEmpty = Annotated[str, msgspec.Meta(pattern=r"\S")]
 
+
+class CheckedStr(str):
+    """A string whose meaning check runs as it is decoded, where the file holds it: a bad
+    value is named before a key missing beside it. A subclass says its `problem`."""
+
+    fix: ClassVar[str] = "fix it"
+
+    @classmethod
+    def problem(cls, value: str) -> str | None:
+        """What is wrong with `value`, or None."""
+        raise NotImplementedError
+
+
+def _dec_hook(t: type, value: Any) -> Any:
+    if isinstance(t, type) and issubclass(t, CheckedStr):
+        if not isinstance(value, str):
+            raise TypeError(f"Expected `str`, got `{type(value).__name__}`")
+        problem = t.problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return t(value)
+    raise NotImplementedError(t)
+
+
 _NUL = "contains a NUL byte (a control character)"
 
 
@@ -51,7 +75,7 @@ def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
 def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:
     """`data` (a parsed TOML document) as `shape`, or exit 2 naming the file and the key."""
     try:
-        value = msgspec.convert(data, shape, strict=True)
+        value = msgspec.convert(data, shape, strict=True, dec_hook=_dec_hook)
     except msgspec.ValidationError as err:
         raise _explain(shown, data, shape, str(err)) from None
     where = _nul_at(data)
@@ -208,7 +232,7 @@ def _failing_key(table: dict[str, Any], value_type: Any) -> str:
     """The first key whose value is not `value_type`: the one msgspec complained of."""
     for k, v in table.items():
         try:
-            msgspec.convert(v, value_type, strict=True)
+            msgspec.convert(v, value_type, strict=True, dec_hook=_dec_hook)
         except msgspec.ValidationError:
             return k
     raise LookupError("no failing key")
@@ -268,7 +292,7 @@ def _missing(shown: str, spot: _Spot) -> BadInput:
     elif t is int:
         problem, default = "missing", f"add {name} = <integer>"
     elif _kind(t) == "table":
-        problem, default = "missing", f"add a [{inner.key}] table"
+        problem, default = "must be a table, got nothing", f"add a [{inner.key}] table"
     else:
         problem, default = "missing", f"add {name} = ..."
     return fail(shown, inner.key, problem, _fix(inner, default))
@@ -277,6 +301,10 @@ def _missing(shown: str, spot: _Spot) -> BadInput:
 def _problem(spot: _Spot, what: str) -> tuple[str, str]:
     t, value, name = spot.type, spot.value, spot.leaf
     got = type_name(value)
+    if isinstance(t, type) and issubclass(t, CheckedStr):
+        if not what.startswith("Expected `str`"):
+            return what, t.fix
+        t = str
     own = _extra(spot, "problem")
     if own is not None:  # the field words its own refusals (of type and of range)
         for token, text in (("{value}", shown_value(value)), ("{type}", got), ("{name}", name)):

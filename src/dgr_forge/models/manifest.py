@@ -27,15 +27,17 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlsplit
 
 import tomli_w
+from msgspec import Meta
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
-from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
+from dgr_forge.core.tominput import CheckedStr, Shape, decode, fail, fix
+from dgr_forge.core.tomlcheck import Checker, read_bytes
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import LayerMap, Ranges
@@ -49,11 +51,56 @@ PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NA
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
-_TOP_KEYS = {"schema", "model", "map", "files"}
-_MODEL_KEYS = {"name", "source_revision"}
-_MAP_KEYS = {"arch", "block_count"}
-_FILE_KEYS = {"name", "size", "sha256", "url", "layers", "tensors"}
 _MAP_FIX = "re-create the map from the split headers: `dgr-forge artifacts map M`"
+_FILES_FIX = "list each artifact as a [[files]] table with name, size, sha256 and url"
+
+
+# -- the file as written (its keys, types and bounds: declared once, here)
+
+
+class _Model(Shape):
+    name: str
+    source_revision: str | None = None  # the upstream checkpoint's commit
+
+
+class _Map(Shape):  # every .gguf file then says the layers and tensors it holds
+    arch: Annotated[str, Meta(extra=fix(_MAP_FIX))]
+    block_count: Annotated[int, Meta(ge=1, le=layermap.MAX_BLOCK_COUNT, extra=fix(_MAP_FIX))]
+
+
+class FileName(CheckedStr):
+    """A plain file name the manifest may list (`check_file_name`): files land in --dest."""
+
+    fix = "use the bare file name; files land in --dest"
+
+    @classmethod
+    def problem(cls, value: str) -> str | None:
+        return check_file_name(value)
+
+
+class _File(Shape):  # one [[files]]
+    name: FileName
+    size: Annotated[
+        int,
+        Meta(
+            ge=0,  # exact type: `true` and `1.0` are not sizes
+            extra=fix(
+                "set it to the file's exact size in bytes (`stat -c %s FILE`)",
+                problem="{value} is not a non-negative integer number of bytes",
+            ),
+        ),
+    ]
+    sha256: str
+    url: str
+    layers: Annotated[str, Meta(extra=fix(_MAP_FIX))] | None = None  # e.g. "0-4"
+    tensors: Annotated[tuple[str, ...], Meta(extra=fix(_MAP_FIX))] | None = None
+
+
+class _Manifest(Shape):
+    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    model: _Model
+    map: _Map | None = None
+    files: Annotated[tuple[_File, ...], Meta(extra=fix(_FILES_FIX))] = ()
 
 
 @dataclass(frozen=True)
@@ -167,46 +214,31 @@ def read_raw(path: Path, shown: str) -> bytes:
 def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
-    c = Checker(shown)
-    data = c.parse(raw)
-
-    c.known_keys(data, _TOP_KEYS, "")
-    c.schema(data, SCHEMA)
-
-    model = c.table(data.get("model"), "model")
-    c.known_keys(model, _MODEL_KEYS, "model")
-    name = c.string(model, "name", "model")
-    assert name is not None
+    doc = decode(shown, Checker(shown).parse(raw), _Manifest)
+    name, revision = doc.model.name, doc.model.source_revision
     if not NAME.fullmatch(name) or ".." in name:
-        raise c.fail(
+        raise fail(
+            shown,
             "model.name",
             f"{name!r} is not a plain name",
             "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
         )
-    revision = c.string(model, "source_revision", "model", required=False)
     if revision is not None and not HEX40.fullmatch(revision):
-        raise c.fail(
+        raise fail(
+            shown,
             "model.source_revision",
             f"{revision!r} is not a full 40-hex revision",
             "pin the checkpoint's full lowercase commit id (branch or tag names move), "
             "or remove source_revision",
         )
-
-    files_raw = data.get("files")
-    if not isinstance(files_raw, list) or not files_raw:
-        raise c.fail(
-            "files",
-            "missing or empty" if not files_raw else "must be an array of tables",
-            "list each artifact as a [[files]] table with name, size, sha256 and url",
-        )
-    layer_map = _map_table(c, data)
-    files: list[ModelFile] = []
+    if not doc.files:
+        raise fail(shown, "files", "missing or empty", _FILES_FIX)
+    layer_map = _layer_map(shown, doc.map)
     seen: dict[str, str] = {}
-    for i, item in enumerate(files_raw):
-        files.append(_file_entry(c, item, i, seen, layer_map))
-    _check_split_sets(c, files)
+    files = [_file_entry(shown, f, i, seen, layer_map) for i, f in enumerate(doc.files)]
+    _check_split_sets(shown, files)
     if layer_map is not None:
-        _check_map_covers(c, files, layer_map)
+        _check_map_covers(shown, files, layer_map)
     return ModelManifest(
         path=path,
         shown=shown,
@@ -217,56 +249,48 @@ def loads(
     )
 
 
-def _map_table(c: Checker, data: dict[str, Any]) -> LayerMap | None:
-    if "map" not in data:
+def _layer_map(shown: str, table: _Map | None) -> LayerMap | None:
+    if table is None:
         return None
-    table = c.table(data["map"], "map")
-    c.known_keys(table, _MAP_KEYS, "map")
-    arch = c.string(table, "arch", "map", fix=_MAP_FIX)
-    assert arch is not None
-    if layermap.check_group(arch) is not None:
-        raise c.fail("map.arch", f"{arch[:80]!r} is not an architecture name", _MAP_FIX)
-    count = c.integer(
-        table, "block_count", "map", minimum=1, maximum=layermap.MAX_BLOCK_COUNT, fix=_MAP_FIX
-    )
-    assert count is not None
-    return LayerMap(arch=arch, block_count=count)
+    if layermap.check_group(table.arch) is not None:
+        raise fail(shown, "map.arch", f"{table.arch[:80]!r} is not an architecture name", _MAP_FIX)
+    return LayerMap(arch=table.arch, block_count=table.block_count)
 
 
 def _file_layers(
-    c: Checker, entry: dict[str, Any], where: str, name: str, layer_map: LayerMap | None
+    shown: str, entry: _File, where: str, layer_map: LayerMap | None
 ) -> tuple[Ranges | None, tuple[str, ...] | None]:
     """A file's half of the layer map: both keys on every .gguf file with a [map], none
     anywhere without one."""
-    has = [k for k in ("layers", "tensors") if k in entry]
-    if layer_map is None or not name.endswith(".gguf"):
+    has = [k for k in ("layers", "tensors") if getattr(entry, k) is not None]
+    if layer_map is None or not entry.name.endswith(".gguf"):
         if has:
             why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
-            raise c.fail(f"{where}.{has[0]}", f"set, but {why}", _MAP_FIX)
+            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", _MAP_FIX)
         return None, None
-    raw = c.string(entry, "layers", where, fix=_MAP_FIX)
-    assert raw is not None
+    if entry.layers is None:
+        raise fail(shown, f"{where}.layers", "missing", _MAP_FIX)
     try:
-        layers = layermap.parse(raw)
+        layers = layermap.parse(entry.layers)
     except layermap.RangeError as err:
-        raise c.fail(f"{where}.layers", str(err), _MAP_FIX) from None
+        raise fail(shown, f"{where}.layers", str(err), _MAP_FIX) from None
     if layers and layers[-1][1] >= layer_map.block_count:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.layers",
             f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
             _MAP_FIX,
         )
-    if "tensors" not in entry:
-        raise c.fail(f"{where}.tensors", "missing", _MAP_FIX)
-    tensors = c.strings(entry, "tensors", where, fix=_MAP_FIX)
-    for group in tensors:
+    if entry.tensors is None:
+        raise fail(shown, f"{where}.tensors", "missing", _MAP_FIX)
+    for group in entry.tensors:
         problem = layermap.check_group(group)
         if problem:
-            raise c.fail(f"{where}.tensors", problem, _MAP_FIX)
-    return layers, tuple(sorted(set(tensors)))
+            raise fail(shown, f"{where}.tensors", problem, _MAP_FIX)
+    return layers, tuple(sorted(set(entry.tensors)))
 
 
-def _check_map_covers(c: Checker, files: list[ModelFile], layer_map: LayerMap) -> None:
+def _check_map_covers(shown: str, files: list[ModelFile], layer_map: LayerMap) -> None:
     """Every layer of the model is held by some file: a map with a hole cannot serve it."""
     held: set[int] = set()
     for f in files:
@@ -274,7 +298,8 @@ def _check_map_covers(c: Checker, files: list[ModelFile], layer_map: LayerMap) -
     missing = [n for n in range(layer_map.block_count) if n not in held]
     if missing:
         holes = layermap.format_ranges(layermap.of_layers(missing))
-        raise c.fail(
+        raise fail(
+            shown,
             "files",
             f"the layer map holds no file for layers {holes} of {layer_map.block_count}",
             _MAP_FIX,
@@ -282,57 +307,41 @@ def _check_map_covers(c: Checker, files: list[ModelFile], layer_map: LayerMap) -
 
 
 def _file_entry(
-    c: Checker, item: Any, i: int, seen: dict[str, str], layer_map: LayerMap | None
+    shown: str, entry: _File, i: int, seen: dict[str, str], layer_map: LayerMap | None
 ) -> ModelFile:
     where = f"files[{i}]"
-    entry = c.table(item, where)
-    c.known_keys(entry, _FILE_KEYS, where)
-    name = c.string(entry, "name", where)
-    assert name is not None
-    problem = check_file_name(name)
-    if problem:
-        raise c.fail(f"{where}.name", problem, "use the bare file name; files land in --dest")
+    name, sha, url = str(entry.name), entry.sha256, entry.url
     folded = name.casefold()  # "A.gguf" and "a.gguf" are one file on macOS/Windows
     if folded in seen:
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.name",
             f"duplicate file name {name!r} (also {seen[folded]})",
             "list each file once",
         )
     seen[folded] = where
-
-    if "size" not in entry:
-        raise c.fail(f"{where}.size", "missing", "add size = <bytes> (`stat -c %s FILE`)")
-    size = entry["size"]
-    if type(size) is not int or size < 0:  # exact type: `true` and `1.0` are not sizes
-        raise c.fail(
-            f"{where}.size",
-            f"{shown_value(size)} is not a non-negative integer number of bytes",
-            "set it to the file's exact size in bytes (`stat -c %s FILE`)",
-        )
-    sha = c.string(entry, "sha256", where)
-    assert sha is not None
     if not HEX64.fullmatch(sha):
-        raise c.fail(
+        raise fail(
+            shown,
             f"{where}.sha256",
             f"{sha!r} is not a 64-hex lowercase sha256",
             f"set it to the output of `sha256sum {name}`",
         )
-    url = c.string(entry, "url", where)
-    assert url is not None
     url_problem = check_url(url)
     if url_problem:
-        raise c.fail(f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
+        raise fail(shown, f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
     try:
-        urls.check_url(url, f"{c.shown}: {where}.url", schemes=URL_SCHEMES)
+        urls.check_url(url, f"{shown}: {where}.url", schemes=URL_SCHEMES)
     except BadInput as err:
-        err.details = {"file": c.shown, "key": f"{where}.url"}
+        err.details = {"file": shown, "key": f"{where}.url"}
         raise
-    layers, tensors = _file_layers(c, entry, where, name, layer_map)
-    return ModelFile(name=name, size=size, sha256=sha, url=url, layers=layers, tensors=tensors)
+    layers, tensors = _file_layers(shown, entry, where, layer_map)
+    return ModelFile(
+        name=name, size=entry.size, sha256=sha, url=url, layers=layers, tensors=tensors
+    )
 
 
-def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
+def _check_split_sets(shown: str, files: list[ModelFile]) -> None:
     """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
@@ -341,14 +350,16 @@ def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
         if s is None:
             continue
         if s.count < 1 or not 1 <= s.no <= s.count:
-            raise c.fail(
+            raise fail(
+                shown,
                 "files",
                 f"{f.name}: part {s.no} of {s.count} is not a valid split part",
                 "parts are numbered 00001 to N, e.g. model-00001-of-00003.gguf",
             )
         known = counts.setdefault(s.prefix, s.count)
         if known != s.count:
-            raise c.fail(
+            raise fail(
+                shown,
                 "files",
                 f"split set {s.prefix}: {f.name} says {s.count} parts, another part says {known}",
                 "list the parts of one split set only (same -of-NNNNN)",
@@ -357,10 +368,11 @@ def _check_split_sets(c: Checker, files: list[ModelFile]) -> None:
     for prefix, parts in sets.items():
         missing = [n for n in range(1, counts[prefix] + 1) if n not in parts]
         if missing:
-            shown = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
-            raise c.fail(
+            listed = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
+            raise fail(
+                shown,
                 "files",
-                f"split set {prefix} is incomplete: not listed: {shown}",
+                f"split set {prefix} is incomplete: not listed: {listed}",
                 "list every part of the set (`dgr-forge artifacts manifest` does)",
             )
 
