@@ -254,6 +254,29 @@ def test_ci_render_reads_the_roots_pyproject_bounded_and_never_through_a_link(
     assert res.code == 2 and "pyproject.toml" in res.stderr, res
 
 
+@pytest.mark.parametrize(
+    ("text", "tool"),
+    [
+        ("x = " + "[" * 5000 + "]" * 5000 + '\n[project]\nname = "dgr-forge"\n', False),
+        (f"x = {'9' * 5000}\n[project]\nname = \"dgr-forge\"\n", False),
+        ('[project]\nname = 3\n', False),
+        ('project = "dgr-forge"\n', False),
+        ('[project]\nname = "dgr_forge"\nversion = "1"\n[tool.x]\ny = 1\n', True),
+    ],
+)
+def test_the_roots_pyproject_is_read_as_data_whatever_it_holds(
+    tmp_path: Path, text: str, tool: bool
+) -> None:
+    """A pyproject.toml nested 5000 deep (tomllib recurses into a RecursionError), a
+    5000-digit number (Python's int limit) or a name of another type: not the tool's
+    project, never a crash; another tool's keys beside the name are its own business."""
+    from dgr_forge.ci.install import is_tool_repository
+
+    root = _pretender(tmp_path)
+    (root / "pyproject.toml").write_text(text)
+    assert is_tool_repository(root) is tool
+
+
 def test_ci_render_reads_ci_requirements_without_waiting_on_a_fifo(tmp_path: Path) -> None:
     """ci/requirements.txt is read bounded with no link; a FIFO there is exit 2 naming it."""
     from test_ci import CPU, write_root

@@ -27,10 +27,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+
+import msgspec
 
 from dgr_forge import __version__
 from dgr_forge.core import tomlcheck
@@ -113,13 +114,23 @@ def is_tool_repository(root: Path) -> bool:
         if not os.path.lexists(root / "pyproject.toml"):
             return False
         raise
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-        return False
-    project = data.get("project")
-    name = project.get("name") if isinstance(project, dict) else None
-    return isinstance(name, str) and re.sub(r"[-_.]+", "-", name).lower() == "dgr-forge"
+    try:  # bounded like every TOML input (depth, number size), then the one key we read
+        data = tomlcheck.Checker("pyproject.toml").parse(raw)
+        name = msgspec.convert(data, _PyProject, strict=True).project.name
+    except (BadInput, msgspec.ValidationError):
+        return False  # not a pyproject we can read: not the tool's
+    return name is not None and re.sub(r"[-_.]+", "-", name).lower() == "dgr-forge"
+
+
+# -- pyproject.toml as far as this reads it: another tool's keys are that tool's business
+
+
+class _Project(msgspec.Struct):
+    name: str | None = None
+
+
+class _PyProject(msgspec.Struct):
+    project: _Project = msgspec.field(default_factory=_Project)
 
 
 def _read(root: Path, rel: str) -> list[str] | None:
