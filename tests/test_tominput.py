@@ -333,3 +333,29 @@ ENTRY = f'[[files]]\nname = "m.gguf"\nsha256 = "{"a" * 64}"\nurl = "https://h/m.
 def test_model_manifest_shape(body: str, words: str) -> None:
     err = model_refusal(f"{MODEL}{body}\n")
     assert err.message.startswith(f"manifests/models/m.toml: {words}"), err.message
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('schema = 1\n[github.x]\nuses = "a/b"\nsha = 1\nversion = "v1"\n',
+         "templates/actions.toml: github.x.sha: must be a string, got integer"),
+        ('schema = 1\n[github.x]\nuses = "a/b"\nsha = "main"\nversion = "v1"\n',
+         "templates/actions.toml: github.x: needs uses, a 40-hex sha and a version"),
+        ('schema = 1\n[gitlab.images]\nlinux = ["x"]\n',
+         "templates/actions.toml: gitlab.images.linux: must be a string, got array"),
+    ],
+)  # fmt: skip
+def test_the_packaged_pin_list_is_a_shape_too(
+    monkeypatch: pytest.MonkeyPatch, text: str, words: str
+) -> None:
+    """templates/actions.toml ships with the tool: a broken one is exit 1 (reinstall),
+    named by key like any input."""
+    from dgr_forge.ci import render
+    from dgr_forge.core.errors import OperationFailed
+
+    assert render.pinned()["actions"]["checkout"].startswith("actions/checkout@")
+    monkeypatch.setattr(render, "_template_source", lambda name: text)
+    with pytest.raises(OperationFailed) as info:
+        render.pinned()
+    assert info.value.message == words and "reinstall" in (info.value.hint or "")

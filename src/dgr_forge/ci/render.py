@@ -19,17 +19,20 @@ import difflib
 import json
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import jinja2
+import msgspec
+from msgspec import Meta
 
 from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
+from dgr_forge.core.tominput import Shape, decode, fix
+from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.core.urls import mask
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -170,20 +173,40 @@ _ACTION = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+")
 _VERSION = re.compile(r"v[0-9][0-9A-Za-z.-]*")
 
 
+class _Action(Shape):  # [github.<key>]: one action, pinned by commit
+    uses: str
+    sha: str
+    version: str  # the release the commit is, shown beside the pin
+
+
+class _GitLab(Shape):
+    images: dict[str, str] = {}  # noqa: RUF012 (msgspec copies an empty default)
+
+
+class _Pins(Shape):  # templates/actions.toml
+    schema: Literal[1]
+    github: dict[str, _Action] = {}  # noqa: RUF012
+    gitlab: _GitLab = msgspec.field(default_factory=_GitLab)
+
+
 def pinned() -> dict[str, Any]:
     """`templates/actions.toml`: every action as `owner/repo@<40 hex> # vX.Y.Z`, checked."""
-    text = _template_source("actions.toml")
-    data = tomllib.loads(text)
+    shown = "templates/actions.toml"
+    broken = "the packaged pin list is broken; reinstall dgr-forge or report it"
+    try:
+        pins = decode(shown, Checker(shown).parse(_template_source("actions.toml").encode()), _Pins)
+    except BadInput as err:  # the package's own file: a broken install, not the user's input
+        raise OperationFailed(err.message, hint=broken, details=err.details) from None
     actions: dict[str, str] = {}
-    for key, entry in data.get("github", {}).items():
-        uses, sha, version = entry.get("uses", ""), entry.get("sha", ""), entry.get("version", "")
-        if not (_ACTION.fullmatch(uses) and _SHA.fullmatch(sha) and _VERSION.fullmatch(version)):
+    for key, a in pins.github.items():
+        if not (
+            _ACTION.fullmatch(a.uses) and _SHA.fullmatch(a.sha) and _VERSION.fullmatch(a.version)
+        ):
             raise OperationFailed(
-                f"templates/actions.toml: github.{key}: needs uses, a 40-hex sha and a version",
-                hint="the packaged pin list is broken; reinstall dgr-forge or report it",
+                f"{shown}: github.{key}: needs uses, a 40-hex sha and a version", hint=broken
             )
-        actions[key] = f"{uses}@{sha} # {version}"
-    return {"actions": actions, "images": dict(data.get("gitlab", {}).get("images", {}))}
+        actions[key] = f"{a.uses}@{a.sha} # {a.version}"
+    return {"actions": actions, "images": dict(pins.gitlab.images)}
 
 
 # what a root renders with before its files are looked at (`ci render` always looks)
@@ -197,19 +220,22 @@ def bump_request(root: Path) -> bool:
     """`ci/bump.toml` `[bump] open_request` (default true): whether the nightly roller job
     pushes a branch and opens a pull/merge request when `dgr-forge bump` moved the pin.
     Off, the job still bumps and uploads the report, with read-only permissions."""
-    from dgr_forge.core.tomlcheck import Checker
-
     path = root / BUMP_SETTINGS
     if not path.exists() and not path.is_symlink():
         return True
     if path.is_symlink() or path.parent.is_symlink() or not path.is_file():
         raise BadInput(f"{BUMP_SETTINGS}: not a regular file", hint="commit a plain file")
-    c = Checker(BUMP_SETTINGS)
-    _, data = c.load(path, what="CI bump settings", hint="see docs/bump.md")
-    c.schema(data, 1)
-    c.known_keys(data, {"schema", "bump"}, "")
-    bump = c.section(data, "bump", {"open_request"})
-    return c.boolean(bump, "open_request", "bump", True)
+    _, data = Checker(BUMP_SETTINGS).load(path, what="CI bump settings", hint="see docs/bump.md")
+    return decode(BUMP_SETTINGS, data, _BumpSettings).bump.open_request
+
+
+class _Bump(Shape):
+    open_request: bool = True
+
+
+class _BumpSettings(Shape):  # ci/bump.toml
+    schema: Annotated[Literal[1], Meta(extra=fix("set schema = 1"))]
+    bump: _Bump = msgspec.field(default_factory=_Bump)
 
 
 def render(
