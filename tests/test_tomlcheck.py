@@ -1,14 +1,17 @@
-"""The one schema reader (core/tomlcheck) as every loader uses it: exact types, unknown keys,
-bounded size and depth; each refusal names the file and the key (exit 2)."""
+"""The one reader (core/tomlcheck) and decoder (core/tominput) as every loader uses them:
+exact types, unknown keys, bounded size and depth; each refusal names the file and the key
+(exit 2)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated, Literal
 
 import pytest
+from msgspec import Meta
 
-from dgr_forge.core import tomlcheck
+from dgr_forge.core import tominput, tomlcheck
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.host import probes, recipes, worker
@@ -164,18 +167,29 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         tomlcheck.read_bytes(fifo, what="manifest", hint="h")
 
 
+class _N(tominput.Shape):
+    n: Annotated[int, Meta(ge=1)]
+
+
+class _Counted(tominput.Shape):
+    t: _N
+
+
+class _Schema1(tominput.Shape):
+    schema: Literal[1]
+
+
 def test_float_and_bool_are_not_integers(tmp_path: Path) -> None:
     bad_size = MODEL.replace("size = 3", "size = 3.0")
     assert "files[0].size" in str(refused(tmp_path, "models", bad_size))
     bad_size = MODEL.replace("size = 3", "size = true")
     assert "files[0].size" in str(refused(tmp_path, "models", bad_size))
-    c = tomlcheck.Checker("f.toml")
-    assert c.integer({"n": 3}, "n", "t") == 3
+    assert tominput.decode("f.toml", {"t": {"n": 3}}, _Counted).t.n == 3
     for value in (True, 3.0, "3"):
         with pytest.raises(BadInput, match=r"f.toml: t.n: .* is not an integer"):
-            c.integer({"n": value}, "n", "t")
+            tominput.decode("f.toml", {"t": {"n": value}}, _Counted)
     with pytest.raises(BadInput, match="out of range"):
-        c.integer({"n": 0}, "n", "t", minimum=1)
+        tominput.decode("f.toml", {"t": {"n": 0}}, _Counted)
     # a float option value is not a CMake value either
     err = refused(tmp_path, "recipes", RECIPE.replace('"OFF"', "1.5"))
     assert "cmake.options.GGML_NATIVE" in str(err)
@@ -184,9 +198,8 @@ def test_float_and_bool_are_not_integers(tmp_path: Path) -> None:
 def test_a_hostile_value_is_shown_bounded() -> None:
     shown = tomlcheck.shown_value("A" * 1_000_000)
     assert len(shown) < 100
-    c = tomlcheck.Checker("f.toml")
     with pytest.raises(BadInput) as info:
-        c.schema({"schema": "x" * 1_000_000}, 1)
+        tominput.decode("f.toml", {"schema": "x" * 1_000_000}, _Schema1)
     assert len(str(info.value)) < 300
 
 

@@ -1,12 +1,12 @@
-"""The one schema reader for every TOML input: manifest, model manifests, recipes, probes,
-worker manifest.
+"""The one reader for every TOML input: manifest, model manifests, recipes, probes, worker
+manifest, CI settings.
 
-Each loader describes its schema with a `Checker`; every malformed input is a `BadInput`
-(exit 2) reading ``<file>: <key>: <problem>`` with a fix, and no input makes a loader raise
-anything else. Types are exact: a bool is not an integer (``schema = true``) and a float is
-not one (``schema = 1.0``). Parsing is bounded: a file over `MAX_BYTES` is refused by its
-size before a byte is parsed, and nesting deeper than `MAX_DEPTH` (tables or arrays) is
-refused instead of exhausting the stack.
+`Checker.load` reads and parses a file; each loader then decodes the document into its
+typed shape (`core.tominput`). Every malformed input is a `BadInput` (exit 2) reading
+``<file>: <key>: <problem>`` with a fix, and no input makes a loader raise anything else.
+Parsing is bounded: a file over `MAX_BYTES` is refused by its size before a byte is parsed,
+a number of thousands of digits by its line, and nesting deeper than `MAX_DEPTH` (tables or
+arrays) is refused instead of exhausting the stack.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import reprlib
 import tomllib
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def _depth_exceeds(data: Any, limit: int) -> bool:
 
 
 class Checker:
-    """Reads one TOML file against its schema; every error names the file and the key."""
+    """Reads and parses one TOML file, bounded; every error names the file."""
 
     def __init__(self, shown: str) -> None:
         self.shown = shown
@@ -91,10 +90,6 @@ class Checker:
         return BadInput(
             f"{self.shown}: {key}: {problem}", hint=fix, details={"file": self.shown, "key": key}
         )
-
-    @staticmethod
-    def key(where: str, key: str) -> str:
-        return f"{where}.{key}" if where else key
 
     # -- reading
 
@@ -143,137 +138,3 @@ class Checker:
         """Read and parse `path`: its bytes (for hashing) and the document."""
         raw = self.read(path, what=what, hint=hint, limit=limit)
         return raw, self.parse(raw, limit=limit)
-
-    # -- structure
-
-    def schema(self, data: dict[str, Any], expected: int) -> None:
-        """`schema = <expected>`, an integer: not `true`, not `1.0`, not `"1"`."""
-        value = data.get("schema")
-        if type(value) is not int or value != expected:
-            got = "nothing" if value is None else f"{type_name(value)} {shown_value(value)}"
-            raise self.fail("schema", f"expected {expected}, got {got}", f"set schema = {expected}")
-
-    def table(self, value: Any, key: str, *, fix: str | None = None) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(
-                key, f"must be a table, got {type_name(value)}", fix or f"write [{key}]"
-            )
-        return value
-
-    def known_keys(self, data: dict[str, Any], allowed: Iterable[str], where: str) -> None:
-        allowed = set(allowed)
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise self.fail(
-                self.key(where, unknown[0]),
-                "unknown key",
-                f"remove it; allowed keys{' in ' + where if where else ''}: "
-                + ", ".join(sorted(allowed)),
-            )
-
-    def section(
-        self, data: dict[str, Any], key: str, allowed: Iterable[str], *, required: bool = False
-    ) -> dict[str, Any]:
-        """The table `data[key]` (empty when absent and optional) with only `allowed` keys."""
-        if key not in data and not required:
-            return {}
-        table = self.table(data.get(key), key)
-        self.known_keys(table, allowed, key)
-        return table
-
-    # -- values
-
-    def string(
-        self,
-        data: dict[str, Any],
-        key: str,
-        where: str,
-        required: bool = True,
-        *,
-        nonempty: bool = False,
-        fix: str | None = None,
-    ) -> str | None:
-        full = self.key(where, key)
-        if key not in data:
-            if required:
-                under = f" under [{where}]" if where else ""
-                raise self.fail(full, "missing", fix or f'add {key} = "..."{under}')
-            return None
-        value = data[key]
-        if not isinstance(value, str):
-            raise self.fail(
-                full, f"must be a string, got {type_name(value)}", fix or "quote the value"
-            )
-        if "\x00" in value:  # never meaningful, and a path with one makes os calls raise
-            raise self.fail(full, "contains a NUL byte (a control character)", "remove it")
-        if nonempty and not value.strip():
-            raise self.fail(full, "empty", fix or "give it a value")
-        return value
-
-    def integer(
-        self,
-        data: dict[str, Any],
-        key: str,
-        where: str,
-        required: bool = True,
-        *,
-        minimum: int | None = None,
-        maximum: int | None = None,
-        fix: str | None = None,
-    ) -> int | None:
-        """An integer: `true` and `1.0` are refused (type check, not equality)."""
-        full = self.key(where, key)
-        if key not in data:
-            if required:
-                raise self.fail(full, "missing", fix or f"add {key} = <integer>")
-            return None
-        value = data[key]
-        if type(value) is not int:
-            raise self.fail(
-                full,
-                f"{shown_value(value)} is not an integer (a {type_name(value)})",
-                fix or f"write {key} as a whole number without quotes or a decimal point",
-            )
-        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            bounds = (
-                f"between {minimum} and {maximum}"
-                if minimum is not None and maximum is not None
-                else f"at least {minimum}"
-                if minimum is not None
-                else f"at most {maximum}"
-            )
-            raise self.fail(full, f"{value} is out of range: must be {bounds}", fix or bounds)
-        return value
-
-    def boolean(
-        self, data: dict[str, Any], key: str, where: str, default: bool, *, fix: str | None = None
-    ) -> bool:
-        value = data.get(key, default)
-        if not isinstance(value, bool):
-            raise self.fail(
-                self.key(where, key),
-                f"must be true or false, got {type_name(value)}",
-                fix or f"{key} = {str(default).lower()}",
-            )
-        return value
-
-    def strings(
-        self,
-        data: dict[str, Any],
-        key: str,
-        where: str,
-        default: Iterable[str] = (),
-        *,
-        fix: str | None = None,
-    ) -> tuple[str, ...]:
-        """An array of strings (`default` when absent)."""
-        value = data.get(key, list(default))
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(
-                self.key(where, key), "must be an array of strings", fix or f'write {key} = ["..."]'
-            )
-        if any("\x00" in v for v in value):
-            raise self.fail(
-                self.key(where, key), "contains a NUL byte (a control character)", "remove it"
-            )
-        return tuple(value)
