@@ -68,8 +68,47 @@ def test_the_committed_schemas_and_doc_are_what_the_generator_writes() -> None:
             f"{rel} is stale: run `python -m dgr_forge.cli.schemas`"
         )
     assert {p.name for p in SCHEMAS.iterdir()} == {f"{c.name}.json" for c in COMMANDS} | {
-        schemas.SHARED
+        schemas.SHARED,
+        schemas.TOML_DIR.name,
     }
+    assert {p.name for p in (REPO / schemas.TOML_DIR).iterdir()} == {
+        f"{name}.json" for name, *_ in schemas.inputs()
+    }
+
+
+def _toml_validator(name: str) -> Draft202012Validator:
+    schema = json.loads((REPO / schemas.TOML_DIR / f"{name}.json").read_text())
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def test_every_checked_in_toml_input_validates_against_its_schema() -> None:
+    """The schemas an editor reads accept every TOML input the repository holds, and each
+    is closed like its loader: an unknown key, a bool for an integer, a table for an
+    array are flagged there too."""
+    checked: dict[str, int] = {}
+    also = {"model": "tests/data/models/*.toml"}  # the suite's own model manifest
+    for name, files, _, _ in schemas.inputs():
+        v = _toml_validator(name)
+        for path in sorted(REPO.glob(files)) + sorted(REPO.glob(also.get(name, files))):
+            doc = tomllib.loads(path.read_text())
+            assert not list(v.iter_errors(doc)), (path, [e.message for e in v.iter_errors(doc)])
+            checked[name] = checked.get(name, 0) + 1
+        assert not v.is_valid({"schema": 1, "--help": 1}), name
+        assert not v.is_valid({"schema": True}), name
+    assert set(checked) >= {"manifest", "recipe", "probes", "shard-worker", "model"}, checked
+    recipe = _toml_validator("recipe")
+    good = {"schema": 1, "lane": {"backend": "CPU"}, "cmake": {"options": {"X": ["a", 1]}}}
+    assert recipe.is_valid(good)
+    assert not recipe.is_valid({**good, "cmake": {"options": {"X": 1.5}}})
+    assert not recipe.is_valid({**good, "requires": {"tools": {"a": 1}}})
+    pin = _toml_validator("manifest")
+    up = {"name": "llama.cpp", "url": "u", "commit": "c" * 40}
+    assert pin.is_valid({"schema": 1, "upstream": up})
+    assert not pin.is_valid({"schema": 1, "upstream": {**up, "build_number": True}})
+    assert not pin.is_valid({"schema": 1, "upstream": {**up, "build_number": 0}})
+    series = [{"file": "0001-a.patch", "sha256": "s"}] * 3 + [{"file": "f", "sha256": "s", "x": 1}]
+    assert not pin.is_valid({"schema": 1, "upstream": up, "patches": {"series": series}})
 
 
 def test_the_generator_check_mode_names_a_stale_file(tmp_path: Path) -> None:

@@ -238,6 +238,9 @@ class _BumpSettings(Shape):  # ci/bump.toml
     bump: _Bump = msgspec.field(default_factory=_Bump)
 
 
+BUMP_SHAPE = _BumpSettings  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 def render(
     which: Provider,
     recipes: dict[str, Recipe],

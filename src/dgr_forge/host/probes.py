@@ -59,6 +59,9 @@ class _Probes(Shape):
     libraries: dict[str, _Library] = {}  # noqa: RUF012
 
 
+SHAPE = _Probes  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 class ToolProbe(Struct, frozen=True):
     name: str
     description: str

@@ -167,6 +167,9 @@ class _Recipe(Shape):
     certify: SuiteShape | None = None  # the suite (host/certsuite)
 
 
+SHAPE = _Recipe  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 class Recipe(Struct, frozen=True):
     name: str  # the lane name: the file's stem
     path: Path

@@ -43,6 +43,9 @@ class _Manifest(Shape):
     worker: _Worker = msgspec.field(default_factory=_Worker)
 
 
+SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 class WorkerSpec(Struct, frozen=True):
     """What the manifest (or --worker) names; `source_dir` is where CMake reads it."""
 

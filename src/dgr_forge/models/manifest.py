@@ -103,6 +103,9 @@ class _Manifest(Shape):
     files: Annotated[tuple[_File, ...], Meta(extra=fix(_FILES_FIX))] = ()
 
 
+SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 @dataclass(frozen=True)
 class ModelFile:
     name: str

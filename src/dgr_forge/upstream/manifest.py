@@ -72,6 +72,9 @@ class _Manifest(Shape):
     patches: _Patches = msgspec.field(default_factory=_Patches)
 
 
+SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
+
+
 class PatchEntry(Struct, frozen=True):
     file: str
     sha256: str
