@@ -359,3 +359,29 @@ def test_the_packaged_pin_list_is_a_shape_too(
     with pytest.raises(OperationFailed) as info:
         render.pinned()
     assert info.value.message == words and "reinstall" in (info.value.hint or "")
+
+
+class _Speed(tominput.Shape):
+    gen: Annotated[float, Meta(gt=0, le=100)] = 1.0
+    ratio: Annotated[float, Meta(ge=0, lt=1)] = 0.5
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({"gen": 0.0}, "f.toml: gen: 0.0 is out of range: must be over 0 and at most 100"),
+        ({"gen": float("inf")}, "f.toml: gen: inf is out of range: must be over 0 and at most"),
+        ({"gen": float("nan")}, "f.toml: gen: nan is out of range"),
+        ({"ratio": 1}, "f.toml: ratio: 1 is out of range: must be at least 0 and under 1"),
+        ({"gen": "5"}, "f.toml: gen: must be a number, got string"),
+    ],
+)
+def test_float_bounds_in_words(data: dict[str, object], words: str) -> None:
+    with pytest.raises(BadInput) as info:
+        tominput.decode("f.toml", data, _Speed)
+    assert info.value.message.startswith(words), info.value.message
+
+
+def test_a_hostile_key_is_shown_bounded(tmp_path: Path) -> None:
+    err = refused(tmp_path, f"{'k' * 1_000_000} = 1\n" + base())
+    assert len(str(err)) < 400 and err.message.endswith("...: unknown key")

@@ -65,6 +65,7 @@ def _dec_hook(t: type, value: Any) -> Any:
 
 
 _NUL = "contains a NUL byte (a control character)"
+_MAX_KEY = 80  # no key we read is longer; a longer one is shown cut
 
 
 def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
@@ -94,6 +95,7 @@ def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:
 
 def _key(where: str, key: str) -> str:
     key = key if key.isprintable() else ascii(key)  # a control character is shown escaped
+    key = key if len(key) <= _MAX_KEY else f"{key[:_MAX_KEY]}..."  # a hostile key, bounded
     return f"{where}.{key}" if where else key
 
 
@@ -147,8 +149,8 @@ class _Spot(msgspec.Struct):
 
 
 def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
-    """`t` without Annotated and Optional (keeping its Meta); a union of a table or an array
-    and something else is narrowed by the value's kind."""
+    """`t` without Annotated and Optional (keeping its Meta); a union is narrowed to the one
+    member of the value's kind (table, array or scalar), when there is one."""
     while True:
         origin = get_origin(t)
         if origin is Annotated:
@@ -249,6 +251,24 @@ def _fix(spot: _Spot, default: str) -> str:
     return _extra(spot, "fix") or default
 
 
+_BOUND = re.compile(r"Expected `(int|float)` (>=|<=|>|<) ")
+
+
+def _bounds(metas: list[msgspec.Meta]) -> str:
+    """A bounded number's range in words: `between 1 and 9`, `at least 0`, `over 0`."""
+    low = next((m.ge for m in metas if m.ge is not None), None)
+    above = next((m.gt for m in metas if m.gt is not None), None)
+    high = next((m.le for m in metas if m.le is not None), None)
+    below = next((m.lt for m in metas if m.lt is not None), None)
+    if low is not None and high is not None:
+        return f"between {low} and {high}"
+    words = [
+        f"at least {low}" if low is not None else f"over {above}" if above is not None else "",
+        f"at most {high}" if high is not None else f"under {below}" if below is not None else "",
+    ]
+    return " and ".join(w for w in words if w)
+
+
 def _literal(t: Any) -> str:
     return " or ".join(repr(v) if isinstance(v, str) else str(v) for v in get_args(t))
 
@@ -315,17 +335,9 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
             f"expected {_literal(t)}, got {got} {shown_value(value)}",
             _fix(spot, f"set {name} = {_literal(t)}"),
         )
-    if what.startswith("Expected `int` >=") or what.startswith("Expected `int` <="):
-        low = next((m.ge for m in spot.metas if m.ge is not None), None)
-        high = next((m.le for m in spot.metas if m.le is not None), None)
-        bounds = (
-            f"between {low} and {high}"
-            if low is not None and high is not None
-            else f"at least {low}"
-            if low is not None
-            else f"at most {high}"
-        )
-        return f"{value} is out of range: must be {bounds}", _fix(spot, bounds)
+    if _BOUND.match(what):
+        bounds = _bounds(spot.metas)
+        return f"{shown_value(value)} is out of range: must be {bounds}", _fix(spot, bounds)
     if "matching regex" in what:
         pattern = next((m.pattern for m in spot.metas if m.pattern), "")
         if pattern == r"\S":
