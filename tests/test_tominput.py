@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import pytest
 from msgspec import Meta
@@ -128,11 +128,11 @@ def test_a_missing_table(tmp_path: Path) -> None:
 class _Inner(tominput.Shape):
     tags: tuple[str, ...] = ()
     on: bool = True
-    n: Annotated[int, Meta(ge=1, extra=tominput.fix("count from 1"))] = 1
+    n: Annotated[int, tominput.about("a count", ge=1, fix="count from 1")] = 1
 
 
 class _Doc(tominput.Shape):
-    schema: Annotated[Literal[1], Meta(extra=tominput.fix("set schema = 1"))]
+    schema: tominput.Version1
     name: tominput.NonEmpty = "x"
     tools: dict[str, _Inner] = {}  # noqa: RUF012 (msgspec copies an empty default)
     value: str | int | bool = ""

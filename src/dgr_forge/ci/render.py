@@ -26,12 +26,11 @@ from typing import Annotated, Any, Literal
 
 import jinja2
 import msgspec
-from msgspec import Meta
 
 from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
-from dgr_forge.core.tominput import Shape, decode, fix
+from dgr_forge.core.tominput import Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.core.urls import mask
 from dgr_forge.host.recipes import Recipe
@@ -230,11 +229,17 @@ def bump_request(root: Path) -> bool:
 
 
 class _Bump(Shape):
-    open_request: bool = True
+    """The nightly roller job."""
+
+    open_request: Annotated[
+        bool, about("push a branch and open a pull/merge request when the pin moved")
+    ] = True
 
 
-class _BumpSettings(Shape):  # ci/bump.toml
-    schema: Annotated[Literal[1], Meta(extra=fix("set schema = 1"))]
+class _BumpSettings(Shape):
+    """`ci/bump.toml`: the nightly roller's settings."""
+
+    schema: Version1
     bump: _Bump = msgspec.field(default_factory=_Bump)
 
 

@@ -2,8 +2,8 @@
 2020-12), `docs/json-schema/envelope.json` (the failure and `--help` objects every command
 shares, referenced by `$ref`) and `docs/json.md`, all from the types in `cli.results` and
 `core.errors.Details` (msgspec writes the schemas; this module adds the envelope and the
-prose); and the TOML inputs' schemas, `docs/json-schema/toml/<input>.json`, from each
-loader's `SHAPE` (for editors: taplo, Even Better TOML).
+prose); and, through `cli.input_schemas`, the TOML inputs' schemas and their page
+(`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
 
     python -m dgr_forge.cli.schemas [--check] [ROOT]
 
@@ -20,6 +20,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
+from dgr_forge.cli import input_schemas
 from dgr_forge.cli.results import COMMANDS, Command, Form
 from dgr_forge.core.errors import Details
 
@@ -320,37 +321,6 @@ def render_doc() -> str:
     out += ["| key | meaning |", "| --- | --- |"]
     out += [f"| `{k}` | {_cell(v)} |" for k, v in details().items()]
     out += ["", "## Per command", ""]
-    toml_section: list[str] = [
-        "## The TOML inputs",
-        "",
-        "Each TOML file the forge reads has a JSON Schema (2020-12) generated from its",
-        "loader's types, closed like the loader (a key it refuses, the editor flags); the",
-        "loader also checks what a type cannot say (ids, names, paths, URLs), with its",
-        "own `file: key: problem` message.",
-        "",
-        "| file | schema | what |",
-        "| --- | --- | --- |",
-    ]
-    for name, file_names, what, _ in inputs():
-        toml_section.append(f"| `{file_names}` | `{TOML_DIR / name}.json` | {what} |")
-    toml_section += [
-        "",
-        "Editors that read JSON Schemas for TOML (taplo, and Even Better TOML, which uses",
-        "it) take a first-line directive, e.g. in `recipes/cuda.toml`:",
-        "",
-        "```toml",
-        "#:schema ../docs/json-schema/toml/recipe.json",
-        "```",
-        "",
-        "or one rule per file kind in a `.taplo.toml` at the root:",
-        "",
-        "```toml",
-        "[[rule]]",
-        'include = ["recipes/*.toml"]',
-        'schema.path = "./docs/json-schema/toml/recipe.json"',
-        "```",
-        "",
-    ]
     for cmd in COMMANDS:
         out += [
             f"### `{cmd.words}`",
@@ -391,71 +361,7 @@ def render_doc() -> str:
                         "",
                     ]
                     out += [*doc.table(inner["properties"], _optional(inner)), ""]
-    out += toml_section
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-# --- the TOML inputs ------------------------------------------------------------------------
-
-TOML_DIR = SCHEMA_DIR / "toml"
-
-
-def inputs() -> list[tuple[str, str, str, Any]]:
-    """Each TOML input: its schema's name, the files it describes, what they are, its Shape."""
-    from dgr_forge.ci import render
-    from dgr_forge.host import probes, recipes, worker
-    from dgr_forge.models import manifest as models
-    from dgr_forge.upstream import manifest
-
-    return [
-        ("manifest", "manifests/llama.cpp.toml", "the upstream pin and its patch series",
-         manifest.SHAPE),
-        ("recipe", "recipes/*.toml", "one backend lane", recipes.SHAPE),
-        ("probes", "toolchains/probes.toml", "how doctor looks for tools and libraries",
-         probes.SHAPE),
-        ("shard-worker", "manifests/shard-worker.toml", "the worker a build builds",
-         worker.SHAPE),
-        ("model", "manifests/models/*.toml", "a model's artifacts", models.SHAPE),
-        ("ci-bump", "ci/bump.toml", "the nightly roller's settings", render.BUMP_SHAPE),
-    ]  # fmt: skip
-
-
-def _checked_str(t: Any) -> Schema:
-    from dgr_forge.core.tominput import CheckedStr
-
-    if isinstance(t, type) and issubclass(t, CheckedStr):  # its check is the loader's
-        return {"type": "string", "description": (t.__doc__ or "").strip()}
-    raise NotImplementedError(t)
-
-
-def _public(node: Any, *, defs: bool = False) -> Any:
-    """A Shape's private name (`_Lane`) as the schema shows it (`Lane`)."""
-    if isinstance(node, list):
-        return [_public(v) for v in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for key, value in node.items():
-        if key == "$ref" and isinstance(value, str):
-            value = value.replace("#/$defs/_", "#/$defs/")
-        elif key == "title" and isinstance(value, str):
-            value = value.lstrip("_")
-        out[key.lstrip("_") if defs else key] = _public(value, defs=key == "$defs")
-    return out
-
-
-def input_schema(name: str, files: str, what: str, shape: Any) -> Schema:
-    """One TOML input's JSON Schema (2020-12), closed like its Shape: a key the loader
-    refuses is one the editor flags."""
-    body = _public(msgspec.json.schema(shape, schema_hook=_checked_str))
-    return {
-        "$schema": DIALECT,
-        "$id": f"{BASE_ID}toml/{name}.json",
-        "title": f"dgr-forge {files}: {what}",
-        "description": "Generated from the loader's Shape by `python -m dgr_forge.cli.schemas`;"
-        " the loader also checks what a type cannot say (ids, names, paths, URLs).",
-        **body,
-    }
 
 
 def _json(schema: Schema) -> str:
@@ -466,8 +372,7 @@ def rendered() -> dict[Path, str]:
     """Every generated file (relative to the project root) and its text."""
     files = {SCHEMA_DIR / f"{cmd.name}.json": _json(command_schema(cmd)) for cmd in COMMANDS}
     files[SCHEMA_DIR / SHARED] = _json(envelope_schema())
-    for name, file_names, what, shape in inputs():
-        files[TOML_DIR / f"{name}.json"] = _json(input_schema(name, file_names, what, shape))
+    files |= input_schemas.rendered(DIALECT, BASE_ID, SCHEMA_DIR)
     files[DOC] = render_doc()
     return files
 

@@ -5,7 +5,7 @@ at the top of its loader; `decode` converts strictly (a bool is not an integer, 
 not one, a string is never coerced) and turns msgspec's first complaint into the forge's
 `BadInput`: ``<file>: <key>: <problem>``, the fix as the hint, exit 2, in the words the
 inputs' documentation uses. A field's own fix text lives beside its type
-(``Annotated[int, Meta(ge=1, extra=fix("..."))]``). Reading, size, UTF-8, syntax and depth
+(``Annotated[int, about("meaning", ge=1, fix="...")]``). Reading, size, UTF-8, syntax and depth
 stay with `tomlcheck.Checker.load`; the checks that are not types (ids, names, paths, URLs)
 stay with each loader.
 """
@@ -29,16 +29,22 @@ class Shape(msgspec.Struct, forbid_unknown_fields=True):
 S = TypeVar("S", bound=Shape)
 
 
-def fix(text: str, *, problem: str | None = None) -> dict[str, str]:
-    """A field's fix text, for `Meta(extra=...)`: the hint of every refusal of that field;
-    `problem`, when given, is what a value of the wrong type or out of its bounds is told
-    (``{value}``, ``{type}`` and ``{name}`` in either stand for the value, its TOML type
-    and the key's last name)."""
-    return {"fix": text} if problem is None else {"fix": text, "problem": problem}
+def about(
+    meaning: str, *, fix: str | None = None, problem: str | None = None, **rules: Any
+) -> msgspec.Meta:
+    """A key's `Meta`, declared where the key is: its meaning (the schema's description and
+    the docs' table), its bounds (`ge`, `le`, `pattern`, ...), the fix every refusal of it
+    hints, and `problem`, what a value of the wrong type or out of its bounds is told
+    (``{value}``, ``{type}`` and ``{name}`` stand for the value, its TOML type and the
+    key's last name, in the fix too)."""
+    extra = {k: v for k, v in (("fix", fix), ("problem", problem)) if v is not None}
+    return msgspec.Meta(description=meaning, extra=extra or None, **rules)
 
 
 # a string that is neither empty nor only whitespace
 NonEmpty = Annotated[str, msgspec.Meta(pattern=r"\S")]
+# every input's `schema = 1`: the format's version, an integer (not `true`, `1.0`, `"1"`)
+Version1 = Annotated[Literal[1], about("the file format's version", fix="set schema = 1")]
 
 
 class CheckedStr(str):

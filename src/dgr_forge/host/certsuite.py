@@ -32,10 +32,10 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from msgspec import Meta, Struct, to_builtins
+from msgspec import Struct, to_builtins
 
 from dgr_forge.attest.parsers import PARSERS, Thresholds
-from dgr_forge.core.tominput import NonEmpty, Shape, fail, fix
+from dgr_forge.core.tominput import NonEmpty, Shape, about, fail
 from dgr_forge.core.tomlcheck import shown_value
 
 PLACEHOLDERS = ("model", "device", "threads")
@@ -53,53 +53,74 @@ _COUNTING = ("test-backend-ops", "ctest")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-# -- the table as written (its keys, types and bounds: declared once, here)
+# -- the table as written (its keys, types, bounds, meanings: declared once, here)
 
 Strings = tuple[str, ...]
 _SPEEDS_FIX = "min_avg_ts = { prompt = 50.0, gen = 5.0 }"
 # tokens per second: a float (or an integer), never nan, inf, 0 or a string
 Speed = Annotated[
     float,
-    Meta(
+    about(
+        "tokens per second, at least",
         gt=0,
         le=MAX_TS,
-        extra=fix(
-            "{name} = 5.0", problem=f"{{value}} ({{type}}) is not a speed in (0, {MAX_TS:g}] t/s"
-        ),
+        fix="{name} = 5.0",
+        problem=f"{{value}} ({{type}}) is not a speed in (0, {MAX_TS:g}] t/s",
     ),
 ]
 
 
-class _Speeds(Shape):  # min_avg_ts, by_model.<model>
-    prompt: Speed | None = None
-    gen: Speed | None = None
+class _Speeds(Shape):
+    """A speed gate: the average tokens per second a run must reach."""
+
+    prompt: Annotated[Speed, about("prompt processing")] | None = None
+    gen: Annotated[Speed, about("generation")] | None = None
 
 
-class _Step(Shape):  # one [[certify.steps]]
-    name: NonEmpty
-    program: NonEmpty  # one of certify.targets
-    parser: NonEmpty
-    args: Strings = ()
-    max_failed: Annotated[int, Meta(ge=0, le=MAX_FAILED)] | None = None
-    min_avg_ts: Annotated[_Speeds, Meta(extra=fix(_SPEEDS_FIX))] | None = None
-    timeout: Annotated[int, Meta(ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT  # seconds
+class _Step(Shape):
+    """One program run and its gate."""
+
+    name: Annotated[NonEmpty, about("the step's name, `[a-z0-9_-]`, unique")]
+    program: Annotated[NonEmpty, about("one of `certify.targets`: a program the build made")]
+    parser: Annotated[NonEmpty, about(f"how its output is read: {', '.join(PARSERS)}")]
+    args: Annotated[
+        Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
+    ] = ()
+    max_failed: (
+        Annotated[
+            int, about("the gate of a counting parser: failures allowed", ge=0, le=MAX_FAILED)
+        ]
+        | None
+    ) = None
+    min_avg_ts: Annotated[_Speeds, about("the gate of `llama-bench`", fix=_SPEEDS_FIX)] | None = (
+        None
+    )
+    timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
     by_model: (
         Annotated[
-            dict[str, _Speeds], Meta(extra=fix("by_model.tiny = { prompt = 50.0, gen = 5.0 }"))
+            dict[str, _Speeds],
+            about(
+                "a model's own speed gate, by model manifest name (`certify --model`)",
+                fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }",
+            ),
         ]
         | None
     ) = None
 
 
 class SuiteShape(Shape):
-    """`[certify]` as a recipe writes it."""
+    """`[certify]`: the lane's certification suite."""
 
-    targets: Annotated[Strings, Meta(extra=fix('targets = ["test-backend-ops"]'))] = ()
+    targets: Annotated[
+        Strings,
+        about("the programs it runs, built with the lane", fix='targets = ["test-backend-ops"]'),
+    ] = ()
     steps: Annotated[
         tuple[
-            Annotated[_Step, Meta(extra=fix("write each step as a [[certify.steps]] table"))], ...
+            Annotated[_Step, about("a step", fix="write each step as a [[certify.steps]] table")],
+            ...,
         ],
-        Meta(extra=fix("add one [[certify.steps]] table per program run")),
+        about("in order", fix="add one [[certify.steps]] table per program run"),
     ] = ()
 
 

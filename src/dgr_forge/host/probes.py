@@ -11,52 +11,78 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from msgspec import Meta, Struct
+from msgspec import Struct
 
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import Shape, decode, fail, fix
+from dgr_forge.core.tominput import Shape, Version1, about, decode, fail
 from dgr_forge.core.tomlcheck import Checker, shown_value
 
 SCHEMA = 1
 
 
-# -- the file as written (its keys, types and defaults: declared once, here)
+# -- the file as written (its keys, types, defaults, meanings: declared once, here)
 
 Strings = tuple[str, ...]
-# per package system (debian, fedora, brew, ...): the packages that provide it
-Packages = Annotated[dict[str, Strings], Meta(extra=fix('write packages = { debian = ["..."] }'))]
+Packages = Annotated[
+    dict[str, Strings],
+    about(
+        "install hints per package system (`debian`, `brew`, `pip`, ...)",
+        fix='write packages = { debian = ["..."] }',
+    ),
+]
 
 
-class _Tool(Shape):  # [tools.NAME]
-    description: str | None = None  # default: the name
-    executables: Strings = ()
-    python_dirs: Strings = ()
-    hints: Strings = ()
-    path_search: Annotated[bool, Meta(extra=fix("path_search = false"))] = True
-    find_command: Strings = ()
-    version_args: Strings = ("--version",)
-    version_regex: str | None = None
-    host_os: Strings = ()
+class _Tool(Shape):
+    """An executable: looked up in wheels, hints, then PATH, and asked its version."""
+
+    description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
+    executables: Annotated[Strings, about("names looked up (first found wins)")] = ()
+    python_dirs: Annotated[
+        Strings,
+        about(
+            "installed wheels' directories, searched first: `pkg/sub/dir`, `@scripts`, "
+            "or `module:ATTR` (imports the module)"
+        ),
+    ] = ()
+    hints: Annotated[
+        Strings, about("directories searched next: a system prefix, or `$VAR/sub`")
+    ] = ()
+    path_search: Annotated[
+        bool, about("false: only python_dirs and hints, not PATH", fix="path_search = false")
+    ] = True
+    find_command: Annotated[
+        Strings, about("a fixed lookup printing the tool's path (`xcrun --find NAME`)")
+    ] = ()
+    version_args: Annotated[Strings, about("the arguments that print its version")] = ("--version",)
+    version_regex: Annotated[str, about("group 1 of its first match is the version")] | None = None
+    host_os: Annotated[Strings, about("probed only on these (`platform.system().lower()`)")] = ()
     packages: Packages = {}  # noqa: RUF012 (msgspec copies an empty default)
 
 
-class _Library(Shape):  # [libraries.NAME]
-    description: str | None = None
-    headers: Strings = ()
-    names: Strings = ()
-    roots: Strings = ()
-    include_dirs: Strings = ("include",)
-    lib_dirs: Strings = ("lib",)
+class _Library(Shape):
+    """Headers and a linkable library under one of `roots`."""
+
+    description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
+    headers: Annotated[Strings, about("every one must exist under an include dir")] = ()
+    names: Annotated[Strings, about("`lib<name>.so`/`.dylib`/`.a` or `<name>.lib`")] = ()
+    roots: Annotated[
+        Strings, about("`$VAR`, `tool:<probe>` (that tool's install prefix) or a path")
+    ] = ()
+    include_dirs: Annotated[Strings, about("relative to each root")] = ("include",)
+    lib_dirs: Annotated[Strings, about("relative to each root")] = ("lib",)
     packages: Packages = {}  # noqa: RUF012
 
 
 class _Probes(Shape):
-    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
-    tools: dict[str, _Tool] = {}  # noqa: RUF012
-    libraries: dict[str, _Library] = {}  # noqa: RUF012
+    """`toolchains/probes.toml`: the tools and libraries a recipe may require, and how
+    `doctor` looks for each."""
+
+    schema: Version1
+    tools: Annotated[dict[str, _Tool], about("by probe name")] = {}  # noqa: RUF012
+    libraries: Annotated[dict[str, _Library], about("by probe name")] = {}  # noqa: RUF012
 
 
 SHAPE = _Probes  # the file as written: docs/json-schema/toml/ is generated from it

@@ -39,15 +39,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import NonEmpty, Shape, decode, fail, fix
+from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode, fail
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.host.certsuite import Suite, SuiteShape, load_suite
 
@@ -113,58 +113,81 @@ GITLAB_DEFAULT_TAGS = {
 }
 
 
-# -- the file as written (its keys, types and defaults: declared once, here)
+# -- the file as written (its keys, types, defaults, meanings: declared once, here)
 
 Words = tuple[str, ...]
 # one option value: a CMake word (a bool is ON/OFF); a TOML array is a CMake list
 OptionWord = Annotated[
     str | int | bool,
-    Meta(
-        extra=fix(
-            'one word per value, e.g. GGML_CUDA = "ON"; a CMake list is a TOML array: '
-            'KEY = ["a", "b"]',
-            problem="must be a string, integer or boolean",
-        )
+    about(
+        "one CMake word (true/false: ON/OFF)",
+        fix='one word per value, e.g. GGML_CUDA = "ON"; a CMake list is a TOML array: '
+        'KEY = ["a", "b"]',
+        problem="must be a string, integer or boolean",
     ),
 ]
+CIWords = Annotated[Words, about("each a runner label, tag or package: no spaces, quotes or `$`")]
 
 
 class _Lane(Shape):
-    backend: Annotated[NonEmpty, Meta(extra=fix('set backend = "CPU"'))]
-    description: str = ""
-    host_os: Words = ("linux", "darwin", "windows")  # platform.system().lower() values
-    toolchain: str | None = None  # toolchains/<name>.cmake
+    """What the lane is and where it builds."""
+
+    backend: Annotated[
+        NonEmpty, about("the backend's name, e.g. `CUDA`", fix='set backend = "CPU"')
+    ]
+    description: Annotated[str, about("one line for `lanes`")] = ""
+    host_os: Annotated[Words, about("the hosts it builds on (`platform.system().lower()`)")] = (
+        "linux",
+        "darwin",
+        "windows",
+    )
+    toolchain: Annotated[str, about("`toolchains/<name>.cmake`, by name")] | None = None
 
 
 class _CMake(Shape):
+    """What CMake is given: upstream's own option names."""
+
     options: Annotated[
         dict[str, OptionWord | list[OptionWord]],
-        Meta(extra=fix('write options = { GGML_CUDA = "ON" }')),
+        about(
+            "`-DNAME=VALUE` per option; an array is a `;`-joined CMake list; never a "
+            "variable the forge sets, a program, or a flag that reads a file",
+            fix='write options = { GGML_CUDA = "ON" }',
+        ),
     ] = {}  # noqa: RUF012 (msgspec copies an empty default)
-    targets: Words = ()  # empty: CMake's default
+    targets: Annotated[Words, about("the targets built (empty: CMake's default)")] = ()
 
 
-class _Requires(Shape):  # probe names from toolchains/probes.toml
-    tools: Words = ()
-    libraries: Words = ()
+class _Requires(Shape):
+    """What the host must have: probe names from `toolchains/probes.toml`."""
+
+    tools: Annotated[Words, about("tool probes")] = ()
+    libraries: Annotated[Words, about("library probes")] = ()
 
 
 class _CI(Shape):
-    runs_on: Words = ("ubuntu-latest",)
-    container: str | None = None
-    image_digest: str | None = None
-    gitlab_tags: Words | None = None  # default: GitLab's hosted runners for the host OS
-    packages: Words = ()
-    certify_runs_on: Words = ()
+    """How CI runs the lane."""
+
+    runs_on: Annotated[CIWords, about("GitHub runner labels")] = ("ubuntu-latest",)
+    container: Annotated[str, about("the job's container image")] | None = None
+    image_digest: Annotated[str, about("`sha256:<64 hex>`: pull `container` by it")] | None = None
+    gitlab_tags: (
+        Annotated[CIWords, about("GitLab runner tags (default: hosted runners for the host OS)")]
+        | None
+    ) = None
+    packages: Annotated[CIWords, about("apt packages the job installs first")] = ()
+    certify_runs_on: Annotated[CIWords, about("a certify job's runner (with [certify])")] = ()
 
 
 class _Recipe(Shape):
-    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
-    lane: Annotated[_Lane, Meta(extra=fix('add [lane] with backend = "CPU"'))]
+    """`recipes/<lane>.toml`: one backend lane (the file's name is the lane's)."""
+
+    schema: Version1
+    lane: Annotated[_Lane, about("the lane", fix='add [lane] with backend = "CPU"')]
     cmake: _CMake = msgspec.field(default_factory=_CMake)
     requires: _Requires = msgspec.field(default_factory=_Requires)
     ci: _CI = msgspec.field(default_factory=_CI)
-    certify: SuiteShape | None = None  # the suite (host/certsuite)
+    certify: SuiteShape | None = None
 
 
 SHAPE = _Recipe  # the file as written: docs/json-schema/toml/ is generated from it

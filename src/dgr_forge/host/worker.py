@@ -8,10 +8,10 @@ into the workspace the same way the upstream is: by exact commit, never a branch
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import Struct
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
@@ -19,7 +19,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.ids import HEX40
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.tominput import Shape, decode, fail, fix
+from dgr_forge.core.tominput import Shape, Version1, about, decode, fail
 from dgr_forge.core.tomlcheck import Checker, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
@@ -33,13 +33,21 @@ PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
 class _Worker(Shape):
-    path: Annotated[str, Meta(extra=fix('path = "worker"'))] | None = None
-    url: Annotated[str, Meta(extra=fix("quote the URL"))] | None = None
-    commit: str | None = None
+    """The worker: a directory of the root, or a git repository at an exact commit."""
+
+    path: (
+        Annotated[str, about("its CMake project, relative to the root", fix='path = "worker"')]
+        | None
+    ) = None
+    url: Annotated[str, about("its git URL (with `commit`)", fix="quote the URL")] | None = None
+    commit: Annotated[str, about("the exact 40-hex commit of `url` to build")] | None = None
 
 
 class _Manifest(Shape):
-    schema: Annotated[Literal[1], Meta(extra=fix("set schema = 1"))]
+    """`manifests/shard-worker.toml`: the CMake project a build builds on the patched
+    upstream (without it, the upstream's own targets)."""
+
+    schema: Version1
     worker: _Worker = msgspec.field(default_factory=_Worker)
 
 

@@ -27,16 +27,15 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
 import tomli_w
-from msgspec import Meta
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import CheckedStr, Shape, decode, fail, fix
+from dgr_forge.core.tominput import CheckedStr, Shape, Version1, about, decode, fail
 from dgr_forge.core.tomlcheck import Checker, read_bytes
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
@@ -55,21 +54,29 @@ _MAP_FIX = "re-create the map from the split headers: `dgr-forge artifacts map M
 _FILES_FIX = "list each artifact as a [[files]] table with name, size, sha256 and url"
 
 
-# -- the file as written (its keys, types and bounds: declared once, here)
+# -- the file as written (its keys, types, bounds, meanings: declared once, here)
 
 
 class _Model(Shape):
-    name: str
-    source_revision: str | None = None  # the upstream checkpoint's commit
+    """The model."""
+
+    name: Annotated[str, about("a plain name, e.g. `deepseek-v4`")]
+    source_revision: (
+        Annotated[str, about("the upstream checkpoint's full 40-hex revision")] | None
+    ) = None
 
 
-class _Map(Shape):  # every .gguf file then says the layers and tensors it holds
-    arch: Annotated[str, Meta(extra=fix(_MAP_FIX))]
-    block_count: Annotated[int, Meta(ge=1, le=layermap.MAX_BLOCK_COUNT, extra=fix(_MAP_FIX))]
+class _Map(Shape):
+    """The layer map: every `.gguf` file then says the layers and tensors it holds."""
+
+    arch: Annotated[str, about("the architecture, from the split headers", fix=_MAP_FIX)]
+    block_count: Annotated[
+        int, about("the model's layer count", ge=1, le=layermap.MAX_BLOCK_COUNT, fix=_MAP_FIX)
+    ]
 
 
 class FileName(CheckedStr):
-    """A plain file name the manifest may list (`check_file_name`): files land in --dest."""
+    """A plain file name (no path, no `..`, not `*.part`): files land in --dest."""
 
     fix = "use the bare file name; files land in --dest"
 
@@ -78,29 +85,37 @@ class FileName(CheckedStr):
         return check_file_name(value)
 
 
-class _File(Shape):  # one [[files]]
+class _File(Shape):
+    """One artifact."""
+
     name: FileName
     size: Annotated[
         int,
-        Meta(
+        about(
+            "bytes",
             ge=0,  # exact type: `true` and `1.0` are not sizes
-            extra=fix(
-                "set it to the file's exact size in bytes (`stat -c %s FILE`)",
-                problem="{value} is not a non-negative integer number of bytes",
-            ),
+            fix="set it to the file's exact size in bytes (`stat -c %s FILE`)",
+            problem="{value} is not a non-negative integer number of bytes",
         ),
     ]
-    sha256: str
-    url: str
-    layers: Annotated[str, Meta(extra=fix(_MAP_FIX))] | None = None  # e.g. "0-4"
-    tensors: Annotated[tuple[str, ...], Meta(extra=fix(_MAP_FIX))] | None = None
+    sha256: Annotated[str, about("its sha256, 64 lowercase hex")]
+    url: Annotated[str, about("where it is fetched: an http(s):// or file:// URL")]
+    layers: (
+        Annotated[str, about("with a [map]: the layers it holds, e.g. `0-4`", fix=_MAP_FIX)] | None
+    ) = None
+    tensors: (
+        Annotated[tuple[str, ...], about("with a [map]: its other tensor groups", fix=_MAP_FIX)]
+        | None
+    ) = None
 
 
 class _Manifest(Shape):
-    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    """`manifests/models/<name>.toml`: a model's artifacts, pinned by size and sha256."""
+
+    schema: Version1
     model: _Model
     map: _Map | None = None
-    files: Annotated[tuple[_File, ...], Meta(extra=fix(_FILES_FIX))] = ()
+    files: Annotated[tuple[_File, ...], about("every artifact, once", fix=_FILES_FIX)] = ()
 
 
 SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it

@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
-from msgspec import Meta, Struct
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.ids import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import NonEmpty, Shape, decode, fail, fix
+from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode, fail
 from dgr_forge.core.tomlcheck import Checker, read_bytes, shown_value
 from dgr_forge.core.urls import check_url
 
@@ -29,37 +29,52 @@ MAX_BUILD_NUMBER = 10**9
 # -- the file as written (its keys, types, bounds and defaults: declared once, here)
 
 
-class _Entry(Shape):  # one [[patches.series]]
-    file: str
-    sha256: str
-    tree: str | None = None
+class _Entry(Shape):
+    """One patch of the series, in order."""
+
+    file: Annotated[str, about("`NNNN-<slug>.patch` in `patches.dir`")]
+    sha256: Annotated[str, about("the patch file's sha256, hex")]
+    tree: (
+        Annotated[str, about("the tree after applying it (40 hex), recorded by export")] | None
+    ) = None
 
 
-class _Result(Shape):  # [patches.result]
-    tree: str | None = None
+class _Result(Shape):
+    """What the whole series gives."""
+
+    tree: Annotated[str, about("the patched tree (40 hex), recorded by export")] | None = None
 
 
 class _Patches(Shape):
-    dir: str | None = None  # default: patches/<upstream.name>
-    series: tuple[_Entry, ...] = ()
+    """The patch series on top of the pin."""
+
+    dir: (
+        Annotated[
+            str, about("the series' directory, inside the root (default: patches/<upstream.name>)")
+        ]
+        | None
+    ) = None
+    series: Annotated[tuple[_Entry, ...], about("the patches, in ascending NNNN order")] = ()
     result: _Result = msgspec.field(default_factory=_Result)
 
 
 class _Upstream(Shape):
-    name: str
-    url: Annotated[NonEmpty, Meta(extra=fix("set the upstream's git URL"))]
-    commit: str
-    tree: str | None = None
+    """The upstream repository and the exact commit it is pinned at."""
+
+    name: Annotated[str, about("a plain directory name, e.g. `llama.cpp`")]
+    url: Annotated[NonEmpty, about("the upstream's git URL", fix="set the upstream's git URL")]
+    commit: Annotated[str, about("the pin: a full 40-hex commit id, never a branch or tag")]
+    tree: Annotated[str, about("the pin's tree id (40 hex)")] | None = None
     build_number: (
         Annotated[
             int,
-            Meta(
+            about(
+                "the upstream's own build number at the pin (its commit count there, "
+                "llama.cpp's `b<N>`), recorded by fetch",
                 ge=1,
                 le=MAX_BUILD_NUMBER,
-                extra=fix(
-                    "remove it: `dgr-forge fetch` records the upstream's own count at the pin "
-                    "(`git rev-list --count <commit>` in a full clone)"
-                ),
+                fix="remove it: `dgr-forge fetch` records the upstream's own count at the pin "
+                "(`git rev-list --count <commit>` in a full clone)",
             ),
         ]
         | None
@@ -67,7 +82,9 @@ class _Upstream(Shape):
 
 
 class _Manifest(Shape):
-    schema: Annotated[Literal[1], Meta(extra=fix(f"set schema = {SCHEMA}"))]
+    """`manifests/llama.cpp.toml`: the upstream pin and its patch series."""
+
+    schema: Version1
     upstream: _Upstream
     patches: _Patches = msgspec.field(default_factory=_Patches)
 
