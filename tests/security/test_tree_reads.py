@@ -258,8 +258,8 @@ def test_ci_render_reads_the_roots_pyproject_bounded_and_never_through_a_link(
     ("text", "tool"),
     [
         ("x = " + "[" * 5000 + "]" * 5000 + '\n[project]\nname = "dgr-forge"\n', False),
-        (f"x = {'9' * 5000}\n[project]\nname = \"dgr-forge\"\n", False),
-        ('[project]\nname = 3\n', False),
+        (f'x = {"9" * 5000}\n[project]\nname = "dgr-forge"\n', False),
+        ("[project]\nname = 3\n", False),
         ('project = "dgr-forge"\n', False),
         ('[project]\nname = "dgr_forge"\nversion = "1"\n[tool.x]\ny = 1\n', True),
     ],
