@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from msgspec import Meta
 from support.roots import manifest_text
 
@@ -385,3 +387,89 @@ def test_float_bounds_in_words(data: dict[str, object], words: str) -> None:
 def test_a_hostile_key_is_shown_bounded(tmp_path: Path) -> None:
     err = refused(tmp_path, f"{'k' * 1_000_000} = 1\n" + base())
     assert len(str(err)) < 400 and err.message.endswith("...: unknown key")
+
+
+# -- any mutation of a real input: exit 2 naming the file, or a value; never another error
+
+REPO = Path(__file__).resolve().parent.parent
+HOSTILE_KEYS = st.sampled_from(["x", "--help", "..", "a.b", "$.x", "[0]", "\x00", "k" * 300])
+SCALARS = (
+    st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=6)
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=4) | HOSTILE_KEYS, inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _seeds() -> list[tuple[str, type[tominput.Shape], dict[str, object]]]:
+    import tomllib
+
+    from dgr_forge.ci import render
+    from dgr_forge.host import probes, recipes, worker
+    from dgr_forge.models import manifest as models
+
+    def read(rel: str) -> dict[str, object]:
+        return tomllib.loads((REPO / rel).read_text())
+
+    return [
+        ("manifests/llama.cpp.toml", manifest.SHAPE, read("manifests/llama.cpp.toml")),
+        ("recipes/cpu.toml", recipes.SHAPE, read("recipes/cpu.toml")),
+        ("recipes/cuda.toml", recipes.SHAPE, read("recipes/cuda.toml")),
+        ("toolchains/probes.toml", probes.SHAPE, read("toolchains/probes.toml")),
+        ("m.toml", models.SHAPE, read("tests/data/models/tiny-test.toml")),
+        ("w.toml", worker.SHAPE, {"schema": 1, "worker": {"path": "w"}}),
+        ("ci/bump.toml", render.BUMP_SHAPE, {"schema": 1, "bump": {"open_request": False}}),
+    ]
+
+
+SEEDS = _seeds()
+
+
+def _places(doc: object, path: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every table key and array index in `doc`, as paths from the top."""
+    found: list[tuple[object, ...]] = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            found += [(*path, k), *_places(v, (*path, k))]
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            found += [(*path, i), *_places(v, (*path, i))]
+    return found
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_any_mutation_of_a_real_input_is_a_value_or_exit_2(data: st.DataObject) -> None:
+    import copy
+
+    shown, shape, seed = data.draw(st.sampled_from(SEEDS))
+    doc = copy.deepcopy(seed)
+    for _ in range(data.draw(st.integers(min_value=1, max_value=3))):
+        *parents, last = data.draw(st.sampled_from(_places(doc)))
+        holder: object = doc
+        for step in parents:
+            holder = holder[step]  # type: ignore[index]
+        op = data.draw(st.sampled_from(["replace", "delete", "add"]))
+        if op == "replace":
+            holder[last] = data.draw(VALUES)  # type: ignore[index]
+        elif op == "delete":
+            del holder[last]  # type: ignore[attr-defined]
+        elif isinstance(holder, dict):
+            holder[data.draw(HOSTILE_KEYS)] = data.draw(VALUES)
+        if not _places(doc):
+            break
+    try:
+        tominput.decode(shown, doc, shape)  # type: ignore[arg-type]
+    except BadInput as err:
+        assert err.message.startswith(f"{shown}: ") and err.hint, err.message
+        assert isinstance(err.details["key"], str) and len(err.message) < 600, err.message
+        # in the inputs' words, never msgspec's or a type's own name
+        assert not any(w in err.message for w in ("Expected `", "Annotated", "Union")), err.message

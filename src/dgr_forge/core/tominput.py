@@ -275,6 +275,10 @@ def _bounds(metas: list[msgspec.Meta]) -> str:
     return " and ".join(w for w in words if w)
 
 
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
 def _literal(t: Any) -> str:
     return " or ".join(repr(v) if isinstance(v, str) else str(v) for v in get_args(t))
 
@@ -356,7 +360,7 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         return f"must be true or false, got {got}", _fix(spot, f"{name} = {str(default).lower()}")
     if t is int:
         return (
-            f"{shown_value(value)} is not an integer (a {got})",
+            f"{shown_value(value)} is not an integer ({_article(got)} {got})",
             _fix(spot, f"write {name} as a whole number without quotes or a decimal point"),
         )
     kind = _kind(t)
@@ -371,14 +375,20 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         return f"must be a table, got {got}", _fix(spot, f"write [{spot.key}]")
     if t is float:
         return f"must be a number, got {got}", _fix(spot, f"write {name} as a number")
-    members = [m for m in get_args(t) if m is not type(None)] or [t]
-    words = [
-        "an array"
-        if _kind(m) == "array"
-        else "a table"
-        if _kind(m) == "table"
+    members: list[Any] = []
+    fixes: list[msgspec.Meta] = []
+    todo = [m for m in get_args(t) if m is not type(None)] or [t]
+    while todo:  # a union of unions (an option: a word or an array of words), flattened
+        base = _unwrap(todo.pop(0), _ABSENT, fixes)
+        if get_origin(base) in (Union, types.UnionType):
+            todo[:0] = [m for m in get_args(base) if m is not type(None)]
+        else:
+            members.append(base)
+    words = list(dict.fromkeys(
+        "an array" if _kind(m) == "array" else "a table" if _kind(m) == "table"
         else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m)))
         for m in members
-    ]
+    ))  # fmt: skip
     either = f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else words[0]
-    return f"must be {either}, got {got}", _fix(spot, "fix it")
+    own_fix = _extra(_Spot(type=t, value=value, metas=fixes), "fix")
+    return f"must be {either}, got {got}", _fix(spot, own_fix or "fix it")
