@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec import Meta
 from support.roots import manifest_text
@@ -473,3 +473,48 @@ def test_any_mutation_of_a_real_input_is_a_value_or_exit_2(data: st.DataObject) 
         assert isinstance(err.details["key"], str) and len(err.message) < 600, err.message
         # in the inputs' words, never msgspec's or a type's own name
         assert not any(w in err.message for w in ("Expected `", "Annotated", "Union")), err.message
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_any_mutation_through_the_whole_loader_is_a_value_or_exit_2(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    """The same mutations written as TOML and read by the loaders themselves: the checks
+    after decoding (names, ids, URLs, options, placeholders, split sets) meet typed values
+    only, and refuse with exit 2 too."""
+    import copy
+
+    import tomli_w
+
+    from dgr_forge.host import probes, recipes
+    from dgr_forge.models import manifest as models
+
+    loaders = {
+        "recipes/cpu.toml": lambda p: recipes.load(p, "recipes/cpu.toml"),
+        "recipes/cuda.toml": lambda p: recipes.load(p, "recipes/cuda.toml"),
+        "toolchains/probes.toml": lambda p: probes.load_probes(p, "toolchains/probes.toml"),
+        "m.toml": lambda p: models.loads(p.read_bytes(), shown="m.toml"),
+    }
+    shown, _, seed = data.draw(st.sampled_from([s for s in SEEDS if s[0] in loaders]))
+    doc = copy.deepcopy(seed)
+    *parents, last = data.draw(st.sampled_from(_places(doc)))
+    holder: object = doc
+    for step in parents:
+        holder = holder[step]  # type: ignore[index]
+    if isinstance(holder, dict) and data.draw(st.booleans()):
+        holder[data.draw(HOSTILE_KEYS)] = data.draw(VALUES)
+    else:
+        holder[last] = data.draw(VALUES)  # type: ignore[index]
+    try:
+        text = tomli_w.dumps(doc)
+    except (TypeError, ValueError):  # a mutation TOML cannot write (an array of tables, mixed)
+        return
+    path = tmp_path / "cpu.toml"
+    path.write_text(text)
+    try:
+        loaders[shown](path)
+    except BadInput as err:
+        assert err.message.startswith(f"{shown}: ") and err.hint, err.message
