@@ -445,7 +445,7 @@ def _places(doc: object, path: tuple[object, ...] = ()) -> list[tuple[object, ..
     return found
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_any_mutation_of_a_real_input_is_a_value_or_exit_2(data: st.DataObject) -> None:
     import copy
@@ -476,7 +476,7 @@ def test_any_mutation_of_a_real_input_is_a_value_or_exit_2(data: st.DataObject) 
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_any_mutation_through_the_whole_loader_is_a_value_or_exit_2(
