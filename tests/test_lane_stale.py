@@ -12,11 +12,37 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import PATCH_FILE, add_path_worker, keygen, make_patched_root
+from support.build import (
+    PATCH_FILE,
+    BuiltLane,
+    LaneSnapshot,
+    add_path_worker,
+    built_snapshot,
+    forge_build,
+    make_patched_root,
+)
 from support.cli import run_forge
 from support.git import Upstream
 
 pytestmark = pytest.mark.slow
+
+
+# a root without a worker whose cpu lane was built once, signed: made once per module, each
+# test that starts from "a lane that was built" gets it back as that build left it
+
+
+@pytest.fixture(scope="module")
+def _signed_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    return built_snapshot(
+        tmp_path_factory.mktemp("signed-lane"), _upstream_template, worker=None, sign=True
+    )
+
+
+@pytest.fixture
+def signed(_signed_lane: LaneSnapshot) -> BuiltLane:
+    return _signed_lane.restore()
 
 
 @pytest.fixture(autouse=True)
@@ -92,14 +118,12 @@ def test_a_moved_input_marks_the_last_build_stale(tmp_path: Path, upstream: Upst
 
 
 def test_a_build_recorded_by_an_older_forge_says_its_inputs_were_not_recorded(
-    tmp_path: Path, upstream: Upstream
+    signed: BuiltLane,
 ) -> None:
     """h7 finding 4: a lane state without recorded inputs (an older forge) showed "stale
     (pin, series, recipe, worker moved)" although nothing moved: it cannot tell, and says
     so. `--json` keeps `stale` (all, as documented) and says `inputs_recorded: false`."""
-    root = make_patched_root(tmp_path / "forge", upstream)
-    built = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
-    assert built.code == 0, built
+    root = signed.root
     state_file = root / ".dgr" / "state.json"
     state = json.loads(state_file.read_text())
     assert state["lanes"]["cpu"]["evidence"].pop("inputs")  # as an older forge wrote it
@@ -113,7 +137,7 @@ def test_a_build_recorded_by_an_older_forge_says_its_inputs_were_not_recorded(
     assert words in status_text and words in lanes_text, (status_text, lanes_text)
     assert "moved" not in status_text + lanes_text
 
-    rebuilt = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
+    rebuilt = forge_build(root, *signed.args())
     assert rebuilt.code == 0, rebuilt
     in_status, in_lanes, status_text, _ = _lane_rows(root)
     assert in_status["inputs_recorded"] is True and in_status["stale"] == []
@@ -158,7 +182,7 @@ def _never_names(a: Path, *results: Any) -> None:
 
 @pytest.mark.parametrize("how", ["copied", "moved"])
 def test_a_copied_or_moved_root_shows_its_own_last_build(
-    tmp_path: Path, upstream: Upstream, how: str
+    tmp_path: Path, signed: BuiltLane, how: str
 ) -> None:
     """A root built in a/forge, then copied (cp -a) or moved to b/forge: `status` and `lanes`
     in b named a's report, log and artifacts with `stale: []` (state.json kept absolute
@@ -166,12 +190,8 @@ def test_a_copied_or_moved_root_shows_its_own_last_build(
     report, the same bytes (re-hashed, verified with its artifacts); a `build` in b
     reconfigures the copied build directory (CMake's cache names a) and writes b's own
     report, never handing back a's."""
-    key = keygen(tmp_path, "a")
-    a, b = tmp_path / "a" / "forge", tmp_path / "b" / "forge"
-    make_patched_root(a, upstream)
-    built = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--key", str(key))
-    assert built.code == 0, built
-    name = Path(built.json["lanes"][0]["report"]).name
+    key, a, b = signed.key, signed.root, tmp_path / "b" / "forge"
+    name = Path(signed.first.json["lanes"][0]["report"]).name
     recorded = json.loads((a / ".dgr" / "state.json").read_text())["lanes"]["cpu"]
     _relocate(a, b, how)
 
@@ -210,18 +230,15 @@ def test_a_copied_or_moved_root_shows_its_own_last_build(
 
 
 def test_an_older_forges_state_naming_another_workspace_is_not_a_build_here(
-    tmp_path: Path, upstream: Upstream
+    tmp_path: Path, signed: BuiltLane
 ) -> None:
     """A state.json an older forge wrote (absolute paths) in a root since copied: its last
     build is another workspace's files; `status` and `lanes` say the lane was not built
     here (`last_build: null`, the text says why) and never name the other root. In place,
     the same file still reads as the build it records."""
-    a, b = tmp_path / "a" / "forge", tmp_path / "b" / "forge"
-    make_patched_root(a, upstream)
-    built = run_forge("--root", str(a), "--json", "build", "--jobs", "2", "--no-sign")
-    assert built.code == 0, built
+    a, b = signed.root, tmp_path / "b" / "forge"
     _absolute_state(a)
-    assert _lane_rows(a)[0]["report"] == built.json["lanes"][0]["report"]  # in place: read
+    assert _lane_rows(a)[0]["report"] == signed.first.json["lanes"][0]["report"]  # in place
     _relocate(a, b, "copied")
 
     st = run_forge("--root", str(b), "--json", "status")
@@ -233,7 +250,7 @@ def test_an_older_forges_state_naming_another_workspace_is_not_a_build_here(
     words = "not built in this workspace (its state names another workspace's files"
     assert words in status_text and words in text.stdout, (status_text, text)
 
-    again = run_forge("--root", str(b), "--json", "build", "--jobs", "2", "--no-sign")
+    again = forge_build(b, *signed.args())
     assert again.code == 0, again
     _never_names(a, again)
     assert again.json["lanes"][0]["status"] == "built"

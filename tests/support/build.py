@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Literal
 
 from .cli import Result, run_forge
 from .git import Upstream, copy_upstream
@@ -175,20 +176,15 @@ class BuiltLane:
 
     base: Path  # holds all of it: upstream/, forge/ (the root), worker/, keys/
     root: Path
-    worker: Path | None
+    worker: Path | None  # base/worker (given as --worker), root/worker (a path worker)
     key: Path | None  # the signing key of the first build; None: it ran with --no-sign
     first: Result  # what the real first build returned
+    upstream: Upstream  # base/upstream, the copy the root pins (a test may commit to it)
+    build_args: tuple[str, ...]  # the first build's arguments after `build --jobs 2`
 
     def args(self) -> tuple[str, ...]:
         """The first build's arguments after `build --jobs 2`: the same build again."""
-        return _first_args(self.worker, self.key)
-
-
-def _first_args(worker: Path | None, key: Path | None) -> tuple[str, ...]:
-    return (
-        *(("--worker", str(worker)) if worker else ()),
-        *(("--key", str(key)) if key else ("--no-sign",)),
-    )
+        return self.build_args
 
 
 @dataclass(frozen=True)
@@ -198,33 +194,58 @@ class LaneSnapshot:
 
     def restore(self) -> BuiltLane:
         """The base as the first build left it, at the same path (support.snapshot);
-        whatever an earlier test wrote beside it in the snapshot's directory is removed."""
+        whatever an earlier test wrote beside it in the snapshot's directory is removed.
+        The upstream's record (its commits) is a fresh copy too: an earlier test's
+        `upstream.commit` was put back with the repository."""
         put_back(self.pristine, self.built.base)
-        return self.built
+        up = self.built.upstream
+        return replace(self.built, upstream=Upstream(up.path, list(up.commits), up._tick))
 
 
 def snapshot_lane(
-    directory: Path, upstream: Upstream, *, worker: bool = True, sign: bool = False
+    directory: Path,
+    upstream: Upstream,
+    *,
+    worker: Literal["option", "path"] | None = "option",
+    sign: bool = False,
+    options: tuple[str, ...] = (),
 ) -> LaneSnapshot:
     """Under the empty `directory`: a copy of `upstream`, a patched root pinning it, the
-    test worker (with `worker`) and a signing key made by `keygen` (with `sign`, else
-    --no-sign), built once with `forge_build`; and a pristine copy of all of it. The
-    caller asserts what it needs of `built.first` (a failed build is kept as it is)."""
+    test worker (`option`: base/worker given as --worker; `path`: root/worker, the root's
+    path worker; None: none) and a signing key made by `keygen` (with `sign`, else
+    --no-sign), built once with `forge_build` and `options` (e.g. `--cache off`); and a
+    pristine copy of all of it. The caller asserts what it needs of `built.first` (a failed
+    build is kept as it is)."""
     base = directory / "lane"
-    root = make_patched_root(base / "forge", copy_upstream(upstream, base / "upstream"))
-    worker_dir = make_worker(base / "worker") if worker else None
+    up = copy_upstream(upstream, base / "upstream")
+    root = make_patched_root(base / "forge", up)
+    worker_dir: Path | None = None
+    if worker == "option":
+        worker_dir = make_worker(base / "worker")
+    elif worker == "path":
+        worker_dir = add_path_worker(root)
     key = keygen(base, "a") if sign else None
-    first = forge_build(root, *_first_args(worker_dir, key))
-    built = BuiltLane(base, root, worker_dir, key, first)
+    args = (
+        *(("--worker", str(worker_dir)) if worker == "option" else ()),
+        *(("--key", str(key)) if key else ("--no-sign",)),
+        *options,
+    )
+    first = forge_build(root, *args)
+    built = BuiltLane(base, root, worker_dir, key, first, up, args)
     pristine = directory / "pristine"
     shutil.copytree(base, pristine, symlinks=True)
     return LaneSnapshot(built, pristine)
 
 
 def built_snapshot(
-    directory: Path, upstream: Upstream, *, worker: bool = True, sign: bool = False
+    directory: Path,
+    upstream: Upstream,
+    *,
+    worker: Literal["option", "path"] | None = "option",
+    sign: bool = False,
+    options: tuple[str, ...] = (),
 ) -> LaneSnapshot:
     """`snapshot_lane` whose first build must have succeeded: a module's precondition."""
-    snap = snapshot_lane(directory, upstream, worker=worker, sign=sign)
+    snap = snapshot_lane(directory, upstream, worker=worker, sign=sign, options=options)
     assert snap.built.first.code == 0, snap.built.first
     return snap
