@@ -38,7 +38,9 @@ def worker_dir(tmp_path: Path) -> Path:
 
 
 # the first build of the tests that only need a lane that was built: made once per module
-# (signed with a key of its own, or --no-sign), each test gets it back as that build left it
+# (the worker given as --worker and signed with a key of its own, the same with --cache
+# off, or --no-sign with the root's path worker), each test gets it back as that build left
+# it
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +59,31 @@ def signed(_signed_lane: LaneSnapshot) -> BuiltLane:
 def _unsigned_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    return built_snapshot(tmp_path_factory.mktemp("unsigned-lane"), _upstream_template)
+    return built_snapshot(
+        tmp_path_factory.mktemp("unsigned-lane"), _upstream_template, worker="path"
+    )
 
 
 @pytest.fixture
 def unsigned(_unsigned_lane: LaneSnapshot) -> BuiltLane:
     return _unsigned_lane.restore()
+
+
+@pytest.fixture(scope="module")
+def _uncached_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    return built_snapshot(
+        tmp_path_factory.mktemp("uncached-lane"),
+        _upstream_template,
+        sign=True,
+        options=("--cache", "off"),
+    )
+
+
+@pytest.fixture
+def uncached(_uncached_lane: LaneSnapshot) -> BuiltLane:
+    return _uncached_lane.restore()
 
 
 def lane(result: Any) -> dict[str, Any]:
@@ -183,11 +204,11 @@ def test_bad_key_is_exit_2_even_when_up_to_date(signed: BuiltLane, tmp_path: Pat
 
 
 def test_untracked_source_in_upstream_tree_is_exit_3(unsigned: BuiltLane) -> None:
-    root, worker_dir = unsigned.root, unsigned.worker
+    root, args = unsigned.root, unsigned.args()
     src = root / ".dgr" / "src" / "llama.cpp"
     stray = src / "ggml" / "src" / "stray.cpp"
     stray.write_text("int stray() { return 1; }\n")
-    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    res = forge_build(root, *args)
     assert res.code == 3, res
     assert "stray.cpp" in res.stderr
     assert stray.read_text() == "int stray() { return 1; }\n"  # nothing lost
@@ -195,10 +216,10 @@ def test_untracked_source_in_upstream_tree_is_exit_3(unsigned: BuiltLane) -> Non
     stray.unlink()
     (src / ".git" / "info" / "exclude").write_text("/notes.txt\n")
     (src / "notes.txt").write_text("mine\n")
-    ignored = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    ignored = forge_build(root, *args)
     assert ignored.code == 3 and "notes.txt" in ignored.stderr, ignored
     (src / "notes.txt").unlink()
-    ok = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    ok = forge_build(root, *args)
     assert ok.code == 0, ok
 
 
@@ -226,11 +247,11 @@ def test_cmake_unused_variable_is_exit_2_naming_it(root: Path) -> None:
 
 
 def test_noop_build_keeps_logs_and_byproducts_true(unsigned: BuiltLane) -> None:
-    root, worker_dir, first = unsigned.root, unsigned.worker, unsigned.first
+    root, first = unsigned.root, unsigned.first
     first_log = Path(lane(first)["log_file"])
     content = first_log.read_bytes()
     assert b"CMAKE_BUILD_TYPE" in content or b"-DCMAKE" in content  # configure output kept
-    second = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    second = forge_build(root, *unsigned.args())
     assert second.code == 0 and lane(second)["report_reused"], second
     assert first_log.read_bytes() == content  # never rewritten
     link = root / ".dgr" / "logs" / "build-cpu.log"
@@ -254,8 +275,10 @@ def _strings(value: Any) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
-def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None:
-    key = keygen(tmp_path, "a")
+def test_statement_hygiene(signed: BuiltLane, tmp_path: Path) -> None:
+    root, worker_dir = signed.root, signed.worker
+    # another key on the up-to-date lane: a new report, written in this environment
+    key = keygen(tmp_path, "b")
     res = forge_build(
         root,
         "--worker",
@@ -264,7 +287,7 @@ def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None
         str(key),
         env={"DGR_CONTAINER_IMAGE": "ghcr.io/acme/builder:1.2@sha256:" + "ab" * 32},
     )
-    assert res.code == 0, res
+    assert res.code == 0 and not lane(res)["report_reused"], res
     stmt = statement(lane(res)["report"])
     build_def = stmt["predicate"]["buildDefinition"]
     deps = build_def["resolvedDependencies"]
@@ -272,6 +295,7 @@ def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None
         if "uri" in dep:
             assert URI.match(dep["uri"]), dep
     machine = [str(root), str(root.resolve()), str(worker_dir), sys.prefix, str(tmp_path)]
+    machine.append(str(signed.base))
     for text in _strings(stmt["subject"]) + _strings(build_def):
         if text.startswith("git+file://"):
             continue  # the manifest's own upstream URL (a local test repository)
@@ -305,20 +329,24 @@ def test_statement_hygiene(root: Path, worker_dir: Path, tmp_path: Path) -> None
 
 
 def test_cmake_and_ninja_are_stamped_once_for_every_report_that_shares_the_cache(
-    tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    upstream: Upstream,
+    monkeypatch: pytest.MonkeyPatch,
+    _signed_lane: LaneSnapshot,
 ) -> None:
     """cmake (~20 MB) and ninja are programs of the build like the compilers: stamped while
     Ninja compiles, through the forge cache's program stamps. A second workspace's build
-    reads neither file again, and its report still names each by its true sha256."""
+    reads neither file again, and its report still names each by its true sha256. (The
+    first workspace's build: the module's signed lane, built in this process through the
+    same forge cache.)"""
     from support.cache import doctor
 
     from dgr_forge.attest import provenance
     from dgr_forge.core import fsutil
     from dgr_forge.lanes import stamps
 
+    assert _signed_lane.built.first.code == 0
     key = keygen(tmp_path, "a")
-    first = forge_build(make_patched_root(tmp_path / "one", upstream), "--key", str(key))
-    assert first.code == 0, first
     read: list[str] = []
 
     def counting(path: Path) -> str:
@@ -371,12 +399,15 @@ def test_shared_library_subject_is_the_real_file(root: Path, tmp_path: Path) -> 
 
 
 def test_two_workspaces_build_identical_subjects_and_compare(
-    root: Path, worker_dir: Path, tmp_path: Path
+    uncached: BuiltLane, tmp_path: Path
 ) -> None:
-    key = keygen(tmp_path, "a")
+    # the first workspace: the module's --cache off lane (the root's own, ROOT/.dgr); the
+    # second, at a path of another length, built fresh the same way
+    root, worker_dir, key = uncached.root, uncached.worker, uncached.key
+    assert worker_dir is not None and key is not None
     pub = str(key) + ".pub"
-    reports = []
-    for ws in (tmp_path / "ws-one", tmp_path / "elsewhere" / "ws-two-longer"):
+    reports = [lane(uncached.first)["report"]]
+    for ws in (tmp_path / "elsewhere" / "ws-two-longer",):
         res = run_forge(
             "--root",
             str(root),
@@ -402,20 +433,7 @@ def test_two_workspaces_build_identical_subjects_and_compare(
     # a different build: compare lists the artifact, exit 1
     util = worker_dir / "src" / "util.cpp"
     util.write_text(util.read_text().replace("(layer);", "(layer) + 1;"))
-    other = run_forge(
-        "--root",
-        str(root),
-        "--workspace",
-        str(tmp_path / "ws-one"),
-        "--json",
-        "build",
-        "-j",
-        "2",
-        "--worker",
-        str(worker_dir),
-        "--key",
-        str(key),
-    )
+    other = forge_build(root, "--worker", str(worker_dir), "--key", str(key))  # the first's
     assert other.code == 0, other
     diff = run_forge("--json", "report", "compare", reports[0], lane(other)["report"], "--key", pub)
     assert diff.code == 1, diff
@@ -461,13 +479,9 @@ def test_presets_without_worker_go_into_upstream_tree(root: Path) -> None:
     assert run_forge("--root", str(root), "patch").code == 0
 
 
-def test_presets_default_to_worker_dir(root: Path, tmp_path: Path) -> None:
-    worker = make_worker(tmp_path / "wk")
-    (root / "manifests" / "shard-worker.toml").write_text(
-        f'schema = 1\n[worker]\npath = "{os.path.relpath(worker, root)}"\n'
-    )
-    first = forge_build(root, "--no-sign")
-    assert first.code == 0, first
+def test_presets_default_to_worker_dir(unsigned: BuiltLane) -> None:
+    root, worker = unsigned.root, unsigned.worker  # the root's path worker
+    assert worker is not None
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
     assert res.code == 0, res
     assert res.json["path"] == str(worker.resolve() / "dgr-forge.presets.json")
@@ -501,9 +515,10 @@ def test_bad_cache_choice_is_exit_2_before_anything(
     assert not (root / ".dgr" / "build").exists()
 
 
-def test_cache_off_builds_without_launcher_and_report_records_cache(root: Path) -> None:
-    res = forge_build(root, "--no-sign", "--cache", "off")
-    assert res.code == 0, res
+def test_cache_off_builds_without_launcher_and_report_records_cache(
+    uncached: BuiltLane,
+) -> None:
+    root, res = uncached.root, uncached.first  # built with --cache off
     assert lane(res)["cache"] == {"tool": None, "version": "", "backend": "none", "mode": "off"}
     cache = (root / ".dgr" / "build" / "cpu" / "CMakeCache.txt").read_text()
     assert "COMPILER_LAUNCHER" not in cache
@@ -512,7 +527,7 @@ def test_cache_off_builds_without_launcher_and_report_records_cache(root: Path) 
 
 
 def test_damaged_state_file_is_no_state(unsigned: BuiltLane) -> None:
-    root, worker_dir = unsigned.root, unsigned.worker
+    root = unsigned.root
     state_file = root / ".dgr" / "state.json"
     data = json.loads(state_file.read_text())
     data["lanes"]["cpu"]["last_build"]["subject_stats"] = "garbage"
@@ -520,7 +535,7 @@ def test_damaged_state_file_is_no_state(unsigned: BuiltLane) -> None:
     data["lanes"]["cpu"]["source_date_epoch"] = True
     data["lanes"]["cpu"]["evidence"] = {"byproducts": "x", "signed_by": 7, "report_sha256": []}
     state_file.write_text(json.dumps(data))
-    res = forge_build(root, "--worker", str(worker_dir), "--no-sign")
+    res = forge_build(root, *unsigned.args())
     assert res.code == 0, res
     assert "Traceback" not in res.stderr
     assert lane(res)["status"] == "built"  # nothing trusted from it: a new, true report
@@ -561,15 +576,15 @@ def test_worker_url_credentials_are_masked(root: Path, tmp_path: Path) -> None:
 
 
 def test_empty_signing_key_is_exit_2_even_when_up_to_date(
-    root: Path, worker_dir: Path, tmp_path: Path
+    signed: BuiltLane, tmp_path: Path
 ) -> None:
     """What CI passes when a secret is missing: never a throwaway key (issue 13 #2).
     The refusal lives in the one key lookup (attest/keysource.py); build must honour it
     on an up-to-date lane too."""
     home = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path / "home")}
-    key = keygen(tmp_path, "a")
-    first = forge_build(root, "--worker", str(worker_dir), "--key", str(key), env=home)
-    assert first.code == 0, first
+    root, worker_dir = signed.root, signed.worker
+    noop = forge_build(root, *signed.args(), env=home)  # up to date here, signed
+    assert noop.code == 0 and lane(noop)["report_reused"], noop
     for env in ({"DGR_SIGNING_KEY": ""}, {"DGR_SIGNING_KEY": "  "}, {"CI": "true"}):
         res = forge_build(root, "--worker", str(worker_dir), env={**home, **env})
         assert res.code == 2, (env, res)
