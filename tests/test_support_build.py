@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from support.build import LaneSnapshot, built_snapshot, forge_build
-from support.git import Upstream
+from support.git import Upstream, sh_git
 
 pytestmark = pytest.mark.slow
 
@@ -73,3 +73,19 @@ def test_a_restored_lane_is_the_snapshot_and_its_next_build_a_no_op(
     assert cpu["ninja_steps"] == 0
     assert not cpu["configured"] and not cpu["patched"]
     assert cpu["report"] == first["report"] and cpu["artifacts"] == first["artifacts"]
+
+
+def test_a_restored_lanes_upstream_is_the_copy_its_root_pins_as_the_build_left_it(
+    _snapshot: LaneSnapshot,
+) -> None:
+    """A test may commit to the lane's upstream (a later pin to rebase onto): the next test
+    gets the repository and its record (`commits`) as the first build left them."""
+    built = _snapshot.restore()
+    pinned = built.upstream.head
+    assert built.upstream.path == built.base / "upstream"
+    assert built.upstream.url in (built.root / "manifests" / "llama.cpp.toml").read_text()
+    later = built.upstream.commit({"NEWS.txt": "a later upstream commit\n"}, "news")
+
+    again = _snapshot.restore()
+    assert again.upstream.head == pinned and later not in again.upstream.commits
+    assert sh_git(again.upstream.path, "rev-parse", "HEAD") == pinned
