@@ -19,6 +19,7 @@ only).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -163,9 +164,21 @@ class Zygote:
             text=True,
         )
         os.close(read)
+        atexit.register(self.close)
         ready = self.proc.stdout.readline() if self.proc.stdout else ""
         if ready.strip() != "ready":
             raise OSError(f"the zygote did not start: {ready!r}")
+
+    def close(self) -> None:
+        """End the zygote and reap it, so that the CPU of its children counts in this
+        process's (what `time` and getrusage(RUSAGE_CHILDREN) report of the run)."""
+        with contextlib.suppress(OSError):
+            os.close(self._alive)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
     def serves(self, env: dict[str, str], cwd: Path | None) -> bool:
         return (
