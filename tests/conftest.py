@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import configuration, settings
@@ -12,7 +13,7 @@ from support.cli import CACHE_DIR_ENV
 from support.demo import DemoTour, make_demo
 from support.git import Upstream, copy_upstream, make_upstream
 from support.roots import SHARED_DIR_ENV, make_forge_root
-from support.schedule import longest_first
+from support.schedule import longest_first, scope_of
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -92,3 +93,17 @@ def demo_tour(tmp_path_factory: pytest.TempPathFactory) -> DemoTour:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: longest_first(item.path.name))  # stable: each file keeps its order
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` (addopts), with the files that share a session fixture in one
+    scope (support.schedule.scope_of); any other --dist is xdist's own."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(super()._split_scope(nodeid))
+
+    return SharedFixtureScheduling(config, log)

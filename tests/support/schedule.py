@@ -4,6 +4,9 @@ With `--dist loadfile` each xdist worker takes the next file when it is done, so
 file started last leaves the others idle at the end (test_ci_runs.py, last, once kept two
 workers idle for 14 s). The longest files start first; `--no-loadscope-reorder` (addopts)
 keeps this order, which xdist would otherwise replace by "the most tests first".
+
+Files that share a costly session fixture run on one worker (`scope_of`, the scheduler in
+tests/conftest.py): each worker that needs the fixture makes its own.
 """
 
 from __future__ import annotations
@@ -44,3 +47,22 @@ def longest_first(file_name: str) -> int:
     if file_name in LONGEST_FIRST:
         return LONGEST_FIRST.index(file_name)
     return len(LONGEST_FIRST)
+
+
+# one xdist scope of several files: the session fixture they share is made once, not once
+# per worker (the demo tour: `dgr-forge demo`, ~1.8 CPU-s, on each of three workers)
+SHARED_FIXTURE_SCOPES = {
+    "demo_tour": (
+        "test_demo.py",
+        "test_docs_examples.py",
+        "test_json_schemas.py",
+        "test_streams.py",
+        "test_unsigned_fallback.py",
+    ),
+}
+_SCOPE_OF = {name: group for group, names in SHARED_FIXTURE_SCOPES.items() for name in names}
+
+
+def scope_of(path: str) -> str:
+    """The xdist scope of the test file at `path`: its group, else the file itself."""
+    return _SCOPE_OF.get(path.rsplit("/", 1)[-1], path)
