@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from msgspec import Meta
@@ -242,3 +242,36 @@ def test_repository_inputs_load() -> None:
     assert test_models  # the loop loads at least one real model manifest
     for path in shipped + test_models:
         models.load(path, REPO)
+
+
+def test_the_same_bytes_are_parsed_once_and_each_caller_gets_its_own_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import tomllib
+
+    from dgr_forge.core import tomlcheck
+
+    parses: list[str] = []
+    real = tomllib.loads
+
+    def counted(text: str) -> dict[str, Any]:
+        parses.append(text)
+        return real(text)
+
+    monkeypatch.setattr(tomlcheck.tomllib, "loads", counted)
+    raw = b'schema = 1\n[t]\nitems = ["a", "b"]\n# parse-cache test 1\n'
+    first = tomlcheck.Checker("f.toml").parse(raw)
+    first["t"]["items"].append("changed by its caller")
+    second = tomlcheck.Checker("g.toml").parse(raw)
+    assert second == {"schema": 1, "t": {"items": ["a", "b"]}} and len(parses) == 1
+    # a value marshal cannot hold (a datetime) is parsed every time, and right
+    stamped = b"schema = 1\nwhen = 2025-01-01T00:00:00Z\n# parse-cache test 2\n"
+    assert tomlcheck.Checker("h.toml").parse(stamped) == tomlcheck.Checker("h.toml").parse(stamped)
+    assert len(parses) == 3
+    # a refused document is refused again, never remembered as anything
+    for _ in range(2):
+        with pytest.raises(BadInput, match="invalid TOML"):
+            tomlcheck.Checker("bad.toml").parse(b"schema = = 1\n")
+    for i in range(3 * tomlcheck._PARSED_MAX):  # bounded
+        tomlcheck.Checker("n.toml").parse(f"n = {i}\n".encode())
+    assert len(tomlcheck._PARSED) <= tomlcheck._PARSED_MAX
