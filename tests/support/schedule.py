@@ -11,34 +11,34 @@ tests/conftest.py): each worker that needs the fixture makes its own.
 
 from __future__ import annotations
 
-# seconds of each file's tests (setup included), measured with --durations=0 on an idle
-# 2-core machine, three workers
+# seconds of each file's tests (setup included), measured per test on an idle 2-core
+# machine, three workers (the demo tour's files, one scope, start with test_json_schemas.py)
 LONGEST_FIRST = (
-    "test_ci_runs.py",  # 41.7
-    "test_build_truth.py",  # 26.1
-    "test_packaging.py",  # 25.2
-    "test_build.py",  # 20.5
-    "test_fetch.py",  # 20.2
-    "test_build_repro.py",  # 20.1
-    "test_cache_dist.py",  # 19.3
-    "test_export_rebase_crash.py",  # 17.1
-    "test_ci.py",  # 14.0
+    "test_ci_runs.py",  # 27.4
+    "test_build_truth.py",  # 19.4
+    "test_json_schemas.py",  # 7.0, and the other four files of the demo tour: ~20
+    "test_fetch.py",  # 17.5
+    "test_build.py",  # 16.9
+    "test_cache_dist.py",  # 16.6
+    "test_packaging.py",  # 16.6
+    "test_export_rebase_crash.py",  # 15.8
+    "test_build_repro.py",  # 15.1
+    "test_rebase.py",  # 12.6
     "test_certify_run.py",  # 12.2
-    "test_rebase.py",  # 11.2
-    "test_cache.py",  # 11.1
-    "test_lane_stale.py",  # 10.7
-    "test_tree_reads.py",  # 10.0
+    "test_cache.py",  # 11.3
     "test_fetch_patch_crash.py",  # 9.9
-    "test_json_schemas.py",  # 8.7
-    "test_llamalike_ship.py",  # 8.1
-    "test_docs_examples.py",  # 8.0
-    "test_patch.py",  # 7.1
-    "test_export.py",  # 7.1
-    "test_cache_build.py",  # 6.6
-    "test_bounded_reads.py",  # 5.4
-    "test_bump.py",  # 5.3
-    "test_artifacts_attacks.py",  # 5.2
-    "test_git_calls.py",  # 5.1
+    "test_ci.py",  # 8.7
+    "test_export.py",  # 8.5
+    "test_llamalike_ship.py",  # 8.4
+    "test_tree_reads.py",  # 7.1
+    "test_lane_stale.py",  # 7.0
+    "test_cache_build.py",  # 6.9
+    "test_bump.py",  # 5.6
+    "test_patch.py",  # 5.4
+    "test_rebase_transfer.py",  # 5.4
+    "test_artifacts_attacks.py",  # 4.9
+    "test_team_series.py",  # 4.8
+    "test_support_cli.py",  # 4.7
 )
 
 
