@@ -7,6 +7,7 @@ ggml library, a llama library, a tool), so recipes and builds exercise real swit
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import textwrap
@@ -36,6 +37,9 @@ _CONFIG = tuple(
     )
     for arg in ("-c", setting)
 )
+
+_COMMIT_ID = re.compile(r"[0-9a-f]{40}")
+_TREES: dict[str, str] = {}  # commit id -> its tree (Upstream.tree)
 
 
 def sh_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
@@ -176,7 +180,13 @@ class Upstream:
         return self.commits[-1]
 
     def tree(self, rev: str) -> str:
-        return sh_git(self.path, "rev-parse", f"{rev}^{{tree}}")
+        """The tree of `rev`; of a commit id, asked of git once per process (a commit id
+        names its tree in every repository: the copies of one upstream share them)."""
+        if not _COMMIT_ID.fullmatch(rev):
+            return sh_git(self.path, "rev-parse", f"{rev}^{{tree}}")
+        if rev not in _TREES:
+            _TREES[rev] = sh_git(self.path, "rev-parse", f"{rev}^{{tree}}")
+        return _TREES[rev]
 
     def commit(self, files: dict[str, str | None], message: str) -> str:
         """Write (or delete, with None) files and commit them with a deterministic date."""

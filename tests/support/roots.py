@@ -227,7 +227,7 @@ def author_patches(
         sh_git(work.parent, "clone", "-q", "--no-checkout", str(upstream.path), str(work))
         sh_git(work, "checkout", "-q", "--detach", pin)
         commits = commit_edits(work, edits, author=author, date=date)
-        trees = [sh_git(work, "rev-parse", f"{c}^{{tree}}") for c in commits]
+        trees = sh_git(work, "rev-parse", *(f"{c}^{{tree}}" for c in commits)).split()
         out = Path(tmp) / "formatted"
         sh_git(work, "format-patch", "-q", *flags, "-o", str(out), f"{pin}..HEAD")
         patches = [(p.name, p.read_bytes()) for p in sorted(out.glob("*.patch"))]
