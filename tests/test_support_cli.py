@@ -7,7 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
-from support.cli import needs_subprocess, run_forge, run_forge_in_process, run_forge_subprocess
+from support.cli import (
+    forge_env,
+    needs_subprocess,
+    run_forge,
+    run_forge_in_process,
+    run_forge_subprocess,
+)
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.lock import workspace_lock
@@ -131,7 +137,8 @@ def test_a_forked_child_is_a_process_of_its_own(forge_root: Path, tmp_path: Path
 
     if not hasattr(os, "pidfd_open"):
         pytest.skip("no pidfd here (Linux 5.3+): every child is a fresh interpreter")
-    assert zygote.get({**os.environ}) is not None  # this platform forks: the test means it
+    forks = zygote.get()  # this platform forks, and the runs below are forks: the test means it
+    assert forks is not None and forks.serves(forge_env(), forge_root)
     killed = run_forge("patch", cwd=forge_root, env={"DGR_FAULT": "patch.journal"})
     assert killed.code == -9, killed
     here = run_forge_subprocess("status", "--json", cwd=forge_root)  # the root found from cwd
@@ -163,7 +170,7 @@ def test_a_forked_popen_is_what_popen_gives(forge_root: Path) -> None:
     import signal
     import subprocess
 
-    from support.cli import forge_env, forge_popen
+    from support.cli import forge_popen
     from support.zygote import ForkedPopen
 
     if not hasattr(os, "pidfd_open"):

@@ -84,7 +84,7 @@ def forge_popen(*args: str, **popen: Any) -> _sp.Popen[Any]:
     from . import zygote
 
     env = popen.get("env")
-    forks = zygote.get(forge_env()) if set(popen) <= _FORKABLE else None
+    forks = zygote.get() if set(popen) <= _FORKABLE else None
     if forks is not None and forks.serves(
         dict(os.environ if env is None else env), popen.get("cwd")
     ):
@@ -130,25 +130,19 @@ def run_forge_subprocess(
     env: dict[str, str] | None = None,
     timeout: float = 300,
 ) -> Result:
-    """`python -m dgr_forge ARGS` in a child process (signals, kills, exact process state):
-    a fork of this process's zygote where it is the same child (support.zygote), else a
-    fresh interpreter."""
-    from . import zygote
-
-    full = forge_env(env)
-    forks = zygote.get(forge_env())
-    if forks is not None and forks.serves(full, cwd):
-        return Result(*forks.run(list(args), cwd, full, timeout))
-    proc = _sp.run(
-        forge_cmd(*args),
-        cwd=cwd,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=_sp.DEVNULL,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+    """`python -m dgr_forge ARGS` in a child process (signals, kills, exact process state),
+    started by `forge_popen` and waited for as `subprocess.run` waits (killed at `timeout`)."""
+    with forge_popen(
+        *args, cwd=cwd, env=forge_env(env), stdin=_sp.DEVNULL, stdout=_sp.PIPE,
+        stderr=_sp.PIPE, text=True,
+    ) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except _sp.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    return Result(proc.returncode, out, err)
 
 
 _CHILD_ONLY_ACTIONS = ("kill", "pause")

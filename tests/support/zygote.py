@@ -23,7 +23,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -213,26 +212,6 @@ class Zygote:
             conn.close()
             raise
 
-    def run(
-        self, argv: list[str], cwd: Path | None, env: dict[str, str], timeout: float
-    ) -> tuple[int, str, str]:
-        with (
-            open(os.devnull, "rb") as stdin,
-            tempfile.TemporaryFile() as out,
-            tempfile.TemporaryFile() as err,
-        ):
-            pid, conn = self.launch(argv, cwd, env, [stdin.fileno(), out.fileno(), err.fileno()])
-            with conn:
-                conn.settimeout(timeout)
-                try:
-                    code = int(_line(conn))
-                except TimeoutError:
-                    os.kill(pid, signal.SIGKILL)
-                    conn.settimeout(30)
-                    _line(conn)
-                    raise subprocess.TimeoutExpired(["dgr-forge", *argv], timeout) from None
-            return code, _text(out), _text(err)
-
 
 class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
     """`subprocess.Popen` of `dgr-forge ARGS` whose child is a fork of the zygote: pipes,
@@ -301,25 +280,22 @@ def _line(conn: socket.socket) -> bytes:
     return got
 
 
-def _text(file: Any) -> str:
-    file.seek(0)
-    text: str = file.read().decode("utf-8", errors="replace")
-    return text.replace("\r\n", "\n").replace("\r", "\n")  # as `text=True` reads it
-
-
 _ZYGOTES: dict[int, Zygote | None] = {}
 _LOCK = threading.Lock()
 
 
-def get(env: dict[str, str]) -> Zygote | None:
-    """This process's zygote (started at the first call), or None where none can serve."""
+def get() -> Zygote | None:
+    """This process's zygote (started at the first call, in the environment `forge_env`
+    gives a forge child), or None where none can serve."""
     if os.environ.get("FORGETEST_EXEC") == "1" or not hasattr(os, "pidfd_open"):
         return None
+    from .cli import forge_env
+
     with _LOCK:
         pid = os.getpid()
         if pid not in _ZYGOTES:
             try:
-                _ZYGOTES[pid] = Zygote(env)
+                _ZYGOTES[pid] = Zygote(forge_env())
             except OSError:
                 _ZYGOTES[pid] = None
         return _ZYGOTES[pid]
