@@ -19,7 +19,7 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, 
 import msgspec
 
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.tomlcheck import shown_value, type_name
+from dgr_forge.core.tomlcheck import fail, shown_value, type_name
 
 
 class Shape(msgspec.Struct, forbid_unknown_fields=True):
@@ -72,11 +72,6 @@ def _dec_hook(t: type, value: Any) -> Any:
 
 _NUL = "contains a NUL byte (a control character)"
 _MAX_KEY = 80  # no key we read is longer; a longer one is shown cut
-
-
-def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
-    """The one refusal of an input: file, key, problem; the fix as the hint."""
-    return BadInput(f"{shown}: {key}: {problem}", hint=hint, details={"file": shown, "key": key})
 
 
 def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:

@@ -91,6 +91,11 @@ def _depth_exceeds(data: Any, limit: int) -> bool:
     return False
 
 
+def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
+    """The one refusal of an input: file, key, problem; the fix as the hint (exit 2)."""
+    return BadInput(f"{shown}: {key}: {problem}", hint=hint, details={"file": shown, "key": key})
+
+
 class Checker:
     """Reads and parses one TOML file, bounded; every error names the file."""
 
@@ -100,9 +105,7 @@ class Checker:
     # -- errors
 
     def fail(self, key: str, problem: str, fix: str) -> BadInput:
-        return BadInput(
-            f"{self.shown}: {key}: {problem}", hint=fix, details={"file": self.shown, "key": key}
-        )
+        return fail(self.shown, key, problem, fix)
 
     # -- reading
 

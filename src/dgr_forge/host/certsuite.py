@@ -35,8 +35,8 @@ from typing import Annotated, Any
 from msgspec import Struct, to_builtins
 
 from dgr_forge.attest.parsers import PARSERS, Thresholds
-from dgr_forge.core.tominput import NonEmpty, Shape, about, fail
-from dgr_forge.core.tomlcheck import shown_value
+from dgr_forge.core.tominput import NonEmpty, Shape, about
+from dgr_forge.core.tomlcheck import fail, shown_value
 
 PLACEHOLDERS = ("model", "device", "threads")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")

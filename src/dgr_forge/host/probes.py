@@ -17,8 +17,8 @@ from msgspec import Struct
 
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import Shape, Version1, about, decode, fail
-from dgr_forge.core.tomlcheck import Checker, shown_value
+from dgr_forge.core.tominput import Shape, Version1, about, decode
+from dgr_forge.core.tomlcheck import Checker, fail, shown_value
 
 SCHEMA = 1
 

@@ -47,8 +47,8 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode, fail
-from dgr_forge.core.tomlcheck import Checker
+from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode
+from dgr_forge.core.tomlcheck import Checker, fail
 from dgr_forge.host.certsuite import Suite, SuiteShape, load_suite
 
 SCHEMA = 1
