@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 from msgspec import Struct
+from msgspec.structs import asdict
 
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
@@ -137,35 +138,14 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
     )
     doc = decode(shown, data, _Probes)
     tools: dict[str, ToolProbe] = {}
-    for name, t in doc.tools.items():
+    for name, t in doc.tools.items():  # the record is the shape, named (the key) and described
         key = f"tools.{name}"
-        tools[name] = ToolProbe(
-            name=name,
-            description=t.description or name,
-            executables=t.executables,
-            python_dirs=t.python_dirs,
-            hints=t.hints,
-            path_search=t.path_search,
-            find_command=t.find_command,
-            version_args=t.version_args,
-            version_regex=t.version_regex,
-            host_os=t.host_os,
-            packages=t.packages,
-        )
+        tools[name] = ToolProbe(**{**asdict(t), "name": name, "description": t.description or name})
         if not t.executables and not t.find_command:
             raise fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
         _check_data(shown, key, tools[name])
     libraries = {
-        name: LibraryProbe(
-            name=name,
-            description=lib.description or name,
-            headers=lib.headers,
-            names=lib.names,
-            roots=lib.roots,
-            include_dirs=lib.include_dirs,
-            lib_dirs=lib.lib_dirs,
-            packages=lib.packages,
-        )
+        name: LibraryProbe(**{**asdict(lib), "name": name, "description": lib.description or name})
         for name, lib in doc.libraries.items()
     }
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
