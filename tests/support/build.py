@@ -199,7 +199,7 @@ class LaneSnapshot:
         `upstream.commit` was put back with the repository."""
         put_back(self.pristine, self.built.base)
         up = self.built.upstream
-        return replace(self.built, upstream=Upstream(up.path, list(up.commits), up._tick))
+        return replace(self.built, upstream=up.record_at(up.path))
 
 
 def snapshot_lane(

@@ -179,6 +179,11 @@ class Upstream:
     def head(self) -> str:
         return self.commits[-1]
 
+    def record_at(self, path: Path) -> Upstream:
+        """A record of its own of this upstream's commits for the repository at `path` (a
+        copy of it, or it put back as it was)."""
+        return Upstream(path, list(self.commits), self._tick)
+
     def tree(self, rev: str) -> str:
         """The tree of `rev`; of a commit id, asked of git once per process (a commit id
         names its tree in every repository: the copies of one upstream share them)."""
@@ -219,7 +224,7 @@ class Upstream:
 def copy_upstream(up: Upstream, dest: Path) -> Upstream:
     """A copy of `up` at `dest`, a repository of its own that a test may change."""
     shutil.copytree(up.path, dest, symlinks=True)
-    return Upstream(dest, list(up.commits), up._tick)
+    return up.record_at(dest)
 
 
 def make_upstream(path: Path, extra_commits: int = 3) -> Upstream:
