@@ -351,8 +351,7 @@ def _process_state(environ: dict[str, str], cwd: Path | None) -> Iterator[None]:
     saved_env = dict(os.environ)
     saved_cwd = os.getcwd()
     held_before = set(_held_locks())
-    os.environ.clear()
-    os.environ.update(environ)
+    _become(environ)
     try:
         if cwd is not None:
             os.chdir(cwd)
@@ -360,10 +359,19 @@ def _process_state(environ: dict[str, str], cwd: Path | None) -> Iterator[None]:
         yield
     finally:
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        _become(saved_env)
         _release_leaked_locks(held_before)
         _reset_module_state()
+
+
+def _become(environ: dict[str, str]) -> None:
+    """os.environ made exactly `environ`, touching only the variables that differ (a clear
+    and a refill putenv/unsetenv every variable twice a run: ~1 s of CPU a suite)."""
+    for name in [n for n in os.environ if n not in environ]:
+        del os.environ[name]
+    for name, value in environ.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
 
 
 # each dgr_forge module's functools caches, found once per module object (a walk of every

@@ -165,6 +165,21 @@ def tree_of(repo: Path, rev: str) -> str:
     return out(repo, "rev-parse", "--verify", "--end-of-options", f"{rev}^{{tree}}")
 
 
+def commit_and_tree(repo: Path, rev: str) -> tuple[str, str] | None:
+    """`rev`'s commit and that commit's tree in one git call; None when no commit is here
+    by that name. The names go over stdin, never as an option."""
+    if "\n" in rev or "\0" in rev:
+        return None
+    query = f"{rev}^{{commit}}\n{rev}^{{tree}}\n"
+    proc = git(
+        repo, "cat-file", "--batch-check=%(objectname) %(objecttype)", input=query, check=False
+    )
+    found = [line.split(" ") for line in proc.stdout.splitlines()]
+    if proc.returncode != 0 or [kind for *_, kind in found] != ["commit", "tree"]:
+        return None
+    return found[0][0], found[1][0]
+
+
 def has_object(repo: Path, oid: str) -> bool:
     return git(repo, "cat-file", "-e", "--end-of-options", oid, check=False).returncode == 0
 

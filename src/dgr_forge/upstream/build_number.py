@@ -40,22 +40,30 @@ if TYPE_CHECKING:
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 
-def _shallow(repo: Path) -> bool:
-    return gitutil.out(repo, "rev-parse", "--is-shallow-repository") == "true"
+def _held(repo: Path, commit: str) -> tuple[bool, bool]:
+    """(whether `commit` is here, whether the repository is shallow), in one git call."""
+    asked = gitutil.git(
+        repo, "rev-parse", "--is-shallow-repository", "--verify", "--quiet",
+        "--end-of-options", f"{commit}^{{commit}}", check=False,
+    )  # fmt: skip
+    lines = asked.stdout.split()
+    return asked.returncode == 0 and lines[1:] == [commit], lines[:1] == ["true"]
 
 
 def local_count(src: Path, commit: str) -> int | None:
     """The count at `commit` from a repository holding its whole history, else None."""
-    if not (src / ".git").exists() or gitutil.rev_parse(src, commit) != commit:
+    if not (src / ".git").exists():
         return None
-    if _shallow(src):
+    here, shallow = _held(src, commit)
+    if not here or shallow:
         return None
     return int(gitutil.out(src, "rev-list", "--count", commit, "--"))
 
 
-def _local_git_dir(url: str) -> Path | None:
-    """The repository a local URL (file:// or an absolute path) names, exactly that one:
-    a directory inside another repository is not it (discovery stops at the path)."""
+def _local_git_dir(url: str) -> tuple[Path, bool] | None:
+    """The repository a local URL (file:// or an absolute path) names, exactly that one (a
+    directory inside another repository is not it: discovery stops at the path), and
+    whether git calls it shallow."""
     if url.startswith("file://"):
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
@@ -71,14 +79,18 @@ def _local_git_dir(url: str) -> Path | None:
         path,
         "rev-parse",
         "--absolute-git-dir",
+        "--is-shallow-repository",
         check=False,
         env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
     )
-    if found.returncode != 0:
+    lines = found.stdout.splitlines()
+    if found.returncode != 0 or len(lines) != 2:
         return None
-    git_dir = Path(found.stdout.strip())
+    git_dir = Path(lines[0])
     # the path itself or its .git: never a repository above it
-    return git_dir if git_dir in (path.resolve(), (path / ".git").resolve()) else None
+    if git_dir not in (path.resolve(), (path / ".git").resolve()):
+        return None
+    return git_dir, lines[1] == "true"
 
 
 def _server_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -94,11 +106,6 @@ def _server_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _shallow_dir(git_dir: Path) -> bool:
-    shallow = _server_git(git_dir, "rev-parse", "--is-shallow-repository")
-    return (git_dir / "shallow").exists() or shallow.stdout.strip() == "true"
-
-
 def _partial_dir(git_dir: Path) -> bool:
     """A partial clone (a promisor remote): it may lack objects it would fetch lazily."""
     config = _server_git(
@@ -112,11 +119,11 @@ def _server_count(git_dir: Path, commit: str) -> int | None:
     asked), not partial and without grafts; else None."""
     if _partial_dir(git_dir) or (git_dir / "info" / "grafts").exists():
         return None
-    if _server_git(git_dir, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
-        return None
+    # `commit` missing, not a commit, or a commit of its history missing: no count (never
+    # a short one)
     counted = _server_git(git_dir, "rev-list", "--count", commit, "--")
     if counted.returncode != 0 or not counted.stdout.strip().isdigit():
-        return None  # a commit of its history missing: never a short count
+        return None
     return int(counted.stdout)
 
 
@@ -146,15 +153,16 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     check_url(url, "upstream url")  # data, never an option
     only_commits = ["--filter=tree:0"]
     if gitutil.is_local_url(url):
-        git_dir = _local_git_dir(url)
-        if git_dir is not None:
-            if _shallow_dir(git_dir):
+        local = _local_git_dir(url)
+        if local is not None:
+            git_dir, shallow = local
+            if shallow or (git_dir / "shallow").exists():
                 return None, "the server's own history is shallow: its count would be short"
             there = _server_count(git_dir, commit)
             if there is not None:
                 return there, "counted in the local repository's full history (no transfer)"
         # a local server that does not allow filters would ignore the filter
-        if git_dir is None or not _allows_filter(git_dir):
+        if local is None or not _allows_filter(local[0]):
             only_commits = []
     tmp_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))
@@ -184,9 +192,10 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         if proc.returncode != 0:
             last = (proc.stderr.strip().splitlines() or ["git fetch failed"])[-1]
             return None, f"fetching the pin's history failed: {mask_text(last)}"
-        if gitutil.rev_parse(scratch, commit) != commit:
+        here, shallow = _held(scratch, commit)
+        if not here:
             return None, "the server did not send the pinned commit"
-        if _shallow(scratch):
+        if shallow:
             return None, "the server's own history is shallow: its count would be short"
         # a commit the server lacks (its copy is shallow or partial) is never asked for
         # again behind our back (a promisor remote's lazy fetch): the count fails instead

@@ -111,14 +111,14 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
 def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
     """Before the work tree moves: a wrong pin leaves everything as it was. The pin's
     tree."""
-    actual = gitutil.rev_parse(src, m.commit)
-    if actual != m.commit:
+    found = gitutil.commit_and_tree(src, m.commit)
+    if found is None or found[0] != m.commit:
         raise OperationFailed(
             f"commit {m.commit} not found at {mask(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
             details={"commit": m.commit, "url": mask(url)},
         )
-    tree = gitutil.tree_of(src, m.commit)
+    tree = found[1]
     if m.tree is not None and tree != m.tree:
         raise _tree_mismatch(m, tree, url if method != "local" else None)
     return tree

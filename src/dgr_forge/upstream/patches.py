@@ -214,11 +214,13 @@ def apply_series(
     paths: Sequence[Path],
     parsed: Sequence[patchfile.ParsedPatch],
     *,
+    head: str | None,
     check_trees: bool = True,
     datas: Sequence[bytes] | None = None,
-) -> str:
-    """`git am` the files onto the pin in the (clean) work tree; return the new HEAD.
-    With `datas` (the files' bytes) the per-patch trees go into the workspace's tree cache.
+) -> tuple[str, str]:
+    """`git am` the files onto the pin in the (clean) work tree, which is at `head`; return
+    the new HEAD and its tree. With `datas` (the files' bytes) the per-patch trees go into
+    the workspace's tree cache.
 
     On a conflict the work tree is back at the pin, and NeedsHuman names the patch, files
     and hunks. With `check_trees` each commit's tree must equal the manifest's per-patch
@@ -227,10 +229,10 @@ def apply_series(
     remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
     with _journal(src, m.commit):
         fault.point("patch.journal")
-        if gitutil.rev_parse(src, "HEAD") != m.commit:
+        if head != m.commit:
             _checkout_pin(src, m.commit)
         if not paths:
-            return m.commit
+            return m.commit, gitutil.tree_of(src, m.commit)
         # one am for the whole series: a process per patch costs ~4x on a large tree (each
         # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
         proc = git(src, *AM_FLAGS, "--", *map(str, paths), env=FORGE_IDENTITY, check=False)
@@ -243,7 +245,7 @@ def apply_series(
         if datas is not None:
             tree_cache.store(src, m.commit, datas, [c.tree for c in chain])
         fault.point("patch.verified")
-    return chain[-1].commit
+    return chain[-1].commit, chain[-1].tree
 
 
 def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
@@ -396,9 +398,11 @@ def patch_locked(
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     paths = [m.patch_path(e) for e in m.series]
-    head = apply_series(src, m, paths, parsed, check_trees=not trust_files, datas=datas)
+    head, tree = apply_series(
+        src, m, paths, parsed, head=ws.head, check_trees=not trust_files, datas=datas
+    )
     series_base.record(src, series_base.SeriesBase.of(m))
-    return PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
+    return PatchedTree(src, m.commit, head, tree, changed=True)
 
 
 def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:

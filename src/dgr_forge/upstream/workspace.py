@@ -282,9 +282,11 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     chain = read_chain(src, limit)
     bases = {pin}
     if len(chain) < limit or chain[series_len].commit != pin:
-        limit = series_len + 1 + _LONG_WALK
-        chain = read_chain(src, limit)
-        fetched = gitutil.rev_parse(src, PIN_REF)
+        if len(chain) == limit:  # a shorter walk met the root (or a shallow graft): all
+            limit = series_len + 1 + _LONG_WALK
+            chain = read_chain(src, limit)
+        # HEAD at the pin (fetched, not patched): the walk stops there, at no other base
+        fetched = None if chain and chain[0].commit == pin else gitutil.rev_parse(src, PIN_REF)
         if fetched:
             bases.add(fetched)
     # the forge's commits are those of the series it recorded (by tree), not whatever a
