@@ -191,3 +191,35 @@ def _subcommand(line: str) -> str:
             continue
         return word
     return ""
+
+
+def test_patching_a_fetched_workspace_asks_git_a_fixed_number_of_times(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """A fetched, unpatched workspace (HEAD at the pin) is measured with one status and one
+    walk (no second walk, no look-up of the pin ref: no other base can lie above HEAD), and
+    `patch` takes HEAD from that measurement and the new tree from am's chain."""
+    make_series(forge_root, upstream)
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    env, log = _shim(tmp_path)
+    for command, walks in (("status", 1), ("patch", 2)):  # patch: and am's new chain
+        log.unlink(missing_ok=True)
+        res = run_forge(command, cwd=forge_root, env=env)
+        assert res.code == 0, res
+        calls = [c.split("protocol.fd.allow=never ")[-1] for c in _count(log)]
+        assert len([c for c in calls if c.startswith("log --first-parent")]) == walks, calls
+        assert not [c for c in calls if "refs/dgr/pin" in c or "HEAD^{commit}" in c], calls
+    # am, then the chain it made: no rev-parse of the new HEAD's tree after it
+    assert calls[-1].startswith("log --first-parent"), calls
+    assert [c.split()[0] for c in calls].count("am") == 1, calls
+
+
+def test_a_commit_and_its_tree_are_one_call_and_a_hostile_name_is_no_commit(
+    upstream: Upstream,
+) -> None:
+    from dgr_forge.core import gitutil
+
+    tree = upstream.tree(upstream.head)
+    assert gitutil.commit_and_tree(upstream.path, upstream.head) == (upstream.head, tree)
+    for hostile in ("--help", f"{upstream.head}\n{upstream.head}", "..", "0" * 40, tree, "a\0b"):
+        assert gitutil.commit_and_tree(upstream.path, hostile) is None, hostile
