@@ -43,6 +43,9 @@ for info in pkgutil.walk_packages(dgr_forge.__path__, "dgr_forge."):
             importlib.import_module(info.name)
         except Exception:
             pass
+import gc
+gc.collect()
+gc.freeze()  # the preloaded modules: never walked by a child's collector (nor copied by it)
 
 def child(req, fds):
     os.dup2(fds[0], 0); os.dup2(fds[1], 1); os.dup2(fds[2], 2)
