@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import roots, scratch
 from support.cli import run_forge
-from support.git import Upstream, copy_upstream, sh_git
+from support.git import Upstream, committed_head, copy_upstream, sh_git
 from support.rebase import SERIES, _replace
 from support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
 from support.schedule import LONGEST_FIRST
@@ -166,3 +166,23 @@ def test_the_longest_first_order_names_test_files_that_exist() -> None:
     names = {p.name for p in (REPO / "tests").rglob("test_*.py")}
     assert set(LONGEST_FIRST) <= names, set(LONGEST_FIRST) - names
     assert "--no-loadscope-reorder" in (REPO / "pyproject.toml").read_text()
+
+
+def test_the_head_read_after_a_commit_is_the_one_git_names(upstream: Upstream) -> None:
+    """committed_head reads what `git commit` wrote: on a branch whose ref was packed, on a
+    detached HEAD, and in a linked worktree (where .git is a file) it asks git."""
+    repo = upstream.path
+    sh_git(repo, "pack-refs", "--all")
+    for step in ("on a branch", "detached"):
+        if step == "detached":
+            sh_git(repo, "checkout", "-q", "--detach")
+        (repo / "step.txt").write_text(step)
+        sh_git(repo, "add", "-A")
+        sh_git(repo, "commit", "-q", "-m", step)
+        assert committed_head(repo) == sh_git(repo, "rev-parse", "HEAD"), step
+    linked = repo.parent / "linked"
+    sh_git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    (linked / "step.txt").write_text("linked")
+    sh_git(linked, "commit", "-q", "-am", "in a linked worktree")
+    assert committed_head(linked) == sh_git(linked, "rev-parse", "HEAD")
+    assert committed_head(linked) != committed_head(repo)

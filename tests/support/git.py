@@ -56,6 +56,20 @@ def sh_git(cwd: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout.strip()
 
 
+def committed_head(repo: Path) -> str:
+    """HEAD of `repo` right after a `git commit` there, read from the file git just wrote
+    (a commit writes its branch's loose ref, or HEAD itself when detached): the id a
+    `rev-parse HEAD` would print, without a process. Asked of git where the files say
+    otherwise (a linked worktree, say)."""
+    try:
+        head = (repo / ".git" / "HEAD").read_text().strip()
+        if head.startswith("ref: refs/heads/"):
+            head = (repo / ".git" / head.removeprefix("ref: ")).read_text().strip()
+    except OSError:
+        head = ""
+    return head if _COMMIT_ID.fullmatch(head) else sh_git(repo, "rev-parse", "HEAD")
+
+
 # ----------------------------------------------------------------------------- upstream
 
 BASE_FILES: dict[str, str] = {
@@ -213,7 +227,7 @@ class Upstream:
             message,
             env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
         )
-        sha = sh_git(self.path, "rev-parse", "HEAD")
+        sha = committed_head(self.path)
         self.commits.append(sha)
         return sha
 

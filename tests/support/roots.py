@@ -28,7 +28,7 @@ from typing import Literal
 from urllib.parse import unquote
 
 from .cli import Result, run_forge
-from .git import GIT_ENV, Upstream, sh_git
+from .git import GIT_ENV, Upstream, committed_head, sh_git
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -196,7 +196,7 @@ def commit_edits(
         env = {**(author or {}), "GIT_AUTHOR_DATE": date(i), "GIT_COMMITTER_DATE": date(i)}
         message = ["-m", edit.subject] + (["-m", edit.body] if edit.body else [])
         sh_git(repo, "commit", "-q", *message, env=env)
-        commits.append(sh_git(repo, "rev-parse", "HEAD"))
+        commits.append(committed_head(repo))
     return commits
 
 
