@@ -136,11 +136,15 @@ def test_ignored_file_in_the_upstream_tree_stops_the_build(
     assert presets.code == 0, presets
     assert (src / "CMakeUserPresets.json").is_file() and (src / "dgr-forge.presets.json").is_file()
     assert _build(root, env, "--cache", "off").code == 0
+    status = run_forge("--root", str(root), "--json", "status", env=env)
+    assert status.json["upstream"]["ignored"] == [], status.json  # as `build` lets them through
     # a person's own presets file in the upstream tree may include anything: not let through
     user = src / "CMakeUserPresets.json"
     user.write_text('{"version": 4, "include": ["dgr-forge.presets.json", "/tmp/x.json"]}\n')
     res = _build(root, env, "--cache", "off")
     assert res.code == 3 and "CMakeUserPresets.json" in res.stderr, res
+    status = run_forge("--root", str(root), "--json", "status", env=env)
+    assert status.json["upstream"]["ignored"] == ["CMakeUserPresets.json"], status.json
     # nor a presets file of the forge's name that loads other files
     assert run_forge("--root", str(root), "presets", "--remove", env=env).code == 0
     assert run_forge("--root", str(root), "presets", env=env).code == 0

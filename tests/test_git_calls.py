@@ -196,9 +196,10 @@ def _subcommand(line: str) -> str:
 def test_patching_a_fetched_workspace_asks_git_a_fixed_number_of_times(
     tmp_path: Path, upstream: Upstream, forge_root: Path
 ) -> None:
-    """A fetched, unpatched workspace (HEAD at the pin) is measured with one status and one
-    walk (no second walk, no look-up of the pin ref: no other base can lie above HEAD), and
-    `patch` takes HEAD from that measurement and the new tree from am's chain."""
+    """A fetched, unpatched workspace (HEAD at the pin) is measured with one status (the
+    ignored files `status` shows come from it too) and one walk (no second walk, no look-up
+    of the pin ref: no other base can lie above HEAD), and `patch` takes HEAD from that
+    measurement and the new tree from am's chain."""
     make_series(forge_root, upstream)
     assert run_forge("fetch", cwd=forge_root).code == 0
     env, log = _shim(tmp_path)
@@ -208,6 +209,8 @@ def test_patching_a_fetched_workspace_asks_git_a_fixed_number_of_times(
         assert res.code == 0, res
         calls = [c.split("protocol.fd.allow=never ")[-1] for c in _count(log)]
         assert len([c for c in calls if c.startswith("log --first-parent")]) == walks, calls
+        # one walk of the work tree: its changes and its ignored files together
+        assert len([c for c in calls if c.startswith("status")]) == 1, calls
         assert not [c for c in calls if "refs/dgr/pin" in c or "HEAD^{commit}" in c], calls
     # am, then the chain it made: no rev-parse of the new HEAD's tree after it
     assert calls[-1].startswith("log --first-parent"), calls

@@ -90,9 +90,10 @@ def workspace_status(
         return st
     st.head = ws.head
     st.local_changes = ws.changes
-    from dgr_forge.upstream.trees import ignored  # what `build` refuses beyond git's changes
+    from dgr_forge.upstream.trees import forge_written  # the presets `build` lets through
 
-    st.ignored = ignored(ws.src)
+    # what `build` refuses beyond git's changes, from the walk that measured the workspace
+    st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
     st.shallow = ws.shallow
     st.interrupted = ws.interrupted
     st.pin_tree = pin_tree(ws, m.commit)

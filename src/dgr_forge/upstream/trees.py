@@ -66,13 +66,6 @@ def changes(src: Path) -> list[str]:
     return out
 
 
-def ignored(src: Path) -> list[str]:
-    """The ignored files alone (paths), for `status`."""
-    if not (src / ".git").exists():
-        return []
-    return [line[3:] for line in changes(src) if line.startswith("!! ")]
-
-
 def forge_written(src: Path, rel: str) -> bool:
     """`rel` in the tree `src` is a presets file the forge wrote there, by name and content."""
     if rel == OWN_PRESETS:

@@ -72,6 +72,7 @@ class Workspace(Struct):
     head: str | None = None  # None: unborn HEAD (or no repository)
     changes: list[LocalChange] = field(default_factory=list)
     dirty: list[str] = field(default_factory=list)  # the same changes as "XY path" lines
+    ignored: list[str] = field(default_factory=list)  # ignored files (paths), git's word
     operation: str | None = None  # an am/rebase/merge/cherry-pick left in progress
     journals: frozenset[str] = frozenset()
     shallow: bool = False
@@ -196,6 +197,13 @@ _XY["T"] = "type-changed"
 
 def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
     """HEAD, local changes and their "XY path" lines, in one git call (porcelain v2 -z)."""
+    head, changes, lines, _ignored = read_status(src)
+    return head, changes, lines
+
+
+def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], list[str]]:
+    """`read_changes`, and the ignored files git sees (paths: `status` shows them, `build`
+    refuses them), from the same walk of the tree."""
     proc = gitutil.git(
         src,
         "status",
@@ -203,12 +211,14 @@ def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
         "--branch",
         "-z",
         "--untracked-files=all",
+        "--ignored=matching",
         "--ignore-submodules=none",
         env=READ_ONLY_ENV,  # a no-op must not even refresh the index
     )
     head: str | None = None
     changes: list[LocalChange] = []
     lines: list[str] = []
+    ignored: list[str] = []
     fields = proc.stdout.split("\0")
     i = 0
     while i < len(fields):
@@ -235,7 +245,9 @@ def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
         elif entry.startswith("? "):
             changes.append(LocalChange(entry[2:], "untracked"))
             lines.append(f"?? {entry[2:]}")
-    return head, changes, lines
+        elif entry.startswith("! "):
+            ignored.append(entry[2:])
+    return head, changes, lines, ignored
 
 
 def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
@@ -274,7 +286,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     ws.operation = operation_in_progress(src)
     ws.journals = frozenset(j for j in JOURNALS if (gd / j).exists())
     ws.shallow = (gd / "shallow").exists()
-    ws.head, ws.changes, ws.dirty = read_changes(src)
+    ws.head, ws.changes, ws.dirty, ws.ignored = read_status(src)
     if ws.head is None:
         return ws
     # The usual case (the series on the pin) needs only series_len + 1 commits.
