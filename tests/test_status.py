@@ -93,6 +93,24 @@ def test_status_lists_local_changes(forge_root: Path) -> None:
     assert "local changes (3):" in r.stdout and "scratch.txt" in r.stdout
 
 
+def test_status_lists_ignored_files_with_hostile_names_exactly(forge_root: Path) -> None:
+    """The ignored files come from the walk that measures the workspace (porcelain v2, NUL
+    separated): a name with a newline, a space or a leading dash is itself, an ignored
+    directory is one entry, and none of them is a local change."""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    src = src_of(forge_root)
+    exclude = src / ".git" / "info" / "exclude"
+    exclude.write_text(exclude.read_text() + "*.o\n/out/\n")
+    names = ["a\nb.o", "-rf .o", "docs/x y.o"]
+    for name in names:
+        (src / name).write_bytes(b"\0")
+    (src / "out" / "deep").mkdir(parents=True)
+    (src / "out" / "deep" / "z.bin").write_bytes(b"")
+    up = status(forge_root)
+    assert sorted(up["ignored"]) == sorted([*names, "out/"]), up["ignored"]
+    assert up["local_changes"] == [] and up["verified"] is False
+
+
 def test_status_counts_the_forges_commits_on_top(forge_root: Path) -> None:
     assert run_forge("fetch", cwd=forge_root).code == 0
     src = src_of(forge_root)
