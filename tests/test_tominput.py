@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -21,15 +22,21 @@ SHA = "c" * 64
 SHOWN = "manifests/llama.cpp.toml"
 
 
+def refusal_of(load: Callable[[], object]) -> BadInput:
+    """What `load()` raises: a BadInput, exit 2."""
+    with pytest.raises(BadInput) as info:
+        load()
+    assert info.value.exit_code == ExitCode.BAD_INPUT
+    return info.value
+
+
 def refused(tmp_path: Path, text: str) -> BadInput:
     (tmp_path / "manifests").mkdir(exist_ok=True)
     (tmp_path / "patches" / "llama.cpp").mkdir(parents=True, exist_ok=True)
     path = tmp_path / "manifests" / "llama.cpp.toml"
     path.write_text(text)
-    with pytest.raises(BadInput) as info:
-        manifest.load(path, tmp_path)
-    err = info.value
-    assert err.exit_code == ExitCode.BAD_INPUT and err.hint
+    err = refusal_of(lambda: manifest.load(path, tmp_path))
+    assert err.hint
     assert str(err).startswith(f"{SHOWN}: ") and err.details["file"] == SHOWN
     return err
 
@@ -141,9 +148,7 @@ class _Doc(tominput.Shape):
 
 
 def decoded_error(data: dict[str, object]) -> BadInput:
-    with pytest.raises(BadInput) as info:
-        tominput.decode("f.toml", data, _Doc)
-    return info.value
+    return refusal_of(lambda: tominput.decode("f.toml", data, _Doc))
 
 
 def test_decoder_words() -> None:
@@ -192,10 +197,9 @@ def worker_refusal(tmp_path: Path, text: str) -> BadInput:
 
     (tmp_path / "manifests").mkdir(exist_ok=True)
     (tmp_path / worker.MANIFEST).write_text(text)
-    with pytest.raises(BadInput) as info:
-        worker.resolve(Forge(root=tmp_path, workspace=tmp_path / ".dgr"), None)
-    assert info.value.exit_code == ExitCode.BAD_INPUT
-    return info.value
+    return refusal_of(
+        lambda: worker.resolve(Forge(root=tmp_path, workspace=tmp_path / ".dgr"), None)
+    )
 
 
 @pytest.mark.parametrize(
@@ -219,10 +223,7 @@ def probes_refusal(tmp_path: Path, text: str) -> BadInput:
 
     path = tmp_path / "probes.toml"
     path.write_text(text)
-    with pytest.raises(BadInput) as info:
-        probes.load_probes(path, "toolchains/probes.toml")
-    assert info.value.exit_code == ExitCode.BAD_INPUT
-    return info.value
+    return refusal_of(lambda: probes.load_probes(path, "toolchains/probes.toml"))
 
 
 @pytest.mark.parametrize(
@@ -249,10 +250,7 @@ def recipe_refusal(tmp_path: Path, text: str) -> BadInput:
 
     path = tmp_path / "cpu.toml"
     path.write_text(text)
-    with pytest.raises(BadInput) as info:
-        recipes.load(path, "recipes/cpu.toml")
-    assert info.value.exit_code == ExitCode.BAD_INPUT
-    return info.value
+    return refusal_of(lambda: recipes.load(path, "recipes/cpu.toml"))
 
 
 @pytest.mark.parametrize(
@@ -308,10 +306,7 @@ def test_certify_shape(tmp_path: Path, body: str, words: str, hint: str | None) 
 def model_refusal(text: str) -> BadInput:
     from dgr_forge.models import manifest as models
 
-    with pytest.raises(BadInput) as info:
-        models.loads(text.encode(), shown="manifests/models/m.toml")
-    assert info.value.exit_code == ExitCode.BAD_INPUT
-    return info.value
+    return refusal_of(lambda: models.loads(text.encode(), shown="manifests/models/m.toml"))
 
 
 MODEL = 'schema = 1\n[model]\nname = "m"\n'
@@ -379,9 +374,8 @@ class _Speed(tominput.Shape):
     ],
 )
 def test_float_bounds_in_words(data: dict[str, object], words: str) -> None:
-    with pytest.raises(BadInput) as info:
-        tominput.decode("f.toml", data, _Speed)
-    assert info.value.message.startswith(words), info.value.message
+    err = refusal_of(lambda: tominput.decode("f.toml", data, _Speed))
+    assert err.message.startswith(words), err.message
 
 
 def test_a_hostile_key_is_shown_bounded(tmp_path: Path) -> None:
