@@ -20,7 +20,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.upstream import manifest
 
-from .git import Upstream, sh_git
+from .git import Upstream, committed_head, sh_git
 from .roots import UPSTREAM_AUTHOR, Edit, author_patches, make_root, manifest_text
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def make_worker(path: Path) -> str:
     date = "2025-02-01T00:00:00Z"
     env = {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
     sh_git(path, "commit", "-q", "-m", "worker", env=env)
-    return sh_git(path, "rev-parse", "HEAD")
+    return committed_head(path)
 
 
 def setup_root(path: Path, upstream: Upstream, patch_text: str) -> Path:
