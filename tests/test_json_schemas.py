@@ -29,7 +29,7 @@ from support.server import write_layered_gguf
 from dgr_forge.cli import input_schemas, schemas
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all
-from dgr_forge.cli.results import COMMANDS
+from dgr_forge.cli.schemas import COMMANDS
 from dgr_forge.core.errors import Details, ForgeError
 
 REPO = Path(__file__).resolve().parent.parent

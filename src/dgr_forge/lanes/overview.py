@@ -1,20 +1,154 @@
-"""What `lanes` shows: every recipe, whether this host can build it, its last build, its
-certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)"""
+"""What `lanes` and `status` show of the lanes: every recipe, whether this host can build
+it, its last build, its certification; `status`'s whole result (`Status`). (The CI
+matrix, one job per recipe, is `ci.render.matrix`.) Certification is imported by
+`overview` alone: a no-op `status` does without it."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Annotated, Any
 
-from dgr_forge.attest import checked
-from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
-from dgr_forge.attest.keys import PublicKey
+from msgspec import UNSET, Struct, UnsetType, convert
+
+from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
-from dgr_forge.host.doctor import Doctor
-from dgr_forge.host.recipes import Recipe
-from dgr_forge.host.worker import WorkerSpec
-from dgr_forge.lanes.inputs import report_inputs, staleness, tool_versions, worker_identity
-from dgr_forge.lanes.state import lane_states
+from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.lanes.inputs import (
+    report_inputs,
+    staleness,
+    tool_versions,
+    with_stale,
+    worker_identity,
+)
+from dgr_forge.lanes.state import LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
+
+if TYPE_CHECKING:
+    from dgr_forge.attest.keys import PublicKey
+    from dgr_forge.host.doctor import Doctor
+    from dgr_forge.host.recipes import Recipe
+    from dgr_forge.host.worker import WorkerSpec
+
+
+class Artifact(Struct, kw_only=True):
+    """a built artifact"""
+
+    name: Annotated[str, d("the target's artifact name")]
+    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
+    path: Annotated[str, d("where it is")]
+    sha256: Annotated[str, SHA]
+
+
+class BuildShown(Struct, kw_only=True):
+    """the lane's last build in this workspace (null: never built here)"""
+
+    time: Annotated[str, d("when it finished (ISO 8601, UTC)")]
+    result: Annotated[str, d("`ok` or `failed`")]
+    report: Annotated[str | None, d("the signed report's path (null without one)")]
+    log: Annotated[str, d("the `build-<lane>.log` link")]
+    phase: Annotated[str | UnsetType, d("`status` only: where a failed build stopped")] = UNSET
+    artifacts: Annotated[list[Artifact] | UnsetType, d("`status` only: the artifacts it made")] = (
+        UNSET
+    )
+    stale: Annotated[
+        list[str],
+        d(
+            "what moved since this build's report was made: `pin`, `series`, `recipe`, "
+            "`worker` (empty: it is current; a build recorded by an older forge: all)"
+        ),
+    ]
+    inputs_recorded: Annotated[
+        bool,
+        d(
+            "false when the build was recorded by an older forge, with no inputs to compare: "
+            "stale until rebuilt, whatever moved (with `stale`)"
+        ),
+    ]
+
+    @staticmethod
+    def of(last: LastBuild, current: dict[str, Any], *, full: bool = False) -> BuildShown:
+        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts)."""
+        moved = staleness(last.inputs, current)
+        return BuildShown(
+            time=last.time,
+            result=last.result,
+            report=last.report,
+            log=last.log,
+            phase=last.phase if full and last.phase is not None else UNSET,
+            artifacts=convert(last.artifacts, list[Artifact]) if full else UNSET,
+            stale=moved["stale"],
+            inputs_recorded=moved["inputs_recorded"],
+        )
+
+    def line(self) -> str:
+        return with_stale({"result": self.result, "stale": self.stale,
+                           "inputs_recorded": self.inputs_recorded})  # fmt: skip
+
+
+class LaneLastBuild(Struct, kw_only=True):
+    """a lane built in this workspace"""
+
+    lane: Annotated[str, d("the lane")]
+    last_build: BuildShown | None
+
+
+class Status(Form, kw_only=True):
+    """`status`'s result (its `--json` object)."""
+
+    title = "status"
+
+    upstream: UpstreamStatus
+    patches: SeriesStatus
+    lanes: Annotated[
+        list[LaneLastBuild],
+        d(
+            "lanes built in this workspace, by name: the same `{lane, last_build}` rows "
+            "`lanes` gives"
+        ),
+    ]
+    rebase_in_progress: Annotated[bool, d("a rebase is in progress")]
+    rebase: RebaseProgress | None
+
+
+def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, bool]]:
+    """Lanes built in this workspace and their last build (from the build state), each
+    with whether its state names another workspace's files (then it has no last build
+    here). `stale` names what moved (pin, series, recipe, worker) since the last report."""
+    from dgr_forge.host import worker
+
+    entries = lane_states(forge)
+    spec, worker_known = None, True
+    if entries:
+        try:
+            spec = worker.resolve(forge, None)
+        except ForgeError:
+            worker_known = False
+    rows = []
+    for name, entry in entries.items():
+        recorded = entry.state.last_build  # this workspace's paths, or None
+        last = None
+        if recorded is not None:
+            current = report_inputs(m, _current_recipe(forge, name), spec)
+            if not worker_known:
+                current["worker"] = "(unreadable)"  # never what a build recorded
+            last = BuildShown.of(recorded, current, full=True)
+        rows.append((LaneLastBuild(lane=name, last_build=last), entry.elsewhere))
+    return rows
+
+
+def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
+    """The lane's recipe as it is now; None when it is gone or unreadable (status still
+    answers: the last build is then stale by its recipe)."""
+    from dgr_forge.host.recipes import load
+
+    path = forge.recipes_dir / f"{lane}.toml"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
+        return None
+    try:
+        return load(path, forge.rel(path))
+    except ForgeError:
+        return None
 
 
 def overview(
@@ -25,6 +159,9 @@ def overview(
     trusted: list[PublicKey] | None = None,
     spec: WorkerSpec | None = None,
 ) -> list[dict[str, Any]]:
+    from dgr_forge.attest import checked
+    from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
+
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
         doctor,

@@ -25,7 +25,7 @@ from dgr_forge.cli.results.attest import (
     ReportShow,
     ReportVerify,
 )
-from dgr_forge.cli.results.base import Artifact, Cache, Command, Form
+from dgr_forge.cli.results.base import Artifact, Cache, Form
 from dgr_forge.cli.results.ci import CiMatrix, CiRender, CiRenderCheck, CiRenderOut
 from dgr_forge.cli.results.demo import Demo, DemoStep
 from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
@@ -39,20 +39,12 @@ from dgr_forge.cli.results.upstream import (
     Bump,
     Check,
     Difference,
-    Export,
-    ExportedPatch,
-    Fetch,
-    Patch,
-    PatchAbort,
-    PatchCheck,
     Rebase,
     RebaseAbort,
     RebaseDryRun,
-    Status,
 )
 
 __all__ = [
-    "COMMANDS",
     "Artifact",
     "ArtifactsManifest",
     "ArtifactsMap",
@@ -70,20 +62,13 @@ __all__ = [
     "CiRender",
     "CiRenderCheck",
     "CiRenderOut",
-    "Command",
     "Demo",
     "DemoStep",
     "Difference",
     "Doctor",
-    "Export",
-    "ExportedPatch",
-    "Fetch",
     "Form",
     "Keygen",
     "Lanes",
-    "Patch",
-    "PatchAbort",
-    "PatchCheck",
     "Presets",
     "Rebase",
     "RebaseAbort",
@@ -91,95 +76,4 @@ __all__ = [
     "ReportCompare",
     "ReportShow",
     "ReportVerify",
-    "Status",
 ]
-
-
-def _cmd(words: str, summary: str, *forms: type[Form], prose: str = "") -> Command:
-    return Command(words, summary, forms, prose)
-
-
-COMMANDS: tuple[Command, ...] = (
-    _cmd("fetch", "Check out the pinned upstream commit, verified.", Fetch),
-    _cmd(
-        "patch",
-        "Apply the series on the pin (or check it, continue or abort a replay of your commits).",
-        Patch,
-        PatchAbort,
-        PatchCheck,
-    ),
-    _cmd(
-        "status",
-        "The workspace: upstream checkout, series, lanes, a rebase in progress. URLs masked.",
-        Status,
-    ),
-    _cmd("export", "Write the workspace's commits back as the series and the manifest.", Export),
-    _cmd(
-        "check", "The CI gate: series round trip byte-compare, CMake options still declared.", Check
-    ),
-    _cmd("build", "Fetch + patch as needed, configure and build each lane; signed reports.", Build),
-    _cmd("lanes", "The lane matrix: backend, buildable here, last build, certified.", Lanes),
-    _cmd(
-        "doctor",
-        "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        Doctor,
-    ),
-    _cmd(
-        "rebase",
-        "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
-        Rebase,
-        RebaseDryRun,
-        RebaseAbort,
-    ),
-    _cmd(
-        "bump",
-        "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
-        Bump,
-    ),
-    _cmd("keygen", "Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.", Keygen),
-    _cmd("report show", "A signed build report, decoded.", ReportShow),
-    _cmd(
-        "report verify",
-        "Verify a report's signature (and with `--artifacts` its subjects on disk).",
-        ReportVerify,
-    ),
-    _cmd(
-        "report compare", "Two reports of a lane: verified, and the same subjects?", ReportCompare
-    ),
-    _cmd(
-        "certify",
-        "Run the lane's certification suite on this host; sign it when every step passes.",
-        CertifyLane,
-        Certify,
-    ),
-    _cmd(
-        "ci matrix",
-        "The lane matrix for CI.",
-        CiMatrix,
-        prose=(
-            "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
-            '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
-        ),
-    ),
-    _cmd("ci render", "A CI workflow file from the recipes.", CiRender, CiRenderOut, CiRenderCheck),
-    _cmd(
-        "artifacts manifest", "A model manifest from the files in a directory.", ArtifactsManifest
-    ),
-    _cmd(
-        "artifacts map",
-        "Add the layer map to a model manifest, from the split headers.",
-        ArtifactsMap,
-    ),
-    _cmd(
-        "artifacts provision",
-        "Download a model's files: resumable, retried, verified, atomic.",
-        ArtifactsProvision,
-    ),
-    _cmd(
-        "artifacts verify",
-        "Check size, sha256 and GGUF split headers of every file.",
-        ArtifactsVerify,
-    ),
-    _cmd("presets", "CMakeUserPresets.json with a configure + build preset per lane.", Presets),
-    _cmd("demo", "The tour without network: a generated upstream, series and worker in DIR.", Demo),
-)

@@ -4,24 +4,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from msgspec import UNSET, Struct, UnsetType
 
-from dgr_forge.core.described import SHA as SHA  # re-exported: the results modules use both
-from dgr_forge.core.described import d as d
-
-
-class Form(Struct, kw_only=True, forbid_unknown_fields=True):
-    """One shape of a command's object (its keys after the envelope)."""
-
-    title: ClassVar[str] = ""
-    may_fail: ClassVar[bool] = False  # `ok` may be false with these keys
-    note: ClassVar[str] = ""
-
-
-class Nested(Struct, kw_only=True):
-    """A nested object: described and typed, open to new siblings."""
+from dgr_forge.core.structs import COMMIT as COMMIT
+from dgr_forge.core.structs import SHA as SHA
+from dgr_forge.core.structs import Form as Form
+from dgr_forge.core.structs import Nested as Nested
+from dgr_forge.core.structs import d as d
 
 
 class Command(Struct, frozen=True):
@@ -35,7 +26,6 @@ class Command(Struct, frozen=True):
         return self.words.replace(" ", "-")
 
 
-COMMIT = d("a full git commit id")
 Strs = list[str]
 Obj = dict[str, Any]
 
