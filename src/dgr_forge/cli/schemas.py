@@ -24,7 +24,7 @@ import msgspec
 from dgr_forge.cli import input_schemas, results
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.lanes import overview
+from dgr_forge.lanes import check, overview
 from dgr_forge.upstream import export, fetch, local_replay, patches
 
 
@@ -65,7 +65,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "check",
         "The CI gate: series round trip byte-compare, CMake options still declared.",
-        results.Check,
+        check.Check,
     ),
     _cmd(
         "build",

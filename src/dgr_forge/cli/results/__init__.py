@@ -37,8 +37,6 @@ from dgr_forge.cli.results.models import (
 )
 from dgr_forge.cli.results.upstream import (
     Bump,
-    Check,
-    Difference,
     Rebase,
     RebaseAbort,
     RebaseDryRun,
@@ -57,14 +55,12 @@ __all__ = [
     "Cache",
     "Certify",
     "CertifyLane",
-    "Check",
     "CiMatrix",
     "CiRender",
     "CiRenderCheck",
     "CiRenderOut",
     "Demo",
     "DemoStep",
-    "Difference",
     "Doctor",
     "Form",
     "Keygen",

@@ -11,7 +11,6 @@ from msgspec import UNSET, UnsetType
 from dgr_forge.cli.results.base import (
     COUNTS,
     Form,
-    Nested,
     Obj,
     PinSide,
     RebaseRow,
@@ -19,31 +18,6 @@ from dgr_forge.cli.results.base import (
 )
 
 # --- the upstream and its series ------------------------------------------------------------
-
-
-class Difference(Nested, kw_only=True):
-    """a difference"""
-
-    path: Annotated[str, d("the file")]
-    diff: Annotated[str, d("unified diff")]
-    what: Annotated[str, d("`message`, `diff`, `file` or `manifest`")]
-
-
-class Check(Form, kw_only=True):
-    title = "check"
-    may_fail = True
-    note = (
-        "exit 1 when not clean; 2 when only recipe options are wrong and one is a deprecated "
-        "alias upstream"
-    )
-
-    commit: Annotated[str, d("the pin")]
-    result_tree: Annotated[str | None, d("the tree of the applied series")]
-    series_reproduced: Annotated[bool, d("fetch + apply + export gave patches/ and the manifest")]
-    apply_error: Annotated[str | None, d("why the series did not apply")]
-    differences: Annotated[list[Difference], d("what the round trip changed")]
-    options_checked: Annotated[int, d("CMake options the recipes pass that were checked")]
-    option_problems: Annotated[list[Obj], d("problems")]
 
 
 class Rebase(Form, kw_only=True):
