@@ -21,6 +21,7 @@ from typing import Any, get_type_hints
 
 import msgspec
 
+from dgr_forge import demo
 from dgr_forge.cli import input_schemas, results
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
@@ -158,7 +159,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "demo",
         "The tour without network: a generated upstream, series and worker in DIR.",
-        results.Demo,
+        demo.Demo,
     ),
 )
 

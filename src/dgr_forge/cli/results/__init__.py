@@ -27,7 +27,6 @@ from dgr_forge.cli.results.attest import (
 )
 from dgr_forge.cli.results.base import Artifact, Cache, Form
 from dgr_forge.cli.results.ci import CiMatrix, CiRender, CiRenderCheck, CiRenderOut
-from dgr_forge.cli.results.demo import Demo, DemoStep
 from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
 from dgr_forge.cli.results.models import (
     ArtifactsManifest,
@@ -59,8 +58,6 @@ __all__ = [
     "CiRender",
     "CiRenderCheck",
     "CiRenderOut",
-    "Demo",
-    "DemoStep",
     "Doctor",
     "Form",
     "Keygen",
