@@ -22,6 +22,7 @@ from typing import Any, get_type_hints
 import msgspec
 
 from dgr_forge import demo
+from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas, results
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
@@ -118,7 +119,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "ci matrix",
         "The lane matrix for CI.",
-        results.CiMatrix,
+        render.CiMatrix,
         prose=(
             "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
             '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
@@ -127,9 +128,9 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "ci render",
         "A CI workflow file from the recipes.",
-        results.CiRender,
-        results.CiRenderOut,
-        results.CiRenderCheck,
+        render.CiRender,
+        render.CiRenderOut,
+        render.CiRenderCheck,
     ),
     _cmd(
         "artifacts manifest",

@@ -26,7 +26,6 @@ from dgr_forge.cli.results.attest import (
     ReportVerify,
 )
 from dgr_forge.cli.results.base import Artifact, Cache, Form
-from dgr_forge.cli.results.ci import CiMatrix, CiRender, CiRenderCheck, CiRenderOut
 from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
 from dgr_forge.cli.results.models import (
     ArtifactsManifest,
@@ -54,10 +53,6 @@ __all__ = [
     "Cache",
     "Certify",
     "CertifyLane",
-    "CiMatrix",
-    "CiRender",
-    "CiRenderCheck",
-    "CiRenderOut",
     "Doctor",
     "Form",
     "Keygen",
