@@ -13,7 +13,8 @@ from dgr_forge.cli.options import Force, Key, Lanes
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
+    from dgr_forge.attest.keys import Keygen
+    from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -37,17 +38,14 @@ def keygen(
 
     `--force` replaces an existing key."""
 
-    def body(env: Env) -> results.Keygen:
+    def body(env: Env) -> Keygen:
         from dgr_forge.attest import keys
-        from dgr_forge.cli import results
 
-        path = (out or keys.default_key_path()).expanduser()
-        signer = keys.generate(path, force=force)
-        pub = keys.public_path(path)
-        env.out.answer(f"private key {path} (mode 0600; keep it secret)")
-        env.out.answer(f"public key  {pub}")
-        env.out.answer(f"keyid       {signer.keyid}")
-        return results.Keygen(private_key=str(path), public_key=str(pub), keyid=signer.keyid)
+        made = keys.keygen(out, force=force)
+        env.out.answer(f"private key {made.private_key} (mode 0600; keep it secret)")
+        env.out.answer(f"public key  {made.public_key}")
+        env.out.answer(f"keyid       {made.keyid}")
+        return made
 
     run(ctx, "keygen", body)
 
@@ -59,7 +57,7 @@ def show(
 ) -> None:
     """Print a readable summary of a report (--json: the statement too). Does not verify."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportShow:
         from dgr_forge.attest import reports as reports_mod
 
         loaded = reports_mod.load(report)
@@ -83,7 +81,7 @@ def show(
         out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
         out.answer(f"builder    {s['builder']}")
         out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
-        return {"summary": s, "statement": loaded.statement}
+        return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
     run(ctx, "report show", body)
 
@@ -112,7 +110,7 @@ def verify(
 ) -> None:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportVerify | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -125,7 +123,7 @@ def verify(
             env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")
         for a in v.artifacts:
             env.out.answer(f"  {a.status:8} {a.name}")
-        fields = v.as_dict()
+        fields = v.result()
         if not v.ok:
             for failure in v.failures:
                 env.out.error(failure)
@@ -147,7 +145,7 @@ def compare(
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportCompare | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -156,16 +154,15 @@ def compare(
         c = reports_mod.compare_reports(a, b, public)
         for name, v in (("A", c.a), ("B", c.b)):
             for failure in v.failures:
-                env.out.error(f"{name} {v.report.path}: {failure}")
+                env.out.error(f"{name} {v.report}: {failure}")
         for d in c.differences:
-            env.out.answer(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
+            env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
         if not c.identical:
-            what = "differ" if c.a.ok and c.b.ok else "do not both verify"
+            what = "differ" if c.a.verified and c.b.verified else "do not both verify"
             env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
-            return Outcome.of(c.as_dict(), False)
-        count = len(reports_mod.subject_digests(c.a))
-        env.out.answer(f"{a} and {b}: identical subjects ({count} artifact(s))")
-        return c.as_dict()
+            return Outcome.of(c, False)
+        env.out.answer(f"{a} and {b}: identical subjects ({c.subjects} artifact(s))")
+        return c
 
     run(ctx, "report compare", body)
 

@@ -22,6 +22,7 @@ from typing import Any, get_type_hints
 import msgspec
 
 from dgr_forge import demo
+from dgr_forge.attest import keys, reports
 from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas, results
 from dgr_forge.core.errors import Details
@@ -97,18 +98,18 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "keygen",
         "Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.",
-        results.Keygen,
+        keys.Keygen,
     ),
-    _cmd("report show", "A signed build report, decoded.", results.ReportShow),
+    _cmd("report show", "A signed build report, decoded.", reports.ReportShow),
     _cmd(
         "report verify",
         "Verify a report's signature (and with `--artifacts` its subjects on disk).",
-        results.ReportVerify,
+        reports.ReportVerify,
     ),
     _cmd(
         "report compare",
         "Two reports of a lane: verified, and the same subjects?",
-        results.ReportCompare,
+        reports.ReportCompare,
     ),
     _cmd(
         "certify",

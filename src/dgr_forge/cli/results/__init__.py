@@ -20,10 +20,6 @@ from __future__ import annotations
 from dgr_forge.cli.results.attest import (
     Certify,
     CertifyLane,
-    Keygen,
-    ReportCompare,
-    ReportShow,
-    ReportVerify,
 )
 from dgr_forge.cli.results.base import Artifact, Cache, Form
 from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
@@ -55,13 +51,9 @@ __all__ = [
     "CertifyLane",
     "Doctor",
     "Form",
-    "Keygen",
     "Lanes",
     "Presets",
     "Rebase",
     "RebaseAbort",
     "RebaseDryRun",
-    "ReportCompare",
-    "ReportShow",
-    "ReportVerify",
 ]

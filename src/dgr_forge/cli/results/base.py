@@ -156,14 +156,3 @@ class PinSide(Nested, kw_only=True):
     url: Annotated[str, d("the upstream URL, masked")]
     commit: Annotated[str, COMMIT]
     tree: Annotated[str | None, d("its tree")]
-
-
-class Verification(Nested, kw_only=True):
-    """a report's verification"""
-
-    report: Annotated[str, d("the report's path")]
-    verified: Annotated[bool, d("the signature verifies and nothing failed")]
-    key: Annotated[Obj | None, d("the key it was checked with: `keyid`, `source`")]
-    signed_by: Annotated[Strs, d("key ids of the envelope's signatures")]
-    failures: Annotated[Strs, d("what failed (empty when verified)")]
-    artifacts: Annotated[list[Obj], d("with `--artifacts`: per subject on disk")]
