@@ -183,13 +183,14 @@ def _model(env: Env, forge: Forge, name: str, dest: Path | None) -> tuple[dict[s
     if target.is_dir():
         result = artifacts.verify(mm, target, env.out)
     if not target.is_dir() or result.bad:
-        if target.is_dir() and any(f.status == "bad" for f in result.bad):
-            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in result.bad if f.status == "bad"]
+        wrong = [f for f in result.files if f.status == "bad"]
+        if target.is_dir() and wrong:
+            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
             raise OperationFailed(
                 f"model {name}: files in {target} do not match the manifest: " + "; ".join(bad),
                 hint=f"remove them and re-run, or `dgr-forge artifacts provision {name} "
                 f"--dest {target}`",
-                details={"model": name, "bad": [f.name for f in result.bad]},
+                details={"model": name, "bad": result.bad},
             )
         provisioned = artifacts.provision(mm, target, env.out)
         if not provisioned.ok:
@@ -201,7 +202,7 @@ def _model(env: Env, forge: Forge, name: str, dest: Path | None) -> tuple[dict[s
         result = artifacts.verify(mm, target, env.out)
         if result.bad:
             raise OperationFailed(
-                f"model {name}: {', '.join(f.name for f in result.bad)} do not verify",
+                f"model {name}: {', '.join(result.bad)} do not verify",
                 hint="re-provision the model",
                 details={"model": name},
             )

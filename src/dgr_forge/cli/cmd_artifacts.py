@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -14,8 +14,12 @@ from dgr_forge.core.errors import BadInput, ForgeError
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only `artifacts` itself should pay for requests/urllib3.
 if TYPE_CHECKING:
+    from dgr_forge.models.make_manifest import ArtifactsManifest
     from dgr_forge.models.manifest import ModelManifest
+    from dgr_forge.models.map_headers import ArtifactsMap
+    from dgr_forge.models.provision import ArtifactsProvision
     from dgr_forge.models.subset import Selection
+    from dgr_forge.models.verify import ArtifactsVerify
 
 artifacts_app = typer.Typer(
     name="artifacts",
@@ -92,7 +96,7 @@ def provision(
     and (--first / --last) the embeddings' and output head's; --dry-run says which.
     `--jobs`: files downloaded at once (default 4)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ArtifactsProvision | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
@@ -100,22 +104,9 @@ def provision(
         result = artifacts.provision(
             m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
         )
-        return Outcome.of(result.to_json(), result.ok)
+        return Outcome.of(result, result.ok)
 
     run(ctx, "artifacts provision", body)
-
-
-def _old_text(target: Path) -> str | None:
-    """What `make-manifest` would replace, read bounded (a FIFO or a huge file at the
-    target is simply replaced, never read); None when there is no manifest to compare."""
-    from dgr_forge.models import manifest as models
-
-    if not target.is_file():
-        return None
-    try:
-        return models.read_raw(target, str(target)).decode("utf-8")
-    except (BadInput, UnicodeDecodeError):
-        return None
 
 
 @artifacts_app.command()
@@ -131,13 +122,13 @@ def verify(
     With --layers, the files those layers need; without it, what DEST records it was
     provisioned for (or every file), and which layer ranges the files can serve."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ArtifactsVerify | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
         selection = _selection(m, layers, False, False)
         result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
-        return Outcome.of(result.to_json(), not result.bad)
+        return Outcome.of(result, not result.bad)
 
     run(ctx, "artifacts verify", body)
 
@@ -162,9 +153,7 @@ def make_manifest(
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
-        from dgr_forge.core.fsutil import atomic_write_text
-        from dgr_forge.core.urls import mask
+    def body(env: Env) -> ArtifactsManifest:
         from dgr_forge.models import artifacts
         from dgr_forge.models import manifest as models
 
@@ -180,23 +169,10 @@ def make_manifest(
         built = artifacts.build_manifest(
             directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
         )
-        old = _old_text(target)
-        state = "unchanged" if old == built.text else ("updated" if old else "written")
-        if state != "unchanged":
-            atomic_write_text(target, built.text)
-        total = sum(f.size for f in built.files)
-        env.out.answer(f"{target}: {state} ({len(built.files)} files, {artifacts.human(total)})")
-        return {
-            "model": name,
-            "manifest": str(target),
-            "state": state,
-            "files": [
-                {"name": f.name, "size": f.size, "sha256": f.sha256, "url": mask(f.url)}
-                for f in built.files
-            ],
-            "total_size": total,
-            "block_count": built.layer_map.block_count if built.layer_map else None,
-        }
+        result = artifacts.write_manifest(built, target)
+        size = artifacts.human(result.total_size)
+        env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
+        return result
 
     run(ctx, "artifacts manifest", body)
 
@@ -219,10 +195,10 @@ def map_layers(
     From the files in DEST, or without --dest by HTTP Range requests for the header bytes
     only."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> ArtifactsMap:
         from dgr_forge.models.map_headers import map_manifest
 
         m = _load(env, manifest)
-        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs).to_json()
+        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)
 
     run(ctx, "artifacts map", body)

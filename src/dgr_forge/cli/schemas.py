@@ -28,6 +28,7 @@ from dgr_forge.cli import input_schemas, results
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
 from dgr_forge.lanes import check, overview
+from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 
 
@@ -136,22 +137,22 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "artifacts manifest",
         "A model manifest from the files in a directory.",
-        results.ArtifactsManifest,
+        make_manifest.ArtifactsManifest,
     ),
     _cmd(
         "artifacts map",
         "Add the layer map to a model manifest, from the split headers.",
-        results.ArtifactsMap,
+        map_headers.ArtifactsMap,
     ),
     _cmd(
         "artifacts provision",
         "Download a model's files: resumable, retried, verified, atomic.",
-        results.ArtifactsProvision,
+        provision.ArtifactsProvision,
     ),
     _cmd(
         "artifacts verify",
         "Check size, sha256 and GGUF split headers of every file.",
-        results.ArtifactsVerify,
+        verify.ArtifactsVerify,
     ),
     _cmd(
         "presets",

@@ -23,12 +23,6 @@ from dgr_forge.cli.results.attest import (
 )
 from dgr_forge.cli.results.base import Artifact, Cache, Form
 from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
-from dgr_forge.cli.results.models import (
-    ArtifactsManifest,
-    ArtifactsMap,
-    ArtifactsProvision,
-    ArtifactsVerify,
-)
 from dgr_forge.cli.results.upstream import (
     Bump,
     Rebase,
@@ -38,10 +32,6 @@ from dgr_forge.cli.results.upstream import (
 
 __all__ = [
     "Artifact",
-    "ArtifactsManifest",
-    "ArtifactsMap",
-    "ArtifactsProvision",
-    "ArtifactsVerify",
     "Build",
     "BuildLane",
     "BuildUpstream",
