@@ -183,8 +183,8 @@ def _model(env: Env, forge: Forge, name: str, dest: Path | None) -> tuple[dict[s
     if target.is_dir():
         result = artifacts.verify(mm, target, env.out)
     if not target.is_dir() or result.bad:
-        wrong = [f for f in result.files if f.status == "bad"]
-        if target.is_dir() and wrong:
+        wrong = [f for f in result.files if f.status == "bad"] if target.is_dir() else []
+        if wrong:
             bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
             raise OperationFailed(
                 f"model {name}: files in {target} do not match the manifest: " + "; ".join(bad),
