@@ -26,14 +26,14 @@ import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
-from dgr_forge.core.structs import repr_without
+from dgr_forge.core.structs import d, repr_without
 from dgr_forge.core.urls import mask, mask_text
 
 if TYPE_CHECKING:
@@ -116,6 +116,28 @@ class CacheSetup(Struct, frozen=True):
         if self.distributed:
             out["distributed"] = self.distributed
         return out
+
+
+class Cache(Struct, kw_only=True):
+    """the compiler cache this build used; the same object is the report's `compilerCache`
+    (see docs/distributed-compilation.md)"""
+
+    tool: Annotated[str | None, d("`ccache`, `sccache`, or null: no cache")]
+    version: Annotated[str, d('the tool\'s version (`""` when none)')]
+    backend: Annotated[str, d("`none`, `local`, or `local + remote <masked URL or kind>`")]
+    mode: Annotated[str, d("`rw`, `ro` or `off`")]
+    hits: Annotated[
+        int | UnsetType | None,
+        d("this build's cache hits (with a cache; null when the tool would not say)"),
+    ] = UNSET
+    misses: Annotated[int | UnsetType | None, d("this build's cache misses (with a cache)")] = UNSET
+    distributed: Annotated[
+        dict[str, Any] | UnsetType | None,
+        d(
+            "with an sccache-dist scheduler: `scheduler` (masked), `remoteCompiles`, "
+            "`localCompiles`"
+        ),
+    ] = UNSET
 
 
 OFF = CacheSetup()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,8 +13,7 @@ from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
 
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
-    from dgr_forge.lanes.lane_build import LaneResult
+    pass
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -89,48 +88,9 @@ def build(
             result = build_mod.build(
                 s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker
             )
-        import msgspec
-
-        from dgr_forge.cli import results
-
-        failed = result.failed
-        typed = results.Build(
-            upstream=msgspec.convert(result.upstream, results.BuildUpstream),
-            worker=result.worker,
-            lanes=[_lane_row(r) for r in result.lanes],
-            error=msgspec.UNSET
-            if failed is None
-            else f"{failed.lane} lane build failed; log: {failed.log}",
-        )
-        return Outcome.of(typed, failed is None)
+        return Outcome.of(result, result.failed is None)
 
     run(ctx, "build", body)
-
-
-def _lane_row(r: LaneResult) -> results.BuildLane:
-    """A lane's build as `build --json` gives it (its `cache` object as recorded)."""
-    import msgspec
-
-    from dgr_forge.cli import results
-
-    return results.BuildLane(
-        lane=r.lane,
-        status=r.status,
-        configured=r.configured,
-        patched=r.patched,
-        ninja_steps=r.ninja_steps,
-        artifacts=msgspec.convert(r.artifacts, list[results.Artifact]),
-        report=r.report,
-        report_reused=r.report_reused,
-        log=r.log,
-        log_file=r.log_file,
-        build_dir=r.build_dir,
-        # the object the signed report records as `compilerCache`, as it is
-        cache=cast(results.Cache, r.cache),
-        timings={k: round(v, 3) for k, v in r.timings.items()},
-        rebuilt=r.rebuilt or msgspec.UNSET,
-        error_lines=r.error_lines or msgspec.UNSET,
-    )
 
 
 @app.command()

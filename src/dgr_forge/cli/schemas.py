@@ -24,10 +24,13 @@ import msgspec
 from dgr_forge import demo
 from dgr_forge.attest import keys, reports
 from dgr_forge.ci import render
-from dgr_forge.cli import input_schemas, results
+from dgr_forge.cli import input_schemas
+from dgr_forge.cli.results import attest as certify_forms
+from dgr_forge.cli.results import lanes as lanes_forms
+from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.lanes import check, overview
+from dgr_forge.lanes import build, check, overview
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 
@@ -74,27 +77,29 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "build",
         "Fetch + patch as needed, configure and build each lane; signed reports.",
-        results.Build,
+        build.BuildResult,
     ),
     _cmd(
-        "lanes", "The lane matrix: backend, buildable here, last build, certified.", results.Lanes
+        "lanes",
+        "The lane matrix: backend, buildable here, last build, certified.",
+        lanes_forms.Lanes,
     ),
     _cmd(
         "doctor",
         "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        results.Doctor,
+        lanes_forms.Doctor,
     ),
     _cmd(
         "rebase",
         "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
-        results.Rebase,
-        results.RebaseDryRun,
-        results.RebaseAbort,
+        rebase_forms.Rebase,
+        rebase_forms.RebaseDryRun,
+        rebase_forms.RebaseAbort,
     ),
     _cmd(
         "bump",
         "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
-        results.Bump,
+        rebase_forms.Bump,
     ),
     _cmd(
         "keygen",
@@ -115,8 +120,8 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "certify",
         "Run the lane's certification suite on this host; sign it when every step passes.",
-        results.CertifyLane,
-        results.Certify,
+        certify_forms.CertifyLane,
+        certify_forms.Certify,
     ),
     _cmd(
         "ci matrix",
@@ -157,7 +162,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "presets",
         "CMakeUserPresets.json with a configure + build preset per lane.",
-        results.Presets,
+        lanes_forms.Presets,
     ),
     _cmd(
         "demo",

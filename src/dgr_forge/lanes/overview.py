@@ -12,7 +12,7 @@ from msgspec import UNSET, Struct, UnsetType, convert
 
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.core.structs import Form, d
 from dgr_forge.lanes.inputs import (
     report_inputs,
     staleness,
@@ -20,7 +20,7 @@ from dgr_forge.lanes.inputs import (
     with_stale,
     worker_identity,
 )
-from dgr_forge.lanes.state import LastBuild, lane_states
+from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
 
@@ -29,15 +29,6 @@ if TYPE_CHECKING:
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.recipes import Recipe
     from dgr_forge.host.worker import WorkerSpec
-
-
-class Artifact(Struct, kw_only=True):
-    """a built artifact"""
-
-    name: Annotated[str, d("the target's artifact name")]
-    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
-    path: Annotated[str, d("where it is")]
-    sha256: Annotated[str, SHA]
 
 
 class BuildShown(Struct, kw_only=True):

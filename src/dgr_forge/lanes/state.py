@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from msgspec import Struct, field
@@ -22,7 +22,7 @@ from msgspec.structs import fields
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
-from dgr_forge.core.structs import asdict
+from dgr_forge.core.structs import SHA, asdict, d
 from dgr_forge.lanes import programs, stamps
 
 # 2: a last build's paths relative to the workspace (1, still read: absolute); an older
@@ -32,6 +32,15 @@ READ_SCHEMAS = (1, 2)
 # what `status` and `lanes` show of a last build; the rest is the evidence a reuse checks,
 # kept beside it (`evidence`) so their --json output stays what it was
 PUBLIC = ("time", "result", "report", "log", "phase", "artifacts")
+
+
+class Artifact(Struct, kw_only=True):
+    """a built artifact"""
+
+    name: Annotated[str, d("the target's artifact name")]
+    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
+    path: Annotated[str, d("where it is")]
+    sha256: Annotated[str, SHA]
 
 
 class LastBuild(Struct):

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact
@@ -20,7 +21,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.host import cmake_options as options
-from dgr_forge.lanes import inputs, logs
+from dgr_forge.lanes import inputs, logs, state
 from dgr_forge.lanes.collect import collect_artifacts
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
@@ -149,9 +150,10 @@ def sign(
     return reports.write_report(forge, record, signer, out, unsigned_reason=why), signer
 
 
-def artifact_rows(artifacts: list[Artifact]) -> list[dict[str, Any]]:
+def artifact_rows(artifacts: list[Artifact]) -> list[state.Artifact]:
     return [
-        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
+        state.Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
+        for a in artifacts
     ]
 
 
@@ -175,7 +177,7 @@ def last_build(
         report_sha256=sha256_file(report),
         signed_by=signer.keyid if signer else None,
         signer_fingerprint=signing.fingerprint(),
-        artifacts=artifact_rows(found.artifacts),
+        artifacts=msgspec.to_builtins(artifact_rows(found.artifacts)),
         subject_stats=found.stats,
         input_digest=whole,
         inputs=inputs.report_inputs(m, plan.recipe, plan.spec),

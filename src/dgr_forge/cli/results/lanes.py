@@ -9,9 +9,6 @@ from msgspec import UNSET, UnsetType
 from dgr_forge.attest.certshapes import StepFigures
 from dgr_forge.cli.results.attest import AttestedRecord
 from dgr_forge.cli.results.base import (
-    COMMIT,
-    Artifact,
-    Cache,
     DoctorLane,
     Form,
     LastBuild,
@@ -23,65 +20,6 @@ from dgr_forge.cli.results.base import (
 )
 
 # --- lanes and builds -------------------------------------------------------------------------
-
-
-class BuildUpstream(Nested, kw_only=True):
-    """what was built"""
-
-    name: Annotated[str, d("the upstream's name")]
-    commit: Annotated[str, COMMIT]
-    series_digest: Annotated[str, d("sha256 over the series")]
-
-
-class BuildLane(Nested, kw_only=True):
-    """a lane's build"""
-
-    lane: Annotated[str, d("the lane")]
-    status: Annotated[str, d("`built`, `up-to-date` or `failed`")]
-    configured: Annotated[bool, d("CMake configured this run")]
-    patched: Annotated[bool, d("the series was applied this run")]
-    ninja_steps: Annotated[int, d("Ninja steps run")]
-    artifacts: Annotated[list[Artifact], d("the artifacts, hashed")]
-    report: Annotated[str | None, d("the signed report")]
-    report_reused: Annotated[
-        bool,
-        d(
-            "an earlier report was kept: only when the lane's whole input digest (input "
-            "files, patched tree, worker, programs, by content) is the one recorded with that "
-            "report"
-        ),
-    ]
-    log: Annotated[str | None, d("the `build-<lane>.log` link")]
-    log_file: Annotated[str | None, d("this build's own log")]
-    build_dir: Annotated[str, d("the lane's build directory")]
-    cache: Cache
-    timings: Annotated[dict[str, float], d("seconds per phase")]
-    rebuilt: Annotated[
-        Strs | UnsetType, d("artifacts found changed on disk and rebuilt (only when any)")
-    ] = UNSET
-    error_lines: Annotated[
-        Strs | UnsetType, d("a failed build's first error lines (only when failed)")
-    ] = UNSET
-
-
-class Build(Form, kw_only=True):
-    title = "build"
-    may_fail = True
-    note = (
-        "exit 1 when a lane's build failed; a git worker checkout holding edits or commits of "
-        "your own that a move would lose is exit 3 with `worker`, `dirty`, `local_commits` "
-        "(`--force` saves them under logs/ first); a lane that cannot build here is exit 2 with "
-        "`lanes` (`doctor` rows); a launcher in the generated rules other than the forge's "
-        "choice, or an input file or program changed during the build, is exit 1 with "
-        "`changed` (the paths) or `compile`/`link`/`code_check`/`chosen` (the launchers found, "
-        "the one chosen), and no report; an ignored, untracked or modified file in the "
-        "upstream or git-worker tree is exit 3 with `changes`"
-    )
-
-    upstream: BuildUpstream
-    worker: Annotated[str | None, d("the worker project")]
-    lanes: Annotated[list[BuildLane], d("per lane")]
-    error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
 
 
 class CertEntry(Nested, kw_only=True):
