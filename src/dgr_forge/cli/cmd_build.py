@@ -13,6 +13,8 @@ from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
 
 if TYPE_CHECKING:
+    from dgr_forge.lanes.presets import Presets
+
     pass
 
 # Library modules are imported inside each command: every CLI start registers all
@@ -250,7 +252,7 @@ def presets(
     The forge writes dgr-forge.presets.json and adds one include entry for it to
     CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Presets:
         from dgr_forge.core.errors import BadInput
         from dgr_forge.lanes import presets as presets_mod
 
@@ -268,7 +270,7 @@ def presets(
         if print_ and data is not None:
             if not env.options.json:
                 env.out.document(json.dumps(data, indent=2) + "\n")
-            return {"path": None, "presets": names, "content": data}
+            return presets_mod.Presets(path=None, presets=names, content=data)
         where = {"worker_override": worker is not None}
         change = (
             presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
@@ -287,13 +289,13 @@ def presets(
             else:
                 env.out.answer(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
                              f"{env.forge.rel(change.user)} includes it")  # fmt: skip
-        return {
-            "path": None if remove else str(change.own),
-            "presets": names,
-            "user_presets": str(change.user),
-            "user_presets_change": change.kind(),
-            "diff": diff,
-            "dry_run": dry_run,
-        }
+        return presets_mod.Presets(
+            path=None if remove else str(change.own),
+            presets=names,
+            user_presets=str(change.user),
+            user_presets_change=change.kind(),
+            diff=diff,
+            dry_run=dry_run,
+        )
 
     run(ctx, "presets", body)

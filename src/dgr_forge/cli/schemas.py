@@ -30,7 +30,7 @@ from dgr_forge.cli.results import lanes as lanes_forms
 from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.lanes import build, check, overview
+from dgr_forge.lanes import build, check, overview, presets
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 
@@ -162,7 +162,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "presets",
         "CMakeUserPresets.json with a configure + build preset per lane.",
-        lanes_forms.Presets,
+        presets.Presets,
     ),
     _cmd(
         "demo",

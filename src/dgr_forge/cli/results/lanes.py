@@ -159,30 +159,3 @@ class Doctor(Form, kw_only=True):
     unbuildable: Annotated[Strs | UnsetType, d("with `--lane`: those that cannot build here")] = (
         UNSET
     )
-
-
-class Presets(Form, kw_only=True):
-    title = "presets"
-
-    path: Annotated[
-        str | None,
-        d(
-            "the forge's presets file, `dgr-forge.presets.json` (null with `--print` and "
-            "`--remove`)"
-        ),
-    ]
-    presets: Annotated[Strs, d("the preset names (none with `--remove`)")]
-    content: Annotated[Obj | UnsetType, d("with `--print`: the presets file")] = UNSET
-    user_presets: Annotated[str | UnsetType, d("the `CMakeUserPresets.json` that includes it")] = (
-        UNSET
-    )
-    user_presets_change: Annotated[
-        str | UnsetType,
-        d(
-            "what happens to it: `created`, `changed` (the include entry added or removed; a "
-            "`version` under 4 raised to 4), `unchanged`, `deleted` (the one the forge created, "
-            "by `--remove`)"
-        ),
-    ] = UNSET
-    diff: Annotated[str | UnsetType, d('the change to it as a unified diff (`""`: none)')] = UNSET
-    dry_run: Annotated[bool | UnsetType, d("`--dry-run`: nothing was written")] = UNSET
