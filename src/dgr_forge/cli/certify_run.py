@@ -1,4 +1,4 @@
-"""`certify --lane L [--model M [--dest DIR]] [--device D] [--report R]`: the order of a
+"""`certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]`: the order of a
 checked certification, composed from the library (DESIGN.md, *Certification*).
 
 1. inputs under the command context (recipes, worker, probes); the lane's `[certify]`;
@@ -91,7 +91,7 @@ def _certify(
     if report is None:
         raise BadInput(
             f"lane {lane} has no report in {forge.rel(forge.reports_dir)}",
-            hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --report R",
+            hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --build-report R",
             details={"lane": lane},
         )
     checked_report = certify_mod.check_report(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Jobs, Mirror
+from dgr_forge.cli.options import DownloadJobs, FileMirror, HashJobs, ManifestOut
 from dgr_forge.core.errors import BadInput, ForgeError
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -40,6 +40,7 @@ LayersOpt = Annotated[
     str | None,
     typer.Option(
         "--layers",
+        metavar="RANGES",
         help="Layer ranges A-B[,C-D]: only the files holding their tensors (and the "
         "metadata split); needs a layer map in the manifest (`artifacts map`).",
     ),
@@ -81,8 +82,8 @@ def provision(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    mirror: Mirror = None,
-    jobs: Jobs = 4,
+    mirror: FileMirror = None,
+    jobs: DownloadJobs = 4,
     layers: LayersOpt = None,
     first: FirstOpt = False,
     last: LastOpt = False,
@@ -114,7 +115,7 @@ def verify(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    jobs: Jobs = None,
+    jobs: HashJobs = None,
     layers: LayersOpt = None,
 ) -> None:
     """Check size, sha256 and GGUF split headers of the files in DEST.
@@ -137,19 +138,23 @@ def verify(
 def make_manifest(
     ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Directory of model files.")],
-    name: Annotated[str, typer.Option("--name", help="Model name, e.g. deepseek-v4.")],
+    name: Annotated[
+        str, typer.Option("--name", metavar="NAME", help="Model name, e.g. deepseek-v4.")
+    ],
     url_base: Annotated[
-        str, typer.Option("--url-base", help="Where the files are served: URL = BASE/NAME.")
+        str,
+        typer.Option(
+            "--url-base", metavar="URL", help="Where the files are served: URL = BASE/NAME."
+        ),
     ],
     source_revision: Annotated[
         str | None,
-        typer.Option("--source-revision", help="The upstream checkpoint revision (40 hex)."),
+        typer.Option(
+            "--source-revision", metavar="REV", help="The upstream checkpoint revision (40 hex)."
+        ),
     ] = None,
-    out_path: Annotated[
-        Path | None,
-        typer.Option("--out", help="Where to write (default: manifests/models/NAME.toml)."),
-    ] = None,
-    jobs: Jobs = None,
+    out_path: ManifestOut = None,
+    jobs: HashJobs = None,
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
@@ -187,8 +192,8 @@ def map_layers(
             "--dest", help="Read the headers from the files here (default: over HTTP Range)."
         ),
     ] = None,
-    mirror: Mirror = None,
-    jobs: Jobs = None,
+    mirror: FileMirror = None,
+    jobs: HashJobs = None,
 ) -> None:
     """Add the layer map to manifest M, read from the GGUF split headers.
 

@@ -10,7 +10,17 @@ import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
-from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
+from dgr_forge.cli.options import (
+    BuildForce,
+    BuildJobs,
+    BuildLanes,
+    Lanes,
+    Mirror,
+    Offline,
+    PresetsOut,
+    SigningKey,
+    TrustedKeys,
+)
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.presets import Presets
@@ -24,15 +34,15 @@ if TYPE_CHECKING:
 @app.command()
 def build(
     ctx: typer.Context,
-    lane: Lanes = None,
+    lane: BuildLanes = None,
     worker: Annotated[
         Path | None,
         typer.Option(
             "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
         ),
     ] = None,
-    jobs: Jobs = None,
-    key: Key = None,
+    jobs: BuildJobs = None,
+    key: SigningKey = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
     mirror: Mirror = None,
     offline: Offline = False,
@@ -40,6 +50,7 @@ def build(
         str | None,
         typer.Option(
             "--cache",
+            metavar="CACHE",
             help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE).",
             autocompletion=complete_cache,
         ),
@@ -48,17 +59,16 @@ def build(
         str | None,
         typer.Option(
             "--cache-mode",
+            metavar="MODE",
             help="Cache mode: rw|ro (or DGR_CACHE_MODE).",
             autocompletion=complete_cache_mode,
         ),
     ] = None,
-    force: Force = False,
+    force: BuildForce = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
 
-    `--lane` defaults to cpu; `--jobs`: parallel compile jobs; `--force` moves a git worker
-    checkout holding edits or commits of your own (saved under the workspace's logs/
-    first)."""
+    A lane this host cannot build is refused before anything runs (`doctor` says why)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
@@ -238,14 +248,7 @@ def presets(
             "presets file.",
         ),
     ] = False,
-    out_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="The directory (or CMakeUserPresets.json path) to write in (default: the "
-            "worker's directory, else the upstream tree).",
-        ),
-    ] = None,
+    out_path: PresetsOut = None,
 ) -> None:
     """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
 

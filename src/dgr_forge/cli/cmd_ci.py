@@ -11,6 +11,7 @@ import typer
 
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.cli.helpstyle import complete_provider
+from dgr_forge.cli.options import WorkflowOut
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
 
@@ -57,12 +58,13 @@ def render_command(
     provider: Annotated[
         str,
         typer.Option(
-            "--provider", help="CI system: github or gitlab.", autocompletion=complete_provider
+            "--provider",
+            metavar="PROVIDER",
+            help="CI system: github or gitlab.",
+            autocompletion=complete_provider,
         ),
     ] = "github",
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write the workflow here (atomically).")
-    ] = None,
+    out: WorkflowOut = None,
     check: Annotated[
         Path | None,
         typer.Option(

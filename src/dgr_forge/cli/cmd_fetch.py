@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from dgr_forge.cli.app import Env, app, run
-from dgr_forge.cli.options import Force, Mirror, Offline
+from dgr_forge.cli.options import FetchForce, Mirror, Offline
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.overview import LaneLastBuild, Status
@@ -24,7 +24,7 @@ def fetch(
     ctx: typer.Context,
     mirror: Mirror = None,
     offline: Offline = False,
-    force: Force = False,
+    force: FetchForce = False,
 ) -> None:
     """Put the upstream at exactly the pinned commit (shallow when the server allows it).
 

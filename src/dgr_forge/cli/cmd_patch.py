@@ -8,7 +8,7 @@ import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.context import Session
-from dgr_forge.cli.options import Force, Mirror, Offline
+from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -121,7 +121,7 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
 @app.command()
 def export(
     ctx: typer.Context,
-    force: Force = False,
+    force: ExportForce = False,
 ) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits.
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Mirror, Offline
+from dgr_forge.cli.options import MarkdownReport, Mirror, Offline
 from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -45,14 +44,13 @@ def rebase(
             "touching nothing (exit 3 when a patch would conflict).",
         ),
     ] = False,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", metavar="PATH", help="With --dry-run: write a Markdown report."),
-    ] = None,
+    report: MarkdownReport = None,
     mirror: Mirror = None,
     offline: Offline = False,
 ) -> None:
-    """Replay the patch series onto a new upstream commit (3-way); resumable."""
+    """Replay the patch series onto a new upstream commit (3-way); resumable.
+
+    `--report` goes with `--dry-run` (a real rebase writes its report to reports/)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod

@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Force, Key, Lanes
+from dgr_forge.cli.options import (
+    BuildReport,
+    BuildReportAsReport,
+    CertifyLane,
+    KeygenForce,
+    KeygenOut,
+    SigningKey,
+    VerifyKey,
+)
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -28,15 +36,10 @@ app.add_typer(report_app, name="report")
 @app.command()
 def keygen(
     ctx: typer.Context,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Private key path (default: the user's config directory)."),
-    ] = None,
-    force: Force = False,
+    out: KeygenOut = None,
+    force: KeygenForce = False,
 ) -> None:
-    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.
-
-    `--force` replaces an existing key."""
+    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
 
     def body(env: Env) -> Keygen:
         from dgr_forge.attest import keys
@@ -103,7 +106,7 @@ def _artifact_base(env: Env, report: Path) -> Path:
 def verify(
     ctx: typer.Context,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
-    key: Key = None,
+    key: VerifyKey = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
@@ -141,7 +144,7 @@ def compare(
     ctx: typer.Context,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
-    key: Key = None,
+    key: VerifyKey = None,
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
@@ -170,7 +173,7 @@ def compare(
 @app.command("certify")
 def certify_command(
     ctx: typer.Context,
-    lanes: Lanes = None,
+    lanes: CertifyLane = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
@@ -183,10 +186,8 @@ def certify_command(
         str | None,
         typer.Option("--device", help="The {device} the steps test (default: the first)."),
     ] = None,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", help="The lane's report (default: its latest)."),
-    ] = None,
+    build_report: BuildReport = None,
+    report_: BuildReportAsReport = None,
     attested: Annotated[
         Path | None,
         typer.Option(
@@ -197,18 +198,22 @@ def certify_command(
     ] = None,
     hardware: Annotated[
         str | None,
-        typer.Option("--hardware", help="With --attested: describe the hardware."),
+        typer.Option("--hardware", metavar="TEXT", help="With --attested: describe the hardware."),
     ] = None,
-    key: Key = None,
+    key: SigningKey = None,
     report_key: Annotated[
         str | None,
-        typer.Option("--report-key", help="Public key the report must verify with."),
+        typer.Option(
+            "--report-key", metavar="PATH", help="Public key the report must verify with."
+        ),
     ] = None,
 ) -> None:
     """Run the lane's certification suite on this host; sign it when every step passes.
 
     `--lane` names the one lane certified (its [certify] suite runs on the report's own
-    binaries); `--attested FILE --report R` records a person's evidence instead."""
+    binaries); `--attested FILE --build-report R` records a person's evidence instead."""
+
+    report = build_report or report_
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         if len(lanes or []) > 1:
@@ -220,14 +225,14 @@ def certify_command(
                     "--attested records a person's evidence: it takes no --lane, --model or "
                     "--device",
                     hint="certify --lane L [--model M] runs the suite; certify --attested FILE "
-                    "--report R records evidence",
+                    "--build-report R records evidence",
                 )
             if report is None:
-                raise BadInput("--attested needs --report R", hint="name the lane's report")
+                raise BadInput("--attested needs --build-report R", hint="name the lane's report")
             return _attested(env, report, attested, hardware, key, report_key)
         if lane is None:
             raise BadInput(
-                "certify needs --lane L (run its suite) or --attested FILE --report R",
+                "certify needs --lane L (run its suite) or --attested FILE --build-report R",
                 hint="dgr-forge certify --lane cpu --model tiny",
             )
         if hardware is not None:

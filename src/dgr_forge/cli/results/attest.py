@@ -75,7 +75,7 @@ class AttestedRecord(Nested, kw_only=True):
 
 
 class Certify(Form, AttestedRecord, kw_only=True):
-    title = "certify --attested FILE --report R"
+    title = "certify --attested FILE --build-report R"
     note = "recorded as `attested, not checked`: never advertised"
 
     certification: Annotated[str, d("the record's path")]
