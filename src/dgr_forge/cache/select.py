@@ -487,12 +487,6 @@ def _private_dir(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
-def stop_server(setup: CacheSetup) -> None:
-    """Stop the sccache server this setup's builds started (tests, benchmarks)."""
-    if setup.tool == "sccache" and setup.launcher:
-        proc.capture([setup.launcher, "--stop-server"], env={**os.environ, **setup.env}, timeout=60)
-
-
 # ----------------------------------------------------------------------------- doctor
 
 

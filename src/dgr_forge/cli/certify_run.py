@@ -167,7 +167,7 @@ def _model(env: Env, forge: Forge, name: str, dest: Path | None) -> tuple[dict[s
     """The model's files verified (provisioned when missing); (what the record binds, the
     first split's path)."""
     from dgr_forge.attest import checked
-    from dgr_forge.core.ids import NAME
+    from dgr_forge.core.gitutil import NAME
     from dgr_forge.models import artifacts
     from dgr_forge.models import manifest as models
 

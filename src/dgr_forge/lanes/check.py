@@ -30,8 +30,8 @@ from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream import export, manifest, manifest_edit
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 
 _PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 

@@ -35,7 +35,7 @@ from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import decision, gitview, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes import decision, inputs, logs, programs, stamps, steps, truth
 from dgr_forge.lanes.collect import BuildRun, make_record
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -352,7 +352,7 @@ class LaneBuilder:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
+        steps.see_git_through(env, steps.write_git_view(self.plan.build_dir, self._view_commits()))
         env.update(self.plan.cache.env)
         if self.ctx.cache is not None:  # this lane's own cache counters start here
             statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"

@@ -32,7 +32,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.series_journal import scratch_dir
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",

@@ -19,7 +19,7 @@ from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.structs import d
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest, read_raw
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.series_journal import scratch_dir
 
 SYMLINK_MODE = "120000"
 
