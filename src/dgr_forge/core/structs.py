@@ -18,8 +18,9 @@ dict) or of `==`; a Struct whose dataclass did that defines the method with thes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
+import msgspec
 from msgspec import Meta, Struct
 
 
@@ -30,6 +31,9 @@ def d(text: str) -> Meta:
 
 SHA = d("a sha256, hex")
 COMMIT = d("a full git commit id")
+
+
+T = TypeVar("T", bound=Struct)
 
 
 class Form(Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,6 +52,27 @@ def _values(obj: Any, left_out: frozenset[str]) -> Iterator[tuple[str, Any]]:
     for name in obj.__struct_fields__:
         if name not in left_out:
             yield name, getattr(obj, name)
+
+
+def lenient(cls: type[T], data: Any) -> T | None:
+    """`data` decoded as `cls` (`msgspec.convert`) field by field, for a file the forge
+    wrote and never trusts (state.json): a field whose value does not decode as its type
+    (a hand edit, a damaged or older file) takes its default; None when a required field
+    is missing or wrong, or `data` is no object. Unknown keys are ignored."""
+    if not isinstance(data, dict):
+        return None
+    values: dict[str, Any] = {}
+    for f in msgspec.structs.fields(cls):
+        if f.encode_name in data:
+            try:
+                values[f.name] = msgspec.convert(data[f.encode_name], f.type)
+            except msgspec.ValidationError:
+                if f.required:
+                    return None
+    try:
+        return cls(**values)
+    except TypeError:  # a required field absent
+        return None
 
 
 def repr_without(obj: Any, hidden: frozenset[str]) -> str:
