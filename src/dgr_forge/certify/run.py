@@ -1,4 +1,4 @@
-"""Run a lane's certification steps (`certsuite.Suite`) on this host.
+"""Run a lane's certification steps (`suite.Suite`) on this host.
 
 The certified binary is the shipped binary: each step's program is a CMake target of the
 lane's build (found through the File API reply in `build/<lane>/`), whose file is a
@@ -20,14 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.attest import parsers
-from dgr_forge.attest.certshapes import CertStep, StepFigures, StepLog, StepProgram
+from dgr_forge.certify import parsers
+from dgr_forge.certify.shapes import CertStep, StepFigures, StepLog, StepProgram
+from dgr_forge.certify.suite import Step, Suite
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import bounded
-from dgr_forge.host.certsuite import Step, Suite
 from dgr_forge.lanes import cmake_api
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -79,10 +79,6 @@ class StepResult:
             problems=list(self.problems),
             log=StepLog(path=self.log, sha256=self.log_sha256),
         )
-
-
-def default_device(backend: str) -> str:
-    return DEFAULT_DEVICE.get(backend.lower(), "CPU")
 
 
 def check_device(device: str) -> str:

@@ -15,7 +15,7 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
   with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
   entity declaration is accepted (nothing is expanded), and the size is bounded first.
 
-The figures are `certshapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
+The figures are `shapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
 union tagged by `parser`: the record and the `--json` outputs (`certify`, `lanes`) write
 these types, each key and its meaning declared there once.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from msgspec import UNSET, Struct, field
 
-from dgr_forge.attest.certshapes import (
+from dgr_forge.certify.shapes import (
     BenchFigures,
     BenchTest,
     CtestFigures,
