@@ -10,7 +10,11 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "dgr_forge"
 
 # lowest first: a package may import the ones before it (and the top-level package)
-LAYERS = ["core", "upstream", "attest", "host", "cache", "ci", "lanes", "models", "demo", "cli"]
+# certify/ consumes a build (lanes) and a model (models): it sits above both, below the CLI
+LAYERS = [
+    "core", "upstream", "attest", "host", "cache", "ci", "lanes", "models", "certify",
+    "demo", "cli",
+]  # fmt: skip
 
 
 def _module_name(path: Path, src: Path) -> str:

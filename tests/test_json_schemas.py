@@ -188,11 +188,12 @@ def test_a_certification_step_and_entry_type_every_nested_object() -> None:
         ("figures", {"parser", "ops_failed", "backends", "tests", "prompt_ts", "gen_ts"}),
     ):
         assert want <= _keys(defs["CertStep"]["properties"][key], defs), key
-    hardware = defs["CertifyLane"]["properties"]["hardware"]
-    assert {"cpu", "memory_bytes", "os", "gpus", "uuid_salt", "probed"} <= _keys(hardware, defs)
-    assert {"description", "probed"} <= _keys(defs["Certify"]["properties"]["hardware"], defs)
+    hardware = defs["Hardware"]["properties"]
+    assert {"class", "identity", "description"} <= set(hardware)
+    identity = defs["Identity"]
+    assert {"cpu", "memory_bytes", "os", "gpus", "uuid_salt", "probed"} <= _keys(identity, defs)
     lanes = json.loads((SCHEMAS / "lanes.json").read_text())["$defs"]
-    per_step = lanes["CertEntry"]["properties"]["figures"]["additionalProperties"]
+    per_step = lanes["Entry"]["properties"]["figures"]["additionalProperties"]
     assert {"parser", "ops_passed", "prompt_ts", "skipped"} <= _keys(per_step, lanes)
     assert {"reason", "attested", "record"} <= _keys(
         lanes["LaneRow"]["properties"]["certification"], lanes
@@ -222,8 +223,8 @@ def test_a_certification_step_and_entry_type_every_nested_object() -> None:
     assert not steps.is_valid({**step, "thresholds": {"min_avg_ts": {"gen": "fast"}}})
     assert not steps.is_valid({**step, "program": {"target": "x"}})
     assert not steps.is_valid({**step, "log": {"sha256": 1}})
-    entry, _ = _defs_validator("lanes", "CertEntry")
-    row = {"lane": "cpu", "model": "tiny", "hardware_class": "cpu-x86_64-avx2",
+    entry, _ = _defs_validator("lanes", "Entry")
+    row = {"lane": "cpu", "kind": "checked", "model": "tiny", "hardware_class": "cpu-x86_64-avx2",
            "advertised": True, "reason": "certified", "file": "x.json", "keyid": "k",
            "certified_on": None, "figures": {"ops": OPS, "speed": BENCH}}  # fmt: skip
     assert entry.is_valid(row)

@@ -190,8 +190,8 @@ def lanes(
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys as keys_mod
+        from dgr_forge.certify.advertise import overview
         from dgr_forge.lanes.inputs import with_stale
-        from dgr_forge.lanes.overview import overview
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,6 +15,9 @@ from dgr_forge.cli.options import Force, Key, Lanes
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
+    from msgspec import Struct
+
+    from dgr_forge.certify.sequence import Inputs
     from dgr_forge.cli import results
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -213,7 +218,9 @@ def certify_command(
     `--lane` names the one lane certified (its [certify] suite runs on the report's own
     binaries); `--attested FILE --report R` records a person's evidence instead."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Struct:
+        from dgr_forge.certify import sequence
+
         if len(lanes or []) > 1:
             raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
         lane = lanes[0] if lanes else None
@@ -227,7 +234,11 @@ def certify_command(
                 )
             if report is None:
                 raise BadInput("--attested needs --report R", hint="name the lane's report")
-            return _attested(env, report, attested, hardware, key, report_key)
+            with _certify_session(env, lock=False) as got:
+                return sequence.attested(
+                    got, env.out, report=report, evidence=attested, described=hardware,
+                    key=key, report_key=report_key,
+                )  # fmt: skip
         if lane is None:
             raise BadInput(
                 "certify needs --lane L (run its suite) or --attested FILE --report R",
@@ -235,59 +246,22 @@ def certify_command(
             )
         if hardware is not None:
             raise BadInput("--hardware goes with --attested", hint="the hardware is probed")
-        from dgr_forge.cli.certify_run import certify_lane
-
-        return certify_lane(
-            env,
-            lane=lane,
-            model=model,
-            dest=dest,
-            device=device,
-            report=report,
-            key=key,
-            report_key=report_key,
-        )
+        # the workspace lock for the whole run: a build cannot change the lane's binaries,
+        # nor another certify its logs, while the steps run
+        with _certify_session(env, lock=True) as got:
+            return sequence.lane(
+                got, env.out, lane=lane, model=model, dest=dest, device=device,
+                report=report, key=key, report_key=report_key,
+            )  # fmt: skip
 
     run(ctx, "certify", body)
 
 
-def _attested(
-    env: Env,
-    report: Path,
-    evidence: Path,
-    hardware: str | None,
-    key: str | None,
-    report_key: str | None,
-) -> dict[str, Any]:
-    from dgr_forge.attest import certify as certify_mod
-    from dgr_forge.attest import keys
-    from dgr_forge.lanes.inputs import tool_versions, worker_identity
+@contextlib.contextmanager
+def _certify_session(env: Env, *, lock: bool) -> Iterator[Inputs]:
+    """The inputs a certification binds; the host's tools where its probes are there."""
+    from dgr_forge.certify.sequence import Inputs
 
-    # the host's tools are bound where its probes are there to read them
     probed = (env.forge.toolchains_dir / "probes.toml").is_file()
-    with env.session(recipes=True, worker=True, probes=probed) as s:
-        forge, m, all_recipes = s.forge, s.manifest, s.recipes
-        bound_worker = worker_identity(s.worker)  # what the certification binds of it
-        tools = tool_versions(s.doctor, all_recipes) if probed else None
-    public = keys.resolve_verifier(report_key)
-    signer = keys.resolve_signer(key, env.out)
-    path, cert = certify_mod.certify(
-        forge,
-        all_recipes,
-        m,
-        report=report,
-        evidence=evidence,
-        signer=signer,
-        report_key=public,
-        hardware=hardware,
-        out=env.out,
-        worker=bound_worker,
-        tools=tools,
-    )
-    env.out.info(f"{cert.lane}: attested, not checked (never advertised)")
-    trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
-    return {
-        "certification": str(path),
-        "trusted": signer.keyid in trusted,
-        **cert.as_dict(),
-    }
+    with env.session(lock=lock, recipes=True, worker=True, probes=probed) as s:
+        yield Inputs(s.forge, s.manifest, s.recipes, s.doctor if probed else None, s.worker)

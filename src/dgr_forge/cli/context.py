@@ -161,6 +161,10 @@ def _load_inputs(
         from dgr_forge.host.recipes import load_all
 
         recipes = load_all(forge.recipes_dir, forge.root)
+        from dgr_forge.certify import suite
+
+        for recipe in recipes.values():  # a hostile [certify] is exit 2 for every command
+            suite.load(recipe)
     doctor = load_doctor(forge) if needs.probes else None
     spec = None
     if needs.worker:

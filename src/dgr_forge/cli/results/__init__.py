@@ -12,14 +12,13 @@ null. A form is closed (`forbid_unknown_fields`); nested objects are open to new
 nested object's docstring is its meaning (a field of that type says it only to differ).
 A nested object the library makes as a Struct is that type, declared once below `cli`:
 a certification step as run, its figures (a union tagged by `parser`) and the hardware
-identity (GPUs tagged by `vendor`) are `attest.certshapes`'.
+identity (GPUs tagged by `vendor`), a record and `certify`'s result are `certify.shapes`'.
 """
 
 from __future__ import annotations
 
 from dgr_forge.cli.results.attest import (
     Certify,
-    CertifyLane,
     Keygen,
     ReportCompare,
     ReportShow,
@@ -64,7 +63,6 @@ __all__ = [
     "Bump",
     "Cache",
     "Certify",
-    "CertifyLane",
     "Check",
     "CiMatrix",
     "CiRender",
@@ -149,7 +147,6 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "certify",
         "Run the lane's certification suite on this host; sign it when every step passes.",
-        CertifyLane,
         Certify,
     ),
     _cmd(

@@ -6,8 +6,7 @@ from typing import Annotated
 
 from msgspec import UNSET, UnsetType
 
-from dgr_forge.attest.certshapes import StepFigures
-from dgr_forge.cli.results.attest import AttestedRecord
+from dgr_forge.certify.shapes import Entry
 from dgr_forge.cli.results.base import (
     COMMIT,
     Artifact,
@@ -84,30 +83,6 @@ class Build(Form, kw_only=True):
     error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
 
 
-class CertEntry(Nested, kw_only=True):
-    """a certification the forge ran: `certifications/<lane>/<model>/<hardware-class>.json`"""
-
-    lane: Annotated[str, d("the lane")]
-    model: Annotated[str, d("the model manifest's name (`none`: a suite without a model)")]
-    hardware_class: Annotated[
-        str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
-    ]
-    advertised: Annotated[bool, d("signed by a trusted key and matching every input now")]
-    reason: Annotated[
-        str, d("`certified`, or why not (`untrusted: ...`, `lapsed: ...`, `invalid: ...`)")
-    ]
-    file: Annotated[str, d("the record, relative to the root")]
-    keyid: Annotated[str, d('the trusted key that verified it (`""` when none did)')]
-    certified_on: Annotated[str | None, d("when (ISO 8601, UTC)")]
-    figures: Annotated[
-        dict[str, StepFigures | None],
-        d(
-            "per step name: what its parser read, tagged by `parser` (the step's `figures` in "
-            "`certify --lane --json`); null: unreadable"
-        ),
-    ]
-
-
 class LaneCertification(Nested, kw_only=True):
     """the lane's certification status"""
 
@@ -121,7 +96,7 @@ class LaneCertification(Nested, kw_only=True):
         ),
     ]
     attested: Annotated[str, d("the `--attested` record's own status")]
-    record: Annotated[AttestedRecord | None, d("that record (null: none)")]
+    record: Annotated[Entry | None, d("that record (null: none)")]
 
 
 class LaneRow(Nested, kw_only=True):
@@ -142,7 +117,7 @@ class LaneRow(Nested, kw_only=True):
         ),
     ]
     certification: LaneCertification
-    certifications: Annotated[list[CertEntry], d("the lane's checked records")]
+    certifications: Annotated[list[Entry], d("the lane's checked records")]
 
 
 class Lanes(Form, kw_only=True):
@@ -153,7 +128,7 @@ class Lanes(Form, kw_only=True):
         UNSET
     )
     entries: Annotated[
-        list[CertEntry] | UnsetType,
+        list[Entry] | UnsetType,
         d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
     ] = UNSET
 

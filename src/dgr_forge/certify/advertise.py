@@ -1,13 +1,16 @@
 """What `lanes` shows: every recipe, whether this host can build it, its last build, its
-certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)"""
+certification; a lane is advertised while one of its checked records is
+(`records.entries`). (The CI matrix, one job per recipe, is `ci.render.matrix`.)"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dgr_forge.attest import checked
-from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
+import msgspec
+
 from dgr_forge.attest.keys import PublicKey
+from dgr_forge.certify import records
+from dgr_forge.certify.trust import CERT_DIR
 from dgr_forge.core.forge import Forge
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe
@@ -28,30 +31,26 @@ def overview(
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
         doctor,
-        {
-            n: r
-            for n, r in recipes.items()
-            if cert_path(forge, n).is_file() or (forge.root / CERT_DIR / n).is_dir()
-        },
+        {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()},
     )
-    bound_worker = worker_identity(spec)
-    certs = certification_status(forge, recipes, m, trusted, bound_worker, tools)
-    runs = checked.entries(forge, recipes, m, trusted, bound_worker, tools)
+    runs = records.entries(forge, recipes, m, trusted, worker_identity(spec), tools)
     state = lane_states(forge)
     rows: list[dict[str, Any]] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
         entry = state.get(name)
         last = entry.state.last_build if entry is not None else None  # this workspace's
-        mine = [e for e in runs if e.lane == name]
+        mine = [e for e in runs if e.lane == name and e.kind == "checked"]
+        atts = [e for e in runs if e.lane == name and e.kind == "attested"]
+        valid = [e for e in atts if e.reason == "attested, not checked"]
+        attested = next(iter(valid or atts), None)
         certified = any(e.advertised for e in mine)
-        attested = certs[name]
         reason = (
             "certified"
             if certified
             else "attested, not checked"
-            if attested.certified
-            else next((e.reason for e in mine), attested.reason)
+            if attested is not None and attested.reason == "attested, not checked"
+            else next((e.reason for e in mine), attested.reason if attested else "none")
         )
         rows.append(
             {
@@ -76,10 +75,10 @@ def overview(
                 "certified": certified,
                 "certification": {
                     "reason": reason,
-                    "attested": attested.reason,
-                    "record": (c.as_dict() if (c := attested.certification) else None),
+                    "attested": attested.reason if attested else "none",
+                    "record": msgspec.to_builtins(attested) if attested else None,
                 },
-                "certifications": [e.as_dict(forge) for e in mine],
+                "certifications": msgspec.to_builtins(mine),
             }
         )
     return rows
