@@ -399,6 +399,31 @@ def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> No
         )
 
 
+def test_certify_dest_under_home_holding_the_model_is_refused(plain: Built) -> None:
+    """Issue 45, cause 3: `certify --dest` under /home (directly, or through a link), with
+    the model's exact files already there, verified them, wrote .dgr-verified.json there
+    and certified. Now it is exit 2 before a file is hashed, and nothing is written."""
+    import os
+    import uuid
+
+    if not os.access("/home", os.W_OK):
+        pytest.skip("needs a writable /home")
+    home = Path("/home") / f"dgr-forge-test-{uuid.uuid4().hex}"
+    shutil.copytree(plain.models, home)
+    link = plain.root.parent / f"models-{home.name}"
+    link.symlink_to(home, target_is_directory=True)
+    try:
+        for dest in (home, link):
+            r = plain.certify("--model", "tiny", "--dest", str(dest))
+            assert r.code == ExitCode.BAD_INPUT, r
+            assert f"resolves to {home}, under /home" in r.stderr, r
+            assert not (home / ".dgr-verified.json").exists()
+            assert plain.written() == []
+    finally:
+        link.unlink()
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
     for args, says in (
         (["--model", "tiny", "--device", "--rf"], "not a ggml device name"),

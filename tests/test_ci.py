@@ -1097,7 +1097,7 @@ def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     settings.unlink()
     settings.symlink_to(root / "manifests" / "llama.cpp.toml")
     r = run_forge("--root", str(root), "ci", "render")
-    assert r.code == 2 and "not a regular file" in r.stderr, r
+    assert r.code == 2 and "is a symbolic link" in r.stderr, r
 
 
 # -------------------------------------------------- actionlint's rules, offline; --tool-source

@@ -202,7 +202,7 @@ def _current_recipe(env: Env, lane: str) -> Recipe | None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
         return None
     try:
-        return load(path, env.forge.rel(path))
+        return load(path, env.forge.rel(path), root=env.forge.root)
     except ForgeError:
         return None
 

@@ -93,7 +93,7 @@ def load_doctor(forge: Forge) -> Doctor:
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.probes import load_probes
 
-    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES)
+    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES, root=forge.root)
     return Doctor(probes, fenced=(forge.root, forge.workspace))
 
 

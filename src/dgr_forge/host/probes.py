@@ -130,11 +130,15 @@ class Probes(Struct, frozen=True):
         return hash_without(self, frozenset({"tools", "libraries"}))
 
 
-def load_probes(path: Path, shown: str | None = None) -> Probes:
-    """Parse probes.toml strictly: unknown keys and wrong types are exit 2."""
+def load_probes(path: Path, shown: str | None = None, *, root: Path | None = None) -> Probes:
+    """Parse probes.toml strictly: unknown keys and wrong types are exit 2; under `root`
+    (the forge root) a link is refused, never read."""
     shown = shown or str(path)
     raw, data = Checker(shown).load(
-        path, what="probes file", hint="restore toolchains/probes.toml from the repository"
+        path,
+        what="probes file",
+        hint="restore toolchains/probes.toml from the repository",
+        root=root,
     )
     doc = decode(shown, data, _Probes)
     tools: dict[str, ToolProbe] = {}

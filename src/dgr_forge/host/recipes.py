@@ -310,12 +310,13 @@ class Recipe(Struct, frozen=True):
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
 
 
-def load(path: Path, shown: str | None = None) -> Recipe:
+def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> Recipe:
+    """A recipe; `root`: the forge root it lies in (a link there is refused, never read)."""
     shown = shown or str(path)
     name = path.stem
     if not LANE_NAME.fullmatch(name):
         raise fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
-    raw, data = Checker(shown).load(path, what="recipe", hint="check the path")
+    raw, data = Checker(shown).load(path, what="recipe", hint="check the path", root=root)
     doc = decode(shown, data, _Recipe)
     lane, ci = doc.lane, doc.ci
     options = {key: _option(shown, key, value) for key, value in doc.cmake.options.items()}
@@ -475,7 +476,7 @@ def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
     for path in sorted(recipes_dir.glob("*.toml")):
         shown = str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
-        recipe = load(path, shown)
+        recipe = load(path, shown, root=root)
         if root is not None:
             _toolchain_inside(recipe, root, shown)
         recipes[path.stem] = recipe

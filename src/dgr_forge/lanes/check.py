@@ -21,17 +21,15 @@ import tomlkit
 
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
-from dgr_forge.core.fsutil import read_tree_file, sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.upstream import export, manifest, manifest_edit
+from dgr_forge.upstream import export, manifest, manifest_edit, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 from dgr_forge.upstream.series import copy_inputs
-
-_PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 
 
 @dataclass
@@ -128,8 +126,7 @@ def check(
         rendered = export.compute_series(src, m.commit, tmp_root=forge.tmp_dir)
         # the root's patches/ is a tree a pull request writes: a planted link is its text
         on_disk = {
-            p.name: read_tree_file(m.patches_dir, p.name, what="patch file", hint=_PATCH_HINT)
-            or b""
+            p.name: series_journal.patch_bytes(m.patches_dir, p.name) or b""
             for p in m.patches_dir.glob("*.patch")
         }
         fresh = {p.file: p.data for p in rendered}

@@ -24,7 +24,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import manifest as models
 from dgr_forge.models import mapping, subset
-from dgr_forge.models.dest import kind
+from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.subset import Record, Selection
@@ -94,7 +94,7 @@ def verify(
     selection: Selection | None = None,
 ) -> VerifyResult:
     started = time.monotonic()
-    target = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    target = check_destination(dest)  # the /home rule: it writes .dgr-verified.json there
     if not target.is_dir():
         raise BadInput(
             f"--dest {dest}: {target} is not a directory",

@@ -168,7 +168,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         shown = str(path)
-    _, data = Checker(shown).load(path, what="manifest", hint=_HINT)
+    _, data = Checker(shown).load(path, what="manifest", hint=_HINT, root=root)
     doc = decode(shown, data, _Manifest)
     up = doc.upstream
     if not NAME.fullmatch(up.name):
