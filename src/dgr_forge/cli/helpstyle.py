@@ -36,7 +36,8 @@ METAVARS: dict[str, str] = {
     "--layers": "RANGES",  # A-B[,C-D]: layer numbers
 }
 GLOBAL_OPTIONS = (
-    "Global options, accepted anywhere on the line: --root PATH (the forge root), "
+    "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge "
+    "root), "
     "--workspace PATH, --json (one JSON object on stdout), --quiet (errors only), "
     "--verbose (the child commands run); see dgr-forge --help."
 )
