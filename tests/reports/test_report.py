@@ -419,6 +419,33 @@ def test_latest_report_picks_the_newest_of_a_lane(forge: Forge, signer: keys.Sig
     assert reports.latest_report(forge, "cuda") is None
 
 
+def test_report_show_lane_shows_that_lane_s_latest(forge: Forge, signer: keys.Signer) -> None:
+    reports.write_report(forge, lane_build(forge), signer, Reporter())
+    build = lane_build(forge, tag="2")
+    from datetime import timedelta
+
+    build.finished_on += timedelta(seconds=5)
+    second = reports.write_report(forge, build, signer, Reporter())
+    r = run_forge("-C", str(forge.root), "report", "show", "--lane", "cpu")
+    assert r.code == 0, r
+    assert r.stdout.startswith(f"report     {forge.rel(second)}\n"), r.stdout
+    assert (
+        run_forge("-C", str(forge.root), "report", "show", "--lane", "cpu", "--json").json[
+            "summary"
+        ]
+        == run_forge("report", "show", str(second), "--json").json["summary"]
+    )
+    # no report of that lane, a hostile lane name, both or neither: exit 2 saying which
+    for args, said in (
+        (["--lane", "cuda"], "no report of lane cuda"),
+        (["--lane", "../cpu"], "../cpu"),
+        (["--lane", "cpu", str(second)], "not both"),
+        ([], "--lane"),
+    ):
+        r = run_forge("-C", str(forge.root), "report", "show", *args)
+        assert r.code == 2 and said in r.stderr, (args, r)
+
+
 # ----------------------------------------------------------------------------- secrets
 
 

@@ -85,8 +85,8 @@ USAGE: dict[str, tuple[str, str]] = {
     "demo": ("dgr-forge demo /tmp/dgr-demo",
              "0 the whole tour ran · 1 a step did not end as expected · 2 DIR is not new or "
              "empty"),
-    "report show": ("dgr-forge report show .dgr/reports/cpu-*.intoto.jsonl",
-                    "0 shown · 2 not a report, or unreadable"),
+    "report show": ("dgr-forge report show --lane cpu",
+                    "0 shown · 2 not a report, unreadable, or no report of that lane"),
     "report verify": ("dgr-forge report verify --artifacts .dgr/reports/cpu-*.intoto.jsonl",
                       "0 verified · 1 not (signature, subjects, artifacts) · 2 bad input"),
     "report compare": ("dgr-forge report compare A.intoto.jsonl B.intoto.jsonl",
