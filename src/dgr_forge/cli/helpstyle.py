@@ -153,12 +153,43 @@ def _argument(param: Any) -> None:
     param.type = kind
 
 
+UNWRAPPED = 1 << 20  # Click's help width in a pipe: no line is wrapped (or broken)
+
+
+def _columns_asked() -> bool:
+    import os
+
+    return bool(os.environ.get("COLUMNS", "").strip())
+
+
+def _plain_help() -> bool:
+    """Help read from a pipe or a file (`--help | less`, `> help.txt`): Click's plain text,
+    no Rich panels (whose boxes and cut lines a reader or grep cannot use)."""
+    import sys
+
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, OSError, ValueError):  # closed or not a real file
+        return True
+
+
 def apply(root: Any) -> None:
     """Placeholders and the epilog (example, exit codes, global options) on every command
-    under `root`."""
+    under `root`; plain help when stdout is not a terminal."""
+    plain = _plain_help()
+    if plain and not _columns_asked():
+        # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
+        # (a copy: the dict may be the Typer app's own, kept across in-process runs)
+        root.context_settings = {
+            **(root.context_settings or {}),
+            "terminal_width": UNWRAPPED,
+            "max_content_width": UNWRAPPED,
+        }
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         command, path = stack.pop()
+        if plain and hasattr(command, "rich_markup_mode"):
+            command.rich_markup_mode = None
         for param in command.params:
             if param.param_type_name == "argument":
                 _argument(param)
