@@ -105,10 +105,11 @@ USAGE: dict[str, tuple[str, str]] = {
                            "--url-base https://models.example.com/m/",
                            "0 written · 2 bad input"),
     "ci matrix": ("dgr-forge ci matrix", "0 printed · 2 bad recipes"),
-    "ci render": ("dgr-forge ci render --tool-source dgr-forge==0.1.0 "
+    "ci render": ("dgr-forge ci render --tool-source "
+                  "git+https://git.example.com/you/dgr-forge@<40-hex commit> --write-pins "
                   "--out .github/workflows/dgr-forge.yml",
-                  "0 rendered (--check: up to date) · 1 --check: stale, or a file the install "
-                  "step reads is missing · 2 bad input"),
+                  "0 rendered (--check: up to date) · 1 --check: stale · 2 bad input, or a "
+                  "file the install step reads is missing (named, with the ways to give it)"),
 }  # fmt: skip
 
 

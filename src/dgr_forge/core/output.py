@@ -254,7 +254,10 @@ class Reporter:
     def _row_records(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
         """Each row as `column  value` lines, a blank line between rows: every value whole
         on its line, however narrow the terminal (it wraps the line, the text stays)."""
+        from rich.text import Text
+
         width = max(len(c) for c in columns)
+        console = self._console_for(True)  # the column names styled as a table's header
         if title:
             self.answer(f"{title}:")
         for n, row in enumerate(rows):
@@ -262,7 +265,8 @@ class Reporter:
                 self.answer("")
             for name, value in zip(columns, row, strict=True):
                 if value:
-                    self.answer(f"{(name or '-').ljust(width)}  {value}")
+                    line = Text.assemble(((name or "-").ljust(width), "bold"), "  ", value)
+                    console.print(line, soft_wrap=True)
 
     def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
         widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
