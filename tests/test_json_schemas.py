@@ -321,11 +321,18 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
        str(tmp / "none.txt"), "--key", key, code=fails)  # fmt: skip
     go("ci matrix", "ci-matrix", "ci", "matrix", code=0)
     go("ci matrix fails", "ci-matrix", "ci", "matrix", code=fails, at=empty)
-    go("ci render", "ci-render", "ci", "render", code=0)
+    # the demo root names no install source (dgr-forge is not published): exit 2 until given
+    go("ci render: no install source", "ci-render", "ci", "render", code=2)
+    tool = "git+https://git.example.com/you/dgr-forge@" + "0" * 40
     wf = str(tmp / "ci.yml")
-    go("ci render --out", "ci-render", "ci", "render", "--out", wf, code=0)
+    go("ci render --out", "ci-render", "ci", "render", "--tool-source", tool, "--write-pins",
+       "--out", wf, code=0)  # fmt: skip
+    go("ci render", "ci-render", "ci", "render", "--tool-source", tool, code=0)
+    go("ci render --check", "ci-render", "ci", "render", "--tool-source", tool, "--check", wf,
+       code=0)  # fmt: skip
     Path(wf).write_text("# stale\n")
-    go("ci render --check stale", "ci-render", "ci", "render", "--check", wf, code=1)
+    go("ci render --check stale", "ci-render", "ci", "render", "--tool-source", tool,
+       "--check", wf, code=1)  # fmt: skip
     go("ci render fails", "ci-render", "ci", "render", "--provider", "nope", code=fails)
     go("presets --print", "presets", "presets", "--print", code=0)
     go("presets", "presets", "presets", "--out", str(tmp / "CMakeUserPresets.json"), code=0)

@@ -16,7 +16,17 @@ import pytest
 from support.cli import SRC, forge_env, run_python
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
-HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")
+HEAVY = (
+    "requests",
+    "urllib3",
+    "cryptography",
+    "jinja2",
+    "gguf",
+    "numpy",
+    "tomlkit",
+    "msgspec",
+    "securesystemslib",
+)
 
 _PROBE = """
 import json, sys

@@ -60,20 +60,26 @@ def keygen(
 @report_app.command("show")
 def show(
     ctx: typer.Context,
-    report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
+    report: Annotated[
+        Path | None, typer.Argument(help="A .intoto.jsonl report (or --lane L).")
+    ] = None,
+    lanes: Lanes = None,
 ) -> None:
-    """Print a readable summary of a report (--json: the statement too). Does not verify."""
+    """Print a readable summary of a report (--json: the statement too). Does not verify.
+
+    `--lane L` shows lane L's latest report in the workspace."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import reports as reports_mod
 
-        loaded = reports_mod.load(report)
+        shown = _report_or_latest(env, report, lanes)
+        loaded = reports_mod.load(shown)
         if loaded.statement is None:
             raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
         s = reports_mod.summary(loaded)
         up = s["upstream"]
         out = env.out
-        out.answer(f"report     {report}")
+        out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
         out.answer(f"lane       {s['lane']}")
         out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
         out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
@@ -91,6 +97,39 @@ def show(
         return {"summary": s, "statement": loaded.statement}
 
     run(ctx, "report show", body)
+
+
+def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) -> Path:
+    """The report named, or `--lane L`'s latest in the workspace: exactly one of them."""
+    if report is not None and lanes:
+        raise BadInput(
+            "name a report or --lane L, not both", hint="dgr-forge report show --lane cpu"
+        )
+    if report is not None:
+        return report
+    if not lanes or len(lanes) > 1:
+        raise BadInput(
+            "report show needs a report R or one --lane L (that lane's latest report)",
+            hint="dgr-forge report show --lane cpu",
+        )
+    from dgr_forge.attest import reports as reports_mod
+    from dgr_forge.core.ids import NAME
+
+    lane = lanes[0]
+    if not NAME.fullmatch(lane):
+        raise BadInput(
+            f"--lane {lane!r} is not a lane name (letters, digits, '.', '_', '-')",
+            hint="a lane is the name of a recipes/LANE.toml",
+            details={"lane": lane},
+        )
+    latest = reports_mod.latest_report(env.forge, lane)
+    if latest is None:
+        raise BadInput(
+            f"no report of lane {lane} in {env.forge.rel(env.forge.reports_dir)}",
+            hint=f"build it first: dgr-forge build --lane {lane}",
+            details={"lane": lane},
+        )
+    return latest
 
 
 def _artifact_base(env: Env, report: Path) -> Path:

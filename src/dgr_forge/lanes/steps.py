@@ -108,7 +108,7 @@ def compile_lane(
             if match:
                 done, total = int(match.group(1)), int(match.group(2))
                 steps[0] = done
-                sink.update(task, done, total, f"{lane}: {match.group(3)[:60]}")
+                sink.update(task, done, total, f"{lane}: {match.group(3)}")
 
         code, lines = logs.run_logged(cmd, log, env, on_line)
     return Ran(code, lines, time.monotonic() - t, steps[0])

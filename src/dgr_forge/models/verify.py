@@ -165,12 +165,20 @@ def verify(
     for c in result.bad:
         for problem in c.problems:
             out.error(f"{c.name}: {problem}")
-    if not result.bad:
+    # the verdict is the answer (stdout), as `report verify`'s; the problems are diagnostics
+    if result.bad:
+        names = ", ".join(c.name for c in result.bad)
+        out.answer(
+            f"{m.name}: FAILED verification: {len(result.bad)} of {len(checks)} files ({names})"
+        )
+    else:
         rate = size / result.seconds if result.seconds > 0 else 0.0
-        out.info(f"{m.name}: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)")
+        out.answer(
+            f"{m.name}: OK: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)"
+        )
     if serves is not None:
         ends = [w for w, k in (("embeddings", "first"), ("output head", "last")) if serves[k]]
-        out.info(
+        out.answer(
             f"{target} can serve layers {serves['layers'] or 'none'} of "
             f"{m.layer_map.block_count if m.layer_map else 0}"
             + (f" + {' + '.join(ends)}" if ends else "")

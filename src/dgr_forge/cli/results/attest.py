@@ -17,7 +17,7 @@ class Keygen(Form, kw_only=True):
 
     private_key: Annotated[str, d("its path")]
     public_key: Annotated[str, d("the `.pub` path")]
-    keyid: Annotated[str, d("the key id (sha256 of the public key)")]
+    keyid: Annotated[str, d("the key id: securesystemslib's default for the public key")]
 
 
 class ReportShow(Form, kw_only=True):

@@ -103,8 +103,9 @@ class CiRenderOut(Render, kw_only=True):
     written: Annotated[
         Strs,
         d(
-            "the files written because they were missing (`ci/constraints.txt` from this "
-            "environment; `ci/requirements.txt` only when this dgr-forge came from a git commit)"
+            "the files `--write-pins` wrote because they were missing (`ci/constraints.txt` "
+            "from this environment; `ci/requirements.txt` only when this dgr-forge came from "
+            "a git commit); none without `--write-pins`"
         ),
     ]
     requirements_written: Annotated[bool, d("`ci/requirements.txt` was among them")]
