@@ -507,7 +507,7 @@ class Replay:
             elif found.tree == head_tree:
                 yield Step(i, "dropped", None, head_tree)
             else:
-                new = self._write(commit, raw, found.tree, head)
+                new = self.rewrite(commit, found.tree, head)
                 if new is None:
                     yield Step(i, "worktree")
                     return
@@ -515,7 +515,10 @@ class Replay:
                 yield Step(i, "picked", new, found.tree)
             i += 1
 
-    def _write(self, commit: str, raw: bytes, tree: str, parent: str) -> str | None:
+    def rewrite(self, commit: str, tree: str, parent: str) -> str | None:
+        """`commit` of the chain as the replay writes it, on `tree` and `parent`; None
+        when only cherry-pick may write it ("keep" and a header beyond the four lines)."""
+        raw = self.objects.get(commit, b"")
         if self.stamp == "keep":
             body = kept(raw, tree, parent)
             return self.writer.write(body) if body is not None else None
