@@ -71,7 +71,7 @@ ALLOWED: dict[str, set[str]] = {
     "upstream/tree_cache.py": {"lookup"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},
     "upstream/rebase/bump.py": {"_verify"},
-    "upstream/rebase/commits.py": {"write"},
+    "upstream/replay.py": {"write"},
     "upstream/rebase/finish.py": {"staged_patches_dir", "write_side"},  # the rebase journal
     "upstream/export.py": {"canonical_commits", "compute_series"},  # format-patch output
     # artifacts the build made (the File API's), a certify step's program (an artifact or

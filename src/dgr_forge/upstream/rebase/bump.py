@@ -37,7 +37,7 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     search,
 )
 from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import _check_report_path
+from dgr_forge.upstream.rebase.dryrun import check_report_path
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
@@ -75,7 +75,7 @@ def bump(
     report: Path | None = None,
     mirror: str | None = None,
 ) -> BumpResult:
-    target_md = _check_report_path(report, forge) if report is not None else None
+    target_md = check_report_path(report, forge) if report is not None else None
     rev = check_rev(to, "--to") if to is not None else "HEAD"
     reject_in_progress(forge)
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")

@@ -56,7 +56,7 @@ class DryRunResult:
         return ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK
 
 
-def _check_report_path(path: Path, forge: Forge) -> Path:
+def check_report_path(path: Path, forge: Forge) -> Path:
     """`--report PATH`: a file we may write, never one of the inputs (exit 2)."""
     if "\0" in str(path):
         raise BadInput("--report: the path contains a NUL byte", hint="give a file path")
@@ -136,7 +136,7 @@ def dry_run(
     offline: bool = False,
     report: Path | None = None,
 ) -> DryRunResult:
-    target = _check_report_path(report, forge) if report is not None else None
+    target = check_report_path(report, forge) if report is not None else None
     # the caller holds the workspace lock and loaded `m` under it
     reject_in_progress(forge)
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
