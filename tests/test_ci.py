@@ -14,7 +14,7 @@ import pytest
 from support.actions import load_yaml
 from support.cli import run_forge
 from support.git import sh_git
-from support.roots import manifest_text
+from support.roots import GIT_PIN, manifest_text, pin_ci
 
 from dgr_forge.ci import render as ci
 from dgr_forge.core.fsutil import sha256_file
@@ -22,7 +22,6 @@ from dgr_forge.core.fsutil import sha256_file
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
 # dgr-forge pinned by content: an exact commit of the tool's repository
-GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 TEMPLATES = Path(ci.__file__).parent / "templates"
 
 CPU = """\
@@ -82,17 +81,6 @@ EXPECTED_MATRIX = {
         },
     ]
 }
-
-
-CONSTRAINTS = "cmake==4.4.5\nninja==1.13.2\n"
-
-
-def pin_ci(root: Path) -> Path:
-    """The ci/ files the install step of a root that is not the tool's repository reads."""
-    (root / "ci").mkdir(parents=True, exist_ok=True)
-    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
-    (root / "ci" / "constraints.txt").write_text(CONSTRAINTS)
-    return root
 
 
 def write_root(path: Path, recipes: dict[str, str], pin: str = PIN, pins: bool = True) -> Path:

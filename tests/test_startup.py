@@ -143,9 +143,9 @@ for argv in {[*argvs, ["--help"]]!r}:
         check=False,
     )
     return [
-        line.split()[1]
-        for line in proc.stdout.split("Commands")[-1].splitlines()
-        if line.startswith("│ ") and line[2:3].isalpha()  # not a wrapped help line
+        line.split()[0]
+        for line in proc.stdout.split("Commands:")[-1].splitlines()
+        if line.startswith("  ") and line[2:3].isalpha()  # not a wrapped help line
     ]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import Result, run_forge
-from support.roots import REPO
+from support.roots import REPO, pin_ci
 from test_recipes import forge, recipe_text
 
 SECRET = "hunter2-S3CRET-value"
@@ -30,7 +30,7 @@ token = "{SECRET}"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    return forge(tmp_path, recipe_text())
+    return pin_ci(forge(tmp_path, recipe_text()))  # ci render has an install source
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import pytest
 from support.cli import forge_env, forge_popen
-from support.roots import copy_product
+from support.roots import copy_product, pin_ci
 
 LINE = "error: cannot write to stdout: "
 
@@ -70,6 +70,7 @@ def _held(code: int, err: str, succeeds: bool) -> None:
 @pytest.fixture
 def root(forge_root: Path) -> Path:
     copy_product(forge_root)  # recipes and probes: doctor, lanes, ci have their answer
+    pin_ci(forge_root)  # and ci render an install source
     (forge_root.parent / "models").mkdir()
     return forge_root
 

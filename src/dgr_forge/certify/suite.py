@@ -35,7 +35,7 @@ from msgspec import Struct
 
 from dgr_forge.certify.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import fail, shown_value
-from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, StepShape, _Speeds
+from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, StepShape, Speeds
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
@@ -222,7 +222,7 @@ def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
     return _speeds(shown, speeds, f"{where}.min_avg_ts")
 
 
-def _speeds(shown: str, speeds: _Speeds, where: str) -> Thresholds:
+def _speeds(shown: str, speeds: Speeds, where: str) -> Thresholds:
     if speeds.prompt is None and speeds.gen is None:
         raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
     return Thresholds(min_prompt_ts=speeds.prompt, min_gen_ts=speeds.gen)

@@ -201,7 +201,7 @@ Speed = Annotated[
 ]
 
 
-class _Speeds(Shape):
+class Speeds(Shape):
     """A speed gate: the average tokens per second a run must reach."""
 
     prompt: Annotated[Speed, about("prompt processing")] | None = None
@@ -223,11 +223,11 @@ class StepShape(Shape):
         ]
         | None
     ) = None
-    min_avg_ts: Annotated[_Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
+    min_avg_ts: Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
     by_model: (
         Annotated[
-            dict[str, _Speeds],
+            dict[str, Speeds],
             about(
                 "a model's own speed gate, by model manifest name (`certify --model`)",
                 fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }",
