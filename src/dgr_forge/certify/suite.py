@@ -35,7 +35,7 @@ from msgspec import Struct
 
 from dgr_forge.certify.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import fail, shown_value
-from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, StepShape, Speeds
+from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, StepShape
 
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
