@@ -250,3 +250,47 @@ def test_a_huge_symbol_table_is_bounded(lane: BuiltLane, monkeypatch: pytest.Mon
     obj.touch()  # and a stale record is never read as the object's
     with pytest.raises(OperationFailed, match="is stale"):
         _check(lane)
+
+
+# -- the surface across pins
+
+
+def _change_owner_declaration(built: BuiltLane) -> str:
+    """A later upstream commit that changes the declaration of a function the worker uses
+    (and nothing the series touches)."""
+    up = built.upstream
+    header = up.read("include/llama.h")
+    assert "int llama_layer_owner(int layer);" in header
+    changed = header.replace(
+        "int llama_layer_owner(int layer);", "int llama_layer_owner(int layer, int n_owners);"
+    )
+    return up.commit({"include/llama.h": changed}, "llama: owners are counted by the caller")
+
+
+def test_a_function_a_later_commit_changes_is_named_by_the_dry_run_and_by_bump(
+    lane: BuiltLane, tmp_path: Path
+) -> None:
+    new = _change_owner_declaration(lane)
+    root = ("--root", str(lane.root))
+    dry = run_forge(*root, "--json", "rebase", "--onto", new, "--dry-run")
+    assert dry.code == 0, dry
+    assert [(c["name"], c["change"], c["header"]) for c in dry.json["surface"]["changes"]] == [
+        ("llama_layer_owner", "declaration changed", "include/llama.h")
+    ]
+    assert dry.json["surface"]["changes"][0]["new"] == "int llama_layer_owner (int, int)"
+    said = run_forge(*root, "rebase", "--onto", new, "--dry-run")
+    assert "worker surface: llama_layer_owner: declaration changed (include/llama.h)" in said.stdout
+    md = tmp_path / "bump.md"
+    bumped = run_forge(*root, "--json", "bump", "--dry-run", "--report", str(md))
+    assert bumped.code == 0, bumped
+    assert bumped.json["surface"]["changes"][0]["name"] == "llama_layer_owner"
+    assert "  - `llama_layer_owner`: declaration changed (`include/llama.h`)" in md.read_text()
+
+
+def test_without_a_recorded_surface_the_rebase_says_it_is_unknown(lane: BuiltLane) -> None:
+    new = _change_owner_declaration(lane)
+    for report in (lane.root / ".dgr" / "reports").iterdir():
+        report.unlink()
+    res = run_forge("--root", str(lane.root), "rebase", "--onto", new, "--dry-run")
+    assert res.code == 0, res
+    assert "worker surface: unknown (no build of the worker has recorded one)" in res.stdout

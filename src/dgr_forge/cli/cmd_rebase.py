@@ -93,6 +93,9 @@ def rebase(
         assert onto is not None
         fetch_from = resolve_mirror(mirror)
         with env.session(lock=True, recover=True) as s:
+            from dgr_forge.lanes.boundary import recorded_surface
+
+            surface = recorded_surface(s.forge)  # what the worker's last builds used
             if dry_run:
                 dry = rebase_mod.dry_run(
                     s.forge,
@@ -103,11 +106,20 @@ def rebase(
                     mirror=fetch_from,
                     offline=offline,
                     report=report,
+                    surface=surface,
                 )
                 return Outcome(dry.as_dict(), dry.exit_code)
-            return rebase_mod.start(
+            done = rebase_mod.start(
                 s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
-            ).as_dict()
+            )
+            from dgr_forge.upstream.surface import across
+
+            moved = across(
+                s.forge.src_dir(s.manifest.name), done.old_commit, done.new_commit, surface
+            )
+            for line in moved.lines():
+                env.out.answer(line)
+            return {**done.as_dict(), "surface": moved}
 
     run(ctx, "rebase", body)
 

@@ -34,11 +34,13 @@ from msgspec import Struct
 from dgr_forge.core import proc
 from dgr_forge.core.described import d
 from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.tomlcheck import shown_value
 from dgr_forge.core.urls import escape_controls
 from dgr_forge.upstream.surface import (
     MAX_HEADER_BYTES,
+    Recorded,
     Surface,
     SurfaceSymbol,
     declarations,
@@ -453,3 +455,31 @@ def _shown(path: Path, worker_dir: Path) -> str:
             return str(path.relative_to(real))
         except ValueError:
             return str(path)
+
+
+def recorded_surface(forge: Forge) -> Recorded:
+    """The symbols the lanes' last reports recorded as the worker's surface, all lanes
+    together; None when no report of a worker build records one (the surface is unknown)."""
+    from dgr_forge.attest import reports
+    from dgr_forge.lanes.state import lane_states
+
+    found: dict[tuple[str, str], SurfaceSymbol] = {}
+    known = False
+    for loaded in lane_states(forge).values():
+        last = loaded.state.last_build
+        if loaded.elsewhere or last is None or not last.report:
+            continue
+        path = Path(last.report)
+        if not path.is_file():
+            continue
+        facts = reports.surface_of(reports.load(path).statement or {})
+        if facts is None:
+            continue
+        known = True
+        for x in facts.get("symbols") or []:
+            if isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("name", "header")):
+                sym = SurfaceSymbol(
+                    x["name"], x["header"], str(x.get("symbol", "")), str(x.get("library", ""))
+                )
+                found.setdefault((sym.name, sym.header), sym)
+    return Recorded(tuple(found[k] for k in sorted(found)) if known else None)

@@ -18,12 +18,14 @@ declarations of one name (C++ overloads) are kept together, sorted.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Annotated
 
 from msgspec import Struct
 
 from dgr_forge.core import gitutil
+from dgr_forge.core.described import d
 
 # a header larger than this is not a header (a bounded read of a file of a tree)
 MAX_HEADER_BYTES = 4 * 1024 * 1024
@@ -73,13 +75,13 @@ class Surface(Struct, frozen=True):
 
 
 class SurfaceChange(Struct, frozen=True):
-    """A recorded symbol whose declaration differs at the new pin."""
+    """a recorded symbol whose declaration differs at the new pin"""
 
-    name: str
-    header: str
-    change: str  # "declaration changed" | "removed"
-    old: str
-    new: str | None
+    name: Annotated[str, d("the symbol (C name, or C++ qualified name)")]
+    header: Annotated[str, d("its declaring header at the old pin, in the upstream tree")]
+    change: Annotated[str, d("`declaration changed` or `removed`")]
+    old: Annotated[str, d("its declaration at the old pin (normalized)")]
+    new: Annotated[str | None, d("at the new pin; null when removed")]
 
     def line(self) -> str:
         if self.change == "removed":
@@ -373,13 +375,39 @@ def changes(
     return found
 
 
-def lines(found: list[SurfaceChange], known: bool) -> Iterator[str]:
-    """What rebase and bump print of the surface (and bump's PR/MR text lists)."""
-    if not known:
-        yield "worker surface: unknown (no build of the worker has recorded one)"
-        return
-    if not found:
-        yield "worker surface: no declaration it uses changed"
-        return
-    for c in found:
-        yield c.line()
+class SurfaceReport(Struct, frozen=True):
+    """the worker surface across the pins: each recorded symbol whose declaration changed
+    or vanished between the old and the new pin"""
+
+    known: Annotated[bool, d("a worker build recorded a surface (false: unknown)")]
+    symbols: Annotated[int, d("the recorded symbols compared")]
+    changes: Annotated[list[SurfaceChange], d("per changed or removed symbol")]
+
+    def lines(self) -> list[str]:
+        """What rebase and bump print (and bump's PR/MR text lists)."""
+        if not self.known:
+            return ["worker surface: unknown (no build of the worker has recorded one)"]
+        if not self.changes:
+            return [f"worker surface: no declaration of its {self.symbols} symbol(s) changed"]
+        return [f"worker surface: {c.line()}" for c in self.changes]
+
+    def markdown(self) -> str:
+        if not self.known or not self.changes:
+            return f"- {self.lines()[0]}\n"
+        shown = [f"  - `{c.name}`: {c.change} (`{c.header}`)" for c in self.changes]
+        return "- worker surface: declarations changed or removed\n" + "\n".join(shown) + "\n"
+
+
+class Recorded(Struct, frozen=True):
+    """The surface the lanes' last worker builds recorded (`lanes.boundary.recorded_surface`);
+    `symbols` None: no build recorded one."""
+
+    symbols: tuple[SurfaceSymbol, ...] | None
+
+
+def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
+    """The recorded surface between two pins (the one call rebase and bump make)."""
+    if recorded.symbols is None:
+        return SurfaceReport(False, 0, [])
+    found = changes(src, old, new, recorded.symbols)
+    return SurfaceReport(True, len(recorded.symbols), found)
