@@ -161,6 +161,7 @@ def check(
             differences=msgspec.convert(result.differences, list[results.Difference]),
             options_checked=result.options_checked,
             option_problems=[msgspec.structs.asdict(p) for p in result.option_problems],
+            footprint=result.footprint,
         )
         code = ExitCode.OK
         if not result.ok:

@@ -20,6 +20,7 @@ from dgr_forge.cli.results.base import (
     Strs,
     d,
 )
+from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.surface import SurfaceReport
 
 # --- the upstream and its series ------------------------------------------------------------
@@ -161,6 +162,7 @@ class StatusPatches(Nested, kw_only=True):
         ),
     ]
     moved_since_patched: Drift | None
+    footprint: Footprint | None  # null: a patch file cannot be read
 
 
 class LaneLastBuild(Nested, kw_only=True):
@@ -234,8 +236,9 @@ class Check(Form, kw_only=True):
     title = "check"
     may_fail = True
     note = (
-        "exit 1 when not clean; 2 when only recipe options are wrong and one is a deprecated "
-        "alias upstream"
+        "exit 1 when not clean, or when the series' footprint in upstream's files passes "
+        "`[patches] budget` (`footprint.grew` names the patches); 2 when only recipe options "
+        "are wrong and one is a deprecated alias upstream"
     )
 
     commit: Annotated[str, d("the pin")]
@@ -245,6 +248,7 @@ class Check(Form, kw_only=True):
     differences: Annotated[list[Difference], d("what the round trip changed")]
     options_checked: Annotated[int, d("CMake options the recipes pass that were checked")]
     option_problems: Annotated[list[Obj], d("problems")]
+    footprint: Footprint | None  # exit 1 when over `[patches] budget`
 
 
 class Rebase(Form, kw_only=True):
