@@ -285,6 +285,10 @@ def test_a_function_a_later_commit_changes_is_named_by_the_dry_run_and_by_bump(
     assert bumped.code == 0, bumped
     assert bumped.json["surface"]["changes"][0]["name"] == "llama_layer_owner"
     assert "  - `llama_layer_owner`: declaration changed (`include/llama.h`)" in md.read_text()
+    real = run_forge(*root, "--json", "rebase", "--onto", new)  # the rebase itself says it too
+    assert real.code == 0, real
+    assert [c["name"] for c in real.json["surface"]["changes"]] == ["llama_layer_owner"]
+    assert "worker surface: llama_layer_owner: declaration changed" in real.stderr
 
 
 def test_without_a_recorded_surface_the_rebase_says_it_is_unknown(lane: BuiltLane) -> None:
