@@ -208,6 +208,23 @@ def test_a_missing_or_damaged_deps_log_is_an_error_never_a_pass(
         _check(lane)
 
 
+def test_a_build_whose_deps_log_is_unreadable_fails_and_signs_nothing(
+    lane: BuiltLane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build's own wiring: a deps log the check cannot read is the lane's failure
+    (exit 1, no report), never a pass. (A log ninja rewrites as it compiles cannot be
+    damaged between its compile and the check from outside: the signature it must carry
+    is what is changed here, in-process.)"""
+    assert lane.worker is not None
+    before = _reports(lane)
+    monkeypatch.setattr(boundary, "DEPS_SIGNATURE", b"# not-ninja!\n")
+    (lane.worker / "src" / "util.cpp").write_text('#include "llama.h"\n' + OWNER)
+    res = forge_build(lane.root, *lane.args())
+    assert res.code == 1, res
+    assert "not a ninja deps log" in res.stdout  # the --json error
+    assert _reports(lane) == before
+
+
 def _symtab_header(obj: Path) -> int:
     """The file offset of the .symtab section header's sh_size (ELF64, little-endian)."""
     data = obj.read_bytes()

@@ -17,6 +17,7 @@ declarations of one name (C++ overloads) are kept together, sorted.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,8 +31,12 @@ from dgr_forge.core.described import d
 # a header larger than this is not a header (a bounded read of a file of a tree)
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 
-_TOKEN = re.compile(
-    r"""
+
+@functools.cache
+def _token() -> re.Pattern[str]:
+    """The tokenizer's pattern, compiled at its first use (never on a no-op build)."""
+    return re.compile(
+        r"""
     (?P<ws>\s+)
   | (?P<comment>//[^\n]*|/\*.*?(?:\*/|\Z))
   | (?P<str>"(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*')
@@ -39,8 +44,10 @@ _TOKEN = re.compile(
   | (?P<num>\.?[0-9](?:[eEpP][+-]|[A-Za-z0-9_.'])*)
   | (?P<punct>::|->|\.\.\.|<<=|>>=|[<>=!&|+\-*/%^]=|&&|\|\||\+\+|--|<<|\[\[|\]\]|.)
     """,
-    re.VERBOSE | re.DOTALL,
-)
+        re.VERBOSE | re.DOTALL,
+    )
+
+
 _API_MACRO = re.compile(r"[A-Z][A-Z0-9_]*_API")
 _MACRO_CALL = re.compile(r"[A-Z_][A-Z0-9_]*[A-Z0-9]")
 _WRAPPER = re.compile(r"(?:[A-Z0-9_]*_)?DEPRECATED")
@@ -104,7 +111,7 @@ def _tokens(text: str) -> list[str]:
             continue
         lines.append(line)
     out: list[str] = []
-    for m in _TOKEN.finditer("\n".join(lines)):
+    for m in _token().finditer("\n".join(lines)):
         kind = m.lastgroup
         if kind in ("ws", "comment"):
             continue
