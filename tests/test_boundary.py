@@ -315,3 +315,33 @@ def test_without_a_recorded_surface_the_rebase_says_it_is_unknown(lane: BuiltLan
     res = run_forge("--root", str(lane.root), "rebase", "--onto", new, "--dry-run")
     assert res.code == 0, res
     assert "worker surface: unknown (no build of the worker has recorded one)" in res.stdout
+
+
+@pytest.mark.parametrize(
+    ("demangled", "qualified"),
+    [
+        ("llama_layer_owner(int)", "llama_layer_owner"),
+        ("llm::model_internal(int)", "llm::model_internal"),
+        ("llama_format_tensor_shape[abi:cxx11](ggml_tensor const*)", "llama_format_tensor_shape"),
+        ("llama_model::llama_model(llama_model_params const&)", "llama_model::llama_model"),
+        ("llama_model_deleter::operator()(llama_model*)", "llama_model_deleter::operator()"),
+        ("vtable for llm::graph", "llm::graph"),
+        ("int llm::pick<int>(std::vector<int, std::allocator<int> > const&)", "llm::pick"),
+    ],
+)
+def test_a_demangled_name_is_matched_by_its_qualified_name(demangled: str, qualified: str) -> None:
+    from dgr_forge.upstream.surface import declarations, qualified_name
+
+    assert qualified_name(demangled) == qualified
+    header = (
+        "namespace llm { int model_internal(int n); struct graph { virtual ~graph(); }; "
+        "template <typename T> T pick(const std::vector<T> & v); }\n"
+        "struct llama_model { llama_model(const struct llama_model_params & params); };\n"
+        "struct llama_model_deleter { void operator()(llama_model * model) { free(model); } };\n"
+        "LLAMA_API int llama_layer_owner(int layer);\n"
+        "std::string llama_format_tensor_shape(const struct ggml_tensor * t);\n"
+        'DEPRECATED(LLAMA_API void llama_old(void), "use llama_new");\n'
+    )
+    found = declarations(header)
+    assert qualified in found or (qualified == "llm::graph" and "llm::graph" in found)
+    assert found["llama_old"] == "void llama_old (void)"  # the wrapper and the macro away

@@ -205,6 +205,13 @@ def _text(toks: list[str]) -> str:
 def _declared_name(stmt: list[str]) -> str | None:
     """The (possibly qualified) name a declaration declares, or None (a type, a typedef,
     a function pointer, a `using`)."""
+    while stmt[:2] == ["template", "<"]:  # a template's declaration names the template
+        depth, j = 0, 1
+        for j in range(1, len(stmt)):
+            depth += {"<": 1, ">": -1, ">>": -2}.get(stmt[j], 0)
+            if depth <= 0:
+                break
+        stmt = stmt[j + 1 :]
     if not stmt or stmt[0] in ("typedef", "using", "friend", "template", "static_assert"):
         return None
     if "(" in stmt:
@@ -333,7 +340,7 @@ def qualified_name(demangled: str) -> str:
             depth -= 1
         elif depth == 0:
             plain.append(c)
-    name = "".join(plain)
+    name = re.sub(r"\[abi:[^\]]*\]", "", "".join(plain))  # GCC's ABI tags: not in a header
     cut = name.find("(", name.find("operator()") + len("operator()") if "operator()" in name else 0)
     if cut > 0:
         name = name[:cut]
