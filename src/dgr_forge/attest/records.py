@@ -12,6 +12,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from dgr_forge.upstream.surface import Surface
+
 
 class Artifact(Struct, frozen=True):
     name: str  # CMake target name
@@ -73,3 +75,5 @@ class LaneBuild(Struct):
     # the upstream's own build number at the pin and the commit string the binaries carry
     upstream_build_number: int | None = None
     upstream_build_commit: str | None = None
+    # what the worker used of upstream (lanes.boundary); None: no worker was built
+    surface: Surface | None = None

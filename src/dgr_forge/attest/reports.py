@@ -128,6 +128,34 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def surface_of(stmt: dict[str, Any]) -> dict[str, Any] | None:
+    """The worker surface a report records (`provenance.surface_byproduct`), or None."""
+    from dgr_forge.attest.provenance import SURFACE_NAME
+
+    for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
+        if isinstance(b, dict) and b.get("name") == SURFACE_NAME:
+            facts = b.get("annotations")
+            return facts if isinstance(facts, dict) else None
+    return None
+
+
+def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+    """How the surface moved from report A to report B: headers and symbols added and
+    removed (a symbol by its name and declaring header)."""
+
+    def names(facts: dict[str, Any] | None, key: str) -> set[str]:
+        items = (facts or {}).get(key) or []
+        if key == "headers":
+            return {str(h) for h in items}
+        return {f"{x.get('name')} ({x.get('header')})" for x in items if isinstance(x, dict)}
+
+    out: dict[str, Any] = {}
+    for key in ("headers", "symbols"):
+        na, nb = names(a, key), names(b, key)
+        out[key] = {"added": sorted(nb - na), "removed": sorted(na - nb)}
+    return out
+
+
 def summary(report: Report) -> dict[str, Any]:
     """What `report show` prints, as stable JSON fields."""
     stmt = report.statement or {}
@@ -173,6 +201,7 @@ def summary(report: Report) -> dict[str, Any]:
         "invocation_id": _get(run, "metadata", "invocationId"),
         "started_on": _get(run, "metadata", "startedOn"),
         "finished_on": _get(run, "metadata", "finishedOn"),
+        "surface": surface_of(stmt),
     }
 
 
@@ -343,6 +372,7 @@ class Comparison:
     a: Verification
     b: Verification
     differences: list[dict[str, Any]] = field(default_factory=list)
+    surface: dict[str, Any] = field(default_factory=dict)  # surface_changes(a, b)
 
     @property
     def identical(self) -> bool:
@@ -354,6 +384,7 @@ class Comparison:
             "a": self.a.as_dict(),
             "b": self.b.as_dict(),
             "differences": self.differences,
+            "surface": self.surface,
         }
 
 
@@ -379,4 +410,7 @@ def compare_reports(a: Path, b: Path, key: PublicKey | None) -> Comparison:
             c.differences.append(
                 {"name": name, "status": status, "a": sa.get(name), "b": sb.get(name)}
             )
+    c.surface = surface_changes(
+        surface_of(c.a.report.statement or {}), surface_of(c.b.report.statement or {})
+    )
     return c

@@ -130,6 +130,7 @@ def _lane_row(r: LaneResult) -> results.BuildLane:
         timings={k: round(v, 3) for k, v in r.timings.items()},
         rebuilt=r.rebuilt or msgspec.UNSET,
         error_lines=r.error_lines or msgspec.UNSET,
+        leaks=r.leaks if r.leaks is not None else msgspec.UNSET,
     )
 
 

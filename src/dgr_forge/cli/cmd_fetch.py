@@ -71,6 +71,19 @@ def fetch(
     run(ctx, "fetch", body)
 
 
+def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
+    """The series' footprint in upstream's files (None: a patch file cannot be read)."""
+    from dgr_forge.upstream import footprint
+
+    try:
+        fp = footprint.footprint(m)
+    except ForgeError:  # the series section above already says what is wrong with it
+        return None
+    for line in footprint.lines(fp):
+        env.out.answer(line)
+    return fp
+
+
 @app.command()
 def status(ctx: typer.Context) -> None:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
@@ -121,6 +134,7 @@ def status(ctx: typer.Context) -> None:
                 for path in st.ignored:
                     out.answer(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
+        patch_info["footprint"] = _footprint(env, m)
         lanes = _lanes_section(env, m)
         if rebase is not None:
             out.answer(

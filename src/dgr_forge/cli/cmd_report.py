@@ -94,6 +94,14 @@ def show(
         out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
         out.answer(f"builder    {s['builder']}")
         out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
+        surface = s["surface"]
+        if surface is not None:
+            out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
+            for h in surface.get("headers") or []:
+                out.answer(f"  {h}")
+            out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
+            for sym in surface.get("symbols") or []:
+                out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
         return {"summary": s, "statement": loaded.statement}
 
     run(ctx, "report show", body)
@@ -203,6 +211,11 @@ def compare(
                 env.out.error(f"{name} {v.report.path}: {failure}")
         for d in c.differences:
             env.out.answer(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
+        for what, moved in c.surface.items():  # the worker surface growing or shrinking
+            for name in moved["added"]:
+                env.out.answer(f"  surface  + {what[:-1]} {name}")
+            for name in moved["removed"]:
+                env.out.answer(f"  surface  - {what[:-1]} {name}")
         if not c.identical:
             what = "differ" if c.a.ok and c.b.ok else "do not both verify"
             env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")

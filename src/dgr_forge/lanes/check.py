@@ -25,7 +25,8 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.upstream import export, manifest, manifest_edit, series_journal
+from dgr_forge.upstream import export, footprint, manifest, manifest_edit, series_journal
+from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
@@ -40,6 +41,7 @@ class CheckResult:
     apply_error: str | None = None
     options_checked: int = 0
     option_problems: list[OptionProblem] = field(default_factory=list)
+    footprint: Footprint | None = None  # the series in upstream's own files (and its budget)
 
     @property
     def reproduced(self) -> bool:
@@ -48,7 +50,8 @@ class CheckResult:
 
     @property
     def ok(self) -> bool:
-        return self.reproduced and not self.option_problems
+        over = self.footprint is not None and self.footprint.over_budget
+        return self.reproduced and not self.option_problems and not over
 
 
 # ----------------------------------------------------------------------------- series
@@ -104,7 +107,16 @@ def check(
 ) -> CheckResult:
     """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
     `recipes` pass."""
-    result = CheckResult(commit=m.commit)
+    fp = footprint.footprint(m)
+    result = CheckResult(commit=m.commit, footprint=fp)
+    for line in footprint.lines(fp):
+        out.answer(line)
+    if fp.over_budget:
+        out.error(
+            f"check: the series changes {fp.upstream_lines} line(s) of upstream's files, over "
+            f"its budget of {fp.budget} ([patches] budget.upstream_lines in "
+            f"{forge.rel(m.path)}); grown by {', '.join(fp.grew)}"
+        )
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")

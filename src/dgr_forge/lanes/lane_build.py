@@ -33,7 +33,18 @@ from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import decision, gitview, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes import (
+    boundary,
+    decision,
+    gitview,
+    inputs,
+    logs,
+    programs,
+    stamps,
+    steps,
+    truth,
+)
+from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.collect import BuildRun, make_record
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -69,6 +80,7 @@ class LaneResult(Struct):
     error_lines: list[str] = field(default_factory=list)
     rebuilt: list[str] = field(default_factory=list)  # artifacts found changed on disk
     cache: dict[str, Any] = field(default_factory=dict)
+    leaks: Leaks | None = None  # what crossed the worker boundary (the lane failed)
 
 
 def source_date_epoch(src: Path, commit: str) -> int:
@@ -452,7 +464,21 @@ class LaneBuilder:
             programs=self.state.programs,
             launcher=launcher,
         )
+        surface = None
+        if plan.spec is not None:  # the worker boundary, proven before anything is signed
+            tb = time.monotonic()
+            with self._failing("boundary"):
+                checked = boundary.check(
+                    plan.ninja, plan.build_dir, plan.upstream_dir, plan.spec.source_dir
+                )
+            r.timings["boundary"] = time.monotonic() - tb
+            if not checked.ok:
+                r.leaks = checked.leaks
+                self._fail("boundary", checked.messages())
+                return r
+            surface = checked.surface
         record = make_record(run, found.reply, found.artifacts)
+        record.surface = surface
         report, signer = steps.sign(self.forge, record, self.ctx.signing, self.out)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)

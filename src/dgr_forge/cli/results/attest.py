@@ -28,7 +28,9 @@ class ReportShow(Form, kw_only=True):
         d(
             "the report at a glance: `report`, `payload_type`, `lane`, `recipe`, `upstream`, "
             "`patches`, `toolchain`, `artifacts`, `signed_by`, `builder`, `invocation_id`, "
-            "`started_on`, `finished_on`"
+            "`started_on`, `finished_on`, `surface` (a worker build's surface of upstream: "
+            "`headers`, the boundary headers it read; `symbols`, each `name`, `header`, "
+            "`symbol`, `library`; `symbolsChecked`; null without a worker)"
         ),
     ]
     statement: Annotated[Obj, d("the in-toto statement (SLSA provenance v1)")]
@@ -56,6 +58,21 @@ class SubjectDifference(Nested, kw_only=True):
     b: Annotated[str | None, d("its digest in b")]
 
 
+class Moved(Nested, kw_only=True):
+    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
+
+    added: Annotated[Strs, d("in B only")]
+    removed: Annotated[Strs, d("in A only")]
+
+
+class SurfaceMoves(Nested, kw_only=True):
+    """the worker surface from A to B: boundary headers read, upstream symbols imported
+    (`name (header)`); not a subject difference (the exit code is the subjects')"""
+
+    headers: Moved
+    symbols: Moved
+
+
 class ReportCompare(Form, kw_only=True):
     title = "report compare"
     may_fail = True
@@ -65,6 +82,7 @@ class ReportCompare(Form, kw_only=True):
     a: Verification
     b: Verification
     differences: Annotated[list[SubjectDifference], d("per subject")]
+    surface: SurfaceMoves
 
 
 class Certify(Form, Certified, kw_only=True):

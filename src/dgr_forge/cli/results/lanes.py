@@ -20,6 +20,7 @@ from dgr_forge.cli.results.base import (
     Strs,
     d,
 )
+from dgr_forge.lanes.boundary import Leaks
 
 # --- lanes and builds -------------------------------------------------------------------------
 
@@ -61,6 +62,7 @@ class BuildLane(Nested, kw_only=True):
     error_lines: Annotated[
         Strs | UnsetType, d("a failed build's first error lines (only when failed)")
     ] = UNSET
+    leaks: Leaks | UnsetType = UNSET  # only when the worker boundary check failed
 
 
 class Build(Form, kw_only=True):
@@ -74,7 +76,9 @@ class Build(Form, kw_only=True):
         "choice, or an input file or program changed during the build, is exit 1 with "
         "`changed` (the paths) or `compile`/`link`/`code_check`/`chosen` (the launchers found, "
         "the one chosen), and no report; an ignored, untracked or modified file in the "
-        "upstream or git-worker tree is exit 3 with `changes`"
+        "upstream or git-worker tree is exit 3 with `changes`; a worker that reads an upstream "
+        "file outside the boundary or imports an upstream symbol no boundary header declares "
+        "fails its lane (exit 1, no report) with the lane's `leaks`"
     )
 
     upstream: BuildUpstream

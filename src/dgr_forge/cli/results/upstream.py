@@ -20,6 +20,8 @@ from dgr_forge.cli.results.base import (
     Strs,
     d,
 )
+from dgr_forge.upstream.footprint import Footprint
+from dgr_forge.upstream.surface import SurfaceReport
 
 # --- the upstream and its series ------------------------------------------------------------
 
@@ -160,6 +162,7 @@ class StatusPatches(Nested, kw_only=True):
         ),
     ]
     moved_since_patched: Drift | None
+    footprint: Footprint | None  # null: a patch file cannot be read
 
 
 class LaneLastBuild(Nested, kw_only=True):
@@ -233,8 +236,9 @@ class Check(Form, kw_only=True):
     title = "check"
     may_fail = True
     note = (
-        "exit 1 when not clean; 2 when only recipe options are wrong and one is a deprecated "
-        "alias upstream"
+        "exit 1 when not clean, or when the series' footprint in upstream's files passes "
+        "`[patches] budget` (`footprint.grew` names the patches); 2 when only recipe options "
+        "are wrong and one is a deprecated alias upstream"
     )
 
     commit: Annotated[str, d("the pin")]
@@ -244,6 +248,7 @@ class Check(Form, kw_only=True):
     differences: Annotated[list[Difference], d("what the round trip changed")]
     options_checked: Annotated[int, d("CMake options the recipes pass that were checked")]
     option_problems: Annotated[list[Obj], d("problems")]
+    footprint: Footprint | None  # exit 1 when over `[patches] budget`
 
 
 class Rebase(Form, kw_only=True):
@@ -259,6 +264,7 @@ class Rebase(Form, kw_only=True):
     counts: Annotated[dict[str, int], COUNTS]
     report: Annotated[str | None, d("the rebase report (JSON)")]
     report_markdown: Annotated[str | None, d("the rebase report (Markdown)")]
+    surface: SurfaceReport | UnsetType = UNSET  # `--onto`: the worker surface, old -> new pin
 
 
 class RebaseDryRun(Form, kw_only=True):
@@ -282,6 +288,7 @@ class RebaseDryRun(Form, kw_only=True):
     new_commit: Annotated[str, d("the commit replayed onto")]
     would_conflict: Annotated[bool, d("a patch would conflict")]
     report_markdown: Annotated[str | None, d("`--report`: the Markdown written")]
+    surface: SurfaceReport | UnsetType = UNSET  # absent onto the current pin
 
 
 class RebaseAbort(Form, kw_only=True):
@@ -325,3 +332,4 @@ class Bump(Form, kw_only=True):
     rebase_report: Annotated[str | None, d("the rebase report written")]
     rebase_report_markdown: Annotated[str | None, d("its Markdown")]
     report_markdown: Annotated[str | None, d("`--report`: the bump's Markdown")]
+    surface: SurfaceReport | UnsetType = UNSET  # the worker surface, pin -> newest clean
