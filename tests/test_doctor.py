@@ -27,7 +27,7 @@ def test_doctor_reports_tools_and_lanes(tmp_path: Path, upstream: Upstream) -> N
     assert tools["cmake"]["found"] and tools["cmake"]["version"]
     assert tools["ninja"]["found"] and tools["ninja"]["version"]
     lanes = {lane["lane"]: lane for lane in data["lanes"]}
-    assert set(lanes) == {"cpu", "cuda", "rocm", "vulkan", "metal"}
+    assert set(lanes) == {"cpu", "cuda", "cuda-sm90", "rocm", "vulkan", "metal"}
     assert lanes["cpu"]["buildable"] == bool(shutil.which("gcc") and shutil.which("g++"))
     assert not lanes["metal"]["buildable"] and not lanes["metal"]["host_os_ok"]
     assert "cpu lane:" in res.stderr and "metal lane: needs darwin" in res.stderr

@@ -312,3 +312,43 @@ def test_vulkan_lane_compiles_a_shader_and_links_the_loader(vulkan_lane: Built) 
     env = {**os.environ, "LD_LIBRARY_PATH": str(lib.parent)}
     ran = subprocess.run([str(exe)], capture_output=True, text=True, env=env, timeout=60)
     assert ran.returncode == 0 and ran.stdout.startswith("backends="), ran
+
+
+VULKAN_PACKAGES = {"glslc", "libvulkan-dev", "glslang-tools", "spirv-headers"}  # Debian's
+
+
+def test_rendered_vulkan_jobs_install_the_distributions_packages() -> None:
+    """The vulkan lane's CI job installs Debian/Ubuntu's Vulkan packages, and every package
+    `doctor` names for what the lane requires is among them."""
+    import tomllib
+
+    from support.actions import load_yaml
+
+    from dgr_forge.host.probes import load_probes
+
+    repo = Path(__file__).resolve().parent.parent
+    recipe = tomllib.loads((repo / "recipes" / "vulkan.toml").read_text())
+    cpu = tomllib.loads((repo / "recipes" / "cpu.toml").read_text())["requires"]["tools"]
+    probes = load_probes(repo / "toolchains" / "probes.toml")
+    hinted = {  # what the lane needs beyond the cpu lane's tools (cmake, ninja: from pip)
+        name
+        for probe in (
+            *(probes.tools[t] for t in recipe["requires"]["tools"] if t not in cpu),
+            *(probes.libraries[lib] for lib in recipe["requires"]["libraries"]),
+        )
+        for name in probe.packages.get("debian", ())
+    }
+    assert hinted >= {"glslc", "libvulkan-dev", "spirv-headers"}
+    matrix = run_forge("--root", str(repo), "ci", "matrix").json
+    row = next(e for e in matrix["include"] if e["lane"] == "vulkan")
+    assert set(row["packages"]) >= VULKAN_PACKAGES and hinted <= set(row["packages"]), row
+    gitlab = run_forge("--root", str(repo), "ci", "render", "--provider", "gitlab")
+    assert gitlab.code == 0, gitlab
+    job = load_yaml(gitlab.stdout)["lane:vulkan"]
+    assert set(job["variables"]["DGR_PACKAGES"].split()) >= VULKAN_PACKAGES
+    github = run_forge("--root", str(repo), "ci", "render", "--provider", "github")
+    lane = load_yaml(github.stdout)["jobs"]["lane"]
+    rows = {r["lane"]: r for r in lane["strategy"]["matrix"]["include"]}
+    assert set(rows["vulkan"]["packages"]) >= VULKAN_PACKAGES
+    script = "\n".join(str(step.get("run", "")) for step in lane["steps"])
+    assert "apt-get install" in script and "$DGR_PACKAGES" in script

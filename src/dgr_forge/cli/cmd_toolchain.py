@@ -30,11 +30,11 @@ def install(
         typer.Option("--wheelhouse", help="Install the lock's wheels from this directory."),
     ] = None,
 ) -> None:
-    """Install the CUDA toolkit the root pins (toolchains/cuda.lock: every wheel by name,
-    version and sha256) with `pip --require-hashes` into a prefix outside the root.
+    """Install the CUDA toolkit the root pins, by sha256, into a prefix outside the root.
 
-    A no-op when it is installed; a wheel whose hash does not match installs nothing
-    (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
+    toolchains/cuda.lock names every wheel by name, version and sha256; pip installs them
+    with --require-hashes. A no-op when it is installed; a wheel whose hash does not match
+    installs nothing (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
     ~/.local/share/dgr-forge/toolchains); `doctor` and `build` find it there."""
 
     def body(env: Env) -> results.ToolchainInstall:
