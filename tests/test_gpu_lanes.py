@@ -8,6 +8,8 @@ own recipe machinery. Hosts without the toolchain skip, saying what is absent.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import re
@@ -16,9 +18,10 @@ import subprocess
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.build import nvcc_path
+from support.build import TEST_CUDA_RECIPE, nvcc_path
 from support.cli import run_forge
 from support.git import Upstream, make_upstream
 from support.roots import make_root
@@ -79,22 +82,6 @@ CUDA_FILES = {
         """
     ),
 }
-
-CUDA_RECIPE = textwrap.dedent(
-    """\
-    # test lane: cudart + the driver API, one virtual architecture (PTX only: quick)
-    schema = 1
-    [lane]
-    backend = "CUDA"
-    host_os = ["linux"]
-    toolchain = "cuda"
-    [cmake]
-    options = { GGML_CUDA = "ON", GGML_NATIVE = "OFF", CMAKE_CUDA_ARCHITECTURES = "75-virtual" }
-    [requires]
-    tools = ["cmake", "ninja", "gcc", "g++", "nvcc"]
-    libraries = ["cudart"]
-    """
-)
 
 VULKAN_FILES = {
     "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
@@ -176,16 +163,12 @@ VULKAN_RECIPE = textwrap.dedent(
 @dataclass(frozen=True)
 class Built:
     root: Path
-    result: dict[str, object]
-    statement: dict[str, object]
+    lane: str
+    statement: dict[str, Any]  # the report's in-toto statement
 
     @property
     def build_dir(self) -> Path:
         return self.root / ".dgr" / "build" / self.lane
-
-    @property
-    def lane(self) -> str:
-        return str(self.statement["predicate"]["buildDefinition"]["externalParameters"]["lane"])  # type: ignore[index]
 
 
 def _upstream(path: Path, files: dict[str, str]) -> Upstream:
@@ -195,19 +178,27 @@ def _upstream(path: Path, files: dict[str, str]) -> Upstream:
     return up
 
 
-def _build(base: Path, files: dict[str, str], lane: str, recipe: str) -> Built:
+def _build(
+    factory: pytest.TempPathFactory,
+    lane: str,
+    files: dict[str, str],
+    recipe: str,
+    absent: str | None,
+) -> Built:
+    """The lane built once from a test upstream of `files`; skipped, saying what the host
+    lacks, when `absent` says so."""
+    if absent:
+        pytest.skip(absent)
+    base = factory.mktemp(lane)
     up = _upstream(base / "upstream", files)
     root = make_root(base / "forge", up, product=True).root
     (root / "recipes" / f"{lane}.toml").write_text(recipe)
     res = run_forge("--root", str(root), "--json", "build", "--lane", lane, "--no-sign")
     assert res.code == 0, res
     report = Path(res.json["lanes"][0]["report"])
-    line = report.read_text().splitlines()[0]
-    envelope = json.loads(line)
-    import base64
-
+    envelope = json.loads(report.read_text().splitlines()[0])
     statement = json.loads(base64.b64decode(envelope["payload"]))
-    return Built(root, res.json, statement)
+    return Built(root, lane, statement)
 
 
 _DYNAMIC = re.compile(r"\((NEEDED|RUNPATH|RPATH|SONAME)\)\s+[^\[]*\[([^\]]*)\]")
@@ -234,22 +225,17 @@ def _nvcc_missing() -> str | None:
 
 @pytest.fixture(scope="module")
 def cuda_lane(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    why = _nvcc_missing()
-    if why:
-        pytest.skip(why)
-    return _build(tmp_path_factory.mktemp("cuda"), CUDA_FILES, "cuda", CUDA_RECIPE)
+    return _build(tmp_path_factory, "cuda", CUDA_FILES, TEST_CUDA_RECIPE, _nvcc_missing())
 
 
 def test_cuda_lane_links_against_the_generated_stub(cuda_lane: Built) -> None:
-    subjects = {s["name"]: s for s in cuda_lane.statement["subject"]}  # type: ignore[index]
+    subjects = {s["name"]: s for s in cuda_lane.statement["subject"]}
     assert {Path(n).name for n in subjects} >= {"llama-cli", "libggml.so"}
     assert not any("libcuda" in n or "dgr-cuda" in n for n in subjects)  # never a subject
-    deps = cuda_lane.statement["predicate"]["buildDefinition"]["resolvedDependencies"]  # type: ignore[index]
+    deps = cuda_lane.statement["predicate"]["buildDefinition"]["resolvedDependencies"]
     stubs = [d for d in deps if d.get("annotations", {}).get("note") == "link stub, not shipped"]
     assert [d["name"] for d in stubs] == ["build/cuda/dgr-cuda/stubs/libcuda.so"]
     stub = cuda_lane.build_dir / "dgr-cuda" / "stubs" / "libcuda.so"
-    import hashlib
-
     assert stubs[0]["digest"]["sha256"] == hashlib.sha256(stub.read_bytes()).hexdigest()
     assert _dynamic(stub)["SONAME"] == ["libcuda.so.1"]
     assert (stub.parent / "libcuda.so.1").exists()
@@ -297,10 +283,7 @@ def _vulkan_missing() -> str | None:
 
 @pytest.fixture(scope="module")
 def vulkan_lane(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    why = _vulkan_missing()
-    if why:
-        pytest.skip(why)
-    return _build(tmp_path_factory.mktemp("vulkan"), VULKAN_FILES, "vulkan", VULKAN_RECIPE)
+    return _build(tmp_path_factory, "vulkan", VULKAN_FILES, VULKAN_RECIPE, _vulkan_missing())
 
 
 def test_vulkan_lane_compiles_a_shader_and_links_the_loader(vulkan_lane: Built) -> None:

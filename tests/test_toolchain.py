@@ -137,7 +137,16 @@ def test_install_from_a_wheelhouse_then_doctor_finds_it(
 
     # the unversioned links FindCUDAToolkit needs: in the lane's build dir, not the wheels'
     lib_dir = str(site / "nvidia" / "cu13" / "lib")
-    link = cudakit.plan(str(site / "nvidia" / "cu13" / "include"), (lib_dir,), tmp_path / "b", None)
+    cu13 = site / "nvidia" / "cu13"
+    link = cudakit.plan(
+        str(cu13 / "include"), (lib_dir,), tmp_path / "b", None, tools["nvcc"]["path"]
+    )
+    # nvcc's profile says -L$(TOP)/lib64; the wheel has lib/ only: nvcc is told where
+    assert link.cuda_flags() == f"-L{lib_dir}"
+    for d in ("tk/bin", "tk/lib", "tk/lib64"):  # a classic toolkit: its profile is right
+        (tmp_path / d).mkdir(parents=True)
+    nvcc = str(tmp_path / "tk" / "bin" / "nvcc")
+    assert cudakit.plan(str(cu13 / "include"), (), tmp_path, None, nvcc).cuda_flags() == ""
     assert dict(link.links) == {
         "libcublas.so": f"{lib_dir}/libcublas.so.13",
         "libcudart.so": f"{lib_dir}/libcudart.so.13",

@@ -67,6 +67,9 @@ class CudaLink(Struct, frozen=True):
     driver: str | None  # a real libcuda on this host: no stub then
     base: str  # <build dir>/dgr-cuda
     links: tuple[tuple[str, str], ...] = ()  # (lib<name>.so, the versioned file)
+    # nvcc's own library directory when its profile's `-L$(TOP)/lib64` misses it (NVIDIA's
+    # wheels have `lib/` only: nvcc cannot find libcudart_static, configure fails)
+    nvcc_lib: str | None = None
 
     @property
     def stub_dir(self) -> Path | None:
@@ -88,6 +91,9 @@ class CudaLink(Struct, frozen=True):
         if self.links:
             args.append(f"-DCMAKE_LIBRARY_PATH={self.links_dir}")
         return tuple(args)
+
+    def cuda_flags(self) -> str:
+        return f"-L{self.nvcc_lib}" if self.nvcc_lib else ""
 
     def link_flags(self) -> str:
         """The link path of every executable and library: never a RUNPATH."""
@@ -119,10 +125,15 @@ def find_driver(lib_dirs: tuple[str, ...], system: tuple[str, ...] = DRIVER_DIRS
 
 
 def plan(
-    include_dir: str, lib_dirs: tuple[str, ...], build_dir: Path, driver: str | None
+    include_dir: str,
+    lib_dirs: tuple[str, ...],
+    build_dir: Path,
+    driver: str | None,
+    nvcc: str | None = None,
 ) -> CudaLink:
     """The lane's CUDA link setup (nothing written): the links every versioned-only
-    library of `lib_dirs` needs, and the stub unless `driver` is a real one."""
+    library of `lib_dirs` needs, the stub unless `driver` is a real one, and nvcc's
+    library directory where its profile looks in a `lib64` the toolkit lacks."""
     links: dict[str, str] = {}
     for d in lib_dirs:
         names = set(_listing(Path(d)))
@@ -130,7 +141,10 @@ def plan(
             m = _VERSIONED.fullmatch(name)
             if m and f"lib{m.group(1)}.so" not in names:
                 links.setdefault(f"lib{m.group(1)}.so", str(Path(d) / name))
+    top = Path(nvcc).parent.parent if nvcc else None  # nvcc.profile's $(TOP), unresolved
+    wheel_lib = top is not None and not (top / "lib64").exists() and (top / "lib").is_dir()
     return CudaLink(
+        nvcc_lib=str(top / "lib") if top is not None and wheel_lib else None,
         cuda_h=str(Path(include_dir) / "cuda.h"),
         lib_dirs=lib_dirs,
         driver=driver,

@@ -209,7 +209,9 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
     names = [n for n in ("cudart", *recipe.libraries) if n in doctor.probes.libraries]
     found = [doctor.library(n) for n in names]
     lib_dirs = tuple(dict.fromkeys(str(Path(r.path).parent) for r in found if r.found and r.path))
-    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, cudakit.find_driver(lib_dirs))
+    driver = cudakit.find_driver(lib_dirs)
+    nvcc = doctor.tool("nvcc").path
+    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
 
 
 def _flags(plan: LanePlan, lang: str) -> str:
@@ -251,12 +253,18 @@ def configure_args(
     # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
     langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
     flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in langs}
-    link_vars = {f"CMAKE_{kind}_LINKER_FLAGS" for kind in LINK_KINDS} if plan.cuda else set()
+    link_vars = {f"CMAKE_{k}_LINKER_FLAGS" for k in LINK_KINDS} if plan.cuda else set()
+    if plan.cuda is not None and plan.cuda.cuda_flags():
+        link_vars.add("CMAKE_CUDA_FLAGS")
     kept = flag_vars | link_vars
     args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in kept]
     args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
     if plan.cuda is not None:
         args += plan.cuda.cmake_args()
+        if plan.cuda.cuda_flags():  # nvcc's own link (configure's compiler check too)
+            own = plan.recipe.cmake_options.get("CMAKE_CUDA_FLAGS", "")
+            flags = " ".join([*([own] if own else []), plan.cuda.cuda_flags()])
+            args.append(f"-DCMAKE_CUDA_FLAGS={flags}")
         for kind in LINK_KINDS:  # the link path only, a recipe's own flags kept first
             own = plan.recipe.cmake_options.get(f"CMAKE_{kind}_LINKER_FLAGS", "")
             flags = " ".join([*([own] if own else []), plan.cuda.link_flags()])
