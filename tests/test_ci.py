@@ -893,9 +893,9 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
     build = next(s for s in steps if "dgr-forge build" in s.get("run", ""))
     doctor = next(s for s in steps if s.get("run", "").startswith("dgr-forge doctor"))
 
-    # the job stops at the probe: exit 1, naming the lane and what it lacks
+    # the job stops at the probe: exit 2 (as build), naming the lane and what it lacks
     probe = shell_step(doctor["run"], lane, forge_root, tmp_path)
-    assert probe.returncode == 1, probe.stderr
+    assert probe.returncode == 2, probe.stderr
     assert f"{lane} lane: cannot build here" in probe.stdout
 
     job = shell_step(build["run"], lane, forge_root, tmp_path)

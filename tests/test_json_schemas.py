@@ -8,6 +8,7 @@ whose cpu lane is built: `build` is up to date, nothing compiles again).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tomllib
@@ -285,12 +286,26 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     (recipes / "cuda.toml").write_text(TEST_CUDA_RECIPE)
     shutil.copy(REPO / "recipes" / "metal.toml", recipes / "metal.toml")
     no_cuda = {"PATH": path_without("nvcc"), "CUDA_PATH": "", "CUDA_HOME": ""}
-    for args, code in ((("lanes",), 0), (("doctor",), 0), (("doctor", "--lane", "cuda"), 1)):
+    for args, code in ((("lanes",), 0), (("doctor",), 0), (("doctor", "--lane", "cuda"), 2)):
         result = run_forge("--json", *args, cwd=root, env={**env, **no_cuda})
         assert result.code == code, (args, result)
         out.append(Run(" ".join(args) + ": lanes that cannot build here", args[0], result))
     (recipes / "cuda.toml").unlink()
     (recipes / "metal.toml").unlink()
+    # toolchain install: a no-op where the lock's prefix is installed (no pip, no network)
+    lock = root / "toolchains" / "cuda.lock"
+    shutil.copy(REPO / "toolchains" / "cuda.lock", lock)
+    home = tmp / "toolchains-home"
+    prefix = home / f"cuda-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}"
+    (prefix / "site").mkdir(parents=True)
+    (prefix / "dgr-toolchain.json").write_text("{}")
+    for args, code in ((("cuda", "--offline"), 0), (("rocm",), 2)):
+        tc_env = {**env, "DGR_TOOLCHAINS_DIR": str(home)}
+        result = run_forge("--json", "toolchain", "install", *args, cwd=root, env=tc_env)
+        assert result.code == code, (args, result)
+        out.append(Run(f"toolchain install {' '.join(args)}", "toolchain-install", result))
+    shutil.rmtree(home)
+    lock.unlink()
     go("doctor --lane cpu", "doctor", "doctor", "--lane", "cpu", code=0)
     go("doctor fails", "doctor", "doctor", "--lane", "no-such-lane", code=fails)
     go("rebase --dry-run onto the pin", "rebase", "rebase", "--dry-run", "--onto", demo["pin"])

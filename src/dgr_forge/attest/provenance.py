@@ -268,6 +268,24 @@ def statement(
             {"name": build.toolchain_file, "digest": {"sha256": build.toolchain_sha256}}
         )
     resolved += [_tool(t) for t in build.tools]
+    if build.toolkit is not None:
+        lock = build.toolkit
+        resolved.append(
+            {
+                "name": f"{lock.get('toolkit')}-toolkit",
+                "uri": purl(f"{lock.get('toolkit')}-toolkit", str(lock.get("version") or "")),
+                "digest": {"sha256": lock.get("lock_sha256")},
+                "annotations": {"lock": lock.get("lock"), "wheels": lock.get("wheels")},
+            }
+        )
+    resolved += [
+        {
+            "name": workspace_relative(forge, li.path),
+            "digest": {"sha256": li.sha256},
+            "annotations": {"note": li.note},
+        }
+        for li in build.link_inputs
+    ]
     image = container_image()
     if image is not None:
         resolved.append(image)

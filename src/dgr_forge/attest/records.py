@@ -41,6 +41,14 @@ class WorkerSource(Struct, frozen=True):
     dirty: bool  # uncommitted changes at build time
 
 
+class LinkInput(Struct, frozen=True):
+    """A file the build linked against that is no artifact: the CUDA driver link stub."""
+
+    path: Path  # absolute, in the lane's build directory
+    sha256: str
+    note: str  # "link stub, not shipped"
+
+
 class LaneBuild(Struct):
     lane: str
     recipe_file: str  # relative to the forge root
@@ -77,3 +85,6 @@ class LaneBuild(Struct):
     upstream_build_commit: str | None = None
     # what the worker used of upstream (lanes.boundary); None: no worker was built
     surface: Surface | None = None
+    link_inputs: list[LinkInput] = field(default_factory=list)  # never subjects
+    # a toolkit installed from a lock (`toolchain install`): its lock digest and versions
+    toolkit: dict[str, Any] | None = None

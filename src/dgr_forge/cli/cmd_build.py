@@ -11,6 +11,7 @@ import typer
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
+from dgr_forge.core.errors import ExitCode
 
 if TYPE_CHECKING:
     from dgr_forge.cli import results
@@ -141,7 +142,7 @@ def doctor(
 ) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
 
-    With `--lane`: exit 1 unless every lane named can build here."""
+    With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.host import doctor as doctor_mod
@@ -174,7 +175,9 @@ def doctor(
                 env.out.answer(f"    {check.summary()}")
             for line in check.reasons():
                 env.out.answer(f"    {line}")
-        return Outcome.of(result, not result.get("unbuildable"))
+        # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
+        bad = ExitCode.BAD_INPUT if result.get("unbuildable") else ExitCode.OK
+        return Outcome(result, bad)
 
     run(ctx, "doctor", body)
 

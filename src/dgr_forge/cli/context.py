@@ -92,9 +92,11 @@ def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.probes import load_probes
+    from dgr_forge.host.toolkit import LOCK_NAME, installed_site
 
     probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES, root=forge.root)
-    return Doctor(probes, fenced=(forge.root, forge.workspace))
+    site = installed_site(forge.toolchains_dir / LOCK_NAME)  # the pinned toolkit, first
+    return Doctor(probes, fenced=(forge.root, forge.workspace), sites=(site,) if site else ())
 
 
 def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamManifest:

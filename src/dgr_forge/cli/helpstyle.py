@@ -29,6 +29,7 @@ METAVARS: dict[str, str] = {
     "--jobs": "N",
     "--key": "PATH",
     "--report-key": "PATH",
+    "--wheelhouse": "DIR",
     "--source-revision": "REV",
     "--onto": "REV",
     "--name": "NAME",
@@ -71,7 +72,11 @@ USAGE: dict[str, tuple[str, str]] = {
               "0 built (or up to date) · 1 the build failed · 2 bad input, or the lane "
               "cannot build on this host · 3 the source tree is not the patched tree"),
     "doctor": ("dgr-forge doctor --lane cuda",
-               "0 probed · 1 with --lane: that lane cannot build here · 2 bad input"),
+               "0 probed · 2 with --lane: that lane cannot build here (as build), or bad "
+               "input"),
+    "toolchain install": ("dgr-forge toolchain install cuda --offline --wheelhouse wheels/",
+                          "0 installed (or already there) · 1 a wheel does not match the lock, "
+                          "or pip failed: nothing installed · 2 bad lock or argument"),
     "lanes": ("dgr-forge lanes --advertised", "0 listed · 2 bad input (a recipe)"),
     "presets": ("dgr-forge presets --lane cpu --dry-run",
                 "0 written (or shown) · 2 no tree to write into, or a CMakeUserPresets.json "

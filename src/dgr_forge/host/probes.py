@@ -70,7 +70,11 @@ class _Library(Shape):
     headers: Annotated[Strings, about("every one must exist under an include dir")] = ()
     names: Annotated[Strings, about("`lib<name>.so`/`.dylib`/`.a` or `<name>.lib`")] = ()
     roots: Annotated[
-        Strings, about("`$VAR`, `tool:<probe>` (that tool's install prefix) or a path")
+        Strings,
+        about(
+            "`$VAR`, `tool:<probe>` (that tool's install prefix), `python:pkg/sub` (an "
+            "installed wheel's directory) or a path"
+        ),
     ] = ()
     include_dirs: Annotated[Strings, about("relative to each root")] = ("include",)
     lib_dirs: Annotated[Strings, about("relative to each root")] = ("lib",)
@@ -152,6 +156,16 @@ def load_probes(path: Path, shown: str | None = None, *, root: Path | None = Non
         name: LibraryProbe(**{**asdict(lib), "name": name, "description": lib.description or name})
         for name, lib in doc.libraries.items()
     }
+    for name, lib in doc.libraries.items():
+        for where in lib.roots:
+            wheel = where.removeprefix("python:")
+            if wheel != where and not (wheel.partition("/")[0].isidentifier() and ".." not in wheel):
+                raise fail(
+                    shown,
+                    f"libraries.{name}.roots",
+                    f"{where[:60]!r} is not a wheel directory the forge may look in",
+                    '"python:pkg/sub/dir", e.g. "python:nvidia/cu13"',
+                )
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
 
 

@@ -31,7 +31,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
-from dgr_forge.host import worker
+from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.lanes import (
     boundary,
@@ -369,6 +369,9 @@ class LaneBuilder:
         plan, lane, conf = self.plan, self.plan.lane, self.conf
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
+        if plan.cuda is not None:  # the links and the driver stub configure links against
+            with self._failing("configure"):
+                cudakit.prepare(plan.cuda, _c_compiler(plan))
         ran = steps.configure(self.cmake_command(), plan.build_dir, log, env)
         self.result.timings["configure"] = ran.seconds
         self.result.configured = True
@@ -529,6 +532,11 @@ def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
         f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
         details={"file": forge.rel(m.path), "key": "upstream.build_number"},
     )
+
+
+def _c_compiler(plan: LanePlan) -> str:
+    """The lane's own C compiler (its recipe's tools), for the CUDA link stub."""
+    return next((plan.tool_paths[t] for t in ("gcc", "clang") if t in plan.tool_paths), "cc")
 
 
 def _program_stamps(forge: Forge) -> Path | None:

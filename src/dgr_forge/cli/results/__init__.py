@@ -27,7 +27,15 @@ from dgr_forge.cli.results.attest import (
 from dgr_forge.cli.results.base import Artifact, Cache, Command, Form
 from dgr_forge.cli.results.ci import CiMatrix, CiRender, CiRenderCheck, CiRenderOut
 from dgr_forge.cli.results.demo import Demo, DemoStep
-from dgr_forge.cli.results.lanes import Build, BuildLane, BuildUpstream, Doctor, Lanes, Presets
+from dgr_forge.cli.results.lanes import (
+    Build,
+    BuildLane,
+    BuildUpstream,
+    Doctor,
+    Lanes,
+    Presets,
+    ToolchainInstall,
+)
 from dgr_forge.cli.results.models import (
     ArtifactsManifest,
     ArtifactsMap,
@@ -90,6 +98,7 @@ __all__ = [
     "ReportShow",
     "ReportVerify",
     "Status",
+    "ToolchainInstall",
 ]
 
 
@@ -178,5 +187,10 @@ COMMANDS: tuple[Command, ...] = (
         ArtifactsVerify,
     ),
     _cmd("presets", "CMakeUserPresets.json with a configure + build preset per lane.", Presets),
+    _cmd(
+        "toolchain install",
+        "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
+        ToolchainInstall,
+    ),
     _cmd("demo", "The tour without network: a generated upstream, series and worker in DIR.", Demo),
 )

@@ -20,6 +20,7 @@ from dgr_forge.cli.results.base import (
     Strs,
     d,
 )
+from dgr_forge.host.toolkit import InstallResult
 from dgr_forge.lanes.boundary import Leaks
 
 # --- lanes and builds -------------------------------------------------------------------------
@@ -187,7 +188,7 @@ class DoctorCache(Nested, kw_only=True):
 class Doctor(Form, kw_only=True):
     title = "doctor [--lane L]"
     may_fail = True
-    note = "with `--lane`, exit 1 when `unbuildable` is not empty; unknown lane: exit 2"
+    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
 
     host_os: Annotated[str, d("`linux` or `darwin`")]
     machine: Annotated[str, d("e.g. `x86_64`")]
@@ -227,3 +228,7 @@ class Presets(Form, kw_only=True):
     ] = UNSET
     diff: Annotated[str | UnsetType, d('the change to it as a unified diff (`""`: none)')] = UNSET
     dry_run: Annotated[bool | UnsetType, d("`--dry-run`: nothing was written")] = UNSET
+
+
+class ToolchainInstall(InstallResult, Form, kw_only=True, forbid_unknown_fields=True):
+    title = "toolchain install cuda"
