@@ -187,12 +187,12 @@ def observe(
         programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
     )
     last = decision.last_ok(state)
-    if last is None or not decision.decide(state, now).configured:
+    if last is None:
         return now
-    changed = tuple(str(p) for p in truth.changed_subjects(last))
-    now = msgspec.structs.replace(now, subjects_changed=changed)
-    if state.in_progress is not None:  # cut short: no report is handed back, whatever key
-        return now
+    if decision.decide(state, now).configured:  # a configure's build relinks them anyway
+        changed = tuple(str(p) for p in truth.changed_subjects(last))
+        now = msgspec.structs.replace(now, subjects_changed=changed)
+    # whatever runs, the last report is handed back only if signed by the key asked for
     fp = ctx.signing.fingerprint()
     key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
     return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
@@ -255,6 +255,13 @@ class LaneBuilder:
         plan, ctx, lane = self.plan, self.ctx, self.plan.lane
         last = decision.last_ok(self.state)
         d = decision.decide(self.state, observe(ctx, plan, self.state, self.snap, self.conf.digest))
+        recorded = last.input_digest if last is not None else None
+        if (
+            last is not None
+            and decision.skips_ninja(d, recorded, self._whole())
+            and truth.report_true(last)
+        ):
+            return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
             truth.changed_error(self.forge, lane, [Path(p) for p in d.moved], decision.BEFORE_LOCK)
         if d.action == "rebuild":
@@ -286,8 +293,8 @@ class LaneBuilder:
             if ran is None:
                 return self.result
             whole = self._whole()
-            recorded = last.input_digest if last is not None else None
-            outcome = decision.after_compile(d, ran.no_work, recorded, whole)
+            same = last is not None and not truth.changed_subjects(last)
+            outcome = decision.after_compile(d, ran.wrote, recorded, whole, same)
             if outcome == "rebuild":
                 self.out.warn(
                     f"{lane}: inputs changed but Ninja found nothing to do "
@@ -418,20 +425,24 @@ class LaneBuilder:
         return ran
 
     def _settled(self, last: LastBuild) -> None:
-        """The lane built (or handed back): the stamps re-taken make the next no-op cheap."""
+        """The lane built (or handed back): the stamps re-taken make the next no-op cheap
+        (state.json is written only when they, or the last build, changed)."""
         programs.refresh(self.state.programs)
-        self._record(
-            decision.built(
-                self.state,
-                last,
-                stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
-                self.state.programs,
-            )
+        settled = decision.built(
+            self.state,
+            last,
+            stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
+            self.state.programs,
         )
+        if settled != self.state:
+            self._record(settled)
 
-    def _reuse(self, last: LastBuild) -> LaneResult:
+    def _reuse(self, last: LastBuild, *, ran: bool = True) -> LaneResult:
+        """The last report handed back; `ran`: after Ninja (else nothing ran: no new log)."""
         r = self.result
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
+        if not ran:
+            r.log_file = str(last.log_file or "")
         r.artifacts = list(last.artifacts)
         if last.inputs is None:
             # an older forge recorded none; the report was built from these whole inputs
@@ -441,7 +452,9 @@ class LaneBuilder:
         self._settled(last)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
-        logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
+        if ran:
+            keep = {last.log_file, str(self.log_path)}
+            logs.prune(self.plan.logs_dir, self.plan.lane, keep=keep)
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
