@@ -159,7 +159,8 @@ def load_probes(path: Path, shown: str | None = None, *, root: Path | None = Non
     for name, lib in doc.libraries.items():
         for where in lib.roots:
             wheel = where.removeprefix("python:")
-            if wheel != where and not (wheel.partition("/")[0].isidentifier() and ".." not in wheel):
+            named = wheel.partition("/")[0].isidentifier() and ".." not in wheel
+            if wheel != where and not named:
                 raise fail(
                     shown,
                     f"libraries.{name}.roots",
