@@ -682,3 +682,32 @@ def test_bounded_reader_reads_what_the_gguf_writer_wrote(tmp_path: Path) -> None
     cut.write_bytes(path.read_bytes()[:2000])
     with pytest.raises(gguf_split.GGUFError):
         gguf_split.read_header(cut)
+
+
+def test_each_verdict_is_on_stdout_through_a_pipe(tmp_path: Path, source: Path) -> None:
+    """`artifacts verify|provision ... 2>/dev/null` still says what happened, as `report
+    verify` does: the verdict is the answer (stdout), the per-file problems diagnostics."""
+    m = manifest_for(tmp_path, source, "http://127.0.0.1:9/models")
+    dest = tmp_path / "dest"
+
+    def piped(*args: str) -> Result:
+        return run_forge(*args, env=FAST, subprocess=True)
+
+    half = tmp_path / "half"
+    half.mkdir()
+    for name in NAMES[:2]:
+        (half / name).write_bytes((source / name).read_bytes())
+    failed = piped("artifacts", "provision", str(m), "--dest", str(dest), "--mirror", str(half))
+    assert failed.code == 1, failed
+    assert f"tiny: FAILED: 1 of 3 files not ready in {dest} ({NAMES[2]})" in failed.stdout
+    ok = piped("artifacts", "provision", str(m), "--dest", str(dest), "--mirror", str(source))
+    assert ok.code == 0, ok
+    assert f"tiny: 3/3 files ready in {dest}" in ok.stdout
+    good = piped("artifacts", "verify", str(m), "--dest", str(dest))
+    assert good.code == 0, good
+    assert good.stdout.startswith("tiny: OK: all 3 files verified"), good.stdout
+    flip_byte(dest / NAMES[1], 40_000)
+    bad = piped("artifacts", "verify", str(m), "--dest", str(dest))
+    assert bad.code == 1, bad
+    assert f"tiny: FAILED verification: 1 of 3 files ({NAMES[1]})" in bad.stdout
+    assert "error:" not in bad.stdout and f"{NAMES[1]}: wrong sha256" in bad.stderr

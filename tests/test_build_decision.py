@@ -62,13 +62,27 @@ def now(**changes: Any) -> Snapshot:
     return msgspec.structs.replace(base, **changes)
 
 
-def test_nothing_moved_reuses_the_last_report_if_ninja_has_no_work() -> None:
+def test_nothing_moved_reuses_the_last_report_without_ninja() -> None:
     d = decide(state(), now())
-    assert (d.action, d.configured, d.rebuilt) == ("reuse", True, ())
+    assert (d.action, d.configured, d.rebuilt, d.handback) == ("reuse", True, (), True)
     assert "last report" in d.reason
-    assert after_compile(d, no_work=True, recorded="w" * 64, whole="w" * 64) == "reuse"
-    # Ninja had work: a new report, never the old one
-    assert after_compile(d, no_work=False, recorded="w" * 64, whole="w" * 64) == "report"
+    # the whole input is the report's: Ninja is not even asked
+    assert decision.skips_ninja(d, "w" * 64, "w" * 64)
+    assert not decision.skips_ninja(d, "w" * 64, "x" * 64)
+    assert not decision.skips_ninja(d, None, "w" * 64)
+
+
+def test_after_ninja_content_decides_whatever_ninja_ran() -> None:
+    d = decide(state(), now())
+    same = {"recorded": "w" * 64, "whole": "w" * 64}
+    # an always-run step wrote nothing, or a relink gave the same bytes: the same report
+    assert after_compile(d, wrote=False, subjects_same=True, **same) == "reuse"
+    assert after_compile(d, wrote=True, subjects_same=True, **same) == "reuse"
+    # a subject changed: a new report
+    assert after_compile(d, wrote=True, subjects_same=False, **same) == "report"
+    # the inputs moved and Ninja wrote something: a new report, even with the same bytes
+    moved = {"recorded": "w" * 64, "whole": "x" * 64}
+    assert after_compile(d, wrote=True, subjects_same=True, **moved) == "report"
 
 
 @pytest.mark.parametrize(
@@ -141,22 +155,32 @@ def test_unsigned_report_is_reused_only_when_unsigned_is_asked() -> None:
 def test_artifacts_changed_on_disk_are_rebuilt_and_reported_again() -> None:
     d = decide(state(), now(subjects_changed=("/ws/build/cpu/bin/worker",)))
     assert d.action == "compile" and d.rebuilt == ("/ws/build/cpu/bin/worker",)
-    assert after_compile(d, no_work=False, recorded="w" * 64, whole="w" * 64) == "report"
+    same = {"recorded": "w" * 64, "whole": "w" * 64}
+    assert after_compile(d, wrote=True, subjects_same=False, **same) == "report"
+    # relinked to the very bytes the report names: it is still true, handed back
+    assert after_compile(d, wrote=True, subjects_same=True, **same) == "reuse"
 
 
-def test_a_failed_or_cut_short_build_is_never_handed_back() -> None:
+def test_a_failed_build_is_never_handed_back_a_cut_short_one_by_content() -> None:
     failed = state(result="failed", phase="build")
     d = decide(failed, now())
     assert (d.action, d.reason) == ("compile", "no completed build (the last one failed)")
+    assert not d.handback
+    same = {"recorded": "w" * 64, "whole": "w" * 64}
+    assert after_compile(d, wrote=False, subjects_same=True, **same) == "report"
     never = LaneState.from_dict({k: v for k, v in recorded().items() if k != "last_build"})
     assert never.last_build is None
     assert decide(never, now()).reason == "no completed build"
     cut = LaneState.from_dict({**recorded(), "in_progress": "build"})
     d = decide(cut, now())
     assert (d.action, d.reason) == ("compile", "the last run was cut short (in build)")
-    # even with Ninja finding nothing to do and the same inputs: a new report
-    assert after_compile(d, no_work=True, recorded="w" * 64, whole="w" * 64) == "report"
-    assert not decision.needs_key_id(cut, None)  # no reuse possible: no key load for it
+    assert not decision.skips_ninja(d, "w" * 64, "w" * 64)  # Ninja finishes what it began
+    # then its inputs and subjects decide: the same ones, the same report
+    assert after_compile(d, wrote=True, subjects_same=True, **same) == "reuse"
+    assert after_compile(d, wrote=True, subjects_same=False, **same) == "report"
+    # another key asked for now: never handed back
+    other = decide(cut, now(key_fingerprint="0" * 64, key_id="1" * 64))
+    assert after_compile(other, wrote=False, subjects_same=True, **same) == "report"
 
 
 def test_a_state_recorded_by_an_older_forge_is_built_again_not_trusted() -> None:
@@ -178,8 +202,12 @@ def test_a_state_recorded_by_an_older_forge_is_built_again_not_trusted() -> None
     assert decision.needs_key_id(st, FP)  # nothing recorded to compare the fingerprint to
     d = decide(st, now(key_id=KEYID))
     assert d.action == "reuse"
-    # but its report's inputs are unknown: Ninja's "no work" means a fresh build directory
-    assert after_compile(d, no_work=True, recorded=None, whole="w" * 64) == "rebuild"
+    # but its report's inputs are unknown: Ninja runs, and writing nothing means a fresh
+    # build directory
+    assert not decision.skips_ninja(d, None, "w" * 64)
+    assert after_compile(d, wrote=False, recorded=None, whole="w" * 64, subjects_same=True) == (
+        "rebuild"
+    )
 
 
 @pytest.mark.parametrize(
@@ -207,12 +235,15 @@ def test_an_unknown_in_progress_value_is_a_run_cut_short_not_a_wipe() -> None:
         assert d.action == "compile" and "cut short" in d.reason, value
 
 
-def test_no_work_on_other_inputs_than_the_reports_means_a_fresh_build_directory() -> None:
-    # an edit with an old mtime: configure ran, Ninja saw nothing, the whole input moved
+def test_nothing_written_on_other_inputs_than_the_reports_means_a_fresh_build_directory() -> None:
+    # an edit with an old mtime: configure ran, Ninja wrote nothing (an always-run step at
+    # most), the whole input moved
     d = decide(state(), now(configure_digest="e" * 64))
-    assert after_compile(d, no_work=True, recorded="w" * 64, whole="x" * 64) == "rebuild"
-    assert after_compile(d, no_work=True, recorded="w" * 64, whole="w" * 64) == "report"
-    assert after_compile(d, no_work=False, recorded="w" * 64, whole="x" * 64) == "report"
+    assert d.handback  # the same key: the report could be handed back by content
+    w, x = "w" * 64, "x" * 64
+    assert after_compile(d, wrote=False, recorded=w, whole=x, subjects_same=True) == "rebuild"
+    assert after_compile(d, wrote=False, recorded=w, whole=w, subjects_same=True) == "reuse"
+    assert after_compile(d, wrote=True, recorded=w, whole=x, subjects_same=True) == "report"
 
 
 # -- the transitions the builder writes (each once)

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import msgspec
 import pytest
 
-from dgr_forge.attest import certshapes, hardware
+from dgr_forge.certify import hardware
+from dgr_forge.certify import shapes as certshapes
 from dgr_forge.core.errors import BadInput
 
 SMI = "NVIDIA H200, 560.35.03, 9.0, 143771, GPU-4b1f2c3d-1111-2222-3333-444455556666\n"

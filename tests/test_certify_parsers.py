@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from dgr_forge.attest import parsers
-from dgr_forge.attest.parsers import Thresholds, Unreadable, judge
+from dgr_forge.certify import parsers
+from dgr_forge.certify.parsers import Thresholds, Unreadable, judge
 
 OPS_OK = (
     "Testing 2 devices\n\n"

@@ -5,9 +5,12 @@ timeouts; hostile values are exit 2 naming the key."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
 
+from dgr_forge.certify import suite
 from dgr_forge.core.errors import BadInput
 from dgr_forge.host import recipes
 
@@ -41,10 +44,12 @@ timeout = 120
 """
 
 
-def load(tmp_path: Path, text: str) -> recipes.Recipe:
+def load(tmp_path: Path, text: str) -> Any:
+    """The recipe, its `certify` the suite `certify.suite` reads from it."""
     path = tmp_path / "cpu.toml"
     path.write_text(text)
-    return recipes.load(path, "recipes/cpu.toml")
+    recipe = recipes.load(path, "recipes/cpu.toml")
+    return msgspec.structs.replace(recipe, certify=suite.load(recipe))
 
 
 def refused(tmp_path: Path, text: str) -> BadInput:

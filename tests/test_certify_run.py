@@ -179,7 +179,7 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     assert not_valid(r, "certify", ("steps", 1, "figures", "parser"), "ctest")
     assert not_valid(r, "certify", ("steps", 0, "program", "sha256"), None)
     assert not_valid(r, "certify", ("steps", 1, "thresholds", "min_avg_ts"), 1000.0)
-    assert not_valid(r, "certify", ("hardware", "cpu", "flags"), "avx2")
+    assert not_valid(r, "certify", ("hardware", "identity", "cpu", "flags"), "avx2")
     path = Path(r.json["certification"])
     cls = r.json["hardware_class"]
     assert path == plain.certs / "cpu" / "tiny" / f"{cls}.json" and r.json["trusted"] is True
@@ -369,10 +369,10 @@ def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> No
     never runs (the second check, right before the steps)."""
     import time
 
+    from dgr_forge.certify import run as certrun
+    from dgr_forge.certify.suite import Suite
     from dgr_forge.core.errors import OperationFailed
     from dgr_forge.core.forge import Forge
-    from dgr_forge.host.certsuite import Suite
-    from dgr_forge.lanes import certrun
 
     report = next((plain.root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
     stmt = json.loads(base64.b64decode(json.loads(report.read_text())["payload"]))
@@ -394,7 +394,34 @@ def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> No
     bench = next(n for n in subjects if n.endswith("llama-bench"))
     forge = Forge(plain.root, plain.root / ".dgr")
     with pytest.raises(OperationFailed, match="changed since the report"):
-        certrun.programs(forge, "cpu", Suite(("llama-bench",), ()), {bench: "0" * 64})
+        certrun.programs(
+            forge, "cpu", Suite(("llama-bench",), (), needs_model=False), {bench: "0" * 64}
+        )
+
+
+def test_certify_dest_under_home_holding_the_model_is_refused(plain: Built) -> None:
+    """Issue 45, cause 3: `certify --dest` under /home (directly, or through a link), with
+    the model's exact files already there, verified them, wrote .dgr-verified.json there
+    and certified. Now it is exit 2 before a file is hashed, and nothing is written."""
+    import os
+    import uuid
+
+    if not os.access("/home", os.W_OK):
+        pytest.skip("needs a writable /home")
+    home = Path("/home") / f"dgr-forge-test-{uuid.uuid4().hex}"
+    shutil.copytree(plain.models, home)
+    link = plain.root.parent / f"models-{home.name}"
+    link.symlink_to(home, target_is_directory=True)
+    try:
+        for dest in (home, link):
+            r = plain.certify("--model", "tiny", "--dest", str(dest))
+            assert r.code == ExitCode.BAD_INPUT, r
+            assert f"resolves to {home}, under /home" in r.stderr, r
+            assert not (home / ".dgr-verified.json").exists()
+            assert plain.written() == []
+    finally:
+        link.unlink()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_hostile_certify_options_are_exit_2(plain: Built) -> None:
@@ -463,12 +490,12 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
     import os
     import time
 
-    from dgr_forge.attest.parsers import Thresholds
     from dgr_forge.attest.reports import latest_report, subject_digests, verify_report
+    from dgr_forge.certify import run as certrun
+    from dgr_forge.certify.parsers import Thresholds
+    from dgr_forge.certify.suite import Step, Suite
     from dgr_forge.core.forge import Forge
     from dgr_forge.core.output import Reporter
-    from dgr_forge.host.certsuite import Step, Suite
-    from dgr_forge.lanes import certrun
 
     forge = Forge(plain.root, plain.root / ".dgr")
     report = latest_report(forge, "cpu")
@@ -478,7 +505,7 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
     )
     args = ("-m", "{model}", "-p", "64", "-n", "0", "-r", "100000000", "-o", "json")
     endless = Step("endless", "llama-bench", args, "llama-bench", Thresholds(min_prompt_ts=1.0), 1)
-    suite = Suite(("llama-bench",), (endless,))
+    suite = Suite(("llama-bench",), (endless,), needs_model=False)
     found = certrun.programs(forge, "cpu", suite, subjects)
     model = next(plain.models.glob("*00001-of-*.gguf"))
     started = time.monotonic()

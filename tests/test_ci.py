@@ -14,7 +14,7 @@ import pytest
 from support.actions import load_yaml
 from support.cli import run_forge
 from support.git import sh_git
-from support.roots import manifest_text
+from support.roots import GIT_PIN, manifest_text, pin_ci
 
 from dgr_forge.ci import render as ci
 from dgr_forge.core.fsutil import sha256_file
@@ -22,7 +22,6 @@ from dgr_forge.core.fsutil import sha256_file
 PIN = "0123456789abcdef0123456789abcdef01234567"
 OTHER_PIN = "89abcdef0123456789abcdef0123456789abcdef"
 # dgr-forge pinned by content: an exact commit of the tool's repository
-GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 TEMPLATES = Path(ci.__file__).parent / "templates"
 
 CPU = """\
@@ -84,8 +83,11 @@ EXPECTED_MATRIX = {
 }
 
 
-def write_root(path: Path, recipes: dict[str, str], pin: str = PIN) -> Path:
-    """A forge root with a manifest and the given recipes (no upstream needed to render)."""
+def write_root(path: Path, recipes: dict[str, str], pin: str = PIN, pins: bool = True) -> Path:
+    """A forge root with a manifest and the given recipes (no upstream needed to render);
+    with `pins`, the ci/ files its install step reads (dgr-forge at a commit, the toolchain)."""
+    if pins:
+        pin_ci(path)
     (path / "manifests").mkdir(parents=True)
     (path / "patches" / "llama.cpp").mkdir(parents=True)
     (path / "recipes").mkdir()
@@ -367,22 +369,56 @@ def test_adding_a_recipe_adds_a_job_without_touching_the_template(root: Path) ->
     assert {p.name: sha256_file(p) for p in TEMPLATES.iterdir()} == template_hashes
 
 
-def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path: Path) -> None:
-    assert render(root) == render(root)
+def test_a_root_without_an_install_source_renders_nothing_and_says_each_way(
+    tmp_path: Path,
+) -> None:
+    """Issue 44 point 4: no exit 0 with a workflow that cannot install. A root that is not
+    the tool's repository, with no ci/ pins (dgr-forge is not published): exit 2 naming
+    each missing file and every way to give it, in every mode; nothing written."""
+    root = write_root(tmp_path / "forge", {"cpu": CPU}, pins=False)
+    out = tmp_path / "wf.yml"
+    for args in (
+        (),
+        ("--out", str(out)),
+        ("--check", str(out)),
+        ("--write-pins", "--out", str(out)),
+    ):
+        r = run_forge("--root", str(root), "ci", "render", *args)
+        assert r.code == 2, (args, r)
+        assert "ci/requirements.txt" in r.stderr and "no job could install dgr-forge" in r.stderr
+        assert "placeholder" in r.stderr  # why there is no default: nothing is published
+        for way in ("git+https://", "--hash=sha256:", "--tool-source"):
+            assert way in r.stderr, (args, way, r.stderr)
+        assert not out.exists(), args
+        if "--write-pins" not in args:
+            assert "ci/constraints.txt" in r.stderr and "--write-pins" in r.stderr
+            assert not (root / "ci").exists(), args  # nothing written unasked
+    # --write-pins wrote what it was asked for, and said so; the pin stays the root's
+    assert "ci/constraints.txt: written" in r.stderr
+    assert sorted(os.listdir(root / "ci")) == ["constraints.txt"]
+
+
+def test_render_is_deterministic_and_out_writes_atomically(tmp_path: Path) -> None:
+    root = write_root(tmp_path / "forge", {"cpu": CPU, "cuda": CUDA}, pins=False)
+    (root / "ci").mkdir(exist_ok=True)
+    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
     out = tmp_path / "wf" / ".github" / "workflows" / "dgr-forge.yml"
-    first = run_forge("--root", str(root), "ci", "render", "--out", str(out), "--json")
+    first = run_forge(
+        "--root", str(root), "ci", "render", "--write-pins", "--out", str(out), "--json"
+    )
     assert first.code == 0, first
     assert first.stdout.count("{\n") == 1 and first.json["changed"] is True
     assert first.json["path"] == str(out) and first.json["lanes"] == ["cpu", "cuda"]
     assert out.read_text() == render(root)
+    assert render(root) == render(root)
     # not the tool's repository: the toolchain CI installs under is written once from this
-    # environment (exact pins), the pin of dgr-forge itself is the root's to give by content
+    # environment (exact pins) when asked, the pin of dgr-forge itself is the root's
     assert first.json["install"] == "requirements"
     assert first.json["install_args"] == "-c ci/constraints.txt -r ci/requirements.txt"
     assert first.json["requirements"] == "ci/requirements.txt"
     assert first.json["written"] == ["ci/constraints.txt"]
-    assert first.json["requirements_exist"] is False and not first.json["requirements_written"]
-    assert "ci/requirements.txt: missing" in first.stderr and "git+https://" in first.stderr
+    assert first.json["requirements_exist"] is True and not first.json["requirements_written"]
+    assert "ci/constraints.txt: written" in first.stderr
     constraints = (root / "ci" / "constraints.txt").read_text().splitlines()
     pins = [line for line in constraints if not line.startswith("#")]
     from importlib import metadata
@@ -393,7 +429,6 @@ def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path:
     assert not any(line.lower().startswith(("pytest", "gguf", "dgr-forge")) for line in pins)
     assert oct(out.stat().st_mode & 0o777) == oct(0o644)
     mtime = out.stat().st_mtime_ns
-    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
     again = run_forge("--root", str(root), "ci", "render", "--out", str(out), "--json")
     assert again.code == 0 and again.json["changed"] is False
     assert again.json["requirements_exist"] is True and again.json["written"] == []
@@ -405,10 +440,6 @@ def test_render_is_deterministic_and_out_writes_atomically(root: Path, tmp_path:
 def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: Path) -> None:
     out = tmp_path / "dgr-forge.yml"
     assert run_forge("--root", str(root), "ci", "render", "--out", str(out)).code == 0
-    missing_pin = run_forge("--root", str(root), "ci", "render", "--check", str(out))
-    assert missing_pin.code == 1 and "ci/requirements.txt: missing" in missing_pin.stderr
-    assert "git+https://" in missing_pin.stderr, missing_pin
-    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
     ok = run_forge("--root", str(root), "ci", "render", "--check", str(out), "--json")
     assert ok.code == 0 and ok.json["current"] is True, ok
 
@@ -433,8 +464,8 @@ def test_check_flags_a_stale_workflow_and_changes_nothing(root: Path, tmp_path: 
     (root / "recipes" / "vulkan.toml").unlink()
     (root / "ci" / "constraints.txt").unlink()
     unpinned = run_forge("--root", str(root), "ci", "render", "--check", str(out))
-    assert unpinned.code == 1 and "ci/constraints.txt: missing" in unpinned.stderr, unpinned
-    assert f"--out {out}" in unpinned.stderr  # the fix writes it
+    assert unpinned.code == 2 and "ci/constraints.txt: missing" in unpinned.stderr, unpinned
+    assert "--write-pins" in unpinned.stderr  # the fix writes it
 
     # hashes instead of a commit: the install step changes, so the committed file is stale
     (root / "ci" / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
@@ -574,7 +605,7 @@ def test_recipe_ci_keys_image_digest_and_gitlab_tags(root: Path) -> None:
     ],
 )
 def test_requirements_not_pinned_by_content_are_refused(root: Path, line: str) -> None:
-    (root / "ci").mkdir()
+    (root / "ci").mkdir(exist_ok=True)
     (root / "ci" / "requirements.txt").write_text(f"# pinned\n{line}\n")
     result = run_forge("--root", str(root), "ci", "render", "--json")
     assert result.code == 2, result
@@ -583,7 +614,7 @@ def test_requirements_not_pinned_by_content_are_refused(root: Path, line: str) -
 
 
 def test_requirements_pinned_by_commit_or_hash(root: Path) -> None:
-    (root / "ci").mkdir()
+    (root / "ci").mkdir(exist_ok=True)
     (root / "ci" / "requirements.txt").write_text(f"# the tool, by commit\n{GIT_PIN}\n")
     step = "pip install --quiet -c ci/constraints.txt -r ci/requirements.txt"
     assert step in render(root) and step in render(root, "gitlab")
@@ -642,12 +673,12 @@ def test_the_tools_own_repository_installs_the_checkout_under_constraints(
     (pretender / "src" / "dgr_forge" / "__init__.py").write_text("")
     assert "install --quiet -c constraints.txt ." in render(pretender)
     out = tmp_path / "wf.yml"
-    assert run_forge("--root", str(pretender), "ci", "render", "--out", str(out)).code == 0
-    assert not (pretender / "ci").exists()  # nothing to write: the checkout is the pin
+    wrote = run_forge("--root", str(pretender), "ci", "render", "--write-pins", "--out", str(out))
+    assert wrote.code == 0 and "written" not in wrote.stderr  # the checkout is the pin
     (pretender / "constraints.txt").unlink()
     gone = run_forge("--root", str(pretender), "ci", "render", "--check", str(out), "--json")
-    assert gone.code == 1 and "constraints.txt: missing" in gone.stderr, gone
-    assert gone.json["requirements"] is None and gone.json["install"] == "checkout"
+    assert gone.code == 2 and "constraints.txt: missing" in gone.stderr, gone
+    assert "restore it from git" in gone.json["hint"]
     (pretender / "constraints.txt").write_text("cmake\n")
     loose = run_forge("--root", str(pretender), "ci", "render")
     assert loose.code == 2 and "constraints.txt:1" in loose.stderr, loose
@@ -858,13 +889,13 @@ def test_a_lane_this_runner_cannot_build_fails_its_job(forge_root: Path, tmp_pat
     lane = "cuda" if platform.system() == "Darwin" else "metal"  # never buildable here
     shutil.copytree(REPO / "toolchains", forge_root / "toolchains", dirs_exist_ok=True)
     shutil.copy(REPO / "recipes" / f"{lane}.toml", forge_root / "recipes")
-    steps = github_jobs(render(forge_root))["lane"]["steps"]
+    steps = github_jobs(render(pin_ci(forge_root)))["lane"]["steps"]
     build = next(s for s in steps if "dgr-forge build" in s.get("run", ""))
     doctor = next(s for s in steps if s.get("run", "").startswith("dgr-forge doctor"))
 
-    # the job stops at the probe: exit 1, naming the lane and what it lacks
+    # the job stops at the probe: exit 2 (as build), naming the lane and what it lacks
     probe = shell_step(doctor["run"], lane, forge_root, tmp_path)
-    assert probe.returncode == 1, probe.stderr
+    assert probe.returncode == 2, probe.stderr
     assert f"{lane} lane: cannot build here" in probe.stdout
 
     job = shell_step(build["run"], lane, forge_root, tmp_path)
@@ -896,7 +927,7 @@ def test_shell_completion_script_and_completions(tmp_path: Path) -> None:
 def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere.txt"
     outside.write_text("dgr-forge==0.1.0\n")
-    (root / "ci").mkdir()
+    (root / "ci" / "requirements.txt").unlink()
     (root / "ci" / "requirements.txt").symlink_to(outside)
     linked = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
     assert linked.code == 2 and "not a regular file" in linked.stderr, linked
@@ -907,12 +938,15 @@ def test_requirements_symlink_or_huge_is_refused(root: Path, tmp_path: Path) -> 
     assert huge.code == 2 and "over the 65536-byte limit" in huge.stderr, huge
 
     # a planted ci/ symlink is not written through
-    (root / "ci" / "requirements.txt").unlink()
-    (root / "ci").rmdir()
+    import shutil
+
+    shutil.rmtree(root / "ci")
     target = tmp_path / "target"
     target.mkdir()
     (root / "ci").symlink_to(target)
-    planted = run_forge("--root", str(root), "ci", "render", "--out", str(tmp_path / "wf.yml"))
+    planted = run_forge(
+        "--root", str(root), "ci", "render", "--write-pins", "--out", str(tmp_path / "wf.yml")
+    )
     assert planted.code == 2 and "not a regular file" in planted.stderr, planted
     assert list(target.iterdir()) == []
 
@@ -931,7 +965,7 @@ def test_the_nightly_cache_proof_runs_for_real(upstream: Any, tmp_path: Path) ->
     copy_product(root)
     for lane in ("cuda", "metal", "rocm", "vulkan"):
         (root / "recipes" / f"{lane}.toml").unlink()
-    script = load_yaml(render(root, "gitlab"))["cache-proof"]["script"]
+    script = load_yaml(render(pin_ci(root), "gitlab"))["cache-proof"]["script"]
     bindir = tmp_path / "bin"
     bindir.mkdir()
     shim = bindir / "dgr-forge"
@@ -983,7 +1017,7 @@ def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None
     )
     workflow = s.root / ".github" / "workflows" / "dgr-forge.yml"
     workflow.parent.mkdir(parents=True)
-    workflow.write_text(render(s.root))
+    workflow.write_text(render(pin_ci(s.root)))
     (s.root / ".gitignore").write_text(".dgr/\n")
     origin = tmp_path / "origin.git"
     sh_git(tmp_path, "init", "-q", "--bare", str(origin))
@@ -1074,7 +1108,7 @@ def test_the_nightly_roller_runs_for_real(upstream: Any, tmp_path: Path) -> None
 def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     """`ci/bump.toml` `[bump] open_request = false`: the roller still bumps and uploads its
     report, read-only, in no environment, with no request step; bad settings exit 2."""
-    (root / "ci").mkdir()
+    (root / "ci").mkdir(exist_ok=True)
     settings = root / "ci" / "bump.toml"
     settings.write_text("schema = 1\n[bump]\nopen_request = false\n")
     job = github_jobs(render(root))["canary"]
@@ -1097,7 +1131,7 @@ def test_bump_request_can_be_turned_off(root: Path, tmp_path: Path) -> None:
     settings.unlink()
     settings.symlink_to(root / "manifests" / "llama.cpp.toml")
     r = run_forge("--root", str(root), "ci", "render")
-    assert r.code == 2 and "not a regular file" in r.stderr, r
+    assert r.code == 2 and "is a symbolic link" in r.stderr, r
 
 
 # -------------------------------------------------- actionlint's rules, offline; --tool-source
@@ -1192,7 +1226,7 @@ def test_tool_source_is_the_install_step_and_the_check_passes_it_back(
     assert res.code == 0, res
     assert res.json["install"] == "source" and res.json["tool_source"] == GOOD_SOURCES[raw]
     assert res.json["install_args"] == '-c ci/constraints.txt "$DGR_TOOL_SOURCE"'
-    assert res.json["written"] == ["ci/constraints.txt"] and res.json["requirements_exist"]
+    assert res.json["written"] == [] and res.json["requirements_exist"]  # none asked for
     data = load_yaml(out.read_text())
     assert data["env"]["DGR_TOOL_SOURCE"] == GOOD_SOURCES[raw]
     jobs = data["jobs"]
@@ -1252,19 +1286,22 @@ def test_a_hostile_tool_source_is_exit_2_and_writes_nothing(
     assert res.code == 2, (raw, res)
     assert "--tool-source" in res.json["error"] and "Traceback" not in res.stderr
     assert "\0" in raw or "git+https://" in res.json["hint"]  # NUL: the global refusal
-    assert not out.exists() and not (root / "ci").exists()
+    assert not out.exists()
+    assert sorted(os.listdir(root / "ci")) == ["constraints.txt", "requirements.txt"]
 
 
 def test_a_missing_pin_says_the_project_has_no_published_source_yet(root: Path) -> None:
     """The metadata's project URLs are placeholders (`.invalid`) until the repository is
     published: a workflow that cannot install the tool says so, and how to give a source."""
+    (root / "ci" / "requirements.txt").unlink()
     res = run_forge("--root", str(root), "ci", "render", "--out", str(root / "wf.yml"))
-    assert res.code == 0, res
+    assert res.code == 2, res
     assert "ci/requirements.txt: missing" in res.stderr and "--tool-source" in res.stderr
     assert "https://dgr-forge.invalid/source/) is a placeholder" in res.stderr
+    assert not (root / "wf.yml").exists()
     check = run_forge("--root", str(root), "--json", "ci", "render", "--check",
                       str(root / "wf.yml"))  # fmt: skip
-    assert check.code == 1 and "is a placeholder" in check.json["error"], check
+    assert check.code == 2 and "is a placeholder" in check.json["error"], check
     assert "--tool-source" in check.json["hint"]
 
 

@@ -268,7 +268,7 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
 ) -> None:
     """A forge root that is not the tool's repository: its check job installs dgr-forge
     from an exact commit of the tool's repository (here a local clone's URL), under the
-    ci/constraints.txt `ci render --out` wrote from this environment, and runs."""
+    ci/constraints.txt `ci render --write-pins` wrote from this environment, and runs."""
     root = make_patched_root(tmp_path / "forge", _upstream_template)
     for recipe in (root / "recipes").glob("*.toml"):
         if recipe.name != "cpu.toml":
@@ -280,7 +280,9 @@ def test_another_forge_root_installs_dgr_forge_pinned_by_commit(
     # file://localhost/...: pip 23 wants a host in a git+file URL
     pin = f"dgr-forge @ git+file://localhost{tool_repository}@{commit}"
     (root / "ci" / "requirements.txt").write_text(pin + "\n")
-    out = run_forge("--root", str(root), "ci", "render", "--out", str(root / GITHUB), "--json")
+    out = run_forge(
+        "--root", str(root), "ci", "render", "--write-pins", "--out", str(root / GITHUB), "--json"
+    )
     assert out.code == 0 and out.json["written"] == ["ci/constraints.txt"], out
     assert out.json["install_args"] == "-c ci/constraints.txt -r ci/requirements.txt"
     sh_git(root, "init", "-q", "-b", "main")

@@ -27,7 +27,7 @@ def test_doctor_reports_tools_and_lanes(tmp_path: Path, upstream: Upstream) -> N
     assert tools["cmake"]["found"] and tools["cmake"]["version"]
     assert tools["ninja"]["found"] and tools["ninja"]["version"]
     lanes = {lane["lane"]: lane for lane in data["lanes"]}
-    assert set(lanes) == {"cpu", "cuda", "rocm", "vulkan", "metal"}
+    assert set(lanes) == {"cpu", "cuda", "cuda-sm90", "rocm", "vulkan", "metal"}
     assert lanes["cpu"]["buildable"] == bool(shutil.which("gcc") and shutil.which("g++"))
     assert not lanes["metal"]["buildable"] and not lanes["metal"]["host_os_ok"]
     assert "cpu lane:" in res.stderr and "metal lane: needs darwin" in res.stderr
@@ -47,7 +47,11 @@ def test_doctor_cuda_lane_names_missing_cublas(tmp_path: Path, upstream: Upstrea
     if nvcc_path() and shutil.which("nvcc"):
         # this machine: CUDA 13 without cuBLAS -> exactly cuBLAS, with the package names
         assert cuda["summary"] == "missing cuBLAS"
-        assert "libcublas-dev-" in res.stderr and "nvidia-cuda-dev" in res.stderr
+        # the exact command of each way: NVIDIA's wheels, the distribution, NVIDIA's repo
+        assert "pip: pip install nvidia-cublas" in res.stderr
+        assert "apt-get install nvidia-cuda-dev libcublas12 (Debian/Ubuntu)" in res.stderr
+        assert "apt-get install libcublas-dev-13-0 (NVIDIA's CUDA apt repository" in res.stderr
+        assert "dgr-forge toolchain install cuda" in res.stderr
 
 
 def test_doctor_without_compilers_lists_packages(tmp_path: Path, upstream: Upstream) -> None:
@@ -60,7 +64,7 @@ def test_doctor_without_compilers_lists_packages(tmp_path: Path, upstream: Upstr
     cpu = next(lane for lane in res.json["lanes"] if lane["lane"] == "cpu")
     assert not cpu["buildable"]
     assert {m["name"] for m in cpu["missing"]} == {"gcc", "g++"}
-    assert "debian: build-essential" in res.stderr
+    assert "debian: apt-get install build-essential (Debian/Ubuntu)" in res.stderr
 
 
 def test_missing_tool_without_nvcc_on_path(tmp_path: Path, upstream: Upstream) -> None:
@@ -98,15 +102,16 @@ def test_lanes_matrix_before_any_build(tmp_path: Path, upstream: Upstream) -> No
 # ----------------------------------------------------------------------------- doctor --lane
 
 
-def test_doctor_lane_exits_1_naming_what_is_missing(tmp_path: Path, upstream: Upstream) -> None:
-    """CI runs `doctor --lane L` first: a lane that cannot build here fails the job, saying why."""
+def test_doctor_lane_exits_2_naming_what_is_missing(tmp_path: Path, upstream: Upstream) -> None:
+    """CI runs `doctor --lane L` first: a lane that cannot build here fails the job, saying
+    why, with `build`'s exit code for the same lane (2)."""
     import platform
 
     root = _root(tmp_path, upstream)
     lane = "cuda" if platform.system() == "Darwin" else "metal"  # never buildable here
     res = run_forge("--root", str(root), "--json", "doctor", "--lane", lane)
-    assert res.code == 1, res
-    assert res.json["ok"] is False and res.json["exit_code"] == 1
+    assert res.code == 2, res
+    assert res.json["ok"] is False and res.json["exit_code"] == 2
     assert res.json["selected"] == [lane]
     assert res.json["unbuildable"] == [lane]
     assert [entry["lane"] for entry in res.json["lanes"]] == [lane]
@@ -120,14 +125,14 @@ def test_doctor_lane_exits_1_naming_what_is_missing(tmp_path: Path, upstream: Up
     bare.mkdir()
     os.symlink("/usr/bin/git", bare / "git")
     res = run_forge("--root", str(root), "doctor", "--lane", "cpu", env={"PATH": str(bare)})
-    assert res.code == 1 and "cpu lane: cannot build here" in res.stdout, res
-    assert "gcc" in res.stdout and "debian: build-essential" in res.stdout
+    assert res.code == 2 and "cpu lane: cannot build here" in res.stdout, res
+    assert "gcc" in res.stdout and "apt-get install build-essential" in res.stdout
     if shutil.which("gcc") and shutil.which("g++"):
         ok = run_forge("--root", str(root), "--json", "doctor", "--lane", "cpu")
         assert ok.code == 0, ok
         assert ok.json["unbuildable"] == [] and "cpu lane: buildable" in ok.stderr
         both = run_forge("--root", str(root), "doctor", "--lane", "cpu", "--lane", lane)
-        assert both.code == 1 and f"{lane} lane: cannot build here" in both.stdout
+        assert both.code == 2 and f"{lane} lane: cannot build here" in both.stdout
 
 
 def test_doctor_unknown_lane_is_exit_2(tmp_path: Path, upstream: Upstream) -> None:

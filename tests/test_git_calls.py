@@ -226,3 +226,23 @@ def test_a_commit_and_its_tree_are_one_call_and_a_hostile_name_is_no_commit(
     assert gitutil.commit_and_tree(upstream.path, upstream.head) == (upstream.head, tree)
     for hostile in ("--help", f"{upstream.head}\n{upstream.head}", "..", "0" * 40, tree, "a\0b"):
         assert gitutil.commit_and_tree(upstream.path, hostile) is None, hostile
+
+
+def test_a_fresh_fetch_is_the_raw_fetch_and_a_parallel_checkout(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """A first fetch runs git no more than the raw `git init` + `git fetch --depth 1 <sha>`
+    + `git checkout` need, beside one status, one look-up of the pin and one connectivity
+    check: nothing counted, no second transfer; and the checkout writes with parallel
+    workers (issue 46: the checkout is most of a fetch's time after the transfer). (A
+    root's first fetch also counts the upstream's build number, once: not here.)"""
+    assert run_forge("fetch", cwd=forge_root).code == 0
+    shutil.rmtree(forge_root / ".dgr" / "src")
+    env, log = _shim(tmp_path)
+    res = run_forge("fetch", cwd=forge_root, env=env)
+    assert res.code == 0, res
+    calls = _count(log)
+    commands = [_subcommand(c) for c in calls]
+    assert commands.count("fetch") == 1 and len(calls) <= 7, "\n".join(calls)
+    checkout = [c for c in calls if _subcommand(c) == "checkout"]
+    assert len(checkout) == 1 and "checkout.workers=0" in checkout[0], calls

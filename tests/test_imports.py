@@ -10,7 +10,11 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "dgr_forge"
 
 # lowest first: a package may import the ones before it (and the top-level package)
-LAYERS = ["core", "upstream", "attest", "host", "cache", "ci", "lanes", "models", "demo", "cli"]
+# certify/ consumes a build (lanes) and a model (models): it sits above both, below the CLI
+LAYERS = [
+    "core", "upstream", "attest", "host", "cache", "ci", "lanes", "models", "certify",
+    "demo", "cli",
+]  # fmt: skip
 
 
 def _module_name(path: Path, src: Path) -> str:
@@ -190,3 +194,52 @@ def test_the_size_check_sees_a_long_module(tmp_path: Path) -> None:
         tmp_path, {"lanes/long.py": "x = 1\n" * 601, "lanes/edge.py": "x = 1\n" * 600}
     )
     assert oversized(src) == ["dgr_forge/lanes/long.py: 601 lines"]
+
+
+ENGINE = "dgr_forge.upstream.replay"  # the one three-way replay engine (issue 40)
+# the replays it serves: the rebase (and its canary, bump's verifying replay), bump's
+# bisection probes, and `patch` replaying a person's commits on a moved series
+REPLAYERS = (
+    "dgr_forge.upstream.rebase.replay",
+    "dgr_forge.upstream.rebase.bumpsearch",
+    "dgr_forge.upstream.local_replay",
+)
+
+
+def _git_words(path: Path) -> set[str]:
+    """Every string constant of a module (a git subcommand is one)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
+
+
+def test_one_replay_engine_serves_every_replay() -> None:
+    """Each replay imports the engine; the engine imports nothing of the forge but `core`
+    (nothing above it, nothing of the rebase it serves); and only the engine runs the
+    three-way merge in memory and writes replayed commits in bulk (`merge-tree`,
+    `fast-import`): no second copy of the replay anywhere else."""
+    edges = graph()
+    assert [m for m in REPLAYERS if ENGINE not in edges[m]] == []
+    assert sorted(t for t in edges[ENGINE] if package(t) != "core") == []
+    copies = [
+        str(p.relative_to(SRC.parent))
+        for p in sorted(SRC.rglob("*.py"))
+        if _module_name(p, SRC) != ENGINE and _git_words(p) & {"merge-tree", "fast-import"}
+    ]
+    assert copies == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A name with a leading underscore is its module's own (bump once imported
+    `dryrun._check_report_path`): shared, it is public."""
+    found = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dgr_forge"):
+                found += [
+                    f"{_module_name(path, SRC)}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+    assert found == []

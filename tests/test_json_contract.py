@@ -78,6 +78,11 @@ def _ci_root(tmp: Path) -> Path:
         manifest_text("https://example.invalid/llama.cpp.git", "ab" * 20)
     )
     (root / "recipes" / "cpu.toml").write_text('schema = 1\n[lane]\nbackend = "CPU"\n')
+    (root / "ci").mkdir()  # what its jobs install: dgr-forge at a commit, the toolchain
+    (root / "ci" / "requirements.txt").write_text(
+        "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40 + "\n"
+    )
+    (root / "ci" / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
     return root
 
 

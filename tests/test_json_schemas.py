@@ -8,6 +8,7 @@ whose cpu lane is built: `build` is up to date, nothing compiles again).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tomllib
@@ -188,11 +189,12 @@ def test_a_certification_step_and_entry_type_every_nested_object() -> None:
         ("figures", {"parser", "ops_failed", "backends", "tests", "prompt_ts", "gen_ts"}),
     ):
         assert want <= _keys(defs["CertStep"]["properties"][key], defs), key
-    hardware = defs["CertifyLane"]["properties"]["hardware"]
-    assert {"cpu", "memory_bytes", "os", "gpus", "uuid_salt", "probed"} <= _keys(hardware, defs)
-    assert {"description", "probed"} <= _keys(defs["Certify"]["properties"]["hardware"], defs)
+    hardware = defs["Hardware"]["properties"]
+    assert {"class", "identity", "description"} <= set(hardware)
+    identity = defs["Identity"]
+    assert {"cpu", "memory_bytes", "os", "gpus", "uuid_salt", "probed"} <= _keys(identity, defs)
     lanes = json.loads((SCHEMAS / "lanes.json").read_text())["$defs"]
-    per_step = lanes["CertEntry"]["properties"]["figures"]["additionalProperties"]
+    per_step = lanes["Entry"]["properties"]["figures"]["additionalProperties"]
     assert {"parser", "ops_passed", "prompt_ts", "skipped"} <= _keys(per_step, lanes)
     assert {"reason", "attested", "record"} <= _keys(
         lanes["LaneRow"]["properties"]["certification"], lanes
@@ -222,8 +224,8 @@ def test_a_certification_step_and_entry_type_every_nested_object() -> None:
     assert not steps.is_valid({**step, "thresholds": {"min_avg_ts": {"gen": "fast"}}})
     assert not steps.is_valid({**step, "program": {"target": "x"}})
     assert not steps.is_valid({**step, "log": {"sha256": 1}})
-    entry, _ = _defs_validator("lanes", "CertEntry")
-    row = {"lane": "cpu", "model": "tiny", "hardware_class": "cpu-x86_64-avx2",
+    entry, _ = _defs_validator("lanes", "Entry")
+    row = {"lane": "cpu", "kind": "checked", "model": "tiny", "hardware_class": "cpu-x86_64-avx2",
            "advertised": True, "reason": "certified", "file": "x.json", "keyid": "k",
            "certified_on": None, "figures": {"ops": OPS, "speed": BENCH}}  # fmt: skip
     assert entry.is_valid(row)
@@ -284,12 +286,26 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
     (recipes / "cuda.toml").write_text(TEST_CUDA_RECIPE)
     shutil.copy(REPO / "recipes" / "metal.toml", recipes / "metal.toml")
     no_cuda = {"PATH": path_without("nvcc"), "CUDA_PATH": "", "CUDA_HOME": ""}
-    for args, code in ((("lanes",), 0), (("doctor",), 0), (("doctor", "--lane", "cuda"), 1)):
+    for args, code in ((("lanes",), 0), (("doctor",), 0), (("doctor", "--lane", "cuda"), 2)):
         result = run_forge("--json", *args, cwd=root, env={**env, **no_cuda})
         assert result.code == code, (args, result)
         out.append(Run(" ".join(args) + ": lanes that cannot build here", args[0], result))
     (recipes / "cuda.toml").unlink()
     (recipes / "metal.toml").unlink()
+    # toolchain install: a no-op where the lock's prefix is installed (no pip, no network)
+    lock = root / "toolchains" / "cuda.lock"
+    shutil.copy(REPO / "toolchains" / "cuda.lock", lock)
+    home = tmp / "toolchains-home"
+    prefix = home / f"cuda-{hashlib.sha256(lock.read_bytes()).hexdigest()[:16]}"
+    (prefix / "site").mkdir(parents=True)
+    (prefix / "dgr-toolchain.json").write_text("{}")
+    for args, code in ((("cuda", "--offline"), 0), (("rocm",), 2)):
+        tc_env = {**env, "DGR_TOOLCHAINS_DIR": str(home)}
+        result = run_forge("--json", "toolchain", "install", *args, cwd=root, env=tc_env)
+        assert result.code == code, (args, result)
+        out.append(Run(f"toolchain install {' '.join(args)}", "toolchain-install", result))
+    shutil.rmtree(home)
+    lock.unlink()
     go("doctor --lane cpu", "doctor", "doctor", "--lane", "cpu", code=0)
     go("doctor fails", "doctor", "doctor", "--lane", "no-such-lane", code=fails)
     go("rebase --dry-run onto the pin", "rebase", "rebase", "--dry-run", "--onto", demo["pin"])
@@ -320,11 +336,18 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
        str(tmp / "none.txt"), "--key", key, code=fails)  # fmt: skip
     go("ci matrix", "ci-matrix", "ci", "matrix", code=0)
     go("ci matrix fails", "ci-matrix", "ci", "matrix", code=fails, at=empty)
-    go("ci render", "ci-render", "ci", "render", code=0)
+    # the demo root names no install source (dgr-forge is not published): exit 2 until given
+    go("ci render: no install source", "ci-render", "ci", "render", code=2)
+    tool = "git+https://git.example.com/you/dgr-forge@" + "0" * 40
     wf = str(tmp / "ci.yml")
-    go("ci render --out", "ci-render", "ci", "render", "--out", wf, code=0)
+    go("ci render --out", "ci-render", "ci", "render", "--tool-source", tool, "--write-pins",
+       "--out", wf, code=0)  # fmt: skip
+    go("ci render", "ci-render", "ci", "render", "--tool-source", tool, code=0)
+    go("ci render --check", "ci-render", "ci", "render", "--tool-source", tool, "--check", wf,
+       code=0)  # fmt: skip
     Path(wf).write_text("# stale\n")
-    go("ci render --check stale", "ci-render", "ci", "render", "--check", wf, code=1)
+    go("ci render --check stale", "ci-render", "ci", "render", "--tool-source", tool,
+       "--check", wf, code=1)  # fmt: skip
     go("ci render fails", "ci-render", "ci", "render", "--provider", "nope", code=fails)
     go("presets --print", "presets", "presets", "--print", code=0)
     go("presets", "presets", "presets", "--out", str(tmp / "CMakeUserPresets.json"), code=0)

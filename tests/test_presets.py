@@ -21,7 +21,7 @@ def test_presets_print_mirrors_recipes(tmp_path: Path, upstream: Upstream) -> No
     data = res.json["content"]
     assert data["version"] == 3
     names = [p["name"] for p in data["configurePresets"]]
-    assert names == ["dgr-cpu", "dgr-cuda", "dgr-metal", "dgr-rocm", "dgr-vulkan"]
+    assert names == ["dgr-cpu", "dgr-cuda-sm90", "dgr-cuda", "dgr-metal", "dgr-rocm", "dgr-vulkan"]
     cpu = data["configurePresets"][0]
     assert cpu["generator"] == "Ninja"
     assert cpu["binaryDir"] == str(root / ".dgr" / "build" / "cpu")

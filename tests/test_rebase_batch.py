@@ -17,11 +17,17 @@ import pytest
 from support.git import sh_git
 
 from dgr_forge.core import gitutil
-from dgr_forge.upstream.rebase.batch import replay_batch
-from dgr_forge.upstream.rebase.commits import CommitWriter, committable
-from dgr_forge.upstream.rebase.gitops import commit_objects, commit_parents, git_dir, merge_onto
 from dgr_forge.upstream.rebase.replay import Known, record
 from dgr_forge.upstream.rebase.state import PatchStep, RebaseState
+from dgr_forge.upstream.replay import (
+    CommitWriter,
+    commit_objects,
+    commit_parents,
+    committable,
+    git_dir,
+    merge_onto,
+    replay_batch,
+)
 
 Files = dict[str, str | None]  # path -> text (None: delete)
 LINES = "".join(f"line {n}\n" for n in range(1, 41))
@@ -233,7 +239,7 @@ def test_the_batch_makes_the_per_patch_replays_commits(tmp_path: Path, name: str
     repo, new, commits = _build(tmp_path, case)
     state = _state(repo, new, commits)
     objects = commit_objects(repo, commits)
-    batch = replay_batch(repo, state.patches, new, state.new_tree, objects)
+    batch = replay_batch(repo, commits, new, state.new_tree, objects)
     assert len(batch) == case.covered, batch
     expected = _per_patch(repo, _state(repo, new, commits))
     assert batch == expected[: len(batch)]

@@ -13,7 +13,7 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import CryptoSigner, SSlibKey
 
 from dgr_forge.attest import dsse
-from dgr_forge.attest.keys import PublicKey, Signer, keyid_of, spki_der
+from dgr_forge.attest.keys import PublicKey, Signer, keyid_of, legacy_keyid_of, spki_der
 
 # secure-systems-lab/dsse: protocol.md "Test Vectors" and testvectors/vectors.json (key "A"
 # is RFC 8032's first Ed25519 test key)
@@ -107,9 +107,11 @@ def test_malformed_envelopes_raise_envelope_error() -> None:
 def test_interop_with_securesystemslib_both_directions() -> None:
     private = Ed25519PrivateKey.generate()
     ours = Signer(private, "test")
-    keyid = hashlib.sha256(spki_der(private.public_key())).hexdigest()
+    sslib_key = SSlibKey.from_crypto(private.public_key())  # its own default key id
+    keyid = sslib_key.keyid
     assert keyid == keyid_of(private.public_key()) == ours.keyid
-    sslib_key = SSlibKey.from_crypto(private.public_key(), keyid=keyid)
+    legacy = hashlib.sha256(spki_der(private.public_key())).hexdigest()
+    assert legacy_keyid_of(private.public_key()) == legacy != keyid
 
     # ours -> securesystemslib, from the JSON form only
     env = dsse.sign(b'{"hello": "world"}', INTOTO, ours)
@@ -126,3 +128,17 @@ def test_interop_with_securesystemslib_both_directions() -> None:
     made.sign(sslib_signer)
     back = dsse.Envelope.from_dict(made.to_dict())
     assert dsse.verify(back, [ours.public]) == ours.public
+
+
+def test_a_bad_signature_of_any_length_is_no_signature() -> None:
+    public = key_a().public
+    for sig in (
+        "",
+        "AA==",
+        base64.b64encode(b"x" * 64).decode(),
+        base64.b64encode(b"x" * 200).decode(),
+    ):
+        vector = dsse.Envelope.from_dict(
+            {"payload": PAYLOAD_B64, "payloadType": INTOTO, "signatures": [{"sig": sig}]}
+        )
+        assert dsse.verify(vector, [public]) is None

@@ -16,7 +16,17 @@ import pytest
 from support.cli import SRC, forge_env, run_python
 
 # Each costs tens of milliseconds to import; only the commands that use them may.
-HEAVY = ("requests", "urllib3", "cryptography", "jinja2", "gguf", "numpy", "tomlkit", "msgspec")
+HEAVY = (
+    "requests",
+    "urllib3",
+    "cryptography",
+    "jinja2",
+    "gguf",
+    "numpy",
+    "tomlkit",
+    "msgspec",
+    "securesystemslib",
+)
 
 _PROBE = """
 import json, sys
@@ -133,9 +143,9 @@ for argv in {[*argvs, ["--help"]]!r}:
         check=False,
     )
     return [
-        line.split()[1]
-        for line in proc.stdout.split("Commands")[-1].splitlines()
-        if line.startswith("│ ") and line[2:3].isalpha()  # not a wrapped help line
+        line.split()[0]
+        for line in proc.stdout.split("Commands:")[-1].splitlines()
+        if line.startswith("  ") and line[2:3].isalpha()  # not a wrapped help line
     ]
 
 

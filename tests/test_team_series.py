@@ -295,3 +295,25 @@ def test_a_damaged_series_record_is_no_record(tmp_path: Path, text: str) -> None
     series_base.record(tmp_path, base)
     again = series_base.load(tmp_path)
     assert again == base and again is not None and again.trees == base.trees
+
+
+def test_own_commits_are_replayed_by_the_engine_without_a_cherry_pick(team: Series) -> None:
+    """`patch` replays a person's commits onto the moved series in memory (the replay
+    engine): no `git cherry-pick` moves HEAD through the work tree once a commit, the work
+    tree moves once, and each commit keeps its author, committer, date and message."""
+    s = team
+    a_exports_0004(s)
+    mine = [commit(b_src(s), f"docs/b{i}.md", f"b{i}\n", f"docs: b{i}") for i in range(3)]
+    before = [sh_git(b_src(s), "log", "-1", "--format=%an|%ae|%ad|%cn|%ce|%cd|%B", c) for c in mine]
+    r = b(s, "--json", "patch")
+    assert r.code == 0, r
+    assert r.json["replayed"] == mine
+    moves = sh_git(b_src(s), "reflog", "--format=%gs").splitlines()
+    assert [m for m in moves if m.startswith("cherry-pick")] == [], moves
+    top = sh_git(b_src(s), "rev-list", "--reverse", "-3", "HEAD").split()
+    assert [
+        sh_git(b_src(s), "log", "-1", "--format=%an|%ae|%ad|%cn|%ce|%cd|%B", c) for c in top
+    ] == before
+    assert sorted(p.name for p in (b_src(s) / "docs").glob("b*.md")) == ["b0.md", "b1.md", "b2.md"]
+    assert (b_src(s) / "docs" / "team.md").read_text() == "A's notes\n"
+    assert sh_git(b_src(s), "status", "--porcelain") == ""

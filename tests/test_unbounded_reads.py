@@ -34,8 +34,8 @@ MODULE_READS = {
 # module (relative to dgr_forge/) -> the functions that may read unbounded, and why
 ALLOWED: dict[str, set[str]] = {
     # fixed system files (/proc) and the package's own templates
-    "attest/certify.py": {"_cpu_model"},
-    "attest/hardware.py": {"_read_proc"},  # /proc/cpuinfo, /proc/meminfo, os-release: bounded
+    "certify/hardware.py": {"_read_proc"},  # /proc/cpuinfo, /proc/meminfo, os-release: bounded
+    "core/proc.py": {"spawn", "_session_members"},  # and /proc/<pid>/stat, 4 KiB each
     "models/download.py": {"_umask"},
     "ci/render.py": {"_template_source"},
     # the forge's own recipes/toolchains/cmake shipped in the wheel, copied into a new root
@@ -46,12 +46,13 @@ ALLOWED: dict[str, set[str]] = {
     # files the forge wrote: workspace state, journals, stamps, logs, caches, its git dir
     "core/fsutil.py": {"read_json"},
     "core/lock.py": {"describe_holder"},
-    "core/proc.py": {"spawn"},
     "lanes/lane_build.py": {"run"},  # opens its own build log for writing
     "cache/select.py": {"_sccache_config"},
     "cache/session.py": {"_tail"},
     "lanes/cmake_api.py": {"_load", "write_query"},
     "lanes/genbuild.py": {"_read"},
+    # the deps log's 12-byte signature; objects the build wrote, size-checked first
+    "lanes/boundary.py": {"read_deps", "_elf_symbols"},
     "lanes/presets.py": {"exclude_from_git"},
     "lanes/signing.py": {"_file_fingerprint"},
     # the host-program stamp cache; `stamp` hashes host programs, artifacts and the root's
@@ -72,7 +73,7 @@ ALLOWED: dict[str, set[str]] = {
     "upstream/tree_cache.py": {"lookup"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},
     "upstream/rebase/bump.py": {"_verify"},
-    "upstream/rebase/commits.py": {"write"},
+    "upstream/replay.py": {"write"},
     "upstream/rebase/finish.py": {"staged_patches_dir", "write_side"},  # the rebase journal
     "upstream/export.py": {"canonical_commits", "compute_series"},  # format-patch output
     # artifacts the build made (the File API's), a certify step's program (an artifact or
@@ -81,7 +82,7 @@ ALLOWED: dict[str, set[str]] = {
     # a report names (resolved inside the workspace): sha256_file opens non-blocking and
     # refuses what is not a regular file, with no size bound (an artifact may be GBs)
     "lanes/collect.py": {"collect_artifacts"},
-    "lanes/certrun.py": {"programs", "run_steps"},
+    "certify/run.py": {"programs", "run_steps", "_keep_log"},  # _keep_log writes the log
     "attest/provenance.py": {"_tool", "_byproduct"},
     "attest/reports.py": {"sha256", "_check_artifacts"},
 }

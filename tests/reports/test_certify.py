@@ -7,6 +7,7 @@ import base64
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,8 +17,11 @@ from securesystemslib.signer import SSlibKey
 from support.cli import run_forge
 from support.git import Upstream
 from support.reports import keyid_from_pub, lane_build, write_manifest
+from support.roots import REPO
 
-from dgr_forge.attest import certify, keys, reports
+from dgr_forge.attest import keys, reports
+from dgr_forge.certify import records
+from dgr_forge.certify.shapes import Entry
 from dgr_forge.core.errors import ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
@@ -66,15 +70,22 @@ def run_certify(forge: Forge, report: Path, evidence: Path, key: Path, *extra: s
     )  # fmt: skip
 
 
-def advertised(forge: Forge) -> dict[str, certify.Certification]:
+def _entries(forge: Forge, extra: list[keys.PublicKey] | None = None) -> list[Entry]:
     m = manifest.load(forge.upstream_manifest, forge.root)
-    return certify.advertised_lanes(forge, recipes.load_all(forge.recipes_dir, forge.root), m)
+    return records.entries(forge, recipes.load_all(forge.recipes_dir, forge.root), m, extra)
 
 
-def status(forge: Forge) -> certify.CertStatus:
-    m = manifest.load(forge.upstream_manifest, forge.root)
-    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
-    return certify.certification_status(forge, all_recipes, m)["cpu"]
+def advertised(forge: Forge, extra: list[keys.PublicKey] | None = None) -> dict[str, Entry]:
+    """The lanes with a valid attested record (recorded, shown, never advertised)."""
+    return {e.lane: e for e in _entries(forge, extra) if e.reason == "attested, not checked"}
+
+
+def status(forge: Forge) -> Entry | SimpleNamespace:
+    return next(iter(_entries(forge)), SimpleNamespace(reason="none"))
+
+
+def record_body(path: Path) -> Any:
+    return json.loads(base64.b64decode(json.loads(path.read_text())["payload"]))
 
 
 def test_certification_binds_the_lane_and_lapses_when_the_pin_moves(
@@ -87,19 +98,26 @@ def test_certification_binds_the_lane_and_lapses_when_the_pin_moves(
     r = run_certify(forge, report, evidence, release_key, "--hardware", "2x RTX 4090, driver 560")
     assert r.code == 0, r
     assert r.json["trusted"] is True
-    cert_file = forge.root / "certifications/cpu.json"
+    # the one record format, under the lane's `attested/`, named by the hardware's class
+    cert_file = forge.root / "certifications/cpu/attested/described-2x-rtx-4090-driver-560.json"
     assert r.json["certification"] == str(cert_file)
+    assert r.json["kind"] == "attested" and r.json["model"] == "attested"
     m = manifest.load(forge.upstream_manifest, forge.root)
     lanes = advertised(forge)
     assert list(lanes) == ["cpu"]
-    cert = lanes["cpu"]
-    assert cert.recipe_sha256 == sha256_file(forge.recipes_dir / "cpu.toml")
-    assert cert.upstream_commit == m.commit == upstream.head
-    assert cert.series_digest == m.series_digest
-    assert cert.report_sha256 == sha256_file(report)
-    assert cert.evidence_sha256 == sha256_file(evidence)
-    assert cert.hardware == {"description": "2x RTX 4090, driver 560", "probed": False}
+    cert, body = lanes["cpu"], record_body(cert_file)
+    assert body["kind"] == "attested" and body["steps"] == [] and body["model"] is None
+    assert body["recipe"]["sha256"] == sha256_file(forge.recipes_dir / "cpu.toml")
+    assert body["upstream"]["commit"] == m.commit == upstream.head
+    assert body["seriesDigest"] == m.series_digest
+    assert body["report"]["sha256"] == r.json["report_sha256"] == sha256_file(report)
+    assert cert.evidence_sha256 == r.json["evidence_sha256"] == sha256_file(evidence)
+    assert body["hardware"] == {
+        "class": "described-2x-rtx-4090-driver-560", "identity": None,
+        "description": "2x RTX 4090, driver 560",
+    }  # fmt: skip
     assert cert.keyid == keyid_from_pub(Path(str(release_key) + ".pub"))
+    assert not cert.advertised  # a person's evidence is never advertised
 
     # a rebase moves the pin: the certification lapses ...
     write_manifest(forge.root, upstream, upstream.commits[-2], patch_text)
@@ -144,13 +162,11 @@ def test_untrusted_or_tampered_certifications_are_not_advertised(
     trust(forge, tmp_path / "someone-else.pem")
     assert status(forge).reason.startswith("untrusted: signature does not verify")
     # an explicitly passed key counts too (lanes --advertised --key PUB)
-    m = manifest.load(forge.upstream_manifest, forge.root)
     extra = [keys.load_public_file(Path(str(release_key) + ".pub"))]
-    all_recipes = recipes.load_all(forge.recipes_dir, forge.root)
-    assert list(certify.advertised_lanes(forge, all_recipes, m, extra)) == ["cpu"]
+    assert list(advertised(forge, extra)) == ["cpu"]
     # flip one byte of the signed record: no longer valid
     trust(forge, release_key)
-    cert_file = forge.root / "certifications/cpu.json"
+    cert_file = Path(r.json["certification"])
     env = json.loads(cert_file.read_text())
     body = json.loads(base64.b64decode(env["payload"]))
     body["recipe"]["sha256"] = body["recipe"]["sha256"][::-1]
@@ -163,9 +179,10 @@ def test_untrusted_or_tampered_certifications_are_not_advertised(
 def test_certification_verifies_with_securesystemslib(
     forge: Forge, report: Path, evidence: Path, release_key: Path
 ) -> None:
-    assert run_certify(forge, report, evidence, release_key, "--hardware", "rig").code == 0
-    env = json.loads((forge.root / "certifications/cpu.json").read_text())
-    assert env["payloadType"] == certify.CERT_PAYLOAD_TYPE
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == 0, r
+    env = json.loads(Path(r.json["certification"]).read_text())
+    assert env["payloadType"] == records.CERT_PAYLOAD_TYPE
     pub = Path(str(release_key) + ".pub")
     key = SSlibKey.from_crypto(
         serialization.load_pem_public_key(pub.read_bytes()),  # type: ignore[arg-type]
@@ -179,10 +196,12 @@ def test_certify_probes_the_hardware_when_not_told(
 ) -> None:
     r = run_certify(forge, report, evidence, release_key)
     assert r.code == 0, r
-    hw = r.json["hardware"]
-    assert hw["probed"] is True and hw["cpu"] and hw["os"] and hw["machine"]
+    hw = r.json["hardware"]["identity"]  # the one probe `certify --lane` uses too
+    assert hw["probed"] is True and hw["cpu"]["model"] and hw["os"]["system"]
+    assert r.json["hardware_class"] == Path(r.json["certification"]).stem
+    assert r.json["hardware_class"].startswith("cpu-")
     if shutil.which("nvidia-smi"):
-        assert any(g.startswith("NVIDIA") for g in hw["gpus"])
+        assert any(g["vendor"] == "nvidia" for g in hw["gpus"])
 
 
 def test_certify_refuses_a_report_that_fails_verification(
@@ -244,3 +263,24 @@ def test_certify_refuses_a_symlinked_trust_anchor(
     assert "certifications/trusted-keys/release.pub" in r.stderr and "symlink" in r.stderr
     assert r.json["exit_code"] == 2 and "Traceback" not in r.stderr
     assert not (forge.root / "certifications/cpu.json").exists()  # refused before writing
+
+
+def test_a_record_of_the_old_form_is_refused_naming_its_replacement(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    """`certifications/<lane>.json` (one attested file per lane, before the one record
+    format) is not read: `lanes` shows it invalid, with the command that replaces it."""
+    trust(forge, release_key)
+    shutil.copy(REPO / "toolchains" / "probes.toml", forge.toolchains_dir / "probes.toml")
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == 0, r
+    old = forge.root / "certifications/cpu.json"
+    shutil.copy(r.json["certification"], old)
+    Path(r.json["certification"]).unlink()
+    (entry,) = _entries(forge)
+    assert entry.reason.startswith("invalid: certifications/cpu.json is a record of an older")
+    assert "certify --attested FILE --report R" in entry.reason and not entry.advertised
+    shown = run_forge("lanes", "--root", str(forge.root), "--json")
+    assert shown.code == 0, shown
+    cpu = shown.json["lanes"][0]["certification"]
+    assert cpu["attested"] == entry.reason and cpu["reason"] == entry.reason

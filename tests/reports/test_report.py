@@ -182,6 +182,35 @@ def test_report_verifies_with_the_cli_and_with_securesystemslib(
     assert json.loads(envelope.payload)["predicateType"] == "https://slsa.dev/provenance/v1"
 
 
+def test_report_verifies_with_securesystemslib_s_own_default_key_id(
+    report: Path, pub: Path, signer: keys.Signer
+) -> None:
+    """What any in-toto verifier does by default: the key id securesystemslib computes
+    itself (no keyid given), and `Envelope.verify` given only that key."""
+    public = serialization.load_pem_public_key(pub.read_bytes())
+    default = SSlibKey.from_crypto(public)  # type: ignore[arg-type]
+    assert signer.keyid == default.keyid
+    envelope = SslibEnvelope.from_dict(read_envelope(report))
+    assert list(envelope.verify([default], threshold=1)) == [default.keyid]
+
+
+def test_a_report_signed_with_the_old_key_id_still_verifies(
+    report: Path, pub: Path, signer: keys.Signer
+) -> None:
+    """Reports written before the key id became securesystemslib's (sha256 of the public
+    key's DER) name that id: `report verify` still accepts them, with the same key."""
+    legacy = keys.legacy_keyid_of(signer.key.public_key())
+    assert legacy != signer.keyid
+
+    def old_id(env: dict[str, Any]) -> None:
+        env["signatures"][0]["keyid"] = legacy
+
+    rewrite(report, old_id)
+    r = verify(report, "--key", str(pub), "--json")
+    assert r.code == 0, r
+    assert r.json["verified"] is True and r.json["key"]["keyid"] == signer.keyid
+
+
 def test_verify_uses_dgr_verify_key_then_the_default_key(
     report: Path, pub: Path, signer: keys.Signer, tmp_path: Path
 ) -> None:
@@ -388,6 +417,33 @@ def test_latest_report_picks_the_newest_of_a_lane(forge: Forge, signer: keys.Sig
     assert first != second
     assert reports.latest_report(forge, "cpu") == second
     assert reports.latest_report(forge, "cuda") is None
+
+
+def test_report_show_lane_shows_that_lane_s_latest(forge: Forge, signer: keys.Signer) -> None:
+    reports.write_report(forge, lane_build(forge), signer, Reporter())
+    build = lane_build(forge, tag="2")
+    from datetime import timedelta
+
+    build.finished_on += timedelta(seconds=5)
+    second = reports.write_report(forge, build, signer, Reporter())
+    r = run_forge("-C", str(forge.root), "report", "show", "--lane", "cpu")
+    assert r.code == 0, r
+    assert r.stdout.startswith(f"report     {forge.rel(second)}\n"), r.stdout
+    assert (
+        run_forge("-C", str(forge.root), "report", "show", "--lane", "cpu", "--json").json[
+            "summary"
+        ]
+        == run_forge("report", "show", str(second), "--json").json["summary"]
+    )
+    # no report of that lane, a hostile lane name, both or neither: exit 2 saying which
+    for args, said in (
+        (["--lane", "cuda"], "no report of lane cuda"),
+        (["--lane", "../cpu"], "../cpu"),
+        (["--lane", "cpu", str(second)], "not both"),
+        ([], "--lane"),
+    ):
+        r = run_forge("-C", str(forge.root), "report", "show", *args)
+        assert r.code == 2 and said in r.stderr, (args, r)
 
 
 # ----------------------------------------------------------------------------- secrets

@@ -73,6 +73,11 @@ def test_ci_render_check_refuses_a_non_file(
     tmp_path: Path, fifo: Path, forge_root: Path, target: str
 ) -> None:
     copy_product(forge_root)  # the real recipes: a workflow to compare
+    (forge_root / "ci").mkdir()  # an install source: the workflow renders, then compares
+    (forge_root / "ci" / "requirements.txt").write_text(
+        "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40 + "\n"
+    )
+    (forge_root / "ci" / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
     path = str(fifo) if target == "fifo" else target
     res = run_forge("ci", "render", "--check", path, cwd=forge_root, **HANG)  # type: ignore[arg-type]
     refused(res, path)

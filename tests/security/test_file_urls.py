@@ -73,7 +73,9 @@ def test_parts_are_private_until_verified(tmp_path: Path) -> None:
         assert part.stat().st_size == 1000
         assert stat.S_IMODE(part.stat().st_mode) == 0o600
         res = run_forge("artifacts", "provision", str(m), "--dest", str(tmp_path / "d"), env=env)
-        assert "1/1 files ready" in res.stdout, res  # (random bytes: not a GGUF header)
+        # downloaded and hashed true, but random bytes are not a GGUF header: not ready
+        assert "x: FAILED: 1 of 1 files not ready" in res.stdout, res
+        assert "unreadable GGUF header" in res.stderr, res
     final = tmp_path / "d" / "x.gguf"
     assert final.read_bytes() == data
     assert stat.S_IMODE(final.stat().st_mode) & 0o044 == 0o044  # readable as model files are

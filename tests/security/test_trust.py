@@ -13,7 +13,8 @@ import pytest
 from support.cli import run_forge
 from support.roots import REPO
 
-from dgr_forge.attest import certify, keys
+from dgr_forge.attest import keys
+from dgr_forge.certify import trust as certify
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
 

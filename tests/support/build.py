@@ -209,11 +209,12 @@ def snapshot_lane(
     worker: Literal["option", "path"] | None = "option",
     sign: bool = False,
     options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> LaneSnapshot:
     """Under the empty `directory`: a copy of `upstream`, a patched root pinning it, the
     test worker (`option`: base/worker given as --worker; `path`: root/worker, the root's
     path worker; None: none) and a signing key made by `keygen` (with `sign`, else
-    --no-sign), built once with `forge_build` and `options` (e.g. `--cache off`); and a
+    --no-sign), built once with `forge_build`, `options` (e.g. `--cache off`) and `env`; and a
     pristine copy of all of it. The caller asserts what it needs of `built.first` (a failed
     build is kept as it is)."""
     base = directory / "lane"
@@ -230,7 +231,7 @@ def snapshot_lane(
         *(("--key", str(key)) if key else ("--no-sign",)),
         *options,
     )
-    first = forge_build(root, *args)
+    first = forge_build(root, *args, env=env)
     built = BuiltLane(base, root, worker_dir, key, first, up, args)
     pristine = directory / "pristine"
     shutil.copytree(base, pristine, symlinks=True)
@@ -244,8 +245,9 @@ def built_snapshot(
     worker: Literal["option", "path"] | None = "option",
     sign: bool = False,
     options: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> LaneSnapshot:
     """`snapshot_lane` whose first build must have succeeded: a module's precondition."""
-    snap = snapshot_lane(directory, upstream, worker=worker, sign=sign, options=options)
+    snap = snapshot_lane(directory, upstream, worker=worker, sign=sign, options=options, env=env)
     assert snap.built.first.code == 0, snap.built.first
     return snap

@@ -103,9 +103,13 @@ BUILD_NUMBER = textwrap.dedent(
 # as llama.cpp's tools/ui (since May 2026): an ALL target that provisions the server's web
 # UI at build time, by `npm` (LLAMA_BUILD_UI) or a download (LLAMA_USE_PREBUILT_UI), else
 # builds without it. Here either way is a failed build (a test never uses the network).
+# A custom target with no outputs: Ninja runs it at every build (tools/ui/CMakeLists.txt:
+# 72-91 at the pin); its byproduct is rewritten only when different (embed.cpp's
+# write_if_different), so nothing else is rebuilt.
 UI_CMAKE = textwrap.dedent(
     """\
     add_custom_target(llama-ui-assets ALL
+        BYPRODUCTS "${CMAKE_CURRENT_BINARY_DIR}/ui.cpp"
         COMMAND ${CMAKE_COMMAND}
             "-DBUILD_UI=${LLAMA_BUILD_UI}"
             "-DHF_ENABLED=${LLAMA_USE_PREBUILT_UI}"
@@ -124,7 +128,9 @@ UI_ASSETS = textwrap.dedent(
         message(FATAL_ERROR "UI: would download the prebuilt UI at build time (network)")
     endif()
     message(WARNING "UI: no assets available - building without an embedded UI")
-    file(WRITE "${UI_BINARY_DIR}/ui.cpp" "// no embedded UI\\n")
+    file(WRITE "${UI_BINARY_DIR}/ui.cpp.new" "// no embedded UI\\n")
+    execute_process(COMMAND "${CMAKE_COMMAND}" -E copy_if_different
+        "${UI_BINARY_DIR}/ui.cpp.new" "${UI_BINARY_DIR}/ui.cpp")
     """
 )
 

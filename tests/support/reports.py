@@ -5,7 +5,6 @@ their real hashes."""
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import shutil
 import subprocess
@@ -151,12 +150,12 @@ def lane_build(forge: Forge, lane: str = "cpu", tag: str = "") -> LaneBuild:
 
 
 def keyid_from_pub(pub_path: Path) -> str:
-    """The documented keyid, computed independently: sha256 of the SPKI DER."""
+    """The documented keyid, computed independently: securesystemslib's own default for
+    the public key (sha256 of its canonical JSON key form)."""
+    from securesystemslib.signer import SSlibKey
+
     key = serialization.load_pem_public_key(pub_path.read_bytes())
-    der = key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return hashlib.sha256(der).hexdigest()
+    return SSlibKey.from_crypto(key).keyid  # type: ignore[arg-type]
 
 
 def read_envelope(path: Path) -> dict[str, Any]:

@@ -494,3 +494,16 @@ def make_root(
 
 def _edits(edits: Sequence[EditLike]) -> list[Edit]:
     return [e if isinstance(e, Edit) else Edit(dict(e[0]), e[1]) for e in edits]
+
+
+# a content pin of the tool, as a root that is not the tool's repository installs it in CI
+GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
+CONSTRAINTS = "cmake==4.4.5\nninja==1.13.2\n"
+
+
+def pin_ci(root: Path) -> Path:
+    """The ci/ files the install step of a root that is not the tool's repository reads."""
+    (root / "ci").mkdir(parents=True, exist_ok=True)
+    (root / "ci" / "requirements.txt").write_text(GIT_PIN + "\n")
+    (root / "ci" / "constraints.txt").write_text(CONSTRAINTS)
+    return root

@@ -41,6 +41,8 @@ class Faults:
     trickle: dict[str, int] = field(default_factory=dict)  # name -> offset to drip from
     trickle_interval: float = 1.0  # seconds per byte once trickling (for at most 30 s)
     range_only: bool = False  # a GET without Range is refused (403): nothing in full
+    range_max: int | None = None  # a 206 carries at most this many bytes (legal, if mean)
+    answer_delay: float = 0.0  # seconds before each answer's status line
 
 
 class FaultyServer:
@@ -117,6 +119,8 @@ class FaultyServer:
                 h.wfile.write(body)
             return req
 
+        if self.faults.answer_delay:
+            time.sleep(self.faults.answer_delay)
         if self.faults.range_only and not range_header:
             answer(403, {"Content-Length": "10"}, b"range only")
             return
@@ -136,6 +140,8 @@ class FaultyServer:
             first, _, closed = spec.partition("-")
             start = 0 if from_zero else int(first)
             last = min(last, int(closed)) if closed and not from_zero else last
+            if self.faults.range_max is not None:
+                last = min(last, start + self.faults.range_max - 1)
             if start >= size:
                 answer(416, {"Content-Range": f"bytes */{size}", "Content-Length": "0"})
                 return

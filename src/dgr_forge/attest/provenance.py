@@ -195,6 +195,36 @@ def _byproduct(forge: Forge, path: Path, media_type: str) -> dict[str, Any] | No
     }
 
 
+SURFACE_NAME = "worker-surface"
+SURFACE_MEDIA_TYPE = "application/vnd.dgr-forge.worker-surface+json"
+
+
+def surface_byproduct(build: LaneBuild) -> dict[str, Any] | None:
+    """What the worker used of upstream (`lanes.boundary`): the boundary headers its
+    objects read, the symbols it imports with their declaring headers. A byproduct
+    ResourceDescriptor: the facts in `annotations`, their canonical JSON's sha256 as digest."""
+    if build.surface is None:
+        return None
+    import hashlib
+    import json
+
+    facts = {
+        "headers": list(build.surface.headers),
+        "symbols": [
+            {"name": s.name, "header": s.header, "symbol": s.symbol, "library": s.library}
+            for s in build.surface.symbols
+        ],
+        "symbolsChecked": build.surface.symbols_checked,
+    }
+    canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
+    return {
+        "name": SURFACE_NAME,
+        "digest": {"sha256": hashlib.sha256(canonical).hexdigest()},
+        "mediaType": SURFACE_MEDIA_TYPE,
+        "annotations": facts,
+    }
+
+
 def statement(
     forge: Forge, build: LaneBuild, *, invocation_id: str | None = None
 ) -> dict[str, Any]:
@@ -238,6 +268,24 @@ def statement(
             {"name": build.toolchain_file, "digest": {"sha256": build.toolchain_sha256}}
         )
     resolved += [_tool(t) for t in build.tools]
+    if build.toolkit is not None:
+        lock = build.toolkit
+        resolved.append(
+            {
+                "name": f"{lock.get('toolkit')}-toolkit",
+                "uri": purl(f"{lock.get('toolkit')}-toolkit", str(lock.get("version") or "")),
+                "digest": {"sha256": lock.get("lock_sha256")},
+                "annotations": {"lock": lock.get("lock"), "wheels": lock.get("wheels")},
+            }
+        )
+    resolved += [
+        {
+            "name": workspace_relative(forge, li.path),
+            "digest": {"sha256": li.sha256},
+            "annotations": {"note": li.note},
+        }
+        for li in build.link_inputs
+    ]
     image = container_image()
     if image is not None:
         resolved.append(image)
@@ -247,6 +295,7 @@ def statement(
         for b in (
             _byproduct(forge, build.log_file, "text/plain"),
             _byproduct(forge, build.cmake_cache, "text/plain"),
+            surface_byproduct(build),
         )
         if b is not None
     ]

@@ -12,6 +12,8 @@ from typing import Any
 
 from msgspec import Struct, field
 
+from dgr_forge.upstream.surface import Surface
+
 
 class Artifact(Struct, frozen=True):
     name: str  # CMake target name
@@ -37,6 +39,14 @@ class WorkerSource(Struct, frozen=True):
     location: str  # a path, or a git URL
     commit: str | None  # exact commit when the worker is a git checkout
     dirty: bool  # uncommitted changes at build time
+
+
+class LinkInput(Struct, frozen=True):
+    """A file the build linked against that is no artifact: the CUDA driver link stub."""
+
+    path: Path  # absolute, in the lane's build directory
+    sha256: str
+    note: str  # "link stub, not shipped"
 
 
 class LaneBuild(Struct):
@@ -73,3 +83,8 @@ class LaneBuild(Struct):
     # the upstream's own build number at the pin and the commit string the binaries carry
     upstream_build_number: int | None = None
     upstream_build_commit: str | None = None
+    # what the worker used of upstream (lanes.boundary); None: no worker was built
+    surface: Surface | None = None
+    link_inputs: list[LinkInput] = field(default_factory=list)  # never subjects
+    # a toolkit installed from a lock (`toolchain install`): its lock digest and versions
+    toolkit: dict[str, Any] | None = None

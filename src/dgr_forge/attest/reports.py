@@ -131,6 +131,49 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
+def surface_of(stmt: dict[str, Any]) -> dict[str, Any] | None:
+    """The worker surface a report records (`provenance.surface_byproduct`), or None."""
+    from dgr_forge.attest.provenance import SURFACE_NAME
+
+    for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
+        if isinstance(b, dict) and b.get("name") == SURFACE_NAME:
+            facts = b.get("annotations")
+            return facts if isinstance(facts, dict) else None
+    return None
+
+
+class Moved(Struct, kw_only=True):
+    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
+
+    added: Annotated[list[str], d("in B only")]
+    removed: Annotated[list[str], d("in A only")]
+
+
+class SurfaceMoves(Struct, kw_only=True):
+    """the worker surface from A to B: boundary headers read, upstream symbols imported
+    (`name (header)`); not a subject difference (the exit code is the subjects')"""
+
+    headers: Moved
+    symbols: Moved
+
+
+def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> SurfaceMoves:
+    """How the surface moved from report A to report B: headers and symbols added and
+    removed (a symbol by its name and declaring header)."""
+
+    def names(facts: dict[str, Any] | None, key: str) -> set[str]:
+        items = (facts or {}).get(key) or []
+        if key == "headers":
+            return {str(h) for h in items}
+        return {f"{x.get('name')} ({x.get('header')})" for x in items if isinstance(x, dict)}
+
+    def moved(key: str) -> Moved:
+        na, nb = names(a, key), names(b, key)
+        return Moved(added=sorted(nb - na), removed=sorted(na - nb))
+
+    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+
+
 def summary(report: Report) -> dict[str, Any]:
     """What `report show` prints, as stable JSON fields."""
     stmt = report.statement or {}
@@ -176,6 +219,7 @@ def summary(report: Report) -> dict[str, Any]:
         "invocation_id": _get(run, "metadata", "invocationId"),
         "started_on": _get(run, "metadata", "startedOn"),
         "finished_on": _get(run, "metadata", "finishedOn"),
+        "surface": surface_of(stmt),
     }
 
 
@@ -192,7 +236,9 @@ class ReportShow(Form, kw_only=True):
         d(
             "the report at a glance: `report`, `payload_type`, `lane`, `recipe`, `upstream`, "
             "`patches`, `toolchain`, `artifacts`, `signed_by`, `builder`, `invocation_id`, "
-            "`started_on`, `finished_on`"
+            "`started_on`, `finished_on`, `surface` (a worker build's surface of upstream: "
+            "`headers`, the boundary headers it read; `symbols`, each `name`, `header`, "
+            "`symbol`, `library`; `symbolsChecked`; null without a worker)"
         ),
     ]
     statement: Annotated[dict[str, Any], d("the in-toto statement (SLSA provenance v1)")]
@@ -393,6 +439,7 @@ class ReportCompare(Form, kw_only=True):
     b: ReportVerify
     differences: Annotated[list[SubjectDifference], d("per subject")]
     subjects: Annotated[int, d("how many subjects `a` names")]
+    surface: SurfaceMoves
 
 
 def subject_digests(v: Verification) -> dict[str, str]:
@@ -424,4 +471,7 @@ def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
         b=vb.result(),
         differences=differences,
         subjects=len(sa),
+        surface=surface_changes(
+            surface_of(va.report.statement or {}), surface_of(vb.report.statement or {})
+        ),
     )

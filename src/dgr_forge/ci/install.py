@@ -284,11 +284,13 @@ def install(root: Path, source: str | None = None) -> Install:
     """How CI installs dgr-forge for this forge root (files checked, none written);
     `source`: a requirement from `tool_source`, installed instead of the root's own pin."""
     if source is not None:
-        cons = _read(root, CI_CONSTRAINTS)
+        # the tool's own repository pins its toolchain once, in constraints.txt
+        rel = SELF_CONSTRAINTS if is_tool_repository(root) else CI_CONSTRAINTS
+        cons = _read(root, rel)
         if cons is not None:
-            _check_constraints(CI_CONSTRAINTS, cons)
-        absent: tuple[str, ...] = () if cons is not None else (CI_CONSTRAINTS,)
-        return Install("source", None, CI_CONSTRAINTS, not absent, False, absent, source)
+            _check_constraints(rel, cons)
+        absent: tuple[str, ...] = () if cons is not None else (rel,)
+        return Install("source", None, rel, not absent, False, absent, source)
     if is_tool_repository(root):
         lines = _read(root, SELF_CONSTRAINTS)
         if lines is not None:
@@ -362,6 +364,46 @@ def _direct_pin() -> str | None:
     commit = vcs.get("commit_id")
     line = f"dgr-forge @ git+{url}@{commit}"
     return line if isinstance(commit, str) and _GIT_PIN.fullmatch(line) else None
+
+
+def writable(current: Install) -> list[str]:
+    """The missing files `write_missing` can write here (what `ci render --write-pins`
+    asks for): ci/constraints.txt, and ci/requirements.txt when this dgr-forge came from
+    a git commit."""
+    if current.mode not in ("requirements", "source"):
+        return []
+    can = [CI_CONSTRAINTS] if CI_CONSTRAINTS in current.missing else []  # (never constraints.txt)
+    if current.mode == "requirements" and REQUIREMENTS in current.missing and _direct_pin():
+        can.append(REQUIREMENTS)
+    return can
+
+
+CONSTRAINTS_HINT = (
+    f"`ci render --write-pins` writes {CI_CONSTRAINTS} from this environment (exact "
+    "versions), or write it yourself: name==version lines, cmake and ninja among them"
+)
+
+
+def missing_refusal(current: Install) -> BadInput:
+    """Exit 2 for a workflow whose install step could not run: the files it reads that are
+    missing, and every way to give each."""
+    files = current.missing
+    ways = []
+    why = ""
+    if REQUIREMENTS in files:
+        why = unpublished()
+        ways.append(f"for {REQUIREMENTS}: {PIN_HINT}")
+    if CI_CONSTRAINTS in files:
+        ways.append(f"for {CI_CONSTRAINTS}: {CONSTRAINTS_HINT}")
+    if SELF_CONSTRAINTS in files:
+        ways.append(f"for {SELF_CONSTRAINTS}: restore it from git (the tool's own pins)")
+    return BadInput(
+        f"{', '.join(files)}: missing: every job's install step reads "
+        f"{'it' if len(files) == 1 else 'them'}, so no job could install dgr-forge"
+        + (f" ({why})" if why else ""),
+        hint="; ".join(ways),
+        details={"files": list(files)},
+    )
 
 
 def write_missing(root: Path, current: Install) -> list[str]:

@@ -150,8 +150,9 @@ class CiRenderOut(Render, kw_only=True):
     written: Annotated[
         list[str],
         d(
-            "the files written because they were missing (`ci/constraints.txt` from this "
-            "environment; `ci/requirements.txt` only when this dgr-forge came from a git commit)"
+            "the files `--write-pins` wrote because they were missing (`ci/constraints.txt` "
+            "from this environment; `ci/requirements.txt` only when this dgr-forge came from "
+            "a git commit); none without `--write-pins`"
         ),
     ]
     requirements_written: Annotated[bool, d("`ci/requirements.txt` was among them")]
@@ -356,9 +357,9 @@ def bump_request(root: Path) -> bool:
     path = root / BUMP_SETTINGS
     if not path.exists() and not path.is_symlink():
         return True
-    if path.is_symlink() or path.parent.is_symlink() or not path.is_file():
-        raise BadInput(f"{BUMP_SETTINGS}: not a regular file", hint="commit a plain file")
-    _, data = Checker(BUMP_SETTINGS).load(path, what="CI bump settings", hint="see docs/bump.md")
+    _, data = Checker(BUMP_SETTINGS).load(
+        path, what="CI bump settings", hint="see docs/bump.md", root=root
+    )
     return decode(BUMP_SETTINGS, data, _BumpSettings).bump.open_request
 
 

@@ -122,7 +122,12 @@ def _version(value: bool) -> None:
 def _global(
     ctx: typer.Context,
     root: Annotated[
-        Path | None, typer.Option("--root", help="Forge root (default: nearest manifests/).")
+        Path | None,
+        typer.Option(
+            "--root",
+            "-C",
+            help="Forge root, -C as git, make and ninja take it (default: nearest manifests/).",
+        ),
     ] = None,
     workspace: Annotated[
         Path | None, typer.Option("--workspace", help="Workspace (default: ROOT/.dgr).")

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 # Options that belong to the whole tool; accepted anywhere on the command line
 # (`dgr-forge build --lane cuda --json` as CI writes it) and moved to the front.
 GLOBAL_FLAGS = frozenset({"--json", "--quiet", "-q", "--verbose", "-v"})
-GLOBAL_VALUED = frozenset({"--root", "--workspace"})
+GLOBAL_VALUED = frozenset({"--root", "-C", "--workspace"})
+ATTACHED = "-C"  # `-CDIR`, the short option's value attached as make takes it
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ def read(argv: list[str]) -> Argv:
             name = arg.split("=", 1)[0] if arg.startswith("-") else None
             nul = name or (before if before.startswith("-") else f"argument {i + 1}")
         name = arg.split("=", 1)[0]
-        if arg in GLOBAL_FLAGS or (name in GLOBAL_VALUED and "=" in arg):
+        attached = arg.startswith(ATTACHED) and len(arg) > len(ATTACHED)
+        if arg in GLOBAL_FLAGS or attached or (name in GLOBAL_VALUED and "=" in arg):
             front.append(arg)
         elif arg in GLOBAL_VALUED and i + 1 < len(argv):
             front.extend(argv[i : i + 2])

@@ -21,11 +21,10 @@ from dgr_forge.cli.options import (
     SigningKey,
     TrustedKeys,
 )
+from dgr_forge.core.errors import ExitCode
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.presets import Presets
-
-    pass
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -112,7 +111,7 @@ def doctor(
 ) -> None:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
 
-    With `--lane`: exit 1 unless every lane named can build here."""
+    With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.host import doctor as doctor_mod
@@ -145,7 +144,9 @@ def doctor(
                 env.out.answer(f"    {check.summary()}")
             for line in check.reasons():
                 env.out.answer(f"    {line}")
-        return Outcome.of(result, not result.get("unbuildable"))
+        # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
+        bad = ExitCode.BAD_INPUT if result.get("unbuildable") else ExitCode.OK
+        return Outcome(result, bad)
 
     run(ctx, "doctor", body)
 
@@ -162,8 +163,8 @@ def lanes(
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.attest import keys as keys_mod
+        from dgr_forge.certify.advertise import overview
         from dgr_forge.lanes.inputs import with_stale
-        from dgr_forge.lanes.overview import overview
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock

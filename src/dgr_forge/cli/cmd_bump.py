@@ -42,6 +42,8 @@ def bump(
         from dgr_forge.upstream.rebase.bump import bump as bump_
 
         with env.session(lock=True, recover=True, refuse_rebase=True) as s:
+            from dgr_forge.lanes.boundary import recorded_surface
+
             result = bump_(
                 env.forge,
                 env.out,
@@ -50,6 +52,7 @@ def bump(
                 dry_run=dry_run,
                 report=report,
                 mirror=resolve_mirror(mirror),
+                surface=recorded_surface(s.forge),
             )
         return Outcome(result.as_dict(), result.exit_code)
 

@@ -81,6 +81,15 @@ def render_command(
             "git+https://.../REPO@COMMIT (40 hex).",
         ),
     ] = None,
+    write_pins: Annotated[
+        bool,
+        typer.Option(
+            "--write-pins",
+            help="Also write the missing ci/constraints.txt from this environment (and "
+            "ci/requirements.txt when this dgr-forge came from a git commit); never "
+            "overwrites.",
+        ),
+    ] = False,
 ) -> None:
     """Render the CI workflow for the lanes in recipes/ (stdout unless --out or --check)."""
     as_json = options(ctx).json
@@ -98,6 +107,15 @@ def render_command(
             forge, lanes, pin = s.forge, s.recipes, s.manifest
         source = ci_install.tool_source(tool_source) if tool_source is not None else None
         how = ci_install.install(forge.root, source)
+        # only the files asked for are written, each said; a workflow whose install step
+        # reads a missing file is never rendered (exit 2 naming it and the ways to give it)
+        written = ci_install.write_missing(forge.root, how) if write_pins else []
+        for rel in written:
+            env.out.info(f"{forge.rel(forge.root / rel)}: written")
+        if written:
+            how = ci_install.install(forge.root, source)
+        if how.missing:
+            raise ci_install.missing_refusal(how)
         text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
         # the rendering, also what a stale or incomplete `--check` reports as its details
         base = ci.rendered(which, lanes, how, text)
@@ -115,30 +133,11 @@ def render_command(
                     hint=fix,
                     details=Details(**render, path=str(check), current=False, diff=diff),
                 )
-            if how.missing:
-                pin_only = how.missing == (ci_install.REQUIREMENTS,)
-                why = ci_install.unpublished() if pin_only else ""
-                raise OperationFailed(
-                    f"{', '.join(how.missing)}: missing: the workflow's install step reads it"
-                    + (f"; {why}" if why else ""),
-                    hint=ci_install.PIN_HINT if pin_only else fix,
-                    details=Details(**render, path=str(check), current=False),
-                )
             env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
             return ci.CiRenderCheck(**fields, path=str(check), current=True)
         if out is not None:
             changed = ci.write(out, text)
             env.out.answer(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
-            written = ci_install.write_missing(forge.root, how)
-            for rel in written:
-                env.out.info(f"{rel}: written")
-            fields["requirements_exist"] = ci_install.install(forge.root, source).exists
-            if ci_install.REQUIREMENTS in set(how.missing) - set(written):
-                why = ci_install.unpublished()
-                env.out.warn(
-                    f"{ci_install.REQUIREMENTS}: missing: the workflow cannot install dgr-forge "
-                    f"until it exists{'; ' + why if why else ''}; {ci_install.PIN_HINT}"
-                )
             return ci.CiRenderOut(
                 **fields,
                 path=str(out),

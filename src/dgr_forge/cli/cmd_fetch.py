@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, app, run
 from dgr_forge.cli.options import FetchForce, Mirror, Offline
+from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
-    from dgr_forge.lanes.overview import LaneLastBuild, Status
+    from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
     from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -53,13 +54,28 @@ def fetch(
     run(ctx, "fetch", body)
 
 
+def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
+    """The series' footprint in upstream's files (None: a patch file cannot be read)."""
+    from dgr_forge.upstream import footprint
+
+    try:
+        fp = footprint.footprint(m)
+    except ForgeError:  # the series section above already says what is wrong with it
+        return None
+    for line in footprint.lines(fp):
+        env.out.answer(line)
+    return fp
+
+
 @app.command()
 def status(ctx: typer.Context) -> None:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
 
     def body(env: Env) -> Status:
+        import msgspec
+
         from dgr_forge.cli.cmd_patch import status_section
-        from dgr_forge.lanes.overview import Status
+        from dgr_forge.lanes.status import Status
         from dgr_forge.upstream.status import rebase_progress, workspace_status
         from dgr_forge.upstream.workspace import inspect
 
@@ -102,6 +118,7 @@ def status(ctx: typer.Context) -> None:
                 for path in st.ignored:
                     out.answer(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
+        patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
         lanes = _lanes_section(env, m)
         if rebase is not None:
             out.answer(
@@ -142,7 +159,7 @@ def _interrupted(journals: frozenset[str], src: Path) -> str:
 def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
     """Lanes built in this workspace and their last build: `{lane, last_build}` rows, the
     shape `lanes` gives a lane too."""
-    from dgr_forge.lanes.overview import built_lanes
+    from dgr_forge.lanes.status import built_lanes
 
     rows = built_lanes(env.forge, m)
     for row, elsewhere in rows:

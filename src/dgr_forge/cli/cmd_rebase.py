@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -87,10 +88,20 @@ def rebase(
                 return rebase_mod.abort(s.forge, env.out)
         if continue_:
             with env.session(lock=True, recover=True, manifest_may_fail=True) as s:
-                return rebase_mod.resume(s.forge, env.out, s.manifest_or_none).as_dict()
+                from dgr_forge.lanes.boundary import recorded_surface
+
+                recorded = recorded_surface(s.forge)  # read before the rebase re-pins
+                m = s.manifest_or_none
+                done = rebase_mod.resume(s.forge, env.out, m)
+                if m is None:  # a manifest mid-write: the rebase's own words only
+                    return done.as_dict()
+                return _with_surface(env, s.forge.src_dir(m.name), done, recorded)
         assert onto is not None
         fetch_from = resolve_mirror(mirror)
         with env.session(lock=True, recover=True) as s:
+            from dgr_forge.lanes.boundary import recorded_surface
+
+            surface = recorded_surface(s.forge)  # what the worker's last builds used
             if dry_run:
                 dry = rebase_mod.dry_run(
                     s.forge,
@@ -101,13 +112,26 @@ def rebase(
                     mirror=fetch_from,
                     offline=offline,
                     report=report,
+                    surface=surface,
                 )
                 return Outcome(dry.as_dict(), dry.exit_code)
-            return rebase_mod.start(
+            done = rebase_mod.start(
                 s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
-            ).as_dict()
+            )
+            return _with_surface(env, s.forge.src_dir(s.manifest.name), done, surface)
 
     run(ctx, "rebase", body)
+
+
+def _with_surface(env: Env, src: Path, done: Any, recorded: Any) -> dict[str, Any]:
+    """A finished rebase's result with the worker surface's moves from the old pin to the
+    new one (`upstream.surface.across`), printed as well."""
+    from dgr_forge.upstream.surface import across
+
+    moved = across(src, done.old_commit, done.new_commit, recorded)
+    for line in moved.lines():
+        env.out.answer(line)
+    return {**done.as_dict(), "surface": moved}
 
 
 @app.command()

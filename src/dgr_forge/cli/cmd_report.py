@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,14 +17,18 @@ from dgr_forge.cli.options import (
     CertifyLane,
     KeygenForce,
     KeygenOut,
+    ReportLane,
     SigningKey,
     VerifyKey,
 )
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
+    from msgspec import Struct
+
     from dgr_forge.attest.keys import Keygen
     from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
+    from dgr_forge.certify.sequence import Inputs
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -56,20 +62,26 @@ def keygen(
 @report_app.command("show")
 def show(
     ctx: typer.Context,
-    report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
+    report: Annotated[
+        Path | None, typer.Argument(help="A .intoto.jsonl report (or --lane L).")
+    ] = None,
+    lanes: ReportLane = None,
 ) -> None:
-    """Print a readable summary of a report (--json: the statement too). Does not verify."""
+    """Print a readable summary of a report (--json: the statement too). Does not verify.
+
+    `--lane L` shows lane L's latest report in the workspace."""
 
     def body(env: Env) -> ReportShow:
         from dgr_forge.attest import reports as reports_mod
 
-        loaded = reports_mod.load(report)
+        shown = _report_or_latest(env, report, lanes)
+        loaded = reports_mod.load(shown)
         if loaded.statement is None:
             raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
         s = reports_mod.summary(loaded)
         up = s["upstream"]
         out = env.out
-        out.answer(f"report     {report}")
+        out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
         out.answer(f"lane       {s['lane']}")
         out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
         out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
@@ -84,9 +96,50 @@ def show(
         out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
         out.answer(f"builder    {s['builder']}")
         out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
+        surface = s["surface"]
+        if surface is not None:
+            out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
+            for h in surface.get("headers") or []:
+                out.answer(f"  {h}")
+            out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
+            for sym in surface.get("symbols") or []:
+                out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
         return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
     run(ctx, "report show", body)
+
+
+def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) -> Path:
+    """The report named, or `--lane L`'s latest in the workspace: exactly one of them."""
+    if report is not None and lanes:
+        raise BadInput(
+            "name a report or --lane L, not both", hint="dgr-forge report show --lane cpu"
+        )
+    if report is not None:
+        return report
+    if not lanes or len(lanes) > 1:
+        raise BadInput(
+            "report show needs a report R or one --lane L (that lane's latest report)",
+            hint="dgr-forge report show --lane cpu",
+        )
+    from dgr_forge.attest import reports as reports_mod
+    from dgr_forge.core.gitutil import NAME
+
+    lane = lanes[0]
+    if not NAME.fullmatch(lane):
+        raise BadInput(
+            f"--lane {lane!r} is not a lane name (letters, digits, '.', '_', '-')",
+            hint="a lane is the name of a recipes/LANE.toml",
+            details={"lane": lane},
+        )
+    latest = reports_mod.latest_report(env.forge, lane)
+    if latest is None:
+        raise BadInput(
+            f"no report of lane {lane} in {env.forge.rel(env.forge.reports_dir)}",
+            hint=f"build it first: dgr-forge build --lane {lane}",
+            details={"lane": lane},
+        )
+    return latest
 
 
 def _artifact_base(env: Env, report: Path) -> Path:
@@ -160,6 +213,11 @@ def compare(
                 env.out.error(f"{name} {v.report}: {failure}")
         for d in c.differences:
             env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
+        for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
+            for name in moved.added:  # the worker surface growing or shrinking
+                env.out.answer(f"  surface  + {what} {name}")
+            for name in moved.removed:
+                env.out.answer(f"  surface  - {what} {name}")
         if not c.identical:
             what = "differ" if c.a.verified and c.b.verified else "do not both verify"
             env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
@@ -215,7 +273,9 @@ def certify_command(
 
     report = build_report or report_
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Struct:
+        from dgr_forge.certify import sequence
+
         if len(lanes or []) > 1:
             raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
         lane = lanes[0] if lanes else None
@@ -229,7 +289,11 @@ def certify_command(
                 )
             if report is None:
                 raise BadInput("--attested needs --build-report R", hint="name the lane's report")
-            return _attested(env, report, attested, hardware, key, report_key)
+            with _certify_session(env, lock=False) as got:
+                return sequence.attested(
+                    got, env.out, report=report, evidence=attested, described=hardware,
+                    key=key, report_key=report_key,
+                )  # fmt: skip
         if lane is None:
             raise BadInput(
                 "certify needs --lane L (run its suite) or --attested FILE --build-report R",
@@ -237,59 +301,22 @@ def certify_command(
             )
         if hardware is not None:
             raise BadInput("--hardware goes with --attested", hint="the hardware is probed")
-        from dgr_forge.cli.certify_run import certify_lane
-
-        return certify_lane(
-            env,
-            lane=lane,
-            model=model,
-            dest=dest,
-            device=device,
-            report=report,
-            key=key,
-            report_key=report_key,
-        )
+        # the workspace lock for the whole run: a build cannot change the lane's binaries,
+        # nor another certify its logs, while the steps run
+        with _certify_session(env, lock=True) as got:
+            return sequence.lane(
+                got, env.out, lane=lane, model=model, dest=dest, device=device,
+                report=report, key=key, report_key=report_key,
+            )  # fmt: skip
 
     run(ctx, "certify", body)
 
 
-def _attested(
-    env: Env,
-    report: Path,
-    evidence: Path,
-    hardware: str | None,
-    key: str | None,
-    report_key: str | None,
-) -> dict[str, Any]:
-    from dgr_forge.attest import certify as certify_mod
-    from dgr_forge.attest import keys
-    from dgr_forge.lanes.inputs import tool_versions, worker_identity
+@contextlib.contextmanager
+def _certify_session(env: Env, *, lock: bool) -> Iterator[Inputs]:
+    """The inputs a certification binds; the host's tools where its probes are there."""
+    from dgr_forge.certify.sequence import Inputs
 
-    # the host's tools are bound where its probes are there to read them
     probed = (env.forge.toolchains_dir / "probes.toml").is_file()
-    with env.session(recipes=True, worker=True, probes=probed) as s:
-        forge, m, all_recipes = s.forge, s.manifest, s.recipes
-        bound_worker = worker_identity(s.worker)  # what the certification binds of it
-        tools = tool_versions(s.doctor, all_recipes) if probed else None
-    public = keys.resolve_verifier(report_key)
-    signer = keys.resolve_signer(key, env.out)
-    path, cert = certify_mod.certify(
-        forge,
-        all_recipes,
-        m,
-        report=report,
-        evidence=evidence,
-        signer=signer,
-        report_key=public,
-        hardware=hardware,
-        out=env.out,
-        worker=bound_worker,
-        tools=tools,
-    )
-    env.out.info(f"{cert.lane}: attested, not checked (never advertised)")
-    trusted = {k.keyid for k in certify_mod.trusted_keys(forge)}
-    return {
-        "certification": str(path),
-        "trusted": signer.keyid in trusted,
-        **cert.as_dict(),
-    }
+    with env.session(lock=lock, recipes=True, worker=True, probes=probed) as s:
+        yield Inputs(s.forge, s.manifest, s.recipes, s.doctor if probed else None, s.worker)

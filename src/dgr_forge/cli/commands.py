@@ -22,6 +22,7 @@ MODULES: list[str] = [
     "report",
     "artifacts",
     "ci",
+    "toolchain",
     "demo",
 ]
 
@@ -44,6 +45,7 @@ COMMAND_MODULES: dict[str, str] = {
     "report": "report",
     "artifacts": "artifacts",
     "ci": "ci",
+    "toolchain": "toolchain",
     "demo": "demo",
 }
 

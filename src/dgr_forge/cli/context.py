@@ -92,9 +92,11 @@ def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.probes import load_probes
+    from dgr_forge.host.toolkit import LOCK_NAME, installed_site
 
-    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES)
-    return Doctor(probes, fenced=(forge.root, forge.workspace))
+    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES, root=forge.root)
+    site = installed_site(forge.toolchains_dir / LOCK_NAME)  # the pinned toolkit, first
+    return Doctor(probes, fenced=(forge.root, forge.workspace), sites=(site,) if site else ())
 
 
 def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamManifest:
@@ -161,6 +163,10 @@ def _load_inputs(
         from dgr_forge.host.recipes import load_all
 
         recipes = load_all(forge.recipes_dir, forge.root)
+        from dgr_forge.certify import suite
+
+        for recipe in recipes.values():  # a hostile [certify] is exit 2 for every command
+            suite.load(recipe)
     doctor = load_doctor(forge) if needs.probes else None
     spec = None
     if needs.worker:

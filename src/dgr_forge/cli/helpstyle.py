@@ -19,7 +19,8 @@ from typing import Any
 import typer
 
 GLOBAL_OPTIONS = (
-    "Global options, accepted anywhere on the line: --root PATH (the forge root), "
+    "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge "
+    "root), "
     "--workspace PATH, --json (one JSON object on stdout), --quiet (errors only), "
     "--verbose (the child commands run); see dgr-forge --help."
 )
@@ -53,7 +54,11 @@ USAGE: dict[str, tuple[str, str]] = {
               "0 built (or up to date) · 1 the build failed · 2 bad input, or the lane "
               "cannot build on this host · 3 the source tree is not the patched tree"),
     "doctor": ("dgr-forge doctor --lane cuda",
-               "0 probed · 1 with --lane: that lane cannot build here · 2 bad input"),
+               "0 probed · 2 with --lane: that lane cannot build here (as build), or bad "
+               "input"),
+    "toolchain install": ("dgr-forge toolchain install cuda --offline --wheelhouse wheels/",
+                          "0 installed (or already there) · 1 a wheel does not match the lock, "
+                          "or pip failed: nothing installed · 2 bad lock or argument"),
     "lanes": ("dgr-forge lanes --advertised", "0 listed · 2 bad input (a recipe)"),
     "presets": ("dgr-forge presets --lane cpu --dry-run",
                 "0 written (or shown) · 2 no tree to write into, or a CMakeUserPresets.json "
@@ -67,8 +72,8 @@ USAGE: dict[str, tuple[str, str]] = {
     "demo": ("dgr-forge demo /tmp/dgr-demo",
              "0 the whole tour ran · 1 a step did not end as expected · 2 DIR is not new or "
              "empty"),
-    "report show": ("dgr-forge report show .dgr/reports/cpu-*.intoto.jsonl",
-                    "0 shown · 2 not a report, or unreadable"),
+    "report show": ("dgr-forge report show --lane cpu",
+                    "0 shown · 2 not a report, unreadable, or no report of that lane"),
     "report verify": ("dgr-forge report verify --artifacts .dgr/reports/cpu-*.intoto.jsonl",
                       "0 verified · 1 not (signature, subjects, artifacts) · 2 bad input"),
     "report compare": ("dgr-forge report compare A.intoto.jsonl B.intoto.jsonl",
@@ -87,10 +92,11 @@ USAGE: dict[str, tuple[str, str]] = {
                            "--url-base https://models.example.com/m/",
                            "0 written · 2 bad input"),
     "ci matrix": ("dgr-forge ci matrix", "0 printed · 2 bad recipes"),
-    "ci render": ("dgr-forge ci render --tool-source dgr-forge==0.1.0 "
+    "ci render": ("dgr-forge ci render --tool-source "
+                  "git+https://git.example.com/you/dgr-forge@<40-hex commit> --write-pins "
                   "--out .github/workflows/dgr-forge.yml",
-                  "0 rendered (--check: up to date) · 1 --check: stale, or a file the install "
-                  "step reads is missing · 2 bad input"),
+                  "0 rendered (--check: up to date) · 1 --check: stale · 2 bad input, or a "
+                  "file the install step reads is missing (named, with the ways to give it)"),
 }  # fmt: skip
 
 
@@ -134,12 +140,43 @@ def _argument(param: Any) -> None:
     param.type = kind
 
 
+UNWRAPPED = 1 << 20  # Click's help width in a pipe: no line is wrapped (or broken)
+
+
+def _columns_asked() -> bool:
+    import os
+
+    return bool(os.environ.get("COLUMNS", "").strip())
+
+
+def _plain_help() -> bool:
+    """Help read from a pipe or a file (`--help | less`, `> help.txt`): Click's plain text,
+    no Rich panels (whose boxes and cut lines a reader or grep cannot use)."""
+    import sys
+
+    try:
+        return not sys.stdout.isatty()
+    except (AttributeError, OSError, ValueError):  # closed or not a real file
+        return True
+
+
 def apply(root: Any) -> None:
     """Placeholders and the epilog (example, exit codes, global options) on every command
-    under `root`."""
+    under `root`; plain help when stdout is not a terminal."""
+    plain = _plain_help()
+    if plain and not _columns_asked():
+        # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
+        # (a copy: the dict may be the Typer app's own, kept across in-process runs)
+        root.context_settings = {
+            **(root.context_settings or {}),
+            "terminal_width": UNWRAPPED,
+            "max_content_width": UNWRAPPED,
+        }
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         command, path = stack.pop()
+        if plain and hasattr(command, "rich_markup_mode"):
+            command.rich_markup_mode = None
         for param in command.params:
             if param.param_type_name == "argument":
                 _argument(param)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from typing import Any, TextIO
 
 import typer
@@ -48,8 +48,80 @@ def _fileno(stream: TextIO) -> int | None:
         return None
 
 
+class GuardedStream:
+    """A text stream whose writes cannot raise: the one path every write to stdout or
+    stderr takes (the Reporter's lines, Rich, Typer's help, the JSON object). A full
+    device (`> /dev/full`), a closed pipe or an I/O error is recorded (`error`), the rest
+    of the run's output to it dropped (its descriptor pointed at /dev/null, so neither
+    buffered bytes nor Python's exit flush raise again), and `main` turns it into exit 1
+    and one `error:` line on stderr, never a traceback."""
+
+    def __init__(self, stream: TextIO, name: str) -> None:
+        self.stream, self.name = stream, name
+        self.error: OSError | ValueError | None = None
+
+    def write(self, text: str) -> int:
+        if self.error is None:
+            try:
+                return self.stream.write(text)
+            except (OSError, ValueError) as err:  # ValueError: a closed file object
+                self._failed(err)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError) as err:
+                self._failed(err)
+
+    def close(self) -> None:
+        self.flush()
+        with suppress(OSError, ValueError):
+            self.stream.close()
+
+    def _failed(self, err: OSError | ValueError) -> None:
+        self.error = err
+        fd = _fileno(self.stream)
+        if fd is not None:
+            with suppress(OSError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, fd)
+                os.close(null)
+        with suppress(OSError, ValueError):
+            self.stream.flush()  # what was buffered goes to /dev/null now
+
+    def __getattr__(self, name: str) -> Any:  # isatty, fileno, encoding, buffer, ...
+        return getattr(self.stream, name)
+
+
+def _why(stream: GuardedStream) -> str:
+    err = stream.error
+    what = err.strerror if isinstance(err, OSError) and err.strerror else "it is closed"
+    return f"error: cannot write to {stream.name}: {what}"
+
+
 @contextmanager
-def _json_stdout(enabled: bool) -> Iterator[None]:
+def _guarded_streams() -> Iterator[list[GuardedStream]]:
+    """sys.stdout and sys.stderr guarded for one invocation, put back after (main may run
+    in-process); the guards, for `main` to ask what failed."""
+    saved = sys.stdout, sys.stderr
+    guards = [GuardedStream(sys.stdout, "stdout"), GuardedStream(sys.stderr, "stderr")]
+    sys.stdout, sys.stderr = guards
+    try:
+        yield guards
+    finally:
+        for guard in guards:
+            guard.flush()
+        sys.stdout, sys.stderr = saved
+
+
+@contextmanager
+def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
     """With --json, keep stdout for the one JSON object only: Python's `sys.stdout` (Typer's
     help, stray prints) and file descriptor 1 (child processes) both go to stderr meanwhile."""
     if not enabled:
@@ -58,10 +130,12 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
     sys.stdout.flush()
     saved_stdout = sys.stdout
     out_fd = _fileno(saved_stdout)
-    stream = saved_stdout if out_fd is None else os.fdopen(os.dup(out_fd), "w", encoding="utf-8")
+    own = None if out_fd is None else os.fdopen(os.dup(out_fd), "w", encoding="utf-8")
+    # the JSON object's own stream, guarded like stdout: its failure is stdout's
+    stream = guards[0] if own is None else GuardedStream(own, "stdout")
     saved_fd1 = os.dup(1)
     os.dup2(_fileno(sys.stderr) or 2, 1)
-    JSON_CHANNEL.stream = stream
+    JSON_CHANNEL.stream = stream  # type: ignore[assignment]
     sys.stdout = sys.stderr
     try:
         yield
@@ -71,8 +145,9 @@ def _json_stdout(enabled: bool) -> Iterator[None]:
         os.dup2(saved_fd1, 1)
         os.close(saved_fd1)
         stream.flush()
-        if stream is not saved_stdout:
+        if own is not None:
             stream.close()
+            guards[0].error = guards[0].error or stream.error
 
 
 def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
@@ -124,6 +199,17 @@ def _reopen_closed_std() -> set[int]:
 def main(argv: list[str] | None = None) -> None:
     tighten_umask()  # nothing the forge makes is group/world-writable (SECURITY.md)
     closed = _reopen_closed_std()
+    with _guarded_streams() as guards:
+        code = _main(argv, closed, guards)
+        failed = [g for g in guards if g.error is not None]
+        if failed:
+            # the answer (or what was said about it) did not arrive: never exit 0
+            guards[1].write(_why(failed[0]) + "\n")
+            code = code or ExitCode.FAILED
+    sys.exit(code)
+
+
+def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream]) -> int:
     line = argv_mod.read(list(sys.argv[1:] if argv is None else argv))
     register_for(line)
     as_json = line.as_json
@@ -131,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     helpstyle.apply(root)  # one placeholder style, the global options named in every help
     command = command_path(line.words, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
-    with _json_stdout(as_json):
+    with _json_stdout(as_json, guards):
         if line.nul is not None:
             code = fail(_nul_argument(line.nul), command, as_json) or ExitCode.BAD_INPUT
         else:
@@ -148,4 +234,4 @@ def main(argv: list[str] | None = None) -> None:
         # the answer is the JSON object, and it had nowhere to go (docs/cli.md)
         print("error: stdout is closed: the JSON object was not written", file=sys.stderr)
         code = ExitCode.FAILED
-    sys.exit(code)
+    return code

@@ -129,6 +129,10 @@ Lanes = Annotated[
     list[str] | None,
     _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane."),
 ]
+ReportLane = Annotated[
+    list[str] | None,
+    _lane_option("Use this lane's latest report in the workspace, instead of naming one."),
+]
 CertifyLane = Annotated[list[str] | None, _lane_option("The lane to certify (recipes/LANE.toml).")]
 
 KeygenOut = Annotated[

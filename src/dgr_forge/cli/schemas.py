@@ -30,7 +30,7 @@ from dgr_forge.cli.results import lanes as lanes_forms
 from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.lanes import build, check, overview, presets
+from dgr_forge.lanes import build, check, presets, status
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 
@@ -62,7 +62,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "status",
         "The workspace: upstream checkout, series, lanes, a rebase in progress. URLs masked.",
-        overview.Status,
+        status.Status,
     ),
     _cmd(
         "export",
@@ -120,7 +120,6 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "certify",
         "Run the lane's certification suite on this host; sign it when every step passes.",
-        certify_forms.CertifyLane,
         certify_forms.Certify,
     ),
     _cmd(
@@ -163,6 +162,11 @@ COMMANDS: tuple[Command, ...] = (
         "presets",
         "CMakeUserPresets.json with a configure + build preset per lane.",
         presets.Presets,
+    ),
+    _cmd(
+        "toolchain install",
+        "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
+        lanes_forms.ToolchainInstall,
     ),
     _cmd(
         "demo",

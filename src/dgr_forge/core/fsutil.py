@@ -55,17 +55,62 @@ MAX_WORKFLOW_BYTES = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK
 
 
+def _below(path: Path, root: Path | None) -> Path | None:
+    """`path` relative to `root` when it lies under it (by its absolute form, no link
+    resolved), else None."""
+    if root is None:
+        return None
+    here, top = Path(os.path.abspath(path)), Path(os.path.abspath(root))
+    return here.relative_to(top) if here != top and here.is_relative_to(top) else None
+
+
+def _link_on(root: Path, rel: Path) -> str | None:
+    """The first component of `rel` below `root` that is a symlink (by lstat), if any."""
+    for n in range(1, len(rel.parts) + 1):
+        if os.path.islink(root.joinpath(*rel.parts[:n])):
+            return str(Path(*rel.parts[:n]))
+    return None
+
+
 def open_regular(
-    path: Path, *, what: str, hint: str, limit: int, shown: str | None = None, follow: bool = True
+    path: Path,
+    *,
+    what: str,
+    hint: str,
+    limit: int,
+    shown: str | None = None,
+    follow: bool = True,
+    root: Path | None = None,
 ) -> tuple[int, os.stat_result]:
     """A read-only descriptor of `path` and its fstat, only if it is a regular file of at
     most `limit` bytes: else exit 2 naming the file. Never blocks (O_NONBLOCK); with
-    follow=False a symlink at `path` is refused too (O_NOFOLLOW)."""
+    follow=False a symlink at `path` is refused too (O_NOFOLLOW). With `root`, a path
+    under it is a file the forge root supplies (a pull request writes it): opened one
+    component at a time below the root with O_NOFOLLOW, so a link at any of them
+    (`recipes/leak.toml -> /etc/shadow`, a linked `manifests/`) is refused before a
+    byte of what it points at is read."""
     name = shown or str(path)
     problem: str
     flags = _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW)
+    rel = _below(path, root)
     try:
-        fd = os.open(path, flags)
+        if rel is not None and root is not None:
+            try:
+                fd = open_nofollow(rel, flags, base=root)
+            except OSError as err:
+                link = _link_on(root, rel) if err.errno in (errno.ELOOP, errno.ENOTDIR) else None
+                if link is None:
+                    raise
+                which = "is" if link == str(rel) else f"lies under {link}, which is"
+                raise BadInput(
+                    f"{name}: {which} a symbolic link: a file the forge root supplies is "
+                    "never read through one",
+                    hint=f"commit the {what} itself in place of the link (SECURITY.md: no "
+                    "file a forge root supplies may be a link)",
+                    details={"file": name, "link": link},
+                ) from None
+        else:
+            fd = os.open(path, flags)
     except FileNotFoundError:
         problem = f"no such {what}"
     except IsADirectoryError:
@@ -100,10 +145,14 @@ def read_regular(
     limit: int,
     shown: str | None = None,
     follow: bool = True,
+    root: Path | None = None,
 ) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (see `open_regular`)."""
+    """The bytes of a regular file of at most `limit` bytes (see `open_regular`; with
+    `root`, no link at any component below it)."""
     name = shown or str(path)
-    fd, _ = open_regular(path, what=what, hint=hint, limit=limit, shown=shown, follow=follow)
+    fd, _ = open_regular(
+        path, what=what, hint=hint, limit=limit, shown=shown, follow=follow, root=root
+    )
     with os.fdopen(fd, "rb") as f:
         try:
             data = f.read(limit + 1)  # the file may grow after fstat

@@ -3,8 +3,15 @@ report, a rendered file) on stdout; progress, warnings and errors on stderr. Wit
 the one JSON object is stdout's only content and every human line goes to stderr.
 
 Commands never print directly; they talk to a `Reporter`, so colour, progress bars, the
-answer/diagnostic split and `--quiet`/`--verbose` are decided in this one place. A stream
-that is not a terminal (a pipe, a file) gets plain text: no colour, no Rich boxes.
+answer/diagnostic split and `--quiet`/`--verbose` are decided in this one place.
+
+Nothing is cut unless a person at a terminal asked for a width, and not even then:
+* a stream that is not a terminal (a pipe, a file) gets plain text: no colour, no boxes,
+  tables as aligned columns at full width, progress as whole lines;
+* at a terminal a table is boxed when it fits the width, else each row is written as
+  `column  value` lines (a path or id stays one line, whole, for copying); a progress bar's
+  text comes last and folds onto the next line rather than lose a character;
+* `NO_COLOR` (no-color.org) removes colour and nothing else; `CI` means a log: no bars.
 """
 
 from __future__ import annotations
@@ -57,7 +64,8 @@ def _tty(stream: TextIO) -> bool:
 
 
 def _interactive() -> bool:
-    return _terminal() and not os.environ.get("NO_COLOR") and not os.environ.get("CI")
+    """Progress bars: a person at a terminal (NO_COLOR only takes the colour away)."""
+    return _terminal() and not os.environ.get("CI")
 
 
 def _bar_text(text: str) -> str:
@@ -224,17 +232,41 @@ class Reporter:
             self.answer(empty or f"{title or 'table'}: none")
             return
         cells = [[_cell(c) for c in row] for row in rows]
+        names = [str(c) for c in columns]
         if not _terminal() or not _tty(self._stream(True)):
-            self._plain_table(title, [str(c) for c in columns], cells)
+            self._plain_table(title, names, cells)
             return
+        from rich.measure import Measurement
         from rich.table import Table
 
         table = Table(title=title, show_lines=False)
-        for col in columns:
-            table.add_column(col)
+        for col in names:
+            table.add_column(col, no_wrap=True, overflow="ignore")
         for row in cells:
             table.add_row(*row)
-        self._console_for(True).print(table)
+        console = self._console_for(True)
+        natural = Measurement.get(console, console.options.update_width(1 << 20), table)
+        if natural.maximum <= console.width:
+            console.print(table)
+            return
+        self._row_records(title, names, cells)  # too wide to box without cutting a cell
+
+    def _row_records(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
+        """Each row as `column  value` lines, a blank line between rows: every value whole
+        on its line, however narrow the terminal (it wraps the line, the text stays)."""
+        from rich.text import Text
+
+        width = max(len(c) for c in columns)
+        console = self._console_for(True)  # the column names styled as a table's header
+        if title:
+            self.answer(f"{title}:")
+        for n, row in enumerate(rows):
+            if n:
+                self.answer("")
+            for name, value in zip(columns, row, strict=True):
+                if value:
+                    line = Text.assemble(((name or "-").ljust(width), "bold"), "  ", value)
+                    console.print(line, soft_wrap=True)
 
     def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
         widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
@@ -257,10 +289,13 @@ class Reporter:
             TimeRemainingColumn,
             TransferSpeedColumn,
         )
+        from rich.table import Column
 
-        columns: list[Any] = [TextColumn("{task.description}"), BarColumn()]
+        columns: list[Any] = [BarColumn()]
         if transfer:
             columns += [DownloadColumn(), TransferSpeedColumn()]
         columns.append(TimeRemainingColumn())
+        # the text last, folded onto the next line when long: a path in it is never cut
+        columns.append(TextColumn("{task.description}", table_column=Column(overflow="fold")))
         with Progress(*columns, console=self.console, transient=False) as progress:
             yield ProgressSink(self, progress)

@@ -76,12 +76,21 @@ def capture(
     )
 
 
+PROBE_LIMIT = 1 << 20  # bytes a probe may print: a version or a device list, never more
+
+
 def probe(cmd: Sequence[str], *, timeout: float = 20.0) -> subprocess.CompletedProcess[str] | None:
-    """Run a host probe (`tool --version`); None when it is missing, broken or hangs."""
+    """Run a host probe (`tool --version`) through `bounded`: None when it is missing,
+    broken, hangs past `timeout` or prints more than `PROBE_LIMIT` bytes."""
+    _starting(cmd, None)
     try:
-        return capture(cmd, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+        done = bounded(cmd, timeout=timeout, limit=PROBE_LIMIT)
+    except (OSError, ValueError):
         return None
+    if done.returncode is None:
+        return None
+    text = (done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace"))
+    return subprocess.CompletedProcess(list(cmd), done.returncode, *text)
 
 
 def stream(
@@ -232,6 +241,7 @@ def bounded(
         timed_out, rc = True, None
     child.stdout.close()
     child.stderr.close()
+    _kill_session(child.pid)  # whatever the outcome: nothing it started outlives it
     if timed_out or over:
         rc = None
     seconds = time.monotonic() - started
@@ -242,3 +252,41 @@ def _kill_group(child: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
+
+
+_REAPED = 5.0  # seconds to wait for a killed session's processes to be gone
+
+
+def _session_members(sid: int) -> list[int]:
+    """The live processes of session `sid` (Linux /proc; elsewhere its process group
+    only, which `killpg` reaches): a child that left its group stays in its session."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read(4096).rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 3 and fields[0] not in (b"Z", b"X") and int(fields[3]) == sid:
+                found.append(int(entry.name))
+    return found
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process of the session `bounded` started (its group, and any group
+    a descendant moved to), and wait until none runs: one that ignores SIGTERM or closed
+    its descriptors is gone too. (A process that made a session of its own has left.)"""
+    deadline = time.monotonic() + _REAPED
+    while True:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(sid, signal.SIGKILL)
+        members = _session_members(sid)
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not members or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)

@@ -59,13 +59,20 @@ def type_name(value: Any) -> str:
 
 
 def read_bytes(
-    path: Path, *, what: str, hint: str, shown: str | None = None, limit: int = MAX_BYTES
+    path: Path,
+    *,
+    what: str,
+    hint: str,
+    shown: str | None = None,
+    limit: int = MAX_BYTES,
+    root: Path | None = None,
 ) -> bytes:
     """The bytes of an input file, refused by its size before reading when over `limit`.
 
     Missing, unreadable, not a regular file, a NUL in the path, or too big: exit 2 naming
-    the file (`core.fsutil.read_regular`, the one bounded reader)."""
-    return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
+    the file (`core.fsutil.read_regular`, the one bounded reader). Under `root` (the
+    forge root), a link at any component below it is exit 2 too, nothing of it read."""
+    return read_regular(path, what=what, hint=hint, limit=limit, shown=shown, root=root)
 
 
 _LONG_NUMBER = re.compile(r"[0-9_]{1000,}")
@@ -109,8 +116,10 @@ class Checker:
 
     # -- reading
 
-    def read(self, path: Path, *, what: str, hint: str, limit: int = MAX_BYTES) -> bytes:
-        return read_bytes(path, what=what, hint=hint, shown=self.shown, limit=limit)
+    def read(
+        self, path: Path, *, what: str, hint: str, limit: int = MAX_BYTES, root: Path | None = None
+    ) -> bytes:
+        return read_bytes(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
 
     def parse(self, raw: bytes, *, limit: int = MAX_BYTES) -> dict[str, Any]:
         """TOML bytes to a dict: bad encoding, bad syntax, too big or too deep is exit 2."""
@@ -165,8 +174,9 @@ class Checker:
         return data
 
     def load(
-        self, path: Path, *, what: str, hint: str, limit: int = MAX_BYTES
+        self, path: Path, *, what: str, hint: str, root: Path | None, limit: int = MAX_BYTES
     ) -> tuple[bytes, dict[str, Any]]:
-        """Read and parse `path`: its bytes (for hashing) and the document."""
-        raw = self.read(path, what=what, hint=hint, limit=limit)
+        """Read and parse `path`: its bytes (for hashing) and the document; `root`: the
+        forge root it may lie under (no link below it is followed, see `read_bytes`)."""
+        raw = self.read(path, what=what, hint=hint, limit=limit, root=root)
         return raw, self.parse(raw, limit=limit)

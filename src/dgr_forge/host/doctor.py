@@ -7,6 +7,7 @@ about a lane.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import importlib.util
 import os
@@ -100,8 +101,27 @@ def _short(description: str) -> str:
     return description.split(" (")[0]
 
 
+# the exact command of each way to get a package: `{}` is the names
+INSTALL_COMMANDS = {
+    "pip": "pip install {}",
+    "debian": "apt-get install {} (Debian/Ubuntu)",
+    "nvidia": "apt-get install {} (NVIDIA's CUDA apt repository: "
+    "https://developer.download.nvidia.com/compute/cuda/repos/)",
+    "rocm": "apt-get install {} (AMD's ROCm apt repository: https://repo.radeon.com/rocm/apt/)",
+    "lunarg": "apt-get install {} (LunarG's Vulkan SDK repository: https://vulkan.lunarg.com)",
+    "brew": "brew install {}",
+    "cargo": "cargo install {}",
+    "forge": "dgr-forge {} (the toolkit this root pins, toolchains/cuda.lock)",
+}
+
+
 def install_hint(packages: dict[str, list[str]]) -> str:
-    return " · ".join(f"{system}: {' '.join(names)}" for system, names in packages.items())
+    """Each way to get it, as the command to run (a system the forge has no command for,
+    e.g. macOS's Xcode, is shown as its names)."""
+    return " · ".join(
+        f"{system}: {INSTALL_COMMANDS.get(system, '{}').format(' '.join(names))}"
+        for system, names in packages.items()
+    )
 
 
 # ----------------------------------------------------------------------------- probing
@@ -135,24 +155,29 @@ def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
     return False
 
 
-def _python_dir(spec: str) -> str | None:
+def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
     """A directory an installed wheel ships binaries in.
 
     "pkg/sub/dir": inside the package, found without importing it (importing the cmake
-    wheel costs ~0.1 s, too much for a no-op build); "@scripts": this Python's scripts
-    directory; "module:ATTR": the attribute of the imported module (the slow fallback).
+    wheel costs ~0.1 s, too much for a no-op build): first under `sites` (the toolkit
+    `toolchain install` put in its prefix), then in this Python's environment, every
+    portion of a namespace package (`nvidia/cu13`, `nvidia/cublas`); "@scripts": this
+    Python's scripts directory; "module:ATTR": the attribute of the imported module (the
+    slow fallback).
     """
     if spec == "@scripts":
         return sysconfig.get_path("scripts")
     if ":" not in spec:
         package, _, sub = spec.partition("/")
+        for site in sites:
+            if (site / spec).is_dir():
+                return str(site / spec)
         try:
             found = importlib.util.find_spec(package)
         except (ImportError, ValueError):
             return None
         locations = list(found.submodule_search_locations or []) if found else []
-        path = Path(locations[0]) / sub if locations else None
-        return str(path) if path and path.is_dir() else None
+        return next((str(p) for loc in locations if (p := Path(loc) / sub).is_dir()), None)
     module, _, attr = spec.partition(":")
     try:
         value = getattr(importlib.import_module(module), attr)
@@ -165,9 +190,14 @@ class Doctor:
     """Runs probes on demand and caches the results for one process."""
 
     def __init__(
-        self, probes: Probes, path_env: str | None = None, fenced: tuple[Path, ...] = ()
+        self,
+        probes: Probes,
+        path_env: str | None = None,
+        fenced: tuple[Path, ...] = (),
+        sites: tuple[Path, ...] = (),
     ) -> None:
         self.probes = probes
+        self.sites = sites  # wheel directories searched before this Python's own
         path_env = os.environ.get("PATH", "") if path_env is None else path_env
         # a relative PATH entry is the working directory: the checkout
         self.path_env = os.pathsep.join(p for p in path_env.split(os.pathsep) if os.path.isabs(p))
@@ -213,8 +243,8 @@ class Doctor:
             )
         dirs: list[str] = []
         for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
-            wheel = _python_dir(spec)
-            if wheel:
+            wheel = _python_dir(spec, self.sites)
+            if wheel and not _inside(wheel, self._fenced):
                 dirs.append(wheel)
                 found = next(
                     (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
@@ -284,12 +314,18 @@ class Doctor:
                 if tool.found and tool.path:
                     roots.append(Path(tool.path).resolve().parent.parent)
                 continue
+            if entry.startswith("python:"):
+                wheel = _python_dir(entry[7:], self.sites)
+                if wheel:
+                    roots.append(Path(wheel))
+                continue
             expanded = _expand(entry)
             if expanded:
                 roots.append(Path(expanded))
         unique: list[Path] = []
         for root in roots:
-            if root not in unique:
+            # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
+            if root not in unique and not _inside(str(root), self._fenced):
                 unique.append(root)
         return unique
 
@@ -399,7 +435,12 @@ def _library_files(directory: Path, name: str) -> list[Path]:
         return []
     candidates = [directory / f"lib{name}{suffix}" for suffix in _LIB_SUFFIXES]
     candidates.append(directory / f"{name}.lib")
-    return [c for c in candidates if c.exists()]
+    found = [c for c in candidates if c.exists()]
+    if not found:
+        # a wheel ships only the versioned file (libcudart.so.13): the lane makes the
+        # unversioned link in its own build directory (host/cudakit)
+        found = sorted(directory.glob(f"lib{glob.escape(name)}.so.[0-9]*"))[:1]
+    return found
 
 
 def diagnose(
@@ -431,7 +472,7 @@ def diagnose(
 
 
 def gate(result: dict[str, Any], checks: list[LaneCheck], lanes: list[str]) -> list[LaneCheck]:
-    """`doctor --lane L...`: narrow `result` to those lanes (the caller's exit code is 1 when
+    """`doctor --lane L...`: narrow `result` to those lanes (the caller's exit code is 2 when
     `unbuildable` is not empty). The recipes' lane names were already checked (unknown: exit 2)."""
     chosen = [c for c in checks if c.lane in lanes]
     bad = [c.lane for c in chosen if not c.buildable]

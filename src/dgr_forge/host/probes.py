@@ -70,7 +70,11 @@ class _Library(Shape):
     headers: Annotated[Strings, about("every one must exist under an include dir")] = ()
     names: Annotated[Strings, about("`lib<name>.so`/`.dylib`/`.a` or `<name>.lib`")] = ()
     roots: Annotated[
-        Strings, about("`$VAR`, `tool:<probe>` (that tool's install prefix) or a path")
+        Strings,
+        about(
+            "`$VAR`, `tool:<probe>` (that tool's install prefix), `python:pkg/sub` (an "
+            "installed wheel's directory) or a path"
+        ),
     ] = ()
     include_dirs: Annotated[Strings, about("relative to each root")] = ("include",)
     lib_dirs: Annotated[Strings, about("relative to each root")] = ("lib",)
@@ -130,11 +134,15 @@ class Probes(Struct, frozen=True):
         return hash_without(self, frozenset({"tools", "libraries"}))
 
 
-def load_probes(path: Path, shown: str | None = None) -> Probes:
-    """Parse probes.toml strictly: unknown keys and wrong types are exit 2."""
+def load_probes(path: Path, shown: str | None = None, *, root: Path | None = None) -> Probes:
+    """Parse probes.toml strictly: unknown keys and wrong types are exit 2; under `root`
+    (the forge root) a link is refused, never read."""
     shown = shown or str(path)
     raw, data = Checker(shown).load(
-        path, what="probes file", hint="restore toolchains/probes.toml from the repository"
+        path,
+        what="probes file",
+        hint="restore toolchains/probes.toml from the repository",
+        root=root,
     )
     doc = decode(shown, data, _Probes)
     tools: dict[str, ToolProbe] = {}
@@ -148,6 +156,17 @@ def load_probes(path: Path, shown: str | None = None) -> Probes:
         name: LibraryProbe(**{**asdict(lib), "name": name, "description": lib.description or name})
         for name, lib in doc.libraries.items()
     }
+    for name, lib in doc.libraries.items():
+        for where in lib.roots:
+            wheel = where.removeprefix("python:")
+            named = wheel.partition("/")[0].isidentifier() and ".." not in wheel
+            if wheel != where and not named:
+                raise fail(
+                    shown,
+                    f"libraries.{name}.roots",
+                    f"{where[:60]!r} is not a wheel directory the forge may look in",
+                    '"python:pkg/sub/dir", e.g. "python:nvidia/cu13"',
+                )
     return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
 
 

@@ -25,7 +25,7 @@ everywhere with no code change.
     packages = ["libvulkan-dev", "glslc"]  # optional: apt packages the job installs first
     certify_runs_on = ["self-hosted", "gpu-cuda"]  # optional: a certify job on this hardware
     [certify]                              # optional: the lane's certification suite
-    targets = ["test-backend-ops"]         # (see host/certsuite.py)
+    targets = ["test-backend-ops"]         # (see certify/suite.py)
 
 Option values are data, not CMake arguments: a small safe character set (no `;`,
 whitespace, `$`, quotes, backslash, control characters, no leading `-`); a CMake list is
@@ -49,7 +49,6 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import hash_without
 from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail
-from dgr_forge.host.certsuite import Suite, SuiteShape, load_suite
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -179,6 +178,87 @@ class _CI(Shape):
     certify_runs_on: Annotated[CIWords, about("a certify job's runner (with [certify])")] = ()
 
 
+# -- `[certify]` as written: the lane's certification suite, whose meaning (gates,
+# placeholders, parsers) is `certify.suite`'s: its keys, types, bounds, declared once here
+
+Strings = tuple[str, ...]
+PLACEHOLDERS = ("model", "device", "threads")
+DEFAULT_TIMEOUT = 600
+MAX_TIMEOUT = 7200  # two hours: a whole op suite on a slow device, never unbounded
+MAX_FAILED = 1_000_000
+MAX_TS = 1e7
+SPEEDS_FIX = "min_avg_ts = { prompt = 50.0, gen = 5.0 }"
+# tokens per second: a float (or an integer), never nan, inf, 0 or a string
+Speed = Annotated[
+    float,
+    about(
+        "tokens per second, at least",
+        gt=0,
+        le=MAX_TS,
+        fix="{name} = 5.0",
+        problem=f"{{value}} ({{type}}) is not a speed in (0, {MAX_TS:g}] t/s",
+    ),
+]
+
+
+class Speeds(Shape):
+    """A speed gate: the average tokens per second a run must reach."""
+
+    prompt: Annotated[Speed, about("prompt processing")] | None = None
+    gen: Annotated[Speed, about("generation")] | None = None
+
+
+class StepShape(Shape):
+    """One program run and its gate."""
+
+    name: Annotated[NonEmpty, about("the step's name, `[a-z0-9_-]`, unique")]
+    program: Annotated[NonEmpty, about("one of `certify.targets`: a program the build made")]
+    parser: Annotated[NonEmpty, about("how its output is read: a parser of `certify.parsers`")]
+    args: Annotated[
+        Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
+    ] = ()
+    max_failed: (
+        Annotated[
+            int, about("the gate of a counting parser: failures allowed", ge=0, le=MAX_FAILED)
+        ]
+        | None
+    ) = None
+    min_avg_ts: Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
+    timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
+    by_model: (
+        Annotated[
+            dict[str, Speeds],
+            about(
+                "a model's own speed gate, by model manifest name (`certify --model`)",
+                fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }",
+            ),
+        ]
+        | None
+    ) = None
+
+
+class SuiteShape(Shape):
+    """`[certify]`: the lane's certification suite."""
+
+    targets: Annotated[
+        Strings,
+        about("the programs it runs, built with the lane", fix='targets = ["test-backend-ops"]'),
+    ] = ()
+    steps: Annotated[
+        tuple[
+            Annotated[
+                StepShape, about("a step", fix="write each step as a [[certify.steps]] table")
+            ],
+            ...,
+        ],
+        about("in order", fix="add one [[certify.steps]] table per program run"),
+    ] = ()
+
+    @property
+    def needs_model(self) -> bool:
+        return any("{model}" in a for s in self.steps for a in s.args)
+
+
 class _Recipe(Shape):
     """`recipes/<lane>.toml`: one backend lane (the file's name is the lane's)."""
 
@@ -210,7 +290,7 @@ class Recipe(Struct, frozen=True):
     image_digest: str | None = None
     gitlab_tags: tuple[str, ...] = ()
     packages: tuple[str, ...] = ()
-    certify: Suite | None = None  # `[certify]`: the suite `certify --lane` runs
+    certify: SuiteShape | None = None  # `[certify]` (`certify.suite.load` reads it)
     certify_runs_on: tuple[str, ...] = ()  # `ci.certify_runs_on`: a CI certify job's runner
 
     def __hash__(self) -> int:
@@ -230,12 +310,13 @@ class Recipe(Struct, frozen=True):
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
 
 
-def load(path: Path, shown: str | None = None) -> Recipe:
+def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> Recipe:
+    """A recipe; `root`: the forge root it lies in (a link there is refused, never read)."""
     shown = shown or str(path)
     name = path.stem
     if not LANE_NAME.fullmatch(name):
         raise fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
-    raw, data = Checker(shown).load(path, what="recipe", hint="check the path")
+    raw, data = Checker(shown).load(path, what="recipe", hint="check the path", root=root)
     doc = decode(shown, data, _Recipe)
     lane, ci = doc.lane, doc.ci
     options = {key: _option(shown, key, value) for key, value in doc.cmake.options.items()}
@@ -260,7 +341,7 @@ def load(path: Path, shown: str | None = None) -> Recipe:
         raise fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
     runs_on = _words(shown, "runs_on", ci.runs_on, _CI_WORD)
     system = next((o for o in ("linux", "darwin", "windows") if o in lane.host_os), "linux")
-    suite = load_suite(shown, doc.certify)
+    suite = doc.certify
     certify_runs_on = _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
     if certify_runs_on and suite is None:
         raise fail(
@@ -395,7 +476,7 @@ def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
     recipes: dict[str, Recipe] = {}
     for path in sorted(recipes_dir.glob("*.toml")):
         shown = str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
-        recipe = load(path, shown)
+        recipe = load(path, shown, root=root)
         if root is not None:
             _toolchain_inside(recipe, root, shown)
         recipes[path.stem] = recipe

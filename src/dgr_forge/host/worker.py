@@ -87,7 +87,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if not manifest.is_file():
         return None
     _, data = Checker(MANIFEST).load(
-        manifest, what="worker manifest", hint="restore it or remove it"
+        manifest, what="worker manifest", hint="restore it or remove it", root=forge.root
     )
     table = decode(MANIFEST, data, _Manifest).worker
     raw_path, url, commit = table.path, table.url, table.commit

@@ -11,10 +11,11 @@ File API reply, sign the report), recording each transition of the lane's state 
 Incremental, but never at the cost of truth: a digest of everything configure depends on
 is kept per lane. When it matches (and the patched tree is where we left it, with
 nothing untracked or modified), fetch, patch and configure are skipped and only Ninja
-runs. The last report is handed back only when Ninja had no work, the last build
-completed, every subject still re-hashes to its digest, every byproduct too, and it was
-signed by the key asked for now; a changed artifact is removed so Ninja rebuilds it, and
-a new report is written.
+runs, and not even Ninja when the lane's whole input is the last report's. The last
+report is handed back only when its whole input is this build's, the last build
+completed, every subject still re-hashes to its digest (after whatever Ninja ran), every
+byproduct too, and it was signed by the key asked for now; a changed artifact is removed
+so Ninja rebuilds it (the report handed back when it is the same bytes again).
 """
 
 from __future__ import annotations
@@ -64,7 +65,9 @@ class BuildResult(Form, kw_only=True):
         "choice, or an input file or program changed during the build, is exit 1 with "
         "`changed` (the paths) or `compile`/`link`/`code_check`/`chosen` (the launchers found, "
         "the one chosen), and no report; an ignored, untracked or modified file in the "
-        "upstream or git-worker tree is exit 3 with `changes`"
+        "upstream or git-worker tree is exit 3 with `changes`; a worker that reads an upstream "
+        "file outside the boundary or imports an upstream symbol no boundary header declares "
+        "fails its lane (exit 1, no report) with the lane's `leaks`"
     )
 
     upstream: BuildUpstream

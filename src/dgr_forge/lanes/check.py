@@ -22,18 +22,17 @@ from msgspec import Struct, field
 
 from dgr_forge.core.errors import ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
-from dgr_forge.core.fsutil import read_tree_file, sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.upstream import export, manifest, manifest_edit
+from dgr_forge.upstream import export, footprint, manifest, manifest_edit, series_journal
+from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
-
-_PATCH_HINT = "a patch file is a regular file: remove what is not one from patches/"
 
 
 class Difference(Struct, kw_only=True):
@@ -50,8 +49,9 @@ class Check(Form, kw_only=True):
     title = "check"
     may_fail = True
     note = (
-        "exit 1 when not clean; 2 when only recipe options are wrong and one is a deprecated "
-        "alias upstream"
+        "exit 1 when not clean, or when the series' footprint in upstream's files passes "
+        "`[patches] budget` (`footprint.grew` names the patches); 2 when only recipe options "
+        "are wrong and one is a deprecated alias upstream"
     )
 
     commit: Annotated[str, d("the pin")]
@@ -65,10 +65,14 @@ class Check(Form, kw_only=True):
     )
     options_checked: Annotated[int, d("CMake options the recipes pass that were checked")] = 0
     option_problems: Annotated[list[OptionProblem], d("problems")] = field(default_factory=list)
+    footprint: Annotated[
+        Footprint | None, d("the series in upstream's own files (exit 1 over its budget)")
+    ] = None
 
     @property
     def ok(self) -> bool:
-        return self.series_reproduced and not self.option_problems
+        over = self.footprint is not None and self.footprint.over_budget
+        return self.series_reproduced and not self.option_problems and not over
 
     @property
     def exit_code(self) -> ExitCode:
@@ -133,7 +137,16 @@ def check(
 ) -> Check:
     """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
     `recipes` pass."""
-    result = Check(commit=m.commit)
+    fp = footprint.footprint(m)
+    result = Check(commit=m.commit, footprint=fp)
+    for line in footprint.lines(fp):
+        out.answer(line)
+    if fp.over_budget:
+        out.error(
+            f"check: the series changes {fp.upstream_lines} line(s) of upstream's files, over "
+            f"its budget of {fp.budget} ([patches] budget.upstream_lines in "
+            f"{forge.rel(m.path)}); grown by {', '.join(fp.grew)}"
+        )
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
         scratch_root = _scratch_root(forge, m, tmp)
         scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
@@ -155,8 +168,7 @@ def check(
         rendered = export.compute_series(src, m.commit, tmp_root=forge.tmp_dir)
         # the root's patches/ is a tree a pull request writes: a planted link is its text
         on_disk = {
-            p.name: read_tree_file(m.patches_dir, p.name, what="patch file", hint=_PATCH_HINT)
-            or b""
+            p.name: series_journal.patch_bytes(m.patches_dir, p.name) or b""
             for p in m.patches_dir.glob("*.patch")
         }
         fresh = {p.file: p.data for p in rendered}

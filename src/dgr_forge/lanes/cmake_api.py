@@ -127,6 +127,26 @@ def read_reply(build_dir: Path) -> Reply:
     return Reply(version, tuple(targets), cache, tuple(compilers))
 
 
+def target_documents(build_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The codemodel's top source directory and each target's own reply document (its
+    compile groups, include directories and their backtraces: `lanes.boundary`)."""
+    reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
+    indexes = sorted(reply_dir.glob("index-*.json"))
+    if not indexes:
+        raise OperationFailed(f"{reply_dir}: no CMake File API reply", hint="re-run the build")
+    responses = _load(indexes[-1]).get("reply", {}).get(CLIENT, {}).get("query.json", {})
+    codemodel = next(
+        (r for r in responses.get("responses", []) if r.get("kind") == "codemodel"), None
+    )
+    if codemodel is None or "jsonFile" not in codemodel:
+        raise OperationFailed(f"{reply_dir}: the reply has no codemodel", hint="re-run the build")
+    model = _load(reply_dir / codemodel["jsonFile"])
+    configs = model.get("configurations", [])
+    refs = configs[0].get("targets", []) if configs else []
+    top = Path(model["paths"]["source"])
+    return top, [_load(reply_dir / ref["jsonFile"]) for ref in refs]
+
+
 def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
     """`only` and every target they depend on, transitively: the shared libraries a
     requested target loads at run time are shipped with it (libllama loads libggml,

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from msgspec import Struct
 
-from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool
+from dgr_forge.attest.records import Artifact, LaneBuild, LinkInput, PatchInput, Tool
 from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
-from dgr_forge.host import worker
+from dgr_forge.host import cudakit, toolkit, worker
 from dgr_forge.lanes import cmake_api, inputs
 from dgr_forge.lanes.stamps import RACY_NS
 from dgr_forge.upstream.manifest import read_raw
@@ -182,4 +182,18 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
         upstream_build_number=m.build_number,
         upstream_build_commit=m.build_commit,
+        link_inputs=[
+            LinkInput(path=path, sha256=sha, note=cudakit.STUB_NOTE)
+            for path, sha in cudakit.recorded(plan.cuda)
+        ],
+        toolkit=_toolkit(forge, plan),
     )
+
+
+def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, Any] | None:
+    """The pinned toolkit's identity when the lane's nvcc came from `toolchain install`."""
+    if "nvcc" not in plan.tool_paths:
+        return None
+    lock = forge.toolchains_dir / toolkit.LOCK_NAME
+    found = toolkit.identity(lock, plan.tool_paths["nvcc"])
+    return None if found is None else {**found, "lock": forge.rel(lock)}

@@ -9,14 +9,19 @@ one `Decision` with its reason:
   configure resolved changed: never objects of two compilers in one binary);
 * `reconfigure`: configure's inputs, the tree or the build directory are not the ones
   configured; configure again, then Ninja;
-* `compile`: configured as recorded; Ninja, then a new report (no completed build, a run
+* `compile`: configured as recorded; Ninja, then a report (no completed build, a run
   cut short, an artifact changed on disk, another key);
-* `reuse`: configured, and the last report is handed back when Ninja has no work.
+* `reuse`: configured as recorded; when the lane's whole input is the last report's too
+  (`skips_ninja`), the report is handed back without running Ninja or the compiler
+  cache: the stamps, the tree and the subjects' stat records say nothing moved.
 
-After Ninja, `after_compile()` (pure too) settles what a `reuse` or any run with no work
-means: the report handed back, a new one, or a fresh build directory when the inputs
-Ninja cannot see changed. The transitions of the state (`started`, `configured`,
-`failed`, `built`, `wiping`, `wiped`) are pure as well: the builder writes each once.
+After Ninja, `after_compile()` (pure too) decides by content, never by what Ninja ran
+(llama.cpp's `llama-ui-assets` runs at every build): the last report is handed back when
+its whole input and every subject's bytes are this build's and it was signed by the key
+asked for now (`Decision.handback`); a fresh build directory when the inputs moved but
+Ninja wrote nothing (an edit with an old mtime); else a new report. The transitions of
+the state (`started`, `configured`, `failed`, `built`, `wiping`, `wiped`) are pure as
+well: the builder writes each once.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Decision(Struct, frozen=True):
     reason: str
     moved: tuple[str, ...] = ()  # refuse: the files that moved
     rebuilt: tuple[str, ...] = ()  # compile / reuse: artifacts to remove so Ninja relinks
+    # the last report completed and was signed by the key asked for now: it is handed back
+    # after Ninja when the whole input and the subjects' bytes are still its own
+    handback: bool = False
 
     @property
     def configured(self) -> bool:
@@ -96,7 +104,7 @@ def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
     """Whether `decide` needs the keyid (a full key load): only when a report could be
     handed back and the cheap fingerprint does not already say it is the same key."""
     last = last_ok(state)
-    if last is None or state.in_progress is not None:
+    if last is None:
         return False
     return fingerprint is None or fingerprint != last.signer_fingerprint
 
@@ -105,36 +113,55 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
     """The one decision for a lane, with the reason it is given."""
     if now.moved:
         return Decision("refuse", f"changed {BEFORE_LOCK}", moved=now.moved)
+    last = last_ok(state)
+    handback = last is not None and key_matches(last, now)
     if state.in_progress == "wipe":
-        return Decision("rebuild", "a removal of the build directory was cut short")
+        return Decision(
+            "rebuild", "a removal of the build directory was cut short", handback=handback
+        )
     if now.programs_changed:
         return Decision("rebuild", f"changed since configure: {', '.join(now.programs_changed)}")
     why = _not_configured(state, now)
     if why is not None:
-        return Decision("reconfigure", why)
+        return Decision("reconfigure", why, handback=handback)
     rebuilt = now.subjects_changed
-    last = last_ok(state)
     if last is None:
         reason = "no completed build" + (" (the last one failed)" if state.last_build else "")
         return Decision("compile", reason, rebuilt=rebuilt)
     if state.in_progress is not None:
         reason = f"the last run was cut short (in {state.in_progress})"
-        return Decision("compile", reason, rebuilt=rebuilt)
+        return Decision("compile", reason, rebuilt=rebuilt, handback=handback)
     if rebuilt:
-        return Decision("compile", "artifacts changed on disk", rebuilt=rebuilt)
-    if not key_matches(last, now):
+        return Decision("compile", "artifacts changed on disk", rebuilt=rebuilt, handback=handback)
+    if not handback:
         return Decision("compile", "the last report was signed by another key")
-    return Decision("reuse", "configured as recorded; the last report, if Ninja has no work")
+    return Decision(
+        "reuse", "configured as recorded; the last report, if its inputs are", handback=True
+    )
 
 
-def after_compile(decision: Decision, no_work: bool, recorded: str | None, whole: str) -> Outcome:
-    """After Ninja: `recorded` is the whole input digest of the last report (None: none),
-    `whole` this build's. Ninja with no work on inputs other than the report's (an edit
-    with an old mtime, a lost state) built nothing of them: a fresh build directory.
-    `reuse` still needs the report and its byproducts to re-hash true (`truth`)."""
-    if no_work and recorded != whole:
+def skips_ninja(decision: Decision, recorded: str | None, whole: str) -> bool:
+    """Nothing moved: configured as recorded, the subjects and the report's key as they
+    were, and the lane's whole input (every input file's stamp, the tree, the programs)
+    the last report's. Ninja and the compiler cache are not asked (`truth.report_true`
+    still re-hashes the report and its byproducts)."""
+    return decision.action == "reuse" and recorded == whole
+
+
+def after_compile(
+    decision: Decision, wrote: bool, recorded: str | None, whole: str, subjects_same: bool
+) -> Outcome:
+    """After Ninja: `wrote` whether Ninja wrote any file, `recorded` the whole input
+    digest of the last report (None: none), `whole` this build's, `subjects_same` whether
+    the last report's subjects still re-hash to its digests. Content decides: the report
+    is handed back when its inputs and subjects are this build's, whatever Ninja ran (a
+    step that changes no subject is a no-op). Inputs other than the report's with
+    nothing written (an edit with an old mtime, a lost state) built nothing of them: a
+    fresh build directory. `reuse` still needs the report and its byproducts to re-hash
+    true (`truth`)."""
+    if not wrote and recorded != whole:
         return "rebuild"
-    if decision.action == "reuse" and no_work:
+    if decision.handback and recorded == whole and subjects_same:
         return "reuse"
     return "report"
 

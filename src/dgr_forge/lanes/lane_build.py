@@ -33,9 +33,10 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
-from dgr_forge.host import worker
+from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import decision, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.collect import BuildRun, make_record
 from dgr_forge.lanes.plan import (
     LanePlan,
@@ -83,6 +84,9 @@ class LaneResult(Struct, kw_only=True):
     ] = UNSET
     error_lines: Annotated[
         list[str] | UnsetType, d("a failed build's first error lines (only when failed)")
+    ] = UNSET
+    leaks: Annotated[
+        Leaks | UnsetType, d("what crossed the worker boundary (only when the lane failed so)")
     ] = UNSET
 
 
@@ -190,12 +194,12 @@ def observe(
         programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
     )
     last = decision.last_ok(state)
-    if last is None or not decision.decide(state, now).configured:
+    if last is None:
         return now
-    changed = tuple(str(p) for p in truth.changed_subjects(last))
-    now = msgspec.structs.replace(now, subjects_changed=changed)
-    if state.in_progress is not None:  # cut short: no report is handed back, whatever key
-        return now
+    if decision.decide(state, now).configured:  # a configure's build relinks them anyway
+        changed = tuple(str(p) for p in truth.changed_subjects(last))
+        now = msgspec.structs.replace(now, subjects_changed=changed)
+    # whatever runs, the last report is handed back only if signed by the key asked for
     fp = ctx.signing.fingerprint()
     key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
     return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
@@ -258,6 +262,13 @@ class LaneBuilder:
         plan, ctx, lane = self.plan, self.ctx, self.plan.lane
         last = decision.last_ok(self.state)
         d = decision.decide(self.state, observe(ctx, plan, self.state, self.snap, self.conf.digest))
+        recorded = last.input_digest if last is not None else None
+        if (
+            last is not None
+            and decision.skips_ninja(d, recorded, self._whole())
+            and truth.report_true(last)
+        ):
+            return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
             truth.changed_error(self.forge, lane, [Path(p) for p in d.moved], decision.BEFORE_LOCK)
         if d.action == "rebuild":
@@ -289,8 +300,8 @@ class LaneBuilder:
             if ran is None:
                 return self.result
             whole = self._whole()
-            recorded = last.input_digest if last is not None else None
-            outcome = decision.after_compile(d, ran.no_work, recorded, whole)
+            same = last is not None and not truth.changed_subjects(last)
+            outcome = decision.after_compile(d, ran.wrote, recorded, whole, same)
             if outcome == "rebuild":
                 self.out.warn(
                     f"{lane}: inputs changed but Ninja found nothing to do "
@@ -372,6 +383,9 @@ class LaneBuilder:
         plan, lane, conf = self.plan, self.plan.lane, self.conf
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
+        if plan.cuda is not None:  # the links and the driver stub configure links against
+            with self._failing("configure"):
+                cudakit.prepare(plan.cuda, _c_compiler(plan))
         ran = steps.configure(self.cmake_command(), plan.build_dir, log, env)
         self.result.timings["configure"] = ran.seconds
         self.result.configured = True
@@ -419,20 +433,24 @@ class LaneBuilder:
         return ran
 
     def _settled(self, last: LastBuild) -> None:
-        """The lane built (or handed back): the stamps re-taken make the next no-op cheap."""
+        """The lane built (or handed back): the stamps re-taken make the next no-op cheap
+        (state.json is written only when they, or the last build, changed)."""
         programs.refresh(self.state.programs)
-        self._record(
-            decision.built(
-                self.state,
-                last,
-                stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
-                self.state.programs,
-            )
+        settled = decision.built(
+            self.state,
+            last,
+            stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
+            self.state.programs,
         )
+        if settled != self.state:
+            self._record(settled)
 
-    def _reuse(self, last: LastBuild) -> LaneResult:
+    def _reuse(self, last: LastBuild, *, ran: bool = True) -> LaneResult:
+        """The last report handed back; `ran`: after Ninja (else nothing ran: no new log)."""
         r = self.result
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
+        if not ran:
+            r.log_file = str(last.log_file or "")
         r.artifacts = msgspec.convert(last.artifacts, list[Artifact])
         if last.inputs is None:
             # an older forge recorded none; the report was built from these whole inputs
@@ -442,7 +460,9 @@ class LaneBuilder:
         self._settled(last)
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
-        logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
+        if ran:
+            keep = {last.log_file, str(self.log_path)}
+            logs.prune(self.plan.logs_dir, self.plan.lane, keep=keep)
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
@@ -468,7 +488,21 @@ class LaneBuilder:
             programs=self.state.programs,
             launcher=launcher,
         )
+        surface = None
+        if plan.spec is not None:  # the worker boundary, proven before anything is signed
+            tb = time.monotonic()
+            with self._failing("boundary"):
+                checked = boundary.check(
+                    plan.ninja, plan.build_dir, plan.upstream_dir, plan.spec.source_dir
+                )
+            r.timings["boundary"] = time.monotonic() - tb
+            if not checked.ok:
+                r.leaks = checked.leaks
+                self._fail("boundary", checked.messages())
+                return r
+            surface = checked.surface
         record = make_record(run, found.reply, found.artifacts)
+        record.surface = surface
         report, signer = steps.sign(self.forge, record, self.ctx.signing, self.out)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
@@ -519,6 +553,11 @@ def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
         f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
         details={"file": forge.rel(m.path), "key": "upstream.build_number"},
     )
+
+
+def _c_compiler(plan: LanePlan) -> str:
+    """The lane's own C compiler (its recipe's tools), for the CUDA link stub."""
+    return next((plan.tool_paths[t] for t in ("gcc", "clang") if t in plan.tool_paths), "cc")
 
 
 def _program_stamps(forge: Forge) -> Path | None:

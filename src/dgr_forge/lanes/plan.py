@@ -34,7 +34,7 @@ from dgr_forge.cache.select import OFF, CacheSetup
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_regular
-from dgr_forge.host import worker
+from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -50,6 +50,8 @@ MAPPED_ROOT = "/dgr/root"
 MAPPED_WORKER = "/dgr/worker"
 # flag variables the forge extends with the prefix maps (a recipe's value is kept first)
 FLAG_LANGS = ("C", "CXX")
+# the link flags a CUDA lane extends with its link path (`-Wl,-rpath-link`)
+LINK_KINDS = ("EXE", "SHARED", "MODULE")
 
 
 class LanePlan(Struct, frozen=True):
@@ -68,6 +70,8 @@ class LanePlan(Struct, frozen=True):
     # every tool the recipe requires, where this host has it: a compiler that moved
     # (a new gcc on PATH) must reconfigure, CMake would keep the cached one
     tool_paths: dict[str, str] = field(default_factory=dict)
+    # a CUDA lane: the toolkit's unversioned links and the driver link stub (host/cudakit)
+    cuda: cudakit.CudaLink | None = None
 
     @property
     def lane(self) -> str:
@@ -190,7 +194,24 @@ def plan_lane(
         prefix_maps=_prefix_maps(forge, spec, forge.build_dir(recipe.name)),
         spec=spec,
         tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
+        cuda=_cuda_link(doctor, recipe, forge.build_dir(recipe.name)),
     )
+
+
+def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaLink | None:
+    """How a lane with nvcc links: its toolkit's library directories (cudart's, cuBLAS's),
+    the links they need, and the driver stub unless this host has a driver library."""
+    if "nvcc" not in recipe.tools or "cudart" not in doctor.probes.libraries:
+        return None
+    cudart = doctor.library("cudart")
+    if not doctor.tool("nvcc").found or not cudart.found or not cudart.include_dir:
+        return None
+    names = [n for n in ("cudart", *recipe.libraries) if n in doctor.probes.libraries]
+    found = [doctor.library(n) for n in names]
+    lib_dirs = tuple(dict.fromkeys(str(Path(r.path).parent) for r in found if r.found and r.path))
+    driver = cudakit.find_driver(lib_dirs)
+    nvcc = doctor.tool("nvcc").path
+    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
 
 
 def _flags(plan: LanePlan, lang: str) -> str:
@@ -232,8 +253,22 @@ def configure_args(
     # HIP is clang: it takes the same maps (nvcc has none for device code, see collect)
     langs = (*FLAG_LANGS, "HIP") if "GGML_HIP" in plan.recipe.cmake_options else FLAG_LANGS
     flag_vars = {f"CMAKE_{lang}_FLAGS" for lang in langs}
-    args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in flag_vars]
+    link_vars = {f"CMAKE_{k}_LINKER_FLAGS" for k in LINK_KINDS} if plan.cuda else set()
+    if plan.cuda is not None and plan.cuda.cuda_flags():
+        link_vars.add("CMAKE_CUDA_FLAGS")
+    kept = flag_vars | link_vars
+    args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in kept]
     args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
+    if plan.cuda is not None:
+        args += plan.cuda.cmake_args()
+        if plan.cuda.cuda_flags():  # nvcc's own link (configure's compiler check too)
+            own = plan.recipe.cmake_options.get("CMAKE_CUDA_FLAGS", "")
+            flags = " ".join([*([own] if own else []), plan.cuda.cuda_flags()])
+            args.append(f"-DCMAKE_CUDA_FLAGS={flags}")
+        for kind in LINK_KINDS:  # the link path only, a recipe's own flags kept first
+            own = plan.recipe.cmake_options.get(f"CMAKE_{kind}_LINKER_FLAGS", "")
+            flags = " ".join([*([own] if own else []), plan.cuda.link_flags()])
+            args.append(f"-DCMAKE_{kind}_LINKER_FLAGS={flags}")
     if spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
@@ -26,6 +27,7 @@ from dgr_forge.host import cmake_options as options
 from dgr_forge.lanes import inputs, logs, state
 from dgr_forge.lanes.collect import collect_artifacts
 from dgr_forge.lanes.plan import LanePlan
+from dgr_forge.lanes.stamps import RACY_NS
 from dgr_forge.lanes.state import LastBuild
 
 if TYPE_CHECKING:
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
 
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
 NO_WORK = "ninja: no work to do."
+NINJA_LOG = ".ninja_log"  # one line per output of each edge Ninja ran: start end mtime path hash
+_LOG_TAIL = 64 << 20  # bytes of Ninja's log read after a run (its own, in the build directory)
 
 
 class Ran(Struct, frozen=True):
@@ -46,10 +50,10 @@ class Ran(Struct, frozen=True):
     lines: list[str]
     seconds: float
     steps: int = 0  # Ninja's last `[done/total]`
-
-    @property
-    def no_work(self) -> bool:
-        return self.code == 0 and any(line.strip() == NO_WORK for line in self.lines)
+    # Ninja wrote a file: an output of an edge it ran is newer than the run's start. An
+    # always-run step (llama.cpp's llama-ui-assets: a custom target with no outputs,
+    # whose byproducts are rewritten only when different) runs at every build, writing none
+    wrote: bool = True
 
 
 def error_lines(lines: list[str], limit: int = 40) -> list[str]:
@@ -103,6 +107,8 @@ def compile_lane(
         cmd += ["-j", str(jobs)]
     cmd += list(plan.recipe.targets)
     steps = [0]
+    offset = _size(plan.build_dir / NINJA_LOG)
+    since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
     with out.progress() as sink:
         task = sink.add(f"{lane}: compile", total=None)
 
@@ -111,10 +117,46 @@ def compile_lane(
             if match:
                 done, total = int(match.group(1)), int(match.group(2))
                 steps[0] = done
-                sink.update(task, done, total, f"{lane}: {match.group(3)[:60]}")
+                sink.update(task, done, total, f"{lane}: {match.group(3)}")
 
         code, lines = logs.run_logged(cmd, log, env, on_line)
-    return Ran(code, lines, time.monotonic() - t, steps[0])
+    idle = code == 0 and any(line.strip() == NO_WORK for line in lines)
+    wrote = not idle and wrote_since(plan.build_dir, offset, since)
+    return Ran(code, lines, time.monotonic() - t, steps[0], wrote)
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
+    """Whether an output Ninja logged after `offset` of its log (the whole log when Ninja
+    compacted it) was written at or after `since_ns`. An unreadable log says it wrote:
+    the report is then decided by the subjects' bytes alone."""
+    try:  # non-blocking, a regular file only: a FIFO swapped in is no wait
+        fd = os.open(build_dir / NINJA_LOG, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return True
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return True
+        fh.seek(offset if st.st_size >= offset else 0)  # recompacted: all of it again
+        data = fh.read(_LOG_TAIL)
+    for line in data.splitlines():
+        fields = line.split(b"\t")
+        if len(fields) != 5 or line.startswith(b"#"):
+            continue
+        out = Path(os.fsdecode(fields[3]))
+        try:
+            if os.stat(out if out.is_absolute() else build_dir / out).st_mtime_ns >= since_ns:
+                return True
+        except OSError:
+            continue  # a symbolic output (a custom target's), never a file
+    return False
 
 
 class Found(Struct, frozen=True):

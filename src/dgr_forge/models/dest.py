@@ -60,7 +60,9 @@ def _forbidden_ancestor(resolved: Path) -> str | None:
 
 def check_destination(dest: Path) -> Path:
     """The destination with symlinks resolved; BadInput if it is (or would be) under /home,
-    by path or by identity (a bind mount of /home elsewhere is /home too)."""
+    by path or by identity (a bind mount of /home elsewhere is /home too). The one gate
+    of every `--dest`: `provision` and `verify` (so `certify --dest`, which verifies or
+    provisions the model there) resolve theirs here and use only what it returns."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
     for root in FORBIDDEN_ROOTS:
         for form in {Path(root), Path(os.path.realpath(root))}:

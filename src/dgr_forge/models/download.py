@@ -80,10 +80,16 @@ class RetryPolicy:
     # so a server trickling a byte at a time cannot hold a run forever
     min_rate: float = 1024.0
     stall_s: float = 60.0
+    # a split's header read by HTTP Range requests (`remote`): at most this many requests
+    # and this many seconds in all, so a server answering a byte per 206 cannot hold a
+    # run for weeks (a real header takes a few dozen requests, in seconds)
+    range_requests: int = 1024
+    range_deadline: float = 600.0
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S}; a bad value is exit 2."""
+        """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S,RANGE_REQUESTS,
+        RANGE_DEADLINE}; a bad value is exit 2."""
         return cls(
             tries=int(env_number("DGR_ARTIFACTS_TRIES", cls.tries, low=1, high=1000, integer=True)),
             backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, low=0, high=300),
@@ -92,10 +98,46 @@ class RetryPolicy:
             ),
             min_rate=env_number("DGR_ARTIFACTS_MIN_RATE", cls.min_rate, low=1, high=2.0**40),
             stall_s=env_number("DGR_ARTIFACTS_STALL_S", cls.stall_s, low=0.01, high=86400),
+            range_requests=int(_range_requests()),
+            range_deadline=env_number(
+                "DGR_ARTIFACTS_RANGE_DEADLINE", cls.range_deadline, low=0.01, high=86400
+            ),
         )
 
     def delay(self, failures: int) -> float:
         return float(min(self.backoff * 2 ** (failures - 1), 30.0))
+
+
+def _range_requests() -> float:
+    name = "DGR_ARTIFACTS_RANGE_REQUESTS"
+    return env_number(name, RetryPolicy.range_requests, low=1, high=1e6, integer=True)
+
+
+class RateFloor:
+    """The minimum rate of a transfer: at least `min_rate` bytes/s over every `stall_s`
+    window, whatever the read timeout lets through (a server dripping a byte per second
+    never trips a 60 s read timeout). Downloads and Range reads of headers share it."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.min_rate, self.window = policy.min_rate, policy.stall_s
+        self.restart()
+
+    def restart(self) -> None:
+        self._start, self._bytes = time.monotonic(), 0
+
+    def add(self, n: int) -> str | None:
+        """Count `n` bytes that arrived; the problem when the window closed below the rate."""
+        self._bytes += n
+        elapsed = time.monotonic() - self._start
+        if elapsed < self.window:
+            return None
+        if self._bytes < self.min_rate * elapsed:
+            return (
+                f"too slow: {self._bytes} bytes in {elapsed:.1f}s, under the minimum "
+                f"{human(self.min_rate)}/s (DGR_ARTIFACTS_MIN_RATE)"
+            )
+        self.restart()
+        return None
 
 
 class FileOutcome(Struct, kw_only=True):
@@ -391,18 +433,11 @@ class Downloader:
             )
         # read1: whatever has arrived, so a dropped connection loses no received byte
         # (iter_content would discard a partly filled chunk)
-        window_start, window_bytes = time.monotonic(), 0
+        floor = RateFloor(self.policy)
         while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
             self._write(state, chunk)
-            window_bytes += len(chunk)
-            elapsed = time.monotonic() - window_start
-            if elapsed >= self.policy.stall_s:
-                if window_bytes < self.policy.min_rate * elapsed:
-                    raise _TooSlow(
-                        f"too slow: {window_bytes} bytes in {elapsed:.1f}s, under the minimum "
-                        f"{human(self.policy.min_rate)}/s (DGR_ARTIFACTS_MIN_RATE)"
-                    )
-                window_start, window_bytes = time.monotonic(), 0
+            if slow := floor.add(len(chunk)):
+                raise _TooSlow(slow)
 
     def _copy_file(self, state: _Stream) -> None:
         src = file_source_path(state.url)

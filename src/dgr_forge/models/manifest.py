@@ -214,16 +214,18 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
     if root is not None:
         with contextlib.suppress(ValueError, OSError):
             shown = str(path.resolve().relative_to(root.resolve()))
-    return loads(read_raw(path, shown), path=path, shown=shown)
+    return loads(read_raw(path, shown, root), path=path, shown=shown)
 
 
-def read_raw(path: Path, shown: str) -> bytes:
+def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
-    never waited on): for `load`, and for a writer comparing what is there now."""
+    never waited on; under the forge `root`, never through a link): for `load`, and for
+    a writer comparing what is there now."""
     return read_bytes(
         path,
         what="model manifest",
         shown=shown,
+        root=root,
         hint=f"pass the path to a model manifest, or a name under {MODELS_DIR}/ "
         "(`dgr-forge artifacts manifest` writes one)",
     )

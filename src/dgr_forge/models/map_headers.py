@@ -23,6 +23,7 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split, layermap, mapping
 from dgr_forge.models import manifest as models
+from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import RetryPolicy
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import default_jobs, hash_many, human
@@ -67,7 +68,7 @@ class ArtifactsMap(Form, kw_only=True):
 def _from_dest(
     m: ModelManifest, dest: Path, out: Reporter, jobs: int | None
 ) -> tuple[dict[str, Header | str], dict[str, int]]:
-    target = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    target = check_destination(dest)  # every --dest, read or written, under one rule
     if not target.is_dir():
         raise BadInput(
             f"--dest {dest}: {target} is not a directory",

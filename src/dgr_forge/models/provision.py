@@ -211,10 +211,19 @@ def provision(
     )
     got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
-    out.answer(
-        f"{m.name}: {len(files) - len(result.failed)}/{len(files)} files ready in {target} "
-        f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
-    )
+    # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
+    # still says whether the model is ready; each file's problem went to stderr above
+    unready = sorted(set(result.failed) | set(split_problems))
+    if unready:
+        out.answer(
+            f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
+            f"({', '.join(unready)})"
+        )
+    else:
+        out.answer(
+            f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
+            f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
+        )
     if record is not None:
         out.answer(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
     return result

@@ -5,7 +5,10 @@ it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much e
 up to 1 MiB), only for the bytes the reader needs (skipped arrays are never fetched),
 refuses a server that answers anything but 206 with a Content-Range inside the size the
 manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a header
-that never ends costs at most that.
+that never ends costs at most that. A server that answers each request with a byte, or
+drips its bytes, is bounded as downloads are: at most `DGR_ARTIFACTS_RANGE_REQUESTS`
+requests and `DGR_ARTIFACTS_RANGE_DEADLINE` seconds per header, and the downloads'
+minimum rate (`DGR_ARTIFACTS_MIN_RATE` over `DGR_ARTIFACTS_STALL_S`) over the whole read.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import urllib3
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split
-from dgr_forge.models.download import RetryPolicy, env_number
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, env_number
 from dgr_forge.models.gguf_split import Header
 from dgr_forge.models.http import http_session
 
@@ -37,6 +40,10 @@ def header_limit() -> int:
 
 class _Unsupported(Exception):
     """The server cannot serve this header by ranges: not retried."""
+
+
+class _TooSlow(requests.ConnectionError):
+    """Below the minimum rate: retried, and it counts as a try, as for downloads."""
 
 
 @dataclass
@@ -58,6 +65,9 @@ class RangeFile(io.RawIOBase):
         self.pos = 0
         self.received = 0
         self.requests = 0
+        self.deadline = time.monotonic() + policy.range_deadline
+        self.floor = RateFloor(policy)  # across requests: a byte per quick 206 is slow too
+        self.cuts = 0  # answers cut below the minimum rate, all ranges together
         self._start = 0
         self._block = b""
         self._want = FIRST_BLOCK
@@ -108,17 +118,43 @@ class RangeFile(io.RawIOBase):
                 ) from None
             except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
                 failures += 1
+                if isinstance(err, _TooSlow):  # a cut counts for the whole header read:
+                    self.cuts += 1  # the next range would start the count afresh
+                    failures = max(failures, self.cuts)
                 if failures >= self.policy.tries:
+                    why = str(err) if isinstance(err, _TooSlow) else type(err).__name__
                     raise OperationFailed(
                         f"{mask(self.url)}: reading the header (bytes {start}-{end}) failed "
-                        f"{failures} times: {type(err).__name__}",
+                        f"{failures} times: {why}",
                         hint="check that the host is reachable from here, or pass --mirror URL",
                     ) from None
-                time.sleep(self.policy.delay(failures))
+                time.sleep(min(self.policy.delay(failures), self._left()))
+                self.floor.restart()
+
+    def _left(self) -> float:
+        """Seconds left of the header's deadline; exit 1 when none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header was not read within "
+                f"{self.policy.range_deadline:g}s ({self.received} bytes in {self.requests} "
+                "requests; DGR_ARTIFACTS_RANGE_DEADLINE)",
+                hint="the server answers too slowly: use another one (--mirror URL), or map "
+                "from the files on disk (`--dest DIR`)",
+            )
+        return left
 
     def _get(self, start: int, end: int) -> bytes:
         headers = {"Accept-Encoding": "identity", "Range": f"bytes={start}-{end}"}
-        timeout = (self.policy.connect_timeout, self.policy.read_timeout)
+        if self.requests >= self.policy.range_requests:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header needs more than {self.policy.range_requests} "
+                f"Range requests ({self.received} bytes so far; DGR_ARTIFACTS_RANGE_REQUESTS)",
+                hint="the server answers each request with a few bytes: use another one "
+                "(--mirror URL), or map from the files on disk (`--dest DIR`)",
+            )
+        left = self._left()
+        timeout = (min(self.policy.connect_timeout, left), min(self.policy.read_timeout, left))
         self.requests += 1
         with self.session.get(self.url, headers=headers, stream=True, timeout=timeout) as r:
             if r.status_code >= 500 or r.status_code in (408, 429):
@@ -134,10 +170,20 @@ class RangeFile(io.RawIOBase):
                     f"answer bytes {start}-{end} of a {self.size}-byte file"
                 )
             want = got[1] - start + 1
-            data = r.raw.read(want, decode_content=False)
+            data = bytearray()
+            while len(data) < want:
+                chunk = r.raw.read1(min(NET_CHUNK, want - len(data)), decode_content=False)
+                if not chunk:
+                    break
+                data += chunk
+                self.received += len(chunk)
+                if slow := self.floor.add(len(chunk)):
+                    raise _TooSlow(slow)
+                self._left()
             if len(data) != want:
                 raise requests.ConnectionError(f"{len(data)} of {want} bytes arrived")
-            self.received += len(data)
+            if slow := self.floor.add(0):  # answers of a byte each, quickly: slow all the same
+                raise _TooSlow(slow)
             return bytes(data)
 
 
@@ -155,7 +201,7 @@ def _content_range(value: str) -> tuple[int, int, int] | None:
 
 def read_remote_header(url: str, size: int, policy: RetryPolicy, limit: int) -> Fetched:
     """The header of the `size`-byte file at `url` (http/https), by Range requests only."""
-    with http_session(policy.read_timeout) as session:
+    with http_session(min(policy.read_timeout, policy.range_deadline)) as session:
         f = RangeFile(url, size, session, policy, limit)
         header = gguf_split.parse_header(f, size, limit)  # type: ignore[arg-type]
         return Fetched(header=header, bytes=f.received, requests=f.requests)

@@ -26,7 +26,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.models import manifest as models
 from dgr_forge.models import mapping, subset
-from dgr_forge.models.dest import kind
+from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.subset import Layers, Provisioned, Record, Selection, Serves
@@ -90,7 +90,7 @@ def verify(
     selection: Selection | None = None,
 ) -> ArtifactsVerify:
     started = time.monotonic()
-    target = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
+    target = check_destination(dest)  # the /home rule: it writes .dgr-verified.json there
     if not target.is_dir():
         raise BadInput(
             f"--dest {dest}: {target} is not a directory",
@@ -169,12 +169,20 @@ def verify(
     for c in checks:
         for problem in c.problems:
             out.error(f"{c.name}: {problem}")
-    if not result.bad:
+    # the verdict is the answer (stdout), as `report verify`'s; the problems are diagnostics
+    if result.bad:
+        names = ", ".join(result.bad)
+        out.answer(
+            f"{m.name}: FAILED verification: {len(result.bad)} of {len(checks)} files ({names})"
+        )
+    else:
         rate = size / result.seconds if result.seconds > 0 else 0.0
-        out.info(f"{m.name}: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)")
+        out.answer(
+            f"{m.name}: OK: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)"
+        )
     if serves is not None:
         ends = [w for w, on in (("embeddings", serves.first), ("output head", serves.last)) if on]
-        out.info(
+        out.answer(
             f"{target} can serve layers {serves.layers or 'none'} of "
             f"{m.layer_map.block_count if m.layer_map else 0}"
             + (f" + {' + '.join(ends)}" if ends else "")

@@ -223,6 +223,15 @@ def compute_series(
             ):
                 data = Path(name).read_bytes()
                 file = f"{n:04d}-{slug(subject)}.patch"
+                if len(data) > patchfile.MAX_PATCH_BYTES:  # `patch` and `check` would refuse it
+                    raise BadInput(
+                        f"commit {commit[:12]} ({subject[:60]!r}): its patch {file} is "
+                        f"{len(data)} bytes, over the {patchfile.MAX_PATCH_BYTES}-byte limit "
+                        "of a patch file",
+                        hint="split the commit into smaller ones, or keep large generated "
+                        "files out of the series",
+                        details={"commit": commit, "file": file},
+                    )
                 result.append(ExportedPatch(file, data, sha256_bytes(data), tree, commit, subject))
     if dest is not None:
         dest.mkdir(parents=True, exist_ok=True)

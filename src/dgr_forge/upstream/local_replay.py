@@ -2,8 +2,9 @@
 
 When the series on disk moved (a teammate's patches pulled in) and the workspace holds
 commits a person made on top of the forge's patch commits, `dgr-forge patch` applies the
-new series on the pin and replays those commits on top with `git cherry-pick` (3-way, no
-fuzz), one at a time, keeping each commit's author, committer and message. A conflict
+new series on the pin and replays those commits on top (3-way, no fuzz: the replay engine,
+`upstream.replay`, in memory; `git cherry-pick` in the work tree only for a conflict),
+keeping each commit's author, committer and message. A conflict
 stops with exit 3 naming the commit and the files; `patch --continue` resumes once they
 are resolved and added, `patch --abort` puts the workspace back exactly as it was (HEAD,
 branch, commits, files, and the record of the series it was patched from).
@@ -36,6 +37,7 @@ from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PATCH_JOURNAL, PatchedTree, patch_locked
+from dgr_forge.upstream.replay import Replay
 from dgr_forge.upstream.workspace import (
     REPLAY_REF,
     REPLAY_STATE,
@@ -263,35 +265,28 @@ def _replay_rest(
     out: Reporter,
     patched: PatchedTree,
 ) -> UpdateResult:
-    gd = git_dir(src)
+    head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
-        commit = st.commits[st.position]
-        proc = gitutil.git(
-            src,
-            "cherry-pick",
-            "--allow-empty-message",
-            commit,
-            env=_committer_env(src, commit),
-            check=False,
-            config=_NO_SIGN,
-        )
-        if proc.returncode != 0:
-            _head, changes, _lines = read_changes(src)
-            unmerged = [c.path for c in changes if c.change == "unmerged"]
-            if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
-                gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
-                out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
-                st.skipped.append(commit)
+        with Replay(src, st.commits[st.position :], stamp="keep") as engine:
+            for step in engine.onto(head):
+                if step.kind in ("conflict", "worktree"):
+                    break
+                commit = st.commits[st.position]
+                if step.kind == "dropped":
+                    out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+                    st.skipped.append(commit)
+                else:
+                    assert step.commit is not None
+                    head = step.commit
+                    st.replayed.append(head)
                 st.position += 1
                 _save(src, st)
-                continue
-            st.stopped_at = gitutil.rev_parse(src, "HEAD")
-            _save(src, st)
-            raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
-        st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
-        st.position += 1
-        _save(src, st)
-        fault.point("patch.replayed", str(st.position))
+                fault.point("patch.replayed", str(st.position))
+        if st.position < len(st.commits):
+            head = _pick_in_worktree(forge, src, st, head, out)
+    # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
+    if gitutil.rev_parse(src, "HEAD") != head:
+        gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
     head = gitutil.out(src, "rev-parse", "HEAD")
     if st.orig_ref:
         # the branch the person was on follows its commits, as after a `git rebase`
@@ -306,6 +301,44 @@ def _replay_rest(
     )
     done = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
     return UpdateResult(done, tuple(st.commits), tuple(st.skipped), n)
+
+
+def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
+    """The commit at st.position by `git cherry-pick` in the work tree at `head`: what the
+    engine leaves to it (a conflict, which a person resolves there; a header only
+    cherry-pick may rewrite). The new head."""
+    gd = git_dir(src)
+    commit = st.commits[st.position]
+    if gitutil.rev_parse(src, "HEAD") != head:
+        gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
+    proc = gitutil.git(
+        src,
+        "cherry-pick",
+        "--allow-empty-message",
+        commit,
+        env=_committer_env(src, commit),
+        check=False,
+        config=_NO_SIGN,
+    )
+    if proc.returncode != 0:
+        _head, changes, _lines = read_changes(src)
+        unmerged = [c.path for c in changes if c.change == "unmerged"]
+        if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
+            gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+            out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+            st.skipped.append(commit)
+            st.position += 1
+            _save(src, st)
+            return head
+        st.stopped_at = gitutil.rev_parse(src, "HEAD")
+        _save(src, st)
+        raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
+    head = gitutil.out(src, "rev-parse", "HEAD")
+    st.replayed.append(head)
+    st.position += 1
+    _save(src, st)
+    fault.point("patch.replayed", str(st.position))
+    return head
 
 
 def _staged(src: Path) -> bool:

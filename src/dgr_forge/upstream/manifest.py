@@ -45,6 +45,21 @@ class _Result(Shape):
     tree: Annotated[str, about("the patched tree (40 hex), recorded by export")] | None = None
 
 
+class _Budget(Shape):
+    """How big the series may grow in upstream's own files (`check` enforces it)."""
+
+    upstream_lines: Annotated[
+        int,
+        about(
+            "the most lines the series may add plus remove in files upstream already has "
+            "(files the series adds are not counted)",
+            ge=1,
+            le=10**9,
+            fix="a positive integer, e.g. `budget = { upstream_lines = 400 }`",
+        ),
+    ]
+
+
 class _Patches(Shape):
     """The patch series on top of the pin."""
 
@@ -56,6 +71,7 @@ class _Patches(Shape):
     ) = None
     series: Annotated[tuple[_Entry, ...], about("the patches, in ascending NNNN order")] = ()
     result: _Result = msgspec.field(default_factory=_Result)
+    budget: _Budget | None = None
 
 
 class _Upstream(Shape):
@@ -115,6 +131,8 @@ class UpstreamManifest(Struct, frozen=True):
     # the upstream's own build number at the pin (its commit count there, llama.cpp's
     # `b<N>`): what the binaries carry; recorded by fetch, rebase and bump
     build_number: int | None = None
+    # [patches] budget.upstream_lines: `check` fails when the footprint passes it
+    budget_upstream_lines: int | None = None
 
     @property
     def build_commit(self) -> str:
@@ -168,7 +186,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
         shown = str(path)
-    _, data = Checker(shown).load(path, what="manifest", hint=_HINT)
+    _, data = Checker(shown).load(path, what="manifest", hint=_HINT, root=root)
     doc = decode(shown, data, _Manifest)
     up = doc.upstream
     if not NAME.fullmatch(up.name):
@@ -212,6 +230,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
         series=series,
         result_tree=result_tree,
         build_number=up.build_number,
+        budget_upstream_lines=doc.patches.budget.upstream_lines if doc.patches.budget else None,
     )
 
 

@@ -10,6 +10,10 @@ import re
 
 from msgspec import Struct, field
 
+# The one size limit of a patch file, for every reader and writer of one (patch, check,
+# export, rebase): far above any real patch; a FIFO or /dev/zero is refused by it.
+MAX_PATCH_BYTES = 64 << 20
+
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _ESCAPES = {
     ord("a"): 7,

@@ -75,9 +75,6 @@ def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
     return datas
 
 
-MAX_PATCH_BYTES = 64 << 20  # far above any real patch; a FIFO or /dev/zero is refused
-
-
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
     """A patch file of the series, bounded; a link is exit 2 naming it, never followed
     (patches/ is a tree a pull request writes: a link to a runner's file would be hashed
@@ -86,7 +83,7 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
         m.patch_path(entry),
         what="patch file",
         hint="restore the file, or remove its [[patches.series]] entry",
-        limit=MAX_PATCH_BYTES,
+        limit=patchfile.MAX_PATCH_BYTES,
         shown=f"{m.patches_dir_rel}/{entry.file}",
         follow=False,
     )

@@ -36,6 +36,7 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.lock import root_lock_at
 from dgr_forge.core.output import Reporter
+from dgr_forge.upstream import patchfile
 
 JOURNAL_FILE = "journal.json"
 _MARK = ".journal-"
@@ -94,9 +95,12 @@ def _digest(pdir: Path) -> dict[str, str]:
 
 def patch_bytes(pdir: Path, name: str) -> bytes | None:
     """A patch file of the root (a tree a pull request writes) as git stores it: bounded,
-    a link's text, a FIFO or device exit 2 naming it; None when it is gone."""
+    a link's text, a FIFO or device exit 2 naming it; None when it is gone. `check` and
+    `export` read the committed series through this, under the patch limit `patch` has."""
     hint = "patches/ holds regular patch files: remove what is not one"
-    return read_tree_file(pdir, name, what="patch file", hint=hint, missing_ok=True)
+    return read_tree_file(
+        pdir, name, what="patch file", hint=hint, limit=patchfile.MAX_PATCH_BYTES, missing_ok=True
+    )
 
 
 def _hardlink(src: str, dst: str) -> None:

@@ -16,6 +16,7 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base, tree_cache
+from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
 from dgr_forge.upstream.series_base import Drift
@@ -168,6 +169,7 @@ class SeriesStatus(Struct, frozen=True):
     operation_in_progress: Annotated[str | None, d("a git operation in the workspace")]
     replay: Replay | None = None
     moved_since_patched: Drift | None = None
+    footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
 
 
 def _applied_prefix(

@@ -6,8 +6,7 @@ from typing import Annotated
 
 from msgspec import UNSET, UnsetType
 
-from dgr_forge.attest.certshapes import StepFigures
-from dgr_forge.cli.results.attest import AttestedRecord
+from dgr_forge.certify.shapes import Entry
 from dgr_forge.cli.results.base import (
     DoctorLane,
     Form,
@@ -18,32 +17,9 @@ from dgr_forge.cli.results.base import (
     Strs,
     d,
 )
+from dgr_forge.host.toolkit import InstallResult
 
 # --- lanes and builds -------------------------------------------------------------------------
-
-
-class CertEntry(Nested, kw_only=True):
-    """a certification the forge ran: `certifications/<lane>/<model>/<hardware-class>.json`"""
-
-    lane: Annotated[str, d("the lane")]
-    model: Annotated[str, d("the model manifest's name (`none`: a suite without a model)")]
-    hardware_class: Annotated[
-        str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
-    ]
-    advertised: Annotated[bool, d("signed by a trusted key and matching every input now")]
-    reason: Annotated[
-        str, d("`certified`, or why not (`untrusted: ...`, `lapsed: ...`, `invalid: ...`)")
-    ]
-    file: Annotated[str, d("the record, relative to the root")]
-    keyid: Annotated[str, d('the trusted key that verified it (`""` when none did)')]
-    certified_on: Annotated[str | None, d("when (ISO 8601, UTC)")]
-    figures: Annotated[
-        dict[str, StepFigures | None],
-        d(
-            "per step name: what its parser read, tagged by `parser` (the step's `figures` in "
-            "`certify --lane --json`); null: unreadable"
-        ),
-    ]
 
 
 class LaneCertification(Nested, kw_only=True):
@@ -59,7 +35,7 @@ class LaneCertification(Nested, kw_only=True):
         ),
     ]
     attested: Annotated[str, d("the `--attested` record's own status")]
-    record: Annotated[AttestedRecord | None, d("that record (null: none)")]
+    record: Annotated[Entry | None, d("that record (null: none)")]
 
 
 class LaneRow(Nested, kw_only=True):
@@ -80,7 +56,7 @@ class LaneRow(Nested, kw_only=True):
         ),
     ]
     certification: LaneCertification
-    certifications: Annotated[list[CertEntry], d("the lane's checked records")]
+    certifications: Annotated[list[Entry], d("the lane's checked records")]
 
 
 class Lanes(Form, kw_only=True):
@@ -91,7 +67,7 @@ class Lanes(Form, kw_only=True):
         UNSET
     )
     entries: Annotated[
-        list[CertEntry] | UnsetType,
+        list[Entry] | UnsetType,
         d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
     ] = UNSET
 
@@ -146,7 +122,7 @@ class DoctorCache(Nested, kw_only=True):
 class Doctor(Form, kw_only=True):
     title = "doctor [--lane L]"
     may_fail = True
-    note = "with `--lane`, exit 1 when `unbuildable` is not empty; unknown lane: exit 2"
+    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
 
     host_os: Annotated[str, d("`linux` or `darwin`")]
     machine: Annotated[str, d("e.g. `x86_64`")]
@@ -159,3 +135,7 @@ class Doctor(Form, kw_only=True):
     unbuildable: Annotated[Strs | UnsetType, d("with `--lane`: those that cannot build here")] = (
         UNSET
     )
+
+
+class ToolchainInstall(InstallResult, Form, kw_only=True, forbid_unknown_fields=True):
+    title = "toolchain install cuda"

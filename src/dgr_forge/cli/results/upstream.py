@@ -16,6 +16,7 @@ from dgr_forge.cli.results.base import (
     RebaseRow,
     d,
 )
+from dgr_forge.upstream.surface import SurfaceReport
 
 # --- the upstream and its series ------------------------------------------------------------
 
@@ -33,6 +34,7 @@ class Rebase(Form, kw_only=True):
     counts: Annotated[dict[str, int], COUNTS]
     report: Annotated[str | None, d("the rebase report (JSON)")]
     report_markdown: Annotated[str | None, d("the rebase report (Markdown)")]
+    surface: SurfaceReport | UnsetType = UNSET  # `--onto`: the worker surface, old -> new pin
 
 
 class RebaseDryRun(Form, kw_only=True):
@@ -56,6 +58,7 @@ class RebaseDryRun(Form, kw_only=True):
     new_commit: Annotated[str, d("the commit replayed onto")]
     would_conflict: Annotated[bool, d("a patch would conflict")]
     report_markdown: Annotated[str | None, d("`--report`: the Markdown written")]
+    surface: SurfaceReport | UnsetType = UNSET  # absent onto the current pin
 
 
 class RebaseAbort(Form, kw_only=True):
@@ -99,3 +102,4 @@ class Bump(Form, kw_only=True):
     rebase_report: Annotated[str | None, d("the rebase report written")]
     rebase_report_markdown: Annotated[str | None, d("its Markdown")]
     report_markdown: Annotated[str | None, d("`--report`: the bump's Markdown")]
+    surface: SurfaceReport | UnsetType = UNSET  # the worker surface, pin -> newest clean

@@ -37,13 +37,14 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     search,
 )
 from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import _check_report_path
+from dgr_forge.upstream.rebase.dryrun import check_report_path
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
+from dgr_forge.upstream.surface import Recorded, across
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,9 @@ def bump(
     dry_run: bool = False,
     report: Path | None = None,
     mirror: str | None = None,
+    surface: Recorded | None = None,  # asked by the command: the worker surface's moves
 ) -> BumpResult:
-    target_md = _check_report_path(report, forge) if report is not None else None
+    target_md = check_report_path(report, forge) if report is not None else None
     rev = check_rev(to, "--to") if to is not None else "HEAD"
     reject_in_progress(forge)
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
@@ -127,6 +129,9 @@ def bump(
 
         found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
         data = _data(m, rev, src, target, chain, found, dry_run)
+        # the worker's recorded surface between the pin and where it moves (or would)
+        if surface is not None:
+            data["surface"] = across(src, m.commit, data["newest_clean"], surface)
         table = (found.verified or {}).get("table", "")
     return _finish(BumpResult(data, render(data, table), None), target_md, out_)
 
@@ -334,6 +339,8 @@ def summary_lines(d: dict[str, Any]) -> list[str]:
     for drop in d["dropped"]:
         by = ", ".join(c["commit"][:12] for c in drop["upstream_commits"]) or "upstream"
         lines.append(f"dropped (upstreamed): {drop['file']} by {by}")
+    if "surface" in d:
+        lines += d["surface"].lines()
     lines.append(f"replays: {d['replays']} (at most {d['max_replays']})")
     if d["dry_run"]:
         lines.append("nothing was changed (dry run)")
@@ -390,6 +397,8 @@ def render(d: dict[str, Any], table: str) -> str:
     if d["rebase_report_markdown"]:
         md.append(f"- rebase report: `{d['rebase_report_markdown']}`")
     text = "\n".join(md) + "\n"
+    if "surface" in d:
+        text += d["surface"].markdown()
     if table:
         text += "\n" + table.replace("### ", "#### ", 1)
     return text

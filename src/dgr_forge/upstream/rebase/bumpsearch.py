@@ -3,12 +3,10 @@ series replays onto cleanly, and which one breaks it.
 
 * `fetch_range`: one fetch of the candidate range (pin..target; on a shallow workspace
   `--shallow-since` the pin's date, so no history before the pin comes along).
-* `TreeReplay`: a dry-run replay without a work tree: each patch commit O_i is merged onto
-  the replayed head by `git merge-tree --write-tree` (git >= 2.38) with O_(i-1) as the
-  merge base, the same 3-way merge `cherry-pick` does (git 2.39 has no `--merge-base`, so
-  the head is wrapped in a throwaway commit whose parent is O_(i-1)). A result equal to
-  the head is a patch upstream took (dropped, clean); a conflict is not clean. Objects go
-  to a scratch repository that reads the workspace's through git alternates.
+* `TreeReplay`: a dry-run replay without a work tree, by the replay engine
+  (`upstream.replay`, the rebase's own: the same merges, the same commits). A patch
+  upstream took is dropped (clean); a conflict is not clean. Objects go to a scratch
+  repository that reads the workspace's through git alternates.
 * `search`: bisection over the candidates, verified by a real replay, narrowed again when
   a replay contradicts "once broken, stays broken".
 """
@@ -23,21 +21,16 @@ from typing import Any, cast
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.gitutil import FORGE_IDENTITY, git, out
+from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
 from dgr_forge.upstream.rebase.gitops import ensure_history
+from dgr_forge.upstream.replay import Replay
 from dgr_forge.upstream.transfer import CAN_RETRY, diagnose, fetch_failed
 
 PIN_REF = "refs/dgr/bump/pin"  # the pin as a ref: the fetch negotiates it as "have"
-_REPLAY_ENV = {
-    **FORGE_IDENTITY,
-    "GIT_AUTHOR_NAME": "dgr-forge",
-    "GIT_AUTHOR_EMAIL": "dgr-forge@invalid",
-    "GIT_AUTHOR_DATE": "@0 +0000",
-    "GIT_COMMITTER_DATE": "@0 +0000",
-}
+BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
 
 
 def max_replays(candidates: int) -> int:
@@ -141,9 +134,9 @@ class Break:
 
 @dataclass
 class TreeReplay:
-    """Dry-run replays of the series onto candidates, in a scratch repository `repo` that
-    reads the workspace's objects. `patches` are (file, O_i) in series order; O_i's parent
-    is O_(i-1), the pin for the first."""
+    """Dry-run replays of the series onto candidates by the replay engine, in a scratch
+    repository `repo` that reads the workspace's objects. `patches` are (file, O_i) in
+    series order; O_i's parent is O_(i-1), the pin for the first."""
 
     repo: Path
     pin: str
@@ -153,51 +146,28 @@ class TreeReplay:
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
         self.runs += 1
-        head_tree = gitutil.tree_of(self.repo, candidate)
-        picked: list[str] = []  # the replayed trees, in order
-        base = self.pin
-        for file, commit in self.patches:
-            ours = self._commit(head_tree, base, f"dgr-forge bump: replayed head before {file}")
-            proc = git(
-                self.repo,
-                "merge-tree",
-                "--write-tree",
-                "-z",
-                "--name-only",
-                "--no-messages",
-                ours,
-                commit,
-                check=False,
-                config=("merge.conflictStyle=diff3",),
-            )
-            if proc.returncode not in (0, 1):
-                raise OperationFailed(
-                    f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
-                    f"{proc.stderr.strip()[-500:]}",
-                    hint="git 2.38 or newer is needed (`git --version`)",
-                )
-            head, *rest = proc.stdout.split("\0\0", 1)[0].split("\0")
-            if proc.returncode == 1:
-                files = sorted({f for f in rest if f})
-                return self._explain(candidate, file, files, head, picked)
-            if head != head_tree:  # else upstream took it: empty, clean, dropped
-                picked.append(head)
-                head_tree = head
-            base = commit
+        head = candidate
+        with Replay(self.repo, [c for _, c in self.patches], batch_ref=BATCH_REF) as engine:
+            for step in engine.onto(candidate):
+                file = self.patches[step.index][0]
+                if step.kind == "worktree":
+                    raise OperationFailed(
+                        f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
+                        f"{step.error or 'a merge commit in the series'}",
+                        hint="git 2.38 or newer is needed (`git --version`)",
+                    )
+                if step.kind == "conflict":
+                    assert step.tree is not None
+                    return self._explain(candidate, file, step.files, step.tree, head)
+                head = step.commit or head
         return None
 
-    def _commit(self, tree: str, parent: str, message: str) -> str:
-        return out(self.repo, "commit-tree", tree, "-p", parent, "-m", message, env=_REPLAY_ENV)
-
     def _explain(
-        self, candidate: str, patch: str, files: list[str], merged: str, picked: list[str]
+        self, candidate: str, patch: str, files: list[str], merged: str, head: str
     ) -> Break:
         """The conflict named as `rebase` names it (`upstream_commits_for`): the replayed
-        head as commits on the candidate, the conflicted files (with their markers, from
-        merge-tree's tree) in the scratch repository's work tree."""
-        head = candidate
-        for tree in picked:
-            head = self._commit(tree, head, "dgr-forge bump: replayed patch")
+        head `head` on the candidate, the conflicted files (with their markers, from the
+        merged tree) in the scratch repository's work tree."""
         commits: list[dict[str, str]] = []
         for path in files:
             if _safe(path):

@@ -34,6 +34,7 @@ from dgr_forge.upstream.rebase.report import (
 from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
+from dgr_forge.upstream.surface import Recorded, across
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class DryRunResult:
         return ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK
 
 
-def _check_report_path(path: Path, forge: Forge) -> Path:
+def check_report_path(path: Path, forge: Forge) -> Path:
     """`--report PATH`: a file we may write, never one of the inputs (exit 2)."""
     if "\0" in str(path):
         raise BadInput("--report: the path contains a NUL byte", hint="give a file path")
@@ -135,8 +136,9 @@ def dry_run(
     mirror: str | None = None,
     offline: bool = False,
     report: Path | None = None,
+    surface: Recorded | None = None,  # asked by the command: the worker surface's moves
 ) -> DryRunResult:
-    target = _check_report_path(report, forge) if report is not None else None
+    target = check_report_path(report, forge) if report is not None else None
     # the caller holds the workspace lock and loaded `m` under it
     reject_in_progress(forge)
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
@@ -159,6 +161,11 @@ def dry_run(
         data = report_data(state, None, rows)
         data.update(old_commit=state.old_commit, new_commit=state.new_commit)
         text = render_markdown(state, None, rows, "Upstream canary (dry run)")
+        moved = None
+        if surface is not None:
+            moved = across(scratch.src_dir(m.name), state.old_commit, state.new_commit, surface)
+            data["surface"] = moved
+            text += "\n" + moved.markdown()
     conflicts = sum(1 for r in rows if r["outcome"] == "conflict")
     out_.table(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
@@ -174,6 +181,8 @@ def dry_run(
         if r["outcome"] == "dropped" and r["upstream_commits"]:
             taken = ", ".join(c["commit"][:12] for c in r["upstream_commits"])
             out_.answer(f"{r['file']}: upstreamed by {taken}")
+    for line in moved.lines() if moved is not None else []:
+        out_.answer(line)
     out_.answer(summary(counts_of(rows)) + "; nothing was changed (dry run)")
     if target is not None:
         atomic_write_bytes(target, text.encode("utf-8"))

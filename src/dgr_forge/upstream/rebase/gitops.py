@@ -1,21 +1,21 @@
-"""Git plumbing of the rebase: stale state, commit metadata, resolving and fetching REV."""
+"""Git plumbing of the rebase around the replay: stale state, resolving and fetching REV,
+the range a conflict is explained from, patch ids."""
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 from pathlib import Path
-from typing import cast
 
 from dgr_forge.core import gitutil
-from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
-from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git, out
+from dgr_forge.core.errors import BadInput, NeedsHuman
+from dgr_forge.core.gitutil import HEX40, git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
+from dgr_forge.upstream.replay import git_bytes, git_dir
 from dgr_forge.upstream.workspace import remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
@@ -26,11 +26,6 @@ def _policy(url: str) -> tuple[str, ...]:
     policy (no command-running transports; the local one only for a local URL), as
     `fetch`'s transfer does."""
     return gitutil.protocol_policy(url)
-
-
-@functools.cache
-def git_dir(src: Path) -> Path:
-    return Path(out(src, "rev-parse", "--absolute-git-dir"))
 
 
 def stale_git_state(src: Path) -> list[str]:
@@ -78,86 +73,6 @@ def clear_leftovers(src: Path, out_: Reporter, *, index_lock: bool) -> None:
         # we hold the workspace lock and our own step was interrupted: the lock is ours
         out_.warn(f"removing stale {lock} left by the interrupted rebase step")
         lock.unlink()
-
-
-def git_bytes(
-    src: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
-) -> bytes:
-    """stdout of a git call as raw bytes (commit messages are bytes, not text)."""
-    proc = git(src, *args, input=input, env=env, text=False)
-    return cast(bytes, proc.stdout)
-
-
-def commit_meta(src: Path, commit: str, raw: bytes | None = None) -> tuple[dict[str, str], bytes]:
-    """Author env (name, email, date) and the raw message bytes of `commit` (`raw`: its
-    object as `commit_objects` read it, saving a git call)."""
-    if raw is None:
-        raw = git_bytes(src, "cat-file", "commit", commit)
-    header, _, message = raw.partition(b"\n\n")
-    env: dict[str, str] = {}
-    for line in header.decode("utf-8", "replace").splitlines():
-        if line.startswith("author "):
-            m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line)
-            if not m:
-                raise OperationFailed(f"{commit}: unparseable author line {line!r}")
-            env = {
-                "GIT_AUTHOR_NAME": m.group(1),
-                "GIT_AUTHOR_EMAIL": m.group(2),
-                "GIT_AUTHOR_DATE": f"@{m.group(3)}",
-                # committer: fixed identity, the patch's own date (reproducible ids)
-                "GIT_COMMITTER_DATE": f"@{m.group(3)}",
-                **FORGE_IDENTITY,
-            }
-    if not env:
-        raise OperationFailed(f"{commit}: no author line")
-    return env, message
-
-
-def commit_objects(src: Path, commits: list[str]) -> dict[str, bytes]:
-    """The raw commit objects of `commits` (exact ids), from one `git cat-file --batch`."""
-    if not commits:
-        return {}
-    data = git_bytes(src, "cat-file", "--batch", input="".join(f"{c}\n" for c in commits).encode())
-    found: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(data):
-        end = data.index(b"\n", pos)
-        header = data[pos:end].decode("ascii", "replace").split()
-        if len(header) != 3:  # "<id> missing": left to the caller's own read to report
-            pos = end + 1
-            continue
-        size = int(header[2])
-        if header[1] == "commit":
-            found[header[0]] = data[end + 1 : end + 1 + size]
-        pos = end + 1 + size + 1  # the object, then a newline
-    return found
-
-
-def commit_parents(raw: bytes) -> list[str]:
-    """The parent ids in a raw commit object's header."""
-    header = raw.partition(b"\n\n")[0].decode("utf-8", "replace")
-    return [ln[7:] for ln in header.splitlines() if ln.startswith("parent ")]
-
-
-def merge_onto(
-    src: Path, head_tree: str, base: str, commit: str, scratch: str | None = None
-) -> str | None:
-    """The tree of a 3-way merge of base..commit onto `head_tree`, in memory (no index, no
-    work tree): cherry-pick's merge when `base` is the commit's parent. git 2.39's
-    merge-tree has no --merge-base, so the base is made the merge base: a scratch commit
-    with `head_tree` on `base` (`scratch`, when the caller wrote it already). None when it
-    does not merge cleanly."""
-    ours = (
-        scratch
-        or git_bytes(
-            src, "commit-tree", head_tree, "-p", base, input=b"dgr-forge replay base\n"
-        ).decode()
-    )
-    proc = git(src, "merge-tree", "--write-tree", ours.strip(), commit, check=False)
-    if proc.returncode != 0:
-        return None
-    tree = proc.stdout.split("\n", 1)[0].strip()
-    return tree if HEX40.match(tree) else None
 
 
 def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:

@@ -1,4 +1,6 @@
-"""The replay: each patch commit cherry-picked (3-way) onto the new head and recorded."""
+"""The rebase's replay: each patch commit merged (3-way) onto the new head by the replay
+engine (`upstream.replay`), in memory, and recorded in the rebase state; a conflict is
+cherry-picked in the work tree, where a person resolves it (`take_resolution`)."""
 
 from __future__ import annotations
 
@@ -12,37 +14,27 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream.rebase.batch import replay_batch
-from dgr_forge.upstream.rebase.commits import CommitWriter, committable
 from dgr_forge.upstream.rebase.conflicts import (
     CONFLICT_HINT,
     conflict_error,
     upstream_commits_for,
 )
-from dgr_forge.upstream.rebase.gitops import (
-    clear_leftovers,
-    commit_meta,
-    commit_objects,
-    commit_parents,
-    ensure_history,
-    git_bytes,
-    git_dir,
-    merge_onto,
-)
-from dgr_forge.upstream.rebase.state import PatchStep, RebaseState, save_state
+from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
+from dgr_forge.upstream.rebase.state import REF_BATCH, PatchStep, RebaseState, save_state
+from dgr_forge.upstream.replay import Replay, Step, git_dir
 
 # ----------------------------------------------------------------------------- replay
 
 
-class Known:
-    """What the replay already knows, so each patch costs fewer git calls: the tree of
-    state.head, the patches' commit objects (read once), and one writer of the commits
-    it makes (`commits.CommitWriter`; close it when done)."""
+class Known(Replay):
+    """The engine's replay of the patches from state.next on (restamped, the batch under
+    REF_BATCH), plus the tree of state.head when known; close it when done."""
 
     def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
+        super().__init__(
+            src, [s.old_commit for s in state.patches[state.next :]], batch_ref=REF_BATCH
+        )
         self.head_tree = head_tree
-        self.objects = commit_objects(src, [s.old_commit for s in state.patches[state.next :]])
-        self.writer = CommitWriter(src)
 
 
 def record(
@@ -64,15 +56,12 @@ def record(
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        raw = known.objects.get(step.old_commit) if known else None
-        meta = committable(raw) if known is not None and raw is not None else None
-        written = known.writer.commit(tree, state.head, meta) if known and meta else None
-        if written is None:
-            env, message = commit_meta(src, step.old_commit, raw)
-            written = git_bytes(
-                src, "commit-tree", tree, "-p", state.head, input=message, env=env
-            ).decode()
-        commit = written.strip()
+        if known is None:
+            with Replay(src, [step.old_commit]) as engine:
+                commit = engine.rewrite(step.old_commit, tree, state.head)
+        else:
+            commit = known.rewrite(step.old_commit, tree, state.head)
+        assert commit is not None  # restamped: commit-tree writes what the writer cannot
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
@@ -84,40 +73,19 @@ def record(
     state.next, state.phase, state.conflict = i + 1, "replay", None
 
 
-def _merged_tree(src: Path, state: RebaseState, step: PatchStep, known: Known) -> str | None:
-    """The cherry-pick of `step` onto state.head as a tree, merged in memory (no index, no
-    work tree): a 3-way merge whose base is the patch's parent, as cherry-pick's is. None
-    when it does not merge cleanly (the work-tree cherry-pick then shows the conflict)."""
-    parents = commit_parents(known.objects.get(step.old_commit, b""))
-    if len(parents) != 1:
-        return None
-    head_tree = known.head_tree or gitutil.tree_of(src, state.head)
-    known.head_tree = head_tree
-    scratch = known.writer.scratch_base(head_tree, parents[0])
-    return merge_onto(src, head_tree, parents[0], step.old_commit, scratch)
-
-
-def _replay_batch(forge: Forge, state: RebaseState, known: Known, out_: Reporter) -> None:
-    """Record the patches `batch` replays with one merge (all of them or the first ones),
-    saved once at the end: a run killed before that replays them again, to the same
-    commits."""
-    src = Path(state.src_dir)
-    steps = state.patches[state.next :]
-    commits = replay_batch(src, steps, state.head, known.head_tree, known.objects)
-    for commit in commits:
-        step = state.patches[state.next]
-        fault.point("rebase.replay", step.file[:4])
-        if commit is None:
-            step.new_commit, step.outcome = None, "dropped"
-        else:
-            fault.point("rebase.commit", step.file[:4])
-            step.new_commit, step.outcome = commit, "picked"
-            state.head = commit
-        state.next, state.phase, state.conflict = state.next + 1, "replay", None
-        _replayed(src, state, step, out_)
-    if any(c is not None for c in commits):
-        known.head_tree = None  # the batch's last tree: asked for when needed
-    if commits:
+def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
+    """A patch the engine replayed in memory (HEAD stays where it is), recorded; saved
+    unless the step came from the one merge for many (saved once after its last)."""
+    patch = state.patches[state.next]
+    if step.kind == "picked":
+        fault.point("rebase.commit", patch.file[:4])
+        patch.new_commit, patch.outcome = step.commit, "picked"
+        state.head = step.commit or state.head
+    else:
+        patch.new_commit, patch.outcome = None, "dropped"
+    state.next, state.phase, state.conflict = state.next + 1, "replay", None
+    _replayed(Path(state.src_dir), state, patch, out_)
+    if not step.batched:
         save_state(forge, state, durable=False)
 
 
@@ -126,77 +94,82 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
     state.head only where a patch needs the work tree (a conflict); finishing checks out
     the result."""
     src = Path(state.src_dir)
+    first = state.next
     # the new pin's tree is known when nothing is replayed yet
-    known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
-    try:
-        _replay_each(forge, state, known, out_)
-    finally:
-        known.writer.close()
-
-
-def _replay_each(forge: Forge, state: RebaseState, known: Known, out_: Reporter) -> None:
-    src = Path(state.src_dir)
-    _replay_batch(forge, state, known, out_)
-    at_head = False  # HEAD and the work tree at state.head (else: wherever they were)
-    while state.next < len(state.patches):
-        i = state.next
-        step = state.patches[i]
-        fault.point("rebase.replay", step.file[:4])
-        tree = _merged_tree(src, state, step, known)
-        if tree is not None:
-            record(src, state, i, resolved=False, known=known, tree=tree)
-            at_head = False
-            _replayed(src, state, step, out_)
-            save_state(forge, state, durable=False)
-            continue
-        if not at_head:  # the work tree must be at state.head for cherry-pick to show a conflict
-            git(src, "checkout", "-q", "-f", "--detach", state.head)
-            at_head = True
-        proc = git(
-            src,
-            "-c",
-            "merge.conflictStyle=diff3",
-            "cherry-pick",
-            "--no-commit",
-            step.old_commit,
-            check=False,
-        )
-        if proc.returncode != 0:
-            unmerged = sorted(
-                {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
-            )
-            if not unmerged:
-                raise OperationFailed(
-                    f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
-                    hint="`dgr-forge rebase --abort` restores the workspace",
-                )
-            out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
-            history = ensure_history(src, state.fetch_url, state.old_commit, state.new_commit)
-            upstream: dict[str, list[dict[str, str]]] = {}
-            line_level: dict[str, bool] = {}
-            if history:
-                for f in unmerged:
-                    upstream[f], line_level[f] = upstream_commits_for(
-                        src, state.old_commit, state.new_commit, state.head, f
-                    )
-            step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
-            step.files = unmerged
-            if state.canary:
-                # a --dry-run: note it and go on without this patch
-                step.new_commit, step.outcome = None, "conflict"
-                git(src, "reset", "-q", "--hard", state.head)
-                clear_leftovers(src, out_, index_lock=False)
-                state.next = i + 1
+    with Known(src, state, state.new_tree if state.head == state.new_commit else None) as known:
+        while state.next < len(state.patches):
+            unsaved = False
+            head_tree = known.head_tree
+            stopped: Step | None = None
+            for step in known.onto(state.head, head_tree, state.next - first):
+                fault.point("rebase.replay", state.patches[state.next].file[:4])
+                if step.kind in ("conflict", "worktree"):
+                    stopped = step
+                    break
+                _took(forge, state, step, out_)
+                unsaved = step.batched
+                known.head_tree = step.tree
+            if unsaved:
                 save_state(forge, state, durable=False)
-                continue
-            state.phase = "conflict"
-            state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
-            save_state(forge, state)
-            raise conflict_error(forge, state)
-        record(src, state, i, resolved=False, known=known)
-        clear_leftovers(src, out_, index_lock=False)
-        _replayed(src, state, step, out_)
-        save_state(forge, state, durable=False)
+            if stopped is None:
+                return
+            _in_worktree(forge, state, out_)
+            known.head_tree = None
+
+
+def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+    """Patch state.next by cherry-pick in the work tree, at state.head: what the engine
+    cannot do in memory, and a conflict, which a person resolves there (a --dry-run notes
+    it and goes on without the patch)."""
+    src = Path(state.src_dir)
+    i = state.next
+    step = state.patches[i]
+    git(src, "checkout", "-q", "-f", "--detach", state.head)
+    proc = git(
+        src,
+        "-c",
+        "merge.conflictStyle=diff3",
+        "cherry-pick",
+        "--no-commit",
+        step.old_commit,
+        check=False,
+    )
+    if proc.returncode != 0:
+        unmerged = sorted(
+            {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
+        )
+        if not unmerged:
+            raise OperationFailed(
+                f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
+                hint="`dgr-forge rebase --abort` restores the workspace",
+            )
+        out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
+        history = ensure_history(src, state.fetch_url, state.old_commit, state.new_commit)
+        upstream: dict[str, list[dict[str, str]]] = {}
+        line_level: dict[str, bool] = {}
+        if history:
+            for f in unmerged:
+                upstream[f], line_level[f] = upstream_commits_for(
+                    src, state.old_commit, state.new_commit, state.head, f
+                )
+        step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
+        step.files = unmerged
+        if state.canary:
+            # a --dry-run: note it and go on without this patch
+            step.new_commit, step.outcome = None, "conflict"
+            git(src, "reset", "-q", "--hard", state.head)
+            clear_leftovers(src, out_, index_lock=False)
+            state.next = i + 1
+            save_state(forge, state, durable=False)
+            return
+        state.phase = "conflict"
+        state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
+        save_state(forge, state)
+        raise conflict_error(forge, state)
+    record(src, state, i, resolved=False)
+    clear_leftovers(src, out_, index_lock=False)
+    _replayed(src, state, step, out_)
+    save_state(forge, state, durable=False)
 
 
 def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:

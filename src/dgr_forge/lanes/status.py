@@ -1,7 +1,5 @@
-"""What `lanes` and `status` show of the lanes: every recipe, whether this host can build
-it, its last build, its certification; `status`'s whole result (`Status`). (The CI
-matrix, one job per recipe, is `ci.render.matrix`.) Certification is imported by
-`overview` alone: a no-op `status` does without it."""
+"""What `status` shows of the lanes (a last build and how stale it is: the same row
+`lanes` gives a lane), and `status`'s whole result, `Status`."""
 
 from __future__ import annotations
 
@@ -13,22 +11,13 @@ from msgspec import UNSET, Struct, UnsetType, convert
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.structs import Form, d
-from dgr_forge.lanes.inputs import (
-    report_inputs,
-    staleness,
-    tool_versions,
-    with_stale,
-    worker_identity,
-)
+from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
 
 if TYPE_CHECKING:
-    from dgr_forge.attest.keys import PublicKey
-    from dgr_forge.host.doctor import Doctor
     from dgr_forge.host.recipes import Recipe
-    from dgr_forge.host.worker import WorkerSpec
 
 
 class BuildShown(Struct, kw_only=True):
@@ -137,77 +126,6 @@ def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
         return None
     try:
-        return load(path, forge.rel(path))
+        return load(path, forge.rel(path), root=forge.root)
     except ForgeError:
         return None
-
-
-def overview(
-    forge: Forge,
-    m: UpstreamManifest,
-    recipes: dict[str, Recipe],
-    doctor: Doctor,
-    trusted: list[PublicKey] | None = None,
-    spec: WorkerSpec | None = None,
-) -> list[dict[str, Any]]:
-    from dgr_forge.attest import checked
-    from dgr_forge.attest.certify import CERT_DIR, cert_path, certification_status
-
-    # the host's tool versions, asked only of lanes that have a certification to check
-    tools = tool_versions(
-        doctor,
-        {
-            n: r
-            for n, r in recipes.items()
-            if cert_path(forge, n).is_file() or (forge.root / CERT_DIR / n).is_dir()
-        },
-    )
-    bound_worker = worker_identity(spec)
-    certs = certification_status(forge, recipes, m, trusted, bound_worker, tools)
-    runs = checked.entries(forge, recipes, m, trusted, bound_worker, tools)
-    state = lane_states(forge)
-    rows: list[dict[str, Any]] = []
-    for name, recipe in recipes.items():
-        check = doctor.check_lane(recipe)
-        entry = state.get(name)
-        last = entry.state.last_build if entry is not None else None  # this workspace's
-        mine = [e for e in runs if e.lane == name]
-        certified = any(e.advertised for e in mine)
-        attested = certs[name]
-        reason = (
-            "certified"
-            if certified
-            else "attested, not checked"
-            if attested.certified
-            else next((e.reason for e in mine), attested.reason)
-        )
-        rows.append(
-            {
-                "lane": name,
-                "backend": recipe.backend,
-                "host_os": list(recipe.host_os),
-                "buildable": check.buildable,
-                # the same rows (and one-line summary) as `doctor`'s lanes
-                "missing": [probe.as_dict() for probe in check.missing],
-                "summary": check.summary(),
-                "last_build": (
-                    {
-                        "time": last.time,
-                        "result": last.result,
-                        "report": last.report,
-                        "log": last.log,
-                        **staleness(last.inputs, report_inputs(m, recipe, spec)),
-                    }
-                    if last
-                    else None
-                ),
-                "certified": certified,
-                "certification": {
-                    "reason": reason,
-                    "attested": attested.reason,
-                    "record": (c.as_dict() if (c := attested.certification) else None),
-                },
-                "certifications": [e.as_dict(forge) for e in mine],
-            }
-        )
-    return rows

@@ -15,7 +15,7 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
   with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
   entity declaration is accepted (nothing is expanded), and the size is bounded first.
 
-The figures are `certshapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
+The figures are `shapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
 union tagged by `parser`: the record and the `--json` outputs (`certify`, `lanes`) write
 these types, each key and its meaning declared there once.
 """
@@ -30,7 +30,7 @@ from typing import Any
 
 from msgspec import UNSET, Struct, field
 
-from dgr_forge.attest.certshapes import (
+from dgr_forge.certify.shapes import (
     BenchFigures,
     BenchTest,
     CtestFigures,
@@ -271,20 +271,23 @@ def parse_llama_bench(data: bytes) -> Figures:
 
 # ----------------------------------------------------------------------------- ctest (JUnit)
 
-_DECLARATION = re.compile(rb"<!(?:DOCTYPE|ENTITY|ELEMENT|ATTLIST)", re.IGNORECASE)
-
 
 def parse_ctest_junit(data: bytes) -> Figures:
     """JUnit XML (`ctest --output-junit`) -> tests, failures, skipped, failing names."""
-    import xml.etree.ElementTree as ET
+    from xml.etree.ElementTree import ParseError
+
+    from defusedxml import DefusedXmlException
+    from defusedxml.ElementTree import fromstring
 
     if len(data) > MAX_OUTPUT_BYTES:
         raise Unreadable(f"{len(data)} bytes of XML, over the {MAX_OUTPUT_BYTES}-byte bound")
-    if _DECLARATION.search(data):
-        raise Unreadable("a DOCTYPE or entity declaration: JUnit XML has none (not expanded)")
-    try:
-        root = ET.fromstring(data)
-    except (ET.ParseError, ValueError, RecursionError) as err:
+    try:  # the reader refuses a DTD as it meets one, whatever the bytes' encoding
+        root = fromstring(data, forbid_dtd=True, forbid_entities=True, forbid_external=True)
+    except DefusedXmlException:
+        raise Unreadable(
+            "a DOCTYPE or entity declaration: JUnit XML has none (refused, nothing expanded)"
+        ) from None
+    except (ParseError, ValueError, RecursionError) as err:
         raise Unreadable(f"not XML ({str(err)[:120]})") from None
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
     if root.tag not in ("testsuite", "testsuites") or not suites:

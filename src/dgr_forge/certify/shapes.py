@@ -1,8 +1,8 @@
 """The shapes of a checked certification, as its record and `--json` write them (`certify
 --lane`'s steps and hardware, `lanes`' figures), each key declared once with its meaning:
 what a parser read (`parsers`: a union tagged by `parser`), the gate, the host's identity
-(`hardware`: GPUs tagged by `vendor`) and a step as run (`lanes.certrun` makes it,
-`checked` writes and reads it back). Its own module, light to import: `cli.results`
+(`hardware`: GPUs tagged by `vendor`) and a step as run (`run` makes it,
+`records` writes and reads it back). Its own module, light to import: `cli.results`
 declares the `--json` forms with these, and a no-op `build` imports those without the
 parsers' patterns, the probes or the signing code.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.structs import SHA, d
 
@@ -159,7 +159,7 @@ AnyGpu = NvidiaGpu | AmdGpu | VulkanGpu
 
 
 class Identity(Struct, kw_only=True):
-    """the host, probed (`attest.hardware`): GPU UUIDs only as salted hashes"""
+    """the host, probed (`hardware`): GPU UUIDs only as salted hashes"""
 
     cpu: Cpu
     memory_bytes: Annotated[int | None, d("`MemTotal` in bytes (null: unreadable)")]
@@ -169,7 +169,7 @@ class Identity(Struct, kw_only=True):
     probed: Annotated[bool, d("true: probed by the forge")]
 
 
-# --- a step as run (`lanes.certrun`, `checked`) ----------------------------------------
+# --- a step as run (`run`, `records`) ----------------------------------------
 
 
 class StepProgram(Struct, kw_only=True):
@@ -206,3 +206,88 @@ class CertStep(Struct, kw_only=True):
     verdict: Annotated[str, d("`pass` or `fail`")]
     problems: Annotated[list[str], d("why it failed (empty when it passed)")]
     log: StepLog
+
+
+# --- a record (`records`) and what `certify` and `lanes` show of it ------------------
+
+
+class Hardware(Struct, kw_only=True):
+    """the hardware a record names"""
+
+    hardware_class: Annotated[str, d("its class: the record's file name")] = field(name="class")
+    identity: Annotated[Identity | None, d("the host, probed (null: described)")] = None
+    description: Annotated[str | None, d("`certify --attested --hardware TEXT`")] = None
+
+
+class Evidence(Struct, kw_only=True):
+    """the evidence file of an attested record"""
+
+    name: Annotated[str, d("its file name")]
+    sha256: Annotated[str, SHA]
+
+
+class Entry(Struct, kw_only=True):
+    """a certification record: `certifications/<lane>/<model>/<hardware-class>.json`"""
+
+    lane: Annotated[str, d("the lane")]
+    kind: Annotated[str, d("`checked` (the forge ran the suite) or `attested` (evidence)")]
+    model: Annotated[
+        str, d("the model manifest's name (`none`: a suite without a model; `attested`)")
+    ]
+    hardware_class: Annotated[
+        str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
+    ]
+    advertised: Annotated[bool, d("checked, signed by a trusted key, matching every input")]
+    reason: Annotated[
+        str,
+        d(
+            "`certified`, `attested, not checked`, or why not (`untrusted: ...`, "
+            "`lapsed: ...` naming every input that moved, `invalid: ...`)"
+        ),
+    ]
+    file: Annotated[str, d("the record, relative to the root")]
+    keyid: Annotated[str, d('the trusted key that verified it (`""` when none did)')]
+    certified_on: Annotated[str | None, d("when (ISO 8601, UTC)")]
+    figures: Annotated[
+        dict[str, StepFigures | None],
+        d(
+            "per step name: what its parser read, tagged by `parser` (the step's `figures` in "
+            "`certify --lane --json`); null: unreadable"
+        ),
+    ]
+    evidence_sha256: Annotated[str | None, d("an attested record's evidence file")] = None
+
+
+class BoundInputs(Struct, kw_only=True):
+    """the inputs a record binds besides recipe, pin and series (`trust.bound_inputs`)"""
+
+    toolchain: Annotated[dict[str, str | None] | None, d("the toolchain file: `path`, `sha256`")]
+    cmakeModules: Annotated[dict[str, str], d("`cmake/` modules by name")]
+    worker: Annotated[
+        dict[str, str] | None, d("the worker: `location` + `commit`, or `location` + `tree`")
+    ]
+    tools: Annotated[
+        dict[str, str] | None,
+        d(
+            "the host's tools the lane builds with (cmake, ninja, the recipe's tools) by "
+            "version; null where not probed"
+        ),
+    ]
+
+
+class Certified(Struct, kw_only=True):
+    """a record written"""
+
+    certification: Annotated[str, d("the record's path")]
+    trusted: Annotated[bool, d("its key is in trusted-keys/")]
+    kind: Annotated[str, d("`checked` (`--lane`) or `attested` (`--attested`)")]
+    lane: Annotated[str, d("the lane")]
+    model: Annotated[str, d("the model manifest's name (`none` without one; `attested`)")]
+    hardware_class: Annotated[str, d("the hardware class the record is named by")]
+    report_sha256: Annotated[str, SHA]
+    keyid: Annotated[str, d("the signing key's id")]
+    steps: Annotated[list[CertStep], d("every step, all passed (none for `attested`)")]
+    hardware: Hardware
+    evidence_sha256: Annotated[str | None, d("`attested`: the evidence file's")]
+    inputs: BoundInputs
+    certified_on: Annotated[str, d("when (ISO 8601, UTC)")]

@@ -1,17 +1,18 @@
-"""Run a lane's certification steps (`certsuite.Suite`) on this host.
+"""Run a lane's certification steps (`suite.Suite`) on this host.
 
 The certified binary is the shipped binary: each step's program is a CMake target of the
 lane's build (found through the File API reply in `build/<lane>/`), whose file is a
 subject of the verified report, and re-hashes to that subject's sha256 right before it
 runs. Its argv is the recipe's arguments with the placeholders substituted, handed to the
 program itself (no shell); it runs in a scratch directory with stdin closed, to its step's
-time limit and the output bound (`core.proc.bounded`), with credential-like variables
-left out of its environment. Its whole output is kept in `logs/certify-<lane>-<stamp>-
+time limit and the output bound (`core.proc.bounded`), with an environment of
+`STEP_ENV` only. Its whole output is kept in `logs/certify-<lane>-<stamp>-
 <step>.log` and the record names that file's sha256. The parser reads its stdout.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Mapping
@@ -20,24 +21,33 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dgr_forge.attest import parsers
-from dgr_forge.attest.certshapes import CertStep, StepFigures, StepLog, StepProgram
+from dgr_forge.certify import parsers
+from dgr_forge.certify.shapes import CertStep, StepFigures, StepLog, StepProgram
+from dgr_forge.certify.suite import Step, Suite
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import bounded
-from dgr_forge.host.certsuite import Step, Suite
+from dgr_forge.core.urls import mask_text
 from dgr_forge.lanes import cmake_api
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 # the backend's first device as ggml names it, the default `{device}`
 DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "rocm/hip": "ROCm0", "rocm": "ROCm0",
                   "vulkan": "Vulkan0", "metal": "Metal"}  # fmt: skip
-# left out of a step's environment: the program is the lane's build, not the signer
-_SECRET_ENV = re.compile(
-    r"DGR_SIGNING_KEY\w*|\w*(TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)\w*", re.IGNORECASE
-)
+# All a step's program sees of the forge's environment: the host's locale and paths, and
+# how each backend picks its device; never a key, token, CI credential, cache or mirror
+# URL (the program is the lane's build, and CI uploads its log). Documented in
+# docs/build-and-reports.md, *Certification*.
+STEP_ENV = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+    "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HSA_OVERRIDE_GFX_VERSION",
+    "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS",
+})  # fmt: skip
+STEP_ENV_PREFIXES = ("LC_", "GGML_")  # the locale's categories, ggml's own switches
 
 
 @dataclass(frozen=True)
@@ -79,10 +89,6 @@ class StepResult:
             problems=list(self.problems),
             log=StepLog(path=self.log, sha256=self.log_sha256),
         )
-
-
-def default_device(backend: str) -> str:
-    return DEFAULT_DEVICE.get(backend.lower(), "CPU")
 
 
 def check_device(device: str) -> str:
@@ -173,7 +179,15 @@ def substitute(step: Step, values: Mapping[str, str | None]) -> tuple[str, ...]:
 
 
 def child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not _SECRET_ENV.fullmatch(k)}
+    return {k: v for k, v in os.environ.items() if k in STEP_ENV or k.startswith(STEP_ENV_PREFIXES)}
+
+
+def _keep_log(path: Path, raw: bytes) -> None:
+    """The step's log as kept (and uploaded by a CI job): masked as every other output is
+    (`core.urls.mask_text`); undecodable bytes kept as they were."""
+    text = mask_text(raw.decode("utf-8", "surrogateescape"))
+    with path.open("xb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
 
 
 def run_steps(
@@ -198,22 +212,23 @@ def run_steps(
         program = found[step.program]
         log = logs / f"certify-{lane}-{stamp}-{step.name}.log"
         out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
-        with log.open("xb") as f:
-            try:
-                done = bounded(
-                    [str(program.path), *argv],
-                    timeout=step.timeout,
-                    limit=parsers.MAX_OUTPUT_BYTES,
-                    cwd=scratch,
-                    env=child_env(),
-                    log=f,
-                )
-            except OSError as err:
-                raise OperationFailed(
-                    f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
-                    hint="rebuild the lane on this host",
-                    details={"step": step.name},
-                ) from None
+        raw = io.BytesIO()  # bounded by the step's output limit
+        try:
+            done = bounded(
+                [str(program.path), *argv],
+                timeout=step.timeout,
+                limit=parsers.MAX_OUTPUT_BYTES,
+                cwd=scratch,
+                env=child_env(),
+                log=raw,
+            )
+        except OSError as err:
+            raise OperationFailed(
+                f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
+                hint="rebuild the lane on this host",
+                details={"step": step.name},
+            ) from None
+        _keep_log(log, raw.getvalue())
         gate = step.gate(model)
         results.append(_judge(step, gate, program, argv, done, forge.rel(log), sha256_file(log)))
     return results

@@ -30,98 +30,21 @@ Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
 
-from msgspec import Struct, to_builtins
+from msgspec import Struct
 
-from dgr_forge.attest.parsers import PARSERS, Thresholds
-from dgr_forge.core.tominput import NonEmpty, Shape, about
+from dgr_forge.certify.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import fail, shown_value
+from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, StepShape
 
-PLACEHOLDERS = ("model", "device", "threads")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 STEP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
-DEFAULT_TIMEOUT = 600
-MAX_TIMEOUT = 7200  # two hours: a whole op suite on a slow device, never unbounded
 MAX_STEPS = 32
 MAX_ARGS = 64
 MAX_ARG = 1024
-MAX_FAILED = 1_000_000
-MAX_TS = 1e7
 _COUNTING = ("test-backend-ops", "ctest")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-# -- the table as written (its keys, types, bounds, meanings: declared once, here)
-
-Strings = tuple[str, ...]
-_SPEEDS_FIX = "min_avg_ts = { prompt = 50.0, gen = 5.0 }"
-# tokens per second: a float (or an integer), never nan, inf, 0 or a string
-Speed = Annotated[
-    float,
-    about(
-        "tokens per second, at least",
-        gt=0,
-        le=MAX_TS,
-        fix="{name} = 5.0",
-        problem=f"{{value}} ({{type}}) is not a speed in (0, {MAX_TS:g}] t/s",
-    ),
-]
-
-
-class _Speeds(Shape):
-    """A speed gate: the average tokens per second a run must reach."""
-
-    prompt: Annotated[Speed, about("prompt processing")] | None = None
-    gen: Annotated[Speed, about("generation")] | None = None
-
-
-class _Step(Shape):
-    """One program run and its gate."""
-
-    name: Annotated[NonEmpty, about("the step's name, `[a-z0-9_-]`, unique")]
-    program: Annotated[NonEmpty, about("one of `certify.targets`: a program the build made")]
-    parser: Annotated[NonEmpty, about(f"how its output is read: {', '.join(PARSERS)}")]
-    args: Annotated[
-        Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
-    ] = ()
-    max_failed: (
-        Annotated[
-            int, about("the gate of a counting parser: failures allowed", ge=0, le=MAX_FAILED)
-        ]
-        | None
-    ) = None
-    min_avg_ts: Annotated[_Speeds, about("the gate of `llama-bench`", fix=_SPEEDS_FIX)] | None = (
-        None
-    )
-    timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
-    by_model: (
-        Annotated[
-            dict[str, _Speeds],
-            about(
-                "a model's own speed gate, by model manifest name (`certify --model`)",
-                fix="by_model.tiny = { prompt = 50.0, gen = 5.0 }",
-            ),
-        ]
-        | None
-    ) = None
-
-
-class SuiteShape(Shape):
-    """`[certify]`: the lane's certification suite."""
-
-    targets: Annotated[
-        Strings,
-        about("the programs it runs, built with the lane", fix='targets = ["test-backend-ops"]'),
-    ] = ()
-    steps: Annotated[
-        tuple[
-            Annotated[_Step, about("a step", fix="write each step as a [[certify.steps]] table")],
-            ...,
-        ],
-        about("in order", fix="add one [[certify.steps]] table per program run"),
-    ] = ()
 
 
 class Step(Struct, frozen=True):
@@ -137,32 +60,21 @@ class Step(Struct, frozen=True):
         """The thresholds for a run with `model` (its own, else the step's)."""
         return next((t for name, t in self.by_model if name == model), self.thresholds)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "program": self.program,
-            "args": list(self.args),
-            "parser": self.parser,
-            "thresholds": to_builtins(self.thresholds.gate()),
-            "timeout": self.timeout,
-        }
-
 
 class Suite(Struct, frozen=True):
     targets: tuple[str, ...]
     steps: tuple[Step, ...]
 
-    @property
-    def needs_model(self) -> bool:
-        return any("{model}" in a for s in self.steps for a in s.args)
+    needs_model: bool  # a step's argument has `{model}`
 
 
-def load_suite(shown: str, table: SuiteShape | None) -> Suite | None:
+def load(recipe: Recipe) -> Suite | None:
     """`[certify]` of a recipe (None when the recipe has none); exit 2 naming the key.
 
     Whether the lane builds each target is the build's and certify's to say, not the
     recipe's: a build never fails for its suite, and `certify` refuses (exit 1) a target
     the build did not produce as a report subject (with `cmake.targets`, it must be one)."""
+    table, shown = recipe.certify, f"recipes/{recipe.path.name}"
     if table is None:
         return None
     targets = table.targets
@@ -197,10 +109,10 @@ def load_suite(shown: str, table: SuiteShape | None) -> Suite | None:
                 shown, f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely"
             )
         steps.append(step)
-    return Suite(targets, tuple(steps))
+    return Suite(targets, tuple(steps), table.needs_model)
 
 
-def _step(shown: str, raw: _Step, where: str, targets: tuple[str, ...]) -> Step:
+def _step(shown: str, raw: StepShape, where: str, targets: tuple[str, ...]) -> Step:
     name, program, args, parser = raw.name, raw.program, raw.args, raw.parser
     if not STEP_NAME.fullmatch(name) or len(name) > 64:
         raise fail(
@@ -220,7 +132,7 @@ def _step(shown: str, raw: _Step, where: str, targets: tuple[str, ...]) -> Step:
         )
     for arg in args:
         _check_arg(shown, f"{where}.args", arg)
-    if parser not in PARSERS:
+    if parser not in PARSERS:  # the names are the parsers's, read in their module
         raise fail(
             shown,
             f"{where}.parser",
@@ -238,7 +150,7 @@ def _step(shown: str, raw: _Step, where: str, targets: tuple[str, ...]) -> Step:
     )
 
 
-def _by_model(shown: str, raw: _Step, where: str) -> tuple[tuple[str, Thresholds], ...]:
+def _by_model(shown: str, raw: StepShape, where: str) -> tuple[tuple[str, Thresholds], ...]:
     if raw.by_model is None:
         return ()
     if raw.parser != "llama-bench":
@@ -283,7 +195,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
         )
 
 
-def _thresholds(shown: str, raw: _Step, where: str) -> Thresholds:
+def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
     """The step's gate: `max_failed` for a counting parser, `min_avg_ts` for a speed one;
     a step with neither would pass by default and is refused."""
     parser, max_failed, speeds = raw.parser, raw.max_failed, raw.min_avg_ts
@@ -305,12 +217,12 @@ def _thresholds(shown: str, raw: _Step, where: str) -> Thresholds:
             shown,
             f"{where}.min_avg_ts",
             "missing: a step never passes by default",
-            f"add {_SPEEDS_FIX}",
+            f"add {SPEEDS_FIX}",
         )
     return _speeds(shown, speeds, f"{where}.min_avg_ts")
 
 
-def _speeds(shown: str, speeds: _Speeds, where: str) -> Thresholds:
+def _speeds(shown: str, speeds: Speeds, where: str) -> Thresholds:
     if speeds.prompt is None and speeds.gen is None:
         raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
     return Thresholds(min_prompt_ts=speeds.prompt, min_gen_ts=speeds.gen)

@@ -21,7 +21,7 @@ The class is derived from the identity and the lane's backend, by this rule:
 
 A lane whose backend's hardware is not on the host has no class: exit 2.
 
-The identity is `certshapes.Identity` (GPUs a union tagged by `vendor`), the shape the
+The identity is `shapes.Identity` (GPUs a union tagged by `vendor`), the shape the
 record and `certify --json` write.
 """
 
@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 
 from msgspec import UNSET
 
-from dgr_forge.attest.certshapes import AmdGpu, AnyGpu, Cpu, Identity, NvidiaGpu, OsInfo, VulkanGpu
+from dgr_forge.certify.shapes import AmdGpu, AnyGpu, Cpu, Identity, NvidiaGpu, OsInfo, VulkanGpu
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import bounded
 
@@ -272,6 +272,11 @@ def hardware_class(identity: Identity, backend: str) -> str:
     if kind == "metal":
         return f"apple-{_slug(identity.cpu.model, ('apple',))}"
     raise _absent(backend, "the forge has no hardware-class rule for this backend")
+
+
+def described_class(text: str) -> str:
+    """The class of hardware a person described (`certify --attested --hardware TEXT`)."""
+    return f"described-{_slug(text)}"
 
 
 def _absent(backend: str, why: str) -> BadInput:

@@ -1,0 +1,275 @@
+"""The one certification record: `certifications/<lane>/<model>/<class>.json`.
+
+A DSSE envelope (payload type `CERT_PAYLOAD_TYPE`, `_type` `RECORD_TYPE`) whose body binds
+the lane's inputs (recipe, pin, series, toolchain file, `cmake/`, worker, tool versions;
+and the whole input digest of the build that wrote the report), the report's sha256 and
+subjects, the hardware (its class, and the probed identity or a person's description),
+and what was measured. Two kinds differ by the `kind` field only:
+
+* `checked` (`certify --lane`): the forge ran the suite; `<model>` is the model manifest
+  (`none` for a suite without one), the body binds its sha256 and every file's, and per
+  step the program's path and sha256, its arguments, the figures, gate, verdict and the
+  sha256 of its log (`shapes.CertStep`). Written only when every step passed.
+* `attested` (`certify --attested`): a person's evidence file, by sha256; `<model>` is
+  `attested`. Recorded, shown "attested, not checked", never advertised.
+
+A checked entry is *advertised* while its record is signed by a trusted key and every
+bound input is still the checkout's; any change lapses it, naming every input that moved.
+The record of forges before this one, `certifications/<lane>.json`, is not read: `lanes`
+shows it as `invalid`, with the command that writes its replacement (`OLD_FORM`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from dgr_forge.attest import dsse, provenance
+from dgr_forge.attest.keys import PublicKey, Signer
+from dgr_forge.certify import trust
+from dgr_forge.certify.shapes import CertStep, Entry, Evidence, Hardware
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_regular
+from dgr_forge.core.gitutil import NAME
+from dgr_forge.core.output import Reporter
+from dgr_forge.host.recipes import Recipe
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
+RECORD_TYPE = "https://dgr-forge.invalid/certification/checked/v1"
+NO_MODEL = "none"
+ATTESTED = "attested"  # the <model> directory of `certify --attested` records
+MODELS_DIR = "manifests/models"
+MAX_MANIFEST_BYTES = 4 << 20
+MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
+Kind = Literal["checked", "attested"]
+OLD_FORM = (
+    "invalid: {file} is a record of an older forge (one file per lane), no longer read; "
+    "`dgr-forge certify --attested FILE --report R` writes its replacement under "
+    "certifications/{lane}/attested/"
+)
+
+
+def record_path(forge: Forge, lane: str, model: str, hardware_class: str) -> Path:
+    return forge.root / trust.CERT_DIR / lane / model / f"{hardware_class}.json"
+
+
+def manifest_sha256(forge: Forge, model: str) -> str | None:
+    """The sha256 of `manifests/models/<model>.toml` as the checkout has it (None: gone)."""
+    path = forge.root / MODELS_DIR / f"{model}.toml"
+    if not path.is_file():
+        return None
+    return sha256_regular(
+        path, what="model manifest", hint="restore it", limit=MAX_MANIFEST_BYTES,
+        shown=forge.rel(path),
+    )  # fmt: skip
+
+
+def write(
+    forge: Forge,
+    checked: trust.CheckedReport,
+    m: UpstreamManifest,
+    *,
+    kind: Kind,
+    report: Path,
+    hardware: Hardware,
+    signer: Signer,
+    out: Reporter,
+    input_digest: str | None = None,
+    model: dict[str, Any] | None = None,
+    device: str | None = None,
+    steps: list[CertStep] | None = None,
+    evidence: Evidence | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Sign and write one record; (its path, its body)."""
+    lane, recipe = checked.lane, checked.recipe
+    stmt = checked.check.report.statement or {}
+    body: dict[str, Any] = {
+        "_type": RECORD_TYPE,
+        "kind": kind,
+        "lane": lane,
+        "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
+        "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
+        "seriesDigest": m.series_digest,
+        "inputs": checked.inputs,
+        "inputDigest": input_digest,
+        "report": {
+            "name": report.name,
+            "sha256": checked.check.report.sha256,
+            "keyid": checked.check.verified_by,
+            "subjects": stmt.get("subject", []),
+        },
+        "model": model,
+        "hardware": msgspec.to_builtins(hardware),
+        "device": device,
+        "steps": msgspec.to_builtins(steps or []),
+        "evidence": msgspec.to_builtins(evidence),
+        "verdict": "pass",
+        "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
+    }
+    trusted = {k.keyid for k in trust.trusted_keys(forge)}  # a hostile anchor: exit 2 first
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
+    name = ATTESTED if kind == "attested" else model["name"] if model else NO_MODEL
+    path = record_path(forge, lane, name, hardware.hardware_class)
+    for rel in (trust.CERT_DIR, f"{trust.CERT_DIR}/{lane}", f"{trust.CERT_DIR}/{lane}/{name}"):
+        if (forge.root / rel).is_symlink():  # never written through a planted link
+            raise BadInput(f"{rel}: a symlink", hint=f"make {rel} a plain directory")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
+    out.answer(f"certified {lane} / {name} / {hardware.hardware_class}: {forge.rel(path)}")
+    if signer.keyid not in trusted:
+        out.warn(
+            f"keyid {signer.keyid[:16]} is not in {trust.TRUSTED_KEYS_DIR}/: `lanes "
+            "--advertised` will not list it until its public key is committed there"
+        )
+    return path, body
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """What lapses a record: the checkout's inputs now."""
+
+    recipe: Recipe
+    m: UpstreamManifest
+    keys: list[PublicKey]
+    inputs: dict[str, Any]
+
+
+def entries(
+    forge: Forge,
+    recipes: Mapping[str, Recipe],
+    m: UpstreamManifest,
+    keys: list[PublicKey] | None = None,
+    worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
+) -> list[Entry]:
+    """Every record under certifications/<lane>/ of a lane with a recipe, and each lane's
+    old-form `certifications/<lane>.json`, refused."""
+    trusted = trust.trusted_keys(forge, keys)
+    found: list[Entry] = []
+    for lane, recipe in recipes.items():
+        old = forge.root / trust.CERT_DIR / f"{lane}.json"
+        if old.is_file() or old.is_symlink():
+            reason = OLD_FORM.format(file=forge.rel(old), lane=lane)
+            found.append(_refused(forge, lane, ATTESTED, "unknown", reason, old))
+        lane_dir = forge.root / trust.CERT_DIR / lane
+        if lane_dir.is_symlink() or not lane_dir.is_dir():
+            continue
+        current: _Bound | None = None
+        for model_dir in sorted(lane_dir.iterdir()):
+            if model_dir.is_symlink() or not model_dir.is_dir() or not NAME.match(model_dir.name):
+                continue
+            for path in sorted(model_dir.glob("*.json")):
+                if current is None:
+                    inputs = trust.bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
+                    current = _Bound(recipe, m, trusted, inputs)
+                found.append(_entry(forge, current, path))
+    return found
+
+
+def _refused(forge: Forge, lane: str, model: str, cls: str, reason: str, path: Path) -> Entry:
+    kind = "attested" if model == ATTESTED else "checked"
+    return Entry(
+        lane=lane, kind=kind, model=model, hardware_class=cls, advertised=False,
+        reason=reason, file=forge.rel(path), keyid="", certified_on=None, figures={},
+    )  # fmt: skip
+
+
+def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
+    lane, model, cls = now.recipe.name, path.parent.name, path.stem
+    try:
+        raw = read_regular(path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False)
+        envelope = dsse.Envelope.from_json(raw)
+    except BadInput as err:
+        return _refused(forge, lane, model, cls, f"invalid: {err.message}", path)
+    except (OSError, dsse.EnvelopeError) as err:
+        return _refused(forge, lane, model, cls, f"invalid: not a DSSE envelope ({err})", path)
+    if envelope.payload_type != CERT_PAYLOAD_TYPE:
+        why = f"invalid: payload type {envelope.payload_type[:80]!r}"
+        return _refused(forge, lane, model, cls, why, path)
+    accepted = dsse.verify(envelope, now.keys) if now.keys else None
+    if accepted is None:
+        why = "no trusted keys" if not now.keys else "signature does not verify with a trusted key"
+        reason = f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)"
+        return _refused(forge, lane, model, cls, reason, path)
+    keyid = accepted.keyid
+
+    def no(reason: str) -> Entry:
+        return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
+
+    try:
+        body = json.loads(envelope.payload)
+    except (ValueError, RecursionError):
+        return no("invalid: payload is not JSON")
+    if not isinstance(body, dict) or body.get("_type") != RECORD_TYPE:
+        return no("invalid: not a dgr-forge certification record")
+    kind = body.get("kind", "checked")  # the first checked records had no `kind`
+    try:  # the figures `lanes` shows are the shapes `certify` wrote, or the record is invalid
+        steps = msgspec.convert(body.get("steps"), list[CertStep])
+    except msgspec.ValidationError as err:
+        return no(f"invalid: its steps are not a certification's ({str(err)[:200]})")
+    try:
+        hw = msgspec.convert(body.get("hardware"), Hardware)
+        evidence = msgspec.convert(body.get("evidence"), Evidence | None)
+    except msgspec.ValidationError as err:
+        return no(f"invalid: not a certification record's shape ({str(err)[:200]})")
+    bound_model = body.get("model") if isinstance(body.get("model"), dict) else None
+    name = ATTESTED if kind == "attested" else (bound_model or {}).get("name", NO_MODEL)
+    claims = (body.get("lane"), name, hw.hardware_class)
+    if kind not in ("checked", "attested") or claims != (lane, model, cls):
+        return no(f"invalid: the record certifies {claims!r}, not its path")
+    if body.get("verdict") != "pass" or (kind == "attested") != (evidence is not None):
+        return no("invalid: not a passed certification")
+    moved = lapses(forge, now, body, bound_model, model)
+    entry = Entry(
+        lane=lane,
+        kind=kind,
+        model=model,
+        hardware_class=cls,
+        advertised=not moved and kind == "checked",
+        reason=(
+            f"lapsed: {'; '.join(moved)}"
+            if moved
+            else "certified"
+            if kind == "checked"
+            else "attested, not checked"
+        ),
+        file=forge.rel(path),
+        keyid=keyid,
+        certified_on=str(body.get("certifiedOn")),
+        figures={s.name: s.figures for s in steps},
+        evidence_sha256=evidence.sha256 if evidence else None,
+    )
+    return entry
+
+
+def lapses(
+    forge: Forge, now: _Bound, body: dict[str, Any], bound_model: Any, model: str
+) -> list[str]:
+    """Every bound input that moved since the record was signed, each named."""
+    moved = []
+    if (body.get("recipe") or {}).get("sha256") != now.recipe.sha256:
+        moved.append("the recipe changed since certification")
+    if (body.get("upstream") or {}).get("commit") != now.m.commit:
+        moved.append("the upstream pin moved since certification")
+    if body.get("seriesDigest") != now.m.series_digest:
+        moved.append("the patch series changed since certification")
+    moved += trust.inputs_lapse(body.get("inputs"), now.inputs)
+    if bound_model is not None:
+        sha = manifest_sha256(forge, model)
+        if sha is None:
+            moved.append(f"{MODELS_DIR}/{model}.toml is gone")
+        elif sha != bound_model.get("manifest_sha256"):
+            moved.append(f"the model manifest {MODELS_DIR}/{model}.toml changed")
+    return moved

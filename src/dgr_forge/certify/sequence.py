@@ -1,0 +1,273 @@
+"""The order of a certification, composed from this package (DESIGN.md, *Certification*).
+
+`certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]` (`lane`):
+
+1. the lane's `[certify]` suite (`suite.load`) and, when it runs one, a model named;
+2. the signing key and trust anchors (exit 2 before anything runs);
+3. the report (its latest, or `--report`): verified, built from this checkout's inputs,
+   every subject re-hashed in the workspace (`trust.check_report`);
+4. the model manifest's files verified (provisioned when missing) before any step;
+5. the hardware probed and classed (`hardware`);
+6. each step's program found through the File API and matched to a report subject, then
+   run (`run`);
+7. only when every step passed, the record (`records.write`); else exit 1 naming each
+   failing step and its cases or figures, nothing written.
+
+`certify --attested FILE --build-report R [--hardware TEXT]` (`attested`): 2, 3 (no re-hash: the
+report may come from another host), 5 (or the person's description), then the record of
+the evidence file, kind `attested`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from dgr_forge.attest import keys
+from dgr_forge.attest import reports as reports_mod
+from dgr_forge.certify import hardware, records, run, suite, trust
+from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence, Hardware
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
+from dgr_forge.core.gitutil import NAME
+from dgr_forge.core.output import Reporter
+from dgr_forge.host.doctor import Doctor
+from dgr_forge.host.recipes import Recipe, select
+from dgr_forge.host.worker import WorkerSpec
+from dgr_forge.lanes.inputs import tool_versions, worker_identity
+from dgr_forge.lanes.state import lane_state
+from dgr_forge.models import artifacts
+from dgr_forge.models import manifest as models
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the command context loaded, as a certification uses it."""
+
+    forge: Forge
+    m: UpstreamManifest
+    recipes: dict[str, Recipe]
+    doctor: Doctor | None  # None: the root has no probes file (tools not bound)
+    worker: WorkerSpec | None
+
+    def bound(self) -> tuple[Mapping[str, Any] | None, dict[str, dict[str, str]] | None]:
+        """The worker's identity and the host's tools per lane, as a record binds them."""
+        tools = tool_versions(self.doctor, self.recipes) if self.doctor is not None else None
+        return worker_identity(self.worker), tools
+
+
+def _result(
+    forge: Forge, path: Path, body: dict[str, Any], signer: keys.Signer, steps: list[CertStep]
+) -> Certified:
+    trusted = {k.keyid for k in trust.trusted_keys(forge)}
+    evidence = body.get("evidence") or {}
+    return Certified(
+        certification=str(path),
+        trusted=signer.keyid in trusted,
+        kind=body["kind"],
+        lane=body["lane"],
+        model=path.parent.name,
+        hardware_class=path.stem,
+        report_sha256=body["report"]["sha256"],
+        keyid=signer.keyid,
+        steps=steps,
+        hardware=msgspec.convert(body["hardware"], Hardware),
+        evidence_sha256=evidence.get("sha256"),
+        inputs=msgspec.convert(body["inputs"], BoundInputs),
+        certified_on=body["certifiedOn"],
+    )
+
+
+def attested(
+    got: Inputs,
+    out: Reporter,
+    *,
+    report: Path,
+    evidence: Path,
+    described: str | None,
+    key: str | None,
+    report_key: str | None,
+) -> Certified:
+    """Record a person's evidence (`attested, not checked`, never advertised)."""
+    forge, m = got.forge, got.m
+    public = keys.resolve_verifier(report_key)
+    signer = keys.resolve_signer(key, out)
+    trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything is read
+    evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
+        evidence,
+        what="evidence file",
+        hint="pass --attested with the test log or benchmark output from the hardware run "
+        f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
+        limit=MAX_EVIDENCE_BYTES,
+    )
+    worker, tools = got.bound()
+    checked = trust.check_report(forge, got.recipes, m, report, public, worker, tools)
+    if described is not None:
+        hw = Hardware(hardware_class=hardware.described_class(described), description=described)
+    else:
+        identity = hardware.probe()
+        cls = hardware.hardware_class(identity, checked.recipe.backend)
+        hw = Hardware(hardware_class=cls, identity=identity)
+    path, body = records.write(
+        forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
+        evidence=Evidence(name=evidence.name, sha256=evidence_sha),
+    )  # fmt: skip
+    out.info(f"{checked.lane}: attested, not checked (never advertised)")
+    return _result(forge, path, body, signer, [])
+
+
+def lane(
+    got: Inputs,
+    out: Reporter,
+    *,
+    lane: str,
+    model: str | None,
+    dest: Path | None,
+    device: str | None,
+    report: Path | None,
+    key: str | None,
+    report_key: str | None,
+) -> Certified:
+    """Run the lane's suite and, when every step passed, write its record (the module doc);
+    the caller holds the workspace lock for the whole run."""
+    forge, m = got.forge, got.m
+    worker, tools = got.bound()
+    (recipe,) = select(got.recipes, [lane])
+    the_suite = suite.load(recipe)
+    if the_suite is None:
+        raise BadInput(
+            f"{forge.rel(recipe.path)}: no [certify] suite: lane {lane} has nothing to run",
+            hint="add a [certify] table with its steps (docs/build-and-reports.md, Certification)",
+            details={"lane": lane},
+        )
+    if the_suite.needs_model and model is None:
+        raise BadInput(
+            f"lane {lane}'s suite runs a model ({{model}}): pass --model NAME",
+            hint="name a manifest under manifests/models/ (`dgr-forge artifacts manifest` "
+            "writes one)",
+            details={"lane": lane},
+        )
+    the_device = run.check_device(device or run.DEFAULT_DEVICE.get(recipe.backend.lower(), "CPU"))
+    signer = keys.resolve_signer(key, out)
+    public = keys.resolve_verifier(report_key)
+    trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
+    report = report or reports_mod.latest_report(forge, lane)
+    if report is None:
+        raise BadInput(
+            f"lane {lane} has no report in {forge.rel(forge.reports_dir)}",
+            hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --build-report R",
+            details={"lane": lane},
+        )
+    checked = trust.check_report(
+        forge, got.recipes, m, report, public, worker, tools, artifacts_base=forge.workspace
+    )
+    if checked.lane != lane:
+        raise BadInput(
+            f"{report}: a report of lane {checked.lane}, not {lane}",
+            hint=f"pass a report of lane {lane}",
+        )
+    last = lane_state(forge, lane).last_build
+    report_sha = checked.check.report.sha256
+    # the whole input digest of the build that wrote this report, when it is the last one
+    input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
+    bound_model, first_split = _model(forge, out, model, dest) if model else (None, None)
+    identity = hardware.probe()
+    cls = hardware.hardware_class(identity, recipe.backend)
+    out.info(f"hardware class {cls}")
+    found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
+    values = {
+        "model": str(first_split) if first_split else None,
+        "device": the_device,
+        "threads": str(os.cpu_count() or 1),
+    }
+    results = run.run_steps(forge, lane, the_suite, found, values, out, model)
+    steps = [r.record() for r in results]
+    failed = [r for r in results if not r.passed]
+    for r in results:
+        out.info(
+            f"  {r.step.name}: {'pass' if r.passed else 'FAIL'}"
+            + ("" if r.passed else " - " + "; ".join(r.problems))
+        )
+    if failed:
+        raise OperationFailed(
+            f"lane {lane}: certification failed, nothing written: "
+            + "; ".join(f"step {r.step.name}: {'; '.join(r.problems)}" for r in failed),
+            hint="fix what the step names (each step's full log is under "
+            f"{forge.rel(forge.logs_dir)}/) and run certify again",
+            details={
+                "lane": lane,
+                "failed_steps": [r.step.name for r in failed],
+                "steps": msgspec.to_builtins(steps),
+            },
+        )
+    path, body = records.write(
+        forge, checked, m, kind="checked", report=report, input_digest=input_digest,
+        model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
+        device=the_device, steps=steps, signer=signer, out=out,
+    )  # fmt: skip
+    return _result(forge, path, body, signer, steps)
+
+
+def _model(
+    forge: Forge, out: Reporter, name: str, dest: Path | None
+) -> tuple[dict[str, Any], Path]:
+    """The model's files verified (provisioned when missing); (what the record binds, the
+    first split's path)."""
+    if not NAME.match(name) or name.endswith(".toml"):
+        raise BadInput(
+            f"--model {name[:80]!r}: not a manifest name",
+            hint="name a manifest under manifests/models/ by its file name without .toml",
+            details={"model": name[:80]},
+        )
+    path = forge.root / models.MODELS_DIR / f"{name}.toml"
+    mm = models.load(path, forge.root)
+    target = dest or forge.workspace / "models" / name
+    if target.is_dir():
+        result = artifacts.verify(mm, target, out)
+    if not target.is_dir() or result.bad:
+        wrong = [f for f in result.files if f.status == "bad"] if target.is_dir() else []
+        if wrong:
+            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
+            raise OperationFailed(
+                f"model {name}: files in {target} do not match the manifest: " + "; ".join(bad),
+                hint=f"remove them and re-run, or `dgr-forge artifacts provision {name} "
+                f"--dest {target}`",
+                details={"model": name, "bad": result.bad},
+            )
+        provisioned = artifacts.provision(mm, target, out)
+        if not provisioned.ok:
+            raise OperationFailed(
+                f"model {name}: provisioning into {target} failed",
+                hint="see the errors above; re-run to resume",
+                details={"model": name},
+            )
+        result = artifacts.verify(mm, target, out)
+        if result.bad:
+            raise OperationFailed(
+                f"model {name}: {', '.join(result.bad)} do not verify",
+                hint="re-provision the model",
+                details={"model": name},
+            )
+
+    def part(f: models.ModelFile) -> int:
+        split = models.split_name(f.name)
+        return split.no if split else 0
+
+    files = sorted(mm.files, key=part)
+    first = result.dest / files[0].name
+    bound = {
+        "name": name,
+        "model_name": mm.name,
+        "manifest": forge.rel(path),
+        "manifest_sha256": records.manifest_sha256(forge, name),
+        "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in mm.files],
+        "first_split": files[0].name,
+    }
+    return bound, first

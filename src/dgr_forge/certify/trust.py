@@ -1,0 +1,292 @@
+"""Trust: what a certification checks before it runs and binds (the report, the inputs as
+the checkout has them) and the trust anchors a record is verified with.
+
+A record is *advertised* only while it is signed by a trusted key
+(`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) and binds the
+current recipe, pin and series exactly, and the lane's other inputs (`bound_inputs`: the
+toolchain file, the forge's cmake/ modules, the worker's commit or tree, the host's tools):
+any change lapses it, with every reason, until renewed (`records.lapses`).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dgr_forge.attest import reports as reports_mod
+from dgr_forge.attest.keys import PublicKey, load_public
+from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import sha256_regular
+from dgr_forge.host.recipes import Recipe
+from dgr_forge.upstream.manifest import UpstreamManifest
+
+CERT_DIR = "certifications"
+TRUSTED_KEYS_DIR = "certifications/trusted-keys"
+MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
+
+
+def bound_inputs(
+    forge: Forge,
+    recipe: Recipe,
+    worker: Mapping[str, Any] | None,
+    tools: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it:
+    the toolchain file, the `cmake/` modules, the worker (`worker`: its identity, from
+    `lanes.inputs.worker_identity`) and the host's tools the lane builds with (`tools`:
+    name -> version, from `lanes.inputs.tool_versions`; None where the host was not
+    probed). Attest does not read lanes' inputs itself."""
+    tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
+    modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def digest(path: Path, what: str) -> str:
+        return sha256_regular(
+            path,
+            what=what,
+            hint="restore it from the repository",
+            limit=MAX_INPUT_BYTES,
+            shown=forge.rel(path),
+        )
+
+    return {
+        "toolchain": None
+        if tc is None
+        else {
+            "path": forge.rel(tc),
+            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
+        },
+        "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
+        "worker": dict(worker) if worker is not None else None,
+        "tools": dict(sorted(tools.items())) if tools is not None else None,
+    }
+
+
+def inputs_lapse(bound: Any, current: dict[str, Any]) -> list[str]:
+    """Every bound input that is not the current one (empty: none moved)."""
+    if not isinstance(bound, dict):
+        return ["the certification does not bind the toolchain file, cmake/ or the worker"]
+    moved = []
+    if bound.get("toolchain") != current["toolchain"]:
+        tc = current["toolchain"] or bound.get("toolchain") or {}
+        moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
+    if bound.get("cmakeModules") != current["cmakeModules"]:
+        old, new = bound.get("cmakeModules") or {}, current["cmakeModules"]
+        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+        moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
+    if bound.get("worker") != current["worker"]:
+        moved.append("the worker changed since certification")
+    old_tools, new_tools = bound.get("tools"), current.get("tools")
+    if isinstance(old_tools, dict) and new_tools is not None and old_tools != new_tools:
+        names = sorted(
+            n for n in set(old_tools) | set(new_tools) if old_tools.get(n) != new_tools.get(n)
+        )
+        changes = ", ".join(
+            f"{n} {old_tools.get(n) or '(none)'} -> {new_tools.get(n) or '(none)'}" for n in names
+        )
+        moved.append(f"tools changed since certification: {changes}")
+    return moved
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A report `check_report` accepted: its lane, recipe, verification and the inputs a
+    certification binds as the checkout has them now."""
+
+    lane: str
+    recipe: Recipe
+    check: reports_mod.Verification
+    inputs: dict[str, Any]
+
+
+def check_report(
+    forge: Forge,
+    recipes: Mapping[str, Recipe],
+    m: UpstreamManifest,
+    report: Path,
+    report_key: PublicKey,
+    worker: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Mapping[str, str]] | None = None,
+    *,
+    artifacts_base: Path | None = None,
+) -> CheckedReport:
+    """Verify `report` (signature, statement; with `artifacts_base`, every subject re-hashed
+    there): exit 1 when it fails; check it was built from this checkout's recipe, pin,
+    series and toolchain file: exit 2 naming what differs."""
+    check = reports_mod.verify_report(report, report_key, artifacts_base=artifacts_base)
+    if not check.ok:
+        raise OperationFailed(
+            f"{report}: the report failed verification, refusing to certify it:\n  "
+            + "\n  ".join(check.failures),
+            hint="certify a report that `dgr-forge report verify` accepts",
+            details={"failures": check.failures},
+        )
+    stmt = check.report.statement or {}
+    ext = stmt["predicate"]["buildDefinition"]["externalParameters"]
+    lane = str(ext.get("lane"))
+    if lane not in recipes:
+        raise BadInput(
+            f"{report}: lane {lane!r} has no recipe in this forge root",
+            hint="certify in the checkout whose recipes/ built the report",
+        )
+    recipe = recipes[lane]
+    up = reports_mod.upstream_of(stmt)
+    rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
+    rep_commit = str((up.get("digest") or {}).get("gitCommit"))
+    rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
+    current = bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
+    checks = [
+        (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
+        ("upstream commit", rep_commit, m.commit),
+        ("patch series digest", rep_series, m.series_digest),
+    ]
+    if current["toolchain"] is not None:
+        tc = current["toolchain"]
+        deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
+        got = next(
+            (
+                str((d.get("digest") or {}).get("sha256"))
+                for d in deps
+                if d.get("name") == tc["path"]
+            ),
+            "none",
+        )
+        checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
+    stale = [(what, got, want) for what, got, want in checks if got != want]
+    if stale:
+        raise BadInput(
+            f"{report}: the report does not match this checkout: "
+            + "; ".join(
+                f"{what} is {want} here but {got} in the report" for what, got, want in stale
+            ),
+            hint="rebuild the lane (`dgr-forge build --lane "
+            f"{lane}`), run it on the hardware, and certify the new report",
+            details={"stale": [w for w, _, _ in stale]},
+        )
+    return CheckedReport(lane, recipe, check, current)
+
+
+def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
+    """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
+    trust anchor must be (see `_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming
+    the path."""
+    keys = list(extra or [])
+    owners = _allowed_owners(forge)
+    if _anchor_dir(forge, CERT_DIR, owners) is None:
+        return keys
+    directory = forge.root / TRUSTED_KEYS_DIR
+    if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
+        return keys
+    return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
+
+
+def _allowed_owners(forge: Forge) -> set[int]:
+    """Who may own a trust anchor: the checkout's owner, or root."""
+    try:
+        return {0, os.stat(forge.root).st_uid}
+    except OSError:
+        return {0, os.getuid()}
+
+
+def _private_group(st: os.stat_result) -> bool:
+    """Whether the file's group is its owner's own private group (the user-private-group
+    scheme of umask 002 hosts): group-writable then means writable by the owner alone."""
+    try:
+        import grp
+        import pwd
+
+        return pwd.getpwuid(st.st_uid).pw_gid == st.st_gid and not grp.getgrgid(st.st_gid).gr_mem
+    except (ImportError, KeyError):
+        return False
+
+
+def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
+    """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
+    a real directory (no symlink out of the checkout), owned by the checkout's owner or
+    root, writable by nobody else. None when it does not exist; exit 2 naming it else."""
+    try:
+        st = (forge.root / rel).lstat()
+    except FileNotFoundError:
+        return None
+    shown = rel  # not resolved: a symlink must be named as itself
+
+    def refuse(problem: str, fix: str) -> BadInput:
+        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise refuse(
+            "not a directory (a symlink or a file): trust anchors must live in the checkout itself",
+            f"make {rel} a plain directory holding the trusted .pub files",
+        )
+    if st.st_mode & stat.S_IWOTH:
+        raise refuse(
+            f"the directory is world-writable (mode {mode:04o}): anyone here could add a "
+            "trusted key or certification",
+            f"chmod o-w {forge.root / rel}",
+        )
+    if st.st_mode & stat.S_IWGRP and not _private_group(st):
+        raise refuse(
+            f"the directory is group-writable (mode {mode:04o}): the group could add a "
+            "trusted key or certification",
+            f"chmod g-w {forge.root / rel}",
+        )
+    if st.st_uid not in owners:
+        raise refuse(
+            f"owned by uid {st.st_uid}, not by the checkout's owner or root: its owner "
+            "could add a trusted key or certification",
+            f"chown it to the checkout's owner (chown -R $(stat -c %u {forge.root}) "
+            f"{forge.root / rel}) or remove it",
+        )
+    return st
+
+
+def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
+    """One trust anchor: a regular file (no symlink), owned by the checkout's owner or
+    root, not group/world-writable, holding a public key only. Read through one
+    descriptor opened with O_NOFOLLOW."""
+    shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
+
+    def refuse(problem: str, fix: str) -> BadInput:
+        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise refuse(
+                "a symlink in trusted-keys: a trust anchor must be the key file itself",
+                f"replace the link with a copy of the public key (cp --remove-destination "
+                f"$(readlink -f {shown}) {shown})",
+            ) from None
+        raise refuse(f"cannot read the trusted key: {err.strerror}", "check the file") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse("not a regular file", "keep only .pub files in trusted-keys")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise refuse(
+                f"the trusted key is writable by others (mode {stat.S_IMODE(st.st_mode):04o})",
+                f"chmod go-w {shown}",
+            )
+        if st.st_uid not in owners:
+            raise refuse(
+                f"the trusted key is owned by uid {st.st_uid}, not by the checkout's owner "
+                "or root: its owner could replace it",
+                f"chown $(stat -c %u .) {shown}, after checking the key is the one you trust",
+            )
+        if st.st_size > 64 << 10:
+            raise refuse("over 64 KiB: not a public key", "keep only .pub files in trusted-keys")
+        data = f.read(64 << 10)
+    if b"PRIVATE KEY" in data:
+        raise refuse(
+            "a PRIVATE key in trusted-keys (it is committed for everyone to read)",
+            "remove it, commit only the .pub file, and replace the exposed key "
+            "(`dgr-forge keygen --force`): anyone may have copied it",
+        )
+    return load_public(data, shown)

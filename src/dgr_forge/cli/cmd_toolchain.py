@@ -1,0 +1,64 @@
+"""toolchain install: the pinned toolkit of the root (thin: parse, call, describe)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.options import Offline
+from dgr_forge.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from dgr_forge.cli.results.lanes import ToolchainInstall
+
+toolchain_app = typer.Typer(
+    name="toolchain", help="Install the toolkits the root pins.", no_args_is_help=True
+)
+app.add_typer(toolchain_app, name="toolchain")
+
+
+@toolchain_app.command("install")
+def install(
+    ctx: typer.Context,
+    toolkit: Annotated[str, typer.Argument(help="The toolkit: cuda (toolchains/cuda.lock).")],
+    offline: Offline = False,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheelhouse", metavar="DIR", help="Install the lock's wheels from this directory."
+        ),
+    ] = None,
+) -> None:
+    """Install the CUDA toolkit the root pins, by sha256, into a prefix outside the root.
+
+    toolchains/cuda.lock names every wheel by name, version and sha256; pip installs them
+    with --require-hashes. A no-op when it is installed; a wheel whose hash does not match
+    installs nothing (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
+    ~/.local/share/dgr-forge/toolchains); `doctor` and `build` find it there."""
+
+    def body(env: Env) -> ToolchainInstall:
+        from dgr_forge.cli.results.lanes import ToolchainInstall
+        from dgr_forge.host import toolkit as toolkit_mod
+
+        if toolkit != "cuda":
+            raise BadInput(
+                f"unknown toolkit {toolkit[:40]!r}",
+                hint="the forge installs: cuda",
+                details={"argument": "toolkit"},
+            )
+        with env.session(manifest=False) as s:
+            forge = s.forge
+        path = forge.toolchains_dir / toolkit_mod.LOCK_NAME
+        shown = forge.rel(path)
+        lock = toolkit_mod.load_lock(path, shown, forge.root)
+        fenced = (forge.root, forge.workspace)
+        env.out.step(f"cuda {lock.version}: {len(lock.wheels)} wheels ({shown})")
+        done = toolkit_mod.install(lock, shown, fenced, offline=offline, wheelhouse=wheelhouse)
+        verb = "installed" if done.installed else "already installed"
+        env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
+        return ToolchainInstall(**toolkit_mod.encode(done))  # type: ignore[arg-type]
+
+    run(ctx, "toolchain install", body)

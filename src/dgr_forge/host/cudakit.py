@@ -1,0 +1,239 @@
+"""A CUDA toolkit as a lane links against it: the unversioned library links CMake's
+FindCUDAToolkit looks for, and the driver link stub of a host without a driver.
+
+NVIDIA's wheels (`nvidia/cu13`, `nvidia/cuda_runtime`, ...) ship only versioned
+libraries (`libcudart.so.13`), and no wheel ships `libcuda` (the driver's library, which
+`CUDA::cuda_driver` names). So, in the lane's build directory (never in site-packages):
+
+* `dgr-cuda/lib/` holds `lib<name>.so` links to each versioned-only library of the
+  toolkit's library directories, first on CMake's library path;
+* `dgr-cuda/stubs/` holds `libcuda.so` (soname `libcuda.so.1`, and a `libcuda.so.1` link):
+  every function the toolkit's `cuda.h` declares, each returning
+  `CUDA_ERROR_STUB_LIBRARY` (34), as NVIDIA's own `lib64/stubs/libcuda.so` does. It is
+  passed as `CUDA_cuda_driver_LIBRARY`; with a real driver library on the host none is made.
+  The directory is named `stubs` as NVIDIA's is: CMake's FindCUDAToolkit imports a
+  library under `/stubs/` for the linker only, never as a RUNPATH entry.
+
+The stub's directory and the toolkit's library directories go on the link path only
+(`-Wl,-rpath-link`): an executable linking a library that needs `libcuda.so.1` links,
+and no binary's RUNPATH names the build machine. The binaries record `NEEDED
+libcuda.so.1` and load the real driver at run time. (`-Wl,--allow-shlib-undefined`,
+which llama.cpp's CUDA container build passes, would hide real link errors.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from msgspec import Struct
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import atomic_write_bytes, read_regular, sha256_regular
+from dgr_forge.core.proc import capture
+
+CUDA_ERROR_STUB_LIBRARY = 34  # cuda.h: CUDA_ERROR_STUB_LIBRARY = 34
+STUB_SONAME = "libcuda.so.1"
+STUB_NOTE = "link stub, not shipped"
+MAX_HEADER_BYTES = 16 << 20  # CUDA 13.0's cuda.h is 1.1 MB
+MAX_FUNCTIONS = 20_000  # CUDA 13.0's declares about 640
+MAX_STUB_BYTES = 64 << 20  # ~40 KB for CUDA 13.0's
+MAX_DIR_ENTRIES = 4096  # a toolkit's lib directory holds a few dozen files
+_DECL = re.compile(rb"\bCUresult\s+CUDAAPI\s+([^\s(;]*)\s*\(")
+# `#define cuMemAlloc cuMemAlloc_v2`, `#define cuMemcpy __CUDA_API_PTDS(cuMemcpy)`: the
+# names callers link against
+_ALIAS = re.compile(
+    rb"^[ \t]*#[ \t]*define[ \t]+cu\w+[ \t]+(?:(cu\w+)|__CUDA_API_(PTDS|PTSZ)\((cu\w+)\))[ \t]*$",
+    re.MULTILINE,
+)
+_NAME = re.compile(r"cu[A-Za-z0-9_]{1,126}")
+_VERSIONED = re.compile(r"lib([A-Za-z0-9_+-]+)\.so\.[0-9]+")
+# where a driver's libcuda is installed (the distributions' and NVIDIA's packages)
+DRIVER_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/local/nvidia/lib64",
+)
+
+
+class CudaLink(Struct, frozen=True):
+    """How a CUDA lane links: decided by the plan, made before configure (`prepare`)."""
+
+    cuda_h: str  # the toolkit's cuda.h, the stub's declarations
+    lib_dirs: tuple[str, ...]  # the toolkit's library directories
+    driver: str | None  # a real libcuda on this host: no stub then
+    base: str  # <build dir>/dgr-cuda
+    links: tuple[tuple[str, str], ...] = ()  # (lib<name>.so, the versioned file)
+    # nvcc's own library directory when its profile's `-L$(TOP)/lib64` misses it (NVIDIA's
+    # wheels have `lib/` only: nvcc cannot find libcudart_static, configure fails)
+    nvcc_lib: str | None = None
+
+    @property
+    def stub_dir(self) -> Path | None:
+        return None if self.driver else Path(self.base) / "stubs"
+
+    @property
+    def stub(self) -> Path | None:
+        return self.stub_dir / "libcuda.so" if self.stub_dir else None
+
+    @property
+    def links_dir(self) -> Path:
+        return Path(self.base) / "lib"
+
+    def cmake_args(self) -> tuple[str, ...]:
+        args: list[str] = []
+        library = self.stub or (Path(self.driver) if self.driver else None)
+        if library is not None:
+            args.append(f"-DCUDA_cuda_driver_LIBRARY={library}")
+        if self.links:
+            args.append(f"-DCMAKE_LIBRARY_PATH={self.links_dir}")
+        return tuple(args)
+
+    def cuda_flags(self) -> str:
+        return f"-L{self.nvcc_lib}" if self.nvcc_lib else ""
+
+    def link_flags(self) -> str:
+        """The link path of every executable and library: never a RUNPATH."""
+        dirs = [*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs]
+        return " ".join(f"-Wl,-rpath-link,{d}" for d in dict.fromkeys(dirs))
+
+
+def _listing(directory: Path) -> list[str]:
+    try:
+        with os.scandir(directory) as it:
+            names = []
+            for entry in it:
+                names.append(entry.name)
+                if len(names) > MAX_DIR_ENTRIES:
+                    break
+            return sorted(names)
+    except OSError:
+        return []
+
+
+def find_driver(lib_dirs: tuple[str, ...], system: tuple[str, ...] = DRIVER_DIRS) -> str | None:
+    """A real driver library (or a toolkit's own `stubs/libcuda.so`), else None."""
+    for d in (*lib_dirs, *(f"{d}/stubs" for d in lib_dirs), *system):
+        for name in ("libcuda.so", STUB_SONAME):
+            path = Path(d) / name
+            if path.is_file():
+                return str(path)
+    return None
+
+
+def plan(
+    include_dir: str,
+    lib_dirs: tuple[str, ...],
+    build_dir: Path,
+    driver: str | None,
+    nvcc: str | None = None,
+) -> CudaLink:
+    """The lane's CUDA link setup (nothing written): the links every versioned-only
+    library of `lib_dirs` needs, the stub unless `driver` is a real one, and nvcc's
+    library directory where its profile looks in a `lib64` the toolkit lacks."""
+    links: dict[str, str] = {}
+    for d in lib_dirs:
+        names = set(_listing(Path(d)))
+        for name in sorted(names):
+            m = _VERSIONED.fullmatch(name)
+            if m and f"lib{m.group(1)}.so" not in names:
+                links.setdefault(f"lib{m.group(1)}.so", str(Path(d) / name))
+    top = Path(nvcc).parent.parent if nvcc else None  # nvcc.profile's $(TOP), unresolved
+    wheel_lib = top is not None and not (top / "lib64").exists() and (top / "lib").is_dir()
+    return CudaLink(
+        nvcc_lib=str(top / "lib") if top is not None and wheel_lib else None,
+        cuda_h=str(Path(include_dir) / "cuda.h"),
+        lib_dirs=lib_dirs,
+        driver=driver,
+        base=str(build_dir / "dgr-cuda"),
+        links=tuple(sorted(links.items())),
+    )
+
+
+def stub_functions(text: bytes, shown: str) -> list[str]:
+    """Every function name `cuda.h` declares, and each versioned or per-thread name its
+    macros send callers to; sorted. A name that is not a C identifier is exit 2."""
+    names: set[str] = set()
+    for m in _DECL.finditer(text):
+        raw = m.group(1).decode("utf-8", "replace")
+        if not _NAME.fullmatch(raw):
+            raise BadInput(
+                f"{shown}: declares a function named {raw[:60]!r}, not a CUDA identifier",
+                hint="reinstall the CUDA toolkit: its cuda.h is not NVIDIA's",
+                details={"file": shown},
+            )
+        names.add(raw)
+        if len(names) > MAX_FUNCTIONS:
+            raise BadInput(
+                f"{shown}: declares more than {MAX_FUNCTIONS} functions",
+                hint="reinstall the CUDA toolkit: its cuda.h is not NVIDIA's",
+                details={"file": shown},
+            )
+    for m in _ALIAS.finditer(text):
+        alias = m.group(1) or m.group(3) + b"_" + m.group(2).lower()
+        name = alias.decode()
+        if _NAME.fullmatch(name) and name not in names and len(names) < MAX_FUNCTIONS:
+            names.add(name)
+    if not names:
+        raise BadInput(
+            f"{shown}: declares no CUDA driver function",
+            hint="reinstall the CUDA toolkit (its include/cuda.h)",
+            details={"file": shown},
+        )
+    return sorted(names)
+
+
+def stub_source(names: list[str]) -> str:
+    lines = [
+        "/* dgr-forge: link stub for libcuda.so.1, generated from the toolkit's cuda.h.",
+        "   Every function returns CUDA_ERROR_STUB_LIBRARY; never shipped, never loaded. */",
+    ]
+    lines += [f"int {n}(void) {{ return {CUDA_ERROR_STUB_LIBRARY}; }}" for n in names]
+    return "\n".join(lines) + "\n"
+
+
+def prepare(link: CudaLink, cc: str) -> None:
+    """Write the links and the stub (compiled with the lane's C compiler `cc`): a no-op
+    when they are there (a toolkit that changed is a new program, a fresh build dir)."""
+    links_dir = link.links_dir
+    links_dir.mkdir(parents=True, exist_ok=True)
+    for name, target in link.links:
+        path = links_dir / name
+        if os.path.islink(path) and os.readlink(path) == target:
+            continue
+        path.unlink(missing_ok=True)
+        path.symlink_to(target)
+    stub, stub_dir = link.stub, link.stub_dir
+    if stub is None or stub_dir is None or (stub.is_file() and (stub_dir / STUB_SONAME).exists()):
+        return
+    hint = "reinstall the CUDA toolkit (its include/cuda.h)"
+    text = read_regular(Path(link.cuda_h), what="CUDA header", hint=hint, limit=MAX_HEADER_BYTES)
+    source = stub_dir / "libcuda-stub.c"
+    stub_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(source, stub_source(stub_functions(text, link.cuda_h)).encode())
+    tmp = stub_dir / "libcuda.so.tmp"
+    cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", str(tmp), str(source)]
+    proc = capture(cmd, cwd=stub_dir, timeout=300)
+    if proc.returncode != 0:
+        raise BadInput(
+            f"the CUDA link stub did not compile: {(proc.stderr or proc.stdout).strip()[:400]}",
+            hint="check the lane's C compiler (`dgr-forge doctor`)",
+            details={"file": str(source)},
+        )
+    os.replace(tmp, stub)
+    soname = stub_dir / STUB_SONAME
+    soname.unlink(missing_ok=True)
+    soname.symlink_to("libcuda.so")
+
+
+def recorded(link: CudaLink | None) -> list[tuple[Path, str]]:
+    """The stub as a build input: (its path, sha256); none with a real driver."""
+    if link is None or link.stub is None or not link.stub.is_file():
+        return []
+    digest = sha256_regular(
+        link.stub, what="CUDA link stub", hint="build the lane again", limit=MAX_STUB_BYTES
+    )
+    return [(link.stub, digest)]

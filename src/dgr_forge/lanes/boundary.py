@@ -1,0 +1,485 @@
+"""The worker boundary, proven after each worker build (DESIGN: "The worker boundary").
+
+* The boundary: the PUBLIC/INTERFACE include directories of the upstream targets the
+  worker links, from the CMake File API: a worker target's include directory that lies in
+  the upstream tree, arrived through `target_link_libraries` (its backtrace) and is an
+  include directory of an upstream target the worker depends on. Headers the series adds
+  there are inside it like any other.
+* Includes: every file of the upstream tree that a worker object read, by ninja's deps
+  log (`ninja -t deps`), resolved (a link is followed), lies in the boundary. No deps log,
+  a damaged one, a stale record or a worker object without a record is an error.
+* Symbols: the undefined symbols of the worker's objects that an upstream object defines
+  (a strong global definition; ELF read with pyelftools) are each declared in a boundary
+  header the worker read: a C name by its name, a C++ name by its demangled qualified
+  name (`c++filt`, bounded). Objects, not the linked binaries: a static build
+  (BUILD_SHARED_LIBS=OFF) links every upstream symbol in, and its objects still say what
+  the worker's code asked for. Objects that are not ELF (Mach-O, PE/COFF) are not read:
+  the symbol check is recorded as not run there, the include check still holds.
+
+A leak fails the lane (exit 1) before anything is signed. The surface (the boundary
+headers read, the symbols imported with their declaring headers) goes into the report.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any
+
+from msgspec import Struct
+
+from dgr_forge.core import proc
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_tree_file
+from dgr_forge.core.structs import d
+from dgr_forge.core.tomlcheck import shown_value
+from dgr_forge.core.urls import escape_controls
+from dgr_forge.upstream.surface import (
+    MAX_HEADER_BYTES,
+    Recorded,
+    Surface,
+    SurfaceSymbol,
+    declarations,
+    qualified_name,
+)
+
+MAX_DEPS_OUTPUT = 256 * 1024 * 1024  # `ninja -t deps` of llama.cpp's cpu lane: ~9 MB
+MAX_OBJECT_BYTES = 1024 * 1024 * 1024
+MAX_SYMBOLS = 1_000_000  # per object; llama.cpp's largest cpu-lane object has ~20,000
+DEPS_SIGNATURE = b"# ninjadeps\n"
+
+
+class IncludeLeak(Struct, frozen=True):
+    """A file of the upstream tree that a worker object read outside the boundary."""
+
+    source: Annotated[str, d("the worker source whose object read it")]
+    header: Annotated[str, d("the header, by its path in the upstream tree (links resolved)")]
+    boundary: Annotated[list[str], d("the boundary directories, in the upstream tree")]
+
+
+class SymbolLeak(Struct, frozen=True):
+    """An upstream symbol the worker imports that no boundary header it read declares."""
+
+    name: Annotated[str, d("the symbol: a C name, or a C++ name demangled")]
+    symbol: Annotated[str, d("the linker's name (mangled for C++)")]
+    library: Annotated[str, d("the upstream library that defines it")]
+
+
+class Leaks(Struct, frozen=True):
+    """what crossed the worker boundary (the lane fails, nothing is signed)"""
+
+    includes: Annotated[list[IncludeLeak], d("upstream files read outside the boundary")]
+    symbols: Annotated[list[SymbolLeak], d("upstream symbols imported, declared nowhere public")]
+    boundary: Annotated[list[str], d("the boundary directories, in the upstream tree")]
+
+
+class Checked(Struct, frozen=True):
+    leaks: Leaks
+    surface: Surface
+
+    @property
+    def ok(self) -> bool:
+        return not self.leaks.includes and not self.leaks.symbols
+
+    def messages(self) -> list[str]:
+        out = [
+            f"{_one_line(leak.source)}: reads {_one_line(leak.header)}, outside the boundary "
+            f"({', '.join(leak.boundary) or 'none'})"
+            for leak in self.leaks.includes
+        ]
+        out += [
+            f"{leak.name} ({leak.library}): imported from upstream but declared in no "
+            "boundary header the worker read"
+            for leak in self.leaks.symbols
+        ]
+        return out
+
+
+def _one_line(text: str) -> str:
+    """A path as a message line shows it: a newline or tab visible, never a second line."""
+    return escape_controls(text.replace("\n", "\\n").replace("\t", "\\t"))
+
+
+# ----------------------------------------------------------------------------- the File API
+
+
+class _Target(Struct, frozen=True):
+    name: str
+    source: Path  # resolved
+    objects: str  # the Ninja object directory, relative to the build directory
+    compiled: int  # sources with a compile group
+    includes: tuple[tuple[Path, str], ...]  # (resolved dir, the command that added it)
+    depends: tuple[str, ...]
+    artifact: str  # the first artifact's file name ("" for an object library)
+
+
+def _targets(build_dir: Path) -> list[_Target]:
+    from dgr_forge.lanes import cmake_api
+
+    top, docs = cmake_api.target_documents(build_dir)
+    out = []
+    for doc in docs:
+        paths = doc.get("paths") or {}
+        src = Path(str(paths.get("source", ".")))
+        bld = str(paths.get("build", "."))
+        graph = doc.get("backtraceGraph") or {}
+        nodes, commands = graph.get("nodes") or [], graph.get("commands") or []
+        includes = []
+        for group in doc.get("compileGroups") or []:
+            for inc in group.get("includes") or []:
+                node = nodes[inc["backtrace"]] if isinstance(inc.get("backtrace"), int) else {}
+                cmd = node.get("command") if isinstance(node, dict) else None
+                by = commands[cmd] if isinstance(cmd, int) and cmd < len(commands) else ""
+                includes.append((Path(os.path.realpath(inc["path"])), str(by)))
+        objects = "CMakeFiles" if bld == "." else f"{bld}/CMakeFiles"
+        out.append(
+            _Target(
+                name=str(doc["name"]),
+                source=Path(os.path.realpath(top / src)),
+                objects=f"{objects}/{doc['name']}.dir/",
+                compiled=sum(1 for s in doc.get("sources") or [] if "compileGroupIndex" in s),
+                includes=tuple(includes),
+                depends=tuple(
+                    str(x.get("id", "")).split("::")[0] for x in doc.get("dependencies") or []
+                ),
+                artifact=Path(str((doc.get("artifacts") or [{}])[0].get("path", ""))).name,
+            )
+        )
+    return out
+
+
+def _inside(path: Path, base: Path) -> bool:
+    return path == base or base in path.parents
+
+
+# ----------------------------------------------------------------------------- the deps log
+
+
+def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
+    """Ninja's deps log as `ninja -t deps` prints it: object -> the files it read (the
+    source first). A missing, linked or damaged log, a stale record, or output that does
+    not parse exactly is an error, never a pass."""
+    log = build_dir / ".ninja_deps"
+    fix = f"delete {build_dir} and build again: Ninja writes the log as it compiles"
+    try:
+        st = os.lstat(log)
+        with open(log, "rb") as f:
+            head = f.read(len(DEPS_SIGNATURE))
+    except OSError as err:
+        raise OperationFailed(
+            f"{log}: ninja's deps log is missing ({err.strerror}): the headers the worker "
+            "read cannot be checked, and an unchecked boundary is never a pass",
+            hint=fix,
+            details={"file": str(log)},
+        ) from None
+    if not os.path.isfile(log) or os.path.islink(log) or head != DEPS_SIGNATURE or st.st_size < 16:
+        raise OperationFailed(
+            f"{log}: not a ninja deps log (a link, or no `# ninjadeps` signature): the "
+            "headers the worker read cannot be checked",
+            hint=fix,
+            details={"file": str(log)},
+        )
+    ran = proc.capture([ninja, "-C", str(build_dir), "-t", "deps"], timeout=600)
+    text = ran.stdout
+    if ran.returncode != 0 or ran.stderr.strip() or len(text) > MAX_DEPS_OUTPUT:
+        raise OperationFailed(
+            f"{log}: ninja could not read its deps log (exit {ran.returncode}): "
+            f"{ran.stderr.strip()[-500:] or 'output too large'}",
+            hint=fix,
+            details={"file": str(log)},
+        )
+    return _parse_deps(text, log, fix)
+
+
+def _parse_deps(text: str, log: Path, fix: str) -> dict[str, list[str]]:
+    deps: dict[str, list[str]] = {}
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not line:
+            continue
+        head, sep, rest = line.rpartition(": #deps ")
+        count, _, tail = rest.partition(", deps mtime ")
+        if not sep or not count.isdigit() or not tail.endswith(("(VALID)", "(STALE)")):
+            raise OperationFailed(
+                f"{log}: unreadable line {i} of `ninja -t deps`: {shown_value(line[:200])}",
+                hint=fix,
+                details={"file": str(log)},
+            )
+        if tail.endswith("(STALE)"):
+            raise OperationFailed(
+                f"{log}: the record of {shown_value(head)} is stale (the object is newer "
+                "than what ninja recorded it read)",
+                hint=fix,
+                details={"file": str(log)},
+            )
+        n = int(count)
+        block = lines[i : i + n]
+        if len(block) != n or not all(x.startswith("    ") for x in block):
+            raise OperationFailed(
+                f"{log}: the record of {shown_value(head)} does not hold the {n} paths it "
+                "announces (a path with a newline?)",
+                hint=fix,
+                details={"file": str(log)},
+            )
+        deps[head] = [x[4:] for x in block]
+        i += n
+    return deps
+
+
+# ----------------------------------------------------------------------------- ELF symbols
+
+
+class _Symbols(Struct):
+    undefined: set[str]
+    defined: set[str]  # global or weak
+    strong: set[str]  # global, not weak
+
+
+def _elf_symbols(path: Path) -> _Symbols | None:
+    """The object's symbols (pyelftools locates the tables; the entries are unpacked in
+    bulk); None when it is not ELF. Bounded by size and by MAX_SYMBOLS."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            return None
+        if size > MAX_OBJECT_BYTES:
+            raise _too_big(path, f"{size} bytes (limit {MAX_OBJECT_BYTES})")
+        f.seek(0)
+        try:
+            elf = ELFFile(f)
+            found = _Symbols(set(), set(), set())
+            for sec in elf.iter_sections():
+                if sec["sh_type"] != "SHT_SYMTAB":
+                    continue
+                _read_table(path, elf, sec, size, found)
+            return found
+        except (ELFError, struct.error, ValueError, IndexError) as err:
+            raise OperationFailed(
+                f"{path}: unreadable ELF object ({err}): its symbols cannot be checked",
+                hint="delete the lane's build directory and build again",
+                details={"file": str(path)},
+            ) from None
+
+
+def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> None:
+    entsize = 24 if elf.elfclass == 64 else 16
+    off, length = sec["sh_offset"], sec["sh_size"]
+    count = length // entsize if sec["sh_entsize"] == entsize else -1
+    if count < 0 or off + length > size:
+        raise OperationFailed(
+            f"{path}: damaged symbol table (entries of {sec['sh_entsize']} bytes, "
+            f"{length} bytes at {off} of a {size}-byte file)",
+            hint="delete the lane's build directory and build again",
+            details={"file": str(path)},
+        )
+    if count > MAX_SYMBOLS:
+        raise _too_big(path, f"a symbol table of {count} entries (limit {MAX_SYMBOLS})")
+    strtab = elf.get_section(sec["sh_link"])
+    names = strtab.data()
+    elf.stream.seek(off)
+    data = elf.stream.read(length)
+    end = "<" if elf.little_endian else ">"
+    # st_name, st_info, st_shndx; ELF64: I B B H Q Q, ELF32: I I I B B H
+    fmt, name_i, info_i, shndx_i = (
+        (end + "IBBHQQ", 0, 1, 3) if elf.elfclass == 64 else (end + "IIIBBH", 0, 3, 5)
+    )
+    for entry in struct.iter_unpack(fmt, data):
+        info, shndx = entry[info_i], entry[shndx_i]
+        bind = info >> 4  # 1 GLOBAL, 2 WEAK, 10 GNU_UNIQUE
+        if bind not in (1, 2, 10) or (info & 0xF) in (3, 4):  # no SECTION / FILE symbols
+            continue
+        start = entry[name_i]
+        stop = names.find(b"\0", start)
+        name = names[start : stop if stop >= 0 else len(names)].decode("utf-8", "replace")
+        if not name:
+            continue
+        if shndx == 0:
+            found.undefined.add(name)
+        else:
+            found.defined.add(name)
+            if bind != 2:
+                found.strong.add(name)
+
+
+def _too_big(path: Path, what: str) -> OperationFailed:
+    return OperationFailed(
+        f"{path}: {what}: too large to check its symbols",
+        hint="a worker object this large is not a build output; delete the lane's build "
+        "directory and build again",
+        details={"file": str(path)},
+    )
+
+
+def demangle(names: Iterable[str]) -> dict[str, str]:
+    """Mangled C++ name -> demangled, by binutils' c++filt in one bounded call; a name
+    that is not mangled (or holds a control character) stands for itself."""
+    todo = sorted(n for n in names if n.startswith("_Z") and n.isprintable() and " " not in n)
+    if not todo:
+        return {}
+    tool = shutil.which("c++filt")
+    if tool is None:
+        raise OperationFailed(
+            "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
+            hint="install binutils (Debian: apt-get install binutils)",
+        )
+    ran = proc.capture([tool], input="\n".join(todo) + "\n", timeout=120)
+    shown = ran.stdout.split("\n")[: len(todo)]
+    if ran.returncode != 0 or len(shown) != len(todo):
+        raise OperationFailed(
+            f"c++filt failed (exit {ran.returncode}): {ran.stderr.strip()[-300:]}",
+            hint="check the binutils installation",
+        )
+    return dict(zip(todo, shown, strict=True))
+
+
+# ----------------------------------------------------------------------------- the check
+
+
+def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> Checked:
+    """The include and symbol checks of one worker build, and the surface it used."""
+    up = Path(os.path.realpath(upstream_dir))
+    targets = _targets(build_dir)
+    by_name = {t.name: t for t in targets}
+    upstream = [t for t in targets if _inside(t.source, up)]
+    own = [t for t in targets if not _inside(t.source, up)]
+    linked = {n for t in own for n in t.depends if n in by_name and by_name[n] in upstream}
+    upstream_dirs = {p for n in linked for p, _ in by_name[n].includes if _inside(p, up)}
+    boundary = sorted(
+        {
+            p
+            for t in own
+            for p, by in t.includes
+            if by == "target_link_libraries" and _inside(p, up) and p in upstream_dirs
+        }
+    )
+    shown_boundary = [str(p.relative_to(up)) for p in boundary]
+    deps = read_deps(ninja, build_dir)
+
+    include_leaks: list[IncludeLeak] = []
+    read: set[Path] = set()
+    worker_objects: list[Path] = []
+    for t in own:
+        objects = sorted(o for o in deps if o.startswith(t.objects))
+        if len(objects) < t.compiled:
+            raise OperationFailed(
+                f"{build_dir / '.ninja_deps'}: no record of {t.compiled - len(objects)} of "
+                f"the {t.compiled} object(s) of worker target {t.name}: the log is damaged or "
+                "was replaced",
+                hint=f"delete {build_dir} and build again",
+                details={"file": str(build_dir / ".ninja_deps")},
+            )
+        for obj in objects:
+            worker_objects.append(build_dir / obj)
+            files = deps[obj]
+            source = os.path.normpath(build_dir / files[0]) if files else obj
+            shown_source = _shown(Path(source), worker_dir)
+            for dep in files:
+                real = Path(os.path.realpath(build_dir / dep))
+                if not _inside(real, up):
+                    continue
+                if any(_inside(real, b) for b in boundary):
+                    read.add(real)
+                else:
+                    leak = IncludeLeak(shown_source, str(real.relative_to(up)), shown_boundary)
+                    if leak not in include_leaks:
+                        include_leaks.append(leak)
+
+    # symbols: what the worker's objects ask for that an upstream object defines
+    libs: dict[str, str] = {}
+    checked = True
+    wanted: set[str] = set()
+    defined: set[str] = set()
+    for path in worker_objects:
+        syms = _elf_symbols(path)
+        if syms is None:
+            checked = False
+            break
+        wanted |= syms.undefined
+        defined |= syms.defined
+    wanted -= defined
+    if checked:
+        for t in upstream:
+            if t.name not in linked:
+                continue
+            for obj in sorted(o for o in deps if o.startswith(t.objects)):
+                syms = _elf_symbols(build_dir / obj)
+                if syms is None:
+                    checked = False
+                    break
+                for name in syms.strong & wanted:
+                    libs.setdefault(name, t.artifact or t.name)
+    headers = sorted(read)
+    decls: dict[str, str] = {}  # qualified name -> declaring header (the first, by path)
+    for h in headers:
+        rel = str(h.relative_to(up))
+        data = read_tree_file(
+            up,
+            rel,
+            what="boundary header",
+            hint="a header is not this large",
+            limit=MAX_HEADER_BYTES,
+        )
+        for name in declarations((data or b"").decode("utf-8", "replace")):
+            decls.setdefault(name, rel)
+    names = demangle(libs) if checked else {}
+    symbols, symbol_leaks = [], []
+    for sym in sorted(libs):
+        shown_name = names.get(sym, sym)
+        qual = qualified_name(shown_name) if sym in names else sym
+        header = decls.get(qual)
+        if header is None:
+            symbol_leaks.append(SymbolLeak(shown_name, sym, libs[sym]))
+        else:
+            symbols.append(SurfaceSymbol(qual, header, sym, libs[sym]))
+    surface = Surface(tuple(str(h.relative_to(up)) for h in headers), tuple(symbols), checked)
+    return Checked(Leaks(include_leaks, symbol_leaks, shown_boundary), surface)
+
+
+def _shown(path: Path, worker_dir: Path) -> str:
+    """A worker source as the message names it: its path in the worker's tree."""
+    try:
+        return str(path.relative_to(worker_dir))
+    except ValueError:
+        real = Path(os.path.realpath(worker_dir))
+        try:
+            return str(path.relative_to(real))
+        except ValueError:
+            return str(path)
+
+
+def recorded_surface(forge: Forge) -> Recorded:
+    """The symbols the lanes' last reports recorded as the worker's surface, all lanes
+    together; None when no report of a worker build records one (the surface is unknown)."""
+    from dgr_forge.attest import reports
+    from dgr_forge.lanes.state import lane_states
+
+    found: dict[tuple[str, str], SurfaceSymbol] = {}
+    known = False
+    for loaded in lane_states(forge).values():
+        last = loaded.state.last_build
+        if loaded.elsewhere or last is None or not last.report:
+            continue
+        path = Path(last.report)
+        if not path.is_file():
+            continue
+        facts = reports.surface_of(reports.load(path).statement or {})
+        if facts is None:
+            continue
+        known = True
+        for x in facts.get("symbols") or []:
+            if isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("name", "header")):
+                sym = SurfaceSymbol(
+                    x["name"], x["header"], str(x.get("symbol", "")), str(x.get("library", ""))
+                )
+                found.setdefault((sym.name, sym.header), sym)
+    return Recorded(tuple(found[k] for k in sorted(found)) if known else None)

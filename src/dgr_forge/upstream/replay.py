@@ -1,0 +1,532 @@
+"""The one three-way replay engine: a chain of commits merged onto a new head, in memory.
+
+Each commit O_i (its parent O_(i-1)) is a 3-way merge onto the replayed head N_(i-1) with
+O_(i-1) as the base, the merge `cherry-pick` does, run by `git merge-tree --write-tree`
+(no index, no work tree: git 2.39 has no --merge-base, so the head's tree is wrapped in a
+scratch commit whose parent is O_(i-1), which makes that the merge base). A result equal
+to the head is a change the head already has (dropped); a conflict stops the chain there,
+named with its files and the merged tree (the markers in it). `Replay.onto` yields one
+`Step` a commit. Its users: `rebase` (the replay, its `--dry-run` canary and bump's
+verifying replay), bump's bisection probes (`rebase/bumpsearch`), and `patch` replaying a
+person's commits on a moved series (`local_replay`). What only a work tree can do (show a
+conflict with its markers in the files, a merge commit) is the caller's: a `Step` of kind
+"worktree" says so.
+
+The commits it writes. A replayed commit is either the patch's author line and message
+with the forge's committer on the patch's own date (`restamp`: the rebase, reproducible
+ids), or the commit's own author and committer kept (`keep`: a person's commits). Where
+commit-tree would write those bytes back unchanged (`committable`), the engine writes the
+object itself through one `git hash-object -t commit -w --stdin-paths` for the whole
+replay (`CommitWriter`), instead of a commit-tree process for each commit and another for
+its merge's scratch base.
+
+One merge for many. Rename detection is off (the pinned `diff.renames=false`, which
+`merge.renames` follows), so a merge decides each path from its three versions alone, as
+long as no path one side changes is a directory of a path the other side changes. With
+B = O_(start-1), H = the head and U = the paths B..H changes: a path outside U that patch
+i changes still holds O_(i-1)'s version in N_(i-1) (by induction), so the merge takes
+O_i's; a path in U that only patch i changes sees B's, H's and O_i's versions, the same the
+one merge of B..O_last onto H sees. So one `merge-tree` gives every patch's tree and one
+`fast-import` writes the commits, the same bytes the per-commit replay writes (`batch`).
+Where that does not hold (a path in U two patches change, a `.gitattributes` in the
+series, a directory crossing, a conflict, an author line or message commit-tree would
+rewrite) the batch stops before that patch and the per-commit replay goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Literal, Self, cast
+
+from msgspec import Struct
+
+from dgr_forge.core import gitutil
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.gitutil import (
+    DELETED,
+    FORGE_IDENTITY,
+    HEX40,
+    Change,
+    changes_between,
+    git,
+    out,
+    tree_changes,
+    tree_of,
+)
+
+Meta = tuple[bytes, bytes, bytes]  # (author line, date, message) of a restamped commit
+
+COMMITTER = (
+    f"committer {FORGE_IDENTITY['GIT_COMMITTER_NAME']} <{FORGE_IDENTITY['GIT_COMMITTER_EMAIL']}> "
+).encode()
+# the identity and date of the merge's scratch base: fixed, so the same merge writes the
+# same object (git's own commit-tree would stamp it with the clock)
+_SCRATCH_IDENT = b"dgr-forge <dgr-forge@invalid> 0 +0000"
+_SCRATCH_MESSAGE = b"dgr-forge replay base\n"
+
+# what git's ident code strips from the ends of a name or email ('.' too: older gits did)
+_CRUD = frozenset(range(33)) | frozenset(b",:;<>\"\\'.")
+_AUTHOR = re.compile(rb"author ([^<>\n\0]+) <([^<>\n\0]+)> ((0|[1-9][0-9]{0,11}) ([+-][0-9]{4}))")
+# code points commit-tree's UTF-8 check rejects (it would re-encode the message as Latin-1)
+_NONCHARS = re.compile(
+    "[\ufdd0-\ufdef" + "".join(chr(p << 16 | 0xFFFE) + chr(p << 16 | 0xFFFF) for p in range(17))
+    + "\0]"
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- objects
+
+
+def git_bytes(
+    repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
+) -> bytes:
+    """stdout of a git call as raw bytes (commit messages are bytes, not text)."""
+    return cast(bytes, git(repo, *args, input=input, env=env, text=False).stdout)
+
+
+def commit_objects(repo: Path, commits: list[str]) -> dict[str, bytes]:
+    """The raw commit objects of `commits` (exact ids), from one `git cat-file --batch`."""
+    if not commits:
+        return {}
+    data = git_bytes(repo, "cat-file", "--batch", input="".join(f"{c}\n" for c in commits).encode())
+    found: dict[str, bytes] = {}
+    pos = 0
+    while pos < len(data):
+        end = data.index(b"\n", pos)
+        header = data[pos:end].decode("ascii", "replace").split()
+        if len(header) != 3:  # "<id> missing": left to the caller's own read to report
+            pos = end + 1
+            continue
+        size = int(header[2])
+        if header[1] == "commit":
+            found[header[0]] = data[end + 1 : end + 1 + size]
+        pos = end + 1 + size + 1  # the object, then a newline
+    return found
+
+
+def commit_parents(raw: bytes) -> list[str]:
+    """The parent ids in a raw commit object's header."""
+    header = raw.partition(b"\n\n")[0].decode("utf-8", "replace")
+    return [ln[7:] for ln in header.splitlines() if ln.startswith("parent ")]
+
+
+def committable(raw: bytes) -> Meta | None:
+    """(author line, date, message) of a commit when commit-tree, given them the way
+    `commit_env` gives them, writes them back byte for byte; None when it would rewrite
+    them (crud around a name, a date it normalizes, a message it re-encodes)."""
+    header, _, message = raw.partition(b"\n\n")
+    authors = [ln for ln in header.split(b"\n") if ln.startswith(b"author ")]
+    m = _AUTHOR.fullmatch(authors[0]) if len(authors) == 1 else None
+    if m is None:
+        return None
+    name, email, date, _stamp, zone = m.groups()
+    if any(s[0] in _CRUD or s[-1] in _CRUD for s in (name, email)):
+        return None
+    if zone == b"-0000" or int(zone[3:]) >= 60 or int(zone[1:]) > 1400:
+        return None
+    try:
+        text = (authors[0] + b"\n" + message).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if _NONCHARS.search(text):
+        return None
+    return authors[0], date, message
+
+
+def commit_env(repo: Path, commit: str, raw: bytes | None = None) -> tuple[dict[str, str], bytes]:
+    """commit-tree's environment for a restamped `commit` (its author, name, email and
+    date; the forge's committer on that date) and its raw message (`raw`: its object as
+    `commit_objects` read it, saving a git call)."""
+    if raw is None:
+        raw = git_bytes(repo, "cat-file", "commit", commit)
+    header, _, message = raw.partition(b"\n\n")
+    for line in header.decode("utf-8", "replace").splitlines():
+        if line.startswith("author "):
+            m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line)
+            if not m:
+                raise OperationFailed(f"{commit}: unparseable author line {line!r}")
+            return {
+                "GIT_AUTHOR_NAME": m.group(1),
+                "GIT_AUTHOR_EMAIL": m.group(2),
+                "GIT_AUTHOR_DATE": f"@{m.group(3)}",
+                # committer: fixed identity, the patch's own date (reproducible ids)
+                "GIT_COMMITTER_DATE": f"@{m.group(3)}",
+                **FORGE_IDENTITY,
+            }, message
+    raise OperationFailed(f"{commit}: no author line")
+
+
+def kept(raw: bytes, tree: str, parent: str) -> bytes | None:
+    """`raw` on a new tree and parent, its author, committer and message as they are; None
+    when its header holds more than those (a signature, an encoding): cherry-pick decides
+    what becomes of those, in the work tree."""
+    header, sep, message = raw.partition(b"\n\n")
+    lines = header.split(b"\n")
+    if not sep or [ln.split(b" ", 1)[0] for ln in lines] != [b"tree", b"parent", b"author",
+                                                              b"committer"]:  # fmt: skip
+        return None
+    return (
+        b"tree %s\nparent %s\n" % (tree.encode(), parent.encode())
+        + b"\n".join(lines[2:])
+        + (b"\n\n" + message)
+    )
+
+
+class CommitWriter:
+    """Commit objects written through one `git hash-object -t commit -w --stdin-paths`.
+    Each object's bytes go through one file in the repository's `.git/dgr/`, rewritten in
+    place for the next (no path of the user's reaches the process, and no new file per
+    object: on a slow disk, creating one costs more than the process it saves). `write`
+    answers None when the writer cannot (git refused the object, or is gone); the caller
+    then runs commit-tree, which says why in its own words. The objects are loose, so the
+    next merge-tree sees them at once."""
+
+    def __init__(self, repo: Path) -> None:
+        self._repo = repo
+        self._file = git_dir(repo) / "dgr" / "commit-object"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._broken = False
+
+    def commit(self, tree: str, parent: str, meta: Meta) -> str | None:
+        """A restamped commit: `meta` as `committable` gave it."""
+        author, date, message = meta
+        head = f"tree {tree}\nparent {parent}\n".encode()
+        return self.write(head + author + b"\n" + COMMITTER + date + b"\n\n" + message)
+
+    def scratch_base(self, tree: str, parent: str) -> str | None:
+        """The merge's scratch base (`merge`): `tree` on `parent`."""
+        return self.write(_scratch_object(tree, parent))
+
+    def write(self, raw: bytes) -> str | None:
+        if self._broken:
+            return None
+        try:
+            proc = self._started()
+            assert proc.stdin is not None and proc.stdout is not None
+            with open(self._file, "r+b") as f:
+                f.write(raw)
+                f.truncate()
+            proc.stdin.write(os.path.relpath(self._file, self._repo).encode() + b"\n")
+            proc.stdin.flush()
+            answer = proc.stdout.readline().decode("ascii", "replace").strip()
+        except OSError:
+            answer = ""
+        if not HEX40.fullmatch(answer):
+            self._broken = True
+            self.close()
+            return None
+        return answer
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._proc is None:
+            self._file.parent.mkdir(parents=True, exist_ok=True)
+            self._file.touch()
+            # GIT_FLUSH: each id is written as soon as its object is
+            self._proc = gitutil.start(
+                self._repo, "hash-object", "-t", "commit", "-w", "--stdin-paths",
+                env={"GIT_FLUSH": "1"},
+            )  # fmt: skip
+        return self._proc
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.stdin is not None:
+                proc.stdin.close()
+            if proc.stdout is not None:
+                proc.stdout.close()
+            proc.wait()
+        self._file.unlink(missing_ok=True)
+
+
+def _scratch_object(tree: str, parent: str) -> bytes:
+    head = f"tree {tree}\nparent {parent}\n".encode()
+    return (
+        head
+        + b"author "
+        + _SCRATCH_IDENT
+        + b"\ncommitter "
+        + _SCRATCH_IDENT
+        + b"\n\n"
+        + (_SCRATCH_MESSAGE)
+    )
+
+
+_GIT_DIRS: dict[Path, Path] = {}
+
+
+def git_dir(repo: Path) -> Path:
+    if repo not in _GIT_DIRS:
+        _GIT_DIRS[repo] = Path(out(repo, "rev-parse", "--absolute-git-dir"))
+    return _GIT_DIRS[repo]
+
+
+# ----------------------------------------------------------------------------- merges
+
+
+class Merged(Struct, frozen=True):
+    """A merge-tree result: its tree (conflict markers in it when `files`), the conflicted
+    files; tree None when git could not merge at all (a work tree must: a merge driver's
+    error, a too old git)."""
+
+    tree: str | None
+    files: list[str]
+    error: str = ""
+
+
+def merge(
+    repo: Path,
+    head_tree: str,
+    base: str,
+    commit: str,
+    writer: CommitWriter | None = None,
+    scratch: str | None = None,
+) -> Merged:
+    """The 3-way merge of base..commit onto `head_tree`, in memory: cherry-pick's merge
+    when `base` is the commit's parent, conflict markers in diff3 style as the rebase
+    writes them. `scratch`: the scratch base, when the caller wrote it already."""
+    ours = scratch or (writer.scratch_base(head_tree, base) if writer is not None else None)
+    if ours is None:
+        made = git_bytes(repo, "hash-object", "-t", "commit", "-w", "--stdin",
+                         input=_scratch_object(head_tree, base))  # fmt: skip
+        ours = made.decode("ascii", "replace").strip()
+    proc = git(
+        repo, "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages",
+        ours, commit, check=False, config=("merge.conflictStyle=diff3",),
+    )  # fmt: skip
+    tree, *rest = proc.stdout.split("\0\0", 1)[0].split("\0")
+    if proc.returncode not in (0, 1) or not HEX40.fullmatch(tree):
+        return Merged(None, [], (proc.stderr or "").strip()[-500:])
+    return Merged(tree, sorted({f for f in rest if f}) if proc.returncode == 1 else [])
+
+
+def merge_onto(
+    repo: Path, head_tree: str, base: str, commit: str, scratch: str | None = None
+) -> str | None:
+    """The tree of `merge` when it is clean, else None."""
+    found = merge(repo, head_tree, base, commit, scratch=scratch)
+    return found.tree if found.tree is not None and not found.files else None
+
+
+# ----------------------------------------------------------------------------- one merge for many
+
+
+def _dirs(paths: set[bytes]) -> set[bytes]:
+    return {p[:i] for p in paths for i, c in enumerate(p) if c == 0x2F}
+
+
+def _quote(path: bytes) -> bytes:
+    """A path as fast-import reads it (C-style quoted, so no byte is special)."""
+    quoted = bytearray(b'"')
+    for c in path:
+        if c in (0x22, 0x5C):
+            quoted += b"\\" + bytes([c])
+        elif c < 0x20 or c == 0x7F:
+            quoted += b"\\%03o" % c
+        else:
+            quoted.append(c)
+    return bytes(quoted + b'"')
+
+
+def replay_batch(
+    repo: Path,
+    commits: list[str],
+    head: str,
+    head_tree: str | None,
+    objects: dict[str, bytes],
+    ref: str = "refs/dgr/replay/batch",
+) -> list[str | None]:
+    """The new commits (None: the commit became empty) of the first of `commits` restamped
+    onto `head` (its tree `head_tree`, when known), as far as one merge gives each exactly
+    (the module doc); empty when it gives none. `objects`: their raw objects; `ref`: the
+    ref fast-import writes (the caller's to drop)."""
+    if len(commits) < 2:
+        return []  # one commit: the per-commit merge costs no more
+    parents = [commit_parents(objects.get(c, b"")) for c in commits]
+    if len(parents[0]) != 1 or parents[1:] != [[c] for c in commits[:-1]]:
+        return []
+    base = parents[0][0]
+    diffs = tree_changes(repo, [f"{base} {head}", *commits])
+    upstream = {c.path for c in diffs[0]}
+    changes = diffs[1:]
+    touched = Counter(c.path for cs in changes for c in cs)
+    if any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched):
+        return []
+    if _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
+        return []
+    merged: dict[bytes, Change] = {}
+    if upstream & touched.keys():
+        head_tree = head_tree or tree_of(repo, head)
+        tree = merge_onto(repo, head_tree, base, commits[-1])
+        if tree is None:
+            return []
+        merged = {c.path: c for c in changes_between(repo, head_tree, tree)}
+    plan: list[tuple[Meta, list[Change]] | None] = []
+    for commit, cs in zip(commits, changes, strict=True):
+        meta = committable(objects[commit])
+        if meta is None or any(touched[c.path] > 1 for c in cs if c.path in upstream):
+            break
+        # outside U the commit's own version; in U the merge's (absent: H's, no change)
+        picked = [c if c.path not in upstream else merged.get(c.path) for c in cs]
+        effective = [c for c in picked if c is not None]
+        plan.append((meta, effective) if effective else None)
+    made = _fast_import(repo, head, [p for p in plan if p is not None], ref)
+    if made is None:
+        return []
+    ids = iter(made)
+    return [next(ids) if p is not None else None for p in plan]
+
+
+def _fast_import(
+    repo: Path, head: str, plan: list[tuple[Meta, list[Change]]], ref: str
+) -> list[str] | None:
+    """Commit each (meta, changes) on the one before, the first on `head`: one fast-import
+    for all of them; their ids, None when fast-import refuses (the per-commit replay then
+    makes them)."""
+    if not plan:
+        return []
+    stream = bytearray()
+    for n, ((author, date, message), changes) in enumerate(plan, start=1):
+        stream += b"commit %s\nmark :%d\n" % (ref.encode(), n)
+        stream += author + b"\n" + COMMITTER + date + b"\n"
+        stream += b"data %d\n" % len(message) + message + b"\n"
+        if n == 1:
+            stream += b"from %s\n" % head.encode()
+        # deletions first: a file that gives way to a directory of the same name goes
+        # before the directory's files arrive
+        for c in sorted(changes, key=lambda c: c.mode != DELETED):
+            if c.mode == DELETED:
+                stream += b"D " + _quote(c.path) + b"\n"
+            else:
+                stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + _quote(c.path) + b"\n"
+        stream += b"\n"
+    stream += b"".join(b"get-mark :%d\n" % n for n in range(1, len(plan) + 1)) + b"done\n"
+    proc = git(
+        repo,
+        "fast-import",
+        "--quiet",
+        "--force",  # the batch ref of a killed run may point anywhere
+        "--done",
+        "--date-format=raw",
+        "--cat-blob-fd=1",  # get-mark answers on stdout
+        input=bytes(stream),
+        text=False,
+        check=False,
+        config=("core.ignoreCase=false",),  # paths compared as merge-tree compares them
+    )
+    raw: bytes | str = proc.stdout
+    ids = (raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw).split()
+    if proc.returncode != 0 or len(ids) != len(plan) or not all(HEX40.match(i) for i in ids):
+        return None
+    return ids
+
+
+# ----------------------------------------------------------------------------- the replay
+
+
+class Step(Struct, frozen=True):
+    """What became of commit `index` of the chain: "picked" (`commit`, on tree `tree`),
+    "dropped" (the head has the change already), "conflict" (`files`; `tree` the merged
+    tree with the markers) or "worktree" (the engine cannot: a merge commit, a merge only
+    the work tree can run, metadata only cherry-pick may rewrite); after a "conflict" or a
+    "worktree" step the chain stops."""
+
+    index: int
+    kind: Literal["picked", "dropped", "conflict", "worktree"]
+    commit: str | None = None
+    tree: str | None = None
+    files: list[str] = []
+    batched: bool = False  # made by the one merge for many (the caller may save once)
+    error: str = ""
+
+
+class Replay:
+    """A replay of the chain `commits` (each the parent of the next) in `repo`, in memory.
+    `stamp`: "restamp" (the author and message kept, the forge's committer on the author's
+    date: the rebase's reproducible commits) or "keep" (author and committer as they are:
+    a person's commits). A context manager: it closes its one commit writer."""
+
+    def __init__(
+        self,
+        repo: Path,
+        commits: list[str],
+        *,
+        stamp: Literal["restamp", "keep"] = "restamp",
+        batch_ref: str | None = None,
+    ) -> None:
+        self.repo = repo
+        self.commits = commits
+        self.stamp = stamp
+        self.batch_ref = batch_ref  # None: no batch (one merge a commit)
+        self.objects = commit_objects(repo, commits)
+        self.writer = CommitWriter(repo)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.writer.close()
+
+    def onto(
+        self, head: str, head_tree: str | None = None, start: int = 0, *, keep_going: bool = False
+    ) -> Iterator[Step]:
+        """The steps of commits `start`.. onto `head` (its tree `head_tree`, when known),
+        in order, up to the first conflict or work-tree step; with `keep_going` a conflict
+        leaves its commit out and the replay goes on (a dry run: every commit an outcome)."""
+        i = start
+        if self.batch_ref is not None and self.stamp == "restamp":
+            made = replay_batch(
+                self.repo, self.commits[i:], head, head_tree, self.objects, self.batch_ref
+            )
+            for commit in made:
+                if commit is not None:
+                    head, head_tree = commit, None  # the batch's trees: asked for when needed
+                yield Step(i, "picked" if commit else "dropped", commit, None, batched=True)
+                i += 1
+        while i < len(self.commits):
+            commit = self.commits[i]
+            raw = self.objects.get(commit, b"")
+            parents = commit_parents(raw)
+            if len(parents) != 1:
+                yield Step(i, "worktree")
+                return
+            head_tree = head_tree or tree_of(self.repo, head)
+            found = merge(self.repo, head_tree, parents[0], commit, self.writer)
+            if found.tree is None:
+                yield Step(i, "worktree", error=found.error)
+                return
+            if found.files:
+                yield Step(i, "conflict", None, found.tree, found.files)
+                if not keep_going:
+                    return
+            elif found.tree == head_tree:
+                yield Step(i, "dropped", None, head_tree)
+            else:
+                new = self.rewrite(commit, found.tree, head)
+                if new is None:
+                    yield Step(i, "worktree")
+                    return
+                head, head_tree = new, found.tree
+                yield Step(i, "picked", new, found.tree)
+            i += 1
+
+    def rewrite(self, commit: str, tree: str, parent: str) -> str | None:
+        """`commit` of the chain as the replay writes it, on `tree` and `parent`; None
+        when only cherry-pick may write it ("keep" and a header beyond the four lines)."""
+        raw = self.objects.get(commit, b"")
+        if self.stamp == "keep":
+            body = kept(raw, tree, parent)
+            return self.writer.write(body) if body is not None else None
+        meta = committable(raw)
+        written = self.writer.commit(tree, parent, meta) if meta is not None else None
+        if written is None:
+            env, message = commit_env(self.repo, commit, raw or None)
+            written = git_bytes(
+                self.repo, "commit-tree", tree, "-p", parent, input=message, env=env
+            ).decode()
+        return written.strip()

@@ -1,0 +1,31 @@
+"""Habits a user brings from other tools (issue 44 point 8): `-C DIR` as git, make and
+ninja take it; `report show --lane L` for that lane's latest report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from support.cli import run_forge
+
+
+def test_dash_c_is_the_short_form_of_root_anywhere_on_the_line(
+    forge_root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    long = run_forge("--root", str(forge_root), "status", "--json", cwd=elsewhere)
+    assert long.code == 0, long
+    for args in (
+        ("-C", str(forge_root), "status", "--json"),
+        ("status", "-C", str(forge_root), "--json"),
+        (f"-C{forge_root}", "status", "--json"),
+    ):
+        short = run_forge(*args, cwd=elsewhere)
+        assert short.code == 0, (args, short)
+        assert short.json["upstream"] == long.json["upstream"], args
+    # a hostile value is the path it names, never an option
+    bad = run_forge("-C", "-x", "status", cwd=elsewhere)
+    assert bad.code == 2, bad
+    assert "-x" in bad.stderr
+    help_text = " ".join(run_forge("status", "--help", env={"COLUMNS": "400"}).stdout.split())
+    assert "-C" in help_text
