@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core import proc
@@ -132,10 +133,11 @@ class Cache(Struct, kw_only=True):
     ] = UNSET
     misses: Annotated[int | UnsetType | None, d("this build's cache misses (with a cache)")] = UNSET
     distributed: Annotated[
-        dict[str, Any] | UnsetType | None,
+        dict[str, Any] | str | UnsetType | None,
         d(
-            "with an sccache-dist scheduler: `scheduler` (masked), `remoteCompiles`, "
-            "`localCompiles`"
+            "with an sccache-dist scheduler: after a compile `scheduler` (masked), "
+            "`remoteCompiles`, `localCompiles`; before one (a lane that stopped earlier), the "
+            "scheduler alone"
         ),
     ] = UNSET
 
@@ -522,7 +524,8 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
         )
 
         client = sccache_dist.client(_sccache_config(environ))
-        info["dist"] = sccache_dist.check(client).as_dict() if client else None
+        # the scheduler's answer as doctor's JSON holds it (read back by `summary`)
+        info["dist"] = msgspec.to_builtins(sccache_dist.check(client)) if client else None
     return info
 
 

@@ -113,7 +113,7 @@ def doctor(
 
     With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Outcome:
         from dgr_forge.host import doctor as doctor_mod
         from dgr_forge.host.recipes import select
 
@@ -122,30 +122,31 @@ def doctor(
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
         from dgr_forge.cache import select as cache_mod
 
-        result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
+        cache_info = cache_mod.describe(doc)
+        result = doctor_mod.diagnose(doc, all_recipes, cache_info)
         if lane:
-            checks = doctor_mod.gate(result, checks, list(lane))
+            result = doctor_mod.gate(result, list(lane))
         rows = [
-            (t["name"], "found" if t["found"] else "missing", t["version"] or "", t["path"] or "")
-            for t in result["tools"]
+            (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
+            for t in result.tools
         ]
         rows += [
-            (lib["name"], "found" if lib["found"] else "missing", "", lib["path"] or "")
-            for lib in result["libraries"]
+            (lib.name, "found" if lib.found else "missing", "", lib.path or "")
+            for lib in result.libraries
         ]
         env.out.table(
-            f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
+            f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows
         )
-        env.out.answer(cache_mod.summary(result["cache"]))
-        for check in checks:
-            verdict = check.summary() if check.buildable or not lane else "cannot build here"
+        env.out.answer(cache_mod.summary(cache_info))
+        for check in result.lanes:
+            verdict = check.summary if check.buildable or not lane else "cannot build here"
             env.out.answer(f"{check.lane} lane: {verdict}")
             if lane and not check.buildable:
-                env.out.answer(f"    {check.summary()}")
+                env.out.answer(f"    {check.summary}")
             for line in check.reasons():
                 env.out.answer(f"    {line}")
         # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
-        bad = ExitCode.BAD_INPUT if result.get("unbuildable") else ExitCode.OK
+        bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
         return Outcome(result, bad)
 
     run(ctx, "doctor", body)

@@ -30,6 +30,7 @@ from dgr_forge.cli.results import lanes as lanes_forms
 from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
+from dgr_forge.host import doctor
 from dgr_forge.lanes import build, check, presets, status
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
@@ -87,7 +88,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "doctor",
         "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        lanes_forms.Doctor,
+        doctor.DoctorResult,
     ),
     _cmd(
         "rebase",
