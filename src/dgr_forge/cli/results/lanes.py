@@ -9,13 +9,13 @@ from msgspec import UNSET, UnsetType
 from dgr_forge.certify.shapes import Entry
 from dgr_forge.cli.results.base import (
     Form,
-    LastBuild,
-    Missing,
     Nested,
     Strs,
     d,
 )
+from dgr_forge.host.doctor import ProbeResult
 from dgr_forge.host.toolkit import InstallResult
+from dgr_forge.lanes.status import BuildShown
 
 # --- lanes and builds -------------------------------------------------------------------------
 
@@ -43,9 +43,9 @@ class LaneRow(Nested, kw_only=True):
     backend: Annotated[str, d("the recipe's backend")]
     host_os: Annotated[Strs, d("the OSes it builds on")]
     buildable: Annotated[bool, d("it can build on this host")]
-    missing: Annotated[list[Missing], d("what is missing (the same rows as `doctor`'s)")]
+    missing: Annotated[list[ProbeResult], d("what is missing (the same rows as `doctor`'s)")]
     summary: Annotated[str, d("one line: `buildable`, or what is missing")]
-    last_build: LastBuild | None
+    last_build: BuildShown | None
     certified: Annotated[
         bool,
         d(
