@@ -196,6 +196,13 @@ def details() -> dict[str, str]:
     return {key: str(hint.__metadata__[0]) for key, hint in hints.items()}
 
 
+def _detail_types() -> dict[str, Schema]:
+    """Each failure detail's schema, from its type in `core.errors.Details`."""
+    _, defs = msgspec.json.schema_components([Details])
+    props: dict[str, Schema] = defs["Details"]["properties"]
+    return props
+
+
 def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
     return {
         "ok": {**ok, "description": "`exit_code == 0`"},
@@ -229,7 +236,10 @@ def envelope_schema() -> Schema:
                 "type": ["string", "null"],
                 "description": "how to fix it (absent for usage errors)",
             },
-            **{key: {"description": text} for key, text in details().items()},
+            **{
+                key: {**_detail_types()[key], "description": text}
+                for key, text in details().items()
+            },
         },
         ["ok", "exit_code", "command", "error"],
     )
