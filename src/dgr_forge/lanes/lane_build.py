@@ -462,7 +462,7 @@ class LaneBuilder:
         plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
         t = time.monotonic()
         with self._failing("report"):
-            found = steps.collect(self.forge, plan, changed)
+            found = steps.collect(self.forge, plan, changed, self.out)
         with self._failing("configure"):
             launcher = truth.check_launchers(plan)
         run = BuildRun(
