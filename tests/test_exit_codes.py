@@ -11,7 +11,6 @@ the codes of `build`, `patch`, `export`, `rebase`, `bump`, `check`, `certify`, `
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
@@ -22,14 +21,12 @@ from support.cli import run_forge
 from support.git import Upstream
 from support.reports import lane_build, setup_root
 from support.roots import copy_product
-from support.server import flip_byte, write_split_gguf
+from support.server import flip_byte, manifest_of, write_split_gguf
 
 from dgr_forge.attest import keys, reports
 from dgr_forge.cli.helpstyle import USAGE
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import manifest as models
-from dgr_forge.models.manifest import ModelFile
 
 GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 
@@ -74,17 +71,7 @@ class Scene:
         source = self.tmp / "source"
         if not source.exists():
             write_split_gguf(source, "tiny", 2)
-        files = [
-            ModelFile(
-                name=p.name,
-                size=p.stat().st_size,
-                sha256=hashlib.sha256(p.read_bytes()).hexdigest(),
-                url=models.file_url("http://127.0.0.1:9/m", p.name),
-            )
-            for p in sorted(source.iterdir())
-        ]
-        manifest = self.tmp / "tiny.toml"
-        manifest.write_text(models.dumps("tiny", files))
+        manifest = manifest_of(source, "http://127.0.0.1:9/m", self.tmp / "tiny.toml", "tiny")
         return manifest, source, self.tmp / "models" / "tiny"
 
 
@@ -174,6 +161,14 @@ def _ci_no_source(s: Scene) -> int:
     return s.forge("ci", "render")
 
 
+def _make_manifest(s: Scene, directory: Path) -> int:
+    url = "https://models.example.com/tiny/"
+    out = str(s.tmp / "m.toml")
+    return run_forge(
+        "artifacts", "manifest", str(directory), "--name", "tiny", "--url-base", url, "--out", out
+    ).code
+
+
 SCENES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("status", 0): lambda s: s.forge("status"),
     ("status", 2): lambda s: _bad_manifest(s, "status"),
@@ -211,32 +206,8 @@ SCENES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("artifacts verify", 2): lambda s: (
         run_forge("artifacts", "verify", str(s.model()[0]), "--dest", str(s.tmp / "nowhere")).code
     ),
-    ("artifacts manifest", 0): lambda s: (
-        run_forge(
-            "artifacts",
-            "manifest",
-            str(s.model()[1]),
-            "--name",
-            "tiny",
-            "--url-base",
-            "https://models.example.com/tiny/",
-            "--out",
-            str(s.tmp / "m.toml"),
-        ).code
-    ),
-    ("artifacts manifest", 2): lambda s: (
-        run_forge(
-            "artifacts",
-            "manifest",
-            str(s.tmp / "none"),
-            "--name",
-            "tiny",
-            "--url-base",
-            "https://models.example.com/tiny/",
-            "--out",
-            str(s.tmp / "m.toml"),
-        ).code
-    ),
+    ("artifacts manifest", 0): lambda s: _make_manifest(s, s.model()[1]),
+    ("artifacts manifest", 2): lambda s: _make_manifest(s, s.tmp / "none"),
 }
 
 COVERED = sorted({command for command, _ in SCENES})
