@@ -49,10 +49,12 @@ from dgr_forge.upstream.series import (
 )
 from dgr_forge.upstream.transfer import resolve_mirror
 from dgr_forge.upstream.workspace import (
+    FETCH_JOURNAL,
     FORGE_EMAIL,
     PATCH_JOURNAL,
     ChainCommit,
     Workspace,
+    fetch_failure,
     git_dir,
     inspect,
     operation_in_progress,
@@ -370,7 +372,10 @@ def patch_locked(
 
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
     if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
-        out_.info(f"{forge.rel(src)}: finishing an interrupted run")
+        # a fetch that failed (its cause kept in the journal) was not interrupted
+        failed = ws.journals == {FETCH_JOURNAL} and fetch_failure(src) is not None
+        said = "the last fetch failed; fetching again" if failed else "finishing an interrupted run"
+        out_.info(f"{forge.rel(src)}: {said}")
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
     _refuse_local_edits(ws, forge)
