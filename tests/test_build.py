@@ -128,6 +128,26 @@ def test_noop_rebuild_runs_nothing(built: BuiltLane) -> None:
     assert "configure" not in second.stderr and "fetch" not in second.stderr
 
 
+def test_a_new_empty_commit_with_the_forge_committer_survives_a_plain_build(
+    built: BuiltLane,
+) -> None:
+    """Issue 45, cause 10: a person's own new commit (empty: its tree is the series'),
+    with their author and the forge's committer identity, was re-applied away by a plain
+    build. It is now a person's commit (the forge knows its own by their recorded ids)."""
+    from dgr_forge.core.gitutil import FORGE_IDENTITY
+
+    src = built.root / ".dgr" / "src" / "llama.cpp"
+    person = {"GIT_AUTHOR_NAME": "Bea Teammate", "GIT_AUTHOR_EMAIL": "bea@team.invalid"}
+    posing = {**person, **FORGE_IDENTITY}
+    sh_git(src, "commit", "-q", "--allow-empty", "-m", "release: mark 1.2", env=posing)
+    mine = sh_git(src, "rev-parse", "HEAD")
+    r = forge_build(built.root, *built.args())
+    assert r.code in (0, 3), r  # kept as a person's commit (or a refusal naming it)
+    logs = built.root / ".dgr" / "logs"
+    saved = [p for p in logs.glob("*") if p.is_file() and mine[:12] in p.read_text("latin-1")]
+    assert mine in sh_git(src, "rev-list", "HEAD").split() or saved, r
+
+
 def test_worker_source_edit_rebuilds_only_that(built: BuiltLane) -> None:
     root, worker_dir, first = built.root, built.worker, built.first
     assert worker_dir is not None

@@ -252,3 +252,40 @@ def test_a_bump_records_the_new_pins_build_number(tmp_path: Path, llamalike: Ups
     assert f'commit = "{llamalike.head}"' in text, text
     assert f"build_number = {old + 2}\n" in text, text
     assert _forge(root, "status").json["upstream"]["build_number"] == old + 2
+
+
+def test_subjects_are_what_upstream_installs_and_an_older_build_s_files_go(
+    tmp_path: Path, llamalike: Upstream
+) -> None:
+    """Issue 44 point 7: with no recipe targets, the subjects are the targets upstream
+    installs (the File API's install information) and the suite's programs, with their
+    libraries; a host helper it builds but never installs (llama.cpp's llama-ui-embed) is
+    not shipped. After a rebase moves the library's version, the older libllama.so.0.0.N
+    is removed from the build tree, and said; every path printed is normalized."""
+    root = make_patched_root(tmp_path / "forge", llamalike)
+    first = _build(root, "--lane", "cpu", "--no-sign")
+    assert first.code == 0, first
+    lane = first.json["lanes"][0]
+    names = sorted(a["name"] for a in lane["artifacts"])
+    assert names == ["ggml", "ggml-base", "ggml-cpu", "llama", "llama-cli"], names
+    built = root / ".dgr" / "build" / "cpu"
+    helper = [p for p in built.rglob("llama-ui-embed") if p.is_file()]
+    assert helper, "the helper was built (it is in the build tree, not in the report)"
+    old = next(Path(a["path"]) for a in lane["artifacts"] if a["name"] == "llama")
+    assert old.name == f"libllama.so.0.0.{_count(llamalike)}"
+
+    for i in range(2):
+        llamalike.commit({f"docs/later-{i}.md": f"later {i}\n"}, f"docs: later {i}")
+    assert _forge(root, "rebase", "--onto", llamalike.head).code == 0
+    second = _build(root, "--lane", "cpu", "--no-sign")
+    assert second.code == 0, second
+    new = next(
+        Path(a["path"]) for a in second.json["lanes"][0]["artifacts"] if a["name"] == "llama"
+    )
+    assert new.name == f"libllama.so.0.0.{_count(llamalike)}" and new != old
+    assert not old.exists(), "the older version is gone from the build tree"
+    assert "removed .dgr/build/cpu/" in second.stderr and old.name in second.stderr, second.stderr
+    versions = sorted(p.name for p in new.parent.glob("libllama.so.*"))
+    assert versions == ["libllama.so.0", new.name], versions
+    for line in (second.stdout + second.stderr).splitlines():
+        assert "/../" not in line and not line.rstrip().endswith("/.."), line

@@ -23,7 +23,7 @@ import pytest
 from support.build import BuiltLane, LaneSnapshot, built_snapshot
 from support.cli import forge_env, forge_popen, run_forge
 from support.git import Upstream
-from support.server import split_names, write_split_gguf
+from support.server import manifest_of, split_names, write_split_gguf
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +127,7 @@ def test_every_table_holds_every_path_whole_in_a_pipe_and_at_80_columns(
     # a model's files, named at a destination deep enough to overflow any 80-column row
     source = tmp_path / "source"
     write_split_gguf(source, "tiny", 2)
-    manifest = _manifest(tmp_path, source)
+    manifest = manifest_of(source, "http://127.0.0.1:9/m", tmp_path / "tiny.toml", "tiny")
     dest = tmp_path / ("a-long-destination-directory-name-" * 3) / "tiny"
     check_both(
         ("artifacts", "provision", str(manifest), "--dest", str(dest), "--dry-run",
@@ -140,26 +140,6 @@ def test_every_table_holds_every_path_whole_in_a_pipe_and_at_80_columns(
         tmp_path, [str(dest)],
     )  # fmt: skip
     assert "━" in shown  # a bar was drawn, NO_COLOR or not
-
-
-def _manifest(tmp_path: Path, source: Path) -> Path:
-    import hashlib
-
-    from dgr_forge.models import manifest as models
-    from dgr_forge.models.manifest import ModelFile
-
-    files = [
-        ModelFile(
-            name=p.name,
-            size=p.stat().st_size,
-            sha256=hashlib.sha256(p.read_bytes()).hexdigest(),
-            url=models.file_url("http://127.0.0.1:9/m", p.name),
-        )
-        for p in sorted(source.iterdir())
-    ]
-    path = tmp_path / "tiny.toml"
-    path.write_text(models.dumps("tiny", files))
-    return path
 
 
 LONG = (

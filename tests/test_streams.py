@@ -238,3 +238,37 @@ def test_every_program_in_a_report_has_a_true_version(demo_tour: DemoTour) -> No
     assert " ld " in f" {by_name['ld']} ".lower() and by_name["ld"] != by_name["cc1plus"]
     driver = next(e for e in entries if e.startswith("cxx-compiler GNU "))  # the File API's
     assert driver.split()[-1] in by_name["cc1plus"], (driver, by_name)  # the driver's version
+
+
+def test_a_first_build_with_no_network_tells_the_fetch_failure_first(
+    forge_root: Path, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Issue 44 point 5: the README's main job with the upstream unreachable (a closed
+    port), no key anywhere, no terminal, not CI. The first warning or error is the fetch's
+    failure, its fix on the next line; the build number that the same failure left unknown
+    is not said before it, and the key warning not at all (no report is written). The
+    run after it is not told it finishes an "interrupted" one."""
+    copy_product(forge_root)
+    manifest = forge_root / "manifests" / "llama.cpp.toml"
+    manifest.write_text(
+        manifest.read_text().replace(upstream.url, "http://127.0.0.1:9/llama.cpp.git")
+    )
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"), "CI": ""}
+    for run in (1, 2):
+        r = run_forge("build", "--lane", "cpu", cwd=forge_root, env=env)
+        assert r.code == 1, r
+        said = [line for line in r.stderr.splitlines() if line.startswith(("warning:", "error:"))]
+        assert said and said[0].startswith("error: fetching llama.cpp from http://127.0.0.1:9"), (
+            said
+        )
+        lines = r.stderr.splitlines()
+        fix = lines[lines.index(said[0]) + 1]
+        assert fix.startswith("  fix: ") and "--mirror" in fix, r.stderr
+        assert "signing key" not in r.stderr and "UNSIGNED" not in r.stderr, r.stderr
+        assert "interrupted" not in r.stderr, (run, r.stderr)
+        assert not (forge_root / ".dgr" / "reports").exists() or not list(
+            (forge_root / ".dgr" / "reports").iterdir()
+        )
+    assert "build_number" not in manifest.read_text()  # nothing guessed

@@ -8,28 +8,13 @@ every attack is refused in well under 2 s against a real loopback server."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from support.cli import Result, run_forge
-from support.server import FaultyServer, split_names, write_layered_gguf
-from test_layers_attacks import manifest
+from support.server import FaultyServer
+from test_layers_attacks import FAST, NAMES, manifest, server, source
 
-NAMES = split_names("m8", 3)
-FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10", "DGR_ARTIFACTS_TRIES": "2"}
-
-
-@pytest.fixture
-def source(tmp_path: Path) -> Path:
-    write_layered_gguf(tmp_path / "source", "m8", layers=8, splits=3)
-    return tmp_path / "source"
-
-
-@pytest.fixture
-def server(source: Path) -> Iterator[FaultyServer]:
-    with FaultyServer(source) as s:
-        yield s
+__all__ = ["server", "source"]  # the fixtures
 
 
 def mapped(tmp_path: Path, source: Path, server: FaultyServer, **env: str) -> tuple[Result, float]:

@@ -45,6 +45,7 @@ COMMANDS: list[tuple[list[str], bool]] = [
     (["artifacts", "manifest", "{tmp}/models", "--name", "m"], False),
     (["ci", "matrix"], True),
     (["ci", "render"], True),
+    (["toolchain", "install", "cuda", "--offline", "--wheelhouse", "{tmp}/none"], False),
 ]
 
 
@@ -108,3 +109,9 @@ def test_a_closed_pipe_and_plain_output_are_held_alike(root: Path) -> None:
         )  # fmt: skip
         assert proc.wait(timeout=120) == 1  # nothing can be said, and nothing raised
     assert '"command": "status"' in (root.parent / "out.json").read_text()
+
+
+def test_every_command_is_tried_on_a_full_stdout() -> None:
+    from dgr_forge.cli.commands import COMMAND_MODULES
+
+    assert {args[0] for args, _ in COMMANDS if not args[0].startswith("-")} == set(COMMAND_MODULES)

@@ -22,6 +22,10 @@ On top of the plain test upstream (`git.make_upstream`), one more upstream commi
   ALL target: npm with `LLAMA_BUILD_UI`, a download with `LLAMA_USE_PREBUILT_UI`, both
   default ON), here a failed build unless both are OFF: a recipe that leaves them on
   would use the network while building;
+* install what llama.cpp installs (`install(TARGETS llama LIBRARY)`, ggml and its CPU
+  backend, the tools `RUNTIME`: its CMakeLists.txt:254, ggml/CMakeLists.txt:346-347,
+  ggml/src/CMakeLists.txt:280, tools/*/CMakeLists.txt), and build a host helper it never
+  installs, as tools/ui/CMakeLists.txt:64 builds `llama-ui-embed` (no install() there);
 * a history of `HISTORY` upstream commits before that commit (one `git fast-import`, so
   cheap), so a depth-1 workspace's count and the upstream's differ by a hundred and more.
 """
@@ -117,6 +121,9 @@ UI_CMAKE = textwrap.dedent(
             -P "${PROJECT_SOURCE_DIR}/scripts/ui-assets.cmake"
         COMMENT "Provisioning UI assets"
         VERBATIM)
+    # a build-host helper that generates the embedded UI's sources: built, never installed
+    add_executable(llama-ui-embed embed.c)
+    add_dependencies(llama-ui-assets llama-ui-embed)
     """
 )
 UI_ASSETS = textwrap.dedent(
@@ -144,6 +151,9 @@ GGML_CMAKE = CCACHE_DETECT + textwrap.dedent(
     target_link_libraries(ggml-cpu PUBLIC ggml-base)
     add_library(ggml src/ggml.c)
     target_link_libraries(ggml PUBLIC ggml-base ggml-cpu)
+    install(TARGETS ggml LIBRARY)
+    install(TARGETS ggml-base LIBRARY)
+    install(TARGETS ggml-cpu LIBRARY)
     if (GGML_CUDA)
         enable_language(CUDA)
         target_sources(ggml PRIVATE src/ggml-cuda.cu)
@@ -164,11 +174,19 @@ FILES: dict[str, str] = {
     .replace(
         "target_link_libraries(llama PUBLIC ggml)",
         "target_link_libraries(llama PUBLIC ggml)\n"
-        "set_target_properties(llama PROPERTIES VERSION ${LLAMA_INSTALL_VERSION} SOVERSION 0)",
+        "set_target_properties(llama PROPERTIES VERSION ${LLAMA_INSTALL_VERSION} SOVERSION 0)\n"
+        "install(TARGETS llama LIBRARY)",
     )
     .replace(
         "target_link_libraries(llama-cli PRIVATE llama)",
-        "target_link_libraries(llama-cli PRIVATE llama build_info)",
+        "target_link_libraries(llama-cli PRIVATE llama build_info)\n"
+        "    install(TARGETS llama-cli RUNTIME)",
+    ),
+    "tools/ui/embed.c": textwrap.dedent(
+        """\
+        #include <stdio.h>
+        int main(void) { return puts("// no assets") < 0; }
+        """
     ),
     "ggml/CMakeLists.txt": GGML_CMAKE,
     "tools/ui/CMakeLists.txt": UI_CMAKE,

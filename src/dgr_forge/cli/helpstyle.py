@@ -33,8 +33,9 @@ USAGE: dict[str, tuple[str, str]] = {
               "0 at the pinned commit · 1 the fetch failed · 2 bad manifest or URL · "
               "3 local changes in the workspace (--force discards them)"),
     "status": ("dgr-forge status",
-               "0 shown · 2 no forge root or a bad manifest · 3 an interrupted export or "
-               "rebase is pending"),
+               "0 shown (a rebase or patch replay stopped at a conflict too: it says how to "
+               "go on) · 2 no forge root or a bad manifest · 3 an export or rebase was killed "
+               "while writing patches/ and the manifest (a writing command finishes it)"),
     "patch": ("dgr-forge patch --check",
               "0 applied (or already) · 1 a git step failed · 2 bad manifest or series · "
               "3 a conflict: patch --continue or --abort"),

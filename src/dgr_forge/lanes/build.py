@@ -117,6 +117,7 @@ def build(
     )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
     signing = SigningKey(opts.key, opts.sign, out)
+    after_fetch: list[str] = []  # said once the upstream fetch got through (issue 44)
     if m.build_number is None:
         # bad input is refused before the count's fetch and the manifest write: the key
         # is loaded now (a no-op build, whose number is recorded, never pays for it)
@@ -126,12 +127,14 @@ def build(
         from dgr_forge.upstream import build_number
 
         with root_lock(forge, out):  # a manifest write, as export's
-            m = build_number.record(forge, m, None if opts.offline else opts.mirror or m.url, out)
+            url = None if opts.offline else opts.mirror or m.url
+            m = build_number.record(forge, m, url, out, deferred=after_fetch)
 
     results: list[LaneResult] = []
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
     ctx = BuildContext(forge, m, out, opts, doctor, signing)  # the manifest digest: as loaded
+    ctx.after_fetch = after_fetch
     with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:

@@ -8,6 +8,7 @@ the codemodel (targets and their on-disk artifacts), the cache and the toolchain
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ class Target(Struct, frozen=True):
     artifacts: tuple[Path, ...]  # absolute
     # the targets this one depends on (the codemodel's `dependencies`), by name
     depends: tuple[str, ...] = ()
+    installed: bool = False  # upstream's own install() names it (the codemodel's `install`)
 
 
 class Compiler(Struct, frozen=True):
@@ -106,7 +108,8 @@ def read_reply(build_dir: Path) -> Reply:
         depends = tuple(
             str(names[d["id"]]) for d in data.get("dependencies", []) if d.get("id") in names
         )
-        targets.append(Target(data["name"], data["type"], tuple(artifacts), depends))
+        installed = isinstance(data.get("install"), dict)
+        targets.append(Target(data["name"], data["type"], tuple(artifacts), depends, installed))
 
     cache_data = _load(files["cache"])
     cache = {e["name"]: e["value"] for e in cache_data.get("entries", [])}
@@ -162,21 +165,68 @@ def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
     return seen
 
 
-def shipped_artifacts(reply: Reply, only: tuple[str, ...] = ()) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact, restricted to `only` targets (and the
-    shared and module libraries they depend on) when given.
+def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()) -> set[str]:
+    """The targets a lane ships, before their libraries: what the recipe's `targets` name
+    (only those are built), else what upstream itself installs (its `install(TARGETS ...)`
+    rules, as the File API reports them), plus `extra` (the certification suite's
+    programs) either way. When the recipe names none and upstream installs nothing, every
+    target built (the empty set here: no filter)."""
+    if only:
+        roots = set(only)
+    else:
+        roots = {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
+        if not roots:
+            return set()
+    return roots | set(extra)
+
+
+def shipped_artifacts(
+    reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
+) -> list[tuple[Target, Path]]:
+    """(target, file) for every shipped artifact: the `shipped_roots` and the shared and
+    module libraries they depend on. An executable that is not a root (a host tool a
+    build runs, such as llama.cpp's llama-ui-embed, which it never installs) is not
+    shipped.
 
     Targets that were not built (EXCLUDE_FROM_ALL upstream tools a worker does not link)
     have no file on disk and are left out.
     """
-    wanted = with_dependencies(reply, only) if only else set()
+    roots = shipped_roots(reply, only, extra)
+    wanted = with_dependencies(reply, tuple(sorted(roots))) if roots else set()
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
         if target.kind not in SHIPPED:
             continue
-        if only and target.name not in wanted:
+        if roots and target.name not in wanted:
             continue
-        if only and target.name not in only and target.kind == "EXECUTABLE":
+        if roots and target.name not in roots and target.kind == "EXECUTABLE":
             continue  # a tool the target's build runs (a generator) is not shipped with it
         out += [(target, path) for path in target.artifacts if path.is_file()]
     return out
+
+
+def stale_siblings(reply: Reply, shipped: list[tuple[Target, Path]]) -> list[Path]:
+    """Files an earlier build of a shipped library left beside it: another version of the
+    same versioned file (`libllama.so.0.0.101` beside this build's `libllama.so.0.0.102`),
+    and links to one, that no target of this build produces. A rebase changes the
+    version; the old files would otherwise lie in the directory that ships."""
+    produced = {p for t in reply.targets for p in t.artifacts}
+    current = {path.resolve() for _, path in shipped}
+    stale: set[Path] = set()
+    for target, path in shipped:
+        if target.kind not in ("SHARED_LIBRARY", "MODULE_LIBRARY"):
+            continue
+        real = path.resolve()
+        stem = real.name.split(".so", 1)[0] + ".so."
+        if ".so." not in real.name:
+            continue  # unversioned: a rebuild overwrites it in place
+        for entry in os.scandir(real.parent):
+            p = Path(entry.path)
+            if not entry.name.startswith(stem) or p in produced or p == real:
+                continue
+            if entry.is_symlink():
+                if not p.exists() or p.resolve() not in current:
+                    stale.add(p)  # a link to an old version (or dangling)
+            elif entry.is_file(follow_symlinks=False) and p.resolve() not in current:
+                stale.add(p)
+    return sorted(stale)

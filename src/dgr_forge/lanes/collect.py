@@ -27,13 +27,14 @@ if TYPE_CHECKING:
 
 
 def collect_artifacts(
-    reply: cmake_api.Reply, only: tuple[str, ...]
+    reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts named by their real file; symlinks to it (a shared library's
-    `libx.so` / `libx.so.1`) become its aliases, never subjects of their own. Also each
-    file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
+    """Shipped artifacts (`cmake_api.shipped_artifacts`: the recipe's targets, else what
+    upstream installs, plus `extra`) named by their real file; symlinks to it (a shared
+    library's `libx.so` / `libx.so.1`) become its aliases, never subjects of their own.
+    Also each file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
-    for target, path in cmake_api.shipped_artifacts(reply, only):
+    for target, path in cmake_api.shipped_artifacts(reply, only, extra):
         real = path.resolve()
         aliases = found.setdefault(real, (target.name, target.kind, set()))[2]
         if path.is_symlink():

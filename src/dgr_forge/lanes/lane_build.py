@@ -142,6 +142,7 @@ class BuildContext:
         # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
         self.manifest_sha256 = sha256_bytes(read_raw(m.path))  # bounded, as it was loaded
         self.cache: cache_session.CacheSession | None = None  # the build's cache session
+        self.after_fetch: list[str] = []  # warnings that only make sense once fetched
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
@@ -155,6 +156,9 @@ class BuildContext:
             self.patched = ensure_patched(
                 self.forge, self.m, self.out, mirror=self.opts.mirror, offline=self.opts.offline
             )
+            for warning in self.after_fetch:
+                self.out.warn(warning)
+            self.after_fetch = []
             refuse_unclean(self.patched.src_dir, "upstream", self.forge)
             if spec is not None and spec.url is not None:
                 refuse_unclean(spec.source_dir, "worker", self.forge)
@@ -458,6 +462,8 @@ class LaneBuilder:
             now = inputs.report_inputs(self.m, self.plan.recipe, self.plan.spec)
             last = msgspec.structs.replace(last, inputs=now)
         self._settled(last)
+        if last.signed_by is None:
+            self.ctx.signing.warn_unsigned()  # the report handed back is unsigned: said
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
         if ran:
@@ -470,7 +476,7 @@ class LaneBuilder:
         plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
         t = time.monotonic()
         with self._failing("report"):
-            found = steps.collect(self.forge, plan, changed)
+            found = steps.collect(self.forge, plan, changed, self.out)
         with self._failing("configure"):
             launcher = truth.check_launchers(plan)
         run = BuildRun(

@@ -69,7 +69,12 @@ class SigningKey:
                 from dgr_forge.attest import keys  # only on a machine without any key
 
                 self._fallback = not keys.in_ci() and not keys.interactive()
-        if self._fallback and not self._warned:
+        return self._fallback
+
+    def warn_unsigned(self) -> None:
+        """Said once, where a report is written or handed back unsigned for want of a key:
+        never before (a run that fails before its report has nothing to sign)."""
+        if self.sign and self.unsigned_fallback() and not self._warned:
             self._warned = True
             self.out.warn(
                 f"no signing key (no --key, no {SIGNING_KEY_ENV}, no default key "
@@ -77,7 +82,6 @@ class SigningKey:
                 "UNSIGNED (`report verify` fails it as unsigned); to sign, run "
                 "`dgr-forge keygen` once and build again, or pass --key PATH"
             )
-        return self._fallback
 
     def unsigned_reason(self) -> str | None:
         """Why a report is written unsigned, in the words the warning gives; None when
@@ -85,6 +89,7 @@ class SigningKey:
         if not self.sign:
             return "--no-sign given"
         if self.unsigned_fallback():
+            self.warn_unsigned()
             return "no signing key found and no terminal to create one"
         return None
 

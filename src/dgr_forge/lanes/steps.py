@@ -165,13 +165,22 @@ class Found(Struct, frozen=True):
     stats: dict[str, list[int]]  # path -> stat record when it hashed true
 
 
-def collect(forge: Forge, plan: LanePlan, changed: list[Path]) -> Found:
+def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) -> Found:
     """Artifacts through the File API reply, hashed; exit 1 when an artifact found
-    changed on disk was not rebuilt by Ninja."""
+    changed on disk was not rebuilt by Ninja. Another version of a shipped library that an
+    earlier build left beside it is removed, and said: no file in the build tree looks
+    current that this build did not make."""
     from dgr_forge.lanes import cmake_api
 
     reply = cmake_api.read_reply(plan.build_dir)
-    artifacts, stats = collect_artifacts(reply, plan.recipe.targets)
+    suite = plan.recipe.certify.targets if plan.recipe.certify else ()
+    extra = tuple(suite)
+    for path in cmake_api.stale_siblings(
+        reply, cmake_api.shipped_artifacts(reply, plan.recipe.targets, extra)
+    ):
+        path.unlink()
+        out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
+    artifacts, stats = collect_artifacts(reply, plan.recipe.targets, extra)
     gone = [p for p in changed if not p.is_file()]
     if gone:
         raise OperationFailed(

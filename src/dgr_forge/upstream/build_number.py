@@ -219,11 +219,18 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def record(forge: Forge, m: UpstreamManifest, url: str | None, out: Reporter) -> UpstreamManifest:
+def record(
+    forge: Forge,
+    m: UpstreamManifest,
+    url: str | None,
+    out: Reporter,
+    deferred: list[str] | None = None,
+) -> UpstreamManifest:
     """`m` with its build number: as the manifest records it, else counted and written to
     the manifest (`[upstream] build_number`; the caller holds the root lock) and `m`
     loaded again. Not countable here: `m` as it was, and a warning saying how to fix it
-    (never a guess)."""
+    (never a guess), appended to `deferred` when given: `build` says it only after its
+    own fetch got through (a fetch that fails says the cause first, and once)."""
     if m.build_number is not None:
         return m
     from dgr_forge.core.fsutil import atomic_write_text
@@ -231,7 +238,7 @@ def record(forge: Forge, m: UpstreamManifest, url: str | None, out: Reporter) ->
 
     number, how = count(forge.src_dir(m.name), url, m.commit, forge.tmp_dir)
     if number is None:
-        out.warn(
+        (deferred.append if deferred is not None else out.warn)(
             f"{m.name}: the upstream's build number at {m.commit[:12]} is unknown ({how}); "
             "`build` needs it for an upstream that compiles it in: run `dgr-forge fetch` "
             "with network access (or --mirror a full clone), or set [upstream] build_number "

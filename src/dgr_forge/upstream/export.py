@@ -392,12 +392,13 @@ def export_series(
     pin = new_pin[0] if new_pin else base
     entries = tuple((p.file, p.sha256) for p in series)
     trees = tuple(p.tree for p in series)
-    series_base.record(repo, series_base.SeriesBase(pin, entries, trees))
     # The workspace now holds exactly the exported series: make its commits the ones
     # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
     # so "already applied" holds and a person's next commit stands out as a local edit.
     # Same trees: HEAD moves, the index and the files do not.
     canonical = canonical_commits(repo, base, series, forge.tmp_dir)
+    own = series_base.own_commits(repo, canonical, len(series))
+    series_base.record(repo, series_base.SeriesBase(pin, entries, trees, own))
     if gitutil.rev_parse(repo, "HEAD") != canonical:
         gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
     return result

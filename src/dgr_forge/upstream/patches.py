@@ -51,10 +51,12 @@ from dgr_forge.upstream.series import (
 )
 from dgr_forge.upstream.transfer import resolve_mirror
 from dgr_forge.upstream.workspace import (
+    FETCH_JOURNAL,
     FORGE_EMAIL,
     PATCH_JOURNAL,
     ChainCommit,
     Workspace,
+    fetch_failure,
     git_dir,
     inspect,
     operation_in_progress,
@@ -234,6 +236,7 @@ def apply_series(
         if head != m.commit:
             _checkout_pin(src, m.commit)
         if not paths:
+            series_base.record(src, series_base.SeriesBase.of(m, ()))
             return m.commit, gitutil.tree_of(src, m.commit)
         # one am for the whole series: a process per patch costs ~4x on a large tree (each
         # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
@@ -246,6 +249,9 @@ def apply_series(
             _check_trees(m, chain)
         if datas is not None:
             tree_cache.store(src, m.commit, datas, [c.tree for c in chain])
+        # inside the journal: a run killed after it, before the record, is rolled back to
+        # the pin, never left with commits of the forge's that the record does not name
+        series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
         fault.point("patch.verified")
     return chain[-1].commit, chain[-1].tree
 
@@ -362,12 +368,16 @@ def patch_locked(
     if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
         assert ws.head is not None
         result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))
-        series_base.record(src, series_base.SeriesBase.of(m))
+        own = [c.commit for c in ws.series]  # verified by their exact trees just now
+        series_base.record(src, series_base.SeriesBase.of(m, own))
         return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
     if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
-        out_.info(f"{forge.rel(src)}: finishing an interrupted run")
+        # a fetch that failed (its cause kept in the journal) was not interrupted
+        failed = ws.journals == {FETCH_JOURNAL} and fetch_failure(src) is not None
+        said = "the last fetch failed; fetching again" if failed else "finishing an interrupted run"
+        out_.info(f"{forge.rel(src)}: {said}")
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
     _refuse_local_edits(ws, forge)
@@ -394,16 +404,16 @@ def patch_locked(
         if computed is not None and is_applied(ws, m.commit, computed, result_tree):
             assert ws.head is not None
             result = computed[-1] if computed else gitutil.tree_of(src, m.commit)
-            series_base.record(src, series_base.SeriesBase.of(m))
+            own = [c.commit for c in ws.series]  # verified by their exact trees just now
+            series_base.record(src, series_base.SeriesBase.of(m, own))
             return PatchedTree(src, m.commit, ws.head, result, changed=False)
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     paths = [m.patch_path(e) for e in m.series]
-    head, tree = apply_series(
+    head, tree = apply_series(  # it records the commits it made
         src, m, paths, parsed, head=ws.head, check_trees=not trust_files, datas=datas
     )
-    series_base.record(src, series_base.SeriesBase.of(m))
     return PatchedTree(src, m.commit, head, tree, changed=True)
 
 

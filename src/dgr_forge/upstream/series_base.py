@@ -33,7 +33,7 @@ from dgr_forge.core.structs import d, hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
-_NOT_COMPARED = frozenset({"trees"})  # what "the same base" is not about
+_NOT_COMPARED = frozenset({"trees", "commits"})  # what "the same base" is not about
 
 
 class SeriesBase(Struct, frozen=True, omit_defaults=True):
@@ -44,6 +44,12 @@ class SeriesBase(Struct, frozen=True, omit_defaults=True):
     # the tree after each patch: a commit is the forge's only when its tree is one of
     # these (a committer email is anyone's to type); not part of what "the same base" is
     trees: tuple[str, ...] = ()
+    # the ids of the forge's own commits of the series in this workspace, oldest first,
+    # written in the step that made (or verified) them: how the forge tells its commits
+    # from a person's, who cannot make one of these ids by accident (an empty commit, a
+    # revert, an amend: each a new id, whatever committer or tree it carries). None: a
+    # record of an older forge, which told them by email and trees
+    commits: tuple[str, ...] | None = None
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -54,9 +60,11 @@ class SeriesBase(Struct, frozen=True, omit_defaults=True):
         return hash_without(self, _NOT_COMPARED)
 
     @staticmethod
-    def of(m: UpstreamManifest) -> SeriesBase:
+    def of(m: UpstreamManifest, commits: Sequence[str] | None = None) -> SeriesBase:
+        """The base of `m`; `commits`: the forge's own commits of it, as just made."""
         trees = tuple(e.tree for e in m.series if e.tree)
-        return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees)
+        own = None if commits is None else tuple(commits)
+        return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees, own)
 
 
 class Drift(Struct, frozen=True):
@@ -110,7 +118,18 @@ def load(src: Path) -> SeriesBase | None:
         return None
     if not all(gitutil.HEX40.fullmatch(t) for t in base.trees):
         base = msgspec.structs.replace(base, trees=())
+    if base.commits is not None and not all(gitutil.HEX40.fullmatch(c) for c in base.commits):
+        base = msgspec.structs.replace(base, commits=None)
     return base
+
+
+def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
+    """The `n` first-parent commits ending at `head`, oldest first: the series commits
+    the forge has just made there (for the record's `commits`)."""
+    if n == 0:
+        return ()
+    listed = gitutil.out(src, "rev-list", "--first-parent", f"--max-count={n}", head, "--")
+    return tuple(reversed(listed.split()))
 
 
 def record(src: Path, base: SeriesBase) -> None:

@@ -301,10 +301,14 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         fetched = None if chain and chain[0].commit == pin else gitutil.rev_parse(src, PIN_REF)
         if fetched:
             bases.add(fetched)
-    # the forge's commits are those of the series it recorded (by tree), not whatever a
-    # person committed with the forge's email (an amend would be re-applied away)
+    # the forge's commits are those it recorded making, by id: not whatever a person
+    # committed with the forge's email and a tree of the series (an empty commit or a
+    # revert would be re-applied away); an older record: the trees it names
     recorded = series_base.load(src)
-    if recorded is not None and recorded.trees:
+    if recorded is not None and recorded.commits is not None:
+        own = frozenset(recorded.commits)
+        chain = [replace(c, forge_made=c.commit in own) for c in chain]
+    elif recorded is not None and recorded.trees:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain

@@ -79,7 +79,7 @@ def check_report_path(path: Path, forge: Forge) -> Path:
             f"--report {path}: no such directory {target.parent}",
             hint="create the directory first, or give another path",
         )
-    return target
+    return resolved  # the one path it is: written there and printed without a `..`
 
 
 def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, Any]:

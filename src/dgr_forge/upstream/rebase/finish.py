@@ -233,7 +233,8 @@ def finish(
     git(src, "checkout", "-q", "-f", "--detach", state.head)
     # the workspace holds the re-exported series: the base of its next export
     pinned = manifest.load(forge.upstream_manifest, forge.root)
-    series_base.record(src, series_base.SeriesBase.of(pinned))
+    own = series_base.own_commits(src, state.head, len(pinned.series))
+    series_base.record(src, series_base.SeriesBase.of(pinned, own))
     result_tree = gitutil.tree_of(src, state.head)
     report_json, report_md = write_report(forge, state, result_tree)
     drop_refs(src)
