@@ -215,7 +215,8 @@ def prepare(link: CudaLink, cc: str) -> None:
     stub_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(source, stub_source(stub_functions(text, link.cuda_h)).encode())
     tmp = stub_dir / "libcuda.so.tmp"
-    cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", str(tmp), str(source)]
+    # relative names, run in its directory: the same bytes in every workspace
+    cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", tmp.name, source.name]
     proc = capture(cmd, cwd=stub_dir, timeout=300)
     if proc.returncode != 0:
         raise BadInput(
