@@ -127,6 +127,13 @@ def test_install_from_a_wheelhouse_then_doctor_finds_it(
     assert libs["cublas"]["path"] == str(site / "nvidia" / "cu13" / "lib" / "libcublas.so.13")
     cuda = next(lane for lane in doc.json["lanes"] if lane["lane"] == "cuda")
     assert cuda["buildable"] is True, cuda
+    assert tools["nvcc"]["packages"]["forge"] == ["toolchain install cuda"]
+    (root / "toolchains" / "cuda.lock").rename(tmp_path / "cuda.lock")  # a root pinning none
+    bare = run_forge("--root", str(root), "--json", "doctor", env=env)
+    nvcc = next(t for t in bare.json["tools"] if t["name"] == "nvcc")
+    assert "forge" not in nvcc["packages"] and "pip" in nvcc["packages"]
+    assert "toolchain install" not in bare.stderr
+    (tmp_path / "cuda.lock").rename(root / "toolchains" / "cuda.lock")
     monkeypatch.setenv("DGR_TOOLCHAINS_DIR", str(home))
     assert toolkit.identity(root / "toolchains" / "cuda.lock", tools["nvcc"]["path"]) == {
         "toolkit": "cuda",
