@@ -34,16 +34,16 @@ option(GGML_CUDA "use CUDA" OFF)
 option(GGML_VULKAN "use Vulkan" OFF)
 """
 
-CUDA_FILES = {
-    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
+# the project: llama.cpp's switches, a shared `ggml` holding the backend, a program on it
+_TOP = (
+    "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
     + _OPTIONS
-    + textwrap.dedent(
-        """\
-        add_subdirectory(ggml)
-        add_executable(llama-cli tools/main.c)
-        target_link_libraries(llama-cli PRIVATE ggml)
-        """
-    ),
+    + "add_subdirectory(ggml)\nadd_executable(llama-cli tools/main.c)\n"
+    + "target_link_libraries(llama-cli PRIVATE ggml)\n"
+)
+
+CUDA_FILES = {
+    "CMakeLists.txt": _TOP,
     # as ggml-cuda: the runtime and the driver API (CUDA::cuda_driver: libcuda)
     "ggml/CMakeLists.txt": textwrap.dedent(
         """\
@@ -86,15 +86,7 @@ CUDA_FILES = {
 }
 
 VULKAN_FILES = {
-    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
-    + _OPTIONS
-    + textwrap.dedent(
-        """\
-        add_subdirectory(ggml)
-        add_executable(llama-cli tools/main.c)
-        target_link_libraries(llama-cli PRIVATE ggml)
-        """
-    ),
+    "CMakeLists.txt": _TOP,
     # as ggml-vulkan: shaders compiled by glslc at build time, embedded, the loader linked
     "ggml/CMakeLists.txt": textwrap.dedent(
         """\
