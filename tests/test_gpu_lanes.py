@@ -26,22 +26,24 @@ from support.cli import run_forge
 from support.git import Upstream, make_upstream
 from support.roots import make_root
 
+from dgr_forge.host import cudakit
+
 _OPTIONS = """\
 option(GGML_NATIVE "optimize for the build host" ON)
 option(GGML_CUDA "use CUDA" OFF)
 option(GGML_VULKAN "use Vulkan" OFF)
 """
 
-CUDA_FILES = {
-    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
+# the project: llama.cpp's switches, a shared `ggml` holding the backend, a program on it
+_TOP = (
+    "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
     + _OPTIONS
-    + textwrap.dedent(
-        """\
-        add_subdirectory(ggml)
-        add_executable(llama-cli tools/main.c)
-        target_link_libraries(llama-cli PRIVATE ggml)
-        """
-    ),
+    + "add_subdirectory(ggml)\nadd_executable(llama-cli tools/main.c)\n"
+    + "target_link_libraries(llama-cli PRIVATE ggml)\n"
+)
+
+CUDA_FILES = {
+    "CMakeLists.txt": _TOP,
     # as ggml-cuda: the runtime and the driver API (CUDA::cuda_driver: libcuda)
     "ggml/CMakeLists.txt": textwrap.dedent(
         """\
@@ -84,15 +86,7 @@ CUDA_FILES = {
 }
 
 VULKAN_FILES = {
-    "CMakeLists.txt": "cmake_minimum_required(VERSION 3.18)\nproject(llama C CXX)\n"
-    + _OPTIONS
-    + textwrap.dedent(
-        """\
-        add_subdirectory(ggml)
-        add_executable(llama-cli tools/main.c)
-        target_link_libraries(llama-cli PRIVATE ggml)
-        """
-    ),
+    "CMakeLists.txt": _TOP,
     # as ggml-vulkan: shaders compiled by glslc at build time, embedded, the loader linked
     "ggml/CMakeLists.txt": textwrap.dedent(
         """\
@@ -215,6 +209,18 @@ def _dynamic(path: Path) -> dict[str, list[str]]:
     return found
 
 
+def _cuda_h() -> Path:
+    """The toolkit's cuda.h, where doctor's cudart probe finds it on this host."""
+    from dgr_forge.cli.context import load_doctor
+    from dgr_forge.core.forge import Forge
+
+    repo = Path(__file__).resolve().parent.parent
+    doctor = load_doctor(Forge(root=repo, workspace=repo / ".dgr"))
+    include = doctor.library("cudart").include_dir
+    assert include is not None
+    return Path(include) / "cuda.h"
+
+
 def _nvcc_missing() -> str | None:
     if nvcc_path() is None:
         return "no nvcc on this host (CUDA toolkit absent: nvcc, cudart)"
@@ -262,6 +268,16 @@ def test_cuda_stub_answers_stub_library(cuda_lane: Built, tmp_path: Path) -> Non
     lib = ctypes.CDLL(str(stub))
     assert lib.cuInit(0) == 34
     assert lib.cuMemAlloc_v2(None, 0) == 34  # the versioned name cuda.h's macros call
+    # made at another path from the same cuda.h: the same bytes
+    source = (stub.parent / "libcuda-stub.c").read_text()
+    names = re.findall(r"^int (cu\w+)\(void\)", source, re.MULTILINE)
+    assert len(names) > 500 and "cuCtxCreate_v4" in names
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda.h").write_bytes(_cuda_h().read_bytes())
+    again = cudakit.plan(str(include), (), tmp_path / "elsewhere", None)
+    cudakit.prepare(again, "gcc")
+    assert again.stub is not None and again.stub.read_bytes() == stub.read_bytes()
 
 
 def test_cuda_lane_rebuild_is_a_noop(cuda_lane: Built) -> None:

@@ -23,9 +23,13 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.host import cudakit, toolkit
 
 NVCC = b'#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n'
+PROFILE = b'LIBRARIES =+ "-L$(TOP)/$(_TARGET_DIR_)/lib$(_TARGET_SIZE_)"\n'  # as the wheel's
 CUDA_H = b"typedef int CUresult;\n#define CUDAAPI\nCUresult CUDAAPI cuInit(unsigned int Flags);\n"
 WHEELS = {  # name, version -> files (path -> bytes, mode)
-    ("nvidia-cuda-nvcc", "13.0.88"): {"nvidia/cu13/bin/nvcc": (NVCC, 0o755)},
+    ("nvidia-cuda-nvcc", "13.0.88"): {
+        "nvidia/cu13/bin/nvcc": (NVCC, 0o755),
+        "nvidia/cu13/bin/nvcc.profile": (PROFILE, 0o644),
+    },
     ("nvidia-cuda-runtime", "13.0.96"): {
         "nvidia/cu13/include/cuda_runtime.h": (b"/* cudart */\n", 0o644),
         "nvidia/cu13/include/cuda.h": (CUDA_H, 0o644),
@@ -127,6 +131,13 @@ def test_install_from_a_wheelhouse_then_doctor_finds_it(
     assert libs["cublas"]["path"] == str(site / "nvidia" / "cu13" / "lib" / "libcublas.so.13")
     cuda = next(lane for lane in doc.json["lanes"] if lane["lane"] == "cuda")
     assert cuda["buildable"] is True, cuda
+    assert tools["nvcc"]["packages"]["forge"] == ["toolchain install cuda"]
+    (root / "toolchains" / "cuda.lock").rename(tmp_path / "cuda.lock")  # a root pinning none
+    bare = run_forge("--root", str(root), "--json", "doctor", env=env)
+    nvcc = next(t for t in bare.json["tools"] if t["name"] == "nvcc")
+    assert "forge" not in nvcc["packages"] and "pip" in nvcc["packages"]
+    assert "toolchain install" not in bare.stderr
+    (tmp_path / "cuda.lock").rename(root / "toolchains" / "cuda.lock")
     monkeypatch.setenv("DGR_TOOLCHAINS_DIR", str(home))
     assert toolkit.identity(root / "toolchains" / "cuda.lock", tools["nvcc"]["path"]) == {
         "toolkit": "cuda",
@@ -143,10 +154,13 @@ def test_install_from_a_wheelhouse_then_doctor_finds_it(
     )
     # nvcc's profile says -L$(TOP)/lib64; the wheel has lib/ only: nvcc is told where
     assert link.cuda_flags() == f"-L{lib_dir}"
-    for d in ("tk/bin", "tk/lib", "tk/lib64"):  # a classic toolkit: its profile is right
+    for d in ("tk/bin", "tk/lib", "tk/lib64", "wrap/bin", "wrap/lib"):
         (tmp_path / d).mkdir(parents=True)
-    nvcc = str(tmp_path / "tk" / "bin" / "nvcc")
+    (tmp_path / "tk" / "bin" / "nvcc.profile").write_bytes(PROFILE)
+    nvcc = str(tmp_path / "tk" / "bin" / "nvcc")  # a classic toolkit: its profile is right
     assert cudakit.plan(str(cu13 / "include"), (), tmp_path, None, nvcc).cuda_flags() == ""
+    wrapper = str(tmp_path / "wrap" / "bin" / "nvcc")  # /usr/local/bin/nvcc: `exec` elsewhere
+    assert cudakit.plan(str(cu13 / "include"), (), tmp_path, None, wrapper).cuda_flags() == ""
     assert dict(link.links) == {
         "libcublas.so": f"{lib_dir}/libcublas.so.13",
         "libcudart.so": f"{lib_dir}/libcudart.so.13",

@@ -95,8 +95,10 @@ def load_doctor(forge: Forge) -> Doctor:
     from dgr_forge.host.toolkit import LOCK_NAME, installed_site
 
     probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES, root=forge.root)
-    site = installed_site(forge.toolchains_dir / LOCK_NAME)  # the pinned toolkit, first
-    return Doctor(probes, fenced=(forge.root, forge.workspace), sites=(site,) if site else ())
+    lock = forge.toolchains_dir / LOCK_NAME
+    site = installed_site(lock)  # the pinned toolkit, first
+    fenced = (forge.root, forge.workspace)
+    return Doctor(probes, fenced=fenced, sites=(site,) if site else (), pinned=lock.is_file())
 
 
 def _load_manifest(forge: Forge, out: Reporter, *, recover: bool) -> UpstreamManifest:

@@ -141,7 +141,9 @@ def plan(
             m = _VERSIONED.fullmatch(name)
             if m and f"lib{m.group(1)}.so" not in names:
                 links.setdefault(f"lib{m.group(1)}.so", str(Path(d) / name))
-    top = Path(nvcc).parent.parent if nvcc else None  # nvcc.profile's $(TOP), unresolved
+    # nvcc.profile's $(TOP), unresolved: only beside a real nvcc (not a wrapper script)
+    real = nvcc is not None and (Path(nvcc).parent / "nvcc.profile").is_file()
+    top = Path(nvcc).parent.parent if nvcc and real else None
     wheel_lib = top is not None and not (top / "lib64").exists() and (top / "lib").is_dir()
     return CudaLink(
         nvcc_lib=str(top / "lib") if top is not None and wheel_lib else None,
@@ -215,7 +217,8 @@ def prepare(link: CudaLink, cc: str) -> None:
     stub_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(source, stub_source(stub_functions(text, link.cuda_h)).encode())
     tmp = stub_dir / "libcuda.so.tmp"
-    cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", str(tmp), str(source)]
+    # relative names, run in its directory: the same bytes in every workspace
+    cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", tmp.name, source.name]
     proc = capture(cmd, cwd=stub_dir, timeout=300)
     if proc.returncode != 0:
         raise BadInput(

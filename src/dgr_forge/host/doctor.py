@@ -250,9 +250,11 @@ class Doctor:
         path_env: str | None = None,
         fenced: tuple[Path, ...] = (),
         sites: tuple[Path, ...] = (),
+        pinned: bool = False,
     ) -> None:
         self.probes = probes
         self.sites = sites  # wheel directories searched before this Python's own
+        self.pinned = pinned  # the root pins a toolkit: `toolchain install` is a way to it
         path_env = os.environ.get("PATH", "") if path_env is None else path_env
         # a relative PATH entry is the working directory: the checkout
         self.path_env = os.pathsep.join(p for p in path_env.split(os.pathsep) if os.path.isabs(p))
@@ -457,6 +459,8 @@ class Doctor:
                 series = "-".join(version.split(".")[:2])
         out: dict[str, list[str]] = {}
         for system, names in packages.items():
+            if system == "forge" and not self.pinned:
+                continue  # no toolchains/cuda.lock in this root: nothing to install from
             out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
         return out
 

@@ -242,6 +242,26 @@ class _Symbols(Struct):
     strong: set[str]  # global, not weak
 
 
+def _import_reader() -> None:
+    import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
+
+
+def preload() -> None:
+    """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
+    waits on it): a worker's check then finds it imported. A failed import is left for
+    the check itself to raise."""
+    import threading
+
+    threading.Thread(target=_preload_quietly, name="dgr-elf-import", daemon=True).start()
+
+
+def _preload_quietly() -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):  # the check imports it again, and says why
+        _import_reader()
+
+
 def _elf_symbols(path: Path) -> _Symbols | None:
     """The object's symbols (pyelftools locates the tables; the entries are unpacked in
     bulk); None when it is not ELF. Bounded by size and by MAX_SYMBOLS."""

@@ -11,7 +11,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -97,9 +97,15 @@ def refuse_unused(forge: Forge, plan: LanePlan, lines: list[str], log: Path) -> 
 
 
 def compile_lane(
-    plan: LanePlan, out: Reporter, jobs: int | None, log: IO[str], env: dict[str, str]
+    plan: LanePlan,
+    out: Reporter,
+    jobs: int | None,
+    log: IO[str],
+    env: dict[str, str],
+    on_work: Callable[[], None] | None = None,
 ) -> Ran:
-    """Ninja on the recipe's targets, its progress shown as it goes."""
+    """Ninja on the recipe's targets, its progress shown as it goes; `on_work` is called
+    once, at Ninja's first step (never on a no-op)."""
     lane = plan.lane
     t = time.monotonic()
     cmd = [plan.ninja, "-C", str(plan.build_dir)]
@@ -109,6 +115,7 @@ def compile_lane(
     steps = [0]
     offset = _size(plan.build_dir / NINJA_LOG)
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
+    started: list[bool] = []
     with out.progress() as sink:
         task = sink.add(f"{lane}: compile", total=None)
 
@@ -116,6 +123,9 @@ def compile_lane(
             match = NINJA_STATUS.match(line)
             if match:
                 done, total = int(match.group(1)), int(match.group(2))
+                if on_work is not None and not started:
+                    started.append(True)
+                    on_work()
                 steps[0] = done
                 sink.update(task, done, total, f"{lane}: {match.group(3)}")
 
