@@ -165,7 +165,7 @@ def main() -> None:
                 dest = work / "ours"
                 shutil.rmtree(dest, ignore_errors=True)
                 result = artifacts.provision(http, dest, quiet, jobs=args.jobs)
-                assert result.ok, result.to_json()
+                assert result.ok, result
 
             t_prov = best(provision)
             print("\nprovision from a loopback HTTP server")

@@ -141,7 +141,7 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     from dgr_forge.upstream import manifest
     from dgr_forge.upstream.patches import ensure_patched
     from dgr_forge.upstream.rebase.bumpsearch import TreeReplay, fetch_range
-    from dgr_forge.upstream.scratch import borrow_objects
+    from dgr_forge.upstream.series_journal import borrow_objects
 
     quiet = Reporter(quiet=True)
     f = Forge.locate(root, None)

@@ -88,7 +88,7 @@ def main() -> None:
                 sel = subset.select(m, ((lo, hi),), False, False)
                 server.log.clear()
                 res = artifacts.provision(m, work / f"stage{i}", out, selection=sel)
-                assert res.ok, res.to_json()
+                assert res.ok, res
                 sent = sum(r.sent for r in server.log)
                 ends = ("+embd" if sel.first else "") + ("+head" if sel.last else "")
                 label = f"{i + 1}: layers {layermap.format_ranges(sel.ranges)}{ends}"

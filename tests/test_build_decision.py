@@ -276,7 +276,7 @@ def test_transitions_say_what_the_next_run_must_know() -> None:
         epoch=5,
         at="t",
     )
-    back = LaneState.from_dict(conf.as_dict())
+    back = LaneState.from_dict(conf.stored())
     assert (back.inputs_digest, back.head_commit, back.source_date_epoch) == ("c" * 64, "b" * 40, 5)
     assert back.launcher_switches == ["GGML_CCACHE"]
     assert decision.unconfigured(st).inputs_digest is None

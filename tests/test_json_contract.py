@@ -353,11 +353,11 @@ def test_one_boundary_keeps_the_details_and_the_interrupt(
 
 
 def test_a_typed_result_is_encoded_and_masked(capsys: pytest.CaptureFixture[str]) -> None:
-    """A form of cli.results, alone or inside a plain dict: its keys in their declared
+    """A command's result Struct, alone or inside a plain dict: its keys in their declared
     order, every string through the same masking as a dict's."""
-    from dgr_forge.cli import results
+    from dgr_forge.attest import keys
 
-    key = results.Keygen(private_key="https://u:SECRET@h.invalid/k", public_key="p", keyid="i")
+    key = keys.Keygen(private_key="https://u:SECRET@h.invalid/k", public_key="p", keyid="i")
 
     def typed(ctx: typer.Context) -> None:
         run(ctx, "zz-typed", lambda env: key)

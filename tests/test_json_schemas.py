@@ -30,7 +30,7 @@ from support.server import write_layered_gguf
 from dgr_forge.cli import input_schemas, schemas
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all
-from dgr_forge.cli.results import COMMANDS
+from dgr_forge.cli.schemas import COMMANDS
 from dgr_forge.core.errors import Details, ForgeError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -147,6 +147,18 @@ def test_every_error_detail_is_declared_once_by_its_type() -> None:
         Details.__annotations__
     )
     assert all(failure[k]["description"] for k in Details.__annotations__)
+
+
+def test_a_failure_detail_of_another_type_fails_validation() -> None:
+    """Each detail has its type (`core.errors.Details`), in the failure schema too: a list
+    key given a string, a string key given a list, a count given text are refused."""
+    failure = Draft202012Validator(
+        {"$ref": "#/$defs/failure", "$defs": SHARED["$defs"]}, registry=REGISTRY
+    )
+    base = {"ok": False, "exit_code": 2, "command": "build", "error": "e", "hint": None}
+    assert failure.is_valid({**base, "lanes": [], "commit": "c" * 40, "free_bytes": 1})
+    for bad in ({"lanes": "cpu"}, {"commit": ["c"]}, {"free_bytes": "lots"}, {"files": 1}):
+        assert not failure.is_valid({**base, **bad}), bad
 
 
 def _defs_validator(name: str, definition: str) -> tuple[Draft202012Validator, Schema]:

@@ -33,14 +33,37 @@ def _params() -> dict[str, list[tuple[str, Any]]]:
     return found
 
 
-def test_each_shared_option_has_one_help_text() -> None:
+def test_each_shared_option_is_declared_once_and_speaks_of_its_own_command() -> None:
+    """One declaration per option (`cli/options.py`): its names, placeholder and check are
+    the same in every command; its help in a command says what it does there, never what
+    it does in another (`build --help` once explained downloads under `--jobs`)."""
     params = _params()
+    words = {cmd.split()[0] for uses in params.values() for cmd, _ in uses}
     for opt in SHARED:
         uses = params[opt]
         assert len(uses) >= 2, (opt, uses)
-        # `lanes --key` trusts many public keys: its own declaration, repeatable
-        helps = {p.help for cmd, p in uses if not (opt == "--key" and cmd == "lanes")}
-        assert len(helps) == 1, (opt, sorted((cmd, p.help) for cmd, p in uses))
+        shapes = {(tuple(p.opts), p.metavar) for _, p in uses}
+        assert len(shapes) == 1, (opt, shapes)
+        for cmd, p in uses:
+            others = {w for w in words - {cmd.split()[0]} if f"`{w}`" in (p.help or "")}
+            assert not others, (opt, cmd, p.help)
+            assert (p.help or "").rstrip().endswith((".", ")")), (opt, cmd, p.help)
+    (build_jobs,) = [p for cmd, p in params["--jobs"] if cmd == "build"]
+    assert "download" not in build_jobs.help and "file" not in build_jobs.help
+
+
+def test_each_option_name_means_one_thing() -> None:
+    """`--out` is the file a command writes (a path), `--report` the Markdown report a
+    rebase or bump writes; `certify`'s build report is `--build-report` (its old `--report`
+    still read, hidden)."""
+    params = _params()
+    assert {cmd for cmd, p in params["--report"] if not p.hidden} == {"rebase", "bump"}
+    assert {p.help for cmd, p in params["--report"] if not p.hidden} == {
+        "Write the Markdown report here."
+    }
+    assert [cmd for cmd, _ in params["--build-report"]] == ["certify"]
+    assert {p.metavar for _, p in params["--out"]} == {"PATH"}
+    assert all((p.help or "").startswith("Write") for _, p in params["--out"])
 
 
 def test_the_line_is_read_once() -> None:

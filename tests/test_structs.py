@@ -96,3 +96,32 @@ def test_asdict_is_dataclasses_deep_copy() -> None:
     assert got["table"] is not table and got["table"]["a"] is not table["a"]  # copies
     client = DistClient("u", "s", "token")
     assert structs.asdict(client) == msgspec.structs.asdict(client)  # flat: the same
+
+
+def test_a_damaged_state_entry_keeps_its_good_fields_and_defaults_each_bad_one() -> None:
+    """The rule on `LaneState` / `LastBuild` (`structs.lenient`): a field whose value does
+    not decode as its type takes its default; a last build without a good time, log or
+    result is none; nothing raises, whatever a hand edit left."""
+    from dgr_forge.lanes.state import LaneState
+
+    last = {"time": "t", "result": "ok", "log": "logs/build-cpu.log", "report": 7,
+            "byproducts": {"a": "0" * 64, "b": 1}, "subject_stats": {"x": [1, 2, 3, 4, 5]},
+            "artifacts": [{"name": "w"}], "inputs": {"pin": "p"}}  # fmt: skip
+    entry = {"head_commit": "c" * 40, "source_date_epoch": True, "configured_at": ["x"],
+             "launcher_switches": ["A", 1], "build_info": ["B"], "last_build": last,
+             "unknown_key": 1}  # fmt: skip
+    state = LaneState.from_dict(entry)
+    assert state.head_commit == "c" * 40 and state.build_info == ["B"]
+    assert state.source_date_epoch is None and state.configured_at is None
+    assert state.launcher_switches == []
+    got = state.last_build
+    assert got is not None and (got.time, got.result, got.report) == ("t", "ok", None)
+    assert got.byproducts == {}  # one bad digest: the field is its default, as a whole
+    assert got.subject_stats == {"x": [1, 2, 3, 4, 5]} and got.inputs == {"pin": "p"}
+    assert got.artifacts == [{"name": "w"}]
+    bad_stats = {**last, "subject_stats": {"x": [1, 2, 3]}}
+    assert LaneState.from_dict({"last_build": bad_stats}).last_build.subject_stats == {}  # type: ignore[union-attr]
+    for broken in ({**last, "time": 5}, {k: v for k, v in last.items() if k != "log"}, []):
+        assert LaneState.from_dict({"last_build": broken}).last_build is None, broken
+    for hostile in (None, [], "x", {"programs": [1], "input_stamps": "s"}):
+        assert LaneState.from_dict(hostile) == LaneState(), hostile

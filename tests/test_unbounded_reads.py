@@ -53,23 +53,23 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/genbuild.py": {"_read"},
     # the deps log's 12-byte signature; objects the build wrote, size-checked first
     "lanes/boundary.py": {"read_deps", "_elf_symbols"},
-    "lanes/gitview.py": {"write_view"},
     "lanes/presets.py": {"exclude_from_git"},
     "lanes/signing.py": {"_file_fingerprint"},
     # the host-program stamp cache; `stamp` hashes host programs, artifacts and the root's
     # files its loaders read bounded first (a worker's go through `tree_stamp`)
     "lanes/stamps.py": {"load_host", "load_host_probes", "stamp"},
-    "lanes/steps.py": {"last_build"},  # the report, build log and CMakeCache it wrote
+    # the report, build log and CMakeCache it wrote; the git view file it wrote
+    "lanes/steps.py": {"last_build", "write_git_view"},
     "lanes/truth.py": {"report_true"},  # the report and the byproducts it wrote
     "upstream/fetch.py": {"save_changes"},  # copies the workspace's own git index
-    "upstream/scratch.py": {"borrow_objects"},  # copies the workspace's own .git/shallow
     "upstream/patches.py": {"_am_stopped_at", "recover_interrupted"},
     "upstream/local_replay.py": {"load_replay_state"},
     "upstream/series.py": {"scratch_index"},
     "upstream/series_base.py": {"load", "record", "text_of"},
     # its journal files; `write` copytrees a subdirectory of patches/ by hard links
     # (copy_function=_hardlink): no byte of it is read
-    "upstream/series_journal.py": {"_fsync_write", "_recover_one", "write"},
+    # ...and `borrow_objects` copies the workspace's own .git/shallow
+    "upstream/series_journal.py": {"_fsync_write", "_recover_one", "write", "borrow_objects"},
     "upstream/tree_cache.py": {"lookup"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},
     "upstream/rebase/bump.py": {"_verify"},

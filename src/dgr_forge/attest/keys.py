@@ -30,6 +30,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -44,6 +45,7 @@ from dgr_forge.attest.keysource import default_key_path as default_key_path
 from dgr_forge.attest.keysource import signing_key_source
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.tomlcheck import read_bytes
 
 VERIFY_KEY_ENV = "DGR_VERIFY_KEY"
@@ -142,6 +144,23 @@ def _write_private(path: Path, pem: bytes, force: bool) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+class Keygen(Form, kw_only=True):
+    """`keygen`'s result (its `--json` object)."""
+
+    title = "keygen"
+
+    private_key: Annotated[Path, d("its path")]
+    public_key: Annotated[Path, d("the `.pub` path")]
+    keyid: Annotated[str, d("the key id: securesystemslib's default for the public key")]
+
+
+def keygen(path: Path | None, *, force: bool = False) -> Keygen:
+    """The `keygen` command: a new key at `path` (default: the user's config directory)."""
+    path = (path or default_key_path()).expanduser()
+    signer = generate(path, force=force)
+    return Keygen(private_key=path, public_key=public_path(path), keyid=signer.keyid)
 
 
 def generate(path: Path, *, force: bool = False) -> Signer:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Struct
 
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest.keys import PublicKey, Signer
@@ -29,6 +31,7 @@ from dgr_forge.core.fsutil import (
     sha256_file,
 )
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.jsonl"
@@ -139,7 +142,22 @@ def surface_of(stmt: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any]:
+class Moved(Struct, kw_only=True):
+    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
+
+    added: Annotated[list[str], d("in B only")]
+    removed: Annotated[list[str], d("in A only")]
+
+
+class SurfaceMoves(Struct, kw_only=True):
+    """the worker surface from A to B: boundary headers read, upstream symbols imported
+    (`name (header)`); not a subject difference (the exit code is the subjects')"""
+
+    headers: Moved
+    symbols: Moved
+
+
+def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> SurfaceMoves:
     """How the surface moved from report A to report B: headers and symbols added and
     removed (a symbol by its name and declaring header)."""
 
@@ -149,11 +167,11 @@ def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[
             return {str(h) for h in items}
         return {f"{x.get('name')} ({x.get('header')})" for x in items if isinstance(x, dict)}
 
-    out: dict[str, Any] = {}
-    for key in ("headers", "symbols"):
+    def moved(key: str) -> Moved:
         na, nb = names(a, key), names(b, key)
-        out[key] = {"added": sorted(nb - na), "removed": sorted(na - nb)}
-    return out
+        return Moved(added=sorted(nb - na), removed=sorted(na - nb))
+
+    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
 
 
 def summary(report: Report) -> dict[str, Any]:
@@ -208,22 +226,54 @@ def summary(report: Report) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- verifying
 
 
-@dataclass
-class ArtifactCheck:
-    name: str
-    path: str
-    expected: str
-    actual: str | None  # None: missing
-    status: str  # ok | changed | missing | outside
+class ReportShow(Form, kw_only=True):
+    """`report show`'s result (its `--json` object)."""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "path": self.path,
-            "status": self.status,
-            "expected": self.expected,
-            "actual": self.actual,
-        }
+    title = "report show"
+
+    summary: Annotated[
+        dict[str, Any],
+        d(
+            "the report at a glance: `report`, `payload_type`, `lane`, `recipe`, `upstream`, "
+            "`patches`, `toolchain`, `artifacts`, `signed_by`, `builder`, `invocation_id`, "
+            "`started_on`, `finished_on`, `surface` (a worker build's surface of upstream: "
+            "`headers`, the boundary headers it read; `symbols`, each `name`, `header`, "
+            "`symbol`, `library`; `symbolsChecked`; null without a worker)"
+        ),
+    ]
+    statement: Annotated[dict[str, Any], d("the in-toto statement (SLSA provenance v1)")]
+
+
+class ArtifactCheck(Struct):
+    """a subject on disk"""
+
+    name: Annotated[str, d("the subject")]
+    path: Annotated[str, d("where it was looked for")]
+    expected: Annotated[str, d("its sha256 in the report")]
+    actual: Annotated[str | None, d("its sha256 on disk (null: missing)")]
+    status: Annotated[str, d("`ok`, `changed`, `missing` or `outside` (the workspace)")]
+
+
+class KeyUsed(Struct, kw_only=True):
+    """the key it was checked with"""
+
+    keyid: Annotated[str, d("its key id")]
+    source: Annotated[str, d("where it came from")]
+
+
+class ReportVerify(Form, kw_only=True):
+    """`report verify`'s result (its `--json` object); a side of `report compare`."""
+
+    title = "report verify"
+    may_fail = True
+    note = "exit 1 when not verified"
+
+    report: Annotated[str, d("the report's path")]
+    verified: Annotated[bool, d("the signature verifies and nothing failed")]
+    key: KeyUsed | None
+    signed_by: Annotated[list[str], d("key ids of the envelope's signatures")]
+    failures: Annotated[list[str], d("what failed (empty when verified)")]
+    artifacts: Annotated[list[ArtifactCheck], d("with `--artifacts`: per subject on disk")]
 
 
 @dataclass
@@ -238,15 +288,16 @@ class Verification:
     def ok(self) -> bool:
         return not self.failures
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "report": str(self.report.path),
-            "verified": self.ok,
-            "key": {"keyid": self.key.keyid, "source": self.key.source} if self.key else None,
-            "signed_by": [s.keyid for s in self.report.envelope.signatures],
-            "failures": self.failures,
-            "artifacts": [a.as_dict() for a in self.artifacts],
-        }
+    def result(self) -> ReportVerify:
+        """What `report verify` answers of it."""
+        return ReportVerify(
+            report=str(self.report.path),
+            verified=self.ok,
+            key=KeyUsed(keyid=self.key.keyid, source=self.key.source) if self.key else None,
+            signed_by=[s.keyid for s in self.report.envelope.signatures],
+            failures=self.failures,
+            artifacts=self.artifacts,
+        )
 
 
 def _check_signature(v: Verification) -> None:
@@ -367,25 +418,28 @@ def latest_report(forge: Forge, lane: str) -> Path | None:
 # ----------------------------------------------------------------------------- comparing
 
 
-@dataclass
-class Comparison:
-    a: Verification
-    b: Verification
-    differences: list[dict[str, Any]] = field(default_factory=list)
-    surface: dict[str, Any] = field(default_factory=dict)  # surface_changes(a, b)
+class SubjectDifference(Struct, kw_only=True):
+    """a subject that differs"""
 
-    @property
-    def identical(self) -> bool:
-        return self.a.ok and self.b.ok and not self.differences
+    name: Annotated[str, d("the subject")]
+    status: Annotated[str, d("`changed`, `only_a`, `only_b`")]
+    a: Annotated[str | None, d("its digest in a")]
+    b: Annotated[str | None, d("its digest in b")]
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "identical": self.identical,
-            "a": self.a.as_dict(),
-            "b": self.b.as_dict(),
-            "differences": self.differences,
-            "surface": self.surface,
-        }
+
+class ReportCompare(Form, kw_only=True):
+    """`report compare`'s result (its `--json` object)."""
+
+    title = "report compare"
+    may_fail = True
+    note = "exit 1 when a report does not verify or they differ"
+
+    identical: Annotated[bool, d("same subjects, same digests")]
+    a: ReportVerify
+    b: ReportVerify
+    differences: Annotated[list[SubjectDifference], d("per subject")]
+    subjects: Annotated[int, d("how many subjects `a` names")]
+    surface: SurfaceMoves
 
 
 def subject_digests(v: Verification) -> dict[str, str]:
@@ -397,20 +451,27 @@ def subject_digests(v: Verification) -> dict[str, str]:
     return found
 
 
-def compare_reports(a: Path, b: Path, key: PublicKey | None) -> Comparison:
+def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
     """Verify both reports, then compare their subjects by name and sha256: the proof that
     two builds of a lane (two runners, two workspaces, cache on and off) gave one output."""
-    c = Comparison(verify_report(a, key), verify_report(b, key))
-    sa, sb = subject_digests(c.a), subject_digests(c.b)
+    va, vb = verify_report(a, key), verify_report(b, key)
+    sa, sb = subject_digests(va), subject_digests(vb)
+    differences = []
     for name in sorted(set(sa) | set(sb)):
         if sa.get(name) != sb.get(name):
             status = (
                 "changed" if name in sa and name in sb else ("only_a" if name in sa else "only_b")
             )
-            c.differences.append(
-                {"name": name, "status": status, "a": sa.get(name), "b": sb.get(name)}
+            differences.append(
+                SubjectDifference(name=name, status=status, a=sa.get(name), b=sb.get(name))
             )
-    c.surface = surface_changes(
-        surface_of(c.a.report.statement or {}), surface_of(c.b.report.statement or {})
+    return ReportCompare(
+        identical=va.ok and vb.ok and not differences,
+        a=va.result(),
+        b=vb.result(),
+        differences=differences,
+        subjects=len(sa),
+        surface=surface_changes(
+            surface_of(va.report.statement or {}), surface_of(vb.report.statement or {})
+        ),
     )
-    return c

@@ -59,16 +59,6 @@ class DistCheck(Struct):
     def usable(self) -> bool:
         return self.status == "ok"
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "scheduler": self.scheduler,
-            "status": self.status,
-            "detail": self.detail,
-            "fix": self.fix,
-            "servers": self.servers,
-            "cpus": self.cpus,
-        }
-
     def line(self) -> str:
         """One line for a person: the verdict and, when something is wrong, the fix."""
         text = f"sccache-dist scheduler {self.scheduler}: {self.detail}"

@@ -26,14 +26,15 @@ import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from msgspec import Struct, field
+import msgspec
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
-from dgr_forge.core.structs import repr_without
+from dgr_forge.core.structs import d, repr_without
 from dgr_forge.core.urls import mask, mask_text
 
 if TYPE_CHECKING:
@@ -116,6 +117,29 @@ class CacheSetup(Struct, frozen=True):
         if self.distributed:
             out["distributed"] = self.distributed
         return out
+
+
+class Cache(Struct, kw_only=True):
+    """the compiler cache this build used; the same object is the report's `compilerCache`
+    (see docs/distributed-compilation.md)"""
+
+    tool: Annotated[str | None, d("`ccache`, `sccache`, or null: no cache")]
+    version: Annotated[str, d('the tool\'s version (`""` when none)')]
+    backend: Annotated[str, d("`none`, `local`, or `local + remote <masked URL or kind>`")]
+    mode: Annotated[str, d("`rw`, `ro` or `off`")]
+    hits: Annotated[
+        int | UnsetType | None,
+        d("this build's cache hits (with a cache; null when the tool would not say)"),
+    ] = UNSET
+    misses: Annotated[int | UnsetType | None, d("this build's cache misses (with a cache)")] = UNSET
+    distributed: Annotated[
+        dict[str, Any] | str | UnsetType | None,
+        d(
+            "with an sccache-dist scheduler: after a compile `scheduler` (masked), "
+            "`remoteCompiles`, `localCompiles`; before one (a lane that stopped earlier), the "
+            "scheduler alone"
+        ),
+    ] = UNSET
 
 
 OFF = CacheSetup()
@@ -465,12 +489,6 @@ def _private_dir(path: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 
 
-def stop_server(setup: CacheSetup) -> None:
-    """Stop the sccache server this setup's builds started (tests, benchmarks)."""
-    if setup.tool == "sccache" and setup.launcher:
-        proc.capture([setup.launcher, "--stop-server"], env={**os.environ, **setup.env}, timeout=60)
-
-
 # ----------------------------------------------------------------------------- doctor
 
 
@@ -506,7 +524,8 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[s
         )
 
         client = sccache_dist.client(_sccache_config(environ))
-        info["dist"] = sccache_dist.check(client).as_dict() if client else None
+        # the scheduler's answer as doctor's JSON holds it (read back by `summary`)
+        info["dist"] = msgspec.to_builtins(sccache_dist.check(client)) if client else None
     return info
 
 

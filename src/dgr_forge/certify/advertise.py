@@ -59,8 +59,8 @@ def overview(
                 "host_os": list(recipe.host_os),
                 "buildable": check.buildable,
                 # the same rows (and one-line summary) as `doctor`'s lanes
-                "missing": [probe.as_dict() for probe in check.missing],
-                "summary": check.summary(),
+                "missing": msgspec.to_builtins(check.missing),
+                "summary": check.summary,
                 "last_build": (
                     {
                         "time": last.time,

@@ -37,7 +37,7 @@ from dgr_forge.certify.shapes import CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_regular
-from dgr_forge.core.ids import NAME
+from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest

@@ -1,6 +1,6 @@
 """The order of a certification, composed from this package (DESIGN.md, *Certification*).
 
-`certify --lane L [--model M [--dest DIR]] [--device D] [--report R]` (`lane`):
+`certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]` (`lane`):
 
 1. the lane's `[certify]` suite (`suite.load`) and, when it runs one, a model named;
 2. the signing key and trust anchors (exit 2 before anything runs);
@@ -13,7 +13,7 @@
 7. only when every step passed, the record (`records.write`); else exit 1 naming each
    failing step and its cases or figures, nothing written.
 
-`certify --attested FILE --report R [--hardware TEXT]` (`attested`): 2, 3 (no re-hash: the
+`certify --attested FILE --build-report R [--hardware TEXT]` (`attested`): 2, 3 (no re-hash: the
 report may come from another host), 5 (or the person's description), then the record of
 the evidence file, kind `attested`.
 """
@@ -35,7 +35,7 @@ from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence,
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
-from dgr_forge.core.ids import NAME
+from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
@@ -162,7 +162,7 @@ def lane(
     if report is None:
         raise BadInput(
             f"lane {lane} has no report in {forge.rel(forge.reports_dir)}",
-            hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --report R",
+            hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --build-report R",
             details={"lane": lane},
         )
     checked = trust.check_report(
@@ -232,13 +232,14 @@ def _model(
     if target.is_dir():
         result = artifacts.verify(mm, target, out)
     if not target.is_dir() or result.bad:
-        if target.is_dir() and any(f.status == "bad" for f in result.bad):
-            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in result.bad if f.status == "bad"]
+        wrong = [f for f in result.files if f.status == "bad"] if target.is_dir() else []
+        if wrong:
+            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
             raise OperationFailed(
                 f"model {name}: files in {target} do not match the manifest: " + "; ".join(bad),
                 hint=f"remove them and re-run, or `dgr-forge artifacts provision {name} "
                 f"--dest {target}`",
-                details={"model": name, "bad": [f.name for f in result.bad]},
+                details={"model": name, "bad": result.bad},
             )
         provisioned = artifacts.provision(mm, target, out)
         if not provisioned.ok:
@@ -250,7 +251,7 @@ def _model(
         result = artifacts.verify(mm, target, out)
         if result.bad:
             raise OperationFailed(
-                f"model {name}: {', '.join(f.name for f in result.bad)} do not verify",
+                f"model {name}: {', '.join(result.bad)} do not verify",
                 hint="re-provision the model",
                 details={"model": name},
             )

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from msgspec import UNSET, Struct, UnsetType, field
 
-from dgr_forge.core.described import SHA, d
+from dgr_forge.core.structs import SHA, d
 
 # --- what a parser read (`parsers`) ----------------------------------------------------
 

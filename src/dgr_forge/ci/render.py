@@ -26,10 +26,12 @@ from typing import Annotated, Any, Literal
 
 import jinja2
 import msgspec
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular
+from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.tominput import Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker
 from dgr_forge.core.urls import mask
@@ -50,25 +52,158 @@ PROVIDERS: dict[str, Provider] = {
 }
 
 
-def matrix(recipes: dict[str, Recipe]) -> dict[str, list[dict[str, Any]]]:
+class MatrixEntry(Struct, kw_only=True):
+    """a lane of the matrix (from its recipe)"""
+
+    lane: Annotated[str, d("the file name (`cuda` for `recipes/cuda.toml`)")]
+    backend: Annotated[str, d("`lane.backend`")]
+    runs_on: Annotated[list[str], d('`ci.runs_on` (runner labels; default `["ubuntu-latest"]`)')]
+    container: Annotated[
+        str | UnsetType,
+        d(
+            "`ci.container`, as `image@sha256:...` when `ci.image_digest` is set; present only "
+            "when the recipe names one"
+        ),
+    ] = UNSET
+    tools: Annotated[list[str], d("`requires.tools` (probe names from `toolchains/probes.toml`)")]
+    libraries: Annotated[list[str], d("`requires.libraries`")]
+    packages: Annotated[list[str], d("`ci.packages` (apt packages the CI job installs first)")]
+    gitlab_tags: Annotated[list[str], d("`ci.gitlab_tags` (GitLab runner tags)")]
+    runner_os: Annotated[str, d("`linux` or `darwin`: which default GitLab image a lane gets")]
+
+
+class Matrix(Struct, kw_only=True):
+    """`{"include": [ENTRY, ...]}`, one entry per `recipes/<lane>.toml`"""
+
+    include: Annotated[list[MatrixEntry], d("sorted by lane")]
+
+
+class CiMatrix(Form, kw_only=True):
+    """`ci matrix`'s result (its `--json` object; without `--json`, `matrix` alone)."""
+
+    title = "ci matrix"
+
+    matrix: Annotated[Matrix, d('`{"include": [ENTRY, ...]}`, one entry per `recipes/<lane>.toml`')]
+
+
+class Render(Form, kw_only=True):
+    """The keys every `ci render` form shares."""
+
+    provider: Annotated[str, d("`github` or `gitlab`")]
+    lanes: Annotated[list[str], d("the lanes rendered, sorted")]
+    sha256: Annotated[str, d("of the rendered workflow's bytes")]
+    install: Annotated[
+        str,
+        d(
+            "how every job installs dgr-forge: `checkout` (the tool's own repository: the "
+            "checked-out tree), `requirements` (`ci/requirements.txt`, pinned by content) or "
+            "`source` (`--tool-source`)"
+        ),
+    ]
+    install_args: Annotated[
+        str,
+        d(
+            "pip install's arguments in that step, e.g. `-c constraints.txt .` or "
+            "`-c ci/constraints.txt -r ci/requirements.txt` (with `--tool-source`: "
+            '`-c ci/constraints.txt "$DGR_TOOL_SOURCE"`, the requirement in the workflow\'s '
+            "environment)"
+        ),
+    ]
+    constraints: Annotated[
+        str,
+        d(
+            "the constraints file the step installs under (`constraints.txt` or "
+            "`ci/constraints.txt`)"
+        ),
+    ]
+    requirements: Annotated[
+        str | None,
+        d("`ci/requirements.txt`; null in the tool's own repository and with `--tool-source`"),
+    ]
+    requirements_exist: Annotated[
+        bool, d("every file the install step reads exists (`--check` exits 1 otherwise)")
+    ]
+    tool_source: Annotated[
+        str | None,
+        d(
+            "the pip requirement `--tool-source` gave (`dgr-forge==X`, `dgr-forge @ "
+            "https://...whl#sha256=...`, `dgr-forge @ git+https://...@<commit>`); null without"
+        ),
+    ]
+
+
+class CiRender(Render, kw_only=True):
+    """`ci render`'s result (its `--json` object; without `--json`, `workflow` alone)."""
+
+    title = "ci render"
+
+    workflow: Annotated[str, d("the workflow text")]
+
+
+class CiRenderOut(Render, kw_only=True):
+    """`ci render --out`'s result."""
+
+    title = "ci render --out PATH"
+
+    path: Annotated[str, d("the `--out` path")]
+    changed: Annotated[bool, d("the file was (re)written; false when already identical")]
+    written: Annotated[
+        list[str],
+        d(
+            "the files `--write-pins` wrote because they were missing (`ci/constraints.txt` "
+            "from this environment; `ci/requirements.txt` only when this dgr-forge came from "
+            "a git commit); none without `--write-pins`"
+        ),
+    ]
+    requirements_written: Annotated[bool, d("`ci/requirements.txt` was among them")]
+
+
+class CiRenderCheck(Render, kw_only=True):
+    """`ci render --check`'s result."""
+
+    title = "ci render --check PATH"
+    note = (
+        "a stale file is exit 1 (a failure) with the render's keys, `path`, `current: false` "
+        "and `diff` (unified diff from the committed file to the rendering)"
+    )
+
+    path: Annotated[str, d("the `--check` path")]
+    current: Annotated[bool, d("true")]
+
+
+def rendered(which: Provider, recipes: dict[str, Recipe], how: Install, text: str) -> Render:
+    """The keys every `ci render` form shares, for `text` rendered for `recipes`."""
+    return Render(
+        provider=which.name,
+        lanes=sorted(recipes),
+        sha256=sha256_bytes(text.encode("utf-8")),
+        install=how.mode,
+        install_args=how.args,
+        constraints=how.constraints,
+        requirements=how.requirements,
+        requirements_exist=how.exists,
+        tool_source=how.source,
+    )
+
+
+def matrix(recipes: dict[str, Recipe]) -> Matrix:
     """`{"include": [...]}`: one entry per lane, in lane-name order (a GitHub matrix as is)."""
-    include: list[dict[str, Any]] = []
-    for name in sorted(recipes):
-        recipe = recipes[name]
-        entry: dict[str, Any] = {
-            "lane": recipe.name,
-            "backend": recipe.backend,
-            "runs_on": list(recipe.runs_on),
-        }
-        if recipe.image:
-            entry["container"] = recipe.image  # by digest when the recipe gives one
-        entry["tools"] = list(recipe.tools)
-        entry["libraries"] = list(recipe.libraries)
-        entry["packages"] = list(recipe.packages)
-        entry["gitlab_tags"] = list(recipe.gitlab_tags)
-        entry["runner_os"] = "darwin" if recipe.host_os == ("darwin",) else "linux"
-        include.append(entry)
-    return {"include": include}
+    return Matrix(
+        include=[
+            MatrixEntry(
+                lane=r.name,
+                backend=r.backend,
+                runs_on=list(r.runs_on),
+                container=r.image or UNSET,  # by digest when the recipe gives one
+                tools=list(r.tools),
+                libraries=list(r.libraries),
+                packages=list(r.packages),
+                gitlab_tags=list(r.gitlab_tags),
+                runner_os="darwin" if r.host_os == ("darwin",) else "linux",
+            )
+            for r in (recipes[name] for name in sorted(recipes))
+        ]
+    )
 
 
 def certify_matrix(recipes: dict[str, Recipe]) -> dict[str, list[dict[str, Any]]]:
@@ -260,7 +395,7 @@ def render(
             hint="add recipes/<lane>.toml (e.g. recipes/cpu.toml)",
         )
     how = how or _DEFAULT
-    lanes = matrix(recipes)
+    lanes = msgspec.to_builtins(matrix(recipes))  # the templates read plain objects
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])
     # GitHub's matrix rows: every row defines every key a job reads (actionlint types
@@ -320,11 +455,6 @@ def write(path: Path, text: str) -> bool:
             f"{path}: cannot write: {err.strerror}", hint="pass --out a writable path"
         ) from None
     return True
-
-
-def is_current(path: Path, text: str) -> bool:
-    """Whether the committed workflow at `path` is exactly what the recipes render to now."""
-    return not stale_diff(path, text)
 
 
 MAX_DIFF_LINES = 400

@@ -16,7 +16,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
@@ -169,33 +169,42 @@ class JsonChannel:
 JSON_CHANNEL = JsonChannel()
 
 
-def _masked(value: Any) -> Any:
-    """Every string in a --json payload through `mask_text` (keys and values)."""
-    if hasattr(value, "__struct_fields__"):  # a typed result (in a plain dict, too)
+def _builtin(value: Any) -> Any:
+    """What a result holds beyond msgspec's own types: a path is its string."""
+    if isinstance(value, PurePath):
+        return str(value)
+    raise TypeError(f"not encodable in --json: {type(value).__name__}")
+
+
+def _plain(value: Any) -> Any:
+    """`value` in JSON's types, every string through `mask_text` (keys and values: a
+    child's words in a field, git_stderr, ..., hold no secret). A Struct (a result, or one
+    in a failure's details) is msgspec's to turn: its declared keys, in their order;
+    msgspec is imported only then (`--version --json` goes without it)."""
+    if hasattr(type(value), "__struct_fields__"):
         import msgspec
 
-        value = msgspec.to_builtins(value)
+        value = msgspec.to_builtins(value, enc_hook=_builtin, str_keys=True)
     if isinstance(value, str):
         return mask_text(value)
     if isinstance(value, dict):
-        return {_masked(k): _masked(v) for k, v in value.items()}
+        return {_plain(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_masked(v) for v in value]
-    return value
+        return [_plain(v) for v in value]
+    return str(value) if isinstance(value, PurePath) else value
 
 
 def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
-    """Print the --json object; under `cli.main` only the first call prints (one object)."""
+    """Print the --json object, the one place a result is serialized: the envelope, then
+    the result's keys. Under `cli.main` only the first call prints (one object)."""
     if JSON_CHANNEL.stream is not None and JSON_CHANNEL.emitted:
         return
     JSON_CHANNEL.emitted = True
-    # a typed result gives its declared keys, in their order (`_masked` encodes it)
-    own: dict[str, Any] = fields if isinstance(fields, dict) else _masked(fields)
-    payload = {**own, "ok": code == 0, "exit_code": code, "command": command}
-    payload = {key: payload[key] for key in ("ok", "exit_code", "command")} | payload
-    payload = _masked(payload)  # a child's words in a field (git_stderr, ...) hold no secret
+    envelope = {"ok": code == 0, "exit_code": code, "command": command}
+    own = _plain(fields)
+    payload = {**envelope, **own, **envelope}  # first, and never a result's
     stream = JSON_CHANNEL.stream or sys.stdout
-    stream.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    stream.write(json.dumps(payload, indent=2) + "\n")
     stream.flush()
 
 

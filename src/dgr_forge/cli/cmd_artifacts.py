@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Jobs, Mirror
+from dgr_forge.cli.options import DownloadJobs, FileMirror, HashJobs, ManifestOut
 from dgr_forge.core.errors import BadInput, ForgeError
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only `artifacts` itself should pay for requests/urllib3.
 if TYPE_CHECKING:
+    from dgr_forge.models.make_manifest import ArtifactsManifest
     from dgr_forge.models.manifest import ModelManifest
+    from dgr_forge.models.map_headers import ArtifactsMap
+    from dgr_forge.models.provision import ArtifactsProvision
     from dgr_forge.models.subset import Selection
+    from dgr_forge.models.verify import ArtifactsVerify
 
 artifacts_app = typer.Typer(
     name="artifacts",
@@ -36,6 +40,7 @@ LayersOpt = Annotated[
     str | None,
     typer.Option(
         "--layers",
+        metavar="RANGES",
         help="Layer ranges A-B[,C-D]: only the files holding their tensors (and the "
         "metadata split); needs a layer map in the manifest (`artifacts map`).",
     ),
@@ -77,8 +82,8 @@ def provision(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    mirror: Mirror = None,
-    jobs: Jobs = 4,
+    mirror: FileMirror = None,
+    jobs: DownloadJobs = 4,
     layers: LayersOpt = None,
     first: FirstOpt = False,
     last: LastOpt = False,
@@ -92,7 +97,7 @@ def provision(
     and (--first / --last) the embeddings' and output head's; --dry-run says which.
     `--jobs`: files downloaded at once (default 4)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ArtifactsProvision | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
@@ -100,22 +105,9 @@ def provision(
         result = artifacts.provision(
             m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
         )
-        return Outcome.of(result.to_json(), result.ok)
+        return Outcome.of(result, result.ok)
 
     run(ctx, "artifacts provision", body)
-
-
-def _old_text(target: Path) -> str | None:
-    """What `make-manifest` would replace, read bounded (a FIFO or a huge file at the
-    target is simply replaced, never read); None when there is no manifest to compare."""
-    from dgr_forge.models import manifest as models
-
-    if not target.is_file():
-        return None
-    try:
-        return models.read_raw(target, str(target)).decode("utf-8")
-    except (BadInput, UnicodeDecodeError):
-        return None
 
 
 @artifacts_app.command()
@@ -123,7 +115,7 @@ def verify(
     ctx: typer.Context,
     manifest: ManifestArg,
     dest: DestOpt,
-    jobs: Jobs = None,
+    jobs: HashJobs = None,
     layers: LayersOpt = None,
 ) -> None:
     """Check size, sha256 and GGUF split headers of the files in DEST.
@@ -131,13 +123,13 @@ def verify(
     With --layers, the files those layers need; without it, what DEST records it was
     provisioned for (or every file), and which layer ranges the files can serve."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ArtifactsVerify | Outcome:
         from dgr_forge.models import artifacts
 
         m = _load(env, manifest)
         selection = _selection(m, layers, False, False)
         result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
-        return Outcome.of(result.to_json(), not result.bad)
+        return Outcome.of(result, not result.bad)
 
     run(ctx, "artifacts verify", body)
 
@@ -146,25 +138,27 @@ def verify(
 def make_manifest(
     ctx: typer.Context,
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Directory of model files.")],
-    name: Annotated[str, typer.Option("--name", help="Model name, e.g. deepseek-v4.")],
+    name: Annotated[
+        str, typer.Option("--name", metavar="NAME", help="Model name, e.g. deepseek-v4.")
+    ],
     url_base: Annotated[
-        str, typer.Option("--url-base", help="Where the files are served: URL = BASE/NAME.")
+        str,
+        typer.Option(
+            "--url-base", metavar="URL", help="Where the files are served: URL = BASE/NAME."
+        ),
     ],
     source_revision: Annotated[
         str | None,
-        typer.Option("--source-revision", help="The upstream checkpoint revision (40 hex)."),
+        typer.Option(
+            "--source-revision", metavar="REV", help="The upstream checkpoint revision (40 hex)."
+        ),
     ] = None,
-    out_path: Annotated[
-        Path | None,
-        typer.Option("--out", help="Where to write (default: manifests/models/NAME.toml)."),
-    ] = None,
-    jobs: Jobs = None,
+    out_path: ManifestOut = None,
+    jobs: HashJobs = None,
 ) -> None:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
-        from dgr_forge.core.fsutil import atomic_write_text
-        from dgr_forge.core.urls import mask
+    def body(env: Env) -> ArtifactsManifest:
         from dgr_forge.models import artifacts
         from dgr_forge.models import manifest as models
 
@@ -180,23 +174,10 @@ def make_manifest(
         built = artifacts.build_manifest(
             directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
         )
-        old = _old_text(target)
-        state = "unchanged" if old == built.text else ("updated" if old else "written")
-        if state != "unchanged":
-            atomic_write_text(target, built.text)
-        total = sum(f.size for f in built.files)
-        env.out.answer(f"{target}: {state} ({len(built.files)} files, {artifacts.human(total)})")
-        return {
-            "model": name,
-            "manifest": str(target),
-            "state": state,
-            "files": [
-                {"name": f.name, "size": f.size, "sha256": f.sha256, "url": mask(f.url)}
-                for f in built.files
-            ],
-            "total_size": total,
-            "block_count": built.layer_map.block_count if built.layer_map else None,
-        }
+        result = artifacts.write_manifest(built, target)
+        size = artifacts.human(result.total_size)
+        env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
+        return result
 
     run(ctx, "artifacts manifest", body)
 
@@ -211,18 +192,18 @@ def map_layers(
             "--dest", help="Read the headers from the files here (default: over HTTP Range)."
         ),
     ] = None,
-    mirror: Mirror = None,
-    jobs: Jobs = None,
+    mirror: FileMirror = None,
+    jobs: HashJobs = None,
 ) -> None:
     """Add the layer map to manifest M, read from the GGUF split headers.
 
     From the files in DEST, or without --dest by HTTP Range requests for the header bytes
     only."""
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> ArtifactsMap:
         from dgr_forge.models.map_headers import map_manifest
 
         m = _load(env, manifest)
-        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs).to_json()
+        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)
 
     run(ctx, "artifacts map", body)

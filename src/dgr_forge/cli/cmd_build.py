@@ -4,18 +4,27 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
-from dgr_forge.cli.options import Force, Jobs, Key, Lanes, Mirror, Offline, TrustedKeys
+from dgr_forge.cli.options import (
+    BuildForce,
+    BuildJobs,
+    BuildLanes,
+    Lanes,
+    Mirror,
+    Offline,
+    PresetsOut,
+    SigningKey,
+    TrustedKeys,
+)
 from dgr_forge.core.errors import ExitCode
 
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
-    from dgr_forge.lanes.lane_build import LaneResult
+    from dgr_forge.lanes.presets import Presets
 
 # Library modules are imported inside each command: every CLI start registers all
 # commands, and a no-op `build` should not pay for crypto or certification imports.
@@ -24,15 +33,15 @@ if TYPE_CHECKING:
 @app.command()
 def build(
     ctx: typer.Context,
-    lane: Lanes = None,
+    lane: BuildLanes = None,
     worker: Annotated[
         Path | None,
         typer.Option(
             "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
         ),
     ] = None,
-    jobs: Jobs = None,
-    key: Key = None,
+    jobs: BuildJobs = None,
+    key: SigningKey = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
     mirror: Mirror = None,
     offline: Offline = False,
@@ -40,6 +49,7 @@ def build(
         str | None,
         typer.Option(
             "--cache",
+            metavar="CACHE",
             help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE).",
             autocompletion=complete_cache,
         ),
@@ -48,17 +58,16 @@ def build(
         str | None,
         typer.Option(
             "--cache-mode",
+            metavar="MODE",
             help="Cache mode: rw|ro (or DGR_CACHE_MODE).",
             autocompletion=complete_cache_mode,
         ),
     ] = None,
-    force: Force = False,
+    force: BuildForce = False,
 ) -> None:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
 
-    `--lane` defaults to cpu; `--jobs`: parallel compile jobs; `--force` moves a git worker
-    checkout holding edits or commits of your own (saved under the workspace's logs/
-    first)."""
+    A lane this host cannot build is refused before anything runs (`doctor` says why)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.lanes import build as build_mod
@@ -90,49 +99,9 @@ def build(
             result = build_mod.build(
                 s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker
             )
-        import msgspec
-
-        from dgr_forge.cli import results
-
-        failed = result.failed
-        typed = results.Build(
-            upstream=msgspec.convert(result.upstream, results.BuildUpstream),
-            worker=result.worker,
-            lanes=[_lane_row(r) for r in result.lanes],
-            error=msgspec.UNSET
-            if failed is None
-            else f"{failed.lane} lane build failed; log: {failed.log}",
-        )
-        return Outcome.of(typed, failed is None)
+        return Outcome.of(result, result.failed is None)
 
     run(ctx, "build", body)
-
-
-def _lane_row(r: LaneResult) -> results.BuildLane:
-    """A lane's build as `build --json` gives it (its `cache` object as recorded)."""
-    import msgspec
-
-    from dgr_forge.cli import results
-
-    return results.BuildLane(
-        lane=r.lane,
-        status=r.status,
-        configured=r.configured,
-        patched=r.patched,
-        ninja_steps=r.ninja_steps,
-        artifacts=msgspec.convert(r.artifacts, list[results.Artifact]),
-        report=r.report,
-        report_reused=r.report_reused,
-        log=r.log,
-        log_file=r.log_file,
-        build_dir=r.build_dir,
-        # the object the signed report records as `compilerCache`, as it is
-        cache=cast(results.Cache, r.cache),
-        timings={k: round(v, 3) for k, v in r.timings.items()},
-        rebuilt=r.rebuilt or msgspec.UNSET,
-        error_lines=r.error_lines or msgspec.UNSET,
-        leaks=r.leaks if r.leaks is not None else msgspec.UNSET,
-    )
 
 
 @app.command()
@@ -144,7 +113,7 @@ def doctor(
 
     With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Outcome:
         from dgr_forge.host import doctor as doctor_mod
         from dgr_forge.host.recipes import select
 
@@ -153,30 +122,31 @@ def doctor(
         select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
         from dgr_forge.cache import select as cache_mod
 
-        result, checks = doctor_mod.diagnose(doc, all_recipes, cache_mod.describe(doc))
+        cache_info = cache_mod.describe(doc)
+        result = doctor_mod.diagnose(doc, all_recipes, cache_info)
         if lane:
-            checks = doctor_mod.gate(result, checks, list(lane))
+            result = doctor_mod.gate(result, list(lane))
         rows = [
-            (t["name"], "found" if t["found"] else "missing", t["version"] or "", t["path"] or "")
-            for t in result["tools"]
+            (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
+            for t in result.tools
         ]
         rows += [
-            (lib["name"], "found" if lib["found"] else "missing", "", lib["path"] or "")
-            for lib in result["libraries"]
+            (lib.name, "found" if lib.found else "missing", "", lib.path or "")
+            for lib in result.libraries
         ]
         env.out.table(
-            f"host {result['host_os']}/{result['machine']}", ["probe", "", "version", "path"], rows
+            f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows
         )
-        env.out.answer(cache_mod.summary(result["cache"]))
-        for check in checks:
-            verdict = check.summary() if check.buildable or not lane else "cannot build here"
+        env.out.answer(cache_mod.summary(cache_info))
+        for check in result.lanes:
+            verdict = check.summary if check.buildable or not lane else "cannot build here"
             env.out.answer(f"{check.lane} lane: {verdict}")
             if lane and not check.buildable:
-                env.out.answer(f"    {check.summary()}")
+                env.out.answer(f"    {check.summary}")
             for line in check.reasons():
                 env.out.answer(f"    {line}")
         # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
-        bad = ExitCode.BAD_INPUT if result.get("unbuildable") else ExitCode.OK
+        bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
         return Outcome(result, bad)
 
     run(ctx, "doctor", body)
@@ -280,21 +250,14 @@ def presets(
             "presets file.",
         ),
     ] = False,
-    out_path: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="The directory (or CMakeUserPresets.json path) to write in (default: the "
-            "worker's directory, else the upstream tree).",
-        ),
-    ] = None,
+    out_path: PresetsOut = None,
 ) -> None:
     """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
 
     The forge writes dgr-forge.presets.json and adds one include entry for it to
     CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Presets:
         from dgr_forge.core.errors import BadInput
         from dgr_forge.lanes import presets as presets_mod
 
@@ -312,7 +275,7 @@ def presets(
         if print_ and data is not None:
             if not env.options.json:
                 env.out.document(json.dumps(data, indent=2) + "\n")
-            return {"path": None, "presets": names, "content": data}
+            return presets_mod.Presets(path=None, presets=names, content=data)
         where = {"worker_override": worker is not None}
         change = (
             presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
@@ -331,13 +294,13 @@ def presets(
             else:
                 env.out.answer(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
                              f"{env.forge.rel(change.user)} includes it")  # fmt: skip
-        return {
-            "path": None if remove else str(change.own),
-            "presets": names,
-            "user_presets": str(change.user),
-            "user_presets_change": change.kind(),
-            "diff": diff,
-            "dry_run": dry_run,
-        }
+        return presets_mod.Presets(
+            path=None if remove else str(change.own),
+            presets=names,
+            user_presets=str(change.user),
+            user_presets_change=change.kind(),
+            diff=diff,
+            dry_run=dry_run,
+        )
 
     run(ctx, "presets", body)

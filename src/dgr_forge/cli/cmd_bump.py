@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Mirror
+from dgr_forge.cli.options import MarkdownReport, Mirror
 
 
 @app.command()
@@ -31,10 +30,7 @@ def bump(
             "touch nothing (manifest, patches/, workspace).",
         ),
     ] = False,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", metavar="PATH", help="Write the Markdown report here."),
-    ] = None,
+    report: MarkdownReport = None,
     mirror: Mirror = None,
 ) -> None:
     """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.

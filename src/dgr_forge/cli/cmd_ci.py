@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from dgr_forge.cli.app import Env, app, options, run
 from dgr_forge.cli.helpstyle import complete_provider
+from dgr_forge.cli.options import WorkflowOut
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
+
+if TYPE_CHECKING:
+    from dgr_forge.ci.render import CiMatrix, Render
 
 # Library modules (jinja2 behind dgr_forge.ci.render) are imported inside the commands: every
 # CLI start registers all commands.
@@ -30,19 +34,20 @@ def matrix_command(ctx: typer.Context) -> None:
     """Print the per-lane CI matrix as JSON: {"include": [{lane, backend, runs_on, ...}]}."""
     as_json = options(ctx).json
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> CiMatrix:
+        import msgspec
+
         from dgr_forge.ci import render as ci
 
         with env.session(manifest=False, recipes=True) as s:
             lanes = ci.matrix(s.recipes)
         if not as_json:
             # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
-            env.out.document(json.dumps(lanes, indent=2) + "\n")
+            env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
         env.out.info(
-            f"{len(lanes['include'])} lane(s): "
-            + ", ".join(entry["lane"] for entry in lanes["include"])
+            f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
         )
-        return {"matrix": lanes}
+        return ci.CiMatrix(matrix=lanes)
 
     run(ctx, "ci matrix", body)
 
@@ -53,12 +58,13 @@ def render_command(
     provider: Annotated[
         str,
         typer.Option(
-            "--provider", help="CI system: github or gitlab.", autocompletion=complete_provider
+            "--provider",
+            metavar="PROVIDER",
+            help="CI system: github or gitlab.",
+            autocompletion=complete_provider,
         ),
     ] = "github",
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write the workflow here (atomically).")
-    ] = None,
+    out: WorkflowOut = None,
     check: Annotated[
         Path | None,
         typer.Option(
@@ -88,10 +94,11 @@ def render_command(
     """Render the CI workflow for the lanes in recipes/ (stdout unless --out or --check)."""
     as_json = options(ctx).json
 
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> Render:
+        import msgspec
+
         from dgr_forge.ci import install as ci_install
         from dgr_forge.ci import render as ci
-        from dgr_forge.core.fsutil import sha256_bytes
 
         if out is not None and check is not None:
             raise BadInput("--out and --check exclude each other", hint="pass one of them")
@@ -111,18 +118,9 @@ def render_command(
             raise ci_install.missing_refusal(how)
         text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
         # the rendering, also what a stale or incomplete `--check` reports as its details
-        render: Details = {
-            "provider": which.name,
-            "lanes": sorted(lanes),
-            "sha256": sha256_bytes(text.encode("utf-8")),
-            "install": how.mode,
-            "install_args": how.args,
-            "constraints": how.constraints,
-            "requirements": how.requirements,
-            "requirements_exist": how.exists,
-            "tool_source": source,
-        }
-        fields: dict[str, Any] = dict(render)
+        base = ci.rendered(which, lanes, how, text)
+        fields = msgspec.structs.asdict(base)
+        render = cast(Details, fields)
         fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
         if check is not None:
             diff = ci.stale_diff(check, text)
@@ -136,16 +134,19 @@ def render_command(
                     details=Details(**render, path=str(check), current=False, diff=diff),
                 )
             env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
-            return {**fields, "path": str(check), "current": True}
+            return ci.CiRenderCheck(**fields, path=str(check), current=True)
         if out is not None:
             changed = ci.write(out, text)
             env.out.answer(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
-            fields["written"] = written
-            fields["requirements_written"] = ci_install.REQUIREMENTS in written
-            return {**fields, "path": str(out), "changed": changed}
-        if as_json:
-            return {**fields, "workflow": text}
-        env.out.document(text)
-        return fields
+            return ci.CiRenderOut(
+                **fields,
+                path=str(out),
+                changed=changed,
+                written=written,
+                requirements_written=ci_install.REQUIREMENTS in written,
+            )
+        if not as_json:
+            env.out.document(text)
+        return ci.CiRender(**fields, workflow=text)
 
     run(ctx, "ci render", body)

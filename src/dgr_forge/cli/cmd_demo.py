@@ -9,7 +9,7 @@ import typer
 from dgr_forge.cli.app import Env, app, run
 
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
+    from dgr_forge.demo import Demo
 
 
 @app.command()
@@ -23,30 +23,13 @@ def demo(
 
     DIR gets a generated upstream, series and worker, and is then an ordinary forge root."""
 
-    def body(env: Env) -> results.Demo:
+    def body(env: Env) -> Demo:
         from dgr_forge import demo as demo_mod
-        from dgr_forge.cli import results
 
         result = demo_mod.run(directory, env.out)
-        d = result.demo
-        env.out.answer(f"done: {d.root} is a forge root; try `cd {d.root} && dgr-forge status`")
-        return results.Demo(
-            root=str(d.root),
-            upstream=str(d.upstream),
-            pin=d.pin,
-            onto=d.newer,
-            patches=list(d.patches),
-            key=str(d.key),
-            public_key=str(d.public_key),
-            steps=[
-                results.DemoStep(
-                    step=s.name,
-                    command=["dgr-forge", *s.args],
-                    exit_code=s.exit_code,
-                    proved=s.proved,
-                )
-                for s in result.steps
-            ],
+        env.out.answer(
+            f"done: {result.root} is a forge root; try `cd {result.root} && dgr-forge status`"
         )
+        return result
 
     run(ctx, "demo", body)

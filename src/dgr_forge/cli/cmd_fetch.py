@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import re
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
 from dgr_forge.cli.app import Env, app, run
-from dgr_forge.cli.options import Force, Mirror, Offline
+from dgr_forge.cli.options import FetchForce, Mirror, Offline
 from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
-    from dgr_forge.host.recipes import Recipe
-    from dgr_forge.host.worker import WorkerSpec
+    from dgr_forge.lanes.status import LaneLastBuild, Status
+    from dgr_forge.upstream.fetch import Fetch
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 # Library modules are imported inside the commands: every CLI start registers all
@@ -27,46 +25,31 @@ def fetch(
     ctx: typer.Context,
     mirror: Mirror = None,
     offline: Offline = False,
-    force: Force = False,
+    force: FetchForce = False,
 ) -> None:
     """Put the upstream at exactly the pinned commit (shallow when the server allows it).
 
     `--force` saves local changes as a patch under the workspace's logs/, then discards
     them."""
 
-    def body(env: Env) -> dict[str, Any]:
-        from dgr_forge.core.urls import mask
-        from dgr_forge.upstream import build_number
-        from dgr_forge.upstream.fetch import fetch_locked, resolve_mirror
+    def body(env: Env) -> Fetch:
+        from dgr_forge.upstream.fetch import fetch, resolve_mirror
 
         url = resolve_mirror(mirror)  # validated before the lock and before any git call
         # the root lock: fetch records the upstream's build number in the manifest
         with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
-            forge, m = s.forge, s.manifest
-            started = time.monotonic()
-            result = fetch_locked(forge, m, env.out, mirror=url, offline=offline, force=force)
-            m = build_number.record(forge, m, None if offline else url or m.url, env.out)
-        seconds = round(time.monotonic() - started, 3)
-        where = forge.rel(result.src_dir)
+            result = fetch(s.forge, s.manifest, env.out, mirror=url, offline=offline, force=force)
+        where = s.forge.rel(result.src_dir)
         if result.changed:
-            env.out.answer(f"{m.name}: {where} at {result.commit} ({result.method}, {seconds} s)")
+            env.out.answer(
+                f"{result.upstream}: {where} at {result.commit} ({result.method}, "
+                f"{result.seconds} s)"
+            )
         else:
             env.out.answer(
-                f"{m.name}: {where} already at {result.commit} (verified, nothing to do)"
+                f"{result.upstream}: {where} already at {result.commit} (verified, nothing to do)"
             )
-        return {
-            "upstream": m.name,
-            "url": mask(result.url or m.url),
-            "src_dir": str(result.src_dir),
-            "commit": result.commit,
-            "tree": result.tree,
-            "changed": result.changed,
-            "method": result.method,
-            "shallow": (result.src_dir / ".git" / "shallow").exists(),
-            "saved_patch": str(result.saved_patch) if result.saved_patch else None,
-            "build_number": m.build_number,
-            "seconds": seconds,
-        }
+        return result
 
     run(ctx, "fetch", body)
 
@@ -88,10 +71,11 @@ def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
 def status(ctx: typer.Context) -> None:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
 
-    # --json: {"upstream": UpstreamStatus.to_dict()}; later sections (patches, lanes) are
-    # added as sibling keys by the helpers that own them.
-    def body(env: Env) -> dict[str, Any]:
+    def body(env: Env) -> Status:
+        import msgspec
+
         from dgr_forge.cli.cmd_patch import status_section
+        from dgr_forge.lanes.status import Status
         from dgr_forge.upstream.status import rebase_progress, workspace_status
         from dgr_forge.upstream.workspace import inspect
 
@@ -134,27 +118,27 @@ def status(ctx: typer.Context) -> None:
                 for path in st.ignored:
                     out.answer(f"  {path}")
         patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
-        patch_info["footprint"] = _footprint(env, m)
+        patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
         lanes = _lanes_section(env, m)
         if rebase is not None:
             out.answer(
                 f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
                 "`dgr-forge rebase --continue` or `--abort`"
             )
-            if "patches_total" in rebase:
-                stop = f", stopped at {rebase['stopped_at']}" if rebase.get("stopped_at") else ""
+            if rebase.patches_total:
+                stop = f", stopped at {rebase.stopped_at}" if rebase.stopped_at else ""
                 out.answer(
-                    f"          onto {str(rebase.get('new_commit'))[:12]} ({rebase.get('onto')}): "
-                    f"{rebase['patches_done']} of {rebase['patches_total']} patches replayed"
-                    f" (phase {rebase.get('phase')}{stop})"
+                    f"          onto {str(rebase.new_commit)[:12]} ({rebase.onto}): "
+                    f"{rebase.patches_done} of {rebase.patches_total} patches replayed"
+                    f" (phase {rebase.phase}{stop})"
                 )
-        return {
-            "upstream": st.to_dict(),
-            "patches": patch_info,
-            "lanes": lanes,
-            "rebase_in_progress": rebase is not None,
-            "rebase": rebase,
-        }
+        return Status(
+            upstream=st,
+            patches=patch_info,
+            lanes=lanes,
+            rebase_in_progress=rebase is not None,
+            rebase=rebase,
+        )
 
     run(ctx, "status", body)
 
@@ -172,60 +156,24 @@ def _interrupted(journals: frozenset[str], src: Path) -> str:
     return "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
 
 
-def _lanes_section(env: Env, m: UpstreamManifest) -> list[dict[str, Any]]:
-    """Lanes built in this workspace and their last build (from the build state): a list
-    of `{lane, last_build}`, the shape `build` and `lanes` give a lane too. `stale` names
-    what moved (pin, series, recipe, worker) since the last report was built."""
-    from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
-    from dgr_forge.lanes.state import lane_states
+def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
+    """Lanes built in this workspace and their last build: `{lane, last_build}` rows, the
+    shape `lanes` gives a lane too."""
+    from dgr_forge.lanes.status import built_lanes
 
-    entries = lane_states(env.forge)
-    spec, worker_known = _current_worker(env) if entries else (None, True)
-    lanes = []
-    for name, entry in entries.items():
-        recorded = entry.state.last_build  # this workspace's paths, or None
-        last = None
-        if recorded is not None:
-            current = report_inputs(m, _current_recipe(env, name), spec)
-            if not worker_known:
-                current["worker"] = "(unreadable)"  # never what a build recorded
-            last = {**recorded.public(), **staleness(recorded.inputs, current)}
-        lanes.append({"lane": name, "last_build": last})
-        if entry.elsewhere:  # never its paths: they are another root's
+    rows = built_lanes(env.forge, m)
+    for row, elsewhere in rows:
+        if elsewhere:  # never its paths: they are another root's
             env.out.answer(
-                f"lane {name:<8} not built in this workspace (its state names another "
+                f"lane {row.lane:<8} not built in this workspace (its state names another "
                 "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
             )
         else:
-            shown = last or {}
+            last = row.last_build
             env.out.answer(
-                f"lane {name:<8} last build {shown.get('time', '?')}: {with_stale(shown)}"
-                f"  report {shown.get('report') or '(none)'}"
+                f"lane {row.lane:<8} last build {last.time if last else '?'}: "
+                f"{last.line() if last else 'never'}  report {(last and last.report) or '(none)'}"
             )
-    if not lanes:
+    if not rows:
         env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
-    return lanes
-
-
-def _current_recipe(env: Env, lane: str) -> Recipe | None:
-    """The lane's recipe as it is now; None when it is gone or unreadable (status still
-    answers: the last build is then stale by its recipe)."""
-    from dgr_forge.host.recipes import load
-
-    path = env.forge.recipes_dir / f"{lane}.toml"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
-        return None
-    try:
-        return load(path, env.forge.rel(path), root=env.forge.root)
-    except ForgeError:
-        return None
-
-
-def _current_worker(env: Env) -> tuple[WorkerSpec | None, bool]:
-    """The worker the forge root names now, and whether it could be read."""
-    from dgr_forge.host import worker
-
-    try:
-        return worker.resolve(env.forge, None), True
-    except ForgeError:
-        return None, False
+    return [row for row, _ in rows]

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
 from dgr_forge.cli.context import Session
-from dgr_forge.cli.options import Force, Mirror, Offline
+from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
+    from dgr_forge.upstream.export import Export
+    from dgr_forge.upstream.local_replay import Patch, PatchAbort
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.status import SeriesStatus
     from dgr_forge.upstream.workspace import Workspace
 
 
@@ -47,7 +48,7 @@ def patch(
     Commits of your own on top are kept: when the series on disk moved, they are replayed
     on the new series (a conflict stops; `--continue` / `--abort`)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Patch | PatchAbort | Outcome:
         from dgr_forge.core.errors import BadInput
         from dgr_forge.upstream.transfer import resolve_mirror
         from dgr_forge.upstream.workspace import refuse_during_rebase
@@ -72,48 +73,31 @@ def patch(
 
 def _patch(
     env: Env, s: Session, mirror: str | None, offline: bool, *, resume: bool, abort: bool
-) -> dict[str, Any]:
-    from dgr_forge.upstream import local_replay as replay
+) -> Patch | PatchAbort:
+    from dgr_forge.upstream.local_replay import Patch, patch
 
     forge, m = s.forge, s.manifest
-    started = time.monotonic()
-    if abort:
-        head = replay.abort(forge, m, env.out)
-        return {"upstream": m.name, "src_dir": str(forge.src_dir(m.name)), "head_commit": head}
-    how = replay.resume if resume else replay.update
-    update = how(forge, m, env.out, mirror=mirror, offline=offline)
-    result = update.patched
-    seconds = round(time.monotonic() - started, 3)
+    result = patch(forge, m, env.out, mirror=mirror, offline=offline, resume_=resume, abort_=abort)
+    if not isinstance(result, Patch):
+        return result
     where = forge.rel(result.src_dir)
     if result.changed:
         env.out.answer(
-            f"{m.name}: {len(m.series)} patches applied in {where} "
-            f"(HEAD {result.head_commit[:12]}, tree {result.result_tree[:12]}, {seconds} s)"
+            f"{m.name}: {len(m.series)} patches applied in {where} (HEAD "
+            f"{result.head_commit[:12]}, tree {result.result_tree[:12]}, {result.seconds} s)"
         )
     else:
         env.out.answer(f"{m.name}: series already applied in {where} (verified, nothing to do)")
-    return {
-        "upstream": m.name,
-        "src_dir": str(result.src_dir),
-        "base_commit": result.base_commit,
-        "head_commit": result.head_commit,
-        "result_tree": result.result_tree,
-        "patches": [e.file for e in m.series],
-        "changed": result.changed,
-        "replayed": list(update.replayed),
-        "skipped": list(update.skipped),
-        "local_commits": update.local_commits,
-        "seconds": seconds,
-    }
+    return result
 
 
 def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
     from dgr_forge.upstream import patches
 
     m = s.manifest
-    results = patches.check_workspace(s.forge, m, env.out, mirror=mirror, offline=offline)
+    result = patches.check_workspace(s.forge, m, env.out, mirror=mirror, offline=offline)
     rows = []
-    for r in results:
+    for r in result.patches:
         detail = "; ".join(str(c) for c in r.conflicts)
         if r.status == "tree-mismatch":
             detail = f"tree {r.tree} != manifest {r.expected_tree}"
@@ -121,11 +105,9 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
             detail = ("changed on disk; " + detail).strip("; ")
         rows.append((r.file, r.status, detail))
     env.out.table("patch --check", ["patch", "result", "detail"], rows, empty="no patches")
-    applies = all(r.status == "applies" for r in results)
-    changed = [r.file for r in results if r.changed_on_disk]
-    ok = applies and not changed
-    if applies:
-        env.out.answer(f"all {len(results)} patches apply exactly on {m.commit[:12]}")
+    changed = result.changed_on_disk
+    if result.applies:
+        env.out.answer(f"all {len(rows)} patches apply exactly on {m.commit[:12]}")
     if changed:
         # applying is not enough: the files are not the series the manifest pins
         env.out.answer(
@@ -133,27 +115,20 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
             f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
             f"(`git checkout -- {m.patches_dir_rel}`)"
         )
-    fields = {
-        "upstream": m.name,
-        "commit": m.commit,
-        "applies": applies,
-        "changed_on_disk": changed,
-        "patches": [r.as_dict() for r in results],
-    }
-    return Outcome.of(fields, ok)
+    return Outcome.of(result, result.ok)
 
 
 @app.command()
 def export(
     ctx: typer.Context,
-    force: Force = False,
+    force: ExportForce = False,
 ) -> None:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits.
 
     `--force` overwrites a series that moved on disk since this workspace was patched (the
     replaced files are saved under the workspace's logs/ first)."""
 
-    def body(env: Env) -> results.Export:
+    def body(env: Env) -> Export:
         from dgr_forge.upstream.export import export_workspace
 
         # both locks before the manifest is read: another workspace's export of the same
@@ -169,29 +144,14 @@ def export(
                 f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
                 f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
             )
-        from dgr_forge.cli import results
-
-        return results.Export(
-            upstream=m.name,
-            patches=[
-                results.ExportedPatch(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject)
-                for p in result.patches
-            ],
-            result_tree=result.result_tree,
-            written=list(result.written),
-            unchanged=list(result.unchanged),
-            removed=list(result.removed),
-            manifest_changed=result.manifest_changed,
-            changed=result.changed,
-            replaced_saved=result.replaced_saved,
-        )
+        return result
 
     run(ctx, "export", body)
 
 
 def status_section(
     env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
-) -> dict[str, Any]:
+) -> SeriesStatus:
     """The `patches` part of `status` (called by the status command): one row per patch."""
     from dgr_forge.upstream.status import series_status
 
@@ -201,17 +161,17 @@ def status_section(
         env.out.table("patches", ["patch", "state", "detail"], rows)
     else:
         env.out.answer("patches: none (empty series)")
-    if info.local_commits:
+    if info.local_edits.local_commits:
         env.out.answer(
-            f"local commits on top of the series: {len(info.local_commits)} "
+            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
             "(`dgr-forge export` turns them into patches)"
         )
-    if info.moved:
+    if info.moved_since_patched:
         env.out.answer(
             "the series on disk moved since this workspace was patched "
-            f"({', '.join(f'{k}: {v}' for k, v in info.moved.items() if v)}): "
+            f"({info.moved_since_patched.describe()}): "
             "`dgr-forge patch` brings it up to date"
         )
-    if info.operation:
-        env.out.answer(f"in progress in the workspace: {info.operation}")
-    return info.as_dict()
+    if info.operation_in_progress:
+        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
+    return info

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Mirror, Offline
-from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.cli.options import MarkdownReport, Mirror, Offline
+from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -45,14 +45,13 @@ def rebase(
             "touching nothing (exit 3 when a patch would conflict).",
         ),
     ] = False,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", metavar="PATH", help="With --dry-run: write a Markdown report."),
-    ] = None,
+    report: MarkdownReport = None,
     mirror: Mirror = None,
     offline: Offline = False,
 ) -> None:
-    """Replay the patch series onto a new upstream commit (3-way); resumable."""
+    """Replay the patch series onto a new upstream commit (3-way); resumable.
+
+    `--report` goes with `--dry-run` (a real rebase writes its report to reports/)."""
 
     def body(env: Env) -> dict[str, Any] | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod
@@ -160,25 +159,6 @@ def check(
                 mirror=fetch_from,
                 offline=offline,
             )
-        import msgspec
-
-        from dgr_forge.cli import results
-
-        typed = results.Check(
-            commit=result.commit,
-            result_tree=result.result_tree,
-            series_reproduced=result.reproduced,
-            apply_error=result.apply_error,
-            differences=msgspec.convert(result.differences, list[results.Difference]),
-            options_checked=result.options_checked,
-            option_problems=[msgspec.structs.asdict(p) for p in result.option_problems],
-            footprint=result.footprint,
-        )
-        code = ExitCode.OK
-        if not result.ok:
-            # a recipe passing a deprecated alias is bad input; a tree that differs fails
-            deprecated = any(p.deprecated for p in result.option_problems)
-            code = ExitCode.BAD_INPUT if result.reproduced and deprecated else ExitCode.FAILED
-        return Outcome(typed, code)
+        return Outcome(result, result.exit_code)
 
     run(ctx, "check", body)

@@ -6,19 +6,29 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import Force, Key, Lanes
+from dgr_forge.cli.options import (
+    BuildReport,
+    BuildReportAsReport,
+    CertifyLane,
+    KeygenForce,
+    KeygenOut,
+    ReportLane,
+    SigningKey,
+    VerifyKey,
+)
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
     from msgspec import Struct
 
+    from dgr_forge.attest.keys import Keygen
+    from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
     from dgr_forge.certify.sequence import Inputs
-    from dgr_forge.cli import results
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and only the signing/verifying ones should pay for cryptography.
@@ -32,27 +42,19 @@ app.add_typer(report_app, name="report")
 @app.command()
 def keygen(
     ctx: typer.Context,
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Private key path (default: the user's config directory)."),
-    ] = None,
-    force: Force = False,
+    out: KeygenOut = None,
+    force: KeygenForce = False,
 ) -> None:
-    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.
+    """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
 
-    `--force` replaces an existing key."""
-
-    def body(env: Env) -> results.Keygen:
+    def body(env: Env) -> Keygen:
         from dgr_forge.attest import keys
-        from dgr_forge.cli import results
 
-        path = (out or keys.default_key_path()).expanduser()
-        signer = keys.generate(path, force=force)
-        pub = keys.public_path(path)
-        env.out.answer(f"private key {path} (mode 0600; keep it secret)")
-        env.out.answer(f"public key  {pub}")
-        env.out.answer(f"keyid       {signer.keyid}")
-        return results.Keygen(private_key=str(path), public_key=str(pub), keyid=signer.keyid)
+        made = keys.keygen(out, force=force)
+        env.out.answer(f"private key {made.private_key} (mode 0600; keep it secret)")
+        env.out.answer(f"public key  {made.public_key}")
+        env.out.answer(f"keyid       {made.keyid}")
+        return made
 
     run(ctx, "keygen", body)
 
@@ -63,13 +65,13 @@ def show(
     report: Annotated[
         Path | None, typer.Argument(help="A .intoto.jsonl report (or --lane L).")
     ] = None,
-    lanes: Lanes = None,
+    lanes: ReportLane = None,
 ) -> None:
     """Print a readable summary of a report (--json: the statement too). Does not verify.
 
     `--lane L` shows lane L's latest report in the workspace."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportShow:
         from dgr_forge.attest import reports as reports_mod
 
         shown = _report_or_latest(env, report, lanes)
@@ -102,7 +104,7 @@ def show(
             out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
             for sym in surface.get("symbols") or []:
                 out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
-        return {"summary": s, "statement": loaded.statement}
+        return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
     run(ctx, "report show", body)
 
@@ -121,7 +123,7 @@ def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) ->
             hint="dgr-forge report show --lane cpu",
         )
     from dgr_forge.attest import reports as reports_mod
-    from dgr_forge.core.ids import NAME
+    from dgr_forge.core.gitutil import NAME
 
     lane = lanes[0]
     if not NAME.fullmatch(lane):
@@ -157,14 +159,14 @@ def _artifact_base(env: Env, report: Path) -> Path:
 def verify(
     ctx: typer.Context,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
-    key: Key = None,
+    key: VerifyKey = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
 ) -> None:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportVerify | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -177,7 +179,7 @@ def verify(
             env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")
         for a in v.artifacts:
             env.out.answer(f"  {a.status:8} {a.name}")
-        fields = v.as_dict()
+        fields = v.result()
         if not v.ok:
             for failure in v.failures:
                 env.out.error(failure)
@@ -195,11 +197,11 @@ def compare(
     ctx: typer.Context,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
-    key: Key = None,
+    key: VerifyKey = None,
 ) -> None:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> ReportCompare | Outcome:
         from dgr_forge.attest import keys
         from dgr_forge.attest import reports as reports_mod
 
@@ -208,21 +210,20 @@ def compare(
         c = reports_mod.compare_reports(a, b, public)
         for name, v in (("A", c.a), ("B", c.b)):
             for failure in v.failures:
-                env.out.error(f"{name} {v.report.path}: {failure}")
+                env.out.error(f"{name} {v.report}: {failure}")
         for d in c.differences:
-            env.out.answer(f"  {d['status']:8} {d['name']}  a={d['a']}  b={d['b']}")
-        for what, moved in c.surface.items():  # the worker surface growing or shrinking
-            for name in moved["added"]:
-                env.out.answer(f"  surface  + {what[:-1]} {name}")
-            for name in moved["removed"]:
-                env.out.answer(f"  surface  - {what[:-1]} {name}")
+            env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
+        for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
+            for name in moved.added:  # the worker surface growing or shrinking
+                env.out.answer(f"  surface  + {what} {name}")
+            for name in moved.removed:
+                env.out.answer(f"  surface  - {what} {name}")
         if not c.identical:
-            what = "differ" if c.a.ok and c.b.ok else "do not both verify"
+            what = "differ" if c.a.verified and c.b.verified else "do not both verify"
             env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
-            return Outcome.of(c.as_dict(), False)
-        count = len(reports_mod.subject_digests(c.a))
-        env.out.answer(f"{a} and {b}: identical subjects ({count} artifact(s))")
-        return c.as_dict()
+            return Outcome.of(c, False)
+        env.out.answer(f"{a} and {b}: identical subjects ({c.subjects} artifact(s))")
+        return c
 
     run(ctx, "report compare", body)
 
@@ -230,7 +231,7 @@ def compare(
 @app.command("certify")
 def certify_command(
     ctx: typer.Context,
-    lanes: Lanes = None,
+    lanes: CertifyLane = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
@@ -243,10 +244,8 @@ def certify_command(
         str | None,
         typer.Option("--device", help="The {device} the steps test (default: the first)."),
     ] = None,
-    report: Annotated[
-        Path | None,
-        typer.Option("--report", help="The lane's report (default: its latest)."),
-    ] = None,
+    build_report: BuildReport = None,
+    report_: BuildReportAsReport = None,
     attested: Annotated[
         Path | None,
         typer.Option(
@@ -257,18 +256,22 @@ def certify_command(
     ] = None,
     hardware: Annotated[
         str | None,
-        typer.Option("--hardware", help="With --attested: describe the hardware."),
+        typer.Option("--hardware", metavar="TEXT", help="With --attested: describe the hardware."),
     ] = None,
-    key: Key = None,
+    key: SigningKey = None,
     report_key: Annotated[
         str | None,
-        typer.Option("--report-key", help="Public key the report must verify with."),
+        typer.Option(
+            "--report-key", metavar="PATH", help="Public key the report must verify with."
+        ),
     ] = None,
 ) -> None:
     """Run the lane's certification suite on this host; sign it when every step passes.
 
     `--lane` names the one lane certified (its [certify] suite runs on the report's own
-    binaries); `--attested FILE --report R` records a person's evidence instead."""
+    binaries); `--attested FILE --build-report R` records a person's evidence instead."""
+
+    report = build_report or report_
 
     def body(env: Env) -> Struct:
         from dgr_forge.certify import sequence
@@ -282,10 +285,10 @@ def certify_command(
                     "--attested records a person's evidence: it takes no --lane, --model or "
                     "--device",
                     hint="certify --lane L [--model M] runs the suite; certify --attested FILE "
-                    "--report R records evidence",
+                    "--build-report R records evidence",
                 )
             if report is None:
-                raise BadInput("--attested needs --report R", hint="name the lane's report")
+                raise BadInput("--attested needs --build-report R", hint="name the lane's report")
             with _certify_session(env, lock=False) as got:
                 return sequence.attested(
                     got, env.out, report=report, evidence=attested, described=hardware,
@@ -293,7 +296,7 @@ def certify_command(
                 )  # fmt: skip
         if lane is None:
             raise BadInput(
-                "certify needs --lane L (run its suite) or --attested FILE --report R",
+                "certify needs --lane L (run its suite) or --attested FILE --build-report R",
                 hint="dgr-forge certify --lane cpu --model tiny",
             )
         if hardware is not None:

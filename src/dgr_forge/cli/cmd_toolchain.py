@@ -12,7 +12,7 @@ from dgr_forge.cli.options import Offline
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
-    from dgr_forge.cli import results
+    from dgr_forge.cli.results.lanes import ToolchainInstall
 
 toolchain_app = typer.Typer(
     name="toolchain", help="Install the toolkits the root pins.", no_args_is_help=True
@@ -27,7 +27,9 @@ def install(
     offline: Offline = False,
     wheelhouse: Annotated[
         Path | None,
-        typer.Option("--wheelhouse", help="Install the lock's wheels from this directory."),
+        typer.Option(
+            "--wheelhouse", metavar="DIR", help="Install the lock's wheels from this directory."
+        ),
     ] = None,
 ) -> None:
     """Install the CUDA toolkit the root pins, by sha256, into a prefix outside the root.
@@ -37,8 +39,8 @@ def install(
     installs nothing (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
     ~/.local/share/dgr-forge/toolchains); `doctor` and `build` find it there."""
 
-    def body(env: Env) -> results.ToolchainInstall:
-        from dgr_forge.cli import results
+    def body(env: Env) -> ToolchainInstall:
+        from dgr_forge.cli.results.lanes import ToolchainInstall
         from dgr_forge.host import toolkit as toolkit_mod
 
         if toolkit != "cuda":
@@ -57,6 +59,6 @@ def install(
         done = toolkit_mod.install(lock, shown, fenced, offline=offline, wheelhouse=wheelhouse)
         verb = "installed" if done.installed else "already installed"
         env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
-        return results.ToolchainInstall(**toolkit_mod.encode(done))  # type: ignore[arg-type]
+        return ToolchainInstall(**toolkit_mod.encode(done))  # type: ignore[arg-type]
 
     run(ctx, "toolchain install", body)

@@ -2,11 +2,12 @@
 
 `apply` runs on the built Click command tree (cli.main): every option that takes a value
 shows one kind of placeholder (`PATH`, `URL`, `LANE`, `REV`, `N`, ...: never Typer's
-`<str>`/`<path>`), and every subcommand's help ends with one example, its exit codes
-(`USAGE`, the one table of both) and the global options, which are accepted anywhere on
-the line. The `complete_*` functions are the options' Typer
-`autocompletion`: lane names from the forge root's recipes/, cache kinds, modes and CI
-providers. Completion never fails: no forge root, no lanes offered.
+`<str>`/`<path>`), its declaration's own `metavar` or else one by its type; every
+subcommand's help ends with one example, its exit codes (`USAGE`, the one table of both)
+and the global options, which are accepted anywhere on the line. The `complete_*`
+functions are the options' Typer `autocompletion`: lane names from the forge root's
+recipes/, cache kinds, modes and CI providers. Completion never fails: no forge root, no
+lanes offered.
 """
 
 from __future__ import annotations
@@ -17,25 +18,6 @@ from typing import Any
 
 import typer
 
-# by option name first (what the value means), then by the value's type
-METAVARS: dict[str, str] = {
-    "--lane": "LANE",
-    "--mirror": "URL",
-    "--url-base": "URL",
-    "--url": "URL",
-    "--cache": "CACHE",
-    "--cache-mode": "MODE",
-    "--provider": "PROVIDER",
-    "--jobs": "N",
-    "--key": "PATH",
-    "--report-key": "PATH",
-    "--wheelhouse": "DIR",
-    "--source-revision": "REV",
-    "--onto": "REV",
-    "--name": "NAME",
-    "--hardware": "TEXT",
-    "--layers": "RANGES",  # A-B[,C-D]: layer numbers
-}
 GLOBAL_OPTIONS = (
     "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge "
     "root), "
@@ -135,9 +117,8 @@ PROVIDERS = ("github", "gitlab")
 
 
 def _metavar(param: Any) -> str:
-    for opt in param.opts:
-        if opt in METAVARS:
-            return METAVARS[opt]
+    """The placeholder of a value an option declares none for (cli/options declares one
+    per option: `--lane LANE`, `--mirror URL`): by the value's type."""
     kind = type(param.type).__name__
     if "Path" in kind or "File" in kind:
         return "PATH"

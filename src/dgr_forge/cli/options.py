@@ -1,56 +1,32 @@
-"""The options several commands take, each declared once with one help text.
+"""Every option several commands take, declared once: its names, its placeholder, its check
+(`_option`), and one meaning per name. Where a name does a different thing in different
+commands it has a declaration per command here, each with the help for that command
+only: `build --help` says what `--jobs` counts in a build, nothing about downloads.
 
-A command names the option by its type here (`mirror: Mirror = None`); what the option
-does in that command beyond this text (what `--force` replaces, what `--jobs` counts)
-is said in the command's own help, so the option reads the same everywhere.
+    --out PATH           the file (or place) the command writes; its default is the command's
+    --report PATH        the Markdown report a rebase or bump writes
+    --build-report PATH  the signed build report `certify` reads (`--report` there: the
+                         spelling it took before, still read, hidden)
+    --key PATH           a key file: the private key a command signs with, or the public
+                         key a command verifies with (each command's help says which)
+
+An option declared in one command only keeps its declaration there, its placeholder in
+its own `metavar` (helpstyle falls back on the value's type: PATH, N, TEXT).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
 from dgr_forge.cli.helpstyle import complete_lanes
 from dgr_forge.core.errors import BadInput
 
-Mirror = Annotated[
-    str | None,
-    typer.Option(
-        "--mirror",
-        help="Fetch from this mirror instead (URL or path): the upstream's git mirror "
-        "(default: DGR_MIRROR), or for `artifacts` a base replacing each file's "
-        "URL (BASE/NAME); what arrives is verified all the same.",
-    ),
-]
-Offline = Annotated[
-    bool,
-    typer.Option(
-        "--offline", help="Never touch the network; fail if something it needs is not here."
-    ),
-]
-Force = Annotated[
-    bool,
-    typer.Option(
-        "--force",
-        help="Go on where the command would refuse to replace something (what, and where a "
-        "copy is saved first: the command's description).",
-    ),
-]
-Key = Annotated[
-    str | None,
-    typer.Option(
-        "--key",
-        help="A key file: the signing key where the command signs (default: "
-        "DGR_SIGNING_KEY, then yours), the public key where it verifies (default: "
-        "DGR_VERIFY_KEY, then yours).",
-    ),
-]
-# `lanes` trusts any number of public keys besides trusted-keys/
-TrustedKeys = Annotated[
-    list[str] | None,
-    typer.Option("--key", help="Also trust this public key (besides trusted-keys/; repeatable)."),
-]
+
+def _option(*names: str, metavar: str | None = None, **kw: Any) -> Any:
+    return typer.Option(*names, metavar=metavar, **kw)
 
 
 def _jobs(value: int | None) -> int | None:
@@ -61,22 +37,134 @@ def _jobs(value: int | None) -> int | None:
 
 
 MAX_JOBS = 4096
-Jobs = Annotated[
-    int | None,
-    typer.Option(
-        "--jobs",
-        "-j",
-        callback=_jobs,
-        help="How many at once: compile jobs (`build`), files (`artifacts`); default: the "
-        "cores (4 downloads).",
+
+
+def _jobs_option(help: str) -> Any:
+    return _option("--jobs", "-j", metavar="N", callback=_jobs, help=help)
+
+
+def _lane_option(help: str) -> Any:
+    return _option("--lane", "-l", metavar="LANE", help=help, autocompletion=complete_lanes)
+
+
+def _mirror_option(help: str) -> Any:
+    return _option("--mirror", metavar="URL", help=help)
+
+
+def _force_option(help: str) -> Any:
+    return _option("--force", help=help)
+
+
+def _key_option(help: str) -> Any:
+    return _option("--key", metavar="PATH", help=help)
+
+
+def _out_option(help: str) -> Any:
+    return _option("--out", metavar="PATH", help=help)
+
+
+Mirror = Annotated[
+    str | None,
+    _mirror_option(
+        "Fetch the upstream from this git mirror (URL or path; default: DGR_MIRROR); what "
+        "arrives is verified against the pin all the same."
     ),
+]
+FileMirror = Annotated[
+    str | None,
+    _mirror_option(
+        "Fetch each file from BASE/NAME instead of its URL (a URL or a directory); what "
+        "arrives is verified against the manifest all the same."
+    ),
+]
+Offline = Annotated[
+    bool,
+    _option("--offline", help="Never touch the network; fail if something it needs is not here."),
+]
+
+FetchForce = Annotated[
+    bool,
+    _force_option(
+        "Discard local changes in the workspace (saved as a patch under its logs/ first)."
+    ),
+]
+ExportForce = Annotated[
+    bool,
+    _force_option(
+        "Overwrite a series that moved on disk since this workspace was patched (the "
+        "replaced files are saved under its logs/ first)."
+    ),
+]
+BuildForce = Annotated[
+    bool,
+    _force_option(
+        "Move a git worker checkout that holds edits or commits of yours (saved under the "
+        "workspace's logs/ first)."
+    ),
+]
+KeygenForce = Annotated[bool, _force_option("Replace an existing key (and its .pub).")]
+
+SigningKey = Annotated[
+    str | None,
+    _key_option("Sign with this private key (default: DGR_SIGNING_KEY, then yours)."),
+]
+VerifyKey = Annotated[
+    str | None,
+    _key_option("Verify with this public key (default: DGR_VERIFY_KEY, then yours)."),
+]
+# `lanes` trusts any number of public keys besides trusted-keys/
+TrustedKeys = Annotated[
+    list[str] | None,
+    _key_option("Also trust this public key (besides trusted-keys/; repeatable)."),
+]
+
+BuildJobs = Annotated[int | None, _jobs_option("Parallel compile jobs (default: the cores).")]
+HashJobs = Annotated[int | None, _jobs_option("Files hashed or read at once (default: the cores).")]
+DownloadJobs = Annotated[int, _jobs_option("Files downloaded at once.")]
+
+BuildLanes = Annotated[
+    list[str] | None, _lane_option("A lane to build (recipes/LANE.toml); repeatable; default: cpu.")
 ]
 Lanes = Annotated[
     list[str] | None,
-    typer.Option(
-        "--lane",
-        "-l",
-        help="A lane (recipes/LANE.toml); repeatable; default: every lane (`build`: cpu).",
-        autocompletion=complete_lanes,
+    _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane."),
+]
+ReportLane = Annotated[
+    list[str] | None,
+    _lane_option("Use this lane's latest report in the workspace, instead of naming one."),
+]
+CertifyLane = Annotated[list[str] | None, _lane_option("The lane to certify (recipes/LANE.toml).")]
+
+KeygenOut = Annotated[
+    Path | None,
+    _out_option(
+        "Write the private key here, its public key beside it as PATH.pub (default: "
+        "signing-key.pem in the user's config directory)."
     ),
+]
+ManifestOut = Annotated[
+    Path | None,
+    _out_option("Write the model manifest here (default: manifests/models/NAME.toml)."),
+]
+WorkflowOut = Annotated[
+    Path | None, _out_option("Write the workflow here (atomically) instead of stdout.")
+]
+PresetsOut = Annotated[
+    Path | None,
+    _out_option(
+        "Write into this CMakeUserPresets.json (or the one in this directory; "
+        "default: the worker's directory, else the upstream tree)."
+    ),
+]
+
+BuildReport = Annotated[
+    Path | None,
+    _option(
+        "--build-report", metavar="PATH", help="The lane's signed report (default: its latest)."
+    ),
+]
+# the spelling `certify` took before `--build-report` (docs and scripts name it)
+BuildReportAsReport = Annotated[Path | None, _option("--report", metavar="PATH", hidden=True)]
+MarkdownReport = Annotated[
+    Path | None, _option("--report", metavar="PATH", help="Write the Markdown report here.")
 ]

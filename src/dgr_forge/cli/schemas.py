@@ -1,9 +1,10 @@
 """Generate the published `--json` contract: `docs/json-schema/<command>.json` (JSON Schema
 2020-12), `docs/json-schema/envelope.json` (the failure and `--help` objects every command
-shares, referenced by `$ref`) and `docs/json.md`, all from the types in `cli.results` and
-`core.errors.Details` (msgspec writes the schemas; this module adds the envelope and the
-prose); and, through `cli.input_schemas`, the TOML inputs' schemas and their page
-(`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
+shares, referenced by `$ref`) and `docs/json.md`, all from `COMMANDS` (each command's
+result types: the `core.structs.Form` Structs its library function returns, which are
+also what `--json` prints) and `core.errors.Details` (msgspec writes the schemas; this
+module adds the envelope and the prose); and, through `cli.input_schemas`, the TOML
+inputs' schemas and their page (`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
 
     python -m dgr_forge.cli.schemas [--check] [ROOT]
 
@@ -15,14 +16,166 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, get_type_hints
 
 import msgspec
 
+from dgr_forge import demo
+from dgr_forge.attest import keys, reports
+from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas
-from dgr_forge.cli.results import COMMANDS, Command, Form
+from dgr_forge.cli.results import attest as certify_forms
+from dgr_forge.cli.results import lanes as lanes_forms
+from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
+from dgr_forge.core.structs import Form
+from dgr_forge.host import doctor
+from dgr_forge.lanes import build, check, presets, status
+from dgr_forge.models import make_manifest, map_headers, provision, verify
+from dgr_forge.upstream import export, fetch, local_replay, patches
+
+
+class Command(msgspec.Struct, frozen=True):
+    words: str  # "report verify"
+    summary: str
+    forms: tuple[type[Form], ...]
+    prose: str = ""  # hand-written text shown above the key tables in docs/json.md
+
+    @property
+    def name(self) -> str:
+        return self.words.replace(" ", "-")
+
+
+def _cmd(words: str, summary: str, *forms: type[Form], prose: str = "") -> Command:
+    return Command(words, summary, forms, prose)
+
+
+COMMANDS: tuple[Command, ...] = (
+    _cmd("fetch", "Check out the pinned upstream commit, verified.", fetch.Fetch),
+    _cmd(
+        "patch",
+        "Apply the series on the pin (or check it, continue or abort a replay of your commits).",
+        local_replay.Patch,
+        local_replay.PatchAbort,
+        patches.PatchCheck,
+    ),
+    _cmd(
+        "status",
+        "The workspace: upstream checkout, series, lanes, a rebase in progress. URLs masked.",
+        status.Status,
+    ),
+    _cmd(
+        "export",
+        "Write the workspace's commits back as the series and the manifest.",
+        export.Export,
+    ),
+    _cmd(
+        "check",
+        "The CI gate: series round trip byte-compare, CMake options still declared.",
+        check.Check,
+    ),
+    _cmd(
+        "build",
+        "Fetch + patch as needed, configure and build each lane; signed reports.",
+        build.BuildResult,
+    ),
+    _cmd(
+        "lanes",
+        "The lane matrix: backend, buildable here, last build, certified.",
+        lanes_forms.Lanes,
+    ),
+    _cmd(
+        "doctor",
+        "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
+        doctor.DoctorResult,
+    ),
+    _cmd(
+        "rebase",
+        "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
+        rebase_forms.Rebase,
+        rebase_forms.RebaseDryRun,
+        rebase_forms.RebaseAbort,
+    ),
+    _cmd(
+        "bump",
+        "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
+        rebase_forms.Bump,
+    ),
+    _cmd(
+        "keygen",
+        "Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.",
+        keys.Keygen,
+    ),
+    _cmd("report show", "A signed build report, decoded.", reports.ReportShow),
+    _cmd(
+        "report verify",
+        "Verify a report's signature (and with `--artifacts` its subjects on disk).",
+        reports.ReportVerify,
+    ),
+    _cmd(
+        "report compare",
+        "Two reports of a lane: verified, and the same subjects?",
+        reports.ReportCompare,
+    ),
+    _cmd(
+        "certify",
+        "Run the lane's certification suite on this host; sign it when every step passes.",
+        certify_forms.Certify,
+    ),
+    _cmd(
+        "ci matrix",
+        "The lane matrix for CI.",
+        render.CiMatrix,
+        prose=(
+            "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
+            '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
+        ),
+    ),
+    _cmd(
+        "ci render",
+        "A CI workflow file from the recipes.",
+        render.CiRender,
+        render.CiRenderOut,
+        render.CiRenderCheck,
+    ),
+    _cmd(
+        "artifacts manifest",
+        "A model manifest from the files in a directory.",
+        make_manifest.ArtifactsManifest,
+    ),
+    _cmd(
+        "artifacts map",
+        "Add the layer map to a model manifest, from the split headers.",
+        map_headers.ArtifactsMap,
+    ),
+    _cmd(
+        "artifacts provision",
+        "Download a model's files: resumable, retried, verified, atomic.",
+        provision.ArtifactsProvision,
+    ),
+    _cmd(
+        "artifacts verify",
+        "Check size, sha256 and GGUF split headers of every file.",
+        verify.ArtifactsVerify,
+    ),
+    _cmd(
+        "presets",
+        "CMakeUserPresets.json with a configure + build preset per lane.",
+        presets.Presets,
+    ),
+    _cmd(
+        "toolchain install",
+        "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
+        lanes_forms.ToolchainInstall,
+    ),
+    _cmd(
+        "demo",
+        "The tour without network: a generated upstream, series and worker in DIR.",
+        demo.Demo,
+    ),
+)
+
 
 Schema = dict[str, Any]
 
@@ -41,6 +194,13 @@ def details() -> dict[str, str]:
     """The failure details' keys and meanings, from `core.errors.Details`."""
     hints = get_type_hints(Details, include_extras=True)
     return {key: str(hint.__metadata__[0]) for key, hint in hints.items()}
+
+
+def _detail_types() -> dict[str, Schema]:
+    """Each failure detail's schema, from its type in `core.errors.Details`."""
+    _, defs = msgspec.json.schema_components([Details])
+    props: dict[str, Schema] = defs["Details"]["properties"]
+    return props
 
 
 def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
@@ -76,7 +236,10 @@ def envelope_schema() -> Schema:
                 "type": ["string", "null"],
                 "description": "how to fix it (absent for usage errors)",
             },
-            **{key: {"description": text} for key, text in details().items()},
+            **{
+                key: {**_detail_types()[key], "description": text}
+                for key, text in details().items()
+            },
         },
         ["ok", "exit_code", "command", "error"],
     )
@@ -94,10 +257,19 @@ def envelope_schema() -> Schema:
     }
 
 
+def _schema_hook(kind: type) -> Schema:
+    """A path in a result is its string (`cli.app` encodes it so)."""
+    if isinstance(kind, type) and issubclass(kind, PurePath):
+        return {"type": "string"}
+    raise NotImplementedError(kind)
+
+
 def command_schema(cmd: Command) -> Schema:
     """The command's forms (msgspec's schemas of its types, each closed, with the envelope
     first), or by reference the shared failure and `--help` objects."""
-    refs, defs = msgspec.json.schema_components(cmd.forms, ref_template="#/$defs/{name}")
+    refs, defs = msgspec.json.schema_components(
+        cmd.forms, ref_template="#/$defs/{name}", schema_hook=_schema_hook
+    )
     for form in cmd.forms:
         schema = defs[form.__name__]
         if form.may_fail:
@@ -126,7 +298,9 @@ class Doc:
     def __init__(self, defs: dict[str, Schema]) -> None:
         self.defs = defs
 
-    def resolve(self, schema: Schema) -> Schema:
+    def resolve(self, schema: Schema | bool) -> Schema:
+        if not isinstance(schema, dict):  # a tuple's `items: false`
+            return {}
         ref = schema.get("$ref")
         if isinstance(ref, str) and ref.startswith("#/$defs/"):
             return {
@@ -252,9 +426,9 @@ ENVELOPE: dict[str, Schema] = {
 INTRO = """\
 # `--json`: the machine-readable contract
 
-<!-- Generated by `python -m dgr_forge.cli.schemas` from the types in
-src/dgr_forge/cli/results/ and core/errors.py (`Details`); edit those (the prose lives in
-cli/schemas.py), then regenerate. -->
+<!-- Generated by `python -m dgr_forge.cli.schemas` from each command's result types (the
+library's `Form` Structs that `COMMANDS` in cli/schemas.py names) and core/errors.py
+(`Details`); edit those (the prose lives in cli/schemas.py), then regenerate. -->
 
 Every dgr-forge invocation that has `--json` anywhere on its command line (global options
 may stand anywhere) prints **exactly one JSON object on stdout** and nothing else there;
@@ -403,4 +577,12 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main(sys.argv[1:]))
 
 
-__all__ = ["command_schema", "envelope_schema", "main", "render_doc", "rendered"]
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "command_schema",
+    "envelope_schema",
+    "main",
+    "render_doc",
+    "rendered",
+]

@@ -4,7 +4,7 @@
 # would each be compiled into a typing.ForwardRef when the class is made (~1.7 ms of every
 # start, --version too); evaluated at once, they cost less.
 from enum import IntEnum
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 
 class ExitCode(IntEnum):
@@ -16,134 +16,142 @@ class ExitCode(IntEnum):
 
 class Details(TypedDict, total=False):
     """An error's machine-readable fields for `--json` (the failure envelope's keys), each
-    with the meaning docs/json.md shows. Declared here, once: mypy refuses a `details`
-    key that is not, and `cli.results` generates the failure schema from this class."""
+    with its type and the meaning docs/json.md shows. Declared here, once: mypy refuses a
+    `details` key that is not, or a value of another type (a list where the key is a
+    list, the same meaning wherever it is raised), and `cli.schemas` generates the failure
+    schema from this class. Only `expected`, `value` and `drift` stay untyped: what was
+    expected and the bad value are whatever the input held."""
 
-    actual_tree: Annotated[object, "the tree found"]
-    argument: Annotated[object, "the argument at fault"]
-    artifacts: Annotated[object, "the artifacts involved"]
-    base: Annotated[object, "the base commit"]
-    cache: Annotated[object, "the `--cache` choice"]
-    cache_mode: Annotated[object, "the `--cache-mode` choice"]
-    actual_sha256: Annotated[object, "the sha256 found on disk"]
+    actual_tree: Annotated[str | None, "the tree found"]
+    argument: Annotated[str | None, "the argument at fault"]
+    artifacts: Annotated[list[Any], "the artifacts involved"]
+    base: Annotated[str | None, "the base commit"]
+    cache: Annotated[str | None, "the `--cache` choice"]
+    cache_mode: Annotated[str | None, "the `--cache-mode` choice"]
+    actual_sha256: Annotated[str | None, "the sha256 found on disk"]
     cause: Annotated[
-        object,
+        str,
         "`fetch`, `rebase`, `bump`: why a transfer failed: `policy` (the forge's transport "
         "policy stopped git, e.g. an insteadOf rule onto a local path), `unreachable`, "
         "`server-abort` (the server died reading its own objects), `refused`, `other`",
     ]
-    expected_sha256: Annotated[object, "the sha256 the manifest names"]
-    changed: Annotated[object, "`build`: input files or programs changed during the build"]
-    changes: Annotated[object, "the local changes (e.g. in the upstream or git-worker tree)"]
-    chosen: Annotated[object, "`build`: the compiler launcher the forge chose"]
-    backend: Annotated[object, "`certify`: the lane's backend whose hardware is not on this host"]
-    bad: Annotated[object, "`certify`: the model files that do not verify"]
-    code_check: Annotated[object, "`build`: the launchers found in the code-check rules"]
-    compile: Annotated[object, "`build`: the launchers found in the compile rules"]
-    commit: Annotated[object, "the commit at fault, e.g. the one a replay stopped on"]
-    conflicts: Annotated[object, "the conflicts"]
-    current: Annotated[object, "`ci render --check`: false"]
-    dest: Annotated[object, "the `--dest` directory"]
-    device: Annotated[object, "`certify`: the `--device` at fault"]
-    diff: Annotated[object, "a unified diff"]
-    dir: Annotated[object, "the directory at fault"]
-    dirty: Annotated[object, "a worker checkout's own edits"]
+    expected_sha256: Annotated[str | None, "the sha256 the manifest names"]
+    changed: Annotated[list[Any], "`build`: input files or programs changed during the build"]
+    changes: Annotated[list[Any], "the local changes (e.g. in the upstream or git-worker tree)"]
+    chosen: Annotated[str | None, "`build`: the compiler launcher the forge chose"]
+    backend: Annotated[
+        str | None, "`certify`: the lane's backend whose hardware is not on this host"
+    ]
+    bad: Annotated[list[Any], "`certify`: the model files that do not verify"]
+    code_check: Annotated[list[Any], "`build`: the launchers found in the code-check rules"]
+    compile: Annotated[list[Any], "`build`: the launchers found in the compile rules"]
+    commit: Annotated[str | None, "the commit at fault, e.g. the one a replay stopped on"]
+    conflicts: Annotated[list[Any], "the conflicts"]
+    current: Annotated[bool, "`ci render --check`: false"]
+    dest: Annotated[str | None, "the `--dest` directory"]
+    device: Annotated[str | None, "`certify`: the `--device` at fault"]
+    diff: Annotated[str | None, "a unified diff"]
+    dir: Annotated[str | None, "the directory at fault"]
+    dirty: Annotated[list[Any], "a worker checkout's own edits"]
     drift: Annotated[
-        object,
+        Any,
         "a stale export: `added`, `changed`, `removed` (patches changed on disk since this "
         "workspace was patched), `pin_moved`",
     ]
-    edited: Annotated[object, "the edited files"]
-    errno: Annotated[object, "the OS error number of a failed file operation"]
-    expected: Annotated[object, "what was expected"]
-    expected_tree: Annotated[object, "the tree expected"]
-    failed_steps: Annotated[object, "`certify`: the steps that failed (nothing was written)"]
-    failures: Annotated[object, "what failed"]
-    file: Annotated[object, "the file at fault (a manifest, recipe, model manifest)"]
-    files: Annotated[object, "the files involved (e.g. conflicted)"]
-    free_bytes: Annotated[object, "free space at the destination"]
-    git_args: Annotated[object, "the git command that failed"]
-    git_stderr: Annotated[object, "what git said"]
-    header: Annotated[object, "the GGUF header at fault"]
-    holder: Annotated[object, "who holds a busy lock"]
-    journals: Annotated[object, "a killed export's or rebase's pending writes (exit 3)"]
-    key: Annotated[object, "the key at fault (manifest key, or signing key)"]
-    lane: Annotated[object, "the lane at fault"]
+    edited: Annotated[list[Any], "the edited files"]
+    errno: Annotated[int, "the OS error number of a failed file operation"]
+    expected: Annotated[Any, "what was expected"]
+    expected_tree: Annotated[str | None, "the tree expected"]
+    failed_steps: Annotated[list[Any], "`certify`: the steps that failed (nothing was written)"]
+    failures: Annotated[list[Any], "what failed"]
+    file: Annotated[str | None, "the file at fault (a manifest, recipe, model manifest)"]
+    files: Annotated[list[Any], "the files involved (e.g. conflicted)"]
+    free_bytes: Annotated[int, "free space at the destination"]
+    git_args: Annotated[list[Any], "the git command that failed"]
+    git_stderr: Annotated[str | None, "what git said"]
+    header: Annotated[str | None, "the GGUF header at fault"]
+    holder: Annotated[str | None, "who holds a busy lock"]
+    journals: Annotated[list[Any], "a killed export's or rebase's pending writes (exit 3)"]
+    key: Annotated[str | None, "the key at fault (manifest key, or signing key)"]
+    lane: Annotated[str | None, "the lane at fault"]
     lanes: Annotated[
-        object,
+        list[Any],
         "the lanes at fault: a list of `doctor` lane rows (`ci render --check`: the lanes "
         "rendered)",
     ]
-    link: Annotated[object, "`build`: the launchers found in the link rules"]
-    line: Annotated[object, "the line at fault (e.g. a malformed patch header)"]
-    local_changes: Annotated[object, "local changes a command would lose"]
-    local_commits: Annotated[object, "your commits a command would lose"]
-    lock: Annotated[object, "a busy lock's path"]
-    log: Annotated[object, "the log to read"]
-    manifest_error: Annotated[
-        object, "an interrupted write's refusal: why the manifest did not read"
+    link: Annotated[list[Any], "`build`: the launchers found in the link rules"]
+    line: Annotated[int | str, "the line at fault (e.g. a malformed patch header)"]
+    local_changes: Annotated[list[Any], "local changes a command would lose"]
+    local_commits: Annotated[list[Any], "your commits a command would lose"]
+    lock: Annotated[str | None, "a busy lock's path"]
+    log: Annotated[str | None, "the log to read"]
+    manifest_error: Annotated[str, "an interrupted write's refusal: why the manifest did not read"]
+    manifest: Annotated[str | None, "the manifest at fault"]
+    mirror: Annotated[str | None, "the mirror at fault (masked)"]
+    mode: Annotated[str, "a signing key's mode when readable by others"]
+    model: Annotated[str | None, "`certify`: the model manifest at fault"]
+    needed_bytes: Annotated[int, "space needed"]
+    next_commands: Annotated[list[Any], "the commands that continue"]
+    operation: Annotated[str | None, "the operation in progress"]
+    option: Annotated[str | None, "the option at fault (e.g. `--key`)"]
+    patch: Annotated[str | None, "the patch at fault"]
+    patches_dir: Annotated[str | None, "a patches directory that does not match the series"]
+    path: Annotated[
+        str | None, "the path at fault (also an unusable path or a failed file operation)"
     ]
-    manifest: Annotated[object, "the manifest at fault"]
-    mirror: Annotated[object, "the mirror at fault (masked)"]
-    mode: Annotated[object, "a signing key's mode when readable by others"]
-    model: Annotated[object, "`certify`: the model manifest at fault"]
-    needed_bytes: Annotated[object, "space needed"]
-    next_commands: Annotated[object, "the commands that continue"]
-    operation: Annotated[object, "the operation in progress"]
-    option: Annotated[object, "the option at fault (e.g. `--key`)"]
-    patch: Annotated[object, "the patch at fault"]
-    patches_dir: Annotated[object, "a patches directory that does not match the series"]
-    path: Annotated[object, "the path at fault (also an unusable path or a failed file operation)"]
-    phase: Annotated[object, "the phase an operation stopped in"]
-    pin: Annotated[object, "the pin"]
-    probe: Annotated[object, "the probe at fault"]
-    provider: Annotated[object, "the CI provider"]
-    report: Annotated[object, "the report at fault"]
-    install: Annotated[object, "`ci render`: how the jobs install dgr-forge"]
-    install_args: Annotated[object, "`ci render`: pip install's arguments"]
-    constraints: Annotated[object, "`ci render`: the constraints file"]
-    requirements: Annotated[object, "`ci render`: the requirements file"]
-    requirements_exist: Annotated[object, "`ci render`: the forge root has it"]
-    tool_source: Annotated[object, "`ci render`: the `--tool-source` requirement"]
-    ref: Annotated[object, "a git ref that holds commits (e.g. your commits before a replay)"]
-    resolved: Annotated[object, "what a path resolved to"]
-    rollback_error: Annotated[object, "what failed while rolling back"]
-    server_said: Annotated[object, "`fetch`: the server's own error lines (masked)"]
-    scheduler: Annotated[object, "the sccache-dist scheduler (masked)"]
-    setting: Annotated[object, "the setting at fault"]
-    sha256: Annotated[object, "`ci render`: of the rendering"]
-    split_problems: Annotated[object, "GGUF split problems, per file"]
-    src_dir: Annotated[object, "the workspace's checkout"]
-    stale: Annotated[object, "what is stale"]
-    state: Annotated[object, "the state found"]
-    status: Annotated[object, "the status found"]
+    phase: Annotated[str | None, "the phase an operation stopped in"]
+    pin: Annotated[str | None, "the pin"]
+    probe: Annotated[str | None, "the probe at fault"]
+    provider: Annotated[str | None, "the CI provider"]
+    report: Annotated[str | None, "the report at fault"]
+    install: Annotated[str | None, "`ci render`: how the jobs install dgr-forge"]
+    install_args: Annotated[str | None, "`ci render`: pip install's arguments"]
+    constraints: Annotated[str | None, "`ci render`: the constraints file"]
+    requirements: Annotated[str | None, "`ci render`: the requirements file"]
+    requirements_exist: Annotated[bool, "`ci render`: the forge root has it"]
+    tool_source: Annotated[str | None, "`ci render`: the `--tool-source` requirement"]
+    ref: Annotated[str | None, "a git ref that holds commits (e.g. your commits before a replay)"]
+    resolved: Annotated[str | None, "what a path resolved to"]
+    rollback_error: Annotated[str | None, "what failed while rolling back"]
+    server_said: Annotated[str, "`fetch`: the server's own error lines (masked)"]
+    scheduler: Annotated[str | None, "the sccache-dist scheduler (masked)"]
+    setting: Annotated[str | None, "the setting at fault"]
+    sha256: Annotated[str | None, "`ci render`: of the rendering"]
+    split_problems: Annotated[dict[str, list[str]], "GGUF split problems, per file"]
+    src_dir: Annotated[str | None, "the workspace's checkout"]
+    stale: Annotated[list[Any], "what is stale"]
+    state: Annotated[str | None, "the state found"]
+    status: Annotated[str | None, "the status found"]
     step: Annotated[
-        object, "`demo`: the step that did not end as expected; `certify`: the certification step"
+        str, "`demo`: the step that did not end as expected; `certify`: the certification step"
     ]
     steps: Annotated[
-        object,
+        list[Any],
         "`certify`: every step as run (the shape of a certification's `steps`), when one failed",
     ]
-    step_exit_code: Annotated[object, "`demo`: its exit code"]
-    subject: Annotated[object, "the commit's subject"]
-    symlink: Annotated[object, "a symbolic link in the way"]
-    target: Annotated[object, "the target"]
-    text: Annotated[object, "the text at fault (e.g. a message line `git am` would cut)"]
-    tree: Annotated[object, "the tree"]
-    undeclared: Annotated[object, "CMake options upstream no longer declares"]
-    unmerged: Annotated[object, "unmerged files"]
-    unstaged: Annotated[object, "unstaged files"]
-    unused: Annotated[object, "unused entries"]
-    upstream_commits: Annotated[object, "upstream commits that touched a conflicted patch's files"]
-    url: Annotated[object, "the URL at fault (masked)"]
-    value: Annotated[object, "the bad value"]
+    step_exit_code: Annotated[int | None, "`demo`: its exit code"]
+    subject: Annotated[str | None, "the commit's subject"]
+    symlink: Annotated[str | None, "a symbolic link in the way"]
+    target: Annotated[str | None, "the target"]
+    text: Annotated[str | None, "the text at fault (e.g. a message line `git am` would cut)"]
+    tree: Annotated[str | None, "the tree"]
+    undeclared: Annotated[list[Any], "CMake options upstream no longer declares"]
+    unmerged: Annotated[list[Any], "unmerged files"]
+    unstaged: Annotated[list[Any], "unstaged files"]
+    unused: Annotated[list[Any], "unused entries"]
+    upstream_commits: Annotated[
+        list[Any] | dict[str, Any],
+        "upstream commits that touched a conflicted patch's files (a rebase's conflict: by file)",
+    ]
+    url: Annotated[str | None, "the URL at fault (masked)"]
+    value: Annotated[Any, "the bad value"]
     variable: Annotated[
-        object,
+        str,
         "the bad environment variable (with `expected` for a key variable that is neither PEM"
         " nor a key file, whose value is never shown)",
     ]
-    worker: Annotated[object, "the worker checkout at fault"]
-    workspace: Annotated[object, "the workspace"]
+    worker: Annotated[str | None, "the worker checkout at fault"]
+    workspace: Annotated[str | None, "the workspace"]
 
 
 class ForgeError(Exception):

@@ -107,7 +107,7 @@ def open_regular(
                     "never read through one",
                     hint=f"commit the {what} itself in place of the link (SECURITY.md: no "
                     "file a forge root supplies may be a link)",
-                    details={"file": name, "link": link},
+                    details={"file": name, "symlink": link},
                 ) from None
         else:
             fd = os.open(path, flags)

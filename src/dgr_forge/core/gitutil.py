@@ -7,13 +7,13 @@ clearer than any wrapper, and every call goes through `git()` below.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from msgspec import Struct
 
-from dgr_forge.core import ids
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.proc import capture, coprocess
 
@@ -52,7 +52,10 @@ FORGE_IDENTITY = {
     "GIT_COMMITTER_EMAIL": "dgr-forge@invalid",
 }
 
-HEX40 = ids.HEX40  # one definition, in core.ids
+# the shapes of identifiers every package checks
+HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a git object id (sha1)
+HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256 digest
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a plain directory or file name
 
 
 def is_local_url(url: str) -> bool:

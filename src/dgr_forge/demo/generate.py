@@ -20,7 +20,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.demo import sources
 from dgr_forge.upstream.export import compute_series
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.series_journal import scratch_dir
 
 # what a demo root takes of the forge's own files (the real product, not copies)
 PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml")

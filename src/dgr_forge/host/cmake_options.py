@@ -7,6 +7,7 @@ import difflib
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated
 
 from msgspec import Struct
 
@@ -14,17 +15,21 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
+from dgr_forge.core.structs import d
 from dgr_forge.host.recipes import Recipe
 
 
 # what `check` reports about one CMake option a recipe passes
 class OptionProblem(Struct, frozen=True):
-    recipe: str
-    option: str
-    message: str
-    renamed_to: str | None = None
-    # upstream keeps the option only as a deprecation shim (exit 2: the recipe must change)
-    deprecated: bool = False
+    """a CMake option a recipe passes that upstream does not declare as it is"""
+
+    recipe: Annotated[str, d("the recipe")]
+    option: Annotated[str, d("the option")]
+    message: Annotated[str, d("what is wrong, and the fix")]
+    renamed_to: Annotated[str | None, d("the option's new name upstream")] = None
+    deprecated: Annotated[
+        bool, d("upstream keeps it only as a deprecation shim (the recipe must change)")
+    ] = False
 
 
 UNUSED_HEADER = "Manually-specified variables were not used by the project:"

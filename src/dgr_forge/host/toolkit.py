@@ -23,10 +23,10 @@ from typing import Annotated
 import msgspec
 from msgspec import Struct
 
-from dgr_forge.core.described import d
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import read_json, read_regular, sha256_bytes, write_json
 from dgr_forge.core.proc import capture
+from dgr_forge.core.structs import d
 from dgr_forge.core.tominput import Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail
 

@@ -17,7 +17,7 @@ from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.ids import HEX40
+from dgr_forge.core.gitutil import HEX40
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tominput import Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail, shown_value

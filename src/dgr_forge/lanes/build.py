@@ -21,14 +21,15 @@ so Ninja rebuilds it (the report handed back when it is the same bytes again).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Annotated
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import COMMIT, Form, d
 from dgr_forge.core.urls import mask
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor, LaneCheck
@@ -42,14 +43,37 @@ from dgr_forge.lanes.plan import (
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.upstream.manifest import UpstreamManifest
 
-if TYPE_CHECKING:
-    pass
+
+class BuildUpstream(Struct, kw_only=True):
+    """what was built"""
+
+    name: Annotated[str, d("the upstream's name")]
+    commit: Annotated[str, COMMIT]
+    series_digest: Annotated[str, d("sha256 over the series")]
 
 
-class BuildResult(Struct):
-    upstream: dict[str, Any]
-    worker: str | None
-    lanes: list[LaneResult]
+class BuildResult(Form, kw_only=True):
+    """`build`'s result (its `--json` object)."""
+
+    title = "build"
+    may_fail = True
+    note = (
+        "exit 1 when a lane's build failed; a git worker checkout holding edits or commits of "
+        "your own that a move would lose is exit 3 with `worker`, `dirty`, `local_commits` "
+        "(`--force` saves them under logs/ first); a lane that cannot build here is exit 2 with "
+        "`lanes` (`doctor` rows); a launcher in the generated rules other than the forge's "
+        "choice, or an input file or program changed during the build, is exit 1 with "
+        "`changed` (the paths) or `compile`/`link`/`code_check`/`chosen` (the launchers found, "
+        "the one chosen), and no report; an ignored, untracked or modified file in the "
+        "upstream or git-worker tree is exit 3 with `changes`; a worker that reads an upstream "
+        "file outside the boundary or imports an upstream symbol no boundary header declares "
+        "fails its lane (exit 1, no report) with the lane's `leaks`"
+    )
+
+    upstream: BuildUpstream
+    worker: Annotated[str | None, d("the worker project")]
+    lanes: Annotated[list[LaneResult], d("per lane")]
+    error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
 
     @property
     def failed(self) -> LaneResult | None:
@@ -119,8 +143,12 @@ def build(
             builder.run()
             if builder.result.status == "failed":
                 break
+    for r in results:
+        r.timings = {k: round(v, 3) for k, v in r.timings.items()}
+    failed = next((r for r in results if r.status == "failed"), None)
     return BuildResult(
-        upstream={"name": m.name, "commit": m.commit, "series_digest": m.series_digest},
+        upstream=BuildUpstream(name=m.name, commit=m.commit, series_digest=m.series_digest),
         worker=mask(spec.location) if spec else None,
         lanes=results,
+        error=f"{failed.lane} lane build failed; log: {failed.log}" if failed else UNSET,
     )

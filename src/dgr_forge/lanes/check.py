@@ -14,44 +14,74 @@ rename would otherwise be silently ignored by CMake and build the wrong thing.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import tomlkit
+from msgspec import Struct, field
 
-from dgr_forge.core.errors import NeedsHuman, OperationFailed
+from dgr_forge.core.errors import ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream import export, footprint, manifest, manifest_edit, series_journal
 from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 
 
-@dataclass
-class CheckResult:
-    commit: str
-    result_tree: str | None = None
-    differences: list[dict[str, str]] = field(default_factory=list)  # {"path", "diff"}
-    apply_error: str | None = None
-    options_checked: int = 0
-    option_problems: list[OptionProblem] = field(default_factory=list)
-    footprint: Footprint | None = None  # the series in upstream's own files (and its budget)
+class Difference(Struct, kw_only=True):
+    """a difference"""
 
-    @property
-    def reproduced(self) -> bool:
-        """fetch + apply + export gave patches/ and the manifest back"""
-        return not self.differences and not self.apply_error
+    path: Annotated[str, d("the file")]
+    diff: Annotated[str, d("unified diff")]
+    what: Annotated[str, d("`message`, `diff`, `file` or `manifest`")]
+
+
+class Check(Form, kw_only=True):
+    """`check`'s result (its `--json` object)."""
+
+    title = "check"
+    may_fail = True
+    note = (
+        "exit 1 when not clean, or when the series' footprint in upstream's files passes "
+        "`[patches] budget` (`footprint.grew` names the patches); 2 when only recipe options "
+        "are wrong and one is a deprecated alias upstream"
+    )
+
+    commit: Annotated[str, d("the pin")]
+    result_tree: Annotated[str | None, d("the tree of the applied series")] = None
+    series_reproduced: Annotated[
+        bool, d("fetch + apply + export gave patches/ and the manifest")
+    ] = False
+    apply_error: Annotated[str | None, d("why the series did not apply")] = None
+    differences: Annotated[list[Difference], d("what the round trip changed")] = field(
+        default_factory=list
+    )
+    options_checked: Annotated[int, d("CMake options the recipes pass that were checked")] = 0
+    option_problems: Annotated[list[OptionProblem], d("problems")] = field(default_factory=list)
+    footprint: Annotated[
+        Footprint | None, d("the series in upstream's own files (exit 1 over its budget)")
+    ] = None
 
     @property
     def ok(self) -> bool:
         over = self.footprint is not None and self.footprint.over_budget
-        return self.reproduced and not self.option_problems and not over
+        return self.series_reproduced and not self.option_problems and not over
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """1 when not clean; 2 when the series reproduces and a recipe passes a deprecated
+        alias (the recipe must change)."""
+        if self.ok:
+            return ExitCode.OK
+        deprecated = any(p.deprecated for p in self.option_problems)
+        return ExitCode.BAD_INPUT if self.series_reproduced and deprecated else ExitCode.FAILED
 
 
 # ----------------------------------------------------------------------------- series
@@ -104,11 +134,11 @@ def check(
     *,
     mirror: str | None = None,
     offline: bool = False,
-) -> CheckResult:
+) -> Check:
     """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
     `recipes` pass."""
     fp = footprint.footprint(m)
-    result = CheckResult(commit=m.commit, footprint=fp)
+    result = Check(commit=m.commit, footprint=fp)
     for line in footprint.lines(fp):
         out.answer(line)
     if fp.over_budget:
@@ -146,8 +176,9 @@ def check(
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
+                what = _what_differs(old, new)
                 result.differences.append(
-                    {"path": rel, "diff": _diff(rel, old, new), "what": _what_differs(old, new)}
+                    Difference(path=rel, diff=_diff(rel, old, new), what=what)
                 )
 
         # exactly what `dgr-forge export` would write over the committed manifest
@@ -159,20 +190,18 @@ def check(
         ).encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
-            result.differences.append(
-                {"path": rel, "diff": _diff(rel, committed, regenerated), "what": "manifest"}
-            )
+            diff = _diff(rel, committed, regenerated)
+            result.differences.append(Difference(path=rel, diff=diff, what="manifest"))
 
         result.options_checked, result.option_problems = check_options(
             forge, src, m.commit, recipes
         )
 
-    for d in result.differences:
-        what = {"message": " (its commit message)", "diff": " (its diff)"}.get(
-            d.get("what", ""), ""
-        )
-        out.error(f"check: {d['path']} differs from a fresh apply + re-export{what}")
-        out.info(d["diff"].rstrip("\n"))
+    result.series_reproduced = not result.differences and not result.apply_error
+    for found in result.differences:
+        what = {"message": " (its commit message)", "diff": " (its diff)"}.get(found.what, "")
+        out.error(f"check: {found.path} differs from a fresh apply + re-export{what}")
+        out.info(found.diff.rstrip("\n"))
     for p in result.option_problems:
         out.error(f"check: recipe {p.recipe}: {p.message}")
     if result.ok:

@@ -17,33 +17,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
+from dgr_forge.cache.select import Cache
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cmake_options as options
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import (
-    boundary,
-    decision,
-    gitview,
-    inputs,
-    logs,
-    programs,
-    stamps,
-    steps,
-    truth,
-)
+from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, steps, truth
 from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.collect import BuildRun, make_record
 from dgr_forge.lanes.plan import (
@@ -53,7 +45,7 @@ from dgr_forge.lanes.plan import (
     launcher_switches,
 )
 from dgr_forge.lanes.signing import SigningKey
-from dgr_forge.lanes.state import LaneState, LastBuild, lane_state, save_lane_state
+from dgr_forge.lanes.state import Artifact, LaneState, LastBuild, lane_state, save_lane_state
 from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
@@ -64,23 +56,38 @@ if TYPE_CHECKING:
     from dgr_forge.upstream.patches import PatchedTree
 
 
-class LaneResult(Struct):
-    lane: str
-    status: str  # built | up-to-date | failed
-    configured: bool = False
-    patched: bool = False
-    ninja_steps: int = 0
-    artifacts: list[dict[str, Any]] = field(default_factory=list)
-    report: str | None = None
-    report_reused: bool = False
-    log: str = ""  # logs/build-<lane>.log, the link to the latest log
-    log_file: str = ""  # this build's own log
-    build_dir: str = ""
-    timings: dict[str, float] = field(default_factory=dict)
-    error_lines: list[str] = field(default_factory=list)
-    rebuilt: list[str] = field(default_factory=list)  # artifacts found changed on disk
-    cache: dict[str, Any] = field(default_factory=dict)
-    leaks: Leaks | None = None  # what crossed the worker boundary (the lane failed)
+class LaneResult(Struct, kw_only=True):
+    """a lane's build"""
+
+    lane: Annotated[str, d("the lane")]
+    status: Annotated[str, d("`built`, `up-to-date` or `failed`")]
+    configured: Annotated[bool, d("CMake configured this run")] = False
+    patched: Annotated[bool, d("the series was applied this run")] = False
+    ninja_steps: Annotated[int, d("Ninja steps run")] = 0
+    artifacts: Annotated[list[Artifact], d("the artifacts, hashed")] = field(default_factory=list)
+    report: Annotated[str | None, d("the signed report")] = None
+    report_reused: Annotated[
+        bool,
+        d(
+            "an earlier report was kept: only when the lane's whole input digest (input "
+            "files, patched tree, worker, programs, by content) is the one recorded with that "
+            "report"
+        ),
+    ] = False
+    log: Annotated[str, d("the `build-<lane>.log` link")] = ""
+    log_file: Annotated[str, d("this build's own log")] = ""
+    build_dir: Annotated[str, d("the lane's build directory")] = ""
+    cache: Cache
+    timings: Annotated[dict[str, float], d("seconds per phase")] = field(default_factory=dict)
+    rebuilt: Annotated[
+        list[str] | UnsetType, d("artifacts found changed on disk and rebuilt (only when any)")
+    ] = UNSET
+    error_lines: Annotated[
+        list[str] | UnsetType, d("a failed build's first error lines (only when failed)")
+    ] = UNSET
+    leaks: Annotated[
+        Leaks | UnsetType, d("what crossed the worker boundary (only when the lane failed so)")
+    ] = UNSET
 
 
 def source_date_epoch(src: Path, commit: str) -> int:
@@ -225,7 +232,7 @@ class LaneBuilder:
             status="failed",
             log=str(plan.log_link),
             build_dir=str(plan.build_dir),
-            cache=plan.cache.record(),
+            cache=msgspec.convert(plan.cache.record(), Cache),
         )
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
@@ -283,7 +290,7 @@ class LaneBuilder:
             # restore truth: Ninja relinks what is missing, whatever touched it
             self.out.warn(f"{lane}: {self.forge.rel(path)} changed on disk; rebuilding it")
             path.unlink(missing_ok=True)
-        self.result.rebuilt = list(d.rebuilt)
+        self.result.rebuilt = list(d.rebuilt) or UNSET
 
         self._record(decision.started(self.state, d))
         self.log_path = logs.new_log(plan.logs_dir, lane)
@@ -360,7 +367,7 @@ class LaneBuilder:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        gitview.apply(env, gitview.write_view(self.plan.build_dir, self._view_commits()))
+        steps.see_git_through(env, steps.write_git_view(self.plan.build_dir, self._view_commits()))
         env.update(self.plan.cache.env)
         if self.ctx.cache is not None:  # this lane's own cache counters start here
             statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
@@ -421,9 +428,10 @@ class LaneBuilder:
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
             figures = self.ctx.cache.figures()
-            self.result.cache = {**self.plan.cache.record(), **figures}
+            used = {**self.plan.cache.record(), **figures}
+            self.result.cache = msgspec.convert(used, Cache)
             if figures:
-                self.out.info(f"{lane}: {cache_session.describe(self.result.cache)}")
+                self.out.info(f"{lane}: {cache_session.describe(used)}")
         self.result.ninja_steps = ran.steps
         if ran.code != 0:
             self._fail("build", ran.lines)
@@ -449,7 +457,7 @@ class LaneBuilder:
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         if not ran:
             r.log_file = str(last.log_file or "")
-        r.artifacts = list(last.artifacts)
+        r.artifacts = msgspec.convert(last.artifacts, list[Artifact])
         if last.inputs is None:
             # an older forge recorded none; the report was built from these whole inputs
             # (`input_digest` matched), so its movable inputs are today's
@@ -483,7 +491,7 @@ class LaneBuilder:
             epoch=conf.epoch,
             log_path=self.log_path,
             started=self.started,
-            cache=r.cache,
+            cache=msgspec.to_builtins(r.cache),
             snap=self.snap,
             programs=self.state.programs,
             launcher=launcher,
@@ -534,9 +542,9 @@ class LaneBuilder:
     def _fail(self, phase: str, lines: list[str]) -> bool:
         r = self.result
         r.status = "failed"
-        r.error_lines = steps.error_lines(lines)
+        r.error_lines = errors = steps.error_lines(lines)
         self.out.error(f"{self.plan.lane}: {phase} failed")
-        for line in r.error_lines:
+        for line in errors:
             self.out.info(f"  {line}")
         self.out.info(f"full log: {self.plan.log_link}")
         self._record_failed(phase)

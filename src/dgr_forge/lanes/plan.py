@@ -107,12 +107,12 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
         return
     lines = []
     for check in bad:
-        lines.append(f"{check.lane} lane cannot build on this host: {check.summary()}")
+        lines.append(f"{check.lane} lane cannot build on this host: {check.summary}")
         lines += [f"  {line}" for line in check.reasons()]
     raise BadInput(
         "\n".join(lines),
         hint="install what is listed (see `dgr-forge doctor`), or build another --lane",
-        details={"lanes": [c.as_dict() for c in bad]},
+        details={"lanes": bad},
     )
 
 

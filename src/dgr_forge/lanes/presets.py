@@ -22,13 +22,16 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import UNSET, UnsetType
 
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_regular
+from dgr_forge.core.structs import Form, d
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
@@ -42,6 +45,35 @@ _FIX = (
     "fix or remove the file by hand (CMake would not read it either), or pass --out DIR to "
     "write the forge's presets elsewhere"
 )
+
+
+class Presets(Form, kw_only=True):
+    """`presets`' result (its `--json` object)."""
+
+    title = "presets"
+
+    path: Annotated[
+        str | None,
+        d(
+            "the forge's presets file, `dgr-forge.presets.json` (null with `--print` and "
+            "`--remove`)"
+        ),
+    ]
+    presets: Annotated[list[str], d("the preset names (none with `--remove`)")]
+    content: Annotated[dict[str, Any] | UnsetType, d("with `--print`: the presets file")] = UNSET
+    user_presets: Annotated[str | UnsetType, d("the `CMakeUserPresets.json` that includes it")] = (
+        UNSET
+    )
+    user_presets_change: Annotated[
+        str | UnsetType,
+        d(
+            "what happens to it: `created`, `changed` (the include entry added or removed; a "
+            "`version` under 4 raised to 4), `unchanged`, `deleted` (the one the forge created, "
+            "by `--remove`)"
+        ),
+    ] = UNSET
+    diff: Annotated[str | UnsetType, d('the change to it as a unified diff (`""`: none)')] = UNSET
+    dry_run: Annotated[bool | UnsetType, d("`--dry-run`: nothing was written")] = UNSET
 
 
 def _cache_variables(args: list[str]) -> dict[str, str]:

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
-from msgspec import Struct, field
-from msgspec.structs import fields
+from msgspec import Meta, Struct, field
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
-from dgr_forge.core.structs import asdict
+from dgr_forge.core.structs import SHA, asdict, d, lenient
 from dgr_forge.lanes import programs, stamps
 
 # 2: a last build's paths relative to the workspace (1, still read: absolute); an older
@@ -34,7 +33,20 @@ READ_SCHEMAS = (1, 2)
 PUBLIC = ("time", "result", "report", "log", "phase", "artifacts")
 
 
+class Artifact(Struct, kw_only=True):
+    """a built artifact"""
+
+    name: Annotated[str, d("the target's artifact name")]
+    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
+    path: Annotated[str, d("where it is")]
+    sha256: Annotated[str, SHA]
+
+
 class LastBuild(Struct):
+    """A lane's last build as state.json keeps it; read by `structs.lenient`: a field that
+    does not decode as its type is its default, a build without its time, log or result
+    (or with one of the wrong type) is none."""
+
     time: str
     result: str  # ok | failed
     log: str  # the latest log link, logs/build-<lane>.log
@@ -47,45 +59,14 @@ class LastBuild(Struct):
     artifacts: list[dict[str, Any]] = field(default_factory=list)
     byproducts: dict[str, str] = field(default_factory=dict)  # path -> sha256, as reported
     # path -> [size, mtime_ns, ctime_ns, inode, recorded_ns] when it last hashed true
-    subject_stats: dict[str, list[int]] = field(default_factory=dict)
+    subject_stats: dict[str, Annotated[list[int], Meta(min_length=5, max_length=5)]] = field(
+        default_factory=dict
+    )
     # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
     input_digest: str | None = None
     # the movable inputs (`lanes.inputs.report_inputs`) the report was built from: what
     # `status` and `lanes` compare to say a last build is stale
     inputs: dict[str, Any] | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any) -> LastBuild | None:
-        if not isinstance(data, dict) or not isinstance(data.get("result"), str):
-            return None
-        known = {f.name for f in fields(cls)}
-        try:
-            last = cls(**{k: v for k, v in data.items() if k in known})
-        except TypeError:
-            return None
-        # a hand-edited or damaged file is no state, never a crash
-        if not all(isinstance(getattr(last, k), str) for k in ("time", "log")):
-            return None
-        for name in ("report", "report_sha256", "log_file", "phase", "signed_by", "input_digest"):
-            if not isinstance(getattr(last, name), str | None):
-                setattr(last, name, None)
-        if not isinstance(last.signer_fingerprint, str | None):
-            last.signer_fingerprint = None
-        if not isinstance(last.artifacts, list) or not all(
-            isinstance(a, dict) for a in last.artifacts
-        ):
-            last.artifacts = []
-        if not isinstance(last.inputs, dict | None):
-            last.inputs = None
-        if not isinstance(last.byproducts, dict):
-            last.byproducts = {}
-        stats = last.subject_stats
-        if not isinstance(stats, dict) or not all(
-            isinstance(v, list) and len(v) == 5 and all(type(n) is int for n in v)
-            for v in stats.values()
-        ):
-            last.subject_stats = {}
-        return last
 
     def public(self) -> dict[str, Any]:
         """What `status` and `lanes` show of it (`PUBLIC`), as state.json's `last_build`."""
@@ -140,6 +121,11 @@ class Loaded(NamedTuple):
 
 
 class LaneState(Struct):
+    """A lane's entry in state.json, read by `structs.lenient` (the rule: a field whose
+    value does not decode as its type is its default, so a damaged entry costs a
+    reconfigure, never a crash); the programs and input stamps keep only their well-formed
+    entries (`programs.valid`, `stamps.valid_map`)."""
+
     inputs_digest: str | None = None
     head_commit: str | None = None
     source_date_epoch: int | None = None
@@ -164,23 +150,16 @@ class LaneState(Struct):
         last, evidence = data.get("last_build"), data.get("evidence")
         if isinstance(last, dict) and isinstance(evidence, dict):
             last = {**evidence, **last}
-        state = cls(last_build=LastBuild.from_dict(last))
-        for name in ("inputs_digest", "head_commit", "configured_at", "in_progress"):
-            value = data.get(name)
-            setattr(state, name, value if isinstance(value, str) else None)
-        switches = data.get("launcher_switches")
-        if isinstance(switches, list) and all(isinstance(n, str) for n in switches):
-            state.launcher_switches = list(switches)
-        given = data.get("build_info")
-        if isinstance(given, list) and all(isinstance(n, str) for n in given):
-            state.build_info = list(given)
-        state.programs = programs.valid(data.get("programs"))
-        state.input_stamps = stamps.valid_map(data.get("input_stamps"))
-        epoch = data.get("source_date_epoch")
-        state.source_date_epoch = epoch if type(epoch) is int else None
+        own = {k: v for k, v in data.items() if k != "last_build"}
+        state = lenient(cls, own) or cls()
+        state.last_build = lenient(LastBuild, last)
+        state.programs = programs.valid(state.programs)
+        state.input_stamps = stamps.valid_map(state.input_stamps)
         return state
 
-    def as_dict(self) -> dict[str, Any]:
+    def stored(self) -> dict[str, Any]:
+        """The entry as state.json holds it: empty fields left out, the last build's
+        public keys apart from the evidence a reuse checks."""
         data = {k: v for k, v in asdict(self).items() if v is not None and v != [] and v != {}}
         last = data.pop("last_build", None)
         if last is not None:
@@ -231,5 +210,5 @@ def save_lane_state(forge: Forge, lane: str, state: LaneState) -> None:
         kept = last.relocated(lambda p: stored_path(forge.workspace, p))
         state = msgspec.structs.replace(state, last_build=kept)
     data["schema"] = STATE_SCHEMA  # every lane's paths are read the same way
-    data["lanes"][lane] = state.as_dict()
+    data["lanes"][lane] = state.stored()
     write_json(forge.state_file, data)

@@ -11,19 +11,20 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import atomic_write_text, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.host import cmake_options as options
-from dgr_forge.lanes import inputs, logs
+from dgr_forge.lanes import inputs, logs, state
 from dgr_forge.lanes.collect import collect_artifacts
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.stamps import RACY_NS
@@ -212,9 +213,10 @@ def sign(
     return reports.write_report(forge, record, signer, out, unsigned_reason=why), signer
 
 
-def artifact_rows(artifacts: list[Artifact]) -> list[dict[str, Any]]:
+def artifact_rows(artifacts: list[Artifact]) -> list[state.Artifact]:
     return [
-        {"name": a.name, "kind": a.kind, "path": str(a.path), "sha256": a.sha256} for a in artifacts
+        state.Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
+        for a in artifacts
     ]
 
 
@@ -238,7 +240,7 @@ def last_build(
         report_sha256=sha256_file(report),
         signed_by=signer.keyid if signer else None,
         signer_fingerprint=signing.fingerprint(),
-        artifacts=artifact_rows(found.artifacts),
+        artifacts=msgspec.to_builtins(artifact_rows(found.artifacts)),
         subject_stats=found.stats,
         input_digest=whole,
         inputs=inputs.report_inputs(m, plan.recipe, plan.spec),
@@ -246,3 +248,66 @@ def last_build(
             str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
         },
     )
+
+
+# ----------------------------------------------------------------------------- git's view
+# The view of git a lane build's own processes get (issue 20): canonical, and still true.
+#
+# Upstreams compile git into the binary (llama.cpp's build-info: `git rev-parse --short
+# HEAD`, `git rev-list --count HEAD`, `git describe`). Left alone, the answers depend on the
+# workspace, not the source: `--short` grows with the object count (a workspace deepened by
+# a rebase gets 8 characters, a fresh depth-1 fetch 7) or with a user's `core.abbrev`, and
+# `--count` counts whatever history was fetched. The build therefore sees:
+#
+# * `core.abbrev` pinned (ABBREV) on the command-line scope, above any user config;
+# * the history cut at the pinned commit (and a git worker's commit), as a depth-1 fetch
+#   has it, through `GIT_SHALLOW_FILE`: `--count` is 1 + the patches in every workspace,
+#   `describe` sees the same commits;
+# * replace refs off, and none of the user's GIT_DIR-style redirections.
+#
+# The commit ids themselves are untouched: the binary embeds the real commit.
+
+ABBREV = 12
+VIEW_FILE = "dgr-git-shallow"
+# variables that would point git elsewhere or add configuration the view does not pin
+_DROPPED = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_COMMON_DIR",
+    "GIT_NAMESPACE",
+    "GIT_CEILING_DIRECTORIES",
+    "GIT_DISCOVERY_ACROSS_FILESYSTEM",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_REPLACE_REF_BASE",
+    "GIT_GRAFT_FILE",
+)
+
+
+def write_git_view(build_dir: Path, commits: Iterable[str]) -> Path:
+    """The shallow file (one commit id a line) in the lane's build directory; rewritten
+    only when it changes (a no-op build writes nothing)."""
+    path = build_dir / VIEW_FILE
+    text = "".join(f"{c}\n" for c in sorted(set(commits)))
+    try:
+        if path.read_text() == text:
+            return path
+    except OSError:
+        pass
+    build_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, text)
+    return path
+
+
+def see_git_through(env: MutableMapping[str, str], view: Path) -> None:
+    """Make `env` (a build's process environment) see git through the view."""
+    for name in list(env):
+        if name in _DROPPED or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")):
+            del env[name]
+    env["GIT_CONFIG_COUNT"] = "1"
+    env["GIT_CONFIG_KEY_0"] = "core.abbrev"
+    env["GIT_CONFIG_VALUE_0"] = str(ABBREV)
+    env["GIT_SHALLOW_FILE"] = os.fspath(view)
+    env["GIT_NO_REPLACE_OBJECTS"] = "1"

@@ -37,26 +37,26 @@ from dgr_forge.models.hashing import (
     hash_many,
     human,
 )
-from dgr_forge.models.make_manifest import BuiltManifest, build_manifest
-from dgr_forge.models.map_headers import MapResult, map_manifest
-from dgr_forge.models.provision import ProvisionResult, provision
+from dgr_forge.models.make_manifest import BuiltManifest, build_manifest, write_manifest
+from dgr_forge.models.map_headers import ArtifactsMap, map_manifest
+from dgr_forge.models.provision import ArtifactsProvision, provision
 from dgr_forge.models.sources import check_mirror, source_url
-from dgr_forge.models.verify import FileCheck, VerifyResult, verify
+from dgr_forge.models.verify import ArtifactsVerify, FileCheck, verify
 
 __all__ = [
     "CACHE_FILE",
     "FORBIDDEN_ROOTS",
     "LOCK_FILE",
     "READ_BLOCK",
+    "ArtifactsMap",
+    "ArtifactsProvision",
+    "ArtifactsVerify",
     "BuiltManifest",
     "DestDir",
     "FileCheck",
     "FileOutcome",
-    "MapResult",
-    "ProvisionResult",
     "RetryPolicy",
     "VerifiedCache",
-    "VerifyResult",
     "build_manifest",
     "check_destination",
     "check_mirror",
@@ -72,4 +72,5 @@ __all__ = [
     "provision",
     "source_url",
     "verify",
+    "write_manifest",
 ]

@@ -20,16 +20,18 @@ from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
 
 import requests
 import urllib3
+from msgspec import Struct
 
 from dgr_forge.core import fault
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
@@ -138,17 +140,20 @@ class RateFloor:
         return None
 
 
-@dataclass
-class FileOutcome:
-    name: str
-    size: int
-    status: str = "pending"  # present | downloaded | failed
-    downloaded_bytes: int = 0
-    resumed_from: int = 0  # bytes of NAME.part reused instead of downloaded again
-    restarts: int = 0  # times the file started over from byte 0 (server ignored Range)
-    retries: int = 0
-    error: str | None = None
-    sha256: str = ""  # the manifest's: what the file was (or would be) verified against
+class FileOutcome(Struct, kw_only=True):
+    """a file"""
+
+    name: Annotated[str, d("file name")]
+    size: Annotated[int, d("bytes, from the manifest")]
+    status: Annotated[str, d("`present`, `downloaded` or `failed`; `planned` with `--dry-run`")] = (
+        "pending"
+    )
+    downloaded_bytes: Annotated[int, d("bytes downloaded this run")] = 0
+    resumed_from: Annotated[int, d("bytes of NAME.part reused")] = 0
+    restarts: Annotated[int, d("times it started over from byte 0 (the server ignored Range)")] = 0
+    retries: Annotated[int, d("retries")] = 0
+    error: Annotated[str | None, d("why it failed")] = None
+    sha256: Annotated[str, d("the manifest's sha256: what it was verified against")] = ""
 
 
 class _Retry(Exception):

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url
+from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask
 from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.gguf_split import Header
@@ -26,6 +31,58 @@ class BuiltManifest:
     files: list[ModelFile]
     text: str
     layer_map: LayerMap | None = None
+
+
+class ManifestFile(Struct, kw_only=True):
+    """a file"""
+
+    name: Annotated[str, d("file name")]
+    size: Annotated[int, d("bytes")]
+    sha256: Annotated[str, SHA]
+    url: Annotated[str, d("credentials masked")]
+
+
+class ArtifactsManifest(Form, kw_only=True):
+    """`artifacts manifest`'s result (its `--json` object)."""
+
+    title = "artifacts manifest"
+
+    model: Annotated[str, d("the model's name")]
+    manifest: Annotated[Path, d("where it was written")]
+    state: Annotated[str, d("`written`, `updated` or `unchanged`")]
+    files: Annotated[list[ManifestFile], d("per file")]
+    total_size: Annotated[int, d("bytes")]
+    block_count: Annotated[int | None, d("with a layer map: the model's layers")]
+
+
+def _old_text(target: Path) -> str | None:
+    """What `artifacts manifest` would replace, read bounded (a FIFO or a huge file at the
+    target is simply replaced, never read); None when there is no manifest to compare."""
+    if not target.is_file():
+        return None
+    try:
+        return models.read_raw(target, str(target)).decode("utf-8")
+    except (BadInput, UnicodeDecodeError):
+        return None
+
+
+def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
+    """Write `built` at `target` unless it holds exactly that text already."""
+    old = _old_text(target)
+    state = "unchanged" if old == built.text else ("updated" if old else "written")
+    if state != "unchanged":
+        atomic_write_text(target, built.text)
+    return ArtifactsManifest(
+        model=built.name,
+        manifest=target,
+        state=state,
+        files=[
+            ManifestFile(name=f.name, size=f.size, sha256=f.sha256, url=mask(f.url))
+            for f in built.files
+        ],
+        total_size=sum(f.size for f in built.files),
+        block_count=built.layer_map.block_count if built.layer_map else None,
+    )
 
 
 def with_map(

@@ -34,7 +34,7 @@ import tomli_w
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.ids import HEX40, HEX64, NAME
+from dgr_forge.core.gitutil import HEX40, HEX64, NAME
 from dgr_forge.core.tominput import CheckedStr, Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail, read_bytes
 from dgr_forge.core.urls import HTTP_SCHEMES, mask

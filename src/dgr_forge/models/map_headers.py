@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 from urllib.parse import urlsplit
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split, layermap, mapping
 from dgr_forge.models import manifest as models
@@ -25,9 +27,8 @@ from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import RetryPolicy
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import default_jobs, hash_many, human
-from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.make_manifest import with_map
-from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.remote import header_limit, read_remote_header
 from dgr_forge.models.sources import (
     check_file_sources,
@@ -39,38 +40,29 @@ from dgr_forge.models.sources import (
 )
 
 
-@dataclass
-class MapResult:
-    model: str
-    manifest: Path
-    state: str  # written | updated | unchanged
-    source: str  # dest | url
-    layer_map: LayerMap | None
-    files: list[ModelFile]
-    header_bytes: dict[str, int] = field(default_factory=dict)
-    requests: int = 0
+class MappedFile(Struct, kw_only=True):
+    """a file"""
 
-    def to_json(self) -> dict[str, Any]:
-        lm = self.layer_map
-        return {
-            "model": self.model,
-            "manifest": str(self.manifest),
-            "state": self.state,
-            "source": self.source,
-            "arch": lm.arch if lm else None,
-            "block_count": lm.block_count if lm else None,
-            "files": [
-                {
-                    "name": f.name,
-                    "layers": layermap.format_ranges(f.layers) if f.layers is not None else None,
-                    "tensors": list(f.tensors) if f.tensors is not None else None,
-                    "header_bytes": self.header_bytes.get(f.name, 0),
-                }
-                for f in self.files
-            ],
-            "header_bytes": sum(self.header_bytes.values()),
-            "requests": self.requests,
-        }
+    name: Annotated[str, d("file name")]
+    layers: Annotated[str | None, d('layer ranges it holds tensors of (`""`: none)')]
+    tensors: Annotated[list[str] | None, d("its other tensor groups, e.g. `token_embd`")]
+    header_bytes: Annotated[int, d("header bytes read")]
+
+
+class ArtifactsMap(Form, kw_only=True):
+    """`artifacts map`'s result (its `--json` object)."""
+
+    title = "artifacts map"
+
+    model: Annotated[str, d("the model's name")]
+    manifest: Annotated[Path, d("the manifest written")]
+    state: Annotated[str, d("`updated` or `unchanged`")]
+    source: Annotated[str, d("`dest` (files on disk) or `url` (headers by HTTP Range requests)")]
+    arch: Annotated[str | None, d("`general.architecture`")]
+    block_count: Annotated[int | None, d("`<arch>.block_count`: the model's layers")]
+    files: Annotated[list[MappedFile], d("per file (null `layers`/`tensors`: not a .gguf)")]
+    header_bytes: Annotated[int, d("header bytes read in all")]
+    requests: Annotated[int, d("HTTP Range requests made")]
 
 
 def _from_dest(
@@ -157,7 +149,7 @@ def map_manifest(
     dest: Path | None = None,
     mirror: str | None = None,
     jobs: int | None = None,
-) -> MapResult:
+) -> ArtifactsMap:
     """Write `m` again with its layer map (from the headers); the rest of it unchanged."""
     if m.path is None:
         raise BadInput("the manifest has no file to write the map into", hint="pass a path")
@@ -186,13 +178,22 @@ def map_manifest(
         f"{m.shown}: layer map {state}: {layer_map.arch}, {layer_map.block_count} layers in "
         f"{len(mapping.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"
     )
-    return MapResult(
+    return ArtifactsMap(
         model=m.name,
         manifest=m.path,
         state=state,
         source="dest" if dest is not None else "url",
-        layer_map=layer_map,
-        files=files,
-        header_bytes=read,
+        arch=layer_map.arch if layer_map else None,
+        block_count=layer_map.block_count if layer_map else None,
+        files=[
+            MappedFile(
+                name=f.name,
+                layers=layermap.format_ranges(f.layers) if f.layers is not None else None,
+                tensors=list(f.tensors) if f.tensors is not None else None,
+                header_bytes=read.get(f.name, 0),
+            )
+            for f in files
+        ],
+        header_bytes=sum(read.values()),
         requests=requests,
     )

@@ -12,12 +12,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, TypeVar
 
 from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.models import layermap, mapping, subset
 from dgr_forge.models.dest import (
     DestDir,
@@ -30,49 +30,71 @@ from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
-from dgr_forge.models.subset import Record, Selection
+from dgr_forge.models.subset import Layers, Provisioned, Record, Selection
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 
-@dataclass
-class ProvisionResult:
-    model: str
-    dest: Path
-    files: list[FileOutcome]
-    seconds: float
-    split_problems: dict[str, list[str]] = field(default_factory=dict)
-    selection: Selection | None = None  # with --layers / --first / --last
-    model_bytes: int = 0  # the whole model, against which the subset is shown
-    missing_bytes: int = 0  # what was still to download when the run began
-    dry_run: bool = False
-    record: Record | None = None  # the ranges the destination now holds, with a map
+class ArtifactsProvision(Form, kw_only=True):
+    """`artifacts provision`'s result (its `--json` object)."""
 
-    @property
-    def failed(self) -> list[FileOutcome]:
-        return [f for f in self.files if f.status == "failed"]
+    title = "artifacts provision"
+    may_fail = True
+    note = (
+        "exit 1 when a file fails; a busy provision lock adds `lock` and `holder` to the "
+        "error, a bad `DGR_ARTIFACTS_*` number `variable` and `value`"
+    )
+
+    model: Annotated[str, d("the model's name")]
+    dest: Annotated[Path, d("the `--dest` directory")]
+    files: Annotated[list[FileOutcome], d("per file")]
+    downloaded_bytes: Annotated[int, d("total downloaded this run")]
+    seconds: Annotated[float, d("time taken")]
+    failed: Annotated[list[str], d("the files that failed")]
+    split_problems: Annotated[
+        dict[str, list[str]],
+        d("GGUF split problems per file, and headers contradicting the layer map"),
+    ]
+    layers: Layers | None
+    bytes: Annotated[int, d("the size of the files listed (the subset with `--layers`)")]
+    model_bytes: Annotated[int, d("the size of the whole model")]
+    missing_bytes: Annotated[int, d("what was still to download when the run began")]
+    dry_run: Annotated[bool, d("`--dry-run`: nothing was written, every file is `planned`")]
+    provisioned: Provisioned | None
 
     @property
     def ok(self) -> bool:
         return not self.failed and not self.split_problems
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "dest": str(self.dest),
-            "files": [asdict(f) for f in self.files],
-            "downloaded_bytes": sum(f.downloaded_bytes for f in self.files),
-            "seconds": round(self.seconds, 3),
-            "failed": [f.name for f in self.failed],
-            "split_problems": self.split_problems,
-            "layers": self.selection.to_json() if self.selection else None,
-            "bytes": sum(f.size for f in self.files),
-            "model_bytes": self.model_bytes,
-            "missing_bytes": self.missing_bytes,
-            "dry_run": self.dry_run,
-            "provisioned": self.record.to_json() if self.record else None,
-        }
+
+def _result(
+    m: ModelManifest,
+    target: Path,
+    files: list[FileOutcome],
+    started: float,
+    selection: Selection | None,
+    need: int,
+    *,
+    split_problems: dict[str, list[str]] | None = None,
+    record: Record | None = None,
+    dry_run: bool = False,
+) -> ArtifactsProvision:
+    return ArtifactsProvision(
+        model=m.name,
+        dest=target,
+        files=files,
+        downloaded_bytes=sum(f.downloaded_bytes for f in files),
+        seconds=round(time.monotonic() - started, 3),
+        failed=[f.name for f in files if f.status == "failed"],
+        split_problems=split_problems or {},
+        layers=selection.shown() if selection else None,
+        bytes=sum(f.size for f in files),
+        model_bytes=m.total_size,
+        missing_bytes=need,
+        dry_run=dry_run,
+        provisioned=record.shown() if record else None,
+    )
 
 
 def in_daemon_threads(
@@ -144,7 +166,7 @@ def provision(
     policy: RetryPolicy | None = None,
     selection: Selection | None = None,
     dry_run: bool = False,
-) -> ProvisionResult:
+) -> ArtifactsProvision:
     """Bring the files of `m` (those `selection` needs, or all) into `dest`, exactly;
     refusals raise BadInput before any write. `dry_run` says what would move, writes none."""
     started = time.monotonic()
@@ -184,22 +206,14 @@ def provision(
             for problem in problems:
                 out.error(f"{name}: {problem}")
         record = _record(m, held, selection, ok=len(ok_files) == len(chosen) and not split_problems)
-    result = ProvisionResult(
-        model=m.name,
-        dest=target,
-        files=files,
-        seconds=time.monotonic() - started,
-        split_problems=split_problems,
-        selection=selection,
-        model_bytes=m.total_size,
-        missing_bytes=need,
-        record=record,
+    result = _result(
+        m, target, files, started, selection, need, split_problems=split_problems, record=record
     )
     got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
     # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
     # still says whether the model is ready; each file's problem went to stderr above
-    unready = sorted({o.name for o in result.failed} | set(split_problems))
+    unready = sorted(set(result.failed) | set(split_problems))
     if unready:
         out.answer(
             f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
@@ -240,7 +254,7 @@ def _dry_run(
     what: str,
     out: Reporter,
     started: float,
-) -> ProvisionResult:
+) -> ArtifactsProvision:
     """Which files, how many bytes against the whole model: nothing created or locked."""
     exists = target.is_dir()
     need = missing_bytes(target, chosen) if exists else sum(f.size for f in chosen)
@@ -260,13 +274,4 @@ def _dry_run(
     files = [
         FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
     ]
-    return ProvisionResult(
-        model=m.name,
-        dest=target,
-        files=files,
-        seconds=time.monotonic() - started,
-        selection=sel,
-        model_bytes=m.total_size,
-        missing_bytes=need,
-        dry_run=True,
-    )
+    return _result(m, target, files, started, sel, need, dry_run=True)

@@ -18,9 +18,13 @@ import os
 import stat
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
+
+import msgspec
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.structs import d
 from dgr_forge.models import layermap
 from dgr_forge.models.hashing import write_in
 from dgr_forge.models.layermap import EMBEDDINGS, HEAD, Ranges
@@ -30,6 +34,35 @@ from dgr_forge.models.mapping import metadata_file
 RECORD_FILE = ".dgr-layers.json"
 MAX_RECORD_BYTES = 64 << 10
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class Layers(Struct, kw_only=True):
+    """with `--layers` (or, for `verify`, the destination's record): the layers the files
+    listed were chosen for"""
+
+    layers: Annotated[str, d("merged layer ranges, e.g. `11-21`")]
+    first: Annotated[bool, d("the embeddings' files included (`--first`, or a range from layer 0)")]
+    last: Annotated[
+        bool, d("the output head's files included (`--last`, or a range to the last layer)")
+    ]
+
+
+class Provisioned(Struct, kw_only=True):
+    """with a layer map: what the destination records it was provisioned for (the union of
+    every successful run's ranges); also the record file's keys"""
+
+    model: Annotated[str, d("the model's name")]
+    layers: Annotated[str, d("layer ranges")]
+    first: Annotated[bool, d("the embeddings")]
+    last: Annotated[bool, d("the output head")]
+
+
+class Serves(Struct, kw_only=True):
+    """with a layer map: what the files that verified can serve"""
+
+    layers: Annotated[str, d('layer ranges, e.g. `0-10,22-32` (`""`: none)')]
+    first: Annotated[bool, d("the embeddings' files verified")]
+    last: Annotated[bool, d("the output head's files verified")]
 
 
 @dataclass(frozen=True)
@@ -43,12 +76,8 @@ class Selection:
     def size(self) -> int:
         return sum(f.size for f in self.files)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "layers": layermap.format_ranges(self.ranges),
-            "first": self.first,
-            "last": self.last,
-        }
+    def shown(self) -> Layers:
+        return Layers(layers=layermap.format_ranges(self.ranges), first=self.first, last=self.last)
 
 
 def _needs_map(m: ModelManifest) -> BadInput:
@@ -112,10 +141,10 @@ def _tied(m: ModelManifest) -> bool:
     return not any("output" in (f.tensors or ()) for f in m.files)
 
 
-def serves(m: ModelManifest, good: set[str]) -> dict[str, Any]:
+def serves(m: ModelManifest, good: set[str]) -> Serves:
     """What the files in `good` (verified) can serve: layer ranges, embeddings, head."""
     if m.layer_map is None:
-        return {"layers": "", "first": False, "last": False}
+        return Serves(layers="", first=False, last=False)
     meta = metadata_file(m.files)
     base = all(
         f.name in good
@@ -130,11 +159,11 @@ def serves(m: ModelManifest, good: set[str]) -> dict[str, Any]:
     missing = {n for f in m.files if f.name not in good for n in layermap.layers(f.layers or ())}
     layers = [] if not base else [n for n in range(m.layer_map.block_count) if n not in missing]
     head = {*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)
-    return {
-        "layers": layermap.format_ranges(layermap.of_layers(layers)),
-        "first": groups_good({EMBEDDINGS}),
-        "last": groups_good(head),
-    }
+    return Serves(
+        layers=layermap.format_ranges(layermap.of_layers(layers)),
+        first=groups_good({EMBEDDINGS}),
+        last=groups_good(head),
+    )
 
 
 # ----------------------------------------------------------------------------- the record
@@ -147,13 +176,9 @@ class Record:
     first: bool
     last: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "layers": layermap.format_ranges(self.ranges),
-            "first": self.first,
-            "last": self.last,
-        }
+    def shown(self) -> Provisioned:
+        layers = layermap.format_ranges(self.ranges)
+        return Provisioned(model=self.model, layers=layers, first=self.first, last=self.last)
 
     def union(self, sel: Selection) -> Record:
         return Record(
@@ -183,5 +208,6 @@ def read_record(dir_fd: int, model: str) -> Record | None:
 
 
 def write_record(dir_fd: int, record: Record) -> None:
-    text = json.dumps({"version": 1, **record.to_json()}, indent=1, sort_keys=True) + "\n"
+    shown = msgspec.structs.asdict(record.shown())
+    text = json.dumps({"version": 1, **shown}, indent=1, sort_keys=True) + "\n"
     write_in(dir_fd, RECORD_FILE, text.encode())

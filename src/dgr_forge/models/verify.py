@@ -16,56 +16,52 @@ from __future__ import annotations
 import os
 import stat
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated
+
+from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.models import manifest as models
 from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
-from dgr_forge.models.subset import Record, Selection
+from dgr_forge.models.subset import Layers, Provisioned, Record, Selection, Serves
 
 
-@dataclass
-class FileCheck:
-    name: str
-    size: int
-    ok: bool
-    problems: list[str]
-    sha256: str | None = None  # what is on disk, when it was hashed
-    status: str = "ok"  # ok | missing | bad (wrong kind, size, sha256 or split header)
+class FileCheck(Struct):
+    """a file"""
+
+    name: Annotated[str, d("file name")]
+    size: Annotated[int, d("bytes, from the manifest")]
+    ok: Annotated[bool, d("`status` is `ok`")]
+    problems: Annotated[list[str], d("what is wrong (size, sha256, split header)")]
+    sha256: Annotated[str | None, d("what is on disk, when it was hashed")] = None
+    status: Annotated[str, d("`ok`, `missing` or `bad`")] = "ok"
 
 
-@dataclass
-class VerifyResult:
-    model: str
-    dest: Path
-    files: list[FileCheck]
-    seconds: float
-    checked: Selection | None = None  # the layers required (--layers, or the record)
-    serves: dict[str, Any] | None = None  # with a map: what the verified files can serve
-    record: Record | None = None
+class ArtifactsVerify(Form, kw_only=True):
+    """`artifacts verify`'s result (its `--json` object)."""
 
-    @property
-    def bad(self) -> list[FileCheck]:
-        return [f for f in self.files if not f.ok]
+    title = "artifacts verify"
+    may_fail = True
+    note = "exit 1 when a file is not `ok`"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "dest": str(self.dest),
-            "files": [asdict(f) for f in self.files],
-            "bad": [f.name for f in self.bad],
-            "bytes": sum(f.size for f in self.files),
-            "seconds": round(self.seconds, 3),
-            "layers": self.checked.to_json() if self.checked else None,
-            "serves": self.serves,
-            "provisioned": self.record.to_json() if self.record else None,
-        }
+    model: Annotated[str, d("the model's name")]
+    dest: Annotated[Path, d("the `--dest` directory")]
+    files: Annotated[
+        list[FileCheck],
+        d("per file required (all, or those the layers checked need) or present"),
+    ]
+    bad: Annotated[list[str], d("the files not `ok`")]
+    bytes: Annotated[int, d("total size of the files listed")]
+    seconds: Annotated[float, d("time taken")]
+    layers: Layers | None
+    serves: Serves | None
+    provisioned: Provisioned | None
 
 
 def _status(problems: list[str]) -> str:
@@ -92,7 +88,7 @@ def verify(
     *,
     jobs: int | None = None,
     selection: Selection | None = None,
-) -> VerifyResult:
+) -> ArtifactsVerify:
     started = time.monotonic()
     target = check_destination(dest)  # the /home rule: it writes .dgr-verified.json there
     if not target.is_dir():
@@ -159,15 +155,23 @@ def verify(
     ]
     good = {c.name for c in checks if c.ok}
     serves = subset.serves(m, good) if m.layer_map is not None else None
-    result = VerifyResult(
-        m.name, target, checks, time.monotonic() - started, checked, serves, record
+    result = ArtifactsVerify(
+        model=m.name,
+        dest=target,
+        files=checks,
+        bad=[c.name for c in checks if not c.ok],
+        bytes=sum(c.size for c in checks),
+        seconds=round(time.monotonic() - started, 3),
+        layers=checked.shown() if checked else None,
+        serves=serves,
+        provisioned=record.shown() if record else None,
     )
-    for c in result.bad:
+    for c in checks:
         for problem in c.problems:
             out.error(f"{c.name}: {problem}")
     # the verdict is the answer (stdout), as `report verify`'s; the problems are diagnostics
     if result.bad:
-        names = ", ".join(c.name for c in result.bad)
+        names = ", ".join(result.bad)
         out.answer(
             f"{m.name}: FAILED verification: {len(result.bad)} of {len(checks)} files ({names})"
         )
@@ -177,9 +181,9 @@ def verify(
             f"{m.name}: OK: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)"
         )
     if serves is not None:
-        ends = [w for w, k in (("embeddings", "first"), ("output head", "last")) if serves[k]]
+        ends = [w for w, on in (("embeddings", serves.first), ("output head", serves.last)) if on]
         out.answer(
-            f"{target} can serve layers {serves['layers'] or 'none'} of "
+            f"{target} can serve layers {serves.layers or 'none'} of "
             f"{m.layer_map.block_count if m.layer_map else 0}"
             + (f" + {' + '.join(ends)}" if ends else "")
         )

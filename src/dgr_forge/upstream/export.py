@@ -16,8 +16,12 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from msgspec import Struct
+from msgspec.structs import replace
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -25,9 +29,10 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.series_journal import scratch_dir
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
@@ -62,19 +67,36 @@ class ExportedPatch:
     subject: str
 
 
-@dataclass(frozen=True)
-class ExportResult:
-    patches: tuple[ExportedPatch, ...]
-    result_tree: str
-    written: tuple[str, ...]  # new or changed files
-    unchanged: tuple[str, ...]
-    removed: tuple[str, ...]  # stale files deleted
-    manifest_changed: bool
-    replaced_saved: str | None = None  # --force: where the overwritten series was saved
+class PatchFile(Struct, kw_only=True):
+    """a patch"""
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.written or self.removed or self.manifest_changed)
+    file: Annotated[str, d("file name")]
+    sha256: Annotated[str, SHA]
+    tree: Annotated[str, d("tree after it")]
+    subject: Annotated[str, d("its subject")]
+
+
+class Export(Form, kw_only=True):
+    """`export`'s result (its `--json` object)."""
+
+    title = "export [--force]"
+    note = (
+        "a stale workspace is exit 3 with `drift` and `manifest`; a message line `git am` "
+        "would cut is exit 2 with `commit`, `line`, `text`"
+    )
+
+    upstream: Annotated[str, d("the upstream's name")]
+    patches: Annotated[list[PatchFile], d("the series written")]
+    result_tree: Annotated[str, d("the tree of the whole series")]
+    written: Annotated[list[str], d("patch files (re)written")]
+    unchanged: Annotated[list[str], d("patch files already identical")]
+    removed: Annotated[list[str], d("patch files removed")]
+    manifest_changed: Annotated[bool, d("the manifest was rewritten")]
+    changed: Annotated[bool, d("anything changed")]
+    replaced_saved: Annotated[
+        str | None,
+        d("with `--force`: where the overwritten patch files and manifest were saved"),
+    ] = None
 
 
 def slug(subject: str) -> str:
@@ -146,40 +168,6 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
     ]
 
 
-def _is_mbox_from(line: str) -> bool:
-    """git mailsplit's `is_from_line`: "From " ... a time "dd:dd:dd" and a year > 90 after
-    it, which starts a new mail in the series' mbox."""
-    if len(line) + 1 < 20 or not line.startswith("From "):  # (git counts the newline)
-        return False
-    colon = line.rfind(":", 4, len(line) - 1)
-    if colon < 4 or colon + 2 >= len(line):
-        return False
-    digits = (line[colon - 4], line[colon - 2], line[colon - 1], line[colon + 1], line[colon + 2])
-    if not all(c.isdigit() for c in digits):
-        return False
-    year = re.match(r"\s*[+-]?\d+", line[colon + 3 :])
-    return year is not None and int(year.group()) > 90
-
-
-def message_break(line: str) -> str | None:
-    """Why `git am` would not keep this message line as text: git's own rules (mailinfo's
-    `patchbreak`, mailsplit's `is_from_line`); None when it round-trips. `---------`,
-    `--- ` followed by a space, `* ` bullets and indented diffs are all kept."""
-    if line.startswith("diff -"):
-        return "it starts a diff (`diff -`)"
-    if line.startswith("Index: "):
-        return "it starts a CVS-style diff (`Index: `)"
-    if line.startswith("---") and len(line) >= 3:
-        rest = line[3:]
-        if rest.startswith(" ") and rest[1:2] and not rest[1].isspace():
-            return "it starts a diff header (`--- <file>`)"
-        if not rest.strip():
-            return "it is the `---` separator that ends the message"
-    if _is_mbox_from(line):
-        return "it looks like an mbox `From ` line, which starts a new mail"
-    return None
-
-
 # mailinfo's in-body headers: at the start of the body they replace the mail's own
 _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
@@ -193,7 +181,7 @@ def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, 
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
         first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
         for n, line in enumerate(lines[1:], start=2):
-            why = message_break(line)
+            why = patchfile.message_break(line)
             at_start = first is not None and n == first + 1
             if why is None and at_start and _INBODY_HEADER.match(line):
                 why = "at the start of the body `git am` reads it as a mail header"
@@ -375,7 +363,7 @@ def export_series(
     *,
     new_pin: tuple[str, str] | None = None,
     guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
-) -> ExportResult:
+) -> Export:
     """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
 
     `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
@@ -441,7 +429,7 @@ def canonical_commits(
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
             body = msg.read_text(encoding="utf-8")
-            message = stripspace(info.get("Subject", "") + "\n\n" + body)
+            message = patchfile.stripspace(info.get("Subject", "") + "\n\n" + body)
             date = info.get("Date", "")
             env = {
                 "GIT_AUTHOR_NAME": info.get("Author", ""),
@@ -456,19 +444,6 @@ def canonical_commits(
     return parent
 
 
-def stripspace(text: str) -> str:
-    """git's `stripspace` (what am does to a message): no trailing blanks, no runs of
-    empty lines, no leading/trailing empty lines, one final newline."""
-    lines = [line.rstrip() for line in text.split("\n")]
-    out: list[str] = []
-    for line in lines:
-        if line or (out and out[-1]):
-            out.append(line)
-    while out and not out[-1]:
-        out.pop()
-    return "\n".join(out) + "\n" if out else ""
-
-
 def write_series(
     forge: Forge,
     m: UpstreamManifest,
@@ -477,7 +452,7 @@ def write_series(
     out: Reporter,
     *,
     new_pin: tuple[str, str] | None = None,
-) -> ExportResult:
+) -> Export:
     """Make patches/ and the manifest hold `series`, touching only what differs, through
     the one crash-safe journal (series_journal); the caller holds the root lock."""
     pdir = m.patches_dir
@@ -519,7 +494,18 @@ def write_series(
         out.answer(f"removed {m.patches_dir_rel}/{name}")
     if manifest_changed:
         out.answer(f"updated {forge.rel(m.path)}")
-    return ExportResult(tuple(series), result_tree, written, unchanged, removed, manifest_changed)
+    return Export(
+        upstream=m.name,
+        patches=[
+            PatchFile(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject) for p in series
+        ],
+        result_tree=result_tree,
+        written=list(written),
+        unchanged=list(unchanged),
+        removed=list(removed),
+        manifest_changed=manifest_changed,
+        changed=bool(written or removed or manifest_changed),
+    )
 
 
 def export_workspace(
@@ -529,7 +515,7 @@ def export_workspace(
     *,
     before: bytes | None = None,
     force: bool = False,
-) -> ExportResult:
+) -> Export:
     """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
     The caller holds the workspace and root locks, ran recovery and loaded `m` under them
     (the command context); `before`: the manifest's bytes from before the root lock was

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Annotated, cast
 
 from msgspec import Struct
 from msgspec.structs import asdict
@@ -43,6 +44,7 @@ from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.transfer import resolve_mirror, transfer
@@ -63,7 +65,15 @@ from dgr_forge.upstream.workspace import (
     remove_git_leftovers,
 )
 
-__all__ = ["PARALLEL_CHECKOUT", "FetchResult", "fetch_locked", "local_commits", "resolve_mirror"]
+__all__ = [
+    "PARALLEL_CHECKOUT",
+    "Fetch",
+    "FetchResult",
+    "fetch",
+    "fetch_locked",
+    "local_commits",
+    "resolve_mirror",
+]
 
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
@@ -80,6 +90,59 @@ class FetchResult(Struct, frozen=True):
     method: str = "none"
     url: str | None = None
     saved_patch: Path | None = None
+
+
+class Fetch(Form, kw_only=True):
+    """`fetch`'s result (its `--json` object)."""
+
+    title = "fetch"
+
+    upstream: Annotated[str, d("the upstream's name")]
+    url: Annotated[str, d("where it was fetched from, masked")]
+    src_dir: Annotated[Path, d("the workspace's checkout")]
+    commit: Annotated[str, d("the pinned commit, checked out")]
+    tree: Annotated[str | None, d("its tree, verified")]
+    changed: Annotated[bool, d("the checkout moved")]
+    method: Annotated[str, d("how the commit arrived, e.g. `none`, `fetch`, `clone`")]
+    shallow: Annotated[bool, d("the checkout is shallow")]
+    saved_patch: Annotated[
+        Path | None, d("`--force`: where the discarded local changes were saved")
+    ]
+    build_number: Annotated[
+        int | None, d("the upstream's own build number at the pin (null: not countable here)")
+    ]
+    seconds: Annotated[float, d("time taken")]
+
+
+def fetch(
+    forge: Forge,
+    m: UpstreamManifest,
+    out: Reporter,
+    *,
+    mirror: str | None,
+    offline: bool,
+    force: bool,
+) -> Fetch:
+    """The `fetch` command under the workspace and root locks: the pin checked out and
+    verified (`fetch_locked`), then the upstream's build number recorded in the manifest."""
+    from dgr_forge.upstream import build_number
+
+    started = time.monotonic()
+    result = fetch_locked(forge, m, out, mirror=mirror, offline=offline, force=force)
+    m = build_number.record(forge, m, None if offline else mirror or m.url, out)
+    return Fetch(
+        upstream=m.name,
+        url=mask(result.url or m.url),
+        src_dir=result.src_dir,
+        commit=result.commit,
+        tree=result.tree,
+        changed=result.changed,
+        method=result.method,
+        shallow=(result.src_dir / ".git" / "shallow").exists(),
+        saved_patch=result.saved_patch,
+        build_number=m.build_number,
+        seconds=round(time.monotonic() - started, 3),
+    )
 
 
 def local_commits(src: Path, head: str, pin: str | None) -> list[str]:

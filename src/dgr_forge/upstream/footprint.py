@@ -15,7 +15,7 @@ from typing import Annotated
 
 from msgspec import Struct
 
-from dgr_forge.core.described import d
+from dgr_forge.core.structs import d
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import read_patch
 

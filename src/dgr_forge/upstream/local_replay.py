@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Struct, field
@@ -31,6 +32,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -424,8 +426,9 @@ def _in_progress(forge: Forge, src: Path, st: ReplayState) -> NeedsHuman:
     )
 
 
-def replay_rows(src: Path) -> list[dict[str, str]] | None:
-    """Each of a person's commits in a replay: replayed, conflict or pending (status)."""
+def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
+    """Each of a person's commits in a replay (commit, subject, state: replayed, skipped,
+    conflict or pending), for `status`."""
     st = load_replay_state(src)
     if st is None:
         return None
@@ -437,5 +440,71 @@ def replay_rows(src: Path) -> list[dict[str, str]] | None:
             state = "conflict"
         else:
             state = "pending"
-        rows.append({"commit": c, "subject": _subject(src, c), "state": state})
+        rows.append((c, _subject(src, c), state))
     return rows
+
+
+# ----------------------------------------------------------------------------- results
+
+
+class Patch(Form, kw_only=True):
+    """`patch`'s result (its `--json` object)."""
+
+    title = "patch · patch --continue"
+    note = "a replay conflict is exit 3 (a failure) with `commit`, `files`, `workspace`"
+
+    upstream: Annotated[str, d("the upstream's name")]
+    src_dir: Annotated[Path, d("the workspace's checkout")]
+    base_commit: Annotated[str, d("the pin")]
+    head_commit: Annotated[str, d("HEAD after the series (and your commits)")]
+    result_tree: Annotated[str, d("the tree of the applied series")]
+    patches: Annotated[list[str], d("the series' files, in order")]
+    changed: Annotated[bool, d("the workspace moved")]
+    replayed: Annotated[list[str], d("your commits replayed on a moved series, by their old ids")]
+    skipped: Annotated[list[str], d("your commits the new series already held")]
+    local_commits: Annotated[int, d("how many of your commits are on top now")]
+    seconds: Annotated[float, d("time taken")]
+
+
+class PatchAbort(Form, kw_only=True):
+    """`patch --abort`'s result."""
+
+    title = "patch --abort"
+
+    upstream: Annotated[str, d("the upstream's name")]
+    src_dir: Annotated[Path, d("the workspace's checkout")]
+    head_commit: Annotated[str, d("the HEAD restored")]
+
+
+def patch(
+    forge: Forge,
+    m: UpstreamManifest,
+    out: Reporter,
+    *,
+    mirror: str | None,
+    offline: bool,
+    resume_: bool = False,
+    abort_: bool = False,
+) -> Patch | PatchAbort:
+    """The `patch` command (`--continue`: `resume_`, `--abort`: `abort_`) under the
+    workspace lock."""
+    if abort_:
+        head = abort(forge, m, out)
+        return PatchAbort(upstream=m.name, src_dir=forge.src_dir(m.name), head_commit=head)
+    started = time.monotonic()
+    how = resume if resume_ else update
+    done = how(forge, m, out, mirror=mirror, offline=offline)
+    tree = done.patched
+    return Patch(
+        upstream=m.name,
+        src_dir=tree.src_dir,
+        base_commit=tree.base_commit,
+        head_commit=tree.head_commit,
+        result_tree=tree.result_tree,
+        patches=[e.file for e in m.series],
+        changed=tree.changed,
+        replayed=list(done.replayed),
+        skipped=list(done.skipped),
+        local_commits=done.local_commits,
+        seconds=round(time.monotonic() - started, 3),
+    )

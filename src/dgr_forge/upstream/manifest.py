@@ -15,7 +15,7 @@ import msgspec
 from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.ids import HEX40, HEX64, NAME
+from dgr_forge.core.gitutil import HEX40, HEX64, NAME
 from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail, read_bytes, shown_value
 from dgr_forge.core.urls import check_url

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 
 from msgspec import Struct
 
@@ -28,6 +29,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import patchfile, series_base, tree_cache
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
@@ -314,7 +316,7 @@ def _am_failure(
         "pin with `dgr-forge rebase --onto <sha>` rather than by editing the manifest, or "
         "refresh the patch by hand (`git am` the earlier patches in the workspace, "
         "`git apply --reject` this one, fix, `git commit`, `dgr-forge export`)",
-        details={"file": shown, "conflicts": [c.as_dict() for c in conflicts]},
+        details={"file": shown, "conflicts": list(conflicts)},
     )
 
 
@@ -458,6 +460,24 @@ def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
         )
 
 
+class PatchCheck(Form, kw_only=True):
+    """`patch --check`'s result."""
+
+    title = "patch --check"
+    may_fail = True
+    note = "exit 1 when one does not apply or a file differs from the manifest"
+
+    upstream: Annotated[str, d("the upstream's name")]
+    commit: Annotated[str, d("the pin")]
+    applies: Annotated[bool, d("every patch applies and every file matches the manifest")]
+    changed_on_disk: Annotated[list[str], d("files whose sha256 differs from the manifest")]
+    patches: Annotated[list[CheckResult], d("per patch")]
+
+    @property
+    def ok(self) -> bool:
+        return self.applies and not self.changed_on_disk
+
+
 def check_workspace(
     forge: Forge,
     m: UpstreamManifest,
@@ -465,7 +485,7 @@ def check_workspace(
     *,
     mirror: str | None = None,
     offline: bool = False,
-) -> list[CheckResult]:
+) -> PatchCheck:
     """`patch --check`: apply the files as they are on a scratch index; report per patch.
 
     The workspace's work tree, index and HEAD are not touched (only a missing workspace is
@@ -483,5 +503,12 @@ def check_workspace(
             hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
         )
     check_symlinks(m, parsed, symlinks_in(src, m.commit))
-    changed = [e.file for e, d in zip(m.series, datas, strict=True) if sha256_bytes(d) != e.sha256]
-    return check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
+    changed = [e.file for e, b in zip(m.series, datas, strict=True) if sha256_bytes(b) != e.sha256]
+    rows = check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
+    return PatchCheck(
+        upstream=m.name,
+        commit=m.commit,
+        applies=all(r.status == "applies" for r in rows),
+        changed_on_disk=[r.file for r in rows if r.changed_on_disk],
+        patches=list(rows),
+    )

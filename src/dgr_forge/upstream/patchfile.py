@@ -279,3 +279,53 @@ def unsafe_reason(path: str) -> str | None:
     if any(p in ("", ".") for p in parts):
         return "not a normalized path"
     return None
+
+
+# --- git's mail rules (what `git am` keeps of a message) ---------------------------------
+
+
+def is_mbox_from(line: str) -> bool:
+    """git mailsplit's `is_from_line`: "From " ... a time "dd:dd:dd" and a year > 90 after
+    it, which starts a new mail in the series' mbox."""
+    if len(line) + 1 < 20 or not line.startswith("From "):  # (git counts the newline)
+        return False
+    colon = line.rfind(":", 4, len(line) - 1)
+    if colon < 4 or colon + 2 >= len(line):
+        return False
+    digits = (line[colon - 4], line[colon - 2], line[colon - 1], line[colon + 1], line[colon + 2])
+    if not all(c.isdigit() for c in digits):
+        return False
+    year = re.match(r"\s*[+-]?\d+", line[colon + 3 :])
+    return year is not None and int(year.group()) > 90
+
+
+def message_break(line: str) -> str | None:
+    """Why `git am` would not keep this message line as text: git's own rules (mailinfo's
+    `patchbreak`, mailsplit's `is_from_line`); None when it round-trips. `---------`,
+    `--- ` followed by a space, `* ` bullets and indented diffs are all kept."""
+    if line.startswith("diff -"):
+        return "it starts a diff (`diff -`)"
+    if line.startswith("Index: "):
+        return "it starts a CVS-style diff (`Index: `)"
+    if line.startswith("---") and len(line) >= 3:
+        rest = line[3:]
+        if rest.startswith(" ") and rest[1:2] and not rest[1].isspace():
+            return "it starts a diff header (`--- <file>`)"
+        if not rest.strip():
+            return "it is the `---` separator that ends the message"
+    if is_mbox_from(line):
+        return "it looks like an mbox `From ` line, which starts a new mail"
+    return None
+
+
+def stripspace(text: str) -> str:
+    """git's `stripspace` (what am does to a message): no trailing blanks, no runs of
+    empty lines, no leading/trailing empty lines, one final newline."""
+    lines = [line.rstrip() for line in text.split("\n")]
+    out: list[str] = []
+    for line in lines:
+        if line or (out and out[-1]):
+            out.append(line)
+    while out and not out[-1]:
+        out.pop()
+    return "\n".join(out) + "\n" if out else ""

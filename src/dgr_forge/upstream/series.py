@@ -8,6 +8,7 @@ import os
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Annotated
 
 from msgspec import Struct
 
@@ -15,41 +16,42 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_regular, sha256_bytes
 from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.structs import d
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest, read_raw
-from dgr_forge.upstream.scratch import scratch_dir
+from dgr_forge.upstream.series_journal import scratch_dir
 
 SYMLINK_MODE = "120000"
 
 
 class Conflict(Struct, frozen=True):
-    file: str  # path in the upstream tree
-    hunks: tuple[str, ...]  # "hunk 2/3 @@ -10,6 +10,7 @@" (or git's reason for whole files)
+    """a file that did not apply"""
 
-    def as_dict(self) -> dict[str, object]:
-        return {"file": self.file, "hunks": list(self.hunks)}
+    file: Annotated[str, d("its path in the upstream tree")]
+    hunks: Annotated[
+        tuple[str, ...],
+        d("the hunks that failed, `hunk 2/3 @@ -10,6 +10,7 @@` (or git's reason for the file)"),
+    ]
 
     def __str__(self) -> str:
         return f"{self.file} ({', '.join(self.hunks)})"
 
 
 class CheckResult(Struct, frozen=True):
-    file: str
-    status: str  # applies | conflict | tree-mismatch | skipped
-    tree: str | None = None
-    conflicts: tuple[Conflict, ...] = ()
-    expected_tree: str | None = None
-    changed_on_disk: bool = False  # the file's sha256 differs from the manifest's
+    """a patch"""
 
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "file": self.file,
-            "status": self.status,
-            "changed_on_disk": self.changed_on_disk,
-            "tree": self.tree,
-            "expected_tree": self.expected_tree,
-            "conflicts": [c.as_dict() for c in self.conflicts],
-        }
+    file: Annotated[str, d("the patch file")]
+    status: Annotated[
+        str,
+        d(
+            "`applies`, `conflict`, `tree-mismatch` (the first patch whose tree differs from "
+            "the manifest's; the ones after it are `skipped`) or `skipped`"
+        ),
+    ]
+    tree: Annotated[str | None, d("the tree it made")] = None
+    conflicts: Annotated[tuple[Conflict, ...], d("the files that did not apply")] = ()
+    expected_tree: Annotated[str | None, d("the manifest's tree")] = None
+    changed_on_disk: Annotated[bool, d("its sha256 differs from the manifest")] = False
 
 
 # ----------------------------------------------------------------------------- inputs

@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 from msgspec import Struct
@@ -28,7 +29,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_tree_file
-from dgr_forge.core.structs import hash_without, values_without
+from dgr_forge.core.structs import d, hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
@@ -65,18 +66,24 @@ class SeriesBase(Struct, frozen=True, omit_defaults=True):
         own = None if commits is None else tuple(commits)
         return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees, own)
 
-    def to_json(self) -> str:
-        return msgspec.json.format(msgspec.json.encode(self), indent=1).decode() + "\n"
-
 
 class Drift(Struct, frozen=True):
-    """How the series on disk differs from a workspace's base."""
+    """what changed on disk since this workspace was patched"""
 
-    added: tuple[str, ...]
-    changed: tuple[str, ...]
-    removed: tuple[str, ...]
-    pin: tuple[str, str] | None  # (base pin, pin on disk) when the pin moved
-    unknown: bool = False  # no record, and the workspace's commits do not match the disk
+    added: Annotated[tuple[str, ...], d("patch files added")]
+    changed: Annotated[tuple[str, ...], d("patch files changed")]
+    removed: Annotated[tuple[str, ...], d("patch files removed")]
+    pin_moved: Annotated[
+        tuple[str, str] | None,
+        d("the manifest's pin moved (e.g. a teammate's rebase): `[old, new]`; null: it did not"),
+    ]
+    unknown: Annotated[
+        bool, d("no record, and the workspace's commits do not match the files on disk")
+    ] = False
+
+    @property
+    def pin(self) -> tuple[str, str] | None:
+        return self.pin_moved
 
     def __bool__(self) -> bool:
         return bool(self.added or self.changed or self.removed or self.pin or self.unknown)
@@ -95,14 +102,6 @@ class Drift(Struct, frozen=True):
         if self.unknown:
             parts.append("this workspace has no record of the series it was patched from")
         return "; ".join(parts)
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "added": list(self.added),
-            "changed": list(self.changed),
-            "removed": list(self.removed),
-            "pin_moved": list(self.pin) if self.pin else None,
-        }
 
 
 def _path(src: Path) -> Path:
@@ -138,7 +137,7 @@ def record(src: Path, base: SeriesBase) -> None:
     of `patch` must stay cheap)."""
     if not (src / ".git").is_dir():
         return
-    text = base.to_json()
+    text = msgspec.json.format(msgspec.json.encode(base), indent=1).decode() + "\n"
     path = _path(src)
     try:
         if path.read_text(encoding="utf-8") == text:
@@ -205,7 +204,7 @@ def harmful(
         added=tuple(f for f in d.added if new.get(f) != disk[f]),
         changed=tuple(f for f in d.changed if new.get(f) != disk[f]),
         removed=tuple(f for f in d.removed if f in new),
-        pin=None,  # the export's base is the pin on disk (series_commits checks HEAD on it)
+        pin_moved=None,  # the export's base is the pin on disk (series_commits checks HEAD on it)
     )
 
 
@@ -222,7 +221,7 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
         "series and replays your own commits on top), then export again; or overwrite the "
         "series on purpose with `dgr-forge export --force` (the replaced files are saved "
         f"under {forge.rel(forge.logs_dir)} first)",
-        details={"drift": d.as_dict(), "manifest": forge.rel(m.path)},
+        details={"drift": d, "manifest": forge.rel(m.path)},
     )
 
 

@@ -6,18 +6,20 @@ in progress. Read-only: takes no lock, changes nothing in the work tree.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.structs import asdict
+from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base, tree_cache
+from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
+from dgr_forge.upstream.series_base import Drift
 from dgr_forge.upstream.workspace import (
     FETCH_JOURNAL,
     REPLAY_STATE,
@@ -32,45 +34,44 @@ from dgr_forge.upstream.workspace import (
 
 
 class UpstreamStatus(Struct):
-    """The workspace as `status` shows it; `to_dict()` is the `--json` `upstream` object."""
+    """the upstream checkout"""
 
-    name: str
-    url: str
-    commit: str  # the pin
-    tree: str | None  # the pinned tree, when the manifest has one
-    src_dir: Path
-    present: bool  # the work tree exists and is a git repository
-    # the upstream's own build number at the pin, as the manifest records it
-    build_number: int | None = None
-    head: str | None = None
-    pin_present: bool = False  # the pinned commit and its whole tree are in the workspace
-    at_pin: bool = False  # HEAD is exactly the pin
-    commits_on_top: int = 0  # commits between the pin and HEAD (the applied patches)
-    commit_verified: bool = False  # HEAD is the pin or descends from it
-    pin_tree: str | None = None  # the tree of the pinned commit, as found here
-    tree_verified: bool | None = None  # pin_tree == tree (None: no tree pinned)
-    shallow: bool = False
-    interrupted: bool = False  # a fetch, checkout or patch was cut short; the next run ends it
-    local_changes: list[LocalChange] = field(default_factory=list)
-    # ignored files in the tree (the forge's presets file left out): `build` refuses them
-    ignored: list[str] = field(default_factory=list)
-    local_commits: list[str] = field(default_factory=list)  # "<id> <subject>", not the forge's
-
-    @property
-    def verified(self) -> bool:
-        return (
-            self.commit_verified
-            and self.tree_verified is not False
-            and not self.interrupted
-            and not self.local_changes
-            and not self.ignored
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["src_dir"] = str(self.src_dir)
-        data["verified"] = self.verified
-        return data
+    name: Annotated[str, d("the upstream's name")]
+    url: Annotated[str, d("masked")]
+    commit: Annotated[str, d("the pin")]
+    tree: Annotated[str | None, d("the pinned tree")]
+    src_dir: Annotated[Path, d("the workspace's checkout")]
+    present: Annotated[bool, d("the workspace has a checkout")]
+    build_number: Annotated[
+        int | None, d("the upstream's build number at the pin, from the manifest")
+    ] = None
+    head: Annotated[str | None, d("its HEAD")] = None
+    pin_present: Annotated[bool, d("the pinned commit and its whole tree are here")] = False
+    at_pin: Annotated[bool, d("HEAD is exactly the pin")] = False
+    commits_on_top: Annotated[int, d("commits between the pin and HEAD")] = 0
+    commit_verified: Annotated[bool, d("HEAD is the pin or descends from it")] = False
+    pin_tree: Annotated[str | None, d("the pinned commit's tree, as found here")] = None
+    tree_verified: Annotated[bool | None, d("the tree matches (null: none pinned)")] = None
+    shallow: Annotated[bool, d("the checkout is shallow")] = False
+    interrupted: Annotated[
+        bool, d("a fetch, checkout or patch was cut short; the next run ends it")
+    ] = False
+    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = field(
+        default_factory=list
+    )
+    ignored: Annotated[
+        list[str],
+        d(
+            "ignored files in the tree, which `build` refuses (the forge's presets file left "
+            "out); `verified` is false while there are any"
+        ),
+    ] = field(default_factory=list)
+    local_commits: Annotated[list[str], d("commits not the forge's, as `<id> <subject>`")] = field(
+        default_factory=list
+    )
+    verified: Annotated[
+        bool, d("commit and tree verified, nothing interrupted, changed or ignored")
+    ] = False
 
 
 def workspace_status(
@@ -113,43 +114,62 @@ def workspace_status(
         from dgr_forge.upstream.fetch import local_commits
 
         st.local_commits = local_commits(ws.src, ws.head, m.commit if st.pin_present else None)
+    st.verified = (
+        st.commit_verified
+        and st.tree_verified is not False
+        and not st.interrupted
+        and not st.local_changes
+        and not st.ignored
+    )
     return st
 
 
 class PatchState(Struct, frozen=True):
-    file: str
-    state: str  # applied | pending | changed on disk | conflict
-    detail: str = ""
+    """a patch"""
 
-    def as_dict(self) -> dict[str, str]:
-        return {"file": self.file, "state": self.state, "detail": self.detail}
+    file: Annotated[str, d("the patch file")]
+    state: Annotated[
+        str,
+        d(
+            "`applied`, `pending`, `changed on disk`, `conflict`; mid-rebase `replayed`, "
+            "`conflict`, `pending`"
+        ),
+    ]
+    detail: Annotated[str, d("more on the state")] = ""
+
+
+class LocalEdits(Struct, frozen=True):
+    """what the workspace holds beyond the series"""
+
+    uncommitted: Annotated[list[str], d("`git status --porcelain` lines")]
+    local_commits: Annotated[list[str], d("commits of your own on top")]
+
+
+class ReplayCommit(Struct, frozen=True):
+    """one of your commits in a `patch` replay"""
+
+    commit: Annotated[str, d("its id before the replay")]
+    subject: Annotated[str, d("its subject")]
+    state: Annotated[str, d("`replayed`, `skipped`, `conflict` or `pending`")]
+
+
+class Replay(Struct, frozen=True):
+    """a `patch` replay of your commits"""
+
+    commits: Annotated[list[ReplayCommit], d("per commit")]
+    conflict: Annotated[str | None, d("the commit it stopped on")]
 
 
 class SeriesStatus(Struct, frozen=True):
-    series: list[PatchState]
-    applied: bool  # the whole series, exactly, and no local edits
-    uncommitted: list[str]  # porcelain lines
-    local_commits: list[str]
-    operation: str | None
-    # a `patch` replay of a person's commits: per commit replayed / conflict / pending
-    replay: list[dict[str, str]] | None = None
-    # the series on disk moved since this workspace was patched (series_base), or None
-    moved: dict[str, object] | None = None
+    """the series"""
 
-    def as_dict(self) -> dict[str, object]:
-        """The `patches` object of `status --json`."""
-        replay = None
-        if self.replay is not None:
-            stopped = [r["commit"] for r in self.replay if r["state"] == "conflict"]
-            replay = {"commits": self.replay, "conflict": stopped[0] if stopped else None}
-        return {
-            "series": [s.as_dict() for s in self.series],
-            "applied": self.applied,
-            "local_edits": {"uncommitted": self.uncommitted, "local_commits": self.local_commits},
-            "operation_in_progress": self.operation,
-            "replay": replay,
-            "moved_since_patched": self.moved,
-        }
+    series: Annotated[list[PatchState], d("per patch file")]
+    applied: Annotated[bool, d("the whole series, exactly, and no local edits")]
+    local_edits: LocalEdits
+    operation_in_progress: Annotated[str | None, d("a git operation in the workspace")]
+    replay: Replay | None = None
+    moved_since_patched: Drift | None = None
+    footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
 
 
 def _applied_prefix(
@@ -186,11 +206,15 @@ def series_status(
     if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
         from dgr_forge.upstream.local_replay import replay_rows
 
-        replay = replay_rows(ws.src)
+        rows = replay_rows(ws.src)
+        if rows is not None:
+            commits = [ReplayCommit(*row) for row in rows]
+            stopped = [c.commit for c in commits if c.state == "conflict"]
+            replay = Replay(commits, stopped[0] if stopped else None)
     if rebasing:
         mid_rebase = _rebase_states(forge)
         if mid_rebase is not None:
-            return SeriesStatus(mid_rebase, False, ws.dirty, [], ws.operation, replay)
+            return SeriesStatus(mid_rebase, False, LocalEdits(ws.dirty, []), ws.operation, replay)
     base = series_base.load(ws.src) if ws.exists else None
     moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
@@ -227,12 +251,11 @@ def series_status(
     return SeriesStatus(
         series=states,
         applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        uncommitted=ws.dirty,
         # mid-rebase the commits above the old pin are the replay's, not a person's
-        local_commits=[] if rebasing else ws.local_commits,
-        operation=ws.operation,
+        local_edits=LocalEdits(ws.dirty, [] if rebasing else ws.local_commits),
+        operation_in_progress=ws.operation,
         replay=replay,
-        moved=moved.as_dict() if moved else None,
+        moved_since_patched=moved or None,
     )
 
 
@@ -260,7 +283,20 @@ def _rebase_states(forge: Forge) -> list[PatchState] | None:
     return states
 
 
-def rebase_progress(forge: Forge) -> dict[str, Any] | None:
+class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
+    """the rebase in progress (from its state file; an unreadable one: only `state`)"""
+
+    state: Annotated[str, d("its state file")]
+    onto: Annotated[str | UnsetType, d("`--onto` as given")] = UNSET
+    new_commit: Annotated[str | UnsetType, d("the commit it replays onto")] = UNSET
+    old_commit: Annotated[str | UnsetType, d("the pin")] = UNSET
+    phase: Annotated[str | UnsetType, d("where it is")] = UNSET
+    patches_total: Annotated[int | UnsetType, d("patches in the series")] = UNSET
+    patches_done: Annotated[int | UnsetType, d("patches replayed")] = UNSET
+    stopped_at: Annotated[str | UnsetType, d("the patch it stopped on")] = UNSET
+
+
+def rebase_progress(forge: Forge) -> RebaseProgress | None:
     """A rebase in progress as `status` shows it (from its state file, read by the rebase's
     own parser; best effort: an unreadable one shows only where it is)."""
     path = forge.rebase_state
@@ -269,7 +305,7 @@ def rebase_progress(forge: Forge) -> dict[str, Any] | None:
     # (imported only now: the rebase package costs a no-op `status` about 25 ms)
     from dgr_forge.upstream.rebase.state import load_rebase_state
 
-    info: dict[str, Any] = {"state": str(path)}
+    info = RebaseProgress(state=str(path))
     try:
         state = load_rebase_state(forge)
     except BadInput:
@@ -277,15 +313,14 @@ def rebase_progress(forge: Forge) -> dict[str, Any] | None:
     if state is None:
         return info
     steps, nxt = state.patches, state.next
-    info.update(
+    stopped = state.conflict is not None or state.phase == "conflict"
+    return RebaseProgress(
+        state=str(path),
         onto=state.onto,
         new_commit=state.new_commit,
         old_commit=state.old_commit,
         phase=state.phase,
         patches_total=len(steps),
         patches_done=min(nxt, len(steps)),
+        stopped_at=steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET,
     )
-    stopped = state.conflict is not None or state.phase == "conflict"
-    if stopped and 0 <= nxt < len(steps):
-        info["stopped_at"] = steps[nxt].file
-    return info

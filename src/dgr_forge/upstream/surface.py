@@ -26,7 +26,7 @@ from typing import Annotated
 from msgspec import Struct
 
 from dgr_forge.core import gitutil
-from dgr_forge.core.described import d
+from dgr_forge.core.structs import d
 
 # a header larger than this is not a header (a bounded read of a file of a tree)
 MAX_HEADER_BYTES = 4 * 1024 * 1024

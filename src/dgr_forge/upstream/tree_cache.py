@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dgr_forge.core.fsutil import atomic_write_text
-from dgr_forge.core.ids import HEX40
+from dgr_forge.core.gitutil import HEX40
 
 CACHE_FILE = "dgr/trees.json"
 SCHEMA = 1

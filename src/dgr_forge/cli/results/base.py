@@ -1,122 +1,19 @@
-"""The pieces every result type is made of: `Form` (one shape of a command's object),
-`Nested`, `Command`, the description helper `d`, and the shapes several commands share.
-"""
+"""The shapes the forms still in `cli.results` share (a rebase's rows and sides)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, UnsetType
 
-from dgr_forge.core.described import SHA as SHA  # re-exported: the results modules use both
-from dgr_forge.core.described import d as d
+from dgr_forge.core.structs import COMMIT as COMMIT
+from dgr_forge.core.structs import SHA as SHA
+from dgr_forge.core.structs import Form as Form
+from dgr_forge.core.structs import Nested as Nested
+from dgr_forge.core.structs import d as d
 
-
-class Form(Struct, kw_only=True, forbid_unknown_fields=True):
-    """One shape of a command's object (its keys after the envelope)."""
-
-    title: ClassVar[str] = ""
-    may_fail: ClassVar[bool] = False  # `ok` may be false with these keys
-    note: ClassVar[str] = ""
-
-
-class Nested(Struct, kw_only=True):
-    """A nested object: described and typed, open to new siblings."""
-
-
-class Command(Struct, frozen=True):
-    words: str  # "report verify"
-    summary: str
-    forms: tuple[type[Form], ...]
-    prose: str = ""  # hand-written text shown above the key tables in docs/json.md
-
-    @property
-    def name(self) -> str:
-        return self.words.replace(" ", "-")
-
-
-COMMIT = d("a full git commit id")
 Strs = list[str]
 Obj = dict[str, Any]
-
-# --- shared shapes --------------------------------------------------------------------
-
-
-class Artifact(Nested, kw_only=True):
-    """a built artifact"""
-
-    name: Annotated[str, d("the target's artifact name")]
-    kind: Annotated[str, d("CMake target type, e.g. `EXECUTABLE`")]
-    path: Annotated[str, d("where it is")]
-    sha256: Annotated[str, SHA]
-
-
-class LastBuild(Nested, kw_only=True):
-    """the lane's last build in this workspace (null: never built here)"""
-
-    time: Annotated[str, d("when it finished (ISO 8601, UTC)")]
-    result: Annotated[str, d("`ok` or `failed`")]
-    report: Annotated[str | UnsetType | None, d("the signed report's path (null without one)")] = (
-        UNSET
-    )
-    log: Annotated[str | UnsetType | None, d("the `build-<lane>.log` link")] = UNSET
-    artifacts: Annotated[list[Artifact] | UnsetType, d("`status` only: the artifacts it made")] = (
-        UNSET
-    )
-    stale: Annotated[
-        Strs | UnsetType,
-        d(
-            "what moved since this build's report was made: `pin`, `series`, `recipe`, "
-            "`worker` (empty: it is current; a build recorded by an older forge: all)"
-        ),
-    ] = UNSET
-    inputs_recorded: Annotated[
-        bool | UnsetType,
-        d(
-            "false when the build was recorded by an older forge, with no inputs to compare: "
-            "stale until rebuilt, whatever moved (with `stale`)"
-        ),
-    ] = UNSET
-
-
-class Cache(Nested, kw_only=True):
-    """the compiler cache this build used; the same object is the report's `compilerCache`
-    (see docs/distributed-compilation.md)"""
-
-    tool: Annotated[str | None, d("`ccache`, `sccache`, or null: no cache")]
-    version: Annotated[str, d('the tool\'s version (`""` when none)')]
-    backend: Annotated[str, d("`none`, `local`, or `local + remote <masked URL or kind>`")]
-    mode: Annotated[str, d("`rw`, `ro` or `off`")]
-    hits: Annotated[
-        int | UnsetType | None,
-        d("this build's cache hits (with a cache; null when the tool would not say)"),
-    ] = UNSET
-    misses: Annotated[int | UnsetType | None, d("this build's cache misses (with a cache)")] = UNSET
-    distributed: Annotated[
-        Obj | UnsetType | None,
-        d(
-            "with an sccache-dist scheduler: `scheduler` (masked), `remoteCompiles`, "
-            "`localCompiles`"
-        ),
-    ] = UNSET
-
-
-class Missing(Nested, kw_only=True):
-    """a tool or library a lane needs that this host lacks (as in `doctor`'s `tools`)"""
-
-    name: Annotated[str, d("probe name")]
-    found: Annotated[bool, d("false here")]
-
-
-class DoctorLane(Nested, kw_only=True):
-    """a lane and whether it can build on this host"""
-
-    lane: Annotated[str, d("the lane (recipes/<lane>.toml)")]
-    backend: Annotated[str, d("the recipe's backend")]
-    buildable: Annotated[bool, d("every requirement is met here")]
-    host_os_ok: Annotated[bool, d("this host's OS is one the lane builds on")]
-    missing: Annotated[list[Missing], d("what is missing")]
-    summary: Annotated[str, d("one line: `buildable`, or what is missing")]
 
 
 class UpstreamCommit(Nested, kw_only=True):
@@ -166,14 +63,3 @@ class PinSide(Nested, kw_only=True):
     url: Annotated[str, d("the upstream URL, masked")]
     commit: Annotated[str, COMMIT]
     tree: Annotated[str | None, d("its tree")]
-
-
-class Verification(Nested, kw_only=True):
-    """a report's verification"""
-
-    report: Annotated[str, d("the report's path")]
-    verified: Annotated[bool, d("the signature verifies and nothing failed")]
-    key: Annotated[Obj | None, d("the key it was checked with: `keyid`, `source`")]
-    signed_by: Annotated[Strs, d("key ids of the envelope's signatures")]
-    failures: Annotated[Strs, d("what failed (empty when verified)")]
-    artifacts: Annotated[list[Obj], d("with `--artifacts`: per subject on disk")]

@@ -8,84 +8,16 @@ from msgspec import UNSET, UnsetType
 
 from dgr_forge.certify.shapes import Entry
 from dgr_forge.cli.results.base import (
-    COMMIT,
-    Artifact,
-    Cache,
-    DoctorLane,
     Form,
-    LastBuild,
-    Missing,
     Nested,
-    Obj,
     Strs,
     d,
 )
+from dgr_forge.host.doctor import ProbeResult
 from dgr_forge.host.toolkit import InstallResult
-from dgr_forge.lanes.boundary import Leaks
+from dgr_forge.lanes.status import BuildShown
 
 # --- lanes and builds -------------------------------------------------------------------------
-
-
-class BuildUpstream(Nested, kw_only=True):
-    """what was built"""
-
-    name: Annotated[str, d("the upstream's name")]
-    commit: Annotated[str, COMMIT]
-    series_digest: Annotated[str, d("sha256 over the series")]
-
-
-class BuildLane(Nested, kw_only=True):
-    """a lane's build"""
-
-    lane: Annotated[str, d("the lane")]
-    status: Annotated[str, d("`built`, `up-to-date` or `failed`")]
-    configured: Annotated[bool, d("CMake configured this run")]
-    patched: Annotated[bool, d("the series was applied this run")]
-    ninja_steps: Annotated[int, d("Ninja steps run")]
-    artifacts: Annotated[list[Artifact], d("the artifacts, hashed")]
-    report: Annotated[str | None, d("the signed report")]
-    report_reused: Annotated[
-        bool,
-        d(
-            "an earlier report was kept: only when the lane's whole input digest (input "
-            "files, patched tree, worker, programs, by content) is the one recorded with that "
-            "report"
-        ),
-    ]
-    log: Annotated[str | None, d("the `build-<lane>.log` link")]
-    log_file: Annotated[str | None, d("this build's own log")]
-    build_dir: Annotated[str, d("the lane's build directory")]
-    cache: Cache
-    timings: Annotated[dict[str, float], d("seconds per phase")]
-    rebuilt: Annotated[
-        Strs | UnsetType, d("artifacts found changed on disk and rebuilt (only when any)")
-    ] = UNSET
-    error_lines: Annotated[
-        Strs | UnsetType, d("a failed build's first error lines (only when failed)")
-    ] = UNSET
-    leaks: Leaks | UnsetType = UNSET  # only when the worker boundary check failed
-
-
-class Build(Form, kw_only=True):
-    title = "build"
-    may_fail = True
-    note = (
-        "exit 1 when a lane's build failed; a git worker checkout holding edits or commits of "
-        "your own that a move would lose is exit 3 with `worker`, `dirty`, `local_commits` "
-        "(`--force` saves them under logs/ first); a lane that cannot build here is exit 2 with "
-        "`lanes` (`doctor` rows); a launcher in the generated rules other than the forge's "
-        "choice, or an input file or program changed during the build, is exit 1 with "
-        "`changed` (the paths) or `compile`/`link`/`code_check`/`chosen` (the launchers found, "
-        "the one chosen), and no report; an ignored, untracked or modified file in the "
-        "upstream or git-worker tree is exit 3 with `changes`; a worker that reads an upstream "
-        "file outside the boundary or imports an upstream symbol no boundary header declares "
-        "fails its lane (exit 1, no report) with the lane's `leaks`"
-    )
-
-    upstream: BuildUpstream
-    worker: Annotated[str | None, d("the worker project")]
-    lanes: Annotated[list[BuildLane], d("per lane")]
-    error: Annotated[str | UnsetType, d("a failed lane's build: which, and its log")] = UNSET
 
 
 class LaneCertification(Nested, kw_only=True):
@@ -111,9 +43,9 @@ class LaneRow(Nested, kw_only=True):
     backend: Annotated[str, d("the recipe's backend")]
     host_os: Annotated[Strs, d("the OSes it builds on")]
     buildable: Annotated[bool, d("it can build on this host")]
-    missing: Annotated[list[Missing], d("what is missing (the same rows as `doctor`'s)")]
+    missing: Annotated[list[ProbeResult], d("what is missing (the same rows as `doctor`'s)")]
     summary: Annotated[str, d("one line: `buildable`, or what is missing")]
-    last_build: LastBuild | None
+    last_build: BuildShown | None
     certified: Annotated[
         bool,
         d(
@@ -136,98 +68,6 @@ class Lanes(Form, kw_only=True):
         list[Entry] | UnsetType,
         d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
     ] = UNSET
-
-
-class DoctorCache(Nested, kw_only=True):
-    """what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`,
-    default `auto` / `rw`); never a credential: URLs are masked"""
-
-    choice: Annotated[
-        str,
-        d(
-            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
-            "`problem`)"
-        ),
-    ]
-    tool: Annotated[str | UnsetType | None, d("`ccache` or `sccache`; null: no cache")] = UNSET
-    launcher: Annotated[str | UnsetType | None, d("the launcher's file name")] = UNSET
-    path: Annotated[
-        str | UnsetType | None, d("where the launcher was found (absent when `problem` is set)")
-    ] = UNSET
-    version: Annotated[str | UnsetType, d('the tool\'s version (`""` when none)')] = UNSET
-    backend: Annotated[
-        str | UnsetType,
-        d(
-            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
-            "marks a read-only ccache remote)"
-        ),
-    ] = UNSET
-    mode: Annotated[str | UnsetType, d("`rw`, `ro` or `off`")] = UNSET
-    distributed: Annotated[str | UnsetType | None, d("the sccache-dist scheduler URL, masked")] = (
-        UNSET
-    )
-    dist: Annotated[
-        Obj | UnsetType | None,
-        d(
-            "with a scheduler: what it answered when asked with the client's token: "
-            "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
-            "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
-            "`servers`, `cpus` (null when unknown); never the token"
-        ),
-    ] = UNSET
-    tools: Annotated[Obj, d("per tool (`ccache`, `sccache`): `found`, `path`, `version`")]
-    problem: Annotated[
-        str | None,
-        d(
-            "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool "
-            "that is not installed"
-        ),
-    ]
-
-
-class Doctor(Form, kw_only=True):
-    title = "doctor [--lane L]"
-    may_fail = True
-    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
-
-    host_os: Annotated[str, d("`linux` or `darwin`")]
-    machine: Annotated[str, d("e.g. `x86_64`")]
-    tools: Annotated[list[Obj], d("tools")]
-    libraries: Annotated[list[Obj], d("libraries")]
-    compiler_launcher: Annotated[str | None, d("the compiler launcher")]
-    cache: DoctorCache
-    lanes: Annotated[list[DoctorLane], d("per lane (narrowed by `--lane`)")]
-    selected: Annotated[Strs | UnsetType, d("with `--lane`: the lanes asked for")] = UNSET
-    unbuildable: Annotated[Strs | UnsetType, d("with `--lane`: those that cannot build here")] = (
-        UNSET
-    )
-
-
-class Presets(Form, kw_only=True):
-    title = "presets"
-
-    path: Annotated[
-        str | None,
-        d(
-            "the forge's presets file, `dgr-forge.presets.json` (null with `--print` and "
-            "`--remove`)"
-        ),
-    ]
-    presets: Annotated[Strs, d("the preset names (none with `--remove`)")]
-    content: Annotated[Obj | UnsetType, d("with `--print`: the presets file")] = UNSET
-    user_presets: Annotated[str | UnsetType, d("the `CMakeUserPresets.json` that includes it")] = (
-        UNSET
-    )
-    user_presets_change: Annotated[
-        str | UnsetType,
-        d(
-            "what happens to it: `created`, `changed` (the include entry added or removed; a "
-            "`version` under 4 raised to 4), `unchanged`, `deleted` (the one the forge created, "
-            "by `--remove`)"
-        ),
-    ] = UNSET
-    diff: Annotated[str | UnsetType, d('the change to it as a unified diff (`""`: none)')] = UNSET
-    dry_run: Annotated[bool | UnsetType, d("`--dry-run`: nothing was written")] = UNSET
 
 
 class ToolchainInstall(InstallResult, Form, kw_only=True, forbid_unknown_fields=True):

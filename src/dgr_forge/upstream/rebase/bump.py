@@ -42,8 +42,8 @@ from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
-from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
 
 

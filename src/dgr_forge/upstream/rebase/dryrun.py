@@ -32,8 +32,8 @@ from dgr_forge.upstream.rebase.report import (
     summary,
 )
 from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
-from dgr_forge.upstream.scratch import borrow_objects, scratch_dir
 from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
 
 

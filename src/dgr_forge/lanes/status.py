@@ -1,0 +1,131 @@
+"""What `status` shows of the lanes (a last build and how stale it is: the same row
+`lanes` gives a lane), and `status`'s whole result, `Status`."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Annotated, Any
+
+from msgspec import UNSET, Struct, UnsetType, convert
+
+from dgr_forge.core.errors import ForgeError
+from dgr_forge.core.forge import Forge
+from dgr_forge.core.structs import Form, d
+from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
+from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
+from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
+
+if TYPE_CHECKING:
+    from dgr_forge.host.recipes import Recipe
+
+
+class BuildShown(Struct, kw_only=True):
+    """the lane's last build in this workspace (null: never built here)"""
+
+    time: Annotated[str, d("when it finished (ISO 8601, UTC)")]
+    result: Annotated[str, d("`ok` or `failed`")]
+    report: Annotated[str | None, d("the signed report's path (null without one)")]
+    log: Annotated[str, d("the `build-<lane>.log` link")]
+    phase: Annotated[str | UnsetType, d("`status` only: where a failed build stopped")] = UNSET
+    artifacts: Annotated[list[Artifact] | UnsetType, d("`status` only: the artifacts it made")] = (
+        UNSET
+    )
+    stale: Annotated[
+        list[str],
+        d(
+            "what moved since this build's report was made: `pin`, `series`, `recipe`, "
+            "`worker` (empty: it is current; a build recorded by an older forge: all)"
+        ),
+    ]
+    inputs_recorded: Annotated[
+        bool,
+        d(
+            "false when the build was recorded by an older forge, with no inputs to compare: "
+            "stale until rebuilt, whatever moved (with `stale`)"
+        ),
+    ]
+
+    @staticmethod
+    def of(last: LastBuild, current: dict[str, Any], *, full: bool = False) -> BuildShown:
+        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts)."""
+        moved = staleness(last.inputs, current)
+        return BuildShown(
+            time=last.time,
+            result=last.result,
+            report=last.report,
+            log=last.log,
+            phase=last.phase if full and last.phase is not None else UNSET,
+            artifacts=convert(last.artifacts, list[Artifact]) if full else UNSET,
+            stale=moved["stale"],
+            inputs_recorded=moved["inputs_recorded"],
+        )
+
+    def line(self) -> str:
+        return with_stale({"result": self.result, "stale": self.stale,
+                           "inputs_recorded": self.inputs_recorded})  # fmt: skip
+
+
+class LaneLastBuild(Struct, kw_only=True):
+    """a lane built in this workspace"""
+
+    lane: Annotated[str, d("the lane")]
+    last_build: BuildShown | None
+
+
+class Status(Form, kw_only=True):
+    """`status`'s result (its `--json` object)."""
+
+    title = "status"
+
+    upstream: UpstreamStatus
+    patches: SeriesStatus
+    lanes: Annotated[
+        list[LaneLastBuild],
+        d(
+            "lanes built in this workspace, by name: the same `{lane, last_build}` rows "
+            "`lanes` gives"
+        ),
+    ]
+    rebase_in_progress: Annotated[bool, d("a rebase is in progress")]
+    rebase: RebaseProgress | None
+
+
+def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, bool]]:
+    """Lanes built in this workspace and their last build (from the build state), each
+    with whether its state names another workspace's files (then it has no last build
+    here). `stale` names what moved (pin, series, recipe, worker) since the last report."""
+    from dgr_forge.host import worker
+
+    entries = lane_states(forge)
+    spec, worker_known = None, True
+    if entries:
+        try:
+            spec = worker.resolve(forge, None)
+        except ForgeError:
+            worker_known = False
+    rows = []
+    for name, entry in entries.items():
+        recorded = entry.state.last_build  # this workspace's paths, or None
+        last = None
+        if recorded is not None:
+            current = report_inputs(m, _current_recipe(forge, name), spec)
+            if not worker_known:
+                current["worker"] = "(unreadable)"  # never what a build recorded
+            last = BuildShown.of(recorded, current, full=True)
+        rows.append((LaneLastBuild(lane=name, last_build=last), entry.elsewhere))
+    return rows
+
+
+def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
+    """The lane's recipe as it is now; None when it is gone or unreadable (status still
+    answers: the last build is then stale by its recipe)."""
+    from dgr_forge.host.recipes import load
+
+    path = forge.recipes_dir / f"{lane}.toml"
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
+        return None
+    try:
+        return load(path, forge.rel(path), root=forge.root)
+    except ForgeError:
+        return None
