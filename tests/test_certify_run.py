@@ -475,7 +475,13 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     assert r.json["failed_steps"] == ["ops", "speed"], r.json
     err = r.stderr
     assert "2 op case(s) failed (max_failed = 0)" in err
-    assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] NMSE" in err
+    # named in the pin's own line form: the case, then what the compare found
+    assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] ERR = " in err
+    (ops_step, _) = r.json["steps"]
+    assert [(c["name"], c["params"]) for c in ops_step["failed_cases"]] == [
+        ("MUL", "type=f32,ne=[10,5,4,3]"), ("MUL", "type=f32,ne=[16,1,1,1]"),
+    ]  # fmt: skip
+    assert all(c["error"].startswith("[MUL] ERR = ") for c in ops_step["failed_cases"])
     assert "speed" in err and "is under min_avg_ts.gen = 1000" in err
     assert "is under min_avg_ts.prompt = 1000" in err
     assert broken.written() == []
