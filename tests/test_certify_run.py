@@ -120,10 +120,10 @@ def _model_manifest(root: Path, served: Path) -> None:
     (root / "manifests" / "models" / "huge.toml").write_text(huge + "\n")
 
 
-def _build(path: Path, upstream: Upstream, edits: list[Edit]) -> Built:
+def _build(path: Path, upstream: Upstream, edits: list[Edit], recipe: str | None = None) -> Built:
     series = make_root(path / "forge", upstream, edits, product=True)
     root = series.root
-    (root / "recipes" / "cpu.toml").write_text(recipe_text())
+    (root / "recipes" / "cpu.toml").write_text(recipe or recipe_text())
     for other in (root / "recipes").glob("*.toml"):
         if other.name != "cpu.toml":
             other.unlink()
@@ -575,3 +575,26 @@ def test_an_untrusted_or_tampered_record_is_not_advertised(plain: Built) -> None
     path.rename(other)
     (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
     assert entry["advertised"] is False and entry["reason"].startswith("invalid: the record")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    """The product's cpu recipe exactly as it ships, its own [certify] suite included."""
+    path = tmp_path_factory.mktemp("shipped")
+    built = _build(path, upstream, [], recipe=(REPO / "recipes" / "cpu.toml").read_text())
+    return built
+
+
+def test_the_shipped_cpu_recipe_certifies_op_parity_and_speed(shipped: Built) -> None:
+    """Issue 43 #1: the shipped suite runs `test-backend-ops test -b CPU -o <families>` (the
+    pin skips the CPU only without a backend filter) and the speed gate; on the test
+    upstream the ops its stand-in has (ADD, MUL, SCALE) are compared, and the record is
+    written."""
+    r = shipped.certify("--model", "tiny")
+    assert r.code == 0, r
+    ops, speed = r.json["steps"]
+    assert ops["args"][:3] == ["test", "-b", "CPU"] and "MUL_MAT" in ops["args"][4]
+    assert ops["figures"]["backends"][0]["name"] == "CPU"
+    assert ops["figures"]["ops_passed"] == ops["figures"]["ops_total"] == 6
+    assert speed["verdict"] == "pass"
+    assert Path(r.json["certification"]).is_file()
