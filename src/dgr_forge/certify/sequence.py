@@ -97,7 +97,7 @@ def attested(
 ) -> Certified:
     """Record a person's evidence (`attested, not checked`, never advertised)."""
     forge, m = got.forge, got.m
-    public = keys.resolve_verifier(report_key)
+    public = keys.resolve_verifier(report_key, "--report-key")
     signer = keys.resolve_signer(key, out)
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything is read
     evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
@@ -134,6 +134,7 @@ def lane(
     report: Path | None,
     key: str | None,
     report_key: str | None,
+    mirror: str | None = None,
 ) -> Certified:
     """Run the lane's suite and, when every step passed, write its record (the module doc);
     the caller holds the workspace lock for the whole run."""
@@ -156,7 +157,7 @@ def lane(
         )
     the_device = run.check_device(device or run.DEFAULT_DEVICE.get(recipe.backend.lower(), "CPU"))
     signer = keys.resolve_signer(key, out)
-    public = keys.resolve_verifier(report_key)
+    public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
     report = report or reports_mod.latest_report(forge, lane)
     if report is None:
@@ -177,7 +178,7 @@ def lane(
     report_sha = checked.check.report.sha256
     # the whole input digest of the build that wrote this report, when it is the last one
     input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
-    bound_model, first_split = _model(forge, out, model, dest) if model else (None, None)
+    bound_model, first_split = _model(forge, out, model, dest, mirror) if model else (None, None)
     identity = hardware.probe()
     cls = hardware.hardware_class(identity, recipe.backend)
     out.info(f"hardware class {cls}")
@@ -216,7 +217,7 @@ def lane(
 
 
 def _model(
-    forge: Forge, out: Reporter, name: str, dest: Path | None
+    forge: Forge, out: Reporter, name: str, dest: Path | None, mirror: str | None
 ) -> tuple[dict[str, Any], Path]:
     """The model's files verified (provisioned when missing); (what the record binds, the
     first split's path)."""
@@ -241,7 +242,7 @@ def _model(
                 f"--dest {target}`",
                 details={"model": name, "bad": result.bad},
             )
-        provisioned = artifacts.provision(mm, target, out)
+        provisioned = artifacts.provision(mm, target, out, mirror=mirror)
         if not provisioned.ok:
             raise OperationFailed(
                 f"model {name}: provisioning into {target} failed",
