@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import shutil
 import tomllib
 from collections.abc import Iterator
@@ -598,3 +599,62 @@ def test_the_shipped_cpu_recipe_certifies_op_parity_and_speed(shipped: Built) ->
     assert ops["figures"]["ops_passed"] == ops["figures"]["ops_total"] == 6
     assert speed["verdict"] == "pass"
     assert Path(r.json["certification"]).is_file()
+
+
+def test_a_shared_model_directory_is_refused_unless_declared(plain: Built, tmp_path: Path) -> None:
+    """Issue 43 #3: a group- or world-writable --dest (or one another user owns) lets
+    someone swap a file between its verification and the program reading it: exit 2,
+    naming the directory and the rule, nothing written. The sticky directory the model
+    manifest declares (`[model] shared_dir`) is read: only a file's owner may replace it
+    there, and the program reads the forge's private link, not the shared name."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for mode in (0o777, 0o757, 0o1777):  # (group-writable is a user-private group's right)
+        shared.chmod(mode)
+        r = plain.certify("--model", "tiny", "--dest", str(shared))
+        assert r.code == ExitCode.BAD_INPUT, (oct(mode), r)
+        assert str(shared) in r.stderr and "writable by others" in r.stderr, r.stderr
+        assert plain.written() == []
+    manifest = plain.root / "manifests" / "models" / "tiny.toml"
+    manifest.write_text(
+        manifest.read_text().replace('name = "tiny"', f'name = "tiny"\nshared_dir = "{shared}"', 1)
+    )
+    r = plain.certify("--model", "tiny", "--dest", str(shared))
+    assert r.code == 0, r  # the declared sticky directory
+    shared.chmod(0o777)  # declared, but not sticky: refused
+    r = plain.certify("--model", "tiny", "--dest", str(shared))
+    assert r.code == ExitCode.BAD_INPUT and "sticky" in r.stderr, r
+
+
+def test_the_program_reads_a_private_link_of_the_verified_model(plain: Built) -> None:
+    """The model the steps read is the forge's own link in the lane's certify directory
+    (mode 0700), not the destination's name; it is re-verified after the steps."""
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    _, speed = r.json["steps"]
+    model = Path(speed["args"][1])
+    assert model.name == "tiny-00001-of-00002.gguf"
+    private = plain.root / ".dgr" / "models" / "tiny" / ".dgr-certify-cpu"
+    assert model.parent == private, model
+    assert not private.exists()  # gone after the run
+
+
+@pytest.mark.skipif(os.environ.get("FORGETEST_SUBPROCESS") == "1", reason="an in-process hook")
+def test_a_model_swapped_during_the_steps_fails(plain: Built, tmp_path: Path) -> None:
+    """A file changed in place while the steps ran (its owner, another process) is caught
+    by the verification after them: exit 1 naming the file, nothing written."""
+    from dgr_forge.certify import sequence
+
+    real = sequence._after_steps
+
+    def swap(private: Path) -> None:
+        flip_byte(next(private.glob("*00002-of-*.gguf")), 100)
+
+    sequence._after_steps = swap
+    try:
+        r = plain.certify("--model", "tiny")
+    finally:
+        sequence._after_steps = real
+    assert r.code == ExitCode.FAILED, r
+    assert "tiny-00002-of-00002.gguf" in r.stderr and "changed while" in r.stderr, r.stderr
+    assert plain.written() == []
