@@ -173,8 +173,3 @@ def check_after(prepared: Prepared, out: Reporter) -> None:
             hint="find what writes the model's files, and run certify again",
             details={"model": prepared.bound["name"], "bad": result.bad},
         )
-
-
-def release(prepared: Prepared | None) -> None:
-    if prepared is not None:
-        shutil.rmtree(prepared.private, ignore_errors=True)

@@ -21,6 +21,7 @@ the evidence file, kind `attested`.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,7 +197,8 @@ def lane(
             _after_steps(prepared.private)
             model_mod.check_after(prepared, out)
     finally:
-        model_mod.release(prepared)
+        if prepared is not None:
+            shutil.rmtree(prepared.private, ignore_errors=True)
     bound_model = prepared.bound if prepared else None
     steps = [r.record() for r in results]
     failed = [r for r in results if not r.passed]
