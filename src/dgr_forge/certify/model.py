@@ -32,6 +32,7 @@ from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import artifacts
 from dgr_forge.models import manifest as models
+from dgr_forge.models.dest import check_destination
 
 PRIVATE = ".dgr-certify-"  # + the lane: the steps' view, inside the destination
 
@@ -111,6 +112,7 @@ def prepare(
     path = forge.root / models.MODELS_DIR / f"{name}.toml"
     mm = models.load(path, forge.root)
     target = dest or forge.workspace / "models" / name
+    check_destination(target)  # the /home rule, before anything is made or hashed there
     _refuse_shared(target, mm.shared_dir)
     # beside the files (one file system: a link, not a copy), in a directory of ours
     private = target / f"{PRIVATE}{lane}"
