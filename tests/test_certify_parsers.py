@@ -124,7 +124,7 @@ def test_an_error_line_instead_of_a_verdict_is_a_failure() -> None:
         .replace("CUDA0: \x1b[1;32mOK", "CUDA0: FAIL")
     )
     f = parsers.parse_test_backend_ops(out.encode())
-    assert fig(f)["ops_failed"] == 1 and "failed to allocate" in f.failing[0]
+    assert fig(f)["ops_failed"] == 1 and "failed to allocate" in f.failing[0].shown()
 
 
 def test_llama_bench_json_prompt_and_generation_speeds() -> None:
@@ -227,3 +227,89 @@ def test_output_over_the_bound_is_unreadable() -> None:
     for parse in parsers.PARSE.values():
         with pytest.raises(Unreadable, match="over the"):
             parse(huge)
+
+
+# The pin's own forms (tests/test-backend-ops.cpp): the compare callback prints its finding
+# (`[OP] ERR = %.9f > %.9f `, `[OP] NaN at index ...`) before the case's own line
+# (`  OP(params): ` then `FAIL`), and the section ends with `Failing tests:` naming each.
+def _cpu_ops(cases: list[str], passed: int, total: int, failing: list[str]) -> bytes:
+    status = "\x1b[1;32mOK\x1b[0m" if passed == total else "\x1b[1;31mFAIL\x1b[0m"
+    text = "Testing 1 devices\n\nBackend 1/1: CPU\n  Device description: Intel Xeon\n"
+    text += "  Device memory: 128000 MB (120000 MB free)\n\n" + "".join(c + "\n" for c in cases)
+    text += f"  {passed}/{total} tests passed\n"
+    if failing:
+        text += "\nFailing tests:\n" + "".join(f"  {name}\n" for name in failing)
+    text += f"  Backend CPU: {status}\n\n{int(passed == total)}/1 backends passed\n{status}\n"
+    return text.encode()
+
+
+FAIL = "\x1b[1;31mFAIL\x1b[0m"
+OK = "\x1b[1;32mOK\x1b[0m"
+
+
+def test_the_pins_failing_line_forms_are_named_with_their_error() -> None:
+    add = "ADD(type=f32,ne=[10,5,4,3],nr=[1,1,1,1],nf=1)"
+    rows = "SUM_ROWS(type=f32,ne=[41,7,1,3],permute=0,slice=0)"
+    nan = "SOFT_MAX(type=f32,ne=[16,2,3,1],mask=0,sinks=0)"
+    out = _cpu_ops(
+        [
+            f"[ADD] ERR = 1.170000000 > 0.000000100   {add}: {FAIL}",
+            f"  MUL(type=f32,ne=[10,5,4,3]): {OK}",
+            f"[SUM_ROWS] NMSE = 0.000000103 > 0.000000100   {rows}: {FAIL}",
+            f"[SOFT_MAX] NaN at index 3 (CPU=nan CPU=0.500000)   {nan}: {FAIL}",
+        ],
+        1, 4, [add, rows, nan],
+    )  # fmt: skip
+    f = parsers.parse_test_backend_ops(out)
+    assert fig(f)["ops_failed"] == 3 and fig(f)["ops_passed"] == 1
+    cases = [msgspec.to_builtins(c) for c in f.failing]
+    assert cases == [
+        {"name": "ADD", "params": add[4:-1], "error": "[ADD] ERR = 1.170000000 > 0.000000100"},
+        {"name": "SUM_ROWS", "params": rows[9:-1],
+         "error": "[SUM_ROWS] NMSE = 0.000000103 > 0.000000100"},
+        {"name": "SOFT_MAX", "params": nan[9:-1],
+         "error": "[SOFT_MAX] NaN at index 3 (CPU=nan CPU=0.500000)"},
+    ]  # fmt: skip
+    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    assert problem.startswith("3 op case(s) failed (max_failed = 0): ")
+    assert f"{add} [ADD] ERR = 1.170000000 > 0.000000100" in problem
+    assert rows in problem and nan in problem and "more" not in problem
+
+
+def test_the_message_names_the_first_ten_then_how_many_more() -> None:
+    names = [f"ADD(type=f32,ne=[{i},1,1,1])" for i in range(25)]
+    out = _cpu_ops([f"[ADD] ERR = 2.0 > 0.1   {n}: {FAIL}" for n in names], 0, 25, names)
+    f = parsers.parse_test_backend_ops(out)
+    assert len(f.failing) == 25  # all of them for --json
+    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    assert all(n in problem for n in names[:10]) and names[10] not in problem
+    assert problem.endswith("; and 15 more")
+
+
+def test_a_count_the_lines_do_not_name_still_says_how_many_more() -> None:
+    """A failure the program counted but printed no case line for (a crash of the case's
+    own output) is still counted in "and N more", never lost."""
+    name = "ADD(type=f32,ne=[1,1,1,1])"
+    out = _cpu_ops([f"[ADD] ERR = 2.0 > 0.1   {name}: {FAIL}"], 0, 3, [name])
+    (problem,) = judge(parsers.parse_test_backend_ops(out), Thresholds(max_failed=0)).problems
+    assert problem.startswith("3 op case(s) failed") and problem.endswith("; and 2 more")
+
+
+def test_ctest_names_its_failing_tests_with_their_message() -> None:
+    junit = (
+        b'<testsuite tests="3" failures="2">'
+        b'<testcase name="test-tokenizer-0" status="run"><failure message="Failed"/></testcase>'
+        b'<testcase name="test-backend-ops" status="run"/>'
+        b'<testcase name="test-sampling" status="run"><error message="SEGFAULT"/></testcase>'
+        b"</testsuite>"
+    )
+    f = parsers.parse_ctest_junit(junit)
+    assert [msgspec.to_builtins(c) for c in f.failing] == [
+        {"name": "test-tokenizer-0", "params": None, "error": "Failed"},
+        {"name": "test-sampling", "params": None, "error": "SEGFAULT"},
+    ]
+    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    assert (
+        problem
+        == "2 test(s) failed (max_failed = 0): test-tokenizer-0 Failed; test-sampling SEGFAULT"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import shutil
 import tomllib
 from collections.abc import Iterator
@@ -120,10 +121,10 @@ def _model_manifest(root: Path, served: Path) -> None:
     (root / "manifests" / "models" / "huge.toml").write_text(huge + "\n")
 
 
-def _build(path: Path, upstream: Upstream, edits: list[Edit]) -> Built:
+def _build(path: Path, upstream: Upstream, edits: list[Edit], recipe: str | None = None) -> Built:
     series = make_root(path / "forge", upstream, edits, product=True)
     root = series.root
-    (root / "recipes" / "cpu.toml").write_text(recipe_text())
+    (root / "recipes" / "cpu.toml").write_text(recipe or recipe_text())
     for other in (root / "recipes").glob("*.toml"):
         if other.name != "cpu.toml":
             other.unlink()
@@ -475,7 +476,13 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     assert r.json["failed_steps"] == ["ops", "speed"], r.json
     err = r.stderr
     assert "2 op case(s) failed (max_failed = 0)" in err
-    assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] NMSE" in err
+    # named in the pin's own line form: the case, then what the compare found
+    assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] ERR = " in err
+    (ops_step, _) = r.json["steps"]
+    assert [(c["name"], c["params"]) for c in ops_step["failed_cases"]] == [
+        ("MUL", "type=f32,ne=[10,5,4,3]"), ("MUL", "type=f32,ne=[16,1,1,1]"),
+    ]  # fmt: skip
+    assert all(c["error"].startswith("[MUL] ERR = ") for c in ops_step["failed_cases"])
     assert "speed" in err and "is under min_avg_ts.gen = 1000" in err
     assert "is under min_avg_ts.prompt = 1000" in err
     assert broken.written() == []
@@ -569,3 +576,85 @@ def test_an_untrusted_or_tampered_record_is_not_advertised(plain: Built) -> None
     path.rename(other)
     (entry,) = plain.forge("lanes").json["lanes"][0]["certifications"]
     assert entry["advertised"] is False and entry["reason"].startswith("invalid: the record")
+
+
+@pytest.fixture(scope="module")
+def shipped(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    """The product's cpu recipe exactly as it ships, its own [certify] suite included."""
+    path = tmp_path_factory.mktemp("shipped")
+    built = _build(path, upstream, [], recipe=(REPO / "recipes" / "cpu.toml").read_text())
+    return built
+
+
+def test_the_shipped_cpu_recipe_certifies_op_parity_and_speed(shipped: Built) -> None:
+    """Issue 43 #1: the shipped suite runs `test-backend-ops test -b CPU -o <families>` (the
+    pin skips the CPU only without a backend filter) and the speed gate; on the test
+    upstream the ops its stand-in has (ADD, MUL, SCALE) are compared, and the record is
+    written."""
+    r = shipped.certify("--model", "tiny")
+    assert r.code == 0, r
+    ops, speed = r.json["steps"]
+    assert ops["args"][:3] == ["test", "-b", "CPU"] and "MUL_MAT" in ops["args"][4]
+    assert ops["figures"]["backends"][0]["name"] == "CPU"
+    assert ops["figures"]["ops_passed"] == ops["figures"]["ops_total"] == 6
+    assert speed["verdict"] == "pass"
+    assert Path(r.json["certification"]).is_file()
+
+
+def test_a_shared_model_directory_is_refused_unless_declared(plain: Built, tmp_path: Path) -> None:
+    """Issue 43 #3: a group- or world-writable --dest (or one another user owns) lets
+    someone swap a file between its verification and the program reading it: exit 2,
+    naming the directory and the rule, nothing written. The sticky directory the model
+    manifest declares (`[model] shared_dir`) is read: only a file's owner may replace it
+    there, and the program reads the forge's private link, not the shared name."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    for mode in (0o777, 0o757, 0o1777):  # (group-writable is a user-private group's right)
+        shared.chmod(mode)
+        r = plain.certify("--model", "tiny", "--dest", str(shared))
+        assert r.code == ExitCode.BAD_INPUT, (oct(mode), r)
+        assert str(shared) in r.stderr and "writable by others" in r.stderr, r.stderr
+        assert plain.written() == []
+    manifest = plain.root / "manifests" / "models" / "tiny.toml"
+    manifest.write_text(
+        manifest.read_text().replace('name = "tiny"', f'name = "tiny"\nshared_dir = "{shared}"', 1)
+    )
+    r = plain.certify("--model", "tiny", "--dest", str(shared))
+    assert r.code == 0, r  # the declared sticky directory
+    shared.chmod(0o777)  # declared, but not sticky: refused
+    r = plain.certify("--model", "tiny", "--dest", str(shared))
+    assert r.code == ExitCode.BAD_INPUT and "sticky" in r.stderr, r
+
+
+def test_the_program_reads_a_private_link_of_the_verified_model(plain: Built) -> None:
+    """The model the steps read is the forge's own link in the lane's certify directory
+    (mode 0700), not the destination's name; it is re-verified after the steps."""
+    r = plain.certify("--model", "tiny")
+    assert r.code == 0, r
+    _, speed = r.json["steps"]
+    model = Path(speed["args"][1])
+    assert model.name == "tiny-00001-of-00002.gguf"
+    private = plain.root / ".dgr" / "models" / "tiny" / ".dgr-certify-cpu"
+    assert model.parent == private, model
+    assert not private.exists()  # gone after the run
+
+
+@pytest.mark.skipif(os.environ.get("FORGETEST_SUBPROCESS") == "1", reason="an in-process hook")
+def test_a_model_swapped_during_the_steps_fails(plain: Built, tmp_path: Path) -> None:
+    """A file changed in place while the steps ran (its owner, another process) is caught
+    by the verification after them: exit 1 naming the file, nothing written."""
+    from dgr_forge.certify import sequence
+
+    real = sequence._after_steps
+
+    def swap(private: Path) -> None:
+        flip_byte(next(private.glob("*00002-of-*.gguf")), 100)
+
+    sequence._after_steps = swap
+    try:
+        r = plain.certify("--model", "tiny")
+    finally:
+        sequence._after_steps = real
+    assert r.code == ExitCode.FAILED, r
+    assert "tiny-00002-of-00002.gguf" in r.stderr and "changed while" in r.stderr, r.stderr
+    assert plain.written() == []

@@ -284,3 +284,33 @@ def test_a_record_of_the_old_form_is_refused_naming_its_replacement(
     assert shown.code == 0, shown
     cpu = shown.json["lanes"][0]["certification"]
     assert cpu["attested"] == entry.reason and cpu["reason"] == entry.reason
+
+
+def test_a_missing_report_key_names_certifys_own_option(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    """The hint names the option certify has (`--report-key`), not `--key` (its signer)."""
+    r = run_forge(
+        "certify", "--report", str(report), "--evidence", str(evidence), "--key",
+        str(release_key), "--hardware", "rig", "--root", str(forge.root),
+    )  # fmt: skip
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "pass --report-key PUB" in r.stderr and "pass --key" not in r.stderr, r.stderr
+
+
+def test_a_lapse_names_every_input_that_moved(
+    forge: Forge, upstream: Upstream, patch_text: str, report: Path, evidence: Path,
+    release_key: Path,
+) -> None:  # fmt: skip
+    """Issue 43 #4: the pin and the series both moved, and the recipe: all three named."""
+    trust(forge, release_key)
+    assert run_certify(forge, report, evidence, release_key, "--hardware", "rig").code == 0
+    recipe = forge.recipes_dir / "cpu.toml"
+    recipe.write_text(recipe.read_text().replace('"OFF"', '"ON"'))
+    changed = patch_text.replace("add layer range ownership", "own layer ranges")
+    (forge.root / "patches/llama.cpp/0001-layer-owner.patch").write_text(changed)
+    write_manifest(forge.root, upstream, upstream.commits[-2], changed)
+    reason = status(forge).reason
+    assert reason.startswith("lapsed: "), reason
+    for moved in ("the recipe changed", "the upstream pin moved", "the patch series changed"):
+        assert moved in reason, reason

@@ -68,7 +68,7 @@ def test_plain_junit_in_utf_16_still_reads() -> None:
     text += '<testcase name="t"><failure message="x"/></testcase></testsuite>\n'
     got = parsers.parse_ctest_junit(text.encode("utf-16"))
     assert got.figures.tests == 1 and got.figures.failed == 1  # type: ignore[union-attr]
-    assert got.failing == ("t",)
+    assert [c.name for c in got.failing] == ["t"]
 
 
 # --- 2: every probe bounded -------------------------------------------------------------

@@ -7,10 +7,11 @@ formats of llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console) and
 
 * `ggml/src/ggml-test-ops.c`: the "backend": elementwise ops ADD, MUL, SCALE, SQR (and
   CONV_TRANSPOSE_1D, not supported). `test-backend-ops test [-b NAME] [-o OPS]` runs each
-  op case on it and compares it with a reference computed in the program (as the real one
-  compares a backend with the CPU backend) by NMSE; its one device is `CPU` (the real
-  program skips the CPU backend, having nothing to compare it with; this stand-in has).
-  A patch that breaks an op (`BREAK_MUL`) makes its cases FAIL.
+  op case on it and compares it with a reference computed in the program (as the real one,
+  with `-b CPU`, compares the CPU backend with ggml's CPU reference path); its one device
+  is `CPU`, skipped, as the pin skips it, unless `-b CPU` names it. A failing case prints
+  the pin's form: `[OP] ERR = … > … ` then `  OP(params): FAIL`, and `Failing tests:`
+  after the count. A patch that breaks an op (`BREAK_MUL`) makes its cases FAIL.
 * `src/llama-test-decode.cpp`: a fixed amount of work per token. `llama-bench -m FILE
   [-p N] [-n N] [-t T] [-r R] [-o json|md]` reads the model file (a GGUF: the magic is
   checked, the size reported), times R repetitions of a prompt test (pp N) and a generation
@@ -167,8 +168,9 @@ TEST_BACKEND_OPS = textwrap.dedent(
         const char * dev = "CPU";
         printf("Testing 1 devices\n\n");
         printf("Backend 1/1: %s\n", dev);
-        if (backend != nullptr && strcmp(backend, dev) != 0) {
-            printf("  Skipping\n");
+        if (backend == nullptr || strcmp(backend, dev) != 0) {
+            // the pin skips the CPU device unless `-b` names it (test-backend-ops.cpp:10073)
+            printf(backend == nullptr ? "  Skipping CPU backend\n" : "  Skipping\n");
             printf("1/1 backends passed\n");
             printf("\033[1;32mOK\033[0m\n");
             return 0;
@@ -180,6 +182,7 @@ TEST_BACKEND_OPS = textwrap.dedent(
         const int shapes[2][4] = { {10, 5, 4, 3}, {16, 1, 1, 1} };
         size_t n_ok = 0;
         size_t n_total = 0;
+        std::vector<std::string> failed;
         unsigned seed = 12345u;
         for (int op = 0; op < GGML_TEST_OP_COUNT; op++) {
             if (!wanted(ops, op_names[op])) {
@@ -187,10 +190,9 @@ TEST_BACKEND_OPS = textwrap.dedent(
             }
             for (const auto & ne : shapes) {
                 n_total++;
-                printf("  %s(type=f32,ne=[%d,%d,%d,%d]): ", op_names[op],
-                       ne[0], ne[1], ne[2], ne[3]);
-                fflush(stdout);
                 if (!ggml_test_op_supported(op)) {
+                    printf("  %s(type=f32,ne=[%d,%d,%d,%d]): ", op_names[op],
+                           ne[0], ne[1], ne[2], ne[3]);
                     printf("not supported [%s] ", dev);
                     printf("\n");
                     n_ok++;
@@ -213,9 +215,18 @@ TEST_BACKEND_OPS = textwrap.dedent(
                 }
                 const double err = mse_ab / mse_a0;
                 const double max_err = 1e-7;
+                // as the pin prints it: the compare's finding first, then the case's line
                 if (!(err <= max_err)) {
-                    printf("[%s] NMSE = %.9f > %.9f ", op_names[op], err, max_err);
+                    printf("[%s] ERR = %.9f > %.9f ", op_names[op], err, max_err);
+                }
+                printf("  %s(type=f32,ne=[%d,%d,%d,%d]): ", op_names[op],
+                       ne[0], ne[1], ne[2], ne[3]);
+                if (!(err <= max_err)) {
                     printf("\033[1;31mFAIL\033[0m\n");
+                    char name[128];
+                    snprintf(name, sizeof name, "%s(type=f32,ne=[%d,%d,%d,%d])", op_names[op],
+                             ne[0], ne[1], ne[2], ne[3]);
+                    failed.push_back(name);
                 } else {
                     printf("\033[1;32mOK\033[0m\n");
                     n_ok++;
@@ -224,6 +235,12 @@ TEST_BACKEND_OPS = textwrap.dedent(
         }
         const bool ok = n_ok == n_total;
         printf("  %zu/%zu tests passed\n", n_ok, n_total);
+        if (!failed.empty()) {
+            printf("\nFailing tests:\n");
+            for (const auto & name : failed) {
+                printf("  %s\n", name.c_str());
+            }
+        }
         printf("  Backend %s: ", dev);
         printf(ok ? "\033[1;32mOK\033[0m\n" : "\033[1;31mFAIL\033[0m\n");
         printf("\n");

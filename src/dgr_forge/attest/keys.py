@@ -421,8 +421,9 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
     return signer
 
 
-def resolve_verifier(key: str | None) -> PublicKey:
-    """`--key PUB`, then `DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`."""
+def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
+    """`--key PUB` (the command's `option`), then `DGR_VERIFY_KEY` (path or PEM), then the
+    default key's `.pub`."""
     if key:
         _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())
@@ -442,6 +443,6 @@ def resolve_verifier(key: str | None) -> PublicKey:
         return load_signer(default).public
     raise BadInput(
         "no public key to verify with",
-        hint=f"pass --key PUB, set {VERIFY_KEY_ENV}, or create the default key with "
+        hint=f"pass {option} PUB, set {VERIFY_KEY_ENV}, or create the default key with "
         f"`dgr-forge keygen` ({default})",
     )

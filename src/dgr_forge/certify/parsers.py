@@ -5,9 +5,12 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
 
 * `test-backend-ops` (mode `test`, console output): per backend a section opened by
   `Backend i/N: NAME`, one line per op case `  OP(params): ...` ending in `OK` or `FAIL`
-  (a failure may print why before `FAIL`, e.g. `[MUL_MAT] NMSE = ... > ... `), or
-  `not supported [NAME]`; then `  P/T tests passed` and `  Backend NAME: OK|FAIL`; a
-  skipped backend prints one indented reason instead. Colour escapes are ignored.
+  or `not supported [NAME]`; a failing case's line starts with what the compare found
+  (`[ADD] ERR = 1.170000000 > 0.000000100 `, `[OP] NaN at index ...`: printed before the
+  case's own `  OP(params): `, tests/test-backend-ops.cpp at the pin, lines 1447 and
+  943), or (older forms) holds it before `FAIL` (`[MUL_MAT] NMSE = ... > ... `); then
+  `  P/T tests passed` and `  Backend NAME: OK|FAIL`; a skipped backend
+  prints one indented reason instead. Colour escapes are ignored.
 * `llama-bench` (`-o json`): a JSON array, one object per test with `n_prompt`, `n_gen`,
   `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size` (and more, ignored). A test
   with `n_gen == 0` is a prompt test, one with `n_prompt == 0` a generation test.
@@ -34,6 +37,7 @@ from dgr_forge.certify.shapes import (
     BenchFigures,
     BenchTest,
     CtestFigures,
+    FailedCase,
     Gate,
     OpsBackend,
     OpsFigures,
@@ -42,7 +46,7 @@ from dgr_forge.certify.shapes import (
 )
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
-MAX_SHOWN_CASES = 20  # failing cases named in a message; the record keeps up to MAX_CASES
+MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
 MAX_CASES = 1000
 PARSERS = ("test-backend-ops", "llama-bench", "ctest")
 
@@ -55,7 +59,7 @@ class Figures(Struct, frozen=True):
     """What a parser read: the figures the record keeps and the failing cases by name."""
 
     figures: StepFigures
-    failing: tuple[str, ...] = ()
+    failing: tuple[FailedCase, ...] = ()
 
     @property
     def parser(self) -> str:
@@ -105,7 +109,9 @@ def _text(data: bytes, parser: str) -> str:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _BACKEND_HEAD = re.compile(r"^Backend (\d+)/(\d+): (\S.*)$")
-_CASE = re.compile(r"^  ([A-Za-z0-9_]+)\((.*?)\): (.*)$")
+# a case's line: `  OP(params): verdict`, after what the compare found when it failed
+# (`[OP] ERR = 1.17 > 1e-07 `, `[OP] NaN at index ...`: printed first, on the same line)
+_CASE = re.compile(r"^(\[[A-Za-z0-9_]+\] .*?)?\s*\b([A-Za-z0-9_]+)\((.*)\): (.*)$")
 _TESTS_PASSED = re.compile(r"^  (\d+)/(\d+) tests passed$")
 _BACKEND_STATUS = re.compile(r"^  Backend (\S.*): (OK|FAIL)$")
 _BACKENDS_PASSED = re.compile(r"^(\d+)/(\d+) backends passed$")
@@ -123,7 +129,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     text = _ANSI.sub("", _text(data, "test-backend-ops"))
     backends: list[dict[str, Any]] = []
     current: dict[str, Any] | None = None
-    failing: list[str] = []
+    failing: list[FailedCase] = []
     overall: tuple[int, int] | None = None
     for line in text.splitlines():
         line = line.rstrip("\r")
@@ -145,22 +151,19 @@ def parse_test_backend_ops(data: bytes) -> Figures:
             current["status"] = m.group(2)
             current["status_name"] = m.group(1)
             continue
-        if m := _CASE.match(line):
-            case = f"{m.group(1)}({m.group(2)})"
-            rest = m.group(3).rstrip()
+        if (m := _CASE.match(line)) and (line.startswith("  ") or m.group(1)):
+            found, name, params = m.group(1), m.group(2), m.group(3)[:400]
+            rest = m.group(4).rstrip()
             if rest.startswith("not supported"):
                 current["unsupported"] += 1
-            elif rest.endswith("FAIL"):
-                current["failed"] += 1
-                if len(failing) < MAX_CASES:
-                    why = rest[: -len("FAIL")].strip()
-                    failing.append(f"{current['name']}: {case}" + (f" {why}"[:200] if why else ""))
             elif rest == "OK" or rest.endswith(" OK"):
                 current["ok"] += 1
-            else:  # an error message instead of a verdict (allocation failed, ...): a failure
+            else:  # FAIL, after its finding, or an error message instead of a verdict
                 current["failed"] += 1
+                why = rest[: -len("FAIL")] if rest.endswith("FAIL") else rest
+                why = " ".join(p.strip() for p in (found or "", why) if p.strip())[:300]
                 if len(failing) < MAX_CASES:
-                    failing.append(f"{current['name']}: {case} {rest[:200]}")
+                    failing.append(FailedCase(name=name, params=params, error=why or None))
     tested = [b for b in backends if b["status"] is not None]
     if not tested:
         raise Unreadable(
@@ -293,16 +296,19 @@ def parse_ctest_junit(data: bytes) -> Figures:
     if root.tag not in ("testsuite", "testsuites") or not suites:
         raise Unreadable(f"root element <{root.tag[:40]}>, not <testsuite>")
     tests = failures = skipped = 0
-    failing: list[str] = []
+    failing: list[FailedCase] = []
     for suite in suites:
         cases = suite.findall("testcase")
         for case in cases:
             name = (case.get("name") or "?")[:200]
             status = case.get("status", "run")
-            if case.find("failure") is not None or case.find("error") is not None:
+            bad = case.find("failure")
+            bad = case.find("error") if bad is None else bad
+            if bad is not None:
                 failures += 1
                 if len(failing) < MAX_CASES:
-                    failing.append(name)
+                    message = (bad.get("message") or "").strip()[:300] or None
+                    failing.append(FailedCase(name=name, params=None, error=message))
             elif case.find("skipped") is not None or status in ("notrun", "disabled"):
                 skipped += 1
             tests += 1
@@ -347,8 +353,8 @@ def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
         if failed is None:
             problems.append("max_failed: the output has no failure count")
         elif failed > thresholds.max_failed:
-            shown = list(figures.failing[:MAX_SHOWN_CASES])
-            more = len(figures.failing) - len(shown)
+            shown = [c.shown() for c in figures.failing[:MAX_SHOWN_CASES]]
+            more = failed - len(shown)  # counted, named or not
             what = "op case(s)" if figures.parser == "test-backend-ops" else "test(s)"
             problems.append(
                 f"{failed} {what} failed (max_failed = {thresholds.max_failed})"

@@ -1,22 +1,13 @@
-"""The one certification record: `certifications/<lane>/<model>/<class>.json`.
-
-A DSSE envelope (payload type `CERT_PAYLOAD_TYPE`, `_type` `RECORD_TYPE`) whose body binds
-the lane's inputs (recipe, pin, series, toolchain file, `cmake/`, worker, tool versions;
-and the whole input digest of the build that wrote the report), the report's sha256 and
-subjects, the hardware (its class, and the probed identity or a person's description),
-and what was measured. Two kinds differ by the `kind` field only:
-
-* `checked` (`certify --lane`): the forge ran the suite; `<model>` is the model manifest
-  (`none` for a suite without one), the body binds its sha256 and every file's, and per
-  step the program's path and sha256, its arguments, the figures, gate, verdict and the
-  sha256 of its log (`shapes.CertStep`). Written only when every step passed.
-* `attested` (`certify --attested`): a person's evidence file, by sha256; `<model>` is
-  `attested`. Recorded, shown "attested, not checked", never advertised.
-
-A checked entry is *advertised* while its record is signed by a trusted key and every
-bound input is still the checkout's; any change lapses it, naming every input that moved.
-The record of forges before this one, `certifications/<lane>.json`, is not read: `lanes`
-shows it as `invalid`, with the command that writes its replacement (`OLD_FORM`).
+"""The one certification record: `certifications/<lane>/<model>/<class>.json`, a DSSE
+envelope (payload type `CERT_PAYLOAD_TYPE`, `_type` `RECORD_TYPE`) binding the lane's
+inputs (recipe, pin, series, `trust.bound_inputs`, the build's input digest), the report
+and its subjects, the hardware (class; probed identity or a description) and what was
+measured. `kind` tells the two apart: `checked` (`certify --lane`: `<model>` the model
+manifest or `none`, its files and every step bound; written only when every step passed)
+and `attested` (`certify --attested`: `<model>` is `attested`, the evidence file bound by
+sha256; shown "attested, not checked", never advertised). A checked entry is advertised
+while a trusted key signed it and no bound input moved; a lapse names every one that
+did. The older one-file form, `certifications/<lane>.json`, is not read (`OLD_FORM`).
 """
 
 from __future__ import annotations

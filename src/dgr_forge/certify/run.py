@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.certify import parsers
-from dgr_forge.certify.shapes import CertStep, StepFigures, StepLog, StepProgram
+from dgr_forge.certify.shapes import CertStep, FailedCase, StepFigures, StepLog, StepProgram
 from dgr_forge.certify.suite import Step, Suite
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
@@ -71,6 +71,7 @@ class StepResult:
     log: str  # workspace-relative
     log_sha256: str
     thresholds: parsers.Thresholds  # the gate this run was judged by
+    failed_cases: tuple[FailedCase, ...] = ()  # as the parser named them
 
     def record(self) -> CertStep:
         """As the certification records it (and `certify --json` shows it)."""
@@ -88,6 +89,7 @@ class StepResult:
             verdict="pass" if self.passed else "fail",
             problems=list(self.problems),
             log=StepLog(path=self.log, sha256=self.log_sha256),
+            failed_cases=list(self.failed_cases),
         )
 
 
@@ -273,4 +275,5 @@ def _judge(
         log=log,
         log_sha256=log_sha,
         thresholds=gate,
+        failed_cases=() if figures is None else figures.failing,
     )

@@ -21,6 +21,7 @@ the evidence file, kind `attested`.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,20 +32,22 @@ import msgspec
 from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.certify import hardware, records, run, suite, trust
+from dgr_forge.certify import model as model_mod
 from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence, Hardware
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
-from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.inputs import tool_versions, worker_identity
 from dgr_forge.lanes.state import lane_state
-from dgr_forge.models import artifacts
-from dgr_forge.models import manifest as models
 from dgr_forge.upstream.manifest import UpstreamManifest
+
+
+def _after_steps(private: Path) -> None:
+    """Between the steps and the model's second verification (a test's hook)."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,7 @@ def attested(
 ) -> Certified:
     """Record a person's evidence (`attested, not checked`, never advertised)."""
     forge, m = got.forge, got.m
-    public = keys.resolve_verifier(report_key)
+    public = keys.resolve_verifier(report_key, "--report-key")
     signer = keys.resolve_signer(key, out)
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything is read
     evidence_sha = sha256_regular(  # first: a FIFO or /dev/zero is refused, never hashed
@@ -134,6 +137,7 @@ def lane(
     report: Path | None,
     key: str | None,
     report_key: str | None,
+    mirror: str | None = None,
 ) -> Certified:
     """Run the lane's suite and, when every step passed, write its record (the module doc);
     the caller holds the workspace lock for the whole run."""
@@ -156,7 +160,7 @@ def lane(
         )
     the_device = run.check_device(device or run.DEFAULT_DEVICE.get(recipe.backend.lower(), "CPU"))
     signer = keys.resolve_signer(key, out)
-    public = keys.resolve_verifier(report_key)
+    public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
     report = report or reports_mod.latest_report(forge, lane)
     if report is None:
@@ -177,17 +181,25 @@ def lane(
     report_sha = checked.check.report.sha256
     # the whole input digest of the build that wrote this report, when it is the last one
     input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
-    bound_model, first_split = _model(forge, out, model, dest) if model else (None, None)
     identity = hardware.probe()
     cls = hardware.hardware_class(identity, recipe.backend)
     out.info(f"hardware class {cls}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
-    values = {
-        "model": str(first_split) if first_split else None,
-        "device": the_device,
-        "threads": str(os.cpu_count() or 1),
-    }
-    results = run.run_steps(forge, lane, the_suite, found, values, out, model)
+    prepared = model_mod.prepare(forge, out, lane, model, dest, mirror) if model else None
+    try:
+        values = {
+            "model": str(prepared.first) if prepared else None,
+            "device": the_device,
+            "threads": str(os.cpu_count() or 1),
+        }
+        results = run.run_steps(forge, lane, the_suite, found, values, out, model)
+        if prepared is not None:
+            _after_steps(prepared.private)
+            model_mod.check_after(prepared, out)
+    finally:
+        if prepared is not None:
+            shutil.rmtree(prepared.private, ignore_errors=True)
+    bound_model = prepared.bound if prepared else None
     steps = [r.record() for r in results]
     failed = [r for r in results if not r.passed]
     for r in results:
@@ -213,61 +225,3 @@ def lane(
         device=the_device, steps=steps, signer=signer, out=out,
     )  # fmt: skip
     return _result(forge, path, body, signer, steps)
-
-
-def _model(
-    forge: Forge, out: Reporter, name: str, dest: Path | None
-) -> tuple[dict[str, Any], Path]:
-    """The model's files verified (provisioned when missing); (what the record binds, the
-    first split's path)."""
-    if not NAME.match(name) or name.endswith(".toml"):
-        raise BadInput(
-            f"--model {name[:80]!r}: not a manifest name",
-            hint="name a manifest under manifests/models/ by its file name without .toml",
-            details={"model": name[:80]},
-        )
-    path = forge.root / models.MODELS_DIR / f"{name}.toml"
-    mm = models.load(path, forge.root)
-    target = dest or forge.workspace / "models" / name
-    if target.is_dir():
-        result = artifacts.verify(mm, target, out)
-    if not target.is_dir() or result.bad:
-        wrong = [f for f in result.files if f.status == "bad"] if target.is_dir() else []
-        if wrong:
-            bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
-            raise OperationFailed(
-                f"model {name}: files in {target} do not match the manifest: " + "; ".join(bad),
-                hint=f"remove them and re-run, or `dgr-forge artifacts provision {name} "
-                f"--dest {target}`",
-                details={"model": name, "bad": result.bad},
-            )
-        provisioned = artifacts.provision(mm, target, out)
-        if not provisioned.ok:
-            raise OperationFailed(
-                f"model {name}: provisioning into {target} failed",
-                hint="see the errors above; re-run to resume",
-                details={"model": name},
-            )
-        result = artifacts.verify(mm, target, out)
-        if result.bad:
-            raise OperationFailed(
-                f"model {name}: {', '.join(result.bad)} do not verify",
-                hint="re-provision the model",
-                details={"model": name},
-            )
-
-    def part(f: models.ModelFile) -> int:
-        split = models.split_name(f.name)
-        return split.no if split else 0
-
-    files = sorted(mm.files, key=part)
-    first = result.dest / files[0].name
-    bound = {
-        "name": name,
-        "model_name": mm.name,
-        "manifest": forge.rel(path),
-        "manifest_sha256": records.manifest_sha256(forge, name),
-        "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in mm.files],
-        "first_split": files[0].name,
-    }
-    return bound, first

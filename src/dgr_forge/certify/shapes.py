@@ -169,6 +169,21 @@ class Identity(Struct, kw_only=True):
     probed: Annotated[bool, d("true: probed by the forge")]
 
 
+class FailedCase(Struct, kw_only=True):
+    """a failing case as the program named it"""
+
+    name: Annotated[str, d("the op (test-backend-ops) or the test (ctest)")]
+    params: Annotated[str | None, d("the op's parameters as the program prints them")]
+    error: Annotated[
+        str | None,
+        d("its error line (`[ADD] ERR = 1.17 > 1e-07`, `[OP] NMSE = ...`), or ctest's message"),
+    ]
+
+    def shown(self) -> str:
+        case = self.name if self.params is None else f"{self.name}({self.params})"
+        return case if self.error is None else f"{case} {self.error}"
+
+
 # --- a step as run (`run`, `records`) ----------------------------------------
 
 
@@ -206,6 +221,9 @@ class CertStep(Struct, kw_only=True):
     verdict: Annotated[str, d("`pass` or `fail`")]
     problems: Annotated[list[str], d("why it failed (empty when it passed)")]
     log: StepLog
+    failed_cases: Annotated[
+        list[FailedCase], d("every failing case its parser read (up to 1000), in order")
+    ] = []
 
 
 # --- a record (`records`) and what `certify` and `lanes` show of it ------------------

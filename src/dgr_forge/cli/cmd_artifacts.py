@@ -177,6 +177,13 @@ def make_manifest(
         result = artifacts.write_manifest(built, target)
         size = artifacts.human(result.total_size)
         env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
+        if url_base.startswith("file:"):  # said now, not by the first provision or certify
+            from dgr_forge.models.sources import FILE_ROOTS_ENV
+
+            env.out.warn(
+                f"its URLs are file:// URLs: reading them needs {FILE_ROOTS_ENV} to allow the "
+                f"directory ({FILE_ROOTS_ENV}={directory.resolve()}), or --mirror"
+            )
         return result
 
     run(ctx, "artifacts manifest", body)

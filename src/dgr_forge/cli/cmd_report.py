@@ -15,6 +15,7 @@ from dgr_forge.cli.options import (
     BuildReport,
     BuildReportAsReport,
     CertifyLane,
+    FileMirror,
     KeygenForce,
     KeygenOut,
     ReportLane,
@@ -265,11 +266,14 @@ def certify_command(
             "--report-key", metavar="PATH", help="Public key the report must verify with."
         ),
     ] = None,
+    mirror: FileMirror = None,
 ) -> None:
     """Run the lane's certification suite on this host; sign it when every step passes.
 
     `--lane` names the one lane certified (its [certify] suite runs on the report's own
-    binaries); `--attested FILE --build-report R` records a person's evidence instead."""
+    binaries; a failing step is exit 1, nothing written); `--attested FILE --build-report R`
+    records a person's evidence instead. `--mirror`: where a missing model file is
+    provisioned from."""
 
     report = build_report or report_
 
@@ -306,7 +310,7 @@ def certify_command(
         with _certify_session(env, lock=True) as got:
             return sequence.lane(
                 got, env.out, lane=lane, model=model, dest=dest, device=device,
-                report=report, key=key, report_key=report_key,
+                report=report, key=key, report_key=report_key, mirror=mirror,
             )  # fmt: skip
 
     run(ctx, "certify", body)

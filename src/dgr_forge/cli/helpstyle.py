@@ -66,10 +66,9 @@ USAGE: dict[str, tuple[str, str]] = {
                 "the forge will not edit (left unchanged)"),
     "keygen": ("dgr-forge keygen --out keys/ci.pem",
                "0 written · 2 the file exists or the path is unusable"),
-    "certify": ("dgr-forge certify --report .dgr/reports/cuda-R.intoto.jsonl "
-                "--evidence test-backend-ops.txt",
-                "0 recorded and signed · 1 the report does not verify (nothing written) · "
-                "2 bad input"),
+    "certify": ("dgr-forge certify --lane cpu --model tiny",
+                "0 recorded and signed · 1 a step failed, or the report does not verify "
+                "(nothing written) · 2 bad input"),
     "demo": ("dgr-forge demo /tmp/dgr-demo",
              "0 the whole tour ran · 1 a step did not end as expected · 2 DIR is not new or "
              "empty"),

@@ -64,6 +64,16 @@ class _Model(Shape):
     source_revision: (
         Annotated[str, about("the upstream checkpoint's full 40-hex revision")] | None
     ) = None
+    shared_dir: (
+        Annotated[
+            str,
+            about(
+                "a shared, sticky model directory (mode 1777) `certify --dest` may read "
+                "though others can write it: only a file's owner may replace a file there"
+            ),
+        ]
+        | None
+    ) = None
 
 
 class _Map(Shape):
@@ -150,6 +160,7 @@ class ModelManifest:
     source_revision: str | None
     files: tuple[ModelFile, ...]
     layer_map: LayerMap | None = None
+    shared_dir: str | None = None  # `[model] shared_dir`
 
     @property
     def total_size(self) -> int:
@@ -236,6 +247,11 @@ def loads(
 ) -> ModelManifest:
     doc = decode(shown, Checker(shown).parse(raw), _Manifest)
     name, revision = doc.model.name, doc.model.source_revision
+    if doc.model.shared_dir is not None and not doc.model.shared_dir.startswith("/"):
+        raise fail(
+            shown, "model.shared_dir", f"{doc.model.shared_dir[:80]!r} is not an absolute path",
+            'write the directory in full: shared_dir = "/srv/models"',
+        )  # fmt: skip
     if not NAME.fullmatch(name) or ".." in name:
         raise fail(
             shown,
@@ -266,6 +282,7 @@ def loads(
         source_revision=revision,
         files=tuple(files),
         layer_map=layer_map,
+        shared_dir=doc.model.shared_dir,
     )
 
 
