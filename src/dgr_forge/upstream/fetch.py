@@ -216,14 +216,16 @@ def fetch_locked(
                 raise _tree_mismatch(m, tree, None)
             return FetchResult(src, m.commit, tree, changed=False)
 
-    if not ws.exists:
-        _init(src)
+    fresh = not ws.exists
+    if fresh:
+        _init(src)  # empty: what `ws` says of it holds (no HEAD, no changes, no pin)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
     if PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
-    ws = inspect(src, m.commit, len(m.series))
+    if not fresh:
+        ws = inspect(src, m.commit, len(m.series))
 
     # refuse before any network traffic; with --force, save and discard only once the pin
     # is fetched and verified (a failed fetch then leaves the edits where they are)
