@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
-from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.gitutil import out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.upstream import manifest
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.bumpsearch import (
@@ -37,12 +36,11 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     search,
 )
 from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import check_report_path
+from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
-from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
 
@@ -89,9 +87,8 @@ def bump(
         out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
         return _finish(_noop(m, rev, dry_run), target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
-        work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
         # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
-        wm = m if work is forge else manifest.load(work.upstream_manifest, work.root)
+        work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
         patched = ensure_patched(work, wm, out_, mirror=mirror)
         src = patched.src_dir
         olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
@@ -127,7 +124,13 @@ def bump(
         def real_probe(i: int) -> Break | None:
             return _canary(work, wm, out_, chain[i], mirror)[0]
 
-        found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+        try:
+            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+            if found.first_breaking is not None:
+                b = found.breaks[found.first_breaking]
+                found.breaks[found.first_breaking] = probe.explained(b)
+        finally:
+            probe.close()
         data = _data(m, rev, src, target, chain, found, dry_run)
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
@@ -178,16 +181,6 @@ def _data(
         "rebase_report": verified.get("report"),
         "rebase_report_markdown": verified.get("report_markdown"),
     }
-
-
-def _scratch_forge(forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter) -> Forge:
-    """--dry-run: a copy of the inputs and a scratch workspace that reads the real one's
-    objects (the canary's setup); nothing of the root or the workspace changes."""
-    root = tmp / "root"
-    copy_inputs(m, root, UPSTREAM_MANIFEST)
-    scratch = Forge(root=root, workspace=tmp / "workspace")
-    borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
-    return scratch
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:

@@ -132,64 +132,53 @@ class Break:
         }
 
 
-@dataclass
 class TreeReplay:
-    """Dry-run replays of the series onto candidates by the replay engine, in a scratch
-    repository `repo` that reads the workspace's objects. `patches` are (file, O_i) in
-    series order; O_i's parent is O_(i-1), the pin for the first."""
+    """Dry-run replays of the series onto candidates by the replay engine (one for all of
+    them: close it), in a scratch repository `repo` that reads the workspace's objects.
+    `patches` are (file, O_i) in series order; O_i's parent is O_(i-1), the pin for the
+    first. A break's upstream commits are named only when asked (`explained`): the
+    search needs the first breaking commit's alone."""
 
-    repo: Path
-    pin: str
-    patches: list[tuple[str, str]]
-    runs: int = 0
+    def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
+        self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
+        self.engine = Replay(repo, [c for _, c in patches], batch_ref=BATCH_REF)
+        self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
+
+    def close(self) -> None:
+        self.engine.writer.close()
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
         self.runs += 1
         head = candidate
-        with Replay(self.repo, [c for _, c in self.patches], batch_ref=BATCH_REF) as engine:
-            for step in engine.onto(candidate):
-                file = self.patches[step.index][0]
-                if step.kind == "worktree":
-                    raise OperationFailed(
-                        f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
-                        f"{step.error or 'a merge commit in the series'}",
-                        hint="git 2.38 or newer is needed (`git --version`)",
-                    )
-                if step.kind == "conflict":
-                    assert step.tree is not None
-                    return self._explain(candidate, file, step.files, step.tree, head)
-                head = step.commit or head
+        for step in self.engine.onto(candidate):
+            file = self.patches[step.index][0]
+            if step.kind == "worktree":
+                raise OperationFailed(
+                    f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
+                    f"{step.error or 'a merge commit in the series'}",
+                    hint="git 2.38 or newer is needed (`git --version`)",
+                )
+            if step.kind == "conflict":
+                assert step.tree is not None
+                self._merged[candidate] = (step.tree, head)
+                return Break(candidate, file, step.files, [])
+            head = step.commit or head
         return None
 
-    def _explain(
-        self, candidate: str, patch: str, files: list[str], merged: str, head: str
-    ) -> Break:
-        """The conflict named as `rebase` names it (`upstream_commits_for`): the replayed
-        head `head` on the candidate, the conflicted files (with their markers, from the
-        merged tree) in the scratch repository's work tree."""
+    def explained(self, b: Break) -> Break:
+        """`b` with the upstream commits that touched its lines, named as `rebase` names a
+        conflict (`upstream_commits_for`), each file's markers from the merged tree."""
+        if b.commit not in self._merged:
+            return b  # a real replay's break: named already
+        merged, head = self._merged[b.commit]
         commits: list[dict[str, str]] = []
-        for path in files:
-            if _safe(path):
-                blob = git(
-                    self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False
-                )
-                target = self.repo / path
-                try:
-                    if blob.returncode == 0:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(cast(bytes, blob.stdout))
-                except OSError:
-                    pass  # e.g. a file where a directory is needed: file-level names only
-            found, _ = upstream_commits_for(self.repo, self.pin, candidate, head, path)
+        for path in b.files:
+            blob = git(self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
+            data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
+            found, _ = upstream_commits_for(self.repo, self.pin, b.commit, head, path, data)
             commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
-        return Break(candidate, patch, files, commits)
-
-
-def _safe(path: str) -> bool:
-    """A path git gave us, written only inside the scratch work tree."""
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and ".." not in parts and ".git" not in parts
+        return Break(b.commit, b.patch, b.files, commits)
 
 
 # ----------------------------------------------------------------------------- search
