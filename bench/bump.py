@@ -140,7 +140,8 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     from dgr_forge.core.output import Reporter
     from dgr_forge.upstream import manifest
     from dgr_forge.upstream.patches import ensure_patched
-    from dgr_forge.upstream.rebase.bumpsearch import TreeReplay, fetch_range
+    from dgr_forge.upstream.rebase.bumpsearch import TreeReplay
+    from dgr_forge.upstream.rebase.gitops import ensure_history
     from dgr_forge.upstream.series_journal import borrow_objects
 
     quiet = Reporter(quiet=True)
@@ -149,7 +150,7 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     patched = ensure_patched(f, m, quiet)
     src = patched.src_dir
     olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
-    fetch_range(src, m.url, m.commit, after[-1], quiet)
+    ensure_history(src, m.url, m.commit, after[-1], quiet, to=after[-1])
     replay_repo = root.parent / "naive-replay"
     borrow_objects(src, replay_repo, quiet)
     series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]

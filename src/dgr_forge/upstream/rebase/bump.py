@@ -2,7 +2,7 @@
 default the upstream's default branch head) onto which the whole series replays cleanly.
 
 The candidates are the first-parent commits after the pin up to the target, fetched in
-one go (`bumpsearch.fetch_range`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
+one go (`gitops.ensure_history`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
 in a scratch repository, no work tree) bisect them; the answer is then verified by a real
 replay: with `--dry-run` the canary's (`rebase --onto --dry-run`, in a scratch forge),
 without it the rebase itself (`rebase.start`, exactly `rebase --onto <answer>`: manifest
@@ -31,14 +31,19 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     SearchResult,
     TreeReplay,
     candidates,
-    fetch_range,
     max_replays,
     search,
 )
 from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
 from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.gitops import (
+    check_rev,
+    ensure_history,
+    peel,
+    resolve_rev,
+    subject_of,
+)
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
@@ -100,7 +105,7 @@ def bump(
             )
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
-        fetch_range(src, url, m.commit, want, out_)
+        ensure_history(src, url, m.commit, want, out_, to=want)
         target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")

@@ -1,8 +1,8 @@
 """The roller's search: which first-parent commit after the pin is the newest one the whole
 series replays onto cleanly, and which one breaks it.
 
-* `fetch_range`: one fetch of the candidate range (pin..target; on a shallow workspace
-  `--shallow-since` the pin's date, so no history before the pin comes along).
+* the candidate range (pin..target) comes in one fetch: the rebase's own
+  (`gitops.ensure_history`, on a shallow workspace cut at the pin's date).
 * `TreeReplay`: a dry-run replay without a work tree, by the replay engine
   (`upstream.replay`, the rebase's own: the same merges, the same commits). A patch
   upstream took is dropped (clean); a conflict is not clean. Objects go to a scratch
@@ -19,17 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
-from dgr_forge.upstream.rebase.gitops import ensure_history
 from dgr_forge.upstream.replay import Replay
-from dgr_forge.upstream.transfer import CAN_RETRY, diagnose, fetch_failed
 
-PIN_REF = "refs/dgr/bump/pin"  # the pin as a ref: the fetch negotiates it as "have"
 BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
 
 
@@ -43,53 +38,6 @@ def max_replays(candidates: int) -> int:
 
 def is_ancestor(src: Path, a: str, b: str) -> bool:
     return git(src, "merge-base", "--is-ancestor", a, b, check=False).returncode == 0
-
-
-def fetch_range(src: Path, url: str, pin: str, want: str, out_: Reporter) -> None:
-    """Make pin..want (its first-parent chain and what it needs) available in `src`: one
-    fetch; on a shallow repository cut at the pin's date. Deepened only when a commit on
-    the chain is dated before the pin (then the cut missed it)."""
-    if gitutil.has_object(src, want) and is_ancestor(src, pin, want):
-        return
-    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    since = out(src, "log", "-1", "--format=%ct", pin)
-    git(src, "update-ref", PIN_REF, pin)
-    try:
-        out_.step(f"fetching the first-parent history {pin[:12]}..{want[:12]} from {mask(url)}")
-        args = ["--no-tags", "--no-write-fetch-head"]
-        cut = [f"--shallow-since={since}"] if shallow else []
-        proc = _fetch(src, url, [*args, *cut, "--", url, want])
-        if proc.returncode != 0 and cut and (cause := diagnose(proc.stderr)) in CAN_RETRY:
-            # a server without shallow support (dumb HTTP): everything after the pin
-            said = "refused" if cause == "refused" else "failed"
-            out_.info(f"the server {said} a --shallow-since fetch; fetching without it")
-            proc = _fetch(src, url, [*args, "--", url, want])
-        if proc.returncode != 0 and diagnose(proc.stderr) not in CAN_RETRY:
-            raise fetch_failed(f"{want[:12]} (the range after the pin)", url, proc.stderr)
-        if proc.returncode != 0:
-            # the server answered: it has no such commit (or serves none by id)
-            raise BadInput(
-                f"--to {want}: commit not available from {mask(url)}: "
-                f"{mask_text(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '')}",
-                hint="check the commit id; a server that serves no commit by id needs a tag "
-                "or branch name",
-                details={"target": want},
-            )
-        if not is_ancestor(src, pin, want) and shallow:
-            ensure_history(src, url, pin, want)
-    finally:
-        git(src, "update-ref", "-d", PIN_REF, check=False)
-
-
-def _fetch(src: Path, url: str, args: list[str]) -> Any:
-    return git(
-        src,
-        "fetch",
-        *args,
-        check=False,
-        isolated=False,
-        config=(*gitutil.protocol_policy(url), "fetch.unpackLimit=1"),
-    )
 
 
 def candidates(src: Path, pin: str, target: str) -> list[str]:
