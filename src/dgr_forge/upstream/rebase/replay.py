@@ -24,7 +24,7 @@ from dgr_forge.upstream.rebase.conflicts import (
 )
 from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
 from dgr_forge.upstream.rebase.state import REF_BATCH, PatchStep, RebaseState, save_state
-from dgr_forge.upstream.replay import Replay, Step, git_dir
+from dgr_forge.upstream.replay import Replay, Step, commit_env, git_bytes, git_dir
 
 # ----------------------------------------------------------------------------- replay
 
@@ -59,12 +59,15 @@ def record(
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        if known is None:
-            with Replay(src, [step.old_commit]) as engine:
-                commit = engine.rewrite(step.old_commit, tree, state.head)
-        else:
-            commit = known.rewrite(step.old_commit, tree, state.head)
-        assert commit is not None  # restamped: commit-tree writes what the writer cannot
+        if known is not None:
+            commit = known.rewrite(step.old_commit, tree, state.head) or ""
+        else:  # one commit (a resolution): one commit-tree
+            env, message = commit_env(src, step.old_commit)
+            commit = (
+                git_bytes(src, "commit-tree", tree, "-p", state.head, input=message, env=env)
+                .decode()
+                .strip()
+            )
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
