@@ -14,6 +14,7 @@ commits that touched them, as `rebase` names a conflict.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,6 @@ from typing import Any
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
-from dgr_forge.core.gitutil import out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -34,7 +34,7 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     max_replays,
     search,
 )
-from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
+from dgr_forge.upstream.rebase.commands import abort, patch_commits, reject_in_progress, start
 from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import (
@@ -96,13 +96,7 @@ def bump(
         work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
         patched = ensure_patched(work, wm, out_, mirror=mirror)
         src = patched.src_dir
-        olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
-        if len(olds) != len(m.series):
-            raise OperationFailed(
-                f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-                f"found {len(olds)}",
-                hint="reset the workspace with `dgr-forge fetch --force` and retry",
-            )
+        olds = [c for c, _ in patch_commits(src, m, patched.head_commit)]
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
         ensure_history(src, url, m.commit, want, out_, to=want)
@@ -158,7 +152,7 @@ def _data(
     first = None
     if found.first_breaking is not None:
         b = found.breaks[found.first_breaking]
-        first = b.as_dict(subject_of(src, b.commit))
+        first = {**dataclasses.asdict(b), "subject": subject_of(src, b.commit)}
     verified = found.verified or {}
     return {
         "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),

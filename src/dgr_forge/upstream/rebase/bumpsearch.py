@@ -70,15 +70,6 @@ class Break:
     files: list[str]
     upstream_commits: list[dict[str, str]]
 
-    def as_dict(self, subject: str) -> dict[str, Any]:
-        return {
-            "commit": self.commit,
-            "subject": subject,
-            "patch": self.patch,
-            "files": self.files,
-            "upstream_commits": self.upstream_commits,
-        }
-
 
 class TreeReplay:
     """Dry-run replays of the series onto candidates by the replay engine (one for all of
