@@ -212,7 +212,10 @@ def _canary(
 ) -> tuple[Break | None, Any]:
     """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
     (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
-    `rows`, the per-patch rows and their Markdown table when it is clean."""
+    `rows` (the dry run's verifying replay, in its scratch forge), the per-patch rows and
+    their Markdown table when it is clean: the search ends there, and the scratch forge
+    is removed whole, so nothing is undone."""
+    done = False
     try:
         start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
         state = load_rebase_state(work)
@@ -225,9 +228,10 @@ def _canary(
             return None, None
         stage(work, state, wm)
         table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
+        done = True
         return None, {"patches": rows_of(state), "table": table}
     finally:
-        if load_rebase_state(work) is not None:  # ready for the next replay
+        if not done and load_rebase_state(work) is not None:  # ready for the next replay
             abort(work, Reporter(quiet=True))
 
 
