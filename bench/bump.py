@@ -11,6 +11,10 @@ one that rewrites a patched line (at BREAK: that patch conflicts from there on).
   the first one that breaks (the least a search without bisection must do), plus the
   same fixed costs (everything bump does but its dry-run replays)
 * by hand: `dgr-forge rebase --onto C --dry-run` per commit (timed on a few, extrapolated)
+* raw: the bisection a person scripts with the raw tool on the same data (a copy of the
+  patched workspace): the range fetch, then `git rebase --onto C PIN` of the series per
+  probed commit (the target first, then halving; a stop is "broken", then
+  `git rebase --abort`), and `git format-patch` of the answer. Target: bump <= 1.5x raw.
 
 Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
@@ -140,7 +144,8 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     from dgr_forge.core.output import Reporter
     from dgr_forge.upstream import manifest
     from dgr_forge.upstream.patches import ensure_patched
-    from dgr_forge.upstream.rebase.bumpsearch import TreeReplay, fetch_range
+    from dgr_forge.upstream.rebase.bumpsearch import TreeReplay
+    from dgr_forge.upstream.rebase.gitops import ensure_history
     from dgr_forge.upstream.series_journal import borrow_objects
 
     quiet = Reporter(quiet=True)
@@ -149,7 +154,7 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     patched = ensure_patched(f, m, quiet)
     src = patched.src_dir
     olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
-    fetch_range(src, m.url, m.commit, after[-1], quiet)
+    ensure_history(src, m.url, m.commit, after[-1], quiet, to=after[-1])
     replay_repo = root.parent / "naive-replay"
     borrow_objects(src, replay_repo, quiet)
     series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
@@ -159,6 +164,41 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
         if probe(commit) is not None:
             break
     return probe.runs, time.perf_counter() - started
+
+
+def raw_bisect(root: Path, url: str, pin: str, after: list[str], work: Path) -> tuple[int, float]:
+    """The raw bisection (module doc) in a copy of the patched workspace: its replays and
+    wall time."""
+    shutil.copytree(root / ".dgr" / "src" / "llama.cpp", work, symlinks=True)
+    git(work, "status", "-s")  # a copy's index has stale stat data: refresh it
+    started = time.perf_counter()
+    head = git(work, "rev-parse", "HEAD")
+    since = git(work, "log", "-1", "--format=%ct", pin)
+    git(work, "fetch", "-q", "--no-tags", f"--shallow-since={since}", url, after[-1])
+    replays = 0
+
+    def clean(i: int) -> bool:
+        nonlocal replays
+        replays += 1
+        proc = subprocess.run(
+            ["git", "rebase", "-q", "--onto", after[i], pin, head],
+            cwd=work, env=ENV, capture_output=True,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            git(work, "rebase", "--abort")
+        git(work, "checkout", "-q", "--detach", head)
+        return proc.returncode == 0
+
+    lo, hi = -1, len(after) - 1
+    if clean(hi):
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if clean(mid) else (lo, mid)
+    if lo >= 0:
+        git(work, "rebase", "-q", "--onto", after[lo], pin, head)
+        git(work, "format-patch", "-q", "-o", str(work.parent / "raw-out"), f"{after[lo]}..HEAD")
+    return replays, time.perf_counter() - started
 
 
 def main() -> None:
@@ -180,6 +220,8 @@ def main() -> None:
         probe_s = naive_probe_s / naive_n
         fixed = bump_s - (replays - 1) * probe_s  # all of bump but its dry-run probes
         naive_s = fixed + naive_probe_s
+        pin = git(root / ".dgr" / "src" / "llama.cpp", "rev-parse", "refs/dgr/pin")
+        raw_n, raw_s = raw_bisect(root, (tmp / "upstream").as_uri(), pin, after, tmp / "raw")
         hand = [forge(root, "rebase", "--onto", c, "--dry-run")[0] for c in after[: args.by_hand]]
         hand_each = sum(hand) / len(hand)
         n = args.commits
@@ -199,6 +241,10 @@ def main() -> None:
         print(
             f"naive by hand (rebase --onto C --dry-run per commit): {hand_each:.2f} s each, "
             f"~{hand_each * naive_n:.0f} s for {naive_n} commits"
+        )
+        print(
+            f"raw bisection (git rebase per probe + format-patch): {raw_s:7.2f} s  {raw_n} "
+            f"replays; ratio bump / raw {bump_s / raw_s:.2f} (target <= 1.5)"
         )
         print(
             f"ratio naive/bump: {naive_s / bump_s:.1f}x (replays {naive_n / replays:.1f}x); "

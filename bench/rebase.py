@@ -1,21 +1,28 @@
-"""Benchmark: `dgr-forge rebase --onto` vs a raw `git rebase --onto` of the same series.
+"""Benchmark: `dgr-forge rebase --onto` and `--continue` vs the raw tools on the same data:
+`git rebase --onto` plus `git format-patch` of the result (the series as files, as the
+forge writes it), in a clone of the same commits.
 
 Builds an upstream with FILES source files, a series of PATCHES patches (one file each),
 then moves upstream on by one commit that shifts the lines of every other patched file
-(so half the series is "refreshed", half "unchanged"). Times:
+(so half the series is "refreshed", half "unchanged") and, with `--conflict`, rewrites the
+line the first patch changes. Times, runs interleaved (load hits both alike):
 
-* raw: `git rebase --onto NEW OLD` of the patch commits in a clone (no export, no report)
+* raw: `git rebase --onto NEW OLD` + `git format-patch NEW..` (with `--conflict`: the
+  rebase up to its stop, then, after the same resolution, `git rebase --continue` +
+  `git format-patch`)
 * dgr-forge: `dgr-forge rebase --onto NEW` (replay + re-export + verify round trip +
-  manifest + report), the workspace already patched at the old pin, as in real use
+  manifest + report; with `--conflict` up to its stop, then `rebase --continue`), the
+  workspace already patched at the old pin, as in real use. Target: <= 1.5x raw.
 
 Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
 
     python -m bench.rebase [--files 2000] [--patches 50] [--runs 3] [--keep] [--overlap]
+                           [--conflict]
 
 `--overlap` makes the series look like a long-lived real one: every patch also edits its
 own function in one shared file that upstream changes too, so no patch can be replayed in
-the batch (rebase/batch.py) and each takes the per-patch 3-way merge.
+the engine's one merge for many (upstream/replay.py) and each takes the per-patch merge.
 """
 
 from __future__ import annotations
@@ -69,7 +76,7 @@ def source(i: int) -> str:
     return "".join(f"int f{i}_{j}(void) {{ return {j}; }}\n" for j in range(40))
 
 
-def forge(root: Path, *args: str) -> float:
+def forge(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> float:
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "dgr_forge", "--root", str(root), *args],
@@ -77,9 +84,27 @@ def forge(root: Path, *args: str) -> float:
         capture_output=True,
         text=True,
     )
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         raise SystemExit(f"dgr-forge {' '.join(args)} failed:\n{proc.stderr}")
     return time.perf_counter() - started
+
+
+def timed(cwd: Path, *commands: list[str]) -> float:
+    """The wall time of raw git commands run one after the other (a rebase's stop allowed)."""
+    started = time.perf_counter()
+    for cmd in commands:
+        proc = subprocess.run(cmd, cwd=cwd, env={**ENV, "GIT_EDITOR": "true"}, capture_output=True)
+        if proc.returncode not in (0, 1) or (proc.returncode and cmd[1] != "rebase"):
+            raise SystemExit(f"{' '.join(cmd)}: {proc.stderr.decode()}")
+    return time.perf_counter() - started
+
+
+def resolve(repo: Path, path: str) -> None:
+    """The same resolution for both: upstream's side, plus one line of the patch's."""
+    git(repo, "checkout", "-q", "--ours", "--", path)
+    with (repo / path).open("a") as f:
+        f.write("/* dgr: resolved */\n")
+    git(repo, "add", "--", path)
 
 
 def _patched(text: str) -> str:
@@ -100,6 +125,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the directory (for profiling)")
     ap.add_argument("--overlap", action="store_true", help="every patch also edits one shared file")
+    ap.add_argument("--conflict", action="store_true", help="upstream rewrites patch 1's line")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-rebase-"))
     try:
@@ -149,6 +175,10 @@ def main() -> None:
             f.write_text("/* upstream */\n\n" + f.read_text())
         if args.overlap:
             (up / SHARED).write_text("/* upstream */\n\n" + (up / SHARED).read_text())
+        first = f"src/m{patched[0] // 100}/f{patched[0]}.c"
+        if args.conflict:
+            f = up / first
+            f.write_text(f.read_text().replace("return 20;", "return 20 - 0; /* upstream */"))
         git(up, "commit", "-q", "-am", "upstream: headers")
         new = git(up, "rev-parse", "HEAD")
 
@@ -156,32 +186,50 @@ def main() -> None:
         git(tmp, "clone", "-q", str(author), str(raw_base))
         git(raw_base, "fetch", "-q", str(up), new)
         # each run rebases fresh copies (not timed), interleaved: load hits both alike
-        raws, ours, noops = [], [], []
+        raws, ours, noops, raw_cont, our_cont = [], [], [], [], []
+        patches = ["git", "format-patch", "-q", "-o", "out", f"{new}..HEAD"]
         for run in range(args.runs):
             raw_repo, run_root = tmp / f"raw-{run}", tmp / f"forge-{run}"
             shutil.copytree(raw_base, raw_repo, symlinks=True)
             shutil.copytree(root, run_root, symlinks=True)
-            for repo in (raw_repo, run_root / ".dgr" / "src" / "llama.cpp"):
+            src = run_root / ".dgr" / "src" / "llama.cpp"
+            for repo in (raw_repo, src):
                 git(repo, "status", "-s")  # a copy's index has stale stat data: refresh it
-            started = time.perf_counter()
-            git(raw_repo, "rebase", "-q", "--onto", new, old)
-            raws.append(time.perf_counter() - started)
-            ours.append(forge(run_root, "rebase", "--onto", new))
+            rebase = ["git", "rebase", "-q", "--onto", new, old]
+            raws.append(timed(raw_repo, rebase, *([] if args.conflict else [patches])))
+            ours.append(
+                forge(run_root, "rebase", "--onto", new, ok=(3,) if args.conflict else (0,))
+            )
+            if args.conflict:
+                resolve(raw_repo, first)
+                raw_cont.append(timed(raw_repo, ["git", "rebase", "--continue"], patches))
+                resolve(src, first)
+                our_cont.append(forge(run_root, "rebase", "--continue"))
             noops.append(forge(run_root, "rebase", "--onto", new))
             if not args.keep:
                 shutil.rmtree(run_root)
         raw, mine, noop = (statistics.median(v) for v in (raws, ours, noops))
         shared = f", each also editing {SHARED} (--overlap)" if args.overlap else ""
+        what = "; patch 1 conflicts (--conflict)" if args.conflict else ""
         print(
-            f"series: {args.patches} patches on {args.files} files{shared}; upstream moved 1 commit"
+            f"series: {args.patches} patches on {args.files} files{shared}; upstream moved "
+            f"1 commit{what}"
         )
         print(f"runs: {args.runs} (median; min in brackets)")
-        print(f"raw git rebase --onto:      {raw:7.3f} s  [{min(raws):.3f}]")
+        upto = " (to the stop)" if args.conflict else " + format-patch"
+        print(f"raw git rebase --onto{upto}: {raw:7.3f} s  [{min(raws):.3f}]")
         print(
             f"dgr-forge rebase --onto:    {mine:7.3f} s  [{min(ours):.3f}]  "
-            f"({mine / raw:.2f}x raw; includes re-export, round-trip verify, manifest, "
-            "report; target <= 2x)"
+            f"ratio {mine / raw:.2f} (includes re-export, round-trip verify, manifest, "
+            "report; target <= 1.5)"
         )
+        if args.conflict:
+            rc, oc = statistics.median(raw_cont), statistics.median(our_cont)
+            print(f"raw git rebase --continue + format-patch: {rc:7.3f} s  [{min(raw_cont):.3f}]")
+            print(
+                f"dgr-forge rebase --continue: {oc:7.3f} s  [{min(our_cont):.3f}]  "
+                f"ratio {oc / rc:.2f} (target <= 1.5)"
+            )
         print(f"dgr-forge rebase (no-op):   {noop:7.3f} s")
         if args.keep:
             print(f"kept: {tmp} (forge-0 before the rebase: {root}; onto {new})")

@@ -25,7 +25,7 @@ from dgr_forge.upstream.replay import (
     commit_parents,
     committable,
     git_dir,
-    merge_onto,
+    merge,
     replay_batch,
 )
 
@@ -225,7 +225,8 @@ def _per_patch(repo: Path, state: RebaseState) -> list[str | None]:
     for i, step in enumerate(state.patches):
         head_tree = gitutil.tree_of(repo, state.head)
         parent = commit_parents(objects[step.old_commit])[0]
-        tree = merge_onto(repo, head_tree, parent, step.old_commit)
+        found = merge(repo, head_tree, parent, step.old_commit)
+        tree = found.tree if not found.files else None
         if tree is None:
             break
         record(repo, state, i, resolved=False, tree=tree)
@@ -285,7 +286,8 @@ def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, n
             parent = commit_parents(known.objects[step.old_commit])[0]
             scratch = known.writer.scratch_base(head_tree, parent)
             assert scratch is not None
-            tree = merge_onto(repo, head_tree, parent, step.old_commit, scratch)
+            found = merge(repo, head_tree, parent, step.old_commit, scratch=scratch)
+            tree = found.tree if not found.files else None
             if tree is None:
                 break
             record(repo, state, i, resolved=False, known=known, tree=tree)

@@ -216,14 +216,16 @@ def fetch_locked(
                 raise _tree_mismatch(m, tree, None)
             return FetchResult(src, m.commit, tree, changed=False)
 
-    if not ws.exists:
-        _init(src)
+    fresh = not ws.exists
+    if fresh:
+        _init(src)  # empty: what `ws` says of it holds (no HEAD, no changes, no pin)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
     if PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
-    ws = inspect(src, m.commit, len(m.series))
+    if not fresh:
+        ws = inspect(src, m.commit, len(m.series))
 
     # refuse before any network traffic; with --force, save and discard only once the pin
     # is fetched and verified (a failed fetch then leaves the edits where they are)
@@ -270,13 +272,16 @@ def fetch_locked(
 
     saved: Path | None = None
     if dirty:
-        saved = _save_changes(forge, m, src, ws.head)
+        saved = save_changes(
+            forge, f"fetch-saved-{m.name}", src, ws.head, "dgr-forge fetch --force"
+        )
         out.info(f"saved local changes of {forge.rel(src)} to {saved}")
         out.info(f"  re-apply them with: git -C {src} apply {saved}")
-        _discard_changes(src, ws.head)
+        discard_changes(src, ws.head)
     if commits:
         assert ws.head is not None
-        saved_commits = _save_commits(forge, m, src, ws.head, m.commit if tree_here else None)
+        pin = [m.commit] if tree_here else []
+        saved_commits = save_commits(forge, f"fetch-saved-commits-{m.name}", src, ws.head, pin)
         out.info(f"saved the workspace's own commits to {saved_commits}")
         out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
@@ -322,11 +327,6 @@ def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHu
     )
 
 
-def _save_commits(forge: Forge, m: UpstreamManifest, src: Path, head: str, pin: str | None) -> Path:
-    """The workspace's own commits as one mbox (`git am` re-applies them)."""
-    return save_commits(forge, f"fetch-saved-commits-{m.name}", src, head, [pin] if pin else [])
-
-
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
     """Commits on `head` that are neither under refs/dgr/* nor `exclude`, as one mbox in
     logs/ (`git am` re-applies them); its path. Shared with the worker checkout."""
@@ -369,11 +369,6 @@ def _init(src: Path) -> None:
     os.replace(tmp, src)
 
 
-def _save_changes(forge: Forge, m: UpstreamManifest, src: Path, head: str | None) -> Path:
-    """Write tracked and untracked changes as one binary patch under logs/; return its path."""
-    return save_changes(forge, f"fetch-saved-{m.name}", src, head, "dgr-forge fetch --force")
-
-
 def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path:
     """Tracked and untracked changes of `src` against `head` as one binary patch in logs/
     (`git apply` re-applies it on that base); its path. Shared with the worker checkout."""
@@ -410,10 +405,6 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
 
 
 def discard_changes(src: Path, head: str | None) -> None:
-    _discard_changes(src, head)
-
-
-def _discard_changes(src: Path, head: str | None) -> None:
     if head is not None:
         gitutil.git(src, "reset", "-q", "--hard", head)
     else:

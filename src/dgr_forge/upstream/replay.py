@@ -305,14 +305,6 @@ def merge(
     return Merged(tree, sorted({f for f in rest if f}) if proc.returncode == 1 else [])
 
 
-def merge_onto(
-    repo: Path, head_tree: str, base: str, commit: str, scratch: str | None = None
-) -> str | None:
-    """The tree of `merge` when it is clean, else None."""
-    found = merge(repo, head_tree, base, commit, scratch=scratch)
-    return found.tree if found.tree is not None and not found.files else None
-
-
 # ----------------------------------------------------------------------------- one merge for many
 
 
@@ -362,10 +354,10 @@ def replay_batch(
     merged: dict[bytes, Change] = {}
     if upstream & touched.keys():
         head_tree = head_tree or tree_of(repo, head)
-        tree = merge_onto(repo, head_tree, base, commits[-1])
-        if tree is None:
+        whole = merge(repo, head_tree, base, commits[-1])
+        if whole.tree is None or whole.files:
             return []
-        merged = {c.path: c for c in changes_between(repo, head_tree, tree)}
+        merged = {c.path: c for c in changes_between(repo, head_tree, whole.tree)}
     plan: list[tuple[Meta, list[Change]] | None] = []
     for commit, cs in zip(commits, changes, strict=True):
         meta = committable(objects[commit])

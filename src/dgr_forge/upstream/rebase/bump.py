@@ -2,7 +2,7 @@
 default the upstream's default branch head) onto which the whole series replays cleanly.
 
 The candidates are the first-parent commits after the pin up to the target, fetched in
-one go (`bumpsearch.fetch_range`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
+one go (`gitops.ensure_history`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
 in a scratch repository, no work tree) bisect them; the answer is then verified by a real
 replay: with `--dry-run` the canary's (`rebase --onto --dry-run`, in a scratch forge),
 without it the rebase itself (`rebase.start`, exactly `rebase --onto <answer>`: manifest
@@ -14,17 +14,16 @@ commits that touched them, as `rebase` names a conflict.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
-from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
-from dgr_forge.core.gitutil import out
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.upstream import manifest
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.bumpsearch import (
@@ -32,17 +31,21 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     SearchResult,
     TreeReplay,
     candidates,
-    fetch_range,
     max_replays,
     search,
 )
-from dgr_forge.upstream.rebase.commands import abort, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import check_report_path
+from dgr_forge.upstream.rebase.commands import abort, patch_commits, reject_in_progress, start
+from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.gitops import check_rev, peel, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.gitops import (
+    check_rev,
+    ensure_history,
+    peel,
+    resolve_rev,
+    subject_of,
+)
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
 from dgr_forge.upstream.rebase.state import load_rebase_state
-from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
 
@@ -89,21 +92,14 @@ def bump(
         out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
         return _finish(_noop(m, rev, dry_run), target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
-        work = forge if not dry_run else _scratch_forge(forge, m, tmp, out_)
         # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
-        wm = m if work is forge else manifest.load(work.upstream_manifest, work.root)
+        work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
         patched = ensure_patched(work, wm, out_, mirror=mirror)
         src = patched.src_dir
-        olds = out(src, "rev-list", "--reverse", f"{m.commit}..{patched.head_commit}").split()
-        if len(olds) != len(m.series):
-            raise OperationFailed(
-                f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-                f"found {len(olds)}",
-                hint="reset the workspace with `dgr-forge fetch --force` and retry",
-            )
+        olds = [c for c, _ in patch_commits(src, m, patched.head_commit)]
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
-        fetch_range(src, url, m.commit, want, out_)
+        ensure_history(src, url, m.commit, want, out_, to=want)
         target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
@@ -127,7 +123,13 @@ def bump(
         def real_probe(i: int) -> Break | None:
             return _canary(work, wm, out_, chain[i], mirror)[0]
 
-        found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+        try:
+            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+            if found.first_breaking is not None:
+                b = found.breaks[found.first_breaking]
+                found.breaks[found.first_breaking] = probe.explained(b)
+        finally:
+            probe.close()
         data = _data(m, rev, src, target, chain, found, dry_run)
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
@@ -150,7 +152,7 @@ def _data(
     first = None
     if found.first_breaking is not None:
         b = found.breaks[found.first_breaking]
-        first = b.as_dict(subject_of(src, b.commit))
+        first = {**dataclasses.asdict(b), "subject": subject_of(src, b.commit)}
     verified = found.verified or {}
     return {
         "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
@@ -178,16 +180,6 @@ def _data(
         "rebase_report": verified.get("report"),
         "rebase_report_markdown": verified.get("report_markdown"),
     }
-
-
-def _scratch_forge(forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter) -> Forge:
-    """--dry-run: a copy of the inputs and a scratch workspace that reads the real one's
-    objects (the canary's setup); nothing of the root or the workspace changes."""
-    root = tmp / "root"
-    copy_inputs(m, root, UPSTREAM_MANIFEST)
-    scratch = Forge(root=root, workspace=tmp / "workspace")
-    borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
-    return scratch
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
@@ -220,7 +212,10 @@ def _canary(
 ) -> tuple[Break | None, Any]:
     """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
     (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
-    `rows`, the per-patch rows and their Markdown table when it is clean."""
+    `rows` (the dry run's verifying replay, in its scratch forge), the per-patch rows and
+    their Markdown table when it is clean: the search ends there, and the scratch forge
+    is removed whole, so nothing is undone."""
+    done = False
     try:
         start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
         state = load_rebase_state(work)
@@ -233,9 +228,10 @@ def _canary(
             return None, None
         stage(work, state, wm)
         table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
+        done = True
         return None, {"patches": rows_of(state), "table": table}
     finally:
-        if load_rebase_state(work) is not None:  # ready for the next replay
+        if not done and load_rebase_state(work) is not None:  # ready for the next replay
             abort(work, Reporter(quiet=True))
 
 

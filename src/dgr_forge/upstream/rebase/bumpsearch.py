@@ -1,8 +1,8 @@
 """The roller's search: which first-parent commit after the pin is the newest one the whole
 series replays onto cleanly, and which one breaks it.
 
-* `fetch_range`: one fetch of the candidate range (pin..target; on a shallow workspace
-  `--shallow-since` the pin's date, so no history before the pin comes along).
+* the candidate range (pin..target) comes in one fetch: the rebase's own
+  (`gitops.ensure_history`, on a shallow workspace cut at the pin's date).
 * `TreeReplay`: a dry-run replay without a work tree, by the replay engine
   (`upstream.replay`, the rebase's own: the same merges, the same commits). A patch
   upstream took is dropped (clean); a conflict is not clean. Objects go to a scratch
@@ -19,17 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
-from dgr_forge.upstream.rebase.gitops import ensure_history
 from dgr_forge.upstream.replay import Replay
-from dgr_forge.upstream.transfer import CAN_RETRY, diagnose, fetch_failed
 
-PIN_REF = "refs/dgr/bump/pin"  # the pin as a ref: the fetch negotiates it as "have"
 BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
 
 
@@ -43,53 +38,6 @@ def max_replays(candidates: int) -> int:
 
 def is_ancestor(src: Path, a: str, b: str) -> bool:
     return git(src, "merge-base", "--is-ancestor", a, b, check=False).returncode == 0
-
-
-def fetch_range(src: Path, url: str, pin: str, want: str, out_: Reporter) -> None:
-    """Make pin..want (its first-parent chain and what it needs) available in `src`: one
-    fetch; on a shallow repository cut at the pin's date. Deepened only when a commit on
-    the chain is dated before the pin (then the cut missed it)."""
-    if gitutil.has_object(src, want) and is_ancestor(src, pin, want):
-        return
-    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    since = out(src, "log", "-1", "--format=%ct", pin)
-    git(src, "update-ref", PIN_REF, pin)
-    try:
-        out_.step(f"fetching the first-parent history {pin[:12]}..{want[:12]} from {mask(url)}")
-        args = ["--no-tags", "--no-write-fetch-head"]
-        cut = [f"--shallow-since={since}"] if shallow else []
-        proc = _fetch(src, url, [*args, *cut, "--", url, want])
-        if proc.returncode != 0 and cut and (cause := diagnose(proc.stderr)) in CAN_RETRY:
-            # a server without shallow support (dumb HTTP): everything after the pin
-            said = "refused" if cause == "refused" else "failed"
-            out_.info(f"the server {said} a --shallow-since fetch; fetching without it")
-            proc = _fetch(src, url, [*args, "--", url, want])
-        if proc.returncode != 0 and diagnose(proc.stderr) not in CAN_RETRY:
-            raise fetch_failed(f"{want[:12]} (the range after the pin)", url, proc.stderr)
-        if proc.returncode != 0:
-            # the server answered: it has no such commit (or serves none by id)
-            raise BadInput(
-                f"--to {want}: commit not available from {mask(url)}: "
-                f"{mask_text(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '')}",
-                hint="check the commit id; a server that serves no commit by id needs a tag "
-                "or branch name",
-                details={"target": want},
-            )
-        if not is_ancestor(src, pin, want) and shallow:
-            ensure_history(src, url, pin, want)
-    finally:
-        git(src, "update-ref", "-d", PIN_REF, check=False)
-
-
-def _fetch(src: Path, url: str, args: list[str]) -> Any:
-    return git(
-        src,
-        "fetch",
-        *args,
-        check=False,
-        isolated=False,
-        config=(*gitutil.protocol_policy(url), "fetch.unpackLimit=1"),
-    )
 
 
 def candidates(src: Path, pin: str, target: str) -> list[str]:
@@ -122,74 +70,54 @@ class Break:
     files: list[str]
     upstream_commits: list[dict[str, str]]
 
-    def as_dict(self, subject: str) -> dict[str, Any]:
-        return {
-            "commit": self.commit,
-            "subject": subject,
-            "patch": self.patch,
-            "files": self.files,
-            "upstream_commits": self.upstream_commits,
-        }
 
-
-@dataclass
 class TreeReplay:
-    """Dry-run replays of the series onto candidates by the replay engine, in a scratch
-    repository `repo` that reads the workspace's objects. `patches` are (file, O_i) in
-    series order; O_i's parent is O_(i-1), the pin for the first."""
+    """Dry-run replays of the series onto candidates by the replay engine (one for all of
+    them: close it), in a scratch repository `repo` that reads the workspace's objects.
+    `patches` are (file, O_i) in series order; O_i's parent is O_(i-1), the pin for the
+    first. A break's upstream commits are named only when asked (`explained`): the
+    search needs the first breaking commit's alone."""
 
-    repo: Path
-    pin: str
-    patches: list[tuple[str, str]]
-    runs: int = 0
+    def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
+        self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
+        self.engine = Replay(repo, [c for _, c in patches], batch_ref=BATCH_REF)
+        self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
+
+    def close(self) -> None:
+        self.engine.writer.close()
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
         self.runs += 1
         head = candidate
-        with Replay(self.repo, [c for _, c in self.patches], batch_ref=BATCH_REF) as engine:
-            for step in engine.onto(candidate):
-                file = self.patches[step.index][0]
-                if step.kind == "worktree":
-                    raise OperationFailed(
-                        f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
-                        f"{step.error or 'a merge commit in the series'}",
-                        hint="git 2.38 or newer is needed (`git --version`)",
-                    )
-                if step.kind == "conflict":
-                    assert step.tree is not None
-                    return self._explain(candidate, file, step.files, step.tree, head)
-                head = step.commit or head
+        for step in self.engine.onto(candidate):
+            file = self.patches[step.index][0]
+            if step.kind == "worktree":
+                raise OperationFailed(
+                    f"git merge-tree failed replaying {file} onto {candidate[:12]}: "
+                    f"{step.error or 'a merge commit in the series'}",
+                    hint="git 2.38 or newer is needed (`git --version`)",
+                )
+            if step.kind == "conflict":
+                assert step.tree is not None
+                self._merged[candidate] = (step.tree, head)
+                return Break(candidate, file, step.files, [])
+            head = step.commit or head
         return None
 
-    def _explain(
-        self, candidate: str, patch: str, files: list[str], merged: str, head: str
-    ) -> Break:
-        """The conflict named as `rebase` names it (`upstream_commits_for`): the replayed
-        head `head` on the candidate, the conflicted files (with their markers, from the
-        merged tree) in the scratch repository's work tree."""
+    def explained(self, b: Break) -> Break:
+        """`b` with the upstream commits that touched its lines, named as `rebase` names a
+        conflict (`upstream_commits_for`), each file's markers from the merged tree."""
+        if b.commit not in self._merged:
+            return b  # a real replay's break: named already
+        merged, head = self._merged[b.commit]
         commits: list[dict[str, str]] = []
-        for path in files:
-            if _safe(path):
-                blob = git(
-                    self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False
-                )
-                target = self.repo / path
-                try:
-                    if blob.returncode == 0:
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        target.write_bytes(cast(bytes, blob.stdout))
-                except OSError:
-                    pass  # e.g. a file where a directory is needed: file-level names only
-            found, _ = upstream_commits_for(self.repo, self.pin, candidate, head, path)
+        for path in b.files:
+            blob = git(self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
+            data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
+            found, _ = upstream_commits_for(self.repo, self.pin, b.commit, head, path, data)
             commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
-        return Break(candidate, patch, files, commits)
-
-
-def _safe(path: str) -> bool:
-    """A path git gave us, written only inside the scratch work tree."""
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and ".." not in parts and ".git" not in parts
+        return Break(b.commit, b.patch, b.files, commits)
 
 
 # ----------------------------------------------------------------------------- search

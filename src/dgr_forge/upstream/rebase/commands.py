@@ -73,6 +73,20 @@ def reject_in_progress(forge: Forge) -> None:
         )
 
 
+def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, str]]:
+    """The patch commits on the pin up to `head` and their subjects, oldest first (one log);
+    one for each patch of the series, else exit 1."""
+    listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{head}").stdout
+    commits = [(c, subject) for c, _, subject in (ln.partition(" ") for ln in listed.splitlines())]
+    if len(commits) != len(m.series):
+        raise OperationFailed(
+            f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
+            f"found {len(commits)}",
+            hint="reset the workspace with `dgr-forge fetch --force` and retry",
+        )
+    return commits
+
+
 def start(
     forge: Forge,
     out_: Reporter,
@@ -124,18 +138,9 @@ def start(
         out_.answer(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m)
     new_tree = gitutil.tree_of(src, commit)
-    # the patch commits and their subjects, oldest first, from one log
-    listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{old_head}").stdout
-    commits = [line.partition(" ") for line in listed.splitlines()]
-    if len(commits) != len(m.series):
-        raise OperationFailed(
-            f"{src}: expected {len(m.series)} patch commits on {m.commit[:12]}, "
-            f"found {len(commits)}",
-            hint="reset the workspace with `dgr-forge fetch --force` and retry",
-        )
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
-        for e, (c, _, subject) in zip(m.series, commits, strict=True)
+        for e, (c, subject) in zip(m.series, patch_commits(src, m, old_head), strict=True)
     ]
     # keep the fetched commit and the old series from any gc (one transaction)
     git(

@@ -19,13 +19,19 @@ CONFLICT_HINT = (
 )
 
 
-def _ours_ranges(src: Path, path: str, head_blob: str) -> list[tuple[int, int]]:
-    """Line ranges (1-based, in HEAD's version) of the "ours" side of each conflict region.
+def _ours_ranges(
+    src: Path, path: str, head_blob: str, data: bytes | None = None
+) -> list[tuple[int, int]]:
+    """Line ranges (1-based, in HEAD's version) of the "ours" side of each conflict region
+    of the conflicted file: its bytes `data`, else the work tree's.
 
     The ours-side text of a region is located in HEAD's blob, so the ranges are exact
     even when clean hunks of the same pick shifted lines in the merged work file.
     """
-    data = read_tree_file(src, path, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
+    if data is None:
+        data = read_tree_file(
+            src, path, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True
+        )
     if data is None:
         return []
     merged = data.decode("utf-8", errors="replace").splitlines()
@@ -52,10 +58,11 @@ def _ours_ranges(src: Path, path: str, head_blob: str) -> list[tuple[int, int]]:
 
 
 def upstream_commits_for(
-    src: Path, old: str, new: str, head: str, path: str
+    src: Path, old: str, new: str, head: str, path: str, merged: bytes | None = None
 ) -> tuple[list[dict[str, str]], bool]:
     """Upstream commits in old..new that touched `path`: those on the conflicted lines when
-    they can be located (`git log -L`), else every one that touched the file.
+    they can be located (`git log -L`), else every one that touched the file. The
+    conflicted file is `merged` (its bytes with the markers), else the work tree's.
     Returns (commits, line_level)."""
     upstream = set(out(src, "rev-list", f"{old}..{new}").split())
     by_file = git(src, "log", "--format=%H%x09%s", f"{old}..{new}", "--", path, check=False)
@@ -64,7 +71,7 @@ def upstream_commits_for(
         for c, _, s in (ln.partition("\t") for ln in by_file.stdout.splitlines() if ln)
     ]
     blob = git(src, "show", f"{head}:{path}", check=False)
-    ranges = _ours_ranges(src, path, blob.stdout) if blob.returncode == 0 else []
+    ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
     if not ranges:
         return file_commits, False
     seen: list[str] = []

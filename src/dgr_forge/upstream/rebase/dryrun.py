@@ -82,6 +82,19 @@ def check_report_path(path: Path, forge: Forge) -> Path:
     return resolved  # the one path it is: written there and printed without a `..`
 
 
+def scratch_forge(
+    forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter
+) -> tuple[Forge, UpstreamManifest]:
+    """A copy of the inputs and a scratch workspace under `tmp` that reads the real one's
+    objects, and the copy's manifest (its paths resolve against the scratch root): a dry
+    run's, where nothing of the root or the workspace changes."""
+    root = tmp / "root"
+    copy_inputs(m, root, UPSTREAM_MANIFEST)
+    scratch = Forge(root=root, workspace=tmp / "workspace")
+    borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+    return scratch, manifest.load(scratch.upstream_manifest, scratch.root)
+
+
 def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, Any]:
     """Onto the current pin: the same keys as a replay's report, every patch unchanged."""
     pin = {"url": mask(m.url), "commit": m.commit, "tree": m.tree}
@@ -142,12 +155,7 @@ def dry_run(
     # the caller holds the workspace lock and loaded `m` under it
     reject_in_progress(forge)
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
-        root = tmp / "root"
-        copy_inputs(m, root, UPSTREAM_MANIFEST)
-        scratch = Forge(root=root, workspace=tmp / "workspace")
-        # the copy this run just made: its paths resolve against the scratch root
-        sm = manifest.load(scratch.upstream_manifest, scratch.root)
-        borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+        scratch, sm = scratch_forge(forge, m, tmp, out_)
         out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
         result = start(
             scratch, out_, sm, onto, url=url, mirror=mirror, offline=offline, canary=True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tomllib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -84,6 +85,17 @@ def noop_result(m: UpstreamManifest) -> RebaseResult:
 def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
     src = Path(state.src_dir)
+    # the new pin's build number is counted (a commit-only fetch from a network server)
+    # while the series is exported and checked
+    with ThreadPoolExecutor(1) as pool:
+        number = pool.submit(_build_number, forge, src, state, m)
+        _stage(forge, state, m, number)
+
+
+def _stage(
+    forge: Forge, state: RebaseState, m: UpstreamManifest, number: Future[int | None]
+) -> None:
+    src = Path(state.src_dir)
     # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
     rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
     export.verify_round_trip(src, state.new_commit, rendered)
@@ -118,7 +130,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         commit=state.new_commit,
         tree=state.new_tree,
         url=state.new_url if state.new_url != m.url else None,
-        build_number=_build_number(forge, src, state, m),
+        build_number=number.result(),
     )
     entries = [(p.file, p.data) for p in rendered]
     jdir = journal_dir(forge)

@@ -11,7 +11,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman
 from dgr_forge.core.gitutil import HEX40, git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask
+from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.patches import PATCH_JOURNAL
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
@@ -276,39 +276,35 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
         )
 
 
-def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
-    """Make old..new walkable in a shallow workspace, fetching that range only; True when
-    it is. First one fetch cut at the old pin's commit date (the range's commits and what
-    they change, nothing before the pin); only when a commit in the range is dated before
-    the pin (a rebased pull request) does the cut miss it: then depth from the new pin,
-    sized from what arrived and doubled, and everything only as the last resort. Never a
-    fixed deepening, which also deepens the old pin's own boundary: history before the pin
-    is not the question."""
+def ensure_history(
+    src: Path, url: str, old: str, new: str, out_: Reporter | None = None, *, to: str = ""
+) -> bool:
+    """Make old..new (`new` fetched by id when it is not here) walkable, fetching that range
+    only; True when it is. First one fetch cut at the old pin's commit date (the range's
+    commits and what they change, nothing before the pin; uncut from a server without
+    shallow support); only when a commit in the range is dated before the pin (a rebased
+    pull request) does the cut miss it: then depth from the new pin, sized from what
+    arrived and doubled, and everything only as the last resort. Never a fixed deepening,
+    which also deepens the old pin's own boundary. A failed fetch answers False, or with
+    `to` (bump's --to) is the error naming it."""
 
     def connected() -> bool:
         return git(src, "merge-base", old, new, check=False).returncode == 0
 
-    def fetch(*how: str) -> bool:
+    def fetch(*how: str) -> subprocess.CompletedProcess[str]:
         proc = git(
-            src,
-            "fetch",
-            "--no-tags",
-            "--no-write-fetch-head",
-            *how,
-            "--",
-            url,
-            new,
-            check=False,
-            isolated=False,
-            config=(*_policy(url), "fetch.unpackLimit=1"),
-        )
+            src, "fetch", "--no-tags", "--no-write-fetch-head", *how, "--", url, new,
+            check=False, isolated=False, config=(*_policy(url), "fetch.unpackLimit=1"),
+        )  # fmt: skip
         if proc.returncode != 0:
             remove_partial_objects(git_dir(src))
-        return proc.returncode == 0
+        return proc
 
-    if connected():
+    here = gitutil.has_object(src, new)
+    if here and connected():
         return True
-    if out(src, "rev-parse", "--is-shallow-repository") != "true":
+    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    if here and not shallow:
         return False  # the whole history is here: they are not related
     # both pins as refs while fetching: each fetch offers them (and what an earlier round
     # brought) as "have", so no round sends again what the workspace holds
@@ -316,12 +312,34 @@ def ensure_history(src: Path, url: str, old: str, new: str) -> bool:
         if gitutil.has_object(src, commit):
             git(src, "update-ref", ref, commit)
     try:
-        since = out(src, "log", "-1", "--format=%ct", old)
-        if fetch(f"--shallow-since={since}") and connected():
-            return True
+        if out_ is not None:
+            out_.step(f"fetching the first-parent history {old[:12]}..{new[:12]} from {mask(url)}")
+        cut = [f"--shallow-since={out(src, 'log', '-1', '--format=%ct', old)}"] if shallow else []
+        proc = fetch(*cut)
+        if proc.returncode != 0 and cut and transfer.diagnose(proc.stderr) in transfer.CAN_RETRY:
+            if out_ is not None:
+                out_.info("the server refused a --shallow-since fetch; fetching without it")
+            proc = fetch()
+        if proc.returncode != 0 and to:
+            if transfer.diagnose(proc.stderr) not in transfer.CAN_RETRY:
+                raise transfer.fetch_failed(
+                    f"{new[:12]} (the range after the pin)", url, proc.stderr
+                )
+            # the server answered: it has no such commit (or serves none by id)
+            said = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
+            raise BadInput(
+                f"--to {to}: commit not available from {mask(url)}: {mask_text(said)}",
+                hint="check the commit id; a server that serves no commit by id needs a tag "
+                "or branch name",
+                details={"target": to},
+            )
+        if connected() or not shallow:
+            return connected()
+        if not here and proc.returncode == 0:  # what arrived is a "have" of the next rounds
+            git(src, "update-ref", _RANGE_NEW, new)
         depth = 2 * max(1, int(out(src, "rev-list", "--count", new)))
         for _ in range(_DEPTH_ROUNDS):
-            if not fetch(f"--depth={depth}"):
+            if fetch(f"--depth={depth}").returncode != 0:
                 break  # a server without shallow support: only everything is left
             if connected():
                 return True

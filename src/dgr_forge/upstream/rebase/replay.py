@@ -5,7 +5,9 @@ cherry-picked in the work tree, where a person resolves it (`take_resolution`)."
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -14,6 +16,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
+from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
 from dgr_forge.upstream.rebase.conflicts import (
     CONFLICT_HINT,
     conflict_error,
@@ -21,7 +24,7 @@ from dgr_forge.upstream.rebase.conflicts import (
 )
 from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
 from dgr_forge.upstream.rebase.state import REF_BATCH, PatchStep, RebaseState, save_state
-from dgr_forge.upstream.replay import Replay, Step, git_dir
+from dgr_forge.upstream.replay import Replay, Step, commit_env, git_bytes, git_dir
 
 # ----------------------------------------------------------------------------- replay
 
@@ -56,12 +59,15 @@ def record(
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        if known is None:
-            with Replay(src, [step.old_commit]) as engine:
-                commit = engine.rewrite(step.old_commit, tree, state.head)
-        else:
-            commit = known.rewrite(step.old_commit, tree, state.head)
-        assert commit is not None  # restamped: commit-tree writes what the writer cannot
+        if known is not None:
+            commit = known.rewrite(step.old_commit, tree, state.head) or ""
+        else:  # one commit (a resolution): one commit-tree
+            env, message = commit_env(src, step.old_commit)
+            commit = (
+                git_bytes(src, "commit-tree", tree, "-p", state.head, input=message, env=env)
+                .decode()
+                .strip()
+            )
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
@@ -113,63 +119,91 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
                 save_state(forge, state, durable=False)
             if stopped is None:
                 return
-            _in_worktree(forge, state, out_)
+            _in_worktree(forge, state, out_, known=stopped.kind == "conflict")
             known.head_tree = None
 
 
-def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: bool) -> None:
     """Patch state.next by cherry-pick in the work tree, at state.head: what the engine
     cannot do in memory, and a conflict, which a person resolves there (a --dry-run notes
-    it and goes on without the patch)."""
+    it and goes on without the patch). A conflict the engine `known` already: the upstream
+    range that explains it is fetched while the work tree moves."""
     src = Path(state.src_dir)
     i = state.next
     step = state.patches[i]
-    git(src, "checkout", "-q", "-f", "--detach", state.head)
-    proc = git(
+    with ThreadPoolExecutor(1) as pool:
+        history = pool.submit(_history, state) if known else None
+        git(src, "checkout", "-q", "-f", "--detach", state.head, config=PARALLEL_CHECKOUT)
+        proc = _cherry_pick(src, step.old_commit)
+        fetched = history.result() if history is not None else None
+    if proc.returncode != 0:
+        _conflict(forge, state, out_, proc, fetched)
+        return
+    record(src, state, i, resolved=False)
+    clear_leftovers(src, out_, index_lock=False)
+    _replayed(src, state, step, out_)
+    save_state(forge, state, durable=False)
+
+
+def _history(state: RebaseState) -> bool:
+    return ensure_history(Path(state.src_dir), state.fetch_url, state.old_commit, state.new_commit)
+
+
+def _cherry_pick(src: Path, commit: str) -> subprocess.CompletedProcess[str]:
+    return git(
         src,
         "-c",
         "merge.conflictStyle=diff3",
         "cherry-pick",
         "--no-commit",
-        step.old_commit,
+        commit,
         check=False,
     )
-    if proc.returncode != 0:
-        unmerged = sorted(
-            {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
+
+
+def _conflict(
+    forge: Forge,
+    state: RebaseState,
+    out_: Reporter,
+    proc: subprocess.CompletedProcess[str],
+    fetched: bool | None,
+) -> None:
+    """The cherry-pick of state.next stopped: a conflict, named (the upstream commits on
+    its lines), saved and raised; in a --dry-run noted, and the replay goes on."""
+    src = Path(state.src_dir)
+    i = state.next
+    step = state.patches[i]
+    unmerged = sorted(
+        {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
+    )
+    if not unmerged:
+        raise OperationFailed(
+            f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
+            hint="`dgr-forge rebase --abort` restores the workspace",
         )
-        if not unmerged:
-            raise OperationFailed(
-                f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
-                hint="`dgr-forge rebase --abort` restores the workspace",
+    out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
+    history = _history(state) if fetched is None else fetched
+    upstream: dict[str, list[dict[str, str]]] = {}
+    line_level: dict[str, bool] = {}
+    if history:
+        for f in unmerged:
+            upstream[f], line_level[f] = upstream_commits_for(
+                src, state.old_commit, state.new_commit, state.head, f
             )
-        out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
-        history = ensure_history(src, state.fetch_url, state.old_commit, state.new_commit)
-        upstream: dict[str, list[dict[str, str]]] = {}
-        line_level: dict[str, bool] = {}
-        if history:
-            for f in unmerged:
-                upstream[f], line_level[f] = upstream_commits_for(
-                    src, state.old_commit, state.new_commit, state.head, f
-                )
-        step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
-        step.files = unmerged
-        if state.canary:
-            # a --dry-run: note it and go on without this patch
-            step.new_commit, step.outcome = None, "conflict"
-            git(src, "reset", "-q", "--hard", state.head)
-            clear_leftovers(src, out_, index_lock=False)
-            state.next = i + 1
-            save_state(forge, state, durable=False)
-            return
-        state.phase = "conflict"
-        state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
-        save_state(forge, state)
-        raise conflict_error(forge, state)
-    record(src, state, i, resolved=False)
-    clear_leftovers(src, out_, index_lock=False)
-    _replayed(src, state, step, out_)
-    save_state(forge, state, durable=False)
+    step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
+    step.files = unmerged
+    if state.canary:
+        # a --dry-run: note it and go on without this patch
+        step.new_commit, step.outcome = None, "conflict"
+        git(src, "reset", "-q", "--hard", state.head)
+        clear_leftovers(src, out_, index_lock=False)
+        state.next = i + 1
+        save_state(forge, state, durable=False)
+        return
+    state.phase = "conflict"
+    state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
+    save_state(forge, state)
+    raise conflict_error(forge, state)
 
 
 def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:
