@@ -238,3 +238,43 @@ def test_the_demo_model_is_a_split_gguf_the_reference_reader_reads(tmp_path: Pat
         assert kv["general.architecture"] == "llama"
         (tensor,) = r.tensors
         assert tensor.name == f"blk.{no}.weight" and tensor.n_elements == 256
+
+
+def test_the_demo_test_backend_ops_prints_what_the_parser_reads_passing_and_failing(
+    tmp_path: Path,
+) -> None:
+    """Compiled as the demo upstream has it, and with MUL broken in its library: the
+    output is read by certify's own parser, the failing cases named as the pin prints
+    them (`[MUL] ERR = … > … ` before the case's line)."""
+    import shutil
+    import subprocess
+
+    from dgr_forge.certify.parsers import parse_test_backend_ops
+    from dgr_forge.demo import programs
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "ggml-ops.h").write_text(programs.OPS_H)
+    (tmp_path / "t.cpp").write_text(programs.TEST_BACKEND_OPS)
+    broken = programs.OPS_CPP.replace("dst[i] = a[i] * b[i];", "dst[i] = a[i] + b[i];")
+    assert broken != programs.OPS_CPP
+    (tmp_path / "broken.cpp").write_text(broken)
+    (tmp_path / "ops.cpp").write_text(programs.OPS_CPP)
+    # one compile: the program and the broken library, and the good library alone
+    for name in ("ops", "broken"):
+        subprocess.run([cxx, "-O0", "-c", f"{name}.cpp"], cwd=tmp_path, check=True)
+    subprocess.run([cxx, "-O0", "-c", "t.cpp"], cwd=tmp_path, check=True)
+    args = ["test", "-b", "CPU", "-o", "MUL_MAT,ADD,MUL,SCALE,RMS_NORM"]
+    outputs = {}
+    for name in ("ops", "broken"):
+        subprocess.run([cxx, "t.o", f"{name}.o", "-o", name], cwd=tmp_path, check=True)
+        ran = subprocess.run([tmp_path / name, *args], capture_output=True, check=False)
+        outputs[name] = (ran.returncode, parse_test_backend_ops(ran.stdout))
+    code, good = outputs["ops"]
+    assert code == 0 and good.figures.ops_passed == 8 and good.figures.ops_failed == 0
+    code, bad = outputs["broken"]
+    assert code == 1 and bad.figures.ops_failed == 2 and bad.figures.ops_passed == 6
+    assert [c.name for c in bad.failing] == ["MUL", "MUL"]
+    assert bad.failing[0].params == "type=f32,ne=[10,5,4,3]"
+    assert bad.failing[0].error and bad.failing[0].error.startswith("[MUL] ERR = ")
