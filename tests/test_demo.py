@@ -278,3 +278,22 @@ def test_the_demo_test_backend_ops_prints_what_the_parser_reads_passing_and_fail
     assert [c.name for c in bad.failing] == ["MUL", "MUL"]
     assert bad.failing[0].params == "type=f32,ne=[10,5,4,3]"
     assert bad.failing[0].error and bad.failing[0].error.startswith("[MUL] ERR = ")
+
+
+def test_the_model_source_is_allowed_for_certify_alone_whatever_dirs_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DGR_ARTIFACTS_FILE_ROOTS is a path list: a DIR with `:` in its name must not split
+    into other roots; the allowance is the certify step's alone."""
+    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.tour import steps
+    from dgr_forge.models.sources import FILE_ROOTS_ENV, file_roots
+
+    root = tmp_path / "a:b"
+    (root / "model-source").mkdir(parents=True)
+    demo = DemoRoot(root, root / "upstream", "0" * 40, "1" * 40, root / "k.pem", ())
+    envs = {s.name: s.env for s, _ in steps(demo)}
+    assert [n for n, env in envs.items() if env] == ["certify"]
+    monkeypatch.chdir(root)  # the step's working directory: DIR
+    monkeypatch.setenv(FILE_ROOTS_ENV, envs["certify"][FILE_ROOTS_ENV])
+    assert file_roots(None) == (str(root / "model-source"),)

@@ -180,8 +180,9 @@ def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]
                     *("certify", "--lane", "cpu", "--model", sources.MODEL, "--key", key),
                     *("--report-key", f"{key}.pub"),
                 ],
-                # the model's file:// source, allowed for this step only
-                env={FILE_ROOTS_ENV: str(demo.root / sources.MODEL_SOURCE_DIR)},
+                # the model's file:// source, allowed for this step only; relative to
+                # its working directory, DIR, so a `:` in DIR's name splits no path list
+                env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
             ),
             _certified,
         ),
