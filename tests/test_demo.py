@@ -16,7 +16,9 @@ from support.cli import run_forge, run_python
 from support.demo import DemoTour
 from support.git import sh_git
 
-STEPS = ["fetch", "patch", "build", "report verify", "rebase --dry-run"]
+STEPS = [
+    "fetch", "patch", "build", "report verify", "rebase --dry-run", "certify", "lanes --advertised",
+]  # fmt: skip
 
 
 @pytest.mark.slow  # the demo's real CMake build (shared, once per session)
@@ -29,7 +31,7 @@ def test_the_tour_runs_every_step_offline_and_says_what_each_proved(
     assert data["ok"] and data["command"] == "demo"
     assert [s["step"] for s in data["steps"]] == STEPS
     # the dry run finds the conflict the history was made for: exit 3 is the expected outcome
-    assert [s["exit_code"] for s in data["steps"]] == [0, 0, 0, 0, 3]
+    assert [s["exit_code"] for s in data["steps"]] == [0, 0, 0, 0, 3, 0, 0]
     proved = [s["proved"] for s in data["steps"]]
     assert "pinned commit " + data["pin"][:12] in proved[0]
     assert "3 patches applied" in proved[1]
@@ -41,6 +43,12 @@ def test_the_tour_runs_every_step_offline_and_says_what_each_proved(
     assert "llama: validate the layer index" in canary
     assert "0002-llama-add-llama-max-workers.patch is upstreamed by" in canary
     assert "0003-readme-say-the-tree-is-patched.patch unchanged" in canary
+    # the demo's own test-backend-ops and llama-bench ran on its tiny model: checked, signed
+    certified, advertised = proved[5], proved[6]
+    assert certified.startswith("a checked certification of lane cpu with model demo-tiny on cpu-")
+    assert "8/8 op cases match the reference" in certified and " t/s, tg " in certified
+    cls = certified.split(" on ", 1)[1].split(":", 1)[0]
+    assert advertised.endswith(f"cpu / demo-tiny / {cls}"), advertised
     # one human line per step on stderr
     assert r.stderr.count("proved: ") == len(STEPS)
     # nothing outside DIR: no default key, no config written
@@ -59,8 +67,22 @@ def test_dir_is_an_ordinary_forge_root_afterwards(demo_tour: DemoTour) -> None:
     assert st["upstream"]["verified"] and st["upstream"]["commits_on_top"] == 3
     assert [p["state"] for p in st["patches"]["series"]] == ["applied"] * 3
     assert [lane["lane"] for lane in st["lanes"]] == ["cpu"]
-    # the dry run touched nothing: the root's own git sees no change to manifest or patches
-    assert sh_git(root, "status", "--porcelain") == ""
+    # the dry run touched nothing: the root's own git sees no change to manifest or
+    # patches; certify added its record (to commit, as a team would)
+    (cert,) = (root / "certifications" / "cpu" / "demo-tiny").glob("cpu-*.json")
+    assert sh_git(root, "status", "--porcelain") == "?? certifications/cpu/"
+    # the certification is checked and listed by `lanes --advertised` with its figures
+    adv = run_forge("--json", "lanes", "--advertised", cwd=root, env=demo_tour.env())
+    assert adv.code == 0, adv
+    (entry,) = adv.json["entries"]
+    assert (entry["lane"], entry["model"], entry["hardware_class"]) == (
+        "cpu",
+        "demo-tiny",
+        cert.stem,
+    )
+    assert entry["kind"] == "checked" and entry["advertised"], entry
+    assert entry["figures"]["ops"]["ops_failed"] == 0 and entry["figures"]["ops"]["ops_passed"] == 8
+    assert entry["figures"]["speed"]["gen_ts"] > 5.0  # the shipped cpu gate's, measured
     # the private key is the owner's only
     key = root / "keys" / "demo-signing-key.pem"
     assert os.stat(key).st_mode & 0o077 == 0
@@ -197,3 +219,81 @@ print(json.dumps([code, sorted(n for n in watched if n in sys.modules)]), file=s
     assert lane["status"] == "up-to-date" and lane["report_reused"], lane
     assert not lane["configured"] and lane["ninja_steps"] == 0, lane
     assert loaded == [], f"a no-op build imported {loaded}"
+
+
+def test_the_demo_model_is_a_split_gguf_the_reference_reader_reads(tmp_path: Path) -> None:
+    """The tiny model's parts are real GGUF (read back by gguf-py), split as gguf-split
+    writes it: split.no / split.count / split.tensors.count, one tensor each."""
+    import gguf
+
+    from dgr_forge.demo import model
+
+    parts = model.parts()
+    assert list(parts) == ["demo-tiny-00001-of-00002.gguf", "demo-tiny-00002-of-00002.gguf"]
+    for no, (name, data) in enumerate(parts.items()):
+        (tmp_path / name).write_bytes(data)
+        r = gguf.GGUFReader(tmp_path / name)
+        kv = {f.name: f.contents() for f in r.fields.values()}
+        assert (kv["split.no"], kv["split.count"], kv["split.tensors.count"]) == (no, 2, 2)
+        assert kv["general.architecture"] == "llama"
+        (tensor,) = r.tensors
+        assert tensor.name == f"blk.{no}.weight" and tensor.n_elements == 256
+
+
+def test_the_demo_test_backend_ops_prints_what_the_parser_reads_passing_and_failing(
+    tmp_path: Path,
+) -> None:
+    """Compiled as the demo upstream has it, and with MUL broken in its library: the
+    output is read by certify's own parser, the failing cases named as the pin prints
+    them (`[MUL] ERR = … > … ` before the case's line)."""
+    import shutil
+    import subprocess
+
+    from dgr_forge.certify.parsers import parse_test_backend_ops
+    from dgr_forge.demo import programs
+
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "ggml-ops.h").write_text(programs.OPS_H)
+    (tmp_path / "t.cpp").write_text(programs.TEST_BACKEND_OPS)
+    broken = programs.OPS_CPP.replace("dst[i] = a[i] * b[i];", "dst[i] = a[i] + b[i];")
+    assert broken != programs.OPS_CPP
+    (tmp_path / "broken.cpp").write_text(broken)
+    (tmp_path / "ops.cpp").write_text(programs.OPS_CPP)
+    # one compile: the program and the broken library, and the good library alone
+    for name in ("ops", "broken"):
+        subprocess.run([cxx, "-O0", "-c", f"{name}.cpp"], cwd=tmp_path, check=True)
+    subprocess.run([cxx, "-O0", "-c", "t.cpp"], cwd=tmp_path, check=True)
+    args = ["test", "-b", "CPU", "-o", "MUL_MAT,ADD,MUL,SCALE,RMS_NORM"]
+    outputs = {}
+    for name in ("ops", "broken"):
+        subprocess.run([cxx, "t.o", f"{name}.o", "-o", name], cwd=tmp_path, check=True)
+        ran = subprocess.run([tmp_path / name, *args], capture_output=True, check=False)
+        outputs[name] = (ran.returncode, parse_test_backend_ops(ran.stdout))
+    code, good = outputs["ops"]
+    assert code == 0 and good.figures.ops_passed == 8 and good.figures.ops_failed == 0
+    code, bad = outputs["broken"]
+    assert code == 1 and bad.figures.ops_failed == 2 and bad.figures.ops_passed == 6
+    assert [c.name for c in bad.failing] == ["MUL", "MUL"]
+    assert bad.failing[0].params == "type=f32,ne=[10,5,4,3]"
+    assert bad.failing[0].error and bad.failing[0].error.startswith("[MUL] ERR = ")
+
+
+def test_the_model_source_is_allowed_for_certify_alone_whatever_dirs_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DGR_ARTIFACTS_FILE_ROOTS is a path list: a DIR with `:` in its name must not split
+    into other roots; the allowance is the certify step's alone."""
+    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.tour import steps
+    from dgr_forge.models.sources import FILE_ROOTS_ENV, file_roots
+
+    root = tmp_path / "a:b"
+    (root / "model-source").mkdir(parents=True)
+    demo = DemoRoot(root, root / "upstream", "0" * 40, "1" * 40, root / "k.pem", ())
+    envs = {s.name: s.env for s, _ in steps(demo)}
+    assert [n for n, env in envs.items() if env] == ["certify"]
+    monkeypatch.chdir(root)  # the step's working directory: DIR
+    monkeypatch.setenv(FILE_ROOTS_ENV, envs["certify"][FILE_ROOTS_ENV])
+    assert file_roots(None) == (str(root / "model-source"),)

@@ -340,6 +340,9 @@ def run_every_command(demo_tour: DemoTour, tmp: Path) -> list[Run]:
        "--key", pub, code=0)  # fmt: skip
     go("report compare fails", "report-compare", "report", "compare", str(report),
        str(tmp / "none.jsonl"), code=fails)  # fmt: skip
+    # the demo's checked certification shaped `lanes` above; without it the lane's row
+    # shows the attested record's shape
+    shutil.rmtree(root / "certifications" / "cpu")
     go("certify", "certify", "certify", "--report", str(report), "--evidence",
        str(tmp / "evidence.txt"), "--key", key, "--report-key", pub, "--hardware", "box",
        code=0)  # fmt: skip
@@ -469,6 +472,9 @@ def the_drifts_are_fixed(runs: list[Run]) -> None:
         rows = {row["lane"]: row for row in by[label]["lanes"]}
         assert not rows["cuda"]["buildable"] and not rows["metal"]["buildable"], label
         assert "nvcc" in [m["name"] for m in rows["cuda"]["missing"]], label
+    # the demo's own checked certification, then (removed) an attested one
+    (checked,) = [row for row in by["lanes"]["lanes"] if row["lane"] == "cpu"]
+    assert checked["certified"] and checked["certification"]["reason"] == "certified", checked
     (attested,) = [row for row in by["lanes: an attested lane"]["lanes"] if row["lane"] == "cpu"]
     assert attested["certification"]["reason"] == "attested, not checked", attested
     assert by["patch --offline: an empty series"]["patches"] == []

@@ -21,7 +21,13 @@ __all__ = ["Demo", "DemoRoot", "check_target", "generate", "run", "run_tour"]
 class DemoStep(Struct, kw_only=True):
     """a step"""
 
-    step: Annotated[str, d("`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`")]
+    step: Annotated[
+        str,
+        d(
+            "`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`, `certify`, "
+            "`lanes --advertised`"
+        ),
+    ]
     command: Annotated[list[str], d("the argv, from `dgr-forge`")]
     exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
     proved: Annotated[str, d("one line")]

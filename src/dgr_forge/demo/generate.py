@@ -18,7 +18,7 @@ from pathlib import Path
 from dgr_forge.core import gitutil, product
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
-from dgr_forge.demo import sources
+from dgr_forge.demo import model, sources
 from dgr_forge.upstream.export import compute_series
 from dgr_forge.upstream.series_journal import scratch_dir
 
@@ -107,7 +107,7 @@ _DIR_MODE = 0o755
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
-def write_new(root: Path, rel: str, content: str) -> None:
+def write_new(root: Path, rel: str, content: str | bytes) -> None:
     """`content` as a new file `rel` inside `root`: each directory on the way made or
     opened with O_NOFOLLOW, the file with O_EXCL|O_NOFOLLOW, so a link planted anywhere
     below `root` is refused (exit 2 naming it), never written through."""
@@ -131,8 +131,8 @@ def write_new(root: Path, rel: str, content: str) -> None:
             hint="run the demo again in a new directory",
             details={"file": str(root / rel)},
         ) from None
-    with os.fdopen(out, "w", encoding="utf-8") as f:
-        f.write(content)
+    with os.fdopen(out, "wb") as f:
+        f.write(content.encode() if isinstance(content, str) else content)
 
 
 def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
@@ -222,9 +222,15 @@ def generate(root: Path) -> DemoRoot:
     for rel, content in sources.WORKER_FILES.items():
         write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
     copy_product(root)
+    for name, data in model.parts().items():  # the model's source, written no-follow
+        write_new(root, f"{sources.MODEL_SOURCE_DIR}/{name}", data)
+    served = model.manifest(root / sources.MODEL_SOURCE_DIR)
+    write_new(root, f"manifests/models/{sources.MODEL}.toml", served)
     write_new(root, ".gitignore", sources.GITIGNORE)
     key = root / sources.KEYS_DIR / sources.KEY_FILE
     keys.generate(key)
+    # the demo key signs the certification and is trusted for it: `lanes --advertised`
+    write_new(root, sources.TRUSTED_KEY, key.with_name(key.name + ".pub").read_text())
     gitutil.git(root, "init", "-q", "-b", "main")
     gitutil.git(root, "add", "-A")
     when = sources.date(0)

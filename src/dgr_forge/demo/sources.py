@@ -11,14 +11,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dgr_forge.demo import programs
+
 # The upstream's history, oldest first; its branch is llama.cpp's (`master`).
 BRANCH = "master"
 UPSTREAM_DIR = "upstream"
 WORKER_DIR = "worker"
 KEYS_DIR = "keys"
 KEY_FILE = "demo-signing-key.pem"
+# the demo key is also the certification's trust anchor (`certifications/trusted-keys/`)
+TRUSTED_KEY = "certifications/trusted-keys/demo.pub"
+# the tiny model `certify` measures, and where it is served from (file://, inside DIR)
+MODEL = "demo-tiny"
+MODEL_PARTS = 2
+MODEL_SOURCE_DIR = "model-source"
 
-CMAKELISTS = """\
+CMAKELISTS = (
+    """\
 cmake_minimum_required(VERSION 3.14)
 project(llama CXX)
 
@@ -31,9 +40,11 @@ option(LLAMA_BUILD_TOOLS "build tools" ON)
 option(LLAMA_BUILD_UI "build the server's web UI" ON)
 option(LLAMA_USE_PREBUILT_UI "download the prebuilt web UI" ON)
 
-add_library(llama src/llama.cpp)
+add_library(llama src/llama.cpp src/ggml-ops.cpp)
 target_include_directories(llama PUBLIC include)
 """
+    + programs.CMAKE
+)
 
 HEADER = """\
 #pragma once
@@ -116,6 +127,7 @@ HISTORY: tuple[Commit, ...] = (
             "include/llama.h": HEADER,
             "src/llama.cpp": library(OWNER_PIN),
             "README.md": README,
+            **programs.FILES,
         },
     ),
     Commit("docs: say who owns a layer", {"README.md": README_PIN}),
@@ -140,6 +152,12 @@ include(DgrBuildInfo)
 add_executable(shard-worker src/main.cpp)
 target_link_libraries(shard-worker PRIVATE llama)
 dgr_build_info(shard-worker)
+# upstream is added EXCLUDE_FROM_ALL: the lane's [certify] programs are built with the worker
+foreach(program test-backend-ops llama-bench)
+  if(TARGET ${program})
+    add_dependencies(shard-worker ${program})
+  endif()
+endforeach()
 """,
     "src/main.cpp": """\
 #include <cstdio>
@@ -172,6 +190,8 @@ GITIGNORE = f"""\
 # the demo upstream is its own repository; the private key never goes into git
 /{UPSTREAM_DIR}/
 /{KEYS_DIR}/{KEY_FILE}
+# the tiny model's source: a stand-in for its download server
+/{MODEL_SOURCE_DIR}/
 """
 
 # a fixed identity and clock: the demo's commit ids are the same on every machine

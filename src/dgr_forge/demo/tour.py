@@ -21,6 +21,7 @@ from dgr_forge.core.errors import ExitCode, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.demo import sources
 from dgr_forge.demo.generate import DemoRoot
+from dgr_forge.models.sources import FILE_ROOTS_ENV
 
 # what a child inherits of the caller's DGR_* settings: none that would point it elsewhere
 # (DGR_ROOT, DGR_MIRROR, DGR_SIGNING_KEY, DGR_FAULT ...); these only change how it reports
@@ -32,6 +33,7 @@ class Step:
     name: str
     args: list[str]
     expect: tuple[int, ...] = (ExitCode.OK,)
+    env: dict[str, str] = field(default_factory=dict)  # this step's own settings
     exit_code: int | None = None
     proved: str = ""
     result: dict[str, Any] = field(default_factory=dict, repr=False)
@@ -45,7 +47,7 @@ def _run(demo: DemoRoot, step: Step) -> dict[str, Any]:
     # -P: nothing is imported from DIR, the child's working directory
     cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
     cmd += step.args
-    done = proc.capture(cmd, cwd=demo.root, env=_env())
+    done = proc.capture(cmd, cwd=demo.root, env={**_env(), **step.env})
     step.exit_code = done.returncode
     try:
         data: dict[str, Any] = json.loads(done.stdout)
@@ -133,6 +135,29 @@ def _canary(demo: DemoRoot, d: dict[str, Any]) -> str:
     return f"onto {_short(d.get('new_commit'))}: " + "; ".join(parts) + "; nothing was changed"
 
 
+def _certified(demo: DemoRoot, d: dict[str, Any]) -> str:
+    parts = []
+    for s in d.get("steps") or []:
+        f = s.get("figures") or {}
+        if f.get("parser") == "test-backend-ops":
+            parts.append(f"{f.get('ops_passed')}/{f.get('ops_total')} op cases match the reference")
+        elif f.get("parser") == "llama-bench":
+            parts.append(f"pp {f.get('prompt_ts', 0):.0f} t/s, tg {f.get('gen_ts', 0):.0f} t/s")
+    return (
+        f"a {d.get('kind')} certification of lane {d.get('lane')} with model {d.get('model')} on "
+        f"{d.get('hardware_class')}: " + "; ".join(parts) + f", signed by "
+        f"{_short(d.get('keyid'))} into {_rel(demo, d.get('certification'))}"
+    )
+
+
+def _advertised(demo: DemoRoot, d: dict[str, Any]) -> str:
+    shown = [
+        f"{e.get('lane')} / {e.get('model')} / {e.get('hardware_class')}"
+        for e in d.get("entries") or []
+    ]
+    return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
+
+
 def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]], str]]]:
     key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
     return [
@@ -148,6 +173,20 @@ def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]
             ),
             _canary,
         ),
+        (
+            Step(
+                "certify",
+                [
+                    *("certify", "--lane", "cpu", "--model", sources.MODEL, "--key", key),
+                    *("--report-key", f"{key}.pub"),
+                ],
+                # the model's file:// source, allowed for this step only; relative to
+                # its working directory, DIR, so a `:` in DIR's name splits no path list
+                env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
+            ),
+            _certified,
+        ),
+        (Step("lanes --advertised", ["lanes", "--advertised"]), _advertised),
     ]
 
 

@@ -1,0 +1,264 @@
+"""The demo upstream's `test-backend-ops` and `llama-bench`: small, printing the real formats.
+
+They stand in for llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console output:
+`Backend 1/1: CPU`, one `  OP(params): OK` line per case, a failing case's
+`[OP] ERR = … > … ` before it, `  N/M tests passed`, `  Backend CPU: OK`, `1/1 backends
+passed`) and `tools/llama-bench/llama-bench.cpp` (`-o json`: one object per test with
+`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size`), the
+forms `certify/parsers.py` reads. The ops run in the upstream's library (`src/ggml-ops.cpp`)
+and are compared with a reference computed in the program; the speeds are measured.
+"""
+
+from __future__ import annotations
+
+OPS_H = """\
+#pragma once
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE, GGML_OP_RMS_NORM, GGML_OP_COUNT };
+
+// dst = op(a, b) over n floats (the demo's one "backend")
+void ggml_op_compute(int op, const float * a, const float * b, float * dst, int n);
+
+#ifdef __cplusplus
+}
+#endif
+"""
+
+OPS_CPP = """\
+#include "ggml-ops.h"
+
+#include <cmath>
+
+void ggml_op_compute(int op, const float * a, const float * b, float * dst, int n) {
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) {
+        sum += (double) a[i] * a[i];
+    }
+    const float scale = 1.0f / std::sqrt((float) (sum / n) + 1e-6f);
+    for (int i = 0; i < n; i++) {
+        switch (op) {
+            case GGML_OP_ADD:      dst[i] = a[i] + b[i]; break;
+            case GGML_OP_MUL:      dst[i] = a[i] * b[i]; break;
+            case GGML_OP_SCALE:    dst[i] = a[i] * 0.25f; break;
+            case GGML_OP_RMS_NORM: dst[i] = a[i] * scale; break;
+            default:               dst[i] = 0.0f; break;
+        }
+    }
+}
+"""
+
+TEST_BACKEND_OPS = r"""// test-backend-ops (demo): mode `test` in llama.cpp's console format
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ggml-ops.h"
+
+static const char * NAMES[GGML_OP_COUNT] = { "ADD", "MUL", "SCALE", "RMS_NORM" };
+
+static double reference(int op, const std::vector<float> & a, const std::vector<float> & b, int i) {
+    double sum = 0.0;
+    for (float x : a) {
+        sum += (double) x * x;
+    }
+    switch (op) {
+        case GGML_OP_ADD:      return (double) a[i] + b[i];
+        case GGML_OP_MUL:      return (double) a[i] * b[i];
+        case GGML_OP_SCALE:    return a[i] * 0.25;
+        case GGML_OP_RMS_NORM: return a[i] / std::sqrt(sum / a.size() + 1e-6);
+    }
+    return 0.0;
+}
+
+// `-o A,B`: the op names it keeps (none given: all)
+static bool wanted(const char * filter, const char * name) {
+    if (filter == nullptr) {
+        return true;
+    }
+    const std::string list = std::string(",") + filter + ",";
+    return list.find(std::string(",") + name + ",") != std::string::npos;
+}
+
+int main(int argc, char ** argv) {
+    const char * backend = nullptr;
+    const char * ops = nullptr;
+    const char * mode = "test";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-b") == 0 && i + 1 < argc) {
+            backend = argv[++i];
+        } else if (strcmp(argv[i], "-o") == 0 && i + 1 < argc) {
+            ops = argv[++i];
+        } else if (argv[i][0] != '-') {
+            mode = argv[i];
+        } else {
+            printf("Usage: %s [mode] [-o <op,..>] [-b <backend>]\n", argv[0]);
+            return 1;
+        }
+    }
+    if (strcmp(mode, "test") != 0) {
+        printf("Usage: %s [mode] [-o <op,..>] [-b <backend>]\n", argv[0]);
+        return 1;
+    }
+    printf("Testing 1 devices\n\n");
+    printf("Backend 1/1: CPU\n");
+    if (backend == nullptr || strcmp(backend, "CPU") != 0) {
+        // as llama.cpp: the CPU device is skipped unless `-b CPU` names it
+        printf("  Skipping CPU backend\n");
+        printf("1/1 backends passed\nOK\n");
+        return 0;
+    }
+    printf("  Device description: demo CPU backend\n\n");
+    const int shapes[2][4] = { {10, 5, 4, 3}, {64, 1, 1, 1} };
+    size_t n_ok = 0, n_total = 0;
+    unsigned seed = 42u;
+    for (int op = 0; op < GGML_OP_COUNT; op++) {
+        if (!wanted(ops, NAMES[op])) {
+            continue;
+        }
+        for (const auto & ne : shapes) {
+            const int n = ne[0] * ne[1] * ne[2] * ne[3];
+            std::vector<float> a(n), b(n), out(n);
+            for (int i = 0; i < n; i++) {
+                seed = seed * 1664525u + 1013904223u;
+                a[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
+                seed = seed * 1664525u + 1013904223u;
+                b[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
+            }
+            ggml_op_compute(op, a.data(), b.data(), out.data(), n);
+            double err = 0.0, norm = 0.0;
+            for (int i = 0; i < n; i++) {
+                const double want = reference(op, a, b, i);
+                err += (want - out[i]) * (want - out[i]);
+                norm += want * want;
+            }
+            const double nmse = err / norm, max_nmse = 1e-7;
+            n_total++;
+            const bool ok = nmse <= max_nmse;
+            if (!ok) {
+                printf("[%s] ERR = %.9f > %.9f ", NAMES[op], nmse, max_nmse);
+            }
+            printf("  %s(type=f32,ne=[%d,%d,%d,%d]): %s\n", NAMES[op], ne[0], ne[1], ne[2], ne[3],
+                   ok ? "OK" : "FAIL");
+            n_ok += ok;
+        }
+    }
+    const bool ok = n_ok == n_total;
+    printf("  %zu/%zu tests passed\n", n_ok, n_total);
+    printf("  Backend CPU: %s\n\n", ok ? "OK" : "FAIL");
+    printf("%d/1 backends passed\n%s\n", ok ? 1 : 0, ok ? "OK" : "FAIL");
+    return ok ? 0 : 1;
+}
+"""
+
+LLAMA_BENCH = r"""// llama-bench (demo): llama.cpp's `-o json` objects, speeds measured
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "llama.h"
+
+// one token's work: a pass over the model's layers
+static unsigned decode(int n_tokens) {
+    volatile unsigned acc = 0;
+    for (int t = 0; t < n_tokens; t++) {
+        for (int layer = 0; layer < llama_n_layers(); layer++) {
+            for (unsigned i = 0; i < 64; i++) {
+                acc = acc * 1664525u + 1013904223u + (unsigned) layer;
+            }
+        }
+    }
+    return acc;
+}
+
+int main(int argc, char ** argv) {
+    const char * model = nullptr;
+    int n_prompt = 512, n_gen = 128, reps = 5;
+    std::string output = "md";
+    for (int i = 1; i < argc; i++) {
+        const bool more = i + 1 < argc;
+        if (strcmp(argv[i], "-m") == 0 && more) { model = argv[++i]; }
+        else if (strcmp(argv[i], "-p") == 0 && more) { n_prompt = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "-n") == 0 && more) { n_gen = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "-t") == 0 && more) { ++i; }
+        else if (strcmp(argv[i], "-r") == 0 && more) { reps = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "-o") == 0 && more) { output = argv[++i]; }
+        else {
+            fprintf(stderr, "error: invalid parameter for argument: %s\n", argv[i]);
+            return 1;
+        }
+    }
+    FILE * f = model ? fopen(model, "rb") : nullptr;
+    char magic[4] = {0};
+    if (f == nullptr || fread(magic, 1, 4, f) != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        fprintf(stderr, "main: error: failed to load model '%s'\n", model ? model : "");
+        return 1;
+    }
+    fseek(f, 0, SEEK_END);
+    const long long model_size = ftell(f);
+    fclose(f);
+    if (reps < 1) { reps = 1; }
+    if (output != "json") {
+        fprintf(stderr, "error: the demo's llama-bench writes -o json only\n");
+        return 1;
+    }
+    const int tests[2][2] = { {n_prompt, 0}, {0, n_gen} };
+    printf("[\n");
+    bool first = true;
+    for (const auto & t : tests) {
+        const int n = t[0] + t[1];
+        if (n <= 0) { continue; }
+        decode(n);  // warmup, as llama-bench does
+        std::vector<double> ts;
+        for (int r = 0; r < reps; r++) {
+            const auto t0 = std::chrono::steady_clock::now();
+            decode(n);
+            const auto t1 = std::chrono::steady_clock::now();
+            const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
+            ts.push_back(1e9 * n / (ns > 0 ? ns : 1));
+        }
+        double avg = 0, dev = 0;
+        for (double x : ts) { avg += x; }
+        avg /= reps;
+        for (double x : ts) { dev += (x - avg) * (x - avg); }
+        dev = reps > 1 ? std::sqrt(dev / (reps - 1)) : 0;
+        printf("%s  {\n", first ? "" : ",\n");
+        first = false;
+        printf("    \"build_commit\": \"%s\",\n", llama_version());
+        printf("    \"backends\": \"CPU\",\n");
+        printf("    \"model_type\": \"llama demo F32\",\n");
+        printf("    \"model_size\": %lld,\n", model_size);
+        printf("    \"n_prompt\": %d,\n    \"n_gen\": %d,\n", t[0], t[1]);
+        printf("    \"avg_ts\": %.6f,\n    \"stddev_ts\": %.6f\n  }", avg, dev);
+    }
+    printf("\n]\n");
+    return 0;
+}
+"""
+
+CMAKE = """
+# the certification's programs: test-backend-ops with the tests, as llama.cpp builds it;
+# llama-bench too (llama.cpp builds it with the tools, which a worker build turns off)
+if (LLAMA_BUILD_TESTS)
+    add_executable(test-backend-ops tests/test-backend-ops.cpp)
+    target_link_libraries(test-backend-ops PRIVATE llama)
+    add_executable(llama-bench tools/llama-bench/llama-bench.cpp)
+    target_link_libraries(llama-bench PRIVATE llama)
+endif()
+"""
+
+FILES = {
+    "include/ggml-ops.h": OPS_H,
+    "src/ggml-ops.cpp": OPS_CPP,
+    "tests/test-backend-ops.cpp": TEST_BACKEND_OPS,
+    "tools/llama-bench/llama-bench.cpp": LLAMA_BENCH,
+}
