@@ -152,12 +152,6 @@ include(DgrBuildInfo)
 add_executable(shard-worker src/main.cpp)
 target_link_libraries(shard-worker PRIVATE llama)
 dgr_build_info(shard-worker)
-# upstream is added EXCLUDE_FROM_ALL: the lane's [certify] programs are built with the worker
-foreach(program test-backend-ops llama-bench)
-  if(TARGET ${program})
-    add_dependencies(shard-worker ${program})
-  endif()
-endforeach()
 """,
     "src/main.cpp": """\
 #include <cstdio>

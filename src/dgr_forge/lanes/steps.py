@@ -96,6 +96,21 @@ def refuse_unused(forge: Forge, plan: LanePlan, lines: list[str], log: Path) -> 
         )
 
 
+def ninja_targets(plan: LanePlan) -> list[str]:
+    """The recipe's targets (none: Ninja's default), then the `[certify]` programs the
+    configured build declares: a worker adds upstream EXCLUDE_FROM_ALL, so its default
+    builds none of them, and the suite runs only what this build made."""
+    from dgr_forge.lanes import cmake_api
+
+    named = list(plan.recipe.targets)
+    suite = plan.recipe.certify.targets if plan.recipe.certify else ()
+    if not suite:
+        return named
+    declared = {t.name for t in cmake_api.read_reply(plan.build_dir).targets}
+    wanted = [t for t in suite if t in declared and t not in named]
+    return [*(named or ["all"]), *wanted] if wanted else named
+
+
 def compile_lane(
     plan: LanePlan,
     out: Reporter,
@@ -111,7 +126,7 @@ def compile_lane(
     cmd = [plan.ninja, "-C", str(plan.build_dir)]
     if jobs:
         cmd += ["-j", str(jobs)]
-    cmd += list(plan.recipe.targets)
+    cmd += ninja_targets(plan)
     steps = [0]
     offset = _size(plan.build_dir / NINJA_LOG)
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
