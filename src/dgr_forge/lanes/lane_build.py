@@ -95,8 +95,10 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`)."""
-    return trees.changes(src)
+    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`); the
+    build holds the workspace lock, so git keeps its index's stat records fresh (the next
+    no-op's status reads no file)."""
+    return trees.changes(src, refresh=True)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
