@@ -7,11 +7,18 @@ A report is one DSSE envelope on one line (the `.intoto.jsonl` convention), payl
 
 Reports are never overwritten (each build gets its own file). `--no-sign` writes the same
 envelope with an empty `signatures` list; `report verify` then fails with "unsigned".
+
+Old reports are pruned when a lane writes a new one (`prune`): the newest `KEEP_REPORTS`
+of the lane stay, and so does every report a record names (the lane's state, any
+certification under `<root>/certifications`, by file name or sha256), however old. An
+up-to-date build writes none, so it prunes none.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -27,6 +34,7 @@ from dgr_forge.core.fsutil import (
     MAX_REPORT_BYTES,
     atomic_write_text,
     read_input,
+    read_regular,
     refuse_shared,
     sha256_file,
 )
@@ -35,6 +43,12 @@ from dgr_forge.core.structs import Form, d
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.jsonl"
+KEEP_REPORTS = 5  # per lane, the newest, besides those a record names
+CERT_DIR = "certifications"  # under the root: the certifications, each naming its report
+MAX_CERT_FILES = 10_000  # certifications under one root: a lane's, per model and hardware
+_MAX_CERT_BYTES = 1 << 20  # one certification: a few KiB of signed JSON
+# a name `report_name` writes (finishedOn to the second, an invocation id's hex prefix)
+_WRITTEN = re.compile(r".+-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}" + re.escape(SUFFIX))
 
 
 def report_name(lane: str, statement: dict[str, Any]) -> str:
@@ -413,6 +427,63 @@ def latest_report(forge: Forge, lane: str) -> Path | None:
         if parsed and parsed[0] == lane:
             candidates.append((parsed[1], path.stat().st_mtime, path))
     return max(candidates)[2] if candidates else None
+
+
+def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[Path]:
+    """Remove `lane`'s reports older than its newest `KEEP_REPORTS`, except those a record
+    names: by file name (`names`) or by sha256 (`digests`). Returns what was removed;
+    anything that is not a plain file, or cannot be read or removed, is left alone."""
+    mine = []
+    for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
+        parsed = parse_name(path.name)
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        named = parsed is not None and parsed[0] == lane and _WRITTEN.fullmatch(path.name)
+        if named and parsed is not None and stat.S_ISREG(st.st_mode):
+            mine.append((parsed[1], st.st_mtime_ns, path))
+    removed = []
+    for _stamp, _mtime, path in sorted(mine)[:-KEEP_REPORTS]:
+        if path.name in names:
+            continue
+        try:
+            if digests and sha256_file(path) in digests:
+                continue
+            path.unlink()
+        except (OSError, BadInput):
+            continue
+        removed.append(path)
+    return removed
+
+
+def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
+    """The reports every certification under `<root>/certifications` names: their file
+    names and sha256s, read from each file's payload whether or not its signature holds
+    (a record is a record). None when one cannot be read, or there are too many: then
+    nothing may be pruned."""
+    names: set[str] = set()
+    digests: set[str] = set()
+    top = forge.root / CERT_DIR
+    if not top.is_dir():
+        return names, digests
+    for count, path in enumerate(sorted(top.rglob("*.json")), 1):
+        if count > MAX_CERT_FILES:
+            return None
+        try:
+            raw = read_regular(
+                path, what="certification", hint="", limit=_MAX_CERT_BYTES, follow=False
+            )
+            body = json.loads(dsse.Envelope.from_json(raw).payload)
+        except (BadInput, OSError, ValueError):
+            return None
+        report = body.get("report") if isinstance(body, dict) else None
+        if isinstance(report, dict):
+            if isinstance(report.get("name"), str):
+                names.add(report["name"])
+            if isinstance(report.get("sha256"), str):
+                digests.add(report["sha256"])
+    return names, digests
 
 
 # ----------------------------------------------------------------------------- comparing

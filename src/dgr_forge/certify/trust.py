@@ -26,7 +26,7 @@ from dgr_forge.core.fsutil import sha256_regular
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
-CERT_DIR = "certifications"
+CERT_DIR = reports_mod.CERT_DIR
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
 MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
 

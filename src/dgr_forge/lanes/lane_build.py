@@ -95,8 +95,10 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`)."""
-    return trees.changes(src)
+    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`); the
+    build holds the workspace lock, so git keeps its index's stat records fresh (the next
+    no-op's status reads no file)."""
+    return trees.changes(src, refresh=True)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
@@ -518,8 +520,9 @@ class LaneBuilder:
         last = steps.last_build(
             self.m, plan, record, found, report, signer, self.ctx.signing, whole
         )
-        self._settled(last)
+        self._settled(last)  # the state names the new report before any old one goes
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
+        _prune_reports(self.forge, lane, report)
         for a in found.artifacts:
             self.out.answer(
                 f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}"
@@ -550,6 +553,17 @@ class LaneBuilder:
         self._record_failed(phase)
         r.timings["total"] = time.monotonic() - self.t0
         return False
+
+
+def _prune_reports(forge: Forge, lane: str, report: Path) -> None:
+    """The lane's old reports beyond `reports.KEEP_REPORTS`, except any a record names:
+    this build's (the lane's state now) and every certification's."""
+    from dgr_forge.attest import reports  # only once a report was written
+
+    named = reports.named_reports(forge)
+    if named is not None:  # a certification unread: nothing may go
+        names, digests = named
+        reports.prune(forge, lane, names | {report.name}, digests)
 
 
 def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:

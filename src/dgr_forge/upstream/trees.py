@@ -37,9 +37,12 @@ _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
 
 
-def changes(src: Path) -> list[str]:
+def changes(src: Path, *, refresh: bool = False) -> list[str]:
     """Porcelain v1 lines ("XY path"; "!! path" for an ignored file) of everything in `src`
-    that is not the commit checked out, the forge's own presets file left out."""
+    that is not the commit checked out, the forge's own presets file left out. `refresh`
+    (a caller holding the workspace lock): git may write the index's refreshed stat
+    records back, else files checked out in the index's own second (racily clean) or a
+    copied tree are re-hashed at every call: ~1 s on llama.cpp's 3,000 files."""
     proc = gitutil.git(
         src,
         "status",
@@ -48,7 +51,7 @@ def changes(src: Path) -> list[str]:
         "--untracked-files=all",
         "--ignored=matching",
         "--ignore-submodules",
-        env={"GIT_OPTIONAL_LOCKS": "0"},  # a no-op build must not even refresh the index
+        env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
     )
     out = []
     fields = proc.stdout.split("\0")
