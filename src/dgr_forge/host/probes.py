@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from dgr_forge.core.tominput import Shape, Version1, about, decode
+from dgr_forge.core.tominput import Record, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail, shown_value
 
 SCHEMA = 1
@@ -32,7 +32,7 @@ Packages = Annotated[
 ]
 
 
-class ToolProbe(Shape):
+class ToolProbe(Record, frozen=True):
     """An executable: looked up in wheels, hints, then PATH, and asked its version."""
 
     description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
@@ -59,7 +59,7 @@ class ToolProbe(Shape):
     packages: Packages = {}  # noqa: RUF012 (msgspec copies an empty default)
 
 
-class LibraryProbe(Shape):
+class LibraryProbe(Record, frozen=True):
     """Headers and a linkable library under one of `roots`."""
 
     description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
@@ -77,7 +77,7 @@ class LibraryProbe(Shape):
     packages: Packages = {}  # noqa: RUF012
 
 
-class Probes(Shape):
+class Probes(Record, frozen=True):
     """`toolchains/probes.toml`: the tools and libraries a recipe may require, and how
     `doctor` looks for each."""
 
