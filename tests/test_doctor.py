@@ -144,3 +144,22 @@ def test_doctor_unknown_lane_is_exit_2(tmp_path: Path, upstream: Upstream) -> No
         assert "Traceback" not in res.stderr
     plain = run_forge("--root", str(root), "doctor")
     assert plain.code == 0, plain  # without --lane, doctor only reports
+
+
+def test_a_probe_without_a_description_is_described_by_its_name(tmp_path: Path) -> None:
+    """The probe file's record is the decoded file: the name is its key, and a probe the file
+    does not describe is shown by that name (in-process, no subprocess: ~1 ms)."""
+    from dgr_forge.host.doctor import Doctor
+    from dgr_forge.host.probes import load_probes
+
+    probes = tmp_path / "probes.toml"
+    probes.write_text(
+        'schema = 1\n[tools.zz-none]\nexecutables = ["zz-none"]\n'
+        '[tools.described]\nexecutables = ["zz-none"]\ndescription = "The Tool"\n'
+        '[libraries.zzlib]\nnames = ["zzlib"]\nroots = ["/opt/zz-none"]\n'
+    )
+    doctor = Doctor(load_probes(probes), path_env="")
+    assert doctor.tool("zz-none").description == "zz-none"
+    assert doctor.tool("described").description == "The Tool"
+    assert doctor.library("zzlib").description == "zzlib"
+    assert not doctor.library("zzlib").found

@@ -26,7 +26,12 @@ class Shape(msgspec.Struct, forbid_unknown_fields=True):
     """The base of every input shape: an unknown key is refused, never ignored."""
 
 
-S = TypeVar("S", bound=Shape)
+class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A shape that is also the loader's record: decoded as a `Shape` is, then immutable
+    (its derived values are properties; a loader's checks run on it, never on a copy)."""
+
+
+S = TypeVar("S", bound=msgspec.Struct)  # a Shape or a Record
 
 
 def about(
@@ -194,7 +199,7 @@ def _segments(path: str) -> list[Segment]:
     ]
 
 
-def _walk(shape: type[Shape], data: Any, path: list[Segment]) -> _Spot:
+def _walk(shape: type[msgspec.Struct], data: Any, path: list[Segment]) -> _Spot:
     spot = _Spot(type=shape, value=data)
     for segment in path:
         t = _unwrap(spot.type, spot.value, spot.metas)
@@ -278,7 +283,9 @@ def _literal(t: Any) -> str:
     return " or ".join(repr(v) if isinstance(v, str) else str(v) for v in get_args(t))
 
 
-def _explain(shown: str, data: dict[str, Any], shape: type[Shape], message: str) -> BadInput:
+def _explain(
+    shown: str, data: dict[str, Any], shape: type[msgspec.Struct], message: str
+) -> BadInput:
     m = _AT.match(message)
     what, path = (m["what"], m["path"]) if m else (message, "$")
     try:

@@ -287,12 +287,13 @@ class Doctor:
                 hint=f"add [tools.{name}] to toolchains/probes.toml or fix the recipe's tools",
                 details={"probe": name},
             )
-        packages = self._packages(probe.packages, probe.name)
+        packages = self._packages(probe.packages, name)
+        described = probe.description or name
         if probe.host_os and host_os() not in probe.host_os:
             return ProbeResult(
                 name,
                 "tool",
-                probe.description,
+                described,
                 False,
                 None,
                 f"only on {', '.join(probe.host_os)}",
@@ -307,9 +308,7 @@ class Doctor:
                     (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
                 )
                 if found:
-                    return ProbeResult(
-                        name, "tool", probe.description, True, found, found, packages
-                    )
+                    return ProbeResult(name, "tool", described, True, found, found, packages)
         hints = self._hint_dirs(probe.hints)
         dirs += hints
         for exe in probe.executables:
@@ -317,17 +316,17 @@ class Doctor:
             if found is None and probe.path_search:
                 found = shutil.which(exe, path=self.path_env)
             if found:
-                return ProbeResult(name, "tool", probe.description, True, found, found, packages)
+                return ProbeResult(name, "tool", described, True, found, found, packages)
         if probe.find_command:
             path = self._find_command(probe.find_command)
             if path:
-                return ProbeResult(name, "tool", probe.description, True, path, path, packages)
+                return ProbeResult(name, "tool", described, True, path, path, packages)
         where = " or ".join(probe.executables) or " ".join(probe.find_command)
         looked = "PATH" if probe.path_search else ""
         if dirs:
             looked = ", ".join(dirs) + (" and PATH" if probe.path_search else "")
         return ProbeResult(
-            name, "tool", probe.description, False, None, f"{where} not found in {looked}", packages
+            name, "tool", described, False, None, f"{where} not found in {looked}", packages
         )
 
     def _find_command(self, command: tuple[str, ...]) -> str | None:
@@ -394,7 +393,8 @@ class Doctor:
                 hint=f"add [libraries.{name}] to toolchains/probes.toml or fix the recipe",
                 details={"probe": name},
             )
-        packages = self._packages(probe.packages, probe.name)
+        packages = self._packages(probe.packages, name)
+        described = probe.description or name
         roots = self._roots(probe)
         for root in roots:
             include = None
@@ -426,7 +426,7 @@ class Doctor:
             return ProbeResult(
                 name,
                 "library",
-                probe.description,
+                described,
                 True,
                 shown,
                 shown,
@@ -438,7 +438,7 @@ class Doctor:
         return ProbeResult(
             name,
             "library",
-            probe.description,
+            described,
             False,
             None,
             f"{wanted} not found under {looked}",

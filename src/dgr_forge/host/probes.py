@@ -13,18 +13,14 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from msgspec import Struct
-from msgspec.structs import asdict
-
-from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import Shape, Version1, about, decode
+from dgr_forge.core.tominput import Record, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail, shown_value
 
 SCHEMA = 1
 
 
-# -- the file as written (its keys, types, defaults, meanings: declared once, here)
+# -- the file as written is the record (its keys, types, defaults, meanings: declared once,
+# here); a probe's name is its key, its description that name when the file gives none
 
 Strings = tuple[str, ...]
 Packages = Annotated[
@@ -36,7 +32,7 @@ Packages = Annotated[
 ]
 
 
-class _Tool(Shape):
+class ToolProbe(Record, frozen=True):
     """An executable: looked up in wheels, hints, then PATH, and asked its version."""
 
     description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
@@ -63,7 +59,7 @@ class _Tool(Shape):
     packages: Packages = {}  # noqa: RUF012 (msgspec copies an empty default)
 
 
-class _Library(Shape):
+class LibraryProbe(Record, frozen=True):
     """Headers and a linkable library under one of `roots`."""
 
     description: Annotated[str, about("what it is (default: the probe's name)")] | None = None
@@ -81,81 +77,34 @@ class _Library(Shape):
     packages: Packages = {}  # noqa: RUF012
 
 
-class _Probes(Shape):
+class Probes(Record, frozen=True):
     """`toolchains/probes.toml`: the tools and libraries a recipe may require, and how
     `doctor` looks for each."""
 
     schema: Version1
-    tools: Annotated[dict[str, _Tool], about("by probe name")] = {}  # noqa: RUF012
-    libraries: Annotated[dict[str, _Library], about("by probe name")] = {}  # noqa: RUF012
+    tools: Annotated[dict[str, ToolProbe], about("by probe name")] = {}  # noqa: RUF012
+    libraries: Annotated[dict[str, LibraryProbe], about("by probe name")] = {}  # noqa: RUF012
 
 
-SHAPE = _Probes  # the file as written: docs/json-schema/toml/ is generated from it
-
-
-class ToolProbe(Struct, frozen=True):
-    name: str
-    description: str
-    executables: tuple[str, ...]
-    python_dirs: tuple[str, ...]
-    hints: tuple[str, ...]
-    path_search: bool
-    find_command: tuple[str, ...]
-    version_args: tuple[str, ...]
-    version_regex: str | None
-    host_os: tuple[str, ...]
-    packages: dict[str, tuple[str, ...]]
-
-    def __hash__(self) -> int:  # a dict is unhashable
-        return hash_without(self, frozenset({"packages"}))
-
-
-class LibraryProbe(Struct, frozen=True):
-    name: str
-    description: str
-    headers: tuple[str, ...]
-    names: tuple[str, ...]
-    roots: tuple[str, ...]
-    include_dirs: tuple[str, ...]
-    lib_dirs: tuple[str, ...]
-    packages: dict[str, tuple[str, ...]]
-
-    def __hash__(self) -> int:  # a dict is unhashable
-        return hash_without(self, frozenset({"packages"}))
-
-
-class Probes(Struct, frozen=True):
-    path: Path
-    sha256: str
-    tools: dict[str, ToolProbe]
-    libraries: dict[str, LibraryProbe]
-
-    def __hash__(self) -> int:  # a dict is unhashable
-        return hash_without(self, frozenset({"tools", "libraries"}))
+SHAPE = Probes  # docs/json-schema/toml/ is generated from it
 
 
 def load_probes(path: Path, shown: str | None = None, *, root: Path | None = None) -> Probes:
     """Parse probes.toml strictly: unknown keys and wrong types are exit 2; under `root`
     (the forge root) a link is refused, never read."""
     shown = shown or str(path)
-    raw, data = Checker(shown).load(
+    _, data = Checker(shown).load(
         path,
         what="probes file",
         hint="restore toolchains/probes.toml from the repository",
         root=root,
     )
-    doc = decode(shown, data, _Probes)
-    tools: dict[str, ToolProbe] = {}
-    for name, t in doc.tools.items():  # the record is the shape, named (the key) and described
+    doc = decode(shown, data, Probes)
+    for name, t in doc.tools.items():
         key = f"tools.{name}"
-        tools[name] = ToolProbe(**{**asdict(t), "name": name, "description": t.description or name})
         if not t.executables and not t.find_command:
             raise fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
-        _check_data(shown, key, tools[name])
-    libraries = {
-        name: LibraryProbe(**{**asdict(lib), "name": name, "description": lib.description or name})
-        for name, lib in doc.libraries.items()
-    }
+        _check_data(shown, key, t)
     for name, lib in doc.libraries.items():
         for where in lib.roots:
             wheel = where.removeprefix("python:")
@@ -167,7 +116,7 @@ def load_probes(path: Path, shown: str | None = None, *, root: Path | None = Non
                     f"{where[:60]!r} is not a wheel directory the forge may look in",
                     '"python:pkg/sub/dir", e.g. "python:nvidia/cu13"',
                 )
-    return Probes(path=path, sha256=sha256_bytes(raw), tools=tools, libraries=libraries)
+    return doc
 
 
 # ----------------------------------------------------------------------------- probes are data
