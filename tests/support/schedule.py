@@ -12,7 +12,8 @@ tests/conftest.py): each worker that needs the fixture makes its own.
 from __future__ import annotations
 
 # seconds of each file's tests (setup included), measured per test on an idle 2-core
-# machine, three workers (the demo tour's files, one scope, start with test_json_schemas.py)
+# machine, three workers; "~" figures: twice the serial `-n 0` time, the ratio the
+# measured files show (the demo tour's files, one scope, start with test_json_schemas.py)
 LONGEST_FIRST = (
     "test_ci_runs.py",  # 27.4
     "test_build_truth.py",  # 19.4
@@ -25,6 +26,7 @@ LONGEST_FIRST = (
     "test_build_repro.py",  # 15.1
     "test_rebase.py",  # 12.6
     "test_certify_run.py",  # 12.2
+    "test_gpu_lanes.py",  # ~11.7 (5.9 s serial: the cuda lane's nvcc build, 3.5 s setup)
     "test_cache.py",  # 11.3
     "test_fetch_patch_crash.py",  # 9.9
     "test_ci.py",  # 8.7
@@ -34,10 +36,12 @@ LONGEST_FIRST = (
     "test_lane_stale.py",  # 7.0
     "test_cache_build.py",  # 6.9
     "test_bump.py",  # 5.6
+    "test_boundary.py",  # ~5.2 (2.6 s serial)
     "test_patch.py",  # 5.4
     "test_rebase_transfer.py",  # 5.4
     "test_artifacts_attacks.py",  # 4.9
     "test_team_series.py",  # 4.8
+    "test_nothing_cut.py",  # ~4.7 (2.3 s serial)
     "test_support_cli.py",  # 4.7
 )
 
