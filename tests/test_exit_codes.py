@@ -212,6 +212,31 @@ SCENES: dict[tuple[str, int], Callable[[Scene], int]] = {
 
 COVERED = sorted({command for command, _ in SCENES})
 
+# Commands whose codes are not yet reached from here (each by its own test file today), with
+# the codes their help lists now: a code added to one of these helps fails until it gets a
+# scenario here (or this table is updated along with that command's test).
+PENDING: dict[str, set[int]] = {
+    "build": {0, 1, 2, 3},
+    "patch": {0, 1, 2, 3},
+    "export": {0, 2, 3},
+    "rebase": {0, 1, 2, 3},
+    "bump": {0, 1, 2, 3},
+    "check": {0, 1, 2},
+    "certify": {0, 1, 2},
+    "demo": {0, 1, 2},
+    "presets": {0, 2},
+    "artifacts map": {0, 1, 2},
+    "doctor": {0, 2},
+    "toolchain install": {0, 1, 2},
+}
+
+
+def test_every_command_of_the_help_is_covered_or_pending_with_its_codes() -> None:
+    assert set(USAGE) == set(COVERED) | set(PENDING)
+    assert not set(COVERED) & set(PENDING)
+    for command, codes in PENDING.items():
+        assert documented(command) == codes, command
+
 
 def test_every_documented_code_of_a_covered_command_has_its_situation() -> None:
     for command in COVERED:
