@@ -4,9 +4,9 @@ gives, in the situation the help names.
 
 Covered here: the commands whose every documented code a cheap situation reaches (no
 build): `status`, `fetch`, `keygen`, `report show|verify|compare`, `lanes`, `ci matrix`,
-`ci render`, `artifacts verify|provision|manifest`. `doctor`'s codes are issue 42's;
-the codes of `build`, `patch`, `export`, `rebase`, `bump`, `check`, `certify`, `demo`,
-`presets` and `artifacts map` are each reached by their own test files, not from here.
+`ci render`, `artifacts verify|provision|manifest`, `doctor`. The codes of `build`,
+`patch`, `export`, `rebase`, `bump`, `check`, `certify`, `demo`, `presets`, `artifacts map`
+and `toolchain install` are reached by their own test files, and pinned in PENDING here.
 """
 
 from __future__ import annotations
@@ -208,9 +208,35 @@ SCENES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ),
     ("artifacts manifest", 0): lambda s: _make_manifest(s, s.model()[1]),
     ("artifacts manifest", 2): lambda s: _make_manifest(s, s.tmp / "none"),
+    ("doctor", 0): lambda s: s.forge("doctor"),
+    ("doctor", 2): lambda s: _bad_recipe(s, "doctor", "--lane", "cpu"),
 }
 
 COVERED = sorted({command for command, _ in SCENES})
+
+# Commands whose codes are not yet reached from here (each by its own test file today), with
+# the codes their help lists now: a code added to one of these helps fails until it gets a
+# scenario here (or this table is updated along with that command's test).
+PENDING: dict[str, set[int]] = {
+    "build": {0, 1, 2, 3},
+    "patch": {0, 1, 2, 3},
+    "export": {0, 2, 3},
+    "rebase": {0, 1, 2, 3},
+    "bump": {0, 1, 2, 3},
+    "check": {0, 1, 2},
+    "certify": {0, 1, 2},
+    "demo": {0, 1, 2},
+    "presets": {0, 2},
+    "artifacts map": {0, 1, 2},
+    "toolchain install": {0, 1, 2},
+}
+
+
+def test_every_command_of_the_help_is_covered_or_pending_with_its_codes() -> None:
+    assert set(USAGE) == set(COVERED) | set(PENDING)
+    assert not set(COVERED) & set(PENDING)
+    for command, codes in PENDING.items():
+        assert documented(command) == codes, command
 
 
 def test_every_documented_code_of_a_covered_command_has_its_situation() -> None:
