@@ -12,7 +12,7 @@ from dgr_forge.cli.options import Offline
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
-    from dgr_forge.cli.results.lanes import ToolchainInstall
+    from dgr_forge.host.toolkit import InstallResult
 
 toolchain_app = typer.Typer(
     name="toolchain", help="Install the toolkits the root pins.", no_args_is_help=True
@@ -39,8 +39,7 @@ def install(
     installs nothing (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
     ~/.local/share/dgr-forge/toolchains); `doctor` and `build` find it there."""
 
-    def body(env: Env) -> ToolchainInstall:
-        from dgr_forge.cli.results.lanes import ToolchainInstall
+    def body(env: Env) -> InstallResult:
         from dgr_forge.host import toolkit as toolkit_mod
 
         if toolkit != "cuda":
@@ -59,6 +58,6 @@ def install(
         done = toolkit_mod.install(lock, shown, fenced, offline=offline, wheelhouse=wheelhouse)
         verb = "installed" if done.installed else "already installed"
         env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
-        return ToolchainInstall(**toolkit_mod.encode(done))  # type: ignore[arg-type]
+        return done
 
     run(ctx, "toolchain install", body)

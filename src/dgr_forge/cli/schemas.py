@@ -30,7 +30,7 @@ from dgr_forge.cli.results import lanes as lanes_forms
 from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.host import doctor
+from dgr_forge.host import doctor, toolkit
 from dgr_forge.lanes import build, check, presets, status
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
@@ -167,7 +167,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "toolchain install",
         "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
-        lanes_forms.ToolchainInstall,
+        toolkit.InstallResult,
     ),
     _cmd(
         "demo",

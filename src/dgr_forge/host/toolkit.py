@@ -20,13 +20,12 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import msgspec
 from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import read_json, read_regular, sha256_bytes, write_json
 from dgr_forge.core.proc import capture
-from dgr_forge.core.structs import d
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.tominput import Shape, Version1, about, decode
 from dgr_forge.core.tomlcheck import Checker, fail
 
@@ -76,8 +75,10 @@ class Lock(Struct, frozen=True):
         return {n: v for n, v, _ in self.wheels}
 
 
-class InstallResult(Struct, kw_only=True):
+class InstallResult(Form, kw_only=True, forbid_unknown_fields=True):
     """`toolchain install cuda`: the toolkit the root's lock pins, installed or found."""
+
+    title = "toolchain install cuda"
 
     toolkit: Annotated[str, d("the toolkit: `cuda`")]
     lock: Annotated[str, d("the lock file, relative to the forge root")]
@@ -271,8 +272,3 @@ def _pip(lock: Lock, scratch: Path, *, offline: bool, wheelhouse: Path | None) -
             hint="check toolchains/cuda.lock against the index (or --wheelhouse), or fetch "
             "the wheels again",
         )  # fmt: skip
-
-
-def encode(result: InstallResult) -> dict[str, object]:
-    out: dict[str, object] = msgspec.to_builtins(result)
-    return out

@@ -14,7 +14,6 @@ from dgr_forge.cli.results.base import (
     d,
 )
 from dgr_forge.host.doctor import ProbeResult
-from dgr_forge.host.toolkit import InstallResult
 from dgr_forge.lanes.status import BuildShown
 
 # --- lanes and builds -------------------------------------------------------------------------
@@ -68,7 +67,3 @@ class Lanes(Form, kw_only=True):
         list[Entry] | UnsetType,
         d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
     ] = UNSET
-
-
-class ToolchainInstall(InstallResult, Form, kw_only=True, forbid_unknown_fields=True):
-    title = "toolchain install cuda"
