@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 
 from msgspec import Struct
@@ -90,15 +91,22 @@ class CudaLink(Struct, frozen=True):
             args.append(f"-DCUDA_cuda_driver_LIBRARY={library}")
         if self.links:
             args.append(f"-DCMAKE_LIBRARY_PATH={self.links_dir}")
+        # CMake puts the directory of every library linked by path into the build RPATH
+        # unless it is an implicit link directory; these are the link path only (the
+        # driver and the toolkit's libraries are found at run time where they are
+        # installed). UnixPaths.cmake appends its own to this list, keeping these.
+        link_only = [*([str(self.stub_dir)] if self.stub_dir else [])]
+        link_only += [*([str(self.links_dir)] if self.links else []), *self.lib_dirs]
+        args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
         return tuple(args)
 
     def cuda_flags(self) -> str:
-        return f"-L{self.nvcc_lib}" if self.nvcc_lib else ""
+        return shlex.quote(f"-L{self.nvcc_lib}") if self.nvcc_lib else ""
 
     def link_flags(self) -> str:
         """The link path of every executable and library: never a RUNPATH."""
         dirs = [*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs]
-        return " ".join(f"-Wl,-rpath-link,{d}" for d in dict.fromkeys(dirs))
+        return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in dict.fromkeys(dirs))
 
 
 def _listing(directory: Path) -> list[str]:
