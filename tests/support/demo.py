@@ -35,7 +35,9 @@ class DemoTour:
 def make_demo(base: Path) -> DemoTour:
     config = base / "config"
     config.mkdir()
-    root = base / "demo"
+    # a space and a colon, as a user's "My Projects" or a dated folder has: the compiler
+    # flags and git's object-directory lists must carry them whole
+    root = base / "my demo:1"
     env = {"XDG_CONFIG_HOME": str(config), "HOME": str(config), "CI": ""}
     result = run_forge("--json", "demo", str(root), cwd=base, env=env)
     pristine = base / "pristine"

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -216,7 +217,9 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
 
 def _flags(plan: LanePlan, lang: str) -> str:
     own = plan.recipe.cmake_options.get(f"CMAKE_{lang}_FLAGS", "")
-    maps = [f"-ffile-prefix-map={old}={new}" for old, new in plan.prefix_maps]
+    # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
+    # with a space stays one argument only quoted
+    maps = [shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in plan.prefix_maps]
     return " ".join([*([own] if own else []), *maps])
 
 

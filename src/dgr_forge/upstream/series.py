@@ -230,10 +230,21 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
         env = {
             "GIT_INDEX_FILE": str(Path(tmp) / "index"),
             "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
-            "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(alternates),
+            "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(map(_c_quoted, alternates)),
         }
         git(repo, "read-tree", "--end-of-options", rev, env=env)
         yield env
+
+
+def _c_quoted(path: str) -> str:
+    """An entry of git's object-directory list: git splits the list at `:` and reads an
+    entry that starts with `"` C-quoted, so a path with a colon (or a quote) is quoted."""
+    if os.pathsep not in path and not path.startswith('"'):
+        return path
+    escaped = "".join(
+        f"\\{c}" if c in '"\\' else c if c.isprintable() else f"\\{ord(c):03o}" for c in path
+    )
+    return f'"{escaped}"'
 
 
 def conflicting_hunks(
