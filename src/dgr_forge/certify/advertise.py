@@ -119,9 +119,7 @@ def overview(
                 # the same rows (and one-line summary) as `doctor`'s lanes
                 missing=list(check.missing),
                 summary=check.summary,
-                last_build=(
-                    BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None
-                ),
+                last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
                 certified=certified,
                 certification=LaneCertification(
                     reason=reason,

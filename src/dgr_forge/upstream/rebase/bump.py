@@ -15,7 +15,7 @@ commits that touched them, as `rebase` names a conflict.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, NamedTuple
 
 from msgspec import UNSET, UnsetType
 
@@ -308,16 +308,14 @@ def _verify(
         return _canary(work, wm, out_, commit, mirror, rows=True)
     try:
         result = start(work, out_, wm, commit, mirror=mirror)
-    except NeedsHuman as err:
+    except NeedsHuman:
         state = load_rebase_state(work)
         if state is None or state.phase != "conflict":
             raise
         abort(work, out_)
-        details: dict[str, Any] = dict(err.details)
-        files: list[str] = list(details.get("files", []))
-        ups: dict[str, list[dict[str, str]]] = details.get("upstream_commits", {})
-        commits = [c for f in files for c in ups.get(f, [])]
-        return _break_of(commit, str(details.get("patch", "")), files, commits), None
+        # the patch that stopped it, as the conflict recorded it (the error's own details)
+        step = state.patches[state.next]
+        return _break_of(commit, step.file, step.files, step.upstream_commits), None
     md = Path(result.report_markdown) if result.report_markdown else None
     table = md.read_text(encoding="utf-8") if md and md.is_file() else ""
     return None, Verified(result.patches, table, result.report, result.report_markdown)
@@ -441,8 +439,7 @@ def render(b: Bump, table: str) -> str:
         by = ", ".join(f"{_c(c.commit)} {c.subject}" for c in drop.upstream_commits)
         md.append(f"- dropped (upstreamed): `{drop.file}`" + (f" by {by}" if by else ""))
     md.append(
-        f"- replays: {b.replays} (bisection; at most ⌈log2 {b.candidates}⌉ + 2 = "
-        f"{b.max_replays})"
+        f"- replays: {b.replays} (bisection; at most ⌈log2 {b.candidates}⌉ + 2 = {b.max_replays})"
     )
     if b.rebase_report_markdown:
         md.append(f"- rebase report: `{b.rebase_report_markdown}`")

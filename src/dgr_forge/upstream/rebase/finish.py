@@ -74,9 +74,7 @@ def drop_refs(src: Path) -> None:
 # ----------------------------------------------------------------------------- finish
 
 
-def noop_result(
-    m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter
-) -> Rebase:
+def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter) -> Rebase:
     """Already pinned there: every patch unchanged (and the surface, asked, unmoved)."""
     rows = [RebaseRow(file=e.file, new_file=e.file, outcome="unchanged") for e in m.series]
     moved = None if surface is None else across(src, m.commit, m.commit, surface)

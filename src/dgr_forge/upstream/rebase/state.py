@@ -124,13 +124,8 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
 def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
     """`durable=False` for a replay step: a power loss may take the step back (as it may
     the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
-    write_json(state_path(forge), _fields(state), durable=durable)
-
-
-def _fields(state: RebaseState) -> dict[str, Any]:
-    """The state as JSON data (msgspec, in C: it is saved after every replayed patch)."""
-    data: dict[str, Any] = msgspec.to_builtins(state)
-    return data
+    # msgspec turns it, in C: it is saved after every replayed patch
+    write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
 
 
 # ----------------------------------------------------------------------------- results
