@@ -184,7 +184,7 @@ def bump(
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
             result.surface = across(src, m.commit, result.newest_clean, surface)
-        table = found.verified.table if found.verified is not None else ""
+        table = (found.verified or Verified([], "")).table
     return _finish(result, table, target_md, out_)
 
 
@@ -208,7 +208,8 @@ def _result(
             upstream_commits=[UpstreamCommit(**c) for c in b.upstream_commits],
             subject=subject_of(src, b.commit),
         )
-    rows: list[RebaseRow] = found.verified.patches if found.verified is not None else []
+    verified: Verified = found.verified or Verified([], "")
+    rows = verified.patches
     return Bump(
         status="dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
         upstream=m.name,
@@ -232,10 +233,8 @@ def _result(
             if r.outcome == "dropped"
         ],
         patches=rows,
-        rebase_report=found.verified.report if found.verified is not None else None,
-        rebase_report_markdown=(
-            found.verified.report_markdown if found.verified is not None else None
-        ),
+        rebase_report=verified.report,
+        rebase_report_markdown=verified.report_markdown,
         report_markdown=None,
     )
 
