@@ -306,6 +306,9 @@ def test_a_function_a_later_commit_changes_is_named_by_the_dry_run_and_by_bump(
     assert real.code == 0, real
     assert [c["name"] for c in real.json["surface"]["changes"]] == ["llama_layer_owner"]
     assert "worker surface: llama_layer_owner: declaration changed" in real.stderr
+    # and so does the rebase report that goes into the pull request
+    text = Path(real.json["report_markdown"]).read_text(encoding="utf-8")
+    assert "  - `llama_layer_owner`: declaration changed (`include/llama.h`)" in text
 
 
 def test_without_a_recorded_surface_the_rebase_says_it_is_unknown(lane: BuiltLane) -> None:

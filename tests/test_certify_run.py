@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from support.cli import Result, run_forge
 from support.git import Upstream
@@ -299,7 +300,7 @@ def test_a_trusted_record_whose_figures_changed_shape_is_invalid(plain: Built) -
     body["steps"][0]["figures"]["ops_failed"] = "none"
     payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     signed = dsse.sign(payload, env["payloadType"], keys.load_signer(plain.key))
-    path.write_text(json.dumps(signed.to_dict()) + "\n")
+    path.write_text(json.dumps(msgspec.to_builtins(signed)) + "\n")
     lanes = plain.forge("lanes")
     assert lanes.code == 0, lanes
     valid(lanes, "lanes")
@@ -354,7 +355,7 @@ def test_a_program_that_is_not_a_subject_of_the_report_is_refused(
     payload = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode()
     other = tmp_path / report.name
     signed = dsse.sign(payload, env["payloadType"], keys.load_signer(plain.key))
-    other.write_text(json.dumps(signed.to_dict()) + "\n")
+    other.write_text(json.dumps(msgspec.to_builtins(signed)) + "\n")
     r = plain.certify("--model", "tiny", "--report", str(other))
     assert r.code == ExitCode.FAILED, r
     assert "'test-backend-ops'" in r.stderr and "not a subject of the report" in r.stderr

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 
+import msgspec
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from securesystemslib import exceptions as sslib_exceptions
@@ -49,7 +51,7 @@ def test_ed25519_signature_matches_the_vector_and_verifies() -> None:
     signer = key_a()
     assert signer.public.key.public_bytes_raw().hex() == PUBLIC_A
     env = dsse.sign(base64.b64decode(PAYLOAD_B64), INTOTO, signer)
-    assert env.to_dict()["signatures"][0]["sig"] == SIG_A  # Ed25519 is deterministic
+    assert msgspec.to_builtins(env)["signatures"][0]["sig"] == SIG_A  # Ed25519 is deterministic
     vector = dsse.Envelope.from_dict(
         {"payload": PAYLOAD_B64, "payloadType": INTOTO, "signatures": [{"sig": SIG_A}]}
     )
@@ -115,9 +117,9 @@ def test_interop_with_securesystemslib_both_directions() -> None:
 
     # ours -> securesystemslib, from the JSON form only
     env = dsse.sign(b'{"hello": "world"}', INTOTO, ours)
-    theirs = SslibEnvelope.from_dict(env.to_dict())
+    theirs = SslibEnvelope.from_dict(msgspec.to_builtins(env))
     assert keyid in theirs.verify([sslib_key], threshold=1)
-    tampered = env.to_dict()
+    tampered = msgspec.to_builtins(env)
     tampered["payload"] = base64.b64encode(b'{"hello": "World"}').decode()
     with pytest.raises(sslib_exceptions.VerificationError):
         SslibEnvelope.from_dict(tampered).verify([sslib_key], threshold=1)
@@ -142,3 +144,24 @@ def test_a_bad_signature_of_any_length_is_no_signature() -> None:
             {"payload": PAYLOAD_B64, "payloadType": INTOTO, "signatures": [{"sig": sig}]}
         )
         assert dsse.verify(vector, [public]) is None
+
+
+def test_the_envelope_is_msgspecs_encoding_of_it_byte_for_byte_the_spec_form() -> None:
+    """The envelope is a Struct encoded by msgspec: the same bytes the hand-written
+    `{"payload", "payloadType", "signatures": [{"keyid", "sig"}]}` gave (standard padded
+    base64), one line for a report, indented for a certification record."""
+    env = dsse.sign(b'{"x": "\xe9"}', INTOTO, key_a())
+    spec = {
+        "payload": base64.b64encode(env.payload).decode(),
+        "payloadType": INTOTO,
+        "signatures": [
+            {
+                "keyid": env.signatures[0].keyid,
+                "sig": base64.b64encode(env.signatures[0].sig).decode(),
+            }
+        ],
+    }
+    assert msgspec.json.encode(env) == json.dumps(spec, separators=(",", ":")).encode()
+    assert json.dumps(msgspec.to_builtins(env), indent=2) == json.dumps(spec, indent=2)
+    assert dsse.Envelope.from_json(msgspec.json.encode(env)) == env
+    assert "sig=" not in repr(env)  # a signature's bytes stay out of the repr

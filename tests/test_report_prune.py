@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import msgspec
+
 from dgr_forge.attest import dsse, reports
 from dgr_forge.certify import records, trust
 from dgr_forge.core.forge import Forge
@@ -35,7 +37,7 @@ def _certify(forge: Forge, rel: str, report: dict[str, str]) -> None:
     path = forge.root / trust.CERT_DIR / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     body = json.dumps({"_type": records.RECORD_TYPE, "report": report}).encode()
-    path.write_text(dsse.sign(body, records.CERT_PAYLOAD_TYPE, None).to_json())
+    path.write_bytes(msgspec.json.encode(dsse.sign(body, records.CERT_PAYLOAD_TYPE, None)) + b"\n")
 
 
 def test_the_newest_per_lane_and_every_named_report_are_kept(tmp_path: Path) -> None:

@@ -125,3 +125,19 @@ def test_a_damaged_state_entry_keeps_its_good_fields_and_defaults_each_bad_one()
         assert LaneState.from_dict({"last_build": broken}).last_build is None, broken
     for hostile in (None, [], "x", {"programs": [1], "input_stamps": "s"}):
         assert LaneState.from_dict(hostile) == LaneState(), hostile
+
+
+def test_results_are_their_structs_with_no_hand_written_serializer() -> None:
+    """A command's result is the msgspec Struct its library returns (issue 40): no
+    `as_dict`/`to_json`/`to_dict` beside the type, no `cli/results/` forms beside the data."""
+    import re
+
+    src = Path(structs.__file__).resolve().parents[1]
+    found = [
+        f"{path.relative_to(src)}:{n}"
+        for path in sorted(src.rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.match(r"\s*def (as_dict|to_json|to_dict)\b", line)
+    ]
+    assert found == []
+    assert not (src / "cli" / "results").exists()

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 from securesystemslib import exceptions as sslib_exceptions
@@ -282,7 +283,9 @@ def test_wrong_payload_type_is_named_even_when_validly_signed(
 
     path = forge.reports_dir / "cpu-other.intoto.jsonl"
     path.parent.mkdir(parents=True)
-    path.write_text(dsse.sign(b"{}", "application/vnd.other+json", signer).to_json())
+    path.write_bytes(
+        msgspec.json.encode(dsse.sign(b"{}", "application/vnd.other+json", signer)) + b"\n"
+    )
     r = verify(path, "--key", str(pub), "--json")
     assert r.code == ExitCode.FAILED, r
     failures = r.json["failures"]

@@ -3,7 +3,8 @@
     PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body
 
 (LEN = decimal byte length, type as UTF-8). The envelope is the JSON form from the spec:
-``{"payload": b64(body), "payloadType": type, "signatures": [{"keyid", "sig": b64(sig)}]}``.
+``{"payload": b64(body), "payloadType": type, "signatures": [{"keyid", "sig": b64(sig)}]}``,
+msgspec's encoding of `Envelope`.
 Verifiers accept standard and URL-safe base64, as the spec requires. The keyid is only a
 hint: every signature is tried against every trusted key (a report signed under the old
 key id verifies as before).
@@ -20,10 +21,12 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
+from msgspec import Struct, field
+
 from dgr_forge.attest.keys import PublicKey, Signer
+from dgr_forge.core.structs import repr_without
 
 
 class EnvelopeError(ValueError):
@@ -49,31 +52,24 @@ def b64encode(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(Struct, frozen=True):
     keyid: str
-    sig: bytes = field(repr=False)
+    sig: bytes  # base64 in the JSON form (msgspec's encoding of bytes)
+
+    def __repr__(self) -> str:
+        return repr_without(self, frozenset({"sig"}))
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(Struct, frozen=True):
+    """The envelope; its JSON form is msgspec's encoding of it (`msgspec.json.encode`: one
+    line, the `.intoto.jsonl` convention)."""
+
     payload: bytes
-    payload_type: str
+    payload_type: str = field(name="payloadType")
     signatures: tuple[Signature, ...]
 
     def pae(self) -> bytes:
         return pae(self.payload_type, self.payload)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "payload": b64encode(self.payload),
-            "payloadType": self.payload_type,
-            "signatures": [{"keyid": s.keyid, "sig": b64encode(s.sig)} for s in self.signatures],
-        }
-
-    def to_json(self) -> str:
-        """One line (the `.intoto.jsonl` convention: one envelope per line)."""
-        return json.dumps(self.to_dict(), separators=(",", ":")) + "\n"
 
     @classmethod
     def from_dict(cls, data: Any) -> Envelope:

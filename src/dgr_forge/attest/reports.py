@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest import dsse, provenance
@@ -73,7 +74,7 @@ def write_report(
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
     path = forge.reports_dir / report_name(build.lane, stmt)
     refuse_shared(forge.reports_dir, "reports directory")
-    atomic_write_text(path, envelope.to_json())
+    atomic_write_text(path, msgspec.json.encode(envelope).decode("utf-8") + "\n")  # one line
     if signer is None:
         why = f" ({unsigned_reason})" if unsigned_reason else ""
         out.warn(f"report {forge.rel(path)} is UNSIGNED{why}: it cannot be verified")

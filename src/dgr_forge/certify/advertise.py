@@ -4,20 +4,75 @@ certification; a lane is advertised while one of its checked records is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated
 
-import msgspec
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.certify import records
+from dgr_forge.certify.shapes import Entry
 from dgr_forge.certify.trust import CERT_DIR
 from dgr_forge.core.forge import Forge
-from dgr_forge.host.doctor import Doctor
+from dgr_forge.core.structs import Form, d
+from dgr_forge.host.doctor import Doctor, ProbeResult
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.host.worker import WorkerSpec
-from dgr_forge.lanes.inputs import report_inputs, staleness, tool_versions, worker_identity
+from dgr_forge.lanes.inputs import report_inputs, tool_versions, worker_identity
 from dgr_forge.lanes.state import lane_states
+from dgr_forge.lanes.status import BuildShown
 from dgr_forge.upstream.manifest import UpstreamManifest
+
+
+class LaneCertification(Struct, kw_only=True):
+    """the lane's certification status"""
+
+    reason: Annotated[
+        str,
+        d(
+            "`certified`, `attested, not checked` for a valid record of a person's evidence, "
+            "or why not: `none`, `untrusted: ...`, `lapsed: ...`: recipe, pin, series, "
+            "toolchain file, `cmake/` modules, worker, the host's tool versions, the model "
+            "manifest"
+        ),
+    ]
+    attested: Annotated[str, d("the `--attested` record's own status")]
+    record: Annotated[Entry | None, d("that record (null: none)")]
+
+
+class LaneRow(Struct, kw_only=True):
+    """a lane"""
+
+    lane: Annotated[str, d("the lane")]
+    backend: Annotated[str, d("the recipe's backend")]
+    host_os: Annotated[list[str], d("the OSes it builds on")]
+    buildable: Annotated[bool, d("it can build on this host")]
+    missing: Annotated[list[ProbeResult], d("what is missing (the same rows as `doctor`'s)")]
+    summary: Annotated[str, d("one line: `buildable`, or what is missing")]
+    last_build: BuildShown | None
+    certified: Annotated[
+        bool,
+        d(
+            "a certification the forge ran (`certify --lane`), signed by a trusted key and "
+            "matching every input"
+        ),
+    ]
+    certification: LaneCertification
+    certifications: Annotated[list[Entry], d("the lane's checked records")]
+
+
+class Lanes(Form, kw_only=True):
+    """`lanes`' result."""
+
+    title = "lanes [--advertised]"
+
+    lanes: Annotated[list[LaneRow], d("per lane")]
+    advertised: Annotated[
+        list[str] | UnsetType, d("with `--advertised`: the lanes of `entries`")
+    ] = UNSET
+    entries: Annotated[
+        list[Entry] | UnsetType,
+        d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
+    ] = UNSET
 
 
 def overview(
@@ -27,7 +82,10 @@ def overview(
     doctor: Doctor,
     trusted: list[PublicKey] | None = None,
     spec: WorkerSpec | None = None,
-) -> list[dict[str, Any]]:
+    *,
+    advertised: bool = False,
+) -> Lanes:
+    """Every lane (`advertised`: only the certified ones, with the entries advertised)."""
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
         doctor,
@@ -35,7 +93,7 @@ def overview(
     )
     runs = records.entries(forge, recipes, m, trusted, worker_identity(spec), tools)
     state = lane_states(forge)
-    rows: list[dict[str, Any]] = []
+    rows: list[LaneRow] = []
     for name, recipe in recipes.items():
         check = doctor.check_lane(recipe)
         entry = state.get(name)
@@ -53,32 +111,26 @@ def overview(
             else next((e.reason for e in mine), attested.reason if attested else "none")
         )
         rows.append(
-            {
-                "lane": name,
-                "backend": recipe.backend,
-                "host_os": list(recipe.host_os),
-                "buildable": check.buildable,
+            LaneRow(
+                lane=name,
+                backend=recipe.backend,
+                host_os=list(recipe.host_os),
+                buildable=check.buildable,
                 # the same rows (and one-line summary) as `doctor`'s lanes
-                "missing": msgspec.to_builtins(check.missing),
-                "summary": check.summary,
-                "last_build": (
-                    {
-                        "time": last.time,
-                        "result": last.result,
-                        "report": last.report,
-                        "log": last.log,
-                        **staleness(last.inputs, report_inputs(m, recipe, spec)),
-                    }
-                    if last
-                    else None
+                missing=list(check.missing),
+                summary=check.summary,
+                last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
+                certified=certified,
+                certification=LaneCertification(
+                    reason=reason,
+                    attested=attested.reason if attested else "none",
+                    record=attested,
                 ),
-                "certified": certified,
-                "certification": {
-                    "reason": reason,
-                    "attested": attested.reason if attested else "none",
-                    "record": msgspec.to_builtins(attested) if attested else None,
-                },
-                "certifications": msgspec.to_builtins(mine),
-            }
+                certifications=mine,
+            )
         )
-    return rows
+    if not advertised:
+        return Lanes(lanes=rows)
+    rows = [r for r in rows if r.certified]
+    entries = [e for r in rows for e in r.certifications if e.advertised]
+    return Lanes(lanes=rows, advertised=sorted({e.lane for e in entries}), entries=entries)

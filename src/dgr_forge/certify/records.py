@@ -114,7 +114,7 @@ def write(
         if (forge.root / rel).is_symlink():  # never written through a planted link
             raise BadInput(f"{rel}: a symlink", hint=f"make {rel} a plain directory")
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(envelope.to_dict(), indent=2) + "\n")
+    atomic_write_text(path, json.dumps(msgspec.to_builtins(envelope), indent=2) + "\n")
     out.answer(f"certified {lane} / {name} / {hardware.hardware_class}: {forge.rel(path)}")
     if signer.keyid not in trusted:
         out.warn(

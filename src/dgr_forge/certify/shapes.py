@@ -2,9 +2,9 @@
 --lane`'s steps and hardware, `lanes`' figures), each key declared once with its meaning:
 what a parser read (`parsers`: a union tagged by `parser`), the gate, the host's identity
 (`hardware`: GPUs tagged by `vendor`) and a step as run (`run` makes it,
-`records` writes and reads it back). Its own module, light to import: `cli.results`
-declares the `--json` forms with these, and a no-op `build` imports those without the
-parsers' patterns, the probes or the signing code.
+`records` writes and reads it back), and the record written (`Certified`: `certify`'s
+`--json` object). Its own module, light to import: `lanes` and the schemas read these
+without the parsers' patterns, the probes or the signing code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated
 
 from msgspec import UNSET, Struct, UnsetType, field
 
-from dgr_forge.core.structs import SHA, d
+from dgr_forge.core.structs import SHA, Form, d
 
 # --- what a parser read (`parsers`) ----------------------------------------------------
 
@@ -293,8 +293,11 @@ class BoundInputs(Struct, kw_only=True):
     ]
 
 
-class Certified(Struct, kw_only=True):
-    """a record written"""
+class Certified(Form, kw_only=True):
+    """a record written: `certify`'s result"""
+
+    title = "certify --lane L | --attested FILE --build-report R"
+    note = "an `attested` record is shown `attested, not checked`: never advertised"
 
     certification: Annotated[str, d("the record's path")]
     trusted: Annotated[bool, d("its key is in trusted-keys/")]

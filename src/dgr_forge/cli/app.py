@@ -100,14 +100,15 @@ class Env:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A command's `--json` fields and its exit status, kept apart: the status is never a
-    key of the result (a body returns a plain dict when it succeeded)."""
+    """A command's result (its `--json` object's keys: the Struct its library function
+    returned) and its exit status, kept apart: the status is never a key of the result (a
+    body returns the bare Struct when it succeeded)."""
 
-    fields: dict[str, Any] | Struct
+    fields: Struct
     exit_code: int = ExitCode.OK
 
     @staticmethod
-    def of(fields: dict[str, Any] | Struct, ok: bool) -> Outcome:
+    def of(fields: Struct, ok: bool) -> Outcome:
         """Exit 1 (the operation failed, e.g. a verification found problems) unless `ok`."""
         return Outcome(fields, ExitCode.OK if ok else ExitCode.FAILED)
 
@@ -208,7 +209,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
     stream.flush()
 
 
-Body = Callable[[Env], "dict[str, Any] | Struct | Outcome | None"]
+Body = Callable[[Env], "Struct | Outcome"]
 
 
 def run(ctx: typer.Context, command: str, body: Body) -> None:
@@ -227,8 +228,6 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
         raise typer.Exit(fail(err, command, opts.json) or 130) from err
     finally:
         proc.observe(before)
-    if result is None:
-        result = {}
     outcome = result if isinstance(result, Outcome) else Outcome(result)
     if opts.json:
         emit_json(command, outcome.exit_code, outcome.fields)

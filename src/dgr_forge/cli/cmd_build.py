@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -24,6 +24,8 @@ from dgr_forge.cli.options import (
 from dgr_forge.core.errors import ExitCode
 
 if TYPE_CHECKING:
+    from dgr_forge.certify.advertise import Lanes as LanesResult
+    from dgr_forge.certify.shapes import StepFigures
     from dgr_forge.lanes.presets import Presets
 
 # Library modules are imported inside each command: every CLI start registers all
@@ -69,7 +71,7 @@ def build(
 
     A lane this host cannot build is refused before anything runs (`doctor` says why)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Outcome:
         from dgr_forge.lanes import build as build_mod
         from dgr_forge.lanes.build_options import BuildOptions
 
@@ -162,71 +164,63 @@ def lanes(
 ) -> None:
     """The lane matrix: backend, buildable here, last build, certified."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> LanesResult:
         from dgr_forge.attest import keys as keys_mod
         from dgr_forge.certify.advertise import overview
-        from dgr_forge.lanes.inputs import with_stale
 
         trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
         with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
-            rows = overview(s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker)
+            result = overview(
+                s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker, advertised=advertised
+            )
         if advertised:
-            rows = [r for r in rows if r["certified"]]
-            entries = [e for r in rows for e in r["certifications"] if e["advertised"]]
             env.out.table(
                 None,
                 ["lane", "model", "hardware class", "figures", "certified on"],
                 [
-                    (e["lane"], e["model"], e["hardware_class"], _figures(e["figures"]),
-                     e["certified_on"] or "")
-                    for e in entries
+                    (e.lane, e.model, e.hardware_class, _figures(e.figures), e.certified_on or "")
+                    for e in result.entries or []
                 ],
                 empty="nothing certified: no lane has a valid hardware certification",
-            )  # fmt: skip
-            return {"lanes": rows, "advertised": sorted({e["lane"] for e in entries}),
-                    "entries": entries}  # fmt: skip
+            )
+            return result
         env.out.table(
             None,
             ["lane", "backend", "here", "last build", "report", "certified"],
             [
                 (
-                    r["lane"],
-                    r["backend"],
-                    r["summary"],
-                    f"{with_stale(r['last_build'])} {r['last_build']['time']}"
-                    if r["last_build"]
-                    else "never",
-                    env.forge.rel(Path(r["last_build"]["report"]))
-                    if r["last_build"] and r["last_build"].get("report")
+                    r.lane,
+                    r.backend,
+                    r.summary,
+                    f"{r.last_build.line()} {r.last_build.time}" if r.last_build else "never",
+                    env.forge.rel(Path(r.last_build.report))
+                    if r.last_build and r.last_build.report
                     else "",
-                    "yes" if r["certified"] else r["certification"]["reason"],
+                    "yes" if r.certified else r.certification.reason,
                 )
-                for r in rows
+                for r in result.lanes
             ],
-            empty=(
-                "nothing certified: no lane has a valid hardware certification"
-                if advertised
-                else "no lanes: add recipes/<lane>.toml"
-            ),
+            empty="no lanes: add recipes/<lane>.toml",
         )
-        return {"lanes": rows}
+        return result
 
     run(ctx, "lanes", body)
 
 
-def _figures(figures: dict[str, Any]) -> str:
+def _figures(figures: dict[str, StepFigures | None]) -> str:
     """One line of a certification's figures: ops passed/failed, tokens per second."""
+    from dgr_forge.certify.shapes import BenchFigures, CtestFigures, OpsFigures
+
     parts = []
     for step, f in sorted(figures.items()):
-        kind = f.get("parser") if isinstance(f, dict) else None  # the figures' tag
-        if kind == "test-backend-ops":
-            parts.append(f"{step}: {f['ops_passed']}/{f['ops_total']} ops")
-        elif kind == "llama-bench":
-            for key, what in (("prompt_ts", "pp"), ("gen_ts", "tg")):
-                if f[key] is not None:
-                    parts.append(f"{step}: {what} {f[key]:.1f} t/s")
-        elif kind == "ctest":
-            parts.append(f"{step}: {f['passed']}/{f['tests']} tests")
+        if isinstance(f, OpsFigures):
+            parts.append(f"{step}: {f.ops_passed}/{f.ops_total} ops")
+        elif isinstance(f, BenchFigures):
+            for ts, what in ((f.prompt_ts, "pp"), (f.gen_ts, "tg")):
+                if ts is not None:
+                    parts.append(f"{step}: {what} {ts:.1f} t/s")
+        elif isinstance(f, CtestFigures):
+            parts.append(f"{step}: {f.passed}/{f.tests} tests")
     return ", ".join(parts)
 
 

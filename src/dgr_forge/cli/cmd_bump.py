@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -37,7 +37,7 @@ def bump(
 
     Found by bisecting first-parent history; names the first commit that breaks a patch."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Outcome:
         from dgr_forge.upstream.fetch import resolve_mirror
         from dgr_forge.upstream.rebase.bump import bump as bump_
 
@@ -54,6 +54,6 @@ def bump(
                 mirror=resolve_mirror(mirror),
                 surface=recorded_surface(s.forge),
             )
-        return Outcome(result.as_dict(), result.exit_code)
+        return Outcome(result, result.exit_code)
 
     run(ctx, "bump", body)

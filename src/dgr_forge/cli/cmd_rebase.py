@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +12,8 @@ from dgr_forge.core.errors import BadInput
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
+if TYPE_CHECKING:
+    from dgr_forge.upstream.rebase.state import Rebase, RebaseAbort
 
 
 @app.command()
@@ -53,7 +54,7 @@ def rebase(
 
     `--report` goes with `--dry-run` (a real rebase writes its report to reports/)."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Rebase | RebaseAbort | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 
@@ -86,22 +87,17 @@ def rebase(
         if abort:
             with env.session(lock=True, recover=True, manifest=False) as s:
                 return rebase_mod.abort(s.forge, env.out)
+        # the surface the worker's last builds recorded, read before the rebase re-pins
+        from dgr_forge.lanes.boundary import recorded_surface
+
         if continue_:
             with env.session(lock=True, recover=True, manifest_may_fail=True) as s:
-                from dgr_forge.lanes.boundary import recorded_surface
-
-                recorded = recorded_surface(s.forge)  # read before the rebase re-pins
-                m = s.manifest_or_none
-                done = rebase_mod.resume(s.forge, env.out, m)
-                if m is None:  # a manifest mid-write: the rebase's own words only
-                    return done.as_dict()
-                return _with_surface(env, s.forge.src_dir(m.name), done, recorded)
+                surface = recorded_surface(s.forge)
+                return rebase_mod.resume(s.forge, env.out, s.manifest_or_none, surface)
         assert onto is not None
         fetch_from = resolve_mirror(mirror)
         with env.session(lock=True, recover=True) as s:
-            from dgr_forge.lanes.boundary import recorded_surface
-
-            surface = recorded_surface(s.forge)  # what the worker's last builds used
+            surface = recorded_surface(s.forge)
             if dry_run:
                 dry = rebase_mod.dry_run(
                     s.forge,
@@ -114,24 +110,19 @@ def rebase(
                     report=report,
                     surface=surface,
                 )
-                return Outcome(dry.as_dict(), dry.exit_code)
-            done = rebase_mod.start(
-                s.forge, env.out, s.manifest, onto, url=url, mirror=fetch_from, offline=offline
+                return Outcome(dry, dry.exit_code)
+            return rebase_mod.start(
+                s.forge,
+                env.out,
+                s.manifest,
+                onto,
+                url=url,
+                mirror=fetch_from,
+                offline=offline,
+                surface=surface,
             )
-            return _with_surface(env, s.forge.src_dir(s.manifest.name), done, surface)
 
     run(ctx, "rebase", body)
-
-
-def _with_surface(env: Env, src: Path, done: Any, recorded: Any) -> dict[str, Any]:
-    """A finished rebase's result with the worker surface's moves from the old pin to the
-    new one (`upstream.surface.across`), printed as well."""
-    from dgr_forge.upstream.surface import across
-
-    moved = across(src, done.old_commit, done.new_commit, recorded)
-    for line in moved.lines():
-        env.out.answer(line)
-    return {**done.as_dict(), "surface": moved}
 
 
 @app.command()
@@ -144,7 +135,7 @@ def check(
 
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
 
-    def body(env: Env) -> dict[str, Any] | Outcome:
+    def body(env: Env) -> Outcome:
         from dgr_forge.lanes import check as check_mod
         from dgr_forge.upstream.fetch import resolve_mirror
 

@@ -224,7 +224,7 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
             code = _invoke(root, line.args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
-            fields: dict[str, Any] = {}
+            fields: dict[str, str] = {}
             if "--version" in line.head:
                 fields["version"] = __version__
             elif "--help" in line.head:

@@ -23,17 +23,16 @@ import msgspec
 
 from dgr_forge import demo
 from dgr_forge.attest import keys, reports
+from dgr_forge.certify import advertise, shapes
 from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas
-from dgr_forge.cli.results import attest as certify_forms
-from dgr_forge.cli.results import lanes as lanes_forms
-from dgr_forge.cli.results import upstream as rebase_forms
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
 from dgr_forge.host import doctor, toolkit
 from dgr_forge.lanes import build, check, presets, status
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
+from dgr_forge.upstream.rebase import bump, state
 
 
 class Command(msgspec.Struct, frozen=True):
@@ -83,7 +82,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "lanes",
         "The lane matrix: backend, buildable here, last build, certified.",
-        lanes_forms.Lanes,
+        advertise.Lanes,
     ),
     _cmd(
         "doctor",
@@ -93,14 +92,14 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "rebase",
         "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
-        rebase_forms.Rebase,
-        rebase_forms.RebaseDryRun,
-        rebase_forms.RebaseAbort,
+        state.Rebase,
+        state.RebaseDryRun,
+        state.RebaseAbort,
     ),
     _cmd(
         "bump",
         "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
-        rebase_forms.Bump,
+        bump.Bump,
     ),
     _cmd(
         "keygen",
@@ -121,7 +120,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "certify",
         "Run the lane's certification suite on this host; sign it when every step passes.",
-        certify_forms.Certify,
+        shapes.Certified,
     ),
     _cmd(
         "ci matrix",

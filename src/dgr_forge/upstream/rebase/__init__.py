@@ -40,7 +40,7 @@ from dgr_forge.upstream.rebase.gitops import resolve_rev, stale_git_state
 from dgr_forge.upstream.rebase.state import (
     OUTCOMES,
     PatchStep,
-    RebaseResult,
+    Rebase,
     RebaseState,
     load_rebase_state,
     state_path,
@@ -49,7 +49,7 @@ from dgr_forge.upstream.rebase.state import (
 __all__ = [
     "OUTCOMES",
     "PatchStep",
-    "RebaseResult",
+    "Rebase",
     "RebaseState",
     "abort",
     "dry_run",

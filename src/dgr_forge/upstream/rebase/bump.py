@@ -14,15 +14,16 @@ commits that touched them, as `rebase` names a conflict.
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, NamedTuple
+
+from msgspec import UNSET, UnsetType
 
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import COMMIT, Form, Nested, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
@@ -45,28 +46,77 @@ from dgr_forge.upstream.rebase.gitops import (
     subject_of,
 )
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
-from dgr_forge.upstream.rebase.state import load_rebase_state
+from dgr_forge.upstream.rebase.state import RebaseRow, UpstreamCommit, load_rebase_state
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
-from dgr_forge.upstream.surface import Recorded, across
+from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 
 
-@dataclass(frozen=True)
-class BumpResult:
-    data: dict[str, Any]
-    markdown: str
-    report_md: Path | None
+class FirstBreaking(Nested, kw_only=True):
+    """the first commit that breaks a patch"""
+
+    commit: Annotated[str, COMMIT]
+    patch: Annotated[str, d("the patch it breaks")]
+    files: Annotated[list[str], d("the conflicted files")]
+    upstream_commits: Annotated[
+        list[UpstreamCommit], d("the upstream commits that touched their conflicted lines")
+    ]
+    subject: Annotated[str | None, d("its subject")]
+
+
+class Dropped(Nested, kw_only=True):
+    """a patch upstreamed on the way"""
+
+    file: Annotated[str, d("the patch file")]
+    upstream_commits: Annotated[list[UpstreamCommit], d("the upstream commits that took it")]
+
+
+class Bump(Form, kw_only=True):
+    """`bump`'s result (its `--json` object, and what its Markdown and console say)."""
+
+    title = "bump"
+    may_fail = True
+    note = "exit 0 when the target was reached, 3 when a patch stopped it short"
+
+    status: Annotated[str, d("`noop`, `dry-run`, `bumped`, `stopped`")]
+    upstream: Annotated[str, d("the upstream's name")]
+    url: Annotated[str, d("masked")]
+    to: Annotated[str, d("`--to` (or the default branch), as given")]
+    pin: Annotated[str, d("the pin before")]
+    target: Annotated[str, d("what `--to` resolved to")]
+    target_subject: Annotated[str | None, d("its subject")]
+    newest_clean: Annotated[str, d("the newest commit the series replays onto cleanly")]
+    newest_clean_subject: Annotated[str | None, d("its subject")]
+    candidates: Annotated[int, d("first-parent commits between pin and target")]
+    taken: Annotated[int, d("how many of them the pin moved by")]
+    first_breaking: FirstBreaking | None
+    replays: Annotated[int, d("replays run")]
+    max_replays: Annotated[int, d("⌈log2 candidates⌉ + 2")]
+    moved: Annotated[bool, d("the pin moved (false with `--dry-run`)")]
+    dry_run: Annotated[bool, d("`--dry-run`")]
+    dropped: Annotated[list[Dropped], d("upstreamed on the way")]
+    patches: Annotated[list[RebaseRow], d("the verifying replay's rows")]
+    rebase_report: Annotated[str | None, d("the rebase report written")]
+    rebase_report_markdown: Annotated[str | None, d("its Markdown")]
+    surface: SurfaceReport | UnsetType = UNSET  # the worker surface, pin -> newest clean
+    report_markdown: Annotated[str | None, d("`--report`: the bump's Markdown")]
 
     @property
     def reached(self) -> bool:
-        return bool(self.data["newest_clean"] == self.data["target"])
+        return self.newest_clean == self.target
 
     @property
     def exit_code(self) -> ExitCode:
         """3 when a patch stopped the pin short of the target."""
         return ExitCode.OK if self.reached else ExitCode.NEEDS_HUMAN
 
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.data, "report_markdown": str(self.report_md) if self.report_md else None}
+
+class Verified(NamedTuple):
+    """What the verifying replay gave: its rows, reports and Markdown table."""
+
+    patches: list[RebaseRow]
+    table: str
+    report: str | None = None
+    report_markdown: str | None = None
 
 
 def bump(
@@ -79,7 +129,7 @@ def bump(
     report: Path | None = None,
     mirror: str | None = None,
     surface: Recorded | None = None,  # asked by the command: the worker surface's moves
-) -> BumpResult:
+) -> Bump:
     target_md = check_report_path(report, forge) if report is not None else None
     rev = check_rev(to, "--to") if to is not None else "HEAD"
     reject_in_progress(forge)
@@ -90,7 +140,7 @@ def bump(
     sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
     if sha == m.commit:
         out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
-        return _finish(_noop(m, rev, dry_run), target_md, out_)
+        return _finish(_noop(m, rev, dry_run), "", target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
         # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
         work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
@@ -105,7 +155,7 @@ def bump(
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
         if target == m.commit:
             out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
-            return _finish(_noop(m, rev, dry_run), target_md, out_)
+            return _finish(_noop(m, rev, dry_run), "", target_md, out_)
         chain = candidates(src, m.commit, target)
         replay_repo = tmp / "replay"
         borrow_objects(src, replay_repo, Reporter(quiet=True))
@@ -117,7 +167,7 @@ def bump(
             f"(at most {budget} replays of {len(m.series)} patch(es))"
         )
 
-        def verify(i: int) -> tuple[Break | None, Any]:
+        def verify(i: int) -> tuple[Break | None, Verified | None]:
             return _verify(work, wm, out_, chain[i], dry_run, mirror)
 
         def real_probe(i: int) -> Break | None:
@@ -130,15 +180,15 @@ def bump(
                 found.breaks[found.first_breaking] = probe.explained(b)
         finally:
             probe.close()
-        data = _data(m, rev, src, target, chain, found, dry_run)
+        result = _result(m, rev, src, target, chain, found, dry_run)
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
-            data["surface"] = across(src, m.commit, data["newest_clean"], surface)
-        table = (found.verified or {}).get("table", "")
-    return _finish(BumpResult(data, render(data, table), None), target_md, out_)
+            result.surface = across(src, m.commit, result.newest_clean, surface)
+        table = (found.verified or Verified([], "")).table
+    return _finish(result, table, target_md, out_)
 
 
-def _data(
+def _result(
     m: UpstreamManifest,
     rev: str,
     src: Path,
@@ -146,40 +196,47 @@ def _data(
     chain: list[str],
     found: SearchResult,
     dry_run: bool,
-) -> dict[str, Any]:
-    """The result: `--json`'s keys, and what the Markdown and the console say."""
+) -> Bump:
     newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
     first = None
     if found.first_breaking is not None:
         b = found.breaks[found.first_breaking]
-        first = {**dataclasses.asdict(b), "subject": subject_of(src, b.commit)}
-    verified = found.verified or {}
-    return {
-        "status": "dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
-        "upstream": m.name,
-        "url": mask(m.url),
-        "to": rev,
-        "pin": m.commit,
-        "target": target,
-        "target_subject": subject_of(src, target),
-        "newest_clean": newest,
-        "newest_clean_subject": subject_of(src, newest),
-        "candidates": len(chain),
-        "taken": found.newest_clean + 1,
-        "first_breaking": first,
-        "replays": found.replays,
-        "max_replays": max_replays(len(chain)),
-        "moved": newest != m.commit and not dry_run,
-        "dry_run": dry_run,
-        "dropped": [
-            {"file": r["file"], "upstream_commits": r["upstream_commits"]}
-            for r in verified.get("patches", [])
-            if r["outcome"] == "dropped"
+        first = FirstBreaking(
+            commit=b.commit,
+            patch=b.patch,
+            files=b.files,
+            upstream_commits=[UpstreamCommit(**c) for c in b.upstream_commits],
+            subject=subject_of(src, b.commit),
+        )
+    verified: Verified = found.verified or Verified([], "")
+    rows = verified.patches
+    return Bump(
+        status="dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
+        upstream=m.name,
+        url=mask(m.url),
+        to=rev,
+        pin=m.commit,
+        target=target,
+        target_subject=subject_of(src, target),
+        newest_clean=newest,
+        newest_clean_subject=subject_of(src, newest),
+        candidates=len(chain),
+        taken=found.newest_clean + 1,
+        first_breaking=first,
+        replays=found.replays,
+        max_replays=max_replays(len(chain)),
+        moved=newest != m.commit and not dry_run,
+        dry_run=dry_run,
+        dropped=[
+            Dropped(file=r.file, upstream_commits=r.upstream_commits or [])
+            for r in rows
+            if r.outcome == "dropped"
         ],
-        "patches": verified.get("patches", []),
-        "rebase_report": verified.get("report"),
-        "rebase_report_markdown": verified.get("report_markdown"),
-    }
+        patches=rows,
+        rebase_report=verified.report,
+        rebase_report_markdown=verified.report_markdown,
+        report_markdown=None,
+    )
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
@@ -209,7 +266,7 @@ def _canary(
     mirror: str | None,
     *,
     rows: bool = False,
-) -> tuple[Break | None, Any]:
+) -> tuple[Break | None, Verified | None]:
     """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
     (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
     `rows` (the dry run's verifying replay, in its scratch forge), the per-patch rows and
@@ -221,15 +278,15 @@ def _canary(
         state = load_rebase_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
-        bad = next((r for r in rows_of(state) if r["outcome"] == "conflict"), None)
+        bad = next((s for s in state.patches if s.outcome == "conflict"), None)
         if bad is not None:
-            return _break_of(commit, bad["file"], bad["files"], bad["upstream_commits"]), None
+            return _break_of(commit, bad.file, bad.files, bad.upstream_commits), None
         if not rows:
             return None, None
         stage(work, state, wm)
         table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
         done = True
-        return None, {"patches": rows_of(state), "table": table}
+        return None, Verified(rows_of(state), table)
     finally:
         if not done and load_rebase_state(work) is not None:  # ready for the next replay
             abort(work, Reporter(quiet=True))
@@ -242,7 +299,7 @@ def _verify(
     commit: str,
     dry_run: bool,
     mirror: str | None,
-) -> tuple[Break | None, Any]:
+) -> tuple[Break | None, Verified | None]:
     """The real replay onto `commit`: the canary's in the scratch forge (--dry-run), else
     the rebase itself. A conflict comes back as a Break (the search narrows again)."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
@@ -250,23 +307,17 @@ def _verify(
         return _canary(work, wm, out_, commit, mirror, rows=True)
     try:
         result = start(work, out_, wm, commit, mirror=mirror)
-    except NeedsHuman as err:
+    except NeedsHuman:
         state = load_rebase_state(work)
         if state is None or state.phase != "conflict":
             raise
         abort(work, out_)
-        details: dict[str, Any] = dict(err.details)
-        files: list[str] = list(details.get("files", []))
-        ups: dict[str, list[dict[str, str]]] = details.get("upstream_commits", {})
-        commits = [c for f in files for c in ups.get(f, [])]
-        return _break_of(commit, str(details.get("patch", "")), files, commits), None
-    md = Path(result.report_md) if result.report_md else None
-    return None, {
-        "patches": result.patches,
-        "report": str(result.report_json) if result.report_json else None,
-        "report_markdown": str(md) if md else None,
-        "table": md.read_text(encoding="utf-8") if md and md.is_file() else "",
-    }
+        # the patch that stopped it, as the conflict recorded it (the error's own details)
+        step = state.patches[state.next]
+        return _break_of(commit, step.file, step.files, step.upstream_commits), None
+    md = Path(result.report_markdown) if result.report_markdown else None
+    table = md.read_text(encoding="utf-8") if md and md.is_file() else ""
+    return None, Verified(result.patches, table, result.report, result.report_markdown)
 
 
 def _break_of(commit: str, patch: str, files: list[str], commits: list[dict[str, str]]) -> Break:
@@ -274,40 +325,41 @@ def _break_of(commit: str, patch: str, files: list[str], commits: list[dict[str,
     return Break(commit, patch, list(files), unique)
 
 
-def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> BumpResult:
-    data: dict[str, Any] = {
-        "status": "noop",
-        "upstream": m.name,
-        "url": mask(m.url),
-        "to": rev,
-        "pin": m.commit,
-        "target": m.commit,
-        "target_subject": None,
-        "newest_clean": m.commit,
-        "newest_clean_subject": None,
-        "candidates": 0,
-        "taken": 0,
-        "first_breaking": None,
-        "replays": 0,
-        "max_replays": 0,
-        "moved": False,
-        "dry_run": dry_run,
-        "dropped": [],
-        "patches": [],
-        "rebase_report": None,
-        "rebase_report_markdown": None,
-    }
-    return BumpResult(data, render(data, ""), None)
+def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> Bump:
+    return Bump(
+        status="noop",
+        upstream=m.name,
+        url=mask(m.url),
+        to=rev,
+        pin=m.commit,
+        target=m.commit,
+        target_subject=None,
+        newest_clean=m.commit,
+        newest_clean_subject=None,
+        candidates=0,
+        taken=0,
+        first_breaking=None,
+        replays=0,
+        max_replays=0,
+        moved=False,
+        dry_run=dry_run,
+        dropped=[],
+        patches=[],
+        rebase_report=None,
+        rebase_report_markdown=None,
+        report_markdown=None,
+    )
 
 
-def _finish(result: BumpResult, target_md: Path | None, out_: Reporter) -> BumpResult:
-    for line in summary_lines(result.data):
+def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) -> Bump:
+    for line in summary_lines(result):
         out_.answer(line)
     if target_md is None:
         return result
-    atomic_write_bytes(target_md, result.markdown.encode("utf-8"))
+    atomic_write_bytes(target_md, render(result, table).encode("utf-8"))
     out_.answer(f"report: {target_md}")
-    return BumpResult(result.data, result.markdown, target_md)
+    result.report_markdown = str(target_md)
+    return result
 
 
 # ----------------------------------------------------------------------------- report
@@ -317,84 +369,82 @@ def _c(commit: str | None) -> str:
     return f"`{commit[:12]}`" if commit else "—"
 
 
-def summary_lines(d: dict[str, Any]) -> list[str]:
+def summary_lines(b: Bump) -> list[str]:
     """The console's words; the Markdown says the same (render)."""
-    if d["status"] == "noop":
-        return [f"pin {d['pin'][:12]} is already {d['to']}: nothing changed"]
+    if b.status == "noop":
+        return [f"pin {b.pin[:12]} is already {b.to}: nothing changed"]
     lines = [
-        f"newest clean: {d['newest_clean'][:12]} ({d['taken']} of {d['candidates']} "
-        f"first-parent commit(s) after the pin {d['pin'][:12]}; target {d['target'][:12]})"
+        f"newest clean: {b.newest_clean[:12]} ({b.taken} of {b.candidates} "
+        f"first-parent commit(s) after the pin {b.pin[:12]}; target {b.target[:12]})"
     ]
-    fb = d["first_breaking"]
+    fb = b.first_breaking
     if fb:
         lines.append(
-            f"first breaking: {fb['commit'][:12]} {fb['subject']}: {fb['patch']} conflicts in "
-            + ", ".join(fb["files"])
+            f"first breaking: {fb.commit[:12]} {fb.subject}: {fb.patch} conflicts in "
+            + ", ".join(fb.files)
         )
-        lines += [f"    upstream {c['commit'][:12]} {c['subject']}" for c in fb["upstream_commits"]]
-    for drop in d["dropped"]:
-        by = ", ".join(c["commit"][:12] for c in drop["upstream_commits"]) or "upstream"
-        lines.append(f"dropped (upstreamed): {drop['file']} by {by}")
-    if "surface" in d:
-        lines += d["surface"].lines()
-    lines.append(f"replays: {d['replays']} (at most {d['max_replays']})")
-    if d["dry_run"]:
+        lines += [f"    upstream {c.commit[:12]} {c.subject}" for c in fb.upstream_commits]
+    for drop in b.dropped:
+        by = ", ".join(c.commit[:12] for c in drop.upstream_commits) or "upstream"
+        lines.append(f"dropped (upstreamed): {drop.file} by {by}")
+    if not isinstance(b.surface, UnsetType):
+        lines += b.surface.lines()
+    lines.append(f"replays: {b.replays} (at most {b.max_replays})")
+    if b.dry_run:
         lines.append("nothing was changed (dry run)")
-    elif d["moved"]:
-        lines.append(f"manifest re-pinned to {d['newest_clean']}")
+    elif b.moved:
+        lines.append(f"manifest re-pinned to {b.newest_clean}")
     else:
         lines.append("the pin did not move: the first candidate already breaks the series")
     return lines
 
 
-def render(d: dict[str, Any], table: str) -> str:
+def render(b: Bump, table: str) -> str:
     """The Markdown report (the pull request's description in CI)."""
-    if d["status"] == "noop":
+    if b.status == "noop":
         return (
-            f"### Bump {d['upstream']}: already at `{d['to']}`\n\n"
-            f"- pin: `{d['pin']}` ({d['url']}): nothing changed\n"
+            f"### Bump {b.upstream}: already at `{b.to}`\n\n"
+            f"- pin: `{b.pin}` ({b.url}): nothing changed\n"
         )
-    reached = d["newest_clean"] == d["target"]
     # the words follow the answer: a dry run whose newest clean commit is the pin itself
     # would move nothing (this text becomes a pull request's body)
-    if d["dry_run"]:
-        verb = "would move" if d["newest_clean"] != d["pin"] else "would stay"
+    if b.dry_run:
+        verb = "would move" if b.newest_clean != b.pin else "would stay"
     else:
-        verb = "moved" if d["moved"] else "stays"
+        verb = "moved" if b.moved else "stays"
     md = [
-        f"### Bump {d['upstream']}: `{d['pin'][:12]}` → `{d['newest_clean'][:12]}`"
-        + (" (dry run)" if d["dry_run"] else ""),
+        f"### Bump {b.upstream}: `{b.pin[:12]}` → `{b.newest_clean[:12]}`"
+        + (" (dry run)" if b.dry_run else ""),
         "",
-        f"- pin (before): `{d['pin']}` ({d['url']})",
-        f"- target: `{d['target']}` {d['target_subject'] or ''}"
+        f"- pin (before): `{b.pin}` ({b.url})",
+        f"- target: `{b.target}` {b.target_subject or ''}"
         + (
             " (the upstream's default branch head)"
-            if d["to"] == "HEAD"
-            else (f" (from `{d['to']}`)" if d["to"] != d["target"] else "")
+            if b.to == "HEAD"
+            else (f" (from `{b.to}`)" if b.to != b.target else "")
         ),
-        f"- newest clean: `{d['newest_clean']}` {d['newest_clean_subject'] or ''} — "
-        f"{d['taken']} of {d['candidates']} first-parent commit(s); the pin {verb}"
-        + ("; **target reached**" if reached else "; **stopped short of the target**"),
+        f"- newest clean: `{b.newest_clean}` {b.newest_clean_subject or ''} — "
+        f"{b.taken} of {b.candidates} first-parent commit(s); the pin {verb}"
+        + ("; **target reached**" if b.reached else "; **stopped short of the target**"),
     ]
-    fb = d["first_breaking"]
+    fb = b.first_breaking
     if fb:
         md.append(
-            f"- first breaking: `{fb['commit']}` {fb['subject']}: patch `{fb['patch']}` "
-            f"conflicts in {', '.join(f'`{f}`' for f in fb['files'])}"
+            f"- first breaking: `{fb.commit}` {fb.subject}: patch `{fb.patch}` "
+            f"conflicts in {', '.join(f'`{f}`' for f in fb.files)}"
         )
-        md += [f"  - upstream {_c(c['commit'])} {c['subject']}" for c in fb["upstream_commits"]]
-    for drop in d["dropped"]:
-        by = ", ".join(f"{_c(c['commit'])} {c['subject']}" for c in drop["upstream_commits"])
-        md.append(f"- dropped (upstreamed): `{drop['file']}`" + (f" by {by}" if by else ""))
+        md += [f"  - upstream {_c(c.commit)} {c.subject}" for c in fb.upstream_commits]
+    for drop in b.dropped:
+        by = ", ".join(f"{_c(c.commit)} {c.subject}" for c in drop.upstream_commits)
+        md.append(f"- dropped (upstreamed): `{drop.file}`" + (f" by {by}" if by else ""))
     md.append(
-        f"- replays: {d['replays']} (bisection; at most ⌈log2 {d['candidates']}⌉ + 2 = "
-        f"{d['max_replays']})"
+        f"- replays: {b.replays} (bisection; at most ⌈log2 {b.candidates}⌉ + 2 = {b.max_replays})"
     )
-    if d["rebase_report_markdown"]:
-        md.append(f"- rebase report: `{d['rebase_report_markdown']}`")
+    if b.rebase_report_markdown:
+        md.append(f"- rebase report: `{b.rebase_report_markdown}`")
     text = "\n".join(md) + "\n"
-    if "surface" in d:
-        text += d["surface"].markdown()
+    if not isinstance(b.surface, UnsetType):
+        text += b.surface.markdown()
     if table:
         text += "\n" + table.replace("### ", "#### ", 1)
     return text

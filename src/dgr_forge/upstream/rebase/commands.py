@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
-from typing import Any
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -38,13 +37,15 @@ from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
     PatchStep,
-    RebaseResult,
+    Rebase,
+    RebaseAbort,
     RebaseState,
     journal_dir,
     load_rebase_state,
     save_state,
     state_path,
 )
+from dgr_forge.upstream.surface import Recorded
 
 # ----------------------------------------------------------------------------- commands
 
@@ -97,10 +98,13 @@ def start(
     mirror: str | None = None,
     offline: bool = False,
     canary: bool = False,
-) -> RebaseResult:
+    surface: Recorded | None = None,
+) -> Rebase:
     """`--onto REV`. With `canary` (a --dry-run's scratch forge) a conflict is recorded and
-    the replay goes on without that patch, so every patch gets an outcome. The caller
-    holds the workspace lock, ran recovery and loaded `m` under it."""
+    the replay goes on without that patch, so every patch gets an outcome. With `surface`
+    (the one the worker's last builds recorded, read before the rebase re-pins) the result
+    and the report carry its moves. The caller holds the workspace lock, ran recovery and
+    loaded `m` under it."""
     if url is not None:
         url = check_url(url, "--url")
     onto = check_rev(onto)
@@ -121,7 +125,7 @@ def start(
         sha = onto.lower()
     if sha == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {sha}: nothing to rebase")
-        return noop_result(m)
+        return noop_result(m, src, surface, out_)
     if offline and not (src.is_dir() and peel(src, sha or onto)):
         raise BadInput(
             f"--offline: {onto} is not in the workspace",
@@ -136,7 +140,7 @@ def start(
         out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
     if commit == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {commit}: nothing to rebase")
-        return noop_result(m)
+        return noop_result(m, src, surface, out_)
     new_tree = gitutil.tree_of(src, commit)
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
@@ -172,14 +176,16 @@ def start(
     # where a patch needs the work tree, and finishing checks out the result
     replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
-        return noop_result(m)
-    return finish(forge, state, out_, m)
+        return noop_result(m, src, None, out_)
+    return finish(forge, state, out_, m, surface)
 
 
-def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseResult:
+def resume(
+    forge: Forge, out_: Reporter, m: UpstreamManifest | None, surface: Recorded | None = None
+) -> Rebase:
     """`--continue`: after a resolved conflict, or after a crash at any step. The caller
     holds the workspace lock, ran recovery and loaded the manifest (`m`, None when it
-    does not load: then it changed since the rebase started)."""
+    does not load: then it changed since the rebase started); `surface` as `start`'s."""
     state = require_state(forge)
     if state.canary:
         # a replay that must change nothing (bump's) was killed: never finish it
@@ -193,7 +199,7 @@ def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseRe
         out_.info("finishing the interrupted write of the manifest and patches/")
         # a kill in the final checkout leaves git's index.lock: ours, under our lock
         clear_leftovers(src, out_, index_lock=True)
-        return finish(forge, state, out_, None)
+        return finish(forge, state, out_, None, surface)
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
         take_resolution(forge, state, out_)
@@ -206,10 +212,10 @@ def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseRe
         # (detached: HEAD may still be on the branch the rebase started from)
         git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
-    return finish(forge, state, out_, m)
+    return finish(forge, state, out_, m, surface)
 
 
-def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
+def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     """`--abort`: the workspace back at old pin + series; manifest and patches/ as before.
     The caller holds the workspace lock and ran recovery."""
     state = require_state(forge)
@@ -236,12 +242,12 @@ def abort(forge: Forge, out_: Reporter) -> dict[str, Any]:
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
     )
-    return {
-        "status": "aborted",
-        "old_commit": state.old_commit,
-        "new_commit": state.new_commit,
-        "head": state.old_head,
-    }
+    return RebaseAbort(
+        status="aborted",
+        old_commit=state.old_commit,
+        new_commit=state.new_commit,
+        head=state.old_head,
+    )
 
 
 def require_state(forge: Forge) -> RebaseState:

@@ -10,11 +10,11 @@ workspace changes; exit 3 when a patch would conflict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from dgr_forge.core.errors import BadInput, ExitCode
+from msgspec import UNSET
+
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
@@ -24,37 +24,19 @@ from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.commands import reject_in_progress, start
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.report import (
+from dgr_forge.upstream.rebase.report import render_markdown, report_of, rows_of, summary
+from dgr_forge.upstream.rebase.state import (
+    REPORT_KIND,
+    PinSide,
+    RebaseDryRun,
+    RebaseRow,
+    RebaseState,
     counts_of,
-    render_markdown,
-    report_data,
-    rows_of,
-    summary,
+    load_rebase_state,
 )
-from dgr_forge.upstream.rebase.state import RebaseState, load_rebase_state
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
-
-
-@dataclass(frozen=True)
-class DryRunResult:
-    data: dict[str, Any]
-    conflicts: int
-    report_md: Path | None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": "dry-run",
-            **self.data,
-            "would_conflict": self.conflicts > 0,
-            "report_markdown": str(self.report_md) if self.report_md else None,
-        }
-
-    @property
-    def exit_code(self) -> ExitCode:
-        """3 when a patch would conflict."""
-        return ExitCode.NEEDS_HUMAN if self.conflicts else ExitCode.OK
 
 
 def check_report_path(path: Path, forge: Forge) -> Path:
@@ -95,35 +77,38 @@ def scratch_forge(
     return scratch, manifest.load(scratch.upstream_manifest, scratch.root)
 
 
-def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> dict[str, Any]:
+def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun:
     """Onto the current pin: the same keys as a replay's report, every patch unchanged."""
-    pin = {"url": mask(m.url), "commit": m.commit, "tree": m.tree}
-    rows: list[dict[str, Any]] = [
-        {
-            "file": e.file,
-            "new_file": e.file,
-            "subject": None,
-            "outcome": "unchanged",
-            "old_commit": None,
-            "new_commit": None,
-            "upstream_commits": [],
-            "files": [],
-        }
+    rows = [
+        RebaseRow(
+            file=e.file,
+            new_file=e.file,
+            subject=None,
+            outcome="unchanged",
+            old_commit=None,
+            new_commit=None,
+            upstream_commits=[],
+            files=[],
+        )
         for e in m.series
     ]
-    return {
-        "kind": "dgr-forge/rebase-report",
-        "version": 1,
-        "upstream": m.name,
-        "onto": onto,
-        "old": pin,
-        "new": dict(pin),
-        "result_tree": m.result_tree,
-        "counts": counts_of(rows),
-        "patches": rows,
-        "old_commit": m.commit,
-        "new_commit": commit,
-    }
+    pin = PinSide(url=mask(m.url), commit=m.commit, tree=m.tree)
+    return RebaseDryRun(
+        status="dry-run",
+        kind=REPORT_KIND,
+        version=1,
+        upstream=m.name,
+        onto=onto,
+        old=pin,
+        new=pin,
+        result_tree=m.result_tree,
+        counts=counts_of(rows),
+        patches=rows,
+        old_commit=m.commit,
+        new_commit=commit,
+        would_conflict=False,
+        report_markdown=None,
+    )
 
 
 def _name_as_the_rebase_writes(state: RebaseState) -> None:
@@ -150,7 +135,7 @@ def dry_run(
     offline: bool = False,
     report: Path | None = None,
     surface: Recorded | None = None,  # asked by the command: the worker surface's moves
-) -> DryRunResult:
+) -> RebaseDryRun:
     target = check_report_path(report, forge) if report is not None else None
     # the caller holds the workspace lock and loaded `m` under it
     reject_in_progress(forge)
@@ -162,37 +147,44 @@ def dry_run(
         )
         state = load_rebase_state(scratch)
         if state is None:  # already pinned there: nothing to replay
-            return DryRunResult(_already_pinned(m, onto, result.new_commit), 0, None)
+            return _already_pinned(m, onto, result.new_commit)
         stage(scratch, state, sm)
         _name_as_the_rebase_writes(state)
         rows = rows_of(state)
-        data = report_data(state, None, rows)
-        data.update(old_commit=state.old_commit, new_commit=state.new_commit)
-        text = render_markdown(state, None, rows, "Upstream canary (dry run)")
         moved = None
         if surface is not None:
             moved = across(scratch.src_dir(m.name), state.old_commit, state.new_commit, surface)
-            data["surface"] = moved
-            text += "\n" + moved.markdown()
-    conflicts = sum(1 for r in rows if r["outcome"] == "conflict")
+        text = render_markdown(state, None, rows, "Upstream canary (dry run)", moved)
+    conflicts = [r for r in rows if r.outcome == "conflict"]
     out_.table(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "would be", "outcome"],
-        [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+        [(r.file, r.new_file or "-", r.outcome) for r in rows],
         empty="no patches to replay",
     )
     for r in rows:
-        if r["outcome"] == "conflict":
-            out_.answer(f"{r['file']}: would conflict in {', '.join(r['files'])}")
-            for c in r["upstream_commits"]:
-                out_.answer(f"    upstream {c['commit'][:12]} {c['subject']}")
-        if r["outcome"] == "dropped" and r["upstream_commits"]:
-            taken = ", ".join(c["commit"][:12] for c in r["upstream_commits"])
-            out_.answer(f"{r['file']}: upstreamed by {taken}")
+        if r.outcome == "conflict":
+            out_.answer(f"{r.file}: would conflict in {', '.join(r.files or [])}")
+            for c in r.upstream_commits or []:
+                out_.answer(f"    upstream {c.commit[:12]} {c.subject}")
+        if r.outcome == "dropped" and r.upstream_commits:
+            taken = ", ".join(c.commit[:12] for c in r.upstream_commits)
+            out_.answer(f"{r.file}: upstreamed by {taken}")
     for line in moved.lines() if moved is not None else []:
         out_.answer(line)
     out_.answer(summary(counts_of(rows)) + "; nothing was changed (dry run)")
     if target is not None:
         atomic_write_bytes(target, text.encode("utf-8"))
         out_.answer(f"report: {target}")
-    return DryRunResult(data, conflicts, target)
+    return report_of(
+        RebaseDryRun,
+        state,
+        None,
+        rows,
+        status="dry-run",
+        old_commit=state.old_commit,
+        new_commit=state.new_commit,
+        surface=UNSET if moved is None else moved,
+        would_conflict=bool(conflicts),
+        report_markdown=str(target) if target is not None else None,
+    )

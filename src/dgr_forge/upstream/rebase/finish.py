@@ -7,6 +7,8 @@ import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from msgspec import UNSET
+
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
@@ -17,16 +19,19 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, manifest_edit, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
-from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
+from dgr_forge.upstream.rebase.report import rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
     REF_PREFIX,
     PatchStep,
-    RebaseResult,
+    Rebase,
+    RebaseRow,
     RebaseState,
+    counts_of,
     journal_dir,
     save_state,
     state_path,
 )
+from dgr_forge.upstream.surface import Recorded, across
 
 
 def inputs_digest(m: UpstreamManifest) -> str:
@@ -69,16 +74,23 @@ def drop_refs(src: Path) -> None:
 # ----------------------------------------------------------------------------- finish
 
 
-def noop_result(m: UpstreamManifest) -> RebaseResult:
-    return RebaseResult(
+def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter) -> Rebase:
+    """Already pinned there: every patch unchanged (and the surface, asked, unmoved)."""
+    rows = [RebaseRow(file=e.file, new_file=e.file, outcome="unchanged") for e in m.series]
+    moved = None if surface is None else across(src, m.commit, m.commit, surface)
+    for line in moved.lines() if moved is not None else []:
+        out_.answer(line)
+    return Rebase(
         status="noop",
         old_commit=m.commit,
         new_commit=m.commit,
         new_tree=m.tree or "",
         result_tree=m.result_tree,
-        patches=[{"file": e.file, "new_file": e.file, "outcome": "unchanged"} for e in m.series],
-        report_json=None,
-        report_md=None,
+        patches=rows,
+        counts=counts_of(rows),
+        report=None,
+        report_markdown=None,
+        surface=UNSET if moved is None else moved,
     )
 
 
@@ -227,10 +239,15 @@ def restore_journal(forge: Forge, out_: Reporter) -> None:
 
 
 def finish(
-    forge: Forge, state: RebaseState, out_: Reporter, m: UpstreamManifest | None
-) -> RebaseResult:
+    forge: Forge,
+    state: RebaseState,
+    out_: Reporter,
+    m: UpstreamManifest | None,
+    surface: Recorded | None = None,
+) -> Rebase:
     """Stage (unless a killed run staged already: phase "write", `m` may be None then),
-    write, check out, report."""
+    write, check out, report (with `surface`, the worker surface's moves old -> new pin,
+    said and in the report)."""
     src = Path(state.src_dir)
     if state.phase != "write":
         assert m is not None
@@ -248,7 +265,8 @@ def finish(
     own = series_base.own_commits(src, state.head, len(pinned.series))
     series_base.record(src, series_base.SeriesBase.of(pinned, own))
     result_tree = gitutil.tree_of(src, state.head)
-    report_json, report_md = write_report(forge, state, result_tree)
+    moved = None if surface is None else across(src, state.old_commit, state.new_commit, surface)
+    report_json, report_md = write_report(forge, state, result_tree, moved)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
     state_path(forge).unlink()
@@ -256,7 +274,7 @@ def finish(
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "now", "outcome"],
-        [(r["file"], r["new_file"] or "-", r["outcome"]) for r in rows],
+        [(r.file, r.new_file or "-", r.outcome) for r in rows],
         empty="no patches replayed",
     )
     out_.answer(summary(counts_of(rows)))
@@ -265,13 +283,17 @@ def finish(
         f"manifest re-pinned to {state.new_commit}; commit "
         f"{forge.rel(forge.upstream_manifest)} and {forge.rel(pdir)}/"
     )
-    return RebaseResult(
+    for line in moved.lines() if moved is not None else []:
+        out_.answer(line)
+    return Rebase(
         status="done",
         old_commit=state.old_commit,
         new_commit=state.new_commit,
         new_tree=state.new_tree,
         result_tree=result_tree,
         patches=rows,
-        report_json=report_json,
-        report_md=report_md,
+        counts=counts_of(rows),
+        report=str(report_json),
+        report_markdown=str(report_md),
+        surface=UNSET if moved is None else moved,
     )

@@ -1,17 +1,19 @@
-"""The rebase's persistent state (`<workspace>/rebase.json`) and its result object."""
+"""The rebase's persistent state (`<workspace>/rebase.json`) and its result types (each
+command's `--json` object, the report file's shape)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
-from dgr_forge.core.errors import BadInput
+from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, write_json
+from dgr_forge.core.structs import COMMIT, Form, Nested, d
+from dgr_forge.upstream.surface import SurfaceReport
 
 STATE_VERSION = 1
 # "dropped": the pick became empty by itself, the change is upstream (the commits that took
@@ -35,6 +37,7 @@ OUTCOME_TEXT = {
     "dropped-by-hand": "dropped by hand (conflict resolved to no change)",
     "conflict": "would conflict (a real rebase stops here)",
 }
+REPORT_KIND = "dgr-forge/rebase-report"  # the report file's (and a dry run's) `kind`, version 1
 REF_PREFIX = "refs/dgr/rebase/"  # every ref a rebase makes: dropped when it ends
 REF_NEW = "refs/dgr/rebase/new"
 REF_OLD = "refs/dgr/rebase/old-head"
@@ -121,38 +124,142 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
 def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
     """`durable=False` for a replay step: a power loss may take the step back (as it may
     the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
-    write_json(state_path(forge), _fields(state), durable=durable)
-
-
-def _fields(state: RebaseState) -> dict[str, Any]:
-    """The state as JSON data (msgspec, in C: it is saved after every replayed patch)."""
-    data: dict[str, Any] = msgspec.to_builtins(state)
-    return data
+    # msgspec turns it, in C: it is saved after every replayed patch
+    write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
 
 
 # ----------------------------------------------------------------------------- results
 
 
-@dataclass(frozen=True)
-class RebaseResult:
-    status: str  # "done" | "noop"
-    old_commit: str
-    new_commit: str
-    new_tree: str
-    result_tree: str | None
-    patches: list[dict[str, Any]]
-    report_json: Path | None
-    report_md: Path | None
+class UpstreamCommit(Nested, kw_only=True):
+    """an upstream commit"""
 
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "old_commit": self.old_commit,
-            "new_commit": self.new_commit,
-            "new_tree": self.new_tree,
-            "result_tree": self.result_tree,
-            "patches": self.patches,
-            "counts": {o: sum(1 for p in self.patches if p["outcome"] == o) for o in OUTCOMES},
-            "report": str(self.report_json) if self.report_json else None,
-            "report_markdown": str(self.report_md) if self.report_md else None,
-        }
+    commit: Annotated[str, COMMIT]
+    subject: Annotated[str, d("its subject")]
+
+
+class RebaseRow(Nested, kw_only=True):
+    """a patch's outcome"""
+
+    file: Annotated[str, d("the patch file before")]
+    new_file: Annotated[
+        str | None,
+        d(
+            "its file after (null when dropped); a dry run's `conflict` row names the file the "
+            "real rebase writes once it is resolved (it keeps its place)"
+        ),
+    ]
+    subject: Annotated[str | UnsetType | None, d("its subject")] = UNSET
+    outcome: Annotated[
+        str,
+        d(
+            "`unchanged`, `refreshed`, `merged`, `resolved`, `dropped` (upstreamed), "
+            "`dropped-by-hand`, `conflict`"
+        ),
+    ]
+    old_commit: Annotated[str | UnsetType | None, d("its commit on the old pin")] = UNSET
+    new_commit: Annotated[str | UnsetType | None, d("its commit on the new pin")] = UNSET
+    upstream_commits: Annotated[
+        list[UpstreamCommit] | UnsetType,
+        d("the upstream commits that touched its files (that upstreamed it, or conflict)"),
+    ] = UNSET
+    files: Annotated[list[str] | UnsetType, d("the conflicted files")] = UNSET
+
+    @staticmethod
+    def of(step: PatchStep) -> RebaseRow:
+        return RebaseRow(
+            file=step.file,
+            new_file=step.new_file,
+            subject=step.subject,
+            outcome=step.outcome or "",
+            old_commit=step.old_commit,
+            new_commit=step.new_commit,
+            upstream_commits=[UpstreamCommit(**c) for c in step.upstream_commits],
+            files=step.files,
+        )
+
+
+COUNTS = d(
+    "patches per outcome: `unchanged`, `refreshed`, `merged`, `resolved`, `dropped`, "
+    "`dropped-by-hand`, `conflict`"
+)
+
+
+def counts_of(rows: list[RebaseRow]) -> dict[str, int]:
+    return {o: sum(1 for r in rows if r.outcome == o) for o in OUTCOMES}
+
+
+class PinSide(Nested, kw_only=True):
+    """a side of the rebase"""
+
+    url: Annotated[str, d("the upstream URL, masked")]
+    commit: Annotated[str, COMMIT]
+    tree: Annotated[str | None, d("its tree")]
+
+
+class Rebase(Form, kw_only=True):
+    """A finished (or no-op) rebase: `rebase --onto` and `--continue`'s result."""
+
+    title = "rebase --onto REV · rebase --continue"
+    note = "a conflict is exit 3 (a failure) with `patch`, `subject`, `files` and how to continue"
+
+    status: Annotated[str, d("`done` or `noop` (already pinned there)")]
+    old_commit: Annotated[str, d("the pin before")]
+    new_commit: Annotated[str, d("the pin after")]
+    new_tree: Annotated[str, d("its tree")]
+    result_tree: Annotated[str | None, d("the series' result tree")]
+    patches: Annotated[list[RebaseRow], d("per patch")]
+    counts: Annotated[dict[str, int], COUNTS]
+    report: Annotated[str | None, d("the rebase report (JSON)")]
+    report_markdown: Annotated[str | None, d("the rebase report (Markdown)")]
+    # `--onto`/`--continue` with a recorded surface asked: the worker surface, old -> new pin
+    surface: SurfaceReport | UnsetType = UNSET
+
+
+class RebaseReport(Struct, kw_only=True):
+    """`reports/rebase-<old>-<new>.json` (`report.write_report`); a dry run's result is
+    this with its own answers (`RebaseDryRun`)."""
+
+    status: Annotated[str | UnsetType, d("`dry-run` (absent from the report file)")] = UNSET
+    kind: Annotated[str, d(f"`{REPORT_KIND}`")]
+    version: Annotated[int, d("1")]
+    upstream: Annotated[str, d("the upstream's name")]
+    onto: Annotated[str, d("`--onto` as given")]
+    old: PinSide
+    new: PinSide
+    result_tree: Annotated[
+        str | None, d("the series' result tree (null when not replayed to the end)")
+    ]
+    counts: Annotated[dict[str, int], COUNTS]
+    patches: Annotated[list[RebaseRow], d("per patch")]
+
+
+class RebaseDryRun(Form, RebaseReport, kw_only=True):
+    """`rebase --onto REV --dry-run`'s result (the upstream canary)."""
+
+    title = "rebase --dry-run"
+    may_fail = True
+    note = "exit 3 when a patch would conflict; onto the current pin every patch is `unchanged`"
+
+    status: Annotated[str, d("`dry-run`")]
+    old_commit: Annotated[str, d("the pin")]
+    new_commit: Annotated[str, d("the commit replayed onto")]
+    surface: SurfaceReport | UnsetType = UNSET  # absent onto the current pin
+    would_conflict: Annotated[bool, d("a patch would conflict")]
+    report_markdown: Annotated[str | None, d("`--report`: the Markdown written")]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """3 when a patch would conflict."""
+        return ExitCode.NEEDS_HUMAN if self.would_conflict else ExitCode.OK
+
+
+class RebaseAbort(Form, kw_only=True):
+    """`rebase --abort`'s result."""
+
+    title = "rebase --abort"
+
+    status: Annotated[str, d("`aborted`")]
+    old_commit: Annotated[str, d("the pin kept")]
+    new_commit: Annotated[str, d("the commit that was the target")]
+    head: Annotated[str, d("the HEAD restored")]
