@@ -10,7 +10,7 @@ import pytest
 from hypothesis import configuration, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from support import precompile, scratch
-from support.cli import CACHE_DIR_ENV
+from support.cli import CACHE_DIR_ENV, TOOLCHAINS_ENV
 from support.demo import DemoTour, make_demo
 from support.git import Upstream, copy_upstream, make_upstream
 from support.roots import SHARED_DIR_ENV, make_forge_root
@@ -54,6 +54,11 @@ def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         mp.setenv("CCACHE_DIR", str(tmp_path_factory.mktemp("ccache")))
         mp.setenv("SCCACHE_DIR", str(tmp_path_factory.mktemp("sccache")))
         mp.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("dgr-cache")))
+        # nor the toolkits the user installed (`toolchain install cuda`): a test sees the
+        # host's toolchains, or asks for the user's (support.build.USER_TOOLCHAINS)
+        toolchains = str(tmp_path_factory.mktemp("toolchains"))
+        mp.setenv("DGR_TOOLCHAINS_DIR", toolchains)  # in this process
+        mp.setenv(TOOLCHAINS_ENV, toolchains)  # in the forge's children (support.cli)
         yield
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import TEST_CUDA_RECIPE, nvcc_path
+from support.build import TEST_CUDA_RECIPE, USER_TOOLCHAINS, nvcc_path
 from support.cli import run_forge
 from support.git import Upstream, make_upstream
 from support.roots import make_root
@@ -159,6 +159,7 @@ class Built:
     root: Path
     lane: str
     statement: dict[str, Any]  # the report's in-toto statement
+    env: dict[str, str] | None = None  # what the build ran with beyond the suite's own
 
     @property
     def build_dir(self) -> Path:
@@ -178,6 +179,7 @@ def _build(
     files: dict[str, str],
     recipe: str,
     absent: str | None,
+    env: dict[str, str] | None = None,
 ) -> Built:
     """The lane built once from a test upstream of `files`; skipped, saying what the host
     lacks, when `absent` says so."""
@@ -187,12 +189,12 @@ def _build(
     up = _upstream(base / "upstream", files)
     root = make_root(base / "forge", up, product=True).root
     (root / "recipes" / f"{lane}.toml").write_text(recipe)
-    res = run_forge("--root", str(root), "--json", "build", "--lane", lane, "--no-sign")
+    res = run_forge("--root", str(root), "--json", "build", "--lane", lane, "--no-sign", env=env)
     assert res.code == 0, res
     report = Path(res.json["lanes"][0]["report"])
     envelope = json.loads(report.read_text().splitlines()[0])
     statement = json.loads(base64.b64decode(envelope["payload"]))
-    return Built(root, lane, statement)
+    return Built(root, lane, statement, env)
 
 
 _DYNAMIC = re.compile(r"\((NEEDED|RUNPATH|RPATH|SONAME)\)\s+[^\[]*\[([^\]]*)\]")
@@ -229,9 +231,18 @@ def _nvcc_missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def cuda_lane(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    return _build(tmp_path_factory, "cuda", CUDA_FILES, TEST_CUDA_RECIPE, _nvcc_missing())
+@pytest.fixture(scope="module", params=["host", "pinned"])
+def cuda_lane(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Built:
+    """The host's toolkit, and the pinned wheel toolkit where the user installed it: its
+    libraries lie outside every implicit link directory (a RUNPATH would name them)."""
+    if request.param == "host":
+        return _build(tmp_path_factory, "cuda", CUDA_FILES, TEST_CUDA_RECIPE, _nvcc_missing())
+    if not any(USER_TOOLCHAINS.glob("cuda-*/site/nvidia/cu*/bin/nvcc")):
+        pytest.skip(
+            f"no pinned CUDA toolkit in {USER_TOOLCHAINS} (`dgr-forge toolchain install cuda`)"
+        )
+    env = {"DGR_TOOLCHAINS_DIR": str(USER_TOOLCHAINS)}
+    return _build(tmp_path_factory, "cuda", CUDA_FILES, TEST_CUDA_RECIPE, _nvcc_missing(), env)
 
 
 def test_cuda_lane_links_against_the_generated_stub(cuda_lane: Built) -> None:
@@ -281,7 +292,10 @@ def test_cuda_stub_answers_stub_library(cuda_lane: Built, tmp_path: Path) -> Non
 
 
 def test_cuda_lane_rebuild_is_a_noop(cuda_lane: Built) -> None:
-    res = run_forge("--root", str(cuda_lane.root), "--json", "build", "--lane", "cuda", "--no-sign")
+    res = run_forge(
+        "--root", str(cuda_lane.root), "--json", "build", "--lane", "cuda", "--no-sign",
+        env=cuda_lane.env,
+    )  # fmt: skip
     assert res.code == 0, res
     assert res.json["lanes"][0]["status"] == "up-to-date"
 

@@ -124,6 +124,17 @@ def add_path_worker(root: Path) -> Path:
     return worker
 
 
+# The user's own toolkits (`toolchain install`), as the forge finds them, read before the
+# suite gives every test an empty home of its own (conftest): only a test that asks for
+# them sees them.
+USER_TOOLCHAINS = Path(
+    os.environ.get("DGR_TOOLCHAINS_DIR")
+    or Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    / "dgr-forge"
+    / "toolchains"
+)
+
+
 def nvcc_path() -> str | None:
     return shutil.which("nvcc") or (
         "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None

@@ -38,6 +38,7 @@ from weakref import WeakSet
 from .git import GIT_ENV
 
 CACHE_DIR_ENV = "FORGETEST_CACHE_DIR"
+TOOLCHAINS_ENV = "FORGETEST_TOOLCHAINS_DIR"  # the run's empty toolkit home (conftest)
 SRC = Path(__file__).resolve().parent.parent.parent / "src"
 
 
@@ -66,6 +67,8 @@ def forge_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         # stamps are hashed once, not once per test workspace (a test names its own, or
         # "" for the workspace's)
         env["DGR_CACHE_DIR"] = os.environ[CACHE_DIR_ENV]
+    if os.environ.get(TOOLCHAINS_ENV):  # never the user's `toolchain install` prefix
+        env["DGR_TOOLCHAINS_DIR"] = os.environ[TOOLCHAINS_ENV]
     env.update(extra or {})
     return env
 
