@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cli import run_forge
+from support.cli import Result, run_forge
 from support.git import Upstream
-from support.reports import lane_build, setup_root
+from support.reports import PATCH_FILE, RECIPE, lane_build, setup_root, write_manifest
 from support.roots import copy_product
 from support.server import flip_byte, manifest_of, write_split_gguf
 
@@ -42,13 +42,14 @@ class Scene:
     def __init__(self, tmp: Path, upstream: Upstream, patch_text: str) -> None:
         self.tmp = tmp
         self.upstream = upstream
-        self._patch = patch_text
+        self.patch = patch_text
         self._root: Path | None = None
+        self.last: Result | None = None
 
     @property
     def root(self) -> Path:
         if self._root is None:
-            self._root = setup_root(self.tmp / "forge", self.upstream, self._patch)
+            self._root = setup_root(self.tmp / "forge", self.upstream, self.patch)
             copy_product(self._root)
             ci = self._root / "ci"
             ci.mkdir()
@@ -56,8 +57,13 @@ class Scene:
             (ci / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
         return self._root
 
-    def forge(self, *args: str) -> int:
-        return run_forge("-C", str(self.root), *args).code
+    def forge(self, *args: str, env: dict[str, str] | None = None) -> int:
+        return self.run("-C", str(self.root), *args, env=env)
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> int:
+        """`dgr-forge ARGS`; the result is kept for the failure message."""
+        self.last = run_forge(*args, env=env)
+        return self.last.code
 
     def report(self, tag: str = "") -> Path:
         forge = Forge(self.root, self.root / ".dgr")
@@ -212,6 +218,89 @@ SCENES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("doctor", 2): lambda s: _bad_recipe(s, "doctor", "--lane", "cpu"),
 }
 
+
+# -- the series: patch, export, rebase, bump, check (the Scene's one-patch root)
+
+UNREACHABLE = "http://127.0.0.1:9/x.git"
+
+
+def _unreachable(s: Scene) -> None:
+    manifest = s.root / "manifests" / "llama.cpp.toml"
+    manifest.write_text(manifest.read_text().replace(s.upstream.url, UNREACHABLE))
+
+
+def _conflicting(s: Scene, then: bool = False) -> str:
+    """An upstream commit (after the root's pin) that rewrites the line the patch changes;
+    with `then`, one more clean commit after it. The commit the patch conflicts at."""
+    assert s.root.is_dir()
+    text = (s.upstream.path / "src" / "llama.cpp").read_text()
+    broken = s.upstream.commit({"src/llama.cpp": text.replace("return 0;", "return 1;")}, "x")
+    if then:
+        s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
+    return broken
+
+
+def _patch_2(s: Scene) -> int:
+    # a series entry that writes through `..` out of the tree: refused before any fetch
+    escape = s.patch.replace("src/llama.cpp", "../../escaped.txt")
+    (s.root / "patches" / "llama.cpp" / PATCH_FILE).write_text(escape)
+    write_manifest(s.root, s.upstream, s.upstream.head, escape)
+    code = s.forge("patch")
+    assert not list(s.tmp.rglob("escaped.txt"))
+    return code
+
+
+def _patch_3(s: Scene) -> int:
+    write_manifest(s.root, s.upstream, _conflicting(s), s.patch)
+    return s.forge("patch")
+
+
+def _export_3(s: Scene) -> int:
+    assert s.forge("patch") == 0
+    moved = s.patch.replace("add layer range ownership", "add layer range ownership (v2)")
+    (s.root / "patches" / "llama.cpp" / PATCH_FILE).write_text(moved)  # a teammate's pull
+    write_manifest(s.root, s.upstream, s.upstream.head, moved)
+    return s.forge("export")
+
+
+def _later(s: Scene) -> str:
+    assert s.root.is_dir()
+    return s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
+
+
+def _check(s: Scene, canonical: bool) -> int:
+    """`check` with only the test recipe (options the test upstream declares): with
+    `canonical`, the series as `export` writes it; else a person's `format-patch`."""
+    for recipe in (s.root / "recipes").glob("*.toml"):
+        recipe.unlink()
+    (s.root / "recipes" / "cpu.toml").write_text(RECIPE)
+    if canonical:
+        assert s.forge("patch") == 0 and s.forge("export") == 0
+    return s.forge("check")
+
+
+SERIES: dict[tuple[str, int], Callable[[Scene], int]] = {
+    ("patch", 0): lambda s: s.forge("patch"),
+    ("patch", 1): lambda s: (_unreachable(s), s.forge("patch"))[1],
+    ("patch", 2): _patch_2,
+    ("patch", 3): _patch_3,
+    ("export", 0): lambda s: (s.forge("patch"), s.forge("export"))[1],
+    ("export", 2): lambda s: _bad_manifest(s, "export"),
+    ("export", 3): _export_3,
+    ("rebase", 0): lambda s: s.forge("rebase", "--onto", _later(s), "--dry-run"),
+    ("rebase", 1): lambda s: s.forge("rebase", "--onto", "main", "--mirror", UNREACHABLE),
+    ("rebase", 2): lambda s: s.forge("rebase", "--onto=--upload-pack=touch /tmp/pwned"),
+    ("rebase", 3): lambda s: s.forge("rebase", "--onto", _conflicting(s)),
+    ("bump", 0): lambda s: (_later(s), s.forge("bump", "--dry-run"))[1],
+    ("bump", 1): lambda s: s.forge("bump", "--dry-run", "--mirror", UNREACHABLE),
+    ("bump", 2): lambda s: s.forge("bump", "--dry-run", "--to=--upload-pack=touch /tmp/pwned"),
+    ("bump", 3): lambda s: (_conflicting(s, then=True), s.forge("bump", "--dry-run"))[1],
+    ("check", 0): lambda s: _check(s, canonical=True),
+    ("check", 1): lambda s: _check(s, canonical=False),
+    ("check", 2): lambda s: _bad_manifest(s, "check"),
+}
+SCENES.update(SERIES)
+
 COVERED = sorted({command for command, _ in SCENES})
 
 # Commands whose codes are not yet reached from here (each by its own test file today), with
@@ -219,11 +308,6 @@ COVERED = sorted({command for command, _ in SCENES})
 # scenario here (or this table is updated along with that command's test).
 PENDING: dict[str, set[int]] = {
     "build": {0, 1, 2, 3},
-    "patch": {0, 1, 2, 3},
-    "export": {0, 2, 3},
-    "rebase": {0, 1, 2, 3},
-    "bump": {0, 1, 2, 3},
-    "check": {0, 1, 2},
     "certify": {0, 1, 2},
     "demo": {0, 1, 2},
     "presets": {0, 2},
@@ -255,7 +339,10 @@ def test_the_command_really_exits_with_the_code_its_help_documents(
     for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI"):
         monkeypatch.delenv(var, raising=False)
     assert code in documented(command)
-    assert SCENES[command, code](Scene(tmp_path, upstream, patch_text)) == code
+    scene = Scene(tmp_path, upstream, patch_text)
+    got = SCENES[command, code](scene)
+    print("\n####", command, code, (scene.last.stderr if scene.last else "")[-600:])
+    assert got == code, scene.last
 
 
 @pytest.fixture
