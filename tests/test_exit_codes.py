@@ -11,22 +11,34 @@ and `toolchain install` are reached by their own test files, and pinned in PENDI
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.cli import Result, run_forge
+from support.demo import DemoTour
 from support.git import Upstream
-from support.reports import PATCH_FILE, RECIPE, lane_build, setup_root, write_manifest
+from support.reports import (
+    PATCH_FILE,
+    RECIPE,
+    lane_build,
+    setup_root,
+    write_manifest,
+)
 from support.roots import copy_product
-from support.server import flip_byte, manifest_of, write_split_gguf
+from support.server import flip_byte, manifest_of, write_layered_gguf, write_split_gguf
+from support.wheelhouse import make_wheel
 
 from dgr_forge.attest import keys, reports
 from dgr_forge.cli.helpstyle import USAGE
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.demo import sources
+from dgr_forge.models.sources import FILE_ROOTS_ENV
 
 GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 
@@ -39,8 +51,11 @@ def documented(command: str) -> set[int]:
 class Scene:
     """Every situation of one test's tmp_path: a forge root, a report, a model."""
 
-    def __init__(self, tmp: Path, upstream: Upstream, patch_text: str) -> None:
+    def __init__(
+        self, tmp: Path, upstream: Upstream, patch_text: str, tour: Callable[[], DemoTour]
+    ) -> None:
         self.tmp = tmp
+        self._tour = tour
         self.upstream = upstream
         self.patch = patch_text
         self._root: Path | None = None
@@ -60,10 +75,21 @@ class Scene:
     def forge(self, *args: str, env: dict[str, str] | None = None) -> int:
         return self.run("-C", str(self.root), *args, env=env)
 
-    def run(self, *args: str, env: dict[str, str] | None = None) -> int:
+    def run(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> int:
         """`dgr-forge ARGS`; the result is kept for the failure message."""
-        self.last = run_forge(*args, env=env)
+        self.last = run_forge(*args, env=env, cwd=cwd)
         return self.last.code
+
+    def demo(self, *args: str, first: Callable[[Path], object] = lambda root: None) -> int:
+        """`dgr-forge ARGS` in the demo's toured root (built, signed, certified: the session's
+        one `dgr-forge demo`, put back as it was), as the tour ran its steps; `first` is
+        given the root before."""
+        tour = self._tour()
+        assert tour.result.code == 0, tour.result
+        root = tour.fresh()
+        first(root)
+        env = {**tour.env(), FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR}
+        return self.run("-C", str(root), *args, env=env, cwd=root)
 
     def report(self, tag: str = "") -> Path:
         forge = Forge(self.root, self.root / ".dgr")
@@ -301,26 +327,130 @@ SERIES: dict[tuple[str, int], Callable[[Scene], int]] = {
 }
 SCENES.update(SERIES)
 
+
+# -- the host: presets, toolchain install, artifacts map, build, certify, demo
+
+
+def _presets_2(s: Scene) -> int:
+    # a CMakeUserPresets.json that is a link out of the tree: never written through
+    out = s.tmp / "ide"
+    out.mkdir()
+    theirs = s.tmp / "theirs.json"
+    theirs.write_text("{}\n")
+    (out / "CMakeUserPresets.json").symlink_to(theirs)
+    code = s.forge("presets", "--lane", "cpu", "--out", str(out))
+    assert theirs.read_text() == "{}\n"
+    return code
+
+
+def _toolchain(s: Scene, lock_edit: Callable[[str], str] = lambda lock: lock) -> int:
+    """`toolchain install cuda --offline` of a one-wheel lock from a wheelhouse."""
+    house = s.tmp / "wheels"
+    house.mkdir()
+    nvcc = b'#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n'
+    wheel = make_wheel(
+        house, "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": (nvcc, 0o755)}
+    )
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = (
+        'schema = 1\ntoolkit = "cuda"\nversion = "13.0.2"\n\n[[wheel]]\n'
+        f'name = "nvidia-cuda-nvcc"\nversion = "13.0.88"\nsha256 = "{sha}"\n'
+    )
+    (s.root / "toolchains" / "cuda.lock").write_text(lock_edit(lock))
+    env = {"DGR_TOOLCHAINS_DIR": str(s.tmp / "toolchains")}
+    return s.forge("toolchain", "install", "cuda", "--offline", "--wheelhouse", str(house), env=env)
+
+
+def _flip_sha(lock: str) -> str:
+    at = lock.index('sha256 = "') + len('sha256 = "')
+    return lock[:at] + ("0" if lock[at] != "0" else "1") + lock[at + 1 :]
+
+
+def _map(s: Scene, *, url: str = "https://models.example.com/l4", dest: bool = True,
+         header: dict[int, dict[str, int]] | None = None) -> int:  # fmt: skip
+    source = s.tmp / "layered"
+    write_layered_gguf(source, "l4", layers=4, splits=2, header=header)
+    manifest = manifest_of(source, url, s.tmp / "l4.toml", "l4")
+    env = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TRIES": "1"}
+    where = ("--dest", str(source)) if dest else ()
+    return s.run("artifacts", "map", str(manifest), *where, env=env)
+
+
+def _build_1(s: Scene) -> int:
+    # a worker whose CMake project stops at once: configure fails, nothing else is run
+    worker = s.tmp / "broken-worker"
+    worker.mkdir()
+    (worker / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.18)\nmessage(FATAL_ERROR "this worker does not build")\n'
+    )
+    return s.forge("build", "--lane", "cpu", "--no-sign", "--worker", str(worker))
+
+
+def _build_3(s: Scene) -> int:
+    assert s.forge("patch") == 0
+    (s.root / ".dgr" / "src" / "llama.cpp" / "stray.c").write_text("int stray;\n")
+    return s.forge("build", "--lane", "cpu", "--no-sign")
+
+
+def _demo_1(s: Scene) -> int:
+    # a host without C/C++ compilers (PATH: git only): the tour's build step is refused
+    bin_dir = s.tmp / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    return s.run("demo", str(s.tmp / "demo"), env={"PATH": str(bin_dir)})
+
+
+DEMO_KEY = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
+CERTIFY = ("certify", "--lane", "cpu", "--key", DEMO_KEY, "--report-key", f"{DEMO_KEY}.pub")
+
+
+def _forged_signature(root: Path) -> None:
+    for report in (root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"):
+        env = json.loads(report.read_text())
+        env["signatures"][0]["sig"] = "A" * 86 + "=="
+        report.write_text(json.dumps(env) + "\n")
+
+
+def _certify_1(s: Scene) -> int:
+    # the lane's signed report no longer verifies: refused, no certification written
+    code = s.demo(*CERTIFY, "--model", sources.MODEL, first=_forged_signature)
+    assert s.last is not None and "the signature is corrupt" in s.last.stderr, s.last
+    return code
+
+
+HOST: dict[tuple[str, int], Callable[[Scene], int]] = {
+    ("presets", 0): lambda s: (s.forge("fetch"), s.forge("presets", "--lane", "cpu", "--dry-run"))[
+        1
+    ],
+    ("presets", 2): _presets_2,
+    ("toolchain install", 0): _toolchain,
+    ("toolchain install", 1): lambda s: _toolchain(s, _flip_sha),
+    ("toolchain install", 2): lambda s: _toolchain(
+        s,
+        lambda lock: lock.replace('name = "nvidia-cuda-nvcc"', 'name = "--index-url=http://evil"'),
+    ),
+    ("artifacts map", 0): _map,
+    ("artifacts map", 1): lambda s: _map(s, url="http://127.0.0.1:9/l4", dest=False),
+    ("artifacts map", 2): lambda s: _map(s, header={1: {"split.count": 7}}),
+    ("build", 1): _build_1,
+    ("build", 2): lambda s: s.forge("build", "--lane", "../cpu", "--no-sign"),
+    ("build", 3): _build_3,
+    ("build", 0): lambda s: s.demo("build", "--lane", "cpu", "--key", DEMO_KEY, "--cache", "off"),
+    ("certify", 0): lambda s: s.demo(*CERTIFY, "--model", sources.MODEL),
+    ("certify", 1): _certify_1,
+    # a model name that climbs out of manifests/models/
+    ("certify", 2): lambda s: s.demo(*CERTIFY, "--model", "../../etc/passwd"),
+    ("demo", 0): lambda s: s._tour().result.code,
+    ("demo", 1): _demo_1,
+    ("demo", 2): lambda s: s.run("demo", "--", "-demo"),
+}
+SCENES.update(HOST)
+
 COVERED = sorted({command for command, _ in SCENES})
 
-# Commands whose codes are not yet reached from here (each by its own test file today), with
-# the codes their help lists now: a code added to one of these helps fails until it gets a
-# scenario here (or this table is updated along with that command's test).
-PENDING: dict[str, set[int]] = {
-    "build": {0, 1, 2, 3},
-    "certify": {0, 1, 2},
-    "demo": {0, 1, 2},
-    "presets": {0, 2},
-    "artifacts map": {0, 1, 2},
-    "toolchain install": {0, 1, 2},
-}
 
-
-def test_every_command_of_the_help_is_covered_or_pending_with_its_codes() -> None:
-    assert set(USAGE) == set(COVERED) | set(PENDING)
-    assert not set(COVERED) & set(PENDING)
-    for command, codes in PENDING.items():
-        assert documented(command) == codes, command
+def test_every_command_of_the_help_has_its_situations_here() -> None:
+    assert set(USAGE) == set(COVERED)
 
 
 def test_every_documented_code_of_a_covered_command_has_its_situation() -> None:
@@ -331,7 +461,7 @@ def test_every_documented_code_of_a_covered_command_has_its_situation() -> None:
 @pytest.mark.parametrize(("command", "code"), sorted(SCENES))
 def test_the_command_really_exits_with_the_code_its_help_documents(
     command: str, code: int, tmp_path: Path, upstream: Upstream, patch_text: str,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
 ) -> None:  # fmt: skip
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("DGR_ARTIFACTS_BACKOFF", "0.01")
@@ -339,10 +469,8 @@ def test_the_command_really_exits_with_the_code_its_help_documents(
     for var in ("DGR_SIGNING_KEY", "DGR_VERIFY_KEY", "CI"):
         monkeypatch.delenv(var, raising=False)
     assert code in documented(command)
-    scene = Scene(tmp_path, upstream, patch_text)
-    got = SCENES[command, code](scene)
-    print("\n####", command, code, (scene.last.stderr if scene.last else "")[-600:])
-    assert got == code, scene.last
+    scene = Scene(tmp_path, upstream, patch_text, lambda: request.getfixturevalue("demo_tour"))
+    assert SCENES[command, code](scene) == code, scene.last
 
 
 @pytest.fixture
@@ -350,3 +478,56 @@ def patch_text(upstream: Upstream) -> str:
     from support.reports import make_patch
 
     return make_patch(upstream)
+
+
+# -- one lane that cannot build here, one answer (issue 44 point 2, DESIGN.md "Lanes")
+
+
+def _without_cublas(root: Path, nowhere: Path) -> None:
+    """The lane needs cuBLAS, and the root's probe looks for it only where there is none."""
+    recipe = root / "recipes" / "cpu.toml"
+    recipe.write_text(recipe.read_text().replace("libraries = []", 'libraries = ["cublas"]', 1))
+    probes = root / "toolchains" / "probes.toml"
+    head, body = probes.read_text().split("\n[libraries.cublas]\n", 1)
+    body = re.sub(r"(?m)^roots = .*$", f'roots = ["{nowhere}"]', body, count=1)
+    probes.write_text(f"{head}\n[libraries.cublas]\n{body}")
+
+
+@pytest.mark.parametrize("missing", ["gcc", "cublas"])
+def test_a_missing_tool_or_library_is_the_same_exit_2_from_every_command_that_meets_the_lane(
+    missing: str, tmp_path: Path, demo_tour: DemoTour
+) -> None:
+    """On the demo's built, certified root, a host without the C compiler (PATH: git only),
+    or a lane needing a cuBLAS that is not here: `doctor --lane`, `build` and `certify`
+    refuse the lane with exit 2 naming what is missing, before anything runs; `lanes` lists
+    it (exit 0, a listing) as not buildable here, missing the same."""
+    assert demo_tour.result.code == 0, demo_tour.result
+    root = demo_tour.fresh()
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
+    env = {**demo_tour.env(), FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR}
+    if missing == "gcc":
+        env["PATH"] = str(bin_dir)
+        shown = "GNU C compiler"
+    else:
+        (tmp_path / "no-cuda").mkdir()
+        _without_cublas(root, tmp_path / "no-cuda")
+        shown = "cuBLAS"
+    certifications = sorted(p.relative_to(root) for p in (root / "certifications").rglob("*"))
+    runs = {
+        "doctor": ("doctor", "--lane", "cpu"),
+        "build": ("build", "--lane", "cpu", "--key", DEMO_KEY, "--cache", "off"),
+        "certify": (*CERTIFY, "--model", sources.MODEL),
+    }
+    for command, args in runs.items():
+        res = run_forge("-C", str(root), "--json", *args, env=env, cwd=root)
+        assert res.code == 2, (command, res)
+        assert f"missing {shown}" in res.stderr, (command, res)
+    assert sorted(p.relative_to(root) for p in (root / "certifications").rglob("*")) == (
+        certifications
+    )
+    listed = run_forge("-C", str(root), "--json", "lanes", env=env, cwd=root)
+    assert listed.code == 0, listed
+    (row,) = listed.json["lanes"]
+    assert row["buildable"] is False and shown in row["summary"], row

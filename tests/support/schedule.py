@@ -59,6 +59,7 @@ SHARED_FIXTURE_SCOPES = {
     "demo_tour": (
         "test_demo.py",
         "test_docs_examples.py",
+        "test_exit_codes.py",
         "test_json_schemas.py",
         "test_streams.py",
         "test_unsigned_fallback.py",
