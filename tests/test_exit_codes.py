@@ -1,12 +1,17 @@
 """One exit code per meaning (issue 44 point 2): each exit code a command's `--help`
 documents (cli/helpstyle.USAGE, the one table both come from) is one that command really
-gives, in the situation the help names.
+gives, in the situation the help names. Every command of the help has its scenes here, one
+per documented code (SCENES): a code added to a help without a scene fails.
 
-Covered here: the commands whose every documented code a cheap situation reaches (no
-build): `status`, `fetch`, `keygen`, `report show|verify|compare`, `lanes`, `ci matrix`,
-`ci render`, `artifacts verify|provision|manifest`, `doctor`. The codes of `build`,
-`patch`, `export`, `rebase`, `bump`, `check`, `certify`, `demo`, `presets`, `artifacts map`
-and `toolchain install` are reached by their own test files, and pinned in PENDING here.
+The scenes are cheap: the Scene's one-patch root (fetched and patched in a few git calls,
+never built) for most; the demo's toured root (`demo_tour`: built, signed and certified
+once a session, shared with the other files of its xdist scope) where a code needs a
+built lane (`build` 0 and 1, `certify` 0, 1 and 2, `demo` 0). Hostile values where a scene
+is about bad input: a `..` in a series, a model name or a lane, a leading `-` in a rev or a
+directory, a lock naming an option as its wheel.
+
+And one lane that cannot build here gets one answer (DESIGN.md "Lanes"): exit 2 naming
+what is missing from `doctor --lane`, `build` and `certify`, and `lanes` lists it as such.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dgr_forge.cli.helpstyle import USAGE
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.demo import sources
+from dgr_forge.host import toolkit
 from dgr_forge.models.sources import FILE_ROOTS_ENV
 
 GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
@@ -343,22 +349,31 @@ def _presets_2(s: Scene) -> int:
     return code
 
 
-def _toolchain(s: Scene, lock_edit: Callable[[str], str] = lambda lock: lock) -> int:
-    """`toolchain install cuda --offline` of a one-wheel lock from a wheelhouse."""
+def _toolchain(
+    s: Scene, lock_edit: Callable[[str], str] = lambda lock: lock, installed: bool = False
+) -> int:
+    """`toolchain install cuda --offline` of a one-wheel lock from a wheelhouse (`installed`:
+    the lock's prefix is there already, as an earlier install left it: no pip)."""
     house = s.tmp / "wheels"
     house.mkdir()
     nvcc = b'#!/bin/sh\necho "Cuda compilation tools, release 13.0, V13.0.88"\n'
-    wheel = make_wheel(
-        house, "nvidia-cuda-nvcc", "13.0.88", {"nvidia/cu13/bin/nvcc": (nvcc, 0o755)}
-    )
+    files = {"nvidia/cu13/bin/nvcc": (nvcc, 0o755)}
+    wheel = make_wheel(house, "nvidia-cuda-nvcc", "13.0.88", files)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
-    lock = (
+    lock = lock_edit(
         'schema = 1\ntoolkit = "cuda"\nversion = "13.0.2"\n\n[[wheel]]\n'
         f'name = "nvidia-cuda-nvcc"\nversion = "13.0.88"\nsha256 = "{sha}"\n'
     )
-    (s.root / "toolchains" / "cuda.lock").write_text(lock_edit(lock))
+    (s.root / "toolchains" / "cuda.lock").write_text(lock)
     env = {"DGR_TOOLCHAINS_DIR": str(s.tmp / "toolchains")}
-    return s.forge("toolchain", "install", "cuda", "--offline", "--wheelhouse", str(house), env=env)
+    if installed:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("DGR_TOOLCHAINS_DIR", env["DGR_TOOLCHAINS_DIR"])
+            prefix = toolkit.prefix_for(hashlib.sha256(lock.encode()).hexdigest())
+        (prefix / "site").mkdir(parents=True)
+        (prefix / toolkit.MARKER).write_text("{}\n")
+    args = ("toolchain", "install", "cuda", "--offline", "--wheelhouse", str(house))
+    return s.forge(*args, env=env)
 
 
 def _flip_sha(lock: str) -> str:
@@ -376,14 +391,17 @@ def _map(s: Scene, *, url: str = "https://models.example.com/l4", dest: bool = T
     return s.run("artifacts", "map", str(manifest), *where, env=env)
 
 
-def _build_1(s: Scene) -> int:
-    # a worker whose CMake project stops at once: configure fails, nothing else is run
-    worker = s.tmp / "broken-worker"
-    worker.mkdir()
-    (worker / "CMakeLists.txt").write_text(
+def _broken_worker(root: Path) -> None:
+    # the worker's CMake project stops at once: the re-run of its configure fails the build
+    (root / "worker" / "CMakeLists.txt").write_text(
         'cmake_minimum_required(VERSION 3.18)\nmessage(FATAL_ERROR "this worker does not build")\n'
     )
-    return s.forge("build", "--lane", "cpu", "--no-sign", "--worker", str(worker))
+
+
+def _build_1(s: Scene) -> int:
+    code = s.demo(*BUILD, first=_broken_worker)
+    assert s.last is not None and "cpu: build failed" in s.last.stderr, s.last
+    return code
 
 
 def _build_3(s: Scene) -> int:
@@ -401,6 +419,7 @@ def _demo_1(s: Scene) -> int:
 
 
 DEMO_KEY = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
+BUILD = ("build", "--lane", "cpu", "--key", DEMO_KEY, "--cache", "off")
 CERTIFY = ("certify", "--lane", "cpu", "--key", DEMO_KEY, "--report-key", f"{DEMO_KEY}.pub")
 
 
@@ -423,7 +442,7 @@ HOST: dict[tuple[str, int], Callable[[Scene], int]] = {
         1
     ],
     ("presets", 2): _presets_2,
-    ("toolchain install", 0): _toolchain,
+    ("toolchain install", 0): lambda s: _toolchain(s, installed=True),
     ("toolchain install", 1): lambda s: _toolchain(s, _flip_sha),
     ("toolchain install", 2): lambda s: _toolchain(
         s,
@@ -435,7 +454,7 @@ HOST: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("build", 1): _build_1,
     ("build", 2): lambda s: s.forge("build", "--lane", "../cpu", "--no-sign"),
     ("build", 3): _build_3,
-    ("build", 0): lambda s: s.demo("build", "--lane", "cpu", "--key", DEMO_KEY, "--cache", "off"),
+    ("build", 0): lambda s: s.demo(*BUILD),
     ("certify", 0): lambda s: s.demo(*CERTIFY, "--model", sources.MODEL),
     ("certify", 1): _certify_1,
     # a model name that climbs out of manifests/models/
@@ -517,7 +536,7 @@ def test_a_missing_tool_or_library_is_the_same_exit_2_from_every_command_that_me
     certifications = sorted(p.relative_to(root) for p in (root / "certifications").rglob("*"))
     runs = {
         "doctor": ("doctor", "--lane", "cpu"),
-        "build": ("build", "--lane", "cpu", "--key", DEMO_KEY, "--cache", "off"),
+        "build": BUILD,
         "certify": (*CERTIFY, "--model", sources.MODEL),
     }
     for command, args in runs.items():
