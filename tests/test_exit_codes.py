@@ -55,13 +55,14 @@ def documented(command: str) -> set[int]:
 
 
 class Scene:
-    """Every situation of one test's tmp_path: a forge root, a report, a model."""
+    """Every situation of one test's tmp_path: a forge root, a report, a model; and the
+    session's demo root (`tour`: the `demo_tour` fixture, made on first use)."""
 
     def __init__(
         self, tmp: Path, upstream: Upstream, patch_text: str, tour: Callable[[], DemoTour]
     ) -> None:
         self.tmp = tmp
-        self._tour = tour
+        self.tour = tour
         self.upstream = upstream
         self.patch = patch_text
         self._root: Path | None = None
@@ -90,7 +91,7 @@ class Scene:
         """`dgr-forge ARGS` in the demo's toured root (built, signed, certified: the session's
         one `dgr-forge demo`, put back as it was), as the tour ran its steps; `first` is
         given the root before."""
-        tour = self._tour()
+        tour = self.tour()
         assert tour.result.code == 0, tour.result
         root = tour.fresh()
         first(root)
@@ -300,6 +301,14 @@ def _later(s: Scene) -> str:
     return s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
 
 
+def _hostile_rev(s: Scene, *command: str) -> int:
+    # a rev that is a git option: refused as a rev, never handed to git
+    planted = s.tmp / "pwned"
+    code = s.forge(*command[:-1], f"{command[-1]}=--upload-pack=touch {planted}")
+    assert not planted.exists()
+    return code
+
+
 def _check(s: Scene, canonical: bool) -> int:
     """`check` with only the test recipe (options the test upstream declares): with
     `canonical`, the series as `export` writes it; else a person's `format-patch`."""
@@ -321,11 +330,11 @@ SERIES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("export", 3): _export_3,
     ("rebase", 0): lambda s: s.forge("rebase", "--onto", _later(s), "--dry-run"),
     ("rebase", 1): lambda s: s.forge("rebase", "--onto", "main", "--mirror", UNREACHABLE),
-    ("rebase", 2): lambda s: s.forge("rebase", "--onto=--upload-pack=touch /tmp/pwned"),
+    ("rebase", 2): lambda s: _hostile_rev(s, "rebase", "--onto"),
     ("rebase", 3): lambda s: s.forge("rebase", "--onto", _conflicting(s)),
     ("bump", 0): lambda s: (_later(s), s.forge("bump", "--dry-run"))[1],
     ("bump", 1): lambda s: s.forge("bump", "--dry-run", "--mirror", UNREACHABLE),
-    ("bump", 2): lambda s: s.forge("bump", "--dry-run", "--to=--upload-pack=touch /tmp/pwned"),
+    ("bump", 2): lambda s: _hostile_rev(s, "bump", "--dry-run", "--to"),
     ("bump", 3): lambda s: (_conflicting(s, then=True), s.forge("bump", "--dry-run"))[1],
     ("check", 0): lambda s: _check(s, canonical=True),
     ("check", 1): lambda s: _check(s, canonical=False),
@@ -335,6 +344,11 @@ SCENES.update(SERIES)
 
 
 # -- the host: presets, toolchain install, artifacts map, build, certify, demo
+
+
+def _presets_0(s: Scene) -> int:
+    assert s.forge("fetch") == 0  # the upstream tree, where the presets go
+    return s.forge("presets", "--lane", "cpu", "--dry-run")
 
 
 def _presets_2(s: Scene) -> int:
@@ -401,6 +415,12 @@ def _broken_worker(root: Path) -> None:
     )
 
 
+def _build_0(s: Scene) -> int:
+    code = s.demo(*BUILD)
+    assert s.last is not None and "up to date" in s.last.stdout + s.last.stderr, s.last
+    return code
+
+
 def _build_1(s: Scene) -> int:
     code = s.demo(*BUILD, first=_broken_worker)
     assert s.last is not None and "cpu: build failed" in s.last.stderr, s.last
@@ -418,7 +438,16 @@ def _demo_1(s: Scene) -> int:
     bin_dir = s.tmp / "bin"
     bin_dir.mkdir()
     (bin_dir / "git").symlink_to(shutil.which("git") or "/usr/bin/git")
-    return s.run("demo", str(s.tmp / "demo"), env={"PATH": str(bin_dir)})
+    code = s.run("demo", str(s.tmp / "demo"), env={"PATH": str(bin_dir)})
+    assert s.last is not None and "demo step build (" in s.last.stderr, s.last
+    return code
+
+
+def _demo_2(s: Scene) -> int:
+    # a DIR that reads as an option: refused, nothing made (`./-demo` names it)
+    code = s.run("demo", "--", "-demo", cwd=s.tmp)
+    assert not (s.tmp / "-demo").exists()
+    return code
 
 
 DEMO_KEY = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
@@ -441,9 +470,7 @@ def _certify_1(s: Scene) -> int:
 
 
 HOST: dict[tuple[str, int], Callable[[Scene], int]] = {
-    ("presets", 0): lambda s: (s.forge("fetch"), s.forge("presets", "--lane", "cpu", "--dry-run"))[
-        1
-    ],
+    ("presets", 0): _presets_0,
     ("presets", 2): _presets_2,
     ("toolchain install", 0): lambda s: _toolchain(s, installed=True),
     ("toolchain install", 1): lambda s: _toolchain(s, _flip_sha),
@@ -454,17 +481,17 @@ HOST: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("artifacts map", 0): _map,
     ("artifacts map", 1): lambda s: _map(s, url="http://127.0.0.1:9/l4", dest=False),
     ("artifacts map", 2): lambda s: _map(s, header={1: {"split.count": 7}}),
+    ("build", 0): _build_0,
     ("build", 1): _build_1,
     ("build", 2): lambda s: s.forge("build", "--lane", "../cpu", "--no-sign"),
     ("build", 3): _build_3,
-    ("build", 0): lambda s: s.demo(*BUILD),
     ("certify", 0): lambda s: s.demo(*CERTIFY, "--model", sources.MODEL),
     ("certify", 1): _certify_1,
     # a model name that climbs out of manifests/models/
     ("certify", 2): lambda s: s.demo(*CERTIFY, "--model", "../../etc/passwd"),
-    ("demo", 0): lambda s: s._tour().result.code,
+    ("demo", 0): lambda s: s.tour().result.code,
     ("demo", 1): _demo_1,
-    ("demo", 2): lambda s: s.run("demo", "--", "-demo"),
+    ("demo", 2): _demo_2,
 }
 SCENES.update(HOST)
 
