@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.cli import Result, run_forge
 from support.demo import DemoTour
-from support.git import Upstream
+from support.git import GIT_ENV, Upstream, sh_git
 from support.reports import (
     PATCH_FILE,
     RECIPE,
@@ -296,6 +298,29 @@ def _export_3(s: Scene) -> int:
     return s.forge("export")
 
 
+def _export_1(s: Scene) -> int:
+    # a workspace commit adding a path git itself refuses to apply (`git~1`, NTFS's short
+    # name of `.git`): its patch cannot reproduce it, so nothing is written
+    assert s.forge("patch") == 0
+    src = s.root / ".dgr" / "src" / "llama.cpp"
+
+    def stdin_git(text: str, *args: str) -> str:
+        env = {**os.environ, **GIT_ENV}
+        done = subprocess.run(["git", "-C", str(src), *args], input=text, env=env,
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    blob = stdin_git("x\n", "hash-object", "-w", "--stdin")
+    sub = stdin_git(f"100644 blob {blob}\tx\n", "mktree")
+    tree = stdin_git(sh_git(src, "ls-tree", "HEAD") + f"\n040000 tree {sub}\tgit~1\n", "mktree")
+    commit = sh_git(src, "commit-tree", tree, "-p", "HEAD", "-m", "add git~1/x")
+    sh_git(src, "update-ref", "HEAD", commit)
+    before = sorted((s.root / "patches" / "llama.cpp").iterdir())
+    code = s.forge("export")
+    assert sorted((s.root / "patches" / "llama.cpp").iterdir()) == before
+    return code
+
+
 def _later(s: Scene) -> str:
     assert s.root.is_dir()
     return s.upstream.commit({"docs/later.md": "later\n"}, "docs: later")
@@ -326,6 +351,7 @@ SERIES: dict[tuple[str, int], Callable[[Scene], int]] = {
     ("patch", 2): _patch_2,
     ("patch", 3): _patch_3,
     ("export", 0): lambda s: (s.forge("patch"), s.forge("export"))[1],
+    ("export", 1): _export_1,
     ("export", 2): lambda s: _bad_manifest(s, "export"),
     ("export", 3): _export_3,
     ("rebase", 0): lambda s: s.forge("rebase", "--onto", _later(s), "--dry-run"),
