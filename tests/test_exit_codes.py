@@ -8,7 +8,7 @@ never built) for most; the demo's toured root (`demo_tour`: built, signed and ce
 once a session, shared with the other files of its xdist scope) where a code needs a
 built lane (`build` 0 and 1, `certify` 0, 1 and 2, `demo` 0). Hostile values where a scene
 is about bad input: a `..` in a series, a model name or a lane, a leading `-` in a rev or a
-directory, a lock naming an option as its wheel.
+directory, a lock naming an option as its wheel, a commit adding `git~1/`.
 
 And one lane that cannot build here gets one answer (DESIGN.md "Lanes"): exit 2 naming
 what is missing from `doctor --lane`, `build` and `certify`, and `lanes` lists it as such.
@@ -18,25 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.cli import Result, run_forge
 from support.demo import DemoTour
-from support.git import GIT_ENV, Upstream, sh_git
-from support.reports import (
-    PATCH_FILE,
-    RECIPE,
-    lane_build,
-    setup_root,
-    write_manifest,
-)
-from support.roots import copy_product
+from support.git import Upstream, sh_git
+from support.reports import PATCH_FILE, RECIPE, lane_build, setup_root, write_manifest
+from support.roots import copy_product, pin_ci
 from support.server import flip_byte, manifest_of, write_layered_gguf, write_split_gguf
 from support.wheelhouse import make_wheel
 
@@ -47,8 +39,6 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.demo import sources
 from dgr_forge.host import toolkit
 from dgr_forge.models.sources import FILE_ROOTS_ENV
-
-GIT_PIN = "dgr-forge @ git+https://example.invalid/dgr-forge.git@" + "c" * 40
 
 
 def documented(command: str) -> set[int]:
@@ -75,10 +65,7 @@ class Scene:
         if self._root is None:
             self._root = setup_root(self.tmp / "forge", self.upstream, self.patch)
             copy_product(self._root)
-            ci = self._root / "ci"
-            ci.mkdir()
-            (ci / "requirements.txt").write_text(GIT_PIN + "\n")
-            (ci / "constraints.txt").write_text("cmake==4.4.5\nninja==1.13.2\n")
+            pin_ci(self._root)
         return self._root
 
     def forge(self, *args: str, env: dict[str, str] | None = None) -> int:
@@ -303,19 +290,11 @@ def _export_1(s: Scene) -> int:
     # name of `.git`): its patch cannot reproduce it, so nothing is written
     assert s.forge("patch") == 0
     src = s.root / ".dgr" / "src" / "llama.cpp"
-
-    def stdin_git(text: str, *args: str) -> str:
-        env = {**os.environ, **GIT_ENV}
-        done = subprocess.run(["git", "-C", str(src), *args], input=text, env=env,
-                              capture_output=True, text=True, check=True)  # fmt: skip
-        return done.stdout.strip()
-
-    blob = stdin_git("x\n", "hash-object", "-w", "--stdin")
-    sub = stdin_git(f"100644 blob {blob}\tx\n", "mktree")
-    tree = stdin_git(sh_git(src, "ls-tree", "HEAD") + f"\n040000 tree {sub}\tgit~1\n", "mktree")
-    commit = sh_git(src, "commit-tree", tree, "-p", "HEAD", "-m", "add git~1/x")
-    # checked out as a person's git with protectNTFS off would have it (then on again)
-    sh_git(src, "-c", "core.protectNTFS=false", "reset", "-q", "--hard", commit)
+    (src / "git~1").mkdir()
+    (src / "git~1" / "x").write_text("x\n")
+    # committed as a person's git with protectNTFS off would (the forge's git has it on)
+    sh_git(src, "-c", "core.protectNTFS=false", "add", "git~1/x")
+    sh_git(src, "-c", "core.protectNTFS=false", "commit", "-q", "-m", "add git~1/x")
     before = sorted((s.root / "patches" / "llama.cpp").iterdir())
     code = s.forge("export")
     assert s.last is not None and "does not reproduce its commit" in s.last.stderr, s.last
