@@ -7,10 +7,8 @@ prints its version, headers, versioned libraries), installed by the real pip.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from support.build import path_without
 from support.cli import run_forge
 from support.git import Upstream
 from support.roots import copy_product, make_forge_root
+from support.wheelhouse import make_wheel
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.host import cudakit, toolkit
@@ -40,28 +39,6 @@ WHEELS = {  # name, version -> files (path -> bytes, mode)
         "nvidia/cu13/lib/libcublas.so.13": (b"\x7fELF not really\n", 0o644),
     },
 }
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-
-
-def make_wheel(dest: Path, name: str, version: str, files: dict[str, tuple[bytes, int]]) -> Path:
-    """A wheel pip installs: the files, METADATA, WHEEL and RECORD."""
-    dist = name.replace("-", "_")
-    info = f"{dist}-{version}.dist-info"
-    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    tag = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    entries = {**files, f"{info}/METADATA": (meta, 0o644), f"{info}/WHEEL": (tag, 0o644)}
-    record = [f"{p},sha256={_b64(b)},{len(b)}" for p, (b, _) in entries.items()]
-    entries[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]).encode() + b"\n", 0o644)
-    wheel = dest / f"{dist}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        for path, (data, mode) in entries.items():
-            zi = zipfile.ZipInfo(path, date_time=(2025, 1, 1, 0, 0, 0))
-            zi.external_attr = (0o100000 | mode) << 16
-            zf.writestr(zi, data)
-    return wheel
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,8 @@ from __future__ import annotations
 LONGEST_FIRST = (
     "test_ci_runs.py",  # 27.4
     "test_build_truth.py",  # 19.4
-    "test_json_schemas.py",  # 7.0, and the other four files of the demo tour: ~20
+    # 7.0, and the other five files of the demo tour: ~35 (test_exit_codes.py ~15: 7.3 serial)
+    "test_json_schemas.py",
     "test_fetch.py",  # 17.5
     "test_build.py",  # 16.9
     "test_cache_dist.py",  # 16.6
@@ -59,6 +60,7 @@ SHARED_FIXTURE_SCOPES = {
     "demo_tour": (
         "test_demo.py",
         "test_docs_examples.py",
+        "test_exit_codes.py",
         "test_json_schemas.py",
         "test_streams.py",
         "test_unsigned_fallback.py",

@@ -6,6 +6,9 @@ WHEEL file; a file pip placed in bin/ that no console-script entry point generat
 binary) goes back under `<name>.data/scripts/`. With `PIP_NO_INDEX=1` and
 `PIP_FIND_LINKS=<the folder>`, `pip install` then resolves exactly the versions this
 environment runs, without the network.
+
+`make_wheel` writes a wheel from given files instead (the CUDA toolkit's stand-ins of
+tests/test_toolchain.py and tests/test_exit_codes.py).
 """
 
 from __future__ import annotations
@@ -119,3 +122,22 @@ def copy_worktree(repo: Path, dest: Path) -> Path:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / rel)
     return dest
+
+
+def make_wheel(dest: Path, name: str, version: str, files: dict[str, tuple[bytes, int]]) -> Path:
+    """A wheel pip installs, made from scratch (not from this environment): the files (path
+    -> bytes and mode), METADATA, WHEEL and RECORD."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    tag = b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    entries = {**files, f"{info}/METADATA": (meta, 0o644), f"{info}/WHEEL": (tag, 0o644)}
+    record = [f"{p},{_record_hash(b)},{len(b)}" for p, (b, _) in entries.items()]
+    entries[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]).encode() + b"\n", 0o644)
+    wheel = dest / f"{dist}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, (data, mode) in entries.items():
+            zi = zipfile.ZipInfo(path, date_time=(2025, 1, 1, 0, 0, 0))
+            zi.external_attr = (0o100000 | mode) << 16
+            zf.writestr(zi, data)
+    return wheel

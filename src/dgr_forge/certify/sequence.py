@@ -2,7 +2,8 @@
 
 `certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]` (`lane`):
 
-1. the lane's `[certify]` suite (`suite.load`) and, when it runs one, a model named;
+1. the lane can build on this host (exit 2 naming what is missing, as `doctor --lane` and
+   `build`), its `[certify]` suite (`suite.load`) and, when it runs one, a model named;
 2. the signing key and trust anchors (exit 2 before anything runs);
 3. the report (its latest, or `--report`): verified, built from this checkout's inputs,
    every subject re-hashed in the workspace (`trust.check_report`);
@@ -42,6 +43,7 @@ from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.inputs import tool_versions, worker_identity
+from dgr_forge.lanes.plan import refuse_unbuildable
 from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -142,8 +144,10 @@ def lane(
     """Run the lane's suite and, when every step passed, write its record (the module doc);
     the caller holds the workspace lock for the whole run."""
     forge, m = got.forge, got.m
-    worker, tools = got.bound()
     (recipe,) = select(got.recipes, [lane])
+    if got.doctor is not None:
+        refuse_unbuildable([got.doctor.check_lane(recipe)])
+    worker, tools = got.bound()
     the_suite = suite.load(recipe)
     if the_suite is None:
         raise BadInput(

@@ -40,8 +40,9 @@ USAGE: dict[str, tuple[str, str]] = {
               "0 applied (or already) · 1 a git step failed · 2 bad manifest or series · "
               "3 a conflict: patch --continue or --abort"),
     "export": ("dgr-forge export",
-               "0 written (or unchanged) · 2 bad input · 3 the series on disk moved since "
-               "this workspace was patched (--force saves and overwrites)"),
+               "0 written (or unchanged) · 1 a commit git cannot write as a patch that "
+               "reproduces it (nothing written) · 2 bad input · 3 the series on disk moved "
+               "since this workspace was patched (--force saves and overwrites)"),
     "rebase": ("dgr-forge rebase --onto master --dry-run",
                "0 rebased (or, with --dry-run, every patch replays) · 1 failed · 2 bad "
                "input · 3 a patch conflicts: fix, then rebase --continue"),
