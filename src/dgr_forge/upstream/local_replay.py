@@ -36,9 +36,10 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.patches import PATCH_JOURNAL, PatchedTree, patch_locked
+from dgr_forge.upstream.patches import PatchedTree, ensure_patched
 from dgr_forge.upstream.replay import Replay
 from dgr_forge.upstream.workspace import (
+    PATCH_JOURNAL,
     REPLAY_REF,
     REPLAY_STATE,
     git_dir,
@@ -133,7 +134,7 @@ def update(
     ws = inspect(src, m.commit, len(m.series))
     if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
         # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
-        done = patch_locked(forge, m, out, mirror=mirror, offline=offline, measured=ws)
+        done = ensure_patched(forge, m, out, mirror=mirror, offline=offline, measured=ws)
         return UpdateResult(done, (), (), 0)
     assert ws.head is not None
     mine = list(reversed(ws.local_commits))
@@ -175,7 +176,7 @@ def update(
     below = ws.series[-1].commit if ws.series else (ws.base or m.commit)
     try:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", below)
-        patched = patch_locked(forge, m, out, mirror=mirror, offline=offline)
+        patched = ensure_patched(forge, m, out, mirror=mirror, offline=offline)
     except BaseException:
         _restore(src, st)
         raise
