@@ -565,7 +565,7 @@ def export_workspace(
         )
     base = series_base.load(src)
     moved = series_base.drift(base, m) if base is not None else None
-    if moved is not None and moved.pin is not None:
+    if moved is not None and moved.pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
     trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]

@@ -81,17 +81,14 @@ class Drift(Struct, frozen=True):
         bool, d("no record, and the workspace's commits do not match the files on disk")
     ] = False
 
-    @property
-    def pin(self) -> tuple[str, str] | None:
-        return self.pin_moved
-
     def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.removed or self.pin or self.unknown)
+        return bool(self.added or self.changed or self.removed or self.pin_moved or self.unknown)
 
     def describe(self) -> str:
         parts = []
-        if self.pin:
-            parts.append(f"the pin moved from {self.pin[0][:12]} to {self.pin[1][:12]}")
+        if self.pin_moved:
+            old, new = self.pin_moved
+            parts.append(f"the pin moved from {old[:12]} to {new[:12]}")
         for label, files in (
             ("added", self.added),
             ("changed", self.changed),
@@ -225,16 +222,23 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
     )
 
 
-def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
-    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
-    them; the directory's path."""
+def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
+    """A new name under logs/ for `stem`, stamped with the time (and a count after it
+    when one of that second is there)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}"
+    target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
     n = 1
     while target.exists():
         n += 1
-        target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}-{n}"
+        target = forge.logs_dir / f"{stem}-{stamp}-{n}{suffix}"
+    return target
+
+
+def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
+    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
+    them; the directory's path."""
+    target = log_path(forge, f"export-replaced-{m.name}")
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "patches").mkdir(parents=True)
@@ -274,8 +278,6 @@ def save_edits(forge: Forge, src: Path, what: str) -> Path | None:
     data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
     if not data.strip():
         return None
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"{what}-{stamp}.patch"
+    target = log_path(forge, what, ".patch")
     atomic_write_bytes(target, data, mode=0o600)
     return target
