@@ -44,7 +44,7 @@ from dgr_forge.upstream.workspace import (
     REPLAY_STATE,
     git_dir,
     inspect,
-    read_changes,
+    read_status,
     remove_git_leftovers,
 )
 
@@ -195,7 +195,7 @@ def resume(
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
     gd = git_dir(src)
-    _head, changes, lines = read_changes(src)
+    _head, changes, lines, _ignored = read_status(src)
     unmerged = [c.path for c in changes if c.change == "unmerged"]
     if unmerged:
         raise NeedsHuman(
@@ -322,7 +322,7 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
         config=_NO_SIGN,
     )
     if proc.returncode != 0:
-        _head, changes, _lines = read_changes(src)
+        _head, changes, _lines, _ignored = read_status(src)
         unmerged = [c.path for c in changes if c.change == "unmerged"]
         if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
             gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)

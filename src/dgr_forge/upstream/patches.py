@@ -57,7 +57,7 @@ from dgr_forge.upstream.workspace import (
     git_dir,
     inspect,
     read_chain,
-    read_changes,
+    read_status,
     remove_git_leftovers,
 )
 
@@ -86,7 +86,7 @@ class PatchedTree(Struct, frozen=True):
 
 def dirty_paths(src: Path) -> list[str]:
     """Uncommitted changes as "XY path" lines (the workspace model's `dirty`)."""
-    return read_changes(src)[2] if (src / ".git").exists() else []
+    return read_status(src)[2] if (src / ".git").exists() else []
 
 
 def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str | None) -> bool:

@@ -142,7 +142,7 @@ def write(
     `points` names the fault points: `<points>.write` (each staged file),
     `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
     with root_lock_at(root, out):
-        recover_dir(pdir, manifest_path, out)
+        recover_dir(pdir, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
@@ -263,9 +263,9 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
                 orphan.unlink()
 
 
-def recover_dir(pdir: Path, manifest_path: Path, out: Reporter | None = None) -> None:
-    """`recover` for the journals of one patches directory (caller holds the root lock)."""
-    del manifest_path  # each journal records its own
+def recover_dir(pdir: Path, out: Reporter | None = None) -> None:
+    """`recover` for the journals of one patches directory (caller holds the root lock;
+    each journal records its own manifest)."""
     for jdir in _journal_glob(pdir):
         if jdir.is_dir() and not owner_alive(owner_pid(jdir)):
             _recover_one(jdir, out)

@@ -195,15 +195,9 @@ _XY = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "adde
 _XY["T"] = "type-changed"
 
 
-def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
-    """HEAD, local changes and their "XY path" lines, in one git call (porcelain v2 -z)."""
-    head, changes, lines, _ignored = read_status(src)
-    return head, changes, lines
-
-
 def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], list[str]]:
-    """`read_changes`, and the ignored files git sees (paths: `status` shows them, `build`
-    refuses them), from the same walk of the tree."""
+    """HEAD, local changes, their "XY path" lines and the ignored files git sees (paths:
+    `status` shows them, `build` refuses them), in one git call (porcelain v2 -z)."""
     proc = gitutil.git(
         src,
         "status",
