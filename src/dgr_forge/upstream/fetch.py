@@ -46,11 +46,10 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.series_base import log_path
+from dgr_forge.upstream.series_base import log_path, save_changes
 from dgr_forge.upstream.transfer import resolve_mirror, transfer
 from dgr_forge.upstream.workspace import (
     CHECKOUT_JOURNAL,
-    EMPTY_TREE,
     FETCH_JOURNAL,
     FORGE_EMAIL,
     JOURNALS,
@@ -352,41 +351,6 @@ def _init(src: Path) -> None:
     tmp = src.parent / f".{src.name}.init-{os.getpid()}"
     gitutil.git(None, "init", "-q", str(tmp))
     os.replace(tmp, src)
-
-
-def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path:
-    """Tracked and untracked changes of `src` against `head` as one binary patch in logs/
-    (`git apply` re-applies it on that base); its path. Shared with the worker checkout."""
-    gitdir = src / ".git"
-    tmp_index = gitdir / "dgr-save.index"
-    if (gitdir / "index").exists():
-        shutil.copyfile(gitdir / "index", tmp_index)
-    else:
-        tmp_index.unlink(missing_ok=True)
-    env = {"GIT_INDEX_FILE": str(tmp_index)}
-    try:
-        gitutil.git(src, "add", "-A", env=env)
-        proc = gitutil.git(
-            src,
-            "diff",
-            "--cached",
-            "--binary",
-            "--full-index",
-            head or EMPTY_TREE,
-            "--",
-            env=env,
-            text=False,
-        )
-    finally:
-        tmp_index.unlink(missing_ok=True)
-    target = log_path(forge, stem, ".patch")
-    header = (
-        f"# Local changes of {src}, saved by `{by}`.\n"
-        f"# Base commit: {head or '(none)'}\n"
-        f"# Re-apply on that base: git -C {src} apply {target}\n\n"
-    ).encode()
-    atomic_write_bytes(target, header + cast(bytes, proc.stdout))
-    return target
 
 
 def discard_changes(src: Path, head: str | None) -> None:

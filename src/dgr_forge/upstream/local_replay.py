@@ -244,7 +244,8 @@ def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
     """`patch --abort`: the workspace exactly as before the update; its HEAD."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--abort")
-    saved = series_base.save_edits(forge, src, "patch-abort")  # nothing made meanwhile is lost
+    # nothing made meanwhile is lost
+    saved = series_base.save_changes(forge, "patch-abort", src, "HEAD", "dgr-forge patch --abort")
     _restore(src, st)
     out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
     if saved is not None:

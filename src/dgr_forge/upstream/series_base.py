@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from dgr_forge.core.structs import d, hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _NOT_COMPARED = frozenset({"trees", "commits"})  # what "the same base" is not about
 
 
@@ -262,22 +262,36 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
     to.write_bytes(data or b"")
 
 
-def save_edits(forge: Forge, src: Path, what: str) -> Path | None:
-    """Every change in `src`'s work tree against HEAD (tracked, staged, resolved or not,
-    and new files git does not ignore) as one binary patch under logs/, before an
-    `--abort` puts the tree back; its path, or None when nothing changed. Built in a
-    scratch index: the real index (a stopped cherry-pick's) is left as it is."""
-    with tempfile.TemporaryDirectory(prefix="dgr-abort-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        gitutil.git(src, "read-tree", "HEAD", env=env)
-        gitutil.git(src, "add", "-A", "--", ".", env=env)
+def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:
+    """Every change in `src`'s work tree against `head` (None: unborn; tracked, staged,
+    resolved or not, and new files git does not ignore) as one binary patch under logs/
+    before `by` discards them (`git apply` re-applies it on that base); its path, None
+    when nothing changed. Built in a copy of the index: the real one (a stopped
+    cherry-pick's) is left as it is. Shared with the worker checkout."""
+    base = gitutil.rev_parse(src, head) if head else None
+    gitdir = src / ".git"
+    tmp_index = gitdir / "dgr-save.index"
+    if (gitdir / "index").exists():
+        shutil.copyfile(gitdir / "index", tmp_index)
+    else:
+        tmp_index.unlink(missing_ok=True)
+    env = {"GIT_INDEX_FILE": str(tmp_index)}
+    try:
+        gitutil.git(src, "add", "-A", env=env)
         diff = gitutil.git(
-            src, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD",
-            env=env, text=False,
+            src, "diff", "--cached", "--binary", "--full-index", "--no-color", "--no-ext-diff",
+            base or EMPTY_TREE, "--", env=env, text=False,
         )  # fmt: skip
+    finally:
+        tmp_index.unlink(missing_ok=True)
     data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
     if not data.strip():
         return None
-    target = log_path(forge, what, ".patch")
-    atomic_write_bytes(target, data, mode=0o600)
+    target = log_path(forge, stem, ".patch")
+    header = (
+        f"# Local changes of {src}, saved by `{by}`.\n"
+        f"# Base commit: {base or '(none)'}\n"
+        f"# Re-apply on that base: git -C {src} apply {target}\n\n"
+    ).encode()
+    atomic_write_bytes(target, header + data, mode=0o600)
     return target

@@ -37,7 +37,6 @@ JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
 REPLAY_STATE = "dgr-replay.json"
 # the person's commits from before a replay, kept reachable until it is done or undone
 REPLAY_REF = "refs/dgr/replay-orig"
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
 FORGE_EMAIL = gitutil.FORGE_IDENTITY["GIT_COMMITTER_EMAIL"]
