@@ -18,14 +18,13 @@ then the whole update again); only a conflict stop (`stopped_at`) waits for
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Meta, Struct, field
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -48,21 +47,23 @@ from dgr_forge.upstream.workspace import (
     remove_git_leftovers,
 )
 
-_BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
+# its ids go to git, so nothing but exact ids and a refs/heads/ branch is trusted
+_Id = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}\Z")]
+_Branch = Annotated[str, Meta(pattern=r"^refs/heads/(?!.*\.\.)[A-Za-z0-9._/-]{1,200}\Z")]
 
 
 # `.git/dgr-replay.json`, decoded as this type, every key (`load_replay_state`)
 class ReplayState(Struct, forbid_unknown_fields=True):
-    orig_head: str
-    orig_ref: str | None  # the branch HEAD was on (None: detached)
-    commits: list[str]  # a person's commits, oldest first
-    position: int = 0  # the next one to replay (the one in conflict while stopped)
+    orig_head: _Id
+    orig_ref: _Branch | None  # the branch HEAD was on (None: detached)
+    commits: list[_Id]  # a person's commits, oldest first
+    position: Annotated[int, Meta(ge=0)] = 0  # the next one to replay (in conflict: stopped)
     # series: applying the new series; replay: cherry-picking
     phase: Literal["series", "replay"] = "series"
-    replayed: list[str] = field(default_factory=list)  # new ids, in order
-    skipped: list[str] = field(default_factory=list)  # already in the new series
-    stopped_at: str | None = None  # HEAD when a conflict stopped the replay (else: killed)
+    replayed: list[_Id] = field(default_factory=list)  # new ids, in order
+    skipped: list[_Id] = field(default_factory=list)  # already in the new series
+    stopped_at: _Id | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
 
 
@@ -78,21 +79,12 @@ def _path(src: Path) -> Path:
 
 
 def load_replay_state(src: Path) -> ReplayState | None:
-    """The replay in progress, or None (none, or a file that is not one: its ids go to
-    git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
+    """The replay in progress, or None (none, or a file that is not one)."""
     try:
         st = msgspec.json.decode((src / ".git" / REPLAY_STATE).read_bytes(), type=ReplayState)
     except (OSError, msgspec.DecodeError):
         return None
-    ids = [st.orig_head, *st.commits, *st.replayed, *st.skipped]
-    ids += [st.stopped_at] if st.stopped_at is not None else []
-    ok = (
-        all(gitutil.HEX40.fullmatch(i) for i in ids)
-        and 0 <= st.position <= len(st.commits)
-        and (st.orig_ref is None or _BRANCH.fullmatch(st.orig_ref) is not None)
-        and ".." not in str(st.orig_ref)
-    )
-    return st if ok else None
+    return st if st.position <= len(st.commits) else None
 
 
 def _save(src: Path, st: ReplayState) -> None:
@@ -122,9 +114,7 @@ def update(
     uncommitted), apply the series underneath them and replay them. Call under the
     workspace lock."""
     src = forge.src_dir(m.name)
-    st = load_replay_state(src)
-    if st is None and (src / ".git" / REPLAY_STATE).exists():
-        raise _unreadable(forge, src)
+    st = _state(forge, src)
     if st is not None:
         if st.stopped_at is not None:
             raise _in_progress(forge, src, st)
@@ -217,9 +207,7 @@ def resume(
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
         if proc.returncode != 0:
-            if (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
-                # the resolution left nothing of this commit: the series holds it already
-                gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+            if _skipped_empty(src):  # the resolution left nothing of this commit
                 st.skipped.append(commit)
             else:
                 raise OperationFailed(
@@ -309,7 +297,6 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     """The commit at st.position by `git cherry-pick` in the work tree at `head`: what the
     engine leaves to it (a conflict, which a person resolves there; a header only
     cherry-pick may rewrite). The new head."""
-    gd = git_dir(src)
     commit = st.commits[st.position]
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
@@ -325,8 +312,7 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     if proc.returncode != 0:
         _head, changes, _lines, _ignored = read_status(src)
         unmerged = [c.path for c in changes if c.change == "unmerged"]
-        if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
-            gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+        if not unmerged and _skipped_empty(src):
             out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
             st.skipped.append(commit)
             st.position += 1
@@ -343,8 +329,15 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     return head
 
 
-def _staged(src: Path) -> bool:
-    return gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0
+def _skipped_empty(src: Path) -> bool:
+    """A stopped cherry-pick with nothing staged (the new series holds the commit's change
+    already) skipped; whether it was."""
+    if not (git_dir(src) / "CHERRY_PICK_HEAD").exists():
+        return False
+    if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
+        return False
+    gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+    return True
 
 
 def _restore(src: Path, st: ReplayState) -> None:
@@ -366,11 +359,16 @@ def _restore(src: Path, st: ReplayState) -> None:
     _path(src).unlink(missing_ok=True)
 
 
-def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+def _state(forge: Forge, src: Path) -> ReplayState | None:
+    """The replay in progress; one the forge cannot read is exit 2 (`_unreadable`)."""
     st = load_replay_state(src) if (src / ".git").is_dir() else None
-    path = src / ".git" / REPLAY_STATE
-    if st is None and path.exists():
+    if st is None and (src / ".git" / REPLAY_STATE).exists():
         raise _unreadable(forge, src)
+    return st
+
+
+def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+    st = _state(forge, src)
     if st is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
