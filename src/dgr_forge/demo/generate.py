@@ -40,11 +40,6 @@ class DemoRoot:
         return self.key.with_name(self.key.name + ".pub")
 
 
-def product_dir() -> None:
-    """Refuse (exit 1) an installation without the forge's recipes/, toolchains/, cmake/."""
-    product.require("the demo")
-
-
 def check_target(raw: str) -> Path:
     """DIR as given: new or empty, a real directory (exit 2 with the fix otherwise)."""
     if "\0" in raw:
@@ -198,16 +193,12 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[tuple[str, str, s
     return [(p.file, p.sha256, p.tree) for p in exported]
 
 
-def copy_product(root: Path) -> None:
-    product.copy_into(root, PRODUCT, "the demo")
-
-
 def generate(root: Path) -> DemoRoot:
     """Fill the (checked, empty) `root` with the demo; the forge root is a git repository
     with one commit, as a team's would be."""
     from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
 
-    product_dir()  # refuse before writing anything
+    product.require("the demo")  # refuse (exit 1) before writing anything
     upstream = root / sources.UPSTREAM_DIR
     commits = write_upstream(upstream)
     pin = commits[sources.PIN_INDEX]
@@ -221,7 +212,7 @@ def generate(root: Path) -> DemoRoot:
     write_new(root, "manifests/shard-worker.toml", sources.WORKER_MANIFEST)
     for rel, content in sources.WORKER_FILES.items():
         write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
-    copy_product(root)
+    product.copy_into(root, PRODUCT, "the demo")
     for name, data in model.parts().items():  # the model's source, written no-follow
         write_new(root, f"{sources.MODEL_SOURCE_DIR}/{name}", data)
     served = model.manifest(root / sources.MODEL_SOURCE_DIR)
