@@ -67,13 +67,6 @@ class ReplayState(Struct, forbid_unknown_fields=True):
     base_text: str | None = None  # the series record before (restored by --abort)
 
 
-class UpdateResult(Struct, frozen=True):
-    patched: PatchedTree
-    replayed: tuple[str, ...]  # the person's commits replayed (their old ids)
-    skipped: tuple[str, ...]  # those whose change the new series already holds
-    local_commits: int  # a person's commits on top after the update
-
-
 def _path(src: Path) -> Path:
     return git_dir(src) / REPLAY_STATE
 
@@ -109,7 +102,7 @@ def _subject(src: Path, commit: str) -> str:
 
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
-) -> UpdateResult:
+) -> Patch:
     """`dgr-forge patch`: apply the series; with a person's commits on top (and nothing
     uncommitted), apply the series underneath them and replay them. Call under the
     workspace lock."""
@@ -125,7 +118,7 @@ def update(
     if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
         # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
         done = ensure_patched(forge, m, out, mirror=mirror, offline=offline, measured=ws)
-        return UpdateResult(done, (), (), 0)
+        return _answer(m, done)
     assert ws.head is not None
     mine = list(reversed(ws.local_commits))
     if series_base.load(src) == series_base.SeriesBase.of(m) and ws.base == m.commit:
@@ -137,8 +130,7 @@ def update(
                 "on top (`dgr-forge export` turns them into patches)"
             )
             tree = gitutil.tree_of(src, "HEAD")
-            done = PatchedTree(src, m.commit, ws.head, tree, changed=False)
-            return UpdateResult(done, (), (), len(mine))
+            return _answer(m, PatchedTree(src, m.commit, ws.head, tree, False), local=len(mine))
     for c in mine:
         parents = gitutil.out(src, "log", "-1", "--format=%P", c, "--").split()
         if len(parents) != 1:
@@ -166,18 +158,18 @@ def update(
     below = ws.series[-1].commit if ws.series else (ws.base or m.commit)
     try:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", below)
-        patched = ensure_patched(forge, m, out, mirror=mirror, offline=offline)
+        ensure_patched(forge, m, out, mirror=mirror, offline=offline)
     except BaseException:
         _restore(src, st)
         raise
     st.phase = "replay"
     _save(src, st)
-    return _replay_rest(forge, m, src, st, out, patched)
+    return _replay_rest(forge, m, src, st, out)
 
 
 def resume(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
-) -> UpdateResult:
+) -> Patch:
     """`patch --continue`: commit the resolved conflict, replay the rest."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--continue")
@@ -223,9 +215,7 @@ def resume(
         st.position += 1
     st.stopped_at = None
     _save(src, st)
-    head = gitutil.out(src, "rev-parse", "HEAD")
-    patched = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
-    return _replay_rest(forge, m, src, st, out, patched)
+    return _replay_rest(forge, m, src, st, out)
 
 
 def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
@@ -248,13 +238,8 @@ def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
 
 
 def _replay_rest(
-    forge: Forge,
-    m: UpstreamManifest,
-    src: Path,
-    st: ReplayState,
-    out: Reporter,
-    patched: PatchedTree,
-) -> UpdateResult:
+    forge: Forge, m: UpstreamManifest, src: Path, st: ReplayState, out: Reporter
+) -> Patch:
     head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
         with Replay(src, st.commits[st.position :], stamp="keep") as engine:
@@ -289,8 +274,7 @@ def _replay_rest(
         f"{forge.rel(src)}: {len(m.series)} patches applied, {n} commit(s) of your own "
         "replayed on top (`dgr-forge export` appends them to the series)"
     )
-    done = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
-    return UpdateResult(done, tuple(st.commits), tuple(st.skipped), n)
+    return _answer(m, PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), True), st, n)
 
 
 def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
@@ -492,9 +476,16 @@ def patch(
         head = abort(forge, m, out)
         return PatchAbort(upstream=m.name, src_dir=forge.src_dir(m.name), head_commit=head)
     started = time.monotonic()
-    how = resume if resume_ else update
-    done = how(forge, m, out, mirror=mirror, offline=offline)
-    tree = done.patched
+    done = (resume if resume_ else update)(forge, m, out, mirror=mirror, offline=offline)
+    done.seconds = round(time.monotonic() - started, 3)
+    return done
+
+
+def _answer(
+    m: UpstreamManifest, tree: PatchedTree, st: ReplayState | None = None, local: int = 0
+) -> Patch:
+    """`patch`'s result: `tree` applied, the commits of `st` replayed on it (`local` of them
+    on top now); `patch` sets its seconds."""
     return Patch(
         upstream=m.name,
         src_dir=tree.src_dir,
@@ -503,8 +494,8 @@ def patch(
         result_tree=tree.result_tree,
         patches=[e.file for e in m.series],
         changed=tree.changed,
-        replayed=list(done.replayed),
-        skipped=list(done.skipped),
-        local_commits=done.local_commits,
-        seconds=round(time.monotonic() - started, 3),
+        replayed=list(st.commits) if st else [],
+        skipped=list(st.skipped) if st else [],
+        local_commits=local,
+        seconds=0.0,
     )
