@@ -30,7 +30,6 @@ _ESCAPES = {
 
 class Hunk(Struct):
     header: str  # the "@@ -a,b +c,d @@" line (without any trailing function context)
-    old_start: int
     lines: list[bytes]  # the hunk's lines, header included, each with its newline
 
 
@@ -241,7 +240,6 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             header = lines[i].split(b" @@", 2)
             hunk = Hunk(
                 header=(header[0] + b" @@").decode("utf-8", "replace"),
-                old_start=int(m.group(1)),
                 lines=[lines[i]],
             )
             i += 1

@@ -79,7 +79,6 @@ class Workspace(Struct):
     series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
     base: str | None = None  # the commit under them
     local_commits: list[str] = field(default_factory=list)  # a person's commits on top
-    walked_all: bool = False  # the chain reaches the root (nothing beyond it)
 
     @property
     def has_local_edits(self) -> bool:
@@ -305,7 +304,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    ws.walked_all = len(chain) < limit
     head = ws.head
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
