@@ -14,10 +14,10 @@ packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct, field
 from msgspec.structs import replace
 
@@ -167,15 +167,18 @@ def refuse_during_rebase(forge: Forge, *, replay: bool = True) -> None:
         refuse_during_replay(forge)
 
 
+class _Stopped(Struct):
+    stopped_at: object = None  # a replay's state, read no further (`local_replay`'s)
+
+
 def refuse_during_replay(forge: Forge) -> None:
     """A workspace stopped in a `patch` replay (a person's commit conflicts with the new
     series) belongs to it until `patch --continue` or `--abort`."""
     for state in forge.workspace.glob(f"src/*/.git/{REPLAY_STATE}"):
-        try:
-            data = json.loads(state.read_text(encoding="utf-8"))
-            stopped = data.get("stopped_at") is not None  # a killed one: `patch` redoes it
-        except (OSError, ValueError, AttributeError):
-            stopped = False  # not a replay's: `patch` ignores it and writes its own
+        try:  # only whether it stopped (a killed one: `patch` redoes it)
+            stopped = msgspec.json.decode(state.read_bytes(), type=_Stopped).stopped_at is not None
+        except (OSError, ValueError):  # not a replay's: `patch` ignores it, writes its own
+            stopped = False
         if stopped:
             src = state.parent.parent
             raise NeedsHuman(
