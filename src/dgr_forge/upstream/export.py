@@ -34,7 +34,7 @@ from dgr_forge.upstream import manifest, patches, patchfile, series_base, series
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
-from dgr_forge.upstream.workspace import inspect, operation_in_progress
+from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
@@ -373,7 +373,7 @@ def export_series(
     `guard` sees the computed series before anything is written (the fast-forward check;
     the caller holds the root lock, so the check and the write are one step).
     """
-    dirty = patches.dirty_paths(repo)
+    dirty = read_status(repo)[2] if (repo / ".git").exists() else []  # "XY path" lines
     if dirty:
         raise NeedsHuman(
             f"{forge.rel(repo)} has uncommitted edits ({len(dirty)} paths: "

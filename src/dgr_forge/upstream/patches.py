@@ -57,7 +57,6 @@ from dgr_forge.upstream.workspace import (
     git_dir,
     inspect,
     read_chain,
-    read_status,
     remove_git_leftovers,
 )
 
@@ -84,11 +83,6 @@ class PatchedTree(Struct, frozen=True):
     changed: bool  # False: it was already applied, nothing moved
 
 
-def dirty_paths(src: Path) -> list[str]:
-    """Uncommitted changes as "XY path" lines (the workspace model's `dirty`)."""
-    return read_status(src)[2] if (src / ".git").exists() else []
-
-
 def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str | None) -> bool:
     """Exact: HEAD's forge commits sit on the pin and carry exactly the expected trees."""
     if not ws.exists or ws.operation or ws.has_local_edits or ws.base != pin:
@@ -106,10 +100,6 @@ def changed_on_disk(m: UpstreamManifest) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- applying
-
-
-def _checkout_pin(src: Path, pin: str) -> None:
-    git(src, "checkout", "--quiet", "--detach", "--force", pin)
 
 
 def _rollback(src: Path, pin: str) -> str | None:
@@ -195,7 +185,7 @@ def apply_series(
     with _journal(src, m.commit):
         fault.point("patch.journal")
         if head != m.commit:
-            _checkout_pin(src, m.commit)
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
         if not paths:
             series_base.record(src, series_base.SeriesBase.of(m, ()))
             return m.commit, gitutil.tree_of(src, m.commit)
@@ -323,7 +313,7 @@ def ensure_patched(
         # the forge's own commits on another pin (the manifest moved): reproducible, so
         # they are dropped; fetch then moves the clean tree to the new pin
         if ws.exists and ws.head and gitutil.has_object(src, m.commit):
-            _checkout_pin(src, m.commit)
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
         _refuse_local_edits(ws, forge)
