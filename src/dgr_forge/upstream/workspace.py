@@ -9,7 +9,7 @@ forge's identity, the pin ref, the markers of git operations in progress.
 
 It also owns the clean-up of what a killed git leaves behind (lock files, temporary
 packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
-(Scratch directories are `scratch.py`'s.)
+(Scratch directories are `series_journal`'s.)
 """
 
 from __future__ import annotations
