@@ -47,7 +47,8 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series_base import log_path, save_changes
-from dgr_forge.upstream.transfer import resolve_mirror, transfer
+from dgr_forge.upstream.transfer import resolve_mirror as resolve_mirror  # the commands' way in
+from dgr_forge.upstream.transfer import transfer
 from dgr_forge.upstream.workspace import (
     CHECKOUT_JOURNAL,
     FETCH_JOURNAL,
@@ -63,16 +64,6 @@ from dgr_forge.upstream.workspace import (
     record_fetch_failure,
     remove_git_leftovers,
 )
-
-__all__ = [
-    "PARALLEL_CHECKOUT",
-    "Fetch",
-    "FetchResult",
-    "fetch",
-    "fetch_locked",
-    "local_commits",
-    "resolve_mirror",
-]
 
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
