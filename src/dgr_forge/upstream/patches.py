@@ -287,8 +287,8 @@ def ensure_patched(
     """Fetch if needed, apply the series, verify; a no-op when it is already applied.
     The caller holds the workspace lock (the command context takes it). `trust_files`:
     apply the patch files on disk even where they differ from the manifest's hashes
-    (export's "I edited a patch file on purpose" path), the manifest's trees, which
-    describe the old files, unchecked. `measured`: the workspace as the caller just
+    (export's "I edited a patch file on purpose" path), without checking the manifest's
+    trees, which describe the old files. `measured`: the workspace as the caller just
     inspected it, saving the no-op a second look."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)

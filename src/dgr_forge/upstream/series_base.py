@@ -263,10 +263,10 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
 
 
 def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:
-    """Every change in `src`'s work tree against `head` (None: unborn; tracked, staged,
-    resolved or not, and new files git does not ignore) as one binary patch under logs/
-    before `by` discards them (`git apply` re-applies it on that base); its path, None
-    when nothing changed. Built in a copy of the index: the real one (a stopped
+    """Every change in `src`'s work tree against `head` (tracked, staged, resolved or not,
+    and new files git does not ignore; `head` None: an unborn HEAD) as one binary patch
+    under logs/ before `by` discards them (`git apply` re-applies it on that base); its
+    path, None when nothing changed. Built in a copy of the index: the real one (a stopped
     cherry-pick's) is left as it is. Shared with the worker checkout."""
     base = gitutil.rev_parse(src, head) if head else None
     gitdir = src / ".git"
