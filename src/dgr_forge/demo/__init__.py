@@ -8,29 +8,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from msgspec import Struct
-
+from dgr_forge.core import product
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import COMMIT, Form, d
-from dgr_forge.demo.generate import DemoRoot, check_target, generate, product_dir
-from dgr_forge.demo.tour import run_tour
-
-__all__ = ["Demo", "DemoRoot", "check_target", "generate", "run", "run_tour"]
-
-
-class DemoStep(Struct, kw_only=True):
-    """a step"""
-
-    step: Annotated[
-        str,
-        d(
-            "`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`, `certify`, "
-            "`lanes --advertised`"
-        ),
-    ]
-    command: Annotated[list[str], d("the argv, from `dgr-forge`")]
-    exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
-    proved: Annotated[str, d("one line")]
+from dgr_forge.demo.generate import check_target, generate
+from dgr_forge.demo.tour import DemoStep, run_tour
 
 
 class Demo(Form, kw_only=True):
@@ -54,7 +36,7 @@ class Demo(Form, kw_only=True):
 
 def run(raw_dir: str, out: Reporter) -> Demo:
     """Check DIR, write the demo root into it, run the tour."""
-    product_dir()  # an installation without the forge's recipes refuses before DIR exists
+    product.require("the demo")  # an installation without the recipes: before DIR exists
     root = check_target(raw_dir)
     out.step(f"writing a demo forge root into {root}")
     demo = generate(root)
@@ -62,7 +44,6 @@ def run(raw_dir: str, out: Reporter) -> Demo:
         f"    upstream {demo.upstream.name}/ (branch master, pinned at {demo.pin[:12]}), "
         f"{len(demo.patches)} patches, worker/, demo key {demo.key.relative_to(root)}"
     )
-    steps = run_tour(demo, out)
     return Demo(
         root=str(demo.root),
         upstream=str(demo.upstream),
@@ -71,10 +52,5 @@ def run(raw_dir: str, out: Reporter) -> Demo:
         patches=list(demo.patches),
         key=str(demo.key),
         public_key=str(demo.public_key),
-        steps=[
-            DemoStep(
-                step=s.name, command=["dgr-forge", *s.args], exit_code=s.exit_code, proved=s.proved
-            )
-            for s in steps
-        ],
+        steps=run_tour(demo, out),
     )

@@ -20,6 +20,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.demo import model, sources
 from dgr_forge.upstream.export import compute_series
+from dgr_forge.upstream.manifest_edit import SeriesEntry, updated_text
 from dgr_forge.upstream.series_journal import scratch_dir
 
 # what a demo root takes of the forge's own files (the real product, not copies)
@@ -38,11 +39,6 @@ class DemoRoot:
     @property
     def public_key(self) -> Path:
         return self.key.with_name(self.key.name + ".pub")
-
-
-def product_dir() -> None:
-    """Refuse (exit 1) an installation without the forge's recipes/, toolchains/, cmake/."""
-    product.require("the demo")
 
 
 def check_target(raw: str) -> Path:
@@ -158,34 +154,26 @@ def write_upstream(path: Path) -> list[str]:
     ]
 
 
-def _manifest(
-    url: str, pin: str, tree: str, number: int, patches: list[tuple[str, str, str]]
-) -> str:
-    lines = [
-        "# The pin: the demo upstream (a local repository) at an exact commit, and its series.",
-        "# Written by `dgr-forge demo`; `dgr-forge export` and `rebase` keep it up to date.",
-        "schema = 1",
-        "",
-        "[upstream]",
-        'name = "llama.cpp"',
-        f'url = "{url}"',
-        f'commit = "{pin}"',
-        f'tree = "{tree}"',
-        f"build_number = {number}",
-        "",
-        "[patches]",
-        'dir = "patches/llama.cpp"',
-    ]
-    for file, sha, ptree in patches:
-        lines += ["", "[[patches.series]]", f'file = "{file}"', f'sha256 = "{sha}"']
-        lines.append(f'tree = "{ptree}"')
-    lines += ["", "[patches.result]", f'tree = "{patches[-1][2]}"']
-    return "\n".join(lines) + "\n"
+# the manifest before the pin and the series go in (`manifest_edit`, as export writes them)
+MANIFEST = """\
+# The pin: the demo upstream (a local repository) at an exact commit, and its series.
+# Written by `dgr-forge demo`; `dgr-forge export` and `rebase` keep it up to date.
+schema = 1
+
+[upstream]
+name = "llama.cpp"
+url = ""
+commit = ""
+tree = ""
+
+[patches]
+dir = "patches/llama.cpp"
+"""
 
 
-def write_series(root: Path, upstream: Path, pin: str) -> list[tuple[str, str, str]]:
+def write_series(root: Path, upstream: Path, pin: str) -> list[SeriesEntry]:
     """Author the series on the pin in a scratch clone, export it with the forge's own
-    canonical exporter into patches/llama.cpp/; (file, sha256, tree) per patch."""
+    canonical exporter into patches/llama.cpp/; its manifest entries."""
     dest = root / "patches" / "llama.cpp"
     with scratch_dir(root, ".demo-series-") as tmp:
         clone = tmp / "clone"
@@ -195,11 +183,7 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[tuple[str, str, s
         for i, c in enumerate(sources.SERIES):
             _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
         exported = compute_series(clone, pin, dest, tmp_root=tmp)
-    return [(p.file, p.sha256, p.tree) for p in exported]
-
-
-def copy_product(root: Path) -> None:
-    product.copy_into(root, PRODUCT, "the demo")
+    return [SeriesEntry(p.file, p.sha256, p.tree) for p in exported]
 
 
 def generate(root: Path) -> DemoRoot:
@@ -207,7 +191,7 @@ def generate(root: Path) -> DemoRoot:
     with one commit, as a team's would be."""
     from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
 
-    product_dir()  # refuse before writing anything
+    product.require("the demo")  # refuse (exit 1) before writing anything
     upstream = root / sources.UPSTREAM_DIR
     commits = write_upstream(upstream)
     pin = commits[sources.PIN_INDEX]
@@ -216,12 +200,15 @@ def generate(root: Path) -> DemoRoot:
     tree = gitutil.tree_of(upstream, pin)
     # the upstream's own build number at the pin (its commit count there), as fetch records
     number = int(gitutil.out(upstream, "rev-list", "--count", pin, "--"))
-    manifest = _manifest(upstream.as_uri(), pin, tree, number, series)
+    manifest = updated_text(
+        MANIFEST, series, series[-1].tree, upstream_url=upstream.as_uri(), upstream_commit=pin,
+        upstream_tree=tree, upstream_build_number=number,
+    )  # fmt: skip
     write_new(root, UPSTREAM_MANIFEST, manifest)
     write_new(root, "manifests/shard-worker.toml", sources.WORKER_MANIFEST)
     for rel, content in sources.WORKER_FILES.items():
         write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
-    copy_product(root)
+    product.copy_into(root, PRODUCT, "the demo")
     for name, data in model.parts().items():  # the model's source, written no-follow
         write_new(root, f"{sources.MODEL_SOURCE_DIR}/{name}", data)
     served = model.manifest(root / sources.MODEL_SOURCE_DIR)
@@ -242,5 +229,5 @@ def generate(root: Path) -> DemoRoot:
         pin=pin,
         newer=commits[-1],
         key=key,
-        patches=tuple(s[0] for s in series),
+        patches=tuple(s.file for s in series),
     )

@@ -14,11 +14,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from msgspec import Struct
 
 from dgr_forge.core import proc
 from dgr_forge.core.errors import ExitCode, OperationFailed
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import d
 from dgr_forge.demo import sources
 from dgr_forge.demo.generate import DemoRoot
 from dgr_forge.models.sources import FILE_ROOTS_ENV
@@ -28,6 +31,21 @@ from dgr_forge.models.sources import FILE_ROOTS_ENV
 KEEP_ENV = ("DGR_DEBUG", "DGR_LOCK_TIMEOUT")
 
 
+class DemoStep(Struct, kw_only=True):
+    """a step"""
+
+    step: Annotated[
+        str,
+        d(
+            "`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`, `certify`, "
+            "`lanes --advertised`"
+        ),
+    ]
+    command: Annotated[list[str], d("the argv, from `dgr-forge`")]
+    exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
+    proved: Annotated[str, d("one line")]
+
+
 @dataclass
 class Step:
     name: str
@@ -35,8 +53,6 @@ class Step:
     expect: tuple[int, ...] = (ExitCode.OK,)
     env: dict[str, str] = field(default_factory=dict)  # this step's own settings
     exit_code: int | None = None
-    proved: str = ""
-    result: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
 def _env() -> dict[str, str]:
@@ -190,10 +206,10 @@ def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]
     ]
 
 
-def run_tour(demo: DemoRoot, out: Reporter) -> list[Step]:
+def run_tour(demo: DemoRoot, out: Reporter) -> list[DemoStep]:
     """Run every step; each prints one line on what it proved. Raises on the first that
     does not end as expected."""
-    done: list[Step] = []
+    done: list[DemoStep] = []
     report: str | None = None
     for step, describe in steps(demo):
         if step.name == "report verify":
@@ -201,11 +217,11 @@ def run_tour(demo: DemoRoot, out: Reporter) -> list[Step]:
             step.args = ["report", "verify", shown, "--artifacts"]
             step.args += ["--key", f"{sources.KEYS_DIR}/{sources.KEY_FILE}.pub"]
         out.step(f"dgr-forge {' '.join(step.args)}")
-        step.result = _run(demo, step)
-        step.proved = describe(demo, step.result)
-        out.info(f"    proved: {step.proved}")
+        result = _run(demo, step)
+        proved = describe(demo, result)
+        out.info(f"    proved: {proved}")
         if step.name == "build":
-            lane = (step.result.get("lanes") or [{}])[0]
-            report = lane.get("report")
-        done.append(step)
+            report = (result.get("lanes") or [{}])[0].get("report")
+        argv = ["dgr-forge", *step.args]
+        done.append(DemoStep(step=step.name, command=argv, exit_code=step.exit_code, proved=proved))
     return done

@@ -222,14 +222,16 @@ def _keep_local_work(
             f"the build with --force to save them under {logs} first",
             details={"worker": shown, "dirty": dirty, "local_commits": own},
         )
-    from dgr_forge.upstream.fetch import save_changes, save_commits
+    from dgr_forge.upstream.fetch import save_commits
+    from dgr_forge.upstream.series_base import save_changes
 
     head = gitutil.rev_parse(src, "HEAD")
     saved: list[Path] = []
     if dirty:
         by = "dgr-forge build --force"
-        saved.append(save_changes(forge, f"worker-saved-{WORKER_DIR}", src, head, by))
-        out.info(f"saved the uncommitted edits of {shown} to {saved[-1]}")
+        kept = save_changes(forge, f"worker-saved-{WORKER_DIR}", src, head, by)
+        saved += [kept] if kept else []
+        out.info(f"saved the uncommitted edits of {shown} to {kept}")
     if own and head is not None:
         base = [] if gitutil.rev_parse(src, PIN_REF) else ["FETCH_HEAD"]
         stem = f"worker-saved-commits-{WORKER_DIR}"

@@ -93,17 +93,16 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     return git_dir, lines[1] == "true"
 
 
-def _server_git(git_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """git in a local server's repository: the pinned config, no replace refs and no lazy
-    fetch (a count is of the commits it holds), its exit status left to the caller."""
+def _server_git(
+    git_dir: Path, *args: str, isolated: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """git in a local server's (or the scratch) repository: the pinned config (`isolated`;
+    else the user's too), no replace refs and no lazy fetch (a count is of the commits it
+    holds), its exit status left to the caller."""
     return gitutil.git(
-        None,
-        f"--git-dir={git_dir}",
-        "--no-replace-objects",
-        *args,
-        check=False,
-        env={"GIT_NO_LAZY_FETCH": "1"},
-    )
+        None, f"--git-dir={git_dir}", "--no-replace-objects", *args,
+        check=False, env={"GIT_NO_LAZY_FETCH": "1"}, isolated=isolated,
+    )  # fmt: skip
 
 
 def _partial_dir(git_dir: Path) -> bool:
@@ -130,15 +129,8 @@ def _server_count(git_dir: Path, commit: str) -> int | None:
 def _allows_filter(git_dir: Path) -> bool:
     """Whether the local server's upload-pack honours a filter (its config and the user's,
     as the fetch's upload-pack reads them)."""
-    allowed = gitutil.git(
-        None,
-        f"--git-dir={git_dir}",
-        "config",
-        "--type=bool",
-        "--get",
-        "uploadpack.allowFilter",
-        check=False,
-        isolated=False,
+    allowed = _server_git(
+        git_dir, "config", "--type=bool", "--get", "uploadpack.allowFilter", isolated=False
     )
     return allowed.stdout.strip() == "true"
 
@@ -199,15 +191,7 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
             return None, "the server's own history is shallow: its count would be short"
         # a commit the server lacks (its copy is shallow or partial) is never asked for
         # again behind our back (a promisor remote's lazy fetch): the count fails instead
-        counted = gitutil.git(
-            scratch,
-            "rev-list",
-            "--count",
-            commit,
-            "--",
-            check=False,
-            env={"GIT_NO_LAZY_FETCH": "1"},
-        )
+        counted = _server_git(scratch, "rev-list", "--count", commit, "--")
         if counted.returncode != 0 or not counted.stdout.strip().isdigit():
             return None, (
                 "the server's history of the pin is incomplete (a shallow or partial copy): "

@@ -32,7 +32,9 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.series import scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
+from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
 FORMAT_PATCH: tuple[str, ...] = (
     "format-patch",
@@ -289,7 +291,7 @@ def _verify_runs(
 ) -> OperationFailed | None:
     """Check `runs` in order on one scratch index seeded from `start`; the first patch that
     does not give its commit's tree, as the error to raise."""
-    with patches.scratch_index(repo, start) as env:
+    with scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
         for run in runs:
             if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
@@ -371,7 +373,7 @@ def export_series(
     `guard` sees the computed series before anything is written (the fast-forward check;
     the caller holds the root lock, so the check and the write are one step).
     """
-    dirty = patches.dirty_paths(repo)
+    dirty = read_status(repo)[2] if (repo / ".git").exists() else []  # "XY path" lines
     if dirty:
         raise NeedsHuman(
             f"{forge.rel(repo)} has uncommitted edits ({len(dirty)} paths: "
@@ -531,7 +533,7 @@ def export_workspace(
             f"{forge.rel(src)}: no workspace to export from",
             hint="run `dgr-forge patch`, commit your changes in the workspace, then export",
         )
-    op = patches.operation_in_progress(src)
+    op = operation_in_progress(src)
     if op:
         raise NeedsHuman(
             f"{forge.rel(src)}: a {op} is in progress",
@@ -541,7 +543,7 @@ def export_workspace(
     if edited:
         # patch files edited by hand: they are the intended series, unless the
         # workspace has its own new commits too (then a person must choose)
-        ws = patches.inspect(src, m.commit, len(m.series))
+        ws = inspect(src, m.commit, len(m.series))
         if ws.has_local_edits:
             raise NeedsHuman(
                 f"both changed: {', '.join(edited)} differ from the manifest, and "
@@ -552,7 +554,7 @@ def export_workspace(
                 details={"edited": edited},
             )
         out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
-        patches.apply_files_as_they_are(forge, m, out)
+        patches.ensure_patched(forge, m, out, trust_files=True)
     elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
         # most likely the series was never applied here: exporting would delete it
         raise NeedsHuman(
@@ -563,10 +565,10 @@ def export_workspace(
         )
     base = series_base.load(src)
     moved = series_base.drift(base, m) if base is not None else None
-    if moved is not None and moved.pin is not None:
+    if moved is not None and moved.pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
-    trees = [c.tree for c in patches.inspect(src, m.commit, len(m.series)).series]
+    trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]
     saved: list[Path] = []
 
     def fast_forward(series: Sequence[ExportedPatch]) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -47,10 +46,11 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.transfer import resolve_mirror, transfer
+from dgr_forge.upstream.series_base import log_path, save_changes
+from dgr_forge.upstream.transfer import resolve_mirror as resolve_mirror  # the commands' way in
+from dgr_forge.upstream.transfer import transfer
 from dgr_forge.upstream.workspace import (
     CHECKOUT_JOURNAL,
-    EMPTY_TREE,
     FETCH_JOURNAL,
     FORGE_EMAIL,
     JOURNALS,
@@ -64,16 +64,6 @@ from dgr_forge.upstream.workspace import (
     record_fetch_failure,
     remove_git_leftovers,
 )
-
-__all__ = [
-    "PARALLEL_CHECKOUT",
-    "Fetch",
-    "FetchResult",
-    "fetch",
-    "fetch_locked",
-    "local_commits",
-    "resolve_mirror",
-]
 
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
@@ -160,10 +150,6 @@ def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
     return found
 
 
-def url_key(forge: Forge, m: UpstreamManifest) -> str:
-    return f"{forge.rel(m.path)}: [upstream] url"
-
-
 def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> OperationFailed:
     where = f" fetched from {mask(url)}" if url else ""
     return OperationFailed(
@@ -202,7 +188,7 @@ def fetch_locked(
 ) -> FetchResult:
     """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module
     doc. The caller holds the workspace lock and resolved `mirror` (`resolve_mirror`)."""
-    check_url(m.url, url_key(forge, m))  # a hostile manifest never reaches git
+    check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")  # never reaching git
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
     journal = gitdir / CHECKOUT_JOURNAL
@@ -333,19 +319,8 @@ def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[st
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
     args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)
-    target = _log_path(forge, stem, ".mbox")
+    target = log_path(forge, stem, ".mbox")
     atomic_write_bytes(target, cast(bytes, proc.stdout))
-    return target
-
-
-def _log_path(forge: Forge, stem: str, suffix: str) -> Path:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
-    n = 1
-    while target.exists():
-        n += 1
-        target = forge.logs_dir / f"{stem}-{stamp}-{n}{suffix}"
     return target
 
 
@@ -367,41 +342,6 @@ def _init(src: Path) -> None:
     tmp = src.parent / f".{src.name}.init-{os.getpid()}"
     gitutil.git(None, "init", "-q", str(tmp))
     os.replace(tmp, src)
-
-
-def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path:
-    """Tracked and untracked changes of `src` against `head` as one binary patch in logs/
-    (`git apply` re-applies it on that base); its path. Shared with the worker checkout."""
-    gitdir = src / ".git"
-    tmp_index = gitdir / "dgr-save.index"
-    if (gitdir / "index").exists():
-        shutil.copyfile(gitdir / "index", tmp_index)
-    else:
-        tmp_index.unlink(missing_ok=True)
-    env = {"GIT_INDEX_FILE": str(tmp_index)}
-    try:
-        gitutil.git(src, "add", "-A", env=env)
-        proc = gitutil.git(
-            src,
-            "diff",
-            "--cached",
-            "--binary",
-            "--full-index",
-            head or EMPTY_TREE,
-            "--",
-            env=env,
-            text=False,
-        )
-    finally:
-        tmp_index.unlink(missing_ok=True)
-    target = _log_path(forge, stem, ".patch")
-    header = (
-        f"# Local changes of {src}, saved by `{by}`.\n"
-        f"# Base commit: {head or '(none)'}\n"
-        f"# Re-apply on that base: git -C {src} apply {target}\n\n"
-    ).encode()
-    atomic_write_bytes(target, header + cast(bytes, proc.stdout))
-    return target
 
 
 def discard_changes(src: Path, head: str | None) -> None:

@@ -18,14 +18,13 @@ then the whole update again); only a conflict stop (`stopped_at`) waits for
 
 from __future__ import annotations
 
-import re
 import shutil
 import time
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Meta, Struct, field
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
@@ -36,40 +35,36 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.patches import PATCH_JOURNAL, PatchedTree, patch_locked
+from dgr_forge.upstream.patches import PatchedTree, ensure_patched
 from dgr_forge.upstream.replay import Replay
 from dgr_forge.upstream.workspace import (
+    PATCH_JOURNAL,
     REPLAY_REF,
     REPLAY_STATE,
     git_dir,
     inspect,
-    read_changes,
+    read_status,
     remove_git_leftovers,
 )
 
-_BRANCH = re.compile(r"refs/heads/[A-Za-z0-9._/-]{1,200}")
 _NO_SIGN = ("commit.gpgSign=false",)
+# its ids go to git, so nothing but exact ids and a refs/heads/ branch is trusted
+_Id = Annotated[str, Meta(pattern=r"^[0-9a-f]{40}\Z")]
+_Branch = Annotated[str, Meta(pattern=r"^refs/heads/(?!.*\.\.)[A-Za-z0-9._/-]{1,200}\Z")]
 
 
 # `.git/dgr-replay.json`, decoded as this type, every key (`load_replay_state`)
 class ReplayState(Struct, forbid_unknown_fields=True):
-    orig_head: str
-    orig_ref: str | None  # the branch HEAD was on (None: detached)
-    commits: list[str]  # a person's commits, oldest first
-    position: int = 0  # the next one to replay (the one in conflict while stopped)
+    orig_head: _Id
+    orig_ref: _Branch | None  # the branch HEAD was on (None: detached)
+    commits: list[_Id]  # a person's commits, oldest first
+    position: Annotated[int, Meta(ge=0)] = 0  # the next one to replay (in conflict: stopped)
     # series: applying the new series; replay: cherry-picking
     phase: Literal["series", "replay"] = "series"
-    replayed: list[str] = field(default_factory=list)  # new ids, in order
-    skipped: list[str] = field(default_factory=list)  # already in the new series
-    stopped_at: str | None = None  # HEAD when a conflict stopped the replay (else: killed)
+    replayed: list[_Id] = field(default_factory=list)  # new ids, in order
+    skipped: list[_Id] = field(default_factory=list)  # already in the new series
+    stopped_at: _Id | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
-
-
-class UpdateResult(Struct, frozen=True):
-    patched: PatchedTree
-    replayed: tuple[str, ...]  # the person's commits replayed (their old ids)
-    skipped: tuple[str, ...]  # those whose change the new series already holds
-    local_commits: int  # a person's commits on top after the update
 
 
 def _path(src: Path) -> Path:
@@ -77,21 +72,12 @@ def _path(src: Path) -> Path:
 
 
 def load_replay_state(src: Path) -> ReplayState | None:
-    """The replay in progress, or None (none, or a file that is not one: its ids go to
-    git, so anything but exact ids and a refs/heads/ branch is not trusted)."""
+    """The replay in progress, or None (none, or a file that is not one)."""
     try:
         st = msgspec.json.decode((src / ".git" / REPLAY_STATE).read_bytes(), type=ReplayState)
     except (OSError, msgspec.DecodeError):
         return None
-    ids = [st.orig_head, *st.commits, *st.replayed, *st.skipped]
-    ids += [st.stopped_at] if st.stopped_at is not None else []
-    ok = (
-        all(gitutil.HEX40.fullmatch(i) for i in ids)
-        and 0 <= st.position <= len(st.commits)
-        and (st.orig_ref is None or _BRANCH.fullmatch(st.orig_ref) is not None)
-        and ".." not in str(st.orig_ref)
-    )
-    return st if ok else None
+    return st if st.position <= len(st.commits) else None
 
 
 def _save(src: Path, st: ReplayState) -> None:
@@ -116,14 +102,12 @@ def _subject(src: Path, commit: str) -> str:
 
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
-) -> UpdateResult:
+) -> Patch:
     """`dgr-forge patch`: apply the series; with a person's commits on top (and nothing
     uncommitted), apply the series underneath them and replay them. Call under the
     workspace lock."""
     src = forge.src_dir(m.name)
-    st = load_replay_state(src)
-    if st is None and (src / ".git" / REPLAY_STATE).exists():
-        raise _unreadable(forge, src)
+    st = _state(forge, src)
     if st is not None:
         if st.stopped_at is not None:
             raise _in_progress(forge, src, st)
@@ -133,8 +117,8 @@ def update(
     ws = inspect(src, m.commit, len(m.series))
     if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
         # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
-        done = patch_locked(forge, m, out, mirror=mirror, offline=offline, measured=ws)
-        return UpdateResult(done, (), (), 0)
+        done = ensure_patched(forge, m, out, mirror=mirror, offline=offline, measured=ws)
+        return _answer(m, done)
     assert ws.head is not None
     mine = list(reversed(ws.local_commits))
     if series_base.load(src) == series_base.SeriesBase.of(m) and ws.base == m.commit:
@@ -146,8 +130,7 @@ def update(
                 "on top (`dgr-forge export` turns them into patches)"
             )
             tree = gitutil.tree_of(src, "HEAD")
-            done = PatchedTree(src, m.commit, ws.head, tree, changed=False)
-            return UpdateResult(done, (), (), len(mine))
+            return _answer(m, PatchedTree(src, m.commit, ws.head, tree, False), local=len(mine))
     for c in mine:
         parents = gitutil.out(src, "log", "-1", "--format=%P", c, "--").split()
         if len(parents) != 1:
@@ -175,18 +158,18 @@ def update(
     below = ws.series[-1].commit if ws.series else (ws.base or m.commit)
     try:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", below)
-        patched = patch_locked(forge, m, out, mirror=mirror, offline=offline)
+        ensure_patched(forge, m, out, mirror=mirror, offline=offline)
     except BaseException:
         _restore(src, st)
         raise
     st.phase = "replay"
     _save(src, st)
-    return _replay_rest(forge, m, src, st, out, patched)
+    return _replay_rest(forge, m, src, st, out)
 
 
 def resume(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
-) -> UpdateResult:
+) -> Patch:
     """`patch --continue`: commit the resolved conflict, replay the rest."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--continue")
@@ -194,7 +177,7 @@ def resume(
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
     gd = git_dir(src)
-    _head, changes, lines = read_changes(src)
+    _head, changes, lines, _ignored = read_status(src)
     unmerged = [c.path for c in changes if c.change == "unmerged"]
     if unmerged:
         raise NeedsHuman(
@@ -216,9 +199,7 @@ def resume(
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
         if proc.returncode != 0:
-            if (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
-                # the resolution left nothing of this commit: the series holds it already
-                gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+            if _skipped_empty(src):  # the resolution left nothing of this commit
                 st.skipped.append(commit)
             else:
                 raise OperationFailed(
@@ -234,16 +215,15 @@ def resume(
         st.position += 1
     st.stopped_at = None
     _save(src, st)
-    head = gitutil.out(src, "rev-parse", "HEAD")
-    patched = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
-    return _replay_rest(forge, m, src, st, out, patched)
+    return _replay_rest(forge, m, src, st, out)
 
 
 def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
     """`patch --abort`: the workspace exactly as before the update; its HEAD."""
     src = forge.src_dir(m.name)
     st = _required(forge, src, "--abort")
-    saved = series_base.save_edits(forge, src, "patch-abort")  # nothing made meanwhile is lost
+    # nothing made meanwhile is lost
+    saved = series_base.save_changes(forge, "patch-abort", src, "HEAD", "dgr-forge patch --abort")
     _restore(src, st)
     out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
     if saved is not None:
@@ -258,13 +238,8 @@ def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
 
 
 def _replay_rest(
-    forge: Forge,
-    m: UpstreamManifest,
-    src: Path,
-    st: ReplayState,
-    out: Reporter,
-    patched: PatchedTree,
-) -> UpdateResult:
+    forge: Forge, m: UpstreamManifest, src: Path, st: ReplayState, out: Reporter
+) -> Patch:
     head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
         with Replay(src, st.commits[st.position :], stamp="keep") as engine:
@@ -299,15 +274,13 @@ def _replay_rest(
         f"{forge.rel(src)}: {len(m.series)} patches applied, {n} commit(s) of your own "
         "replayed on top (`dgr-forge export` appends them to the series)"
     )
-    done = PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), changed=True)
-    return UpdateResult(done, tuple(st.commits), tuple(st.skipped), n)
+    return _answer(m, PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), True), st, n)
 
 
 def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
     """The commit at st.position by `git cherry-pick` in the work tree at `head`: what the
     engine leaves to it (a conflict, which a person resolves there; a header only
     cherry-pick may rewrite). The new head."""
-    gd = git_dir(src)
     commit = st.commits[st.position]
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
@@ -321,10 +294,9 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
         config=_NO_SIGN,
     )
     if proc.returncode != 0:
-        _head, changes, _lines = read_changes(src)
+        _head, changes, _lines, _ignored = read_status(src)
         unmerged = [c.path for c in changes if c.change == "unmerged"]
-        if not unmerged and (gd / "CHERRY_PICK_HEAD").exists() and not _staged(src):
-            gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+        if not unmerged and _skipped_empty(src):
             out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
             st.skipped.append(commit)
             st.position += 1
@@ -341,8 +313,15 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     return head
 
 
-def _staged(src: Path) -> bool:
-    return gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0
+def _skipped_empty(src: Path) -> bool:
+    """A stopped cherry-pick with nothing staged (the new series holds the commit's change
+    already) skipped; whether it was."""
+    if not (git_dir(src) / "CHERRY_PICK_HEAD").exists():
+        return False
+    if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
+        return False
+    gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
+    return True
 
 
 def _restore(src: Path, st: ReplayState) -> None:
@@ -364,11 +343,16 @@ def _restore(src: Path, st: ReplayState) -> None:
     _path(src).unlink(missing_ok=True)
 
 
-def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+def _state(forge: Forge, src: Path) -> ReplayState | None:
+    """The replay in progress; one the forge cannot read is exit 2 (`_unreadable`)."""
     st = load_replay_state(src) if (src / ".git").is_dir() else None
-    path = src / ".git" / REPLAY_STATE
-    if st is None and path.exists():
+    if st is None and (src / ".git" / REPLAY_STATE).exists():
         raise _unreadable(forge, src)
+    return st
+
+
+def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+    st = _state(forge, src)
     if st is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
@@ -492,9 +476,16 @@ def patch(
         head = abort(forge, m, out)
         return PatchAbort(upstream=m.name, src_dir=forge.src_dir(m.name), head_commit=head)
     started = time.monotonic()
-    how = resume if resume_ else update
-    done = how(forge, m, out, mirror=mirror, offline=offline)
-    tree = done.patched
+    done = (resume if resume_ else update)(forge, m, out, mirror=mirror, offline=offline)
+    done.seconds = round(time.monotonic() - started, 3)
+    return done
+
+
+def _answer(
+    m: UpstreamManifest, tree: PatchedTree, st: ReplayState | None = None, local: int = 0
+) -> Patch:
+    """`patch`'s result: `tree` applied, the commits of `st` replayed on it (`local` of them
+    on top now); `patch` sets its seconds."""
     return Patch(
         upstream=m.name,
         src_dir=tree.src_dir,
@@ -503,8 +494,8 @@ def patch(
         result_tree=tree.result_tree,
         patches=[e.file for e in m.series],
         changed=tree.changed,
-        replayed=list(done.replayed),
-        skipped=list(done.skipped),
-        local_commits=done.local_commits,
-        seconds=round(time.monotonic() - started, 3),
+        replayed=list(st.commits) if st else [],
+        skipped=list(st.skipped) if st else [],
+        local_commits=local,
+        seconds=0.0,
     )

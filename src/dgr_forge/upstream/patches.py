@@ -35,7 +35,6 @@ from dgr_forge.upstream import patchfile, series_base, tree_cache
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
-    SYMLINK_MODE,
     CheckResult,
     Conflict,
     check_series,
@@ -46,59 +45,20 @@ from dgr_forge.upstream.series import (
     parse_series,
     read_patch,
     read_series,
-    scratch_index,
     symlinks_in,
 )
 from dgr_forge.upstream.transfer import resolve_mirror
 from dgr_forge.upstream.workspace import (
     FETCH_JOURNAL,
-    FORGE_EMAIL,
     PATCH_JOURNAL,
     ChainCommit,
     Workspace,
     fetch_failure,
     git_dir,
     inspect,
-    operation_in_progress,
     read_chain,
-    read_changes,
     remove_git_leftovers,
 )
-
-# names other modules use through `patches` (export, rebase, check, build)
-__all__ = [
-    "AM_FLAGS",
-    "FORGE_EMAIL",
-    "PATCH_JOURNAL",
-    "SYMLINK_MODE",
-    "ChainCommit",
-    "CheckResult",
-    "Conflict",
-    "PatchedTree",
-    "Workspace",
-    "apply_files_as_they_are",
-    "apply_series",
-    "changed_on_disk",
-    "check_series",
-    "check_symlinks",
-    "check_workspace",
-    "conflicting_hunks",
-    "dirty_paths",
-    "ensure_patched",
-    "expected_trees",
-    "inspect",
-    "is_applied",
-    "known_trees",
-    "operation_in_progress",
-    "parse_series",
-    "patch_locked",
-    "read_chain",
-    "read_patch",
-    "read_series",
-    "recover_interrupted",
-    "scratch_index",
-    "symlinks_in",
-]
 
 # `git am` flags: no 3-way fallback (a hunk that does not match exactly is a conflict),
 # keep subjects as exported (only "[PATCH ...]" prefixes are stripped), never rewrite
@@ -123,11 +83,6 @@ class PatchedTree(Struct, frozen=True):
     changed: bool  # False: it was already applied, nothing moved
 
 
-def dirty_paths(src: Path) -> list[str]:
-    """Uncommitted changes as "XY path" lines (the workspace model's `dirty`)."""
-    return read_changes(src)[2] if (src / ".git").exists() else []
-
-
 def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str | None) -> bool:
     """Exact: HEAD's forge commits sit on the pin and carry exactly the expected trees."""
     if not ws.exists or ws.operation or ws.has_local_edits or ws.base != pin:
@@ -145,10 +100,6 @@ def changed_on_disk(m: UpstreamManifest) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- applying
-
-
-def _checkout_pin(src: Path, pin: str) -> None:
-    git(src, "checkout", "--quiet", "--detach", "--force", pin)
 
 
 def _rollback(src: Path, pin: str) -> str | None:
@@ -234,7 +185,7 @@ def apply_series(
     with _journal(src, m.commit):
         fault.point("patch.journal")
         if head != m.commit:
-            _checkout_pin(src, m.commit)
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
         if not paths:
             series_base.record(src, series_base.SeriesBase.of(m, ()))
             return m.commit, gitutil.tree_of(src, m.commit)
@@ -330,47 +281,24 @@ def ensure_patched(
     *,
     mirror: str | None = None,
     offline: bool = False,
-) -> PatchedTree:
-    """Fetch if needed, apply the series, verify; a no-op when it is already applied.
-    The caller holds the workspace lock (the command context takes it)."""
-    return patch_locked(forge, m, out_, mirror=mirror, offline=offline)
-
-
-def apply_files_as_they_are(
-    forge: Forge, m: UpstreamManifest, out_: Reporter, *, offline: bool = False
-) -> PatchedTree:
-    """Apply the patch files on disk even where they differ from the manifest's hashes
-    (export's "I edited a patch file on purpose" path); the manifest's trees are not
-    checked, since they describe the old files. Same safety otherwise (under the caller's
-    workspace lock)."""
-    return patch_locked(forge, m, out_, mirror=None, offline=offline, trust_files=True)
-
-
-def patch_locked(
-    forge: Forge,
-    m: UpstreamManifest,
-    out_: Reporter,
-    *,
-    mirror: str | None,
-    offline: bool,
     trust_files: bool = False,
     measured: Workspace | None = None,
 ) -> PatchedTree:
-    """Fetch if needed, apply the series, verify; the caller holds the workspace lock
-    (`measured`: the workspace as the caller just inspected it, saving the no-op a second
-    look)."""
+    """Fetch if needed, apply the series, verify; a no-op when it is already applied.
+    The caller holds the workspace lock (the command context takes it). `trust_files`:
+    apply the patch files on disk even where they differ from the manifest's hashes
+    (export's "I edited a patch file on purpose" path), without checking the manifest's
+    trees, which describe the old files. `measured`: the workspace as the caller just
+    inspected it, saving the no-op a second look."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
     trees = None if trust_files else known_trees(m) or _cached_trees(src, m, datas)
 
     ws = measured or inspect(src, m.commit, n)  # the no-op: these 2 git calls, nothing else
-    if trees is not None and not ws.journals and is_applied(ws, m.commit, trees, m.result_tree):
-        assert ws.head is not None
-        result = trees[-1] if trees else (m.tree or gitutil.tree_of(src, m.commit))
-        own = [c.commit for c in ws.series]  # verified by their exact trees just now
-        series_base.record(src, series_base.SeriesBase.of(m, own))
-        return PatchedTree(src, m.commit, ws.head, result, changed=False)
+    done = None if trees is None or ws.journals else _unchanged(m, ws, trees, m.result_tree)
+    if done is not None:
+        return done
 
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
     if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
@@ -385,7 +313,7 @@ def patch_locked(
         # the forge's own commits on another pin (the manifest moved): reproducible, so
         # they are dropped; fetch then moves the clean tree to the new pin
         if ws.exists and ws.head and gitutil.has_object(src, m.commit):
-            _checkout_pin(src, m.commit)
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         ws = inspect(src, m.commit, n)
         _refuse_local_edits(ws, forge)
@@ -401,12 +329,9 @@ def patch_locked(
         if computed is not None:
             tree_cache.store(src, m.commit, datas, computed)
         result_tree = None if trust_files else m.result_tree
-        if computed is not None and is_applied(ws, m.commit, computed, result_tree):
-            assert ws.head is not None
-            result = computed[-1] if computed else gitutil.tree_of(src, m.commit)
-            own = [c.commit for c in ws.series]  # verified by their exact trees just now
-            series_base.record(src, series_base.SeriesBase.of(m, own))
-            return PatchedTree(src, m.commit, ws.head, result, changed=False)
+        done = None if computed is None else _unchanged(m, ws, computed, result_tree)
+        if done is not None:
+            return done
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
@@ -415,6 +340,19 @@ def patch_locked(
         src, m, paths, parsed, head=ws.head, check_trees=not trust_files, datas=datas
     )
     return PatchedTree(src, m.commit, head, tree, changed=True)
+
+
+def _unchanged(
+    m: UpstreamManifest, ws: Workspace, trees: Sequence[str], result_tree: str | None
+) -> PatchedTree | None:
+    """The workspace as it is, when it holds exactly `trees` on the pin (the no-op)."""
+    if not is_applied(ws, m.commit, trees, result_tree):
+        return None
+    assert ws.head is not None
+    result = trees[-1] if trees else (m.tree or gitutil.tree_of(ws.src, m.commit))
+    own = [c.commit for c in ws.series]  # verified by their exact trees just now
+    series_base.record(ws.src, series_base.SeriesBase.of(m, own))
+    return PatchedTree(ws.src, m.commit, ws.head, result, changed=False)
 
 
 def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:

@@ -30,7 +30,6 @@ _ESCAPES = {
 
 class Hunk(Struct):
     header: str  # the "@@ -a,b +c,d @@" line (without any trailing function context)
-    old_start: int
     lines: list[bytes]  # the hunk's lines, header included, each with its newline
 
 
@@ -104,11 +103,16 @@ def _unquote(raw: bytes) -> bytes:
     return bytes(out)
 
 
-def _path(raw: bytes, strip_prefix: bool = True) -> str | None:
+def _value(raw: bytes) -> bytes:
+    """A header line's path as git wrote it, unquoted."""
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     if not raw.startswith(b'"') and b"\t" in raw:
         raw = raw.split(b"\t", 1)[0]  # traditional diffs append a timestamp after a tab
-    value = _unquote(raw)
+    return _unquote(raw)
+
+
+def _path(raw: bytes, strip_prefix: bool = True) -> str | None:
+    value = _value(raw)
     if value == b"/dev/null":
         return None
     if strip_prefix:
@@ -138,10 +142,7 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
 
 def _absolute(raw: bytes) -> str | None:
     """The path of a ---/+++ header line's value when it is absolute (not /dev/null)."""
-    value = raw.rstrip(b"\r\n")
-    if not value.startswith(b'"') and b"\t" in value:
-        value = value.split(b"\t", 1)[0]
-    value = _unquote(value)
+    value = _value(raw)
     if value.startswith(b"/") and value != b"/dev/null":
         return value.decode("utf-8", "surrogateescape")
     return None
@@ -239,7 +240,6 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             header = lines[i].split(b" @@", 2)
             hunk = Hunk(
                 header=(header[0] + b" @@").decode("utf-8", "replace"),
-                old_start=int(m.group(1)),
                 lines=[lines[i]],
             )
             i += 1

@@ -245,15 +245,13 @@ class CommitWriter:
 
 
 def _scratch_object(tree: str, parent: str) -> bytes:
-    head = f"tree {tree}\nparent {parent}\n".encode()
-    return (
-        head
-        + b"author "
-        + _SCRATCH_IDENT
-        + b"\ncommitter "
-        + _SCRATCH_IDENT
-        + b"\n\n"
-        + (_SCRATCH_MESSAGE)
+    who = _SCRATCH_IDENT
+    return b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n%s" % (
+        tree.encode(),
+        parent.encode(),
+        who,
+        who,
+        _SCRATCH_MESSAGE,
     )
 
 

@@ -293,30 +293,26 @@ def check_series(
     """Apply the series to a scratch index on the pin; report per patch. Touches nothing."""
     results: list[CheckResult] = []
     with scratch_index(repo, m.commit, tmp_root) as env:
-        blocked: str | None = None
+        blocked = False  # a patch failed: the ones after it are not tried
         for entry, data, p in zip(m.series, datas, parsed, strict=True):
             if blocked:
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
             flagged = entry.file in changed  # edited since the manifest was written
             proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
+            tree: str | None = None
+            conflicts: tuple[Conflict, ...] = ()
+            status = "applies"
             if proc.returncode != 0:
-                conflicts = tuple(conflicting_hunks(repo, p, env))
-                results.append(
-                    CheckResult(entry.file, "conflict", None, conflicts, entry.tree, flagged)
-                )
-                blocked = entry.file
-                continue
-            tree = out(repo, "write-tree", env=env)
-            if compare_trees and entry.tree is not None and tree != entry.tree:
+                conflicts, status = tuple(conflicting_hunks(repo, p, env)), "conflict"
+            else:
+                tree = out(repo, "write-tree", env=env)
                 # the first patch whose result differs is the one reported (an edited
                 # file, say); the ones after it cannot be judged against the manifest
-                results.append(
-                    CheckResult(entry.file, "tree-mismatch", tree, (), entry.tree, flagged)
-                )
-                blocked = entry.file
-                continue
-            results.append(CheckResult(entry.file, "applies", tree, (), entry.tree, flagged))
+                if compare_trees and entry.tree is not None and tree != entry.tree:
+                    status = "tree-mismatch"
+            results.append(CheckResult(entry.file, status, tree, conflicts, entry.tree, flagged))
+            blocked = status != "applies"
     return results
 
 

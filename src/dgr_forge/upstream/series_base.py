@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from dgr_forge.core.structs import d, hash_without, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _NOT_COMPARED = frozenset({"trees", "commits"})  # what "the same base" is not about
 
 
@@ -81,17 +81,14 @@ class Drift(Struct, frozen=True):
         bool, d("no record, and the workspace's commits do not match the files on disk")
     ] = False
 
-    @property
-    def pin(self) -> tuple[str, str] | None:
-        return self.pin_moved
-
     def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.removed or self.pin or self.unknown)
+        return bool(self.added or self.changed or self.removed or self.pin_moved or self.unknown)
 
     def describe(self) -> str:
         parts = []
-        if self.pin:
-            parts.append(f"the pin moved from {self.pin[0][:12]} to {self.pin[1][:12]}")
+        if self.pin_moved:
+            old, new = self.pin_moved
+            parts.append(f"the pin moved from {old[:12]} to {new[:12]}")
         for label, files in (
             ("added", self.added),
             ("changed", self.changed),
@@ -225,16 +222,23 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
     )
 
 
-def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
-    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
-    them; the directory's path."""
+def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
+    """A new name under logs/ for `stem`, stamped with the time (and a count after it
+    when one of that second is there)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}"
+    target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
     n = 1
     while target.exists():
         n += 1
-        target = forge.logs_dir / f"export-replaced-{m.name}-{stamp}-{n}"
+        target = forge.logs_dir / f"{stem}-{stamp}-{n}{suffix}"
+    return target
+
+
+def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
+    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
+    them; the directory's path."""
+    target = log_path(forge, f"export-replaced-{m.name}")
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "patches").mkdir(parents=True)
@@ -258,24 +262,36 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
     to.write_bytes(data or b"")
 
 
-def save_edits(forge: Forge, src: Path, what: str) -> Path | None:
-    """Every change in `src`'s work tree against HEAD (tracked, staged, resolved or not,
-    and new files git does not ignore) as one binary patch under logs/, before an
-    `--abort` puts the tree back; its path, or None when nothing changed. Built in a
-    scratch index: the real index (a stopped cherry-pick's) is left as it is."""
-    with tempfile.TemporaryDirectory(prefix="dgr-abort-") as tmp:
-        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        gitutil.git(src, "read-tree", "HEAD", env=env)
-        gitutil.git(src, "add", "-A", "--", ".", env=env)
+def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:
+    """Every change in `src`'s work tree against `head` (tracked, staged, resolved or not,
+    and new files git does not ignore; `head` None: an unborn HEAD) as one binary patch
+    under logs/ before `by` discards them (`git apply` re-applies it on that base); its
+    path, None when nothing changed. Built in a copy of the index: the real one (a stopped
+    cherry-pick's) is left as it is. Shared with the worker checkout."""
+    base = gitutil.rev_parse(src, head) if head else None
+    gitdir = src / ".git"
+    tmp_index = gitdir / "dgr-save.index"
+    if (gitdir / "index").exists():
+        shutil.copyfile(gitdir / "index", tmp_index)
+    else:
+        tmp_index.unlink(missing_ok=True)
+    env = {"GIT_INDEX_FILE": str(tmp_index)}
+    try:
+        gitutil.git(src, "add", "-A", env=env)
         diff = gitutil.git(
-            src, "diff", "--cached", "--binary", "--no-color", "--no-ext-diff", "HEAD",
-            env=env, text=False,
+            src, "diff", "--cached", "--binary", "--full-index", "--no-color", "--no-ext-diff",
+            base or EMPTY_TREE, "--", env=env, text=False,
         )  # fmt: skip
+    finally:
+        tmp_index.unlink(missing_ok=True)
     data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
     if not data.strip():
         return None
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    forge.logs_dir.mkdir(parents=True, exist_ok=True)
-    target = forge.logs_dir / f"{what}-{stamp}.patch"
-    atomic_write_bytes(target, data, mode=0o600)
+    target = log_path(forge, stem, ".patch")
+    header = (
+        f"# Local changes of {src}, saved by `{by}`.\n"
+        f"# Base commit: {base or '(none)'}\n"
+        f"# Re-apply on that base: git -C {src} apply {target}\n\n"
+    ).encode()
+    atomic_write_bytes(target, header + data, mode=0o600)
     return target

@@ -23,13 +23,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
 import secrets
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+import msgspec
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import OperationFailed
@@ -39,6 +40,17 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patchfile
 
 JOURNAL_FILE = "journal.json"
+
+
+class _Record(msgspec.Struct):
+    """`journal.json`: the writer, where the swap goes, the old series' digests."""
+
+    pid: int
+    patches_dir: str
+    manifest: str
+    old: dict[str, str]  # file -> sha256 of the patches directory before the swap
+
+
 _MARK = ".journal-"
 
 
@@ -142,7 +154,7 @@ def write(
     `points` names the fault points: `<points>.write` (each staged file),
     `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
     with root_lock_at(root, out):
-        recover_dir(pdir, manifest_path, out)
+        recover_dir(pdir, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
@@ -174,13 +186,8 @@ def write(
                 staged = jdir / "manifest.toml"
                 _fsync_write(staged, manifest_bytes, f"{points}.write")
                 os.chmod(staged, manifest_path.stat().st_mode & 0o777)
-            record = {
-                "pid": os.getpid(),
-                "patches_dir": str(pdir),
-                "manifest": str(manifest_path),
-                "old": _digest(pdir),
-            }
-            _fsync_write(jdir / JOURNAL_FILE, json.dumps(record).encode(), f"{points}.write")
+            record = _Record(os.getpid(), str(pdir), str(manifest_path), _digest(pdir))
+            _fsync_write(jdir / JOURNAL_FILE, msgspec.json.encode(record), f"{points}.write")
             fault.point(f"{points}.staged")
         except BaseException as err:
             shutil.rmtree(jdir, ignore_errors=True)
@@ -263,9 +270,9 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
                 orphan.unlink()
 
 
-def recover_dir(pdir: Path, manifest_path: Path, out: Reporter | None = None) -> None:
-    """`recover` for the journals of one patches directory (caller holds the root lock)."""
-    del manifest_path  # each journal records its own
+def recover_dir(pdir: Path, out: Reporter | None = None) -> None:
+    """`recover` for the journals of one patches directory (caller holds the root lock;
+    each journal records its own manifest)."""
     for jdir in _journal_glob(pdir):
         if jdir.is_dir() and not owner_alive(owner_pid(jdir)):
             _recover_one(jdir, out)
@@ -279,17 +286,16 @@ def _say(out: Reporter | None, text: str) -> None:
 def _recover_one(jdir: Path, out: Reporter | None) -> None:
     record_path = jdir / JOURNAL_FILE
     try:
-        record = json.loads(record_path.read_text(encoding="utf-8"))
-        pdir, manifest_path = Path(record["patches_dir"]), Path(record["manifest"])
-        old_digest = dict(record["old"])
-    except (OSError, ValueError, KeyError, TypeError):
+        record = msgspec.json.decode(record_path.read_bytes(), type=_Record)
+    except (OSError, ValueError):  # msgspec's DecodeError is one
         # incomplete: the run died while staging, before any swap: roll back
         _say(out, f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
         shutil.rmtree(jdir, ignore_errors=True)
         return
+    pdir, manifest_path = Path(record.patches_dir), Path(record.manifest)
     old, stage, staged = jdir / "old", jdir / "series", jdir / "manifest.toml"
     if stage.exists() and not old.exists() and pdir.exists():
-        if _digest(pdir) != old_digest:
+        if _digest(pdir) != record.old:
             # edited by hand since the kill: the person's files win, the journal goes
             _say(out, f"{pdir} changed since an interrupted write; dropping {jdir.name}")
             shutil.rmtree(jdir, ignore_errors=True)

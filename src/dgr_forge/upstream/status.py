@@ -6,7 +6,7 @@ in progress. Read-only: takes no lock, changes nothing in the work tree.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from msgspec import UNSET, Struct, UnsetType, field
 
@@ -28,6 +28,9 @@ from dgr_forge.upstream.workspace import (
     connected,
     pin_tree,
 )
+
+if TYPE_CHECKING:
+    from dgr_forge.upstream.rebase.state import RebaseState
 
 # `fetch` and `replay` are imported where a workspace needs them: a no-op status (the
 # series applied, no replay) does without them.
@@ -259,16 +262,22 @@ def series_status(
     )
 
 
+def _rebase_state(forge: Forge) -> RebaseState | None:
+    """The rebase's state file, read by the rebase's own parser (imported only now: the
+    rebase package costs a no-op `status` about 25 ms); None: none, or unreadable."""
+    from dgr_forge.upstream.rebase.state import load_rebase_state
+
+    try:
+        return load_rebase_state(forge)
+    except BadInput:
+        return None
+
+
 def _rebase_states(forge: Forge) -> list[PatchState] | None:
     """Per patch from the rebase's state file (read by the rebase's own parser): replayed
     (with its outcome so far), conflict (the files), pending; the same count as the
     progress line."""
-    from dgr_forge.upstream.rebase.state import load_rebase_state
-
-    try:
-        state = load_rebase_state(forge)
-    except BadInput:
-        return None
+    state = _rebase_state(forge)
     if state is None:
         return None
     stopped = state.phase == "conflict" or state.conflict is not None
@@ -302,16 +311,9 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     path = forge.rebase_state
     if not path.exists():
         return None
-    # (imported only now: the rebase package costs a no-op `status` about 25 ms)
-    from dgr_forge.upstream.rebase.state import load_rebase_state
-
-    info = RebaseProgress(state=str(path))
-    try:
-        state = load_rebase_state(forge)
-    except BadInput:
-        return info
+    state = _rebase_state(forge)
     if state is None:
-        return info
+        return RebaseProgress(state=str(path))
     steps, nxt = state.patches, state.next
     stopped = state.conflict is not None or state.phase == "conflict"
     return RebaseProgress(

@@ -309,10 +309,6 @@ def declarations(text: str) -> dict[str, str]:
     return {name: "\n".join(sorted(texts)) for name, texts in found.items()}
 
 
-def declared_names(text: str) -> set[str]:
-    return set(declarations(text))
-
-
 # ----------------------------------------------------------------------------- demangled names
 
 

@@ -13,7 +13,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from msgspec import Struct
 
@@ -22,6 +22,9 @@ from dgr_forge.core.errors import Details, OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text, shown
 from dgr_forge.upstream.workspace import remove_partial_objects
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 # where the full-fetch fallback keeps the upstream's branches and tags
 UPSTREAM_REFS = ("+refs/heads/*:refs/dgr/upstream/heads/*", "+refs/tags/*:refs/dgr/upstream/tags/*")
@@ -208,7 +211,7 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun
     # network calls keep the user's git config: credentials, proxies, insteadOf mirrors
     env = gitutil.base_env(isolated=False)
     kept: list[str] = []
-    tasks: dict[str, Any] = {}
+    tasks: dict[str, TaskID | str] = {}  # per phase its progress; "size": the amount
     started = time.monotonic()
     with out.progress(transfer=False) as sink:
 
@@ -220,13 +223,15 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun
         # a failed transfer leaves its partial pack behind (megabytes): never reused
         remove_partial_objects(src / ".git")
     if rc == 0 and tasks:
-        size = tasks.get("size")
+        size = str(tasks.get("size", ""))
         amount = f"{size.split(' |')[0]} " if size else ""
         out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
     return _FetchRun(rc, "\n".join(kept[-50:]))
 
 
-def _progress_line(line: str, sink: ProgressSink, tasks: dict[str, Any], kept: list[str]) -> None:
+def _progress_line(
+    line: str, sink: ProgressSink, tasks: dict[str, TaskID | str], kept: list[str]
+) -> None:
     if not line:
         return
     match = _PROGRESS.match(line)

@@ -13,9 +13,10 @@ a missing or unreadable cache is recomputed, never an error.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
 from pathlib import Path
+
+import msgspec
 
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.gitutil import HEX40
@@ -23,6 +24,13 @@ from dgr_forge.core.gitutil import HEX40
 CACHE_FILE = "dgr/trees.json"
 SCHEMA = 1
 MAX_BYTES = 16 << 20  # 100,000 patches' entries fit in a tenth of it
+
+
+class _Cache(msgspec.Struct):
+    """What `.git/dgr/trees.json` holds: key (`keys`) -> the tree after that patch."""
+
+    schema: int
+    trees: dict[str, str]
 
 
 def _path(src: Path) -> Path:
@@ -44,17 +52,11 @@ def lookup(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None]:
     try:
         if _path(src).stat().st_size > MAX_BYTES:
             raise ValueError("not this cache")  # a series never needs this much: recompute
-        data = json.loads(_path(src).read_text(encoding="utf-8"))
-        trees = data["trees"] if data.get("schema") == SCHEMA else {}
-    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        cache = msgspec.json.decode(_path(src).read_bytes(), type=_Cache)
+        trees = cache.trees if cache.schema == SCHEMA else {}
+    except (OSError, ValueError):  # msgspec's DecodeError is one
         trees = {}
-    if not isinstance(trees, dict):
-        trees = {}
-    found: list[str | None] = []
-    for key in keys(pin, datas):
-        tree = trees.get(key)
-        found.append(tree if isinstance(tree, str) and HEX40.fullmatch(tree) else None)
-    return found
+    return [t if HEX40.fullmatch(t := trees.get(key, "")) else None for key in keys(pin, datas)]
 
 
 def store(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
@@ -71,6 +73,7 @@ def store(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | Non
     path = _path(src)
     try:
         path.parent.mkdir(exist_ok=True)
-        atomic_write_text(path, json.dumps({"schema": SCHEMA, "trees": entries}, indent=1) + "\n")
+        text = msgspec.json.format(msgspec.json.encode(_Cache(SCHEMA, entries)), indent=1)
+        atomic_write_text(path, text.decode() + "\n")
     except OSError:
         pass  # a cache: a read-only workspace computes the trees again next time

@@ -9,15 +9,15 @@ forge's identity, the pin ref, the markers of git operations in progress.
 
 It also owns the clean-up of what a killed git leaves behind (lock files, temporary
 packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
-(Scratch directories are `scratch.py`'s.)
+(Scratch directories are `series_journal`'s.)
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
+import msgspec
 from msgspec import Struct, field
 from msgspec.structs import replace
 
@@ -37,7 +37,6 @@ JOURNALS = (CHECKOUT_JOURNAL, PATCH_JOURNAL, FETCH_JOURNAL)
 REPLAY_STATE = "dgr-replay.json"
 # the person's commits from before a replay, kept reachable until it is done or undone
 REPLAY_REF = "refs/dgr/replay-orig"
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # read-only git calls must not take index.lock (status would otherwise refresh the index)
 READ_ONLY_ENV = {"GIT_OPTIONAL_LOCKS": "0"}
 FORGE_EMAIL = gitutil.FORGE_IDENTITY["GIT_COMMITTER_EMAIL"]
@@ -80,7 +79,6 @@ class Workspace(Struct):
     series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
     base: str | None = None  # the commit under them
     local_commits: list[str] = field(default_factory=list)  # a person's commits on top
-    walked_all: bool = False  # the chain reaches the root (nothing beyond it)
 
     @property
     def has_local_edits(self) -> bool:
@@ -169,15 +167,18 @@ def refuse_during_rebase(forge: Forge, *, replay: bool = True) -> None:
         refuse_during_replay(forge)
 
 
+class _Stopped(Struct):
+    stopped_at: object = None  # a replay's state, read no further (`local_replay`'s)
+
+
 def refuse_during_replay(forge: Forge) -> None:
     """A workspace stopped in a `patch` replay (a person's commit conflicts with the new
     series) belongs to it until `patch --continue` or `--abort`."""
     for state in forge.workspace.glob(f"src/*/.git/{REPLAY_STATE}"):
-        try:
-            data = json.loads(state.read_text(encoding="utf-8"))
-            stopped = data.get("stopped_at") is not None  # a killed one: `patch` redoes it
-        except (OSError, ValueError, AttributeError):
-            stopped = False  # not a replay's: `patch` ignores it and writes its own
+        try:  # only whether it stopped (a killed one: `patch` redoes it)
+            stopped = msgspec.json.decode(state.read_bytes(), type=_Stopped).stopped_at is not None
+        except (OSError, ValueError):  # not a replay's: `patch` ignores it, writes its own
+            stopped = False
         if stopped:
             src = state.parent.parent
             raise NeedsHuman(
@@ -195,15 +196,9 @@ _XY = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "adde
 _XY["T"] = "type-changed"
 
 
-def read_changes(src: Path) -> tuple[str | None, list[LocalChange], list[str]]:
-    """HEAD, local changes and their "XY path" lines, in one git call (porcelain v2 -z)."""
-    head, changes, lines, _ignored = read_status(src)
-    return head, changes, lines
-
-
 def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], list[str]]:
-    """`read_changes`, and the ignored files git sees (paths: `status` shows them, `build`
-    refuses them), from the same walk of the tree."""
+    """HEAD, local changes, their "XY path" lines and the ignored files git sees (paths:
+    `status` shows them, `build` refuses them), in one git call (porcelain v2 -z)."""
     proc = gitutil.git(
         src,
         "status",
@@ -312,7 +307,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    ws.walked_all = len(chain) < limit
     head = ws.head
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:

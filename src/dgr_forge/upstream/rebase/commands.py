@@ -227,7 +227,8 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
         out_.warn("cleaning up: " + "; ".join(stale))
     fault.point("rebase.abort")
     clear_leftovers(src, out_, index_lock=True)
-    saved = series_base.save_edits(forge, src, "rebase-abort")  # reset --hard loses nothing
+    by = "dgr-forge rebase --abort"  # its reset --hard loses nothing
+    saved = series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)
     if saved is not None:
         out_.warn(
             f"what you changed during the stop is saved in {saved} "
