@@ -227,6 +227,8 @@ def _figures(figures: dict[str, Any]) -> str:
                     parts.append(f"{step}: {what} {f[key]:.1f} t/s")
         elif kind == "ctest":
             parts.append(f"{step}: {f['passed']}/{f['tests']} tests")
+        elif kind == "parity":
+            parts.append(f"{step}: PPL {f['ppl']} (pin {f['reference_ppl']})")
     return ", ".join(parts)
 
 
