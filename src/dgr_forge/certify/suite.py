@@ -174,6 +174,8 @@ def _text(shown: str, raw: StepShape, where: str) -> str | None:
         if uses:
             raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
         return None
+    if len(raw.text) > MAX_ARG // 4:
+        raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
     if not TEXT_PATH.fullmatch(raw.text):
         raise fail(
             shown,

@@ -226,10 +226,7 @@ class StepShape(Shape):
     ) = None
     min_avg_ts: Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
-    text: (
-        Annotated[str, about("a file of the forge root the step reads (`{text}`)", max_length=200)]
-        | None
-    ) = None
+    text: Annotated[str, about("a file of the forge root the step reads (`{text}`)")] | None = None
     reference: (
         Annotated[Literal["pin"], about("what a `parity` step compares with: the pin's build")]
         | None
