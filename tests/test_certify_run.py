@@ -300,6 +300,16 @@ def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Buil
     finally:
         pin.write_text(pinned)
     assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
+    # the parity step's text is bound by its sha256: another text lapses the record
+    parity_text = plain.root / "recipes" / "parity.txt"
+    kept = parity_text.read_bytes()
+    parity_text.write_bytes(kept + b"more\n")
+    try:
+        cpu = plain.forge("lanes").json["lanes"][0]
+        assert "lapsed: the step parity's text changed" in cpu["certification"]["reason"], cpu
+    finally:
+        parity_text.write_bytes(kept)
+    assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
 
 
 def test_an_attested_certification_is_recorded_but_never_advertised(plain: Built) -> None:

@@ -1,4 +1,5 @@
-"""The test upstream's own `test-backend-ops` and `llama-bench` (issue 30 #9).
+"""The test upstream's own `test-backend-ops`, `llama-bench` and `llama-perplexity`
+(issue 30 #9, issue 43).
 
 One upstream commit on top of the llama-like upstream (`llamalike`) adds what the
 certification suite runs, written here for the tests, printing exactly the output
@@ -17,7 +18,12 @@ formats of llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console) and
   checked, the size reported), times R repetitions of a prompt test (pp N) and a generation
   test (tg N) and prints tokens per second. A patch that sleeps per token (`SLOW_DECODE`)
   puts the speed under any useful gate; a patch that prints a line before the JSON
-  (`NOISY_BENCH`) makes the output unparseable.
+  (`NOISY_BENCH`) makes the output unparseable. Its `model_size` is the tensors' bytes of
+  every split (`llama_model_size`); `WRONG_SIZE` adds the header's.
+* `tools/perplexity/perplexity.cpp` (the demo's, `dgr_forge.demo.programs`):
+  `llama-perplexity -m FILE -f TEXT [-c N] [--chunks N]`, its `Final estimate: PPL = …`
+  on stderr, the logits from `ggml_test_logit` in the shared ggml code: `SHIFT_LOGITS`
+  moves the figure and no op case.
 
 The speeds are measured, not printed constants: unpatched, a token costs microseconds
 (hundreds of thousands of tokens per second); slowed, 5 ms (at most 200 t/s). A gate of
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+
+from dgr_forge.demo import programs as demo_programs
 
 from .git import Upstream
 from .llamalike import FILES as LLAMALIKE_FILES
@@ -270,8 +278,8 @@ LLAMA_BENCH = textwrap.dedent(
     #include <string>
     #include <vector>
 
+    #include "gguf-size.h"
     #include "llama-test-decode.h"
-    #include "llama-test-gguf.h"
 
     extern int LLAMA_BUILD_NUMBER;
     extern char const * LLAMA_COMMIT;
@@ -355,7 +363,7 @@ LLAMA_BENCH = textwrap.dedent(
         }
         fclose(f);
         // as llama_model_size(): the tensors' bytes of every split, not the files' sizes
-        const long long model_size = llama_test_model_size(model);
+        const long long model_size = llama_model_bytes(model);
         const std::string model_type = "llama ?B all F32";
 
         std::vector<result> results;
@@ -437,199 +445,12 @@ LLAMA_BENCH = textwrap.dedent(
     """
 ).lstrip()
 
-GGUF_H = textwrap.dedent(
-    r"""
-    // the test upstream's GGUF reading: the tensors' data in bytes of a (split) model, as
-    // llama_model_size() reports it (ggml_nbytes of each tensor; F32 and F16 here)
-    #pragma once
-    #include <cstdint>
-    #include <cstdio>
-    #include <cstring>
-    #include <string>
-
-    static bool gguf_read(FILE * f, void * p, size_t n) { return fread(p, 1, n, f) == n; }
-
-    static bool gguf_skip_value(FILE * f, uint32_t type, uint64_t * out) {
-        static const int sizes[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-        if (type == 8) {
-            uint64_t n;
-            return gguf_read(f, &n, 8) && fseek(f, (long) n, SEEK_CUR) == 0;
-        }
-        if (type == 9) {
-            uint32_t item;
-            uint64_t n;
-            if (!gguf_read(f, &item, 4) || !gguf_read(f, &n, 8)) { return false; }
-            for (uint64_t i = 0; i < n; i++) {
-                if (!gguf_skip_value(f, item, nullptr)) { return false; }
-            }
-            return true;
-        }
-        if (type > 12) { return false; }
-        uint64_t v = 0;
-        if (!gguf_read(f, &v, sizes[type])) { return false; }
-        if (out) { *out = v; }
-        return true;
-    }
-
-    // one file's tensor bytes; `split_count` set from its split.count (1 without one)
-    static long long gguf_tensor_bytes(const char * path, int * split_count) {
-        FILE * f = fopen(path, "rb");
-        if (f == nullptr) { return -1; }
-        char magic[4];
-        uint32_t version;
-        uint64_t n_tensors, n_kv;
-        long long total = -1;
-        *split_count = 1;
-        if (gguf_read(f, magic, 4) && memcmp(magic, "GGUF", 4) == 0 && gguf_read(f, &version, 4)
-            && gguf_read(f, &n_tensors, 8) && gguf_read(f, &n_kv, 8)) {
-            bool ok = true;
-            for (uint64_t i = 0; ok && i < n_kv; i++) {
-                uint64_t len;
-                uint32_t type;
-                std::string key;
-                ok = gguf_read(f, &len, 8) && len < 65536;
-                if (ok) {
-                    key.resize(len);
-                    ok = gguf_read(f, &key[0], len) && gguf_read(f, &type, 4);
-                }
-                uint64_t v = 0;
-                ok = ok && gguf_skip_value(f, type, &v);
-                if (ok && key == "split.count") { *split_count = (int) v; }
-            }
-            total = 0;
-            for (uint64_t i = 0; ok && i < n_tensors; i++) {
-                uint64_t len, offset, elems = 1;
-                uint32_t n_dims, type;
-                ok = gguf_read(f, &len, 8) && fseek(f, (long) len, SEEK_CUR) == 0
-                     && gguf_read(f, &n_dims, 4) && n_dims <= 4;
-                for (uint32_t d = 0; ok && d < n_dims; d++) {
-                    uint64_t ne;
-                    ok = gguf_read(f, &ne, 8);
-                    elems *= ne;
-                }
-                ok = ok && gguf_read(f, &type, 4) && gguf_read(f, &offset, 8) && type <= 1;
-                total += (long long) elems * (type == 0 ? 4 : 2);
-            }
-            if (!ok) { total = -1; }
-        }
-        fclose(f);
-        return total;
-    }
-
-    // the whole model: `path` and, when it is part 1 of a split, every other part
-    static long long llama_test_model_size(const char * path) {
-        int count = 1;
-        long long total = gguf_tensor_bytes(path, &count);
-        const std::string p(path);
-        const size_t at = p.rfind("-00001-of-");
-        for (int k = 2; total >= 0 && k <= count && at != std::string::npos; k++) {
-            char part[16];
-            snprintf(part, sizeof part, "-%05d-of-", k);
-            int ignored;
-            const std::string other = p.substr(0, at) + part + p.substr(at + 10);
-            const long long more = gguf_tensor_bytes(other.c_str(), &ignored);
-            total = more < 0 ? -1 : total + more;
-        }
-        return total;
-    }
-    """
-).lstrip()
-
-LLAMA_PERPLEXITY = textwrap.dedent(
-    r"""
-    // llama-perplexity for the test upstream: llama.cpp's lines (tools/perplexity), the
-    // figure from the shared ggml code's logits (ggml_test_logit), one byte a token
-    #include <algorithm>
-    #include <cmath>
-    #include <cstdio>
-    #include <cstdlib>
-    #include <cstring>
-    #include <string>
-    #include <vector>
-
-    #include "ggml-test-ops.h"
-    #include "llama-test-gguf.h"
-
-    int main(int argc, char ** argv) {
-        const char * model = "models/7B/ggml-model-f16.gguf";
-        const char * file = nullptr;
-        int n_ctx = 512, n_chunks = -1, n_threads = 4;
-        for (int i = 1; i < argc; i++) {
-            const bool more = i + 1 < argc;
-            if (strcmp(argv[i], "-m") == 0 && more) { model = argv[++i]; }
-            else if (strcmp(argv[i], "-f") == 0 && more) { file = argv[++i]; }
-            else if (strcmp(argv[i], "-c") == 0 && more) { n_ctx = atoi(argv[++i]); }
-            else if (strcmp(argv[i], "-b") == 0 && more) { ++i; }
-            else if (strcmp(argv[i], "--chunks") == 0 && more) { n_chunks = atoi(argv[++i]); }
-            else if (strcmp(argv[i], "-t") == 0 && more) { n_threads = atoi(argv[++i]); }
-            else {
-                fprintf(stderr, "error: invalid argument: %s\n", argv[i]);
-                return 1;
-            }
-        }
-        if (llama_test_model_size(model) < 0) {
-            fprintf(stderr, "main: error: unable to load model\n");
-            return 1;
-        }
-        std::string text;
-        FILE * f = file ? fopen(file, "rb") : nullptr;
-        if (f == nullptr) {
-            fprintf(stderr, "error: failed to open file '%s'\n", file ? file : "");
-            return 1;
-        }
-        char buf[4096];
-        size_t got;
-        while ((got = fread(buf, 1, sizeof buf, f)) > 0) { text.append(buf, got); }
-        fclose(f);
-        fprintf(stderr, "system_info: n_threads = %d\n", n_threads);
-        fprintf(stderr, "perplexity: tokenizing the input ..\n");
-        const std::vector<int> tokens(text.begin(), text.end());
-        if ((int) tokens.size() < 2 * n_ctx) {
-            fprintf(stderr, "perplexity: you need at least %d tokens to evaluate perplexity "
-                    "with a context of %d\n", 2 * n_ctx, n_ctx);
-            fprintf(stderr, "perplexity: the data file you provided tokenizes to only %zu tokens\n",
-                    tokens.size());
-            return 1;
-        }
-        const int max_chunks = (int) tokens.size() / n_ctx;
-        const int chunks = n_chunks < 0 ? max_chunks : std::min(n_chunks, max_chunks);
-        fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, "
-                "batch_size=%d, n_seq=1\n", chunks, n_ctx, n_ctx);
-        double nll = 0.0, nll2 = 0.0;
-        int count = 0;
-        const int first = n_ctx / 2;
-        for (int c = 0; c < chunks; c++) {
-            const int start = c * n_ctx;
-            for (int i = first; i < n_ctx - 1; i++) {
-                const int prev = tokens[start + i] & 0xff, next = tokens[start + i + 1] & 0xff;
-                double top = -1e30, sum = 0.0;
-                for (int v = 0; v < 256; v++) {
-                    top = std::max(top, (double) ggml_test_logit(prev, v));
-                }
-                for (int v = 0; v < 256; v++) { sum += std::exp(ggml_test_logit(prev, v) - top); }
-                const double lp = ggml_test_logit(prev, next) - top - std::log(sum);
-                nll += -lp;
-                nll2 += lp * lp;
-            }
-            count += n_ctx - first - 1;
-            printf("[%d]%.4lf,", c + 1, std::exp(nll / count));
-            fflush(stdout);
-        }
-        printf("\n");
-        nll2 /= count;
-        nll /= count;
-        const double ppl = exp(nll);
-        nll2 -= nll * nll;
-        if (nll2 > 0) {
-            nll2 = sqrt(nll2 / (count - 1));
-            fprintf(stderr, "Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, nll2 * ppl);
-        } else {
-            fprintf(stderr, "Unexpected negative standard deviation of log(prob)\n");
-        }
-        return 0;
-    }
-    """
-).lstrip()
+# the demo's: a split GGUF's tensor bytes (llama_model_size), and llama-perplexity on the
+# logits of the shared ggml code (here ggml_test_logit)
+GGUF_SIZE_H = demo_programs.GGUF_SIZE_H
+LLAMA_PERPLEXITY = demo_programs.LLAMA_PERPLEXITY.replace(
+    '#include "ggml-ops.h"', '#include "ggml-test-ops.h"'
+).replace("ggml_logit(", "ggml_test_logit(")
 
 
 def _edit(text: str, old: str, new: str) -> str:
@@ -646,7 +467,7 @@ FILES: dict[str, str] = {
     "src/llama-test-decode.cpp": DECODE_CPP,
     "tests/test-backend-ops.cpp": TEST_BACKEND_OPS,
     "tools/llama-bench/llama-bench.cpp": LLAMA_BENCH,
-    "include/llama-test-gguf.h": GGUF_H,
+    "include/gguf-size.h": GGUF_SIZE_H,
     "tools/perplexity/perplexity.cpp": LLAMA_PERPLEXITY,
     # the programs as llama.cpp builds them: test-backend-ops with LLAMA_BUILD_TESTS,
     # llama-bench with the tools
@@ -710,8 +531,8 @@ WRONG_SIZE = Edit(
     {
         "tools/llama-bench/llama-bench.cpp": lambda text: _edit(
             text,
-            "const long long model_size = llama_test_model_size(model);",
-            "const long long model_size = llama_test_model_size(model) + 7808;",
+            "const long long model_size = llama_model_bytes(model);",
+            "const long long model_size = llama_model_bytes(model) + 7808;",
         )
     },
     "llama-bench: count the header in model_size",
