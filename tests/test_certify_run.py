@@ -260,6 +260,7 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     ops_line = f"ops: {ops['figures']['ops_passed']}/{ops['figures']['ops_total']} ops"
     assert ops_line in human.stdout, human.stdout
     assert f"speed: tg {speed['figures']['gen_ts']:.1f} t/s" in human.stdout, human.stdout
+    assert f"parity: PPL {figures['ppl']} (pin {figures['reference_ppl']})" in human.stdout
 
 
 def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Built) -> None:

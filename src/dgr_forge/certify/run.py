@@ -316,7 +316,7 @@ def _compare(
     the reference program bound by sha256, judged again."""
     figures, problems = _read(result.step, pin)
     problems = [f"the pin's build: {p}" for p in problems]
-    if pin[0].returncode != 0 and not pin[0].timed_out:
+    if pin[0].returncode not in (0, None):
         problems.append(f"the pin's build: exit code {pin[0].returncode}")
     mine = result.figures if isinstance(result.figures, ParityFigures) else None
     ref = figures.figures if figures is not None else None
