@@ -534,6 +534,29 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     assert steps[1]["figures"]["gen_ts"] < 250
 
 
+def test_the_pins_build_is_kept_while_its_tree_is_the_pins(plain: Built) -> None:
+    """The parity reference is configured once per tree and arguments (a `--fresh`
+    configure would drop its objects): a second run is a Ninja no-op; a file changed in
+    the exported tree has it exported afresh, configured and built again."""
+    logs = plain.root / ".dgr" / "logs"
+
+    def pin_log() -> str:
+        return max(logs.glob("build-cpu-pin-*.log")).read_text()
+
+    assert plain.certify("--model", "tiny").code == 0
+    for p in plain.written():
+        p.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    again = pin_log()
+    assert "ninja: no work to do." in again and "cmake" not in again.split("\n", 1)[0], again
+    lists = plain.root / ".dgr" / "tmp" / "certify-cpu" / "pin" / "src" / "CMakeLists.txt"
+    lists.write_text(lists.read_text() + "# edited\n")
+    for p in plain.written():
+        p.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    assert "# edited" not in lists.read_text() and "--fresh" in pin_log()
+
+
 @pytest.fixture(scope="module")
 def shifted(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
     return _build(tmp_path_factory.mktemp("shifted"), upstream, [SHIFT_LOGITS, WRONG_SIZE])

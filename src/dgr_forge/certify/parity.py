@@ -14,6 +14,7 @@ runs, naming that log.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -25,7 +26,7 @@ from dgr_forge.certify.suite import Suite
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe
@@ -36,23 +37,27 @@ from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
+def _read(stamp: Path) -> str | None:
+    try:
+        return stamp.read_text()
+    except OSError:
+        return None
+
+
 def pin_tree(forge: Forge, m: UpstreamManifest, top: Path) -> Path:
-    """The pin's tree in `top/src`: kept when git finds every file the pin's, nothing
-    added (ignored files too); else exported afresh."""
+    """The pin's tree in `top/src`: kept when git finds every file the pin's (against the
+    scratch index of its export), nothing added (ignored files too); else exported afresh."""
     src, stamp, repo = top / "src", top / "commit", forge.src_dir(m.name)
     env = {"GIT_INDEX_FILE": str(top / "index"), "GIT_WORK_TREE": str(src)}
-    try:
-        kept = stamp.read_text() == m.commit and src.is_dir()
-    except OSError:
-        kept = False
-    if kept:
-        status = gitutil.git(
-            repo, "status", "--porcelain", "--untracked-files=all", "--ignored", env=env,
-            check=False,
-        )  # fmt: skip
-        kept = status.returncode == 0 and not status.stdout.strip()
+    kept = _read(stamp) == m.commit and src.is_dir()
+    if kept:  # every file the index's (the pin's), nothing else there, ignored or not
+        gitutil.git(repo, "update-index", "-q", "--refresh", env=env, check=False)
+        same = gitutil.git(repo, "diff-files", "--quiet", env=env, check=False)
+        others = gitutil.git(repo, "ls-files", "--others", "-z", env=env, check=False)
+        kept = same.returncode == 0 and others.returncode == 0 and not others.stdout
     if not kept:
         stamp.unlink(missing_ok=True)
+        (top / "configured").unlink(missing_ok=True)
         shutil.rmtree(src, ignore_errors=True)
         src.mkdir(parents=True)
         gitutil.git(repo, "read-tree", "--end-of-options", m.commit, env=env)
@@ -99,7 +104,15 @@ def references(
         log_path.open("w", encoding="utf-8") as log,
         cache_session.open_cache_session(cache, os.environ, out),
     ):
-        ran = steps.configure([plan.cmake, *args], plan.build_dir, log, env)
+        # configured once per tree and arguments (a `--fresh` configure drops the objects)
+        done = top / "configured"
+        digest = sha256_bytes(json.dumps([plan.cmake, *args, env["SOURCE_DATE_EPOCH"]]).encode())
+        ran = steps.Ran(0, [], 0.0)
+        if not (plan.build_dir / "build.ninja").is_file() or _read(done) != digest:
+            done.unlink(missing_ok=True)
+            ran = steps.configure([plan.cmake, *args], plan.build_dir, log, env)
+            if ran.code == 0:
+                done.write_text(digest)
         if ran.code == 0:
             ran = steps.compile_lane(plan, out, None, log, env, targets=targets)
     if ran.code != 0:
