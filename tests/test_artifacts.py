@@ -711,3 +711,35 @@ def test_each_verdict_is_on_stdout_through_a_pipe(tmp_path: Path, source: Path) 
     assert bad.code == 1, bad
     assert f"tiny: FAILED verification: 1 of 3 files ({NAMES[1]})" in bad.stdout
     assert "error:" not in bad.stdout and f"{NAMES[1]}: wrong sha256" in bad.stderr
+
+
+def test_the_tensor_data_bytes_are_llama_benchs_model_size(tmp_path: Path) -> None:
+    """Issue 43 #3: a header's `data_bytes` is ggml_nbytes summed over its tensors (what
+    llama_model_size reports), a quantized row by its blocks; the file is larger (header,
+    metadata, alignment). A type the forge does not know makes it unknown (None)."""
+    import gguf
+    import numpy as np
+    from gguf.constants import GGML_QUANT_SIZES
+    from gguf.constants import GGMLQuantizationType as T
+
+    for type_id, block in gguf_split.GGML_BLOCKS.items():  # ggml's own sizes, every one
+        assert GGML_QUANT_SIZES[T(type_id)] == block, T(type_id).name
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(path, arch="llama")
+    w.add_string("tokenizer.ggml.model", "gpt2")
+    w.add_tensor("f32", np.ones((3, 64), dtype=np.float32))
+    w.add_tensor("f16", np.ones((5, 32), dtype=np.float16))
+    w.add_tensor("q8", np.zeros((2, 34 * 4), dtype=np.uint8), raw_dtype=T.Q8_0)
+    w.add_tensor("q4k", np.zeros((1, 144), dtype=np.uint8), raw_dtype=T.Q4_K)
+    for write in (w.write_header_to_file, w.write_kv_data_to_file, w.write_tensors_to_file):
+        write()
+    w.close()
+    want = 3 * 64 * 4 + 5 * 32 * 2 + 2 * 4 * 34 + 144
+    assert gguf_split.read_header(path).data_bytes == want < path.stat().st_size
+    # the Q4_K tensor's type id (12) rewritten to one ggml has not (200): unknown
+    data = bytearray(path.read_bytes())
+    at = data.index(b"q4k") + 3 + 4 + 2 * 8  # name, n_dims, two dimensions
+    assert int.from_bytes(data[at : at + 4], "little") == 12
+    data[at : at + 4] = (200).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert gguf_split.read_header(path).data_bytes is None

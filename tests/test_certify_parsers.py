@@ -313,3 +313,70 @@ def test_ctest_names_its_failing_tests_with_their_message() -> None:
         problem
         == "2 test(s) failed (max_failed = 0): test-tokenizer-0 Failed; test-sampling SEGFAULT"
     )
+
+
+def test_llama_bench_model_size_must_be_the_verified_models_tensor_bytes() -> None:
+    """Issue 43 #3: llama-bench's model_size is ggml_nbytes of every tensor (less than the
+    files: no header); each test must report the verified model's exactly."""
+    f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
+    gate = Thresholds(min_prompt_ts=50.0)
+    assert judge(f, gate, 1234567).passed
+    v = judge(f, gate, 461568)
+    assert v.problems == (
+        "llama-bench reports model_size 1234567 bytes, the verified model's tensor data is "
+        "461568 bytes: not the model certified",
+    )
+    unknown = judge(f, gate, "m.gguf: a tensor type the forge does not know")
+    assert unknown.problems == (
+        "model_size cannot be checked: m.gguf: a tensor type the forge does not know",
+    )
+
+
+# llama-perplexity's lines, as tools/perplexity/perplexity.cpp prints them at the pin
+PERPLEXITY_OUT = b"[1]579.9722,[2]489.8804,\n"
+PERPLEXITY_ERR = (
+    b"perplexity: tokenizing the input ..\n"
+    b"perplexity: calculating perplexity over 2 chunks, n_ctx=128, batch_size=128, n_seq=1\n"
+    b"Final estimate: PPL = 266.1472 +/- 12.34567\n"
+)
+
+
+def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
+    for data in (PERPLEXITY_OUT + b"\n" + PERPLEXITY_ERR, PERPLEXITY_ERR + PERPLEXITY_OUT):
+        f = parsers.parse_perplexity(data)
+        assert fig(f) == {
+            "parser": "parity", "ppl": 266.1472, "reference_ppl": None, "rel_diff": None,
+            "reference": None, "reference_log": None,
+        }  # fmt: skip
+    # the gate: the pin's figure, compared; none is never a pass
+    assert not judge(f, Thresholds(max_rel_diff=0.001)).passed
+    near = msgspec.structs.replace(f.figures, reference_ppl=266.2, rel_diff=0.0002)
+    assert judge(parsers.Figures(near), Thresholds(max_rel_diff=0.001)).passed
+    far = msgspec.structs.replace(f.figures, reference_ppl=300.0, rel_diff=0.1127)
+    v = judge(parsers.Figures(far), Thresholds(max_rel_diff=0.001))
+    assert v.problems == (
+        "PPL 266.1472 differs from the pin's 300.0000 by 0.113 (relative), over "
+        "max_rel_diff = 0.001",
+    )
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        b"",
+        PERPLEXITY_OUT,  # no final line: a crash, or too little text
+        PERPLEXITY_ERR + PERPLEXITY_ERR,  # two
+        PERPLEXITY_ERR.replace(b"266.1472", b"nan"),
+        PERPLEXITY_ERR.replace(b"266.1472", b"266.15"),  # not the pin's %.4lf
+        PERPLEXITY_ERR.replace(b"266.1472", b"-266.1472"),
+        PERPLEXITY_ERR.replace(b"266.1472", b"0.5000"),  # under 1: no perplexity
+        PERPLEXITY_ERR.replace(b"Final", b"final"),
+        PERPLEXITY_ERR.replace(b"+/- 12.34567", b"+/- 12.34567 extra"),
+        PERPLEXITY_ERR.replace(b"266.1472", b"9" * 20 + b".1472"),
+        PERPLEXITY_ERR + b"\0",
+        b"Unexpected negative standard deviation of log(prob)\n",
+    ],
+)
+def test_unreadable_perplexity_output(output: bytes) -> None:
+    with pytest.raises(Unreadable):
+        parsers.parse_perplexity(output)

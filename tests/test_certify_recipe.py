@@ -24,7 +24,7 @@ options = { LLAMA_BUILD_TESTS = "ON" }
 
 SUITE = """\
 [certify]
-targets = ["test-backend-ops", "llama-bench"]
+targets = ["llama-perplexity", "test-backend-ops", "llama-bench"]
 
 [[certify.steps]]
 name = "ops"
@@ -41,6 +41,15 @@ parser = "llama-bench"
 min_avg_ts = { prompt = 50.0, gen = 5 }
 by_model.tiny = { prompt = 2000.0, gen = 400.0 }
 timeout = 120
+
+[[certify.steps]]
+name = "parity"
+program = "llama-perplexity"
+args = ["-m", "{model}", "-f", "{text}"]
+text = "recipes/parity.txt"
+parser = "parity"
+reference = "pin"
+max_rel_diff = 0.001
 """
 
 
@@ -62,8 +71,11 @@ def refused(tmp_path: Path, text: str) -> BadInput:
 def test_the_suite_loads_as_data(tmp_path: Path) -> None:
     r = load(tmp_path, BASE + SUITE)
     assert r.certify is not None
-    assert r.certify.targets == ("test-backend-ops", "llama-bench")
-    ops, speed = r.certify.steps
+    assert r.certify.targets == ("llama-perplexity", "test-backend-ops", "llama-bench")
+    ops, speed, parity = r.certify.steps
+    assert (parity.text, parity.reference, parity.gate(None).max_rel_diff) == (
+        "recipes/parity.txt", "pin", 0.001,
+    )  # fmt: skip
     assert ops.args == ("test", "-b", "{device}", "-o", "ADD,MUL_MAT")
     assert ops.thresholds.max_failed == 0 and ops.timeout == 600
     assert speed.thresholds.min_prompt_ts == 50.0 and speed.thresholds.min_gen_ts == 5.0
@@ -132,6 +144,35 @@ def test_shell_metacharacters_are_just_bytes(tmp_path: Path) -> None:
         (("gen = 400.0", "gen = -1.0"), "certify.steps[1].by_model.tiny.gen", "not a speed"),
         (("gen = 400.0 }", "gen = 400.0, tg = 1.0 }"), "certify.steps[1].by_model.tiny.tg",
          "unknown key"),
+        # a parity step: its text a path inside the root, the pin its reference, its gate
+        (('"recipes/parity.txt"', '"../parity.txt"'), "certify.steps[2].text",
+         "not a path inside the forge root"),
+        (('"recipes/parity.txt"', '"recipes/../../x"'), "certify.steps[2].text",
+         "not a path inside the forge root"),
+        (('"recipes/parity.txt"', '"/etc/passwd"'), "certify.steps[2].text",
+         "not a path inside the forge root"),
+        (('"recipes/parity.txt"', '"-f"'), "certify.steps[2].text",
+         "not a path inside the forge root"),
+        (('"recipes/parity.txt"', '"recipes//x"'), "certify.steps[2].text",
+         "not a path inside the forge root"),
+        (('"recipes/parity.txt"', '"a\\u0000b"'), "certify.steps[2].text", "NUL"),
+        (('"recipes/parity.txt"', '"' + "x" * 300 + '"'), "certify.steps[2].text", "over 256"),
+        (('text = "recipes/parity.txt"\n', ""), "certify.steps[2].text",
+         "an argument has {text}"),
+        (('"-f", "{text}"', '"-f", "x"'), "certify.steps[2].text", "no argument reads it"),
+        (('reference = "pin"\n', ""), "certify.steps[2].reference", "missing"),
+        (('reference = "pin"', 'reference = "main"'), "certify.steps[2].reference", "pin"),
+        (("max_rel_diff = 0.001\n", ""), "certify.steps[2].max_rel_diff",
+         "never passes by default"),
+        (("max_rel_diff = 0.001", "max_rel_diff = -1.0"), "certify.steps[2].max_rel_diff",
+         "out of range"),
+        (("max_rel_diff = 0.001", "max_rel_diff = nan"), "certify.steps[2].max_rel_diff",
+         "out of range"),
+        (("max_rel_diff = 0.001", "max_failed = 0"), "certify.steps[2]", "max_rel_diff"),
+        (("max_failed = 0", "max_failed = 0\nreference = \"pin\""),
+         "certify.steps[0].reference", "not a test-backend-ops key"),
+        (("max_failed = 0", "max_failed = 0\nmax_rel_diff = 0.1"),
+         "certify.steps[0].max_rel_diff", "not a test-backend-ops figure"),
     ],
 )  # fmt: skip
 def test_hostile_suites_are_exit_2_naming_the_key(

@@ -24,7 +24,14 @@ import msgspec
 import pytest
 from support.cli import Result, run_forge
 from support.git import Upstream
-from support.llamaprogs import BREAK_MUL, NOISY_BENCH, SLOW_DECODE, make_llamaprogs_upstream
+from support.llamaprogs import (
+    BREAK_MUL,
+    NOISY_BENCH,
+    SHIFT_LOGITS,
+    SLOW_DECODE,
+    WRONG_SIZE,
+    make_llamaprogs_upstream,
+)
 from support.roots import REPO, Edit, make_root
 from support.server import flip_byte, write_split_gguf
 from test_json_schemas import validator
@@ -40,7 +47,7 @@ pytestmark = pytest.mark.slow
 # far above the slowed one (tests/support/llamaprogs)
 SUITE = """
 [certify]
-targets = ["test-backend-ops", "llama-bench"]
+targets = ["test-backend-ops", "llama-bench", "llama-perplexity"]
 
 [[certify.steps]]
 name = "ops"
@@ -57,6 +64,16 @@ args = ["-m", "{model}", "-t", "{threads}", "-p", "64", "-n", "16", "-r", "3", "
 parser = "llama-bench"
 min_avg_ts = { prompt = 1000.0, gen = 1000.0 }
 by_model.huge = { gen = 9000000.0 }
+timeout = 60
+
+[[certify.steps]]
+name = "parity"
+program = "llama-perplexity"
+args = ["-m", "{model}", "-f", "{text}", "-c", "128", "--chunks", "2", "-t", "{threads}"]
+text = "recipes/parity.txt"
+parser = "parity"
+reference = "pin"
+max_rel_diff = 0.001
 timeout = 60
 """
 
@@ -175,7 +192,8 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     assert r.code == 0, r
     valid(r, "certify")
     # each figure is typed by its parser: the same output with a key of another shape fails
-    assert [s["figures"]["parser"] for s in r.json["steps"]] == ["test-backend-ops", "llama-bench"]
+    parsers = [s["figures"]["parser"] for s in r.json["steps"]]
+    assert parsers == ["test-backend-ops", "llama-bench", "parity"]
     assert not_valid(r, "certify", ("steps", 0, "figures", "ops_failed"), "0")
     assert not_valid(r, "certify", ("steps", 1, "figures", "tests"), 2)
     assert not_valid(r, "certify", ("steps", 1, "figures", "parser"), "ctest")
@@ -188,7 +206,7 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     assert cls.startswith("cpu-")
     env = json.loads(path.read_text())
     body = json.loads(base64.b64decode(env["payload"]))
-    ops, speed = body["steps"]
+    ops, speed, parity = body["steps"]
     assert ops["verdict"] == "pass" and ops["figures"]["ops_failed"] == 0
     assert ops["figures"]["ops_passed"] == 10 and ops["figures"]["ops_unsupported"] == 2
     assert speed["figures"]["prompt_ts"] > 1000 and speed["figures"]["gen_ts"] > 1000
@@ -204,8 +222,21 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
         "tiny-00001-of-00002.gguf", "tiny-00002-of-00002.gguf",
     ]  # fmt: skip
     assert speed["args"][1].endswith("tiny-00001-of-00002.gguf")
+    # llama-bench's model_size is the verified model's tensor data (both splits' tensors)
+    assert body["model"]["tensor_bytes"] == 2 * 16 * 1024 * 4 == speed["figures"]["model_size"]
+    # whole-model parity: the pin's own build ran too; both programs and figures are bound
+    figures, ref = parity["figures"], parity["figures"]["reference"]
+    assert figures["ppl"] == figures["reference_ppl"] > 1 and figures["rel_diff"] == 0.0
+    assert subjects[parity["program"]["path"]] == parity["program"]["sha256"]
+    assert ref["target"] == "llama-perplexity" and ref["path"].startswith(".dgr/tmp/certify-cpu/")
+    assert sha256_file(plain.root / ref["path"]) == ref["sha256"]
+    assert parity["thresholds"] == {"max_rel_diff": 0.001}
+    assert parity["text_sha256"] == sha256_file(plain.root / "recipes" / "parity.txt")
+    pin_log = plain.root / figures["reference_log"]["path"]
+    assert sha256_file(pin_log) == figures["reference_log"]["sha256"]
+    assert "Final estimate: PPL = " in pin_log.read_text()
     # each step's full log is kept, named by its sha256
-    for step in (ops, speed):
+    for step in (ops, speed, parity):
         log = plain.root / step["log"]["path"]
         assert log.parent == plain.root / ".dgr" / "logs"
         assert sha256_file(log) == step["log"]["sha256"]
@@ -230,6 +261,7 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     ops_line = f"ops: {ops['figures']['ops_passed']}/{ops['figures']['ops_total']} ops"
     assert ops_line in human.stdout, human.stdout
     assert f"speed: tg {speed['figures']['gen_ts']:.1f} t/s" in human.stdout, human.stdout
+    assert f"parity: PPL {figures['ppl']} (pin {figures['reference_ppl']})" in human.stdout
 
 
 def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Built) -> None:
@@ -269,6 +301,16 @@ def test_a_changed_model_manifest_or_recipe_lapses_the_certification(plain: Buil
         assert plain.forge("lanes", "--advertised").json["entries"] == []
     finally:
         pin.write_text(pinned)
+    assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
+    # the parity step's text is bound by its sha256: another text lapses the record
+    parity_text = plain.root / "recipes" / "parity.txt"
+    kept = parity_text.read_bytes()
+    parity_text.write_bytes(kept + b"more\n")
+    try:
+        cpu = plain.forge("lanes").json["lanes"][0]
+        assert "lapsed: the step parity's text changed" in cpu["certification"]["reason"], cpu
+    finally:
+        parity_text.write_bytes(kept)
     assert plain.forge("lanes", "--advertised").json["advertised"] == ["cpu"]
 
 
@@ -479,7 +521,8 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     assert "2 op case(s) failed (max_failed = 0)" in err
     # named in the pin's own line form: the case, then what the compare found
     assert "MUL(type=f32,ne=[10,5,4,3]) [MUL] ERR = " in err
-    (ops_step, _) = r.json["steps"]
+    (ops_step, _, parity) = r.json["steps"]
+    assert parity["verdict"] == "pass"  # MUL and the decode loop: not the shared logits
     assert [(c["name"], c["params"]) for c in ops_step["failed_cases"]] == [
         ("MUL", "type=f32,ne=[10,5,4,3]"), ("MUL", "type=f32,ne=[16,1,1,1]"),
     ]  # fmt: skip
@@ -490,6 +533,92 @@ def test_a_failing_op_case_and_a_speed_under_the_gate_are_named(broken: Built) -
     steps: list[dict[str, Any]] = r.json["steps"]
     assert steps[0]["figures"]["ops_failed"] == 2 and steps[0]["exit_code"] == 1
     assert steps[1]["figures"]["gen_ts"] < 250
+
+
+def test_the_pins_build_is_kept_while_its_tree_is_the_pins(plain: Built) -> None:
+    """The parity reference is configured once per tree and arguments (a `--fresh`
+    configure would drop its objects): a second run is a Ninja no-op; a file changed in
+    the exported tree has it exported afresh, configured and built again."""
+    logs = plain.root / ".dgr" / "logs"
+
+    def pin_log() -> str:
+        return max(logs.glob("build-cpu-pin-*.log")).read_text()
+
+    assert plain.certify("--model", "tiny").code == 0
+    for p in plain.written():
+        p.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    again = pin_log()
+    assert "ninja: no work to do." in again and "cmake" not in again.split("\n", 1)[0], again
+    lists = plain.root / ".dgr" / "tmp" / "certify-cpu" / "pin" / "src" / "CMakeLists.txt"
+    lists.write_text(lists.read_text() + "# edited\n")
+    for p in plain.written():
+        p.unlink()
+    assert plain.certify("--model", "tiny").code == 0
+    assert "# edited" not in lists.read_text() and "--fresh" in pin_log()
+
+
+@pytest.fixture(scope="module")
+def shifted(tmp_path_factory: pytest.TempPathFactory, upstream: Upstream) -> Built:
+    return _build(tmp_path_factory.mktemp("shifted"), upstream, [SHIFT_LOGITS, WRONG_SIZE])
+
+
+def test_a_patch_to_shared_numerics_fails_parity_and_a_wrong_model_size_fails(
+    shifted: Built,
+) -> None:
+    """Issue 43 #2b, #3: the series changes the logits code both op paths share (the ops
+    step cannot see it) and makes llama-bench count the header in model_size: parity names
+    both figures and the tolerance, the speed step both sizes; nothing written."""
+    r = shifted.certify("--model", "tiny")
+    assert r.code == ExitCode.FAILED, r
+    valid(r, "certify")
+    assert r.json["failed_steps"] == ["speed", "parity"], r.json
+    ops, speed, parity = r.json["steps"]
+    assert ops["verdict"] == "pass"
+    f = parity["figures"]
+    assert f["ppl"] != f["reference_ppl"] and f["rel_diff"] > 0.001
+    said = (
+        f"PPL {f['ppl']:.4f} differs from the pin's {f['reference_ppl']:.4f} by "
+        f"{f['rel_diff']:.3g} (relative), over max_rel_diff = 0.001"
+    )
+    wrong = (
+        "llama-bench reports model_size 138880 bytes, the verified model's tensor data is "
+        "131072 bytes"
+    )
+    assert said in r.stderr and wrong in r.stderr, r.stderr
+    assert speed["figures"]["model_size"] == 138880
+    human = run_forge(
+        "--root", str(shifted.root), "certify", "--lane", "cpu", "--model", "tiny",
+        "--key", str(shifted.key), "--report-key", f"{shifted.key}.pub",
+        env={"DGR_ARTIFACTS_FILE_ROOTS": str(shifted.models)},
+    )  # fmt: skip
+    assert human.code == ExitCode.FAILED and said in human.stderr and wrong in human.stderr
+    assert shifted.written() == []
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_hostile_parity_text_is_exit_2_and_runs_nothing(plain: Built, kind: str) -> None:
+    """The step's `text` is a file the forge root supplies: a link out of the root, a FIFO
+    (never waited on) or a directory is refused naming it; the file is put back after."""
+    text = plain.root / "recipes" / "parity.txt"
+    kept = text.read_bytes()
+    text.unlink()
+    if kind == "symlink":
+        text.symlink_to("/etc/passwd")
+    elif kind == "fifo":
+        os.mkfifo(text)
+    else:
+        text.mkdir()
+    try:
+        r = plain.certify("--model", "tiny")
+    finally:
+        text.rmdir() if kind == "directory" else text.unlink()
+        text.write_bytes(kept)
+    assert r.code == ExitCode.BAD_INPUT, r
+    assert "recipes/parity.txt" in r.stderr, r.stderr
+    why = {"symlink": "symbolic link", "fifo": "not a regular file", "directory": "directory"}
+    assert why[kind] in r.stderr, r.stderr
+    assert plain.written() == []
 
 
 def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
@@ -594,7 +723,8 @@ def test_the_shipped_cpu_recipe_certifies_op_parity_and_speed(shipped: Built) ->
     written."""
     r = shipped.certify("--model", "tiny")
     assert r.code == 0, r
-    ops, speed = r.json["steps"]
+    ops, parity, speed = r.json["steps"]
+    assert parity["figures"]["rel_diff"] == 0.0 and parity["text_sha256"]
     assert ops["args"][:3] == ["test", "-b", "CPU"] and "MUL_MAT" in ops["args"][4]
     assert ops["figures"]["backends"][0]["name"] == "CPU"
     assert ops["figures"]["ops_passed"] == ops["figures"]["ops_total"] == 6
@@ -632,7 +762,7 @@ def test_the_program_reads_a_private_link_of_the_verified_model(plain: Built) ->
     (mode 0700), not the destination's name; it is re-verified after the steps."""
     r = plain.certify("--model", "tiny")
     assert r.code == 0, r
-    _, speed = r.json["steps"]
+    _, speed, _ = r.json["steps"]
     model = Path(speed["args"][1])
     assert model.name == "tiny-00001-of-00002.gguf"
     private = plain.root / ".dgr" / "models" / "tiny" / ".dgr-certify-cpu"

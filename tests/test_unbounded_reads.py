@@ -84,6 +84,8 @@ ALLOWED: dict[str, set[str]] = {
     "certify/run.py": {"programs", "run_steps", "_keep_log"},
     # a model file copied into the steps' view when it cannot be linked; verified after
     "certify/model.py": {"_private_view"},  # _keep_log writes the log
+    # the pin-tree stamp it wrote; the reference build's log (written) and program (built)
+    "certify/parity.py": {"_read", "references"},
     "attest/provenance.py": {"_tool", "_byproduct"},
     # prune: a report the forge wrote in its own reports/, lstat'ed as a plain file first
     "attest/reports.py": {"sha256", "_check_artifacts", "prune"},

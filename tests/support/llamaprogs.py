@@ -1,4 +1,5 @@
-"""The test upstream's own `test-backend-ops` and `llama-bench` (issue 30 #9).
+"""The test upstream's own `test-backend-ops`, `llama-bench` and `llama-perplexity`
+(issue 30 #9, issue 43).
 
 One upstream commit on top of the llama-like upstream (`llamalike`) adds what the
 certification suite runs, written here for the tests, printing exactly the output
@@ -17,7 +18,12 @@ formats of llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console) and
   checked, the size reported), times R repetitions of a prompt test (pp N) and a generation
   test (tg N) and prints tokens per second. A patch that sleeps per token (`SLOW_DECODE`)
   puts the speed under any useful gate; a patch that prints a line before the JSON
-  (`NOISY_BENCH`) makes the output unparseable.
+  (`NOISY_BENCH`) makes the output unparseable. Its `model_size` is the tensors' bytes of
+  every split (`llama_model_size`); `WRONG_SIZE` adds the header's.
+* `tools/perplexity/perplexity.cpp` (the demo's, `dgr_forge.demo.programs`):
+  `llama-perplexity -m FILE -f TEXT [-c N] [--chunks N]`, its `Final estimate: PPL = …`
+  on stderr, the logits from `ggml_test_logit` in the shared ggml code: `SHIFT_LOGITS`
+  moves the figure and no op case.
 
 The speeds are measured, not printed constants: unpatched, a token costs microseconds
 (hundreds of thousands of tokens per second); slowed, 5 ms (at most 200 t/s). A gate of
@@ -28,6 +34,8 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+
+from dgr_forge.demo import programs as demo_programs
 
 from .git import Upstream
 from .llamalike import FILES as LLAMALIKE_FILES
@@ -40,6 +48,12 @@ OPS_C = textwrap.dedent(
 
     int ggml_test_op_supported(int op) {
         return op != GGML_TEST_OP_CONV_TRANSPOSE_1D;
+    }
+
+    // the stand-in model's logit of byte `next` after byte `prev`: the numerics
+    // llama-perplexity's figure comes from (code both backends' paths share)
+    float ggml_test_logit(int prev, int next) {
+        return (float) ((prev * 31 + next * 17) % 97) / 24.0f;
     }
 
     void ggml_test_op(int op, const float * a, const float * b, float * dst, int n) {
@@ -72,6 +86,7 @@ OPS_H = textwrap.dedent(
     };
     int  ggml_test_op_supported(int op);
     void ggml_test_op(int op, const float * a, const float * b, float * dst, int n);
+    float ggml_test_logit(int prev, int next);
     #ifdef __cplusplus
     }
     #endif
@@ -263,6 +278,7 @@ LLAMA_BENCH = textwrap.dedent(
     #include <string>
     #include <vector>
 
+    #include "gguf-size.h"
     #include "llama-test-decode.h"
 
     extern int LLAMA_BUILD_NUMBER;
@@ -345,9 +361,9 @@ LLAMA_BENCH = textwrap.dedent(
             fprintf(stderr, "main: error: failed to load model '%s'\n", model);
             return 1;
         }
-        fseek(f, 0, SEEK_END);
-        const long long model_size = ftell(f);
         fclose(f);
+        // as llama_model_size(): the tensors' bytes of every split, not the files' sizes
+        const long long model_size = llama_model_bytes(model);
         const std::string model_type = "llama ?B all F32";
 
         std::vector<result> results;
@@ -429,6 +445,13 @@ LLAMA_BENCH = textwrap.dedent(
     """
 ).lstrip()
 
+# the demo's: a split GGUF's tensor bytes (llama_model_size), and llama-perplexity on the
+# logits of the shared ggml code (here ggml_test_logit)
+GGUF_SIZE_H = demo_programs.GGUF_SIZE_H
+LLAMA_PERPLEXITY = demo_programs.LLAMA_PERPLEXITY.replace(
+    '#include "ggml-ops.h"', '#include "ggml-test-ops.h"'
+).replace("ggml_logit(", "ggml_test_logit(")
+
 
 def _edit(text: str, old: str, new: str) -> str:
     """`text` with `old` replaced: an upstream file that no longer has `old` is this
@@ -444,6 +467,8 @@ FILES: dict[str, str] = {
     "src/llama-test-decode.cpp": DECODE_CPP,
     "tests/test-backend-ops.cpp": TEST_BACKEND_OPS,
     "tools/llama-bench/llama-bench.cpp": LLAMA_BENCH,
+    "include/gguf-size.h": GGUF_SIZE_H,
+    "tools/perplexity/perplexity.cpp": LLAMA_PERPLEXITY,
     # the programs as llama.cpp builds them: test-backend-ops with LLAMA_BUILD_TESTS,
     # llama-bench with the tools
     "CMakeLists.txt": _edit(
@@ -455,7 +480,9 @@ FILES: dict[str, str] = {
         "    target_link_libraries(llama-cli PRIVATE llama build_info)\n",
         "    target_link_libraries(llama-cli PRIVATE llama build_info)\n"
         "    add_executable(llama-bench tools/llama-bench/llama-bench.cpp)\n"
-        "    target_link_libraries(llama-bench PRIVATE llama build_info)\n",
+        "    target_link_libraries(llama-bench PRIVATE llama build_info)\n"
+        "    add_executable(llama-perplexity tools/perplexity/perplexity.cpp)\n"
+        "    target_link_libraries(llama-perplexity PRIVATE llama)\n",
     )
     + "\nif (LLAMA_BUILD_TESTS)\n"
     "    add_executable(test-backend-ops tests/test-backend-ops.cpp)\n"
@@ -492,6 +519,23 @@ SLOW_DECODE = Edit(
         )
     },
     "llama: wait for the device each token",
+)
+# a numerics change in the code both backends' paths share: the ops step cannot see it
+# (its reference is the program's own), the parity step's figure moves
+SHIFT_LOGITS = Edit(
+    {"ggml/src/ggml-test-ops.c": lambda text: _edit(text, "% 97) / 24.0f;", "% 97) / 12.0f;")},
+    "ggml: sharper logits",
+)
+# llama-bench reporting the model's file size (header included) as its model_size
+WRONG_SIZE = Edit(
+    {
+        "tools/llama-bench/llama-bench.cpp": lambda text: _edit(
+            text,
+            "const long long model_size = llama_model_bytes(model);",
+            "const long long model_size = llama_model_bytes(model) + 7808;",
+        )
+    },
+    "llama-bench: count the header in model_size",
 )
 NOISY_BENCH = Edit(
     {

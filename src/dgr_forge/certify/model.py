@@ -30,7 +30,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import artifacts
+from dgr_forge.models import artifacts, gguf_split
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 
@@ -43,6 +43,7 @@ class Prepared:
     manifest: models.ModelManifest
     private: Path  # the steps' view of the files
     first: Path  # the first split, in `private`: `{model}`
+    tensor_bytes: int | str  # its tensors' data (llama-bench's model_size), or why unknown
 
 
 def _refuse_shared(target: Path, declared: str | None) -> None:
@@ -153,7 +154,7 @@ def prepare(
         return split.no if split else 0
 
     files = sorted(mm.files, key=part)
-    bound = {
+    bound: dict[str, Any] = {
         "name": name,
         "model_name": mm.name,
         "manifest": forge.rel(path),
@@ -161,7 +162,23 @@ def prepare(
         "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in mm.files],
         "first_split": files[0].name,
     }
-    return Prepared(bound, mm, private, private / files[0].name)
+    size = tensor_bytes(mm, private)
+    bound["tensor_bytes"] = size
+    return Prepared(bound, mm, private, private / files[0].name, size)
+
+
+def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
+    """The tensor data of every `.gguf` file (all splits), from their headers (verified)."""
+    headers = gguf_split.read_headers(private, list(mm.files))
+    if not headers:
+        return "the model has no .gguf file"
+    total = 0
+    for name, header in sorted(headers.items()):
+        if isinstance(header, str) or header.data_bytes is None:
+            why = header if isinstance(header, str) else "a tensor type the forge does not know"
+            return f"{name}: {why}"
+        total += header.data_bytes
+    return total
 
 
 def check_after(prepared: Prepared, out: Reporter) -> None:

@@ -17,6 +17,10 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
 * `ctest` (JUnit XML, as `ctest --output-junit` writes it): `<testsuite tests= failures=>`
   with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
   entity declaration is accepted (nothing is expanded), and the size is bounded first.
+* `parity` (llama-perplexity, stdout and stderr both read): its one line
+  `Final estimate: PPL = 266.1472 +/- 12.34567` (`%.4lf +/- %.5lf`,
+  tools/perplexity/perplexity.cpp:654 at the pin, on stderr through LOG_INF); the step
+  runs the pin's own build too and compares the two (`run`, `judge`).
 
 The figures are `shapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
 union tagged by `parser`: the record and the `--json` outputs (`certify`, `lanes`) write
@@ -41,6 +45,7 @@ from dgr_forge.certify.shapes import (
     Gate,
     OpsBackend,
     OpsFigures,
+    ParityFigures,
     Speeds,
     StepFigures,
 )
@@ -48,7 +53,8 @@ from dgr_forge.certify.shapes import (
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
 MAX_CASES = 1000
-PARSERS = ("test-backend-ops", "llama-bench", "ctest")
+PARSERS = ("test-backend-ops", "llama-bench", "ctest", "parity")
+BOTH_STREAMS = ("parity",)  # parsers that read stderr too (after stdout, each stream whole)
 
 
 class Unreadable(Exception):
@@ -79,6 +85,7 @@ class Thresholds(Struct, frozen=True):
     max_failed: int | None = None
     min_prompt_ts: float | None = None
     min_gen_ts: float | None = None
+    max_rel_diff: float | None = None
 
     def gate(self) -> Gate:
         """As the record and `--json` show it."""
@@ -89,6 +96,7 @@ class Thresholds(Struct, frozen=True):
         return Gate(
             max_failed=UNSET if self.max_failed is None else self.max_failed,
             min_avg_ts=UNSET if speeds == Speeds() else speeds,
+            max_rel_diff=UNSET if self.max_rel_diff is None else self.max_rel_diff,
         )
 
 
@@ -333,19 +341,41 @@ def parse_ctest_junit(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
+# ----------------------------------------------------------------------------- parity
+
+_FINAL_PPL = re.compile(r"^Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$")
+
+
+def parse_perplexity(data: bytes) -> Figures:
+    """llama-perplexity's output -> its one final estimate (the reference is the run's)."""
+    lines = _ANSI.sub("", _text(data, "llama-perplexity")).splitlines()
+    found = [m for line in lines if (m := _FINAL_PPL.match(line.rstrip("\r")))]
+    if len(found) != 1:
+        raise Unreadable(
+            f"{len(found)} `Final estimate: PPL = X +/- Y` lines, not one (a crash, too "
+            "little text for the context, a nan figure, or not llama-perplexity output)"
+        )
+    ppl = float(found[0].group(1))
+    if ppl < 1:  # exp of a mean negative log-likelihood (>= 0)
+        raise Unreadable(f"PPL = {found[0].group(1)}: a perplexity is at least 1")
+    return Figures(ParityFigures(ppl=ppl))
+
+
 PARSE: Mapping[str, Callable[[bytes], Figures]] = {
     "test-backend-ops": parse_test_backend_ops,
     "llama-bench": parse_llama_bench,
     "ctest": parse_ctest_junit,
+    "parity": parse_perplexity,
 }
 
 
 # ----------------------------------------------------------------------------- judging
 
 
-def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
+def judge(figures: Figures, thresholds: Thresholds, model_size: int | str | None = None) -> Verdict:
     """Each threshold against the figures; a figure a threshold needs but the output lacks
-    fails (never passes by default)."""
+    fails (never passes by default). `model_size`: the verified model's tensor bytes, which
+    every llama-bench test must report (a str: why they are not known; None: no model)."""
     problems: list[str] = []
     f = figures.figures
     if thresholds.max_failed is not None:
@@ -372,6 +402,24 @@ def judge(figures: Figures, thresholds: Thresholds) -> Verdict:
             problems.append(f"min_avg_ts.{what}: the output has no {what} test")
         elif got < want:
             problems.append(f"{what} speed {got:.2f} t/s is under min_avg_ts.{what} = {want:g}")
+    if bench is not None and isinstance(model_size, str):
+        problems.append(f"model_size cannot be checked: {model_size}")
+    elif bench is not None and model_size is not None:
+        wrong = sorted({t.model_size for t in bench.tests if t.model_size != model_size})
+        if wrong:
+            problems.append(
+                f"llama-bench reports model_size {', '.join(map(str, wrong))} bytes, the "
+                f"verified model's tensor data is {model_size} bytes: not the model certified"
+            )
+    if thresholds.max_rel_diff is not None:
+        parity = f if isinstance(f, ParityFigures) else None
+        if parity is None or parity.rel_diff is None:
+            problems.append("max_rel_diff: no figure of the pin's build to compare with")
+        elif parity.rel_diff > thresholds.max_rel_diff:
+            problems.append(
+                f"PPL {parity.ppl:.4f} differs from the pin's {parity.reference_ppl:.4f} by "
+                f"{parity.rel_diff:.3g} (relative), over max_rel_diff = {thresholds.max_rel_diff:g}"
+            )
     if thresholds == Thresholds():
         problems.append("no threshold: a step never passes by default")
     return Verdict(not problems, tuple(problems))

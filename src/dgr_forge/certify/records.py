@@ -27,7 +27,7 @@ from dgr_forge.certify import trust
 from dgr_forge.certify.shapes import CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_regular
+from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.recipes import Recipe
@@ -223,6 +223,9 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     if body.get("verdict") != "pass" or (kind == "attested") != (evidence is not None):
         return no("invalid: not a passed certification")
     moved = lapses(forge, now, body, bound_model, model)
+    for s in steps:
+        if s.text_sha256 and s.text_sha256 != _text_now(forge, now.recipe, s.name):
+            moved.append(f"the step {s.name}'s text changed since certification")
     entry = Entry(
         lane=lane,
         kind=kind,
@@ -243,6 +246,21 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         evidence_sha256=evidence.sha256 if evidence else None,
     )
     return entry
+
+
+def _text_now(forge: Forge, recipe: Recipe, step: str) -> str | None:
+    """The sha256 of a step's `text` file as the checkout has it (None: gone or unreadable)."""
+    shapes = recipe.certify.steps if recipe.certify else ()
+    shape = next((s for s in shapes if s.name == step), None)
+    if shape is None or shape.text is None:
+        return None
+    try:
+        return sha256_bytes(read_regular(
+            forge.root / shape.text, what="step text file", hint="", limit=1 << 20,
+            root=forge.root,
+        ))  # fmt: skip
+    except BadInput:
+        return None
 
 
 def lapses(

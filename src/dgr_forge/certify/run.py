@@ -16,19 +16,28 @@ import io
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+
+import msgspec
+from msgspec import UNSET
 
 from dgr_forge.certify import parsers
-from dgr_forge.certify.shapes import CertStep, FailedCase, StepFigures, StepLog, StepProgram
+from dgr_forge.certify.shapes import (
+    CertStep,
+    FailedCase,
+    ParityFigures,
+    StepFigures,
+    StepLog,
+    StepProgram,
+)
 from dgr_forge.certify.suite import Step, Suite
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import read_regular, sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.proc import bounded
+from dgr_forge.core.proc import Bounded, bounded
 from dgr_forge.core.urls import mask_text
 from dgr_forge.lanes import cmake_api
 
@@ -48,6 +57,7 @@ STEP_ENV = frozenset({
     "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS",
 })  # fmt: skip
 STEP_ENV_PREFIXES = ("LC_", "GGML_")  # the locale's categories, ggml's own switches
+MAX_TEXT_BYTES = 1 << 20  # a step's `text`: a few KiB of fixed prose
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class StepResult:
     log_sha256: str
     thresholds: parsers.Thresholds  # the gate this run was judged by
     failed_cases: tuple[FailedCase, ...] = ()  # as the parser named them
+    text_sha256: str | None = None  # the step's `text` as the program read it
 
     def record(self) -> CertStep:
         """As the certification records it (and `certify --json` shows it)."""
@@ -89,6 +100,7 @@ class StepResult:
             verdict="pass" if self.passed else "fail",
             problems=list(self.problems),
             log=StepLog(path=self.log, sha256=self.log_sha256),
+            text_sha256=UNSET if self.text_sha256 is None else self.text_sha256,
             failed_cases=list(self.failed_cases),
         )
 
@@ -192,6 +204,53 @@ def _keep_log(path: Path, raw: bytes) -> None:
         f.write(text.encode("utf-8", "surrogateescape"))
 
 
+def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
+    """Each step's `text` file, read as the forge root supplies it (a regular file, no link
+    at any component, bounded: exit 2 naming it) and copied into the scratch directory,
+    which the program then reads: (the copy, its sha256) by step name."""
+    found: dict[str, tuple[Path, str]] = {}
+    for step in suite.steps:
+        if step.text is None:
+            continue
+        data = read_regular(
+            forge.root / step.text, what="step text file", limit=MAX_TEXT_BYTES,
+            shown=step.text, root=forge.root,
+            hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
+            f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
+        )  # fmt: skip
+        copy = scratch / f"{step.name}.txt"
+        copy.unlink(missing_ok=True)
+        copy.write_bytes(data)
+        found[step.name] = (copy, sha256_bytes(data))
+    return found
+
+
+def _run(
+    program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
+) -> tuple[Bounded, bytes]:
+    """One run of a step's program, its whole output kept in `log`; the run and what its
+    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr)."""
+    raw = io.BytesIO()  # bounded by the step's output limit
+    try:
+        done = bounded(
+            [str(program.path), *argv],
+            timeout=step.timeout,
+            limit=parsers.MAX_OUTPUT_BYTES,
+            cwd=scratch,
+            env=child_env(),
+            log=raw,
+        )
+    except OSError as err:
+        raise OperationFailed(
+            f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
+            hint="rebuild the lane on this host",
+            details={"step": step.name},
+        ) from None
+    _keep_log(log, raw.getvalue())
+    both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
+    return done, done.stdout + b"\n" + done.stderr if both else done.stdout
+
+
 def run_steps(
     forge: Forge,
     lane: str,
@@ -200,40 +259,82 @@ def run_steps(
     values: Mapping[str, str | None],
     out: Reporter,
     model: str | None = None,
+    references: Mapping[str, Program] | None = None,
+    model_size: int | str | None = None,
 ) -> list[StepResult]:
     """Run every step (all of them, so a failure report is complete); `model` picks a
-    step's per-model gate."""
-    argvs = [substitute(step, values) for step in suite.steps]  # exit 2 before anything runs
+    step's per-model gate; a parity step runs `references`' program too (`parity`);
+    `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
     logs = forge.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
     scratch.mkdir(parents=True, exist_ok=True)
+    texts = _texts(forge, suite, scratch)
+    argvs = [  # exit 2 before anything runs
+        substitute(s, {**values, "text": str(texts[s.name][0]) if s.name in texts else None})
+        for s in suite.steps
+    ]
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
     results = []
     for step, argv in zip(suite.steps, argvs, strict=True):
         program = found[step.program]
         log = logs / f"certify-{lane}-{stamp}-{step.name}.log"
         out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
-        raw = io.BytesIO()  # bounded by the step's output limit
-        try:
-            done = bounded(
-                [str(program.path), *argv],
-                timeout=step.timeout,
-                limit=parsers.MAX_OUTPUT_BYTES,
-                cwd=scratch,
-                env=child_env(),
-                log=raw,
-            )
-        except OSError as err:
-            raise OperationFailed(
-                f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
-                hint="rebuild the lane on this host",
-                details={"step": step.name},
-            ) from None
-        _keep_log(log, raw.getvalue())
-        gate = step.gate(model)
-        results.append(_judge(step, gate, program, argv, done, forge.rel(log), sha256_file(log)))
+        run = _run(program, argv, step, scratch, log)
+        result = _judge(step, step.gate(model), program, argv, run, forge.rel(log),
+                        sha256_file(log), model_size)  # fmt: skip
+        reference = (references or {}).get(step.program) if step.reference else None
+        if reference is not None:
+            pin_log = logs / f"certify-{lane}-{stamp}-{step.name}-pin.log"
+            out.step(f"certify {lane}: step {step.name}: the pin's {step.program}")
+            pin = _run(reference, argv, step, scratch, pin_log)
+            result = _compare(result, reference, pin, StepLog(
+                path=forge.rel(pin_log), sha256=sha256_file(pin_log)))  # fmt: skip
+        if step.name in texts:
+            result = replace(result, text_sha256=texts[step.name][1])
+        results.append(result)
     return results
+
+
+def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | None, list[str]]:
+    """What the step's parser read of one run, or why nothing."""
+    done, data = run
+    if done.timed_out:
+        return None, [f"stopped at its time limit ({step.timeout} s)"]
+    if done.over_limit:
+        return None, [f"stopped: output over {parsers.MAX_OUTPUT_BYTES} bytes"]
+    try:
+        return parsers.PARSE[step.parser](data), []
+    except parsers.Unreadable as err:
+        return None, [f"unreadable {step.parser} output: {err}"]
+
+
+def _compare(
+    result: StepResult, reference: Program, pin: tuple[Bounded, bytes], log: StepLog
+) -> StepResult:
+    """A parity step's result with the pin's run: both figures, their relative difference,
+    the reference program bound by sha256, judged again."""
+    figures, problems = _read(result.step, pin)
+    problems = [f"the pin's build: {p}" for p in problems]
+    if pin[0].returncode not in (0, None):
+        problems.append(f"the pin's build: exit code {pin[0].returncode}")
+    mine = result.figures if isinstance(result.figures, ParityFigures) else None
+    ref = figures.figures if figures is not None else None
+    ref_ppl = ref.ppl if isinstance(ref, ParityFigures) else None
+    if mine is None:
+        return replace(result, problems=(*result.problems, *problems), passed=False)
+    bound = StepProgram(target=reference.target, path=reference.name, sha256=reference.sha256)
+    mine = msgspec.structs.replace(
+        mine,
+        reference_ppl=ref_ppl,
+        rel_diff=None if ref_ppl is None else abs(mine.ppl - ref_ppl) / ref_ppl,
+        reference=bound,
+        reference_log=log,
+    )
+    verdict = parsers.judge(parsers.Figures(mine), result.thresholds)
+    kept = [p for p in result.problems if p.startswith("exit code")]
+    all_problems = (*kept, *problems, *verdict.problems)
+    return replace(result, figures=mine, problems=all_problems, passed=not all_problems)
 
 
 def _judge(
@@ -241,23 +342,15 @@ def _judge(
     gate: parsers.Thresholds,
     program: Program,
     argv: tuple[str, ...],
-    done: Any,
+    run: tuple[Bounded, bytes],
     log: str,
     log_sha: str,
+    model_size: int | str | None = None,
 ) -> StepResult:
-    problems: list[str] = []
-    figures: parsers.Figures | None = None
-    if done.timed_out:
-        problems.append(f"stopped at its time limit ({step.timeout} s)")
-    elif done.over_limit:
-        problems.append(f"stopped: output over {parsers.MAX_OUTPUT_BYTES} bytes")
-    else:
-        try:
-            figures = parsers.PARSE[step.parser](done.stdout)
-        except parsers.Unreadable as err:
-            problems.append(f"unreadable {step.parser} output: {err}")
+    figures, problems = _read(step, run)
+    done = run[0]
     if figures is not None:
-        verdict = parsers.judge(figures, gate)
+        verdict = parsers.judge(figures, gate, model_size)
         problems += verdict.problems
         # the program's own failure report is judged by the gate; any other exit fails
         counted = parsers.failed_count(figures.figures)

@@ -9,8 +9,8 @@
    every subject re-hashed in the workspace (`trust.check_report`);
 4. the model manifest's files verified (provisioned when missing) before any step;
 5. the hardware probed and classed (`hardware`);
-6. each step's program found through the File API and matched to a report subject, then
-   run (`run`);
+6. each step's program found through the File API and matched to a report subject, a
+   parity step's also built from the pin without the series (`parity`), then run (`run`);
 7. only when every step passed, the record (`records.write`); else exit 1 naming each
    failing step and its cases or figures, nothing written.
 
@@ -32,7 +32,7 @@ import msgspec
 
 from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
-from dgr_forge.certify import hardware, records, run, suite, trust
+from dgr_forge.certify import hardware, parity, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
 from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence, Hardware
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -189,6 +189,7 @@ def lane(
     cls = hardware.hardware_class(identity, recipe.backend)
     out.info(f"hardware class {cls}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
+    pins = parity.references(forge, m, recipe, got.doctor, the_suite, out)
     prepared = model_mod.prepare(forge, out, lane, model, dest, mirror) if model else None
     try:
         values = {
@@ -196,7 +197,8 @@ def lane(
             "device": the_device,
             "threads": str(os.cpu_count() or 1),
         }
-        results = run.run_steps(forge, lane, the_suite, found, values, out, model)
+        size = prepared.tensor_bytes if prepared else None
+        results = run.run_steps(forge, lane, the_suite, found, values, out, model, pins, size)
         if prepared is not None:
             _after_steps(prepared.private)
             model_mod.check_after(prepared, out)

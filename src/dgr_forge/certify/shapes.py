@@ -15,6 +15,22 @@ from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.structs import SHA, Form, d
 
+
+class StepProgram(Struct, kw_only=True):
+    """the program it ran: a subject of the report (a parity reference: the pin's build)"""
+
+    target: Annotated[str, d("the CMake target")]
+    path: Annotated[str, d("its file: the report subject's name (the reference's, in scratch)")]
+    sha256: Annotated[str, SHA]
+
+
+class StepLog(Struct, kw_only=True):
+    """the step's full log (stdout and stderr)"""
+
+    path: Annotated[str, d("the file, relative to the root (under `.dgr/logs/`)")]
+    sha256: Annotated[str, SHA]
+
+
 # --- what a parser read (`parsers`) ----------------------------------------------------
 
 
@@ -82,7 +98,24 @@ class CtestFigures(Parsed, kw_only=True, tag="ctest"):
     passed: Annotated[int, d("the rest")]
 
 
-StepFigures = OpsFigures | BenchFigures | CtestFigures
+class ParityFigures(Parsed, kw_only=True, tag="parity"):
+    """llama-perplexity, this build's and the pin's own (`reference = "pin"`): their final
+    estimates compared"""
+
+    ppl: Annotated[float, d("this build's `Final estimate: PPL = ...`")]
+    reference_ppl: Annotated[
+        float | None, d("the same program built from the pin without the series (null: unread)")
+    ] = None
+    rel_diff: Annotated[
+        float | None, d("`|ppl - reference_ppl| / reference_ppl` (null: no reference figure)")
+    ] = None
+    reference: Annotated[
+        StepProgram | None, d("the pin's program that ran: its scratch path and sha256")
+    ] = None
+    reference_log: Annotated[StepLog | None, d("its full log (stdout and stderr)")] = None
+
+
+StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
 
 
 # --- the gate (`parsers.Thresholds.gate`) ----------------------------------------------
@@ -100,6 +133,9 @@ class Gate(Struct, kw_only=True):
 
     max_failed: Annotated[int | UnsetType, d("the most failed op cases or tests")] = UNSET
     min_avg_ts: Annotated[Speeds | UnsetType, d("the least `avg_ts`")] = UNSET
+    max_rel_diff: Annotated[
+        float | UnsetType, d("the most relative difference from the pin's own figure (parity)")
+    ] = UNSET
 
 
 # --- the host, probed (`hardware`) -----------------------------------------------------
@@ -187,28 +223,13 @@ class FailedCase(Struct, kw_only=True):
 # --- a step as run (`run`, `records`) ----------------------------------------
 
 
-class StepProgram(Struct, kw_only=True):
-    """the program it ran: a subject of the report"""
-
-    target: Annotated[str, d("the CMake target")]
-    path: Annotated[str, d("its file: the report subject's name")]
-    sha256: Annotated[str, SHA]
-
-
-class StepLog(Struct, kw_only=True):
-    """the step's full log (stdout and stderr)"""
-
-    path: Annotated[str, d("the file, relative to the root (under `.dgr/logs/`)")]
-    sha256: Annotated[str, SHA]
-
-
 class CertStep(Struct, kw_only=True):
     """one step as run"""
 
     name: Annotated[str, d("the step")]
     program: StepProgram
     args: Annotated[list[str], d("its arguments as run (placeholders substituted)")]
-    parser: Annotated[str, d("`test-backend-ops`, `llama-bench` or `ctest`")]
+    parser: Annotated[str, d("`test-backend-ops`, `llama-bench`, `ctest` or `parity`")]
     thresholds: Gate
     figures: Annotated[
         StepFigures | None,
@@ -221,6 +242,9 @@ class CertStep(Struct, kw_only=True):
     verdict: Annotated[str, d("`pass` or `fail`")]
     problems: Annotated[list[str], d("why it failed (empty when it passed)")]
     log: StepLog
+    text_sha256: Annotated[
+        str | UnsetType, d("the step's `text` file as the program read it (`{text}`)")
+    ] = UNSET
     failed_cases: Annotated[
         list[FailedCase], d("every failing case its parser read (up to 1000), in order")
     ] = []

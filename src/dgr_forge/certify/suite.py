@@ -19,10 +19,21 @@
     min_avg_ts = { prompt = 50.0, gen = 5.0 }
     by_model.tiny = { prompt = 2000.0, gen = 400.0 }   # this model's own speed gate
 
+    [[certify.steps]]
+    name = "parity"
+    program = "llama-perplexity"
+    args = ["-m", "{model}", "-f", "{text}", "-c", "128", "-t", "{threads}"]
+    text = "recipes/parity.txt"                     # a file of the forge root: `{text}`
+    parser = "parity"
+    reference = "pin"                               # the same program, built from the pin
+    max_rel_diff = 0.001
+
 Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
-just bytes); the only placeholders are `{model}`, `{device}` and `{threads}`, and any other
-brace is refused. Every step names its gate: `max_failed` for the counting parsers,
-`min_avg_ts` for `llama-bench`; a step without one would pass by default and is refused.
+just bytes); the only placeholders are `{model}`, `{device}`, `{threads}` and `{text}` (the
+step's `text` file, a path relative to the forge root), and any other brace is refused.
+Every step names its gate: `max_failed` for the counting parsers, `min_avg_ts` for
+`llama-bench`, `max_rel_diff` for `parity` (with `reference = "pin"`); a step without one
+would pass by default and is refused.
 Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
 `min_avg_ts` for that model (`certify --model NAME`).
 """
@@ -37,6 +48,7 @@ from dgr_forge.certify.parsers import PARSERS, Thresholds
 from dgr_forge.core.tomlcheck import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, StepShape
 
+TEXT_FIX = 'name a file of the forge root: text = "recipes/parity.txt"'
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 STEP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
@@ -45,6 +57,8 @@ MAX_ARGS = 64
 MAX_ARG = 1024
 _COUNTING = ("test-backend-ops", "ctest")
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# `text`: root-relative, each component a plain name (no `..`, `/`-leading, `-`-leading)
+TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
 
 
 class Step(Struct, frozen=True):
@@ -55,6 +69,8 @@ class Step(Struct, frozen=True):
     thresholds: Thresholds
     timeout: int  # seconds
     by_model: tuple[tuple[str, Thresholds], ...] = ()  # a model's own speed gate
+    text: str | None = None  # `{text}`: a file of the forge root (root-relative)
+    reference: str | None = None  # parity: what the figure is compared with ("pin")
 
     def gate(self, model: str | None) -> Thresholds:
         """The thresholds for a run with `model` (its own, else the step's)."""
@@ -147,7 +163,29 @@ def _step(shown: str, raw: StepShape, where: str, targets: tuple[str, ...]) -> S
         thresholds=_thresholds(shown, raw, where),
         timeout=raw.timeout,
         by_model=_by_model(shown, raw, where),
+        text=_text(shown, raw, where),
+        reference=raw.reference,
     )
+
+
+def _text(shown: str, raw: StepShape, where: str) -> str | None:
+    uses = any("{text}" in a for a in raw.args)
+    if raw.text is None:
+        if uses:
+            raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
+        return None
+    if len(raw.text) > MAX_ARG // 4:
+        raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
+    if not TEXT_PATH.fullmatch(raw.text):
+        raise fail(
+            shown,
+            f"{where}.text",
+            f"{shown_value(raw.text)} is not a path inside the forge root",
+            f"{TEXT_FIX} (relative, no '..', no leading '/' or '-')",
+        )
+    if not uses:
+        raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
+    return raw.text
 
 
 def _by_model(shown: str, raw: StepShape, where: str) -> tuple[tuple[str, Thresholds], ...]:
@@ -184,14 +222,14 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
                 shown,
                 key,
                 f"{shown_value(arg)}: {{{m.group(1)[:40]}}} is not a placeholder",
-                "the placeholders are {model}, {device} and {threads}",
+                "the placeholders are {model}, {device}, {threads} and {text}",
             )
     if "{" in _PLACEHOLDER.sub("", arg) or "}" in _PLACEHOLDER.sub("", arg):
         raise fail(
             shown,
             key,
             f"{shown_value(arg)}: a brace outside a placeholder",
-            "the placeholders are {model}, {device} and {threads}; no other braces",
+            "the placeholders are {model}, {device}, {threads} and {text}; no other braces",
         )
 
 
@@ -199,6 +237,28 @@ def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
     """The step's gate: `max_failed` for a counting parser, `min_avg_ts` for a speed one;
     a step with neither would pass by default and is refused."""
     parser, max_failed, speeds = raw.parser, raw.max_failed, raw.min_avg_ts
+    if (parser == "parity") != (raw.reference is not None):
+        raise fail(
+            shown,
+            f"{where}.reference",
+            "missing: a parity step compares with the pin's build"
+            if parser == "parity"
+            else f"not a {parser} key",
+            'reference = "pin"' if parser == "parity" else "remove it",
+        )
+    if parser == "parity":
+        if max_failed is not None or speeds is not None:
+            raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
+        if raw.max_rel_diff is None:
+            raise fail(
+                shown,
+                f"{where}.max_rel_diff",
+                "missing: a step never passes by default",
+                "add max_rel_diff = 0.001",
+            )
+        return Thresholds(max_rel_diff=raw.max_rel_diff)
+    if raw.max_rel_diff is not None:
+        raise fail(shown, f"{where}.max_rel_diff", f"not a {parser} figure", "remove it")
     if parser in _COUNTING:
         if speeds is not None:
             raise fail(shown, f"{where}.min_avg_ts", f"not a {parser} figure", "use max_failed")

@@ -209,7 +209,7 @@ def lanes(
 
 def _figures(figures: dict[str, StepFigures | None]) -> str:
     """One line of a certification's figures: ops passed/failed, tokens per second."""
-    from dgr_forge.certify.shapes import BenchFigures, CtestFigures, OpsFigures
+    from dgr_forge.certify.shapes import BenchFigures, CtestFigures, OpsFigures, ParityFigures
 
     parts = []
     for step, f in sorted(figures.items()):
@@ -221,6 +221,8 @@ def _figures(figures: dict[str, StepFigures | None]) -> str:
                     parts.append(f"{step}: {what} {ts:.1f} t/s")
         elif isinstance(f, CtestFigures):
             parts.append(f"{step}: {f.passed}/{f.tests} tests")
+        elif isinstance(f, ParityFigures):
+            parts.append(f"{step}: PPL {f.ppl} (pin {f.reference_ppl})")
     return ", ".join(parts)
 
 

@@ -24,7 +24,7 @@ from dgr_forge.upstream.manifest_edit import SeriesEntry, updated_text
 from dgr_forge.upstream.series_journal import scratch_dir
 
 # what a demo root takes of the forge's own files (the real product, not copies)
-PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml")
+PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml", "recipes/parity.txt")
 
 
 @dataclass(frozen=True)

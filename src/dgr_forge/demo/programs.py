@@ -1,12 +1,16 @@
-"""The demo upstream's `test-backend-ops` and `llama-bench`: small, printing the real formats.
+"""The demo upstream's `test-backend-ops`, `llama-bench` and `llama-perplexity`: small,
+printing the real formats.
 
 They stand in for llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console output:
 `Backend 1/1: CPU`, one `  OP(params): OK` line per case, a failing case's
 `[OP] ERR = … > … ` before it, `  N/M tests passed`, `  Backend CPU: OK`, `1/1 backends
 passed`) and `tools/llama-bench/llama-bench.cpp` (`-o json`: one object per test with
-`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size`), the
-forms `certify/parsers.py` reads. The ops run in the upstream's library (`src/ggml-ops.cpp`)
-and are compared with a reference computed in the program; the speeds are measured.
+`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size`: the
+tensors' bytes of every split, as `llama_model_size`) and `tools/perplexity/perplexity.cpp`
+(`Final estimate: PPL = … +/- …` on stderr, one byte a token, the logits from the library's
+`ggml_logit`), the forms `certify/parsers.py` reads. The ops run in the upstream's library
+(`src/ggml-ops.cpp`) and are compared with a reference computed in the program; the speeds
+are measured. `GGUF_SIZE_H` and `LLAMA_PERPLEXITY` serve the tests' upstream too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ enum { GGML_OP_ADD, GGML_OP_MUL, GGML_OP_SCALE, GGML_OP_RMS_NORM, GGML_OP_COUNT 
 
 // dst = op(a, b) over n floats (the demo's one "backend")
 void ggml_op_compute(int op, const float * a, const float * b, float * dst, int n);
+// the model's logit of byte `next` after byte `prev` (llama-perplexity's numerics)
+float ggml_logit(int prev, int next);
 
 #ifdef __cplusplus
 }
@@ -32,6 +38,10 @@ OPS_CPP = """\
 #include "ggml-ops.h"
 
 #include <cmath>
+
+float ggml_logit(int prev, int next) {
+    return (float) ((prev * 31 + next * 17) % 97) / 24.0f;
+}
 
 void ggml_op_compute(int op, const float * a, const float * b, float * dst, int n) {
     double sum = 0.0;
@@ -165,6 +175,7 @@ LLAMA_BENCH = r"""// llama-bench (demo): llama.cpp's `-o json` objects, speeds m
 #include <string>
 #include <vector>
 
+#include "gguf-size.h"
 #include "llama.h"
 
 // one token's work: a pass over the model's layers
@@ -203,9 +214,8 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "main: error: failed to load model '%s'\n", model ? model : "");
         return 1;
     }
-    fseek(f, 0, SEEK_END);
-    const long long model_size = ftell(f);
     fclose(f);
+    const long long model_size = llama_model_bytes(model);  // as llama_model_size()
     if (reps < 1) { reps = 1; }
     if (output != "json") {
         fprintf(stderr, "error: the demo's llama-bench writes -o json only\n");
@@ -245,14 +255,127 @@ int main(int argc, char ** argv) {
 }
 """
 
+GGUF_SIZE_H = r"""// a (split) GGUF model's tensor bytes, as llama_model_size() counts them
+// (F32 and F16 tensors: the stand-ins' models)
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+static long long gguf_file_bytes(const std::string & path, int & splits) {
+    FILE * f = fopen(path.c_str(), "rb");
+    if (f == nullptr) { return -1; }
+    auto rd = [&](void * p, size_t n) { return fread(p, 1, n, f) == n; };
+    static const int size[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    char magic[4];
+    uint32_t version, type, n_dims;
+    uint64_t n_t, n_kv, len, v, ne;
+    long long total = 0;
+    bool ok = rd(magic, 4) && !memcmp(magic, "GGUF", 4) && rd(&version, 4) && rd(&n_t, 8)
+              && rd(&n_kv, 8);
+    for (uint64_t i = 0; ok && i < n_kv; i++) {  // scalars and strings (no arrays here)
+        std::string key;
+        ok = rd(&len, 8) && len < 4096;
+        if (ok) { key.resize(len); ok = rd(&key[0], len) && rd(&type, 4) && type < 13; }
+        v = 0;
+        if (ok && type == 8) { ok = rd(&len, 8) && !fseek(f, (long) len, SEEK_CUR); }
+        else if (ok) { ok = type != 9 && rd(&v, size[type]); }
+        if (ok && key == "split.count") { splits = (int) v; }
+    }
+    for (uint64_t i = 0; ok && i < n_t; i++) {
+        long long n = 1;
+        ok = rd(&len, 8) && !fseek(f, (long) len, SEEK_CUR) && rd(&n_dims, 4) && n_dims <= 4;
+        for (uint32_t d = 0; ok && d < n_dims; d++) { ok = rd(&ne, 8); n *= (long long) ne; }
+        ok = ok && rd(&type, 4) && type <= 1 && rd(&v, 8);
+        total += n * (type == 0 ? 4 : 2);
+    }
+    fclose(f);
+    return ok ? total : -1;
+}
+
+// `path`, and when it is part 1 of a split (`-00001-of-`) every other part
+static long long llama_model_bytes(const char * path) {
+    int splits = 1, ignored = 1;
+    long long total = gguf_file_bytes(path, splits);
+    const std::string p(path);
+    const size_t at = p.rfind("-00001-of-");
+    for (int k = 2; total >= 0 && k <= splits && at != std::string::npos; k++) {
+        char part[16];
+        snprintf(part, sizeof part, "-%05d-of-", k);
+        const std::string other = p.substr(0, at) + part + p.substr(at + 10);
+        const long long more = gguf_file_bytes(other, ignored);
+        total = more < 0 ? -1 : total + more;
+    }
+    return total;
+}
+"""
+
+LLAMA_PERPLEXITY = r"""// llama-perplexity (demo): llama.cpp's lines, one byte a token
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "ggml-ops.h"
+#include "gguf-size.h"
+
+int main(int argc, char ** argv) {
+    const char * model = "", * file = "";
+    int n_ctx = 512, n_chunks = -1;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-m") == 0) { model = argv[i + 1]; }
+        else if (strcmp(argv[i], "-f") == 0) { file = argv[i + 1]; }
+        else if (strcmp(argv[i], "-c") == 0) { n_ctx = atoi(argv[i + 1]); }
+        else if (strcmp(argv[i], "--chunks") == 0) { n_chunks = atoi(argv[i + 1]); }
+    }
+    std::string text;
+    FILE * f = llama_model_bytes(model) < 0 ? nullptr : fopen(file, "rb");
+    for (int c; f != nullptr && (c = fgetc(f)) != EOF;) { text += (char) c; }
+    if (f == nullptr || n_ctx < 4 || (int) text.size() < 2 * n_ctx) {
+        fprintf(stderr, "perplexity: no model, or under %d tokens in '%s'\n", 2 * n_ctx,
+                file);
+        return 1;
+    }
+    int chunks = (int) text.size() / n_ctx, count = 0;
+    chunks = n_chunks < 0 ? chunks : std::min(n_chunks, chunks);
+    fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d\n", chunks,
+            n_ctx);
+    double nll = 0.0, nll2 = 0.0;
+    for (int c = 0; c < chunks; c++) {
+        for (int i = c * n_ctx + n_ctx / 2; i < (c + 1) * n_ctx - 1; i++) {
+            const int prev = (unsigned char) text[i], next = (unsigned char) text[i + 1];
+            double sum = 0.0;
+            for (int v = 0; v < 256; v++) { sum += std::exp((double) ggml_logit(prev, v)); }
+            const double lp = ggml_logit(prev, next) - std::log(sum);
+            nll -= lp;
+            nll2 += lp * lp;
+            count++;
+        }
+        printf("[%d]%.4lf,", c + 1, std::exp(nll / count));
+    }
+    printf("\n");
+    nll2 = nll2 / count - (nll / count) * (nll / count);
+    const double ppl = std::exp(nll / count);
+    const double err = std::sqrt(nll2 / (count - 1)) * ppl;
+    fprintf(stderr, "Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, err);
+    return 0;
+}
+"""
+
 CMAKE = """
 # the certification's programs: test-backend-ops with the tests, as llama.cpp builds it;
-# llama-bench too (llama.cpp builds it with the tools, which a worker build turns off)
+# llama-bench and llama-perplexity too (llama.cpp builds them with the tools, which a
+# worker build turns off)
 if (LLAMA_BUILD_TESTS)
     add_executable(test-backend-ops tests/test-backend-ops.cpp)
     target_link_libraries(test-backend-ops PRIVATE llama)
     add_executable(llama-bench tools/llama-bench/llama-bench.cpp)
     target_link_libraries(llama-bench PRIVATE llama)
+    add_executable(llama-perplexity tools/perplexity/perplexity.cpp)
+    target_link_libraries(llama-perplexity PRIVATE llama)
 endif()
 """
 
@@ -261,4 +384,6 @@ FILES = {
     "src/ggml-ops.cpp": OPS_CPP,
     "tests/test-backend-ops.cpp": TEST_BACKEND_OPS,
     "tools/llama-bench/llama-bench.cpp": LLAMA_BENCH,
+    "include/gguf-size.h": GGUF_SIZE_H,
+    "tools/perplexity/perplexity.cpp": LLAMA_PERPLEXITY,
 }

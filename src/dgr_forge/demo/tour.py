@@ -159,6 +159,8 @@ def _certified(demo: DemoRoot, d: dict[str, Any]) -> str:
             parts.append(f"{f.get('ops_passed')}/{f.get('ops_total')} op cases match the reference")
         elif f.get("parser") == "llama-bench":
             parts.append(f"pp {f.get('prompt_ts', 0):.0f} t/s, tg {f.get('gen_ts', 0):.0f} t/s")
+        elif f.get("parser") == "parity":
+            parts.append(f"PPL {f.get('ppl')}, the unpatched pin's {f.get('reference_ppl')}")
     return (
         f"a {d.get('kind')} certification of lane {d.get('lane')} with model {d.get('model')} on "
         f"{d.get('hardware_class')}: " + "; ".join(parts) + f", signed by "

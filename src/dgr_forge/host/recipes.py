@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Struct
@@ -182,12 +182,13 @@ class _CI(Shape):
 # placeholders, parsers) is `certify.suite`'s: its keys, types, bounds, declared once here
 
 Strings = tuple[str, ...]
-PLACEHOLDERS = ("model", "device", "threads")
+PLACEHOLDERS = ("model", "device", "threads", "text")
 DEFAULT_TIMEOUT = 600
 MAX_TIMEOUT = 7200  # two hours: a whole op suite on a slow device, never unbounded
 MAX_FAILED = 1_000_000
 MAX_TS = 1e7
 SPEEDS_FIX = "min_avg_ts = { prompt = 50.0, gen = 5.0 }"
+MAX_REL_DIFF = 1.0
 # tokens per second: a float (or an integer), never nan, inf, 0 or a string
 Speed = Annotated[
     float,
@@ -225,6 +226,18 @@ class StepShape(Shape):
     ) = None
     min_avg_ts: Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
+    text: Annotated[str, about("a file of the forge root the step reads (`{text}`)")] | None = None
+    reference: (
+        Annotated[Literal["pin"], about("what a `parity` step compares with: the pin's build")]
+        | None
+    ) = None
+    max_rel_diff: (
+        Annotated[
+            float,
+            about("the gate of `parity`: the most relative difference", ge=0, le=MAX_REL_DIFF),
+        ]
+        | None
+    ) = None
     by_model: (
         Annotated[
             dict[str, Speeds],

@@ -173,16 +173,19 @@ def plan_lane(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
     cache: CacheSetup = OFF,
+    tree: tuple[Path, Path] | None = None,
 ) -> LanePlan:
     """The lane as `build` runs it and `presets` writes it (tools not found stay bare
-    names, so presets still render on a host that lacks them; `build` refuses first)."""
-    upstream_dir = forge.src_dir(m.name)
+    names, so presets still render on a host that lacks them; `build` refuses first).
+    `tree`: another (source, build) directory pair, the recipe's build of another tree
+    (certify's parity reference: the pin without the series)."""
+    upstream_dir, build_dir = tree or (forge.src_dir(m.name), forge.build_dir(recipe.name))
     return LanePlan(
         recipe=recipe,
         toolchain_file=toolchain_file(forge, recipe),
         source_dir=spec.source_dir if spec else upstream_dir,
         upstream_dir=upstream_dir,
-        build_dir=forge.build_dir(recipe.name),
+        build_dir=build_dir,
         logs_dir=forge.logs_dir,
         cmake=str(doctor.tool("cmake").path or "cmake"),
         ninja=str(doctor.tool("ninja").path or "ninja"),
@@ -192,10 +195,10 @@ def plan_lane(
             for tool, var in COMPILER_VARS.items()
             if tool in recipe.tools and doctor.tool(tool).found
         ),
-        prefix_maps=_prefix_maps(forge, spec, forge.build_dir(recipe.name)),
+        prefix_maps=_prefix_maps(forge, spec, build_dir),
         spec=spec,
         tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
-        cuda=_cuda_link(doctor, recipe, forge.build_dir(recipe.name)),
+        cuda=_cuda_link(doctor, recipe, build_dir),
     )
 
 

@@ -118,15 +118,16 @@ def compile_lane(
     log: IO[str],
     env: dict[str, str],
     on_work: Callable[[], None] | None = None,
+    targets: list[str] | None = None,
 ) -> Ran:
-    """Ninja on the recipe's targets, its progress shown as it goes; `on_work` is called
-    once, at Ninja's first step (never on a no-op)."""
+    """Ninja on the recipe's targets (or `targets`), its progress shown as it goes;
+    `on_work` is called once, at Ninja's first step (never on a no-op)."""
     lane = plan.lane
     t = time.monotonic()
     cmd = [plan.ninja, "-C", str(plan.build_dir)]
     if jobs:
         cmd += ["-j", str(jobs)]
-    cmd += ninja_targets(plan)
+    cmd += ninja_targets(plan) if targets is None else targets
     steps = [0]
     offset = _size(plan.build_dir / NINJA_LOG)
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read

@@ -11,6 +11,7 @@ builds Python lists of what the header claims, minutes and gigabytes for a 43-by
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import struct
@@ -36,6 +37,16 @@ _SCALAR = {
 _INTEGER = {_UINT8, _INT8, _UINT16, _INT16, _UINT32, _INT32, _BOOL, _UINT64, _INT64}
 _MIN_KV = 8 + 4 + 1  # key length, type, the smallest value
 _MIN_TENSOR = 8 + 4 + 4 + 8  # name length, n_dims, type, offset
+# ggml's types as a GGUF file holds them: id -> (elements per block, bytes per block), as
+# ggml.c's type_traits at the pin (gguf's GGML_QUANT_SIZES; tests/test_models checks)
+GGML_BLOCKS = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
+    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
+    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
+    39: (32, 17), 40: (64, 36), 41: (128, 18),
+}  # fmt: skip
 KEPT_STRINGS = {"general.architecture"}  # the string values the layer map needs
 MAX_KEPT_STRING = 64
 
@@ -54,6 +65,9 @@ class Header:
     keys: set[str] = field(default_factory=set)
     strings: dict[str, str] = field(default_factory=dict)  # KEPT_STRINGS only
     tensors: list[bytes] = field(default_factory=list)  # tensor names, in header order
+    # the tensors' data in bytes (ggml_nbytes summed, llama-bench's `model_size`); None: a
+    # type not in GGML_BLOCKS, or a row not a whole number of blocks
+    data_bytes: int | None = 0
     end: int = 0  # bytes of header read (up to the end of the tensor infos)
 
 
@@ -234,7 +248,12 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         n_dims = r.u32(f"tensor {i} dimension count")
         if n_dims > MAX_DIMS:
             raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
-        r.skip(8 * n_dims + 4, f"tensor {i} shape and type")
+        dims = [r.u64(f"tensor {i} shape") for _ in range(n_dims)] or [1]
+        block = GGML_BLOCKS.get(r.u32(f"tensor {i} type"))
+        if block is None or dims[0] % block[0] or header.data_bytes is None:
+            header.data_bytes = None
+        else:
+            header.data_bytes += math.prod(dims) // block[0] * block[1]
         offset = r.u64(f"tensor {i} offset")
         data_start = -(-r.pos // alignment) * alignment
         if offset > size - min(data_start, size):
