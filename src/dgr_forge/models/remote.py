@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
+from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split
-from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, env_number
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy
 from dgr_forge.models.gguf_split import Header
 from dgr_forge.models.http import http_session
 
@@ -35,7 +36,7 @@ HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
 
 def header_limit() -> int:
     """DGR_ARTIFACTS_HEADER_MAX: the most header bytes read per split (exit 2 when bad)."""
-    return int(env_number(HEADER_MAX_ENV, HEADER_MAX, low=64, high=2.0**40, integer=True))
+    return env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)
 
 
 class _Unsupported(Exception):
