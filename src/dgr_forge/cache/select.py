@@ -223,10 +223,6 @@ def locate(doctor: Doctor, name: str) -> str | None:
     return None
 
 
-def _version(doctor: Doctor, name: str) -> str:
-    return doctor.version(name) or ""
-
-
 def _setup(
     doctor: Doctor,
     name: str,
@@ -237,7 +233,7 @@ def _setup(
     environ: Mapping[str, str],
     worker: Path | None = None,
 ) -> CacheSetup:
-    version = _version(doctor, name)
+    version = doctor.version(name) or ""
     bases = _bases(workspace, root, worker)
     if _readonly_in(name, environ):
         mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
@@ -398,7 +394,7 @@ def _shown_entry(entry: str) -> str:
 # ----------------------------------------------------------------------------- sccache
 
 
-def _sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
+def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
     """sccache's config file (SCCACHE_CONF, else ~/.config/sccache/config), or {}."""
     conf = environ.get("SCCACHE_CONF")
     path = Path(conf) if conf else Path(environ.get("HOME", "~")).expanduser() / ".config"
@@ -422,7 +418,7 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
             if var in _SCCACHE_SHOWN:
                 return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
             return kind
-    caches = _sccache_config(environ).get("cache")
+    caches = sccache_config(environ).get("cache")
     if isinstance(caches, dict):
         for kind, table in caches.items():
             if kind == "disk" or not isinstance(table, dict):
@@ -434,16 +430,13 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
 
 def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     """The config file names sccache's local cache directory itself."""
-    caches = _sccache_config(environ).get("cache")
+    caches = sccache_config(environ).get("cache")
     disk = caches.get("disk") if isinstance(caches, dict) else None
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-sccache_config = _sccache_config  # cache/session.py and cache/dist.py read it too
-
-
 def _sccache_dist(environ: Mapping[str, str]) -> str | None:
-    dist = _sccache_config(environ).get("dist")
+    dist = sccache_config(environ).get("dist")
     url = dist.get("scheduler_url") if isinstance(dist, dict) else None
     return mask(url) if isinstance(url, str) and url else None
 
@@ -555,7 +548,7 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
     tools = {}
     for name in TOOLS:
         path = locate(doctor, name)
-        tools[name] = CacheTool(path is not None, path, _version(doctor, name) if path else None)
+        tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
     choice = environ.get("DGR_CACHE") or "auto"
     mode = environ.get("DGR_CACHE_MODE") or "rw"
     try:
@@ -567,7 +560,7 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
         )  # fmt: skip
     client = None
     if setup.distributed:  # asks the scheduler, with the client's token
-        client = sccache_dist.client(_sccache_config(environ))
+        client = sccache_dist.client(sccache_config(environ))
     return DoctorCache(
         choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
         else None, path=setup.launcher, version=setup.version, backend=setup.backend,
