@@ -12,7 +12,7 @@ import math
 import os
 from typing import overload
 
-from dgr_forge.core.errors import BadInput
+from dgr_forge.core.errors import BadInput, Details
 
 MAX_TEXT = 64  # a number is short; anything longer is not one (and is not echoed whole)
 
@@ -40,12 +40,11 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
         value = int(raw) if whole else float(raw)
     except ValueError:
         value = None
+    details: Details = {"variable": name, "value": shown}
     if value is None or not math.isfinite(value):
-        raise BadInput(f"{name}={shown!r} is not {kind}", hint=hint, details={"variable": name})
+        raise BadInput(f"{name}={shown!r} is not {kind}", hint=hint, details=details)
     if not minimum <= value <= maximum:
         raise BadInput(
-            f"{name}={shown!r} is out of range ({minimum} to {maximum})",
-            hint=hint,
-            details={"variable": name},
+            f"{name}={shown!r} is out of range ({minimum} to {maximum})", hint=hint, details=details
         )
     return value
