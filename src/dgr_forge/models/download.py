@@ -372,7 +372,7 @@ class Downloader:
     def _read_response(self, state: _Stream, r: requests.Response) -> None:
         code = r.status_code
         if code == 206:
-            start, total = _content_range(r.headers.get("Content-Range", ""))
+            start, _, total = content_range(r.headers.get("Content-Range", ""))
             if total is not None and total != state.f.size:
                 raise self._wrong_size(state, total)
             if start != state.have:
@@ -386,7 +386,7 @@ class Downloader:
                 self._restart(state, "the server ignored the Range request (HTTP 200)")
                 state.again = False  # this response is the whole file: keep reading it
         elif code == 416:
-            _, total = _content_range(r.headers.get("Content-Range", ""))
+            *_, total = content_range(r.headers.get("Content-Range", ""))
             if total is not None and total != state.f.size:
                 raise self._wrong_size(state, total)
             if not state.have:
@@ -498,17 +498,17 @@ def _umask() -> int:
     return 0o022
 
 
-def _content_range(value: str) -> tuple[int | None, int | None]:
-    """'bytes 10-99/100' -> (10, 100); 'bytes */100' -> (None, 100)."""
-    try:
-        unit, _, spec = value.strip().partition(" ")
-        rng, _, total = spec.partition("/")
-        if unit != "bytes":
-            return None, None
-        start = None if rng == "*" else int(rng.split("-", 1)[0])
-        return start, (None if total in ("", "*") else int(total))
-    except ValueError:
-        return None, None
+def content_range(value: str) -> tuple[int | None, int | None, int | None]:
+    """'bytes 10-99/100' -> (10, 99, 100); 'bytes */100' -> (None, None, 100); a part that
+    is not a plain number (of at most 20 digits) is None, and all are for another unit."""
+
+    def number(text: str) -> int | None:
+        return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+    unit, _, spec = value.strip().partition(" ")
+    rng, _, total = spec.partition("/")
+    first, _, last = rng.partition("-")
+    return (number(first), number(last), number(total)) if unit == "bytes" else (None,) * 3
 
 
 def _brief(err: BaseException) -> str:
