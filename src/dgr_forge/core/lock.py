@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fcntl
 import json
-import math
 import os
 import stat
 import sys
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
+from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
@@ -44,21 +44,9 @@ _guard = threading.RLock()
 
 
 def lock_timeout() -> float:
-    """Seconds to wait for another run (DGR_LOCK_TIMEOUT; 0 = fail at once)."""
-    raw = os.environ.get("DGR_LOCK_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    # nan compares false with everything, so it would wait forever: refuse it explicitly
-    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT_S:
-        raise BadInput(
-            f"DGR_LOCK_TIMEOUT={raw[:40]!r} is not a number of seconds from 0 to {MAX_TIMEOUT_S:g}",
-            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
-        )
-    return value
+    """Seconds to wait for another run (DGR_LOCK_TIMEOUT; 0 = fail at once): a NaN would
+    wait forever, so it is refused (exit 2) as every bad number is (`envnum`)."""
+    return env_number("DGR_LOCK_TIMEOUT", DEFAULT_TIMEOUT_S, 0.0, MAX_TIMEOUT_S)
 
 
 def describe_holder(lock_file: Path) -> str:
