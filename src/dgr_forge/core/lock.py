@@ -49,15 +49,28 @@ def lock_timeout() -> float:
     return env_number("DGR_LOCK_TIMEOUT", DEFAULT_TIMEOUT_S, 0.0, MAX_TIMEOUT_S)
 
 
-def describe_holder(lock_file: Path) -> str:
-    """Who holds the lock, from what the holder wrote (best effort: it may be mid-write)."""
+def holder_of(fd: int) -> str:
+    """Who holds the lock open at `fd`, from what the holder wrote (best effort: it may be
+    mid-write), read through that descriptor: never a link swapped in at its path."""
     try:
-        info = json.loads(lock_file.read_text() or "{}")
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
         info = {}
     if not isinstance(info, dict) or "pid" not in info:
         return "another dgr-forge run (holder unknown)"
     return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
+
+
+def describe_holder(lock_file: Path) -> str:
+    """Who holds the lock file `lock_file` (see `holder_of`)."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return holder_of(-1)
+    try:
+        return holder_of(fd)
+    finally:
+        os.close(fd)
 
 
 def _try_flock(fd: int) -> bool:
@@ -163,7 +176,7 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device: flock: EINVAL
             raise _not_a_file(path)
         os.set_blocking(fd, True)
-        with hold(fd, path, words, say, lambda: describe_holder(path)):
+        with hold(fd, path, words, say, lambda: holder_of(fd)):
             with _guard:
                 _held[key] = _Held(fd=fd, depth=1)
             try:

@@ -7,7 +7,6 @@ opened with O_NOFOLLOW and checked to be regular files on the descriptor that is
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
@@ -17,7 +16,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.lock import LockWords, hold
+from dgr_forge.core.lock import LockWords, hold, holder_of
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import manifest as models
 from dgr_forge.models.hashing import human
@@ -296,17 +295,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 # ----------------------------------------------------------------------------- provision lock
 
 
-def _holder(fd: int) -> str:
-    """Who holds the lock, from what the holder wrote (read through our own descriptor)."""
-    try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        info = {}
-    if not isinstance(info, dict) or "pid" not in info:
-        return "another provision (holder unknown)"
-    return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
-
-
 def _open_lock(dest: DestDir) -> int:
     path = dest / LOCK_FILE
     try:
@@ -352,7 +340,7 @@ def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     )
     fd = _open_lock(dest)
     try:
-        with hold(fd, dest / LOCK_FILE, words, out.info, lambda: _holder(fd)):
+        with hold(fd, dest / LOCK_FILE, words, out.info, lambda: holder_of(fd)):
             yield
     finally:
         os.close(fd)
