@@ -44,6 +44,7 @@ from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
 from dgr_forge.attest.keysource import default_key_path as default_key_path
 from dgr_forge.attest.keysource import signing_key_source
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.tomlcheck import read_bytes
@@ -195,12 +196,7 @@ def generate(path: Path, *, force: bool = False) -> Signer:
                 f"{path}: a key already exists; refusing to overwrite it",
                 hint="pass --force to replace it",
             ) from None
-        pub_pem = spki_pem(key.public_key()).encode("ascii")
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{pub.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(pub_pem)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, pub)
+        atomic_write_bytes(pub, spki_pem(key.public_key()).encode("ascii"), 0o644)
     except OSError as err:
         raise BadInput(
             f"{path}: cannot write the key: {err.strerror}",

@@ -17,10 +17,14 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
+
+import msgspec
+from msgspec import Struct, field
 
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
@@ -35,6 +39,17 @@ BUILD_TYPE = "https://dgr-forge.invalid/buildtypes/cmake-lane/v1"
 BUILDER_LOCAL = "https://dgr-forge.invalid/builders/local/v1"
 BUILDER_CI = "https://dgr-forge.invalid/builders/ci/v1"
 BUILDER_GITHUB = "https://dgr-forge.invalid/builders/github-actions/v1"
+
+
+class Descriptor(Struct, omit_defaults=True):
+    """An in-toto ResourceDescriptor: only the keys it has are written."""
+
+    name: str
+    uri: str | None = None
+    digest: Mapping[str, str | None] | None = None
+    media_type: str | None = field(default=None, name="mediaType")
+    annotations: dict[str, Any] | None = None
+
 
 ROOT_VAR = "${DGR_ROOT}"
 WORKSPACE_VAR = "${DGR_WORKSPACE}"
@@ -105,15 +120,16 @@ def purl(name: str, version: str) -> str:
     )
 
 
-def _tool(tool: Tool) -> dict[str, Any]:
-    desc: dict[str, Any] = {"name": tool.name, "uri": purl(tool.name, tool.version)}
-    exe = Path(tool.path)
-    if tool.sha256:
-        desc["digest"] = {"sha256": tool.sha256}
-    elif exe.is_absolute() and exe.is_file() and os.access(exe, os.R_OK):
-        desc["digest"] = {"sha256": sha256_file(exe.resolve())}
-    desc["annotations"] = {"version": tool.version}
-    return desc
+def _tool(tool: Tool) -> Descriptor:
+    exe, digest = Path(tool.path), tool.sha256
+    if not digest and exe.is_absolute() and exe.is_file() and os.access(exe, os.R_OK):
+        digest = sha256_file(exe.resolve())
+    return Descriptor(
+        tool.name,
+        purl(tool.name, tool.version),
+        {"sha256": digest} if digest else None,
+        annotations={"version": tool.version},
+    )
 
 
 def git_uri(location: str, commit: str | None) -> str:
@@ -133,7 +149,7 @@ def portable_git_uri(location: str, commit: str | None, mapped: str) -> tuple[st
     return git_uri(location, commit), False
 
 
-def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
+def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
     w = build.worker
     if w is None:
         return None
@@ -157,14 +173,11 @@ def _worker(build: LaneBuild, paths: _Paths) -> dict[str, Any] | None:
             location = "${DGR_WORKER}"
         uri = "file://" + quote(mapped)
         annotations["location"] = location
-    desc: dict[str, Any] = {"name": "worker", "uri": uri}
-    if w.commit:
-        desc["digest"] = {"gitCommit": w.commit}
-    desc["annotations"] = annotations
-    return desc
+    digest = {"gitCommit": w.commit} if w.commit else None
+    return Descriptor("worker", uri, digest, annotations=annotations)
 
 
-def container_image() -> dict[str, Any] | None:
+def container_image() -> Descriptor | None:
     """The CI container image the build ran in, when the environment says so."""
     ref = os.environ.get("DGR_CONTAINER_IMAGE") or os.environ.get("CI_JOB_IMAGE") or ""
     if not ref or any(c.isspace() or ord(c) < 32 for c in ref) or len(ref) > 512:
@@ -174,32 +187,26 @@ def container_image() -> dict[str, Any] | None:
     tag = ""
     if ":" in name.rsplit("/", 1)[-1]:
         name, _, tag = name.rpartition(":")
-    desc: dict[str, Any] = {
-        "name": "container-image",
-        "uri": "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
-        "annotations": {"image": mask(ref)},
-    }
     algo, _, value = digest.partition(":")
-    if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value):
-        desc["digest"] = {"sha256": value}
-    return desc
+    return Descriptor(
+        "container-image",
+        "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
+        {"sha256": value} if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None,
+        annotations={"image": mask(ref)},
+    )
 
 
-def _byproduct(forge: Forge, path: Path, media_type: str) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    return {
-        "name": workspace_relative(forge, path),
-        "digest": {"sha256": sha256_file(path)},
-        "mediaType": media_type,
-    }
+def _byproduct(forge: Forge, path: Path) -> Descriptor:
+    """A file the build wrote in the workspace, named as a subject is."""
+    digest = {"sha256": sha256_file(path)}
+    return Descriptor(workspace_relative(forge, path), digest=digest, media_type="text/plain")
 
 
 SURFACE_NAME = "worker-surface"
 SURFACE_MEDIA_TYPE = "application/vnd.dgr-forge.worker-surface+json"
 
 
-def surface_byproduct(build: LaneBuild) -> dict[str, Any] | None:
+def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     """What the worker used of upstream (`lanes.boundary`): the boundary headers its
     objects read, the symbols it imports with their declaring headers. A byproduct
     ResourceDescriptor: the facts in `annotations`, their canonical JSON's sha256 as digest."""
@@ -217,12 +224,8 @@ def surface_byproduct(build: LaneBuild) -> dict[str, Any] | None:
         "symbolsChecked": build.surface.symbols_checked,
     }
     canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
-    return {
-        "name": SURFACE_NAME,
-        "digest": {"sha256": hashlib.sha256(canonical).hexdigest()},
-        "mediaType": SURFACE_MEDIA_TYPE,
-        "annotations": facts,
-    }
+    digest = {"sha256": hashlib.sha256(canonical).hexdigest()}
+    return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, facts)
 
 
 def statement(
@@ -235,13 +238,8 @@ def statement(
         notes: dict[str, Any] = {"target": a.name, "kind": a.kind}
         if a.aliases:
             notes["aliases"] = list(a.aliases)
-        subjects.append(
-            {
-                "name": workspace_relative(forge, a.path),
-                "digest": {"sha256": a.sha256},
-                "annotations": notes,
-            }
-        )
+        name = workspace_relative(forge, a.path)
+        subjects.append(Descriptor(name, digest={"sha256": a.sha256}, annotations=notes))
     worker = _worker(build, paths)
     uri, local = portable_git_uri(
         build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
@@ -253,53 +251,35 @@ def statement(
         # what the binaries carry as their version: llama.cpp's b<N> and commit string
         pin["buildNumber"] = build.upstream_build_number
         pin["buildCommit"] = build.upstream_build_commit
-    upstream = {
-        "name": build.upstream_name,
-        "uri": uri,
-        "digest": {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree},
-        "annotations": pin,
-    }
-    patches = [{"name": p.file, "digest": {"sha256": p.sha256}} for p in build.patches]
-    resolved = [upstream, *patches]
-    if worker is not None:
-        resolved.append(worker)
+    digest = {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree}
+    resolved = [Descriptor(build.upstream_name, uri, digest, annotations=pin)]
+    resolved += [Descriptor(p.file, digest={"sha256": p.sha256}) for p in build.patches]
+    resolved += [worker] if worker is not None else []
     if build.toolchain_file and build.toolchain_sha256:
-        resolved.append(
-            {"name": build.toolchain_file, "digest": {"sha256": build.toolchain_sha256}}
-        )
+        resolved.append(Descriptor(build.toolchain_file, digest={"sha256": build.toolchain_sha256}))
     resolved += [_tool(t) for t in build.tools]
-    if build.toolkit is not None:
-        lock = build.toolkit
+    if (lock := build.toolkit) is not None:
+        name = f"{lock.get('toolkit')}-toolkit"
         resolved.append(
-            {
-                "name": f"{lock.get('toolkit')}-toolkit",
-                "uri": purl(f"{lock.get('toolkit')}-toolkit", str(lock.get("version") or "")),
-                "digest": {"sha256": lock.get("lock_sha256")},
-                "annotations": {"lock": lock.get("lock"), "wheels": lock.get("wheels")},
-            }
+            Descriptor(
+                name,
+                purl(name, str(lock.get("version") or "")),
+                {"sha256": lock.get("lock_sha256")},
+                annotations={"lock": lock.get("lock"), "wheels": lock.get("wheels")},
+            )
         )
     resolved += [
-        {
-            "name": workspace_relative(forge, li.path),
-            "digest": {"sha256": li.sha256},
-            "annotations": {"note": li.note},
-        }
+        Descriptor(workspace_relative(forge, li.path), digest={"sha256": li.sha256},
+                   annotations={"note": li.note})
         for li in build.link_inputs
-    ]
-    image = container_image()
-    if image is not None:
-        resolved.append(image)
-
+    ]  # fmt: skip
+    resolved += [image] if (image := container_image()) is not None else []
     byproducts = [
-        b
-        for b in (
-            _byproduct(forge, build.log_file, "text/plain"),
-            _byproduct(forge, build.cmake_cache, "text/plain"),
-            surface_byproduct(build),
-        )
-        if b is not None
-    ]
-    return {
+        _byproduct(forge, path) for path in (build.log_file, build.cmake_cache)
+        if path.is_file()
+    ]  # fmt: skip
+    byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
+    document: dict[str, Any] = {
         "_type": STATEMENT_TYPE,
         "subject": subjects,
         "predicateType": PREDICATE_TYPE,
@@ -339,3 +319,4 @@ def statement(
             },
         },
     }
+    return cast(dict[str, Any], msgspec.to_builtins(document))

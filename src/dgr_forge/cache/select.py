@@ -28,9 +28,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
-import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
 
+from dgr_forge.cache import dist as sccache_dist
+from dgr_forge.cache.dist import DistCheck
 from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import refuse_shared
@@ -222,10 +223,6 @@ def locate(doctor: Doctor, name: str) -> str | None:
     return None
 
 
-def _version(doctor: Doctor, name: str) -> str:
-    return doctor.version(name) or ""
-
-
 def _setup(
     doctor: Doctor,
     name: str,
@@ -236,7 +233,7 @@ def _setup(
     environ: Mapping[str, str],
     worker: Path | None = None,
 ) -> CacheSetup:
-    version = _version(doctor, name)
+    version = doctor.version(name) or ""
     bases = _bases(workspace, root, worker)
     if _readonly_in(name, environ):
         mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
@@ -397,7 +394,7 @@ def _shown_entry(entry: str) -> str:
 # ----------------------------------------------------------------------------- sccache
 
 
-def _sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
+def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
     """sccache's config file (SCCACHE_CONF, else ~/.config/sccache/config), or {}."""
     conf = environ.get("SCCACHE_CONF")
     path = Path(conf) if conf else Path(environ.get("HOME", "~")).expanduser() / ".config"
@@ -421,7 +418,7 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
             if var in _SCCACHE_SHOWN:
                 return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
             return kind
-    caches = _sccache_config(environ).get("cache")
+    caches = sccache_config(environ).get("cache")
     if isinstance(caches, dict):
         for kind, table in caches.items():
             if kind == "disk" or not isinstance(table, dict):
@@ -433,16 +430,13 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
 
 def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     """The config file names sccache's local cache directory itself."""
-    caches = _sccache_config(environ).get("cache")
+    caches = sccache_config(environ).get("cache")
     disk = caches.get("disk") if isinstance(caches, dict) else None
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-sccache_config = _sccache_config  # cache/session.py and cache/dist.py read it too
-
-
 def _sccache_dist(environ: Mapping[str, str]) -> str | None:
-    dist = _sccache_config(environ).get("dist")
+    dist = sccache_config(environ).get("dist")
     url = dist.get("scheduler_url") if isinstance(dist, dict) else None
     return mask(url) if isinstance(url, str) and url else None
 
@@ -492,59 +486,101 @@ def _private_dir(path: Path) -> bool:
 # ----------------------------------------------------------------------------- doctor
 
 
-def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+class CacheTool(Struct):
+    """a compiler cache tool on this host"""
+
+    found: Annotated[bool, d("found on this host")]
+    path: Annotated[str | None, d("the launcher")]
+    version: Annotated[str | None, d("its version")]
+
+
+class DoctorCache(Struct, kw_only=True):
+    """what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`,
+    default `auto` / `rw`); never a credential: URLs are masked"""
+
+    choice: Annotated[
+        str,
+        d(
+            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
+            "`problem`)"
+        ),
+    ]
+    tool: Annotated[str | UnsetType | None, d("`ccache` or `sccache`; null: no cache")] = UNSET
+    launcher: Annotated[str | UnsetType | None, d("the launcher's file name")] = UNSET
+    path: Annotated[
+        str | UnsetType | None, d("where the launcher was found (absent when `problem` is set)")
+    ] = UNSET
+    version: Annotated[str | UnsetType, d('the tool\'s version (`""` when none)')] = UNSET
+    backend: Annotated[
+        str | UnsetType,
+        d(
+            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
+            "marks a read-only ccache remote)"
+        ),
+    ] = UNSET
+    mode: Annotated[str | UnsetType, d("`rw`, `ro` or `off`")] = UNSET
+    distributed: Annotated[str | UnsetType | None, d("the sccache-dist scheduler URL, masked")] = (
+        UNSET
+    )
+    dist: Annotated[
+        DistCheck | UnsetType | None,
+        d(
+            "with a scheduler: what it answered when asked with the client's token: "
+            "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
+            "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
+            "`servers`, `cpus` (null when unknown); never the token"
+        ),
+    ] = UNSET
+    tools: Annotated[dict[str, CacheTool], d("per tool: `ccache`, `sccache`")]
+    problem: Annotated[
+        str | None,
+        d(
+            "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool "
+            "that is not installed"
+        ),
+    ]
+
+
+def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> DoctorCache:
     """What `doctor` says about the cache: every tool found, and what `build` would use
     now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
     environ = os.environ if environ is None else environ
     tools = {}
     for name in TOOLS:
         path = locate(doctor, name)
-        tools[name] = {
-            "found": path is not None,
-            "path": path,
-            "version": _version(doctor, name) if path else None,
-        }
+        tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
     choice = environ.get("DGR_CACHE") or "auto"
     mode = environ.get("DGR_CACHE_MODE") or "rw"
-    info: dict[str, Any] = {"choice": choice, "tools": tools, "problem": None}
     try:
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
-        info.update(OFF.record(), launcher=None, distributed=None)
-        info["problem"] = mask_text(str(err))
-        return info
-    info.update(setup.record())
-    info["launcher"] = Path(setup.launcher).name if setup.launcher else None
-    info["path"] = setup.launcher
-    info.setdefault("distributed", None)
-    info["dist"] = None
-    if setup.distributed:
-        from dgr_forge.cache import (
-            dist as sccache_dist,  # asks the scheduler, with the client's token
-        )
-
-        client = sccache_dist.client(_sccache_config(environ))
-        # the scheduler's answer as doctor's JSON holds it (read back by `summary`)
-        info["dist"] = msgspec.to_builtins(sccache_dist.check(client)) if client else None
-    return info
+        return DoctorCache(
+            choice=choice, tool=None, launcher=None, version=OFF.version, backend=OFF.backend,
+            mode=OFF.mode, distributed=None, tools=tools, problem=mask_text(str(err)),
+        )  # fmt: skip
+    client = None
+    if setup.distributed:  # asks the scheduler, with the client's token
+        client = sccache_dist.client(sccache_config(environ))
+    return DoctorCache(
+        choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
+        else None, path=setup.launcher, version=setup.version, backend=setup.backend,
+        mode=setup.mode, distributed=setup.distributed, tools=tools, problem=None,
+        dist=sccache_dist.check(client) if client else None,
+    )  # fmt: skip
 
 
-def summary(info: dict[str, Any]) -> str:
+def summary(info: DoctorCache) -> str:
     """One line for `doctor`'s human output."""
-    if info.get("problem"):
-        return f"compiler cache: {info['problem']}"
-    if not info.get("tool"):
-        found = [n for n, t in info["tools"].items() if t["found"]]
-        why = "off (--cache off / DGR_CACHE=off)" if info["choice"] == "off" else "none found"
+    if info.problem:
+        return f"compiler cache: {info.problem}"
+    if not info.tool:
+        found = [n for n, t in info.tools.items() if t.found]
+        why = "off (--cache off / DGR_CACHE=off)" if info.choice == "off" else "none found"
         return f"compiler cache: {why}" + ("" if found else f"; install: {INSTALL_HINT}")
     line = (
-        f"compiler cache: {info['tool']} {info['version']} ({info['path']}), "
-        f"backend {info['backend']}, mode {info['mode']}"
+        f"compiler cache: {info.tool} {info.version} ({info.path}), "
+        f"backend {info.backend}, mode {info.mode}"
     )
-    if info.get("distributed"):
-        line += f", distributed via {info['distributed']}"
-    dist = info.get("dist")
-    if dist:
-        line += f"\n  sccache-dist scheduler {dist['scheduler']}: {dist['detail']}"
-        line += f"\n  fix: {dist['fix']}" if dist.get("fix") else ""
-    return line
+    if info.distributed:
+        line += f", distributed via {info.distributed}"
+    return line + (f"\n  {info.dist.line()}" if info.dist else "")

@@ -84,16 +84,17 @@ class CacheSession(Struct):
         if self.setup.tool != "sccache":
             return {}
         after = self._sccache_stats()
-        stats = _minus(after, self._before) if after is not None else None
+        # hits, misses, pool compiles, compiles: this lane's, since `begin`
+        done = None if after is None else [max(0, a - b) for a, b in zip(
+            _numbers(after), _numbers(self._before), strict=True
+        )]  # fmt: skip
         fig: dict[str, Any] = {
-            "hits": _count(stats, "cache_hits") if stats is not None else None,
-            "misses": _count(stats, "cache_misses") if stats is not None else None,
+            "hits": done[0] if done else None,
+            "misses": done[1] if done else None,
         }
         if self.setup.distributed:
-            remote = local = None
-            if stats is not None:
-                remote = sum(_int(v) for v in _dict(stats.get("dist_compiles")).values())
-                local = max(0, _int(stats.get("compilations")) - remote)
+            remote = done[2] if done else None
+            local = max(0, done[3] - done[2]) if done else None
             fig["distributed"] = {
                 "scheduler": self.setup.distributed,
                 "remoteCompiles": remote,
@@ -240,27 +241,16 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
-def _count(stats: dict[str, Any], key: str) -> int:
-    return sum(_int(v) for v in _dict(_dict(stats.get(key)).get("counts")).values())
+def _numbers(stats: dict[str, Any]) -> tuple[int, int, int, int]:
+    """sccache's counters a lane's figures come from: hits, misses, pool compiles, compiles."""
 
+    def total(value: object) -> int:
+        return sum(_int(v) for v in _dict(value).values())
 
-def _minus(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
-    """sccache's counters since `before` (numbers, and maps of numbers, one level deep)."""
-    out: dict[str, Any] = {}
-    for key, value in after.items():
-        old = before.get(key)
-        if isinstance(value, int) and not isinstance(value, bool):
-            out[key] = max(0, value - _int(old))
-        elif isinstance(value, dict):
-            if key in ("cache_hits", "cache_misses"):
-                counts = _dict(value.get("counts"))
-                was = _dict(_dict(old).get("counts"))
-                out[key] = {
-                    "counts": {k: max(0, _int(v) - _int(was.get(k))) for k, v in counts.items()}
-                }
-            else:
-                out[key] = {k: max(0, _int(v) - _int(_dict(old).get(k))) for k, v in value.items()}
-    return out
+    hits, misses = (
+        total(_dict(stats.get(k)).get("counts")) for k in ("cache_hits", "cache_misses")
+    )
+    return hits, misses, total(stats.get("dist_compiles")), _int(stats.get("compilations"))
 
 
 def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dict[str, Any]:

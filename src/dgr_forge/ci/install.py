@@ -119,7 +119,7 @@ def is_tool_repository(root: Path) -> bool:
         name = msgspec.convert(data, _PyProject, strict=True).project.name
     except (BadInput, msgspec.ValidationError):
         return False  # not a pyproject we can read: not the tool's
-    return name is not None and re.sub(r"[-_.]+", "-", name).lower() == "dgr-forge"
+    return name is not None and _canonical(name) == "dgr-forge"
 
 
 # -- pyproject.toml as far as this reads it: another tool's keys are that tool's business
@@ -163,6 +163,14 @@ def _bodies(lines: list[str]) -> list[tuple[int, str]]:
 
 
 TOOLCHAIN = ("cmake", "ninja")
+
+
+def _constraints(root: Path, rel: str) -> bool:
+    """Whether the constraints file `rel` is there (checked, see `_check_constraints`)."""
+    lines = _read(root, rel)
+    if lines is not None:
+        _check_constraints(rel, lines)
+    return lines is not None
 
 
 def _check_constraints(rel: str, lines: list[str]) -> None:
@@ -283,27 +291,17 @@ def _check_requirements(lines: list[str]) -> bool:
 def install(root: Path, source: str | None = None) -> Install:
     """How CI installs dgr-forge for this forge root (files checked, none written);
     `source`: a requirement from `tool_source`, installed instead of the root's own pin."""
-    if source is not None:
+    own = is_tool_repository(root)
+    if source is not None or own:
         # the tool's own repository pins its toolchain once, in constraints.txt
-        rel = SELF_CONSTRAINTS if is_tool_repository(root) else CI_CONSTRAINTS
-        cons = _read(root, rel)
-        if cons is not None:
-            _check_constraints(rel, cons)
-        absent: tuple[str, ...] = () if cons is not None else (rel,)
-        return Install("source", None, rel, not absent, False, absent, source)
-    if is_tool_repository(root):
-        lines = _read(root, SELF_CONSTRAINTS)
-        if lines is not None:
-            _check_constraints(SELF_CONSTRAINTS, lines)
-        missing: tuple[str, ...] = () if lines is not None else (SELF_CONSTRAINTS,)
-        return Install("checkout", None, SELF_CONSTRAINTS, not missing, False, missing)
+        rel = SELF_CONSTRAINTS if own else CI_CONSTRAINTS
+        missing: tuple[str, ...] = () if _constraints(root, rel) else (rel,)
+        mode = "checkout" if source is None else "source"
+        return Install(mode, None, rel, not missing, False, missing, source)
     reqs = _read(root, REQUIREMENTS)
     hashes = _check_requirements(reqs) if reqs is not None else False
-    cons = _read(root, CI_CONSTRAINTS)
-    if cons is not None:
-        _check_constraints(CI_CONSTRAINTS, cons)
-    missing = tuple(
-        rel for rel, lines in ((REQUIREMENTS, reqs), (CI_CONSTRAINTS, cons)) if lines is None
+    missing = ((REQUIREMENTS,) if reqs is None else ()) + (
+        () if _constraints(root, CI_CONSTRAINTS) else (CI_CONSTRAINTS,)
     )
     return Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, not missing, hashes, missing)
 

@@ -206,25 +206,6 @@ def matrix(recipes: dict[str, Recipe]) -> Matrix:
     )
 
 
-def certify_matrix(recipes: dict[str, Recipe]) -> dict[str, list[dict[str, Any]]]:
-    """The lanes whose recipe sets `ci.certify_runs_on`: one certify job each, on that
-    hardware (the entry: lane, backend, the runner labels, whether the suite runs a model)."""
-    include = []
-    for name in sorted(recipes):
-        recipe = recipes[name]
-        if recipe.certify is None or not recipe.certify_runs_on:
-            continue
-        include.append(
-            {
-                "lane": recipe.name,
-                "backend": recipe.backend,
-                "certify_runs_on": list(recipe.certify_runs_on),
-                "needs_model": recipe.certify.needs_model,
-            }
-        )
-    return {"include": include}
-
-
 def provider(name: str) -> Provider:
     try:
         return PROVIDERS[name]
@@ -402,10 +383,17 @@ def render(
     # `matrix` from the rows), so a lane without an image has an empty `container`, which
     # GitHub reads as none: the job runs on the runner itself
     rows = [{**entry, "container": entry.get("container", "")} for entry in lanes["include"]]
+    # a certify job per lane whose recipe sets `ci.certify_runs_on`, on that hardware
+    certify = [
+        {"lane": r.name, "backend": r.backend, "certify_runs_on": list(r.certify_runs_on),
+         "needs_model": r.certify.needs_model}
+        for r in (recipes[name] for name in sorted(recipes))
+        if r.certify is not None and r.certify_runs_on
+    ]  # fmt: skip
     context = {
         "matrix": lanes,
         "rows": rows,
-        "certify": certify_matrix(recipes),
+        "certify": {"include": certify},
         "proof": proof,
         "proof_row": rows[lanes["include"].index(proof)],
         "pin": manifest.commit,

@@ -27,7 +27,8 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
     """`$name` as a number in [minimum, maximum], `default` when unset or empty.
 
     An int `default` asks for a whole number (``3``, not ``2.5``). Not a number, NaN,
-    infinite or out of range: BadInput (exit 2) naming the variable and the range."""
+    infinite or out of range: BadInput (exit 2) naming the variable, its value and the
+    range."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -40,12 +41,11 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
         value = int(raw) if whole else float(raw)
     except ValueError:
         value = None
-    if value is None or not math.isfinite(value):
-        raise BadInput(f"{name}={shown!r} is not {kind}", hint=hint, details={"variable": name})
-    if not minimum <= value <= maximum:
+    finite = value is not None and (isinstance(value, int) or math.isfinite(value))
+    if value is None or not finite or not minimum <= value <= maximum:
         raise BadInput(
-            f"{name}={shown!r} is out of range ({minimum} to {maximum})",
+            f"{name}={shown!r} is not {kind} from {minimum} to {maximum}",
             hint=hint,
-            details={"variable": name},
+            details={"variable": name, "value": shown},
         )
     return value

@@ -33,10 +33,10 @@ def sha256_file(path: Path) -> str:
     fd = os.open(path, _OPEN_FLAGS)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise BadInput(
-            f"{path}: is not a regular file (a directory, device, FIFO or socket)",
-            hint="remove it: the forge hashes regular files only",
-            details={"file": str(path)},
+        raise _refused(
+            str(path),
+            "is not a regular file (a directory, device, FIFO or socket)",
+            "remove it: the forge hashes regular files only",
         )
     os.set_blocking(fd, True)
     h = hashlib.sha256()
@@ -134,7 +134,12 @@ def open_regular(
             os.set_blocking(fd, True)
             return fd, st
         os.close(fd)
-    raise BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
+    raise _refused(name, problem, hint)
+
+
+def _refused(name: str, problem: str, hint: str) -> BadInput:
+    """A named file refused (exit 2): `<file>: <problem>`, the fix as the hint."""
+    return BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
 
 
 def read_regular(
@@ -157,15 +162,9 @@ def read_regular(
         try:
             data = f.read(limit + 1)  # the file may grow after fstat
         except OSError as err:
-            raise BadInput(
-                f"{name}: cannot read the {what}: {err.strerror}", hint=hint, details={"file": name}
-            ) from None
+            raise _refused(name, f"cannot read the {what}: {err.strerror}", hint) from None
     if len(data) > limit:
-        raise BadInput(
-            f"{name}: is over the {limit}-byte limit for a {what}",
-            hint=hint,
-            details={"file": name},
-        )
+        raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
     return data
 
 
@@ -242,7 +241,7 @@ def read_tree_file(
             fd = -1
         if fd >= 0:
             os.close(fd)
-    raise BadInput(f"{shown}: {problem}", hint=hint, details={"file": shown})
+    raise _refused(shown, problem, hint)
 
 
 def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> bytes:
@@ -270,7 +269,7 @@ def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> byt
         finally:
             if parent is not None:
                 os.close(parent)
-    raise BadInput(f"{shown}: {problem}", hint=hint, details={"file": shown})
+    raise _refused(shown, problem, hint)
 
 
 def sha256_regular(
@@ -286,11 +285,7 @@ def sha256_regular(
         while chunk := f.read(CHUNK):
             total += len(chunk)
             if total > limit:
-                raise BadInput(
-                    f"{name}: is over the {limit}-byte limit for a {what}",
-                    hint=hint,
-                    details={"file": name},
-                )
+                raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
             h.update(chunk)
     return h.hexdigest()
 

@@ -12,7 +12,6 @@ import contextlib
 import errno
 import fcntl
 import json
-import math
 import os
 import stat
 import sys
@@ -24,9 +23,11 @@ from pathlib import Path
 
 from msgspec import Struct
 
+from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.urls import mask_text
 
 DEFAULT_TIMEOUT_S = 600.0
 MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond that a value is a typo, not a wish
@@ -43,32 +44,33 @@ _guard = threading.RLock()
 
 
 def lock_timeout() -> float:
-    """Seconds to wait for another run (DGR_LOCK_TIMEOUT; 0 = fail at once)."""
-    raw = os.environ.get("DGR_LOCK_TIMEOUT", "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    # nan compares false with everything, so it would wait forever: refuse it explicitly
-    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT_S:
-        raise BadInput(
-            f"DGR_LOCK_TIMEOUT={raw[:40]!r} is not a number of seconds from 0 to {MAX_TIMEOUT_S:g}",
-            hint="set DGR_LOCK_TIMEOUT to e.g. 600 (wait up to 10 minutes) or 0 (never wait)",
-        )
-    return value
+    """Seconds to wait for another run (DGR_LOCK_TIMEOUT; 0 = fail at once): a NaN would
+    wait forever, so it is refused (exit 2) as every bad number is (`envnum`)."""
+    return env_number("DGR_LOCK_TIMEOUT", DEFAULT_TIMEOUT_S, 0.0, MAX_TIMEOUT_S)
 
 
-def describe_holder(lock_file: Path) -> str:
-    """Who holds the lock, from what the holder wrote (best effort: it may be mid-write)."""
+def holder_of(fd: int) -> str:
+    """Who holds the lock open at `fd`, from what the holder wrote (best effort: it may be
+    mid-write), read through that descriptor: never a link swapped in at its path."""
     try:
-        info = json.loads(lock_file.read_text() or "{}")
+        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
         info = {}
     if not isinstance(info, dict) or "pid" not in info:
         return "another dgr-forge run (holder unknown)"
     return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
+
+
+def describe_holder(lock_file: Path) -> str:
+    """Who holds the lock file `lock_file` (see `holder_of`)."""
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return holder_of(-1)
+    try:
+        return holder_of(fd)
+    finally:
+        os.close(fd)
 
 
 def _try_flock(fd: int) -> bool:
@@ -79,30 +81,70 @@ def _try_flock(fd: int) -> bool:
     return True
 
 
-class _Words(Struct, frozen=True):
-    """How a lock names itself in messages (the workspace lock and the root lock)."""
+class LockWords(Struct, frozen=True):
+    """How a lock names itself in messages (the workspace, root and provision locks)."""
 
-    open_failed: str  # "{path}: cannot open ..." is prefixed
-    open_hint: str
-    open_error: type[BadInput] | type[OperationFailed]
     busy: str  # "workspace X is in use" / "forge root X is being written"
     still_busy: str
     label: str  # "workspace lock" / "root lock", in the waiting line
+    open_failed: str = ""  # "{path}: cannot open ..." is prefixed
+    open_hint: str = ""
+    open_error: type[BadInput] | type[OperationFailed] = BadInput
 
 
 def _stamp(fd: int) -> None:
-    """Tell a waiting run who holds the lock (pid, command, start time)."""
+    """Tell a waiting run who holds the lock (pid, command, start time); only ever a
+    hint, so a failed write is no failure."""
     info = {
         "pid": os.getpid(),
-        "command": " ".join(["dgr-forge", *sys.argv[1:]])[:300],
+        "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
         "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
 
 
 @contextlib.contextmanager
-def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterator[None]:
+def hold(
+    fd: int, path: Path, words: LockWords, say: Callable[[str], None], holder: Callable[[], str]
+) -> Iterator[None]:
+    """An exclusive flock on the open lock file `fd` (at `path`) for the block: waits up to
+    DGR_LOCK_TIMEOUT for another run, naming it (`holder`), else fails (exit 1) naming it.
+    While held it says who holds it, and clears that before it releases."""
+    timeout = lock_timeout()  # a bad value is refused whether or not this run has to wait
+    if not _try_flock(fd):
+        who = holder()
+        if timeout == 0:
+            raise OperationFailed(
+                f"{words.busy} by {who}",
+                hint="wait for that run to finish (or stop it), or set DGR_LOCK_TIMEOUT to "
+                "a number of seconds to wait",
+                details={"lock": str(path), "holder": who},
+            )
+        say(f"waiting for {who} ({words.label} {path}, up to {timeout:g} s)")
+        deadline = time.monotonic() + timeout
+        while not _try_flock(fd):
+            if time.monotonic() >= deadline:
+                who = holder()
+                raise OperationFailed(
+                    f"{words.still_busy} by {who} after {timeout:g} s",
+                    hint="wait for that run to finish (or stop it), or raise DGR_LOCK_TIMEOUT",
+                    details={"lock": str(path), "holder": who},
+                )
+            time.sleep(POLL_S)
+    _stamp(fd)
+    try:
+        yield
+    finally:
+        # clear the holder info first, then release: a waiter never reads a stale holder
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Iterator[None]:
     """Hold an exclusive flock on `path` for the block: re-entrant within this process;
     waits up to DGR_LOCK_TIMEOUT for another run, naming it, else fails naming it."""
     key = path.absolute()
@@ -118,7 +160,6 @@ def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterat
                 held.depth -= 1
         return
 
-    timeout = lock_timeout()  # a bad value is refused whether or not this run has to wait
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -131,42 +172,18 @@ def _flock_held(path: Path, words: _Words, say: Callable[[str], None]) -> Iterat
             hint=words.open_hint,
             details={"lock": str(path)},
         ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device: flock says EINVAL
-        os.close(fd)
-        raise _not_a_file(path)
-    os.set_blocking(fd, True)
     try:
-        if not _try_flock(fd):
-            holder = describe_holder(path)
-            if timeout == 0:
-                raise OperationFailed(
-                    f"{words.busy} by {holder}",
-                    hint="wait for that run to finish (or stop it), or set DGR_LOCK_TIMEOUT to "
-                    "a number of seconds to wait",
-                    details={"lock": str(path), "holder": holder},
-                )
-            say(f"waiting for {holder} ({words.label} {path}, up to {timeout:g} s)")
-            deadline = time.monotonic() + timeout
-            while not _try_flock(fd):
-                if time.monotonic() >= deadline:
-                    raise OperationFailed(
-                        f"{words.still_busy} by {describe_holder(path)} after {timeout:g} s",
-                        hint="wait for that run to finish (or stop it), or raise DGR_LOCK_TIMEOUT",
-                        details={"lock": str(path), "holder": describe_holder(path)},
-                    )
-                time.sleep(POLL_S)
-        _stamp(fd)
-        with _guard:
-            _held[key] = _Held(fd=fd, depth=1)
-        try:
-            yield
-        finally:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device: flock: EINVAL
+            raise _not_a_file(path)
+        os.set_blocking(fd, True)
+        with hold(fd, path, words, say, lambda: holder_of(fd)):
             with _guard:
-                del _held[key]
-            # clear the holder info first, then release: a waiter never reads a stale holder
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
+                _held[key] = _Held(fd=fd, depth=1)
+            try:
+                yield
+            finally:
+                with _guard:
+                    del _held[key]
     finally:
         os.close(fd)
 
@@ -183,7 +200,7 @@ def _not_a_file(path: Path) -> BadInput:
 def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextManager[None]:
     """Hold the workspace lock for the block; wait (or fail, with DGR_LOCK_TIMEOUT=0)."""
     path = forge.lock_file
-    words = _Words(
+    words = LockWords(
         open_failed="cannot open the workspace lock",
         open_hint="the lock must be a plain file the forge can write: remove whatever is "
         f"there (`rm -r {path}`; it holds no data) or choose another --workspace",
@@ -209,7 +226,7 @@ def root_lock_at(
     """Hold `<root>/.dgr-root.lock` for the block (re-entrant in one process); wait up to
     DGR_LOCK_TIMEOUT for another run, naming it, or fail (exit 1) naming it. `on_wait` is
     called when another run holds it (this run is about to wait)."""
-    words = _Words(
+    words = LockWords(
         open_failed="cannot open the root lock",
         open_hint="the forge root must be writable by whoever runs export or rebase",
         open_error=OperationFailed,

@@ -109,23 +109,14 @@ class Checker:
     def __init__(self, shown: str) -> None:
         self.shown = shown
 
-    # -- errors
-
-    def fail(self, key: str, problem: str, fix: str) -> BadInput:
-        return fail(self.shown, key, problem, fix)
-
-    # -- reading
-
-    def read(
-        self, path: Path, *, what: str, hint: str, limit: int = MAX_BYTES, root: Path | None = None
-    ) -> bytes:
-        return read_bytes(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
-
     def parse(self, raw: bytes, *, limit: int = MAX_BYTES) -> dict[str, Any]:
         """TOML bytes to a dict: bad encoding, bad syntax, too big or too deep is exit 2."""
         if len(raw) > limit:
-            raise self.fail(
-                "(file)", f"{len(raw)} bytes, over the {limit}-byte limit", "this is not our input"
+            raise fail(
+                self.shown,
+                "(file)",
+                f"{len(raw)} bytes, over the {limit}-byte limit",
+                "this is not our input",
             )
         kept = _PARSED.get(raw)
         if kept is not None:
@@ -146,27 +137,32 @@ class Checker:
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise self.fail(
-                "(file)", f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8"
+            raise fail(
+                self.shown,
+                "(file)",
+                f"not UTF-8 ({err.reason} at byte {err.start})",
+                "save as UTF-8",
             ) from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
-            raise self.fail(
-                "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
+            raise fail(
+                self.shown, "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
             ) from None
         except RecursionError:  # tomllib recurses once per nested array / inline table
             data = None
         except ValueError:  # Python's own int limit: a number of thousands of digits
             line = _long_number_line(text)
             where = f"line {line}" if line else "(file)"
-            raise self.fail(
+            raise fail(
+                self.shown,
                 where,
                 "a number with thousands of digits (over Python's limit)",
                 "no value the forge reads is that large: fix the number at that line",
             ) from None
         if data is None or _depth_exceeds(data, MAX_DEPTH):
-            raise self.fail(
+            raise fail(
+                self.shown,
                 "(file)",
                 f"tables or arrays nested more than {MAX_DEPTH} levels deep",
                 "this is not a schema the forge reads: restore the file from the repository",
@@ -178,5 +174,5 @@ class Checker:
     ) -> tuple[bytes, dict[str, Any]]:
         """Read and parse `path`: its bytes (for hashing) and the document; `root`: the
         forge root it may lie under (no link below it is followed, see `read_bytes`)."""
-        raw = self.read(path, what=what, hint=hint, limit=limit, root=root)
+        raw = read_bytes(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
         return raw, self.parse(raw, limit=limit)

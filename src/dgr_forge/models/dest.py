@@ -7,21 +7,17 @@ opened with O_NOFOLLOW and checked to be regular files on the descriptor that is
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import stat
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 
 from dgr_forge.core.errors import BadInput, OperationFailed
-from dgr_forge.core.lock import POLL_S, lock_timeout
+from dgr_forge.core.lock import LockWords, hold, holder_of
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.hashing import human
 from dgr_forge.models.manifest import ModelFile
@@ -299,17 +295,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 # ----------------------------------------------------------------------------- provision lock
 
 
-def _holder(fd: int) -> str:
-    """Who holds the lock, from what the holder wrote (read through our own descriptor)."""
-    try:
-        info = json.loads(os.pread(fd, 4096, 0) or b"{}")
-    except (OSError, ValueError):
-        info = {}
-    if not isinstance(info, dict) or "pid" not in info:
-        return "another provision (holder unknown)"
-    return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
-
-
 def _open_lock(dest: DestDir) -> int:
     path = dest / LOCK_FILE
     try:
@@ -348,52 +333,14 @@ def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
         yield
         return
-    import fcntl
-
-    def try_lock(fd: int) -> bool:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
-    path = dest / LOCK_FILE
+    words = LockWords(
+        busy=f"{dest.path} is being provisioned",
+        still_busy=f"{dest.path} still being provisioned",
+        label="provision lock",
+    )
     fd = _open_lock(dest)
     try:
-        if not try_lock(fd):
-            timeout = lock_timeout()  # the forge lock's DGR_LOCK_TIMEOUT: finite, bounded
-            holder = _holder(fd)
-            fix = "wait for it to finish (or stop it), or set DGR_LOCK_TIMEOUT to wait longer"
-            if timeout == 0:
-                raise OperationFailed(
-                    f"{dest.path} is being provisioned by {holder}",
-                    hint=fix,
-                    details={"lock": str(path), "holder": holder},
-                )
-            out.info(f"waiting for {holder} (provision lock {path}, up to {timeout:g} s)")
-            deadline = time.monotonic() + timeout
-            while not try_lock(fd):
-                if time.monotonic() >= deadline:
-                    holder = _holder(fd)
-                    raise OperationFailed(
-                        f"{dest.path} still being provisioned by {holder} after {timeout:g} s",
-                        hint=fix,
-                        details={"lock": str(path), "holder": holder},
-                    )
-                time.sleep(POLL_S)
-        info = {
-            "pid": os.getpid(),
-            "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
-            "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
-        with suppress(OSError):  # only tells a waiter who it waits for
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-        try:
+        with hold(fd, dest / LOCK_FILE, words, out.info, lambda: holder_of(fd)):
             yield
-        finally:
-            with suppress(OSError):  # clear first: a waiter never reads a stale holder
-                os.ftruncate(fd, 0)
-            fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
-import math
 import os
 import stat
 import threading
@@ -28,7 +27,8 @@ import urllib3
 from msgspec import Struct
 
 from dgr_forge.core import fault
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.envnum import env_number
+from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
@@ -45,27 +45,6 @@ if TYPE_CHECKING:
 
 NET_CHUNK = 1 << 20
 TickFn = Callable[[int, str | None], None]
-
-
-def env_number(
-    name: str, default: float, *, low: float, high: float, integer: bool = False
-) -> float:
-    """A DGR_ARTIFACTS_* number: finite and within [low, high], else BadInput (exit 2)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(int(raw)) if integer else float(raw)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and low <= value <= high):
-        kind = "a whole number" if integer else "a number"
-        raise BadInput(
-            f"{name}={raw!r} is not {kind} from {low:g} to {high:g}",
-            hint=f"set {name} to e.g. {default:g}, or unset it for the default",
-            details={"variable": name, "value": raw},
-        )
-    return value
 
 
 @dataclass(frozen=True)
@@ -91,26 +70,19 @@ class RetryPolicy:
         """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S,RANGE_REQUESTS,
         RANGE_DEADLINE}; a bad value is exit 2."""
         return cls(
-            tries=int(env_number("DGR_ARTIFACTS_TRIES", cls.tries, low=1, high=1000, integer=True)),
-            backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, low=0, high=300),
-            read_timeout=env_number(
-                "DGR_ARTIFACTS_TIMEOUT", cls.read_timeout, low=0.01, high=86400
-            ),
-            min_rate=env_number("DGR_ARTIFACTS_MIN_RATE", cls.min_rate, low=1, high=2.0**40),
-            stall_s=env_number("DGR_ARTIFACTS_STALL_S", cls.stall_s, low=0.01, high=86400),
-            range_requests=int(_range_requests()),
+            tries=env_number("DGR_ARTIFACTS_TRIES", cls.tries, 1, 1000),
+            backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, 0.0, 300.0),
+            read_timeout=env_number("DGR_ARTIFACTS_TIMEOUT", cls.read_timeout, 0.01, 86400.0),
+            min_rate=env_number("DGR_ARTIFACTS_MIN_RATE", cls.min_rate, 1.0, 2.0**40),
+            stall_s=env_number("DGR_ARTIFACTS_STALL_S", cls.stall_s, 0.01, 86400.0),
+            range_requests=env_number("DGR_ARTIFACTS_RANGE_REQUESTS", cls.range_requests, 1, 10**6),
             range_deadline=env_number(
-                "DGR_ARTIFACTS_RANGE_DEADLINE", cls.range_deadline, low=0.01, high=86400
+                "DGR_ARTIFACTS_RANGE_DEADLINE", cls.range_deadline, 0.01, 86400.0
             ),
         )
 
     def delay(self, failures: int) -> float:
         return float(min(self.backoff * 2 ** (failures - 1), 30.0))
-
-
-def _range_requests() -> float:
-    name = "DGR_ARTIFACTS_RANGE_REQUESTS"
-    return env_number(name, RetryPolicy.range_requests, low=1, high=1e6, integer=True)
 
 
 class RateFloor:
@@ -400,7 +372,7 @@ class Downloader:
     def _read_response(self, state: _Stream, r: requests.Response) -> None:
         code = r.status_code
         if code == 206:
-            start, total = _content_range(r.headers.get("Content-Range", ""))
+            start, _, total = content_range(r.headers.get("Content-Range", ""))
             if total is not None and total != state.f.size:
                 raise self._wrong_size(state, total)
             if start != state.have:
@@ -414,7 +386,7 @@ class Downloader:
                 self._restart(state, "the server ignored the Range request (HTTP 200)")
                 state.again = False  # this response is the whole file: keep reading it
         elif code == 416:
-            _, total = _content_range(r.headers.get("Content-Range", ""))
+            *_, total = content_range(r.headers.get("Content-Range", ""))
             if total is not None and total != state.f.size:
                 raise self._wrong_size(state, total)
             if not state.have:
@@ -526,17 +498,17 @@ def _umask() -> int:
     return 0o022
 
 
-def _content_range(value: str) -> tuple[int | None, int | None]:
-    """'bytes 10-99/100' -> (10, 100); 'bytes */100' -> (None, 100)."""
-    try:
-        unit, _, spec = value.strip().partition(" ")
-        rng, _, total = spec.partition("/")
-        if unit != "bytes":
-            return None, None
-        start = None if rng == "*" else int(rng.split("-", 1)[0])
-        return start, (None if total in ("", "*") else int(total))
-    except ValueError:
-        return None, None
+def content_range(value: str) -> tuple[int | None, int | None, int | None]:
+    """'bytes 10-99/100' -> (10, 99, 100); 'bytes */100' -> (None, None, 100); a part that
+    is not a plain number (of at most 20 digits) is None, and all are for another unit."""
+
+    def number(text: str) -> int | None:
+        return int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else None
+
+    unit, _, spec = value.strip().partition(" ")
+    rng, _, total = spec.partition("/")
+    first, _, last = rng.partition("-")
+    return (number(first), number(last), number(total)) if unit == "bytes" else (None,) * 3
 
 
 def _brief(err: BaseException) -> str:

@@ -9,7 +9,6 @@ file never matches its entry; `verify` never trusts the cache (it always re-hash
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import stat
 import threading
@@ -17,7 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+import msgspec
+from msgspec import Struct
 
 from dgr_forge.core.output import ProgressSink, Reporter
 
@@ -86,32 +88,52 @@ def hash_file(
 
 
 MAX_CACHE_BYTES = 16 << 20
-MAX_CACHE_DEPTH = 8  # {"files": {name: {field: value}}}: anything deeper is not ours
 _CACHE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+class _Entry(Struct, frozen=True):
+    """A file this tool hashed: its exact stat signature and its sha256."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+    sha256: str
+
+
+class _CacheDoc(Struct):
+    version: int = 1
+    files: dict[str, _Entry] = {}
+
+
+def _entry(st: os.stat_result, sha: str) -> _Entry:
+    return _Entry(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev, sha)
 
 
 class VerifiedCache:
     """`<dest>/.dgr-verified.json`: files this tool hashed, keyed by an exact stat signature.
 
     Only a cache: one that is missing, not a regular file (a planted FIFO or symlink),
-    too big, not JSON or nested deeper than ours is discarded, never fatal, never waited
-    on. It is read and written by name from the destination's held descriptor (`dir_fd`,
-    or one opened here), so a directory swapped for a symlink meanwhile is not written.
+    too big or not of its shape (msgspec decodes it typed: a hostile nesting fails at its
+    first bracket) is discarded, never fatal, never waited on. It is read and written by
+    name from the destination's held descriptor (`dir_fd`, or one opened here), so a
+    directory swapped for a symlink meanwhile is not written.
     """
 
     def __init__(self, dest: Path, dir_fd: int | None = None) -> None:
         self.path = dest / CACHE_FILE
         self._lock = threading.Lock()
-        self.entries: dict[str, dict[str, Any]] = {}
+        self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None
         self._dir_fd: int | None = dir_fd
         if self._dir_fd is None:
             with suppress(OSError):
                 self._dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        with suppress(OSError, ValueError, RecursionError):
+        with suppress(OSError, msgspec.DecodeError, RecursionError):
             self.entries = self._read()
 
-    def _read(self) -> dict[str, dict[str, Any]]:
+    def _read(self) -> dict[str, _Entry]:
         if self._dir_fd is None:
             return {}
         fd = os.open(CACHE_FILE, _CACHE_OPEN, dir_fd=self._dir_fd)
@@ -120,42 +142,23 @@ class VerifiedCache:
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
                 return {}
             raw = f.read(MAX_CACHE_BYTES + 1)
-        if len(raw) > MAX_CACHE_BYTES or _nesting(raw) > MAX_CACHE_DEPTH:
+        if len(raw) > MAX_CACHE_BYTES:
             return {}
-        data = json.loads(raw.decode("utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("files"), dict):
-            return {k: v for k, v in data["files"].items() if isinstance(v, dict)}
-        return {}
+        return msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
         if self._own_fd and self._dir_fd is not None:
             os.close(self._dir_fd)
         self._dir_fd = None
 
-    @staticmethod
-    def signature(st: os.stat_result) -> dict[str, int]:
-        return {
-            "size": st.st_size,
-            "mtime_ns": st.st_mtime_ns,
-            "ctime_ns": st.st_ctime_ns,
-            "ino": st.st_ino,
-            "dev": st.st_dev,
-        }
-
     def lookup(self, name: str, st: os.stat_result) -> str | None:
         with self._lock:
             entry = self.entries.get(name)
-        if entry is None:
-            return None
-        sig = self.signature(st)
-        if any(entry.get(k) != v for k, v in sig.items()):
-            return None
-        sha = entry.get("sha256")
-        return sha if isinstance(sha, str) else None
+        return entry.sha256 if entry is not None and entry == _entry(st, entry.sha256) else None
 
     def record(self, name: str, st: os.stat_result, sha: str) -> None:
         with self._lock:
-            self.entries[name] = {**self.signature(st), "sha256": sha}
+            self.entries[name] = _entry(st, sha)
 
     def forget(self, name: str) -> None:
         with self._lock:
@@ -164,36 +167,13 @@ class VerifiedCache:
     def save(self) -> None:
         """Write the cache (a new temp file renamed, in the held directory); then close."""
         with self._lock:
-            text = json.dumps({"version": 1, "files": self.entries}, indent=1, sort_keys=True)
+            data = msgspec.json.encode(_CacheDoc(files=dict(sorted(self.entries.items()))))
         try:
             if self._dir_fd is not None:
                 with suppress(OSError):  # only a speed-up; never fail a run over it
-                    write_in(self._dir_fd, CACHE_FILE, (text + "\n").encode())
+                    write_in(self._dir_fd, CACHE_FILE, data + b"\n")
         finally:
             self.close()
-
-
-def _nesting(raw: bytes) -> int:
-    """How deep brackets nest in JSON text (strings skipped): checked before json.loads,
-    which would recurse once per level."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for b in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif b == 0x5C:  # backslash
-                escaped = True
-            elif b == 0x22:
-                in_string = False
-        elif b == 0x22:
-            in_string = True
-        elif b in (0x5B, 0x7B):
-            depth += 1
-            deepest = max(deepest, depth)
-        elif b in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
 
 
 def write_in(dir_fd: int, name: str, data: bytes) -> None:

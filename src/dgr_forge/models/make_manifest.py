@@ -66,12 +66,19 @@ def _old_text(target: Path) -> str | None:
         return None
 
 
+def save(target: Path, text: str) -> str:
+    """Write `text` at `target` unless it holds exactly that already: `written` (there was
+    none), `updated` or `unchanged`."""
+    old = _old_text(target)
+    if old == text:
+        return "unchanged"
+    atomic_write_text(target, text)
+    return "updated" if old else "written"
+
+
 def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
     """Write `built` at `target` unless it holds exactly that text already."""
-    old = _old_text(target)
-    state = "unchanged" if old == built.text else ("updated" if old else "written")
-    if state != "unchanged":
-        atomic_write_text(target, built.text)
+    state = save(target, built.text)
     return ArtifactsManifest(
         model=built.name,
         manifest=target,

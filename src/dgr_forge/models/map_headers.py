@@ -27,7 +27,7 @@ from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import RetryPolicy
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import default_jobs, hash_many, human
-from dgr_forge.models.make_manifest import with_map
+from dgr_forge.models.make_manifest import save, with_map
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.remote import header_limit, read_remote_header
 from dgr_forge.models.sources import (
@@ -167,13 +167,8 @@ def map_manifest(
         )
     text = models.dumps(m.name, files, m.source_revision, layer_map)
     models.loads(text.encode(), shown=m.shown)  # the map passes the loader's rules
-    from dgr_forge.core.fsutil import atomic_write_text
-
-    # read again, bounded: the file may have changed since `m` was loaded from it
-    old = models.read_raw(m.path, m.shown) if m.path.is_file() else None
-    state = "unchanged" if old == text.encode("utf-8") else "updated"
-    if state != "unchanged":
-        atomic_write_text(m.path, text)
+    # compared with what is there now: the file may have changed since `m` was loaded
+    state = "unchanged" if save(m.path, text) == "unchanged" else "updated"
     out.info(
         f"{m.shown}: layer map {state}: {layer_map.arch}, {layer_map.block_count} layers in "
         f"{len(mapping.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"

@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import requests
 import urllib3
 
+from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split
-from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, env_number
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import Header
 from dgr_forge.models.http import http_session
 
@@ -35,7 +36,7 @@ HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
 
 def header_limit() -> int:
     """DGR_ARTIFACTS_HEADER_MAX: the most header bytes read per split (exit 2 when bad)."""
-    return int(env_number(HEADER_MAX_ENV, HEADER_MAX, low=64, high=2.0**40, integer=True))
+    return env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)
 
 
 class _Unsupported(Exception):
@@ -163,13 +164,13 @@ class RangeFile(io.RawIOBase):
                 raise _Unsupported(
                     f"HTTP {r.status_code} to a Range request (a header is read by ranges only)"
                 )
-            got = _content_range(r.headers.get("Content-Range", ""))
-            if got is None or got[0] != start or got[1] > end or got[2] != self.size:
+            first, last, total = content_range(r.headers.get("Content-Range", ""))
+            if first != start or last is None or last > end or total != self.size:
                 raise _Unsupported(
                     f"Content-Range {r.headers.get('Content-Range', '')[:80]!r} does not "
                     f"answer bytes {start}-{end} of a {self.size}-byte file"
                 )
-            want = got[1] - start + 1
+            want = last - start + 1
             data = bytearray()
             while len(data) < want:
                 chunk = r.raw.read1(min(NET_CHUNK, want - len(data)), decode_content=False)
@@ -185,18 +186,6 @@ class RangeFile(io.RawIOBase):
             if slow := self.floor.add(0):  # answers of a byte each, quickly: slow all the same
                 raise _TooSlow(slow)
             return bytes(data)
-
-
-def _content_range(value: str) -> tuple[int, int, int] | None:
-    """'bytes 0-99/1000' -> (0, 99, 1000); None for anything else."""
-    unit, _, spec = value.strip().partition(" ")
-    rng, _, total = spec.partition("/")
-    first, _, last = rng.partition("-")
-    if unit != "bytes" or not (first.isdigit() and last.isdigit() and total.isdigit()):
-        return None
-    if len(first) > 20 or len(last) > 20 or len(total) > 20:
-        return None
-    return int(first), int(last), int(total)
 
 
 def read_remote_header(url: str, size: int, policy: RetryPolicy, limit: int) -> Fetched:

@@ -192,18 +192,15 @@ class Record:
 def read_record(dir_fd: int, model: str) -> Record | None:
     """The destination's record for `model`; None when absent, another model's, or not
     ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""
-    with suppress(OSError, ValueError, layermap.RangeError):
+    with suppress(OSError, msgspec.DecodeError, layermap.RangeError):
         fd = os.open(RECORD_FILE, _OPEN, dir_fd=dir_fd)
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
                 return None
-            data = json.loads(f.read(MAX_RECORD_BYTES + 1).decode("utf-8"))
-        if not isinstance(data, dict) or data.get("model") != model:
-            return None
-        ranges, first, last = data.get("layers"), data.get("first"), data.get("last")
-        if isinstance(ranges, str) and isinstance(first, bool) and isinstance(last, bool):
-            return Record(model, layermap.parse(ranges), first, last)
+            held = msgspec.json.decode(f.read(MAX_RECORD_BYTES + 1), type=Provisioned)
+        if held.model == model:
+            return Record(model, layermap.parse(held.layers), held.first, held.last)
     return None
 
 
