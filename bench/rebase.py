@@ -18,7 +18,12 @@ Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
 
     python -m bench.rebase [--files 2000] [--patches 50] [--runs 3] [--keep] [--overlap]
-                           [--conflict]
+                           [--conflict] [--conflict-at N] [--no-bytecode]
+
+`--conflict-at N` puts the conflict on patch N (0-based; default 0, the first): the rebase
+then replays N patches before it stops, as a real series' conflict mid-way does.
+By default the forge runs from compiled bytecode, as an installed package does
+(`--no-bytecode` keeps PYTHONDONTWRITEBYTECODE as set: every start compiles the sources).
 
 `--overlap` makes the series look like a long-lived real one: every patch also edits its
 own function in one shared file that upstream changes too, so no patch can be replayed in
@@ -126,8 +131,21 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the directory (for profiling)")
     ap.add_argument("--overlap", action="store_true", help="every patch also edits one shared file")
     ap.add_argument("--conflict", action="store_true", help="upstream rewrites patch 1's line")
+    ap.add_argument(
+        "--conflict-at", type=int, default=0, metavar="N", help="the patch that conflicts (0-based)"
+    )
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as set (every start compiles dgr-forge's sources)",
+    )
     args = ap.parse_args()
+    if not 0 <= args.conflict_at < args.patches:
+        ap.error(f"--conflict-at: 0..{args.patches - 1}")
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-rebase-"))
+    if not args.no_bytecode:
+        ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     try:
         up = tmp / "upstream"
         up.mkdir()
@@ -175,7 +193,8 @@ def main() -> None:
             f.write_text("/* upstream */\n\n" + f.read_text())
         if args.overlap:
             (up / SHARED).write_text("/* upstream */\n\n" + (up / SHARED).read_text())
-        first = f"src/m{patched[0] // 100}/f{patched[0]}.c"
+        at = patched[args.conflict_at]
+        first = f"src/m{at // 100}/f{at}.c"  # the conflicting patch's file
         if args.conflict:
             f = up / first
             f.write_text(f.read_text().replace("return 20;", "return 20 - 0; /* upstream */"))
@@ -210,12 +229,13 @@ def main() -> None:
                 shutil.rmtree(run_root)
         raw, mine, noop = (statistics.median(v) for v in (raws, ours, noops))
         shared = f", each also editing {SHARED} (--overlap)" if args.overlap else ""
-        what = "; patch 1 conflicts (--conflict)" if args.conflict else ""
+        what = f"; patch {args.conflict_at + 1} conflicts (--conflict)" if args.conflict else ""
         print(
             f"series: {args.patches} patches on {args.files} files{shared}; upstream moved "
             f"1 commit{what}"
         )
-        print(f"runs: {args.runs} (median; min in brackets)")
+        mode = "sources compiled at every start" if args.no_bytecode else "bytecode"
+        print(f"runs: {args.runs} (median; min in brackets); {mode}")
         upto = " (to the stop)" if args.conflict else " + format-patch"
         print(f"raw git rebase --onto{upto}: {raw:7.3f} s  [{min(raws):.3f}]")
         print(

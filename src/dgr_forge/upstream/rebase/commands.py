@@ -33,7 +33,7 @@ from dgr_forge.upstream.rebase.gitops import (
     resolve_rev,
     stale_git_state,
 )
-from dgr_forge.upstream.rebase.replay import replay, take_resolution
+from dgr_forge.upstream.rebase.replay import Known, replay, take_resolution
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
@@ -131,13 +131,13 @@ def start(
     patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
     src = patched.src_dir
     old_head = patched.head_commit
-    commit = pin_commit(src, fetch_url, onto, sha, out_)
+    # the range after the old pin comes with the new one (what explains a conflict)
+    commit, new_tree = pin_commit(src, fetch_url, onto, sha, out_, since=m.commit)
     if commit != onto.lower():
         out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
     if commit == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m)
-    new_tree = gitutil.tree_of(src, commit)
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
         for e, (c, subject) in zip(m.series, patch_commits(src, m, old_head), strict=True)
@@ -196,15 +196,19 @@ def resume(forge: Forge, out_: Reporter, m: UpstreamManifest | None) -> RebaseRe
         return finish(forge, state, out_, None)
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
-        take_resolution(forge, state, out_)
-    else:
-        # interrupted between automatic steps: redo the step from its recorded head
-        stale = stale_git_state(src)
-        if stale:
-            out_.warn("interrupted rebase step left: " + "; ".join(stale))
-        clear_leftovers(src, out_, index_lock=True)
-        # (detached: HEAD may still be on the branch the rebase started from)
-        git(src, "checkout", "-q", "-f", "--detach", state.head)
+        # one replay from the resolved patch on: its commit objects read once, its
+        # commit written by the writer the rest of the replay goes on with
+        with Known(src, state) as known:
+            take_resolution(forge, state, out_, known)
+            replay(forge, state, out_, known)
+        return finish(forge, state, out_, m)
+    # interrupted between automatic steps: redo the step from its recorded head
+    stale = stale_git_state(src)
+    if stale:
+        out_.warn("interrupted rebase step left: " + "; ".join(stale))
+    clear_leftovers(src, out_, index_lock=True)
+    # (detached: HEAD may still be on the branch the rebase started from)
+    git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
     return finish(forge, state, out_, m)
 

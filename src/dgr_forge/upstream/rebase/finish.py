@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -137,19 +139,40 @@ def _stage(
     shutil.rmtree(jdir, ignore_errors=True)
     (jdir / "old" / "patches").mkdir(parents=True)
     (jdir / "new" / "patches").mkdir(parents=True)
-    # one batch: every file synced before any is in place (a flush per file costs a rebase
-    # of a long series more than its replay)
+    # the old patch files linked (no byte written or synced again: the series journal
+    # never rewrites a file in place), so are new ones with the same bytes; the rest in
+    # one batch, every file synced before any is in place (a flush per file costs a
+    # rebase of a long series more than its replay)
+    olds = {p.name: _patch_bytes(m, p.name) for p in sorted(m.patches_dir.glob("*.patch"))}
+    linked = {name for name in olds if _link(m.patches_dir / name, jdir / "old" / "patches")}
+    for name, data in entries:
+        if name in linked and olds[name] == data:
+            _link(m.patches_dir / name, jdir / "new" / "patches")
+    written = [(jdir / "old" / "patches" / n, d) for n, d in olds.items() if n not in linked]
+    written += [
+        (jdir / "new" / "patches" / n, d)
+        for n, d in entries
+        if not (jdir / "new" / "patches" / n).exists()
+    ]
     atomic_write_many(
         [
             (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),
-            *(
-                (jdir / "old" / "patches" / old.name, _patch_bytes(m, old.name))
-                for old in sorted(m.patches_dir.glob("*.patch"))
-            ),
-            *((jdir / "new" / "patches" / name, data) for name, data in entries),
+            *written,
             (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
         ]
     )
+
+
+def _link(path: Path, into: Path) -> bool:
+    """`path` hard-linked into `into` when it is a regular file (not a link) and can be
+    (the same file system); False otherwise: the caller writes the bytes."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
+        os.link(path, into / path.name, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def manifest_text(
@@ -218,6 +241,7 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
             data if live != data else None,
             points="rebase",
             out=out_,
+            linked=jdir / "patches",
         )
 
 
@@ -245,9 +269,12 @@ def finish(
     git(src, "checkout", "-q", "-f", "--detach", state.head)
     # the workspace holds the re-exported series: the base of its next export
     pinned = manifest.load(forge.upstream_manifest, forge.root)
-    own = series_base.own_commits(src, state.head, len(pinned.series))
+    # the replay's commits and the tree the manifest records for the last: no git asked
+    own = tuple(s.new_commit for s in state.patches if s.new_commit is not None)
+    if len(own) != len(pinned.series):
+        own = series_base.own_commits(src, state.head, len(pinned.series))
     series_base.record(src, series_base.SeriesBase.of(pinned, own))
-    result_tree = gitutil.tree_of(src, state.head)
+    result_tree = pinned.result_tree or gitutil.tree_of(src, state.head)
     report_json, report_md = write_report(forge, state, result_tree)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
