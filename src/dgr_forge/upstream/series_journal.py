@@ -27,6 +27,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -113,7 +114,7 @@ def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
     """`dst` made a hard link of `src` when that is a regular file (not a link) holding
     exactly `data`; False when it is not, or cannot be linked (another file system)."""
     try:
-        if not (src.is_file() and not src.is_symlink() and src.read_bytes() == data):
+        if not stat.S_ISREG(src.lstat().st_mode) or patch_bytes(src.parent, src.name) != data:
             return False
     except OSError:
         return False
