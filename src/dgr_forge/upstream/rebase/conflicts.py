@@ -88,10 +88,8 @@ def upstream_commits_for(
         return file_commits, False
     subjects = {c["commit"]: c["subject"] for c in file_commits}
     # (a subject asked of git only for a commit the file's log does not list)
-    return [
-        {"commit": c, "subject": subjects[c] if c in subjects else subject_of(src, c)}
-        for c in seen
-    ], True
+    found = [{"commit": c, "subject": subjects.get(c) or subject_of(src, c)} for c in seen]
+    return found, True
 
 
 def conflict_error(forge: Forge, state: RebaseState) -> NeedsHuman:

@@ -8,6 +8,7 @@ import stat
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
@@ -16,7 +17,7 @@ from dgr_forge.core.fsutil import atomic_write_many, sha256_bytes
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import export, manifest, manifest_edit, series_base, series_journal
+from dgr_forge.upstream import export, manifest, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
 from dgr_forge.upstream.rebase.report import counts_of, rows_of, summary, write_report
@@ -29,6 +30,9 @@ from dgr_forge.upstream.rebase.state import (
     save_state,
     state_path,
 )
+
+if TYPE_CHECKING:
+    from dgr_forge.upstream import manifest_edit
 
 
 def inputs_digest(m: UpstreamManifest) -> str:
@@ -124,9 +128,11 @@ def _stage(
     for step, new in changed:
         same = ids[step.old_commit] == ids[new]
         step.outcome = "refreshed" if same else "merged"
+    from dgr_forge.upstream.manifest_edit import SeriesEntry  # tomlkit: only when writing
+
     new_manifest = manifest_text(
         manifest.read_raw(m.path).decode("utf-8"),
-        [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        [SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
         # the tree of state.head: the last exported commit's (none left: the new pin)
         rendered[-1].tree if rendered else state.new_tree,
         commit=state.new_commit,
@@ -188,6 +194,8 @@ def manifest_text(
     """The manifest re-pinned: the patch helper's editor (comments and key order kept),
     plus the upstream URL when `--url` moved it and the new pin's build number (None:
     the old one is dropped, `fetch` counts it later)."""
+    from dgr_forge.upstream import manifest_edit
+
     return manifest_edit.updated_text(
         text,
         series,
