@@ -104,42 +104,20 @@ def _stage(
     src = Path(state.src_dir)
     # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
     rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
-    export.verify_round_trip(src, state.new_commit, rendered)
     kept = [s for s in state.patches if s.new_commit is not None]
-    if [p.commit for p in rendered] != [s.new_commit for s in kept]:
+    # the round trip's git processes run while the outcomes and the manifest are made
+    # here; nothing is written before both are done
+    with ThreadPoolExecutor(1) as pool:
+        verified = pool.submit(export.verify_round_trip, src, state.new_commit, rendered)
+        made = [p.commit for p in rendered] == [s.new_commit for s in kept]
+        new_manifest = _outcomes_and_manifest(state, m, rendered, kept, number) if made else ""
+        verified.result()
+    if not made:
         raise OperationFailed(
             f"export saw {len(rendered)} commits over {state.new_commit[:12]}, the replay "
             f"made {len(kept)}",
             hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
-    changed: list[tuple[PatchStep, str]] = []
-    for step, p in zip(kept, rendered, strict=True):
-        step.new_file = p.file
-        if step.outcome == "resolved":
-            continue
-        old_bytes = _patch_bytes(m, entry_of(m, step.file).file)
-        if p.data == old_bytes:
-            step.outcome = "unchanged"
-        else:
-            changed.append((step, p.commit))
-    # the same change on another base (refreshed) or not (merged): patch ids, two git
-    # calls for the whole series
-    ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
-    for step, new in changed:
-        same = ids[step.old_commit] == ids[new]
-        step.outcome = "refreshed" if same else "merged"
-    from dgr_forge.upstream.manifest_edit import SeriesEntry  # tomlkit: only when writing
-
-    new_manifest = manifest_text(
-        manifest.read_raw(m.path).decode("utf-8"),
-        [SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
-        # the tree of state.head: the last exported commit's (none left: the new pin)
-        rendered[-1].tree if rendered else state.new_tree,
-        commit=state.new_commit,
-        tree=state.new_tree,
-        url=state.new_url if state.new_url != m.url else None,
-        build_number=number.result(),
-    )
     entries = [(p.file, p.data) for p in rendered]
     jdir = journal_dir(forge)
     shutil.rmtree(jdir, ignore_errors=True)
@@ -166,6 +144,46 @@ def _stage(
             *written,
             (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
         ]
+    )
+
+
+def _outcomes_and_manifest(
+    state: RebaseState,
+    m: UpstreamManifest,
+    rendered: list[export.ExportedPatch],
+    kept: list[PatchStep],
+    number: Future[int | None],
+) -> str:
+    """Each kept patch's new file and outcome (by its bytes, else by patch ids); the new
+    manifest's text."""
+    src = Path(state.src_dir)
+    changed: list[tuple[PatchStep, str]] = []
+    for step, p in zip(kept, rendered, strict=True):
+        step.new_file = p.file
+        if step.outcome == "resolved":
+            continue
+        old_bytes = _patch_bytes(m, entry_of(m, step.file).file)
+        if p.data == old_bytes:
+            step.outcome = "unchanged"
+        else:
+            changed.append((step, p.commit))
+    # the same change on another base (refreshed) or not (merged): patch ids, two git
+    # calls for the whole series
+    ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
+    for step, new in changed:
+        same = ids[step.old_commit] == ids[new]
+        step.outcome = "refreshed" if same else "merged"
+    from dgr_forge.upstream.manifest_edit import SeriesEntry  # tomlkit: only when writing
+
+    return manifest_text(
+        manifest.read_raw(m.path).decode("utf-8"),
+        [SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        # the tree of state.head: the last exported commit's (none left: the new pin)
+        rendered[-1].tree if rendered else state.new_tree,
+        commit=state.new_commit,
+        tree=state.new_tree,
+        url=state.new_url if state.new_url != m.url else None,
+        build_number=number.result(),
     )
 
 
