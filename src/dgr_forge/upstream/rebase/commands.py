@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
     check_manifest_untouched,
+    count_build_number,
     drop_refs,
     finish,
     inputs_digest,
@@ -169,8 +171,13 @@ def start(
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
     # HEAD and the work tree stay where they are: the replay merges in memory, checks out
-    # where a patch needs the work tree, and finishing checks out the result
-    replay(forge, state, out_)
+    # where a patch needs the work tree, and finishing checks out the result; the new
+    # pin's build number is counted beside it (a commit-only fetch where the workspace
+    # cannot), kept for the finish, also one after a conflict's `--continue`
+    with ThreadPoolExecutor(1) as pool:
+        if not canary:
+            pool.submit(count_build_number, forge, state, m)
+        replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
         return noop_result(m)
     return finish(forge, state, out_, m)

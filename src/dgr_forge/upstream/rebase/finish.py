@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_many, sha256_bytes
+from dgr_forge.core.fsutil import (
+    atomic_write_bytes,
+    atomic_write_many,
+    read_tree_file,
+    sha256_bytes,
+)
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
@@ -232,9 +237,28 @@ def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManife
         return m.build_number
     if state.canary:  # a dry run's scratch forge writes no manifest anyone keeps
         return None
+    cache = journal_dir(forge) / _NUMBER
+    held = read_tree_file(cache.parent, cache.name, hint=_NUMBER_HINT, limit=128, missing_ok=True)
+    commit, _, number = (held or b"").decode("ascii", "replace").strip().partition(" ")
+    if commit == state.new_commit and number.isdigit():
+        return int(number)  # counted while the rebase's start replayed
     from dgr_forge.upstream import build_number
 
     return build_number.count(src, state.fetch_url, state.new_commit, forge.tmp_dir)[0]
+
+
+_NUMBER = "build-number"  # in the rebase journal: "<new pin> <its count>"
+_NUMBER_HINT = "`dgr-forge rebase --abort` removes the rebase's journal"
+
+
+def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
+    """The new pin's build number counted (beside the start's replay) and kept in the
+    rebase journal, so a `--continue` after a conflict does not count it again."""
+    number = _build_number(forge, Path(state.src_dir), state, m)
+    if number is not None and number != m.build_number:
+        cache = journal_dir(forge) / _NUMBER
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(cache, f"{state.new_commit} {number}\n".encode(), durable=False)
 
 
 def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
