@@ -11,11 +11,15 @@ so load from other processes hits every variant alike (median of --runs, min in 
 * build:      `dgr-forge build`, an up-to-date, signed lane (target: floor + 0.15 s)
 * status (no trees): `status` on a --patches series whose manifest records no per-patch
               trees (the trees computed once and cached in the workspace)
+* a --path-worker-patches series (63, the size of the real one: the test upstream's
+  patch plus small ones) with the root's path worker (manifests/shard-worker.toml), built
+  once: `patch` and `status` no-op and an up-to-date `build --lane cpu` (issue 46 item 2;
+  target: floor + 0.15 s each)
 
 Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
 
-    python -m bench.noop [--runs 9] [--patches 60]
+    python -m bench.noop [--runs 9] [--patches 60] [--path-worker-patches 63]
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.build import make_patched_root, make_worker
+from tests.support.build import PATCHED_LLAMA, add_path_worker, make_patched_root, make_worker
 from tests.support.cli import forge_cmd, forge_env
-from tests.support.git import make_upstream
-from tests.support.roots import Edit, make_root
+from tests.support.git import Upstream, make_upstream
+from tests.support.roots import CANONICAL, UPSTREAM_AUTHOR, Edit, make_root
 
 TARGETS = {"--version": 0.05, "status": 0.15, "patch": 0.15, "build": 0.15, "status-60": 0.15}
+TARGETS.update({f"{name}-pw": 0.15 for name in ("patch", "status", "build")})
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -52,6 +57,13 @@ def main() -> None:
         action="store_true",
         help="keep PYTHONDONTWRITEBYTECODE as set (every start compiles dgr-forge's sources); "
         "by default the runs use compiled bytecode, as an installed package does",
+    )
+    ap.add_argument(
+        "--path-worker-patches",
+        type=int,
+        default=63,
+        metavar="N",
+        help="the series of the path-worker root (0: no such root)",
     )
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-noop-"))
@@ -83,6 +95,7 @@ def main() -> None:
             check=True,
             capture_output=True,
         )
+        pw = _path_worker_root(tmp / "pw", upstream, args.path_worker_patches, env)
         variants: dict[str, list[str]] = {
             "floor": [sys.executable, "-c", "import typer"],
             "--version": forge_cmd("--version"),
@@ -91,6 +104,11 @@ def main() -> None:
             "build": build,
             "status-60": [*forge_cmd("--root", str(long_root)), "status"],
         }
+        if pw is not None:
+            pw_base = forge_cmd("--root", str(pw))
+            variants["patch-pw"] = [*pw_base, "patch"]
+            variants["status-pw"] = [*pw_base, "status"]
+            variants["build-pw"] = [*pw_base, "build", "--lane", "cpu", "--jobs", "2"]
         for cmd in variants.values():  # warm the page cache once
             subprocess.run(cmd, env=env, check=True, capture_output=True)
         times: dict[str, list[float]] = {name: [] for name in variants}
@@ -101,7 +119,10 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     floor = statistics.median(times["floor"])
     mode = "sources compiled at every start" if args.no_bytecode else "bytecode"
-    print(f"runs: {args.runs} (median; min in brackets); status-60: {args.patches} patches; {mode}")
+    print(
+        f"runs: {args.runs} (median; min in brackets); status-60: {args.patches} patches; "
+        f"*-pw: {args.path_worker_patches} patches, a path worker; {mode}"
+    )
     for name, values in times.items():
         med = statistics.median(values)
         line = f"{name:10s} {med:6.3f} s  [{min(values):.3f}]"
@@ -111,6 +132,23 @@ def main() -> None:
             verdict = "ok" if over <= target else "OVER"
             line += f"  floor {over:+.3f} s  (target +{target:.2f} s: {verdict})"
         print(line)
+
+
+def _path_worker_root(path: Path, upstream: Upstream, n: int, env: dict[str, str]) -> Path | None:
+    """A root with the test upstream's real patch plus n - 1 small ones and the test worker
+    as its path worker, patched and built (`build --lane cpu`) twice (settled); None for 0."""
+    if n <= 0:
+        return None
+    edits = [Edit({"src/llama.cpp": PATCHED_LLAMA}, "llama: round-robin layer owner")]
+    edits += [
+        Edit({f"docs/dgr-{i:02d}.md": f"dgr note {i}\n"}, f"docs: note {i}") for i in range(1, n)
+    ]
+    make_root(path, upstream, edits, product=True, flags=CANONICAL, author=UPSTREAM_AUTHOR)
+    add_path_worker(path)
+    build = [*forge_cmd("--root", str(path)), "build", "--lane", "cpu", "--jobs", "2"]
+    for _ in range(2):  # the second settles the stat records
+        subprocess.run(build, env=env, check=True, capture_output=True)
+    return path
 
 
 if __name__ == "__main__":

@@ -18,7 +18,12 @@ Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
 
     python -m bench.rebase [--files 2000] [--patches 50] [--runs 3] [--keep] [--overlap]
-                           [--conflict]
+                           [--conflict] [--conflict-at N] [--no-bytecode] [--baseline SRC]
+
+`--conflict-at N` puts the conflict on patch N (0-based; default 0, the first): the rebase
+then replays N patches before it stops, as a real series' conflict mid-way does.
+By default the forge runs from compiled bytecode, as an installed package does
+(`--no-bytecode` keeps PYTHONDONTWRITEBYTECODE as set: every start compiles the sources).
 
 `--overlap` makes the series look like a long-lived real one: every patch also edits its
 own function in one shared file that upstream changes too, so no patch can be replayed in
@@ -76,11 +81,11 @@ def source(i: int) -> str:
     return "".join(f"int f{i}_{j}(void) {{ return {j}; }}\n" for j in range(40))
 
 
-def forge(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> float:
+def forge(root: Path, *args: str, ok: tuple[int, ...] = (0,), src: Path = SRC) -> float:
     started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "dgr_forge", "--root", str(root), *args],
-        env=ENV,
+        env={**ENV, "PYTHONPATH": str(src)},
         capture_output=True,
         text=True,
     )
@@ -126,8 +131,28 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the directory (for profiling)")
     ap.add_argument("--overlap", action="store_true", help="every patch also edits one shared file")
     ap.add_argument("--conflict", action="store_true", help="upstream rewrites patch 1's line")
+    ap.add_argument(
+        "--conflict-at", type=int, default=0, metavar="N", help="the patch that conflicts (0-based)"
+    )
+    ap.add_argument(
+        "--no-bytecode",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE as set (every start compiles dgr-forge's sources)",
+    )
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="SRC",
+        help="another dgr-forge source tree (its src/, e.g. a worktree of the commit before) "
+        "timed on the same data, interleaved: before/after figures under the same load",
+    )
     args = ap.parse_args()
+    if not 0 <= args.conflict_at < args.patches:
+        ap.error(f"--conflict-at: 0..{args.patches - 1}")
     tmp = Path(tempfile.mkdtemp(prefix="dgr-bench-rebase-"))
+    if not args.no_bytecode:
+        ENV.pop("PYTHONDONTWRITEBYTECODE", None)
+        ENV["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
     try:
         up = tmp / "upstream"
         up.mkdir()
@@ -175,7 +200,8 @@ def main() -> None:
             f.write_text("/* upstream */\n\n" + f.read_text())
         if args.overlap:
             (up / SHARED).write_text("/* upstream */\n\n" + (up / SHARED).read_text())
-        first = f"src/m{patched[0] // 100}/f{patched[0]}.c"
+        at = patched[args.conflict_at]
+        first = f"src/m{at // 100}/f{at}.c"  # the conflicting patch's file
         if args.conflict:
             f = up / first
             f.write_text(f.read_text().replace("return 20;", "return 20 - 0; /* upstream */"))
@@ -185,54 +211,80 @@ def main() -> None:
         raw_base = tmp / "raw"
         git(tmp, "clone", "-q", str(author), str(raw_base))
         git(raw_base, "fetch", "-q", str(up), new)
-        # each run rebases fresh copies (not timed), interleaved: load hits both alike
-        raws, ours, noops, raw_cont, our_cont = [], [], [], [], []
+        # each run rebases fresh copies (not timed), interleaved: load hits all alike
+        forges = {"dgr-forge": SRC}
+        if args.baseline:
+            forges["baseline"] = args.baseline.resolve()
+        raws: list[float] = []
+        raw_cont: list[float] = []
+        ours: dict[str, list[float]] = {name: [] for name in forges}
+        our_cont: dict[str, list[float]] = {name: [] for name in forges}
+        noops: dict[str, list[float]] = {name: [] for name in forges}
         patches = ["git", "format-patch", "-q", "-o", "out", f"{new}..HEAD"]
         for run in range(args.runs):
-            raw_repo, run_root = tmp / f"raw-{run}", tmp / f"forge-{run}"
+            raw_repo = tmp / f"raw-{run}"
             shutil.copytree(raw_base, raw_repo, symlinks=True)
-            shutil.copytree(root, run_root, symlinks=True)
-            src = run_root / ".dgr" / "src" / "llama.cpp"
-            for repo in (raw_repo, src):
+            roots = {name: tmp / f"{name}-{run}" for name in forges}
+            for run_root in roots.values():
+                shutil.copytree(root, run_root, symlinks=True)
+            srcs = {name: r / ".dgr" / "src" / "llama.cpp" for name, r in roots.items()}
+            for repo in (raw_repo, *srcs.values()):
                 git(repo, "status", "-s")  # a copy's index has stale stat data: refresh it
             rebase = ["git", "rebase", "-q", "--onto", new, old]
             raws.append(timed(raw_repo, rebase, *([] if args.conflict else [patches])))
-            ours.append(
-                forge(run_root, "rebase", "--onto", new, ok=(3,) if args.conflict else (0,))
-            )
+            for name, code in forges.items():
+                ours[name].append(
+                    forge(
+                        roots[name],
+                        "rebase",
+                        "--onto",
+                        new,
+                        ok=(3,) if args.conflict else (0,),
+                        src=code,
+                    )
+                )
             if args.conflict:
                 resolve(raw_repo, first)
                 raw_cont.append(timed(raw_repo, ["git", "rebase", "--continue"], patches))
-                resolve(src, first)
-                our_cont.append(forge(run_root, "rebase", "--continue"))
-            noops.append(forge(run_root, "rebase", "--onto", new))
+                for name, code in forges.items():
+                    resolve(srcs[name], first)
+                    our_cont[name].append(forge(roots[name], "rebase", "--continue", src=code))
+            for name, code in forges.items():
+                noops[name].append(forge(roots[name], "rebase", "--onto", new, src=code))
             if not args.keep:
-                shutil.rmtree(run_root)
-        raw, mine, noop = (statistics.median(v) for v in (raws, ours, noops))
+                for run_root in roots.values():
+                    shutil.rmtree(run_root)
+        raw = statistics.median(raws)
         shared = f", each also editing {SHARED} (--overlap)" if args.overlap else ""
-        what = "; patch 1 conflicts (--conflict)" if args.conflict else ""
+        what = f"; patch {args.conflict_at + 1} conflicts (--conflict)" if args.conflict else ""
         print(
             f"series: {args.patches} patches on {args.files} files{shared}; upstream moved "
             f"1 commit{what}"
         )
-        print(f"runs: {args.runs} (median; min in brackets)")
+        mode = "sources compiled at every start" if args.no_bytecode else "bytecode"
+        print(f"runs: {args.runs} (median; min in brackets); {mode}")
         upto = " (to the stop)" if args.conflict else " + format-patch"
         print(f"raw git rebase --onto{upto}: {raw:7.3f} s  [{min(raws):.3f}]")
-        print(
-            f"dgr-forge rebase --onto:    {mine:7.3f} s  [{min(ours):.3f}]  "
-            f"ratio {mine / raw:.2f} (includes re-export, round-trip verify, manifest, "
-            "report; target <= 1.5)"
-        )
-        if args.conflict:
-            rc, oc = statistics.median(raw_cont), statistics.median(our_cont)
-            print(f"raw git rebase --continue + format-patch: {rc:7.3f} s  [{min(raw_cont):.3f}]")
+        for name in forges:
+            mine = statistics.median(ours[name])
             print(
-                f"dgr-forge rebase --continue: {oc:7.3f} s  [{min(our_cont):.3f}]  "
-                f"ratio {oc / rc:.2f} (target <= 1.5)"
+                f"{name} rebase --onto:    {mine:7.3f} s  [{min(ours[name]):.3f}]  "
+                f"ratio {mine / raw:.2f} (includes re-export, round-trip verify, manifest, "
+                "report; target <= 1.5)"
             )
-        print(f"dgr-forge rebase (no-op):   {noop:7.3f} s")
+        if args.conflict:
+            rc = statistics.median(raw_cont)
+            print(f"raw git rebase --continue + format-patch: {rc:7.3f} s  [{min(raw_cont):.3f}]")
+            for name in forges:
+                oc = statistics.median(our_cont[name])
+                print(
+                    f"{name} rebase --continue: {oc:7.3f} s  [{min(our_cont[name]):.3f}]  "
+                    f"ratio {oc / rc:.2f} (target <= 1.5)"
+                )
+        for name in forges:
+            print(f"{name} rebase (no-op):   {statistics.median(noops[name]):7.3f} s")
         if args.keep:
-            print(f"kept: {tmp} (forge-0 before the rebase: {root}; onto {new})")
+            print(f"kept: {tmp} (dgr-forge-0 before the rebase: {root}; onto {new})")
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -12,8 +12,9 @@ import shutil
 import stat
 from pathlib import Path
 
+import pytest
 from support.cli import run_forge
-from support.git import Upstream
+from support.git import Upstream, sh_git
 from support.patches import make_series
 
 
@@ -173,12 +174,63 @@ def test_a_rebase_asks_git_a_fixed_number_of_times_whatever_the_series_length(
     outcomes = [p["outcome"] for p in res.json["patches"]]
     assert outcomes == ["refreshed", "unchanged"] * 8, outcomes
     calls = _count(log)
-    # 7 of them count the new pin's build number (a commit-only fetch), once per rebase
-    assert len(calls) <= 42, "\n".join(calls)
+    # 4 of them count the new pin's build number (in the local server), once per rebase
+    assert len(calls) <= 31, "\n".join(calls)
     # the replay was the batch's: one merge and one fast-import for the whole series
     commands = [_subcommand(c) for c in calls]
+    assert commands.count("fetch") == 1, commands  # the new pin with the range after the old
     assert commands.count("merge-tree") == 1 and commands.count("fast-import") == 1, commands
     assert commands.count("apply") == 1, commands  # the round trip: one run
+    assert run_forge("check", cwd=forge_root).code == 0
+
+
+def test_a_rebase_to_a_conflict_and_its_continue_ask_git_a_fixed_number_of_times(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """Upstream conflicts with patch 9 of 16: the start fetches the new pin and the range
+    after the old one in one transfer (what explains the conflict), replays patches 1-8
+    from the one merge for many and stops after that patch's own merge; `--continue`
+    writes the resolution with the writer the rest of the replay uses (no cat-file, no
+    commit-tree of its own), the rest is one merge again, and the build number the start
+    counted is not counted again (issue 46)."""
+    text = "".join(f"line {n}\n" for n in range(1, 21))
+    files = {f"docs/r-{i:02d}.md": text for i in range(16)}
+    pin = upstream.commit(dict(files), "docs: sixteen files")
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
+        for name, body in files.items()
+    ]
+    make_series(forge_root, upstream, edits, pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    assert run_forge("export", cwd=forge_root).code == 0
+    moved = {name: "moved\n\n" + body for name, body in list(files.items())[::2]}
+    moved["docs/r-08.md"] = moved["docs/r-08.md"].replace("line 10\n", "line 10 (up)\n")
+    new = upstream.commit(moved, "docs: headers")
+    env, log = _shim(tmp_path)
+    res = run_forge("--json", "rebase", "--onto", new, cwd=forge_root, env=env)
+    assert res.code == 3, res
+    commands = [_subcommand(c) for c in _count(log)]
+    assert commands.count("fetch") == 1, commands
+    assert commands.count("merge-tree") == 2, commands  # the one for many, patch 9's own
+    assert commands.count("fast-import") == 1, commands  # patches 1-8
+    # 4 of them count the new pin's build number (beside the replay), kept for the finish
+    assert len(commands) <= 31, commands
+
+    src = forge_root / ".dgr" / "src" / "llama.cpp"
+    conflicted = src / "docs" / "r-08.md"
+    conflicted.write_text(moved["docs/r-08.md"].replace("line 10 (up)\n", "line 10 (both)\n"))
+    sh_git(src, "add", "docs/r-08.md")
+    log.unlink()
+    res = run_forge("--json", "rebase", "--continue", cwd=forge_root, env=env)
+    assert res.code == 0, res
+    outcomes = [p["outcome"] for p in res.json["patches"]]
+    assert outcomes[8] == "resolved" and outcomes.count("refreshed") == 7, outcomes
+    commands = [_subcommand(c) for c in _count(log)]
+    assert "commit-tree" not in commands and "cat-file" in commands, commands
+    assert commands.count("cat-file") == 1, commands  # the commit objects, once
+    assert commands.count("merge-tree") == 1, commands
+    assert not [c for c in _count(log) if "rev-list --count" in c], _count(log)  # not again
+    assert len(commands) <= 22, commands
     assert run_forge("check", cwd=forge_root).code == 0
 
 
@@ -247,3 +299,29 @@ def test_a_fresh_fetch_is_the_raw_fetch_and_a_parallel_checkout(
     assert commands.count("fetch") == 1 and len(calls) <= 5, "\n".join(calls)
     checkout = [c for c in calls if _subcommand(c) == "checkout"]
     assert len(checkout) == 1 and "checkout.workers=0" in checkout[0], calls
+
+
+@pytest.mark.parametrize("kept", ["0" * 40 + " 7\n", "garbage", "", "{new} -1\n", "{new} 99 x\n"])
+def test_a_kept_build_number_of_another_pin_or_unreadable_is_counted_again(
+    upstream: Upstream, forge_root: Path, kept: str
+) -> None:
+    """What the start keeps in the rebase journal is taken only as "<the new pin> <digits>"."""
+    text = "".join(f"line {n}\n" for n in range(1, 21))
+    pin = upstream.commit({"docs/a.md": text, "docs/b.md": text}, "docs: two files")
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({"docs/a.md": text.replace("line 3\n", "line 3 (dgr)\n")}, "docs: a"),
+        ({"docs/b.md": text.replace("line 3\n", "line 3 (dgr)\n")}, "docs: b"),
+    ]
+    make_series(forge_root, upstream, edits, pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    new = upstream.commit({"docs/a.md": text.replace("line 3\n", "line 3 (up)\n")}, "docs: up")
+    assert run_forge("rebase", "--onto", new, cwd=forge_root).code == 3
+    cache = forge_root / ".dgr" / "rebase" / "build-number"
+    assert cache.read_text() == f"{new} {len(upstream.commits)}\n" and len(upstream.commits) != 7
+    cache.write_text(kept.replace("{new}", new))
+    src = forge_root / ".dgr" / "src" / "llama.cpp"
+    (src / "docs" / "a.md").write_text(text.replace("line 3\n", "line 3 (both)\n"))
+    sh_git(src, "add", "docs/a.md")
+    assert run_forge("rebase", "--continue", cwd=forge_root).code == 0
+    manifest = (forge_root / "manifests" / "llama.cpp.toml").read_text()
+    assert f"build_number = {len(upstream.commits)}\n" in manifest, manifest

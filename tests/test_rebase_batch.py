@@ -142,10 +142,22 @@ CASES: dict[str, Case] = {
         [{"src/b.c": _edit(1)}, {"src/a.c": _edit(10)}, {"src/a.c": _edit(10, _edit(30))}],
         covered=1,
     ),
-    # a conflict somewhere: no batch (the per-patch replay shows it)
+    # a conflict: the batch stops before its patch (the per-patch replay shows it)
     "conflict": Case(
         {"src/c.c": _edit(5, what="upstream")},
         [{"src/a.c": _edit(1)}, {"src/c.c": _edit(5)}],
+        covered=1,
+    ),
+    # ... the patches before it, in upstream's paths too, are batched; none after it
+    "conflict-mid-series": Case(
+        {"src/a.c": "/* up */\n" + LINES, "src/c.c": _edit(5, what="upstream")},
+        [{"src/a.c": _edit(9)}, {"src/b.c": _edit(1)}, {"src/c.c": _edit(5)}, {"d.c": "x\n"}],
+        covered=2,
+    ),
+    # the first patch conflicts: no batch
+    "conflict-first": Case(
+        {"src/c.c": _edit(5, what="upstream")},
+        [{"src/c.c": _edit(5)}, {"src/a.c": _edit(1)}],
         covered=0,
     ),
     # the series changes .gitattributes, which steers merges: no batch

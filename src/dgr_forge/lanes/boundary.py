@@ -480,7 +480,6 @@ def _shown(path: Path, worker_dir: Path) -> str:
 def recorded_surface(forge: Forge) -> Recorded:
     """The symbols the lanes' last reports recorded as the worker's surface, all lanes
     together; None when no report of a worker build records one (the surface is unknown)."""
-    from dgr_forge.attest import reports
     from dgr_forge.lanes.state import lane_states
 
     found: dict[tuple[str, str], SurfaceSymbol] = {}
@@ -492,6 +491,8 @@ def recorded_surface(forge: Forge) -> Recorded:
         path = Path(last.report)
         if not path.is_file():
             continue
+        from dgr_forge.attest import reports  # (signed reports: only when there is one)
+
         facts = reports.surface_of(reports.load(path).statement or {})
         if facts is None:
             continue

@@ -29,8 +29,11 @@ O_i's; a path in U that only patch i changes sees B's, H's and O_i's versions, t
 one merge of B..O_last onto H sees. So one `merge-tree` gives every patch's tree and one
 `fast-import` writes the commits, the same bytes the per-commit replay writes (`batch`).
 Where that does not hold (a path in U two patches change, a `.gitattributes` in the
-series, a directory crossing, a conflict, an author line or message commit-tree would
-rewrite) the batch stops before that patch and the per-commit replay goes on.
+series, a directory crossing, an author line or message commit-tree would rewrite) the
+batch stops before that patch and the per-commit replay goes on; so it does before the
+patch whose path the one merge leaves in conflict (the patches before it merge cleanly
+there, and that patch's own merge conflicts the same way: the stop comes after one
+merge, not one a patch).
 """
 
 from __future__ import annotations
@@ -330,11 +333,12 @@ def replay_batch(
     head_tree: str | None,
     objects: dict[str, bytes],
     ref: str = "refs/dgr/replay/batch",
+    writer: CommitWriter | None = None,
 ) -> list[str | None]:
     """The new commits (None: the commit became empty) of the first of `commits` restamped
     onto `head` (its tree `head_tree`, when known), as far as one merge gives each exactly
     (the module doc); empty when it gives none. `objects`: their raw objects; `ref`: the
-    ref fast-import writes (the caller's to drop)."""
+    ref fast-import writes (the caller's to drop); `writer`: writes the merge's base."""
     if len(commits) < 2:
         return []  # one commit: the per-commit merge costs no more
     parents = [commit_parents(objects.get(c, b"")) for c in commits]
@@ -350,16 +354,24 @@ def replay_batch(
     if _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
         return []
     merged: dict[bytes, Change] = {}
+    conflicted: set[bytes] = set()
     if upstream & touched.keys():
         head_tree = head_tree or tree_of(repo, head)
-        whole = merge(repo, head_tree, base, commits[-1])
-        if whole.tree is None or whole.files:
+        whole = merge(repo, head_tree, base, commits[-1], writer)
+        if whole.tree is None:
             return []
+        # a path in conflict is one patch's (a path two patches change stops the batch
+        # before either): the patches before it merge as the one merge did
+        conflicted = {f.encode() for f in whole.files}
+        if not conflicted <= touched.keys():
+            return []  # a name not read back as git wrote it: no batch, never a wrong one
         merged = {c.path: c for c in changes_between(repo, head_tree, whole.tree)}
     plan: list[tuple[Meta, list[Change]] | None] = []
     for commit, cs in zip(commits, changes, strict=True):
         meta = committable(objects[commit])
-        if meta is None or any(touched[c.path] > 1 for c in cs if c.path in upstream):
+        if meta is None or any(
+            c.path in conflicted or (c.path in upstream and touched[c.path] > 1) for c in cs
+        ):
             break
         # outside U the commit's own version; in U the merge's (absent: H's, no change)
         picked = [c if c.path not in upstream else merged.get(c.path) for c in cs]
@@ -471,8 +483,9 @@ class Replay:
         i = start
         if self.batch_ref is not None and self.stamp == "restamp":
             made = replay_batch(
-                self.repo, self.commits[i:], head, head_tree, self.objects, self.batch_ref
-            )
+                self.repo, self.commits[i:], head, head_tree, self.objects, self.batch_ref,
+                self.writer,
+            )  # fmt: skip
             for commit in made:
                 if commit is not None:
                     head, head_tree = commit, None  # the batch's trees: asked for when needed

@@ -26,6 +26,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -121,6 +122,22 @@ def _hardlink(src: str, dst: str) -> None:
     os.link(src, dst, follow_symlinks=False)
 
 
+def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
+    """`dst` made a hard link of `src` when that is a regular file (not a link) holding
+    exactly `data`; False when it is not, or cannot be linked (another file system)."""
+    try:
+        if not stat.S_ISREG(src.lstat().st_mode) or patch_bytes(src.parent, src.name) != data:
+            return False
+    except OSError:
+        return False
+    fault.point(f"{points}.write", dst.name)
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
+
+
 def _fsync_write(path: Path, data: bytes, point: str) -> None:
     fault.point(point, path.name)
     with path.open("wb") as f:
@@ -147,9 +164,13 @@ def write(
     *,
     points: str,
     out: Reporter | None = None,
+    linked: Path | None = None,
 ) -> None:
     """Make `pdir` hold exactly `files` (its `*.patch` files; anything else in it is kept)
     and the manifest `manifest_bytes` (None: unchanged), as one crash-safe step.
+    `linked`: a directory where a caller's own journal already holds these files, synced
+    (rebase's staged series): a regular file there with the same bytes is linked, not
+    written and synced again.
 
     `points` names the fault points: `<points>.write` (each staged file),
     `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
@@ -179,7 +200,7 @@ def write(
                 old = pdir / name
                 if old.is_file() and not old.is_symlink() and patch_bytes(pdir, name) == data:
                     os.link(old, stage / name, follow_symlinks=False)  # same bytes, inode, mtime
-                else:
+                elif linked is None or not _link_same(linked / name, stage / name, data, points):
                     _fsync_write(stage / name, data, f"{points}.write")
             os.chmod(stage, pdir.stat().st_mode & 0o777 if pdir.is_dir() else 0o755)
             if manifest_bytes is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dgr_forge.core import fault, gitutil
@@ -17,6 +18,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
     check_manifest_untouched,
+    count_build_number,
     drop_refs,
     finish,
     inputs_digest,
@@ -32,7 +34,7 @@ from dgr_forge.upstream.rebase.gitops import (
     resolve_rev,
     stale_git_state,
 )
-from dgr_forge.upstream.rebase.replay import replay, take_resolution
+from dgr_forge.upstream.rebase.replay import Known, replay, take_resolution
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
@@ -135,13 +137,13 @@ def start(
     patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
     src = patched.src_dir
     old_head = patched.head_commit
-    commit = pin_commit(src, fetch_url, onto, sha, out_)
+    # the range after the old pin comes with the new one (what explains a conflict)
+    commit, new_tree = pin_commit(src, fetch_url, onto, sha, out_, since=m.commit)
     if commit != onto.lower():
         out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
     if commit == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {commit}: nothing to rebase")
         return noop_result(m, src, surface, out_)
-    new_tree = gitutil.tree_of(src, commit)
     steps = [
         PatchStep(file=e.file, subject=subject, old_commit=c)
         for e, (c, subject) in zip(m.series, patch_commits(src, m, old_head), strict=True)
@@ -173,8 +175,13 @@ def start(
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
     # HEAD and the work tree stay where they are: the replay merges in memory, checks out
-    # where a patch needs the work tree, and finishing checks out the result
-    replay(forge, state, out_)
+    # where a patch needs the work tree, and finishing checks out the result; the new
+    # pin's build number is counted beside it (a commit-only fetch where the workspace
+    # cannot), kept for the finish, also one after a conflict's `--continue`
+    with ThreadPoolExecutor(1) as pool:
+        if not canary:
+            pool.submit(count_build_number, forge, state, m)
+        replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
         return noop_result(m, src, None, out_)
     return finish(forge, state, out_, m, surface)
@@ -202,15 +209,19 @@ def resume(
         return finish(forge, state, out_, None, surface)
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
-        take_resolution(forge, state, out_)
-    else:
-        # interrupted between automatic steps: redo the step from its recorded head
-        stale = stale_git_state(src)
-        if stale:
-            out_.warn("interrupted rebase step left: " + "; ".join(stale))
-        clear_leftovers(src, out_, index_lock=True)
-        # (detached: HEAD may still be on the branch the rebase started from)
-        git(src, "checkout", "-q", "-f", "--detach", state.head)
+        # one replay from the resolved patch on: its commit objects read once, its
+        # commit written by the writer the rest of the replay goes on with
+        with Known(src, state) as known:
+            take_resolution(forge, state, out_, known)
+            replay(forge, state, out_, known)
+        return finish(forge, state, out_, m, surface)
+    # interrupted between automatic steps: redo the step from its recorded head
+    stale = stale_git_state(src)
+    if stale:
+        out_.warn("interrupted rebase step left: " + "; ".join(stale))
+    clear_leftovers(src, out_, index_lock=True)
+    # (detached: HEAD may still be on the branch the rebase started from)
+    git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
     return finish(forge, state, out_, m, surface)
 

@@ -87,7 +87,9 @@ def upstream_commits_for(
     if not seen:
         return file_commits, False
     subjects = {c["commit"]: c["subject"] for c in file_commits}
-    return [{"commit": c, "subject": subjects.get(c, subject_of(src, c))} for c in seen], True
+    # (a subject asked of git only for a commit the file's log does not list)
+    found = [{"commit": c, "subject": subjects.get(c) or subject_of(src, c)} for c in seen]
+    return found, True
 
 
 def conflict_error(forge: Forge, state: RebaseState) -> NeedsHuman:

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgspec import UNSET
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_many, sha256_bytes
+from dgr_forge.core.fsutil import (
+    atomic_write_bytes,
+    atomic_write_many,
+    read_tree_file,
+    sha256_bytes,
+)
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream import export, manifest, manifest_edit, series_base, series_journal
+from dgr_forge.upstream import export, manifest, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
 from dgr_forge.upstream.rebase.report import rows_of, summary, write_report
@@ -32,6 +40,9 @@ from dgr_forge.upstream.rebase.state import (
     state_path,
 )
 from dgr_forge.upstream.surface import Recorded, across
+
+if TYPE_CHECKING:
+    from dgr_forge.upstream import manifest_edit
 
 
 def inputs_digest(m: UpstreamManifest) -> str:
@@ -110,14 +121,59 @@ def _stage(
     src = Path(state.src_dir)
     # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
     rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
-    export.verify_round_trip(src, state.new_commit, rendered)
     kept = [s for s in state.patches if s.new_commit is not None]
-    if [p.commit for p in rendered] != [s.new_commit for s in kept]:
+    # the round trip's git processes run while the outcomes and the manifest are made
+    # here; nothing is written before both are done
+    with ThreadPoolExecutor(1) as pool:
+        verified = pool.submit(export.verify_round_trip, src, state.new_commit, rendered)
+        made = [p.commit for p in rendered] == [s.new_commit for s in kept]
+        new_manifest = _outcomes_and_manifest(state, m, rendered, kept, number) if made else ""
+        verified.result()
+    if not made:
         raise OperationFailed(
             f"export saw {len(rendered)} commits over {state.new_commit[:12]}, the replay "
             f"made {len(kept)}",
             hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
+    entries = [(p.file, p.data) for p in rendered]
+    jdir = journal_dir(forge)
+    shutil.rmtree(jdir, ignore_errors=True)
+    (jdir / "old" / "patches").mkdir(parents=True)
+    (jdir / "new" / "patches").mkdir(parents=True)
+    # the old patch files linked (no byte written or synced again: the series journal
+    # never rewrites a file in place), so are new ones with the same bytes; the rest in
+    # one batch, every file synced before any is in place (a flush per file costs a
+    # rebase of a long series more than its replay)
+    olds = {p.name: _patch_bytes(m, p.name) for p in sorted(m.patches_dir.glob("*.patch"))}
+    linked = {name for name in olds if _link(m.patches_dir / name, jdir / "old" / "patches")}
+    for name, data in entries:
+        if name in linked and olds[name] == data:
+            _link(m.patches_dir / name, jdir / "new" / "patches")
+    written = [(jdir / "old" / "patches" / n, d) for n, d in olds.items() if n not in linked]
+    written += [
+        (jdir / "new" / "patches" / n, d)
+        for n, d in entries
+        if not (jdir / "new" / "patches" / n).exists()
+    ]
+    atomic_write_many(
+        [
+            (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),
+            *written,
+            (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
+        ]
+    )
+
+
+def _outcomes_and_manifest(
+    state: RebaseState,
+    m: UpstreamManifest,
+    rendered: list[export.ExportedPatch],
+    kept: list[PatchStep],
+    number: Future[int | None],
+) -> str:
+    """Each kept patch's new file and outcome (by its bytes, else by patch ids); the new
+    manifest's text."""
+    src = Path(state.src_dir)
     changed: list[tuple[PatchStep, str]] = []
     for step, p in zip(kept, rendered, strict=True):
         step.new_file = p.file
@@ -134,9 +190,11 @@ def _stage(
     for step, new in changed:
         same = ids[step.old_commit] == ids[new]
         step.outcome = "refreshed" if same else "merged"
-    new_manifest = manifest_text(
+    from dgr_forge.upstream.manifest_edit import SeriesEntry  # tomlkit: only when writing
+
+    return manifest_text(
         manifest.read_raw(m.path).decode("utf-8"),
-        [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        [SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
         # the tree of state.head: the last exported commit's (none left: the new pin)
         rendered[-1].tree if rendered else state.new_tree,
         commit=state.new_commit,
@@ -144,24 +202,18 @@ def _stage(
         url=state.new_url if state.new_url != m.url else None,
         build_number=number.result(),
     )
-    entries = [(p.file, p.data) for p in rendered]
-    jdir = journal_dir(forge)
-    shutil.rmtree(jdir, ignore_errors=True)
-    (jdir / "old" / "patches").mkdir(parents=True)
-    (jdir / "new" / "patches").mkdir(parents=True)
-    # one batch: every file synced before any is in place (a flush per file costs a rebase
-    # of a long series more than its replay)
-    atomic_write_many(
-        [
-            (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),
-            *(
-                (jdir / "old" / "patches" / old.name, _patch_bytes(m, old.name))
-                for old in sorted(m.patches_dir.glob("*.patch"))
-            ),
-            *((jdir / "new" / "patches" / name, data) for name, data in entries),
-            (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
-        ]
-    )
+
+
+def _link(path: Path, into: Path) -> bool:
+    """`path` hard-linked into `into` when it is a regular file (not a link) and can be
+    (the same file system); False otherwise: the caller writes the bytes."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            return False
+        os.link(path, into / path.name, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def manifest_text(
@@ -177,6 +229,8 @@ def manifest_text(
     """The manifest re-pinned: the patch helper's editor (comments and key order kept),
     plus the upstream URL when `--url` moved it and the new pin's build number (None:
     the old one is dropped, `fetch` counts it later)."""
+    from dgr_forge.upstream import manifest_edit
+
     return manifest_edit.updated_text(
         text,
         series,
@@ -195,9 +249,28 @@ def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManife
         return m.build_number
     if state.canary:  # a dry run's scratch forge writes no manifest anyone keeps
         return None
+    cache = journal_dir(forge) / _NUMBER
+    held = read_tree_file(cache.parent, cache.name, hint=_NUMBER_HINT, limit=128, missing_ok=True)
+    commit, _, number = (held or b"").decode("ascii", "replace").strip().partition(" ")
+    if commit == state.new_commit and number.isdigit():
+        return int(number)  # counted while the rebase's start replayed
     from dgr_forge.upstream import build_number
 
     return build_number.count(src, state.fetch_url, state.new_commit, forge.tmp_dir)[0]
+
+
+_NUMBER = "build-number"  # in the rebase journal: "<new pin> <its count>"
+_NUMBER_HINT = "`dgr-forge rebase --abort` removes the rebase's journal"
+
+
+def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
+    """The new pin's build number counted (beside the start's replay) and kept in the
+    rebase journal, so a `--continue` after a conflict does not count it again."""
+    number = _build_number(forge, Path(state.src_dir), state, m)
+    if number is not None and number != m.build_number:
+        cache = journal_dir(forge) / _NUMBER
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(cache, f"{state.new_commit} {number}\n".encode(), durable=False)
 
 
 def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
@@ -230,6 +303,7 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
             data if live != data else None,
             points="rebase",
             out=out_,
+            linked=jdir / "patches",
         )
 
 
@@ -262,9 +336,12 @@ def finish(
     git(src, "checkout", "-q", "-f", "--detach", state.head)
     # the workspace holds the re-exported series: the base of its next export
     pinned = manifest.load(forge.upstream_manifest, forge.root)
-    own = series_base.own_commits(src, state.head, len(pinned.series))
+    # the replay's commits and the tree the manifest records for the last: no git asked
+    own = tuple(s.new_commit for s in state.patches if s.new_commit is not None)
+    if len(own) != len(pinned.series):
+        own = series_base.own_commits(src, state.head, len(pinned.series))
     series_base.record(src, series_base.SeriesBase.of(pinned, own))
-    result_tree = gitutil.tree_of(src, state.head)
+    result_tree = pinned.result_tree or gitutil.tree_of(src, state.head)
     moved = None if surface is None else across(src, state.old_commit, state.new_commit, surface)
     report_json, report_md = write_report(forge, state, result_tree, moved)
     drop_refs(src)

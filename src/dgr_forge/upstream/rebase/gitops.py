@@ -165,14 +165,17 @@ def peel(src: Path, rev: str) -> str | None:
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
-def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -> str:
-    """The commit to pin for `--onto rev` (`sha` from resolve_rev): fetched, then peeled
-    to `^{commit}`, which is what gets pinned and shown."""
+def pin_commit(
+    src: Path, url: str, rev: str, sha: str | None, out_: Reporter, *, since: str | None = None
+) -> tuple[str, str]:
+    """The commit to pin for `--onto rev` (`sha` from resolve_rev) and its tree: fetched
+    (with `since`, the old pin: the range after it as well, `fetch_commit`), then peeled to
+    `^{commit}`, which is what gets pinned and shown."""
     if sha is None:
         sha = _tip_with_prefix(src, url, rev)  # a branch or tag tip: one commit to fetch
+    found: tuple[str, str] | None = None
     if sha is not None:
-        fetch_commit(src, url, sha, out_)
-        commit = peel(src, sha)
+        found = fetch_commit(src, url, sha, out_, since=since)
     else:
         commit = peel(src, rev)
         if commit is None:
@@ -192,12 +195,13 @@ def pin_commit(src: Path, url: str, rev: str, sha: str | None, out_: Reporter) -
                 ),
                 hint="pass more digits, or the full 40-hex commit id",
             )
-    if commit is None:
+        found = gitutil.commit_and_tree(src, commit)
+    if found is None:
         raise BadInput(
             f"--onto {rev}: {sha} is not a commit (nor a tag of one)",
             hint="pass a commit id, a tag or a branch",
         )
-    return commit
+    return found
 
 
 def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
@@ -216,22 +220,34 @@ def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
     return candidates.pop() if len(candidates) == 1 else None
 
 
-def _fetch(src: Path, url: str, *refs: str) -> subprocess.CompletedProcess[str]:
+def _fetch(
+    src: Path, url: str, *refs: str, since: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """One fetch of `refs` from `url` under the transport policy, depth 1 where the
-    workspace is shallow (it stays shallow); the caller reads the result."""
+    workspace is shallow (it stays shallow); with `since` (a commit here) cut at that
+    commit's date instead: the commits after it come in the same transfer (a server that
+    refuses the cut is asked again at depth 1). The caller reads the result."""
     shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    return git(
-        src,
-        "fetch",
-        "--no-tags",
-        *(["--depth=1"] if shallow else []),
-        "--",
-        url,
-        *refs,
-        check=False,
-        isolated=False,
-        config=_policy(url),
-    )
+    cut = _date_cut(src, since) if shallow and since is not None else []
+
+    def fetch(*how: str) -> subprocess.CompletedProcess[str]:
+        return git(
+            src, "fetch", "--no-tags", *how, "--", url, *refs,
+            check=False, isolated=False, config=_policy(url),
+        )  # fmt: skip
+
+    proc = fetch(*(cut or (["--depth=1"] if shallow else [])))
+    if proc.returncode != 0 and cut and transfer.diagnose(proc.stderr) in transfer.CAN_RETRY:
+        remove_partial_objects(git_dir(src))
+        proc = fetch("--depth=1")
+    return proc
+
+
+def _date_cut(src: Path, commit: str) -> list[str]:
+    """`--shallow-since` at `commit`'s date (nothing when it is not here)."""
+    proc = git(src, "log", "-1", "--format=%ct", "--end-of-options", commit, "--", check=False)
+    date = proc.stdout.strip()
+    return [f"--shallow-since={date}"] if proc.returncode == 0 and date.isdigit() else []
 
 
 def _fetch_all(src: Path, url: str, why: str) -> None:
@@ -246,14 +262,20 @@ def _fetch_all(src: Path, url: str, why: str) -> None:
         raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
 
 
-def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
-    """Make `commit` available in the workspace repo: one commit (shallow) when possible."""
+def fetch_commit(
+    src: Path, url: str, commit: str, out_: Reporter, *, since: str | None = None
+) -> tuple[str, str] | None:
+    """Make `commit` available in the workspace repo: one commit (shallow) when possible;
+    with `since` (the old pin) a shallow workspace gets the range after it in the same
+    fetch (a conflict or a dropped patch is explained from it: no second transfer). Its
+    commit (a tag peeled) and tree, asked once; None when the object here is no commit."""
     if gitutil.has_object(src, commit):
-        return
+        return gitutil.commit_and_tree(src, commit)
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
-    proc = _fetch(src, url, commit)
-    if proc.returncode == 0 and gitutil.has_object(src, f"{commit}^{{commit}}"):
-        return  # what the checks below end with, asked once
+    proc = _fetch(src, url, commit, since=since)
+    found = gitutil.commit_and_tree(src, commit) if proc.returncode == 0 else None
+    if found is not None:
+        return found  # what the checks below end with, asked once
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
         cause = transfer.diagnose(proc.stderr)
@@ -268,11 +290,13 @@ def fetch_commit(src: Path, url: str, commit: str, out_: Reporter) -> None:
         )
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
         _fetch_all(src, url, f"to find {commit[:12]}")
-    if not gitutil.has_object(src, f"{commit}^{{commit}}"):
+    found = gitutil.commit_and_tree(src, commit)
+    if found is None:
         raise BadInput(
             f"--onto: commit {commit} is not available from {mask(url)}",
             hint="check the commit id and that the URL is the repository that has it",
         )
+    return found
 
 
 def ensure_history(

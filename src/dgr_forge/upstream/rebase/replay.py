@@ -37,6 +37,7 @@ class Known(Replay):
         super().__init__(
             src, [s.old_commit for s in state.patches[state.next :]], batch_ref=REF_BATCH
         )
+        self.first = state.next  # the patch the chain starts at
         self.head_tree = head_tree
 
 
@@ -95,14 +96,17 @@ def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
         save_state(forge, state, durable=False)
 
 
-def replay(forge: Forge, state: RebaseState, out_: Reporter) -> None:
-    """Replay the patches from state.next on. HEAD and the work tree are moved to
+def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
+    """Replay the patches from state.next on (`known`: the engine's replay from an earlier
+    patch, which a resolution was recorded with). HEAD and the work tree are moved to
     state.head only where a patch needs the work tree (a conflict); finishing checks out
     the result."""
     src = Path(state.src_dir)
-    first = state.next
-    # the new pin's tree is known when nothing is replayed yet
-    with Known(src, state, state.new_tree if state.head == state.new_commit else None) as known:
+    if known is None:
+        # the new pin's tree is known when nothing is replayed yet
+        known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
+    first = known.first
+    with known:
         while state.next < len(state.patches):
             unsaved = False
             head_tree = known.head_tree
@@ -265,7 +269,9 @@ def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[s
     return touching
 
 
-def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
+def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Known) -> None:
+    """Record the person's resolution of patch state.next as its commit, written by
+    `known` (the replay of the rest, which goes on from it)."""
     src = Path(state.src_dir)
     step = state.patches[state.next]
     gdir = git_dir(src)
@@ -274,7 +280,8 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             f"{gdir / 'index.lock'} exists: a git command is running in {src}, or one crashed",
             hint="wait for it to finish; if none is running, delete the file and retry",
         )
-    head = out(src, "rev-parse", "HEAD")
+    head, _, head_tree = out(src, "rev-parse", "HEAD", "HEAD^{tree}").partition("\n")
+    known.head_tree = head_tree if head == state.head else None
     if head != state.head:
         parent = gitutil.rev_parse(src, "HEAD^")
         if parent != state.head:
@@ -313,7 +320,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter) -> None:
             "checkout -- <file>` to drop it), then `dgr-forge rebase --continue`",
             details={"patch": step.file, "files": unstaged},
         )
-    record(src, state, state.next, resolved=True)
+    record(src, state, state.next, resolved=True, known=known)
     clear_leftovers(src, out_, index_lock=False)
     if step.outcome == "dropped-by-hand":
         out_.info(f"{step.file}: resolved to no change: dropped by hand")
