@@ -116,8 +116,8 @@ def doctor(
     With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
 
     def body(env: Env) -> Outcome:
-        from dgr_forge.host import doctor as doctor_mod
         from dgr_forge.host.recipes import select
+        from dgr_forge.lanes import plan as doctor_mod
 
         with env.session(manifest=False, recipes=True, probes=True) as s:
             all_recipes, doc = s.recipes, s.doctor

@@ -28,8 +28,8 @@ from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.host import doctor, toolkit
-from dgr_forge.lanes import build, check, presets, status
+from dgr_forge.host import toolkit
+from dgr_forge.lanes import build, check, plan, presets, status
 from dgr_forge.models import make_manifest, map_headers, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 from dgr_forge.upstream.rebase import bump, state
@@ -87,7 +87,7 @@ COMMANDS: tuple[Command, ...] = (
     _cmd(
         "doctor",
         "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        doctor.DoctorResult,
+        plan.DoctorResult,
     ),
     _cmd(
         "rebase",

