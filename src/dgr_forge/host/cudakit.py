@@ -97,7 +97,8 @@ class CudaLink(Struct, frozen=True):
         # installed). UnixPaths.cmake appends its own to this list, keeping these.
         link_only = [*([str(self.stub_dir)] if self.stub_dir else [])]
         link_only += [*([str(self.links_dir)] if self.links else []), *self.lib_dirs]
-        args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
+        if link_only:
+            args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
         return tuple(args)
 
     def cuda_flags(self) -> str:
