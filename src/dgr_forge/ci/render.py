@@ -192,14 +192,14 @@ def matrix(recipes: dict[str, Recipe]) -> Matrix:
         include=[
             MatrixEntry(
                 lane=r.name,
-                backend=r.backend,
-                runs_on=list(r.runs_on),
+                backend=r.lane.backend,
+                runs_on=list(r.ci.runs_on),
                 container=r.image or UNSET,  # by digest when the recipe gives one
-                tools=list(r.tools),
-                libraries=list(r.libraries),
-                packages=list(r.packages),
+                tools=list(r.requires.tools),
+                libraries=list(r.requires.libraries),
+                packages=list(r.ci.packages),
                 gitlab_tags=list(r.gitlab_tags),
-                runner_os="darwin" if r.host_os == ("darwin",) else "linux",
+                runner_os="darwin" if r.lane.host_os == ("darwin",) else "linux",
             )
             for r in (recipes[name] for name in sorted(recipes))
         ]
@@ -385,10 +385,10 @@ def render(
     rows = [{**entry, "container": entry.get("container", "")} for entry in lanes["include"]]
     # a certify job per lane whose recipe sets `ci.certify_runs_on`, on that hardware
     certify = [
-        {"lane": r.name, "backend": r.backend, "certify_runs_on": list(r.certify_runs_on),
+        {"lane": r.name, "backend": r.lane.backend, "certify_runs_on": list(r.ci.certify_runs_on),
          "needs_model": r.certify.needs_model}
         for r in (recipes[name] for name in sorted(recipes))
-        if r.certify is not None and r.certify_runs_on
+        if r.certify is not None and r.ci.certify_runs_on
     ]  # fmt: skip
     context = {
         "matrix": lanes,

@@ -26,9 +26,13 @@ class Shape(msgspec.Struct, forbid_unknown_fields=True):
     """The base of every input shape: an unknown key is refused, never ignored."""
 
 
-class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, dict=True):
     """A shape that is also the loader's record: decoded as a `Shape` is, then immutable
-    (its derived values are properties; a loader's checks run on it, never on a copy)."""
+    (its derived values are properties; a loader's checks run on it, never on a copy).
+    `LOADED` names the fields the loader sets (where the file is, its bytes' hash), never
+    keys of the file: `decode` takes them as arguments and the schemas leave them out."""
+
+    LOADED: ClassVar[tuple[str, ...]] = ()
 
 
 S = TypeVar("S", bound=msgspec.Struct)  # a Shape or a Record
@@ -79,12 +83,16 @@ _NUL = "contains a NUL byte (a control character)"
 _MAX_KEY = 80  # no key we read is longer; a longer one is shown cut
 
 
-def decode(shown: str, data: dict[str, Any], shape: type[S]) -> S:
-    """`data` (a parsed TOML document) as `shape`, or exit 2 naming the file and the key."""
+def decode(shown: str, data: dict[str, Any], shape: type[S], /, **loaded: Any) -> S:
+    """`data` (a parsed TOML document) as `shape`, or exit 2 naming the file and the key;
+    `loaded`: the values of the shape's `LOADED` fields."""
+    if set(data) & set(getattr(shape, "LOADED", ())):  # the loader's, never the file's
+        raise _explain(shown, data, shape, "Object contains unknown field")
     try:
         value = msgspec.convert(data, shape, strict=True, dec_hook=_dec_hook)
     except msgspec.ValidationError as err:
         raise _explain(shown, data, shape, str(err)) from None
+    value = msgspec.structs.replace(value, **loaded) if loaded else value
     where = _nul_at(data)
     if where is not None:  # never meaningful, and a path with one makes os calls raise
         try:
@@ -295,7 +303,10 @@ def _explain(
     if what.startswith("Object missing required field"):
         return _missing(shown, spot)
     if what.startswith("Object contains unknown field"):
-        allowed = sorted(f.encode_name for f in msgspec.structs.fields(spot.type))
+        loaded = getattr(spot.type, "LOADED", ())
+        allowed = sorted(
+            f.encode_name for f in msgspec.structs.fields(spot.type) if f.name not in loaded
+        )
         unknown = next(k for k in spot.value if k not in allowed)
         return fail(
             shown,
