@@ -32,8 +32,7 @@ from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Insta
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tominput import Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker
+from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode
 from dgr_forge.core.urls import mask
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest

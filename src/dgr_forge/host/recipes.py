@@ -46,8 +46,7 @@ import msgspec
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.tominput import NonEmpty, Record, Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail
+from dgr_forge.core.tominput import Checker, NonEmpty, Record, Shape, Version1, about, decode, fail
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")

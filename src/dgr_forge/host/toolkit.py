@@ -26,8 +26,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import read_json, read_regular, sha256_bytes, write_json
 from dgr_forge.core.proc import capture
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tominput import Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail
+from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode, fail
 
 LOCK_NAME = "cuda.lock"
 MARKER = "dgr-toolchain.json"

@@ -36,9 +36,18 @@ import tomli_w
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import CheckedStr, Record, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, read_bytes
+from dgr_forge.core.tominput import (
+    MAX_BYTES,
+    CheckedStr,
+    Checker,
+    Record,
+    Version1,
+    about,
+    decode,
+    fail,
+)
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
@@ -219,8 +228,9 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
     never waited on; under the forge `root`, never through a link): for `load`, and for
     a writer comparing what is there now."""
-    return read_bytes(
+    return read_regular(
         path,
+        limit=MAX_BYTES,
         what="model manifest",
         shown=shown,
         root=root,

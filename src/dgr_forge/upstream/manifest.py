@@ -15,9 +15,19 @@ from typing import Annotated
 import msgspec
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import NonEmpty, Record, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, read_bytes, shown_value
+from dgr_forge.core.tominput import (
+    MAX_BYTES,
+    Checker,
+    NonEmpty,
+    Record,
+    Version1,
+    about,
+    decode,
+    fail,
+    shown_value,
+)
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
@@ -200,7 +210,7 @@ def read_raw(path: Path) -> bytes:
     """The manifest file's bytes now, read as `load` reads it (a regular file of at most
     4 MiB, a FIFO never waited on, exit 2 naming it): for those that copy, hash, compare
     or rewrite the file after loading it, never an unbounded second read."""
-    return read_bytes(path, what="manifest", hint=_HINT)
+    return read_regular(path, what="manifest", hint=_HINT, limit=MAX_BYTES)
 
 
 def load(path: Path, root: Path) -> UpstreamManifest:
