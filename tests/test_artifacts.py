@@ -534,7 +534,7 @@ def test_manifest_command_writes_what_provision_needs(tmp_path: Path, source: Pa
     assert res.code == 0, res
     assert res.json["state"] == "written"
     m = models.load(out)
-    assert m.name == "tiny" and m.source_revision == rev
+    assert m.name == "tiny" and m.model.source_revision == rev
     assert [f.name for f in m.files] == NAMES
     for f in m.files:
         assert f.size == (source / f.name).stat().st_size

@@ -200,14 +200,14 @@ def test_a_certify_target_the_lane_does_not_build_still_loads(tmp_path: Path) ->
     produce (not a report subject), at its own run (tests/test_certify_run.py)."""
     text = BASE.replace("[cmake]", '[cmake]\ntargets = ["llama-cli", "llama-bench"]') + SUITE
     r = load(tmp_path, text)
-    assert r.targets == ("llama-cli", "llama-bench")
+    assert r.cmake.targets == ("llama-cli", "llama-bench")
     assert r.certify is not None and "test-backend-ops" in r.certify.targets
 
 
 def test_certify_runs_on_needs_a_suite(tmp_path: Path) -> None:
     ci = '[ci]\ncertify_runs_on = ["self-hosted", "gpu-cuda"]\n'
     r = load(tmp_path, BASE + ci + SUITE)
-    assert r.certify_runs_on == ("self-hosted", "gpu-cuda")
+    assert r.ci.certify_runs_on == ("self-hosted", "gpu-cuda")
     err = refused(tmp_path, BASE + ci)
     assert "ci.certify_runs_on" in err.message
     err = refused(tmp_path, BASE + ci.replace("gpu-cuda", "${{ github.token }}") + SUITE)

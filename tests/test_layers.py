@@ -98,7 +98,7 @@ def test_manifest_records_the_layer_map_from_the_split_headers(
     for entry in doc["files"]:
         held = held_layers(entry["name"])
         shown = models.loads(m.read_bytes()).files[NAMES.index(entry["name"])]
-        assert {n for lo, hi in shown.layers or () for n in range(lo, hi + 1)} == held
+        assert {n for lo, hi in shown.ranges or () for n in range(lo, hi + 1)} == held
         groups = {t.split(".")[0] for t in PARTS[NAMES.index(entry["name"])]} - {"blk"}
         assert set(entry["tensors"]) == groups
     assert doc["files"][0]["tensors"] == ["token_embd"]

@@ -59,7 +59,7 @@ def test_valid_manifest_loads(tmp_path: Path) -> None:
     files = [entry(f"m-{i:05d}-of-00003.gguf", size=i) for i in (1, 2, 3)]
     files.append(entry("tokenizer.json", size=0, url="file:///srv/mirror/tokenizer.json"))
     m = models.load(write(tmp_path, doc(*files)), tmp_path)
-    assert m.name == "m" and m.source_revision == REV
+    assert m.name == "m" and m.model.source_revision == REV
     assert [f.name for f in m.files][-1] == "tokenizer.json"
     assert m.total_size == 6 and m.shown == "manifests/models/m.toml"
 
@@ -67,8 +67,8 @@ def test_valid_manifest_loads(tmp_path: Path) -> None:
 def test_dumps_round_trips() -> None:
     files = [ModelFile("a.gguf", 5, SHA, "https://h/a.gguf")]
     m = models.loads(models.dumps("x", files, REV).encode())
-    assert m.files == tuple(files) and m.source_revision == REV
-    assert models.loads(models.dumps("x", files).encode()).source_revision is None
+    assert m.files == tuple(files) and m.model.source_revision == REV
+    assert models.loads(models.dumps("x", files).encode()).model.source_revision is None
 
 
 @pytest.mark.parametrize(

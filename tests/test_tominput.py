@@ -270,6 +270,15 @@ def test_recipe_shape(tmp_path: Path, body: str, words: str) -> None:
     assert err.message == f"recipes/cpu.toml: {words}"
 
 
+@pytest.mark.parametrize("key", ["sha256", "path", "shown"])
+def test_the_loaders_own_fields_are_not_keys_of_a_recipe(tmp_path: Path, key: str) -> None:
+    """A recipe is one Struct with the fields its loader sets (where it was read, its
+    bytes' hash): a file naming them is refused like any unknown key, never believed."""
+    err = recipe_refusal(tmp_path, f'schema = 1\n{key} = "x"\n[lane]\nbackend = "CPU"\n')
+    assert err.message == f"recipes/cpu.toml: {key}: unknown key"
+    assert err.hint == "remove it; allowed keys: certify, ci, cmake, lane, requires, schema"
+
+
 def test_a_recipe_without_a_lane(tmp_path: Path) -> None:
     err = recipe_refusal(tmp_path, "schema = 1\n")
     assert err.message == "recipes/cpu.toml: lane: must be a table, got nothing"

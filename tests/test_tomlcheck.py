@@ -1,4 +1,4 @@
-"""The one reader (core/tomlcheck) and decoder (core/tominput) as every loader uses them:
+"""The one reader and decoder (core/tominput) as every loader uses them:
 exact types, unknown keys, bounded size and depth; each refusal names the file and the key
 (exit 2)."""
 
@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 import pytest
 from msgspec import Meta
 
-from dgr_forge.core import tominput, tomlcheck
+from dgr_forge.core import fsutil, tominput
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
 from dgr_forge.host import probes, recipes, worker
@@ -139,7 +139,7 @@ def test_5000_deep_nesting_is_exit_2_not_a_recursion_error(tmp_path: Path, loade
 @pytest.mark.parametrize("loader", list(LOADERS))
 def test_huge_file_is_refused_by_its_size_before_parsing(tmp_path: Path, loader: str) -> None:
     # a syntax error at the end: if the file were parsed, the message would be "invalid TOML"
-    text = LOADERS[loader][1] + "#" * tomlcheck.MAX_BYTES + "\n= broken"
+    text = LOADERS[loader][1] + "#" * tominput.MAX_BYTES + "\n= broken"
     err = refused(tmp_path, loader, text)
     assert "-byte limit" in str(err) and "invalid TOML" not in str(err)
 
@@ -155,7 +155,7 @@ def test_nul_in_a_string_is_refused(tmp_path: Path) -> None:
 
 def test_nul_in_a_path_is_exit_2() -> None:
     with pytest.raises(BadInput, match="NUL byte"):
-        tomlcheck.read_bytes(Path("a\x00b.toml"), what="manifest", hint="h")
+        fsutil.read_regular(Path("a\x00b.toml"), what="manifest", hint="h", limit=9)
 
 
 def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
@@ -164,7 +164,7 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "m.toml"
     os.mkfifo(fifo)
     with pytest.raises(BadInput, match="not a regular file"):
-        tomlcheck.read_bytes(fifo, what="manifest", hint="h")
+        fsutil.read_regular(fifo, what="manifest", hint="h", limit=9)
 
 
 class _N(tominput.Shape):
@@ -196,7 +196,7 @@ def test_float_and_bool_are_not_integers(tmp_path: Path) -> None:
 
 
 def test_a_hostile_value_is_shown_bounded() -> None:
-    shown = tomlcheck.shown_value("A" * 1_000_000)
+    shown = tominput.shown_value("A" * 1_000_000)
     assert len(shown) < 100
     with pytest.raises(BadInput) as info:
         tominput.decode("f.toml", {"schema": "x" * 1_000_000}, _Schema1)
@@ -249,7 +249,7 @@ def test_the_same_bytes_are_parsed_once_and_each_caller_gets_its_own_copy(
 ) -> None:
     import tomllib
 
-    from dgr_forge.core import tomlcheck
+    from dgr_forge.core import tominput
 
     parses: list[str] = []
     real = tomllib.loads
@@ -258,20 +258,20 @@ def test_the_same_bytes_are_parsed_once_and_each_caller_gets_its_own_copy(
         parses.append(text)
         return real(text)
 
-    monkeypatch.setattr(tomlcheck.tomllib, "loads", counted)
+    monkeypatch.setattr(tominput.tomllib, "loads", counted)
     raw = b'schema = 1\n[t]\nitems = ["a", "b"]\n# parse-cache test 1\n'
-    first = tomlcheck.Checker("f.toml").parse(raw)
+    first = tominput.Checker("f.toml").parse(raw)
     first["t"]["items"].append("changed by its caller")
-    second = tomlcheck.Checker("g.toml").parse(raw)
+    second = tominput.Checker("g.toml").parse(raw)
     assert second == {"schema": 1, "t": {"items": ["a", "b"]}} and len(parses) == 1
     # a value marshal cannot hold (a datetime) is parsed every time, and right
     stamped = b"schema = 1\nwhen = 2025-01-01T00:00:00Z\n# parse-cache test 2\n"
-    assert tomlcheck.Checker("h.toml").parse(stamped) == tomlcheck.Checker("h.toml").parse(stamped)
+    assert tominput.Checker("h.toml").parse(stamped) == tominput.Checker("h.toml").parse(stamped)
     assert len(parses) == 3
     # a refused document is refused again, never remembered as anything
     for _ in range(2):
         with pytest.raises(BadInput, match="invalid TOML"):
-            tomlcheck.Checker("bad.toml").parse(b"schema = = 1\n")
-    for i in range(3 * tomlcheck._PARSED_MAX):  # bounded
-        tomlcheck.Checker("n.toml").parse(f"n = {i}\n".encode())
-    assert len(tomlcheck._PARSED) <= tomlcheck._PARSED_MAX
+            tominput.Checker("bad.toml").parse(b"schema = = 1\n")
+    for i in range(3 * tominput._PARSED_MAX):  # bounded
+        tominput.Checker("n.toml").parse(f"n = {i}\n".encode())
+    assert len(tominput._PARSED) <= tominput._PARSED_MAX

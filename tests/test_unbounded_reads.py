@@ -127,7 +127,7 @@ def _is_unbounded(node: ast.Call, bare: set[str]) -> bool:
     if name == "open":  # the builtin open() of a path (open(1, ...) is a descriptor)
         first = node.args[0] if node.args else None
         return not (isinstance(first, ast.Constant) and isinstance(first.value, int))
-    return name in bare  # tomlcheck's read_bytes() is bounded: a bare name, not listed
+    return name in bare  # a bounded reader: a bare name, not listed
 
 
 @functools.cache  # two tests read src/ as it is (0.8 s to parse); a tmp_path is new each time

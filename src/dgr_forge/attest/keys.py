@@ -44,10 +44,9 @@ from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
 from dgr_forge.attest.keysource import default_key_path as default_key_path
 from dgr_forge.attest.keysource import signing_key_source
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.fsutil import atomic_write_bytes
+from dgr_forge.core.fsutil import atomic_write_bytes, read_regular
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tomlcheck import read_bytes
 
 VERIFY_KEY_ENV = "DGR_VERIFY_KEY"
 MAX_KEY_BYTES = 64 << 10  # a PEM key is a few hundred bytes
@@ -233,7 +232,7 @@ def _private_from_pem(data: bytes, source: str) -> Signer:
 
 
 def _read(path: Path, what: str) -> bytes:
-    return read_bytes(
+    return read_regular(
         path,
         what=f"{what} file",
         hint="check the path, or create a key with `dgr-forge keygen`",

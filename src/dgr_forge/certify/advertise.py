@@ -113,8 +113,8 @@ def overview(
         rows.append(
             LaneRow(
                 lane=name,
-                backend=recipe.backend,
-                host_os=list(recipe.host_os),
+                backend=recipe.lane.backend,
+                host_os=list(recipe.lane.host_os),
                 buildable=check.buildable,
                 # the same rows (and one-line summary) as `doctor`'s lanes
                 missing=list(check.missing),

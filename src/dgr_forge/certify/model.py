@@ -114,7 +114,7 @@ def prepare(
     mm = models.load(path, forge.root)
     target = dest or forge.workspace / "models" / name
     check_destination(target)  # the /home rule, before anything is made or hashed there
-    _refuse_shared(target, mm.shared_dir)
+    _refuse_shared(target, mm.model.shared_dir)
     # beside the files (one file system: a link, not a copy), in a directory of ours
     private = target / f"{PRIVATE}{lane}"
     if target.is_dir():
@@ -138,7 +138,7 @@ def prepare(
                 hint="see the errors above; re-run to resume",
                 details={"model": name},
             )
-        _refuse_shared(target, mm.shared_dir)
+        _refuse_shared(target, mm.model.shared_dir)
         _private_view(mm, target, private)
         result = artifacts.verify(mm, private, out)
         if result.bad:

@@ -118,7 +118,7 @@ def attested(
         hw = Hardware(hardware_class=hardware.described_class(described), description=described)
     else:
         identity = hardware.probe()
-        cls = hardware.hardware_class(identity, checked.recipe.backend)
+        cls = hardware.hardware_class(identity, checked.recipe.lane.backend)
         hw = Hardware(hardware_class=cls, identity=identity)
     path, body = records.write(
         forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
@@ -162,7 +162,9 @@ def lane(
             "writes one)",
             details={"lane": lane},
         )
-    the_device = run.check_device(device or run.DEFAULT_DEVICE.get(recipe.backend.lower(), "CPU"))
+    the_device = run.check_device(
+        device or run.DEFAULT_DEVICE.get(recipe.lane.backend.lower(), "CPU")
+    )
     signer = keys.resolve_signer(key, out)
     public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
@@ -186,7 +188,7 @@ def lane(
     # the whole input digest of the build that wrote this report, when it is the last one
     input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
     identity = hardware.probe()
-    cls = hardware.hardware_class(identity, recipe.backend)
+    cls = hardware.hardware_class(identity, recipe.lane.backend)
     out.info(f"hardware class {cls}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
     pins = parity.references(forge, m, recipe, got.doctor, the_suite, out)

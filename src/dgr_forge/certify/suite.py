@@ -45,7 +45,7 @@ import re
 from msgspec import Struct
 
 from dgr_forge.certify.parsers import PARSERS, Thresholds
-from dgr_forge.core.tomlcheck import fail, shown_value
+from dgr_forge.core.tominput import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, StepShape
 
 TEXT_FIX = 'name a file of the forge root: text = "recipes/parity.txt"'

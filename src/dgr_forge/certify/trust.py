@@ -42,7 +42,7 @@ def bound_inputs(
     `lanes.inputs.worker_identity`) and the host's tools the lane builds with (`tools`:
     name -> version, from `lanes.inputs.tool_versions`; None where the host was not
     probed). Attest does not read lanes' inputs itself."""
-    tc = forge.toolchains_dir / f"{recipe.toolchain}.cmake" if recipe.toolchain else None
+    tc = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake" if recipe.lane.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
     def digest(path: Path, what: str) -> str:

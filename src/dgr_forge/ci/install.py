@@ -34,7 +34,7 @@ from pathlib import Path
 import msgspec
 
 from dgr_forge import __version__
-from dgr_forge.core import tomlcheck
+from dgr_forge.core import tominput
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text, read_regular
 from dgr_forge.core.urls import check_url
@@ -106,7 +106,7 @@ def is_tool_repository(root: Path) -> bool:
             what="pyproject.toml",
             hint="the tool's own repository (src/dgr_forge/ is here) keeps a plain "
             "pyproject.toml: restore it from git",
-            limit=tomlcheck.MAX_BYTES,
+            limit=tominput.MAX_BYTES,
             shown="pyproject.toml",
             follow=False,
         )
@@ -115,7 +115,7 @@ def is_tool_repository(root: Path) -> bool:
             return False
         raise
     try:  # bounded like every TOML input (depth, number size), then the one key we read
-        data = tomlcheck.Checker("pyproject.toml").parse(raw)
+        data = tominput.Checker("pyproject.toml").parse(raw)
         name = msgspec.convert(data, _PyProject, strict=True).project.name
     except (BadInput, msgspec.ValidationError):
         return False  # not a pyproject we can read: not the tool's

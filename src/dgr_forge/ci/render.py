@@ -32,8 +32,7 @@ from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Insta
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tominput import Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker
+from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode
 from dgr_forge.core.urls import mask
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -192,14 +191,14 @@ def matrix(recipes: dict[str, Recipe]) -> Matrix:
         include=[
             MatrixEntry(
                 lane=r.name,
-                backend=r.backend,
-                runs_on=list(r.runs_on),
+                backend=r.lane.backend,
+                runs_on=list(r.ci.runs_on),
                 container=r.image or UNSET,  # by digest when the recipe gives one
-                tools=list(r.tools),
-                libraries=list(r.libraries),
-                packages=list(r.packages),
+                tools=list(r.requires.tools),
+                libraries=list(r.requires.libraries),
+                packages=list(r.ci.packages),
                 gitlab_tags=list(r.gitlab_tags),
-                runner_os="darwin" if r.host_os == ("darwin",) else "linux",
+                runner_os="darwin" if r.lane.host_os == ("darwin",) else "linux",
             )
             for r in (recipes[name] for name in sorted(recipes))
         ]
@@ -385,10 +384,10 @@ def render(
     rows = [{**entry, "container": entry.get("container", "")} for entry in lanes["include"]]
     # a certify job per lane whose recipe sets `ci.certify_runs_on`, on that hardware
     certify = [
-        {"lane": r.name, "backend": r.backend, "certify_runs_on": list(r.certify_runs_on),
+        {"lane": r.name, "backend": r.lane.backend, "certify_runs_on": list(r.ci.certify_runs_on),
          "needs_model": r.certify.needs_model}
         for r in (recipes[name] for name in sorted(recipes))
-        if r.certify is not None and r.certify_runs_on
+        if r.certify is not None and r.ci.certify_runs_on
     ]  # fmt: skip
     context = {
         "matrix": lanes,

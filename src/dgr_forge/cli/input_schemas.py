@@ -42,6 +42,8 @@ def _checked_str(t: Any) -> Schema:
 
     if isinstance(t, type) and issubclass(t, CheckedStr):  # its check is the loader's
         return {"type": "string", "description": (t.__doc__ or "").strip()}
+    if t is Path:  # a `LOADED` field: left out below
+        return {"type": "string"}
     raise NotImplementedError(t)
 
 
@@ -65,6 +67,9 @@ def schema(name: str, files: str, what: str, shape: Any, dialect: str, base_id: 
     """One TOML input's JSON Schema, closed like its Shape: a key the loader refuses is one
     the editor flags."""
     body = _public(msgspec.json.schema(shape, schema_hook=_checked_str))
+    top = body["$defs"][str(body["$ref"]).removeprefix("#/$defs/")]
+    for key in getattr(shape, "LOADED", ()):  # the loader's, never the file's
+        del top["properties"][key]
     return {
         "$schema": dialect,
         "$id": f"{base_id}{DIR}/{name}.json",

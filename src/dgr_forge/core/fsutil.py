@@ -47,7 +47,7 @@ def sha256_file(path: Path) -> str:
 
 
 # The documented read limits (SECURITY.md, "Parsing is bounded"): TOML inputs 4 MiB
-# (core/tomlcheck), reports 16 MiB, evidence 1 GiB, CI workflows and keys far less.
+# (core/tominput), reports 16 MiB, evidence 1 GiB, CI workflows and keys far less.
 MAX_REPORT_BYTES = 16 << 20
 MAX_EVIDENCE_BYTES = 1 << 30
 MAX_WORKFLOW_BYTES = 1 << 20

@@ -368,18 +368,20 @@ class Doctor:
         return out
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:
-        host_ok = host_os() in recipe.host_os
+        host_ok = host_os() in recipe.lane.host_os
         missing: list[ProbeResult] = []
         if host_ok:
-            missing += [r for r in (self.tool(t) for t in recipe.tools) if not r.found]
-            missing += [r for r in (self.library(lib) for lib in recipe.libraries) if not r.found]
+            missing += [r for r in (self.tool(t) for t in recipe.requires.tools) if not r.found]
+            missing += [
+                r for r in (self.library(lib) for lib in recipe.requires.libraries) if not r.found
+            ]
         return LaneCheck(
             lane=recipe.name,
-            backend=recipe.backend,
+            backend=recipe.lane.backend,
             buildable=host_ok and not missing,
             missing=missing,
             host_os_ok=host_ok,
-            host_os=recipe.host_os,
+            host_os=recipe.lane.host_os,
         )
 
     def launcher(self) -> ProbeResult | None:

@@ -13,8 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from dgr_forge.core.tominput import Record, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, shown_value
+from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail, shown_value
 
 SCHEMA = 1
 

@@ -38,17 +38,15 @@ make program, compilers and launchers, module path, `DGR_*`) or that load code
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
-from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.structs import hash_without
-from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail
+from dgr_forge.core.tominput import Checker, NonEmpty, Record, Shape, Version1, about, decode, fail
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -112,7 +110,8 @@ GITLAB_DEFAULT_TAGS = {
 }
 
 
-# -- the file as written (its keys, types, defaults, meanings: declared once, here)
+# -- the file as written is the record (its keys, types, defaults, meanings: declared once,
+# here); its derived values are `Recipe`'s properties
 
 Words = tuple[str, ...]
 # one option value: a CMake word (a bool is ON/OFF); a TOML array is a CMake list
@@ -128,7 +127,7 @@ OptionWord = Annotated[
 CIWords = Annotated[Words, about("each a runner label, tag or package: no spaces, quotes or `$`")]
 
 
-class _Lane(Shape):
+class _Lane(Record, frozen=True):
     """What the lane is and where it builds."""
 
     backend: Annotated[
@@ -143,7 +142,7 @@ class _Lane(Shape):
     toolchain: Annotated[str, about("`toolchains/<name>.cmake`, by name")] | None = None
 
 
-class _CMake(Shape):
+class _CMake(Record, frozen=True):
     """What CMake is given: upstream's own option names."""
 
     options: Annotated[
@@ -157,14 +156,14 @@ class _CMake(Shape):
     targets: Annotated[Words, about("the targets built (empty: CMake's default)")] = ()
 
 
-class _Requires(Shape):
+class _Requires(Record, frozen=True):
     """What the host must have: probe names from `toolchains/probes.toml`."""
 
     tools: Annotated[Words, about("tool probes")] = ()
     libraries: Annotated[Words, about("library probes")] = ()
 
 
-class _CI(Shape):
+class _CI(Record, frozen=True):
     """How CI runs the lane."""
 
     runs_on: Annotated[CIWords, about("GitHub runner labels")] = ("ubuntu-latest",)
@@ -272,68 +271,69 @@ class SuiteShape(Shape):
         return any("{model}" in a for s in self.steps for a in s.args)
 
 
-class _Recipe(Shape):
+class Recipe(Record, frozen=True):
     """`recipes/<lane>.toml`: one backend lane (the file's name is the lane's)."""
 
+    LOADED = ("path", "shown", "sha256")
     schema: Version1
     lane: Annotated[_Lane, about("the lane", fix='add [lane] with backend = "CPU"')]
     cmake: _CMake = msgspec.field(default_factory=_CMake)
     requires: _Requires = msgspec.field(default_factory=_Requires)
     ci: _CI = msgspec.field(default_factory=_CI)
-    certify: SuiteShape | None = None
-
-
-SHAPE = _Recipe  # the file as written: docs/json-schema/toml/ is generated from it
-
-
-class Recipe(Struct, frozen=True):
-    name: str  # the lane name: the file's stem
-    path: Path
-    sha256: str  # of the file's bytes: reports and certifications bind to it
-    backend: str
-    description: str
-    host_os: tuple[str, ...]
-    toolchain: str | None
-    cmake_options: dict[str, str]  # not in the hash: a dict is unhashable
-    targets: tuple[str, ...]
-    tools: tuple[str, ...]
-    libraries: tuple[str, ...]
-    runs_on: tuple[str, ...]
-    container: str | None
-    image_digest: str | None = None
-    gitlab_tags: tuple[str, ...] = ()
-    packages: tuple[str, ...] = ()
-    certify: SuiteShape | None = None  # `[certify]` (`certify.suite.load` reads it)
-    certify_runs_on: tuple[str, ...] = ()  # `ci.certify_runs_on`: a CI certify job's runner
+    certify: SuiteShape | None = None  # `certify.suite.load` reads it
+    path: Path = msgspec.field(default_factory=Path)
+    shown: str = ""  # how messages name the file
+    sha256: str = ""  # of the file's bytes: reports and certifications bind to it
 
     def __hash__(self) -> int:
-        return hash_without(self, frozenset({"cmake_options"}))
+        return hash((self.path, self.sha256))
+
+    @property
+    def name(self) -> str:
+        """The lane's name: the file's stem."""
+        return self.path.stem
+
+    @cached_property
+    def cmake_options(self) -> dict[str, str]:
+        """`[cmake] options` as CMake sees them, each checked (`_option`)."""
+        return {k: _option(self.shown, k, v) for k, v in self.cmake.options.items()}
+
+    @property
+    def gitlab_tags(self) -> Words:
+        """`ci.gitlab_tags`, by default GitLab's hosted runners for the lane's host OS."""
+        if self.ci.gitlab_tags is not None:
+            return self.ci.gitlab_tags
+        system = next(
+            (o for o in ("linux", "darwin", "windows") if o in self.lane.host_os), "linux"
+        )
+        return GITLAB_DEFAULT_TAGS[system]
 
     @property
     def image(self) -> str | None:
         """The container reference CI pulls: by digest when the recipe gives one."""
-        if self.container is None:
-            return None
-        if self.image_digest is None:
-            return self.container
-        return f"{self.container.split('@', 1)[0]}@{self.image_digest}"
+        container, digest = self.ci.container, self.ci.image_digest
+        if container is None or digest is None:
+            return container
+        return f"{container.split('@', 1)[0]}@{digest}"
 
     def cmake_args(self) -> list[str]:
         """`-DNAME=VALUE` for each option, in a stable (sorted) order."""
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
 
 
+SHAPE = Recipe  # docs/json-schema/toml/ is generated from it
+
+
 def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> Recipe:
     """A recipe; `root`: the forge root it lies in (a link there is refused, never read)."""
     shown = shown or str(path)
-    name = path.stem
-    if not LANE_NAME.fullmatch(name):
-        raise fail(shown, "(file name)", f"{name!r} is not a lane name", "use [a-z0-9_-] only")
+    if not LANE_NAME.fullmatch(path.stem):
+        raise fail(shown, "(file name)", f"{path.stem!r} is not a lane name", "use [a-z0-9_-] only")
     raw, data = Checker(shown).load(path, what="recipe", hint="check the path", root=root)
-    doc = decode(shown, data, _Recipe)
-    lane, ci = doc.lane, doc.ci
-    options = {key: _option(shown, key, value) for key, value in doc.cmake.options.items()}
-    toolchain, container, digest = lane.toolchain, ci.container, ci.image_digest
+    recipe = decode(shown, data, Recipe, path=path, shown=shown, sha256=sha256_bytes(raw))
+    _ = recipe.cmake_options  # checked first
+    toolchain, ci = recipe.lane.toolchain, recipe.ci
+    container, digest = ci.container, ci.image_digest
     if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
         raise fail(
             shown,
@@ -352,39 +352,18 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
         raise fail(shown, "ci.image_digest", "without ci.container", "set ci.container too")
     if container is not None and not _CI_WORD.fullmatch(container):
         raise fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
-    runs_on = _words(shown, "runs_on", ci.runs_on, _CI_WORD)
-    system = next((o for o in ("linux", "darwin", "windows") if o in lane.host_os), "linux")
-    suite = doc.certify
-    certify_runs_on = _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
-    if certify_runs_on and suite is None:
+    _words(shown, "runs_on", ci.runs_on, _CI_WORD)
+    _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
+    if ci.certify_runs_on and recipe.certify is None:
         raise fail(
             shown,
             "ci.certify_runs_on",
             "a certify job for a lane without a [certify] suite",
             "add the lane's [certify] table, or remove certify_runs_on",
         )
-    gitlab_tags = GITLAB_DEFAULT_TAGS[system] if ci.gitlab_tags is None else ci.gitlab_tags
-
-    return Recipe(
-        name=name,
-        path=path,
-        sha256=sha256_bytes(raw),
-        backend=lane.backend,
-        description=lane.description,
-        host_os=lane.host_os,
-        toolchain=toolchain,
-        cmake_options=options,
-        targets=doc.cmake.targets,
-        tools=doc.requires.tools,
-        libraries=doc.requires.libraries,
-        runs_on=runs_on,
-        container=container,
-        image_digest=digest,
-        gitlab_tags=_words(shown, "gitlab_tags", gitlab_tags, _CI_WORD),
-        packages=_words(shown, "packages", ci.packages, APT_PACKAGE),
-        certify=suite,
-        certify_runs_on=certify_runs_on,
-    )
+    _words(shown, "gitlab_tags", recipe.gitlab_tags, _CI_WORD)
+    _words(shown, "packages", ci.packages, APT_PACKAGE)
+    return recipe
 
 
 def _option(shown: str, name: str, value: str | int | bool | list[str | int | bool]) -> str:
@@ -438,14 +417,13 @@ def check_flag_word(shown: str, key: str, word: str) -> None:
         )
 
 
-def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> Words:
+def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> None:
     """`[ci].key`: each one CI word (no spaces, quotes, `$`, ...)."""
     for word in words:
         if not pattern.fullmatch(word) or len(word) > 200:
             raise fail(
                 shown, f"ci.{key}", f"{word!r} is not allowed here", f"match {pattern.pattern}"
             )
-    return words
 
 
 def _option_value(shown: str, key: str, value: str | int | bool | list[str | int | bool]) -> str:
@@ -498,9 +476,9 @@ def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
 
 def _toolchain_inside(recipe: Recipe, root: Path, shown: str) -> None:
     """`toolchains/<name>.cmake` may be a symlink, but never to a file outside the root."""
-    if recipe.toolchain is None:
+    if recipe.lane.toolchain is None:
         return
-    path = root / "toolchains" / f"{recipe.toolchain}.cmake"
+    path = root / "toolchains" / f"{recipe.lane.toolchain}.cmake"
     if not path.is_symlink():
         return  # a missing file is build's message (it names the toolchains it has)
     real, top = path.resolve(), root.resolve()

@@ -20,14 +20,14 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import read_json, read_regular, sha256_bytes, write_json
 from dgr_forge.core.proc import capture
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tominput import Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail
+from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail
 
 LOCK_NAME = "cuda.lock"
 MARKER = "dgr-toolchain.json"
@@ -40,7 +40,7 @@ _VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,7}(?:(?:a|b|rc|\.post|\.dev)[0-9]+)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-class _Wheel(Shape):
+class _Wheel(Record, frozen=True):
     """One wheel of the toolkit, as the index serves it."""
 
     name: Annotated[str, about("the project's name on the index (`nvidia-cuda-nvcc`)")]
@@ -48,31 +48,32 @@ class _Wheel(Shape):
     sha256: Annotated[str, about("the wheel file's sha256 (one entry per platform's file)")]
 
 
-class _Lock(Shape):
+class Lock(Record, frozen=True):
     """`toolchains/cuda.lock`: the CUDA toolkit a root pins, wheel by wheel."""
 
+    LOADED = ("path", "sha256")
     schema: Version1
     toolkit: Annotated[str, about("what it installs: `cuda`")]
     version: Annotated[str, about("the toolkit release (`cuda-toolkit`'s version)")]
-    wheel: Annotated[list[_Wheel], about("every wheel, by name, version and sha256")]
+    wheel: Annotated[tuple[_Wheel, ...], about("every wheel, by name, version and sha256")]
+    path: Path = msgspec.field(default_factory=Path)
+    sha256: str = ""  # of the file's bytes: the prefix's name and the report's identity
+
+    @property
+    def wheels(self) -> tuple[tuple[str, str, str], ...]:
+        """(name, version, sha256) of each wheel, the name as the index normalizes it."""
+        return tuple((w.name.lower().replace("_", "-"), w.version, w.sha256) for w in self.wheel)
+
+    def versions(self) -> dict[str, str]:
+        return {n: v for n, v, _ in self.wheels}
 
 
-SHAPE = _Lock  # the file as written: docs/json-schema/toml/ is generated from it
+SHAPE = Lock  # docs/json-schema/toml/ is generated from it
 
 
 class Wheel(Struct, frozen=True):
     name: Annotated[str, d("the wheel's project name on the index")]
     version: Annotated[str, d("its exact version")]
-
-
-class Lock(Struct, frozen=True):
-    path: Path
-    sha256: str  # of the file's bytes: the prefix's name and the report's identity
-    version: str
-    wheels: tuple[tuple[str, str, str], ...]  # (name, version, sha256)
-
-    def versions(self) -> dict[str, str]:
-        return {n: v for n, v, _ in self.wheels}
 
 
 class InstallResult(Form, kw_only=True, forbid_unknown_fields=True):
@@ -96,15 +97,14 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
         path, what="toolkit lock", hint="restore toolchains/cuda.lock from the repository",
         root=root,
     )  # fmt: skip
-    doc = decode(shown, data, _Lock)
-    if doc.toolkit != "cuda":
-        raise fail(shown, "toolkit", f"{doc.toolkit[:40]!r} is not a toolkit the forge installs",
+    lock = decode(shown, data, Lock, path=path, sha256=sha256_bytes(raw))
+    if lock.toolkit != "cuda":
+        raise fail(shown, "toolkit", f"{lock.toolkit[:40]!r} is not a toolkit the forge installs",
                    'toolkit = "cuda"')  # fmt: skip
-    if not doc.wheel or len(doc.wheel) > MAX_WHEELS:
-        raise fail(shown, "wheel", f"lists {len(doc.wheel)} wheels (1 to {MAX_WHEELS})",
+    if not lock.wheel or len(lock.wheel) > MAX_WHEELS:
+        raise fail(shown, "wheel", f"lists {len(lock.wheel)} wheels (1 to {MAX_WHEELS})",
                    "list every wheel of the toolkit once per platform file")  # fmt: skip
-    wheels = []
-    for i, w in enumerate(doc.wheel):
+    for i, w in enumerate(lock.wheel):
         key = f"wheel[{i}]"
         if not _PROJECT.fullmatch(w.name):
             raise fail(
@@ -120,13 +120,12 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
         if not _HEX64.fullmatch(w.sha256):
             raise fail(shown, f"{key}.sha256", "is not 64 lowercase hex digits",
                        "the sha256 of the wheel file, as the index lists it")  # fmt: skip
-        wheels.append((w.name.lower().replace("_", "-"), w.version, w.sha256))
     versions: dict[str, str] = {}
-    for name, version, _ in wheels:
+    for name, version, _ in lock.wheels:
         if versions.setdefault(name, version) != version:
             raise fail(shown, "wheel", f"{name} is listed at {versions[name]} and {version}",
                        "one version per wheel (one entry per platform's file)")  # fmt: skip
-    return Lock(path=path, sha256=sha256_bytes(raw), version=doc.version, wheels=tuple(wheels))
+    return lock
 
 
 def home() -> Path:

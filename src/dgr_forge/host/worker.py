@@ -19,8 +19,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.tominput import Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, shown_value
+from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode, fail, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
 

@@ -36,7 +36,7 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.structs import d
-from dgr_forge.core.tomlcheck import shown_value
+from dgr_forge.core.tominput import shown_value
 from dgr_forge.core.urls import escape_controls
 from dgr_forge.upstream.surface import (
     MAX_HEADER_BYTES,

@@ -103,7 +103,9 @@ def build(
         if not doctor.tool(name).found:
             refuse_unbuildable(
                 [
-                    LaneCheck(r.name, r.backend, False, [doctor.tool(name)], True, r.host_os)
+                    LaneCheck(
+                        r.name, r.lane.backend, False, [doctor.tool(name)], True, r.lane.host_os
+                    )
                     for r in selected
                 ]
             )

@@ -77,7 +77,7 @@ def tools(
         version = f"{comp.id} {comp.version}".strip() or _probed_version(comp.path)
         found.append(Tool(f"{comp.language.lower()}-compiler", comp.path, version))
     known = {t.path for t in found}
-    for name in plan.recipe.tools:
+    for name in plan.recipe.requires.tools:
         probe = doctor.tool(name)
         if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
             found.append(Tool(name, probe.path, doctor.version(name) or ""))

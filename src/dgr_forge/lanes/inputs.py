@@ -184,7 +184,7 @@ def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, di
     out: dict[str, dict[str, str]] = {}
     for lane, recipe in recipes.items():
         found = {}
-        for name in sorted({"cmake", "ninja", *recipe.tools}):
+        for name in sorted({"cmake", "ninja", *recipe.requires.tools}):
             if doctor.tool(name).found:  # its version: one run of it, with fixed arguments
                 found[name] = doctor.version(name) or "(version unknown)"
         out[lane] = found

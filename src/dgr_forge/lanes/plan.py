@@ -92,9 +92,9 @@ class LanePlan(Struct, frozen=True):
 
 
 def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
-    if recipe.toolchain is None:
+    if recipe.lane.toolchain is None:
         return None
-    path = forge.toolchains_dir / f"{recipe.toolchain}.cmake"
+    path = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake"
     if not path.is_file():
         raise BadInput(
             f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(path)} does not exist",
@@ -196,11 +196,11 @@ def plan_lane(
         compiler_args=tuple(
             f"-D{var}={doctor.tool(tool).path}"
             for tool, var in COMPILER_VARS.items()
-            if tool in recipe.tools and doctor.tool(tool).found
+            if tool in recipe.requires.tools and doctor.tool(tool).found
         ),
         prefix_maps=_prefix_maps(forge, spec, build_dir),
         spec=spec,
-        tool_paths={t: str(doctor.tool(t).path) for t in recipe.tools},
+        tool_paths={t: str(doctor.tool(t).path) for t in recipe.requires.tools},
         cuda=_cuda_link(doctor, recipe, build_dir),
     )
 
@@ -208,12 +208,12 @@ def plan_lane(
 def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaLink | None:
     """How a lane with nvcc links: its toolkit's library directories (cudart's, cuBLAS's),
     the links they need, and the driver stub unless this host has a driver library."""
-    if "nvcc" not in recipe.tools or "cudart" not in doctor.probes.libraries:
+    if "nvcc" not in recipe.requires.tools or "cudart" not in doctor.probes.libraries:
         return None
     cudart = doctor.library("cudart")
     if not doctor.tool("nvcc").found or not cudart.found or not cudart.include_dir:
         return None
-    names = [n for n in ("cudart", *recipe.libraries) if n in doctor.probes.libraries]
+    names = [n for n in ("cudart", *recipe.requires.libraries) if n in doctor.probes.libraries]
     found = [doctor.library(n) for n in names]
     lib_dirs = tuple(dict.fromkeys(str(Path(r.path).parent) for r in found if r.found and r.path))
     driver = cudakit.find_driver(lib_dirs)

@@ -124,8 +124,8 @@ def render(
         args = configure_args(forge, m, plan, switches, given)
         preset: dict[str, Any] = {
             "name": f"dgr-{recipe.name}",
-            "displayName": f"dgr-forge {recipe.name} ({recipe.backend})",
-            "description": recipe.description or f"{recipe.backend} lane",
+            "displayName": f"dgr-forge {recipe.name} ({recipe.lane.backend})",
+            "description": recipe.lane.description or f"{recipe.lane.backend} lane",
             "generator": "Ninja",
             "binaryDir": str(plan.build_dir),
             "cacheVariables": _cache_variables(args),
@@ -139,8 +139,8 @@ def render(
             "name": f"dgr-{recipe.name}",
             "configurePreset": f"dgr-{recipe.name}",
         }
-        if recipe.targets:
-            step["targets"] = list(recipe.targets)
+        if recipe.cmake.targets:
+            step["targets"] = list(recipe.cmake.targets)
         build.append(step)
     return {
         "version": 3,

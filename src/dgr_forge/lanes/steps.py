@@ -102,7 +102,7 @@ def ninja_targets(plan: LanePlan) -> list[str]:
     builds none of them, and the suite runs only what this build made."""
     from dgr_forge.lanes import cmake_api
 
-    named = list(plan.recipe.targets)
+    named = list(plan.recipe.cmake.targets)
     suite = plan.recipe.certify.targets if plan.recipe.certify else ()
     if not suite:
         return named
@@ -202,11 +202,11 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
     suite = plan.recipe.certify.targets if plan.recipe.certify else ()
     extra = tuple(suite)
     for path in cmake_api.stale_siblings(
-        reply, cmake_api.shipped_artifacts(reply, plan.recipe.targets, extra)
+        reply, cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
     ):
         path.unlink()
         out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
-    artifacts, stats = collect_artifacts(reply, plan.recipe.targets, extra)
+    artifacts, stats = collect_artifacts(reply, plan.recipe.cmake.targets, extra)
     gone = [p for p in changed if not p.is_file()]
     if gone:
         raise OperationFailed(

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import Annotated
+
+from dgr_forge.core.tominput import Record, about
 
 Ranges = tuple[tuple[int, int], ...]  # inclusive (first, last), sorted, merged
 
@@ -24,12 +26,16 @@ _GROUP = re.compile(r"[A-Za-z0-9_]{1,64}")
 _LAYER = re.compile(rb"blk\.(\d{1,9})\.")
 
 
-@dataclass(frozen=True)
-class LayerMap:
-    """The model-wide half of the map; each file's half lives on its `ModelFile`."""
+MAP_FIX = "re-create the map from the split headers: `dgr-forge artifacts map M`"
 
-    arch: str
-    block_count: int
+
+class LayerMap(Record, frozen=True):
+    """The layer map: every `.gguf` file then says the layers and tensors it holds."""
+
+    arch: Annotated[str, about("the architecture, from the split headers", fix=MAP_FIX)]
+    block_count: Annotated[
+        int, about("the model's layer count", ge=1, le=MAX_BLOCK_COUNT, fix=MAP_FIX)
+    ]
 
 
 class RangeError(ValueError):

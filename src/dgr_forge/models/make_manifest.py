@@ -173,7 +173,7 @@ def build_manifest(
     shas = hash_many(entries, out, jobs or default_jobs(), "hashing")
     files = [
         ModelFile(
-            name=p.name,
+            name=models.FileName(p.name),
             size=p.stat().st_size,
             sha256=shas[p],
             url=models.file_url(url_base, p.name),

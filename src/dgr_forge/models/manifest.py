@@ -26,20 +26,31 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote, urlsplit
 
+import msgspec
 import tomli_w
 
 from dgr_forge.core import urls
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import CheckedStr, Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, read_bytes
+from dgr_forge.core.tominput import (
+    MAX_BYTES,
+    CheckedStr,
+    Checker,
+    Record,
+    Version1,
+    about,
+    decode,
+    fail,
+)
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
-from dgr_forge.models.layermap import LayerMap, Ranges
+from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
 SCHEMA = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
@@ -50,14 +61,14 @@ PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NA
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
-_MAP_FIX = "re-create the map from the split headers: `dgr-forge artifacts map M`"
 _FILES_FIX = "list each artifact as a [[files]] table with name, size, sha256 and url"
 
 
-# -- the file as written (its keys, types, bounds, meanings: declared once, here)
+# -- the file as written is the record (its keys, types, bounds, meanings: declared once,
+# here); its derived values are properties
 
 
-class _Model(Shape):
+class _Model(Record, frozen=True):
     """The model."""
 
     name: Annotated[str, about("a plain name, e.g. `deepseek-v4`")]
@@ -76,15 +87,6 @@ class _Model(Shape):
     ) = None
 
 
-class _Map(Shape):
-    """The layer map: every `.gguf` file then says the layers and tensors it holds."""
-
-    arch: Annotated[str, about("the architecture, from the split headers", fix=_MAP_FIX)]
-    block_count: Annotated[
-        int, about("the model's layer count", ge=1, le=layermap.MAX_BLOCK_COUNT, fix=_MAP_FIX)
-    ]
-
-
 class FileName(CheckedStr):
     """A plain file name (no path, no `..`, not `*.part`): files land in --dest."""
 
@@ -95,10 +97,10 @@ class FileName(CheckedStr):
         return check_file_name(value)
 
 
-class _File(Shape):
+class ModelFile(Record, frozen=True):
     """One artifact."""
 
-    name: FileName
+    name: FileName  # a plain `str` once decoded: encoders take no subclass
     size: Annotated[
         int,
         about(
@@ -111,34 +113,20 @@ class _File(Shape):
     sha256: Annotated[str, about("its sha256, 64 lowercase hex")]
     url: Annotated[str, about("where it is fetched: an http(s):// or file:// URL")]
     layers: (
-        Annotated[str, about("with a [map]: the layers it holds, e.g. `0-4`", fix=_MAP_FIX)] | None
+        Annotated[str, about("with a [map]: the layers it holds, e.g. `0-4`", fix=MAP_FIX)] | None
     ) = None
     tensors: (
-        Annotated[tuple[str, ...], about("with a [map]: its other tensor groups", fix=_MAP_FIX)]
+        Annotated[tuple[str, ...], about("with a [map]: its other tensor groups", fix=MAP_FIX)]
         | None
     ) = None
 
+    def __post_init__(self) -> None:
+        msgspec.structs.force_setattr(self, "name", str(self.name))
 
-class _Manifest(Shape):
-    """`manifests/models/<name>.toml`: a model's artifacts, pinned by size and sha256."""
-
-    schema: Version1
-    model: _Model
-    map: _Map | None = None
-    files: Annotated[tuple[_File, ...], about("every artifact, once", fix=_FILES_FIX)] = ()
-
-
-SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
-
-
-@dataclass(frozen=True)
-class ModelFile:
-    name: str
-    size: int
-    sha256: str
-    url: str
-    layers: Ranges | None = None  # with a layer map: the layers it holds tensors of
-    tensors: tuple[str, ...] | None = None  # and its other tensor groups
+    @cached_property
+    def ranges(self) -> Ranges | None:
+        """`layers` parsed: the layers it holds tensors of (with a layer map)."""
+        return None if self.layers is None else layermap.parse(self.layers)
 
     @property
     def mapped(self) -> bool:
@@ -152,19 +140,27 @@ class SplitName:
     count: int
 
 
-@dataclass(frozen=True)
-class ModelManifest:
-    path: Path | None
-    shown: str  # how errors name the manifest
-    name: str
-    source_revision: str | None
-    files: tuple[ModelFile, ...]
-    layer_map: LayerMap | None = None
-    shared_dir: str | None = None  # `[model] shared_dir`
+class ModelManifest(Record, frozen=True):
+    """`manifests/models/<name>.toml`: a model's artifacts, pinned by size and sha256."""
+
+    LOADED = ("path", "shown")
+    schema: Version1
+    model: _Model
+    layer_map: LayerMap | None = msgspec.field(default=None, name="map")
+    files: Annotated[tuple[ModelFile, ...], about("every artifact, once", fix=_FILES_FIX)] = ()
+    path: Path | None = None
+    shown: str = "(model manifest)"  # how errors name the manifest
+
+    @property
+    def name(self) -> str:
+        return self.model.name
 
     @property
     def total_size(self) -> int:
         return sum(f.size for f in self.files)
+
+
+SHAPE = ModelManifest  # docs/json-schema/toml/ is generated from it
 
 
 def split_name(name: str) -> SplitName | None:
@@ -232,8 +228,9 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
     never waited on; under the forge `root`, never through a link): for `load`, and for
     a writer comparing what is there now."""
-    return read_bytes(
+    return read_regular(
         path,
+        limit=MAX_BYTES,
         what="model manifest",
         shown=shown,
         root=root,
@@ -245,11 +242,11 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
 def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
-    doc = decode(shown, Checker(shown).parse(raw), _Manifest)
-    name, revision = doc.model.name, doc.model.source_revision
-    if doc.model.shared_dir is not None and not doc.model.shared_dir.startswith("/"):
+    m = decode(shown, Checker(shown).parse(raw), ModelManifest, path=path, shown=shown)
+    name, revision, shared_dir = m.name, m.model.source_revision, m.model.shared_dir
+    if shared_dir is not None and not shared_dir.startswith("/"):
         raise fail(
-            shown, "model.shared_dir", f"{doc.model.shared_dir[:80]!r} is not an absolute path",
+            shown, "model.shared_dir", f"{shared_dir[:80]!r} is not an absolute path",
             'write the directory in full: shared_dir = "/srv/models"',
         )  # fmt: skip
     if not NAME.fullmatch(name) or ".." in name:
@@ -267,71 +264,55 @@ def loads(
             "pin the checkpoint's full lowercase commit id (branch or tag names move), "
             "or remove source_revision",
         )
-    if not doc.files:
+    if not m.files:
         raise fail(shown, "files", "missing or empty", _FILES_FIX)
-    layer_map = _layer_map(shown, doc.map)
+    lmap = m.layer_map
+    if lmap is not None and layermap.check_group(lmap.arch) is not None:
+        raise fail(shown, "map.arch", f"{lmap.arch[:80]!r} is not an architecture name", MAP_FIX)
     seen: dict[str, str] = {}
-    files = [_file_entry(shown, f, i, seen, layer_map) for i, f in enumerate(doc.files)]
-    _check_split_sets(shown, files)
-    if layer_map is not None:
-        _check_map_covers(shown, files, layer_map)
-    return ModelManifest(
-        path=path,
-        shown=shown,
-        name=name,
-        source_revision=revision,
-        files=tuple(files),
-        layer_map=layer_map,
-        shared_dir=doc.model.shared_dir,
-    )
+    for i, f in enumerate(m.files):
+        _check_file(shown, f, f"files[{i}]", seen, lmap)
+    _check_split_sets(shown, m.files)
+    if lmap is not None:
+        _check_map_covers(shown, m.files, lmap)
+    return m
 
 
-def _layer_map(shown: str, table: _Map | None) -> LayerMap | None:
-    if table is None:
-        return None
-    if layermap.check_group(table.arch) is not None:
-        raise fail(shown, "map.arch", f"{table.arch[:80]!r} is not an architecture name", _MAP_FIX)
-    return LayerMap(arch=table.arch, block_count=table.block_count)
-
-
-def _file_layers(
-    shown: str, entry: _File, where: str, layer_map: LayerMap | None
-) -> tuple[Ranges | None, tuple[str, ...] | None]:
+def _check_layers(shown: str, entry: ModelFile, where: str, layer_map: LayerMap | None) -> None:
     """A file's half of the layer map: both keys on every .gguf file with a [map], none
     anywhere without one."""
     has = [k for k in ("layers", "tensors") if getattr(entry, k) is not None]
     if layer_map is None or not entry.name.endswith(".gguf"):
         if has:
             why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
-            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", _MAP_FIX)
-        return None, None
+            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", MAP_FIX)
+        return
     if entry.layers is None:
-        raise fail(shown, f"{where}.layers", "missing", _MAP_FIX)
+        raise fail(shown, f"{where}.layers", "missing", MAP_FIX)
     try:
-        layers = layermap.parse(entry.layers)
+        layers = entry.ranges or ()
     except layermap.RangeError as err:
-        raise fail(shown, f"{where}.layers", str(err), _MAP_FIX) from None
+        raise fail(shown, f"{where}.layers", str(err), MAP_FIX) from None
     if layers and layers[-1][1] >= layer_map.block_count:
         raise fail(
             shown,
             f"{where}.layers",
             f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
-            _MAP_FIX,
+            MAP_FIX,
         )
     if entry.tensors is None:
-        raise fail(shown, f"{where}.tensors", "missing", _MAP_FIX)
+        raise fail(shown, f"{where}.tensors", "missing", MAP_FIX)
     for group in entry.tensors:
         problem = layermap.check_group(group)
         if problem:
-            raise fail(shown, f"{where}.tensors", problem, _MAP_FIX)
-    return layers, tuple(sorted(set(entry.tensors)))
+            raise fail(shown, f"{where}.tensors", problem, MAP_FIX)
 
 
-def _check_map_covers(shown: str, files: list[ModelFile], layer_map: LayerMap) -> None:
+def _check_map_covers(shown: str, files: tuple[ModelFile, ...], layer_map: LayerMap) -> None:
     """Every layer of the model is held by some file: a map with a hole cannot serve it."""
     held: set[int] = set()
     for f in files:
-        held |= layermap.layers(f.layers or ())
+        held |= layermap.layers(f.ranges or ())
     missing = [n for n in range(layer_map.block_count) if n not in held]
     if missing:
         holes = layermap.format_ranges(layermap.of_layers(missing))
@@ -339,15 +320,14 @@ def _check_map_covers(shown: str, files: list[ModelFile], layer_map: LayerMap) -
             shown,
             "files",
             f"the layer map holds no file for layers {holes} of {layer_map.block_count}",
-            _MAP_FIX,
+            MAP_FIX,
         )
 
 
-def _file_entry(
-    shown: str, entry: _File, i: int, seen: dict[str, str], layer_map: LayerMap | None
-) -> ModelFile:
-    where = f"files[{i}]"
-    name, sha, url = str(entry.name), entry.sha256, entry.url
+def _check_file(
+    shown: str, entry: ModelFile, where: str, seen: dict[str, str], layer_map: LayerMap | None
+) -> None:
+    name, sha, url = entry.name, entry.sha256, entry.url
     folded = name.casefold()  # "A.gguf" and "a.gguf" are one file on macOS/Windows
     if folded in seen:
         raise fail(
@@ -372,13 +352,10 @@ def _file_entry(
     except BadInput as err:
         err.details = {"file": shown, "key": f"{where}.url"}
         raise
-    layers, tensors = _file_layers(shown, entry, where, layer_map)
-    return ModelFile(
-        name=name, size=entry.size, sha256=sha, url=url, layers=layers, tensors=tensors
-    )
+    _check_layers(shown, entry, where, layer_map)
 
 
-def _check_split_sets(shown: str, files: list[ModelFile]) -> None:
+def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
@@ -417,7 +394,7 @@ def _check_split_sets(shown: str, files: list[ModelFile]) -> None:
 def _file_doc(f: ModelFile) -> dict[str, Any]:
     doc: dict[str, Any] = {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url}
     if f.layers is not None:
-        doc["layers"] = layermap.format_ranges(f.layers)
+        doc["layers"] = f.layers
         doc["tensors"] = list(f.tensors or ())
     return doc
 

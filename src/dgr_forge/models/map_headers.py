@@ -21,7 +21,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask
-from dgr_forge.models import gguf_split, layermap, mapping
+from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import RetryPolicy
@@ -165,7 +165,7 @@ def map_manifest(
             hint="a layer map needs one GGUF model whose metadata split holds "
             "general.architecture and <arch>.block_count",
         )
-    text = models.dumps(m.name, files, m.source_revision, layer_map)
+    text = models.dumps(m.name, files, m.model.source_revision, layer_map)
     models.loads(text.encode(), shown=m.shown)  # the map passes the loader's rules
     # compared with what is there now: the file may have changed since `m` was loaded
     state = "unchanged" if save(m.path, text) == "unchanged" else "updated"
@@ -183,7 +183,7 @@ def map_manifest(
         files=[
             MappedFile(
                 name=f.name,
-                layers=layermap.format_ranges(f.layers) if f.layers is not None else None,
+                layers=f.layers,
                 tensors=list(f.tensors) if f.tensors is not None else None,
                 header_bytes=read.get(f.name, 0),
             )

@@ -12,8 +12,9 @@ asks of a file it holds: does its header still say what the manifest's map says?
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
+
+import msgspec
 
 from dgr_forge.models import gguf_split, layermap
 from dgr_forge.models import manifest as models
@@ -120,7 +121,11 @@ def build(
     if problems:
         raise MapError(problems)
     mapped = [
-        replace(f, layers=held[f.name][0], tensors=held[f.name][1]) if f.name in held else f
+        msgspec.structs.replace(
+            f, layers=layermap.format_ranges(held[f.name][0]), tensors=held[f.name][1]
+        )
+        if f.name in held
+        else f
         for f in files
     ]
     return lmap, mapped
@@ -134,13 +139,13 @@ def contradictions(f: ModelFile, header: Header, lmap: LayerMap) -> list[str]:
     except layermap.RangeError as err:
         return [f"layer map mismatch: {err} ({fix})"]
     problems = []
-    if layers != (f.layers or ()):
-        mine, said = layermap.format_ranges(layers), layermap.format_ranges(f.layers or ())
+    if layers != (f.ranges or ()):
+        mine, said = layermap.format_ranges(layers), layermap.format_ranges(f.ranges or ())
         problems.append(
             f"layer map mismatch: the header holds layers {mine or 'none'}, the map says "
             f"{said or 'none'} ({fix})"
         )
-    if tensors != (f.tensors or ()):
+    if tensors != tuple(sorted(set(f.tensors or ()))):
         problems.append(
             f"layer map mismatch: the header holds tensors {list(tensors)}, the map says "
             f"{list(f.tensors or ())} ({fix})"

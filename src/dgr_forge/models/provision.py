@@ -265,7 +265,7 @@ def _dry_run(
             [
                 f.name,
                 human(f.size),
-                layermap.format_ranges(f.layers or ()) or "-",
+                layermap.format_ranges(f.ranges or ()) or "-",
                 ",".join(f.tensors or ()) or "-",
             ]
             for f in chosen

@@ -128,7 +128,7 @@ def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selecti
         if (
             not f.mapped
             or f is meta
-            or layermap.overlaps(f.layers or (), ranges)
+            or layermap.overlaps(f.ranges or (), ranges)
             or held & groups
             or held - {EMBEDDINGS, *HEAD}
         ):
@@ -156,7 +156,7 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
         holders = [f for f in m.files if set(f.tensors or ()) & groups]
         return base and bool(holders) and all(f.name in good for f in holders)
 
-    missing = {n for f in m.files if f.name not in good for n in layermap.layers(f.layers or ())}
+    missing = {n for f in m.files if f.name not in good for n in layermap.layers(f.ranges or ())}
     layers = [] if not base else [n for n in range(m.layer_map.block_count) if n not in missing]
     head = {*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)
     return Serves(

@@ -8,16 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import re
+from functools import cached_property
 from pathlib import Path
 from typing import Annotated
 
 import msgspec
-from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import NonEmpty, Shape, Version1, about, decode
-from dgr_forge.core.tomlcheck import Checker, fail, read_bytes, shown_value
+from dgr_forge.core.tominput import (
+    MAX_BYTES,
+    Checker,
+    NonEmpty,
+    Record,
+    Version1,
+    about,
+    decode,
+    fail,
+    shown_value,
+)
 from dgr_forge.core.urls import check_url
 
 SCHEMA = 1
@@ -26,10 +36,11 @@ PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 MAX_BUILD_NUMBER = 10**9
 
 
-# -- the file as written (its keys, types, bounds and defaults: declared once, here)
+# -- the file as written is the record (its keys, types, bounds and defaults: declared
+# once, here); its derived values are properties
 
 
-class _Entry(Shape):
+class PatchEntry(Record, frozen=True):
     """One patch of the series, in order."""
 
     file: Annotated[str, about("`NNNN-<slug>.patch` in `patches.dir`")]
@@ -38,14 +49,18 @@ class _Entry(Shape):
         Annotated[str, about("the tree after applying it (40 hex), recorded by export")] | None
     ) = None
 
+    @property
+    def number(self) -> int:
+        return int(self.file[:4])
 
-class _Result(Shape):
+
+class _Result(Record, frozen=True):
     """What the whole series gives."""
 
     tree: Annotated[str, about("the patched tree (40 hex), recorded by export")] | None = None
 
 
-class _Budget(Shape):
+class _Budget(Record, frozen=True):
     """How big the series may grow in upstream's own files (`check` enforces it)."""
 
     upstream_lines: Annotated[
@@ -60,7 +75,7 @@ class _Budget(Shape):
     ]
 
 
-class _Patches(Shape):
+class _Patches(Record, frozen=True):
     """The patch series on top of the pin."""
 
     dir: (
@@ -69,12 +84,12 @@ class _Patches(Shape):
         ]
         | None
     ) = None
-    series: Annotated[tuple[_Entry, ...], about("the patches, in ascending NNNN order")] = ()
+    series: Annotated[tuple[PatchEntry, ...], about("the patches, in ascending NNNN order")] = ()
     result: _Result = msgspec.field(default_factory=_Result)
     budget: _Budget | None = None
 
 
-class _Upstream(Shape):
+class _Upstream(Record, frozen=True):
     """The upstream repository and the exact commit it is pinned at."""
 
     name: Annotated[str, about("a plain directory name, e.g. `llama.cpp`")]
@@ -97,42 +112,59 @@ class _Upstream(Shape):
     ) = None
 
 
-class _Manifest(Shape):
+class UpstreamManifest(Record, frozen=True):
     """`manifests/llama.cpp.toml`: the upstream pin and its patch series."""
 
+    LOADED = ("path", "root")
     schema: Version1
     upstream: _Upstream
     patches: _Patches = msgspec.field(default_factory=_Patches)
+    path: Path = msgspec.field(default_factory=Path)
+    root: Path = msgspec.field(default_factory=Path)  # the forge root paths resolve against
 
-
-SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
-
-
-class PatchEntry(Struct, frozen=True):
-    file: str
-    sha256: str
-    tree: str | None
+    # the keys callers read most, by their short names
+    @property
+    def name(self) -> str:
+        return self.upstream.name
 
     @property
-    def number(self) -> int:
-        return int(self.file[:4])
+    def url(self) -> str:
+        return self.upstream.url
 
+    @property
+    def commit(self) -> str:
+        return self.upstream.commit
 
-class UpstreamManifest(Struct, frozen=True):
-    path: Path
-    name: str
-    url: str
-    commit: str
-    tree: str | None
-    patches_dir: Path  # absolute
-    patches_dir_rel: str  # as written in the manifest
-    series: tuple[PatchEntry, ...]
-    result_tree: str | None
-    # the upstream's own build number at the pin (its commit count there, llama.cpp's
-    # `b<N>`): what the binaries carry; recorded by fetch, rebase and bump
-    build_number: int | None = None
-    # [patches] budget.upstream_lines: `check` fails when the footprint passes it
-    budget_upstream_lines: int | None = None
+    @property
+    def tree(self) -> str | None:
+        return self.upstream.tree
+
+    @property
+    def build_number(self) -> int | None:
+        return self.upstream.build_number
+
+    @property
+    def series(self) -> tuple[PatchEntry, ...]:
+        return self.patches.series
+
+    @property
+    def result_tree(self) -> str | None:
+        return self.patches.result.tree
+
+    @property
+    def patches_dir_rel(self) -> str:
+        """`patches.dir` as written (default: patches/<upstream.name>)."""
+        return self.patches.dir or f"patches/{self.upstream.name}"
+
+    @cached_property
+    def patches_dir(self) -> Path:
+        """The series' directory, absolute."""
+        return (self.root / self.patches_dir_rel).resolve()
+
+    @property
+    def budget_upstream_lines(self) -> int | None:
+        """`[patches] budget.upstream_lines`: `check` fails when the footprint passes it."""
+        return self.patches.budget.upstream_lines if self.patches.budget else None
 
     @property
     def build_commit(self) -> str:
@@ -149,10 +181,13 @@ class UpstreamManifest(Struct, frozen=True):
         return hashlib.sha256(lines.encode()).hexdigest()
 
 
-def _object_id(shown: str, value: str | None, key: str) -> str | None:
+SHAPE = UpstreamManifest  # docs/json-schema/toml/ is generated from it
+
+
+def _object_id(shown: str, value: str | None, key: str) -> None:
     """A git object id as the manifest pins it: the full lowercase 40 hex, never a ref."""
     if value is None or HEX40.fullmatch(value):
-        return value
+        return
     what = "commit" if key.endswith("commit") else "tree"
     problem = f"{shown_value(value)} is not a full 40-hex {what} id"
     if what == "commit" and not re.fullmatch(r"[0-9a-fA-F]*", value):
@@ -175,7 +210,7 @@ def read_raw(path: Path) -> bytes:
     """The manifest file's bytes now, read as `load` reads it (a regular file of at most
     4 MiB, a FIFO never waited on, exit 2 naming it): for those that copy, hash, compare
     or rewrite the file after loading it, never an unbounded second read."""
-    return read_bytes(path, what="manifest", hint=_HINT)
+    return read_regular(path, what="manifest", hint=_HINT, limit=MAX_BYTES)
 
 
 def load(path: Path, root: Path) -> UpstreamManifest:
@@ -187,57 +222,39 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     except ValueError:
         shown = str(path)
     _, data = Checker(shown).load(path, what="manifest", hint=_HINT, root=root)
-    doc = decode(shown, data, _Manifest)
-    up = doc.upstream
-    if not NAME.fullmatch(up.name):
+    m = decode(shown, data, UpstreamManifest, path=path, root=root)
+    if not NAME.fullmatch(m.name):
         raise fail(
             shown,
             "upstream.name",
-            f"{shown_value(up.name)} is not a plain directory name",
+            f"{shown_value(m.name)} is not a plain directory name",
             "use letters, digits, '.', '_' or '-', e.g. \"llama.cpp\"",
         )
-    commit = _object_id(shown, up.commit, "upstream.commit")
-    assert commit is not None
-    tree = _object_id(shown, up.tree, "upstream.tree")
-
-    dir_rel = doc.patches.dir or f"patches/{up.name}"
-    patches_dir = (root / dir_rel).resolve()
-    if Path(dir_rel).is_absolute() or not patches_dir.is_relative_to(root.resolve()):
+    _object_id(shown, m.commit, "upstream.commit")
+    _object_id(shown, m.tree, "upstream.tree")
+    dir_rel = m.patches_dir_rel
+    if Path(dir_rel).is_absolute() or not m.patches_dir.is_relative_to(root.resolve()):
         raise fail(
             shown,
             "patches.dir",
             f"{shown_value(dir_rel)} is outside the forge root",
             "use a relative path",
         )
-    series = _series(shown, doc.patches.series, dir_rel)
-    result_tree = _object_id(shown, doc.patches.result.tree, "patches.result.tree")
-
+    _series(shown, m.series, dir_rel)
+    _object_id(shown, m.result_tree, "patches.result.tree")
     try:
-        _check_files_on_disk(shown, patches_dir, dir_rel, series)
+        _check_files_on_disk(shown, m.patches_dir, dir_rel, m.series)
     except BadInput as err:
         # where the series lives: a half-written one there may be why (cli/context says so)
-        err.details.setdefault("patches_dir", str(patches_dir))
+        err.details.setdefault("patches_dir", str(m.patches_dir))
         raise
-    check_url(up.url, f"{shown}: [upstream] url")  # data, never a git option
-    return UpstreamManifest(
-        path=path,
-        name=up.name,
-        url=up.url,
-        commit=commit,
-        tree=tree,
-        patches_dir=patches_dir,
-        patches_dir_rel=dir_rel,
-        series=series,
-        result_tree=result_tree,
-        build_number=up.build_number,
-        budget_upstream_lines=doc.patches.budget.upstream_lines if doc.patches.budget else None,
-    )
+    check_url(m.url, f"{shown}: [upstream] url")  # data, never a git option
+    return m
 
 
-def _series(shown: str, entries: tuple[_Entry, ...], dir_rel: str) -> tuple[PatchEntry, ...]:
+def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
     """The series as listed: canonical names, sha256s, ascending numbers without repeats."""
-    series: list[PatchEntry] = []
-    for i, entry in enumerate(entries):
+    for i, entry in enumerate(series):
         where = f"patches.series[{i}]"
         file = entry.file
         m = PATCH_NAME.fullmatch(file)
@@ -255,23 +272,22 @@ def _series(shown: str, entries: tuple[_Entry, ...], dir_rel: str) -> tuple[Patc
                 f"{shown_value(entry.sha256)} is not a 64-hex sha256",
                 f"set it to `sha256sum {dir_rel}/{file}` (or run `dgr-forge export`)",
             )
-        step_tree = _object_id(shown, entry.tree, f"{where}.tree")
-        if series and int(m.group(1)) == series[-1].number:
+        _object_id(shown, entry.tree, f"{where}.tree")
+        last = series[i - 1] if i else None
+        if last and int(m.group(1)) == last.number:
             raise fail(
                 shown,
                 f"{where}.file",
-                f"duplicate patch number {m.group(1)} ({series[-1].file} and {file})",
+                f"duplicate patch number {m.group(1)} ({last.file} and {file})",
                 "renumber the series (`dgr-forge export` does it)",
             )
-        if series and int(m.group(1)) < series[-1].number:
+        if last and int(m.group(1)) < last.number:
             raise fail(
                 shown,
                 f"{where}.file",
-                f"{file} is listed after {series[-1].file}: series out of numeric order",
+                f"{file} is listed after {last.file}: series out of numeric order",
                 "list [[patches.series]] in ascending NNNN order",
             )
-        series.append(PatchEntry(file=file, sha256=entry.sha256, tree=step_tree))
-    return tuple(series)
 
 
 def _check_files_on_disk(
