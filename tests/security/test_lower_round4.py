@@ -9,25 +9,27 @@ import subprocess as sp
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from support.cli import forge_cmd, forge_env, run_forge
 
-from dgr_forge.upstream.rebase.bump import render
+from dgr_forge.upstream.rebase.bump import Bump, render
 
 PIN = "a" * 40
 NEWER = "b" * 40
 
 
-def _bump(**over: Any) -> dict[str, Any]:
+def _bump(**over: Any) -> Bump:
     d: dict[str, Any] = {
         "status": "ok", "upstream": "llama.cpp", "pin": PIN, "url": "https://h/x.git",
         "newest_clean": PIN, "target": NEWER, "dry_run": True, "moved": False,
         "target_subject": "t", "to": "HEAD", "newest_clean_subject": "s", "taken": 0,
         "candidates": 4, "first_breaking": None, "dropped": [], "replays": 2,
-        "max_replays": 4, "rebase_report_markdown": None,
+        "max_replays": 4, "rebase_report_markdown": None, "patches": [],
+        "rebase_report": None, "report_markdown": None,
     }  # fmt: skip
     d.update(over)
-    return d
+    return msgspec.convert(d, Bump)
 
 
 def test_a_dry_run_that_stays_at_the_pin_does_not_say_it_would_move() -> None:
