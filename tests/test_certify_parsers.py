@@ -341,8 +341,23 @@ PERPLEXITY_ERR = (
 )
 
 
+# the real program's stderr at the pin: LOG_INF through common/log.cpp with the prefix and
+# timestamps common/common.cpp:370-371 turn on (`M.ss.mmm.uuu I `, log.cpp:96-110), as
+# a real llama-perplexity printed it on the tiny model (the figure changed to the one above)
+PERPLEXITY_ERR_PREFIXED = (
+    b"0.00.136.775 I perplexity: tokenizing the input ..\n"
+    b"0.00.138.264 I perplexity: calculating perplexity over 2 chunks, n_ctx=128, batch_size=128, n_seq=1\n"
+    b"0.00.282.181 I Final estimate: PPL = 266.1472 +/- 12.34567\n"
+)  # fmt: skip
+
+
 def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
-    for data in (PERPLEXITY_OUT + b"\n" + PERPLEXITY_ERR, PERPLEXITY_ERR + PERPLEXITY_OUT):
+    for data in (
+        PERPLEXITY_OUT + b"\n" + PERPLEXITY_ERR,
+        PERPLEXITY_ERR + PERPLEXITY_OUT,
+        PERPLEXITY_OUT + PERPLEXITY_ERR_PREFIXED,
+        PERPLEXITY_ERR_PREFIXED.replace(b"0.00.282.181 I ", b"I "),  # --log-timestamps off
+    ):
         f = parsers.parse_perplexity(data)
         assert fig(f) == {
             "parser": "parity", "ppl": 266.1472, "reference_ppl": None, "rel_diff": None,
@@ -371,6 +386,8 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
         PERPLEXITY_ERR.replace(b"266.1472", b"-266.1472"),
         PERPLEXITY_ERR.replace(b"266.1472", b"0.5000"),  # under 1: no perplexity
         PERPLEXITY_ERR.replace(b"Final", b"final"),
+        PERPLEXITY_ERR_PREFIXED.replace(b" I Final", b" W Final"),  # a warning says no figure
+        PERPLEXITY_ERR_PREFIXED.replace(b"0.00.282.181", b"x.00.282.181"),
         PERPLEXITY_ERR.replace(b"+/- 12.34567", b"+/- 12.34567 extra"),
         PERPLEXITY_ERR.replace(b"266.1472", b"9" * 20 + b".1472"),
         PERPLEXITY_ERR + b"\0",

@@ -19,7 +19,8 @@ Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BY
   entity declaration is accepted (nothing is expanded), and the size is bounded first.
 * `parity` (llama-perplexity, stdout and stderr both read): its one line
   `Final estimate: PPL = 266.1472 +/- 12.34567` (`%.4lf +/- %.5lf`,
-  tools/perplexity/perplexity.cpp:654 at the pin, on stderr through LOG_INF); the step
+  tools/perplexity/perplexity.cpp:654 at the pin, on stderr through LOG_INF, which
+  prefixes `0.00.282.181 I `: common/log.cpp:96-110); the step
   runs the pin's own build too and compares the two (`run`, `judge`).
 
 The figures are `shapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
@@ -343,7 +344,12 @@ def parse_ctest_junit(data: bytes) -> Figures:
 
 # ----------------------------------------------------------------------------- parity
 
-_FINAL_PPL = re.compile(r"^Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$")
+# after common/log.cpp's prefix where it is on (common/common.cpp:370-371 turn it on):
+# the timestamp `M.ss.mmm.uuu ` (log.cpp:97-105), then the level, `I ` for LOG_INF
+_FINAL_PPL = re.compile(
+    r"^(?:(?:\d{1,9}\.\d{2}\.\d{3}\.\d{3} )?I )?"
+    r"Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$"
+)
 
 
 def parse_perplexity(data: bytes) -> Figures:

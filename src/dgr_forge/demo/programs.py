@@ -341,8 +341,9 @@ int main(int argc, char ** argv) {
     }
     int chunks = (int) text.size() / n_ctx, count = 0;
     chunks = n_chunks < 0 ? chunks : std::min(n_chunks, chunks);
-    fprintf(stderr, "perplexity: calculating perplexity over %d chunks, n_ctx=%d\n", chunks,
-            n_ctx);
+    // LOG_INF's prefix, as common_init turns it on: `M.ss.mmm.uuu I ` (a fixed clock here)
+    fprintf(stderr, "0.00.000.100 I perplexity: calculating perplexity over %d chunks, n_ctx=%d\n",
+            chunks, n_ctx);
     double nll = 0.0, nll2 = 0.0;
     for (int c = 0; c < chunks; c++) {
         for (int i = c * n_ctx + n_ctx / 2; i < (c + 1) * n_ctx - 1; i++) {
@@ -360,7 +361,7 @@ int main(int argc, char ** argv) {
     nll2 = nll2 / count - (nll / count) * (nll / count);
     const double ppl = std::exp(nll / count);
     const double err = std::sqrt(nll2 / (count - 1)) * ppl;
-    fprintf(stderr, "Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, err);
+    fprintf(stderr, "0.00.000.200 I Final estimate: PPL = %.4lf +/- %.5lf\n", ppl, err);
     return 0;
 }
 """
