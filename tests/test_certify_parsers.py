@@ -346,7 +346,8 @@ PERPLEXITY_ERR = (
 # a real llama-perplexity printed it on the tiny model (the figure changed to the one above)
 PERPLEXITY_ERR_PREFIXED = (
     b"0.00.136.775 I perplexity: tokenizing the input ..\n"
-    b"0.00.138.264 I perplexity: calculating perplexity over 2 chunks, n_ctx=128, batch_size=128, n_seq=1\n"
+    b"0.00.138.264 I perplexity: calculating perplexity over 2 chunks, n_ctx=128, "
+    b"batch_size=128, n_seq=1\n"
     b"0.00.282.181 I Final estimate: PPL = 266.1472 +/- 12.34567\n"
 )  # fmt: skip
 
