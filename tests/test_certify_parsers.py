@@ -358,6 +358,10 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
         PERPLEXITY_ERR + PERPLEXITY_OUT,
         PERPLEXITY_OUT + PERPLEXITY_ERR_PREFIXED,
         PERPLEXITY_ERR_PREFIXED.replace(b"0.00.282.181 I ", b"I "),  # --log-timestamps off
+        # stderr alone, as the real program wrote it to its own pipe: the ETA line's end
+        # ("0.00 minutes\n", LOG) went to stdout, so the final entry follows its start
+        b"0.00.273.595 I perplexity: 0.11 seconds per pass - ETA "
+        b"0.00.282.181 I Final estimate: PPL = 266.1472 +/- 12.34567\n",
     ):
         f = parsers.parse_perplexity(data)
         assert fig(f) == {
@@ -389,6 +393,7 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
         PERPLEXITY_ERR.replace(b"Final", b"final"),
         PERPLEXITY_ERR_PREFIXED.replace(b" I Final", b" W Final"),  # a warning says no figure
         PERPLEXITY_ERR_PREFIXED.replace(b"0.00.282.181", b"x.00.282.181"),
+        PERPLEXITY_ERR_PREFIXED.replace(b"0.00.282.181 I Final", b"said I Final"),
         PERPLEXITY_ERR.replace(b"+/- 12.34567", b"+/- 12.34567 extra"),
         PERPLEXITY_ERR.replace(b"266.1472", b"9" * 20 + b".1472"),
         PERPLEXITY_ERR + b"\0",

@@ -345,25 +345,29 @@ def parse_ctest_junit(data: bytes) -> Figures:
 # ----------------------------------------------------------------------------- parity
 
 # after common/log.cpp's prefix where it is on (common/common.cpp:370-371 turn it on):
-# the timestamp `M.ss.mmm.uuu ` (log.cpp:97-105), then the level, `I ` for LOG_INF
+# the timestamp `M.ss.mmm.uuu ` (log.cpp:97-105), then the level, `I ` for LOG_INF. Read
+# from stderr alone, an entry can follow another's start on one line: the ETA line's
+# end goes to stdout (LOG), so there it must carry the whole prefix
+_ESTIMATE = r"Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$"
+_TIMESTAMP = r"\d{1,9}\.\d{2}\.\d{3}\.\d{3} "
 _FINAL_PPL = re.compile(
-    r"^(?:(?:\d{1,9}\.\d{2}\.\d{3}\.\d{3} )?I )?"
-    r"Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$"
+    rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t])(?<![\d.]){_TIMESTAMP}I {_ESTIMATE}"
 )
 
 
 def parse_perplexity(data: bytes) -> Figures:
     """llama-perplexity's output -> its one final estimate (the reference is the run's)."""
     lines = _ANSI.sub("", _text(data, "llama-perplexity")).splitlines()
-    found = [m for line in lines if (m := _FINAL_PPL.match(line.rstrip("\r")))]
+    found = [m for line in lines if (m := _FINAL_PPL.search(line.rstrip("\r")))]
     if len(found) != 1:
         raise Unreadable(
             f"{len(found)} `Final estimate: PPL = X +/- Y` lines, not one (a crash, too "
             "little text for the context, a nan figure, or not llama-perplexity output)"
         )
-    ppl = float(found[0].group(1))
+    figure = found[0].group(1) or found[0].group(3)
+    ppl = float(figure)
     if ppl < 1:  # exp of a mean negative log-likelihood (>= 0)
-        raise Unreadable(f"PPL = {found[0].group(1)}: a perplexity is at least 1")
+        raise Unreadable(f"PPL = {figure}: a perplexity is at least 1")
     return Figures(ParityFigures(ppl=ppl))
 
 
