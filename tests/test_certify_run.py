@@ -230,6 +230,11 @@ def test_the_cpu_lane_is_certified_end_to_end_and_advertised_with_its_figures(
     assert subjects[parity["program"]["path"]] == parity["program"]["sha256"]
     assert ref["target"] == "llama-perplexity" and ref["path"].startswith(".dgr/tmp/certify-cpu/")
     assert sha256_file(plain.root / ref["path"]) == ref["sha256"]
+    # and the shared libraries the pin's build made, which the program loads: the
+    # numerics live there (an executable's own bytes are the same in both builds)
+    libs = figures["reference_libraries"]
+    assert libs and all(lib["path"].startswith(".dgr/tmp/certify-cpu/") for lib in libs)
+    assert all(sha256_file(plain.root / lib["path"]) == lib["sha256"] for lib in libs)
     assert parity["thresholds"] == {"max_rel_diff": 0.001}
     assert parity["text_sha256"] == sha256_file(plain.root / "recipes" / "parity.txt")
     pin_log = plain.root / figures["reference_log"]["path"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
 from dgr_forge.certify.run import Program
+from dgr_forge.certify.shapes import StepProgram
 from dgr_forge.certify.suite import Suite
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -123,6 +124,13 @@ def references(
             details={"lane": lane, "log": forge.rel(log_path)},
         )
     reply = cmake_api.read_reply(plan.build_dir)
+    libraries = tuple(
+        StepProgram(target=t.name, path=forge.rel(f.resolve()), sha256=sha256_file(f.resolve()))
+        for t in reply.targets
+        if t.kind == "SHARED_LIBRARY"
+        for f in t.artifacts
+        if f.is_file()
+    )
     found: dict[str, Program] = {}
     for target in targets:
         t = next((t for t in reply.targets if t.name == target and t.kind == "EXECUTABLE"), None)
@@ -135,5 +143,5 @@ def references(
                 details={"lane": lane, "target": target},
             )
         real = files[0].resolve()
-        found[target] = Program(target, real, forge.rel(real), sha256_file(real))
+        found[target] = Program(target, real, forge.rel(real), sha256_file(real), libraries)
     return found

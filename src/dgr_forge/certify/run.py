@@ -66,6 +66,7 @@ class Program:
     path: Path  # absolute, in the lane's build directory
     name: str  # the report subject's name (workspace-relative)
     sha256: str
+    libraries: tuple[StepProgram, ...] = ()  # a parity reference's shared libraries
 
 
 @dataclass(frozen=True)
@@ -329,6 +330,7 @@ def _compare(
         reference_ppl=ref_ppl,
         rel_diff=None if ref_ppl is None else abs(mine.ppl - ref_ppl) / ref_ppl,
         reference=bound,
+        reference_libraries=list(reference.libraries),
         reference_log=log,
     )
     verdict = parsers.judge(parsers.Figures(mine), result.thresholds)

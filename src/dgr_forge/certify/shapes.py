@@ -113,6 +113,9 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
         StepProgram | None, d("the pin's program that ran: its scratch path and sha256")
     ] = None
     reference_log: Annotated[StepLog | None, d("its full log (stdout and stderr)")] = None
+    reference_libraries: Annotated[
+        list[StepProgram], d("the shared libraries the pin's build made (the program loads them)")
+    ] = []
 
 
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
