@@ -4,6 +4,7 @@ figures from real-shaped output, and anything else is unreadable, never a pass."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -366,7 +367,7 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
         f = parsers.parse_perplexity(data)
         assert fig(f) == {
             "parser": "parity", "ppl": 266.1472, "reference_ppl": None, "rel_diff": None,
-            "reference": None, "reference_log": None,
+            "reference": None, "reference_log": None, "reference_libraries": [],
         }  # fmt: skip
     # the gate: the pin's figure, compared; none is never a pass
     assert not judge(f, Thresholds(max_rel_diff=0.001)).passed
@@ -403,3 +404,34 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
 def test_unreadable_perplexity_output(output: bytes) -> None:
     with pytest.raises(Unreadable):
         parsers.parse_perplexity(output)
+
+
+def test_a_parity_run_whose_final_entry_was_lost_is_run_again(tmp_path: Path) -> None:
+    """llama-perplexity's leaked logger can drop its last entries at exit (exit 0): the
+    step runs it again (at most RUNS_FOR_A_LOST_ENTRY times); any other step runs once."""
+    from dgr_forge.certify import run as run_mod
+    from dgr_forge.certify.suite import Step
+
+    program = tmp_path / "llama-perplexity"
+    program.write_text(
+        "#!/bin/sh\n"  # the first two runs lose the entry, the third prints it
+        "n=$(cat runs 2>/dev/null || echo 0); echo $((n + 1)) > runs\n"
+        'printf "[1]12.3400," \n'
+        '[ "$n" -ge 2 ] && echo "0.00.001.000 I Final estimate: PPL = 12.3400 +/- 0.10000" >&2\n'
+        "exit 0\n"
+    )
+    program.chmod(0o755)
+    prog = run_mod.Program("llama-perplexity", program, "bin/llama-perplexity", "0" * 64)
+    parity = Step("parity", "llama-perplexity", (), "parity", Thresholds(max_rel_diff=0.1), 10)
+    done, data = run_mod._run_whole(prog, (), parity, tmp_path, tmp_path / "log")
+    assert done.returncode == 0 and b"Final estimate" in data
+    assert (tmp_path / "runs").read_text().strip() == "3"
+    # one lost too many: still unreadable after the last run, never a figure made up
+    (tmp_path / "runs").write_text("-1")
+    done, data = run_mod._run_whole(prog, (), parity, tmp_path, tmp_path / "log2")
+    assert b"Final estimate" not in data and (tmp_path / "runs").read_text().strip() == "2"
+    # another parser's step runs once
+    (tmp_path / "runs").unlink()
+    ops = msgspec.structs.replace(parity, parser="test-backend-ops")
+    run_mod._run_whole(prog, (), ops, tmp_path, tmp_path / "log3")
+    assert (tmp_path / "runs").read_text().strip() == "1"
