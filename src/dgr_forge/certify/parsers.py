@@ -351,7 +351,7 @@ def parse_ctest_junit(data: bytes) -> Figures:
 _ESTIMATE = r"Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$"
 _TIMESTAMP = r"\d{1,9}\.\d{2}\.\d{3}\.\d{3} "
 _FINAL_PPL = re.compile(
-    rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t])(?<![\d.]){_TIMESTAMP}I {_ESTIMATE}"
+    rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t]){_TIMESTAMP}I {_ESTIMATE}"
 )
 
 

@@ -309,10 +309,12 @@ def _run_whole(
     program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
 ) -> tuple[Bounded, bytes]:
     """`_run`, again while a parity run exits 0 with no final figure (its log: the last)."""
-    for _ in range(RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1):
+    runs = RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1
+    for left in reversed(range(runs)):
         log.unlink(missing_ok=True)  # the run before's, this process's own
         run = _run(program, argv, step, scratch, log)
-        if run[0].returncode != 0 or _read(step, run)[0] is not None:
+        # read here only while another run may follow (the step's parser reads it after)
+        if not left or run[0].returncode != 0 or _read(step, run)[0] is not None:
             break
     return run
 
