@@ -57,8 +57,7 @@ def _own_compiler_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         # nor the toolkits the user installed (`toolchain install cuda`): a test sees the
         # host's toolchains, or asks for the user's (support.build.USER_TOOLCHAINS)
         toolchains = str(tmp_path_factory.mktemp("toolchains"))
-        mp.setenv("DGR_TOOLCHAINS_DIR", toolchains)  # in this process
-        mp.setenv(TOOLCHAINS_ENV, toolchains)  # in the forge's children (support.cli)
+        mp.setenv(TOOLCHAINS_ENV, toolchains)  # the forge's children get it (support.cli)
         yield
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import unquote
 
-from .cli import TOOLCHAINS_ENV, Result, run_forge
+from .cli import Result, run_forge
 from .git import GIT_ENV, Upstream, committed_head, sh_git
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -388,14 +388,7 @@ def _path_of(url: str) -> str:
 
 
 def _canon_key(root: Path) -> str | None:
-    own = os.environ.get(TOOLCHAINS_ENV)  # the suite's own empty toolkit home (conftest)
-    if (
-        any(
-            name.startswith("DGR_") and not (name == "DGR_TOOLCHAINS_DIR" and value == own)
-            for name, value in os.environ.items()
-        )
-        or (root / ".dgr").exists()
-    ):
+    if any(name.startswith("DGR_") for name in os.environ) or (root / ".dgr").exists():
         return None  # a workspace elsewhere, a fault point, a mirror: made fresh
     url = _manifest_url(root)
     if not url.startswith(("/", "file:///")) or not Path(_path_of(url)).is_dir():
