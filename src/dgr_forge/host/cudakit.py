@@ -95,8 +95,7 @@ class CudaLink(Struct, frozen=True):
         # unless it is an implicit link directory; these are the link path only (the
         # driver and the toolkit's libraries are found at run time where they are
         # installed). UnixPaths.cmake appends its own to this list, keeping these.
-        link_only = [*([str(self.stub_dir)] if self.stub_dir else [])]
-        link_only += [*([str(self.links_dir)] if self.links else []), *self.lib_dirs]
+        link_only = [*self.link_dirs, *([str(self.links_dir)] if self.links else [])]
         if link_only:
             args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
         return tuple(args)
@@ -104,10 +103,16 @@ class CudaLink(Struct, frozen=True):
     def cuda_flags(self) -> str:
         return shlex.quote(f"-L{self.nvcc_lib}") if self.nvcc_lib else ""
 
+    @property
+    def link_dirs(self) -> list[str]:
+        """The stub's and the toolkit's library directories: the link path, never a RUNPATH."""
+        return list(
+            dict.fromkeys([*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs])
+        )
+
     def link_flags(self) -> str:
         """The link path of every executable and library: never a RUNPATH."""
-        dirs = [*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs]
-        return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in dict.fromkeys(dirs))
+        return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in self.link_dirs)
 
 
 def _listing(directory: Path) -> list[str]:
