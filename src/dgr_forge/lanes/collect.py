@@ -198,3 +198,60 @@ def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, Any] | None:
     lock = forge.toolchains_dir / toolkit.LOCK_NAME
     found = toolkit.identity(lock, plan.tool_paths["nvcc"])
     return None if found is None else {**found, "lock": forge.rel(lock)}
+
+
+def strip_runpaths(plan: LanePlan) -> None:
+    """After Ninja wrote: every shipped binary's RUNPATH without empty elements (below),
+    before anything hashes it."""
+    reply = cmake_api.read_reply(plan.build_dir)
+    extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
+    shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
+    for real in {path.resolve() for target, path in shipped if target.kind != "STATIC_LIBRARY"}:
+        strip_empty_runpath(real)
+
+
+def strip_empty_runpath(path: Path) -> bool:
+    """Take the empty elements out of an ELF file's RUNPATH/RPATH, in place; whether it
+    changed. CMake ends the build RPATH of every target with an `install()` rule with `:`
+    (and pads it with more, room for its built-in chrpath: cmComputeLinkInformation's
+    GetRPathString), and the loader reads an empty element as the current directory, so
+    `llama-cli` started in a directory holding a `libcuda.so.1` would load it. The string
+    is rewritten where it lies in `.dynstr`, NUL-padded to its length; no other dynamic
+    string may point into it (a linker may share a string's tail), else it stays."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
+
+    with open(path, "r+b") as fh:
+        try:
+            elf = ELFFile(fh)
+            dynamic = elf.get_section_by_name(".dynamic")
+            if not isinstance(dynamic, DynamicSection):
+                return False
+            strtab = elf.get_section(dynamic["sh_link"])
+            tags = list(dynamic.iter_tags())
+            names = [t["d_val"] for t in tags if t.entry.d_tag in _STRING_TAGS]
+            dynsym = elf.get_section_by_name(".dynsym")
+            if isinstance(dynsym, SymbolTableSection):
+                names += [sym["st_name"] for sym in dynsym.iter_symbols()]
+        except (ELFError, ValueError, KeyError):
+            return False  # not a linked ELF file: nothing the loader reads a RUNPATH of
+        changed = False
+        for tag in tags:
+            if tag.entry.d_tag not in ("DT_RUNPATH", "DT_RPATH"):
+                continue
+            start = strtab["sh_offset"] + tag["d_val"]
+            fh.seek(start)
+            old = fh.read(strtab["sh_size"] - tag["d_val"]).split(b"\0", 1)[0]
+            new = b":".join(e for e in old.split(b":") if e)
+            inside = range(tag["d_val"] + 1, tag["d_val"] + len(old) + 1)
+            if new == old or any(n in inside for n in names):
+                continue
+            os.pwrite(fh.fileno(), new.ljust(len(old), b"\0"), start)
+            changed = True
+        return changed
+
+
+# the dynamic entries whose value is an offset into .dynstr
+_STRING_TAGS = ("DT_NEEDED", "DT_SONAME", "DT_RUNPATH", "DT_RPATH", "DT_AUXILIARY", "DT_FILTER")

@@ -37,7 +37,7 @@ from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, steps, truth
 from dgr_forge.lanes.boundary import Leaks
-from dgr_forge.lanes.collect import BuildRun, make_record
+from dgr_forge.lanes.collect import BuildRun, make_record, strip_runpaths
 from dgr_forge.lanes.plan import (
     LanePlan,
     configure_args,
@@ -424,9 +424,10 @@ class LaneBuilder:
         """Ninja; None when it failed."""
         lane = self.plan.lane
         self.out.step(f"{lane}: build")
-        # a worker's ELF reader imported while Ninja compiles, off the check's time
-        work = boundary.preload if self.plan.spec is not None else None
-        ran = steps.compile_lane(self.plan, self.out, self.ctx.opts.jobs, log, env, work)
+        # the ELF reader imported while Ninja compiles, off strip_runpaths' time
+        ran = steps.compile_lane(
+            self.plan, self.out, self.ctx.opts.jobs, log, env, boundary.preload
+        )
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
             figures = self.ctx.cache.figures()
@@ -438,6 +439,9 @@ class LaneBuilder:
         if ran.code != 0:
             self._fail("build", ran.lines)
             return None
+        if ran.wrote:
+            with self._failing("build"):
+                strip_runpaths(self.plan)
         return ran
 
     def _settled(self, last: LastBuild) -> None:
