@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Final
 from urllib.parse import quote, urlsplit
 
 import msgspec
@@ -52,7 +52,7 @@ from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
-SCHEMA = 1
+SCHEMA: Final = 1
 NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
 HEX40_RE = HEX40
 MODELS_DIR = "manifests/models"
@@ -391,14 +391,6 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
             )
 
 
-def _file_doc(f: ModelFile) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url}
-    if f.layers is not None:
-        doc["layers"] = f.layers
-        doc["tensors"] = list(f.tensors or ())
-    return doc
-
-
 def dumps(
     name: str,
     files: list[ModelFile] | tuple[ModelFile, ...],
@@ -406,11 +398,17 @@ def dumps(
     layer_map: LayerMap | None = None,
 ) -> str:
     """The manifest text for `files` (what `artifacts manifest` writes); loads() accepts it."""
-    model: dict[str, Any] = {"name": name}
-    if source_revision is not None:
-        model["source_revision"] = source_revision
-    doc: dict[str, Any] = {"schema": SCHEMA, "model": model}
-    if layer_map is not None:
-        doc["map"] = {"arch": layer_map.arch, "block_count": layer_map.block_count}
-    doc["files"] = [_file_doc(f) for f in files]
-    return tomli_w.dumps(doc)
+    m = ModelManifest(
+        schema=SCHEMA, model=_Model(name, source_revision), layer_map=layer_map, files=tuple(files)
+    )
+    doc = msgspec.to_builtins(m)
+    return tomli_w.dumps(
+        {k: _no_nulls(v) for k, v in doc.items() if k not in m.LOADED and v is not None}
+    )
+
+
+def _no_nulls(value: object) -> object:
+    """TOML has no null: an absent optional key is left out."""
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    return [_no_nulls(v) for v in value] if isinstance(value, list | tuple) else value
