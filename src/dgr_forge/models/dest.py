@@ -29,28 +29,21 @@ FORBIDDEN_ROOTS = ("/home",)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def _identities(root: str) -> set[tuple[int, int]]:
-    """(device, inode) of `root` and of every mount point that shows the same directory
-    (a bind mount of /home elsewhere, /home's file system mounted twice)."""
-    ids: set[tuple[int, int]] = set()
-    with suppress(OSError):
-        st = os.stat(root)
-        ids.add((st.st_dev, st.st_ino))
-    return ids
-
-
 def _forbidden_ancestor(resolved: Path) -> str | None:
     """The forbidden root that `resolved` (or the nearest existing directory above it) is
-    inside, compared by identity: a path string can be a bind mount of /home."""
-    ids = {root: _identities(root) for root in FORBIDDEN_ROOTS}
+    inside, compared by (device, inode): a path string can be a bind mount of /home."""
+    ids: dict[tuple[int, int], str] = {}
+    for root in FORBIDDEN_ROOTS:
+        with suppress(OSError):
+            st = os.stat(root)
+            ids[(st.st_dev, st.st_ino)] = root
     for candidate in (resolved, *resolved.parents):
         try:
             st = os.stat(candidate)
         except OSError:
             continue  # not created yet: its parents decide
-        for root, found in ids.items():
-            if (st.st_dev, st.st_ino) in found:
-                return root
+        if (st.st_dev, st.st_ino) in ids:
+            return ids[(st.st_dev, st.st_ino)]
     return None
 
 

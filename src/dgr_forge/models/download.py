@@ -150,26 +150,17 @@ class _Stream:
     again: bool = False  # the last response made us start over; not a failure
 
 
+@dataclass
 class Downloader:
     """Brings one file to `dest` exactly; shared state is only the cache and progress."""
 
-    def __init__(
-        self,
-        dest: DestDir,
-        out: Reporter,
-        cache: VerifiedCache,
-        progress: Progress,
-        policy: RetryPolicy,
-        stop: threading.Event,
-        file_roots: tuple[str, ...] = (),
-    ) -> None:
-        self.file_roots = file_roots  # where a file:// source may be, checked on its descriptor
-        self.dest = dest
-        self.out = out
-        self.cache = cache
-        self.progress = progress
-        self.policy = policy
-        self.stop = stop
+    dest: DestDir
+    out: Reporter
+    cache: VerifiedCache
+    progress: Progress
+    policy: RetryPolicy
+    stop: threading.Event
+    file_roots: tuple[str, ...] = ()  # where a file:// source may be, checked on its descriptor
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
@@ -249,88 +240,75 @@ class Downloader:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
         fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            sha = self._fill(f, url, shown, part, fd, outcome, tick)
+            h = hashlib.sha256()
+            have = os.fstat(fd).st_size
+            if have > f.size:
+                self.out.warn(f"{part} is larger than the manifest's size; starting over")
+                os.ftruncate(fd, 0)
+                have = 0
+            if have:
+                hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
+                outcome.resumed_from = have
+                tick(have, None)
+                self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
+            state = _Stream(f, url, shown, have, h, outcome, tick, fd)
+            failures = 0
+            while state.have < f.size:
+                before = state.have
+                try:
+                    if urlsplit(url).scheme == "file":
+                        self._copy_file(state)
+                    else:
+                        self._get_http(state)
+                    if state.again:  # started over on purpose: ask again at once
+                        state.again = False
+                        continue
+                    if state.have < f.size:
+                        raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
+                except (
+                    _Retry,
+                    requests.ConnectionError,
+                    requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError,
+                    requests.exceptions.ContentDecodingError,
+                    urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
+                ) as err:
+                    if self.stop.is_set():  # aborted: the error is ours, not the server's
+                        raise KeyboardInterrupt from None
+                    slow = isinstance(err, _TooSlow)
+                    failures = 1 if state.have > before and not slow else failures + 1
+                    if failures >= self.policy.tries:
+                        what = "slow tries" if slow else "tries without progress"
+                        raise OperationFailed(
+                            f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
+                            f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
+                            hint=(
+                                "check that the host is reachable from here (network, proxy, DNS)"
+                                " or pass --mirror URL, then re-run provision: it resumes from"
+                                " the kept bytes"
+                            ),
+                        ) from None
+                    outcome.retries += 1
+                    delay = self.policy.delay(failures)
+                    self.out.warn(
+                        f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
+                    )
+                    if self.stop.wait(delay):
+                        raise KeyboardInterrupt from None
+                except (requests.RequestException, ValueError) as err:
+                    # an invalid redirect target (`http://[::1`), too many redirects, ...
+                    raise OperationFailed(
+                        f"{f.name}: the request to {shown} failed: {_brief(err)}",
+                        hint="check the url in the manifest (or --mirror) and where the server "
+                        "redirects to",
+                    ) from None
+            os.fsync(fd)
+            sha = state.h.hexdigest()
             if sha == f.sha256:  # the model file it becomes is readable as usual
                 os.fchmod(fd, 0o644 & ~_umask())
             return sha
         finally:
             os.close(fd)
-
-    def _fill(
-        self,
-        f: ModelFile,
-        url: str,
-        shown: str,
-        part: str,
-        fd: int,
-        outcome: FileOutcome,
-        tick: TickFn,
-    ) -> str:
-        h = hashlib.sha256()
-        have = os.fstat(fd).st_size
-        if have > f.size:
-            self.out.warn(f"{part} is larger than the manifest's size; starting over")
-            os.ftruncate(fd, 0)
-            have = 0
-        if have:
-            hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
-            outcome.resumed_from = have
-            tick(have, None)
-            self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
-        state = _Stream(f=f, url=url, shown=shown, have=have, h=h, outcome=outcome, tick=tick)
-        state.fd = fd
-        failures = 0
-        while state.have < f.size:
-            before = state.have
-            try:
-                if urlsplit(url).scheme == "file":
-                    self._copy_file(state)
-                else:
-                    self._get_http(state)
-                if state.again:  # started over on purpose: ask again at once
-                    state.again = False
-                    continue
-                if state.have < f.size:
-                    raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
-            except (
-                _Retry,
-                requests.ConnectionError,
-                requests.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError,
-                urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
-            ) as err:
-                if self.stop.is_set():  # aborted: the error is ours, not the server's
-                    raise KeyboardInterrupt from None
-                slow = isinstance(err, _TooSlow)
-                failures = 1 if state.have > before and not slow else failures + 1
-                if failures >= self.policy.tries:
-                    what = "slow tries" if slow else "tries without progress"
-                    raise OperationFailed(
-                        f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
-                        f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                        hint=(
-                            "check that the host is reachable from here (network, proxy, DNS)"
-                            " or pass --mirror URL, then re-run provision: it resumes from"
-                            " the kept bytes"
-                        ),
-                    ) from None
-                outcome.retries += 1
-                delay = self.policy.delay(failures)
-                self.out.warn(
-                    f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
-                )
-                if self.stop.wait(delay):
-                    raise KeyboardInterrupt from None
-            except (requests.RequestException, ValueError) as err:
-                # an invalid redirect target (`http://[::1`), too many redirects, ...
-                raise OperationFailed(
-                    f"{f.name}: the request to {shown} failed: {_brief(err)}",
-                    hint="check the url in the manifest (or --mirror) and where the server "
-                    "redirects to",
-                ) from None
-        os.fsync(fd)
-        return state.h.hexdigest()
 
     def _restart(self, state: _Stream, why: str) -> None:
         """Drop the partial bytes and start the file over (said once per file)."""

@@ -14,8 +14,6 @@ at the last layer). Whole files only: the sha256 in the manifest covers them.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Annotated
@@ -26,14 +24,13 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.structs import d
 from dgr_forge.models import layermap
-from dgr_forge.models.hashing import write_in
+from dgr_forge.models.hashing import read_small, write_in
 from dgr_forge.models.layermap import EMBEDDINGS, HEAD, Ranges
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.mapping import metadata_file
 
 RECORD_FILE = ".dgr-layers.json"
 MAX_RECORD_BYTES = 64 << 10
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class Layers(Struct, kw_only=True):
@@ -193,13 +190,9 @@ def read_record(dir_fd: int, model: str) -> Record | None:
     """The destination's record for `model`; None when absent, another model's, or not
     ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""
     with suppress(OSError, msgspec.DecodeError, layermap.RangeError):
-        fd = os.open(RECORD_FILE, _OPEN, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
-                return None
-            held = msgspec.json.decode(f.read(MAX_RECORD_BYTES + 1), type=Provisioned)
-        if held.model == model:
+        raw = read_small(dir_fd, RECORD_FILE, MAX_RECORD_BYTES)
+        held = None if raw is None else msgspec.json.decode(raw, type=Provisioned)
+        if held is not None and held.model == model:
             return Record(model, layermap.parse(held.layers), held.first, held.last)
     return None
 
