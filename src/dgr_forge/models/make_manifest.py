@@ -130,14 +130,11 @@ def build_manifest(
             hint="pass the directory that holds the model files",
             details={"dir": str(directory)},
         )
-    if not models.NAME_RE.fullmatch(name) or ".." in name:
+    if problem := models.name_problem(name):
+        raise BadInput(f"--name: {problem}", hint=models.NAME_FIX)
+    if source_revision is not None and (problem := models.revision_problem(source_revision)):
         raise BadInput(
-            f"--name: {name!r} is not a plain name",
-            hint="use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
-        )
-    if source_revision is not None and not models.HEX40_RE.fullmatch(source_revision):
-        raise BadInput(
-            f"--source-revision: {source_revision!r} is not a full 40-hex revision",
+            f"--source-revision: {problem}",
             hint="pass the checkpoint's full lowercase commit id (branch or tag names move)",
         )
     problem = models.check_url(url_base)

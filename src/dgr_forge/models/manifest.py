@@ -1,21 +1,5 @@
-"""Model artifact manifests: `manifests/models/<name>.toml`, loaded and validated.
-
-```toml
-schema = 1
-[model]
-name = "deepseek-v4"
-source_revision = "<40 hex>"      # optional: the upstream checkpoint revision
-[[files]]
-name = "deepseek-v4-Q4_K_M-00001-of-00009.gguf"
-size = 123                        # bytes
-sha256 = "<64 hex>"
-url = "https://.../deepseek-v4-Q4_K_M-00001-of-00009.gguf"
-layers = "0-4"                    # with a [map]: the layers whose tensors the file holds
-tensors = ["token_embd"]          # and its other tensor groups
-```
-
-The optional `[map]` (`arch`, `block_count`) says every `.gguf` file carries `layers` and
-`tensors`, read from the split headers (`artifacts manifest`, `artifacts map`).
+"""Model artifact manifests: `manifests/models/<name>.toml`, loaded and validated (its
+keys: `ModelManifest`; docs/json-schema/toml/ is generated from it).
 
 Like the upstream manifest loader, every malformed input is a `BadInput` (exit 2) naming
 the file, the key and the fix; no input makes the loader raise anything else.
@@ -53,8 +37,6 @@ from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
 SCHEMA: Final = 1
-NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
-HEX40_RE = HEX40
 MODELS_DIR = "manifests/models"
 URL_SCHEMES = (*HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
 PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
@@ -62,6 +44,7 @@ PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NA
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 _FILES_FIX = "list each artifact as a [[files]] table with name, size, sha256 and url"
+NAME_FIX = "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\""
 
 
 # -- the file as written is the record (its keys, types, bounds, meanings: declared once,
@@ -160,7 +143,16 @@ class ModelManifest(Record, frozen=True):
         return sum(f.size for f in self.files)
 
 
-SHAPE = ModelManifest  # docs/json-schema/toml/ is generated from it
+SHAPE = ModelManifest
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with a model's name (`[model] name`, `artifacts manifest --name`)."""
+    return None if NAME.fullmatch(name) and ".." not in name else f"{name!r} is not a plain name"
+
+
+def revision_problem(revision: str) -> str | None:
+    return None if HEX40.fullmatch(revision) else f"{revision!r} is not a full 40-hex revision"
 
 
 def split_name(name: str) -> SplitName | None:
@@ -249,18 +241,13 @@ def loads(
             shown, "model.shared_dir", f"{shared_dir[:80]!r} is not an absolute path",
             'write the directory in full: shared_dir = "/srv/models"',
         )  # fmt: skip
-    if not NAME.fullmatch(name) or ".." in name:
-        raise fail(
-            shown,
-            "model.name",
-            f"{name!r} is not a plain name",
-            "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
-        )
-    if revision is not None and not HEX40.fullmatch(revision):
+    if problem := name_problem(name):
+        raise fail(shown, "model.name", problem, NAME_FIX)
+    if revision is not None and (problem := revision_problem(revision)):
         raise fail(
             shown,
             "model.source_revision",
-            f"{revision!r} is not a full 40-hex revision",
+            problem,
             "pin the checkpoint's full lowercase commit id (branch or tag names move), "
             "or remove source_revision",
         )

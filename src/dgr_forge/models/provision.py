@@ -30,7 +30,7 @@ from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
-from dgr_forge.models.subset import Layers, Provisioned, Record, Selection
+from dgr_forge.models.subset import Layers, Provisioned, Selection
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -77,7 +77,7 @@ def _result(
     need: int,
     *,
     split_problems: dict[str, list[str]] | None = None,
-    record: Record | None = None,
+    record: Provisioned | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
     return ArtifactsProvision(
@@ -93,7 +93,7 @@ def _result(
         model_bytes=m.total_size,
         missing_bytes=need,
         dry_run=dry_run,
-        provisioned=record.shown() if record else None,
+        provisioned=record,
     )
 
 
@@ -225,11 +225,13 @@ def provision(
             f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
         )
     if record is not None:
-        out.answer(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
+        out.answer(f"{target} holds layers {record.layers}")
     return result
 
 
-def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool) -> Record | None:
+def _record(
+    m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool
+) -> Provisioned | None:
     """The destination's ranges after a run: the union with what it held (a failed run
     adds nothing). Only with a layer map."""
     if m.layer_map is None:
@@ -239,7 +241,7 @@ def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool)
         return old
     if sel is None:
         sel = subset.select(m, ((0, m.layer_map.block_count - 1),), True, True)
-    new = old.union(sel) if old is not None else Record(m.name, sel.ranges, sel.first, sel.last)
+    new = (old or Provisioned(model=m.name, layers="", first=False, last=False)).union(sel)
     fault.point("provision.record", m.name)  # every file in place, the record not yet
     subset.write_record(held.fd, new)
     held.fsync()

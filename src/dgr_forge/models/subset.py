@@ -53,6 +53,18 @@ class Provisioned(Struct, kw_only=True):
     first: Annotated[bool, d("the embeddings")]
     last: Annotated[bool, d("the output head")]
 
+    @property
+    def ranges(self) -> Ranges:
+        return layermap.parse(self.layers)  # checked when read
+
+    def union(self, sel: Selection) -> Provisioned:
+        return Provisioned(
+            model=self.model,
+            layers=layermap.format_ranges((*self.ranges, *sel.ranges)),
+            first=self.first or sel.first,
+            last=self.last or sel.last,
+        )
+
 
 class Serves(Struct, kw_only=True):
     """with a layer map: what the files that verified can serve"""
@@ -68,10 +80,6 @@ class Selection:
     first: bool
     last: bool
     files: tuple[ModelFile, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
 
     def shown(self) -> Layers:
         return Layers(layers=layermap.format_ranges(self.ranges), first=self.first, last=self.last)
@@ -166,38 +174,19 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
 # ----------------------------------------------------------------------------- the record
 
 
-@dataclass(frozen=True)
-class Record:
-    model: str
-    ranges: Ranges
-    first: bool
-    last: bool
-
-    def shown(self) -> Provisioned:
-        layers = layermap.format_ranges(self.ranges)
-        return Provisioned(model=self.model, layers=layers, first=self.first, last=self.last)
-
-    def union(self, sel: Selection) -> Record:
-        return Record(
-            self.model,
-            layermap.merge((*self.ranges, *sel.ranges)),
-            self.first or sel.first,
-            self.last or sel.last,
-        )
-
-
-def read_record(dir_fd: int, model: str) -> Record | None:
+def read_record(dir_fd: int, model: str) -> Provisioned | None:
     """The destination's record for `model`; None when absent, another model's, or not
     ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""
     with suppress(OSError, msgspec.DecodeError, layermap.RangeError):
         raw = read_small(dir_fd, RECORD_FILE, MAX_RECORD_BYTES)
         held = None if raw is None else msgspec.json.decode(raw, type=Provisioned)
         if held is not None and held.model == model:
-            return Record(model, layermap.parse(held.layers), held.first, held.last)
+            layers = layermap.format_ranges(held.ranges)  # merged as written
+            return msgspec.structs.replace(held, layers=layers)
     return None
 
 
-def write_record(dir_fd: int, record: Record) -> None:
-    shown = msgspec.structs.asdict(record.shown())
+def write_record(dir_fd: int, record: Provisioned) -> None:
+    shown = msgspec.structs.asdict(record)
     text = json.dumps({"version": 1, **shown}, indent=1, sort_keys=True) + "\n"
     write_in(dir_fd, RECORD_FILE, text.encode())
