@@ -121,16 +121,14 @@ def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
     return need, free
 
 
+_KINDS = {
+    stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket", stat.S_IFREG: "a regular file",
+}  # fmt: skip
+
+
 def kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a regular file" if stat.S_ISREG(mode) else "a device or other special file"
+    return _KINDS.get(stat.S_IFMT(mode), "a device or other special file")
 
 
 class DestDir:

@@ -29,7 +29,6 @@ from msgspec import Struct
 from dgr_forge.core import fault
 from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
@@ -38,12 +37,18 @@ from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
-from dgr_forge.models.sources import allowed, file_source_path, opened_path, outside_roots
+from dgr_forge.models.sources import (
+    OutsideRoots,
+    file_source_path,
+    open_file_source,
+    outside_roots,
+)
 
 if TYPE_CHECKING:
     from hashlib import _Hash
 
 NET_CHUNK = 1 << 20
+_SIZE_FIX = "fix size (and sha256) in the manifest, or point it at the right file"
 TickFn = Callable[[int, str | None], None]
 
 
@@ -328,12 +333,14 @@ class Downloader:
         state.outcome.resumed_from = 0
         state.again = True
 
-    def _wrong_size(self, state: _Stream, server_size: int) -> OperationFailed:
-        return OperationFailed(
-            f"{state.f.name}: the source has {server_size} bytes, the manifest says "
-            f"{state.f.size} ({state.shown})",
-            hint="fix size (and sha256) in the manifest, or point it at the right file",
-        )
+    def _same_size(self, state: _Stream, size: int | None) -> None:
+        """The size the source says (if it says one) is the manifest's."""
+        if size is not None and size != state.f.size:
+            raise OperationFailed(
+                f"{state.f.name}: the source has {size} bytes, the manifest says "
+                f"{state.f.size} ({state.shown})",
+                hint=_SIZE_FIX,
+            )
 
     def _get_http(self, state: _Stream) -> None:
         headers = {"Accept-Encoding": "identity"}  # byte offsets must be the file's own
@@ -351,22 +358,18 @@ class Downloader:
         code = r.status_code
         if code == 206:
             start, _, total = content_range(r.headers.get("Content-Range", ""))
-            if total is not None and total != state.f.size:
-                raise self._wrong_size(state, total)
+            self._same_size(state, total)
             if start != state.have:
                 self._restart(state, f"the server answered a different range ({start})")
                 return
         elif code == 200:
             length = r.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) != state.f.size:
-                raise self._wrong_size(state, int(length))
+            self._same_size(state, int(length) if length is not None and length.isdigit() else None)
             if state.have:
                 self._restart(state, "the server ignored the Range request (HTTP 200)")
                 state.again = False  # this response is the whole file: keep reading it
         elif code == 416:
-            *_, total = content_range(r.headers.get("Content-Range", ""))
-            if total is not None and total != state.f.size:
-                raise self._wrong_size(state, total)
+            self._same_size(state, content_range(r.headers.get("Content-Range", ""))[2])
             if not state.have:
                 raise OperationFailed(
                     f"{state.f.name}: HTTP 416 for a request without a range ({state.shown})",
@@ -396,7 +399,10 @@ class Downloader:
         # up-front check reads nothing; nothing (not even the size) is told about a file
         # this user may not read; a FIFO or device never blocks or streams
         try:
-            fd = open_nofollow(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = open_file_source(src, self.file_roots)
+        except OutsideRoots:  # this file fails, the others go on
+            refused = outside_roots(state.f.name, state.url, state.f.name)
+            raise OperationFailed(refused.message, hint=refused.hint) from None
         except FileNotFoundError:
             raise OperationFailed(
                 f"{state.f.name}: {src} does not exist ({state.shown})",
@@ -413,29 +419,19 @@ class Downloader:
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
-        if not allowed(opened_path(fd, src), self.file_roots):
-            os.close(fd)
-            # this file fails, the others go on
-            refused = outside_roots(state.f.name, state.url, state.f.name)
-            raise OperationFailed(refused.message, hint=refused.hint)
-        s = os.fdopen(fd, "rb")
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            s.close()
-            raise OperationFailed(
-                f"{state.f.name}: {src} is not a regular file ({state.shown})",
-                hint="point the url at the model file itself",
-            )
-        os.set_blocking(fd, True)
-        if st.st_size != state.f.size:
-            s.close()
-            raise self._wrong_size(state, st.st_size)
-        try:
-            s.seek(state.have)
-        except OSError as err:
-            s.close()
-            raise _Retry(f"reading {src}: {err.strerror}") from None
-        with s:
+        with os.fdopen(fd, "rb") as s:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OperationFailed(
+                    f"{state.f.name}: {src} is not a regular file ({state.shown})",
+                    hint="point the url at the model file itself",
+                )
+            os.set_blocking(fd, True)
+            self._same_size(state, st.st_size)
+            try:
+                s.seek(state.have)
+            except OSError as err:
+                raise _Retry(f"reading {src}: {err.strerror}") from None
             while True:
                 try:
                     chunk = s.read(READ_BLOCK)
@@ -452,7 +448,7 @@ class Downloader:
             raise OperationFailed(
                 f"{state.f.name}: the source sent more than the manifest's {state.f.size} "
                 f"bytes ({state.shown})",
-                hint="fix size (and sha256) in the manifest, or point it at the right file",
+                hint=_SIZE_FIX,
             )
         fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
         try:

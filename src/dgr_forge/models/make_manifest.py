@@ -16,7 +16,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask
+from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.gguf_split import Header
@@ -143,7 +143,7 @@ def build_manifest(
             f"--url-base: {problem}",
             hint="pass the base URL the files will be served from, e.g. https://host/models/NAME",
         )
-    check_url(url_base, "--url-base", schemes=(*HTTP_SCHEMES, "file"))
+    check_url(url_base, "--url-base", schemes=models.URL_SCHEMES)
     entries = sorted(
         (
             p

@@ -14,7 +14,7 @@ from urllib.request import url2pathname
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import open_nofollow
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask
+from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile
 
@@ -70,6 +70,10 @@ def outside_roots(where: str, url: str, name: str) -> BadInput:
     )
 
 
+class OutsideRoots(PermissionError):
+    """A file:// source outside the allowed directories, found on its descriptor."""
+
+
 def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
     """A read-only, non-blocking descriptor of the file:// source `path`, opened with no
     link followed at any component, and checked on the descriptor to lie under `roots`:
@@ -77,7 +81,7 @@ def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
     fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     if not allowed(opened_path(fd, path), roots):
         os.close(fd)
-        raise PermissionError(errno.EACCES, "outside the directories allowed for file://")
+        raise OutsideRoots(errno.EACCES, "outside the directories allowed for file://")
     return fd
 
 
@@ -98,7 +102,7 @@ def check_mirror(mirror: str | None) -> str | None:
         path = Path(mirror).expanduser()
         if path.is_dir():
             return path.resolve().as_uri()
-    check_url(mirror, "--mirror", schemes=(*HTTP_SCHEMES, "file"))
+    check_url(mirror, "--mirror", schemes=models.URL_SCHEMES)
     problem = models.check_url(mirror)
     if problem:
         raise BadInput(
