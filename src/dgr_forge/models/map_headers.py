@@ -100,15 +100,6 @@ class RangeFile(io.RawIOBase):
         self._block = b""
         self._want = FIRST_BLOCK
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self.pos, 2: self.size}[whence]
         self.pos = base + offset
