@@ -146,16 +146,6 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
     return gitutil.out(repo, "rev-parse", "HEAD")
 
 
-def write_upstream(path: Path) -> list[str]:
-    """The demo upstream repository; its commit ids, oldest first."""
-    path.mkdir(parents=True)
-    gitutil.git(path, "init", "-q", "-b", sources.BRANCH)
-    return [
-        _commit(path, c.files, c.subject, n, sources.IDENTITY)
-        for n, c in enumerate(sources.HISTORY)
-    ]
-
-
 # the manifest before the pin and the series go in (`manifest_edit`, as export writes them)
 MANIFEST = """\
 # The pin: the demo upstream (a local repository) at an exact commit, and its series.
@@ -195,7 +185,10 @@ def generate(root: Path) -> DemoRoot:
 
     product.require("the demo")  # refuse (exit 1) before writing anything
     upstream = root / sources.UPSTREAM_DIR
-    commits = write_upstream(upstream)
+    upstream.mkdir(parents=True)
+    gitutil.git(upstream, "init", "-q", "-b", sources.BRANCH)
+    history = enumerate(sources.HISTORY)  # the upstream's commit ids, oldest first:
+    commits = [_commit(upstream, c.files, c.subject, n, sources.IDENTITY) for n, c in history]
     pin = commits[sources.PIN_INDEX]
     (root / "manifests").mkdir()
     series = write_series(root, upstream, pin)

@@ -6,6 +6,7 @@ Files are hashed, then their GGUF split headers are read by the bounded parser i
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -55,21 +56,14 @@ class ArtifactsManifest(Form, kw_only=True):
     block_count: Annotated[int | None, d("with a layer map: the model's layers")]
 
 
-def _old_text(target: Path) -> str | None:
-    """What `artifacts manifest` would replace, read bounded (a FIFO or a huge file at the
-    target is simply replaced, never read); None when there is no manifest to compare."""
-    if not target.is_file():
-        return None
-    try:
-        return models.read_raw(target, str(target)).decode("utf-8")
-    except (BadInput, UnicodeDecodeError):
-        return None
-
-
 def save(target: Path, text: str) -> str:
     """Write `text` at `target` unless it holds exactly that already: `written` (there was
-    none), `updated` or `unchanged`."""
-    old = _old_text(target)
+    none), `updated` or `unchanged`. What is there is read bounded (a FIFO or a huge file
+    at the target is simply replaced, never read)."""
+    old = None
+    if target.is_file():
+        with contextlib.suppress(BadInput, UnicodeDecodeError):
+            old = models.read_raw(target, str(target)).decode("utf-8")
     if old == text:
         return "unchanged"
     atomic_write_text(target, text)
