@@ -38,10 +38,6 @@ def human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def default_jobs() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
 def hash_fd(
     fd: int,
     h: _Hash | None = None,
@@ -209,9 +205,10 @@ class Progress:
 
 
 def hash_many(
-    paths: list[Path], out: Reporter, jobs: int, label: str = "hashing", *, follow: bool = True
+    paths: list[Path], out: Reporter, jobs: int | None, label: str, *, follow: bool = True
 ) -> dict[Path, str]:
-    """sha256 of each path, `jobs` files at a time, with progress."""
+    """sha256 of each path, `jobs` files at a time (default: the CPUs, at most 8)."""
+    jobs = jobs or max(1, min(8, os.cpu_count() or 1))
     sizes = {p: (p.stat() if follow else p.lstat()).st_size for p in paths}
     stop = threading.Event()
     with out.progress(transfer=True) as sink:

@@ -21,7 +21,7 @@ from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.gguf_split import Header
-from dgr_forge.models.hashing import default_jobs, hash_many
+from dgr_forge.models.hashing import hash_many
 from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.manifest import ModelFile
 
@@ -161,7 +161,7 @@ def build_manifest(
                 hint="rename the file to letters, digits, '.', '_' and '-'",
                 details={"dir": str(directory), "file": p.name},
             )
-    shas = hash_many(entries, out, jobs or default_jobs(), "hashing")
+    shas = hash_many(entries, out, jobs, "hashing")
     files = [
         ModelFile(
             name=models.FileName(p.name),

@@ -42,7 +42,7 @@ from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
-from dgr_forge.models.hashing import default_jobs, hash_many, human
+from dgr_forge.models.hashing import hash_many, human
 from dgr_forge.models.http import http_session
 from dgr_forge.models.make_manifest import save, with_map
 from dgr_forge.models.manifest import ModelManifest
@@ -263,8 +263,7 @@ def _from_dest(
         elif st.st_size != f.size:
             bad.append(f"{f.name}: {st.st_size} bytes, the manifest says {f.size}")
     if not bad:
-        shas = hash_many([target / f.name for f in ggufs], out, jobs or default_jobs(),
-                         "hashing", follow=False)  # fmt: skip
+        shas = hash_many([target / f.name for f in ggufs], out, jobs, "hashing", follow=False)
         bad = [
             f"{f.name}: sha256 {shas[target / f.name]}, the manifest says {f.sha256}"
             for f in ggufs

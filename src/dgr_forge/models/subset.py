@@ -126,19 +126,26 @@ def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selecti
     groups = {EMBEDDINGS} if first or (last and _tied(m)) else set()
     if last:
         groups |= set(HEAD)
+    always = {f.name for f in _always(m)}
+    chosen = tuple(
+        f
+        for f in m.files
+        if f.name in always
+        or layermap.overlaps(f.ranges or (), ranges)
+        or set(f.tensors or ()) & groups
+    )
+    return Selection(ranges, first, last, chosen)
+
+
+def _always(m: ModelManifest) -> list[ModelFile]:
+    """The files every range needs: outside the map, the metadata split, and those holding
+    a group that is neither the embeddings nor the head (`rope_freqs`)."""
     meta = metadata_file(m.files)
-    chosen = []
-    for f in m.files:
-        held = set(f.tensors or ())
-        if (
-            not f.mapped
-            or f is meta
-            or layermap.overlaps(f.ranges or (), ranges)
-            or held & groups
-            or held - {EMBEDDINGS, *HEAD}
-        ):
-            chosen.append(f)
-    return Selection(ranges, first, last, tuple(chosen))
+    return [
+        f
+        for f in m.files
+        if not f.mapped or f is meta or set(f.tensors or ()) - {EMBEDDINGS, *HEAD}
+    ]
 
 
 def _tied(m: ModelManifest) -> bool:
@@ -150,12 +157,7 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
     """What the files in `good` (verified) can serve: layer ranges, embeddings, head."""
     if m.layer_map is None:
         return Serves(layers="", first=False, last=False)
-    meta = metadata_file(m.files)
-    base = all(
-        f.name in good
-        for f in m.files
-        if not f.mapped or f is meta or set(f.tensors or ()) - {EMBEDDINGS, *HEAD}
-    )
+    base = all(f.name in good for f in _always(m))
 
     def groups_good(groups: set[str]) -> bool:
         holders = [f for f in m.files if set(f.tensors or ()) & groups]

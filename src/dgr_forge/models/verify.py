@@ -27,7 +27,7 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.models import manifest as models
 from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import check_destination, kind
-from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
+from dgr_forge.models.hashing import VerifiedCache, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.subset import Layers, Provisioned, Selection, Serves
 
@@ -123,7 +123,7 @@ def verify(
             problems[f.name].append(f"wrong size: {st.st_size} bytes, manifest says {f.size}")
         else:
             to_hash.append(path)
-    shas = hash_many(to_hash, out, jobs or default_jobs(), "verifying", follow=False)
+    shas = hash_many(to_hash, out, jobs, "verifying", follow=False)
     cache = VerifiedCache(target)
     matched = []
     for f in files:
