@@ -181,7 +181,6 @@ def provision(
     need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    outcomes: dict[str, FileOutcome] = {}
     size = sum(f.size for f in chosen)
     with DestDir(target) as held, dest_lock(held, out):
         held.refuse_planted(chosen)
@@ -192,15 +191,13 @@ def provision(
                 progress = Progress(sink, size, "total")
                 dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
                 todo = [(f, source_url(f, mirror)) for f in chosen]
-                for outcome in in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
-                    outcomes[outcome.name] = outcome
+                files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
         finally:
             cache.save()
-        files = [outcomes[f.name] for f in chosen]
         for o in files:
             if o.status == "failed":
                 out.error(o.error or f"{o.name}: failed")
-        ok_files = [f for f in chosen if outcomes[f.name].status != "failed"]
+        ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
         split_problems = mapping.header_problems(target, ok_files, m.layer_map)
         for name, problems in split_problems.items():
             for problem in problems:
@@ -209,7 +206,6 @@ def provision(
     result = _result(
         m, target, files, started, selection, need, split_problems=split_problems, record=record
     )
-    got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
     # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
     # still says whether the model is ready; each file's problem went to stderr above
@@ -222,7 +218,8 @@ def provision(
     else:
         out.answer(
             f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
-            f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
+            f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
+            f"{result.seconds:.1f}s)"
         )
     if record is not None:
         out.answer(f"{target} holds layers {record.layers}")
