@@ -180,13 +180,13 @@ class _Reader:
         self.pos = pos
 
 
-def read_header(path: Path, *, follow: bool = False, limit: int | None = None) -> Header:
-    """The GGUF header of `path`, read within the file's own size (and `limit` bytes).
+def read_header(path: Path, *, follow: bool = False) -> Header:
+    """The GGUF header of `path`, read within the file's own size.
 
     A symlink is not followed unless `follow` (a release engineer's own source directory).
     """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
-    return read_header_fd(os.open(path, flags), limit)
+    return read_header_fd(os.open(path, flags))
 
 
 def read_header_fd(fd: int, limit: int | None = None) -> Header:

@@ -23,7 +23,6 @@ import io
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -72,13 +71,6 @@ class _Unsupported(Exception):
 
 class _TooSlow(requests.ConnectionError):
     """Below the minimum rate: retried, and it counts as a try, as for downloads."""
-
-
-@dataclass
-class Fetched:
-    header: Header
-    bytes: int  # body bytes received
-    requests: int
 
 
 class RangeFile(io.RawIOBase):
@@ -206,14 +198,6 @@ class RangeFile(io.RawIOBase):
             return bytes(data)
 
 
-def read_remote_header(url: str, size: int, policy: RetryPolicy, limit: int) -> Fetched:
-    """The header of the `size`-byte file at `url` (http/https), by Range requests only."""
-    with http_session(min(policy.read_timeout, policy.range_deadline)) as session:
-        f = RangeFile(url, size, session, policy, limit)
-        header = gguf_split.parse_header(f, size, limit)  # type: ignore[arg-type]
-        return Fetched(header=header, bytes=f.received, requests=f.requests)
-
-
 class MappedFile(Struct, kw_only=True):
     """a file"""
 
@@ -303,10 +287,12 @@ def _from_urls(
                     headers[f.name] = f"the source has {have} bytes, the manifest says {f.size}"
                     continue
                 headers[f.name], read[f.name] = h, h.end
-            else:
-                got = read_remote_header(url, f.size, policy, limit)
-                headers[f.name], read[f.name] = got.header, got.bytes
-                requests += got.requests
+            else:  # http(s): by Range requests only
+                with http_session(min(policy.read_timeout, policy.range_deadline)) as session:
+                    rf = RangeFile(url, f.size, session, policy, limit)
+                    h = gguf_split.parse_header(rf, f.size, limit)  # type: ignore[arg-type]
+                headers[f.name], read[f.name] = h, rf.received
+                requests += rf.requests
         except GGUFError as err:
             headers[f.name] = f"unreadable GGUF header: {str(err)[:200]} ({mask(url)})"
         except OSError as err:

@@ -154,11 +154,11 @@ def contradictions(f: ModelFile, header: Header, lmap: LayerMap) -> list[str]:
 
 
 def header_problems(
-    dest: Path, files: list[ModelFile], lmap: LayerMap | None, *, follow: bool = False
+    dest: Path, files: list[ModelFile], lmap: LayerMap | None
 ) -> dict[str, list[str]]:
     """Split consistency of the present `.gguf` files, and with a map, every header
     against what the map says of its file (a file changed upstream is named here)."""
-    headers = gguf_split.read_headers(dest, files, follow=follow)
+    headers = gguf_split.read_headers(dest, files, follow=False)
     problems = gguf_split.check_headers(headers)
     if lmap is None:
         return problems
