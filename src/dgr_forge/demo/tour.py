@@ -238,15 +238,12 @@ def _decode(raw: str, reads: type[_Said]) -> _Said:
         return reads()
 
 
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
-
-
 def _run(demo: DemoRoot, step: Step, reads: type[_Said] = _Said) -> _Said:
     # -P: nothing is imported from DIR, the child's working directory
     cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
     cmd += step.args
-    done = proc.capture(cmd, cwd=demo.root, env={**_env(), **step.env})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
+    done = proc.capture(cmd, cwd=demo.root, env={**env, **step.env})
     step.exit_code = done.returncode
     if done.returncode not in step.expect:
         said = _decode(done.stdout, _Said).error

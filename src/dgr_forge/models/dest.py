@@ -80,13 +80,6 @@ def _under(dest: Path, resolved: Path, root: str, how: str) -> BadInput:
     )
 
 
-def nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path(path.anchor or "/")
-
-
 def _regular_size(path: Path) -> int | None:
     """The size of `path` if it is a regular file itself (a symlink is not), else None."""
     try:
@@ -109,7 +102,7 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
 
 def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
     need = missing_bytes(dest, files)
-    anchor = nearest_existing(dest)
+    anchor = next((p for p in (dest, *dest.parents) if p.exists()), Path(dest.anchor or "/"))
     free = shutil.disk_usage(anchor).free
     if need > free:
         raise BadInput(

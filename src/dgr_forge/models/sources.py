@@ -79,19 +79,14 @@ def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
     link followed at any component, and checked on the descriptor to lie under `roots`:
     OSError (ELOOP for a link, EACCES for a file outside them) otherwise."""
     fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    if not allowed(opened_path(fd, path), roots):
+    try:  # the path the kernel holds for `fd`
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: no link was followed to open it, so the path is its own
+        real = os.path.normpath(path)
+    if not allowed(real, roots):
         os.close(fd)
         raise OutsideRoots(errno.EACCES, "outside the directories allowed for file://")
     return fd
-
-
-def opened_path(fd: int, fallback: Path) -> str:
-    """The path the kernel holds for `fd` (Linux: /proc/self/fd), else the path opened
-    (no link was followed to open it, so that path is the file's own)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return os.path.normpath(fallback)
 
 
 def check_mirror(mirror: str | None) -> str | None:
