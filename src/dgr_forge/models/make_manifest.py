@@ -138,13 +138,10 @@ def build_manifest(
             hint="pass the base URL the files will be served from, e.g. https://host/models/NAME",
         )
     check_url(url_base, "--url-base", schemes=models.URL_SCHEMES)
-    entries = sorted(
-        (
-            p
-            for p in directory.iterdir()
-            if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".part")
-        ),
-        key=lambda p: p.name,
+    entries = sorted(  # one directory's files: by name
+        p
+        for p in directory.iterdir()
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(models.PART_SUFFIX)
     )
     if not entries:
         raise BadInput(
