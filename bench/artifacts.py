@@ -8,10 +8,10 @@ PYTHONPATH=src):
 Generates SIZE MiB of random data in FILES files once (kept in DIR, default a temp
 directory named after the size, reused by later runs), then times, with a warm page cache:
 
-* verify: `dgr_forge.models.artifacts.verify` (size + sha256 + GGUF split headers) with 1 job and
+* verify: `dgr_forge.models.verify.verify` (size + sha256 + GGUF split headers) with 1 job and
   with --jobs, against `sha256sum` of the same files (one process, and --jobs processes
   through xargs -P). Target: verify's throughput >= 0.9x sha256sum's.
-* provision: `dgr_forge.models.artifacts.provision` from a loopback HTTP server (the tests' Range
+* provision: `dgr_forge.models.provision.provision` from a loopback HTTP server (the tests' Range
   server, sendfile) into a fresh directory, against `curl` fetching the same URLs from the
   same server (sequentially, and --jobs at a time with `curl --parallel`). provision also
   hashes while streaming and fsyncs every file; curl does neither, so "curl + fsync" and
@@ -35,8 +35,11 @@ import time
 from pathlib import Path
 
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import artifacts, gguf_split
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
+from dgr_forge.models import provision as provisioning
+from dgr_forge.models.make_manifest import build_manifest
+from dgr_forge.models.verify import verify
 from tests.support.server import FaultyServer
 
 BLOCK = 8 << 20
@@ -116,7 +119,7 @@ def main() -> None:
     total = sum(p.stat().st_size for p in paths)
     mib = total / (1 << 20)
     quiet = Reporter(quiet=True)
-    built = artifacts.build_manifest(data_dir, "bench", data_dir.as_uri(), quiet, jobs=args.jobs)
+    built = build_manifest(data_dir, "bench", data_dir.as_uri(), quiet, jobs=args.jobs)
     m = models.loads(built.text.encode())
     names = [str(p) for p in paths]
     print(f"data: {len(paths)} files, {mib:.0f} MiB in {data_dir}; jobs={args.jobs}")
@@ -131,8 +134,8 @@ def main() -> None:
         run, ["sh", "-c", f'printf "%s\\0" "$@" | xargs -0 -n1 -P{args.jobs} sha256sum', "sh",
               *names],
     )  # fmt: skip
-    t_v1 = best(lambda: artifacts.verify(m, data_dir, quiet, jobs=1))
-    t_vj = best(lambda: artifacts.verify(m, data_dir, quiet, jobs=args.jobs))
+    t_v1 = best(lambda: verify(m, data_dir, quiet, jobs=1))
+    t_vj = best(lambda: verify(m, data_dir, quiet, jobs=args.jobs))
     print("\nverify (warm cache)")
     row("sha256sum (1 process)", t_sum, mib)
     row(f"sha256sum (xargs -P{args.jobs})", t_sum_p, mib)
@@ -164,7 +167,7 @@ def main() -> None:
             def provision() -> None:
                 dest = work / "ours"
                 shutil.rmtree(dest, ignore_errors=True)
-                result = artifacts.provision(http, dest, quiet, jobs=args.jobs)
+                result = provisioning.provision(http, dest, quiet, jobs=args.jobs)
                 assert result.ok, result
 
             t_prov = best(provision)

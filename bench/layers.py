@@ -28,9 +28,11 @@ import time
 from pathlib import Path
 
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import artifacts, layermap, subset
+from dgr_forge.models import layermap, subset
 from dgr_forge.models import manifest as models
+from dgr_forge.models.make_manifest import build_manifest
 from dgr_forge.models.map_headers import map_manifest
+from dgr_forge.models.provision import provision
 from tests.support.server import FaultyServer, write_layered_gguf
 
 
@@ -60,7 +62,7 @@ def main() -> None:
             src, "bench", layers=args.layers, splits=args.splits, elems=args.tensor_kib * 256
         )
         with FaultyServer(src) as server:
-            built = artifacts.build_manifest(src, "bench", server.base_url, out)
+            built = build_manifest(src, "bench", server.base_url, out)
             mpath = work / "bench.toml"
             mpath.write_text(built.text)
             m = models.load(mpath)
@@ -87,7 +89,7 @@ def main() -> None:
             for i, (lo, hi) in enumerate(stages(args.layers, args.stages)):
                 sel = subset.select(m, ((lo, hi),), False, False)
                 server.log.clear()
-                res = artifacts.provision(m, work / f"stage{i}", out, selection=sel)
+                res = provision(m, work / f"stage{i}", out, selection=sel)
                 assert res.ok, res
                 sent = sum(r.sent for r in server.log)
                 ends = ("+embd" if sel.first else "") + ("+head" if sel.last else "")
@@ -97,7 +99,7 @@ def main() -> None:
                     f"{100 * sent / whole:12.1f}%"
                 )
                 server.log.clear()
-                again = artifacts.provision(m, shared, out, selection=sel)
+                again = provision(m, shared, out, selection=sel)
                 assert again.ok
                 total_shared += sum(r.sent for r in server.log)
             print(

@@ -18,8 +18,11 @@ from support.server import FaultyServer, flip_byte, split_names, write_split_ggu
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import artifacts, gguf_split
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
+from dgr_forge.models import provision as provisioning
+from dgr_forge.models.dest import DestDir, check_destination
+from dgr_forge.models.hashing import VerifiedCache
 from dgr_forge.models.manifest import ModelFile
 
 FAST = {"DGR_ARTIFACTS_BACKOFF": "0.01", "DGR_ARTIFACTS_TIMEOUT": "10"}
@@ -459,12 +462,12 @@ def test_check_destination_rules(tmp_path: Path) -> None:
         if bad.parts[1] != "home":
             (tmp_path / "l").symlink_to("/home/nonexistent-dgr-target")
         with pytest.raises(BadInput, match="under /home"):
-            artifacts.check_destination(bad)
-    assert artifacts.check_destination(tmp_path / "new" / "dir") == (tmp_path / "new" / "dir")
-    assert artifacts.check_destination(Path("/homestead/x")) == Path("/homestead/x")
+            check_destination(bad)
+    assert check_destination(tmp_path / "new" / "dir") == (tmp_path / "new" / "dir")
+    assert check_destination(Path("/homestead/x")) == Path("/homestead/x")
     (tmp_path / "file").write_text("x")
     with pytest.raises(BadInput, match="not a directory"):
-        artifacts.check_destination(tmp_path / "file")
+        check_destination(tmp_path / "file")
 
 
 def test_not_enough_space_is_refused(tmp_path: Path, source: Path, server: FaultyServer) -> None:
@@ -501,7 +504,7 @@ def test_file_url_partial_resume(
     dest.mkdir()
     data = (source / NAMES[2]).read_bytes()
     (dest / f"{NAMES[2]}.part").write_bytes(data[:1000])
-    result = artifacts.provision(m, dest, Reporter(quiet=True), jobs=1)
+    result = provisioning.provision(m, dest, Reporter(quiet=True), jobs=1)
     assert result.ok
     got = {o.name: o for o in result.files}[NAMES[2]]
     assert got.resumed_from == 1000 and got.downloaded_bytes == len(data) - 1000
@@ -511,10 +514,10 @@ def test_file_url_partial_resume(
 def test_verified_cache_is_exact(tmp_path: Path) -> None:
     f = tmp_path / "f.bin"
     f.write_bytes(b"a" * 100)
-    cache = artifacts.VerifiedCache(tmp_path)
+    cache = VerifiedCache(tmp_path)
     cache.record("f.bin", f.stat(), "x" * 64)
     cache.save()
-    again = artifacts.VerifiedCache(tmp_path)
+    again = VerifiedCache(tmp_path)
     assert again.lookup("f.bin", f.stat()) == "x" * 64
     st = f.stat()
     f.write_bytes(b"b" * 100)  # same size; put the mtime back as a sneaky edit would
@@ -597,7 +600,7 @@ def check(directory: Path) -> dict[str, list[str]]:
     files = [
         ModelFile(p.name, p.stat().st_size, "0" * 64, "file:///x") for p in directory.iterdir()
     ]
-    return gguf_split.check(directory, files)
+    return gguf_split.check_headers(gguf_split.read_headers(directory, files))
 
 
 def test_split_header_checks(tmp_path: Path) -> None:
@@ -643,16 +646,16 @@ def test_manifest_defaults_to_the_forge_root_and_loads_by_name(
 def test_dest_dir_holds_exactly_the_checked_directory(tmp_path: Path) -> None:
     real = tmp_path / "real" / "models"
     real.mkdir(parents=True)
-    with artifacts.DestDir(real) as held:
+    with DestDir(real) as held:
         assert held.lstat("nothing") is None and held / "x" == real / "x"
     # a component above --dest swapped for a link after the /home check: refused
     (tmp_path / "link").symlink_to(tmp_path / "real")
     if Path("/proc/self/fd").is_dir():
         with pytest.raises(BadInput, match="changed while provision opened it"):
-            artifacts.DestDir(tmp_path / "link" / "models")
+            DestDir(tmp_path / "link" / "models")
     (tmp_path / "direct").symlink_to(real)  # the last component: never followed
     with pytest.raises(BadInput, match="cannot open the directory"):
-        artifacts.DestDir(tmp_path / "direct")
+        DestDir(tmp_path / "direct")
 
 
 def test_bounded_reader_reads_what_the_gguf_writer_wrote(tmp_path: Path) -> None:

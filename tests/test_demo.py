@@ -226,9 +226,9 @@ def test_the_demo_model_is_a_split_gguf_the_reference_reader_reads(tmp_path: Pat
     writes it: split.no / split.count / split.tensors.count, one tensor each."""
     import gguf
 
-    from dgr_forge.demo import model
+    from dgr_forge.demo import sources
 
-    parts = model.parts()
+    parts = sources.model_parts()
     assert list(parts) == ["demo-tiny-00001-of-00002.gguf", "demo-tiny-00002-of-00002.gguf"]
     for no, (name, data) in enumerate(parts.items()):
         (tmp_path / name).write_bytes(data)

@@ -30,9 +30,11 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import artifacts, gguf_split
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
+from dgr_forge.models.provision import provision
+from dgr_forge.models.verify import verify
 
 PRIVATE = ".dgr-certify-"  # + the lane: the steps' view, inside the destination
 
@@ -119,7 +121,7 @@ def prepare(
     private = target / f"{PRIVATE}{lane}"
     if target.is_dir():
         _private_view(mm, target, private)
-        result = artifacts.verify(mm, private, out)
+        result = verify(mm, private, out)
         wrong = [f for f in result.files if f.status == "bad"]
         if wrong:
             bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
@@ -131,7 +133,7 @@ def prepare(
                 details={"model": name, "bad": result.bad},
             )
     if not target.is_dir() or result.bad:
-        provisioned = artifacts.provision(mm, target, out, mirror=mirror)
+        provisioned = provision(mm, target, out, mirror=mirror)
         if not provisioned.ok:
             raise OperationFailed(
                 f"model {name}: provisioning into {target} failed",
@@ -140,7 +142,7 @@ def prepare(
             )
         _refuse_shared(target, mm.model.shared_dir)
         _private_view(mm, target, private)
-        result = artifacts.verify(mm, private, out)
+        result = verify(mm, private, out)
         if result.bad:
             shutil.rmtree(private, ignore_errors=True)
             raise OperationFailed(
@@ -183,7 +185,7 @@ def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
 
 def check_after(prepared: Prepared, out: Reporter) -> None:
     """The steps' view verified again: what they read is what the record binds."""
-    result = artifacts.verify(prepared.manifest, prepared.private, out)
+    result = verify(prepared.manifest, prepared.private, out)
     if result.bad:
         names = ", ".join(result.bad)
         raise OperationFailed(

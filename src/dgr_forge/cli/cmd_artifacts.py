@@ -98,11 +98,11 @@ def provision(
     `--jobs`: files downloaded at once (default 4)."""
 
     def body(env: Env) -> ArtifactsProvision | Outcome:
-        from dgr_forge.models import artifacts
+        from dgr_forge.models.provision import provision
 
         m = _load(env, manifest)
         selection = _selection(m, layers, first, last)
-        result = artifacts.provision(
+        result = provision(
             m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
         )
         return Outcome.of(result, result.ok)
@@ -124,11 +124,11 @@ def verify(
     provisioned for (or every file), and which layer ranges the files can serve."""
 
     def body(env: Env) -> ArtifactsVerify | Outcome:
-        from dgr_forge.models import artifacts
+        from dgr_forge.models.verify import verify
 
         m = _load(env, manifest)
         selection = _selection(m, layers, False, False)
-        result = artifacts.verify(m, dest, env.out, jobs=jobs, selection=selection)
+        result = verify(m, dest, env.out, jobs=jobs, selection=selection)
         return Outcome.of(result, not result.bad)
 
     run(ctx, "artifacts verify", body)
@@ -159,8 +159,9 @@ def make_manifest(
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
 
     def body(env: Env) -> ArtifactsManifest:
-        from dgr_forge.models import artifacts
         from dgr_forge.models import manifest as models
+        from dgr_forge.models.hashing import human
+        from dgr_forge.models.make_manifest import build_manifest, write_manifest
 
         target = out_path
         if target is None:  # before hashing: a missing root should not cost a 500 GB read
@@ -171,11 +172,11 @@ def make_manifest(
                     f"no --out and no forge root to write {models.MODELS_DIR}/{name}.toml into",
                     hint="pass --out PATH, or run inside a dgr-forge checkout (or --root DIR)",
                 ) from err
-        built = artifacts.build_manifest(
+        built = build_manifest(
             directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
         )
-        result = artifacts.write_manifest(built, target)
-        size = artifacts.human(result.total_size)
+        result = write_manifest(built, target)
+        size = human(result.total_size)
         env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
         if url_base.startswith("file:"):  # said now, not by the first provision or certify
             from dgr_forge.models.sources import FILE_ROOTS_ENV

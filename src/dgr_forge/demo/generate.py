@@ -18,7 +18,9 @@ from pathlib import Path
 from dgr_forge.core import gitutil, product
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
-from dgr_forge.demo import model, sources
+from dgr_forge.core.output import Reporter
+from dgr_forge.demo import sources
+from dgr_forge.models.make_manifest import build_manifest
 from dgr_forge.upstream.export import compute_series
 from dgr_forge.upstream.manifest_edit import SeriesEntry, updated_text
 from dgr_forge.upstream.series_journal import scratch_dir
@@ -144,16 +146,6 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
     return gitutil.out(repo, "rev-parse", "HEAD")
 
 
-def write_upstream(path: Path) -> list[str]:
-    """The demo upstream repository; its commit ids, oldest first."""
-    path.mkdir(parents=True)
-    gitutil.git(path, "init", "-q", "-b", sources.BRANCH)
-    return [
-        _commit(path, c.files, c.subject, n, sources.IDENTITY)
-        for n, c in enumerate(sources.HISTORY)
-    ]
-
-
 # the manifest before the pin and the series go in (`manifest_edit`, as export writes them)
 MANIFEST = """\
 # The pin: the demo upstream (a local repository) at an exact commit, and its series.
@@ -193,7 +185,10 @@ def generate(root: Path) -> DemoRoot:
 
     product.require("the demo")  # refuse (exit 1) before writing anything
     upstream = root / sources.UPSTREAM_DIR
-    commits = write_upstream(upstream)
+    upstream.mkdir(parents=True)
+    gitutil.git(upstream, "init", "-q", "-b", sources.BRANCH)
+    history = enumerate(sources.HISTORY)  # the upstream's commit ids, oldest first:
+    commits = [_commit(upstream, c.files, c.subject, n, sources.IDENTITY) for n, c in history]
     pin = commits[sources.PIN_INDEX]
     (root / "manifests").mkdir()
     series = write_series(root, upstream, pin)
@@ -209,10 +204,11 @@ def generate(root: Path) -> DemoRoot:
     for rel, content in sources.WORKER_FILES.items():
         write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
     product.copy_into(root, PRODUCT, "the demo")
-    for name, data in model.parts().items():  # the model's source, written no-follow
+    for name, data in sources.model_parts().items():  # the model's source, written no-follow
         write_new(root, f"{sources.MODEL_SOURCE_DIR}/{name}", data)
-    served = model.manifest(root / sources.MODEL_SOURCE_DIR)
-    write_new(root, f"manifests/models/{sources.MODEL}.toml", served)
+    served = root / sources.MODEL_SOURCE_DIR  # its manifest names the file:// URLs there
+    built = build_manifest(served, sources.MODEL, served.as_uri(), Reporter(quiet=True), jobs=1)
+    write_new(root, f"manifests/models/{sources.MODEL}.toml", built.text)
     write_new(root, ".gitignore", sources.GITIGNORE)
     key = root / sources.KEYS_DIR / sources.KEY_FILE
     keys.generate(key)

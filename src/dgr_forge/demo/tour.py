@@ -8,14 +8,12 @@ step, its exit code and its error.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.core import proc
@@ -46,68 +44,16 @@ class DemoStep(Struct, kw_only=True):
     proved: Annotated[str, d("one line")]
 
 
-@dataclass
-class Step:
+class Step(Struct):
     name: str
     args: list[str]
     expect: tuple[int, ...] = (ExitCode.OK,)
-    env: dict[str, str] = field(default_factory=dict)  # this step's own settings
+    env: dict[str, str] = {}  # this step's own settings
     exit_code: int | None = None
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
-
-
-def _run(demo: DemoRoot, step: Step) -> dict[str, Any]:
-    # -P: nothing is imported from DIR, the child's working directory
-    cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
-    cmd += step.args
-    done = proc.capture(cmd, cwd=demo.root, env={**_env(), **step.env})
-    step.exit_code = done.returncode
-    try:
-        data: dict[str, Any] = json.loads(done.stdout)
-    except ValueError:
-        data = {}
-    if done.returncode not in step.expect:
-        said = data.get("error") or (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OperationFailed(
-            f"demo step {step.name} (`dgr-forge {' '.join(step.args)}`) exited "
-            f"{done.returncode}: {said}",
-            hint=f"run it yourself in {demo.root} to see all of its output; "
-            "`dgr-forge doctor` says what this host lacks",
-            details={"step": step.name, "step_exit_code": done.returncode},
-        )
-    return data
 
 
 def _short(commit: object) -> str:
     return str(commit or "?")[:12]
-
-
-def _fetched(demo: DemoRoot, d: dict[str, Any]) -> str:
-    return (
-        f"the upstream is at exactly the pinned commit {_short(d.get('commit'))}, its tree "
-        f"{_short(d.get('tree'))} verified before checkout ({d.get('method')})"
-    )
-
-
-def _patched(demo: DemoRoot, d: dict[str, Any]) -> str:
-    n = len(d.get("patches") or [])
-    return (
-        f"{n} patches applied in order, one commit each, every sha256 checked; the result "
-        f"tree {_short(d.get('result_tree'))} is the one the manifest pins"
-    )
-
-
-def _worker_says(demo: DemoRoot, lane: dict[str, Any]) -> str:
-    for art in lane.get("artifacts") or []:
-        path = Path(str(art.get("path", "")))
-        if path.name == "shard-worker" and path.is_file():
-            ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
-            first = (ran.stdout.strip().splitlines() or [""])[0]
-            return f"; it runs: {first}" if ran.returncode == 0 and first else ""
-    return ""
 
 
 def _rel(demo: DemoRoot, path: object) -> str:
@@ -115,81 +61,217 @@ def _rel(demo: DemoRoot, path: object) -> str:
     return str(p.relative_to(demo.root)) if p.is_relative_to(demo.root) else str(p)
 
 
-def _built(demo: DemoRoot, d: dict[str, Any]) -> str:
-    lane = (d.get("lanes") or [{}])[0]
-    arts = len(lane.get("artifacts") or [])
-    return (
-        f"the worker was configured and built (CMake + Ninja) against the patched tree; "
-        f"{arts} artifact(s) hashed into the signed report {_rel(demo, lane.get('report'))}"
-        + _worker_says(demo, lane)
-    )
+# what the tour reads of each step's `--json` object (its other keys are ignored)
 
 
-def _verified(demo: DemoRoot, d: dict[str, Any]) -> str:
-    arts = len(d.get("artifacts") or [])
-    keyid = (d.get("key") or {}).get("keyid")
-    return (
-        f"the report's DSSE signature verifies with the demo key {_short(keyid)} "
-        f"({sources.KEYS_DIR}/{sources.KEY_FILE}.pub), and all {arts} artifact(s) re-hash "
-        "to the digests it names"
-    )
+class _Said(Struct):
+    """A step's answer: `error` when it failed."""
+
+    error: str | None = None
+
+    def proved(self, demo: DemoRoot) -> str:
+        raise NotImplementedError
 
 
-def _canary(demo: DemoRoot, d: dict[str, Any]) -> str:
-    parts = []
-    for row in d.get("patches") or []:
-        name, outcome = row.get("file", "?"), row.get("outcome", "?")
-        commits = row.get("upstream_commits") or []
-        by = f" {_short(commits[0].get('commit'))} ({commits[0].get('subject')})" if commits else ""
-        if outcome == "conflict":
-            files = ", ".join(row.get("files") or [])
-            parts.append(f"{name} would conflict in {files} with upstream{by}")
-        elif outcome == "dropped":
-            parts.append(f"{name} is upstreamed by{by or ' upstream'}")
-        else:
-            parts.append(f"{name} {outcome}")
-    return f"onto {_short(d.get('new_commit'))}: " + "; ".join(parts) + "; nothing was changed"
+class _Fetched(_Said):
+    commit: str | None = None
+    tree: str | None = None
+    method: str | None = None
+
+    def proved(self, demo: DemoRoot) -> str:
+        return (
+            f"the upstream is at exactly the pinned commit {_short(self.commit)}, its tree "
+            f"{_short(self.tree)} verified before checkout ({self.method})"
+        )
 
 
-def _certified(demo: DemoRoot, d: dict[str, Any]) -> str:
-    parts = []
-    for s in d.get("steps") or []:
-        f = s.get("figures") or {}
-        if f.get("parser") == "test-backend-ops":
-            parts.append(f"{f.get('ops_passed')}/{f.get('ops_total')} op cases match the reference")
-        elif f.get("parser") == "llama-bench":
-            parts.append(f"pp {f.get('prompt_ts', 0):.0f} t/s, tg {f.get('gen_ts', 0):.0f} t/s")
-        elif f.get("parser") == "parity":
-            parts.append(f"PPL {f.get('ppl')}, the unpatched pin's {f.get('reference_ppl')}")
-    return (
-        f"a {d.get('kind')} certification of lane {d.get('lane')} with model {d.get('model')} on "
-        f"{d.get('hardware_class')}: " + "; ".join(parts) + f", signed by "
-        f"{_short(d.get('keyid'))} into {_rel(demo, d.get('certification'))}"
-    )
+class _Patched(_Said):
+    patches: list[str] = []
+    result_tree: str | None = None
+
+    def proved(self, demo: DemoRoot) -> str:
+        return (
+            f"{len(self.patches)} patches applied in order, one commit each, every sha256 "
+            f"checked; the result tree {_short(self.result_tree)} is the one the manifest pins"
+        )
 
 
-def _advertised(demo: DemoRoot, d: dict[str, Any]) -> str:
-    shown = [
-        f"{e.get('lane')} / {e.get('model')} / {e.get('hardware_class')}"
-        for e in d.get("entries") or []
-    ]
-    return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
+class _Artifact(Struct):
+    path: str = ""
 
 
-def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]], str]]]:
+class _Lane(Struct):
+    artifacts: list[_Artifact] = []
+    report: str | None = None
+
+
+class _Built(_Said):
+    lanes: list[_Lane] = []
+
+    @property
+    def lane(self) -> _Lane:
+        return (self.lanes or [_Lane()])[0]
+
+    def proved(self, demo: DemoRoot) -> str:
+        return (
+            f"the worker was configured and built (CMake + Ninja) against the patched tree; "
+            f"{len(self.lane.artifacts)} artifact(s) hashed into the signed report "
+            f"{_rel(demo, self.lane.report)}" + _worker_says(demo, self.lane)
+        )
+
+
+def _worker_says(demo: DemoRoot, lane: _Lane) -> str:
+    for art in lane.artifacts:
+        path = Path(art.path)
+        if path.name == "shard-worker" and path.is_file():
+            ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
+            first = (ran.stdout.strip().splitlines() or [""])[0]
+            return f"; it runs: {first}" if ran.returncode == 0 and first else ""
+    return ""
+
+
+class _Key(Struct):
+    keyid: str | None = None
+
+
+class _Verified(_Said):
+    artifacts: list[_Artifact] = []
+    key: _Key | None = None
+
+    def proved(self, demo: DemoRoot) -> str:
+        keyid = self.key.keyid if self.key else None
+        return (
+            f"the report's DSSE signature verifies with the demo key {_short(keyid)} "
+            f"({sources.KEYS_DIR}/{sources.KEY_FILE}.pub), and all {len(self.artifacts)} "
+            "artifact(s) re-hash to the digests it names"
+        )
+
+
+class _Upstreamed(Struct):
+    commit: str | None = None
+    subject: str | None = None
+
+
+class _Row(Struct):
+    file: str = "?"
+    outcome: str = "?"
+    upstream_commits: list[_Upstreamed] = []
+    files: list[str] = []
+
+
+class _Canary(_Said):
+    patches: list[_Row] = []
+    new_commit: str | None = None
+
+    def proved(self, demo: DemoRoot) -> str:
+        parts = []
+        for row in self.patches:
+            first = row.upstream_commits[:1]
+            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in first)
+            if row.outcome == "conflict":
+                files = ", ".join(row.files)
+                parts.append(f"{row.file} would conflict in {files} with upstream{by}")
+            elif row.outcome == "dropped":
+                parts.append(f"{row.file} is upstreamed by{by or ' upstream'}")
+            else:
+                parts.append(f"{row.file} {row.outcome}")
+        return f"onto {_short(self.new_commit)}: " + "; ".join(parts) + "; nothing was changed"
+
+
+class _Figures(Struct):
+    parser: str | None = None
+    ops_passed: int | None = None
+    ops_total: int | None = None
+    prompt_ts: float | None = None
+    gen_ts: float | None = None
+    ppl: float | None = None
+    reference_ppl: float | None = None
+
+
+class _CertStep(Struct):
+    figures: _Figures | None = None
+
+
+class _Entry(Struct):
+    lane: str | None = None
+    model: str | None = None
+    hardware_class: str | None = None
+
+
+class _Certified(_Said):
+    kind: str | None = None
+    lane: str | None = None
+    model: str | None = None
+    hardware_class: str | None = None
+    keyid: str | None = None
+    certification: str | None = None
+    steps: list[_CertStep] = []
+
+    def proved(self, demo: DemoRoot) -> str:
+        parts = []
+        for f in (s.figures or _Figures() for s in self.steps):
+            if f.parser == "test-backend-ops":
+                parts.append(f"{f.ops_passed}/{f.ops_total} op cases match the reference")
+            elif f.parser == "llama-bench":
+                parts.append(f"pp {f.prompt_ts or 0:.0f} t/s, tg {f.gen_ts or 0:.0f} t/s")
+            elif f.parser == "parity":
+                parts.append(f"PPL {f.ppl}, the unpatched pin's {f.reference_ppl}")
+        return (
+            f"a {self.kind} certification of lane {self.lane} with model {self.model} on "
+            f"{self.hardware_class}: " + "; ".join(parts) + f", signed by "
+            f"{_short(self.keyid)} into {_rel(demo, self.certification)}"
+        )
+
+
+class _Advertised(_Said):
+    entries: list[_Entry] = []
+
+    def proved(self, demo: DemoRoot) -> str:
+        shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in self.entries]
+        return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
+
+
+def _decode(raw: str, reads: type[_Said]) -> _Said:
+    try:
+        return msgspec.json.decode(raw, type=reads)
+    except msgspec.DecodeError:  # no JSON, or not of its shape
+        return reads()
+
+
+def _run(demo: DemoRoot, step: Step, reads: type[_Said] = _Said) -> _Said:
+    # -P: nothing is imported from DIR, the child's working directory
+    cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
+    cmd += step.args
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
+    done = proc.capture(cmd, cwd=demo.root, env={**env, **step.env})
+    step.exit_code = done.returncode
+    if done.returncode not in step.expect:
+        said = _decode(done.stdout, _Said).error
+        said = said or (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise OperationFailed(
+            f"demo step {step.name} (`dgr-forge {' '.join(step.args)}`) exited "
+            f"{done.returncode}: {said}",
+            hint=f"run it yourself in {demo.root} to see all of its output; "
+            "`dgr-forge doctor` says what this host lacks",
+            details={"step": step.name, "step_exit_code": done.returncode},
+        )
+    return _decode(done.stdout, reads)
+
+
+def steps(demo: DemoRoot) -> list[tuple[Step, type[_Said]]]:
     key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
     return [
-        (Step("fetch", ["fetch"]), _fetched),
-        (Step("patch", ["patch"]), _patched),
-        (Step("build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"]), _built),
-        (Step("report verify", []), _verified),
+        (Step("fetch", ["fetch"]), _Fetched),
+        (Step("patch", ["patch"]), _Patched),
+        (Step("build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"]), _Built),
+        (Step("report verify", []), _Verified),
         (
             Step(
                 "rebase --dry-run",
                 ["rebase", "--onto", sources.BRANCH, "--dry-run"],
                 expect=(ExitCode.OK, ExitCode.NEEDS_HUMAN),
             ),
-            _canary,
+            _Canary,
         ),
         (
             Step(
@@ -202,9 +284,9 @@ def steps(demo: DemoRoot) -> list[tuple[Step, Callable[[DemoRoot, dict[str, Any]
                 # its working directory, DIR, so a `:` in DIR's name splits no path list
                 env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
             ),
-            _certified,
+            _Certified,
         ),
-        (Step("lanes --advertised", ["lanes", "--advertised"]), _advertised),
+        (Step("lanes --advertised", ["lanes", "--advertised"]), _Advertised),
     ]
 
 
@@ -213,17 +295,17 @@ def run_tour(demo: DemoRoot, out: Reporter) -> list[DemoStep]:
     does not end as expected."""
     done: list[DemoStep] = []
     report: str | None = None
-    for step, describe in steps(demo):
+    for step, reads in steps(demo):
         if step.name == "report verify":
             shown = _rel(demo, report) if report else "?"
             step.args = ["report", "verify", shown, "--artifacts"]
             step.args += ["--key", f"{sources.KEYS_DIR}/{sources.KEY_FILE}.pub"]
         out.step(f"dgr-forge {' '.join(step.args)}")
-        result = _run(demo, step)
-        proved = describe(demo, result)
+        result = _run(demo, step, reads)
+        proved = result.proved(demo)
         out.info(f"    proved: {proved}")
-        if step.name == "build":
-            report = (result.get("lanes") or [{}])[0].get("report")
+        if isinstance(result, _Built):
+            report = result.lane.report
         argv = ["dgr-forge", *step.args]
         done.append(DemoStep(step=step.name, command=argv, exit_code=step.exit_code, proved=proved))
     return done

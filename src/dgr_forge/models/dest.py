@@ -29,28 +29,21 @@ FORBIDDEN_ROOTS = ("/home",)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def _identities(root: str) -> set[tuple[int, int]]:
-    """(device, inode) of `root` and of every mount point that shows the same directory
-    (a bind mount of /home elsewhere, /home's file system mounted twice)."""
-    ids: set[tuple[int, int]] = set()
-    with suppress(OSError):
-        st = os.stat(root)
-        ids.add((st.st_dev, st.st_ino))
-    return ids
-
-
 def _forbidden_ancestor(resolved: Path) -> str | None:
     """The forbidden root that `resolved` (or the nearest existing directory above it) is
-    inside, compared by identity: a path string can be a bind mount of /home."""
-    ids = {root: _identities(root) for root in FORBIDDEN_ROOTS}
+    inside, compared by (device, inode): a path string can be a bind mount of /home."""
+    ids: dict[tuple[int, int], str] = {}
+    for root in FORBIDDEN_ROOTS:
+        with suppress(OSError):
+            st = os.stat(root)
+            ids[(st.st_dev, st.st_ino)] = root
     for candidate in (resolved, *resolved.parents):
         try:
             st = os.stat(candidate)
         except OSError:
             continue  # not created yet: its parents decide
-        for root, found in ids.items():
-            if (st.st_dev, st.st_ino) in found:
-                return root
+        if (st.st_dev, st.st_ino) in ids:
+            return ids[(st.st_dev, st.st_ino)]
     return None
 
 
@@ -87,13 +80,6 @@ def _under(dest: Path, resolved: Path, root: str, how: str) -> BadInput:
     )
 
 
-def nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path(path.anchor or "/")
-
-
 def _regular_size(path: Path) -> int | None:
     """The size of `path` if it is a regular file itself (a symlink is not), else None."""
     try:
@@ -116,7 +102,7 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
 
 def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
     need = missing_bytes(dest, files)
-    anchor = nearest_existing(dest)
+    anchor = next((p for p in (dest, *dest.parents) if p.exists()), Path(dest.anchor or "/"))
     free = shutil.disk_usage(anchor).free
     if need > free:
         raise BadInput(
@@ -128,16 +114,14 @@ def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
     return need, free
 
 
+_KINDS = {
+    stat.S_IFLNK: "a symlink", stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO",
+    stat.S_IFSOCK: "a socket", stat.S_IFREG: "a regular file",
+}  # fmt: skip
+
+
 def kind(mode: int) -> str:
-    if stat.S_ISLNK(mode):
-        return "a symlink"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a regular file" if stat.S_ISREG(mode) else "a device or other special file"
+    return _KINDS.get(stat.S_IFMT(mode), "a device or other special file")
 
 
 class DestDir:

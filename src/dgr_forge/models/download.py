@@ -29,7 +29,6 @@ from msgspec import Struct
 from dgr_forge.core import fault
 from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
@@ -38,12 +37,18 @@ from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
-from dgr_forge.models.sources import allowed, file_source_path, opened_path, outside_roots
+from dgr_forge.models.sources import (
+    OutsideRoots,
+    file_source_path,
+    open_file_source,
+    outside_roots,
+)
 
 if TYPE_CHECKING:
     from hashlib import _Hash
 
 NET_CHUNK = 1 << 20
+_SIZE_FIX = "fix size (and sha256) in the manifest, or point it at the right file"
 TickFn = Callable[[int, str | None], None]
 
 
@@ -59,7 +64,7 @@ class RetryPolicy:
     # so a server trickling a byte at a time cannot hold a run forever
     min_rate: float = 1024.0
     stall_s: float = 60.0
-    # a split's header read by HTTP Range requests (`remote`): at most this many requests
+    # a split's header read by HTTP Range requests (`map_headers`): at most this many requests
     # and this many seconds in all, so a server answering a byte per 206 cannot hold a
     # run for weeks (a real header takes a few dozen requests, in seconds)
     range_requests: int = 1024
@@ -150,26 +155,17 @@ class _Stream:
     again: bool = False  # the last response made us start over; not a failure
 
 
+@dataclass
 class Downloader:
     """Brings one file to `dest` exactly; shared state is only the cache and progress."""
 
-    def __init__(
-        self,
-        dest: DestDir,
-        out: Reporter,
-        cache: VerifiedCache,
-        progress: Progress,
-        policy: RetryPolicy,
-        stop: threading.Event,
-        file_roots: tuple[str, ...] = (),
-    ) -> None:
-        self.file_roots = file_roots  # where a file:// source may be, checked on its descriptor
-        self.dest = dest
-        self.out = out
-        self.cache = cache
-        self.progress = progress
-        self.policy = policy
-        self.stop = stop
+    dest: DestDir
+    out: Reporter
+    cache: VerifiedCache
+    progress: Progress
+    policy: RetryPolicy
+    stop: threading.Event
+    file_roots: tuple[str, ...] = ()  # where a file:// source may be, checked on its descriptor
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
@@ -249,88 +245,75 @@ class Downloader:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
         fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            sha = self._fill(f, url, shown, part, fd, outcome, tick)
+            h = hashlib.sha256()
+            have = os.fstat(fd).st_size
+            if have > f.size:
+                self.out.warn(f"{part} is larger than the manifest's size; starting over")
+                os.ftruncate(fd, 0)
+                have = 0
+            if have:
+                hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
+                outcome.resumed_from = have
+                tick(have, None)
+                self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
+            state = _Stream(f, url, shown, have, h, outcome, tick, fd)
+            failures = 0
+            while state.have < f.size:
+                before = state.have
+                try:
+                    if urlsplit(url).scheme == "file":
+                        self._copy_file(state)
+                    else:
+                        self._get_http(state)
+                    if state.again:  # started over on purpose: ask again at once
+                        state.again = False
+                        continue
+                    if state.have < f.size:
+                        raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
+                except (
+                    _Retry,
+                    requests.ConnectionError,
+                    requests.Timeout,
+                    requests.exceptions.ChunkedEncodingError,
+                    requests.exceptions.ContentDecodingError,
+                    urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
+                ) as err:
+                    if self.stop.is_set():  # aborted: the error is ours, not the server's
+                        raise KeyboardInterrupt from None
+                    slow = isinstance(err, _TooSlow)
+                    failures = 1 if state.have > before and not slow else failures + 1
+                    if failures >= self.policy.tries:
+                        what = "slow tries" if slow else "tries without progress"
+                        raise OperationFailed(
+                            f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
+                            f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
+                            hint=(
+                                "check that the host is reachable from here (network, proxy, DNS)"
+                                " or pass --mirror URL, then re-run provision: it resumes from"
+                                " the kept bytes"
+                            ),
+                        ) from None
+                    outcome.retries += 1
+                    delay = self.policy.delay(failures)
+                    self.out.warn(
+                        f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
+                    )
+                    if self.stop.wait(delay):
+                        raise KeyboardInterrupt from None
+                except (requests.RequestException, ValueError) as err:
+                    # an invalid redirect target (`http://[::1`), too many redirects, ...
+                    raise OperationFailed(
+                        f"{f.name}: the request to {shown} failed: {_brief(err)}",
+                        hint="check the url in the manifest (or --mirror) and where the server "
+                        "redirects to",
+                    ) from None
+            os.fsync(fd)
+            sha = state.h.hexdigest()
             if sha == f.sha256:  # the model file it becomes is readable as usual
                 os.fchmod(fd, 0o644 & ~_umask())
             return sha
         finally:
             os.close(fd)
-
-    def _fill(
-        self,
-        f: ModelFile,
-        url: str,
-        shown: str,
-        part: str,
-        fd: int,
-        outcome: FileOutcome,
-        tick: TickFn,
-    ) -> str:
-        h = hashlib.sha256()
-        have = os.fstat(fd).st_size
-        if have > f.size:
-            self.out.warn(f"{part} is larger than the manifest's size; starting over")
-            os.ftruncate(fd, 0)
-            have = 0
-        if have:
-            hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
-            outcome.resumed_from = have
-            tick(have, None)
-            self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
-        state = _Stream(f=f, url=url, shown=shown, have=have, h=h, outcome=outcome, tick=tick)
-        state.fd = fd
-        failures = 0
-        while state.have < f.size:
-            before = state.have
-            try:
-                if urlsplit(url).scheme == "file":
-                    self._copy_file(state)
-                else:
-                    self._get_http(state)
-                if state.again:  # started over on purpose: ask again at once
-                    state.again = False
-                    continue
-                if state.have < f.size:
-                    raise _Retry(f"the transfer ended at byte {state.have} of {f.size}")
-            except (
-                _Retry,
-                requests.ConnectionError,
-                requests.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-                requests.exceptions.ContentDecodingError,
-                urllib3.exceptions.HTTPError,  # read1 on the raw stream raises these
-            ) as err:
-                if self.stop.is_set():  # aborted: the error is ours, not the server's
-                    raise KeyboardInterrupt from None
-                slow = isinstance(err, _TooSlow)
-                failures = 1 if state.have > before and not slow else failures + 1
-                if failures >= self.policy.tries:
-                    what = "slow tries" if slow else "tries without progress"
-                    raise OperationFailed(
-                        f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
-                        f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                        hint=(
-                            "check that the host is reachable from here (network, proxy, DNS)"
-                            " or pass --mirror URL, then re-run provision: it resumes from"
-                            " the kept bytes"
-                        ),
-                    ) from None
-                outcome.retries += 1
-                delay = self.policy.delay(failures)
-                self.out.warn(
-                    f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
-                )
-                if self.stop.wait(delay):
-                    raise KeyboardInterrupt from None
-            except (requests.RequestException, ValueError) as err:
-                # an invalid redirect target (`http://[::1`), too many redirects, ...
-                raise OperationFailed(
-                    f"{f.name}: the request to {shown} failed: {_brief(err)}",
-                    hint="check the url in the manifest (or --mirror) and where the server "
-                    "redirects to",
-                ) from None
-        os.fsync(fd)
-        return state.h.hexdigest()
 
     def _restart(self, state: _Stream, why: str) -> None:
         """Drop the partial bytes and start the file over (said once per file)."""
@@ -350,12 +333,14 @@ class Downloader:
         state.outcome.resumed_from = 0
         state.again = True
 
-    def _wrong_size(self, state: _Stream, server_size: int) -> OperationFailed:
-        return OperationFailed(
-            f"{state.f.name}: the source has {server_size} bytes, the manifest says "
-            f"{state.f.size} ({state.shown})",
-            hint="fix size (and sha256) in the manifest, or point it at the right file",
-        )
+    def _same_size(self, state: _Stream, size: int | None) -> None:
+        """The size the source says (if it says one) is the manifest's."""
+        if size is not None and size != state.f.size:
+            raise OperationFailed(
+                f"{state.f.name}: the source has {size} bytes, the manifest says "
+                f"{state.f.size} ({state.shown})",
+                hint=_SIZE_FIX,
+            )
 
     def _get_http(self, state: _Stream) -> None:
         headers = {"Accept-Encoding": "identity"}  # byte offsets must be the file's own
@@ -373,22 +358,18 @@ class Downloader:
         code = r.status_code
         if code == 206:
             start, _, total = content_range(r.headers.get("Content-Range", ""))
-            if total is not None and total != state.f.size:
-                raise self._wrong_size(state, total)
+            self._same_size(state, total)
             if start != state.have:
                 self._restart(state, f"the server answered a different range ({start})")
                 return
         elif code == 200:
             length = r.headers.get("Content-Length")
-            if length is not None and length.isdigit() and int(length) != state.f.size:
-                raise self._wrong_size(state, int(length))
+            self._same_size(state, int(length) if length is not None and length.isdigit() else None)
             if state.have:
                 self._restart(state, "the server ignored the Range request (HTTP 200)")
                 state.again = False  # this response is the whole file: keep reading it
         elif code == 416:
-            *_, total = content_range(r.headers.get("Content-Range", ""))
-            if total is not None and total != state.f.size:
-                raise self._wrong_size(state, total)
+            self._same_size(state, content_range(r.headers.get("Content-Range", ""))[2])
             if not state.have:
                 raise OperationFailed(
                     f"{state.f.name}: HTTP 416 for a request without a range ({state.shown})",
@@ -418,7 +399,10 @@ class Downloader:
         # up-front check reads nothing; nothing (not even the size) is told about a file
         # this user may not read; a FIFO or device never blocks or streams
         try:
-            fd = open_nofollow(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+            fd = open_file_source(src, self.file_roots)
+        except OutsideRoots:  # this file fails, the others go on
+            refused = outside_roots(state.f.name, state.url, state.f.name)
+            raise OperationFailed(refused.message, hint=refused.hint) from None
         except FileNotFoundError:
             raise OperationFailed(
                 f"{state.f.name}: {src} does not exist ({state.shown})",
@@ -435,29 +419,19 @@ class Downloader:
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
-        if not allowed(opened_path(fd, src), self.file_roots):
-            os.close(fd)
-            # this file fails, the others go on
-            refused = outside_roots(state.f.name, state.url, state.f.name)
-            raise OperationFailed(refused.message, hint=refused.hint)
-        s = os.fdopen(fd, "rb")
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            s.close()
-            raise OperationFailed(
-                f"{state.f.name}: {src} is not a regular file ({state.shown})",
-                hint="point the url at the model file itself",
-            )
-        os.set_blocking(fd, True)
-        if st.st_size != state.f.size:
-            s.close()
-            raise self._wrong_size(state, st.st_size)
-        try:
-            s.seek(state.have)
-        except OSError as err:
-            s.close()
-            raise _Retry(f"reading {src}: {err.strerror}") from None
-        with s:
+        with os.fdopen(fd, "rb") as s:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OperationFailed(
+                    f"{state.f.name}: {src} is not a regular file ({state.shown})",
+                    hint="point the url at the model file itself",
+                )
+            os.set_blocking(fd, True)
+            self._same_size(state, st.st_size)
+            try:
+                s.seek(state.have)
+            except OSError as err:
+                raise _Retry(f"reading {src}: {err.strerror}") from None
             while True:
                 try:
                     chunk = s.read(READ_BLOCK)
@@ -474,7 +448,7 @@ class Downloader:
             raise OperationFailed(
                 f"{state.f.name}: the source sent more than the manifest's {state.f.size} "
                 f"bytes ({state.shown})",
-                hint="fix size (and sha256) in the manifest, or point it at the right file",
+                hint=_SIZE_FIX,
             )
         fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
         try:

@@ -180,13 +180,13 @@ class _Reader:
         self.pos = pos
 
 
-def read_header(path: Path, *, follow: bool = False, limit: int | None = None) -> Header:
-    """The GGUF header of `path`, read within the file's own size (and `limit` bytes).
+def read_header(path: Path, *, follow: bool = False) -> Header:
+    """The GGUF header of `path`, read within the file's own size.
 
     A symlink is not followed unless `follow` (a release engineer's own source directory).
     """
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
-    return read_header_fd(os.open(path, flags), limit)
+    return read_header_fd(os.open(path, flags))
 
 
 def read_header_fd(fd: int, limit: int | None = None) -> Header:
@@ -262,22 +262,6 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
     return header
 
 
-def _kv_int(header: Header, key: str) -> int | None:
-    """An integer KV value; None when absent or not an integer-typed value."""
-    return header.ints.get(key)
-
-
-def check(dest: Path, files: list[ModelFile], *, follow: bool = False) -> dict[str, list[str]]:
-    """Split consistency from the GGUF headers of the present `.gguf` files.
-
-    Each part's `split.no` (0-based) and `split.count` must match its name
-    `P-0000K-of-0000N.gguf`; no two parts may claim one `split.no`; all parts of a set
-    must agree on `split.tensors.count`, and when all are present their tensors must add
-    up to it. A `.gguf` whose name is not a split must not claim to be one.
-    """
-    return check_headers(read_headers(dest, files, follow=follow))
-
-
 def read_headers(
     dest: Path, files: list[ModelFile], *, follow: bool = False
 ) -> dict[str, Header | str]:
@@ -298,8 +282,13 @@ def read_headers(
 
 
 def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
-    """`check` on headers already read (from disk or over HTTP): name -> header, or what
-    made it unreadable."""
+    """Split consistency of headers read (from disk or over HTTP; a str: why unreadable).
+
+    Each part's `split.no` (0-based) and `split.count` must match its name
+    `P-0000K-of-0000N.gguf`; no two parts may claim one `split.no`; all parts of a set
+    must agree on `split.tensors.count`, and when all are present their tensors must add
+    up to it. A `.gguf` whose name is not a split must not claim to be one.
+    """
     problems: dict[str, list[str]] = {}
     by_no: dict[str, dict[int, list[str]]] = {}
     tensor_totals: dict[str, dict[str, int]] = {}
@@ -309,10 +298,8 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
         if isinstance(header, str):
             found.append(header)
             continue
-        no = _kv_int(header, "split.no")
-        count = _kv_int(header, "split.count")
-        total = _kv_int(header, "split.tensors.count")
-        n_tensors = header.n_tensors
+        no, count = header.ints.get("split.no"), header.ints.get("split.count")
+        total = header.ints.get("split.tensors.count")
         s = models.split_name(fname)
         if s is None:
             if count is not None and count > 1:
@@ -334,7 +321,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                 f"split mismatch: split.no is {no} (part {no + 1}), the name says part {s.no}"
             )
         by_no.setdefault(s.prefix, {}).setdefault(no, []).append(fname)
-        tensor_counts[fname] = n_tensors
+        tensor_counts[fname] = header.n_tensors
         if total is not None:
             tensor_totals.setdefault(s.prefix, {})[fname] = total
         else:

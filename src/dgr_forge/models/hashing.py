@@ -38,10 +38,6 @@ def human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def default_jobs() -> int:
-    return max(1, min(8, os.cpu_count() or 1))
-
-
 def hash_fd(
     fd: int,
     h: _Hash | None = None,
@@ -70,25 +66,19 @@ def hash_fd(
     return h
 
 
-def hash_file(
-    path: Path,
-    h: _Hash | None = None,
-    on_bytes: Callable[[int], None] | None = None,
-    stop: threading.Event | None = None,
-    *,
-    follow: bool = True,
-) -> _Hash:
-    """sha256 of `path`; with follow=False a symlink is an OSError (ELOOP), never read."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    fd = os.open(path, flags)
-    try:
-        return hash_fd(fd, h, on_bytes, stop)
-    finally:
-        os.close(fd)
-
-
 MAX_CACHE_BYTES = 16 << 20
-_CACHE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_SMALL_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def read_small(dir_fd: int, name: str, limit: int) -> bytes | None:
+    """A record file inside the held directory, read bounded: None when it is not a
+    regular file (a planted FIFO is never waited on, a link never followed) or too big."""
+    with os.fdopen(os.open(name, _SMALL_OPEN, dir_fd=dir_fd), "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None
+        raw = f.read(limit + 1)
+    return raw if len(raw) <= limit else None
 
 
 class _Entry(Struct, frozen=True):
@@ -134,17 +124,10 @@ class VerifiedCache:
             self.entries = self._read()
 
     def _read(self) -> dict[str, _Entry]:
-        if self._dir_fd is None:
-            return {}
-        fd = os.open(CACHE_FILE, _CACHE_OPEN, dir_fd=self._dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_CACHE_BYTES:
-                return {}
-            raw = f.read(MAX_CACHE_BYTES + 1)
-        if len(raw) > MAX_CACHE_BYTES:
-            return {}
-        return msgspec.json.decode(raw, type=_CacheDoc).files
+        raw = (
+            None if self._dir_fd is None else read_small(self._dir_fd, CACHE_FILE, MAX_CACHE_BYTES)
+        )
+        return {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
         if self._own_fd and self._dir_fd is not None:
@@ -222,9 +205,10 @@ class Progress:
 
 
 def hash_many(
-    paths: list[Path], out: Reporter, jobs: int, label: str = "hashing", *, follow: bool = True
+    paths: list[Path], out: Reporter, jobs: int | None, label: str, *, follow: bool = True
 ) -> dict[Path, str]:
-    """sha256 of each path, `jobs` files at a time, with progress."""
+    """sha256 of each path, `jobs` files at a time (default: the CPUs, at most 8)."""
+    jobs = jobs or max(1, min(8, os.cpu_count() or 1))
     sizes = {p: (p.stat() if follow else p.lstat()).st_size for p in paths}
     stop = threading.Event()
     with out.progress(transfer=True) as sink:
@@ -232,8 +216,12 @@ def hash_many(
 
         def one(p: Path) -> tuple[Path, str]:
             tick = progress.add(p.name, sizes[p])
-            h = hash_file(p, on_bytes=lambda n: tick(n, None), stop=stop, follow=follow)
-            return p, h.hexdigest()
+            # follow=False: a symlink is an OSError (ELOOP), never read
+            fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+            try:
+                return p, hash_fd(fd, on_bytes=lambda n: tick(n, None), stop=stop).hexdigest()
+            finally:
+                os.close(fd)
 
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             try:

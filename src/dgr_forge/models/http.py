@@ -1,9 +1,6 @@
 """HTTP for model files: a requests session whose every response must finish its header
-phase within a deadline, with a bounded number of interim `100 Continue` responses.
-
-The read timeout bounds each read only, so a server trickling a header byte at a time (or
-sending `100 Continue` forever) would otherwise hold a request before any timeout applies.
-Used by `download` (whole files) and `remote` (split headers by Range requests).
+phase within a deadline (`_HeaderDeadline`), after at most `MAX_INTERIM` interim responses.
+Used by `download` (whole files) and `map_headers` (split headers by Range requests).
 """
 
 from __future__ import annotations

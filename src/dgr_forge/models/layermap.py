@@ -82,10 +82,6 @@ def of_layers(layers: Iterable[int]) -> Ranges:
     return merge((n, n) for n in layers)
 
 
-def contains(ranges: Ranges, layer: int) -> bool:
-    return any(lo <= layer <= hi for lo, hi in ranges)
-
-
 def overlaps(a: Ranges, b: Ranges) -> bool:
     return any(lo <= bhi and blo <= hi for lo, hi in a for blo, bhi in b)
 

@@ -6,6 +6,7 @@ Files are hashed, then their GGUF split headers are read by the bounded parser i
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -16,11 +17,11 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask
+from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.gguf_split import Header
-from dgr_forge.models.hashing import default_jobs, hash_many
+from dgr_forge.models.hashing import hash_many
 from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.manifest import ModelFile
 
@@ -55,21 +56,14 @@ class ArtifactsManifest(Form, kw_only=True):
     block_count: Annotated[int | None, d("with a layer map: the model's layers")]
 
 
-def _old_text(target: Path) -> str | None:
-    """What `artifacts manifest` would replace, read bounded (a FIFO or a huge file at the
-    target is simply replaced, never read); None when there is no manifest to compare."""
-    if not target.is_file():
-        return None
-    try:
-        return models.read_raw(target, str(target)).decode("utf-8")
-    except (BadInput, UnicodeDecodeError):
-        return None
-
-
 def save(target: Path, text: str) -> str:
     """Write `text` at `target` unless it holds exactly that already: `written` (there was
-    none), `updated` or `unchanged`."""
-    old = _old_text(target)
+    none), `updated` or `unchanged`. What is there is read bounded (a FIFO or a huge file
+    at the target is simply replaced, never read)."""
+    old = None
+    if target.is_file():
+        with contextlib.suppress(BadInput, UnicodeDecodeError):
+            old = models.read_raw(target, str(target)).decode("utf-8")
     if old == text:
         return "unchanged"
     atomic_write_text(target, text)
@@ -130,14 +124,11 @@ def build_manifest(
             hint="pass the directory that holds the model files",
             details={"dir": str(directory)},
         )
-    if not models.NAME_RE.fullmatch(name) or ".." in name:
+    if problem := models.name_problem(name):
+        raise BadInput(f"--name: {problem}", hint=models.NAME_FIX)
+    if source_revision is not None and (problem := models.revision_problem(source_revision)):
         raise BadInput(
-            f"--name: {name!r} is not a plain name",
-            hint="use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
-        )
-    if source_revision is not None and not models.HEX40_RE.fullmatch(source_revision):
-        raise BadInput(
-            f"--source-revision: {source_revision!r} is not a full 40-hex revision",
+            f"--source-revision: {problem}",
             hint="pass the checkpoint's full lowercase commit id (branch or tag names move)",
         )
     problem = models.check_url(url_base)
@@ -146,14 +137,11 @@ def build_manifest(
             f"--url-base: {problem}",
             hint="pass the base URL the files will be served from, e.g. https://host/models/NAME",
         )
-    check_url(url_base, "--url-base", schemes=(*HTTP_SCHEMES, "file"))
-    entries = sorted(
-        (
-            p
-            for p in directory.iterdir()
-            if p.is_file() and not p.name.startswith(".") and not p.name.endswith(".part")
-        ),
-        key=lambda p: p.name,
+    check_url(url_base, "--url-base", schemes=models.URL_SCHEMES)
+    entries = sorted(  # one directory's files: by name
+        p
+        for p in directory.iterdir()
+        if p.is_file() and not p.name.startswith(".") and not p.name.endswith(models.PART_SUFFIX)
     )
     if not entries:
         raise BadInput(
@@ -170,7 +158,7 @@ def build_manifest(
                 hint="rename the file to letters, digits, '.', '_' and '-'",
                 details={"dir": str(directory), "file": p.name},
             )
-    shas = hash_many(entries, out, jobs or default_jobs(), "hashing")
+    shas = hash_many(entries, out, jobs, "hashing")
     files = [
         ModelFile(
             name=models.FileName(p.name),

@@ -1,21 +1,5 @@
-"""Model artifact manifests: `manifests/models/<name>.toml`, loaded and validated.
-
-```toml
-schema = 1
-[model]
-name = "deepseek-v4"
-source_revision = "<40 hex>"      # optional: the upstream checkpoint revision
-[[files]]
-name = "deepseek-v4-Q4_K_M-00001-of-00009.gguf"
-size = 123                        # bytes
-sha256 = "<64 hex>"
-url = "https://.../deepseek-v4-Q4_K_M-00001-of-00009.gguf"
-layers = "0-4"                    # with a [map]: the layers whose tensors the file holds
-tensors = ["token_embd"]          # and its other tensor groups
-```
-
-The optional `[map]` (`arch`, `block_count`) says every `.gguf` file carries `layers` and
-`tensors`, read from the split headers (`artifacts manifest`, `artifacts map`).
+"""Model artifact manifests: `manifests/models/<name>.toml`, loaded and validated (its
+keys: `ModelManifest`; docs/json-schema/toml/ is generated from it).
 
 Like the upstream manifest loader, every malformed input is a `BadInput` (exit 2) naming
 the file, the key and the fix; no input makes the loader raise anything else.
@@ -28,7 +12,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Final
 from urllib.parse import quote, urlsplit
 
 import msgspec
@@ -52,9 +36,7 @@ from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
-SCHEMA = 1
-NAME_RE = NAME  # re-exported: `artifacts manifest` checks --name/--source-revision up front
-HEX40_RE = HEX40
+SCHEMA: Final = 1
 MODELS_DIR = "manifests/models"
 URL_SCHEMES = (*HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
 PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
@@ -62,6 +44,7 @@ PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NA
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 _FILES_FIX = "list each artifact as a [[files]] table with name, size, sha256 and url"
+NAME_FIX = "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\""
 
 
 # -- the file as written is the record (its keys, types, bounds, meanings: declared once,
@@ -160,7 +143,16 @@ class ModelManifest(Record, frozen=True):
         return sum(f.size for f in self.files)
 
 
-SHAPE = ModelManifest  # docs/json-schema/toml/ is generated from it
+SHAPE = ModelManifest
+
+
+def name_problem(name: str) -> str | None:
+    """What is wrong with a model's name (`[model] name`, `artifacts manifest --name`)."""
+    return None if NAME.fullmatch(name) and ".." not in name else f"{name!r} is not a plain name"
+
+
+def revision_problem(revision: str) -> str | None:
+    return None if HEX40.fullmatch(revision) else f"{revision!r} is not a full 40-hex revision"
 
 
 def split_name(name: str) -> SplitName | None:
@@ -249,18 +241,13 @@ def loads(
             shown, "model.shared_dir", f"{shared_dir[:80]!r} is not an absolute path",
             'write the directory in full: shared_dir = "/srv/models"',
         )  # fmt: skip
-    if not NAME.fullmatch(name) or ".." in name:
-        raise fail(
-            shown,
-            "model.name",
-            f"{name!r} is not a plain name",
-            "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\"",
-        )
-    if revision is not None and not HEX40.fullmatch(revision):
+    if problem := name_problem(name):
+        raise fail(shown, "model.name", problem, NAME_FIX)
+    if revision is not None and (problem := revision_problem(revision)):
         raise fail(
             shown,
             "model.source_revision",
-            f"{revision!r} is not a full 40-hex revision",
+            problem,
             "pin the checkpoint's full lowercase commit id (branch or tag names move), "
             "or remove source_revision",
         )
@@ -391,14 +378,6 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
             )
 
 
-def _file_doc(f: ModelFile) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": f.name, "size": f.size, "sha256": f.sha256, "url": f.url}
-    if f.layers is not None:
-        doc["layers"] = f.layers
-        doc["tensors"] = list(f.tensors or ())
-    return doc
-
-
 def dumps(
     name: str,
     files: list[ModelFile] | tuple[ModelFile, ...],
@@ -406,11 +385,17 @@ def dumps(
     layer_map: LayerMap | None = None,
 ) -> str:
     """The manifest text for `files` (what `artifacts manifest` writes); loads() accepts it."""
-    model: dict[str, Any] = {"name": name}
-    if source_revision is not None:
-        model["source_revision"] = source_revision
-    doc: dict[str, Any] = {"schema": SCHEMA, "model": model}
-    if layer_map is not None:
-        doc["map"] = {"arch": layer_map.arch, "block_count": layer_map.block_count}
-    doc["files"] = [_file_doc(f) for f in files]
-    return tomli_w.dumps(doc)
+    m = ModelManifest(
+        schema=SCHEMA, model=_Model(name, source_revision), layer_map=layer_map, files=tuple(files)
+    )
+    doc = msgspec.to_builtins(m)
+    return tomli_w.dumps(
+        {k: _no_nulls(v) for k, v in doc.items() if k not in m.LOADED and v is not None}
+    )
+
+
+def _no_nulls(value: object) -> object:
+    """TOML has no null: an absent optional key is left out."""
+    if isinstance(value, dict):
+        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
+    return [_no_nulls(v) for v in value] if isinstance(value, list | tuple) else value

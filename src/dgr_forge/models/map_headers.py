@@ -2,21 +2,36 @@
 
 The headers come from the files on disk (`--dest DIR`: each must match the manifest's
 size and sha256 first, so the map describes exactly the pinned bytes) or, without
-`--dest`, from the manifest's URLs (or `--mirror`): over HTTP only the header bytes, by
-Range requests (`remote`), at most DGR_ARTIFACTS_HEADER_MAX per split; a `file://` source
-is read in place under the same limit. Nothing else of a file is read.
+`--dest`, from the manifest's URLs (or `--mirror`); a `file://` source is read in place
+under the header limit. Nothing else of a file is read.
+
+Over HTTP, `RangeFile` is the file object the bounded reader (`gguf_split.parse_header`)
+reads from: it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much
+each time, up to 1 MiB), only for the bytes the reader needs (skipped arrays are never
+fetched), refuses a server that answers anything but 206 with a Content-Range inside the
+size the manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a
+header that never ends costs at most that. A server that answers each request with a
+byte, or drips its bytes, is bounded as downloads are: at most
+`DGR_ARTIFACTS_RANGE_REQUESTS` requests and `DGR_ARTIFACTS_RANGE_DEADLINE` seconds per
+header, and the downloads' minimum rate (`DGR_ARTIFACTS_MIN_RATE` over
+`DGR_ARTIFACTS_STALL_S`) over the whole read.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import requests
+import urllib3
 from msgspec import Struct
 
+from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
@@ -24,12 +39,12 @@ from dgr_forge.core.urls import mask
 from dgr_forge.models import gguf_split, mapping
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
-from dgr_forge.models.download import RetryPolicy
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
-from dgr_forge.models.hashing import default_jobs, hash_many, human
+from dgr_forge.models.hashing import hash_many, human
+from dgr_forge.models.http import http_session
 from dgr_forge.models.make_manifest import save, with_map
 from dgr_forge.models.manifest import ModelManifest
-from dgr_forge.models.remote import header_limit, read_remote_header
 from dgr_forge.models.sources import (
     check_file_sources,
     check_mirror,
@@ -38,6 +53,149 @@ from dgr_forge.models.sources import (
     open_file_source,
     source_url,
 )
+
+FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
+MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
+HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"
+HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
+
+
+def header_limit() -> int:
+    """DGR_ARTIFACTS_HEADER_MAX: the most header bytes read per split (exit 2 when bad)."""
+    return env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)
+
+
+class _Unsupported(Exception):
+    """The server cannot serve this header by ranges: not retried."""
+
+
+class _TooSlow(requests.ConnectionError):
+    """Below the minimum rate: retried, and it counts as a try, as for downloads."""
+
+
+class RangeFile(io.RawIOBase):
+    """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges."""
+
+    def __init__(
+        self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
+    ) -> None:
+        super().__init__()
+        self.url, self.size, self.session, self.policy = url, size, session, policy
+        self.limit = min(size, limit)  # never a byte past the header limit is asked for
+        self.pos = 0
+        self.received = 0
+        self.requests = 0
+        self.deadline = time.monotonic() + policy.range_deadline
+        self.floor = RateFloor(policy)  # across requests: a byte per quick 206 is slow too
+        self.cuts = 0  # answers cut below the minimum rate, all ranges together
+        self._start = 0
+        self._block = b""
+        self._want = FIRST_BLOCK
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            raise ValueError("RangeFile reads bounded sizes only")
+        out = bytearray()
+        while n > 0 and self.pos < self.limit:
+            at = self.pos - self._start
+            if not 0 <= at < len(self._block):
+                self._fetch(self.pos)
+                at = 0
+            piece = self._block[at : at + n]
+            out += piece
+            self.pos += len(piece)
+            n -= len(piece)
+        return bytes(out)
+
+    def _fetch(self, start: int) -> None:
+        end = min(self.limit, start + self._want) - 1
+        self._want = min(MAX_BLOCK, self._want * 2)
+        failures = 0
+        while True:
+            try:
+                self._block = self._get(start, end)
+                self._start = start
+                return
+            except _Unsupported as err:
+                raise OperationFailed(
+                    f"{mask(self.url)}: {err}",
+                    hint="map from the files on disk instead (`--dest DIR`), or use a server "
+                    "that answers Range requests (HTTP 206)",
+                ) from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
+                failures += 1
+                if isinstance(err, _TooSlow):  # a cut counts for the whole header read:
+                    self.cuts += 1  # the next range would start the count afresh
+                    failures = max(failures, self.cuts)
+                if failures >= self.policy.tries:
+                    why = str(err) if isinstance(err, _TooSlow) else type(err).__name__
+                    raise OperationFailed(
+                        f"{mask(self.url)}: reading the header (bytes {start}-{end}) failed "
+                        f"{failures} times: {why}",
+                        hint="check that the host is reachable from here, or pass --mirror URL",
+                    ) from None
+                time.sleep(min(self.policy.delay(failures), self._left()))
+                self.floor.restart()
+
+    def _left(self) -> float:
+        """Seconds left of the header's deadline; exit 1 when none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header was not read within "
+                f"{self.policy.range_deadline:g}s ({self.received} bytes in {self.requests} "
+                "requests; DGR_ARTIFACTS_RANGE_DEADLINE)",
+                hint="the server answers too slowly: use another one (--mirror URL), or map "
+                "from the files on disk (`--dest DIR`)",
+            )
+        return left
+
+    def _get(self, start: int, end: int) -> bytes:
+        headers = {"Accept-Encoding": "identity", "Range": f"bytes={start}-{end}"}
+        if self.requests >= self.policy.range_requests:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header needs more than {self.policy.range_requests} "
+                f"Range requests ({self.received} bytes so far; DGR_ARTIFACTS_RANGE_REQUESTS)",
+                hint="the server answers each request with a few bytes: use another one "
+                "(--mirror URL), or map from the files on disk (`--dest DIR`)",
+            )
+        left = self._left()
+        timeout = (min(self.policy.connect_timeout, left), min(self.policy.read_timeout, left))
+        self.requests += 1
+        with self.session.get(self.url, headers=headers, stream=True, timeout=timeout) as r:
+            if r.status_code >= 500 or r.status_code in (408, 429):
+                raise requests.ConnectionError(f"HTTP {r.status_code}")
+            if r.status_code != 206:  # a 200 is the whole file: not one byte of it is read
+                raise _Unsupported(
+                    f"HTTP {r.status_code} to a Range request (a header is read by ranges only)"
+                )
+            first, last, total = content_range(r.headers.get("Content-Range", ""))
+            if first != start or last is None or last > end or total != self.size:
+                raise _Unsupported(
+                    f"Content-Range {r.headers.get('Content-Range', '')[:80]!r} does not "
+                    f"answer bytes {start}-{end} of a {self.size}-byte file"
+                )
+            want = last - start + 1
+            data = bytearray()
+            while len(data) < want:
+                chunk = r.raw.read1(min(NET_CHUNK, want - len(data)), decode_content=False)
+                if not chunk:
+                    break
+                data += chunk
+                self.received += len(chunk)
+                if slow := self.floor.add(len(chunk)):
+                    raise _TooSlow(slow)
+                self._left()
+            if len(data) != want:
+                raise requests.ConnectionError(f"{len(data)} of {want} bytes arrived")
+            if slow := self.floor.add(0):  # answers of a byte each, quickly: slow all the same
+                raise _TooSlow(slow)
+            return bytes(data)
 
 
 class MappedFile(Struct, kw_only=True):
@@ -89,8 +247,7 @@ def _from_dest(
         elif st.st_size != f.size:
             bad.append(f"{f.name}: {st.st_size} bytes, the manifest says {f.size}")
     if not bad:
-        shas = hash_many([target / f.name for f in ggufs], out, jobs or default_jobs(),
-                         "hashing", follow=False)  # fmt: skip
+        shas = hash_many([target / f.name for f in ggufs], out, jobs, "hashing", follow=False)
         bad = [
             f"{f.name}: sha256 {shas[target / f.name]}, the manifest says {f.sha256}"
             for f in ggufs
@@ -130,10 +287,12 @@ def _from_urls(
                     headers[f.name] = f"the source has {have} bytes, the manifest says {f.size}"
                     continue
                 headers[f.name], read[f.name] = h, h.end
-            else:
-                got = read_remote_header(url, f.size, policy, limit)
-                headers[f.name], read[f.name] = got.header, got.bytes
-                requests += got.requests
+            else:  # http(s): by Range requests only
+                with http_session(min(policy.read_timeout, policy.range_deadline)) as session:
+                    rf = RangeFile(url, f.size, session, policy, limit)
+                    h = gguf_split.parse_header(rf, f.size, limit)  # type: ignore[arg-type]
+                headers[f.name], read[f.name] = h, rf.received
+                requests += rf.requests
         except GGUFError as err:
             headers[f.name] = f"unreadable GGUF header: {str(err)[:200]} ({mask(url)})"
         except OSError as err:

@@ -52,15 +52,6 @@ def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile |
     return ggufs[0] if len(ggufs) == 1 else None
 
 
-def _one_model(files: list[ModelFile]) -> None:
-    """A map is of one model: one split set, or one unsplit .gguf file."""
-    sets = {(s.prefix if s else f.name) for f in files for s in [models.split_name(f.name)]}
-    if len(sets) > 1:
-        names = ", ".join(sorted(sets)[:5])
-        what = f"holds {len(sets)} GGUF models ({names}); a map is of one"
-        raise Unmappable({"(manifest)": [what]})
-
-
 def block_count(header: Header, name: str) -> LayerMap:
     arch = header.strings.get(ARCH_KEY)
     if arch is None or layermap.check_group(arch) is not None:
@@ -81,7 +72,13 @@ def build(
     ggufs = gguf_files(files)
     if not ggufs:
         raise Unmappable({"(manifest)": ["lists no .gguf file"]})
-    _one_model(ggufs)
+    # a map is of one model: one split set, or one unsplit .gguf file
+    sets = {(s.prefix if s else f.name) for f in ggufs for s in [models.split_name(f.name)]}
+    if len(sets) > 1:
+        names = ", ".join(sorted(sets)[:5])
+        raise Unmappable(
+            {"(manifest)": [f"holds {len(sets)} GGUF models ({names}); a map is of one"]}
+        )
     problems: dict[str, list[str]] = {}
     for f in ggufs:
         if f.name not in headers:
@@ -154,11 +151,11 @@ def contradictions(f: ModelFile, header: Header, lmap: LayerMap) -> list[str]:
 
 
 def header_problems(
-    dest: Path, files: list[ModelFile], lmap: LayerMap | None, *, follow: bool = False
+    dest: Path, files: list[ModelFile], lmap: LayerMap | None
 ) -> dict[str, list[str]]:
     """Split consistency of the present `.gguf` files, and with a map, every header
     against what the map says of its file (a file changed upstream is named here)."""
-    headers = gguf_split.read_headers(dest, files, follow=follow)
+    headers = gguf_split.read_headers(dest, files, follow=False)
     problems = gguf_split.check_headers(headers)
     if lmap is None:
         return problems

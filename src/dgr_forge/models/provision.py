@@ -30,7 +30,7 @@ from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
-from dgr_forge.models.subset import Layers, Provisioned, Record, Selection
+from dgr_forge.models.subset import Layers, Provisioned, Selection
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -77,7 +77,7 @@ def _result(
     need: int,
     *,
     split_problems: dict[str, list[str]] | None = None,
-    record: Record | None = None,
+    record: Provisioned | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
     return ArtifactsProvision(
@@ -93,7 +93,7 @@ def _result(
         model_bytes=m.total_size,
         missing_bytes=need,
         dry_run=dry_run,
-        provisioned=record.shown() if record else None,
+        provisioned=record,
     )
 
 
@@ -181,7 +181,6 @@ def provision(
     need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    outcomes: dict[str, FileOutcome] = {}
     size = sum(f.size for f in chosen)
     with DestDir(target) as held, dest_lock(held, out):
         held.refuse_planted(chosen)
@@ -192,15 +191,13 @@ def provision(
                 progress = Progress(sink, size, "total")
                 dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
                 todo = [(f, source_url(f, mirror)) for f in chosen]
-                for outcome in in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop):
-                    outcomes[outcome.name] = outcome
+                files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
         finally:
             cache.save()
-        files = [outcomes[f.name] for f in chosen]
         for o in files:
             if o.status == "failed":
                 out.error(o.error or f"{o.name}: failed")
-        ok_files = [f for f in chosen if outcomes[f.name].status != "failed"]
+        ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
         split_problems = mapping.header_problems(target, ok_files, m.layer_map)
         for name, problems in split_problems.items():
             for problem in problems:
@@ -209,7 +206,6 @@ def provision(
     result = _result(
         m, target, files, started, selection, need, split_problems=split_problems, record=record
     )
-    got = sum(o.downloaded_bytes for o in files)
     present = sum(1 for o in files if o.status == "present")
     # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
     # still says whether the model is ready; each file's problem went to stderr above
@@ -222,14 +218,17 @@ def provision(
     else:
         out.answer(
             f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
-            f"({present} already present, {human(got)} downloaded in {result.seconds:.1f}s)"
+            f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
+            f"{result.seconds:.1f}s)"
         )
     if record is not None:
-        out.answer(f"{target} holds layers {layermap.format_ranges(record.ranges)}")
+        out.answer(f"{target} holds layers {record.layers}")
     return result
 
 
-def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool) -> Record | None:
+def _record(
+    m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool
+) -> Provisioned | None:
     """The destination's ranges after a run: the union with what it held (a failed run
     adds nothing). Only with a layer map."""
     if m.layer_map is None:
@@ -239,7 +238,7 @@ def _record(m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool)
         return old
     if sel is None:
         sel = subset.select(m, ((0, m.layer_map.block_count - 1),), True, True)
-    new = old.union(sel) if old is not None else Record(m.name, sel.ranges, sel.first, sel.last)
+    new = (old or Provisioned(model=m.name, layers="", first=False, last=False)).union(sel)
     fault.point("provision.record", m.name)  # every file in place, the record not yet
     subset.write_record(held.fd, new)
     held.fsync()

@@ -14,7 +14,7 @@ from urllib.request import url2pathname
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import open_nofollow
-from dgr_forge.core.urls import HTTP_SCHEMES, check_url, mask
+from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import manifest as models
 from dgr_forge.models.manifest import ModelFile
 
@@ -70,24 +70,23 @@ def outside_roots(where: str, url: str, name: str) -> BadInput:
     )
 
 
+class OutsideRoots(PermissionError):
+    """A file:// source outside the allowed directories, found on its descriptor."""
+
+
 def open_file_source(path: Path, roots: tuple[str, ...]) -> int:
     """A read-only, non-blocking descriptor of the file:// source `path`, opened with no
     link followed at any component, and checked on the descriptor to lie under `roots`:
     OSError (ELOOP for a link, EACCES for a file outside them) otherwise."""
     fd = open_nofollow(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
-    if not allowed(opened_path(fd, path), roots):
+    try:  # the path the kernel holds for `fd`
+        real = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # no /proc: no link was followed to open it, so the path is its own
+        real = os.path.normpath(path)
+    if not allowed(real, roots):
         os.close(fd)
-        raise PermissionError(errno.EACCES, "outside the directories allowed for file://")
+        raise OutsideRoots(errno.EACCES, "outside the directories allowed for file://")
     return fd
-
-
-def opened_path(fd: int, fallback: Path) -> str:
-    """The path the kernel holds for `fd` (Linux: /proc/self/fd), else the path opened
-    (no link was followed to open it, so that path is the file's own)."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        return os.path.normpath(fallback)
 
 
 def check_mirror(mirror: str | None) -> str | None:
@@ -98,7 +97,7 @@ def check_mirror(mirror: str | None) -> str | None:
         path = Path(mirror).expanduser()
         if path.is_dir():
             return path.resolve().as_uri()
-    check_url(mirror, "--mirror", schemes=(*HTTP_SCHEMES, "file"))
+    check_url(mirror, "--mirror", schemes=models.URL_SCHEMES)
     problem = models.check_url(mirror)
     if problem:
         raise BadInput(

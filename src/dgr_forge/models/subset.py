@@ -14,8 +14,6 @@ at the last layer). Whole files only: the sha256 in the manifest covers them.
 from __future__ import annotations
 
 import json
-import os
-import stat
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Annotated
@@ -26,14 +24,13 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.structs import d
 from dgr_forge.models import layermap
-from dgr_forge.models.hashing import write_in
+from dgr_forge.models.hashing import read_small, write_in
 from dgr_forge.models.layermap import EMBEDDINGS, HEAD, Ranges
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.mapping import metadata_file
 
 RECORD_FILE = ".dgr-layers.json"
 MAX_RECORD_BYTES = 64 << 10
-_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 class Layers(Struct, kw_only=True):
@@ -56,6 +53,18 @@ class Provisioned(Struct, kw_only=True):
     first: Annotated[bool, d("the embeddings")]
     last: Annotated[bool, d("the output head")]
 
+    @property
+    def ranges(self) -> Ranges:
+        return layermap.parse(self.layers)  # checked when read
+
+    def union(self, sel: Selection) -> Provisioned:
+        return Provisioned(
+            model=self.model,
+            layers=layermap.format_ranges((*self.ranges, *sel.ranges)),
+            first=self.first or sel.first,
+            last=self.last or sel.last,
+        )
+
 
 class Serves(Struct, kw_only=True):
     """with a layer map: what the files that verified can serve"""
@@ -71,10 +80,6 @@ class Selection:
     first: bool
     last: bool
     files: tuple[ModelFile, ...]
-
-    @property
-    def size(self) -> int:
-        return sum(f.size for f in self.files)
 
     def shown(self) -> Layers:
         return Layers(layers=layermap.format_ranges(self.ranges), first=self.first, last=self.last)
@@ -121,19 +126,26 @@ def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selecti
     groups = {EMBEDDINGS} if first or (last and _tied(m)) else set()
     if last:
         groups |= set(HEAD)
+    always = {f.name for f in _always(m)}
+    chosen = tuple(
+        f
+        for f in m.files
+        if f.name in always
+        or layermap.overlaps(f.ranges or (), ranges)
+        or set(f.tensors or ()) & groups
+    )
+    return Selection(ranges, first, last, chosen)
+
+
+def _always(m: ModelManifest) -> list[ModelFile]:
+    """The files every range needs: outside the map, the metadata split, and those holding
+    a group that is neither the embeddings nor the head (`rope_freqs`)."""
     meta = metadata_file(m.files)
-    chosen = []
-    for f in m.files:
-        held = set(f.tensors or ())
-        if (
-            not f.mapped
-            or f is meta
-            or layermap.overlaps(f.ranges or (), ranges)
-            or held & groups
-            or held - {EMBEDDINGS, *HEAD}
-        ):
-            chosen.append(f)
-    return Selection(ranges, first, last, tuple(chosen))
+    return [
+        f
+        for f in m.files
+        if not f.mapped or f is meta or set(f.tensors or ()) - {EMBEDDINGS, *HEAD}
+    ]
 
 
 def _tied(m: ModelManifest) -> bool:
@@ -145,12 +157,7 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
     """What the files in `good` (verified) can serve: layer ranges, embeddings, head."""
     if m.layer_map is None:
         return Serves(layers="", first=False, last=False)
-    meta = metadata_file(m.files)
-    base = all(
-        f.name in good
-        for f in m.files
-        if not f.mapped or f is meta or set(f.tensors or ()) - {EMBEDDINGS, *HEAD}
-    )
+    base = all(f.name in good for f in _always(m))
 
     def groups_good(groups: set[str]) -> bool:
         holders = [f for f in m.files if set(f.tensors or ()) & groups]
@@ -169,42 +176,19 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
 # ----------------------------------------------------------------------------- the record
 
 
-@dataclass(frozen=True)
-class Record:
-    model: str
-    ranges: Ranges
-    first: bool
-    last: bool
-
-    def shown(self) -> Provisioned:
-        layers = layermap.format_ranges(self.ranges)
-        return Provisioned(model=self.model, layers=layers, first=self.first, last=self.last)
-
-    def union(self, sel: Selection) -> Record:
-        return Record(
-            self.model,
-            layermap.merge((*self.ranges, *sel.ranges)),
-            self.first or sel.first,
-            self.last or sel.last,
-        )
-
-
-def read_record(dir_fd: int, model: str) -> Record | None:
+def read_record(dir_fd: int, model: str) -> Provisioned | None:
     """The destination's record for `model`; None when absent, another model's, or not
     ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""
     with suppress(OSError, msgspec.DecodeError, layermap.RangeError):
-        fd = os.open(RECORD_FILE, _OPEN, dir_fd=dir_fd)
-        with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_RECORD_BYTES:
-                return None
-            held = msgspec.json.decode(f.read(MAX_RECORD_BYTES + 1), type=Provisioned)
-        if held.model == model:
-            return Record(model, layermap.parse(held.layers), held.first, held.last)
+        raw = read_small(dir_fd, RECORD_FILE, MAX_RECORD_BYTES)
+        held = None if raw is None else msgspec.json.decode(raw, type=Provisioned)
+        if held is not None and held.model == model:
+            layers = layermap.format_ranges(held.ranges)  # merged as written
+            return msgspec.structs.replace(held, layers=layers)
     return None
 
 
-def write_record(dir_fd: int, record: Record) -> None:
-    shown = msgspec.structs.asdict(record.shown())
+def write_record(dir_fd: int, record: Provisioned) -> None:
+    shown = msgspec.structs.asdict(record)
     text = json.dumps({"version": 1, **shown}, indent=1, sort_keys=True) + "\n"
     write_in(dir_fd, RECORD_FILE, text.encode())

@@ -27,9 +27,9 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.models import manifest as models
 from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import check_destination, kind
-from dgr_forge.models.hashing import VerifiedCache, default_jobs, hash_many, human
+from dgr_forge.models.hashing import VerifiedCache, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
-from dgr_forge.models.subset import Layers, Provisioned, Record, Selection, Serves
+from dgr_forge.models.subset import Layers, Provisioned, Selection, Serves
 
 
 class FileCheck(Struct):
@@ -70,7 +70,7 @@ def _status(problems: list[str]) -> str:
     return "missing" if problems[0].startswith("missing") else "bad"
 
 
-def _record(target: Path, model: str) -> Record | None:
+def _record(target: Path, model: str) -> Provisioned | None:
     try:
         fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -123,7 +123,7 @@ def verify(
             problems[f.name].append(f"wrong size: {st.st_size} bytes, manifest says {f.size}")
         else:
             to_hash.append(path)
-    shas = hash_many(to_hash, out, jobs or default_jobs(), "verifying", follow=False)
+    shas = hash_many(to_hash, out, jobs, "verifying", follow=False)
     cache = VerifiedCache(target)
     matched = []
     for f in files:
@@ -164,7 +164,7 @@ def verify(
         seconds=round(time.monotonic() - started, 3),
         layers=checked.shown() if checked else None,
         serves=serves,
-        provisioned=record.shown() if record else None,
+        provisioned=record,
     )
     for c in checks:
         for problem in c.problems:
