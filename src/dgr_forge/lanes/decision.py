@@ -26,12 +26,16 @@ well: the builder writes each once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import Struct
 
 from dgr_forge.lanes.state import LaneState, LastBuild
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.programs import Program
+    from dgr_forge.lanes.stamps import Stamp
 
 BEFORE_LOCK = "between reading it and taking the workspace lock"  # a refusal's "when"
 Action = Literal["refuse", "rebuild", "reconfigure", "compile", "reuse"]
@@ -212,10 +216,6 @@ def unconfigured(state: LaneState) -> LaneState:
     return msgspec.structs.replace(state, inputs_digest=None)
 
 
-def with_programs(state: LaneState, progs: dict[str, Any]) -> LaneState:
-    return msgspec.structs.replace(state, programs=progs)
-
-
 def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) -> LaneState:
     """The lane failed in `phase`; the kept report (and its inputs) stay named."""
     previous = state.last_build
@@ -232,7 +232,7 @@ def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) ->
 
 
 def built(
-    state: LaneState, last: LastBuild, stamps: dict[str, Any], progs: dict[str, Any]
+    state: LaneState, last: LastBuild, stamps: dict[str, Stamp], progs: dict[str, Program]
 ) -> LaneState:
     """The report is written (or handed back): the stamps re-taken make the next no-op
     cheap."""

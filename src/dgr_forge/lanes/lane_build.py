@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -234,12 +234,12 @@ class LaneBuilder:
             status="failed",
             log=str(plan.log_link),
             build_dir=str(plan.build_dir),
-            cache=msgspec.convert(plan.cache.record(), Cache),
+            cache=Cache.of(plan.cache),
         )
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
         self.log_path = plan.log_link  # this build's own log, once it has one
-        self.hashing: Future[dict[str, Any]] | None = None  # programs, while Ninja runs
+        self.hashing: Future[dict[str, programs.Program]] | None = None  # while Ninja runs
 
     def _configuration(
         self, head: str, epoch: int, switches: tuple[str, ...], given: tuple[str, ...]
@@ -280,7 +280,7 @@ class LaneBuilder:
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
-                shown = ", ".join(f"{n} ({progs[n]['path']})" for n in programs.changed(progs))
+                shown = ", ".join(f"{n} ({progs[n].path})" for n in programs.changed(progs))
                 self.out.warn(f"{lane}: changed since configure: {shown}; full rebuild")
             self._wipe()
         if d.action != "reuse":
@@ -346,7 +346,7 @@ class LaneBuilder:
         Ninja ran: `programs.start`)."""
         if self.hashing is not None:
             progs, self.hashing = self.hashing.result(), None
-            self._record(decision.with_programs(self.state, progs))
+            self._record(msgspec.structs.replace(self.state, programs=progs))
         spec = self.plan.spec
         return inputs.whole_digest(
             self.conf.digest,
@@ -429,10 +429,9 @@ class LaneBuilder:
         ran = steps.compile_lane(self.plan, self.out, self.ctx.opts.jobs, log, env, work)
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
-            figures = self.ctx.cache.figures()
-            used = {**self.plan.cache.record(), **figures}
-            self.result.cache = msgspec.convert(used, Cache)
-            if figures:
+            used = self.ctx.cache.figures()
+            if used is not None:
+                self.result.cache = used
                 self.out.info(f"{lane}: {cache_session.describe(used)}")
         self.result.ninja_steps = ran.steps
         if ran.code != 0:
@@ -459,7 +458,7 @@ class LaneBuilder:
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         if not ran:
             r.log_file = str(last.log_file or "")
-        r.artifacts = msgspec.convert(last.artifacts, list[Artifact])
+        r.artifacts = list(last.artifacts)
         if last.inputs is None:
             # an older forge recorded none; the report was built from these whole inputs
             # (`input_digest` matched), so its movable inputs are today's
@@ -493,7 +492,7 @@ class LaneBuilder:
             epoch=conf.epoch,
             log_path=self.log_path,
             started=self.started,
-            cache=msgspec.to_builtins(r.cache),
+            cache=r.cache,
             snap=self.snap,
             programs=self.state.programs,
             launcher=launcher,

@@ -24,7 +24,7 @@ RACY_NS = 50_000_000
 Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
 
 
-def _valid(stamp: Any) -> bool:
+def valid(stamp: Any) -> bool:
     return (
         isinstance(stamp, list)
         and len(stamp) == 6
@@ -54,7 +54,7 @@ def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]
     """The stat record a stamp keeps of `st`, and whether `known` still vouches for the
     file: its record is this one, taken once the file had settled."""
     seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    settled = known is not None and valid(known) and known[5] - st.st_ctime_ns > RACY_NS
     return seen, settled and known is not None and known[1:5] == seen
 
 
@@ -115,7 +115,7 @@ def valid_map(data: Any) -> dict[str, Stamp]:
     """A stamps mapping read from state.json; anything malformed is dropped."""
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and _valid(v)}
+    return {k: v for k, v in data.items() if isinstance(k, str) and valid(v)}
 
 
 # ----------------------------------------------------------------------------- host cache

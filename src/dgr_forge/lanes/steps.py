@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact
@@ -256,7 +255,7 @@ def last_build(
         report_sha256=sha256_file(report),
         signed_by=signer.keyid if signer else None,
         signer_fingerprint=signing.fingerprint(),
-        artifacts=msgspec.to_builtins(artifact_rows(found.artifacts)),
+        artifacts=artifact_rows(found.artifacts),
         subject_stats=found.stats,
         input_digest=whole,
         inputs=inputs.report_inputs(m, plan.recipe, plan.spec),

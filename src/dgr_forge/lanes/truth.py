@@ -11,7 +11,7 @@ Each raises; the builder records the lane failed in the phase it ran them in.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
@@ -62,11 +62,11 @@ def refuse_changed_during(
     forge: Forge,
     plan: LanePlan,
     snap: dict[str, stamps.Stamp],
-    progs: dict[str, dict[str, Any]],
+    progs: dict[str, programs.Program],
 ) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
     moved = [Path(p) for p in stamps.changed(snap, inputs.worker_tree(plan))]
-    moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
+    moved += [Path(progs[n].path) for n in programs.changed(progs)]
     if moved:
         changed_error(forge, plan.lane, moved, "while the build ran")
 
@@ -92,11 +92,11 @@ def changed_subjects(last: LastBuild | None) -> list[Path]:
         return []
     changed = []
     for art in last.artifacts:
-        path = Path(art.get("path", ""))
+        path = Path(art.path)
         rec = last.subject_stats.get(str(path))
-        known = [art.get("sha256"), *rec] if rec else None  # the record as a stamp
+        known = [art.sha256, *rec] if rec else None  # the record as a stamp
         now = stamps.stamp(path, known)
-        if now is None or now[0] != art.get("sha256"):
+        if now is None or now[0] != art.sha256:
             changed.append(path)
         else:
             last.subject_stats[str(path)] = now[1:]
