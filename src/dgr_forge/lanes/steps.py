@@ -1,9 +1,5 @@
-"""The steps of one lane's build: configure, compile, collect, sign.
-
-Each is a small function that runs one thing and returns what it found; none reads or
-writes state.json (the builder, `lanes.lane_build.LaneBuilder`, records each transition once,
-from `lanes.decision`).
-"""
+"""The steps of one lane's build: configure, compile, collect; none reads or writes
+state.json (the builder, `lanes.lane_build.LaneBuilder`, does)."""
 
 from __future__ import annotations
 
@@ -128,7 +124,10 @@ def compile_lane(
         cmd += ["-j", str(jobs)]
     cmd += ninja_targets(plan) if targets is None else targets
     steps = [0]
-    offset = _size(plan.build_dir / NINJA_LOG)
+    try:
+        offset = os.stat(plan.build_dir / NINJA_LOG).st_size
+    except OSError:
+        offset = 0
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
     started: list[bool] = []
     with out.progress() as sink:
@@ -148,13 +147,6 @@ def compile_lane(
     idle = code == 0 and any(line.strip() == NO_WORK for line in lines)
     wrote = not idle and wrote_since(plan.build_dir, offset, since)
     return Ran(code, lines, time.monotonic() - t, steps[0], wrote)
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
@@ -215,17 +207,6 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
             details={"lane": plan.lane, "artifacts": [str(p) for p in gone]},
         )
     return Found(reply, artifacts, stats)
-
-
-def sign(
-    forge: Forge, record: LaneBuild, signing: SigningKey, out: Reporter
-) -> tuple[Path, Signer | None]:
-    """The report written, signed with the key asked for (unsigned when so asked)."""
-    from dgr_forge.attest import reports
-
-    signer = signing.signer()
-    why = signing.unsigned_reason()
-    return reports.write_report(forge, record, signer, out, unsigned_reason=why), signer
 
 
 def artifact_rows(artifacts: list[Artifact]) -> list[state.Artifact]:

@@ -1,12 +1,5 @@
-"""The checks that keep a lane's report true to what ran (issue 20), for `lane_build`.
-
-* `check_launchers`: the launcher the generated Ninja rules run is the forge's choice;
-* `moved_inputs`: the recipe and manifest parsed are the bytes stamped under the lock;
-* `refuse_changed_during`: no input file or program changed while configure and Ninja ran;
-* `changed_subjects`, `report_true`: what a reused report names is still on disk.
-
-Each raises; the builder records the lane failed in the phase it ran them in.
-"""
+"""The checks that keep a lane's report true to what ran (issue 20), for `lane_build`;
+the builder records the lane failed in the phase it ran one in."""
 
 from __future__ import annotations
 
@@ -81,12 +74,8 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
 
 
 def changed_subjects(last: LastBuild | None) -> list[Path]:
-    """Recorded subjects whose bytes are no longer what the report says.
-
-    A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
-    recorded when it last hashed true, and that record is not racy (taken more than
-    `stamps.RACY_NS` after the file's ctime). Any write changes ctime, which no user process
-    can set back: the check git's index makes, so a no-op build with hundreds of MB
+    """Recorded subjects whose bytes are no longer what the report says; re-hashed only
+    when their stat record moved (`stamps.stamp`), so a no-op build with hundreds of MB
     of artifacts stays cheap."""
     if last is None:
         return []
