@@ -47,44 +47,25 @@ MODES = ("rw", "ro")
 TOOLS = ("ccache", "sccache")
 INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 
-# sccache's remote backends: the variable that turns each on (sccache's own names)
-_SCCACHE_BACKENDS: tuple[tuple[str, str], ...] = (
-    ("SCCACHE_REDIS_ENDPOINT", "redis"),
-    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis"),
-    ("SCCACHE_REDIS", "redis"),
-    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached"),
-    ("SCCACHE_MEMCACHED", "memcached"),
-    ("SCCACHE_BUCKET", "s3"),
-    ("SCCACHE_GCS_BUCKET", "gcs"),
-    ("SCCACHE_AZURE_CONNECTION_STRING", "azure"),
-    ("SCCACHE_WEBDAV_ENDPOINT", "webdav"),
-    ("SCCACHE_GHA_ENABLED", "gha"),
-    ("SCCACHE_OSS_BUCKET", "oss"),
-    ("SCCACHE_COS_BUCKET", "cos"),
+# sccache's remote backends: the variable that turns each on (sccache's own names), and
+# whether its value names a place (shown masked; the others only say which backend is on)
+_SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
+    ("SCCACHE_REDIS_ENDPOINT", "redis", True),
+    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
+    ("SCCACHE_REDIS", "redis", True),
+    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
+    ("SCCACHE_MEMCACHED", "memcached", True),
+    ("SCCACHE_BUCKET", "s3", True),
+    ("SCCACHE_GCS_BUCKET", "gcs", True),
+    ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True),
+    ("SCCACHE_GHA_ENABLED", "gha", False),
+    ("SCCACHE_OSS_BUCKET", "oss", True),
+    ("SCCACHE_COS_BUCKET", "cos", True),
 )
-# values that name a place (shown masked); the others only say which backend is on
-_SCCACHE_SHOWN = {
-    "SCCACHE_REDIS_ENDPOINT",
-    "SCCACHE_REDIS",
-    "SCCACHE_MEMCACHED_ENDPOINT",
-    "SCCACHE_MEMCACHED",
-    "SCCACHE_BUCKET",
-    "SCCACHE_GCS_BUCKET",
-    "SCCACHE_WEBDAV_ENDPOINT",
-    "SCCACHE_OSS_BUCKET",
-    "SCCACHE_COS_BUCKET",
-}
-_SCCACHE_RW_MODES = (
-    "SCCACHE_LOCAL_RW_MODE",
-    "SCCACHE_REDIS_RW_MODE",
-    "SCCACHE_MEMCACHED_RW_MODE",
-    "SCCACHE_S3_RW_MODE",
-    "SCCACHE_GCS_RW_MODE",
-    "SCCACHE_AZURE_RW_MODE",
-    "SCCACHE_WEBDAV_RW_MODE",
-    "SCCACHE_GHA_RW_MODE",
-    "SCCACHE_OSS_RW_MODE",
-    "SCCACHE_COS_RW_MODE",
+_SCCACHE_RW_MODES = tuple(
+    f"SCCACHE_{kind}_RW_MODE"
+    for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
 )
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
@@ -424,10 +405,10 @@ def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     """The remote backend sccache will use, masked; None when only the local disk."""
-    for var, kind in _SCCACHE_BACKENDS:
+    for var, kind, shown in _SCCACHE_BACKENDS:
         value = environ.get(var, "").strip()
         if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
-            if var in _SCCACHE_SHOWN:
+            if shown:
                 return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
             return kind
     caches = sccache_config(environ).get("cache")

@@ -19,7 +19,6 @@ compiles ran on the pool and how many here.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import struct
@@ -28,10 +27,10 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
-from msgspec import Struct
+from msgspec import Meta, Struct, field
 
 from dgr_forge.cache import dist as sccache_dist
 from dgr_forge.cache.select import Cache, CacheSetup, Distributed, sccache_config
@@ -125,10 +124,11 @@ class CacheSession(Struct):
         if done is None or done.returncode != 0:
             return None
         try:
-            stats = json.loads(done.stdout).get("stats")
-        except (ValueError, AttributeError):
+            stats = msgspec.json.decode(done.stdout, type=_Shown).stats
+        except msgspec.DecodeError:
             return None
-        return _numbers(stats) if isinstance(stats, dict) else None
+        hits, misses = (sum(c.counts.values()) for c in (stats.cache_hits, stats.cache_misses))
+        return hits, misses, sum(stats.dist_compiles.values()), stats.compilations
 
     def start(self) -> None:
         sock = self.setup.env.get("SCCACHE_SERVER_UDS")
@@ -236,22 +236,24 @@ def open_cache_session(
 # ----------------------------------------------------------------------------- reading
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+Count = Annotated[int, Meta(ge=0)]
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+class _Counts(Struct):
+    counts: dict[str, Count] = field(default_factory=dict)  # per language
 
 
-def _numbers(stats: dict[str, Any]) -> tuple[int, int, int, int]:
-    def total(value: object) -> int:
-        return sum(_int(v) for v in _dict(value).values())
+class _Stats(Struct):
+    """The counters of `sccache --show-stats --stats-format=json` a lane's figures use."""
 
-    hits, misses = (
-        total(_dict(stats.get(k)).get("counts")) for k in ("cache_hits", "cache_misses")
-    )
-    return hits, misses, total(stats.get("dist_compiles")), _int(stats.get("compilations"))
+    cache_hits: _Counts = field(default_factory=_Counts)
+    cache_misses: _Counts = field(default_factory=_Counts)
+    dist_compiles: dict[str, Count] = field(default_factory=dict)  # per server
+    compilations: Count = 0
+
+
+class _Shown(Struct):
+    stats: _Stats
 
 
 def _ccache_figures(

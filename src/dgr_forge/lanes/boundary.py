@@ -236,10 +236,6 @@ class _Symbols(Struct):
     strong: set[str]  # global, not weak
 
 
-def _import_reader() -> None:
-    import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
-
-
 def preload() -> None:
     """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
     waits on it): a worker's check then finds it imported. A failed import is left for
@@ -253,7 +249,7 @@ def _preload_quietly() -> None:
     import contextlib
 
     with contextlib.suppress(Exception):  # the check imports it again, and says why
-        _import_reader()
+        import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
 
 
 def _elf_symbols(path: Path) -> _Symbols | None:

@@ -88,9 +88,9 @@ def tools(
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
     found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    spec = plan.spec
-    if spec is not None and spec.url is None:
-        placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
+    tree = inputs.worker_tree(plan)
+    if tree is not None:
+        placeholders.setdefault(str(tree), "${DGR_WORKER}")
     return found, placeholders
 
 

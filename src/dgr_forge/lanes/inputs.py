@@ -67,9 +67,9 @@ def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]
     files.append(forge.toolchains_dir / "probes.toml")
     if forge.cmake_dir.is_dir():
         files += sorted(forge.cmake_dir.glob("*.cmake"))
-    spec = plan.spec
-    if spec is not None and spec.url is None:
-        files += list(_worker_files(spec.source_dir))
+    tree = worker_tree(plan)
+    if tree is not None:
+        files += list(_worker_files(tree))
     return files
 
 

@@ -95,9 +95,8 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`); the
-    build holds the workspace lock, so git keeps its index's stat records fresh (the next
-    no-op's status reads no file)."""
+    # the build holds the workspace lock, so git keeps its index's stat records fresh
+    # (the next no-op's status reads no file)
     return trees.changes(src, refresh=True)
 
 
@@ -212,9 +211,6 @@ def observe(
 
 
 class LaneBuilder:
-    """One lane: observe, decide (`lanes.decision`), then the steps the decision asks for
-    (`lanes.steps`), recording each transition of the lane's state once."""
-
     def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
         self.ctx, self.plan = ctx, plan
         self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
@@ -249,7 +245,6 @@ class LaneBuilder:
         return Configuration(head, epoch, switches, given, args, digest)
 
     def _record(self, state: LaneState) -> None:
-        """One transition of the lane's state, written once."""
         self.state = state
         save_lane_state(self.forge, self.plan.lane, state)
 

@@ -207,7 +207,6 @@ def loaded(forge: Forge, entry: Any) -> Loaded:
 
 
 def lane_states(forge: Forge) -> dict[str, Loaded]:
-    """Every lane the file names, by name."""
     return {str(k): loaded(forge, v) for k, v in sorted(load_lanes_state(forge)["lanes"].items())}
 
 
