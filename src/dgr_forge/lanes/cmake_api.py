@@ -276,14 +276,9 @@ def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = 
 def shipped_artifacts(
     reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
 ) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact: the `shipped_roots` and the shared and
-    module libraries they depend on. An executable that is not a root (a host tool a
-    build runs, such as llama.cpp's llama-ui-embed, which it never installs) is not
-    shipped.
-
-    Targets that were not built (EXCLUDE_FROM_ALL upstream tools a worker does not link)
-    have no file on disk and are left out.
-    """
+    """(target, file) for every shipped artifact on disk (EXCLUDE_FROM_ALL upstream tools
+    a worker does not link have none): the `shipped_roots` and the shared and module
+    libraries they depend on."""
     roots = shipped_roots(reply, only, extra)
     wanted = with_dependencies(reply, tuple(sorted(roots))) if roots else set()
     out: list[tuple[Target, Path]] = []
@@ -293,7 +288,7 @@ def shipped_artifacts(
         if roots and target.name not in wanted:
             continue
         if roots and target.name not in roots and target.kind == "EXECUTABLE":
-            continue  # a tool the target's build runs (a generator) is not shipped with it
+            continue  # a tool its build runs (llama.cpp's llama-ui-embed) is not shipped
         out += [(target, path) for path in target.artifacts if path.is_file()]
     return out
 

@@ -67,10 +67,8 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
 
 
 def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
-    """`stamp` of a path worker's file `rel` (a tree the forge did not write), as git
-    stores it: a link's text, never what it points at (/dev/zero, a file outside the
-    worker); a FIFO or device is exit 2 naming it (`fsutil.read_tree_file`). None when
-    it is missing."""
+    """`stamp` of a path worker's file `rel` as `worker_file` reads it (never what a link
+    points at: /dev/zero, a file outside the worker); None when it is missing."""
     taken = time.time_ns()
     try:
         st = os.lstat(top / rel)  # before the read: a change after it moves ctime
