@@ -15,7 +15,7 @@ import pytest
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.lanes import decision, programs, stamps, truth
 from dgr_forge.lanes.decision import Decision, Snapshot, after_compile, decide
-from dgr_forge.lanes.state import LaneState, LastBuild
+from dgr_forge.lanes.state import Artifact, LaneState, LastBuild
 
 HEAD = "a" * 40
 DIGEST = "d" * 64
@@ -121,7 +121,7 @@ def test_a_changed_program_rebuilds_it_all(tmp_path: Path) -> None:
     cc.write_bytes(b"#!/bin/sh\necho one\n")
     stamp = stamps.stamp(cc)
     assert stamp is not None
-    progs = {"CMAKE_C_COMPILER": {"path": str(cc), "version": "1", "stamp": list(stamp)}}
+    progs = {"CMAKE_C_COMPILER": programs.Program(str(cc), list(stamp), version="1")}
     assert programs.changed(progs) == []
     cc.write_bytes(b"#!/bin/sh\necho two, another compiler\n")
     changed = tuple(programs.changed(progs))
@@ -251,7 +251,7 @@ def test_nothing_written_on_other_inputs_than_the_reports_means_a_fresh_build_di
 
 def test_transitions_say_what_the_next_run_must_know() -> None:
     st = state()
-    st.programs = {"CMAKE_C_COMPILER": {"path": "/usr/bin/cc", "version": "1", "stamp": []}}
+    st.programs = {"CMAKE_C_COMPILER": programs.Program("/usr/bin/cc", [], version="1")}
     assert decision.started(st, Decision("reuse", "")).in_progress == "build"
     assert decision.started(st, Decision("reconfigure", "")).in_progress == "configure"
     wiping = decision.wiping(st)
@@ -335,7 +335,9 @@ def test_an_artifact_changed_on_disk_is_found_by_its_bytes(tmp_path: Path) -> No
         time="t",
         result="ok",
         log="l",
-        artifacts=[{"name": "worker", "path": str(binary), "sha256": sha256_file(binary)}],
+        artifacts=[
+            Artifact(name="worker", kind="EXECUTABLE", path=str(binary), sha256=sha256_file(binary))
+        ],
     )
     assert truth.changed_subjects(last) == []
     binary.write_bytes(b"\x7fELF two")

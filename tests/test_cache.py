@@ -45,7 +45,12 @@ def _ws(tmp_path: Path, rel: str) -> Path:
 def test_off_means_no_launcher_and_says_so() -> None:
     setup = cache.select(doctor(), "off", "rw")
     assert setup.launcher is None and setup.env == {}
-    assert setup.record() == {"tool": None, "version": "", "backend": "none", "mode": "off"}
+    assert msgspec.to_builtins(cache.Cache.of(setup)) == {
+        "tool": None,
+        "version": "",
+        "backend": "none",
+        "mode": "off",
+    }
 
 
 @pytest.mark.parametrize("choice", ["-x", "../ccache", "ccache\0", "CCACHE", "", "x" * 5000])
@@ -103,7 +108,9 @@ def test_auto_prefers_ccache_then_sccache_when_a_remote_backend_is_set(tmp_path:
     setup = cache.select(d, "auto", environ=remote)
     assert setup.tool == "sccache"
     assert setup.backend == "local + remote redis redis://***@127.0.0.1:6379"
-    assert SECRET not in repr(setup) and SECRET not in str(setup.record())
+    assert SECRET not in repr(setup) and SECRET not in str(
+        msgspec.to_builtins(cache.Cache.of(setup))
+    )
     dist = tmp_path / "dist.toml"
     dist.write_text('[dist]\nscheduler_url = "http://127.0.0.1:10600"\n')
     setup = cache.select(d, "auto", environ=clean_env(SCCACHE_CONF=str(dist)))
@@ -116,7 +123,7 @@ def test_auto_prefers_ccache_then_sccache_when_a_remote_backend_is_set(tmp_path:
 def test_users_read_only_setting_is_never_weakened(tmp_path: Path) -> None:
     d = doctor()
     setup = cache.select(d, "ccache", "rw", environ=clean_env(CCACHE_READONLY="1"))
-    assert setup.mode == "ro" and setup.record()["mode"] == "ro"
+    assert setup.mode == "ro" and msgspec.to_builtins(cache.Cache.of(setup))["mode"] == "ro"
     env = clean_env(SCCACHE_LOCAL_RW_MODE="READ_ONLY")
     assert cache.select(d, "sccache", "rw", workspace=tmp_path, environ=env).mode == "ro"
 
@@ -134,7 +141,7 @@ def test_sccache_config_file_backend_and_dist_scheduler_are_recorded_masked(
         doctor(), "auto", "ro", workspace=tmp_path, environ=clean_env(SCCACHE_CONF=str(conf))
     )
     assert setup.tool == "sccache"  # a remote backend in its config: auto takes sccache
-    record = setup.record()
+    record = msgspec.to_builtins(cache.Cache.of(setup))
     assert record["backend"] == "local + remote webdav https://dav.example/c"
     assert record["distributed"] == "https://***@sched.example:10600"
     assert str(tmp_path) not in str(record)  # no machine path
@@ -203,7 +210,9 @@ def test_remote_storage_round_trip_through_a_loopback_server(tmp_path: Path) -> 
         env_a = clean_env(CCACHE_DIR=str(tmp_path / "local-a"), CCACHE_REMOTE_STORAGE=url)
         setup_a = cache.select(d, "ccache", "rw", workspace=a, environ=env_a)
         assert setup_a.backend == f"local + remote http://***@{host}/cache"
-        assert SECRET not in str(setup_a.record()) and SECRET not in repr(setup_a)
+        assert SECRET not in str(
+            msgspec.to_builtins(cache.Cache.of(setup_a))
+        ) and SECRET not in repr(setup_a)
         build(a, setup_a, env_a)
         assert store.count("PUT", 201) >= 10 and store.count("GET", 401) == 0
         assert len(store.objects) >= 10
@@ -311,7 +320,9 @@ def test_env_holds_only_the_caches_own_variables(tmp_path: Path) -> None:
         for mode in ("rw", "ro"):
             setup = cache.select(doctor(), tool, mode, workspace=tmp_path, environ=user)
             assert all(k.startswith(("CCACHE_", "SCCACHE_")) for k in setup.env), setup.env
-            assert SECRET not in repr(setup) and SECRET not in str(setup.record())
+            assert SECRET not in repr(setup) and SECRET not in str(
+                msgspec.to_builtins(cache.Cache.of(setup))
+            )
 
 
 @pytest.mark.parametrize("content", [None, b"\xff\xfe not utf-8", b"[cache.redis\nurl=", b"x" * 9])
@@ -376,7 +387,9 @@ def test_remote_storage_from_ccache_conf_is_found_and_masked(tmp_path: Path) -> 
     conf.write_text(f"remote_storage = http://u:{SECRET}@h:1/c|bearer-token={SECRET} redis://h2\n")
     setup = cache.select(doctor(), "ccache", "ro", environ=clean_env(CCACHE_CONFIGPATH=str(conf)))
     assert setup.backend == "local + remote http://***@h:1/c|read-only redis://h2|read-only"
-    assert SECRET not in str(setup.record()) and SECRET not in repr(setup)
+    assert SECRET not in str(msgspec.to_builtins(cache.Cache.of(setup))) and SECRET not in repr(
+        setup
+    )
 
 
 @pytest.mark.slow
@@ -396,7 +409,9 @@ def test_sccache_webdav_round_trip_and_read_only(tmp_path: Path) -> None:
         setup_a = cache.select(d, "auto", "rw", workspace=a, environ=env)
         assert setup_a.tool == "sccache"  # a remote backend: auto takes sccache
         assert setup_a.backend == f"local + remote webdav http://{host}/dav"
-        assert SECRET not in repr(setup_a) and SECRET not in str(setup_a.record())
+        assert SECRET not in repr(setup_a) and SECRET not in str(
+            msgspec.to_builtins(cache.Cache.of(setup_a))
+        )
         build(a, setup_a, env, maps=False, build_type="Release")  # its own server, writes done
         assert store.count("PUT", 201) >= 10 and store.count("GET", 401) == 0
         objects = dict(store.objects)

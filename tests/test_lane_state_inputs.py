@@ -46,10 +46,9 @@ def test_stamp_rehashes_when_content_changes_under_an_old_mtime(tmp_path: Path) 
 
 
 def test_program_changed_during_hashing_is_never_recorded_as_what_it_became() -> None:
-    progs = {"CMAKE_AR": {"path": "/bin/sh", "as": "/bin/sh", "version": "", "stamp": None}}
     stamp = stamps.stamp(Path("/bin/sh"))
     assert stamp is not None
-    progs["CMAKE_AR"]["stamp"] = [programs.CHANGED, *stamp[1:]]
+    progs = {"CMAKE_AR": programs.Program("/bin/sh", [programs.CHANGED, *stamp[1:]], "/bin/sh")}
     assert programs.changed(progs) == ["CMAKE_AR"]
 
 
@@ -131,7 +130,7 @@ def test_workspace_paths_are_kept_relative_and_read_back_here(tmp_path: Path) ->
     assert last is not None and not elsewhere
     assert last.report == str(ws / "-reports" / "cpu.intoto.jsonl")
     assert last.log == str(ws / "logs" / "build-cpu.log")
-    assert last.artifacts[0]["path"] == str(ws / "build" / "cpu" / "x")
+    assert last.artifacts[0].path == str(ws / "build" / "cpu" / "x")
     assert last.byproducts == {str(ws / "logs" / "build-cpu-1.log"): "1"}
 
     save_lane_state(forge, "cpu", state)
@@ -140,3 +139,49 @@ def test_workspace_paths_are_kept_relative_and_read_back_here(tmp_path: Path) ->
     assert str(ws) not in json.dumps(kept)  # nothing of where this workspace is
     assert kept["lanes"]["cpu"]["last_build"]["artifacts"][0]["path"] == "build/cpu/x"
     assert lane_state(forge, "cpu") == state  # read back as it was
+
+
+def test_an_entry_an_older_forge_wrote_reads_as_the_types() -> None:
+    """state.json as the forge wrote it before its records were Structs (every evidence
+    key, nulls included; artifacts, inputs and programs as plain objects) reads back as
+    the typed records, and is written again in the same shape."""
+    from dgr_forge.lanes.inputs import ReportInputs, WorkerIdentity
+    from dgr_forge.lanes.state import Artifact, LaneState
+
+    stamp = ["a" * 64, 1, 2, 3, 4, 5]
+    art = {"name": "w", "kind": "EXECUTABLE", "path": "build/cpu/w", "sha256": "b" * 64}
+    inputs = {"pin": "p", "series": "s", "recipe": "r", "worker": {"location": "u", "commit": "c"}}
+    old = {
+        "inputs_digest": "d",
+        "programs": {
+            "CMAKE_AR": {"path": "/bin/ar", "as": "/usr/bin/ar", "version": "v", "stamp": stamp}
+        },
+        "input_stamps": {"/x": stamp},
+        "last_build": {
+            "time": "t",
+            "result": "ok",
+            "report": "r.jsonl",
+            "log": "l",
+            "artifacts": [art],
+        },
+        "evidence": {
+            "report_sha256": "c" * 64,
+            "log_file": None,
+            "phase": None,
+            "signed_by": None,
+            "byproducts": {},
+            "subject_stats": {},
+            "input_digest": "w",
+            "inputs": inputs,
+        },
+    }
+    state = LaneState.from_dict(old)
+    last = state.last_build
+    assert last is not None and last.artifacts == [Artifact(**art)]
+    assert last.inputs == ReportInputs("p", "s", "r", WorkerIdentity("u", commit="c"))
+    assert state.programs["CMAKE_AR"].named == "/usr/bin/ar"
+    assert state.input_stamps == {"/x": stamp}
+    again = state.stored()
+    assert again["last_build"] == old["last_build"]
+    assert again["evidence"]["inputs"] == inputs
+    assert LaneState.from_dict(again) == state

@@ -102,6 +102,7 @@ def test_a_damaged_state_entry_keeps_its_good_fields_and_defaults_each_bad_one()
     """The rule on `LaneState` / `LastBuild` (`structs.lenient`): a field whose value does
     not decode as its type takes its default; a last build without a good time, log or
     result is none; nothing raises, whatever a hand edit left."""
+    from dgr_forge.lanes.inputs import ReportInputs
     from dgr_forge.lanes.state import LaneState
 
     last = {"time": "t", "result": "ok", "log": "logs/build-cpu.log", "report": 7,
@@ -117,8 +118,8 @@ def test_a_damaged_state_entry_keeps_its_good_fields_and_defaults_each_bad_one()
     got = state.last_build
     assert got is not None and (got.time, got.result, got.report) == ("t", "ok", None)
     assert got.byproducts == {}  # one bad digest: the field is its default, as a whole
-    assert got.subject_stats == {"x": [1, 2, 3, 4, 5]} and got.inputs == {"pin": "p"}
-    assert got.artifacts == [{"name": "w"}]
+    assert got.subject_stats == {"x": [1, 2, 3, 4, 5]} and got.inputs == ReportInputs(pin="p")
+    assert got.artifacts == []  # an artifact without its kind, path and digest: the default
     bad_stats = {**last, "subject_stats": {"x": [1, 2, 3]}}
     assert LaneState.from_dict({"last_build": bad_stats}).last_build.subject_stats == {}  # type: ignore[union-attr]
     for broken in ({**last, "time": 5}, {k: v for k, v in last.items() if k != "log"}, []):

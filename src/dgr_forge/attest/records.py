@@ -75,7 +75,7 @@ class LaneBuild(Struct):
     artifacts: list[Artifact] = field(default_factory=list)
     toolchain_file: str | None = None  # relative to the forge root
     toolchain_sha256: str | None = None
-    cache: dict[str, Any] | None = None  # CacheSetup.record(): tool, version, backend, mode
+    cache: dict[str, Any] | None = None  # cache.select.Cache: tool, version, backend, mode
     # absolute machine paths -> named placeholders (tools, an outside worker), so the
     # statement never carries a path of the building machine
     placeholders: dict[str, str] = field(default_factory=dict)

@@ -2,14 +2,14 @@
 
 `select()` is the one place that decides; `build` passes `CacheSetup.launcher` to CMake as
 the compiler launcher and `CacheSetup.env` to the configure and build processes, and the
-report records `CacheSetup.record()`.
+report records `Cache.of(setup)`.
 
 * Path independence: the cache's base directory is the workspace (or its common parent
   with the forge root), so with `build`'s `-ffile-prefix-map` two workspaces at different
   paths hash alike and share hits.
 * Remote storage is the tool's own: ccache's `CCACHE_REMOTE_STORAGE` / `remote_storage`,
   sccache's `SCCACHE_*` backend variables or config file. The forge passes them through the
-  environment and only ever shows them masked (`record()`, `doctor`).
+  environment and only ever shows them masked (`Cache`, `doctor`).
 * `mode="ro"` reads the cache and never writes it (ccache `read_only` and `|read-only` on
   each remote; sccache `READ_ONLY` for the local disk and every backend), so a build that
   signs can use a shared cache nobody it does not trust can have written to through it.
@@ -47,44 +47,25 @@ MODES = ("rw", "ro")
 TOOLS = ("ccache", "sccache")
 INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 
-# sccache's remote backends: the variable that turns each on (sccache's own names)
-_SCCACHE_BACKENDS: tuple[tuple[str, str], ...] = (
-    ("SCCACHE_REDIS_ENDPOINT", "redis"),
-    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis"),
-    ("SCCACHE_REDIS", "redis"),
-    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached"),
-    ("SCCACHE_MEMCACHED", "memcached"),
-    ("SCCACHE_BUCKET", "s3"),
-    ("SCCACHE_GCS_BUCKET", "gcs"),
-    ("SCCACHE_AZURE_CONNECTION_STRING", "azure"),
-    ("SCCACHE_WEBDAV_ENDPOINT", "webdav"),
-    ("SCCACHE_GHA_ENABLED", "gha"),
-    ("SCCACHE_OSS_BUCKET", "oss"),
-    ("SCCACHE_COS_BUCKET", "cos"),
+# sccache's remote backends: the variable that turns each on (sccache's own names), and
+# whether its value names a place (shown masked; the others only say which backend is on)
+_SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
+    ("SCCACHE_REDIS_ENDPOINT", "redis", True),
+    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
+    ("SCCACHE_REDIS", "redis", True),
+    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
+    ("SCCACHE_MEMCACHED", "memcached", True),
+    ("SCCACHE_BUCKET", "s3", True),
+    ("SCCACHE_GCS_BUCKET", "gcs", True),
+    ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True),
+    ("SCCACHE_GHA_ENABLED", "gha", False),
+    ("SCCACHE_OSS_BUCKET", "oss", True),
+    ("SCCACHE_COS_BUCKET", "cos", True),
 )
-# values that name a place (shown masked); the others only say which backend is on
-_SCCACHE_SHOWN = {
-    "SCCACHE_REDIS_ENDPOINT",
-    "SCCACHE_REDIS",
-    "SCCACHE_MEMCACHED_ENDPOINT",
-    "SCCACHE_MEMCACHED",
-    "SCCACHE_BUCKET",
-    "SCCACHE_GCS_BUCKET",
-    "SCCACHE_WEBDAV_ENDPOINT",
-    "SCCACHE_OSS_BUCKET",
-    "SCCACHE_COS_BUCKET",
-}
-_SCCACHE_RW_MODES = (
-    "SCCACHE_LOCAL_RW_MODE",
-    "SCCACHE_REDIS_RW_MODE",
-    "SCCACHE_MEMCACHED_RW_MODE",
-    "SCCACHE_S3_RW_MODE",
-    "SCCACHE_GCS_RW_MODE",
-    "SCCACHE_AZURE_RW_MODE",
-    "SCCACHE_WEBDAV_RW_MODE",
-    "SCCACHE_GHA_RW_MODE",
-    "SCCACHE_OSS_RW_MODE",
-    "SCCACHE_COS_RW_MODE",
+_SCCACHE_RW_MODES = tuple(
+    f"SCCACHE_{kind}_RW_MODE"
+    for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
 )
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
@@ -106,18 +87,15 @@ class CacheSetup(Struct, frozen=True):
     def __repr__(self) -> str:  # the environments never shown
         return repr_without(self, frozenset({"env", "server_env"}))
 
-    def record(self) -> dict[str, Any]:
-        """What the signed report says about the cache (never a credential, never a path;
-        the launcher itself is the report's `compilerLauncher`)."""
-        out: dict[str, Any] = {
-            "tool": self.tool,
-            "version": self.version,
-            "backend": self.backend,
-            "mode": self.mode,
-        }
-        if self.distributed:
-            out["distributed"] = self.distributed
-        return out
+
+class Distributed(Struct, kw_only=True):
+    """what ran on the sccache-dist pool in this build"""
+
+    scheduler: Annotated[str, d("the scheduler, masked")]
+    remote_compiles: Annotated[int | None, d("compiles run on the pool")] = field(
+        name="remoteCompiles"
+    )
+    local_compiles: Annotated[int | None, d("compiles run here")] = field(name="localCompiles")
 
 
 class Cache(Struct, kw_only=True):
@@ -134,7 +112,7 @@ class Cache(Struct, kw_only=True):
     ] = UNSET
     misses: Annotated[int | UnsetType | None, d("this build's cache misses (with a cache)")] = UNSET
     distributed: Annotated[
-        dict[str, Any] | str | UnsetType | None,
+        Distributed | str | UnsetType | None,
         d(
             "with an sccache-dist scheduler: after a compile `scheduler` (masked), "
             "`remoteCompiles`, `localCompiles`; before one (a lane that stopped earlier), the "
@@ -142,12 +120,27 @@ class Cache(Struct, kw_only=True):
         ),
     ] = UNSET
 
+    @classmethod
+    def of(cls, setup: CacheSetup) -> Cache:
+        """What the signed report says about the cache before a compile (never a
+        credential, never a path: the launcher is the report's `compilerLauncher`)."""
+        return cls(
+            tool=setup.tool,
+            version=setup.version,
+            backend=setup.backend,
+            mode=setup.mode,
+            distributed=setup.distributed or UNSET,
+        )
+
 
 OFF = CacheSetup()
 
 
-def check_choice(choice: str, mode: str, where: str = "--cache") -> None:
-    """BadInput (exit 2) for a cache or mode that is not one of the known words."""
+def check_choice(
+    choice: str, mode: str, where: str = "--cache", mode_where: str = "--cache-mode"
+) -> None:
+    """BadInput (exit 2) for a cache or mode that is not one of the known words, naming
+    where it came from."""
     if choice not in CHOICES:
         raise BadInput(
             f"{where} {choice!r}: not a compiler cache choice",
@@ -156,7 +149,7 @@ def check_choice(choice: str, mode: str, where: str = "--cache") -> None:
         )
     if mode not in MODES:
         raise BadInput(
-            f"{where}-mode {mode!r}: not a cache mode",
+            f"{mode_where} {mode!r}: not a cache mode",
             hint="use rw (read and write) or ro (read only) (flag --cache-mode or DGR_CACHE_MODE)",
             details={"cache_mode": mode},
         )
@@ -412,10 +405,10 @@ def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
 
 def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     """The remote backend sccache will use, masked; None when only the local disk."""
-    for var, kind in _SCCACHE_BACKENDS:
+    for var, kind, shown in _SCCACHE_BACKENDS:
         value = environ.get(var, "").strip()
         if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
-            if var in _SCCACHE_SHOWN:
+            if shown:
                 return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
             return kind
     caches = sccache_config(environ).get("cache")

@@ -19,7 +19,6 @@ compiles ran on the pool and how many here.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import selectors
 import struct
@@ -28,12 +27,13 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated
 
-from msgspec import Struct, field
+import msgspec
+from msgspec import Meta, Struct, field
 
 from dgr_forge.cache import dist as sccache_dist
-from dgr_forge.cache.select import CacheSetup, sccache_config
+from dgr_forge.cache.select import Cache, CacheSetup, Distributed, sccache_config
 from dgr_forge.core import proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
@@ -55,7 +55,7 @@ class CacheSession(Struct):
     own_server: bool = False  # we started it (on our socket) and stop it
     dist: sccache_dist.DistCheck | None = None
     warned: bool = False
-    _before: dict[str, Any] = field(default_factory=dict)
+    _before: tuple[int, int, int, int] = (0, 0, 0, 0)
     _statslog: Path | None = None
     _server: subprocess.Popen[bytes] | None = None
 
@@ -73,40 +73,40 @@ class CacheSession(Struct):
             statslog.write_bytes(b"")  # this lane's compiles only
             return {"CCACHE_STATSLOG": str(self._statslog)}
         if self.setup.tool == "sccache":
-            self._before = self._sccache_stats() or {}
+            self._before = self._sccache_counts() or (0, 0, 0, 0)
         return {}
 
-    def figures(self) -> dict[str, Any]:
-        """This lane's `hits` and `misses` (and with a scheduler `distributed`: remote and
-        local compiles); {} without a cache, None for a count the tool would not give."""
+    def figures(self) -> Cache | None:
+        """The cache with this lane's `hits` and `misses` (and with a scheduler what ran
+        on the pool and here); None without a cache, None for a count the tool would not
+        give."""
+        base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
-            return _ccache_figures(self.setup, self.env, self._statslog)
+            hits, misses = _ccache_figures(self.setup, self.env, self._statslog)
+            return msgspec.structs.replace(base, hits=hits, misses=misses)
         if self.setup.tool != "sccache":
-            return {}
-        after = self._sccache_stats()
+            return None
+        after = self._sccache_counts()
         # hits, misses, pool compiles, compiles: this lane's, since `begin`
         done = None if after is None else [max(0, a - b) for a, b in zip(
-            _numbers(after), _numbers(self._before), strict=True
+            after, self._before, strict=True
         )]  # fmt: skip
-        fig: dict[str, Any] = {
-            "hits": done[0] if done else None,
-            "misses": done[1] if done else None,
-        }
+        used = msgspec.structs.replace(
+            base, hits=done[0] if done else None, misses=done[1] if done else None
+        )
         if self.setup.distributed:
             remote = done[2] if done else None
             local = max(0, done[3] - done[2]) if done else None
-            fig["distributed"] = {
-                "scheduler": self.setup.distributed,
-                "remoteCompiles": remote,
-                "localCompiles": local,
-            }
+            used.distributed = Distributed(
+                scheduler=self.setup.distributed, remote_compiles=remote, local_compiles=local
+            )
             if local and not remote and not self.warned and self.out is not None:
                 self.warned = True
                 self.out.warn(
                     f"sccache-dist: none of {local} compile(s) ran on the pool "
                     f"({self.setup.distributed}); they ran locally"
                 )
-        return fig
+        return used
 
     # -- the server
 
@@ -117,15 +117,18 @@ class CacheSession(Struct):
         except (OSError, subprocess.TimeoutExpired):
             return None
 
-    def _sccache_stats(self) -> dict[str, Any] | None:
+    def _sccache_counts(self) -> tuple[int, int, int, int] | None:
+        """sccache's counters a lane's figures come from: hits, misses, pool compiles,
+        compiles."""
         done = self._run("--show-stats", "--stats-format=json")
         if done is None or done.returncode != 0:
             return None
         try:
-            stats = json.loads(done.stdout).get("stats")
-        except (ValueError, AttributeError):
+            stats = msgspec.json.decode(done.stdout, type=_Shown).stats
+        except msgspec.DecodeError:
             return None
-        return stats if isinstance(stats, dict) else None
+        hits, misses = (sum(c.counts.values()) for c in (stats.cache_hits, stats.cache_misses))
+        return hits, misses, sum(stats.dist_compiles.values()), stats.compilations
 
     def start(self) -> None:
         sock = self.setup.env.get("SCCACHE_SERVER_UDS")
@@ -233,27 +236,29 @@ def open_cache_session(
 # ----------------------------------------------------------------------------- reading
 
 
-def _dict(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
+Count = Annotated[int, Meta(ge=0)]
 
 
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+class _Counts(Struct):
+    counts: dict[str, Count] = field(default_factory=dict)  # per language
 
 
-def _numbers(stats: dict[str, Any]) -> tuple[int, int, int, int]:
-    """sccache's counters a lane's figures come from: hits, misses, pool compiles, compiles."""
+class _Stats(Struct):
+    """The counters of `sccache --show-stats --stats-format=json` a lane's figures use."""
 
-    def total(value: object) -> int:
-        return sum(_int(v) for v in _dict(value).values())
-
-    hits, misses = (
-        total(_dict(stats.get(k)).get("counts")) for k in ("cache_hits", "cache_misses")
-    )
-    return hits, misses, total(stats.get("dist_compiles")), _int(stats.get("compilations"))
+    cache_hits: _Counts = field(default_factory=_Counts)
+    cache_misses: _Counts = field(default_factory=_Counts)
+    dist_compiles: dict[str, Count] = field(default_factory=dict)  # per server
+    compilations: Count = 0
 
 
-def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dict[str, Any]:
+class _Shown(Struct):
+    stats: _Stats
+
+
+def _ccache_figures(
+    setup: CacheSetup, env: Mapping[str, str], log: Path
+) -> tuple[int | None, int | None]:
     assert setup.launcher
     try:
         done = proc.capture(
@@ -264,14 +269,14 @@ def _ccache_figures(setup: CacheSetup, env: Mapping[str, str], log: Path) -> dic
     except (OSError, subprocess.TimeoutExpired):
         done = None
     if done is None or done.returncode != 0:
-        return {"hits": None, "misses": None}
+        return None, None
     counters: dict[str, int] = {}
     for line in done.stdout.splitlines():
         key, _, value = line.partition("\t")
         if value.strip().isdigit():
             counters[key] = int(value)
     hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
-    return {"hits": hits, "misses": counters.get("cache_miss", 0)}
+    return hits, counters.get("cache_miss", 0)
 
 
 def _await_either(listener: socket.socket, pid: int) -> bool:
@@ -309,14 +314,13 @@ def _clean(text: str, env: Mapping[str, str]) -> str:
     return mask_text(" ".join(text.split()))[:400]
 
 
-def describe(record: Mapping[str, Any]) -> str:
+def describe(used: Cache) -> str:
     """One line for a person: what the cache did in this lane's build."""
-    hits, misses = record.get("hits"), record.get("misses")
-    line = f"compiler cache {record.get('tool')}: {hits} hit(s), {misses} miss(es)"
-    dist = record.get("distributed")
-    if isinstance(dist, dict):
+    line = f"compiler cache {used.tool}: {used.hits} hit(s), {used.misses} miss(es)"
+    dist = used.distributed
+    if isinstance(dist, Distributed):
         line += (
-            f"; {dist.get('remoteCompiles')} compile(s) on the pool ({dist.get('scheduler')}), "
-            f"{dist.get('localCompiles')} here"
+            f"; {dist.remote_compiles} compile(s) on the pool ({dist.scheduler}), "
+            f"{dist.local_compiles} here"
         )
     return line

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from msgspec import UNSET, Struct, UnsetType
+from msgspec import UNSET, Struct, UnsetType, to_builtins
 
 from dgr_forge.attest.keys import PublicKey
 from dgr_forge.certify import records
@@ -91,7 +91,7 @@ def overview(
         doctor,
         {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()},
     )
-    runs = records.entries(forge, recipes, m, trusted, worker_identity(spec), tools)
+    runs = records.entries(forge, recipes, m, trusted, to_builtins(worker_identity(spec)), tools)
     state = lane_states(forge)
     rows: list[LaneRow] = []
     for name, recipe in recipes.items():

@@ -65,7 +65,7 @@ class Inputs:
     def bound(self) -> tuple[Mapping[str, Any] | None, dict[str, dict[str, str]] | None]:
         """The worker's identity and the host's tools per lane, as a record binds them."""
         tools = tool_versions(self.doctor, self.recipes) if self.doctor is not None else None
-        return worker_identity(self.worker), tools
+        return msgspec.to_builtins(worker_identity(self.worker)), tools
 
 
 def _result(

@@ -123,30 +123,24 @@ def _targets(build_dir: Path) -> list[_Target]:
     top, docs = cmake_api.target_documents(build_dir)
     out = []
     for doc in docs:
-        paths = doc.get("paths") or {}
-        src = Path(str(paths.get("source", ".")))
-        bld = str(paths.get("build", "."))
-        graph = doc.get("backtraceGraph") or {}
-        nodes, commands = graph.get("nodes") or [], graph.get("commands") or []
+        nodes, commands = doc.backtrace_graph.nodes, doc.backtrace_graph.commands
         includes = []
-        for group in doc.get("compileGroups") or []:
-            for inc in group.get("includes") or []:
-                node = nodes[inc["backtrace"]] if isinstance(inc.get("backtrace"), int) else {}
-                cmd = node.get("command") if isinstance(node, dict) else None
-                by = commands[cmd] if isinstance(cmd, int) and cmd < len(commands) else ""
-                includes.append((Path(os.path.realpath(inc["path"])), str(by)))
+        for group in doc.compile_groups:
+            for inc in group.includes:
+                cmd = nodes[inc.backtrace].command if inc.backtrace is not None else None
+                by = commands[cmd] if cmd is not None and cmd < len(commands) else ""
+                includes.append((Path(os.path.realpath(inc.path)), by))
+        bld = doc.paths.build
         objects = "CMakeFiles" if bld == "." else f"{bld}/CMakeFiles"
         out.append(
             _Target(
-                name=str(doc["name"]),
-                source=Path(os.path.realpath(top / src)),
-                objects=f"{objects}/{doc['name']}.dir/",
-                compiled=sum(1 for s in doc.get("sources") or [] if "compileGroupIndex" in s),
+                name=doc.name,
+                source=Path(os.path.realpath(top / doc.paths.source)),
+                objects=f"{objects}/{doc.name}.dir/",
+                compiled=sum(1 for s in doc.sources if s.compile_group is not None),
                 includes=tuple(includes),
-                depends=tuple(
-                    str(x.get("id", "")).split("::")[0] for x in doc.get("dependencies") or []
-                ),
-                artifact=Path(str((doc.get("artifacts") or [{}])[0].get("path", ""))).name,
+                depends=tuple(x.id.split("::")[0] for x in doc.dependencies),
+                artifact=Path(doc.artifacts[0].path).name if doc.artifacts else "",
             )
         )
     return out
@@ -242,10 +236,6 @@ class _Symbols(Struct):
     strong: set[str]  # global, not weak
 
 
-def _import_reader() -> None:
-    import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
-
-
 def preload() -> None:
     """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
     waits on it): a worker's check then finds it imported. A failed import is left for
@@ -259,7 +249,7 @@ def _preload_quietly() -> None:
     import contextlib
 
     with contextlib.suppress(Exception):  # the check imports it again, and says why
-        _import_reader()
+        import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
 
 
 def _elf_symbols(path: Path) -> _Symbols | None:

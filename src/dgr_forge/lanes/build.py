@@ -1,21 +1,7 @@
 """`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane.
 
-For each lane: refuse before creating anything when the host lacks what the recipe
-needs; otherwise plan the lane (`lanes.plan`), then `LaneBuilder` observes what is there
-(`observe`), decides what to do (`lanes.decision`: reuse, compile, reconfigure, rebuild,
-refuse, with the reason) and runs the steps the decision asks for (`lanes.steps`:
-configure with a CMake File API query, compile with Ninja, collect artifacts through the
-File API reply, sign the report), recording each transition of the lane's state in
-`<workspace>/state.json` once.
-
-Incremental, but never at the cost of truth: a digest of everything configure depends on
-is kept per lane. When it matches (and the patched tree is where we left it, with
-nothing untracked or modified), fetch, patch and configure are skipped and only Ninja
-runs, and not even Ninja when the lane's whole input is the last report's. The last
-report is handed back only when its whole input is this build's, the last build
-completed, every subject still re-hashes to its digest (after whatever Ninja ran), every
-byproduct too, and it was signed by the key asked for now; a changed artifact is removed
-so Ninja rebuilds it (the report handed back when it is the same bytes again).
+Everything that can refuse does so before the workspace is touched; then each lane is a
+`LaneBuilder` (`lanes.lane_build`), whose decision (`lanes.decision`) says what runs.
 """
 
 from __future__ import annotations
@@ -36,10 +22,7 @@ from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.build_options import BuildOptions
 from dgr_forge.lanes.lane_build import BuildContext, LaneBuilder, LaneResult
-from dgr_forge.lanes.plan import (
-    plan_lane,
-    refuse_unbuildable,
-)
+from dgr_forge.lanes.plan import plan_lane, refuse_unbuildable
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -92,12 +75,10 @@ def build(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
 ) -> BuildResult:
-    """Build each lane `opts` asks for. The caller (the command context) holds the
-    workspace lock, refused during a rebase, and loaded the manifest, recipes, host probes
-    and worker under it: what is built is what is signed."""
+    """Build each lane `opts` asks for. The caller holds the workspace lock, and loaded
+    the manifest, recipes, host probes and worker under it: what is built is what is
+    signed."""
     selected = select(recipes, list(opts.lanes))
-
-    # Everything that can refuse does so here, before the workspace is touched.
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
     for name in ("cmake", "ninja"):
         if not doctor.tool(name).found:

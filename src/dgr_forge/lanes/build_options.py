@@ -47,21 +47,14 @@ class BuildOptions(Struct, frozen=True):
         env = os.environ if environ is None else environ
         if jobs is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
-        choice, where = (cache, "--cache") if cache is not None else (None, "DGR_CACHE")
-        choice = choice or env.get("DGR_CACHE") or "auto"
-        if choice not in cache_mod.CHOICES:
-            raise BadInput(
-                f"{where} {choice!r}: not a cache choice",
-                hint=f"use one of {', '.join(cache_mod.CHOICES)} (or DGR_CACHE)",
-            )
-        mode, where = (cache_mode, "--cache-mode") if cache_mode is not None else (None, "")
-        where = where or "DGR_CACHE_MODE"
-        mode = mode or env.get("DGR_CACHE_MODE") or "rw"
-        if mode not in cache_mod.MODES:
-            raise BadInput(
-                f"{where} {mode!r}: not a cache mode",
-                hint=f"use one of {', '.join(cache_mod.MODES)} (or DGR_CACHE_MODE)",
-            )
+        choice = cache or env.get("DGR_CACHE") or "auto"
+        mode = cache_mode or env.get("DGR_CACHE_MODE") or "rw"
+        cache_mod.check_choice(
+            choice,
+            mode,
+            "--cache" if cache is not None else "DGR_CACHE",
+            "--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
+        )
         return cls(
             lanes=tuple(lanes) or ("cpu",),
             worker=worker,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
-from msgspec import Struct
+import msgspec
+from msgspec import Struct, field
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text
@@ -37,10 +38,10 @@ class Target(Struct, frozen=True):
 
 
 class Compiler(Struct, frozen=True):
-    language: str
-    path: str
-    id: str
-    version: str
+    language: str = "?"
+    path: str = ""
+    id: str = ""
+    version: str = ""
 
 
 class Reply(Struct, frozen=True):
@@ -48,6 +49,122 @@ class Reply(Struct, frozen=True):
     targets: tuple[Target, ...]
     cache: dict[str, str]
     compilers: tuple[Compiler, ...]
+
+
+# -- the reply documents as cmake-file-api(7) writes them, the fields the forge reads
+
+
+class _Response(Struct):
+    kind: str = ""
+    json_file: str | None = field(default=None, name="jsonFile")
+
+
+class _Query(Struct):
+    responses: list[_Response] = field(default_factory=list)
+
+
+class _Client(Struct):
+    query: _Query = field(default_factory=_Query, name="query.json")
+
+
+class _Replies(Struct):
+    client: _Client = field(default_factory=_Client, name=CLIENT)
+
+
+class _Version(Struct):
+    string: str = ""
+
+
+class _CMake(Struct):
+    version: _Version = field(default_factory=_Version)
+
+
+class _Index(Struct):
+    cmake: _CMake = field(default_factory=_CMake)
+    reply: _Replies = field(default_factory=_Replies)
+
+
+class Paths(Struct):
+    source: str = "."
+    build: str = "."
+
+
+class _Ref(Struct):
+    json_file: str = field(name="jsonFile")
+    id: str = ""
+    name: str = ""
+
+
+class _Configuration(Struct):
+    targets: list[_Ref] = field(default_factory=list)
+
+
+class _Codemodel(Struct):
+    paths: Paths
+    configurations: list[_Configuration] = field(default_factory=list)
+
+
+class Dependency(Struct):
+    id: str = ""
+
+
+class ArtifactPath(Struct):
+    path: str
+
+
+class Include(Struct):
+    path: str
+    backtrace: int | None = None
+
+
+class CompileGroup(Struct):
+    includes: list[Include] = field(default_factory=list)
+
+
+class Source(Struct):
+    compile_group: int | None = field(default=None, name="compileGroupIndex")
+
+
+class Node(Struct):
+    command: int | None = None
+
+
+class BacktraceGraph(Struct):
+    nodes: list[Node] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+
+
+class TargetDoc(Struct):
+    """A target's own reply document (its compile groups, include directories and their
+    backtraces: `lanes.boundary`)."""
+
+    name: str
+    type: str
+    paths: Paths = field(default_factory=Paths)
+    artifacts: list[ArtifactPath] = field(default_factory=list)
+    dependencies: list[Dependency] = field(default_factory=list)
+    install: object = None
+    compile_groups: list[CompileGroup] = field(default_factory=list, name="compileGroups")
+    sources: list[Source] = field(default_factory=list)
+    backtrace_graph: BacktraceGraph = field(default_factory=BacktraceGraph, name="backtraceGraph")
+
+
+class _Entry(Struct):
+    name: str
+    value: str
+
+
+class _Cache(Struct):
+    entries: list[_Entry] = field(default_factory=list)
+
+
+class _Toolchain(Struct):
+    language: str = "?"
+    compiler: Compiler = field(default_factory=Compiler)
+
+
+class _Toolchains(Struct):
+    toolchains: list[_Toolchain] = field(default_factory=list)
 
 
 def query_dir(build_dir: Path) -> Path:
@@ -62,17 +179,22 @@ def write_query(build_dir: Path) -> None:
         atomic_write_text(path, text)
 
 
-def _load(path: Path) -> Any:
+T = TypeVar("T", bound=Struct)
+
+
+def _load(path: Path, kind: type[T]) -> T:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
+        return msgspec.json.decode(path.read_bytes(), type=kind)
+    except (OSError, msgspec.DecodeError) as err:
         raise OperationFailed(
             f"{path}: unreadable CMake File API reply: {err}",
             hint="re-run the build; if it persists delete the lane's build directory",
         ) from None
 
 
-def read_reply(build_dir: Path) -> Reply:
+def _codemodel(build_dir: Path) -> tuple[Path, _Index, dict[str, Path], _Codemodel]:
+    """The reply directory, the newest index, this client's reply files by kind and the
+    codemodel."""
     reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
     indexes = sorted(reply_dir.glob("index-*.json"))  # names sort by time: last is newest
     if not indexes:
@@ -80,74 +202,45 @@ def read_reply(build_dir: Path) -> Reply:
             f"{reply_dir}: no CMake File API reply",
             hint="CMake 3.14+ writes it during configure; re-run the build",
         )
-    index = _load(indexes[-1])
-    responses = index.get("reply", {}).get(CLIENT, {}).get("query.json", {}).get("responses", [])
-    files: dict[str, Path] = {}
-    for response in responses:
-        if "jsonFile" in response:
-            files[response["kind"]] = reply_dir / response["jsonFile"]
+    index = _load(indexes[-1], _Index)
+    responses = index.reply.client.query.responses
+    files = {r.kind: reply_dir / r.json_file for r in responses if r.json_file is not None}
     missing = [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]
     if missing:
         raise OperationFailed(
             f"CMake File API reply lacks {', '.join(missing)}",
             hint="the CMake in use is too old (3.20+ needed for toolchains-v1)",
         )
+    return reply_dir, index, files, _load(files["codemodel"], _Codemodel)
 
-    codemodel = _load(files["codemodel"])
-    source_build = Path(codemodel["paths"]["build"])
+
+def _refs(model: _Codemodel) -> list[_Ref]:
+    return model.configurations[0].targets if model.configurations else []
+
+
+def read_reply(build_dir: Path) -> Reply:
+    reply_dir, index, files, codemodel = _codemodel(build_dir)
+    source_build = Path(codemodel.paths.build)
+    refs = _refs(codemodel)
+    names = {ref.id: ref.name for ref in refs}
     targets: list[Target] = []
-    configs = codemodel.get("configurations", [])
-    refs = configs[0].get("targets", []) if configs else []
-    names = {ref.get("id"): ref.get("name") for ref in refs}
     for ref in refs:
-        data = _load(reply_dir / ref["jsonFile"])
-        artifacts = []
-        for art in data.get("artifacts", []):
-            p = Path(art["path"])
-            artifacts.append(p if p.is_absolute() else source_build / p)
-        depends = tuple(
-            str(names[d["id"]]) for d in data.get("dependencies", []) if d.get("id") in names
-        )
-        installed = isinstance(data.get("install"), dict)
-        targets.append(Target(data["name"], data["type"], tuple(artifacts), depends, installed))
-
-    cache_data = _load(files["cache"])
-    cache = {e["name"]: e["value"] for e in cache_data.get("entries", [])}
-
-    toolchains = _load(files["toolchains"])
-    compilers = []
-    for tc in toolchains.get("toolchains", []):
-        comp = tc.get("compiler", {})
-        compilers.append(
-            Compiler(
-                language=tc.get("language", "?"),
-                path=comp.get("path", ""),
-                id=comp.get("id", ""),
-                version=comp.get("version", ""),
-            )
-        )
-    version = index.get("cmake", {}).get("version", {}).get("string", "")
-    return Reply(version, tuple(targets), cache, tuple(compilers))
+        data = _load(reply_dir / ref.json_file, TargetDoc)
+        artifacts = [source_build / a.path for a in data.artifacts]  # an absolute one stays
+        depends = tuple(names[d.id] for d in data.dependencies if d.id in names)
+        installed = isinstance(data.install, dict)
+        targets.append(Target(data.name, data.type, tuple(artifacts), depends, installed))
+    cache = {e.name: e.value for e in _load(files["cache"], _Cache).entries}
+    tcs = _load(files["toolchains"], _Toolchains).toolchains
+    compilers = tuple(msgspec.structs.replace(tc.compiler, language=tc.language) for tc in tcs)
+    return Reply(index.cmake.version.string, tuple(targets), cache, compilers)
 
 
-def target_documents(build_dir: Path) -> tuple[Path, list[dict[str, Any]]]:
-    """The codemodel's top source directory and each target's own reply document (its
-    compile groups, include directories and their backtraces: `lanes.boundary`)."""
-    reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
-    indexes = sorted(reply_dir.glob("index-*.json"))
-    if not indexes:
-        raise OperationFailed(f"{reply_dir}: no CMake File API reply", hint="re-run the build")
-    responses = _load(indexes[-1]).get("reply", {}).get(CLIENT, {}).get("query.json", {})
-    codemodel = next(
-        (r for r in responses.get("responses", []) if r.get("kind") == "codemodel"), None
-    )
-    if codemodel is None or "jsonFile" not in codemodel:
-        raise OperationFailed(f"{reply_dir}: the reply has no codemodel", hint="re-run the build")
-    model = _load(reply_dir / codemodel["jsonFile"])
-    configs = model.get("configurations", [])
-    refs = configs[0].get("targets", []) if configs else []
-    top = Path(model["paths"]["source"])
-    return top, [_load(reply_dir / ref["jsonFile"]) for ref in refs]
+def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
+    """The codemodel's top source directory and each target's own reply document."""
+    reply_dir, _, _, model = _codemodel(build_dir)
+    docs = [_load(reply_dir / ref.json_file, TargetDoc) for ref in _refs(model)]
+    return Path(model.paths.source), docs
 
 
 def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
@@ -183,14 +276,9 @@ def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = 
 def shipped_artifacts(
     reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
 ) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact: the `shipped_roots` and the shared and
-    module libraries they depend on. An executable that is not a root (a host tool a
-    build runs, such as llama.cpp's llama-ui-embed, which it never installs) is not
-    shipped.
-
-    Targets that were not built (EXCLUDE_FROM_ALL upstream tools a worker does not link)
-    have no file on disk and are left out.
-    """
+    """(target, file) for every shipped artifact on disk (EXCLUDE_FROM_ALL upstream tools
+    a worker does not link have none): the `shipped_roots` and the shared and module
+    libraries they depend on."""
     roots = shipped_roots(reply, only, extra)
     wanted = with_dependencies(reply, tuple(sorted(roots))) if roots else set()
     out: list[tuple[Target, Path]] = []
@@ -200,7 +288,7 @@ def shipped_artifacts(
         if roots and target.name not in wanted:
             continue
         if roots and target.name not in roots and target.kind == "EXECUTABLE":
-            continue  # a tool the target's build runs (a generator) is not shipped with it
+            continue  # a tool its build runs (llama.cpp's llama-ui-embed) is not shipped
         out += [(target, path) for path in target.artifacts if path.is_file()]
     return out
 

@@ -6,9 +6,9 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from msgspec import Struct
+from msgspec import Struct, to_builtins
 
 from dgr_forge.attest.records import Artifact, LaneBuild, LinkInput, PatchInput, Tool
 from dgr_forge.core import gitutil
@@ -20,9 +20,12 @@ from dgr_forge.lanes.stamps import RACY_NS
 from dgr_forge.upstream.manifest import read_raw
 
 if TYPE_CHECKING:
+    from dgr_forge.cache.select import Cache
     from dgr_forge.core.forge import Forge
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.lanes.programs import Program
+    from dgr_forge.lanes.stamps import Stamp
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 
@@ -67,7 +70,7 @@ def tools(
     doctor: Doctor,
     reply: cmake_api.Reply,
     launcher: str | None,
-    progs: dict[str, dict[str, Any]],
+    progs: dict[str, Program],
 ) -> tuple[list[Tool], dict[str, str]]:
     """Toolchain versions (compilers from the File API, the rest from the probes) and the
     placeholders that stand for their machine paths in the statement."""
@@ -85,9 +88,9 @@ def tools(
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
     found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    spec = plan.spec
-    if spec is not None and spec.url is None:
-        placeholders.setdefault(str(spec.source_dir), "${DGR_WORKER}")
+    tree = inputs.worker_tree(plan)
+    if tree is not None:
+        placeholders.setdefault(str(tree), "${DGR_WORKER}")
     return found, placeholders
 
 
@@ -102,28 +105,29 @@ def _probed_version(path: str) -> str:
 
 
 def _with_programs(
-    found: list[Tool], progs: dict[str, dict[str, Any]], compilers: dict[str, cmake_api.Compiler]
+    found: list[Tool], progs: dict[str, Program], compilers: dict[str, cmake_api.Compiler]
 ) -> list[Tool]:
     """Every program configure resolved (`lanes.programs`), with the sha256 stamped then:
     a tool already listed gets it, the others (archiver, linker, GCC's cc1plus, as, ld)
     are added by name, version and sha256."""
-    by_path = {p.get("as", p["path"]): p for p in progs.values()}
+    by_path = {p.named: p for p in progs.values()}
     out = []
     for tool in found:
         p = by_path.get(tool.path)
-        out.append(Tool(tool.name, tool.path, tool.version, p["stamp"][0]) if p else tool)
+        out.append(Tool(tool.name, tool.path, tool.version, p.stamp[0]) if p else tool)
     listed = {t.path for t in out}
     for name, p in sorted(progs.items()):
-        if p.get("as", p["path"]) in listed or name == "launcher":
+        if p.named in listed or name == "launcher":
             continue
-        owner = compilers.get(progs.get(name.split(":")[0], {}).get("as", ""))
+        driver = progs.get(name.split(":")[0])
+        owner = compilers.get(driver.named) if driver else None
         version = (
-            p.get("version")
+            p.version
             or (f"{owner.id} {owner.version}".strip() if owner else "")
-            or _probed_version(p["as"])  # never empty: the version, or why there is none
+            or _probed_version(p.named)  # never empty: the version, or why there is none
         )
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
-        out.append(Tool(label, p["as"], version, p["stamp"][0]))
+        out.append(Tool(label, p.named, version, p.stamp[0]))
     return out
 
 
@@ -139,9 +143,9 @@ class BuildRun(Struct, frozen=True):
     epoch: int  # SOURCE_DATE_EPOCH
     log_path: Path
     started: datetime
-    cache: dict[str, Any]  # the cache setup and this build's own figures (cache/session)
-    snap: dict[str, Any]  # the input files' stamps, taken under the lock (lanes/inputs)
-    programs: dict[str, dict[str, Any]]  # every program configure resolved (lanes/programs)
+    cache: Cache  # the cache setup and this build's own figures (cache/session)
+    snap: dict[str, Stamp]  # the input files' stamps, taken under the lock (lanes/inputs)
+    programs: dict[str, Program]  # every program configure resolved (lanes/programs)
     launcher: str | None  # read back from the generated rules (lanes/genbuild)
 
 
@@ -177,7 +181,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
         toolchain_sha256=inputs.digest_of(run.snap, toolchain),
-        cache=run.cache,
+        cache=to_builtins(run.cache),
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths
         reproducible="GGML_CUDA" not in plan.recipe.cmake_options,
@@ -191,7 +195,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
     )
 
 
-def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, Any] | None:
+def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, object] | None:
     """The pinned toolkit's identity when the lane's nvcc came from `toolchain install`."""
     if "nvcc" not in plan.tool_paths:
         return None

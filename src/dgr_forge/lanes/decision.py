@@ -26,12 +26,16 @@ well: the builder writes each once.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 from msgspec import Struct
 
 from dgr_forge.lanes.state import LaneState, LastBuild
+
+if TYPE_CHECKING:
+    from dgr_forge.lanes.programs import Program
+    from dgr_forge.lanes.stamps import Stamp
 
 BEFORE_LOCK = "between reading it and taking the workspace lock"  # a refusal's "when"
 Action = Literal["refuse", "rebuild", "reconfigure", "compile", "reuse"]
@@ -141,9 +145,7 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
 
 
 def skips_ninja(decision: Decision, recorded: str | None, whole: str) -> bool:
-    """Nothing moved: configured as recorded, the subjects and the report's key as they
-    were, and the lane's whole input (every input file's stamp, the tree, the programs)
-    the last report's. Ninja and the compiler cache are not asked (`truth.report_true`
+    """Nothing moved: Ninja and the compiler cache are not asked (`truth.report_true`
     still re-hashes the report and its byproducts)."""
     return decision.action == "reuse" and recorded == whole
 
@@ -151,14 +153,9 @@ def skips_ninja(decision: Decision, recorded: str | None, whole: str) -> bool:
 def after_compile(
     decision: Decision, wrote: bool, recorded: str | None, whole: str, subjects_same: bool
 ) -> Outcome:
-    """After Ninja: `wrote` whether Ninja wrote any file, `recorded` the whole input
-    digest of the last report (None: none), `whole` this build's, `subjects_same` whether
-    the last report's subjects still re-hash to its digests. Content decides: the report
-    is handed back when its inputs and subjects are this build's, whatever Ninja ran (a
-    step that changes no subject is a no-op). Inputs other than the report's with
-    nothing written (an edit with an old mtime, a lost state) built nothing of them: a
-    fresh build directory. `reuse` still needs the report and its byproducts to re-hash
-    true (`truth`)."""
+    """After Ninja (`wrote`: it wrote a file), by content (see the module doc): other
+    inputs than the report's with nothing written (an edit with an old mtime, a lost
+    state) built nothing of them, so a fresh build directory."""
     if not wrote and recorded != whole:
         return "rebuild"
     if decision.handback and recorded == whole and subjects_same:
@@ -212,10 +209,6 @@ def unconfigured(state: LaneState) -> LaneState:
     return msgspec.structs.replace(state, inputs_digest=None)
 
 
-def with_programs(state: LaneState, progs: dict[str, Any]) -> LaneState:
-    return msgspec.structs.replace(state, programs=progs)
-
-
 def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) -> LaneState:
     """The lane failed in `phase`; the kept report (and its inputs) stay named."""
     previous = state.last_build
@@ -232,7 +225,7 @@ def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) ->
 
 
 def built(
-    state: LaneState, last: LastBuild, stamps: dict[str, Any], progs: dict[str, Any]
+    state: LaneState, last: LastBuild, stamps: dict[str, Stamp], progs: dict[str, Program]
 ) -> LaneState:
     """The report is written (or handed back): the stamps re-taken make the next no-op
     cheap."""

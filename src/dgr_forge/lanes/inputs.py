@@ -19,7 +19,9 @@ import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from dgr_forge.host.recipes import Recipe
     from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.lanes.plan import LanePlan
+    from dgr_forge.lanes.programs import Program
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_WORKER_FILES = 100_000  # a path worker's tree; beyond it, point --worker elsewhere
@@ -64,9 +67,9 @@ def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]
     files.append(forge.toolchains_dir / "probes.toml")
     if forge.cmake_dir.is_dir():
         files += sorted(forge.cmake_dir.glob("*.cmake"))
-    spec = plan.spec
-    if spec is not None and spec.url is None:
-        files += list(_worker_files(spec.source_dir))
+    tree = worker_tree(plan)
+    if tree is not None:
+        files += list(_worker_files(tree))
     return files
 
 
@@ -102,78 +105,76 @@ def whole_digest(
     snap: dict[str, stamps.Stamp],
     head: str,
     worker_commit: str | None,
-    programs: dict[str, dict[str, Any]],
+    programs: dict[str, Program],
 ) -> str:
     data = {
         "configure": configure_digest,
         "files": {path: s[0] for path, s in sorted(snap.items())},
         "head": head,
         "worker": worker_commit,
-        "programs": {name: p["stamp"][0] for name, p in sorted(programs.items())},
+        "programs": {name: p.stamp[0] for name, p in sorted(programs.items())},
     }
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def worker_identity(spec: WorkerSpec | None) -> dict[str, Any] | None:
+class WorkerIdentity(Struct):
     """What a certification binds of the worker: a git worker's URL (masked) and commit,
     a path worker's location and the digest of its files (`(path, sha256)` lines)."""
+
+    location: str
+    commit: str | UnsetType | None = UNSET
+    tree: str | UnsetType = UNSET
+
+
+def worker_identity(spec: WorkerSpec | None) -> WorkerIdentity | None:
     if spec is None:
         return None
     if spec.url is not None:
-        return {"location": mask(spec.url), "commit": spec.commit}
+        return WorkerIdentity(mask(spec.url), commit=spec.commit)
     top = spec.source_dir
     rels = (p.relative_to(top).as_posix() for p in _worker_files(top))
-    lines = "".join(f"{rel} {_worker_file_digest(top, rel)}\n" for rel in rels)
-    return {"location": spec.location, "tree": sha256_bytes(lines.encode())}
-
-
-def _worker_file_digest(top: Path, rel: str) -> str:
-    """A worker file's sha256 as git stores it (`stamps.worker_file`: a link to /dev/zero
-    was hashed forever)."""
-    return sha256_bytes(stamps.worker_file(top, rel) or b"")
+    # as git stores each file (`stamps.worker_file`: a link to /dev/zero was hashed forever)
+    lines = "".join(f"{rel} {sha256_bytes(stamps.worker_file(top, rel) or b'')}\n" for rel in rels)
+    return WorkerIdentity(spec.location, tree=sha256_bytes(lines.encode()))
 
 
 # what `status` and `lanes` compare a last build's inputs against, in the order they say it
 MOVABLE = ("pin", "series", "recipe", "worker")
 
 
+class ReportInputs(Struct):
+    """The inputs a person moves (`MOVABLE`) a report was built from."""
+
+    pin: str | None = None
+    series: str | None = None
+    recipe: str | None = None
+    # "(unreadable)": the worker could not be resolved now, never what a build recorded
+    worker: WorkerIdentity | str | None = None
+
+
 def report_inputs(
     m: UpstreamManifest, recipe: Recipe | None, spec: WorkerSpec | None
-) -> dict[str, Any]:
-    """The inputs a person moves (`MOVABLE`), as this checkout has them now; cheap: no
-    program runs, a path worker's files hashed once. A build records them with its report."""
-    return {
-        "pin": m.commit,
-        "series": m.series_digest,
-        "recipe": recipe.sha256 if recipe is not None else None,
-        "worker": worker_identity(spec),
-    }
+) -> ReportInputs:
+    """The movable inputs as this checkout has them now; cheap: no program runs, a path
+    worker's files hashed once."""
+    recipe_sha = recipe.sha256 if recipe is not None else None
+    return ReportInputs(m.commit, m.series_digest, recipe_sha, worker_identity(spec))
 
 
-def moved_since(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> list[str]:
+def moved_since(recorded: ReportInputs | None, current: ReportInputs) -> list[str]:
     """What moved since a last build (`MOVABLE` names): empty when it is current. A build
     that recorded nothing (an older forge) cannot be shown current: everything moved."""
     if recorded is None:
         return list(MOVABLE)
-    return [key for key in MOVABLE if recorded.get(key) != current.get(key)]
+    return [k for k in MOVABLE if getattr(recorded, k) != getattr(current, k)]
 
 
-def staleness(recorded: Mapping[str, Any] | None, current: Mapping[str, Any]) -> dict[str, Any]:
-    """The keys `status` and `lanes` add to a last build: `stale` (`moved_since`) and
-    `inputs_recorded` (False: an older forge recorded none, so nothing can be compared)."""
-    return {"stale": moved_since(recorded, current), "inputs_recorded": recorded is not None}
-
-
-def with_stale(last: Mapping[str, Any] | None) -> str:
+def with_stale(result: str, stale: list[str], inputs_recorded: bool) -> str:
     """A last build's result as `status` and `lanes` print it: "ok", or "ok, stale (pin,
-    series moved)" when its report was built from other inputs, or "ok, stale (inputs not
-    recorded: ...)" when an older forge recorded none (it cannot say what moved)."""
-    if not last:
-        return "never"
-    result = str(last.get("result", "?"))
-    if last.get("inputs_recorded") is False:
+    series moved)", or "ok, stale (inputs not recorded: ...)" when an older forge
+    recorded none (it cannot say what moved)."""
+    if not inputs_recorded:
         return f"{result}, stale (inputs not recorded: rebuild to record them)"
-    stale = last.get("stale") or []
     return f"{result}, stale ({', '.join(stale)} moved)" if stale else result
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import IO, TYPE_CHECKING, Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -95,9 +95,8 @@ def source_date_epoch(src: Path, commit: str) -> int:
 
 
 def _changes(src: Path) -> list[str]:
-    """Tracked edits, untracked and ignored files (porcelain v1 lines; `lanes.trees`); the
-    build holds the workspace lock, so git keeps its index's stat records fresh (the next
-    no-op's status reads no file)."""
+    # the build holds the workspace lock, so git keeps its index's stat records fresh
+    # (the next no-op's status reads no file)
     return trees.changes(src, refresh=True)
 
 
@@ -212,9 +211,6 @@ def observe(
 
 
 class LaneBuilder:
-    """One lane: observe, decide (`lanes.decision`), then the steps the decision asks for
-    (`lanes.steps`), recording each transition of the lane's state once."""
-
     def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
         self.ctx, self.plan = ctx, plan
         self.forge, self.m, self.out = ctx.forge, ctx.m, ctx.out
@@ -234,12 +230,12 @@ class LaneBuilder:
             status="failed",
             log=str(plan.log_link),
             build_dir=str(plan.build_dir),
-            cache=msgspec.convert(plan.cache.record(), Cache),
+            cache=Cache.of(plan.cache),
         )
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
         self.log_path = plan.log_link  # this build's own log, once it has one
-        self.hashing: Future[dict[str, Any]] | None = None  # programs, while Ninja runs
+        self.hashing: Future[dict[str, programs.Program]] | None = None  # while Ninja runs
 
     def _configuration(
         self, head: str, epoch: int, switches: tuple[str, ...], given: tuple[str, ...]
@@ -249,7 +245,6 @@ class LaneBuilder:
         return Configuration(head, epoch, switches, given, args, digest)
 
     def _record(self, state: LaneState) -> None:
-        """One transition of the lane's state, written once."""
         self.state = state
         save_lane_state(self.forge, self.plan.lane, state)
 
@@ -280,7 +275,7 @@ class LaneBuilder:
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
-                shown = ", ".join(f"{n} ({progs[n]['path']})" for n in programs.changed(progs))
+                shown = ", ".join(f"{n} ({progs[n].path})" for n in programs.changed(progs))
                 self.out.warn(f"{lane}: changed since configure: {shown}; full rebuild")
             self._wipe()
         if d.action != "reuse":
@@ -346,7 +341,7 @@ class LaneBuilder:
         Ninja ran: `programs.start`)."""
         if self.hashing is not None:
             progs, self.hashing = self.hashing.result(), None
-            self._record(decision.with_programs(self.state, progs))
+            self._record(msgspec.structs.replace(self.state, programs=progs))
         spec = self.plan.spec
         return inputs.whole_digest(
             self.conf.digest,
@@ -363,13 +358,11 @@ class LaneBuilder:
         shutil.rmtree(self.plan.build_dir, ignore_errors=True)
         self._record(decision.wiped(self.state))
 
-    def _view_commits(self) -> list[str]:
-        spec = self.plan.spec
-        return [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
-
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        steps.see_git_through(env, steps.write_git_view(self.plan.build_dir, self._view_commits()))
+        spec = self.plan.spec
+        commits = [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
+        steps.see_git_through(env, steps.write_git_view(self.plan.build_dir, commits))
         env.update(self.plan.cache.env)
         if self.ctx.cache is not None:  # this lane's own cache counters start here
             statslog = self.plan.logs_dir / f"ccache-stats-{self.plan.lane}.log"
@@ -430,10 +423,9 @@ class LaneBuilder:
         )
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
-            figures = self.ctx.cache.figures()
-            used = {**self.plan.cache.record(), **figures}
-            self.result.cache = msgspec.convert(used, Cache)
-            if figures:
+            used = self.ctx.cache.figures()
+            if used is not None:
+                self.result.cache = used
                 self.out.info(f"{lane}: {cache_session.describe(used)}")
         self.result.ninja_steps = ran.steps
         if ran.code != 0:
@@ -463,7 +455,7 @@ class LaneBuilder:
         r.status, r.report, r.report_reused = "up-to-date", last.report, True
         if not ran:
             r.log_file = str(last.log_file or "")
-        r.artifacts = msgspec.convert(last.artifacts, list[Artifact])
+        r.artifacts = list(last.artifacts)
         if last.inputs is None:
             # an older forge recorded none; the report was built from these whole inputs
             # (`input_digest` matched), so its movable inputs are today's
@@ -497,7 +489,7 @@ class LaneBuilder:
             epoch=conf.epoch,
             log_path=self.log_path,
             started=self.started,
-            cache=msgspec.to_builtins(r.cache),
+            cache=r.cache,
             snap=self.snap,
             programs=self.state.programs,
             launcher=launcher,
@@ -517,7 +509,11 @@ class LaneBuilder:
             surface = checked.surface
         record = make_record(run, found.reply, found.artifacts)
         record.surface = surface
-        report, signer = steps.sign(self.forge, record, self.ctx.signing, self.out)
+        from dgr_forge.attest import reports
+
+        signer = self.ctx.signing.signer()  # unsigned when so asked
+        why = self.ctx.signing.unsigned_reason()
+        report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
         r.artifacts = steps.artifact_rows(found.artifacts)

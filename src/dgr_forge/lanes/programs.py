@@ -19,7 +19,9 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from msgspec import Struct, field
 
 from dgr_forge.core import proc
 from dgr_forge.lanes import genbuild, stamps
@@ -35,6 +37,19 @@ _INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
 # other binutils CMake finds (nm, objcopy, strip, ...) are not run by a build
 _VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
 CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
+
+
+class Program(Struct):
+    """A program configure resolved, as state.json keeps it."""
+
+    path: str  # resolved
+    stamp: stamps.Stamp
+    as_: str | None = field(default=None, name="as")  # the path as CMake has it
+    version: str = ""
+
+    @property
+    def named(self) -> str:
+        return self.as_ or self.path
 
 
 def _run_first_line(cmd: list[str]) -> str:
@@ -131,7 +146,7 @@ def start(
     launcher: str | None,
     host: Path | None = None,
     drivers: dict[str, str] | None = None,
-) -> Future[dict[str, dict[str, Any]]]:
+) -> Future[dict[str, Program]]:
     """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
     what CMake resolved are taken now, before anything else runs. `host`: the directory of
     the stamps shared between builds (the forge's cache directory; None: none kept).
@@ -158,8 +173,8 @@ def snapshot(
     early: dict[str, os.stat_result] | None = None,
     host_dir: Path | None = None,
     drivers: dict[str, str] | None = None,
-) -> dict[str, dict[str, Any]]:
-    """name -> {path (resolved), as, version, stamp} for every program of the lane. With
+) -> dict[str, Program]:
+    """Every program of the lane, by name. With
     `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -176,7 +191,7 @@ def snapshot(
     stamps.save_host(
         host_dir, {p: s for p, s in done.items() if s is not None and s != host.get(p)}
     )
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Program] = {}
     for name, (path, version) in sorted(found.items()):
         stamp = done[real[name]]
         if stamp is None:
@@ -189,37 +204,20 @@ def snapshot(
         )
         if seen is not None and seen != stamp[1:5]:
             stamp = [CHANGED, *seen, stamp[5]]
-        out[name] = {"path": real[name], "as": path, "version": version, "stamp": stamp}
+        out[name] = Program(real[name], stamp, path, version)
     return out
 
 
-def changed(programs: dict[str, dict[str, Any]]) -> list[str]:
+def changed(programs: dict[str, Program]) -> list[str]:
     """Names of the programs whose file is no longer what was recorded (or that moved
     while they were being hashed)."""
-    known = {p["path"]: p["stamp"] for p in programs.values()}
-    gone = set(stamps.changed(known))
-    return [name for name, p in programs.items() if p["path"] in gone or p["stamp"][0] == CHANGED]
+    gone = set(stamps.changed({p.path: p.stamp for p in programs.values()}))
+    return [name for name, p in programs.items() if p.path in gone or p.stamp[0] == CHANGED]
 
 
-def refresh(programs: dict[str, dict[str, Any]]) -> None:
+def refresh(programs: dict[str, Program]) -> None:
     """Re-stamp in place (a settled, non-racy stamp makes the next check cheap)."""
     for p in programs.values():
-        new = stamps.stamp(Path(p["path"]), p["stamp"])
-        if new is not None and new[0] == p["stamp"][0]:
-            p["stamp"] = new
-
-
-def valid(data: Any) -> dict[str, dict[str, Any]]:
-    """The programs record read from state.json; malformed entries dropped."""
-    if not isinstance(data, dict):
-        return {}
-    out = {}
-    for name, p in data.items():
-        if (
-            isinstance(p, dict)
-            and isinstance(p.get("path"), str)
-            and isinstance(p.get("version", ""), str)
-            and stamps.valid_map({"x": p.get("stamp")})
-        ):
-            out[str(name)] = p
-    return out
+        new = stamps.stamp(Path(p.path), p.stamp)
+        if new is not None and new[0] == p.stamp[0]:
+            p.stamp = new

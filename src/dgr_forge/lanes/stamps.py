@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ RACY_NS = 50_000_000
 Stamp = list[Any]  # [sha256, size, mtime_ns, ctime_ns, inode, taken_ns]
 
 
-def _valid(stamp: Any) -> bool:
+def valid(stamp: Any) -> bool:
     return (
         isinstance(stamp, list)
         and len(stamp) == 6
@@ -54,7 +55,7 @@ def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]
     """The stat record a stamp keeps of `st`, and whether `known` still vouches for the
     file: its record is this one, taken once the file had settled."""
     seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-    settled = known is not None and _valid(known) and known[5] - st.st_ctime_ns > RACY_NS
+    settled = known is not None and valid(known) and known[5] - st.st_ctime_ns > RACY_NS
     return seen, settled and known is not None and known[1:5] == seen
 
 
@@ -66,10 +67,8 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
 
 
 def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
-    """`stamp` of a path worker's file `rel` (a tree the forge did not write), as git
-    stores it: a link's text, never what it points at (/dev/zero, a file outside the
-    worker); a FIFO or device is exit 2 naming it (`fsutil.read_tree_file`). None when
-    it is missing."""
+    """`stamp` of a path worker's file `rel` as `worker_file` reads it (never what a link
+    points at: /dev/zero, a file outside the worker); None when it is missing."""
     taken = time.time_ns()
     try:
         st = os.lstat(top / rel)  # before the read: a change after it moves ctime
@@ -115,73 +114,59 @@ def valid_map(data: Any) -> dict[str, Stamp]:
     """A stamps mapping read from state.json; anything malformed is dropped."""
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and _valid(v)}
+    return {k: v for k, v in data.items() if isinstance(k, str) and valid(v)}
 
 
 # ----------------------------------------------------------------------------- host cache
 
 _HOST_MAX = 512  # entries: programs of a few toolchains
+# in the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), shared by the
+# builds that share it, never the home directory of whoever runs the build (issue 25 #4):
+# programs' stamps (compilers: ~70 MB to hash), and their `--version` / `-print-prog-name`
+# answers keyed by file stat and argument
+STAMPS_FILE = "program-stamps.json"
+PROBES_FILE = "program-probes.json"
 
 
-def host_cache_file(base: Path) -> Path:
-    """Stamps of programs (compilers: ~70 MB to hash), shared by the builds that share
-    `base`: the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), never
-    the home directory of whoever runs the build (issue 25 #4)."""
-    return base / "program-stamps.json"
+def _load(base: Path | None, name: str) -> Any:
+    if base is None:
+        return {}
+    try:
+        with (base / name).open("rb") as fh:
+            return json.loads(fh.read(1 << 20))
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(base: Path, name: str, data: Mapping[str, object]) -> None:
+    """Best effort: an unwritable directory changes nothing. `base` and the cache
+    directory above it are made 0700 when the forge makes them (what is in them is
+    trusted)."""
+    with contextlib.suppress(OSError):
+        base.parent.parent.mkdir(parents=True, exist_ok=True)
+        for d in (base.parent, base):
+            d.mkdir(mode=0o700, exist_ok=True)
+        atomic_write_text(base / name, json.dumps(data, sort_keys=True), mode=0o600)
 
 
 def load_host(base: Path | None) -> dict[str, Stamp]:
-    if base is None:
-        return {}
-    try:
-        with host_cache_file(base).open("rb") as fh:
-            data = fh.read(1 << 20)
-        return valid_map(json.loads(data))
-    except (OSError, ValueError):
-        return {}
+    return valid_map(_load(base, STAMPS_FILE))
 
 
 def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
-    """Merge `new` into the host cache (best effort: an unwritable directory changes nothing)."""
-    if base is None or not new:
-        return
-    merged = {**load_host(base), **new}
-    keep = dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:])
-    with contextlib.suppress(OSError):
-        _private(base)
-        atomic_write_text(host_cache_file(base), json.dumps(keep, sort_keys=True), mode=0o600)
-
-
-def _private(base: Path) -> None:
-    """`base` and the cache directory above it, made 0700 when the forge makes them (what
-    is in them is trusted)."""
-    base.parent.parent.mkdir(parents=True, exist_ok=True)
-    for d in (base.parent, base):
-        d.mkdir(mode=0o700, exist_ok=True)
-
-
-def _probes_file(base: Path) -> Path:
-    return base / "program-probes.json"
+    """Merge `new` into the host cache."""
+    if base is not None and new:
+        merged = {**load_host(base), **new}
+        _save(base, STAMPS_FILE, dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:]))
 
 
 def load_host_probes(base: Path | None) -> dict[str, str]:
-    """Programs' `--version` / `-print-prog-name` answers, keyed by file stat and argument."""
-    if base is None:
-        return {}
-    try:
-        with _probes_file(base).open("rb") as fh:
-            data = json.loads(fh.read(1 << 20))
-    except (OSError, ValueError):
-        return {}
+    data = _load(base, PROBES_FILE)
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def save_host_probes(base: Path | None, probes: dict[str, str]) -> None:
-    if base is None or probes == load_host_probes(base):
-        return
-    keep = dict(list(probes.items())[-_HOST_MAX:])
-    with contextlib.suppress(OSError):
-        _private(base)
-        atomic_write_text(_probes_file(base), json.dumps(keep, sort_keys=True), mode=0o600)
+    if base is not None and probes != load_host_probes(base):
+        _save(base, PROBES_FILE, dict(list(probes.items())[-_HOST_MAX:]))

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import Meta, Struct, field
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
-from dgr_forge.core.structs import SHA, asdict, d, lenient
-from dgr_forge.lanes import programs, stamps
+from dgr_forge.core.structs import SHA, d, lenient
+from dgr_forge.lanes import stamps
+from dgr_forge.lanes.inputs import ReportInputs
+from dgr_forge.lanes.programs import Program
 
 # 2: a last build's paths relative to the workspace (1, still read: absolute); an older
 # forge reads a newer file as no state (it configures again, never misreads a path)
@@ -42,7 +44,7 @@ class Artifact(Struct, kw_only=True):
     sha256: Annotated[str, SHA]
 
 
-class LastBuild(Struct):
+class LastBuild(Struct, omit_defaults=True):
     """A lane's last build as state.json keeps it; read by `structs.lenient`: a field that
     does not decode as its type is its default, a build without its time, log or result
     (or with one of the wrong type) is none."""
@@ -56,7 +58,7 @@ class LastBuild(Struct):
     phase: str | None = None  # configure | build | report, when failed
     signed_by: str | None = None  # keyid, None when unsigned
     signer_fingerprint: str | None = None  # of the key material asked for (cheap re-check)
-    artifacts: list[dict[str, Any]] = field(default_factory=list)
+    artifacts: list[Artifact] = field(default_factory=list)
     byproducts: dict[str, str] = field(default_factory=dict)  # path -> sha256, as reported
     # path -> [size, mtime_ns, ctime_ns, inode, recorded_ns] when it last hashed true
     subject_stats: dict[str, Annotated[list[int], Meta(min_length=5, max_length=5)]] = field(
@@ -66,11 +68,7 @@ class LastBuild(Struct):
     input_digest: str | None = None
     # the movable inputs (`lanes.inputs.report_inputs`) the report was built from: what
     # `status` and `lanes` compare to say a last build is stale
-    inputs: dict[str, Any] | None = None
-
-    def public(self) -> dict[str, Any]:
-        """What `status` and `lanes` show of it (`PUBLIC`), as state.json's `last_build`."""
-        return {k: v for k in PUBLIC if (v := getattr(self, k)) is not None}
+    inputs: ReportInputs | None = None
 
     def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
         """This last build with `move` applied to each of its paths; None when `move`
@@ -81,8 +79,7 @@ class LastBuild(Struct):
             moved[path] = new = moved[path] if path in moved else move(path)
             return new if new is not None else path
 
-        arts = [{**a, "path": to(a["path"])} if isinstance(a.get("path"), str) else a
-                for a in self.artifacts]  # fmt: skip
+        arts = [msgspec.structs.replace(a, path=to(a.path)) for a in self.artifacts]
         last = msgspec.structs.replace(
             self,
             log=to(self.log),
@@ -120,11 +117,11 @@ class Loaded(NamedTuple):
     elsewhere: bool
 
 
-class LaneState(Struct):
+class LaneState(Struct, omit_defaults=True):
     """A lane's entry in state.json, read by `structs.lenient` (the rule: a field whose
     value does not decode as its type is its default, so a damaged entry costs a
     reconfigure, never a crash); the programs and input stamps keep only their well-formed
-    entries (`programs.valid`, `stamps.valid_map`)."""
+    entries."""
 
     inputs_digest: str | None = None
     head_commit: str | None = None
@@ -135,9 +132,9 @@ class LaneState(Struct):
     # the build-info variables the tree at head_commit takes as given (`options`)
     build_info: list[str] = field(default_factory=list)
     # every program configure resolved (`lanes.programs`): name -> path, version, stamp
-    programs: dict[str, Any] = field(default_factory=dict)
+    programs: dict[str, Program] = field(default_factory=dict)
     # the input files' stamps (`lanes.inputs`): path -> [sha256, size, mtime, ctime, ino, t]
-    input_stamps: dict[str, Any] = field(default_factory=dict)
+    input_stamps: dict[str, stamps.Stamp] = field(default_factory=dict)
     # set before configure/compile, cleared once the report is written: a run killed in
     # between never lets the next one hand back a report of other bytes
     in_progress: str | None = None
@@ -150,22 +147,37 @@ class LaneState(Struct):
         last, evidence = data.get("last_build"), data.get("evidence")
         if isinstance(last, dict) and isinstance(evidence, dict):
             last = {**evidence, **last}
-        own = {k: v for k, v in data.items() if k != "last_build"}
-        state = lenient(cls, own) or cls()
+        apart = ("last_build", "programs", "input_stamps")
+        state = lenient(cls, {k: v for k, v in data.items() if k not in apart}) or cls()
         state.last_build = lenient(LastBuild, last)
-        state.programs = programs.valid(state.programs)
-        state.input_stamps = stamps.valid_map(state.input_stamps)
+        progs = _entries(Program, data.get("programs"))
+        state.programs = {k: p for k, p in progs.items() if stamps.valid(p.stamp)}
+        state.input_stamps = stamps.valid_map(data.get("input_stamps"))
         return state
 
     def stored(self) -> dict[str, Any]:
         """The entry as state.json holds it: empty fields left out, the last build's
         public keys apart from the evidence a reuse checks."""
-        data = {k: v for k, v in asdict(self).items() if v is not None and v != [] and v != {}}
+        data = dict(msgspec.to_builtins(self))
         last = data.pop("last_build", None)
         if last is not None:
-            data["last_build"] = {k: last[k] for k in PUBLIC if last.get(k) is not None}
+            data["last_build"] = {k: last[k] for k in PUBLIC if k in last}
             data["evidence"] = {k: v for k, v in last.items() if k not in PUBLIC}
         return data
+
+
+T = TypeVar("T", bound=Struct)
+
+
+def _entries(cls: type[T], data: Any) -> dict[str, T]:
+    """Each entry of a mapping that decodes as `cls`; the others dropped."""
+    out = {}
+    for key, value in data.items() if isinstance(data, dict) else ():
+        try:
+            out[str(key)] = msgspec.convert(value, cls)
+        except msgspec.ValidationError:
+            continue
+    return out
 
 
 def load_lanes_state(forge: Forge) -> dict[str, Any]:
@@ -195,7 +207,6 @@ def loaded(forge: Forge, entry: Any) -> Loaded:
 
 
 def lane_states(forge: Forge) -> dict[str, Loaded]:
-    """Every lane the file names, by name."""
     return {str(k): loaded(forge, v) for k, v in sorted(load_lanes_state(forge)["lanes"].items())}
 
 

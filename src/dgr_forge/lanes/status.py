@@ -4,14 +4,20 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
-from msgspec import UNSET, Struct, UnsetType, convert
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.structs import Form, d
-from dgr_forge.lanes.inputs import report_inputs, staleness, with_stale
+from dgr_forge.lanes.inputs import (
+    ReportInputs,
+    moved_since,
+    report_inputs,
+    with_stale,
+)
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
@@ -47,23 +53,21 @@ class BuildShown(Struct, kw_only=True):
     ]
 
     @staticmethod
-    def of(last: LastBuild, current: dict[str, Any], *, full: bool = False) -> BuildShown:
+    def of(last: LastBuild, current: ReportInputs, *, full: bool = False) -> BuildShown:
         """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts)."""
-        moved = staleness(last.inputs, current)
         return BuildShown(
             time=last.time,
             result=last.result,
             report=last.report,
             log=last.log,
             phase=last.phase if full and last.phase is not None else UNSET,
-            artifacts=convert(last.artifacts, list[Artifact]) if full else UNSET,
-            stale=moved["stale"],
-            inputs_recorded=moved["inputs_recorded"],
+            artifacts=list(last.artifacts) if full else UNSET,
+            stale=moved_since(last.inputs, current),
+            inputs_recorded=last.inputs is not None,
         )
 
     def line(self) -> str:
-        return with_stale({"result": self.result, "stale": self.stale,
-                           "inputs_recorded": self.inputs_recorded})  # fmt: skip
+        return with_stale(self.result, self.stale, self.inputs_recorded)
 
 
 class LaneLastBuild(Struct, kw_only=True):
@@ -111,7 +115,7 @@ def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, 
         if recorded is not None:
             current = report_inputs(m, _current_recipe(forge, name), spec)
             if not worker_known:
-                current["worker"] = "(unreadable)"  # never what a build recorded
+                current = msgspec.structs.replace(current, worker="(unreadable)")
             last = BuildShown.of(recorded, current, full=True)
         rows.append((LaneLastBuild(lane=name, last_build=last), entry.elsewhere))
     return rows

@@ -1,9 +1,5 @@
-"""The steps of one lane's build: configure, compile, collect, sign.
-
-Each is a small function that runs one thing and returns what it found; none reads or
-writes state.json (the builder, `lanes.lane_build.LaneBuilder`, records each transition once,
-from `lanes.decision`).
-"""
+"""The steps of one lane's build: configure, compile, collect; none reads or writes
+state.json (the builder, `lanes.lane_build.LaneBuilder`, does)."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ from collections.abc import Callable, Iterable, MutableMapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest.records import Artifact
@@ -129,7 +124,10 @@ def compile_lane(
         cmd += ["-j", str(jobs)]
     cmd += ninja_targets(plan) if targets is None else targets
     steps = [0]
-    offset = _size(plan.build_dir / NINJA_LOG)
+    try:
+        offset = os.stat(plan.build_dir / NINJA_LOG).st_size
+    except OSError:
+        offset = 0
     since = time.time_ns() - RACY_NS  # a coarse clock may date a write before this read
     started: list[bool] = []
     with out.progress() as sink:
@@ -149,13 +147,6 @@ def compile_lane(
     idle = code == 0 and any(line.strip() == NO_WORK for line in lines)
     wrote = not idle and wrote_since(plan.build_dir, offset, since)
     return Ran(code, lines, time.monotonic() - t, steps[0], wrote)
-
-
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return 0
 
 
 def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
@@ -218,17 +209,6 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
     return Found(reply, artifacts, stats)
 
 
-def sign(
-    forge: Forge, record: LaneBuild, signing: SigningKey, out: Reporter
-) -> tuple[Path, Signer | None]:
-    """The report written, signed with the key asked for (unsigned when so asked)."""
-    from dgr_forge.attest import reports
-
-    signer = signing.signer()
-    why = signing.unsigned_reason()
-    return reports.write_report(forge, record, signer, out, unsigned_reason=why), signer
-
-
 def artifact_rows(artifacts: list[Artifact]) -> list[state.Artifact]:
     return [
         state.Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
@@ -256,7 +236,7 @@ def last_build(
         report_sha256=sha256_file(report),
         signed_by=signer.keyid if signer else None,
         signer_fingerprint=signing.fingerprint(),
-        artifacts=msgspec.to_builtins(artifact_rows(found.artifacts)),
+        artifacts=artifact_rows(found.artifacts),
         subject_stats=found.stats,
         input_digest=whole,
         inputs=inputs.report_inputs(m, plan.recipe, plan.spec),

@@ -1,17 +1,10 @@
-"""The checks that keep a lane's report true to what ran (issue 20), for `lane_build`.
-
-* `check_launchers`: the launcher the generated Ninja rules run is the forge's choice;
-* `moved_inputs`: the recipe and manifest parsed are the bytes stamped under the lock;
-* `refuse_changed_during`: no input file or program changed while configure and Ninja ran;
-* `changed_subjects`, `report_true`: what a reused report names is still on disk.
-
-Each raises; the builder records the lane failed in the phase it ran them in.
-"""
+"""The checks that keep a lane's report true to what ran (issue 20), for `lane_build`;
+the builder records the lane failed in the phase it ran one in."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
@@ -62,11 +55,11 @@ def refuse_changed_during(
     forge: Forge,
     plan: LanePlan,
     snap: dict[str, stamps.Stamp],
-    progs: dict[str, dict[str, Any]],
+    progs: dict[str, programs.Program],
 ) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
     moved = [Path(p) for p in stamps.changed(snap, inputs.worker_tree(plan))]
-    moved += [Path(progs[n]["path"]) for n in programs.changed(progs)]
+    moved += [Path(progs[n].path) for n in programs.changed(progs)]
     if moved:
         changed_error(forge, plan.lane, moved, "while the build ran")
 
@@ -81,22 +74,18 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
 
 
 def changed_subjects(last: LastBuild | None) -> list[Path]:
-    """Recorded subjects whose bytes are no longer what the report says.
-
-    A subject is re-hashed unless its (size, mtime, ctime, inode) are exactly those
-    recorded when it last hashed true, and that record is not racy (taken more than
-    `stamps.RACY_NS` after the file's ctime). Any write changes ctime, which no user process
-    can set back: the check git's index makes, so a no-op build with hundreds of MB
+    """Recorded subjects whose bytes are no longer what the report says; re-hashed only
+    when their stat record moved (`stamps.stamp`), so a no-op build with hundreds of MB
     of artifacts stays cheap."""
     if last is None:
         return []
     changed = []
     for art in last.artifacts:
-        path = Path(art.get("path", ""))
+        path = Path(art.path)
         rec = last.subject_stats.get(str(path))
-        known = [art.get("sha256"), *rec] if rec else None  # the record as a stamp
+        known = [art.sha256, *rec] if rec else None  # the record as a stamp
         now = stamps.stamp(path, known)
-        if now is None or now[0] != art.get("sha256"):
+        if now is None or now[0] != art.sha256:
             changed.append(path)
         else:
             last.subject_stats[str(path)] = now[1:]
