@@ -9,23 +9,22 @@ stderr, with `--json` the failure object with every detail, and its exit code.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
 from dgr_forge import __version__
-from dgr_forge.cli.context import Needs, Session, open_session
+from dgr_forge.cli.context import Env as Env  # what a command body gets
+from dgr_forge.cli.context import GlobalOptions
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import ExitCode, ForgeError
-from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text, shown
 
@@ -39,63 +38,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=True,
 )
-
-
-@dataclass
-class GlobalOptions:
-    """The options of the whole tool (`--root`, `--json`, ...), wherever they were given."""
-
-    root: Path | None = None
-    workspace: Path | None = None
-    json: bool = False
-    quiet: bool = False
-    verbose: bool = False
-
-
-@dataclass
-class Env:
-    """What a command body gets: the output channel and (lazily) the forge it works on."""
-
-    options: GlobalOptions
-    out: Reporter
-    _forge: Forge | None = field(default=None, repr=False)
-
-    @property
-    def forge(self) -> Forge:
-        if self._forge is None:
-            self._forge = Forge.locate(self.options.root, self.options.workspace)
-        return self._forge
-
-    def session(
-        self,
-        *,
-        lock: bool = False,
-        root_lock: bool = False,
-        recover: bool = False,
-        refuse_rebase: bool = False,
-        manifest: bool = True,
-        manifest_may_fail: bool = False,
-        recipes: bool = False,
-        probes: bool = False,
-        worker: bool = False,
-        worker_override: Path | None = None,
-    ) -> contextlib.AbstractContextManager[Session]:
-        """The command boundary (`cli/context`): locks first, recovery for commands that
-        write, the rebase refusal, then each declared input loaded once and handed down.
-        Without `lock` (read-only commands such as `status`) nothing waits behind a build."""
-        needs = Needs(
-            lock=lock,
-            root_lock=root_lock,
-            recover=recover,
-            refuse_rebase=refuse_rebase,
-            manifest=manifest,
-            manifest_may_fail=manifest_may_fail,
-            recipes=recipes,
-            probes=probes,
-            worker=worker,
-            worker_override=worker_override,
-        )
-        return open_session(self.forge, self.out, needs)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path, PurePath
 from typing import Any, get_type_hints
 
 import msgspec
+import typer
 
 from dgr_forge import demo
 from dgr_forge.attest import keys, reports
@@ -37,142 +38,50 @@ from dgr_forge.upstream.rebase import bump, state
 
 class Command(msgspec.Struct, frozen=True):
     words: str  # "report verify"
-    summary: str
     forms: tuple[type[Form], ...]
-    prose: str = ""  # hand-written text shown above the key tables in docs/json.md
 
     @property
     def name(self) -> str:
         return self.words.replace(" ", "-")
 
+    @property
+    def summary(self) -> str:
+        """The first paragraph of the command's own help."""
+        from dgr_forge.cli.app import app
+        from dgr_forge.cli.commands import register_all
 
-def _cmd(words: str, summary: str, *forms: type[Form], prose: str = "") -> Command:
-    return Command(words, summary, forms, prose)
+        register_all()
+        node: Any = typer.main.get_command(app)  # Typer's own copy of Click's classes
+        for word in self.words.split():
+            node = node.commands[word]
+        return " ".join((node.help or "").split("\n\n")[0].split())
 
 
 COMMANDS: tuple[Command, ...] = (
-    _cmd("fetch", "Check out the pinned upstream commit, verified.", fetch.Fetch),
-    _cmd(
-        "patch",
-        "Apply the series on the pin (or check it, continue or abort a replay of your commits).",
-        local_replay.Patch,
-        local_replay.PatchAbort,
-        patches.PatchCheck,
-    ),
-    _cmd(
-        "status",
-        "The workspace: upstream checkout, series, lanes, a rebase in progress. URLs masked.",
-        status.Status,
-    ),
-    _cmd(
-        "export",
-        "Write the workspace's commits back as the series and the manifest.",
-        export.Export,
-    ),
-    _cmd(
-        "check",
-        "The CI gate: series round trip byte-compare, CMake options still declared.",
-        check.Check,
-    ),
-    _cmd(
-        "build",
-        "Fetch + patch as needed, configure and build each lane; signed reports.",
-        build.BuildResult,
-    ),
-    _cmd(
-        "lanes",
-        "The lane matrix: backend, buildable here, last build, certified.",
-        advertise.Lanes,
-    ),
-    _cmd(
-        "doctor",
-        "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        plan.DoctorResult,
-    ),
-    _cmd(
-        "rebase",
-        "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
-        state.Rebase,
-        state.RebaseDryRun,
-        state.RebaseAbort,
-    ),
-    _cmd(
-        "bump",
-        "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
-        bump.Bump,
-    ),
-    _cmd(
-        "keygen",
-        "Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.",
-        keys.Keygen,
-    ),
-    _cmd("report show", "A signed build report, decoded.", reports.ReportShow),
-    _cmd(
-        "report verify",
-        "Verify a report's signature (and with `--artifacts` its subjects on disk).",
-        reports.ReportVerify,
-    ),
-    _cmd(
-        "report compare",
-        "Two reports of a lane: verified, and the same subjects?",
-        reports.ReportCompare,
-    ),
-    _cmd(
-        "certify",
-        "Run the lane's certification suite on this host; sign it when every step passes.",
-        shapes.Certified,
-    ),
-    _cmd(
-        "ci matrix",
-        "The lane matrix for CI.",
-        render.CiMatrix,
-        prose=(
-            "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
-            '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
-        ),
-    ),
-    _cmd(
-        "ci render",
-        "A CI workflow file from the recipes.",
-        render.CiRender,
-        render.CiRenderOut,
-        render.CiRenderCheck,
-    ),
-    _cmd(
-        "artifacts manifest",
-        "A model manifest from the files in a directory.",
-        make_manifest.ArtifactsManifest,
-    ),
-    _cmd(
-        "artifacts map",
-        "Add the layer map to a model manifest, from the split headers.",
-        map_headers.ArtifactsMap,
-    ),
-    _cmd(
-        "artifacts provision",
-        "Download a model's files: resumable, retried, verified, atomic.",
-        provision.ArtifactsProvision,
-    ),
-    _cmd(
-        "artifacts verify",
-        "Check size, sha256 and GGUF split headers of every file.",
-        verify.ArtifactsVerify,
-    ),
-    _cmd(
-        "presets",
-        "CMakeUserPresets.json with a configure + build preset per lane.",
-        presets.Presets,
-    ),
-    _cmd(
-        "toolchain install",
-        "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
-        toolkit.InstallResult,
-    ),
-    _cmd(
-        "demo",
-        "The tour without network: a generated upstream, series and worker in DIR.",
-        demo.Demo,
-    ),
+    Command("fetch", (fetch.Fetch,)),
+    Command("patch", (local_replay.Patch, local_replay.PatchAbort, patches.PatchCheck)),
+    Command("status", (status.Status,)),
+    Command("export", (export.Export,)),
+    Command("check", (check.Check,)),
+    Command("build", (build.BuildResult,)),
+    Command("lanes", (advertise.Lanes,)),
+    Command("doctor", (plan.DoctorResult,)),
+    Command("rebase", (state.Rebase, state.RebaseDryRun, state.RebaseAbort)),
+    Command("bump", (bump.Bump,)),
+    Command("keygen", (keys.Keygen,)),
+    Command("report show", (reports.ReportShow,)),
+    Command("report verify", (reports.ReportVerify,)),
+    Command("report compare", (reports.ReportCompare,)),
+    Command("certify", (shapes.Certified,)),
+    Command("ci matrix", (render.CiMatrix,)),
+    Command("ci render", (render.CiRender, render.CiRenderOut, render.CiRenderCheck)),
+    Command("artifacts manifest", (make_manifest.ArtifactsManifest,)),
+    Command("artifacts map", (map_headers.ArtifactsMap,)),
+    Command("artifacts provision", (provision.ArtifactsProvision,)),
+    Command("artifacts verify", (verify.ArtifactsVerify,)),
+    Command("presets", (presets.Presets,)),
+    Command("toolchain install", (toolkit.InstallResult,)),
+    Command("demo", (demo.Demo,)),
 )
 
 
@@ -183,10 +92,13 @@ BASE_ID = "https://dgr-forge.invalid/json-schema/"
 SCHEMA_DIR = Path("docs") / "json-schema"
 DOC = Path("docs") / "json.md"
 SHARED = "envelope.json"  # the failure and --help objects, once
-EXIT_CODES = (
-    "the process exit status: 0 ok, 1 the operation failed, 2 bad input or usage, "
-    "3 needs a human, 130 interrupted"
-)
+ENVELOPE = {  # each key's meaning; its type differs by form
+    "ok": "`exit_code == 0`",
+    "exit_code": "the process exit status: `0` ok · `1` the operation failed · `2` bad "
+    "input or usage · `3` needs a human · `130` interrupted",
+    "command": 'the command path as typed, e.g. `"build"`, `"ci render"`, '
+    '`"report verify"`; `"dgr-forge"` when no command was named',
+}
 
 
 def details() -> dict[str, str]:
@@ -203,11 +115,8 @@ def _detail_types() -> dict[str, Schema]:
 
 
 def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
-    return {
-        "ok": {**ok, "description": "`exit_code == 0`"},
-        "exit_code": {**exit_code, "description": EXIT_CODES},
-        "command": {**command, "description": "the command path"},
-    }
+    kinds = {"ok": ok, "exit_code": exit_code, "command": command}
+    return {key: {**kind, "description": ENVELOPE[key]} for key, kind in kinds.items()}
 
 
 def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema:
@@ -408,20 +317,6 @@ def _sentence(text: str) -> str:
     return _cell(text[:1].upper() + text[1:] + ".")
 
 
-ENVELOPE: dict[str, Schema] = {
-    "ok": {"type": "boolean", "description": "`exit_code == 0`"},
-    "exit_code": {
-        "type": "integer",
-        "description": "the process exit status: `0` ok · `1` the operation failed · `2` bad "
-        "input or usage · `3` needs a human · `130` interrupted",
-    },
-    "command": {
-        "type": "string",
-        "description": 'the command path as typed, e.g. `"build"`, `"ci render"`, '
-        '`"report verify"`; `"dgr-forge"` when no command was named',
-    },
-}
-
 INTRO = """\
 # `--json`: the machine-readable contract
 
@@ -453,10 +348,7 @@ meaning; nested objects are open to new keys.
 
 These three always come first. On failure the object also carries:
 
-| key | type | meaning |
-| --- | --- | --- |
-| `error` | string | what went wrong, and where (file, key, patch, line) |
-| `hint` | string or null | how to fix it (absent for usage errors) |
+{failure}
 | *details* | any | the error's own machine-readable fields (below) |
 
 A command may also fail with its own result fields (e.g. `report verify` with the list
@@ -484,8 +376,13 @@ def _fields(form: type[Form], schema: Schema) -> dict[str, Schema]:
 
 
 def render_doc() -> str:
-    table = Doc({}).table(ENVELOPE)
-    out = [INTRO.replace("{envelope}", "\n".join(table)), "### Failure details", ""]
+    kinds = _envelope({"type": "boolean"}, {"type": "integer"}, {"type": "string"})
+    failure = envelope_schema()["$defs"]["failure"]["properties"]
+    intro = INTRO.replace("{envelope}", "\n".join(Doc({}).table(kinds)))
+    intro = intro.replace(
+        "{failure}", "\n".join(Doc({}).table({k: failure[k] for k in ("error", "hint")}))
+    )
+    out = [intro, "### Failure details", ""]
     out.append(
         "An error's own fields, by key (each present only when it applies); any of them "
         "may appear in a command's failure object:"
@@ -501,8 +398,6 @@ def render_doc() -> str:
             f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.",
             "",
         ]
-        if cmd.prose:
-            out += [cmd.prose, ""]
         full = command_schema(cmd)
         doc = Doc(full["$defs"])
         first = cmd.forms[0]
