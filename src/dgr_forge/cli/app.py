@@ -9,6 +9,8 @@ stderr, with `--json` the failure object with every detail, and its exit code.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import io
 import json
 import sys
@@ -16,7 +18,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, get_type_hints
 
 import typer
 
@@ -152,6 +154,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
 
 
 Body = Callable[[Env], "Struct | Outcome"]
+CommandBody = Callable[..., "Struct | Outcome"]
 
 
 def run(ctx: typer.Context, command: str, body: Body) -> None:
@@ -174,6 +177,37 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     if opts.json:
         emit_json(command, outcome.exit_code, outcome.fields)
     raise typer.Exit(int(outcome.exit_code))
+
+
+def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBody], None]:
+    """Register `fn(env, **options)` as a command of `group`: Typer reads its options from
+    its signature (less `env`), and `run` runs it."""
+
+    def register(fn: CommandBody) -> None:
+        words = name or fn.__name__.replace("_", "-")
+        if group is not app:
+            words = f"{group.info.name} {words}"
+
+        def cli(ctx: typer.Context, **options: Any) -> None:
+            run(ctx, words, lambda env: fn(env, **options))
+
+        functools.update_wrapper(cli, fn)  # its name, help, module; its globals for Typer
+        cli.__annotations__ = {
+            k: v for k, v in fn.__annotations__.items() if k not in ("env", "return")
+        }
+        hints = get_type_hints(cli, include_extras=True)
+        cli.__annotations__ = hints  # evaluated once, here
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        cli.__dict__["__signature__"] = inspect.Signature(
+            [
+                inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  annotation=typer.Context),
+                *(p.replace(annotation=hints[p.name]) for p in params),
+            ]
+        )  # fmt: skip
+        group.command(name)(cli)
+
+    return register
 
 
 def _usage_error(err: BaseException) -> bool:
