@@ -44,9 +44,8 @@ app = typer.Typer(
 
 @dataclass(frozen=True)
 class Outcome:
-    """A command's result (its `--json` object's keys: the Struct its library function
-    returned) and its exit status, kept apart: the status is never a key of the result (a
-    body returns the bare Struct when it succeeded)."""
+    """A command's result and its exit status, kept apart: the status is never a key of the
+    result (a command returns the bare Struct when it succeeded)."""
 
     fields: Struct
     exit_code: int = ExitCode.OK
@@ -81,8 +80,7 @@ def _global(
         bool, typer.Option("--json", help="One JSON object on stdout; human text on stderr.")
     ] = False,
     quiet: Annotated[
-        bool,
-        typer.Option("--quiet", "-q", help="Errors only: no answer, progress or warnings."),
+        bool, typer.Option("--quiet", "-q", help="Errors only: no answer, progress or warnings.")
     ] = False,
     verbose: Annotated[
         bool,
@@ -95,11 +93,6 @@ def _global(
     ctx.obj = GlobalOptions(
         root=root, workspace=workspace, json=json_, quiet=quiet, verbose=verbose
     )
-
-
-def options(ctx: typer.Context) -> GlobalOptions:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
 
 
 @dataclass
@@ -162,7 +155,8 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     goes on to `fail` (through `cli.main`)."""
     from dgr_forge.core import proc
 
-    opts = options(ctx)
+    obj = ctx.find_root().obj
+    opts = obj if isinstance(obj, GlobalOptions) else GlobalOptions()
     out = Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose)
     env = Env(options=opts, out=out)
     before = proc.observe(out.child if opts.verbose else None)

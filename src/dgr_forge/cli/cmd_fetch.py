@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.status import SeriesStatus
+    from dgr_forge.upstream.workspace import Workspace
 
 # Library modules are imported inside the commands: every CLI start registers all
 # commands, and each should pay only for what it uses.
@@ -62,7 +64,6 @@ def status(env: Env) -> Status:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
     import msgspec
 
-    from dgr_forge.cli.cmd_patch import status_section
     from dgr_forge.lanes.status import Status
     from dgr_forge.upstream.status import rebase_progress, workspace_status
     from dgr_forge.upstream.workspace import inspect
@@ -103,7 +104,7 @@ def status(env: Env) -> Status:
             out.answer(f"ignored files ({len(st.ignored)}), which `build` refuses:")
             for path in st.ignored:
                 out.answer(f"  {path}")
-    patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
+    patch_info = _series_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
     patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
     lanes = _lanes_section(env, m)
     if rebase is not None:
@@ -161,3 +162,31 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
     if not rows:
         env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
     return [row for row, _ in rows]
+
+
+def _series_section(
+    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
+) -> SeriesStatus:
+    """The `patches` part of `status`: one row per patch."""
+    from dgr_forge.upstream.status import series_status
+
+    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
+    rows = [(p.file, p.state, p.detail) for p in info.series]
+    if rows:
+        env.out.table("patches", ["patch", "state", "detail"], rows)
+    else:
+        env.out.answer("patches: none (empty series)")
+    if info.local_edits.local_commits:
+        env.out.answer(
+            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
+            "(`dgr-forge export` turns them into patches)"
+        )
+    if info.moved_since_patched:
+        env.out.answer(
+            "the series on disk moved since this workspace was patched "
+            f"({info.moved_since_patched.describe()}): "
+            "`dgr-forge patch` brings it up to date"
+        )
+    if info.operation_in_progress:
+        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
+    return info

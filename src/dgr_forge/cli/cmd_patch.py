@@ -15,9 +15,6 @@ from dgr_forge.cli.options import ExportForce, Mirror, Offline
 if TYPE_CHECKING:
     from dgr_forge.upstream.export import Export
     from dgr_forge.upstream.local_replay import Patch, PatchAbort
-    from dgr_forge.upstream.manifest import UpstreamManifest
-    from dgr_forge.upstream.status import SeriesStatus
-    from dgr_forge.upstream.workspace import Workspace
 
 
 @command(app)
@@ -134,31 +131,3 @@ def export(env: Env, force: ExportForce = False) -> Export:
             f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
         )
     return result
-
-
-def status_section(
-    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
-) -> SeriesStatus:
-    """The `patches` part of `status` (called by the status command): one row per patch."""
-    from dgr_forge.upstream.status import series_status
-
-    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
-    rows = [(p.file, p.state, p.detail) for p in info.series]
-    if rows:
-        env.out.table("patches", ["patch", "state", "detail"], rows)
-    else:
-        env.out.answer("patches: none (empty series)")
-    if info.local_edits.local_commits:
-        env.out.answer(
-            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
-            "(`dgr-forge export` turns them into patches)"
-        )
-    if info.moved_since_patched:
-        env.out.answer(
-            "the series on disk moved since this workspace was patched "
-            f"({info.moved_since_patched.describe()}): "
-            "`dgr-forge patch` brings it up to date"
-        )
-    if info.operation_in_progress:
-        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
-    return info

@@ -154,12 +154,9 @@ def verify(
     ] = False,
 ) -> ReportVerify | Outcome:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
-    from dgr_forge.attest import keys
     from dgr_forge.attest import reports as reports_mod
 
-    # an unsigned report fails as "unsigned" even where no key is set up
-    signed = bool(reports_mod.load(report).envelope.signatures)
-    public = keys.resolve_verifier(key) if signed or key else None
+    public = reports_mod.verifier(key, report)
     base = _artifact_base(env, report) if artifacts else None
     v = reports_mod.verify_report(report, public, artifacts_base=base)
     if public is not None:
@@ -185,11 +182,9 @@ def compare(
     key: VerifyKey = None,
 ) -> ReportCompare | Outcome:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
-    from dgr_forge.attest import keys
     from dgr_forge.attest import reports as reports_mod
 
-    signed = any(bool(reports_mod.load(r).envelope.signatures) for r in (a, b))
-    public = keys.resolve_verifier(key) if signed or key else None
+    public = reports_mod.verifier(key, a, b)
     c = reports_mod.compare_reports(a, b, public)
     for name, v in (("A", c.a), ("B", c.b)):
         for failure in v.failures:

@@ -12,22 +12,8 @@ import os
 
 from dgr_forge.cli.argv import Argv
 
-# Explicit, ordered list: `dgr-forge --help` shows commands in this order.
-MODULES: list[str] = [
-    "fetch",
-    "patch",
-    "rebase",
-    "bump",
-    "build",
-    "report",
-    "artifacts",
-    "ci",
-    "toolchain",
-    "demo",
-]
-
-# Which module defines each top-level command (tests/test_startup.py checks it against
-# what the modules register).
+# Which module defines each top-level command, in `dgr-forge --help`'s order
+# (tests/test_startup.py checks it against what the modules register).
 COMMAND_MODULES: dict[str, str] = {
     "fetch": "fetch",
     "status": "fetch",
@@ -48,6 +34,8 @@ COMMAND_MODULES: dict[str, str] = {
     "toolchain": "toolchain",
     "demo": "demo",
 }
+
+MODULES = list(dict.fromkeys(COMMAND_MODULES.values()))
 
 _imported: set[str] = set()
 _all = False

@@ -94,17 +94,14 @@ BuildForce = Annotated[
 KeygenForce = Annotated[bool, _force_option("Replace an existing key (and its .pub).")]
 
 SigningKey = Annotated[
-    str | None,
-    _key_option("Sign with this private key (default: DGR_SIGNING_KEY, then yours)."),
+    str | None, _key_option("Sign with this private key (default: DGR_SIGNING_KEY, then yours).")
 ]
 VerifyKey = Annotated[
-    str | None,
-    _key_option("Verify with this public key (default: DGR_VERIFY_KEY, then yours)."),
+    str | None, _key_option("Verify with this public key (default: DGR_VERIFY_KEY, then yours).")
 ]
 # `lanes` trusts any number of public keys besides trusted-keys/
 TrustedKeys = Annotated[
-    list[str] | None,
-    _key_option("Also trust this public key (besides trusted-keys/; repeatable)."),
+    list[str] | None, _key_option("Also trust this public key (besides trusted-keys/; repeatable).")
 ]
 
 BuildJobs = Annotated[int | None, _jobs_option("Parallel compile jobs (default: the cores).")]
@@ -115,8 +112,7 @@ BuildLanes = Annotated[
     list[str] | None, _lane_option("A lane to build (recipes/LANE.toml); repeatable; default: cpu.")
 ]
 Lanes = Annotated[
-    list[str] | None,
-    _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane."),
+    list[str] | None, _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane.")
 ]
 ReportLane = Annotated[
     list[str] | None,
@@ -132,8 +128,7 @@ KeygenOut = Annotated[
     ),
 ]
 ManifestOut = Annotated[
-    Path | None,
-    _out_option("Write the model manifest here (default: manifests/models/NAME.toml)."),
+    Path | None, _out_option("Write the model manifest here (default: manifests/models/NAME.toml).")
 ]
 WorkflowOut = Annotated[
     Path | None, _out_option("Write the workflow here (atomically) instead of stdout.")
