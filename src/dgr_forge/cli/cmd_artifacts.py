@@ -11,8 +11,6 @@ from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import DownloadJobs, FileMirror, HashJobs, ManifestOut
 from dgr_forge.core.errors import BadInput, ForgeError
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and only `artifacts` itself should pay for requests/urllib3.
 if TYPE_CHECKING:
     from dgr_forge.models.make_manifest import ArtifactsManifest
     from dgr_forge.models.manifest import ModelManifest

@@ -28,9 +28,6 @@ if TYPE_CHECKING:
     from dgr_forge.certify.shapes import StepFigures
     from dgr_forge.lanes.presets import Presets
 
-# Library modules are imported inside each command: every CLI start registers all
-# commands, and a no-op `build` should not pay for crypto or certification imports.
-
 
 @command(app)
 def build(

@@ -18,9 +18,6 @@ from dgr_forge.core.urls import shown
 if TYPE_CHECKING:
     from dgr_forge.ci.render import CiMatrix, Render
 
-# Library modules (jinja2 behind dgr_forge.ci.render) are imported inside the commands: every
-# CLI start registers all commands.
-
 ci_app = typer.Typer(
     name="ci",
     help="CI generated from the recipes: the lane matrix and workflow files.",

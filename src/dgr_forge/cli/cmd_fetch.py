@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dgr_forge.cli.app import Env, app, command
 from dgr_forge.cli.options import FetchForce, Mirror, Offline
@@ -12,12 +12,10 @@ from dgr_forge.core.errors import ForgeError
 if TYPE_CHECKING:
     from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
+    from dgr_forge.upstream.footprint import Footprint
     from dgr_forge.upstream.manifest import UpstreamManifest
     from dgr_forge.upstream.status import SeriesStatus
     from dgr_forge.upstream.workspace import Workspace
-
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and each should pay only for what it uses.
 
 
 @command(app)
@@ -46,7 +44,7 @@ def fetch(
     return result
 
 
-def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
+def _footprint(env: Env, m: UpstreamManifest) -> Footprint | None:
     """The series' footprint in upstream's files (None: a patch file cannot be read)."""
     from dgr_forge.upstream import footprint
 

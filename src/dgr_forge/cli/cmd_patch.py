@@ -10,8 +10,6 @@ from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.context import Session
 from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
     from dgr_forge.upstream.export import Export
     from dgr_forge.upstream.local_replay import Patch, PatchAbort

@@ -31,9 +31,6 @@ if TYPE_CHECKING:
     from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
     from dgr_forge.certify.sequence import Inputs
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and only the signing/verifying ones should pay for cryptography.
-
 report_app = typer.Typer(
     name="report", help="Show and verify signed build reports.", no_args_is_help=True
 )
@@ -68,7 +65,7 @@ def show(
     shown = _report_or_latest(env, report, lanes)
     loaded = reports_mod.load(shown)
     if loaded.statement is None:
-        raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
+        raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
     up = s["upstream"]
     out = env.out
