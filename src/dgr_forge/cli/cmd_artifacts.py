@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.options import DownloadJobs, FileMirror, HashJobs, ManifestOut
+from dgr_forge.cli.options import (
+    DownloadJobs,
+    FileMirror,
+    HashJobs,
+    HeaderDest,
+    ManifestOut,
+    ModelDest,
+)
 from dgr_forge.core.errors import BadInput, ForgeError
 
 if TYPE_CHECKING:
@@ -32,7 +39,6 @@ ManifestArg = Annotated[
         metavar="M", help="Model manifest: a path to a .toml, or a name under manifests/models/."
     ),
 ]
-DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
 LayersOpt = Annotated[
     str | None,
     typer.Option(
@@ -78,7 +84,7 @@ def _selection(m: ModelManifest, layers: str | None, first: bool, last: bool) ->
 def provision(
     env: Env,
     manifest: ManifestArg,
-    dest: DestOpt,
+    dest: ModelDest,
     mirror: FileMirror = None,
     jobs: DownloadJobs = 4,
     layers: LayersOpt = None,
@@ -105,7 +111,11 @@ def provision(
 
 @command(artifacts_app)
 def verify(
-    env: Env, manifest: ManifestArg, dest: DestOpt, jobs: HashJobs = None, layers: LayersOpt = None
+    env: Env,
+    manifest: ManifestArg,
+    dest: ModelDest,
+    jobs: HashJobs = None,
+    layers: LayersOpt = None,
 ) -> ArtifactsVerify | Outcome:
     """Check size, sha256 and GGUF split headers of the files in DEST.
 
@@ -174,12 +184,7 @@ def make_manifest(
 def map_layers(
     env: Env,
     manifest: ManifestArg,
-    dest: Annotated[
-        Path | None,
-        typer.Option(
-            "--dest", help="Read the headers from the files here (default: over HTTP Range)."
-        ),
-    ] = None,
+    dest: HeaderDest = None,
     mirror: FileMirror = None,
     jobs: HashJobs = None,
 ) -> ArtifactsMap:

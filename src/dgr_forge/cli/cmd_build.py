@@ -20,6 +20,7 @@ from dgr_forge.cli.options import (
     PresetsOut,
     SigningKey,
     TrustedKeys,
+    Worker,
 )
 from dgr_forge.core.errors import ExitCode
 
@@ -33,12 +34,7 @@ if TYPE_CHECKING:
 def build(
     env: Env,
     lane: BuildLanes = None,
-    worker: Annotated[
-        Path | None,
-        typer.Option(
-            "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
-        ),
-    ] = None,
+    worker: Worker = None,
     jobs: BuildJobs = None,
     key: SigningKey = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
@@ -208,7 +204,7 @@ def _figures(figures: dict[str, StepFigures | None]) -> str:
 def presets(
     env: Env,
     lane: Lanes = None,
-    worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
+    worker: Worker = None,
     print_: Annotated[
         bool, typer.Option("--print", help="Print the forge's presets; write nothing.")
     ] = False,

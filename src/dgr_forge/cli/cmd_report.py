@@ -14,6 +14,7 @@ from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import (
     BuildReport,
     BuildReportAsReport,
+    CertifyDest,
     CertifyLane,
     FileMirror,
     KeygenForce,
@@ -209,10 +210,7 @@ def certify_command(
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
     ] = None,
-    dest: Annotated[
-        Path | None,
-        typer.Option("--dest", help="Model directory (default: <workspace>/models/NAME)."),
-    ] = None,
+    dest: CertifyDest = None,
     device: Annotated[
         str | None,
         typer.Option("--device", help="The {device} the steps test (default: the first)."),

@@ -152,3 +152,17 @@ BuildReportAsReport = Annotated[Path | None, typer.Option("--report", metavar="P
 MarkdownReport = Annotated[
     Path | None, typer.Option("--report", metavar="PATH", help="Write the Markdown report here.")
 ]
+
+Worker = Annotated[
+    Path | None,
+    typer.Option("--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."),
+]
+
+ModelDest = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
+HeaderDest = Annotated[
+    Path | None,
+    typer.Option("--dest", help="Read the headers from the files here (default: over HTTP Range)."),
+]
+CertifyDest = Annotated[
+    Path | None, typer.Option("--dest", help="Model directory (default: <workspace>/models/NAME).")
+]
