@@ -108,10 +108,9 @@ class Env:
         worker: bool = False,
         worker_override: Path | None = None,
     ) -> Iterator[Session]:
-        """The command boundary (the module doc). Without `lock` (read-only commands such
-        as `status`) nothing waits behind a build. `manifest_may_fail`: a manifest that
-        does not load is None rather than an error (`rebase --continue` reports it as
-        changed since the rebase started)."""
+        """The command boundary (the module doc); without `lock` nothing waits behind a
+        build. `manifest_may_fail`: a manifest that does not load is None, not an error
+        (`rebase --continue` reports it as changed since the rebase started)."""
         from dgr_forge.core.lock import root_lock as take_root_lock
         from dgr_forge.core.lock import workspace_lock
 

@@ -138,7 +138,7 @@ class Tables:
 
     def __init__(self, defs: dict[str, Schema], heading: str, *, toml: bool) -> None:
         self.defs, self.heading, self.toml = defs, heading, toml
-        self.done: set[str] = set()
+        self.done: dict[str, str] = {}  # each def's table: where it is first met
         self.out: list[str] = []
 
     def refs(self, node: Schema) -> list[tuple[str, str]]:
@@ -197,7 +197,11 @@ class Tables:
             meaning = str(own.get("description") or "")
             for suffix, sub in self.refs(node):
                 meaning = meaning or str(self.defs[sub].get("description", ""))
-                nested.append((f"{where}.{key}{suffix}".lstrip("."), sub))
+                if sub in self.done:
+                    meaning += f" (its keys: as `{self.done[sub]}`)"
+                else:
+                    self.done[sub] = f"{where}.{key}{suffix}".lstrip(".")
+                    nested.append((self.done[sub], sub))
             flag = "" if key in required or self.toml else " *(optional)*"
             default = ""
             if self.toml and key in required:
@@ -208,9 +212,6 @@ class Tables:
             rows.append(f"| `{key}`{flag} | {cell(self.words(node))} |{default} {cell(meaning)} |")
         self.out += [*rows, ""]
         for sub_where, sub in nested:
-            if sub in self.done:
-                continue
-            self.done.add(sub)
             about = str(self.defs[sub].get("description", ""))
             self.out += [
                 self.heading.format(where=sub_where),
