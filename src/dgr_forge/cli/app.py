@@ -173,11 +173,11 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     raise typer.Exit(int(outcome.exit_code))
 
 
-def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBody], None]:
+def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBody], CommandBody]:
     """Register `fn(env, **options)` as a command of `group`: Typer reads its options from
     its signature (less `env`), and `run` runs it."""
 
-    def register(fn: CommandBody) -> None:
+    def register(fn: CommandBody) -> CommandBody:
         words = name or fn.__name__.replace("_", "-")
         if group is not app:
             words = f"{group.info.name} {words}"
@@ -189,8 +189,7 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBod
         cli.__annotations__ = {
             k: v for k, v in fn.__annotations__.items() if k not in ("env", "return")
         }
-        hints = get_type_hints(cli, include_extras=True)
-        cli.__annotations__ = hints  # evaluated once, here
+        hints = cli.__annotations__ = get_type_hints(cli, include_extras=True)  # once, here
         params = list(inspect.signature(fn).parameters.values())[1:]
         cli.__dict__["__signature__"] = inspect.Signature(
             [
@@ -200,6 +199,7 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBod
             ]
         )  # fmt: skip
         group.command(name)(cli)
+        return fn
 
     return register
 
