@@ -27,7 +27,7 @@ from dgr_forge.attest import keys, reports
 from dgr_forge.certify import advertise, shapes
 from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas
-from dgr_forge.cli.input_schemas import Tables, cell
+from dgr_forge.cli.input_schemas import Schema, Tables, cell
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
 from dgr_forge.host import toolkit
@@ -85,8 +85,6 @@ COMMANDS: tuple[Command, ...] = (
     Command("demo", (demo.Demo,)),
 )
 
-
-Schema = dict[str, Any]
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 BASE_ID = "https://dgr-forge.invalid/json-schema/"
