@@ -27,7 +27,7 @@ import msgspec
 from msgspec import Struct
 
 from dgr_forge.attest import dsse, provenance
-from dgr_forge.attest.keys import PublicKey, Signer
+from dgr_forge.attest.keys import PublicKey, Signer, resolve_verifier
 from dgr_forge.attest.records import LaneBuild
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -410,6 +410,14 @@ def verify_report(
     if artifacts_base is not None:
         _check_artifacts(v, artifacts_base)
     return v
+
+
+def verifier(key: str | None, *paths: Path) -> PublicKey | None:
+    """The key to verify `paths` with (`--key`, or `keys.resolve_verifier`'s default); none
+    when no report is signed and no key given: an unsigned report then fails as unsigned
+    even where no key is set up."""
+    signed = any(load(path).envelope.signatures for path in paths)
+    return resolve_verifier(key) if signed or key else None
 
 
 def parse_name(name: str) -> tuple[str, str, str] | None:

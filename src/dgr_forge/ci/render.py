@@ -81,6 +81,7 @@ class CiMatrix(Form, kw_only=True):
     """`ci matrix`'s result (its `--json` object; without `--json`, `matrix` alone)."""
 
     title = "ci matrix"
+    note = "without `--json`, stdout is `matrix` alone, ready for `fromJSON` or `jq`"
 
     matrix: Annotated[Matrix, d('`{"include": [ENTRY, ...]}`, one entry per `recipes/<lane>.toml`')]
 

@@ -9,23 +9,24 @@ stderr, with `--json` the failure object with every detail, and its exit code.
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import inspect
 import io
 import json
 import sys
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Annotated, Any, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, get_type_hints
 
 import typer
 
 from dgr_forge import __version__
-from dgr_forge.cli.context import Needs, Session, open_session
+from dgr_forge.cli.context import Env as Env  # what a command body gets
+from dgr_forge.cli.context import GlobalOptions
 from dgr_forge.cli.failures import as_forge_error, debug_enabled
 from dgr_forge.core.errors import ExitCode, ForgeError
-from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text, shown
 
@@ -41,68 +42,10 @@ app = typer.Typer(
 )
 
 
-@dataclass
-class GlobalOptions:
-    """The options of the whole tool (`--root`, `--json`, ...), wherever they were given."""
-
-    root: Path | None = None
-    workspace: Path | None = None
-    json: bool = False
-    quiet: bool = False
-    verbose: bool = False
-
-
-@dataclass
-class Env:
-    """What a command body gets: the output channel and (lazily) the forge it works on."""
-
-    options: GlobalOptions
-    out: Reporter
-    _forge: Forge | None = field(default=None, repr=False)
-
-    @property
-    def forge(self) -> Forge:
-        if self._forge is None:
-            self._forge = Forge.locate(self.options.root, self.options.workspace)
-        return self._forge
-
-    def session(
-        self,
-        *,
-        lock: bool = False,
-        root_lock: bool = False,
-        recover: bool = False,
-        refuse_rebase: bool = False,
-        manifest: bool = True,
-        manifest_may_fail: bool = False,
-        recipes: bool = False,
-        probes: bool = False,
-        worker: bool = False,
-        worker_override: Path | None = None,
-    ) -> contextlib.AbstractContextManager[Session]:
-        """The command boundary (`cli/context`): locks first, recovery for commands that
-        write, the rebase refusal, then each declared input loaded once and handed down.
-        Without `lock` (read-only commands such as `status`) nothing waits behind a build."""
-        needs = Needs(
-            lock=lock,
-            root_lock=root_lock,
-            recover=recover,
-            refuse_rebase=refuse_rebase,
-            manifest=manifest,
-            manifest_may_fail=manifest_may_fail,
-            recipes=recipes,
-            probes=probes,
-            worker=worker,
-            worker_override=worker_override,
-        )
-        return open_session(self.forge, self.out, needs)
-
-
 @dataclass(frozen=True)
 class Outcome:
-    """A command's result (its `--json` object's keys: the Struct its library function
-    returned) and its exit status, kept apart: the status is never a key of the result (a
-    body returns the bare Struct when it succeeded)."""
+    """A command's result and its exit status, kept apart: the status is never a key of the
+    result (a command returns the bare Struct when it succeeded)."""
 
     fields: Struct
     exit_code: int = ExitCode.OK
@@ -137,8 +80,7 @@ def _global(
         bool, typer.Option("--json", help="One JSON object on stdout; human text on stderr.")
     ] = False,
     quiet: Annotated[
-        bool,
-        typer.Option("--quiet", "-q", help="Errors only: no answer, progress or warnings."),
+        bool, typer.Option("--quiet", "-q", help="Errors only: no answer, progress or warnings.")
     ] = False,
     verbose: Annotated[
         bool,
@@ -151,11 +93,6 @@ def _global(
     ctx.obj = GlobalOptions(
         root=root, workspace=workspace, json=json_, quiet=quiet, verbose=verbose
     )
-
-
-def options(ctx: typer.Context) -> GlobalOptions:
-    obj = ctx.find_root().obj
-    return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
 
 
 @dataclass
@@ -210,6 +147,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
 
 
 Body = Callable[[Env], "Struct | Outcome"]
+CommandBody = Callable[..., "Struct | Outcome"]
 
 
 def run(ctx: typer.Context, command: str, body: Body) -> None:
@@ -217,7 +155,8 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     goes on to `fail` (through `cli.main`)."""
     from dgr_forge.core import proc
 
-    opts = options(ctx)
+    obj = ctx.find_root().obj
+    opts = obj if isinstance(obj, GlobalOptions) else GlobalOptions()
     out = Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose)
     env = Env(options=opts, out=out)
     before = proc.observe(out.child if opts.verbose else None)
@@ -232,6 +171,37 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
     if opts.json:
         emit_json(command, outcome.exit_code, outcome.fields)
     raise typer.Exit(int(outcome.exit_code))
+
+
+def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBody], CommandBody]:
+    """Register `fn(env, **options)` as a command of `group`: Typer reads its options from
+    its signature (less `env`), and `run` runs it."""
+
+    def register(fn: CommandBody) -> CommandBody:
+        words = name or fn.__name__.replace("_", "-")
+        if group is not app:
+            words = f"{group.info.name} {words}"
+
+        def cli(ctx: typer.Context, **options: Any) -> None:
+            run(ctx, words, lambda env: fn(env, **options))
+
+        functools.update_wrapper(cli, fn)  # its name, help, module; its globals for Typer
+        cli.__annotations__ = {
+            k: v for k, v in fn.__annotations__.items() if k not in ("env", "return")
+        }
+        hints = cli.__annotations__ = get_type_hints(cli, include_extras=True)  # once, here
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        cli.__dict__["__signature__"] = inspect.Signature(
+            [
+                inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                  annotation=typer.Context),
+                *(p.replace(annotation=hints[p.name]) for p in params),
+            ]
+        )  # fmt: skip
+        group.command(name)(cli)
+        return fn
+
+    return register
 
 
 def _usage_error(err: BaseException) -> bool:

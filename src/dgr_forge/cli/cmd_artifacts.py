@@ -7,12 +7,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
-from dgr_forge.cli.options import DownloadJobs, FileMirror, HashJobs, ManifestOut
+from dgr_forge.cli.app import Env, Outcome, app, command
+from dgr_forge.cli.options import (
+    DownloadJobs,
+    FileMirror,
+    HashJobs,
+    HeaderDest,
+    ManifestOut,
+    ModelDest,
+)
 from dgr_forge.core.errors import BadInput, ForgeError
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and only `artifacts` itself should pay for requests/urllib3.
 if TYPE_CHECKING:
     from dgr_forge.models.make_manifest import ArtifactsManifest
     from dgr_forge.models.manifest import ModelManifest
@@ -31,11 +36,9 @@ app.add_typer(artifacts_app, name="artifacts")
 ManifestArg = Annotated[
     str,
     typer.Argument(
-        metavar="M",
-        help="Model manifest: a path to a .toml, or a name under manifests/models/.",
+        metavar="M", help="Model manifest: a path to a .toml, or a name under manifests/models/."
     ),
 ]
-DestOpt = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
 LayersOpt = Annotated[
     str | None,
     typer.Option(
@@ -77,11 +80,11 @@ def _selection(m: ModelManifest, layers: str | None, first: bool, last: bool) ->
     return subset.select(m, ranges, first, last)
 
 
-@artifacts_app.command()
+@command(artifacts_app)
 def provision(
-    ctx: typer.Context,
+    env: Env,
     manifest: ManifestArg,
-    dest: DestOpt,
+    dest: ModelDest,
     mirror: FileMirror = None,
     jobs: DownloadJobs = 4,
     layers: LayersOpt = None,
@@ -90,53 +93,45 @@ def provision(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Say which files and how many bytes; write nothing.")
     ] = False,
-) -> None:
+) -> ArtifactsProvision | Outcome:
     """Download the model's files (or a layer range's) into DEST: resumable, verified.
 
     With --layers, only the split files holding those layers' tensors, the metadata split
     and (--first / --last) the embeddings' and output head's; --dry-run says which.
     `--jobs`: files downloaded at once (default 4)."""
+    from dgr_forge.models.provision import provision
 
-    def body(env: Env) -> ArtifactsProvision | Outcome:
-        from dgr_forge.models.provision import provision
-
-        m = _load(env, manifest)
-        selection = _selection(m, layers, first, last)
-        result = provision(
-            m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
-        )
-        return Outcome.of(result, result.ok)
-
-    run(ctx, "artifacts provision", body)
+    m = _load(env, manifest)
+    selection = _selection(m, layers, first, last)
+    result = provision(
+        m, dest, env.out, mirror=mirror, jobs=jobs or 4, selection=selection, dry_run=dry_run
+    )
+    return Outcome.of(result, result.ok)
 
 
-@artifacts_app.command()
+@command(artifacts_app)
 def verify(
-    ctx: typer.Context,
+    env: Env,
     manifest: ManifestArg,
-    dest: DestOpt,
+    dest: ModelDest,
     jobs: HashJobs = None,
     layers: LayersOpt = None,
-) -> None:
+) -> ArtifactsVerify | Outcome:
     """Check size, sha256 and GGUF split headers of the files in DEST.
 
     With --layers, the files those layers need; without it, what DEST records it was
     provisioned for (or every file), and which layer ranges the files can serve."""
+    from dgr_forge.models.verify import verify
 
-    def body(env: Env) -> ArtifactsVerify | Outcome:
-        from dgr_forge.models.verify import verify
-
-        m = _load(env, manifest)
-        selection = _selection(m, layers, False, False)
-        result = verify(m, dest, env.out, jobs=jobs, selection=selection)
-        return Outcome.of(result, not result.bad)
-
-    run(ctx, "artifacts verify", body)
+    m = _load(env, manifest)
+    selection = _selection(m, layers, False, False)
+    result = verify(m, dest, env.out, jobs=jobs, selection=selection)
+    return Outcome.of(result, not result.bad)
 
 
-@artifacts_app.command("manifest")
+@command(artifacts_app, "manifest")
 def make_manifest(
-    ctx: typer.Context,
+    env: Env,
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Directory of model files.")],
     name: Annotated[
         str, typer.Option("--name", metavar="NAME", help="Model name, e.g. deepseek-v4.")
@@ -155,63 +150,50 @@ def make_manifest(
     ] = None,
     out_path: ManifestOut = None,
     jobs: HashJobs = None,
-) -> None:
+) -> ArtifactsManifest:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
+    from dgr_forge.models import manifest as models
+    from dgr_forge.models.hashing import human
+    from dgr_forge.models.make_manifest import build_manifest, write_manifest
 
-    def body(env: Env) -> ArtifactsManifest:
-        from dgr_forge.models import manifest as models
-        from dgr_forge.models.hashing import human
-        from dgr_forge.models.make_manifest import build_manifest, write_manifest
+    target = out_path
+    if target is None:  # before hashing: a missing root should not cost a 500 GB read
+        try:
+            target = env.forge.root / models.MODELS_DIR / f"{name}.toml"
+        except ForgeError as err:
+            raise BadInput(
+                f"no --out and no forge root to write {models.MODELS_DIR}/{name}.toml into",
+                hint="pass --out PATH, or run inside a dgr-forge checkout (or --root DIR)",
+            ) from err
+    built = build_manifest(
+        directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
+    )
+    result = write_manifest(built, target)
+    size = human(result.total_size)
+    env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
+    if url_base.startswith("file:"):  # said now, not by the first provision or certify
+        from dgr_forge.models.sources import FILE_ROOTS_ENV
 
-        target = out_path
-        if target is None:  # before hashing: a missing root should not cost a 500 GB read
-            try:
-                target = env.forge.root / models.MODELS_DIR / f"{name}.toml"
-            except ForgeError as err:
-                raise BadInput(
-                    f"no --out and no forge root to write {models.MODELS_DIR}/{name}.toml into",
-                    hint="pass --out PATH, or run inside a dgr-forge checkout (or --root DIR)",
-                ) from err
-        built = build_manifest(
-            directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
+        env.out.warn(
+            f"its URLs are file:// URLs: reading them needs {FILE_ROOTS_ENV} to allow the "
+            f"directory ({FILE_ROOTS_ENV}={directory.resolve()}), or --mirror"
         )
-        result = write_manifest(built, target)
-        size = human(result.total_size)
-        env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
-        if url_base.startswith("file:"):  # said now, not by the first provision or certify
-            from dgr_forge.models.sources import FILE_ROOTS_ENV
-
-            env.out.warn(
-                f"its URLs are file:// URLs: reading them needs {FILE_ROOTS_ENV} to allow the "
-                f"directory ({FILE_ROOTS_ENV}={directory.resolve()}), or --mirror"
-            )
-        return result
-
-    run(ctx, "artifacts manifest", body)
+    return result
 
 
-@artifacts_app.command("map")
+@command(artifacts_app, "map")
 def map_layers(
-    ctx: typer.Context,
+    env: Env,
     manifest: ManifestArg,
-    dest: Annotated[
-        Path | None,
-        typer.Option(
-            "--dest", help="Read the headers from the files here (default: over HTTP Range)."
-        ),
-    ] = None,
+    dest: HeaderDest = None,
     mirror: FileMirror = None,
     jobs: HashJobs = None,
-) -> None:
+) -> ArtifactsMap:
     """Add the layer map to manifest M, read from the GGUF split headers.
 
     From the files in DEST, or without --dest by HTTP Range requests for the header bytes
     only."""
+    from dgr_forge.models.map_headers import map_manifest
 
-    def body(env: Env) -> ArtifactsMap:
-        from dgr_forge.models.map_headers import map_manifest
-
-        m = _load(env, manifest)
-        return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)
-
-    run(ctx, "artifacts map", body)
+    m = _load(env, manifest)
+    return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)

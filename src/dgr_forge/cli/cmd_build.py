@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import (
     BuildForce,
@@ -20,6 +20,7 @@ from dgr_forge.cli.options import (
     PresetsOut,
     SigningKey,
     TrustedKeys,
+    Worker,
 )
 from dgr_forge.core.errors import ExitCode
 
@@ -28,20 +29,12 @@ if TYPE_CHECKING:
     from dgr_forge.certify.shapes import StepFigures
     from dgr_forge.lanes.presets import Presets
 
-# Library modules are imported inside each command: every CLI start registers all
-# commands, and a no-op `build` should not pay for crypto or certification imports.
 
-
-@app.command()
+@command(app)
 def build(
-    ctx: typer.Context,
+    env: Env,
     lane: BuildLanes = None,
-    worker: Annotated[
-        Path | None,
-        typer.Option(
-            "--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."
-        ),
-    ] = None,
+    worker: Worker = None,
     jobs: BuildJobs = None,
     key: SigningKey = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
@@ -66,145 +59,126 @@ def build(
         ),
     ] = None,
     force: BuildForce = False,
-) -> None:
+) -> Outcome:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
 
     A lane this host cannot build is refused before anything runs (`doctor` says why)."""
+    from dgr_forge.lanes import build as build_mod
+    from dgr_forge.lanes.build_options import BuildOptions
 
-    def body(env: Env) -> Outcome:
-        from dgr_forge.lanes import build as build_mod
-        from dgr_forge.lanes.build_options import BuildOptions
-
-        opts = BuildOptions.resolve(
-            lanes=lane or (),
-            worker=worker,
-            jobs=jobs,
-            key=key,
-            sign=not no_sign,
-            mirror=mirror,
-            offline=offline,
-            cache=cache,
-            cache_mode=cache_mode,
-            force=force,
-        )
-        # the lock before any input is read: a waiting build builds (and signs) what the
-        # build it waited for left, never a manifest read before
-        with env.session(
-            lock=True,
-            recover=True,
-            refuse_rebase=True,
-            recipes=True,
-            probes=True,
-            worker=True,
-            worker_override=worker,
-        ) as s:
-            result = build_mod.build(
-                s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker
-            )
-        return Outcome.of(result, result.failed is None)
-
-    run(ctx, "build", body)
+    opts = BuildOptions.resolve(
+        lanes=lane or (),
+        worker=worker,
+        jobs=jobs,
+        key=key,
+        sign=not no_sign,
+        mirror=mirror,
+        offline=offline,
+        cache=cache,
+        cache_mode=cache_mode,
+        force=force,
+    )
+    # the lock before any input is read: a waiting build builds (and signs) what the
+    # build it waited for left, never a manifest read before
+    with env.session(
+        lock=True,
+        recover=True,
+        refuse_rebase=True,
+        recipes=True,
+        probes=True,
+        worker=True,
+        worker_override=worker,
+    ) as s:
+        result = build_mod.build(s.forge, env.out, opts, s.manifest, s.recipes, s.doctor, s.worker)
+    return Outcome.of(result, result.failed is None)
 
 
-@app.command()
-def doctor(
-    ctx: typer.Context,
-    lane: Lanes = None,
-) -> None:
+@command(app)
+def doctor(env: Env, lane: Lanes = None) -> Outcome:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
 
     With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
+    from dgr_forge.host.recipes import select
+    from dgr_forge.lanes import plan as doctor_mod
 
-    def body(env: Env) -> Outcome:
-        from dgr_forge.host.recipes import select
-        from dgr_forge.lanes import plan as doctor_mod
+    with env.session(manifest=False, recipes=True, probes=True) as s:
+        all_recipes, doc = s.recipes, s.doctor
+    select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
+    from dgr_forge.cache import select as cache_mod
 
-        with env.session(manifest=False, recipes=True, probes=True) as s:
-            all_recipes, doc = s.recipes, s.doctor
-        select(all_recipes, list(lane or []))  # an unknown --lane is exit 2, before probing
-        from dgr_forge.cache import select as cache_mod
-
-        cache_info = cache_mod.describe(doc)
-        result = doctor_mod.diagnose(doc, all_recipes, cache_info)
-        if lane:
-            result = doctor_mod.gate(result, list(lane))
-        rows = [
-            (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
-            for t in result.tools
-        ]
-        rows += [
-            (lib.name, "found" if lib.found else "missing", "", lib.path or "")
-            for lib in result.libraries
-        ]
-        env.out.table(
-            f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows
-        )
-        env.out.answer(cache_mod.summary(cache_info))
-        for check in result.lanes:
-            verdict = check.summary if check.buildable or not lane else "cannot build here"
-            env.out.answer(f"{check.lane} lane: {verdict}")
-            if lane and not check.buildable:
-                env.out.answer(f"    {check.summary}")
-            for line in check.reasons():
-                env.out.answer(f"    {line}")
-        # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
-        bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
-        return Outcome(result, bad)
-
-    run(ctx, "doctor", body)
+    cache_info = cache_mod.describe(doc)
+    result = doctor_mod.diagnose(doc, all_recipes, cache_info)
+    if lane:
+        result = doctor_mod.gate(result, list(lane))
+    rows = [
+        (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
+        for t in result.tools
+    ]
+    rows += [
+        (lib.name, "found" if lib.found else "missing", "", lib.path or "")
+        for lib in result.libraries
+    ]
+    env.out.table(f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows)
+    env.out.answer(cache_mod.summary(cache_info))
+    for check in result.lanes:
+        verdict = check.summary if check.buildable or not lane else "cannot build here"
+        env.out.answer(f"{check.lane} lane: {verdict}")
+        if lane and not check.buildable:
+            env.out.answer(f"    {check.summary}")
+        for line in check.reasons():
+            env.out.answer(f"    {line}")
+    # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
+    bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
+    return Outcome(result, bad)
 
 
-@app.command()
+@command(app)
 def lanes(
-    ctx: typer.Context,
+    env: Env,
     advertised: Annotated[
         bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
     ] = False,
     key: TrustedKeys = None,
-) -> None:
+) -> LanesResult:
     """The lane matrix: backend, buildable here, last build, certified."""
+    from dgr_forge.attest import keys as keys_mod
+    from dgr_forge.certify.advertise import overview
 
-    def body(env: Env) -> LanesResult:
-        from dgr_forge.attest import keys as keys_mod
-        from dgr_forge.certify.advertise import overview
-
-        trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
-        with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
-            result = overview(
-                s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker, advertised=advertised
-            )
-        if advertised:
-            env.out.table(
-                None,
-                ["lane", "model", "hardware class", "figures", "certified on"],
-                [
-                    (e.lane, e.model, e.hardware_class, _figures(e.figures), e.certified_on or "")
-                    for e in result.entries or []
-                ],
-                empty="nothing certified: no lane has a valid hardware certification",
-            )
-            return result
+    trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
+    with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock
+        result = overview(
+            s.forge, s.manifest, s.recipes, s.doctor, trusted, s.worker, advertised=advertised
+        )
+    if advertised:
         env.out.table(
             None,
-            ["lane", "backend", "here", "last build", "report", "certified"],
+            ["lane", "model", "hardware class", "figures", "certified on"],
             [
-                (
-                    r.lane,
-                    r.backend,
-                    r.summary,
-                    f"{r.last_build.line()} {r.last_build.time}" if r.last_build else "never",
-                    env.forge.rel(Path(r.last_build.report))
-                    if r.last_build and r.last_build.report
-                    else "",
-                    "yes" if r.certified else r.certification.reason,
-                )
-                for r in result.lanes
+                (e.lane, e.model, e.hardware_class, _figures(e.figures), e.certified_on or "")
+                for e in result.entries or []
             ],
-            empty="no lanes: add recipes/<lane>.toml",
+            empty="nothing certified: no lane has a valid hardware certification",
         )
         return result
-
-    run(ctx, "lanes", body)
+    env.out.table(
+        None,
+        ["lane", "backend", "here", "last build", "report", "certified"],
+        [
+            (
+                r.lane,
+                r.backend,
+                r.summary,
+                f"{r.last_build.line()} {r.last_build.time}" if r.last_build else "never",
+                env.forge.rel(Path(r.last_build.report))
+                if r.last_build and r.last_build.report
+                else "",
+                "yes" if r.certified else r.certification.reason,
+            )
+            for r in result.lanes
+        ],
+        empty="no lanes: add recipes/<lane>.toml",
+    )
+    return result
 
 
 def _figures(figures: dict[str, StepFigures | None]) -> str:
@@ -226,11 +200,11 @@ def _figures(figures: dict[str, StepFigures | None]) -> str:
     return ", ".join(parts)
 
 
-@app.command()
+@command(app)
 def presets(
-    ctx: typer.Context,
+    env: Env,
     lane: Lanes = None,
-    worker: Annotated[Path | None, typer.Option("--worker", help="Worker CMake project.")] = None,
+    worker: Worker = None,
     print_: Annotated[
         bool, typer.Option("--print", help="Print the forge's presets; write nothing.")
     ] = False,
@@ -247,56 +221,52 @@ def presets(
         ),
     ] = False,
     out_path: PresetsOut = None,
-) -> None:
+) -> Presets:
     """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
 
     The forge writes dgr-forge.presets.json and adds one include entry for it to
     CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
+    from dgr_forge.core.errors import BadInput
+    from dgr_forge.lanes import presets as presets_mod
 
-    def body(env: Env) -> Presets:
-        from dgr_forge.core.errors import BadInput
-        from dgr_forge.lanes import presets as presets_mod
-
-        if remove and print_:
-            raise BadInput("presets: --remove and --print do not go together",
-                           hint="give one of them")  # fmt: skip
-        with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
-            m, spec = s.manifest, s.worker
-            data = (
-                None
-                if remove
-                else presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
-            )
-        names = [p["name"] for p in data["configurePresets"]] if data else []
-        if print_ and data is not None:
-            if not env.options.json:
-                env.out.document(json.dumps(data, indent=2) + "\n")
-            return presets_mod.Presets(path=None, presets=names, content=data)
-        where = {"worker_override": worker is not None}
-        change = (
-            presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
-            if data is None
-            else presets_mod.plan_write(env.forge, data, out_path, m, spec, **where)
+    if remove and print_:
+        raise BadInput("presets: --remove and --print do not go together",
+                       hint="give one of them")  # fmt: skip
+    with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
+        m, spec = s.manifest, s.worker
+        data = (
+            None
+            if remove
+            else presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
         )
-        diff = change.diff()
-        if dry_run:
-            if not env.options.json:
-                env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
+    names = [p["name"] for p in data["configurePresets"]] if data else []
+    if print_ and data is not None:
+        if not env.options.json:
+            env.out.document(json.dumps(data, indent=2) + "\n")
+        return presets_mod.Presets(path=None, presets=names, content=data)
+    where = {"worker_override": worker is not None}
+    change = (
+        presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
+        if data is None
+        else presets_mod.plan_write(env.forge, data, out_path, m, spec, **where)
+    )
+    diff = change.diff()
+    if dry_run:
+        if not env.options.json:
+            env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
+    else:
+        change.apply(env.forge)
+        if remove:
+            env.out.answer(f"removed {env.forge.rel(change.own)} and its include from "
+                         f"{env.forge.rel(change.user)}")  # fmt: skip
         else:
-            change.apply(env.forge)
-            if remove:
-                env.out.answer(f"removed {env.forge.rel(change.own)} and its include from "
-                             f"{env.forge.rel(change.user)}")  # fmt: skip
-            else:
-                env.out.answer(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
-                             f"{env.forge.rel(change.user)} includes it")  # fmt: skip
-        return presets_mod.Presets(
-            path=None if remove else str(change.own),
-            presets=names,
-            user_presets=str(change.user),
-            user_presets_change=change.kind(),
-            diff=diff,
-            dry_run=dry_run,
-        )
-
-    run(ctx, "presets", body)
+            env.out.answer(f"wrote {env.forge.rel(change.own)}: {', '.join(names)}; "
+                         f"{env.forge.rel(change.user)} includes it")  # fmt: skip
+    return presets_mod.Presets(
+        path=None if remove else str(change.own),
+        presets=names,
+        user_presets=str(change.user),
+        user_presets_change=change.kind(),
+        diff=diff,
+        dry_run=dry_run,
+    )

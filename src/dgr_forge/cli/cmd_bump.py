@@ -6,13 +6,13 @@ from typing import Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import MarkdownReport, Mirror
 
 
-@app.command()
+@command(app)
 def bump(
-    ctx: typer.Context,
+    env: Env,
     to: Annotated[
         str | None,
         typer.Option(
@@ -32,28 +32,24 @@ def bump(
     ] = False,
     report: MarkdownReport = None,
     mirror: Mirror = None,
-) -> None:
+) -> Outcome:
     """Move the pin to the newest upstream commit (up to --to) the whole series replays onto.
 
     Found by bisecting first-parent history; names the first commit that breaks a patch."""
+    from dgr_forge.upstream.fetch import resolve_mirror
+    from dgr_forge.upstream.rebase.bump import bump as bump_
 
-    def body(env: Env) -> Outcome:
-        from dgr_forge.upstream.fetch import resolve_mirror
-        from dgr_forge.upstream.rebase.bump import bump as bump_
+    with env.session(lock=True, recover=True, refuse_rebase=True) as s:
+        from dgr_forge.lanes.boundary import recorded_surface
 
-        with env.session(lock=True, recover=True, refuse_rebase=True) as s:
-            from dgr_forge.lanes.boundary import recorded_surface
-
-            result = bump_(
-                env.forge,
-                env.out,
-                s.manifest,
-                to,
-                dry_run=dry_run,
-                report=report,
-                mirror=resolve_mirror(mirror),
-                surface=recorded_surface(s.forge),
-            )
-        return Outcome(result, result.exit_code)
-
-    run(ctx, "bump", body)
+        result = bump_(
+            env.forge,
+            env.out,
+            s.manifest,
+            to,
+            dry_run=dry_run,
+            report=report,
+            mirror=resolve_mirror(mirror),
+            surface=recorded_surface(s.forge),
+        )
+    return Outcome(result, result.exit_code)

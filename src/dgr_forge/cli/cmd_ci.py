@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from dgr_forge.cli.app import Env, app, options, run
+from dgr_forge.cli.app import Env, app, command
 from dgr_forge.cli.helpstyle import complete_provider
 from dgr_forge.cli.options import WorkflowOut
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
@@ -17,9 +17,6 @@ from dgr_forge.core.urls import shown
 
 if TYPE_CHECKING:
     from dgr_forge.ci.render import CiMatrix, Render
-
-# Library modules (jinja2 behind dgr_forge.ci.render) are imported inside the commands: every
-# CLI start registers all commands.
 
 ci_app = typer.Typer(
     name="ci",
@@ -29,32 +26,27 @@ ci_app = typer.Typer(
 app.add_typer(ci_app, name="ci")
 
 
-@ci_app.command("matrix")
-def matrix_command(ctx: typer.Context) -> None:
+@command(ci_app, "matrix")
+def matrix_command(env: Env) -> CiMatrix:
     """Print the per-lane CI matrix as JSON: {"include": [{lane, backend, runs_on, ...}]}."""
-    as_json = options(ctx).json
+    import msgspec
 
-    def body(env: Env) -> CiMatrix:
-        import msgspec
+    from dgr_forge.ci import render as ci
 
-        from dgr_forge.ci import render as ci
-
-        with env.session(manifest=False, recipes=True) as s:
-            lanes = ci.matrix(s.recipes)
-        if not as_json:
-            # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
-            env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
-        env.out.info(
-            f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
-        )
-        return ci.CiMatrix(matrix=lanes)
-
-    run(ctx, "ci matrix", body)
+    with env.session(manifest=False, recipes=True) as s:
+        lanes = ci.matrix(s.recipes)
+    if not env.options.json:
+        # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
+        env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
+    env.out.info(
+        f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
+    )
+    return ci.CiMatrix(matrix=lanes)
 
 
-@ci_app.command("render")
+@command(ci_app, "render")
 def render_command(
-    ctx: typer.Context,
+    env: Env,
     provider: Annotated[
         str,
         typer.Option(
@@ -90,63 +82,58 @@ def render_command(
             "overwrites.",
         ),
     ] = False,
-) -> None:
+) -> Render:
     """Render the CI workflow for the lanes in recipes/ (stdout unless --out or --check)."""
-    as_json = options(ctx).json
+    import msgspec
 
-    def body(env: Env) -> Render:
-        import msgspec
+    from dgr_forge.ci import install as ci_install
+    from dgr_forge.ci import render as ci
 
-        from dgr_forge.ci import install as ci_install
-        from dgr_forge.ci import render as ci
-
-        if out is not None and check is not None:
-            raise BadInput("--out and --check exclude each other", hint="pass one of them")
-        which = ci.provider(provider)
-        with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
-            forge, lanes, pin = s.forge, s.recipes, s.manifest
-        source = ci_install.tool_source(tool_source) if tool_source is not None else None
+    if out is not None and check is not None:
+        raise BadInput("--out and --check exclude each other", hint="pass one of them")
+    which = ci.provider(provider)
+    with env.session(recipes=True) as s:  # reads the inputs; writes no forge state
+        forge, lanes, pin = s.forge, s.recipes, s.manifest
+    source = ci_install.tool_source(tool_source) if tool_source is not None else None
+    how = ci_install.install(forge.root, source)
+    # only the files asked for are written, each said; a workflow whose install step
+    # reads a missing file is never rendered (exit 2 naming it and the ways to give it)
+    written = ci_install.write_missing(forge.root, how) if write_pins else []
+    for rel in written:
+        env.out.info(f"{forge.rel(forge.root / rel)}: written")
+    if written:
         how = ci_install.install(forge.root, source)
-        # only the files asked for are written, each said; a workflow whose install step
-        # reads a missing file is never rendered (exit 2 naming it and the ways to give it)
-        written = ci_install.write_missing(forge.root, how) if write_pins else []
-        for rel in written:
-            env.out.info(f"{forge.rel(forge.root / rel)}: written")
-        if written:
-            how = ci_install.install(forge.root, source)
-        if how.missing:
-            raise ci_install.missing_refusal(how)
-        text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
-        # the rendering, also what a stale or incomplete `--check` reports as its details
-        base = ci.rendered(which, lanes, how, text)
-        fields = msgspec.structs.asdict(base)
-        render = cast(Details, fields)
-        fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
-        if check is not None:
-            diff = ci.stale_diff(check, text)
-            if diff:
-                # the diff itself is the message: what to commit, line by line
-                sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
-                sys.stderr.flush()
-                raise OperationFailed(
-                    f"{check}: stale: it differs from what recipes/ and the manifest render to",
-                    hint=fix,
-                    details=Details(**render, path=str(check), current=False, diff=diff),
-                )
-            env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
-            return ci.CiRenderCheck(**fields, path=str(check), current=True)
-        if out is not None:
-            changed = ci.write(out, text)
-            env.out.answer(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
-            return ci.CiRenderOut(
-                **fields,
-                path=str(out),
-                changed=changed,
-                written=written,
-                requirements_written=ci_install.REQUIREMENTS in written,
+    if how.missing:
+        raise ci_install.missing_refusal(how)
+    text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
+    # the rendering, also what a stale or incomplete `--check` reports as its details
+    base = ci.rendered(which, lanes, how, text)
+    fields = msgspec.structs.asdict(base)
+    render = cast(Details, fields)
+    fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
+    if check is not None:
+        diff = ci.stale_diff(check, text)
+        if diff:
+            # the diff itself is the message: what to commit, line by line
+            sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
+            sys.stderr.flush()
+            raise OperationFailed(
+                f"{check}: stale: it differs from what recipes/ and the manifest render to",
+                hint=fix,
+                details=Details(**render, path=str(check), current=False, diff=diff),
             )
-        if not as_json:
-            env.out.document(text)
-        return ci.CiRender(**fields, workflow=text)
-
-    run(ctx, "ci render", body)
+        env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
+        return ci.CiRenderCheck(**fields, path=str(check), current=True)
+    if out is not None:
+        changed = ci.write(out, text)
+        env.out.answer(f"{out}: {'written' if changed else 'unchanged'} ({len(lanes)} lane(s))")
+        return ci.CiRenderOut(
+            **fields,
+            path=str(out),
+            changed=changed,
+            written=written,
+            requirements_written=ci_install.REQUIREMENTS in written,
+        )
+    if not env.options.json:
+        env.out.document(text)
+    return ci.CiRender(**fields, workflow=text)

@@ -3,58 +3,48 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import typer
-
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, app, command
 from dgr_forge.cli.options import FetchForce, Mirror, Offline
 from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
     from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
+    from dgr_forge.upstream.footprint import Footprint
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.status import SeriesStatus
+    from dgr_forge.upstream.workspace import Workspace
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and each should pay only for what it uses.
 
-
-@app.command()
+@command(app)
 def fetch(
-    ctx: typer.Context,
-    mirror: Mirror = None,
-    offline: Offline = False,
-    force: FetchForce = False,
-) -> None:
+    env: Env, mirror: Mirror = None, offline: Offline = False, force: FetchForce = False
+) -> Fetch:
     """Put the upstream at exactly the pinned commit (shallow when the server allows it).
 
     `--force` saves local changes as a patch under the workspace's logs/, then discards
     them."""
+    from dgr_forge.upstream.fetch import fetch, resolve_mirror
 
-    def body(env: Env) -> Fetch:
-        from dgr_forge.upstream.fetch import fetch, resolve_mirror
-
-        url = resolve_mirror(mirror)  # validated before the lock and before any git call
-        # the root lock: fetch records the upstream's build number in the manifest
-        with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
-            result = fetch(s.forge, s.manifest, env.out, mirror=url, offline=offline, force=force)
-        where = s.forge.rel(result.src_dir)
-        if result.changed:
-            env.out.answer(
-                f"{result.upstream}: {where} at {result.commit} ({result.method}, "
-                f"{result.seconds} s)"
-            )
-        else:
-            env.out.answer(
-                f"{result.upstream}: {where} already at {result.commit} (verified, nothing to do)"
-            )
-        return result
-
-    run(ctx, "fetch", body)
+    url = resolve_mirror(mirror)  # validated before the lock and before any git call
+    # the root lock: fetch records the upstream's build number in the manifest
+    with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
+        result = fetch(s.forge, s.manifest, env.out, mirror=url, offline=offline, force=force)
+    where = s.forge.rel(result.src_dir)
+    if result.changed:
+        env.out.answer(
+            f"{result.upstream}: {where} at {result.commit} ({result.method}, {result.seconds} s)"
+        )
+    else:
+        env.out.answer(
+            f"{result.upstream}: {where} already at {result.commit} (verified, nothing to do)"
+        )
+    return result
 
 
-def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
+def _footprint(env: Env, m: UpstreamManifest) -> Footprint | None:
     """The series' footprint in upstream's files (None: a patch file cannot be read)."""
     from dgr_forge.upstream import footprint
 
@@ -67,80 +57,73 @@ def _footprint(env: Env, m: Any) -> Any:  # m: UpstreamManifest
     return fp
 
 
-@app.command()
-def status(ctx: typer.Context) -> None:
+@command(app)
+def status(env: Env) -> Status:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
+    import msgspec
 
-    def body(env: Env) -> Status:
-        import msgspec
+    from dgr_forge.lanes.status import Status
+    from dgr_forge.upstream.status import rebase_progress, workspace_status
+    from dgr_forge.upstream.workspace import inspect
 
-        from dgr_forge.cli.cmd_patch import status_section
-        from dgr_forge.lanes.status import Status
-        from dgr_forge.upstream.status import rebase_progress, workspace_status
-        from dgr_forge.upstream.workspace import inspect
-
-        with env.session() as s:  # read-only: no lock, no recovery; never waits on a build
-            forge, m = s.forge, s.manifest
-        rebase = rebase_progress(forge)
-        ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))
-        st = workspace_status(forge, m, ws, rebasing=rebase is not None)
-        out = env.out
-        out.answer(f"upstream  {st.name}  {st.url}")
+    with env.session() as s:  # read-only: no lock, no recovery; never waits on a build
+        forge, m = s.forge, s.manifest
+    rebase = rebase_progress(forge)
+    ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))
+    st = workspace_status(forge, m, ws, rebasing=rebase is not None)
+    out = env.out
+    out.answer(f"upstream  {st.name}  {st.url}")
+    out.answer(
+        f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
+    )
+    number = f"b{m.build_number}" if m.build_number else "unknown (run `dgr-forge fetch`)"
+    out.answer(f"build     {number}  (the upstream's own build number at the pin)")
+    if not st.present:
+        out.answer(f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)")
+    else:
+        head = st.head or "(nothing checked out)"
+        extra = f"  (pin + {st.commits_on_top} commits)" if st.commits_on_top else ""
+        out.answer(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
+        commit = "yes" if st.commit_verified else "no"
+        tree = {True: "yes", False: "NO (mismatch)", None: "not pinned"}[st.tree_verified]
         out.answer(
-            f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
+            f"verified  {'yes' if st.verified else 'no'}  (commit: {commit}, tree: {tree}"
+            f"{', shallow' if st.shallow else ''})"
         )
-        number = f"b{m.build_number}" if m.build_number else "unknown (run `dgr-forge fetch`)"
-        out.answer(f"build     {number}  (the upstream's own build number at the pin)")
-        if not st.present:
-            out.answer(
-                f"workspace {forge.rel(st.src_dir)}: not fetched yet (run `dgr-forge fetch`)"
-            )
+        if st.interrupted:
+            out.answer(f"note      {_interrupted(ws.journals, st.src_dir)}")
+        if st.local_changes:
+            out.answer(f"local changes ({len(st.local_changes)}):")
+            for change in st.local_changes:
+                out.answer(f"  {change.change:<12} {change.path}")
         else:
-            head = st.head or "(nothing checked out)"
-            extra = f"  (pin + {st.commits_on_top} commits)" if st.commits_on_top else ""
-            out.answer(f"workspace {forge.rel(st.src_dir)} at {head}{extra}")
-            commit = "yes" if st.commit_verified else "no"
-            tree = {True: "yes", False: "NO (mismatch)", None: "not pinned"}[st.tree_verified]
-            out.answer(
-                f"verified  {'yes' if st.verified else 'no'}  (commit: {commit}, tree: {tree}"
-                f"{', shallow' if st.shallow else ''})"
-            )
-            if st.interrupted:
-                out.answer(f"note      {_interrupted(ws.journals, st.src_dir)}")
-            if st.local_changes:
-                out.answer(f"local changes ({len(st.local_changes)}):")
-                for change in st.local_changes:
-                    out.answer(f"  {change.change:<12} {change.path}")
-            else:
-                out.answer("local changes: none")
-            if st.ignored:  # `build` refuses them (exit 3): compiled, yet not the pin
-                out.answer(f"ignored files ({len(st.ignored)}), which `build` refuses:")
-                for path in st.ignored:
-                    out.answer(f"  {path}")
-        patch_info = status_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
-        patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
-        lanes = _lanes_section(env, m)
-        if rebase is not None:
-            out.answer(
-                f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
-                "`dgr-forge rebase --continue` or `--abort`"
-            )
-            if rebase.patches_total:
-                stop = f", stopped at {rebase.stopped_at}" if rebase.stopped_at else ""
-                out.answer(
-                    f"          onto {str(rebase.new_commit)[:12]} ({rebase.onto}): "
-                    f"{rebase.patches_done} of {rebase.patches_total} patches replayed"
-                    f" (phase {rebase.phase}{stop})"
-                )
-        return Status(
-            upstream=st,
-            patches=patch_info,
-            lanes=lanes,
-            rebase_in_progress=rebase is not None,
-            rebase=rebase,
+            out.answer("local changes: none")
+        if st.ignored:  # `build` refuses them (exit 3): compiled, yet not the pin
+            out.answer(f"ignored files ({len(st.ignored)}), which `build` refuses:")
+            for path in st.ignored:
+                out.answer(f"  {path}")
+    patch_info = _series_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
+    patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
+    lanes = _lanes_section(env, m)
+    if rebase is not None:
+        out.answer(
+            f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
+            "`dgr-forge rebase --continue` or `--abort`"
         )
-
-    run(ctx, "status", body)
+        if rebase.patches_total:
+            stop = f", stopped at {rebase.stopped_at}" if rebase.stopped_at else ""
+            out.answer(
+                f"          onto {str(rebase.new_commit)[:12]} ({rebase.onto}): "
+                f"{rebase.patches_done} of {rebase.patches_total} patches replayed"
+                f" (phase {rebase.phase}{stop})"
+            )
+    return Status(
+        upstream=st,
+        patches=patch_info,
+        lanes=lanes,
+        rebase_in_progress=rebase is not None,
+        rebase=rebase,
+    )
 
 
 def _interrupted(journals: frozenset[str], src: Path) -> str:
@@ -177,3 +160,31 @@ def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
     if not rows:
         env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
     return [row for row, _ in rows]
+
+
+def _series_section(
+    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
+) -> SeriesStatus:
+    """The `patches` part of `status`: one row per patch."""
+    from dgr_forge.upstream.status import series_status
+
+    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
+    rows = [(p.file, p.state, p.detail) for p in info.series]
+    if rows:
+        env.out.table("patches", ["patch", "state", "detail"], rows)
+    else:
+        env.out.answer("patches: none (empty series)")
+    if info.local_edits.local_commits:
+        env.out.answer(
+            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
+            "(`dgr-forge export` turns them into patches)"
+        )
+    if info.moved_since_patched:
+        env.out.answer(
+            "the series on disk moved since this workspace was patched "
+            f"({info.moved_since_patched.describe()}): "
+            "`dgr-forge patch` brings it up to date"
+        )
+    if info.operation_in_progress:
+        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
+    return info

@@ -6,28 +6,22 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.context import Session
 from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
     from dgr_forge.upstream.export import Export
     from dgr_forge.upstream.local_replay import Patch, PatchAbort
-    from dgr_forge.upstream.manifest import UpstreamManifest
-    from dgr_forge.upstream.status import SeriesStatus
-    from dgr_forge.upstream.workspace import Workspace
 
 
-@app.command()
+@command(app)
 def patch(
-    ctx: typer.Context,
+    env: Env,
     check: Annotated[
         bool,
         typer.Option(
-            "--check",
-            help="Apply in a scratch index and report per patch; touch nothing.",
+            "--check", help="Apply in a scratch index and report per patch; touch nothing."
         ),
     ] = False,
     mirror: Mirror = None,
@@ -39,36 +33,31 @@ def patch(
         ),
     ] = False,
     abort: Annotated[
-        bool,
-        typer.Option("--abort", help="Undo the update: the workspace exactly as it was."),
+        bool, typer.Option("--abort", help="Undo the update: the workspace exactly as it was.")
     ] = False,
-) -> None:
+) -> Patch | PatchAbort | Outcome:
     """Apply the series on the pinned commit (one commit per patch, reproducible ids).
 
     Commits of your own on top are kept: when the series on disk moved, they are replayed
     on the new series (a conflict stops; `--continue` / `--abort`)."""
+    from dgr_forge.core.errors import BadInput
+    from dgr_forge.upstream.transfer import resolve_mirror
+    from dgr_forge.upstream.workspace import refuse_during_rebase
 
-    def body(env: Env) -> Patch | PatchAbort | Outcome:
-        from dgr_forge.core.errors import BadInput
-        from dgr_forge.upstream.transfer import resolve_mirror
-        from dgr_forge.upstream.workspace import refuse_during_rebase
-
-        if sum((check, resume, abort)) > 1:
-            raise BadInput(
-                "--check, --continue and --abort exclude each other", hint="give one of them"
-            )
-        url = resolve_mirror(mirror)
-        # under the lock from before the manifest is read: a patch started during an
-        # export waits for it and then sees the new manifest and files
-        with env.session(lock=True, recover=True) as s:
-            if not check:
-                # --continue/--abort are how a stopped replay ends; plain patch is refused
-                refuse_during_rebase(s.forge, replay=not (resume or abort))
-            if check:
-                return _check(env, s, url, offline)
-            return _patch(env, s, url, offline, resume=resume, abort=abort)
-
-    run(ctx, "patch", body)
+    if sum((check, resume, abort)) > 1:
+        raise BadInput(
+            "--check, --continue and --abort exclude each other", hint="give one of them"
+        )
+    url = resolve_mirror(mirror)
+    # under the lock from before the manifest is read: a patch started during an
+    # export waits for it and then sees the new manifest and files
+    with env.session(lock=True, recover=True) as s:
+        if not check:
+            # --continue/--abort are how a stopped replay ends; plain patch is refused
+            refuse_during_rebase(s.forge, replay=not (resume or abort))
+        if check:
+            return _check(env, s, url, offline)
+        return _patch(env, s, url, offline, resume=resume, abort=abort)
 
 
 def _patch(
@@ -118,60 +107,25 @@ def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
     return Outcome.of(result, result.ok)
 
 
-@app.command()
-def export(
-    ctx: typer.Context,
-    force: ExportForce = False,
-) -> None:
+@command(app)
+def export(env: Env, force: ExportForce = False) -> Export:
     """Regenerate patches/ and the manifest's hashes and trees from the workspace's commits.
 
     `--force` overwrites a series that moved on disk since this workspace was patched (the
     replaced files are saved under the workspace's logs/ first)."""
+    from dgr_forge.upstream.export import export_workspace
 
-    def body(env: Env) -> Export:
-        from dgr_forge.upstream.export import export_workspace
-
-        # both locks before the manifest is read: another workspace's export of the same
-        # root finishes first, and this one sees what it wrote
-        with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
-            forge, m = s.forge, s.manifest
-            result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
-        if not result.changed:
-            env.out.answer(f"{len(result.patches)} patches, nothing changed")
-        else:
-            env.out.answer(
-                f"{len(result.patches)} patches: {len(result.written)} written, "
-                f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
-                f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
-            )
-        return result
-
-    run(ctx, "export", body)
-
-
-def status_section(
-    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
-) -> SeriesStatus:
-    """The `patches` part of `status` (called by the status command): one row per patch."""
-    from dgr_forge.upstream.status import series_status
-
-    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
-    rows = [(p.file, p.state, p.detail) for p in info.series]
-    if rows:
-        env.out.table("patches", ["patch", "state", "detail"], rows)
+    # both locks before the manifest is read: another workspace's export of the same
+    # root finishes first, and this one sees what it wrote
+    with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
+        forge, m = s.forge, s.manifest
+        result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
+    if not result.changed:
+        env.out.answer(f"{len(result.patches)} patches, nothing changed")
     else:
-        env.out.answer("patches: none (empty series)")
-    if info.local_edits.local_commits:
         env.out.answer(
-            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
-            "(`dgr-forge export` turns them into patches)"
+            f"{len(result.patches)} patches: {len(result.written)} written, "
+            f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
+            f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
         )
-    if info.moved_since_patched:
-        env.out.answer(
-            "the series on disk moved since this workspace was patched "
-            f"({info.moved_since_patched.describe()}): "
-            "`dgr-forge patch` brings it up to date"
-        )
-    if info.operation_in_progress:
-        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
-    return info
+    return result

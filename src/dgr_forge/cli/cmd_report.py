@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import (
     BuildReport,
     BuildReportAsReport,
+    CertifyDest,
     CertifyLane,
     FileMirror,
     KeygenForce,
@@ -31,83 +32,68 @@ if TYPE_CHECKING:
     from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
     from dgr_forge.certify.sequence import Inputs
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and only the signing/verifying ones should pay for cryptography.
-
 report_app = typer.Typer(
     name="report", help="Show and verify signed build reports.", no_args_is_help=True
 )
 app.add_typer(report_app, name="report")
 
 
-@app.command()
-def keygen(
-    ctx: typer.Context,
-    out: KeygenOut = None,
-    force: KeygenForce = False,
-) -> None:
+@command(app)
+def keygen(env: Env, out: KeygenOut = None, force: KeygenForce = False) -> Keygen:
     """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
+    from dgr_forge.attest import keys
 
-    def body(env: Env) -> Keygen:
-        from dgr_forge.attest import keys
-
-        made = keys.keygen(out, force=force)
-        env.out.answer(f"private key {made.private_key} (mode 0600; keep it secret)")
-        env.out.answer(f"public key  {made.public_key}")
-        env.out.answer(f"keyid       {made.keyid}")
-        return made
-
-    run(ctx, "keygen", body)
+    made = keys.keygen(out, force=force)
+    env.out.answer(f"private key {made.private_key} (mode 0600; keep it secret)")
+    env.out.answer(f"public key  {made.public_key}")
+    env.out.answer(f"keyid       {made.keyid}")
+    return made
 
 
-@report_app.command("show")
+@command(report_app, "show")
 def show(
-    ctx: typer.Context,
+    env: Env,
     report: Annotated[
         Path | None, typer.Argument(help="A .intoto.jsonl report (or --lane L).")
     ] = None,
     lanes: ReportLane = None,
-) -> None:
+) -> ReportShow:
     """Print a readable summary of a report (--json: the statement too). Does not verify.
 
     `--lane L` shows lane L's latest report in the workspace."""
+    from dgr_forge.attest import reports as reports_mod
 
-    def body(env: Env) -> ReportShow:
-        from dgr_forge.attest import reports as reports_mod
-
-        shown = _report_or_latest(env, report, lanes)
-        loaded = reports_mod.load(shown)
-        if loaded.statement is None:
-            raise BadInput(f"{report}: {loaded.payload_error}", hint="the report is damaged")
-        s = reports_mod.summary(loaded)
-        up = s["upstream"]
-        out = env.out
-        out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
-        out.answer(f"lane       {s['lane']}")
-        out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
-        out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
-        for p in s["patches"]:
-            out.answer(f"  {p['name']}  sha256 {p['sha256']}")
-        out.answer(f"artifacts  {len(s['artifacts'])}")
-        for a in s["artifacts"]:
-            out.answer(f"  {a['name']}  sha256 {a['sha256']}")
-        for t in s["toolchain"]:
-            out.answer(f"tool       {t['name']} {t['version']}")
-        signed = ", ".join(k[:16] for k in s["signed_by"]) or "UNSIGNED"
-        out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
-        out.answer(f"builder    {s['builder']}")
-        out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
-        surface = s["surface"]
-        if surface is not None:
-            out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
-            for h in surface.get("headers") or []:
-                out.answer(f"  {h}")
-            out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
-            for sym in surface.get("symbols") or []:
-                out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
-        return reports_mod.ReportShow(summary=s, statement=loaded.statement)
-
-    run(ctx, "report show", body)
+    shown = _report_or_latest(env, report, lanes)
+    loaded = reports_mod.load(shown)
+    if loaded.statement is None:
+        raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
+    s = reports_mod.summary(loaded)
+    up = s["upstream"]
+    out = env.out
+    out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
+    out.answer(f"lane       {s['lane']}")
+    out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
+    out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
+    for p in s["patches"]:
+        out.answer(f"  {p['name']}  sha256 {p['sha256']}")
+    out.answer(f"artifacts  {len(s['artifacts'])}")
+    for a in s["artifacts"]:
+        out.answer(f"  {a['name']}  sha256 {a['sha256']}")
+    for t in s["toolchain"]:
+        out.answer(f"tool       {t['name']} {t['version']}")
+    signed = ", ".join(k[:16] for k in s["signed_by"]) or "UNSIGNED"
+    out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
+    out.answer(f"builder    {s['builder']}")
+    out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
+    surface = s["surface"]
+    if surface is not None:
+        out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
+        for h in surface.get("headers") or []:
+            out.answer(f"  {h}")
+        out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
+        for sym in surface.get("symbols") or []:
+            out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
+    return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
 
 def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) -> Path:
@@ -156,91 +142,75 @@ def _artifact_base(env: Env, report: Path) -> Path:
     return env.forge.workspace
 
 
-@report_app.command("verify")
+@command(report_app, "verify")
 def verify(
-    ctx: typer.Context,
+    env: Env,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     key: VerifyKey = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
-) -> None:
+) -> ReportVerify | Outcome:
     """Check signature, payload type, statement/predicate types (and artifacts); exit 1 if not."""
+    from dgr_forge.attest import reports as reports_mod
 
-    def body(env: Env) -> ReportVerify | Outcome:
-        from dgr_forge.attest import keys
-        from dgr_forge.attest import reports as reports_mod
-
-        # an unsigned report fails as "unsigned" even where no key is set up
-        signed = bool(reports_mod.load(report).envelope.signatures)
-        public = keys.resolve_verifier(key) if signed or key else None
-        base = _artifact_base(env, report) if artifacts else None
-        v = reports_mod.verify_report(report, public, artifacts_base=base)
-        if public is not None:
-            env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")
-        for a in v.artifacts:
-            env.out.answer(f"  {a.status:8} {a.name}")
-        fields = v.result()
-        if not v.ok:
-            for failure in v.failures:
-                env.out.error(failure)
-            env.out.answer(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
-            return Outcome.of(fields, False)
-        checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
-        env.out.answer(f"{report}: OK (signature, payload type, statement{checked})")
-        return fields
-
-    run(ctx, "report verify", body)
+    public = reports_mod.verifier(key, report)
+    base = _artifact_base(env, report) if artifacts else None
+    v = reports_mod.verify_report(report, public, artifacts_base=base)
+    if public is not None:
+        env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")
+    for a in v.artifacts:
+        env.out.answer(f"  {a.status:8} {a.name}")
+    fields = v.result()
+    if not v.ok:
+        for failure in v.failures:
+            env.out.error(failure)
+        env.out.answer(f"{report}: FAILED verification ({len(v.failures)} problem(s))")
+        return Outcome.of(fields, False)
+    checked = f", {len(v.artifacts)} artifact(s) match" if artifacts else ""
+    env.out.answer(f"{report}: OK (signature, payload type, statement{checked})")
+    return fields
 
 
-@report_app.command("compare")
+@command(report_app, "compare")
 def compare(
-    ctx: typer.Context,
+    env: Env,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
     key: VerifyKey = None,
-) -> None:
+) -> ReportCompare | Outcome:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
+    from dgr_forge.attest import reports as reports_mod
 
-    def body(env: Env) -> ReportCompare | Outcome:
-        from dgr_forge.attest import keys
-        from dgr_forge.attest import reports as reports_mod
-
-        signed = any(bool(reports_mod.load(r).envelope.signatures) for r in (a, b))
-        public = keys.resolve_verifier(key) if signed or key else None
-        c = reports_mod.compare_reports(a, b, public)
-        for name, v in (("A", c.a), ("B", c.b)):
-            for failure in v.failures:
-                env.out.error(f"{name} {v.report}: {failure}")
-        for d in c.differences:
-            env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
-        for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
-            for name in moved.added:  # the worker surface growing or shrinking
-                env.out.answer(f"  surface  + {what} {name}")
-            for name in moved.removed:
-                env.out.answer(f"  surface  - {what} {name}")
-        if not c.identical:
-            what = "differ" if c.a.verified and c.b.verified else "do not both verify"
-            env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
-            return Outcome.of(c, False)
-        env.out.answer(f"{a} and {b}: identical subjects ({c.subjects} artifact(s))")
-        return c
-
-    run(ctx, "report compare", body)
+    public = reports_mod.verifier(key, a, b)
+    c = reports_mod.compare_reports(a, b, public)
+    for name, v in (("A", c.a), ("B", c.b)):
+        for failure in v.failures:
+            env.out.error(f"{name} {v.report}: {failure}")
+    for d in c.differences:
+        env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
+    for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
+        for name in moved.added:  # the worker surface growing or shrinking
+            env.out.answer(f"  surface  + {what} {name}")
+        for name in moved.removed:
+            env.out.answer(f"  surface  - {what} {name}")
+    if not c.identical:
+        what = "differ" if c.a.verified and c.b.verified else "do not both verify"
+        env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
+        return Outcome.of(c, False)
+    env.out.answer(f"{a} and {b}: identical subjects ({c.subjects} artifact(s))")
+    return c
 
 
-@app.command("certify")
+@command(app, "certify")
 def certify_command(
-    ctx: typer.Context,
+    env: Env,
     lanes: CertifyLane = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
     ] = None,
-    dest: Annotated[
-        Path | None,
-        typer.Option("--dest", help="Model directory (default: <workspace>/models/NAME)."),
-    ] = None,
+    dest: CertifyDest = None,
     device: Annotated[
         str | None,
         typer.Option("--device", help="The {device} the steps test (default: the first)."),
@@ -267,7 +237,7 @@ def certify_command(
         ),
     ] = None,
     mirror: FileMirror = None,
-) -> None:
+) -> Struct:
     """Run the lane's certification suite on this host; sign it when every step passes.
 
     `--lane` names the one lane certified (its [certify] suite runs on the report's own
@@ -276,44 +246,39 @@ def certify_command(
     provisioned from."""
 
     report = build_report or report_
+    from dgr_forge.certify import sequence
 
-    def body(env: Env) -> Struct:
-        from dgr_forge.certify import sequence
-
-        if len(lanes or []) > 1:
-            raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
-        lane = lanes[0] if lanes else None
-        if attested is not None:
-            if lane is not None or model is not None or device is not None:
-                raise BadInput(
-                    "--attested records a person's evidence: it takes no --lane, --model or "
-                    "--device",
-                    hint="certify --lane L [--model M] runs the suite; certify --attested FILE "
-                    "--build-report R records evidence",
-                )
-            if report is None:
-                raise BadInput("--attested needs --build-report R", hint="name the lane's report")
-            with _certify_session(env, lock=False) as got:
-                return sequence.attested(
-                    got, env.out, report=report, evidence=attested, described=hardware,
-                    key=key, report_key=report_key,
-                )  # fmt: skip
-        if lane is None:
+    if len(lanes or []) > 1:
+        raise BadInput("certify takes one --lane", hint="certify each lane in its own run")
+    lane = lanes[0] if lanes else None
+    if attested is not None:
+        if lane is not None or model is not None or device is not None:
             raise BadInput(
-                "certify needs --lane L (run its suite) or --attested FILE --build-report R",
-                hint="dgr-forge certify --lane cpu --model tiny",
+                "--attested records a person's evidence: it takes no --lane, --model or --device",
+                hint="certify --lane L [--model M] runs the suite; certify --attested FILE "
+                "--build-report R records evidence",
             )
-        if hardware is not None:
-            raise BadInput("--hardware goes with --attested", hint="the hardware is probed")
-        # the workspace lock for the whole run: a build cannot change the lane's binaries,
-        # nor another certify its logs, while the steps run
-        with _certify_session(env, lock=True) as got:
-            return sequence.lane(
-                got, env.out, lane=lane, model=model, dest=dest, device=device,
-                report=report, key=key, report_key=report_key, mirror=mirror,
+        if report is None:
+            raise BadInput("--attested needs --build-report R", hint="name the lane's report")
+        with _certify_session(env, lock=False) as got:
+            return sequence.attested(
+                got, env.out, report=report, evidence=attested, described=hardware,
+                key=key, report_key=report_key,
             )  # fmt: skip
-
-    run(ctx, "certify", body)
+    if lane is None:
+        raise BadInput(
+            "certify needs --lane L (run its suite) or --attested FILE --build-report R",
+            hint="dgr-forge certify --lane cpu --model tiny",
+        )
+    if hardware is not None:
+        raise BadInput("--hardware goes with --attested", hint="the hardware is probed")
+    # the workspace lock for the whole run: a build cannot change the lane's binaries,
+    # nor another certify its logs, while the steps run
+    with _certify_session(env, lock=True) as got:
+        return sequence.lane(
+            got, env.out, lane=lane, model=model, dest=dest, device=device,
+            report=report, key=key, report_key=report_key, mirror=mirror,
+        )  # fmt: skip
 
 
 @contextlib.contextmanager

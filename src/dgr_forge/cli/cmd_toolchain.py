@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, app, run
+from dgr_forge.cli.app import Env, app, command
 from dgr_forge.cli.options import Offline
 from dgr_forge.core.errors import BadInput
 
@@ -20,9 +20,9 @@ toolchain_app = typer.Typer(
 app.add_typer(toolchain_app, name="toolchain")
 
 
-@toolchain_app.command("install")
+@command(toolchain_app, "install")
 def install(
-    ctx: typer.Context,
+    env: Env,
     toolkit: Annotated[str, typer.Argument(help="The toolkit: cuda (toolchains/cuda.lock).")],
     offline: Offline = False,
     wheelhouse: Annotated[
@@ -31,33 +31,29 @@ def install(
             "--wheelhouse", metavar="DIR", help="Install the lock's wheels from this directory."
         ),
     ] = None,
-) -> None:
+) -> InstallResult:
     """Install the CUDA toolkit the root pins, by sha256, into a prefix outside the root.
 
     toolchains/cuda.lock names every wheel by name, version and sha256; pip installs them
     with --require-hashes. A no-op when it is installed; a wheel whose hash does not match
     installs nothing (exit 1). The prefix is under $DGR_TOOLCHAINS_DIR (default
     ~/.local/share/dgr-forge/toolchains); `doctor` and `build` find it there."""
+    from dgr_forge.host import toolkit as toolkit_mod
 
-    def body(env: Env) -> InstallResult:
-        from dgr_forge.host import toolkit as toolkit_mod
-
-        if toolkit != "cuda":
-            raise BadInput(
-                f"unknown toolkit {toolkit[:40]!r}",
-                hint="the forge installs: cuda",
-                details={"argument": "toolkit"},
-            )
-        with env.session(manifest=False) as s:
-            forge = s.forge
-        path = forge.toolchains_dir / toolkit_mod.LOCK_NAME
-        shown = forge.rel(path)
-        lock = toolkit_mod.load_lock(path, shown, forge.root)
-        fenced = (forge.root, forge.workspace)
-        env.out.step(f"cuda {lock.version}: {len(lock.wheels)} wheels ({shown})")
-        done = toolkit_mod.install(lock, shown, fenced, offline=offline, wheelhouse=wheelhouse)
-        verb = "installed" if done.installed else "already installed"
-        env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
-        return done
-
-    run(ctx, "toolchain install", body)
+    if toolkit != "cuda":
+        raise BadInput(
+            f"unknown toolkit {toolkit[:40]!r}",
+            hint="the forge installs: cuda",
+            details={"argument": "toolkit"},
+        )
+    with env.session(manifest=False) as s:
+        forge = s.forge
+    path = forge.toolchains_dir / toolkit_mod.LOCK_NAME
+    shown = forge.rel(path)
+    lock = toolkit_mod.load_lock(path, shown, forge.root)
+    fenced = (forge.root, forge.workspace)
+    env.out.step(f"cuda {lock.version}: {len(lock.wheels)} wheels ({shown})")
+    done = toolkit_mod.install(lock, shown, fenced, offline=offline, wheelhouse=wheelhouse)
+    verb = "installed" if done.installed else "already installed"
+    env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
+    return done

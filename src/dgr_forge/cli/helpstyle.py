@@ -1,13 +1,7 @@
-"""One help style for every command, and the values the shell completes.
-
-`apply` runs on the built Click command tree (cli.main): every option that takes a value
-shows one kind of placeholder (`PATH`, `URL`, `LANE`, `REV`, `N`, ...: never Typer's
-`<str>`/`<path>`), its declaration's own `metavar` or else one by its type; every
-subcommand's help ends with one example, its exit codes (`USAGE`, the one table of both)
-and the global options, which are accepted anywhere on the line. The `complete_*`
-functions are the options' Typer `autocompletion`: lane names from the forge root's
-recipes/, cache kinds, modes and CI providers. Completion never fails: no forge root, no
-lanes offered.
+"""One help style for every command (`apply`, on the built Click tree: one kind of
+placeholder, `PATH`, `URL`, `N`, never Typer's `<path>`; an epilog with the command's
+example and exit codes, `USAGE`, and the global options), and the values the shell
+completes (`complete_*`, which never fail: no forge root, no lanes offered).
 """
 
 from __future__ import annotations
@@ -101,21 +95,6 @@ USAGE: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def epilog(path: str) -> str:
-    """A command's help ending: its example, its exit codes, the global options (only
-    those for a command without an entry: a test's own; tests/test_terminal.py checks
-    that every command of the tool has one)."""
-    if path not in USAGE:
-        return GLOBAL_OPTIONS
-    example, exits = USAGE[path]
-    return f"Example: {example}\n\nExit codes: {exits}\n\n{GLOBAL_OPTIONS}"
-
-
-CACHE_KINDS = ("auto", "ccache", "sccache", "off")
-CACHE_MODES = ("rw", "ro")
-PROVIDERS = ("github", "gitlab")
-
-
 def _metavar(param: Any) -> str:
     """The placeholder of a value an option declares none for (cli/options declares one
     per option: `--lane LANE`, `--mirror URL`): by the value's type."""
@@ -144,28 +123,18 @@ def _argument(param: Any) -> None:
 UNWRAPPED = 1 << 20  # Click's help width in a pipe: no line is wrapped (or broken)
 
 
-def _columns_asked() -> bool:
+def apply(root: Any) -> None:
+    """Placeholders and the epilog on every command under `root`; help read from a pipe or
+    a file (`--help | less`) is Click's plain text: no Rich panels, whose boxes and cut
+    lines a reader or grep cannot use."""
     import os
-
-    return bool(os.environ.get("COLUMNS", "").strip())
-
-
-def _plain_help() -> bool:
-    """Help read from a pipe or a file (`--help | less`, `> help.txt`): Click's plain text,
-    no Rich panels (whose boxes and cut lines a reader or grep cannot use)."""
     import sys
 
     try:
-        return not sys.stdout.isatty()
+        plain = not sys.stdout.isatty()
     except (AttributeError, OSError, ValueError):  # closed or not a real file
-        return True
-
-
-def apply(root: Any) -> None:
-    """Placeholders and the epilog (example, exit codes, global options) on every command
-    under `root`; plain help when stdout is not a terminal."""
-    plain = _plain_help()
-    if plain and not _columns_asked():
+        plain = True
+    if plain and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
         root.context_settings = {
@@ -188,13 +157,14 @@ def apply(root: Any) -> None:
                 param.metavar = _metavar(param)
         subs = getattr(command, "commands", None) or {}
         if path and not command.epilog:
-            command.epilog = GLOBAL_OPTIONS if subs else epilog(path)
+            # a command without an entry is a test's own (tests/test_terminal.py checks
+            # that every command of the tool has one)
+            command.epilog = GLOBAL_OPTIONS
+            if not subs and path in USAGE:
+                example, exits = USAGE[path]
+                command.epilog = f"Example: {example}\n\nExit codes: {exits}\n\n{GLOBAL_OPTIONS}"
         for name, sub in subs.items():
             stack.append((sub, f"{path} {name}".strip()))
-
-
-def _choices(values: tuple[str, ...], incomplete: str) -> list[str]:
-    return [v for v in values if v.startswith(incomplete)]
 
 
 def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -211,12 +181,18 @@ def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:
 
 
 def complete_cache(incomplete: str) -> list[str]:
-    return _choices(CACHE_KINDS, incomplete)
+    from dgr_forge.cache.select import CHOICES
+
+    return [v for v in CHOICES if v.startswith(incomplete)]
 
 
 def complete_cache_mode(incomplete: str) -> list[str]:
-    return _choices(CACHE_MODES, incomplete)
+    from dgr_forge.cache.select import MODES
+
+    return [v for v in MODES if v.startswith(incomplete)]
 
 
 def complete_provider(incomplete: str) -> list[str]:
-    return _choices(PROVIDERS, incomplete)
+    from dgr_forge.ci.render import PROVIDERS
+
+    return [v for v in PROVIDERS if v.startswith(incomplete)]

@@ -126,40 +126,53 @@ def _plural(words: str) -> str:
     return f"{words}s" if words.isalpha() else f"({words})"
 
 
-def _cell(text: str) -> str:
+def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-class _Tables:
-    """One input's schema as a table per TOML table, in the order the file nests them."""
+class Tables:
+    """A schema's objects as one table each, in the order they nest: an object a key holds
+    (directly, through null, in a list, as a map's values, or as a union's variants) gets
+    its own table after the one that names it. `toml` says a type as TOML does (table,
+    array, a default column); otherwise as JSON does (object, list, an optional flag)."""
 
-    def __init__(self, body: Schema) -> None:
-        self.defs: dict[str, Schema] = body["$defs"]
-        self.done: set[str] = set()
+    def __init__(self, defs: dict[str, Schema], heading: str, *, toml: bool) -> None:
+        self.defs, self.heading, self.toml = defs, heading, toml
+        self.done: dict[str, str] = {}  # each def's table: where it is first met
         self.out: list[str] = []
 
-    def ref(self, node: Schema) -> str | None:
-        """The def a node names, through an optional (`anyOf [ref, null]`)."""
+    def refs(self, node: Schema) -> list[tuple[str, str]]:
+        """The defs a value is made of, each with its path's suffix (`[]`, `.<name>`)."""
         if "$ref" in node:
-            return str(node["$ref"]).removeprefix("#/$defs/")
-        branches = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
-        return self.ref(branches[0]) if len(branches) == 1 else None
+            return [("", str(node["$ref"]).removeprefix("#/$defs/"))]
+        found = [r for b in node.get("anyOf", []) for r in self.refs(b)]
+        for key, suffix in (("items", "[]"), ("additionalProperties", ".<name>")):
+            if isinstance(node.get(key), dict):
+                found += [(suffix + more, name) for more, name in self.refs(node[key])]
+        return found
 
     def words(self, node: Schema) -> str:
-        """A value's type as TOML says it."""
+        """A value's type, its bounds and choices."""
+        if "const" in node:
+            return f"`{json.dumps(node['const'])}`"
         if "enum" in node:
             return " or ".join(f"`{json.dumps(v)}`" for v in node["enum"])
-        if self.ref(node):
-            return "table"
-        branches = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
-        if branches:
+        if "$ref" in node:
+            return "table" if self.toml else "object"
+        if "anyOf" in node:  # TOML has no null: an absent key is one
+            branches = [b for b in node["anyOf"] if not self.toml or b.get("type") != "null"]
             return " or ".join(dict.fromkeys(self.words(b) for b in branches))
         kind = node.get("type")
-        if kind == "array":
-            return f"array of {_plural(self.words(node.get('items', {})))}"
-        if kind == "object":
-            return f"table of {_plural(self.words(node.get('additionalProperties', {})))}"
-        text = {"number": "float"}.get(str(kind), str(kind or "any"))
+        if isinstance(kind, list):
+            return " or ".join(self.words({**node, "type": k}) for k in kind)
+        inner = node.get({"array": "items", "object": "additionalProperties"}.get(str(kind), ""))
+        if kind in ("array", "object"):
+            words = ("array", "table", "table") if self.toml else ("list", "object", "map")
+            text = words[0] if kind == "array" else words[1]
+            if not isinstance(inner, dict) or not inner:
+                return text
+            return f"{words[2] if kind == 'object' else text} of {_plural(self.words(inner))}"
+        text = {"number": "float" if self.toml else "number"}.get(str(kind), str(kind or "any"))
         bounds = [
             f"{sign} {node[k]}"
             for k, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
@@ -169,37 +182,42 @@ class _Tables:
             bounds.append("not empty")
         return f"{text} ({', '.join(bounds)})" if bounds else text
 
-    def table(self, where: str, name: str) -> None:
-        if name in self.done:
-            return
-        self.done.add(name)
+    def table(self, where: str, name: str, keys: tuple[str, ...] | None = None) -> None:
+        """The def `name` at `where` (and what it nests); `keys`: only these of its own."""
         schema = self.defs[name]
         props: dict[str, Schema] = schema.get("properties", {})
         required = set(schema.get("required", []))
-        rows = ["| key | type | default | meaning |", "| --- | --- | --- | --- |"]
+        head = ["key", "type", *(["default"] if self.toml else []), "meaning"]
+        rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         nested: list[tuple[str, str]] = []
-        for key, node in props.items():
-            default = "*required*" if key in required else f"`{json.dumps(node.get('default'))}`"
-            if "default" not in node and key not in required:
-                default = "optional"
-            inner = self.ref(node)
+        for key in props if keys is None else keys:
+            node = props[key]
             branches = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
             own = node if len(branches) != 1 else {**branches[0], **node}
             meaning = str(own.get("description") or "")
-            if inner:
-                meaning = meaning or str(self.defs[inner].get("description", ""))
-                nested.append((f"{where}.{key}".lstrip("."), inner))
-            elif (item := self.ref(node.get("items", {}))) is not None:
-                nested.append((f"{where}.{key}[]".lstrip("."), item))
-            elif (value := self.ref(node.get("additionalProperties", {}))) is not None:
-                nested.append((f"{where}.{key}.<name>".lstrip("."), value))
-            if default == "`null`":
-                default = "none"
-            rows.append(f"| `{key}` | {_cell(self.words(node))} | {default} | {_cell(meaning)} |")
-        title = f"`[{where}]`" if where else "The top level"
-        about = str(schema.get("description", ""))
-        self.out += [f"### {title}", "", *([_cell(about), ""] if about else []), *rows, ""]
+            for suffix, sub in self.refs(node):
+                meaning = meaning or str(self.defs[sub].get("description", ""))
+                if sub in self.done:
+                    meaning += f" (its keys: as `{self.done[sub]}`)"
+                else:
+                    self.done[sub] = f"{where}.{key}{suffix}".lstrip(".")
+                    nested.append((self.done[sub], sub))
+            flag = "" if key in required or self.toml else " *(optional)*"
+            default = ""
+            if self.toml and key in required:
+                default = " *required* |"
+            elif self.toml:
+                shown = json.dumps(node["default"]) if "default" in node else None
+                default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            rows.append(f"| `{key}`{flag} | {cell(self.words(node))} |{default} {cell(meaning)} |")
+        self.out += [*rows, ""]
         for sub_where, sub in nested:
+            about = str(self.defs[sub].get("description", ""))
+            self.out += [
+                self.heading.format(where=sub_where),
+                "",
+                *([cell(about), ""] if about else []),
+            ]
             self.table(sub_where, sub)
 
 
@@ -210,9 +228,12 @@ def render_doc(schemas: dict[str, Schema]) -> str:
     )
     out = [INTRO.replace("{files}", files)]
     for name, file_names, what, _ in inputs():
-        tables = _Tables(schemas[name])
-        tables.table("", str(schemas[name]["$ref"]).removeprefix("#/$defs/"))
-        out += [f"## `{file_names}`: {what}", "", *tables.out]
+        tables = Tables(schemas[name]["$defs"], "### `[{where}]`", toml=True)
+        top = str(schemas[name]["$ref"]).removeprefix("#/$defs/")
+        about = cell(str(tables.defs[top].get("description", "")))
+        out += [f"## `{file_names}`: {what}", "", "### The top level", "", about, ""]
+        tables.table("", top)
+        out += tables.out
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -1,11 +1,6 @@
-"""Console entry point: hoist global options, register commands, and the error boundary.
-
-Every way out is an exit code and a message, never a traceback: a `ForgeError` as raised;
-a usage error as exit 2; an `OSError` as one ``error:`` line naming the path, with a hint
-(exit 2 when the path is unusable: missing, not a directory, permissions, read-only; exit 1
-when the operation failed: disk full, I/O error); a NUL byte, a `ValueError`, a too-deep
-input (`RecursionError`) as exit 2; a network error as exit 1. ``DGR_DEBUG=1`` adds the
-traceback. Only a genuine bug (any other exception) still prints its traceback.
+"""Console entry point: the line read, its commands registered, its streams guarded, and
+every way out an exit code and a message (`app.fail`, `cli.failures`), never a traceback
+but for a genuine bug.
 """
 
 from __future__ import annotations
@@ -27,10 +22,9 @@ from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.fsutil import tighten_umask
 
 
-def command_path(words: list[str], root: Any = None) -> str:
-    """The (sub)command the line's words name, e.g. "ci render"; "dgr-forge" if none.
-    `root` is the app's Click command when the caller already built it."""
-    node: Any = typer.main.get_command(app) if root is None else root
+def command_path(words: list[str], root: Any) -> str:
+    """The (sub)command the line's words name, e.g. "ci render"; "dgr-forge" if none."""
+    node = root
     path: list[str] = []
     for word in words:
         subs = getattr(node, "commands", None)
@@ -49,12 +43,10 @@ def _fileno(stream: TextIO) -> int | None:
 
 
 class GuardedStream:
-    """A text stream whose writes cannot raise: the one path every write to stdout or
-    stderr takes (the Reporter's lines, Rich, Typer's help, the JSON object). A full
-    device (`> /dev/full`), a closed pipe or an I/O error is recorded (`error`), the rest
-    of the run's output to it dropped (its descriptor pointed at /dev/null, so neither
-    buffered bytes nor Python's exit flush raise again), and `main` turns it into exit 1
-    and one `error:` line on stderr, never a traceback."""
+    """A text stream whose writes cannot raise, for stdout and stderr. A full device
+    (`> /dev/full`), a closed pipe or an I/O error is recorded (`error`), the rest of the
+    run's output to it dropped (its descriptor pointed at /dev/null, so neither buffered
+    bytes nor Python's exit flush raise again); `main` makes it exit 1 and one line."""
 
     def __init__(self, stream: TextIO, name: str) -> None:
         self.stream, self.name = stream, name
@@ -99,16 +91,9 @@ class GuardedStream:
         return getattr(self.stream, name)
 
 
-def _why(stream: GuardedStream) -> str:
-    err = stream.error
-    what = err.strerror if isinstance(err, OSError) and err.strerror else "it is closed"
-    return f"error: cannot write to {stream.name}: {what}"
-
-
 @contextmanager
 def _guarded_streams() -> Iterator[list[GuardedStream]]:
-    """sys.stdout and sys.stderr guarded for one invocation, put back after (main may run
-    in-process); the guards, for `main` to ask what failed."""
+    """sys.stdout and sys.stderr guarded for one invocation (main may run in-process)."""
     saved = sys.stdout, sys.stderr
     guards = [GuardedStream(sys.stdout, "stdout"), GuardedStream(sys.stderr, "stderr")]
     sys.stdout, sys.stderr = guards
@@ -151,8 +136,7 @@ def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
 
 
 def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
-    """Run the app's Click command `root`; every way out becomes an exit code (and, with
-    --json, one JSON object): an error through the one boundary, `app.fail`."""
+    """Run the app's Click command `root`; an error leaves through `app.fail`."""
     try:
         # `app(...)` would rebuild the Click command (~15 ms at every start); with pretty
         # exceptions off, calling the built one is the same thing.
@@ -163,16 +147,6 @@ def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
         if code is None:
             raise
         return code
-
-
-def _nul_argument(where: str) -> BadInput:
-    """No path or URL may hold a NUL byte (exec cannot pass one; an in-process caller
-    can): refused up front, naming the option, before anything is read or created."""
-    return BadInput(
-        f"{where}: the value contains a NUL byte (a control character)",
-        hint="remove the NUL byte: no path, URL or name may contain one",
-        details={"argument": where},
-    )
 
 
 def _reopen_closed_std() -> set[int]:
@@ -204,7 +178,9 @@ def main(argv: list[str] | None = None) -> None:
         failed = [g for g in guards if g.error is not None]
         if failed:
             # the answer (or what was said about it) did not arrive: never exit 0
-            guards[1].write(_why(failed[0]) + "\n")
+            err, name = failed[0].error, failed[0].name
+            what = err.strerror if isinstance(err, OSError) and err.strerror else "it is closed"
+            guards[1].write(f"error: cannot write to {name}: {what}\n")
             code = code or ExitCode.FAILED
     sys.exit(code)
 
@@ -214,12 +190,19 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
     register_for(line)
     as_json = line.as_json
     root = typer.main.get_command(app)
-    helpstyle.apply(root)  # one placeholder style, the global options named in every help
+    helpstyle.apply(root)
     command = command_path(line.words, root)
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json, guards):
         if line.nul is not None:
-            code = fail(_nul_argument(line.nul), command, as_json) or ExitCode.BAD_INPUT
+            # exec cannot pass a NUL byte, an in-process caller can: refused before
+            # anything is read or created
+            nul = BadInput(
+                f"{line.nul}: the value contains a NUL byte (a control character)",
+                hint="remove the NUL byte: no path, URL or name may contain one",
+                details={"argument": line.nul},
+            )
+            code = fail(nul, command, as_json) or ExitCode.BAD_INPUT
         else:
             code = _invoke(root, line.args, command, as_json)
         if as_json and not JSON_CHANNEL.emitted:

@@ -1,17 +1,8 @@
-"""Every option several commands take, declared once: its names, its placeholder, its check
-(`_option`), and one meaning per name. Where a name does a different thing in different
-commands it has a declaration per command here, each with the help for that command
-only: `build --help` says what `--jobs` counts in a build, nothing about downloads.
-
-    --out PATH           the file (or place) the command writes; its default is the command's
-    --report PATH        the Markdown report a rebase or bump writes
-    --build-report PATH  the signed build report `certify` reads (`--report` there: the
-                         spelling it took before, still read, hidden)
-    --key PATH           a key file: the private key a command signs with, or the public
-                         key a command verifies with (each command's help says which)
-
-An option declared in one command only keeps its declaration there, its placeholder in
-its own `metavar` (helpstyle falls back on the value's type: PATH, N, TEXT).
+"""Every option several commands take, declared once: its names, placeholder and check.
+A name that does a different thing in different commands has a declaration per command,
+each with the help for that command only (`build --help` says what `--jobs` counts in a
+build, nothing about downloads). `--out` is always the file a command writes, `--report`
+the Markdown report a rebase or bump writes (`certify`'s build report: `--build-report`).
 """
 
 from __future__ import annotations
@@ -25,12 +16,8 @@ from dgr_forge.cli.helpstyle import complete_lanes
 from dgr_forge.core.errors import BadInput
 
 
-def _option(*names: str, metavar: str | None = None, **kw: Any) -> Any:
-    return typer.Option(*names, metavar=metavar, **kw)
-
-
 def _jobs(value: int | None) -> int | None:
-    """1 to 4096, for every command (what `build` checks in the library too)."""
+    """1 to 4096 (what `build` checks in the library too)."""
     if value is not None and not 1 <= value <= MAX_JOBS:
         raise BadInput(f"--jobs {value}: must be 1 to {MAX_JOBS}", hint="e.g. --jobs 2")
     return value
@@ -40,27 +27,27 @@ MAX_JOBS = 4096
 
 
 def _jobs_option(help: str) -> Any:
-    return _option("--jobs", "-j", metavar="N", callback=_jobs, help=help)
+    return typer.Option("--jobs", "-j", metavar="N", callback=_jobs, help=help)
 
 
 def _lane_option(help: str) -> Any:
-    return _option("--lane", "-l", metavar="LANE", help=help, autocompletion=complete_lanes)
+    return typer.Option("--lane", "-l", metavar="LANE", help=help, autocompletion=complete_lanes)
 
 
 def _mirror_option(help: str) -> Any:
-    return _option("--mirror", metavar="URL", help=help)
+    return typer.Option("--mirror", metavar="URL", help=help)
 
 
 def _force_option(help: str) -> Any:
-    return _option("--force", help=help)
+    return typer.Option("--force", help=help)
 
 
 def _key_option(help: str) -> Any:
-    return _option("--key", metavar="PATH", help=help)
+    return typer.Option("--key", metavar="PATH", help=help)
 
 
 def _out_option(help: str) -> Any:
-    return _option("--out", metavar="PATH", help=help)
+    return typer.Option("--out", metavar="PATH", help=help)
 
 
 Mirror = Annotated[
@@ -79,7 +66,9 @@ FileMirror = Annotated[
 ]
 Offline = Annotated[
     bool,
-    _option("--offline", help="Never touch the network; fail if something it needs is not here."),
+    typer.Option(
+        "--offline", help="Never touch the network; fail if something it needs is not here."
+    ),
 ]
 
 FetchForce = Annotated[
@@ -105,17 +94,14 @@ BuildForce = Annotated[
 KeygenForce = Annotated[bool, _force_option("Replace an existing key (and its .pub).")]
 
 SigningKey = Annotated[
-    str | None,
-    _key_option("Sign with this private key (default: DGR_SIGNING_KEY, then yours)."),
+    str | None, _key_option("Sign with this private key (default: DGR_SIGNING_KEY, then yours).")
 ]
 VerifyKey = Annotated[
-    str | None,
-    _key_option("Verify with this public key (default: DGR_VERIFY_KEY, then yours)."),
+    str | None, _key_option("Verify with this public key (default: DGR_VERIFY_KEY, then yours).")
 ]
 # `lanes` trusts any number of public keys besides trusted-keys/
 TrustedKeys = Annotated[
-    list[str] | None,
-    _key_option("Also trust this public key (besides trusted-keys/; repeatable)."),
+    list[str] | None, _key_option("Also trust this public key (besides trusted-keys/; repeatable).")
 ]
 
 BuildJobs = Annotated[int | None, _jobs_option("Parallel compile jobs (default: the cores).")]
@@ -126,8 +112,7 @@ BuildLanes = Annotated[
     list[str] | None, _lane_option("A lane to build (recipes/LANE.toml); repeatable; default: cpu.")
 ]
 Lanes = Annotated[
-    list[str] | None,
-    _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane."),
+    list[str] | None, _lane_option("A lane (recipes/LANE.toml); repeatable; default: every lane.")
 ]
 ReportLane = Annotated[
     list[str] | None,
@@ -143,8 +128,7 @@ KeygenOut = Annotated[
     ),
 ]
 ManifestOut = Annotated[
-    Path | None,
-    _out_option("Write the model manifest here (default: manifests/models/NAME.toml)."),
+    Path | None, _out_option("Write the model manifest here (default: manifests/models/NAME.toml).")
 ]
 WorkflowOut = Annotated[
     Path | None, _out_option("Write the workflow here (atomically) instead of stdout.")
@@ -159,12 +143,26 @@ PresetsOut = Annotated[
 
 BuildReport = Annotated[
     Path | None,
-    _option(
+    typer.Option(
         "--build-report", metavar="PATH", help="The lane's signed report (default: its latest)."
     ),
 ]
 # the spelling `certify` took before `--build-report` (docs and scripts name it)
-BuildReportAsReport = Annotated[Path | None, _option("--report", metavar="PATH", hidden=True)]
+BuildReportAsReport = Annotated[Path | None, typer.Option("--report", metavar="PATH", hidden=True)]
 MarkdownReport = Annotated[
-    Path | None, _option("--report", metavar="PATH", help="Write the Markdown report here.")
+    Path | None, typer.Option("--report", metavar="PATH", help="Write the Markdown report here.")
+]
+
+Worker = Annotated[
+    Path | None,
+    typer.Option("--worker", help="Worker CMake project (overrides manifests/shard-worker.toml)."),
+]
+
+ModelDest = Annotated[Path, typer.Option("--dest", help="Directory the model files live in.")]
+HeaderDest = Annotated[
+    Path | None,
+    typer.Option("--dest", help="Read the headers from the files here (default: over HTTP Range)."),
+]
+CertifyDest = Annotated[
+    Path | None, typer.Option("--dest", help="Model directory (default: <workspace>/models/NAME).")
 ]

@@ -1,9 +1,9 @@
 """Generate the published `--json` contract: `docs/json-schema/<command>.json` (JSON Schema
 2020-12), `docs/json-schema/envelope.json` (the failure and `--help` objects every command
 shares, referenced by `$ref`) and `docs/json.md`, all from `COMMANDS` (each command's
-result types: the `core.structs.Form` Structs its library function returns, which are
-also what `--json` prints) and `core.errors.Details` (msgspec writes the schemas; this
-module adds the envelope and the prose); and, through `cli.input_schemas`, the TOML
+result types, the `core.structs.Form` Structs `--json` prints, and its help's first
+paragraph) and `core.errors.Details` (msgspec writes the schemas; this module adds the
+envelope and the prose); and, through `cli.input_schemas`, the TOML
 inputs' schemas and their page (`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
 
     python -m dgr_forge.cli.schemas [--check] [ROOT]
@@ -20,12 +20,14 @@ from pathlib import Path, PurePath
 from typing import Any, get_type_hints
 
 import msgspec
+import typer
 
 from dgr_forge import demo
 from dgr_forge.attest import keys, reports
 from dgr_forge.certify import advertise, shapes
 from dgr_forge.ci import render
 from dgr_forge.cli import input_schemas
+from dgr_forge.cli.input_schemas import Schema, Tables, cell
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
 from dgr_forge.host import toolkit
@@ -37,156 +39,65 @@ from dgr_forge.upstream.rebase import bump, state
 
 class Command(msgspec.Struct, frozen=True):
     words: str  # "report verify"
-    summary: str
     forms: tuple[type[Form], ...]
-    prose: str = ""  # hand-written text shown above the key tables in docs/json.md
 
     @property
     def name(self) -> str:
         return self.words.replace(" ", "-")
 
+    @property
+    def summary(self) -> str:
+        """The first paragraph of the command's own help."""
+        from dgr_forge.cli.app import app
+        from dgr_forge.cli.commands import register_all
 
-def _cmd(words: str, summary: str, *forms: type[Form], prose: str = "") -> Command:
-    return Command(words, summary, forms, prose)
+        register_all()
+        node: Any = typer.main.get_command(app)  # Typer's own copy of Click's classes
+        for word in self.words.split():
+            node = node.commands[word]
+        return " ".join((node.help or "").split("\n\n")[0].split())
 
 
 COMMANDS: tuple[Command, ...] = (
-    _cmd("fetch", "Check out the pinned upstream commit, verified.", fetch.Fetch),
-    _cmd(
-        "patch",
-        "Apply the series on the pin (or check it, continue or abort a replay of your commits).",
-        local_replay.Patch,
-        local_replay.PatchAbort,
-        patches.PatchCheck,
-    ),
-    _cmd(
-        "status",
-        "The workspace: upstream checkout, series, lanes, a rebase in progress. URLs masked.",
-        status.Status,
-    ),
-    _cmd(
-        "export",
-        "Write the workspace's commits back as the series and the manifest.",
-        export.Export,
-    ),
-    _cmd(
-        "check",
-        "The CI gate: series round trip byte-compare, CMake options still declared.",
-        check.Check,
-    ),
-    _cmd(
-        "build",
-        "Fetch + patch as needed, configure and build each lane; signed reports.",
-        build.BuildResult,
-    ),
-    _cmd(
-        "lanes",
-        "The lane matrix: backend, buildable here, last build, certified.",
-        advertise.Lanes,
-    ),
-    _cmd(
-        "doctor",
-        "This host: build tools, compilers, GPU toolkits, the compiler cache; which lanes build.",
-        plan.DoctorResult,
-    ),
-    _cmd(
-        "rebase",
-        "Replay the series onto a new upstream commit; `--dry-run` is the upstream canary.",
-        state.Rebase,
-        state.RebaseDryRun,
-        state.RebaseAbort,
-    ),
-    _cmd(
-        "bump",
-        "Move the pin to the newest commit onto which the series replays cleanly (docs/bump.md).",
-        bump.Bump,
-    ),
-    _cmd(
-        "keygen",
-        "Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub.",
-        keys.Keygen,
-    ),
-    _cmd("report show", "A signed build report, decoded.", reports.ReportShow),
-    _cmd(
-        "report verify",
-        "Verify a report's signature (and with `--artifacts` its subjects on disk).",
-        reports.ReportVerify,
-    ),
-    _cmd(
-        "report compare",
-        "Two reports of a lane: verified, and the same subjects?",
-        reports.ReportCompare,
-    ),
-    _cmd(
-        "certify",
-        "Run the lane's certification suite on this host; sign it when every step passes.",
-        shapes.Certified,
-    ),
-    _cmd(
-        "ci matrix",
-        "The lane matrix for CI.",
-        render.CiMatrix,
-        prose=(
-            "Without `--json`, stdout is the bare matrix (ready for `fromJSON` or `jq`): "
-            '`{"include": [ENTRY, ...]}`. With `--json` the same object is under `matrix`.'
-        ),
-    ),
-    _cmd(
-        "ci render",
-        "A CI workflow file from the recipes.",
-        render.CiRender,
-        render.CiRenderOut,
-        render.CiRenderCheck,
-    ),
-    _cmd(
-        "artifacts manifest",
-        "A model manifest from the files in a directory.",
-        make_manifest.ArtifactsManifest,
-    ),
-    _cmd(
-        "artifacts map",
-        "Add the layer map to a model manifest, from the split headers.",
-        map_headers.ArtifactsMap,
-    ),
-    _cmd(
-        "artifacts provision",
-        "Download a model's files: resumable, retried, verified, atomic.",
-        provision.ArtifactsProvision,
-    ),
-    _cmd(
-        "artifacts verify",
-        "Check size, sha256 and GGUF split headers of every file.",
-        verify.ArtifactsVerify,
-    ),
-    _cmd(
-        "presets",
-        "CMakeUserPresets.json with a configure + build preset per lane.",
-        presets.Presets,
-    ),
-    _cmd(
-        "toolchain install",
-        "Install the toolkit the root pins (toolchains/cuda.lock), by sha256, outside the root.",
-        toolkit.InstallResult,
-    ),
-    _cmd(
-        "demo",
-        "The tour without network: a generated upstream, series and worker in DIR.",
-        demo.Demo,
-    ),
+    Command("fetch", (fetch.Fetch,)),
+    Command("patch", (local_replay.Patch, local_replay.PatchAbort, patches.PatchCheck)),
+    Command("status", (status.Status,)),
+    Command("export", (export.Export,)),
+    Command("check", (check.Check,)),
+    Command("build", (build.BuildResult,)),
+    Command("lanes", (advertise.Lanes,)),
+    Command("doctor", (plan.DoctorResult,)),
+    Command("rebase", (state.Rebase, state.RebaseDryRun, state.RebaseAbort)),
+    Command("bump", (bump.Bump,)),
+    Command("keygen", (keys.Keygen,)),
+    Command("report show", (reports.ReportShow,)),
+    Command("report verify", (reports.ReportVerify,)),
+    Command("report compare", (reports.ReportCompare,)),
+    Command("certify", (shapes.Certified,)),
+    Command("ci matrix", (render.CiMatrix,)),
+    Command("ci render", (render.CiRender, render.CiRenderOut, render.CiRenderCheck)),
+    Command("artifacts manifest", (make_manifest.ArtifactsManifest,)),
+    Command("artifacts map", (map_headers.ArtifactsMap,)),
+    Command("artifacts provision", (provision.ArtifactsProvision,)),
+    Command("artifacts verify", (verify.ArtifactsVerify,)),
+    Command("presets", (presets.Presets,)),
+    Command("toolchain install", (toolkit.InstallResult,)),
+    Command("demo", (demo.Demo,)),
 )
 
-
-Schema = dict[str, Any]
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 BASE_ID = "https://dgr-forge.invalid/json-schema/"
 SCHEMA_DIR = Path("docs") / "json-schema"
 DOC = Path("docs") / "json.md"
 SHARED = "envelope.json"  # the failure and --help objects, once
-EXIT_CODES = (
-    "the process exit status: 0 ok, 1 the operation failed, 2 bad input or usage, "
-    "3 needs a human, 130 interrupted"
-)
+ENVELOPE = {  # each key's meaning; its type differs by form
+    "ok": "`exit_code == 0`",
+    "exit_code": "the process exit status: `0` ok · `1` the operation failed · `2` bad "
+    "input or usage · `3` needs a human · `130` interrupted",
+    "command": 'the command path as typed, e.g. `"build"`, `"ci render"`, '
+    '`"report verify"`; `"dgr-forge"` when no command was named',
+}
 
 
 def details() -> dict[str, str]:
@@ -203,11 +114,8 @@ def _detail_types() -> dict[str, Schema]:
 
 
 def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
-    return {
-        "ok": {**ok, "description": "`exit_code == 0`"},
-        "exit_code": {**exit_code, "description": EXIT_CODES},
-        "command": {**command, "description": "the command path"},
-    }
+    kinds = {"ok": ok, "exit_code": exit_code, "command": command}
+    return {key: {**kind, "description": ENVELOPE[key]} for key, kind in kinds.items()}
 
 
 def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema:
@@ -291,137 +199,6 @@ def command_schema(cmd: Command) -> Schema:
 # --- docs/json.md ---------------------------------------------------------------------------
 
 
-class Doc:
-    """Reads one command's schema for the tables: `$ref`s resolved in its `$defs`."""
-
-    def __init__(self, defs: dict[str, Schema]) -> None:
-        self.defs = defs
-
-    def resolve(self, schema: Schema | bool) -> Schema:
-        if not isinstance(schema, dict):  # a tuple's `items: false`
-            return {}
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            return {
-                **self.defs[ref.removeprefix("#/$defs/")],
-                **{k: v for k, v in schema.items() if k != "$ref"},
-            }
-        return schema
-
-    def _nonnull(self, schema: Schema) -> tuple[Schema, bool]:
-        """The schema without its null branch, and whether it had one."""
-        branches = schema.get("anyOf")
-        if isinstance(branches, list):
-            rest = [b for b in branches if b.get("type") != "null"]
-            if len(rest) == 1 and len(rest) < len(branches):
-                inner = self.resolve(rest[0])
-                if schema.get("description"):
-                    inner = {**inner, "description": schema["description"]}
-                return inner, True
-        return self.resolve(schema), False
-
-    def tagged(self, schema: Schema) -> tuple[str, dict[str, Schema]] | None:
-        """A tagged union's tag key and its variants by tag (None: not a tagged union)."""
-        found = schema.get("discriminator")
-        if not isinstance(found, dict):
-            return None
-        mapping = found["mapping"]
-        return found["propertyName"], {t: self.resolve({"$ref": r}) for t, r in mapping.items()}
-
-    def type_words(self, schema: Schema) -> str:
-        if "const" in schema:
-            return json.dumps(schema["const"])
-        inner, nullable = self._nonnull(schema)
-        kind = "object" if self.tagged(inner) else inner.get("type")
-        kinds = kind if isinstance(kind, list) else [kind] if kind else []
-        words = []
-        for k in kinds:
-            if k == "array":
-                sub = self.type_words(self.resolve(inner.get("items", {})))
-                words.append(f"list of {sub}s" if sub in ("string", "object") else "list")
-            elif k == "null":
-                nullable = True
-            elif k == "boolean":
-                words.append("bool")
-            elif k in ("integer", "number"):
-                words.append("int" if k == "integer" else "number")
-            else:
-                words.append(str(k))
-        text = " or ".join(words) or "any"
-        return text + (" or null" if nullable else "")
-
-    def props(self, schema: Schema) -> dict[str, Schema]:
-        inner, _ = self._nonnull(schema)
-        if "items" in inner:
-            inner = self.resolve(inner["items"])
-        found = inner.get("properties")
-        return found if isinstance(found, dict) else {}
-
-    def meaning(self, schema: Schema, depth: int = 0) -> str:
-        """A key's description, its nested keys' in parentheses (a big object: its own table;
-        a tagged union: each variant's keys after its tag; a map: its values')."""
-        inner, _ = self._nonnull(schema)
-        text = str(schema.get("description") or inner.get("description", ""))
-        each = self._nonnull(self.resolve(inner["items"]))[0] if "items" in inner else inner
-        values = each.get("additionalProperties")
-        if isinstance(values, dict) and depth < 3 and (of := self.meaning(values, depth + 1)):
-            return _cell(f"{text} (each: {of})")
-        tagged = self.tagged(each)
-        if tagged and depth < 3:
-            key, variants = tagged
-            parts = []
-            for tag, variant in variants.items():
-                own = {k: v for k, v in variant.get("properties", {}).items() if k != key}
-                keys = "; ".join(f"`{k}`: {self.meaning(v, depth + 2)}" for k, v in own.items())
-                parts.append(f"`{key}` `{tag}`: {variant.get('description', '')} ({keys})")
-            body = " · ".join(parts)
-            return _cell(f"{text} ({body})" if text else body)
-        props = self.props(schema)
-        if depth == 0 and len(inner.get("properties", {})) > BIG:
-            return _cell(text + " (see below)")
-        if props and depth < 3:
-            parts = [f"`{k}`: {self.meaning(v, depth + 1)}" for k, v in props.items()]
-            text += " (" + "; ".join(parts) + ")"
-        return _cell(text)
-
-    def table(self, props: dict[str, Schema], optional: tuple[str, ...] = ()) -> list[str]:
-        lines = ["| key | type | meaning |", "| --- | --- | --- |"]
-        for key, schema in props.items():
-            flag = " *(optional)*" if key in optional else ""
-            lines.append(f"| `{key}`{flag} | {self.type_words(schema)} | {self.meaning(schema)} |")
-        return lines
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-BIG = 6  # an object with more keys than this gets a table of its own
-
-
-def _optional(schema: Schema) -> tuple[str, ...]:
-    required = schema.get("required", [])
-    return tuple(k for k in schema.get("properties", {}) if k not in required)
-
-
-def _sentence(text: str) -> str:
-    return _cell(text[:1].upper() + text[1:] + ".")
-
-
-ENVELOPE: dict[str, Schema] = {
-    "ok": {"type": "boolean", "description": "`exit_code == 0`"},
-    "exit_code": {
-        "type": "integer",
-        "description": "the process exit status: `0` ok · `1` the operation failed · `2` bad "
-        "input or usage · `3` needs a human · `130` interrupted",
-    },
-    "command": {
-        "type": "string",
-        "description": 'the command path as typed, e.g. `"build"`, `"ci render"`, '
-        '`"report verify"`; `"dgr-forge"` when no command was named',
-    },
-}
-
 INTRO = """\
 # `--json`: the machine-readable contract
 
@@ -453,10 +230,7 @@ meaning; nested objects are open to new keys.
 
 These three always come first. On failure the object also carries:
 
-| key | type | meaning |
-| --- | --- | --- |
-| `error` | string | what went wrong, and where (file, key, patch, line) |
-| `hint` | string or null | how to fix it (absent for usage errors) |
+{failure}
 | *details* | any | the error's own machine-readable fields (below) |
 
 A command may also fail with its own result fields (e.g. `report verify` with the list
@@ -478,21 +252,25 @@ $ dgr-forge build --lane cuda --json 2>/dev/null
 """
 
 
-def _fields(form: type[Form], schema: Schema) -> dict[str, Schema]:
-    """A form's own keys (after the envelope), in declaration order."""
-    return {k: schema["properties"][k] for k in form.__struct_fields__}
+def _rows(props: dict[str, Schema], required: list[str], keys: tuple[str, ...]) -> str:
+    tables = Tables({"": {"properties": props, "required": required}}, "", toml=False)
+    tables.table("", "", keys)
+    return "\n".join(tables.out).rstrip("\n")
 
 
 def render_doc() -> str:
-    table = Doc({}).table(ENVELOPE)
-    out = [INTRO.replace("{envelope}", "\n".join(table)), "### Failure details", ""]
+    kinds = _envelope({"type": "boolean"}, {"type": "integer"}, {"type": "string"})
+    failure = envelope_schema()["$defs"]["failure"]
+    intro = INTRO.replace("{envelope}", _rows(kinds, list(kinds), tuple(kinds)))
+    intro = intro.replace("{failure}", _rows(failure["properties"], ["error"], ("error", "hint")))
+    out = [intro, "### Failure details", ""]
     out.append(
         "An error's own fields, by key (each present only when it applies); any of them "
         "may appear in a command's failure object:"
     )
     out.append("")
     out += ["| key | meaning |", "| --- | --- |"]
-    out += [f"| `{k}` | {_cell(v)} |" for k, v in details().items()]
+    out += [f"| `{k}` | {cell(v)} |" for k, v in details().items()]
     out += ["", "## Per command", ""]
     for cmd in COMMANDS:
         out += [
@@ -501,39 +279,18 @@ def render_doc() -> str:
             f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.",
             "",
         ]
-        if cmd.prose:
-            out += [cmd.prose, ""]
-        full = command_schema(cmd)
-        doc = Doc(full["$defs"])
-        first = cmd.forms[0]
-        first_props = _fields(first, full["$defs"][first.__name__])
+        tables = Tables(
+            command_schema(cmd)["$defs"], f"#### `{cmd.words}`: `{{where}}`", toml=False
+        )
         for form in cmd.forms:
-            schema = full["$defs"][form.__name__]
-            props = _fields(form, schema)
             fails = " *(may fail: `ok` false with these keys)*" if form.may_fail else ""
             if len(cmd.forms) > 1 or fails:
                 out += [f"`{form.title}`{fails}", ""]
-            shared = [k for k, v in props.items() if form is not first and first_props.get(k) == v]
-            if len(shared) > 2:  # the first form's rows once, not again
-                names = ", ".join(f"`{k}`" for k in shared)
-                out += [f"The same {names} as `{first.title}`, and:", ""]
-            else:
-                shared = []
-            mine = {k: v for k, v in props.items() if k not in shared}
-            out += doc.table(mine, _optional({"properties": props, "required": schema["required"]}))
-            out.append("")
             if form.note:
-                out += [_sentence(form.note), ""]
-            for key, sub in props.items():
-                inner = doc.resolve(sub)
-                if len(inner.get("properties", {})) > BIG:  # its own table, not one long cell
-                    out += [
-                        f"`{cmd.words}`: `{key}`",
-                        "",
-                        _sentence(sub.get("description") or inner.get("description", "")),
-                        "",
-                    ]
-                    out += [*doc.table(inner["properties"], _optional(inner)), ""]
+                out += [cell(form.note[:1].upper() + form.note[1:] + "."), ""]
+            tables.table("", form.__name__, form.__struct_fields__)
+            out += tables.out
+            tables.out = []
     return "\n".join(out).rstrip("\n") + "\n"
 
 
@@ -574,14 +331,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main(sys.argv[1:]))
-
-
-__all__ = [
-    "COMMANDS",
-    "Command",
-    "command_schema",
-    "envelope_schema",
-    "main",
-    "render_doc",
-    "rendered",
-]
