@@ -23,14 +23,13 @@ from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
 from dgr_forge.certify.run import Program
 from dgr_forge.certify.shapes import StepProgram
-from dgr_forge.certify.suite import Suite
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.host.recipes import Recipe
+from dgr_forge.host.recipes import Recipe, Suite
 from dgr_forge.lanes import cmake_api, logs, steps
 from dgr_forge.lanes.build_options import BuildOptions
 from dgr_forge.lanes.plan import configure_args, plan_lane

@@ -36,20 +36,19 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from msgspec import UNSET, Struct, field
+from msgspec import Struct, field
 
 from dgr_forge.certify.shapes import (
     BenchFigures,
     BenchTest,
     CtestFigures,
     FailedCase,
-    Gate,
     OpsBackend,
     OpsFigures,
     ParityFigures,
-    Speeds,
     StepFigures,
 )
+from dgr_forge.host.recipes import Thresholds
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
@@ -78,27 +77,6 @@ def failed_count(figures: StepFigures) -> int | None:
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
-
-
-class Thresholds(Struct, frozen=True):
-    """A step's gate: `max_failed` (op cases / tests) or `min_avg_ts` (tokens per second)."""
-
-    max_failed: int | None = None
-    min_prompt_ts: float | None = None
-    min_gen_ts: float | None = None
-    max_rel_diff: float | None = None
-
-    def gate(self) -> Gate:
-        """As the record and `--json` show it."""
-        speeds = Speeds(
-            prompt=UNSET if self.min_prompt_ts is None else self.min_prompt_ts,
-            gen=UNSET if self.min_gen_ts is None else self.min_gen_ts,
-        )
-        return Gate(
-            max_failed=UNSET if self.max_failed is None else self.max_failed,
-            min_avg_ts=UNSET if speeds == Speeds() else speeds,
-            max_rel_diff=UNSET if self.max_rel_diff is None else self.max_rel_diff,
-        )
 
 
 class Verdict(Struct, frozen=True):

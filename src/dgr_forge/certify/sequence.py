@@ -208,28 +208,27 @@ def lane(
         if prepared is not None:
             shutil.rmtree(prepared.private, ignore_errors=True)
     bound_model = prepared.bound if prepared else None
-    steps = [r.record() for r in results]
     failed = [r for r in results if not r.passed]
     for r in results:
         out.info(
-            f"  {r.step.name}: {'pass' if r.passed else 'FAIL'}"
+            f"  {r.name}: {'pass' if r.passed else 'FAIL'}"
             + ("" if r.passed else " - " + "; ".join(r.problems))
         )
     if failed:
         raise OperationFailed(
             f"lane {lane}: certification failed, nothing written: "
-            + "; ".join(f"step {r.step.name}: {'; '.join(r.problems)}" for r in failed),
+            + "; ".join(f"step {r.name}: {'; '.join(r.problems)}" for r in failed),
             hint="fix what the step names (each step's full log is under "
             f"{forge.rel(forge.logs_dir)}/) and run certify again",
             details={
                 "lane": lane,
-                "failed_steps": [r.step.name for r in failed],
-                "steps": msgspec.to_builtins(steps),
+                "failed_steps": [r.name for r in failed],
+                "steps": msgspec.to_builtins(results),
             },
         )
     path, body = records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
         model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
-        device=the_device, steps=steps, signer=signer, out=out,
+        device=the_device, steps=results, signer=signer, out=out,
     )  # fmt: skip
-    return _result(forge, path, body, signer, steps)
+    return _result(forge, path, body, signer, results)

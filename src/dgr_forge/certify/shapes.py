@@ -121,7 +121,7 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
 
 
-# --- the gate (`parsers.Thresholds.gate`) ----------------------------------------------
+# --- the gate (`run._gate`) ---------------------------------------------------------
 
 
 class Speeds(Struct, kw_only=True):
@@ -243,7 +243,7 @@ class CertStep(Struct, kw_only=True):
     ]
     seconds: Annotated[float, d("how long it ran")]
     verdict: Annotated[str, d("`pass` or `fail`")]
-    problems: Annotated[list[str], d("why it failed (empty when it passed)")]
+    problems: Annotated[tuple[str, ...], d("why it failed (empty when it passed)")]
     log: StepLog
     text_sha256: Annotated[
         str | UnsetType, d("the step's `text` file as the program read it (`{text}`)")
@@ -251,6 +251,10 @@ class CertStep(Struct, kw_only=True):
     failed_cases: Annotated[
         list[FailedCase], d("every failing case its parser read (up to 1000), in order")
     ] = []
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
 
 
 # --- a record (`records`) and what `certify` and `lanes` show of it ------------------
