@@ -26,7 +26,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -34,7 +33,7 @@ from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.certify import hardware, parity, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
-from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence, Hardware
+from dgr_forge.certify.shapes import Certified, Evidence, Hardware
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
@@ -62,31 +61,29 @@ class Inputs:
     doctor: Doctor | None  # None: the root has no probes file (tools not bound)
     worker: WorkerSpec | None
 
-    def bound(self) -> tuple[Mapping[str, Any] | None, dict[str, dict[str, str]] | None]:
+    def bound(self) -> tuple[Mapping[str, str] | None, dict[str, dict[str, str]] | None]:
         """The worker's identity and the host's tools per lane, as a record binds them."""
         tools = tool_versions(self.doctor, self.recipes) if self.doctor is not None else None
         return worker_identity(self.worker), tools
 
 
-def _result(
-    forge: Forge, path: Path, body: dict[str, Any], signer: keys.Signer, steps: list[CertStep]
-) -> Certified:
+def _result(forge: Forge, path: Path, body: records.CertRecord, signer: keys.Signer) -> Certified:
     trusted = {k.keyid for k in trust.trusted_keys(forge)}
-    evidence = body.get("evidence") or {}
+    assert body.report is not None and body.inputs is not None and body.certified_on
     return Certified(
         certification=str(path),
         trusted=signer.keyid in trusted,
-        kind=body["kind"],
-        lane=body["lane"],
+        kind=body.kind,
+        lane=body.lane,
         model=path.parent.name,
         hardware_class=path.stem,
-        report_sha256=body["report"]["sha256"],
+        report_sha256=body.report.sha256,
         keyid=signer.keyid,
-        steps=steps,
-        hardware=msgspec.convert(body["hardware"], Hardware),
-        evidence_sha256=evidence.get("sha256"),
-        inputs=msgspec.convert(body["inputs"], BoundInputs),
-        certified_on=body["certifiedOn"],
+        steps=body.steps,
+        hardware=body.hardware,
+        evidence_sha256=body.evidence.sha256 if body.evidence else None,
+        inputs=body.inputs,
+        certified_on=body.certified_on,
     )
 
 
@@ -125,7 +122,7 @@ def attested(
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
     )  # fmt: skip
     out.info(f"{checked.lane}: attested, not checked (never advertised)")
-    return _result(forge, path, body, signer, [])
+    return _result(forge, path, body, signer)
 
 
 def lane(
@@ -199,7 +196,7 @@ def lane(
             "device": the_device,
             "threads": str(os.cpu_count() or 1),
         }
-        size = prepared.tensor_bytes if prepared else None
+        size = prepared.bound.tensor_bytes if prepared else None
         results = run.run_steps(forge, lane, the_suite, found, values, out, model, pins, size)
         if prepared is not None:
             _after_steps(prepared.private)
@@ -231,4 +228,4 @@ def lane(
         model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
         device=the_device, steps=results, signer=signer, out=out,
     )  # fmt: skip
-    return _result(forge, path, body, signer, results)
+    return _result(forge, path, body, signer)

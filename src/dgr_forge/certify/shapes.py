@@ -321,7 +321,7 @@ class BoundInputs(Struct, kw_only=True):
             "the host's tools the lane builds with (cmake, ninja, the recipe's tools) by "
             "version; null where not probed"
         ),
-    ]
+    ] = None
 
 
 class Certified(Form, kw_only=True):
