@@ -189,53 +189,124 @@ def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> Surfa
     return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
 
 
-def summary(report: Report) -> dict[str, Any]:
-    """What `report show` prints, as stable JSON fields."""
+def _str(value: Any) -> str | None:
+    """A statement's value as `report show` shows it: a string, else null (it is unverified)."""
+    return value if isinstance(value, str) else None
+
+
+class RecipeShown(Struct):
+    """the recipe it was built from"""
+
+    path: Annotated[str | None, d("relative to the forge root")]
+    sha256: Annotated[str | None, d("of the file's bytes")]
+
+
+class UpstreamShown(Struct, kw_only=True):
+    """the upstream at the pin"""
+
+    name: Annotated[str | None, d("its manifest name")]
+    uri: Annotated[str | None, d("`git+<url>@<commit>`")]
+    commit: Annotated[str | None, d("the pinned commit")]
+    tree: Annotated[str | None, d("its git tree")]
+    series_digest: Annotated[str | None, d("the patch series' digest")]
+
+
+class PatchShown(Struct):
+    """a patch of the series"""
+
+    name: Annotated[str | None, d("its file")]
+    sha256: Annotated[str | None, d("its sha256")]
+
+
+class ToolShown(Struct):
+    """a tool it was built with"""
+
+    name: Annotated[str | None, d("the tool")]
+    version: Annotated[str | None, d("its version")]
+
+
+class ArtifactShown(Struct):
+    """a subject"""
+
+    name: Annotated[str | None, d("its path, relative to the workspace")]
+    sha256: Annotated[str | None, d("its sha256")]
+    target: Annotated[str | None, d("the CMake target")]
+
+
+class Summary(Struct, kw_only=True):
+    """the report at a glance"""
+
+    report: Annotated[str, d("the report's path")]
+    payload_type: Annotated[str, d("the envelope's payload type")]
+    lane: Annotated[str | None, d("the lane")]
+    recipe: RecipeShown | None
+    upstream: UpstreamShown
+    patches: Annotated[list[PatchShown], d("the series, in order")]
+    toolchain: Annotated[list[ToolShown], d("the tools, with their versions")]
+    artifacts: Annotated[list[ArtifactShown], d("the subjects")]
+    signed_by: Annotated[list[str], d("key ids of the envelope's signatures (not checked)")]
+    builder: Annotated[str | None, d("the builder's id")]
+    invocation_id: Annotated[str | None, d("the build's invocation id")]
+    started_on: Annotated[str | None, d("when it started (RFC 3339)")]
+    finished_on: Annotated[str | None, d("when it finished")]
+    surface: Annotated[
+        dict[str, Any] | None,
+        d(
+            "a worker build's surface of upstream: `headers`, the boundary headers it read; "
+            "`symbols`, each `name`, `header`, `symbol`, `library`; `symbolsChecked`; null "
+            "without a worker"
+        ),
+    ]
+
+
+def summary(report: Report) -> Summary:
+    """What `report show` prints."""
     stmt = report.statement or {}
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
     up = upstream_of(stmt)
-    deps = build_def.get("resolvedDependencies") or []
-    patches = [
-        {"name": d.get("name"), "sha256": _get(d, "digest", "sha256")}
-        for d in deps
-        if isinstance(d, dict) and str(d.get("name", "")).endswith(".patch")
-    ]
-    toolchain = [
-        {"name": d.get("name"), "version": _get(d, "annotations", "version")}
-        for d in deps
-        if isinstance(d, dict) and "version" in (d.get("annotations") or {})
-    ]
-    return {
-        "report": str(report.path),
-        "payload_type": report.envelope.payload_type,
-        "lane": _get(build_def, "externalParameters", "lane"),
-        "recipe": _get(build_def, "externalParameters", "recipe"),
-        "upstream": {
-            "name": up.get("name"),
-            "uri": up.get("uri"),
-            "commit": _get(up, "digest", "gitCommit"),
-            "tree": _get(up, "digest", "gitTree"),
-            "series_digest": _get(up, "annotations", "seriesDigest"),
-        },
-        "patches": patches,
-        "toolchain": toolchain,
-        "artifacts": [
-            {
-                "name": s.get("name"),
-                "sha256": _get(s, "digest", "sha256"),
-                "target": _get(s, "annotations", "target"),
-            }
+    deps = [d for d in build_def.get("resolvedDependencies") or [] if isinstance(d, dict)]
+    recipe = _get(build_def, "externalParameters", "recipe")
+    return Summary(
+        report=str(report.path),
+        payload_type=report.envelope.payload_type,
+        lane=_str(_get(build_def, "externalParameters", "lane")),
+        recipe=RecipeShown(_str(_get(recipe, "path")), _str(_get(recipe, "sha256")))
+        if isinstance(recipe, dict)
+        else None,
+        upstream=UpstreamShown(
+            name=_str(up.get("name")),
+            uri=_str(up.get("uri")),
+            commit=_str(_get(up, "digest", "gitCommit")),
+            tree=_str(_get(up, "digest", "gitTree")),
+            series_digest=_str(_get(up, "annotations", "seriesDigest")),
+        ),
+        patches=[
+            PatchShown(_str(d.get("name")), _str(_get(d, "digest", "sha256")))
+            for d in deps
+            if str(d.get("name", "")).endswith(".patch")
+        ],
+        toolchain=[
+            ToolShown(_str(d.get("name")), _str(_get(d, "annotations", "version")))
+            for d in deps
+            if "version" in (d.get("annotations") or {})
+        ],
+        artifacts=[
+            ArtifactShown(
+                _str(s.get("name")),
+                _str(_get(s, "digest", "sha256")),
+                _str(_get(s, "annotations", "target")),
+            )
             for s in stmt.get("subject") or []
             if isinstance(s, dict)
         ],
-        "signed_by": [s.keyid for s in report.envelope.signatures],
-        "builder": _get(run, "builder", "id"),
-        "invocation_id": _get(run, "metadata", "invocationId"),
-        "started_on": _get(run, "metadata", "startedOn"),
-        "finished_on": _get(run, "metadata", "finishedOn"),
-        "surface": surface_of(stmt),
-    }
+        signed_by=[s.keyid for s in report.envelope.signatures],
+        builder=_str(_get(run, "builder", "id")),
+        invocation_id=_str(_get(run, "metadata", "invocationId")),
+        started_on=_str(_get(run, "metadata", "startedOn")),
+        finished_on=_str(_get(run, "metadata", "finishedOn")),
+        surface=surface_of(stmt),
+    )
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -246,16 +317,7 @@ class ReportShow(Form, kw_only=True):
 
     title = "report show"
 
-    summary: Annotated[
-        dict[str, Any],
-        d(
-            "the report at a glance: `report`, `payload_type`, `lane`, `recipe`, `upstream`, "
-            "`patches`, `toolchain`, `artifacts`, `signed_by`, `builder`, `invocation_id`, "
-            "`started_on`, `finished_on`, `surface` (a worker build's surface of upstream: "
-            "`headers`, the boundary headers it read; `symbols`, each `name`, `header`, "
-            "`symbol`, `library`; `symbolsChecked`; null without a worker)"
-        ),
-    ]
+    summary: Summary
     statement: Annotated[dict[str, Any], d("the in-toto statement (SLSA provenance v1)")]
 
 
