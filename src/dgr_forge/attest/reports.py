@@ -146,14 +146,14 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def surface_of(stmt: dict[str, Any]) -> dict[str, Any] | None:
+def surface_of(stmt: dict[str, Any]) -> provenance.SurfaceFacts | None:
     """The worker surface a report records (`provenance.surface_byproduct`), or None."""
-    from dgr_forge.attest.provenance import SURFACE_NAME
-
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
-        if isinstance(b, dict) and b.get("name") == SURFACE_NAME:
-            facts = b.get("annotations")
-            return facts if isinstance(facts, dict) else None
+        if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
+            try:
+                return msgspec.convert(b.get("annotations"), provenance.SurfaceFacts)
+            except msgspec.ValidationError:
+                return None
     return None
 
 
@@ -172,15 +172,18 @@ class SurfaceMoves(Struct, kw_only=True):
     symbols: Moved
 
 
-def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> SurfaceMoves:
+def surface_changes(
+    a: provenance.SurfaceFacts | None, b: provenance.SurfaceFacts | None
+) -> SurfaceMoves:
     """How the surface moved from report A to report B: headers and symbols added and
     removed (a symbol by its name and declaring header)."""
 
-    def names(facts: dict[str, Any] | None, key: str) -> set[str]:
-        items = (facts or {}).get(key) or []
+    def names(facts: provenance.SurfaceFacts | None, key: str) -> set[str]:
+        if facts is None:
+            return set()
         if key == "headers":
-            return {str(h) for h in items}
-        return {f"{x.get('name')} ({x.get('header')})" for x in items if isinstance(x, dict)}
+            return set(facts.headers)
+        return {f"{x.name} ({x.header})" for x in facts.symbols}
 
     def moved(key: str) -> Moved:
         na, nb = names(a, key), names(b, key)
@@ -250,12 +253,8 @@ class Summary(Struct, kw_only=True):
     started_on: Annotated[str | None, d("when it started (RFC 3339)")]
     finished_on: Annotated[str | None, d("when it finished")]
     surface: Annotated[
-        dict[str, Any] | None,
-        d(
-            "a worker build's surface of upstream: `headers`, the boundary headers it read; "
-            "`symbols`, each `name`, `header`, `symbol`, `library`; `symbolsChecked`; null "
-            "without a worker"
-        ),
+        provenance.SurfaceFacts | None,
+        d("a worker build's surface of upstream (null without a worker)"),
     ]
 
 

@@ -99,12 +99,12 @@ def show(
         out.answer(f"started    {s.started_on}  finished {s.finished_on}")
         surface = s.surface
         if surface is not None:
-            out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
-            for h in surface.get("headers") or []:
+            out.answer(f"surface    {len(surface.headers)} boundary header(s) read")
+            for h in surface.headers:
                 out.answer(f"  {h}")
-            out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
-            for sym in surface.get("symbols") or []:
-                out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
+            out.answer(f"imports    {len(surface.symbols)} upstream symbol(s)")
+            for sym in surface.symbols:
+                out.answer(f"  {sym.name}  {sym.header}  ({sym.library})")
         return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
     run(ctx, "report show", body)
