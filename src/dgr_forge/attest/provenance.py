@@ -103,6 +103,39 @@ class SurfaceFacts(Struct, kw_only=True):
     ] = UNSET
 
 
+class Moved(Struct, kw_only=True):
+    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
+
+    added: Annotated[list[str], d("in B only")]
+    removed: Annotated[list[str], d("in A only")]
+
+
+class SurfaceMoves(Struct, kw_only=True):
+    """the worker surface from A to B: boundary headers read, upstream symbols imported
+    (`name (header)`); not a subject difference (the exit code is the subjects')"""
+
+    headers: Moved
+    symbols: Moved
+
+
+def surface_changes(a: SurfaceFacts | None, b: SurfaceFacts | None) -> SurfaceMoves:
+    """How the surface moved from report A to report B: headers and symbols added and
+    removed (a symbol by its name and declaring header)."""
+
+    def names(facts: SurfaceFacts | None, key: str) -> set[str]:
+        if facts is None:
+            return set()
+        if key == "headers":
+            return set(facts.headers)
+        return {f"{x.name} ({x.header})" for x in facts.symbols}
+
+    def moved(key: str) -> Moved:
+        na, nb = names(a, key), names(b, key)
+        return Moved(added=sorted(nb - na), removed=sorted(na - nb))
+
+    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+
+
 class Builder(Struct):
     id: str
     version: dict[str, str]

@@ -23,8 +23,9 @@ import msgspec
 from msgspec import Struct, field
 
 from dgr_forge.attest import dsse, provenance
+from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer
-from dgr_forge.certify import trust
+from dgr_forge.certify import run, trust
 from dgr_forge.certify.shapes import BoundInputs, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -40,18 +41,12 @@ NO_MODEL = "none"
 ATTESTED = "attested"  # the <model> directory of `certify --attested` records
 MODELS_DIR = "manifests/models"
 MAX_MANIFEST_BYTES = 4 << 20
-MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 Kind = Literal["checked", "attested"]
 OLD_FORM = (
     "invalid: {file} is a record of an older forge (one file per lane), no longer read; "
     "`dgr-forge certify --attested FILE --report R` writes its replacement under "
     "certifications/{lane}/attested/"
 )
-
-
-class FileBound(Struct):
-    path: str
-    sha256: str
 
 
 class UpstreamBound(Struct):
@@ -91,7 +86,7 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
     record_type: str = field(name="_type")
     kind: str = "checked"  # the first checked records had no `kind`
     lane: str
-    recipe: FileBound | None = None
+    recipe: provenance.FileRef | None = None
     upstream: UpstreamBound | None = None
     series_digest: str | None = None
     inputs: BoundInputs | None = None
@@ -144,7 +139,7 @@ def write(
         record_type=RECORD_TYPE,
         kind=kind,
         lane=lane,
-        recipe=FileBound(forge.rel(recipe.path), recipe.sha256),
+        recipe=provenance.FileRef(forge.rel(recipe.path), recipe.sha256),
         upstream=UpstreamBound(m.name, m.url, m.commit),
         series_digest=m.series_digest,
         inputs=checked.inputs,
@@ -239,7 +234,9 @@ def _refused(forge: Forge, lane: str, model: str, cls: str, reason: str, path: P
 def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     lane, model, cls = now.recipe.name, path.parent.name, path.stem
     try:
-        raw = read_regular(path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False)
+        raw = read_regular(
+            path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
+        )
         envelope = dsse.Envelope.from_json(raw)
     except BadInput as err:
         return _refused(forge, lane, model, cls, f"invalid: {err.message}", path)
@@ -304,15 +301,12 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
 
 def _text_now(forge: Forge, recipe: Recipe, step: str) -> str | None:
     """The sha256 of a step's `text` file as the checkout has it (None: gone or unreadable)."""
-    shapes = recipe.certify.steps if recipe.certify else ()
-    shape = next((s for s in shapes if s.name == step), None)
+    steps = recipe.certify.steps if recipe.certify else ()
+    shape = next((s for s in steps if s.name == step), None)
     if shape is None or shape.text is None:
         return None
     try:
-        return sha256_bytes(read_regular(
-            forge.root / shape.text, what="step text file", hint="", limit=1 << 20,
-            root=forge.root,
-        ))  # fmt: skip
+        return sha256_bytes(run.read_text(forge, shape, shape.text))
     except BadInput:
         return None
 

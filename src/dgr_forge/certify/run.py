@@ -177,20 +177,25 @@ def _keep_log(path: Path, raw: bytes) -> None:
         f.write(text.encode("utf-8", "surrogateescape"))
 
 
+def read_text(forge: Forge, step: Step, text: str) -> bytes:
+    """A step's `text` file as the forge root supplies it (a regular file, no link at any
+    component, bounded): exit 2 naming it."""
+    return read_regular(
+        forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
+        root=forge.root,
+        hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
+        f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
+    )  # fmt: skip
+
+
 def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
-    """Each step's `text` file, read as the forge root supplies it (a regular file, no link
-    at any component, bounded: exit 2 naming it) and copied into the scratch directory,
-    which the program then reads: (the copy, its sha256) by step name."""
+    """Each step's `text` file (`read_text`) copied into the scratch directory, which the
+    program then reads: (the copy, its sha256) by step name."""
     found: dict[str, tuple[Path, str]] = {}
     for step in suite.steps:
         if step.text is None:
             continue
-        data = read_regular(
-            forge.root / step.text, what="step text file", limit=MAX_TEXT_BYTES,
-            shown=step.text, root=forge.root,
-            hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
-            f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
-        )  # fmt: skip
+        data = read_text(forge, step, step.text)
         copy = scratch / f"{step.name}.txt"
         copy.unlink(missing_ok=True)
         copy.write_bytes(data)

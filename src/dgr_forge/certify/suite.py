@@ -1,41 +1,11 @@
-"""A recipe's certification suite: the `[certify]` table, as data (DESIGN.md, *Certification*).
-
-    [certify]
-    targets = ["test-backend-ops", "llama-bench"]   # built with the lane, report subjects
-
-    [[certify.steps]]
-    name = "ops"
-    program = "test-backend-ops"                    # one of `targets`
-    args = ["test", "-b", "{device}"]
-    parser = "test-backend-ops"                     # test-backend-ops | llama-bench | ctest
-    max_failed = 0
-    timeout = 600                                   # seconds (1 to 7200; default 600)
-
-    [[certify.steps]]
-    name = "speed"
-    program = "llama-bench"
-    args = ["-m", "{model}", "-p", "64", "-n", "16", "-o", "json"]
-    parser = "llama-bench"
-    min_avg_ts = { prompt = 50.0, gen = 5.0 }
-    by_model.tiny = { prompt = 2000.0, gen = 400.0 }   # this model's own speed gate
-
-    [[certify.steps]]
-    name = "parity"
-    program = "llama-perplexity"
-    args = ["-m", "{model}", "-f", "{text}", "-c", "128", "-t", "{threads}"]
-    text = "recipes/parity.txt"                     # a file of the forge root: `{text}`
-    parser = "parity"
-    reference = "pin"                               # the same program, built from the pin
-    max_rel_diff = 0.001
+"""A recipe's certification suite, `[certify]` (`host.recipes.Suite`), checked for what it
+means (docs/build-and-reports.md, *Certification*, has the table written out).
 
 Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
 just bytes); the only placeholders are `{model}`, `{device}`, `{threads}` and `{text}` (the
 step's `text` file, a path relative to the forge root), and any other brace is refused.
-Every step names its gate: `max_failed` for the counting parsers, `min_avg_ts` for
-`llama-bench`, `max_rel_diff` for `parity` (with `reference = "pin"`); a step without one
-would pass by default and is refused.
-Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
-`min_avg_ts` for that model (`certify --model NAME`).
+Every step names its gate (`max_failed`, `min_avg_ts`, or `max_rel_diff` with
+`reference = "pin"`): a step without one would pass by default and is refused.
 """
 
 from __future__ import annotations
