@@ -26,7 +26,7 @@ from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer
 from dgr_forge.certify import run, trust
-from dgr_forge.certify.shapes import BoundInputs, CertStep, Entry, Evidence, Hardware
+from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
@@ -131,10 +131,11 @@ def write(
     device: str | None = None,
     steps: list[CertStep] | None = None,
     evidence: Evidence | None = None,
-) -> tuple[Path, CertRecord]:
-    """Sign and write one record; (its path, its body)."""
+) -> Certified:
+    """Sign and write one record; what `certify` answers of it."""
     lane, recipe = checked.lane, checked.recipe
     stmt = checked.check.report.statement or {}
+    certified_on = provenance.rfc3339(datetime.now(UTC))
     body = CertRecord(
         record_type=RECORD_TYPE,
         kind=kind,
@@ -156,7 +157,7 @@ def write(
         steps=steps or [],
         evidence=evidence,
         verdict="pass",
-        certified_on=provenance.rfc3339(datetime.now(UTC)),
+        certified_on=certified_on,
     )
     trusted = {k.keyid for k in trust.trusted_keys(forge)}  # a hostile anchor: exit 2 first
     document = msgspec.to_builtins(body)
@@ -175,7 +176,21 @@ def write(
             f"keyid {signer.keyid[:16]} is not in {trust.TRUSTED_KEYS_DIR}/: `lanes "
             "--advertised` will not list it until its public key is committed there"
         )
-    return path, body
+    return Certified(
+        certification=str(path),
+        trusted=signer.keyid in trusted,
+        kind=kind,
+        lane=lane,
+        model=name,
+        hardware_class=hardware.hardware_class,
+        report_sha256=checked.check.report.sha256,
+        keyid=signer.keyid,
+        steps=body.steps,
+        hardware=hardware,
+        evidence_sha256=evidence.sha256 if evidence else None,
+        inputs=checked.inputs,
+        certified_on=certified_on,
+    )
 
 
 # ----------------------------------------------------------------------------- reading

@@ -67,26 +67,6 @@ class Inputs:
         return worker_identity(self.worker), tools
 
 
-def _result(forge: Forge, path: Path, body: records.CertRecord, signer: keys.Signer) -> Certified:
-    trusted = {k.keyid for k in trust.trusted_keys(forge)}
-    assert body.report is not None and body.inputs is not None and body.certified_on
-    return Certified(
-        certification=str(path),
-        trusted=signer.keyid in trusted,
-        kind=body.kind,
-        lane=body.lane,
-        model=path.parent.name,
-        hardware_class=path.stem,
-        report_sha256=body.report.sha256,
-        keyid=signer.keyid,
-        steps=body.steps,
-        hardware=body.hardware,
-        evidence_sha256=body.evidence.sha256 if body.evidence else None,
-        inputs=body.inputs,
-        certified_on=body.certified_on,
-    )
-
-
 def attested(
     got: Inputs,
     out: Reporter,
@@ -117,12 +97,12 @@ def attested(
         identity = hardware.probe()
         cls = hardware.hardware_class(identity, checked.recipe.lane.backend)
         hw = Hardware(hardware_class=cls, identity=identity)
-    path, body = records.write(
+    result = records.write(
         forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
     )  # fmt: skip
     out.info(f"{checked.lane}: attested, not checked (never advertised)")
-    return _result(forge, path, body, signer)
+    return result
 
 
 def lane(
@@ -223,9 +203,8 @@ def lane(
                 "steps": msgspec.to_builtins(results),
             },
         )
-    path, body = records.write(
+    return records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
         model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
         device=the_device, steps=results, signer=signer, out=out,
     )  # fmt: skip
-    return _result(forge, path, body, signer)

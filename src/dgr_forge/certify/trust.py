@@ -15,6 +15,7 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from dgr_forge.attest import reports as reports_mod
@@ -202,6 +203,10 @@ def _private_group(st: os.stat_result) -> bool:
         return False
 
 
+def _refusal(shown: str, problem: str, fix: str) -> BadInput:
+    return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+
 def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
     """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
     a real directory (no symlink out of the checkout), owned by the checkout's owner or
@@ -210,11 +215,7 @@ def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | No
         st = (forge.root / rel).lstat()
     except FileNotFoundError:
         return None
-    shown = rel  # not resolved: a symlink must be named as itself
-
-    def refuse(problem: str, fix: str) -> BadInput:
-        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
-
+    refuse = partial(_refusal, rel)  # not resolved: a symlink must be named as itself
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise refuse(
@@ -248,10 +249,7 @@ def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
     root, not group/world-writable, holding a public key only. Read through one
     descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
-
-    def refuse(problem: str, fix: str) -> BadInput:
-        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
-
+    refuse = partial(_refusal, shown)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:
