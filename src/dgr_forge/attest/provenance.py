@@ -49,7 +49,7 @@ class Descriptor(Struct, omit_defaults=True):
     uri: str | None = None
     digest: Mapping[str, str | None] | None = None
     media_type: str | None = field(default=None, name="mediaType")
-    annotations: Struct | dict[str, Any] | None = None  # a dict: the toolkit lock's own
+    annotations: Struct | None = None
 
 
 class SubjectNotes(Struct, omit_defaults=True):
@@ -74,6 +74,11 @@ class WorkerNotes(Struct, omit_defaults=True):
 
 class Version(Struct):
     version: str
+
+
+class ToolkitNotes(Struct):
+    lock: str | None  # the lock file, root-relative
+    wheels: dict[str, str] | None  # name -> version, as installed from it
 
 
 class Note(Struct):
@@ -411,7 +416,7 @@ def statement(
                 name,
                 purl(name, str(lock.get("version") or "")),
                 {"sha256": lock.get("lock_sha256")},
-                annotations={"lock": lock.get("lock"), "wheels": lock.get("wheels")},
+                annotations=ToolkitNotes(lock.get("lock"), lock.get("wheels")),
             )
         )
     resolved += [
