@@ -391,17 +391,18 @@ def _check_statement(v: Verification) -> None:
             v.failures.append(f"bad statement: subject[{i}] lacks a name or a sha256 digest")
 
 
-def _subjects(stmt: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _subjects(report: Report) -> list[tuple[str, str]]:
     """(name, sha256) of each subject that has both."""
     named = (
-        (_get(s, "name"), _get(s, "digest", "sha256")) for s in (stmt or {}).get("subject") or []
+        (_get(s, "name"), _get(s, "digest", "sha256"))
+        for s in (report.statement or {}).get("subject") or []
     )
     return [(n, sha) for n, sha in named if isinstance(n, str) and isinstance(sha, str)]
 
 
 def _check_artifacts(v: Verification, base: Path) -> None:
     base = base.resolve()
-    for name, expected in _subjects(v.report.statement):
+    for name, expected in _subjects(v.report):
         path = (base / name).resolve()
         if not path.is_relative_to(base):
             # a statement must not make us hash files outside the workspace
@@ -544,7 +545,7 @@ class ReportCompare(Form, kw_only=True):
 
 
 def subject_digests(v: Verification) -> dict[str, str]:
-    return dict(_subjects(v.report.statement))
+    return dict(_subjects(v.report))
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
