@@ -1,14 +1,7 @@
-"""Run a lane's certification steps (`host.recipes.Suite`) on this host.
-
-The certified binary is the shipped binary: each step's program is a CMake target of the
-lane's build (found through the File API reply in `build/<lane>/`), whose file is a
-subject of the verified report, and re-hashes to that subject's sha256 right before it
-runs. Its argv is the recipe's arguments with the placeholders substituted, handed to the
-program itself (no shell); it runs in a scratch directory with stdin closed, to its step's
-time limit and the output bound (`core.proc.bounded`), with an environment of
-`STEP_ENV` only. Its whole output is kept in `logs/certify-<lane>-<stamp>-
-<step>.log` and the record names that file's sha256. The parser reads its stdout.
-"""
+"""Run a lane's certification steps (`host.recipes.Suite`) on this host: the shipped
+binaries (a report subject each, re-hashed right before it runs), no shell, stdin closed,
+bounded in time and output, in an environment of `STEP_ENV` only (docs/build-and-reports.md,
+*Certification*, steps 5 and 6)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
-"""The order of a certification, composed from this package (DESIGN.md, *Certification*).
-
-`certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]` (`lane`):
-
-1. the lane can build on this host (exit 2 naming what is missing, as `doctor --lane` and
-   `build`), its `[certify]` suite (`suite.load`) and, when it runs one, a model named;
-2. the signing key and trust anchors (exit 2 before anything runs);
-3. the report (its latest, or `--report`): verified, built from this checkout's inputs,
-   every subject re-hashed in the workspace (`trust.check_report`);
-4. the model manifest's files verified (provisioned when missing) before any step;
-5. the hardware probed and classed (`hardware`);
-6. each step's program found through the File API and matched to a report subject, a
-   parity step's also built from the pin without the series (`parity`), then run (`run`);
-7. only when every step passed, the record (`records.write`); else exit 1 naming each
-   failing step and its cases or figures, nothing written.
-
-`certify --attested FILE --build-report R [--hardware TEXT]` (`attested`): 2, 3 (no re-hash: the
-report may come from another host), 5 (or the person's description), then the record of
-the evidence file, kind `attested`.
+"""The order of a certification, composed from this package: `lane` (`certify --lane`) and
+`attested` (`certify --attested`), in the order docs/build-and-reports.md, *Certification*,
+numbers: the host can build the lane, its suite and model named; the signing key and trust
+anchors (exit 2 before anything runs); the report verified against this checkout; the model
+verified; the hardware probed; the programs matched to the report and run; only when every
+step passed, the record (else exit 1 naming each failing step, nothing written). `attested`
+records a person's evidence instead of running anything (the report is not re-hashed: it
+may come from another host).
 """
 
 from __future__ import annotations
