@@ -25,7 +25,7 @@ from msgspec import Struct, field
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer
-from dgr_forge.certify import run, trust
+from dgr_forge.certify import trust
 from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -321,7 +321,7 @@ def _text_now(forge: Forge, recipe: Recipe, step: str) -> str | None:
     if shape is None or shape.text is None:
         return None
     try:
-        return sha256_bytes(run.read_text(forge, shape, shape.text))
+        return sha256_bytes(trust.step_text(forge, shape, shape.text))
     except BadInput:
         return None
 

@@ -16,11 +16,11 @@ from pathlib import Path
 import msgspec
 from msgspec import UNSET
 
-from dgr_forge.certify import parsers
+from dgr_forge.certify import parsers, trust
 from dgr_forge.certify.shapes import CertStep, Gate, ParityFigures, Speeds, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_regular, sha256_bytes, sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import Bounded, bounded
 from dgr_forge.core.urls import mask_text
@@ -43,7 +43,6 @@ STEP_ENV = frozenset({
     "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS",
 })  # fmt: skip
 STEP_ENV_PREFIXES = ("LC_", "GGML_")  # the locale's categories, ggml's own switches
-MAX_TEXT_BYTES = 1 << 20  # a step's `text`: a few KiB of fixed prose
 
 
 @dataclass(frozen=True)
@@ -170,25 +169,14 @@ def _keep_log(path: Path, raw: bytes) -> None:
         f.write(text.encode("utf-8", "surrogateescape"))
 
 
-def read_text(forge: Forge, step: Step, text: str) -> bytes:
-    """A step's `text` file as the forge root supplies it (a regular file, no link at any
-    component, bounded): exit 2 naming it."""
-    return read_regular(
-        forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
-        root=forge.root,
-        hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
-        f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
-    )  # fmt: skip
-
-
 def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
-    """Each step's `text` file (`read_text`) copied into the scratch directory, which the
+    """Each step's `text` file (`trust.step_text`) copied into the scratch directory, which the
     program then reads: (the copy, its sha256) by step name."""
     found: dict[str, tuple[Path, str]] = {}
     for step in suite.steps:
         if step.text is None:
             continue
-        data = read_text(forge, step, step.text)
+        data = trust.step_text(forge, step, step.text)
         copy = scratch / f"{step.name}.txt"
         copy.unlink(missing_ok=True)
         copy.write_bytes(data)

@@ -23,13 +23,14 @@ from dgr_forge.attest.keys import PublicKey, load_public
 from dgr_forge.certify.shapes import BoundInputs
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_regular
-from dgr_forge.host.recipes import Recipe
+from dgr_forge.core.fsutil import read_regular, sha256_regular
+from dgr_forge.host.recipes import Recipe, Step
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_DIR = reports_mod.CERT_DIR
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
 MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
+MAX_TEXT_BYTES = 1 << 20  # a step's `text`: a few KiB of fixed prose
 
 
 def bound_inputs(
@@ -64,6 +65,17 @@ def bound_inputs(
         worker=dict(worker) if worker is not None else None,
         tools=dict(sorted(tools.items())) if tools is not None else None,
     )
+
+
+def step_text(forge: Forge, step: Step, text: str) -> bytes:
+    """A step's `text` file as the forge root supplies it (a regular file, no link at any
+    component, bounded): exit 2 naming it."""
+    return read_regular(
+        forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
+        root=forge.root,
+        hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
+        f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
+    )  # fmt: skip
 
 
 def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
