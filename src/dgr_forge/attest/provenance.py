@@ -283,21 +283,14 @@ def _tool(tool: Tool) -> Descriptor:
     )
 
 
-def git_uri(location: str, commit: str | None) -> str:
-    """`git+<url>@<commit>` for a URL; a local path becomes a `file:` URL first."""
-    url = mask(location)
-    if url.startswith("/"):
-        url = Path(url).as_uri()
-    return f"git+{url}@{commit}" if commit else url
-
-
 def portable_git_uri(location: str, commit: str | None, mapped: str) -> tuple[str, bool]:
-    """`git_uri`, except that a repository of this machine (a `file://` URL or a path) is
-    named by `mapped` (e.g. /dgr/upstream/llama.cpp), never by where it lies here: a
-    report names no absolute path of the building machine. Also whether it was mapped."""
-    if is_local_url(mask(location)):
+    """`git+<url>@<commit>`, except that a repository of this machine (a `file://` URL or a
+    path) is named by `mapped` (e.g. /dgr/upstream/llama.cpp), never by where it lies here:
+    a report names no absolute path of the building machine. Also whether it was mapped."""
+    url = mask(location)
+    if is_local_url(url):
         return f"git+file://{quote(mapped)}" + (f"@{commit}" if commit else ""), True
-    return git_uri(location, commit), False
+    return (f"git+{url}@{commit}" if commit else url), False
 
 
 def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
