@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from dgr_forge.certify import parsers
-from dgr_forge.certify.parsers import Thresholds, Unreadable, judge
+from dgr_forge.certify.parsers import Unreadable, judge
+from dgr_forge.host.recipes import Thresholds
 
 OPS_OK = (
     "Testing 2 devices\n\n"
@@ -410,7 +411,7 @@ def test_a_parity_run_whose_final_entry_was_lost_is_run_again(tmp_path: Path) ->
     """llama-perplexity's leaked logger can drop its last entries at exit (exit 0): the
     step runs it again (at most RUNS_FOR_A_LOST_ENTRY times); any other step runs once."""
     from dgr_forge.certify import run as run_mod
-    from dgr_forge.certify.suite import Step
+    from dgr_forge.host.recipes import Step
 
     program = tmp_path / "llama-perplexity"
     program.write_text(
@@ -422,7 +423,9 @@ def test_a_parity_run_whose_final_entry_was_lost_is_run_again(tmp_path: Path) ->
     )
     program.chmod(0o755)
     prog = run_mod.Program("llama-perplexity", program, "bin/llama-perplexity", "0" * 64)
-    parity = Step("parity", "llama-perplexity", (), "parity", Thresholds(max_rel_diff=0.1), 10)
+    parity = Step(
+        name="parity", program="llama-perplexity", parser="parity", max_rel_diff=0.1, timeout=10
+    )
     done, data = run_mod._run_whole(prog, (), parity, tmp_path, tmp_path / "log")
     assert done.returncode == 0 and b"Final estimate" in data
     assert (tmp_path / "runs").read_text().strip() == "3"

@@ -419,9 +419,9 @@ def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> No
     import time
 
     from dgr_forge.certify import run as certrun
-    from dgr_forge.certify.suite import Suite
     from dgr_forge.core.errors import OperationFailed
     from dgr_forge.core.forge import Forge
+    from dgr_forge.host.recipes import Suite
 
     report = next((plain.root / ".dgr" / "reports").glob("cpu-*.intoto.jsonl"))
     stmt = json.loads(base64.b64decode(json.loads(report.read_text())["payload"]))
@@ -443,9 +443,7 @@ def test_a_report_subject_changed_since_the_build_is_refused(plain: Built) -> No
     bench = next(n for n in subjects if n.endswith("llama-bench"))
     forge = Forge(plain.root, plain.root / ".dgr")
     with pytest.raises(OperationFailed, match="changed since the report"):
-        certrun.programs(
-            forge, "cpu", Suite(("llama-bench",), (), needs_model=False), {bench: "0" * 64}
-        )
+        certrun.programs(forge, "cpu", Suite(targets=("llama-bench",)), {bench: "0" * 64})
 
 
 def test_certify_dest_under_home_holding_the_model_is_refused(plain: Built) -> None:
@@ -634,10 +632,9 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
 
     from dgr_forge.attest.reports import latest_report, subject_digests, verify_report
     from dgr_forge.certify import run as certrun
-    from dgr_forge.certify.parsers import Thresholds
-    from dgr_forge.certify.suite import Step, Suite
     from dgr_forge.core.forge import Forge
     from dgr_forge.core.output import Reporter
+    from dgr_forge.host.recipes import Speeds, Step, Suite
 
     forge = Forge(plain.root, plain.root / ".dgr")
     report = latest_report(forge, "cpu")
@@ -646,8 +643,11 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
         verify_report(report, keys.load_public_file(Path(f"{plain.key}.pub")))
     )
     args = ("-m", "{model}", "-p", "64", "-n", "0", "-r", "100000000", "-o", "json")
-    endless = Step("endless", "llama-bench", args, "llama-bench", Thresholds(min_prompt_ts=1.0), 1)
-    suite = Suite(("llama-bench",), (endless,), needs_model=False)
+    endless = Step(
+        name="endless", program="llama-bench", args=args, parser="llama-bench",
+        min_avg_ts=Speeds(prompt=1.0), timeout=1,
+    )  # fmt: skip
+    suite = Suite(targets=("llama-bench",), steps=(endless,))
     found = certrun.programs(forge, "cpu", suite, subjects)
     model = next(plain.models.glob("*00001-of-*.gguf"))
     started = time.monotonic()
@@ -655,7 +655,7 @@ def test_a_step_past_its_time_limit_is_stopped_and_fails(plain: Built) -> None:
     assert time.monotonic() - started < 20
     assert not result.passed and result.exit_code is None
     assert result.problems == ("stopped at its time limit (1 s)",)
-    assert sha256_file(plain.root / result.log) == result.log_sha256
+    assert sha256_file(plain.root / result.log.path) == result.log.sha256
     os.environ["DGR_SIGNING_KEY"] = str(plain.key)
     try:
         assert "DGR_SIGNING_KEY" not in certrun.child_env()

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 from cryptography.hazmat.primitives import serialization
 from securesystemslib.dsse import Envelope as SslibEnvelope
@@ -19,7 +20,7 @@ from support.git import Upstream
 from support.reports import keyid_from_pub, lane_build, write_manifest
 from support.roots import REPO
 
-from dgr_forge.attest import keys, reports
+from dgr_forge.attest import dsse, keys, reports
 from dgr_forge.certify import records
 from dgr_forge.certify.shapes import Entry
 from dgr_forge.core.errors import ExitCode
@@ -314,3 +315,30 @@ def test_a_lapse_names_every_input_that_moved(
     assert reason.startswith("lapsed: "), reason
     for moved in ("the recipe changed", "the upstream pin moved", "the patch series changed"):
         assert moved in reason, reason
+
+
+def test_a_record_written_before_the_typed_record_is_still_read(
+    forge: Forge, report: Path, evidence: Path, release_key: Path
+) -> None:
+    """A record is its typed payload (`records.CertRecord`), written with the keys the
+    hand-built dict had, and one an older forge signed (inputs without `tools`, before the
+    host's tools were bound) is read as it was: valid, attested, not checked."""
+    trust(forge, release_key)
+    r = run_certify(forge, report, evidence, release_key, "--hardware", "rig")
+    assert r.code == 0, r
+    cert_file = Path(r.json["certification"])
+    env = json.loads(cert_file.read_text())
+    body = json.loads(base64.b64decode(env["payload"]))
+    assert set(body) == {
+        "_type", "kind", "lane", "recipe", "upstream", "seriesDigest", "inputs",
+        "inputDigest", "report", "model", "hardware", "device", "steps", "evidence",
+        "verdict", "certifiedOn",
+    }  # fmt: skip
+    assert set(body["report"]) == {"name", "sha256", "keyid", "subjects"}
+    del body["inputs"]["tools"]
+    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    signed = dsse.sign(payload, env["payloadType"], keys.load_signer(release_key))
+    cert_file.write_text(json.dumps(msgspec.to_builtins(signed), indent=2) + "\n")
+    (entry,) = _entries(forge)
+    assert entry.reason == "attested, not checked", entry
+    assert entry.evidence_sha256 == sha256_file(evidence)

@@ -30,11 +30,11 @@ from support.reports import isolate_key_env, lane_build, make_patch, setup_root
 from dgr_forge.attest import keys, reports
 from dgr_forge.certify import hardware, parsers
 from dgr_forge.certify import run as certrun
-from dgr_forge.certify.parsers import Thresholds
-from dgr_forge.certify.suite import Step, Suite
+from dgr_forge.certify.shapes import CertStep
 from dgr_forge.core import proc
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
+from dgr_forge.host.recipes import Step, Suite
 
 # --- 1: JUnit read by a hardened XML reader ---------------------------------------------
 
@@ -140,7 +140,7 @@ OPS_OK = (
 )
 
 
-def _run_step(tmp_path: Path, script: str) -> certrun.StepResult:
+def _run_step(tmp_path: Path, script: str) -> CertStep:
     """One ops step whose program is `script` (sh), run as `certify` runs a step."""
     root = tmp_path / "root"
     root.mkdir(exist_ok=True)
@@ -148,8 +148,10 @@ def _run_step(tmp_path: Path, script: str) -> certrun.StepResult:
     program = tmp_path / "test-backend-ops"
     program.write_text("#!/bin/sh\n" + script)
     program.chmod(0o755)
-    step = Step("ops", "test-backend-ops", (), "test-backend-ops", Thresholds(max_failed=0), 30)
-    suite = Suite(("test-backend-ops",), (step,), needs_model=False)
+    step = Step(
+        name="ops", program="test-backend-ops", parser="test-backend-ops", max_failed=0, timeout=30
+    )
+    suite = Suite(targets=("test-backend-ops",), steps=(step,))
     found = {"test-backend-ops": certrun.Program("test-backend-ops", program, "bin/t", "0" * 64)}
     (result,) = certrun.run_steps(forge, "cpu", suite, found, {}, Reporter())
     return result
@@ -249,7 +251,7 @@ def test_the_step_log_is_masked(tmp_path: Path) -> None:
     script += f"printf '%s' '{OPS_OK}'\n"
     result = _run_step(tmp_path, script)
     assert result.passed, result.problems
-    log = (tmp_path / "root" / result.log).read_text()
+    log = (tmp_path / "root" / result.log.path).read_text()
     for secret in ("hunter2pass", "mirrortoken99", "redispass77", "tok123456", "sentrykey42",
                    "apikey-0123456789"):  # fmt: skip
         assert secret not in log, log

@@ -10,14 +10,7 @@ so any in-toto verifier holding only the `.pub` file computes the same id withou
 told one. Reports signed before that name `legacy_keyid_of` (sha256 of the public key's
 SubjectPublicKeyInfo DER); a key id is only a hint, so they verify all the same.
 
-Signing key lookup (`resolve_signer`): `--key PATH`, then `DGR_SIGNING_KEY` (a path, or
-the PEM text itself as CI secrets hold it), then the default key in the user's config
-directory. No throwaway key by accident: a set but empty `DGR_SIGNING_KEY` (what CI passes
-when a secret is missing) is exit 2; under CI (`CI` set) a missing key is exit 2; the
-default key is created only for a person at a terminal (stdin is a TTY), and said loudly.
-A private key file readable or writable by anyone but its owner is refused (exit 2,
-`chmod 600`). Verification key lookup (`resolve_verifier`): `--key PATH`, then
-`DGR_VERIFY_KEY` (path or PEM), then the default key's `.pub`.
+Where a key comes from: `resolve_signer` (`keysource`'s lookup order) and `resolve_verifier`.
 """
 
 from __future__ import annotations

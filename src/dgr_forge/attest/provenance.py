@@ -20,17 +20,18 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, cast
 from urllib.parse import quote
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.gitutil import is_local_url
+from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -48,7 +49,157 @@ class Descriptor(Struct, omit_defaults=True):
     uri: str | None = None
     digest: Mapping[str, str | None] | None = None
     media_type: str | None = field(default=None, name="mediaType")
-    annotations: dict[str, Any] | None = None
+    annotations: Struct | None = None
+
+
+class SubjectNotes(Struct, omit_defaults=True):
+    target: str
+    kind: str
+    aliases: list[str] | None = None
+
+
+class PinNotes(Struct, kw_only=True, omit_defaults=True):
+    resultTree: str
+    seriesDigest: str
+    location: str | None = None  # a repository of the building machine
+    # what the binaries carry as their version: llama.cpp's b<N> and commit string
+    buildNumber: int | None = None
+    buildCommit: str | UnsetType | None = UNSET
+
+
+class WorkerNotes(Struct, omit_defaults=True):
+    dirty: bool
+    location: str | None = None
+
+
+class Version(Struct):
+    version: str
+
+
+class ToolkitNotes(Struct):
+    lock: str | None  # the lock file, root-relative
+    wheels: dict[str, str] | None  # name -> version, as installed from it
+
+
+class Note(Struct):
+    note: str
+
+
+class Image(Struct):
+    image: str
+
+
+class SurfaceSymbolFact(Struct):
+    """an upstream symbol the worker imports"""
+
+    name: Annotated[str, d("the symbol (C++: the qualified name)")]
+    header: Annotated[str, d("its declaring header, in the upstream tree")]
+    symbol: Annotated[str, d("the linker's name")] = ""
+    library: Annotated[str, d("the upstream library that defines it")] = ""
+
+
+class SurfaceFacts(Struct, kw_only=True):
+    """What the worker used of upstream, as a report records it (`surface_byproduct`)."""
+
+    headers: Annotated[list[str], d("the boundary headers its objects read")]
+    symbols: Annotated[list[SurfaceSymbolFact], d("the upstream symbols it imports")]
+    symbolsChecked: Annotated[
+        bool | UnsetType, d("false: not ELF objects, only the headers were read")
+    ] = UNSET
+
+
+class Moved(Struct, kw_only=True):
+    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
+
+    added: Annotated[list[str], d("in B only")]
+    removed: Annotated[list[str], d("in A only")]
+
+
+class SurfaceMoves(Struct, kw_only=True):
+    """the worker surface from A to B: boundary headers read, upstream symbols imported
+    (`name (header)`); not a subject difference (the exit code is the subjects')"""
+
+    headers: Moved
+    symbols: Moved
+
+
+def surface_changes(a: SurfaceFacts | None, b: SurfaceFacts | None) -> SurfaceMoves:
+    """How the surface moved from report A to report B: headers and symbols added and
+    removed (a symbol by its name and declaring header)."""
+
+    def names(facts: SurfaceFacts | None, key: str) -> set[str]:
+        if facts is None:
+            return set()
+        if key == "headers":
+            return set(facts.headers)
+        return {f"{x.name} ({x.header})" for x in facts.symbols}
+
+    def moved(key: str) -> Moved:
+        na, nb = names(a, key), names(b, key)
+        return Moved(added=sorted(nb - na), removed=sorted(na - nb))
+
+    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+
+
+class Builder(Struct):
+    id: str
+    version: dict[str, str]
+
+
+class Metadata(Struct):
+    invocationId: str
+    startedOn: str
+    finishedOn: str
+
+
+class RunDetails(Struct):
+    builder: Builder
+    metadata: Metadata
+    byproducts: list[Descriptor]
+
+
+class FileRef(Struct):
+    path: str
+    sha256: str
+
+
+class WorkerParameter(Struct):
+    location: str
+    commit: str | None
+
+
+class ExternalParameters(Struct):
+    lane: str
+    recipe: FileRef
+    manifest: FileRef
+    worker: WorkerParameter | None
+
+
+class InternalParameters(Struct):
+    cmakeArgs: list[str]
+    compilerLauncher: str | None
+    compilerCache: dict[str, Any] | None  # `cache.select.CacheSetup.record()`
+    SOURCE_DATE_EPOCH: int
+    reproducible: bool
+
+
+class BuildDefinition(Struct):
+    buildType: str
+    externalParameters: ExternalParameters
+    internalParameters: InternalParameters
+    resolvedDependencies: list[Descriptor]
+
+
+class Predicate(Struct):
+    buildDefinition: BuildDefinition
+    runDetails: RunDetails
+
+
+class Statement(Struct):
+    subject: list[Descriptor]
+    predicate: Predicate
+    statement_type: str = field(default=STATEMENT_TYPE, name="_type")
+    predicateType: str = PREDICATE_TYPE
 
 
 ROOT_VAR = "${DGR_ROOT}"
@@ -94,7 +245,7 @@ def workspace_relative(forge: Forge, path: Path) -> str:
         return path.resolve().as_posix()
 
 
-def builder() -> dict[str, Any]:
+def builder() -> Builder:
     """Distinct ids for local and CI runs; on GitHub Actions the run URL is recorded too."""
     version = {"dgr-forge": __version__}
     if os.environ.get("GITHUB_ACTIONS") == "true":
@@ -104,13 +255,13 @@ def builder() -> dict[str, Any]:
         if repo and run_id:
             attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
             version["runUrl"] = f"{server}/{repo}/actions/runs/{run_id}/attempts/{attempt}"
-        return {"id": BUILDER_GITHUB, "version": version}
+        return Builder(BUILDER_GITHUB, version)
     if os.environ.get("CI"):
         for var in ("CI_JOB_URL", "BUILD_URL"):  # GitLab, Jenkins
             if os.environ.get(var):
                 version["runUrl"] = os.environ[var]
-        return {"id": BUILDER_CI, "version": version}
-    return {"id": BUILDER_LOCAL, "version": version}
+        return Builder(BUILDER_CI, version)
+    return Builder(BUILDER_LOCAL, version)
 
 
 def purl(name: str, version: str) -> str:
@@ -128,25 +279,18 @@ def _tool(tool: Tool) -> Descriptor:
         tool.name,
         purl(tool.name, tool.version),
         {"sha256": digest} if digest else None,
-        annotations={"version": tool.version},
+        annotations=Version(tool.version),
     )
 
 
-def git_uri(location: str, commit: str | None) -> str:
-    """`git+<url>@<commit>` for a URL; a local path becomes a `file:` URL first."""
-    url = mask(location)
-    if url.startswith("/"):
-        url = Path(url).as_uri()
-    return f"git+{url}@{commit}" if commit else url
-
-
 def portable_git_uri(location: str, commit: str | None, mapped: str) -> tuple[str, bool]:
-    """`git_uri`, except that a repository of this machine (a `file://` URL or a path) is
-    named by `mapped` (e.g. /dgr/upstream/llama.cpp), never by where it lies here: a
-    report names no absolute path of the building machine. Also whether it was mapped."""
-    if is_local_url(mask(location)):
+    """`git+<url>@<commit>`, except that a repository of this machine (a `file://` URL or a
+    path) is named by `mapped` (e.g. /dgr/upstream/llama.cpp), never by where it lies here:
+    a report names no absolute path of the building machine. Also whether it was mapped."""
+    url = mask(location)
+    if is_local_url(url):
         return f"git+file://{quote(mapped)}" + (f"@{commit}" if commit else ""), True
-    return git_uri(location, commit), False
+    return (f"git+{url}@{commit}" if commit else url), False
 
 
 def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
@@ -154,11 +298,11 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
     if w is None:
         return None
     is_url = "://" in w.location or w.location.startswith("git@")
-    annotations: dict[str, Any] = {"dirty": w.dirty}
+    annotations = WorkerNotes(w.dirty)
     if is_url:
         uri, local = portable_git_uri(w.location, w.commit, "/dgr/worker")
         if local:
-            annotations["location"] = "${DGR_WORKER}"
+            annotations.location = "${DGR_WORKER}"
     else:
         # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w);
         # the URI names it as the prefix maps do (/dgr/root/..., /dgr/worker), never by
@@ -172,7 +316,7 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
         if not location.startswith("${"):
             location = "${DGR_WORKER}"
         uri = "file://" + quote(mapped)
-        annotations["location"] = location
+        annotations.location = location
     digest = {"gitCommit": w.commit} if w.commit else None
     return Descriptor("worker", uri, digest, annotations=annotations)
 
@@ -192,7 +336,7 @@ def container_image() -> Descriptor | None:
         "container-image",
         "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
         {"sha256": value} if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None,
-        annotations={"image": mask(ref)},
+        annotations=Image(mask(ref)),
     )
 
 
@@ -215,15 +359,16 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     import hashlib
     import json
 
-    facts = {
-        "headers": list(build.surface.headers),
-        "symbols": [
-            {"name": s.name, "header": s.header, "symbol": s.symbol, "library": s.library}
-            for s in build.surface.symbols
+    facts = SurfaceFacts(
+        headers=list(build.surface.headers),
+        symbols=[
+            SurfaceSymbolFact(s.name, s.header, s.symbol, s.library) for s in build.surface.symbols
         ],
-        "symbolsChecked": build.surface.symbols_checked,
-    }
-    canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
+        symbolsChecked=build.surface.symbols_checked,
+    )
+    canonical = json.dumps(
+        msgspec.to_builtins(facts), sort_keys=True, separators=(",", ":")
+    ).encode()
     digest = {"sha256": hashlib.sha256(canonical).hexdigest()}
     return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, facts)
 
@@ -235,22 +380,21 @@ def statement(
     paths = _Paths(forge, build.placeholders)
     subjects = []
     for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path)):
-        notes: dict[str, Any] = {"target": a.name, "kind": a.kind}
-        if a.aliases:
-            notes["aliases"] = list(a.aliases)
+        notes = SubjectNotes(a.name, a.kind, list(a.aliases) if a.aliases else None)
         name = workspace_relative(forge, a.path)
         subjects.append(Descriptor(name, digest={"sha256": a.sha256}, annotations=notes))
     worker = _worker(build, paths)
     uri, local = portable_git_uri(
         build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
     )
-    pin: dict[str, Any] = {"resultTree": build.result_tree, "seriesDigest": build.series_digest}
-    if local:
-        pin["location"] = "${DGR_UPSTREAM}"  # a repository of the building machine
+    pin = PinNotes(
+        resultTree=build.result_tree,
+        seriesDigest=build.series_digest,
+        location="${DGR_UPSTREAM}" if local else None,
+    )
     if build.upstream_build_number is not None:
-        # what the binaries carry as their version: llama.cpp's b<N> and commit string
-        pin["buildNumber"] = build.upstream_build_number
-        pin["buildCommit"] = build.upstream_build_commit
+        pin.buildNumber = build.upstream_build_number
+        pin.buildCommit = build.upstream_build_commit
     digest = {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree}
     resolved = [Descriptor(build.upstream_name, uri, digest, annotations=pin)]
     resolved += [Descriptor(p.file, digest={"sha256": p.sha256}) for p in build.patches]
@@ -265,12 +409,12 @@ def statement(
                 name,
                 purl(name, str(lock.get("version") or "")),
                 {"sha256": lock.get("lock_sha256")},
-                annotations={"lock": lock.get("lock"), "wheels": lock.get("wheels")},
+                annotations=ToolkitNotes(lock.get("lock"), lock.get("wheels")),
             )
         )
     resolved += [
         Descriptor(workspace_relative(forge, li.path), digest={"sha256": li.sha256},
-                   annotations={"note": li.note})
+                   annotations=Note(li.note))
         for li in build.link_inputs
     ]  # fmt: skip
     resolved += [image] if (image := container_image()) is not None else []
@@ -279,44 +423,41 @@ def statement(
         if path.is_file()
     ]  # fmt: skip
     byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
-    document: dict[str, Any] = {
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "buildDefinition": {
-                "buildType": BUILD_TYPE,
-                "externalParameters": {
-                    "lane": build.lane,
-                    "recipe": {"path": build.recipe_file, "sha256": build.recipe_sha256},
-                    "manifest": {"path": build.manifest_file, "sha256": build.manifest_sha256},
-                    "worker": None
-                    if build.worker is None
-                    else {
-                        "location": paths.text(mask(build.worker.location)),
-                        "commit": build.worker.commit,
-                    },
-                },
-                "internalParameters": {
-                    "cmakeArgs": [paths.text(a) for a in build.cmake_args],
-                    "compilerLauncher": paths.text(build.compiler_launcher)
-                    if build.compiler_launcher
-                    else None,
-                    "compilerCache": build.cache,
-                    "SOURCE_DATE_EPOCH": build.source_date_epoch,
-                    "reproducible": build.reproducible,
-                },
-                "resolvedDependencies": resolved,
-            },
-            "runDetails": {
-                "builder": builder(),
-                "metadata": {
-                    "invocationId": invocation_id or str(uuid.uuid4()),
-                    "startedOn": rfc3339(build.started_on),
-                    "finishedOn": rfc3339(build.finished_on),
-                },
-                "byproducts": byproducts,
-            },
-        },
-    }
+    worker_parameter = (
+        None
+        if build.worker is None
+        else WorkerParameter(paths.text(mask(build.worker.location)), build.worker.commit)
+    )
+    launcher = build.compiler_launcher
+    document = Statement(
+        subject=subjects,
+        predicate=Predicate(
+            BuildDefinition(
+                buildType=BUILD_TYPE,
+                externalParameters=ExternalParameters(
+                    lane=build.lane,
+                    recipe=FileRef(build.recipe_file, build.recipe_sha256),
+                    manifest=FileRef(build.manifest_file, build.manifest_sha256),
+                    worker=worker_parameter,
+                ),
+                internalParameters=InternalParameters(
+                    cmakeArgs=[paths.text(a) for a in build.cmake_args],
+                    compilerLauncher=paths.text(launcher) if launcher else None,
+                    compilerCache=build.cache,
+                    SOURCE_DATE_EPOCH=build.source_date_epoch,
+                    reproducible=build.reproducible,
+                ),
+                resolvedDependencies=resolved,
+            ),
+            RunDetails(
+                builder(),
+                Metadata(
+                    invocationId=invocation_id or str(uuid.uuid4()),
+                    startedOn=rfc3339(build.started_on),
+                    finishedOn=rfc3339(build.finished_on),
+                ),
+                byproducts,
+            ),
+        ),
+    )
     return cast(dict[str, Any], msgspec.to_builtins(document))

@@ -1,8 +1,5 @@
-"""What one lane build produced: the hand-off from `build` to the signed report.
-
-`build` fills a `LaneBuild`; `reports` turns it into an in-toto/SLSA statement. Keeping
-the record a plain dataclass lets either side be tested without the other.
-"""
+"""What one lane build produced: the hand-off from `build` (which fills a `LaneBuild`) to
+the signed report (`provenance.statement`), each side testable without the other."""
 
 from __future__ import annotations
 

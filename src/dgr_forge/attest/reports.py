@@ -7,11 +7,8 @@ A report is one DSSE envelope on one line (the `.intoto.jsonl` convention), payl
 
 Reports are never overwritten (each build gets its own file). `--no-sign` writes the same
 envelope with an empty `signatures` list; `report verify` then fails with "unsigned".
-
-Old reports are pruned when a lane writes a new one (`prune`): the newest `KEEP_REPORTS`
-of the lane stay, and so does every report a record names (the lane's state, any
-certification under `<root>/certifications`, by file name or sha256), however old. An
-up-to-date build writes none, so it prunes none.
+Old reports are pruned when a lane writes a new one (`prune`); an up-to-date build writes
+none, so it prunes none.
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ SUFFIX = ".intoto.jsonl"
 KEEP_REPORTS = 5  # per lane, the newest, besides those a record names
 CERT_DIR = "certifications"  # under the root: the certifications, each naming its report
 MAX_CERT_FILES = 10_000  # certifications under one root: a lane's, per model and hardware
-_MAX_CERT_BYTES = 1 << 20  # one certification: a few KiB of signed JSON
+MAX_CERT_BYTES = 1 << 20  # one certification: a few KiB of signed JSON
 # a name `report_name` writes (finishedOn to the second, an invocation id's hex prefix)
 _WRITTEN = re.compile(r".+-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}" + re.escape(SUFFIX))
 
@@ -146,96 +143,132 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def surface_of(stmt: dict[str, Any]) -> dict[str, Any] | None:
+def surface_of(stmt: dict[str, Any]) -> provenance.SurfaceFacts | None:
     """The worker surface a report records (`provenance.surface_byproduct`), or None."""
-    from dgr_forge.attest.provenance import SURFACE_NAME
-
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
-        if isinstance(b, dict) and b.get("name") == SURFACE_NAME:
-            facts = b.get("annotations")
-            return facts if isinstance(facts, dict) else None
+        if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
+            try:
+                return msgspec.convert(b.get("annotations"), provenance.SurfaceFacts)
+            except msgspec.ValidationError:
+                return None
     return None
 
 
-class Moved(Struct, kw_only=True):
-    """entries in B and not in A (`added`), in A and not in B (`removed`)"""
-
-    added: Annotated[list[str], d("in B only")]
-    removed: Annotated[list[str], d("in A only")]
-
-
-class SurfaceMoves(Struct, kw_only=True):
-    """the worker surface from A to B: boundary headers read, upstream symbols imported
-    (`name (header)`); not a subject difference (the exit code is the subjects')"""
-
-    headers: Moved
-    symbols: Moved
+def _text(data: Any, *keys: str) -> str | None:
+    """A statement's value as `report show` shows it: a string, else null (it is unverified)."""
+    value = _get(data, *keys)
+    return value if isinstance(value, str) else None
 
 
-def surface_changes(a: dict[str, Any] | None, b: dict[str, Any] | None) -> SurfaceMoves:
-    """How the surface moved from report A to report B: headers and symbols added and
-    removed (a symbol by its name and declaring header)."""
+class RecipeShown(Struct):
+    """the recipe it was built from"""
 
-    def names(facts: dict[str, Any] | None, key: str) -> set[str]:
-        items = (facts or {}).get(key) or []
-        if key == "headers":
-            return {str(h) for h in items}
-        return {f"{x.get('name')} ({x.get('header')})" for x in items if isinstance(x, dict)}
-
-    def moved(key: str) -> Moved:
-        na, nb = names(a, key), names(b, key)
-        return Moved(added=sorted(nb - na), removed=sorted(na - nb))
-
-    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+    path: Annotated[str | None, d("relative to the forge root")]
+    sha256: Annotated[str | None, d("of the file's bytes")]
 
 
-def summary(report: Report) -> dict[str, Any]:
-    """What `report show` prints, as stable JSON fields."""
+class UpstreamShown(Struct, kw_only=True):
+    """the upstream at the pin"""
+
+    name: Annotated[str | None, d("its manifest name")]
+    uri: Annotated[str | None, d("`git+<url>@<commit>`")]
+    commit: Annotated[str | None, d("the pinned commit")]
+    tree: Annotated[str | None, d("its git tree")]
+    series_digest: Annotated[str | None, d("the patch series' digest")]
+
+
+class PatchShown(Struct):
+    """a patch of the series"""
+
+    name: Annotated[str | None, d("its file")]
+    sha256: Annotated[str | None, d("its sha256")]
+
+
+class ToolShown(Struct):
+    """a tool it was built with"""
+
+    name: Annotated[str | None, d("the tool")]
+    version: Annotated[str | None, d("its version")]
+
+
+class ArtifactShown(Struct):
+    """a subject"""
+
+    name: Annotated[str | None, d("its path, relative to the workspace")]
+    sha256: Annotated[str | None, d("its sha256")]
+    target: Annotated[str | None, d("the CMake target")]
+
+
+class Summary(Struct, kw_only=True):
+    """the report at a glance"""
+
+    report: Annotated[str, d("the report's path")]
+    payload_type: Annotated[str, d("the envelope's payload type")]
+    lane: Annotated[str | None, d("the lane")]
+    recipe: RecipeShown | None
+    upstream: UpstreamShown
+    patches: Annotated[list[PatchShown], d("the series, in order")]
+    toolchain: Annotated[list[ToolShown], d("the tools, with their versions")]
+    artifacts: Annotated[list[ArtifactShown], d("the subjects")]
+    signed_by: Annotated[list[str], d("key ids of the envelope's signatures (not checked)")]
+    builder: Annotated[str | None, d("the builder's id")]
+    invocation_id: Annotated[str | None, d("the build's invocation id")]
+    started_on: Annotated[str | None, d("when it started (RFC 3339)")]
+    finished_on: Annotated[str | None, d("when it finished")]
+    surface: Annotated[
+        provenance.SurfaceFacts | None,
+        d("a worker build's surface of upstream (null without a worker)"),
+    ]
+
+
+def summary(report: Report) -> Summary:
+    """What `report show` prints."""
     stmt = report.statement or {}
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
     up = upstream_of(stmt)
-    deps = build_def.get("resolvedDependencies") or []
-    patches = [
-        {"name": d.get("name"), "sha256": _get(d, "digest", "sha256")}
-        for d in deps
-        if isinstance(d, dict) and str(d.get("name", "")).endswith(".patch")
-    ]
-    toolchain = [
-        {"name": d.get("name"), "version": _get(d, "annotations", "version")}
-        for d in deps
-        if isinstance(d, dict) and "version" in (d.get("annotations") or {})
-    ]
-    return {
-        "report": str(report.path),
-        "payload_type": report.envelope.payload_type,
-        "lane": _get(build_def, "externalParameters", "lane"),
-        "recipe": _get(build_def, "externalParameters", "recipe"),
-        "upstream": {
-            "name": up.get("name"),
-            "uri": up.get("uri"),
-            "commit": _get(up, "digest", "gitCommit"),
-            "tree": _get(up, "digest", "gitTree"),
-            "series_digest": _get(up, "annotations", "seriesDigest"),
-        },
-        "patches": patches,
-        "toolchain": toolchain,
-        "artifacts": [
-            {
-                "name": s.get("name"),
-                "sha256": _get(s, "digest", "sha256"),
-                "target": _get(s, "annotations", "target"),
-            }
+    deps = [d for d in build_def.get("resolvedDependencies") or [] if isinstance(d, dict)]
+    recipe = _get(build_def, "externalParameters", "recipe")
+    return Summary(
+        report=str(report.path),
+        payload_type=report.envelope.payload_type,
+        lane=_text(build_def, "externalParameters", "lane"),
+        recipe=RecipeShown(_text(recipe, "path"), _text(recipe, "sha256"))
+        if isinstance(recipe, dict)
+        else None,
+        upstream=UpstreamShown(
+            name=_text(up, "name"),
+            uri=_text(up, "uri"),
+            commit=_text(up, "digest", "gitCommit"),
+            tree=_text(up, "digest", "gitTree"),
+            series_digest=_text(up, "annotations", "seriesDigest"),
+        ),
+        patches=[
+            PatchShown(_text(d, "name"), _text(d, "digest", "sha256"))
+            for d in deps
+            if str(d.get("name", "")).endswith(".patch")
+        ],
+        toolchain=[
+            ToolShown(_text(d, "name"), _text(d, "annotations", "version"))
+            for d in deps
+            if "version" in (d.get("annotations") or {})
+        ],
+        artifacts=[
+            ArtifactShown(
+                _text(s, "name"),
+                _text(s, "digest", "sha256"),
+                _text(s, "annotations", "target"),
+            )
             for s in stmt.get("subject") or []
             if isinstance(s, dict)
         ],
-        "signed_by": [s.keyid for s in report.envelope.signatures],
-        "builder": _get(run, "builder", "id"),
-        "invocation_id": _get(run, "metadata", "invocationId"),
-        "started_on": _get(run, "metadata", "startedOn"),
-        "finished_on": _get(run, "metadata", "finishedOn"),
-        "surface": surface_of(stmt),
-    }
+        signed_by=[s.keyid for s in report.envelope.signatures],
+        builder=_text(run, "builder", "id"),
+        invocation_id=_text(run, "metadata", "invocationId"),
+        started_on=_text(run, "metadata", "startedOn"),
+        finished_on=_text(run, "metadata", "finishedOn"),
+        surface=surface_of(stmt),
+    )
 
 
 # ----------------------------------------------------------------------------- verifying
@@ -246,16 +279,7 @@ class ReportShow(Form, kw_only=True):
 
     title = "report show"
 
-    summary: Annotated[
-        dict[str, Any],
-        d(
-            "the report at a glance: `report`, `payload_type`, `lane`, `recipe`, `upstream`, "
-            "`patches`, `toolchain`, `artifacts`, `signed_by`, `builder`, `invocation_id`, "
-            "`started_on`, `finished_on`, `surface` (a worker build's surface of upstream: "
-            "`headers`, the boundary headers it read; `symbols`, each `name`, `header`, "
-            "`symbol`, `library`; `symbolsChecked`; null without a worker)"
-        ),
-    ]
+    summary: Summary
     statement: Annotated[dict[str, Any], d("the in-toto statement (SLSA provenance v1)")]
 
 
@@ -367,13 +391,18 @@ def _check_statement(v: Verification) -> None:
             v.failures.append(f"bad statement: subject[{i}] lacks a name or a sha256 digest")
 
 
+def _subjects(report: Report) -> list[tuple[str, str]]:
+    """(name, sha256) of each subject that has both."""
+    named = (
+        (_get(s, "name"), _get(s, "digest", "sha256"))
+        for s in (report.statement or {}).get("subject") or []
+    )
+    return [(n, sha) for n, sha in named if isinstance(n, str) and isinstance(sha, str)]
+
+
 def _check_artifacts(v: Verification, base: Path) -> None:
-    stmt = v.report.statement or {}
     base = base.resolve()
-    for s in stmt.get("subject") or []:
-        name, expected = _get(s, "name"), _get(s, "digest", "sha256")
-        if not isinstance(name, str) or not isinstance(expected, str):
-            continue
+    for name, expected in _subjects(v.report):
         path = (base / name).resolve()
         if not path.is_relative_to(base):
             # a statement must not make us hash files outside the workspace
@@ -430,18 +459,19 @@ def parse_name(name: str) -> tuple[str, str, str] | None:
 
 def latest_report(forge: Forge, lane: str) -> Path | None:
     """The newest report of `lane` in the workspace (by finishedOn in the name, then mtime)."""
-    candidates = []
-    for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
-        parsed = parse_name(path.name)
-        if parsed and parsed[0] == lane:
-            candidates.append((parsed[1], path.stat().st_mtime, path))
+    candidates = [
+        (parsed[1], path.stat().st_mtime, path)
+        for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}")
+        if (parsed := parse_name(path.name)) and parsed[0] == lane
+    ]
     return max(candidates)[2] if candidates else None
 
 
 def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[Path]:
     """Remove `lane`'s reports older than its newest `KEEP_REPORTS`, except those a record
-    names: by file name (`names`) or by sha256 (`digests`). Returns what was removed;
-    anything that is not a plain file, or cannot be read or removed, is left alone."""
+    names (the lane's state, any certification), however old: by file name (`names`) or by
+    sha256 (`digests`). Returns what was removed; anything that is not a plain file, or
+    cannot be read or removed, is left alone."""
     mine = []
     for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
         parsed = parse_name(path.name)
@@ -481,7 +511,7 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
             return None
         try:
             raw = read_regular(
-                path, what="certification", hint="", limit=_MAX_CERT_BYTES, follow=False
+                path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
             )
             body = json.loads(dsse.Envelope.from_json(raw).payload)
         except (BadInput, OSError, ValueError):
@@ -519,16 +549,11 @@ class ReportCompare(Form, kw_only=True):
     b: ReportVerify
     differences: Annotated[list[SubjectDifference], d("per subject")]
     subjects: Annotated[int, d("how many subjects `a` names")]
-    surface: SurfaceMoves
+    surface: provenance.SurfaceMoves
 
 
 def subject_digests(v: Verification) -> dict[str, str]:
-    found: dict[str, str] = {}
-    for s in (v.report.statement or {}).get("subject") or []:
-        name, digest = _get(s, "name"), _get(s, "digest", "sha256")
-        if isinstance(name, str) and isinstance(digest, str):
-            found[name] = digest
-    return found
+    return dict(_subjects(v.report))
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
@@ -551,7 +576,7 @@ def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
         b=vb.result(),
         differences=differences,
         subjects=len(sa),
-        surface=surface_changes(
+        surface=provenance.surface_changes(
             surface_of(va.report.statement or {}), surface_of(vb.report.statement or {})
         ),
     )

@@ -1,28 +1,11 @@
-"""The host, probed exactly for a certification, and its *hardware class*.
+"""The host, probed exactly for a certification, and its *hardware class* (the rule and
+the probes: docs/build-and-reports.md, *Certification*, step 4; the identity's shape:
+`shapes.Identity`).
 
-Identity: CPU model, flags and count, memory, OS and kernel (from `/proc` and `platform`);
-NVIDIA GPUs from `nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,uuid`,
-AMD agents from `rocminfo`, Vulkan devices from `vulkaninfo --summary`. Each probe is
-optional (a missing tool is no GPU of that kind), runs through `core.proc.bounded` with a
-deadline and an output bound, and a GPU's UUID is kept only as sha256(salt + UUID) with a
-random salt per probe: the record can be matched to a device by whoever holds its UUID,
-never read back to one.
-
-The class is derived from the identity and the lane's backend, by this rule:
-
-* CPU lanes: `cpu-<machine>-<level>`; x86_64 level `avx512` (avx512f, bw, dq, vl), `avx2`
-  (avx2 and fma), `avx`, else `sse`; aarch64 `sve` or `neon`; e.g. `cpu-x86_64-avx2`.
-* CUDA lanes: `nvidia-sm<compute capability without the dot>-<model>-<memory>gb` per
-  distinct GPU, `<model>` the name without "NVIDIA"/"GeForce"/"Tesla" in lower-case
-  words joined by `-`, memory rounded up to whole GiB, `-x<N>` for N identical GPUs, `+`
-  between different ones; e.g. `nvidia-sm90-h200-141gb` (143771 MiB).
-* ROCm lanes: `amd-<gfx target>-<model>`; Vulkan lanes: `vulkan-<device name>`; Metal
-  lanes: `apple-<chip>`.
-
-A lane whose backend's hardware is not on the host has no class: exit 2.
-
-The identity is `shapes.Identity` (GPUs a union tagged by `vendor`), the shape the
-record and `certify --json` write.
+Each probe is optional (a missing tool is no GPU of that kind) and runs through
+`core.proc.bounded` with a deadline and an output bound; a GPU's UUID is kept only as
+sha256(salt + UUID) with a random salt per probe: the record can be matched to a device by
+whoever holds its UUID, never read back to one.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from dgr_forge.certify import records, trust
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -41,11 +40,10 @@ PRIVATE = ".dgr-certify-"  # + the lane: the steps' view, inside the destination
 
 @dataclass(frozen=True)
 class Prepared:
-    bound: dict[str, Any]  # what the record binds of the model
+    bound: records.BoundModel
     manifest: models.ModelManifest
     private: Path  # the steps' view of the files
     first: Path  # the first split, in `private`: `{model}`
-    tensor_bytes: int | str  # its tensors' data (llama-bench's model_size), or why unknown
 
 
 def _refuse_shared(target: Path, declared: str | None) -> None:
@@ -156,17 +154,16 @@ def prepare(
         return split.no if split else 0
 
     files = sorted(mm.files, key=part)
-    bound: dict[str, Any] = {
-        "name": name,
-        "model_name": mm.name,
-        "manifest": forge.rel(path),
-        "manifest_sha256": records.manifest_sha256(forge, name),
-        "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in mm.files],
-        "first_split": files[0].name,
-    }
-    size = tensor_bytes(mm, private)
-    bound["tensor_bytes"] = size
-    return Prepared(bound, mm, private, private / files[0].name, size)
+    bound = records.BoundModel(
+        name=name,
+        model_name=mm.name,
+        manifest=forge.rel(path),
+        manifest_sha256=records.manifest_sha256(forge, name),
+        files=[records.ModelFile(f.name, f.size, f.sha256) for f in mm.files],
+        first_split=files[0].name,
+        tensor_bytes=tensor_bytes(mm, private),
+    )
+    return Prepared(bound, mm, private, private / files[0].name)
 
 
 def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
@@ -189,8 +186,8 @@ def check_after(prepared: Prepared, out: Reporter) -> None:
     if result.bad:
         names = ", ".join(result.bad)
         raise OperationFailed(
-            f"model {prepared.bound['name']}: {names} changed while the steps ran: the "
+            f"model {prepared.bound.name}: {names} changed while the steps ran: the "
             "figures are not the verified model's, nothing written",
             hint="find what writes the model's files, and run certify again",
-            details={"model": prepared.bound["name"], "bad": result.bad},
+            details={"model": prepared.bound.name, "bad": result.bad},
         )

@@ -1,15 +1,9 @@
-"""A `parity` step's reference: the lane's program built from the pin without the series.
-
-The step (`reference = "pin"`) runs its program on the model twice, the lane's build (a
-report subject) and the same CMake target built from the pin's own tree with no patch
-applied, by the same recipe and the lane's own machinery (`lanes.plan.plan_lane` on
-another tree, `lanes.steps.configure` and `compile_lane`: the toolchain, options and
-compiler cache of the lane, so a rebuild is cheap). The tree is exported from the
-workspace's git (the pin commit, through a scratch index, never the real one) into
-`<workspace>/tmp/certify-<lane>/pin/src` and kept while git finds it still the pin's
-(else exported afresh); it is built in `.../pin/build`, logged to
-`logs/build-<lane>-pin-<stamp>.log`. A failed reference build is exit 1 before any step
-runs, naming that log.
+"""A `parity` step's reference: the lane's program built from the pin without the series
+(docs/build-and-reports.md, *Certification*, step 5), by the same recipe and the lane's own
+machinery (`lanes.plan.plan_lane` on another tree, `lanes.steps`), so a rebuild is cheap.
+The pin's tree is exported through a scratch index, never the real one, into
+`<workspace>/tmp/certify-<lane>/pin/src` and kept while git finds it still the pin's. A
+failed reference build is exit 1 before any step runs, naming its log.
 """
 
 from __future__ import annotations
@@ -23,14 +17,13 @@ from dgr_forge.cache import select as cache_mod
 from dgr_forge.cache import session as cache_session
 from dgr_forge.certify.run import Program
 from dgr_forge.certify.shapes import StepProgram
-from dgr_forge.certify.suite import Suite
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.host.recipes import Recipe
+from dgr_forge.host.recipes import Recipe, Suite
 from dgr_forge.lanes import cmake_api, logs, steps
 from dgr_forge.lanes.build_options import BuildOptions
 from dgr_forge.lanes.plan import configure_args, plan_lane

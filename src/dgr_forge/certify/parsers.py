@@ -34,22 +34,20 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
 
-from msgspec import UNSET, Struct, field
+from msgspec import Struct, field
 
 from dgr_forge.certify.shapes import (
     BenchFigures,
     BenchTest,
     CtestFigures,
     FailedCase,
-    Gate,
     OpsBackend,
     OpsFigures,
     ParityFigures,
-    Speeds,
     StepFigures,
 )
+from dgr_forge.host.recipes import Thresholds
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
@@ -78,27 +76,6 @@ def failed_count(figures: StepFigures) -> int | None:
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
-
-
-class Thresholds(Struct, frozen=True):
-    """A step's gate: `max_failed` (op cases / tests) or `min_avg_ts` (tokens per second)."""
-
-    max_failed: int | None = None
-    min_prompt_ts: float | None = None
-    min_gen_ts: float | None = None
-    max_rel_diff: float | None = None
-
-    def gate(self) -> Gate:
-        """As the record and `--json` show it."""
-        speeds = Speeds(
-            prompt=UNSET if self.min_prompt_ts is None else self.min_prompt_ts,
-            gen=UNSET if self.min_gen_ts is None else self.min_gen_ts,
-        )
-        return Gate(
-            max_failed=UNSET if self.max_failed is None else self.max_failed,
-            min_avg_ts=UNSET if speeds == Speeds() else speeds,
-            max_rel_diff=UNSET if self.max_rel_diff is None else self.max_rel_diff,
-        )
 
 
 class Verdict(Struct, frozen=True):
@@ -133,19 +110,29 @@ def _count(text: str) -> int:
     return int(text)
 
 
+class _Section(Struct):
+    """A backend's section as read so far."""
+
+    name: str
+    ok: int = 0
+    failed: int = 0
+    unsupported: int = 0
+    counted: tuple[int, int] | None = None  # its `N/M tests passed` line
+    status: str | None = None  # its `Backend NAME: OK|FAIL` line: the verdict, the name
+    status_name: str | None = None
+
+
 def parse_test_backend_ops(data: bytes) -> Figures:
     """test-backend-ops mode `test` console output -> per backend ok/failed/unsupported."""
     text = _ANSI.sub("", _text(data, "test-backend-ops"))
-    backends: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
+    backends: list[_Section] = []
+    current: _Section | None = None
     failing: list[FailedCase] = []
     overall: tuple[int, int] | None = None
     for line in text.splitlines():
         line = line.rstrip("\r")
         if m := _BACKEND_HEAD.match(line):
-            current = {"name": m.group(3).strip(), "ok": 0, "failed": 0, "unsupported": 0}
-            current["counted"] = None
-            current["status"] = None
+            current = _Section(m.group(3).strip())
             backends.append(current)
             continue
         if m := _BACKENDS_PASSED.match(line):
@@ -154,26 +141,25 @@ def parse_test_backend_ops(data: bytes) -> Figures:
         if current is None:
             continue
         if m := _TESTS_PASSED.match(line):
-            current["counted"] = (_count(m.group(1)), _count(m.group(2)))
+            current.counted = (_count(m.group(1)), _count(m.group(2)))
             continue
         if m := _BACKEND_STATUS.match(line):
-            current["status"] = m.group(2)
-            current["status_name"] = m.group(1)
+            current.status, current.status_name = m.group(2), m.group(1)
             continue
         if (m := _CASE.match(line)) and (line.startswith("  ") or m.group(1)):
             found, name, params = m.group(1), m.group(2), m.group(3)[:400]
             rest = m.group(4).rstrip()
             if rest.startswith("not supported"):
-                current["unsupported"] += 1
+                current.unsupported += 1
             elif rest == "OK" or rest.endswith(" OK"):
-                current["ok"] += 1
+                current.ok += 1
             else:  # FAIL, after its finding, or an error message instead of a verdict
-                current["failed"] += 1
+                current.failed += 1
                 why = rest[: -len("FAIL")] if rest.endswith("FAIL") else rest
                 why = " ".join(p.strip() for p in (found or "", why) if p.strip())[:300]
                 if len(failing) < MAX_CASES:
                     failing.append(FailedCase(name=name, params=params, error=why or None))
-    tested = [b for b in backends if b["status"] is not None]
+    tested = [b for b in backends if b.status is not None]
     if not tested:
         raise Unreadable(
             "no `Backend NAME: OK|FAIL` line: no backend was tested (a wrong -b name, a "
@@ -181,27 +167,27 @@ def parse_test_backend_ops(data: bytes) -> Figures:
         )
     out: list[OpsBackend] = []
     for b in tested:
-        if b["counted"] is None:
-            raise Unreadable(f"backend {b['name']}: no `N/M tests passed` line before its status")
-        if b.get("status_name") != b["name"]:
-            raise Unreadable(f"backend {b['name']}: its status line names {b.get('status_name')!r}")
-        passed, total = b["counted"]
+        if b.counted is None:
+            raise Unreadable(f"backend {b.name}: no `N/M tests passed` line before its status")
+        if b.status_name != b.name:
+            raise Unreadable(f"backend {b.name}: its status line names {b.status_name!r}")
+        passed, total = b.counted
         if passed > total:
-            raise Unreadable(f"backend {b['name']}: {passed}/{total} tests passed")
-        failed = max(total - passed, b["failed"])
-        if b["status"] == "FAIL" and failed == 0:
-            raise Unreadable(f"backend {b['name']}: FAIL with every test passed")
-        if b["status"] == "OK" and failed:
-            raise Unreadable(f"backend {b['name']}: OK with {failed} failed test(s)")
+            raise Unreadable(f"backend {b.name}: {passed}/{total} tests passed")
+        failed = max(total - passed, b.failed)
+        if b.status == "FAIL" and failed == 0:
+            raise Unreadable(f"backend {b.name}: FAIL with every test passed")
+        if b.status == "OK" and failed:
+            raise Unreadable(f"backend {b.name}: OK with {failed} failed test(s)")
         out.append(
             OpsBackend(
-                name=b["name"],
-                status=b["status"],
+                name=b.name,
+                status=b.status or "",
                 passed=passed,
                 total=total,
-                ok=b["ok"],
+                ok=b.ok,
                 failed=failed,
-                unsupported=b["unsupported"],
+                unsupported=b.unsupported,
             )
         )
     figures = OpsFigures(
@@ -308,13 +294,14 @@ def parse_ctest_junit(data: bytes) -> Figures:
     failing: list[FailedCase] = []
     for suite in suites:
         cases = suite.findall("testcase")
+        suite_failed = 0
         for case in cases:
             name = (case.get("name") or "?")[:200]
             status = case.get("status", "run")
             bad = case.find("failure")
             bad = case.find("error") if bad is None else bad
             if bad is not None:
-                failures += 1
+                suite_failed += 1
                 if len(failing) < MAX_CASES:
                     message = (bad.get("message") or "").strip()[:300] or None
                     failing.append(FailedCase(name=name, params=None, error=message))
@@ -324,10 +311,8 @@ def parse_ctest_junit(data: bytes) -> Figures:
         declared = suite.get("tests")
         if declared is not None and (not declared.isdigit() or int(declared) != len(cases)):
             raise Unreadable(f"tests={declared[:20]!r} but {len(cases)} <testcase> elements")
+        failures += suite_failed
         declared_failures = suite.get("failures")
-        suite_failed = sum(
-            1 for c in cases if c.find("failure") is not None or c.find("error") is not None
-        )
         if declared_failures is not None and (
             not declared_failures.isdigit() or int(declared_failures) != suite_failed
         ):

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
+from msgspec import Struct, field
 
 from dgr_forge.attest import dsse, provenance
+from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, Signer
 from dgr_forge.certify import trust
-from dgr_forge.certify.shapes import CertStep, Entry, Evidence, Hardware
+from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
@@ -39,13 +41,64 @@ NO_MODEL = "none"
 ATTESTED = "attested"  # the <model> directory of `certify --attested` records
 MODELS_DIR = "manifests/models"
 MAX_MANIFEST_BYTES = 4 << 20
-MAX_CERT_BYTES = 1 << 20  # a certification is a few KiB of signed JSON
 Kind = Literal["checked", "attested"]
 OLD_FORM = (
     "invalid: {file} is a record of an older forge (one file per lane), no longer read; "
     "`dgr-forge certify --attested FILE --report R` writes its replacement under "
     "certifications/{lane}/attested/"
 )
+
+
+class UpstreamBound(Struct):
+    name: str
+    url: str
+    commit: str
+
+
+class ReportBound(Struct):
+    name: str
+    sha256: str
+    keyid: str | None
+    subjects: list[dict[str, Any]]  # the report statement's own `subject` (in-toto JSON)
+
+
+class ModelFile(Struct):
+    name: str
+    size: int
+    sha256: str
+
+
+class BoundModel(Struct, kw_only=True):
+    """What a checked record binds of the model: its manifest and every file."""
+
+    name: str  # the manifest's: the record's <model> directory
+    model_name: str
+    manifest: str
+    manifest_sha256: str | None
+    files: list[ModelFile]
+    first_split: str
+    tensor_bytes: int | str | None = None
+
+
+class CertRecord(Struct, kw_only=True, rename="camel"):
+    """The signed payload; read back leniently: an older record's missing key lapses it."""
+
+    record_type: str = field(name="_type")
+    kind: str = "checked"  # the first checked records had no `kind`
+    lane: str
+    recipe: provenance.FileRef | None = None
+    upstream: UpstreamBound | None = None
+    series_digest: str | None = None
+    inputs: BoundInputs | None = None
+    input_digest: str | None = None
+    report: ReportBound | None = None
+    model: BoundModel | None = None
+    hardware: Hardware
+    device: str | None = None
+    steps: list[CertStep]
+    evidence: Evidence | None = None
+    verdict: str | None = None
+    certified_on: str | None = None
 
 
 def record_path(forge: Forge, lane: str, model: str, hardware_class: str) -> Path:
@@ -74,41 +127,43 @@ def write(
     signer: Signer,
     out: Reporter,
     input_digest: str | None = None,
-    model: dict[str, Any] | None = None,
+    model: BoundModel | None = None,
     device: str | None = None,
     steps: list[CertStep] | None = None,
     evidence: Evidence | None = None,
-) -> tuple[Path, dict[str, Any]]:
-    """Sign and write one record; (its path, its body)."""
+) -> Certified:
+    """Sign and write one record; what `certify` answers of it."""
     lane, recipe = checked.lane, checked.recipe
     stmt = checked.check.report.statement or {}
-    body: dict[str, Any] = {
-        "_type": RECORD_TYPE,
-        "kind": kind,
-        "lane": lane,
-        "recipe": {"path": forge.rel(recipe.path), "sha256": recipe.sha256},
-        "upstream": {"name": m.name, "url": m.url, "commit": m.commit},
-        "seriesDigest": m.series_digest,
-        "inputs": checked.inputs,
-        "inputDigest": input_digest,
-        "report": {
-            "name": report.name,
-            "sha256": checked.check.report.sha256,
-            "keyid": checked.check.verified_by,
-            "subjects": stmt.get("subject", []),
-        },
-        "model": model,
-        "hardware": msgspec.to_builtins(hardware),
-        "device": device,
-        "steps": msgspec.to_builtins(steps or []),
-        "evidence": msgspec.to_builtins(evidence),
-        "verdict": "pass",
-        "certifiedOn": provenance.rfc3339(datetime.now(UTC)),
-    }
+    certified_on = provenance.rfc3339(datetime.now(UTC))
+    body = CertRecord(
+        record_type=RECORD_TYPE,
+        kind=kind,
+        lane=lane,
+        recipe=provenance.FileRef(forge.rel(recipe.path), recipe.sha256),
+        upstream=UpstreamBound(m.name, m.url, m.commit),
+        series_digest=m.series_digest,
+        inputs=checked.inputs,
+        input_digest=input_digest,
+        report=ReportBound(
+            report.name,
+            checked.check.report.sha256,
+            checked.check.verified_by,
+            stmt.get("subject", []),
+        ),
+        model=model,
+        hardware=hardware,
+        device=device,
+        steps=steps or [],
+        evidence=evidence,
+        verdict="pass",
+        certified_on=certified_on,
+    )
     trusted = {k.keyid for k in trust.trusted_keys(forge)}  # a hostile anchor: exit 2 first
-    payload = json.dumps(body, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    document = msgspec.to_builtins(body)
+    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
-    name = ATTESTED if kind == "attested" else model["name"] if model else NO_MODEL
+    name = ATTESTED if kind == "attested" else model.name if model else NO_MODEL
     path = record_path(forge, lane, name, hardware.hardware_class)
     for rel in (trust.CERT_DIR, f"{trust.CERT_DIR}/{lane}", f"{trust.CERT_DIR}/{lane}/{name}"):
         if (forge.root / rel).is_symlink():  # never written through a planted link
@@ -121,7 +176,21 @@ def write(
             f"keyid {signer.keyid[:16]} is not in {trust.TRUSTED_KEYS_DIR}/: `lanes "
             "--advertised` will not list it until its public key is committed there"
         )
-    return path, body
+    return Certified(
+        certification=str(path),
+        trusted=signer.keyid in trusted,
+        kind=kind,
+        lane=lane,
+        model=name,
+        hardware_class=hardware.hardware_class,
+        report_sha256=checked.check.report.sha256,
+        keyid=signer.keyid,
+        steps=body.steps,
+        hardware=hardware,
+        evidence_sha256=evidence.sha256 if evidence else None,
+        inputs=checked.inputs,
+        certified_on=certified_on,
+    )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -134,7 +203,7 @@ class _Bound:
     recipe: Recipe
     m: UpstreamManifest
     keys: list[PublicKey]
-    inputs: dict[str, Any]
+    inputs: BoundInputs
 
 
 def entries(
@@ -142,7 +211,7 @@ def entries(
     recipes: Mapping[str, Recipe],
     m: UpstreamManifest,
     keys: list[PublicKey] | None = None,
-    worker: Mapping[str, Any] | None = None,
+    worker: Mapping[str, str] | None = None,
     tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Entry]:
     """Every record under certifications/<lane>/ of a lane with a recipe, and each lane's
@@ -180,7 +249,9 @@ def _refused(forge: Forge, lane: str, model: str, cls: str, reason: str, path: P
 def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     lane, model, cls = now.recipe.name, path.parent.name, path.stem
     try:
-        raw = read_regular(path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False)
+        raw = read_regular(
+            path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
+        )
         envelope = dsse.Envelope.from_json(raw)
     except BadInput as err:
         return _refused(forge, lane, model, cls, f"invalid: {err.message}", path)
@@ -200,33 +271,29 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
 
     try:
-        body = json.loads(envelope.payload)
+        raw_body = json.loads(envelope.payload)
     except (ValueError, RecursionError):
         return no("invalid: payload is not JSON")
-    if not isinstance(body, dict) or body.get("_type") != RECORD_TYPE:
+    if not isinstance(raw_body, dict) or raw_body.get("_type") != RECORD_TYPE:
         return no("invalid: not a dgr-forge certification record")
-    kind = body.get("kind", "checked")  # the first checked records had no `kind`
     try:  # the figures `lanes` shows are the shapes `certify` wrote, or the record is invalid
-        steps = msgspec.convert(body.get("steps"), list[CertStep])
+        body = msgspec.convert(raw_body, CertRecord)
     except msgspec.ValidationError as err:
-        return no(f"invalid: its steps are not a certification's ({str(err)[:200]})")
-    try:
-        hw = msgspec.convert(body.get("hardware"), Hardware)
-        evidence = msgspec.convert(body.get("evidence"), Evidence | None)
-    except msgspec.ValidationError as err:
-        return no(f"invalid: not a certification record's shape ({str(err)[:200]})")
-    bound_model = body.get("model") if isinstance(body.get("model"), dict) else None
-    name = ATTESTED if kind == "attested" else (bound_model or {}).get("name", NO_MODEL)
-    claims = (body.get("lane"), name, hw.hardware_class)
+        what = "its steps are not a certification's"
+        what = what if "steps" in str(err) else "not a certification record's shape"
+        return no(f"invalid: {what} ({str(err)[:200]})")
+    kind, hw, evidence = body.kind, body.hardware, body.evidence
+    name = ATTESTED if kind == "attested" else body.model.name if body.model else NO_MODEL
+    claims = (body.lane, name, hw.hardware_class)
     if kind not in ("checked", "attested") or claims != (lane, model, cls):
         return no(f"invalid: the record certifies {claims!r}, not its path")
-    if body.get("verdict") != "pass" or (kind == "attested") != (evidence is not None):
+    if body.verdict != "pass" or (kind == "attested") != (evidence is not None):
         return no("invalid: not a passed certification")
-    moved = lapses(forge, now, body, bound_model, model)
-    for s in steps:
+    moved = lapses(forge, now, body, model)
+    for s in body.steps:
         if s.text_sha256 and s.text_sha256 != _text_now(forge, now.recipe, s.name):
             moved.append(f"the step {s.name}'s text changed since certification")
-    entry = Entry(
+    return Entry(
         lane=lane,
         kind=kind,
         model=model,
@@ -241,44 +308,38 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         ),
         file=forge.rel(path),
         keyid=keyid,
-        certified_on=str(body.get("certifiedOn")),
-        figures={s.name: s.figures for s in steps},
+        certified_on=str(body.certified_on),
+        figures={s.name: s.figures for s in body.steps},
         evidence_sha256=evidence.sha256 if evidence else None,
     )
-    return entry
 
 
 def _text_now(forge: Forge, recipe: Recipe, step: str) -> str | None:
     """The sha256 of a step's `text` file as the checkout has it (None: gone or unreadable)."""
-    shapes = recipe.certify.steps if recipe.certify else ()
-    shape = next((s for s in shapes if s.name == step), None)
+    steps = recipe.certify.steps if recipe.certify else ()
+    shape = next((s for s in steps if s.name == step), None)
     if shape is None or shape.text is None:
         return None
     try:
-        return sha256_bytes(read_regular(
-            forge.root / shape.text, what="step text file", hint="", limit=1 << 20,
-            root=forge.root,
-        ))  # fmt: skip
+        return sha256_bytes(trust.step_text(forge, shape, shape.text))
     except BadInput:
         return None
 
 
-def lapses(
-    forge: Forge, now: _Bound, body: dict[str, Any], bound_model: Any, model: str
-) -> list[str]:
+def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:
     """Every bound input that moved since the record was signed, each named."""
     moved = []
-    if (body.get("recipe") or {}).get("sha256") != now.recipe.sha256:
+    if body.recipe is None or body.recipe.sha256 != now.recipe.sha256:
         moved.append("the recipe changed since certification")
-    if (body.get("upstream") or {}).get("commit") != now.m.commit:
+    if body.upstream is None or body.upstream.commit != now.m.commit:
         moved.append("the upstream pin moved since certification")
-    if body.get("seriesDigest") != now.m.series_digest:
+    if body.series_digest != now.m.series_digest:
         moved.append("the patch series changed since certification")
-    moved += trust.inputs_lapse(body.get("inputs"), now.inputs)
-    if bound_model is not None:
+    moved += trust.inputs_lapse(body.inputs, now.inputs)
+    if body.model is not None:
         sha = manifest_sha256(forge, model)
         if sha is None:
             moved.append(f"{MODELS_DIR}/{model}.toml is gone")
-        elif sha != bound_model.get("manifest_sha256"):
+        elif sha != body.model.manifest_sha256:
             moved.append(f"the model manifest {MODELS_DIR}/{model}.toml changed")
     return moved

@@ -1,14 +1,7 @@
-"""Run a lane's certification steps (`suite.Suite`) on this host.
-
-The certified binary is the shipped binary: each step's program is a CMake target of the
-lane's build (found through the File API reply in `build/<lane>/`), whose file is a
-subject of the verified report, and re-hashes to that subject's sha256 right before it
-runs. Its argv is the recipe's arguments with the placeholders substituted, handed to the
-program itself (no shell); it runs in a scratch directory with stdin closed, to its step's
-time limit and the output bound (`core.proc.bounded`), with an environment of
-`STEP_ENV` only. Its whole output is kept in `logs/certify-<lane>-<stamp>-
-<step>.log` and the record names that file's sha256. The parser reads its stdout.
-"""
+"""Run a lane's certification steps (`host.recipes.Suite`) on this host: the shipped
+binaries (a report subject each, re-hashed right before it runs), no shell, stdin closed,
+bounded in time and output, in an environment of `STEP_ENV` only (docs/build-and-reports.md,
+*Certification*, steps 5 and 6)."""
 
 from __future__ import annotations
 
@@ -16,29 +9,22 @@ import io
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
 from msgspec import UNSET
 
-from dgr_forge.certify import parsers
-from dgr_forge.certify.shapes import (
-    CertStep,
-    FailedCase,
-    ParityFigures,
-    StepFigures,
-    StepLog,
-    StepProgram,
-)
-from dgr_forge.certify.suite import Step, Suite
+from dgr_forge.certify import parsers, trust
+from dgr_forge.certify.shapes import CertStep, Gate, ParityFigures, Speeds, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_regular, sha256_bytes, sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import Bounded, bounded
 from dgr_forge.core.urls import mask_text
+from dgr_forge.host.recipes import Step, Suite, Thresholds
 from dgr_forge.lanes import cmake_api
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -57,7 +43,6 @@ STEP_ENV = frozenset({
     "VK_ICD_FILENAMES", "VK_DRIVER_FILES", "ONEAPI_DEVICE_SELECTOR", "OMP_NUM_THREADS",
 })  # fmt: skip
 STEP_ENV_PREFIXES = ("LC_", "GGML_")  # the locale's categories, ggml's own switches
-MAX_TEXT_BYTES = 1 << 20  # a step's `text`: a few KiB of fixed prose
 
 
 @dataclass(frozen=True)
@@ -68,42 +53,21 @@ class Program:
     sha256: str
     libraries: tuple[StepProgram, ...] = ()  # a parity reference's shared libraries
 
+    def bound(self) -> StepProgram:
+        return StepProgram(target=self.target, path=self.name, sha256=self.sha256)
 
-@dataclass(frozen=True)
-class StepResult:
-    step: Step
-    program: Program
-    argv: tuple[str, ...]  # the arguments as run (after the program)
-    exit_code: int | None  # None: stopped at the time limit or the output bound
-    seconds: float
-    figures: StepFigures | None  # None: unreadable
-    passed: bool
-    problems: tuple[str, ...]
-    log: str  # workspace-relative
-    log_sha256: str
-    thresholds: parsers.Thresholds  # the gate this run was judged by
-    failed_cases: tuple[FailedCase, ...] = ()  # as the parser named them
-    text_sha256: str | None = None  # the step's `text` as the program read it
 
-    def record(self) -> CertStep:
-        """As the certification records it (and `certify --json` shows it)."""
-        return CertStep(
-            name=self.step.name,
-            program=StepProgram(
-                target=self.program.target, path=self.program.name, sha256=self.program.sha256
-            ),
-            args=list(self.argv),
-            parser=self.step.parser,
-            thresholds=self.thresholds.gate(),
-            figures=self.figures,
-            exit_code=self.exit_code,
-            seconds=round(self.seconds, 3),
-            verdict="pass" if self.passed else "fail",
-            problems=list(self.problems),
-            log=StepLog(path=self.log, sha256=self.log_sha256),
-            text_sha256=UNSET if self.text_sha256 is None else self.text_sha256,
-            failed_cases=list(self.failed_cases),
-        )
+def _gate(t: Thresholds) -> Gate:
+    """The gate as the record and `--json` show it: only the keys it has."""
+    speeds = Speeds(
+        prompt=UNSET if t.min_prompt_ts is None else t.min_prompt_ts,
+        gen=UNSET if t.min_gen_ts is None else t.min_gen_ts,
+    )
+    return Gate(
+        max_failed=UNSET if t.max_failed is None else t.max_failed,
+        min_avg_ts=UNSET if speeds == Speeds() else speeds,
+        max_rel_diff=UNSET if t.max_rel_diff is None else t.max_rel_diff,
+    )
 
 
 def check_device(device: str) -> str:
@@ -206,19 +170,13 @@ def _keep_log(path: Path, raw: bytes) -> None:
 
 
 def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
-    """Each step's `text` file, read as the forge root supplies it (a regular file, no link
-    at any component, bounded: exit 2 naming it) and copied into the scratch directory,
-    which the program then reads: (the copy, its sha256) by step name."""
+    """Each step's `text` file (`trust.step_text`) copied into the scratch directory, which the
+    program then reads: (the copy, its sha256) by step name."""
     found: dict[str, tuple[Path, str]] = {}
     for step in suite.steps:
         if step.text is None:
             continue
-        data = read_regular(
-            forge.root / step.text, what="step text file", limit=MAX_TEXT_BYTES,
-            shown=step.text, root=forge.root,
-            hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
-            f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
-        )  # fmt: skip
+        data = trust.step_text(forge, step, step.text)
         copy = scratch / f"{step.name}.txt"
         copy.unlink(missing_ok=True)
         copy.write_bytes(data)
@@ -262,7 +220,7 @@ def run_steps(
     model: str | None = None,
     references: Mapping[str, Program] | None = None,
     model_size: int | str | None = None,
-) -> list[StepResult]:
+) -> list[CertStep]:
     """Run every step (all of them, so a failure report is complete); `model` picks a
     step's per-model gate; a parity step runs `references`' program too (`parity`);
     `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
@@ -281,18 +239,19 @@ def run_steps(
         program = found[step.program]
         log = logs / f"certify-{lane}-{stamp}-{step.name}.log"
         out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
+        gate = step.gate(model)
         run = _run_whole(program, argv, step, scratch, log)
-        result = _judge(step, step.gate(model), program, argv, run, forge.rel(log),
-                        sha256_file(log), model_size)  # fmt: skip
+        kept = StepLog(path=forge.rel(log), sha256=sha256_file(log))
+        result = _judge(step, gate, program, argv, run, kept, model_size)
         reference = (references or {}).get(step.program) if step.reference else None
         if reference is not None:
             pin_log = logs / f"certify-{lane}-{stamp}-{step.name}-pin.log"
             out.step(f"certify {lane}: step {step.name}: the pin's {step.program}")
             pin = _run_whole(reference, argv, step, scratch, pin_log)
-            result = _compare(result, reference, pin, StepLog(
+            result = _compare(result, step, gate, reference, pin, StepLog(
                 path=forge.rel(pin_log), sha256=sha256_file(pin_log)))  # fmt: skip
         if step.name in texts:
-            result = replace(result, text_sha256=texts[step.name][1])
+            result = msgspec.structs.replace(result, text_sha256=texts[step.name][1])
         results.append(result)
     return results
 
@@ -333,11 +292,16 @@ def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | Non
 
 
 def _compare(
-    result: StepResult, reference: Program, pin: tuple[Bounded, bytes], log: StepLog
-) -> StepResult:
+    result: CertStep,
+    step: Step,
+    gate: Thresholds,
+    reference: Program,
+    pin: tuple[Bounded, bytes],
+    log: StepLog,
+) -> CertStep:
     """A parity step's result with the pin's run: both figures, their relative difference,
     the reference program bound by sha256, judged again."""
-    figures, problems = _read(result.step, pin)
+    figures, problems = _read(step, pin)
     problems = [f"the pin's build: {p}" for p in problems]
     if pin[0].returncode not in (0, None):
         problems.append(f"the pin's build: exit code {pin[0].returncode}")
@@ -345,32 +309,34 @@ def _compare(
     ref = figures.figures if figures is not None else None
     ref_ppl = ref.ppl if isinstance(ref, ParityFigures) else None
     if mine is None:
-        return replace(result, problems=(*result.problems, *problems), passed=False)
-    bound = StepProgram(target=reference.target, path=reference.name, sha256=reference.sha256)
+        return msgspec.structs.replace(
+            result, problems=(*result.problems, *problems), verdict="fail"
+        )
     mine = msgspec.structs.replace(
         mine,
         reference_ppl=ref_ppl,
         rel_diff=None if ref_ppl is None else abs(mine.ppl - ref_ppl) / ref_ppl,
-        reference=bound,
+        reference=reference.bound(),
         reference_libraries=list(reference.libraries),
         reference_log=log,
     )
-    verdict = parsers.judge(parsers.Figures(mine), result.thresholds)
+    verdict = parsers.judge(parsers.Figures(mine), gate)
     kept = [p for p in result.problems if p.startswith("exit code")]
     all_problems = (*kept, *problems, *verdict.problems)
-    return replace(result, figures=mine, problems=all_problems, passed=not all_problems)
+    return msgspec.structs.replace(
+        result, figures=mine, problems=all_problems, verdict="fail" if all_problems else "pass"
+    )
 
 
 def _judge(
     step: Step,
-    gate: parsers.Thresholds,
+    gate: Thresholds,
     program: Program,
     argv: tuple[str, ...],
     run: tuple[Bounded, bytes],
-    log: str,
-    log_sha: str,
+    log: StepLog,
     model_size: int | str | None = None,
-) -> StepResult:
+) -> CertStep:
     figures, problems = _read(step, run)
     done = run[0]
     if figures is not None:
@@ -380,17 +346,17 @@ def _judge(
         counted = parsers.failed_count(figures.figures)
         if done.returncode != 0 and not (done.returncode == 1 and counted):
             problems.append(f"exit code {done.returncode}")
-    return StepResult(
-        step=step,
-        program=program,
-        argv=argv,
-        exit_code=done.returncode,
-        seconds=done.seconds,
+    return CertStep(
+        name=step.name,
+        program=program.bound(),
+        args=list(argv),
+        parser=step.parser,
+        thresholds=_gate(gate),
         figures=None if figures is None else figures.figures,
-        passed=not problems,
+        exit_code=done.returncode,
+        seconds=round(done.seconds, 3),
+        verdict="fail" if problems else "pass",
         problems=tuple(problems),
         log=log,
-        log_sha256=log_sha,
-        thresholds=gate,
-        failed_cases=() if figures is None else figures.failing,
+        failed_cases=[] if figures is None else list(figures.failing),
     )

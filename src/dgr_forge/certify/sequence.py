@@ -1,22 +1,11 @@
-"""The order of a certification, composed from this package (DESIGN.md, *Certification*).
-
-`certify --lane L [--model M [--dest DIR]] [--device D] [--build-report R]` (`lane`):
-
-1. the lane can build on this host (exit 2 naming what is missing, as `doctor --lane` and
-   `build`), its `[certify]` suite (`suite.load`) and, when it runs one, a model named;
-2. the signing key and trust anchors (exit 2 before anything runs);
-3. the report (its latest, or `--report`): verified, built from this checkout's inputs,
-   every subject re-hashed in the workspace (`trust.check_report`);
-4. the model manifest's files verified (provisioned when missing) before any step;
-5. the hardware probed and classed (`hardware`);
-6. each step's program found through the File API and matched to a report subject, a
-   parity step's also built from the pin without the series (`parity`), then run (`run`);
-7. only when every step passed, the record (`records.write`); else exit 1 naming each
-   failing step and its cases or figures, nothing written.
-
-`certify --attested FILE --build-report R [--hardware TEXT]` (`attested`): 2, 3 (no re-hash: the
-report may come from another host), 5 (or the person's description), then the record of
-the evidence file, kind `attested`.
+"""The order of a certification, composed from this package: `lane` (`certify --lane`) and
+`attested` (`certify --attested`), in the order docs/build-and-reports.md, *Certification*,
+numbers: the host can build the lane, its suite and model named; the signing key and trust
+anchors (exit 2 before anything runs); the report verified against this checkout; the model
+verified; the hardware probed; the programs matched to the report and run; only when every
+step passed, the record (else exit 1 naming each failing step, nothing written). `attested`
+records a person's evidence instead of running anything (the report is not re-hashed: it
+may come from another host).
 """
 
 from __future__ import annotations
@@ -26,7 +15,6 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -34,7 +22,7 @@ from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.certify import hardware, parity, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
-from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Evidence, Hardware
+from dgr_forge.certify.shapes import Certified, Evidence, Hardware
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
@@ -62,32 +50,10 @@ class Inputs:
     doctor: Doctor | None  # None: the root has no probes file (tools not bound)
     worker: WorkerSpec | None
 
-    def bound(self) -> tuple[Mapping[str, Any] | None, dict[str, dict[str, str]] | None]:
+    def bound(self) -> tuple[Mapping[str, str] | None, dict[str, dict[str, str]] | None]:
         """The worker's identity and the host's tools per lane, as a record binds them."""
         tools = tool_versions(self.doctor, self.recipes) if self.doctor is not None else None
         return msgspec.to_builtins(worker_identity(self.worker)), tools
-
-
-def _result(
-    forge: Forge, path: Path, body: dict[str, Any], signer: keys.Signer, steps: list[CertStep]
-) -> Certified:
-    trusted = {k.keyid for k in trust.trusted_keys(forge)}
-    evidence = body.get("evidence") or {}
-    return Certified(
-        certification=str(path),
-        trusted=signer.keyid in trusted,
-        kind=body["kind"],
-        lane=body["lane"],
-        model=path.parent.name,
-        hardware_class=path.stem,
-        report_sha256=body["report"]["sha256"],
-        keyid=signer.keyid,
-        steps=steps,
-        hardware=msgspec.convert(body["hardware"], Hardware),
-        evidence_sha256=evidence.get("sha256"),
-        inputs=msgspec.convert(body["inputs"], BoundInputs),
-        certified_on=body["certifiedOn"],
-    )
 
 
 def attested(
@@ -120,12 +86,12 @@ def attested(
         identity = hardware.probe()
         cls = hardware.hardware_class(identity, checked.recipe.lane.backend)
         hw = Hardware(hardware_class=cls, identity=identity)
-    path, body = records.write(
+    result = records.write(
         forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
     )  # fmt: skip
     out.info(f"{checked.lane}: attested, not checked (never advertised)")
-    return _result(forge, path, body, signer, [])
+    return result
 
 
 def lane(
@@ -199,7 +165,7 @@ def lane(
             "device": the_device,
             "threads": str(os.cpu_count() or 1),
         }
-        size = prepared.tensor_bytes if prepared else None
+        size = prepared.bound.tensor_bytes if prepared else None
         results = run.run_steps(forge, lane, the_suite, found, values, out, model, pins, size)
         if prepared is not None:
             _after_steps(prepared.private)
@@ -208,28 +174,26 @@ def lane(
         if prepared is not None:
             shutil.rmtree(prepared.private, ignore_errors=True)
     bound_model = prepared.bound if prepared else None
-    steps = [r.record() for r in results]
     failed = [r for r in results if not r.passed]
     for r in results:
         out.info(
-            f"  {r.step.name}: {'pass' if r.passed else 'FAIL'}"
+            f"  {r.name}: {'pass' if r.passed else 'FAIL'}"
             + ("" if r.passed else " - " + "; ".join(r.problems))
         )
     if failed:
         raise OperationFailed(
             f"lane {lane}: certification failed, nothing written: "
-            + "; ".join(f"step {r.step.name}: {'; '.join(r.problems)}" for r in failed),
+            + "; ".join(f"step {r.name}: {'; '.join(r.problems)}" for r in failed),
             hint="fix what the step names (each step's full log is under "
             f"{forge.rel(forge.logs_dir)}/) and run certify again",
             details={
                 "lane": lane,
-                "failed_steps": [r.step.name for r in failed],
-                "steps": msgspec.to_builtins(steps),
+                "failed_steps": [r.name for r in failed],
+                "steps": msgspec.to_builtins(results),
             },
         )
-    path, body = records.write(
+    return records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
         model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
-        device=the_device, steps=steps, signer=signer, out=out,
+        device=the_device, steps=results, signer=signer, out=out,
     )  # fmt: skip
-    return _result(forge, path, body, signer, steps)

@@ -121,7 +121,7 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
 
 
-# --- the gate (`parsers.Thresholds.gate`) ----------------------------------------------
+# --- the gate (`run._gate`) ---------------------------------------------------------
 
 
 class Speeds(Struct, kw_only=True):
@@ -243,7 +243,7 @@ class CertStep(Struct, kw_only=True):
     ]
     seconds: Annotated[float, d("how long it ran")]
     verdict: Annotated[str, d("`pass` or `fail`")]
-    problems: Annotated[list[str], d("why it failed (empty when it passed)")]
+    problems: Annotated[tuple[str, ...], d("why it failed (empty when it passed)")]
     log: StepLog
     text_sha256: Annotated[
         str | UnsetType, d("the step's `text` file as the program read it (`{text}`)")
@@ -252,8 +252,24 @@ class CertStep(Struct, kw_only=True):
         list[FailedCase], d("every failing case its parser read (up to 1000), in order")
     ] = []
 
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
 
 # --- a record (`records`) and what `certify` and `lanes` show of it ------------------
+
+
+# what an entry and `certify`'s result both name, described once
+Kind = Annotated[
+    str, d("`checked` (`certify --lane`: the forge ran the suite) or `attested` (evidence)")
+]
+ModelName = Annotated[
+    str, d("the model manifest's name (`none`: a suite without a model; `attested`)")
+]
+HardwareClass = Annotated[
+    str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
+]
 
 
 class Hardware(Struct, kw_only=True):
@@ -275,13 +291,9 @@ class Entry(Struct, kw_only=True):
     """a certification record: `certifications/<lane>/<model>/<hardware-class>.json`"""
 
     lane: Annotated[str, d("the lane")]
-    kind: Annotated[str, d("`checked` (the forge ran the suite) or `attested` (evidence)")]
-    model: Annotated[
-        str, d("the model manifest's name (`none`: a suite without a model; `attested`)")
-    ]
-    hardware_class: Annotated[
-        str, d("the hardware class (e.g. `cpu-x86_64-avx2`, `nvidia-sm90-h200-141gb`)")
-    ]
+    kind: Kind
+    model: ModelName
+    hardware_class: HardwareClass
     advertised: Annotated[bool, d("checked, signed by a trusted key, matching every input")]
     reason: Annotated[
         str,
@@ -317,7 +329,7 @@ class BoundInputs(Struct, kw_only=True):
             "the host's tools the lane builds with (cmake, ninja, the recipe's tools) by "
             "version; null where not probed"
         ),
-    ]
+    ] = None
 
 
 class Certified(Form, kw_only=True):
@@ -328,10 +340,10 @@ class Certified(Form, kw_only=True):
 
     certification: Annotated[str, d("the record's path")]
     trusted: Annotated[bool, d("its key is in trusted-keys/")]
-    kind: Annotated[str, d("`checked` (`--lane`) or `attested` (`--attested`)")]
+    kind: Kind
     lane: Annotated[str, d("the lane")]
-    model: Annotated[str, d("the model manifest's name (`none` without one; `attested`)")]
-    hardware_class: Annotated[str, d("the hardware class the record is named by")]
+    model: ModelName
+    hardware_class: HardwareClass
     report_sha256: Annotated[str, SHA]
     keyid: Annotated[str, d("the signing key's id")]
     steps: Annotated[list[CertStep], d("every step, all passed (none for `attested`)")]

@@ -1,52 +1,20 @@
-"""A recipe's certification suite: the `[certify]` table, as data (DESIGN.md, *Certification*).
-
-    [certify]
-    targets = ["test-backend-ops", "llama-bench"]   # built with the lane, report subjects
-
-    [[certify.steps]]
-    name = "ops"
-    program = "test-backend-ops"                    # one of `targets`
-    args = ["test", "-b", "{device}"]
-    parser = "test-backend-ops"                     # test-backend-ops | llama-bench | ctest
-    max_failed = 0
-    timeout = 600                                   # seconds (1 to 7200; default 600)
-
-    [[certify.steps]]
-    name = "speed"
-    program = "llama-bench"
-    args = ["-m", "{model}", "-p", "64", "-n", "16", "-o", "json"]
-    parser = "llama-bench"
-    min_avg_ts = { prompt = 50.0, gen = 5.0 }
-    by_model.tiny = { prompt = 2000.0, gen = 400.0 }   # this model's own speed gate
-
-    [[certify.steps]]
-    name = "parity"
-    program = "llama-perplexity"
-    args = ["-m", "{model}", "-f", "{text}", "-c", "128", "-t", "{threads}"]
-    text = "recipes/parity.txt"                     # a file of the forge root: `{text}`
-    parser = "parity"
-    reference = "pin"                               # the same program, built from the pin
-    max_rel_diff = 0.001
+"""A recipe's certification suite, `[certify]` (`host.recipes.Suite`), checked for what it
+means (docs/build-and-reports.md, *Certification*, has the table written out).
 
 Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
 just bytes); the only placeholders are `{model}`, `{device}`, `{threads}` and `{text}` (the
 step's `text` file, a path relative to the forge root), and any other brace is refused.
-Every step names its gate: `max_failed` for the counting parsers, `min_avg_ts` for
-`llama-bench`, `max_rel_diff` for `parity` (with `reference = "pin"`); a step without one
-would pass by default and is refused.
-Speed depends on the model: `by_model.<manifest name>` replaces a speed step's
-`min_avg_ts` for that model (`certify --model NAME`).
+Every step names its gate (`max_failed`, `min_avg_ts`, or `max_rel_diff` with
+`reference = "pin"`): a step without one would pass by default and is refused.
 """
 
 from __future__ import annotations
 
 import re
 
-from msgspec import Struct
-
-from dgr_forge.certify.parsers import PARSERS, Thresholds
+from dgr_forge.certify.parsers import PARSERS
 from dgr_forge.core.tominput import fail, shown_value
-from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, StepShape
+from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Step, Suite
 
 TEXT_FIX = 'name a file of the forge root: text = "recipes/parity.txt"'
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
@@ -61,31 +29,8 @@ MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
 
 
-class Step(Struct, frozen=True):
-    name: str
-    program: str  # a CMake target of the lane's build (one of `Suite.targets`)
-    args: tuple[str, ...]  # with placeholders, substituted at run time
-    parser: str
-    thresholds: Thresholds
-    timeout: int  # seconds
-    by_model: tuple[tuple[str, Thresholds], ...] = ()  # a model's own speed gate
-    text: str | None = None  # `{text}`: a file of the forge root (root-relative)
-    reference: str | None = None  # parity: what the figure is compared with ("pin")
-
-    def gate(self, model: str | None) -> Thresholds:
-        """The thresholds for a run with `model` (its own, else the step's)."""
-        return next((t for name, t in self.by_model if name == model), self.thresholds)
-
-
-class Suite(Struct, frozen=True):
-    targets: tuple[str, ...]
-    steps: tuple[Step, ...]
-
-    needs_model: bool  # a step's argument has `{model}`
-
-
 def load(recipe: Recipe) -> Suite | None:
-    """`[certify]` of a recipe (None when the recipe has none); exit 2 naming the key.
+    """`[certify]` of a recipe, checked (None when the recipe has none); exit 2 naming the key.
 
     Whether the lane builds each target is the build's and certify's to say, not the
     recipe's: a build never fails for its suite, and `certify` refuses (exit 1) a target
@@ -117,18 +62,16 @@ def load(recipe: Recipe) -> Suite | None:
         raise fail(
             shown, "certify.steps", f"{len(table.steps)} steps, over {MAX_STEPS}", "fewer steps"
         )
-    steps: list[Step] = []
-    for i, raw in enumerate(table.steps):
-        step = _step(shown, raw, f"certify.steps[{i}]", targets)
-        if any(s.name == step.name for s in steps):
+    for i, step in enumerate(table.steps):
+        _step(shown, step, f"certify.steps[{i}]", targets)
+        if any(s.name == step.name for s in table.steps[:i]):
             raise fail(
                 shown, f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely"
             )
-        steps.append(step)
-    return Suite(targets, tuple(steps), table.needs_model)
+    return table
 
 
-def _step(shown: str, raw: StepShape, where: str, targets: tuple[str, ...]) -> Step:
+def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
     name, program, args, parser = raw.name, raw.program, raw.args, raw.parser
     if not STEP_NAME.fullmatch(name) or len(name) > 64:
         raise fail(
@@ -155,25 +98,17 @@ def _step(shown: str, raw: StepShape, where: str, targets: tuple[str, ...]) -> S
             f"{shown_value(parser)} is not a parser",
             f"one of {', '.join(PARSERS)}",
         )
-    return Step(
-        name=name,
-        program=program,
-        args=args,
-        parser=parser,
-        thresholds=_thresholds(shown, raw, where),
-        timeout=raw.timeout,
-        by_model=_by_model(shown, raw, where),
-        text=_text(shown, raw, where),
-        reference=raw.reference,
-    )
+    _gate(shown, raw, where)
+    _by_model(shown, raw, where)
+    _text(shown, raw, where)
 
 
-def _text(shown: str, raw: StepShape, where: str) -> str | None:
+def _text(shown: str, raw: Step, where: str) -> None:
     uses = any("{text}" in a for a in raw.args)
     if raw.text is None:
         if uses:
             raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
-        return None
+        return
     if len(raw.text) > MAX_ARG // 4:
         raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
     if not TEXT_PATH.fullmatch(raw.text):
@@ -185,17 +120,15 @@ def _text(shown: str, raw: StepShape, where: str) -> str | None:
         )
     if not uses:
         raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
-    return raw.text
 
 
-def _by_model(shown: str, raw: StepShape, where: str) -> tuple[tuple[str, Thresholds], ...]:
+def _by_model(shown: str, raw: Step, where: str) -> None:
     if raw.by_model is None:
-        return ()
+        return
     if raw.parser != "llama-bench":
         raise fail(
             shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
         )
-    out = []
     for name, speeds in raw.by_model.items():
         if not MODEL_NAME.fullmatch(name):
             raise fail(
@@ -204,8 +137,7 @@ def _by_model(shown: str, raw: StepShape, where: str) -> tuple[tuple[str, Thresh
                 f"{shown_value(name)} is not a model manifest name",
                 "fix it",
             )
-        out.append((name, _speeds(shown, speeds, f"{where}.by_model.{name}")))
-    return tuple(out)
+        _speeds(shown, speeds, f"{where}.by_model.{name}")
 
 
 def _check_arg(shown: str, key: str, arg: str) -> None:
@@ -233,7 +165,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
         )
 
 
-def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
+def _gate(shown: str, raw: Step, where: str) -> None:
     """The step's gate: `max_failed` for a counting parser, `min_avg_ts` for a speed one;
     a step with neither would pass by default and is refused."""
     parser, max_failed, speeds = raw.parser, raw.max_failed, raw.min_avg_ts
@@ -256,7 +188,7 @@ def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
                 "missing: a step never passes by default",
                 "add max_rel_diff = 0.001",
             )
-        return Thresholds(max_rel_diff=raw.max_rel_diff)
+        return
     if raw.max_rel_diff is not None:
         raise fail(shown, f"{where}.max_rel_diff", f"not a {parser} figure", "remove it")
     if parser in _COUNTING:
@@ -269,7 +201,7 @@ def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
                 "missing: a step never passes by default",
                 "add max_failed = 0",
             )
-        return Thresholds(max_failed=max_failed)
+        return
     if max_failed is not None:
         raise fail(shown, f"{where}.max_failed", f"not a {parser} figure", "use min_avg_ts")
     if speeds is None:
@@ -279,10 +211,9 @@ def _thresholds(shown: str, raw: StepShape, where: str) -> Thresholds:
             "missing: a step never passes by default",
             f"add {SPEEDS_FIX}",
         )
-    return _speeds(shown, speeds, f"{where}.min_avg_ts")
+    _speeds(shown, speeds, f"{where}.min_avg_ts")
 
 
-def _speeds(shown: str, speeds: Speeds, where: str) -> Thresholds:
+def _speeds(shown: str, speeds: Speeds, where: str) -> None:
     if speeds.prompt is None and speeds.gen is None:
         raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
-    return Thresholds(min_prompt_ts=speeds.prompt, min_gen_ts=speeds.gen)

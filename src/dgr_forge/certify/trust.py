@@ -15,33 +15,33 @@ import os
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.attest.keys import PublicKey, load_public
+from dgr_forge.certify.shapes import BoundInputs
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_regular
-from dgr_forge.host.recipes import Recipe
+from dgr_forge.core.fsutil import read_regular, sha256_regular
+from dgr_forge.host.recipes import Recipe, Step
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_DIR = reports_mod.CERT_DIR
 TRUSTED_KEYS_DIR = "certifications/trusted-keys"
 MAX_INPUT_BYTES = 4 << 20  # a toolchain file or CMake module a certification binds
+MAX_TEXT_BYTES = 1 << 20  # a step's `text`: a few KiB of fixed prose
 
 
 def bound_inputs(
     forge: Forge,
     recipe: Recipe,
-    worker: Mapping[str, Any] | None,
+    worker: Mapping[str, str] | None,
     tools: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """What a certification binds beyond recipe, pin and series, as the checkout has it:
-    the toolchain file, the `cmake/` modules, the worker (`worker`: its identity, from
-    `lanes.inputs.worker_identity`) and the host's tools the lane builds with (`tools`:
-    name -> version, from `lanes.inputs.tool_versions`; None where the host was not
-    probed). Attest does not read lanes' inputs itself."""
+) -> BoundInputs:
+    """What a certification binds beyond recipe, pin and series, as the checkout has it;
+    `worker` and `tools` come from `lanes.inputs` (`worker_identity`, `tool_versions`:
+    None where the host was not probed): attest does not read lanes' inputs itself."""
     tc = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake" if recipe.lane.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
@@ -54,35 +54,46 @@ def bound_inputs(
             shown=forge.rel(path),
         )
 
-    return {
-        "toolchain": None
+    return BoundInputs(
+        toolchain=None
         if tc is None
         else {
             "path": forge.rel(tc),
             "sha256": digest(tc, "toolchain file") if tc.exists() else None,
         },
-        "cmakeModules": {p.name: digest(p, "CMake module") for p in modules},
-        "worker": dict(worker) if worker is not None else None,
-        "tools": dict(sorted(tools.items())) if tools is not None else None,
-    }
+        cmakeModules={p.name: digest(p, "CMake module") for p in modules},
+        worker=dict(worker) if worker is not None else None,
+        tools=dict(sorted(tools.items())) if tools is not None else None,
+    )
 
 
-def inputs_lapse(bound: Any, current: dict[str, Any]) -> list[str]:
+def step_text(forge: Forge, step: Step, text: str) -> bytes:
+    """A step's `text` file as the forge root supplies it (a regular file, no link at any
+    component, bounded): exit 2 naming it."""
+    return read_regular(
+        forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
+        root=forge.root,
+        hint=f"commit the certify step {step.name!r}'s text as a regular file of at most "
+        f"{MAX_TEXT_BYTES >> 10} KiB inside the forge root",
+    )  # fmt: skip
+
+
+def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
     """Every bound input that is not the current one (empty: none moved)."""
-    if not isinstance(bound, dict):
+    if bound is None:
         return ["the certification does not bind the toolchain file, cmake/ or the worker"]
     moved = []
-    if bound.get("toolchain") != current["toolchain"]:
-        tc = current["toolchain"] or bound.get("toolchain") or {}
+    if bound.toolchain != current.toolchain:
+        tc = current.toolchain or bound.toolchain or {}
         moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
-    if bound.get("cmakeModules") != current["cmakeModules"]:
-        old, new = bound.get("cmakeModules") or {}, current["cmakeModules"]
+    if bound.cmakeModules != current.cmakeModules:
+        old, new = bound.cmakeModules, current.cmakeModules
         names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
         moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
-    if bound.get("worker") != current["worker"]:
+    if bound.worker != current.worker:
         moved.append("the worker changed since certification")
-    old_tools, new_tools = bound.get("tools"), current.get("tools")
-    if isinstance(old_tools, dict) and new_tools is not None and old_tools != new_tools:
+    old_tools, new_tools = bound.tools, current.tools
+    if old_tools is not None and new_tools is not None and old_tools != new_tools:
         names = sorted(
             n for n in set(old_tools) | set(new_tools) if old_tools.get(n) != new_tools.get(n)
         )
@@ -101,7 +112,7 @@ class CheckedReport:
     lane: str
     recipe: Recipe
     check: reports_mod.Verification
-    inputs: dict[str, Any]
+    inputs: BoundInputs
 
 
 def check_report(
@@ -110,7 +121,7 @@ def check_report(
     m: UpstreamManifest,
     report: Path,
     report_key: PublicKey,
-    worker: Mapping[str, Any] | None = None,
+    worker: Mapping[str, str] | None = None,
     tools: Mapping[str, Mapping[str, str]] | None = None,
     *,
     artifacts_base: Path | None = None,
@@ -145,8 +156,7 @@ def check_report(
         ("upstream commit", rep_commit, m.commit),
         ("patch series digest", rep_series, m.series_digest),
     ]
-    if current["toolchain"] is not None:
-        tc = current["toolchain"]
+    if (tc := current.toolchain) is not None:
         deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
         got = next(
             (
@@ -205,6 +215,10 @@ def _private_group(st: os.stat_result) -> bool:
         return False
 
 
+def _refusal(shown: str, problem: str, fix: str) -> BadInput:
+    return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
+
+
 def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
     """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
     a real directory (no symlink out of the checkout), owned by the checkout's owner or
@@ -213,11 +227,7 @@ def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | No
         st = (forge.root / rel).lstat()
     except FileNotFoundError:
         return None
-    shown = rel  # not resolved: a symlink must be named as itself
-
-    def refuse(problem: str, fix: str) -> BadInput:
-        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
-
+    refuse = partial(_refusal, rel)  # not resolved: a symlink must be named as itself
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise refuse(
@@ -251,10 +261,7 @@ def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
     root, not group/world-writable, holding a public key only. Read through one
     descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
-
-    def refuse(problem: str, fix: str) -> BadInput:
-        return BadInput(f"{shown}: {problem}", hint=fix, details={"path": shown})
-
+    refuse = partial(_refusal, shown)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as err:

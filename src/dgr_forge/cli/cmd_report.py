@@ -68,31 +68,31 @@ def show(
     if loaded.statement is None:
         raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
-    up = s["upstream"]
+    up = s.upstream
     out = env.out
     out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
-    out.answer(f"lane       {s['lane']}")
-    out.answer(f"upstream   {up['name']} {up['commit']} (tree {up['tree']})")
-    out.answer(f"patches    {len(s['patches'])}" + ("" if s["patches"] else " (none)"))
-    for p in s["patches"]:
-        out.answer(f"  {p['name']}  sha256 {p['sha256']}")
-    out.answer(f"artifacts  {len(s['artifacts'])}")
-    for a in s["artifacts"]:
-        out.answer(f"  {a['name']}  sha256 {a['sha256']}")
-    for t in s["toolchain"]:
-        out.answer(f"tool       {t['name']} {t['version']}")
-    signed = ", ".join(k[:16] for k in s["signed_by"]) or "UNSIGNED"
+    out.answer(f"lane       {s.lane}")
+    out.answer(f"upstream   {up.name} {up.commit} (tree {up.tree})")
+    out.answer(f"patches    {len(s.patches)}" + ("" if s.patches else " (none)"))
+    for p in s.patches:
+        out.answer(f"  {p.name}  sha256 {p.sha256}")
+    out.answer(f"artifacts  {len(s.artifacts)}")
+    for a in s.artifacts:
+        out.answer(f"  {a.name}  sha256 {a.sha256}")
+    for t in s.toolchain:
+        out.answer(f"tool       {t.name} {t.version}")
+    signed = ", ".join(k[:16] for k in s.signed_by) or "UNSIGNED"
     out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
-    out.answer(f"builder    {s['builder']}")
-    out.answer(f"started    {s['started_on']}  finished {s['finished_on']}")
-    surface = s["surface"]
+    out.answer(f"builder    {s.builder}")
+    out.answer(f"started    {s.started_on}  finished {s.finished_on}")
+    surface = s.surface
     if surface is not None:
-        out.answer(f"surface    {len(surface.get('headers') or [])} boundary header(s) read")
-        for h in surface.get("headers") or []:
+        out.answer(f"surface    {len(surface.headers)} boundary header(s) read")
+        for h in surface.headers:
             out.answer(f"  {h}")
-        out.answer(f"imports    {len(surface.get('symbols') or [])} upstream symbol(s)")
-        for sym in surface.get("symbols") or []:
-            out.answer(f"  {sym.get('name')}  {sym.get('header')}  ({sym.get('library')})")
+        out.answer(f"imports    {len(surface.symbols)} upstream symbol(s)")
+        for sym in surface.symbols:
+            out.answer(f"  {sym.name}  {sym.header}  ({sym.library})")
     return reports_mod.ReportShow(summary=s, statement=loaded.statement)
 
 

@@ -177,8 +177,8 @@ class _CI(Record, frozen=True):
     certify_runs_on: Annotated[CIWords, about("a certify job's runner (with [certify])")] = ()
 
 
-# -- `[certify]` as written: the lane's certification suite, whose meaning (gates,
-# placeholders, parsers) is `certify.suite`'s: its keys, types, bounds, declared once here
+# -- `[certify]`: the lane's certification suite, one type, its keys, types and bounds
+# declared once here; `certify.suite.load` checks what they mean (gates, placeholders, parsers)
 
 Strings = tuple[str, ...]
 PLACEHOLDERS = ("model", "device", "threads", "text")
@@ -208,7 +208,16 @@ class Speeds(Shape):
     gen: Annotated[Speed, about("generation")] | None = None
 
 
-class StepShape(Shape):
+class Thresholds(msgspec.Struct, frozen=True):
+    """A step's gate as judged: `max_failed`, `min_avg_ts`'s two speeds, or `max_rel_diff`."""
+
+    max_failed: int | None = None
+    min_prompt_ts: float | None = None
+    min_gen_ts: float | None = None
+    max_rel_diff: float | None = None
+
+
+class Step(Shape):
     """One program run and its gate."""
 
     name: Annotated[NonEmpty, about("the step's name, `[a-z0-9_-]`, unique")]
@@ -248,8 +257,22 @@ class StepShape(Shape):
         | None
     ) = None
 
+    @property
+    def thresholds(self) -> Thresholds:
+        return self.gate(None)
 
-class SuiteShape(Shape):
+    def gate(self, model: str | None) -> Thresholds:
+        """The thresholds for a run with `model` (its own `by_model` speeds, else the step's)."""
+        speeds = (self.by_model or {}).get(model or "", self.min_avg_ts)
+        return Thresholds(
+            max_failed=self.max_failed,
+            min_prompt_ts=speeds.prompt if speeds else None,
+            min_gen_ts=speeds.gen if speeds else None,
+            max_rel_diff=self.max_rel_diff,
+        )
+
+
+class Suite(Shape):
     """`[certify]`: the lane's certification suite."""
 
     targets: Annotated[
@@ -258,9 +281,7 @@ class SuiteShape(Shape):
     ] = ()
     steps: Annotated[
         tuple[
-            Annotated[
-                StepShape, about("a step", fix="write each step as a [[certify.steps]] table")
-            ],
+            Annotated[Step, about("a step", fix="write each step as a [[certify.steps]] table")],
             ...,
         ],
         about("in order", fix="add one [[certify.steps]] table per program run"),
@@ -280,7 +301,7 @@ class Recipe(Record, frozen=True):
     cmake: _CMake = msgspec.field(default_factory=_CMake)
     requires: _Requires = msgspec.field(default_factory=_Requires)
     ci: _CI = msgspec.field(default_factory=_CI)
-    certify: SuiteShape | None = None  # `certify.suite.load` reads it
+    certify: Suite | None = None  # `certify.suite.load` checks it
     path: Path = msgspec.field(default_factory=Path)
     shown: str = ""  # how messages name the file
     sha256: str = ""  # of the file's bytes: reports and certifications bind to it

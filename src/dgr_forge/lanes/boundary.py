@@ -487,10 +487,7 @@ def recorded_surface(forge: Forge) -> Recorded:
         if facts is None:
             continue
         known = True
-        for x in facts.get("symbols") or []:
-            if isinstance(x, dict) and all(isinstance(x.get(k), str) for k in ("name", "header")):
-                sym = SurfaceSymbol(
-                    x["name"], x["header"], str(x.get("symbol", "")), str(x.get("library", ""))
-                )
-                found.setdefault((sym.name, sym.header), sym)
+        for x in facts.symbols:
+            sym = SurfaceSymbol(x.name, x.header, x.symbol, x.library)
+            found.setdefault((sym.name, sym.header), sym)
     return Recorded(tuple(found[k] for k in sorted(found)) if known else None)
