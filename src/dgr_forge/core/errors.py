@@ -140,7 +140,7 @@ class Details(TypedDict, total=False):
     unstaged: Annotated[list[Any], "unstaged files"]
     unused: Annotated[list[Any], "unused entries"]
     upstream_commits: Annotated[
-        list[Any] | dict[str, Any],
+        list[Any] | dict[str, list[Any]],
         "upstream commits that touched a conflicted patch's files (a rebase's conflict: by file)",
     ]
     url: Annotated[str | None, "the URL at fault (masked)"]

@@ -61,7 +61,7 @@ def lenient(cls: type[T], data: Any) -> T | None:
     is missing or wrong, or `data` is no object. Unknown keys are ignored."""
     if not isinstance(data, dict):
         return None
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for f in msgspec.structs.fields(cls):
         if f.encode_name in data:
             try:

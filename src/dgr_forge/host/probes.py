@@ -85,9 +85,6 @@ class Probes(Record, frozen=True):
     libraries: Annotated[dict[str, LibraryProbe], about("by probe name")] = {}  # noqa: RUF012
 
 
-SHAPE = Probes  # docs/json-schema/toml/ is generated from it
-
-
 def load_probes(path: Path, shown: str | None = None, *, root: Path | None = None) -> Probes:
     """Parse probes.toml strictly: unknown keys and wrong types are exit 2; under `root`
     (the forge root) a link is refused, never read."""

@@ -321,9 +321,6 @@ class Recipe(Record, frozen=True):
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
 
 
-SHAPE = Recipe  # docs/json-schema/toml/ is generated from it
-
-
 def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> Recipe:
     """A recipe; `root`: the forge root it lies in (a link there is refused, never read)."""
     shown = shown or str(path)

@@ -68,9 +68,6 @@ class Lock(Record, frozen=True):
         return {n: v for n, v, _ in self.wheels}
 
 
-SHAPE = Lock  # docs/json-schema/toml/ is generated from it
-
-
 class Wheel(Struct, frozen=True):
     name: Annotated[str, d("the wheel's project name on the index")]
     version: Annotated[str, d("its exact version")]

@@ -19,7 +19,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode, fail, shown_value
+from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
 
@@ -28,10 +28,7 @@ WORKER_DIR = "shard-worker"
 PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
-# -- the file as written: a path worker, or a git one (url + exact commit)
-
-
-class _Worker(Shape):
+class _Worker(Record, frozen=True):
     """The worker: a directory of the root, or a git repository at an exact commit."""
 
     path: (
@@ -42,15 +39,12 @@ class _Worker(Shape):
     commit: Annotated[str, about("the exact 40-hex commit of `url` to build")] | None = None
 
 
-class _Manifest(Shape):
+class Manifest(Record, frozen=True):
     """`manifests/shard-worker.toml`: the CMake project a build builds on the patched
     upstream (without it, the upstream's own targets)."""
 
     schema: Version1
     worker: _Worker = msgspec.field(default_factory=_Worker)
-
-
-SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
 
 
 class WorkerSpec(Struct, frozen=True):
@@ -77,7 +71,7 @@ def _check_dir(path: Path, shown: str) -> None:
 
 
 def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
-    """The worker to build, or None to build the upstream's own targets."""
+    """None: build the upstream's own targets."""
     if override is not None:
         path = override.resolve()
         _check_dir(path, str(override))
@@ -88,7 +82,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     _, data = Checker(MANIFEST).load(
         manifest, what="worker manifest", hint="restore it or remove it", root=forge.root
     )
-    table = decode(MANIFEST, data, _Manifest).worker
+    table = decode(MANIFEST, data, Manifest).worker
     raw_path, url, commit = table.path, table.url, table.commit
     if raw_path is not None and url is not None:
         raise fail(MANIFEST, "worker", "both path and url given", "keep one of them")
@@ -189,8 +183,7 @@ def ensure_worker(
 
 
 def _own_commits(src: Path) -> list[str]:
-    """ "<id> <subject>" of the commits on HEAD above what the forge checked out (the
-    pin ref; FETCH_HEAD for a checkout made before the ref existed)."""
+    """ "<id> <subject>" of the commits above the pin ref (FETCH_HEAD before it existed)."""
     base = PIN_REF if gitutil.rev_parse(src, PIN_REF) else "FETCH_HEAD"
     if gitutil.rev_parse(src, base) is None or gitutil.rev_parse(src, "HEAD") is None:
         return []
@@ -240,7 +233,6 @@ def _keep_local_work(
 
 
 def describe(spec: WorkerSpec) -> WorkerSource:
-    """The worker as a report records it: location, exact commit, dirty flag."""
     src = spec.source_dir
     top = gitutil.git(src, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:
