@@ -199,7 +199,7 @@ def open_session(forge: Forge, out: Reporter, needs: Needs) -> Iterator[Session]
                 with contextlib.suppress(OSError, BadInput):
                     seen.append(read_raw(forge.upstream_manifest))
 
-            stack.enter_context(root_lock(forge, out, on_wait=waiting))
+            stack.enter_context(root_lock(forge.root, out, on_wait=waiting))
             before = seen[0] if seen else None
         if needs.recover:
             from dgr_forge.upstream import series_journal
