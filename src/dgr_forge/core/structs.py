@@ -89,30 +89,3 @@ def values_without(obj: Any, left_out: frozenset[str]) -> tuple[Any, ...]:
 def hash_without(obj: Any, skipped: frozenset[str]) -> int:
     """The hash a frozen dataclass gives: of its fields' values in order, less `skipped`."""
     return hash(values_without(obj, skipped))
-
-
-def asdict(obj: Any) -> dict[str, Any]:
-    """`dataclasses.asdict` for a Struct: nested Structs, lists, tuples and dicts become
-    new plain ones, anything else a deep copy (`msgspec.structs.asdict` is shallow)."""
-    return {name: _copied(value) for name, value in _values(obj, frozenset())}
-
-
-# what copy.deepcopy hands back as it is
-_ATOMIC = frozenset({str, int, float, bool, bytes, type(None)})
-
-
-def _copied(value: Any) -> Any:
-    if type(value) in _ATOMIC:
-        return value
-    if hasattr(type(value), "__struct_fields__"):
-        return asdict(value)
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    if isinstance(value, tuple):
-        items = [_copied(v) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    if isinstance(value, dict):
-        return type(value)((_copied(k), _copied(v)) for k, v in value.items())
-    import copy  # what dataclasses.asdict does with a leaf (and copy is loaded by then)
-
-    return copy.deepcopy(value)

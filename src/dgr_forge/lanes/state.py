@@ -21,7 +21,7 @@ from msgspec import Meta, Struct, field
 
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_json, refuse_shared, write_json
-from dgr_forge.core.structs import SHA, asdict, d, lenient
+from dgr_forge.core.structs import SHA, d, lenient
 from dgr_forge.lanes import programs, stamps
 
 # 2: a last build's paths relative to the workspace (1, still read: absolute); an older
@@ -160,7 +160,8 @@ class LaneState(Struct):
     def stored(self) -> dict[str, Any]:
         """The entry as state.json holds it: empty fields left out, the last build's
         public keys apart from the evidence a reuse checks."""
-        data = {k: v for k, v in asdict(self).items() if v is not None and v != [] and v != {}}
+        built = msgspec.to_builtins(self)
+        data = {k: v for k, v in built.items() if v is not None and v != [] and v != {}}
         last = data.pop("last_build", None)
         if last is not None:
             data["last_build"] = {k: last[k] for k in PUBLIC if last.get(k) is not None}
