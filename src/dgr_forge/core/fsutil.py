@@ -109,22 +109,39 @@ def open_regular(
         else:
             problem = f"cannot read the {what}: {err.strerror}"
     else:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            problem = f"is a directory, not a {what}"
-        elif not stat.S_ISREG(st.st_mode):
-            problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
-        elif st.st_size > limit:
-            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
-        else:
-            os.set_blocking(fd, True)
-            return fd, st
-        os.close(fd)
+        return fd, _checked(fd, name, what=what, hint=hint, limit=limit)
     raise _refused(name, problem, hint)
 
 
 def _refused(name: str, problem: str, hint: str) -> BadInput:
     return BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
+
+
+def _checked(fd: int, name: str, *, what: str, hint: str, limit: int) -> os.stat_result:
+    """`fd`'s fstat when it is a regular file of at most `limit` bytes, else closed, exit 2."""
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        problem = f"is a directory, not a {what}"
+    elif not stat.S_ISREG(st.st_mode):
+        problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
+    elif st.st_size > limit:
+        problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
+    else:
+        os.set_blocking(fd, True)
+        return st
+    os.close(fd)
+    raise _refused(name, problem, hint)
+
+
+def _read(fd: int, name: str, *, what: str, hint: str, limit: int) -> bytes:
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)  # the file may grow after fstat
+        except OSError as err:
+            raise _refused(name, f"cannot read the {what}: {err.strerror}", hint) from None
+    if len(data) > limit:
+        raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
+    return data
 
 
 def read_regular(
@@ -138,18 +155,10 @@ def read_regular(
     root: Path | None = None,
 ) -> bytes:
     """The bytes of a regular file of at most `limit` bytes (see `open_regular`)."""
-    name = shown or str(path)
     fd, _ = open_regular(
         path, what=what, hint=hint, limit=limit, shown=shown, follow=follow, root=root
     )
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(limit + 1)  # the file may grow after fstat
-        except OSError as err:
-            raise _refused(name, f"cannot read the {what}: {err.strerror}", hint) from None
-    if len(data) > limit:
-        raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
-    return data
+    return _read(fd, shown or str(path), what=what, hint=hint, limit=limit)
 
 
 # A file of a tree the forge did not write (upstream, the patched tree, a worker, a
@@ -208,21 +217,8 @@ def read_tree_file(
             return _link_text(root, rel, what=what, hint=hint, limit=limit)
         problem = f"cannot read the {what}: {err.strerror}"
     else:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            problem = f"is not a regular file (a directory, device, FIFO or socket), not a {what}"
-        elif st.st_size > limit:
-            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
-        else:
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(limit + 1)  # the file may grow after fstat
-            if len(data) <= limit:
-                return data
-            problem = f"is over the {limit}-byte limit for a {what}"
-            fd = -1
-        if fd >= 0:
-            os.close(fd)
+        _checked(fd, shown, what=what, hint=hint, limit=limit)
+        return _read(fd, shown, what=what, hint=hint, limit=limit)
     raise _refused(shown, problem, hint)
 
 

@@ -215,7 +215,13 @@ class Reporter:
         cells = [[_cell(c) for c in row] for row in rows]
         names = [str(c) for c in columns]
         if not _terminal() or not _tty(self._stream(True)):
-            self._plain_table(title, names, cells)
+            widths = [max(len(r[i]) for r in [names, *cells]) for i in range(len(names))]
+            if title:
+                self.answer(f"{title}:")
+            for row in [names, *cells]:
+                self.answer(
+                    "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                )
             return
         from rich.measure import Measurement
         from rich.table import Table
@@ -247,13 +253,6 @@ class Reporter:
                 if value:
                     line = Text.assemble(((name or "-").ljust(width), "bold"), "  ", value)
                     console.print(line, soft_wrap=True)
-
-    def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-        if title:
-            self.answer(f"{title}:")
-        for row in [columns, *rows]:
-            self.answer("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
     @contextmanager
     def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:
