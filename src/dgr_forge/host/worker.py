@@ -144,29 +144,20 @@ def ensure_worker(
     src.mkdir(parents=True, exist_ok=True)
     if not (src / ".git").exists():
         gitutil.git(src, "init", "-q")
-    if not gitutil.has_object(src, spec.commit):
-        shallow = gitutil.git(
-            src,
-            "fetch",
-            "-q",
-            "--depth",
-            "1",
-            "--",
-            spec.url,
-            spec.commit,
-            check=False,
-            isolated=False,
+    # the commit alone, else the whole repository
+    for how in (("--depth", "1", "--", spec.url, spec.commit), ("--", spec.url)):
+        if gitutil.has_object(src, spec.commit):
+            break
+        done = gitutil.git(src, "fetch", "-q", *how, check=False, isolated=False)
+        if done.returncode == 0:
+            break
+        remove_partial_objects(src / ".git")  # a failed transfer's partial pack
+    else:
+        raise OperationFailed(
+            f"fetching the worker from {mask(spec.url)} failed: "
+            f"{mask_text(done.stderr.strip())[-2000:]}",
+            hint="check [worker] url in manifests/shard-worker.toml and the network",
         )
-        if shallow.returncode != 0:
-            remove_partial_objects(src / ".git")  # a failed transfer's partial pack
-            full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
-            if full.returncode != 0:
-                remove_partial_objects(src / ".git")
-                raise OperationFailed(
-                    f"fetching the worker from {mask(spec.url)} failed: "
-                    f"{mask_text(full.stderr.strip())[-2000:]}",
-                    hint="check [worker] url in manifests/shard-worker.toml and the network",
-                )
     if not gitutil.has_object(src, spec.commit):
         raise OperationFailed(
             f"worker commit {spec.commit} not found at {mask(spec.url)}",
