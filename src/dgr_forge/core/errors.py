@@ -172,7 +172,6 @@ class ForgeError(Exception):
         self.hint = hint
         if exit_code is not None:
             self.exit_code = exit_code
-        # machine-readable extras for --json (files, patch names, ...)
         self.details: Details = details or {}
 
     def __str__(self) -> str:

@@ -74,7 +74,6 @@ class Forge:
         named.hint = f"{hint}--root DIR or DGR_ROOT chooses another root"
         return named
 
-    # -- inputs (authoritative, committed) --
     @property
     def upstream_manifest(self) -> Path:
         return self.root / UPSTREAM_MANIFEST
@@ -91,7 +90,6 @@ class Forge:
     def cmake_dir(self) -> Path:
         return self.root / "cmake"
 
-    # -- workspace (scratch, never authoritative) --
     def src_dir(self, name: str) -> Path:
         return self.workspace / "src" / name
 

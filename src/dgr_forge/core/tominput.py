@@ -210,12 +210,11 @@ def decode(shown: str, data: dict[str, Any], shape: type[S], /, **loaded: Any) -
             spot = _walk(shape, data, where)
             key, own = spot.key, _extra(spot, "fix")
         except _UNFOLLOWED:
-            key, own = _joined(where), None
+            key, own = "", None
+            for segment in where:
+                key = f"{key}[{segment}]" if isinstance(segment, int) else _key(key, str(segment))
         raise fail(shown, key, _NUL, f"remove it; {own}" if own else "remove it")
     return value
-
-
-# -- keys as messages show them
 
 
 def _key(where: str, key: str) -> str:
@@ -225,13 +224,6 @@ def _key(where: str, key: str) -> str:
 
 
 Segment = str | int | None  # a key, an array index, or "the failing key" of a table
-
-
-def _joined(path: list[Segment]) -> str:
-    key = ""
-    for segment in path:
-        key = f"{key}[{segment}]" if isinstance(segment, int) else _key(key, str(segment))
-    return key
 
 
 def _nul_at(data: Any) -> list[Segment] | None:
@@ -249,8 +241,6 @@ def _nul_at(data: Any) -> list[Segment] | None:
             return where
     return None
 
-
-# -- msgspec's complaint in the forge's words
 
 _AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
 # msgspec's `$.a.b[0][...].c` (`[...]`: a key msgspec does not name)

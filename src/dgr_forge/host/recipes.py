@@ -24,7 +24,7 @@ SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Option values: one CMake word, never a list separator, generator expression, variable
-# reference or argument; lists are TOML arrays (joined with `;` by `_option_value`).
+# reference or argument; lists are TOML arrays (joined with `;` by `_option`).
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.+:/=@,%^~-]*")
 _MAX_VALUE = 1024
 # Variables the forge sets (toolchain, make program, compilers, launchers, its own DGR_*)
