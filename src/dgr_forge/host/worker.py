@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
-from msgspec import Struct
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
@@ -47,13 +46,14 @@ class Manifest(Record, frozen=True):
     worker: _Worker = msgspec.field(default_factory=_Worker)
 
 
-class WorkerSpec(Struct, frozen=True):
-    """What the manifest (or --worker) names; `source_dir` is where CMake reads it."""
+class WorkerSpec(_Worker, frozen=True):
+    """`[worker]` (or --worker) as resolved: `source_dir` is where CMake reads it."""
 
-    location: str  # as shown in reports: a root-relative path, or the git URL
-    source_dir: Path
-    url: str | None = None
-    commit: str | None = None
+    source_dir: Path = msgspec.field(default_factory=Path)
+
+    @property
+    def location(self) -> str:  # as reports show it: a root-relative path, or the git URL
+        return self.url or self.path or ""
 
     @property
     def identity(self) -> str:
@@ -75,7 +75,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if override is not None:
         path = override.resolve()
         _check_dir(path, str(override))
-        return WorkerSpec(location=forge.rel(path), source_dir=path)
+        return WorkerSpec(path=forge.rel(path), source_dir=path)
     manifest = forge.root / MANIFEST
     if not manifest.is_file():
         return None
@@ -91,7 +91,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
             raise fail(MANIFEST, "worker.path", "must be a non-empty string", 'path = "worker"')
         full = (forge.root / raw_path).resolve()
         _check_dir(full, raw_path)
-        return WorkerSpec(location=raw_path, source_dir=full)
+        return WorkerSpec(path=raw_path, source_dir=full)
     if url is not None:
         if not url:
             raise fail(MANIFEST, "worker.url", "must be a non-empty string", "quote the URL")
@@ -103,9 +103,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
             )
         check_url(url, f"{MANIFEST}: [worker] url")  # data, never a git option
-        return WorkerSpec(
-            location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
-        )
+        return WorkerSpec(url=url, commit=commit, source_dir=forge.src_dir(WORKER_DIR))
     if commit is not None:
         raise fail(
             MANIFEST, "worker.commit", "commit without url", "add url = ... or remove commit"
