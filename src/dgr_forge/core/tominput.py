@@ -105,7 +105,8 @@ class Checker:
             data = None
         except ValueError:  # Python's own int limit: a number of thousands of digits
             m = re.search(r"[0-9_]{1000,}", text)
-            where = f"line {text.count(chr(10), 0, m.start()) + 1}" if m else "(file)"
+            line = text.count("\n", 0, m.start()) + 1 if m else 0
+            where = f"line {line}" if m else "(file)"
             raise fail(
                 self.shown,
                 where,
