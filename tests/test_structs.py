@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import msgspec
 
-from dgr_forge.cache.dist import DistClient
 from dgr_forge.cache.select import CacheSetup
 from dgr_forge.core import structs
 from dgr_forge.upstream.series_base import SeriesBase
@@ -56,46 +54,6 @@ def test_a_dict_field_is_left_out_of_the_hash_and_trees_out_of_equality() -> Non
     assert one == other and hash(one) == hash(other)
     assert one != SeriesBase("d" * 40, one.series, one.trees)
     assert one != ("c" * 40, one.series)  # another class is never equal
-
-
-def test_asdict_is_dataclasses_deep_copy() -> None:
-    class Point(NamedTuple):
-        x: int
-        y: int
-
-    @dataclasses.dataclass
-    class OldInner:
-        path: str
-        change: str
-
-    @dataclasses.dataclass
-    class OldOuter:
-        src: Path
-        items: list[OldInner]
-        table: dict[str, Any]
-        pair: tuple[Any, ...]
-        at: Point
-
-    class Inner(msgspec.Struct):
-        path: str
-        change: str
-
-    class Outer(msgspec.Struct):
-        src: Path
-        items: list[Inner]
-        table: dict[str, Any]
-        pair: tuple[Any, ...]
-        at: Point
-
-    table = {"a": [1, {"b": None}], "c": 1.5}
-    old = OldOuter(Path("/x"), [OldInner("p", "added")], table, (b"z", True), Point(1, 2))
-    new = Outer(Path("/x"), [Inner("p", "added")], table, (b"z", True), Point(1, 2))
-    got = structs.asdict(new)
-    assert got == dataclasses.asdict(old)
-    assert type(got["at"]) is Point
-    assert got["table"] is not table and got["table"]["a"] is not table["a"]  # copies
-    client = DistClient("u", "s", "token")
-    assert structs.asdict(client) == msgspec.structs.asdict(client)  # flat: the same
 
 
 def test_a_damaged_state_entry_keeps_its_good_fields_and_defaults_each_bad_one() -> None:

@@ -424,12 +424,12 @@ def _seeds() -> list[tuple[str, type[tominput.Shape], dict[str, object]]]:
 
     return [
         ("manifests/llama.cpp.toml", manifest.SHAPE, read("manifests/llama.cpp.toml")),
-        ("recipes/cpu.toml", recipes.SHAPE, read("recipes/cpu.toml")),
-        ("recipes/cuda.toml", recipes.SHAPE, read("recipes/cuda.toml")),
-        ("toolchains/probes.toml", probes.SHAPE, read("toolchains/probes.toml")),
+        ("recipes/cpu.toml", recipes.Recipe, read("recipes/cpu.toml")),
+        ("recipes/cuda.toml", recipes.Recipe, read("recipes/cuda.toml")),
+        ("toolchains/probes.toml", probes.Probes, read("toolchains/probes.toml")),
         ("m.toml", models.SHAPE, read("tests/data/models/tiny-test.toml")),
-        ("w.toml", worker.SHAPE, {"schema": 1, "worker": {"path": "w"}}),
-        ("ci/bump.toml", render.BUMP_SHAPE, {"schema": 1, "bump": {"open_request": False}}),
+        ("w.toml", worker.Manifest, {"schema": 1, "worker": {"path": "w"}}),
+        ("ci/bump.toml", render.BumpSettings, {"schema": 1, "bump": {"open_request": False}}),
     ]
 
 

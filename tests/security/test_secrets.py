@@ -160,7 +160,7 @@ def test_worker_fetch_never_shows_a_secret(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     for url in [*urls("http://127.0.0.1:1/w.git"), USERINFO]:
-        spec = worker.WorkerSpec(location=url, source_dir=tmp_path / "w", url=url, commit="a" * 40)
+        spec = worker.WorkerSpec(source_dir=tmp_path / "w", url=url, commit="a" * 40)
         with pytest.raises(OperationFailed) as info:
             worker.ensure_worker(spec, Reporter())
         text = str(info.value) + capfd.readouterr().err

@@ -31,7 +31,6 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import (
     MAX_REPORT_BYTES,
     atomic_write_text,
-    read_input,
     read_regular,
     refuse_shared,
     sha256_file,
@@ -97,7 +96,7 @@ class Report:
 
 def load(path: Path) -> Report:
     """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
-    raw = read_input(
+    raw = read_regular(
         path,
         what="report",
         hint="reports are written to <workspace>/reports/ by `dgr-forge build` (a report is "

@@ -1,25 +1,13 @@
 """How the rendered CI installs dgr-forge: one step, the same in every job.
 
-Two cases, told apart by the forge root itself:
+* In **the tool's own repository** every job installs the checked-out tree under its
+  `constraints.txt` (a pull request's job holds no secret; signing runs on reviewed refs).
+* In **any other forge root** `ci/requirements.txt` pins dgr-forge by content (an exact
+  git commit, or `--hash=sha256:` on every line; a bare `name==version` names no bytes),
+  under `ci/constraints.txt`, the exact runtime dependencies `ci render --out` writes.
 
-* **the tool's own repository** (`pyproject.toml` names the project `dgr-forge` and
-  `src/dgr_forge/` is there): every job installs the checked-out tree with the toolchain
-  pinned by the repository's `constraints.txt` (`pip install -c constraints.txt .`). A
-  pull request's job holds no secret, and the signing job runs only on reviewed refs.
-* **any other forge root**: `ci/requirements.txt` pins dgr-forge by content, either an
-  exact commit of the tool's repository (`dgr-forge @ git+https://...@<40 hex>`) or a
-  fully hashed lock (every line with `--hash=sha256:...`; pip then checks every byte),
-  installed under `ci/constraints.txt`, the exact versions of dgr-forge's runtime
-  dependencies (cmake, ninja, ...) that `ci render --out` writes from the environment it
-  runs in. A bare `name==version` is refused: it names no bytes and, for dgr-forge, no
-  release on the package index.
-
-`ci render --tool-source SPEC` names where the tool comes from at render time instead, in
-any forge root: `dgr-forge==X` (a package index's release), `https://.../NAME.whl#sha256=<64
-hex>` (a wheel, pip checks the hash) or `git+https://.../REPO@<40 hex>` (a commit). It is
-checked as hostile input, written once into the workflow's environment
-(`DGR_TOOL_SOURCE`), handed to pip as one quoted argument under ci/constraints.txt, and
-passed back to the workflow's own `ci render --check` and re-render.
+`ci render --tool-source SPEC` names the tool's source at render time instead; it is
+checked as hostile input and reaches pip through the workflow's `DGR_TOOL_SOURCE`.
 """
 
 from __future__ import annotations
@@ -80,9 +68,7 @@ class Install:
     source: str | None = None  # "source" mode: the requirement --tool-source gave
 
     @property
-    def args(self) -> str:
-        """pip install's arguments, as the step writes them (no user value in them: the
-        --tool-source requirement arrives through the environment)."""
+    def args(self) -> str:  # no user value: --tool-source arrives through the environment
         if self.mode == "checkout":
             return f"-c {self.constraints} ."
         if self.mode == "source":
@@ -92,12 +78,10 @@ class Install:
 
 
 def is_tool_repository(root: Path) -> bool:
-    """The forge root is dgr-forge's own repository: its pyproject.toml names the project
-    `dgr-forge` and the package's sources are in src/dgr_forge/. pyproject.toml is a file
-    a pull request controls: read bounded, never through a link, a FIFO never opened
-    blocking; where src/dgr_forge/ is there, a pyproject.toml that is not such a file is
-    exit 2 naming it (a silent other install mode would leave `ci render --check`
-    reporting a drift that points nowhere)."""
+    """pyproject.toml names the project `dgr-forge` and src/dgr_forge/ is there. A pull
+    request controls pyproject.toml: read bounded, never through a link; beside
+    src/dgr_forge/ one that is no regular file is exit 2 (a silent other install mode would
+    leave `ci render --check` reporting a drift that points nowhere)."""
     if not (root / "src" / "dgr_forge" / "__init__.py").is_file():
         return False
     try:
@@ -134,7 +118,7 @@ class _PyProject(msgspec.Struct):
 
 
 def _read(root: Path, rel: str) -> list[str] | None:
-    """The file's lines (continuations joined), None when it does not exist."""
+    """The file's lines (continuations joined), None when missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -166,16 +150,11 @@ TOOLCHAIN = ("cmake", "ninja")
 
 
 def _constraints(root: Path, rel: str) -> bool:
-    """Whether the constraints file `rel` is there (checked, see `_check_constraints`)."""
+    """Whether it is there: exact `name==version` lines only (a constraint that floats pins
+    nothing), cmake and ninja among them (a report names the exact ones it built with)."""
     lines = _read(root, rel)
-    if lines is not None:
-        _check_constraints(rel, lines)
-    return lines is not None
-
-
-def _check_constraints(rel: str, lines: list[str]) -> None:
-    """Only exact `name==version` lines (a constraint that floats pins nothing), and the
-    build toolchain among them: a report names the exact cmake and ninja it built with."""
+    if lines is None:
+        return False
     pinned = set()
     for number, body in _bodies(lines):
         if not _EXACT.fullmatch(body):
@@ -192,6 +171,7 @@ def _check_constraints(rel: str, lines: list[str]) -> None:
             hint=f"add {'==<version> and '.join(missing)}==<version> (what a report names)",
             details={"file": rel},
         )
+    return True
 
 
 PIN_HINT = (
@@ -215,8 +195,7 @@ _UNSAFE = set("$`\\\"'{}<>|;&*?!~^[]()%,")
 
 
 def unpublished() -> str:
-    """A sentence when dgr-forge's own metadata names no real place to get it from (its
-    project URLs are `.invalid` placeholders until the repository is published), else ""."""
+    """A sentence when dgr-forge's project URLs are `.invalid` placeholders, else ""."""
     try:
         urls = metadata.metadata("dgr-forge").get_all("Project-URL") or []
     except metadata.PackageNotFoundError:
@@ -233,7 +212,7 @@ def unpublished() -> str:
 
 
 def tool_source(raw: str) -> str:
-    """The pip requirement for --tool-source `raw` (exit 2 on anything else)."""
+    """The pip requirement for --tool-source `raw`."""
     where = "--tool-source"
     if not raw or raw.startswith("-") or len(raw) > 2048:
         raise BadInput(f"{where}: {raw[:80]!r} is empty, too long or starts with '-'",
@@ -289,8 +268,7 @@ def _check_requirements(lines: list[str]) -> bool:
 
 
 def install(root: Path, source: str | None = None) -> Install:
-    """How CI installs dgr-forge for this forge root (files checked, none written);
-    `source`: a requirement from `tool_source`, installed instead of the root's own pin."""
+    """Files checked, none written; `source` (`tool_source`) replaces the root's own pin."""
     own = is_tool_repository(root)
     if source is not None or own:
         # the tool's own repository pins its toolchain once, in constraints.txt
@@ -321,9 +299,8 @@ def _canonical(name: str) -> str:
 
 
 def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
-    """`name==version` of every installed distribution dgr-forge (or the distributions
-    `of` names) needs at run time: their requirements, recursively, without extras; for
-    dgr-forge, the toolchain this dgr-forge runs with."""
+    """`name==version` of every installed distribution `of` needs at run time, recursively,
+    without extras."""
     seen: dict[str, str] = {}
     todo = list(of)
     while todo:
@@ -364,18 +341,6 @@ def _direct_pin() -> str | None:
     return line if isinstance(commit, str) and _GIT_PIN.fullmatch(line) else None
 
 
-def writable(current: Install) -> list[str]:
-    """The missing files `write_missing` can write here (what `ci render --write-pins`
-    asks for): ci/constraints.txt, and ci/requirements.txt when this dgr-forge came from
-    a git commit."""
-    if current.mode not in ("requirements", "source"):
-        return []
-    can = [CI_CONSTRAINTS] if CI_CONSTRAINTS in current.missing else []  # (never constraints.txt)
-    if current.mode == "requirements" and REQUIREMENTS in current.missing and _direct_pin():
-        can.append(REQUIREMENTS)
-    return can
-
-
 CONSTRAINTS_HINT = (
     f"`ci render --write-pins` writes {CI_CONSTRAINTS} from this environment (exact "
     "versions), or write it yourself: name==version lines, cmake and ninja among them"
@@ -383,8 +348,7 @@ CONSTRAINTS_HINT = (
 
 
 def missing_refusal(current: Install) -> BadInput:
-    """Exit 2 for a workflow whose install step could not run: the files it reads that are
-    missing, and every way to give each."""
+    """Exit 2: the files the install step reads that are missing, every way to give each."""
     files = current.missing
     ways = []
     why = ""
@@ -405,10 +369,9 @@ def missing_refusal(current: Install) -> BadInput:
 
 
 def write_missing(root: Path, current: Install) -> list[str]:
-    """For a forge root that is not the tool's repository, write what CI needs and can be
-    known here: ci/constraints.txt (this environment's runtime pins) and, when this
-    dgr-forge came from a git commit, ci/requirements.txt pinning that commit. Never
-    overwrites; returns the files written."""
+    """Outside the tool's repository, write the missing ci/constraints.txt (this
+    environment's runtime pins) and, when this dgr-forge came from a git commit,
+    ci/requirements.txt pinning it. Never overwrites; returns the files written."""
     if current.mode not in ("requirements", "source"):
         return []
     written: list[str] = []

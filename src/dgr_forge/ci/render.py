@@ -1,16 +1,10 @@
 """CI generated from the recipes: the per-lane matrix and workflow files rendered from it.
 
-`matrix` is the single source: `ci matrix` prints it, and every provider's template
-receives it, so a new `recipes/<lane>.toml` is a new CI job with no template change.
-Templates ship in the package (`dgr_forge/ci/templates/`) and use `[[ ]]` / `[% %]` as
-Jinja delimiters, so the providers' own `${{ }}` / `$VAR` syntax passes through untouched.
-
-What the rendered CI guarantees (SECURITY.md): pull requests build unsigned and read the
-compiler cache read-only; only a protected push writes it; signing runs in its own job, in
-the `release-signing` environment that alone holds the key; every action is pinned to a
-commit (`templates/actions.toml`, the one place for them); every job installs dgr-forge in
-one identical step (`ci.install`: the checked-out tree under constraints.txt in the tool's
-own repository, else a requirement pinned by content under ci/constraints.txt).
+`matrix` is the single source: a new `recipes/<lane>.toml` is a new CI job with no template
+change. The templates use `[[ ]]` / `[% %]` as Jinja delimiters, so the providers' own
+`${{ }}` / `$VAR` syntax passes through untouched. What the rendered CI guarantees (pinned
+actions, read-only cache for pull requests, signing in its own environment, one install
+step) is SECURITY.md's.
 """
 
 from __future__ import annotations
@@ -22,7 +16,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import jinja2
 import msgspec
@@ -31,8 +25,9 @@ from msgspec import UNSET, Struct, UnsetType
 from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
+from dgr_forge.core.gitutil import HEX40
 from dgr_forge.core.structs import Form, d
-from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode
+from dgr_forge.core.tominput import Checker, Record, Version1, about, decode
 from dgr_forge.core.urls import mask
 from dgr_forge.host.recipes import Recipe
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -172,7 +167,6 @@ class CiRenderCheck(Render, kw_only=True):
 
 
 def rendered(which: Provider, recipes: dict[str, Recipe], how: Install, text: str) -> Render:
-    """The keys every `ci render` form shares, for `text` rendered for `recipes`."""
     return Render(
         provider=which.name,
         lanes=sorted(recipes),
@@ -187,7 +181,6 @@ def rendered(which: Provider, recipes: dict[str, Recipe], how: Install, text: st
 
 
 def matrix(recipes: dict[str, Recipe]) -> Matrix:
-    """`{"include": [...]}`: one entry per lane, in lane-name order (a GitHub matrix as is)."""
     return Matrix(
         include=[
             MatrixEntry(
@@ -240,12 +233,7 @@ def _github_inert(value: Any) -> Any:
     return value
 
 
-def _github_flow(value: Any) -> str:
-    return _flow(_github_inert(value))
-
-
 def _gitlab_variable(value: str) -> str:
-    """A GitLab `variables:` value the runner passes to the job as these exact bytes."""
     return _flow({"value": value, "expand": False} if "$" in value else value)
 
 
@@ -253,9 +241,7 @@ _ENVIRONMENT: list[jinja2.Environment] = []
 
 
 def _environment() -> jinja2.Environment:
-    """The templates' environment, one per process: a template compiles in ~20 ms, and a
-    process that renders more than once (a library caller, the suite's in-process runs)
-    compiles it once. The templates are package data: what it compiled stays true."""
+    """One per process: a template compiles in ~20 ms, and the templates are package data."""
     if _ENVIRONMENT:
         return _ENVIRONMENT[0]
     env = jinja2.Environment(
@@ -273,7 +259,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["flow"] = _flow
-    env.filters["github"] = _github_flow
+    env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable
     _ENVIRONMENT.append(env)
     return env
@@ -283,28 +269,27 @@ def _template_source(name: str) -> str:
     return resources.files("dgr_forge.ci").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-_SHA = re.compile(r"[0-9a-f]{40}")
 _ACTION = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+")
 _VERSION = re.compile(r"v[0-9][0-9A-Za-z.-]*")
 
 
-class _Action(Shape):  # [github.<key>]: one action, pinned by commit
+class _Action(Record, frozen=True):  # [github.<key>]: one action, pinned by commit
     uses: str
     sha: str
     version: str  # the release the commit is, shown beside the pin
 
 
-class _GitLab(Shape):
+class _GitLab(Record, frozen=True):
     images: dict[str, str] = {}  # noqa: RUF012 (msgspec copies an empty default)
 
 
-class _Pins(Shape):  # templates/actions.toml
-    schema: Literal[1]
+class _Pins(Record, frozen=True):  # templates/actions.toml
+    schema: Version1
     github: dict[str, _Action] = {}  # noqa: RUF012
     gitlab: _GitLab = msgspec.field(default_factory=_GitLab)
 
 
-def pinned() -> dict[str, Any]:
+def pinned() -> dict[str, dict[str, str]]:
     """`templates/actions.toml`: every action as `owner/repo@<40 hex> # vX.Y.Z`, checked."""
     shown = "templates/actions.toml"
     broken = "the packaged pin list is broken; reinstall dgr-forge or report it"
@@ -315,7 +300,7 @@ def pinned() -> dict[str, Any]:
     actions: dict[str, str] = {}
     for key, a in pins.github.items():
         if not (
-            _ACTION.fullmatch(a.uses) and _SHA.fullmatch(a.sha) and _VERSION.fullmatch(a.version)
+            _ACTION.fullmatch(a.uses) and HEX40.fullmatch(a.sha) and _VERSION.fullmatch(a.version)
         ):
             raise OperationFailed(
                 f"{shown}: github.{key}: needs uses, a 40-hex sha and a version", hint=broken
@@ -341,10 +326,10 @@ def bump_request(root: Path) -> bool:
     _, data = Checker(BUMP_SETTINGS).load(
         path, what="CI bump settings", hint="see docs/bump.md", root=root
     )
-    return decode(BUMP_SETTINGS, data, _BumpSettings).bump.open_request
+    return decode(BUMP_SETTINGS, data, BumpSettings).bump.open_request
 
 
-class _Bump(Shape):
+class _Bump(Record, frozen=True):
     """The nightly roller job."""
 
     open_request: Annotated[
@@ -352,14 +337,11 @@ class _Bump(Shape):
     ] = True
 
 
-class _BumpSettings(Shape):
+class BumpSettings(Record, frozen=True):
     """`ci/bump.toml`: the nightly roller's settings."""
 
     schema: Version1
     bump: _Bump = msgspec.field(default_factory=_Bump)
-
-
-BUMP_SHAPE = _BumpSettings  # the file as written: docs/json-schema/toml/ is generated from it
 
 
 def render(
@@ -427,7 +409,7 @@ def render(
 
 
 def write(path: Path, text: str) -> bool:
-    """Write the workflow atomically; False (nothing written) when it is already up to date."""
+    """Write the workflow atomically; False when it is already up to date."""
     try:  # never blocks on a FIFO planted at --out; anything but a regular file is replaced
         old = read_regular(path, what="workflow file", hint="", limit=MAX_WORKFLOW_BYTES)
         if old.decode("utf-8") == text:

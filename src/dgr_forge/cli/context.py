@@ -131,7 +131,7 @@ class Env:
                     with contextlib.suppress(OSError, BadInput):
                         seen.append(read_raw(forge.upstream_manifest))
 
-                stack.enter_context(take_root_lock(forge, out, on_wait=waiting))
+                stack.enter_context(take_root_lock(forge.root, out, on_wait=waiting))
                 before = seen[0] if seen else None
             if recover:
                 from dgr_forge.upstream import series_journal

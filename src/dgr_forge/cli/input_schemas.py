@@ -27,13 +27,13 @@ def inputs() -> list[tuple[str, str, str, Any]]:
     return [
         ("manifest", "manifests/llama.cpp.toml", "the upstream pin and its patch series",
          manifest.SHAPE),
-        ("recipe", "recipes/*.toml", "one backend lane", recipes.SHAPE),
+        ("recipe", "recipes/*.toml", "one backend lane", recipes.Recipe),
         ("probes", "toolchains/probes.toml", "how doctor looks for tools and libraries",
-         probes.SHAPE),
+         probes.Probes),
         ("shard-worker", "manifests/shard-worker.toml", "the worker a build builds",
-         worker.SHAPE),
+         worker.Manifest),
         ("model", "manifests/models/*.toml", "a model's artifacts", models.SHAPE),
-        ("ci-bump", "ci/bump.toml", "the nightly roller's settings", render.BUMP_SHAPE),
+        ("ci-bump", "ci/bump.toml", "the nightly roller's settings", render.BumpSettings),
     ]  # fmt: skip
 
 

@@ -24,11 +24,8 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
 
 
 def env_number(name: str, default: float, minimum: float, maximum: float) -> float:
-    """`$name` as a number in [minimum, maximum], `default` when unset or empty.
-
-    An int `default` asks for a whole number (``3``, not ``2.5``). Not a number, NaN,
-    infinite or out of range: BadInput (exit 2) naming the variable, its value and the
-    range."""
+    """`$name` in [minimum, maximum] (`default` when unset; an int `default` asks for a
+    whole number), else exit 2 naming the variable, its value and the range."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default

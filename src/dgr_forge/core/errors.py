@@ -140,7 +140,7 @@ class Details(TypedDict, total=False):
     unstaged: Annotated[list[Any], "unstaged files"]
     unused: Annotated[list[Any], "unused entries"]
     upstream_commits: Annotated[
-        list[Any] | dict[str, Any],
+        list[Any] | dict[str, list[Any]],
         "upstream commits that touched a conflicted patch's files (a rebase's conflict: by file)",
     ]
     url: Annotated[str | None, "the URL at fault (masked)"]
@@ -172,7 +172,6 @@ class ForgeError(Exception):
         self.hint = hint
         if exit_code is not None:
             self.exit_code = exit_code
-        # machine-readable extras for --json (files, patch names, ...)
         self.details: Details = details or {}
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ _hits: dict[str, int] = {}
 
 
 def parse(raw: str) -> tuple[Spec, ...]:
-    """`DGR_FAULT`'s value as specs; a malformed value is bad input, not a silent no-op."""
+    """A malformed `DGR_FAULT` is bad input, not a silent no-op."""
     specs: list[Spec] = []
     for item in raw.split(",")[: _MAX_SPECS + 1]:
         item = item.strip()
@@ -72,27 +72,22 @@ def parse(raw: str) -> tuple[Spec, ...]:
     return tuple(specs)
 
 
-def _specs() -> tuple[Spec, ...]:
+def point(name: str, detail: str = "") -> None:
+    """A named state transition; acts only when DGR_FAULT names it (see module doc)."""
     global _parsed
-    raw = os.environ.get("DGR_FAULT", "")
+    if "DGR_FAULT" not in os.environ:
+        return
+    raw = os.environ["DGR_FAULT"]
     if _parsed is None or _parsed[0] != raw:
         _parsed = (raw, parse(raw) if raw else ())
         _hits.clear()
-    return _parsed[1]
-
-
-def point(name: str, detail: str = "") -> None:
-    """A named state transition; acts only when DGR_FAULT names it (see module doc)."""
-    if "DGR_FAULT" not in os.environ:
-        return
-    full = f"{name}:{detail}" if detail else name
-    for spec in _specs():
-        if spec.point not in (name, full):
+    where = f"{name}:{detail}" if detail else name
+    for spec in _parsed[1]:
+        if spec.point not in (name, where):
             continue
         _hits[spec.point] = _hits.get(spec.point, 0) + 1
-        if _hits[spec.point] != spec.nth:
-            continue
-        _act(spec.action, full)
+        if _hits[spec.point] == spec.nth:
+            _act(spec.action, where)
 
 
 def _act(action: str, where: str) -> None:

@@ -11,14 +11,6 @@ from dgr_forge.core.errors import BadInput
 UPSTREAM_MANIFEST = "manifests/llama.cpp.toml"
 
 
-def find_root(start: Path) -> Path | None:
-    """Nearest ancestor of `start` (inclusive) that has a manifests/ directory."""
-    for candidate in (start, *start.parents):
-        if (candidate / "manifests").is_dir():
-            return candidate
-    return None
-
-
 @dataclass(frozen=True)
 class Forge:
     """The forge root a command works on and its workspace."""
@@ -47,7 +39,8 @@ class Forge:
                     "patches/ and recipes/",
                 )
         else:
-            found = find_root(cwd.resolve())
+            up = cwd.resolve()
+            found = next((c for c in (up, *up.parents) if (c / "manifests").is_dir()), None)
             if found is None:
                 raise BadInput(
                     f"no forge root found from {cwd} upwards (looked for a manifests/ directory)",
@@ -81,7 +74,6 @@ class Forge:
         named.hint = f"{hint}--root DIR or DGR_ROOT chooses another root"
         return named
 
-    # -- inputs (authoritative, committed) --
     @property
     def upstream_manifest(self) -> Path:
         return self.root / UPSTREAM_MANIFEST
@@ -98,7 +90,6 @@ class Forge:
     def cmake_dir(self) -> Path:
         return self.root / "cmake"
 
-    # -- workspace (scratch, never authoritative) --
     def src_dir(self, name: str) -> Path:
         return self.workspace / "src" / name
 
@@ -118,8 +109,7 @@ class Forge:
         return self.workspace / "state.json"
 
     @property
-    def tmp_dir(self) -> Path:
-        """Scratch of every command (staging, scratch worktrees); the next run cleans it."""
+    def tmp_dir(self) -> Path:  # every command's scratch; the next run cleans it
         return self.workspace / "tmp"
 
     @property
@@ -127,12 +117,10 @@ class Forge:
         return self.workspace / "lock"
 
     @property
-    def rebase_state(self) -> Path:
-        """Present while `dgr-forge rebase` is stopped on a conflict or was interrupted."""
+    def rebase_state(self) -> Path:  # while a rebase is stopped on a conflict or interrupted
         return self.workspace / "rebase.json"
 
     def rel(self, path: Path) -> str:
-        """A path as the user should see it: relative to the root when inside it."""
         try:
             return str(path.resolve().relative_to(self.root))
         except ValueError:

@@ -1,11 +1,9 @@
-"""Small file-system helpers: atomic writes, hashing, and bounded reads of named files.
+"""Atomic writes, hashing, and bounded reads of named files.
 
-Every file a user or a repository names (manifests, recipes, probes, patches, reports,
-evidence, CI workflows, keys, caches) is read through `read_regular` / `sha256_regular`:
-opened non-blocking (a FIFO or device never hangs the open), checked on the descriptor
-to be a regular file (not a directory, FIFO, socket or device), refused over a documented
-size before a byte is read, then read through that same descriptor. Any refusal is exit
-2 naming the file.
+Every file a user or a repository names is read through `read_regular` / `sha256_regular`:
+opened non-blocking (a FIFO never hangs the open), checked on the descriptor to be a
+regular file under a documented size, then read through that same descriptor; a refusal
+is exit 2 naming the file.
 """
 
 from __future__ import annotations
@@ -26,10 +24,8 @@ CHUNK = 1 << 20
 
 
 def sha256_file(path: Path) -> str:
-    """sha256 of a file the forge wrote or built (a report, a log, an artifact, a host
-    program), links followed, any size. Opened non-blocking and checked on the descriptor:
-    a FIFO or device swapped in is exit 2 naming it, never a read that waits or never
-    ends. A file of a tree the forge did not write goes through `read_tree_file`."""
+    """sha256 of a file the forge wrote or built, links followed, any size; a FIFO or device
+    swapped in is exit 2 naming it, never a read that waits or never ends."""
     fd = os.open(path, _OPEN_FLAGS)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -55,15 +51,6 @@ MAX_WORKFLOW_BYTES = 1 << 20
 _OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK
 
 
-def _below(path: Path, root: Path | None) -> Path | None:
-    """`path` relative to `root` when it lies under it (by its absolute form, no link
-    resolved), else None."""
-    if root is None:
-        return None
-    here, top = Path(os.path.abspath(path)), Path(os.path.abspath(root))
-    return here.relative_to(top) if here != top and here.is_relative_to(top) else None
-
-
 def _link_on(root: Path, rel: Path) -> str | None:
     """The first component of `rel` below `root` that is a symlink (by lstat), if any."""
     for n in range(1, len(rel.parts) + 1):
@@ -83,16 +70,15 @@ def open_regular(
     root: Path | None = None,
 ) -> tuple[int, os.stat_result]:
     """A read-only descriptor of `path` and its fstat, only if it is a regular file of at
-    most `limit` bytes: else exit 2 naming the file. Never blocks (O_NONBLOCK); with
-    follow=False a symlink at `path` is refused too (O_NOFOLLOW). With `root`, a path
-    under it is a file the forge root supplies (a pull request writes it): opened one
-    component at a time below the root with O_NOFOLLOW, so a link at any of them
-    (`recipes/leak.toml -> /etc/shadow`, a linked `manifests/`) is refused before a
-    byte of what it points at is read."""
+    most `limit` bytes: else exit 2 naming the file. With follow=False a symlink at `path`
+    is refused too. Under `root` the file is one a pull request writes: opened one
+    component at a time with O_NOFOLLOW, so a link at any of them (`recipes/leak.toml ->
+    /etc/shadow`, a linked `manifests/`) is refused before a byte of its target is read."""
     name = shown or str(path)
     problem: str
     flags = _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW)
-    rel = _below(path, root)
+    here, top = Path(os.path.abspath(path)), Path(os.path.abspath(root or path))
+    rel = here.relative_to(top) if here != top and here.is_relative_to(top) else None
     try:
         if rel is not None and root is not None:
             try:
@@ -123,23 +109,39 @@ def open_regular(
         else:
             problem = f"cannot read the {what}: {err.strerror}"
     else:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            problem = f"is a directory, not a {what}"
-        elif not stat.S_ISREG(st.st_mode):
-            problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
-        elif st.st_size > limit:
-            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
-        else:
-            os.set_blocking(fd, True)
-            return fd, st
-        os.close(fd)
+        return fd, _checked(fd, name, what=what, hint=hint, limit=limit)
     raise _refused(name, problem, hint)
 
 
 def _refused(name: str, problem: str, hint: str) -> BadInput:
-    """A named file refused (exit 2): `<file>: <problem>`, the fix as the hint."""
     return BadInput(f"{name}: {problem}", hint=hint, details={"file": name})
+
+
+def _checked(fd: int, name: str, *, what: str, hint: str, limit: int) -> os.stat_result:
+    """`fd`'s fstat when it is a regular file of at most `limit` bytes, else closed, exit 2."""
+    st = os.fstat(fd)
+    if stat.S_ISDIR(st.st_mode):
+        problem = f"is a directory, not a {what}"
+    elif not stat.S_ISREG(st.st_mode):
+        problem = f"is not a regular file (a device, FIFO or socket), not a {what}"
+    elif st.st_size > limit:
+        problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
+    else:
+        os.set_blocking(fd, True)
+        return st
+    os.close(fd)
+    raise _refused(name, problem, hint)
+
+
+def _read(fd: int, name: str, *, what: str, hint: str, limit: int) -> bytes:
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(limit + 1)  # the file may grow after fstat
+        except OSError as err:
+            raise _refused(name, f"cannot read the {what}: {err.strerror}", hint) from None
+    if len(data) > limit:
+        raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
+    return data
 
 
 def read_regular(
@@ -152,20 +154,11 @@ def read_regular(
     follow: bool = True,
     root: Path | None = None,
 ) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes (see `open_regular`; with
-    `root`, no link at any component below it)."""
-    name = shown or str(path)
+    """The bytes of a regular file of at most `limit` bytes (see `open_regular`)."""
     fd, _ = open_regular(
         path, what=what, hint=hint, limit=limit, shown=shown, follow=follow, root=root
     )
-    with os.fdopen(fd, "rb") as f:
-        try:
-            data = f.read(limit + 1)  # the file may grow after fstat
-        except OSError as err:
-            raise _refused(name, f"cannot read the {what}: {err.strerror}", hint) from None
-    if len(data) > limit:
-        raise _refused(name, f"is over the {limit}-byte limit for a {what}", hint)
-    return data
+    return _read(fd, shown or str(path), what=what, hint=hint, limit=limit)
 
 
 # A file of a tree the forge did not write (upstream, the patched tree, a worker, a
@@ -176,10 +169,9 @@ _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def open_nofollow(path: Path, flags: int = _OPEN_FLAGS, *, base: Path | None = None) -> int:
-    """`path` opened one component at a time with O_NOFOLLOW (openat on each directory's
-    descriptor), from `base` (then `path` is relative to it) or from "/": a symlink at any
-    component, or a "..", is OSError(ELOOP), never followed. The returned descriptor is
-    the file that path names now, so what is checked on it is what is then read."""
+    """`path` opened one component at a time with O_NOFOLLOW (openat), from `base` (then
+    `path` is relative to it) or from "/": a symlink or ".." at any component is
+    OSError(ELOOP). What is checked on the descriptor is what is then read."""
     parts = path.parts
     if base is None:
         if not path.is_absolute():
@@ -209,10 +201,9 @@ def read_tree_file(
     limit: int = MAX_TREE_FILE_BYTES,
     missing_ok: bool = False,
 ) -> bytes | None:
-    """The bytes of `rel` in the tree at `root`, as git stores it: a regular file's content,
-    or a symlink's target text (a link is never followed, at any component: out of the
-    tree or to a device). A FIFO, socket, device or a file over `limit` is exit 2 naming
-    it, before a byte is read; a missing file is None with missing_ok."""
+    """The bytes of `rel` in the tree at `root` as git stores it: a file's content, or a
+    symlink's target text (a link is never followed, at any component). A FIFO, socket,
+    device or a file over `limit` is exit 2 naming it; missing is None with missing_ok."""
     shown = str(root / rel)
     problem: str
     try:
@@ -226,27 +217,13 @@ def read_tree_file(
             return _link_text(root, rel, what=what, hint=hint, limit=limit)
         problem = f"cannot read the {what}: {err.strerror}"
     else:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            problem = f"is not a regular file (a directory, device, FIFO or socket), not a {what}"
-        elif st.st_size > limit:
-            problem = f"is {st.st_size} bytes, over the {limit}-byte limit for a {what}"
-        else:
-            os.set_blocking(fd, True)
-            with os.fdopen(fd, "rb") as f:
-                data = f.read(limit + 1)  # the file may grow after fstat
-            if len(data) <= limit:
-                return data
-            problem = f"is over the {limit}-byte limit for a {what}"
-            fd = -1
-        if fd >= 0:
-            os.close(fd)
+        _checked(fd, shown, what=what, hint=hint, limit=limit)
+        return _read(fd, shown, what=what, hint=hint, limit=limit)
     raise _refused(shown, problem, hint)
 
 
 def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> bytes:
-    """A symlink's text, the content git stores for it; a link among the directories
-    above it names nothing git tracks here: refused, not followed."""
+    """A symlink's text; a link among the directories above it is refused, not followed."""
     shown = str(root / rel)
     head, _, name = rel.rpartition("/")
     try:
@@ -275,8 +252,7 @@ def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> byt
 def sha256_regular(
     path: Path, *, what: str, hint: str, limit: int, shown: str | None = None
 ) -> str:
-    """sha256 of a regular file of at most `limit` bytes, read through the checked
-    descriptor and never past `limit` (a file growing meanwhile is refused)."""
+    """sha256 of a regular file of at most `limit` bytes, never read past `limit`."""
     name = shown or str(path)
     fd, _ = open_regular(path, what=what, hint=hint, limit=limit, shown=shown)
     h = hashlib.sha256()
@@ -290,28 +266,18 @@ def sha256_regular(
     return h.hexdigest()
 
 
-def read_input(
-    path: Path, *, what: str, hint: str, shown: str | None = None, limit: int = MAX_REPORT_BYTES
-) -> bytes:
-    """The bytes of an input file; missing, unreadable, not a regular file or over
-    `limit` is exit 2 naming the file."""
-    return read_regular(path, what=what, hint=hint, limit=limit, shown=shown)
-
-
 # what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is never
 # group- or world-writable, whatever umask it was started with
 UMASK_FLOOR = 0o022
 
 
 def tighten_umask() -> None:
-    """Add UMASK_FLOOR to the process umask (and so to every git/CMake it runs)."""
     os.umask(os.umask(UMASK_FLOOR) | UMASK_FLOOR)
 
 
 def refuse_shared(path: Path, what: str) -> None:
-    """Exit 2 naming `path` when it exists and another user owns it or may write to it:
-    the forge trusts what it finds there (object files, stamps, state), so it must be
-    the forge's own."""
+    """Exit 2 naming `path` when another user owns it or may write to it: the forge trusts
+    what it finds there (object files, stamps, state)."""
     try:
         st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -348,17 +314,16 @@ def atomic_write_bytes(
     path: Path, data: bytes, mode: int | None = None, *, durable: bool = True
 ) -> None:
     """Write via a temp file in the same directory + fsync + rename: readers see old or new.
-    `durable=False` leaves out the fsync, for progress that a power loss may take back (git
-    does not fsync the objects such a file names either); a killed process still leaves the
-    old or the new bytes."""
+    `durable=False` leaves out the fsync, for progress a power loss may take back (git does
+    not fsync the objects such a file names either)."""
     atomic_write_many([(path, data)], mode, durable=durable)
 
 
 def atomic_write_many(
     items: Sequence[tuple[Path, bytes]], mode: int | None = None, *, durable: bool = True
 ) -> None:
-    """`atomic_write_bytes` for several files: all written, then all synced, then each
-    renamed into place (one disk flush for the batch instead of one per file)."""
+    """`atomic_write_bytes` for several files: all written, then all synced (one disk flush
+    for the batch), then each renamed into place."""
     staged: list[tuple[Path, str]] = []
     open_fds: list[int] = []
     try:

@@ -1,8 +1,5 @@
-"""Running git: one place that fixes the settings that make it fast and deterministic.
-
-We call the git binary directly: plumbing commands with an explicit environment are
-clearer than any wrapper, and every call goes through `git()` below.
-"""
+"""Running git: the one place that fixes the settings that make it fast and deterministic
+(plumbing commands with an explicit environment, every call through `git()`)."""
 
 from __future__ import annotations
 
@@ -15,7 +12,7 @@ from pathlib import Path
 from msgspec import Struct
 
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.proc import capture, coprocess
+from dgr_forge.core.proc import capture, starting
 
 # Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
 # diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
@@ -59,7 +56,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a plain directory or file 
 
 
 def is_local_url(url: str) -> bool:
-    """A file:// URL or an absolute path (git's "file" protocol)."""
     return url.startswith(("file://", "/"))
 
 
@@ -109,10 +105,8 @@ def git(
     timeout: float | None = None,
     config: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run `git <args>` in `cwd`; raise OperationFailed with git's stderr when `check`.
-
-    Callers put `--` before repositories, refs and paths where git allows it: a value
-    starting with `-` is then data, never an option."""
+    """`git <args>` in `cwd`; OperationFailed with git's stderr when `check`. Callers put
+    `--` before repositories, refs and paths: a value starting with `-` is data."""
     proc = capture(
         _command(args, config),
         cwd=cwd,
@@ -145,13 +139,21 @@ def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
 
 
 def start(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A long-running `git <args>` in `cwd` (a batch command fed over stdin), with the
-    settings of every call; see proc.coprocess."""
-    return coprocess(_command(args), cwd=cwd, env={**base_env(True), **(env or {})})
+    """A `git <args>` batch command kept open for a whole operation, talked to over stdin
+    and stdout (stderr discarded: the caller checks every answer, closes stdin, waits)."""
+    cmd = _command(args)
+    starting(cmd, cwd)
+    return subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env={**base_env(True), **(env or {})},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def out(cwd: Path | None, *args: str, **kw: object) -> str:
-    """stdout of a git call, stripped."""
     return git(cwd, *args, **kw).stdout.strip()  # type: ignore[arg-type]
 
 
@@ -169,8 +171,7 @@ def tree_of(repo: Path, rev: str) -> str:
 
 
 def commit_and_tree(repo: Path, rev: str) -> tuple[str, str] | None:
-    """`rev`'s commit and that commit's tree in one git call; None when no commit is here
-    by that name. The names go over stdin, never as an option."""
+    """`rev`'s commit and tree in one git call (the names over stdin); None: no commit."""
     if "\n" in rev or "\0" in rev:
         return None
     query = f"{rev}^{{commit}}\n{rev}^{{tree}}\n"
@@ -188,13 +189,12 @@ def has_object(repo: Path, oid: str) -> bool:
 
 
 def status_porcelain(repo: Path, args: Sequence[str] = ()) -> list[str]:
-    """Changed paths in the work tree (tracked and untracked), as porcelain v1 lines."""
     proc = git(repo, "status", "--porcelain=v1", "--untracked-files=all", *args)
     return [line for line in proc.stdout.splitlines() if line]
 
 
 class Change(Struct, frozen=True):
-    """One path a diff changes: its new mode and object (DELETED: the path goes)."""
+    """One path a diff changes: its new mode (DELETED: the path goes) and object."""
 
     path: bytes
     mode: str
@@ -205,9 +205,8 @@ DELETED = "000000"
 
 
 def tree_changes(repo: Path, lines: Sequence[str]) -> list[list[Change]]:
-    """The changes of each line ("<commit>": against its parent; "<commit> <commit>": from
-    the first to the second), every file (recursive, no renames), from one
-    `git diff-tree --stdin`. (Commits only: a line of two trees gets a header git ends
+    """The changes of each line ("<commit>": against its parent; "<commit> <commit>"), from
+    one `git diff-tree --stdin`. (Commits only: a line of two trees gets a header git ends
     with a newline instead of the NUL.)"""
     data = _diff_tree(repo, "--stdin", "--always", input="".join(f"{ln}\n" for ln in lines))
     diffs: list[list[Change]] = []
@@ -227,7 +226,6 @@ def tree_changes(repo: Path, lines: Sequence[str]) -> list[list[Change]]:
 
 
 def changes_between(repo: Path, old: str, new: str) -> list[Change]:
-    """What `new` changes over `old` (trees or commits): every file, no renames."""
     tokens = _diff_tree(repo, "--end-of-options", old, new).split(b"\0")
     return [_change(tokens[i], tokens[i + 1]) for i in range(0, len(tokens) - 1, 2)]
 
@@ -238,7 +236,6 @@ def _diff_tree(repo: Path, *args: str, input: str | None = None) -> bytes:
     return raw.encode() if isinstance(raw, str) else raw
 
 
-def _change(entry: bytes, path: bytes) -> Change:
-    """A raw diff entry (":<old mode> <new mode> <old id> <new id> <status>") and its path."""
+def _change(entry: bytes, path: bytes) -> Change:  # ":<mode> <mode> <id> <id> <status>"
     _old_mode, mode, _old, oid, _status = entry[1:].decode("ascii").split(" ")
     return Change(path, mode, oid)

@@ -1,9 +1,8 @@
 """One run at a time per workspace: an advisory `flock` on `<workspace>/lock`.
 
-The kernel drops a flock when its holder dies, so a crashed or SIGKILLed run never blocks
-the next one; the file's content (pid, command, start time) is only there to tell a
-waiting run who it is waiting for. Re-entrant within one process; the command context
-(`cli/context`) takes it once, before any input is read; library functions never do.
+The kernel drops a flock when its holder dies, so a SIGKILLed run never blocks the next;
+the file's content (pid, command, start time) only tells a waiting run who it waits for.
+The command context (`cli/context`) takes it once, before any input is read.
 """
 
 from __future__ import annotations
@@ -29,10 +28,6 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
 
-DEFAULT_TIMEOUT_S = 600.0
-MAX_TIMEOUT_S = 7 * 24 * 3600.0  # a week: beyond that a value is a typo, not a wish
-POLL_S = 0.1
-
 
 class _Held(Struct):
     fd: int
@@ -43,15 +38,9 @@ _held: dict[Path, _Held] = {}
 _guard = threading.RLock()
 
 
-def lock_timeout() -> float:
-    """Seconds to wait for another run (DGR_LOCK_TIMEOUT; 0 = fail at once): a NaN would
-    wait forever, so it is refused (exit 2) as every bad number is (`envnum`)."""
-    return env_number("DGR_LOCK_TIMEOUT", DEFAULT_TIMEOUT_S, 0.0, MAX_TIMEOUT_S)
-
-
 def holder_of(fd: int) -> str:
-    """Who holds the lock open at `fd`, from what the holder wrote (best effort: it may be
-    mid-write), read through that descriptor: never a link swapped in at its path."""
+    """Who holds the lock open at `fd`, from what the holder wrote (it may be mid-write),
+    read through that descriptor: never a link swapped in at its path."""
     try:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
@@ -62,7 +51,6 @@ def holder_of(fd: int) -> str:
 
 
 def describe_holder(lock_file: Path) -> str:
-    """Who holds the lock file `lock_file` (see `holder_of`)."""
     try:
         fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -92,19 +80,6 @@ class LockWords(Struct, frozen=True):
     open_error: type[BadInput] | type[OperationFailed] = BadInput
 
 
-def _stamp(fd: int) -> None:
-    """Tell a waiting run who holds the lock (pid, command, start time); only ever a
-    hint, so a failed write is no failure."""
-    info = {
-        "pid": os.getpid(),
-        "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
-        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
-
-
 @contextlib.contextmanager
 def hold(
     fd: int, path: Path, words: LockWords, say: Callable[[str], None], holder: Callable[[], str]
@@ -112,7 +87,8 @@ def hold(
     """An exclusive flock on the open lock file `fd` (at `path`) for the block: waits up to
     DGR_LOCK_TIMEOUT for another run, naming it (`holder`), else fails (exit 1) naming it.
     While held it says who holds it, and clears that before it releases."""
-    timeout = lock_timeout()  # a bad value is refused whether or not this run has to wait
+    # a bad value (a NaN would wait forever) is refused whether or not this run waits
+    timeout = env_number("DGR_LOCK_TIMEOUT", 600.0, 0.0, 7 * 24 * 3600.0)
     if not _try_flock(fd):
         who = holder()
         if timeout == 0:
@@ -132,8 +108,15 @@ def hold(
                     hint="wait for that run to finish (or stop it), or raise DGR_LOCK_TIMEOUT",
                     details={"lock": str(path), "holder": who},
                 )
-            time.sleep(POLL_S)
-    _stamp(fd)
+            time.sleep(0.1)
+    info = {  # only ever a hint: a failed write is no failure
+        "pid": os.getpid(),
+        "command": mask_text(" ".join(["dgr-forge", *sys.argv[1:]]))[:300],
+        "started": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
     try:
         yield
     finally:
@@ -145,8 +128,7 @@ def hold(
 
 @contextlib.contextmanager
 def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Iterator[None]:
-    """Hold an exclusive flock on `path` for the block: re-entrant within this process;
-    waits up to DGR_LOCK_TIMEOUT for another run, naming it, else fails naming it."""
+    """`hold` on `path`, re-entrant within this process."""
     key = path.absolute()
     with _guard:
         held = _held.get(key)
@@ -198,7 +180,6 @@ def _not_a_file(path: Path) -> BadInput:
 
 
 def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextManager[None]:
-    """Hold the workspace lock for the block; wait (or fail, with DGR_LOCK_TIMEOUT=0)."""
     path = forge.lock_file
     words = LockWords(
         open_failed="cannot open the workspace lock",
@@ -212,20 +193,12 @@ def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextMan
     return _flock_held(path, words, out.info)
 
 
-# ----------------------------------------------------------------------------- root lock
-# Writers of patches/ and the manifest (export, rebase's finish and abort, journal
-# recovery) also take a flock on `<root>/.dgr-root.lock`, so two workspaces on one root
-# serialize.
-
-ROOT_LOCK_NAME = ".dgr-root.lock"
-
-
-def root_lock_at(
+def root_lock(
     root: Path, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
 ) -> contextlib.AbstractContextManager[None]:
-    """Hold `<root>/.dgr-root.lock` for the block (re-entrant in one process); wait up to
-    DGR_LOCK_TIMEOUT for another run, naming it, or fail (exit 1) naming it. `on_wait` is
-    called when another run holds it (this run is about to wait)."""
+    """`<root>/.dgr-root.lock`, taken by writers of patches/ and the manifest (export,
+    rebase's finish and abort, journal recovery) so two workspaces on one root serialize;
+    `on_wait` is called when this run is about to wait."""
     words = LockWords(
         open_failed="cannot open the root lock",
         open_hint="the forge root must be writable by whoever runs export or rebase",
@@ -241,11 +214,4 @@ def root_lock_at(
             on_wait()
         tell(msg)
 
-    return _flock_held((root / ROOT_LOCK_NAME).absolute(), words, say)
-
-
-def root_lock(
-    forge: Forge, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
-) -> contextlib.AbstractContextManager[None]:
-    """The root-level lock of `forge.root` (see `root_lock_at`)."""
-    return root_lock_at(forge.root, out, on_wait)
+    return _flock_held((root / ".dgr-root.lock").absolute(), words, say)

@@ -1,17 +1,10 @@
-"""Where output goes, the way Unix tools do it: a command's answer (a table, a shown
-report, a rendered file) on stdout; progress, warnings and errors on stderr. With --json
-the one JSON object is stdout's only content and every human line goes to stderr.
+"""Where output goes: a command's answer on stdout; progress, warnings and errors on
+stderr (with --json the one JSON object is stdout's only content). Commands talk to a
+`Reporter`, so colour, progress bars and `--quiet`/`--verbose` are decided here.
 
-Commands never print directly; they talk to a `Reporter`, so colour, progress bars, the
-answer/diagnostic split and `--quiet`/`--verbose` are decided in this one place.
-
-Nothing is cut unless a person at a terminal asked for a width, and not even then:
-* a stream that is not a terminal (a pipe, a file) gets plain text: no colour, no boxes,
-  tables as aligned columns at full width, progress as whole lines;
-* at a terminal a table is boxed when it fits the width, else each row is written as
-  `column  value` lines (a path or id stays one line, whole, for copying); a progress bar's
-  text comes last and folds onto the next line rather than lose a character;
-* `NO_COLOR` (no-color.org) removes colour and nothing else; `CI` means a log: no bars.
+Nothing is ever cut: a pipe or file gets plain text (tables as aligned columns, progress
+as whole lines); at a terminal a table too wide to box is written as `column  value`
+lines. `NO_COLOR` (no-color.org) removes colour only; `CI` means a log: no bars.
 """
 
 from __future__ import annotations
@@ -63,20 +56,14 @@ def _tty(stream: TextIO) -> bool:
         return False
 
 
-def _interactive() -> bool:
-    """Progress bars: a person at a terminal (NO_COLOR only takes the colour away)."""
-    return _terminal() and not os.environ.get("CI")
-
-
 def _bar_text(text: str) -> str:
-    """A progress bar's description: shown safely, and never read as Rich markup."""
     from rich.markup import escape
 
     return escape(shown(text))
 
 
 class ProgressSink:
-    """A progress handle: a Rich bar on a terminal, a few plain lines elsewhere."""
+    """A Rich bar on a terminal, a few plain lines elsewhere."""
 
     def __init__(self, reporter: Reporter, progress: Progress | None) -> None:
         self._reporter = reporter
@@ -151,8 +138,7 @@ class Reporter:
         return console
 
     @property
-    def console(self) -> Console:
-        """The diagnostics console (stderr): progress bars draw here."""
+    def console(self) -> Console:  # stderr's: progress bars draw here
         return self._console_for(False)
 
     def _line(self, text: str, answer: bool = False) -> None:
@@ -167,13 +153,11 @@ class Reporter:
     # Every line goes through `urls.shown`: credentials masked (the forge's words and a
     # child's output alike) and control characters escaped, whatever the input held.
     def answer(self, message: str) -> None:
-        """A line of the command's answer (what a script pipes on): stdout."""
         if not self.quiet:
             self._line(shown(message), answer=True)
 
     def document(self, text: str) -> None:
-        """A whole document as the answer (a rendered file, presets JSON), byte for byte:
-        what the forge itself generated, so nothing in it is masked or escaped."""
+        """A document the forge generated, as the answer byte for byte: nothing masked."""
         if not self.quiet:
             stream = self._stream(True)
             stream.write(text)
@@ -195,9 +179,7 @@ class Reporter:
         self._line(f"error: {shown(message)}")
 
     def child(self, cmd: Sequence[str], cwd: Path | None) -> None:
-        """With --verbose, a child process about to start, as west logs it; masked and
-        escaped like every other line (a URL's credential never shows). git's pinned
-        settings (the same on every call, `core.gitutil.CONFIG`) are left out."""
+        """With --verbose, a child process about to start, as west logs it."""
         if not self.verbose:
             return
         import shlex
@@ -223,9 +205,8 @@ class Reporter:
         rows: Sequence[Sequence[Any]],
         empty: str | None = None,
     ) -> None:
-        """Rows as a table, part of the answer (stdout): a Rich table on a terminal;
-        elsewhere (a pipe, a file, a CI log) plain aligned lines, one per row, never cut
-        to a width. No rows: one line saying so (`empty`, else "<title>: none")."""
+        """Rows as part of the answer: a Rich table on a terminal, else aligned lines; no
+        rows: one line saying so (`empty`, else "<title>: none")."""
         if self.quiet:
             return
         if not rows:
@@ -234,7 +215,13 @@ class Reporter:
         cells = [[_cell(c) for c in row] for row in rows]
         names = [str(c) for c in columns]
         if not _terminal() or not _tty(self._stream(True)):
-            self._plain_table(title, names, cells)
+            widths = [max(len(r[i]) for r in [names, *cells]) for i in range(len(names))]
+            if title:
+                self.answer(f"{title}:")
+            for row in [names, *cells]:
+                self.answer(
+                    "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                )
             return
         from rich.measure import Measurement
         from rich.table import Table
@@ -252,8 +239,7 @@ class Reporter:
         self._row_records(title, names, cells)  # too wide to box without cutting a cell
 
     def _row_records(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-        """Each row as `column  value` lines, a blank line between rows: every value whole
-        on its line, however narrow the terminal (it wraps the line, the text stays)."""
+        """Each row as `column  value` lines, a blank line between rows."""
         from rich.text import Text
 
         width = max(len(c) for c in columns)
@@ -268,17 +254,9 @@ class Reporter:
                     line = Text.assemble(((name or "-").ljust(width), "bold"), "  ", value)
                     console.print(line, soft_wrap=True)
 
-    def _plain_table(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-        widths = [max(len(r[i]) for r in [columns, *rows]) for i in range(len(columns))]
-        if title:
-            self.answer(f"{title}:")
-        for row in [columns, *rows]:
-            self.answer("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-
     @contextmanager
     def progress(self, transfer: bool = False) -> Iterator[ProgressSink]:
-        """Rich progress on an interactive terminal (never with --json); plain lines otherwise."""
-        if self.quiet or self.json_mode or not _interactive():
+        if self.quiet or self.json_mode or not _terminal() or os.environ.get("CI"):
             yield ProgressSink(self, None)
             return
         from rich.progress import (

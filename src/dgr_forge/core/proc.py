@@ -1,9 +1,5 @@
-"""The one way the forge runs a child process: captured, probed, or streamed line by line.
-
-git (through gitutil), cmake and ninja (build), the doctor's probes and certify's hardware
-queries all come here, so stdin is never inherited (a CI job must not hang on a prompt),
-output is decoded one way, and a missing or hanging tool is handled one way.
-"""
+"""The one way the forge runs a child process, so stdin is never inherited (a CI job must
+not hang on a prompt) and a missing or hanging tool is handled one way."""
 
 from __future__ import annotations
 
@@ -29,13 +25,12 @@ _observer: Observer | None = None
 
 
 def observe(observer: Observer | None) -> Observer | None:
-    """Set the hook (None: none); returns the one it replaces."""
     global _observer
     before, _observer = _observer, observer
     return before
 
 
-def _starting(cmd: Sequence[str], cwd: Path | None) -> None:
+def starting(cmd: Sequence[str], cwd: Path | None) -> None:
     if _observer is not None:
         _observer(cmd, cwd)
 
@@ -50,24 +45,14 @@ def capture(
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `cmd` to completion with stdout and stderr captured (never raises on exit code)."""
-    _starting(cmd, cwd)
-    if input is None:
-        return subprocess.run(
-            list(cmd),
-            cwd=cwd,
-            env=None if env is None else dict(env),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=text,
-            timeout=timeout,
-            check=False,
-        )
+    starting(cmd, cwd)
     if isinstance(input, str) and not text:
         input = input.encode()
     return subprocess.run(
         list(cmd),
         cwd=cwd,
-        env=None if env is None else dict(env),
+        env=env,
+        stdin=subprocess.DEVNULL if input is None else None,
         input=input,
         capture_output=True,
         text=text,
@@ -80,9 +65,9 @@ PROBE_LIMIT = 1 << 20  # bytes a probe may print: a version or a device list, ne
 
 
 def probe(cmd: Sequence[str], *, timeout: float = 20.0) -> subprocess.CompletedProcess[str] | None:
-    """Run a host probe (`tool --version`) through `bounded`: None when it is missing,
-    broken, hangs past `timeout` or prints more than `PROBE_LIMIT` bytes."""
-    _starting(cmd, None)
+    """A host probe (`tool --version`): None when it is missing, broken, hangs past
+    `timeout` or prints more than `PROBE_LIMIT` bytes."""
+    starting(cmd, None)
     try:
         done = bounded(cmd, timeout=timeout, limit=PROBE_LIMIT)
     except (OSError, ValueError):
@@ -101,14 +86,14 @@ def stream(
     env: Mapping[str, str] | None = None,
     merge_stdout: bool = True,
 ) -> int:
-    """Run `cmd`, calling `on_line` for each line of its stderr (and stdout when
-    `merge_stdout`; otherwise stdout is discarded) as it arrives; returns the exit code.
-    Lines end at \\n or \\r, so progress that redraws one line arrives as it changes."""
-    _starting(cmd, cwd)
+    """`on_line` for each line of its stderr (and stdout when `merge_stdout`, else it is
+    discarded) as it arrives; the exit code. Lines end at \\n or \\r, so progress that
+    redraws one line arrives as it changes."""
+    starting(cmd, cwd)
     with subprocess.Popen(
         list(cmd),
         cwd=cwd,
-        env=None if env is None else dict(env),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE if merge_stdout else subprocess.DEVNULL,
         stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE,
@@ -127,38 +112,20 @@ def stream(
         return proc.wait()
 
 
-def coprocess(
-    cmd: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    """A child the caller talks to line by line over stdin and stdout (stderr discarded:
-    the caller checks every answer): a git batch command kept open for a whole operation
-    instead of one process per object. The caller closes stdin and waits for it."""
-    _starting(cmd, cwd)
-    return subprocess.Popen(
-        list(cmd),
-        cwd=cwd,
-        env=None if env is None else dict(env),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-
-
 def spawn(
     cmd: Sequence[str],
     *,
     env: Mapping[str, str] | None = None,
     log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a long-running child the caller owns and stops (a server for one build): stdin
-    closed, stdout and stderr written to `log` (else discarded), in its own session so a
-    terminal's Ctrl-C reaches only the forge, which then stops it in order."""
-    _starting(cmd, None)
+    """A long-running child the caller stops (a server for one build), output to `log`, in
+    its own session so a terminal's Ctrl-C reaches only the forge, which stops it in order."""
+    starting(cmd, None)
     sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
         return subprocess.Popen(
             list(cmd),
-            env=None if env is None else dict(env),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -170,8 +137,6 @@ def spawn(
 
 
 class Bounded(Struct, frozen=True):
-    """A child run to a deadline with its output bounded (`bounded`)."""
-
     returncode: int | None  # None: it was stopped (deadline or output bound)
     stdout: bytes  # at most the bound
     stderr: bytes
@@ -189,16 +154,15 @@ def bounded(
     env: Mapping[str, str] | None = None,
     log: BinaryIO | None = None,
 ) -> Bounded:
-    """Run `cmd` (no shell, stdin closed, its own session) until it exits, `timeout` seconds
-    pass, or stdout + stderr exceed `limit` bytes; then its whole process group is killed.
-    Every byte read is also written to `log` (stdout and stderr as they interleave). Raises
-    OSError when the program cannot start."""
+    """Run `cmd` (its own session) until it exits, `timeout` seconds pass, or its output
+    exceeds `limit` bytes, then kill its process group; every byte read is also written to
+    `log`. OSError when the program cannot start."""
     started = time.monotonic()
     deadline = started + timeout
     child = subprocess.Popen(
         list(cmd),
         cwd=cwd,
-        env=None if env is None else dict(env),
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -276,9 +240,8 @@ def _session_members(sid: int) -> list[int]:
 
 
 def _kill_session(sid: int) -> None:
-    """SIGKILL every process of the session `bounded` started (its group, and any group
-    a descendant moved to), and wait until none runs: one that ignores SIGTERM or closed
-    its descriptors is gone too. (A process that made a session of its own has left.)"""
+    """SIGKILL every process of the session (its group, and any group a descendant moved
+    to) and wait until none runs. (A process that made a session of its own has left.)"""
     deadline = time.monotonic() + _REAPED
     while True:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,11 +1,6 @@
-"""The forge's own files that a forge root holds: `recipes/`, `toolchains/`, `cmake/`.
-
-The repository keeps one copy of each, at its root (where a forge root has them). The
-wheel carries them as package data, `dgr_forge/product/<dir>/` (pyproject.toml maps them
-in when the wheel is built), found here through `importlib.resources`. An editable install
-runs the checkout's own package, which has no package data of them: the checkout's root is
-the source there (the copy hatchling also puts beside the link in site-packages is never
-imported: the checkout's regular package comes first).
+"""The forge's own `recipes/`, `toolchains/`, `cmake/`: package data in the wheel
+(`dgr_forge/product/`, mapped in by pyproject.toml); in an editable install, the checkout's
+root (the copy hatchling puts beside the link is never imported).
 """
 
 from __future__ import annotations
@@ -23,8 +18,7 @@ DIRS = ("recipes", "toolchains", "cmake")
 
 
 def source() -> Traversable | None:
-    """Where the forge's recipes/, toolchains/ and cmake/ are: the package data, else the
-    checkout this package runs from; None for an installation with neither."""
+    """The package data, else the checkout this package runs from, else None."""
     shipped = resources.files("dgr_forge").joinpath(PACKAGE_DIR)
     if shipped.is_dir():
         return shipped
@@ -35,7 +29,7 @@ def source() -> Traversable | None:
 
 
 def require(what: str) -> Traversable:
-    """`source()`, or exit 1 saying what needed it and how to get an installation with it."""
+    """`source()`, or exit 1 saying what needed it."""
     found = source()
     if found is None:
         raise OperationFailed(

@@ -1,22 +1,11 @@
 """The TOML inputs: the one bounded reader, and the one decoder of a parsed document into
-its typed record (manifest, model manifests, recipes, probes, worker manifest, CI settings).
+its `Record` (manifest, model manifests, recipes, probes, worker manifest, CI settings).
 
-`Checker.load` reads and parses a file, bounded: a file over `MAX_BYTES` is refused by its
-size before a byte is parsed, a number of thousands of digits by its line, nesting deeper
-than `MAX_DEPTH` (tables or arrays) instead of exhausting the stack. A document is parsed
-once per process for the same bytes: a caller that loads the same inputs again (a
-long-lived Python caller, the doctor's probes on every command) gets a `marshal` copy of
-the first parse, a new object each time (0.06 ms against 2.7 ms to parse
-toolchains/probes.toml); only a document that passed the checks is kept.
-
-Each input is one Struct declared at the top of its loader (its keys, types, bounds,
-defaults; its derived values are properties); `decode` converts strictly (a bool is not an
-integer, a float is not one, a string is never coerced) and turns msgspec's first
-complaint into the forge's `BadInput`: ``<file>: <key>: <problem>``, the fix as the hint,
-exit 2, in the words the inputs' documentation uses. A field's own fix text lives beside
-its type (``Annotated[int, about("meaning", ge=1, fix="...")]``); the checks that are not
-types (ids, names, paths, URLs) stay with each loader. No input makes a loader raise
-anything but `BadInput`.
+Parsing is bounded (`MAX_BYTES`, a number of thousands of digits, `MAX_DEPTH`) instead of
+exhausting memory or the stack. The same bytes are parsed once per process: later loads
+get a `marshal` copy (0.06 ms against 2.7 ms to parse toolchains/probes.toml). `decode`
+converts strictly and turns msgspec's first complaint into ``<file>: <key>: <problem>``,
+the fix as the hint, exit 2; a field's fix text lives beside its type (`about`).
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import reprlib
 import tomllib
 import types
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, cast, get_args, get_origin
 
 import msgspec
 
@@ -58,28 +47,16 @@ def shown_value(value: Any) -> str:
     return _repr.repr(value)
 
 
-def type_name(value: Any) -> str:
-    """The TOML name of a parsed value's type, as messages show it."""
-    names = {bool: "boolean", int: "integer", float: "float", str: "string"}
-    names |= {list: "array", dict: "table"}
-    return names.get(type(value), type(value).__name__)
+# the TOML names of a parsed value's type, as messages show them
+_TOML_TYPES = {bool: "boolean", int: "integer", float: "float", str: "string"}
+_TOML_TYPES |= {list: "array", dict: "table"}
 
 
-_LONG_NUMBER = re.compile(r"[0-9_]{1000,}")
-
-
-def _long_number_line(text: str) -> int | None:
-    """The 1-based line of the first run of a thousand digits or more, if any."""
-    m = _LONG_NUMBER.search(text)
-    return text.count("\n", 0, m.start()) + 1 if m else None
-
-
-def _depth_exceeds(data: Any, limit: int) -> bool:
-    """True when tables/arrays nest deeper than `limit` (an iterative walk: no recursion)."""
-    stack: list[tuple[Any, int]] = [(data, 1)]
+def _too_deep(data: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(data, 1)]  # iterative: no recursion
     while stack:
         value, depth = stack.pop()
-        if depth > limit:
+        if depth > MAX_DEPTH:
             return True
         if isinstance(value, dict):
             stack.extend((v, depth + 1) for v in value.values() if isinstance(v, dict | list))
@@ -89,7 +66,6 @@ def _depth_exceeds(data: Any, limit: int) -> bool:
 
 
 def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
-    """The one refusal of an input: file, key, problem; the fix as the hint (exit 2)."""
     return BadInput(f"{shown}: {key}: {problem}", hint=hint, details={"file": shown, "key": key})
 
 
@@ -100,7 +76,6 @@ class Checker:
         self.shown = shown
 
     def parse(self, raw: bytes, *, limit: int = MAX_BYTES) -> dict[str, Any]:
-        """TOML bytes to a dict: bad encoding, bad syntax, too big or too deep is exit 2."""
         if len(raw) > limit:
             raise fail(
                 self.shown,
@@ -110,20 +85,7 @@ class Checker:
             )
         kept = _PARSED.get(raw)
         if kept is not None:
-            copy: dict[str, Any] = marshal.loads(kept)
-            return copy
-        data = self._parse(raw)
-        if len(raw) <= _PARSED_MAX_BYTES:
-            try:
-                kept = marshal.dumps(data)
-            except ValueError:  # a datetime: not marshal data
-                return data
-            if len(_PARSED) >= _PARSED_MAX:
-                del _PARSED[next(iter(_PARSED))]  # the oldest
-            _PARSED[raw] = kept
-        return data
-
-    def _parse(self, raw: bytes) -> dict[str, Any]:
+            return cast(dict[str, Any], marshal.loads(kept))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
@@ -142,56 +104,62 @@ class Checker:
         except RecursionError:  # tomllib recurses once per nested array / inline table
             data = None
         except ValueError:  # Python's own int limit: a number of thousands of digits
-            line = _long_number_line(text)
-            where = f"line {line}" if line else "(file)"
+            m = re.search(r"[0-9_]{1000,}", text)
+            line = text.count("\n", 0, m.start()) + 1 if m else 0
+            where = f"line {line}" if m else "(file)"
             raise fail(
                 self.shown,
                 where,
                 "a number with thousands of digits (over Python's limit)",
                 "no value the forge reads is that large: fix the number at that line",
             ) from None
-        if data is None or _depth_exceeds(data, MAX_DEPTH):
+        if data is None or _too_deep(data):
             raise fail(
                 self.shown,
                 "(file)",
                 f"tables or arrays nested more than {MAX_DEPTH} levels deep",
                 "this is not a schema the forge reads: restore the file from the repository",
             )
+        if len(raw) <= _PARSED_MAX_BYTES:
+            try:
+                kept = marshal.dumps(data)
+            except ValueError:  # a datetime: not marshal data
+                return data
+            if len(_PARSED) >= _PARSED_MAX:
+                del _PARSED[next(iter(_PARSED))]  # the oldest
+            _PARSED[raw] = kept
         return data
 
     def load(
         self, path: Path, *, what: str, hint: str, root: Path | None, limit: int = MAX_BYTES
     ) -> tuple[bytes, dict[str, Any]]:
-        """Read and parse `path`: its bytes (for hashing) and the document; `root`: the
-        forge root it may lie under (no link below it is followed, `fsutil.read_regular`)."""
+        """Its bytes (for hashing) and the document; under `root` no link is followed."""
         raw = read_regular(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
         return raw, self.parse(raw, limit=limit)
 
 
-class Shape(msgspec.Struct, forbid_unknown_fields=True):
-    """The base of every input shape: an unknown key is refused, never ignored."""
-
-
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, dict=True):
-    """A shape that is also the loader's record: decoded as a `Shape` is, then immutable
-    (its derived values are properties; a loader's checks run on it, never on a copy).
-    `LOADED` names the fields the loader sets (where the file is, its bytes' hash), never
-    keys of the file: `decode` takes them as arguments and the schemas leave them out."""
+    """An input as written and as its loader returns it: an unknown key is refused, its
+    derived values are properties. `LOADED` names the fields the loader sets (where the
+    file is, its bytes' hash), never keys of the file: `decode` takes them as arguments
+    and the schemas leave them out."""
 
     LOADED: ClassVar[tuple[str, ...]] = ()
 
 
-S = TypeVar("S", bound=msgspec.Struct)  # a Shape or a Record
+class Shape(msgspec.Struct, forbid_unknown_fields=True):
+    """A mutable `Record`: the [certify] tables' base (host/recipes.py)."""
+
+
+S = TypeVar("S", bound=msgspec.Struct)
 
 
 def about(
     meaning: str, *, fix: str | None = None, problem: str | None = None, **rules: Any
 ) -> msgspec.Meta:
-    """A key's `Meta`, declared where the key is: its meaning (the schema's description and
-    the docs' table), its bounds (`ge`, `le`, `pattern`, ...), the fix every refusal of it
-    hints, and `problem`, what a value of the wrong type or out of its bounds is told
-    (``{value}``, ``{type}`` and ``{name}`` stand for the value, its TOML type and the
-    key's last name, in the fix too)."""
+    """A key's meaning (the schema's and docs' description), bounds (`ge`, `pattern`, ...),
+    the fix its refusals hint, and `problem`, what a wrong value is told (``{value}``,
+    ``{type}`` and ``{name}``: the value, its TOML type, the key's last name)."""
     extra = {k: v for k, v in (("fix", fix), ("problem", problem)) if v is not None}
     return msgspec.Meta(description=meaning, extra=extra or None, **rules)
 
@@ -203,14 +171,13 @@ Version1 = Annotated[Literal[1], about("the file format's version", fix="set sch
 
 
 class CheckedStr(str):
-    """A string whose meaning check runs as it is decoded, where the file holds it: a bad
-    value is named before a key missing beside it. A subclass says its `problem`."""
+    """A string checked as it is decoded, where the file holds it: a bad value is named
+    before a key missing beside it. A subclass says its `problem` (None: fine)."""
 
     fix: ClassVar[str] = "fix it"
 
     @classmethod
     def problem(cls, value: str) -> str | None:
-        """What is wrong with `value`, or None."""
         raise NotImplementedError
 
 
@@ -230,8 +197,7 @@ _MAX_KEY = 80  # no key we read is longer; a longer one is shown cut
 
 
 def decode(shown: str, data: dict[str, Any], shape: type[S], /, **loaded: Any) -> S:
-    """`data` (a parsed TOML document) as `shape`, or exit 2 naming the file and the key;
-    `loaded`: the values of the shape's `LOADED` fields."""
+    """`data` as `shape` (`loaded`: its `LOADED` fields), or exit 2 naming file and key."""
     if set(data) & set(getattr(shape, "LOADED", ())):  # the loader's, never the file's
         raise _explain(shown, data, shape, "Object contains unknown field")
     try:
@@ -245,12 +211,11 @@ def decode(shown: str, data: dict[str, Any], shape: type[S], /, **loaded: Any) -
             spot = _walk(shape, data, where)
             key, own = spot.key, _extra(spot, "fix")
         except _UNFOLLOWED:
-            key, own = _joined(where), None
+            key, own = "", None
+            for segment in where:
+                key = f"{key}[{segment}]" if isinstance(segment, int) else _key(key, str(segment))
         raise fail(shown, key, _NUL, f"remove it; {own}" if own else "remove it")
     return value
-
-
-# -- keys as messages show them
 
 
 def _key(where: str, key: str) -> str:
@@ -262,15 +227,7 @@ def _key(where: str, key: str) -> str:
 Segment = str | int | None  # a key, an array index, or "the failing key" of a table
 
 
-def _joined(path: list[Segment]) -> str:
-    key = ""
-    for segment in path:
-        key = f"{key}[{segment}]" if isinstance(segment, int) else _key(key, str(segment))
-    return key
-
-
 def _nul_at(data: Any) -> list[Segment] | None:
-    """The path to the first string (or key) holding a NUL."""
     stack: list[tuple[list[Segment], Any]] = [([], data)]
     while stack:
         where, value = stack.pop()
@@ -286,9 +243,8 @@ def _nul_at(data: Any) -> list[Segment] | None:
     return None
 
 
-# -- msgspec's complaint in the forge's words
-
 _AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
+# msgspec's `$.a.b[0][...].c` (`[...]`: a key msgspec does not name)
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])")
 _ABSENT = object()
 # what following a path this reader cannot follow raises (it then names the path as is)
@@ -297,7 +253,7 @@ _TYPE_WORDS = {str: "a string", int: "an integer", bool: "a boolean", float: "a 
 
 
 class _Spot(msgspec.Struct):
-    """Where a complaint points: the type expected there, the value found, its key."""
+    """Where a complaint points."""
 
     type: Any
     value: Any
@@ -320,7 +276,7 @@ def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
             continue
         if origin is Union or origin is types.UnionType:
             members = [m for m in get_args(t) if m is not type(None)]
-            fitting = [m for m in members if _kind(m) == _kind_of(value)]
+            fitting = [m for m in members if _kind(m) == _kind(type(value))]
             if len(members) == 1:
                 t = members[0]
                 continue
@@ -338,19 +294,8 @@ def _kind(t: Any) -> str:
     return "array" if origin in (list, tuple) else "scalar"
 
 
-def _kind_of(value: Any) -> str:
-    return "table" if isinstance(value, dict) else "array" if isinstance(value, list) else "scalar"
-
-
 def _is_struct(t: Any) -> bool:
     return isinstance(t, type) and issubclass(t, msgspec.Struct)
-
-
-def _segments(path: str) -> list[Segment]:
-    """msgspec's `$.a.b[0][...].c` as segments (`[...]`: a key msgspec does not name)."""
-    return [
-        name or (int(index) if index else None) for name, index, _ in _SEGMENT.findall(path[1:])
-    ]
 
 
 def _walk(shape: type[msgspec.Struct], data: Any, path: list[Segment]) -> _Spot:
@@ -390,7 +335,7 @@ def _walk(shape: type[msgspec.Struct], data: Any, path: list[Segment]) -> _Spot:
     return spot
 
 
-def _failing_key(table: dict[str, Any], value_type: Any) -> str:
+def _failing_key(table: dict[str, object], value_type: Any) -> str:
     """The first key whose value is not `value_type`: the one msgspec complained of."""
     for k, v in table.items():
         try:
@@ -415,7 +360,7 @@ _BOUND = re.compile(r"Expected `(int|float)` (>=|<=|>|<) ")
 
 
 def _bounds(metas: list[msgspec.Meta]) -> str:
-    """A bounded number's range in words: `between 1 and 9`, `at least 0`, `over 0`."""
+    """`between 1 and 9`, `at least 0`, `over 0`."""
     low = next((m.ge for m in metas if m.ge is not None), None)
     above = next((m.gt for m in metas if m.gt is not None), None)
     high = next((m.le for m in metas if m.le is not None), None)
@@ -429,10 +374,6 @@ def _bounds(metas: list[msgspec.Meta]) -> str:
     return " and ".join(w for w in words if w)
 
 
-def _article(word: str) -> str:
-    return "an" if word[:1] in "aeiou" else "a"
-
-
 def _literal(t: Any) -> str:
     return " or ".join(repr(v) if isinstance(v, str) else str(v) for v in get_args(t))
 
@@ -443,7 +384,8 @@ def _explain(
     m = _AT.match(message)
     what, path = (m["what"], m["path"]) if m else (message, "$")
     try:
-        spot = _walk(shape, data, _segments(path))
+        found = _SEGMENT.findall(path[1:])
+        spot = _walk(shape, data, [n or (int(i) if i else None) for n, i, _ in found])
     except _UNFOLLOWED:
         return fail(shown, path[2:] or "(file)", what, "see the documentation of this file")
     if what.startswith("Object missing required field"):
@@ -489,7 +431,7 @@ def _missing(shown: str, spot: _Spot) -> BadInput:
 
 def _problem(spot: _Spot, what: str) -> tuple[str, str]:
     t, value, name = spot.type, spot.value, spot.leaf
-    got = type_name(value)
+    got = _TOML_TYPES.get(type(value), type(value).__name__)
     if isinstance(t, type) and issubclass(t, CheckedStr):
         if not what.startswith("Expected `str`"):
             return what, t.fix
@@ -519,7 +461,7 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         return f"must be true or false, got {got}", _fix(spot, f"{name} = {str(default).lower()}")
     if t is int:
         return (
-            f"{shown_value(value)} is not an integer ({_article(got)} {got})",
+            f"{shown_value(value)} is not an integer ({'an' if got[:1] in 'aeiou' else 'a'} {got})",
             _fix(spot, f"write {name} as a whole number without quotes or a decimal point"),
         )
     kind = _kind(t)

@@ -1,12 +1,7 @@
-"""URLs are data, never options: one validator and one masking function for every URL.
-
-Every repository or download URL the forge reads (the manifest's ``url``, ``--mirror`` /
-``DGR_MIRROR``, ``rebase --url``, the worker manifest, model file URLs) passes
-`check_url` before it reaches git or requests, and every URL shown to a person (messages,
-``--json``, logs, ``status``, reports) passes `mask` (or `mask_text` for free text such as
-git's stderr), so a credential in a URL never leaves the process. The Reporter, every
-``--json`` string and every build-log line go through `mask_text` (`shown` also escapes
-control characters for the terminal), so a child's words are masked as the forge's are.
+"""URLs are data, never options: every URL the forge reads passes `check_url` before it
+reaches git or requests, and everything shown to a person (messages, ``--json``, logs,
+reports, a child's words) passes `mask_text` (`shown` also escapes control characters),
+so a credential in a URL never leaves the process.
 """
 
 from __future__ import annotations
@@ -49,8 +44,8 @@ _URLSAFE = str.maketrans("+/", "-_")
 
 
 def remember_secrets(url: str) -> None:
-    """Note the password, the secret query values and, for a URL with user info, every
-    long query value of `url`, so any later text holding one of them is masked."""
+    """Note `url`'s password, secret query values and (with user info) every long query
+    value, so any later text holding one is masked."""
     if "@" not in url and "=" not in url:
         return  # the common case: nothing to remember
     try:
@@ -75,9 +70,8 @@ def remember_secrets(url: str) -> None:
 
 
 def remember_secret(value: str) -> None:
-    """Mask `value` from now on in every form a server or a child may echo it in: as is,
-    URL-encoded, hex, and base64 (standard and URL-safe, at any byte alignment inside a
-    longer encoded text, as in a Basic auth header), DESIGN: no secret in any encoding."""
+    """Mask `value` from now on as is, URL-encoded, hex, and base64 (standard and URL-safe,
+    at any alignment, as in a Basic auth header): DESIGN, no secret in any encoding."""
     if len(value) < _MIN_SECRET:
         return
     _KNOWN_SECRETS.update(f for f in secret_forms(value) if len(f) >= _MIN_ENCODED)
@@ -98,18 +92,13 @@ def secret_forms(value: str) -> set[str]:
 
 
 def secret_name(name: str) -> bool:
-    """Whether a query parameter (or `name=value` pair) named `name` holds a secret."""
     low = name.lower()
     return low.startswith(_SECRET_PREFIXES) or any(w in low for w in _SECRET_WORDS)
 
 
 def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES) -> str:
-    """`value` if it is a URL the forge may hand to git or requests, else BadInput.
-
-    `where` names the source for the message: ``"manifests/llama.cpp.toml: [upstream] url"``,
-    ``"--mirror"``, ``"DGR_MIRROR"``. Allowed: the `schemes` as ``scheme://...``; for git
-    URLs also scp-like ``user@host:path`` and absolute local paths.
-    """
+    """`value` if it is a URL the forge may hand to git or requests, else BadInput naming
+    `where` (``"--mirror"``): the `schemes`, and for git scp-like and absolute paths."""
     if isinstance(value, str):
         remember_secrets(value)
     shown = mask(value) if isinstance(value, str) else repr(value)
@@ -157,9 +146,8 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
 
 
 def mask(url: str) -> str:
-    """`url` with any password or token replaced by ``***``: user info, every query value
-    whose name says it is a secret (`secret_name`), and all query values of a URL that
-    carries user info (whoever put a credential there may have put more)."""
+    """`url` with user info, secret-named query values, and all query values of a URL with
+    user info (whoever put a credential there may have put more) as ``***``."""
     remember_secrets(url)
     try:
         parts = urlsplit(url)
@@ -190,9 +178,8 @@ def _mask_pairs(text: str) -> str:
 
 
 def mask_text(text: str) -> str:
-    """Free text (git's stderr, a child's output, an exception) with every credential
-    masked: each URL in it through `mask`, user info anywhere, and secret `name=value`
-    pairs outside URLs. The one function for everything a person or a file gets to see."""
+    """Free text with every credential masked: known secrets, each URL through `mask`, user
+    info anywhere, and secret `name=value` pairs."""
     if not text:
         return text
     for secret in sorted(_KNOWN_SECRETS, key=len, reverse=True):
@@ -204,8 +191,7 @@ def mask_text(text: str) -> str:
 
 
 def escape_controls(text: str) -> str:
-    """`text` safe to print on a terminal: C0 controls (but new line and tab), DEL and C1
-    controls become visible escapes (``\\x1b``, ``\\x9b``), so input can neither move
+    """C0 (but new line and tab), DEL and C1 controls as ``\\x1b``: input can neither move
     the cursor nor start an escape sequence."""
     if text.isprintable() or not any(_unsafe(c) for c in text):
         return text
@@ -218,5 +204,4 @@ def _unsafe(c: str) -> bool:
 
 
 def shown(text: str) -> str:
-    """What may reach a terminal or a log from any input: masked, controls escaped."""
     return escape_controls(mask_text(text))

@@ -19,7 +19,6 @@ from dgr_forge.core.structs import d
 from dgr_forge.host.recipes import Recipe
 
 
-# what `check` reports about one CMake option a recipe passes
 class OptionProblem(Struct, frozen=True):
     """a CMake option a recipe passes that upstream does not declare as it is"""
 
@@ -56,8 +55,7 @@ _GIVEN = r"(?i)\bif\s*\(\s*NOT\s+DEFINED\s+([A-Za-z_][A-Za-z0-9_]*)\s*\)"
 _TREE_HINT = "a CMake file of the tree is a regular file of sane size: fix the patch or commit"
 
 
-def _cmake_texts(src: Path) -> Iterator[str]:
-    """Every tracked CMakeLists.txt and *.cmake of the tree, comments removed."""
+def _cmake_texts(src: Path) -> Iterator[str]:  # tracked, comments removed
     files = gitutil.out(src, "ls-files", "-z").split("\0")
     for rel in files:
         base = rel.rsplit("/", 1)[-1]
@@ -90,7 +88,6 @@ def taken_as_given(src: Path) -> tuple[str, ...]:
 
 
 def deprecated(option: str, new: str | None, commit: str) -> str:
-    """What a recipe option that upstream keeps only as a deprecation shim is, and the fix."""
     fix = f"use {new}" if new else "no replacement: upstream ignores it, remove it"
     return f"{option} is deprecated upstream at {commit[:12]} (llama_option_depr): {fix}"
 
@@ -111,15 +108,8 @@ def check_options(
             shown = forge.rel(recipe.path)
             if option in renames:
                 new = renames[option]
-                problems.append(
-                    OptionProblem(
-                        lane,
-                        option,
-                        f"{shown}: cmake.options.{option}: {deprecated(option, new, commit)}",
-                        renamed_to=new,
-                        deprecated=True,
-                    )
-                )
+                message = f"{shown}: cmake.options.{option}: {deprecated(option, new, commit)}"
+                problems.append(OptionProblem(lane, option, message, new, deprecated=True))
                 continue
             close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
             hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
@@ -160,7 +150,6 @@ def refuse_undeclared(forge: Forge, recipe: Recipe, src: Path, commit: str) -> N
 
 
 def unused_variables(lines: list[str]) -> list[str]:
-    """CMake's "Manually-specified variables were not used by the project" list."""
     names: list[str] = []
     for i, line in enumerate(lines):
         if UNUSED_HEADER in line:

@@ -1,28 +1,22 @@
-"""A CUDA toolkit as a lane links against it: the unversioned library links CMake's
-FindCUDAToolkit looks for, and the driver link stub of a host without a driver.
+"""A CUDA toolkit as a lane links against it. NVIDIA's wheels ship only versioned libraries
+(`libcudart.so.13`) and no `libcuda` (the driver's, which `CUDA::cuda_driver` names), so
+in the lane's build directory:
 
-NVIDIA's wheels (`nvidia/cu13`, `nvidia/cuda_runtime`, ...) ship only versioned
-libraries (`libcudart.so.13`), and no wheel ships `libcuda` (the driver's library, which
-`CUDA::cuda_driver` names). So, in the lane's build directory (never in site-packages):
+* `dgr-cuda/lib/` holds `lib<name>.so` links to each versioned-only library, first on
+  CMake's library path;
+* `dgr-cuda/stubs/` holds `libcuda.so` (soname `libcuda.so.1`): every function `cuda.h`
+  declares, returning `CUDA_ERROR_STUB_LIBRARY` (34), as NVIDIA's `lib64/stubs/libcuda.so`
+  does; none with a real driver. Named `stubs` as NVIDIA's is: CMake's FindCUDAToolkit
+  imports a library under `/stubs/` for the linker only, never as a RUNPATH entry.
 
-* `dgr-cuda/lib/` holds `lib<name>.so` links to each versioned-only library of the
-  toolkit's library directories, first on CMake's library path;
-* `dgr-cuda/stubs/` holds `libcuda.so` (soname `libcuda.so.1`, and a `libcuda.so.1` link):
-  every function the toolkit's `cuda.h` declares, each returning
-  `CUDA_ERROR_STUB_LIBRARY` (34), as NVIDIA's own `lib64/stubs/libcuda.so` does. It is
-  passed as `CUDA_cuda_driver_LIBRARY`; with a real driver library on the host none is made.
-  The directory is named `stubs` as NVIDIA's is: CMake's FindCUDAToolkit imports a
-  library under `/stubs/` for the linker only, never as a RUNPATH entry.
-
-The stub's directory and the toolkit's library directories go on the link path only
-(`-Wl,-rpath-link`): an executable linking a library that needs `libcuda.so.1` links,
-and no binary's RUNPATH names the build machine. The binaries record `NEEDED
-libcuda.so.1` and load the real driver at run time. (`-Wl,--allow-shlib-undefined`,
+These directories go on the link path only (`-Wl,-rpath-link`): no binary's RUNPATH names
+the build machine, and the real driver loads at run time. (`-Wl,--allow-shlib-undefined`,
 which llama.cpp's CUDA container build passes, would hide real link errors.)
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -104,28 +98,13 @@ class CudaLink(Struct, frozen=True):
         return shlex.quote(f"-L{self.nvcc_lib}") if self.nvcc_lib else ""
 
     @property
-    def link_dirs(self) -> list[str]:
-        """The stub's and the toolkit's library directories: the link path, never a RUNPATH."""
+    def link_dirs(self) -> list[str]:  # the link path, never a RUNPATH
         return list(
             dict.fromkeys([*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs])
         )
 
     def link_flags(self) -> str:
-        """The link path of every executable and library: never a RUNPATH."""
         return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in self.link_dirs)
-
-
-def _listing(directory: Path) -> list[str]:
-    try:
-        with os.scandir(directory) as it:
-            names = []
-            for entry in it:
-                names.append(entry.name)
-                if len(names) > MAX_DIR_ENTRIES:
-                    break
-            return sorted(names)
-    except OSError:
-        return []
 
 
 def find_driver(lib_dirs: tuple[str, ...], system: tuple[str, ...] = DRIVER_DIRS) -> str | None:
@@ -145,12 +124,16 @@ def plan(
     driver: str | None,
     nvcc: str | None = None,
 ) -> CudaLink:
-    """The lane's CUDA link setup (nothing written): the links every versioned-only
-    library of `lib_dirs` needs, the stub unless `driver` is a real one, and nvcc's
-    library directory where its profile looks in a `lib64` the toolkit lacks."""
+    """The lane's CUDA link setup (nothing written); nvcc's library directory where its
+    profile looks in a `lib64` the toolkit lacks."""
     links: dict[str, str] = {}
     for d in lib_dirs:
-        names = set(_listing(Path(d)))
+        names: set[str] = set()
+        with contextlib.suppress(OSError), os.scandir(d) as it:
+            for entry in it:
+                names.add(entry.name)
+                if len(names) > MAX_DIR_ENTRIES:
+                    break
         for name in sorted(names):
             m = _VERSIONED.fullmatch(name)
             if m and f"lib{m.group(1)}.so" not in names:
@@ -170,8 +153,8 @@ def plan(
 
 
 def stub_functions(text: bytes, shown: str) -> list[str]:
-    """Every function name `cuda.h` declares, and each versioned or per-thread name its
-    macros send callers to; sorted. A name that is not a C identifier is exit 2."""
+    """Every function `cuda.h` declares and each versioned or per-thread name its macros
+    send callers to, sorted; a name that is not a C identifier is exit 2."""
 
     def refused(problem: str) -> BadInput:
         return BadInput(
@@ -198,18 +181,9 @@ def stub_functions(text: bytes, shown: str) -> list[str]:
     return sorted(names)
 
 
-def stub_source(names: list[str]) -> str:
-    lines = [
-        "/* dgr-forge: link stub for libcuda.so.1, generated from the toolkit's cuda.h.",
-        "   Every function returns CUDA_ERROR_STUB_LIBRARY; never shipped, never loaded. */",
-    ]
-    lines += [f"int {n}(void) {{ return {CUDA_ERROR_STUB_LIBRARY}; }}" for n in names]
-    return "\n".join(lines) + "\n"
-
-
 def prepare(link: CudaLink, cc: str) -> None:
-    """Write the links and the stub (compiled with the lane's C compiler `cc`): a no-op
-    when they are there (a toolkit that changed is a new program, a fresh build dir)."""
+    """Write the links and the stub (compiled with `cc`): a no-op when they are there (a
+    toolkit that changed is a new program, a fresh build dir)."""
     links_dir = link.links_dir
     links_dir.mkdir(parents=True, exist_ok=True)
     for name, target in link.links:
@@ -225,7 +199,15 @@ def prepare(link: CudaLink, cc: str) -> None:
     text = read_regular(Path(link.cuda_h), what="CUDA header", hint=hint, limit=MAX_HEADER_BYTES)
     source = stub_dir / "libcuda-stub.c"
     stub_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(source, stub_source(stub_functions(text, link.cuda_h)).encode())
+    lines = [
+        "/* dgr-forge: link stub for libcuda.so.1, generated from the toolkit's cuda.h.",
+        "   Every function returns CUDA_ERROR_STUB_LIBRARY; never shipped, never loaded. */",
+    ]
+    lines += [
+        f"int {n}(void) {{ return {CUDA_ERROR_STUB_LIBRARY}; }}"
+        for n in stub_functions(text, link.cuda_h)
+    ]
+    atomic_write_bytes(source, ("\n".join(lines) + "\n").encode())
     tmp = stub_dir / "libcuda.so.tmp"
     # relative names, run in its directory: the same bytes in every workspace
     cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", tmp.name, source.name]
@@ -243,7 +225,7 @@ def prepare(link: CudaLink, cc: str) -> None:
 
 
 def recorded(link: CudaLink | None) -> list[tuple[Path, str]]:
-    """The stub as a build input: (its path, sha256); none with a real driver."""
+    """The stub as a build input."""
     if link is None or link.stub is None or not link.stub.is_file():
         return []
     digest = sha256_regular(

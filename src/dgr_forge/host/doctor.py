@@ -1,9 +1,5 @@
-"""Host probes: which tools and libraries this machine has, and so which lanes it can build.
-
-The probes are data (`toolchains/probes.toml`); recipes name them in `[requires]`. `build`
-runs the same checks before it creates anything, so `doctor` and `build` never disagree
-about a lane.
-"""
+"""Which tools and libraries this machine has (`toolchains/probes.toml`), and so which
+lanes it can build: `build` runs the same checks, so `doctor` and `build` never disagree."""
 
 from __future__ import annotations
 
@@ -65,11 +61,12 @@ class LaneCheck(Struct):
             self.summary = "buildable"
             return
         parts = [] if self.host_os_ok else [f"needs {'/'.join(self.host_os)}"]
-        parts += [_short(item.description) for item in self.missing]
+        parts += [item.description.split(" (")[0] for item in self.missing]
         self.summary = "missing " + ", ".join(parts) if self.host_os_ok else "; ".join(parts)
 
     def reasons(self) -> list[str]:
-        """One line per missing thing, with its install hint."""
+        """One line per missing thing, with each way to get it as the command to run (a
+        system the forge has no command for, e.g. macOS's Xcode, as its names)."""
         lines: list[str] = []
         if not self.host_os_ok:
             lines.append(
@@ -78,14 +75,13 @@ class LaneCheck(Struct):
             )
         for item in self.missing:
             lines.append(f"{item.description} ({item.kind} {item.name}): {item.detail}")
-            hint = install_hint(item.packages)
+            hint = " · ".join(
+                f"{system}: {INSTALL_COMMANDS.get(system, '{}').format(' '.join(names))}"
+                for system, names in item.packages.items()
+            )
             if hint:
                 lines.append(f"  install: {hint}")
         return lines
-
-
-def _short(description: str) -> str:
-    return description.split(" (")[0]
 
 
 # the exact command of each way to get a package: `{}` is the names
@@ -100,18 +96,6 @@ INSTALL_COMMANDS = {
     "cargo": "cargo install {}",
     "forge": "dgr-forge {} (the toolkit this root pins, toolchains/cuda.lock)",
 }
-
-
-def install_hint(packages: dict[str, list[str]]) -> str:
-    """Each way to get it, as the command to run (a system the forge has no command for,
-    e.g. macOS's Xcode, is shown as its names)."""
-    return " · ".join(
-        f"{system}: {INSTALL_COMMANDS.get(system, '{}').format(' '.join(names))}"
-        for system, names in packages.items()
-    )
-
-
-# ----------------------------------------------------------------------------- probing
 
 
 def _expand(entry: str) -> str | None:
@@ -143,15 +127,10 @@ def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
 
 
 def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
-    """A directory an installed wheel ships binaries in.
-
-    "pkg/sub/dir": inside the package, found without importing it (importing the cmake
-    wheel costs ~0.1 s, too much for a no-op build): first under `sites` (the toolkit
-    `toolchain install` put in its prefix), then in this Python's environment, every
-    portion of a namespace package (`nvidia/cu13`, `nvidia/cublas`); "@scripts": this
-    Python's scripts directory; "module:ATTR": the attribute of the imported module (the
-    slow fallback).
-    """
+    """A directory an installed wheel ships binaries in. "pkg/sub/dir": found without
+    importing it (the cmake wheel's import costs ~0.1 s of a no-op build), first under
+    `sites` (`toolchain install`'s prefix), then in every portion of a namespace package
+    here; "@scripts": this Python's; "module:ATTR": the imported module's attribute."""
     if spec == "@scripts":
         return sysconfig.get_path("scripts")
     if ":" not in spec:
@@ -199,13 +178,7 @@ class Doctor:
         self._results: dict[str, ProbeResult] = {}
         self._versions: dict[str, str | None] = {}
 
-    def _hint_dirs(self, hints: tuple[str, ...]) -> list[str]:
-        """The hints' directories: absolute, outside the checkout, else left out."""
-        found = [d for d in (_expand(h) for h in hints) if d and os.path.isabs(d)]
-        return [d for d in found if not _inside(d, self._fenced)]
-
-    def _probe(self, kind: str, name: str) -> ProbeResult:
-        """The probe `name` of `kind` (`tool` or `library`), run once per process."""
+    def _probe(self, kind: str, name: str) -> ProbeResult:  # once per process
         key = f"{kind}:{name}"
         if key not in self._results:
             table = self.probes.tools if kind == "tool" else self.probes.libraries
@@ -245,7 +218,9 @@ class Doctor:
                 )
                 if found:
                     return result(True, found, found)
-        hints = self._hint_dirs(probe.hints)
+        # absolute, outside the checkout, else left out
+        found_dirs = [d for d in (_expand(h) for h in probe.hints) if d and os.path.isabs(d)]
+        hints = [d for d in found_dirs if not _inside(d, self._fenced)]
         dirs += hints
         for exe in probe.executables:
             found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None
@@ -254,8 +229,10 @@ class Doctor:
             if found:
                 return result(True, found, found)
         if probe.find_command:
-            path = self._find_command(probe.find_command)
-            if path:
+            finder = shutil.which(probe.find_command[0], path=self.path_env)
+            proc = run_probe([finder, *probe.find_command[1:]]) if finder else None
+            path = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+            if path and Path(path).exists():
                 return result(True, path, path)
         where = " or ".join(probe.executables) or " ".join(probe.find_command)
         looked = "PATH" if probe.path_search else ""
@@ -263,18 +240,7 @@ class Doctor:
             looked = ", ".join(dirs) + (" and PATH" if probe.path_search else "")
         return result(False, None, f"{where} not found in {looked}")
 
-    def _find_command(self, command: tuple[str, ...]) -> str | None:
-        exe = shutil.which(command[0], path=self.path_env)
-        if exe is None:
-            return None
-        proc = run_probe([exe, *command[1:]])
-        if proc is None or proc.returncode != 0:
-            return None
-        path = proc.stdout.strip()
-        return path if path and Path(path).exists() else None
-
-    def version(self, name: str) -> str | None:
-        """The tool's version (runs it once; None when unknown)."""
+    def version(self, name: str) -> str | None:  # runs it once
         if name in self._versions:
             return self._versions[name]
         result = self.tool(name)
@@ -332,14 +298,10 @@ class Doctor:
             lib = None
             if probe.names:
                 lib = next(
-                    (
-                        path
-                        for d in probe.lib_dirs
-                        for n in probe.names
-                        for path in _library_files(root / d, n)
-                    ),
+                    (path for d in probe.lib_dirs for n in probe.names
+                     for path in _library_files(root / d, n)),
                     None,
-                )
+                )  # fmt: skip
                 if lib is None:
                     continue
             shown = str(lib or include)
@@ -348,7 +310,6 @@ class Doctor:
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
         return result(False, None, f"{wanted} not found under {looked}")
 
-    # -- helpers --
     def _packages(
         self, packages: dict[str, tuple[str, ...]], probe: str = ""
     ) -> dict[str, list[str]]:
@@ -385,7 +346,7 @@ class Doctor:
         )
 
     def launcher(self) -> ProbeResult | None:
-        """ccache, else sccache, when present: the compiler launcher builds use."""
+        """ccache, else sccache: the compiler launcher builds use."""
         for name in ("ccache", "sccache"):
             if name in self.probes.tools:
                 result = self.tool(name)

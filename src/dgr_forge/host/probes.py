@@ -1,10 +1,7 @@
-"""The probe file, `toolchains/probes.toml`: which tools and libraries a lane may ask
-for, and how `doctor` looks for each, read once into typed probes and checked.
-
-A probe runs only a fixed form (`--version`-like arguments, a `find_command` of a known
-program), looks only under system prefixes or `$VAR/...` hints naming a toolchain
-installation, and imports only the wheels named in `PYTHON_MODULES`: the data cannot
-make the forge run or import anything else (tests/security/test_probes.py).
+"""`toolchains/probes.toml`: which tools and libraries a lane may ask for, and how `doctor`
+looks for each. It comes with the checkout (a pull request may change it), so a probe is
+data: fixed version queries and lookups, system prefixes or `$VAR/...` hints naming a
+toolchain, only the wheels in `PYTHON_MODULES` (tests/security/test_probes.py).
 """
 
 from __future__ import annotations
@@ -17,9 +14,6 @@ from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fa
 
 SCHEMA = 1
 
-
-# -- the file as written is the record (its keys, types, defaults, meanings: declared once,
-# here); a probe's name is its key, its description that name when the file gives none
 
 Strings = tuple[str, ...]
 Packages = Annotated[
@@ -85,12 +79,8 @@ class Probes(Record, frozen=True):
     libraries: Annotated[dict[str, LibraryProbe], about("by probe name")] = {}  # noqa: RUF012
 
 
-SHAPE = Probes  # docs/json-schema/toml/ is generated from it
-
-
 def load_probes(path: Path, shown: str | None = None, *, root: Path | None = None) -> Probes:
-    """Parse probes.toml strictly: unknown keys and wrong types are exit 2; under `root`
-    (the forge root) a link is refused, never read."""
+    """Under `root` (the forge root) a link is refused, never read."""
     shown = shown or str(path)
     _, data = Checker(shown).load(
         path,
@@ -103,7 +93,7 @@ def load_probes(path: Path, shown: str | None = None, *, root: Path | None = Non
         key = f"tools.{name}"
         if not t.executables and not t.find_command:
             raise fail(shown, key, "needs executables or find_command", 'executables = ["..."]')
-        _check_data(shown, key, t)
+        _refuse_commands(shown, key, t)
     for name, lib in doc.libraries.items():
         for where in lib.roots:
             wheel = where.removeprefix("python:")
@@ -118,11 +108,8 @@ def load_probes(path: Path, shown: str | None = None, *, root: Path | None = Non
     return doc
 
 
-# ----------------------------------------------------------------------------- probes are data
-# A probe file comes with the checkout (a pull request may change it), and `lanes`,
-# `doctor`, `presets --print` run its probes: so it may only name programs, never a
-# command. A program is a plain name looked up in known places; it is asked its version
-# with one of a few fixed argument lists; `find_command` is one of the forms below.
+# A program is a plain name looked up in known places, asked its version with one of a
+# few fixed argument lists; `find_command` is one of the forms below.
 _PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")
 VERSION_ARGS = {("--version",), ("-dumpfullversion",), ("-dumpversion",), ("-version",)}
 FIND_COMMANDS = {  # the program and its fixed arguments; "{}" is a program name
@@ -146,18 +133,7 @@ TOOLCHAIN_VARS = frozenset(
 )  # fmt: skip
 
 
-def _fixed_form(command: tuple[str, ...]) -> bool:
-    for form in FIND_COMMANDS:
-        if len(form) == len(command) and all(
-            f == a or (f == "{}" and _PROGRAM.fullmatch(a))
-            for f, a in zip(form, command, strict=True)
-        ):
-            return True
-    return False
-
-
-def _check_data(shown: str, key: str, t: ToolProbe) -> None:
-    """Exit 2 naming the key for anything in a tool probe that is a command, not data."""
+def _refuse_commands(shown: str, key: str, t: ToolProbe) -> None:
     for exe in t.executables:
         if not _PROGRAM.fullmatch(exe):
             raise fail(
@@ -166,7 +142,15 @@ def _check_data(shown: str, key: str, t: ToolProbe) -> None:
                 f"{exe[:60]!r} is not a program name (no paths, options or spaces)",
                 'name the program, e.g. executables = ["gcc"]',
             )
-    if t.find_command and not _fixed_form(t.find_command):
+    fixed = any(
+        len(form) == len(t.find_command)
+        and all(
+            f == a or (f == "{}" and _PROGRAM.fullmatch(a))
+            for f, a in zip(form, t.find_command, strict=True)
+        )
+        for form in FIND_COMMANDS
+    )
+    if t.find_command and not fixed:
         forms = "; ".join(" ".join(f).replace("{}", "NAME") for f in sorted(FIND_COMMANDS))
         raise fail(
             shown,

@@ -1,38 +1,10 @@
-"""Backend lane recipes: `recipes/<lane>.toml`, one declarative file per lane.
+"""Backend lane recipes: `recipes/<lane>.toml`, one declarative file per lane (its keys:
+docs/inputs.md). Every command reads them through `load_all`, so a new recipe file is a
+new lane everywhere with no code change.
 
-A recipe says what to pass to CMake (upstream's own option names), what the host must
-have, where it can build, and how CI should run it. `build`, `doctor`, `lanes`, `check`
-and `ci` all read recipes through `load_all`, so a new recipe file is a new lane
-everywhere with no code change.
-
-    schema = 1
-    [lane]
-    backend = "CUDA"                       # human name of the backend
-    description = "NVIDIA GPUs via CUDA"
-    host_os = ["linux", "windows"]         # platform.system().lower() values
-    toolchain = "gcc"                      # toolchains/<name>.cmake (optional)
-    [cmake]
-    options = { GGML_CUDA = "ON", GGML_NATIVE = "OFF" }
-    targets = []                           # default targets; empty = CMake's default
-    [requires]
-    tools = ["nvcc"]                       # probe names from toolchains/probes.toml
-    libraries = ["cublas"]
-    [ci]
-    runs_on = ["ubuntu-24.04"]             # GitHub runner labels
-    gitlab_tags = ["saas-linux-small-amd64"]   # GitLab runner tags (default: by host_os)
-    container = "nvidia/cuda:12.6.2-devel-ubuntu24.04"   # optional
-    image_digest = "sha256:<64 hex>"       # optional: pull `container` by this digest
-    packages = ["libvulkan-dev", "glslc"]  # optional: apt packages the job installs first
-    certify_runs_on = ["self-hosted", "gpu-cuda"]  # optional: a certify job on this hardware
-    [certify]                              # optional: the lane's certification suite
-    targets = ["test-backend-ops"]         # (see certify/suite.py)
-
-Option values are data, not CMake arguments: a small safe character set (no `;`,
-whitespace, `$`, quotes, backslash, control characters, no leading `-`); a CMake list is
-written as a TOML array and joined here. Variables the forge sets itself (toolchain file,
-make program, compilers and launchers, module path, `DGR_*`) or that load code
-(`CMAKE_PROJECT_*INCLUDE*`, `CMAKE_USER_MAKE_RULES_OVERRIDE*`) are refused, and
-`lane.toolchain` is a bare file name in `toolchains/` that must resolve inside the root.
+Option values are data, not CMake arguments: a small safe character set, a CMake list
+written as a TOML array. Variables the forge sets itself or that load code are refused,
+and `lane.toolchain` is a bare file name in `toolchains/` that must resolve inside the root.
 """
 
 from __future__ import annotations
@@ -52,7 +24,7 @@ SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Option values: one CMake word, never a list separator, generator expression, variable
-# reference or argument; lists are TOML arrays (joined with `;` by `_option_value`).
+# reference or argument; lists are TOML arrays (joined with `;` by `_option`).
 _SAFE_VALUE = re.compile(r"[A-Za-z0-9_.+:/=@,%^~-]*")
 _MAX_VALUE = 1024
 # Variables the forge sets (toolchain, make program, compilers, launchers, its own DGR_*)
@@ -76,27 +48,10 @@ _PROGRAM_KEYS = re.compile(
 # that runs a program or reads a file the report does not record.
 _FLAG_KEYS = re.compile(r"CMAKE_\w*FLAGS\w*|\w+_FLAGS")
 _FILE_FLAGS = (
-    "@",
-    "-wrapper",
-    "-specs",
-    "--specs",
-    "-B",
-    "-fplugin",
-    "--sysroot",
-    "-isysroot",
-    "-imacros",
-    "-include",
-    "-iprefix",
-    "-iwithprefix",
-    "-fuse-ld",
-    "--ld-path",
-    "-Xlinker",
-    "-Wl,@",
-    "-Wl,-plugin",
-    "-Wl,--plugin",
-    "-fprofile-use",
-    "-fauto-profile",
-)
+    "@", "-wrapper", "-specs", "--specs", "-B", "-fplugin", "--sysroot", "-isysroot",
+    "-imacros", "-include", "-iprefix", "-iwithprefix", "-fuse-ld", "--ld-path", "-Xlinker",
+    "-Wl,@", "-Wl,-plugin", "-Wl,--plugin", "-fprofile-use", "-fauto-profile",
+)  # fmt: skip
 TOOLCHAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # container image references and runner labels/tags: no whitespace, quotes or `$`
@@ -109,9 +64,6 @@ GITLAB_DEFAULT_TAGS = {
     "linux": ("saas-linux-small-amd64",),
 }
 
-
-# -- the file as written is the record (its keys, types, defaults, meanings: declared once,
-# here); its derived values are `Recipe`'s properties
 
 Words = tuple[str, ...]
 # one option value: a CMake word (a bool is ON/OFF); a TOML array is a CMake list
@@ -311,12 +263,11 @@ class Recipe(Record, frozen=True):
 
     @property
     def name(self) -> str:
-        """The lane's name: the file's stem."""
         return self.path.stem
 
     @cached_property
     def cmake_options(self) -> dict[str, str]:
-        """`[cmake] options` as CMake sees them, each checked (`_option`)."""
+        """`[cmake] options` as CMake sees them, each checked."""
         return {k: _option(self.shown, k, v) for k, v in self.cmake.options.items()}
 
     @property
@@ -338,11 +289,7 @@ class Recipe(Record, frozen=True):
         return f"{container.split('@', 1)[0]}@{digest}"
 
     def cmake_args(self) -> list[str]:
-        """`-DNAME=VALUE` for each option, in a stable (sorted) order."""
         return [f"-D{k}={v}" for k, v in sorted(self.cmake_options.items())]
-
-
-SHAPE = Recipe  # docs/json-schema/toml/ is generated from it
 
 
 def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> Recipe:
@@ -388,8 +335,7 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
 
 
 def _option(shown: str, name: str, value: str | int | bool | list[str | int | bool]) -> str:
-    """`[cmake] options.NAME` as CMake sees it: a variable a recipe may set, one safe
-    value (a `;`-joined list for an array; a flags variable one flag)."""
+    """A variable a recipe may set, one safe value (an array `;`-joined; a flag one flag)."""
     key = f"cmake.options.{name}"
     if not CMAKE_NAME.fullmatch(name):
         raise fail(shown, key, "not a CMake variable name", "fix the name")
@@ -410,7 +356,11 @@ def _option(shown: str, name: str, value: str | int | bool | list[str | int | bo
             "remove it; set programs in a toolchain file under toolchains/ and name it "
             'with lane.toolchain = "<name>" (a compiler cache: --cache)',
         )
-    text = _option_value(shown, key, value)
+    fix = 'one word per value; write a CMake list as a TOML array: KEY = ["a", "b"]'
+    if isinstance(value, list) and not value:
+        raise fail(shown, key, "empty list", "remove the option or give values")
+    items = value if isinstance(value, list) else [value]
+    text = ";".join(_option_word(shown, key, v, isinstance(value, list), fix) for v in items)
     if _FLAG_KEYS.fullmatch(name):  # (`@loader_path` elsewhere is an rpath, not a file)
         for word in text.split(";"):
             check_flag_word(shown, key, word)
@@ -439,7 +389,6 @@ def check_flag_word(shown: str, key: str, word: str) -> None:
 
 
 def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> None:
-    """`[ci].key`: each one CI word (no spaces, quotes, `$`, ...)."""
     for word in words:
         if not pattern.fullmatch(word) or len(word) > 200:
             raise fail(
@@ -447,21 +396,10 @@ def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> None
             )
 
 
-def _option_value(shown: str, key: str, value: str | int | bool | list[str | int | bool]) -> str:
-    """One option's value as CMake sees it; a TOML array becomes a `;`-joined CMake list."""
-    if isinstance(value, list):
-        if not value:
-            raise fail(shown, key, "empty list", "remove the option or give values")
-        parts = [_option_word(shown, key, item, in_list=True) for item in value]
-        return ";".join(parts)
-    return _option_word(shown, key, value, in_list=False)
-
-
-def _option_word(shown: str, key: str, value: str | int | bool, *, in_list: bool) -> str:
+def _option_word(shown: str, key: str, value: str | int | bool, in_list: bool, fix: str) -> str:
     if isinstance(value, bool):
         return "ON" if value else "OFF"
     text = str(value)
-    fix = 'one word per value; write a CMake list as a TOML array: KEY = ["a", "b"]'
     if len(text) > _MAX_VALUE:
         raise fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
     if in_list and not text:
@@ -482,38 +420,29 @@ def _option_word(shown: str, key: str, value: str | int | bool, *, in_list: bool
 
 
 def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
-    """Every recipe in the directory, by lane name, sorted by name."""
+    """By lane name, sorted."""
     if not recipes_dir.is_dir():
         raise BadInput(f"{recipes_dir}: no recipes directory", hint="create recipes/<lane>.toml")
     recipes: dict[str, Recipe] = {}
     for path in sorted(recipes_dir.glob("*.toml")):
         shown = str(path.relative_to(root)) if root and path.is_relative_to(root) else str(path)
-        recipe = load(path, shown, root=root)
-        if root is not None:
-            _toolchain_inside(recipe, root, shown)
-        recipes[path.stem] = recipe
+        recipes[path.stem] = recipe = load(path, shown, root=root)
+        if root is None or recipe.lane.toolchain is None:
+            continue
+        # it may be a symlink, never to a file outside the root (missing: build's message)
+        chain = root / "toolchains" / f"{recipe.lane.toolchain}.cmake"
+        if chain.is_symlink() and not (real := chain.resolve()).is_relative_to(root.resolve()):
+            raise fail(
+                shown,
+                "lane.toolchain",
+                f"toolchains/{chain.name} is a symlink to {real}, outside the forge root",
+                "commit the toolchain file itself under toolchains/",
+            )
     return recipes
 
 
-def _toolchain_inside(recipe: Recipe, root: Path, shown: str) -> None:
-    """`toolchains/<name>.cmake` may be a symlink, but never to a file outside the root."""
-    if recipe.lane.toolchain is None:
-        return
-    path = root / "toolchains" / f"{recipe.lane.toolchain}.cmake"
-    if not path.is_symlink():
-        return  # a missing file is build's message (it names the toolchains it has)
-    real, top = path.resolve(), root.resolve()
-    if not real.is_relative_to(top):
-        raise fail(
-            shown,
-            "lane.toolchain",
-            f"toolchains/{path.name} is a symlink to {real}, outside the forge root",
-            "commit the toolchain file itself under toolchains/",
-        )
-
-
 def select(recipes: dict[str, Recipe], lanes: list[str]) -> list[Recipe]:
-    """The recipes for the named lanes (all when none named); an unknown lane is exit 2."""
+    """The named lanes' recipes (none named: all); an unknown lane is exit 2."""
     if not lanes:
         return list(recipes.values())
     unknown = [lane for lane in lanes if lane not in recipes]

@@ -1,13 +1,9 @@
 """A pinned CUDA toolkit: `toolchains/cuda.lock` names every wheel of NVIDIA's
-`cuda-toolkit` by name, version and sha256; `dgr-forge toolchain install cuda` installs
-exactly those with `pip --require-hashes` into a forge-managed prefix outside the root.
-
-The prefix is named by the lock's digest (`<toolchains home>/cuda-<digest>/`), so a root
-whose lock is unchanged finds its toolkit again (`doctor` looks there first) and a re-run
-is a no-op; pip installs into a scratch directory renamed into place only when every
-wheel matched its hash, so a mismatch installs nothing. The home is `$DGR_TOOLCHAINS_DIR`,
-else `$XDG_DATA_HOME/dgr-forge/toolchains` (`~/.local/share/...`), and never lies inside
-the root or the workspace.
+`cuda-toolkit` by name, version and sha256; `toolchain install cuda` installs exactly
+those (`pip --require-hashes`) into `<home>/cuda-<lock digest>/`, outside the root, so an
+unchanged lock finds its toolkit again. pip installs into a scratch directory renamed
+into place only when every wheel matched, so a mismatch installs nothing. The home is
+`$DGR_TOOLCHAINS_DIR`, else `$XDG_DATA_HOME/dgr-forge/toolchains`.
 """
 
 from __future__ import annotations
@@ -68,9 +64,6 @@ class Lock(Record, frozen=True):
         return {n: v for n, v, _ in self.wheels}
 
 
-SHAPE = Lock  # docs/json-schema/toml/ is generated from it
-
-
 class Wheel(Struct, frozen=True):
     name: Annotated[str, d("the wheel's project name on the index")]
     version: Annotated[str, d("its exact version")]
@@ -91,8 +84,7 @@ class InstallResult(Form, kw_only=True, forbid_unknown_fields=True):
 
 
 def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
-    """The lock, strictly: a wheel named by URL or path, a loose version, a bad hash: exit 2;
-    `root`: the forge root it lies under (no link below it is followed)."""
+    """A wheel named by URL or path, a loose version, a bad hash: exit 2."""
     raw, data = Checker(shown).load(
         path, what="toolkit lock", hint="restore toolchains/cuda.lock from the repository",
         root=root,
@@ -141,8 +133,8 @@ def prefix_for(lock_sha256: str) -> Path:
 
 
 def installed_site(lock_path: Path) -> Path | None:
-    """The installed prefix's site directory for the root's lock, when it is installed
-    (what `doctor` searches first); None without a lock or an install. Cheap: one hash."""
+    """The installed prefix's site directory for the root's lock (`doctor` searches it
+    first); None without a lock or an install. Cheap: one hash."""
     if not lock_path.is_file():
         return None
     try:
@@ -177,17 +169,6 @@ def _refuse_inside(prefix: Path, fenced: tuple[Path, ...]) -> None:
             )
 
 
-def _requirements(lock: Lock) -> str:
-    hashes: dict[tuple[str, str], list[str]] = {}
-    for name, version, sha in lock.wheels:
-        hashes.setdefault((name, version), []).append(sha)
-    lines = [
-        f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in shas)
-        for (name, version), shas in hashes.items()
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def install(
     lock: Lock,
     shown: str,
@@ -196,8 +177,7 @@ def install(
     offline: bool = False,
     wheelhouse: Path | None = None,
 ) -> InstallResult:
-    """Install the lock's wheels into its prefix (a no-op when there); exit 1 when pip
-    refuses (a hash mismatch), with nothing installed."""
+    """A no-op when installed; exit 1 when pip refuses (a hash mismatch), nothing installed."""
     prefix = prefix_for(lock.sha256)
     _refuse_inside(prefix.parent, fenced)
     if wheelhouse is not None and not wheelhouse.is_dir():
@@ -248,8 +228,16 @@ def install(
 
 
 def _pip(lock: Lock, scratch: Path, *, offline: bool, wheelhouse: Path | None) -> None:
+    hashes: dict[tuple[str, str], list[str]] = {}
+    for name, version, sha in lock.wheels:
+        hashes.setdefault((name, version), []).append(sha)
     requirements = scratch / "requirements.txt"
-    requirements.write_text(_requirements(lock))
+    requirements.write_text(
+        "".join(
+            f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in shas) + "\n"
+            for (name, version), shas in hashes.items()
+        )
+    )
     cmd = [sys.executable, "-m", "pip", "install", "--require-hashes", "--no-deps",
            "--only-binary=:all:", "--no-compile", "--no-input", "--disable-pip-version-check",
            "--target", str(scratch / "site"), "-r", str(requirements)]  # fmt: skip

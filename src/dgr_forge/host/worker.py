@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import msgspec
-from msgspec import Struct
 
 from dgr_forge.attest.records import WorkerSource
 from dgr_forge.core import gitutil
@@ -19,7 +18,7 @@ from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.gitutil import HEX40
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.tominput import Checker, Shape, Version1, about, decode, fail, shown_value
+from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail, shown_value
 from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.workspace import remove_partial_objects
 
@@ -28,10 +27,7 @@ WORKER_DIR = "shard-worker"
 PIN_REF = "refs/dgr/worker-pin"  # the commit the forge last checked out there
 
 
-# -- the file as written: a path worker, or a git one (url + exact commit)
-
-
-class _Worker(Shape):
+class _Worker(Record, frozen=True):
     """The worker: a directory of the root, or a git repository at an exact commit."""
 
     path: (
@@ -42,7 +38,7 @@ class _Worker(Shape):
     commit: Annotated[str, about("the exact 40-hex commit of `url` to build")] | None = None
 
 
-class _Manifest(Shape):
+class Manifest(Record, frozen=True):
     """`manifests/shard-worker.toml`: the CMake project a build builds on the patched
     upstream (without it, the upstream's own targets)."""
 
@@ -50,16 +46,14 @@ class _Manifest(Shape):
     worker: _Worker = msgspec.field(default_factory=_Worker)
 
 
-SHAPE = _Manifest  # the file as written: docs/json-schema/toml/ is generated from it
+class WorkerSpec(_Worker, frozen=True):
+    """`[worker]` (or --worker) as resolved: `source_dir` is where CMake reads it."""
 
+    source_dir: Path = msgspec.field(default_factory=Path)
 
-class WorkerSpec(Struct, frozen=True):
-    """What the manifest (or --worker) names; `source_dir` is where CMake reads it."""
-
-    location: str  # as shown in reports: a root-relative path, or the git URL
-    source_dir: Path
-    url: str | None = None
-    commit: str | None = None
+    @property
+    def location(self) -> str:  # as reports show it: a root-relative path, or the git URL
+        return self.url or self.path or ""
 
     @property
     def identity(self) -> str:
@@ -77,18 +71,18 @@ def _check_dir(path: Path, shown: str) -> None:
 
 
 def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
-    """The worker to build, or None to build the upstream's own targets."""
+    """None: build the upstream's own targets."""
     if override is not None:
         path = override.resolve()
         _check_dir(path, str(override))
-        return WorkerSpec(location=forge.rel(path), source_dir=path)
+        return WorkerSpec(path=forge.rel(path), source_dir=path)
     manifest = forge.root / MANIFEST
     if not manifest.is_file():
         return None
     _, data = Checker(MANIFEST).load(
         manifest, what="worker manifest", hint="restore it or remove it", root=forge.root
     )
-    table = decode(MANIFEST, data, _Manifest).worker
+    table = decode(MANIFEST, data, Manifest).worker
     raw_path, url, commit = table.path, table.url, table.commit
     if raw_path is not None and url is not None:
         raise fail(MANIFEST, "worker", "both path and url given", "keep one of them")
@@ -97,7 +91,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
             raise fail(MANIFEST, "worker.path", "must be a non-empty string", 'path = "worker"')
         full = (forge.root / raw_path).resolve()
         _check_dir(full, raw_path)
-        return WorkerSpec(location=raw_path, source_dir=full)
+        return WorkerSpec(path=raw_path, source_dir=full)
     if url is not None:
         if not url:
             raise fail(MANIFEST, "worker.url", "must be a non-empty string", "quote the URL")
@@ -109,9 +103,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
                 "pin the worker to `git rev-parse <rev>` of the commit to build",
             )
         check_url(url, f"{MANIFEST}: [worker] url")  # data, never a git option
-        return WorkerSpec(
-            location=url, source_dir=forge.src_dir(WORKER_DIR), url=url, commit=commit
-        )
+        return WorkerSpec(url=url, commit=commit, source_dir=forge.src_dir(WORKER_DIR))
     if commit is not None:
         raise fail(
             MANIFEST, "worker.commit", "commit without url", "add url = ... or remove commit"
@@ -150,29 +142,20 @@ def ensure_worker(
     src.mkdir(parents=True, exist_ok=True)
     if not (src / ".git").exists():
         gitutil.git(src, "init", "-q")
-    if not gitutil.has_object(src, spec.commit):
-        shallow = gitutil.git(
-            src,
-            "fetch",
-            "-q",
-            "--depth",
-            "1",
-            "--",
-            spec.url,
-            spec.commit,
-            check=False,
-            isolated=False,
+    # the commit alone, else the whole repository
+    for how in (("--depth", "1", "--", spec.url, spec.commit), ("--", spec.url)):
+        if gitutil.has_object(src, spec.commit):
+            break
+        done = gitutil.git(src, "fetch", "-q", *how, check=False, isolated=False)
+        if done.returncode == 0:
+            break
+        remove_partial_objects(src / ".git")  # a failed transfer's partial pack
+    else:
+        raise OperationFailed(
+            f"fetching the worker from {mask(spec.url)} failed: "
+            f"{mask_text(done.stderr.strip())[-2000:]}",
+            hint="check [worker] url in manifests/shard-worker.toml and the network",
         )
-        if shallow.returncode != 0:
-            remove_partial_objects(src / ".git")  # a failed transfer's partial pack
-            full = gitutil.git(src, "fetch", "-q", "--", spec.url, check=False, isolated=False)
-            if full.returncode != 0:
-                remove_partial_objects(src / ".git")
-                raise OperationFailed(
-                    f"fetching the worker from {mask(spec.url)} failed: "
-                    f"{mask_text(full.stderr.strip())[-2000:]}",
-                    hint="check [worker] url in manifests/shard-worker.toml and the network",
-                )
     if not gitutil.has_object(src, spec.commit):
         raise OperationFailed(
             f"worker commit {spec.commit} not found at {mask(spec.url)}",
@@ -189,8 +172,7 @@ def ensure_worker(
 
 
 def _own_commits(src: Path) -> list[str]:
-    """ "<id> <subject>" of the commits on HEAD above what the forge checked out (the
-    pin ref; FETCH_HEAD for a checkout made before the ref existed)."""
+    """ "<id> <subject>" of the commits above the pin ref (FETCH_HEAD before it existed)."""
     base = PIN_REF if gitutil.rev_parse(src, PIN_REF) else "FETCH_HEAD"
     if gitutil.rev_parse(src, base) is None or gitutil.rev_parse(src, "HEAD") is None:
         return []
@@ -240,7 +222,6 @@ def _keep_local_work(
 
 
 def describe(spec: WorkerSpec) -> WorkerSource:
-    """The worker as a report records it: location, exact commit, dirty flag."""
     src = spec.source_dir
     top = gitutil.git(src, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:

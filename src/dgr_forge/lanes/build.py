@@ -109,7 +109,7 @@ def build(
         from dgr_forge.core.lock import root_lock
         from dgr_forge.upstream import build_number
 
-        with root_lock(forge, out):  # a manifest write, as export's
+        with root_lock(forge.root, out):  # a manifest write, as export's
             url = None if opts.offline else opts.mirror or m.url
             m = build_number.record(forge, m, url, out, deferred=after_fetch)
 

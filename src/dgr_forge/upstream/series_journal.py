@@ -36,7 +36,7 @@ import msgspec
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.fsutil import read_tree_file
-from dgr_forge.core.lock import root_lock_at
+from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patchfile
 
@@ -174,7 +174,7 @@ def write(
 
     `points` names the fault points: `<points>.write` (each staged file),
     `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
-    with root_lock_at(root, out):
+    with root_lock(root, out):
         recover_dir(pdir, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
@@ -274,7 +274,7 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
     orphans = list((root / "manifests").glob(".*.toml.*.tmp"))
     if not found and not legacy and not orphans:
         return
-    with root_lock_at(root, out):
+    with root_lock(root, out):
         for leftover in legacy:  # an older dgr-forge's export staging: never half-swapped
             name = leftover.name[1:].split(".export-")[0]
             if "-old-" in leftover.name and not (patches_root / name).exists():

@@ -291,7 +291,7 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     jdir = journal_dir(forge) / side
     wanted = {p.name: p.read_bytes() for p in sorted((jdir / "patches").glob("*.patch"))}
     data = (jdir / "manifest.toml").read_bytes()
-    with root_lock(forge, out_):
+    with root_lock(forge.root, out_):
         series_journal.recover(forge.root, out_)
         pdir = staged_patches_dir(forge)
         live = manifest.read_raw(forge.upstream_manifest)
