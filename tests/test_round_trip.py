@@ -4,6 +4,7 @@ own commit's tree, also where patches are applied by one `git apply` in runs."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from support.git import sh_git
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.upstream import export
 from dgr_forge.upstream.export import ExportedPatch, compute_series, verify_round_trip
+from dgr_forge.upstream.series import scratch_index
 
 LINES = "".join(f"line {n}\n" for n in range(1, 21))
 # (path, line) edits, one commit each: two runs (patch 3 touches a.c again)
@@ -131,3 +133,28 @@ def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
     first = patches[min(wrong_at)].file
     assert first in str(err.value), err.value
     assert all(patches[k].file not in str(err.value) for k in wrong_at if k != min(wrong_at))
+
+
+def test_a_quoted_alternates_line_is_read_unquoted(tmp_path: Path) -> None:
+    # git reads an `objects/info/alternates` line that starts with `"` C-quoted (a path
+    # with a quote or a non-ASCII byte, as git quotes it): the scratch index must list
+    # the path itself, not the quoted text taken as a path under objects/
+    upstream = tmp_path / 'up "q" str\u00e9am'
+    upstream.mkdir()
+    sh_git(upstream, "init", "-q")
+    (upstream / "f").write_text("x\n")
+    sh_git(upstream, "add", "f")
+    sh_git(upstream, "commit", "-q", "-m", "x")
+    commit = sh_git(upstream, "rev-parse", "HEAD")
+    repo = tmp_path / "ws"
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    objects = upstream / ".git" / "objects"
+    quoted = "".join(
+        f"\\{chr(b)}" if chr(b) in '"\\' else chr(b) if b < 0x80 else f"\\{b:03o}"
+        for b in os.fsencode(objects)
+    )
+    (repo / ".git" / "objects" / "info" / "alternates").write_text(f'"{quoted}"\n')
+    with scratch_index(repo, commit) as env:
+        listed = env["GIT_ALTERNATE_OBJECT_DIRECTORIES"].split(os.pathsep)
+    assert listed == [str(repo / ".git" / "objects"), str(objects)]

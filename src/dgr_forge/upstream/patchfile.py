@@ -73,7 +73,7 @@ class PatchSyntaxError(ValueError):
         self.line = line
 
 
-def _unquote(raw: bytes) -> bytes:
+def unquote(raw: bytes) -> bytes:
     """Undo git's C-style quoting of a path ("a/t\\303\\251st")."""
     if not raw.startswith(b'"'):
         return raw
@@ -108,7 +108,7 @@ def _value(raw: bytes) -> bytes:
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     if not raw.startswith(b'"') and b"\t" in raw:
         raw = raw.split(b"\t", 1)[0]  # traditional diffs append a timestamp after a tab
-    return _unquote(raw)
+    return unquote(raw)
 
 
 def _path(raw: bytes, strip_prefix: bool = True) -> str | None:

@@ -221,9 +221,9 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
     alternates = [str(objects)]
     info = objects / "info" / "alternates"
     if info.is_file():
-        for line in info.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                alt = Path(line.strip())
+        for line in info.read_bytes().splitlines():
+            if line.strip() and not line.startswith(b"#"):
+                alt = Path(os.fsdecode(_unquoted(line.strip())))
                 alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
     with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch-") as tmp:
         (Path(tmp) / "objects").mkdir()
@@ -234,6 +234,15 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
         }
         git(repo, "read-tree", "--end-of-options", rev, env=env)
         yield env
+
+
+def _unquoted(line: bytes) -> bytes:
+    """An alternates line as git reads it: C-quoted when it starts with `"` (else, or when
+    the quoting is bad, as it is)."""
+    try:
+        return patchfile.unquote(line)
+    except patchfile.PatchSyntaxError:
+        return line
 
 
 def _c_quoted(path: str) -> str:
