@@ -3,11 +3,11 @@ own commit's tree, also where patches are applied by one `git apply` in runs."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 from support.git import sh_git
 
 from dgr_forge.core.errors import OperationFailed
@@ -52,7 +52,7 @@ def test_a_patch_that_gives_another_tree_is_named(
     # still applies (same lines, same counts), but writes other content
     wrong = patches[k].data.replace(b" patched\n", b" altered\n")
     assert wrong != patches[k].data
-    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    bad = [*patches[:k], replace(patches[k], data=wrong), *patches[k + 1 :]]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, bad)
     assert patches[k].file in str(err.value)
@@ -65,7 +65,7 @@ def test_a_patch_that_does_not_apply_is_named(
     repo, base, patches = series
     wrong = patches[k].data.replace(b"\n line", b"\n lime", 1)  # a context line
     assert wrong != patches[k].data
-    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    bad = [*patches[:k], replace(patches[k], data=wrong), *patches[k + 1 :]]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, bad)
     assert patches[k].file in str(err.value) and "conflict" in str(err.value)
@@ -79,8 +79,8 @@ def test_a_change_two_patches_leave_out_is_still_found(
     # files' paths alone would hold both and miss it)
     repo, base, patches = series
     swapped = [
-        dataclasses.replace(patches[3], data=patches[4].data),
-        dataclasses.replace(patches[4], data=patches[3].data),
+        replace(patches[3], data=patches[4].data),
+        replace(patches[4], data=patches[3].data),
     ]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, [*patches[:3], *swapped])
@@ -120,9 +120,7 @@ def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
     monkeypatch.setattr(export, "_VERIFY_WORKERS", 3)  # three parts, whatever the cores
     assert len(export._parts(export._disjoint_runs(repo, patches), 3)) == 3
     bad = [
-        dataclasses.replace(p, data=p.data.replace(b" patched\n", b" altered\n"))
-        if k in wrong_at
-        else p
+        replace(p, data=p.data.replace(b" patched\n", b" altered\n")) if k in wrong_at else p
         for k, p in enumerate(patches)
     ]
     if not wrong_at:

@@ -16,11 +16,9 @@ import os
 import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from msgspec import Struct
 from msgspec.structs import replace
 
 from dgr_forge.core import fault, gitutil
@@ -29,9 +27,9 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
-from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
 from dgr_forge.upstream.series import scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
@@ -59,23 +57,16 @@ FORMAT_PATCH: tuple[str, ...] = (
 SLUG_MAX = 52
 
 
-@dataclass(frozen=True)
-class ExportedPatch:
-    file: str  # NNNN-<slug>.patch
-    data: bytes
-    sha256: str
-    tree: str  # the tree of the commit it came from
-    commit: str
-    subject: str
-
-
-class PatchFile(Struct, kw_only=True):
+class PatchFile(PatchEntry, frozen=True, kw_only=True):
     """a patch"""
 
-    file: Annotated[str, d("file name")]
-    sha256: Annotated[str, SHA]
-    tree: Annotated[str, d("tree after it")]
+    tree: Annotated[str, d("the tree of the commit it came from")]
     subject: Annotated[str, d("its subject")]
+
+
+class ExportedPatch(PatchFile, frozen=True, kw_only=True):
+    data: bytes
+    commit: str
 
 
 class Export(Form, kw_only=True):
@@ -234,7 +225,16 @@ def compute_series(
                         "files out of the series",
                         details={"commit": commit, "file": file},
                     )
-                result.append(ExportedPatch(file, data, sha256_bytes(data), tree, commit, subject))
+                result.append(
+                    ExportedPatch(
+                        file=file,
+                        sha256=sha256_bytes(data),
+                        tree=tree,
+                        subject=subject,
+                        data=data,
+                        commit=commit,
+                    )
+                )
     if dest is not None:
         dest.mkdir(parents=True, exist_ok=True)
         for p in result:
@@ -471,10 +471,9 @@ def write_series(
     from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
     old_text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as it was loaded
-    entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
     new_text = manifest_edit.updated_text(
         old_text,
-        entries,
+        series,
         result_tree,
         upstream_commit=new_pin[0] if new_pin else None,
         upstream_tree=new_pin[1] if new_pin else None,

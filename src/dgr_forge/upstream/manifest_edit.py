@@ -10,21 +10,14 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.upstream.manifest import PatchEntry
 
 _NUMBER = re.compile(r"^\d{4}-")
-
-
-@dataclass(frozen=True)
-class SeriesEntry:
-    file: str
-    sha256: str
-    tree: str
 
 
 def with_build_number(text: str, number: int | None) -> str:
@@ -50,7 +43,7 @@ def _slug(file: str) -> str:
 
 def updated_text(
     text: str,
-    series: Sequence[SeriesEntry],
+    series: Sequence[PatchEntry],
     result_tree: str,
     *,
     upstream_commit: str | None = None,
@@ -114,7 +107,7 @@ def updated_text(
     for entry, maybe in zip(series, chosen, strict=True):
         table = maybe if maybe is not None else tomlkit.table()
         for key, value in (("file", entry.file), ("sha256", entry.sha256), ("tree", entry.tree)):
-            if table.get(key) != value:
+            if value is not None and table.get(key) != value:
                 table[key] = value
         tables.append(table)
     if not unchanged:
