@@ -1,13 +1,6 @@
-"""`export`: the workspace's commits on top of the pin become the canonical patch series.
-
-One exporter, one set of flags (DESIGN.md, "Patch files are canonical"): `git format-patch
---zero-commit --no-signature --full-index --no-numbered --keep-subject --no-stat` with the
-diff settings pinned in gitutil, file names `NNNN-<slug>.patch`. Unchanged patches keep
-their bytes, inode and mtime; the new series and manifest go through the one crash-safe
-journal (`series_journal`, shared with rebase) under the root lock, so a failure leaves
-the old series and a kill is finished or undone by the next command. Fault points:
-`export.computed`, `export.write:<file>`, `export.staged`, `export.swapped`,
-`export.manifest`. Scratch directories live in the workspace's `tmp/`.
+"""`export`: the workspace's commits on top of the pin become the canonical patch series
+(DESIGN.md, "Patch files are canonical"), written through the one crash-safe journal
+(`series_journal`) under the root lock; unchanged patches keep their bytes, inode and mtime.
 """
 
 from __future__ import annotations
@@ -93,16 +86,14 @@ class Export(Form, kw_only=True):
 
 
 def slug(subject: str) -> str:
-    """A file-name slug from a commit subject: stable, lowercase, [a-z0-9-]."""
     text = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
 def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
     """(commit, tree, parent, subject, message) for base..head, oldest first; linear only.
-    One `git log` (with the boundary, for the base's tree) when the series is a chain on
-    `base`; the calls that name what is wrong run only when it is not, in the order they
-    always ran."""
+    One `git log` when the series is a chain on `base`; the calls that name what is wrong
+    run only when it is not."""
     proc = gitutil.git(
         repo,
         "log",
@@ -166,9 +157,7 @@ _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
 def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
-    """Exit 2 naming the commit and the line when `git am` would not give a (commit,
-    message) back exactly (the line would end the message, start a diff or a new mail, or
-    replace a header)."""
+    """Exit 2 naming the commit and the line `git am` would not give back exactly."""
     for commit, message in messages:
         lines = message.split("\n")
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
@@ -196,11 +185,8 @@ def compute_series(
     head: str = "HEAD",
     tmp_root: Path | None = None,
 ) -> list[ExportedPatch]:
-    """The canonical series for base..head of `repo`; written to `dest` when given.
-
-    Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
-    to byte-compare with the committed series.
-    """
+    """The canonical series for base..head of `repo` (written to `dest` when given); touches
+    neither its work tree nor any patches/ directory."""
     commits = series_commits(repo, base, head)
     refuse_unsafe_messages(repo, base, [(c[0], c[4]) for c in commits])
     result: list[ExportedPatch] = []
@@ -243,25 +229,17 @@ def compute_series(
 
 
 def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
-    """Apply the exported files on a scratch index: each must give its commit's tree
-    exactly, or `dgr-forge patch` could never reproduce the series (exit 1).
+    """Each exported file, applied on a scratch index, must give its commit's tree exactly,
+    or `dgr-forge patch` could never reproduce the series (exit 1).
 
-    Patches go to git in runs, one `git apply` and one tree for each run: git applies the
-    files of one call one after the other on one index, as separate calls would, and in a
-    run no patch touches (in its file or in its commit) a path another one touches, so a
-    patch that gave a wrong tree leaves a wrong path that nothing later in the run writes:
-    the run's tree is then wrong too. A run that does not give its tree is applied again
-    patch by patch, which names the patch.
-
-    A long series of short runs (patches that touch one file again and again) is checked
-    in parts side by side, each on its own scratch index from the tree its first patch's
-    commit starts from: each patch is still checked against its own commit, from its
-    parent's tree. The first failing patch of the series is the one reported."""
+    One `git apply` per run of patches that touch disjoint paths (in the file and in the
+    commit): a wrong patch then leaves a wrong path nothing later in the run writes, so the
+    run's tree is wrong too, and the run is applied again patch by patch to name it. Many
+    short runs are checked in parts side by side, each from its first commit's parent."""
     if not series:
         return
     runs = _disjoint_runs(repo, series)
     parts = _parts(runs, _VERIFY_WORKERS)
-    # each part starts from the tree of the commit before its first patch
     starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
     if len(parts) == 1:
         failure = _verify_runs(repo, base, runs)
@@ -280,7 +258,6 @@ _PART_MIN = 8  # runs: fewer are checked in one part (a part costs a scratch ind
 
 
 def _parts(runs: list[list[ExportedPatch]], workers: int) -> list[list[list[ExportedPatch]]]:
-    """`runs` cut into at most `workers` consecutive parts of at least _PART_MIN runs."""
     count = max(1, min(workers, len(runs) // _PART_MIN))
     size = -(-len(runs) // count)
     return [runs[k : k + size] for k in range(0, len(runs), size)]
@@ -289,8 +266,7 @@ def _parts(runs: list[list[ExportedPatch]], workers: int) -> list[list[list[Expo
 def _verify_runs(
     repo: Path, start: str, runs: Sequence[Sequence[ExportedPatch]]
 ) -> OperationFailed | None:
-    """Check `runs` in order on one scratch index seeded from `start`; the first patch that
-    does not give its commit's tree, as the error to raise."""
+    """The error for the first patch of `runs` not giving its commit's tree from `start`."""
     with scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
         for run in runs:
@@ -314,9 +290,8 @@ def _verify_runs(
 
 
 def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[ExportedPatch]]:
-    """The series cut where a patch touches a path (named in its file, or changed by its
-    commit: one `diff-tree` for all) that an earlier patch of the same run touches; a file
-    the parser cannot read is a run of its own."""
+    """The series cut where a patch touches a path (in its file or its commit) an earlier
+    patch of the run touches; a file the parser cannot read is a run of its own."""
     changed = gitutil.tree_changes(repo, [p.commit for p in series])
     runs: list[list[ExportedPatch]] = []
     seen: set[str] | None = None  # the paths of the run being built; None: none to join
@@ -339,8 +314,7 @@ def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[Exp
 def _apply(
     repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
 ) -> str | None:
-    """The scratch index's tree after `git apply --cached` of the run's files (in order,
-    one call), None when they do not apply."""
+    """The scratch index's tree after applying the run (None: it does not apply)."""
     if len(run) == 1:
         proc = gitutil.git(
             repo, "apply", "--cached", "-", input=run[0].data, env=env, text=False, check=False
@@ -366,13 +340,9 @@ def export_series(
     new_pin: tuple[str, str] | None = None,
     guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
 ) -> Export:
-    """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
-
-    `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
-    Refuses (exit 3) when `repo` has uncommitted edits: export exports commits only.
-    `guard` sees the computed series before anything is written (the fast-forward check;
-    the caller holds the root lock, so the check and the write are one step).
-    """
+    """base..HEAD of `repo` into m.patches_dir and the manifest, atomically; `new_pin`
+    (commit, tree) moves the pin in the same write (rebase). `guard` sees the series before
+    anything is written (the caller holds the root lock: the check and the write are one step)."""
     dirty = read_status(repo)[2] if (repo / ".git").exists() else []  # "XY path" lines
     if dirty:
         raise NeedsHuman(
@@ -390,14 +360,11 @@ def export_series(
     result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
     fault.point("export.computed")
     result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
-    # the workspace now holds what is on disk: the base of its next export
     pin = new_pin[0] if new_pin else base
     entries = tuple((p.file, p.sha256) for p in series)
     trees = tuple(p.tree for p in series)
-    # The workspace now holds exactly the exported series: make its commits the ones
-    # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
-    # so "already applied" holds and a person's next commit stands out as a local edit.
-    # Same trees: HEAD moves, the index and the files do not.
+    # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
+    # "already applied" holds and a person's next commit stands out as a local edit
     canonical = canonical_commits(repo, base, series, forge.tmp_dir)
     own = series_base.own_commits(repo, canonical, len(series))
     series_base.record(repo, series_base.SeriesBase(pin, entries, trees, own))
@@ -409,9 +376,8 @@ def export_series(
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
 ) -> str:
-    """The commits `git am` (as `dgr-forge patch` runs it) makes from `series` on `base`,
-    built from the known trees with mailinfo + commit-tree: nothing in the work tree moves.
-    Returns the last one (`base` for an empty series)."""
+    """The last of the commits `dgr-forge patch`'s `git am` makes from `series` on `base`,
+    built from the known trees (mailinfo + commit-tree): nothing in the work tree moves."""
     parent = base
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
@@ -455,8 +421,7 @@ def write_series(
     *,
     new_pin: tuple[str, str] | None = None,
 ) -> Export:
-    """Make patches/ and the manifest hold `series`, touching only what differs, through
-    the one crash-safe journal (series_journal); the caller holds the root lock."""
+    """patches/ and the manifest made to hold `series` (the caller holds the root lock)."""
     pdir = m.patches_dir
     wanted = {p.file: p for p in series}
     on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
@@ -517,14 +482,10 @@ def export_workspace(
     before: bytes | None = None,
     force: bool = False,
 ) -> Export:
-    """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
-    The caller holds the workspace and root locks, ran recovery and loaded `m` under them
-    (the command context); `before`: the manifest's bytes from before the root lock was
-    waited for (another workspace's export may have changed it meanwhile).
-
-    A fast-forward of the series on disk (series_base): changes made on disk since this
-    workspace was patched stop it (exit 3) unless `force`, which saves the replaced files
-    under logs/ first. Compared and written under the one root lock the caller holds."""
+    """The `export` command, under the workspace and root locks (`before`: the manifest's
+    bytes from before the root lock was waited for). A fast-forward of the series on disk
+    (series_base): changes made there since this workspace was patched stop it (exit 3)
+    unless `force`, which saves the replaced files under logs/ first."""
     waited = before is not None and before != manifest.read_raw(m.path)
     src = forge.src_dir(m.name)
     if not (src / ".git").exists():

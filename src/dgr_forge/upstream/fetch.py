@@ -1,30 +1,13 @@
 """Put the upstream at exactly the pinned commit in `<workspace>/src/<name>` (DESIGN.md, fetch).
 
-How it works, and why:
-
-* **Fetch only the pin.** `git fetch --depth 1 -- URL <commit>`: protocol v2 servers (and
-  v0 servers with `uploadpack.allowAnySHA1InWant`/`allowReachableSHA1InWant`) send just
-  that commit's tree. When the server refuses a SHA want, fall back to fetching all
-  branches and tags; the pin must then be among them, or the run fails naming it
-  (`transfer.py`). URLs are validated data, never options.
-* **Verify before touching the work tree.** The commit id and, when pinned, the tree id
-  are checked first; a mismatch fails (exit 1) and leaves the workspace as it was.
-* **What "already there" means.** HEAD is the pin, or HEAD has the pin as an ancestor
-  (the forge's own patch commits on top: whether they are the *right* commits is the
-  patch step's exact tree comparison, not fetch's), and the work tree is clean. Then fetch
-  is a no-op that needs no network and two git calls (`workspace.inspect`).
-* **Never lose an edit.** Tracked or untracked changes (ignored files excepted) are a
-  `NeedsHuman` (exit 3) naming the files; `--force` first writes them to a patch under
-  `<workspace>/logs/` (a `git diff --binary` through a temporary index, so untracked files
-  are in it), then discards them.
-* **Crash-safe: a fetch is complete or absent.** Runs are serialized by the workspace
-  lock, so any `*.lock`, temporary pack or quarantine file found under `.git` is a dead
-  run's leftover and is removed; `git init` happens in a temporary directory renamed into
-  place; objects arrive as one pack git publishes only when complete; a transfer is
-  journaled (`.git/dgr-fetching`) and a pin found under that journal, or about to be
-  checked out without having been fetched now, is used only when its whole tree is
-  connected (else fetched again); a checkout is journaled (`.git/dgr-checkout`) so an
-  interrupted one is completed rather than mistaken for user edits.
+Only the pin is fetched (`--depth 1`, falling back to all branches and tags: `transfer.py`);
+its commit and tree are verified before the work tree moves. Already there (HEAD is the pin
+or the forge's commits on it, clean) is a no-op of two git calls. An edit is never lost:
+changes are exit 3, or with `--force` saved as a patch under logs/ first. Crash-safe: runs
+are serialized by the workspace lock (so any git leftover is a dead run's), `git init`
+happens in a temporary directory renamed into place, and the transfer and the checkout
+are journaled (`.git/dgr-fetching`, `.git/dgr-checkout`): a pin found under the fetch
+journal counts only with its whole tree connected.
 """
 
 from __future__ import annotations
@@ -75,9 +58,7 @@ class FetchResult(Struct, frozen=True):
     commit: str
     tree: str
     changed: bool
-    # how the pin got here: "none" (already there), "local" (objects were present),
-    # "shallow" (depth-1 fetch of the pin), "full" (fallback: all branches and tags)
-    method: str = "none"
+    method: str = "none"  # or "local" (objects were here), "shallow", "full" (fallback)
     url: str | None = None
     saved_patch: Path | None = None
 
@@ -113,8 +94,8 @@ def fetch(
     offline: bool,
     force: bool,
 ) -> Fetch:
-    """The `fetch` command under the workspace and root locks: the pin checked out and
-    verified (`fetch_locked`), then the upstream's build number recorded in the manifest."""
+    """The `fetch` command (under the workspace and root locks): `fetch_locked`, then the
+    upstream's build number recorded in the manifest."""
     from dgr_forge.upstream import build_number
 
     started = time.monotonic()
@@ -136,8 +117,7 @@ def fetch(
 
 
 def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
-    """Commits in HEAD that are neither the upstream's (fetched refs, the pin) nor the forge's:
-    someone committed in the workspace. Lines are "<id> <subject>"."""
+    """ "<id> <subject>" of HEAD's commits neither the upstream's nor the forge's."""
     args = ["log", "--format=%H%x00%ce%x00%s", head, "--not", "--glob=refs/dgr/*"]
     if pin is not None:
         args.append(pin)
@@ -162,8 +142,7 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
 
 
 def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
-    """Before the work tree moves: a wrong pin leaves everything as it was. The pin's
-    tree."""
+    """The pin's tree, checked before the work tree moves (a wrong pin leaves it as it was)."""
     found = gitutil.commit_and_tree(src, m.commit)
     if found is None or found[0] != m.commit:
         raise OperationFailed(
@@ -186,14 +165,13 @@ def fetch_locked(
     offline: bool,
     force: bool,
 ) -> FetchResult:
-    """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module
-    doc. The caller holds the workspace lock and resolved `mirror` (`resolve_mirror`)."""
+    """`<workspace>/src/<name>` detached at the verified pin. The caller holds the workspace
+    lock and resolved `mirror` (`resolve_mirror`)."""
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")  # never reaching git
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
     journal = gitdir / CHECKOUT_JOURNAL
 
-    # The fast path: already verified at the pin (or pin + patch commits), clean: 2 git calls.
     ws = inspect(src, m.commit, len(m.series))
     if ws.exists and not ws.journals and ws.head is not None and not ws.changes:
         tree = ws.tree_of(m.commit)
@@ -204,7 +182,7 @@ def fetch_locked(
 
     fresh = not ws.exists
     if fresh:
-        _init(src)  # empty: what `ws` says of it holds (no HEAD, no changes, no pin)
+        _init(src)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
@@ -213,8 +191,7 @@ def fetch_locked(
     if not fresh:
         ws = inspect(src, m.commit, len(m.series))
 
-    # refuse before any network traffic; with --force, save and discard only once the pin
-    # is fetched and verified (a failed fetch then leaves the edits where they are)
+    # refused before any transfer; --force saves and discards only after the pin is verified
     dirty = bool(ws.changes) and not recovering
     if dirty and not force:
         raise _dirty_error(forge, src, ws.changes)
@@ -225,8 +202,7 @@ def fetch_locked(
         commits = local_commits(src, ws.head, m.commit if tree_here else None)
         if commits and not force:
             raise _local_commits_error(forge, src, commits)
-    # a pin that is about to be checked out without having been fetched now, or that a
-    # killed transfer left, counts only with its whole tree (else it is fetched again)
+    # a pin not fetched now, or left by a killed transfer, counts only with its whole tree
     unsure = moving or recovering or FETCH_JOURNAL in journals
     pin_here = tree_here is not None and (not unsure or connected(src, m.commit))
 
@@ -271,7 +247,6 @@ def fetch_locked(
         out.info(f"saved the workspace's own commits to {saved_commits}")
         out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
-    # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
     if recovering or moving:
         _checkout(src, m.commit, journal)
         (gitdir / PATCH_JOURNAL).unlink(missing_ok=True)
@@ -283,8 +258,8 @@ def fetch_locked(
 
 
 def abort_am(src: Path) -> None:
-    """Undo a `git am` the forge left half-done; `am --quit` when `--abort` cannot (e.g. it
-    failed on a full disk and the index no longer matches): the caller checks out the pin."""
+    """Undo the forge's half-done `git am` (`--quit` where `--abort` cannot, e.g. after a
+    full disk); the caller checks out the pin."""
     if gitutil.git(src, "am", "--abort", check=False).returncode != 0:
         gitutil.git(src, "am", "--quit", check=False)
         shutil.rmtree(src / ".git" / "rebase-apply", ignore_errors=True)
@@ -314,8 +289,7 @@ def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHu
 
 
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
-    """Commits on `head` that are neither under refs/dgr/* nor `exclude`, as one mbox in
-    logs/ (`git am` re-applies them); its path. Shared with the worker checkout."""
+    """Commits on `head` not under refs/dgr/* nor `exclude`, as one mbox in logs/."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
     args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)
@@ -325,7 +299,6 @@ def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[st
 
 
 def _init(src: Path) -> None:
-    """A fresh repository, made in a temporary directory and renamed into place."""
     if src.exists():
         leftovers = [p for p in src.iterdir() if p.name != ".git"]
         if leftovers:
@@ -353,7 +326,6 @@ def discard_changes(src: Path, head: str | None) -> None:
 
 
 def _checkout(src: Path, commit: str, journal: Path) -> None:
-    """Detach HEAD at `commit`, journaled so a killed checkout is finished next time."""
     journal.write_text(commit + "\n")
     fault.point("fetch.checkout")
     gitutil.git(src, "checkout", "-q", "-f", "--detach", commit, config=PARALLEL_CHECKOUT)

@@ -99,7 +99,7 @@ def workspace_status(
     # what `build` refuses beyond git's changes, from the walk that measured the workspace
     st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
     st.shallow = ws.shallow
-    st.interrupted = ws.interrupted
+    st.interrupted = bool(ws.journals)
     st.pin_tree = pin_tree(ws, m.commit)
     if st.pin_tree is not None and FETCH_JOURNAL in ws.journals:
         # a killed transfer can leave the commit without its trees: check them all
