@@ -1,11 +1,7 @@
-"""The series' footprint: the lines it adds and removes in files upstream already has,
-per patch and in total; files the series itself adds are counted apart. `check` enforces
-`[patches] budget = { upstream_lines = N }`; `status` shows it.
-
-Read from the patch files alone (no git call: `status` stays a two-call no-op), by the
-hunk headers' counts of the canonical `git format-patch` output; a file a patch creates
-(`new file mode`) is the series' own from then on, in every later patch too. A small
-reader rather than a diff library: unidiff would add ~10 ms to every `status`.
+"""The series' footprint: the lines it adds and removes in files upstream already has
+(files the series adds are counted apart), for `[patches] budget`. Read from the patch
+files alone by their hunk counts: no git call (`status` stays a two-call no-op), and no
+diff library (unidiff would add ~10 ms to every `status`).
 """
 
 from __future__ import annotations
@@ -118,7 +114,6 @@ def footprint(m: UpstreamManifest) -> Footprint:
 
 
 def lines(fp: Footprint) -> list[str]:
-    """What `check` and `status` print."""
     out = [
         f"  {r.file}: +{r.added} -{r.removed} in upstream's files"
         + (f"; {len(r.new_files)} new file(s), {r.new_lines} line(s)" if r.new_files else "")

@@ -24,12 +24,14 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask_text
-from dgr_forge.upstream import patchfile, series_base, tree_cache
+from dgr_forge.upstream import patchfile, series_base
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
     CheckResult,
     Conflict,
+    cache_trees,
+    cached_trees,
     check_series,
     check_symlinks,
     conflicting_hunks,
@@ -169,7 +171,7 @@ def apply_series(
         if check_trees:
             _check_trees(m, chain)
         if datas is not None:
-            tree_cache.store(src, m.commit, datas, [c.tree for c in chain])
+            cache_trees(src, m.commit, datas, [c.tree for c in chain])
         # inside the journal: a run killed after it, before the record, is rolled back to
         # the pin, never left with commits of the forge's that the record does not name
         series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
@@ -290,7 +292,7 @@ def ensure_patched(
     if trees is None:
         computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
         if computed is not None:
-            tree_cache.store(src, m.commit, datas, computed)
+            cache_trees(src, m.commit, datas, computed)
         result_tree = None if trust_files else m.result_tree
         done = None if computed is None else _unchanged(m, ws, computed, result_tree)
         if done is not None:
@@ -325,7 +327,7 @@ def _unchanged(
 def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:
     """The per-patch trees from the workspace's cache; None unless every one is known and
     agrees with the manifest's."""
-    cached = tree_cache.lookup(src, m.commit, datas)
+    cached = cached_trees(src, m.commit, datas)
     trees = [t for t in cached if t is not None]
     if len(trees) != len(cached):
         return None
