@@ -27,26 +27,12 @@ from dgr_forge.upstream.series import scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
-FORMAT_PATCH: tuple[str, ...] = (
-    "format-patch",
-    "--zero-commit",
-    "--no-signature",
-    "--full-index",
-    "--no-numbered",
-    "--keep-subject",
-    "--no-stat",
-    "--no-attach",
-    "--no-thread",
-    "--no-cover-letter",
-    "--no-signoff",
-    "--no-base",
-    "--no-notes",
-    "--no-color",
-    "--no-ext-diff",
-    "--no-renames",
-    "--unified=3",
-    "--diff-algorithm=myers",
-)
+FORMAT_PATCH = (
+    "format-patch", "--zero-commit", "--no-signature", "--full-index", "--no-numbered",
+    "--keep-subject", "--no-stat", "--no-attach", "--no-thread", "--no-cover-letter",
+    "--no-signoff", "--no-base", "--no-notes", "--no-color", "--no-ext-diff", "--no-renames",
+    "--unified=3", "--diff-algorithm=myers",
+)  # fmt: skip
 SLUG_MAX = 52
 
 

@@ -40,7 +40,6 @@ from dgr_forge.upstream.workspace import (
     PATCH_JOURNAL,
     PIN_REF,
     READ_ONLY_ENV,
-    LocalChange,
     connected,
     inspect,
     pin_tree,
@@ -194,14 +193,30 @@ def fetch_locked(
     # refused before any transfer; --force saves and discards only after the pin is verified
     dirty = bool(ws.changes) and not recovering
     if dirty and not force:
-        raise _dirty_error(forge, src, ws.changes)
+        shown = ", ".join(f"{c.path} ({c.change})" for c in ws.changes[:10])
+        more = f" and {len(ws.changes) - 10} more" if len(ws.changes) > 10 else ""
+        raise NeedsHuman(
+            f"the workspace {forge.rel(src)} has local changes: {shown}{more}",
+            hint="keep them (e.g. `git -C "
+            f"{src} diff > my.patch`, or turn them into a patch in the series), or re-run with "
+            f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
+            details={"local_changes": [asdict(c) for c in ws.changes]},
+        )
     tree_here = pin_tree(ws, m.commit)
     moving = ws.head is None or ws.commits_on(m.commit) is None
     commits: list[str] = []
     if moving and ws.head is not None and not recovering:
         commits = local_commits(src, ws.head, m.commit if tree_here else None)
         if commits and not force:
-            raise _local_commits_error(forge, src, commits)
+            more = f" and {len(commits) - 5} more" if len(commits) > 5 else ""
+            raise NeedsHuman(
+                f"the workspace {forge.rel(src)} has commits of its own on top of the "
+                f"upstream: {'; '.join(commits[:5])}{more}",
+                hint=f"keep them (e.g. `git -C {src} format-patch` them, or turn them into "
+                "patches in the series), or re-run with --force to save them as an mbox "
+                f"under {forge.rel(forge.logs_dir)} and continue",
+                details={"local_commits": commits},
+            )
     # a pin not fetched now, or left by a killed transfer, counts only with its whole tree
     unsure = moving or recovering or FETCH_JOURNAL in journals
     pin_here = tree_here is not None and (not unsure or connected(src, m.commit))
@@ -263,29 +278,6 @@ def abort_am(src: Path) -> None:
     if gitutil.git(src, "am", "--abort", check=False).returncode != 0:
         gitutil.git(src, "am", "--quit", check=False)
         shutil.rmtree(src / ".git" / "rebase-apply", ignore_errors=True)
-
-
-def _dirty_error(forge: Forge, src: Path, changes: list[LocalChange]) -> NeedsHuman:
-    shown = ", ".join(f"{c.path} ({c.change})" for c in changes[:10])
-    more = f" and {len(changes) - 10} more" if len(changes) > 10 else ""
-    return NeedsHuman(
-        f"the workspace {forge.rel(src)} has local changes: {shown}{more}",
-        hint="keep them (e.g. `git -C "
-        f"{src} diff > my.patch`, or turn them into a patch in the series), or re-run with "
-        f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
-        details={"local_changes": [asdict(c) for c in changes]},
-    )
-
-
-def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHuman:
-    shown = "; ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
-    return NeedsHuman(
-        f"the workspace {forge.rel(src)} has commits of its own on top of the upstream: {shown}",
-        hint=f"keep them (e.g. `git -C {src} format-patch` them, or turn them into patches in "
-        "the series), or re-run with --force to save them as an mbox under "
-        f"{forge.rel(forge.logs_dir)} and continue",
-        details={"local_commits": commits},
-    )
 
 
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:

@@ -55,16 +55,10 @@ from dgr_forge.upstream.workspace import (
     remove_git_leftovers,
 )
 
-AM_FLAGS: tuple[str, ...] = (
-    "am",
-    "--no-3way",
-    "--keep-non-patch",
-    "--committer-date-is-author-date",
-    "--whitespace=nowarn",
-    "--no-scissors",
-    "--no-gpg-sign",
-    "--quiet",
-)
+AM_FLAGS = (
+    "am", "--no-3way", "--keep-non-patch", "--committer-date-is-author-date",
+    "--whitespace=nowarn", "--no-scissors", "--no-gpg-sign", "--quiet",
+)  # fmt: skip
 
 
 class PatchedTree(Struct, frozen=True):

@@ -13,17 +13,7 @@ from msgspec import Struct, field
 MAX_PATCH_BYTES = 64 << 20
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_ESCAPES = {
-    ord("a"): 7,
-    ord("b"): 8,
-    ord("t"): 9,
-    ord("n"): 10,
-    ord("v"): 11,
-    ord("f"): 12,
-    ord("r"): 13,
-    ord('"'): 34,
-    ord("\\"): 92,
-}
+_ESCAPES = dict(zip(b'abtnvfr"\\', b'\a\b\t\n\v\f\r"\\', strict=True))
 
 
 class Hunk(Struct):

@@ -71,21 +71,17 @@ def owner_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
     # a killed run whose parent has not waited for it yet still answers kill(0); its
     # locks are already released, so a waiter may be running before the parent reaps it
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
-            stat = os.read(fd, 4096)
+            line = os.read(fd, 4096)
         finally:
             os.close(fd)
     except OSError:  # no procfs (macOS): kill(0) is the only sign
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] == b"Z"
+        return True
+    return line[line.rfind(b")") + 2 :][:1] != b"Z"
 
 
 def _digest(pdir: Path) -> dict[str, str]:
@@ -161,7 +157,8 @@ def write(
     files synced (rebase's staged series): linked, not written again. `points` prefixes the
     fault points (`.write`, `.staged`, `.swapped`, `.manifest`)."""
     with root_lock_at(root, out):
-        recover_dir(pdir, out)
+        for jdir in _dead(_journal_glob(pdir)):
+            _recover_one(jdir, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
@@ -274,13 +271,6 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
                 orphan.unlink()
 
 
-def recover_dir(pdir: Path, out: Reporter | None = None) -> None:
-    """`recover` for one patches directory (the caller holds the root lock)."""
-    for jdir in _journal_glob(pdir):
-        if jdir.is_dir() and not owner_alive(owner_pid(jdir)):
-            _recover_one(jdir, out)
-
-
 def _say(out: Reporter | None, text: str) -> None:
     if out is not None:
         out.warn(text)
@@ -316,15 +306,6 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
 # killed run's is recognised as orphaned (its owner is dead) and removed by the next run.
 
 
-def clean_orphans(tmp_root: Path, prefix: str) -> None:
-    if not tmp_root.is_dir():
-        return
-    for entry in tmp_root.glob(f"{prefix}*"):
-        pid = owner_pid(entry)
-        if pid is not None and pid != os.getpid() and not owner_alive(pid):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
 @contextlib.contextmanager
 def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
     if tmp_root is None:
@@ -332,7 +313,10 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
             yield Path(tmp)
         return
     tmp_root.mkdir(parents=True, exist_ok=True)
-    clean_orphans(tmp_root, prefix)
+    for entry in tmp_root.glob(f"{prefix}*"):
+        pid = owner_pid(entry)
+        if pid is not None and pid != os.getpid() and not owner_alive(pid):
+            shutil.rmtree(entry, ignore_errors=True)
     path = tmp_root / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
     path.mkdir()
     try:
