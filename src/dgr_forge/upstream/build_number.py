@@ -55,13 +55,9 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     if not path.is_dir():
         return None  # a missing path, a file, a device: no repository
     found = gitutil.git(
-        path,
-        "rev-parse",
-        "--absolute-git-dir",
-        "--is-shallow-repository",
-        check=False,
-        env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
-    )
+        path, "rev-parse", "--absolute-git-dir", "--is-shallow-repository",
+        check=False, env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
+    )  # fmt: skip
     lines = found.stdout.splitlines()
     if found.returncode != 0 or len(lines) != 2:
         return None
@@ -135,21 +131,12 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         # history is taken as shallow, and refused below, never counted short
         try:
             proc = gitutil.git(
-                scratch,
-                "fetch",
-                "-q",
-                "--no-tags",
-                "--update-shallow",
-                *only_commits,
-                "--",
-                url,
-                commit,
-                check=False,
+                scratch, "fetch", "-q", "--no-tags", "--update-shallow", *only_commits, "--",
+                url, commit, check=False,
                 isolated=False,  # a network call: the user's credentials and proxies apply
-                config=gitutil.protocol_policy(url),
-                env={"GIT_NO_LAZY_FETCH": "1"},
+                config=gitutil.protocol_policy(url), env={"GIT_NO_LAZY_FETCH": "1"},
                 timeout=FETCH_TIMEOUT,
-            )
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             return None, f"fetching the pin's history took over {FETCH_TIMEOUT} s"
         if proc.returncode != 0:

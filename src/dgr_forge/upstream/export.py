@@ -81,15 +81,9 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
     One `git log` when the series is a chain on `base`; the calls that name what is wrong
     run only when it is not."""
     proc = gitutil.git(
-        repo,
-        "log",
-        "--reverse",
-        "--topo-order",
-        "--boundary",
-        "--format=%m%H %T %P%x00%s%x00%B%x01",
-        f"{base}..{head}",
-        check=False,
-    )
+        repo, "log", "--reverse", "--topo-order", "--boundary",
+        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False,
+    )  # fmt: skip
     listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
     for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
         ids, _, rest = record.strip("\n").partition("\0")
@@ -369,16 +363,9 @@ def canonical_commits(
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
             proc = gitutil.git(
-                repo,
-                "mailinfo",
-                "-b",
-                "-u",
-                "--no-scissors",
-                str(msg),
-                str(diff),
-                input=p.data,
-                text=False,
-            )
+                repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
+                input=p.data, text=False,
+            )  # fmt: skip
             raw: bytes | str = proc.stdout
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)

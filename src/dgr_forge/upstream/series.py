@@ -253,16 +253,9 @@ def conflicting_hunks(
         for i in units:
             text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
             proc = git(
-                repo,
-                "apply",
-                "--cached",
-                "--check",
-                "-",
-                input=text,
-                env=env,
-                text=False,
+                repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
                 check=False,
-            )
+            )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:
                     err: bytes | str = proc.stderr

@@ -295,14 +295,9 @@ def qualified_name(demangled: str) -> str:
     arguments and a template function's return type dropped."""
     name = demangled
     for prefix in (
-        "vtable for ",
-        "VTT for ",
-        "typeinfo for ",
-        "typeinfo name for ",
-        "non-virtual thunk to ",
-        "virtual thunk to ",
-        "guard variable for ",
-    ):
+        "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
+        "non-virtual thunk to ", "virtual thunk to ", "guard variable for ",
+    ):  # fmt: skip
         if name.startswith(prefix):
             name = name[len(prefix) :]
     # template arguments out (they may hold parentheses and spaces)

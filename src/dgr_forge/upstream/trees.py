@@ -31,15 +31,10 @@ def changes(src: Path, *, refresh: bool = False) -> list[str]:
     `refresh` (under the workspace lock): git may write the refreshed index back, else
     racily clean files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
     proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain",
-        "-z",
-        "--untracked-files=all",
-        "--ignored=matching",
+        src, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored=matching",
         "--ignore-submodules",
         env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
-    )
+    )  # fmt: skip
     out = []
     fields = proc.stdout.split("\0")
     i = 0

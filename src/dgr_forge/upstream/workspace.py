@@ -165,16 +165,10 @@ _XY["T"] = "type-changed"
 def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], list[str]]:
     """HEAD, local changes, their "XY path" lines and the ignored files, in one git call."""
     proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain=v2",
-        "--branch",
-        "-z",
-        "--untracked-files=all",
-        "--ignored=matching",
-        "--ignore-submodules=none",
+        src, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+        "--ignored=matching", "--ignore-submodules=none",
         env=READ_ONLY_ENV,  # a no-op must not even refresh the index
-    )
+    )  # fmt: skip
     head: str | None = None
     changes: list[LocalChange] = []
     lines: list[str] = []
@@ -212,17 +206,10 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
 
 def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
     proc = gitutil.git(
-        src,
-        "log",
-        "--first-parent",
-        "--no-show-signature",
-        f"--max-count={limit}",
-        "--format=%H %T %ce%x00%P",
-        rev,
-        "--",
-        check=False,  # an unborn HEAD is an empty chain
-        env=READ_ONLY_ENV,
-    )
+        src, "log", "--first-parent", "--no-show-signature", f"--max-count={limit}",
+        "--format=%H %T %ce%x00%P", rev, "--",
+        check=False, env=READ_ONLY_ENV,  # an unborn HEAD is an empty chain
+    )  # fmt: skip
     chain: list[ChainCommit] = []
     for line in proc.stdout.splitlines():
         left, _, parents = line.partition("\0")
