@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
@@ -23,7 +23,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
-from dgr_forge.upstream.series import scratch_index
+from dgr_forge.upstream.series import read_patch, scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
@@ -310,49 +310,6 @@ def _apply(
     return gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
 
 
-def export_series(
-    repo: Path,
-    base: str,
-    forge: Forge,
-    m: UpstreamManifest,
-    out: Reporter,
-    *,
-    new_pin: tuple[str, str] | None = None,
-    guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
-) -> Export:
-    """base..HEAD of `repo` into m.patches_dir and the manifest, atomically; `new_pin`
-    (commit, tree) moves the pin in the same write (rebase). `guard` sees the series before
-    anything is written (the caller holds the root lock: the check and the write are one step)."""
-    dirty = read_status(repo)[2] if (repo / ".git").exists() else []  # "XY path" lines
-    if dirty:
-        raise NeedsHuman(
-            f"{forge.rel(repo)} has uncommitted edits ({len(dirty)} paths: "
-            + ", ".join(line[3:] for line in dirty[:10])
-            + "); export writes commits only",
-            hint="commit them (`git commit`, or `git commit --amend` / `git rebase -i` to "
-            "change an existing patch) or discard them, then export again",
-            details={"dirty": dirty},
-        )
-    series = compute_series(repo, base, tmp_root=forge.tmp_dir)
-    verify_round_trip(repo, base, series)
-    if guard is not None:
-        guard(series)
-    result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
-    fault.point("export.computed")
-    result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
-    pin = new_pin[0] if new_pin else base
-    entries = tuple((p.file, p.sha256) for p in series)
-    trees = tuple(p.tree for p in series)
-    # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
-    # "already applied" holds and a person's next commit stands out as a local edit
-    canonical = canonical_commits(repo, base, series, forge.tmp_dir)
-    own = series_base.own_commits(repo, canonical, len(series))
-    series_base.record(repo, series_base.SeriesBase(pin, entries, trees, own))
-    if gitutil.rev_parse(repo, "HEAD") != canonical:
-        gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
-    return result
-
-
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
 ) -> str:
@@ -391,8 +348,6 @@ def write_series(
     series: Sequence[ExportedPatch],
     result_tree: str,
     out: Reporter,
-    *,
-    new_pin: tuple[str, str] | None = None,
 ) -> Export:
     """patches/ and the manifest made to hold `series` (the caller holds the root lock)."""
     pdir = m.patches_dir
@@ -413,8 +368,6 @@ def write_series(
         old_text,
         series,
         result_tree,
-        upstream_commit=new_pin[0] if new_pin else None,
-        upstream_tree=new_pin[1] if new_pin else None,
     )
     manifest_changed = new_text != old_text
     if written or removed or manifest_changed:
@@ -472,7 +425,7 @@ def export_workspace(
             f"{forge.rel(src)}: a {op} is in progress",
             hint="finish or abort it before exporting",
         )
-    edited = patches.changed_on_disk(m)
+    edited = [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
     if edited:
         # patch files edited by hand: they are the intended series, unless the
         # workspace has its own new commits too (then a person must choose)
@@ -502,17 +455,36 @@ def export_workspace(
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
     trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]
-    saved: list[Path] = []
-
-    def fast_forward(series: Sequence[ExportedPatch]) -> None:
-        rendered = [(p.file, p.sha256) for p in series]
-        harm = series_base.harmful(base, m, rendered, trees)
-        if not harm:
-            return
+    dirty = read_status(src)[2]  # "XY path" lines
+    if dirty:
+        raise NeedsHuman(
+            f"{forge.rel(src)} has uncommitted edits ({len(dirty)} paths: "
+            + ", ".join(line[3:] for line in dirty[:10])
+            + "); export writes commits only",
+            hint="commit them (`git commit`, or `git commit --amend` / `git rebase -i` to "
+            "change an existing patch) or discard them, then export again",
+            details={"dirty": dirty},
+        )
+    series = compute_series(src, m.commit, tmp_root=forge.tmp_dir)
+    verify_round_trip(src, m.commit, series)
+    # compared and written under the one root lock the caller holds
+    harm = series_base.harmful(base, m, [(p.file, p.sha256) for p in series], trees)
+    saved = None
+    if harm:
         if not force:
             raise series_base.stale_error(forge, m, harm, waited=waited)
-        saved.append(series_base.save_replaced(forge, m))
-        out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved[0]}")
-
-    result = export_series(src, m.commit, forge, m, out, guard=fast_forward)
-    return replace(result, replaced_saved=str(saved[0])) if saved else result
+        saved = series_base.save_replaced(forge, m)
+        out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved}")
+    result_tree = series[-1].tree if series else gitutil.tree_of(src, m.commit)
+    fault.point("export.computed")
+    result = write_series(forge, m, series, result_tree, out)
+    # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
+    # "already applied" holds and a person's next commit stands out as a local edit
+    canonical = canonical_commits(src, m.commit, series, forge.tmp_dir)
+    own = series_base.own_commits(src, canonical, len(series))
+    entries = tuple((p.file, p.sha256) for p in series)
+    record = series_base.SeriesBase(m.commit, entries, tuple(p.tree for p in series), own)
+    series_base.record(src, record)
+    if gitutil.rev_parse(src, "HEAD") != canonical:
+        gitutil.git(src, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
+    return replace(result, replaced_saved=str(saved)) if saved else result

@@ -69,10 +69,6 @@ class PatchedTree(Struct, frozen=True):
     changed: bool  # False: it was already applied, nothing moved
 
 
-def changed_on_disk(m: UpstreamManifest) -> list[str]:
-    return [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
-
-
 def _rollback(src: Path, pin: str) -> str | None:
     """The work tree back at the pin after a failed or killed `git am`; None, else git's
     reason. Under the journal every change is the forge's own."""
