@@ -17,12 +17,16 @@ from dgr_forge.upstream.manifest import PatchEntry
 _NUMBER = re.compile(r"^\d{4}-")
 
 
-def with_build_number(text: str, number: int | None) -> str:
-    """The manifest text with `[upstream] build_number` set (None: removed)."""
+def _parse(text: str) -> tomlkit.TOMLDocument:
     try:
-        doc = tomlkit.parse(text)
+        return tomlkit.parse(text)
     except Exception as err:  # tomlkit raises several unrelated types
         raise BadInput(f"manifest is not valid TOML: {err}") from None
+
+
+def with_build_number(text: str, number: int | None) -> str:
+    """The manifest text with `[upstream] build_number` set (None: removed)."""
+    doc = _parse(text)
     upstream = doc["upstream"]
     assert isinstance(upstream, Table)
     if number is None:
@@ -50,10 +54,7 @@ def updated_text(
     """The manifest text with the series, result tree (and optionally the pin) replaced.
     A [[patches.series]] table is reused for the entry of the same slug, else of the same
     position, so comments written next to a patch stay with it."""
-    try:
-        doc = tomlkit.parse(text)
-    except Exception as err:  # tomlkit raises several unrelated types
-        raise BadInput(f"manifest is not valid TOML: {err}") from None
+    doc = _parse(text)
     pin: dict[str, str | int | None] = {
         "commit": upstream_commit,
         "tree": upstream_tree,

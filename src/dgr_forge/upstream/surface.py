@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -316,41 +315,13 @@ def qualified_name(demangled: str) -> str:
     return name.rsplit(" ", 1)[-1] if " " in name and "operator" not in name else name.strip()
 
 
-def _show(src: Path | str, commit: str, header: str) -> str | None:
-    where = Path(str(src))
-    proc = gitutil.git(where, "cat-file", "-s", f"{commit}:{header}", check=False)
+def _show(src: Path, commit: str, header: str) -> str | None:
+    proc = gitutil.git(src, "cat-file", "-s", f"{commit}:{header}", check=False)
     if proc.returncode != 0 or int(proc.stdout.strip() or 0) > MAX_HEADER_BYTES:
         return None
-    shown = gitutil.git(where, "cat-file", "blob", f"{commit}:{header}", check=False, text=False)
+    shown = gitutil.git(src, "cat-file", "blob", f"{commit}:{header}", check=False, text=False)
     data = shown.stdout if isinstance(shown.stdout, bytes) else b""
     return data.decode("utf-8", "replace") if shown.returncode == 0 else None
-
-
-def changes(
-    src: object, old: str, new: str, symbols: Iterable[SurfaceSymbol]
-) -> list[SurfaceChange]:
-    """Each recorded symbol whose declaration at `new` differs from `old`'s or is gone; one
-    its header at `old` does not declare (the series adds it) is not compared."""
-    wanted = sorted({(s.name, s.header) for s in symbols})
-    cache: dict[tuple[str, str], dict[str, str] | None] = {}
-
-    def decls(commit: str, header: str) -> dict[str, str] | None:
-        if (commit, header) not in cache:
-            text = _show(str(src), commit, header)
-            cache[commit, header] = None if text is None else declarations(text)
-        return cache[commit, header]
-
-    found: list[SurfaceChange] = []
-    for name, header in wanted:
-        before = (decls(old, header) or {}).get(name)
-        if before is None:
-            continue
-        after = (decls(new, header) or {}).get(name)
-        if after is None:
-            found.append(SurfaceChange(name, header, "removed", before, None))
-        elif after != before:
-            found.append(SurfaceChange(name, header, "declaration changed", before, after))
-    return found
 
 
 class SurfaceReport(Struct, frozen=True):
@@ -382,7 +353,26 @@ class Recorded(Struct, frozen=True):
 
 
 def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
+    """Each recorded symbol whose declaration at `new` differs from `old`'s or is gone; one
+    its header at `old` does not declare (the series adds it) is not compared."""
     if recorded.symbols is None:
         return SurfaceReport(False, 0, [])
-    found = changes(src, old, new, recorded.symbols)
+    cache: dict[tuple[str, str], dict[str, str]] = {}
+
+    def decls(commit: str, header: str) -> dict[str, str]:
+        if (commit, header) not in cache:
+            text = _show(src, commit, header)
+            cache[commit, header] = {} if text is None else declarations(text)
+        return cache[commit, header]
+
+    found: list[SurfaceChange] = []
+    for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
+        before = decls(old, header).get(name)
+        if before is None:
+            continue
+        after = decls(new, header).get(name)
+        if after is None:
+            found.append(SurfaceChange(name, header, "removed", before, None))
+        elif after != before:
+            found.append(SurfaceChange(name, header, "declaration changed", before, after))
     return SurfaceReport(True, len(recorded.symbols), found)
