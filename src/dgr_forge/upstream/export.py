@@ -23,7 +23,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
-from dgr_forge.upstream.series import read_patch, scratch_index
+from dgr_forge.upstream.series import index_tree, read_patch, scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
@@ -294,20 +294,13 @@ def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[Exp
 def _apply(
     repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
 ) -> str | None:
-    """The scratch index's tree after applying the run (None: it does not apply)."""
     if len(run) == 1:
-        proc = gitutil.git(
-            repo, "apply", "--cached", "-", input=run[0].data, env=env, text=False, check=False
-        )
-    else:
-        files = []
-        for n, p in enumerate(run):
-            files.append(scratch / f"run-{n:06d}.patch")
-            files[-1].write_bytes(p.data)
-        proc = gitutil.git(
-            repo, "apply", "--cached", "--", *map(str, files), env=env, text=False, check=False
-        )
-    return gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
+        return index_tree(repo, env, "-", input=run[0].data)
+    files = []
+    for n, p in enumerate(run):
+        files.append(scratch / f"run-{n:06d}.patch")
+        files[-1].write_bytes(p.data)
+    return index_tree(repo, env, "--", *map(str, files))
 
 
 def canonical_commits(

@@ -243,6 +243,12 @@ def _c_quoted(path: str) -> str:
     return f'"{escaped}"'
 
 
+def index_tree(repo: Path, env: dict[str, str], *args: str, input: bytes = b"") -> str | None:
+    """The scratch index's tree after `git apply --cached` (None: it does not apply)."""
+    proc = git(repo, "apply", "--cached", *args, input=input, env=env, text=False, check=False)
+    return out(repo, "write-tree", env=env) if proc.returncode == 0 else None
+
+
 def conflicting_hunks(
     repo: Path, p: patchfile.ParsedPatch, env: dict[str, str] | None = None
 ) -> list[Conflict]:
@@ -286,14 +292,12 @@ def check_series(
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
             flagged = entry.file in changed  # edited since the manifest was written
-            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
-            tree: str | None = None
+            tree = index_tree(repo, env, "-", input=data)
             conflicts: tuple[Conflict, ...] = ()
             status = "applies"
-            if proc.returncode != 0:
+            if tree is None:
                 conflicts, status = tuple(conflicting_hunks(repo, p, env)), "conflict"
             else:
-                tree = out(repo, "write-tree", env=env)
                 # the first patch whose result differs is the one reported (an edited
                 # file, say); the ones after it cannot be judged against the manifest
                 if compare_trees and entry.tree is not None and tree != entry.tree:
