@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Annotated, cast
 
-from msgspec import Struct
-from msgspec.structs import asdict
+from msgspec.structs import asdict, replace
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
@@ -50,16 +49,6 @@ from dgr_forge.upstream.workspace import (
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
 PARALLEL_CHECKOUT = ("checkout.workers=0",)
-
-
-class FetchResult(Struct, frozen=True):
-    src_dir: Path
-    commit: str
-    tree: str
-    changed: bool
-    method: str = "none"  # or "local" (objects were here), "shallow", "full" (fallback)
-    url: str | None = None
-    saved_patch: Path | None = None
 
 
 class Fetch(Form, kw_only=True):
@@ -100,19 +89,8 @@ def fetch(
     started = time.monotonic()
     result = fetch_locked(forge, m, out, mirror=mirror, offline=offline, force=force)
     m = build_number.record(forge, m, None if offline else mirror or m.url, out)
-    return Fetch(
-        upstream=m.name,
-        url=mask(result.url or m.url),
-        src_dir=result.src_dir,
-        commit=result.commit,
-        tree=result.tree,
-        changed=result.changed,
-        method=result.method,
-        shallow=(result.src_dir / ".git" / "shallow").exists(),
-        saved_patch=result.saved_patch,
-        build_number=m.build_number,
-        seconds=round(time.monotonic() - started, 3),
-    )
+    seconds = round(time.monotonic() - started, 3)
+    return replace(result, build_number=m.build_number, seconds=seconds)
 
 
 def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
@@ -163,7 +141,7 @@ def fetch_locked(
     mirror: str | None,
     offline: bool,
     force: bool,
-) -> FetchResult:
+) -> Fetch:
     """`<workspace>/src/<name>` detached at the verified pin. The caller holds the workspace
     lock and resolved `mirror` (`resolve_mirror`)."""
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")  # never reaching git
@@ -177,7 +155,11 @@ def fetch_locked(
         if tree is not None and ws.commits_on(m.commit) is not None:
             if m.tree is not None and tree != m.tree:
                 raise _tree_mismatch(m, tree, None)
-            return FetchResult(src, m.commit, tree, changed=False)
+            return Fetch(
+                upstream=m.name, url=mask(m.url), src_dir=src, commit=m.commit, tree=tree,
+                changed=False, method="none", shallow=ws.shallow, saved_patch=None,
+                build_number=m.build_number, seconds=0.0,
+            )  # fmt: skip
 
     fresh = not ws.exists
     if fresh:
@@ -269,7 +251,11 @@ def fetch_locked(
         gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if method in ("shallow", "full"):
         out.info(f"{m.name} at {m.commit} (tree {tree}) verified")
-    return FetchResult(src, m.commit, tree, changed=True, method=method, url=url, saved_patch=saved)
+    return Fetch(
+        upstream=m.name, url=mask(url), src_dir=src, commit=m.commit, tree=tree, changed=True,
+        method=method, shallow=(gitdir / "shallow").exists(), saved_patch=saved,
+        build_number=m.build_number, seconds=0.0,
+    )  # fmt: skip
 
 
 def abort_am(src: Path) -> None:
