@@ -132,12 +132,11 @@ def recover_interrupted(src: Path, pin: str) -> bool:
 def apply_series(
     src: Path,
     m: UpstreamManifest,
-    paths: Sequence[Path],
     parsed: Sequence[patchfile.ParsedPatch],
+    datas: Sequence[bytes],
     *,
     head: str | None,
-    check_trees: bool = True,
-    datas: Sequence[bytes] | None = None,
+    check_trees: bool,
 ) -> tuple[str, str]:
     """The new HEAD and its tree after `git am` of the files onto the pin in the clean work
     tree at `head` (`datas`: their bytes, for the tree cache). A conflict is NeedsHuman
@@ -148,20 +147,20 @@ def apply_series(
         fault.point("patch.journal")
         if head != m.commit:
             git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
-        if not paths:
+        if not m.series:
             series_base.record(src, series_base.SeriesBase.of(m, ()))
             return m.commit, gitutil.tree_of(src, m.commit)
         # one am for the whole series: a process per patch costs ~4x on a large tree (each
         # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
-        proc = git(src, *AM_FLAGS, "--", *map(str, paths), env=FORGE_IDENTITY, check=False)
+        paths = [str(m.patch_path(e)) for e in m.series]
+        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
         if proc.returncode != 0:
             raise _am_failure(src, m, parsed, proc.stdout + proc.stderr, _am_stopped_at(src))
-        fault.point("patch.applied", m.series[len(paths) - 1].file[:4])
+        fault.point("patch.applied", m.series[-1].file[:4])
         chain = list(reversed(read_chain(src, len(paths))))
         if check_trees:
             _check_trees(m, chain)
-        if datas is not None:
-            cache_trees(src, m.commit, datas, [c.tree for c in chain])
+        cache_trees(src, m.commit, datas, [c.tree for c in chain])
         # inside the journal: a run killed after it, before the record, is rolled back to
         # the pin, never left with commits of the forge's that the record does not name
         series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
@@ -290,9 +289,8 @@ def ensure_patched(
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
-    paths = [m.patch_path(e) for e in m.series]
     head, tree = apply_series(  # it records the commits it made
-        src, m, paths, parsed, head=ws.head, check_trees=not trust_files, datas=datas
+        src, m, parsed, datas, head=ws.head, check_trees=not trust_files
     )
     return PatchedTree(src, m.commit, head, tree, changed=True)
 

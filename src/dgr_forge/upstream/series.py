@@ -64,7 +64,7 @@ def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
         data = read_patch(m, entry)
         actual = sha256_bytes(data)
         if actual != entry.sha256:
-            shown = _shown(m, entry, forge)
+            shown = forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
                 hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
@@ -102,10 +102,6 @@ def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[byt
     raw = read_raw(m.path)
     target.write_bytes(raw)
     return raw, datas
-
-
-def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:
-    return forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
 
 
 def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.ParsedPatch]:
