@@ -147,7 +147,6 @@ def fetch_locked(
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")  # never reaching git
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
-    journal = gitdir / CHECKOUT_JOURNAL
 
     ws = inspect(src, m.commit, len(m.series))
     if ws.exists and not ws.journals and ws.head is not None and not ws.changes:
@@ -244,11 +243,17 @@ def fetch_locked(
         out.info(f"saved the workspace's own commits to {saved_commits}")
         out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
+    journal = gitdir / CHECKOUT_JOURNAL
+    if recovering or moving:  # journaled: a killed checkout is finished next time
+        journal.write_text(m.commit + "\n")
+        fault.point("fetch.checkout")
+        gitutil.git(src, "checkout", "-q", "-f", "--detach", m.commit, config=PARALLEL_CHECKOUT)
+        fault.point("fetch.checked-out")
+    # the ref first: a crash after the journal is gone must leave the pin marked as upstream
+    gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if recovering or moving:
-        _checkout(src, m.commit, journal)
+        journal.unlink()
         (gitdir / PATCH_JOURNAL).unlink(missing_ok=True)
-    else:
-        gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if method in ("shallow", "full"):
         out.info(f"{m.name} at {m.commit} (tree {tree}) verified")
     return Fetch(
@@ -301,13 +306,3 @@ def discard_changes(src: Path, head: str | None) -> None:
     else:
         (src / ".git" / "index").unlink(missing_ok=True)
     gitutil.git(src, "clean", "-fdq")
-
-
-def _checkout(src: Path, commit: str, journal: Path) -> None:
-    journal.write_text(commit + "\n")
-    fault.point("fetch.checkout")
-    gitutil.git(src, "checkout", "-q", "-f", "--detach", commit, config=PARALLEL_CHECKOUT)
-    fault.point("fetch.checked-out")
-    # the ref first: a crash after the journal is gone must leave the pin marked as upstream
-    gitutil.git(src, "update-ref", PIN_REF, commit)
-    journal.unlink()
