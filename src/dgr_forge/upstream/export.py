@@ -344,7 +344,6 @@ def write_series(
 ) -> Export:
     """patches/ and the manifest made to hold `series` (the caller holds the root lock)."""
     pdir = m.patches_dir
-    wanted = {p.file: p for p in series}
     on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
     written = tuple(
         p.file
@@ -352,16 +351,12 @@ def write_series(
         if p.file not in on_disk or series_journal.patch_bytes(pdir, p.file) != p.data
     )
     unchanged = tuple(p.file for p in series if p.file not in written)
-    removed = tuple(sorted(on_disk - set(wanted)))
+    removed = tuple(sorted(on_disk - {p.file for p in series}))
 
     from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
     old_text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as it was loaded
-    new_text = manifest_edit.updated_text(
-        old_text,
-        series,
-        result_tree,
-    )
+    new_text = manifest_edit.updated_text(old_text, series, result_tree)
     manifest_changed = new_text != old_text
     if written or removed or manifest_changed:
         series_journal.write(

@@ -221,10 +221,7 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             old_len = int(m.group(2)) if m.group(2) is not None else 1
             new_len = int(m.group(4)) if m.group(4) is not None else 1
             header = lines[i].split(b" @@", 2)
-            hunk = Hunk(
-                header=(header[0] + b" @@").decode("utf-8", "replace"),
-                lines=[lines[i]],
-            )
+            hunk = Hunk(header=(header[0] + b" @@").decode("utf-8", "replace"), lines=[lines[i]])
             i += 1
             while i < len(lines) and (old_len > 0 or new_len > 0):
                 body = lines[i]
