@@ -31,7 +31,7 @@ _NOT_COMPARED = frozenset({"trees", "commits"})  # what "the same base" is not a
 class SeriesBase(Struct, frozen=True, omit_defaults=True):
     commit: str  # the pin
     series: tuple[tuple[str, str], ...]  # (file, sha256), in series order
-    trees: tuple[str, ...] = ()  # after each patch: an older record's test of the forge's
+    trees: tuple[str, ...] = ()  # after each patch (how an older record tells its commits)
     # the forge's own commits, oldest first: how it tells them from a person's, who cannot
     # make one of these ids by accident (an empty commit, a revert, an amend). None: an
     # older record, which told them by email and trees
