@@ -28,7 +28,6 @@ from dgr_forge.core.tominput import (
 )
 from dgr_forge.core.urls import check_url
 
-SCHEMA = 1
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 # llama.cpp is past b10000; a number far beyond any real history is a typo or hostile
 MAX_BUILD_NUMBER = 10**9
