@@ -263,7 +263,7 @@ def test_manifest_edit_keeps_comments_and_moves_pin() -> None:
     )
     new = manifest_edit.updated_text(
         text,
-        [manifest_edit.SeriesEntry("0001-b.patch", "3" * 64, "c" * 40)],
+        [manifest.PatchEntry(file="0001-b.patch", sha256="3" * 64, tree="c" * 40)],
         "c" * 40,
         upstream_commit="b" * 40,
         upstream_tree="d" * 40,
@@ -370,7 +370,7 @@ def test_forge_written_comments_do_not_go_stale() -> None:
         '[patches]\ndir = "patches/llama.cpp"\n'
         "# the series is empty for now; `dgr-forge export` writes [[patches.series]] here\n"
     )
-    entry = manifest_edit.SeriesEntry("0001-a.patch", "1" * 64, "c" * 40)
+    entry = manifest.PatchEntry(file="0001-a.patch", sha256="1" * 64, tree="c" * 40)
     moved = manifest_edit.updated_text(text, [entry], "c" * 40, upstream_tree="d" * 40)
     assert "# tree =" not in moved and "series is empty" not in moved
     assert f'tree = "{"d" * 40}"' in moved

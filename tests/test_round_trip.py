@@ -3,15 +3,17 @@ own commit's tree, also where patches are applied by one `git apply` in runs."""
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 from support.git import sh_git
 
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.upstream import export
 from dgr_forge.upstream.export import ExportedPatch, compute_series, verify_round_trip
+from dgr_forge.upstream.series import scratch_index
 
 LINES = "".join(f"line {n}\n" for n in range(1, 21))
 # (path, line) edits, one commit each: two runs (patch 3 touches a.c again)
@@ -50,7 +52,7 @@ def test_a_patch_that_gives_another_tree_is_named(
     # still applies (same lines, same counts), but writes other content
     wrong = patches[k].data.replace(b" patched\n", b" altered\n")
     assert wrong != patches[k].data
-    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    bad = [*patches[:k], replace(patches[k], data=wrong), *patches[k + 1 :]]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, bad)
     assert patches[k].file in str(err.value)
@@ -63,7 +65,7 @@ def test_a_patch_that_does_not_apply_is_named(
     repo, base, patches = series
     wrong = patches[k].data.replace(b"\n line", b"\n lime", 1)  # a context line
     assert wrong != patches[k].data
-    bad = [*patches[:k], dataclasses.replace(patches[k], data=wrong), *patches[k + 1 :]]
+    bad = [*patches[:k], replace(patches[k], data=wrong), *patches[k + 1 :]]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, bad)
     assert patches[k].file in str(err.value) and "conflict" in str(err.value)
@@ -77,8 +79,8 @@ def test_a_change_two_patches_leave_out_is_still_found(
     # files' paths alone would hold both and miss it)
     repo, base, patches = series
     swapped = [
-        dataclasses.replace(patches[3], data=patches[4].data),
-        dataclasses.replace(patches[4], data=patches[3].data),
+        replace(patches[3], data=patches[4].data),
+        replace(patches[4], data=patches[3].data),
     ]
     with pytest.raises(OperationFailed) as err:
         verify_round_trip(repo, base, [*patches[:3], *swapped])
@@ -118,9 +120,7 @@ def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
     monkeypatch.setattr(export, "_VERIFY_WORKERS", 3)  # three parts, whatever the cores
     assert len(export._parts(export._disjoint_runs(repo, patches), 3)) == 3
     bad = [
-        dataclasses.replace(p, data=p.data.replace(b" patched\n", b" altered\n"))
-        if k in wrong_at
-        else p
+        replace(p, data=p.data.replace(b" patched\n", b" altered\n")) if k in wrong_at else p
         for k, p in enumerate(patches)
     ]
     if not wrong_at:
@@ -131,3 +131,28 @@ def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
     first = patches[min(wrong_at)].file
     assert first in str(err.value), err.value
     assert all(patches[k].file not in str(err.value) for k in wrong_at if k != min(wrong_at))
+
+
+def test_a_quoted_alternates_line_is_read_unquoted(tmp_path: Path) -> None:
+    # git reads an `objects/info/alternates` line that starts with `"` C-quoted (a path
+    # with a quote or a non-ASCII byte, as git quotes it): the scratch index must list
+    # the path itself, not the quoted text taken as a path under objects/
+    upstream = tmp_path / 'up "q" str\u00e9am'
+    upstream.mkdir()
+    sh_git(upstream, "init", "-q")
+    (upstream / "f").write_text("x\n")
+    sh_git(upstream, "add", "f")
+    sh_git(upstream, "commit", "-q", "-m", "x")
+    commit = sh_git(upstream, "rev-parse", "HEAD")
+    repo = tmp_path / "ws"
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    objects = upstream / ".git" / "objects"
+    quoted = "".join(
+        f"\\{chr(b)}" if chr(b) in '"\\' else chr(b) if b < 0x80 else f"\\{b:03o}"
+        for b in os.fsencode(objects)
+    )
+    (repo / ".git" / "objects" / "info" / "alternates").write_text(f'"{quoted}"\n')
+    with scratch_index(repo, commit) as env:
+        listed = env["GIT_ALTERNATE_OBJECT_DIRECTORIES"].split(os.pathsep)
+    assert listed == [str(repo / ".git" / "objects"), str(objects)]

@@ -62,13 +62,12 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/truth.py": {"report_true"},  # the report and the byproducts it wrote
     "upstream/patches.py": {"_am_stopped_at", "recover_interrupted"},
     "upstream/local_replay.py": {"load_replay_state"},
-    "upstream/series.py": {"scratch_index"},
+    "upstream/series.py": {"scratch_index", "cached_trees"},
     "upstream/series_base.py": {"load", "record", "text_of", "save_changes"},  # + its index
     # its journal files; `write` copytrees a subdirectory of patches/ by hard links
     # (copy_function=_hardlink): no byte of it is read
     # ...and `borrow_objects` copies the workspace's own .git/shallow
     "upstream/series_journal.py": {"_fsync_write", "_recover_one", "write", "borrow_objects"},
-    "upstream/tree_cache.py": {"lookup"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},
     "upstream/rebase/bump.py": {"_verify"},
     "upstream/replay.py": {"write"},

@@ -21,8 +21,8 @@ from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.core.output import Reporter
 from dgr_forge.demo import sources
 from dgr_forge.models.make_manifest import build_manifest
-from dgr_forge.upstream.export import compute_series
-from dgr_forge.upstream.manifest_edit import SeriesEntry, updated_text
+from dgr_forge.upstream.export import ExportedPatch, compute_series
+from dgr_forge.upstream.manifest_edit import updated_text
 from dgr_forge.upstream.series_journal import scratch_dir
 
 # what a demo root takes of the forge's own files (the real product, not copies)
@@ -163,7 +163,7 @@ dir = "patches/llama.cpp"
 """
 
 
-def write_series(root: Path, upstream: Path, pin: str) -> list[SeriesEntry]:
+def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
     """Author the series on the pin in a scratch clone, export it with the forge's own
     canonical exporter into patches/llama.cpp/; its manifest entries."""
     dest = root / "patches" / "llama.cpp"
@@ -175,7 +175,7 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[SeriesEntry]:
         for i, c in enumerate(sources.SERIES):
             _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
         exported = compute_series(clone, pin, dest, tmp_root=tmp)
-    return [SeriesEntry(p.file, p.sha256, p.tree) for p in exported]
+    return exported
 
 
 def generate(root: Path) -> DemoRoot:

@@ -185,7 +185,7 @@ def check(
         committed = manifest.read_raw(m.path)  # bounded, as it was loaded
         regenerated = manifest_edit.updated_text(
             committed.decode("utf-8"),
-            [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+            rendered,
             patched.result_tree,
         ).encode("utf-8")
         if regenerated != committed:

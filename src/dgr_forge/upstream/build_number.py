@@ -1,22 +1,13 @@
 """The upstream's own build number at the pin (issue 29): llama.cpp's `b<N>`, its
 `git rev-list --count` at the commit, which its CMake compiles in as LLAMA_BUILD_NUMBER.
 
-A depth-1 workspace cannot count it (its history is one commit), so the number is counted
-once, where the history is, with the least transfer the server allows, and recorded in
-the manifest (`[upstream] build_number`):
-
-* the workspace itself when it holds the pin's whole history (not shallow): no transfer;
-* a local upstream or mirror (file:// or a path) that is a full repository holding the
-  commit (not shallow, not partial, no grafts): counted there, no transfer;
-* else a commit-only fetch of the pin's history (`--filter=tree:0`: no trees, no blobs)
-  into a scratch repository, from the upstream or the mirror; a local server gets the
-  filter only when it allows filters (`uploadpack.allowFilter`: it would ignore it and
-  send everything), and a shallow local server is refused before any fetch (git 2.39
-  loops on a filtered fetch from one); a network server that ignores the filter sends
-  more, never a wrong count. A shallow or partial server's history is refused (its count
-  would be short).
-
-Never a guess: when neither can count, the answer is None and the caller says so.
+A depth-1 workspace cannot count it, so it is counted once where the history is and
+recorded in the manifest: in the workspace when it is not shallow; in a local upstream or
+mirror that is a full repository (not shallow, not partial, no grafts); else by a
+commit-only fetch (`--filter=tree:0`) into a scratch repository. A local server gets the
+filter only when it allows filters (it would send everything), a shallow one is refused
+before any fetch (git 2.39 loops on a filtered fetch from one), and a shallow or partial
+history is refused (its count would be short). Never a guess: None, and the caller says so.
 """
 
 from __future__ import annotations
@@ -41,7 +32,6 @@ if TYPE_CHECKING:
 
 
 def _held(repo: Path, commit: str) -> tuple[bool, bool]:
-    """(whether `commit` is here, whether the repository is shallow), in one git call."""
     asked = gitutil.git(
         repo, "rev-parse", "--is-shallow-repository", "--verify", "--quiet",
         "--end-of-options", f"{commit}^{{commit}}", check=False,
@@ -50,20 +40,9 @@ def _held(repo: Path, commit: str) -> tuple[bool, bool]:
     return asked.returncode == 0 and lines[1:] == [commit], lines[:1] == ["true"]
 
 
-def local_count(src: Path, commit: str) -> int | None:
-    """The count at `commit` from a repository holding its whole history, else None."""
-    if not (src / ".git").exists():
-        return None
-    here, shallow = _held(src, commit)
-    if not here or shallow:
-        return None
-    return int(gitutil.out(src, "rev-list", "--count", commit, "--"))
-
-
 def _local_git_dir(url: str) -> tuple[Path, bool] | None:
-    """The repository a local URL (file:// or an absolute path) names, exactly that one (a
-    directory inside another repository is not it: discovery stops at the path), and
-    whether git calls it shallow."""
+    """The repository a local URL names, exactly that one (never one above it), and whether
+    it is shallow."""
     if url.startswith("file://"):
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
@@ -76,18 +55,13 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     if not path.is_dir():
         return None  # a missing path, a file, a device: no repository
     found = gitutil.git(
-        path,
-        "rev-parse",
-        "--absolute-git-dir",
-        "--is-shallow-repository",
-        check=False,
-        env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
-    )
+        path, "rev-parse", "--absolute-git-dir", "--is-shallow-repository",
+        check=False, env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
+    )  # fmt: skip
     lines = found.stdout.splitlines()
     if found.returncode != 0 or len(lines) != 2:
         return None
     git_dir = Path(lines[0])
-    # the path itself or its .git: never a repository above it
     if git_dir not in (path.resolve(), (path / ".git").resolve()):
         return None
     return git_dir, lines[1] == "true"
@@ -96,27 +70,21 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
 def _server_git(
     git_dir: Path, *args: str, isolated: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    """git in a local server's (or the scratch) repository: the pinned config (`isolated`;
-    else the user's too), no replace refs and no lazy fetch (a count is of the commits it
-    holds), its exit status left to the caller."""
+    """git in a local server's (or the scratch) repository: no replace refs and no lazy
+    fetch (a count is of the commits it holds)."""
     return gitutil.git(
         None, f"--git-dir={git_dir}", "--no-replace-objects", *args,
         check=False, env={"GIT_NO_LAZY_FETCH": "1"}, isolated=isolated,
     )  # fmt: skip
 
 
-def _partial_dir(git_dir: Path) -> bool:
-    """A partial clone (a promisor remote): it may lack objects it would fetch lazily."""
+def _server_count(git_dir: Path, commit: str) -> int | None:
+    # a partial clone (a promisor remote) may lack objects it would fetch lazily
     config = _server_git(
         git_dir, "config", "--get-regexp", r"^(remote\..*\.promisor|extensions\.partialclone)$"
     )
-    return bool(config.stdout.strip()) or any((git_dir / "objects" / "pack").glob("*.promisor"))
-
-
-def _server_count(git_dir: Path, commit: str) -> int | None:
-    """The count at `commit` in a local repository holding it, not shallow (the caller
-    asked), not partial and without grafts; else None."""
-    if _partial_dir(git_dir) or (git_dir / "info" / "grafts").exists():
+    partial = bool(config.stdout.strip()) or any((git_dir / "objects/pack").glob("*.promisor"))
+    if partial or (git_dir / "info" / "grafts").exists():
         return None
     # `commit` missing, not a commit, or a commit of its history missing: no count (never
     # a short one)
@@ -127,8 +95,6 @@ def _server_count(git_dir: Path, commit: str) -> int | None:
 
 
 def _allows_filter(git_dir: Path) -> bool:
-    """Whether the local server's upload-pack honours a filter (its config and the user's,
-    as the fetch's upload-pack reads them)."""
     allowed = _server_git(
         git_dir, "config", "--type=bool", "--get", "uploadpack.allowFilter", isolated=False
     )
@@ -137,9 +103,10 @@ def _allows_filter(git_dir: Path) -> bool:
 
 def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int | None, str]:
     """(the upstream's count at `commit`, how it was found or why not)."""
-    here = local_count(src, commit)
-    if here is not None:
-        return here, "counted in the workspace's full history"
+    if (src / ".git").exists() and _held(src, commit) == (True, False):
+        return int(gitutil.out(src, "rev-list", "--count", commit, "--")), (
+            "counted in the workspace's full history"
+        )
     if url is None:
         return None, "the workspace is shallow and no upstream may be contacted (--offline)"
     check_url(url, "upstream url")  # data, never an option
@@ -164,21 +131,12 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         # history is taken as shallow, and refused below, never counted short
         try:
             proc = gitutil.git(
-                scratch,
-                "fetch",
-                "-q",
-                "--no-tags",
-                "--update-shallow",
-                *only_commits,
-                "--",
-                url,
-                commit,
-                check=False,
+                scratch, "fetch", "-q", "--no-tags", "--update-shallow", *only_commits, "--",
+                url, commit, check=False,
                 isolated=False,  # a network call: the user's credentials and proxies apply
-                config=gitutil.protocol_policy(url),
-                env={"GIT_NO_LAZY_FETCH": "1"},
+                config=gitutil.protocol_policy(url), env={"GIT_NO_LAZY_FETCH": "1"},
                 timeout=FETCH_TIMEOUT,
-            )
+            )  # fmt: skip
         except subprocess.TimeoutExpired:
             return None, f"fetching the pin's history took over {FETCH_TIMEOUT} s"
         if proc.returncode != 0:
@@ -210,11 +168,9 @@ def record(
     out: Reporter,
     deferred: list[str] | None = None,
 ) -> UpstreamManifest:
-    """`m` with its build number: as the manifest records it, else counted and written to
-    the manifest (`[upstream] build_number`; the caller holds the root lock) and `m`
-    loaded again. Not countable here: `m` as it was, and a warning saying how to fix it
-    (never a guess), appended to `deferred` when given: `build` says it only after its
-    own fetch got through (a fetch that fails says the cause first, and once)."""
+    """`m` with its build number, counted and written to the manifest when it has none
+    (the caller holds the root lock). Not countable: `m` as it was, and a warning, put in
+    `deferred` when given (`build` says it only after its own fetch got through)."""
     if m.build_number is not None:
         return m
     from dgr_forge.core.fsutil import atomic_write_text

@@ -1,26 +1,17 @@
-"""`export`: the workspace's commits on top of the pin become the canonical patch series.
-
-One exporter, one set of flags (DESIGN.md, "Patch files are canonical"): `git format-patch
---zero-commit --no-signature --full-index --no-numbered --keep-subject --no-stat` with the
-diff settings pinned in gitutil, file names `NNNN-<slug>.patch`. Unchanged patches keep
-their bytes, inode and mtime; the new series and manifest go through the one crash-safe
-journal (`series_journal`, shared with rebase) under the root lock, so a failure leaves
-the old series and a kill is finished or undone by the next command. Fault points:
-`export.computed`, `export.write:<file>`, `export.staged`, `export.swapped`,
-`export.manifest`. Scratch directories live in the workspace's `tmp/`.
+"""`export`: the workspace's commits on top of the pin become the canonical patch series
+(DESIGN.md, "Patch files are canonical"), written through the one crash-safe journal
+(`series_journal`) under the root lock; unchanged patches keep their bytes, inode and mtime.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from msgspec import Struct
 from msgspec.structs import replace
 
 from dgr_forge.core import fault, gitutil
@@ -29,53 +20,32 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
-from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.series import scratch_index
+from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
+from dgr_forge.upstream.series import index_tree, read_patch, scratch_index
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
-FORMAT_PATCH: tuple[str, ...] = (
-    "format-patch",
-    "--zero-commit",
-    "--no-signature",
-    "--full-index",
-    "--no-numbered",
-    "--keep-subject",
-    "--no-stat",
-    "--no-attach",
-    "--no-thread",
-    "--no-cover-letter",
-    "--no-signoff",
-    "--no-base",
-    "--no-notes",
-    "--no-color",
-    "--no-ext-diff",
-    "--no-renames",
-    "--unified=3",
-    "--diff-algorithm=myers",
-)
+FORMAT_PATCH = (
+    "format-patch", "--zero-commit", "--no-signature", "--full-index", "--no-numbered",
+    "--keep-subject", "--no-stat", "--no-attach", "--no-thread", "--no-cover-letter",
+    "--no-signoff", "--no-base", "--no-notes", "--no-color", "--no-ext-diff", "--no-renames",
+    "--unified=3", "--diff-algorithm=myers",
+)  # fmt: skip
 SLUG_MAX = 52
 
 
-@dataclass(frozen=True)
-class ExportedPatch:
-    file: str  # NNNN-<slug>.patch
-    data: bytes
-    sha256: str
-    tree: str  # the tree of the commit it came from
-    commit: str
-    subject: str
-
-
-class PatchFile(Struct, kw_only=True):
+class PatchFile(PatchEntry, frozen=True, kw_only=True):
     """a patch"""
 
-    file: Annotated[str, d("file name")]
-    sha256: Annotated[str, SHA]
-    tree: Annotated[str, d("tree after it")]
+    tree: Annotated[str, d("the tree of the commit it came from")]
     subject: Annotated[str, d("its subject")]
+
+
+class ExportedPatch(PatchFile, frozen=True, kw_only=True):
+    data: bytes
+    commit: str
 
 
 class Export(Form, kw_only=True):
@@ -102,26 +72,18 @@ class Export(Form, kw_only=True):
 
 
 def slug(subject: str) -> str:
-    """A file-name slug from a commit subject: stable, lowercase, [a-z0-9-]."""
     text = re.sub(r"[^a-z0-9]+", "-", subject.lower()).strip("-")
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
 def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
     """(commit, tree, parent, subject, message) for base..head, oldest first; linear only.
-    One `git log` (with the boundary, for the base's tree) when the series is a chain on
-    `base`; the calls that name what is wrong run only when it is not, in the order they
-    always ran."""
+    One `git log` when the series is a chain on `base`; the calls that name what is wrong
+    run only when it is not."""
     proc = gitutil.git(
-        repo,
-        "log",
-        "--reverse",
-        "--topo-order",
-        "--boundary",
-        "--format=%m%H %T %P%x00%s%x00%B%x01",
-        f"{base}..{head}",
-        check=False,
-    )
+        repo, "log", "--reverse", "--topo-order", "--boundary",
+        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False,
+    )  # fmt: skip
     listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
     for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
         ids, _, rest = record.strip("\n").partition("\0")
@@ -175,9 +137,7 @@ _INBODY_HEADER = re.compile(r"^(from|subject|date):", re.IGNORECASE)
 
 
 def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, str]]) -> None:
-    """Exit 2 naming the commit and the line when `git am` would not give a (commit,
-    message) back exactly (the line would end the message, start a diff or a new mail, or
-    replace a header)."""
+    """Exit 2 naming the commit and the line `git am` would not give back exactly."""
     for commit, message in messages:
         lines = message.split("\n")
         # the subject is safe: it becomes `Subject:`; the body starts after the blank line
@@ -205,11 +165,8 @@ def compute_series(
     head: str = "HEAD",
     tmp_root: Path | None = None,
 ) -> list[ExportedPatch]:
-    """The canonical series for base..head of `repo`; written to `dest` when given.
-
-    Touches neither `repo`'s work tree nor any patches/ directory: `rebase`/`check` use it
-    to byte-compare with the committed series.
-    """
+    """The canonical series for base..head of `repo` (written to `dest` when given); touches
+    neither its work tree nor any patches/ directory."""
     commits = series_commits(repo, base, head)
     refuse_unsafe_messages(repo, base, [(c[0], c[4]) for c in commits])
     result: list[ExportedPatch] = []
@@ -234,7 +191,16 @@ def compute_series(
                         "files out of the series",
                         details={"commit": commit, "file": file},
                     )
-                result.append(ExportedPatch(file, data, sha256_bytes(data), tree, commit, subject))
+                result.append(
+                    ExportedPatch(
+                        file=file,
+                        sha256=sha256_bytes(data),
+                        tree=tree,
+                        subject=subject,
+                        data=data,
+                        commit=commit,
+                    )
+                )
     if dest is not None:
         dest.mkdir(parents=True, exist_ok=True)
         for p in result:
@@ -243,25 +209,17 @@ def compute_series(
 
 
 def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
-    """Apply the exported files on a scratch index: each must give its commit's tree
-    exactly, or `dgr-forge patch` could never reproduce the series (exit 1).
+    """Each exported file, applied on a scratch index, must give its commit's tree exactly,
+    or `dgr-forge patch` could never reproduce the series (exit 1).
 
-    Patches go to git in runs, one `git apply` and one tree for each run: git applies the
-    files of one call one after the other on one index, as separate calls would, and in a
-    run no patch touches (in its file or in its commit) a path another one touches, so a
-    patch that gave a wrong tree leaves a wrong path that nothing later in the run writes:
-    the run's tree is then wrong too. A run that does not give its tree is applied again
-    patch by patch, which names the patch.
-
-    A long series of short runs (patches that touch one file again and again) is checked
-    in parts side by side, each on its own scratch index from the tree its first patch's
-    commit starts from: each patch is still checked against its own commit, from its
-    parent's tree. The first failing patch of the series is the one reported."""
+    One `git apply` per run of patches that touch disjoint paths (in the file and in the
+    commit): a wrong patch then leaves a wrong path nothing later in the run writes, so the
+    run's tree is wrong too, and the run is applied again patch by patch to name it. Many
+    short runs are checked in parts side by side, each from its first commit's parent."""
     if not series:
         return
     runs = _disjoint_runs(repo, series)
     parts = _parts(runs, _VERIFY_WORKERS)
-    # each part starts from the tree of the commit before its first patch
     starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
     if len(parts) == 1:
         failure = _verify_runs(repo, base, runs)
@@ -280,7 +238,6 @@ _PART_MIN = 8  # runs: fewer are checked in one part (a part costs a scratch ind
 
 
 def _parts(runs: list[list[ExportedPatch]], workers: int) -> list[list[list[ExportedPatch]]]:
-    """`runs` cut into at most `workers` consecutive parts of at least _PART_MIN runs."""
     count = max(1, min(workers, len(runs) // _PART_MIN))
     size = -(-len(runs) // count)
     return [runs[k : k + size] for k in range(0, len(runs), size)]
@@ -289,8 +246,7 @@ def _parts(runs: list[list[ExportedPatch]], workers: int) -> list[list[list[Expo
 def _verify_runs(
     repo: Path, start: str, runs: Sequence[Sequence[ExportedPatch]]
 ) -> OperationFailed | None:
-    """Check `runs` in order on one scratch index seeded from `start`; the first patch that
-    does not give its commit's tree, as the error to raise."""
+    """The error for the first patch of `runs` not giving its commit's tree from `start`."""
     with scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
         for run in runs:
@@ -314,9 +270,8 @@ def _verify_runs(
 
 
 def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[ExportedPatch]]:
-    """The series cut where a patch touches a path (named in its file, or changed by its
-    commit: one `diff-tree` for all) that an earlier patch of the same run touches; a file
-    the parser cannot read is a run of its own."""
+    """The series cut where a patch touches a path (in its file or its commit) an earlier
+    patch of the run touches; a file the parser cannot read is a run of its own."""
     changed = gitutil.tree_changes(repo, [p.commit for p in series])
     runs: list[list[ExportedPatch]] = []
     seen: set[str] | None = None  # the paths of the run being built; None: none to join
@@ -339,94 +294,28 @@ def _disjoint_runs(repo: Path, series: Sequence[ExportedPatch]) -> list[list[Exp
 def _apply(
     repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
 ) -> str | None:
-    """The scratch index's tree after `git apply --cached` of the run's files (in order,
-    one call), None when they do not apply."""
     if len(run) == 1:
-        proc = gitutil.git(
-            repo, "apply", "--cached", "-", input=run[0].data, env=env, text=False, check=False
-        )
-    else:
-        files = []
-        for n, p in enumerate(run):
-            files.append(scratch / f"run-{n:06d}.patch")
-            files[-1].write_bytes(p.data)
-        proc = gitutil.git(
-            repo, "apply", "--cached", "--", *map(str, files), env=env, text=False, check=False
-        )
-    return gitutil.out(repo, "write-tree", env=env) if proc.returncode == 0 else None
-
-
-def export_series(
-    repo: Path,
-    base: str,
-    forge: Forge,
-    m: UpstreamManifest,
-    out: Reporter,
-    *,
-    new_pin: tuple[str, str] | None = None,
-    guard: Callable[[Sequence[ExportedPatch]], None] | None = None,
-) -> Export:
-    """Export base..HEAD of `repo` into m.patches_dir and rewrite the manifest, atomically.
-
-    `new_pin` (commit, tree) also moves the manifest's pin in the same write (rebase).
-    Refuses (exit 3) when `repo` has uncommitted edits: export exports commits only.
-    `guard` sees the computed series before anything is written (the fast-forward check;
-    the caller holds the root lock, so the check and the write are one step).
-    """
-    dirty = read_status(repo)[2] if (repo / ".git").exists() else []  # "XY path" lines
-    if dirty:
-        raise NeedsHuman(
-            f"{forge.rel(repo)} has uncommitted edits ({len(dirty)} paths: "
-            + ", ".join(line[3:] for line in dirty[:10])
-            + "); export writes commits only",
-            hint="commit them (`git commit`, or `git commit --amend` / `git rebase -i` to "
-            "change an existing patch) or discard them, then export again",
-            details={"dirty": dirty},
-        )
-    series = compute_series(repo, base, tmp_root=forge.tmp_dir)
-    verify_round_trip(repo, base, series)
-    if guard is not None:
-        guard(series)
-    result_tree = series[-1].tree if series else gitutil.tree_of(repo, base)
-    fault.point("export.computed")
-    result = write_series(forge, m, series, result_tree, out, new_pin=new_pin)
-    # the workspace now holds what is on disk: the base of its next export
-    pin = new_pin[0] if new_pin else base
-    entries = tuple((p.file, p.sha256) for p in series)
-    trees = tuple(p.tree for p in series)
-    # The workspace now holds exactly the exported series: make its commits the ones
-    # `dgr-forge patch` makes from these files (forge identity, dates from the patches),
-    # so "already applied" holds and a person's next commit stands out as a local edit.
-    # Same trees: HEAD moves, the index and the files do not.
-    canonical = canonical_commits(repo, base, series, forge.tmp_dir)
-    own = series_base.own_commits(repo, canonical, len(series))
-    series_base.record(repo, series_base.SeriesBase(pin, entries, trees, own))
-    if gitutil.rev_parse(repo, "HEAD") != canonical:
-        gitutil.git(repo, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
-    return result
+        return index_tree(repo, env, "-", input=run[0].data)
+    files = []
+    for n, p in enumerate(run):
+        files.append(scratch / f"run-{n:06d}.patch")
+        files[-1].write_bytes(p.data)
+    return index_tree(repo, env, "--", *map(str, files))
 
 
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
 ) -> str:
-    """The commits `git am` (as `dgr-forge patch` runs it) makes from `series` on `base`,
-    built from the known trees with mailinfo + commit-tree: nothing in the work tree moves.
-    Returns the last one (`base` for an empty series)."""
+    """The last of the commits `dgr-forge patch`'s `git am` makes from `series` on `base`,
+    built from the known trees (mailinfo + commit-tree): nothing in the work tree moves."""
     parent = base
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
             proc = gitutil.git(
-                repo,
-                "mailinfo",
-                "-b",
-                "-u",
-                "--no-scissors",
-                str(msg),
-                str(diff),
-                input=p.data,
-                text=False,
-            )
+                repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
+                input=p.data, text=False,
+            )  # fmt: skip
             raw: bytes | str = proc.stdout
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
@@ -452,13 +341,9 @@ def write_series(
     series: Sequence[ExportedPatch],
     result_tree: str,
     out: Reporter,
-    *,
-    new_pin: tuple[str, str] | None = None,
 ) -> Export:
-    """Make patches/ and the manifest hold `series`, touching only what differs, through
-    the one crash-safe journal (series_journal); the caller holds the root lock."""
+    """patches/ and the manifest made to hold `series` (the caller holds the root lock)."""
     pdir = m.patches_dir
-    wanted = {p.file: p for p in series}
     on_disk = {f.name for f in pdir.glob("*.patch")} if pdir.is_dir() else set()
     written = tuple(
         p.file
@@ -466,19 +351,12 @@ def write_series(
         if p.file not in on_disk or series_journal.patch_bytes(pdir, p.file) != p.data
     )
     unchanged = tuple(p.file for p in series if p.file not in written)
-    removed = tuple(sorted(on_disk - set(wanted)))
+    removed = tuple(sorted(on_disk - {p.file for p in series}))
 
     from dgr_forge.upstream import manifest_edit  # tomlkit: only an export writes it
 
     old_text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as it was loaded
-    entries = [manifest_edit.SeriesEntry(p.file, p.sha256, p.tree) for p in series]
-    new_text = manifest_edit.updated_text(
-        old_text,
-        entries,
-        result_tree,
-        upstream_commit=new_pin[0] if new_pin else None,
-        upstream_tree=new_pin[1] if new_pin else None,
-    )
+    new_text = manifest_edit.updated_text(old_text, series, result_tree)
     manifest_changed = new_text != old_text
     if written or removed or manifest_changed:
         series_journal.write(
@@ -518,14 +396,10 @@ def export_workspace(
     before: bytes | None = None,
     force: bool = False,
 ) -> Export:
-    """The `export` command: the workspace's commits over the pin -> patches/ + manifest.
-    The caller holds the workspace and root locks, ran recovery and loaded `m` under them
-    (the command context); `before`: the manifest's bytes from before the root lock was
-    waited for (another workspace's export may have changed it meanwhile).
-
-    A fast-forward of the series on disk (series_base): changes made on disk since this
-    workspace was patched stop it (exit 3) unless `force`, which saves the replaced files
-    under logs/ first. Compared and written under the one root lock the caller holds."""
+    """The `export` command, under the workspace and root locks (`before`: the manifest's
+    bytes from before the root lock was waited for). A fast-forward of the series on disk
+    (series_base): changes made there since this workspace was patched stop it (exit 3)
+    unless `force`, which saves the replaced files under logs/ first."""
     waited = before is not None and before != manifest.read_raw(m.path)
     src = forge.src_dir(m.name)
     if not (src / ".git").exists():
@@ -539,7 +413,7 @@ def export_workspace(
             f"{forge.rel(src)}: a {op} is in progress",
             hint="finish or abort it before exporting",
         )
-    edited = patches.changed_on_disk(m)
+    edited = [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
     if edited:
         # patch files edited by hand: they are the intended series, unless the
         # workspace has its own new commits too (then a person must choose)
@@ -569,17 +443,36 @@ def export_workspace(
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
     trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]
-    saved: list[Path] = []
-
-    def fast_forward(series: Sequence[ExportedPatch]) -> None:
-        rendered = [(p.file, p.sha256) for p in series]
-        harm = series_base.harmful(base, m, rendered, trees)
-        if not harm:
-            return
+    dirty = read_status(src)[2]  # "XY path" lines
+    if dirty:
+        raise NeedsHuman(
+            f"{forge.rel(src)} has uncommitted edits ({len(dirty)} paths: "
+            + ", ".join(line[3:] for line in dirty[:10])
+            + "); export writes commits only",
+            hint="commit them (`git commit`, or `git commit --amend` / `git rebase -i` to "
+            "change an existing patch) or discard them, then export again",
+            details={"dirty": dirty},
+        )
+    series = compute_series(src, m.commit, tmp_root=forge.tmp_dir)
+    verify_round_trip(src, m.commit, series)
+    # compared and written under the one root lock the caller holds
+    harm = series_base.harmful(base, m, [(p.file, p.sha256) for p in series], trees)
+    saved = None
+    if harm:
         if not force:
             raise series_base.stale_error(forge, m, harm, waited=waited)
-        saved.append(series_base.save_replaced(forge, m))
-        out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved[0]}")
-
-    result = export_series(src, m.commit, forge, m, out, guard=fast_forward)
-    return replace(result, replaced_saved=str(saved[0])) if saved else result
+        saved = series_base.save_replaced(forge, m)
+        out.info(f"--force: {harm.describe()}; the replaced files are saved in {saved}")
+    result_tree = series[-1].tree if series else gitutil.tree_of(src, m.commit)
+    fault.point("export.computed")
+    result = write_series(forge, m, series, result_tree, out)
+    # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
+    # "already applied" holds and a person's next commit stands out as a local edit
+    canonical = canonical_commits(src, m.commit, series, forge.tmp_dir)
+    own = series_base.own_commits(src, canonical, len(series))
+    entries = tuple((p.file, p.sha256) for p in series)
+    record = series_base.SeriesBase(m.commit, entries, tuple(p.tree for p in series), own)
+    series_base.record(src, record)
+    if gitutil.rev_parse(src, "HEAD") != canonical:
+        gitutil.git(src, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
+    return replace(result, replaced_saved=str(saved)) if saved else result

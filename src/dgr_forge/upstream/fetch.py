@@ -1,30 +1,13 @@
 """Put the upstream at exactly the pinned commit in `<workspace>/src/<name>` (DESIGN.md, fetch).
 
-How it works, and why:
-
-* **Fetch only the pin.** `git fetch --depth 1 -- URL <commit>`: protocol v2 servers (and
-  v0 servers with `uploadpack.allowAnySHA1InWant`/`allowReachableSHA1InWant`) send just
-  that commit's tree. When the server refuses a SHA want, fall back to fetching all
-  branches and tags; the pin must then be among them, or the run fails naming it
-  (`transfer.py`). URLs are validated data, never options.
-* **Verify before touching the work tree.** The commit id and, when pinned, the tree id
-  are checked first; a mismatch fails (exit 1) and leaves the workspace as it was.
-* **What "already there" means.** HEAD is the pin, or HEAD has the pin as an ancestor
-  (the forge's own patch commits on top: whether they are the *right* commits is the
-  patch step's exact tree comparison, not fetch's), and the work tree is clean. Then fetch
-  is a no-op that needs no network and two git calls (`workspace.inspect`).
-* **Never lose an edit.** Tracked or untracked changes (ignored files excepted) are a
-  `NeedsHuman` (exit 3) naming the files; `--force` first writes them to a patch under
-  `<workspace>/logs/` (a `git diff --binary` through a temporary index, so untracked files
-  are in it), then discards them.
-* **Crash-safe: a fetch is complete or absent.** Runs are serialized by the workspace
-  lock, so any `*.lock`, temporary pack or quarantine file found under `.git` is a dead
-  run's leftover and is removed; `git init` happens in a temporary directory renamed into
-  place; objects arrive as one pack git publishes only when complete; a transfer is
-  journaled (`.git/dgr-fetching`) and a pin found under that journal, or about to be
-  checked out without having been fetched now, is used only when its whole tree is
-  connected (else fetched again); a checkout is journaled (`.git/dgr-checkout`) so an
-  interrupted one is completed rather than mistaken for user edits.
+Only the pin is fetched (`--depth 1`, falling back to all branches and tags: `transfer.py`);
+its commit and tree are verified before the work tree moves. Already there (HEAD is the pin
+or the forge's commits on it, clean) is a no-op of two git calls. An edit is never lost:
+changes are exit 3, or with `--force` saved as a patch under logs/ first. Crash-safe: runs
+are serialized by the workspace lock (so any git leftover is a dead run's), `git init`
+happens in a temporary directory renamed into place, and the transfer and the checkout
+are journaled (`.git/dgr-fetching`, `.git/dgr-checkout`): a pin found under the fetch
+journal counts only with its whole tree connected.
 """
 
 from __future__ import annotations
@@ -35,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Annotated, cast
 
-from msgspec import Struct
-from msgspec.structs import asdict
+from msgspec.structs import asdict, replace
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import NeedsHuman, OperationFailed
@@ -57,7 +39,6 @@ from dgr_forge.upstream.workspace import (
     PATCH_JOURNAL,
     PIN_REF,
     READ_ONLY_ENV,
-    LocalChange,
     connected,
     inspect,
     pin_tree,
@@ -68,18 +49,6 @@ from dgr_forge.upstream.workspace import (
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
 PARALLEL_CHECKOUT = ("checkout.workers=0",)
-
-
-class FetchResult(Struct, frozen=True):
-    src_dir: Path
-    commit: str
-    tree: str
-    changed: bool
-    # how the pin got here: "none" (already there), "local" (objects were present),
-    # "shallow" (depth-1 fetch of the pin), "full" (fallback: all branches and tags)
-    method: str = "none"
-    url: str | None = None
-    saved_patch: Path | None = None
 
 
 class Fetch(Form, kw_only=True):
@@ -113,31 +82,19 @@ def fetch(
     offline: bool,
     force: bool,
 ) -> Fetch:
-    """The `fetch` command under the workspace and root locks: the pin checked out and
-    verified (`fetch_locked`), then the upstream's build number recorded in the manifest."""
+    """The `fetch` command (under the workspace and root locks): `fetch_locked`, then the
+    upstream's build number recorded in the manifest."""
     from dgr_forge.upstream import build_number
 
     started = time.monotonic()
     result = fetch_locked(forge, m, out, mirror=mirror, offline=offline, force=force)
     m = build_number.record(forge, m, None if offline else mirror or m.url, out)
-    return Fetch(
-        upstream=m.name,
-        url=mask(result.url or m.url),
-        src_dir=result.src_dir,
-        commit=result.commit,
-        tree=result.tree,
-        changed=result.changed,
-        method=result.method,
-        shallow=(result.src_dir / ".git" / "shallow").exists(),
-        saved_patch=result.saved_patch,
-        build_number=m.build_number,
-        seconds=round(time.monotonic() - started, 3),
-    )
+    seconds = round(time.monotonic() - started, 3)
+    return replace(result, build_number=m.build_number, seconds=seconds)
 
 
 def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
-    """Commits in HEAD that are neither the upstream's (fetched refs, the pin) nor the forge's:
-    someone committed in the workspace. Lines are "<id> <subject>"."""
+    """ "<id> <subject>" of HEAD's commits neither the upstream's nor the forge's."""
     args = ["log", "--format=%H%x00%ce%x00%s", head, "--not", "--glob=refs/dgr/*"]
     if pin is not None:
         args.append(pin)
@@ -162,8 +119,7 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
 
 
 def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
-    """Before the work tree moves: a wrong pin leaves everything as it was. The pin's
-    tree."""
+    """The pin's tree, checked before the work tree moves (a wrong pin leaves it as it was)."""
     found = gitutil.commit_and_tree(src, m.commit)
     if found is None or found[0] != m.commit:
         raise OperationFailed(
@@ -185,26 +141,28 @@ def fetch_locked(
     mirror: str | None,
     offline: bool,
     force: bool,
-) -> FetchResult:
-    """Put `<workspace>/src/<name>` detached at the pinned commit, verified; see the module
-    doc. The caller holds the workspace lock and resolved `mirror` (`resolve_mirror`)."""
+) -> Fetch:
+    """`<workspace>/src/<name>` detached at the verified pin. The caller holds the workspace
+    lock and resolved `mirror` (`resolve_mirror`)."""
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")  # never reaching git
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
-    journal = gitdir / CHECKOUT_JOURNAL
 
-    # The fast path: already verified at the pin (or pin + patch commits), clean: 2 git calls.
     ws = inspect(src, m.commit, len(m.series))
     if ws.exists and not ws.journals and ws.head is not None and not ws.changes:
         tree = ws.tree_of(m.commit)
         if tree is not None and ws.commits_on(m.commit) is not None:
             if m.tree is not None and tree != m.tree:
                 raise _tree_mismatch(m, tree, None)
-            return FetchResult(src, m.commit, tree, changed=False)
+            return Fetch(
+                upstream=m.name, url=mask(m.url), src_dir=src, commit=m.commit, tree=tree,
+                changed=False, method="none", shallow=ws.shallow, saved_patch=None,
+                build_number=m.build_number, seconds=0.0,
+            )  # fmt: skip
 
     fresh = not ws.exists
     if fresh:
-        _init(src)  # empty: what `ws` says of it holds (no HEAD, no changes, no pin)
+        _init(src)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
@@ -213,20 +171,34 @@ def fetch_locked(
     if not fresh:
         ws = inspect(src, m.commit, len(m.series))
 
-    # refuse before any network traffic; with --force, save and discard only once the pin
-    # is fetched and verified (a failed fetch then leaves the edits where they are)
+    # refused before any transfer; --force saves and discards only after the pin is verified
     dirty = bool(ws.changes) and not recovering
     if dirty and not force:
-        raise _dirty_error(forge, src, ws.changes)
+        shown = ", ".join(f"{c.path} ({c.change})" for c in ws.changes[:10])
+        more = f" and {len(ws.changes) - 10} more" if len(ws.changes) > 10 else ""
+        raise NeedsHuman(
+            f"the workspace {forge.rel(src)} has local changes: {shown}{more}",
+            hint="keep them (e.g. `git -C "
+            f"{src} diff > my.patch`, or turn them into a patch in the series), or re-run with "
+            f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
+            details={"local_changes": [asdict(c) for c in ws.changes]},
+        )
     tree_here = pin_tree(ws, m.commit)
     moving = ws.head is None or ws.commits_on(m.commit) is None
     commits: list[str] = []
     if moving and ws.head is not None and not recovering:
         commits = local_commits(src, ws.head, m.commit if tree_here else None)
         if commits and not force:
-            raise _local_commits_error(forge, src, commits)
-    # a pin that is about to be checked out without having been fetched now, or that a
-    # killed transfer left, counts only with its whole tree (else it is fetched again)
+            more = f" and {len(commits) - 5} more" if len(commits) > 5 else ""
+            raise NeedsHuman(
+                f"the workspace {forge.rel(src)} has commits of its own on top of the "
+                f"upstream: {'; '.join(commits[:5])}{more}",
+                hint=f"keep them (e.g. `git -C {src} format-patch` them, or turn them into "
+                "patches in the series), or re-run with --force to save them as an mbox "
+                f"under {forge.rel(forge.logs_dir)} and continue",
+                details={"local_commits": commits},
+            )
+    # a pin not fetched now, or left by a killed transfer, counts only with its whole tree
     unsure = moving or recovering or FETCH_JOURNAL in journals
     pin_here = tree_here is not None and (not unsure or connected(src, m.commit))
 
@@ -271,51 +243,36 @@ def fetch_locked(
         out.info(f"saved the workspace's own commits to {saved_commits}")
         out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
-    # a clean HEAD at the pin + patch commits (clean again after --force) stays as it is
+    journal = gitdir / CHECKOUT_JOURNAL
+    if recovering or moving:  # journaled: a killed checkout is finished next time
+        journal.write_text(m.commit + "\n")
+        fault.point("fetch.checkout")
+        gitutil.git(src, "checkout", "-q", "-f", "--detach", m.commit, config=PARALLEL_CHECKOUT)
+        fault.point("fetch.checked-out")
+    # the ref first: a crash after the journal is gone must leave the pin marked as upstream
+    gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if recovering or moving:
-        _checkout(src, m.commit, journal)
+        journal.unlink()
         (gitdir / PATCH_JOURNAL).unlink(missing_ok=True)
-    else:
-        gitutil.git(src, "update-ref", PIN_REF, m.commit)
     if method in ("shallow", "full"):
         out.info(f"{m.name} at {m.commit} (tree {tree}) verified")
-    return FetchResult(src, m.commit, tree, changed=True, method=method, url=url, saved_patch=saved)
+    return Fetch(
+        upstream=m.name, url=mask(url), src_dir=src, commit=m.commit, tree=tree, changed=True,
+        method=method, shallow=(gitdir / "shallow").exists(), saved_patch=saved,
+        build_number=m.build_number, seconds=0.0,
+    )  # fmt: skip
 
 
 def abort_am(src: Path) -> None:
-    """Undo a `git am` the forge left half-done; `am --quit` when `--abort` cannot (e.g. it
-    failed on a full disk and the index no longer matches): the caller checks out the pin."""
+    """Undo the forge's half-done `git am` (`--quit` where `--abort` cannot, e.g. after a
+    full disk); the caller checks out the pin."""
     if gitutil.git(src, "am", "--abort", check=False).returncode != 0:
         gitutil.git(src, "am", "--quit", check=False)
         shutil.rmtree(src / ".git" / "rebase-apply", ignore_errors=True)
 
 
-def _dirty_error(forge: Forge, src: Path, changes: list[LocalChange]) -> NeedsHuman:
-    shown = ", ".join(f"{c.path} ({c.change})" for c in changes[:10])
-    more = f" and {len(changes) - 10} more" if len(changes) > 10 else ""
-    return NeedsHuman(
-        f"the workspace {forge.rel(src)} has local changes: {shown}{more}",
-        hint="keep them (e.g. `git -C "
-        f"{src} diff > my.patch`, or turn them into a patch in the series), or re-run with "
-        f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
-        details={"local_changes": [asdict(c) for c in changes]},
-    )
-
-
-def _local_commits_error(forge: Forge, src: Path, commits: list[str]) -> NeedsHuman:
-    shown = "; ".join(commits[:5]) + (f" and {len(commits) - 5} more" if len(commits) > 5 else "")
-    return NeedsHuman(
-        f"the workspace {forge.rel(src)} has commits of its own on top of the upstream: {shown}",
-        hint=f"keep them (e.g. `git -C {src} format-patch` them, or turn them into patches in "
-        "the series), or re-run with --force to save them as an mbox under "
-        f"{forge.rel(forge.logs_dir)} and continue",
-        details={"local_commits": commits},
-    )
-
-
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
-    """Commits on `head` that are neither under refs/dgr/* nor `exclude`, as one mbox in
-    logs/ (`git am` re-applies them); its path. Shared with the worker checkout."""
+    """Commits on `head` not under refs/dgr/* nor `exclude`, as one mbox in logs/."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
     args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)
@@ -325,7 +282,6 @@ def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[st
 
 
 def _init(src: Path) -> None:
-    """A fresh repository, made in a temporary directory and renamed into place."""
     if src.exists():
         leftovers = [p for p in src.iterdir() if p.name != ".git"]
         if leftovers:
@@ -350,14 +306,3 @@ def discard_changes(src: Path, head: str | None) -> None:
     else:
         (src / ".git" / "index").unlink(missing_ok=True)
     gitutil.git(src, "clean", "-fdq")
-
-
-def _checkout(src: Path, commit: str, journal: Path) -> None:
-    """Detach HEAD at `commit`, journaled so a killed checkout is finished next time."""
-    journal.write_text(commit + "\n")
-    fault.point("fetch.checkout")
-    gitutil.git(src, "checkout", "-q", "-f", "--detach", commit, config=PARALLEL_CHECKOUT)
-    fault.point("fetch.checked-out")
-    # the ref first: a crash after the journal is gone must leave the pin marked as upstream
-    gitutil.git(src, "update-ref", PIN_REF, commit)
-    journal.unlink()

@@ -1,7 +1,5 @@
-"""The upstream pin: `manifests/llama.cpp.toml`, loaded and validated (DESIGN.md, "Manifest").
-
-Every malformed input is a `BadInput` (exit 2) naming the file, the key and the fix; no
-input makes the loader raise anything else.
+"""The upstream pin: `manifests/llama.cpp.toml`, loaded and validated (DESIGN.md, "Manifest");
+every malformed input is a `BadInput` (exit 2) naming the file, the key and the fix.
 """
 
 from __future__ import annotations
@@ -30,14 +28,9 @@ from dgr_forge.core.tominput import (
 )
 from dgr_forge.core.urls import check_url
 
-SCHEMA = 1
 PATCH_NAME = re.compile(r"^(\d{4})-[A-Za-z0-9][A-Za-z0-9._-]*\.patch$")
 # llama.cpp is past b10000; a number far beyond any real history is a typo or hostile
 MAX_BUILD_NUMBER = 10**9
-
-
-# -- the file as written is the record (its keys, types, bounds and defaults: declared
-# once, here); its derived values are properties
 
 
 class PatchEntry(Record, frozen=True):
@@ -153,17 +146,14 @@ class UpstreamManifest(Record, frozen=True):
 
     @property
     def patches_dir_rel(self) -> str:
-        """`patches.dir` as written (default: patches/<upstream.name>)."""
         return self.patches.dir or f"patches/{self.upstream.name}"
 
     @cached_property
     def patches_dir(self) -> Path:
-        """The series' directory, absolute."""
         return (self.root / self.patches_dir_rel).resolve()
 
     @property
     def budget_upstream_lines(self) -> int | None:
-        """`[patches] budget.upstream_lines`: `check` fails when the footprint passes it."""
         return self.patches.budget.upstream_lines if self.patches.budget else None
 
     @property
@@ -185,7 +175,6 @@ SHAPE = UpstreamManifest  # docs/json-schema/toml/ is generated from it
 
 
 def _object_id(shown: str, value: str | None, key: str) -> None:
-    """A git object id as the manifest pins it: the full lowercase 40 hex, never a ref."""
     if value is None or HEX40.fullmatch(value):
         return
     what = "commit" if key.endswith("commit") else "tree"
@@ -207,16 +196,13 @@ _HINT = (
 
 
 def read_raw(path: Path) -> bytes:
-    """The manifest file's bytes now, read as `load` reads it (a regular file of at most
-    4 MiB, a FIFO never waited on, exit 2 naming it): for those that copy, hash, compare
-    or rewrite the file after loading it, never an unbounded second read."""
+    """The manifest's bytes now, read bounded as `load` reads it (a FIFO never waited on)."""
     return read_regular(path, what="manifest", hint=_HINT, limit=MAX_BYTES)
 
 
 def load(path: Path, root: Path) -> UpstreamManifest:
-    """Load and validate the upstream manifest at `path`; paths resolve against `root`.
-    Pure: it reads. A write a kill interrupted is finished by the command context
-    (`cli/context`, for commands that write) before this runs."""
+    """The manifest at `path`, validated; paths resolve against `root`. Pure: a write a
+    kill interrupted is finished by the command context before this runs."""
     try:
         shown = str(path.resolve().relative_to(root.resolve()))
     except ValueError:
@@ -253,7 +239,6 @@ def load(path: Path, root: Path) -> UpstreamManifest:
 
 
 def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
-    """The series as listed: canonical names, sha256s, ascending numbers without repeats."""
     for i, entry in enumerate(series):
         where = f"patches.series[{i}]"
         file = entry.file

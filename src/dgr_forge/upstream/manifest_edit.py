@@ -1,8 +1,5 @@
 """Rewriting the upstream manifest in place with tomlkit: values change, the user's
 comments, blank lines and key order stay (DESIGN.md, "Manifest").
-
-`export` rewrites the series' hashes and trees; `rebase` also moves the pin. Both go
-through `updated_text`, then write atomically.
 """
 
 from __future__ import annotations
@@ -10,30 +7,26 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import tomlkit
 from tomlkit.items import AoT, Comment, Table, Whitespace
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.upstream.manifest import PatchEntry
 
 _NUMBER = re.compile(r"^\d{4}-")
 
 
-@dataclass(frozen=True)
-class SeriesEntry:
-    file: str
-    sha256: str
-    tree: str
+def _parse(text: str) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except Exception as err:  # tomlkit raises several unrelated types
+        raise BadInput(f"manifest is not valid TOML: {err}") from None
 
 
 def with_build_number(text: str, number: int | None) -> str:
-    """The manifest text with `[upstream] build_number` set (None: removed, as when the
-    pin moves and the new count is not known); everything else as written."""
-    try:
-        doc = tomlkit.parse(text)
-    except Exception as err:  # tomlkit raises several unrelated types
-        raise BadInput(f"manifest is not valid TOML: {err}") from None
+    """The manifest text with `[upstream] build_number` set (None: removed)."""
+    doc = _parse(text)
     upstream = doc["upstream"]
     assert isinstance(upstream, Table)
     if number is None:
@@ -50,7 +43,7 @@ def _slug(file: str) -> str:
 
 def updated_text(
     text: str,
-    series: Sequence[SeriesEntry],
+    series: Sequence[PatchEntry],
     result_tree: str,
     *,
     upstream_commit: str | None = None,
@@ -58,17 +51,10 @@ def updated_text(
     upstream_url: str | None = None,
     upstream_build_number: int | None = None,
 ) -> str:
-    """The manifest text with the series, result tree (and optionally the pin and the
-    upstream URL) replaced.
-
-    An existing [[patches.series]] table is reused for the entry with the same slug (the
-    name without its number), else for the entry at the same position, so comments
-    written next to a patch stay with it; tables of dropped patches are removed.
-    """
-    try:
-        doc = tomlkit.parse(text)
-    except Exception as err:  # tomlkit raises several unrelated types
-        raise BadInput(f"manifest is not valid TOML: {err}") from None
+    """The manifest text with the series, result tree (and optionally the pin) replaced.
+    A [[patches.series]] table is reused for the entry of the same slug, else of the same
+    position, so comments written next to a patch stay with it."""
+    doc = _parse(text)
     pin: dict[str, str | int | None] = {
         "commit": upstream_commit,
         "tree": upstream_tree,
@@ -114,7 +100,7 @@ def updated_text(
     for entry, maybe in zip(series, chosen, strict=True):
         table = maybe if maybe is not None else tomlkit.table()
         for key, value in (("file", entry.file), ("sha256", entry.sha256), ("tree", entry.tree)):
-            if table.get(key) != value:
+            if value is not None and table.get(key) != value:
                 table[key] = value
         tables.append(table)
     if not unchanged:
@@ -152,9 +138,8 @@ _EMPTY_SERIES_NOTE = re.compile(r"^\s*#[^\n]*series is empty[^\n]*\n?", re.M)
 
 
 def _drop_stale_comments(text: str, *, has_series: bool) -> str:
-    """Comments that described the manifest before this write and are false after it: the
-    `# tree = ...` placeholder once [upstream] has a real `tree`, and the "series is
-    empty" note once it is not."""
+    """Comments false after this write: the `# tree = ...` placeholder once [upstream] has
+    a `tree`, the "series is empty" note once it is not."""
     if has_series:
         text = _EMPTY_SERIES_NOTE.sub("", text)
     heads = list(_SECTION.finditer(text))
@@ -170,9 +155,8 @@ def _drop_stale_comments(text: str, *, has_series: bool) -> str:
 
 
 def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
-    """Comments written above a [[patches.series]] header belong to that entry, but tomlkit
-    stores them at the end of the previous table: move them into the entry's own leading
-    text so they travel with it when entries are dropped, added or reordered."""
+    """Comments above a [[patches.series]] header, which tomlkit stores at the end of the
+    previous table, moved into the entry's own leading text: they travel with it."""
     if tables:
         body = patches.value.body
         at = next(i for i, (k, _v) in enumerate(body) if k is not None and k.key == "series")
@@ -198,8 +182,7 @@ def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
 
 
 def _insert_before(table: Table, key: str, value: AoT, before: str) -> None:
-    """Put `key` before `before` (TOML needs the array of tables ahead of [patches.result]
-    only for readability; tomlkit appends at the end otherwise)."""
+    """`key` put before `before` (for readability; tomlkit appends at the end)."""
     if before not in table:
         table[key] = value
         return

@@ -1,16 +1,9 @@
-"""The numbered patch series on the pinned upstream: apply it, exactly, reproducibly.
-
-Applying is `git am` on the pin, one commit per patch, without 3-way merge and without
-fuzz (git apply needs every context line to match), with a fixed committer and the
-committer date taken from each patch's own Date header, so the same inputs give the same
-commit ids on every machine. Whether the series is "already applied" is an exact
-comparison of the workspace's commit chain over the pin with the manifest's trees: no
-stamp files, no reverse-apply guessing (DESIGN.md, "Patch files are canonical").
-
-Reading and checking the files is `series.py`; the work tree model is `workspace.py`.
-Crash safety: the run is journaled (`.git/dgr-patching`); a failed run rolls back to the
-pin before the journal goes, and a killed one is rolled back by the next run (stale git
-locks and a half-finished `am` included) under the workspace lock.
+"""The patch series applied on the pin: `git am` without 3-way merge or fuzz, a fixed
+committer and each patch's own date, so the same inputs give the same commit ids anywhere;
+"already applied" is an exact comparison of the commits' trees with the manifest's
+(DESIGN.md, "Patch files are canonical"). Crash safety: the run is journaled
+(`.git/dgr-patching`); a failed run rolls back to the pin before the journal goes, a
+killed one is rolled back by the next run under the workspace lock.
 """
 
 from __future__ import annotations
@@ -31,12 +24,14 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask_text
-from dgr_forge.upstream import patchfile, series_base, tree_cache
+from dgr_forge.upstream import patchfile, series_base
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
     CheckResult,
     Conflict,
+    cache_trees,
+    cached_trees,
     check_series,
     check_symlinks,
     conflicting_hunks,
@@ -60,19 +55,10 @@ from dgr_forge.upstream.workspace import (
     remove_git_leftovers,
 )
 
-# `git am` flags: no 3-way fallback (a hunk that does not match exactly is a conflict),
-# keep subjects as exported (only "[PATCH ...]" prefixes are stripped), never rewrite
-# whitespace, committer date = the patch's Date header (reproducible commit ids).
-AM_FLAGS: tuple[str, ...] = (
-    "am",
-    "--no-3way",
-    "--keep-non-patch",
-    "--committer-date-is-author-date",
-    "--whitespace=nowarn",
-    "--no-scissors",
-    "--no-gpg-sign",
-    "--quiet",
-)
+AM_FLAGS = (
+    "am", "--no-3way", "--keep-non-patch", "--committer-date-is-author-date",
+    "--whitespace=nowarn", "--no-scissors", "--no-gpg-sign", "--quiet",
+)  # fmt: skip
 
 
 class PatchedTree(Struct, frozen=True):
@@ -83,28 +69,9 @@ class PatchedTree(Struct, frozen=True):
     changed: bool  # False: it was already applied, nothing moved
 
 
-def is_applied(ws: Workspace, pin: str, trees: Sequence[str], result_tree: str | None) -> bool:
-    """Exact: HEAD's forge commits sit on the pin and carry exactly the expected trees."""
-    if not ws.exists or ws.operation or ws.has_local_edits or ws.base != pin:
-        return False
-    if [c.tree for c in ws.series] != list(trees):
-        return False
-    if any(len(c.parents) != 1 for c in ws.series):
-        return False
-    return result_tree is None or not trees or trees[-1] == result_tree
-
-
-def changed_on_disk(m: UpstreamManifest) -> list[str]:
-    """Patch files whose bytes no longer match the manifest's sha256."""
-    return [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
-
-
-# ----------------------------------------------------------------------------- applying
-
-
 def _rollback(src: Path, pin: str) -> str | None:
-    """Put the work tree back at the pin after a failed or killed `git am`; None when it
-    worked, else git's reason. Under the journal every change is the forge's own."""
+    """The work tree back at the pin after a failed or killed `git am`; None, else git's
+    reason. Under the journal every change is the forge's own."""
     try:
         fault.point("patch.rollback")  # a roll-back that fails, e.g. on a still-full disk
     except OSError as err:
@@ -121,9 +88,8 @@ def _rollback(src: Path, pin: str) -> str | None:
 
 @contextmanager
 def _journal(src: Path, pin: str) -> Iterator[None]:
-    """Mark the work tree as "being patched" so a killed run is rolled back, not blamed
-    on the user. A failure rolls back here; the journal goes only once that worked (else
-    the next run finishes the roll-back)."""
+    """The work tree marked "being patched": a killed run is rolled back, not blamed on the
+    user; the journal goes only once a roll-back worked (else the next run finishes it)."""
     path = git_dir(src) / PATCH_JOURNAL
     path.write_text(pin + "\n")
     try:
@@ -143,8 +109,8 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
 
 
 def recover_interrupted(src: Path, pin: str) -> bool:
-    """Roll back what a killed or failed `dgr-forge patch` left (an am mid-way, stale git
-    locks); True if there was anything. Call under the workspace lock."""
+    """Roll back what a killed `dgr-forge patch` left; True if there was anything. Call
+    under the workspace lock."""
     path = git_dir(src) / PATCH_JOURNAL
     if not path.exists():
         return False
@@ -166,40 +132,35 @@ def recover_interrupted(src: Path, pin: str) -> bool:
 def apply_series(
     src: Path,
     m: UpstreamManifest,
-    paths: Sequence[Path],
     parsed: Sequence[patchfile.ParsedPatch],
+    datas: Sequence[bytes],
     *,
     head: str | None,
-    check_trees: bool = True,
-    datas: Sequence[bytes] | None = None,
+    check_trees: bool,
 ) -> tuple[str, str]:
-    """`git am` the files onto the pin in the (clean) work tree, which is at `head`; return
-    the new HEAD and its tree. With `datas` (the files' bytes) the per-patch trees go into
-    the workspace's tree cache.
-
-    On a conflict the work tree is back at the pin, and NeedsHuman names the patch, files
-    and hunks. With `check_trees` each commit's tree must equal the manifest's per-patch
-    tree and the last one `patches.result.tree` (else exit 1, back at the pin).
-    """
+    """The new HEAD and its tree after `git am` of the files onto the pin in the clean work
+    tree at `head` (`datas`: their bytes, for the tree cache). A conflict is NeedsHuman
+    naming the patch and hunks; with `check_trees` each tree must be the manifest's (else
+    exit 1); either way the work tree is back at the pin."""
     remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
     with _journal(src, m.commit):
         fault.point("patch.journal")
         if head != m.commit:
             git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
-        if not paths:
+        if not m.series:
             series_base.record(src, series_base.SeriesBase.of(m, ()))
             return m.commit, gitutil.tree_of(src, m.commit)
         # one am for the whole series: a process per patch costs ~4x on a large tree (each
         # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
-        proc = git(src, *AM_FLAGS, "--", *map(str, paths), env=FORGE_IDENTITY, check=False)
+        paths = [str(m.patch_path(e)) for e in m.series]
+        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
         if proc.returncode != 0:
             raise _am_failure(src, m, parsed, proc.stdout + proc.stderr, _am_stopped_at(src))
-        fault.point("patch.applied", m.series[len(paths) - 1].file[:4])
+        fault.point("patch.applied", m.series[-1].file[:4])
         chain = list(reversed(read_chain(src, len(paths))))
         if check_trees:
             _check_trees(m, chain)
-        if datas is not None:
-            tree_cache.store(src, m.commit, datas, [c.tree for c in chain])
+        cache_trees(src, m.commit, datas, [c.tree for c in chain])
         # inside the journal: a run killed after it, before the record, is rolled back to
         # the pin, never left with commits of the forge's that the record does not name
         series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
@@ -227,7 +188,6 @@ def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
 
 
 def _am_stopped_at(src: Path) -> int:
-    """The index of the patch `git am` stopped on (its `rebase-apply/next`, 1-based)."""
     try:
         index = int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
     except (OSError, ValueError):
@@ -242,7 +202,6 @@ def _am_failure(
     output: str,
     index: int,
 ) -> Exception:
-    """The error for patch `index` failing; the journal then rolls back to the pin."""
     if not 0 <= index < len(m.series):  # am stopped before any patch (a full disk, say)
         return OperationFailed(
             f"git am failed: {mask_text(output.strip()[-2000:])}",
@@ -271,9 +230,6 @@ def _am_failure(
     )
 
 
-# ----------------------------------------------------------------------------- the command
-
-
 def ensure_patched(
     forge: Forge,
     m: UpstreamManifest,
@@ -284,12 +240,10 @@ def ensure_patched(
     trust_files: bool = False,
     measured: Workspace | None = None,
 ) -> PatchedTree:
-    """Fetch if needed, apply the series, verify; a no-op when it is already applied.
-    The caller holds the workspace lock (the command context takes it). `trust_files`:
-    apply the patch files on disk even where they differ from the manifest's hashes
-    (export's "I edited a patch file on purpose" path), without checking the manifest's
-    trees, which describe the old files. `measured`: the workspace as the caller just
-    inspected it, saving the no-op a second look."""
+    """Fetch if needed, apply the series, verify; a no-op when it is already applied (the
+    caller holds the workspace lock). `trust_files`: apply the files on disk even where
+    they differ from the manifest (export's "edited on purpose"), its trees unchecked.
+    `measured`: the workspace as the caller just inspected it."""
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
@@ -327,7 +281,7 @@ def ensure_patched(
     if trees is None:
         computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
         if computed is not None:
-            tree_cache.store(src, m.commit, datas, computed)
+            cache_trees(src, m.commit, datas, computed)
         result_tree = None if trust_files else m.result_tree
         done = None if computed is None else _unchanged(m, ws, computed, result_tree)
         if done is not None:
@@ -335,9 +289,8 @@ def ensure_patched(
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
-    paths = [m.patch_path(e) for e in m.series]
     head, tree = apply_series(  # it records the commits it made
-        src, m, paths, parsed, head=ws.head, check_trees=not trust_files, datas=datas
+        src, m, parsed, datas, head=ws.head, check_trees=not trust_files
     )
     return PatchedTree(src, m.commit, head, tree, changed=True)
 
@@ -345,8 +298,12 @@ def ensure_patched(
 def _unchanged(
     m: UpstreamManifest, ws: Workspace, trees: Sequence[str], result_tree: str | None
 ) -> PatchedTree | None:
-    """The workspace as it is, when it holds exactly `trees` on the pin (the no-op)."""
-    if not is_applied(ws, m.commit, trees, result_tree):
+    """The workspace as it is, when its forge commits on the pin carry exactly `trees`."""
+    if not ws.exists or ws.operation or ws.has_local_edits or ws.base != m.commit:
+        return None
+    if [c.tree for c in ws.series] != list(trees) or any(len(c.parents) != 1 for c in ws.series):
+        return None
+    if result_tree is not None and trees and trees[-1] != result_tree:
         return None
     assert ws.head is not None
     result = trees[-1] if trees else (m.tree or gitutil.tree_of(ws.src, m.commit))
@@ -356,10 +313,9 @@ def _unchanged(
 
 
 def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:
-    """The per-patch trees from the workspace's cache (computed from these very bytes on
-    this pin), where the manifest records none; None unless every one is known and agrees
-    with each tree the manifest does record."""
-    cached = tree_cache.lookup(src, m.commit, datas)
+    """The per-patch trees from the workspace's cache; None unless every one is known and
+    agrees with the manifest's."""
+    cached = cached_trees(src, m.commit, datas)
     trees = [t for t in cached if t is not None]
     if len(trees) != len(cached):
         return None
@@ -424,12 +380,9 @@ def check_workspace(
     mirror: str | None = None,
     offline: bool = False,
 ) -> PatchCheck:
-    """`patch --check`: apply the files as they are on a scratch index; report per patch.
-
-    The workspace's work tree, index and HEAD are not touched (only a missing workspace is
-    fetched, to have the pin's objects). Files changed since the manifest are checked as
-    they are and flagged; their trees are not compared. Call under the workspace lock.
-    """
+    """`patch --check`: the files as they are, applied on a scratch index (only a missing
+    workspace is fetched, for the pin's objects); changed ones are flagged. Call under the
+    workspace lock."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
     parsed = parse_series(m, datas)

@@ -1,7 +1,6 @@
-"""Reading a patch file (mbox from `git format-patch`, or a plain unified diff) without git.
-
-We parse the diff headers ourselves so that a patch touching a path outside the tree is
-refused before git writes anything, and so a conflict can be narrowed to single hunks.
+"""Reading a patch file (mbox from `git format-patch`, or a plain unified diff) without git:
+a path outside the tree is refused before git writes anything, and a conflict can be
+narrowed to single hunks.
 """
 
 from __future__ import annotations
@@ -10,22 +9,11 @@ import re
 
 from msgspec import Struct, field
 
-# The one size limit of a patch file, for every reader and writer of one (patch, check,
-# export, rebase): far above any real patch; a FIFO or /dev/zero is refused by it.
+# far above any real patch; a FIFO or /dev/zero is refused by it
 MAX_PATCH_BYTES = 64 << 20
 
 _HUNK = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
-_ESCAPES = {
-    ord("a"): 7,
-    ord("b"): 8,
-    ord("t"): 9,
-    ord("n"): 10,
-    ord("v"): 11,
-    ord("f"): 12,
-    ord("r"): 13,
-    ord('"'): 34,
-    ord("\\"): 92,
-}
+_ESCAPES = dict(zip(b'abtnvfr"\\', b'\a\b\t\n\v\f\r"\\', strict=True))
 
 
 class Hunk(Struct):
@@ -65,7 +53,7 @@ class ParsedPatch(Struct):
 
 
 class PatchSyntaxError(ValueError):
-    """A diff header git would not write (a bad quote or escape); `line` is 1-based."""
+    """A diff header git would not write; `line` is 1-based."""
 
     def __init__(self, problem: str, line: int = 0) -> None:
         super().__init__(problem)
@@ -73,8 +61,8 @@ class PatchSyntaxError(ValueError):
         self.line = line
 
 
-def _unquote(raw: bytes) -> bytes:
-    """Undo git's C-style quoting of a path ("a/t\\303\\251st")."""
+def unquote(raw: bytes) -> bytes:
+    """Undo git's C-style quoting of a path."""
     if not raw.startswith(b'"'):
         return raw
     if len(raw) < 2 or not raw.rstrip(b"\r\n").endswith(b'"'):
@@ -104,11 +92,10 @@ def _unquote(raw: bytes) -> bytes:
 
 
 def _value(raw: bytes) -> bytes:
-    """A header line's path as git wrote it, unquoted."""
     raw = raw.rstrip(b"\n").rstrip(b"\r")
     if not raw.startswith(b'"') and b"\t" in raw:
         raw = raw.split(b"\t", 1)[0]  # traditional diffs append a timestamp after a tab
-    return _unquote(raw)
+    return unquote(raw)
 
 
 def _path(raw: bytes, strip_prefix: bool = True) -> str | None:
@@ -121,7 +108,6 @@ def _path(raw: bytes, strip_prefix: bool = True) -> str | None:
 
 
 def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
-    """Paths from 'diff --git a/X b/Y' when no ---/+++ lines say it (mode-only, binary)."""
     rest = rest.rstrip(b"\n")
     if rest.startswith(b'"'):
         end = rest.find(b'"', 1)
@@ -141,7 +127,6 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
 
 
 def _absolute(raw: bytes) -> str | None:
-    """The path of a ---/+++ header line's value when it is absolute (not /dev/null)."""
     value = _value(raw)
     if value.startswith(b"/") and value != b"/dev/null":
         return value.decode("utf-8", "surrogateescape")
@@ -149,8 +134,6 @@ def _absolute(raw: bytes) -> str | None:
 
 
 def parse(data: bytes) -> ParsedPatch:
-    """The patch's headers and file diffs; a malformed diff header is `PatchSyntaxError`
-    naming its line."""
     lines = data.splitlines(keepends=True)
     at = [0]  # the line being read, for a PatchSyntaxError
     try:
@@ -238,10 +221,7 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             old_len = int(m.group(2)) if m.group(2) is not None else 1
             new_len = int(m.group(4)) if m.group(4) is not None else 1
             header = lines[i].split(b" @@", 2)
-            hunk = Hunk(
-                header=(header[0] + b" @@").decode("utf-8", "replace"),
-                lines=[lines[i]],
-            )
+            hunk = Hunk(header=(header[0] + b" @@").decode("utf-8", "replace"), lines=[lines[i]])
             i += 1
             while i < len(lines) and (old_len > 0 or new_len > 0):
                 body = lines[i]
@@ -266,7 +246,6 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
 
 
 def unsafe_reason(path: str) -> str | None:
-    """Why a path in a patch may not be written inside the tree, or None when it is fine."""
     if not path:
         return "empty path"
     if path.startswith("/"):
@@ -285,8 +264,7 @@ def unsafe_reason(path: str) -> str | None:
 
 
 def is_mbox_from(line: str) -> bool:
-    """git mailsplit's `is_from_line`: "From " ... a time "dd:dd:dd" and a year > 90 after
-    it, which starts a new mail in the series' mbox."""
+    """git mailsplit's `is_from_line`: "From " ... "dd:dd:dd" and a year > 90 after it."""
     if len(line) + 1 < 20 or not line.startswith("From "):  # (git counts the newline)
         return False
     colon = line.rfind(":", 4, len(line) - 1)
@@ -300,9 +278,8 @@ def is_mbox_from(line: str) -> bool:
 
 
 def message_break(line: str) -> str | None:
-    """Why `git am` would not keep this message line as text: git's own rules (mailinfo's
-    `patchbreak`, mailsplit's `is_from_line`); None when it round-trips. `---------`,
-    `--- ` followed by a space, `* ` bullets and indented diffs are all kept."""
+    """Why `git am` would not keep this message line as text (mailinfo's `patchbreak`,
+    mailsplit's `is_from_line`); None when it round-trips."""
     if line.startswith("diff -"):
         return "it starts a diff (`diff -`)"
     if line.startswith("Index: "):
@@ -319,8 +296,7 @@ def message_break(line: str) -> str | None:
 
 
 def stripspace(text: str) -> str:
-    """git's `stripspace` (what am does to a message): no trailing blanks, no runs of
-    empty lines, no leading/trailing empty lines, one final newline."""
+    """git's `stripspace` (what am does to a message)."""
     lines = [line.rstrip() for line in text.split("\n")]
     out: list[str] = []
     for line in lines:

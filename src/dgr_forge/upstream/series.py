@@ -1,27 +1,31 @@
-"""The patch series as data: read and check the files, parse them, and try them on a
-scratch index (nothing in the workspace changes). `patches.py` applies them for real.
+"""The patch series as data: read and check the files, parse them, try them on a scratch
+index (nothing in the workspace changes), and cache the trees they give.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
+import msgspec
 from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_regular, sha256_bytes
-from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes
+from dgr_forge.core.gitutil import HEX40, git, out
 from dgr_forge.core.structs import d
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest, read_raw
 from dgr_forge.upstream.series_journal import scratch_dir
 
 SYMLINK_MODE = "120000"
+TREE_CACHE = "dgr/trees.json"
+MAX_CACHE_BYTES = 16 << 20  # 100,000 patches' entries fit in a tenth of it
 
 
 class Conflict(Struct, frozen=True):
@@ -54,17 +58,13 @@ class CheckResult(Struct, frozen=True):
     changed_on_disk: Annotated[bool, d("its sha256 differs from the manifest")] = False
 
 
-# ----------------------------------------------------------------------------- inputs
-
-
 def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
-    """Every patch file's bytes, each checked against the manifest's sha256 (exit 2)."""
     datas: list[bytes] = []
     for entry in m.series:
         data = read_patch(m, entry)
         actual = sha256_bytes(data)
         if actual != entry.sha256:
-            shown = _shown(m, entry, forge)
+            shown = forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
                 hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
@@ -76,9 +76,8 @@ def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
 
 
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
-    """A patch file of the series, bounded; a link is exit 2 naming it, never followed
-    (patches/ is a tree a pull request writes: a link to a runner's file would be hashed
-    and its sha256 printed in the mismatch message)."""
+    """A patch file of the series, bounded; a link is exit 2, never followed (patches/ is a
+    tree a pull request writes: a runner's file would be hashed and its sha256 printed)."""
     return read_regular(
         m.patch_path(entry),
         what="patch file",
@@ -90,11 +89,9 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
 
 
 def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:
-    """The manifest (at `manifest_rel`) and the series' patch files copied into the
-    scratch root `root`, each read as the loaders read it (`read_raw`, `read_patch`:
-    bounded, a FIFO or device exit 2 naming it; shutil.copyfile copied a link to
-    /dev/zero until the disk ran out); the manifest's bytes and the patches', in series
-    order."""
+    """The manifest and the patch files copied into the scratch root `root`, read as the
+    loaders read them (bounded: shutil.copyfile copied a link to /dev/zero until the disk
+    ran out); their bytes."""
     pdir = root / m.patches_dir_rel
     pdir.mkdir(parents=True)
     datas = [read_patch(m, entry) for entry in m.series]
@@ -107,12 +104,7 @@ def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[byt
     return raw, datas
 
 
-def _shown(m: UpstreamManifest, entry: PatchEntry, forge: Forge | None = None) -> str:
-    return forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
-
-
 def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.ParsedPatch]:
-    """Parse every patch and refuse unsafe paths and missing mail headers (exit 2)."""
     parsed: list[patchfile.ParsedPatch] = []
     for entry, data in zip(m.series, datas, strict=True):
         shown = f"{m.patches_dir_rel}/{entry.file}"
@@ -162,7 +154,7 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
 def check_symlinks(
     m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], symlinks: set[str]
 ) -> None:
-    """Refuse a patch writing through a symlink (in the pinned tree or made by the series)."""
+    """Refuse a patch writing through a symlink (of the pinned tree or the series)."""
     links = set(symlinks)
     for entry, p in zip(m.series, parsed, strict=True):
         for path in p.paths:
@@ -194,25 +186,16 @@ def symlinks_in(repo: Path, rev: str) -> set[str]:
 
 
 def known_trees(m: UpstreamManifest) -> list[str] | None:
-    """The per-patch trees from the manifest, or None when any is missing."""
     trees = [e.tree for e in m.series]
     if any(t is None for t in trees):
         return None
     return [t for t in trees if t is not None]
 
 
-# ----------------------------------------------------------------------------- scratch apply
-
-
 @contextmanager
 def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterator[dict[str, str]]:
-    """A temporary index (seeded from `rev`) and object directory: nothing in `repo` changes.
-
-    Objects git writes go to the scratch directory; the repository's objects are read
-    through GIT_ALTERNATE_OBJECT_DIRECTORIES. The directory lives in `tmp_root` (the
-    workspace's `tmp/`; default: `dgr-tmp` in the repository's git dir), named with this
-    process's pid so the next run removes it if this one is killed.
-    """
+    """A temporary index (seeded from `rev`) and object directory, in `tmp_root` (default:
+    the git dir's `dgr-tmp`); `repo`'s objects are read as alternates, nothing in it changes."""
     dot = repo / ".git"
     common = dot if dot.is_dir() else Path(
         out(repo, "rev-parse", "--path-format=absolute", "--git-common-dir")
@@ -221,9 +204,9 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
     alternates = [str(objects)]
     info = objects / "info" / "alternates"
     if info.is_file():
-        for line in info.read_text().splitlines():
-            if line.strip() and not line.startswith("#"):
-                alt = Path(line.strip())
+        for line in info.read_bytes().splitlines():
+            if line.strip() and not line.startswith(b"#"):
+                alt = Path(os.fsdecode(_unquoted(line.strip())))
                 alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
     with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch-") as tmp:
         (Path(tmp) / "objects").mkdir()
@@ -234,6 +217,15 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
         }
         git(repo, "read-tree", "--end-of-options", rev, env=env)
         yield env
+
+
+def _unquoted(line: bytes) -> bytes:
+    """An alternates line as git reads it: C-quoted when it starts with `"` (else, or when
+    the quoting is bad, as it is)."""
+    try:
+        return patchfile.unquote(line)
+    except patchfile.PatchSyntaxError:
+        return line
 
 
 def _c_quoted(path: str) -> str:
@@ -247,10 +239,15 @@ def _c_quoted(path: str) -> str:
     return f'"{escaped}"'
 
 
+def index_tree(repo: Path, env: dict[str, str], *args: str, input: bytes = b"") -> str | None:
+    """The scratch index's tree after `git apply --cached` (None: it does not apply)."""
+    proc = git(repo, "apply", "--cached", *args, input=input, env=env, text=False, check=False)
+    return out(repo, "write-tree", env=env) if proc.returncode == 0 else None
+
+
 def conflicting_hunks(
     repo: Path, p: patchfile.ParsedPatch, env: dict[str, str] | None = None
 ) -> list[Conflict]:
-    """Which files and hunks of `p` do not apply to the index (exactly, without fuzz)."""
     result: list[Conflict] = []
     for f in p.files:
         units = range(len(f.hunks)) if f.hunks else [None]
@@ -258,16 +255,9 @@ def conflicting_hunks(
         for i in units:
             text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
             proc = git(
-                repo,
-                "apply",
-                "--cached",
-                "--check",
-                "-",
-                input=text,
-                env=env,
-                text=False,
+                repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
                 check=False,
-            )
+            )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:
                     err: bytes | str = proc.stderr
@@ -290,7 +280,6 @@ def check_series(
     changed: Collection[str] = (),
     tmp_root: Path | None = None,
 ) -> list[CheckResult]:
-    """Apply the series to a scratch index on the pin; report per patch. Touches nothing."""
     results: list[CheckResult] = []
     with scratch_index(repo, m.commit, tmp_root) as env:
         blocked = False  # a patch failed: the ones after it are not tried
@@ -299,14 +288,12 @@ def check_series(
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
             flagged = entry.file in changed  # edited since the manifest was written
-            proc = git(repo, "apply", "--cached", "-", input=data, env=env, text=False, check=False)
-            tree: str | None = None
+            tree = index_tree(repo, env, "-", input=data)
             conflicts: tuple[Conflict, ...] = ()
             status = "applies"
-            if proc.returncode != 0:
+            if tree is None:
                 conflicts, status = tuple(conflicting_hunks(repo, p, env)), "conflict"
             else:
-                tree = out(repo, "write-tree", env=env)
                 # the first patch whose result differs is the one reported (an edited
                 # file, say); the ones after it cannot be judged against the manifest
                 if compare_trees and entry.tree is not None and tree != entry.tree:
@@ -324,7 +311,7 @@ def expected_trees(
     *,
     use_manifest: bool = True,
 ) -> list[str] | None:
-    """Per-patch trees: from the manifest, else computed on a scratch index (None: conflict)."""
+    """Per-patch trees: the manifest's, else computed on a scratch index (None: a conflict)."""
     trees = known_trees(m) if use_manifest else None
     if trees is not None:
         return trees
@@ -332,3 +319,52 @@ def expected_trees(
     if any(r.status != "applies" for r in results):
         return None
     return [r.tree for r in results if r.tree is not None]
+
+
+# Per-patch trees the manifest does not record, computed once (a scratch apply costs two
+# git calls a patch) and kept in `.git/dgr/trees.json`, each keyed by the pin and the
+# sha256 of every patch up to it: a changed pin or byte misses, never reads a stale tree.
+# The workspace is scratch space: a missing or unreadable cache is recomputed.
+
+
+class _TreeCache(msgspec.Struct):
+    schema: int
+    trees: dict[str, str]
+
+
+def _cache_keys(pin: str, datas: Sequence[bytes]) -> list[str]:
+    chain = hashlib.sha256(f"dgr-trees\0{pin}".encode())
+    keys: list[str] = []
+    for data in datas:
+        chain.update(b"\0" + hashlib.sha256(data).digest())
+        keys.append(chain.copy().hexdigest())
+    return keys
+
+
+def cached_trees(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None]:
+    path = src / ".git" / TREE_CACHE
+    try:
+        if path.stat().st_size > MAX_CACHE_BYTES:
+            raise ValueError("not this cache")  # a series never needs this much: recompute
+        cache = msgspec.json.decode(path.read_bytes(), type=_TreeCache)
+        trees = cache.trees if cache.schema == 1 else {}
+    except (OSError, ValueError):  # msgspec's DecodeError is one
+        trees = {}
+    return [t if HEX40.fullmatch(t := trees.get(k, "")) else None for k in _cache_keys(pin, datas)]
+
+
+def cache_trees(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
+    """Keep the known trees of this series (`trees[i]` after patch i; None: unknown)."""
+    if not (src / ".git").is_dir():
+        return
+    keys = _cache_keys(pin, datas)
+    entries = {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}
+    if not entries:
+        return
+    path = src / ".git" / TREE_CACHE
+    try:
+        path.parent.mkdir(exist_ok=True)
+        text = msgspec.json.format(msgspec.json.encode(_TreeCache(1, entries)), indent=1)
+        atomic_write_text(path, text.decode() + "\n")
+    except OSError:
+        pass  # a cache: a read-only workspace computes the trees again next time

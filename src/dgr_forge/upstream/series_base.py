@@ -1,15 +1,7 @@
-"""Which series a workspace was patched from, and whether the series on disk moved since.
-
-`patch` (and `export`, `rebase` once they wrote the series) record the manifest's pin and
-series entries (file + sha256) in the workspace's git dir (`.git/dgr/series.json`, not a
-journal: it stays).
-`export` is a fast-forward of that base (DESIGN.md, crash safety: "a stale workspace
-cannot export over a teammate's patches"): under the root lock it compares the base
-with the series on disk, and when patches were added, changed or removed since, it stops
-(exit 3) unless `--force`, which first saves the replaced files under `logs/`.
-
-The record lives inside the work tree's repository on purpose: deleting the workspace
-deletes it with the commits it describes.
+"""Which series a workspace was patched from (`.git/dgr/series.json`, written by patch,
+export and rebase), and whether the series on disk moved since: `export` is a fast-forward
+of that base (DESIGN.md: "a stale workspace cannot export over a teammate's patches").
+The record lives in the work tree's repository so that deleting the workspace deletes it.
 """
 
 from __future__ import annotations
@@ -37,18 +29,12 @@ _NOT_COMPARED = frozenset({"trees", "commits"})  # what "the same base" is not a
 
 
 class SeriesBase(Struct, frozen=True, omit_defaults=True):
-    """What `.git/dgr/series.json` holds, as it holds it (decoded and encoded as this type)."""
-
     commit: str  # the pin
     series: tuple[tuple[str, str], ...]  # (file, sha256), in series order
-    # the tree after each patch: a commit is the forge's only when its tree is one of
-    # these (a committer email is anyone's to type); not part of what "the same base" is
-    trees: tuple[str, ...] = ()
-    # the ids of the forge's own commits of the series in this workspace, oldest first,
-    # written in the step that made (or verified) them: how the forge tells its commits
-    # from a person's, who cannot make one of these ids by accident (an empty commit, a
-    # revert, an amend: each a new id, whatever committer or tree it carries). None: a
-    # record of an older forge, which told them by email and trees
+    trees: tuple[str, ...] = ()  # after each patch (how an older record tells its commits)
+    # the forge's own commits, oldest first: how it tells them from a person's, who cannot
+    # make one of these ids by accident (an empty commit, a revert, an amend). None: an
+    # older record, which told them by email and trees
     commits: tuple[str, ...] | None = None
 
     def __eq__(self, other: object) -> bool:
@@ -61,7 +47,6 @@ class SeriesBase(Struct, frozen=True, omit_defaults=True):
 
     @staticmethod
     def of(m: UpstreamManifest, commits: Sequence[str] | None = None) -> SeriesBase:
-        """The base of `m`; `commits`: the forge's own commits of it, as just made."""
         trees = tuple(e.tree for e in m.series if e.tree)
         own = None if commits is None else tuple(commits)
         return SeriesBase(m.commit, tuple((e.file, e.sha256) for e in m.series), trees, own)
@@ -106,7 +91,6 @@ def _path(src: Path) -> Path:
 
 
 def load(src: Path) -> SeriesBase | None:
-    """The recorded base, or None (no record, or one this version cannot read)."""
     try:
         base = msgspec.json.decode(_path(src).read_bytes(), type=SeriesBase)
     except (OSError, msgspec.DecodeError):  # a damaged record is no record
@@ -121,8 +105,7 @@ def load(src: Path) -> SeriesBase | None:
 
 
 def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
-    """The `n` first-parent commits ending at `head`, oldest first: the series commits
-    the forge has just made there (for the record's `commits`)."""
+    """The `n` first-parent commits ending at `head`, oldest first."""
     if n == 0:
         return ()
     listed = gitutil.out(src, "rev-list", "--first-parent", f"--max-count={n}", head, "--")
@@ -130,8 +113,7 @@ def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
 
 
 def record(src: Path, base: SeriesBase) -> None:
-    """Remember `base` as what `src` holds (only written when it differs: the no-op path
-    of `patch` must stay cheap)."""
+    """`base` recorded for `src`, written only when it differs (a no-op `patch` stays cheap)."""
     if not (src / ".git").is_dir():
         return
     text = msgspec.json.format(msgspec.json.encode(base), indent=1).decode() + "\n"
@@ -146,7 +128,6 @@ def record(src: Path, base: SeriesBase) -> None:
 
 
 def text_of(src: Path) -> str | None:
-    """The record's raw text (a replay restores it exactly on abort)."""
     try:
         return _path(src).read_text(encoding="utf-8")
     except OSError:
@@ -162,7 +143,6 @@ def restore_text(src: Path, text: str | None) -> None:
 
 
 def drift(base: SeriesBase | None, m: UpstreamManifest) -> Drift:
-    """What changed on disk since `base` (None: unknown)."""
     if base is None:
         return Drift((), (), (), None, unknown=True)
     now = {f: s for f, s in ((e.file, e.sha256) for e in m.series)}
@@ -180,12 +160,10 @@ def harmful(
     rendered: Sequence[tuple[str, str]],
     workspace_trees: Sequence[str],
 ) -> Drift:
-    """The changes on disk since `base` that writing `rendered` (file, sha256) would undo.
-
-    A change the workspace already holds (its own export, rolled forward after a kill, or
-    a replayed teammate's patch) is not undone by writing it again. Without a record the
-    workspace counts as patched from the disk's series when its forge commits carry
-    exactly the manifest's trees; otherwise only an export that changes nothing passes."""
+    """The changes on disk since `base` that writing `rendered` (file, sha256) would undo
+    (one the workspace already holds is not). Without a record the workspace counts as
+    patched from the disk's series when its commits carry exactly the manifest's trees;
+    else only an export that changes nothing passes."""
     disk = {e.file: e.sha256 for e in m.series}
     new = dict(rendered)
     if base is None:
@@ -223,8 +201,7 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
 
 
 def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
-    """A new name under logs/ for `stem`, stamped with the time (and a count after it
-    when one of that second is there)."""
+    """A new name under logs/ for `stem`, stamped with the time."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
     target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
@@ -236,8 +213,6 @@ def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
 
 
 def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
-    """Copy patches/<name>/*.patch and the manifest under logs/ before `--force` replaces
-    them; the directory's path."""
     target = log_path(forge, f"export-replaced-{m.name}")
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -252,8 +227,7 @@ def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
 
 def _save_copy(top: Path, name: str, to: Path) -> None:
     """A root file saved as git stores it: a link as a link (shutil.copy2 followed one to
-    /dev/zero until the disk ran out), a regular file's bytes read bounded; a FIFO or
-    device is exit 2 naming it, before anything is replaced."""
+    /dev/zero until the disk ran out), bytes read bounded, a FIFO exit 2."""
     if (top / name).is_symlink():
         os.symlink(os.readlink(top / name), to)
         return
@@ -263,11 +237,9 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
 
 
 def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:
-    """Every change in `src`'s work tree against `head` (tracked, staged, resolved or not,
-    and new files git does not ignore; `head` None: an unborn HEAD) as one binary patch
-    under logs/ before `by` discards them (`git apply` re-applies it on that base); its
-    path, None when nothing changed. Built in a copy of the index: the real one (a stopped
-    cherry-pick's) is left as it is. Shared with the worker checkout."""
+    """Every change in `src`'s work tree against `head` (new files git does not ignore too)
+    as one binary patch under logs/ before `by` discards them; None when nothing changed.
+    Built in a copy of the index: the real one (a stopped cherry-pick's) is left as it is."""
     base = gitutil.rev_parse(src, head) if head else None
     gitdir = src / ".git"
     tmp_index = gitdir / "dgr-save.index"

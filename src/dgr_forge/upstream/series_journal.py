@@ -1,6 +1,4 @@
-"""patches/ and the manifest written together through one crash-safe journal.
-
-`export`, rebase's finish and rebase's abort all end here. The journal is a directory
+"""patches/ and the manifest written together through one crash-safe journal: a directory
 next to the patches directory, named for its owner (`.<name>.journal-<pid>-<random>`):
 
     series/         the complete new patches directory (unchanged files hard-linked)
@@ -9,13 +7,10 @@ next to the patches directory, named for its owner (`.<name>.journal-<pid>-<rand
     journal.json    written last, when all of the above is staged: the journal is complete
 
 The swap is: `patches/<name>` -> `old/`, `series/` -> `patches/<name>`, `manifest.toml`
--> the manifest, then the journal (with the old series) is removed. A failure raised in
-this process rolls back. After a kill, `recover` (under the root lock, for journals whose
-owner is dead) rolls forward a complete journal (its new manifest is staged) and removes
-an incomplete one (nothing was swapped yet); the old series is never deleted before the
-manifest is replaced, and a patches directory edited by hand after the kill is kept
-(the journal is dropped instead). Writers hold the root-level lock, so two workspaces on
-one root serialize.
+-> the manifest, then the journal is removed. A failure in this process rolls back; after
+a kill, `recover` (under the root lock) rolls a complete journal forward and removes an
+incomplete one; the old series is never deleted before the manifest is replaced, and a
+patches directory edited by hand after the kill is kept (the journal goes instead).
 """
 
 from __future__ import annotations
@@ -44,8 +39,6 @@ JOURNAL_FILE = "journal.json"
 
 
 class _Record(msgspec.Struct):
-    """`journal.json`: the writer, where the swap goes, the old series' digests."""
-
     pid: int
     patches_dir: str
     manifest: str
@@ -63,7 +56,6 @@ def _journal_glob(pdir: Path) -> list[Path]:
 
 
 def owner_pid(path: Path) -> int | None:
-    """The pid in a `...-<pid>-<random>` name, else None."""
     parts = path.name.rsplit("-", 2)
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
@@ -79,21 +71,17 @@ def owner_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
     # a killed run whose parent has not waited for it yet still answers kill(0); its
     # locks are already released, so a waiter may be running before the parent reaps it
     try:
         fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
         try:
-            stat = os.read(fd, 4096)
+            line = os.read(fd, 4096)
         finally:
             os.close(fd)
     except OSError:  # no procfs (macOS): kill(0) is the only sign
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] == b"Z"
+        return True
+    return line[line.rfind(b")") + 2 :][:1] != b"Z"
 
 
 def _digest(pdir: Path) -> dict[str, str]:
@@ -107,9 +95,8 @@ def _digest(pdir: Path) -> dict[str, str]:
 
 
 def patch_bytes(pdir: Path, name: str) -> bytes | None:
-    """A patch file of the root (a tree a pull request writes) as git stores it: bounded,
-    a link's text, a FIFO or device exit 2 naming it; None when it is gone. `check` and
-    `export` read the committed series through this, under the patch limit `patch` has."""
+    """A patch file of the root (a tree a pull request writes) as git stores it: bounded, a
+    link's text, a FIFO exit 2; None when it is gone."""
     hint = "patches/ holds regular patch files: remove what is not one"
     return read_tree_file(
         pdir, name, what="patch file", hint=hint, limit=patchfile.MAX_PATCH_BYTES, missing_ok=True
@@ -123,8 +110,7 @@ def _hardlink(src: str, dst: str) -> None:
 
 
 def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
-    """`dst` made a hard link of `src` when that is a regular file (not a link) holding
-    exactly `data`; False when it is not, or cannot be linked (another file system)."""
+    """`dst` made a hard link of `src` when that is a regular file holding exactly `data`."""
     try:
         if not stat.S_ISREG(src.lstat().st_mode) or patch_bytes(src.parent, src.name) != data:
             return False
@@ -166,16 +152,13 @@ def write(
     out: Reporter | None = None,
     linked: Path | None = None,
 ) -> None:
-    """Make `pdir` hold exactly `files` (its `*.patch` files; anything else in it is kept)
-    and the manifest `manifest_bytes` (None: unchanged), as one crash-safe step.
-    `linked`: a directory where a caller's own journal already holds these files, synced
-    (rebase's staged series): a regular file there with the same bytes is linked, not
-    written and synced again.
-
-    `points` names the fault points: `<points>.write` (each staged file),
-    `<points>.staged`, `<points>.swapped`, `<points>.manifest`."""
+    """`pdir`'s `*.patch` files made exactly `files` and the manifest `manifest_bytes` (None:
+    unchanged), as one crash-safe step. `linked`: where a caller's own journal holds these
+    files synced (rebase's staged series): linked, not written again. `points` prefixes the
+    fault points (`.write`, `.staged`, `.swapped`, `.manifest`)."""
     with root_lock(root, out):
-        recover_dir(pdir, out)
+        for jdir in _dead(_journal_glob(pdir)):
+            _recover_one(jdir, out)
         on_disk = {p.name for p in pdir.glob("*.patch")} if pdir.is_dir() else set()
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
@@ -250,13 +233,11 @@ def _dead(journals: list[Path]) -> list[Path]:
 
 
 def pending(pdir: Path) -> bool:
-    """A dead writer's journal next to `pdir` (for a patches dir outside `patches/`)."""
     return bool(_dead(_journal_glob(pdir)))
 
 
 def interrupted(root: Path, pdir: Path | None = None) -> list[Path]:
-    """Dead writers' journals under `root`/patches (and next to `pdir`): what `recover`
-    would finish. Reads only: for commands that do not write (`status`)."""
+    """Dead writers' journals under `root`/patches (and next to `pdir`); reads only."""
     patches_root = root / "patches"
     found = _dead(sorted(patches_root.glob(f".*{_MARK}*")))
     if pdir is not None and pdir.parent != patches_root:
@@ -265,8 +246,7 @@ def interrupted(root: Path, pdir: Path | None = None) -> list[Path]:
 
 
 def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
-    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`,
-    when the manifest keeps the series elsewhere); cheap when there is nothing."""
+    """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`)."""
     patches_root = root / "patches"
     found = interrupted(root, pdir)
     legacy = list(patches_root.glob(".*.export-*"))
@@ -289,14 +269,6 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
         for orphan in orphans:
             with contextlib.suppress(OSError):
                 orphan.unlink()
-
-
-def recover_dir(pdir: Path, out: Reporter | None = None) -> None:
-    """`recover` for the journals of one patches directory (caller holds the root lock;
-    each journal records its own manifest)."""
-    for jdir in _journal_glob(pdir):
-        if jdir.is_dir() and not owner_alive(owner_pid(jdir)):
-            _recover_one(jdir, out)
 
 
 def _say(out: Reporter | None, text: str) -> None:
@@ -330,32 +302,21 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
     shutil.rmtree(jdir, ignore_errors=True)
 
 
-# ----------------------------------------------------------------------------- scratch
-# Scratch directories of export, rebase and check, under the workspace's `tmp/`: each is
-# named `<prefix><pid>-<random>`, so a run that was killed leaves a directory the next run
-# recognises as orphaned (its owner is dead) and removes; a live run's is kept. Without a
-# forge (library callers) the system temp directory is used.
-
-
-def clean_orphans(tmp_root: Path, prefix: str) -> None:
-    """Remove `prefix*` directories whose owner process is gone."""
-    if not tmp_root.is_dir():
-        return
-    for entry in tmp_root.glob(f"{prefix}*"):
-        pid = owner_pid(entry)
-        if pid is not None and pid != os.getpid() and not owner_alive(pid):
-            shutil.rmtree(entry, ignore_errors=True)
+# Scratch directories, under the workspace's `tmp/`, are named `<prefix><pid>-<random>`: a
+# killed run's is recognised as orphaned (its owner is dead) and removed by the next run.
 
 
 @contextlib.contextmanager
 def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
-    """A fresh directory for the block, removed after it (and after a kill, by the next)."""
     if tmp_root is None:
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             yield Path(tmp)
         return
     tmp_root.mkdir(parents=True, exist_ok=True)
-    clean_orphans(tmp_root, prefix)
+    for entry in tmp_root.glob(f"{prefix}*"):
+        pid = owner_pid(entry)
+        if pid is not None and pid != os.getpid() and not owner_alive(pid):
+            shutil.rmtree(entry, ignore_errors=True)
     path = tmp_root / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
     path.mkdir()
     try:
@@ -365,9 +326,8 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
 
 
 def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
-    """Let a scratch repository read the objects of this root's own workspace (git
-    alternates), so no network is needed for what it already has (check --offline, the
-    rebase dry run); ids are still verified by fetch, and the own workspace is only read."""
+    """A scratch repository reads this root's own workspace's objects (alternates): no
+    network for what it has; ids are still verified by fetch."""
     objects = own / ".git" / "objects"
     if not objects.is_dir():
         return

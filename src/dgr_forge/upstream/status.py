@@ -1,6 +1,5 @@
-"""What `status` shows: the upstream work tree and the patch series, from one reading of
-the workspace (`workspace.inspect`: one `git status` and one history walk), plus a rebase
-in progress. Read-only: takes no lock, changes nothing in the work tree.
+"""What `status` shows of the upstream work tree, the series and a rebase in progress,
+from one `workspace.inspect`. Read-only: takes no lock, changes nothing.
 """
 
 from __future__ import annotations
@@ -15,10 +14,17 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
-from dgr_forge.upstream import series_base, tree_cache
+from dgr_forge.upstream import series_base
 from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.series import CheckResult, check_series, parse_series, read_patch
+from dgr_forge.upstream.series import (
+    CheckResult,
+    cache_trees,
+    cached_trees,
+    check_series,
+    parse_series,
+    read_patch,
+)
 from dgr_forge.upstream.series_base import Drift
 from dgr_forge.upstream.workspace import (
     FETCH_JOURNAL,
@@ -31,9 +37,6 @@ from dgr_forge.upstream.workspace import (
 
 if TYPE_CHECKING:
     from dgr_forge.upstream.rebase.state import RebaseState
-
-# `fetch` and `replay` are imported where a workspace needs them: a no-op status (the
-# series applied, no replay) does without them.
 
 
 class UpstreamStatus(Struct):
@@ -80,7 +83,6 @@ class UpstreamStatus(Struct):
 def workspace_status(
     forge: Forge, m: UpstreamManifest, ws: Workspace, *, rebasing: bool = False
 ) -> UpstreamStatus:
-    """The upstream part of `status`, from the workspace model `ws`."""
     st = UpstreamStatus(
         name=m.name,
         url=mask(m.url),
@@ -99,7 +101,7 @@ def workspace_status(
     # what `build` refuses beyond git's changes, from the walk that measured the workspace
     st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
     st.shallow = ws.shallow
-    st.interrupted = ws.interrupted
+    st.interrupted = bool(ws.journals)
     st.pin_tree = pin_tree(ws, m.commit)
     if st.pin_tree is not None and FETCH_JOURNAL in ws.journals:
         # a killed transfer can leave the commit without its trees: check them all
@@ -202,9 +204,8 @@ def series_status(
     have_pin: bool,
     rebasing: bool = False,
 ) -> SeriesStatus:
-    """Per-patch state for `status`. The series is tried on a scratch index only when it
-    is not all applied (to tell pending from conflicting patches). Mid-rebase each patch
-    is replayed, conflict or pending as the rebase's own state says."""
+    """Per-patch state; the series is tried on a scratch index only when it is not all
+    applied (pending or conflicting?). Mid-rebase, as the rebase's own state says."""
     replay = None
     if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
         from dgr_forge.upstream.local_replay import replay_rows
@@ -224,10 +225,9 @@ def series_status(
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
     problem = ""
-    # trees the manifest does not record: from the workspace's cache (computed once)
     cached: list[str | None] = [None] * len(datas)
     if ws.exists:
-        cached = tree_cache.lookup(ws.src, m.commit, datas)
+        cached = cached_trees(ws.src, m.commit, datas)
     applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     if have_pin and applied_prefix < len(m.series):
         try:
@@ -235,7 +235,7 @@ def series_status(
             checks = list(
                 check_series(ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir)
             )
-            tree_cache.store(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
+            cache_trees(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
         except BadInput as err:
             problem = err.message
         applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
@@ -263,8 +263,7 @@ def series_status(
 
 
 def _rebase_state(forge: Forge) -> RebaseState | None:
-    """The rebase's state file, read by the rebase's own parser (imported only now: the
-    rebase package costs a no-op `status` about 25 ms); None: none, or unreadable."""
+    """The rebase's state file (its package imported only now: ~25 ms); None: unreadable."""
     from dgr_forge.upstream.rebase.state import load_rebase_state
 
     try:
@@ -274,9 +273,6 @@ def _rebase_state(forge: Forge) -> RebaseState | None:
 
 
 def _rebase_states(forge: Forge) -> list[PatchState] | None:
-    """Per patch from the rebase's state file (read by the rebase's own parser): replayed
-    (with its outcome so far), conflict (the files), pending; the same count as the
-    progress line."""
     state = _rebase_state(forge)
     if state is None:
         return None
@@ -306,8 +302,6 @@ class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
 
 
 def rebase_progress(forge: Forge) -> RebaseProgress | None:
-    """A rebase in progress as `status` shows it (from its state file, read by the rebase's
-    own parser; best effort: an unreadable one shows only where it is)."""
     path = forge.rebase_state
     if not path.exists():
         return None

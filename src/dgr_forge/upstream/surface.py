@@ -1,25 +1,18 @@
 """The worker's surface of upstream: the declarations of its public headers, and how the
 surface a build recorded moves between two pins.
 
-A boundary header is read with a small documented tokenizer, not a C parser: pycparser
-parses C99 only after a real preprocessor run with fake libc headers, and llama.cpp's
-headers hold C++ (`llama-cpp.h`, `ggml-cpp.h`, the `extern "C"` guards), so it cannot
-read them as shipped. The tokenizer drops comments, preprocessor lines and literals'
-contents, defines the API macros away (`LLAMA_API`, `GGML_API`, `GGUF_API`: any
-`<WORD>_API`; any all-caps macro call such as `GGML_ATTRIBUTE_FORMAT(2, 3)`;
-`__attribute__((...))`, `__declspec(...)`, `alignas(...)`, `[[...]]`), unwraps the
-deprecation wrappers (`DEPRECATED(decl, "hint")`, `GGML_DEPRECATED(...)`), follows
-`namespace`, `struct`/`class`/`union` and `extern "C"` scopes, skips function bodies,
-enum bodies and initializers, and keeps every declaration that names a function or a
-variable: its qualified name and its text, one token apart by a single space. Two
-declarations of one name (C++ overloads) are kept together, sorted.
+A small tokenizer, not a C parser: pycparser needs a real preprocessor run, and
+llama.cpp's headers hold C++ (`llama-cpp.h`, the `extern "C"` guards). It drops comments,
+preprocessor lines and literals' contents, defines the API macros away (any `<WORD>_API`,
+any all-caps macro call, `__attribute__((...))`, `[[...]]`, ...), unwraps the deprecation
+wrappers, follows namespace, class and `extern "C"` scopes, and keeps each function or
+variable declaration: its qualified name and its text (overloads together, sorted).
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
 
@@ -28,13 +21,12 @@ from msgspec import Struct
 from dgr_forge.core import gitutil
 from dgr_forge.core.structs import d
 
-# a header larger than this is not a header (a bounded read of a file of a tree)
 MAX_HEADER_BYTES = 4 * 1024 * 1024
 
 
 @functools.cache
 def _token() -> re.Pattern[str]:
-    """The tokenizer's pattern, compiled at its first use (never on a no-op build)."""
+    """Compiled at its first use (never on a no-op build)."""
     return re.compile(
         r"""
     (?P<ws>\s+)
@@ -64,8 +56,6 @@ _SCOPE_KINDS = ("namespace", "struct", "class", "union")
 
 
 class SurfaceSymbol(Struct, frozen=True):
-    """An upstream symbol the worker imports, and the boundary header that declares it."""
-
     name: str  # C: the symbol; C++: the demangled qualified name (no parameters)
     header: str  # its declaring header, by its path in the upstream tree
     symbol: str  # the linker's name (mangled for C++)
@@ -73,8 +63,7 @@ class SurfaceSymbol(Struct, frozen=True):
 
 
 class Surface(Struct, frozen=True):
-    """What a worker build used of upstream: the boundary headers its objects read and
-    the symbols it imports, each with its declaring header."""
+    """What a worker build used of upstream: the headers its objects read, its imports."""
 
     headers: tuple[str, ...]
     symbols: tuple[SurfaceSymbol, ...]
@@ -96,11 +85,7 @@ class SurfaceChange(Struct, frozen=True):
         return f"{self.name}: declaration changed ({self.header})"
 
 
-# ----------------------------------------------------------------------------- tokens
-
-
 def _tokens(text: str) -> list[str]:
-    """Tokens of `text` without comments, preprocessor lines and literals' contents."""
     # preprocessor directives, with their continuation lines, go first
     lines: list[str] = []
     skipping = False
@@ -120,7 +105,6 @@ def _tokens(text: str) -> list[str]:
 
 
 def _balanced(toks: list[str], i: int) -> int:
-    """The index after the group that opens at toks[i] ('(' or '[[')."""
     pairs = {"(": ")", "[[": "]]", "[": "]", "{": "}", "<": ">"}
     close, depth = pairs[toks[i]], 0
     for j in range(i, len(toks)):
@@ -134,7 +118,6 @@ def _balanced(toks: list[str], i: int) -> int:
 
 
 def _args(toks: list[str], i: int, end: int) -> list[list[str]]:
-    """The top-level, comma-separated arguments of the group toks[i:end] ('(' ... ')')."""
     parts: list[list[str]] = [[]]
     depth = 0
     for t in toks[i + 1 : end - 1]:
@@ -150,7 +133,6 @@ def _args(toks: list[str], i: int, end: int) -> list[list[str]]:
 
 
 def _define_away(toks: list[str]) -> list[str]:
-    """The API macros gone, the deprecation wrappers unwrapped (see the module doc)."""
     out: list[str] = []
     i = 0
     while i < len(toks):
@@ -172,8 +154,7 @@ def _define_away(toks: list[str]) -> list[str]:
 
 
 def _unnamed(toks: list[str]) -> list[str]:
-    """A function declaration without its parameters' names (they change no caller): in
-    the first parameter list, a parameter's last identifier after a type is dropped."""
+    """A function declaration without its parameters' names (they change no caller)."""
     if "(" not in toks:
         return toks
     i = toks.index("(")
@@ -203,8 +184,7 @@ def _text(toks: list[str]) -> str:
 
 
 def _declared_name(stmt: list[str]) -> str | None:
-    """The (possibly qualified) name a declaration declares, or None (a type, a typedef,
-    a function pointer, a `using`)."""
+    """The (qualified) name a declaration declares; None for a type, typedef, `using`."""
     while stmt[:2] == ["template", "<"]:  # a template's declaration names the template
         depth, j = 0, 1
         for j in range(1, len(stmt)):
@@ -309,22 +289,14 @@ def declarations(text: str) -> dict[str, str]:
     return {name: "\n".join(sorted(texts)) for name, texts in found.items()}
 
 
-# ----------------------------------------------------------------------------- demangled names
-
-
 def qualified_name(demangled: str) -> str:
     """`ns::Cls::f(int) const` -> `ns::Cls::f`; `vtable for ns::Cls` -> `ns::Cls`; template
     arguments and a template function's return type dropped."""
     name = demangled
     for prefix in (
-        "vtable for ",
-        "VTT for ",
-        "typeinfo for ",
-        "typeinfo name for ",
-        "non-virtual thunk to ",
-        "virtual thunk to ",
-        "guard variable for ",
-    ):
+        "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
+        "non-virtual thunk to ", "virtual thunk to ", "guard variable for ",
+    ):  # fmt: skip
         if name.startswith(prefix):
             name = name[len(prefix) :]
     # template arguments out (they may hold parentheses and spaces)
@@ -343,46 +315,13 @@ def qualified_name(demangled: str) -> str:
     return name.rsplit(" ", 1)[-1] if " " in name and "operator" not in name else name.strip()
 
 
-# ----------------------------------------------------------------------------- across pins
-
-
-def _show(src: Path | str, commit: str, header: str) -> str | None:
-    """A header's text at `commit`, from git without a checkout; None when it is not there."""
-    where = Path(str(src))
-    proc = gitutil.git(where, "cat-file", "-s", f"{commit}:{header}", check=False)
+def _show(src: Path, commit: str, header: str) -> str | None:
+    proc = gitutil.git(src, "cat-file", "-s", f"{commit}:{header}", check=False)
     if proc.returncode != 0 or int(proc.stdout.strip() or 0) > MAX_HEADER_BYTES:
         return None
-    shown = gitutil.git(where, "cat-file", "blob", f"{commit}:{header}", check=False, text=False)
+    shown = gitutil.git(src, "cat-file", "blob", f"{commit}:{header}", check=False, text=False)
     data = shown.stdout if isinstance(shown.stdout, bytes) else b""
     return data.decode("utf-8", "replace") if shown.returncode == 0 else None
-
-
-def changes(
-    src: object, old: str, new: str, symbols: Iterable[SurfaceSymbol]
-) -> list[SurfaceChange]:
-    """Each recorded symbol whose declaration at `new` differs from `old`, or that no
-    header at `new` declares any more (its header gone, or the name). A symbol its header
-    at `old` does not declare (the series adds it) is not compared."""
-    wanted = sorted({(s.name, s.header) for s in symbols})
-    cache: dict[tuple[str, str], dict[str, str] | None] = {}
-
-    def decls(commit: str, header: str) -> dict[str, str] | None:
-        if (commit, header) not in cache:
-            text = _show(str(src), commit, header)
-            cache[commit, header] = None if text is None else declarations(text)
-        return cache[commit, header]
-
-    found: list[SurfaceChange] = []
-    for name, header in wanted:
-        before = (decls(old, header) or {}).get(name)
-        if before is None:
-            continue
-        after = (decls(new, header) or {}).get(name)
-        if after is None:
-            found.append(SurfaceChange(name, header, "removed", before, None))
-        elif after != before:
-            found.append(SurfaceChange(name, header, "declaration changed", before, after))
-    return found
 
 
 class SurfaceReport(Struct, frozen=True):
@@ -394,7 +333,6 @@ class SurfaceReport(Struct, frozen=True):
     changes: Annotated[list[SurfaceChange], d("per changed or removed symbol")]
 
     def lines(self) -> list[str]:
-        """What rebase and bump print (and bump's PR/MR text lists)."""
         if not self.known:
             return ["worker surface: unknown (no build of the worker has recorded one)"]
         if not self.changes:
@@ -409,15 +347,32 @@ class SurfaceReport(Struct, frozen=True):
 
 
 class Recorded(Struct, frozen=True):
-    """The surface the lanes' last worker builds recorded (`lanes.boundary.recorded_surface`);
-    `symbols` None: no build recorded one."""
+    """The lanes' last worker builds' surface (`symbols` None: no build recorded one)."""
 
     symbols: tuple[SurfaceSymbol, ...] | None
 
 
 def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
-    """The recorded surface between two pins (the one call rebase and bump make)."""
+    """Each recorded symbol whose declaration at `new` differs from `old`'s or is gone; one
+    its header at `old` does not declare (the series adds it) is not compared."""
     if recorded.symbols is None:
         return SurfaceReport(False, 0, [])
-    found = changes(src, old, new, recorded.symbols)
+    cache: dict[tuple[str, str], dict[str, str]] = {}
+
+    def decls(commit: str, header: str) -> dict[str, str]:
+        if (commit, header) not in cache:
+            text = _show(src, commit, header)
+            cache[commit, header] = {} if text is None else declarations(text)
+        return cache[commit, header]
+
+    found: list[SurfaceChange] = []
+    for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
+        before = decls(old, header).get(name)
+        if before is None:
+            continue
+        after = decls(new, header).get(name)
+        if after is None:
+            found.append(SurfaceChange(name, header, "removed", before, None))
+        elif after != before:
+            found.append(SurfaceChange(name, header, "declaration changed", before, after))
     return SurfaceReport(True, len(recorded.symbols), found)

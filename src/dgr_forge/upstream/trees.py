@@ -1,13 +1,7 @@
-"""The source trees a build compiles hold exactly the patched tree and the worker's commit.
-
-`changes()` is every path git sees beyond the commit: tracked edits, untracked files, and
-ignored ones too (a shadow `include/cstdio` listed in `.git/info/exclude` is still on the
-include path). The files the forge itself writes into a tree for `presets` are let through
-by name and content: its own `dgr-forge.presets.json` (its shape, with nothing that loads
-other files) and a `CMakeUserPresets.json` that is exactly the forge's two-line one
-including it (a person's own, which may include anything, is not); the build directory
-lives outside both trees. `lanes.build` refuses what this
-finds (exit 3), `status` shows the ignored files.
+"""The source trees a build compiles hold exactly the patched tree and the worker's commit:
+`changes()` is every path git sees beyond it, ignored ones too (a shadow `include/cstdio`
+in `.git/info/exclude` is still on the include path), except the presets files the forge
+writes, recognised by name and content (a person's own may include anything).
 """
 
 from __future__ import annotations
@@ -25,34 +19,22 @@ OWN_PRESETS = "dgr-forge.presets.json"  # the forge's presets; the user's file i
 USER_PRESETS_STUB = f'{{\n  "version": 4,\n  "include": ["{OWN_PRESETS}"]\n}}\n'
 _PRESET_KEYS = {"version", "cmakeMinimumRequired", "configurePresets", "buildPresets"}
 _CONFIGURE_KEYS = {
-    "name",
-    "displayName",
-    "description",
-    "generator",
-    "binaryDir",
-    "cacheVariables",
+    "name", "displayName", "description", "generator", "binaryDir", "cacheVariables",
     "toolchainFile",
-}
+}  # fmt: skip
 _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
 
 
 def changes(src: Path, *, refresh: bool = False) -> list[str]:
-    """Porcelain v1 lines ("XY path"; "!! path" for an ignored file) of everything in `src`
-    that is not the commit checked out, the forge's own presets file left out. `refresh`
-    (a caller holding the workspace lock): git may write the index's refreshed stat
-    records back, else files checked out in the index's own second (racily clean) or a
-    copied tree are re-hashed at every call: ~1 s on llama.cpp's 3,000 files."""
+    """Porcelain v1 lines ("XY path", "!! path") of everything in `src` beyond its commit.
+    `refresh` (under the workspace lock): git may write the refreshed index back, else
+    racily clean files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
     proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain",
-        "-z",
-        "--untracked-files=all",
-        "--ignored=matching",
+        src, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored=matching",
         "--ignore-submodules",
         env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
-    )
+    )  # fmt: skip
     out = []
     fields = proc.stdout.split("\0")
     i = 0
@@ -70,7 +52,6 @@ def changes(src: Path, *, refresh: bool = False) -> list[str]:
 
 
 def forge_written(src: Path, rel: str) -> bool:
-    """`rel` in the tree `src` is a presets file the forge wrote there, by name and content."""
     if rel == OWN_PRESETS:
         return forge_presets(src / rel)
     if rel == USER_PRESETS:
@@ -85,8 +66,8 @@ def forge_written(src: Path, rel: str) -> bool:
 
 
 def forge_presets(path: Path) -> bool:
-    """`path` is a presets file as `dgr-forge presets` writes it: a regular file, JSON of
-    exactly its keys (no `include`, which would load other files), every preset `dgr-*`."""
+    """`path` is as `dgr-forge presets` writes it: JSON of exactly its keys (no `include`,
+    which would load other files), every preset `dgr-*`."""
     try:
         # in the upstream tree: a link is its text (not JSON), a FIFO exit 2, never a wait
         raw = fsutil.read_tree_file(path.parent, path.name, hint="", limit=_MAX_PRESETS)

@@ -1,15 +1,6 @@
-"""One model of the upstream work tree (`<workspace>/src/<name>`), measured exactly.
-
-`inspect()` answers, in one `git status --porcelain=v2` and one history walk: HEAD, the
-local changes (tracked and untracked), the forge's commits over the pin (the applied
-series), a person's commits, a git operation left in progress, and the forge's journals.
-fetch, patch, export, build and status all read the work tree through it, and the
-constants that say what the forge owns in that repository live here: the journals, the
-forge's identity, the pin ref, the markers of git operations in progress.
-
-It also owns the clean-up of what a killed git leaves behind (lock files, temporary
-packs), which is safe only under the workspace lock: see `remove_git_leftovers`.
-(Scratch directories are `series_journal`'s.)
+"""One model of the upstream work tree (`<workspace>/src/<name>`), measured exactly by
+`inspect()` in one `git status` and one history walk; what the forge owns in that
+repository (journals, pin ref, identity); and the clean-up of what a killed git leaves.
 """
 
 from __future__ import annotations
@@ -47,7 +38,6 @@ OPERATIONS = (
     ("MERGE_HEAD", "git merge"),
     ("CHERRY_PICK_HEAD", "git cherry-pick"),
 )
-# the usual history walk reads the series plus the pin; a longer one is the unusual case
 _LONG_WALK = 1000
 
 
@@ -64,8 +54,6 @@ class ChainCommit(Struct, frozen=True):
 
 
 class Workspace(Struct):
-    """What the work tree holds (see the module doc)."""
-
     src: Path
     exists: bool
     head: str | None = None  # None: unborn HEAD (or no repository)
@@ -84,21 +72,12 @@ class Workspace(Struct):
     def has_local_edits(self) -> bool:
         return bool(self.dirty or self.local_commits)
 
-    @property
-    def interrupted(self) -> bool:
-        return bool(self.journals)
-
     def tree_of(self, commit: str) -> str | None:
-        """The tree of `commit` when the walk met it."""
         return next((c.tree for c in self.chain if c.commit == commit), None)
 
     def commits_on(self, pin: str) -> int | None:
-        """How many of the forge's own commits HEAD has on top of `pin` (0: HEAD is it).
-
-        None when HEAD is anything else: not a descendant, or reached through commits the
-        forge did not make (a linear chain of forge commits whose root's parent is the pin).
-        Whether they are the *right* patch commits is the patch step's exact tree check.
-        """
+        """How many of the forge's own commits (a linear chain) HEAD has on `pin`; None when
+        HEAD is not on it that way. Whether they are the right ones is patch's tree check."""
         if self.head is None:
             return None
         for n, c in enumerate(self.chain):
@@ -110,9 +89,8 @@ class Workspace(Struct):
 
 
 def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
-    """Why the transfer under the fetch journal failed, kept in the journal (masked, one
-    line): the journal still says the pin may be incomplete, and `status` says the fetch
-    failed and why rather than that it was interrupted."""
+    """Why the transfer failed, kept in the fetch journal (masked, one line): `status` says
+    the fetch failed and why, not that it was interrupted."""
     from dgr_forge.core.urls import mask_text
 
     line = " ".join(mask_text(cause).split())[:2000]
@@ -120,8 +98,6 @@ def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
 
 
 def fetch_failure(src: Path) -> str | None:
-    """The cause `record_fetch_failure` kept; None when the journal holds none (a killed
-    fetch) or there is no journal."""
     from dgr_forge.core.errors import ForgeError
     from dgr_forge.core.fsutil import read_regular
 
@@ -144,18 +120,12 @@ def git_dir(src: Path) -> Path:
     return Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
 
 
-def is_repo(src: Path) -> bool:
-    return (src / ".git" / "HEAD").is_file() and (src / ".git" / "objects").is_dir()
-
-
 def operation_in_progress(src: Path) -> str | None:
     gd = git_dir(src)
     return next((what for name, what in OPERATIONS if (gd / name).exists()), None)
 
 
 def refuse_during_rebase(forge: Forge, *, replay: bool = True) -> None:
-    """A workspace mid-rebase belongs to the rebase: fetch, patch, export and build would
-    move or read a half-replayed series (and `fetch --force` would discard a resolution)."""
     if forge.rebase_state.exists():
         raise NeedsHuman(
             f"a rebase is in progress in this workspace (state in {forge.rel(forge.rebase_state)})",
@@ -172,8 +142,6 @@ class _Stopped(Struct):
 
 
 def refuse_during_replay(forge: Forge) -> None:
-    """A workspace stopped in a `patch` replay (a person's commit conflicts with the new
-    series) belongs to it until `patch --continue` or `--abort`."""
     for state in forge.workspace.glob(f"src/*/.git/{REPLAY_STATE}"):
         try:  # only whether it stopped (a killed one: `patch` redoes it)
             stopped = msgspec.json.decode(state.read_bytes(), type=_Stopped).stopped_at is not None
@@ -190,26 +158,17 @@ def refuse_during_replay(forge: Forge) -> None:
             )
 
 
-# ----------------------------------------------------------------------------- reading
-
 _XY = {"M": "modified", "A": "added", "D": "deleted", "R": "renamed", "C": "added"}
 _XY["T"] = "type-changed"
 
 
 def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], list[str]]:
-    """HEAD, local changes, their "XY path" lines and the ignored files git sees (paths:
-    `status` shows them, `build` refuses them), in one git call (porcelain v2 -z)."""
+    """HEAD, local changes, their "XY path" lines and the ignored files, in one git call."""
     proc = gitutil.git(
-        src,
-        "status",
-        "--porcelain=v2",
-        "--branch",
-        "-z",
-        "--untracked-files=all",
-        "--ignored=matching",
-        "--ignore-submodules=none",
+        src, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+        "--ignored=matching", "--ignore-submodules=none",
         env=READ_ONLY_ENV,  # a no-op must not even refresh the index
-    )
+    )  # fmt: skip
     head: str | None = None
     changes: list[LocalChange] = []
     lines: list[str] = []
@@ -246,19 +205,11 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
 
 
 def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
-    """The first-parent history from `rev`, newest first, at most `limit` commits."""
     proc = gitutil.git(
-        src,
-        "log",
-        "--first-parent",
-        "--no-show-signature",
-        f"--max-count={limit}",
-        "--format=%H %T %ce%x00%P",
-        rev,
-        "--",
-        check=False,  # an unborn HEAD is an empty chain
-        env=READ_ONLY_ENV,
-    )
+        src, "log", "--first-parent", "--no-show-signature", f"--max-count={limit}",
+        "--format=%H %T %ce%x00%P", rev, "--",
+        check=False, env=READ_ONLY_ENV,  # an unborn HEAD is an empty chain
+    )  # fmt: skip
     chain: list[ChainCommit] = []
     for line in proc.stdout.splitlines():
         left, _, parents = line.partition("\0")
@@ -268,13 +219,12 @@ def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
 
 
 def inspect(src: Path, pin: str, series_len: int) -> Workspace:
-    """Measure the workspace: forge commits over which base, a person's commits, edits.
-
-    The base is the pin, or the pin fetch last checked out (`refs/dgr/pin`) when the
-    manifest has moved since. Commits above the base that the forge did not make are a
-    person's (local commits); upstream history below the base is never counted.
-    """
-    ws = Workspace(src=src, exists=is_repo(src))
+    """The workspace measured. The base is the pin, or the pin fetch last checked out
+    (`refs/dgr/pin`) when the manifest moved since; commits above it the forge did not make
+    are a person's."""
+    ws = Workspace(
+        src=src, exists=(src / ".git/HEAD").is_file() and (src / ".git/objects").is_dir()
+    )
     if not ws.exists:
         return ws
     gd = src / ".git"
@@ -284,7 +234,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     ws.head, ws.changes, ws.dirty, ws.ignored = read_status(src)
     if ws.head is None:
         return ws
-    # The usual case (the series on the pin) needs only series_len + 1 commits.
     limit = series_len + 1
     chain = read_chain(src, limit)
     bases = {pin}
@@ -328,7 +277,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
 
 
 def pin_tree(ws: Workspace, pin: str) -> str | None:
-    """The pin's tree when its commit is here (from the walk when it met it)."""
     found = ws.tree_of(pin)
     if found is not None or not ws.exists:
         return found
@@ -341,8 +289,7 @@ def pin_tree(ws: Workspace, pin: str) -> str | None:
 
 def connected(src: Path, commit: str) -> bool:
     """Every object of `commit`'s tree is here, and its parents (or a shallow graft): a
-    killed fetch can leave a commit without its trees, or a depth-1 commit whose `shallow`
-    entry was never written. Costs a walk of one tree: run it only when unsure."""
+    killed fetch can leave neither. Costs a walk of one tree: run it only when unsure."""
     proc = gitutil.git(
         src, "rev-list", "--objects", "--quiet", "--max-count=1", commit, "--",
         check=False, env=READ_ONLY_ENV,
@@ -350,15 +297,9 @@ def connected(src: Path, commit: str) -> bool:
     return proc.returncode == 0
 
 
-# ----------------------------------------------------------------------------- clean-up
-
-
 def remove_git_leftovers(gitdir: Path) -> None:
-    """Remove what a killed git leaves behind: lock files, temporary packs and objects.
-
-    Safe only under the workspace lock: every git call on this repository is the forge's,
-    so a lock file found now belongs to a dead run.
-    """
+    """Remove a killed git's lock files and temporary packs. Safe only under the workspace
+    lock: every git call on this repository is the forge's, so a lock is a dead run's."""
     for entry in gitdir.iterdir():
         if entry.name == "objects":
             continue
@@ -381,8 +322,7 @@ def remove_git_leftovers(gitdir: Path) -> None:
 
 
 def remove_partial_objects(gitdir: Path) -> None:
-    """Temporary packs and objects of a fetch that failed or was killed (`tmp_pack_*`,
-    `tmp_idx_*`, quarantine `incoming-*`): never part of the repository, megabytes each.
+    """A failed or killed fetch's temporary packs and objects (never part of the repository).
     Call after a failed fetch, or under the workspace lock."""
     objects = gitdir / "objects"
     for tmp in [

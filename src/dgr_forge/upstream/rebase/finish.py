@@ -8,7 +8,6 @@ import stat
 import tomllib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from msgspec import UNSET
 
@@ -40,9 +39,6 @@ from dgr_forge.upstream.rebase.state import (
     state_path,
 )
 from dgr_forge.upstream.surface import Recorded, across
-
-if TYPE_CHECKING:
-    from dgr_forge.upstream import manifest_edit
 
 
 def inputs_digest(m: UpstreamManifest) -> str:
@@ -190,11 +186,9 @@ def _outcomes_and_manifest(
     for step, new in changed:
         same = ids[step.old_commit] == ids[new]
         step.outcome = "refreshed" if same else "merged"
-    from dgr_forge.upstream.manifest_edit import SeriesEntry  # tomlkit: only when writing
-
     return manifest_text(
         manifest.read_raw(m.path).decode("utf-8"),
-        [SeriesEntry(p.file, p.sha256, p.tree) for p in rendered],
+        rendered,
         # the tree of state.head: the last exported commit's (none left: the new pin)
         rendered[-1].tree if rendered else state.new_tree,
         commit=state.new_commit,
@@ -218,7 +212,7 @@ def _link(path: Path, into: Path) -> bool:
 
 def manifest_text(
     text: str,
-    series: list[manifest_edit.SeriesEntry],
+    series: list[export.ExportedPatch],
     result_tree: str,
     *,
     commit: str,
