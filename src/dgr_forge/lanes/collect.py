@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -227,7 +228,11 @@ def strip_empty_runpath(path: Path) -> bool:
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    with open(path, "r+b") as fh:
+    # a file the build linked, never a link or a FIFO swapped in
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "r+b") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
         try:
             elf = ELFFile(fh)
             dynamic = elf.get_section_by_name(".dynamic")
