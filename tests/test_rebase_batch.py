@@ -24,10 +24,10 @@ from dgr_forge.upstream.replay import (
     commit_objects,
     commit_parents,
     committable,
-    git_dir,
     merge,
     replay_batch,
 )
+from dgr_forge.upstream.workspace import git_dir
 
 Files = dict[str, str | None]  # path -> text (None: delete)
 LINES = "".join(f"line {n}\n" for n in range(1, 41))

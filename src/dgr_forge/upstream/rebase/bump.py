@@ -205,7 +205,7 @@ def _result(
             commit=b.commit,
             patch=b.patch,
             files=b.files,
-            upstream_commits=[UpstreamCommit(**c) for c in b.upstream_commits],
+            upstream_commits=b.upstream_commits,
             subject=subject_of(src, b.commit),
         )
     verified: Verified = found.verified or Verified([], "")
@@ -280,7 +280,7 @@ def _canary(
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
         bad = next((s for s in state.patches if s.outcome == "conflict"), None)
         if bad is not None:
-            return _break_of(commit, bad.file, bad.files, bad.upstream_commits), None
+            return Break.of(commit, bad), None
         if not rows:
             return None, None
         stage(work, state, wm)
@@ -313,16 +313,10 @@ def _verify(
             raise
         abort(work, out_)
         # the patch that stopped it, as the conflict recorded it (the error's own details)
-        step = state.patches[state.next]
-        return _break_of(commit, step.file, step.files, step.upstream_commits), None
+        return Break.of(commit, state.patches[state.next]), None
     md = Path(result.report_markdown) if result.report_markdown else None
     table = md.read_text(encoding="utf-8") if md and md.is_file() else ""
     return None, Verified(result.patches, table, result.report, result.report_markdown)
-
-
-def _break_of(commit: str, patch: str, files: list[str], commits: list[dict[str, str]]) -> Break:
-    unique = list({c["commit"]: c for c in commits}.values())
-    return Break(commit, patch, list(files), unique)
 
 
 def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> Bump:

@@ -23,6 +23,7 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
+from dgr_forge.upstream.rebase.state import PatchStep, UpstreamCommit, unique
 from dgr_forge.upstream.replay import Replay
 
 BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
@@ -68,7 +69,12 @@ class Break:
     commit: str
     patch: str
     files: list[str]
-    upstream_commits: list[dict[str, str]]
+    upstream_commits: list[UpstreamCommit]
+
+    @staticmethod
+    def of(commit: str, step: PatchStep) -> Break:
+        """The break a real replay's conflicting `step` names."""
+        return Break(commit, step.file, list(step.files), unique(step.upstream_commits))
 
 
 class TreeReplay:
@@ -111,13 +117,13 @@ class TreeReplay:
         if b.commit not in self._merged:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
-        commits: list[dict[str, str]] = []
+        commits: list[UpstreamCommit] = []
         for path in b.files:
             blob = git(self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
             data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
             found, _ = upstream_commits_for(self.repo, self.pin, b.commit, head, path, data)
-            commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
-        return Break(b.commit, b.patch, b.files, commits)
+            commits += found
+        return Break(b.commit, b.patch, b.files, unique(commits))
 
 
 # ----------------------------------------------------------------------------- search

@@ -14,8 +14,8 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
-from dgr_forge.upstream.replay import git_bytes, git_dir
-from dgr_forge.upstream.workspace import PATCH_JOURNAL, remove_partial_objects
+from dgr_forge.upstream.replay import git_bytes
+from dgr_forge.upstream.workspace import PATCH_JOURNAL, git_dir, remove_partial_objects
 
 # ----------------------------------------------------------------------------- git helpers
 

@@ -3,8 +3,9 @@ command's `--json` object, the report file's shape)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -58,6 +59,25 @@ STALE_GIT_STATE = {
 # ----------------------------------------------------------------------------- state
 
 
+class UpstreamCommit(Nested, kw_only=True):
+    """an upstream commit"""
+
+    commit: Annotated[str, COMMIT]
+    subject: Annotated[str, d("its subject")]
+
+
+def unique(commits: Iterable[UpstreamCommit]) -> list[UpstreamCommit]:
+    return list({c.commit: c for c in commits}.values())
+
+
+class Conflict(Struct, forbid_unknown_fields=True):
+    """The conflict a rebase stopped at (rebase.json's `conflict`)."""
+
+    files: list[str]
+    upstream: dict[str, list[UpstreamCommit]] = {}  # per file, the commits on its lines
+    line_level: dict[str, bool] = {}  # per file: found by `git log -L` (else by file)
+
+
 class PatchStep(Struct, forbid_unknown_fields=True):
     file: str  # the old series file name
     subject: str
@@ -65,7 +85,7 @@ class PatchStep(Struct, forbid_unknown_fields=True):
     new_commit: str | None = None  # N_i; None while pending or when dropped
     outcome: str | None = None  # set when recorded: "picked", "resolved", "dropped"; final at end
     new_file: str | None = None
-    upstream_commits: list[dict[str, str]] = field(default_factory=list)
+    upstream_commits: list[UpstreamCommit] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the conflicted files, when it conflicted
 
 
@@ -88,7 +108,7 @@ class RebaseState(Struct, forbid_unknown_fields=True):
     next: int = 0  # index of the next patch to replay
     head: str = ""  # N_(next-1): the new pin plus the patches recorded so far
     phase: Literal["replay", "conflict", "write"] = "replay"
-    conflict: dict[str, Any] | None = None
+    conflict: Conflict | None = None
     canary: bool = False  # a --dry-run: conflicts are recorded, not stopped at
     version: int = STATE_VERSION
 
@@ -131,13 +151,6 @@ def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> Non
 # ----------------------------------------------------------------------------- results
 
 
-class UpstreamCommit(Nested, kw_only=True):
-    """an upstream commit"""
-
-    commit: Annotated[str, COMMIT]
-    subject: Annotated[str, d("its subject")]
-
-
 class RebaseRow(Nested, kw_only=True):
     """a patch's outcome"""
 
@@ -174,7 +187,7 @@ class RebaseRow(Nested, kw_only=True):
             outcome=step.outcome or "",
             old_commit=step.old_commit,
             new_commit=step.new_commit,
-            upstream_commits=[UpstreamCommit(**c) for c in step.upstream_commits],
+            upstream_commits=step.upstream_commits,
             files=step.files,
         )
 
