@@ -242,7 +242,7 @@ def _replay_rest(
 ) -> Patch:
     head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
-        with Replay(src, st.commits[st.position :], stamp="keep") as engine:
+        with Replay(src, st.commits[st.position :], git_dir(src), stamp="keep") as engine:
             for step in engine.onto(head):
                 if step.kind in ("conflict", "worktree"):
                     break

@@ -49,7 +49,6 @@ from dgr_forge.core.gitutil import (
     tree_changes,
     tree_of,
 )
-from dgr_forge.upstream.workspace import git_dir
 
 Meta = tuple[bytes, bytes, bytes]  # (author line, date, message) of a restamped commit
 
@@ -172,11 +171,12 @@ class CommitWriter:
     each through one file in `.git/dgr/` rewritten in place (no path of the user's reaches
     the process; on a slow disk a new file per object costs more than the process saves).
     `write` answers None when it cannot (git refused, or is gone): the caller then runs
-    commit-tree, which says why. The objects are loose: the next merge-tree sees them."""
+    commit-tree, which says why. The objects are loose: the next merge-tree sees them.
+    `git_dir`: the repository's (its user's `workspace.git_dir`)."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, git_dir: Path) -> None:
         self._repo = repo
-        self._file = git_dir(repo) / "dgr" / "commit-object"
+        self._file = git_dir / "dgr" / "commit-object"
         self._proc: subprocess.Popen[bytes] | None = None
         self._broken = False
 
@@ -419,6 +419,7 @@ class Replay:
         self,
         repo: Path,
         commits: list[str],
+        git_dir: Path,
         *,
         stamp: Literal["restamp", "keep"] = "restamp",
         batch_ref: str | None = None,
@@ -428,7 +429,7 @@ class Replay:
         self.stamp = stamp
         self.batch_ref = batch_ref  # None: no batch (one merge a commit)
         self.objects = commit_objects(repo, commits)
-        self.writer = CommitWriter(repo)
+        self.writer = CommitWriter(repo, git_dir)
 
     def __enter__(self) -> Self:
         return self

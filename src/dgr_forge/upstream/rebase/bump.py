@@ -35,8 +35,14 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     max_replays,
     search,
 )
-from dgr_forge.upstream.rebase.commands import abort, patch_commits, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
+from dgr_forge.upstream.rebase.commands import (
+    abort,
+    check_report_path,
+    patch_commits,
+    reject_in_progress,
+    scratch_forge,
+    start,
+)
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
@@ -46,7 +52,7 @@ from dgr_forge.upstream.rebase.gitops import (
     subject_of,
 )
 from dgr_forge.upstream.rebase.report import render_markdown, rows_of
-from dgr_forge.upstream.rebase.state import RebaseRow, UpstreamCommit, load_rebase_state
+from dgr_forge.upstream.rebase.state import Onto, RebaseRow, UpstreamCommit, load_rebase_state
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 
@@ -274,7 +280,7 @@ def _canary(
     is removed whole, so nothing is undone."""
     done = False
     try:
-        start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
+        start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
         state = load_rebase_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
@@ -306,7 +312,7 @@ def _verify(
     if dry_run:
         return _canary(work, wm, out_, commit, mirror, rows=True)
     try:
-        result = start(work, out_, wm, commit, mirror=mirror)
+        result = start(work, out_, wm, Onto(rev=commit, mirror=mirror))
     except NeedsHuman:
         state = load_rebase_state(work)
         if state is None or state.phase != "conflict":

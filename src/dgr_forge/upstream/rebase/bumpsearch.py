@@ -25,6 +25,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
 from dgr_forge.upstream.rebase.state import PatchStep, UpstreamCommit, unique
 from dgr_forge.upstream.replay import Replay
+from dgr_forge.upstream.workspace import git_dir
 
 BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
 
@@ -86,7 +87,7 @@ class TreeReplay:
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
         self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
-        self.engine = Replay(repo, [c for _, c in patches], batch_ref=BATCH_REF)
+        self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
 
     def close(self) -> None:

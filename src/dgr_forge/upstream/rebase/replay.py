@@ -43,9 +43,8 @@ class Known(Replay):
     REF_BATCH), plus the tree of state.head when known; close it when done."""
 
     def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
-        super().__init__(
-            src, [s.old_commit for s in state.patches[state.next :]], batch_ref=REF_BATCH
-        )
+        commits = [s.old_commit for s in state.patches[state.next :]]
+        super().__init__(src, commits, git_dir(src), batch_ref=REF_BATCH)
         self.first = state.next  # the patch the chain starts at
         self.head_tree = head_tree
 

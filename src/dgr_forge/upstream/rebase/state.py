@@ -148,6 +148,17 @@ def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> Non
     write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
 
 
+class Onto(Struct, frozen=True, kw_only=True):
+    """`rebase --onto`'s request, as the command parsed it."""
+
+    rev: str
+    url: str | None = None  # --url: pinned from now on
+    mirror: str | None = None  # where objects come from (resolved --mirror / DGR_MIRROR)
+    offline: bool = False
+    dry_run: bool = False  # the upstream canary
+    report: Path | None = None  # --dry-run's Markdown
+
+
 # ----------------------------------------------------------------------------- results
 
 
