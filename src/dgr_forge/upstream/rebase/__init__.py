@@ -25,35 +25,7 @@ engine's driver), `conflicts`, `finish` (stage + write), `report`, `commands`, `
 `rebase.manifest`, `rebase.checkout`, `rebase.abort`.
 """
 
-from dgr_forge.upstream.rebase.commands import abort, dry_run, in_progress, onto, resume, start
-from dgr_forge.upstream.rebase.finish import inputs_digest, manifest_text
-from dgr_forge.upstream.rebase.gitops import resolve_rev, stale_git_state
-from dgr_forge.upstream.rebase.state import (
-    OUTCOMES,
-    Onto,
-    PatchStep,
-    Rebase,
-    RebaseState,
-    load_rebase_state,
-    state_path,
-)
+from dgr_forge.upstream.rebase.commands import abort, onto, resume, start
+from dgr_forge.upstream.rebase.state import Onto
 
-__all__ = [
-    "OUTCOMES",
-    "Onto",
-    "PatchStep",
-    "Rebase",
-    "RebaseState",
-    "abort",
-    "dry_run",
-    "in_progress",
-    "inputs_digest",
-    "load_rebase_state",
-    "manifest_text",
-    "onto",
-    "resolve_rev",
-    "resume",
-    "stale_git_state",
-    "start",
-    "state_path",
-]
+__all__ = ["Onto", "abort", "onto", "resume", "start"]

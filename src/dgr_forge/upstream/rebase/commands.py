@@ -28,8 +28,8 @@ from dgr_forge.upstream.rebase.finish import (
     finish,
     inputs_digest,
     noop_result,
-    restore_journal,
     stage,
+    write_side,
 )
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
@@ -64,27 +64,15 @@ from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
 
-# ----------------------------------------------------------------------------- commands
-
-
-def in_progress(forge: Forge) -> str | None:
-    """A one-line description of a rebase in progress in this workspace, else None.
-    Commands that would move the workspace (fetch, patch, build) may refuse on it."""
-    state = load_rebase_state(forge)
-    if state is None:
-        return None
-    at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
-    return (
-        f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
-        f"progress ({state.phase} at {at}; state in {state_path(forge)})"
-    )
-
 
 def reject_in_progress(forge: Forge) -> None:
+    """A rebase in progress refused (exit 3): commands that would move the workspace."""
     state = load_rebase_state(forge)
     if state is not None:
+        at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
-            in_progress(forge) or "",
+            f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
+            f"progress ({state.phase} at {at}; state in {state_path(forge)})",
             hint="finish it with `dgr-forge rebase --continue`, or undo it with "
             "`dgr-forge rebase --abort`",
             details={"state": str(state_path(forge)), "phase": state.phase},
@@ -92,8 +80,8 @@ def reject_in_progress(forge: Forge) -> None:
 
 
 def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, str]]:
-    """The patch commits on the pin up to `head` and their subjects, oldest first (one log);
-    one for each patch of the series, else exit 1."""
+    """The patch commits on the pin up to `head` and their subjects, oldest first; one
+    for each patch of the series, else exit 1."""
     listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{head}").stdout
     commits = [(c, subject) for c, _, subject in (ln.partition(" ") for ln in listed.splitlines())]
     if len(commits) != len(m.series):
@@ -108,9 +96,8 @@ def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, 
 def onto(
     forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
 ) -> Rebase | RebaseDryRun:
-    """`rebase --onto REV` (`--dry-run`: the canary). `surface`: what the worker's last
-    builds recorded, read before the rebase re-pins (the result carries its moves). The
-    caller holds the workspace lock, ran recovery and loaded `m` under it."""
+    """`rebase --onto REV` (`--dry-run`: the canary); `surface`: the worker's recorded one
+    (the result carries its moves). The caller holds the workspace lock."""
     if req.url is not None:
         check_url(req.url, "--url")
     if req.dry_run:
@@ -196,10 +183,8 @@ def start(
     )
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
-    # HEAD and the work tree stay where they are: the replay merges in memory, checks out
-    # where a patch needs the work tree, and finishing checks out the result; the new
-    # pin's build number is counted beside it (a commit-only fetch where the workspace
-    # cannot), kept for the finish, also one after a conflict's `--continue`
+    # the new pin's build number is counted beside the replay (a commit-only fetch where
+    # the workspace cannot), kept for the finish, also one after a `--continue`
     with ThreadPoolExecutor(1) as pool:
         if not canary:
             pool.submit(count_build_number, forge, state, m)
@@ -212,9 +197,8 @@ def start(
 def resume(
     forge: Forge, out_: Reporter, m: UpstreamManifest | None, surface: Recorded | None = None
 ) -> Rebase:
-    """`--continue`: after a resolved conflict, or after a crash at any step. The caller
-    holds the workspace lock, ran recovery and loaded the manifest (`m`, None when it
-    does not load: then it changed since the rebase started); `surface` as `start`'s."""
+    """`--continue`: after a resolved conflict, or a crash at any step (`m`: None when the
+    manifest does not load: it changed since); the caller holds the workspace lock."""
     state = require_state(forge)
     if state.canary:
         # a replay that must change nothing (bump's) was killed: never finish it
@@ -231,8 +215,7 @@ def resume(
         return finish(forge, state, out_, None, surface)
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
-        # one replay from the resolved patch on: its commit objects read once, its
-        # commit written by the writer the rest of the replay goes on with
+        # one replay from the resolved patch on: its objects read once, one writer
         with Known(src, state) as known:
             take_resolution(forge, state, out_, known)
             replay(forge, state, out_, known)
@@ -249,12 +232,12 @@ def resume(
 
 
 def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
-    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before.
-    The caller holds the workspace lock and ran recovery."""
+    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
     state = require_state(forge)
     src = Path(state.src_dir)
     if state.phase == "write":
-        restore_journal(forge, out_)
+        out_.info("restoring the manifest and patches/ from the rebase journal")
+        write_side(forge, "old", out_)
     stale = stale_git_state(src)
     if stale:
         out_.warn("cleaning up: " + "; ".join(stale))
@@ -326,8 +309,7 @@ def scratch_forge(
     forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter
 ) -> tuple[Forge, UpstreamManifest]:
     """A copy of the inputs and a scratch workspace under `tmp` that reads the real one's
-    objects, and the copy's manifest (its paths resolve against the scratch root): a dry
-    run's, where nothing of the root or the workspace changes."""
+    objects, and the copy's manifest: where a dry run changes nothing real."""
     root = tmp / "root"
     copy_inputs(m, root, UPSTREAM_MANIFEST)
     scratch = Forge(root=root, workspace=tmp / "workspace")
@@ -336,7 +318,7 @@ def scratch_forge(
 
 
 def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun:
-    """Onto the current pin: the same keys as a replay's report, every patch unchanged."""
+    """Onto the current pin: every patch unchanged."""
     rows = [
         RebaseRow(
             file=e.file,
@@ -370,10 +352,8 @@ def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun
 
 
 def _name_as_the_rebase_writes(state: RebaseState) -> None:
-    """The canary's replay goes on without a conflicting patch, so its export numbers the
-    patches after it one lower; the real rebase stops there and keeps that patch once
-    resolved. So every patch that is not dropped keeps its place: number them in order,
-    each named from its subject as `export` names it."""
+    """Every patch not dropped keeps its place, named as `export` names it: the canary's
+    export goes on without a conflicting patch, which the real rebase keeps."""
     n = 0
     for step in state.patches:
         if step.outcome == "dropped":
@@ -385,10 +365,8 @@ def _name_as_the_rebase_writes(state: RebaseState) -> None:
 def dry_run(
     forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
 ) -> RebaseDryRun:
-    """`--onto REV --dry-run`, the upstream canary: the same replay on a scratch copy of
-    the inputs and a scratch workspace that reads the real one's objects; a conflicting
-    patch is recorded and the replay goes on without it. Nothing of the root or the
-    workspace changes; exit 3 when a patch would conflict."""
+    """`--onto REV --dry-run`, the upstream canary: the same replay in a scratch forge
+    (`scratch_forge`), a conflicting patch recorded and left out; exit 3 on one."""
     target = check_report_path(req.report, forge) if req.report is not None else None
     reject_in_progress(forge)
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
