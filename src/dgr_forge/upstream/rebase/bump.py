@@ -1,15 +1,9 @@
 """`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV,
-default the upstream's default branch head) onto which the whole series replays cleanly.
-
-The candidates are the first-parent commits after the pin up to the target, fetched in
-one go (`gitops.ensure_history`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
-in a scratch repository, no work tree) bisect them; the answer is then verified by a real
-replay: with `--dry-run` the canary's (`rebase --onto --dry-run`, in a scratch forge),
-without it the rebase itself (`rebase.start`, exactly `rebase --onto <answer>`: manifest
-re-pinned, series re-exported, upstreamed patches dropped, the rebase report written).
-Exit 0 when the target was reached (or already was the pin), 3 when a patch stopped it
-short, with the first breaking commit named: the patch, its files and the upstream
-commits that touched them, as `rebase` names a conflict.
+default the upstream's default branch head) onto which the whole series replays cleanly:
+the first-parent candidates after the pin come in one fetch (`gitops.ensure_history`),
+dry-run replays (`bumpsearch`) bisect them, and the answer is verified by a real replay
+(with `--dry-run` the canary's, else `rebase --onto <answer>` itself). Exit 3 when a
+patch stopped it short, the first breaking commit named as `rebase` names a conflict.
 """
 
 from __future__ import annotations

@@ -20,15 +20,6 @@ STATE_VERSION = 1
 # "dropped": the pick became empty by itself, the change is upstream (the commits that took
 # it are named); "dropped-by-hand": a conflict a person resolved to nothing; "conflict":
 # only in a --dry-run, the patch would stop a real rebase
-OUTCOMES = (
-    "unchanged",
-    "refreshed",
-    "merged",
-    "resolved",
-    "dropped",
-    "dropped-by-hand",
-    "conflict",
-)
 OUTCOME_TEXT = {
     "unchanged": "carried unchanged",
     "refreshed": "refreshed (context or offsets moved, content same)",
@@ -38,6 +29,7 @@ OUTCOME_TEXT = {
     "dropped-by-hand": "dropped by hand (conflict resolved to no change)",
     "conflict": "would conflict (a real rebase stops here)",
 }
+OUTCOMES = tuple(OUTCOME_TEXT)
 REPORT_KIND = "dgr-forge/rebase-report"  # the report file's (and a dry run's) `kind`, version 1
 REF_PREFIX = "refs/dgr/rebase/"  # every ref a rebase makes: dropped when it ends
 REF_NEW = "refs/dgr/rebase/new"
@@ -144,7 +136,6 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
 def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
     """`durable=False` for a replay step: a power loss may take the step back (as it may
     the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
-    # msgspec turns it, in C: it is saved after every replayed patch
     write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
 
 
