@@ -240,8 +240,8 @@ def _result(
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
-    """An abbreviated --to: the one commit of the default branch after the pin (or the
-    pin) whose id starts with it."""
+    """An abbreviated --to: the one commit of the default branch from the pin on that
+    starts with it."""
     chain = [m.commit, *candidates(src, m.commit, head)]
     found = [c for c in chain if c.startswith(rev.lower())]
     if len(found) != 1:
@@ -267,11 +267,9 @@ def _canary(
     *,
     rows: bool = False,
 ) -> tuple[Break | None, Verified | None]:
-    """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
-    (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
-    `rows` (the dry run's verifying replay, in its scratch forge), the per-patch rows and
-    their Markdown table when it is clean: the search ends there, and the scratch forge
-    is removed whole, so nothing is undone."""
+    """A real replay onto `commit` that changes nothing (the canary's), then undone; with
+    `rows` (the dry run's verifying replay) the rows and their table when it is clean
+    (the search ends there, the scratch forge is removed whole)."""
     done = False
     try:
         start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
@@ -300,8 +298,7 @@ def _verify(
     dry_run: bool,
     mirror: str | None,
 ) -> tuple[Break | None, Verified | None]:
-    """The real replay onto `commit`: the canary's in the scratch forge (--dry-run), else
-    the rebase itself. A conflict comes back as a Break (the search narrows again)."""
+    """The real replay onto `commit` (with --dry-run the canary's); a conflict is a Break."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
     if dry_run:
         return _canary(work, wm, out_, commit, mirror, rows=True)
@@ -312,7 +309,6 @@ def _verify(
         if state is None or state.phase != "conflict":
             raise
         abort(work, out_)
-        # the patch that stopped it, as the conflict recorded it (the error's own details)
         return Break.of(commit, state.patches[state.next]), None
     md = Path(result.report_markdown) if result.report_markdown else None
     table = md.read_text(encoding="utf-8") if md and md.is_file() else ""
@@ -356,15 +352,12 @@ def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) ->
     return result
 
 
-# ----------------------------------------------------------------------------- report
-
-
 def _c(commit: str | None) -> str:
     return f"`{commit[:12]}`" if commit else "—"
 
 
 def summary_lines(b: Bump) -> list[str]:
-    """The console's words; the Markdown says the same (render)."""
+    """The console's words (`render` says the same)."""
     if b.status == "noop":
         return [f"pin {b.pin[:12]} is already {b.to}: nothing changed"]
     lines = [
