@@ -168,7 +168,7 @@ def _conflict(
     src = Path(state.src_dir)
     i = state.next
     step = state.patches[i]
-    unmerged = _unmerged(src)
+    unmerged, _ = _unresolved(src)
     if not unmerged:
         raise OperationFailed(
             f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
@@ -235,7 +235,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         # the engineer committed the resolution: take its tree, keep our own commit metadata
         out_.info(f"taking the resolution from your commit {head[:12]}")
         git(src, "reset", "-q", "--soft", state.head)
-    unmerged = _unmerged(src)
+    unmerged, unstaged = _unresolved(src)
     if unmerged:
         raise NeedsHuman(
             f"patch {step.file}: still unresolved: {', '.join(unmerged)}",
@@ -252,7 +252,6 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": marked},
         )
-    unstaged = out(src, "diff", "--name-only").split()
     if unstaged:
         raise NeedsHuman(
             f"patch {step.file}: changes not staged: {', '.join(unstaged)}",
@@ -269,8 +268,12 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
     save_state(forge, state)
 
 
-def _unmerged(src: Path) -> list[str]:
-    return sorted({ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln})
+def _unresolved(src: Path) -> tuple[list[str], list[str]]:
+    """The unmerged paths and the changes not staged, from one `git diff`."""
+    listed = out(src, "diff", "--name-status", "-z").split("\0")
+    pairs = list(zip(listed[::2], listed[1::2], strict=False))
+    unmerged = sorted({path for status, path in pairs if status == "U"})
+    return unmerged, [path for status, path in pairs if status != "U"]
 
 
 def has_markers(src: Path, rel: str) -> bool:
