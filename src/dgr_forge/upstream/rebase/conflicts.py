@@ -13,8 +13,6 @@ from dgr_forge.core.gitutil import git, out
 from dgr_forge.upstream.rebase.gitops import ensure_history, subject_of
 from dgr_forge.upstream.rebase.state import Conflict, PatchStep, RebaseState, UpstreamCommit
 
-# ----------------------------------------------------------------------------- conflicts
-
 CONFLICT_HINT = (
     "resolve it in the checkout so it is a regular file (or the link git should store), "
     "or `dgr-forge rebase --abort`"

@@ -35,9 +35,6 @@ from dgr_forge.upstream.rebase.state import (
 from dgr_forge.upstream.replay import Replay, Step, commit_tree
 from dgr_forge.upstream.workspace import git_dir
 
-# ----------------------------------------------------------------------------- replay
-
-
 class Known(Replay):
     """The engine's replay of the patches from state.next on (restamped, the batch under
     REF_BATCH), plus the tree of state.head when known; close it when done."""
@@ -84,8 +81,7 @@ def record(
 
 
 def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
-    """A patch the engine replayed in memory, recorded; saved unless batched (saved once
-    after the batch)."""
+    """A patch the engine replayed in memory, recorded (saved unless batched)."""
     patch = state.patches[state.next]
     if step.kind == "picked":
         fault.point("rebase.commit", patch.file[:4])

@@ -1,8 +1,5 @@
-"""The rebase report: `reports/rebase-<old>-<new>.json` and `.md`, what goes into the PR.
-
-The console table, the JSON and the Markdown are made from the same rows and counts, so
-they say the same thing (an upstreamed patch and one dropped by hand are counted apart).
-"""
+"""The rebase report: `reports/rebase-<old>-<new>.json` and `.md` (what goes into the PR),
+made from the same rows and counts as the console's table."""
 
 from __future__ import annotations
 
@@ -101,8 +98,7 @@ def report_of(
 def write_report(
     forge: Forge, state: RebaseState, result_tree: str, surface: SurfaceReport | None = None
 ) -> tuple[Path, Path]:
-    """`reports/rebase-<old12>-<new12>.json` and `.md`: what goes into the pull request
-    (the Markdown with the worker surface's moves, when asked)."""
+    """`reports/rebase-<old12>-<new12>.json` and `.md` (with `surface`'s moves)."""
     rows = rows_of(state)
     stem = f"rebase-{state.old_commit[:12]}-{state.new_commit[:12]}"
     json_path = forge.reports_dir / f"{stem}.json"
