@@ -18,6 +18,7 @@ from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_G
 from dgr_forge.upstream.replay import git_bytes
 from dgr_forge.upstream.workspace import PATCH_JOURNAL, git_dir, remove_partial_objects
 
+
 def stale_git_state(src: Path) -> list[str]:
     """Half-finished git operations in the workspace repo (left by a crash or by hand)."""
     if not (src / ".git").exists():

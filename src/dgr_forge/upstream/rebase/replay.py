@@ -35,6 +35,7 @@ from dgr_forge.upstream.rebase.state import (
 from dgr_forge.upstream.replay import Replay, Step, commit_tree
 from dgr_forge.upstream.workspace import git_dir
 
+
 class Known(Replay):
     """The engine's replay of the patches from state.next on (restamped, the batch under
     REF_BATCH), plus the tree of state.head when known; close it when done."""
