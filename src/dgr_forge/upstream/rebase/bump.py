@@ -45,8 +45,14 @@ from dgr_forge.upstream.rebase.gitops import (
     resolve_rev,
     subject_of,
 )
-from dgr_forge.upstream.rebase.report import render_markdown, rows_of
-from dgr_forge.upstream.rebase.state import Onto, RebaseRow, UpstreamCommit, load_rebase_state
+from dgr_forge.upstream.rebase.state import (
+    Onto,
+    RebaseRow,
+    UpstreamCommit,
+    load_rebase_state,
+    render_markdown,
+    rows_of,
+)
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 

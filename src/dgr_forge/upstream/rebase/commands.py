@@ -41,7 +41,6 @@ from dgr_forge.upstream.rebase.gitops import (
     stale_git_state,
 )
 from dgr_forge.upstream.rebase.replay import Known, replay, take_resolution
-from dgr_forge.upstream.rebase.report import render_markdown, report_of, rows_of, summary
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
@@ -57,8 +56,12 @@ from dgr_forge.upstream.rebase.state import (
     counts_of,
     journal_dir,
     load_rebase_state,
+    render_markdown,
+    report_of,
+    rows_of,
     save_state,
     state_path,
+    summary,
 )
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir

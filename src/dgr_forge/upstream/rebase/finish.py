@@ -26,7 +26,6 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
-from dgr_forge.upstream.rebase.report import rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
     REF_PREFIX,
     PatchStep,
@@ -35,8 +34,11 @@ from dgr_forge.upstream.rebase.state import (
     RebaseState,
     counts_of,
     journal_dir,
+    rows_of,
     save_state,
     state_path,
+    summary,
+    write_report,
 )
 from dgr_forge.upstream.surface import Recorded, across
 
