@@ -61,7 +61,6 @@ from dgr_forge.upstream.rebase.state import (
     report_of,
     rows_of,
     save_state,
-    state_path,
     summary,
 )
 from dgr_forge.upstream.series import copy_inputs
@@ -76,10 +75,10 @@ def reject_in_progress(forge: Forge) -> None:
         at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
             f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
-            f"progress ({state.phase} at {at}; state in {state_path(forge)})",
+            f"progress ({state.phase} at {at}; state in {forge.rebase_state})",
             hint="finish it with `dgr-forge rebase --continue`, or undo it with "
             "`dgr-forge rebase --abort`",
-            details={"state": str(state_path(forge)), "phase": state.phase},
+            details={"state": str(forge.rebase_state), "phase": state.phase},
         )
 
 
@@ -265,7 +264,7 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     git(src, "checkout", "-q", "-f", "--detach", state.old_head)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    state_path(forge).unlink()
+    forge.rebase_state.unlink()
     out_.answer(
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
@@ -282,7 +281,7 @@ def require_state(forge: Forge) -> RebaseState:
     state = load_rebase_state(forge)
     if state is None:
         raise BadInput(
-            f"no rebase in progress (no {state_path(forge)})",
+            f"no rebase in progress (no {forge.rebase_state})",
             hint="start one with `dgr-forge rebase --onto <commit>`",
         )
     return state

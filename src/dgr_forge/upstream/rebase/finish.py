@@ -36,7 +36,6 @@ from dgr_forge.upstream.rebase.state import (
     journal_dir,
     rows_of,
     save_state,
-    state_path,
     summary,
     write_report,
 )
@@ -293,7 +292,7 @@ def finish(
     report_json, report_md = write_report(forge, state, result_tree, moved)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    state_path(forge).unlink()
+    forge.rebase_state.unlink()
     rows = rows_of(state)
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",

@@ -107,16 +107,12 @@ class RebaseState(Struct, forbid_unknown_fields=True):
     version: int = STATE_VERSION
 
 
-def state_path(forge: Forge) -> Path:
-    return forge.rebase_state
-
-
 def journal_dir(forge: Forge) -> Path:
     return forge.workspace / "rebase"
 
 
 def load_rebase_state(forge: Forge) -> RebaseState | None:
-    path = state_path(forge)
+    path = forge.rebase_state
     if not path.exists():
         return None
     try:
@@ -138,7 +134,7 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
 def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
     """`durable=False` for a replay step: a power loss may take the step back (as it may
     the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
-    write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
+    write_json(forge.rebase_state, msgspec.to_builtins(state), durable=durable)
 
 
 class Onto(Struct, frozen=True, kw_only=True):
