@@ -11,12 +11,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
+from dgr_forge.upstream.rebase.conflicts import explain
 from dgr_forge.upstream.rebase.state import PatchStep, UpstreamCommit, unique
 from dgr_forge.upstream.replay import Replay
 from dgr_forge.upstream.workspace import git_dir
@@ -98,13 +98,10 @@ class TreeReplay:
         if b.commit not in self._merged:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
-        commits: list[UpstreamCommit] = []
-        for path in b.files:
-            blob = git(self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
-            data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
-            found, _ = upstream_commits_for(self.repo, self.pin, b.commit, head, path, data)
-            commits += found
-        return Break(b.commit, b.patch, b.files, unique(commits))
+        found = explain(self.repo, self.pin, b.commit, head, b.files, merged)
+        return Break(
+            b.commit, b.patch, b.files, unique(c for f in b.files for c in found.upstream[f])
+        )
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import msgspec
 
@@ -83,6 +84,23 @@ def upstream_commits_for(
     # (a subject asked of git only for a commit the file's log does not list)
     found = [UpstreamCommit(commit=c, subject=subjects.get(c) or subject_of(src, c)) for c in seen]
     return found, True
+
+
+def explain(
+    src: Path, old: str, new: str, head: str, files: list[str], merged: str | None = None
+) -> Conflict:
+    """The conflict in `files`, each named with its upstream commits (`upstream_commits_for`;
+    the markers from the `merged` tree when given, else the work tree's files)."""
+    found = Conflict(files=files)
+    for path in files:
+        data: bytes | None = None
+        if merged is not None:
+            blob = git(src, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
+            data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
+        found.upstream[path], found.line_level[path] = upstream_commits_for(
+            src, old, new, head, path, data
+        )
+    return found
 
 
 def _commits(log: str) -> list[UpstreamCommit]:

@@ -19,7 +19,7 @@ from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
 from dgr_forge.upstream.rebase.conflicts import (
     CONFLICT_HINT,
     conflict_error,
-    upstream_commits_for,
+    explain,
     upstreamed_by,
 )
 from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
@@ -28,7 +28,6 @@ from dgr_forge.upstream.rebase.state import (
     Conflict,
     PatchStep,
     RebaseState,
-    UpstreamCommit,
     save_state,
     unique,
 )
@@ -173,14 +172,10 @@ def _conflict(
         )
     out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
     history = _history(state) if fetched is None else fetched
-    upstream: dict[str, list[UpstreamCommit]] = {}
-    line_level: dict[str, bool] = {}
+    found = Conflict(files=unmerged)
     if history:
-        for f in unmerged:
-            upstream[f], line_level[f] = upstream_commits_for(
-                src, state.old_commit, state.new_commit, state.head, f
-            )
-    step.upstream_commits = unique(c for f in unmerged for c in upstream.get(f, []))
+        found = explain(src, state.old_commit, state.new_commit, state.head, unmerged)
+    step.upstream_commits = unique(c for f in unmerged for c in found.upstream.get(f, []))
     step.files = unmerged
     if state.canary:
         # a --dry-run: note it and go on without this patch
@@ -191,7 +186,7 @@ def _conflict(
         save_state(forge, state, durable=False)
         return
     state.phase = "conflict"
-    state.conflict = Conflict(files=unmerged, upstream=upstream, line_level=line_level)
+    state.conflict = found
     save_state(forge, state)
     raise conflict_error(forge, state)
 
