@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
-from importlib import import_module
 from pathlib import Path
 
 from msgspec import UNSET
@@ -188,19 +187,13 @@ def start(
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
     # the new pin's build number is counted beside the replay (a commit-only fetch where
     # the workspace cannot), kept for the finish, also one after a `--continue`
-    with ThreadPoolExecutor(2) as pool:
-        pool.submit(import_module, _EDITOR)
+    with ThreadPoolExecutor(1) as pool:
         if not canary:
             pool.submit(count_build_number, forge, state, m)
         replay(forge, state, out_)
     if canary:  # the dry run reads the state; nothing is written
         return noop_result(m, src, None, out_)
     return finish(forge, state, out_, m, surface)
-
-
-# the manifest's editor (tomlkit: a fifth of a `--continue`) is imported while the replay
-# waits on git
-_EDITOR = "dgr_forge.upstream.manifest_edit"
 
 
 def resume(
@@ -225,8 +218,7 @@ def resume(
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
         # one replay from the resolved patch on: its objects read once, one writer
-        with Known(src, state) as known, ThreadPoolExecutor(1) as pool:
-            pool.submit(import_module, _EDITOR)
+        with Known(src, state) as known:
             take_resolution(forge, state, out_, known)
             replay(forge, state, out_, known)
         return finish(forge, state, out_, m, surface)
