@@ -164,7 +164,9 @@ def _conflict(
     src = Path(state.src_dir)
     i = state.next
     step = state.patches[i]
-    unmerged, _ = _unresolved(src)
+    # the index alone (`git diff` would stat the whole work tree)
+    listed = out(src, "ls-files", "-u").splitlines()
+    unmerged = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
     if not unmerged:
         raise OperationFailed(
             f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
