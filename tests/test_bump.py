@@ -321,13 +321,13 @@ def test_a_killed_replay_that_must_change_nothing_is_never_continued(h: History)
     with the conflicting patch left out), `--abort` restores everything."""
     from dgr_forge.core.forge import Forge
     from dgr_forge.upstream import manifest
-    from dgr_forge.upstream.rebase import start
+    from dgr_forge.upstream.rebase import Onto, start
 
     s, after = h.series, h.after
     before = s.snapshot()
     forge = Forge.locate(s.root, None)
     m = manifest.load(forge.upstream_manifest, forge.root)
-    start(forge, Reporter(quiet=True), m, after[BREAKS_AT - 1], canary=True)
+    start(forge, Reporter(quiet=True), m, Onto(rev=after[BREAKS_AT - 1]), canary=True)
     r = s.forge("rebase", "--continue")
     assert r.code == 3 and "dry run" in r.stderr, r
     assert s.forge("rebase", "--abort").code == 0

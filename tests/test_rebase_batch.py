@@ -24,10 +24,10 @@ from dgr_forge.upstream.replay import (
     commit_objects,
     commit_parents,
     committable,
-    git_dir,
     merge,
     replay_batch,
 )
+from dgr_forge.upstream.workspace import git_dir
 
 Files = dict[str, str | None]  # path -> text (None: delete)
 LINES = "".join(f"line {n}\n" for n in range(1, 41))
@@ -312,13 +312,13 @@ def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, n
 
 def test_an_object_git_refuses_leaves_the_writer_to_commit_tree(tmp_path: Path) -> None:
     repo, new, _ = _build(tmp_path, CASES[sorted(CASES)[0]])
-    writer = CommitWriter(repo)
+    writer = CommitWriter(repo, git_dir(repo))
     tree = gitutil.tree_of(repo, new)
     assert writer.write(b"not a commit\n") is None  # hash-object refused it, and exited
     assert writer.commit(tree, new, (b"author A <a@b> 1 +0000", b"1 +0000", b"m\n")) is None
     writer.close()
     # a fresh writer writes what commit-tree writes
-    writer = CommitWriter(repo)
+    writer = CommitWriter(repo, git_dir(repo))
     made = writer.commit(tree, new, (b"author A <a@b> 1 +0000", b"1 +0000", b"m\n"))
     writer.close()
     env = {

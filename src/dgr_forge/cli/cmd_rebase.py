@@ -57,6 +57,7 @@ def rebase(
     def body(env: Env) -> Rebase | RebaseAbort | Outcome:
         from dgr_forge.upstream import rebase as rebase_mod
         from dgr_forge.upstream.fetch import resolve_mirror
+        from dgr_forge.upstream.rebase.state import RebaseDryRun
 
         modes = [
             name
@@ -79,10 +80,6 @@ def rebase(
                 "rebase: --report only goes with --dry-run",
                 hint="a real rebase writes its report to the workspace's reports/",
             )
-        if url is not None:
-            from dgr_forge.core.urls import check_url
-
-            check_url(url, "--url")
         # each mode under the workspace lock, after recovery, the manifest loaded once
         if abort:
             with env.session(lock=True, recover=True, manifest=False) as s:
@@ -95,32 +92,17 @@ def rebase(
                 surface = recorded_surface(s.forge)
                 return rebase_mod.resume(s.forge, env.out, s.manifest_or_none, surface)
         assert onto is not None
-        fetch_from = resolve_mirror(mirror)
+        request = rebase_mod.Onto(
+            rev=onto,
+            url=url,
+            mirror=resolve_mirror(mirror),
+            offline=offline,
+            dry_run=dry_run,
+            report=report,
+        )
         with env.session(lock=True, recover=True) as s:
-            surface = recorded_surface(s.forge)
-            if dry_run:
-                dry = rebase_mod.dry_run(
-                    s.forge,
-                    env.out,
-                    s.manifest,
-                    onto,
-                    url=url,
-                    mirror=fetch_from,
-                    offline=offline,
-                    report=report,
-                    surface=surface,
-                )
-                return Outcome(dry, dry.exit_code)
-            return rebase_mod.start(
-                s.forge,
-                env.out,
-                s.manifest,
-                onto,
-                url=url,
-                mirror=fetch_from,
-                offline=offline,
-                surface=surface,
-            )
+            done = rebase_mod.onto(s.forge, env.out, s.manifest, request, recorded_surface(s.forge))
+        return Outcome(done, done.exit_code) if isinstance(done, RebaseDryRun) else done
 
     run(ctx, "rebase", body)
 

@@ -1,19 +1,16 @@
 """`patch` on a workspace with commits of its own: new series underneath, own commits kept.
 
-When the series on disk moved (a teammate's patches pulled in) and the workspace holds
-commits a person made on top of the forge's patch commits, `dgr-forge patch` applies the
-new series on the pin and replays those commits on top (3-way, no fuzz: the replay engine,
-`upstream.replay`, in memory; `git cherry-pick` in the work tree only for a conflict),
-keeping each commit's author, committer and message. A conflict
-stops with exit 3 naming the commit and the files; `patch --continue` resumes once they
-are resolved and added, `patch --abort` puts the workspace back exactly as it was (HEAD,
-branch, commits, files, and the record of the series it was patched from).
+When the series moved under commits a person made on top of the forge's patch commits,
+`dgr-forge patch` applies the new series on the pin and replays those commits on top (the
+replay engine, in memory; `git cherry-pick` in the work tree only for a conflict), each
+commit's author, committer and message kept. A conflict stops with exit 3; `patch
+--continue` resumes once it is resolved and added, `patch --abort` puts the workspace back
+exactly as it was (HEAD, branch, commits, files, the record of the series).
 
 Crash safety: before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old
-HEAD (`refs/dgr/replay-orig`, so the commits stay reachable) are written. A run killed
-before it stopped on a conflict is undone by the next `patch` (back to the old HEAD,
-then the whole update again); only a conflict stop (`stopped_at`) waits for
-`--continue` / `--abort`. Fault points: `patch.replay-saved`, `patch.replayed`.
+HEAD (`refs/dgr/replay-orig`: the commits stay reachable) are written. A run killed before
+a conflict stop (`stopped_at`) is undone by the next `patch`, then done again. Fault
+points: `patch.replay-saved`, `patch.replayed`.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
-from dgr_forge.upstream.replay import Replay
+from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents
 from dgr_forge.upstream.workspace import (
     PATCH_JOURNAL,
     REPLAY_REF,
@@ -72,7 +69,6 @@ def _path(src: Path) -> Path:
 
 
 def load_replay_state(src: Path) -> ReplayState | None:
-    """The replay in progress, or None (none, or a file that is not one)."""
     try:
         st = msgspec.json.decode((src / ".git" / REPLAY_STATE).read_bytes(), type=ReplayState)
     except (OSError, msgspec.DecodeError):
@@ -85,8 +81,7 @@ def _save(src: Path, st: ReplayState) -> None:
 
 
 def _committer_env(src: Path, commit: str) -> dict[str, str]:
-    """The commit's own committer (not the forge's identity: a replayed commit stays a
-    person's), so `inspect` still tells it from the forge's patch commits."""
+    """The commit's own committer: `inspect` tells a person's commit from the forge's."""
     name, email, date = gitutil.out(
         src, "log", "-1", "--format=%cn%x00%ce%x00%cd", "--date=raw", commit, "--"
     ).split("\0")
@@ -97,15 +92,11 @@ def _subject(src: Path, commit: str) -> str:
     return gitutil.out(src, "log", "-1", "--format=%s", commit, "--")
 
 
-# ----------------------------------------------------------------------------- the command
-
-
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
 ) -> Patch:
-    """`dgr-forge patch`: apply the series; with a person's commits on top (and nothing
-    uncommitted), apply the series underneath them and replay them. Call under the
-    workspace lock."""
+    """`dgr-forge patch`: apply the series (underneath a person's commits, replayed on it);
+    under the workspace lock."""
     src = forge.src_dir(m.name)
     st = _state(forge, src)
     if st is not None:
@@ -131,9 +122,9 @@ def update(
             )
             tree = gitutil.tree_of(src, "HEAD")
             return _answer(m, PatchedTree(src, m.commit, ws.head, tree, False), local=len(mine))
+    objects = commit_objects(src, mine)
     for c in mine:
-        parents = gitutil.out(src, "log", "-1", "--format=%P", c, "--").split()
-        if len(parents) != 1:
+        if len(commit_parents(objects.get(c, b""))) != 1:
             raise NeedsHuman(
                 f"{forge.rel(src)}: commit {c[:12]} ({_subject(src, c)}) is a merge; only a "
                 "linear chain of commits can be replayed on the new series",
@@ -234,15 +225,12 @@ def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
     return st.orig_head
 
 
-# ----------------------------------------------------------------------------- steps
-
-
 def _replay_rest(
     forge: Forge, m: UpstreamManifest, src: Path, st: ReplayState, out: Reporter
 ) -> Patch:
     head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
-        with Replay(src, st.commits[st.position :], stamp="keep") as engine:
+        with Replay(src, st.commits[st.position :], git_dir(src), stamp="keep") as engine:
             for step in engine.onto(head):
                 if step.kind in ("conflict", "worktree"):
                     break
@@ -278,9 +266,8 @@ def _replay_rest(
 
 
 def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
-    """The commit at st.position by `git cherry-pick` in the work tree at `head`: what the
-    engine leaves to it (a conflict, which a person resolves there; a header only
-    cherry-pick may rewrite). The new head."""
+    """The commit at st.position cherry-picked in the work tree at `head` (what the engine
+    leaves to it); the new head."""
     commit = st.commits[st.position]
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
@@ -314,8 +301,7 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
 
 
 def _skipped_empty(src: Path) -> bool:
-    """A stopped cherry-pick with nothing staged (the new series holds the commit's change
-    already) skipped; whether it was."""
+    """A stopped cherry-pick with nothing staged (the series has the change) skipped."""
     if not (git_dir(src) / "CHERRY_PICK_HEAD").exists():
         return False
     if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
@@ -344,7 +330,6 @@ def _restore(src: Path, st: ReplayState) -> None:
 
 
 def _state(forge: Forge, src: Path) -> ReplayState | None:
-    """The replay in progress; one the forge cannot read is exit 2 (`_unreadable`)."""
     st = load_replay_state(src) if (src / ".git").is_dir() else None
     if st is None and (src / ".git" / REPLAY_STATE).exists():
         raise _unreadable(forge, src)
@@ -362,8 +347,8 @@ def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
 
 
 def _unreadable(forge: Forge, src: Path) -> BadInput:
-    """Not a state the forge wrote (or can act on): removed, so it blocks nothing; the
-    message names the ref that still holds the person's commits."""
+    """A state the forge cannot act on, removed (it blocks nothing), naming the ref that
+    holds the person's commits."""
     path = src / ".git" / REPLAY_STATE
     try:
         path.unlink(missing_ok=True)
@@ -411,8 +396,7 @@ def _in_progress(forge: Forge, src: Path, st: ReplayState) -> NeedsHuman:
 
 
 def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
-    """Each of a person's commits in a replay (commit, subject, state: replayed, skipped,
-    conflict or pending), for `status`."""
+    """Each commit of a replay: (commit, subject, replayed/skipped/conflict/pending)."""
     st = load_replay_state(src)
     if st is None:
         return None
@@ -426,9 +410,6 @@ def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
             state = "pending"
         rows.append((c, _subject(src, c), state))
     return rows
-
-
-# ----------------------------------------------------------------------------- results
 
 
 class Patch(Form, kw_only=True):
@@ -470,8 +451,7 @@ def patch(
     resume_: bool = False,
     abort_: bool = False,
 ) -> Patch | PatchAbort:
-    """The `patch` command (`--continue`: `resume_`, `--abort`: `abort_`) under the
-    workspace lock."""
+    """The `patch` command (`--continue`, `--abort`) under the workspace lock."""
     if abort_:
         head = abort(forge, m, out)
         return PatchAbort(upstream=m.name, src_dir=forge.src_dir(m.name), head_commit=head)
@@ -484,8 +464,7 @@ def patch(
 def _answer(
     m: UpstreamManifest, tree: PatchedTree, st: ReplayState | None = None, local: int = 0
 ) -> Patch:
-    """`patch`'s result: `tree` applied, the commits of `st` replayed on it (`local` of them
-    on top now); `patch` sets its seconds."""
+    """`patch`'s result: `tree` applied, `st`'s commits replayed (`local` on top now)."""
     return Patch(
         upstream=m.name,
         src_dir=tree.src_dir,

@@ -1,39 +1,28 @@
 """The one three-way replay engine: a chain of commits merged onto a new head, in memory.
 
-Each commit O_i (its parent O_(i-1)) is a 3-way merge onto the replayed head N_(i-1) with
-O_(i-1) as the base, the merge `cherry-pick` does, run by `git merge-tree --write-tree`
-(no index, no work tree: git 2.39 has no --merge-base, so the head's tree is wrapped in a
-scratch commit whose parent is O_(i-1), which makes that the merge base). A result equal
-to the head is a change the head already has (dropped); a conflict stops the chain there,
-named with its files and the merged tree (the markers in it). `Replay.onto` yields one
-`Step` a commit. Its users: `rebase` (the replay, its `--dry-run` canary and bump's
-verifying replay), bump's bisection probes (`rebase/bumpsearch`), and `patch` replaying a
-person's commits on a moved series (`local_replay`). What only a work tree can do (show a
-conflict with its markers in the files, a merge commit) is the caller's: a `Step` of kind
-"worktree" says so.
+Each commit O_i (its parent O_(i-1)) is cherry-pick's 3-way merge onto the replayed head
+N_(i-1) with O_(i-1) as the base, run by `git merge-tree --write-tree` (git 2.39 has no
+--merge-base: the head's tree is wrapped in a scratch commit whose parent is O_(i-1)). A
+result equal to the head is dropped; a conflict stops the chain, with its files and the
+merged tree (markers in it). What only a work tree can do is the caller's ("worktree").
+Users: `rebase` (its replay, `--dry-run` and bump's verifying replay), bump's probes
+(`rebase/bumpsearch`) and `patch` replaying a person's commits (`local_replay`).
 
-The commits it writes. A replayed commit is either the patch's author line and message
-with the forge's committer on the patch's own date (`restamp`: the rebase, reproducible
-ids), or the commit's own author and committer kept (`keep`: a person's commits). Where
-commit-tree would write those bytes back unchanged (`committable`), the engine writes the
-object itself through one `git hash-object -t commit -w --stdin-paths` for the whole
-replay (`CommitWriter`), instead of a commit-tree process for each commit and another for
-its merge's scratch base.
+A replayed commit is restamped (the patch's author and message, the forge's committer on
+the patch's date: reproducible ids) or kept (a person's commits as they are). Where
+commit-tree would write the same bytes (`committable`), the object is written through one
+`git hash-object --stdin-paths` for the whole replay (`CommitWriter`).
 
-One merge for many. Rename detection is off (the pinned `diff.renames=false`, which
-`merge.renames` follows), so a merge decides each path from its three versions alone, as
-long as no path one side changes is a directory of a path the other side changes. With
-B = O_(start-1), H = the head and U = the paths B..H changes: a path outside U that patch
-i changes still holds O_(i-1)'s version in N_(i-1) (by induction), so the merge takes
-O_i's; a path in U that only patch i changes sees B's, H's and O_i's versions, the same the
-one merge of B..O_last onto H sees. So one `merge-tree` gives every patch's tree and one
-`fast-import` writes the commits, the same bytes the per-commit replay writes (`batch`).
-Where that does not hold (a path in U two patches change, a `.gitattributes` in the
-series, a directory crossing, an author line or message commit-tree would rewrite) the
-batch stops before that patch and the per-commit replay goes on; so it does before the
-patch whose path the one merge leaves in conflict (the patches before it merge cleanly
-there, and that patch's own merge conflicts the same way: the stop comes after one
-merge, not one a patch).
+One merge for many. Rename detection is off (`diff.renames=false`), so a merge decides
+each path from its three versions alone, unless a path one side changes is a directory of
+a path the other changes. With B = O_(start-1), H = the head and U = the paths B..H
+changes: a path outside U that patch i changes still holds O_(i-1)'s version in N_(i-1)
+(by induction), so the merge takes O_i's; a path in U only patch i changes sees the same
+three versions the one merge of B..O_last onto H sees. So one `merge-tree` gives every
+patch's tree and one `fast-import` writes the commits, the same bytes (`replay_batch`).
+Where that does not hold (a path in U two patches change, a `.gitattributes`, a directory
+crossing, metadata commit-tree would rewrite, a path the one merge leaves in conflict) the
+batch stops before that patch and the per-commit replay goes on.
 """
 
 from __future__ import annotations
@@ -57,7 +46,6 @@ from dgr_forge.core.gitutil import (
     Change,
     changes_between,
     git,
-    out,
     tree_changes,
     tree_of,
 )
@@ -88,12 +76,11 @@ _NONCHARS = re.compile(
 def git_bytes(
     repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
 ) -> bytes:
-    """stdout of a git call as raw bytes (commit messages are bytes, not text)."""
     return cast(bytes, git(repo, *args, input=input, env=env, text=False).stdout)
 
 
 def commit_objects(repo: Path, commits: list[str]) -> dict[str, bytes]:
-    """The raw commit objects of `commits` (exact ids), from one `git cat-file --batch`."""
+    """The raw commit objects of `commits`, from one `git cat-file --batch`."""
     if not commits:
         return {}
     data = git_bytes(repo, "cat-file", "--batch", input="".join(f"{c}\n" for c in commits).encode())
@@ -113,15 +100,14 @@ def commit_objects(repo: Path, commits: list[str]) -> dict[str, bytes]:
 
 
 def commit_parents(raw: bytes) -> list[str]:
-    """The parent ids in a raw commit object's header."""
     header = raw.partition(b"\n\n")[0].decode("utf-8", "replace")
     return [ln[7:] for ln in header.splitlines() if ln.startswith("parent ")]
 
 
 def committable(raw: bytes) -> Meta | None:
-    """(author line, date, message) of a commit when commit-tree, given them the way
-    `commit_env` gives them, writes them back byte for byte; None when it would rewrite
-    them (crud around a name, a date it normalizes, a message it re-encodes)."""
+    """(author line, date, message) of a commit when commit-tree (`commit_tree`) would
+    write them back byte for byte; None when it would rewrite them (crud around a name,
+    a date it normalizes, a message it re-encodes)."""
     header, _, message = raw.partition(b"\n\n")
     authors = [ln for ln in header.split(b"\n") if ln.startswith(b"author ")]
     m = _AUTHOR.fullmatch(authors[0]) if len(authors) == 1 else None
@@ -141,33 +127,33 @@ def committable(raw: bytes) -> Meta | None:
     return authors[0], date, message
 
 
-def commit_env(repo: Path, commit: str, raw: bytes | None = None) -> tuple[dict[str, str], bytes]:
-    """commit-tree's environment for a restamped `commit` (its author, name, email and
-    date; the forge's committer on that date) and its raw message (`raw`: its object as
-    `commit_objects` read it, saving a git call)."""
+def commit_tree(repo: Path, commit: str, tree: str, parent: str, raw: bytes | None = None) -> str:
+    """`commit` restamped on `tree` and `parent` by commit-tree (its author, the forge's
+    committer on the author's date); `raw`: its object, when read already."""
     if raw is None:
         raw = git_bytes(repo, "cat-file", "commit", commit)
     header, _, message = raw.partition(b"\n\n")
-    for line in header.decode("utf-8", "replace").splitlines():
-        if line.startswith("author "):
-            m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line)
-            if not m:
-                raise OperationFailed(f"{commit}: unparseable author line {line!r}")
-            return {
-                "GIT_AUTHOR_NAME": m.group(1),
-                "GIT_AUTHOR_EMAIL": m.group(2),
-                "GIT_AUTHOR_DATE": f"@{m.group(3)}",
-                # committer: fixed identity, the patch's own date (reproducible ids)
-                "GIT_COMMITTER_DATE": f"@{m.group(3)}",
-                **FORGE_IDENTITY,
-            }, message
-    raise OperationFailed(f"{commit}: no author line")
+    lines = header.decode("utf-8", "replace").splitlines()
+    line = next((ln for ln in lines if ln.startswith("author ")), None)
+    m = re.match(r"^author (.*) <(.*)> (\d+ [+-]\d{4})$", line or "")
+    if line is None or not m:
+        raise OperationFailed(
+            f"{commit}: " + (f"unparseable author line {line!r}" if line else "no author line")
+        )
+    env = {
+        "GIT_AUTHOR_NAME": m.group(1),
+        "GIT_AUTHOR_EMAIL": m.group(2),
+        "GIT_AUTHOR_DATE": f"@{m.group(3)}",
+        "GIT_COMMITTER_DATE": f"@{m.group(3)}",
+        **FORGE_IDENTITY,
+    }
+    made = git_bytes(repo, "commit-tree", tree, "-p", parent, input=message, env=env)
+    return made.decode().strip()
 
 
 def kept(raw: bytes, tree: str, parent: str) -> bytes | None:
-    """`raw` on a new tree and parent, its author, committer and message as they are; None
-    when its header holds more than those (a signature, an encoding): cherry-pick decides
-    what becomes of those, in the work tree."""
+    """`raw` on a new tree and parent; None when its header holds more than author and
+    committer (a signature, an encoding: cherry-pick's to decide)."""
     header, sep, message = raw.partition(b"\n\n")
     lines = header.split(b"\n")
     if not sep or [ln.split(b" ", 1)[0] for ln in lines] != [b"tree", b"parent", b"author",
@@ -181,28 +167,25 @@ def kept(raw: bytes, tree: str, parent: str) -> bytes | None:
 
 
 class CommitWriter:
-    """Commit objects written through one `git hash-object -t commit -w --stdin-paths`.
-    Each object's bytes go through one file in the repository's `.git/dgr/`, rewritten in
-    place for the next (no path of the user's reaches the process, and no new file per
-    object: on a slow disk, creating one costs more than the process it saves). `write`
-    answers None when the writer cannot (git refused the object, or is gone); the caller
-    then runs commit-tree, which says why in its own words. The objects are loose, so the
-    next merge-tree sees them at once."""
+    """Commit objects written through one `git hash-object -t commit -w --stdin-paths`,
+    each through one file in `.git/dgr/` rewritten in place (no path of the user's reaches
+    the process; on a slow disk a new file per object costs more than the process saves).
+    `write` answers None when it cannot (git refused, or is gone): the caller then runs
+    commit-tree, which says why. The objects are loose: the next merge-tree sees them.
+    `git_dir`: the repository's (its user's `workspace.git_dir`)."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, git_dir: Path) -> None:
         self._repo = repo
-        self._file = git_dir(repo) / "dgr" / "commit-object"
+        self._file = git_dir / "dgr" / "commit-object"
         self._proc: subprocess.Popen[bytes] | None = None
         self._broken = False
 
     def commit(self, tree: str, parent: str, meta: Meta) -> str | None:
-        """A restamped commit: `meta` as `committable` gave it."""
         author, date, message = meta
         head = f"tree {tree}\nparent {parent}\n".encode()
         return self.write(head + author + b"\n" + COMMITTER + date + b"\n\n" + message)
 
     def scratch_base(self, tree: str, parent: str) -> str | None:
-        """The merge's scratch base (`merge`): `tree` on `parent`."""
         return self.write(_scratch_object(tree, parent))
 
     def write(self, raw: bytes) -> str | None:
@@ -250,30 +233,16 @@ class CommitWriter:
 def _scratch_object(tree: str, parent: str) -> bytes:
     who = _SCRATCH_IDENT
     return b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n%s" % (
-        tree.encode(),
-        parent.encode(),
-        who,
-        who,
-        _SCRATCH_MESSAGE,
-    )
-
-
-_GIT_DIRS: dict[Path, Path] = {}
-
-
-def git_dir(repo: Path) -> Path:
-    if repo not in _GIT_DIRS:
-        _GIT_DIRS[repo] = Path(out(repo, "rev-parse", "--absolute-git-dir"))
-    return _GIT_DIRS[repo]
+        tree.encode(), parent.encode(), who, who, _SCRATCH_MESSAGE,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- merges
 
 
 class Merged(Struct, frozen=True):
-    """A merge-tree result: its tree (conflict markers in it when `files`), the conflicted
-    files; tree None when git could not merge at all (a work tree must: a merge driver's
-    error, a too old git)."""
+    """A merge-tree result: its tree (markers in it when `files`); tree None when git could
+    not merge at all (a work tree must)."""
 
     tree: str | None
     files: list[str]
@@ -288,9 +257,8 @@ def merge(
     writer: CommitWriter | None = None,
     scratch: str | None = None,
 ) -> Merged:
-    """The 3-way merge of base..commit onto `head_tree`, in memory: cherry-pick's merge
-    when `base` is the commit's parent, conflict markers in diff3 style as the rebase
-    writes them. `scratch`: the scratch base, when the caller wrote it already."""
+    """The 3-way merge of base..commit onto `head_tree` in memory, markers in diff3 style;
+    `scratch`: the scratch base, when written already."""
     ours = scratch or (writer.scratch_base(head_tree, base) if writer is not None else None)
     if ours is None:
         made = git_bytes(repo, "hash-object", "-t", "commit", "-w", "--stdin",
@@ -314,7 +282,7 @@ def _dirs(paths: set[bytes]) -> set[bytes]:
 
 
 def _quote(path: bytes) -> bytes:
-    """A path as fast-import reads it (C-style quoted, so no byte is special)."""
+    """C-style quoted, as fast-import reads it."""
     quoted = bytearray(b'"')
     for c in path:
         if c in (0x22, 0x5C):
@@ -335,10 +303,9 @@ def replay_batch(
     ref: str = "refs/dgr/replay/batch",
     writer: CommitWriter | None = None,
 ) -> list[str | None]:
-    """The new commits (None: the commit became empty) of the first of `commits` restamped
-    onto `head` (its tree `head_tree`, when known), as far as one merge gives each exactly
-    (the module doc); empty when it gives none. `objects`: their raw objects; `ref`: the
-    ref fast-import writes (the caller's to drop); `writer`: writes the merge's base."""
+    """The new commits (None: became empty) of the first of `commits` restamped onto
+    `head`, as far as one merge gives each exactly (the module doc). `ref`: the ref
+    fast-import writes (the caller's to drop)."""
     if len(commits) < 2:
         return []  # one commit: the per-commit merge costs no more
     parents = [commit_parents(objects.get(c, b"")) for c in commits]
@@ -387,9 +354,8 @@ def replay_batch(
 def _fast_import(
     repo: Path, head: str, plan: list[tuple[Meta, list[Change]]], ref: str
 ) -> list[str] | None:
-    """Commit each (meta, changes) on the one before, the first on `head`: one fast-import
-    for all of them; their ids, None when fast-import refuses (the per-commit replay then
-    makes them)."""
+    """Commit each (meta, changes) on the one before, the first on `head`, in one
+    fast-import; None when it refuses (the per-commit replay then makes them)."""
     if not plan:
         return []
     stream = bytearray()
@@ -432,11 +398,9 @@ def _fast_import(
 
 
 class Step(Struct, frozen=True):
-    """What became of commit `index` of the chain: "picked" (`commit`, on tree `tree`),
-    "dropped" (the head has the change already), "conflict" (`files`; `tree` the merged
-    tree with the markers) or "worktree" (the engine cannot: a merge commit, a merge only
-    the work tree can run, metadata only cherry-pick may rewrite); after a "conflict" or a
-    "worktree" step the chain stops."""
+    """What became of commit `index`: "picked" (`commit` on `tree`), "dropped", "conflict"
+    (`files`; `tree` with the markers) or "worktree" (only cherry-pick can); the chain
+    stops after the last two."""
 
     index: int
     kind: Literal["picked", "dropped", "conflict", "worktree"]
@@ -448,15 +412,14 @@ class Step(Struct, frozen=True):
 
 
 class Replay:
-    """A replay of the chain `commits` (each the parent of the next) in `repo`, in memory.
-    `stamp`: "restamp" (the author and message kept, the forge's committer on the author's
-    date: the rebase's reproducible commits) or "keep" (author and committer as they are:
-    a person's commits). A context manager: it closes its one commit writer."""
+    """A replay of the chain `commits` (each the parent of the next), "restamp"ed or
+    "keep"ing their committer (the module doc). A context manager: it closes its writer."""
 
     def __init__(
         self,
         repo: Path,
         commits: list[str],
+        git_dir: Path,
         *,
         stamp: Literal["restamp", "keep"] = "restamp",
         batch_ref: str | None = None,
@@ -466,7 +429,7 @@ class Replay:
         self.stamp = stamp
         self.batch_ref = batch_ref  # None: no batch (one merge a commit)
         self.objects = commit_objects(repo, commits)
-        self.writer = CommitWriter(repo)
+        self.writer = CommitWriter(repo, git_dir)
 
     def __enter__(self) -> Self:
         return self
@@ -477,9 +440,8 @@ class Replay:
     def onto(
         self, head: str, head_tree: str | None = None, start: int = 0, *, keep_going: bool = False
     ) -> Iterator[Step]:
-        """The steps of commits `start`.. onto `head` (its tree `head_tree`, when known),
-        in order, up to the first conflict or work-tree step; with `keep_going` a conflict
-        leaves its commit out and the replay goes on (a dry run: every commit an outcome)."""
+        """The steps of commits `start`.. onto `head`, up to the first conflict or
+        work-tree step; with `keep_going` a conflicting commit is left out instead."""
         i = start
         if self.batch_ref is not None and self.stamp == "restamp":
             made = replay_batch(
@@ -519,17 +481,12 @@ class Replay:
             i += 1
 
     def rewrite(self, commit: str, tree: str, parent: str) -> str | None:
-        """`commit` of the chain as the replay writes it, on `tree` and `parent`; None
-        when only cherry-pick may write it ("keep" and a header beyond the four lines)."""
+        """`commit` as the replay writes it on `tree` and `parent`; None when only
+        cherry-pick may ("keep" and a header beyond the four lines)."""
         raw = self.objects.get(commit, b"")
         if self.stamp == "keep":
             body = kept(raw, tree, parent)
             return self.writer.write(body) if body is not None else None
         meta = committable(raw)
         written = self.writer.commit(tree, parent, meta) if meta is not None else None
-        if written is None:
-            env, message = commit_env(self.repo, commit, raw or None)
-            written = git_bytes(
-                self.repo, "commit-tree", tree, "-p", parent, input=message, env=env
-            ).decode()
-        return written.strip()
+        return written or commit_tree(self.repo, commit, tree, parent, raw or None)

@@ -44,8 +44,6 @@ def resolve_mirror(mirror: str | None) -> str | None:
     return check_url(Path(value).expanduser().resolve().as_uri(), where)
 
 
-# ----------------------------------------------------------------------------- transfer
-
 _PROGRESS = re.compile(
     r"^(Receiving objects|Resolving deltas|Unpacking objects):\s+(\d+)% \((\d+)/(\d+)\)(.*)$"
 )
@@ -104,10 +102,9 @@ _HINT_OTHER = (
 
 
 def diagnose(stderr: str) -> str:
-    """Why a fetch failed, from git's words: "policy" (the forge's transport policy
-    stopped git before any server: e.g. an insteadOf rule onto a local path),
-    "unreachable", "server-abort", "refused" or "other". A server-side abort wins over
-    everything the client said after it."""
+    """Why a fetch failed, from git's words: "policy" (the transport policy stopped git
+    before any server, e.g. an insteadOf rule onto a local path), "unreachable",
+    "server-abort" (wins over what the client said after it), "refused" or "other"."""
     if re.search(r"transport '[^']*' not allowed", stderr):
         return "policy"
     if any(marker in stderr for marker in _SERVER_ABORT):
@@ -161,8 +158,7 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
 
 
 def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> OperationFailed:
-    """The error for a failed fetch of `what` (its words and its fix fitted to the cause,
-    `diagnose`d from git's stderr unless given): `fetch`'s, `rebase`'s and `bump`'s."""
+    """The error for a failed fetch of `what`, its fix fitted to the (`diagnose`d) cause."""
     cause = cause or diagnose(stderr)
     details: Details = {
         "url": mask(url),

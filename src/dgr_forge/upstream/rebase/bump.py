@@ -1,15 +1,9 @@
 """`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV,
-default the upstream's default branch head) onto which the whole series replays cleanly.
-
-The candidates are the first-parent commits after the pin up to the target, fetched in
-one go (`gitops.ensure_history`). Dry-run replays (`bumpsearch.TreeReplay`: merge-tree
-in a scratch repository, no work tree) bisect them; the answer is then verified by a real
-replay: with `--dry-run` the canary's (`rebase --onto --dry-run`, in a scratch forge),
-without it the rebase itself (`rebase.start`, exactly `rebase --onto <answer>`: manifest
-re-pinned, series re-exported, upstreamed patches dropped, the rebase report written).
-Exit 0 when the target was reached (or already was the pin), 3 when a patch stopped it
-short, with the first breaking commit named: the patch, its files and the upstream
-commits that touched them, as `rebase` names a conflict.
+default the upstream's default branch head) onto which the whole series replays cleanly:
+the first-parent candidates after the pin come in one fetch (`gitops.ensure_history`),
+dry-run replays (`bumpsearch`) bisect them, and the answer is verified by a real replay
+(with `--dry-run` the canary's, else `rebase --onto <answer>` itself). Exit 3 when a
+patch stopped it short, the first breaking commit named as `rebase` names a conflict.
 """
 
 from __future__ import annotations
@@ -35,8 +29,14 @@ from dgr_forge.upstream.rebase.bumpsearch import (
     max_replays,
     search,
 )
-from dgr_forge.upstream.rebase.commands import abort, patch_commits, reject_in_progress, start
-from dgr_forge.upstream.rebase.dryrun import check_report_path, scratch_forge
+from dgr_forge.upstream.rebase.commands import (
+    abort,
+    check_report_path,
+    patch_commits,
+    reject_in_progress,
+    scratch_forge,
+    start,
+)
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
@@ -45,8 +45,14 @@ from dgr_forge.upstream.rebase.gitops import (
     resolve_rev,
     subject_of,
 )
-from dgr_forge.upstream.rebase.report import render_markdown, rows_of
-from dgr_forge.upstream.rebase.state import RebaseRow, UpstreamCommit, load_rebase_state
+from dgr_forge.upstream.rebase.state import (
+    Onto,
+    RebaseRow,
+    UpstreamCommit,
+    load_rebase_state,
+    render_markdown,
+    rows_of,
+)
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 
@@ -205,7 +211,7 @@ def _result(
             commit=b.commit,
             patch=b.patch,
             files=b.files,
-            upstream_commits=[UpstreamCommit(**c) for c in b.upstream_commits],
+            upstream_commits=b.upstream_commits,
             subject=subject_of(src, b.commit),
         )
     verified: Verified = found.verified or Verified([], "")
@@ -240,8 +246,8 @@ def _result(
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
-    """An abbreviated --to: the one commit of the default branch after the pin (or the
-    pin) whose id starts with it."""
+    """An abbreviated --to: the one commit of the default branch from the pin on that
+    starts with it."""
     chain = [m.commit, *candidates(src, m.commit, head)]
     found = [c for c in chain if c.startswith(rev.lower())]
     if len(found) != 1:
@@ -267,20 +273,18 @@ def _canary(
     *,
     rows: bool = False,
 ) -> tuple[Break | None, Verified | None]:
-    """A real replay onto `commit` that changes nothing: `rebase --onto --dry-run`'s
-    (cherry-pick in `work`'s workspace, every patch gets an outcome), then undone. With
-    `rows` (the dry run's verifying replay, in its scratch forge), the per-patch rows and
-    their Markdown table when it is clean: the search ends there, and the scratch forge
-    is removed whole, so nothing is undone."""
+    """A real replay onto `commit` that changes nothing (the canary's), then undone; with
+    `rows` (the dry run's verifying replay) the rows and their table when it is clean
+    (the search ends there, the scratch forge is removed whole)."""
     done = False
     try:
-        start(work, Reporter(quiet=True), wm, commit, mirror=mirror, canary=True)
+        start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
         state = load_rebase_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
         bad = next((s for s in state.patches if s.outcome == "conflict"), None)
         if bad is not None:
-            return _break_of(commit, bad.file, bad.files, bad.upstream_commits), None
+            return Break.of(commit, bad), None
         if not rows:
             return None, None
         stage(work, state, wm)
@@ -300,29 +304,21 @@ def _verify(
     dry_run: bool,
     mirror: str | None,
 ) -> tuple[Break | None, Verified | None]:
-    """The real replay onto `commit`: the canary's in the scratch forge (--dry-run), else
-    the rebase itself. A conflict comes back as a Break (the search narrows again)."""
+    """The real replay onto `commit` (with --dry-run the canary's); a conflict is a Break."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
     if dry_run:
         return _canary(work, wm, out_, commit, mirror, rows=True)
     try:
-        result = start(work, out_, wm, commit, mirror=mirror)
+        result = start(work, out_, wm, Onto(rev=commit, mirror=mirror))
     except NeedsHuman:
         state = load_rebase_state(work)
         if state is None or state.phase != "conflict":
             raise
         abort(work, out_)
-        # the patch that stopped it, as the conflict recorded it (the error's own details)
-        step = state.patches[state.next]
-        return _break_of(commit, step.file, step.files, step.upstream_commits), None
+        return Break.of(commit, state.patches[state.next]), None
     md = Path(result.report_markdown) if result.report_markdown else None
     table = md.read_text(encoding="utf-8") if md and md.is_file() else ""
     return None, Verified(result.patches, table, result.report, result.report_markdown)
-
-
-def _break_of(commit: str, patch: str, files: list[str], commits: list[dict[str, str]]) -> Break:
-    unique = list({c["commit"]: c for c in commits}.values())
-    return Break(commit, patch, list(files), unique)
 
 
 def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> Bump:
@@ -362,15 +358,12 @@ def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) ->
     return result
 
 
-# ----------------------------------------------------------------------------- report
-
-
 def _c(commit: str | None) -> str:
     return f"`{commit[:12]}`" if commit else "—"
 
 
 def summary_lines(b: Bump) -> list[str]:
-    """The console's words; the Markdown says the same (render)."""
+    """The console's words (`render` says the same)."""
     if b.status == "noop":
         return [f"pin {b.pin[:12]} is already {b.to}: nothing changed"]
     lines = [

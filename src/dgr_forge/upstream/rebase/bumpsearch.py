@@ -1,14 +1,8 @@
-"""The roller's search: which first-parent commit after the pin is the newest one the whole
-series replays onto cleanly, and which one breaks it.
-
-* the candidate range (pin..target) comes in one fetch: the rebase's own
-  (`gitops.ensure_history`, on a shallow workspace cut at the pin's date).
-* `TreeReplay`: a dry-run replay without a work tree, by the replay engine
-  (`upstream.replay`, the rebase's own: the same merges, the same commits). A patch
-  upstream took is dropped (clean); a conflict is not clean. Objects go to a scratch
-  repository that reads the workspace's through git alternates.
-* `search`: bisection over the candidates, verified by a real replay, narrowed again when
-  a replay contradicts "once broken, stays broken".
+"""The roller's search: the newest first-parent commit after the pin that the whole series
+replays onto cleanly, and the one that breaks it. `TreeReplay` probes a candidate by the
+replay engine in a scratch repository (the workspace's objects through alternates);
+`search` bisects, verified by a real replay, narrowed again when one contradicts "once
+broken, stays broken".
 """
 
 from __future__ import annotations
@@ -17,35 +11,29 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream.rebase.conflicts import upstream_commits_for
+from dgr_forge.upstream.rebase.conflicts import explain
+from dgr_forge.upstream.rebase.state import PatchStep, UpstreamCommit, unique
 from dgr_forge.upstream.replay import Replay
+from dgr_forge.upstream.workspace import git_dir
 
 BATCH_REF = "refs/dgr/bump/batch"  # the replays' one merge for many (a scratch repository)
 
 
 def max_replays(candidates: int) -> int:
-    """The budget: ceil(log2 n) + 2 (the target, the bisection, the verifying replay)."""
+    """ceil(log2 n) + 2: the target, the bisection, the verifying replay."""
     return math.ceil(math.log2(candidates)) + 2 if candidates > 1 else 2
 
 
-# ----------------------------------------------------------------------------- history
-
-
-def is_ancestor(src: Path, a: str, b: str) -> bool:
-    return git(src, "merge-base", "--is-ancestor", a, b, check=False).returncode == 0
-
-
 def candidates(src: Path, pin: str, target: str) -> list[str]:
-    """The first-parent commits after the pin up to and including the target, oldest
-    first (only descendants of the pin)."""
+    """The first-parent commits after the pin up to the target, oldest first."""
     if target == pin:
         return []
-    if not is_ancestor(src, pin, target):
+    if git(src, "merge-base", "--is-ancestor", pin, target, check=False).returncode != 0:
         raise BadInput(
             f"--to {target[:12]} is not a descendant of the pin {pin[:12]} (it is older, or on "
             "another branch): bump only moves the pin forward",
@@ -58,9 +46,6 @@ def candidates(src: Path, pin: str, target: str) -> list[str]:
     return listed.split()
 
 
-# ----------------------------------------------------------------------------- replay
-
-
 @dataclass(frozen=True)
 class Break:
     """Why a candidate is not clean: the first patch that conflicts onto it."""
@@ -68,19 +53,22 @@ class Break:
     commit: str
     patch: str
     files: list[str]
-    upstream_commits: list[dict[str, str]]
+    upstream_commits: list[UpstreamCommit]
+
+    @staticmethod
+    def of(commit: str, step: PatchStep) -> Break:
+        """The break a real replay's conflicting `step` names."""
+        return Break(commit, step.file, list(step.files), unique(step.upstream_commits))
 
 
 class TreeReplay:
-    """Dry-run replays of the series onto candidates by the replay engine (one for all of
-    them: close it), in a scratch repository `repo` that reads the workspace's objects.
-    `patches` are (file, O_i) in series order; O_i's parent is O_(i-1), the pin for the
-    first. A break's upstream commits are named only when asked (`explained`): the
-    search needs the first breaking commit's alone."""
+    """Dry-run replays of the series (`patches`: (file, O_i) in order) onto candidates, in
+    a scratch repository `repo`; one engine for all (close it). A break's upstream commits
+    are named only when asked (`explained`): the search needs the first's alone."""
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
         self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
-        self.engine = Replay(repo, [c for _, c in patches], batch_ref=BATCH_REF)
+        self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
 
     def close(self) -> None:
@@ -106,21 +94,14 @@ class TreeReplay:
         return None
 
     def explained(self, b: Break) -> Break:
-        """`b` with the upstream commits that touched its lines, named as `rebase` names a
-        conflict (`upstream_commits_for`), each file's markers from the merged tree."""
+        """`b` with the upstream commits on its lines, as `rebase` names a conflict."""
         if b.commit not in self._merged:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
-        commits: list[dict[str, str]] = []
-        for path in b.files:
-            blob = git(self.repo, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
-            data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
-            found, _ = upstream_commits_for(self.repo, self.pin, b.commit, head, path, data)
-            commits += [c for c in found if c["commit"] not in {k["commit"] for k in commits}]
-        return Break(b.commit, b.patch, b.files, commits)
-
-
-# ----------------------------------------------------------------------------- search
+        found = explain(self.repo, self.pin, b.commit, head, b.files, merged)
+        return Break(
+            b.commit, b.patch, b.files, unique(c for f in b.files for c in found.upstream[f])
+        )
 
 
 @dataclass
@@ -139,14 +120,10 @@ def search(
     out_: Reporter,
     real_probe: Callable[[int], Break | None] | None = None,
 ) -> SearchResult:
-    """Candidates 0..n-1 (oldest first); -1 is the pin, clean by definition.
-
-    The target (n-1) first: the nightly common case costs one probe. Else bisect between
-    the newest known clean and the oldest known broken. The answer is then replayed for
-    real (`verify`); when that conflicts, the probe was wrong about it: it counts as
-    broken, and the search narrows again below it, from then on with `real_probe` (a
-    real replay that changes nothing) where given, since the dry-run probe proved wrong
-    for this series: its other verdicts are dropped, not trusted."""
+    """Candidates 0..n-1 (oldest first; -1 the pin, clean). The target first (the nightly
+    case costs one probe), else bisection; the answer is replayed for real (`verify`).
+    When that conflicts the probe was wrong: it counts as broken and the search narrows
+    below it, from then on with `real_probe` (its other verdicts dropped)."""
     verdict: dict[int, Break | None] = {-1: None}
     replays = 0
 

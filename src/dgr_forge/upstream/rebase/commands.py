@@ -1,4 +1,5 @@
-"""The rebase commands: start (`--onto`), resume (`--continue`), abort (`--abort`)."""
+"""The rebase commands: `--onto` (`start`, `--dry-run`: `dry_run`), `--continue` (`resume`),
+`--abort`."""
 
 from __future__ import annotations
 
@@ -7,13 +8,17 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from msgspec import UNSET
+
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
-from dgr_forge.core.forge import Forge
+from dgr_forge.core.forge import UPSTREAM_MANIFEST, Forge
+from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.gitutil import HEX40, git
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.urls import check_url
-from dgr_forge.upstream import series_base
+from dgr_forge.core.urls import check_url, mask
+from dgr_forge.upstream import manifest, series_base
+from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
@@ -23,7 +28,8 @@ from dgr_forge.upstream.rebase.finish import (
     finish,
     inputs_digest,
     noop_result,
-    restore_journal,
+    stage,
+    write_side,
 )
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
@@ -38,47 +44,46 @@ from dgr_forge.upstream.rebase.replay import Known, replay, take_resolution
 from dgr_forge.upstream.rebase.state import (
     REF_NEW,
     REF_OLD,
+    REPORT_KIND,
+    Onto,
     PatchStep,
+    PinSide,
     Rebase,
     RebaseAbort,
+    RebaseDryRun,
+    RebaseRow,
     RebaseState,
+    counts_of,
     journal_dir,
     load_rebase_state,
+    render_markdown,
+    report_of,
+    rows_of,
     save_state,
-    state_path,
+    summary,
 )
-from dgr_forge.upstream.surface import Recorded
-
-# ----------------------------------------------------------------------------- commands
-
-
-def in_progress(forge: Forge) -> str | None:
-    """A one-line description of a rebase in progress in this workspace, else None.
-    Commands that would move the workspace (fetch, patch, build) may refuse on it."""
-    state = load_rebase_state(forge)
-    if state is None:
-        return None
-    at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
-    return (
-        f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
-        f"progress ({state.phase} at {at}; state in {state_path(forge)})"
-    )
+from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
+from dgr_forge.upstream.surface import Recorded, across
 
 
 def reject_in_progress(forge: Forge) -> None:
+    """A rebase in progress refused (exit 3): commands that would move the workspace."""
     state = load_rebase_state(forge)
     if state is not None:
+        at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
-            in_progress(forge) or "",
+            f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
+            f"progress ({state.phase} at {at}; state in {forge.rebase_state})",
             hint="finish it with `dgr-forge rebase --continue`, or undo it with "
             "`dgr-forge rebase --abort`",
-            details={"state": str(state_path(forge)), "phase": state.phase},
+            details={"state": str(forge.rebase_state), "phase": state.phase},
         )
 
 
 def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, str]]:
-    """The patch commits on the pin up to `head` and their subjects, oldest first (one log);
-    one for each patch of the series, else exit 1."""
+    """The patch commits on the pin up to `head` and their subjects, oldest first; one
+    for each patch of the series, else exit 1."""
     listed = git(src, "log", "--reverse", "--format=%H %s", f"{m.commit}..{head}").stdout
     commits = [(c, subject) for c, _, subject in (ln.partition(" ") for ln in listed.splitlines())]
     if len(commits) != len(m.series):
@@ -90,26 +95,32 @@ def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, 
     return commits
 
 
+def onto(
+    forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
+) -> Rebase | RebaseDryRun:
+    """`rebase --onto REV` (`--dry-run`: the canary); `surface`: the worker's recorded one
+    (the result carries its moves). The caller holds the workspace lock."""
+    if req.url is not None:
+        check_url(req.url, "--url")
+    if req.dry_run:
+        return dry_run(forge, out_, m, req, surface)
+    return start(forge, out_, m, req, surface=surface)
+
+
 def start(
     forge: Forge,
     out_: Reporter,
     m: UpstreamManifest,
-    onto: str,
+    req: Onto,
     *,
-    url: str | None = None,
-    mirror: str | None = None,
-    offline: bool = False,
     canary: bool = False,
     surface: Recorded | None = None,
 ) -> Rebase:
-    """`--onto REV`. With `canary` (a --dry-run's scratch forge) a conflict is recorded and
-    the replay goes on without that patch, so every patch gets an outcome. With `surface`
-    (the one the worker's last builds recorded, read before the rebase re-pins) the result
-    and the report carry its moves. The caller holds the workspace lock, ran recovery and
-    loaded `m` under it."""
-    if url is not None:
-        url = check_url(url, "--url")
-    onto = check_rev(onto)
+    """The replay onto `req.rev`. With `canary` (a --dry-run's scratch forge, bump's
+    probes) a conflict is recorded and the replay goes on without that patch."""
+    url = check_url(req.url, "--url") if req.url is not None else None
+    mirror, offline = req.mirror, req.offline
+    onto = check_rev(req.rev)
     reject_in_progress(forge)
     src = forge.src_dir(m.name)
     refuse_stale(src, out_)
@@ -174,10 +185,8 @@ def start(
     )
     save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
-    # HEAD and the work tree stay where they are: the replay merges in memory, checks out
-    # where a patch needs the work tree, and finishing checks out the result; the new
-    # pin's build number is counted beside it (a commit-only fetch where the workspace
-    # cannot), kept for the finish, also one after a conflict's `--continue`
+    # the new pin's build number is counted beside the replay (a commit-only fetch where
+    # the workspace cannot), kept for the finish, also one after a `--continue`
     with ThreadPoolExecutor(1) as pool:
         if not canary:
             pool.submit(count_build_number, forge, state, m)
@@ -190,9 +199,8 @@ def start(
 def resume(
     forge: Forge, out_: Reporter, m: UpstreamManifest | None, surface: Recorded | None = None
 ) -> Rebase:
-    """`--continue`: after a resolved conflict, or after a crash at any step. The caller
-    holds the workspace lock, ran recovery and loaded the manifest (`m`, None when it
-    does not load: then it changed since the rebase started); `surface` as `start`'s."""
+    """`--continue`: after a resolved conflict, or a crash at any step (`m`: None when the
+    manifest does not load: it changed since); the caller holds the workspace lock."""
     state = require_state(forge)
     if state.canary:
         # a replay that must change nothing (bump's) was killed: never finish it
@@ -209,8 +217,7 @@ def resume(
         return finish(forge, state, out_, None, surface)
     m = check_manifest_untouched(forge, state, m)
     if state.phase == "conflict":
-        # one replay from the resolved patch on: its commit objects read once, its
-        # commit written by the writer the rest of the replay goes on with
+        # one replay from the resolved patch on: its objects read once, one writer
         with Known(src, state) as known:
             take_resolution(forge, state, out_, known)
             replay(forge, state, out_, known)
@@ -227,12 +234,12 @@ def resume(
 
 
 def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
-    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before.
-    The caller holds the workspace lock and ran recovery."""
+    """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
     state = require_state(forge)
     src = Path(state.src_dir)
     if state.phase == "write":
-        restore_journal(forge, out_)
+        out_.info("restoring the manifest and patches/ from the rebase journal")
+        write_side(forge, "old", out_)
     stale = stale_git_state(src)
     if stale:
         out_.warn("cleaning up: " + "; ".join(stale))
@@ -249,7 +256,7 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     git(src, "checkout", "-q", "-f", "--detach", state.old_head)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    state_path(forge).unlink()
+    forge.rebase_state.unlink()
     out_.answer(
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
@@ -266,7 +273,148 @@ def require_state(forge: Forge) -> RebaseState:
     state = load_rebase_state(forge)
     if state is None:
         raise BadInput(
-            f"no rebase in progress (no {state_path(forge)})",
+            f"no rebase in progress (no {forge.rebase_state})",
             hint="start one with `dgr-forge rebase --onto <commit>`",
         )
     return state
+
+
+# ----------------------------------------------------------------------------- --dry-run
+
+
+def check_report_path(path: Path, forge: Forge) -> Path:
+    """`--report PATH`: a file we may write, never one of the inputs (exit 2)."""
+    if "\0" in str(path):
+        raise BadInput("--report: the path contains a NUL byte", hint="give a file path")
+    target = path.absolute()
+    if target.is_symlink() or target.is_dir():
+        raise BadInput(
+            f"--report {path}: is a directory or a symbolic link",
+            hint="give the path of a regular file to write (e.g. canary.md)",
+        )
+    inputs = (forge.root / "manifests", forge.root / "patches")
+    resolved = target.parent.resolve() / target.name
+    if any(resolved.is_relative_to(p.resolve()) for p in inputs):
+        raise BadInput(
+            f"--report {path}: inside manifests/ or patches/, which a dry run never touches",
+            hint="write the report elsewhere, e.g. --report canary.md",
+        )
+    if not target.parent.is_dir():
+        raise BadInput(
+            f"--report {path}: no such directory {target.parent}",
+            hint="create the directory first, or give another path",
+        )
+    return resolved  # the one path it is: written there and printed without a `..`
+
+
+def scratch_forge(
+    forge: Forge, m: UpstreamManifest, tmp: Path, out_: Reporter
+) -> tuple[Forge, UpstreamManifest]:
+    """A copy of the inputs and a scratch workspace under `tmp` that reads the real one's
+    objects, and the copy's manifest: where a dry run changes nothing real."""
+    root = tmp / "root"
+    copy_inputs(m, root, UPSTREAM_MANIFEST)
+    scratch = Forge(root=root, workspace=tmp / "workspace")
+    borrow_objects(forge.src_dir(m.name), scratch.src_dir(m.name), out_)
+    return scratch, manifest.load(scratch.upstream_manifest, scratch.root)
+
+
+def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun:
+    """Onto the current pin: every patch unchanged."""
+    rows = [
+        RebaseRow(
+            file=e.file,
+            new_file=e.file,
+            subject=None,
+            outcome="unchanged",
+            old_commit=None,
+            new_commit=None,
+            upstream_commits=[],
+            files=[],
+        )
+        for e in m.series
+    ]
+    pin = PinSide(url=mask(m.url), commit=m.commit, tree=m.tree)
+    return RebaseDryRun(
+        status="dry-run",
+        kind=REPORT_KIND,
+        version=1,
+        upstream=m.name,
+        onto=onto,
+        old=pin,
+        new=pin,
+        result_tree=m.result_tree,
+        counts=counts_of(rows),
+        patches=rows,
+        old_commit=m.commit,
+        new_commit=commit,
+        would_conflict=False,
+        report_markdown=None,
+    )
+
+
+def _name_as_the_rebase_writes(state: RebaseState) -> None:
+    """Every patch not dropped keeps its place, named as `export` names it: the canary's
+    export goes on without a conflicting patch, which the real rebase keeps."""
+    n = 0
+    for step in state.patches:
+        if step.outcome == "dropped":
+            continue
+        n += 1
+        step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
+
+
+def dry_run(
+    forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
+) -> RebaseDryRun:
+    """`--onto REV --dry-run`, the upstream canary: the same replay in a scratch forge
+    (`scratch_forge`), a conflicting patch recorded and left out; exit 3 on one."""
+    target = check_report_path(req.report, forge) if req.report is not None else None
+    reject_in_progress(forge)
+    with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
+        scratch, sm = scratch_forge(forge, m, tmp, out_)
+        out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
+        result = start(scratch, out_, sm, req, canary=True)
+        state = load_rebase_state(scratch)
+        if state is None:  # already pinned there: nothing to replay
+            return _already_pinned(m, req.rev, result.new_commit)
+        stage(scratch, state, sm)
+        _name_as_the_rebase_writes(state)
+        rows = rows_of(state)
+        moved = None
+        if surface is not None:
+            moved = across(scratch.src_dir(m.name), state.old_commit, state.new_commit, surface)
+        text = render_markdown(state, None, rows, "Upstream canary (dry run)", moved)
+    conflicts = [r for r in rows if r.outcome == "conflict"]
+    out_.table(
+        f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
+        ["patch", "would be", "outcome"],
+        [(r.file, r.new_file or "-", r.outcome) for r in rows],
+        empty="no patches to replay",
+    )
+    for r in rows:
+        if r.outcome == "conflict":
+            out_.answer(f"{r.file}: would conflict in {', '.join(r.files or [])}")
+            for c in r.upstream_commits or []:
+                out_.answer(f"    upstream {c.commit[:12]} {c.subject}")
+        if r.outcome == "dropped" and r.upstream_commits:
+            taken = ", ".join(c.commit[:12] for c in r.upstream_commits)
+            out_.answer(f"{r.file}: upstreamed by {taken}")
+    for line in moved.lines() if moved is not None else []:
+        out_.answer(line)
+    out_.answer(summary(counts_of(rows)) + "; nothing was changed (dry run)")
+    if target is not None:
+        atomic_write_bytes(target, text.encode("utf-8"))
+        out_.answer(f"report: {target}")
+    return report_of(
+        RebaseDryRun,
+        state,
+        None,
+        rows,
+        status="dry-run",
+        old_commit=state.old_commit,
+        new_commit=state.new_commit,
+        surface=UNSET if moved is None else moved,
+        would_conflict=bool(conflicts),
+        report_markdown=str(target) if target is not None else None,
+    )

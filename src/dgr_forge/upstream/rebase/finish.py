@@ -26,7 +26,6 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.rebase.gitops import patch_ids
-from dgr_forge.upstream.rebase.report import rows_of, summary, write_report
 from dgr_forge.upstream.rebase.state import (
     REF_PREFIX,
     PatchStep,
@@ -35,8 +34,10 @@ from dgr_forge.upstream.rebase.state import (
     RebaseState,
     counts_of,
     journal_dir,
+    rows_of,
     save_state,
-    state_path,
+    summary,
+    write_report,
 )
 from dgr_forge.upstream.surface import Recorded, across
 
@@ -70,19 +71,15 @@ def check_manifest_untouched(
 
 
 def drop_refs(src: Path) -> None:
-    """The rebase's refs (REF_NEW, REF_OLD, REF_BATCH, fetched remote refs), in one
-    transaction."""
+    """The rebase's refs (REF_PREFIX), in one transaction."""
     refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
     if refs:
         lines = "".join(f"delete {r}\n" for r in refs.split())
         git(src, "update-ref", "--stdin", input=lines, check=False)
 
 
-# ----------------------------------------------------------------------------- finish
-
-
 def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter) -> Rebase:
-    """Already pinned there: every patch unchanged (and the surface, asked, unmoved)."""
+    """Already pinned there: every patch unchanged."""
     rows = [RebaseRow(file=e.file, new_file=e.file, outcome="unchanged") for e in m.series]
     moved = None if surface is None else across(src, m.commit, m.commit, surface)
     for line in moved.lines() if moved is not None else []:
@@ -104,23 +101,16 @@ def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: 
 def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     """Compute the new series and manifest bytes; stage old and new copies in the journal."""
     src = Path(state.src_dir)
-    # the new pin's build number is counted (a commit-only fetch from a network server)
-    # while the series is exported and checked
-    with ThreadPoolExecutor(1) as pool:
+    # beside the export: the new pin's build number (a commit-only fetch from a network
+    # server), then the round trip's check while the outcomes and the manifest are made;
+    # nothing is written before all are done
+    with ThreadPoolExecutor(2) as pool:
         number = pool.submit(_build_number, forge, src, state, m)
-        _stage(forge, state, m, number)
-
-
-def _stage(
-    forge: Forge, state: RebaseState, m: UpstreamManifest, number: Future[int | None]
-) -> None:
-    src = Path(state.src_dir)
-    # (HEAD may be behind state.head: the replay merges in memory; finish checks it out)
-    rendered = export.compute_series(src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir)
-    kept = [s for s in state.patches if s.new_commit is not None]
-    # the round trip's git processes run while the outcomes and the manifest are made
-    # here; nothing is written before both are done
-    with ThreadPoolExecutor(1) as pool:
+        # (HEAD may be behind state.head: the replay merges in memory; finish checks out)
+        rendered = export.compute_series(
+            src, state.new_commit, head=state.head, tmp_root=forge.tmp_dir
+        )
+        kept = [s for s in state.patches if s.new_commit is not None]
         verified = pool.submit(export.verify_round_trip, src, state.new_commit, rendered)
         made = [p.commit for p in rendered] == [s.new_commit for s in kept]
         new_manifest = _outcomes_and_manifest(state, m, rendered, kept, number) if made else ""
@@ -136,10 +126,9 @@ def _stage(
     shutil.rmtree(jdir, ignore_errors=True)
     (jdir / "old" / "patches").mkdir(parents=True)
     (jdir / "new" / "patches").mkdir(parents=True)
-    # the old patch files linked (no byte written or synced again: the series journal
-    # never rewrites a file in place), so are new ones with the same bytes; the rest in
-    # one batch, every file synced before any is in place (a flush per file costs a
-    # rebase of a long series more than its replay)
+    # the old patch files linked (the series journal never rewrites a file in place), so
+    # are new ones with the same bytes; the rest in one batch, synced before any is in
+    # place (a flush per file costs a long series more than its replay)
     olds = {p.name: _patch_bytes(m, p.name) for p in sorted(m.patches_dir.glob("*.patch"))}
     linked = {name for name in olds if _link(m.patches_dir / name, jdir / "old" / "patches")}
     for name, data in entries:
@@ -167,40 +156,41 @@ def _outcomes_and_manifest(
     kept: list[PatchStep],
     number: Future[int | None],
 ) -> str:
-    """Each kept patch's new file and outcome (by its bytes, else by patch ids); the new
-    manifest's text."""
+    """Each kept patch's new file and outcome; the new manifest's text."""
     src = Path(state.src_dir)
     changed: list[tuple[PatchStep, str]] = []
     for step, p in zip(kept, rendered, strict=True):
         step.new_file = p.file
         if step.outcome == "resolved":
             continue
-        old_bytes = _patch_bytes(m, entry_of(m, step.file).file)
+        old_bytes = _patch_bytes(m, step.file)
         if p.data == old_bytes:
             step.outcome = "unchanged"
         else:
             changed.append((step, p.commit))
-    # the same change on another base (refreshed) or not (merged): patch ids, two git
-    # calls for the whole series
+    # the same change on another base (refreshed) or not (merged)
     ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
     for step, new in changed:
         same = ids[step.old_commit] == ids[new]
         step.outcome = "refreshed" if same else "merged"
-    return manifest_text(
+    from dgr_forge.upstream import manifest_edit  # tomlkit: only when writing
+
+    # the patch helper's editor (comments and key order kept); the build number None: the
+    # old one dropped, `fetch` counts it later
+    return manifest_edit.updated_text(
         manifest.read_raw(m.path).decode("utf-8"),
         rendered,
         # the tree of state.head: the last exported commit's (none left: the new pin)
         rendered[-1].tree if rendered else state.new_tree,
-        commit=state.new_commit,
-        tree=state.new_tree,
-        url=state.new_url if state.new_url != m.url else None,
-        build_number=number.result(),
+        upstream_commit=state.new_commit,
+        upstream_tree=state.new_tree,
+        upstream_url=state.new_url if state.new_url != m.url else None,
+        upstream_build_number=number.result(),
     )
 
 
 def _link(path: Path, into: Path) -> bool:
-    """`path` hard-linked into `into` when it is a regular file (not a link) and can be
-    (the same file system); False otherwise: the caller writes the bytes."""
+    """`path` hard-linked into `into` when it is a regular file and can be; else False."""
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
             return False
@@ -210,35 +200,8 @@ def _link(path: Path, into: Path) -> bool:
     return True
 
 
-def manifest_text(
-    text: str,
-    series: list[export.ExportedPatch],
-    result_tree: str,
-    *,
-    commit: str,
-    tree: str,
-    url: str | None,
-    build_number: int | None = None,
-) -> str:
-    """The manifest re-pinned: the patch helper's editor (comments and key order kept),
-    plus the upstream URL when `--url` moved it and the new pin's build number (None:
-    the old one is dropped, `fetch` counts it later)."""
-    from dgr_forge.upstream import manifest_edit
-
-    return manifest_edit.updated_text(
-        text,
-        series,
-        result_tree,
-        upstream_commit=commit,
-        upstream_tree=tree,
-        upstream_url=url,
-        upstream_build_number=build_number,
-    )
-
-
 def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManifest) -> int | None:
-    """The upstream's build number at the new pin (issue 29): unchanged pin, the recorded
-    one; else counted (the workspace's history, or a commit-only fetch), None when not."""
+    """The upstream's build number at the new pin (issue 29), None when not counted."""
     if state.new_commit == m.commit:
         return m.build_number
     if state.canary:  # a dry run's scratch forge writes no manifest anyone keeps
@@ -258,17 +221,13 @@ _NUMBER_HINT = "`dgr-forge rebase --abort` removes the rebase's journal"
 
 
 def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
-    """The new pin's build number counted (beside the start's replay) and kept in the
-    rebase journal, so a `--continue` after a conflict does not count it again."""
+    """The new pin's build number counted beside the start's replay and kept in the
+    journal: a `--continue` does not count it again."""
     number = _build_number(forge, Path(state.src_dir), state, m)
     if number is not None and number != m.build_number:
         cache = journal_dir(forge) / _NUMBER
         cache.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(cache, f"{state.new_commit} {number}\n".encode(), durable=False)
-
-
-def entry_of(m: UpstreamManifest, file: str) -> manifest.PatchEntry:
-    return next(e for e in m.series if e.file == file)
 
 
 def staged_patches_dir(forge: Forge) -> Path:
@@ -280,8 +239,7 @@ def staged_patches_dir(forge: Forge) -> Path:
 
 def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     """Make patches/ and the manifest equal to the journal's `side` (old or new) through
-    the one crash-safe series journal, under the root lock. Idempotent: a write that a
-    kill interrupted is rolled forward first, then nothing is left to do."""
+    the series journal, under the root lock; idempotent (a killed write rolled forward)."""
     jdir = journal_dir(forge) / side
     wanted = {p.name: p.read_bytes() for p in sorted((jdir / "patches").glob("*.patch"))}
     data = (jdir / "manifest.toml").read_bytes()
@@ -301,11 +259,6 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
         )
 
 
-def restore_journal(forge: Forge, out_: Reporter) -> None:
-    out_.info("restoring the manifest and patches/ from the rebase journal")
-    write_side(forge, "old", out_)
-
-
 def finish(
     forge: Forge,
     state: RebaseState,
@@ -313,9 +266,8 @@ def finish(
     m: UpstreamManifest | None,
     surface: Recorded | None = None,
 ) -> Rebase:
-    """Stage (unless a killed run staged already: phase "write", `m` may be None then),
-    write, check out, report (with `surface`, the worker surface's moves old -> new pin,
-    said and in the report)."""
+    """Stage (unless a killed run did: phase "write", `m` may be None), write, check out,
+    report (with `surface`'s moves old -> new pin)."""
     src = Path(state.src_dir)
     if state.phase != "write":
         assert m is not None
@@ -340,7 +292,7 @@ def finish(
     report_json, report_md = write_report(forge, state, result_tree, moved)
     drop_refs(src)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    state_path(forge).unlink()
+    forge.rebase_state.unlink()
     rows = rows_of(state)
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",

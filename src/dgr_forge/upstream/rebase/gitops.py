@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from dgr_forge.core import gitutil
@@ -14,17 +15,8 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.upstream import transfer
 from dgr_forge.upstream.rebase.state import MERGE_LEFTOVERS, REF_PREFIX, STALE_GIT_STATE
-from dgr_forge.upstream.replay import git_bytes, git_dir
-from dgr_forge.upstream.workspace import PATCH_JOURNAL, remove_partial_objects
-
-# ----------------------------------------------------------------------------- git helpers
-
-
-def _policy(url: str) -> tuple[str, ...]:
-    """Every call that contacts the upstream or mirror runs under the forge's transport
-    policy (no command-running transports; the local one only for a local URL), as
-    `fetch`'s transfer does."""
-    return gitutil.protocol_policy(url)
+from dgr_forge.upstream.replay import git_bytes
+from dgr_forge.upstream.workspace import PATCH_JOURNAL, git_dir, remove_partial_objects
 
 
 def stale_git_state(src: Path) -> list[str]:
@@ -117,19 +109,32 @@ def check_rev(rev: str, option: str = "--onto") -> str:
     return rev
 
 
+def _remote(src: Path | None, url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A git call that contacts `url`, under the forge's transport policy (no
+    command-running transports; the local one only for a local URL), as `fetch`'s is."""
+    # fetch.unpackLimit=1: objects arrive as one pack, published only when complete
+    policy = (*gitutil.protocol_policy(url), "fetch.unpackLimit=1")
+    return git(src, *args, check=False, isolated=False, config=policy)
+
+
+def _one(refs: Iterable[tuple[str, str]]) -> str | None:
+    """The one id these (name, id) refs name (peeled tags first), else None."""
+    listed = list(refs)
+    peeled = {sha for name, sha in listed if name.endswith("^{}")}
+    candidates = peeled or {sha for _name, sha in listed}
+    return candidates.pop() if len(candidates) == 1 else None
+
+
 def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") -> str | None:
     """REV as the remote names it: a full id (of a commit or of an annotated tag: `peel`
     turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
     rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
         return rev.lower()
-    proc = git(src, "ls-remote", "--", url, rev, check=False, isolated=False, config=_policy(url))
+    proc = _remote(src, url, "ls-remote", "--", url, rev)
     if proc.returncode != 0:
         raise transfer.fetch_failed("the refs", url, proc.stderr)
-    refs: dict[str, str] = {}
-    for line in proc.stdout.splitlines():
-        sha, _, name = line.partition("\t")
-        refs[name] = sha
+    refs = {name: sha for sha, _, name in (ln.partition("\t") for ln in proc.stdout.splitlines())}
     for name in (
         f"{rev}^{{}}",
         rev,
@@ -140,10 +145,9 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
         if name in refs:
             return refs[name]
     # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
-    peeled = [s for n, s in refs.items() if n.endswith("^{}")]
-    candidates = set(peeled) or set(refs.values())
-    if len(candidates) == 1:
-        return candidates.pop()
+    found = _one(refs.items())
+    if found is not None:
+        return found
     if not refs and _ABBREV.fullmatch(rev):
         return None  # not a ref (llama.cpp tags like b4567 look like hex): an abbreviated id
     if not refs:
@@ -168,11 +172,14 @@ def peel(src: Path, rev: str) -> str | None:
 def pin_commit(
     src: Path, url: str, rev: str, sha: str | None, out_: Reporter, *, since: str | None = None
 ) -> tuple[str, str]:
-    """The commit to pin for `--onto rev` (`sha` from resolve_rev) and its tree: fetched
-    (with `since`, the old pin: the range after it as well, `fetch_commit`), then peeled to
-    `^{commit}`, which is what gets pinned and shown."""
-    if sha is None:
-        sha = _tip_with_prefix(src, url, rev)  # a branch or tag tip: one commit to fetch
+    """The commit to pin for `--onto rev` (`sha` from resolve_rev) and its tree, fetched
+    (with `since`, the old pin: the range after it as well) and peeled to `^{commit}`."""
+    if sha is None and _ABBREV.fullmatch(rev):
+        # a branch or tag tip whose id starts with it: what ls-remote lists, no objects move
+        proc = _remote(src, url, "ls-remote", "--", url)
+        tips = [ln.split("\t", 1) for ln in proc.stdout.splitlines() if "\t" in ln]
+        if proc.returncode == 0:
+            sha = _one((name, tip) for tip, name in tips if tip.startswith(rev.lower()))
     found: tuple[str, str] | None = None
     if sha is not None:
         found = fetch_commit(src, url, sha, out_, since=since)
@@ -204,80 +211,67 @@ def pin_commit(
     return found
 
 
-def _tip_with_prefix(src: Path, url: str, rev: str) -> str | None:
-    """The one branch or tag tip whose id starts with the abbreviated `rev` (what
-    `ls-remote` already lists: no objects move), else None."""
-    if not _ABBREV.fullmatch(rev):
-        return None
-    proc = git(src, "ls-remote", "--", url, check=False, isolated=False, config=_policy(url))
+def _fetch(src: Path, url: str, refs: Sequence[str], *how: str) -> subprocess.CompletedProcess[str]:
+    """One fetch of `refs`; a failed one's partial pack removed."""
+    proc = _remote(src, url, "fetch", "--no-tags", "--no-write-fetch-head", *how, "--", url, *refs)
     if proc.returncode != 0:
-        return None
-    prefix = rev.lower()
-    tips = [line.split("\t", 1) for line in proc.stdout.splitlines() if "\t" in line]
-    matching = [(sha, name) for sha, name in tips if sha.startswith(prefix)]
-    peeled = {sha for sha, name in matching if name.endswith("^{}")}
-    candidates = peeled or {sha for sha, _name in matching}
-    return candidates.pop() if len(candidates) == 1 else None
-
-
-def _fetch(
-    src: Path, url: str, *refs: str, since: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """One fetch of `refs` from `url` under the transport policy, depth 1 where the
-    workspace is shallow (it stays shallow); with `since` (a commit here) cut at that
-    commit's date instead: the commits after it come in the same transfer (a server that
-    refuses the cut is asked again at depth 1). The caller reads the result."""
-    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
-    cut = _date_cut(src, since) if shallow and since is not None else []
-
-    def fetch(*how: str) -> subprocess.CompletedProcess[str]:
-        return git(
-            src, "fetch", "--no-tags", *how, "--", url, *refs,
-            check=False, isolated=False, config=_policy(url),
-        )  # fmt: skip
-
-    proc = fetch(*(cut or (["--depth=1"] if shallow else [])))
-    if proc.returncode != 0 and cut and transfer.diagnose(proc.stderr) in transfer.CAN_RETRY:
         remove_partial_objects(git_dir(src))
-        proc = fetch("--depth=1")
     return proc
 
 
-def _date_cut(src: Path, commit: str) -> list[str]:
-    """`--shallow-since` at `commit`'s date (nothing when it is not here)."""
-    proc = git(src, "log", "-1", "--format=%ct", "--end-of-options", commit, "--", check=False)
-    date = proc.stdout.strip()
-    return [f"--shallow-since={date}"] if proc.returncode == 0 and date.isdigit() else []
+def _is_shallow(src: Path) -> bool:
+    return out(src, "rev-parse", "--is-shallow-repository") == "true"
+
+
+def _cut_fetch(
+    src: Path,
+    url: str,
+    refs: Sequence[str],
+    since: str | None,
+    shallow: bool,
+    fallback: tuple[str, ...],
+    out_: Reporter | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Fetch `refs`; on a shallow workspace cut at `since`'s date (the commits after it come
+    in the same transfer), else at depth 1 (it stays shallow). A server that refuses the
+    cut is asked again with `fallback`."""
+    cut: list[str] = []
+    if shallow and since is not None:
+        date = git(src, "log", "-1", "--format=%ct", "--end-of-options", since, "--", check=False)
+        if date.returncode == 0 and date.stdout.strip().isdigit():
+            cut = [f"--shallow-since={date.stdout.strip()}"]
+    proc = _fetch(src, url, refs, *(cut or (["--depth=1"] if shallow else [])))
+    if proc.returncode != 0 and cut and transfer.diagnose(proc.stderr) in transfer.CAN_RETRY:
+        if out_ is not None:
+            out_.info("the server refused a --shallow-since fetch; fetching without it")
+        proc = _fetch(src, url, refs, *fallback)
+    return proc
 
 
 def _fetch_all(src: Path, url: str, why: str) -> None:
-    proc = _fetch(
-        src,
-        url,
+    refs = (
         "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
         "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
     )
+    proc = _cut_fetch(src, url, refs, None, _is_shallow(src), ())
     if proc.returncode != 0:
-        remove_partial_objects(git_dir(src))  # a failed transfer's partial pack
         raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
 
 
 def fetch_commit(
     src: Path, url: str, commit: str, out_: Reporter, *, since: str | None = None
 ) -> tuple[str, str] | None:
-    """Make `commit` available in the workspace repo: one commit (shallow) when possible;
-    with `since` (the old pin) a shallow workspace gets the range after it in the same
-    fetch (a conflict or a dropped patch is explained from it: no second transfer). Its
-    commit (a tag peeled) and tree, asked once; None when the object here is no commit."""
+    """`commit` (a tag peeled) and its tree, fetched when not here: one commit where
+    possible; with `since` (the old pin) a shallow workspace gets the range after it in
+    the same fetch (what explains a conflict or a dropped patch). None when no commit."""
     if gitutil.has_object(src, commit):
         return gitutil.commit_and_tree(src, commit)
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
-    proc = _fetch(src, url, commit, since=since)
+    proc = _cut_fetch(src, url, [commit], since, _is_shallow(src), ("--depth=1",))
     found = gitutil.commit_and_tree(src, commit) if proc.returncode == 0 else None
     if found is not None:
-        return found  # what the checks below end with, asked once
+        return found
     if proc.returncode != 0:
-        remove_partial_objects(git_dir(src))
         cause = transfer.diagnose(proc.stderr)
         if cause not in transfer.CAN_RETRY:
             # the server died reading its own objects, or none answered: fetching its
@@ -302,31 +296,20 @@ def fetch_commit(
 def ensure_history(
     src: Path, url: str, old: str, new: str, out_: Reporter | None = None, *, to: str = ""
 ) -> bool:
-    """Make old..new (`new` fetched by id when it is not here) walkable, fetching that range
-    only; True when it is. First one fetch cut at the old pin's commit date (the range's
-    commits and what they change, nothing before the pin; uncut from a server without
-    shallow support); only when a commit in the range is dated before the pin (a rebased
-    pull request) does the cut miss it: then depth from the new pin, sized from what
-    arrived and doubled, and everything only as the last resort. Never a fixed deepening,
-    which also deepens the old pin's own boundary. A failed fetch answers False, or with
-    `to` (bump's --to) is the error naming it."""
+    """Make old..new walkable (`new` fetched by id when not here), fetching that range only;
+    True when it is. One fetch cut at the old pin's date (uncut from a server without
+    shallow support); a commit of the range dated before the pin (a rebased pull request)
+    is missed by it: then depth from the new pin, sized from what arrived and doubled, and
+    everything last (never a fixed deepening, which deepens the old pin's boundary too).
+    A failed fetch answers False, or with `to` (bump's --to) is the error naming it."""
 
     def connected() -> bool:
         return git(src, "merge-base", old, new, check=False).returncode == 0
 
-    def fetch(*how: str) -> subprocess.CompletedProcess[str]:
-        proc = git(
-            src, "fetch", "--no-tags", "--no-write-fetch-head", *how, "--", url, new,
-            check=False, isolated=False, config=(*_policy(url), "fetch.unpackLimit=1"),
-        )  # fmt: skip
-        if proc.returncode != 0:
-            remove_partial_objects(git_dir(src))
-        return proc
-
     here = gitutil.has_object(src, new)
     if here and connected():
         return True
-    shallow = out(src, "rev-parse", "--is-shallow-repository") == "true"
+    shallow = _is_shallow(src)
     if here and not shallow:
         return False  # the whole history is here: they are not related
     # both pins as refs while fetching: each fetch offers them (and what an earlier round
@@ -337,12 +320,7 @@ def ensure_history(
     try:
         if out_ is not None:
             out_.step(f"fetching the first-parent history {old[:12]}..{new[:12]} from {mask(url)}")
-        cut = [f"--shallow-since={out(src, 'log', '-1', '--format=%ct', old)}"] if shallow else []
-        proc = fetch(*cut)
-        if proc.returncode != 0 and cut and transfer.diagnose(proc.stderr) in transfer.CAN_RETRY:
-            if out_ is not None:
-                out_.info("the server refused a --shallow-since fetch; fetching without it")
-            proc = fetch()
+        proc = _cut_fetch(src, url, [new], old, shallow, (), out_)
         if proc.returncode != 0 and to:
             if transfer.diagnose(proc.stderr) not in transfer.CAN_RETRY:
                 raise transfer.fetch_failed(
@@ -362,13 +340,13 @@ def ensure_history(
             git(src, "update-ref", _RANGE_NEW, new)
         depth = 2 * max(1, int(out(src, "rev-list", "--count", new)))
         for _ in range(_DEPTH_ROUNDS):
-            if fetch(f"--depth={depth}").returncode != 0:
+            if _fetch(src, url, [new], f"--depth={depth}").returncode != 0:
                 break  # a server without shallow support: only everything is left
             if connected():
                 return True
             depth *= 2
-        if out(src, "rev-parse", "--is-shallow-repository") == "true":
-            fetch("--unshallow")
+        if _is_shallow(src):
+            _fetch(src, url, [new], "--unshallow")
         return connected()
     finally:
         for ref in (_RANGE_OLD, _RANGE_NEW):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,13 +19,20 @@ from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
 from dgr_forge.upstream.rebase.conflicts import (
     CONFLICT_HINT,
     conflict_error,
-    upstream_commits_for,
+    explain,
+    upstreamed_by,
 )
 from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
-from dgr_forge.upstream.rebase.state import REF_BATCH, PatchStep, RebaseState, save_state
-from dgr_forge.upstream.replay import Replay, Step, commit_env, git_bytes, git_dir
-
-# ----------------------------------------------------------------------------- replay
+from dgr_forge.upstream.rebase.state import (
+    REF_BATCH,
+    Conflict,
+    PatchStep,
+    RebaseState,
+    save_state,
+    unique,
+)
+from dgr_forge.upstream.replay import Replay, Step, commit_tree
+from dgr_forge.upstream.workspace import git_dir
 
 
 class Known(Replay):
@@ -34,9 +40,8 @@ class Known(Replay):
     REF_BATCH), plus the tree of state.head when known; close it when done."""
 
     def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
-        super().__init__(
-            src, [s.old_commit for s in state.patches[state.next :]], batch_ref=REF_BATCH
-        )
+        commits = [s.old_commit for s in state.patches[state.next :]]
+        super().__init__(src, commits, git_dir(src), batch_ref=REF_BATCH)
         self.first = state.next  # the patch the chain starts at
         self.head_tree = head_tree
 
@@ -49,8 +54,8 @@ def record(
     known: Known | None = None,
     tree: str | None = None,
 ) -> None:
-    """Commit the index (or `tree`, merged without the work tree: HEAD then stays where it
-    is) as patch i on top of state.head; drop it when it changes nothing."""
+    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch i on state.head;
+    drop it when it changes nothing."""
     step = state.patches[i]
     move_head = tree is None
     if tree is None:
@@ -62,13 +67,8 @@ def record(
     else:
         if known is not None:
             commit = known.rewrite(step.old_commit, tree, state.head) or ""
-        else:  # one commit (a resolution): one commit-tree
-            env, message = commit_env(src, step.old_commit)
-            commit = (
-                git_bytes(src, "commit-tree", tree, "-p", state.head, input=message, env=env)
-                .decode()
-                .strip()
-            )
+        else:
+            commit = commit_tree(src, step.old_commit, tree, state.head)
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
@@ -81,8 +81,7 @@ def record(
 
 
 def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
-    """A patch the engine replayed in memory (HEAD stays where it is), recorded; saved
-    unless the step came from the one merge for many (saved once after its last)."""
+    """A patch the engine replayed in memory, recorded (saved unless batched)."""
     patch = state.patches[state.next]
     if step.kind == "picked":
         fault.point("rebase.commit", patch.file[:4])
@@ -97,10 +96,8 @@ def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
-    """Replay the patches from state.next on (`known`: the engine's replay from an earlier
-    patch, which a resolution was recorded with). HEAD and the work tree are moved to
-    state.head only where a patch needs the work tree (a conflict); finishing checks out
-    the result."""
+    """Replay the patches from state.next on (`known`: the replay a resolution was recorded
+    with). HEAD and the work tree move only where a patch needs them; finish checks out."""
     src = Path(state.src_dir)
     if known is None:
         # the new pin's tree is known when nothing is replayed yet
@@ -128,17 +125,19 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None
 
 
 def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: bool) -> None:
-    """Patch state.next by cherry-pick in the work tree, at state.head: what the engine
-    cannot do in memory, and a conflict, which a person resolves there (a --dry-run notes
-    it and goes on without the patch). A conflict the engine `known` already: the upstream
-    range that explains it is fetched while the work tree moves."""
+    """Patch state.next by cherry-pick in the work tree at state.head (a conflict is
+    resolved there). A conflict `known` already: its explaining range is fetched while the
+    work tree moves."""
     src = Path(state.src_dir)
     i = state.next
     step = state.patches[i]
     with ThreadPoolExecutor(1) as pool:
         history = pool.submit(_history, state) if known else None
         git(src, "checkout", "-q", "-f", "--detach", state.head, config=PARALLEL_CHECKOUT)
-        proc = _cherry_pick(src, step.old_commit)
+        proc = git(
+            src, "-c", "merge.conflictStyle=diff3", "cherry-pick", "--no-commit",
+            step.old_commit, check=False,
+        )  # fmt: skip
         fetched = history.result() if history is not None else None
     if proc.returncode != 0:
         _conflict(forge, state, out_, proc, fetched)
@@ -153,18 +152,6 @@ def _history(state: RebaseState) -> bool:
     return ensure_history(Path(state.src_dir), state.fetch_url, state.old_commit, state.new_commit)
 
 
-def _cherry_pick(src: Path, commit: str) -> subprocess.CompletedProcess[str]:
-    return git(
-        src,
-        "-c",
-        "merge.conflictStyle=diff3",
-        "cherry-pick",
-        "--no-commit",
-        commit,
-        check=False,
-    )
-
-
 def _conflict(
     forge: Forge,
     state: RebaseState,
@@ -172,14 +159,14 @@ def _conflict(
     proc: subprocess.CompletedProcess[str],
     fetched: bool | None,
 ) -> None:
-    """The cherry-pick of state.next stopped: a conflict, named (the upstream commits on
-    its lines), saved and raised; in a --dry-run noted, and the replay goes on."""
+    """The cherry-pick of state.next stopped: a conflict, named, saved and raised (in a
+    --dry-run noted, and the replay goes on)."""
     src = Path(state.src_dir)
     i = state.next
     step = state.patches[i]
-    unmerged = sorted(
-        {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
-    )
+    # the index alone (`git diff` would stat the whole work tree)
+    listed = out(src, "ls-files", "-u").splitlines()
+    unmerged = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
     if not unmerged:
         raise OperationFailed(
             f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
@@ -187,14 +174,10 @@ def _conflict(
         )
     out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
     history = _history(state) if fetched is None else fetched
-    upstream: dict[str, list[dict[str, str]]] = {}
-    line_level: dict[str, bool] = {}
+    found = Conflict(files=unmerged)
     if history:
-        for f in unmerged:
-            upstream[f], line_level[f] = upstream_commits_for(
-                src, state.old_commit, state.new_commit, state.head, f
-            )
-    step.upstream_commits = _unique(c for f in unmerged for c in upstream.get(f, []))
+        found = explain(src, state.old_commit, state.new_commit, state.head, unmerged)
+    step.upstream_commits = unique(c for f in unmerged for c in found.upstream.get(f, []))
     step.files = unmerged
     if state.canary:
         # a --dry-run: note it and go on without this patch
@@ -205,7 +188,7 @@ def _conflict(
         save_state(forge, state, durable=False)
         return
     state.phase = "conflict"
-    state.conflict = {"files": unmerged, "upstream": upstream, "line_level": line_level}
+    state.conflict = found
     save_state(forge, state)
     raise conflict_error(forge, state)
 
@@ -216,62 +199,15 @@ def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) ->
         step.upstream_commits = upstreamed_by(src, state, step)
         verb = (
             "dropped (already upstream"
-            + "".join(f", {c['commit'][:12]} {c['subject']}" for c in step.upstream_commits[:3])
+            + "".join(f", {c.commit[:12]} {c.subject}" for c in step.upstream_commits[:3])
             + ")"
         )
     out_.info(f"{step.file}: {verb}")
 
 
-def _unique(commits: Iterable[dict[str, str]]) -> list[dict[str, str]]:
-    seen: dict[str, dict[str, str]] = {}
-    for c in commits:
-        seen.setdefault(c["commit"], c)
-    return list(seen.values())
-
-
-def _changed_lines(diff: str) -> dict[str, set[str]]:
-    """The lines a diff removes ("-") and adds ("+"), without context or positions."""
-    lines: dict[str, set[str]] = {"-": set(), "+": set()}
-    for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            continue
-        if line[:1] in lines and line[1:].strip():
-            lines[line[:1]].add(line[1:].strip())
-    return lines
-
-
-def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[dict[str, str]]:
-    """The upstream commits (old..new pin) that took a dropped patch: those whose diff
-    removes and adds every line the patch does (context and positions aside), else every
-    one that touched its files. Empty when the history cannot be fetched."""
-    if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
-        return []
-    files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
-    span = f"{state.old_commit}..{state.new_commit}"
-    paths = files.splitlines()
-    proc = git(src, "log", "--format=%H%x09%s", span, "--", *paths, check=False)
-    touching = [
-        {"commit": c, "subject": subj}
-        for c, _, subj in (ln.partition("\t") for ln in proc.stdout.splitlines() if ln)
-    ]
-    if len(touching) > 1:
-        mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
-        log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
-        took: set[str] = set()
-        for chunk in log.split("\0")[1:]:
-            commit, _, diff = chunk.partition("\n")
-            theirs = _changed_lines(diff)
-            if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
-                took.add(commit.strip())
-        exact = [c for c in touching if c["commit"] in took]
-        if exact:
-            return exact
-    return touching
-
-
 def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Known) -> None:
-    """Record the person's resolution of patch state.next as its commit, written by
-    `known` (the replay of the rest, which goes on from it)."""
+    """Record the person's resolution of patch state.next, written by `known` (the replay
+    of the rest goes on from it)."""
     src = Path(state.src_dir)
     step = state.patches[state.next]
     gdir = git_dir(src)
@@ -293,9 +229,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         # the engineer committed the resolution: take its tree, keep our own commit metadata
         out_.info(f"taking the resolution from your commit {head[:12]}")
         git(src, "reset", "-q", "--soft", state.head)
-    unmerged = sorted(
-        {ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln}
-    )
+    unmerged, unstaged = _unresolved(src)
     if unmerged:
         raise NeedsHuman(
             f"patch {step.file}: still unresolved: {', '.join(unmerged)}",
@@ -303,7 +237,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": unmerged},
         )
-    files = (state.conflict or {}).get("files", [])
+    files = state.conflict.files if state.conflict else []
     marked = [f for f in files if has_markers(src, f)]
     if marked:
         raise NeedsHuman(
@@ -312,7 +246,6 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": marked},
         )
-    unstaged = out(src, "diff", "--name-only").split()
     if unstaged:
         raise NeedsHuman(
             f"patch {step.file}: changes not staged: {', '.join(unstaged)}",
@@ -327,6 +260,14 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
     else:
         out_.info(f"{step.file}: resolved by hand")
     save_state(forge, state)
+
+
+def _unresolved(src: Path) -> tuple[list[str], list[str]]:
+    """The unmerged paths and the changes not staged, from one `git diff`."""
+    listed = out(src, "diff", "--name-status", "-z").split("\0")
+    pairs = list(zip(listed[::2], listed[1::2], strict=False))
+    unmerged = sorted({path for status, path in pairs if status == "U"})
+    return unmerged, [path for status, path in pairs if status != "U"]
 
 
 def has_markers(src: Path, rel: str) -> bool:

@@ -1,33 +1,27 @@
-"""The rebase's persistent state (`<workspace>/rebase.json`) and its result types (each
-command's `--json` object, the report file's shape)."""
+"""The rebase's persistent state (`<workspace>/rebase.json`), its result types (each
+command's `--json` object) and the report (`reports/rebase-<old>-<new>.json` and `.md`,
+what goes into the PR, made from the same rows and counts as the console's table)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.errors import BadInput, ExitCode
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_json, write_json
+from dgr_forge.core.fsutil import atomic_write_bytes, read_json, write_json
 from dgr_forge.core.structs import COMMIT, Form, Nested, d
+from dgr_forge.core.urls import mask
 from dgr_forge.upstream.surface import SurfaceReport
 
 STATE_VERSION = 1
 # "dropped": the pick became empty by itself, the change is upstream (the commits that took
 # it are named); "dropped-by-hand": a conflict a person resolved to nothing; "conflict":
 # only in a --dry-run, the patch would stop a real rebase
-OUTCOMES = (
-    "unchanged",
-    "refreshed",
-    "merged",
-    "resolved",
-    "dropped",
-    "dropped-by-hand",
-    "conflict",
-)
 OUTCOME_TEXT = {
     "unchanged": "carried unchanged",
     "refreshed": "refreshed (context or offsets moved, content same)",
@@ -37,6 +31,7 @@ OUTCOME_TEXT = {
     "dropped-by-hand": "dropped by hand (conflict resolved to no change)",
     "conflict": "would conflict (a real rebase stops here)",
 }
+OUTCOMES = tuple(OUTCOME_TEXT)
 REPORT_KIND = "dgr-forge/rebase-report"  # the report file's (and a dry run's) `kind`, version 1
 REF_PREFIX = "refs/dgr/rebase/"  # every ref a rebase makes: dropped when it ends
 REF_NEW = "refs/dgr/rebase/new"
@@ -58,6 +53,25 @@ STALE_GIT_STATE = {
 # ----------------------------------------------------------------------------- state
 
 
+class UpstreamCommit(Nested, kw_only=True):
+    """an upstream commit"""
+
+    commit: Annotated[str, COMMIT]
+    subject: Annotated[str, d("its subject")]
+
+
+def unique(commits: Iterable[UpstreamCommit]) -> list[UpstreamCommit]:
+    return list({c.commit: c for c in commits}.values())
+
+
+class Conflict(Struct, forbid_unknown_fields=True):
+    """The conflict a rebase stopped at (rebase.json's `conflict`)."""
+
+    files: list[str]
+    upstream: dict[str, list[UpstreamCommit]] = {}  # per file, the commits on its lines
+    line_level: dict[str, bool] = {}  # per file: found by `git log -L` (else by file)
+
+
 class PatchStep(Struct, forbid_unknown_fields=True):
     file: str  # the old series file name
     subject: str
@@ -65,7 +79,7 @@ class PatchStep(Struct, forbid_unknown_fields=True):
     new_commit: str | None = None  # N_i; None while pending or when dropped
     outcome: str | None = None  # set when recorded: "picked", "resolved", "dropped"; final at end
     new_file: str | None = None
-    upstream_commits: list[dict[str, str]] = field(default_factory=list)
+    upstream_commits: list[UpstreamCommit] = field(default_factory=list)
     files: list[str] = field(default_factory=list)  # the conflicted files, when it conflicted
 
 
@@ -88,13 +102,9 @@ class RebaseState(Struct, forbid_unknown_fields=True):
     next: int = 0  # index of the next patch to replay
     head: str = ""  # N_(next-1): the new pin plus the patches recorded so far
     phase: Literal["replay", "conflict", "write"] = "replay"
-    conflict: dict[str, Any] | None = None
+    conflict: Conflict | None = None
     canary: bool = False  # a --dry-run: conflicts are recorded, not stopped at
     version: int = STATE_VERSION
-
-
-def state_path(forge: Forge) -> Path:
-    return forge.rebase_state
 
 
 def journal_dir(forge: Forge) -> Path:
@@ -102,7 +112,7 @@ def journal_dir(forge: Forge) -> Path:
 
 
 def load_rebase_state(forge: Forge) -> RebaseState | None:
-    path = state_path(forge)
+    path = forge.rebase_state
     if not path.exists():
         return None
     try:
@@ -124,18 +134,21 @@ def load_rebase_state(forge: Forge) -> RebaseState | None:
 def save_state(forge: Forge, state: RebaseState, *, durable: bool = True) -> None:
     """`durable=False` for a replay step: a power loss may take the step back (as it may
     the commit git wrote for it, unsynced); the replay then redoes it, to the same commit."""
-    # msgspec turns it, in C: it is saved after every replayed patch
-    write_json(state_path(forge), msgspec.to_builtins(state), durable=durable)
+    write_json(forge.rebase_state, msgspec.to_builtins(state), durable=durable)
+
+
+class Onto(Struct, frozen=True, kw_only=True):
+    """`rebase --onto`'s request, as the command parsed it."""
+
+    rev: str
+    url: str | None = None  # --url: pinned from now on
+    mirror: str | None = None  # where objects come from (resolved --mirror / DGR_MIRROR)
+    offline: bool = False
+    dry_run: bool = False  # the upstream canary
+    report: Path | None = None  # --dry-run's Markdown
 
 
 # ----------------------------------------------------------------------------- results
-
-
-class UpstreamCommit(Nested, kw_only=True):
-    """an upstream commit"""
-
-    commit: Annotated[str, COMMIT]
-    subject: Annotated[str, d("its subject")]
 
 
 class RebaseRow(Nested, kw_only=True):
@@ -174,7 +187,7 @@ class RebaseRow(Nested, kw_only=True):
             outcome=step.outcome or "",
             old_commit=step.old_commit,
             new_commit=step.new_commit,
-            upstream_commits=[UpstreamCommit(**c) for c in step.upstream_commits],
+            upstream_commits=step.upstream_commits,
             files=step.files,
         )
 
@@ -263,3 +276,92 @@ class RebaseAbort(Form, kw_only=True):
     old_commit: Annotated[str, d("the pin kept")]
     new_commit: Annotated[str, d("the commit that was the target")]
     head: Annotated[str, d("the HEAD restored")]
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def rows_of(state: RebaseState) -> list[RebaseRow]:
+    return [RebaseRow.of(s) for s in state.patches]
+
+
+def summary(counts: dict[str, int]) -> str:
+    """One line, the same words in the console and the Markdown."""
+    return ", ".join(f"{n} {o}" for o, n in counts.items() if n) or "no patches"
+
+
+def _upstream_note(row: RebaseRow) -> str:
+    commits = row.upstream_commits or []
+    if not commits:
+        return ""
+    listed = ", ".join(f"`{c.commit[:12]}` {c.subject}" for c in commits)
+    if row.outcome == "dropped":
+        return f" (upstream: {listed})"
+    files = ", ".join(f"`{f}`" for f in row.files or [])
+    where = f" in {files}" if files else ""
+    return f" (conflicted{where} with upstream: {listed})"
+
+
+def render_markdown(
+    state: RebaseState,
+    result_tree: str | None,
+    rows: list[RebaseRow],
+    title: str,
+    surface: SurfaceReport | None = None,
+) -> str:
+    counts = counts_of(rows)
+    md = [
+        f"### {title} {state.upstream}: `{state.old_commit[:12]}` → `{state.new_commit[:12]}`",
+        "",
+        f"- old pin: `{state.old_commit}` ({mask(state.old_url)})",
+        f"- new pin: `{state.new_commit}` ({mask(state.new_url)})"
+        + (f", from `{state.onto}`" if state.onto != state.new_commit else ""),
+    ]
+    if result_tree:
+        md.append(f"- result tree: `{result_tree}`")
+    md += [
+        "- " + summary(counts),
+        "",
+        "| patch | now | outcome |",
+        "| --- | --- | --- |",
+    ]
+    for r in rows:
+        now = f"`{r.new_file}`" if r.new_file else "—"
+        md.append(f"| `{r.file}` | {now} | {OUTCOME_TEXT[r.outcome]}{_upstream_note(r)} |")
+    text = "\n".join(md) + "\n"
+    return text + "\n" + surface.markdown() if surface is not None else text
+
+
+R = TypeVar("R", bound=RebaseReport)
+
+
+def report_of(
+    type_: type[R], state: RebaseState, result_tree: str | None, rows: list[RebaseRow], **more: Any
+) -> R:
+    """The report of `state` as `type_` (the file's, or a dry run's with its `more` keys)."""
+    return type_(
+        kind=REPORT_KIND,
+        version=1,
+        upstream=state.upstream,
+        onto=state.onto,
+        old=PinSide(url=mask(state.old_url), commit=state.old_commit, tree=state.old_tree),
+        new=PinSide(url=mask(state.new_url), commit=state.new_commit, tree=state.new_tree),
+        result_tree=result_tree,
+        counts=counts_of(rows),
+        patches=rows,
+        **more,
+    )
+
+
+def write_report(
+    forge: Forge, state: RebaseState, result_tree: str, surface: SurfaceReport | None = None
+) -> tuple[Path, Path]:
+    """`reports/rebase-<old12>-<new12>.json` and `.md` (with `surface`'s moves)."""
+    rows = rows_of(state)
+    stem = f"rebase-{state.old_commit[:12]}-{state.new_commit[:12]}"
+    json_path = forge.reports_dir / f"{stem}.json"
+    md_path = forge.reports_dir / f"{stem}.md"
+    write_json(json_path, msgspec.to_builtins(report_of(RebaseReport, state, result_tree, rows)))
+    text = render_markdown(state, result_tree, rows, "Rebase", surface)
+    atomic_write_bytes(md_path, text.encode("utf-8"))
+    return json_path, md_path
