@@ -266,6 +266,11 @@ def test_cuda_lane_links_against_the_generated_stub(cuda_lane: Built) -> None:
     for binary in (lib, exe):
         paths = [*_dynamic(binary).get("RUNPATH", []), *_dynamic(binary).get("RPATH", [])]
         assert not any("dgr-cuda" in p or "cuda" in p for p in paths), (binary, paths)
+    # CUDA enabled in a subdirectory, as ggml-cuda does (its CMakeLists.txt:59): CMake's
+    # File API names no id or version for it, so the report's comes from nvcc itself, the
+    # line with the release, never its banner ("nvcc: NVIDIA (R) Cuda compiler driver")
+    nvcc = next(d for d in deps if d["name"] == "cuda-compiler")
+    assert re.search(r"\d+\.\d+", nvcc["annotations"]["version"]), nvcc
     cache = (cuda_lane.build_dir / "CMakeCache.txt").read_text()
     assert f"CUDA_cuda_driver_LIBRARY:FILEPATH={stub}" in cache
     assert "-Wl,-rpath-link," in cache and "allow-shlib-undefined" not in cache

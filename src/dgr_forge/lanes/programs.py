@@ -16,6 +16,7 @@ meanwhile is recorded as changed, never as what it became.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,7 +59,14 @@ def _run_first_line(cmd: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     text = (done.stdout or done.stderr or "").strip()
-    return text.splitlines()[0][:200] if done.returncode == 0 and text else ""
+    if done.returncode != 0 or not text:
+        return ""
+    lines = text.splitlines()
+    # the first line naming a version: nvcc's first is its banner, its release comes 4th
+    return next((line for line in lines if _VERSION.search(line)), lines[0])[:200]
+
+
+_VERSION = re.compile(r"\d+\.\d+")
 
 
 def _probe_key(cmd: list[str]) -> str | None:
@@ -68,14 +76,16 @@ def _probe_key(cmd: list[str]) -> str | None:
         st = os.stat(real)
     except OSError:
         return None
-    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{cmd[1]}"
+    # "v": the line naming a version (an earlier forge kept the first line)
+    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{cmd[1]}|v"
 
 
 _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
 
 
 def first_line(cmd: list[str]) -> str:
-    """The first line a program prints for `cmd` (e.g. `--version`), kept per exact file."""
+    """The first line a program prints for `cmd` that names a version (else its first
+    line), e.g. for `--version`; kept per exact file."""
     key = _probe_key(cmd)
     if key is not None and key in _PROBES:
         return _PROBES[key]
