@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,6 +53,11 @@ def _cli_output(res: Result) -> str:
     lane = res.json["lanes"][0]
     tool = next(a["path"] for a in lane["artifacts"] if a["name"] == "llama-cli")
     return subprocess.run([tool], capture_output=True, text=True, check=True).stdout
+
+
+def _runpath(path: Path) -> list[str]:
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True)
+    return re.findall(r"\((?:RUNPATH|RPATH)\)\s+[^\[]*\[([^\]]*)\]", out.stdout)
 
 
 def _count(up: Upstream) -> int:
@@ -179,6 +185,11 @@ def test_no_machine_path_of_a_file_upstream_in_the_report(
     text = json.dumps(_statement(res.json["lanes"][0]["report"]))
     for machine in (str(llamalike.path), str(tmp_path), llamalike.url):
         assert machine not in text, machine
+    # and no subject searches the directory it is started from: no empty RUNPATH element
+    # (CMake's `$ORIGIN:` on every installable target; tests/security/test_runpath.py)
+    for artifact in res.json["lanes"][0]["artifacts"]:
+        for value in _runpath(Path(artifact["path"])):
+            assert "" not in value.split(":"), (artifact["path"], value)
     deps = _statement(res.json["lanes"][0]["report"])["predicate"]["buildDefinition"][
         "resolvedDependencies"
     ]

@@ -5,7 +5,7 @@ one trailing `:` (room for its built-in chrpath to write the install RPATH in pl
 the dynamic loader reads an empty RUNPATH element as the current directory: on the real
 llama.cpp 71 of 74 link lines carry `-Wl,-rpath,"$ORIGIN:"`. So `llama-cli` started in a
 directory holding a planted `libcuda.so.1` (or any library not beside it) loads it. The
-forge's subjects carry no empty element."""
+forge's subjects carry no empty element (a built lane's: tests/test_llamalike_ship.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support.build import make_patched_root
-from support.cache import clean_env
-from support.cli import run_forge
-from support.git import copy_upstream
-from support.llamalike import make_llamalike_upstream
 
 from dgr_forge.lanes.collect import strip_empty_runpath
 
@@ -103,31 +98,3 @@ def test_what_is_not_a_linked_elf_file_is_left_alone(tmp_path: Path, content: by
     path.write_bytes(content)
     assert strip_empty_runpath(path) is False
     assert path.read_bytes() == content
-
-
-@pytest.mark.slow
-@needs_cc
-def test_no_subject_of_a_built_lane_searches_the_cwd(tmp_path: Path) -> None:
-    up = make_llamalike_upstream(tmp_path / "upstream-base")
-    root = make_patched_root(tmp_path / "forge", copy_upstream(up, tmp_path / "upstream"))
-    res = run_forge(
-        "--root",
-        str(root),
-        "--json",
-        "build",
-        "-j",
-        "2",
-        "--cache",
-        "off",
-        "--no-sign",
-        env=clean_env(),
-    )
-    assert res.code == 0, res
-    artifacts = res.json["lanes"][0]["artifacts"]
-    paths = [Path(a["path"]) for a in artifacts]
-    assert any(p.name == "llama-cli" for p in paths), paths
-    for path in paths:
-        for value in _runpath(path):
-            assert "" not in value.split(":"), (path, value)
-    cli = next(p for p in paths if p.name == "llama-cli")
-    assert subprocess.run([str(cli)], capture_output=True, cwd=tmp_path).returncode == 0
