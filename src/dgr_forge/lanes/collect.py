@@ -231,7 +231,8 @@ def strip_empty_runpath(path: Path) -> bool:
     # a file the build linked, never a link or a FIFO swapped in
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "r+b") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
             return False
         try:
             elf = ELFFile(fh)
@@ -259,6 +260,8 @@ def strip_empty_runpath(path: Path) -> bool:
                 continue
             os.pwrite(fh.fileno(), new.ljust(len(old), b"\0"), start)
             changed = True
+        if changed:  # Ninja's mtime kept: a newer one would relink everything linking it
+            os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
         return changed
 
 
