@@ -224,6 +224,7 @@ def strip_empty_runpath(path: Path) -> bool:
     is rewritten where it lies in `.dynstr`, NUL-padded to its length; no other dynamic
     string may point into it (a linker may share a string's tail), else it stays."""
     from elftools.common.exceptions import ELFError
+    from elftools.common.utils import parse_cstring_from_stream
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
@@ -239,8 +240,13 @@ def strip_empty_runpath(path: Path) -> bool:
             dynamic = elf.get_section_by_name(".dynamic")
             if not isinstance(dynamic, DynamicSection):
                 return False
-            strtab = elf.get_section(dynamic["sh_link"])
+            base = elf.get_section(dynamic["sh_link"])["sh_offset"]
             tags = list(dynamic.iter_tags())
+            paths = [t["d_val"] for t in tags if t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH")]
+            found = [(at, parse_cstring_from_stream(fh, base + at) or b"") for at in paths]
+            padded = [(at, old) for at, old in found if old and b"" in old.split(b":")]
+            if not padded:
+                return False  # the common case: the symbol table is never walked
             names = [t["d_val"] for t in tags if t.entry.d_tag in _STRING_TAGS]
             dynsym = elf.get_section_by_name(".dynsym")
             if isinstance(dynsym, SymbolTableSection):
@@ -248,17 +254,12 @@ def strip_empty_runpath(path: Path) -> bool:
         except (ELFError, ValueError, KeyError):
             return False  # not a linked ELF file: nothing the loader reads a RUNPATH of
         changed = False
-        for tag in tags:
-            if tag.entry.d_tag not in ("DT_RUNPATH", "DT_RPATH"):
+        for at, old in padded:
+            inside = range(at + 1, at + len(old) + 1)
+            if any(n in inside for n in names):
                 continue
-            start = strtab["sh_offset"] + tag["d_val"]
-            fh.seek(start)
-            old = fh.read(strtab["sh_size"] - tag["d_val"]).split(b"\0", 1)[0]
             new = b":".join(e for e in old.split(b":") if e)
-            inside = range(tag["d_val"] + 1, tag["d_val"] + len(old) + 1)
-            if new == old or any(n in inside for n in names):
-                continue
-            os.pwrite(fh.fileno(), new.ljust(len(old), b"\0"), start)
+            os.pwrite(fd, new.ljust(len(old), b"\0"), base + at)
             changed = True
         if changed:  # Ninja's mtime kept: a newer one would relink everything linking it
             os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
