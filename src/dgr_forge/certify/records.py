@@ -32,15 +32,15 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.tominput import MAX_BYTES
 from dgr_forge.host.recipes import Recipe
+from dgr_forge.models.manifest import MODELS_DIR
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 RECORD_TYPE = "https://dgr-forge.invalid/certification/checked/v1"
 NO_MODEL = "none"
 ATTESTED = "attested"  # the <model> directory of `certify --attested` records
-MODELS_DIR = "manifests/models"
-MAX_MANIFEST_BYTES = 4 << 20
 Kind = Literal["checked", "attested"]
 OLD_FORM = (
     "invalid: {file} is a record of an older forge (one file per lane), no longer read; "
@@ -111,7 +111,7 @@ def manifest_sha256(forge: Forge, model: str) -> str | None:
     if not path.is_file():
         return None
     return sha256_regular(
-        path, what="model manifest", hint="restore it", limit=MAX_MANIFEST_BYTES,
+        path, what="model manifest", hint="restore it", limit=MAX_BYTES,
         shown=forge.rel(path),
     )  # fmt: skip
 
