@@ -37,6 +37,7 @@ from dgr_forge.core.fsutil import (
 )
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
+from dgr_forge.upstream.surface import Surface
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.jsonl"
@@ -142,12 +143,12 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def surface_of(stmt: dict[str, Any]) -> provenance.SurfaceFacts | None:
+def surface_of(stmt: dict[str, Any]) -> Surface | None:
     """The worker surface a report records (`provenance.surface_byproduct`), or None."""
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
         if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
             try:
-                return msgspec.convert(b.get("annotations"), provenance.SurfaceFacts)
+                return msgspec.convert(b.get("annotations"), Surface)
             except msgspec.ValidationError:
                 return None
     return None
@@ -215,7 +216,7 @@ class Summary(Struct, kw_only=True):
     started_on: Annotated[str | None, d("when it started (RFC 3339)")]
     finished_on: Annotated[str | None, d("when it finished")]
     surface: Annotated[
-        provenance.SurfaceFacts | None,
+        Surface | None,
         d("a worker build's surface of upstream (null without a worker)"),
     ]
 
