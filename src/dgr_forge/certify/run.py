@@ -14,17 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from msgspec import UNSET
 
 from dgr_forge.certify import parsers, trust
-from dgr_forge.certify.shapes import CertStep, Gate, ParityFigures, Speeds, StepLog, StepProgram
+from dgr_forge.certify.shapes import CertStep, ParityFigures, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import Bounded, bounded
 from dgr_forge.core.urls import mask_text
-from dgr_forge.host.recipes import Step, Suite, Thresholds
+from dgr_forge.host.recipes import Gate, Step, Suite
 from dgr_forge.lanes import cmake_api
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -55,19 +54,6 @@ class Program:
 
     def bound(self) -> StepProgram:
         return StepProgram(target=self.target, path=self.name, sha256=self.sha256)
-
-
-def _gate(t: Thresholds) -> Gate:
-    """The gate as the record and `--json` show it: only the keys it has."""
-    speeds = Speeds(
-        prompt=UNSET if t.min_prompt_ts is None else t.min_prompt_ts,
-        gen=UNSET if t.min_gen_ts is None else t.min_gen_ts,
-    )
-    return Gate(
-        max_failed=UNSET if t.max_failed is None else t.max_failed,
-        min_avg_ts=UNSET if speeds == Speeds() else speeds,
-        max_rel_diff=UNSET if t.max_rel_diff is None else t.max_rel_diff,
-    )
 
 
 def check_device(device: str) -> str:
@@ -294,7 +280,7 @@ def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | Non
 def _compare(
     result: CertStep,
     step: Step,
-    gate: Thresholds,
+    gate: Gate,
     reference: Program,
     pin: tuple[Bounded, bytes],
     log: StepLog,
@@ -330,7 +316,7 @@ def _compare(
 
 def _judge(
     step: Step,
-    gate: Thresholds,
+    gate: Gate,
     program: Program,
     argv: tuple[str, ...],
     run: tuple[Bounded, bytes],
@@ -351,7 +337,7 @@ def _judge(
         program=program.bound(),
         args=list(argv),
         parser=step.parser,
-        thresholds=_gate(gate),
+        thresholds=gate,
         figures=None if figures is None else figures.figures,
         exit_code=done.returncode,
         seconds=round(done.seconds, 3),

@@ -14,6 +14,7 @@ from typing import Annotated
 from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.host.recipes import Gate
 
 
 class StepProgram(Struct, kw_only=True):
@@ -119,26 +120,6 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
 
 
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
-
-
-# --- the gate (`run._gate`) ---------------------------------------------------------
-
-
-class Speeds(Struct, kw_only=True):
-    """the useful-speed gate, tokens per second"""
-
-    prompt: Annotated[float | UnsetType, d("the least prompt speed")] = UNSET
-    gen: Annotated[float | UnsetType, d("the least generation speed")] = UNSET
-
-
-class Gate(Struct, kw_only=True):
-    """the gate applied (one of its keys, or both)"""
-
-    max_failed: Annotated[int | UnsetType, d("the most failed op cases or tests")] = UNSET
-    min_avg_ts: Annotated[Speeds | UnsetType, d("the least `avg_ts`")] = UNSET
-    max_rel_diff: Annotated[
-        float | UnsetType, d("the most relative difference from the pin's own figure (parity)")
-    ] = UNSET
 
 
 # --- the host, probed (`hardware`) -----------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from msgspec import UNSET
+
 from dgr_forge.certify.parsers import PARSERS
 from dgr_forge.core.tominput import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Step, Suite
@@ -179,9 +181,9 @@ def _gate(shown: str, raw: Step, where: str) -> None:
             'reference = "pin"' if parser == "parity" else "remove it",
         )
     if parser == "parity":
-        if max_failed is not None or speeds is not None:
+        if max_failed is not UNSET or speeds is not UNSET:
             raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
-        if raw.max_rel_diff is None:
+        if raw.max_rel_diff is UNSET:
             raise fail(
                 shown,
                 f"{where}.max_rel_diff",
@@ -189,12 +191,12 @@ def _gate(shown: str, raw: Step, where: str) -> None:
                 "add max_rel_diff = 0.001",
             )
         return
-    if raw.max_rel_diff is not None:
+    if raw.max_rel_diff is not UNSET:
         raise fail(shown, f"{where}.max_rel_diff", f"not a {parser} figure", "remove it")
     if parser in _COUNTING:
-        if speeds is not None:
+        if speeds is not UNSET:
             raise fail(shown, f"{where}.min_avg_ts", f"not a {parser} figure", "use max_failed")
-        if max_failed is None:
+        if max_failed is UNSET:
             raise fail(
                 shown,
                 f"{where}.max_failed",
@@ -202,9 +204,9 @@ def _gate(shown: str, raw: Step, where: str) -> None:
                 "add max_failed = 0",
             )
         return
-    if max_failed is not None:
+    if max_failed is not UNSET:
         raise fail(shown, f"{where}.max_failed", f"not a {parser} figure", "use min_avg_ts")
-    if speeds is None:
+    if speeds is UNSET:
         raise fail(
             shown,
             f"{where}.min_avg_ts",
@@ -215,5 +217,5 @@ def _gate(shown: str, raw: Step, where: str) -> None:
 
 
 def _speeds(shown: str, speeds: Speeds, where: str) -> None:
-    if speeds.prompt is None and speeds.gen is None:
+    if speeds == Speeds():
         raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
