@@ -48,10 +48,6 @@ def b64decode(text: str) -> bytes:
         raise EnvelopeError(f"invalid base64: {err}") from None
 
 
-def b64encode(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
 class Signature(Struct, frozen=True):
     keyid: str
     sig: bytes  # base64 in the JSON form (msgspec's encoding of bytes)
