@@ -170,32 +170,6 @@ def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, s
     return found
 
 
-def _run(
-    program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
-) -> tuple[Bounded, bytes]:
-    """One run of a step's program, its whole output kept in `log`; the run and what its
-    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr)."""
-    raw = io.BytesIO()  # bounded by the step's output limit
-    try:
-        done = bounded(
-            [str(program.path), *argv],
-            timeout=step.timeout,
-            limit=parsers.MAX_OUTPUT_BYTES,
-            cwd=scratch,
-            env=child_env(),
-            log=raw,
-        )
-    except OSError as err:
-        raise OperationFailed(
-            f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
-            hint="rebuild the lane on this host",
-            details={"step": step.name},
-        ) from None
-    _keep_log(log, raw.getvalue())
-    both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
-    return done, done.stdout + b"\n" + done.stderr if both else done.stdout
-
-
 def run_steps(
     forge: Forge,
     lane: str,
@@ -253,13 +227,33 @@ RUNS_FOR_A_LOST_ENTRY = 3
 def _run_whole(
     program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
 ) -> tuple[Bounded, bytes]:
-    """`_run`, again while a parity run exits 0 with no final figure (its log: the last)."""
+    """One run of a step's program, its whole output kept in `log`; the run and what its
+    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr). A parity run
+    that exits 0 with no final figure runs again (its log: the last)."""
     runs = RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1
+    both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
     for left in reversed(range(runs)):
         log.unlink(missing_ok=True)  # the run before's, this process's own
-        run = _run(program, argv, step, scratch, log)
+        raw = io.BytesIO()  # bounded by the step's output limit
+        try:
+            done = bounded(
+                [str(program.path), *argv],
+                timeout=step.timeout,
+                limit=parsers.MAX_OUTPUT_BYTES,
+                cwd=scratch,
+                env=child_env(),
+                log=raw,
+            )
+        except OSError as err:
+            raise OperationFailed(
+                f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
+                hint="rebuild the lane on this host",
+                details={"step": step.name},
+            ) from None
+        _keep_log(log, raw.getvalue())
+        run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
-        if not left or run[0].returncode != 0 or _read(step, run)[0] is not None:
+        if not left or done.returncode != 0 or _read(step, run)[0] is not None:
             break
     return run
 
