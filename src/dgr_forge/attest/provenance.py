@@ -216,15 +216,11 @@ class _Paths:
 
 def workspace_relative(forge: Forge, path: Path) -> str:
     """How a subject or byproduct is named: relative to the workspace when inside it."""
-    for base in (forge.workspace, forge.workspace.resolve()):
-        try:
-            return path.relative_to(base).as_posix()
-        except ValueError:
-            continue
-    try:
-        return path.resolve().relative_to(forge.workspace.resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
+    real = forge.workspace.resolve()
+    for p, base in ((path, forge.workspace), (path, real), (path.resolve(), real)):
+        if p.is_relative_to(base):
+            return p.relative_to(base).as_posix()
+    return path.resolve().as_posix()
 
 
 def builder() -> Builder:

@@ -63,9 +63,8 @@ def write_report(
     *,
     unsigned_reason: str | None = None,
 ) -> Path:
-    """Write the (signed, unless `signer` is None) report for `build`; return its path.
-    `unsigned_reason`: why there is no signer, in the warning (the build's own words:
-    `SigningKey.unsigned_reason`)."""
+    """Write the report for `build` (unsigned when `signer` is None: `unsigned_reason`, the
+    build's own words, says why in the warning); return its path."""
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)

@@ -1,10 +1,8 @@
-"""The shapes of a checked certification, as its record and `--json` write them (`certify
---lane`'s steps and hardware, `lanes`' figures), each key declared once with its meaning:
-what a parser read (`parsers`: a union tagged by `parser`), the gate, the host's identity
-(`hardware`: GPUs tagged by `vendor`) and a step as run (`run` makes it,
-`records` writes and reads it back), and the record written (`Certified`: `certify`'s
-`--json` object). Its own module, light to import: `lanes` and the schemas read these
-without the parsers' patterns, the probes or the signing code.
+"""The shapes of a checked certification, as its record and `--json` write them, each key
+declared once with its meaning: what a parser read (a union tagged by `parser`), the
+host's identity (GPUs tagged by `vendor`), a step as run (its gate: `host.recipes.Gate`)
+and the record written (`Certified`). Its own module, light to import: `lanes` and the
+schemas read these without the parsers' patterns, the probes or the signing code.
 """
 
 from __future__ import annotations

@@ -168,9 +168,8 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
 
 
 def _gate(shown: str, raw: Step, where: str) -> None:
-    """The step's gate: its parser's own key (`max_failed` for a counting parser,
-    `min_avg_ts` for a speed one, `max_rel_diff` for parity), and no other: a step without
-    one would pass by default and is refused."""
+    """The step's gate: its parser's own key and no other (a step without one would pass by
+    default and is refused)."""
     parser = raw.parser
     if (parser == "parity") != (raw.reference is not None):
         raise fail(

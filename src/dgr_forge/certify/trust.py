@@ -182,8 +182,7 @@ def check_report(
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
     """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (see `_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming
-    the path."""
+    trust anchor must be (`_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming it."""
     keys = list(extra or [])
     try:  # who may own a trust anchor: the checkout's owner, or root
         owners = {0, os.stat(forge.root).st_uid}
