@@ -402,23 +402,18 @@ def _subjects(report: Report) -> list[tuple[str, str]]:
 def _check_artifacts(v: Verification, base: Path) -> None:
     base = base.resolve()
     for name, expected in _subjects(v.report):
-        path = (base / name).resolve()
-        if not path.is_relative_to(base):
-            # a statement must not make us hash files outside the workspace
-            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "outside"))
-            v.failures.append(f"artifact {name}: path leaves the workspace {base}")
-            continue
-        if not path.is_file():
-            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "missing"))
-            v.failures.append(f"artifact {name} missing: expected at {path}")
-            continue
-        actual = sha256_file(path)
-        status = "ok" if actual == expected else "changed"
+        path, actual = (base / name).resolve(), None
+        if not path.is_relative_to(base):  # never hash a file outside the workspace
+            status, failure = "outside", f"artifact {name}: path leaves the workspace {base}"
+        elif not path.is_file():
+            status, failure = "missing", f"artifact {name} missing: expected at {path}"
+        else:
+            actual = sha256_file(path)
+            status = "ok" if actual == expected else "changed"
+            failure = f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
         v.artifacts.append(ArtifactCheck(name, str(path), expected, actual, status))
-        if status == "changed":
-            v.failures.append(
-                f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
-            )
+        if status != "ok":
+            v.failures.append(failure)
 
 
 def verify_report(
