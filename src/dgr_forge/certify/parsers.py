@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from msgspec import UNSET, Struct, field
+from msgspec import UNSET, Struct
 
 from dgr_forge.certify.shapes import (
     BenchFigures,
@@ -80,7 +80,7 @@ def failed_count(figures: StepFigures) -> int | None:
 
 class Verdict(Struct, frozen=True):
     passed: bool
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = ()
 
 
 def _text(data: bytes, parser: str) -> str:
@@ -308,17 +308,14 @@ def parse_ctest_junit(data: bytes) -> Figures:
             elif case.find("skipped") is not None or status in ("notrun", "disabled"):
                 skipped += 1
             tests += 1
-        declared = suite.get("tests")
-        if declared is not None and (not declared.isdigit() or int(declared) != len(cases)):
-            raise Unreadable(f"tests={declared[:20]!r} but {len(cases)} <testcase> elements")
-        failures += suite_failed
-        declared_failures = suite.get("failures")
-        if declared_failures is not None and (
-            not declared_failures.isdigit() or int(declared_failures) != suite_failed
+        for attr, count, what in (
+            ("tests", len(cases), "<testcase> elements"),
+            ("failures", suite_failed, "failing <testcase>"),
         ):
-            raise Unreadable(
-                f"failures={declared_failures[:20]!r} but {suite_failed} failing <testcase>"
-            )
+            declared = suite.get(attr)
+            if declared is not None and (not declared.isdigit() or int(declared) != count):
+                raise Unreadable(f"{attr}={declared[:20]!r} but {count} {what}")
+        failures += suite_failed
     if tests == 0:
         raise Unreadable("no <testcase>: no test ran")
     figures = CtestFigures(
