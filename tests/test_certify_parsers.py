@@ -12,7 +12,7 @@ import pytest
 
 from dgr_forge.certify import parsers
 from dgr_forge.certify.parsers import Unreadable, judge
-from dgr_forge.host.recipes import Thresholds
+from dgr_forge.host.recipes import Gate, Speeds
 
 OPS_OK = (
     "Testing 2 devices\n\n"
@@ -80,17 +80,17 @@ def test_test_backend_ops_counts_ok_failed_unsupported() -> None:
          "unsupported": 1},
     ]  # fmt: skip
     assert fig(f)["ops_failed"] == 0 and fig(f)["backends_passed"] == 2
-    assert judge(f, Thresholds(max_failed=0)).passed
+    assert judge(f, Gate(max_failed=0)).passed
 
 
 def test_a_failing_op_case_is_named_with_its_error() -> None:
     f = parsers.parse_test_backend_ops(OPS_FAIL.encode())
     assert fig(f)["ops_failed"] == 1
-    v = judge(f, Thresholds(max_failed=0))
+    v = judge(f, Gate(max_failed=0))
     assert not v.passed
     assert "MUL_MAT(type_a=q4_0,type_b=f32,m=16,n=1,k=256)" in v.problems[0]
     assert "NMSE = 0.012 > 0.0005" in v.problems[0]
-    assert judge(f, Thresholds(max_failed=1)).passed
+    assert judge(f, Gate(max_failed=1)).passed
 
 
 @pytest.mark.parametrize(
@@ -141,8 +141,8 @@ def test_llama_bench_json_prompt_and_generation_speeds() -> None:
         "n_prompt": 0, "n_gen": 16, "avg_ts": 71.25, "stddev_ts": 0.5, "backends": "CUDA",
         "model_type": "llama 1B Q4_0", "model_size": 1234567,
     }  # fmt: skip
-    assert judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=5.0)).passed
-    slow = judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=100.0))
+    assert judge(f, Gate(min_avg_ts=Speeds(prompt=50.0, gen=5.0))).passed
+    slow = judge(f, Gate(min_avg_ts=Speeds(prompt=50.0, gen=100.0)))
     assert not slow.passed and slow.problems == (
         "gen speed 71.25 t/s is under min_avg_ts.gen = 100",
     )
@@ -150,13 +150,13 @@ def test_llama_bench_json_prompt_and_generation_speeds() -> None:
 
 def test_a_gate_on_a_test_the_output_lacks_fails() -> None:
     f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
-    v = judge(f, Thresholds(min_prompt_ts=50.0, min_gen_ts=5.0))
+    v = judge(f, Gate(min_avg_ts=Speeds(prompt=50.0, gen=5.0)))
     assert not v.passed and "no gen test" in v.problems[0]
 
 
 def test_no_threshold_never_passes() -> None:
     f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
-    assert not judge(f, Thresholds()).passed
+    assert not judge(f, Gate()).passed
 
 
 @pytest.mark.parametrize(
@@ -199,7 +199,7 @@ JUNIT = b"""<?xml version="1.0" encoding="UTF-8"?>
 def test_ctest_junit_counts_and_names_failures() -> None:
     f = parsers.parse_ctest_junit(JUNIT)
     assert fig(f) == {"parser": "ctest", "tests": 3, "failed": 1, "skipped": 1, "passed": 1}
-    v = judge(f, Thresholds(max_failed=0))
+    v = judge(f, Gate(max_failed=0))
     assert not v.passed and "parity-kv" in v.problems[0]
 
 
@@ -272,7 +272,7 @@ def test_the_pins_failing_line_forms_are_named_with_their_error() -> None:
         {"name": "SOFT_MAX", "params": nan[9:-1],
          "error": "[SOFT_MAX] NaN at index 3 (CPU=nan CPU=0.500000)"},
     ]  # fmt: skip
-    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    (problem,) = judge(f, Gate(max_failed=0)).problems
     assert problem.startswith("3 op case(s) failed (max_failed = 0): ")
     assert f"{add} [ADD] ERR = 1.170000000 > 0.000000100" in problem
     assert rows in problem and nan in problem and "more" not in problem
@@ -283,7 +283,7 @@ def test_the_message_names_the_first_ten_then_how_many_more() -> None:
     out = _cpu_ops([f"[ADD] ERR = 2.0 > 0.1   {n}: {FAIL}" for n in names], 0, 25, names)
     f = parsers.parse_test_backend_ops(out)
     assert len(f.failing) == 25  # all of them for --json
-    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    (problem,) = judge(f, Gate(max_failed=0)).problems
     assert all(n in problem for n in names[:10]) and names[10] not in problem
     assert problem.endswith("; and 15 more")
 
@@ -293,7 +293,7 @@ def test_a_count_the_lines_do_not_name_still_says_how_many_more() -> None:
     own output) is still counted in "and N more", never lost."""
     name = "ADD(type=f32,ne=[1,1,1,1])"
     out = _cpu_ops([f"[ADD] ERR = 2.0 > 0.1   {name}: {FAIL}"], 0, 3, [name])
-    (problem,) = judge(parsers.parse_test_backend_ops(out), Thresholds(max_failed=0)).problems
+    (problem,) = judge(parsers.parse_test_backend_ops(out), Gate(max_failed=0)).problems
     assert problem.startswith("3 op case(s) failed") and problem.endswith("; and 2 more")
 
 
@@ -310,7 +310,7 @@ def test_ctest_names_its_failing_tests_with_their_message() -> None:
         {"name": "test-tokenizer-0", "params": None, "error": "Failed"},
         {"name": "test-sampling", "params": None, "error": "SEGFAULT"},
     ]
-    (problem,) = judge(f, Thresholds(max_failed=0)).problems
+    (problem,) = judge(f, Gate(max_failed=0)).problems
     assert (
         problem
         == "2 test(s) failed (max_failed = 0): test-tokenizer-0 Failed; test-sampling SEGFAULT"
@@ -321,7 +321,7 @@ def test_llama_bench_model_size_must_be_the_verified_models_tensor_bytes() -> No
     """Issue 43 #3: llama-bench's model_size is ggml_nbytes of every tensor (less than the
     files: no header); each test must report the verified model's exactly."""
     f = parsers.parse_llama_bench(bench({"n_prompt": 64, "avg_ts": 800.0}))
-    gate = Thresholds(min_prompt_ts=50.0)
+    gate = Gate(min_avg_ts=Speeds(prompt=50.0))
     assert judge(f, gate, 1234567).passed
     v = judge(f, gate, 461568)
     assert v.problems == (
@@ -371,11 +371,11 @@ def test_perplexity_reads_its_final_estimate_from_either_stream() -> None:
             "reference": None, "reference_log": None, "reference_libraries": [],
         }  # fmt: skip
     # the gate: the pin's figure, compared; none is never a pass
-    assert not judge(f, Thresholds(max_rel_diff=0.001)).passed
+    assert not judge(f, Gate(max_rel_diff=0.001)).passed
     near = msgspec.structs.replace(f.figures, reference_ppl=266.2, rel_diff=0.0002)
-    assert judge(parsers.Figures(near), Thresholds(max_rel_diff=0.001)).passed
+    assert judge(parsers.Figures(near), Gate(max_rel_diff=0.001)).passed
     far = msgspec.structs.replace(f.figures, reference_ppl=300.0, rel_diff=0.1127)
-    v = judge(parsers.Figures(far), Thresholds(max_rel_diff=0.001))
+    v = judge(parsers.Figures(far), Gate(max_rel_diff=0.001))
     assert v.problems == (
         "PPL 266.1472 differs from the pin's 300.0000 by 0.113 (relative), over "
         "max_rel_diff = 0.001",

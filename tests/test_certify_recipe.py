@@ -77,11 +77,11 @@ def test_the_suite_loads_as_data(tmp_path: Path) -> None:
         "recipes/parity.txt", "pin", 0.001,
     )  # fmt: skip
     assert ops.args == ("test", "-b", "{device}", "-o", "ADD,MUL_MAT")
-    assert ops.thresholds.max_failed == 0 and ops.timeout == 600
-    assert speed.thresholds.min_prompt_ts == 50.0 and speed.thresholds.min_gen_ts == 5.0
+    assert ops.gate(None).max_failed == 0 and ops.timeout == 600
+    assert speed.gate(None).min_avg_ts == recipes.Speeds(prompt=50.0, gen=5.0)
     assert speed.timeout == 120 and r.certify.needs_model
-    assert speed.gate("tiny").min_gen_ts == 400.0 and speed.gate("tiny").min_prompt_ts == 2000.0
-    assert speed.gate("other") == speed.thresholds and speed.gate(None) == speed.thresholds
+    assert speed.gate("tiny").min_avg_ts == recipes.Speeds(prompt=2000.0, gen=400.0)
+    assert speed.gate("other") == speed.gate(None)
     assert load(tmp_path, BASE).certify is None
 
 

@@ -134,13 +134,13 @@ def test_a_missing_table(tmp_path: Path) -> None:
 # -- the decoder on its own shapes
 
 
-class _Inner(tominput.Shape):
+class _Inner(tominput.Record):
     tags: tuple[str, ...] = ()
     on: bool = True
     n: Annotated[int, tominput.about("a count", ge=1, fix="count from 1")] = 1
 
 
-class _Doc(tominput.Shape):
+class _Doc(tominput.Record):
     schema: tominput.Version1
     name: tominput.NonEmpty = "x"
     tools: dict[str, _Inner] = {}  # noqa: RUF012 (msgspec copies an empty default)
@@ -367,7 +367,7 @@ def test_the_packaged_pin_list_is_a_shape_too(
     assert info.value.message == words and "reinstall" in (info.value.hint or "")
 
 
-class _Speed(tominput.Shape):
+class _Speed(tominput.Record):
     gen: Annotated[float, Meta(gt=0, le=100)] = 1.0
     ratio: Annotated[float, Meta(ge=0, lt=1)] = 0.5
 
@@ -412,7 +412,7 @@ VALUES = st.recursive(
 )
 
 
-def _seeds() -> list[tuple[str, type[tominput.Shape], dict[str, object]]]:
+def _seeds() -> list[tuple[str, type[tominput.Record], dict[str, object]]]:
     import tomllib
 
     from dgr_forge.ci import render
@@ -423,11 +423,11 @@ def _seeds() -> list[tuple[str, type[tominput.Shape], dict[str, object]]]:
         return tomllib.loads((REPO / rel).read_text())
 
     return [
-        ("manifests/llama.cpp.toml", manifest.SHAPE, read("manifests/llama.cpp.toml")),
+        ("manifests/llama.cpp.toml", manifest.UpstreamManifest, read("manifests/llama.cpp.toml")),
         ("recipes/cpu.toml", recipes.Recipe, read("recipes/cpu.toml")),
         ("recipes/cuda.toml", recipes.Recipe, read("recipes/cuda.toml")),
         ("toolchains/probes.toml", probes.Probes, read("toolchains/probes.toml")),
-        ("m.toml", models.SHAPE, read("tests/data/models/tiny-test.toml")),
+        ("m.toml", models.ModelManifest, read("tests/data/models/tiny-test.toml")),
         ("w.toml", worker.Manifest, {"schema": 1, "worker": {"path": "w"}}),
         ("ci/bump.toml", render.BumpSettings, {"schema": 1, "bump": {"open_request": False}}),
     ]

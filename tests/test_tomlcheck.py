@@ -167,15 +167,15 @@ def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
         fsutil.read_regular(fifo, what="manifest", hint="h", limit=9)
 
 
-class _N(tominput.Shape):
+class _N(tominput.Record):
     n: Annotated[int, Meta(ge=1)]
 
 
-class _Counted(tominput.Shape):
+class _Counted(tominput.Record):
     t: _N
 
 
-class _Schema1(tominput.Shape):
+class _Schema1(tominput.Record):
     schema: Literal[1]
 
 

@@ -48,10 +48,6 @@ def b64decode(text: str) -> bytes:
         raise EnvelopeError(f"invalid base64: {err}") from None
 
 
-def b64encode(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
 class Signature(Struct, frozen=True):
     keyid: str
     sig: bytes  # base64 in the JSON form (msgspec's encoding of bytes)
@@ -126,8 +122,7 @@ def verify(envelope: Envelope, keys: list[PublicKey]) -> PublicKey | None:
     message = envelope.pae()
     # try the key the keyid names first (a hint only), then every other key
     for sig in envelope.signatures:
-        ordered = sorted(keys, key=lambda k: k.keyid != sig.keyid)
-        for key in ordered:
+        for key in sorted(keys, key=lambda k: k.keyid != sig.keyid):
             # the key under the id this signature names: the id is not what is checked
             theirs = SSlibKey.from_crypto(key.key, keyid=sig.keyid or None)
             try:

@@ -233,9 +233,11 @@ def _read(path: Path, what: str) -> bytes:
     )
 
 
-def _read_private(path: Path, shown: str) -> tuple[bytes, int]:
-    """A private key file's bytes and mode, both from the one descriptor that is read (a
-    swap between the check and the read cannot slip another file in)."""
+def load_signer(path: Path) -> Signer:
+    """The private key at `path`; refused (exit 2) when others may read or write the file.
+    Its bytes and mode come from the one descriptor that is read (a swap between the check
+    and the read cannot slip another file in)."""
+    shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, ValueError):
@@ -251,19 +253,14 @@ def _read_private(path: Path, shown: str) -> tuple[bytes, int]:
                 hint="pass the private key file written by `dgr-forge keygen`",
                 details={"path": shown},
             )
-        return f.read(MAX_KEY_BYTES), stat.S_IMODE(st.st_mode)
-
-
-def load_signer(path: Path) -> Signer:
-    """The private key at `path`; refused (exit 2) when others may read or write the file."""
-    data, mode = _read_private(path, str(path))
-    signer = _private_from_pem(data, str(path))
+        data, mode = f.read(MAX_KEY_BYTES), stat.S_IMODE(st.st_mode)
+    signer = _private_from_pem(data, shown)
     if mode & 0o077:
         raise BadInput(
             f"{path}: the signing key has mode {mode:04o}: others may read or replace it",
             hint=f"chmod 600 {path}  (if others could read it, also replace the key: "
             "`dgr-forge keygen --force`)",
-            details={"path": str(path), "mode": f"{mode:04o}"},
+            details={"path": shown, "mode": f"{mode:04o}"},
         )
     return signer
 

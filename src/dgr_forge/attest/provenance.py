@@ -33,6 +33,7 @@ from dgr_forge.core.fsutil import sha256_file
 from dgr_forge.core.gitutil import is_local_url
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
+from dgr_forge.upstream.surface import Surface
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -89,25 +90,6 @@ class Image(Struct):
     image: str
 
 
-class SurfaceSymbolFact(Struct):
-    """an upstream symbol the worker imports"""
-
-    name: Annotated[str, d("the symbol (C++: the qualified name)")]
-    header: Annotated[str, d("its declaring header, in the upstream tree")]
-    symbol: Annotated[str, d("the linker's name")] = ""
-    library: Annotated[str, d("the upstream library that defines it")] = ""
-
-
-class SurfaceFacts(Struct, kw_only=True):
-    """What the worker used of upstream, as a report records it (`surface_byproduct`)."""
-
-    headers: Annotated[list[str], d("the boundary headers its objects read")]
-    symbols: Annotated[list[SurfaceSymbolFact], d("the upstream symbols it imports")]
-    symbolsChecked: Annotated[
-        bool | UnsetType, d("false: not ELF objects, only the headers were read")
-    ] = UNSET
-
-
 class Moved(Struct, kw_only=True):
     """entries in B and not in A (`added`), in A and not in B (`removed`)"""
 
@@ -123,11 +105,11 @@ class SurfaceMoves(Struct, kw_only=True):
     symbols: Moved
 
 
-def surface_changes(a: SurfaceFacts | None, b: SurfaceFacts | None) -> SurfaceMoves:
+def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
     """How the surface moved from report A to report B: headers and symbols added and
     removed (a symbol by its name and declaring header)."""
 
-    def names(facts: SurfaceFacts | None, key: str) -> set[str]:
+    def names(facts: Surface | None, key: str) -> set[str]:
         if facts is None:
             return set()
         if key == "headers":
@@ -234,15 +216,11 @@ class _Paths:
 
 def workspace_relative(forge: Forge, path: Path) -> str:
     """How a subject or byproduct is named: relative to the workspace when inside it."""
-    for base in (forge.workspace, forge.workspace.resolve()):
-        try:
-            return path.relative_to(base).as_posix()
-        except ValueError:
-            continue
-    try:
-        return path.resolve().relative_to(forge.workspace.resolve()).as_posix()
-    except ValueError:
-        return path.resolve().as_posix()
+    real = forge.workspace.resolve()
+    for p, base in ((path, forge.workspace), (path, real), (path.resolve(), real)):
+        if p.is_relative_to(base):
+            return p.relative_to(base).as_posix()
+    return path.resolve().as_posix()
 
 
 def builder() -> Builder:
@@ -359,18 +337,10 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     import hashlib
     import json
 
-    facts = SurfaceFacts(
-        headers=list(build.surface.headers),
-        symbols=[
-            SurfaceSymbolFact(s.name, s.header, s.symbol, s.library) for s in build.surface.symbols
-        ],
-        symbolsChecked=build.surface.symbols_checked,
-    )
-    canonical = json.dumps(
-        msgspec.to_builtins(facts), sort_keys=True, separators=(",", ":")
-    ).encode()
+    facts = msgspec.to_builtins(build.surface)
+    canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
     digest = {"sha256": hashlib.sha256(canonical).hexdigest()}
-    return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, facts)
+    return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, build.surface)
 
 
 def statement(

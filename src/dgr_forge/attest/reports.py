@@ -37,6 +37,7 @@ from dgr_forge.core.fsutil import (
 )
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
+from dgr_forge.upstream.surface import Surface
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 SUFFIX = ".intoto.jsonl"
@@ -62,9 +63,8 @@ def write_report(
     *,
     unsigned_reason: str | None = None,
 ) -> Path:
-    """Write the (signed, unless `signer` is None) report for `build`; return its path.
-    `unsigned_reason`: why there is no signer, in the warning (the build's own words:
-    `SigningKey.unsigned_reason`)."""
+    """Write the report for `build` (unsigned when `signer` is None: `unsigned_reason`, the
+    build's own words, says why in the warning); return its path."""
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
@@ -142,12 +142,12 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def surface_of(stmt: dict[str, Any]) -> provenance.SurfaceFacts | None:
+def surface_of(stmt: dict[str, Any]) -> Surface | None:
     """The worker surface a report records (`provenance.surface_byproduct`), or None."""
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
         if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
             try:
-                return msgspec.convert(b.get("annotations"), provenance.SurfaceFacts)
+                return msgspec.convert(b.get("annotations"), Surface)
             except msgspec.ValidationError:
                 return None
     return None
@@ -215,7 +215,7 @@ class Summary(Struct, kw_only=True):
     started_on: Annotated[str | None, d("when it started (RFC 3339)")]
     finished_on: Annotated[str | None, d("when it finished")]
     surface: Annotated[
-        provenance.SurfaceFacts | None,
+        Surface | None,
         d("a worker build's surface of upstream (null without a worker)"),
     ]
 
@@ -402,23 +402,18 @@ def _subjects(report: Report) -> list[tuple[str, str]]:
 def _check_artifacts(v: Verification, base: Path) -> None:
     base = base.resolve()
     for name, expected in _subjects(v.report):
-        path = (base / name).resolve()
-        if not path.is_relative_to(base):
-            # a statement must not make us hash files outside the workspace
-            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "outside"))
-            v.failures.append(f"artifact {name}: path leaves the workspace {base}")
-            continue
-        if not path.is_file():
-            v.artifacts.append(ArtifactCheck(name, str(path), expected, None, "missing"))
-            v.failures.append(f"artifact {name} missing: expected at {path}")
-            continue
-        actual = sha256_file(path)
-        status = "ok" if actual == expected else "changed"
+        path, actual = (base / name).resolve(), None
+        if not path.is_relative_to(base):  # never hash a file outside the workspace
+            status, failure = "outside", f"artifact {name}: path leaves the workspace {base}"
+        elif not path.is_file():
+            status, failure = "missing", f"artifact {name} missing: expected at {path}"
+        else:
+            actual = sha256_file(path)
+            status = "ok" if actual == expected else "changed"
+            failure = f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
         v.artifacts.append(ArtifactCheck(name, str(path), expected, actual, status))
-        if status == "changed":
-            v.failures.append(
-                f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
-            )
+        if status != "ok":
+            v.failures.append(failure)
 
 
 def verify_report(

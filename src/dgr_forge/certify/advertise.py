@@ -107,7 +107,7 @@ def overview(
             "certified"
             if certified
             else "attested, not checked"
-            if attested is not None and attested.reason == "attested, not checked"
+            if valid
             else next((e.reason for e in mine), attested.reason if attested else "none")
         )
         rows.append(

@@ -213,11 +213,6 @@ def _cpu_level(machine: str, flags: set[str]) -> str:
     return "base"
 
 
-def _grouped(names: list[str]) -> str:
-    distinct = sorted(set(names))
-    return "+".join(f"{n}-x{names.count(n)}" if names.count(n) > 1 else n for n in distinct)
-
-
 def hardware_class(identity: Identity, backend: str) -> str:
     """The class of `identity` for a lane of `backend` (the rule in the module doc)."""
     gpus = identity.gpus
@@ -227,7 +222,10 @@ def hardware_class(identity: Identity, backend: str) -> str:
         arch = "x86_64" if machine in ("amd64", "AMD64") else machine.lower()
         level = _cpu_level(machine, set(identity.cpu.flags))
         return f"cpu-{_slug(arch).replace('-', '_')}-{level}"
+    if kind == "metal":
+        return f"apple-{_slug(identity.cpu.model, ('apple',))}"
     if kind == "cuda":
+        why = "no NVIDIA GPU answered `nvidia-smi --query-gpu`"
         names = [
             f"nvidia-sm{g.compute_cap.replace('.', '')}-"
             f"{_slug(g.name, ('nvidia', 'geforce', 'tesla'))}-"
@@ -235,36 +233,29 @@ def hardware_class(identity: Identity, backend: str) -> str:
             for g in gpus
             if isinstance(g, NvidiaGpu)
         ]
-        if names:
-            return _grouped(names)
-        raise _absent(backend, "no NVIDIA GPU answered `nvidia-smi --query-gpu`")
-    if kind in ("rocm", "rocm/hip", "hip"):
+    elif kind in ("rocm", "rocm/hip", "hip"):
+        why = "no GPU agent in `rocminfo`"
         names = [
             f"amd-{_slug(g.gfx)}-{_slug(g.name, ('amd', 'radeon', 'instinct'))}"
             for g in gpus
             if isinstance(g, AmdGpu)
         ]
-        if names:
-            return _grouped(names)
-        raise _absent(backend, "no GPU agent in `rocminfo`")
-    if kind == "vulkan":
+    elif kind == "vulkan":
+        why = "no device in `vulkaninfo --summary`"
         names = [f"vulkan-{_slug(g.name)}" for g in gpus if isinstance(g, VulkanGpu)]
-        if names:
-            return _grouped(names)
-        raise _absent(backend, "no device in `vulkaninfo --summary`")
-    if kind == "metal":
-        return f"apple-{_slug(identity.cpu.model, ('apple',))}"
-    raise _absent(backend, "the forge has no hardware-class rule for this backend")
+    else:
+        why, names = "the forge has no hardware-class rule for this backend", []
+    if not names:
+        raise BadInput(
+            f"this host has no {backend} hardware to certify on: {why}",
+            hint="certify the lane on a host with its hardware (`dgr-forge doctor` says what "
+            "is here)",
+            details={"backend": backend},
+        )
+    distinct = sorted(set(names))
+    return "+".join(f"{n}-x{names.count(n)}" if names.count(n) > 1 else n for n in distinct)
 
 
 def described_class(text: str) -> str:
     """The class of hardware a person described (`certify --attested --hardware TEXT`)."""
     return f"described-{_slug(text)}"
-
-
-def _absent(backend: str, why: str) -> BadInput:
-    return BadInput(
-        f"this host has no {backend} hardware to certify on: {why}",
-        hint="certify the lane on a host with its hardware (`dgr-forge doctor` says what is here)",
-        details={"backend": backend},
-    )

@@ -149,21 +149,18 @@ def prepare(
                 details={"model": name},
             )
 
-    def part(f: models.ModelFile) -> int:
-        split = models.split_name(f.name)
-        return split.no if split else 0
-
-    files = sorted(mm.files, key=part)
+    # `{model}`: the first split (by part number; the one file of an unsplit model)
+    first = min(mm.files, key=lambda f: split.no if (split := models.split_name(f.name)) else 0)
     bound = records.BoundModel(
         name=name,
         model_name=mm.name,
         manifest=forge.rel(path),
         manifest_sha256=records.manifest_sha256(forge, name),
         files=[records.ModelFile(f.name, f.size, f.sha256) for f in mm.files],
-        first_split=files[0].name,
+        first_split=first.name,
         tensor_bytes=tensor_bytes(mm, private),
     )
-    return Prepared(bound, mm, private, private / files[0].name)
+    return Prepared(bound, mm, private, private / first.name)
 
 
 def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:

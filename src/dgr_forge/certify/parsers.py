@@ -35,7 +35,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from msgspec import Struct, field
+from msgspec import UNSET, Struct
 
 from dgr_forge.certify.shapes import (
     BenchFigures,
@@ -47,7 +47,7 @@ from dgr_forge.certify.shapes import (
     ParityFigures,
     StepFigures,
 )
-from dgr_forge.host.recipes import Thresholds
+from dgr_forge.host.recipes import Gate, Speeds
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
@@ -80,7 +80,7 @@ def failed_count(figures: StepFigures) -> int | None:
 
 class Verdict(Struct, frozen=True):
     passed: bool
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = ()
 
 
 def _text(data: bytes, parser: str) -> str:
@@ -308,17 +308,14 @@ def parse_ctest_junit(data: bytes) -> Figures:
             elif case.find("skipped") is not None or status in ("notrun", "disabled"):
                 skipped += 1
             tests += 1
-        declared = suite.get("tests")
-        if declared is not None and (not declared.isdigit() or int(declared) != len(cases)):
-            raise Unreadable(f"tests={declared[:20]!r} but {len(cases)} <testcase> elements")
-        failures += suite_failed
-        declared_failures = suite.get("failures")
-        if declared_failures is not None and (
-            not declared_failures.isdigit() or int(declared_failures) != suite_failed
+        for attr, count, what in (
+            ("tests", len(cases), "<testcase> elements"),
+            ("failures", suite_failed, "failing <testcase>"),
         ):
-            raise Unreadable(
-                f"failures={declared_failures[:20]!r} but {suite_failed} failing <testcase>"
-            )
+            declared = suite.get(attr)
+            if declared is not None and (not declared.isdigit() or int(declared) != count):
+                raise Unreadable(f"{attr}={declared[:20]!r} but {count} {what}")
+        failures += suite_failed
     if tests == 0:
         raise Unreadable("no <testcase>: no test ran")
     figures = CtestFigures(
@@ -367,31 +364,32 @@ PARSE: Mapping[str, Callable[[bytes], Figures]] = {
 # ----------------------------------------------------------------------------- judging
 
 
-def judge(figures: Figures, thresholds: Thresholds, model_size: int | str | None = None) -> Verdict:
-    """Each threshold against the figures; a figure a threshold needs but the output lacks
+def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> Verdict:
+    """Each key of the gate against the figures; a figure it needs but the output lacks
     fails (never passes by default). `model_size`: the verified model's tensor bytes, which
     every llama-bench test must report (a str: why they are not known; None: no model)."""
     problems: list[str] = []
     f = figures.figures
-    if thresholds.max_failed is not None:
+    if gate.max_failed is not UNSET:
         failed = failed_count(f)
         if failed is None:
             problems.append("max_failed: the output has no failure count")
-        elif failed > thresholds.max_failed:
+        elif failed > gate.max_failed:
             shown = [c.shown() for c in figures.failing[:MAX_SHOWN_CASES]]
             more = failed - len(shown)  # counted, named or not
             what = "op case(s)" if figures.parser == "test-backend-ops" else "test(s)"
             problems.append(
-                f"{failed} {what} failed (max_failed = {thresholds.max_failed})"
+                f"{failed} {what} failed (max_failed = {gate.max_failed})"
                 + (": " + "; ".join(shown) if shown else "")
                 + (f"; and {more} more" if more > 0 else "")
             )
     bench = f if isinstance(f, BenchFigures) else None
+    speeds = Speeds() if gate.min_avg_ts is UNSET else gate.min_avg_ts
     for got, want, what in (
-        (bench.prompt_ts if bench else None, thresholds.min_prompt_ts, "prompt"),
-        (bench.gen_ts if bench else None, thresholds.min_gen_ts, "gen"),
+        (bench.prompt_ts if bench else None, speeds.prompt, "prompt"),
+        (bench.gen_ts if bench else None, speeds.gen, "gen"),
     ):
-        if want is None:
+        if want is UNSET:
             continue
         if got is None:
             problems.append(f"min_avg_ts.{what}: the output has no {what} test")
@@ -406,15 +404,15 @@ def judge(figures: Figures, thresholds: Thresholds, model_size: int | str | None
                 f"llama-bench reports model_size {', '.join(map(str, wrong))} bytes, the "
                 f"verified model's tensor data is {model_size} bytes: not the model certified"
             )
-    if thresholds.max_rel_diff is not None:
+    if gate.max_rel_diff is not UNSET:
         parity = f if isinstance(f, ParityFigures) else None
         if parity is None or parity.rel_diff is None:
             problems.append("max_rel_diff: no figure of the pin's build to compare with")
-        elif parity.rel_diff > thresholds.max_rel_diff:
+        elif parity.rel_diff > gate.max_rel_diff:
             problems.append(
                 f"PPL {parity.ppl:.4f} differs from the pin's {parity.reference_ppl:.4f} by "
-                f"{parity.rel_diff:.3g} (relative), over max_rel_diff = {thresholds.max_rel_diff:g}"
+                f"{parity.rel_diff:.3g} (relative), over max_rel_diff = {gate.max_rel_diff:g}"
             )
-    if thresholds == Thresholds():
+    if gate == Gate():
         problems.append("no threshold: a step never passes by default")
     return Verdict(not problems, tuple(problems))

@@ -32,15 +32,15 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.tominput import MAX_BYTES
 from dgr_forge.host.recipes import Recipe
+from dgr_forge.models.manifest import MODELS_DIR
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 CERT_PAYLOAD_TYPE = "application/vnd.dgr-forge.certification+json"
 RECORD_TYPE = "https://dgr-forge.invalid/certification/checked/v1"
 NO_MODEL = "none"
 ATTESTED = "attested"  # the <model> directory of `certify --attested` records
-MODELS_DIR = "manifests/models"
-MAX_MANIFEST_BYTES = 4 << 20
 Kind = Literal["checked", "attested"]
 OLD_FORM = (
     "invalid: {file} is a record of an older forge (one file per lane), no longer read; "
@@ -101,17 +101,13 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
     certified_on: str | None = None
 
 
-def record_path(forge: Forge, lane: str, model: str, hardware_class: str) -> Path:
-    return forge.root / trust.CERT_DIR / lane / model / f"{hardware_class}.json"
-
-
 def manifest_sha256(forge: Forge, model: str) -> str | None:
     """The sha256 of `manifests/models/<model>.toml` as the checkout has it (None: gone)."""
     path = forge.root / MODELS_DIR / f"{model}.toml"
     if not path.is_file():
         return None
     return sha256_regular(
-        path, what="model manifest", hint="restore it", limit=MAX_MANIFEST_BYTES,
+        path, what="model manifest", hint="restore it", limit=MAX_BYTES,
         shown=forge.rel(path),
     )  # fmt: skip
 
@@ -164,7 +160,7 @@ def write(
     payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
     name = ATTESTED if kind == "attested" else model.name if model else NO_MODEL
-    path = record_path(forge, lane, name, hardware.hardware_class)
+    path = forge.root / trust.CERT_DIR / lane / name / f"{hardware.hardware_class}.json"
     for rel in (trust.CERT_DIR, f"{trust.CERT_DIR}/{lane}", f"{trust.CERT_DIR}/{lane}/{name}"):
         if (forge.root / rel).is_symlink():  # never written through a planted link
             raise BadInput(f"{rel}: a symlink", hint=f"make {rel} a plain directory")
@@ -290,8 +286,16 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     if body.verdict != "pass" or (kind == "attested") != (evidence is not None):
         return no("invalid: not a passed certification")
     moved = lapses(forge, now, body, model)
+    steps = {s.name: s for s in now.recipe.certify.steps} if now.recipe.certify else {}
     for s in body.steps:
-        if s.text_sha256 and s.text_sha256 != _text_now(forge, now.recipe, s.name):
+        if not s.text_sha256:
+            continue
+        step = steps.get(s.name)
+        try:  # the text as the checkout has it (gone or unreadable: moved)
+            text = trust.step_text(forge, step, step.text) if step and step.text else None
+        except BadInput:
+            text = None
+        if text is None or sha256_bytes(text) != s.text_sha256:
             moved.append(f"the step {s.name}'s text changed since certification")
     return Entry(
         lane=lane,
@@ -312,18 +316,6 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         figures={s.name: s.figures for s in body.steps},
         evidence_sha256=evidence.sha256 if evidence else None,
     )
-
-
-def _text_now(forge: Forge, recipe: Recipe, step: str) -> str | None:
-    """The sha256 of a step's `text` file as the checkout has it (None: gone or unreadable)."""
-    steps = recipe.certify.steps if recipe.certify else ()
-    shape = next((s for s in steps if s.name == step), None)
-    if shape is None or shape.text is None:
-        return None
-    try:
-        return sha256_bytes(trust.step_text(forge, shape, shape.text))
-    except BadInput:
-        return None
 
 
 def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:

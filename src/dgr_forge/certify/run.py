@@ -14,17 +14,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import msgspec
-from msgspec import UNSET
 
 from dgr_forge.certify import parsers, trust
-from dgr_forge.certify.shapes import CertStep, Gate, ParityFigures, Speeds, StepLog, StepProgram
+from dgr_forge.certify.shapes import CertStep, ParityFigures, StepLog, StepProgram
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.proc import Bounded, bounded
 from dgr_forge.core.urls import mask_text
-from dgr_forge.host.recipes import Step, Suite, Thresholds
+from dgr_forge.host.recipes import Gate, Step, Suite
 from dgr_forge.lanes import cmake_api
 
 DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
@@ -55,19 +54,6 @@ class Program:
 
     def bound(self) -> StepProgram:
         return StepProgram(target=self.target, path=self.name, sha256=self.sha256)
-
-
-def _gate(t: Thresholds) -> Gate:
-    """The gate as the record and `--json` show it: only the keys it has."""
-    speeds = Speeds(
-        prompt=UNSET if t.min_prompt_ts is None else t.min_prompt_ts,
-        gen=UNSET if t.min_gen_ts is None else t.min_gen_ts,
-    )
-    return Gate(
-        max_failed=UNSET if t.max_failed is None else t.max_failed,
-        min_avg_ts=UNSET if speeds == Speeds() else speeds,
-        max_rel_diff=UNSET if t.max_rel_diff is None else t.max_rel_diff,
-    )
 
 
 def check_device(device: str) -> str:
@@ -184,32 +170,6 @@ def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, s
     return found
 
 
-def _run(
-    program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
-) -> tuple[Bounded, bytes]:
-    """One run of a step's program, its whole output kept in `log`; the run and what its
-    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr)."""
-    raw = io.BytesIO()  # bounded by the step's output limit
-    try:
-        done = bounded(
-            [str(program.path), *argv],
-            timeout=step.timeout,
-            limit=parsers.MAX_OUTPUT_BYTES,
-            cwd=scratch,
-            env=child_env(),
-            log=raw,
-        )
-    except OSError as err:
-        raise OperationFailed(
-            f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
-            hint="rebuild the lane on this host",
-            details={"step": step.name},
-        ) from None
-    _keep_log(log, raw.getvalue())
-    both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
-    return done, done.stdout + b"\n" + done.stderr if both else done.stdout
-
-
 def run_steps(
     forge: Forge,
     lane: str,
@@ -267,13 +227,33 @@ RUNS_FOR_A_LOST_ENTRY = 3
 def _run_whole(
     program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
 ) -> tuple[Bounded, bytes]:
-    """`_run`, again while a parity run exits 0 with no final figure (its log: the last)."""
+    """One run of a step's program, its whole output kept in `log`; the run and what its
+    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr). A parity run
+    that exits 0 with no final figure runs again (its log: the last)."""
     runs = RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1
+    both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
     for left in reversed(range(runs)):
         log.unlink(missing_ok=True)  # the run before's, this process's own
-        run = _run(program, argv, step, scratch, log)
+        raw = io.BytesIO()  # bounded by the step's output limit
+        try:
+            done = bounded(
+                [str(program.path), *argv],
+                timeout=step.timeout,
+                limit=parsers.MAX_OUTPUT_BYTES,
+                cwd=scratch,
+                env=child_env(),
+                log=raw,
+            )
+        except OSError as err:
+            raise OperationFailed(
+                f"certify step {step.name!r}: {program.name} cannot run: {err.strerror}",
+                hint="rebuild the lane on this host",
+                details={"step": step.name},
+            ) from None
+        _keep_log(log, raw.getvalue())
+        run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
-        if not left or run[0].returncode != 0 or _read(step, run)[0] is not None:
+        if not left or done.returncode != 0 or _read(step, run)[0] is not None:
             break
     return run
 
@@ -294,7 +274,7 @@ def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | Non
 def _compare(
     result: CertStep,
     step: Step,
-    gate: Thresholds,
+    gate: Gate,
     reference: Program,
     pin: tuple[Bounded, bytes],
     log: StepLog,
@@ -330,7 +310,7 @@ def _compare(
 
 def _judge(
     step: Step,
-    gate: Thresholds,
+    gate: Gate,
     program: Program,
     argv: tuple[str, ...],
     run: tuple[Bounded, bytes],
@@ -351,7 +331,7 @@ def _judge(
         program=program.bound(),
         args=list(argv),
         parser=step.parser,
-        thresholds=_gate(gate),
+        thresholds=gate,
         figures=None if figures is None else figures.figures,
         exit_code=done.returncode,
         seconds=round(done.seconds, 3),

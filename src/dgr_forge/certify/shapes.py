@@ -1,10 +1,8 @@
-"""The shapes of a checked certification, as its record and `--json` write them (`certify
---lane`'s steps and hardware, `lanes`' figures), each key declared once with its meaning:
-what a parser read (`parsers`: a union tagged by `parser`), the gate, the host's identity
-(`hardware`: GPUs tagged by `vendor`) and a step as run (`run` makes it,
-`records` writes and reads it back), and the record written (`Certified`: `certify`'s
-`--json` object). Its own module, light to import: `lanes` and the schemas read these
-without the parsers' patterns, the probes or the signing code.
+"""The shapes of a checked certification, as its record and `--json` write them, each key
+declared once with its meaning: what a parser read (a union tagged by `parser`), the
+host's identity (GPUs tagged by `vendor`), a step as run (its gate: `host.recipes.Gate`)
+and the record written (`Certified`). Its own module, light to import: `lanes` and the
+schemas read these without the parsers' patterns, the probes or the signing code.
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from typing import Annotated
 from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core.structs import SHA, Form, d
+from dgr_forge.host.recipes import Gate
 
 
 class StepProgram(Struct, kw_only=True):
@@ -119,26 +118,6 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
 
 
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
-
-
-# --- the gate (`run._gate`) ---------------------------------------------------------
-
-
-class Speeds(Struct, kw_only=True):
-    """the useful-speed gate, tokens per second"""
-
-    prompt: Annotated[float | UnsetType, d("the least prompt speed")] = UNSET
-    gen: Annotated[float | UnsetType, d("the least generation speed")] = UNSET
-
-
-class Gate(Struct, kw_only=True):
-    """the gate applied (one of its keys, or both)"""
-
-    max_failed: Annotated[int | UnsetType, d("the most failed op cases or tests")] = UNSET
-    min_avg_ts: Annotated[Speeds | UnsetType, d("the least `avg_ts`")] = UNSET
-    max_rel_diff: Annotated[
-        float | UnsetType, d("the most relative difference from the pin's own figure (parity)")
-    ] = UNSET
 
 
 # --- the host, probed (`hardware`) -----------------------------------------------------

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from msgspec import UNSET
+
 from dgr_forge.certify.parsers import PARSERS
 from dgr_forge.core.tominput import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Step, Suite
@@ -166,9 +168,9 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
 
 
 def _gate(shown: str, raw: Step, where: str) -> None:
-    """The step's gate: `max_failed` for a counting parser, `min_avg_ts` for a speed one;
-    a step with neither would pass by default and is refused."""
-    parser, max_failed, speeds = raw.parser, raw.max_failed, raw.min_avg_ts
+    """The step's gate: its parser's own key and no other (a step without one would pass by
+    default and is refused)."""
+    parser = raw.parser
     if (parser == "parity") != (raw.reference is not None):
         raise fail(
             shown,
@@ -178,42 +180,26 @@ def _gate(shown: str, raw: Step, where: str) -> None:
             else f"not a {parser} key",
             'reference = "pin"' if parser == "parity" else "remove it",
         )
-    if parser == "parity":
-        if max_failed is not None or speeds is not None:
+    gate, fix = (
+        ("max_rel_diff", "add max_rel_diff = 0.001")
+        if parser == "parity"
+        else ("max_failed", "add max_failed = 0")
+        if parser in _COUNTING
+        else ("min_avg_ts", f"add {SPEEDS_FIX}")
+    )
+    for key in ("max_rel_diff", "min_avg_ts", "max_failed"):
+        if key == gate or getattr(raw, key) is UNSET:
+            continue
+        if parser == "parity":
             raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
-        if raw.max_rel_diff is None:
-            raise fail(
-                shown,
-                f"{where}.max_rel_diff",
-                "missing: a step never passes by default",
-                "add max_rel_diff = 0.001",
-            )
-        return
-    if raw.max_rel_diff is not None:
-        raise fail(shown, f"{where}.max_rel_diff", f"not a {parser} figure", "remove it")
-    if parser in _COUNTING:
-        if speeds is not None:
-            raise fail(shown, f"{where}.min_avg_ts", f"not a {parser} figure", "use max_failed")
-        if max_failed is None:
-            raise fail(
-                shown,
-                f"{where}.max_failed",
-                "missing: a step never passes by default",
-                "add max_failed = 0",
-            )
-        return
-    if max_failed is not None:
-        raise fail(shown, f"{where}.max_failed", f"not a {parser} figure", "use min_avg_ts")
-    if speeds is None:
-        raise fail(
-            shown,
-            f"{where}.min_avg_ts",
-            "missing: a step never passes by default",
-            f"add {SPEEDS_FIX}",
-        )
-    _speeds(shown, speeds, f"{where}.min_avg_ts")
+        use = "remove it" if key == "max_rel_diff" else f"use {gate}"
+        raise fail(shown, f"{where}.{key}", f"not a {parser} figure", use)
+    if getattr(raw, gate) is UNSET:
+        raise fail(shown, f"{where}.{gate}", "missing: a step never passes by default", fix)
+    if raw.min_avg_ts is not UNSET:
+        _speeds(shown, raw.min_avg_ts, f"{where}.min_avg_ts")
 
 
 def _speeds(shown: str, speeds: Speeds, where: str) -> None:
-    if speeds.prompt is None and speeds.gen is None:
+    if speeds == Speeds():
         raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")

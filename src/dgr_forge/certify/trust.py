@@ -78,6 +78,10 @@ def step_text(forge: Forge, step: Step, text: str) -> bytes:
     )  # fmt: skip
 
 
+def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> list[str]:
+    return sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+
+
 def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
     """Every bound input that is not the current one (empty: none moved)."""
     if bound is None:
@@ -86,19 +90,14 @@ def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
     if bound.toolchain != current.toolchain:
         tc = current.toolchain or bound.toolchain or {}
         moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
-    if bound.cmakeModules != current.cmakeModules:
-        old, new = bound.cmakeModules, current.cmakeModules
-        names = sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+    if names := _changed(bound.cmakeModules, current.cmakeModules):
         moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
     if bound.worker != current.worker:
         moved.append("the worker changed since certification")
-    old_tools, new_tools = bound.tools, current.tools
-    if old_tools is not None and new_tools is not None and old_tools != new_tools:
-        names = sorted(
-            n for n in set(old_tools) | set(new_tools) if old_tools.get(n) != new_tools.get(n)
-        )
+    old, new = bound.tools, current.tools
+    if old is not None and new is not None and (names := _changed(old, new)):
         changes = ", ".join(
-            f"{n} {old_tools.get(n) or '(none)'} -> {new_tools.get(n) or '(none)'}" for n in names
+            f"{n} {old.get(n) or '(none)'} -> {new.get(n) or '(none)'}" for n in names
         )
         moved.append(f"tools changed since certification: {changes}")
     return moved
@@ -183,24 +182,18 @@ def check_report(
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
     """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (see `_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming
-    the path."""
+    trust anchor must be (`_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming it."""
     keys = list(extra or [])
-    owners = _allowed_owners(forge)
+    try:  # who may own a trust anchor: the checkout's owner, or root
+        owners = {0, os.stat(forge.root).st_uid}
+    except OSError:
+        owners = {0, os.getuid()}
     if _anchor_dir(forge, CERT_DIR, owners) is None:
         return keys
-    directory = forge.root / TRUSTED_KEYS_DIR
     if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
         return keys
+    directory = forge.root / TRUSTED_KEYS_DIR
     return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
-
-
-def _allowed_owners(forge: Forge) -> set[int]:
-    """Who may own a trust anchor: the checkout's owner, or root."""
-    try:
-        return {0, os.stat(forge.root).st_uid}
-    except OSError:
-        return {0, os.getuid()}
 
 
 def _private_group(st: os.stat_result) -> bool:

@@ -147,10 +147,6 @@ class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, dict=True)
     LOADED: ClassVar[tuple[str, ...]] = ()
 
 
-class Shape(msgspec.Struct, forbid_unknown_fields=True):
-    """A mutable `Record`: the [certify] tables' base (host/recipes.py)."""
-
-
 S = TypeVar("S", bound=msgspec.Struct)
 
 
@@ -247,6 +243,7 @@ _AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
 # msgspec's `$.a.b[0][...].c` (`[...]`: a key msgspec does not name)
 _SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])")
 _ABSENT = object()
+_ABSENT_TYPES = (type(None), msgspec.UnsetType)  # an absent key's value: TOML has no null
 # what following a path this reader cannot follow raises (it then names the path as is)
 _UNFOLLOWED = (LookupError, TypeError, AttributeError)
 _TYPE_WORDS = {str: "a string", int: "an integer", bool: "a boolean", float: "a number"}
@@ -265,8 +262,8 @@ class _Spot(msgspec.Struct):
 
 
 def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
-    """`t` without Annotated and Optional (keeping its Meta); a union is narrowed to the one
-    member of the value's kind (table, array or scalar), when there is one."""
+    """`t` without Annotated, None and UNSET (keeping its Meta); a union is narrowed to the
+    one member of the value's kind (table, array or scalar), when there is one."""
     while True:
         origin = get_origin(t)
         if origin is Annotated:
@@ -275,7 +272,7 @@ def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
             t = base
             continue
         if origin is Union or origin is types.UnionType:
-            members = [m for m in get_args(t) if m is not type(None)]
+            members = [m for m in get_args(t) if m not in _ABSENT_TYPES]
             fitting = [m for m in members if _kind(m) == _kind(type(value))]
             if len(members) == 1:
                 t = members[0]
@@ -478,11 +475,11 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         return f"must be a number, got {got}", _fix(spot, f"write {name} as a number")
     members: list[Any] = []
     fixes: list[msgspec.Meta] = []
-    todo = [m for m in get_args(t) if m is not type(None)] or [t]
+    todo = [m for m in get_args(t) if m not in _ABSENT_TYPES] or [t]
     while todo:  # a union of unions (an option: a word or an array of words), flattened
         base = _unwrap(todo.pop(0), _ABSENT, fixes)
         if get_origin(base) in (Union, types.UnionType):
-            todo[:0] = [m for m in get_args(base) if m is not type(None)]
+            todo[:0] = [m for m in get_args(base) if m not in _ABSENT_TYPES]
         else:
             members.append(base)
     words = list(dict.fromkeys(

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
-from dgr_forge.core.tominput import Checker, NonEmpty, Record, Shape, Version1, about, decode, fail
+from dgr_forge.core.tominput import Checker, NonEmpty, Record, Version1, about, decode, fail
 
 SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
@@ -153,23 +154,35 @@ Speed = Annotated[
 ]
 
 
-class Speeds(Shape):
+class Speeds(Record, frozen=True, kw_only=True):
     """A speed gate: the average tokens per second a run must reach."""
 
-    prompt: Annotated[Speed, about("prompt processing")] | None = None
-    gen: Annotated[Speed, about("generation")] | None = None
+    prompt: Annotated[Speed, about("prompt processing")] | UnsetType = UNSET
+    gen: Annotated[Speed, about("generation")] | UnsetType = UNSET
 
 
-class Thresholds(msgspec.Struct, frozen=True):
-    """A step's gate as judged: `max_failed`, `min_avg_ts`'s two speeds, or `max_rel_diff`."""
+class Gate(Record, frozen=True, kw_only=True):
+    """A step's gate: `max_failed`, `min_avg_ts` or `max_rel_diff` (only the keys it has)."""
 
-    max_failed: int | None = None
-    min_prompt_ts: float | None = None
-    min_gen_ts: float | None = None
-    max_rel_diff: float | None = None
+    max_failed: (
+        Annotated[
+            int, about("the gate of a counting parser: failures allowed", ge=0, le=MAX_FAILED)
+        ]
+        | UnsetType
+    ) = UNSET
+    min_avg_ts: (
+        Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | UnsetType
+    ) = UNSET
+    max_rel_diff: (
+        Annotated[
+            float,
+            about("the gate of `parity`: the most relative difference", ge=0, le=MAX_REL_DIFF),
+        ]
+        | UnsetType
+    ) = UNSET
 
 
-class Step(Shape):
+class Step(Gate, frozen=True, kw_only=True):
     """One program run and its gate."""
 
     name: Annotated[NonEmpty, about("the step's name, `[a-z0-9_-]`, unique")]
@@ -178,24 +191,10 @@ class Step(Shape):
     args: Annotated[
         Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
     ] = ()
-    max_failed: (
-        Annotated[
-            int, about("the gate of a counting parser: failures allowed", ge=0, le=MAX_FAILED)
-        ]
-        | None
-    ) = None
-    min_avg_ts: Annotated[Speeds, about("the gate of `llama-bench`", fix=SPEEDS_FIX)] | None = None
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
     text: Annotated[str, about("a file of the forge root the step reads (`{text}`)")] | None = None
     reference: (
         Annotated[Literal["pin"], about("what a `parity` step compares with: the pin's build")]
-        | None
-    ) = None
-    max_rel_diff: (
-        Annotated[
-            float,
-            about("the gate of `parity`: the most relative difference", ge=0, le=MAX_REL_DIFF),
-        ]
         | None
     ) = None
     by_model: (
@@ -209,22 +208,13 @@ class Step(Shape):
         | None
     ) = None
 
-    @property
-    def thresholds(self) -> Thresholds:
-        return self.gate(None)
-
-    def gate(self, model: str | None) -> Thresholds:
-        """The thresholds for a run with `model` (its own `by_model` speeds, else the step's)."""
+    def gate(self, model: str | None) -> Gate:
+        """The gate of a run with `model` (its own `by_model` speeds, else the step's)."""
         speeds = (self.by_model or {}).get(model or "", self.min_avg_ts)
-        return Thresholds(
-            max_failed=self.max_failed,
-            min_prompt_ts=speeds.prompt if speeds else None,
-            min_gen_ts=speeds.gen if speeds else None,
-            max_rel_diff=self.max_rel_diff,
-        )
+        return Gate(max_failed=self.max_failed, min_avg_ts=speeds, max_rel_diff=self.max_rel_diff)
 
 
-class Suite(Shape):
+class Suite(Record, frozen=True):
     """`[certify]`: the lane's certification suite."""
 
     targets: Annotated[

@@ -487,7 +487,6 @@ def recorded_surface(forge: Forge) -> Recorded:
         if facts is None:
             continue
         known = True
-        for x in facts.symbols:
-            sym = SurfaceSymbol(x.name, x.header, x.symbol, x.library)
+        for sym in facts.symbols:
             found.setdefault((sym.name, sym.header), sym)
     return Recorded(tuple(found[k] for k in sorted(found)) if known else None)

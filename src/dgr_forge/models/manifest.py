@@ -143,9 +143,6 @@ class ModelManifest(Record, frozen=True):
         return sum(f.size for f in self.files)
 
 
-SHAPE = ModelManifest
-
-
 def name_problem(name: str) -> str | None:
     """What is wrong with a model's name (`[model] name`, `artifacts manifest --name`)."""
     return None if NAME.fullmatch(name) and ".." not in name else f"{name!r} is not a plain name"

@@ -171,9 +171,6 @@ class UpstreamManifest(Record, frozen=True):
         return hashlib.sha256(lines.encode()).hexdigest()
 
 
-SHAPE = UpstreamManifest  # docs/json-schema/toml/ is generated from it
-
-
 def _object_id(shown: str, value: str | None, key: str) -> None:
     if value is None or HEX40.fullmatch(value):
         return

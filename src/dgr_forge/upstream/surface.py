@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from msgspec import Struct
+from msgspec import UNSET, Struct, UnsetType, field
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.structs import d
@@ -56,18 +56,23 @@ _SCOPE_KINDS = ("namespace", "struct", "class", "union")
 
 
 class SurfaceSymbol(Struct, frozen=True):
-    name: str  # C: the symbol; C++: the demangled qualified name (no parameters)
-    header: str  # its declaring header, by its path in the upstream tree
-    symbol: str  # the linker's name (mangled for C++)
-    library: str  # the upstream library (or object) that defines it
+    """an upstream symbol the worker imports"""
+
+    name: Annotated[str, d("the symbol (C++: the qualified name)")]
+    header: Annotated[str, d("its declaring header, in the upstream tree")]
+    symbol: Annotated[str, d("the linker's name")] = ""
+    library: Annotated[str, d("the upstream library that defines it")] = ""
 
 
 class Surface(Struct, frozen=True):
-    """What a worker build used of upstream: the headers its objects read, its imports."""
+    """What the worker used of upstream, as a build found it and its report records it
+    (`attest.provenance.surface_byproduct`)."""
 
-    headers: tuple[str, ...]
-    symbols: tuple[SurfaceSymbol, ...]
-    symbols_checked: bool = True  # False: not ELF objects (Mach-O, PE): includes only
+    headers: Annotated[tuple[str, ...], d("the boundary headers its objects read")]
+    symbols: Annotated[tuple[SurfaceSymbol, ...], d("the upstream symbols it imports")]
+    symbols_checked: Annotated[
+        bool | UnsetType, d("false: not ELF objects, only the headers were read")
+    ] = field(default=UNSET, name="symbolsChecked")
 
 
 class SurfaceChange(Struct, frozen=True):
