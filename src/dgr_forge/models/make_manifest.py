@@ -18,9 +18,8 @@ from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.models import gguf_split, mapping
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
-from dgr_forge.models.gguf_split import Header
 from dgr_forge.models.hashing import hash_many
 from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.manifest import ModelFile
@@ -84,28 +83,6 @@ def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
         total_size=sum(f.size for f in built.files),
         block_count=built.layer_map.block_count if built.layer_map else None,
     )
-
-
-def with_map(
-    files: list[ModelFile], headers: dict[str, Header | str], shown: str, out: Reporter
-) -> tuple[LayerMap | None, list[ModelFile]]:
-    """The files with the layer map from their headers; a model the map cannot describe
-    (no `<arch>.block_count`, several models) is said and left without one; headers that
-    contradict each other (a hostile or foreign part) are exit 2 naming the files."""
-    if not mapping.gguf_files(files):
-        return None, files  # not a GGUF model: nothing to map
-    try:
-        return mapping.build(files, headers)
-    except mapping.Unmappable as err:
-        out.warn(f"{shown}: no layer map: {err}")
-        return None, files
-    except mapping.MapError as err:
-        raise BadInput(
-            f"{shown}: the split headers cannot make a layer map: {err}",
-            hint="re-split the model (llama-gguf-split) from one checkpoint; every part's "
-            "tensors must be blk.N.* below block_count or a named group",
-            details={"split_problems": err.problems},
-        ) from None
 
 
 def build_manifest(
@@ -180,7 +157,7 @@ def build_manifest(
             hint="re-split the model (llama-gguf-split) so every part's header matches its name",
             details={"dir": str(directory), "split_problems": split_problems},
         )
-    layer_map, files = with_map(files, headers, str(directory), out)
+    layer_map, files = gguf_split.with_map(files, headers, str(directory), out)
     text = models.dumps(name, files, source_revision, layer_map)
     models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
     return BuiltManifest(name=name, files=files, text=text, layer_map=layer_map)

@@ -36,14 +36,14 @@ from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask
-from dgr_forge.models import gguf_split, mapping
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
 from dgr_forge.models.http import http_session
-from dgr_forge.models.make_manifest import save, with_map
+from dgr_forge.models.make_manifest import save
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.sources import (
     check_file_sources,
@@ -234,7 +234,7 @@ def _from_dest(
             "the headers over HTTP",
             details={"dest": str(dest)},
         )
-    ggufs = mapping.gguf_files(m.files)
+    ggufs = gguf_split.gguf_files(m.files)
     bad: list[str] = []
     for f in ggufs:
         try:
@@ -275,7 +275,7 @@ def _from_urls(
     headers: dict[str, Header | str] = {}
     read: dict[str, int] = {}
     requests = 0
-    for f in mapping.gguf_files(m.files):
+    for f in gguf_split.gguf_files(m.files):
         url = source_url(f, mirror)
         try:
             if urlsplit(url).scheme == "file":
@@ -317,7 +317,7 @@ def map_manifest(
         headers, read = _from_dest(m, dest, out, jobs)
     else:
         headers, read, requests = _from_urls(m, mirror, out)
-    layer_map, files = with_map(list(m.files), headers, m.shown, out)
+    layer_map, files = gguf_split.with_map(list(m.files), headers, m.shown, out)
     if layer_map is None:
         raise BadInput(
             f"{m.shown}: no layer map can be made for this model",
@@ -330,7 +330,7 @@ def map_manifest(
     state = "unchanged" if save(m.path, text) == "unchanged" else "updated"
     out.info(
         f"{m.shown}: layer map {state}: {layer_map.arch}, {layer_map.block_count} layers in "
-        f"{len(mapping.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"
+        f"{len(gguf_split.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"
     )
     return ArtifactsMap(
         model=m.name,

@@ -18,7 +18,7 @@ from typing import Annotated, TypeVar
 from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
-from dgr_forge.models import layermap, mapping, subset
+from dgr_forge.models import gguf_split, layermap, subset
 from dgr_forge.models.dest import (
     DestDir,
     check_destination,
@@ -198,7 +198,7 @@ def provision(
             if o.status == "failed":
                 out.error(o.error or f"{o.name}: failed")
         ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
-        split_problems = mapping.header_problems(target, ok_files, m.layer_map)
+        split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
         for name, problems in split_problems.items():
             for problem in problems:
                 out.error(f"{name}: {problem}")

@@ -24,8 +24,8 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
+from dgr_forge.models import gguf_split, subset
 from dgr_forge.models import manifest as models
-from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
@@ -137,7 +137,7 @@ def verify(
         else:
             cache.record(f.name, path.lstat(), sha)
             matched.append(f)
-    for name, extra in mapping.header_problems(target, matched, m.layer_map).items():
+    for name, extra in gguf_split.header_problems(target, matched, m.layer_map).items():
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
