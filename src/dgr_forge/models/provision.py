@@ -8,12 +8,10 @@ files that arrived are checked last.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
@@ -27,13 +25,10 @@ from dgr_forge.models.dest import (
     missing_bytes,
 )
 from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
-from dgr_forge.models.hashing import Progress, VerifiedCache, human
+from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
 from dgr_forge.models.subset import Layers, Provisioned, Selection
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 class ArtifactsProvision(Form, kw_only=True):
@@ -95,53 +90,6 @@ def _result(
         dry_run=dry_run,
         provisioned=record,
     )
-
-
-def in_daemon_threads(
-    fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
-) -> list[_R]:
-    """fn over items, `jobs` at a time, in daemon threads.
-
-    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
-    worker blocked in recv() until its read timeout. Daemon workers just end with the
-    process; a NAME.part they were appending to is always a prefix of the file, which the
-    next run hashes and resumes from.
-    """
-    pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
-    for i, item in enumerate(items):
-        pending.put((i, item))
-    results: dict[int, _R] = {}
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        while not stop.is_set():
-            try:
-                i, item = pending.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                results[i] = fn(item)
-            except BaseException as err:
-                errors.append(err)
-                stop.set()
-                return
-
-    threads = [
-        threading.Thread(target=worker, name=f"dgr-artifacts-{n}", daemon=True)
-        for n in range(max(1, min(jobs, len(items))))
-    ]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # a timed join lets Ctrl-C through
-    except BaseException:
-        stop.set()
-        raise
-    if errors:
-        raise errors[0]
-    return [results[i] for i in range(len(items))]
 
 
 def _what(m: ModelManifest, files: tuple[ModelFile, ...], sel: Selection | None) -> str:
