@@ -124,8 +124,25 @@ def provision(
     check_file_sources(chosen, mirror, m.shown)
     target = check_destination(dest)
     what = _what(m, chosen, selection)
-    if dry_run:
-        return _dry_run(m, target, chosen, selection, what, out, started)
+    if dry_run:  # which files, how many bytes against the whole model: nothing created or locked
+        need = missing_bytes(target, chosen) if target.is_dir() else sum(f.size for f in chosen)
+        out.table(
+            f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
+            ["file", "size", "layers", "tensors"],
+            [
+                [
+                    f.name,
+                    human(f.size),
+                    layermap.format_ranges(f.ranges or ()) or "-",
+                    ",".join(f.tensors or ()) or "-",
+                ]
+                for f in chosen
+            ],
+        )
+        planned = [
+            FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
+        ]
+        return _result(m, target, planned, started, selection, need, dry_run=True)
     need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -191,34 +208,3 @@ def _record(
     subset.write_record(held.fd, new)
     held.fsync()
     return new
-
-
-def _dry_run(
-    m: ModelManifest,
-    target: Path,
-    chosen: tuple[ModelFile, ...],
-    sel: Selection | None,
-    what: str,
-    out: Reporter,
-    started: float,
-) -> ArtifactsProvision:
-    """Which files, how many bytes against the whole model: nothing created or locked."""
-    exists = target.is_dir()
-    need = missing_bytes(target, chosen) if exists else sum(f.size for f in chosen)
-    out.table(
-        f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
-        ["file", "size", "layers", "tensors"],
-        [
-            [
-                f.name,
-                human(f.size),
-                layermap.format_ranges(f.ranges or ()) or "-",
-                ",".join(f.tensors or ()) or "-",
-            ]
-            for f in chosen
-        ],
-    )
-    files = [
-        FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
-    ]
-    return _result(m, target, files, started, sel, need, dry_run=True)

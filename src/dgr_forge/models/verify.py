@@ -64,12 +64,6 @@ class ArtifactsVerify(Form, kw_only=True):
     provisioned: Provisioned | None
 
 
-def _status(problems: list[str]) -> str:
-    if not problems:
-        return "ok"
-    return "missing" if problems[0].startswith("missing") else "bad"
-
-
 def _record(target: Path, model: str) -> Provisioned | None:
     try:
         fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -142,17 +136,11 @@ def verify(
     if os.access(target, os.W_OK):
         cache.save()
     cache.close()
-    checks = [
-        FileCheck(
-            f.name,
-            f.size,
-            not problems[f.name],
-            problems[f.name],
-            shas.get(target / f.name),
-            _status(problems[f.name]),
-        )
-        for f in files
-    ]
+    checks = []
+    for f in files:
+        p = problems[f.name]
+        status = ("missing" if p[0].startswith("missing") else "bad") if p else "ok"
+        checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
     good = {c.name for c in checks if c.ok}
     serves = subset.serves(m, good) if m.layer_map is not None else None
     result = ArtifactsVerify(
