@@ -35,11 +35,12 @@ from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
-from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
 from dgr_forge.models.sources import (
+    HEADER_PHASE,
     OutsideRoots,
     file_source_path,
+    http_session,
     open_file_source,
     outside_roots,
 )

@@ -42,7 +42,6 @@ from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
-from dgr_forge.models.http import http_session
 from dgr_forge.models.make_manifest import save
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.sources import (
@@ -50,6 +49,7 @@ from dgr_forge.models.sources import (
     check_mirror,
     file_roots,
     file_source_path,
+    http_session,
     open_file_source,
     source_url,
 )
