@@ -244,8 +244,7 @@ class Downloader:
     def _download(self, state: _Stream) -> str:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
         f, url, shown, part = state.f, state.url, state.shown, state.part
-        # created 0600: nobody else reads it
-        fd = state.fd = self.dest.open_part(part, self.out)
+        fd = state.fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
             have = os.fstat(fd).st_size
             if have > f.size:
