@@ -65,7 +65,7 @@ class RetryPolicy:
     # so a server trickling a byte at a time cannot hold a run forever
     min_rate: float = 1024.0
     stall_s: float = 60.0
-    # a split's header read by HTTP Range requests (`map_headers`): at most this many requests
+    # a split's header read by HTTP Range requests (`artifacts map`): at most this many requests
     # and this many seconds in all, so a server answering a byte per 206 cannot hold a
     # run for weeks (a real header takes a few dozen requests, in seconds)
     range_requests: int = 1024

@@ -3,7 +3,7 @@
 --mirror directory or DGR_ARTIFACTS_FILE_ROOTS), each opened with no link followed; over
 HTTP, a requests session whose every response must finish its header phase within a
 deadline (`_HeaderDeadline`), after at most `MAX_INTERIM` interim responses.
-Shared by provisioning (`download`, `provision`) and `artifacts map` (`map_headers`).
+Shared by provisioning (`download`, `provision`) and `artifacts map` (`make_manifest`).
 """
 
 from __future__ import annotations
