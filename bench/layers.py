@@ -30,8 +30,7 @@ from pathlib import Path
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import layermap, subset
 from dgr_forge.models import manifest as models
-from dgr_forge.models.make_manifest import build_manifest
-from dgr_forge.models.map_headers import map_manifest
+from dgr_forge.models.make_manifest import build_manifest, map_manifest
 from dgr_forge.models.provision import provision
 from tests.support.server import FaultyServer, write_layered_gguf
 

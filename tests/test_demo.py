@@ -167,18 +167,20 @@ def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
     demo_tour: DemoTour,
 ) -> None:
     from dgr_forge.core.errors import ExitCode, OperationFailed
-    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.generate import Demo
     from dgr_forge.demo.tour import Step, _run
 
     root = demo_tour.fresh()
     data = demo_tour.result.json
-    demo = DemoRoot(
-        root,
-        root / "upstream",
-        data["pin"],
-        data["onto"],
-        Path(data["key"]),
-        tuple(data["patches"]),
+    demo = Demo(
+        root=root,
+        upstream=root / "upstream",
+        pin=data["pin"],
+        onto=data["onto"],
+        patches=data["patches"],
+        key=Path(data["key"]),
+        public_key=Path(data["public_key"]),
+        steps=[],
     )
     with pytest.raises(OperationFailed) as info:
         _run(demo, Step("patch", ["patch", "--no-such-flag"]))
@@ -285,13 +287,23 @@ def test_the_model_source_is_allowed_for_certify_alone_whatever_dirs_name(
 ) -> None:
     """DGR_ARTIFACTS_FILE_ROOTS is a path list: a DIR with `:` in its name must not split
     into other roots; the allowance is the certify step's alone."""
-    from dgr_forge.demo.generate import DemoRoot
+    from dgr_forge.demo.generate import Demo
     from dgr_forge.demo.tour import steps
     from dgr_forge.models.sources import FILE_ROOTS_ENV, file_roots
 
     root = tmp_path / "a:b"
     (root / "model-source").mkdir(parents=True)
-    demo = DemoRoot(root, root / "upstream", "0" * 40, "1" * 40, root / "k.pem", ())
+    key = root / "k.pem"
+    demo = Demo(
+        root=root,
+        upstream=root / "upstream",
+        pin="0" * 40,
+        onto="1" * 40,
+        patches=[],
+        key=key,
+        public_key=key.with_name("k.pem.pub"),
+        steps=[],
+    )
     envs = {s.name: s.env for s, _ in steps(demo)}
     assert [n for n, env in envs.items() if env] == ["certify"]
     monkeypatch.chdir(root)  # the step's working directory: DIR

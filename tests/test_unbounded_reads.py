@@ -98,7 +98,7 @@ TREE_READERS = {
     "lanes/check.py",
     "lanes/inputs.py",
     "upstream/build_number.py",
-    "models/map_headers.py",
+    "models/make_manifest.py",
 }
 
 

@@ -171,7 +171,7 @@ def test_map_reads_a_file_source_header_only_through_a_checked_descriptor(
     for p in sorted(elsewhere.iterdir()):
         (allowed / p.name).symlink_to(p)
     m = plain_manifest(tmp_path, elsewhere, allowed.as_uri())
-    monkeypatch.setattr("dgr_forge.models.map_headers.check_file_sources", lambda *a: None)
+    monkeypatch.setattr("dgr_forge.models.make_manifest.check_file_sources", lambda *a: None)
     monkeypatch.setenv("DGR_ARTIFACTS_FILE_ROOTS", str(allowed))
     res = run_forge("--json", "artifacts", "map", str(m), subprocess=False)
     assert res.code != 0, res

@@ -19,9 +19,8 @@ from dgr_forge.cli.options import (
 from dgr_forge.core.errors import BadInput, ForgeError
 
 if TYPE_CHECKING:
-    from dgr_forge.models.make_manifest import ArtifactsManifest
+    from dgr_forge.models.make_manifest import ArtifactsManifest, ArtifactsMap
     from dgr_forge.models.manifest import ModelManifest
-    from dgr_forge.models.map_headers import ArtifactsMap
     from dgr_forge.models.provision import ArtifactsProvision
     from dgr_forge.models.subset import Selection
     from dgr_forge.models.verify import ArtifactsVerify
@@ -193,7 +192,7 @@ def map_layers(
 
     From the files in DEST, or without --dest by HTTP Range requests for the header bytes
     only."""
-    from dgr_forge.models.map_headers import map_manifest
+    from dgr_forge.models.make_manifest import map_manifest
 
     m = _load(env, manifest)
     return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)

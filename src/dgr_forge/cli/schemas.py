@@ -32,7 +32,7 @@ from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
 from dgr_forge.host import toolkit
 from dgr_forge.lanes import build, check, plan, presets, status
-from dgr_forge.models import make_manifest, map_headers, provision, verify
+from dgr_forge.models import make_manifest, provision, verify
 from dgr_forge.upstream import export, fetch, local_replay, patches
 from dgr_forge.upstream.rebase import bump, state
 
@@ -77,7 +77,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("ci matrix", (render.CiMatrix,)),
     Command("ci render", (render.CiRender, render.CiRenderOut, render.CiRenderCheck)),
     Command("artifacts manifest", (make_manifest.ArtifactsManifest,)),
-    Command("artifacts map", (map_headers.ArtifactsMap,)),
+    Command("artifacts map", (make_manifest.ArtifactsMap,)),
     Command("artifacts provision", (provision.ArtifactsProvision,)),
     Command("artifacts verify", (verify.ArtifactsVerify,)),
     Command("presets", (presets.Presets,)),

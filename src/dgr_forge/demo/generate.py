@@ -12,13 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
+
+from msgspec import Struct
 
 from dgr_forge.core import gitutil, product
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import COMMIT, Form, d
 from dgr_forge.demo import sources
 from dgr_forge.models.make_manifest import build_manifest
 from dgr_forge.upstream.export import ExportedPatch, compute_series
@@ -29,18 +32,38 @@ from dgr_forge.upstream.series_journal import scratch_dir
 PRODUCT = ("cmake", "toolchains", "recipes/cpu.toml", "recipes/parity.txt")
 
 
-@dataclass(frozen=True)
-class DemoRoot:
-    root: Path
-    upstream: Path
-    pin: str
-    newer: str  # the upstream's branch head: what the tour rebases onto
-    key: Path
-    patches: tuple[str, ...]
+class DemoStep(Struct, kw_only=True):
+    """a step"""
 
-    @property
-    def public_key(self) -> Path:
-        return self.key.with_name(self.key.name + ".pub")
+    step: Annotated[
+        str,
+        d(
+            "`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`, `certify`, "
+            "`lanes --advertised`"
+        ),
+    ]
+    command: Annotated[list[str], d("the argv, from `dgr-forge`")]
+    exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
+    proved: Annotated[str, d("one line")]
+
+
+class Demo(Form, kw_only=True):
+    """`demo`'s result (its `--json` object)."""
+
+    title = "demo DIR"
+    note = (
+        "a step that does not end as expected is exit 1 with `step` and `step_exit_code`; a "
+        "non-empty DIR is exit 2"
+    )
+
+    root: Annotated[Path, d("DIR: the demo forge root")]
+    upstream: Annotated[Path, d("the demo upstream's directory")]
+    pin: Annotated[str, COMMIT]
+    onto: Annotated[str, d("the newer upstream commit the dry run replays onto")]
+    patches: Annotated[list[str], d("file names")]
+    key: Annotated[Path, d("the demo key")]
+    public_key: Annotated[Path, d("its public key")]
+    steps: Annotated[list[DemoStep], d("per step")]
 
 
 def check_target(raw: str) -> Path:
@@ -178,7 +201,7 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
     return exported
 
 
-def generate(root: Path) -> DemoRoot:
+def generate(root: Path) -> Demo:
     """Fill the (checked, empty) `root` with the demo; the forge root is a git repository
     with one commit, as a team's would be."""
     from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
@@ -213,17 +236,20 @@ def generate(root: Path) -> DemoRoot:
     key = root / sources.KEYS_DIR / sources.KEY_FILE
     keys.generate(key)
     # the demo key signs the certification and is trusted for it: `lanes --advertised`
-    write_new(root, sources.TRUSTED_KEY, key.with_name(key.name + ".pub").read_text())
+    public_key = key.with_name(key.name + ".pub")
+    write_new(root, sources.TRUSTED_KEY, public_key.read_text())
     gitutil.git(root, "init", "-q", "-b", "main")
     gitutil.git(root, "add", "-A")
     when = sources.date(0)
     env = {**sources.ROOT_IDENTITY, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
     gitutil.git(root, "commit", "-q", "--no-verify", "-m", "a dgr-forge demo root", env=env)
-    return DemoRoot(
+    return Demo(
         root=root,
         upstream=upstream,
         pin=pin,
-        newer=commits[-1],
+        onto=commits[-1],
+        patches=[s.file for s in series],
         key=key,
-        patches=tuple(s.file for s in series),
+        public_key=public_key,
+        steps=[],
     )

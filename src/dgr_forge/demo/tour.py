@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
 
 import msgspec
 from msgspec import Struct
@@ -19,29 +18,13 @@ from msgspec import Struct
 from dgr_forge.core import proc
 from dgr_forge.core.errors import ExitCode, OperationFailed
 from dgr_forge.core.output import Reporter
-from dgr_forge.core.structs import d
 from dgr_forge.demo import sources
-from dgr_forge.demo.generate import DemoRoot
+from dgr_forge.demo.generate import Demo, DemoStep
 from dgr_forge.models.sources import FILE_ROOTS_ENV
 
 # what a child inherits of the caller's DGR_* settings: none that would point it elsewhere
 # (DGR_ROOT, DGR_MIRROR, DGR_SIGNING_KEY, DGR_FAULT ...); these only change how it reports
 KEEP_ENV = ("DGR_DEBUG", "DGR_LOCK_TIMEOUT")
-
-
-class DemoStep(Struct, kw_only=True):
-    """a step"""
-
-    step: Annotated[
-        str,
-        d(
-            "`fetch`, `patch`, `build`, `report verify`, `rebase --dry-run`, `certify`, "
-            "`lanes --advertised`"
-        ),
-    ]
-    command: Annotated[list[str], d("the argv, from `dgr-forge`")]
-    exit_code: Annotated[int | None, d("its exit code (null: it did not run)")]
-    proved: Annotated[str, d("one line")]
 
 
 class Step(Struct):
@@ -56,7 +39,7 @@ def _short(commit: object) -> str:
     return str(commit or "?")[:12]
 
 
-def _rel(demo: DemoRoot, path: object) -> str:
+def _rel(demo: Demo, path: object) -> str:
     p = Path(str(path))
     return str(p.relative_to(demo.root)) if p.is_relative_to(demo.root) else str(p)
 
@@ -69,7 +52,7 @@ class _Said(Struct):
 
     error: str | None = None
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         raise NotImplementedError
 
 
@@ -78,7 +61,7 @@ class _Fetched(_Said):
     tree: str | None = None
     method: str | None = None
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         return (
             f"the upstream is at exactly the pinned commit {_short(self.commit)}, its tree "
             f"{_short(self.tree)} verified before checkout ({self.method})"
@@ -89,7 +72,7 @@ class _Patched(_Said):
     patches: list[str] = []
     result_tree: str | None = None
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         return (
             f"{len(self.patches)} patches applied in order, one commit each, every sha256 "
             f"checked; the result tree {_short(self.result_tree)} is the one the manifest pins"
@@ -112,7 +95,7 @@ class _Built(_Said):
     def lane(self) -> _Lane:
         return (self.lanes or [_Lane()])[0]
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         return (
             f"the worker was configured and built (CMake + Ninja) against the patched tree; "
             f"{len(self.lane.artifacts)} artifact(s) hashed into the signed report "
@@ -120,7 +103,7 @@ class _Built(_Said):
         )
 
 
-def _worker_says(demo: DemoRoot, lane: _Lane) -> str:
+def _worker_says(demo: Demo, lane: _Lane) -> str:
     for art in lane.artifacts:
         path = Path(art.path)
         if path.name == "shard-worker" and path.is_file():
@@ -138,7 +121,7 @@ class _Verified(_Said):
     artifacts: list[_Artifact] = []
     key: _Key | None = None
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         keyid = self.key.keyid if self.key else None
         return (
             f"the report's DSSE signature verifies with the demo key {_short(keyid)} "
@@ -163,7 +146,7 @@ class _Canary(_Said):
     patches: list[_Row] = []
     new_commit: str | None = None
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         parts = []
         for row in self.patches:
             first = row.upstream_commits[:1]
@@ -207,7 +190,7 @@ class _Certified(_Said):
     certification: str | None = None
     steps: list[_CertStep] = []
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         parts = []
         for f in (s.figures or _Figures() for s in self.steps):
             if f.parser == "test-backend-ops":
@@ -226,7 +209,7 @@ class _Certified(_Said):
 class _Advertised(_Said):
     entries: list[_Entry] = []
 
-    def proved(self, demo: DemoRoot) -> str:
+    def proved(self, demo: Demo) -> str:
         shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in self.entries]
         return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
 
@@ -238,7 +221,7 @@ def _decode(raw: str, reads: type[_Said]) -> _Said:
         return reads()
 
 
-def _run(demo: DemoRoot, step: Step, reads: type[_Said] = _Said) -> _Said:
+def _run(demo: Demo, step: Step, reads: type[_Said] = _Said) -> _Said:
     # -P: nothing is imported from DIR, the child's working directory
     cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
     cmd += step.args
@@ -258,7 +241,7 @@ def _run(demo: DemoRoot, step: Step, reads: type[_Said] = _Said) -> _Said:
     return _decode(done.stdout, reads)
 
 
-def steps(demo: DemoRoot) -> list[tuple[Step, type[_Said]]]:
+def steps(demo: Demo) -> list[tuple[Step, type[_Said]]]:
     key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
     return [
         (Step("fetch", ["fetch"]), _Fetched),
@@ -290,7 +273,7 @@ def steps(demo: DemoRoot) -> list[tuple[Step, type[_Said]]]:
     ]
 
 
-def run_tour(demo: DemoRoot, out: Reporter) -> list[DemoStep]:
+def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
     """Run every step; each prints one line on what it proved. Raises on the first that
     does not end as expected."""
     done: list[DemoStep] = []

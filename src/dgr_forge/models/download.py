@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 from urllib.parse import urlsplit
@@ -35,11 +35,12 @@ from dgr_forge.core.urls import mask, mask_text
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
-from dgr_forge.models.http import HEADER_PHASE, http_session
 from dgr_forge.models.manifest import ModelFile
 from dgr_forge.models.sources import (
+    HEADER_PHASE,
     OutsideRoots,
     file_source_path,
+    http_session,
     open_file_source,
     outside_roots,
 )
@@ -64,7 +65,7 @@ class RetryPolicy:
     # so a server trickling a byte at a time cannot hold a run forever
     min_rate: float = 1024.0
     stall_s: float = 60.0
-    # a split's header read by HTTP Range requests (`map_headers`): at most this many requests
+    # a split's header read by HTTP Range requests (`artifacts map`): at most this many requests
     # and this many seconds in all, so a server answering a byte per 206 cannot hold a
     # run for weeks (a real header takes a few dozen requests, in seconds)
     range_requests: int = 1024
@@ -146,10 +147,11 @@ class _Stream:
     f: ModelFile
     url: str
     shown: str  # the URL as messages show it: credentials masked
-    have: int
-    h: _Hash
+    part: str  # NAME.part
     outcome: FileOutcome
     tick: TickFn
+    have: int = 0
+    h: _Hash = field(default_factory=hashlib.sha256)
     fd: int = -1
     said_restart: bool = False
     again: bool = False  # the last response made us start over; not a failure
@@ -169,10 +171,11 @@ class Downloader:
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
-        tick = self.progress.add(f.name, f.size)
         part = f.name + models.PART_SUFFIX
         try:
-            self._provision(f, url, outcome, tick)
+            self._provision(
+                _Stream(f, url, mask(url), part, outcome, self.progress.add(f.name, f.size))
+            )
         except OperationFailed as err:
             outcome.status = "failed"
             outcome.error = str(err)  # with its `fix:` line, as every failure is printed
@@ -193,8 +196,8 @@ class Downloader:
                 )
         return outcome
 
-    def _provision(self, f: ModelFile, url: str, outcome: FileOutcome, tick: TickFn) -> None:
-        part = f.name + models.PART_SUFFIX
+    def _provision(self, state: _Stream) -> None:
+        f, part, outcome = state.f, state.part, state.outcome
         fd = self.dest.open_final(f.name)
         if fd is not None:
             try:
@@ -206,7 +209,7 @@ class Downloader:
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
                         self.dest.unlink(part)  # left by an older run; the file is done
-                        tick(f.size, f"{f.name} (present)")
+                        state.tick(f.size, f"{f.name} (present)")
                         outcome.status = "present"
                         return
                     self.out.warn(
@@ -221,13 +224,12 @@ class Downloader:
             finally:
                 os.close(fd)
             self.cache.forget(f.name)
-        shown = mask(url)
-        sha = self._download(f, url, shown, part, outcome, tick)
+        sha = self._download(state)
         if sha != f.sha256:
             self.dest.unlink(part)
             raise OperationFailed(
                 f"{f.name}: sha256 mismatch after download: expected {f.sha256}, got {sha} "
-                f"(from {shown}); the partial file was removed",
+                f"(from {state.shown}); the partial file was removed",
                 hint="re-run to download again; if it repeats, the manifest or the server is wrong",
             )
         fault.point("provision.verified", f.name)
@@ -239,24 +241,21 @@ class Downloader:
             self.cache.record(f.name, after, sha)
         outcome.status = "downloaded"
 
-    def _download(
-        self, f: ModelFile, url: str, shown: str, part: str, outcome: FileOutcome, tick: TickFn
-    ) -> str:
+    def _download(self, state: _Stream) -> str:
         """Fill `part` to exactly f.size bytes; return its sha256 (hashed while streaming)."""
-        fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
+        f, url, shown, part = state.f, state.url, state.shown, state.part
+        fd = state.fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            h = hashlib.sha256()
             have = os.fstat(fd).st_size
             if have > f.size:
                 self.out.warn(f"{part} is larger than the manifest's size; starting over")
                 os.ftruncate(fd, 0)
                 have = 0
             if have:
-                hash_fd(fd, h, stop=self.stop)  # the descriptor we append to, not the path
-                outcome.resumed_from = have
-                tick(have, None)
+                hash_fd(fd, state.h, stop=self.stop)  # the descriptor we append to, not the path
+                state.outcome.resumed_from = state.have = have
+                state.tick(have, None)
                 self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
-            state = _Stream(f, url, shown, have, h, outcome, tick, fd)
             failures = 0
             while state.have < f.size:
                 before = state.have
@@ -293,7 +292,7 @@ class Downloader:
                                 " the kept bytes"
                             ),
                         ) from None
-                    outcome.retries += 1
+                    state.outcome.retries += 1
                     delay = self.policy.delay(failures)
                     self.out.warn(
                         f"{f.name}: {_brief(err)}; retry in {delay:.2f}s from byte {state.have}"
@@ -352,45 +351,44 @@ class Downloader:
             http_session(self.policy.read_timeout) as session,
             session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
         ):
-            self._read_response(state, r)
-
-    def _read_response(self, state: _Stream, r: requests.Response) -> None:
-        code = r.status_code
-        if code == 206:
-            start, _, total = content_range(r.headers.get("Content-Range", ""))
-            self._same_size(state, total)
-            if start != state.have:
-                self._restart(state, f"the server answered a different range ({start})")
-                return
-        elif code == 200:
-            length = r.headers.get("Content-Length")
-            self._same_size(state, int(length) if length is not None and length.isdigit() else None)
-            if state.have:
-                self._restart(state, "the server ignored the Range request (HTTP 200)")
-                state.again = False  # this response is the whole file: keep reading it
-        elif code == 416:
-            self._same_size(state, content_range(r.headers.get("Content-Range", ""))[2])
-            if not state.have:
-                raise OperationFailed(
-                    f"{state.f.name}: HTTP 416 for a request without a range ({state.shown})",
-                    hint="check the url in the manifest (or --mirror)",
+            code = r.status_code
+            if code == 206:
+                start, _, total = content_range(r.headers.get("Content-Range", ""))
+                self._same_size(state, total)
+                if start != state.have:
+                    self._restart(state, f"the server answered a different range ({start})")
+                    return
+            elif code == 200:
+                length = r.headers.get("Content-Length")
+                self._same_size(
+                    state, int(length) if length is not None and length.isdigit() else None
                 )
-            self._restart(state, "the server refused the range (HTTP 416)")
-            return
-        elif code >= 500 or code in (408, 429):
-            raise _Retry(f"HTTP {code} from {state.shown}")
-        else:
-            raise OperationFailed(
-                f"{state.f.name}: HTTP {code} from {state.shown}",
-                hint="check the url in the manifest (or --mirror) and access to the server",
-            )
-        # read1: whatever has arrived, so a dropped connection loses no received byte
-        # (iter_content would discard a partly filled chunk)
-        floor = RateFloor(self.policy)
-        while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
-            self._write(state, chunk)
-            if slow := floor.add(len(chunk)):
-                raise _TooSlow(slow)
+                if state.have:
+                    self._restart(state, "the server ignored the Range request (HTTP 200)")
+                    state.again = False  # this response is the whole file: keep reading it
+            elif code == 416:
+                self._same_size(state, content_range(r.headers.get("Content-Range", ""))[2])
+                if not state.have:
+                    raise OperationFailed(
+                        f"{state.f.name}: HTTP 416 for a request without a range ({state.shown})",
+                        hint="check the url in the manifest (or --mirror)",
+                    )
+                self._restart(state, "the server refused the range (HTTP 416)")
+                return
+            elif code >= 500 or code in (408, 429):
+                raise _Retry(f"HTTP {code} from {state.shown}")
+            else:
+                raise OperationFailed(
+                    f"{state.f.name}: HTTP {code} from {state.shown}",
+                    hint="check the url in the manifest (or --mirror) and access to the server",
+                )
+            # read1: whatever has arrived, so a dropped connection loses no received byte
+            # (iter_content would discard a partly filled chunk)
+            floor = RateFloor(self.policy)
+            while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
+                self._write(state, chunk)
+                if slow := floor.add(len(chunk)):
+                    raise _TooSlow(slow)
 
     def _copy_file(self, state: _Stream) -> None:
         src = file_source_path(state.url)
@@ -454,7 +452,7 @@ class Downloader:
         try:
             write_all(state.fd, chunk)
         except OSError as err:
-            err.filename = err.filename or str(self.dest / (state.f.name + models.PART_SUFFIX))
+            err.filename = err.filename or str(self.dest / state.part)
             raise
         state.h.update(chunk)
         state.have += len(chunk)

@@ -1,4 +1,4 @@
-"""Split consistency of a GGUF model, read from the headers by a bounded reader.
+"""A GGUF model's split headers: read by a bounded reader, checked, made the layer map.
 
 llama.cpp splits a model into `P-00001-of-0000N.gguf` ... and writes `split.no` (0-based),
 `split.count` and `split.tensors.count` into every part's KV header.
@@ -7,6 +7,10 @@ The reader checks every count and length against the bytes left in the file befo
 reads or skips anything, and keeps only integer KV values: a header claiming an array of
 10^12 items is refused at once instead of being materialized (the `gguf` package's reader
 builds Python lists of what the header claims, minutes and gigabytes for a 43-byte file).
+
+The layer map (`build`) is made from the headers of one model only after they agree with
+each other (`check_headers`), so a part of another model cannot slip into it; verify asks
+of each file it holds whether its header still says what the map says (`header_problems`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import msgspec
+
+from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import Reporter
+from dgr_forge.models import layermap
 from dgr_forge.models import manifest as models
+from dgr_forge.models.layermap import LayerMap, Ranges
 from dgr_forge.models.manifest import ModelFile
 
 GGUF_MAGIC = b"GGUF"
@@ -47,7 +57,8 @@ GGML_BLOCKS = {
     27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
     39: (32, 17), 40: (64, 36), 41: (128, 18),
 }  # fmt: skip
-KEPT_STRINGS = {"general.architecture"}  # the string values the layer map needs
+ARCH_KEY = "general.architecture"
+KEPT_STRINGS = {ARCH_KEY}  # the string values the layer map needs
 MAX_KEPT_STRING = 64
 
 
@@ -354,3 +365,166 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                             f"split.tensors.count says {declared}"
                         )
     return {k: v for k, v in problems.items() if v}
+
+
+# ----------------------------------------------------------------------------- the layer map
+
+
+class MapError(ValueError):
+    """The headers cannot make a layer map: per file, what is wrong."""
+
+    def __init__(self, problems: dict[str, list[str]]) -> None:
+        self.problems = problems
+        listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in problems.items())
+        super().__init__(listed[:2000])
+
+
+class Unmappable(MapError):
+    """Not a model the map can describe (no block_count, several models): not hostile."""
+
+
+def gguf_files(files: tuple[ModelFile, ...] | list[ModelFile]) -> list[ModelFile]:
+    return [f for f in files if f.name.endswith(".gguf")]
+
+
+def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile | None:
+    """The split that holds the model's KV metadata: part 1 (or the one .gguf file)."""
+    ggufs = gguf_files(files)
+    for f in ggufs:
+        s = models.split_name(f.name)
+        if s is not None and s.no == 1:
+            return f
+    return ggufs[0] if len(ggufs) == 1 else None
+
+
+def build(
+    files: tuple[ModelFile, ...] | list[ModelFile], headers: dict[str, Header | str]
+) -> tuple[LayerMap, list[ModelFile]]:
+    """The map and the files carrying their halves of it; MapError naming each bad file."""
+    ggufs = gguf_files(files)
+    if not ggufs:
+        raise Unmappable({"(manifest)": ["lists no .gguf file"]})
+    # a map is of one model: one split set, or one unsplit .gguf file
+    sets = {(s.prefix if s else f.name) for f in ggufs for s in [models.split_name(f.name)]}
+    if len(sets) > 1:
+        names = ", ".join(sorted(sets)[:5])
+        raise Unmappable(
+            {"(manifest)": [f"holds {len(sets)} GGUF models ({names}); a map is of one"]}
+        )
+    problems: dict[str, list[str]] = {}
+    for f in ggufs:
+        if f.name not in headers:
+            problems.setdefault(f.name, []).append("no header read (every part is needed)")
+    for name, found in check_headers(headers).items():
+        problems.setdefault(name, []).extend(found)
+    if problems:
+        raise MapError(problems)
+    meta = metadata_file(ggufs)
+    assert meta is not None  # one model, every part present
+    meta_header = headers[meta.name]
+    assert isinstance(meta_header, Header)
+    arch = meta_header.strings.get(ARCH_KEY)
+    if arch is None or layermap.check_group(arch) is not None:
+        raise Unmappable({meta.name: [f"no usable {ARCH_KEY} in the metadata split"]})
+    count = meta_header.ints.get(f"{arch}.block_count")
+    if count is None:
+        raise Unmappable({meta.name: [f"no integer {arch}.block_count in the metadata split"]})
+    if not 1 <= count <= layermap.MAX_BLOCK_COUNT:
+        raise MapError(
+            {meta.name: [f"{arch}.block_count is {count} (1 to {layermap.MAX_BLOCK_COUNT})"]}
+        )
+    lmap = LayerMap(arch=arch, block_count=count)
+    seen: dict[bytes, str] = {}
+    held: dict[str, tuple[Ranges, tuple[str, ...]]] = {}
+    for f in ggufs:
+        h = headers[f.name]
+        assert isinstance(h, Header)
+        try:
+            held[f.name] = layermap.groups(h.tensors, lmap.block_count)
+        except layermap.RangeError as err:
+            problems.setdefault(f.name, []).append(str(err))
+            continue
+        for t in h.tensors:
+            other = seen.setdefault(t, f.name)
+            if other != f.name:
+                problems.setdefault(f.name, []).append(f"tensor {t[:80]!r} is also in {other}")
+                break
+    if not problems and (holes := layermap.holes((r for r, _ in held.values()), count)):
+        problems[meta.name] = [f"no part holds a tensor of layers {holes} (block_count {count})"]
+    if problems:
+        raise MapError(problems)
+    mapped = [
+        msgspec.structs.replace(
+            f, layers=layermap.format_ranges(held[f.name][0]), tensors=held[f.name][1]
+        )
+        if f.name in held
+        else f
+        for f in files
+    ]
+    return lmap, mapped
+
+
+def with_map(
+    files: list[ModelFile], headers: dict[str, Header | str], shown: str, out: Reporter
+) -> tuple[LayerMap | None, list[ModelFile]]:
+    """The files with the layer map from their headers; a model the map cannot describe
+    (no `<arch>.block_count`, several models) is said and left without one; headers that
+    contradict each other (a hostile or foreign part) are exit 2 naming the files."""
+    if not gguf_files(files):
+        return None, files  # not a GGUF model: nothing to map
+    try:
+        return build(files, headers)
+    except Unmappable as err:
+        out.warn(f"{shown}: no layer map: {err}")
+        return None, files
+    except MapError as err:
+        raise BadInput(
+            f"{shown}: the split headers cannot make a layer map: {err}",
+            hint="re-split the model (llama-gguf-split) from one checkpoint; every part's "
+            "tensors must be blk.N.* below block_count or a named group",
+            details={"split_problems": err.problems},
+        ) from None
+
+
+def header_problems(
+    dest: Path, files: list[ModelFile], lmap: LayerMap | None
+) -> dict[str, list[str]]:
+    """Split consistency of the present `.gguf` files, and with a map, every header
+    against what the map says of its file (a file changed upstream is named here)."""
+    headers = read_headers(dest, files, follow=False)
+    problems = check_headers(headers)
+    if lmap is None:
+        return problems
+    meta = metadata_file(files)
+    fix = "the file changed since the map was made: re-run `dgr-forge artifacts map M`"
+    for f in files:
+        h = headers.get(f.name)
+        if not isinstance(h, Header) or not f.mapped or problems.get(f.name):
+            continue
+        found = []
+        try:
+            layers, tensors = layermap.groups(h.tensors, lmap.block_count)
+        except layermap.RangeError as err:
+            found.append(f"layer map mismatch: {err} ({fix})")
+        else:
+            if layers != (f.ranges or ()):
+                mine, said = layermap.format_ranges(layers), layermap.format_ranges(f.ranges or ())
+                found.append(
+                    f"layer map mismatch: the header holds layers {mine or 'none'}, the map "
+                    f"says {said or 'none'} ({fix})"
+                )
+            if tensors != tuple(sorted(set(f.tensors or ()))):
+                found.append(
+                    f"layer map mismatch: the header holds tensors {list(tensors)}, the map "
+                    f"says {list(f.tensors or ())} ({fix})"
+                )
+        if f is meta and f.name.endswith(".gguf"):
+            count = h.ints.get(f"{h.strings.get(ARCH_KEY)}.block_count")
+            if count != lmap.block_count:
+                found.append(
+                    f"layer map mismatch: the header's block_count is {count}, the map says "
+                    f"{lmap.block_count}"
+                )
+        if found:
+            problems[f.name] = found
+    return problems

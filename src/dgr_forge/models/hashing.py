@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
 import stat
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 
 READ_BLOCK = 8 << 20  # big reads: hashing runs at disk speed, few syscalls
 CACHE_FILE = ".dgr-verified.json"
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 def human(n: float) -> str:
@@ -120,14 +122,10 @@ class VerifiedCache:
         if self._dir_fd is None:
             with suppress(OSError):
                 self._dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = self._dir_fd
         with suppress(OSError, msgspec.DecodeError, RecursionError):
-            self.entries = self._read()
-
-    def _read(self) -> dict[str, _Entry]:
-        raw = (
-            None if self._dir_fd is None else read_small(self._dir_fd, CACHE_FILE, MAX_CACHE_BYTES)
-        )
-        return {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
+            raw = None if fd is None else read_small(fd, CACHE_FILE, MAX_CACHE_BYTES)
+            self.entries = {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
         if self._own_fd and self._dir_fd is not None:
@@ -223,9 +221,51 @@ def hash_many(
             finally:
                 os.close(fd)
 
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return dict(in_daemon_threads(one, paths, jobs, stop))
+
+
+def in_daemon_threads(
+    fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
+) -> list[_R]:
+    """fn over items, `jobs` at a time, in daemon threads.
+
+    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
+    worker blocked in recv() until its read timeout. Daemon workers just end with the
+    process; a NAME.part they were appending to is always a prefix of the file, which the
+    next run hashes and resumes from.
+    """
+    pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
+    for i, item in enumerate(items):
+        pending.put((i, item))
+    results: dict[int, _R] = {}
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        while not stop.is_set():
             try:
-                return dict(pool.map(one, paths))
-            except BaseException:
+                i, item = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                results[i] = fn(item)
+            except BaseException as err:
+                errors.append(err)
                 stop.set()
-                raise
+                return
+
+    threads = [
+        threading.Thread(target=worker, name=f"dgr-artifacts-{n}", daemon=True)
+        for n in range(max(1, min(jobs, len(items))))
+    ]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)  # a timed join lets Ctrl-C through
+    except BaseException:
+        stop.set()
+        raise
+    if errors:
+        raise errors[0]
+    return [results[i] for i in range(len(items))]

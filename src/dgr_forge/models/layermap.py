@@ -78,10 +78,6 @@ def format_ranges(ranges: Iterable[tuple[int, int]]) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in merge(ranges))
 
 
-def of_layers(layers: Iterable[int]) -> Ranges:
-    return merge((n, n) for n in layers)
-
-
 def overlaps(a: Ranges, b: Ranges) -> bool:
     return any(lo <= bhi and blo <= hi for lo, hi in a for blo, bhi in b)
 
@@ -89,6 +85,12 @@ def overlaps(a: Ranges, b: Ranges) -> bool:
 def layers(ranges: Ranges) -> set[int]:
     """Every layer of `ranges` (callers bound them by block_count first)."""
     return {n for lo, hi in ranges for n in range(lo, hi + 1)}
+
+
+def holes(held: Iterable[Ranges], block_count: int) -> str:
+    """The layers below `block_count` that none of `held` holds, formatted ("": none)."""
+    covered = set().union(*(layers(r) for r in held))
+    return format_ranges((n, n) for n in range(block_count) if n not in covered)
 
 
 def check_group(name: str) -> str | None:
@@ -126,4 +128,4 @@ def groups(names: Iterable[bytes], block_count: int) -> tuple[Ranges, tuple[str,
         if problem:
             raise RangeError(f"tensor {raw[:80]!r}: {problem}")
         others.add(group)
-    return of_layers(held), tuple(sorted(others))
+    return merge((n, n) for n in held), tuple(sorted(others))

@@ -1,29 +1,64 @@
-"""`artifacts manifest`: a model manifest from the files in a directory (release engineers).
+"""Writing model manifests: `artifacts manifest` (one from the files in a directory, for
+release engineers) and `artifacts map M` (the layer map added to one, from the headers).
 
 Files are hashed, then their GGUF split headers are read by the bounded parser in
-`gguf_split`, so a hostile header costs at most a read of its own bytes.
+`gguf_split`, so a hostile header costs at most a read of its own bytes. For `artifacts
+map`, the headers come from the files on disk (`--dest DIR`: each must match the manifest's
+size and sha256 first, so the map describes exactly the pinned bytes) or, without
+`--dest`, from the manifest's URLs (or `--mirror`); a `file://` source is read in place
+under the header limit. Nothing else of a file is read.
+
+Over HTTP, `RangeFile` is the file object the bounded reader (`gguf_split.parse_header`)
+reads from: it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much
+each time, up to 1 MiB), only for the bytes the reader needs (skipped arrays are never
+fetched), refuses a server that answers anything but 206 with a Content-Range inside the
+size the manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a
+header that never ends costs at most that. A server that answers each request with a
+byte, or drips its bytes, is bounded as downloads are: at most
+`DGR_ARTIFACTS_RANGE_REQUESTS` requests and `DGR_ARTIFACTS_RANGE_DEADLINE` seconds per
+header, and the downloads' minimum rate (`DGR_ARTIFACTS_MIN_RATE` over
+`DGR_ARTIFACTS_STALL_S`) over the whole read.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import os
+import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
+import requests
+import urllib3
 from msgspec import Struct
 
-from dgr_forge.core.errors import BadInput
+from dgr_forge.core.envnum import env_number
+from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.models import gguf_split, mapping
+from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
-from dgr_forge.models.gguf_split import Header
-from dgr_forge.models.hashing import hash_many
+from dgr_forge.models.dest import check_destination
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
+from dgr_forge.models.gguf_split import GGUFError, Header
+from dgr_forge.models.hashing import hash_many, human
 from dgr_forge.models.layermap import LayerMap
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.sources import (
+    check_file_sources,
+    check_mirror,
+    file_roots,
+    file_source_path,
+    http_session,
+    open_file_source,
+    source_url,
+)
 
 
 @dataclass
@@ -84,28 +119,6 @@ def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
         total_size=sum(f.size for f in built.files),
         block_count=built.layer_map.block_count if built.layer_map else None,
     )
-
-
-def with_map(
-    files: list[ModelFile], headers: dict[str, Header | str], shown: str, out: Reporter
-) -> tuple[LayerMap | None, list[ModelFile]]:
-    """The files with the layer map from their headers; a model the map cannot describe
-    (no `<arch>.block_count`, several models) is said and left without one; headers that
-    contradict each other (a hostile or foreign part) are exit 2 naming the files."""
-    if not mapping.gguf_files(files):
-        return None, files  # not a GGUF model: nothing to map
-    try:
-        return mapping.build(files, headers)
-    except mapping.Unmappable as err:
-        out.warn(f"{shown}: no layer map: {err}")
-        return None, files
-    except mapping.MapError as err:
-        raise BadInput(
-            f"{shown}: the split headers cannot make a layer map: {err}",
-            hint="re-split the model (llama-gguf-split) from one checkpoint; every part's "
-            "tensors must be blk.N.* below block_count or a named group",
-            details={"split_problems": err.problems},
-        ) from None
 
 
 def build_manifest(
@@ -180,7 +193,303 @@ def build_manifest(
             hint="re-split the model (llama-gguf-split) so every part's header matches its name",
             details={"dir": str(directory), "split_problems": split_problems},
         )
-    layer_map, files = with_map(files, headers, str(directory), out)
+    layer_map, files = gguf_split.with_map(files, headers, str(directory), out)
     text = models.dumps(name, files, source_revision, layer_map)
     models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
     return BuiltManifest(name=name, files=files, text=text, layer_map=layer_map)
+
+
+# ----------------------------------------------------------------------------- artifacts map
+
+FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
+MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
+HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"
+HEADER_MAX = 64 << 20  # a 150,000-token vocabulary is ~5 MiB of header
+
+
+class _Unsupported(Exception):
+    """The server cannot serve this header by ranges: not retried."""
+
+
+class _TooSlow(requests.ConnectionError):
+    """Below the minimum rate: retried, and it counts as a try, as for downloads."""
+
+
+class RangeFile(io.RawIOBase):
+    """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges."""
+
+    def __init__(
+        self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
+    ) -> None:
+        super().__init__()
+        self.url, self.size, self.session, self.policy = url, size, session, policy
+        self.limit = min(size, limit)  # never a byte past the header limit is asked for
+        self.pos = 0
+        self.received = 0
+        self.requests = 0
+        self.deadline = time.monotonic() + policy.range_deadline
+        self.floor = RateFloor(policy)  # across requests: a byte per quick 206 is slow too
+        self.cuts = 0  # answers cut below the minimum rate, all ranges together
+        self._start = 0
+        self._block = b""
+        self._want = FIRST_BLOCK
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            raise ValueError("RangeFile reads bounded sizes only")
+        out = bytearray()
+        while n > 0 and self.pos < self.limit:
+            at = self.pos - self._start
+            if not 0 <= at < len(self._block):
+                self._fetch(self.pos)
+                at = 0
+            piece = self._block[at : at + n]
+            out += piece
+            self.pos += len(piece)
+            n -= len(piece)
+        return bytes(out)
+
+    def _fetch(self, start: int) -> None:
+        end = min(self.limit, start + self._want) - 1
+        self._want = min(MAX_BLOCK, self._want * 2)
+        failures = 0
+        while True:
+            try:
+                self._block = self._get(start, end)
+                self._start = start
+                return
+            except _Unsupported as err:
+                raise OperationFailed(
+                    f"{mask(self.url)}: {err}",
+                    hint="map from the files on disk instead (`--dest DIR`), or use a server "
+                    "that answers Range requests (HTTP 206)",
+                ) from None
+            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
+                failures += 1
+                if isinstance(err, _TooSlow):  # a cut counts for the whole header read:
+                    self.cuts += 1  # the next range would start the count afresh
+                    failures = max(failures, self.cuts)
+                if failures >= self.policy.tries:
+                    why = str(err) if isinstance(err, _TooSlow) else type(err).__name__
+                    raise OperationFailed(
+                        f"{mask(self.url)}: reading the header (bytes {start}-{end}) failed "
+                        f"{failures} times: {why}",
+                        hint="check that the host is reachable from here, or pass --mirror URL",
+                    ) from None
+                time.sleep(min(self.policy.delay(failures), self._left()))
+                self.floor.restart()
+
+    def _left(self) -> float:
+        """Seconds left of the header's deadline; exit 1 when none are."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header was not read within "
+                f"{self.policy.range_deadline:g}s ({self.received} bytes in {self.requests} "
+                "requests; DGR_ARTIFACTS_RANGE_DEADLINE)",
+                hint="the server answers too slowly: use another one (--mirror URL), or map "
+                "from the files on disk (`--dest DIR`)",
+            )
+        return left
+
+    def _get(self, start: int, end: int) -> bytes:
+        headers = {"Accept-Encoding": "identity", "Range": f"bytes={start}-{end}"}
+        if self.requests >= self.policy.range_requests:
+            raise OperationFailed(
+                f"{mask(self.url)}: the header needs more than {self.policy.range_requests} "
+                f"Range requests ({self.received} bytes so far; DGR_ARTIFACTS_RANGE_REQUESTS)",
+                hint="the server answers each request with a few bytes: use another one "
+                "(--mirror URL), or map from the files on disk (`--dest DIR`)",
+            )
+        left = self._left()
+        timeout = (min(self.policy.connect_timeout, left), min(self.policy.read_timeout, left))
+        self.requests += 1
+        with self.session.get(self.url, headers=headers, stream=True, timeout=timeout) as r:
+            if r.status_code >= 500 or r.status_code in (408, 429):
+                raise requests.ConnectionError(f"HTTP {r.status_code}")
+            if r.status_code != 206:  # a 200 is the whole file: not one byte of it is read
+                raise _Unsupported(
+                    f"HTTP {r.status_code} to a Range request (a header is read by ranges only)"
+                )
+            first, last, total = content_range(r.headers.get("Content-Range", ""))
+            if first != start or last is None or last > end or total != self.size:
+                raise _Unsupported(
+                    f"Content-Range {r.headers.get('Content-Range', '')[:80]!r} does not "
+                    f"answer bytes {start}-{end} of a {self.size}-byte file"
+                )
+            want = last - start + 1
+            data = bytearray()
+            while len(data) < want:
+                chunk = r.raw.read1(min(NET_CHUNK, want - len(data)), decode_content=False)
+                if not chunk:
+                    break
+                data += chunk
+                self.received += len(chunk)
+                if slow := self.floor.add(len(chunk)):
+                    raise _TooSlow(slow)
+                self._left()
+            if len(data) != want:
+                raise requests.ConnectionError(f"{len(data)} of {want} bytes arrived")
+            if slow := self.floor.add(0):  # answers of a byte each, quickly: slow all the same
+                raise _TooSlow(slow)
+            return bytes(data)
+
+
+class MappedFile(Struct, kw_only=True):
+    """a file"""
+
+    name: Annotated[str, d("file name")]
+    layers: Annotated[str | None, d('layer ranges it holds tensors of (`""`: none)')]
+    tensors: Annotated[list[str] | None, d("its other tensor groups, e.g. `token_embd`")]
+    header_bytes: Annotated[int, d("header bytes read")]
+
+
+class ArtifactsMap(Form, kw_only=True):
+    """`artifacts map`'s result (its `--json` object)."""
+
+    title = "artifacts map"
+
+    model: Annotated[str, d("the model's name")]
+    manifest: Annotated[Path, d("the manifest written")]
+    state: Annotated[str, d("`updated` or `unchanged`")]
+    source: Annotated[str, d("`dest` (files on disk) or `url` (headers by HTTP Range requests)")]
+    arch: Annotated[str | None, d("`general.architecture`")]
+    block_count: Annotated[int | None, d("`<arch>.block_count`: the model's layers")]
+    files: Annotated[list[MappedFile], d("per file (null `layers`/`tensors`: not a .gguf)")]
+    header_bytes: Annotated[int, d("header bytes read in all")]
+    requests: Annotated[int, d("HTTP Range requests made")]
+
+
+def _from_dest(
+    m: ModelManifest, dest: Path, out: Reporter, jobs: int | None
+) -> tuple[dict[str, Header | str], dict[str, int]]:
+    target = check_destination(dest)  # every --dest, read or written, under one rule
+    if not target.is_dir():
+        raise BadInput(
+            f"--dest {dest}: {target} is not a directory",
+            hint="pass the directory holding the model's files, or leave --dest out to read "
+            "the headers over HTTP",
+            details={"dest": str(dest)},
+        )
+    ggufs = gguf_split.gguf_files(m.files)
+    bad: list[str] = []
+    for f in ggufs:
+        try:
+            st = os.lstat(target / f.name)
+        except FileNotFoundError:
+            bad.append(f"{f.name}: missing")
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            bad.append(f"{f.name}: not a regular file")
+        elif st.st_size != f.size:
+            bad.append(f"{f.name}: {st.st_size} bytes, the manifest says {f.size}")
+    if not bad:
+        shas = hash_many([target / f.name for f in ggufs], out, jobs, "hashing", follow=False)
+        bad = [
+            f"{f.name}: sha256 {shas[target / f.name]}, the manifest says {f.sha256}"
+            for f in ggufs
+            if shas[target / f.name] != f.sha256
+        ]
+    if bad:
+        raise OperationFailed(
+            f"{target}: the files are not the manifest's: {'; '.join(bad)[:1500]}",
+            hint=f"provision them first (`dgr-forge artifacts provision {m.shown} --dest "
+            f"{dest}`), or leave --dest out to read the headers over HTTP",
+        )
+    headers = gguf_split.read_headers(target, ggufs, follow=False)
+    sizes = {n: h.end for n, h in headers.items() if isinstance(h, Header)}
+    return headers, sizes
+
+
+def _from_urls(
+    m: ModelManifest, mirror: str | None, out: Reporter
+) -> tuple[dict[str, Header | str], dict[str, int], int]:
+    mirror = check_mirror(mirror)
+    check_file_sources(m.files, mirror, m.shown)
+    roots = file_roots(mirror)
+    policy = RetryPolicy.from_env()
+    limit = env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)  # header bytes per split
+    headers: dict[str, Header | str] = {}
+    read: dict[str, int] = {}
+    requests = 0
+    for f in gguf_split.gguf_files(m.files):
+        url = source_url(f, mirror)
+        try:
+            if urlsplit(url).scheme == "file":
+                # opened once, no link followed, checked on the descriptor (issue 33 #5)
+                fd = open_file_source(file_source_path(url), roots)
+                have = os.fstat(fd).st_size
+                h = gguf_split.read_header_fd(fd, limit=limit)
+                if have != f.size:
+                    headers[f.name] = f"the source has {have} bytes, the manifest says {f.size}"
+                    continue
+                headers[f.name], read[f.name] = h, h.end
+            else:  # http(s): by Range requests only
+                with http_session(min(policy.read_timeout, policy.range_deadline)) as session:
+                    rf = RangeFile(url, f.size, session, policy, limit)
+                    h = gguf_split.parse_header(rf, f.size, limit)  # type: ignore[arg-type]
+                headers[f.name], read[f.name] = h, rf.received
+                requests += rf.requests
+        except GGUFError as err:
+            headers[f.name] = f"unreadable GGUF header: {str(err)[:200]} ({mask(url)})"
+        except OSError as err:
+            headers[f.name] = f"cannot read {mask(url)}: {err.strerror or err}"
+        out.info(f"{f.name}: header read ({human(read.get(f.name, 0))})")
+    return headers, read, requests
+
+
+def map_manifest(
+    m: ModelManifest,
+    out: Reporter,
+    *,
+    dest: Path | None = None,
+    mirror: str | None = None,
+    jobs: int | None = None,
+) -> ArtifactsMap:
+    """Write `m` again with its layer map (from the headers); the rest of it unchanged."""
+    if m.path is None:
+        raise BadInput("the manifest has no file to write the map into", hint="pass a path")
+    requests = 0
+    if dest is not None:
+        headers, read = _from_dest(m, dest, out, jobs)
+    else:
+        headers, read, requests = _from_urls(m, mirror, out)
+    layer_map, files = gguf_split.with_map(list(m.files), headers, m.shown, out)
+    if layer_map is None:
+        raise BadInput(
+            f"{m.shown}: no layer map can be made for this model",
+            hint="a layer map needs one GGUF model whose metadata split holds "
+            "general.architecture and <arch>.block_count",
+        )
+    text = models.dumps(m.name, files, m.model.source_revision, layer_map)
+    models.loads(text.encode(), shown=m.shown)  # the map passes the loader's rules
+    # compared with what is there now: the file may have changed since `m` was loaded
+    state = "unchanged" if save(m.path, text) == "unchanged" else "updated"
+    out.info(
+        f"{m.shown}: layer map {state}: {layer_map.arch}, {layer_map.block_count} layers in "
+        f"{len(gguf_split.gguf_files(files))} files ({human(sum(read.values()))} of headers read)"
+    )
+    return ArtifactsMap(
+        model=m.name,
+        manifest=m.path,
+        state=state,
+        source="dest" if dest is not None else "url",
+        arch=layer_map.arch if layer_map else None,
+        block_count=layer_map.block_count if layer_map else None,
+        files=[
+            MappedFile(
+                name=f.name,
+                layers=f.layers,
+                tensors=list(f.tensors) if f.tensors is not None else None,
+                header_bytes=read.get(f.name, 0),
+            )
+            for f in files
+        ],
+        header_bytes=sum(read.values()),
+        requests=requests,
+    )

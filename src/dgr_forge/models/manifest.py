@@ -294,12 +294,7 @@ def _check_layers(shown: str, entry: ModelFile, where: str, layer_map: LayerMap 
 
 def _check_map_covers(shown: str, files: tuple[ModelFile, ...], layer_map: LayerMap) -> None:
     """Every layer of the model is held by some file: a map with a hole cannot serve it."""
-    held: set[int] = set()
-    for f in files:
-        held |= layermap.layers(f.ranges or ())
-    missing = [n for n in range(layer_map.block_count) if n not in held]
-    if missing:
-        holes = layermap.format_ranges(layermap.of_layers(missing))
+    if holes := layermap.holes((f.ranges or () for f in files), layer_map.block_count):
         raise fail(
             shown,
             "files",

@@ -8,17 +8,15 @@ files that arrived are checked last.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
-from dgr_forge.models import layermap, mapping, subset
+from dgr_forge.models import gguf_split, layermap, subset
 from dgr_forge.models.dest import (
     DestDir,
     check_destination,
@@ -27,13 +25,10 @@ from dgr_forge.models.dest import (
     missing_bytes,
 )
 from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
-from dgr_forge.models.hashing import Progress, VerifiedCache, human
+from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
 from dgr_forge.models.subset import Layers, Provisioned, Selection
-
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 
 class ArtifactsProvision(Form, kw_only=True):
@@ -97,53 +92,6 @@ def _result(
     )
 
 
-def in_daemon_threads(
-    fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
-) -> list[_R]:
-    """fn over items, `jobs` at a time, in daemon threads.
-
-    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
-    worker blocked in recv() until its read timeout. Daemon workers just end with the
-    process; a NAME.part they were appending to is always a prefix of the file, which the
-    next run hashes and resumes from.
-    """
-    pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
-    for i, item in enumerate(items):
-        pending.put((i, item))
-    results: dict[int, _R] = {}
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        while not stop.is_set():
-            try:
-                i, item = pending.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                results[i] = fn(item)
-            except BaseException as err:
-                errors.append(err)
-                stop.set()
-                return
-
-    threads = [
-        threading.Thread(target=worker, name=f"dgr-artifacts-{n}", daemon=True)
-        for n in range(max(1, min(jobs, len(items))))
-    ]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            while t.is_alive():
-                t.join(0.2)  # a timed join lets Ctrl-C through
-    except BaseException:
-        stop.set()
-        raise
-    if errors:
-        raise errors[0]
-    return [results[i] for i in range(len(items))]
-
-
 def _what(m: ModelManifest, files: tuple[ModelFile, ...], sel: Selection | None) -> str:
     size = sum(f.size for f in files)
     if sel is None:
@@ -176,8 +124,25 @@ def provision(
     check_file_sources(chosen, mirror, m.shown)
     target = check_destination(dest)
     what = _what(m, chosen, selection)
-    if dry_run:
-        return _dry_run(m, target, chosen, selection, what, out, started)
+    if dry_run:  # which files, how many bytes against the whole model: nothing created or locked
+        need = missing_bytes(target, chosen) if target.is_dir() else sum(f.size for f in chosen)
+        out.table(
+            f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
+            ["file", "size", "layers", "tensors"],
+            [
+                [
+                    f.name,
+                    human(f.size),
+                    layermap.format_ranges(f.ranges or ()) or "-",
+                    ",".join(f.tensors or ()) or "-",
+                ]
+                for f in chosen
+            ],
+        )
+        planned = [
+            FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
+        ]
+        return _result(m, target, planned, started, selection, need, dry_run=True)
     need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
@@ -198,7 +163,7 @@ def provision(
             if o.status == "failed":
                 out.error(o.error or f"{o.name}: failed")
         ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
-        split_problems = mapping.header_problems(target, ok_files, m.layer_map)
+        split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
         for name, problems in split_problems.items():
             for problem in problems:
                 out.error(f"{name}: {problem}")
@@ -243,34 +208,3 @@ def _record(
     subset.write_record(held.fd, new)
     held.fsync()
     return new
-
-
-def _dry_run(
-    m: ModelManifest,
-    target: Path,
-    chosen: tuple[ModelFile, ...],
-    sel: Selection | None,
-    what: str,
-    out: Reporter,
-    started: float,
-) -> ArtifactsProvision:
-    """Which files, how many bytes against the whole model: nothing created or locked."""
-    exists = target.is_dir()
-    need = missing_bytes(target, chosen) if exists else sum(f.size for f in chosen)
-    out.table(
-        f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
-        ["file", "size", "layers", "tensors"],
-        [
-            [
-                f.name,
-                human(f.size),
-                layermap.format_ranges(f.ranges or ()) or "-",
-                ",".join(f.tensors or ()) or "-",
-            ]
-            for f in chosen
-        ],
-    )
-    files = [
-        FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
-    ]
-    return _result(m, target, files, started, sel, need, dry_run=True)

@@ -24,10 +24,10 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.structs import d
 from dgr_forge.models import layermap
+from dgr_forge.models.gguf_split import metadata_file
 from dgr_forge.models.hashing import read_small, write_in
 from dgr_forge.models.layermap import EMBEDDINGS, HEAD, Ranges
 from dgr_forge.models.manifest import ModelFile, ModelManifest
-from dgr_forge.models.mapping import metadata_file
 
 RECORD_FILE = ".dgr-layers.json"
 MAX_RECORD_BYTES = 64 << 10
@@ -167,7 +167,7 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
     layers = [] if not base else [n for n in range(m.layer_map.block_count) if n not in missing]
     head = {*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)
     return Serves(
-        layers=layermap.format_ranges(layermap.of_layers(layers)),
+        layers=layermap.format_ranges((n, n) for n in layers),
         first=groups_good({EMBEDDINGS}),
         last=groups_good(head),
     )

@@ -24,8 +24,8 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
+from dgr_forge.models import gguf_split, subset
 from dgr_forge.models import manifest as models
-from dgr_forge.models import mapping, subset
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, hash_many, human
 from dgr_forge.models.manifest import ModelManifest
@@ -62,12 +62,6 @@ class ArtifactsVerify(Form, kw_only=True):
     layers: Layers | None
     serves: Serves | None
     provisioned: Provisioned | None
-
-
-def _status(problems: list[str]) -> str:
-    if not problems:
-        return "ok"
-    return "missing" if problems[0].startswith("missing") else "bad"
 
 
 def _record(target: Path, model: str) -> Provisioned | None:
@@ -137,22 +131,16 @@ def verify(
         else:
             cache.record(f.name, path.lstat(), sha)
             matched.append(f)
-    for name, extra in mapping.header_problems(target, matched, m.layer_map).items():
+    for name, extra in gguf_split.header_problems(target, matched, m.layer_map).items():
         problems[name].extend(extra)
     if os.access(target, os.W_OK):
         cache.save()
     cache.close()
-    checks = [
-        FileCheck(
-            f.name,
-            f.size,
-            not problems[f.name],
-            problems[f.name],
-            shas.get(target / f.name),
-            _status(problems[f.name]),
-        )
-        for f in files
-    ]
+    checks = []
+    for f in files:
+        p = problems[f.name]
+        status = ("missing" if p[0].startswith("missing") else "bad") if p else "ok"
+        checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
     good = {c.name for c in checks if c.ok}
     serves = subset.serves(m, good) if m.layer_map is not None else None
     result = ArtifactsVerify(
