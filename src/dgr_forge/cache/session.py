@@ -82,7 +82,7 @@ class CacheSession(Struct):
         give."""
         base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
-            hits, misses = _ccache_figures(self.setup, self.env, self._statslog)
+            hits, misses = self._ccache_counts(self._statslog)
             return msgspec.structs.replace(base, hits=hits, misses=misses)
         if self.setup.tool != "sccache":
             return None
@@ -110,12 +110,26 @@ class CacheSession(Struct):
 
     # -- the server
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+    def _run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str] | None:
         assert self.setup.launcher
         try:
-            return proc.capture([self.setup.launcher, *args], env=self.env, timeout=_TIMEOUT)
+            return proc.capture(
+                [self.setup.launcher, *args], env={**self.env, **env}, timeout=_TIMEOUT
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
+
+    def _ccache_counts(self, log: Path) -> tuple[int | None, int | None]:
+        done = self._run("--print-log-stats", CCACHE_STATSLOG=str(log))
+        if done is None or done.returncode != 0:
+            return None, None
+        counters: dict[str, int] = {}
+        for line in done.stdout.splitlines():
+            key, _, value = line.partition("\t")
+            if value.strip().isdigit():
+                counters[key] = int(value)
+        hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
+        return hits, counters.get("cache_miss", 0)
 
     def _sccache_counts(self) -> tuple[int, int, int, int] | None:
         """sccache's counters a lane's figures come from: hits, misses, pool compiles,
@@ -223,7 +237,7 @@ def open_cache_session(
                 hint=check.fix,
                 details={"scheduler": check.scheduler, "status": check.status},
             )
-        if not check.usable and out is not None:
+        if check.status != "ok" and out is not None:
             out.warn(check.line())
             session.warned = True
     session.start()
@@ -254,29 +268,6 @@ class _Stats(Struct):
 
 class _Shown(Struct):
     stats: _Stats
-
-
-def _ccache_figures(
-    setup: CacheSetup, env: Mapping[str, str], log: Path
-) -> tuple[int | None, int | None]:
-    assert setup.launcher
-    try:
-        done = proc.capture(
-            [setup.launcher, "--print-log-stats"],
-            env={**env, "CCACHE_STATSLOG": str(log)},
-            timeout=_TIMEOUT,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0:
-        return None, None
-    counters: dict[str, int] = {}
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition("\t")
-        if value.strip().isdigit():
-            counters[key] = int(value)
-    hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
-    return hits, counters.get("cache_miss", 0)
 
 
 def _await_either(listener: socket.socket, pid: int) -> bool:
