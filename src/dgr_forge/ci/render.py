@@ -10,6 +10,7 @@ step) is SECURITY.md's.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -22,7 +23,7 @@ import jinja2
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
+from dgr_forge.ci.install import VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
 from dgr_forge.core.gitutil import HEX40
@@ -237,13 +238,9 @@ def _gitlab_variable(value: str) -> str:
     return _flow({"value": value, "expand": False} if "$" in value else value)
 
 
-_ENVIRONMENT: list[jinja2.Environment] = []
-
-
+@functools.cache
 def _environment() -> jinja2.Environment:
     """One per process: a template compiles in ~20 ms, and the templates are package data."""
-    if _ENVIRONMENT:
-        return _ENVIRONMENT[0]
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),
         undefined=jinja2.StrictUndefined,
@@ -261,7 +258,6 @@ def _environment() -> jinja2.Environment:
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable
-    _ENVIRONMENT.append(env)
     return env
 
 
@@ -309,10 +305,6 @@ def pinned() -> dict[str, dict[str, str]]:
     return {"actions": actions, "images": dict(pins.gitlab.images)}
 
 
-# what a root renders with before its files are looked at (`ci render` always looks)
-_DEFAULT = Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, False, False)
-
-
 BUMP_SETTINGS = "ci/bump.toml"
 
 
@@ -348,8 +340,8 @@ def render(
     which: Provider,
     recipes: dict[str, Recipe],
     manifest: UpstreamManifest,
-    how: Install | None = None,
-    open_request: bool = True,
+    how: Install,
+    open_request: bool,
 ) -> str:
     """The workflow text for `which`; the same recipes and manifest give the same bytes."""
     if not recipes:
@@ -357,7 +349,6 @@ def render(
             "no recipes: a CI workflow needs at least one lane",
             hint="add recipes/<lane>.toml (e.g. recipes/cpu.toml)",
         )
-    how = how or _DEFAULT
     lanes = msgspec.to_builtins(matrix(recipes))  # the templates read plain objects
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])
