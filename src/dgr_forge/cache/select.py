@@ -289,16 +289,10 @@ def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None
     are dropped. A worker beside the checkout (`--worker ../shard-worker`) widens ccache's
     one base directory to their common parent, so its objects hit from another path too
     (`plan` maps the relative names that gives)."""
-    out: list[Path] = []
-    for p in (workspace, root, worker):
-        if p is None:
-            continue
-        p = p.resolve()  # as `build` maps them (-ffile-prefix-map of resolved paths)
-        if os.pathsep in str(p) or "\0" in str(p) or "\n" in str(p):
-            continue  # cannot be written in SCCACHE_BASEDIRS; hits then need the same path
-        if p not in out:
-            out.append(p)
-    return out
+    # resolved as `build` maps them (-ffile-prefix-map of resolved paths)
+    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
+    # one that cannot be written in SCCACHE_BASEDIRS is left out: hits then need the same path
+    return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
 # ----------------------------------------------------------------------------- ccache

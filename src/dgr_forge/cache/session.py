@@ -53,7 +53,6 @@ class CacheSession(Struct):
     env: dict[str, str]  # the server's environment: may hold secrets (not in the repr)
     out: Reporter | None = None
     own_server: bool = False  # we started it (on our socket) and stop it
-    dist: sccache_dist.DistCheck | None = None
     warned: bool = False
     _before: tuple[int, int, int, int] = (0, 0, 0, 0)
     _statslog: Path | None = None
@@ -230,7 +229,7 @@ def open_cache_session(
         return
     client = sccache_dist.client(sccache_config(env)) if setup.distributed else None
     if client is not None:
-        session.dist = check = sccache_dist.check(client)
+        check = sccache_dist.check(client)
         if check.status == "unauthorized":
             raise OperationFailed(
                 check.line().split("\n", 1)[0],

@@ -208,33 +208,24 @@ def unpublished() -> str:
 def tool_source(raw: str) -> str:
     """The pip requirement for --tool-source `raw`."""
     where = "--tool-source"
+
+    def refused(problem: str) -> BadInput:
+        return BadInput(f"{where}: {problem}", hint=TOOL_SOURCE_HINT)
+
     if not raw or raw.startswith("-") or len(raw) > 2048:
-        raise BadInput(f"{where}: {raw[:80]!r} is empty, too long or starts with '-'",
-                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+        raise refused(f"{raw[:80]!r} is empty, too long or starts with '-'")
     if any(ord(c) < 33 or ord(c) > 126 for c in raw):
-        raise BadInput(f"{where}: {raw[:80]!r} contains a space, control or non-ASCII character",
-                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+        raise refused(f"{raw[:80]!r} contains a space, control or non-ASCII character")
     if raw.startswith("dgr-forge=="):
-        version = raw.split("==", 1)[1]
-        if not _VERSION.fullmatch(version):
-            raise BadInput(f"{where}: {raw!r}: not an exact version", hint=TOOL_SOURCE_HINT)
+        if not _VERSION.fullmatch(raw.split("==", 1)[1]):
+            raise refused(f"{raw!r}: not an exact version")
         return raw
-    bad = sorted(set(raw) & _UNSAFE)
-    if bad:
-        raise BadInput(
-            f"{where}: {raw[:80]!r} contains {' '.join(bad)}, which a URL here never needs",
-            hint=TOOL_SOURCE_HINT,
-        )
-    if wheel := _WHEEL.fullmatch(raw):
-        check_url(wheel.group(1), where, schemes=("https",))
+    if bad := sorted(set(raw) & _UNSAFE):
+        raise refused(f"{raw[:80]!r} contains {' '.join(bad)}, which a URL here never needs")
+    if url := _WHEEL.fullmatch(raw) or _GIT.fullmatch(raw):
+        check_url(url.group(1), where, schemes=("https",))
         return f"dgr-forge @ {raw}"
-    if git := _GIT.fullmatch(raw):
-        check_url(git.group(1), where, schemes=("https",))
-        return f"dgr-forge @ {raw}"
-    raise BadInput(
-        f"{where}: {raw[:80]!r} names no exact release, hashed wheel or commit",
-        hint=TOOL_SOURCE_HINT,
-    )
+    raise refused(f"{raw[:80]!r} names no exact release, hashed wheel or commit")
 
 
 def _check_requirements(found: list[tuple[int, str]]) -> bool:
