@@ -176,7 +176,8 @@ def select(
         return OFF
     environ = os.environ if environ is None else environ
     if choice == "auto":
-        remote = _sccache_backend(environ) is not None or _sccache_dist(environ) is not None
+        dist = sccache_dist.client(sccache_config(environ))
+        remote = _sccache_backend(environ) is not None or dist is not None
         order = ("sccache", "ccache") if remote else ("ccache", "sccache")
         choice, path = next(((n, p) for n in order if (p := locate(doctor, n))), ("", None))
         if path is None:
@@ -415,12 +416,6 @@ def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-def _sccache_dist(environ: Mapping[str, str]) -> str | None:
-    dist = sccache_config(environ).get("dist")
-    url = dist.get("scheduler_url") if isinstance(dist, dict) else None
-    return mask(url) if isinstance(url, str) and url else None
-
-
 def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
@@ -448,7 +443,8 @@ def _sccache_env(
                 env["SCCACHE_SERVER_UDS"] = str(sock)
                 break
     backend = _sccache_backend(environ)
-    return env, f"local + remote {backend}" if backend else "local", _sccache_dist(environ)
+    dist = sccache_dist.client(sccache_config(environ))
+    return env, f"local + remote {backend}" if backend else "local", dist.shown if dist else None
 
 
 def _private_dir(path: Path) -> bool:
@@ -531,21 +527,19 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
         tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
     choice = environ.get("DGR_CACHE") or "auto"
     mode = environ.get("DGR_CACHE_MODE") or "rw"
+    problem = None
     try:
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
-        return DoctorCache(
-            choice=choice, tool=None, launcher=None, version=OFF.version, backend=OFF.backend,
-            mode=OFF.mode, distributed=None, tools=tools, problem=mask_text(str(err)),
-        )  # fmt: skip
+        setup, problem = OFF, mask_text(str(err))
     client = None
     if setup.distributed:  # asks the scheduler, with the client's token
         client = sccache_dist.client(sccache_config(environ))
     return DoctorCache(
         choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
-        else None, path=setup.launcher, version=setup.version, backend=setup.backend,
-        mode=setup.mode, distributed=setup.distributed, tools=tools, problem=None,
-        dist=sccache_dist.check(client) if client else None,
+        else None, path=UNSET if problem else setup.launcher, version=setup.version,
+        backend=setup.backend, mode=setup.mode, distributed=setup.distributed, tools=tools,
+        problem=problem, dist=UNSET if problem else sccache_dist.check(client) if client else None,
     )  # fmt: skip
 
 

@@ -17,6 +17,7 @@ which llama.cpp's CUDA container build passes, would hide real link errors.)
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shlex
@@ -130,10 +131,7 @@ def plan(
     for d in lib_dirs:
         names: set[str] = set()
         with contextlib.suppress(OSError), os.scandir(d) as it:
-            for entry in it:
-                names.add(entry.name)
-                if len(names) > MAX_DIR_ENTRIES:
-                    break
+            names = {entry.name for entry in itertools.islice(it, MAX_DIR_ENTRIES + 1)}
         for name in sorted(names):
             m = _VERSIONED.fullmatch(name)
             if m and f"lib{m.group(1)}.so" not in names:
