@@ -1,16 +1,8 @@
-"""sccache-dist from the client's side: the scheduler its config names, and a check that
-asks that scheduler with the client's own credentials.
-
-`sccache --dist-status` only asks the scheduler's status page, which needs no credentials:
-it reports success with a wrong token, and every compile then fails with HTTP 401. So
-`check()` sends what a compile sends first - an authenticated job request - with an empty
-body: a scheduler that accepts the token answers 400 (no job in it; nothing is allocated),
-one that does not answers 401. `doctor` shows the verdict with a `fix:` line, `build`
-refuses a rejected token (exit 1) before configure and warns once when the pool cannot be
-reached (compiles then run locally, and the report says so).
-
-The token is sent only to the scheduler the config names and is never shown: not in a
-message, a detail or an error text the scheduler sends back.
+"""sccache-dist from the client's side: the scheduler its config names, and `check()`,
+which asks it with the client's own token (docs/distributed-compilation.md): `sccache
+--dist-status` asks a page that needs none, so a wrong token passes it and fails every
+compile with HTTP 401. The token goes only to the scheduler the config names and is never
+shown.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""The compiler cache a lane build uses: which tool, which backend, which mode.
-
-`select()` is the one place that decides; `build` passes `CacheSetup.launcher` to CMake as
-the compiler launcher and `CacheSetup.env` to the configure and build processes, and the
-report records `Cache.of(setup)`.
-
-* Path independence: the cache's base directory is the workspace (or its common parent
-  with the forge root), so with `build`'s `-ffile-prefix-map` two workspaces at different
-  paths hash alike and share hits.
-* Remote storage is the tool's own: ccache's `CCACHE_REMOTE_STORAGE` / `remote_storage`,
-  sccache's `SCCACHE_*` backend variables or config file. The forge passes them through the
-  environment and only ever shows them masked (`Cache`, `doctor`).
-* `mode="ro"` reads the cache and never writes it (ccache `read_only` and `|read-only` on
-  each remote; sccache `READ_ONLY` for the local disk and every backend), so a build that
-  signs can use a shared cache nobody it does not trust can have written to through it.
+"""The compiler cache a lane build uses: which tool, which backend, which mode (the rules:
+docs/compiler-cache.md). `select()` is the one place that decides; `build` passes
+`CacheSetup.launcher` to CMake as the compiler launcher and `CacheSetup.env` to the
+configure and build processes, and the report records `Cache.of(setup)`; remote settings
+are only ever shown masked.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""How the rendered CI installs dgr-forge: one step, the same in every job.
-
-* In **the tool's own repository** every job installs the checked-out tree under its
-  `constraints.txt` (a pull request's job holds no secret; signing runs on reviewed refs).
-* In **any other forge root** `ci/requirements.txt` pins dgr-forge by content (an exact
-  git commit, or `--hash=sha256:` on every line; a bare `name==version` names no bytes),
-  under `ci/constraints.txt`, the exact runtime dependencies `ci render --out` writes.
-
-`ci render --tool-source SPEC` names the tool's source at render time instead; it is
-checked as hostile input and reaches pip through the workflow's `DGR_TOOL_SOURCE`.
+"""How the rendered CI installs dgr-forge: one step, the same in every job (the modes and
+what each file must pin: docs/ci.md, "One install step"). `--tool-source` is checked as
+hostile input and reaches pip through the workflow's `DGR_TOOL_SOURCE`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""CI generated from the recipes: the per-lane matrix and workflow files rendered from it.
-
-`matrix` is the single source: a new `recipes/<lane>.toml` is a new CI job with no template
-change. The templates use `[[ ]]` / `[% %]` as Jinja delimiters, so the providers' own
-`${{ }}` / `$VAR` syntax passes through untouched. What the rendered CI guarantees (pinned
-actions, read-only cache for pull requests, signing in its own environment, one install
-step) is SECURITY.md's.
+"""CI generated from the recipes: `matrix` (one job per `recipes/<lane>.toml`, no template
+change) and the workflow files rendered from it. The templates use `[[ ]]` / `[% %]` as
+Jinja delimiters, so the providers' own `${{ }}` / `$VAR` pass through untouched; what the
+rendered CI guarantees is docs/ci.md's and SECURITY.md's.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A pinned CUDA toolkit: `toolchains/cuda.lock` names every wheel of NVIDIA's
-`cuda-toolkit` by name, version and sha256; `toolchain install cuda` installs exactly
-those (`pip --require-hashes`) into `<home>/cuda-<lock digest>/`, outside the root, so an
-unchanged lock finds its toolkit again. pip installs into a scratch directory renamed
-into place only when every wheel matched, so a mismatch installs nothing. The home is
-`$DGR_TOOLCHAINS_DIR`, else `$XDG_DATA_HOME/dgr-forge/toolchains`.
+"""A pinned CUDA toolkit (docs/build-and-reports.md, "A pinned toolkit"):
+`toolchains/cuda.lock` and what `toolchain install cuda` installs from it, by hash, into a
+prefix outside the root named by the lock's digest.
 """
 
 from __future__ import annotations
