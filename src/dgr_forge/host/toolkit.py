@@ -207,13 +207,8 @@ def install(
         scratch.mkdir()
         try:
             _pip(lock, scratch, offline=offline, wheelhouse=wheelhouse)
-            marker = {
-                "toolkit": "cuda",
-                "version": lock.version,
-                "lock_sha256": lock.sha256,
-                "wheels": lock.versions(),
-            }
-            write_json(scratch / MARKER, marker)
+            marker = {k: getattr(result, k) for k in ("toolkit", "version", "lock_sha256")}
+            write_json(scratch / MARKER, {**marker, "wheels": lock.versions()})
             shutil.rmtree(prefix, ignore_errors=True)  # no marker: not an install
             os.replace(scratch, prefix)
         finally:
