@@ -128,8 +128,6 @@ OFF = CacheSetup()
 def check_choice(
     choice: str, mode: str, where: str = "--cache", mode_where: str = "--cache-mode"
 ) -> None:
-    """BadInput (exit 2) for a cache or mode that is not one of the known words, naming
-    where it came from."""
     if choice not in CHOICES:
         raise BadInput(
             f"{where} {choice!r}: not a compiler cache choice",

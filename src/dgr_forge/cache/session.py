@@ -203,7 +203,6 @@ class CacheSession(Struct):
         )
 
     def stop(self) -> None:
-        """Stop our server and wait for it to be gone (killed if it will not go)."""
         if not self.own_server:
             return
         self._run("--stop-server")

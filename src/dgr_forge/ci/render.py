@@ -35,12 +35,11 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 class Provider:
     name: str
     template: str  # file name under dgr_forge/ci/templates/
-    default_path: str  # where the provider looks for its workflow, relative to the repo
 
 
 PROVIDERS: dict[str, Provider] = {
-    "github": Provider("github", "github-actions.yml.j2", ".github/workflows/dgr-forge.yml"),
-    "gitlab": Provider("gitlab", "gitlab-ci.yml.j2", ".gitlab-ci.yml"),
+    "github": Provider("github", "github-actions.yml.j2"),
+    "gitlab": Provider("gitlab", "gitlab-ci.yml.j2"),
 }
 
 
