@@ -86,16 +86,14 @@ class CacheSession(Struct):
         if self.setup.tool != "sccache":
             return None
         after = self._sccache_counts()
-        # hits, misses, pool compiles, compiles: this lane's, since `begin`
-        done = None if after is None else [max(0, a - b) for a, b in zip(
-            after, self._before, strict=True
-        )]  # fmt: skip
-        used = msgspec.structs.replace(
-            base, hits=done[0] if done else None, misses=done[1] if done else None
-        )
+        hits = misses = remote = local = None
+        if after is not None:  # this lane's, since `begin`
+            hits, misses, remote, compiles = (
+                max(0, a - b) for a, b in zip(after, self._before, strict=True)
+            )
+            local = max(0, compiles - remote)
+        used = msgspec.structs.replace(base, hits=hits, misses=misses)
         if self.setup.distributed:
-            remote = done[2] if done else None
-            local = max(0, done[3] - done[2]) if done else None
             used.distributed = Distributed(
                 scheduler=self.setup.distributed, remote_compiles=remote, local_compiles=local
             )
