@@ -305,9 +305,7 @@ BUMP_SETTINGS = "ci/bump.toml"
 
 
 def bump_request(root: Path) -> bool:
-    """`ci/bump.toml` `[bump] open_request` (default true): whether the nightly roller job
-    pushes a branch and opens a pull/merge request when `dgr-forge bump` moved the pin.
-    Off, the job still bumps and uploads the report, with read-only permissions."""
+    """`ci/bump.toml`'s `[bump] open_request`, default true (docs/bump.md)."""
     path = root / BUMP_SETTINGS
     if not path.exists() and not path.is_symlink():
         return True
