@@ -1,16 +1,8 @@
-"""sccache-dist from the client's side: the scheduler its config names, and a check that
-asks that scheduler with the client's own credentials.
-
-`sccache --dist-status` only asks the scheduler's status page, which needs no credentials:
-it reports success with a wrong token, and every compile then fails with HTTP 401. So
-`check()` sends what a compile sends first - an authenticated job request - with an empty
-body: a scheduler that accepts the token answers 400 (no job in it; nothing is allocated),
-one that does not answers 401. `doctor` shows the verdict with a `fix:` line, `build`
-refuses a rejected token (exit 1) before configure and warns once when the pool cannot be
-reached (compiles then run locally, and the report says so).
-
-The token is sent only to the scheduler the config names and is never shown: not in a
-message, a detail or an error text the scheduler sends back.
+"""sccache-dist from the client's side: the scheduler its config names, and `check()`,
+which asks it with the client's own token (docs/distributed-compilation.md): `sccache
+--dist-status` asks a page that needs none, so a wrong token passes it and fails every
+compile with HTTP 401. The token goes only to the scheduler the config names and is never
+shown.
 """
 
 from __future__ import annotations
@@ -55,10 +47,6 @@ class DistCheck(Struct):
     servers: int | None = None
     cpus: int | None = None
 
-    @property
-    def usable(self) -> bool:
-        return self.status == "ok"
-
     def line(self) -> str:
         """One line for a person: the verdict and, when something is wrong, the fix."""
         text = f"sccache-dist scheduler {self.scheduler}: {self.detail}"
@@ -82,12 +70,16 @@ def client(config: Mapping[str, Any]) -> DistClient | None:
     return DistClient(url, mask(url), str(kind))
 
 
-def _fix_auth(client: DistClient) -> str:
-    return (
-        'set [dist.auth] type = "token" and token = the scheduler\'s client token (its '
-        "[client_auth] token, or a JWT it validates) in the file SCCACHE_CONF names; or build "
-        "without the pool (--cache ccache, or SCCACHE_CONF unset)"
-    )
+_FIX_AUTH = (
+    'set [dist.auth] type = "token" and token = the scheduler\'s client token (its '
+    "[client_auth] token, or a JWT it validates) in the file SCCACHE_CONF names; or build "
+    "without the pool (--cache ccache, or SCCACHE_CONF unset)"
+)
+_FIX_UNREACHABLE = (
+    "start the scheduler (sccache-dist scheduler --config scheduler.conf) or fix "
+    "scheduler_url; the scheduler itself speaks plain HTTP: use http:// on loopback or a "
+    "trusted network, https:// only through a TLS proxy in front of it"
+)
 
 
 def _clean(text: str, client: DistClient) -> str:
@@ -102,11 +94,10 @@ def _request(client: DistClient, method: str, path: str, timeout: float) -> tupl
 
     parts = urlsplit(client.url)
     host, port = parts.hostname or "", parts.port
-    conn: http.client.HTTPConnection
-    if parts.scheme == "https":
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout)
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    https = parts.scheme == "https"
+    conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
+        host, port, timeout=timeout
+    )
     headers = {"Content-Length": "0"}
     if client.token is not None and path == _ALLOC:
         headers["Authorization"] = f"Bearer {client.token}"
@@ -143,29 +134,24 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
             shown,
             "unauthorized",
             "the client token has a control character or a line break: no scheduler takes it",
-            fix=_fix_auth(client),
+            fix=_FIX_AUTH,
         )
-    unreachable_fix = (
-        "start the scheduler (sccache-dist scheduler --config scheduler.conf) or fix "
-        "scheduler_url; the scheduler itself speaks plain HTTP: use http:// on loopback or a "
-        "trusted network, https:// only through a TLS proxy in front of it"
-    )
     try:
         code, body, reason = _request(client, "POST", _ALLOC, timeout)
         status = _request(client, "GET", _STATUS, timeout)
-    except (ssl.SSLError, TimeoutError) as err:
-        if not isinstance(err, ssl.SSLError) and "handshake" not in str(err):
-            return _unreachable(client, err, unreachable_fix)
-        # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
-        return DistCheck(
-            shown,
-            "unreachable",
-            f"TLS handshake failed ({_clean(str(getattr(err, 'reason', None) or err), client)}); "
-            "compiles will run locally",
-            fix=unreachable_fix,
-        )
     except (OSError, http.client.HTTPException) as err:
-        return _unreachable(client, err, unreachable_fix)
+        # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
+        tls = isinstance(err, ssl.SSLError) or (
+            isinstance(err, TimeoutError) and "handshake" in str(err)
+        )
+        if tls:
+            why = _clean(str(getattr(err, "reason", None) or err), client)
+            what = f"TLS handshake failed ({why})"
+        else:
+            what = f"cannot be reached ({_clean(str(err) or type(err).__name__, client)})"
+        return DistCheck(
+            shown, "unreachable", f"{what}; compiles will run locally", fix=_FIX_UNREACHABLE
+        )
     said = _clean(body.decode("utf-8", "replace"), client) or reason
     if code in (401, 403):
         if client.auth in ("oauth2_code_grant_pkce", "oauth2_implicit"):
@@ -180,7 +166,7 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
             shown,
             "unauthorized",
             f"refused {what} (HTTP {code}: {said}); every compile would fail",
-            fix=_fix_auth(client),
+            fix=_FIX_AUTH,
         )
     if code != 400:
         return DistCheck(
@@ -204,13 +190,3 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
         )
     counted = f"{servers} build server(s), {cpus} CPUs" if servers is not None else "servers: ?"
     return DistCheck(shown, "ok", f"accepts the token; {counted}", servers=servers, cpus=cpus)
-
-
-def _unreachable(client: DistClient, err: Exception, fix: str) -> DistCheck:
-    why = _clean(str(err) or type(err).__name__, client)
-    return DistCheck(
-        client.shown,
-        "unreachable",
-        f"cannot be reached ({why}); compiles will run locally",
-        fix=fix,
-    )

@@ -1,18 +1,8 @@
-"""The compiler cache a lane build uses: which tool, which backend, which mode.
-
-`select()` is the one place that decides; `build` passes `CacheSetup.launcher` to CMake as
-the compiler launcher and `CacheSetup.env` to the configure and build processes, and the
-report records `Cache.of(setup)`.
-
-* Path independence: the cache's base directory is the workspace (or its common parent
-  with the forge root), so with `build`'s `-ffile-prefix-map` two workspaces at different
-  paths hash alike and share hits.
-* Remote storage is the tool's own: ccache's `CCACHE_REMOTE_STORAGE` / `remote_storage`,
-  sccache's `SCCACHE_*` backend variables or config file. The forge passes them through the
-  environment and only ever shows them masked (`Cache`, `doctor`).
-* `mode="ro"` reads the cache and never writes it (ccache `read_only` and `|read-only` on
-  each remote; sccache `READ_ONLY` for the local disk and every backend), so a build that
-  signs can use a shared cache nobody it does not trust can have written to through it.
+"""The compiler cache a lane build uses: which tool, which backend, which mode (the rules:
+docs/compiler-cache.md). `select()` is the one place that decides; `build` passes
+`CacheSetup.launcher` to CMake as the compiler launcher and `CacheSetup.env` to the
+configure and build processes, and the report records `Cache.of(setup)`; remote settings
+are only ever shown masked.
 """
 
 from __future__ import annotations
@@ -44,7 +34,6 @@ if TYPE_CHECKING:
 
 CHOICES = ("auto", "ccache", "sccache", "off")
 MODES = ("rw", "ro")
-TOOLS = ("ccache", "sccache")
 INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 
 # sccache's remote backends: the variable that turns each on (sccache's own names), and
@@ -139,8 +128,6 @@ OFF = CacheSetup()
 def check_choice(
     choice: str, mode: str, where: str = "--cache", mode_where: str = "--cache-mode"
 ) -> None:
-    """BadInput (exit 2) for a cache or mode that is not one of the known words, naming
-    where it came from."""
     if choice not in CHOICES:
         raise BadInput(
             f"{where} {choice!r}: not a compiler cache choice",
@@ -177,15 +164,13 @@ def select(
         return OFF
     environ = os.environ if environ is None else environ
     if choice == "auto":
-        remote = _sccache_backend(environ) is not None or _sccache_dist(environ) is not None
+        dist = sccache_dist.client(sccache_config(environ))
+        remote = _sccache_backend(environ) is not None or dist is not None
         order = ("sccache", "ccache") if remote else ("ccache", "sccache")
-        for name in order:
-            path = locate(doctor, name)
-            if path:
-                return _setup(doctor, name, path, mode, workspace, root, environ, worker)
-        return OFF
-    path = locate(doctor, choice)
-    if path is None:
+        choice, path = next(((n, p) for n in order if (p := locate(doctor, n))), ("", None))
+        if path is None:
+            return OFF
+    elif (path := locate(doctor, choice)) is None:
         raise BadInput(
             f"--cache/DGR_CACHE {choice}: {choice} is not installed (not on PATH, not in this "
             "Python's scripts directory)",
@@ -293,16 +278,10 @@ def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None
     are dropped. A worker beside the checkout (`--worker ../shard-worker`) widens ccache's
     one base directory to their common parent, so its objects hit from another path too
     (`plan` maps the relative names that gives)."""
-    out: list[Path] = []
-    for p in (workspace, root, worker):
-        if p is None:
-            continue
-        p = p.resolve()  # as `build` maps them (-ffile-prefix-map of resolved paths)
-        if os.pathsep in str(p) or "\0" in str(p) or "\n" in str(p):
-            continue  # cannot be written in SCCACHE_BASEDIRS; hits then need the same path
-        if p not in out:
-            out.append(p)
-    return out
+    # resolved as `build` maps them (-ffile-prefix-map of resolved paths)
+    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
+    # one that cannot be written in SCCACHE_BASEDIRS is left out: hits then need the same path
+    return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
 # ----------------------------------------------------------------------------- ccache
@@ -334,7 +313,12 @@ def _ccache_env(
             env["CCACHE_REMOTE_STORAGE"] = remote
     backend = "local"
     if remote:
-        backend = "local + remote " + " ".join(_shown_entry(e) for e in remote.split())
+        # each URL masked, its attributes (may hold a bearer token or a header) dropped
+        # except read-only
+        shown = [e.split("|") for e in remote.split()]
+        backend = "local + remote " + " ".join(
+            mask(url) + ("|read-only" if "read-only" in attrs else "") for url, *attrs in shown
+        )
         if environ.get("CCACHE_REMOTE_ONLY", "").lower() in ("1", "true"):
             backend = backend.replace("local + ", "", 1)
     return env, backend
@@ -374,14 +358,6 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         return ""
     value = done.stdout.strip() if done.returncode == 0 else ""
     return _check_remote(value, "ccache.conf remote_storage") if value else ""
-
-
-def _shown_entry(entry: str) -> str:
-    """One remote storage entry for a person: URL masked, attributes (may hold a bearer
-    token or a header) dropped except read-only."""
-    url, *attrs = entry.split("|")
-    shown = mask(url)
-    return shown + ("|read-only" if "read-only" in attrs else "")
 
 
 # ----------------------------------------------------------------------------- sccache
@@ -428,12 +404,6 @@ def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
     return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
-def _sccache_dist(environ: Mapping[str, str]) -> str | None:
-    dist = sccache_config(environ).get("dist")
-    url = dist.get("scheduler_url") if isinstance(dist, dict) else None
-    return mask(url) if isinstance(url, str) and url else None
-
-
 def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
@@ -461,7 +431,8 @@ def _sccache_env(
                 env["SCCACHE_SERVER_UDS"] = str(sock)
                 break
     backend = _sccache_backend(environ)
-    return env, f"local + remote {backend}" if backend else "local", _sccache_dist(environ)
+    dist = sccache_dist.client(sccache_config(environ))
+    return env, f"local + remote {backend}" if backend else "local", dist.shown if dist else None
 
 
 def _private_dir(path: Path) -> bool:
@@ -539,26 +510,24 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
     now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
     environ = os.environ if environ is None else environ
     tools = {}
-    for name in TOOLS:
+    for name in ("ccache", "sccache"):
         path = locate(doctor, name)
         tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
     choice = environ.get("DGR_CACHE") or "auto"
     mode = environ.get("DGR_CACHE_MODE") or "rw"
+    problem = None
     try:
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
-        return DoctorCache(
-            choice=choice, tool=None, launcher=None, version=OFF.version, backend=OFF.backend,
-            mode=OFF.mode, distributed=None, tools=tools, problem=mask_text(str(err)),
-        )  # fmt: skip
+        setup, problem = OFF, mask_text(str(err))
     client = None
     if setup.distributed:  # asks the scheduler, with the client's token
         client = sccache_dist.client(sccache_config(environ))
     return DoctorCache(
         choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
-        else None, path=setup.launcher, version=setup.version, backend=setup.backend,
-        mode=setup.mode, distributed=setup.distributed, tools=tools, problem=None,
-        dist=sccache_dist.check(client) if client else None,
+        else None, path=UNSET if problem else setup.launcher, version=setup.version,
+        backend=setup.backend, mode=setup.mode, distributed=setup.distributed, tools=tools,
+        problem=problem, dist=UNSET if problem else sccache_dist.check(client) if client else None,
     )  # fmt: skip
 
 

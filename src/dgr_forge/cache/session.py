@@ -53,7 +53,6 @@ class CacheSession(Struct):
     env: dict[str, str]  # the server's environment: may hold secrets (not in the repr)
     out: Reporter | None = None
     own_server: bool = False  # we started it (on our socket) and stop it
-    dist: sccache_dist.DistCheck | None = None
     warned: bool = False
     _before: tuple[int, int, int, int] = (0, 0, 0, 0)
     _statslog: Path | None = None
@@ -82,21 +81,19 @@ class CacheSession(Struct):
         give."""
         base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
-            hits, misses = _ccache_figures(self.setup, self.env, self._statslog)
+            hits, misses = self._ccache_counts(self._statslog)
             return msgspec.structs.replace(base, hits=hits, misses=misses)
         if self.setup.tool != "sccache":
             return None
         after = self._sccache_counts()
-        # hits, misses, pool compiles, compiles: this lane's, since `begin`
-        done = None if after is None else [max(0, a - b) for a, b in zip(
-            after, self._before, strict=True
-        )]  # fmt: skip
-        used = msgspec.structs.replace(
-            base, hits=done[0] if done else None, misses=done[1] if done else None
-        )
+        hits = misses = remote = local = None
+        if after is not None:  # this lane's, since `begin`
+            hits, misses, remote, compiles = (
+                max(0, a - b) for a, b in zip(after, self._before, strict=True)
+            )
+            local = max(0, compiles - remote)
+        used = msgspec.structs.replace(base, hits=hits, misses=misses)
         if self.setup.distributed:
-            remote = done[2] if done else None
-            local = max(0, done[3] - done[2]) if done else None
             used.distributed = Distributed(
                 scheduler=self.setup.distributed, remote_compiles=remote, local_compiles=local
             )
@@ -110,12 +107,26 @@ class CacheSession(Struct):
 
     # -- the server
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+    def _run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str] | None:
         assert self.setup.launcher
         try:
-            return proc.capture([self.setup.launcher, *args], env=self.env, timeout=_TIMEOUT)
+            return proc.capture(
+                [self.setup.launcher, *args], env={**self.env, **env}, timeout=_TIMEOUT
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
+
+    def _ccache_counts(self, log: Path) -> tuple[int | None, int | None]:
+        done = self._run("--print-log-stats", CCACHE_STATSLOG=str(log))
+        if done is None or done.returncode != 0:
+            return None, None
+        counters: dict[str, int] = {}
+        for line in done.stdout.splitlines():
+            key, _, value = line.partition("\t")
+            if value.strip().isdigit():
+                counters[key] = int(value)
+        hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
+        return hits, counters.get("cache_miss", 0)
 
     def _sccache_counts(self) -> tuple[int, int, int, int] | None:
         """sccache's counters a lane's figures come from: hits, misses, pool compiles,
@@ -190,7 +201,6 @@ class CacheSession(Struct):
         )
 
     def stop(self) -> None:
-        """Stop our server and wait for it to be gone (killed if it will not go)."""
         if not self.own_server:
             return
         self._run("--stop-server")
@@ -216,14 +226,14 @@ def open_cache_session(
         return
     client = sccache_dist.client(sccache_config(env)) if setup.distributed else None
     if client is not None:
-        session.dist = check = sccache_dist.check(client)
+        check = sccache_dist.check(client)
         if check.status == "unauthorized":
             raise OperationFailed(
                 check.line().split("\n", 1)[0],
                 hint=check.fix,
                 details={"scheduler": check.scheduler, "status": check.status},
             )
-        if not check.usable and out is not None:
+        if check.status != "ok" and out is not None:
             out.warn(check.line())
             session.warned = True
     session.start()
@@ -254,29 +264,6 @@ class _Stats(Struct):
 
 class _Shown(Struct):
     stats: _Stats
-
-
-def _ccache_figures(
-    setup: CacheSetup, env: Mapping[str, str], log: Path
-) -> tuple[int | None, int | None]:
-    assert setup.launcher
-    try:
-        done = proc.capture(
-            [setup.launcher, "--print-log-stats"],
-            env={**env, "CCACHE_STATSLOG": str(log)},
-            timeout=_TIMEOUT,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        done = None
-    if done is None or done.returncode != 0:
-        return None, None
-    counters: dict[str, int] = {}
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition("\t")
-        if value.strip().isdigit():
-            counters[key] = int(value)
-    hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
-    return hits, counters.get("cache_miss", 0)
 
 
 def _await_either(listener: socket.socket, pid: int) -> bool:

@@ -1,13 +1,6 @@
-"""How the rendered CI installs dgr-forge: one step, the same in every job.
-
-* In **the tool's own repository** every job installs the checked-out tree under its
-  `constraints.txt` (a pull request's job holds no secret; signing runs on reviewed refs).
-* In **any other forge root** `ci/requirements.txt` pins dgr-forge by content (an exact
-  git commit, or `--hash=sha256:` on every line; a bare `name==version` names no bytes),
-  under `ci/constraints.txt`, the exact runtime dependencies `ci render --out` writes.
-
-`ci render --tool-source SPEC` names the tool's source at render time instead; it is
-checked as hostile input and reaches pip through the workflow's `DGR_TOOL_SOURCE`.
+"""How the rendered CI installs dgr-forge: one step, the same in every job (the modes and
+what each file must pin: docs/ci.md, "One install step"). `--tool-source` is checked as
+hostile input and reaches pip through the workflow's `DGR_TOOL_SOURCE`.
 """
 
 from __future__ import annotations
@@ -117,8 +110,9 @@ class _PyProject(msgspec.Struct):
     project: _Project = msgspec.field(default_factory=_Project)
 
 
-def _read(root: Path, rel: str) -> list[str] | None:
-    """The file's lines (continuations joined), None when missing."""
+def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
+    """The file's (line number, requirement) pairs, continuations joined and comments
+    dropped; None when missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -134,16 +128,9 @@ def _read(root: Path, rel: str) -> list[str] | None:
         shown=rel,
         follow=False,
     )
-    return raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
-
-
-def _bodies(lines: list[str]) -> list[tuple[int, str]]:
-    found = []
-    for number, line in enumerate(lines, 1):
-        body = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
-        if body:
-            found.append((number, body))
-    return found
+    lines = raw.decode("utf-8", errors="replace").replace("\\\n", " ").splitlines()
+    bodies = [(n, ln.split(" #", 1)[0].strip()) for n, ln in enumerate(lines, 1)]
+    return [(n, body) for n, body in bodies if body and not body.startswith("#")]
 
 
 TOOLCHAIN = ("cmake", "ninja")
@@ -152,11 +139,11 @@ TOOLCHAIN = ("cmake", "ninja")
 def _constraints(root: Path, rel: str) -> bool:
     """Whether it is there: exact `name==version` lines only (a constraint that floats pins
     nothing), cmake and ninja among them (a report names the exact ones it built with)."""
-    lines = _read(root, rel)
-    if lines is None:
+    found = _read(root, rel)
+    if found is None:
         return False
     pinned = set()
-    for number, body in _bodies(lines):
+    for number, body in found:
         if not _EXACT.fullmatch(body):
             raise BadInput(
                 f"{rel}:{number}: {body[:60]!r} is not an exact pin",
@@ -214,38 +201,28 @@ def unpublished() -> str:
 def tool_source(raw: str) -> str:
     """The pip requirement for --tool-source `raw`."""
     where = "--tool-source"
+
+    def refused(problem: str) -> BadInput:
+        return BadInput(f"{where}: {problem}", hint=TOOL_SOURCE_HINT)
+
     if not raw or raw.startswith("-") or len(raw) > 2048:
-        raise BadInput(f"{where}: {raw[:80]!r} is empty, too long or starts with '-'",
-                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+        raise refused(f"{raw[:80]!r} is empty, too long or starts with '-'")
     if any(ord(c) < 33 or ord(c) > 126 for c in raw):
-        raise BadInput(f"{where}: {raw[:80]!r} contains a space, control or non-ASCII character",
-                       hint=TOOL_SOURCE_HINT)  # fmt: skip
+        raise refused(f"{raw[:80]!r} contains a space, control or non-ASCII character")
     if raw.startswith("dgr-forge=="):
-        version = raw.split("==", 1)[1]
-        if not _VERSION.fullmatch(version):
-            raise BadInput(f"{where}: {raw!r}: not an exact version", hint=TOOL_SOURCE_HINT)
+        if not _VERSION.fullmatch(raw.split("==", 1)[1]):
+            raise refused(f"{raw!r}: not an exact version")
         return raw
-    bad = sorted(set(raw) & _UNSAFE)
-    if bad:
-        raise BadInput(
-            f"{where}: {raw[:80]!r} contains {' '.join(bad)}, which a URL here never needs",
-            hint=TOOL_SOURCE_HINT,
-        )
-    if wheel := _WHEEL.fullmatch(raw):
-        check_url(wheel.group(1), where, schemes=("https",))
+    if bad := sorted(set(raw) & _UNSAFE):
+        raise refused(f"{raw[:80]!r} contains {' '.join(bad)}, which a URL here never needs")
+    if url := _WHEEL.fullmatch(raw) or _GIT.fullmatch(raw):
+        check_url(url.group(1), where, schemes=("https",))
         return f"dgr-forge @ {raw}"
-    if git := _GIT.fullmatch(raw):
-        check_url(git.group(1), where, schemes=("https",))
-        return f"dgr-forge @ {raw}"
-    raise BadInput(
-        f"{where}: {raw[:80]!r} names no exact release, hashed wheel or commit",
-        hint=TOOL_SOURCE_HINT,
-    )
+    raise refused(f"{raw[:80]!r} names no exact release, hashed wheel or commit")
 
 
-def _check_requirements(lines: list[str]) -> bool:
+def _check_requirements(found: list[tuple[int, str]]) -> bool:
     """Every line pinned by content; True when they are hashes (pip --require-hashes)."""
-    found = _bodies(lines)
     if not found:
         raise BadInput(f"{REQUIREMENTS}: pins nothing", hint=PIN_HINT)
     hashed = 0

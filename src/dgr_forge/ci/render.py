@@ -1,15 +1,13 @@
-"""CI generated from the recipes: the per-lane matrix and workflow files rendered from it.
-
-`matrix` is the single source: a new `recipes/<lane>.toml` is a new CI job with no template
-change. The templates use `[[ ]]` / `[% %]` as Jinja delimiters, so the providers' own
-`${{ }}` / `$VAR` syntax passes through untouched. What the rendered CI guarantees (pinned
-actions, read-only cache for pull requests, signing in its own environment, one install
-step) is SECURITY.md's.
+"""CI generated from the recipes: `matrix` (one job per `recipes/<lane>.toml`, no template
+change) and the workflow files rendered from it. The templates use `[[ ]]` / `[% %]` as
+Jinja delimiters, so the providers' own `${{ }}` / `$VAR` pass through untouched; what the
+rendered CI guarantees is docs/ci.md's and SECURITY.md's.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -22,7 +20,7 @@ import jinja2
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from dgr_forge.ci.install import CI_CONSTRAINTS, REQUIREMENTS, VENV_SETUP, Install
+from dgr_forge.ci.install import VENV_SETUP, Install
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.fsutil import MAX_WORKFLOW_BYTES, atomic_write_text, read_regular, sha256_bytes
 from dgr_forge.core.gitutil import HEX40
@@ -37,12 +35,11 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 class Provider:
     name: str
     template: str  # file name under dgr_forge/ci/templates/
-    default_path: str  # where the provider looks for its workflow, relative to the repo
 
 
 PROVIDERS: dict[str, Provider] = {
-    "github": Provider("github", "github-actions.yml.j2", ".github/workflows/dgr-forge.yml"),
-    "gitlab": Provider("gitlab", "gitlab-ci.yml.j2", ".gitlab-ci.yml"),
+    "github": Provider("github", "github-actions.yml.j2"),
+    "gitlab": Provider("gitlab", "gitlab-ci.yml.j2"),
 }
 
 
@@ -237,13 +234,9 @@ def _gitlab_variable(value: str) -> str:
     return _flow({"value": value, "expand": False} if "$" in value else value)
 
 
-_ENVIRONMENT: list[jinja2.Environment] = []
-
-
+@functools.cache
 def _environment() -> jinja2.Environment:
     """One per process: a template compiles in ~20 ms, and the templates are package data."""
-    if _ENVIRONMENT:
-        return _ENVIRONMENT[0]
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_template_source),
         undefined=jinja2.StrictUndefined,
@@ -261,7 +254,6 @@ def _environment() -> jinja2.Environment:
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable
-    _ENVIRONMENT.append(env)
     return env
 
 
@@ -309,17 +301,11 @@ def pinned() -> dict[str, dict[str, str]]:
     return {"actions": actions, "images": dict(pins.gitlab.images)}
 
 
-# what a root renders with before its files are looked at (`ci render` always looks)
-_DEFAULT = Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, False, False)
-
-
 BUMP_SETTINGS = "ci/bump.toml"
 
 
 def bump_request(root: Path) -> bool:
-    """`ci/bump.toml` `[bump] open_request` (default true): whether the nightly roller job
-    pushes a branch and opens a pull/merge request when `dgr-forge bump` moved the pin.
-    Off, the job still bumps and uploads the report, with read-only permissions."""
+    """`ci/bump.toml`'s `[bump] open_request`, default true (docs/bump.md)."""
     path = root / BUMP_SETTINGS
     if not path.exists() and not path.is_symlink():
         return True
@@ -348,8 +334,8 @@ def render(
     which: Provider,
     recipes: dict[str, Recipe],
     manifest: UpstreamManifest,
-    how: Install | None = None,
-    open_request: bool = True,
+    how: Install,
+    open_request: bool,
 ) -> str:
     """The workflow text for `which`; the same recipes and manifest give the same bytes."""
     if not recipes:
@@ -357,7 +343,6 @@ def render(
             "no recipes: a CI workflow needs at least one lane",
             hint="add recipes/<lane>.toml (e.g. recipes/cpu.toml)",
         )
-    how = how or _DEFAULT
     lanes = msgspec.to_builtins(matrix(recipes))  # the templates read plain objects
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])

@@ -99,30 +99,24 @@ def check_options(
     problems: list[OptionProblem] = []
     checked = 0
     for lane, recipe in all_recipes.items():
+        shown = forge.rel(recipe.path)
         for option in sorted(recipe.cmake_options):
             if not option.startswith(CHECKED_PREFIXES):
                 continue
             checked += 1
-            if option in declared and option not in renames:
-                continue
-            shown = forge.rel(recipe.path)
             if option in renames:
                 new = renames[option]
                 message = f"{shown}: cmake.options.{option}: {deprecated(option, new, commit)}"
                 problems.append(OptionProblem(lane, option, message, new, deprecated=True))
-                continue
-            close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
-            hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
-            problems.append(
-                OptionProblem(
-                    lane,
-                    option,
+            elif option not in declared:
+                close = difflib.get_close_matches(option, sorted(declared), n=3, cutoff=0.6)
+                hint = f"; similar options upstream declares: {', '.join(close)}" if close else ""
+                message = (
                     f"{shown}: cmake.options.{option}: not declared by upstream at "
                     f"{commit[:12]} (no option()/set(... CACHE) in any CMakeLists.txt or "
-                    f"*.cmake): renamed or removed upstream? CMake would silently ignore it"
-                    f"{hint}",
+                    f"*.cmake): renamed or removed upstream? CMake would silently ignore it{hint}"
                 )
-            )
+                problems.append(OptionProblem(lane, option, message))
     return checked, problems
 
 

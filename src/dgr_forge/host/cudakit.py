@@ -1,22 +1,14 @@
-"""A CUDA toolkit as a lane links against it. NVIDIA's wheels ship only versioned libraries
-(`libcudart.so.13`) and no `libcuda` (the driver's, which `CUDA::cuda_driver` names), so
-in the lane's build directory:
-
-* `dgr-cuda/lib/` holds `lib<name>.so` links to each versioned-only library, first on
-  CMake's library path;
-* `dgr-cuda/stubs/` holds `libcuda.so` (soname `libcuda.so.1`): every function `cuda.h`
-  declares, returning `CUDA_ERROR_STUB_LIBRARY` (34), as NVIDIA's `lib64/stubs/libcuda.so`
-  does; none with a real driver. Named `stubs` as NVIDIA's is: CMake's FindCUDAToolkit
-  imports a library under `/stubs/` for the linker only, never as a RUNPATH entry.
-
-These directories go on the link path only (`-Wl,-rpath-link`): no binary's RUNPATH names
-the build machine, and the real driver loads at run time. (`-Wl,--allow-shlib-undefined`,
-which llama.cpp's CUDA container build passes, would hide real link errors.)
+"""A CUDA toolkit as a lane links against it (docs/build-and-reports.md, "The driver link
+stub"): in the lane's build directory, `dgr-cuda/lib/` holds `lib<name>.so` links to each
+versioned-only library of NVIDIA's wheels and `dgr-cuda/stubs/libcuda.so` stands in for
+the driver's. They go on the link path only (`-Wl,-rpath-link`): no binary's RUNPATH names
+the build machine. (`-Wl,--allow-shlib-undefined` would hide real link errors.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import shlex
@@ -130,10 +122,7 @@ def plan(
     for d in lib_dirs:
         names: set[str] = set()
         with contextlib.suppress(OSError), os.scandir(d) as it:
-            for entry in it:
-                names.add(entry.name)
-                if len(names) > MAX_DIR_ENTRIES:
-                    break
+            names = {entry.name for entry in itertools.islice(it, MAX_DIR_ENTRIES + 1)}
         for name in sorted(names):
             m = _VERSIONED.fullmatch(name)
             if m and f"lib{m.group(1)}.so" not in names:

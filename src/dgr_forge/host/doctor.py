@@ -219,8 +219,8 @@ class Doctor:
                 if found:
                     return result(True, found, found)
         # absolute, outside the checkout, else left out
-        found_dirs = [d for d in (_expand(h) for h in probe.hints) if d and os.path.isabs(d)]
-        hints = [d for d in found_dirs if not _inside(d, self._fenced)]
+        hints = [d for h in probe.hints if (d := _expand(h)) and os.path.isabs(d)]
+        hints = [d for d in hints if not _inside(d, self._fenced)]
         dirs += hints
         for exe in probe.executables:
             found = shutil.which(exe, path=os.pathsep.join(hints)) if hints else None
@@ -262,21 +262,13 @@ class Doctor:
                 tool = self.tool(entry[5:])
                 if tool.found and tool.path:
                     roots.append(Path(tool.path).resolve().parent.parent)
-                continue
-            if entry.startswith("python:"):
-                wheel = _python_dir(entry[7:], self.sites)
-                if wheel:
+            elif entry.startswith("python:"):
+                if wheel := _python_dir(entry[7:], self.sites):
                     roots.append(Path(wheel))
-                continue
-            expanded = _expand(entry)
-            if expanded:
+            elif expanded := _expand(entry):
                 roots.append(Path(expanded))
-        unique: list[Path] = []
-        for root in roots:
-            # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
-            if root not in unique and not _inside(str(root), self._fenced):
-                unique.append(root)
-        return unique
+        # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
+        return [r for r in dict.fromkeys(roots) if not _inside(str(r), self._fenced)]
 
     def _probe_library(
         self, probe: LibraryProbe, result: Callable[..., ProbeResult]
@@ -332,10 +324,9 @@ class Doctor:
         host_ok = host_os() in recipe.lane.host_os
         missing: list[ProbeResult] = []
         if host_ok:
-            missing += [r for r in (self.tool(t) for t in recipe.requires.tools) if not r.found]
-            missing += [
-                r for r in (self.library(lib) for lib in recipe.requires.libraries) if not r.found
-            ]
+            probed = [*map(self.tool, recipe.requires.tools)]
+            probed += map(self.library, recipe.requires.libraries)
+            missing = [r for r in probed if not r.found]
         return LaneCheck(
             lane=recipe.name,
             backend=recipe.lane.backend,

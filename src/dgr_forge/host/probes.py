@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail, shown_value
 
 SCHEMA = 1
@@ -134,11 +135,13 @@ TOOLCHAIN_VARS = frozenset(
 
 
 def _refuse_commands(shown: str, key: str, t: ToolProbe) -> None:
+    def refused(field: str, problem: str, fix: str) -> BadInput:
+        return fail(shown, f"{key}.{field}", problem, fix)
+
     for exe in t.executables:
         if not _PROGRAM.fullmatch(exe):
-            raise fail(
-                shown,
-                f"{key}.executables",
+            raise refused(
+                "executables",
                 f"{exe[:60]!r} is not a program name (no paths, options or spaces)",
                 'name the program, e.g. executables = ["gcc"]',
             )
@@ -152,17 +155,15 @@ def _refuse_commands(shown: str, key: str, t: ToolProbe) -> None:
     )
     if t.find_command and not fixed:
         forms = "; ".join(" ".join(f).replace("{}", "NAME") for f in sorted(FIND_COMMANDS))
-        raise fail(
-            shown,
-            f"{key}.find_command",
+        raise refused(
+            "find_command",
             f"{shown_value(list(t.find_command))} is not one of the lookups the forge knows "
             "(a probe never runs a command the repository names)",
             f"use one of: {forms}",
         )
     if t.version_args not in VERSION_ARGS:
-        raise fail(
-            shown,
-            f"{key}.version_args",
+        raise refused(
+            "version_args",
             f"{shown_value(list(t.version_args))} is not one of the fixed version queries",
             "use one of: " + ", ".join(repr(list(a)) for a in sorted(VERSION_ARGS)),
         )
@@ -173,9 +174,8 @@ def _refuse_commands(shown: str, key: str, t: ToolProbe) -> None:
             module in PYTHON_MODULES if colon else package.isidentifier() and ".." not in spec
         )
         if not ok:
-            raise fail(
-                shown,
-                f"{key}.python_dirs",
+            raise refused(
+                "python_dirs",
                 f"{spec[:60]!r} is not a wheel directory the forge may look in",
                 '"pkg/sub/dir", "@scripts", or "module:ATTR" for module '
                 + " or ".join(sorted(PYTHON_MODULES)),
@@ -183,16 +183,14 @@ def _refuse_commands(shown: str, key: str, t: ToolProbe) -> None:
     for hint in t.hints:
         var = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(/|$)", hint)
         if ".." in hint.split("/") or not (var or hint.startswith(HINT_PREFIXES)):
-            raise fail(
-                shown,
-                f"{key}.hints",
+            raise refused(
+                "hints",
                 f"{hint[:60]!r} is not a system prefix or an environment variable",
                 f'"$VAR/bin", or a directory under {", ".join(HINT_PREFIXES)}',
             )
         if var and var.group(1) not in TOOLCHAIN_VARS:
-            raise fail(
-                shown,
-                f"{key}.hints",
+            raise refused(
+                "hints",
                 f"${var.group(1)} names no toolchain installation (a probe never looks "
                 "in the checkout or a home directory)",
                 "use one of " + ", ".join(f"${v}" for v in sorted(TOOLCHAIN_VARS)),

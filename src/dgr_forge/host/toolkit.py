@@ -1,9 +1,6 @@
-"""A pinned CUDA toolkit: `toolchains/cuda.lock` names every wheel of NVIDIA's
-`cuda-toolkit` by name, version and sha256; `toolchain install cuda` installs exactly
-those (`pip --require-hashes`) into `<home>/cuda-<lock digest>/`, outside the root, so an
-unchanged lock finds its toolkit again. pip installs into a scratch directory renamed
-into place only when every wheel matched, so a mismatch installs nothing. The home is
-`$DGR_TOOLCHAINS_DIR`, else `$XDG_DATA_HOME/dgr-forge/toolchains`.
+"""A pinned CUDA toolkit (docs/build-and-reports.md, "A pinned toolkit"):
+`toolchains/cuda.lock` and what `toolchain install cuda` installs from it, by hash, into a
+prefix outside the root named by the lock's digest.
 """
 
 from __future__ import annotations
@@ -210,13 +207,8 @@ def install(
         scratch.mkdir()
         try:
             _pip(lock, scratch, offline=offline, wheelhouse=wheelhouse)
-            marker = {
-                "toolkit": "cuda",
-                "version": lock.version,
-                "lock_sha256": lock.sha256,
-                "wheels": lock.versions(),
-            }
-            write_json(scratch / MARKER, marker)
+            marker = {k: getattr(result, k) for k in ("toolkit", "version", "lock_sha256")}
+            write_json(scratch / MARKER, {**marker, "wheels": lock.versions()})
             shutil.rmtree(prefix, ignore_errors=True)  # no marker: not an install
             os.replace(scratch, prefix)
         finally:

@@ -128,19 +128,18 @@ def ensure_worker(
     if spec.url is None or spec.commit is None:
         return []
     src = spec.source_dir
-    if (src / ".git").exists() and gitutil.rev_parse(src, "HEAD") == spec.commit:
+    cloned = (src / ".git").exists()
+    if cloned and gitutil.rev_parse(src, "HEAD") == spec.commit:
         return []
-    saved: list[Path] = []
-    if (src / ".git").exists():
-        saved = _keep_local_work(spec, src, out, force=force, forge=forge)
-    if offline and not ((src / ".git").exists() and gitutil.has_object(src, spec.commit)):
+    saved = _keep_local_work(spec, src, out, force=force, forge=forge) if cloned else []
+    if offline and not (cloned and gitutil.has_object(src, spec.commit)):
         raise OperationFailed(
             f"worker commit {spec.commit[:12]} is not in {src} and --offline forbids fetching",
             hint="run once without --offline",
         )
     out.step(f"fetch worker {mask(spec.url)} at {spec.commit[:12]}")
     src.mkdir(parents=True, exist_ok=True)
-    if not (src / ".git").exists():
+    if not cloned:
         gitutil.git(src, "init", "-q")
     # the commit alone, else the whole repository
     for how in (("--depth", "1", "--", spec.url, spec.commit), ("--", spec.url)):
