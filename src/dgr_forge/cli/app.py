@@ -204,12 +204,6 @@ def command(group: typer.Typer, name: str | None = None) -> Callable[[CommandBod
     return register
 
 
-def _usage_error(err: BaseException) -> bool:
-    # Usage errors (bad flag, missing argument) carry `show` and `format_message` in every
-    # Typer/Click version; match that shape rather than a private class.
-    return hasattr(err, "show") and hasattr(err, "format_message")
-
-
 def fail(err: BaseException, command: str, as_json: bool) -> int | None:
     """The one way an error leaves the CLI: a one-line message (and hint) on stderr, with
     `--json` the failure object (`error`, `hint`, every detail), and the exit code. None
@@ -233,13 +227,15 @@ def fail(err: BaseException, command: str, as_json: bool) -> int | None:
         if isinstance(err, OSError):
             fields["errno"] = err.errno
         fields |= known.details
-    elif _usage_error(err):
+    elif hasattr(err, "show") and hasattr(err, "format_message"):
+        # a usage error (bad flag, missing argument) has this shape in every Typer/Click
+        # version: matched rather than a private class
         text = io.StringIO()
-        err.show(file=text)  # type: ignore[attr-defined]
+        err.show(file=text)
         sys.stderr.write(shown(text.getvalue()))  # Click echoes the argument: escaped
         sys.stderr.flush()
         code = int(ExitCode.BAD_INPUT)
-        message = err.format_message()  # type: ignore[attr-defined]
+        message = err.format_message()
         fields = {"error": message or "missing command (usage printed on stderr)"}
     elif type(err).__name__ == "Abort":
         code = 130

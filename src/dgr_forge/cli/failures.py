@@ -43,6 +43,9 @@ _FAILED_HINTS = {
 }
 
 
+_URL_ERRORS = ("InvalidURL", "MissingSchema", "InvalidSchema", "URLRequired", "LocationParseError")
+
+
 def _shown_path(name: object) -> str:
     text = os.fsdecode(name) if isinstance(name, str | bytes) else str(name)
     return repr(text) if any(ord(c) < 32 for c in text) else text
@@ -54,13 +57,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
     if module.startswith(("requests", "urllib3")):  # requests' errors are OSErrors too
         name = type(err).__name__
         text = mask_text(str(err))
-        if name in (
-            "InvalidURL",
-            "MissingSchema",
-            "InvalidSchema",
-            "URLRequired",
-            "LocationParseError",
-        ):
+        if name in _URL_ERRORS:
             return BadInput(
                 f"invalid URL: {text}", hint="check the URL (and any redirect it gives)"
             )
@@ -70,7 +67,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
         )
     if isinstance(err, OSError):
         code = err.errno or 0
-        path = err.filename if err.filename is not None else None
+        path = err.filename
         where = f"{_shown_path(path)}: " if path is not None else ""
         also = f" -> {_shown_path(err.filename2)}" if err.filename2 is not None else ""
         what = err.strerror or str(err)
