@@ -1,5 +1,5 @@
 """Console entry point: the line read, its commands registered, its streams guarded, and
-every way out an exit code and a message (`app.fail`, `cli.failures`), never a traceback
+every way out an exit code and a message (`app.fail`, `app.as_forge_error`), never a traceback
 but for a genuine bug.
 """
 
