@@ -15,7 +15,7 @@ from support.git import Upstream, sh_git
 from support.roots import make_forge_root, manifest_text
 
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.lock import describe_holder, workspace_lock
+from dgr_forge.core.lock import holder_of, workspace_lock
 from dgr_forge.core.output import Reporter
 
 UNKNOWN = "0123456789abcdef0123456789abcdef01234567"
@@ -546,6 +546,17 @@ def test_concurrent_runs_wait_or_are_told(tmp_path: Path, upstream: Upstream) ->
     assert f"waiting for pid {first.proc.pid}" in err2
     assert '"changed": false' in out2  # the first run did the work
     assert_exactly_at(src_of(root), upstream, pin)
+
+
+def describe_holder(lock_file: Path) -> str:
+    try:
+        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return holder_of(-1)
+    try:
+        return holder_of(fd)
+    finally:
+        os.close(fd)
 
 
 def test_lock_is_reentrant_in_one_process(tmp_path: Path) -> None:

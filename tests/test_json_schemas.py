@@ -27,7 +27,7 @@ from support.cli import Result, run_forge
 from support.demo import DemoTour
 from support.server import write_layered_gguf
 
-from dgr_forge.cli import input_schemas, schemas
+from dgr_forge.cli import schemas
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all
 from dgr_forge.cli.schemas import COMMANDS
@@ -70,15 +70,15 @@ def test_the_committed_schemas_and_doc_are_what_the_generator_writes() -> None:
         )
     assert {p.name for p in SCHEMAS.iterdir()} == {f"{c.name}.json" for c in COMMANDS} | {
         schemas.SHARED,
-        input_schemas.DIR,
+        schemas.TOML_DIR,
     }
-    assert {p.name for p in (SCHEMAS / input_schemas.DIR).iterdir()} == {
-        f"{name}.json" for name, *_ in input_schemas.inputs()
+    assert {p.name for p in (SCHEMAS / schemas.TOML_DIR).iterdir()} == {
+        f"{name}.json" for name, *_ in schemas.inputs()
     }
 
 
 def _toml_validator(name: str) -> Draft202012Validator:
-    schema = json.loads((SCHEMAS / input_schemas.DIR / f"{name}.json").read_text())
+    schema = json.loads((SCHEMAS / schemas.TOML_DIR / f"{name}.json").read_text())
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
@@ -89,7 +89,7 @@ def test_every_checked_in_toml_input_validates_against_its_schema() -> None:
     array are flagged there too."""
     checked: dict[str, int] = {}
     also = {"model": "tests/data/models/*.toml"}  # the suite's own model manifest
-    for name, files, _, _ in input_schemas.inputs():
+    for name, files, _, _ in schemas.inputs():
         v = _toml_validator(name)
         for path in sorted(REPO.glob(files)) + sorted(REPO.glob(also.get(name, files))):
             doc = tomllib.loads(path.read_text())

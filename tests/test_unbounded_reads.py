@@ -65,7 +65,7 @@ ALLOWED: dict[str, set[str]] = {
     "upstream/series.py": {"scratch_index", "cached_trees"},
     "upstream/series_base.py": {"load", "record", "text_of", "save_changes"},  # + its index
     # its journal files; `write` copytrees a subdirectory of patches/ by hard links
-    # (copy_function=_hardlink): no byte of it is read
+    # (copy_function: os.link): no byte of it is read
     # ...and `borrow_objects` copies the workspace's own .git/shallow
     "upstream/series_journal.py": {"_fsync_write", "_recover_one", "write", "borrow_objects"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},

@@ -17,8 +17,7 @@ from support.git import Upstream, sh_git
 from support.patches import AUTHOR_ENV, commit_in, make_series, snapshot, src_dir
 
 from dgr_forge.cli import main as cli
-from dgr_forge.cli.app import JSON_CHANNEL, app, run
-from dgr_forge.cli.failures import as_forge_error
+from dgr_forge.cli.app import JSON_CHANNEL, app, as_forge_error, run
 from dgr_forge.core.envnum import env_number
 from dgr_forge.core.errors import BadInput, ExitCode
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, run
+from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import MarkdownReport, Mirror, Offline
 from dgr_forge.core.errors import BadInput
 
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from dgr_forge.upstream.rebase.state import Rebase, RebaseAbort
 
 
-@app.command()
+@command(app)
 def rebase(
-    ctx: typer.Context,
+    env: Env,
     onto: Annotated[
         str | None,
         typer.Option(
@@ -49,89 +49,66 @@ def rebase(
     report: MarkdownReport = None,
     mirror: Mirror = None,
     offline: Offline = False,
-) -> None:
+) -> Rebase | RebaseAbort | Outcome:
     """Replay the patch series onto a new upstream commit (3-way); resumable.
 
     `--report` goes with `--dry-run` (a real rebase writes its report to reports/)."""
+    from dgr_forge.upstream import rebase as rebase_mod
+    from dgr_forge.upstream.fetch import resolve_mirror
+    from dgr_forge.upstream.rebase.state import RebaseDryRun
 
-    def body(env: Env) -> Rebase | RebaseAbort | Outcome:
-        from dgr_forge.upstream import rebase as rebase_mod
-        from dgr_forge.upstream.fetch import resolve_mirror
-        from dgr_forge.upstream.rebase.state import RebaseDryRun
-
-        modes = [
-            name
-            for name, on in (("--onto", onto), ("--continue", continue_), ("--abort", abort))
-            if on
-        ]
-        if len(modes) != 1:
-            raise BadInput(
-                "rebase: give exactly one of --onto REV, --continue, --abort"
-                + (f" (got {' '.join(modes)})" if modes else ""),
-                hint="start with `dgr-forge rebase --onto <commit>`",
-            )
-        if (url or mirror or offline or dry_run) and not onto:
-            raise BadInput(
-                "rebase: --url, --mirror, --offline and --dry-run only go with --onto",
-                hint="`dgr-forge rebase --continue` reuses what the rebase started with",
-            )
-        if report is not None and not dry_run:
-            raise BadInput(
-                "rebase: --report only goes with --dry-run",
-                hint="a real rebase writes its report to the workspace's reports/",
-            )
-        # each mode under the workspace lock, after recovery, the manifest loaded once
-        if abort:
-            with env.session(lock=True, recover=True, manifest=False) as s:
-                return rebase_mod.abort(s.forge, env.out)
-        # the surface the worker's last builds recorded, read before the rebase re-pins
-        from dgr_forge.lanes.boundary import recorded_surface
-
-        if continue_:
-            with env.session(lock=True, recover=True, manifest_may_fail=True) as s:
-                surface = recorded_surface(s.forge)
-                return rebase_mod.resume(s.forge, env.out, s.manifest_or_none, surface)
-        assert onto is not None
-        request = rebase_mod.Onto(
-            rev=onto,
-            url=url,
-            mirror=resolve_mirror(mirror),
-            offline=offline,
-            dry_run=dry_run,
-            report=report,
+    modes = [
+        name for name, on in (("--onto", onto), ("--continue", continue_), ("--abort", abort)) if on
+    ]
+    if len(modes) != 1:
+        raise BadInput(
+            "rebase: give exactly one of --onto REV, --continue, --abort"
+            + (f" (got {' '.join(modes)})" if modes else ""),
+            hint="start with `dgr-forge rebase --onto <commit>`",
         )
-        with env.session(lock=True, recover=True) as s:
-            done = rebase_mod.onto(s.forge, env.out, s.manifest, request, recorded_surface(s.forge))
-        return Outcome(done, done.exit_code) if isinstance(done, RebaseDryRun) else done
+    if (url or mirror or offline or dry_run) and not onto:
+        raise BadInput(
+            "rebase: --url, --mirror, --offline and --dry-run only go with --onto",
+            hint="`dgr-forge rebase --continue` reuses what the rebase started with",
+        )
+    if report is not None and not dry_run:
+        raise BadInput(
+            "rebase: --report only goes with --dry-run",
+            hint="a real rebase writes its report to the workspace's reports/",
+        )
+    # each mode under the workspace lock, after recovery, the manifest loaded once
+    if abort:
+        with env.session(lock=True, recover=True, manifest=False) as s:
+            return rebase_mod.abort(s.forge, env.out)
+    # the surface the worker's last builds recorded, read before the rebase re-pins
+    from dgr_forge.lanes.boundary import recorded_surface
 
-    run(ctx, "rebase", body)
+    if continue_:
+        with env.session(lock=True, recover=True, manifest_may_fail=True) as s:
+            surface = recorded_surface(s.forge)
+            return rebase_mod.resume(s.forge, env.out, s.manifest_or_none, surface)
+    assert onto is not None
+    request = rebase_mod.Onto(
+        rev=onto, url=url, mirror=resolve_mirror(mirror), offline=offline, dry_run=dry_run,
+        report=report,
+    )  # fmt: skip
+    with env.session(lock=True, recover=True) as s:
+        done = rebase_mod.onto(s.forge, env.out, s.manifest, request, recorded_surface(s.forge))
+    return Outcome(done, done.exit_code) if isinstance(done, RebaseDryRun) else done
 
 
-@app.command()
-def check(
-    ctx: typer.Context,
-    mirror: Mirror = None,
-    offline: Offline = False,
-) -> None:
+@command(app)
+def check(env: Env, mirror: Mirror = None, offline: Offline = False) -> Outcome:
     """CI gate: a fresh fetch, apply and re-export reproduce patches/ and the manifest.
 
     Byte for byte; and upstream must still declare every CMake option the recipes pass."""
+    from dgr_forge.lanes import check as check_mod
+    from dgr_forge.upstream.fetch import resolve_mirror
 
-    def body(env: Env) -> Outcome:
-        from dgr_forge.lanes import check as check_mod
-        from dgr_forge.upstream.fetch import resolve_mirror
-
-        fetch_from = resolve_mirror(mirror)
-        # read-only on the forge (it works in a scratch copy): no lock, no recovery
-        with env.session(recipes=True) as s:
-            result = check_mod.check(
-                s.forge,
-                env.out,
-                s.manifest,
-                s.recipes,
-                mirror=fetch_from,
-                offline=offline,
-            )
-        return Outcome(result, result.exit_code)
-
-    run(ctx, "check", body)
+    fetch_from = resolve_mirror(mirror)
+    # read-only on the forge (it works in a scratch copy): no lock, no recovery
+    with env.session(recipes=True) as s:
+        result = check_mod.check(
+            s.forge, env.out, s.manifest, s.recipes, mirror=fetch_from, offline=offline
+        )
+    return Outcome(result, result.exit_code)

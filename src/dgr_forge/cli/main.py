@@ -1,5 +1,5 @@
 """Console entry point: the line read, its commands registered, its streams guarded, and
-every way out an exit code and a message (`app.fail`, `cli.failures`), never a traceback
+every way out an exit code and a message (`app.fail`, `app.as_forge_error`), never a traceback
 but for a genuine bug.
 """
 
@@ -19,7 +19,6 @@ from dgr_forge.cli import helpstyle
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json, fail
 from dgr_forge.cli.commands import register_for
 from dgr_forge.core.errors import BadInput, ExitCode
-from dgr_forge.core.fsutil import tighten_umask
 
 
 def command_path(words: list[str], root: Any) -> str:
@@ -171,7 +170,9 @@ def _reopen_closed_std() -> set[int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    tighten_umask()  # nothing the forge makes is group/world-writable (SECURITY.md)
+    # what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is
+    # never group- or world-writable, whatever umask it was started with (SECURITY.md)
+    os.umask(os.umask(0o022) | 0o022)
     closed = _reopen_closed_std()
     with _guarded_streams() as guards:
         code = _main(argv, closed, guards)

@@ -3,8 +3,9 @@
 shares, referenced by `$ref`) and `docs/json.md`, all from `COMMANDS` (each command's
 result types, the `core.structs.Form` Structs `--json` prints, and its help's first
 paragraph) and `core.errors.Details` (msgspec writes the schemas; this module adds the
-envelope and the prose); and, through `cli.input_schemas`, the TOML
-inputs' schemas and their page (`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
+envelope and the prose); and from each TOML loader's `Record` (`core.tominput`) the TOML
+inputs' schemas, for editors (taplo, Even Better TOML), and their page of every key's type,
+default and meaning (`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
 
     python -m dgr_forge.cli.schemas [--check] [ROOT]
 
@@ -26,14 +27,14 @@ from dgr_forge import demo
 from dgr_forge.attest import keys, reports
 from dgr_forge.certify import advertise, shapes
 from dgr_forge.ci import render
-from dgr_forge.cli import input_schemas
-from dgr_forge.cli.input_schemas import Schema, Tables, cell
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
-from dgr_forge.host import toolkit
+from dgr_forge.core.tominput import CheckedStr
+from dgr_forge.host import probes, recipes, toolkit, worker
 from dgr_forge.lanes import build, check, plan, presets, status
 from dgr_forge.models import make_manifest, provision, verify
-from dgr_forge.upstream import export, fetch, local_replay, patches
+from dgr_forge.models import manifest as models
+from dgr_forge.upstream import export, fetch, local_replay, manifest, patches
 from dgr_forge.upstream.rebase import bump, state
 
 
@@ -86,10 +87,13 @@ COMMANDS: tuple[Command, ...] = (
 )
 
 
+Schema = dict[str, Any]
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 BASE_ID = "https://dgr-forge.invalid/json-schema/"
 SCHEMA_DIR = Path("docs") / "json-schema"
 DOC = Path("docs") / "json.md"
+TOML_DOC = Path("docs") / "inputs.md"
+TOML_DIR = "toml"  # under docs/json-schema/
 SHARED = "envelope.json"  # the failure and --help objects, once
 ENVELOPE = {  # each key's meaning; its type differs by form
     "ok": "`exit_code == 0`",
@@ -294,6 +298,222 @@ def render_doc() -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# --- the TOML inputs: docs/json-schema/toml/*.json ------------------------------------------
+
+
+def inputs() -> list[tuple[str, str, str, Any]]:
+    """Each TOML input: its schema's name, the files it describes, what they are, its Record."""
+    return [
+        ("manifest", "manifests/llama.cpp.toml", "the upstream pin and its patch series",
+         manifest.UpstreamManifest),
+        ("recipe", "recipes/*.toml", "one backend lane", recipes.Recipe),
+        ("probes", "toolchains/probes.toml", "how doctor looks for tools and libraries",
+         probes.Probes),
+        ("shard-worker", "manifests/shard-worker.toml", "the worker a build builds",
+         worker.Manifest),
+        ("model", "manifests/models/*.toml", "a model's artifacts", models.ModelManifest),
+        ("ci-bump", "ci/bump.toml", "the nightly roller's settings", render.BumpSettings),
+    ]  # fmt: skip
+
+
+def _checked_str(t: Any) -> Schema:
+    if isinstance(t, type) and issubclass(t, CheckedStr):  # its check is the loader's
+        return {"type": "string", "description": (t.__doc__ or "").strip()}
+    if t is Path:  # a `LOADED` field: left out below
+        return {"type": "string"}
+    raise NotImplementedError(t)
+
+
+def _public(node: Any, *, defs: bool = False) -> Any:
+    """A Record's private name (`_Lane`) as the schema shows it (`Lane`)."""
+    if isinstance(node, list):
+        return [_public(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str):
+            value = value.replace("#/$defs/_", "#/$defs/")
+        elif key == "title" and isinstance(value, str):
+            value = value.lstrip("_")
+        out[key.lstrip("_") if defs else key] = _public(value, defs=key == "$defs")
+    return out
+
+
+def toml_schema(name: str, files: str, what: str, shape: Any) -> Schema:
+    """One TOML input's JSON Schema, closed like its Record: a key the loader refuses is one
+    the editor flags."""
+    body = _public(msgspec.json.schema(shape, schema_hook=_checked_str))
+    top = body["$defs"][str(body["$ref"]).removeprefix("#/$defs/")]
+    for key in getattr(shape, "LOADED", ()):  # the loader's, never the file's
+        del top["properties"][key]
+    return {
+        "$schema": DIALECT,
+        "$id": f"{BASE_ID}{TOML_DIR}/{name}.json",
+        "title": f"dgr-forge {files}: {what}",
+        "description": "Generated from the loader's Record by `python -m dgr_forge.cli.schemas`;"
+        " the loader also checks what a type cannot say (ids, names, paths, URLs).",
+        **body,
+    }
+
+
+# --- docs/inputs.md -------------------------------------------------------------------------
+
+TOML_INTRO = """\
+# The TOML inputs: every key
+
+<!-- Generated by `python -m dgr_forge.cli.schemas` from each loader's Record (the Structs
+at the top of upstream/manifest.py, host/recipes.py (with its [certify] table), host/probes.py,
+host/worker.py, models/manifest.py, ci/render.py); edit those, then regenerate. -->
+
+Each TOML file the forge reads is decoded into typed shapes: a key it does not know, a
+value of another type (`true` or `1.0` for an integer, a table for an array) or out of its
+bounds is exit 2 naming the file, the key and the fix (`recipes/cuda.toml: lane.backend:
+must be a string, got integer`). The loader then checks what a type cannot say (ids,
+names, paths inside the root, URLs), with its own `file: key: problem` message.
+
+Each has a JSON Schema (2020-12) made from the same shapes, closed like the loader:
+
+| file | schema | what |
+| --- | --- | --- |
+{files}
+
+Editors that read JSON Schemas for TOML (taplo, and Even Better TOML, which uses it) take
+a first-line directive, e.g. in `recipes/cuda.toml`:
+
+```toml
+#:schema ../docs/json-schema/toml/recipe.json
+```
+
+or one rule per file kind in a `.taplo.toml` at the root:
+
+```toml
+[[rule]]
+include = ["recipes/*.toml"]
+schema.path = "./docs/json-schema/toml/recipe.json"
+```
+
+In the tables, `<name>` is a key of your choosing and `[]` one element of an array of
+tables; a key without a default is required.
+"""
+
+
+def _plural(words: str) -> str:
+    """`strings`, `tables`; `(string or integer)` for an alternative."""
+    return f"{words}s" if words.isalpha() else f"({words})"
+
+
+def cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+class Tables:
+    """A schema's objects as one table each, in the order they nest: an object a key holds
+    (directly, through null, in a list, as a map's values, or as a union's variants) gets
+    its own table after the one that names it. `toml` says a type as TOML does (table,
+    array, a default column); otherwise as JSON does (object, list, an optional flag)."""
+
+    def __init__(self, defs: dict[str, Schema], heading: str, *, toml: bool) -> None:
+        self.defs, self.heading, self.toml = defs, heading, toml
+        self.done: dict[str, str] = {}  # each def's table: where it is first met
+        self.out: list[str] = []
+
+    def refs(self, node: Schema) -> list[tuple[str, str]]:
+        """The defs a value is made of, each with its path's suffix (`[]`, `.<name>`)."""
+        if "$ref" in node:
+            return [("", str(node["$ref"]).removeprefix("#/$defs/"))]
+        found = [r for b in node.get("anyOf", []) for r in self.refs(b)]
+        for key, suffix in (("items", "[]"), ("additionalProperties", ".<name>")):
+            if isinstance(node.get(key), dict):
+                found += [(suffix + more, name) for more, name in self.refs(node[key])]
+        return found
+
+    def words(self, node: Schema) -> str:
+        """A value's type, its bounds and choices."""
+        if "const" in node:
+            return f"`{json.dumps(node['const'])}`"
+        if "enum" in node:
+            return " or ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+        if "$ref" in node:
+            return "table" if self.toml else "object"
+        if "anyOf" in node:  # TOML has no null: an absent key is one
+            branches = [b for b in node["anyOf"] if not self.toml or b.get("type") != "null"]
+            return " or ".join(dict.fromkeys(self.words(b) for b in branches))
+        kind = node.get("type")
+        if isinstance(kind, list):
+            return " or ".join(self.words({**node, "type": k}) for k in kind)
+        inner = node.get({"array": "items", "object": "additionalProperties"}.get(str(kind), ""))
+        if kind in ("array", "object"):
+            words = ("array", "table", "table") if self.toml else ("list", "object", "map")
+            text = words[0] if kind == "array" else words[1]
+            if not isinstance(inner, dict) or not inner:
+                return text
+            return f"{words[2] if kind == 'object' else text} of {_plural(self.words(inner))}"
+        text = {"number": "float" if self.toml else "number"}.get(str(kind), str(kind or "any"))
+        bounds = [
+            f"{sign} {node[k]}"
+            for k, sign in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"))
+            if k in node
+        ]
+        if node.get("pattern") == r"\S":
+            bounds.append("not empty")
+        return f"{text} ({', '.join(bounds)})" if bounds else text
+
+    def table(self, where: str, name: str, keys: tuple[str, ...] | None = None) -> None:
+        """The def `name` at `where` (and what it nests); `keys`: only these of its own."""
+        schema = self.defs[name]
+        props: dict[str, Schema] = schema.get("properties", {})
+        required = set(schema.get("required", []))
+        head = ["key", "type", *(["default"] if self.toml else []), "meaning"]
+        rows = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        nested: list[tuple[str, str]] = []
+        for key in props if keys is None else keys:
+            node = props[key]
+            branches = [b for b in node.get("anyOf", []) if b.get("type") != "null"]
+            own = node if len(branches) != 1 else {**branches[0], **node}
+            meaning = str(own.get("description") or "")
+            for suffix, sub in self.refs(node):
+                meaning = meaning or str(self.defs[sub].get("description", ""))
+                if sub in self.done:
+                    meaning += f" (its keys: as `{self.done[sub]}`)"
+                else:
+                    self.done[sub] = f"{where}.{key}{suffix}".lstrip(".")
+                    nested.append((self.done[sub], sub))
+            flag = "" if key in required or self.toml else " *(optional)*"
+            default = ""
+            if self.toml and key in required:
+                default = " *required* |"
+            elif self.toml:
+                shown = json.dumps(node["default"]) if "default" in node else None
+                default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            rows.append(f"| `{key}`{flag} | {cell(self.words(node))} |{default} {cell(meaning)} |")
+        self.out += [*rows, ""]
+        for sub_where, sub in nested:
+            about = str(self.defs[sub].get("description", ""))
+            self.out += [
+                self.heading.format(where=sub_where),
+                "",
+                *([cell(about), ""] if about else []),
+            ]
+            self.table(sub_where, sub)
+
+
+def render_toml_doc(schemas: dict[str, Schema]) -> str:
+    files = "\n".join(
+        f"| `{file_names}` | `docs/json-schema/{TOML_DIR}/{name}.json` | {what} |"
+        for name, file_names, what, _ in inputs()
+    )
+    out = [TOML_INTRO.replace("{files}", files)]
+    for name, file_names, what, _ in inputs():
+        tables = Tables(schemas[name]["$defs"], "### `[{where}]`", toml=True)
+        top = str(schemas[name]["$ref"]).removeprefix("#/$defs/")
+        about = cell(str(tables.defs[top].get("description", "")))
+        out += [f"## `{file_names}`: {what}", "", "### The top level", "", about, ""]
+        tables.table("", top)
+        out += tables.out
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 def _json(schema: Schema) -> str:
     return json.dumps(schema, indent=2, ensure_ascii=False) + "\n"
 
@@ -302,7 +522,9 @@ def rendered() -> dict[Path, str]:
     """Every generated file (relative to the project root) and its text."""
     files = {SCHEMA_DIR / f"{cmd.name}.json": _json(command_schema(cmd)) for cmd in COMMANDS}
     files[SCHEMA_DIR / SHARED] = _json(envelope_schema())
-    files |= input_schemas.rendered(DIALECT, BASE_ID, SCHEMA_DIR)
+    made = {n: toml_schema(n, f, w, s) for n, f, w, s in inputs()}
+    files |= {SCHEMA_DIR / TOML_DIR / f"{name}.json": _json(body) for name, body in made.items()}
+    files[TOML_DOC] = render_toml_doc(made)
     files[DOC] = render_doc()
     return files
 

@@ -266,15 +266,6 @@ def sha256_regular(
     return h.hexdigest()
 
 
-# what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is never
-# group- or world-writable, whatever umask it was started with
-UMASK_FLOOR = 0o022
-
-
-def tighten_umask() -> None:
-    os.umask(os.umask(UMASK_FLOOR) | UMASK_FLOOR)
-
-
 def refuse_shared(path: Path, what: str) -> None:
     """Exit 2 naming `path` when another user owns it or may write to it: the forge trusts
     what it finds there (object files, stamps, state)."""

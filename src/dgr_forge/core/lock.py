@@ -50,17 +50,6 @@ def holder_of(fd: int) -> str:
     return f"pid {info.get('pid')} ({info.get('command', '?')}, since {info.get('started', '?')})"
 
 
-def describe_holder(lock_file: Path) -> str:
-    try:
-        fd = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return holder_of(-1)
-    try:
-        return holder_of(fd)
-    finally:
-        os.close(fd)
-
-
 def _try_flock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

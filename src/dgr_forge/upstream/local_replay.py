@@ -209,22 +209,6 @@ def resume(
     return _replay_rest(forge, m, src, st, out)
 
 
-def abort(forge: Forge, m: UpstreamManifest, out: Reporter) -> str:
-    """`patch --abort`: the workspace exactly as before the update; its HEAD."""
-    src = forge.src_dir(m.name)
-    st = _required(forge, src, "--abort")
-    # nothing made meanwhile is lost
-    saved = series_base.save_changes(forge, "patch-abort", src, "HEAD", "dgr-forge patch --abort")
-    _restore(src, st)
-    out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
-    if saved is not None:
-        out.warn(
-            f"what you changed during the stop is saved in {saved} "
-            f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"
-        )
-    return st.orig_head
-
-
 def _replay_rest(
     forge: Forge, m: UpstreamManifest, src: Path, st: ReplayState, out: Reporter
 ) -> Patch:
@@ -271,18 +255,11 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     commit = st.commits[st.position]
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
-    proc = gitutil.git(
-        src,
-        "cherry-pick",
-        "--allow-empty-message",
-        commit,
-        env=_committer_env(src, commit),
-        check=False,
-        config=_NO_SIGN,
-    )
+    env = _committer_env(src, commit)
+    pick = ("cherry-pick", "--allow-empty-message", commit)
+    proc = gitutil.git(src, *pick, env=env, check=False, config=_NO_SIGN)
     if proc.returncode != 0:
-        _head, changes, _lines, _ignored = read_status(src)
-        unmerged = [c.path for c in changes if c.change == "unmerged"]
+        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
         if not unmerged and _skipped_empty(src):
             out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
             st.skipped.append(commit)
@@ -451,10 +428,22 @@ def patch(
     resume_: bool = False,
     abort_: bool = False,
 ) -> Patch | PatchAbort:
-    """The `patch` command (`--continue`, `--abort`) under the workspace lock."""
+    """The `patch` command (`--continue`, `--abort`) under the workspace lock. `--abort`:
+    the workspace exactly as before the update."""
     if abort_:
-        head = abort(forge, m, out)
-        return PatchAbort(upstream=m.name, src_dir=forge.src_dir(m.name), head_commit=head)
+        src = forge.src_dir(m.name)
+        st = _required(forge, src, "--abort")
+        # nothing made meanwhile is lost
+        by = "dgr-forge patch --abort"
+        saved = series_base.save_changes(forge, "patch-abort", src, "HEAD", by)
+        _restore(src, st)
+        out.info(f"{forge.rel(src)}: back at {st.orig_head[:12]} as before the update")
+        if saved is not None:
+            out.warn(
+                f"what you changed during the stop is saved in {saved} "
+                f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"
+            )
+        return PatchAbort(upstream=m.name, src_dir=src, head_commit=st.orig_head)
     started = time.monotonic()
     done = (resume if resume_ else update)(forge, m, out, mirror=mirror, offline=offline)
     done.seconds = round(time.monotonic() - started, 3)

@@ -118,7 +118,13 @@ def updated_text(
             aot = tomlkit.aot()
             for table in tables:
                 aot.append(table)
-            _insert_before(patches, "series", aot, before="result")
+            # before [patches.result], for readability (tomlkit appends at the end)
+            result = patches.get("result")
+            if result is not None:
+                del patches["result"]
+            patches["series"] = aot
+            if result is not None:
+                patches["result"] = result
 
     result = patches.get("result")
     if isinstance(result, Table):
@@ -179,14 +185,3 @@ def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
         while body and body[-1][0] is None and isinstance(body[-1][1], Comment | Whitespace):
             moved.insert(0, body.pop()[1].as_string())
         table.trivia.indent = "".join(moved) + table.trivia.indent
-
-
-def _insert_before(table: Table, key: str, value: AoT, before: str) -> None:
-    """`key` put before `before` (for readability; tomlkit appends at the end)."""
-    if before not in table:
-        table[key] = value
-        return
-    saved = table[before]
-    del table[before]
-    table[key] = value
-    table[before] = saved

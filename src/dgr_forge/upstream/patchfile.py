@@ -36,9 +36,6 @@ class FileDiff(Struct):
     def paths(self) -> list[str]:
         return [p for p in dict.fromkeys((self.old_path, self.new_path)) if p is not None]
 
-    def single_hunk_patch(self, i: int) -> bytes:
-        return b"".join(self.header) + b"".join(self.hunks[i].lines)
-
 
 class ParsedPatch(Struct):
     headers: dict[str, str]  # From, Date, Subject of the mail part (first occurrence)

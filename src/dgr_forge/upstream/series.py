@@ -253,7 +253,7 @@ def conflicting_hunks(
         units = range(len(f.hunks)) if f.hunks else [None]
         bad: list[str] = []
         for i in units:
-            text = f.single_hunk_patch(i) if i is not None else b"".join(f.header)
+            text = b"".join(f.header) + (b"".join(f.hunks[i].lines) if i is not None else b"")
             proc = git(
                 repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
                 check=False,

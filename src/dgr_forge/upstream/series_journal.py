@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -103,12 +104,6 @@ def patch_bytes(pdir: Path, name: str) -> bytes | None:
     )
 
 
-def _hardlink(src: str, dst: str) -> None:
-    """copytree's copy step: the same inode, no byte read (a FIFO or a huge file kept
-    in a subdirectory of patches/ is carried over, never opened)."""
-    os.link(src, dst, follow_symlinks=False)
-
-
 def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
     """`dst` made a hard link of `src` when that is a regular file holding exactly `data`."""
     try:
@@ -174,8 +169,11 @@ def write(
                     if entry.name.endswith(".patch"):
                         continue
                     if entry.is_dir() and not entry.is_symlink():
+                        # each file hard-linked: no byte read (a FIFO or a huge file kept in
+                        # a subdirectory of patches/ is carried over, never opened)
+                        link = functools.partial(os.link, follow_symlinks=False)
                         shutil.copytree(
-                            entry, stage / entry.name, symlinks=True, copy_function=_hardlink
+                            entry, stage / entry.name, symlinks=True, copy_function=link
                         )
                     else:
                         os.link(entry, stage / entry.name, follow_symlinks=False)

@@ -160,11 +160,7 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
 def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> OperationFailed:
     """The error for a failed fetch of `what`, its fix fitted to the (`diagnose`d) cause."""
     cause = cause or diagnose(stderr)
-    details: Details = {
-        "url": mask(url),
-        "cause": cause,
-        "git_stderr": shown(stderr[-4000:]),
-    }
+    details: Details = {"url": mask(url), "cause": cause, "git_stderr": shown(stderr[-4000:])}
     if cause == "server-abort":
         words = server_words(stderr)
         details["server_said"] = words
