@@ -12,7 +12,6 @@ import os
 import stat
 import subprocess
 import sysconfig
-import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -418,6 +417,8 @@ def _sccache_env(
     # an earlier build (say read-write) would ignore this one's. One server per
     # configuration, on a socket in the workspace, makes the settings above the ones used.
     if workspace is not None and "SCCACHE_SERVER_UDS" not in environ and hasattr(os, "getuid"):
+        import tempfile  # not on a no-op's path
+
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
         key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
         # in the workspace; for a workspace path too long for a socket, a private directory

@@ -23,7 +23,6 @@ import os
 import selectors
 import struct
 import subprocess
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -161,6 +160,7 @@ class CacheSession(Struct):
         """Start the server as our child and wait until it says it listens (sccache's own
         startup notification); None when it does, else what it said."""
         import socket
+        import tempfile
 
         assert self.setup.launcher
         with tempfile.TemporaryDirectory(prefix="dgr-sccache-") as tmp:

@@ -93,14 +93,14 @@ def _text(data: bytes, parser: str) -> str:
 
 # ----------------------------------------------------------------------------- test-backend-ops
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_BACKEND_HEAD = re.compile(r"^Backend (\d+)/(\d+): (\S.*)$")
+_ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
+_BACKEND_HEAD = r"^Backend (\d+)/(\d+): (\S.*)$"
 # a case's line: `  OP(params): verdict`, after what the compare found when it failed
 # (`[OP] ERR = 1.17 > 1e-07 `, `[OP] NaN at index ...`: printed first, on the same line)
-_CASE = re.compile(r"^(\[[A-Za-z0-9_]+\] .*?)?\s*\b([A-Za-z0-9_]+)\((.*)\): (.*)$")
-_TESTS_PASSED = re.compile(r"^  (\d+)/(\d+) tests passed$")
-_BACKEND_STATUS = re.compile(r"^  Backend (\S.*): (OK|FAIL)$")
-_BACKENDS_PASSED = re.compile(r"^(\d+)/(\d+) backends passed$")
+_CASE = r"^(\[[A-Za-z0-9_]+\] .*?)?\s*\b([A-Za-z0-9_]+)\((.*)\): (.*)$"
+_TESTS_PASSED = r"^  (\d+)/(\d+) tests passed$"
+_BACKEND_STATUS = r"^  Backend (\S.*): (OK|FAIL)$"
+_BACKENDS_PASSED = r"^(\d+)/(\d+) backends passed$"
 _COUNT_DIGITS = 12  # a count of more digits is not a test count
 
 
@@ -124,29 +124,29 @@ class _Section(Struct):
 
 def parse_test_backend_ops(data: bytes) -> Figures:
     """test-backend-ops mode `test` console output -> per backend ok/failed/unsupported."""
-    text = _ANSI.sub("", _text(data, "test-backend-ops"))
+    text = re.sub(_ANSI, "", _text(data, "test-backend-ops"))
     backends: list[_Section] = []
     current: _Section | None = None
     failing: list[FailedCase] = []
     overall: tuple[int, int] | None = None
     for line in text.splitlines():
         line = line.rstrip("\r")
-        if m := _BACKEND_HEAD.match(line):
+        if m := re.match(_BACKEND_HEAD, line):
             current = _Section(m.group(3).strip())
             backends.append(current)
             continue
-        if m := _BACKENDS_PASSED.match(line):
+        if m := re.match(_BACKENDS_PASSED, line):
             overall = (_count(m.group(1)), _count(m.group(2)))
             continue
         if current is None:
             continue
-        if m := _TESTS_PASSED.match(line):
+        if m := re.match(_TESTS_PASSED, line):
             current.counted = (_count(m.group(1)), _count(m.group(2)))
             continue
-        if m := _BACKEND_STATUS.match(line):
+        if m := re.match(_BACKEND_STATUS, line):
             current.status, current.status_name = m.group(2), m.group(1)
             continue
-        if (m := _CASE.match(line)) and (line.startswith("  ") or m.group(1)):
+        if (m := re.match(_CASE, line)) and (line.startswith("  ") or m.group(1)):
             found, name, params = m.group(1), m.group(2), m.group(3)[:400]
             rest = m.group(4).rstrip()
             if rest.startswith("not supported"):
@@ -332,15 +332,13 @@ def parse_ctest_junit(data: bytes) -> Figures:
 # end goes to stdout (LOG), so there it must carry the whole prefix
 _ESTIMATE = r"Final estimate: PPL = (\d{1,12}\.\d{4}) \+/- (\d{1,12}\.\d{5})$"
 _TIMESTAMP = r"\d{1,9}\.\d{2}\.\d{3}\.\d{3} "
-_FINAL_PPL = re.compile(
-    rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t]){_TIMESTAMP}I {_ESTIMATE}"
-)
+_FINAL_PPL = rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t]){_TIMESTAMP}I {_ESTIMATE}"
 
 
 def parse_perplexity(data: bytes) -> Figures:
     """llama-perplexity's output -> its one final estimate (the reference is the run's)."""
-    lines = _ANSI.sub("", _text(data, "llama-perplexity")).splitlines()
-    found = [m for line in lines if (m := _FINAL_PPL.search(line.rstrip("\r")))]
+    lines = re.sub(_ANSI, "", _text(data, "llama-perplexity")).splitlines()
+    found = [m for line in lines if (m := re.search(_FINAL_PPL, line.rstrip("\r")))]
     if len(found) != 1:
         raise Unreadable(
             f"{len(found)} `Final estimate: PPL = X +/- Y` lines, not one (a crash, too "

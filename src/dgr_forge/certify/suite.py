@@ -26,7 +26,7 @@ MAX_STEPS = 32
 MAX_ARGS = 64
 MAX_ARG = 1024
 _COUNTING = ("test-backend-ops", "ctest")
-MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 # `text`: root-relative, each component a plain name (no `..`, `/`-leading, `-`-leading)
 TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
 
@@ -132,7 +132,7 @@ def _by_model(shown: str, raw: Step, where: str) -> None:
             shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
         )
     for name, speeds in raw.by_model.items():
-        if not MODEL_NAME.fullmatch(name):
+        if not re.fullmatch(MODEL_NAME, name):
             raise fail(
                 shown,
                 f"{where}.by_model",

@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from msgspec import Struct
 
-_LINE_END = re.compile(rb"[\r\n]")  # git's progress rewrites its line with \r
+_LINE_END = rb"[\r\n]"  # git's progress rewrites its line with \r
 
 # `--verbose`: told of each child (its argv and cwd) before it starts; `cli.app.run` sets
 # it for one command. One hook here, since every child the forge starts starts here.
@@ -103,7 +103,7 @@ def stream(
         buf = b""
         while chunk := os.read(pipe.fileno(), 65536):
             buf += chunk
-            *lines, buf = _LINE_END.split(buf)
+            *lines, buf = re.split(_LINE_END, buf)
             for raw in lines:
                 if raw:
                     on_line(raw.decode(errors="replace"))

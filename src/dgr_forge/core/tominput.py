@@ -239,9 +239,9 @@ def _nul_at(data: Any) -> list[Segment] | None:
     return None
 
 
-_AT = re.compile(r"^(?P<what>.*) - at `(?P<path>\$[^`]*)`$", re.S)
+_AT = r"(?s)^(?P<what>.*) - at `(?P<path>\$[^`]*)`$"
 # msgspec's `$.a.b[0][...].c` (`[...]`: a key msgspec does not name)
-_SEGMENT = re.compile(r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])")
+_SEGMENT = r"\.([^.\[]+)|\[(\d+)\]|(\[\.\.\.\])"
 _ABSENT = object()
 _ABSENT_TYPES = (type(None), msgspec.UnsetType)  # an absent key's value: TOML has no null
 # what following a path this reader cannot follow raises (it then names the path as is)
@@ -353,7 +353,7 @@ def _fix(spot: _Spot, default: str) -> str:
     return _extra(spot, "fix") or default
 
 
-_BOUND = re.compile(r"Expected `(int|float)` (>=|<=|>|<) ")
+_BOUND = r"Expected `(int|float)` (>=|<=|>|<) "
 
 
 def _bounds(metas: list[msgspec.Meta]) -> str:
@@ -378,10 +378,10 @@ def _literal(t: Any) -> str:
 def _explain(
     shown: str, data: dict[str, Any], shape: type[msgspec.Struct], message: str
 ) -> BadInput:
-    m = _AT.match(message)
+    m = re.match(_AT, message)
     what, path = (m["what"], m["path"]) if m else (message, "$")
     try:
-        found = _SEGMENT.findall(path[1:])
+        found = re.findall(_SEGMENT, path[1:])
         spot = _walk(shape, data, [n or (int(i) if i else None) for n, i, _ in found])
     except _UNFOLLOWED:
         return fail(shown, path[2:] or "(file)", what, "see the documentation of this file")
@@ -443,7 +443,7 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
             f"expected {_literal(t)}, got {got} {shown_value(value)}",
             _fix(spot, f"set {name} = {_literal(t)}"),
         )
-    if _BOUND.match(what):
+    if re.match(_BOUND, what):
         bounds = _bounds(spot.metas)
         return f"{shown_value(value)} is out of range: must be {bounds}", _fix(spot, bounds)
     if "matching regex" in what:

@@ -16,7 +16,7 @@ HTTP_SCHEMES = ("https", "http")
 MAX_URL_LEN = 8192
 
 # [user@]host:path, the scp-like form git accepts; the host may not start with "-"
-_SCP = re.compile(r"(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:(?!//)[^\s]*")
+_SCP = r"(?:[A-Za-z0-9._~-]+@)?[A-Za-z0-9][A-Za-z0-9.-]*:(?!//)[^\s]*"
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 # A query parameter whose name holds one of these words (any case) carries a secret:
 # token, private_token, hf_token, api_key, X-Amz-Signature, sig, password, ...
@@ -140,7 +140,7 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
         return value
     if git and value.startswith("/"):
         return value
-    if git and _SCP.fullmatch(value):
+    if git and re.fullmatch(_SCP, value):
         return value
     raise refuse("is not an allowed URL", f"use {allowed}")
 

@@ -20,14 +20,14 @@ from msgspec import Struct, field
 
 from dgr_forge.core.errors import OperationFailed
 
-_RULE = re.compile(r"^rule (\S+)\n((?:[ \t]+.*\n?)*)", re.M)
-_COMMAND = re.compile(r"^\s+command = (.*)$", re.M)
-_VAR = re.compile(r"^\s+(LAUNCHER|CODE_CHECK) = (.*)$", re.M)
+# patterns as strings: compiled (and cached by `re`) at first use, never on a no-op's start
+_RULE = r"(?m)^rule (\S+)\n((?:[ \t]+.*\n?)*)"
+_COMMAND = r"(?m)^\s+command = (.*)$"
+_VAR = r"(?m)^\s+(LAUNCHER|CODE_CHECK) = (.*)$"
 # CMakeCache.txt entries that name a program CMake resolved for the rules
-_PROGRAM = re.compile(
-    r"^(CMAKE_(?:\w+_)?(?:COMPILER|AR|RANLIB|LINKER|COMMAND|NM|OBJCOPY|OBJDUMP|STRIP|MT"
-    r"|ADDR2LINE|DLLTOOL|READELF)):[A-Z]+=(.+)$",
-    re.M,
+_PROGRAM = (
+    r"(?m)^(CMAKE_(?:\w+_)?(?:COMPILER|AR|RANLIB|LINKER|COMMAND|NM|OBJCOPY|OBJDUMP|STRIP|MT"
+    r"|ADDR2LINE|DLLTOOL|READELF)):[A-Z]+=(.+)$"
 )
 _SKIP = ("$PRE_LINK", "$POST_BUILD", ":", "")
 
@@ -68,16 +68,18 @@ def _read(path: Path) -> str:
 def programs(build_dir: Path) -> dict[str, str]:
     """CMakeCache.txt's program entries (CMAKE_C_COMPILER, CMAKE_AR, ...): name -> path."""
     text = _read(build_dir / "CMakeCache.txt")
-    return {m.group(1): m.group(2).strip() for m in _PROGRAM.finditer(text) if m.group(2).strip()}
+    return {
+        m.group(1): m.group(2).strip() for m in re.finditer(_PROGRAM, text) if m.group(2).strip()
+    }
 
 
 def read_launchers(build_dir: Path) -> Launchers:
     found = Launchers()
     rules = _read(build_dir / "CMakeFiles" / "rules.ninja")
     known = {p for p in programs(build_dir).values() if p.startswith("/")}
-    for match in _RULE.finditer(rules):
+    for match in re.finditer(_RULE, rules):
         name, body = match.group(1), match.group(2)
-        command = _COMMAND.search(body)
+        command = re.search(_COMMAND, body)
         if command is None:
             continue
         text = command.group(1)
@@ -95,7 +97,7 @@ def read_launchers(build_dir: Path) -> Launchers:
                 if head:
                     found.link.add(head)
     build = _read(build_dir / "build.ninja")
-    for match in _VAR.finditer(build):
+    for match in re.finditer(_VAR, build):
         value = match.group(2).strip()
         if value:
             (found.compile if match.group(1) == "LAUNCHER" else found.code_check).add(value)

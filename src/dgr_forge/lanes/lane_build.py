@@ -32,27 +32,22 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
-from dgr_forge.host import cmake_options as options
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, steps, truth
+from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, truth
 from dgr_forge.lanes.boundary import Leaks
-from dgr_forge.lanes.collect import BuildRun, make_record, strip_runpaths
-from dgr_forge.lanes.plan import (
-    LanePlan,
-    configure_args,
-    inputs_digest,
-    launcher_switches,
-)
+from dgr_forge.lanes.plan import LanePlan, configure_args, inputs_digest, launcher_switches
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import Artifact, LaneState, LastBuild, lane_state, save_lane_state
 from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
+# steps, collect and cmake_options (~3 ms): imported where a build runs them, past the no-op
 if TYPE_CHECKING:
     from concurrent.futures import Future  # ~3 ms: the pool is lanes.programs', on a rebuild
 
     from dgr_forge.lanes.build_options import BuildOptions
+    from dgr_forge.lanes.steps import Ran
     from dgr_forge.upstream.patches import PatchedTree
 
 
@@ -88,10 +83,6 @@ class LaneResult(Struct, kw_only=True):
     leaks: Annotated[
         Leaks | UnsetType, d("what crossed the worker boundary (only when the lane failed so)")
     ] = UNSET
-
-
-def source_date_epoch(src: Path, commit: str) -> int:
-    return int(gitutil.out(src, "show", "-s", "--format=%ct", commit))
 
 
 def _changes(src: Path) -> list[str]:
@@ -327,7 +318,9 @@ class LaneBuilder:
         patched = self.ctx.ensure_patched(plan.spec)
         self.result.patched = patched.changed
         self.result.timings["patch"] = time.monotonic() - t
-        epoch = source_date_epoch(plan.upstream_dir, m.commit)
+        epoch = int(gitutil.out(plan.upstream_dir, "show", "-s", "--format=%ct", m.commit))
+        from dgr_forge.host import cmake_options as options
+
         # recipes mean what they say, on the tree about to be configured
         options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, m.commit)
         given = options.taken_as_given(plan.upstream_dir)
@@ -359,6 +352,8 @@ class LaneBuilder:
         self._record(decision.wiped(self.state))
 
     def _env(self) -> dict[str, str]:
+        from dgr_forge.lanes import steps
+
         env = dict(os.environ)
         spec = self.plan.spec
         commits = [self.m.commit, *([spec.commit] if spec and spec.url and spec.commit else [])]
@@ -379,12 +374,16 @@ class LaneBuilder:
         return [self.plan.cmake, *self.conf.args, *head]
 
     def _configure(self, log: IO[str], env: dict[str, str]) -> bool:
+        from dgr_forge.lanes import steps
+
         plan, lane, conf = self.plan, self.plan.lane, self.conf
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
         if plan.cuda is not None:  # the links and the driver stub configure links against
+            # the stub built by the lane's own C compiler (its recipe's tools)
+            cc = next((plan.tool_paths[t] for t in ("gcc", "clang") if t in plan.tool_paths), "cc")
             with self._failing("configure"):
-                cudakit.prepare(plan.cuda, _c_compiler(plan))
+                cudakit.prepare(plan.cuda, cc)
         ran = steps.configure(self.cmake_command(), plan.build_dir, log, env)
         self.result.timings["configure"] = ran.seconds
         self.result.configured = True
@@ -413,8 +412,11 @@ class LaneBuilder:
         )
         return True
 
-    def _compile(self, log: IO[str], env: dict[str, str]) -> steps.Ran | None:
+    def _compile(self, log: IO[str], env: dict[str, str]) -> Ran | None:
         """Ninja; None when it failed."""
+        from dgr_forge.lanes import steps
+        from dgr_forge.lanes.collect import strip_runpaths
+
         lane = self.plan.lane
         self.out.step(f"{lane}: build")
         # the ELF reader imported while Ninja compiles, off strip_runpaths' time
@@ -473,6 +475,9 @@ class LaneBuilder:
         return r
 
     def _collect(self, changed: list[Path], whole: str) -> LaneResult:
+        from dgr_forge.lanes import steps
+        from dgr_forge.lanes.collect import BuildRun, make_record
+
         plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
         t = time.monotonic()
         with self._failing("report"):
@@ -545,6 +550,8 @@ class LaneBuilder:
     def _fail(self, phase: str, lines: list[str]) -> bool:
         r = self.result
         r.status = "failed"
+        from dgr_forge.lanes import steps
+
         r.error_lines = errors = steps.error_lines(lines)
         self.out.error(f"{self.plan.lane}: {phase} failed")
         for line in errors:
@@ -575,11 +582,6 @@ def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
         f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
         details={"file": forge.rel(m.path), "key": "upstream.build_number"},
     )
-
-
-def _c_compiler(plan: LanePlan) -> str:
-    """The lane's own C compiler (its recipe's tools), for the CUDA link stub."""
-    return next((plan.tool_paths[t] for t in ("gcc", "clang") if t in plan.tool_paths), "cc")
 
 
 def _program_stamps(forge: Forge) -> Path | None:

@@ -157,7 +157,7 @@ def _mapped(path: Path, absolute: list[tuple[Path, str]]) -> str:
 
 # upstream switches that make it pick a compiler launcher on its own (llama.cpp's
 # GGML_CCACHE, LLAMA_CCACHE; USE_CCACHE, ENABLE_SCCACHE, ..._COMPILER_LAUNCHER elsewhere)
-_LAUNCHER_SWITCH = re.compile(r"\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*", re.I)
+_LAUNCHER_SWITCH = r"(?i)\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*"
 
 
 def launcher_switches(src: Path) -> tuple[str, ...]:
@@ -166,7 +166,9 @@ def launcher_switches(src: Path) -> tuple[str, ...]:
     from dgr_forge.host.cmake_options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
-    return tuple(sorted(n for n in declared if _LAUNCHER_SWITCH.fullmatch(n) and n not in renames))
+    return tuple(
+        sorted(n for n in declared if re.fullmatch(_LAUNCHER_SWITCH, n) and n not in renames)
+    )
 
 
 def plan_lane(

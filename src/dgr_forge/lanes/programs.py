@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from msgspec import Struct, field
 
 from dgr_forge.core import proc
-from dgr_forge.lanes import genbuild, stamps
+from dgr_forge.lanes import stamps
 
-# concurrent.futures (~3 ms with the logging it imports) is imported by the functions that
-# hash programs: a no-op build or `status` only compares the recorded stamps
+# concurrent.futures (~3 ms with the logging it imports) and genbuild are imported by the
+# functions that hash programs: a no-op build or `status` only compares the recorded stamps
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -63,10 +63,10 @@ def _run_first_line(cmd: list[str]) -> str:
         return ""
     lines = text.splitlines()
     # the first line naming a version: nvcc's first is its banner, its release comes 4th
-    return next((line for line in lines if _VERSION.search(line)), lines[0])[:200]
+    return next((line for line in lines if re.search(_VERSION, line)), lines[0])[:200]
 
 
-_VERSION = re.compile(r"\d+\.\d+")
+_VERSION = r"\d+\.\d+"
 
 
 def _probe_key(cmd: list[str]) -> str | None:
@@ -126,6 +126,8 @@ def _resolve(
     `drivers`: name -> path of those that run CMake itself (cmake, ninja)."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from dgr_forge.lanes import genbuild
+
     cache = genbuild.programs(build_dir)
     found: dict[str, tuple[str, str]] = {}
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
@@ -163,6 +165,8 @@ def start(
     `drivers`: cmake and ninja, stamped here too (through that cache: a report no longer
     hashes cmake's 20 MB again)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from dgr_forge.lanes import genbuild
 
     early = {}
     for path in [*genbuild.programs(build_dir).values(), *(drivers or {}).values()]:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from dgr_forge.lanes.signing import SigningKey
     from dgr_forge.upstream.manifest import UpstreamManifest
 
-NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]\s*(.*)$")
+NINJA_STATUS = r"^\[(\d+)/(\d+)\]\s*(.*)$"
 NO_WORK = "ninja: no work to do."
 NINJA_LOG = ".ninja_log"  # one line per output of each edge Ninja ran: start end mtime path hash
 _LOG_TAIL = 64 << 20  # bytes of Ninja's log read after a run (its own, in the build directory)
@@ -134,7 +134,7 @@ def compile_lane(
         task = sink.add(f"{lane}: compile", total=None)
 
         def on_line(line: str) -> None:
-            match = NINJA_STATUS.match(line)
+            match = re.match(NINJA_STATUS, line)
             if match:
                 done, total = int(match.group(1)), int(match.group(2))
                 if on_work is not None and not started:

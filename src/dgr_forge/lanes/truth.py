@@ -9,7 +9,7 @@ from typing import NoReturn
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.lanes import genbuild, inputs, programs, stamps
+from dgr_forge.lanes import inputs, programs, stamps
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
 from dgr_forge.upstream.manifest import UpstreamManifest
@@ -18,6 +18,8 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 def check_launchers(plan: LanePlan) -> str | None:
     """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
     it is not exactly the forge's choice (none included)."""
+    from dgr_forge.lanes import genbuild  # after configure only
+
     found = genbuild.read_launchers(plan.build_dir)
     problems = found.problems(plan.launcher)
     if problems:

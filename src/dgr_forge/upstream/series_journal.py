@@ -20,10 +20,8 @@ import errno
 import functools
 import hashlib
 import os
-import secrets
 import shutil
 import stat
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -160,7 +158,7 @@ def write(
             return  # already there (e.g. a write finished by recovery)
         parent = pdir.parent
         parent.mkdir(parents=True, exist_ok=True)
-        jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{secrets.token_hex(4)}"
+        jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         stage = jdir / "series"
         try:
             stage.mkdir(parents=True)
@@ -307,6 +305,8 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
 @contextlib.contextmanager
 def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
     if tmp_root is None:
+        import tempfile  # not on a no-op's path (nor is `secrets`: os.urandom names)
+
         with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
             yield Path(tmp)
         return
@@ -315,7 +315,7 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
         pid = owner_pid(entry)
         if pid is not None and pid != os.getpid() and not owner_alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
-    path = tmp_root / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+    path = tmp_root / f"{prefix}{os.getpid()}-{os.urandom(4).hex()}"
     path.mkdir()
     try:
         yield path
