@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -42,7 +43,7 @@ def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
         st = os.stat(path)
     except OSError:
         return None
-    if not os.path.isfile(path):
+    if not stat.S_ISREG(st.st_mode):  # the stat already taken: no second one
         return None
     seen, vouched = _recorded(st, known)
     if vouched:
