@@ -252,17 +252,18 @@ def test_the_demo_test_backend_ops_prints_what_the_parser_reads_passing_and_fail
     import subprocess
 
     from dgr_forge.certify.parsers import parse_test_backend_ops
-    from dgr_forge.demo import programs
+    from dgr_forge.demo.sources import text
 
     cxx = shutil.which("g++") or shutil.which("c++")
     if cxx is None:
         pytest.skip("no C++ compiler")
-    (tmp_path / "ggml-ops.h").write_text(programs.OPS_H)
-    (tmp_path / "t.cpp").write_text(programs.TEST_BACKEND_OPS)
-    broken = programs.OPS_CPP.replace("dst[i] = a[i] * b[i];", "dst[i] = a[i] + b[i];")
-    assert broken != programs.OPS_CPP
+    ops_cpp = text("upstream/src/ggml-ops.cpp")
+    (tmp_path / "ggml-ops.h").write_text(text("upstream/include/ggml-ops.h"))
+    (tmp_path / "t.cpp").write_text(text("upstream/tests/test-backend-ops.cpp"))
+    broken = ops_cpp.replace("dst[i] = a[i] * b[i];", "dst[i] = a[i] + b[i];")
+    assert broken != ops_cpp
     (tmp_path / "broken.cpp").write_text(broken)
-    (tmp_path / "ops.cpp").write_text(programs.OPS_CPP)
+    (tmp_path / "ops.cpp").write_text(ops_cpp)
     # one compile: the program and the broken library, and the good library alone
     for name in ("ops", "broken"):
         subprocess.run([cxx, "-O0", "-c", f"{name}.cpp"], cwd=tmp_path, check=True)

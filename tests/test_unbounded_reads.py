@@ -38,6 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "core/proc.py": {"spawn", "_session_members"},  # and /proc/<pid>/stat, 4 KiB each
     "models/download.py": {"_umask"},
     "ci/render.py": {"_template_source"},
+    "demo/sources.py": {"text"},  # the demo upstream's and worker's sources
     # the forge's own recipes/toolchains/cmake shipped in the wheel, copied into a new root
     "core/product.py": {"_copy"},
     # the installed dgr-forge's own metadata (direct_url.json), not the root's files

@@ -20,7 +20,7 @@ formats of llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console) and
   puts the speed under any useful gate; a patch that prints a line before the JSON
   (`NOISY_BENCH`) makes the output unparseable. Its `model_size` is the tensors' bytes of
   every split (`llama_model_size`); `WRONG_SIZE` adds the header's.
-* `tools/perplexity/perplexity.cpp` (the demo's, `dgr_forge.demo.programs`):
+* `tools/perplexity/perplexity.cpp` (the demo's, `dgr_forge/demo/upstream/`):
   `llama-perplexity -m FILE -f TEXT [-c N] [--chunks N]`, its `Final estimate: PPL = …`
   on stderr, the logits from `ggml_test_logit` in the shared ggml code: `SHIFT_LOGITS`
   moves the figure and no op case.
@@ -35,7 +35,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from dgr_forge.demo import programs as demo_programs
+from dgr_forge.demo import sources as demo_sources
 
 from .git import Upstream
 from .llamalike import FILES as LLAMALIKE_FILES
@@ -447,10 +447,12 @@ LLAMA_BENCH = textwrap.dedent(
 
 # the demo's: a split GGUF's tensor bytes (llama_model_size), and llama-perplexity on the
 # logits of the shared ggml code (here ggml_test_logit)
-GGUF_SIZE_H = demo_programs.GGUF_SIZE_H
-LLAMA_PERPLEXITY = demo_programs.LLAMA_PERPLEXITY.replace(
-    '#include "ggml-ops.h"', '#include "ggml-test-ops.h"'
-).replace("ggml_logit(", "ggml_test_logit(")
+GGUF_SIZE_H = demo_sources.text("upstream/include/gguf-size.h")
+LLAMA_PERPLEXITY = (
+    demo_sources.text("upstream/tools/perplexity/perplexity.cpp")
+    .replace('#include "ggml-ops.h"', '#include "ggml-test-ops.h"')
+    .replace("ggml_logit(", "ggml_test_logit(")
+)
 
 
 def _edit(text: str, old: str, new: str) -> str:

@@ -169,23 +169,6 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
     return gitutil.out(repo, "rev-parse", "HEAD")
 
 
-# the manifest before the pin and the series go in (`manifest_edit`, as export writes them)
-MANIFEST = """\
-# The pin: the demo upstream (a local repository) at an exact commit, and its series.
-# Written by `dgr-forge demo`; `dgr-forge export` and `rebase` keep it up to date.
-schema = 1
-
-[upstream]
-name = "llama.cpp"
-url = ""
-commit = ""
-tree = ""
-
-[patches]
-dir = "patches/llama.cpp"
-"""
-
-
 def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
     """Author the series on the pin in a scratch clone, export it with the forge's own
     canonical exporter into patches/llama.cpp/; its manifest entries."""
@@ -218,13 +201,14 @@ def generate(root: Path) -> Demo:
     tree = gitutil.tree_of(upstream, pin)
     # the upstream's own build number at the pin (its commit count there), as fetch records
     number = int(gitutil.out(upstream, "rev-list", "--count", pin, "--"))
+    # the manifest before the pin and the series go in (`manifest_edit`, as export writes them)
     manifest = updated_text(
-        MANIFEST, series, series[-1].tree, upstream_url=upstream.as_uri(), upstream_commit=pin,
-        upstream_tree=tree, upstream_build_number=number,
+        sources.text(UPSTREAM_MANIFEST), series, series[-1].tree, upstream_url=upstream.as_uri(),
+        upstream_commit=pin, upstream_tree=tree, upstream_build_number=number,
     )  # fmt: skip
     write_new(root, UPSTREAM_MANIFEST, manifest)
-    write_new(root, "manifests/shard-worker.toml", sources.WORKER_MANIFEST)
-    for rel, content in sources.WORKER_FILES.items():
+    write_new(root, "manifests/shard-worker.toml", sources.text("manifests/shard-worker.toml"))
+    for rel, content in sources.tree(sources.WORKER_DIR).items():
         write_new(root, f"{sources.WORKER_DIR}/{rel}", content)
     product.copy_into(root, PRODUCT, "the demo")
     for name, data in sources.model_parts().items():  # the model's source, written no-follow

@@ -1,18 +1,55 @@
 """What `dgr-forge demo` writes: the demo upstream's history, its patch series and a worker.
 
+The texts are this package's files, each at the path it lands at: `upstream/` (the
+upstream's first commit), `upstream-head/` (the files its later commits change, as its
+head has them), `patched/` (as the series leaves them; its `include/llama.h` is
+upstream's), `worker/` and `manifests/` (the demo root's).
+
 The upstream is a one-file CMake C++ library shaped like llama.cpp (its option names, its
 `llama` target), so the real recipes, toolchain files and CMake modules build it. Its
 history is chosen so the tour shows each outcome of a rebase: after the pinned commit,
 upstream rewrites the lines patch 0001 changes (a conflict) and makes exactly the change
 of patch 0002 (the patch is dropped, upstreamed); patch 0003 replays unchanged.
+
+Its `test-backend-ops`, `llama-bench` and `llama-perplexity` are small, printing the real
+formats. They stand in for llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console
+output: `Backend 1/1: CPU`, one `  OP(params): OK` line per case, a failing case's
+`[OP] ERR = … > … ` before it, `  N/M tests passed`, `  Backend CPU: OK`, `1/1 backends
+passed`) and `tools/llama-bench/llama-bench.cpp` (`-o json`: one object per test with
+`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size`: the
+tensors' bytes of every split, as `llama_model_size`) and `tools/perplexity/perplexity.cpp`
+(`Final estimate: PPL = … +/- …` on stderr, one byte a token, the logits from the library's
+`ggml_logit`), the forms `certify/parsers.py` reads. The ops run in the upstream's library
+(`src/ggml-ops.cpp`) and are compared with a reference computed in the program; the speeds
+are measured. `include/gguf-size.h` and `tools/perplexity/perplexity.cpp` serve the tests'
+upstream too.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from importlib import resources
 
-from dgr_forge.demo import programs
+_FILES = resources.files("dgr_forge.demo")
+
+
+def text(rel: str) -> str:
+    """The package's file `rel` (`upstream/include/gguf-size.h`), as the demo writes it."""
+    return _FILES.joinpath(rel).read_text(encoding="utf-8")
+
+
+def tree(top: str) -> dict[str, str]:
+    """The package's files under `top/`, by their path there."""
+    found: dict[str, str] = {}
+    for entry in _FILES.joinpath(top).iterdir():
+        rel = f"{top}/{entry.name}"
+        if entry.is_dir():
+            found |= {f"{entry.name}/{k}": v for k, v in tree(rel).items()}
+        else:
+            found[entry.name] = text(rel)
+    return found
+
 
 # The upstream's history, oldest first; its branch is llama.cpp's (`master`).
 BRANCH = "master"
@@ -27,91 +64,6 @@ MODEL = "demo-tiny"
 MODEL_PARTS = 2
 MODEL_SOURCE_DIR = "model-source"
 
-CMAKELISTS = (
-    """\
-cmake_minimum_required(VERSION 3.14)
-project(llama CXX)
-
-# llama.cpp's own switch names: the forge's recipes pass them
-option(GGML_NATIVE "optimize for the build host" ON)
-option(LLAMA_CURL "use libcurl" OFF)
-option(LLAMA_BUILD_TESTS "build tests" OFF)
-option(LLAMA_BUILD_EXAMPLES "build examples" OFF)
-option(LLAMA_BUILD_TOOLS "build tools" ON)
-option(LLAMA_BUILD_UI "build the server's web UI" ON)
-option(LLAMA_USE_PREBUILT_UI "download the prebuilt web UI" ON)
-
-add_library(llama src/llama.cpp src/ggml-ops.cpp)
-target_include_directories(llama PUBLIC include)
-"""
-    + programs.CMAKE
-)
-
-HEADER = """\
-#pragma once
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-// the worker that owns `layer` when `n_workers` share a model
-int llama_layer_owner(int layer, int n_workers);
-
-int llama_n_layers(void);
-
-const char * llama_version(void);
-
-#ifdef __cplusplus
-}
-#endif
-"""
-
-OWNER_PIN = """\
-int llama_layer_owner(int layer, int n_workers) {
-    (void) layer;
-    (void) n_workers;
-    return 0;
-}
-"""
-
-OWNER_VALIDATED = """\
-int llama_layer_owner(int layer, int n_workers) {
-    if (layer < 0 || n_workers < 1) {
-        return -1;
-    }
-    return 0;
-}
-"""
-
-OWNER_ROUND_ROBIN = """\
-int llama_layer_owner(int layer, int n_workers) {
-    return n_workers > 0 ? layer % n_workers : 0;
-}
-"""
-
-LIBRARY_TAIL = """
-int llama_n_layers(void) {
-    return 32;
-}
-
-const char * llama_version(void) {
-    return "demo-1";
-}
-"""
-
-
-def library(owner: str) -> str:
-    return '#include "llama.h"\n\n' + owner + LIBRARY_TAIL
-
-
-MAX_WORKERS = HEADER.replace(
-    "#pragma once\n\n", "#pragma once\n\n#define LLAMA_MAX_WORKERS 64\n\n", 1
-)
-
-README = "# llama (dgr-forge demo upstream)\n\nA one-file stand-in for llama.cpp.\n"
-README_PIN = README + "\nLayers are owned by worker 0 until a scheduler is written.\n"
-README_PATCHED = README_PIN + "\nThis tree is patched by dgr-forge (see patches/llama.cpp/).\n"
-
 
 @dataclass(frozen=True)
 class Commit:
@@ -119,64 +71,27 @@ class Commit:
     files: dict[str, str]
 
 
+# upstream's change after the pin that patch 0002 makes exactly (upstreamed)
+MAX_WORKERS = text("upstream-head/include/llama.h")
+
 # upstream history: the pin is PIN_INDEX; later commits are what a rebase moves onto
 HISTORY: tuple[Commit, ...] = (
+    Commit("initial import", tree(UPSTREAM_DIR)),
+    Commit("docs: say who owns a layer", {"README.md": text("upstream-head/README.md")}),
     Commit(
-        "initial import",
-        {
-            "CMakeLists.txt": CMAKELISTS,
-            "include/llama.h": HEADER,
-            "src/llama.cpp": library(OWNER_PIN),
-            "README.md": README,
-            **programs.FILES,
-        },
+        "llama: validate the layer index",
+        {"src/llama.cpp": text("upstream-head/src/llama.cpp")},
     ),
-    Commit("docs: say who owns a layer", {"README.md": README_PIN}),
-    Commit("llama: validate the layer index", {"src/llama.cpp": library(OWNER_VALIDATED)}),
     Commit("llama: a cap on the number of workers", {"include/llama.h": MAX_WORKERS}),
 )
 PIN_INDEX = 1
 
 # the forge's patch series on the pin, in order
 SERIES: tuple[Commit, ...] = (
-    Commit("llama: own layers round-robin", {"src/llama.cpp": library(OWNER_ROUND_ROBIN)}),
+    Commit("llama: own layers round-robin", {"src/llama.cpp": text("patched/src/llama.cpp")}),
     Commit("llama: add LLAMA_MAX_WORKERS", {"include/llama.h": MAX_WORKERS}),
-    Commit("README: say the tree is patched", {"README.md": README_PATCHED}),
+    Commit("README: say the tree is patched", {"README.md": text("patched/README.md")}),
 )
-
-WORKER_FILES = {
-    "CMakeLists.txt": """\
-cmake_minimum_required(VERSION 3.18)
-project(demo_shard_worker CXX)
-include(DgrUpstream)     # the patched upstream (dgr-forge build passes its path)
-include(DgrBuildInfo)
-add_executable(shard-worker src/main.cpp)
-target_link_libraries(shard-worker PRIVATE llama)
-dgr_build_info(shard-worker)
-""",
-    "src/main.cpp": """\
-#include <cstdio>
-#include <dgr_build_info.h>
-#include "llama.h"
-
-// LLAMA_MAX_WORKERS comes from patch 0002, round-robin ownership from patch 0001
-int main() {
-    std::printf("shard-worker: layer 7 of %d -> worker %d of 4 (at most %d workers)\\n",
-                llama_n_layers(), llama_layer_owner(7, 4), LLAMA_MAX_WORKERS);
-    std::printf("built from %s %s + %d patches, lane %s\\n", DGR_UPSTREAM_NAME,
-                DGR_UPSTREAM_COMMIT, DGR_PATCH_COUNT, DGR_LANE);
-    return 0;
-}
-""",
-}
-
-WORKER_MANIFEST = """\
-# The shard worker the demo builds: a CMake project in this root (see worker/).
-schema = 1
-
-[worker]
-path = "worker"
-"""
 
 GITIGNORE = f"""\
 # the workspace (deleting it loses nothing)

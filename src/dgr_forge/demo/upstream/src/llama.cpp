@@ -1,0 +1,15 @@
+#include "llama.h"
+
+int llama_layer_owner(int layer, int n_workers) {
+    (void) layer;
+    (void) n_workers;
+    return 0;
+}
+
+int llama_n_layers(void) {
+    return 32;
+}
+
+const char * llama_version(void) {
+    return "demo-1";
+}
