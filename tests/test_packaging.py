@@ -83,6 +83,10 @@ def test_metadata_license_urls_classifiers_and_no_gguf_at_run_time(
     assert "dgr_forge/py.typed" in names
     assert {"dgr_forge/ci/templates/github-actions.yml.j2",
             "dgr_forge/ci/templates/actions.toml"} <= set(names)  # fmt: skip
+    demo = REPO / "src" / "dgr_forge" / "demo"  # the demo upstream's and worker's sources
+    texts = {f"dgr_forge/{p.relative_to(demo.parent)}" for p in demo.rglob("*") if p.is_file()}
+    assert {n for n in texts if "__pycache__" not in n} <= set(names)
+    assert "dgr_forge/demo/upstream/tools/perplexity/perplexity.cpp" in names
 
 
 def _product_files() -> dict[str, bytes]:
@@ -128,7 +132,7 @@ def test_sdist_builds_the_wheel_and_carries_what_its_tests_read(dists: tuple[Pat
         "src/dgr_forge/__init__.py", "tests/conftest.py", "tests/support/roots.py",
         "tests/data/models/tiny-test.toml", "docs/json-schema/build.json", "docs/cli.md",
         "manifests/llama.cpp.toml", "recipes/cpu.toml", "toolchains/probes.toml",
-        "cmake/DgrUpstream.cmake",
+        "cmake/DgrUpstream.cmake", "src/dgr_forge/demo/upstream/CMakeLists.txt",
     }  # fmt: skip
     assert expected <= names, sorted(expected - names)
     tracked = subprocess.run(
