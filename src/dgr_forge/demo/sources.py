@@ -42,7 +42,7 @@ def text(rel: str) -> str:
 def tree(top: str) -> dict[str, str]:
     """The package's files under `top/`, by their path there."""
     found: dict[str, str] = {}
-    for entry in _FILES.joinpath(top).iterdir():
+    for entry in sorted(_FILES.joinpath(top).iterdir(), key=lambda e: e.name):  # a stable order
         rel = f"{top}/{entry.name}"
         if entry.is_dir():
             found |= {f"{entry.name}/{k}": v for k, v in tree(rel).items()}
