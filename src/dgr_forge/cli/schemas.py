@@ -15,6 +15,7 @@ exits 1 naming the files that differ from what it would write (the suite runs th
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path, PurePath
@@ -49,14 +50,21 @@ class Command(msgspec.Struct, frozen=True):
     @property
     def summary(self) -> str:
         """The first paragraph of the command's own help."""
-        from dgr_forge.cli.app import app
-        from dgr_forge.cli.commands import register_all
-
-        register_all()
-        node: Any = typer.main.get_command(app)  # Typer's own copy of Click's classes
+        node = _click_root()
         for word in self.words.split():
             node = node.commands[word]
         return " ".join((node.help or "").split("\n\n")[0].split())
+
+
+@functools.cache
+def _click_root() -> Any:
+    """The registered app as Click's classes (Typer's own copy), made once: Typer builds
+    the whole tree on each call (~20 ms), and every command's summary reads it."""
+    from dgr_forge.cli.app import app
+    from dgr_forge.cli.commands import register_all
+
+    register_all()
+    return typer.main.get_command(app)
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -134,6 +142,7 @@ def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema
 
 def envelope_schema() -> Schema:
     """The failure object (the error, its hint, its details) and the `--help` object."""
+    types = _detail_types()
     failure_env = _envelope({"const": False}, {"type": "integer", "minimum": 1}, {"type": "string"})
     failure = _closed(
         "failure",
@@ -147,10 +156,7 @@ def envelope_schema() -> Schema:
                 "type": ["string", "null"],
                 "description": "how to fix it (absent for usage errors)",
             },
-            **{
-                key: {**_detail_types()[key], "description": text}
-                for key, text in details().items()
-            },
+            **{key: {**types[key], "description": text} for key, text in details().items()},
         },
         ["ok", "exit_code", "command", "error"],
     )
@@ -262,9 +268,11 @@ def _rows(props: dict[str, Schema], required: list[str], keys: tuple[str, ...]) 
     return "\n".join(tables.out).rstrip("\n")
 
 
-def render_doc() -> str:
+def render_doc(made: dict[str, Schema] | None = None, envelope: Schema | None = None) -> str:
+    """docs/json.md; `made`: each command's schema by name and `envelope`, when the caller
+    has them already (`rendered`), else made here."""
     kinds = _envelope({"type": "boolean"}, {"type": "integer"}, {"type": "string"})
-    failure = envelope_schema()["$defs"]["failure"]
+    failure = (envelope or envelope_schema())["$defs"]["failure"]
     intro = INTRO.replace("{envelope}", _rows(kinds, list(kinds), tuple(kinds)))
     intro = intro.replace("{failure}", _rows(failure["properties"], ["error"], ("error", "hint")))
     out = [intro, "### Failure details", ""]
@@ -283,9 +291,8 @@ def render_doc() -> str:
             f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.",
             "",
         ]
-        tables = Tables(
-            command_schema(cmd)["$defs"], f"#### `{cmd.words}`: `{{where}}`", toml=False
-        )
+        schema = made[cmd.name] if made else command_schema(cmd)
+        tables = Tables(schema["$defs"], f"#### `{cmd.words}`: `{{where}}`", toml=False)
         for form in cmd.forms:
             fails = " *(may fail: `ok` false with these keys)*" if form.may_fail else ""
             if len(cmd.forms) > 1 or fails:
@@ -520,12 +527,14 @@ def _json(schema: Schema) -> str:
 
 def rendered() -> dict[Path, str]:
     """Every generated file (relative to the project root) and its text."""
-    files = {SCHEMA_DIR / f"{cmd.name}.json": _json(command_schema(cmd)) for cmd in COMMANDS}
-    files[SCHEMA_DIR / SHARED] = _json(envelope_schema())
+    per_command = {cmd.name: command_schema(cmd) for cmd in COMMANDS}
+    envelope = envelope_schema()
+    files = {SCHEMA_DIR / f"{name}.json": _json(schema) for name, schema in per_command.items()}
+    files[SCHEMA_DIR / SHARED] = _json(envelope)
     made = {n: toml_schema(n, f, w, s) for n, f, w, s in inputs()}
     files |= {SCHEMA_DIR / TOML_DIR / f"{name}.json": _json(body) for name, body in made.items()}
     files[TOML_DOC] = render_toml_doc(made)
-    files[DOC] = render_doc()
+    files[DOC] = render_doc(per_command, envelope)
     return files
 
 
