@@ -1,24 +1,23 @@
 // test-backend-ops (demo): mode `test` in llama.cpp's console format
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <string>
-#include <vector>
 
 #include "ggml-ops.h"
 
 static const char * NAMES[GGML_OP_COUNT] = { "ADD", "MUL", "SCALE", "RMS_NORM" };
 
-static double reference(int op, const std::vector<float> & a, const std::vector<float> & b, int i) {
+static double reference(int op, const float * a, const float * b, int n, int i) {
     double sum = 0.0;
-    for (float x : a) {
-        sum += (double) x * x;
+    for (int k = 0; k < n; k++) {
+        sum += (double) a[k] * a[k];
     }
     switch (op) {
         case GGML_OP_ADD:      return (double) a[i] + b[i];
         case GGML_OP_MUL:      return (double) a[i] * b[i];
         case GGML_OP_SCALE:    return a[i] * 0.25;
-        case GGML_OP_RMS_NORM: return a[i] / std::sqrt(sum / a.size() + 1e-6);
+        case GGML_OP_RMS_NORM: return a[i] / std::sqrt(sum / n + 1e-6);
     }
     return 0.0;
 }
@@ -28,8 +27,10 @@ static bool wanted(const char * filter, const char * name) {
     if (filter == nullptr) {
         return true;
     }
-    const std::string list = std::string(",") + filter + ",";
-    return list.find(std::string(",") + name + ",") != std::string::npos;
+    char list[1024], item[64];
+    snprintf(list, sizeof list, ",%s,", filter);
+    snprintf(item, sizeof item, ",%s,", name);
+    return strstr(list, item) != nullptr;
 }
 
 int main(int argc, char ** argv) {
@@ -70,20 +71,24 @@ int main(int argc, char ** argv) {
         }
         for (const auto & ne : shapes) {
             const int n = ne[0] * ne[1] * ne[2] * ne[3];
-            std::vector<float> a(n), b(n), out(n);
+            float * a = (float *) malloc(sizeof(float) * 3 * n), * b = a + n, * out = b + n;
+            if (a == nullptr) {
+                return 1;
+            }
             for (int i = 0; i < n; i++) {
                 seed = seed * 1664525u + 1013904223u;
                 a[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
                 seed = seed * 1664525u + 1013904223u;
                 b[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
             }
-            ggml_op_compute(op, a.data(), b.data(), out.data(), n);
+            ggml_op_compute(op, a, b, out, n);
             double err = 0.0, norm = 0.0;
             for (int i = 0; i < n; i++) {
-                const double want = reference(op, a, b, i);
+                const double want = reference(op, a, b, n, i);
                 err += (want - out[i]) * (want - out[i]);
                 norm += want * want;
             }
+            free(a);
             const double nmse = err / norm, max_nmse = 1e-7;
             n_total++;
             const bool ok = nmse <= max_nmse;

@@ -1,11 +1,9 @@
 // llama-bench (demo): llama.cpp's `-o json` objects, speeds measured
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
-#include <vector>
+#include <ctime>
 
 #include "gguf-size.h"
 #include "llama.h"
@@ -26,7 +24,7 @@ static unsigned decode(int n_tokens) {
 int main(int argc, char ** argv) {
     const char * model = nullptr;
     int n_prompt = 512, n_gen = 128, reps = 5;
-    std::string output = "md";
+    const char * output = "md";
     for (int i = 1; i < argc; i++) {
         const bool more = i + 1 < argc;
         if (strcmp(argv[i], "-m") == 0 && more) { model = argv[++i]; }
@@ -49,7 +47,7 @@ int main(int argc, char ** argv) {
     fclose(f);
     const long long model_size = llama_model_bytes(model);  // as llama_model_size()
     if (reps < 1) { reps = 1; }
-    if (output != "json") {
+    if (strcmp(output, "json") != 0) {
         fprintf(stderr, "error: the demo's llama-bench writes -o json only\n");
         return 1;
     }
@@ -60,18 +58,21 @@ int main(int argc, char ** argv) {
         const int n = t[0] + t[1];
         if (n <= 0) { continue; }
         decode(n);  // warmup, as llama-bench does
-        std::vector<double> ts;
+        double * ts = (double *) malloc(sizeof(double) * reps);
+        if (ts == nullptr) { return 1; }
         for (int r = 0; r < reps; r++) {
-            const auto t0 = std::chrono::steady_clock::now();
+            timespec t0, t1;  // steady, as llama-bench's std::chrono::steady_clock
+            clock_gettime(CLOCK_MONOTONIC, &t0);
             decode(n);
-            const auto t1 = std::chrono::steady_clock::now();
-            const double ns = std::chrono::duration<double, std::nano>(t1 - t0).count();
-            ts.push_back(1e9 * n / (ns > 0 ? ns : 1));
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            const double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (double) (t1.tv_nsec - t0.tv_nsec);
+            ts[r] = 1e9 * n / (ns > 0 ? ns : 1);
         }
         double avg = 0, dev = 0;
-        for (double x : ts) { avg += x; }
+        for (int r = 0; r < reps; r++) { avg += ts[r]; }
         avg /= reps;
-        for (double x : ts) { dev += (x - avg) * (x - avg); }
+        for (int r = 0; r < reps; r++) { dev += (ts[r] - avg) * (ts[r] - avg); }
+        free(ts);
         dev = reps > 1 ? std::sqrt(dev / (reps - 1)) : 0;
         printf("%s  {\n", first ? "" : ",\n");
         first = false;

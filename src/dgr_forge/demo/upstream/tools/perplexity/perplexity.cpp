@@ -1,10 +1,8 @@
 // llama-perplexity (demo): llama.cpp's lines, one byte a token
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
 #include "ggml-ops.h"
 #include "gguf-size.h"
@@ -18,16 +16,21 @@ int main(int argc, char ** argv) {
         else if (strcmp(argv[i], "-c") == 0) { n_ctx = atoi(argv[i + 1]); }
         else if (strcmp(argv[i], "--chunks") == 0) { n_chunks = atoi(argv[i + 1]); }
     }
-    std::string text;
     FILE * f = llama_model_bytes(model) < 0 ? nullptr : fopen(file, "rb");
-    for (int c; f != nullptr && (c = fgetc(f)) != EOF;) { text += (char) c; }
-    if (f == nullptr || n_ctx < 4 || (int) text.size() < 2 * n_ctx) {
+    char * text = nullptr;
+    long size = 0;
+    if (f != nullptr && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && size < (1L << 30)) {
+        text = (char *) malloc((size_t) size);
+        rewind(f);
+        size = text != nullptr ? (long) fread(text, 1, (size_t) size, f) : 0;
+    }
+    if (f == nullptr || n_ctx < 4 || size < 2L * n_ctx) {
         fprintf(stderr, "perplexity: no model, or under %d tokens in '%s'\n", 2 * n_ctx,
                 file);
         return 1;
     }
-    int chunks = (int) text.size() / n_ctx, count = 0;
-    chunks = n_chunks < 0 ? chunks : std::min(n_chunks, chunks);
+    int chunks = (int) (size / n_ctx), count = 0;
+    chunks = n_chunks < 0 || n_chunks > chunks ? chunks : n_chunks;
     // LOG_INF's prefix, as common_init turns it on: `M.ss.mmm.uuu I ` (a fixed clock here)
     fprintf(stderr, "0.00.000.100 I perplexity: calculating perplexity over %d chunks, n_ctx=%d\n",
             chunks, n_ctx);
