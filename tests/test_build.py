@@ -20,6 +20,7 @@ from support.build import (
     make_worker,
     nvcc_path,
     path_without,
+    shared_snapshot,
 )
 from support.cli import run_forge
 from support.git import Upstream, sh_git
@@ -55,10 +56,23 @@ def lane(result) -> dict:  # type: ignore[no-untyped-def,type-arg]
     return result.json["lanes"][0]  # type: ignore[no-any-return]
 
 
-def test_worker_build_runs_patched_behaviour(root: Path, worker_dir: Path, tmp_path: Path) -> None:
-    key = tmp_path / "keys" / "signing.pem"
-    assert run_forge("keygen", "--out", str(key)).code == 0
-    res = forge_build(root, "--worker", str(worker_dir), "--key", str(key))
+# the first builds these tests check as they came (a signed worker build, an upstream
+# build without a worker): made once per process, shared with test_build_truth.py and
+# test_lane_stale.py (one xdist scope: support.schedule), each test gets its copy back
+
+
+@pytest.fixture
+def signed(tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream) -> BuiltLane:
+    return shared_snapshot(tmp_path_factory, _upstream_template, sign=True).restore()
+
+
+@pytest.fixture
+def workerless(tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream) -> BuiltLane:
+    return shared_snapshot(tmp_path_factory, _upstream_template, worker=None, sign=True).restore()
+
+
+def test_worker_build_runs_patched_behaviour(signed: BuiltLane) -> None:
+    root, key, res = signed.root, signed.key, signed.first  # `build --worker W --key K`
     assert res.code == 0, res
     cpu = lane(res)
     assert cpu["status"] == "built" and cpu["configured"]
@@ -191,8 +205,8 @@ def test_recipe_change_reconfigures(built: BuiltLane) -> None:
     assert lane(res)["status"] == "up-to-date" and not lane(res)["configured"]
 
 
-def test_upstream_default_targets_without_worker(root: Path) -> None:
-    res = forge_build(root, "--no-sign")
+def test_upstream_default_targets_without_worker(workerless: BuiltLane) -> None:
+    root, res = workerless.root, workerless.first  # `build` with no worker
     assert res.code == 0, res
     artifacts = {a["name"]: a for a in lane(res)["artifacts"]}
     assert set(artifacts) == {"llama-cli"}  # the upstream's only executable target

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.build import make_patched_root, make_worker
+from support.build import BuiltLane, LaneSnapshot, built_snapshot, make_patched_root, make_worker
 from support.cache import clean_env
 from support.cli import Result, run_forge
 from support.git import Upstream, sh_git
@@ -170,13 +170,41 @@ def _compilers(directory: Path, cxx_extra: str = "", hook: str = "") -> dict[str
     return {"DGR_GCC_PREFIX": str(directory)}
 
 
-def test_compiler_swapped_at_the_same_path_rebuilds_everything(
-    tmp_path: Path, upstream: Upstream
-) -> None:
-    root = make_patched_root(tmp_path / "forge", upstream)
-    make_worker(root / "worker")
-    env = clean_env(**_compilers(tmp_path / "gcc"))
-    first = _build(root, env, "--cache", "off", "--worker", str(root / "worker"))
+# the first build of the tests that start from a lane built with gcc/g++ at a fixed path
+# (the wrappers at BASE/gcc, DGR_GCC_PREFIX), the worker given as --worker, --cache off:
+# made once per module, each test gets it back (wrappers included) as that build left it
+
+
+@pytest.fixture(scope="module")
+def _wrapped_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> LaneSnapshot:
+    directory = tmp_path_factory.mktemp("wrapped-lane")
+    env = clean_env(**_compilers(directory / "lane" / "gcc"))  # BASE/gcc (support.build)
+    return built_snapshot(directory, _upstream_template, options=("--cache", "off"), env=env)
+
+
+@pytest.fixture
+def wrapped(_wrapped_lane: LaneSnapshot) -> BuiltLane:
+    return _wrapped_lane.restore()
+
+
+def _wrapped_env(lane: BuiltLane) -> dict[str, str]:
+    return clean_env(**_compilers(lane.base / "gcc"))  # the same scripts: nothing changes
+
+
+def _wrapped_args(lane: BuiltLane) -> list[str]:
+    """The first build's arguments but --no-sign (`_build` adds it): --worker W --cache off."""
+    return [a for a in lane.args() if a != "--no-sign"]
+
+
+def test_compiler_swapped_at_the_same_path_rebuilds_everything(wrapped: BuiltLane) -> None:
+    root, first, args = (
+        wrapped.root,
+        wrapped.first,
+        _wrapped_args(wrapped),
+    )  # --worker W --cache off
+    env = _wrapped_env(wrapped)
     assert first.code == 0, first
     steps = _lane(first)["ninja_steps"]
     tools = _statement(_lane(first)["report"])["predicate"]["buildDefinition"][
@@ -185,8 +213,8 @@ def test_compiler_swapped_at_the_same_path_rebuilds_everything(
     assert any(t["name"] == "cxx-compiler cc1plus" and "digest" in t for t in tools), tools
     assert any(t["name"] == "ar" and t["annotations"]["version"] for t in tools), tools
 
-    _compilers(tmp_path / "gcc", cxx_extra="-O0")  # same path, another compiler
-    second = _build(root, env, "--cache", "off", "--worker", str(root / "worker"))
+    _compilers(wrapped.base / "gcc", cxx_extra="-O0")  # same path, another compiler
+    second = _build(root, env, *args)
     assert second.code == 0, second
     assert _lane(second)["status"] == "built" and not _lane(second)["report_reused"]
     assert "changed since configure" in second.stderr and "CMAKE_CXX_COMPILER" in second.stderr
@@ -194,25 +222,24 @@ def test_compiler_swapped_at_the_same_path_rebuilds_everything(
     assert _lane(second)["artifacts"] != _lane(first)["artifacts"]
 
 
-def test_worker_edit_with_an_old_mtime_is_rebuilt(tmp_path: Path, upstream: Upstream) -> None:
-    root = make_patched_root(tmp_path / "forge", upstream)
-    worker = make_worker(tmp_path / "worker")
-    env = clean_env()
-    first = _build(root, env, "--cache", "off", "--worker", str(worker))
-    assert first.code == 0, first
+def test_worker_edit_with_an_old_mtime_is_rebuilt(wrapped: BuiltLane) -> None:
+    root, worker, first, args = wrapped.root, wrapped.worker, wrapped.first, _wrapped_args(wrapped)
+    assert worker is not None
+    env = _wrapped_env(wrapped)
+    assert first.code == 0, first  # `build --worker WORKER --cache off`
     util = worker / "src" / "util.cpp"
     before = util.stat()
     util.write_text(util.read_text().replace("(layer);", "(layer) + 10;"))
     os.utime(util, ns=(before.st_atime_ns, before.st_mtime_ns))  # as `cp -p`, a checkout
 
-    second = _build(root, env, "--cache", "off", "--worker", str(worker))
+    second = _build(root, env, *args)
     assert second.code == 0, second
     cpu = _lane(second)
     assert cpu["status"] == "built" and not cpu["report_reused"], cpu
     assert "nothing to do" in second.stderr
     out = subprocess.run([cpu["artifacts"][0]["path"]], capture_output=True, text=True).stdout
     assert "owner(7)=13" in out
-    third = _build(root, env, "--cache", "off", "--worker", str(worker))
+    third = _build(root, env, *args)
     assert _lane(third)["status"] == "up-to-date" and _lane(third)["report_reused"], third
 
 
@@ -283,16 +310,19 @@ def test_a_launcher_the_forge_did_not_choose_is_exit_1(tmp_path: Path, upstream:
 
 
 def test_a_kill_during_the_fresh_build_directory_is_finished_by_the_next_run(
-    tmp_path: Path, upstream: Upstream
+    wrapped: BuiltLane,
 ) -> None:
     import json
 
-    root = make_patched_root(tmp_path / "forge", upstream)
-    env = clean_env(**_compilers(tmp_path / "gcc"))
-    first = _build(root, env, "--cache", "off")
+    root, first, args = (
+        wrapped.root,
+        wrapped.first,
+        _wrapped_args(wrapped),
+    )  # --worker W --cache off
+    env = _wrapped_env(wrapped)
     assert first.code == 0, first
-    _compilers(tmp_path / "gcc", cxx_extra="-O0")  # the next run must start afresh
-    killed = _build(root, {**env, "DGR_FAULT": "build.wipe"}, "--cache", "off")
+    _compilers(wrapped.base / "gcc", cxx_extra="-O0")  # the next run must start afresh
+    killed = _build(root, {**env, "DGR_FAULT": "build.wipe"}, *args)
     assert killed.code in (-9, 137), killed
     state = json.loads((root / ".dgr" / "state.json").read_text())["lanes"]["cpu"]
     assert state["in_progress"] == "wipe" and "programs" not in state
@@ -300,7 +330,7 @@ def test_a_kill_during_the_fresh_build_directory_is_finished_by_the_next_run(
     build = root / ".dgr" / "build" / "cpu"
     (build / "build.ninja").unlink()
     next(build.rglob("*.o")).unlink()
-    again = _build(root, env, "--cache", "off")
+    again = _build(root, env, *args)
     assert again.code == 0, again
     assert _lane(again)["status"] == "built"
     assert _lane(again)["ninja_steps"] == _lane(first)["ninja_steps"]  # every object again

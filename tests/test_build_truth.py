@@ -20,6 +20,7 @@ from support.build import (
     keygen,
     make_patched_root,
     make_worker,
+    shared_snapshot,
 )
 from support.cli import run_forge
 from support.git import Upstream, sh_git
@@ -40,14 +41,15 @@ def worker_dir(tmp_path: Path) -> Path:
 # the first build of the tests that only need a lane that was built: made once per module
 # (the worker given as --worker and signed with a key of its own, the same with --cache
 # off, or --no-sign with the root's path worker), each test gets it back as that build left
-# it
+# it; the signed, the unsigned and the worker-less lanes are made once per process and
+# shared with test_build.py and test_lane_stale.py (one xdist scope: support.schedule)
 
 
 @pytest.fixture(scope="module")
 def _signed_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    return built_snapshot(tmp_path_factory.mktemp("signed-lane"), _upstream_template, sign=True)
+    return shared_snapshot(tmp_path_factory, _upstream_template, sign=True)
 
 
 @pytest.fixture
@@ -59,9 +61,7 @@ def signed(_signed_lane: LaneSnapshot) -> BuiltLane:
 def _unsigned_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    return built_snapshot(
-        tmp_path_factory.mktemp("unsigned-lane"), _upstream_template, worker="path"
-    )
+    return shared_snapshot(tmp_path_factory, _upstream_template, worker="path")
 
 
 @pytest.fixture
@@ -463,8 +463,14 @@ def test_compare_hostile_inputs(tmp_path: Path) -> None:
     assert "Traceback" not in missing.stderr
 
 
-def test_presets_without_worker_go_into_upstream_tree(root: Path) -> None:
-    first = forge_build(root, "--no-sign")
+@pytest.fixture
+def workerless(tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream) -> BuiltLane:
+    """A root without a worker whose cpu lane was built once, signed (shared)."""
+    return shared_snapshot(tmp_path_factory, _upstream_template, worker=None, sign=True).restore()
+
+
+def test_presets_without_worker_go_into_upstream_tree(workerless: BuiltLane) -> None:
+    root, first = workerless.root, workerless.first
     assert first.code == 0, first
     src = root / ".dgr" / "src" / "llama.cpp"
     res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu")
@@ -481,7 +487,7 @@ def test_presets_without_worker_go_into_upstream_tree(root: Path) -> None:
         [cmake, "--build", "--preset", "dgr-cpu"], cwd=src, capture_output=True, text=True
     )
     assert built.returncode == 0, built.stdout + built.stderr
-    again = forge_build(root, "--no-sign")  # the tree is still clean: no refusal
+    again = forge_build(root, *workerless.args())  # the tree is still clean: no refusal
     assert again.code == 0, again
     assert run_forge("--root", str(root), "patch").code == 0
 

@@ -16,10 +16,8 @@ from support.build import (
     PATCH_FILE,
     BuiltLane,
     LaneSnapshot,
-    add_path_worker,
-    built_snapshot,
     forge_build,
-    make_patched_root,
+    shared_snapshot,
 )
 from support.cli import run_forge
 from support.git import Upstream
@@ -35,9 +33,7 @@ pytestmark = pytest.mark.slow
 def _signed_lane(
     tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
 ) -> LaneSnapshot:
-    return built_snapshot(
-        tmp_path_factory.mktemp("signed-lane"), _upstream_template, worker=None, sign=True
-    )
+    return shared_snapshot(tmp_path_factory, _upstream_template, worker=None, sign=True)
 
 
 @pytest.fixture
@@ -69,11 +65,18 @@ def _assert_stale(root: Path, moved: list[str]) -> None:
     assert words in lanes_text, lanes_text
 
 
-def test_a_moved_input_marks_the_last_build_stale(tmp_path: Path, upstream: Upstream) -> None:
-    root = make_patched_root(tmp_path / "forge", upstream)
-    add_path_worker(root)
-    built = run_forge("--root", str(root), "--json", "build", "--jobs", "2", "--no-sign")
-    assert built.code == 0, built
+@pytest.fixture
+def path_worker_lane(
+    tmp_path_factory: pytest.TempPathFactory, _upstream_template: Upstream
+) -> BuiltLane:
+    """A root with its path worker, built once with --no-sign (shared with
+    test_build_truth.py, one xdist scope: support.schedule), each test gets its copy back."""
+    return shared_snapshot(tmp_path_factory, _upstream_template, worker="path").restore()
+
+
+def test_a_moved_input_marks_the_last_build_stale(path_worker_lane: BuiltLane) -> None:
+    root, upstream, built = path_worker_lane.root, path_worker_lane.upstream, path_worker_lane.first
+    assert built.code == 0, built  # `build --jobs 2 --no-sign`
 
     in_status, in_lanes, status_text, _ = _lane_rows(root)
     assert in_status["stale"] == [] and in_lanes["stale"] == []

@@ -14,12 +14,15 @@ import shutil
 import textwrap
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .cli import Result, run_forge
 from .git import Upstream, copy_upstream
 from .roots import CANONICAL, UPSTREAM_AUTHOR, Edit, copy_product, make_root
 from .snapshot import put_back
+
+if TYPE_CHECKING:
+    import pytest
 
 __all__ = [
     "PATCHED_LLAMA",
@@ -37,6 +40,7 @@ __all__ = [
     "make_worker",
     "nvcc_path",
     "path_without",
+    "shared_snapshot",
     "snapshot_lane",
 ]
 
@@ -262,3 +266,26 @@ def built_snapshot(
     snap = snapshot_lane(directory, upstream, worker=worker, sign=sign, options=options, env=env)
     assert snap.built.first.code == 0, snap.built.first
     return snap
+
+
+_SHARED: dict[tuple[object, ...], LaneSnapshot] = {}
+
+
+def shared_snapshot(
+    factory: pytest.TempPathFactory,
+    upstream: Upstream,
+    *,
+    worker: Literal["option", "path"] | None = "option",
+    sign: bool = False,
+    options: tuple[str, ...] = (),
+) -> LaneSnapshot:
+    """`built_snapshot` of `upstream` made once per test process for each variant and
+    handed to every module that asks for the same one (files in one xdist scope,
+    support.schedule): the same first build, ~0.9 CPU-s of CMake, compilers and git, once."""
+    key = (str(upstream.path), worker, sign, options)
+    if key not in _SHARED:
+        directory = factory.mktemp(f"shared-lane-{worker}-{'signed' if sign else 'unsigned'}")
+        _SHARED[key] = built_snapshot(
+            directory, upstream, worker=worker, sign=sign, options=options
+        )
+    return _SHARED[key]

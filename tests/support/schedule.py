@@ -65,6 +65,9 @@ SHARED_FIXTURE_SCOPES = {
         "test_streams.py",
         "test_unsigned_fallback.py",
     ),
+    # support.build.shared_snapshot: the signed, path-worker and worker-less lanes, each
+    # built once (~0.9 CPU-s each) instead of once per file
+    "built_lanes": ("test_build_truth.py", "test_build.py", "test_lane_stale.py"),
 }
 _SCOPE_OF = {name: group for group, names in SHARED_FIXTURE_SCOPES.items() for name in names}
 
