@@ -59,6 +59,10 @@ class Result:
 def forge_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a CLI run: this one without DGR_*, plus git identity, NO_COLOR."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_")}
+    # pytest's marker of the running test and phase: no forge child reads it, and without
+    # it a worker's CLI runs share one environment (host.doctor keeps a tool's version
+    # read per program and environment, so an unchanged cmake is asked once a worker)
+    env.pop("PYTEST_CURRENT_TEST", None)
     env["PYTHONPATH"] = str(SRC) + os.pathsep + env.get("PYTHONPATH", "")
     env["NO_COLOR"] = "1"
     env.update(GIT_ENV)

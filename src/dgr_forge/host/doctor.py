@@ -152,6 +152,25 @@ def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
     return str(value) if value else None
 
 
+# The versions this process read, by the program's identity (its path and the file it
+# resolves to, each by device, inode, size, mtime and ctime), the probe's arguments and the
+# environment it ran in: a process that loads a doctor again (the CLI called in-process,
+# the test suite) does not run an unchanged program again for the same answer. A program
+# rewritten, replaced or reached through another PATH is another key; a failed read is
+# never kept.
+_READ_VERSIONS: dict[tuple[object, ...], str] = {}
+
+
+def _program_key(path: str, args: tuple[str, ...]) -> tuple[object, ...] | None:
+    try:
+        real = os.path.realpath(path)
+        stats = [os.stat(path), os.stat(real)]
+    except OSError:
+        return None
+    ident = tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats)
+    return (path, real, ident, args, tuple(sorted(os.environ.items())))
+
+
 class Doctor:
     """Runs probes on demand and caches the results for one process."""
 
@@ -247,10 +266,15 @@ class Doctor:
         probe = self.probes.tools[name]
         version: str | None = None
         if result.found and result.path and probe.version_regex:
-            proc = run_probe([result.path, *probe.version_args], timeout=30)
-            if proc is not None:
-                m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
-                version = m.group(1) if m else None
+            key = _program_key(result.path, (*probe.version_args, probe.version_regex))
+            version = _READ_VERSIONS.get(key) if key is not None else None
+            if version is None:
+                proc = run_probe([result.path, *probe.version_args], timeout=30)
+                if proc is not None:
+                    m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
+                    version = m.group(1) if m else None
+                if version is not None and key is not None:
+                    _READ_VERSIONS[key] = version
         self._versions[name] = version
         result.version = version
         return version
