@@ -305,10 +305,13 @@ def _apply(
 
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
-) -> str:
-    """The last of the commits `dgr-forge patch`'s `git am` makes from `series` on `base`,
-    built from the known trees (mailinfo + commit-tree): nothing in the work tree moves."""
+) -> tuple[str, ...]:
+    """The commits `dgr-forge patch`'s `git am` makes from `series` on `base`, oldest first
+    (the forge's own commits of the series, as a first-parent `rev-list` of the last would
+    list them), built from the known trees (mailinfo + commit-tree): nothing in the work
+    tree moves."""
     parent = base
+    made: list[str] = []
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
@@ -332,7 +335,8 @@ def canonical_commits(
             parent = gitutil.out(
                 repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
             )
-    return parent
+            made.append(parent)
+    return tuple(made)
 
 
 def write_series(
@@ -429,7 +433,12 @@ def export_workspace(
             )
         out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
         patches.ensure_patched(forge, m, out, trust_files=True)
-    elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
+    # the workspace measured once (one `git status`, one walk): HEAD, the series' trees
+    # and the uncommitted edits below all come from it; nothing here moves HEAD until the
+    # commits are made at the end
+    ws = inspect(src, m.commit, len(m.series))
+    head = ws.head if ws.exists else gitutil.rev_parse(src, "HEAD")
+    if not edited and m.series and head == m.commit:
         # most likely the series was never applied here: exporting would delete it
         raise NeedsHuman(
             f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
@@ -442,8 +451,8 @@ def export_workspace(
     if moved is not None and moved.pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
-    trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]
-    dirty = read_status(src)[2]  # "XY path" lines
+    trees = [c.tree for c in ws.series]
+    dirty = ws.dirty if ws.exists else read_status(src)[2]  # "XY path" lines
     if dirty:
         raise NeedsHuman(
             f"{forge.rel(src)} has uncommitted edits ({len(dirty)} paths: "
@@ -468,11 +477,11 @@ def export_workspace(
     result = write_series(forge, m, series, result_tree, out)
     # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
     # "already applied" holds and a person's next commit stands out as a local edit
-    canonical = canonical_commits(src, m.commit, series, forge.tmp_dir)
-    own = series_base.own_commits(src, canonical, len(series))
+    own = canonical_commits(src, m.commit, series, forge.tmp_dir)
+    canonical = own[-1] if own else m.commit
     entries = tuple((p.file, p.sha256) for p in series)
     record = series_base.SeriesBase(m.commit, entries, tuple(p.tree for p in series), own)
     series_base.record(src, record)
-    if gitutil.rev_parse(src, "HEAD") != canonical:
+    if head != canonical:
         gitutil.git(src, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
     return replace(result, replaced_saved=str(saved)) if saved else result
