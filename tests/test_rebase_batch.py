@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support.git import sh_git
+from support.git import committed_head, sh_git
 
 from dgr_forge.core import gitutil
 from dgr_forge.upstream.rebase.replay import Known, record
@@ -58,11 +58,13 @@ def _write(repo: Path, files: Files) -> None:
 
 
 def _commit(repo: Path, parent: str, files: Files, message: str, env: dict[str, str]) -> str:
-    sh_git(repo, "checkout", "-q", "-f", "--detach", parent)
+    # HEAD already at `parent` right after its own `add -A` + commit: a clean tree there
+    if committed_head(repo) != parent:
+        sh_git(repo, "checkout", "-q", "-f", "--detach", parent)
     _write(repo, files)
     sh_git(repo, "add", "-A")
     sh_git(repo, "commit", "-q", "--allow-empty", "-m", message, env=env)
-    return sh_git(repo, "rev-parse", "HEAD")
+    return committed_head(repo)
 
 
 def _raw_commit(repo: Path, like: str, author: bytes, message: bytes) -> str:
@@ -194,7 +196,7 @@ def _build(tmp_path: Path, case: Case) -> tuple[Path, str, list[str]]:
     _write(repo, BASE)
     sh_git(repo, "add", "-A")
     sh_git(repo, "commit", "-q", "-m", "base")
-    base = sh_git(repo, "rev-parse", "HEAD")
+    base = committed_head(repo)
     new = _commit(repo, base, case.upstream, "upstream", {})
     commits: list[str] = []
     parent = base

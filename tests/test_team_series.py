@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import Result
-from support.git import Upstream, sh_git
+from support.git import Upstream, committed_head, sh_git
 from support.rebase import make_series
 from support.roots import Series
 
@@ -53,7 +53,7 @@ def commit(src: Path, rel: str, text: str, subject: str, env: dict[str, str] | N
     path.write_text(text)
     sh_git(src, "add", "-A")
     sh_git(src, "commit", "-q", "-m", subject, "-m", f"Why: {subject}.", env=env or B_AUTHOR)
-    return sh_git(src, "rev-parse", "HEAD")
+    return committed_head(src)
 
 
 def a_exports_0004(s: Series) -> None:

@@ -12,12 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
+import msgspec
 from msgspec.structs import replace
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
@@ -303,15 +304,50 @@ def _apply(
     return index_tree(repo, env, "--", *map(str, files))
 
 
+# The commits canonical_commits made, each keyed by its parent, tree and patch bytes (what
+# alone decides it): `.git/dgr/canonical.json`. A commit of HEAD's series that this cache
+# names for its parent and bytes is the one mailinfo + commit-tree would make again (two
+# git calls a patch an export, saved); anything else (no cache, another id) is made.
+CANONICAL_CACHE = "dgr/canonical.json"
+_CANONICAL_CACHE_MAX = 4 << 20
+
+
+class _CanonicalCache(msgspec.Struct):
+    schema: int
+    commits: dict[str, str]
+
+
+def _canonical_key(parent: str, p: ExportedPatch) -> str:
+    return sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
+
+
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
-) -> str:
-    """The last of the commits `dgr-forge patch`'s `git am` makes from `series` on `base`,
-    built from the known trees (mailinfo + commit-tree): nothing in the work tree moves."""
+) -> tuple[str, ...]:
+    """The commits `dgr-forge patch`'s `git am` makes from `series` on `base`, oldest first
+    (the forge's own commits of the series, as a first-parent `rev-list` of the last would
+    list them), built from the known trees (mailinfo + commit-tree): nothing in the work
+    tree moves. A commit HEAD already has is taken from CANONICAL_CACHE."""
+    cache_path = repo / ".git" / CANONICAL_CACHE
+    try:
+        if cache_path.stat().st_size > _CANONICAL_CACHE_MAX:
+            raise ValueError("not this cache")  # a series never needs this much: remade
+        cache = msgspec.json.decode(cache_path.read_bytes(), type=_CanonicalCache)
+        known = cache.commits if cache.schema == 1 else {}
+    except (OSError, ValueError):  # msgspec's DecodeError is one
+        known = {}
     parent = base
+    made: list[str] = []
+    keys: dict[str, str] = {}
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
+            key = _canonical_key(parent, p)
+            if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
+                parent = p.commit
+                made.append(parent)
+                keys[key] = parent
+                continue
             proc = gitutil.git(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
                 input=p.data, text=False,
@@ -332,7 +368,15 @@ def canonical_commits(
             parent = gitutil.out(
                 repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
             )
-    return parent
+            made.append(parent)
+            keys[key] = parent
+    if keys != known and (repo / ".git").is_dir():
+        try:  # the current chain's only: the cache never grows past the series
+            cache_path.parent.mkdir(exist_ok=True)
+            atomic_write_bytes(cache_path, msgspec.json.encode(_CanonicalCache(1, keys)))
+        except OSError:
+            pass  # a cache: the next export makes the commits again
+    return tuple(made)
 
 
 def write_series(
@@ -429,7 +473,12 @@ def export_workspace(
             )
         out.info(f"patch files edited by hand ({', '.join(edited)}): applying them as they are")
         patches.ensure_patched(forge, m, out, trust_files=True)
-    elif m.series and gitutil.rev_parse(src, "HEAD") == m.commit:
+    # the workspace measured once (one `git status`, one walk): HEAD, the series' trees
+    # and the uncommitted edits below all come from it; nothing here moves HEAD until the
+    # commits are made at the end
+    ws = inspect(src, m.commit, len(m.series))
+    head = ws.head if ws.exists else gitutil.rev_parse(src, "HEAD")
+    if not edited and m.series and head == m.commit:
         # most likely the series was never applied here: exporting would delete it
         raise NeedsHuman(
             f"{forge.rel(src)} is at the bare pin: exporting it would delete all "
@@ -442,8 +491,8 @@ def export_workspace(
     if moved is not None and moved.pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
-    trees = [c.tree for c in inspect(src, m.commit, len(m.series)).series]
-    dirty = read_status(src)[2]  # "XY path" lines
+    trees = [c.tree for c in ws.series]
+    dirty = ws.dirty if ws.exists else read_status(src)[2]  # "XY path" lines
     if dirty:
         raise NeedsHuman(
             f"{forge.rel(src)} has uncommitted edits ({len(dirty)} paths: "
@@ -468,11 +517,11 @@ def export_workspace(
     result = write_series(forge, m, series, result_tree, out)
     # HEAD becomes the commits `dgr-forge patch` makes from these files (same trees), so
     # "already applied" holds and a person's next commit stands out as a local edit
-    canonical = canonical_commits(src, m.commit, series, forge.tmp_dir)
-    own = series_base.own_commits(src, canonical, len(series))
+    own = canonical_commits(src, m.commit, series, forge.tmp_dir)
+    canonical = own[-1] if own else m.commit
     entries = tuple((p.file, p.sha256) for p in series)
     record = series_base.SeriesBase(m.commit, entries, tuple(p.tree for p in series), own)
     series_base.record(src, record)
-    if gitutil.rev_parse(src, "HEAD") != canonical:
+    if head != canonical:
         gitutil.git(src, "update-ref", "--no-deref", "-m", "dgr-forge export", "HEAD", canonical)
     return replace(result, replaced_saved=str(saved)) if saved else result

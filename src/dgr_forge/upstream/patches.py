@@ -278,7 +278,11 @@ def ensure_patched(
             )
 
     check_symlinks(m, parsed, symlinks_in(src, m.commit))
-    if trees is None:
+    # computed trees can only show the series already applied when the workspace holds as
+    # many forge commits as the series has patches (a fresh one at the pin holds none):
+    # else `git am` below is the run, and it caches the trees it makes (two git calls a
+    # patch saved)
+    if trees is None and len(ws.series) == n:
         computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
         if computed is not None:
             cache_trees(src, m.commit, datas, computed)

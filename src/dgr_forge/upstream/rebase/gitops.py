@@ -220,7 +220,8 @@ def _fetch(src: Path, url: str, refs: Sequence[str], *how: str) -> subprocess.Co
 
 
 def _is_shallow(src: Path) -> bool:
-    return out(src, "rev-parse", "--is-shallow-repository") == "true"
+    """git's own test (a `shallow` file in the git dir), as `inspect` makes it: no process."""
+    return (git_dir(src) / "shallow").exists()
 
 
 def _cut_fetch(
