@@ -34,7 +34,7 @@ from support.build import make_patched_root
 from support.cli import run_forge
 from support.git import Upstream, sh_git
 from support.roots import canonicalize
-from support.wheelhouse import build_backend, copy_worktree, make_wheelhouse
+from support.wheelhouse import build_backend, copy_worktree, shared_wheelhouse
 
 REPO = Path(__file__).resolve().parent.parent
 GITHUB = ".github/workflows/dgr-forge.yml"
@@ -80,7 +80,7 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Machine]:
     """A runner with no network: wheels of this environment, the interpreter the tests run
     on as setup-python's, an image with git, compilers and ccache."""
     base = tmp_path_factory.mktemp("ci-machine")
-    wheels = make_wheelhouse(base / "wheels", build_backend(REPO))
+    wheels = shared_wheelhouse(tmp_path_factory, build_backend(REPO))
     python_bin = base / "setup-python"
     python_bin.mkdir()
     interpreter = Path(getattr(sys, "_base_executable", sys.executable))

@@ -16,7 +16,7 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-from support.wheelhouse import build_backend, copy_worktree, make_wheelhouse
+from support.wheelhouse import build_backend, copy_worktree, shared_wheelhouse
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def dists(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """dgr-forge's runtime dependencies and its build backend (pip's build isolation) as
     wheels of this environment: what a fresh venv installs from, offline."""
-    return make_wheelhouse(tmp_path_factory.mktemp("wheels"), build_backend(REPO))
+    return shared_wheelhouse(tmp_path_factory, build_backend(REPO))
 
 
 def test_twine_check_passes(dists: tuple[Path, Path]) -> None:
