@@ -20,6 +20,7 @@ import shutil
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 _SKIP_INFO = {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"}
 
@@ -141,3 +142,40 @@ def make_wheel(dest: Path, name: str, version: str, files: dict[str, tuple[bytes
             zi.external_attr = (0o100000 | mode) << 16
             zf.writestr(zi, data)
     return wheel
+
+
+def shared_wheelhouse(tmp_path_factory: Any, extra: tuple[str, ...] = ()) -> Path:
+    """`make_wheelhouse(..., extra)` made once per test run and shared by every module and
+    xdist worker that asks for the same one (packing cmake's and the rest's ~100 MB was
+    ~0.9 CPU-s each time). Read-only to its users: copy a wheel out before changing it.
+
+    Keyed by the interpreter and the distributions' names and versions; made in a fresh
+    folder and renamed into place, so a worker never sees a half-made one."""
+    import hashlib
+    import os
+    import sys
+    import tempfile
+
+    from dgr_forge.ci.install import runtime_pins
+
+    names = [*(pin.split("==")[0] for pin in runtime_pins()), *extra]
+    versions = []
+    for name in names:
+        try:
+            versions.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{name}-")
+    key = hashlib.sha256("\n".join([sys.prefix, *versions]).encode()).hexdigest()[:16]
+    base = Path(tmp_path_factory.getbasetemp())
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above every worker's own
+    dest = base / f"wheelhouse-{key}"
+    if dest.is_dir():
+        return dest
+    made = Path(tempfile.mkdtemp(prefix=".wheelhouse-", dir=base))
+    make_wheelhouse(made, extra)
+    try:
+        made.rename(dest)
+    except OSError:  # another worker put its own there first: the same wheels
+        shutil.rmtree(made, ignore_errors=True)
+    return dest

@@ -7,10 +7,10 @@ rendered CI guarantees is docs/ci.md's and SECURITY.md's.
 from __future__ import annotations
 
 import difflib
-import functools
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -234,11 +234,17 @@ def _gitlab_variable(value: str) -> str:
     return _flow({"value": value, "expand": False} if "$" in value else value)
 
 
-@functools.cache
+_ENVIRONMENT: list[jinja2.Environment] = []  # the one of this process, once made
+
+
 def _environment() -> jinja2.Environment:
-    """One per process: a template compiles in ~20 ms, and the templates are package data."""
+    """One per process: a template compiles in ~20 ms, and the templates are package data.
+    A compiled template is reused while its source reads the same (jinja's `uptodate`), so
+    a process that renders again (the tests run the CLI in-process) compiles it once."""
+    if _ENVIRONMENT:
+        return _ENVIRONMENT[0]
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_template_source),
+        loader=jinja2.FunctionLoader(_load_template),
         undefined=jinja2.StrictUndefined,
         block_start_string="[%",
         block_end_string="%]",
@@ -254,11 +260,17 @@ def _environment() -> jinja2.Environment:
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable
+    _ENVIRONMENT.append(env)
     return env
 
 
 def _template_source(name: str) -> str:
     return resources.files("dgr_forge.ci").joinpath("templates", name).read_text(encoding="utf-8")
+
+
+def _load_template(name: str) -> tuple[str, None, Callable[[], bool]]:
+    source = _template_source(name)
+    return source, None, lambda: _template_source(name) == source
 
 
 _ACTION = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+")
