@@ -3,9 +3,10 @@
 end to end by `certify --lane cpu --model tiny`; each failure is refused with its exit
 code and message and writes nothing to certifications/.
 
-Three real builds for the module: one of the plain series (every passing and most refusing
+Five real builds for the module: one of the plain series (every passing and most refusing
 paths run on it, each test putting back what it changed), one whose series breaks MUL and
-slows decoding, one whose llama-bench prints a line before its JSON."""
+slows decoding, one whose llama-bench prints a line before its JSON, one whose logits and
+model size are shifted, and the product's cpu recipe as it ships."""
 
 from __future__ import annotations
 
