@@ -357,3 +357,14 @@ def read_json(path: Path) -> Any:
 def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     atomic_write_bytes(path, text.encode("utf-8"), durable=durable)
+
+
+def file_identity(path: str) -> tuple[str, int, int, int, int, int] | None:
+    """The file `path` resolves to: its real path and (size, mtime, ctime, inode, device).
+    A program rewritten or replaced at the same path is another identity."""
+    try:
+        real = os.path.realpath(path)
+        st = os.stat(real)
+    except OSError:
+        return None
+    return (real, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)

@@ -19,6 +19,7 @@ from typing import Annotated
 from msgspec import Struct
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.fsutil import file_identity
 from dgr_forge.core.proc import probe as run_probe
 from dgr_forge.core.structs import d
 from dgr_forge.host.probes import LibraryProbe, Probes, ToolProbe
@@ -153,7 +154,7 @@ def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
 
 
 # The versions this process read, by the program's identity (its path and the file it
-# resolves to, each by device, inode, size, mtime and ctime), the probe's arguments and the
+# resolves to, fsutil.file_identity), the probe's arguments and the
 # environment it ran in: a process that loads a doctor again (the CLI called in-process,
 # the test suite) does not run an unchanged program again for the same answer. A program
 # rewritten, replaced or reached through another PATH is another key; a failed read is
@@ -162,13 +163,8 @@ _READ_VERSIONS: dict[tuple[object, ...], str] = {}
 
 
 def _program_key(path: str, args: tuple[str, ...]) -> tuple[object, ...] | None:
-    try:
-        real = os.path.realpath(path)
-        stats = [os.stat(path), os.stat(real)]
-    except OSError:
-        return None
-    ident = tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in stats)
-    return (path, real, ident, args, tuple(sorted(os.environ.items())))
+    found = file_identity(path)
+    return None if found is None else (path, found, args, tuple(sorted(os.environ.items())))
 
 
 class Doctor:

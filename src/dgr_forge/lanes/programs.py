@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from msgspec import Struct, field
 
 from dgr_forge.core import proc
+from dgr_forge.core.fsutil import file_identity
 from dgr_forge.lanes import stamps
 
 # concurrent.futures (~3 ms with the logging it imports) and genbuild are imported by the
@@ -71,13 +72,12 @@ _VERSION = r"\d+\.\d+"
 
 def _probe_key(cmd: list[str]) -> str | None:
     """A program's answer is kept per exact file (its stat record) and argument."""
-    try:
-        real = os.path.realpath(cmd[0])
-        st = os.stat(real)
-    except OSError:
+    found = file_identity(cmd[0])
+    if found is None:
         return None
+    real, size, mtime, ctime, inode, _device = found
     # "v": the line naming a version (an earlier forge kept the first line)
-    return f"{real}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}|{cmd[1]}|v"
+    return f"{real}|{size}|{mtime}|{ctime}|{inode}|{cmd[1]}|v"
 
 
 _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache

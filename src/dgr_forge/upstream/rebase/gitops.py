@@ -220,8 +220,11 @@ def _fetch(src: Path, url: str, refs: Sequence[str], *how: str) -> subprocess.Co
 
 
 def _is_shallow(src: Path) -> bool:
-    """git's own test (a `shallow` file in the git dir), as `inspect` makes it: no process."""
-    return (git_dir(src) / "shallow").exists()
+    """git's own test (a `shallow` file in the git dir), as `inspect` makes it: no process.
+    A linked worktree's is in the common dir, which git itself is asked for."""
+    if (src / ".git").is_dir():
+        return (src / ".git" / "shallow").exists()
+    return out(src, "rev-parse", "--is-shallow-repository") == "true"
 
 
 def _cut_fetch(
