@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -325,3 +326,35 @@ def test_a_kept_build_number_of_another_pin_or_unreadable_is_counted_again(
     assert run_forge("rebase", "--continue", cwd=forge_root).code == 0
     manifest = (forge_root / "manifests" / "llama.cpp.toml").read_text()
     assert f"build_number = {len(upstream.commits)}\n" in manifest, manifest
+
+
+# hostile workspace caches (`.git/dgr/`): each is a miss, computed again; never a hang on
+# a FIFO or a device, never a traceback
+_BAD_CACHES = [
+    ("fifo", lambda p: os.mkfifo(p)),
+    ("link to /dev/zero", lambda p: p.symlink_to("/dev/zero")),
+    ("directory", lambda p: p.mkdir()),
+    ("not json", lambda p: p.write_bytes(b"\0not json")),
+    ("another schema", lambda p: p.write_text('{"schema": 2, "trees": {}, "commits": {}}')),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("name", ["trees.json", "canonical.json"])
+@pytest.mark.parametrize(("what", "make"), _BAD_CACHES, ids=[w for w, _ in _BAD_CACHES])
+def test_a_hostile_workspace_cache_is_a_miss(
+    upstream: Upstream, forge_root: Path, name: str, what: str, make: Callable[[Path], object]
+) -> None:
+    make_series(forge_root, upstream)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    cache = _tree_cache(forge_root).parent / name
+    cache.parent.mkdir(exist_ok=True)
+    if cache.exists() or cache.is_symlink():
+        cache.unlink()
+    make(cache)
+    res = run_forge("--json", "status", cwd=forge_root)
+    assert res.code == 0 and res.json["patches"]["applied"] is True, (what, res)
+    res = run_forge("export", cwd=forge_root)
+    assert res.code == 0 and "Traceback" not in res.stderr, (what, res)
+    res = run_forge("--json", "status", cwd=forge_root)  # HEAD is the series' own commits
+    assert res.code == 0 and res.json["patches"]["applied"] is True, (what, res)

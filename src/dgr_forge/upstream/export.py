@@ -12,19 +12,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated
 
-import msgspec
 from msgspec.structs import replace
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_bytes, sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
-from dgr_forge.upstream.series import index_tree, read_patch, scratch_index
+from dgr_forge.upstream.series import (
+    ScratchCache,
+    index_tree,
+    read_cache,
+    read_patch,
+    scratch_index,
+    write_cache,
+)
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
@@ -312,8 +318,7 @@ CANONICAL_CACHE = "dgr/canonical.json"
 _CANONICAL_CACHE_MAX = 4 << 20
 
 
-class _CanonicalCache(msgspec.Struct):
-    schema: int
+class _CanonicalCache(ScratchCache):
     commits: dict[str, str]
 
 
@@ -328,14 +333,8 @@ def canonical_commits(
     (the forge's own commits of the series, as a first-parent `rev-list` of the last would
     list them), built from the known trees (mailinfo + commit-tree): nothing in the work
     tree moves. A commit HEAD already has is taken from CANONICAL_CACHE."""
-    cache_path = repo / ".git" / CANONICAL_CACHE
-    try:
-        if cache_path.stat().st_size > _CANONICAL_CACHE_MAX:
-            raise ValueError("not this cache")  # a series never needs this much: remade
-        cache = msgspec.json.decode(cache_path.read_bytes(), type=_CanonicalCache)
-        known = cache.commits if cache.schema == 1 else {}
-    except (OSError, ValueError):  # msgspec's DecodeError is one
-        known = {}
+    cache = read_cache(repo, CANONICAL_CACHE, _CanonicalCache, _CANONICAL_CACHE_MAX)
+    known = cache.commits if cache else {}
     parent = base
     made: list[str] = []
     keys: dict[str, str] = {}
@@ -370,12 +369,8 @@ def canonical_commits(
             )
             made.append(parent)
             keys[key] = parent
-    if keys != known and (repo / ".git").is_dir():
-        try:  # the current chain's only: the cache never grows past the series
-            cache_path.parent.mkdir(exist_ok=True)
-            atomic_write_bytes(cache_path, msgspec.json.encode(_CanonicalCache(1, keys)))
-        except OSError:
-            pass  # a cache: the next export makes the commits again
+    if keys != known:  # the current chain's only: the cache never grows past the series
+        write_cache(repo, CANONICAL_CACHE, _CanonicalCache(1, keys))
     return tuple(made)
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import msgspec
 from msgspec import Struct
@@ -327,8 +328,45 @@ def expected_trees(
 # The workspace is scratch space: a missing or unreadable cache is recomputed.
 
 
-class _TreeCache(msgspec.Struct):
+class ScratchCache(msgspec.Struct):
+    """A cache kept in the workspace's git dir (`.git/dgr/…`), schema 1."""
+
     schema: int
+
+
+_Cache = TypeVar("_Cache", bound=ScratchCache)
+
+
+def read_cache(
+    src: Path, name: str, kind: type[_Cache], limit: int = MAX_CACHE_BYTES
+) -> _Cache | None:
+    """The cache `name`; None when it is missing, over `limit`, unreadable or another
+    schema (the caller computes again)."""
+    path = src / ".git" / name
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            return None  # a FIFO is never waited on; a series never needs this much
+        cache = msgspec.json.decode(path.read_bytes(), type=kind)
+    except (OSError, ValueError):  # msgspec's DecodeError is one
+        return None
+    return cache if cache.schema == 1 else None
+
+
+def write_cache(src: Path, name: str, cache: ScratchCache) -> None:
+    """Keep `cache` as `name` where the workspace's `.git` is its git dir."""
+    if not (src / ".git").is_dir():
+        return
+    path = src / ".git" / name
+    try:
+        path.parent.mkdir(exist_ok=True)
+        text = msgspec.json.format(msgspec.json.encode(cache), indent=1)
+        atomic_write_text(path, text.decode() + "\n")
+    except OSError:
+        pass  # a cache: a read-only workspace computes it again next time
+
+
+class _TreeCache(ScratchCache):
     trees: dict[str, str]
 
 
@@ -342,29 +380,14 @@ def _cache_keys(pin: str, datas: Sequence[bytes]) -> list[str]:
 
 
 def cached_trees(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None]:
-    path = src / ".git" / TREE_CACHE
-    try:
-        if path.stat().st_size > MAX_CACHE_BYTES:
-            raise ValueError("not this cache")  # a series never needs this much: recompute
-        cache = msgspec.json.decode(path.read_bytes(), type=_TreeCache)
-        trees = cache.trees if cache.schema == 1 else {}
-    except (OSError, ValueError):  # msgspec's DecodeError is one
-        trees = {}
+    cache = read_cache(src, TREE_CACHE, _TreeCache)
+    trees = cache.trees if cache else {}
     return [t if HEX40.fullmatch(t := trees.get(k, "")) else None for k in _cache_keys(pin, datas)]
 
 
 def cache_trees(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
     """Keep the known trees of this series (`trees[i]` after patch i; None: unknown)."""
-    if not (src / ".git").is_dir():
-        return
     keys = _cache_keys(pin, datas)
     entries = {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}
-    if not entries:
-        return
-    path = src / ".git" / TREE_CACHE
-    try:
-        path.parent.mkdir(exist_ok=True)
-        text = msgspec.json.format(msgspec.json.encode(_TreeCache(1, entries)), indent=1)
-        atomic_write_text(path, text.decode() + "\n")
-    except OSError:
-        pass  # a cache: a read-only workspace computes the trees again next time
+    if entries:
+        write_cache(src, TREE_CACHE, _TreeCache(1, entries))
