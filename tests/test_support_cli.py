@@ -194,3 +194,21 @@ def test_a_forked_popen_is_what_popen_gives(forge_root: Path) -> None:
         assert os.getpgid(paused.pid) == paused.pid != os.getpgid(0)
         os.killpg(paused.pid, signal.SIGKILL)
         assert paused.wait(timeout=30) == -9
+
+
+def test_the_harness_keeps_only_the_caches_it_names_between_runs() -> None:
+    """An in-process run clears the forge's functools caches (a run must not see the last
+    one's answers) but keeps the CI templates' jinja environment (package data): without
+    the exception every rendering test compiled its templates again."""
+    from support import cli
+
+    from dgr_forge.ci import render
+    from dgr_forge.upstream import surface
+
+    env = render._environment()
+    cli._reset_module_state()  # lists the caches of the modules now imported
+    surface._token()
+    assert surface._token.cache_info().currsize == 1
+    cli._reset_module_state()
+    assert surface._token.cache_info().currsize == 0
+    assert render._environment() is env

@@ -388,6 +388,10 @@ _CACHES: dict[str, tuple[Any, list[Any]]] = {}
 
 _ALL_CLEARS: tuple[int, list[Any]] = (-1, [])  # (len(sys.modules) when listed, the clears)
 
+# caches of what a process cannot change between runs, kept: the CI templates' jinja
+# environment (package data, each template recompiled when its source reads otherwise)
+_KEPT = {"dgr_forge.ci.render._environment"}
+
 
 def _reset_module_state() -> None:
     global _ALL_CLEARS
@@ -403,6 +407,7 @@ def _reset_module_state() -> None:
                     for value in list(vars(module).values())
                     if callable(clear := getattr(value, "cache_clear", None))
                     and hasattr(value, "__wrapped__")
+                    and f"{name}.{value.__qualname__}" not in _KEPT
                 ]
                 _CACHES[name] = (module, clears)
             everything += clears

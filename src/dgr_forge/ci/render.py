@@ -7,6 +7,7 @@ rendered CI guarantees is docs/ci.md's and SECURITY.md's.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import os
 import re
@@ -234,15 +235,11 @@ def _gitlab_variable(value: str) -> str:
     return _flow({"value": value, "expand": False} if "$" in value else value)
 
 
-_ENVIRONMENT: list[jinja2.Environment] = []  # the one of this process, once made
-
-
+@functools.cache
 def _environment() -> jinja2.Environment:
     """One per process: a template compiles in ~20 ms, and the templates are package data.
     A compiled template is reused while its source reads the same (jinja's `uptodate`), so
     a process that renders again (the tests run the CLI in-process) compiles it once."""
-    if _ENVIRONMENT:
-        return _ENVIRONMENT[0]
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_load_template),
         undefined=jinja2.StrictUndefined,
@@ -260,7 +257,6 @@ def _environment() -> jinja2.Environment:
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable
-    _ENVIRONMENT.append(env)
     return env
 
 
