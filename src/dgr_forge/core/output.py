@@ -1,10 +1,7 @@
-"""Where output goes: a command's answer on stdout; progress, warnings and errors on
-stderr (with --json the one JSON object is stdout's only content). Commands talk to a
-`Reporter`, so colour, progress bars and `--quiet`/`--verbose` are decided here.
-
-Nothing is ever cut: a pipe or file gets plain text (tables as aligned columns, progress
-as whole lines); at a terminal a table too wide to box is written as `column  value`
-lines. `NO_COLOR` (no-color.org) removes colour only; `CI` means a log: no bars.
+"""Where output goes: the answer on stdout (with --json the JSON object is all of it);
+progress, warnings and errors on stderr. Nothing is ever cut: a pipe or file gets plain
+text (tables as aligned columns, progress as whole lines). `NO_COLOR` removes colour
+only; `CI` means a log: no bars.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from dgr_forge.core.urls import shown
 
-# Rich is imported where it is used (about 20 ms): every CLI start builds a Reporter, and
-# most plain lines never need it.
+# Rich is imported where used (about 20 ms): most plain lines never need it.
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, TaskID
@@ -179,7 +175,7 @@ class Reporter:
         self._line(f"error: {shown(message)}")
 
     def child(self, cmd: Sequence[str], cwd: Path | None) -> None:
-        """With --verbose, a child process about to start, as west logs it."""
+        """With --verbose, a child process about to start."""
         if not self.verbose:
             return
         import shlex
@@ -236,20 +232,17 @@ class Reporter:
         if natural.maximum <= console.width:
             console.print(table)
             return
-        self._row_records(title, names, cells)  # too wide to box without cutting a cell
-
-    def _row_records(self, title: str | None, columns: list[str], rows: list[list[str]]) -> None:
-        """Each row as `column  value` lines, a blank line between rows."""
+        # too wide to box without cutting a cell: each row as `column  value` lines, the
+        # names styled as a table's header, a blank line between rows
         from rich.text import Text
 
-        width = max(len(c) for c in columns)
-        console = self._console_for(True)  # the column names styled as a table's header
+        width = max(len(c) for c in names)
         if title:
             self.answer(f"{title}:")
-        for n, row in enumerate(rows):
+        for n, row in enumerate(cells):
             if n:
                 self.answer("")
-            for name, value in zip(columns, row, strict=True):
+            for name, value in zip(names, row, strict=True):
                 if value:
                     line = Text.assemble(((name or "-").ljust(width), "bold"), "  ", value)
                     console.print(line, soft_wrap=True)

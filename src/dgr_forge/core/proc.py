@@ -18,8 +18,7 @@ from msgspec import Struct
 
 _LINE_END = rb"[\r\n]"  # git's progress rewrites its line with \r
 
-# `--verbose`: told of each child (its argv and cwd) before it starts; `cli.app.run` sets
-# it for one command. One hook here, since every child the forge starts starts here.
+# `--verbose`: told of each child (argv, cwd) before it starts; `cli.app.run` sets it
 Observer = Callable[[Sequence[str], "Path | None"], None]
 _observer: Observer | None = None
 
@@ -86,9 +85,8 @@ def stream(
     env: Mapping[str, str] | None = None,
     merge_stdout: bool = True,
 ) -> int:
-    """`on_line` for each line of its stderr (and stdout when `merge_stdout`, else it is
-    discarded) as it arrives; the exit code. Lines end at \\n or \\r, so progress that
-    redraws one line arrives as it changes."""
+    """The exit code; `on_line` gets each line of stderr (and stdout when `merge_stdout`,
+    else it is discarded) as it arrives, ended at \\n or \\r (progress that redraws)."""
     starting(cmd, cwd)
     with subprocess.Popen(
         list(cmd),
@@ -154,9 +152,8 @@ def bounded(
     env: Mapping[str, str] | None = None,
     log: BinaryIO | None = None,
 ) -> Bounded:
-    """Run `cmd` (its own session) until it exits, `timeout` seconds pass, or its output
-    exceeds `limit` bytes, then kill its process group; every byte read is also written to
-    `log`. OSError when the program cannot start."""
+    """Run `cmd` (its own session) until it exits, `timeout` passes or its output exceeds
+    `limit` bytes (then its group is killed); what is read is also written to `log`."""
     started = time.monotonic()
     deadline = started + timeout
     child = subprocess.Popen(
@@ -176,7 +173,7 @@ def bounded(
     with selectors.DefaultSelector() as sel:
         for fd in bufs:
             sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map():
+        while sel.get_map() and not over:
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
@@ -194,8 +191,6 @@ def bounded(
                 if total > limit:
                     over = True
                     break
-            if over:
-                break
     if timed_out or over:
         _kill_group(child)
     try:

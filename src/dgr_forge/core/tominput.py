@@ -1,11 +1,8 @@
-"""The TOML inputs: the one bounded reader, and the one decoder of a parsed document into
-its `Record` (manifest, model manifests, recipes, probes, worker manifest, CI settings).
-
-Parsing is bounded (`MAX_BYTES`, a number of thousands of digits, `MAX_DEPTH`) instead of
-exhausting memory or the stack. The same bytes are parsed once per process: later loads
-get a `marshal` copy (0.06 ms against 2.7 ms to parse toolchains/probes.toml). `decode`
-converts strictly and turns msgspec's first complaint into ``<file>: <key>: <problem>``,
-the fix as the hint, exit 2; a field's fix text lives beside its type (`about`).
+"""The TOML inputs: one bounded reader (`MAX_BYTES`, `MAX_DEPTH`, no huge numbers) and one
+decoder into a `Record`, which turns msgspec's first complaint into ``<file>: <key>:
+<problem>`` with the fix as the hint (exit 2); a field's fix lives beside its type (`about`).
+The same bytes are parsed once per process: later loads get a `marshal` copy (0.06 ms
+against 2.7 ms to parse toolchains/probes.toml).
 """
 
 from __future__ import annotations
@@ -36,15 +33,11 @@ _PARSED: dict[bytes, bytes] = {}
 _PARSED_MAX = 64
 _PARSED_MAX_BYTES = 256 << 10
 
+# a bounded repr for messages: never megabytes of a hostile value, never recursion
 _repr = reprlib.Repr()
-_repr.maxstring = 80
-_repr.maxother = 80
+_repr.maxstring = _repr.maxother = 80
 _repr.maxlevel = 2
-
-
-def shown_value(value: Any) -> str:
-    """A bounded repr for messages: never megabytes of a hostile value, never recursion."""
-    return _repr.repr(value)
+shown_value = _repr.repr
 
 
 # the TOML names of a parsed value's type, as messages show them
@@ -70,7 +63,7 @@ def fail(shown: str, key: str, problem: str, hint: str) -> BadInput:
 
 
 class Checker:
-    """Reads and parses one TOML file, bounded; every error names the file."""
+    """Reads and parses one TOML file, bounded; every error names `shown`."""
 
     def __init__(self, shown: str) -> None:
         self.shown = shown
@@ -133,16 +126,14 @@ class Checker:
     def load(
         self, path: Path, *, what: str, hint: str, root: Path | None, limit: int = MAX_BYTES
     ) -> tuple[bytes, dict[str, Any]]:
-        """Its bytes (for hashing) and the document; under `root` no link is followed."""
+        """Its bytes (to hash) and the document; under `root` no link is followed."""
         raw = read_regular(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
         return raw, self.parse(raw, limit=limit)
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, dict=True):
-    """An input as written and as its loader returns it: an unknown key is refused, its
-    derived values are properties. `LOADED` names the fields the loader sets (where the
-    file is, its bytes' hash), never keys of the file: `decode` takes them as arguments
-    and the schemas leave them out."""
+    """An input as written: an unknown key is refused. `LOADED` names the fields the loader
+    sets (path, hash), never the file's keys; the schemas leave them out."""
 
     LOADED: ClassVar[tuple[str, ...]] = ()
 
@@ -153,9 +144,8 @@ S = TypeVar("S", bound=msgspec.Struct)
 def about(
     meaning: str, *, fix: str | None = None, problem: str | None = None, **rules: Any
 ) -> msgspec.Meta:
-    """A key's meaning (the schema's and docs' description), bounds (`ge`, `pattern`, ...),
-    the fix its refusals hint, and `problem`, what a wrong value is told (``{value}``,
-    ``{type}`` and ``{name}``: the value, its TOML type, the key's last name)."""
+    """A key's meaning (the schemas' description), bounds (`ge`, `pattern`...), its refusals'
+    `fix`, and `problem` for a wrong value (``{value}``, ``{type}``, ``{name}``: the key's)."""
     extra = {k: v for k, v in (("fix", fix), ("problem", problem)) if v is not None}
     return msgspec.Meta(description=meaning, extra=extra or None, **rules)
 
@@ -167,8 +157,8 @@ Version1 = Annotated[Literal[1], about("the file format's version", fix="set sch
 
 
 class CheckedStr(str):
-    """A string checked as it is decoded, where the file holds it: a bad value is named
-    before a key missing beside it. A subclass says its `problem` (None: fine)."""
+    """A string checked as it is decoded (named before a key missing beside it): a subclass
+    says its `problem` (None: fine)."""
 
     fix: ClassVar[str] = "fix it"
 
@@ -249,9 +239,7 @@ _UNFOLLOWED = (LookupError, TypeError, AttributeError)
 _TYPE_WORDS = {str: "a string", int: "an integer", bool: "a boolean", float: "a number"}
 
 
-class _Spot(msgspec.Struct):
-    """Where a complaint points."""
-
+class _Spot(msgspec.Struct):  # where a complaint points
     type: Any
     value: Any
     key: str = ""
@@ -262,8 +250,8 @@ class _Spot(msgspec.Struct):
 
 
 def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
-    """`t` without Annotated, None and UNSET (keeping its Meta); a union is narrowed to the
-    one member of the value's kind (table, array or scalar), when there is one."""
+    """`t` without Annotated (its Meta kept), None and UNSET; a union narrowed to the one
+    member of the value's kind, if one."""
     while True:
         origin = get_origin(t)
         if origin is Annotated:
@@ -274,11 +262,8 @@ def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
         if origin is Union or origin is types.UnionType:
             members = [m for m in get_args(t) if m not in _ABSENT_TYPES]
             fitting = [m for m in members if _kind(m) == _kind(type(value))]
-            if len(members) == 1:
-                t = members[0]
-                continue
-            if len(fitting) == 1:
-                t = fitting[0]
+            if len(members) == 1 or len(fitting) == 1:
+                t = members[0] if len(members) == 1 else fitting[0]
                 continue
         return t
 
@@ -333,7 +318,7 @@ def _walk(shape: type[msgspec.Struct], data: Any, path: list[Segment]) -> _Spot:
 
 
 def _failing_key(table: dict[str, object], value_type: Any) -> str:
-    """The first key whose value is not `value_type`: the one msgspec complained of."""
+    """The key msgspec complained of: the first whose value is not `value_type`."""
     for k, v in table.items():
         try:
             msgspec.convert(v, value_type, strict=True, dec_hook=_dec_hook)
@@ -356,8 +341,7 @@ def _fix(spot: _Spot, default: str) -> str:
 _BOUND = r"Expected `(int|float)` (>=|<=|>|<) "
 
 
-def _bounds(metas: list[msgspec.Meta]) -> str:
-    """`between 1 and 9`, `at least 0`, `over 0`."""
+def _bounds(metas: list[msgspec.Meta]) -> str:  # `between 1 and 9`, `at least 0`, `over 0`
     low = next((m.ge for m in metas if m.ge is not None), None)
     above = next((m.gt for m in metas if m.gt is not None), None)
     high = next((m.le for m in metas if m.le is not None), None)
@@ -408,10 +392,9 @@ def _missing(shown: str, spot: _Spot) -> BadInput:
     field = next(
         f for f in msgspec.structs.fields(spot.type) if f.required and f.encode_name not in present
     )
-    inner = _Spot(type=field.type, value=_ABSENT, key=_key(spot.key, field.encode_name))
-    inner.leaf = field.encode_name
+    name = field.encode_name
+    inner = _Spot(type=field.type, value=_ABSENT, key=_key(spot.key, name), leaf=name)
     t = _unwrap(inner.type, _ABSENT, inner.metas)
-    name = inner.leaf
     if get_origin(t) is Literal:
         problem, default = f"expected {_literal(t)}, got nothing", f"set {name} = {_literal(t)}"
     elif t is str:
