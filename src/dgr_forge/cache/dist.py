@@ -1,8 +1,6 @@
 """sccache-dist from the client's side: the scheduler its config names, and `check()`,
-which asks it with the client's own token (docs/distributed-compilation.md): `sccache
---dist-status` asks a page that needs none, so a wrong token passes it and fails every
-compile with HTTP 401. The token goes only to the scheduler the config names and is never
-shown.
+which asks it with the client's own token (`sccache --dist-status` asks a page that needs
+none, so a wrong token passes it and fails every compile). The token is never shown.
 """
 
 from __future__ import annotations
@@ -48,7 +46,7 @@ class DistCheck(Struct):
     cpus: int | None = None
 
     def line(self) -> str:
-        """One line for a person: the verdict and, when something is wrong, the fix."""
+        """The verdict and, when something is wrong, the fix."""
         text = f"sccache-dist scheduler {self.scheduler}: {self.detail}"
         return text + (f"\n  fix: {self.fix}" if self.fix else "")
 
@@ -93,10 +91,9 @@ def _request(client: DistClient, method: str, path: str, timeout: float) -> tupl
     import http.client
 
     parts = urlsplit(client.url)
-    host, port = parts.hostname or "", parts.port
     https = parts.scheme == "https"
     conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
-        host, port, timeout=timeout
+        parts.hostname or "", parts.port, timeout=timeout
     )
     headers = {"Content-Length": "0"}
     if client.token is not None and path == _ALLOC:
@@ -104,8 +101,7 @@ def _request(client: DistClient, method: str, path: str, timeout: float) -> tupl
     try:
         conn.request(method, path, headers=headers)
         resp = conn.getresponse()
-        body = resp.read(4096)
-        return resp.status, body, resp.reason
+        return resp.status, resp.read(4096), resp.reason
     finally:
         conn.close()
 
@@ -141,10 +137,9 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
         status = _request(client, "GET", _STATUS, timeout)
     except (OSError, http.client.HTTPException) as err:
         # https:// at a plain-HTTP port: a protocol error, or a handshake nobody answers
-        tls = isinstance(err, ssl.SSLError) or (
+        if isinstance(err, ssl.SSLError) or (
             isinstance(err, TimeoutError) and "handshake" in str(err)
-        )
-        if tls:
+        ):
             why = _clean(str(getattr(err, "reason", None) or err), client)
             what = f"TLS handshake failed ({why})"
         else:

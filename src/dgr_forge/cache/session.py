@@ -1,19 +1,14 @@
 """The compiler cache while one `build` runs: its sccache server, and what it did.
 
-sccache compiles through a server. Left to itself, each compile that finds no server
-starts one: with `-j N` up to N start at once on the same socket (sccache removes the
-socket before binding), all but the last run on unreachable, and their compiles are
-missing from the statistics. So the forge owns the server: `open_cache_session` stops whatever
-a killed earlier build left on this build's socket, starts one server with the build's
-whole environment (after the workspace exists, so its base directories are the ones every
-later build uses) and stops it when the build ends, whatever happened. Nothing else starts
-a server for that socket while it runs.
+Left to itself, each sccache compile that finds no server starts one: with `-j N` up to N
+start at once on the same socket, all but the last run unreachable, and their compiles are
+missing from the statistics. So the forge owns the server: `open_cache_session` stops what
+a killed build left on this build's socket, starts one with the build's environment and
+stops it when the build ends, whatever happened.
 
 Per lane, `begin` and `figures` give the lane's own counters: sccache's statistics read
-before and after (`--show-stats --stats-format=json`), ccache's from a stats log of this
-lane alone (`CCACHE_STATSLOG`, read with `--print-log-stats`: the cache's shared counters
-are neither zeroed nor trusted). With an sccache-dist scheduler they also say how many
-compiles ran on the pool and how many here.
+before and after, ccache's from a stats log of this lane alone (`CCACHE_STATSLOG`: the
+shared counters are neither zeroed nor trusted).
 """
 
 from __future__ import annotations
@@ -63,8 +58,7 @@ class CacheSession(Struct):
     # -- per lane
 
     def begin(self, statslog: Path) -> dict[str, str]:
-        """Start counting for one lane; returns what the lane's processes need in their
-        environment (ccache: `statslog`, the file its compiles append their results to)."""
+        """Start counting for one lane; what its processes need in their environment."""
         if self.setup.tool == "ccache":
             statslog.parent.mkdir(parents=True, exist_ok=True)
             self._statslog = statslog
@@ -75,9 +69,8 @@ class CacheSession(Struct):
         return {}
 
     def figures(self) -> Cache | None:
-        """The cache with this lane's `hits` and `misses` (and with a scheduler what ran
-        on the pool and here); None without a cache, None for a count the tool would not
-        give."""
+        """The cache with this lane's `hits` and `misses` (with a scheduler, what ran on the
+        pool and here); None without a cache or for a count the tool would not give."""
         base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
             hits, misses = self._ccache_counts(self._statslog)
@@ -128,8 +121,7 @@ class CacheSession(Struct):
         return hits, counters.get("cache_miss", 0)
 
     def _sccache_counts(self) -> tuple[int, int, int, int] | None:
-        """sccache's counters a lane's figures come from: hits, misses, pool compiles,
-        compiles."""
+        """Hits, misses, pool compiles, compiles."""
         done = self._run("--show-stats", "--stats-format=json")
         if done is None or done.returncode != 0:
             return None
@@ -157,8 +149,7 @@ class CacheSession(Struct):
             self._failed(refused)
 
     def _spawn(self, sock: Path) -> str | None:
-        """Start the server as our child and wait until it says it listens (sccache's own
-        startup notification); None when it does, else what it said."""
+        """Start the server as our child; None once it says it listens, else what it said."""
         import socket
         import tempfile
 
@@ -217,8 +208,7 @@ class CacheSession(Struct):
 def open_cache_session(
     setup: CacheSetup, environ: Mapping[str, str], out: Reporter | None = None
 ) -> Iterator[CacheSession]:
-    """The build's cache session: for sccache its own server from start to end (stopped
-    even when the build fails or is interrupted), for ccache nothing to start."""
+    """The build's cache session: for sccache its own server, stopped however it ends."""
     env = {**environ, **setup.env, **setup.server_env}
     session = CacheSession(setup, env, out)
     if setup.tool != "sccache" or not setup.launcher:
@@ -253,9 +243,7 @@ class _Counts(Struct):
     counts: dict[str, Count] = field(default_factory=dict)  # per language
 
 
-class _Stats(Struct):
-    """The counters of `sccache --show-stats --stats-format=json` a lane's figures use."""
-
+class _Stats(Struct):  # what a lane's figures use of `sccache --show-stats --stats-format=json`
     cache_hits: _Counts = field(default_factory=_Counts)
     cache_misses: _Counts = field(default_factory=_Counts)
     dist_compiles: dict[str, Count] = field(default_factory=dict)  # per server
@@ -267,8 +255,8 @@ class _Shown(Struct):
 
 
 def _await_either(listener: socket.socket, pid: int) -> bool:
-    """Wait for the server's startup notification; False when the server exits first
-    (seen through a pidfd where the platform has one) or the deadline passes."""
+    """The server's startup notification came: False when it exits first (seen through a
+    pidfd where there is one) or the deadline passes."""
     with selectors.DefaultSelector() as sel:
         sel.register(listener, selectors.EVENT_READ)
         pidfd = None
@@ -294,15 +282,14 @@ def _tail(log: Path) -> str:
 
 def _clean(text: str, env: Mapping[str, str]) -> str:
     """A tool's error text for a person: short, URL user info masked, no token."""
-    config = sccache_config(env)
-    client = sccache_dist.client(config)
+    client = sccache_dist.client(sccache_config(env))
     if client is not None and client.token:
         text = text.replace(client.token, "***")
     return mask_text(" ".join(text.split()))[:400]
 
 
 def describe(used: Cache) -> str:
-    """One line for a person: what the cache did in this lane's build."""
+    """What the cache did in this lane's build, in one line."""
     line = f"compiler cache {used.tool}: {used.hits} hit(s), {used.misses} miss(es)"
     dist = used.distributed
     if isinstance(dist, Distributed):

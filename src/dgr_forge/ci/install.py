@@ -71,10 +71,9 @@ class Install:
 
 
 def is_tool_repository(root: Path) -> bool:
-    """pyproject.toml names the project `dgr-forge` and src/dgr_forge/ is there. A pull
-    request controls pyproject.toml: read bounded, never through a link; beside
-    src/dgr_forge/ one that is no regular file is exit 2 (a silent other install mode would
-    leave `ci render --check` reporting a drift that points nowhere)."""
+    """pyproject.toml names the project `dgr-forge` and src/dgr_forge/ is there. Beside
+    src/dgr_forge/ a pyproject.toml that is no regular file is exit 2 (a silent other
+    install mode would leave `ci render --check` reporting a drift that points nowhere)."""
     if not (root / "src" / "dgr_forge" / "__init__.py").is_file():
         return False
     try:
@@ -111,8 +110,8 @@ class _PyProject(msgspec.Struct):
 
 
 def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
-    """The file's (line number, requirement) pairs, continuations joined and comments
-    dropped; None when missing."""
+    """(line number, requirement) pairs, continuations joined, comments dropped; None:
+    missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -276,8 +275,7 @@ def _canonical(name: str) -> str:
 
 
 def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
-    """`name==version` of every installed distribution `of` needs at run time, recursively,
-    without extras."""
+    """`name==version` of every installed distribution `of` needs at run time, no extras."""
     seen: dict[str, str] = {}
     todo = list(of)
     while todo:
@@ -287,16 +285,14 @@ def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
         except metadata.PackageNotFoundError:
             continue  # not installed here: its marker excluded it
         for req in dist.requires or []:
-            if re.search(r"\bextra\s*==", req):
+            m = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
+            if re.search(r"\bextra\s*==", req) or not m or _canonical(m[0]) in seen:
                 continue
-            match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
-            if match and _canonical(match.group(0)) not in seen:
-                try:
-                    version = metadata.version(match.group(0))
-                except metadata.PackageNotFoundError:
-                    continue
-                seen[_canonical(match.group(0))] = f"{match.group(0)}=={version}"
-                todo.append(match.group(0))
+            try:
+                seen[_canonical(m[0])] = f"{m[0]}=={metadata.version(m[0])}"
+            except metadata.PackageNotFoundError:
+                continue
+            todo.append(m[0])
     return sorted(seen.values(), key=str.lower)
 
 
@@ -307,14 +303,11 @@ def _direct_pin() -> str | None:
         data = json.loads(text or "null")
     except (metadata.PackageNotFoundError, ValueError):
         return None
-    if not isinstance(data, dict):
+    vcs = data.get("vcs_info") if isinstance(data, dict) else None
+    if not isinstance(vcs, dict) or vcs.get("vcs") != "git":
         return None
-    vcs = data.get("vcs_info")
-    url = data.get("url")
-    if not (isinstance(vcs, dict) and vcs.get("vcs") == "git" and isinstance(url, str)):
-        return None
-    commit = vcs.get("commit_id")
-    line = f"dgr-forge @ git+{url}@{commit}"
+    commit = vcs.get("commit_id")  # the URL is a string if the line matches
+    line = f"dgr-forge @ git+{data.get('url')}@{commit}"
     return line if isinstance(commit, str) and _GIT_PIN.fullmatch(line) else None
 
 
@@ -346,9 +339,8 @@ def missing_refusal(current: Install) -> BadInput:
 
 
 def write_missing(root: Path, current: Install) -> list[str]:
-    """Outside the tool's repository, write the missing ci/constraints.txt (this
-    environment's runtime pins) and, when this dgr-forge came from a git commit,
-    ci/requirements.txt pinning it. Never overwrites; returns the files written."""
+    """The missing ci/constraints.txt (this environment's pins) and, when this dgr-forge
+    came from a git commit, ci/requirements.txt, written; never overwrites."""
     if current.mode not in ("requirements", "source"):
         return []
     written: list[str] = []

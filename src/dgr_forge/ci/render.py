@@ -237,9 +237,8 @@ def _gitlab_variable(value: str) -> str:
 
 @functools.cache
 def _environment() -> jinja2.Environment:
-    """One per process: a template compiles in ~20 ms, and the templates are package data.
-    A compiled template is reused while its source reads the same (jinja's `uptodate`), so
-    a process that renders again (the tests run the CLI in-process) compiles it once."""
+    """One per process (a template compiles in ~20 ms): a compiled template is reused while
+    its source reads the same (jinja's `uptodate`)."""
     env = jinja2.Environment(
         loader=jinja2.FunctionLoader(_load_template),
         undefined=jinja2.StrictUndefined,
@@ -264,7 +263,7 @@ def _template_source(name: str) -> str:
     return resources.files("dgr_forge.ci").joinpath("templates", name).read_text(encoding="utf-8")
 
 
-def _load_template(name: str) -> tuple[str, None, Callable[[], bool]]:
+def _load_template(name: str) -> tuple[str, None, Callable[[], bool]]:  # jinja's loader
     source = _template_source(name)
     return source, None, lambda: _template_source(name) == source
 
@@ -354,9 +353,8 @@ def render(
     lanes = msgspec.to_builtins(matrix(recipes))  # the templates read plain objects
     # the cache proof builds one lane twice: cpu when there is one (cheapest), else the first
     proof = next((e for e in lanes["include"] if e["lane"] == "cpu"), lanes["include"][0])
-    # GitHub's matrix rows: every row defines every key a job reads (actionlint types
-    # `matrix` from the rows), so a lane without an image has an empty `container`, which
-    # GitHub reads as none: the job runs on the runner itself
+    # every row defines every key a job reads (actionlint types `matrix` from the rows): a
+    # lane without an image has an empty `container`, which GitHub reads as none
     rows = [{**entry, "container": entry.get("container", "")} for entry in lanes["include"]]
     # a certify job per lane whose recipe sets `ci.certify_runs_on`, on that hardware
     certify = [
@@ -376,8 +374,7 @@ def render(
         "upstream": manifest.name,
         "upstream_url": mask(manifest.url),
         "provider": which.name,
-        # the one install step of every job (ci/install.py): pip's arguments and
-        # what they install, for the step's name
+        # every job's one install step (ci/install.py): pip's arguments, what they install
         "install_args": how.args,
         "venv_setup": VENV_SETUP,
         "install_what": {
@@ -385,8 +382,7 @@ def render(
             "requirements": f"pinned by {how.requirements} under {how.constraints}",
             "source": f"from --tool-source (DGR_TOOL_SOURCE) under {how.constraints}",
         }[how.mode],
-        # the --tool-source requirement (checked by ci.install.tool_source), or None
-        "tool_source": how.source,
+        "tool_source": how.source,  # checked by ci.install.tool_source, or None
         # the workflow's own `ci render` (check, re-render) passes it back
         "render_args": ' --tool-source "$DGR_TOOL_SOURCE"' if how.source else "",
         "bump_request": open_request,
