@@ -35,8 +35,7 @@ UNUSED_HEADER = "Manually-specified variables were not used by the project:"
 
 
 CHECKED_PREFIXES = ("GGML_", "LLAMA_")
-# The scans' patterns are compiled at their first use (re caches them): compiling these
-# case-blind ones costs ~2 ms, and a no-op build imports this module without scanning.
+# patterns compiled at first use (re caches them): ~2 ms a no-op build never scans for
 _DECL = (
     r"(?i)\b(?:option|cmake_dependent_option)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\b"
     r"|\bset\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s[^)]*\bCACHE\b"
@@ -56,8 +55,7 @@ _TREE_HINT = "a CMake file of the tree is a regular file of sane size: fix the p
 
 
 def _cmake_texts(src: Path) -> Iterator[str]:  # tracked, comments removed
-    files = gitutil.out(src, "ls-files", "-z").split("\0")
-    for rel in files:
+    for rel in gitutil.out(src, "ls-files", "-z").split("\0"):
         base = rel.rsplit("/", 1)[-1]
         if base != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue

@@ -1,8 +1,7 @@
 """A CUDA toolkit as a lane links against it (docs/build-and-reports.md, "The driver link
-stub"): in the lane's build directory, `dgr-cuda/lib/` holds `lib<name>.so` links to each
-versioned-only library of NVIDIA's wheels and `dgr-cuda/stubs/libcuda.so` stands in for
-the driver's. They go on the link path only (`-Wl,-rpath-link`): no binary's RUNPATH names
-the build machine. (`-Wl,--allow-shlib-undefined` would hide real link errors.)
+stub"): `dgr-cuda/lib/` in the build directory links `lib<name>.so` to each versioned-only
+library of NVIDIA's wheels, `dgr-cuda/stubs/libcuda.so` stands in for the driver's; both
+on the link path only (`-Wl,-rpath-link`): no RUNPATH names the build machine.
 """
 
 from __future__ import annotations
@@ -78,9 +77,7 @@ class CudaLink(Struct, frozen=True):
         if self.links:
             args.append(f"-DCMAKE_LIBRARY_PATH={self.links_dir}")
         # CMake puts the directory of every library linked by path into the build RPATH
-        # unless it is an implicit link directory; these are the link path only (the
-        # driver and the toolkit's libraries are found at run time where they are
-        # installed). UnixPaths.cmake appends its own to this list, keeping these.
+        # unless it is an implicit link directory: these are the link path only
         link_only = [*self.link_dirs, *([str(self.links_dir)] if self.links else [])]
         if link_only:
             args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
@@ -116,8 +113,7 @@ def plan(
     driver: str | None,
     nvcc: str | None = None,
 ) -> CudaLink:
-    """The lane's CUDA link setup (nothing written); nvcc's library directory where its
-    profile looks in a `lib64` the toolkit lacks."""
+    """The lane's CUDA link setup (nothing written)."""
     links: dict[str, str] = {}
     for d in lib_dirs:
         names: set[str] = set()
@@ -142,8 +138,7 @@ def plan(
 
 
 def stub_functions(text: bytes, shown: str) -> list[str]:
-    """Every function `cuda.h` declares and each versioned or per-thread name its macros
-    send callers to, sorted; a name that is not a C identifier is exit 2."""
+    """Every function `cuda.h` declares and each name its macros send callers to, sorted."""
 
     def refused(problem: str) -> BadInput:
         return BadInput(
@@ -161,8 +156,7 @@ def stub_functions(text: bytes, shown: str) -> list[str]:
         if len(names) > MAX_FUNCTIONS:
             raise refused(f"declares more than {MAX_FUNCTIONS} functions")
     for m in _ALIAS.finditer(text):
-        alias = m.group(1) or m.group(3) + b"_" + m.group(2).lower()
-        name = alias.decode()
+        name = (m.group(1) or m.group(3) + b"_" + m.group(2).lower()).decode()
         if _NAME.fullmatch(name) and name not in names and len(names) < MAX_FUNCTIONS:
             names.add(name)
     if not names:
@@ -171,8 +165,8 @@ def stub_functions(text: bytes, shown: str) -> list[str]:
 
 
 def prepare(link: CudaLink, cc: str) -> None:
-    """Write the links and the stub (compiled with `cc`): a no-op when they are there (a
-    toolkit that changed is a new program, a fresh build dir)."""
+    """Write the links and the stub (compiled with `cc`), unless they are there (a toolkit
+    that changed is a new program, a fresh build dir)."""
     links_dir = link.links_dir
     links_dir.mkdir(parents=True, exist_ok=True)
     for name, target in link.links:

@@ -66,8 +66,7 @@ class LaneCheck(Struct):
         self.summary = "missing " + ", ".join(parts) if self.host_os_ok else "; ".join(parts)
 
     def reasons(self) -> list[str]:
-        """One line per missing thing, with each way to get it as the command to run (a
-        system the forge has no command for, e.g. macOS's Xcode, as its names)."""
+        """One line per missing thing, with each way to get it as the command to run."""
         lines: list[str] = []
         if not self.host_os_ok:
             lines.append(
@@ -117,14 +116,9 @@ def _identity(path: str) -> tuple[int, int] | None:
 
 
 def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
-    """Whether `path`, resolved, is one of the `fenced` directories (device, inode) or
-    beneath one: whatever link or relative value led there."""
+    """`path`, resolved, is one of the `fenced` directories (device, inode) or beneath one."""
     here = Path(os.path.realpath(path))
-    for up in (here, *here.parents):
-        ident = _identity(str(up))
-        if ident is not None and ident in fenced:
-            return True
-    return False
+    return any(_identity(str(up)) in fenced for up in (here, *here.parents))
 
 
 def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
@@ -153,18 +147,10 @@ def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
     return str(value) if value else None
 
 
-# The versions this process read, by the program's identity (its path and the file it
-# resolves to, fsutil.file_identity), the probe's arguments and the
-# environment it ran in: a process that loads a doctor again (the CLI called in-process,
-# the test suite) does not run an unchanged program again for the same answer. A program
-# rewritten, replaced or reached through another PATH is another key; a failed read is
-# never kept.
+# The versions this process read, by the program's path and identity (a rewritten or
+# replaced program is another key), the probe's arguments and the environment: a process
+# that loads a doctor again does not run an unchanged program again. No failure is kept.
 _READ_VERSIONS: dict[tuple[object, ...], str] = {}
-
-
-def _program_key(path: str, args: tuple[str, ...]) -> tuple[object, ...] | None:
-    found = file_identity(path)
-    return None if found is None else (path, found, args, tuple(sorted(os.environ.items())))
 
 
 class Doctor:
@@ -262,14 +248,16 @@ class Doctor:
         probe = self.probes.tools[name]
         version: str | None = None
         if result.found and result.path and probe.version_regex:
-            key = _program_key(result.path, (*probe.version_args, probe.version_regex))
-            version = _READ_VERSIONS.get(key) if key is not None else None
+            ident = file_identity(result.path)
+            args = (*probe.version_args, probe.version_regex)
+            key = (result.path, ident, args, tuple(sorted(os.environ.items())))
+            version = _READ_VERSIONS.get(key)
             if version is None:
                 proc = run_probe([result.path, *probe.version_args], timeout=30)
                 if proc is not None:
                     m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
                     version = m.group(1) if m else None
-                if version is not None and key is not None:
+                if version is not None and ident is not None:
                     _READ_VERSIONS[key] = version
         self._versions[name] = version
         result.version = version

@@ -1,8 +1,6 @@
-"""The shard worker source: `manifests/shard-worker.toml` or `--worker PATH`.
-
-A worker is a CMake project that includes DgrUpstream.cmake; without one, `build`
-builds the patched upstream's own targets. A git worker (url + exact commit) is fetched
-into the workspace the same way the upstream is: by exact commit, never a branch.
+"""The shard worker source: `manifests/shard-worker.toml` or `--worker PATH`, a CMake
+project that includes DgrUpstream.cmake (without one, `build` builds the upstream's own
+targets). A git worker is fetched into the workspace by exact commit, never a branch.
 """
 
 from __future__ import annotations
@@ -119,12 +117,8 @@ def ensure_worker(
     force: bool = False,
     forge: Forge | None = None,
 ) -> list[Path]:
-    """Put a git worker at its exact commit (a no-op when it is already there).
-
-    The checkout is a workspace too: before it moves, uncommitted edits and commits of a
-    person's own there stop it (exit 3); with `force` they are saved under `forge`'s
-    logs/ first (a patch and an mbox, as `fetch --force` does). A deleted checkout is
-    fetched again. Returns the files saved."""
+    """Put a git worker at its exact commit; the files saved. A person's edits or commits
+    there stop it (exit 3); with `force` they are saved under `forge`'s logs/ first."""
     if spec.url is None or spec.commit is None:
         return []
     src = spec.source_dir
@@ -182,7 +176,6 @@ def _own_commits(src: Path) -> list[str]:
 def _keep_local_work(
     spec: WorkerSpec, src: Path, out: Reporter, *, force: bool, forge: Forge | None
 ) -> list[Path]:
-    """Refuse (exit 3) to move a checkout holding a person's work; with `force` save it."""
     dirty = gitutil.status_porcelain(src)
     own = _own_commits(src)
     if not dirty and not own:
@@ -222,9 +215,7 @@ def _keep_local_work(
 
 def describe(spec: WorkerSpec) -> WorkerSource:
     src = spec.source_dir
-    top = gitutil.git(src, "rev-parse", "--show-toplevel", check=False)
-    if top.returncode != 0:
+    if gitutil.git(src, "rev-parse", "--show-toplevel", check=False).returncode != 0:
         return WorkerSource(location=spec.location, commit=None, dirty=False)
-    commit = gitutil.rev_parse(src, "HEAD")
     dirty = bool(gitutil.status_porcelain(src, ["--", "."]))
-    return WorkerSource(location=spec.location, commit=commit, dirty=dirty)
+    return WorkerSource(location=spec.location, commit=gitutil.rev_parse(src, "HEAD"), dirty=dirty)
