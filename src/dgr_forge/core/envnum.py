@@ -1,9 +1,6 @@
-"""Numbers read from environment variables: finite, in range, or exit 2 naming the variable.
-
-``float("nan")`` and ``float("inf")`` parse, and a NaN compares false with everything, so a
-plain ``float(os.environ[...])`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever" and
-``DGR_ARTIFACTS_TRIES=inf`` into a loop that never gives up. Every numeric setting goes
-through `env_number` instead.
+"""Numbers read from environment variables: finite, in range, or exit 2 naming the variable
+(a plain ``float()`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever": NaN compares false
+with everything).
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
 
 def env_number(name: str, default: float, minimum: float, maximum: float) -> float:
     """`$name` in [minimum, maximum] (`default` when unset; an int `default` asks for a
-    whole number), else exit 2 naming the variable, its value and the range."""
+    whole number)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -33,13 +30,12 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
     kind = "a whole number" if whole else "a number"
     shown = raw if len(raw) <= MAX_TEXT else raw[:MAX_TEXT] + "..."
     hint = f"set {name} to {kind} from {minimum} to {maximum}, or unset it (default {default})"
-    value: float | None
     try:
-        value = int(raw) if whole else float(raw)
+        value: float = int(raw) if whole else float(raw)
     except ValueError:
-        value = None
-    finite = value is not None and (isinstance(value, int) or math.isfinite(value))
-    if value is None or not finite or not minimum <= value <= maximum:
+        value = math.nan
+    finite = isinstance(value, int) or math.isfinite(value)  # (a huge int is no float)
+    if not finite or not minimum <= value <= maximum:
         raise BadInput(
             f"{name}={shown!r} is not {kind} from {minimum} to {maximum}",
             hint=hint,

@@ -53,9 +53,8 @@ class Forge:
         return cls(root=root, workspace=workspace, found_from=found_from)
 
     def picked(self, err: BadInput) -> BadInput:
-        """`err` (bad input read from this root) naming the root and how it was picked,
-        when the search upwards picked it: a directory that merely holds an unrelated
-        manifests/ is then visibly the wrong root."""
+        """`err` naming the root, when the search upwards picked it (a directory that merely
+        holds an unrelated manifests/ is then visibly the wrong root)."""
         if self.found_from is None:
             return err
         how = (

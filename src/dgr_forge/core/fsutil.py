@@ -1,8 +1,6 @@
-"""Atomic writes, hashing, and bounded reads of named files.
-
-Every file a user or a repository names is read through `read_regular` / `sha256_regular`:
-opened non-blocking (a FIFO never hangs the open), checked on the descriptor to be a
-regular file under a documented size, then read through that same descriptor; a refusal
+"""Atomic writes, hashing, and bounded reads of named files: every file a user or a
+repository names is opened non-blocking (a FIFO never hangs the open), checked on the
+descriptor to be a regular file under a documented size, then read through it; a refusal
 is exit 2 naming the file.
 """
 
@@ -24,7 +22,7 @@ CHUNK = 1 << 20
 
 def sha256_file(path: Path) -> str:
     """sha256 of a file the forge wrote or built, links followed, any size; a FIFO or device
-    swapped in is exit 2 naming it, never a read that waits or never ends."""
+    swapped in is exit 2."""
     fd = os.open(path, _OPEN_FLAGS)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
@@ -68,11 +66,9 @@ def open_regular(
     follow: bool = True,
     root: Path | None = None,
 ) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of `path` and its fstat, only if it is a regular file of at
-    most `limit` bytes: else exit 2 naming the file. With follow=False a symlink at `path`
-    is refused too. Under `root` the file is one a pull request writes: opened one
-    component at a time with O_NOFOLLOW, so a link at any of them (`recipes/leak.toml ->
-    /etc/shadow`, a linked `manifests/`) is refused before a byte of its target is read."""
+    """A read-only descriptor of `path` and its fstat, if it is a regular file of at most
+    `limit` bytes (with follow=False not a symlink). Under `root` (what a pull request
+    writes) a link at any component is refused before a byte of its target is read."""
     name = shown or str(path)
     problem: str
     flags = _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW)
@@ -168,9 +164,8 @@ _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 def open_nofollow(path: Path, flags: int = _OPEN_FLAGS, *, base: Path | None = None) -> int:
-    """`path` opened one component at a time with O_NOFOLLOW (openat), from `base` (then
-    `path` is relative to it) or from "/": a symlink or ".." at any component is
-    OSError(ELOOP). What is checked on the descriptor is what is then read."""
+    """`path` opened one component at a time with O_NOFOLLOW, from `base` (`path` relative
+    to it) or "/": a symlink or ".." at any component is OSError(ELOOP)."""
     parts = path.parts
     if base is None:
         if not path.is_absolute():
@@ -201,8 +196,7 @@ def read_tree_file(
     missing_ok: bool = False,
 ) -> bytes | None:
     """The bytes of `rel` in the tree at `root` as git stores it: a file's content, or a
-    symlink's target text (a link is never followed, at any component). A FIFO, socket,
-    device or a file over `limit` is exit 2 naming it; missing is None with missing_ok."""
+    symlink's target text (never followed); missing is None with missing_ok."""
     shown = str(root / rel)
     problem: str
     try:
@@ -312,8 +306,7 @@ def atomic_write_bytes(
 def atomic_write_many(
     items: Sequence[tuple[Path, bytes]], mode: int | None = None, *, durable: bool = True
 ) -> None:
-    """`atomic_write_bytes` for several files: all written, then all synced (one disk flush
-    for the batch), then each renamed into place."""
+    """`atomic_write_bytes` for several files: all written, then synced, then renamed."""
     import tempfile  # ~1 ms with the random it imports: only where a file is written
 
     staged: list[tuple[Path, str]] = []
@@ -360,8 +353,7 @@ def write_json(path: Path, data: Any, *, durable: bool = True) -> None:
 
 
 def file_identity(path: str) -> tuple[str, int, int, int, int, int] | None:
-    """The file `path` resolves to: its real path and (size, mtime, ctime, inode, device).
-    A program rewritten or replaced at the same path is another identity."""
+    """The file `path` resolves to: its real path, size, mtime, ctime, inode, device."""
     try:
         real = os.path.realpath(path)
         st = os.stat(real)

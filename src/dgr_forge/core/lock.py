@@ -1,8 +1,6 @@
-"""One run at a time per workspace: an advisory `flock` on `<workspace>/lock`.
-
-The kernel drops a flock when its holder dies, so a SIGKILLed run never blocks the next;
-the file's content (pid, command, start time) only tells a waiting run who it waits for.
-The command context (`cli/context`) takes it once, before any input is read.
+"""One run at a time per workspace: an advisory `flock` on `<workspace>/lock`, which the
+kernel drops when its holder dies; the file's content (pid, command, start time) only
+tells a waiting run who it waits for. `cli/context` takes it before any input is read.
 """
 
 from __future__ import annotations
@@ -39,8 +37,7 @@ _guard = threading.RLock()
 
 
 def holder_of(fd: int) -> str:
-    """Who holds the lock open at `fd`, from what the holder wrote (it may be mid-write),
-    read through that descriptor: never a link swapped in at its path."""
+    """Who holds the lock open at `fd`, as the holder wrote it (read through `fd`)."""
     try:
         info = json.loads(os.pread(fd, 4096, 0) or b"{}")
     except (OSError, ValueError):
@@ -73,9 +70,8 @@ class LockWords(Struct, frozen=True):
 def hold(
     fd: int, path: Path, words: LockWords, say: Callable[[str], None], holder: Callable[[], str]
 ) -> Iterator[None]:
-    """An exclusive flock on the open lock file `fd` (at `path`) for the block: waits up to
-    DGR_LOCK_TIMEOUT for another run, naming it (`holder`), else fails (exit 1) naming it.
-    While held it says who holds it, and clears that before it releases."""
+    """An exclusive flock on `fd` (at `path`) for the block, waiting up to DGR_LOCK_TIMEOUT
+    for another run (naming it: `holder`), else exit 1. While held it says who holds it."""
     # a bad value (a NaN would wait forever) is refused whether or not this run waits
     timeout = env_number("DGR_LOCK_TIMEOUT", 600.0, 0.0, 7 * 24 * 3600.0)
     if not _try_flock(fd):
@@ -185,9 +181,8 @@ def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextMan
 def root_lock(
     root: Path, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
 ) -> contextlib.AbstractContextManager[None]:
-    """`<root>/.dgr-root.lock`, taken by writers of patches/ and the manifest (export,
-    rebase's finish and abort, journal recovery) so two workspaces on one root serialize;
-    `on_wait` is called when this run is about to wait."""
+    """`<root>/.dgr-root.lock`, taken by writers of patches/ and the manifest, so two
+    workspaces on one root serialize; `on_wait` is called before this run waits."""
     words = LockWords(
         open_failed="cannot open the root lock",
         open_hint="the forge root must be writable by whoever runs export or rebase",

@@ -30,8 +30,7 @@ def source() -> Traversable | None:
 
 def require(what: str) -> Traversable:
     """`source()`, or exit 1 saying what needed it."""
-    found = source()
-    if found is None:
+    if (found := source()) is None:
         raise OperationFailed(
             f"{what} needs the forge's {', '.join(DIRS)}; this installation of dgr-forge has "
             f"none (no dgr_forge/{PACKAGE_DIR}/ package data, and not a checkout)",

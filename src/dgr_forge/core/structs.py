@@ -1,10 +1,7 @@
-"""What every typed record shares: `Form` (a command's result: its `--json` object, the
-source of its schema and of docs/json.md), `Nested`, `d(text)` (a key's meaning), and the
-per-field options `msgspec.Struct` lacks (left out of `repr`, `hash` or `==`).
-
-A form's fields come after the envelope (`ok`, `exit_code`, `command`); `UNSET` marks a
-field that may be absent, `X | None` one that may be null. Records are Structs, not
-dataclasses: a dataclass costs 0.4-1.1 ms to create, a Struct about 0.02 ms.
+"""What every typed record shares: `Form` (a command's `--json` object, the source of its
+schema and docs/json.md), `Nested`, `d(text)` (a key's meaning), and fields left out of
+`repr`, `hash` or `==`. `UNSET` marks a field that may be absent, `X | None` one that may
+be null. Structs, not dataclasses: a dataclass costs 0.4-1.1 ms to create, a Struct 0.02.
 """
 
 from __future__ import annotations
@@ -46,9 +43,8 @@ def _values(obj: Any, left_out: frozenset[str]) -> Iterator[tuple[str, Any]]:
 
 
 def lenient(cls: type[T], data: Any) -> T | None:
-    """`data` as `cls` field by field, for a file the forge wrote and never trusts
-    (state.json): a field that does not decode takes its default; None when a required
-    field is missing or wrong, or `data` is no object. Unknown keys are ignored."""
+    """`data` as `cls` field by field, for a file the forge wrote and never trusts: a field
+    that does not decode takes its default; None when a required one is missing or wrong."""
     if not isinstance(data, dict):
         return None
     values: dict[str, object] = {}

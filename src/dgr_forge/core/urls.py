@@ -30,13 +30,11 @@ _USERINFO_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@'\"]+)@")
 _PAIR_IN_TEXT = re.compile(r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_.-]+)=([^&\s'\"#;,]+)")
 
 
-# Secrets seen in URLs this process checked: a child may print them without their URL
-# context (git drops the user info, then shows "?session=VALUE"), so `mask_text` hides
-# these values wherever they appear.
+# Secrets seen in URLs this process checked, which `mask_text` hides anywhere: a child may
+# print one without its URL (git drops the user info, then shows "?session=VALUE").
 _KNOWN_SECRETS: set[str] = set()
-# shorter values would mask ordinary words everywhere ("main", "1"): a password or a
-# secret-named value from 6 characters, any other query value of a URL with user info
-# (masked in the URL itself regardless) from 12
+# shorter values would mask ordinary words everywhere ("main", "1"): a secret from 6
+# characters, any other query value of a URL with user info from 12
 _MIN_SECRET = 6
 _MIN_OTHER = 12
 _MIN_ENCODED = 8  # an encoded form shorter than this would mask ordinary text
@@ -45,7 +43,7 @@ _URLSAFE = str.maketrans("+/", "-_")
 
 def remember_secrets(url: str) -> None:
     """Note `url`'s password, secret query values and (with user info) every long query
-    value, so any later text holding one is masked."""
+    value, to be masked in any later text."""
     if "@" not in url and "=" not in url:
         return  # the common case: nothing to remember
     try:
@@ -53,8 +51,7 @@ def remember_secrets(url: str) -> None:
     except ValueError:
         return
     found: list[tuple[str, int]] = []
-    credentials = "@" in parts.netloc
-    if credentials:
+    if credentials := "@" in parts.netloc:
         userinfo = parts.netloc.rsplit("@", 1)[0]
         user, colon, password = userinfo.partition(":")
         found += [(userinfo, _MIN_SECRET), (password if colon else user, _MIN_SECRET)]
@@ -97,8 +94,8 @@ def secret_name(name: str) -> bool:
 
 
 def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES) -> str:
-    """`value` if it is a URL the forge may hand to git or requests, else BadInput naming
-    `where` (``"--mirror"``): the `schemes`, and for git scp-like and absolute paths."""
+    """`value` if it is a URL of `schemes` (for git also scp-like and absolute paths), else
+    BadInput naming `where` (``"--mirror"``)."""
     if isinstance(value, str):
         remember_secrets(value)
     shown = mask(value) if isinstance(value, str) else repr(value)
@@ -123,8 +120,7 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
             "names a git remote helper transport ('<transport>::'), which can run commands",
             f"give a URL ({allowed})",
         )
-    m = _SCHEME.match(value)
-    if m:
+    if m := _SCHEME.match(value):
         scheme = m.group(1).lower()
         if scheme not in schemes:
             raise refuse(f"uses the scheme {scheme}://, which is not allowed", f"use {allowed}")
@@ -138,9 +134,7 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
         if (parts.hostname or "").startswith("-"):
             raise refuse("has a host starting with '-'", "fix the host name")
         return value
-    if git and value.startswith("/"):
-        return value
-    if git and re.fullmatch(_SCP, value):
+    if git and (value.startswith("/") or re.fullmatch(_SCP, value)):
         return value
     raise refuse("is not an allowed URL", f"use {allowed}")
 
@@ -152,12 +146,11 @@ def mask(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _mask_pairs(_USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", url))
-    if not parts.scheme or not parts.netloc:
+        parts = None
+    if parts is None or not parts.scheme or not parts.netloc:
         return _mask_pairs(_USERINFO_IN_TEXT.sub(lambda m: m.group(1) + "***@", url))
     netloc = parts.netloc
-    credentials = "@" in netloc
-    if credentials:
+    if credentials := "@" in netloc:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
     query = parts.query
     if query:
