@@ -1,7 +1,5 @@
-"""`dgr-forge demo DIR`: a self-contained tour without network or key setup.
-
-`generate` writes a demo forge root (an upstream repository with history, a pinned patch
-series, a worker, a demo signing key), `tour` runs the real commands on it. `run` is both.
+"""`dgr-forge demo DIR`: a self-contained tour without network or key setup: `generate`
+writes a demo forge root, `tour` runs the real commands on it, `run` is both.
 """
 
 from __future__ import annotations

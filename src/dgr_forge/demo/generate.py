@@ -1,10 +1,8 @@
 """Write a demo forge root: an upstream repository with history, a pinned series, a worker.
 
-Everything goes into one new (or empty) directory and nothing outside it is read but the
-forge's own recipes/, toolchains/ and cmake/ (the wheel's package data, or the checkout an
-editable install runs from: `core.product`) or written at all: the signing key is a demo
-key inside DIR, the upstream a local repository the manifest pins by a `file://` URL, so
-the tour needs no network and no key setup.
+Everything goes into one new (or empty) directory; nothing outside it is written, or read
+but the forge's own recipes/, toolchains/ and cmake/ (`core.product`): the signing key is
+a demo key inside DIR, the upstream a local repository pinned by a `file://` URL.
 """
 
 from __future__ import annotations
@@ -129,9 +127,8 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
 
 def write_new(root: Path, rel: str, content: str | bytes) -> None:
-    """`content` as a new file `rel` inside `root`: each directory on the way made or
-    opened with O_NOFOLLOW, the file with O_EXCL|O_NOFOLLOW, so a link planted anywhere
-    below `root` is refused (exit 2 naming it), never written through."""
+    """`content` as a new file `rel` inside `root`, every component opened O_NOFOLLOW (the
+    file O_EXCL): a link planted anywhere below `root` is refused, never written through."""
     *dirs, name = rel.split("/")
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -170,8 +167,7 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
 
 
 def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
-    """Author the series on the pin in a scratch clone, export it with the forge's own
-    canonical exporter into patches/llama.cpp/; its manifest entries."""
+    """The series authored on the pin in a scratch clone, exported into patches/llama.cpp/."""
     dest = root / "patches" / "llama.cpp"
     with scratch_dir(root, ".demo-series-") as tmp:
         clone = tmp / "clone"
@@ -180,13 +176,11 @@ def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
         base = len(sources.HISTORY)
         for i, c in enumerate(sources.SERIES):
             _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
-        exported = compute_series(clone, pin, dest, tmp_root=tmp)
-    return exported
+        return compute_series(clone, pin, dest, tmp_root=tmp)
 
 
 def generate(root: Path) -> Demo:
-    """Fill the (checked, empty) `root` with the demo; the forge root is a git repository
-    with one commit, as a team's would be."""
+    """Fill the (checked, empty) `root`: a forge root of one commit, as a team's would be."""
     from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
 
     product.require("the demo")  # refuse (exit 1) before writing anything
@@ -223,10 +217,7 @@ def generate(root: Path) -> Demo:
     public_key = key.with_name(key.name + ".pub")
     write_new(root, sources.TRUSTED_KEY, public_key.read_text())
     gitutil.git(root, "init", "-q", "-b", "main")
-    gitutil.git(root, "add", "-A")
-    when = sources.date(0)
-    env = {**sources.ROOT_IDENTITY, "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when}
-    gitutil.git(root, "commit", "-q", "--no-verify", "-m", "a dgr-forge demo root", env=env)
+    _commit(root, {}, "a dgr-forge demo root", 0, sources.ROOT_IDENTITY)
     return Demo(
         root=root,
         upstream=upstream,

@@ -7,22 +7,11 @@ upstream's), `worker/` and `manifests/` (the demo root's).
 
 The upstream is a one-file CMake C++ library shaped like llama.cpp (its option names, its
 `llama` target), so the real recipes, toolchain files and CMake modules build it. Its
-history is chosen so the tour shows each outcome of a rebase: after the pinned commit,
-upstream rewrites the lines patch 0001 changes (a conflict) and makes exactly the change
-of patch 0002 (the patch is dropped, upstreamed); patch 0003 replays unchanged.
-
-Its `test-backend-ops`, `llama-bench` and `llama-perplexity` are small, printing the real
-formats. They stand in for llama.cpp's `tests/test-backend-ops.cpp` (mode `test`, console
-output: `Backend 1/1: CPU`, one `  OP(params): OK` line per case, a failing case's
-`[OP] ERR = … > … ` before it, `  N/M tests passed`, `  Backend CPU: OK`, `1/1 backends
-passed`) and `tools/llama-bench/llama-bench.cpp` (`-o json`: one object per test with
-`n_prompt`, `n_gen`, `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size`: the
-tensors' bytes of every split, as `llama_model_size`) and `tools/perplexity/perplexity.cpp`
-(`Final estimate: PPL = … +/- …` on stderr, one byte a token, the logits from the library's
-`ggml_logit`), the forms `certify/parsers.py` reads. The ops run in the upstream's library
-(`src/ggml-ops.cpp`) and are compared with a reference computed in the program; the speeds
-are measured. `include/gguf-size.h` and `tools/perplexity/perplexity.cpp` serve the tests'
-upstream too.
+history shows each outcome of a rebase: after the pin, upstream rewrites the lines patch
+0001 changes (a conflict) and makes exactly the change of patch 0002 (dropped); patch 0003
+replays unchanged. Its small `test-backend-ops`, `llama-bench` and `llama-perplexity`
+print llama.cpp's real output formats, the forms `certify/parsers.py` reads; the ops run
+in the upstream's library and the speeds are measured.
 """
 
 from __future__ import annotations
@@ -104,19 +93,15 @@ GITIGNORE = f"""\
 /{MODEL_SOURCE_DIR}/
 """
 
+
+def _identity(name: str, email: str) -> dict[str, str]:
+    pairs = (("NAME", name), ("EMAIL", email))
+    return {f"GIT_{role}_{k}": v for role in ("AUTHOR", "COMMITTER") for k, v in pairs}
+
+
 # a fixed identity and clock: the demo's commit ids are the same on every machine
-IDENTITY = {
-    "GIT_AUTHOR_NAME": "Upstream Dev",
-    "GIT_AUTHOR_EMAIL": "dev@upstream.invalid",
-    "GIT_COMMITTER_NAME": "Upstream Dev",
-    "GIT_COMMITTER_EMAIL": "dev@upstream.invalid",
-}
-ROOT_IDENTITY = {
-    "GIT_AUTHOR_NAME": "dgr-forge demo",
-    "GIT_AUTHOR_EMAIL": "demo@dgr-forge.invalid",
-    "GIT_COMMITTER_NAME": "dgr-forge demo",
-    "GIT_COMMITTER_EMAIL": "demo@dgr-forge.invalid",
-}
+IDENTITY = _identity("Upstream Dev", "dev@upstream.invalid")
+ROOT_IDENTITY = _identity("dgr-forge demo", "demo@dgr-forge.invalid")
 
 
 def date(n: int) -> str:
@@ -153,6 +138,6 @@ def _part(no: int, count: int) -> bytes:
 
 
 def model_parts() -> dict[str, bytes]:
-    """The tiny model's split parts (`demo-tiny-0000N-of-00002.gguf`) by file name."""
+    """The tiny model's split parts by file name (`demo-tiny-00001-of-00002.gguf`)."""
     n = MODEL_PARTS
     return {f"{MODEL}-{no + 1:05d}-of-{n:05d}.gguf": _part(no, n) for no in range(n)}

@@ -1,9 +1,6 @@
-"""The demo's tour: the real commands, run on the demo root as a user would type them.
-
-Each step is `dgr-forge --json ...` in a child process (the command as shipped, with its
-own lock, error boundary and exit code), and its JSON is read to say in one line what the
-step proved. A step that does not end as the tour expects stops it (exit 1), naming the
-step, its exit code and its error.
+"""The demo's tour: the real commands, each `dgr-forge --json ...` in a child process as a
+user would type it; its JSON says in one line what the step proved. A step that does not
+end as expected stops the tour (exit 1), naming the step, its exit code and its error.
 """
 
 from __future__ import annotations
@@ -44,12 +41,7 @@ def _rel(demo: Demo, path: object) -> str:
     return str(p.relative_to(demo.root)) if p.is_relative_to(demo.root) else str(p)
 
 
-# what the tour reads of each step's `--json` object (its other keys are ignored)
-
-
-class _Said(Struct):
-    """A step's answer: `error` when it failed."""
-
+class _Said(Struct):  # what the tour reads of a step's `--json` object
     error: str | None = None
 
     def proved(self, demo: Demo) -> str:
@@ -274,8 +266,7 @@ def steps(demo: Demo) -> list[tuple[Step, type[_Said]]]:
 
 
 def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
-    """Run every step; each prints one line on what it proved. Raises on the first that
-    does not end as expected."""
+    """Run every step; each prints one line on what it proved."""
     done: list[DemoStep] = []
     report: str | None = None
     for step, reads in steps(demo):
