@@ -1,10 +1,7 @@
 """Backend lane recipes: `recipes/<lane>.toml`, one declarative file per lane (its keys:
-docs/inputs.md). Every command reads them through `load_all`, so a new recipe file is a
-new lane everywhere with no code change.
-
-Option values are data, not CMake arguments: a small safe character set, a CMake list
-written as a TOML array. Variables the forge sets itself or that load code are refused,
-and `lane.toolchain` is a bare file name in `toolchains/` that must resolve inside the root.
+docs/inputs.md), read through `load_all`: a new recipe file is a new lane everywhere.
+Option values are data, not CMake arguments (a safe character set; a list is a TOML
+array); variables the forge sets itself, or that load code or name programs, are refused.
 """
 
 from __future__ import annotations
@@ -290,8 +287,7 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
     raw, data = Checker(shown).load(path, what="recipe", hint="check the path", root=root)
     recipe = decode(shown, data, Recipe, path=path, shown=shown, sha256=sha256_bytes(raw))
     _ = recipe.cmake_options  # checked first
-    toolchain, ci = recipe.lane.toolchain, recipe.ci
-    container, digest = ci.container, ci.image_digest
+    toolchain, ci, digest = recipe.lane.toolchain, recipe.ci, recipe.ci.image_digest
     if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
         raise fail(
             shown,
@@ -306,10 +302,10 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
             f"{digest!r} is not sha256:<64 hex>",
             "copy it from the registry",
         )
-    if digest is not None and container is None:
+    if digest is not None and ci.container is None:
         raise fail(shown, "ci.image_digest", "without ci.container", "set ci.container too")
-    if container is not None and not _CI_WORD.fullmatch(container):
-        raise fail(shown, "ci.container", f"{container!r} is not an image name", "fix it")
+    if ci.container is not None and not _CI_WORD.fullmatch(ci.container):
+        raise fail(shown, "ci.container", f"{ci.container!r} is not an image name", "fix it")
     _words(shown, "runs_on", ci.runs_on, _CI_WORD)
     _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
     if ci.certify_runs_on and recipe.certify is None:
@@ -325,7 +321,7 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
 
 
 def _option(shown: str, name: str, value: str | int | bool | list[str | int | bool]) -> str:
-    """A variable a recipe may set, one safe value (an array `;`-joined; a flag one flag)."""
+    """A variable a recipe may set, one safe value (an array `;`-joined)."""
     key = f"cmake.options.{name}"
     if not CMAKE_NAME.fullmatch(name):
         raise fail(shown, key, "not a CMake variable name", "fix the name")
