@@ -226,13 +226,11 @@ def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> byt
         problem = f"a directory above it is a symlink: a {what} is never read through a link"
     else:
         try:
-            target = os.readlink(name, dir_fd=parent) if parent is not None else None
-            if parent is None:
-                target = os.readlink(root / name)
+            target = os.readlink(name if parent is not None else root / name, dir_fd=parent)
         except OSError as err:
             problem = f"cannot read the {what}: {err.strerror}"
         else:
-            data = os.fsencode(target or "")
+            data = os.fsencode(target)
             if len(data) <= limit:
                 return data
             problem = f"is over the {limit}-byte limit for a {what}"

@@ -1,5 +1,4 @@
-"""Running git: the one place that fixes the settings that make it fast and deterministic
-(plumbing commands with an explicit environment, every call through `git()`)."""
+"""Running git, every call through `git()`: the settings that make it fast and deterministic."""
 
 from __future__ import annotations
 
@@ -44,10 +43,7 @@ CONFIG: tuple[str, ...] = (
 
 # Identity and dates used for commits the forge makes (patch commits use each patch's
 # own author and date; the committer is always this, so ids are reproducible).
-FORGE_IDENTITY = {
-    "GIT_COMMITTER_NAME": "dgr-forge",
-    "GIT_COMMITTER_EMAIL": "dgr-forge@invalid",
-}
+FORGE_IDENTITY = {"GIT_COMMITTER_NAME": "dgr-forge", "GIT_COMMITTER_EMAIL": "dgr-forge@invalid"}
 
 # the shapes of identifiers every package checks
 HEX40 = re.compile(r"^[0-9a-f]{40}$")  # a git object id (sha1)
@@ -60,9 +56,8 @@ def is_local_url(url: str) -> bool:
 
 
 def protocol_policy(url: str) -> tuple[str, ...]:
-    """Settings for a call that contacts `url`: the network transports the forge accepts,
-    and the local one only when `url` itself is local (a manifest URL must not make git
-    read another repository of this host through a redirect or an insteadOf rule)."""
+    """Settings for a call that contacts `url`: the local transport only when `url` is local
+    (a redirect or an insteadOf rule must not make git read another repository here)."""
     local = "always" if is_local_url(url) else "never"
     return (
         "protocol.allow=never",
@@ -81,11 +76,7 @@ def base_env(isolated: bool = True) -> dict[str, str]:
     for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY"):
         env.pop(var, None)
     env.update(
-        GIT_TERMINAL_PROMPT="0",
-        GIT_PAGER="cat",
-        LC_ALL="C",
-        LANG="C",
-        GIT_CONFIG_NOSYSTEM="1",
+        GIT_TERMINAL_PROMPT="0", GIT_PAGER="cat", LC_ALL="C", LANG="C", GIT_CONFIG_NOSYSTEM="1"
     )
     if isolated:
         # user config must not change patch bytes or commit ids; network operations
@@ -139,8 +130,8 @@ def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
 
 
 def start(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """A `git <args>` batch command kept open for a whole operation, talked to over stdin
-    and stdout (stderr discarded: the caller checks every answer, closes stdin, waits)."""
+    """A `git <args>` batch command kept open over stdin and stdout (stderr discarded: the
+    caller checks every answer)."""
     cmd = _command(args)
     starting(cmd, cwd)
     return subprocess.Popen(
@@ -206,8 +197,7 @@ DELETED = "000000"
 
 def tree_changes(repo: Path, lines: Sequence[str]) -> list[list[Change]]:
     """The changes of each line ("<commit>": against its parent; "<commit> <commit>"), from
-    one `git diff-tree --stdin`. (Commits only: a line of two trees gets a header git ends
-    with a newline instead of the NUL.)"""
+    one `git diff-tree --stdin` (commits only: two trees get a header ended by a newline)."""
     data = _diff_tree(repo, "--stdin", "--always", input="".join(f"{ln}\n" for ln in lines))
     diffs: list[list[Change]] = []
     tokens = data.split(b"\0")

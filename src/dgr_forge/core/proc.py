@@ -111,10 +111,7 @@ def stream(
 
 
 def spawn(
-    cmd: Sequence[str],
-    *,
-    env: Mapping[str, str] | None = None,
-    log: Path | None = None,
+    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, log: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """A long-running child the caller stops (a server for one build), output to `log`, in
     its own session so a terminal's Ctrl-C reaches only the forge, which stops it in order."""

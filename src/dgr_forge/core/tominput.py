@@ -288,10 +288,7 @@ def _walk(shape: type[msgspec.Struct], data: Any, path: list[Segment]) -> _Spot:
             elem = Any if t is Any else get_args(t)[0]
             whole = spot
             spot = _Spot(
-                type=elem,
-                value=spot.value[segment],
-                key=f"{spot.key}[{segment}]",
-                leaf=spot.leaf,
+                type=elem, value=spot.value[segment], key=f"{spot.key}[{segment}]", leaf=spot.leaf
             )
             if _unwrap(elem, _ABSENT, []) is str or (elem is Any and isinstance(spot.value, str)):
                 spot.container = whole

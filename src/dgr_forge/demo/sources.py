@@ -68,8 +68,7 @@ HISTORY: tuple[Commit, ...] = (
     Commit("initial import", tree(UPSTREAM_DIR)),
     Commit("docs: say who owns a layer", {"README.md": text("upstream-head/README.md")}),
     Commit(
-        "llama: validate the layer index",
-        {"src/llama.cpp": text("upstream-head/src/llama.cpp")},
+        "llama: validate the layer index", {"src/llama.cpp": text("upstream-head/src/llama.cpp")}
     ),
     Commit("llama: a cap on the number of workers", {"include/llama.h": MAX_WORKERS}),
 )
