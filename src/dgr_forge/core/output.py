@@ -33,11 +33,8 @@ LETTERLESS_EMOJI = frozenset({"+1", "-1", "100", "1234", "__1"})
 def _needs_rich(text: str) -> bool:
     if _CONTROL.search(text):
         return True
-    for code in _EMOJI_CODE.finditer(text):
-        name = code.group(2)
-        if name in LETTERLESS_EMOJI or any(c.isalpha() for c in name):
-            return True
-    return False
+    names = (code.group(2) for code in _EMOJI_CODE.finditer(text))
+    return any(n in LETTERLESS_EMOJI or any(c.isalpha() for c in n) for n in names)
 
 
 def _terminal() -> bool:
