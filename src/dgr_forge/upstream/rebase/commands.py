@@ -319,18 +319,12 @@ def scratch_forge(
     return scratch, manifest.load(scratch.upstream_manifest, scratch.root)
 
 
-def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun:
+def _already_pinned(m: UpstreamManifest, onto: str) -> RebaseDryRun:
     """Onto the current pin: every patch unchanged."""
+    none = {"subject": None, "old_commit": None, "new_commit": None}
     rows = [
         RebaseRow(
-            file=e.file,
-            new_file=e.file,
-            subject=None,
-            outcome="unchanged",
-            old_commit=None,
-            new_commit=None,
-            upstream_commits=[],
-            files=[],
+            file=e.file, new_file=e.file, outcome="unchanged", upstream_commits=[], files=[], **none
         )
         for e in m.series
     ]
@@ -347,21 +341,10 @@ def _already_pinned(m: UpstreamManifest, onto: str, commit: str) -> RebaseDryRun
         counts=counts_of(rows),
         patches=rows,
         old_commit=m.commit,
-        new_commit=commit,
+        new_commit=m.commit,
         would_conflict=False,
         report_markdown=None,
     )
-
-
-def _name_as_the_rebase_writes(state: RebaseState) -> None:
-    """Every patch not dropped keeps its place, named as `export` names it: the canary's
-    export goes on without a conflicting patch, which the real rebase keeps."""
-    n = 0
-    for step in state.patches:
-        if step.outcome == "dropped":
-            continue
-        n += 1
-        step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
 
 
 def dry_run(
@@ -374,12 +357,16 @@ def dry_run(
     with scratch_dir(forge.tmp_dir, "dgr-canary-") as tmp:
         scratch, sm = scratch_forge(forge, m, tmp, out_)
         out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
-        result = start(scratch, out_, sm, req, canary=True)
+        start(scratch, out_, sm, req, canary=True)
         state = load_rebase_state(scratch)
         if state is None:  # already pinned there: nothing to replay
-            return _already_pinned(m, req.rev, result.new_commit)
+            return _already_pinned(m, req.rev)
         stage(scratch, state, sm)
-        _name_as_the_rebase_writes(state)
+        # every patch not dropped keeps its place, named as `export` names it: the canary's
+        # export goes on without a conflicting patch, which the real rebase keeps
+        kept = [s for s in state.patches if s.outcome != "dropped"]
+        for n, step in enumerate(kept, start=1):
+            step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
         rows = rows_of(state)
         moved = None
         if surface is not None:

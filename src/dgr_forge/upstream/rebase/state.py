@@ -180,16 +180,7 @@ class RebaseRow(Nested, kw_only=True):
 
     @staticmethod
     def of(step: PatchStep) -> RebaseRow:
-        return RebaseRow(
-            file=step.file,
-            new_file=step.new_file,
-            subject=step.subject,
-            outcome=step.outcome or "",
-            old_commit=step.old_commit,
-            new_commit=step.new_commit,
-            upstream_commits=step.upstream_commits,
-            files=step.files,
-        )
+        return RebaseRow(**{**msgspec.structs.asdict(step), "outcome": step.outcome or ""})
 
 
 COUNTS = d(
