@@ -9,7 +9,7 @@ patch stopped it short, the first breaking commit named as `rebase` names a conf
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 from msgspec import UNSET, UnsetType
 
@@ -145,14 +145,14 @@ def bump(
     label = "--to" if to is not None else "the upstream's default branch"
     sha = resolve_rev(url, rev, own_src if own_src.is_dir() else None, label)
     if sha == m.commit:
-        out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
-        return _finish(_noop(m, rev, dry_run), "", target_md, out_)
+        return _noop(m, rev, dry_run, target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
         # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
         work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
         patched = ensure_patched(work, wm, out_, mirror=mirror)
         src = patched.src_dir
-        olds = [c for c, _ in patch_commits(src, m, patched.head_commit)]
+        commits = patch_commits(src, m, patched.head_commit)
+        series = [(e.file, c) for e, (c, _) in zip(m.series, commits, strict=True)]
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
         ensure_history(src, url, m.commit, want, out_, to=want)
@@ -160,27 +160,23 @@ def bump(
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
         if target == m.commit:
-            out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
-            return _finish(_noop(m, rev, dry_run), "", target_md, out_)
+            return _noop(m, rev, dry_run, target_md, out_)
         chain = candidates(src, m.commit, target)
         replay_repo = tmp / "replay"
         borrow_objects(src, replay_repo, Reporter(quiet=True))
-        series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
         probe = TreeReplay(replay_repo, m.commit, series)
-        budget = max_replays(len(chain))
         out_.step(
             f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
-            f"(at most {budget} replays of {len(m.series)} patch(es))"
+            f"(at most {max_replays(len(chain))} replays of {len(m.series)} patch(es))"
         )
-
-        def verify(i: int) -> tuple[Break | None, Verified | None]:
-            return _verify(work, wm, out_, chain[i], dry_run, mirror)
-
-        def real_probe(i: int) -> Break | None:
-            return _canary(work, wm, out_, chain[i], mirror)[0]
-
         try:
-            found = search(len(chain), lambda i: probe(chain[i]), verify, out_, real_probe)
+            found = search(
+                len(chain),
+                lambda i: probe(chain[i]),
+                lambda i: _verify(work, wm, out_, chain[i], dry_run, mirror),
+                out_,
+                lambda i: _canary(work, wm, chain[i], mirror)[0],
+            )
             if found.first_breaking is not None:
                 b = found.breaks[found.first_breaking]
                 found.breaks[found.first_breaking] = probe.explained(b)
@@ -190,8 +186,7 @@ def bump(
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
             result.surface = across(src, m.commit, result.newest_clean, surface)
-        table = (found.verified or Verified([], "")).table
-    return _finish(result, table, target_md, out_)
+    return _finish(result, (found.verified or Verified([], "")).table, target_md, out_)
 
 
 def _result(
@@ -207,21 +202,14 @@ def _result(
     first = None
     if found.first_breaking is not None:
         b = found.breaks[found.first_breaking]
-        first = FirstBreaking(
-            commit=b.commit,
-            patch=b.patch,
-            files=b.files,
-            upstream_commits=b.upstream_commits,
-            subject=subject_of(src, b.commit),
-        )
+        first = FirstBreaking(**vars(b), subject=subject_of(src, b.commit))
     verified: Verified = found.verified or Verified([], "")
     rows = verified.patches
-    return Bump(
+    return _bump(
+        m,
+        rev,
+        dry_run,
         status="dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
-        upstream=m.name,
-        url=mask(m.url),
-        to=rev,
-        pin=m.commit,
         target=target,
         target_subject=subject_of(src, target),
         newest_clean=newest,
@@ -232,7 +220,6 @@ def _result(
         replays=found.replays,
         max_replays=max_replays(len(chain)),
         moved=newest != m.commit and not dry_run,
-        dry_run=dry_run,
         dropped=[
             Dropped(file=r.file, upstream_commits=r.upstream_commits or [])
             for r in rows
@@ -241,7 +228,6 @@ def _result(
         patches=rows,
         rebase_report=verified.report,
         rebase_report_markdown=verified.report_markdown,
-        report_markdown=None,
     )
 
 
@@ -267,7 +253,6 @@ def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
 def _canary(
     work: Forge,
     wm: UpstreamManifest,
-    out_: Reporter,
     commit: str,
     mirror: str | None,
     *,
@@ -307,7 +292,7 @@ def _verify(
     """The real replay onto `commit` (with --dry-run the canary's); a conflict is a Break."""
     out_.step(f"replaying the series onto {commit[:12]}" + (" (canary)" if dry_run else ""))
     if dry_run:
-        return _canary(work, wm, out_, commit, mirror, rows=True)
+        return _canary(work, wm, commit, mirror, rows=True)
     try:
         result = start(work, out_, wm, Onto(rev=commit, mirror=mirror))
     except NeedsHuman:
@@ -321,13 +306,22 @@ def _verify(
     return None, Verified(result.patches, table, result.report, result.report_markdown)
 
 
-def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> Bump:
+def _bump(m: UpstreamManifest, rev: str, dry_run: bool, **fields: Any) -> Bump:
     return Bump(
+        upstream=m.name, url=mask(m.url), to=rev, pin=m.commit, dry_run=dry_run,
+        report_markdown=None, **fields,
+    )  # fmt: skip
+
+
+def _noop(
+    m: UpstreamManifest, rev: str, dry_run: bool, target_md: Path | None, out_: Reporter
+) -> Bump:
+    out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+    result = _bump(
+        m,
+        rev,
+        dry_run,
         status="noop",
-        upstream=m.name,
-        url=mask(m.url),
-        to=rev,
-        pin=m.commit,
         target=m.commit,
         target_subject=None,
         newest_clean=m.commit,
@@ -338,13 +332,12 @@ def _noop(m: UpstreamManifest, rev: str, dry_run: bool) -> Bump:
         replays=0,
         max_replays=0,
         moved=False,
-        dry_run=dry_run,
         dropped=[],
         patches=[],
         rebase_report=None,
         rebase_report_markdown=None,
-        report_markdown=None,
     )
+    return _finish(result, "", target_md, out_)
 
 
 def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) -> Bump:
