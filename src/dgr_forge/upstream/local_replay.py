@@ -218,17 +218,8 @@ def _replay_rest(
             for step in engine.onto(head):
                 if step.kind in ("conflict", "worktree"):
                     break
-                commit = st.commits[st.position]
-                if step.kind == "dropped":
-                    out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
-                    st.skipped.append(commit)
-                else:
-                    assert step.commit is not None
-                    head = step.commit
-                    st.replayed.append(head)
-                st.position += 1
-                _save(src, st)
-                fault.point("patch.replayed", str(st.position))
+                head = step.commit or head
+                _took(src, st, step.commit, out)
         if st.position < len(st.commits):
             head = _pick_in_worktree(forge, src, st, head, out)
     # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
@@ -261,20 +252,27 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
     if proc.returncode != 0:
         unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
         if not unmerged and _skipped_empty(src):
-            out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
-            st.skipped.append(commit)
-            st.position += 1
-            _save(src, st)
+            _took(src, st, None, out)
             return head
         st.stopped_at = gitutil.rev_parse(src, "HEAD")
         _save(src, st)
         raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
     head = gitutil.out(src, "rev-parse", "HEAD")
-    st.replayed.append(head)
+    _took(src, st, head, out)
+    return head
+
+
+def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
+    """The commit at st.position replayed as `new` (None: the new series holds it), saved."""
+    commit = st.commits[st.position]
+    if new is None:
+        out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+        st.skipped.append(commit)
+    else:
+        st.replayed.append(new)
     st.position += 1
     _save(src, st)
     fault.point("patch.replayed", str(st.position))
-    return head
 
 
 def _skipped_empty(src: Path) -> bool:
@@ -456,12 +454,8 @@ def _answer(
     """`patch`'s result: `tree` applied, `st`'s commits replayed (`local` on top now)."""
     return Patch(
         upstream=m.name,
-        src_dir=tree.src_dir,
-        base_commit=tree.base_commit,
-        head_commit=tree.head_commit,
-        result_tree=tree.result_tree,
+        **msgspec.structs.asdict(tree),
         patches=[e.file for e in m.series],
-        changed=tree.changed,
         replayed=list(st.commits) if st else [],
         skipped=list(st.skipped) if st else [],
         local_commits=local,
