@@ -13,6 +13,7 @@ from typing import Annotated, Any, NamedTuple
 
 from msgspec import UNSET, UnsetType
 
+from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
@@ -41,7 +42,6 @@ from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
     ensure_history,
-    peel,
     resolve_rev,
     subject_of,
 )
@@ -156,7 +156,7 @@ def bump(
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
         ensure_history(src, url, m.commit, want, out_, to=want)
-        target = peel(src, want) if sha else _abbreviated(src, m, want, rev)
+        target = gitutil.rev_parse(src, want) if sha else _abbreviated(src, m, want, rev)
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
         if target == m.commit:

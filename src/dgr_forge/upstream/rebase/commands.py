@@ -34,7 +34,6 @@ from dgr_forge.upstream.rebase.finish import (
 from dgr_forge.upstream.rebase.gitops import (
     check_rev,
     clear_leftovers,
-    peel,
     pin_commit,
     refuse_stale,
     resolve_rev,
@@ -139,7 +138,7 @@ def start(
     if sha == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {sha}: nothing to rebase")
         return noop_result(m, src, surface, out_)
-    if offline and not (src.is_dir() and peel(src, sha or onto)):
+    if offline and not (src.is_dir() and gitutil.rev_parse(src, sha or onto)):
         raise BadInput(
             f"--offline: {onto} is not in the workspace",
             hint="run without --offline, or pass --mirror with a reachable mirror",

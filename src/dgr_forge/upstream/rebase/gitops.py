@@ -67,8 +67,7 @@ def clear_leftovers(src: Path, out_: Reporter, *, index_lock: bool) -> None:
 
 
 def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
-    """The stable patch id of each commit's change (`git diff c^ c`), from one `diff-tree`
-    and one `patch-id` for all of them (an empty change has none: "")."""
+    """The stable patch id of each commit's change (an empty change has none: "")."""
     if not commits:
         return {}
     listed = "".join(f"{c}\n" for c in commits).encode()
@@ -126,7 +125,7 @@ def _one(refs: Iterable[tuple[str, str]]) -> str | None:
 
 
 def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") -> str | None:
-    """REV as the remote names it: a full id (of a commit or of an annotated tag: `peel`
+    """REV as the remote names it: a full id (of a commit or of an annotated tag: `rev_parse`
     turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
     rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
@@ -161,14 +160,6 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
     )
 
 
-def peel(src: Path, rev: str) -> str | None:
-    """The commit `rev` names in the workspace repo (a tag peeled), else None."""
-    proc = git(
-        src, "rev-parse", "-q", "--verify", "--end-of-options", f"{rev}^{{commit}}", check=False
-    )
-    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
-
-
 def pin_commit(
     src: Path, url: str, rev: str, sha: str | None, out_: Reporter, *, since: str | None = None
 ) -> tuple[str, str]:
@@ -184,11 +175,11 @@ def pin_commit(
     if sha is not None:
         found = fetch_commit(src, url, sha, out_, since=since)
     else:
-        commit = peel(src, rev)
+        commit = gitutil.rev_parse(src, rev)
         if commit is None:
             out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
             _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
-            commit = peel(src, rev)
+            commit = gitutil.rev_parse(src, rev)
         if commit is None:
             proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
             many = proc.stdout.split()
@@ -212,7 +203,6 @@ def pin_commit(
 
 
 def _fetch(src: Path, url: str, refs: Sequence[str], *how: str) -> subprocess.CompletedProcess[str]:
-    """One fetch of `refs`; a failed one's partial pack removed."""
     proc = _remote(src, url, "fetch", "--no-tags", "--no-write-fetch-head", *how, "--", url, *refs)
     if proc.returncode != 0:
         remove_partial_objects(git_dir(src))
