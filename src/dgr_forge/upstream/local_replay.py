@@ -101,7 +101,14 @@ def update(
     st = _state(forge, src)
     if st is not None:
         if st.stopped_at is not None:
-            raise _in_progress(forge, src, st)
+            commit = st.commits[st.position] if st.position < len(st.commits) else st.orig_head
+            raise NeedsHuman(
+                f"{forge.rel(src)}: a patch replay is in progress (stopped at your commit "
+                f"{commit[:12]}, {st.position} of {len(st.commits)} replayed)",
+                hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
+                "`dgr-forge patch --abort` to put the workspace back as it was",
+                details={"commit": commit, "workspace": forge.rel(src)},
+            )
         # killed before it stopped anywhere: undo it and start over (deterministic)
         out.info(f"{forge.rel(src)}: undoing an interrupted update, then updating again")
         _restore(src, st)
@@ -356,17 +363,6 @@ def _conflict(
         hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
         "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
         details={"commit": commit, "files": files, "workspace": shown},
-    )
-
-
-def _in_progress(forge: Forge, src: Path, st: ReplayState) -> NeedsHuman:
-    commit = st.commits[st.position] if st.position < len(st.commits) else st.orig_head
-    return NeedsHuman(
-        f"{forge.rel(src)}: a patch replay is in progress (stopped at your commit "
-        f"{commit[:12]}, {st.position} of {len(st.commits)} replayed)",
-        hint="resolve and `git add` the files, then `dgr-forge patch --continue`; or "
-        "`dgr-forge patch --abort` to put the workspace back as it was",
-        details={"commit": commit, "workspace": forge.rel(src)},
     )
 
 

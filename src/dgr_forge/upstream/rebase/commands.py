@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
     check_manifest_untouched,
     count_build_number,
-    drop_refs,
+    end,
     finish,
     inputs_digest,
     noop_result,
@@ -53,7 +52,6 @@ from dgr_forge.upstream.rebase.state import (
     RebaseRow,
     RebaseState,
     counts_of,
-    journal_dir,
     load_rebase_state,
     render_markdown,
     report_of,
@@ -253,9 +251,7 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
         )
     git(src, "reset", "-q", "--hard")
     git(src, "checkout", "-q", "-f", "--detach", state.old_head)
-    drop_refs(src)
-    shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    forge.rebase_state.unlink()
+    end(forge, src)
     out_.answer(
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
@@ -371,7 +367,6 @@ def dry_run(
         if surface is not None:
             moved = across(scratch.src_dir(m.name), state.old_commit, state.new_commit, surface)
         text = render_markdown(state, None, rows, "Upstream canary (dry run)", moved)
-    conflicts = [r for r in rows if r.outcome == "conflict"]
     out_.table(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "would be", "outcome"],
@@ -401,6 +396,6 @@ def dry_run(
         old_commit=state.old_commit,
         new_commit=state.new_commit,
         surface=UNSET if moved is None else moved,
-        would_conflict=bool(conflicts),
+        would_conflict=any(r.outcome == "conflict" for r in rows),
         report_markdown=str(target) if target is not None else None,
     )

@@ -70,12 +70,14 @@ def check_manifest_untouched(
     return m
 
 
-def drop_refs(src: Path) -> None:
-    """The rebase's refs (REF_PREFIX), in one transaction."""
+def end(forge: Forge, src: Path) -> None:
+    """The rebase's refs (REF_PREFIX, in one transaction), journal and state removed."""
     refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
     if refs:
         lines = "".join(f"delete {r}\n" for r in refs.split())
         git(src, "update-ref", "--stdin", input=lines, check=False)
+    shutil.rmtree(journal_dir(forge), ignore_errors=True)
+    forge.rebase_state.unlink()
 
 
 def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter) -> Rebase:
@@ -190,7 +192,6 @@ def _outcomes_and_manifest(
 
 
 def _link(path: Path, into: Path) -> bool:
-    """`path` hard-linked into `into` when it is a regular file and can be; else False."""
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
             return False
@@ -290,9 +291,7 @@ def finish(
     result_tree = pinned.result_tree or gitutil.tree_of(src, state.head)
     moved = None if surface is None else across(src, state.old_commit, state.new_commit, surface)
     report_json, report_md = write_report(forge, state, result_tree, moved)
-    drop_refs(src)
-    shutil.rmtree(journal_dir(forge), ignore_errors=True)
-    forge.rebase_state.unlink()
+    end(forge, src)
     rows = rows_of(state)
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",

@@ -229,7 +229,9 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         # the engineer committed the resolution: take its tree, keep our own commit metadata
         out_.info(f"taking the resolution from your commit {head[:12]}")
         git(src, "reset", "-q", "--soft", state.head)
-    unmerged, unstaged = _unresolved(src)
+    listed = out(src, "diff", "--name-status", "-z").split("\0")
+    pairs = list(zip(listed[::2], listed[1::2], strict=False))
+    unmerged = sorted({path for status, path in pairs if status == "U"})
     if unmerged:
         raise NeedsHuman(
             f"patch {step.file}: still unresolved: {', '.join(unmerged)}",
@@ -246,6 +248,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": marked},
         )
+    unstaged = [path for status, path in pairs if status != "U"]
     if unstaged:
         raise NeedsHuman(
             f"patch {step.file}: changes not staged: {', '.join(unstaged)}",
@@ -260,14 +263,6 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
     else:
         out_.info(f"{step.file}: resolved by hand")
     save_state(forge, state)
-
-
-def _unresolved(src: Path) -> tuple[list[str], list[str]]:
-    """The unmerged paths and the changes not staged, from one `git diff`."""
-    listed = out(src, "diff", "--name-status", "-z").split("\0")
-    pairs = list(zip(listed[::2], listed[1::2], strict=False))
-    unmerged = sorted({path for status, path in pairs if status == "U"})
-    return unmerged, [path for status, path in pairs if status != "U"]
 
 
 def has_markers(src: Path, rel: str) -> bool:
