@@ -39,12 +39,7 @@ from dgr_forge.upstream.rebase.commands import (
     start,
 )
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.gitops import (
-    check_rev,
-    ensure_history,
-    resolve_rev,
-    subject_of,
-)
+from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev, subject_of
 from dgr_forge.upstream.rebase.state import (
     Onto,
     RebaseRow,
@@ -251,12 +246,7 @@ def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
 
 
 def _canary(
-    work: Forge,
-    wm: UpstreamManifest,
-    commit: str,
-    mirror: str | None,
-    *,
-    rows: bool = False,
+    work: Forge, wm: UpstreamManifest, commit: str, mirror: str | None, *, rows: bool = False
 ) -> tuple[Break | None, Verified | None]:
     """A real replay onto `commit` that changes nothing (the canary's), then undone; with
     `rows` (the dry run's verifying replay) the rows and their table when it is clean

@@ -57,7 +57,6 @@ class Break:
 
     @staticmethod
     def of(commit: str, step: PatchStep) -> Break:
-        """The break a real replay's conflicting `step` names."""
         return Break(commit, step.file, list(step.files), unique(step.upstream_commits))
 
 

@@ -115,7 +115,7 @@ def start(
 ) -> Rebase:
     """The replay onto `req.rev`. With `canary` (a --dry-run's scratch forge, bump's
     probes) a conflict is recorded and the replay goes on without that patch."""
-    url = check_url(req.url, "--url") if req.url is not None else None
+    new_url = check_url(req.url, "--url") if req.url is not None else m.url
     mirror, offline = req.mirror, req.offline
     onto = check_rev(req.rev)
     reject_in_progress(forge)
@@ -123,7 +123,6 @@ def start(
     refuse_stale(src, out_)
     # the manifest's URL is data as much as --url is (`--` comes before it as well)
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
-    new_url = url or m.url
     fetch_url = mirror or new_url
     if offline and not re.fullmatch(r"[0-9a-fA-F]{4,40}", onto):
         raise BadInput(
@@ -157,12 +156,8 @@ def start(
         for e, (c, subject) in zip(m.series, patch_commits(src, m, old_head), strict=True)
     ]
     # keep the fetched commit and the old series from any gc (one transaction)
-    git(
-        src,
-        "update-ref",
-        "--stdin",
-        input=f"update {REF_NEW} {commit}\nupdate {REF_OLD} {old_head}\n",
-    )
+    refs = f"update {REF_NEW} {commit}\nupdate {REF_OLD} {old_head}\n"
+    git(src, "update-ref", "--stdin", input=refs)
     state = RebaseState(
         upstream=m.name,
         src_dir=str(src),

@@ -310,12 +310,7 @@ def render_markdown(
     ]
     if result_tree:
         md.append(f"- result tree: `{result_tree}`")
-    md += [
-        "- " + summary(counts),
-        "",
-        "| patch | now | outcome |",
-        "| --- | --- | --- |",
-    ]
+    md += ["- " + summary(counts), "", "| patch | now | outcome |", "| --- | --- | --- |"]
     for r in rows:
         now = f"`{r.new_file}`" if r.new_file else "—"
         md.append(f"| `{r.file}` | {now} | {OUTCOME_TEXT[r.outcome]}{_upstream_note(r)} |")
