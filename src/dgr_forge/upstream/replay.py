@@ -437,11 +437,8 @@ class Replay:
     def __exit__(self, *exc: object) -> None:
         self.writer.close()
 
-    def onto(
-        self, head: str, head_tree: str | None = None, start: int = 0, *, keep_going: bool = False
-    ) -> Iterator[Step]:
-        """The steps of commits `start`.. onto `head`, up to the first conflict or
-        work-tree step; with `keep_going` a conflicting commit is left out instead."""
+    def onto(self, head: str, head_tree: str | None = None, start: int = 0) -> Iterator[Step]:
+        """The steps of commits `start`.. onto `head`, up to a conflict or a work-tree step."""
         i = start
         if self.batch_ref is not None and self.stamp == "restamp":
             made = replay_batch(
@@ -455,8 +452,7 @@ class Replay:
                 i += 1
         while i < len(self.commits):
             commit = self.commits[i]
-            raw = self.objects.get(commit, b"")
-            parents = commit_parents(raw)
+            parents = commit_parents(self.objects.get(commit, b""))
             if len(parents) != 1:
                 yield Step(i, "worktree")
                 return
@@ -467,9 +463,8 @@ class Replay:
                 return
             if found.files:
                 yield Step(i, "conflict", None, found.tree, found.files)
-                if not keep_going:
-                    return
-            elif found.tree == head_tree:
+                return
+            if found.tree == head_tree:
                 yield Step(i, "dropped", None, head_tree)
             else:
                 new = self.rewrite(commit, found.tree, head)

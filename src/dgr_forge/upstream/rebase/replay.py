@@ -98,17 +98,15 @@ def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
 def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
     """Replay the patches from state.next on (`known`: the replay a resolution was recorded
     with). HEAD and the work tree move only where a patch needs them; finish checks out."""
-    src = Path(state.src_dir)
     if known is None:
         # the new pin's tree is known when nothing is replayed yet
-        known = Known(src, state, state.new_tree if state.head == state.new_commit else None)
-    first = known.first
+        head_tree = state.new_tree if state.head == state.new_commit else None
+        known = Known(Path(state.src_dir), state, head_tree)
     with known:
         while state.next < len(state.patches):
             unsaved = False
-            head_tree = known.head_tree
             stopped: Step | None = None
-            for step in known.onto(state.head, head_tree, state.next - first):
+            for step in known.onto(state.head, known.head_tree, state.next - known.first):
                 fault.point("rebase.replay", state.patches[state.next].file[:4])
                 if step.kind in ("conflict", "worktree"):
                     stopped = step
