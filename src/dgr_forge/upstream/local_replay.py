@@ -95,8 +95,7 @@ def _subject(src: Path, commit: str) -> str:
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
 ) -> Patch:
-    """`dgr-forge patch`: apply the series (underneath a person's commits, replayed on it);
-    under the workspace lock."""
+    """`dgr-forge patch`: the series applied (under a person's commits, replayed on it)."""
     src = forge.src_dir(m.name)
     st = _state(forge, src)
     if st is not None:
@@ -248,8 +247,7 @@ def _replay_rest(
 
 
 def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
-    """The commit at st.position cherry-picked in the work tree at `head` (what the engine
-    leaves to it); the new head."""
+    """The commit at st.position cherry-picked in the work tree at `head`; the new head."""
     commit = st.commits[st.position]
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)

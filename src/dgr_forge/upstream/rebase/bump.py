@@ -107,7 +107,6 @@ class Bump(Form, kw_only=True):
 
     @property
     def exit_code(self) -> ExitCode:
-        """3 when a patch stopped the pin short of the target."""
         return ExitCode.OK if self.reached else ExitCode.NEEDS_HUMAN
 
 
@@ -227,8 +226,7 @@ def _result(
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
-    """An abbreviated --to: the one commit of the default branch from the pin on that
-    starts with it."""
+    """An abbreviated --to: the one first-parent commit from the pin on that starts with it."""
     chain = [m.commit, *candidates(src, m.commit, head)]
     found = [c for c in chain if c.startswith(rev.lower())]
     if len(found) != 1:

@@ -103,8 +103,7 @@ def explain(
     return found
 
 
-def _commits(log: str) -> list[UpstreamCommit]:
-    """`git log --format=%H%x09%s`'s commits."""
+def _commits(log: str) -> list[UpstreamCommit]:  # `git log --format=%H%x09%s`'s
     return [
         UpstreamCommit(commit=c, subject=s)
         for c, _, s in (ln.partition("\t") for ln in log.splitlines() if ln)

@@ -123,25 +123,21 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
             f"made {len(kept)}",
             hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
-    entries = [(p.file, p.data) for p in rendered]
     jdir = journal_dir(forge)
+    old, new = jdir / "old" / "patches", jdir / "new" / "patches"
     shutil.rmtree(jdir, ignore_errors=True)
-    (jdir / "old" / "patches").mkdir(parents=True)
-    (jdir / "new" / "patches").mkdir(parents=True)
+    old.mkdir(parents=True)
+    new.mkdir(parents=True)
     # the old patch files linked (the series journal never rewrites a file in place), so
     # are new ones with the same bytes; the rest in one batch, synced before any is in
     # place (a flush per file costs a long series more than its replay)
     olds = {p.name: _patch_bytes(m, p.name) for p in sorted(m.patches_dir.glob("*.patch"))}
-    linked = {name for name in olds if _link(m.patches_dir / name, jdir / "old" / "patches")}
-    for name, data in entries:
-        if name in linked and olds[name] == data:
-            _link(m.patches_dir / name, jdir / "new" / "patches")
-    written = [(jdir / "old" / "patches" / n, d) for n, d in olds.items() if n not in linked]
-    written += [
-        (jdir / "new" / "patches" / n, d)
-        for n, d in entries
-        if not (jdir / "new" / "patches" / n).exists()
-    ]
+    linked = {name for name in olds if _link(m.patches_dir / name, old)}
+    for p in rendered:
+        if p.file in linked and olds[p.file] == p.data:
+            _link(m.patches_dir / p.file, new)
+    written = [(old / n, d) for n, d in olds.items() if n not in linked]
+    written += [(new / p.file, p.data) for p in rendered if not (new / p.file).exists()]
     atomic_write_many(
         [
             (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),

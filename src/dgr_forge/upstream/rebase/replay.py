@@ -36,8 +36,7 @@ from dgr_forge.upstream.workspace import git_dir
 
 
 class Known(Replay):
-    """The engine's replay of the patches from state.next on (restamped, the batch under
-    REF_BATCH), plus the tree of state.head when known; close it when done."""
+    """The engine's replay of the patches from state.next on, plus state.head's tree if known."""
 
     def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
         commits = [s.old_commit for s in state.patches[state.next :]]

@@ -254,7 +254,6 @@ class RebaseDryRun(Form, RebaseReport, kw_only=True):
 
     @property
     def exit_code(self) -> ExitCode:
-        """3 when a patch would conflict."""
         return ExitCode.NEEDS_HUMAN if self.would_conflict else ExitCode.OK
 
 
