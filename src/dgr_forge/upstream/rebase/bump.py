@@ -227,8 +227,7 @@ def _result(
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
     """An abbreviated --to: the one first-parent commit from the pin on that starts with it."""
-    chain = [m.commit, *candidates(src, m.commit, head)]
-    found = [c for c in chain if c.startswith(rev.lower())]
+    found = [c for c in [m.commit, *candidates(src, m.commit, head)] if c.startswith(rev.lower())]
     if len(found) != 1:
         raise BadInput(
             f"--to {rev} (an abbreviated commit id): "

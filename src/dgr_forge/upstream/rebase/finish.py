@@ -169,8 +169,7 @@ def _outcomes_and_manifest(
     # the same change on another base (refreshed) or not (merged)
     ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
     for step, new in changed:
-        same = ids[step.old_commit] == ids[new]
-        step.outcome = "refreshed" if same else "merged"
+        step.outcome = "refreshed" if ids[step.old_commit] == ids[new] else "merged"
     from dgr_forge.upstream import manifest_edit  # tomlkit: only when writing
 
     # the patch helper's editor (comments and key order kept); the build number None: the
@@ -230,8 +229,9 @@ def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) ->
 def staged_patches_dir(forge: Forge) -> Path:
     # read from the staged old manifest: the live one may be half-written
     data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
-    rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
-    return forge.root / rel
+    return forge.root / (
+        data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
+    )
 
 
 def write_side(forge: Forge, side: str, out_: Reporter) -> None:

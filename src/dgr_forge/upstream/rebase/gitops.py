@@ -171,7 +171,6 @@ def pin_commit(
         tips = [ln.split("\t", 1) for ln in proc.stdout.splitlines() if "\t" in ln]
         if proc.returncode == 0:
             sha = _one((name, tip) for tip, name in tips if tip.startswith(rev.lower()))
-    found: tuple[str, str] | None = None
     if sha is not None:
         found = fetch_commit(src, url, sha, out_, since=since)
     else:

@@ -236,8 +236,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": unmerged},
         )
-    files = state.conflict.files if state.conflict else []
-    marked = [f for f in files if has_markers(src, f)]
+    marked = [f for f in (state.conflict.files if state.conflict else []) if has_markers(src, f)]
     if marked:
         raise NeedsHuman(
             f"patch {step.file}: conflict markers left in {', '.join(marked)}",
@@ -266,5 +265,4 @@ def has_markers(src: Path, rel: str) -> bool:
     data = read_tree_file(src, rel, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
     if data is None:
         return False
-    text = data.decode("utf-8", errors="replace")
-    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))
+    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", data.decode("utf-8", errors="replace"), re.M))

@@ -288,8 +288,7 @@ def _upstream_note(row: RebaseRow) -> str:
     if row.outcome == "dropped":
         return f" (upstream: {listed})"
     files = ", ".join(f"`{f}`" for f in row.files or [])
-    where = f" in {files}" if files else ""
-    return f" (conflicted{where} with upstream: {listed})"
+    return f" (conflicted{f' in {files}' if files else ''} with upstream: {listed})"
 
 
 def render_markdown(
