@@ -144,7 +144,7 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     from dgr_forge.core.output import Reporter
     from dgr_forge.upstream import manifest
     from dgr_forge.upstream.patches import ensure_patched
-    from dgr_forge.upstream.rebase.bumpsearch import TreeReplay
+    from dgr_forge.upstream.rebase.bump import TreeReplay
     from dgr_forge.upstream.rebase.gitops import ensure_history
     from dgr_forge.upstream.series_journal import borrow_objects
 

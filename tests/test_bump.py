@@ -23,7 +23,7 @@ from support.rebase import GGML_NEW, GGML_OLD, LLAMA_OWNER_OLD, make_series, ups
 from support.roots import Series
 
 from dgr_forge.core.output import Reporter
-from dgr_forge.upstream.rebase.bumpsearch import Break, max_replays, search
+from dgr_forge.upstream.rebase.bump import Break, max_replays, search
 
 AFTER = 50
 TAKEN_AT = 10  # 1-based: the upstream commit that takes patch 0002

@@ -201,7 +201,7 @@ ENGINE = "dgr_forge.upstream.replay"  # the one three-way replay engine (issue 4
 # bisection probes, and `patch` replaying a person's commits on a moved series
 REPLAYERS = (
     "dgr_forge.upstream.rebase.replay",
-    "dgr_forge.upstream.rebase.bumpsearch",
+    "dgr_forge.upstream.rebase.bump",
     "dgr_forge.upstream.local_replay",
 )
 

@@ -6,7 +6,7 @@ N_(i-1) with O_(i-1) as the base, run by `git merge-tree --write-tree` (git 2.39
 result equal to the head is dropped; a conflict stops the chain, with its files and the
 merged tree (markers in it). What only a work tree can do is the caller's ("worktree").
 Users: `rebase` (its replay, `--dry-run` and bump's verifying replay), bump's probes
-(`rebase/bumpsearch`) and `patch` replaying a person's commits (`local_replay`).
+(`rebase/bump`) and `patch` replaying a person's commits (`local_replay`).
 
 A replayed commit is restamped (the patch's author and message, the forge's committer on
 the patch's date: reproducible ids) or kept (a person's commits as they are). Where
