@@ -38,7 +38,7 @@ FORMAT_PATCH = (
     "format-patch", "--zero-commit", "--no-signature", "--full-index", "--no-numbered",
     "--keep-subject", "--no-stat", "--no-attach", "--no-thread", "--no-cover-letter",
     "--no-signoff", "--no-base", "--no-notes", "--no-color", "--no-ext-diff", "--no-renames",
-    "--unified=3", "--diff-algorithm=myers",
+    "--unified=3", "--diff-algorithm=myers"
 )  # fmt: skip
 SLUG_MAX = 52
 
@@ -89,7 +89,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
     run only when it is not."""
     proc = gitutil.git(
         repo, "log", "--reverse", "--topo-order", "--boundary",
-        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False,
+        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False
     )  # fmt: skip
     listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
     for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
@@ -341,7 +341,7 @@ def canonical_commits(
                 continue
             proc = gitutil.git(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
-                input=p.data, text=False,
+                input=p.data, text=False
             )  # fmt: skip
             raw: bytes | str = proc.stdout
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -403,7 +403,7 @@ def write_series(
     return Export(
         upstream=m.name, patches=rows, result_tree=result_tree, written=list(written),
         unchanged=list(unchanged), removed=list(removed), manifest_changed=manifest_changed,
-        changed=changed,
+        changed=changed
     )  # fmt: skip
 
 
@@ -428,8 +428,7 @@ def export_workspace(
         )
     if op := operation_in_progress(src):
         raise NeedsHuman(
-            f"{forge.rel(src)}: a {op} is in progress",
-            hint="finish or abort it before exporting",
+            f"{forge.rel(src)}: a {op} is in progress", hint="finish or abort it before exporting"
         )
     edited = [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
     if edited:

@@ -157,7 +157,7 @@ def fetch_locked(
             return Fetch(
                 upstream=m.name, url=mask(m.url), src_dir=src, commit=m.commit, tree=tree,
                 changed=False, method="none", shallow=ws.shallow, saved_patch=None,
-                build_number=m.build_number, seconds=0.0,
+                build_number=m.build_number, seconds=0.0
             )  # fmt: skip
 
     fresh = not ws.exists
@@ -259,7 +259,7 @@ def fetch_locked(
     return Fetch(
         upstream=m.name, url=mask(url), src_dir=src, commit=m.commit, tree=tree, changed=True,
         method=method, shallow=(gitdir / "shallow").exists(), saved_patch=saved,
-        build_number=m.build_number, seconds=0.0,
+        build_number=m.build_number, seconds=0.0
     )  # fmt: skip
 
 

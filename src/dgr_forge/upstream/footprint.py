@@ -75,7 +75,8 @@ def footprint(m: UpstreamManifest) -> Footprint:
     added = sum(r.added for r in rows)
     removed = sum(r.removed for r in rows)
     total = added + removed
-    over = m.budget_upstream_lines is not None and total > m.budget_upstream_lines
+    budget = m.patches.budget.upstream_lines if m.patches.budget else None
+    over = budget is not None and total > budget
     return Footprint(
         patches=rows,
         added=added,
@@ -83,7 +84,7 @@ def footprint(m: UpstreamManifest) -> Footprint:
         upstream_lines=total,
         new_files=sum(len(r.new_files) for r in rows),
         new_lines=sum(r.new_lines for r in rows),
-        budget=m.budget_upstream_lines,
+        budget=budget,
         over_budget=over,
         grew=[r.file for r in rows if r.upstream_lines] if over else [],
     )

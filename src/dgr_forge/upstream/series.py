@@ -247,7 +247,7 @@ def conflicting_hunks(
             text = b"".join(f.header) + (b"".join(f.hunks[i].lines) if i is not None else b"")
             proc = git(
                 repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
-                check=False,
+                check=False
             )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:

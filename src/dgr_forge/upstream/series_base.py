@@ -236,7 +236,7 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
         gitutil.git(src, "add", "-A", env=env)
         diff = gitutil.git(
             src, "diff", "--cached", "--binary", "--full-index", "--no-color", "--no-ext-diff",
-            base or EMPTY_TREE, "--", env=env, text=False,
+            base or EMPTY_TREE, "--", env=env, text=False
         )  # fmt: skip
     finally:
         tmp_index.unlink(missing_ok=True)

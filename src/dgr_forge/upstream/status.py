@@ -86,7 +86,7 @@ def workspace_status(
 ) -> UpstreamStatus:
     st = UpstreamStatus(
         name=m.name, url=mask(m.url), commit=m.commit, tree=m.tree, src_dir=ws.src,
-        build_number=m.build_number, present=ws.exists,
+        build_number=m.build_number, present=ws.exists
     )  # fmt: skip
     if not st.present:
         return st
@@ -191,12 +191,7 @@ def _applied_prefix(
 
 
 def series_status(
-    forge: Forge,
-    m: UpstreamManifest,
-    ws: Workspace,
-    *,
-    have_pin: bool,
-    rebasing: bool = False,
+    forge: Forge, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
 ) -> SeriesStatus:
     """Per-patch state; the series is tried on a scratch index only when it is not all
     applied (pending or conflicting?). Mid-rebase, as the rebase's own state says."""

@@ -300,7 +300,7 @@ def qualified_name(demangled: str) -> str:
     name = demangled
     for prefix in (
         "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
-        "non-virtual thunk to ", "virtual thunk to ", "guard variable for ",
+        "non-virtual thunk to ", "virtual thunk to ", "guard variable for "
     ):  # fmt: skip
         if name.startswith(prefix):
             name = name[len(prefix) :]

@@ -173,9 +173,7 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
     hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY}
     hint = hints.get(cause, _HINT_OTHER).format(url=mask(url))
     return OperationFailed(
-        f"fetching {what} from {mask(url)} failed: {last_error(stderr)}",
-        hint=hint,
-        details=details,
+        f"fetching {what} from {mask(url)} failed: {last_error(stderr)}", hint=hint, details=details
     )
 
 

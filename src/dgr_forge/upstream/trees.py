@@ -20,7 +20,7 @@ USER_PRESETS_STUB = f'{{\n  "version": 4,\n  "include": ["{OWN_PRESETS}"]\n}}\n'
 _PRESET_KEYS = {"version", "cmakeMinimumRequired", "configurePresets", "buildPresets"}
 _CONFIGURE_KEYS = {
     "name", "displayName", "description", "generator", "binaryDir", "cacheVariables",
-    "toolchainFile",
+    "toolchainFile"
 }  # fmt: skip
 _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20

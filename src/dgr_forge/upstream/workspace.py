@@ -282,7 +282,7 @@ def pin_tree(ws: Workspace, pin: str) -> str | None:
         return found
     proc = gitutil.git(
         ws.src, "rev-parse", "--verify", "--quiet", f"{pin}^{{tree}}", check=False,
-        env=READ_ONLY_ENV,
+        env=READ_ONLY_ENV
     )  # fmt: skip
     return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -292,7 +292,7 @@ def connected(src: Path, commit: str) -> bool:
     killed fetch can leave neither. Costs a walk of one tree: run it only when unsure."""
     proc = gitutil.git(
         src, "rev-list", "--objects", "--quiet", "--max-count=1", commit, "--",
-        check=False, env=READ_ONLY_ENV,
+        check=False, env=READ_ONLY_ENV
     )  # fmt: skip
     return proc.returncode == 0
 
