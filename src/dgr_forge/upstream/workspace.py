@@ -13,8 +13,10 @@ from msgspec import Struct, field
 from msgspec.structs import replace
 
 from dgr_forge.core import gitutil
-from dgr_forge.core.errors import NeedsHuman
+from dgr_forge.core.errors import ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_regular
+from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import series_base
 
 PIN_REF = "refs/dgr/pin"  # the pin fetch last checked out (upstream, not the forge's)
@@ -91,23 +93,17 @@ class Workspace(Struct):
 def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
     """Why the transfer failed, kept in the fetch journal (masked, one line): `status` says
     the fetch failed and why, not that it was interrupted."""
-    from dgr_forge.core.urls import mask_text
-
     line = " ".join(mask_text(cause).split())[:2000]
     (gitdir / FETCH_JOURNAL).write_text(f"{commit}\nfailed: {line}\n", encoding="utf-8")
 
 
 def fetch_failure(src: Path) -> str | None:
-    from dgr_forge.core.errors import ForgeError
-    from dgr_forge.core.fsutil import read_regular
-
     journal = git_dir(src) / FETCH_JOURNAL
     try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
         data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
     except (ForgeError, OSError):
         return None
-    text = data.decode("utf-8", "replace")
-    for line in text.splitlines()[1:]:
+    for line in data.decode("utf-8", "replace").splitlines()[1:]:
         if line.startswith("failed: "):
             return line.removeprefix("failed: ").strip() or "(no cause recorded)"
     return None
@@ -115,9 +111,7 @@ def fetch_failure(src: Path) -> str | None:
 
 def git_dir(src: Path) -> Path:
     dot = src / ".git"
-    if dot.is_dir():
-        return dot
-    return Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
+    return dot if dot.is_dir() else Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
 
 
 def operation_in_progress(src: Path) -> str | None:
