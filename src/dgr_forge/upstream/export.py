@@ -134,9 +134,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
                 details={"commit": commit},
             )
         prev_tree = tree
-    return [
-        (c, tree, parents[0], subject, message) for _, c, tree, parents, subject, message in commits
-    ]
+    return [(c, tree, ps[0], subject, msg) for _, c, tree, ps, subject, msg in commits]
 
 
 # mailinfo's in-body headers: at the start of the body they replace the mail's own

@@ -167,11 +167,8 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
     changes: list[LocalChange] = []
     lines: list[str] = []
     ignored: list[str] = []
-    fields = proc.stdout.split("\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
+    fields = iter(proc.stdout.split("\0"))
+    for entry in fields:
         if entry.startswith("# branch.oid "):
             oid = entry.split(" ", 2)[2]
             head = oid if gitutil.HEX40.fullmatch(oid) else None
@@ -183,9 +180,8 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
         elif entry.startswith("2 "):
             parts = entry.split(" ", 9)
             changes.append(LocalChange(parts[9], "renamed"))
-            orig = fields[i] if i < len(fields) else ""
+            orig = next(fields, "")  # the original path follows in its own field
             lines.append(f"{parts[1].replace('.', ' ')} {orig} -> {parts[9]}")
-            i += 1  # the original path follows in its own field
         elif entry.startswith("u "):
             path = entry.split(" ", 10)[10]
             changes.append(LocalChange(path, "unmerged"))
