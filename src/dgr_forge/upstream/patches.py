@@ -35,7 +35,6 @@ from dgr_forge.upstream.series import (
     check_series,
     check_symlinks,
     conflicting_hunks,
-    expected_trees,
     known_trees,
     parse_series,
     read_patch,
@@ -279,14 +278,14 @@ def ensure_patched(
     # many forge commits as the series has patches (a fresh one at the pin holds none):
     # else `git am` below is the run, and it caches the trees it makes (two git calls a
     # patch saved)
-    if trees is None and len(ws.series) == n:
-        computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
-        if computed is not None:
-            cache_trees(src, m.commit, datas, computed)
-        result_tree = None if trust_files else m.result_tree
-        done = None if computed is None else _unchanged(m, ws, computed, result_tree)
-        if done is not None:
-            return done
+    if trees is None and len(ws.series) == n:  # (then the manifest's trees are not all known)
+        rows = check_series(src, m, datas, parsed, compare_trees=not trust_files)
+        applied = [r.tree for r in rows if r.tree is not None and r.status == "applies"]
+        if len(applied) == n:  # else a conflict
+            cache_trees(src, m.commit, datas, applied)
+            done = _unchanged(m, ws, applied, None if trust_files else m.result_tree)
+            if done is not None:
+                return done
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")

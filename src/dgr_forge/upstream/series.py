@@ -293,24 +293,6 @@ def check_series(
     return results
 
 
-def expected_trees(
-    repo: Path,
-    m: UpstreamManifest,
-    datas: Sequence[bytes],
-    parsed: Sequence[patchfile.ParsedPatch],
-    *,
-    use_manifest: bool = True,
-) -> list[str] | None:
-    """Per-patch trees: the manifest's, else computed on a scratch index (None: a conflict)."""
-    trees = known_trees(m) if use_manifest else None
-    if trees is not None:
-        return trees
-    results = check_series(repo, m, datas, parsed, compare_trees=use_manifest)
-    if any(r.status != "applies" for r in results):
-        return None
-    return [r.tree for r in results if r.tree is not None]
-
-
 # Per-patch trees the manifest does not record, computed once (a scratch apply costs two
 # git calls a patch) and kept in `.git/dgr/trees.json`, each keyed by the pin and the
 # sha256 of every patch up to it: a changed pin or byte misses, never reads a stale tree.

@@ -178,16 +178,13 @@ def _applied_prefix(
     checks: list[CheckResult | None],
     cached: Sequence[str | None],
 ) -> int:
-    applied = 0
-    if ws.base == m.commit:
-        for i, commit in enumerate(ws.series[: len(m.series)]):
-            check = checks[i]
-            computed = check.tree if check else cached[i]
-            expected = m.series[i].tree or (None if changed[i] else computed)
-            if commit.tree != expected:
-                break
-            applied = i + 1
-    return applied
+    if ws.base != m.commit:
+        return 0
+    for i, commit in enumerate(ws.series[: len(m.series)]):
+        computed = check.tree if (check := checks[i]) else cached[i]
+        if commit.tree != (m.series[i].tree or (None if changed[i] else computed)):
+            return i
+    return min(len(ws.series), len(m.series))
 
 
 def series_status(
