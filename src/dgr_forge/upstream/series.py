@@ -59,13 +59,13 @@ class CheckResult(Struct, frozen=True):
     changed_on_disk: Annotated[bool, d("its sha256 differs from the manifest")] = False
 
 
-def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
+def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
     datas: list[bytes] = []
     for entry in m.series:
         data = read_patch(m, entry)
         actual = sha256_bytes(data)
         if actual != entry.sha256:
-            shown = forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
+            shown = forge.rel(m.patch_path(entry))
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
                 hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
@@ -329,12 +329,10 @@ def write_cache(src: Path, name: str, cache: ScratchCache) -> None:
     if not (src / ".git").is_dir():
         return
     path = src / ".git" / name
-    try:
+    with suppress(OSError):  # a cache: a read-only workspace computes it again next time
         path.parent.mkdir(exist_ok=True)
         text = msgspec.json.format(msgspec.json.encode(cache), indent=1)
         atomic_write_text(path, text.decode() + "\n")
-    except OSError:
-        pass  # a cache: a read-only workspace computes it again next time
 
 
 class _TreeCache(ScratchCache):

@@ -130,9 +130,7 @@ def restore_text(src: Path, text: str | None) -> None:
         atomic_write_text(_path(src), text)
 
 
-def drift(base: SeriesBase | None, m: UpstreamManifest) -> Drift:
-    if base is None:
-        return Drift((), (), (), None, unknown=True)
+def drift(base: SeriesBase, m: UpstreamManifest) -> Drift:
     now = {e.file: e.sha256 for e in m.series}
     was = dict(base.series)
     added = tuple(f for f in now if f not in was)

@@ -6,6 +6,7 @@ repository (journals, pin ref, identity); and the clean-up of what a killed git 
 from __future__ import annotations
 
 import shutil
+from contextlib import suppress
 from pathlib import Path
 
 import msgspec
@@ -246,7 +247,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    head = ws.head
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
         i += 1
@@ -262,7 +262,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
         ws.base = rest[0].commit
     else:
-        ws.base = head  # unknown history (no fetch recorded it): fetch decides
+        ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
 
 
@@ -304,11 +304,9 @@ def remove_git_leftovers(gitdir: Path) -> None:
             for sibling in pack.parent.glob(pack.stem + ".*"):
                 sibling.unlink(missing_ok=True)
     for keep in objects.glob("pack/pack-*.keep"):
-        try:
+        with suppress(OSError):
             if keep.read_text().startswith("fetch-pack"):  # fetch's own, only kept mid-fetch
                 keep.unlink()
-        except OSError:
-            pass
 
 
 def remove_partial_objects(gitdir: Path) -> None:
