@@ -64,7 +64,7 @@ ALLOWED: dict[str, set[str]] = {
     "upstream/patches.py": {"_am_stopped_at", "recover_interrupted"},
     "upstream/local_replay.py": {"load_replay_state"},
     "upstream/series.py": {"scratch_index", "read_cache"},  # its caches: regular files only
-    "upstream/series_base.py": {"load", "record", "text_of", "save_changes"},  # + its index
+    "upstream/series_base.py": {"load", "text_of", "save_changes"},  # + its index
     # its journal files; `write` copytrees a subdirectory of patches/ by hard links
     # (copy_function: os.link): no byte of it is read
     # ...and `borrow_objects` copies the workspace's own .git/shallow

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 def _held(repo: Path, commit: str) -> tuple[bool, bool]:
     asked = gitutil.git(
         repo, "rev-parse", "--is-shallow-repository", "--verify", "--quiet",
-        "--end-of-options", f"{commit}^{{commit}}", check=False,
+        "--end-of-options", f"{commit}^{{commit}}", check=False
     )  # fmt: skip
     lines = asked.stdout.split()
     return asked.returncode == 0 and lines[1:] == [commit], lines[:1] == ["true"]
@@ -56,7 +56,7 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
         return None  # a missing path, a file, a device: no repository
     found = gitutil.git(
         path, "rev-parse", "--absolute-git-dir", "--is-shallow-repository",
-        check=False, env={"GIT_CEILING_DIRECTORIES": str(path.parent)},
+        check=False, env={"GIT_CEILING_DIRECTORIES": str(path.parent)}
     )  # fmt: skip
     lines = found.stdout.splitlines()
     if found.returncode != 0 or len(lines) != 2:
@@ -74,7 +74,7 @@ def _server_git(
     fetch (a count is of the commits it holds)."""
     return gitutil.git(
         None, f"--git-dir={git_dir}", "--no-replace-objects", *args,
-        check=False, env={"GIT_NO_LAZY_FETCH": "1"}, isolated=isolated,
+        check=False, env={"GIT_NO_LAZY_FETCH": "1"}, isolated=isolated
     )  # fmt: skip
 
 
@@ -135,7 +135,7 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
                 url, commit, check=False,
                 isolated=False,  # a network call: the user's credentials and proxies apply
                 config=gitutil.protocol_policy(url), env={"GIT_NO_LAZY_FETCH": "1"},
-                timeout=FETCH_TIMEOUT,
+                timeout=FETCH_TIMEOUT
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             return None, f"fetching the pin's history took over {FETCH_TIMEOUT} s"

@@ -38,7 +38,7 @@ FORMAT_PATCH = (
     "format-patch", "--zero-commit", "--no-signature", "--full-index", "--no-numbered",
     "--keep-subject", "--no-stat", "--no-attach", "--no-thread", "--no-cover-letter",
     "--no-signoff", "--no-base", "--no-notes", "--no-color", "--no-ext-diff", "--no-renames",
-    "--unified=3", "--diff-algorithm=myers",
+    "--unified=3", "--diff-algorithm=myers"
 )  # fmt: skip
 SLUG_MAX = 52
 
@@ -89,7 +89,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
     run only when it is not."""
     proc = gitutil.git(
         repo, "log", "--reverse", "--topo-order", "--boundary",
-        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False,
+        "--format=%m%H %T %P%x00%s%x00%B%x01", f"{base}..{head}", check=False
     )  # fmt: skip
     listed: list[tuple[str, str, str, list[str], str, str]] = []  # mark, id, tree, parents, ..
     for record in proc.stdout.split("\x01") if proc.returncode == 0 else []:
@@ -134,9 +134,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
                 details={"commit": commit},
             )
         prev_tree = tree
-    return [
-        (c, tree, parents[0], subject, message) for _, c, tree, parents, subject, message in commits
-    ]
+    return [(c, tree, ps[0], subject, msg) for _, c, tree, ps, subject, msg in commits]
 
 
 # mailinfo's in-body headers: at the start of the body they replace the mail's own
@@ -198,16 +196,9 @@ def compute_series(
                         "files out of the series",
                         details={"commit": commit, "file": file},
                     )
-                result.append(
-                    ExportedPatch(
-                        file=file,
-                        sha256=sha256_bytes(data),
-                        tree=tree,
-                        subject=subject,
-                        data=data,
-                        commit=commit,
-                    )
-                )
+                sha = sha256_bytes(data)
+                result.append(ExportedPatch(file=file, sha256=sha, tree=tree, subject=subject,
+                                            data=data, commit=commit))  # fmt: skip
     if dest is not None:
         dest.mkdir(parents=True, exist_ok=True)
         for p in result:
@@ -343,13 +334,12 @@ def canonical_commits(
         for p in series:
             key = _canonical_key(parent, p)
             if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
-                parent = p.commit
+                parent = keys[key] = p.commit
                 made.append(parent)
-                keys[key] = parent
                 continue
             proc = gitutil.git(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
-                input=p.data, text=False,
+                input=p.data, text=False
             )  # fmt: skip
             raw: bytes | str = proc.stdout
             text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
@@ -364,11 +354,10 @@ def canonical_commits(
                 **FORGE_IDENTITY,
                 "GIT_COMMITTER_DATE": date,
             }
-            parent = gitutil.out(
+            parent = keys[key] = gitutil.out(
                 repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
             )
             made.append(parent)
-            keys[key] = parent
     if keys != known:  # the current chain's only: the cache never grows past the series
         write_cache(repo, CANONICAL_CACHE, _CanonicalCache(1, keys))
     return tuple(made)
@@ -397,34 +386,23 @@ def write_series(
     old_text = manifest.read_raw(m.path).decode("utf-8")  # bounded, as it was loaded
     new_text = manifest_edit.updated_text(old_text, series, result_tree)
     manifest_changed = new_text != old_text
-    if written or removed or manifest_changed:
-        series_journal.write(
-            forge.root,
-            pdir,
-            {p.file: p.data for p in series},
-            m.path,
-            new_text.encode("utf-8") if manifest_changed else None,
-            points="export",
-            out=out,
-        )
+    changed = bool(written or removed or manifest_changed)
+    if changed:
+        new_bytes = new_text.encode("utf-8") if manifest_changed else None
+        files = {p.file: p.data for p in series}
+        series_journal.write(forge.root, pdir, files, m.path, new_bytes, points="export", out=out)
     for name in written:
         out.answer(f"wrote   {m.patches_dir_rel}/{name}")
     for name in removed:
         out.answer(f"removed {m.patches_dir_rel}/{name}")
     if manifest_changed:
         out.answer(f"updated {forge.rel(m.path)}")
+    rows = [PatchFile(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject) for p in series]
     return Export(
-        upstream=m.name,
-        patches=[
-            PatchFile(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject) for p in series
-        ],
-        result_tree=result_tree,
-        written=list(written),
-        unchanged=list(unchanged),
-        removed=list(removed),
-        manifest_changed=manifest_changed,
-        changed=bool(written or removed or manifest_changed),
-    )
+        upstream=m.name, patches=rows, result_tree=result_tree, written=list(written),
+        unchanged=list(unchanged), removed=list(removed), manifest_changed=manifest_changed,
+        changed=changed
+    )  # fmt: skip
 
 
 def export_workspace(
@@ -446,11 +424,9 @@ def export_workspace(
             f"{forge.rel(src)}: no workspace to export from",
             hint="run `dgr-forge patch`, commit your changes in the workspace, then export",
         )
-    op = operation_in_progress(src)
-    if op:
+    if op := operation_in_progress(src):
         raise NeedsHuman(
-            f"{forge.rel(src)}: a {op} is in progress",
-            hint="finish or abort it before exporting",
+            f"{forge.rel(src)}: a {op} is in progress", hint="finish or abort it before exporting"
         )
     edited = [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
     if edited:

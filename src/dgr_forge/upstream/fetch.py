@@ -82,8 +82,7 @@ def fetch(
     offline: bool,
     force: bool,
 ) -> Fetch:
-    """The `fetch` command (under the workspace and root locks): `fetch_locked`, then the
-    upstream's build number recorded in the manifest."""
+    """The `fetch` command (under the workspace and root locks), recording the build number."""
     from dgr_forge.upstream import build_number
 
     started = time.monotonic()
@@ -99,12 +98,8 @@ def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
     if pin is not None:
         args.append(pin)
     proc = gitutil.git(src, *args, "--", check=False, env=READ_ONLY_ENV)
-    found = []
-    for line in proc.stdout.splitlines():
-        commit, email, subject = [*line.split("\0"), "", ""][:3]
-        if email != FORGE_EMAIL:
-            found.append(f"{commit[:12]} {subject}")
-    return found
+    rows = [[*line.split("\0"), "", ""][:3] for line in proc.stdout.splitlines()]
+    return [f"{commit[:12]} {subject}" for commit, email, subject in rows if email != FORGE_EMAIL]
 
 
 def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> OperationFailed:
@@ -157,7 +152,7 @@ def fetch_locked(
             return Fetch(
                 upstream=m.name, url=mask(m.url), src_dir=src, commit=m.commit, tree=tree,
                 changed=False, method="none", shallow=ws.shallow, saved_patch=None,
-                build_number=m.build_number, seconds=0.0,
+                build_number=m.build_number, seconds=0.0
             )  # fmt: skip
 
     fresh = not ws.exists
@@ -259,7 +254,7 @@ def fetch_locked(
     return Fetch(
         upstream=m.name, url=mask(url), src_dir=src, commit=m.commit, tree=tree, changed=True,
         method=method, shallow=(gitdir / "shallow").exists(), saved_patch=saved,
-        build_number=m.build_number, seconds=0.0,
+        build_number=m.build_number, seconds=0.0
     )  # fmt: skip
 
 

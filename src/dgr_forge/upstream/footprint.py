@@ -25,10 +25,6 @@ class PatchFootprint(Struct, frozen=True):
     new_files: Annotated[list[str], d("files this patch adds (the series' own)")]
     new_lines: Annotated[int, d("lines in files the series added (counted apart)")]
 
-    @property
-    def upstream_lines(self) -> int:
-        return self.added + self.removed
-
 
 class Footprint(Struct, frozen=True):
     """the series' footprint in upstream's own files, per patch and in total"""
@@ -75,18 +71,14 @@ def footprint(m: UpstreamManifest) -> Footprint:
     added = sum(r.added for r in rows)
     removed = sum(r.removed for r in rows)
     total = added + removed
-    over = m.budget_upstream_lines is not None and total > m.budget_upstream_lines
+    budget = m.patches.budget.upstream_lines if m.patches.budget else None
+    over = budget is not None and total > budget
+    grew = [r.file for r in rows if r.added or r.removed] if over else []
+    new_files, new_lines = sum(len(r.new_files) for r in rows), sum(r.new_lines for r in rows)
     return Footprint(
-        patches=rows,
-        added=added,
-        removed=removed,
-        upstream_lines=total,
-        new_files=sum(len(r.new_files) for r in rows),
-        new_lines=sum(r.new_lines for r in rows),
-        budget=m.budget_upstream_lines,
-        over_budget=over,
-        grew=[r.file for r in rows if r.upstream_lines] if over else [],
-    )
+        patches=rows, added=added, removed=removed, upstream_lines=total, new_files=new_files,
+        new_lines=new_lines, budget=budget, over_budget=over, grew=grew,
+    )  # fmt: skip
 
 
 def lines(fp: Footprint) -> list[str]:

@@ -153,10 +153,6 @@ class UpstreamManifest(Record, frozen=True):
         return (self.root / self.patches_dir_rel).resolve()
 
     @property
-    def budget_upstream_lines(self) -> int | None:
-        return self.patches.budget.upstream_lines if self.patches.budget else None
-
-    @property
     def build_commit(self) -> str:
         """The commit string the binaries carry: the pin, and the series on top."""
         return f"{self.commit[:12]}+{len(self.series)}" if self.series else self.commit[:12]

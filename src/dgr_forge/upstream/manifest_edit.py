@@ -37,10 +37,6 @@ def with_build_number(text: str, number: int | None) -> str:
     return tomlkit.dumps(doc)
 
 
-def _slug(file: str) -> str:
-    return _NUMBER.sub("", file)
-
-
 def updated_text(
     text: str,
     series: Sequence[PatchEntry],
@@ -80,11 +76,11 @@ def updated_text(
 
     by_slug: dict[str, list[int]] = {}
     for i, t in enumerate(old_tables):
-        by_slug.setdefault(_slug(str(t.get("file", ""))), []).append(i)
+        by_slug.setdefault(_NUMBER.sub("", str(t.get("file", ""))), []).append(i)
     used: set[int] = set()
     chosen: list[Table | None] = []
     for entry in series:
-        candidates = [i for i in by_slug.get(_slug(entry.file), []) if i not in used]
+        candidates = [i for i in by_slug.get(_NUMBER.sub("", entry.file), []) if i not in used]
         chosen.append(old_tables[candidates[0]] if candidates else None)
         if candidates:
             used.add(candidates[0])

@@ -35,7 +35,6 @@ from dgr_forge.upstream.series import (
     check_series,
     check_symlinks,
     conflicting_hunks,
-    expected_trees,
     known_trees,
     parse_series,
     read_patch,
@@ -57,7 +56,7 @@ from dgr_forge.upstream.workspace import (
 
 AM_FLAGS = (
     "am", "--no-3way", "--keep-non-patch", "--committer-date-is-author-date",
-    "--whitespace=nowarn", "--no-scissors", "--no-gpg-sign", "--quiet",
+    "--whitespace=nowarn", "--no-scissors", "--no-gpg-sign", "--quiet"
 )  # fmt: skip
 
 
@@ -189,18 +188,13 @@ def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
 
 def _am_stopped_at(src: Path) -> int:
     try:
-        index = int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
+        return int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
     except (OSError, ValueError):
         return -1
-    return index
 
 
 def _am_failure(
-    src: Path,
-    m: UpstreamManifest,
-    parsed: Sequence[patchfile.ParsedPatch],
-    output: str,
-    index: int,
+    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str, index: int
 ) -> Exception:
     if not 0 <= index < len(m.series):  # am stopped before any patch (a full disk, say)
         return OperationFailed(
@@ -254,22 +248,24 @@ def ensure_patched(
     if done is not None:
         return done
 
+    def refetch() -> Workspace:
+        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
+        return inspect(src, m.commit, n)
+
     parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
     if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
         # a fetch that failed (its cause kept in the journal) was not interrupted
         failed = ws.journals == {FETCH_JOURNAL} and fetch_failure(src) is not None
         said = "the last fetch failed; fetching again" if failed else "finishing an interrupted run"
         out_.info(f"{forge.rel(src)}: {said}")
-        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
-        ws = inspect(src, m.commit, n)
+        ws = refetch()
     _refuse_local_edits(ws, forge)
     if ws.base != m.commit:
         # the forge's own commits on another pin (the manifest moved): reproducible, so
         # they are dropped; fetch then moves the clean tree to the new pin
         if ws.exists and ws.head and gitutil.has_object(src, m.commit):
             git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
-        fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
-        ws = inspect(src, m.commit, n)
+        ws = refetch()
         _refuse_local_edits(ws, forge)
         if ws.base != m.commit:
             raise OperationFailed(
@@ -282,14 +278,14 @@ def ensure_patched(
     # many forge commits as the series has patches (a fresh one at the pin holds none):
     # else `git am` below is the run, and it caches the trees it makes (two git calls a
     # patch saved)
-    if trees is None and len(ws.series) == n:
-        computed = expected_trees(src, m, datas, parsed, use_manifest=not trust_files)
-        if computed is not None:
-            cache_trees(src, m.commit, datas, computed)
-        result_tree = None if trust_files else m.result_tree
-        done = None if computed is None else _unchanged(m, ws, computed, result_tree)
-        if done is not None:
-            return done
+    if trees is None and len(ws.series) == n:  # (then the manifest's trees are not all known)
+        rows = check_series(src, m, datas, parsed, compare_trees=not trust_files)
+        applied = [r.tree for r in rows if r.tree is not None and r.status == "applies"]
+        if len(applied) == n:  # else a conflict
+            cache_trees(src, m.commit, datas, applied)
+            done = _unchanged(m, ws, applied, None if trust_files else m.result_tree)
+            if done is not None:
+                return done
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
@@ -400,10 +396,7 @@ def check_workspace(
     check_symlinks(m, parsed, symlinks_in(src, m.commit))
     changed = [e.file for e, b in zip(m.series, datas, strict=True) if sha256_bytes(b) != e.sha256]
     rows = check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
-    return PatchCheck(
-        upstream=m.name,
-        commit=m.commit,
-        applies=all(r.status == "applies" for r in rows),
-        changed_on_disk=[r.file for r in rows if r.changed_on_disk],
-        patches=list(rows),
-    )
+    applies = all(r.status == "applies" for r in rows)
+    flagged = [r.file for r in rows if r.changed_on_disk]
+    return PatchCheck(upstream=m.name, commit=m.commit, applies=applies, changed_on_disk=flagged,
+                      patches=rows)  # fmt: skip

@@ -294,9 +294,8 @@ def message_break(line: str) -> str | None:
 
 def stripspace(text: str) -> str:
     """git's `stripspace` (what am does to a message)."""
-    lines = [line.rstrip() for line in text.split("\n")]
     out: list[str] = []
-    for line in lines:
+    for line in (line.rstrip() for line in text.split("\n")):
         if line or (out and out[-1]):
             out.append(line)
     while out and not out[-1]:

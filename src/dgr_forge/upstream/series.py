@@ -8,7 +8,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -59,13 +59,13 @@ class CheckResult(Struct, frozen=True):
     changed_on_disk: Annotated[bool, d("its sha256 differs from the manifest")] = False
 
 
-def read_series(m: UpstreamManifest, forge: Forge | None = None) -> list[bytes]:
+def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
     datas: list[bytes] = []
     for entry in m.series:
         data = read_patch(m, entry)
         actual = sha256_bytes(data)
         if actual != entry.sha256:
-            shown = forge.rel(m.patch_path(entry)) if forge else f"{m.patches_dir_rel}/{entry.file}"
+            shown = forge.rel(m.patch_path(entry))
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
                 hint=f"restore the file (`git checkout -- {shown}`), or run `dgr-forge export` "
@@ -179,18 +179,13 @@ def check_symlinks(
 
 def symlinks_in(repo: Path, rev: str) -> set[str]:
     proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", rev)
-    links: set[str] = set()
-    for record in proc.stdout.split("\0"):
-        if record.startswith(SYMLINK_MODE + " "):
-            links.add(record.split("\t", 1)[1])
-    return links
+    records = proc.stdout.split("\0")
+    return {r.split("\t", 1)[1] for r in records if r.startswith(SYMLINK_MODE + " ")}
 
 
 def known_trees(m: UpstreamManifest) -> list[str] | None:
-    trees = [e.tree for e in m.series]
-    if any(t is None for t in trees):
-        return None
-    return [t for t in trees if t is not None]
+    trees = [e.tree for e in m.series if e.tree is not None]
+    return trees if len(trees) == len(m.series) else None
 
 
 @contextmanager
@@ -207,26 +202,21 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
     if info.is_file():
         for line in info.read_bytes().splitlines():
             if line.strip() and not line.startswith(b"#"):
-                alt = Path(os.fsdecode(_unquoted(line.strip())))
+                # C-quoted when it starts with `"` (else, or when the quoting is bad, as it is)
+                line = line.strip()
+                with suppress(patchfile.PatchSyntaxError):
+                    line = patchfile.unquote(line)
+                alt = Path(os.fsdecode(line))
                 alternates.append(str(alt if alt.is_absolute() else (objects / alt).resolve()))
     with scratch_dir(tmp_root or common / "dgr-tmp", "dgr-scratch-") as tmp:
-        (Path(tmp) / "objects").mkdir()
+        (tmp / "objects").mkdir()
         env = {
-            "GIT_INDEX_FILE": str(Path(tmp) / "index"),
-            "GIT_OBJECT_DIRECTORY": str(Path(tmp) / "objects"),
+            "GIT_INDEX_FILE": str(tmp / "index"),
+            "GIT_OBJECT_DIRECTORY": str(tmp / "objects"),
             "GIT_ALTERNATE_OBJECT_DIRECTORIES": os.pathsep.join(map(_c_quoted, alternates)),
         }
         git(repo, "read-tree", "--end-of-options", rev, env=env)
         yield env
-
-
-def _unquoted(line: bytes) -> bytes:
-    """An alternates line as git reads it: C-quoted when it starts with `"` (else, or when
-    the quoting is bad, as it is)."""
-    try:
-        return patchfile.unquote(line)
-    except patchfile.PatchSyntaxError:
-        return line
 
 
 def _c_quoted(path: str) -> str:
@@ -257,7 +247,7 @@ def conflicting_hunks(
             text = b"".join(f.header) + (b"".join(f.hunks[i].lines) if i is not None else b"")
             proc = git(
                 repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
-                check=False,
+                check=False
             )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:
@@ -294,32 +284,13 @@ def check_series(
             status = "applies"
             if tree is None:
                 conflicts, status = tuple(conflicting_hunks(repo, p, env)), "conflict"
-            else:
-                # the first patch whose result differs is the one reported (an edited
-                # file, say); the ones after it cannot be judged against the manifest
-                if compare_trees and entry.tree is not None and tree != entry.tree:
-                    status = "tree-mismatch"
+            # the first patch whose result differs is the one reported (an edited file,
+            # say); the ones after it cannot be judged against the manifest
+            elif compare_trees and entry.tree is not None and tree != entry.tree:
+                status = "tree-mismatch"
             results.append(CheckResult(entry.file, status, tree, conflicts, entry.tree, flagged))
             blocked = status != "applies"
     return results
-
-
-def expected_trees(
-    repo: Path,
-    m: UpstreamManifest,
-    datas: Sequence[bytes],
-    parsed: Sequence[patchfile.ParsedPatch],
-    *,
-    use_manifest: bool = True,
-) -> list[str] | None:
-    """Per-patch trees: the manifest's, else computed on a scratch index (None: a conflict)."""
-    trees = known_trees(m) if use_manifest else None
-    if trees is not None:
-        return trees
-    results = check_series(repo, m, datas, parsed, compare_trees=use_manifest)
-    if any(r.status != "applies" for r in results):
-        return None
-    return [r.tree for r in results if r.tree is not None]
 
 
 # Per-patch trees the manifest does not record, computed once (a scratch apply costs two
@@ -358,12 +329,10 @@ def write_cache(src: Path, name: str, cache: ScratchCache) -> None:
     if not (src / ".git").is_dir():
         return
     path = src / ".git" / name
-    try:
+    with suppress(OSError):  # a cache: a read-only workspace computes it again next time
         path.parent.mkdir(exist_ok=True)
         text = msgspec.json.format(msgspec.json.encode(cache), indent=1)
         atomic_write_text(path, text.decode() + "\n")
-    except OSError:
-        pass  # a cache: a read-only workspace computes it again next time
 
 
 class _TreeCache(ScratchCache):

@@ -74,12 +74,8 @@ class Drift(Struct, frozen=True):
         if self.pin_moved:
             old, new = self.pin_moved
             parts.append(f"the pin moved from {old[:12]} to {new[:12]}")
-        for label, files in (
-            ("added", self.added),
-            ("changed", self.changed),
-            ("removed", self.removed),
-        ):
-            if files:
+        for label in ("added", "changed", "removed"):
+            if files := getattr(self, label):
                 parts.append(f"{label}: {', '.join(files)}")
         if self.unknown:
             parts.append("this workspace has no record of the series it was patched from")
@@ -114,17 +110,9 @@ def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
 
 def record(src: Path, base: SeriesBase) -> None:
     """`base` recorded for `src`, written only when it differs (a no-op `patch` stays cheap)."""
-    if not (src / ".git").is_dir():
-        return
     text = msgspec.json.format(msgspec.json.encode(base), indent=1).decode() + "\n"
-    path = _path(src)
-    try:
-        if path.read_text(encoding="utf-8") == text:
-            return
-    except OSError:
-        pass
-    path.parent.mkdir(exist_ok=True)
-    atomic_write_text(path, text)
+    if (src / ".git").is_dir() and text_of(src) != text:
+        restore_text(src, text)
 
 
 def text_of(src: Path) -> str | None:
@@ -142,10 +130,8 @@ def restore_text(src: Path, text: str | None) -> None:
         atomic_write_text(_path(src), text)
 
 
-def drift(base: SeriesBase | None, m: UpstreamManifest) -> Drift:
-    if base is None:
-        return Drift((), (), (), None, unknown=True)
-    now = {f: s for f, s in ((e.file, e.sha256) for e in m.series)}
+def drift(base: SeriesBase, m: UpstreamManifest) -> Drift:
+    now = {e.file: e.sha256 for e in m.series}
     was = dict(base.series)
     added = tuple(f for f in now if f not in was)
     removed = tuple(f for f in was if f not in now)
@@ -184,11 +170,8 @@ def harmful(
 
 
 def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) -> NeedsHuman:
-    why = (
-        " (it changed while this export waited for the root lock: another workspace exported)"
-        if waited
-        else ""
-    )
+    why = " (it changed while this export waited for the root lock: another workspace exported)"
+    why = why if waited else ""
     return NeedsHuman(
         f"the series on disk is not the one this workspace was patched from{why}: "
         f"{d.describe()}; exporting would undo those patches",
@@ -241,10 +224,9 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
     as one binary patch under logs/ before `by` discards them; None when nothing changed.
     Built in a copy of the index: the real one (a stopped cherry-pick's) is left as it is."""
     base = gitutil.rev_parse(src, head) if head else None
-    gitdir = src / ".git"
-    tmp_index = gitdir / "dgr-save.index"
-    if (gitdir / "index").exists():
-        shutil.copyfile(gitdir / "index", tmp_index)
+    tmp_index = src / ".git" / "dgr-save.index"
+    if (src / ".git" / "index").exists():
+        shutil.copyfile(src / ".git" / "index", tmp_index)
     else:
         tmp_index.unlink(missing_ok=True)
     env = {"GIT_INDEX_FILE": str(tmp_index)}
@@ -252,7 +234,7 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
         gitutil.git(src, "add", "-A", env=env)
         diff = gitutil.git(
             src, "diff", "--cached", "--binary", "--full-index", "--no-color", "--no-ext-diff",
-            base or EMPTY_TREE, "--", env=env, text=False,
+            base or EMPTY_TREE, "--", env=env, text=False
         )  # fmt: skip
     finally:
         tmp_index.unlink(missing_ok=True)

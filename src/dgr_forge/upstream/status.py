@@ -4,6 +4,7 @@ from one `workspace.inspect`. Read-only: takes no lock, changes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -84,23 +85,16 @@ def workspace_status(
     forge: Forge, m: UpstreamManifest, ws: Workspace, *, rebasing: bool = False
 ) -> UpstreamStatus:
     st = UpstreamStatus(
-        name=m.name,
-        url=mask(m.url),
-        commit=m.commit,
-        tree=m.tree,
-        src_dir=ws.src,
-        build_number=m.build_number,
-        present=ws.exists,
-    )
+        name=m.name, url=mask(m.url), commit=m.commit, tree=m.tree, src_dir=ws.src,
+        build_number=m.build_number, present=ws.exists
+    )  # fmt: skip
     if not st.present:
         return st
-    st.head = ws.head
-    st.local_changes = ws.changes
+    st.head, st.local_changes, st.shallow = ws.head, ws.changes, ws.shallow
     from dgr_forge.upstream.trees import forge_written  # the presets `build` lets through
 
     # what `build` refuses beyond git's changes, from the walk that measured the workspace
     st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
-    st.shallow = ws.shallow
     st.interrupted = bool(ws.journals)
     st.pin_tree = pin_tree(ws, m.commit)
     if st.pin_tree is not None and FETCH_JOURNAL in ws.journals:
@@ -182,27 +176,19 @@ def _applied_prefix(
     ws: Workspace,
     changed: list[bool],
     checks: list[CheckResult | None],
-    cached: list[str | None],
+    cached: Sequence[str | None],
 ) -> int:
-    applied = 0
-    if ws.base == m.commit:
-        for i, commit in enumerate(ws.series[: len(m.series)]):
-            check = checks[i]
-            computed = check.tree if check else cached[i]
-            expected = m.series[i].tree or (None if changed[i] else computed)
-            if commit.tree != expected:
-                break
-            applied = i + 1
-    return applied
+    if ws.base != m.commit:
+        return 0
+    for i, commit in enumerate(ws.series[: len(m.series)]):
+        computed = check.tree if (check := checks[i]) else cached[i]
+        if commit.tree != (m.series[i].tree or (None if changed[i] else computed)):
+            return i
+    return min(len(ws.series), len(m.series))
 
 
 def series_status(
-    forge: Forge,
-    m: UpstreamManifest,
-    ws: Workspace,
-    *,
-    have_pin: bool,
-    rebasing: bool = False,
+    forge: Forge, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
 ) -> SeriesStatus:
     """Per-patch state; the series is tried on a scratch index only when it is not all
     applied (pending or conflicting?). Mid-rebase, as the rebase's own state says."""
@@ -225,9 +211,7 @@ def series_status(
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
     checks: list[CheckResult | None] = [None] * len(m.series)
     problem = ""
-    cached: list[str | None] = [None] * len(datas)
-    if ws.exists:
-        cached = cached_trees(ws.src, m.commit, datas)
+    cached = cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
     applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     if have_pin and applied_prefix < len(m.series):
         try:
@@ -262,21 +246,22 @@ def series_status(
     )
 
 
-def _rebase_state(forge: Forge) -> RebaseState | None:
-    """The rebase's state file (its package imported only now: ~25 ms); None: unreadable."""
+def _rebase_state(forge: Forge) -> tuple[RebaseState | None, bool]:
+    """The rebase's state file (its package imported only now: ~25 ms; None: unreadable)
+    and whether it stopped on a conflict."""
     from dgr_forge.upstream.rebase.state import load_rebase_state
 
     try:
-        return load_rebase_state(forge)
+        state = load_rebase_state(forge)
     except BadInput:
-        return None
+        return None, False
+    return state, state is not None and (state.phase == "conflict" or state.conflict is not None)
 
 
 def _rebase_states(forge: Forge) -> list[PatchState] | None:
-    state = _rebase_state(forge)
+    state, stopped = _rebase_state(forge)
     if state is None:
         return None
-    stopped = state.phase == "conflict" or state.conflict is not None
     states = []
     for i, step in enumerate(state.patches):
         if i < state.next:
@@ -305,11 +290,10 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     path = forge.rebase_state
     if not path.exists():
         return None
-    state = _rebase_state(forge)
+    state, stopped = _rebase_state(forge)
     if state is None:
         return RebaseProgress(state=str(path))
     steps, nxt = state.patches, state.next
-    stopped = state.conflict is not None or state.phase == "conflict"
     return RebaseProgress(
         state=str(path),
         onto=state.onto,

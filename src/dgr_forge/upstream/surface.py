@@ -100,13 +100,8 @@ def _tokens(text: str) -> list[str]:
             lines.append("")
             continue
         lines.append(line)
-    out: list[str] = []
-    for m in _token().finditer("\n".join(lines)):
-        kind = m.lastgroup
-        if kind in ("ws", "comment"):
-            continue
-        out.append('"..."' if kind == "str" else m.group())
-    return out
+    found = [m for m in _token().finditer("\n".join(lines)) if m.lastgroup not in ("ws", "comment")]
+    return ['"..."' if m.lastgroup == "str" else m.group() for m in found]
 
 
 def _balanced(toks: list[str], i: int) -> int:
@@ -272,9 +267,8 @@ def declarations(text: str) -> dict[str, str]:
             stmt = []
             i += 1
             if scopes[-1] is None:  # an anonymous struct or union: its members are not names
-                depth_end = end
                 scopes.pop()
-                i = depth_end
+                i = end
             continue
         if t == "}":
             if scopes:
@@ -300,7 +294,7 @@ def qualified_name(demangled: str) -> str:
     name = demangled
     for prefix in (
         "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
-        "non-virtual thunk to ", "virtual thunk to ", "guard variable for ",
+        "non-virtual thunk to ", "virtual thunk to ", "guard variable for "
     ):  # fmt: skip
         if name.startswith(prefix):
             name = name[len(prefix) :]

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from msgspec import Struct
-
 from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import Details, OperationFailed
 from dgr_forge.core.output import ProgressSink, Reporter
@@ -128,25 +126,23 @@ def server_words(stderr: str) -> str:
 def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
     out.step(f"fetching {name} {commit[:12]} from {mask(url)}")
-    shallow = _run_fetch(src, out, url, ["--depth=1", "--", url, commit])
-    if shallow.returncode == 0:
+    rc, stderr = _run_fetch(src, out, url, ["--depth=1", "--", url, commit])
+    if rc == 0:
         return "shallow"
-    cause = diagnose(shallow.stderr)
-    if cause not in CAN_RETRY:
-        full = shallow  # a full fetch would fail the same way (and move more bytes)
-    else:
+    cause = diagnose(stderr)
+    if cause in CAN_RETRY:  # else a full fetch would fail the same way (and move more bytes)
         said = "refused" if cause == "refused" else "failed"
         out.info(
             f"the server {said} a depth-1 fetch of the commit "
-            f"({last_error(shallow.stderr)}); fetching all branches and tags instead"
+            f"({last_error(stderr)}); fetching all branches and tags instead"
         )
         args = ["--", url, *UPSTREAM_REFS]
         if (src / ".git" / "shallow").exists():
             args.insert(0, "--unshallow")
-        full = _run_fetch(src, out, url, args)
-        cause = diagnose(full.stderr)
-    if full.returncode != 0:
-        raise fetch_failed(name, url, full.stderr, cause)
+        rc, stderr = _run_fetch(src, out, url, args)
+        cause = diagnose(stderr)
+    if rc != 0:
+        raise fetch_failed(name, url, stderr, cause)
     if gitutil.rev_parse(src, commit) != commit:
         raise OperationFailed(
             f"commit {commit} not found at {mask(url)}",
@@ -161,21 +157,14 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
     """The error for a failed fetch of `what`, its fix fitted to the (`diagnose`d) cause."""
     cause = cause or diagnose(stderr)
     details: Details = {"url": mask(url), "cause": cause, "git_stderr": shown(stderr[-4000:])}
+    said = last_error(stderr)
     if cause == "server-abort":
-        words = server_words(stderr)
-        details["server_said"] = words
-        return OperationFailed(
-            f"fetching {what} from {mask(url)} failed: the server aborted the transfer "
-            f"(missing objects or corrupt on its side): {words}",
-            hint=_HINT_SERVER.format(url=mask(url)),
-            details=details,
-        )
-    hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY}
+        words = details["server_said"] = server_words(stderr)
+        said = f"the server aborted the transfer (missing objects or corrupt on its side): {words}"
+    hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY, "server-abort": _HINT_SERVER}
     hint = hints.get(cause, _HINT_OTHER).format(url=mask(url))
     return OperationFailed(
-        f"fetching {what} from {mask(url)} failed: {last_error(stderr)}",
-        hint=hint,
-        details=details,
+        f"fetching {what} from {mask(url)} failed: {said}", hint=hint, details=details
     )
 
 
@@ -187,13 +176,8 @@ def last_error(stderr: str) -> str:
     return (errors or lines or ["no output"])[-1]
 
 
-class _FetchRun(Struct):
-    returncode: int
-    stderr: str
-
-
-def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun:
-    """`git fetch --progress ...`, its progress lines turned into Reporter progress."""
+def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int, str]:
+    """`git fetch --progress ...`'s exit code and kept lines, its progress shown as `out`'s."""
     cmd = ["git"]
     # fetch.unpackLimit=1: objects always arrive as one pack, which git publishes (its
     # .idx) only when complete, so a killed fetch never leaves a commit without its trees
@@ -218,7 +202,7 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> _FetchRun
         size = str(tasks.get("size", ""))
         amount = f"{size.split(' |')[0]} " if size else ""
         out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
-    return _FetchRun(rc, "\n".join(kept[-50:]))
+    return rc, "\n".join(kept[-50:])
 
 
 def _progress_line(

@@ -20,7 +20,7 @@ USER_PRESETS_STUB = f'{{\n  "version": 4,\n  "include": ["{OWN_PRESETS}"]\n}}\n'
 _PRESET_KEYS = {"version", "cmakeMinimumRequired", "configurePresets", "buildPresets"}
 _CONFIGURE_KEYS = {
     "name", "displayName", "description", "generator", "binaryDir", "cacheVariables",
-    "toolchainFile",
+    "toolchainFile"
 }  # fmt: skip
 _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
@@ -36,15 +36,12 @@ def changes(src: Path, *, refresh: bool = False) -> list[str]:
         env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
     )  # fmt: skip
     out = []
-    fields = proc.stdout.split("\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
+    fields = iter(proc.stdout.split("\0"))
+    for entry in fields:
         if not entry:
             continue
         if entry[0] in "RC":  # a rename's original path follows in its own field
-            i += 1
+            next(fields, None)
         if entry[:3] == "!! " and forge_written(src, entry[3:]):
             continue
         out.append(entry)

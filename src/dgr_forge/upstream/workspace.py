@@ -6,6 +6,7 @@ repository (journals, pin ref, identity); and the clean-up of what a killed git 
 from __future__ import annotations
 
 import shutil
+from contextlib import suppress
 from pathlib import Path
 
 import msgspec
@@ -13,8 +14,10 @@ from msgspec import Struct, field
 from msgspec.structs import replace
 
 from dgr_forge.core import gitutil
-from dgr_forge.core.errors import NeedsHuman
+from dgr_forge.core.errors import ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
+from dgr_forge.core.fsutil import read_regular
+from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import series_base
 
 PIN_REF = "refs/dgr/pin"  # the pin fetch last checked out (upstream, not the forge's)
@@ -91,23 +94,17 @@ class Workspace(Struct):
 def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
     """Why the transfer failed, kept in the fetch journal (masked, one line): `status` says
     the fetch failed and why, not that it was interrupted."""
-    from dgr_forge.core.urls import mask_text
-
     line = " ".join(mask_text(cause).split())[:2000]
     (gitdir / FETCH_JOURNAL).write_text(f"{commit}\nfailed: {line}\n", encoding="utf-8")
 
 
 def fetch_failure(src: Path) -> str | None:
-    from dgr_forge.core.errors import ForgeError
-    from dgr_forge.core.fsutil import read_regular
-
     journal = git_dir(src) / FETCH_JOURNAL
     try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
         data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
     except (ForgeError, OSError):
         return None
-    text = data.decode("utf-8", "replace")
-    for line in text.splitlines()[1:]:
+    for line in data.decode("utf-8", "replace").splitlines()[1:]:
         if line.startswith("failed: "):
             return line.removeprefix("failed: ").strip() or "(no cause recorded)"
     return None
@@ -115,9 +112,7 @@ def fetch_failure(src: Path) -> str | None:
 
 def git_dir(src: Path) -> Path:
     dot = src / ".git"
-    if dot.is_dir():
-        return dot
-    return Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
+    return dot if dot.is_dir() else Path(gitutil.out(src, "rev-parse", "--absolute-git-dir"))
 
 
 def operation_in_progress(src: Path) -> str | None:
@@ -173,11 +168,8 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
     changes: list[LocalChange] = []
     lines: list[str] = []
     ignored: list[str] = []
-    fields = proc.stdout.split("\0")
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
+    fields = iter(proc.stdout.split("\0"))
+    for entry in fields:
         if entry.startswith("# branch.oid "):
             oid = entry.split(" ", 2)[2]
             head = oid if gitutil.HEX40.fullmatch(oid) else None
@@ -189,9 +181,8 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
         elif entry.startswith("2 "):
             parts = entry.split(" ", 9)
             changes.append(LocalChange(parts[9], "renamed"))
-            orig = fields[i] if i < len(fields) else ""
+            orig = next(fields, "")  # the original path follows in its own field
             lines.append(f"{parts[1].replace('.', ' ')} {orig} -> {parts[9]}")
-            i += 1  # the original path follows in its own field
         elif entry.startswith("u "):
             path = entry.split(" ", 10)[10]
             changes.append(LocalChange(path, "unmerged"))
@@ -256,7 +247,6 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    head = ws.head
     i = 0
     while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
         i += 1
@@ -272,7 +262,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
         ws.base = rest[0].commit
     else:
-        ws.base = head  # unknown history (no fetch recorded it): fetch decides
+        ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
 
 
@@ -282,7 +272,7 @@ def pin_tree(ws: Workspace, pin: str) -> str | None:
         return found
     proc = gitutil.git(
         ws.src, "rev-parse", "--verify", "--quiet", f"{pin}^{{tree}}", check=False,
-        env=READ_ONLY_ENV,
+        env=READ_ONLY_ENV
     )  # fmt: skip
     return proc.stdout.strip() if proc.returncode == 0 else None
 
@@ -292,7 +282,7 @@ def connected(src: Path, commit: str) -> bool:
     killed fetch can leave neither. Costs a walk of one tree: run it only when unsure."""
     proc = gitutil.git(
         src, "rev-list", "--objects", "--quiet", "--max-count=1", commit, "--",
-        check=False, env=READ_ONLY_ENV,
+        check=False, env=READ_ONLY_ENV
     )  # fmt: skip
     return proc.returncode == 0
 
@@ -314,11 +304,9 @@ def remove_git_leftovers(gitdir: Path) -> None:
             for sibling in pack.parent.glob(pack.stem + ".*"):
                 sibling.unlink(missing_ok=True)
     for keep in objects.glob("pack/pack-*.keep"):
-        try:
+        with suppress(OSError):
             if keep.read_text().startswith("fetch-pack"):  # fetch's own, only kept mid-fetch
                 keep.unlink()
-        except OSError:
-            pass
 
 
 def remove_partial_objects(gitdir: Path) -> None:
