@@ -116,8 +116,7 @@ def build(
     results: list[LaneResult] = []
     # the workspace exists now (the caller holds its lock): the base directories (and the
     # sccache server's socket) of a first build are those of every later one
-    ctx = BuildContext(forge, m, out, opts, doctor, signing)  # the manifest digest: as loaded
-    ctx.after_fetch = after_fetch
+    ctx = BuildContext(forge, m, out, opts, doctor, signing, after_fetch)  # the manifest: as loaded
     with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:

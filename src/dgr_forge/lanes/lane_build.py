@@ -1,12 +1,7 @@
 """One lane of a `build`: observe, decide (`lanes.decision`), run the steps (`lanes.steps`).
 
-`LaneBuilder` observes what is there (`observe`: the configure digest, the tree, the
-build directory, the programs configure resolved, the artifacts and key where the
-decision can use them), takes the one decision (reuse, compile, reconfigure, rebuild,
-refuse, with its reason) and runs the steps it asks for: patch, configure, compile,
-collect, sign. Each transition of the lane's state is written to state.json once; a
-refusal in a phase records the lane failed in that phase.
-"""
+Each transition of the lane's state is written to state.json once; a refusal in a phase
+records the lane failed in that phase."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
@@ -106,35 +102,24 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     )
 
 
-def _worker_at(spec: worker.WorkerSpec) -> bool:
-    """A git worker checkout is there, at its commit, clean (a deleted one is fetched
-    again, an edited one refused by the build)."""
-    src = spec.source_dir
-    if not (src / ".git").exists() or gitutil.rev_parse(src, "HEAD") != spec.commit:
-        return False
-    return not _changes(src)
-
-
+@dataclass
 class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
 
-    def __init__(
-        self,
-        forge: Forge,
-        m: UpstreamManifest,
-        out: Reporter,
-        opts: BuildOptions,
-        doctor: Doctor,
-        signing: SigningKey | None = None,
-    ) -> None:
-        self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
-        self.signing = signing or SigningKey(opts.key, opts.sign, out)
-        self.patched: PatchedTree | None = None
+    forge: Forge
+    m: UpstreamManifest
+    out: Reporter
+    opts: BuildOptions
+    doctor: Doctor
+    signing: SigningKey
+    after_fetch: list[str]  # warnings that only make sense once fetched
+    patched: PatchedTree | None = None
+    cache: cache_session.CacheSession | None = None  # the build's cache session
+
+    def __post_init__(self) -> None:
         # the manifest's bytes when the build starts (under the lock, after any build-number
         # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
-        self.manifest_sha256 = sha256_bytes(read_raw(m.path))  # bounded, as it was loaded
-        self.cache: cache_session.CacheSession | None = None  # the build's cache session
-        self.after_fetch: list[str] = []  # warnings that only make sense once fetched
+        self.manifest_sha256 = sha256_bytes(read_raw(self.m.path))  # bounded, as loaded
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
@@ -158,8 +143,7 @@ class BuildContext:
 
 
 class Configuration(Struct, frozen=True):
-    """What configure is given: the tree's head and epoch, the launcher switches and
-    build-info variables found at that head, the arguments and their digest."""
+    """What configure is given; the switches and build-info variables found at `head`."""
 
     head: str
     epoch: int
@@ -180,12 +164,20 @@ def observe(
     loaded only where the decision can use them (a no-op build stays cheap)."""
     up, spec = plan.upstream_dir, plan.spec
     head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
+    # a git worker checkout at its commit, clean (a deleted one is fetched again, an
+    # edited one refused by the build)
+    src = spec.source_dir if spec else up
+    worker_at = not (spec and spec.url) or (
+        (src / ".git").exists()
+        and gitutil.rev_parse(src, "HEAD") == spec.commit
+        and not _changes(src)
+    )
     now = decision.Snapshot(
         configure_digest=digest,
         build_files=all((plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")),
         upstream_head=head,
         upstream_clean=head is not None and head == state.head_commit and not _changes(up),
-        worker_at=not (spec and spec.url and not _worker_at(spec)),
+        worker_at=worker_at,
         moved=tuple(str(p) for p in truth.moved_inputs(plan, ctx.m, snap, ctx.manifest_sha256)),
         programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
     )
@@ -325,7 +317,15 @@ class LaneBuilder:
         options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, m.commit)
         given = options.taken_as_given(plan.upstream_dir)
         if "LLAMA_BUILD_NUMBER" in given and m.build_number is None:
-            raise _unknown_build_number(self.forge, m)
+            raise BadInput(
+                f"{self.forge.rel(m.path)}: [upstream] build_number is missing, and upstream "
+                f"{m.name} compiles its build number in (LLAMA_BUILD_NUMBER): the binaries "
+                "would claim the count of this workspace's history instead of the upstream's",
+                hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to "
+                f"count and record it, or set it to `git rev-list --count {m.commit}` of a full "
+                "clone",
+                details={"file": self.forge.rel(m.path), "key": "upstream.build_number"},
+            )
         switches = launcher_switches(plan.upstream_dir)
         self.conf = self._configuration(patched.head_commit, epoch, switches, given)
 
@@ -368,8 +368,7 @@ class LaneBuilder:
         return env
 
     def cmake_command(self) -> list[str]:
-        """The configure command: the plan's arguments, and the upstream head a worker
-        project is built against."""
+        """The plan's arguments, and the upstream head a worker project is built against."""
         head = [f"-DDGR_UPSTREAM_HEAD={self.conf.head}"] if self.plan.spec else []
         return [self.plan.cmake, *self.conf.args, *head]
 
@@ -393,11 +392,15 @@ class LaneBuilder:
         with self._failing("configure"):  # not configured: the next run re-checks
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
             truth.check_launchers(plan)
-        # hashed while Ninja runs; stamps shared through the forge's cache directory
+        # hashed while Ninja runs; stamps shared through the forge's cache directory,
+        # `<DGR_CACHE_DIR or <workspace>/cache>/programs` (an unusable one keeps none)
+        try:
+            base = cache_mod.cache_dir(os.environ, self.forge.workspace)
+        except BadInput:
+            base = None
+        host = base / "programs" if base is not None else None
         drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
-        self.hashing = programs.start(
-            plan.build_dir, plan.launcher, _program_stamps(self.forge), drivers
-        )
+        self.hashing = programs.start(plan.build_dir, plan.launcher, host, drivers)
         at = datetime.now(UTC).isoformat()
         self._record(
             decision.configured(
@@ -571,24 +574,3 @@ def _prune_reports(forge: Forge, lane: str, report: Path) -> None:
     if named is not None:  # a certification unread: nothing may go
         names, digests = named
         reports.prune(forge, lane, names | {report.name}, digests)
-
-
-def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
-    return BadInput(
-        f"{forge.rel(m.path)}: [upstream] build_number is missing, and upstream {m.name} "
-        f"compiles its build number in (LLAMA_BUILD_NUMBER): the binaries would claim the "
-        "count of this workspace's history instead of the upstream's",
-        hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to count "
-        f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
-        details={"file": forge.rel(m.path), "key": "upstream.build_number"},
-    )
-
-
-def _program_stamps(forge: Forge) -> Path | None:
-    """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
-    programs` (a cache: an unusable place keeps none, the build hashes again)."""
-    try:
-        base = cache_mod.cache_dir(os.environ, forge.workspace)
-    except BadInput:
-        return None
-    return base / "programs" if base is not None else None
