@@ -236,12 +236,8 @@ def presets(
         if not env.options.json:
             env.out.document(json.dumps(data, indent=2) + "\n")
         return presets_mod.Presets(path=None, presets=names, content=data)
-    where = {"worker_override": worker is not None}
-    change = (
-        presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
-        if data is None
-        else presets_mod.plan_write(env.forge, data, out_path, m, spec, **where)
-    )
+    override = worker is not None
+    change = presets_mod.plan_change(env.forge, data, out_path, m, spec, worker_override=override)
     diff = change.diff()
     if dry_run:
         if not env.options.json:

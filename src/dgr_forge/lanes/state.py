@@ -1,13 +1,10 @@
 """`<workspace>/state.json`: what the forge remembers per lane (never authoritative).
 
-A missing or unreadable file is an empty state: the next build configures again. The
-typed `LaneState` is the one shape `build`, `lanes` and `status` read and write.
-
-A last build's paths (report, logs, artifacts, byproducts) are all the workspace's; the
-file keeps them relative to it, so a workspace copied or moved (`cp -a`, `mv`) shows its
-own copy of its last build, never the files of the one it was copied from. In memory they
-are absolute. A path that is not the workspace's (an absolute one another workspace wrote,
-schema 1, or a hand-edited `..`) makes that last build another workspace's: not built here.
+A missing or unreadable file is an empty state: the next build configures again. A last
+build's paths are kept relative to the workspace, so a workspace copied or moved shows its
+own copy of its last build (in memory they are absolute). A path that is not the
+workspace's (schema 1's absolute ones, a hand-edited `..`) makes that last build another
+workspace's: not built here.
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ class Artifact(Struct, kw_only=True):
 
 
 class LastBuild(Struct, omit_defaults=True):
-    """A lane's last build as state.json keeps it; read by `structs.lenient`: a field that
-    does not decode as its type is its default, a build without its time, log or result
-    (or with one of the wrong type) is none."""
+    """A lane's last build; read by `structs.lenient` (one without a well-typed time, log
+    or result is none)."""
 
     time: str
     result: str  # ok | failed
@@ -72,7 +68,7 @@ class LastBuild(Struct, omit_defaults=True):
 
     def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
         """This last build with `move` applied to each of its paths; None when `move`
-        refuses one (it names a file that is not the workspace's)."""
+        refuses one."""
         moved: dict[str, str | None] = {}
 
         def to(path: str) -> str:
@@ -93,7 +89,6 @@ class LastBuild(Struct, omit_defaults=True):
 
 
 def stored_path(workspace: Path, path: str) -> str:
-    """A path as state.json keeps it: relative to the workspace when inside it."""
     try:
         return PurePosixPath(Path(path).relative_to(workspace)).as_posix()
     except ValueError:
@@ -101,8 +96,7 @@ def stored_path(workspace: Path, path: str) -> str:
 
 
 def loaded_path(workspace: Path, path: str) -> str | None:
-    """A path state.json keeps, absolute again; None when it is not this workspace's (an
-    absolute path elsewhere, a `..`, a NUL: another workspace's or hand-edited)."""
+    """A path state.json keeps, absolute again; None when it is not this workspace's."""
     if "\0" in path or ".." in PurePosixPath(path).parts:
         return None
     if PurePosixPath(path).is_absolute():
@@ -118,10 +112,8 @@ class Loaded(NamedTuple):
 
 
 class LaneState(Struct, omit_defaults=True):
-    """A lane's entry in state.json, read by `structs.lenient` (the rule: a field whose
-    value does not decode as its type is its default, so a damaged entry costs a
-    reconfigure, never a crash); the programs and input stamps keep only their well-formed
-    entries."""
+    """A lane's entry in state.json, read by `structs.lenient` (a field that does not decode
+    is its default: a damaged entry costs a reconfigure, never a crash)."""
 
     inputs_digest: str | None = None
     head_commit: str | None = None
@@ -156,8 +148,7 @@ class LaneState(Struct, omit_defaults=True):
         return state
 
     def stored(self) -> dict[str, Any]:
-        """The entry as state.json holds it: empty fields left out, the last build's
-        public keys apart from the evidence a reuse checks."""
+        """The last build's public keys apart from the evidence a reuse checks."""
         data = dict(msgspec.to_builtins(self))
         last = data.pop("last_build", None)
         if last is not None:
@@ -170,7 +161,6 @@ T = TypeVar("T", bound=Struct)
 
 
 def _entries(cls: type[T], data: Any) -> dict[str, T]:
-    """Each entry of a mapping that decodes as `cls`; the others dropped."""
     out = {}
     for key, value in data.items() if isinstance(data, dict) else ():
         try:
@@ -181,8 +171,8 @@ def _entries(cls: type[T], data: Any) -> dict[str, T]:
 
 
 def load_lanes_state(forge: Forge) -> dict[str, Any]:
-    """The raw state (`{"schema": 1, "lanes": {lane: {...}}}`); bad or missing is empty;
-    one another user may write is refused (exit 2), never trusted."""
+    """The raw state; bad or missing is empty; one another user may write is refused
+    (exit 2), never trusted."""
     refuse_shared(forge.workspace, "workspace")
     refuse_shared(forge.state_file, "state file")
     try:
@@ -197,7 +187,6 @@ def load_lanes_state(forge: Forge) -> dict[str, Any]:
 
 
 def loaded(forge: Forge, entry: Any) -> Loaded:
-    """One lane's entry as read from the file, its paths this workspace's again."""
     state = LaneState.from_dict(entry)
     last = state.last_build
     if last is None:
