@@ -1,8 +1,5 @@
-"""`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane.
-
-Everything that can refuse does so before the workspace is touched; then each lane is a
-`LaneBuilder` (`lanes.lane_build`), whose decision (`lanes.decision`) says what runs.
-"""
+"""`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane;
+everything that can refuse does so before the workspace is touched."""
 
 from __future__ import annotations
 
@@ -63,9 +60,6 @@ class BuildResult(Form, kw_only=True):
         return next((r for r in self.lanes if r.status == "failed"), None)
 
 
-# ----------------------------------------------------------------------------- the command
-
-
 def build(
     forge: Forge,
     out: Reporter,
@@ -75,18 +69,15 @@ def build(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
 ) -> BuildResult:
-    """Build each lane `opts` asks for. The caller holds the workspace lock, and loaded
-    the manifest, recipes, host probes and worker under it: what is built is what is
-    signed."""
+    """The caller holds the workspace lock, and loaded the manifest, recipes, host probes
+    and worker under it: what is built is what is signed."""
     selected = select(recipes, list(opts.lanes))
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
-    for name in ("cmake", "ninja"):
-        if not doctor.tool(name).found:
+    for t in (doctor.tool("cmake"), doctor.tool("ninja")):
+        if not t.found:
             refuse_unbuildable(
                 [
-                    LaneCheck(
-                        r.name, r.lane.backend, False, [doctor.tool(name)], True, r.lane.host_os
-                    )
+                    LaneCheck(r.name, r.lane.backend, False, [t], True, r.lane.host_os)
                     for r in selected
                 ]
             )

@@ -1,14 +1,9 @@
 """`check`: the CI gate for changes to the pin or the series (DESIGN.md, `check`).
 
-From nothing but the committed inputs: a fresh scratch workspace (a temp dir), fetch the
-pin, apply the patch files exactly as they are on disk (no fuzz), re-export the series
-with the one canonical exporter, and byte-compare the result with `patches/` and the
-manifest. Any difference fails (exit 1) with a unified diff, so a hand-edited patch, a
-stale hash or tree, or a non-canonical file cannot be merged.
-
-Then every `GGML_*`/`LLAMA_*` option a recipe passes must still be declared by the
-upstream at the pin (`option(`, `cmake_dependent_option(`, `set(... CACHE`): an upstream
-rename would otherwise be silently ignored by CMake and build the wrong thing.
+In a scratch workspace: fetch the pin, apply the patch files exactly as they are on disk,
+re-export the series and byte-compare the result with `patches/` and the manifest, so a
+hand-edited patch, a stale hash or a non-canonical file cannot be merged. Then every option
+a recipe passes must still be declared upstream: CMake would silently ignore a rename.
 """
 
 from __future__ import annotations
@@ -76,8 +71,7 @@ class Check(Form, kw_only=True):
 
     @property
     def exit_code(self) -> ExitCode:
-        """1 when not clean; 2 when the series reproduces and a recipe passes a deprecated
-        alias (the recipe must change)."""
+        """2 when the series reproduces and a recipe passes a deprecated alias."""
         if self.ok:
             return ExitCode.OK
         deprecated = any(p.deprecated for p in self.option_problems)
@@ -88,9 +82,9 @@ class Check(Form, kw_only=True):
 
 
 def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
-    """A copy of the inputs whose manifest takes the patch files as they are on disk (their
-    actual hashes, no per-patch or result trees): we want to see what they produce, and
-    compare that with what the manifest claims, not stop at the first mismatch."""
+    """A copy of the inputs whose manifest takes the patch files as they are on disk (no
+    per-patch or result trees): to compare what they produce with what the manifest
+    claims, not stop at the first mismatch."""
     root = tmp / "root"
     # read bounded, each once: the hashes written are of the bytes copied
     raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)
@@ -135,8 +129,7 @@ def check(
     mirror: str | None = None,
     offline: bool = False,
 ) -> Check:
-    """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
-    `recipes` pass."""
+    """The CI gate on the loaded manifest `m` and the options `recipes` pass."""
     fp = footprint.footprint(m)
     result = Check(commit=m.commit, footprint=fp)
     for line in footprint.lines(fp):
@@ -183,11 +176,8 @@ def check(
 
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = manifest.read_raw(m.path)  # bounded, as it was loaded
-        regenerated = manifest_edit.updated_text(
-            committed.decode("utf-8"),
-            rendered,
-            patched.result_tree,
-        ).encode("utf-8")
+        text = manifest_edit.updated_text(committed.decode("utf-8"), rendered, patched.result_tree)
+        regenerated = text.encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
             diff = _diff(rel, committed, regenerated)

@@ -33,10 +33,8 @@ if TYPE_CHECKING:
 def collect_artifacts(
     reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts (`cmake_api.shipped_artifacts`: the recipe's targets, else what
-    upstream installs, plus `extra`) named by their real file; symlinks to it (a shared
-    library's `libx.so` / `libx.so.1`) become its aliases, never subjects of their own.
-    Also each file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
+    """Shipped artifacts named by their real file (links to it become its aliases, never
+    subjects of their own), and each file's stat record as it was hashed."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
     for target, path in cmake_api.shipped_artifacts(reply, only, extra):
         real = path.resolve()
@@ -73,8 +71,8 @@ def tools(
     launcher: str | None,
     progs: dict[str, Program],
 ) -> tuple[list[Tool], dict[str, str]]:
-    """Toolchain versions (compilers from the File API, the rest from the probes) and the
-    placeholders that stand for their machine paths in the statement."""
+    """Toolchain versions and the placeholders that stand for their machine paths in the
+    statement."""
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
@@ -96,8 +94,8 @@ def tools(
 
 
 def _probed_version(path: str) -> str:
-    """A program's version when CMake gives none (its ASM compiler: no id, no version):
-    its own `--version`, else why there is none. A report never has an empty version."""
+    """A program's version when CMake gives none: its own `--version`, else why there is
+    none (a report never has an empty version)."""
     from dgr_forge.lanes.programs import first_line
 
     if not path or not Path(path).is_absolute():
@@ -108,9 +106,8 @@ def _probed_version(path: str) -> str:
 def _with_programs(
     found: list[Tool], progs: dict[str, Program], compilers: dict[str, cmake_api.Compiler]
 ) -> list[Tool]:
-    """Every program configure resolved (`lanes.programs`), with the sha256 stamped then:
-    a tool already listed gets it, the others (archiver, linker, GCC's cc1plus, as, ld)
-    are added by name, version and sha256."""
+    """Every program configure resolved, with the sha256 stamped then: a tool already
+    listed gets it, the others are added by name, version and sha256."""
     by_path = {p.named: p for p in progs.values()}
     out = []
     for tool in found:
@@ -133,7 +130,7 @@ def _with_programs(
 
 
 class BuildRun(Struct, frozen=True):
-    """What one lane build did, as the report records it (`LaneBuilder` fills it in)."""
+    """What one lane build did, as the report records it."""
 
     forge: Forge
     m: UpstreamManifest
@@ -198,16 +195,14 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
 
 def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, object] | None:
     """The pinned toolkit's identity when the lane's nvcc came from `toolchain install`."""
-    if "nvcc" not in plan.tool_paths:
-        return None
     lock = forge.toolchains_dir / toolkit.LOCK_NAME
-    found = toolkit.identity(lock, plan.tool_paths["nvcc"])
+    nvcc = plan.tool_paths.get("nvcc")
+    found = toolkit.identity(lock, nvcc) if nvcc is not None else None
     return None if found is None else {**found, "lock": forge.rel(lock)}
 
 
 def strip_runpaths(plan: LanePlan) -> None:
-    """After Ninja wrote: every shipped binary's RUNPATH without empty elements (below),
-    before anything hashes it."""
+    """After Ninja wrote, before anything hashes them: `strip_empty_runpath` of each."""
     reply = cmake_api.read_reply(plan.build_dir)
     extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
     shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
@@ -218,11 +213,10 @@ def strip_runpaths(plan: LanePlan) -> None:
 def strip_empty_runpath(path: Path) -> bool:
     """Take the empty elements out of an ELF file's RUNPATH/RPATH, in place; whether it
     changed. CMake ends the build RPATH of every target with an `install()` rule with `:`
-    (and pads it with more, room for its built-in chrpath: cmComputeLinkInformation's
-    GetRPathString), and the loader reads an empty element as the current directory, so
+    (and pads it), and the loader reads an empty element as the current directory, so
     `llama-cli` started in a directory holding a `libcuda.so.1` would load it. The string
-    is rewritten where it lies in `.dynstr`, NUL-padded to its length; no other dynamic
-    string may point into it (a linker may share a string's tail), else it stays."""
+    is rewritten in `.dynstr`, NUL-padded; one another dynamic string points into (a
+    linker may share a string's tail) stays."""
     from elftools.common.exceptions import ELFError
     from elftools.common.utils import parse_cstring_from_stream
     from elftools.elf.dynamic import DynamicSection

@@ -1,16 +1,9 @@
-"""Every program a lane's build runs, as configure resolved it (issue 20 #4).
+"""Every program a lane's build runs, as configure resolved it (issue 20 #4): CMake's
+programs, GCC's own behind its driver (cc1plus, as, collect2, ld) and the launcher.
 
-After configure: the compilers, archiver, ranlib, linker and the other programs CMake
-put in its cache (`genbuild.programs`), each compiler's own programs as GCC resolves
-them through its driver (`-print-prog-name`: cc1/cc1plus, as, collect2, ld), and the
-launcher, each by resolved path, version and a `stamps` stamp. A change of any of them
-since configure (a compiler replaced at the same path) means a fresh configure and a full
-rebuild of the lane, never objects of two compilers in one binary; a change during the
-build means no report.
-
-Hashing a compiler proper is ~70 MB (cc1 + cc1plus): `start()` does it on worker threads
-while Ninja compiles, from stat records taken when configure ended; a file whose stat moved
-meanwhile is recorded as changed, never as what it became.
+A change of any since configure means a full rebuild, never objects of two compilers in
+one binary; a change during the build means no report. Hashing a compiler proper is ~70 MB:
+`start()` does it while Ninja compiles, from stat records taken when configure ended.
 """
 
 from __future__ import annotations
@@ -28,8 +21,7 @@ from dgr_forge.core import proc
 from dgr_forge.core.fsutil import file_identity
 from dgr_forge.lanes import stamps
 
-# concurrent.futures (~3 ms with the logging it imports) and genbuild are imported by the
-# functions that hash programs: a no-op build or `status` only compares the recorded stamps
+# concurrent.futures (~3 ms) and genbuild: imported where programs are hashed, past a no-op
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -42,8 +34,6 @@ CHANGED = "changed-during-build"  # a stamp's digest when the file moved while b
 
 
 class Program(Struct):
-    """A program configure resolved, as state.json keeps it."""
-
     path: str  # resolved
     stamp: stamps.Stamp
     as_: str | None = field(default=None, name="as")  # the path as CMake has it
@@ -71,7 +61,6 @@ _VERSION = r"\d+\.\d+"
 
 
 def _probe_key(cmd: list[str]) -> str | None:
-    """A program's answer is kept per exact file (its stat record) and argument."""
     found = file_identity(cmd[0])
     if found is None:
         return None
@@ -84,8 +73,8 @@ _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user ca
 
 
 def first_line(cmd: list[str]) -> str:
-    """The first line a program prints for `cmd` that names a version (else its first
-    line), e.g. for `--version`; kept per exact file."""
+    """The first line `cmd` prints that names a version (else its first line), kept per
+    exact file (its stat record) and argument."""
     key = _probe_key(cmd)
     if key is not None and key in _PROBES:
         return _PROBES[key]
@@ -96,13 +85,9 @@ def first_line(cmd: list[str]) -> str:
 
 
 def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
-    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none),
-    each with its version. One driver call finds its compiler proper; collect2, as and
-    ld are looked up where the driver looks: beside it, then PATH.
-
-    The compiler proper answers no `--version` (it prints nothing): it is the driver's
-    own, so it has the driver's version. as, collect2 and ld answer `--version` (binutils
-    has versions of its own: never the compiler's)."""
+    """GCC's own programs behind `compiler` (other drivers: none), each with its version:
+    the compiler proper answers no `--version`, it has the driver's; collect2, as and ld
+    (looked up beside it, then on PATH) have binutils' own."""
     proper = _INTERNAL.get(lang, ())
     if not proper:
         return {}
@@ -122,8 +107,7 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
 def _resolve(
     build_dir: Path, launcher: str | None, drivers: dict[str, str] | None = None
 ) -> dict[str, tuple[str, str]]:
-    """name -> (path as CMake has it, version) for every program the build runs;
-    `drivers`: name -> path of those that run CMake itself (cmake, ninja)."""
+    """name -> (path as CMake has it, version); `drivers`: cmake and ninja, by path."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dgr_forge.lanes import genbuild
@@ -159,11 +143,8 @@ def start(
     host: Path | None = None,
     drivers: dict[str, str] | None = None,
 ) -> Future[dict[str, Program]]:
-    """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
-    what CMake resolved are taken now, before anything else runs. `host`: the directory of
-    the stamps shared between builds (the forge's cache directory; None: none kept).
-    `drivers`: cmake and ninja, stamped here too (through that cache: a report no longer
-    hashes cmake's 20 MB again)."""
+    """`snapshot()` on a worker thread, from the stat records of what CMake resolved taken
+    now. `host`: the directory of the stamps shared between builds (None: none kept)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dgr_forge.lanes import genbuild
@@ -188,8 +169,7 @@ def snapshot(
     host_dir: Path | None = None,
     drivers: dict[str, str] | None = None,
 ) -> dict[str, Program]:
-    """Every program of the lane, by name. With
-    `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
     _PROBES.update(stamps.load_host_probes(host_dir))
@@ -211,20 +191,17 @@ def snapshot(
         if stamp is None:
             continue
         before = (early or {}).get(real[name])
-        seen = (
-            [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
-            if before
-            else None
-        )
-        if seen is not None and seen != stamp[1:5]:
-            stamp = [CHANGED, *seen, stamp[5]]
+        if before is not None:
+            seen = [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
+            if seen != stamp[1:5]:
+                stamp = [CHANGED, *seen, stamp[5]]
         out[name] = Program(real[name], stamp, path, version)
     return out
 
 
 def changed(programs: dict[str, Program]) -> list[str]:
-    """Names of the programs whose file is no longer what was recorded (or that moved
-    while they were being hashed)."""
+    """Names of the programs whose file is no longer what was recorded (or moved while
+    hashed)."""
     gone = set(stamps.changed({p.path: p.stamp for p in programs.values()}))
     return [name for name, p in programs.items() if p.path in gone or p.stamp[0] == CHANGED]
 

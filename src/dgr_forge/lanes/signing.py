@@ -1,16 +1,11 @@
 """Which key a build signs with, checked on every build, up to date or not.
 
-`attest.keysource` names the key (the one lookup: an empty `--key` or `DGR_SIGNING_KEY` is
-exit 2 here as there); `attest.keys.resolve_signer` loads it (and refuses a missing file,
-garbage, a key in CI that was not given). Loading it costs the cryptography
-import (~0.1 s), too much for a no-op build; so the key material asked for is also
-fingerprinted cheaply (its bytes, path and mode), and a no-op build whose fingerprint
-matches the one recorded with the last report skips the load: same bytes, same key.
-Anything else takes the full path.
+Loading the key costs the cryptography import (~0.1 s), too much for a no-op build; so the
+key material asked for is also fingerprinted cheaply (its bytes, path and mode), and a
+no-op build whose fingerprint matches the one recorded with the last report skips the load.
 
-No key anywhere (no `--key`, no `DGR_SIGNING_KEY`, no default key), no person at a
-terminal and not in CI: the build writes its report unsigned and says so on every run,
-so the README's first line works on a fresh machine whether or not it runs at a terminal.
+No key anywhere, no person at a terminal and not in CI: the build writes its report
+unsigned and says so on every run, so the README's first line works on a fresh machine.
 In CI that stays exit 2 (`resolve_signer`): a release build is never silently unsigned.
 """
 
@@ -51,9 +46,7 @@ class SigningKey:
     """The key asked for now (`--key`, else the environment), loaded only when needed."""
 
     def __init__(self, key: str | None, sign: bool, out: Reporter) -> None:
-        self.key = key
-        self.sign = sign
-        self.out = out
+        self.key, self.sign, self.out = key, sign, out
         self._signer: Signer | None = None
         self._fallback: bool | None = None
         self._warned = False
@@ -84,8 +77,7 @@ class SigningKey:
             )
 
     def unsigned_reason(self) -> str | None:
-        """Why a report is written unsigned, in the words the warning gives; None when
-        it is signed."""
+        """Why a report is written unsigned, in the words the warning gives."""
         if not self.sign:
             return "--no-sign given"
         if self.unsigned_fallback():

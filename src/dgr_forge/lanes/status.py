@@ -1,5 +1,4 @@
-"""What `status` shows of the lanes (a last build and how stale it is: the same row
-`lanes` gives a lane), and `status`'s whole result, `Status`."""
+"""What `status` shows of the lanes (the same rows `lanes` gives), and its result."""
 
 from __future__ import annotations
 
@@ -12,12 +11,7 @@ from msgspec import UNSET, Struct, UnsetType
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.structs import Form, d
-from dgr_forge.lanes.inputs import (
-    ReportInputs,
-    moved_since,
-    report_inputs,
-    with_stale,
-)
+from dgr_forge.lanes.inputs import ReportInputs, moved_since, report_inputs, with_stale
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
@@ -96,9 +90,8 @@ class Status(Form, kw_only=True):
 
 
 def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, bool]]:
-    """Lanes built in this workspace and their last build (from the build state), each
-    with whether its state names another workspace's files (then it has no last build
-    here). `stale` names what moved (pin, series, recipe, worker) since the last report."""
+    """Lanes built in this workspace and their last build, each with whether its state
+    names another workspace's files (then it has no last build here)."""
     from dgr_forge.host import worker
 
     entries = lane_states(forge)
@@ -122,8 +115,7 @@ def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, 
 
 
 def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
-    """The lane's recipe as it is now; None when it is gone or unreadable (status still
-    answers: the last build is then stale by its recipe)."""
+    """None when it is gone or unreadable (the last build is then stale by its recipe)."""
     from dgr_forge.host.recipes import load
 
     path = forge.recipes_dir / f"{lane}.toml"

@@ -16,8 +16,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 def check_launchers(plan: LanePlan) -> str | None:
-    """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
-    it is not exactly the forge's choice (none included)."""
+    """The launcher the generated rules run; exit 1 when it is not the forge's choice."""
     from dgr_forge.lanes import genbuild  # after configure only
 
     found = genbuild.read_launchers(plan.build_dir)
@@ -44,7 +43,7 @@ def moved_inputs(
     plan: LanePlan, m: UpstreamManifest, snap: dict[str, stamps.Stamp], manifest_sha256: str
 ) -> list[Path]:
     """The recipe and manifest this run parsed unless they are the bytes stamped under
-    the lock (a build refuses them: `changed_error`)."""
+    the lock."""
     moved = []
     if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
         moved.append(plan.recipe.path)
@@ -77,8 +76,7 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
 
 def changed_subjects(last: LastBuild | None) -> list[Path]:
     """Recorded subjects whose bytes are no longer what the report says; re-hashed only
-    when their stat record moved (`stamps.stamp`), so a no-op build with hundreds of MB
-    of artifacts stays cheap."""
+    when their stat record moved."""
     if last is None:
         return []
     changed = []
