@@ -96,9 +96,6 @@ def _one_line(text: str) -> str:
     return escape_controls(text.replace("\n", "\\n").replace("\t", "\\t"))
 
 
-# ----------------------------------------------------------------------------- the File API
-
-
 class _Target(Struct, frozen=True):
     name: str
     source: Path  # resolved
@@ -140,9 +137,6 @@ def _targets(build_dir: Path) -> list[_Target]:
 
 def _inside(path: Path, base: Path) -> bool:
     return path == base or base in path.parents
-
-
-# ----------------------------------------------------------------------------- the deps log
 
 
 def _bad_log(log: Path, problem: str) -> OperationFailed:
@@ -210,9 +204,6 @@ def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
         deps[head] = [x[4:] for x in block]
         i += n
     return deps
-
-
-# ----------------------------------------------------------------------------- ELF symbols
 
 
 class _Symbols(Struct):
@@ -335,9 +326,6 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
             hint="check the binutils installation",
         )
     return dict(zip(todo, shown, strict=True))
-
-
-# ----------------------------------------------------------------------------- the check
 
 
 def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> Checked:

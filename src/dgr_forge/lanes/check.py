@@ -78,9 +78,6 @@ class Check(Form, kw_only=True):
         return ExitCode.BAD_INPUT if self.series_reproduced and deprecated else ExitCode.FAILED
 
 
-# ----------------------------------------------------------------------------- series
-
-
 def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     """A copy of the inputs whose manifest takes the patch files as they are on disk (no
     per-patch or result trees): to compare what they produce with what the manifest

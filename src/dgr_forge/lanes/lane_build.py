@@ -202,12 +202,9 @@ class LaneBuilder:
         self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
         # the switches found at the configured head: right while the tree is still there
         st = self.state
-        self.conf = self._configuration(
-            str(st.head_commit),
-            int(st.source_date_epoch or 0),
-            tuple(st.launcher_switches),
-            tuple(st.build_info),
-        )
+        head, epoch = str(st.head_commit), int(st.source_date_epoch or 0)
+        switches, given = tuple(st.launcher_switches), tuple(st.build_info)
+        self.conf = self._configuration(head, epoch, switches, given)
         self.result = LaneResult(
             lane=plan.lane,
             status="failed",
@@ -239,8 +236,6 @@ class LaneBuilder:
         except ForgeError:
             self._record_failed(phase)
             raise
-
-    # -- the run
 
     def run(self) -> LaneResult:
         plan, ctx, lane = self.plan, self.ctx, self.plan.lane
@@ -330,22 +325,15 @@ class LaneBuilder:
         self.conf = self._configuration(patched.head_commit, epoch, switches, given)
 
     def _whole(self) -> str:
-        """The lane's whole input now, with the programs configure resolved (hashed while
-        Ninja ran: `programs.start`)."""
+        """The lane's whole input now, with the programs hashed while Ninja ran."""
         if self.hashing is not None:
             progs, self.hashing = self.hashing.result(), None
             self._record(msgspec.structs.replace(self.state, programs=progs))
-        spec = self.plan.spec
-        return inputs.whole_digest(
-            self.conf.digest,
-            self.snap,
-            self.conf.head,
-            spec.commit if spec is not None and spec.url else None,
-            self.state.programs,
-        )
+        spec, conf = self.plan.spec, self.conf
+        commit = spec.commit if spec is not None and spec.url else None
+        return inputs.whole_digest(conf.digest, self.snap, conf.head, commit, self.state.programs)
 
     def _wipe(self) -> None:
-        """A fresh build directory: nothing of what configure or Ninja kept survives."""
         self._record(decision.wiping(self.state))
         fault.point("build.wipe", self.plan.lane)
         shutil.rmtree(self.plan.build_dir, ignore_errors=True)
@@ -423,9 +411,8 @@ class LaneBuilder:
         lane = self.plan.lane
         self.out.step(f"{lane}: build")
         # the ELF reader imported while Ninja compiles, off strip_runpaths' time
-        ran = steps.compile_lane(
-            self.plan, self.out, self.ctx.opts.jobs, log, env, boundary.preload
-        )
+        jobs = self.ctx.opts.jobs
+        ran = steps.compile_lane(self.plan, self.out, jobs, log, env, boundary.preload)
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
             used = self.ctx.cache.figures()
@@ -442,15 +429,11 @@ class LaneBuilder:
         return ran
 
     def _settled(self, last: LastBuild) -> None:
-        """The lane built (or handed back): the stamps re-taken make the next no-op cheap
-        (state.json is written only when they, or the last build, changed)."""
+        """The stamps re-taken make the next no-op cheap (state.json is written only when
+        they, or the last build, changed)."""
         programs.refresh(self.state.programs)
-        settled = decision.built(
-            self.state,
-            last,
-            stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
-            self.state.programs,
-        )
+        restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
+        settled = decision.built(self.state, last, restamped, self.state.programs)
         if settled != self.state:
             self._record(settled)
 
@@ -481,7 +464,7 @@ class LaneBuilder:
         from dgr_forge.lanes import steps
         from dgr_forge.lanes.collect import BuildRun, make_record
 
-        plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
+        plan, lane, r, conf, ctx = self.plan, self.plan.lane, self.result, self.conf, self.ctx
         t = time.monotonic()
         with self._failing("report"):
             found = steps.collect(self.forge, plan, changed, self.out)
@@ -491,7 +474,7 @@ class LaneBuilder:
             forge=self.forge,
             m=self.m,
             plan=plan,
-            doctor=self.ctx.doctor,
+            doctor=ctx.doctor,
             head=conf.head,
             cmake_args=self.cmake_command(),
             epoch=conf.epoch,
@@ -519,36 +502,27 @@ class LaneBuilder:
         record.surface = surface
         from dgr_forge.attest import reports
 
-        signer = self.ctx.signing.signer()  # unsigned when so asked
-        why = self.ctx.signing.unsigned_reason()
+        signer = ctx.signing.signer()  # unsigned when so asked
+        why = ctx.signing.unsigned_reason()
         report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
         r.artifacts = steps.artifact_rows(found.artifacts)
-        last = steps.last_build(
-            self.m, plan, record, found, report, signer, self.ctx.signing, whole
-        )
+        last = steps.last_build(self.m, plan, record, found, report, signer, ctx.signing, whole)
         self._settled(last)  # the state names the new report before any old one goes
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         _prune_reports(self.forge, lane, report)
         for a in found.artifacts:
-            self.out.answer(
-                f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}"
-            )
+            shown = self.forge.rel(a.path)
+            self.out.answer(f"  {a.kind.lower():15} {shown}  sha256:{a.sha256[:16]}")
         self.out.answer(f"{lane}: built; report {self.forge.rel(report)}")
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
     def _record_failed(self, phase: str) -> None:
-        self._record(
-            decision.failed(
-                self.state,
-                phase=phase,
-                at=datetime.now(UTC).isoformat(),
-                log=str(self.plan.log_link),
-                log_file=str(self.log_path),
-            )
-        )
+        at, log_file = datetime.now(UTC).isoformat(), str(self.log_path)
+        log = str(self.plan.log_link)
+        self._record(decision.failed(self.state, phase=phase, at=at, log=log, log_file=log_file))
 
     def _fail(self, phase: str, lines: list[str]) -> bool:
         r = self.result
