@@ -142,18 +142,6 @@ def render(
     }
 
 
-def default_dest(forge: Forge, m: UpstreamManifest, spec: worker.WorkerSpec | None) -> Path:
-    if spec is not None:
-        return spec.source_dir
-    src = forge.src_dir(m.name)
-    if not (src / "CMakeLists.txt").is_file():
-        raise BadInput(
-            f"{forge.rel(src)}: no upstream tree to write {FILE_NAME} into",
-            hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
-        )
-    return src
-
-
 def _inside(path: Path, *bases: Path) -> bool:
     real = Path(os.path.realpath(path))
     return any(real.is_relative_to(os.path.realpath(b)) for b in bases)
@@ -352,29 +340,25 @@ class Change:
         atomic_write_bytes(self.user, self.after)
 
 
-def _read_user(path: Path) -> bytes | None:
-    if not os.path.lexists(path):
-        return None
-    if path.is_symlink():
-        raise _bad(path, "is a symlink; the forge does not write through it")
-    what = "CMake user presets file"
-    data = read_regular(path, what=what, hint=_FIX, limit=_MAX_USER, follow=False)
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(path, "is not UTF-8 text") from None
-    return data
-
-
-def _place(
+def plan_change(
     forge: Forge,
+    presets: dict[str, Any] | None,
     dest: Path | None,
     m: UpstreamManifest,
     spec: worker.WorkerSpec | None,
-    worker_override: bool,
-) -> Path:
-    """CMakeUserPresets.json's path: in `dest` (a directory, or the file), else the default."""
-    path = dest or default_dest(forge, m, spec)
+    *,
+    worker_override: bool = False,
+) -> Change:
+    """The forge's presets file and the include entry in CMakeUserPresets.json (in `dest`,
+    a directory or the file, else the worker's directory or the upstream tree), or with
+    `presets` None both taken out again; `worker_override`: the worker came from --worker,
+    a place the person chose, not one a checkout committed. Writes nothing."""
+    path = dest or (spec.source_dir if spec is not None else forge.src_dir(m.name))
+    if dest is None and spec is None and not (path / "CMakeLists.txt").is_file():
+        raise BadInput(
+            f"{forge.rel(path)}: no upstream tree to write {FILE_NAME} into",
+            hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
+        )
     if dest is None and not worker_override and _linked_out(forge, path, spec):
         # a committed symlink on the worker path leads out of the root: a checkout must
         # not make the forge write into another directory or repository
@@ -385,40 +369,23 @@ def _place(
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
         )
-    if path.is_dir() and not path.is_symlink():
-        path = path / FILE_NAME
-    return path
-
-
-def _own_file(user: Path) -> Path:
+    user = path / FILE_NAME if path.is_dir() and not path.is_symlink() else path
     own = user.parent / OWN_PRESETS
     if os.path.lexists(own) and (own.is_symlink() or not own.is_file()):
         raise _bad(own, "is a symlink or not a regular file; the forge does not write through it")
-    return own
-
-
-def plan_change(
-    forge: Forge,
-    presets: dict[str, Any] | None,
-    dest: Path | None,
-    m: UpstreamManifest,
-    spec: worker.WorkerSpec | None,
-    *,
-    worker_override: bool = False,
-) -> Change:
-    """The forge's presets file and the include entry (`dest`, else the default place),
-    or with `presets` None both taken out again; `worker_override`: the worker came from
-    --worker, a place the person chose, not one a checkout committed. Writes nothing."""
-    user = _place(forge, dest, m, spec, worker_override)
-    own = _own_file(user)
-    before = _read_user(user)
+    before = text = None
+    if os.path.lexists(user):
+        if user.is_symlink():
+            raise _bad(user, "is a symlink; the forge does not write through it")
+        what = "CMake user presets file"
+        before = read_regular(user, what=what, hint=_FIX, limit=_MAX_USER, follow=False)
+        try:
+            text = before.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(user, "is not UTF-8 text") from None
     if presets is None:
-        after = None if before is None else without_include(user, before.decode("utf-8"))
+        after = None if text is None else without_include(user, text)
         return Change(own, None, user, before, None if after is None else after.encode("utf-8"))
-    after_bytes = (
-        USER_PRESETS_STUB.encode()
-        if before is None
-        else with_include(user, before.decode("utf-8")).encode("utf-8")
-    )
+    new = USER_PRESETS_STUB if text is None else with_include(user, text)
     content = (json.dumps(presets, indent=2) + "\n").encode()
-    return Change(own, content, user, before, after_bytes)
+    return Change(own, content, user, before, new.encode("utf-8"))

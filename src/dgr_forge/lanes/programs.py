@@ -44,41 +44,26 @@ class Program(Struct):
         return self.as_ or self.path
 
 
-def _run_first_line(cmd: list[str]) -> str:
-    try:
-        done = proc.capture(cmd, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    text = (done.stdout or done.stderr or "").strip()
-    if done.returncode != 0 or not text:
-        return ""
-    lines = text.splitlines()
-    # the first line naming a version: nvcc's first is its banner, its release comes 4th
-    return next((line for line in lines if re.search(_VERSION, line)), lines[0])[:200]
-
-
 _VERSION = r"\d+\.\d+"
-
-
-def _probe_key(cmd: list[str]) -> str | None:
-    found = file_identity(cmd[0])
-    if found is None:
-        return None
-    real, size, mtime, ctime, inode, _device = found
-    # "v": the line naming a version (an earlier forge kept the first line)
-    return f"{real}|{size}|{mtime}|{ctime}|{inode}|{cmd[1]}|v"
-
-
 _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
 
 
 def first_line(cmd: list[str]) -> str:
     """The first line `cmd` prints that names a version (else its first line), kept per
     exact file (its stat record) and argument."""
-    key = _probe_key(cmd)
+    found = file_identity(cmd[0])
+    # "v": the line naming a version (an earlier forge kept the first line)
+    key = None if found is None else "|".join(str(x) for x in (*found[:5], cmd[1], "v"))
     if key is not None and key in _PROBES:
         return _PROBES[key]
-    line = _run_first_line(cmd)
+    try:
+        done = proc.capture(cmd, timeout=30)
+        text = (done.stdout or done.stderr or "").strip() if done.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    lines = text.splitlines()
+    # the first line naming a version: nvcc's first is its banner, its release comes 4th
+    line = next((x for x in lines if re.search(_VERSION, x)), lines[0])[:200] if lines else ""
     if key is not None:
         _PROBES[key] = line
     return line
