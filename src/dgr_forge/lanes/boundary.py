@@ -215,16 +215,14 @@ class _Symbols(Struct):
 def preload() -> None:
     """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
     waits on it); a failed import is left for the check itself to raise."""
+    import contextlib
     import threading
 
-    threading.Thread(target=_preload_quietly, name="dgr-elf-import", daemon=True).start()
+    def quietly() -> None:
+        with contextlib.suppress(Exception):  # the check imports it again, and says why
+            import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
 
-
-def _preload_quietly() -> None:
-    import contextlib
-
-    with contextlib.suppress(Exception):  # the check imports it again, and says why
-        import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
+    threading.Thread(target=quietly, name="dgr-elf-import", daemon=True).start()
 
 
 def _elf_symbols(path: Path) -> _Symbols | None:

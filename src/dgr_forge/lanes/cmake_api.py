@@ -229,20 +229,6 @@ def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
     return Path(model.paths.source), docs
 
 
-def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
-    """`only` and every target they depend on, transitively (the shared libraries a
-    requested target loads at run time are shipped with it)."""
-    by_name = {t.name: t for t in reply.targets}
-    seen: set[str] = set()
-    todo = [n for n in only if n in by_name]
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += [d for d in by_name[name].depends if d in by_name]
-    return seen
-
-
 def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()) -> set[str]:
     """The targets a lane ships, before their libraries: the recipe's `targets`, else what
     upstream installs, plus `extra` (the certification suite's programs); the empty set
@@ -262,7 +248,15 @@ def shipped_artifacts(
     """(target, file) for every shipped artifact on disk: the `shipped_roots` and the shared
     and module libraries they depend on."""
     roots = shipped_roots(reply, only, extra)
-    wanted = with_dependencies(reply, tuple(sorted(roots))) if roots else set()
+    # and every target they depend on, transitively: a requested target's shared libraries
+    by_name = {t.name: t for t in reply.targets}
+    wanted: set[str] = set()
+    todo = [n for n in sorted(roots) if n in by_name]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += [d for d in by_name[name].depends if d in by_name]
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
         if target.kind not in SHIPPED:

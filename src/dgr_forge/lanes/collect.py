@@ -151,6 +151,9 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
     forge, m, plan = run.forge, run.m, run.plan
     found, placeholders = tools(plan, run.doctor, reply, run.launcher, run.programs)
     toolchain = plan.toolchain_file
+    # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`
+    lock, nvcc = forge.toolchains_dir / toolkit.LOCK_NAME, plan.tool_paths.get("nvcc")
+    pinned = toolkit.identity(lock, nvcc) if nvcc is not None else None
     return LaneBuild(
         lane=plan.lane,
         recipe_file=forge.rel(plan.recipe.path),
@@ -189,16 +192,8 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
             LinkInput(path=path, sha256=sha, note=cudakit.STUB_NOTE)
             for path, sha in cudakit.recorded(plan.cuda)
         ],
-        toolkit=_toolkit(forge, plan),
+        toolkit=None if pinned is None else {**pinned, "lock": forge.rel(lock)},
     )
-
-
-def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, object] | None:
-    """The pinned toolkit's identity when the lane's nvcc came from `toolchain install`."""
-    lock = forge.toolchains_dir / toolkit.LOCK_NAME
-    nvcc = plan.tool_paths.get("nvcc")
-    found = toolkit.identity(lock, nvcc) if nvcc is not None else None
-    return None if found is None else {**found, "lock": forge.rel(lock)}
 
 
 def strip_runpaths(plan: LanePlan) -> None:

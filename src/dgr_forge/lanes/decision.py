@@ -82,12 +82,6 @@ def _not_configured(state: LaneState, now: Snapshot) -> str | None:
     return None
 
 
-def key_matches(last: LastBuild, now: Snapshot) -> bool:
-    """The last report was signed by the key asked for now (or unsigned when asked so)."""
-    fp = now.key_fingerprint
-    return fp is not None and (fp == last.signer_fingerprint or now.key_id == last.signed_by)
-
-
 def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
     """Whether `decide` needs the keyid (a full key load): only when a report could be
     handed back and the cheap fingerprint does not already say it is the same key."""
@@ -101,7 +95,10 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
     if now.moved:
         return Decision("refuse", f"changed {BEFORE_LOCK}", moved=now.moved)
     last = last_ok(state)
-    handback = last is not None and key_matches(last, now)
+    # the last report was signed by the key asked for now (or unsigned when asked so)
+    fp = now.key_fingerprint
+    signed = last is not None and (fp == last.signer_fingerprint or now.key_id == last.signed_by)
+    handback = last is not None and fp is not None and signed
     if state.in_progress == "wipe":
         return Decision(
             "rebuild", "a removal of the build directory was cut short", handback=handback

@@ -82,19 +82,6 @@ class LanePlan(Struct, frozen=True):
         return self.cache.launcher
 
 
-def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
-    if recipe.lane.toolchain is None:
-        return None
-    path = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake"
-    if not path.is_file():
-        raise BadInput(
-            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(path)} does not exist",
-            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
-            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
-        )
-    return path
-
-
 def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     """Exit 2 naming everything missing, before anything is created."""
     bad = [c for c in checks if not c.buildable]
@@ -172,9 +159,17 @@ def plan_lane(
     (`build` refuses first). `tree`: another (source, build) directory pair (certify's
     parity reference: the pin without the series)."""
     upstream_dir, build_dir = tree or (forge.src_dir(m.name), forge.build_dir(recipe.name))
+    name = recipe.lane.toolchain
+    toolchain = None if name is None else forge.toolchains_dir / f"{name}.cmake"
+    if toolchain is not None and not toolchain.is_file():
+        raise BadInput(
+            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(toolchain)} does not exist",
+            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
+            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
+        )
     return LanePlan(
         recipe=recipe,
-        toolchain_file=toolchain_file(forge, recipe),
+        toolchain_file=toolchain,
         source_dir=spec.source_dir if spec else upstream_dir,
         upstream_dir=upstream_dir,
         build_dir=build_dir,
@@ -210,12 +205,10 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
     return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
 
 
-def _flags(plan: LanePlan, lang: str) -> str:
-    own = plan.recipe.cmake_options.get(f"CMAKE_{lang}_FLAGS", "")
-    # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
-    # with a space stays one argument only quoted
-    maps = [shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in plan.prefix_maps]
-    return " ".join([*([own] if own else []), *maps])
+def _flag(plan: LanePlan, var: str, *more: str) -> str:
+    """`-Dvar=` the recipe's own value of `var`, kept first, and `more`."""
+    own = plan.recipe.cmake_options.get(var, "")
+    return f"-D{var}=" + " ".join([*([own] if own else []), *more])
 
 
 def configure_args(
@@ -255,17 +248,16 @@ def configure_args(
         link_vars.add("CMAKE_CUDA_FLAGS")
     kept = flag_vars | link_vars
     args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in kept]
-    args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
+    # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
+    # with a space stays one argument only quoted
+    maps = [shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in plan.prefix_maps]
+    args += [_flag(plan, f"CMAKE_{lang}_FLAGS", *maps) for lang in langs]
     if plan.cuda is not None:
         args += plan.cuda.cmake_args()
         if plan.cuda.cuda_flags():  # nvcc's own link (configure's compiler check too)
-            own = plan.recipe.cmake_options.get("CMAKE_CUDA_FLAGS", "")
-            flags = " ".join([*([own] if own else []), plan.cuda.cuda_flags()])
-            args.append(f"-DCMAKE_CUDA_FLAGS={flags}")
-        for kind in LINK_KINDS:  # the link path only, a recipe's own flags kept first
-            own = plan.recipe.cmake_options.get(f"CMAKE_{kind}_LINKER_FLAGS", "")
-            flags = " ".join([*([own] if own else []), plan.cuda.link_flags()])
-            args.append(f"-DCMAKE_{kind}_LINKER_FLAGS={flags}")
+            args.append(_flag(plan, "CMAKE_CUDA_FLAGS", plan.cuda.cuda_flags()))
+        # the link path only
+        args += [_flag(plan, f"CMAKE_{k}_LINKER_FLAGS", plan.cuda.link_flags()) for k in LINK_KINDS]
     if spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",
