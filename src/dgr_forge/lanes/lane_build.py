@@ -153,46 +153,6 @@ class Configuration(Struct, frozen=True):
     digest: str
 
 
-def observe(
-    ctx: BuildContext,
-    plan: LanePlan,
-    state: LaneState,
-    snap: dict[str, stamps.Stamp],
-    digest: str,
-) -> decision.Snapshot:
-    """What `decision.decide` reads, taken once. The artifacts are re-hashed and the key
-    loaded only where the decision can use them (a no-op build stays cheap)."""
-    up, spec = plan.upstream_dir, plan.spec
-    head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
-    # a git worker checkout at its commit, clean (a deleted one is fetched again, an
-    # edited one refused by the build)
-    src = spec.source_dir if spec else up
-    worker_at = not (spec and spec.url) or (
-        (src / ".git").exists()
-        and gitutil.rev_parse(src, "HEAD") == spec.commit
-        and not _changes(src)
-    )
-    now = decision.Snapshot(
-        configure_digest=digest,
-        build_files=all((plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")),
-        upstream_head=head,
-        upstream_clean=head is not None and head == state.head_commit and not _changes(up),
-        worker_at=worker_at,
-        moved=tuple(str(p) for p in truth.moved_inputs(plan, ctx.m, snap, ctx.manifest_sha256)),
-        programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
-    )
-    last = decision.last_ok(state)
-    if last is None:
-        return now
-    if decision.decide(state, now).configured:  # a configure's build relinks them anyway
-        changed = tuple(str(p) for p in truth.changed_subjects(last))
-        now = msgspec.structs.replace(now, subjects_changed=changed)
-    # whatever runs, the last report is handed back only if signed by the key asked for
-    fp = ctx.signing.fingerprint()
-    key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
-    return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
-
-
 class LaneBuilder:
     def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
         self.ctx, self.plan = ctx, plan
@@ -237,10 +197,47 @@ class LaneBuilder:
             self._record_failed(phase)
             raise
 
+    def _observe(self) -> decision.Snapshot:
+        """What `decision.decide` reads, taken once. The artifacts are re-hashed and the key
+        loaded only where the decision can use them (a no-op build stays cheap)."""
+        ctx, plan, state = self.ctx, self.plan, self.state
+        up, spec = plan.upstream_dir, plan.spec
+        head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
+        # a git worker checkout at its commit, clean (a deleted one is fetched again, an
+        # edited one refused by the build)
+        src = spec.source_dir if spec else up
+        worker_at = not (spec and spec.url) or (
+            (src / ".git").exists()
+            and gitutil.rev_parse(src, "HEAD") == spec.commit
+            and not _changes(src)
+        )
+        moved = truth.moved_inputs(plan, ctx.m, self.snap, ctx.manifest_sha256)
+        now = decision.Snapshot(
+            configure_digest=self.conf.digest,
+            build_files=all(
+                (plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")
+            ),
+            upstream_head=head,
+            upstream_clean=head is not None and head == state.head_commit and not _changes(up),
+            worker_at=worker_at,
+            moved=tuple(str(p) for p in moved),
+            programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
+        )
+        last = decision.last_ok(state)
+        if last is None:
+            return now
+        if decision.decide(state, now).configured:  # a configure's build relinks them anyway
+            changed = tuple(str(p) for p in truth.changed_subjects(last))
+            now = msgspec.structs.replace(now, subjects_changed=changed)
+        # whatever runs, the last report is handed back only if signed by the key asked for
+        fp = ctx.signing.fingerprint()
+        key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
+        return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
+
     def run(self) -> LaneResult:
         plan, ctx, lane = self.plan, self.ctx, self.plan.lane
         last = decision.last_ok(self.state)
-        d = decision.decide(self.state, observe(ctx, plan, self.state, self.snap, self.conf.digest))
+        d = decision.decide(self.state, self._observe())
         recorded = last.input_digest if last is not None else None
         if (
             last is not None
