@@ -52,10 +52,7 @@ def prune(logs_dir: Path, lane: str, keep: set[str | None]) -> None:
 
 
 def run_logged(
-    cmd: list[str],
-    log: IO[str],
-    env: dict[str, str],
-    on_line: Callable[[str], None] | None = None,
+    cmd: list[str], log: IO[str], env: dict[str, str], on_line: Callable[[str], None] | None = None
 ) -> tuple[int, list[str]]:
     """Run, teeing stdout+stderr into the log; (exit code, all lines)."""
     # exactly re-runnable (flags hold spaces), credentials aside: a log holds no secret

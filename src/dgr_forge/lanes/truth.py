@@ -53,10 +53,7 @@ def moved_inputs(
 
 
 def refuse_changed_during(
-    forge: Forge,
-    plan: LanePlan,
-    snap: dict[str, stamps.Stamp],
-    progs: dict[str, programs.Program],
+    forge: Forge, plan: LanePlan, snap: dict[str, stamps.Stamp], progs: dict[str, programs.Program]
 ) -> None:
     """No report for inputs or programs that changed while configure and Ninja ran."""
     moved = [Path(p) for p in stamps.changed(snap, inputs.worker_tree(plan))]
