@@ -85,7 +85,27 @@ def tools(
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
     if launcher and plan.cache.tool:
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
-    found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
+    # every program configure resolved, with the sha256 stamped then: a tool already
+    # listed gets it, the others are added by name, version and sha256
+    by_path = {p.named: p for p in progs.values()}
+    found = [
+        Tool(t.name, t.path, t.version, by_path[t.path].stamp[0]) if t.path in by_path else t
+        for t in found
+    ]
+    listed = {t.path for t in found}
+    compilers = {c.path: c for c in reply.compilers}
+    for name, p in sorted(progs.items()):
+        if p.named in listed or name == "launcher":
+            continue
+        driver = progs.get(name.split(":")[0])
+        owner = compilers.get(driver.named) if driver else None
+        version = (
+            p.version
+            or (f"{owner.id} {owner.version}".strip() if owner else "")
+            or _probed_version(p.named)  # never empty: the version, or why there is none
+        )
+        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
+        found.append(Tool(label, p.named, version, p.stamp[0]))
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
     tree = inputs.worker_tree(plan)
     if tree is not None:
@@ -101,32 +121,6 @@ def _probed_version(path: str) -> str:
     if not path or not Path(path).is_absolute():
         return "unknown: CMake named no program path"
     return first_line([path, "--version"]) or f"unknown: `{Path(path).name} --version` said none"
-
-
-def _with_programs(
-    found: list[Tool], progs: dict[str, Program], compilers: dict[str, cmake_api.Compiler]
-) -> list[Tool]:
-    """Every program configure resolved, with the sha256 stamped then: a tool already
-    listed gets it, the others are added by name, version and sha256."""
-    by_path = {p.named: p for p in progs.values()}
-    out = []
-    for tool in found:
-        p = by_path.get(tool.path)
-        out.append(Tool(tool.name, tool.path, tool.version, p.stamp[0]) if p else tool)
-    listed = {t.path for t in out}
-    for name, p in sorted(progs.items()):
-        if p.named in listed or name == "launcher":
-            continue
-        driver = progs.get(name.split(":")[0])
-        owner = compilers.get(driver.named) if driver else None
-        version = (
-            p.version
-            or (f"{owner.id} {owner.version}".strip() if owner else "")
-            or _probed_version(p.named)  # never empty: the version, or why there is none
-        )
-        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
-        out.append(Tool(label, p.named, version, p.stamp[0]))
-    return out
 
 
 class BuildRun(Struct, frozen=True):

@@ -32,9 +32,6 @@ class Launchers(Struct):
     link: set[str] = field(default_factory=set)  # around link / archive steps
     code_check: set[str] = field(default_factory=set)
 
-    def single(self) -> str | None:
-        return next(iter(self.compile)) if len(self.compile) == 1 else None
-
     def problems(self, chosen: str | None) -> list[str]:
         """How this differs from the forge's choice (`chosen`, or None for no launcher)."""
         out = []

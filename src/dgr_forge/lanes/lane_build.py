@@ -118,7 +118,7 @@ class BuildContext:
 
     def __post_init__(self) -> None:
         # the manifest's bytes when the build starts (under the lock, after any build-number
-        # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
+        # record); each lane's snapshot must hold the same (`_observe`)
         self.manifest_sha256 = sha256_bytes(read_raw(self.m.path))  # bounded, as loaded
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
@@ -211,7 +211,9 @@ class LaneBuilder:
             and gitutil.rev_parse(src, "HEAD") == spec.commit
             and not _changes(src)
         )
-        moved = truth.moved_inputs(plan, ctx.m, self.snap, ctx.manifest_sha256)
+        # the recipe and manifest this run parsed, unless the bytes stamped under the lock
+        parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
+        moved = [p for p, sha in parsed if inputs.digest_of(self.snap, p) != sha]
         now = decision.Snapshot(
             configure_digest=self.conf.digest,
             build_files=all(
@@ -289,8 +291,12 @@ class LaneBuilder:
                     return self.result
                 outcome, whole = "report", self._whole()
         fault.point("build.linked", lane)
-        with self._failing("build"):
-            truth.refuse_changed_during(self.forge, plan, self.snap, self.state.programs)
+        with self._failing("build"):  # no report for inputs or programs changed meanwhile
+            progs = self.state.programs
+            moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
+            moved += [Path(progs[n].path) for n in programs.changed(progs)]
+            if moved:
+                truth.changed_error(self.forge, lane, moved, "while the build ran")
         if outcome == "reuse" and last is not None and truth.report_true(last):
             return self._reuse(last)
         return self._collect(rebuilt, whole)

@@ -118,16 +118,13 @@ def _prefix_maps(
     for path, name in absolute:
         if path == path.resolve():
             maps.add((os.path.relpath(path, build), name))
-    maps |= {("", _mapped(build, absolute) + "/"), ("/", "/")}
+    # a bare name: under the build directory's own, most specific, mapped name
+    best = max((p for p in absolute if build.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
+    rest = build.relative_to(best[0])
+    mapped = best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
+    maps |= {("", mapped + "/"), ("/", "/")}
     # GCC and Clang apply the *last* matching map: the most specific path goes last
     return tuple(sorted(maps, key=lambda pm: (len(pm[0]), pm[0])))
-
-
-def _mapped(path: Path, absolute: list[tuple[Path, str]]) -> str:
-    """`path` under the most specific map that holds it."""
-    best = max((p for p in absolute if path.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
-    rest = path.relative_to(best[0])
-    return best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
 
 
 # upstream switches that make it pick a compiler launcher on its own (llama.cpp's
