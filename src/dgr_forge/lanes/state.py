@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from msgspec import Meta, Struct, field
@@ -142,8 +142,14 @@ class LaneState(Struct, omit_defaults=True):
         apart = ("last_build", "programs", "input_stamps")
         state = lenient(cls, {k: v for k, v in data.items() if k not in apart}) or cls()
         state.last_build = lenient(LastBuild, last)
-        progs = _entries(Program, data.get("programs"))
-        state.programs = {k: p for k, p in progs.items() if stamps.valid(p.stamp)}
+        raw, state.programs = data.get("programs"), {}
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            try:
+                program = msgspec.convert(value, Program)
+            except msgspec.ValidationError:
+                continue
+            if stamps.valid(program.stamp):
+                state.programs[str(key)] = program
         state.input_stamps = stamps.valid_map(data.get("input_stamps"))
         return state
 
@@ -157,19 +163,6 @@ class LaneState(Struct, omit_defaults=True):
         return data
 
 
-T = TypeVar("T", bound=Struct)
-
-
-def _entries(cls: type[T], data: Any) -> dict[str, T]:
-    out = {}
-    for key, value in data.items() if isinstance(data, dict) else ():
-        try:
-            out[str(key)] = msgspec.convert(value, cls)
-        except msgspec.ValidationError:
-            continue
-    return out
-
-
 def load_lanes_state(forge: Forge) -> dict[str, Any]:
     """The raw state; bad or missing is empty; one another user may write is refused
     (exit 2), never trusted."""
@@ -178,7 +171,7 @@ def load_lanes_state(forge: Forge) -> dict[str, Any]:
     try:
         data = read_json(forge.state_file)
     except (OSError, ValueError):
-        return {"schema": STATE_SCHEMA, "lanes": {}}
+        data = None
     if not isinstance(data, dict) or data.get("schema") not in READ_SCHEMAS:
         return {"schema": STATE_SCHEMA, "lanes": {}}
     if not isinstance(data.get("lanes"), dict):
