@@ -108,15 +108,6 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
 
 
-def _what_differs(old: bytes, new: bytes) -> str:
-    """ "message" when the header and message part differ (what `git am` made of the
-    commit message is not what the file says), else "diff"; "file" for a missing one."""
-    if not old or not new:
-        return "file"
-    head_old, head_new = old.split(b"\ndiff --git ", 1)[0], new.split(b"\ndiff --git ", 1)[0]
-    return "message" if head_old != head_new else "diff"
-
-
 def check(
     forge: Forge,
     out: Reporter,
@@ -166,7 +157,10 @@ def check(
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
-                what = _what_differs(old, new)
+                # "message" when the header and message part differ (what `git am` made of
+                # the commit message is not what the file says); "file" for a missing one
+                heads = {data.split(b"\ndiff --git ", 1)[0] for data in (old, new)}
+                what = "file" if not old or not new else "message" if len(heads) > 1 else "diff"
                 result.differences.append(
                     Difference(path=rel, diff=_diff(rel, old, new), what=what)
                 )

@@ -53,7 +53,10 @@ def _worker_files(top: Path) -> Iterable[Path]:
             yield Path(dirpath) / name
 
 
-def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]:
+def snapshot(
+    forge: Forge, m: UpstreamManifest, plan: LanePlan, known: dict[str, stamps.Stamp]
+) -> dict[str, stamps.Stamp]:
+    """path -> stamp of every input file now (a missing file is simply not there)."""
     files = [m.path, plan.recipe.path]
     files += [forge.root / m.patches_dir_rel / e.file for e in m.series]
     if plan.toolchain_file is not None:
@@ -64,15 +67,7 @@ def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]
     tree = worker_tree(plan)
     if tree is not None:
         files += list(_worker_files(tree))
-    return files
-
-
-def snapshot(
-    forge: Forge, m: UpstreamManifest, plan: LanePlan, known: dict[str, stamps.Stamp]
-) -> dict[str, stamps.Stamp]:
-    """path -> stamp of every input file now (a missing file is simply not there)."""
-    files = {str(p): known.get(str(p), []) for p in input_files(forge, m, plan)}
-    return stamps.restamp(files, worker_tree(plan))
+    return stamps.restamp({str(p): known.get(str(p), []) for p in files}, tree)
 
 
 def worker_tree(plan: LanePlan) -> Path | None:

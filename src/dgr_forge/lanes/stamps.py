@@ -66,27 +66,21 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
     return read_tree_file(top, rel, what="worker file", hint=hint, missing_ok=missing_ok)
 
 
-def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
-    """`stamp` of a path worker's file `rel` as `worker_file` reads it (never what a link
-    points at); None when it is missing."""
+def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
+    """The root's own files (links followed as their loaders do) by `stamp`; a path worker's
+    file (under `worker`) as `worker_file` reads it, never what a link points at."""
+    if worker is None or not path.is_relative_to(worker):
+        return stamp(path, known)
     taken = time.time_ns()
     try:
-        st = os.lstat(top / rel)  # before the read: a change after it moves ctime
+        st = os.lstat(path)  # before the read: a change after it moves ctime
     except OSError:
         return None
     seen, vouched = _recorded(st, known)
     if vouched:
         return known
-    data = worker_file(top, rel, missing_ok=True)
+    data = worker_file(worker, path.relative_to(worker).as_posix(), missing_ok=True)
     return None if data is None else [sha256_bytes(data), *seen, taken]
-
-
-def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
-    """A path worker's file (under `worker`) as git stores it, the root's own files (links
-    followed as their loaders do) by `stamp`."""
-    if worker is not None and path.is_relative_to(worker):
-        return tree_stamp(worker, path.relative_to(worker).as_posix(), known)
-    return stamp(path, known)
 
 
 def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:

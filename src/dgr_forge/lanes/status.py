@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -15,9 +16,6 @@ from dgr_forge.lanes.inputs import ReportInputs, moved_since, report_inputs, wit
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
-
-if TYPE_CHECKING:
-    from dgr_forge.host.recipes import Recipe
 
 
 class BuildShown(Struct, kw_only=True):
@@ -93,6 +91,7 @@ def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, 
     """Lanes built in this workspace and their last build, each with whether its state
     names another workspace's files (then it has no last build here)."""
     from dgr_forge.host import worker
+    from dgr_forge.host.recipes import load
 
     entries = lane_states(forge)
     spec, worker_known = None, True
@@ -106,22 +105,14 @@ def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, 
         recorded = entry.state.last_build  # this workspace's paths, or None
         last = None
         if recorded is not None:
-            current = report_inputs(m, _current_recipe(forge, name), spec)
+            # the lane's recipe as it is now; none when gone or unreadable (then stale by it)
+            path, recipe = forge.recipes_dir / f"{name}.toml", None
+            if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) and path.is_file():
+                with contextlib.suppress(ForgeError):
+                    recipe = load(path, forge.rel(path), root=forge.root)
+            current = report_inputs(m, recipe, spec)
             if not worker_known:
                 current = msgspec.structs.replace(current, worker="(unreadable)")
             last = BuildShown.of(recorded, current, full=True)
         rows.append((LaneLastBuild(lane=name, last_build=last), entry.elsewhere))
     return rows
-
-
-def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
-    """None when it is gone or unreadable (the last build is then stale by its recipe)."""
-    from dgr_forge.host.recipes import load
-
-    path = forge.recipes_dir / f"{lane}.toml"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
-        return None
-    try:
-        return load(path, forge.rel(path), root=forge.root)
-    except ForgeError:
-        return None
