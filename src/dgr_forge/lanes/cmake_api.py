@@ -229,25 +229,15 @@ def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
     return Path(model.paths.source), docs
 
 
-def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()) -> set[str]:
-    """The targets a lane ships, before their libraries: the recipe's `targets`, else what
-    upstream installs, plus `extra` (the certification suite's programs); the empty set
-    (no filter) when the recipe names none and upstream installs nothing."""
-    if only:
-        roots = set(only)
-    else:
-        roots = {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
-        if not roots:
-            return set()
-    return roots | set(extra)
-
-
 def shipped_artifacts(
     reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
 ) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact on disk: the `shipped_roots` and the shared
-    and module libraries they depend on."""
-    roots = shipped_roots(reply, only, extra)
+    """(target, file) for every shipped artifact on disk: the roots (the recipe's `targets`,
+    else what upstream installs, plus `extra`, the certification suite's programs; none,
+    no filter, when the recipe names none and upstream installs nothing) and the shared and
+    module libraries they depend on."""
+    roots = set(only) or {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
+    roots |= set(extra) if roots else set()
     # and every target they depend on, transitively: a requested target's shared libraries
     by_name = {t.name: t for t in reply.targets}
     wanted: set[str] = set()

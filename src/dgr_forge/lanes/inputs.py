@@ -143,21 +143,6 @@ def report_inputs(
     return ReportInputs(m.commit, m.series_digest, recipe_sha, worker_identity(spec))
 
 
-def moved_since(recorded: ReportInputs | None, current: ReportInputs) -> list[str]:
-    """What moved since a last build (`MOVABLE` names); a build that recorded nothing (an
-    older forge) cannot be shown current: everything moved."""
-    if recorded is None:
-        return list(MOVABLE)
-    return [k for k in MOVABLE if getattr(recorded, k) != getattr(current, k)]
-
-
-def with_stale(result: str, stale: list[str], inputs_recorded: bool) -> str:
-    """A last build's result as `status` and `lanes` print it."""
-    if not inputs_recorded:
-        return f"{result}, stale (inputs not recorded: rebuild to record them)"
-    return f"{result}, stale ({', '.join(stale)} moved)" if stale else result
-
-
 def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, dict[str, str]]:
     """Per lane, what a certification binds of this host's tools: cmake, ninja and each
     tool the recipe names, by version (a certification lapses when the host's changes)."""

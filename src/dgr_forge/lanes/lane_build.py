@@ -233,7 +233,8 @@ class LaneBuilder:
             now = msgspec.structs.replace(now, subjects_changed=changed)
         # whatever runs, the last report is handed back only if signed by the key asked for
         fp = ctx.signing.fingerprint()
-        key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
+        signer = ctx.signing.signer() if decision.needs_key_id(state, fp) else None
+        key_id = signer.keyid if signer else None
         return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
 
     def run(self) -> LaneResult:

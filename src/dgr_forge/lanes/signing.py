@@ -106,7 +106,3 @@ class SigningKey:
 
             self._signer = keys.resolve_signer(self.key, self.out)
         return self._signer
-
-    def keyid(self) -> str | None:
-        signer = self.signer()
-        return signer.keyid if signer else None

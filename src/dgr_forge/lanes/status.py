@@ -12,7 +12,7 @@ from msgspec import UNSET, Struct, UnsetType
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.structs import Form, d
-from dgr_forge.lanes.inputs import ReportInputs, moved_since, report_inputs, with_stale
+from dgr_forge.lanes.inputs import MOVABLE, ReportInputs, report_inputs
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
@@ -46,7 +46,9 @@ class BuildShown(Struct, kw_only=True):
 
     @staticmethod
     def of(last: LastBuild, current: ReportInputs, *, full: bool = False) -> BuildShown:
-        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts)."""
+        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts); a build
+        that recorded no inputs (an older forge) cannot be shown current: everything moved."""
+        was = last.inputs
         return BuildShown(
             time=last.time,
             result=last.result,
@@ -54,12 +56,17 @@ class BuildShown(Struct, kw_only=True):
             log=last.log,
             phase=last.phase if full and last.phase is not None else UNSET,
             artifacts=list(last.artifacts) if full else UNSET,
-            stale=moved_since(last.inputs, current),
-            inputs_recorded=last.inputs is not None,
+            stale=[k for k in MOVABLE if was is None or getattr(was, k) != getattr(current, k)],
+            inputs_recorded=was is not None,
         )
 
     def line(self) -> str:
-        return with_stale(self.result, self.stale, self.inputs_recorded)
+        """The result as `status` and `lanes` print it."""
+        if not self.inputs_recorded:
+            return f"{self.result}, stale (inputs not recorded: rebuild to record them)"
+        return (
+            f"{self.result}, stale ({', '.join(self.stale)} moved)" if self.stale else self.result
+        )
 
 
 class LaneLastBuild(Struct, kw_only=True):
