@@ -145,9 +145,7 @@ def _bad_log(log: Path, problem: str) -> OperationFailed:
 
 
 def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
-    """Ninja's deps log as `ninja -t deps` prints it: object -> the files it read (the
-    source first). A missing, linked or damaged log, a stale record, or output that does
-    not parse exactly is an error, never a pass."""
+    """Object -> the files it read (the source first); a bad log is an error, never a pass."""
     log = build_dir / ".ninja_deps"
     try:
         st = os.lstat(log)
@@ -213,8 +211,7 @@ class _Symbols(Struct):
 
 
 def preload() -> None:
-    """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
-    waits on it); a failed import is left for the check itself to raise."""
+    """Import pyelftools in a thread while Ninja compiles (the build frees the GIL)."""
     import contextlib
     import threading
 
@@ -226,8 +223,7 @@ def preload() -> None:
 
 
 def _elf_symbols(path: Path) -> _Symbols | None:
-    """None when it is not ELF (pyelftools locates the tables, the entries are unpacked in
-    bulk)."""
+    """None when it is not ELF; pyelftools locates the tables, the entries unpack in bulk."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -305,8 +301,7 @@ def _too_big(path: Path, what: str) -> OperationFailed:
 
 
 def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Mangled C++ name -> demangled, by one bounded c++filt call; a name that is not
-    mangled (or holds a control character) is left out."""
+    """Mangled C++ name -> demangled, by one bounded c++filt call."""
     todo = sorted(n for n in names if n.startswith("_Z") and n.isprintable() and " " not in n)
     if not todo:
         return {}

@@ -37,8 +37,7 @@ class BuildOptions(Struct, frozen=True):
         environ: Mapping[str, str] | None = None,
         **given: Any,
     ) -> BuildOptions:
-        """`given`: the other fields; exit 2, naming the option or variable, for a value
-        that is not allowed."""
+        """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
         env = os.environ if environ is None else environ
         jobs = given.get("jobs")
         if jobs is not None and not 1 <= jobs <= 4096:

@@ -71,8 +71,7 @@ def tools(
     launcher: str | None,
     progs: dict[str, Program],
 ) -> tuple[list[Tool], dict[str, str]]:
-    """Toolchain versions and the placeholders that stand for their machine paths in the
-    statement."""
+    """Toolchain versions, and placeholders for their machine paths in the statement."""
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
@@ -114,8 +113,7 @@ def tools(
 
 
 def _probed_version(path: str) -> str:
-    """A program's version when CMake gives none: its own `--version`, else why there is
-    none (a report never has an empty version)."""
+    """Its own `--version`, else why there is none: a report never has an empty version."""
     from dgr_forge.lanes.programs import first_line
 
     if not path or not Path(path).is_absolute():

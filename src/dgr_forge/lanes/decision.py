@@ -125,17 +125,15 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
 
 
 def skips_ninja(decision: Decision, recorded: str | None, whole: str) -> bool:
-    """Nothing moved: Ninja and the compiler cache are not asked (`truth.report_true`
-    still re-hashes the report and its byproducts)."""
+    """Nothing moved: Ninja and the compiler cache are not asked."""
     return decision.action == "reuse" and recorded == whole
 
 
 def after_compile(
     decision: Decision, wrote: bool, recorded: str | None, whole: str, subjects_same: bool
 ) -> Outcome:
-    """After Ninja (`wrote`: it wrote a file): other inputs than the report's with nothing
-    written (an edit with an old mtime, a lost state) built nothing of them, so a fresh
-    build directory."""
+    """Other inputs than the report's with nothing written (an edit with an old mtime, a
+    lost state) built nothing of them: a fresh build directory."""
     if not wrote and recorded != whole:
         return "rebuild"
     if decision.handback and recorded == whole and subjects_same:

@@ -101,8 +101,7 @@ def whole_digest(
 
 
 class WorkerIdentity(Struct):
-    """What a certification binds of the worker: a git worker's URL (masked) and commit,
-    a path worker's location and the digest of its files."""
+    """What a certification binds of the worker (a path worker: the digest of its files)."""
 
     location: str
     commit: str | UnsetType | None = UNSET

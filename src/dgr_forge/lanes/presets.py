@@ -268,8 +268,7 @@ def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
 
 
 def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | None:
-    """`text` without `entry` in `include` (every other byte kept); None when what is left
-    is the file the forge created (delete it)."""
+    """`text` without `entry` in `include`; None when what is left is the forge's stub."""
     if text == USER_PRESETS_STUB:
         return None
     _, members, include = _checked(path, text)

@@ -49,8 +49,7 @@ _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user ca
 
 
 def first_line(cmd: list[str]) -> str:
-    """The first line `cmd` prints that names a version (else its first line), kept per
-    exact file (its stat record) and argument."""
+    """The first line `cmd` prints that names a version, kept per exact file and argument."""
     found = file_identity(cmd[0])
     # "v": the line naming a version (an earlier forge kept the first line)
     key = None if found is None else "|".join(str(x) for x in (*found[:5], cmd[1], "v"))
@@ -185,8 +184,7 @@ def snapshot(
 
 
 def changed(programs: dict[str, Program]) -> list[str]:
-    """Names of the programs whose file is no longer what was recorded (or moved while
-    hashed)."""
+    """Programs whose file is no longer what was recorded (or moved while hashed)."""
     gone = set(stamps.changed({p.path: p.stamp for p in programs.values()}))
     return [name for name, p in programs.items() if p.path in gone or p.stamp[0] == CHANGED]
 

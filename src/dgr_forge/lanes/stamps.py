@@ -35,8 +35,7 @@ def valid(stamp: Any) -> bool:
 
 
 def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
-    """None when the file is missing or not a file; `known` is re-used when the file's
-    stat record still matches it."""
+    """None when it is not a file; `known` is re-used while its stat record still holds."""
     taken = time.time_ns()
     try:
         st = os.stat(path)
@@ -124,8 +123,7 @@ def _load(base: Path | None, name: str) -> Any:
 
 
 def _save(base: Path, name: str, data: Mapping[str, object]) -> None:
-    """Best effort; `base` and the directory above it are made 0700 when the forge makes
-    them (what is in them is trusted)."""
+    """Best effort; directories the forge makes are 0700 (what is in them is trusted)."""
     with contextlib.suppress(OSError):
         base.parent.parent.mkdir(parents=True, exist_ok=True)
         for d in (base.parent, base):

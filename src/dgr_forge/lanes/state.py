@@ -42,8 +42,7 @@ class Artifact(Struct, kw_only=True):
 
 
 class LastBuild(Struct, omit_defaults=True):
-    """A lane's last build; read by `structs.lenient` (one without a well-typed time, log
-    or result is none)."""
+    """Read by `structs.lenient`: one without a well-typed time, log or result is none."""
 
     time: str
     result: str  # ok | failed
@@ -67,8 +66,7 @@ class LastBuild(Struct, omit_defaults=True):
     inputs: ReportInputs | None = None
 
     def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
-        """This last build with `move` applied to each of its paths; None when `move`
-        refuses one."""
+        """`move` applied to each of its paths; None when `move` refuses one."""
         moved: dict[str, str | None] = {}
 
         def to(path: str) -> str:
@@ -164,8 +162,7 @@ class LaneState(Struct, omit_defaults=True):
 
 
 def load_lanes_state(forge: Forge) -> dict[str, Any]:
-    """The raw state; bad or missing is empty; one another user may write is refused
-    (exit 2), never trusted."""
+    """Bad or missing is empty; one another user may write is refused (exit 2)."""
     refuse_shared(forge.workspace, "workspace")
     refuse_shared(forge.state_file, "state file")
     try:

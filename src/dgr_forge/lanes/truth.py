@@ -48,8 +48,7 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
 
 
 def changed_subjects(last: LastBuild | None) -> list[Path]:
-    """Recorded subjects whose bytes are no longer what the report says; re-hashed only
-    when their stat record moved."""
+    """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
     if last is None:
         return []
     changed = []
