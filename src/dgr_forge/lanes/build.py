@@ -93,8 +93,7 @@ def build(
     signing = SigningKey(opts.key, opts.sign, out)
     after_fetch: list[str] = []  # said once the upstream fetch got through (issue 44)
     if m.build_number is None:
-        # bad input is refused before the count's fetch and the manifest write: the key
-        # is loaded now (a no-op build, whose number is recorded, never pays for it)
+        # a bad key is refused before the count's fetch and the manifest write
         signing.signer()
         # the upstream's own version at the pin, once, where the history is (issue 29)
         from dgr_forge.core.lock import root_lock
@@ -105,8 +104,7 @@ def build(
             m = build_number.record(forge, m, url, out, deferred=after_fetch)
 
     results: list[LaneResult] = []
-    # the workspace exists now (the caller holds its lock): the base directories (and the
-    # sccache server's socket) of a first build are those of every later one
+    # the workspace exists now: a first build's base directories are every later one's
     ctx = BuildContext(forge, m, out, opts, doctor, signing, after_fetch)  # the manifest: as loaded
     with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session

@@ -84,8 +84,7 @@ def tools(
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
     if launcher and plan.cache.tool:
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
-    # every program configure resolved, with the sha256 stamped then: a tool already
-    # listed gets it, the others are added by name, version and sha256
+    # every program configure resolved, with the sha256 stamped then
     by_path = {p.named: p for p in progs.values()}
     found = [
         Tool(t.name, t.path, t.version, by_path[t.path].stamp[0]) if t.path in by_path else t

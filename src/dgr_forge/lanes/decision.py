@@ -48,8 +48,7 @@ class Decision(Struct, frozen=True):
     reason: str
     moved: tuple[str, ...] = ()  # refuse: the files that moved
     rebuilt: tuple[str, ...] = ()  # compile / reuse: artifacts to remove so Ninja relinks
-    # the last report completed and was signed by the key asked for now: it is handed back
-    # after Ninja when the whole input and the subjects' bytes are still its own
+    # the last report, signed by the key asked for now, may be handed back after Ninja
     handback: bool = False
 
     @property

@@ -82,8 +82,7 @@ class LaneResult(Struct, kw_only=True):
 
 
 def _changes(src: Path) -> list[str]:
-    # the build holds the workspace lock, so git keeps its index's stat records fresh
-    # (the next no-op's status reads no file)
+    # under the workspace lock git keeps its index's stat records fresh for the next no-op
     return trees.changes(src, refresh=True)
 
 
@@ -203,8 +202,7 @@ class LaneBuilder:
         ctx, plan, state = self.ctx, self.plan, self.state
         up, spec = plan.upstream_dir, plan.spec
         head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
-        # a git worker checkout at its commit, clean (a deleted one is fetched again, an
-        # edited one refused by the build)
+        # a git worker checkout at its commit, clean
         src = spec.source_dir if spec else up
         worker_at = not (spec and spec.url) or (
             (src / ".git").exists()
@@ -384,8 +382,7 @@ class LaneBuilder:
         with self._failing("configure"):  # not configured: the next run re-checks
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
             truth.check_launchers(plan)
-        # hashed while Ninja runs; stamps shared through the forge's cache directory,
-        # `<DGR_CACHE_DIR or <workspace>/cache>/programs` (an unusable one keeps none)
+        # hashed while Ninja runs; stamps shared through the forge's cache directory
         try:
             base = cache_mod.cache_dir(os.environ, self.forge.workspace)
         except BadInput:

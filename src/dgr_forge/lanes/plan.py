@@ -36,8 +36,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
 
-# extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
-# uses exactly the binary `doctor` found
+# compilers passed to CMake explicitly, so CMake uses exactly the binary `doctor` found
 COMPILER_VARS = {"nvcc": "CMAKE_CUDA_COMPILER", "hip-clang": "CMAKE_HIP_COMPILER"}
 # where prefix maps send the machine's paths (fixed names: the same in every workspace)
 MAPPED_WORKSPACE = "/dgr/workspace"
@@ -127,8 +126,7 @@ def _prefix_maps(
     return tuple(sorted(maps, key=lambda pm: (len(pm[0]), pm[0])))
 
 
-# upstream switches that make it pick a compiler launcher on its own (llama.cpp's
-# GGML_CCACHE, LLAMA_CCACHE; USE_CCACHE, ENABLE_SCCACHE, ..._COMPILER_LAUNCHER elsewhere)
+# upstream switches that pick a compiler launcher on their own (GGML_CCACHE, USE_CCACHE, ...)
 _LAUNCHER_SWITCH = r"(?i)\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*"
 
 
@@ -314,9 +312,7 @@ def inputs_digest(
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- `doctor`
-# the host's probes, the compiler cache's choice and every lane's verdict: above both `host`
-# and `cache`, so here with the lanes
+# `doctor`: above both `host` and `cache`, so here with the lanes
 class DoctorResult(Form, kw_only=True):
     """`doctor`'s result (its `--json` object)."""
 

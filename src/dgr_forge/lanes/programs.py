@@ -27,8 +27,7 @@ if TYPE_CHECKING:
 
 # what each GCC driver runs: its compiler proper, assembler and linker
 _INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
-# what the build runs besides the compilers (the File API gives their versions); the
-# other binutils CMake finds (nm, objcopy, strip, ...) are not run by a build
+# what the build runs besides the compilers (the other binutils CMake finds are not run)
 _VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
 CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
 

@@ -104,10 +104,8 @@ def valid_map(data: Any) -> dict[str, Stamp]:
 # ----------------------------------------------------------------------------- host cache
 
 _HOST_MAX = 512  # entries: programs of a few toolchains
-# in the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), shared by the
-# builds that share it, never the home directory of whoever runs the build (issue 25 #4):
-# programs' stamps (compilers: ~70 MB to hash), and their `--version` / `-print-prog-name`
-# answers keyed by file stat and argument
+# in the forge's cache directory, never the home directory of whoever builds (issue 25 #4):
+# programs' stamps (compilers: ~70 MB to hash), and their answers by file stat and argument
 STAMPS_FILE = "program-stamps.json"
 PROBES_FILE = "program-probes.json"
 

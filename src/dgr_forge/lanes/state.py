@@ -61,8 +61,7 @@ class LastBuild(Struct, omit_defaults=True):
     )
     # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
     input_digest: str | None = None
-    # the movable inputs (`lanes.inputs.report_inputs`) the report was built from: what
-    # `status` and `lanes` compare to say a last build is stale
+    # the movable inputs the report was built from: what says a last build is stale
     inputs: ReportInputs | None = None
 
     def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
@@ -104,8 +103,7 @@ def loaded_path(workspace: Path, path: str) -> str | None:
 
 class Loaded(NamedTuple):
     state: LaneState
-    # its last build names another workspace's files (a copied or moved root, recorded by
-    # an older forge): not built here, and said so
+    # its last build names another workspace's files: not built here, and said so
     elsewhere: bool
 
 
