@@ -4,10 +4,8 @@
   File API) that reached a worker target through `target_link_libraries`.
 * Includes: every upstream file a worker object read (ninja's deps log, links resolved)
   lies in the boundary; no deps log, a damaged or stale one is an error, never a pass.
-* Symbols: each upstream symbol the worker's objects import is declared in a boundary
-  header the worker read (C++ names demangled). Objects, not the linked binaries: a static
-  build links every upstream symbol in, its objects still say what the worker asked for.
-  Objects that are not ELF are not read: the symbol check is recorded as not run there.
+* Symbols: each upstream symbol the worker's objects (not the binaries: a static build
+  links everything in) import is declared in a boundary header the worker read.
 
 A leak fails the lane (exit 1) before anything is signed; the surface goes into the report.
 """

@@ -1,9 +1,8 @@
 """`check`: the CI gate for changes to the pin or the series (DESIGN.md, `check`).
 
-In a scratch workspace: fetch the pin, apply the patch files exactly as they are on disk,
-re-export the series and byte-compare the result with `patches/` and the manifest, so a
-hand-edited patch, a stale hash or a non-canonical file cannot be merged. Then every option
-a recipe passes must still be declared upstream: CMake would silently ignore a rename.
+A fresh apply + re-export must give `patches/` and the manifest byte for byte, so a
+hand-edited patch or a stale hash cannot be merged; every option a recipe passes must
+still be declared upstream (CMake would silently ignore a rename).
 """
 
 from __future__ import annotations

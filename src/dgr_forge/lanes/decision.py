@@ -1,13 +1,7 @@
 """What one lane's build does, decided (purely) from the recorded state and what is there now.
 
-`decide()` takes the lane's `LaneState` and a `Snapshot` of the inputs (taken once, under
-the workspace lock) and returns one `Decision` with its reason: `refuse`, `rebuild` (a fresh
-build directory: never objects of two compilers in one binary), `reconfigure`, `compile`
-or `reuse` (the report handed back without running Ninja when nothing moved).
-
-After Ninja, `after_compile()` decides by content, never by what Ninja ran (llama.cpp's
-`llama-ui-assets` runs at every build). The state's transitions are pure as well: the
-builder writes each once.
+`decide()` returns one `Decision` with its reason; after Ninja, `after_compile()` decides
+by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs at every build).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What CMake generated, read back: which launchers the Ninja rules really run (issue 20).
 
 The report names the launcher found here, never the one asked for: an upstream can set
-`RULE_LAUNCH_COMPILE` itself (ggml does, to ccache), a toolchain file a compiler launcher,
-and a `CODE_CHECK` (clang-tidy, ...) runs a program around each compile. Link rules: in
-each `&&` step, what precedes the first program CMake itself resolved.
+`RULE_LAUNCH_COMPILE` itself (ggml does, to ccache), a toolchain file a compiler launcher.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A lane's inputs as one snapshot, taken under the workspace lock before configure.
 
-Every input file is stamped (`stamps`) once; the report records those digests, and the
-same files are checked again before it is written: one that changed while the build ran
-means no report, never a digest configure did not read. `whole_digest()` is the lane's
-whole input; a report is reused only when it is the one recorded with it.
+The report records those digests, and one that changed while the build ran means no
+report, never a digest configure did not read.
 """
 
 from __future__ import annotations

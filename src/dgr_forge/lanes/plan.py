@@ -1,11 +1,8 @@
 """The lane plan: everything one lane's configure and build are made of, decided once.
 
-`build` runs the plan and `presets` writes it for IDEs, so both configure the same tree
-with the same arguments. Path independence is decided here too: the workspace, the forge
-root and an outside worker are mapped to fixed names with `-ffile-prefix-map`, and build
-RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and a
-compiler cache hits across them. Launchers are the forge's alone: an upstream switch that
-auto-detects a compiler cache (llama.cpp's `GGML_CCACHE`, default ON) is pinned OFF.
+`build` runs the plan and `presets` writes it for IDEs. Machine paths are mapped to fixed
+names (`-ffile-prefix-map`, `$ORIGIN` RPATHs), so two workspaces at different paths build
+identical bytes and a compiler cache hits across them. Launchers are the forge's alone.
 """
 
 from __future__ import annotations

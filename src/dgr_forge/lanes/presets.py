@@ -1,12 +1,9 @@
 """The forge's CMake presets: one configure + build preset per lane (the lane plan `build`
 runs), so IDEs build what the forge builds.
 
-CMake reserves `CMakeUserPresets.json` for the person: the forge writes its own file,
-`dgr-forge.presets.json`, and adds one `include` entry naming it to `CMakeUserPresets.json`
-(as Conan does), every other byte of the user's file kept (a `version` under 4, the first
-that allows `include`, raised to 4). The files go where `cmake --preset dgr-<lane>` finds a
-CMakeLists.txt; in the patched upstream tree they are listed in `.git/info/exclude` so
-`patch` and `build` still see a clean tree.
+CMake reserves `CMakeUserPresets.json` for the person: the forge writes its own file and
+adds one `include` entry naming it there (as Conan does), every other byte kept. In the
+patched upstream tree they are listed in `.git/info/exclude`: `build` sees a clean tree.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Every program a lane's build runs, as configure resolved it (issue 20 #4): CMake's
 programs, GCC's own behind its driver (cc1plus, as, collect2, ld) and the launcher.
 
-A change of any since configure means a full rebuild, never objects of two compilers in
-one binary; a change during the build means no report. Hashing a compiler proper is ~70 MB:
-`start()` does it while Ninja compiles, from stat records taken when configure ended.
+A change since configure means a full rebuild, never objects of two compilers in one
+binary. Hashing a compiler proper is ~70 MB: `start()` does it while Ninja compiles.
 """
 
 from __future__ import annotations

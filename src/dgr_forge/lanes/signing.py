@@ -1,12 +1,8 @@
 """Which key a build signs with, checked on every build, up to date or not.
 
-Loading the key costs the cryptography import (~0.1 s), too much for a no-op build; so the
-key material asked for is also fingerprinted cheaply (its bytes, path and mode), and a
-no-op build whose fingerprint matches the one recorded with the last report skips the load.
-
-No key anywhere, no person at a terminal and not in CI: the build writes its report
-unsigned and says so on every run, so the README's first line works on a fresh machine.
-In CI that stays exit 2 (`resolve_signer`): a release build is never silently unsigned.
+Loading the key costs ~0.1 s, too much for a no-op build: a no-op whose cheap fingerprint
+of the key material matches the last report's skips the load. No key anywhere, no person
+at a terminal and not in CI: the report is written unsigned, and said so on every run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """`<workspace>/state.json`: what the forge remembers per lane (never authoritative).
 
-A missing or unreadable file is an empty state: the next build configures again. A last
-build's paths are kept relative to the workspace, so a workspace copied or moved shows its
-own copy of its last build (in memory they are absolute). A path that is not the
-workspace's (schema 1's absolute ones, a hand-edited `..`) makes that last build another
-workspace's: not built here.
+A missing or unreadable file is an empty state. A last build's paths are kept relative to
+the workspace, so a workspace copied or moved shows its own copy of its last build; one
+naming a path outside it (schema 1, a hand-edited `..`) is another's: not built here.
 """
 
 from __future__ import annotations
