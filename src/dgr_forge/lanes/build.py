@@ -69,8 +69,7 @@ def build(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
 ) -> BuildResult:
-    """The caller holds the workspace lock, and loaded the manifest, recipes, host probes
-    and worker under it: what is built is what is signed."""
+    """The caller loaded every input under the workspace lock: what is built is signed."""
     selected = select(recipes, list(opts.lanes))
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
     for t in (doctor.tool("cmake"), doctor.tool("ninja")):

@@ -78,9 +78,7 @@ class Check(Form, kw_only=True):
 
 
 def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
-    """A copy of the inputs whose manifest takes the patch files as they are on disk (no
-    per-patch or result trees): to compare what they produce with what the manifest
-    claims, not stop at the first mismatch."""
+    """The inputs, their manifest taking the patch files as they are (no trees to stop at)."""
     root = tmp / "root"
     # read bounded, each once: the hashes written are of the bytes copied
     raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)

@@ -232,10 +232,8 @@ def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
 def shipped_artifacts(
     reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
 ) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact on disk: the roots (the recipe's `targets`,
-    else what upstream installs, plus `extra`, the certification suite's programs; none,
-    no filter, when the recipe names none and upstream installs nothing) and the shared and
-    module libraries they depend on."""
+    """(target, file) for every shipped artifact on disk: the recipe's `targets` (else what
+    upstream installs; else all), `extra` (certify's programs), and their libraries."""
     roots = set(only) or {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
     roots |= set(extra) if roots else set()
     # and every target they depend on, transitively: a requested target's shared libraries
@@ -260,9 +258,8 @@ def shipped_artifacts(
 
 
 def stale_siblings(reply: Reply, shipped: list[tuple[Target, Path]]) -> list[Path]:
-    """Files an earlier build of a shipped library left beside it (another version of the
-    same versioned file, links to one) that no target of this build produces: a rebase
-    changes the version, the old files would otherwise lie in the directory that ships."""
+    """Other versions of a shipped library (and links to them) that an earlier build left
+    beside it: a rebase changes the version, the old files would otherwise ship."""
     produced = {p for t in reply.targets for p in t.artifacts}
     current = {path.resolve() for _, path in shipped}
     stale: set[Path] = set()

@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 def collect_artifacts(
     reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts named by their real file (links to it become its aliases, never
-    subjects of their own), and each file's stat record as it was hashed."""
+    """Shipped artifacts by their real file (links: aliases), and their stat records."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
     for target, path in cmake_api.shipped_artifacts(reply, only, extra):
         real = path.resolve()
@@ -197,12 +196,9 @@ def strip_runpaths(plan: LanePlan) -> None:
 
 
 def strip_empty_runpath(path: Path) -> bool:
-    """Take the empty elements out of an ELF file's RUNPATH/RPATH, in place; whether it
-    changed. CMake ends the build RPATH of every target with an `install()` rule with `:`
-    (and pads it), and the loader reads an empty element as the current directory, so
-    `llama-cli` started in a directory holding a `libcuda.so.1` would load it. The string
-    is rewritten in `.dynstr`, NUL-padded; one another dynamic string points into (a
-    linker may share a string's tail) stays."""
+    """Take the empty elements out of an ELF file's RUNPATH/RPATH in place (CMake ends an
+    installed target's with `:`, and the loader reads an empty element as the current
+    directory); one another dynamic string points into stays. Whether it changed."""
     from elftools.common.exceptions import ELFError
     from elftools.common.utils import parse_cstring_from_stream
     from elftools.elf.dynamic import DynamicSection

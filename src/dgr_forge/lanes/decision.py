@@ -76,8 +76,7 @@ def _not_configured(state: LaneState, now: Snapshot) -> str | None:
 
 
 def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
-    """Whether `decide` needs the keyid (a full key load): only when a report could be
-    handed back and the cheap fingerprint does not already say it is the same key."""
+    """Whether `decide` needs the keyid (a full key load): the fingerprint does not say."""
     last = last_ok(state)
     if last is None:
         return False
@@ -138,8 +137,7 @@ def after_compile(
 
 
 def wiping(state: LaneState) -> LaneState:
-    """Before the build directory is removed: a kill halfway leaves objects Ninja would
-    take for current, so the next run finishes the removal before anything else."""
+    """A kill halfway leaves objects Ninja would take for current: the next run finishes."""
     return msgspec.structs.replace(state, inputs_digest=None, programs={}, in_progress="wipe")
 
 

@@ -141,8 +141,7 @@ def report_inputs(
 
 
 def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, dict[str, str]]:
-    """Per lane, what a certification binds of this host's tools: cmake, ninja and each
-    tool the recipe names, by version (a certification lapses when the host's changes)."""
+    """Per lane, the versions of this host's tools a certification binds (cmake, ninja, ...)."""
     out: dict[str, dict[str, str]] = {}
     for lane, recipe in recipes.items():
         found = {}

@@ -197,8 +197,7 @@ class LaneBuilder:
             raise
 
     def _observe(self) -> decision.Snapshot:
-        """What `decision.decide` reads, taken once. The artifacts are re-hashed and the key
-        loaded only where the decision can use them (a no-op build stays cheap)."""
+        """What `decision.decide` reads; artifacts hashed, the key loaded only if it can tell."""
         ctx, plan, state = self.ctx, self.plan, self.state
         up, spec = plan.upstream_dir, plan.spec
         head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
@@ -540,8 +539,7 @@ class LaneBuilder:
 
 
 def _prune_reports(forge: Forge, lane: str, report: Path) -> None:
-    """The lane's old reports beyond `reports.KEEP_REPORTS`, except any a record names:
-    this build's (the lane's state now) and every certification's."""
+    """The lane's old reports beyond `reports.KEEP_REPORTS`, except any a record names."""
     from dgr_forge.attest import reports  # only once a report was written
 
     named = reports.named_reports(forge)

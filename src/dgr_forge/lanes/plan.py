@@ -97,11 +97,9 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
 def _prefix_maps(
     forge: Forge, spec: worker.WorkerSpec | None, build_dir: Path
 ) -> tuple[tuple[str, str], ...]:
-    """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs.
-
-    Each machine path as given, resolved, and relative to the build directory (ccache's
-    CCACHE_BASEDIR hands the compiler `../../src/x.c`); the empty prefix maps a bare name
-    under the build directory's mapped name, and `/` keeps system headers as they are."""
+    """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs:
+    each machine path as given, resolved, and relative to the build directory (ccache's
+    CCACHE_BASEDIR hands the compiler `../../src/x.c`)."""
     root, ws = forge.root.resolve(), forge.workspace.resolve()
     absolute: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
     absolute += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
@@ -114,7 +112,7 @@ def _prefix_maps(
     for path, name in absolute:
         if path == path.resolve():
             maps.add((os.path.relpath(path, build), name))
-    # a bare name: under the build directory's own, most specific, mapped name
+    # a bare name: under the build directory's mapped name; `/` keeps system headers as is
     best = max((p for p in absolute if build.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
     rest = build.relative_to(best[0])
     mapped = best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
@@ -146,9 +144,8 @@ def plan_lane(
     cache: CacheSetup = OFF,
     tree: tuple[Path, Path] | None = None,
 ) -> LanePlan:
-    """Tools not found stay bare names, so presets still render on a host that lacks them
-    (`build` refuses first). `tree`: another (source, build) directory pair (certify's
-    parity reference: the pin without the series)."""
+    """Tools not found stay bare names (presets still render); `tree`: another (source,
+    build) directory pair (certify's parity reference)."""
     upstream_dir, build_dir = tree or (forge.src_dir(m.name), forge.build_dir(recipe.name))
     name = recipe.lane.toolchain
     toolchain = None if name is None else forge.toolchains_dir / f"{name}.cmake"
@@ -208,9 +205,7 @@ def configure_args(
     switches: tuple[str, ...] = (),
     given: tuple[str, ...] = (),
 ) -> list[str]:
-    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD;
-    `switches` are pinned OFF, and the build-info variables the tree takes as `given` get
-    the upstream's own values."""
+    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
     spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
@@ -269,9 +264,8 @@ def inputs_digest(
     args: list[str],
     snap: Mapping[str, list[Any]] | None = None,
 ) -> str:
-    """Everything configure depends on (worker *sources* are Ninja's business, only the
-    worker's identity counts; the cache mode changes no output byte). File digests come
-    from `snap` (`lanes.inputs`, taken under the lock) when given."""
+    """Everything configure depends on (worker sources are Ninja's business); file digests
+    from `snap` (taken under the lock) when given."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
     def checked(path: Path, what: str, hint: str) -> str:

@@ -345,10 +345,8 @@ def plan_change(
     *,
     worker_override: bool = False,
 ) -> Change:
-    """The forge's presets file and the include entry in CMakeUserPresets.json (in `dest`,
-    a directory or the file, else the worker's directory or the upstream tree), or with
-    `presets` None both taken out again; `worker_override`: the worker came from --worker,
-    a place the person chose, not one a checkout committed. Writes nothing."""
+    """The forge's presets file and its include (`presets` None: both taken out again);
+    `worker_override`: the worker is the person's --worker, not one a checkout committed."""
     path = dest or (spec.source_dir if spec is not None else forge.src_dir(m.name))
     if dest is None and spec is None and not (path / "CMakeLists.txt").is_file():
         raise BadInput(

@@ -67,9 +67,8 @@ def first_line(cmd: list[str]) -> str:
 
 
 def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
-    """GCC's own programs behind `compiler` (other drivers: none), each with its version:
-    the compiler proper answers no `--version`, it has the driver's; collect2, as and ld
-    (looked up beside it, then on PATH) have binutils' own."""
+    """GCC's own programs behind `compiler`, each with its version: the compiler proper
+    answers no `--version`, it has the driver's; collect2, as and ld have binutils' own."""
     proper = _INTERNAL.get(lang, ())
     if not proper:
         return {}
@@ -125,8 +124,7 @@ def start(
     host: Path | None = None,
     drivers: dict[str, str] | None = None,
 ) -> Future[dict[str, Program]]:
-    """`snapshot()` on a worker thread, from the stat records of what CMake resolved taken
-    now. `host`: the directory of the stamps shared between builds (None: none kept)."""
+    """`snapshot()` on a worker thread, from stat records taken now; `host`: shared stamps."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dgr_forge.lanes import genbuild

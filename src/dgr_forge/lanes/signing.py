@@ -61,8 +61,7 @@ class SigningKey:
         return self._fallback
 
     def warn_unsigned(self) -> None:
-        """Said once, where a report is written or handed back unsigned for want of a key:
-        never before (a run that fails before its report has nothing to sign)."""
+        """Said once, where a report is written or handed back unsigned for want of a key."""
         if self.sign and self.unsigned_fallback() and not self._warned:
             self._warned = True
             self.out.warn(

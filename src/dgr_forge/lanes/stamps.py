@@ -51,23 +51,20 @@ def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
 
 
 def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]:
-    """The stat record a stamp keeps of `st`, and whether `known` (taken once the file had
-    settled) still vouches for the file."""
+    """The stat record of `st`, and whether `known` (settled) still vouches for the file."""
     seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     settled = known is not None and valid(known) and known[5] - st.st_ctime_ns > RACY_NS
     return seen, settled and known is not None and known[1:5] == seen
 
 
 def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | None:
-    """A path worker's file `rel` (a tree the forge did not write) as git stores it: a
-    link's text, never what it points at; a FIFO or device is exit 2 naming it."""
+    """A path worker's file `rel` as git stores it (a link's text); a FIFO is exit 2."""
     hint = "a path worker holds regular files and links only"
     return read_tree_file(top, rel, what="worker file", hint=hint, missing_ok=missing_ok)
 
 
 def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
-    """The root's own files (links followed as their loaders do) by `stamp`; a path worker's
-    file (under `worker`) as `worker_file` reads it, never what a link points at."""
+    """The root's own files by `stamp`; a path worker's (under `worker`) as `worker_file`."""
     if worker is None or not path.is_relative_to(worker):
         return stamp(path, known)
     taken = time.time_ns()

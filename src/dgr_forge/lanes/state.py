@@ -106,8 +106,7 @@ class Loaded(NamedTuple):
 
 
 class LaneState(Struct, omit_defaults=True):
-    """A lane's entry in state.json, read by `structs.lenient` (a field that does not decode
-    is its default: a damaged entry costs a reconfigure, never a crash)."""
+    """Read by `structs.lenient`: a damaged entry costs a reconfigure, never a crash."""
 
     inputs_digest: str | None = None
     head_commit: str | None = None

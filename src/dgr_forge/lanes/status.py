@@ -95,8 +95,7 @@ class Status(Form, kw_only=True):
 
 
 def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, bool]]:
-    """Lanes built in this workspace and their last build, each with whether its state
-    names another workspace's files (then it has no last build here)."""
+    """Lanes built here and their last build, each with whether its state is elsewhere's."""
     from dgr_forge.host import worker
     from dgr_forge.host.recipes import load
 
