@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -298,27 +297,6 @@ def _too_big(path: Path, what: str) -> OperationFailed:
     )
 
 
-def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Mangled C++ name -> demangled, by one bounded c++filt call."""
-    todo = sorted(n for n in names if n.startswith("_Z") and n.isprintable() and " " not in n)
-    if not todo:
-        return {}
-    tool = shutil.which("c++filt")
-    if tool is None:
-        raise OperationFailed(
-            "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
-            hint="install binutils (Debian: apt-get install binutils)",
-        )
-    ran = proc.capture([tool], input="\n".join(todo) + "\n", timeout=120)
-    shown = ran.stdout.split("\n")[: len(todo)]
-    if ran.returncode != 0 or len(shown) != len(todo):
-        raise OperationFailed(
-            f"c++filt failed (exit {ran.returncode}): {ran.stderr.strip()[-300:]}",
-            hint="check the binutils installation",
-        )
-    return dict(zip(todo, shown, strict=True))
-
-
 def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> Checked:
     """The include and symbol checks of one worker build, and the surface it used."""
     up = Path(os.path.realpath(upstream_dir))
@@ -394,7 +372,24 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
         data = read_tree_file(up, rel, what="boundary header", hint=hint, limit=MAX_HEADER_BYTES)
         for name in declarations((data or b"").decode("utf-8", "replace")):
             decls.setdefault(name, rel)
-    names = demangle(libs) if checked else {}
+    # mangled C++ name -> demangled, by one bounded c++filt call
+    names: dict[str, str] = {}
+    todo = sorted(n for n in libs if n.startswith("_Z") and n.isprintable() and " " not in n)
+    if checked and todo:
+        tool = shutil.which("c++filt")
+        if tool is None:
+            raise OperationFailed(
+                "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
+                hint="install binutils (Debian: apt-get install binutils)",
+            )
+        ran = proc.capture([tool], input="\n".join(todo) + "\n", timeout=120)
+        shown = ran.stdout.split("\n")[: len(todo)]
+        if ran.returncode != 0 or len(shown) != len(todo):
+            raise OperationFailed(
+                f"c++filt failed (exit {ran.returncode}): {ran.stderr.strip()[-300:]}",
+                hint="check the binutils installation",
+            )
+        names = dict(zip(todo, shown, strict=True))
     symbols, symbol_leaks = [], []
     for sym in sorted(libs):
         shown_name = names.get(sym, sym)

@@ -85,39 +85,6 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _resolve(
-    build_dir: Path, launcher: str | None, drivers: dict[str, str] | None = None
-) -> dict[str, tuple[str, str]]:
-    """name -> (path as CMake has it, version); `drivers`: cmake and ninja, by path."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dgr_forge.lanes import genbuild
-
-    cache = genbuild.programs(build_dir)
-    found: dict[str, tuple[str, str]] = {}
-    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        versions = {
-            v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
-        }
-        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
-        for var, path in sorted(compilers.items()):
-            if os.path.isabs(path):
-                found[var] = (path, "")
-        for var, future in sorted(versions.items()):
-            if os.path.isabs(cache[var]):
-                found[var] = (cache[var], future.result())
-        for var, pending in sorted(internal.items()):
-            for name, entry in pending.result().items():
-                found.setdefault(f"{var}:{name}", entry)
-    if launcher:
-        found["launcher"] = (launcher, "")
-    for name, path in sorted((drivers or {}).items()):
-        if os.path.isabs(path):
-            found[name] = (path, "")
-    return found
-
-
 def start(
     build_dir: Path,
     launcher: str | None,
@@ -152,8 +119,32 @@ def snapshot(
     """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from dgr_forge.lanes import genbuild
+
     _PROBES.update(stamps.load_host_probes(host_dir))
-    found = _resolve(build_dir, launcher, drivers)
+    # name -> (path as CMake has it, version) of every program the build runs
+    cache = genbuild.programs(build_dir)
+    found: dict[str, tuple[str, str]] = {}
+    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        versions = {
+            v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
+        }
+        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
+        for var, path in sorted(compilers.items()):
+            if os.path.isabs(path):
+                found[var] = (path, "")
+        for var, future in sorted(versions.items()):
+            if os.path.isabs(cache[var]):
+                found[var] = (cache[var], future.result())
+        for var, pending in sorted(internal.items()):
+            for name, entry in pending.result().items():
+                found.setdefault(f"{var}:{name}", entry)
+    if launcher:
+        found["launcher"] = (launcher, "")
+    for name, path in sorted((drivers or {}).items()):
+        if os.path.isabs(path):
+            found[name] = (path, "")
     stamps.save_host_probes(host_dir, dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
     host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash
@@ -162,9 +153,8 @@ def snapshot(
             p: pool.submit(stamps.stamp, Path(p), host.get(p)) for p in sorted(set(real.values()))
         }
         done = {p: f.result() for p, f in stamped.items()}
-    stamps.save_host(
-        host_dir, {p: s for p, s in done.items() if s is not None and s != host.get(p)}
-    )
+    settled = {p: s for p, s in done.items() if s is not None and s != host.get(p)}
+    stamps.save_host(host_dir, settled)
     out: dict[str, Program] = {}
     for name, (path, version) in sorted(found.items()):
         stamp = done[real[name]]
