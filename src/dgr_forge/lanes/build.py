@@ -80,13 +80,9 @@ def build(
                     for r in selected
                 ]
             )
+    tree = spec.source_dir if spec is not None and spec.url is None else None
     cache = cache_mod.select(
-        doctor,
-        opts.cache,
-        opts.cache_mode,
-        workspace=forge.workspace,
-        root=forge.root,
-        worker=spec.source_dir if spec is not None and spec.url is None else None,
+        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root, worker=tree
     )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
     signing = SigningKey(opts.key, opts.sign, out)

@@ -89,14 +89,10 @@ def render(
     recipes = select(all_recipes, lanes)
     cache = os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
+    tree = spec.source_dir if spec is not None and spec.url is None else None
     try:
         setup = cache_mod.select(
-            doctor,
-            choice,
-            "rw",
-            workspace=forge.workspace,
-            root=forge.root,
-            worker=spec.source_dir if spec is not None and spec.url is None else None,
+            doctor, choice, "rw", workspace=forge.workspace, root=forge.root, worker=tree
         )
     except BadInput:
         setup = cache_mod.OFF  # a tool named but missing: presets still render
