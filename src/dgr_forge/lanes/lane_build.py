@@ -164,12 +164,9 @@ class LaneBuilder:
         head, epoch = str(st.head_commit), int(st.source_date_epoch or 0)
         switches, given = tuple(st.launcher_switches), tuple(st.build_info)
         self.conf = self._configuration(head, epoch, switches, given)
+        log, build_dir, cache = str(plan.log_link), str(plan.build_dir), Cache.of(plan.cache)
         self.result = LaneResult(
-            lane=plan.lane,
-            status="failed",
-            log=str(plan.log_link),
-            build_dir=str(plan.build_dir),
-            cache=Cache.of(plan.cache),
+            lane=plan.lane, status="failed", log=log, build_dir=build_dir, cache=cache
         )
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
@@ -454,8 +451,7 @@ class LaneBuilder:
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
         if ran:
-            keep = {last.log_file, str(self.log_path)}
-            logs.prune(self.plan.logs_dir, self.plan.lane, keep=keep)
+            logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
