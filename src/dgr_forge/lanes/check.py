@@ -126,8 +126,7 @@ def check(
             f"{forge.rel(m.path)}); grown by {', '.join(fp.grew)}"
         )
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
-        scratch_root = _scratch_root(forge, m, tmp)
-        scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
+        scratch = Forge(root=_scratch_root(forge, m, tmp), workspace=tmp / "workspace")
         # the copy this run just made: its paths resolve against the scratch root
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
