@@ -67,17 +67,9 @@ def build(
     from dgr_forge.lanes.build_options import BuildOptions
 
     opts = BuildOptions.resolve(
-        lanes=lane or (),
-        worker=worker,
-        jobs=jobs,
-        key=key,
-        sign=not no_sign,
-        mirror=mirror,
-        offline=offline,
-        cache=cache,
-        cache_mode=cache_mode,
-        force=force,
-    )
+        lanes=lane, worker=worker, jobs=jobs, key=key, sign=not no_sign, mirror=mirror,
+        offline=offline, cache=cache, cache_mode=cache_mode, force=force,
+    )  # fmt: skip
     # the lock before any input is read: a waiting build builds (and signs) what the
     # build it waited for left, never a manifest read before
     with env.session(
@@ -244,12 +236,8 @@ def presets(
         if not env.options.json:
             env.out.document(json.dumps(data, indent=2) + "\n")
         return presets_mod.Presets(path=None, presets=names, content=data)
-    where = {"worker_override": worker is not None}
-    change = (
-        presets_mod.plan_remove(env.forge, out_path, m, spec, **where)
-        if data is None
-        else presets_mod.plan_write(env.forge, data, out_path, m, spec, **where)
-    )
+    override = worker is not None
+    change = presets_mod.plan_change(env.forge, data, out_path, m, spec, worker_override=override)
     diff = change.diff()
     if dry_run:
         if not env.options.json:

@@ -1,23 +1,13 @@
 """The worker boundary, proven after each worker build (DESIGN: "The worker boundary").
 
-* The boundary: the PUBLIC/INTERFACE include directories of the upstream targets the
-  worker links, from the CMake File API: a worker target's include directory that lies in
-  the upstream tree, arrived through `target_link_libraries` (its backtrace) and is an
-  include directory of an upstream target the worker depends on. Headers the series adds
-  there are inside it like any other.
-* Includes: every file of the upstream tree that a worker object read, by ninja's deps
-  log (`ninja -t deps`), resolved (a link is followed), lies in the boundary. No deps log,
-  a damaged one, a stale record or a worker object without a record is an error.
-* Symbols: the undefined symbols of the worker's objects that an upstream object defines
-  (a strong global definition; ELF read with pyelftools) are each declared in a boundary
-  header the worker read: a C name by its name, a C++ name by its demangled qualified
-  name (`c++filt`, bounded). Objects, not the linked binaries: a static build
-  (BUILD_SHARED_LIBS=OFF) links every upstream symbol in, and its objects still say what
-  the worker's code asked for. Objects that are not ELF (Mach-O, PE/COFF) are not read:
-  the symbol check is recorded as not run there, the include check still holds.
+* The boundary: the include directories of the upstream targets the worker links (CMake
+  File API) that reached a worker target through `target_link_libraries`.
+* Includes: every upstream file a worker object read (ninja's deps log, links resolved)
+  lies in the boundary; no deps log, a damaged or stale one is an error, never a pass.
+* Symbols: each upstream symbol the worker's objects (not the binaries: a static build
+  links everything in) import is declared in a boundary header the worker read.
 
-A leak fails the lane (exit 1) before anything is signed. The surface (the boundary
-headers read, the symbols imported with their declaring headers) goes into the report.
+A leak fails the lane (exit 1) before anything is signed; the surface goes into the report.
 """
 
 from __future__ import annotations
@@ -25,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -100,11 +89,8 @@ class Checked(Struct, frozen=True):
 
 
 def _one_line(text: str) -> str:
-    """A path as a message line shows it: a newline or tab visible, never a second line."""
+    """A newline or tab in a path shown, never a second line."""
     return escape_controls(text.replace("\n", "\\n").replace("\t", "\\t"))
-
-
-# ----------------------------------------------------------------------------- the File API
 
 
 class _Target(Struct, frozen=True):
@@ -150,46 +136,38 @@ def _inside(path: Path, base: Path) -> bool:
     return path == base or base in path.parents
 
 
-# ----------------------------------------------------------------------------- the deps log
+def _bad_log(log: Path, problem: str) -> OperationFailed:
+    fix = f"delete {log.parent} and build again: Ninja writes the log as it compiles"
+    return OperationFailed(f"{log}: {problem}", hint=fix, details={"file": str(log)})
 
 
 def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
-    """Ninja's deps log as `ninja -t deps` prints it: object -> the files it read (the
-    source first). A missing, linked or damaged log, a stale record, or output that does
-    not parse exactly is an error, never a pass."""
+    """Object -> the files it read (the source first); a bad log is an error, never a pass."""
     log = build_dir / ".ninja_deps"
-    fix = f"delete {build_dir} and build again: Ninja writes the log as it compiles"
     try:
         st = os.lstat(log)
         with open(log, "rb") as f:
-            head = f.read(len(DEPS_SIGNATURE))
+            sig = f.read(len(DEPS_SIGNATURE))
     except OSError as err:
-        raise OperationFailed(
-            f"{log}: ninja's deps log is missing ({err.strerror}): the headers the worker "
-            "read cannot be checked, and an unchecked boundary is never a pass",
-            hint=fix,
-            details={"file": str(log)},
+        raise _bad_log(
+            log,
+            f"ninja's deps log is missing ({err.strerror}): the headers the worker read "
+            "cannot be checked, and an unchecked boundary is never a pass",
         ) from None
-    if not os.path.isfile(log) or os.path.islink(log) or head != DEPS_SIGNATURE or st.st_size < 16:
-        raise OperationFailed(
-            f"{log}: not a ninja deps log (a link, or no `# ninjadeps` signature): the "
-            "headers the worker read cannot be checked",
-            hint=fix,
-            details={"file": str(log)},
+    if not os.path.isfile(log) or os.path.islink(log) or sig != DEPS_SIGNATURE or st.st_size < 16:
+        raise _bad_log(
+            log,
+            "not a ninja deps log (a link, or no `# ninjadeps` signature): the headers the "
+            "worker read cannot be checked",
         )
     ran = proc.capture([ninja, "-C", str(build_dir), "-t", "deps"], timeout=600)
     text = ran.stdout
     if ran.returncode != 0 or ran.stderr.strip() or len(text) > MAX_DEPS_OUTPUT:
-        raise OperationFailed(
-            f"{log}: ninja could not read its deps log (exit {ran.returncode}): "
+        raise _bad_log(
+            log,
+            f"ninja could not read its deps log (exit {ran.returncode}): "
             f"{ran.stderr.strip()[-500:] or 'output too large'}",
-            hint=fix,
-            details={"file": str(log)},
         )
-    return _parse_deps(text, log, fix)
-
-
-def _parse_deps(text: str, log: Path, fix: str) -> dict[str, list[str]]:
     deps: dict[str, list[str]] = {}
     lines = text.split("\n")
     i = 0
@@ -201,33 +179,26 @@ def _parse_deps(text: str, log: Path, fix: str) -> dict[str, list[str]]:
         head, sep, rest = line.rpartition(": #deps ")
         count, _, tail = rest.partition(", deps mtime ")
         if not sep or not count.isdigit() or not tail.endswith(("(VALID)", "(STALE)")):
-            raise OperationFailed(
-                f"{log}: unreadable line {i} of `ninja -t deps`: {shown_value(line[:200])}",
-                hint=fix,
-                details={"file": str(log)},
+            raise _bad_log(
+                log, f"unreadable line {i} of `ninja -t deps`: {shown_value(line[:200])}"
             )
         if tail.endswith("(STALE)"):
-            raise OperationFailed(
-                f"{log}: the record of {shown_value(head)} is stale (the object is newer "
-                "than what ninja recorded it read)",
-                hint=fix,
-                details={"file": str(log)},
+            raise _bad_log(
+                log,
+                f"the record of {shown_value(head)} is stale (the object is newer than what "
+                "ninja recorded it read)",
             )
         n = int(count)
         block = lines[i : i + n]
         if len(block) != n or not all(x.startswith("    ") for x in block):
-            raise OperationFailed(
-                f"{log}: the record of {shown_value(head)} does not hold the {n} paths it "
-                "announces (a path with a newline?)",
-                hint=fix,
-                details={"file": str(log)},
+            raise _bad_log(
+                log,
+                f"the record of {shown_value(head)} does not hold the {n} paths it announces "
+                "(a path with a newline?)",
             )
         deps[head] = [x[4:] for x in block]
         i += n
     return deps
-
-
-# ----------------------------------------------------------------------------- ELF symbols
 
 
 class _Symbols(Struct):
@@ -237,24 +208,19 @@ class _Symbols(Struct):
 
 
 def preload() -> None:
-    """Import pyelftools in a thread while Ninja compiles (the GIL is free while the build
-    waits on it): a worker's check then finds it imported. A failed import is left for
-    the check itself to raise."""
+    """Import pyelftools in a thread while Ninja compiles (the build frees the GIL)."""
+    import contextlib
     import threading
 
-    threading.Thread(target=_preload_quietly, name="dgr-elf-import", daemon=True).start()
+    def quietly() -> None:
+        with contextlib.suppress(Exception):  # the check imports it again, and says why
+            import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
 
-
-def _preload_quietly() -> None:
-    import contextlib
-
-    with contextlib.suppress(Exception):  # the check imports it again, and says why
-        import elftools.elf.elffile  # noqa: F401  (~0.1 s: its DWARF modules come with it)
+    threading.Thread(target=quietly, name="dgr-elf-import", daemon=True).start()
 
 
 def _elf_symbols(path: Path) -> _Symbols | None:
-    """The object's symbols (pyelftools locates the tables; the entries are unpacked in
-    bulk); None when it is not ELF. Bounded by size and by MAX_SYMBOLS."""
+    """None when it is not ELF; pyelftools locates the tables, the entries unpack in bulk."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
@@ -274,11 +240,8 @@ def _elf_symbols(path: Path) -> _Symbols | None:
                 _read_table(path, elf, sec, size, found)
             return found
         except (ELFError, struct.error, ValueError, IndexError) as err:
-            raise OperationFailed(
-                f"{path}: unreadable ELF object ({err}): its symbols cannot be checked",
-                hint="delete the lane's build directory and build again",
-                details={"file": str(path)},
-            ) from None
+            problem = f"unreadable ELF object ({err}): its symbols cannot be checked"
+            raise _damaged(path, problem) from None
 
 
 def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> None:
@@ -286,11 +249,10 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
     off, length = sec["sh_offset"], sec["sh_size"]
     count = length // entsize if sec["sh_entsize"] == entsize else -1
     if count < 0 or off + length > size:
-        raise OperationFailed(
-            f"{path}: damaged symbol table (entries of {sec['sh_entsize']} bytes, "
-            f"{length} bytes at {off} of a {size}-byte file)",
-            hint="delete the lane's build directory and build again",
-            details={"file": str(path)},
+        raise _damaged(
+            path,
+            f"damaged symbol table (entries of {sec['sh_entsize']} bytes, {length} bytes at "
+            f"{off} of a {size}-byte file)",
         )
     if count > MAX_SYMBOLS:
         raise _too_big(path, f"a symbol table of {count} entries (limit {MAX_SYMBOLS})")
@@ -321,6 +283,11 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
                 found.strong.add(name)
 
 
+def _damaged(path: Path, problem: str) -> OperationFailed:
+    hint = "delete the lane's build directory and build again"
+    return OperationFailed(f"{path}: {problem}", hint=hint, details={"file": str(path)})
+
+
 def _too_big(path: Path, what: str) -> OperationFailed:
     return OperationFailed(
         f"{path}: {what}: too large to check its symbols",
@@ -328,31 +295,6 @@ def _too_big(path: Path, what: str) -> OperationFailed:
         "directory and build again",
         details={"file": str(path)},
     )
-
-
-def demangle(names: Iterable[str]) -> dict[str, str]:
-    """Mangled C++ name -> demangled, by binutils' c++filt in one bounded call; a name
-    that is not mangled (or holds a control character) stands for itself."""
-    todo = sorted(n for n in names if n.startswith("_Z") and n.isprintable() and " " not in n)
-    if not todo:
-        return {}
-    tool = shutil.which("c++filt")
-    if tool is None:
-        raise OperationFailed(
-            "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
-            hint="install binutils (Debian: apt-get install binutils)",
-        )
-    ran = proc.capture([tool], input="\n".join(todo) + "\n", timeout=120)
-    shown = ran.stdout.split("\n")[: len(todo)]
-    if ran.returncode != 0 or len(shown) != len(todo):
-        raise OperationFailed(
-            f"c++filt failed (exit {ran.returncode}): {ran.stderr.strip()[-300:]}",
-            hint="check the binutils installation",
-        )
-    return dict(zip(todo, shown, strict=True))
-
-
-# ----------------------------------------------------------------------------- the check
 
 
 def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> Checked:
@@ -364,14 +306,8 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     own = [t for t in targets if not _inside(t.source, up)]
     linked = {n for t in own for n in t.depends if n in by_name and by_name[n] in upstream}
     upstream_dirs = {p for n in linked for p, _ in by_name[n].includes if _inside(p, up)}
-    boundary = sorted(
-        {
-            p
-            for t in own
-            for p, by in t.includes
-            if by == "target_link_libraries" and _inside(p, up) and p in upstream_dirs
-        }
-    )
+    via_link = {p for t in own for p, by in t.includes if by == "target_link_libraries"}
+    boundary = sorted(p for p in via_link if _inside(p, up) and p in upstream_dirs)
     shown_boundary = [str(p.relative_to(up)) for p in boundary]
     deps = read_deps(ninja, build_dir)
 
@@ -432,16 +368,28 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     decls: dict[str, str] = {}  # qualified name -> declaring header (the first, by path)
     for h in headers:
         rel = str(h.relative_to(up))
-        data = read_tree_file(
-            up,
-            rel,
-            what="boundary header",
-            hint="a header is not this large",
-            limit=MAX_HEADER_BYTES,
-        )
+        hint = "a header is not this large"
+        data = read_tree_file(up, rel, what="boundary header", hint=hint, limit=MAX_HEADER_BYTES)
         for name in declarations((data or b"").decode("utf-8", "replace")):
             decls.setdefault(name, rel)
-    names = demangle(libs) if checked else {}
+    # mangled C++ name -> demangled, by one bounded c++filt call
+    names: dict[str, str] = {}
+    todo = sorted(n for n in libs if n.startswith("_Z") and n.isprintable() and " " not in n)
+    if checked and todo:
+        tool = shutil.which("c++filt")
+        if tool is None:
+            raise OperationFailed(
+                "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
+                hint="install binutils (Debian: apt-get install binutils)",
+            )
+        ran = proc.capture([tool], input="\n".join(todo) + "\n", timeout=120)
+        shown = ran.stdout.split("\n")[: len(todo)]
+        if ran.returncode != 0 or len(shown) != len(todo):
+            raise OperationFailed(
+                f"c++filt failed (exit {ran.returncode}): {ran.stderr.strip()[-300:]}",
+                hint="check the binutils installation",
+            )
+        names = dict(zip(todo, shown, strict=True))
     symbols, symbol_leaks = [], []
     for sym in sorted(libs):
         shown_name = names.get(sym, sym)
@@ -457,19 +405,14 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
 
 def _shown(path: Path, worker_dir: Path) -> str:
     """A worker source as the message names it: its path in the worker's tree."""
-    try:
-        return str(path.relative_to(worker_dir))
-    except ValueError:
-        real = Path(os.path.realpath(worker_dir))
-        try:
-            return str(path.relative_to(real))
-        except ValueError:
-            return str(path)
+    for base in (worker_dir, Path(os.path.realpath(worker_dir))):
+        if path.is_relative_to(base):
+            return str(path.relative_to(base))
+    return str(path)
 
 
 def recorded_surface(forge: Forge) -> Recorded:
-    """The symbols the lanes' last reports recorded as the worker's surface, all lanes
-    together; None when no report of a worker build records one (the surface is unknown)."""
+    """The worker's surface all lanes' last reports recorded; None when none records one."""
     from dgr_forge.lanes.state import lane_states
 
     found: dict[tuple[str, str], SurfaceSymbol] = {}

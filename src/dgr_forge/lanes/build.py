@@ -1,8 +1,5 @@
-"""`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane.
-
-Everything that can refuse does so before the workspace is touched; then each lane is a
-`LaneBuilder` (`lanes.lane_build`), whose decision (`lanes.decision`) says what runs.
-"""
+"""`dgr-forge build`: CMake + Ninja builds of the shard worker (or the upstream) per lane;
+everything that can refuse does so before the workspace is touched."""
 
 from __future__ import annotations
 
@@ -63,9 +60,6 @@ class BuildResult(Form, kw_only=True):
         return next((r for r in self.lanes if r.status == "failed"), None)
 
 
-# ----------------------------------------------------------------------------- the command
-
-
 def build(
     forge: Forge,
     out: Reporter,
@@ -75,35 +69,26 @@ def build(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
 ) -> BuildResult:
-    """Build each lane `opts` asks for. The caller holds the workspace lock, and loaded
-    the manifest, recipes, host probes and worker under it: what is built is what is
-    signed."""
+    """The caller loaded every input under the workspace lock: what is built is signed."""
     selected = select(recipes, list(opts.lanes))
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
-    for name in ("cmake", "ninja"):
-        if not doctor.tool(name).found:
+    for t in (doctor.tool("cmake"), doctor.tool("ninja")):
+        if not t.found:
             refuse_unbuildable(
                 [
-                    LaneCheck(
-                        r.name, r.lane.backend, False, [doctor.tool(name)], True, r.lane.host_os
-                    )
+                    LaneCheck(r.name, r.lane.backend, False, [t], True, r.lane.host_os)
                     for r in selected
                 ]
             )
+    tree = spec.source_dir if spec is not None and spec.url is None else None
     cache = cache_mod.select(
-        doctor,
-        opts.cache,
-        opts.cache_mode,
-        workspace=forge.workspace,
-        root=forge.root,
-        worker=spec.source_dir if spec is not None and spec.url is None else None,
+        doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root, worker=tree
     )
     plans = [plan_lane(forge, m, r, doctor, spec, cache) for r in selected]
     signing = SigningKey(opts.key, opts.sign, out)
     after_fetch: list[str] = []  # said once the upstream fetch got through (issue 44)
     if m.build_number is None:
-        # bad input is refused before the count's fetch and the manifest write: the key
-        # is loaded now (a no-op build, whose number is recorded, never pays for it)
+        # a bad key is refused before the count's fetch and the manifest write
         signing.signer()
         # the upstream's own version at the pin, once, where the history is (issue 29)
         from dgr_forge.core.lock import root_lock
@@ -114,10 +99,8 @@ def build(
             m = build_number.record(forge, m, url, out, deferred=after_fetch)
 
     results: list[LaneResult] = []
-    # the workspace exists now (the caller holds its lock): the base directories (and the
-    # sccache server's socket) of a first build are those of every later one
-    ctx = BuildContext(forge, m, out, opts, doctor, signing)  # the manifest digest: as loaded
-    ctx.after_fetch = after_fetch
+    # the workspace exists now: a first build's base directories are every later one's
+    ctx = BuildContext(forge, m, out, opts, doctor, signing, after_fetch)  # the manifest: as loaded
     with cache_session.open_cache_session(cache, os.environ, out) as session:
         ctx.cache = session
         for plan in plans:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from msgspec import Struct
 
@@ -31,20 +32,14 @@ class BuildOptions(Struct, frozen=True):
     def resolve(
         cls,
         *,
-        lanes: Sequence[str] = (),
-        worker: Path | None = None,
-        jobs: int | None = None,
-        key: str | None = None,
-        sign: bool = True,
-        mirror: str | None = None,
-        offline: bool = False,
         cache: str | None = None,
         cache_mode: str | None = None,
-        force: bool = False,
         environ: Mapping[str, str] | None = None,
+        **given: Any,
     ) -> BuildOptions:
-        """Exit 2, naming the option or variable, for a value that is not allowed."""
+        """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
         env = os.environ if environ is None else environ
+        jobs = given.get("jobs")
         if jobs is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
         choice = cache or env.get("DGR_CACHE") or "auto"
@@ -55,15 +50,5 @@ class BuildOptions(Struct, frozen=True):
             "--cache" if cache is not None else "DGR_CACHE",
             "--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
         )
-        return cls(
-            lanes=tuple(lanes) or ("cpu",),
-            worker=worker,
-            jobs=jobs,
-            key=key,
-            sign=sign,
-            mirror=mirror,
-            offline=offline,
-            cache=choice,
-            cache_mode=mode,
-            force=force,
-        )
+        given["lanes"] = tuple(given.get("lanes") or ("cpu",))
+        return cls(cache=choice, cache_mode=mode, **given)

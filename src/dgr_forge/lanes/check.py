@@ -1,14 +1,8 @@
 """`check`: the CI gate for changes to the pin or the series (DESIGN.md, `check`).
 
-From nothing but the committed inputs: a fresh scratch workspace (a temp dir), fetch the
-pin, apply the patch files exactly as they are on disk (no fuzz), re-export the series
-with the one canonical exporter, and byte-compare the result with `patches/` and the
-manifest. Any difference fails (exit 1) with a unified diff, so a hand-edited patch, a
-stale hash or tree, or a non-canonical file cannot be merged.
-
-Then every `GGML_*`/`LLAMA_*` option a recipe passes must still be declared by the
-upstream at the pin (`option(`, `cmake_dependent_option(`, `set(... CACHE`): an upstream
-rename would otherwise be silently ignored by CMake and build the wrong thing.
+A fresh apply + re-export must give `patches/` and the manifest byte for byte, so a
+hand-edited patch or a stale hash cannot be merged; every option a recipe passes must
+still be declared upstream (CMake would silently ignore a rename).
 """
 
 from __future__ import annotations
@@ -76,21 +70,15 @@ class Check(Form, kw_only=True):
 
     @property
     def exit_code(self) -> ExitCode:
-        """1 when not clean; 2 when the series reproduces and a recipe passes a deprecated
-        alias (the recipe must change)."""
+        """2 when the series reproduces and a recipe passes a deprecated alias."""
         if self.ok:
             return ExitCode.OK
         deprecated = any(p.deprecated for p in self.option_problems)
         return ExitCode.BAD_INPUT if self.series_reproduced and deprecated else ExitCode.FAILED
 
 
-# ----------------------------------------------------------------------------- series
-
-
 def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
-    """A copy of the inputs whose manifest takes the patch files as they are on disk (their
-    actual hashes, no per-patch or result trees): we want to see what they produce, and
-    compare that with what the manifest claims, not stop at the first mismatch."""
+    """The inputs, their manifest taking the patch files as they are (no trees to stop at)."""
     root = tmp / "root"
     # read bounded, each once: the hashes written are of the bytes copied
     raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)
@@ -117,15 +105,6 @@ def _diff(path: str, old: bytes, new: bytes) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
 
 
-def _what_differs(old: bytes, new: bytes) -> str:
-    """ "message" when the header and message part differ (what `git am` made of the
-    commit message is not what the file says), else "diff"; "file" for a missing one."""
-    if not old or not new:
-        return "file"
-    head_old, head_new = old.split(b"\ndiff --git ", 1)[0], new.split(b"\ndiff --git ", 1)[0]
-    return "message" if head_old != head_new else "diff"
-
-
 def check(
     forge: Forge,
     out: Reporter,
@@ -135,8 +114,7 @@ def check(
     mirror: str | None = None,
     offline: bool = False,
 ) -> Check:
-    """The CI gate on the loaded manifest `m`; the fresh tree is scanned for the options
-    `recipes` pass."""
+    """The CI gate on the loaded manifest `m` and the options `recipes` pass."""
     fp = footprint.footprint(m)
     result = Check(commit=m.commit, footprint=fp)
     for line in footprint.lines(fp):
@@ -148,8 +126,7 @@ def check(
             f"{forge.rel(m.path)}); grown by {', '.join(fp.grew)}"
         )
     with scratch_dir(forge.tmp_dir, "dgr-check-") as tmp:
-        scratch_root = _scratch_root(forge, m, tmp)
-        scratch = Forge(root=scratch_root, workspace=tmp / "workspace")
+        scratch = Forge(root=_scratch_root(forge, m, tmp), workspace=tmp / "workspace")
         # the copy this run just made: its paths resolve against the scratch root
         sm = manifest.load(scratch.upstream_manifest, scratch.root)
         out.step(f"check: fresh workspace, {m.name} at {m.commit[:12]}, {len(m.series)} patches")
@@ -176,18 +153,18 @@ def check(
             rel = f"{m.patches_dir_rel}/{name}"
             old, new = on_disk.get(name, b""), fresh.get(name, b"")
             if old != new:
-                what = _what_differs(old, new)
+                # "message" when the header and message part differ (what `git am` made of
+                # the commit message is not what the file says); "file" for a missing one
+                heads = {data.split(b"\ndiff --git ", 1)[0] for data in (old, new)}
+                what = "file" if not old or not new else "message" if len(heads) > 1 else "diff"
                 result.differences.append(
                     Difference(path=rel, diff=_diff(rel, old, new), what=what)
                 )
 
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = manifest.read_raw(m.path)  # bounded, as it was loaded
-        regenerated = manifest_edit.updated_text(
-            committed.decode("utf-8"),
-            rendered,
-            patched.result_tree,
-        ).encode("utf-8")
+        text = manifest_edit.updated_text(committed.decode("utf-8"), rendered, patched.result_tree)
+        regenerated = text.encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
             diff = _diff(rel, committed, regenerated)

@@ -1,9 +1,5 @@
-"""The CMake File API (cmake-file-api(7)): what CMake itself says it will build.
-
-A query written into the build directory before configure makes CMake write a reply:
-the codemodel (targets and their on-disk artifacts), the cache and the toolchains
-(compiler paths, ids and versions). Artifacts come from here, never from globbing.
-"""
+"""The CMake File API (cmake-file-api(7)): what CMake itself says it will build (the
+codemodel, the cache, the toolchains). Artifacts come from here, never from globbing."""
 
 from __future__ import annotations
 
@@ -135,9 +131,6 @@ class BacktraceGraph(Struct):
 
 
 class TargetDoc(Struct):
-    """A target's own reply document (its compile groups, include directories and their
-    backtraces: `lanes.boundary`)."""
-
     name: str
     type: str
     paths: Paths = field(default_factory=Paths)
@@ -167,13 +160,9 @@ class _Toolchains(Struct):
     toolchains: list[_Toolchain] = field(default_factory=list)
 
 
-def query_dir(build_dir: Path) -> Path:
-    return build_dir / ".cmake" / "api" / "v1" / "query" / CLIENT
-
-
 def write_query(build_dir: Path) -> None:
     """The stateful query (client query.json); written before configure, idempotent."""
-    path = query_dir(build_dir) / "query.json"
+    path = build_dir / ".cmake" / "api" / "v1" / "query" / CLIENT / "query.json"
     text = json.dumps({"requests": REQUESTS}, indent=2) + "\n"
     if not path.exists() or path.read_text() != text:
         atomic_write_text(path, text)
@@ -193,8 +182,6 @@ def _load(path: Path, kind: type[T]) -> T:
 
 
 def _codemodel(build_dir: Path) -> tuple[Path, _Index, dict[str, Path], _Codemodel]:
-    """The reply directory, the newest index, this client's reply files by kind and the
-    codemodel."""
     reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
     indexes = sorted(reply_dir.glob("index-*.json"))  # names sort by time: last is newest
     if not indexes:
@@ -237,50 +224,27 @@ def read_reply(build_dir: Path) -> Reply:
 
 
 def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
-    """The codemodel's top source directory and each target's own reply document."""
     reply_dir, _, _, model = _codemodel(build_dir)
     docs = [_load(reply_dir / ref.json_file, TargetDoc) for ref in _refs(model)]
     return Path(model.paths.source), docs
 
 
-def with_dependencies(reply: Reply, only: tuple[str, ...]) -> set[str]:
-    """`only` and every target they depend on, transitively: the shared libraries a
-    requested target loads at run time are shipped with it (libllama loads libggml,
-    which loads libggml-base and libggml-cpu)."""
-    by_name = {t.name: t for t in reply.targets}
-    seen: set[str] = set()
-    todo = [n for n in only if n in by_name]
-    while todo:
-        name = todo.pop()
-        if name not in seen:
-            seen.add(name)
-            todo += [d for d in by_name[name].depends if d in by_name]
-    return seen
-
-
-def shipped_roots(reply: Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()) -> set[str]:
-    """The targets a lane ships, before their libraries: what the recipe's `targets` name
-    (only those are built), else what upstream itself installs (its `install(TARGETS ...)`
-    rules, as the File API reports them), plus `extra` (the certification suite's
-    programs) either way. When the recipe names none and upstream installs nothing, every
-    target built (the empty set here: no filter)."""
-    if only:
-        roots = set(only)
-    else:
-        roots = {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
-        if not roots:
-            return set()
-    return roots | set(extra)
-
-
 def shipped_artifacts(
     reply: Reply, only: tuple[str, ...] = (), extra: tuple[str, ...] = ()
 ) -> list[tuple[Target, Path]]:
-    """(target, file) for every shipped artifact on disk (EXCLUDE_FROM_ALL upstream tools
-    a worker does not link have none): the `shipped_roots` and the shared and module
-    libraries they depend on."""
-    roots = shipped_roots(reply, only, extra)
-    wanted = with_dependencies(reply, tuple(sorted(roots))) if roots else set()
+    """(target, file) for every shipped artifact on disk: the recipe's `targets` (else what
+    upstream installs; else all), `extra` (certify's programs), and their libraries."""
+    roots = set(only) or {t.name for t in reply.targets if t.installed and t.kind in SHIPPED}
+    roots |= set(extra) if roots else set()
+    # and every target they depend on, transitively: a requested target's shared libraries
+    by_name = {t.name: t for t in reply.targets}
+    wanted: set[str] = set()
+    todo = [n for n in sorted(roots) if n in by_name]
+    while todo:
+        name = todo.pop()
+        if name not in wanted:
+            wanted.add(name)
+            todo += [d for d in by_name[name].depends if d in by_name]
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
         if target.kind not in SHIPPED:
@@ -294,10 +258,8 @@ def shipped_artifacts(
 
 
 def stale_siblings(reply: Reply, shipped: list[tuple[Target, Path]]) -> list[Path]:
-    """Files an earlier build of a shipped library left beside it: another version of the
-    same versioned file (`libllama.so.0.0.101` beside this build's `libllama.so.0.0.102`),
-    and links to one, that no target of this build produces. A rebase changes the
-    version; the old files would otherwise lie in the directory that ships."""
+    """Other versions of a shipped library (and links to them) that an earlier build left
+    beside it: a rebase changes the version, the old files would otherwise ship."""
     produced = {p for t in reply.targets for p in t.artifacts}
     current = {path.resolve() for _, path in shipped}
     stale: set[Path] = set()

@@ -33,10 +33,7 @@ if TYPE_CHECKING:
 def collect_artifacts(
     reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts (`cmake_api.shipped_artifacts`: the recipe's targets, else what
-    upstream installs, plus `extra`) named by their real file; symlinks to it (a shared
-    library's `libx.so` / `libx.so.1`) become its aliases, never subjects of their own.
-    Also each file's stat record as it was hashed ([size, mtime, ctime, inode, when taken])."""
+    """Shipped artifacts by their real file (links: aliases), and their stat records."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
     for target, path in cmake_api.shipped_artifacts(reply, only, extra):
         real = path.resolve()
@@ -73,8 +70,7 @@ def tools(
     launcher: str | None,
     progs: dict[str, Program],
 ) -> tuple[list[Tool], dict[str, str]]:
-    """Toolchain versions (compilers from the File API, the rest from the probes) and the
-    placeholders that stand for their machine paths in the statement."""
+    """Toolchain versions, and placeholders for their machine paths in the statement."""
     found = [Tool("cmake", plan.cmake, reply.cmake_version)]
     found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
     for comp in reply.compilers:
@@ -87,36 +83,14 @@ def tools(
             found.append(Tool(name, probe.path, doctor.version(name) or ""))
     if launcher and plan.cache.tool:
         found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
-    found = _with_programs(found, progs, {c.path: c for c in reply.compilers})
-    placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    tree = inputs.worker_tree(plan)
-    if tree is not None:
-        placeholders.setdefault(str(tree), "${DGR_WORKER}")
-    return found, placeholders
-
-
-def _probed_version(path: str) -> str:
-    """A program's version when CMake gives none (its ASM compiler: no id, no version):
-    its own `--version`, else why there is none. A report never has an empty version."""
-    from dgr_forge.lanes.programs import first_line
-
-    if not path or not Path(path).is_absolute():
-        return "unknown: CMake named no program path"
-    return first_line([path, "--version"]) or f"unknown: `{Path(path).name} --version` said none"
-
-
-def _with_programs(
-    found: list[Tool], progs: dict[str, Program], compilers: dict[str, cmake_api.Compiler]
-) -> list[Tool]:
-    """Every program configure resolved (`lanes.programs`), with the sha256 stamped then:
-    a tool already listed gets it, the others (archiver, linker, GCC's cc1plus, as, ld)
-    are added by name, version and sha256."""
+    # every program configure resolved, with the sha256 stamped then
     by_path = {p.named: p for p in progs.values()}
-    out = []
-    for tool in found:
-        p = by_path.get(tool.path)
-        out.append(Tool(tool.name, tool.path, tool.version, p.stamp[0]) if p else tool)
-    listed = {t.path for t in out}
+    found = [
+        Tool(t.name, t.path, t.version, by_path[t.path].stamp[0]) if t.path in by_path else t
+        for t in found
+    ]
+    listed = {t.path for t in found}
+    compilers = {c.path: c for c in reply.compilers}
     for name, p in sorted(progs.items()):
         if p.named in listed or name == "launcher":
             continue
@@ -128,12 +102,25 @@ def _with_programs(
             or _probed_version(p.named)  # never empty: the version, or why there is none
         )
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
-        out.append(Tool(label, p.named, version, p.stamp[0]))
-    return out
+        found.append(Tool(label, p.named, version, p.stamp[0]))
+    placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
+    tree = inputs.worker_tree(plan)
+    if tree is not None:
+        placeholders.setdefault(str(tree), "${DGR_WORKER}")
+    return found, placeholders
+
+
+def _probed_version(path: str) -> str:
+    """Its own `--version`, else why there is none: a report never has an empty version."""
+    from dgr_forge.lanes.programs import first_line
+
+    if not path or not Path(path).is_absolute():
+        return "unknown: CMake named no program path"
+    return first_line([path, "--version"]) or f"unknown: `{Path(path).name} --version` said none"
 
 
 class BuildRun(Struct, frozen=True):
-    """What one lane build did, as the report records it (`LaneBuilder` fills it in)."""
+    """What one lane build did, as the report records it."""
 
     forge: Forge
     m: UpstreamManifest
@@ -154,6 +141,9 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
     forge, m, plan = run.forge, run.m, run.plan
     found, placeholders = tools(plan, run.doctor, reply, run.launcher, run.programs)
     toolchain = plan.toolchain_file
+    # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`
+    lock, nvcc = forge.toolchains_dir / toolkit.LOCK_NAME, plan.tool_paths.get("nvcc")
+    pinned = toolkit.identity(lock, nvcc) if nvcc is not None else None
     return LaneBuild(
         lane=plan.lane,
         recipe_file=forge.rel(plan.recipe.path),
@@ -192,22 +182,12 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
             LinkInput(path=path, sha256=sha, note=cudakit.STUB_NOTE)
             for path, sha in cudakit.recorded(plan.cuda)
         ],
-        toolkit=_toolkit(forge, plan),
+        toolkit=None if pinned is None else {**pinned, "lock": forge.rel(lock)},
     )
 
 
-def _toolkit(forge: Forge, plan: LanePlan) -> dict[str, object] | None:
-    """The pinned toolkit's identity when the lane's nvcc came from `toolchain install`."""
-    if "nvcc" not in plan.tool_paths:
-        return None
-    lock = forge.toolchains_dir / toolkit.LOCK_NAME
-    found = toolkit.identity(lock, plan.tool_paths["nvcc"])
-    return None if found is None else {**found, "lock": forge.rel(lock)}
-
-
 def strip_runpaths(plan: LanePlan) -> None:
-    """After Ninja wrote: every shipped binary's RUNPATH without empty elements (below),
-    before anything hashes it."""
+    """After Ninja wrote, before anything hashes them: `strip_empty_runpath` of each."""
     reply = cmake_api.read_reply(plan.build_dir)
     extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
     shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
@@ -216,13 +196,9 @@ def strip_runpaths(plan: LanePlan) -> None:
 
 
 def strip_empty_runpath(path: Path) -> bool:
-    """Take the empty elements out of an ELF file's RUNPATH/RPATH, in place; whether it
-    changed. CMake ends the build RPATH of every target with an `install()` rule with `:`
-    (and pads it with more, room for its built-in chrpath: cmComputeLinkInformation's
-    GetRPathString), and the loader reads an empty element as the current directory, so
-    `llama-cli` started in a directory holding a `libcuda.so.1` would load it. The string
-    is rewritten where it lies in `.dynstr`, NUL-padded to its length; no other dynamic
-    string may point into it (a linker may share a string's tail), else it stays."""
+    """Take the empty elements out of an ELF file's RUNPATH/RPATH in place (CMake ends an
+    installed target's with `:`, and the loader reads an empty element as the current
+    directory); one another dynamic string points into stays. Whether it changed."""
     from elftools.common.exceptions import ELFError
     from elftools.common.utils import parse_cstring_from_stream
     from elftools.elf.dynamic import DynamicSection

@@ -1,27 +1,7 @@
-"""What one lane's build does, decided from the recorded state and what is there now.
+"""What one lane's build does, decided (purely) from the recorded state and what is there now.
 
-`decide()` is pure: from the lane's `LaneState` (state.json) and a `Snapshot` of the
-inputs (taken once, under the workspace lock, by `lanes.lane_build.observe`) it returns
-one `Decision` with its reason:
-
-* `refuse`: the recipe or manifest parsed are not the bytes stamped under the lock;
-* `rebuild`: a fresh build directory first (a removal a kill cut short, a program
-  configure resolved changed: never objects of two compilers in one binary);
-* `reconfigure`: configure's inputs, the tree or the build directory are not the ones
-  configured; configure again, then Ninja;
-* `compile`: configured as recorded; Ninja, then a report (no completed build, a run
-  cut short, an artifact changed on disk, another key);
-* `reuse`: configured as recorded; when the lane's whole input is the last report's too
-  (`skips_ninja`), the report is handed back without running Ninja or the compiler
-  cache: the stamps, the tree and the subjects' stat records say nothing moved.
-
-After Ninja, `after_compile()` (pure too) decides by content, never by what Ninja ran
-(llama.cpp's `llama-ui-assets` runs at every build): the last report is handed back when
-its whole input and every subject's bytes are this build's and it was signed by the key
-asked for now (`Decision.handback`); a fresh build directory when the inputs moved but
-Ninja wrote nothing (an edit with an old mtime); else a new report. The transitions of
-the state (`started`, `configured`, `failed`, `built`, `wiping`, `wiped`) are pure as
-well: the builder writes each once.
+`decide()` returns one `Decision` with its reason; after Ninja, `after_compile()` decides
+by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs at every build).
 """
 
 from __future__ import annotations
@@ -62,24 +42,21 @@ class Decision(Struct, frozen=True):
     reason: str
     moved: tuple[str, ...] = ()  # refuse: the files that moved
     rebuilt: tuple[str, ...] = ()  # compile / reuse: artifacts to remove so Ninja relinks
-    # the last report completed and was signed by the key asked for now: it is handed back
-    # after Ninja when the whole input and the subjects' bytes are still its own
+    # the last report, signed by the key asked for now, may be handed back after Ninja
     handback: bool = False
 
     @property
-    def configured(self) -> bool:
-        """Configure is skipped: only Ninja runs."""
+    def configured(self) -> bool:  # configure is skipped: only Ninja runs
         return self.action in ("compile", "reuse")
 
 
 def last_ok(state: LaneState) -> LastBuild | None:
-    """The last build, when it completed (a failed one is never handed back)."""
+    """The last build, when it completed."""
     last = state.last_build
     return last if last is not None and last.result == "ok" else None
 
 
 def _not_configured(state: LaneState, now: Snapshot) -> str | None:
-    """Why the build directory is not the one configured for these inputs, or None."""
     if state.inputs_digest is None or not state.head_commit or state.source_date_epoch is None:
         return "not configured yet (or its configure did not finish)"
     if state.inputs_digest != now.configure_digest:
@@ -98,15 +75,8 @@ def _not_configured(state: LaneState, now: Snapshot) -> str | None:
     return None
 
 
-def key_matches(last: LastBuild, now: Snapshot) -> bool:
-    """The last report was signed by the key asked for now (or unsigned when asked so)."""
-    fp = now.key_fingerprint
-    return fp is not None and (fp == last.signer_fingerprint or now.key_id == last.signed_by)
-
-
 def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
-    """Whether `decide` needs the keyid (a full key load): only when a report could be
-    handed back and the cheap fingerprint does not already say it is the same key."""
+    """Whether `decide` needs the keyid (a full key load): the fingerprint does not say."""
     last = last_ok(state)
     if last is None:
         return False
@@ -114,11 +84,13 @@ def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
 
 
 def decide(state: LaneState, now: Snapshot) -> Decision:
-    """The one decision for a lane, with the reason it is given."""
     if now.moved:
         return Decision("refuse", f"changed {BEFORE_LOCK}", moved=now.moved)
     last = last_ok(state)
-    handback = last is not None and key_matches(last, now)
+    # the last report was signed by the key asked for now (or unsigned when asked so)
+    fp = now.key_fingerprint
+    signed = last is not None and (fp == last.signer_fingerprint or now.key_id == last.signed_by)
+    handback = last is not None and fp is not None and signed
     if state.in_progress == "wipe":
         return Decision(
             "rebuild", "a removal of the build directory was cut short", handback=handback
@@ -145,17 +117,15 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
 
 
 def skips_ninja(decision: Decision, recorded: str | None, whole: str) -> bool:
-    """Nothing moved: Ninja and the compiler cache are not asked (`truth.report_true`
-    still re-hashes the report and its byproducts)."""
+    """Nothing moved: Ninja and the compiler cache are not asked."""
     return decision.action == "reuse" and recorded == whole
 
 
 def after_compile(
     decision: Decision, wrote: bool, recorded: str | None, whole: str, subjects_same: bool
 ) -> Outcome:
-    """After Ninja (`wrote`: it wrote a file), by content (see the module doc): other
-    inputs than the report's with nothing written (an edit with an old mtime, a lost
-    state) built nothing of them, so a fresh build directory."""
+    """Other inputs than the report's with nothing written (an edit with an old mtime, a
+    lost state) built nothing of them: a fresh build directory."""
     if not wrote and recorded != whole:
         return "rebuild"
     if decision.handback and recorded == whole and subjects_same:
@@ -167,8 +137,7 @@ def after_compile(
 
 
 def wiping(state: LaneState) -> LaneState:
-    """Before the build directory is removed: a kill halfway leaves objects Ninja would
-    take for current, so the next run finishes the removal before anything else."""
+    """A kill halfway leaves objects Ninja would take for current: the next run finishes."""
     return msgspec.structs.replace(state, inputs_digest=None, programs={}, in_progress="wipe")
 
 
@@ -177,7 +146,7 @@ def wiped(state: LaneState) -> LaneState:
 
 
 def started(state: LaneState, decision: Decision) -> LaneState:
-    """Before configure or Ninja runs: until the report is written, nothing is reused."""
+    """Until the report is written, nothing is reused."""
     return msgspec.structs.replace(
         state, in_progress="build" if decision.configured else "configure"
     )
@@ -210,7 +179,7 @@ def unconfigured(state: LaneState) -> LaneState:
 
 
 def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) -> LaneState:
-    """The lane failed in `phase`; the kept report (and its inputs) stay named."""
+    """The kept report (and its inputs) stay named."""
     previous = state.last_build
     last = LastBuild(
         time=at,
@@ -227,8 +196,7 @@ def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) ->
 def built(
     state: LaneState, last: LastBuild, stamps: dict[str, Stamp], progs: dict[str, Program]
 ) -> LaneState:
-    """The report is written (or handed back): the stamps re-taken make the next no-op
-    cheap."""
+    """The report is written (or handed back)."""
     return msgspec.structs.replace(
         state, last_build=last, in_progress=None, input_stamps=stamps, programs=progs
     )

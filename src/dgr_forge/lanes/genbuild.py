@@ -1,14 +1,7 @@
 """What CMake generated, read back: which launchers the Ninja rules really run (issue 20).
 
 The report names the launcher found here, never the one asked for: an upstream can set
-`RULE_LAUNCH_COMPILE` / `RULE_LAUNCH_LINK` itself (ggml does, to ccache, whenever it finds
-one), a toolchain file can set `CMAKE_<LANG>_COMPILER_LAUNCHER` or a linker launcher, and a
-`CODE_CHECK` (clang-tidy, cppcheck, iwyu) runs a program around each compile.
-
-* compile rules (`<LANG>_COMPILER__...`): whatever precedes `${LAUNCHER}`;
-* link rules (`..._LINKER__...`): in each `&&` step, what precedes the first program CMake
-  itself resolved (compilers, archiver, linker, ranlib, cmake: CMakeCache.txt);
-* build statements: every `LAUNCHER = ...` and `CODE_CHECK = ...` value.
+`RULE_LAUNCH_COMPILE` itself (ggml does, to ccache), a toolchain file a compiler launcher.
 """
 
 from __future__ import annotations
@@ -36,10 +29,6 @@ class Launchers(Struct):
     compile: set[str] = field(default_factory=set)  # around compiles
     link: set[str] = field(default_factory=set)  # around link / archive steps
     code_check: set[str] = field(default_factory=set)
-
-    def single(self) -> str | None:
-        """The one compile launcher, None when there is none."""
-        return next(iter(self.compile)) if len(self.compile) == 1 else None
 
     def problems(self, chosen: str | None) -> list[str]:
         """How this differs from the forge's choice (`chosen`, or None for no launcher)."""

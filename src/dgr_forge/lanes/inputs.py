@@ -1,15 +1,7 @@
 """A lane's inputs as one snapshot, taken under the workspace lock before configure.
 
-The manifest, the patch files, the recipe, the toolchain file, the host probes, the
-forge's `cmake/` modules and a path worker's tree are stamped (`stamps`) once; the report
-records those digests, and the same files are checked again before the report is
-written: one that changed while the build ran (an edited toolchain file, an `export` from
-another workspace) means no report (exit 1 naming it), never a digest configure did not
-read. The stamps are kept in state.json so a no-op re-reads only what was touched.
-
-`whole_digest()` is the lane's whole input: the configure digest, every file's content,
-the patched tree, the worker's commit, every program's sha256. A report is reused only
-when it is the one recorded with the last report (content, never mtimes).
+The report records those digests, and one that changed while the build ran means no
+report, never a digest configure did not read.
 """
 
 from __future__ import annotations
@@ -59,7 +51,10 @@ def _worker_files(top: Path) -> Iterable[Path]:
             yield Path(dirpath) / name
 
 
-def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]:
+def snapshot(
+    forge: Forge, m: UpstreamManifest, plan: LanePlan, known: dict[str, stamps.Stamp]
+) -> dict[str, stamps.Stamp]:
+    """path -> stamp of every input file now (a missing file is simply not there)."""
     files = [m.path, plan.recipe.path]
     files += [forge.root / m.patches_dir_rel / e.file for e in m.series]
     if plan.toolchain_file is not None:
@@ -70,25 +65,11 @@ def input_files(forge: Forge, m: UpstreamManifest, plan: LanePlan) -> list[Path]
     tree = worker_tree(plan)
     if tree is not None:
         files += list(_worker_files(tree))
-    return files
-
-
-def snapshot(
-    forge: Forge, m: UpstreamManifest, plan: LanePlan, known: dict[str, stamps.Stamp]
-) -> dict[str, stamps.Stamp]:
-    """path -> stamp of every input file now (a missing file is simply not there)."""
-    out: dict[str, stamps.Stamp] = {}
-    worker = worker_tree(plan)
-    for path in input_files(forge, m, plan):
-        key = str(path)
-        stamp = stamps.input_stamp(path, known.get(key), worker)
-        if stamp is not None:
-            out[key] = stamp
-    return out
+    return stamps.restamp({str(p): known.get(str(p), []) for p in files}, tree)
 
 
 def worker_tree(plan: LanePlan) -> Path | None:
-    """The path worker's directory, whose files are stamped as git stores them."""
+    """A path worker's directory, whose files are stamped as git stores them."""
     spec = plan.spec
     return spec.source_dir if spec is not None and spec.url is None else None
 
@@ -118,8 +99,7 @@ def whole_digest(
 
 
 class WorkerIdentity(Struct):
-    """What a certification binds of the worker: a git worker's URL (masked) and commit,
-    a path worker's location and the digest of its files (`(path, sha256)` lines)."""
+    """What a certification binds of the worker (a path worker: the digest of its files)."""
 
     location: str
     commit: str | UnsetType | None = UNSET
@@ -155,33 +135,13 @@ class ReportInputs(Struct):
 def report_inputs(
     m: UpstreamManifest, recipe: Recipe | None, spec: WorkerSpec | None
 ) -> ReportInputs:
-    """The movable inputs as this checkout has them now; cheap: no program runs, a path
-    worker's files hashed once."""
+    """The movable inputs as this checkout has them now (no program runs)."""
     recipe_sha = recipe.sha256 if recipe is not None else None
     return ReportInputs(m.commit, m.series_digest, recipe_sha, worker_identity(spec))
 
 
-def moved_since(recorded: ReportInputs | None, current: ReportInputs) -> list[str]:
-    """What moved since a last build (`MOVABLE` names): empty when it is current. A build
-    that recorded nothing (an older forge) cannot be shown current: everything moved."""
-    if recorded is None:
-        return list(MOVABLE)
-    return [k for k in MOVABLE if getattr(recorded, k) != getattr(current, k)]
-
-
-def with_stale(result: str, stale: list[str], inputs_recorded: bool) -> str:
-    """A last build's result as `status` and `lanes` print it: "ok", or "ok, stale (pin,
-    series moved)", or "ok, stale (inputs not recorded: ...)" when an older forge
-    recorded none (it cannot say what moved)."""
-    if not inputs_recorded:
-        return f"{result}, stale (inputs not recorded: rebuild to record them)"
-    return f"{result}, stale ({', '.join(stale)} moved)" if stale else result
-
-
 def tool_versions(doctor: Doctor, recipes: Mapping[str, Recipe]) -> dict[str, dict[str, str]]:
-    """Per lane, what a certification binds of this host's tools: cmake, ninja and each
-    tool the recipe names, by the version its probe reads (a lane certified with one
-    compiler lapses when the host's is another)."""
+    """Per lane, the versions of this host's tools a certification binds (cmake, ninja, ...)."""
     out: dict[str, dict[str, str]] = {}
     for lane, recipe in recipes.items():
         found = {}

@@ -1,12 +1,7 @@
 """One lane of a `build`: observe, decide (`lanes.decision`), run the steps (`lanes.steps`).
 
-`LaneBuilder` observes what is there (`observe`: the configure digest, the tree, the
-build directory, the programs configure resolved, the artifacts and key where the
-decision can use them), takes the one decision (reuse, compile, reconfigure, rebuild,
-refuse, with its reason) and runs the steps it asks for: patch, configure, compile,
-collect, sign. Each transition of the lane's state is written to state.json once; a
-refusal in a phase records the lane failed in that phase.
-"""
+Each transition of the lane's state is written to state.json once; a refusal in a phase
+records the lane failed in that phase."""
 
 from __future__ import annotations
 
@@ -15,6 +10,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
@@ -86,8 +82,7 @@ class LaneResult(Struct, kw_only=True):
 
 
 def _changes(src: Path) -> list[str]:
-    # the build holds the workspace lock, so git keeps its index's stat records fresh
-    # (the next no-op's status reads no file)
+    # under the workspace lock git keeps its index's stat records fresh for the next no-op
     return trees.changes(src, refresh=True)
 
 
@@ -106,35 +101,24 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     )
 
 
-def _worker_at(spec: worker.WorkerSpec) -> bool:
-    """A git worker checkout is there, at its commit, clean (a deleted one is fetched
-    again, an edited one refused by the build)."""
-    src = spec.source_dir
-    if not (src / ".git").exists() or gitutil.rev_parse(src, "HEAD") != spec.commit:
-        return False
-    return not _changes(src)
-
-
+@dataclass
 class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
 
-    def __init__(
-        self,
-        forge: Forge,
-        m: UpstreamManifest,
-        out: Reporter,
-        opts: BuildOptions,
-        doctor: Doctor,
-        signing: SigningKey | None = None,
-    ) -> None:
-        self.forge, self.m, self.out, self.opts, self.doctor = forge, m, out, opts, doctor
-        self.signing = signing or SigningKey(opts.key, opts.sign, out)
-        self.patched: PatchedTree | None = None
+    forge: Forge
+    m: UpstreamManifest
+    out: Reporter
+    opts: BuildOptions
+    doctor: Doctor
+    signing: SigningKey
+    after_fetch: list[str]  # warnings that only make sense once fetched
+    patched: PatchedTree | None = None
+    cache: cache_session.CacheSession | None = None  # the build's cache session
+
+    def __post_init__(self) -> None:
         # the manifest's bytes when the build starts (under the lock, after any build-number
-        # record); each lane's snapshot must hold the same (`truth.moved_inputs`)
-        self.manifest_sha256 = sha256_bytes(read_raw(m.path))  # bounded, as it was loaded
-        self.cache: cache_session.CacheSession | None = None  # the build's cache session
-        self.after_fetch: list[str] = []  # warnings that only make sense once fetched
+        # record); each lane's snapshot must hold the same (`_observe`)
+        self.manifest_sha256 = sha256_bytes(read_raw(self.m.path))  # bounded, as loaded
 
     def ensure_patched(self, spec: worker.WorkerSpec | None) -> PatchedTree:
         if self.patched is None:
@@ -158,8 +142,7 @@ class BuildContext:
 
 
 class Configuration(Struct, frozen=True):
-    """What configure is given: the tree's head and epoch, the launcher switches and
-    build-info variables found at that head, the arguments and their digest."""
+    """What configure is given; the switches and build-info variables found at `head`."""
 
     head: str
     epoch: int
@@ -167,38 +150,6 @@ class Configuration(Struct, frozen=True):
     given: tuple[str, ...]
     args: list[str]
     digest: str
-
-
-def observe(
-    ctx: BuildContext,
-    plan: LanePlan,
-    state: LaneState,
-    snap: dict[str, stamps.Stamp],
-    digest: str,
-) -> decision.Snapshot:
-    """What `decision.decide` reads, taken once. The artifacts are re-hashed and the key
-    loaded only where the decision can use them (a no-op build stays cheap)."""
-    up, spec = plan.upstream_dir, plan.spec
-    head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
-    now = decision.Snapshot(
-        configure_digest=digest,
-        build_files=all((plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")),
-        upstream_head=head,
-        upstream_clean=head is not None and head == state.head_commit and not _changes(up),
-        worker_at=not (spec and spec.url and not _worker_at(spec)),
-        moved=tuple(str(p) for p in truth.moved_inputs(plan, ctx.m, snap, ctx.manifest_sha256)),
-        programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
-    )
-    last = decision.last_ok(state)
-    if last is None:
-        return now
-    if decision.decide(state, now).configured:  # a configure's build relinks them anyway
-        changed = tuple(str(p) for p in truth.changed_subjects(last))
-        now = msgspec.structs.replace(now, subjects_changed=changed)
-    # whatever runs, the last report is handed back only if signed by the key asked for
-    fp = ctx.signing.fingerprint()
-    key_id = ctx.signing.keyid() if decision.needs_key_id(state, fp) else None
-    return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
 
 
 class LaneBuilder:
@@ -210,18 +161,12 @@ class LaneBuilder:
         self.snap = inputs.snapshot(self.forge, self.m, plan, self.state.input_stamps)
         # the switches found at the configured head: right while the tree is still there
         st = self.state
-        self.conf = self._configuration(
-            str(st.head_commit),
-            int(st.source_date_epoch or 0),
-            tuple(st.launcher_switches),
-            tuple(st.build_info),
-        )
+        head, epoch = str(st.head_commit), int(st.source_date_epoch or 0)
+        switches, given = tuple(st.launcher_switches), tuple(st.build_info)
+        self.conf = self._configuration(head, epoch, switches, given)
+        log, build_dir, cache = str(plan.log_link), str(plan.build_dir), Cache.of(plan.cache)
         self.result = LaneResult(
-            lane=plan.lane,
-            status="failed",
-            log=str(plan.log_link),
-            build_dir=str(plan.build_dir),
-            cache=Cache.of(plan.cache),
+            lane=plan.lane, status="failed", log=log, build_dir=build_dir, cache=cache
         )
         self.started = datetime.now(UTC)
         self.t0 = time.monotonic()
@@ -248,12 +193,48 @@ class LaneBuilder:
             self._record_failed(phase)
             raise
 
-    # -- the run
+    def _observe(self) -> decision.Snapshot:
+        """What `decision.decide` reads; artifacts hashed, the key loaded only if it can tell."""
+        ctx, plan, state = self.ctx, self.plan, self.state
+        up, spec = plan.upstream_dir, plan.spec
+        head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
+        # a git worker checkout at its commit, clean
+        src = spec.source_dir if spec else up
+        worker_at = not (spec and spec.url) or (
+            (src / ".git").exists()
+            and gitutil.rev_parse(src, "HEAD") == spec.commit
+            and not _changes(src)
+        )
+        # the recipe and manifest this run parsed, unless the bytes stamped under the lock
+        parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
+        moved = [p for p, sha in parsed if inputs.digest_of(self.snap, p) != sha]
+        now = decision.Snapshot(
+            configure_digest=self.conf.digest,
+            build_files=all(
+                (plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")
+            ),
+            upstream_head=head,
+            upstream_clean=head is not None and head == state.head_commit and not _changes(up),
+            worker_at=worker_at,
+            moved=tuple(str(p) for p in moved),
+            programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
+        )
+        last = decision.last_ok(state)
+        if last is None:
+            return now
+        if decision.decide(state, now).configured:  # a configure's build relinks them anyway
+            changed = tuple(str(p) for p in truth.changed_subjects(last))
+            now = msgspec.structs.replace(now, subjects_changed=changed)
+        # whatever runs, the last report is handed back only if signed by the key asked for
+        fp = ctx.signing.fingerprint()
+        signer = ctx.signing.signer() if decision.needs_key_id(state, fp) else None
+        key_id = signer.keyid if signer else None
+        return msgspec.structs.replace(now, key_fingerprint=fp, key_id=key_id)
 
     def run(self) -> LaneResult:
         plan, ctx, lane = self.plan, self.ctx, self.plan.lane
         last = decision.last_ok(self.state)
-        d = decision.decide(self.state, observe(ctx, plan, self.state, self.snap, self.conf.digest))
+        d = decision.decide(self.state, self._observe())
         recorded = last.input_digest if last is not None else None
         if (
             last is not None
@@ -305,8 +286,12 @@ class LaneBuilder:
                     return self.result
                 outcome, whole = "report", self._whole()
         fault.point("build.linked", lane)
-        with self._failing("build"):
-            truth.refuse_changed_during(self.forge, plan, self.snap, self.state.programs)
+        with self._failing("build"):  # no report for inputs or programs changed meanwhile
+            progs = self.state.programs
+            moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
+            moved += [Path(progs[n].path) for n in programs.changed(progs)]
+            if moved:
+                truth.changed_error(self.forge, lane, moved, "while the build ran")
         if outcome == "reuse" and last is not None and truth.report_true(last):
             return self._reuse(last)
         return self._collect(rebuilt, whole)
@@ -325,27 +310,28 @@ class LaneBuilder:
         options.refuse_undeclared(self.forge, plan.recipe, plan.upstream_dir, m.commit)
         given = options.taken_as_given(plan.upstream_dir)
         if "LLAMA_BUILD_NUMBER" in given and m.build_number is None:
-            raise _unknown_build_number(self.forge, m)
+            raise BadInput(
+                f"{self.forge.rel(m.path)}: [upstream] build_number is missing, and upstream "
+                f"{m.name} compiles its build number in (LLAMA_BUILD_NUMBER): the binaries "
+                "would claim the count of this workspace's history instead of the upstream's",
+                hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to "
+                f"count and record it, or set it to `git rev-list --count {m.commit}` of a full "
+                "clone",
+                details={"file": self.forge.rel(m.path), "key": "upstream.build_number"},
+            )
         switches = launcher_switches(plan.upstream_dir)
         self.conf = self._configuration(patched.head_commit, epoch, switches, given)
 
     def _whole(self) -> str:
-        """The lane's whole input now, with the programs configure resolved (hashed while
-        Ninja ran: `programs.start`)."""
+        """The lane's whole input now, with the programs hashed while Ninja ran."""
         if self.hashing is not None:
             progs, self.hashing = self.hashing.result(), None
             self._record(msgspec.structs.replace(self.state, programs=progs))
-        spec = self.plan.spec
-        return inputs.whole_digest(
-            self.conf.digest,
-            self.snap,
-            self.conf.head,
-            spec.commit if spec is not None and spec.url else None,
-            self.state.programs,
-        )
+        spec, conf = self.plan.spec, self.conf
+        commit = spec.commit if spec is not None and spec.url else None
+        return inputs.whole_digest(conf.digest, self.snap, conf.head, commit, self.state.programs)
 
     def _wipe(self) -> None:
-        """A fresh build directory: nothing of what configure or Ninja kept survives."""
         self._record(decision.wiping(self.state))
         fault.point("build.wipe", self.plan.lane)
         shutil.rmtree(self.plan.build_dir, ignore_errors=True)
@@ -368,8 +354,7 @@ class LaneBuilder:
         return env
 
     def cmake_command(self) -> list[str]:
-        """The configure command: the plan's arguments, and the upstream head a worker
-        project is built against."""
+        """The plan's arguments, and the upstream head a worker project is built against."""
         head = [f"-DDGR_UPSTREAM_HEAD={self.conf.head}"] if self.plan.spec else []
         return [self.plan.cmake, *self.conf.args, *head]
 
@@ -394,10 +379,13 @@ class LaneBuilder:
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
             truth.check_launchers(plan)
         # hashed while Ninja runs; stamps shared through the forge's cache directory
+        try:
+            base = cache_mod.cache_dir(os.environ, self.forge.workspace)
+        except BadInput:
+            base = None
+        host = base / "programs" if base is not None else None
         drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
-        self.hashing = programs.start(
-            plan.build_dir, plan.launcher, _program_stamps(self.forge), drivers
-        )
+        self.hashing = programs.start(plan.build_dir, plan.launcher, host, drivers)
         at = datetime.now(UTC).isoformat()
         self._record(
             decision.configured(
@@ -420,9 +408,8 @@ class LaneBuilder:
         lane = self.plan.lane
         self.out.step(f"{lane}: build")
         # the ELF reader imported while Ninja compiles, off strip_runpaths' time
-        ran = steps.compile_lane(
-            self.plan, self.out, self.ctx.opts.jobs, log, env, boundary.preload
-        )
+        jobs = self.ctx.opts.jobs
+        ran = steps.compile_lane(self.plan, self.out, jobs, log, env, boundary.preload)
         self.result.timings["build"] = ran.seconds
         if self.ctx.cache is not None:  # what the cache did in this build, for the report
             used = self.ctx.cache.figures()
@@ -439,15 +426,10 @@ class LaneBuilder:
         return ran
 
     def _settled(self, last: LastBuild) -> None:
-        """The lane built (or handed back): the stamps re-taken make the next no-op cheap
-        (state.json is written only when they, or the last build, changed)."""
+        """The stamps re-taken make the next no-op cheap (written only when changed)."""
         programs.refresh(self.state.programs)
-        settled = decision.built(
-            self.state,
-            last,
-            stamps.restamp(self.snap, inputs.worker_tree(self.plan)),
-            self.state.programs,
-        )
+        restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
+        settled = decision.built(self.state, last, restamped, self.state.programs)
         if settled != self.state:
             self._record(settled)
 
@@ -469,8 +451,7 @@ class LaneBuilder:
         shown = self.forge.rel(Path(str(last.report)))
         self.out.answer(f"{self.plan.lane}: up to date (report {shown})")
         if ran:
-            keep = {last.log_file, str(self.log_path)}
-            logs.prune(self.plan.logs_dir, self.plan.lane, keep=keep)
+            logs.prune(self.plan.logs_dir, self.plan.lane, keep={last.log_file, str(self.log_path)})
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
@@ -478,7 +459,7 @@ class LaneBuilder:
         from dgr_forge.lanes import steps
         from dgr_forge.lanes.collect import BuildRun, make_record
 
-        plan, lane, r, conf = self.plan, self.plan.lane, self.result, self.conf
+        plan, lane, r, conf, ctx = self.plan, self.plan.lane, self.result, self.conf, self.ctx
         t = time.monotonic()
         with self._failing("report"):
             found = steps.collect(self.forge, plan, changed, self.out)
@@ -488,7 +469,7 @@ class LaneBuilder:
             forge=self.forge,
             m=self.m,
             plan=plan,
-            doctor=self.ctx.doctor,
+            doctor=ctx.doctor,
             head=conf.head,
             cmake_args=self.cmake_command(),
             epoch=conf.epoch,
@@ -516,36 +497,27 @@ class LaneBuilder:
         record.surface = surface
         from dgr_forge.attest import reports
 
-        signer = self.ctx.signing.signer()  # unsigned when so asked
-        why = self.ctx.signing.unsigned_reason()
+        signer = ctx.signing.signer()  # unsigned when so asked
+        why = ctx.signing.unsigned_reason()
         report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
         r.artifacts = steps.artifact_rows(found.artifacts)
-        last = steps.last_build(
-            self.m, plan, record, found, report, signer, self.ctx.signing, whole
-        )
+        last = steps.last_build(self.m, plan, record, found, report, signer, ctx.signing, whole)
         self._settled(last)  # the state names the new report before any old one goes
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         _prune_reports(self.forge, lane, report)
         for a in found.artifacts:
-            self.out.answer(
-                f"  {a.kind.lower():15} {self.forge.rel(a.path)}  sha256:{a.sha256[:16]}"
-            )
+            shown = self.forge.rel(a.path)
+            self.out.answer(f"  {a.kind.lower():15} {shown}  sha256:{a.sha256[:16]}")
         self.out.answer(f"{lane}: built; report {self.forge.rel(report)}")
         r.timings["total"] = time.monotonic() - self.t0
         return r
 
     def _record_failed(self, phase: str) -> None:
-        self._record(
-            decision.failed(
-                self.state,
-                phase=phase,
-                at=datetime.now(UTC).isoformat(),
-                log=str(self.plan.log_link),
-                log_file=str(self.log_path),
-            )
-        )
+        at, log_file = datetime.now(UTC).isoformat(), str(self.log_path)
+        log = str(self.plan.log_link)
+        self._record(decision.failed(self.state, phase=phase, at=at, log=log, log_file=log_file))
 
     def _fail(self, phase: str, lines: list[str]) -> bool:
         r = self.result
@@ -563,32 +535,10 @@ class LaneBuilder:
 
 
 def _prune_reports(forge: Forge, lane: str, report: Path) -> None:
-    """The lane's old reports beyond `reports.KEEP_REPORTS`, except any a record names:
-    this build's (the lane's state now) and every certification's."""
+    """The lane's old reports beyond `reports.KEEP_REPORTS`, except any a record names."""
     from dgr_forge.attest import reports  # only once a report was written
 
     named = reports.named_reports(forge)
     if named is not None:  # a certification unread: nothing may go
         names, digests = named
         reports.prune(forge, lane, names | {report.name}, digests)
-
-
-def _unknown_build_number(forge: Forge, m: UpstreamManifest) -> BadInput:
-    return BadInput(
-        f"{forge.rel(m.path)}: [upstream] build_number is missing, and upstream {m.name} "
-        f"compiles its build number in (LLAMA_BUILD_NUMBER): the binaries would claim the "
-        "count of this workspace's history instead of the upstream's",
-        hint="run `dgr-forge fetch` with network access (or --mirror a full clone) to count "
-        f"and record it, or set it to `git rev-list --count {m.commit}` of a full clone",
-        details={"file": forge.rel(m.path), "key": "upstream.build_number"},
-    )
-
-
-def _program_stamps(forge: Forge) -> Path | None:
-    """Where program stamps are kept between builds: `<DGR_CACHE_DIR or <workspace>/cache>/
-    programs` (a cache: an unusable place keeps none, the build hashes again)."""
-    try:
-        base = cache_mod.cache_dir(os.environ, forge.workspace)
-    except BadInput:
-        return None
-    return base / "programs" if base is not None else None

@@ -1,8 +1,7 @@
 """Build logs: one file per build, `logs/build-<lane>.log` pointing at the latest.
 
 A report names its build's own log as a byproduct (with its digest), so a log is never
-rewritten: the next build, a no-op included, writes a new file and moves the link.
-Old logs are pruned, except any a live report still names.
+rewritten; old logs are pruned, except any a live report still names.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ KEEP = 20  # logs kept per lane besides those a live report names
 
 
 def new_log(logs_dir: Path, lane: str) -> Path:
-    """A fresh, never-existing log path (`build-<lane>-<UTC stamp>.log`)."""
     logs_dir.mkdir(parents=True, exist_ok=True)
     refuse_shared(logs_dir, "logs directory")
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -36,7 +34,7 @@ def new_log(logs_dir: Path, lane: str) -> Path:
 
 
 def point_link(link: Path, target: Path) -> None:
-    """Atomically point `link` (a relative symlink) at `target`, replacing a plain file."""
+    """Atomically point `link` (a relative symlink) at `target`."""
     tmp = link.with_name(f".{link.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
     os.symlink(target.name, tmp)
@@ -54,12 +52,9 @@ def prune(logs_dir: Path, lane: str, keep: set[str | None]) -> None:
 
 
 def run_logged(
-    cmd: list[str],
-    log: IO[str],
-    env: dict[str, str],
-    on_line: Callable[[str], None] | None = None,
+    cmd: list[str], log: IO[str], env: dict[str, str], on_line: Callable[[str], None] | None = None
 ) -> tuple[int, list[str]]:
-    """Run, teeing stdout+stderr into the log; returns (exit code, all lines)."""
+    """Run, teeing stdout+stderr into the log; (exit code, all lines)."""
     # exactly re-runnable (flags hold spaces), credentials aside: a log holds no secret
     log.write(mask_text(f"$ {shlex.join(cmd)}") + "\n")
     log.flush()

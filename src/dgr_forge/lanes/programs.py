@@ -1,16 +1,8 @@
-"""Every program a lane's build runs, as configure resolved it (issue 20 #4).
+"""Every program a lane's build runs, as configure resolved it (issue 20 #4): CMake's
+programs, GCC's own behind its driver (cc1plus, as, collect2, ld) and the launcher.
 
-After configure: the compilers, archiver, ranlib, linker and the other programs CMake
-put in its cache (`genbuild.programs`), each compiler's own programs as GCC resolves
-them through its driver (`-print-prog-name`: cc1/cc1plus, as, collect2, ld), and the
-launcher, each by resolved path, version and a `stamps` stamp. A change of any of them
-since configure (a compiler replaced at the same path) means a fresh configure and a full
-rebuild of the lane, never objects of two compilers in one binary; a change during the
-build means no report.
-
-Hashing a compiler proper is ~70 MB (cc1 + cc1plus): `start()` does it on worker threads
-while Ninja compiles, from stat records taken when configure ended; a file whose stat moved
-meanwhile is recorded as changed, never as what it became.
+A change since configure means a full rebuild, never objects of two compilers in one
+binary. Hashing a compiler proper is ~70 MB: `start()` does it while Ninja compiles.
 """
 
 from __future__ import annotations
@@ -28,22 +20,18 @@ from dgr_forge.core import proc
 from dgr_forge.core.fsutil import file_identity
 from dgr_forge.lanes import stamps
 
-# concurrent.futures (~3 ms with the logging it imports) and genbuild are imported by the
-# functions that hash programs: a no-op build or `status` only compares the recorded stamps
+# concurrent.futures (~3 ms) and genbuild: imported where programs are hashed, past a no-op
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
 # what each GCC driver runs: its compiler proper, assembler and linker
 _INTERNAL = {"C": ("cc1",), "CXX": ("cc1plus",), "": ("as", "collect2", "ld")}
-# what the build runs besides the compilers (the File API gives their versions); the
-# other binutils CMake finds (nm, objcopy, strip, ...) are not run by a build
+# what the build runs besides the compilers (the other binutils CMake finds are not run)
 _VERSIONED = ("CMAKE_AR", "CMAKE_RANLIB", "CMAKE_LINKER")
 CHANGED = "changed-during-build"  # a stamp's digest when the file moved while being hashed
 
 
 class Program(Struct):
-    """A program configure resolved, as state.json keeps it."""
-
     path: str  # resolved
     stamp: stamps.Stamp
     as_: str | None = field(default=None, name="as")  # the path as CMake has it
@@ -54,55 +42,33 @@ class Program(Struct):
         return self.as_ or self.path
 
 
-def _run_first_line(cmd: list[str]) -> str:
-    try:
-        done = proc.capture(cmd, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    text = (done.stdout or done.stderr or "").strip()
-    if done.returncode != 0 or not text:
-        return ""
-    lines = text.splitlines()
-    # the first line naming a version: nvcc's first is its banner, its release comes 4th
-    return next((line for line in lines if re.search(_VERSION, line)), lines[0])[:200]
-
-
 _VERSION = r"\d+\.\d+"
-
-
-def _probe_key(cmd: list[str]) -> str | None:
-    """A program's answer is kept per exact file (its stat record) and argument."""
-    found = file_identity(cmd[0])
-    if found is None:
-        return None
-    real, size, mtime, ctime, inode, _device = found
-    # "v": the line naming a version (an earlier forge kept the first line)
-    return f"{real}|{size}|{mtime}|{ctime}|{inode}|{cmd[1]}|v"
-
-
 _PROBES: dict[str, str] = {}  # this run's answers, from and for the per-user cache
 
 
 def first_line(cmd: list[str]) -> str:
-    """The first line a program prints for `cmd` that names a version (else its first
-    line), e.g. for `--version`; kept per exact file."""
-    key = _probe_key(cmd)
+    """The first line `cmd` prints that names a version, kept per exact file and argument."""
+    found = file_identity(cmd[0])
+    # "v": the line naming a version (an earlier forge kept the first line)
+    key = None if found is None else "|".join(str(x) for x in (*found[:5], cmd[1], "v"))
     if key is not None and key in _PROBES:
         return _PROBES[key]
-    line = _run_first_line(cmd)
+    try:
+        done = proc.capture(cmd, timeout=30)
+        text = (done.stdout or done.stderr or "").strip() if done.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    lines = text.splitlines()
+    # the first line naming a version: nvcc's first is its banner, its release comes 4th
+    line = next((x for x in lines if re.search(_VERSION, x)), lines[0])[:200] if lines else ""
     if key is not None:
         _PROBES[key] = line
     return line
 
 
 def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
-    """GCC's own programs behind `compiler` (absolute paths only; other drivers: none),
-    each with its version. One driver call finds its compiler proper; collect2, as and
-    ld are looked up where the driver looks: beside it, then PATH.
-
-    The compiler proper answers no `--version` (it prints nothing): it is the driver's
-    own, so it has the driver's version. as, collect2 and ld answer `--version` (binutils
-    has versions of its own: never the compiler's)."""
+    """GCC's own programs behind `compiler`, each with its version: the compiler proper
+    answers no `--version`, it has the driver's; collect2, as and ld have binutils' own."""
     proper = _INTERNAL.get(lang, ())
     if not proper:
         return {}
@@ -119,51 +85,13 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _resolve(
-    build_dir: Path, launcher: str | None, drivers: dict[str, str] | None = None
-) -> dict[str, tuple[str, str]]:
-    """name -> (path as CMake has it, version) for every program the build runs;
-    `drivers`: name -> path of those that run CMake itself (cmake, ninja)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dgr_forge.lanes import genbuild
-
-    cache = genbuild.programs(build_dir)
-    found: dict[str, tuple[str, str]] = {}
-    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        versions = {
-            v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
-        }
-        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
-        for var, path in sorted(compilers.items()):
-            if os.path.isabs(path):
-                found[var] = (path, "")
-        for var, future in sorted(versions.items()):
-            if os.path.isabs(cache[var]):
-                found[var] = (cache[var], future.result())
-        for var, pending in sorted(internal.items()):
-            for name, entry in pending.result().items():
-                found.setdefault(f"{var}:{name}", entry)
-    if launcher:
-        found["launcher"] = (launcher, "")
-    for name, path in sorted((drivers or {}).items()):
-        if os.path.isabs(path):
-            found[name] = (path, "")
-    return found
-
-
 def start(
     build_dir: Path,
     launcher: str | None,
     host: Path | None = None,
     drivers: dict[str, str] | None = None,
 ) -> Future[dict[str, Program]]:
-    """`snapshot()` on a worker thread (the caller compiles meanwhile); the stat records of
-    what CMake resolved are taken now, before anything else runs. `host`: the directory of
-    the stamps shared between builds (the forge's cache directory; None: none kept).
-    `drivers`: cmake and ninja, stamped here too (through that cache: a report no longer
-    hashes cmake's 20 MB again)."""
+    """`snapshot()` on a worker thread, from stat records taken now; `host`: shared stamps."""
     from concurrent.futures import ThreadPoolExecutor
 
     from dgr_forge.lanes import genbuild
@@ -188,12 +116,35 @@ def snapshot(
     host_dir: Path | None = None,
     drivers: dict[str, str] | None = None,
 ) -> dict[str, Program]:
-    """Every program of the lane, by name. With
-    `early` (stat records taken before), a file whose stat differs is stamped CHANGED."""
+    """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from dgr_forge.lanes import genbuild
+
     _PROBES.update(stamps.load_host_probes(host_dir))
-    found = _resolve(build_dir, launcher, drivers)
+    # name -> (path as CMake has it, version) of every program the build runs
+    cache = genbuild.programs(build_dir)
+    found: dict[str, tuple[str, str]] = {}
+    compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        versions = {
+            v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
+        }
+        internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
+        for var, path in sorted(compilers.items()):
+            if os.path.isabs(path):
+                found[var] = (path, "")
+        for var, future in sorted(versions.items()):
+            if os.path.isabs(cache[var]):
+                found[var] = (cache[var], future.result())
+        for var, pending in sorted(internal.items()):
+            for name, entry in pending.result().items():
+                found.setdefault(f"{var}:{name}", entry)
+    if launcher:
+        found["launcher"] = (launcher, "")
+    for name, path in sorted((drivers or {}).items()):
+        if os.path.isabs(path):
+            found[name] = (path, "")
     stamps.save_host_probes(host_dir, dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
     host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash
@@ -202,29 +153,24 @@ def snapshot(
             p: pool.submit(stamps.stamp, Path(p), host.get(p)) for p in sorted(set(real.values()))
         }
         done = {p: f.result() for p, f in stamped.items()}
-    stamps.save_host(
-        host_dir, {p: s for p, s in done.items() if s is not None and s != host.get(p)}
-    )
+    settled = {p: s for p, s in done.items() if s is not None and s != host.get(p)}
+    stamps.save_host(host_dir, settled)
     out: dict[str, Program] = {}
     for name, (path, version) in sorted(found.items()):
         stamp = done[real[name]]
         if stamp is None:
             continue
         before = (early or {}).get(real[name])
-        seen = (
-            [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
-            if before
-            else None
-        )
-        if seen is not None and seen != stamp[1:5]:
-            stamp = [CHANGED, *seen, stamp[5]]
+        if before is not None:
+            seen = [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
+            if seen != stamp[1:5]:
+                stamp = [CHANGED, *seen, stamp[5]]
         out[name] = Program(real[name], stamp, path, version)
     return out
 
 
 def changed(programs: dict[str, Program]) -> list[str]:
-    """Names of the programs whose file is no longer what was recorded (or that moved
-    while they were being hashed)."""
+    """Programs whose file is no longer what was recorded (or moved while hashed)."""
     gone = set(stamps.changed({p.path: p.stamp for p in programs.values()}))
     return [name for name, p in programs.items() if p.path in gone or p.stamp[0] == CHANGED]
 

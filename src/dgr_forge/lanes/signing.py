@@ -1,17 +1,8 @@
 """Which key a build signs with, checked on every build, up to date or not.
 
-`attest.keysource` names the key (the one lookup: an empty `--key` or `DGR_SIGNING_KEY` is
-exit 2 here as there); `attest.keys.resolve_signer` loads it (and refuses a missing file,
-garbage, a key in CI that was not given). Loading it costs the cryptography
-import (~0.1 s), too much for a no-op build; so the key material asked for is also
-fingerprinted cheaply (its bytes, path and mode), and a no-op build whose fingerprint
-matches the one recorded with the last report skips the load: same bytes, same key.
-Anything else takes the full path.
-
-No key anywhere (no `--key`, no `DGR_SIGNING_KEY`, no default key), no person at a
-terminal and not in CI: the build writes its report unsigned and says so on every run,
-so the README's first line works on a fresh machine whether or not it runs at a terminal.
-In CI that stays exit 2 (`resolve_signer`): a release build is never silently unsigned.
+Loading the key costs ~0.1 s, too much for a no-op build: a no-op whose cheap fingerprint
+of the key material matches the last report's skips the load. No key anywhere, no person
+at a terminal and not in CI: the report is written unsigned, and said so on every run.
 """
 
 from __future__ import annotations
@@ -51,9 +42,7 @@ class SigningKey:
     """The key asked for now (`--key`, else the environment), loaded only when needed."""
 
     def __init__(self, key: str | None, sign: bool, out: Reporter) -> None:
-        self.key = key
-        self.sign = sign
-        self.out = out
+        self.key, self.sign, self.out = key, sign, out
         self._signer: Signer | None = None
         self._fallback: bool | None = None
         self._warned = False
@@ -72,8 +61,7 @@ class SigningKey:
         return self._fallback
 
     def warn_unsigned(self) -> None:
-        """Said once, where a report is written or handed back unsigned for want of a key:
-        never before (a run that fails before its report has nothing to sign)."""
+        """Said once, where a report is written or handed back unsigned for want of a key."""
         if self.sign and self.unsigned_fallback() and not self._warned:
             self._warned = True
             self.out.warn(
@@ -84,8 +72,7 @@ class SigningKey:
             )
 
     def unsigned_reason(self) -> str | None:
-        """Why a report is written unsigned, in the words the warning gives; None when
-        it is signed."""
+        """Why a report is written unsigned, in the words the warning gives."""
         if not self.sign:
             return "--no-sign given"
         if self.unsigned_fallback():
@@ -114,7 +101,3 @@ class SigningKey:
 
             self._signer = keys.resolve_signer(self.key, self.out)
         return self._signer
-
-    def keyid(self) -> str | None:
-        signer = self.signer()
-        return signer.keyid if signer else None

@@ -1,10 +1,9 @@
 """File stamps: a file's sha256 with the stat record it was hashed under (issue 20).
 
-A stamp is re-used without reading the file only when (size, mtime, ctime, inode) are
-exactly those recorded and the record is not racy (taken more than `RACY_NS` after the
-file's ctime). Any write changes ctime, which no user process can set back, so an edit
-that keeps the old mtime (`touch -d`, a checkout of an old commit, `cp -p`) is re-hashed:
-content decides, never mtime alone. The check git's index makes.
+A stamp is re-used without reading the file only when (size, mtime, ctime, inode) are those
+recorded and the record is not racy (taken more than `RACY_NS` after the file's ctime). Any
+write changes ctime, which no user process can set back, so an edit that keeps the old mtime
+is re-hashed: the check git's index makes.
 """
 
 from __future__ import annotations
@@ -36,8 +35,7 @@ def valid(stamp: Any) -> bool:
 
 
 def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
-    """The file's stamp (None when it is missing or not a file); `known` is re-used when
-    the file's stat record still matches it."""
+    """None when it is not a file; `known` is re-used while its stat record still holds."""
     taken = time.time_ns()
     try:
         st = os.stat(path)
@@ -53,66 +51,48 @@ def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
 
 
 def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]:
-    """The stat record a stamp keeps of `st`, and whether `known` still vouches for the
-    file: its record is this one, taken once the file had settled."""
+    """The stat record of `st`, and whether `known` (settled) still vouches for the file."""
     seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     settled = known is not None and valid(known) and known[5] - st.st_ctime_ns > RACY_NS
     return seen, settled and known is not None and known[1:5] == seen
 
 
 def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | None:
-    """A path worker's file `rel` (a tree the forge did not write) as git stores it: a
-    link's text, never what it points at; a FIFO or device is exit 2 naming it."""
+    """A path worker's file `rel` as git stores it (a link's text); a FIFO is exit 2."""
     hint = "a path worker holds regular files and links only"
     return read_tree_file(top, rel, what="worker file", hint=hint, missing_ok=missing_ok)
 
 
-def tree_stamp(top: Path, rel: str, known: Stamp | None = None) -> Stamp | None:
-    """`stamp` of a path worker's file `rel` as `worker_file` reads it (never what a link
-    points at: /dev/zero, a file outside the worker); None when it is missing."""
+def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
+    """The root's own files by `stamp`; a path worker's (under `worker`) as `worker_file`."""
+    if worker is None or not path.is_relative_to(worker):
+        return stamp(path, known)
     taken = time.time_ns()
     try:
-        st = os.lstat(top / rel)  # before the read: a change after it moves ctime
+        st = os.lstat(path)  # before the read: a change after it moves ctime
     except OSError:
         return None
     seen, vouched = _recorded(st, known)
     if vouched:
         return known
-    data = worker_file(top, rel, missing_ok=True)
+    data = worker_file(worker, path.relative_to(worker).as_posix(), missing_ok=True)
     return None if data is None else [sha256_bytes(data), *seen, taken]
-
-
-def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
-    """An input file's stamp: a path worker's file (under `worker`) as git stores it, the
-    root's own files (loaded bounded before, links followed as their loaders do) by
-    `stamp`. The one rule for the snapshot and every re-stamp of it."""
-    if worker is not None and path.is_relative_to(worker):
-        return tree_stamp(worker, path.relative_to(worker).as_posix(), known)
-    return stamp(path, known)
 
 
 def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:
     """Every path of `stamps` stamped again (missing files left out)."""
-    out = {}
-    for path, known in stamps.items():
-        new = input_stamp(Path(path), known, worker)
-        if new is not None:
-            out[path] = new
-    return out
+    new = {path: input_stamp(Path(path), known, worker) for path, known in stamps.items()}
+    return {path: s for path, s in new.items() if s is not None}
 
 
 def changed(stamps: dict[str, Stamp], worker: Path | None = None) -> list[str]:
     """Paths whose content is no longer what `stamps` recorded (or that are gone)."""
-    out = []
-    for path, known in stamps.items():
-        new = input_stamp(Path(path), known, worker)
-        if new is None or new[0] != known[0]:
-            out.append(path)
-    return out
+    new = restamp(stamps, worker)
+    return [path for path, known in stamps.items() if new.get(path, [None])[0] != known[0]]
 
 
 def valid_map(data: Any) -> dict[str, Stamp]:
-    """A stamps mapping read from state.json; anything malformed is dropped."""
+    """Anything malformed is dropped."""
     if not isinstance(data, dict):
         return {}
     return {k: v for k, v in data.items() if isinstance(k, str) and valid(v)}
@@ -121,10 +101,8 @@ def valid_map(data: Any) -> dict[str, Stamp]:
 # ----------------------------------------------------------------------------- host cache
 
 _HOST_MAX = 512  # entries: programs of a few toolchains
-# in the forge's cache directory (DGR_CACHE_DIR, else `<workspace>/cache`), shared by the
-# builds that share it, never the home directory of whoever runs the build (issue 25 #4):
-# programs' stamps (compilers: ~70 MB to hash), and their `--version` / `-print-prog-name`
-# answers keyed by file stat and argument
+# in the forge's cache directory, never the home directory of whoever builds (issue 25 #4):
+# programs' stamps (compilers: ~70 MB to hash), and their answers by file stat and argument
 STAMPS_FILE = "program-stamps.json"
 PROBES_FILE = "program-probes.json"
 
@@ -140,9 +118,7 @@ def _load(base: Path | None, name: str) -> Any:
 
 
 def _save(base: Path, name: str, data: Mapping[str, object]) -> None:
-    """Best effort: an unwritable directory changes nothing. `base` and the cache
-    directory above it are made 0700 when the forge makes them (what is in them is
-    trusted)."""
+    """Best effort; directories the forge makes are 0700 (what is in them is trusted)."""
     with contextlib.suppress(OSError):
         base.parent.parent.mkdir(parents=True, exist_ok=True)
         for d in (base.parent, base):
@@ -155,7 +131,6 @@ def load_host(base: Path | None) -> dict[str, Stamp]:
 
 
 def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
-    """Merge `new` into the host cache."""
     if base is not None and new:
         merged = {**load_host(base), **new}
         _save(base, STAMPS_FILE, dict(sorted(merged.items(), key=lambda kv: kv[1][5])[-_HOST_MAX:]))

@@ -1,20 +1,15 @@
 """`<workspace>/state.json`: what the forge remembers per lane (never authoritative).
 
-A missing or unreadable file is an empty state: the next build configures again. The
-typed `LaneState` is the one shape `build`, `lanes` and `status` read and write.
-
-A last build's paths (report, logs, artifacts, byproducts) are all the workspace's; the
-file keeps them relative to it, so a workspace copied or moved (`cp -a`, `mv`) shows its
-own copy of its last build, never the files of the one it was copied from. In memory they
-are absolute. A path that is not the workspace's (an absolute one another workspace wrote,
-schema 1, or a hand-edited `..`) makes that last build another workspace's: not built here.
+A missing or unreadable file is an empty state. A last build's paths are kept relative to
+the workspace, so a workspace copied or moved shows its own copy of its last build; one
+naming a path outside it (schema 1, a hand-edited `..`) is another's: not built here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 from msgspec import Meta, Struct, field
@@ -45,9 +40,7 @@ class Artifact(Struct, kw_only=True):
 
 
 class LastBuild(Struct, omit_defaults=True):
-    """A lane's last build as state.json keeps it; read by `structs.lenient`: a field that
-    does not decode as its type is its default, a build without its time, log or result
-    (or with one of the wrong type) is none."""
+    """Read by `structs.lenient`: one without a well-typed time, log or result is none."""
 
     time: str
     result: str  # ok | failed
@@ -66,13 +59,11 @@ class LastBuild(Struct, omit_defaults=True):
     )
     # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
     input_digest: str | None = None
-    # the movable inputs (`lanes.inputs.report_inputs`) the report was built from: what
-    # `status` and `lanes` compare to say a last build is stale
+    # the movable inputs the report was built from: what says a last build is stale
     inputs: ReportInputs | None = None
 
     def relocated(self, move: Callable[[str], str | None]) -> LastBuild | None:
-        """This last build with `move` applied to each of its paths; None when `move`
-        refuses one (it names a file that is not the workspace's)."""
+        """`move` applied to each of its paths; None when `move` refuses one."""
         moved: dict[str, str | None] = {}
 
         def to(path: str) -> str:
@@ -93,7 +84,6 @@ class LastBuild(Struct, omit_defaults=True):
 
 
 def stored_path(workspace: Path, path: str) -> str:
-    """A path as state.json keeps it: relative to the workspace when inside it."""
     try:
         return PurePosixPath(Path(path).relative_to(workspace)).as_posix()
     except ValueError:
@@ -101,8 +91,7 @@ def stored_path(workspace: Path, path: str) -> str:
 
 
 def loaded_path(workspace: Path, path: str) -> str | None:
-    """A path state.json keeps, absolute again; None when it is not this workspace's (an
-    absolute path elsewhere, a `..`, a NUL: another workspace's or hand-edited)."""
+    """A path state.json keeps, absolute again; None when it is not this workspace's."""
     if "\0" in path or ".." in PurePosixPath(path).parts:
         return None
     if PurePosixPath(path).is_absolute():
@@ -112,16 +101,12 @@ def loaded_path(workspace: Path, path: str) -> str | None:
 
 class Loaded(NamedTuple):
     state: LaneState
-    # its last build names another workspace's files (a copied or moved root, recorded by
-    # an older forge): not built here, and said so
+    # its last build names another workspace's files: not built here, and said so
     elsewhere: bool
 
 
 class LaneState(Struct, omit_defaults=True):
-    """A lane's entry in state.json, read by `structs.lenient` (the rule: a field whose
-    value does not decode as its type is its default, so a damaged entry costs a
-    reconfigure, never a crash); the programs and input stamps keep only their well-formed
-    entries."""
+    """Read by `structs.lenient`: a damaged entry costs a reconfigure, never a crash."""
 
     inputs_digest: str | None = None
     head_commit: str | None = None
@@ -150,14 +135,19 @@ class LaneState(Struct, omit_defaults=True):
         apart = ("last_build", "programs", "input_stamps")
         state = lenient(cls, {k: v for k, v in data.items() if k not in apart}) or cls()
         state.last_build = lenient(LastBuild, last)
-        progs = _entries(Program, data.get("programs"))
-        state.programs = {k: p for k, p in progs.items() if stamps.valid(p.stamp)}
+        raw, state.programs = data.get("programs"), {}
+        for key, value in raw.items() if isinstance(raw, dict) else ():
+            try:
+                program = msgspec.convert(value, Program)
+            except msgspec.ValidationError:
+                continue
+            if stamps.valid(program.stamp):
+                state.programs[str(key)] = program
         state.input_stamps = stamps.valid_map(data.get("input_stamps"))
         return state
 
     def stored(self) -> dict[str, Any]:
-        """The entry as state.json holds it: empty fields left out, the last build's
-        public keys apart from the evidence a reuse checks."""
+        """The last build's public keys apart from the evidence a reuse checks."""
         data = dict(msgspec.to_builtins(self))
         last = data.pop("last_build", None)
         if last is not None:
@@ -166,29 +156,14 @@ class LaneState(Struct, omit_defaults=True):
         return data
 
 
-T = TypeVar("T", bound=Struct)
-
-
-def _entries(cls: type[T], data: Any) -> dict[str, T]:
-    """Each entry of a mapping that decodes as `cls`; the others dropped."""
-    out = {}
-    for key, value in data.items() if isinstance(data, dict) else ():
-        try:
-            out[str(key)] = msgspec.convert(value, cls)
-        except msgspec.ValidationError:
-            continue
-    return out
-
-
 def load_lanes_state(forge: Forge) -> dict[str, Any]:
-    """The raw state (`{"schema": 1, "lanes": {lane: {...}}}`); bad or missing is empty;
-    one another user may write is refused (exit 2), never trusted."""
+    """Bad or missing is empty; one another user may write is refused (exit 2)."""
     refuse_shared(forge.workspace, "workspace")
     refuse_shared(forge.state_file, "state file")
     try:
         data = read_json(forge.state_file)
     except (OSError, ValueError):
-        return {"schema": STATE_SCHEMA, "lanes": {}}
+        data = None
     if not isinstance(data, dict) or data.get("schema") not in READ_SCHEMAS:
         return {"schema": STATE_SCHEMA, "lanes": {}}
     if not isinstance(data.get("lanes"), dict):
@@ -197,7 +172,6 @@ def load_lanes_state(forge: Forge) -> dict[str, Any]:
 
 
 def loaded(forge: Forge, entry: Any) -> Loaded:
-    """One lane's entry as read from the file, its paths this workspace's again."""
     state = LaneState.from_dict(entry)
     last = state.last_build
     if last is None:

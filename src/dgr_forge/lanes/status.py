@@ -1,10 +1,10 @@
-"""What `status` shows of the lanes (a last build and how stale it is: the same row
-`lanes` gives a lane), and `status`'s whole result, `Status`."""
+"""What `status` shows of the lanes (the same rows `lanes` gives), and its result."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
@@ -12,18 +12,10 @@ from msgspec import UNSET, Struct, UnsetType
 from dgr_forge.core.errors import ForgeError
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.structs import Form, d
-from dgr_forge.lanes.inputs import (
-    ReportInputs,
-    moved_since,
-    report_inputs,
-    with_stale,
-)
+from dgr_forge.lanes.inputs import MOVABLE, ReportInputs, report_inputs
 from dgr_forge.lanes.state import Artifact, LastBuild, lane_states
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.status import RebaseProgress, SeriesStatus, UpstreamStatus
-
-if TYPE_CHECKING:
-    from dgr_forge.host.recipes import Recipe
 
 
 class BuildShown(Struct, kw_only=True):
@@ -54,7 +46,9 @@ class BuildShown(Struct, kw_only=True):
 
     @staticmethod
     def of(last: LastBuild, current: ReportInputs, *, full: bool = False) -> BuildShown:
-        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts)."""
+        """`last` as `lanes` shows it (`full`: as `status` does, with its artifacts); a build
+        that recorded no inputs (an older forge) cannot be shown current: everything moved."""
+        was = last.inputs
         return BuildShown(
             time=last.time,
             result=last.result,
@@ -62,12 +56,17 @@ class BuildShown(Struct, kw_only=True):
             log=last.log,
             phase=last.phase if full and last.phase is not None else UNSET,
             artifacts=list(last.artifacts) if full else UNSET,
-            stale=moved_since(last.inputs, current),
-            inputs_recorded=last.inputs is not None,
+            stale=[k for k in MOVABLE if was is None or getattr(was, k) != getattr(current, k)],
+            inputs_recorded=was is not None,
         )
 
     def line(self) -> str:
-        return with_stale(self.result, self.stale, self.inputs_recorded)
+        """The result as `status` and `lanes` print it."""
+        if not self.inputs_recorded:
+            return f"{self.result}, stale (inputs not recorded: rebuild to record them)"
+        return (
+            f"{self.result}, stale ({', '.join(self.stale)} moved)" if self.stale else self.result
+        )
 
 
 class LaneLastBuild(Struct, kw_only=True):
@@ -96,10 +95,9 @@ class Status(Form, kw_only=True):
 
 
 def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, bool]]:
-    """Lanes built in this workspace and their last build (from the build state), each
-    with whether its state names another workspace's files (then it has no last build
-    here). `stale` names what moved (pin, series, recipe, worker) since the last report."""
+    """Lanes built here and their last build, each with whether its state is elsewhere's."""
     from dgr_forge.host import worker
+    from dgr_forge.host.recipes import load
 
     entries = lane_states(forge)
     spec, worker_known = None, True
@@ -113,23 +111,14 @@ def built_lanes(forge: Forge, m: UpstreamManifest) -> list[tuple[LaneLastBuild, 
         recorded = entry.state.last_build  # this workspace's paths, or None
         last = None
         if recorded is not None:
-            current = report_inputs(m, _current_recipe(forge, name), spec)
+            # the lane's recipe as it is now; none when gone or unreadable (then stale by it)
+            path, recipe = forge.recipes_dir / f"{name}.toml", None
+            if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) and path.is_file():
+                with contextlib.suppress(ForgeError):
+                    recipe = load(path, forge.rel(path), root=forge.root)
+            current = report_inputs(m, recipe, spec)
             if not worker_known:
                 current = msgspec.structs.replace(current, worker="(unreadable)")
             last = BuildShown.of(recorded, current, full=True)
         rows.append((LaneLastBuild(lane=name, last_build=last), entry.elsewhere))
     return rows
-
-
-def _current_recipe(forge: Forge, lane: str) -> Recipe | None:
-    """The lane's recipe as it is now; None when it is gone or unreadable (status still
-    answers: the last build is then stale by its recipe)."""
-    from dgr_forge.host.recipes import load
-
-    path = forge.recipes_dir / f"{lane}.toml"
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", lane) or not path.is_file():
-        return None
-    try:
-        return load(path, forge.rel(path), root=forge.root)
-    except ForgeError:
-        return None

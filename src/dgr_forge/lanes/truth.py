@@ -9,15 +9,13 @@ from typing import NoReturn
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.lanes import inputs, programs, stamps
+from dgr_forge.lanes import stamps
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.state import LastBuild
-from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 def check_launchers(plan: LanePlan) -> str | None:
-    """The launcher the generated rules run (the report's `compilerLauncher`); exit 1 when
-    it is not exactly the forge's choice (none included)."""
+    """The launcher the generated rules run; exit 1 when it is not the forge's choice."""
     from dgr_forge.lanes import genbuild  # after configure only
 
     found = genbuild.read_launchers(plan.build_dir)
@@ -37,33 +35,7 @@ def check_launchers(plan: LanePlan) -> str | None:
                 "chosen": plan.launcher,
             },
         )
-    return found.single()
-
-
-def moved_inputs(
-    plan: LanePlan, m: UpstreamManifest, snap: dict[str, stamps.Stamp], manifest_sha256: str
-) -> list[Path]:
-    """The recipe and manifest this run parsed unless they are the bytes stamped under
-    the lock (a build refuses them: `changed_error`)."""
-    moved = []
-    if inputs.digest_of(snap, plan.recipe.path) != plan.recipe.sha256:
-        moved.append(plan.recipe.path)
-    if inputs.digest_of(snap, m.path) != manifest_sha256:
-        moved.append(m.path)
-    return moved
-
-
-def refuse_changed_during(
-    forge: Forge,
-    plan: LanePlan,
-    snap: dict[str, stamps.Stamp],
-    progs: dict[str, programs.Program],
-) -> None:
-    """No report for inputs or programs that changed while configure and Ninja ran."""
-    moved = [Path(p) for p in stamps.changed(snap, inputs.worker_tree(plan))]
-    moved += [Path(progs[n].path) for n in programs.changed(progs)]
-    if moved:
-        changed_error(forge, plan.lane, moved, "while the build ran")
+    return next(iter(found.compile)) if len(found.compile) == 1 else None
 
 
 def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
@@ -76,9 +48,7 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
 
 
 def changed_subjects(last: LastBuild | None) -> list[Path]:
-    """Recorded subjects whose bytes are no longer what the report says; re-hashed only
-    when their stat record moved (`stamps.stamp`), so a no-op build with hundreds of MB
-    of artifacts stays cheap."""
+    """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
     if last is None:
         return []
     changed = []
