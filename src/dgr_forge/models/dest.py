@@ -212,18 +212,16 @@ class DestDir:
             if st is None or stat.S_ISREG(st.st_mode):
                 err.filename = str(self / name)
                 raise  # a regular file we may not read: permissions, I/O
-            raise OperationFailed(
-                f"{self / name}: is {kind(st.st_mode)}, not a regular file ({err.strerror})",
-                hint=f"remove it (`rm {self / name}`) and re-run provision",
-            ) from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+            mode, why = st.st_mode, f" ({err.strerror})"
+        else:
+            mode, why = os.fstat(fd).st_mode, ""
+            if stat.S_ISREG(mode):
+                return fd
             os.close(fd)
-            raise OperationFailed(
-                f"{self / name}: is {kind(mode)}, not a regular file",
-                hint=f"remove it (`rm {self / name}`) and re-run provision",
-            )
-        return fd
+        raise OperationFailed(
+            f"{self / name}: is {kind(mode)}, not a regular file{why}",
+            hint=f"remove it (`rm {self / name}`) and re-run provision",
+        )
 
     def open_part(self, name: str, out: Reporter) -> int:
         """`NAME.part` opened for append; a planted non-file there is removed, started over.
@@ -291,21 +289,17 @@ def _open_lock(dest: DestDir) -> int:
                 hint="provision as a user who may write into --dest, or pass another --dest",
                 details={"lock": str(path)},
             ) from None
-        raise BadInput(
-            f"{path}: the provision lock is {kind(st.st_mode)} ({err.strerror}); it is never "
-            "followed",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-            details={"lock": str(path)},
-        ) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+        mode, why = st.st_mode, f" ({err.strerror}); it is never followed"
+    else:
+        mode, why = os.fstat(fd).st_mode, ", not a regular file"
+        if stat.S_ISREG(mode):
+            return fd
         os.close(fd)
-        raise BadInput(
-            f"{path}: the provision lock is {kind(st.st_mode)}, not a regular file",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-            details={"lock": str(path)},
-        )
-    return fd
+    raise BadInput(
+        f"{path}: the provision lock is {kind(mode)}{why}",
+        hint=f"remove it (`rm {path}`) and re-run provision",
+        details={"lock": str(path)},
+    )
 
 
 @contextmanager

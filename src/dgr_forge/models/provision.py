@@ -26,7 +26,7 @@ from dgr_forge.models.dest import (
 )
 from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
-from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
 from dgr_forge.models.subset import Layers, Provisioned, Selection
 
@@ -92,18 +92,6 @@ def _result(
     )
 
 
-def _what(m: ModelManifest, files: tuple[ModelFile, ...], sel: Selection | None) -> str:
-    size = sum(f.size for f in files)
-    if sel is None:
-        return f"{len(files)} files, {human(size)}"
-    layers = layermap.format_ranges(sel.ranges) or "none"
-    ends = "".join((" + embeddings" if sel.first else "", " + output head" if sel.last else ""))
-    return (
-        f"layers {layers}{ends}: {len(files)} of {len(m.files)} files, {human(size)} of "
-        f"{human(m.total_size)}"
-    )
-
-
 def provision(
     m: ModelManifest,
     dest: Path,
@@ -123,9 +111,16 @@ def provision(
     chosen = selection.files if selection is not None else m.files
     check_file_sources(chosen, mirror, m.shown)
     target = check_destination(dest)
-    what = _what(m, chosen, selection)
+    size = sum(f.size for f in chosen)
+    what = f"{len(chosen)} files, {human(size)}"
+    if selection is not None:
+        layers = layermap.format_ranges(selection.ranges) or "none"
+        ends = " + embeddings" if selection.first else ""
+        ends += " + output head" if selection.last else ""
+        what = f"layers {layers}{ends}: {len(chosen)} of {len(m.files)} files, {human(size)} of "
+        what += human(m.total_size)
     if dry_run:  # which files, how many bytes against the whole model: nothing created or locked
-        need = missing_bytes(target, chosen) if target.is_dir() else sum(f.size for f in chosen)
+        need = missing_bytes(target, chosen) if target.is_dir() else size
         out.table(
             f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
             ["file", "size", "layers", "tensors"],
@@ -146,7 +141,6 @@ def provision(
     need, _ = check_space(target, chosen)
     target.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    size = sum(f.size for f in chosen)
     with DestDir(target) as held, dest_lock(held, out):
         held.refuse_planted(chosen)
         out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
@@ -65,14 +66,13 @@ class ArtifactsVerify(Form, kw_only=True):
 
 
 def _record(target: Path, model: str) -> Provisioned | None:
-    try:
+    with suppress(OSError):
         fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return subset.read_record(fd, model)
-    finally:
-        os.close(fd)
+        try:
+            return subset.read_record(fd, model)
+        finally:
+            os.close(fd)
+    return None
 
 
 def verify(
@@ -141,6 +141,8 @@ def verify(
         p = problems[f.name]
         status = ("missing" if p[0].startswith("missing") else "bad") if p else "ok"
         checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
+        for problem in p:
+            out.error(f"{f.name}: {problem}")
     good = {c.name for c in checks if c.ok}
     serves = subset.serves(m, good) if m.layer_map is not None else None
     result = ArtifactsVerify(
@@ -154,20 +156,13 @@ def verify(
         serves=serves,
         provisioned=record,
     )
-    for c in checks:
-        for problem in c.problems:
-            out.error(f"{c.name}: {problem}")
     # the verdict is the answer (stdout), as `report verify`'s; the problems are diagnostics
-    if result.bad:
-        names = ", ".join(result.bad)
-        out.answer(
-            f"{m.name}: FAILED verification: {len(result.bad)} of {len(checks)} files ({names})"
-        )
-    else:
-        rate = size / result.seconds if result.seconds > 0 else 0.0
-        out.answer(
-            f"{m.name}: OK: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)"
-        )
+    n, rate = len(checks), size / result.seconds if result.seconds > 0 else 0.0
+    out.answer(
+        f"{m.name}: FAILED verification: {len(result.bad)} of {n} files ({', '.join(result.bad)})"
+        if result.bad
+        else f"{m.name}: OK: all {n} files verified ({human(size)} at {human(rate)}/s)"
+    )
     if serves is not None:
         ends = [w for w, on in (("embeddings", serves.first), ("output head", serves.last)) if on]
         out.answer(
