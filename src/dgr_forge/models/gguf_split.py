@@ -1,16 +1,11 @@
 """A GGUF model's split headers: read by a bounded reader, checked, made the layer map.
 
-llama.cpp splits a model into `P-00001-of-0000N.gguf` ... and writes `split.no` (0-based),
-`split.count` and `split.tensors.count` into every part's KV header.
-
-The reader checks every count and length against the bytes left in the file before it
-reads or skips anything, and keeps only integer KV values: a header claiming an array of
-10^12 items is refused at once instead of being materialized (the `gguf` package's reader
-builds Python lists of what the header claims, minutes and gigabytes for a 43-byte file).
-
-The layer map (`build`) is made from the headers of one model only after they agree with
-each other (`check_headers`), so a part of another model cannot slip into it; verify asks
-of each file it holds whether its header still says what the map says (`header_problems`).
+llama.cpp splits a model into `P-00001-of-0000N.gguf` ..., each part's KV header holding
+`split.no` (0-based), `split.count` and `split.tensors.count`. The reader checks every count
+and length against the bytes left before it reads or skips anything, and keeps only integer
+KV values (the `gguf` package's reader builds Python lists of whatever a header claims:
+minutes and gigabytes for a 43-byte file). The layer map (`build`) is made only from headers
+that agree with each other (`check_headers`), so a part of another model cannot slip in.
 """
 
 from __future__ import annotations
@@ -154,10 +149,9 @@ class _Reader:
         if depth >= MAX_ARRAY_DEPTH:
             raise GGUFError(f"{what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
         item = self.u32(f"{what} item type")
-        fmt = _SCALAR.get(item)
-        if fmt is not None:
-            n = self.count(what, struct.calcsize(fmt))
-            self.skip(n * struct.calcsize(fmt), what)
+        if (fmt := _SCALAR.get(item)) is not None:
+            size = struct.calcsize(fmt)
+            self.skip(self.count(what, size) * size, what)
             return None
         if item not in (_STRING, _ARRAY):
             raise GGUFError(f"{what} has unknown item type {item}")
@@ -192,10 +186,8 @@ class _Reader:
 
 
 def read_header(path: Path, *, follow: bool = False) -> Header:
-    """The GGUF header of `path`, read within the file's own size.
-
-    A symlink is not followed unless `follow` (a release engineer's own source directory).
-    """
+    """The GGUF header of `path`; a symlink is followed only with `follow` (a release
+    engineer's own source directory)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     return read_header_fd(os.open(path, flags))
 
@@ -278,9 +270,7 @@ def read_headers(
 ) -> dict[str, Header | str]:
     """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
     headers: dict[str, Header | str] = {}
-    for f in files:
-        if not f.name.endswith(".gguf"):
-            continue
+    for f in gguf_files(files):
         path = dest / f.name
         if not path.is_file():
             continue
@@ -411,10 +401,8 @@ def build(
         raise Unmappable(
             {"(manifest)": [f"holds {len(sets)} GGUF models ({names}); a map is of one"]}
         )
-    problems: dict[str, list[str]] = {}
-    for f in ggufs:
-        if f.name not in headers:
-            problems.setdefault(f.name, []).append("no header read (every part is needed)")
+    missing = "no header read (every part is needed)"
+    problems: dict[str, list[str]] = {f.name: [missing] for f in ggufs if f.name not in headers}
     for name, found in check_headers(headers).items():
         problems.setdefault(name, []).extend(found)
     if problems:
