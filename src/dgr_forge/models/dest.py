@@ -18,9 +18,8 @@ from pathlib import Path
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.lock import LockWords, hold, holder_of
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import manifest as models
 from dgr_forge.models.hashing import human
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
 
 LOCK_FILE = ".dgr-provision.lock"
 # Model files must not land on the home file system (small, quota'd, backed up).
@@ -95,7 +94,7 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
     for f in files:
         if _regular_size(dest / f.name) == f.size:
             continue
-        have = _regular_size(dest / (f.name + models.PART_SUFFIX)) or 0
+        have = _regular_size(dest / (f.name + PART_SUFFIX)) or 0
         need += f.size - have if have <= f.size else f.size
     return need
 
@@ -272,9 +271,6 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
     while view:
         n = os.write(fd, view)
         view = view[n:]
-
-
-# ----------------------------------------------------------------------------- provision lock
 
 
 def _open_lock(dest: DestDir) -> int:

@@ -32,10 +32,9 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
-from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import DestDir, write_all
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
 from dgr_forge.models.sources import (
     HEADER_PHASE,
     OutsideRoots,
@@ -171,7 +170,7 @@ class Downloader:
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
-        part = f.name + models.PART_SUFFIX
+        part = f.name + PART_SUFFIX
         try:
             self._provision(
                 _Stream(f, url, mask(url), part, outcome, self.progress.add(f.name, f.size))

@@ -23,9 +23,8 @@ import msgspec
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import layermap
-from dgr_forge.models import manifest as models
 from dgr_forge.models.layermap import LayerMap, Ranges
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import ModelFile, split_name
 
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # what llama.cpp writes today (and the gguf package reads)
@@ -301,7 +300,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
             continue
         no, count = header.ints.get("split.no"), header.ints.get("split.count")
         total = header.ints.get("split.tensors.count")
-        s = models.split_name(fname)
+        s = split_name(fname)
         if s is None:
             if count is not None and count > 1:
                 found.append(
@@ -343,7 +342,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                 )
         else:
             names = [n for ns in parts.values() for n in ns]
-            first = models.split_name(names[0])
+            first = split_name(names[0])
             complete = first is not None and len(names) == first.count
             if totals and complete and len(totals) == len(names):
                 declared = next(iter(totals.values()))
@@ -355,9 +354,6 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                             f"split.tensors.count says {declared}"
                         )
     return {k: v for k, v in problems.items() if v}
-
-
-# ----------------------------------------------------------------------------- the layer map
 
 
 class MapError(ValueError):
@@ -381,7 +377,7 @@ def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile |
     """The split that holds the model's KV metadata: part 1 (or the one .gguf file)."""
     ggufs = gguf_files(files)
     for f in ggufs:
-        s = models.split_name(f.name)
+        s = split_name(f.name)
         if s is not None and s.no == 1:
             return f
     return ggufs[0] if len(ggufs) == 1 else None
@@ -395,7 +391,7 @@ def build(
     if not ggufs:
         raise Unmappable({"(manifest)": ["lists no .gguf file"]})
     # a map is of one model: one split set, or one unsplit .gguf file
-    sets = {(s.prefix if s else f.name) for f in ggufs for s in [models.split_name(f.name)]}
+    sets = {(s.prefix if s else f.name) for f in ggufs for s in [split_name(f.name)]}
     if len(sets) > 1:
         names = ", ".join(sorted(sets)[:5])
         raise Unmappable(

@@ -187,8 +187,6 @@ def build_manifest(
     return BuiltManifest(name=name, files=files, text=text, layer_map=layer_map)
 
 
-# ----------------------------------------------------------------------------- artifacts map
-
 FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
 MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
 HEADER_MAX_ENV = "DGR_ARTIFACTS_HEADER_MAX"

@@ -121,8 +121,6 @@ def check_mirror(mirror: str | None) -> str | None:
     return mirror
 
 
-# ----------------------------------------------------------------------------- HTTP
-
 # Interim responses (`100 Continue`) allowed before the real one: a server sending them
 # forever would otherwise hold the request before any timeout applies.
 MAX_INTERIM = 16
@@ -190,15 +188,12 @@ class _HeaderDeadlineTLS(_HeaderDeadline, urllib3.connection.HTTPSConnection):
 
 @functools.lru_cache(maxsize=8)
 def _pool_classes(deadline: float) -> dict[str, type[urllib3.connectionpool.HTTPConnectionPool]]:
+    pools = urllib3.connectionpool
     plain = type("_Conn", (_HeaderDeadline,), {"header_deadline": deadline})
     tls = type("_ConnTLS", (_HeaderDeadlineTLS,), {"header_deadline": deadline})
     return {
-        "http": type(
-            "_Pool", (urllib3.connectionpool.HTTPConnectionPool,), {"ConnectionCls": plain}
-        ),
-        "https": type(
-            "_PoolTLS", (urllib3.connectionpool.HTTPSConnectionPool,), {"ConnectionCls": tls}
-        ),
+        "http": type("_Pool", (pools.HTTPConnectionPool,), {"ConnectionCls": plain}),
+        "https": type("_PoolTLS", (pools.HTTPSConnectionPool,), {"ConnectionCls": tls}),
     }
 
 

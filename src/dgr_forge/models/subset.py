@@ -173,9 +173,6 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
     )
 
 
-# ----------------------------------------------------------------------------- the record
-
-
 def read_record(dir_fd: int, model: str) -> Provisioned | None:
     """The destination's record for `model`; None when absent, another model's, or not
     ours (a planted FIFO or link, too big, malformed): only ever a hint, never fatal."""

@@ -26,10 +26,9 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.models import gguf_split, subset
-from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, hash_many, human
-from dgr_forge.models.manifest import ModelManifest
+from dgr_forge.models.manifest import ModelManifest, split_name
 from dgr_forge.models.subset import Layers, Provisioned, Selection, Serves
 
 
@@ -104,7 +103,7 @@ def verify(
     to_hash: list[Path] = []
     for f in files:
         path = target / f.name
-        s = models.split_name(f.name)
+        s = split_name(f.name)
         part = f" (split part {s.no} of {s.count})" if s else ""
         try:
             st = os.lstat(path)
