@@ -63,35 +63,6 @@ class ArtifactsProvision(Form, kw_only=True):
         return not self.failed and not self.split_problems
 
 
-def _result(
-    m: ModelManifest,
-    target: Path,
-    files: list[FileOutcome],
-    started: float,
-    selection: Selection | None,
-    need: int,
-    *,
-    split_problems: dict[str, list[str]] | None = None,
-    record: Provisioned | None = None,
-    dry_run: bool = False,
-) -> ArtifactsProvision:
-    return ArtifactsProvision(
-        model=m.name,
-        dest=target,
-        files=files,
-        downloaded_bytes=sum(f.downloaded_bytes for f in files),
-        seconds=round(time.monotonic() - started, 3),
-        failed=[f.name for f in files if f.status == "failed"],
-        split_problems=split_problems or {},
-        layers=selection.shown() if selection else None,
-        bytes=sum(f.size for f in files),
-        model_bytes=m.total_size,
-        missing_bytes=need,
-        dry_run=dry_run,
-        provisioned=record,
-    )
-
-
 def provision(
     m: ModelManifest,
     dest: Path,
@@ -134,52 +105,66 @@ def provision(
                 for f in chosen
             ],
         )
-        planned = [
+        files = [
             FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
         ]
-        return _result(m, target, planned, started, selection, need, dry_run=True)
-    need, _ = check_space(target, chosen)
-    target.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    with DestDir(target) as held, dest_lock(held, out):
-        held.refuse_planted(chosen)
-        out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")
-        cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
-        try:
-            with out.progress(transfer=True) as sink:
-                progress = Progress(sink, size, "total")
-                dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
-                todo = [(f, source_url(f, mirror)) for f in chosen]
-                files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
-        finally:
-            cache.save()
-        for o in files:
-            if o.status == "failed":
-                out.error(o.error or f"{o.name}: failed")
-        ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
-        split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
-        for name, problems in split_problems.items():
-            for problem in problems:
-                out.error(f"{name}: {problem}")
-        record = _record(m, held, selection, ok=len(ok_files) == len(chosen) and not split_problems)
-    result = _result(
-        m, target, files, started, selection, need, split_problems=split_problems, record=record
+        split_problems: dict[str, list[str]] = {}
+        record = None
+    else:
+        need, _ = check_space(target, chosen)
+        target.mkdir(parents=True, exist_ok=True)
+        stop = threading.Event()
+        with DestDir(target) as held, dest_lock(held, out):
+            held.refuse_planted(chosen)
+            out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")
+            cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
+            try:
+                with out.progress(transfer=True) as sink:
+                    progress = Progress(sink, size, "total")
+                    dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
+                    todo = [(f, source_url(f, mirror)) for f in chosen]
+                    files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
+            finally:
+                cache.save()
+            for o in files:
+                if o.status == "failed":
+                    out.error(o.error or f"{o.name}: failed")
+            ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
+            split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
+            for name, problems in split_problems.items():
+                for problem in problems:
+                    out.error(f"{name}: {problem}")
+            ok = len(ok_files) == len(chosen) and not split_problems
+            record = _record(m, held, selection, ok=ok)
+    result = ArtifactsProvision(
+        model=m.name,
+        dest=target,
+        files=files,
+        downloaded_bytes=sum(f.downloaded_bytes for f in files),
+        seconds=round(time.monotonic() - started, 3),
+        failed=[f.name for f in files if f.status == "failed"],
+        split_problems=split_problems,
+        layers=selection.shown() if selection else None,
+        bytes=sum(f.size for f in files),
+        model_bytes=m.total_size,
+        missing_bytes=need,
+        dry_run=dry_run,
+        provisioned=record,
     )
+    if dry_run:
+        return result
     present = sum(1 for o in files if o.status == "present")
     # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
     # still says whether the model is ready; each file's problem went to stderr above
     unready = sorted(set(result.failed) | set(split_problems))
-    if unready:
-        out.answer(
-            f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
-            f"({', '.join(unready)})"
-        )
-    else:
-        out.answer(
-            f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
-            f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
-            f"{result.seconds:.1f}s)"
-        )
+    out.answer(
+        f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
+        f"({', '.join(unready)})"
+        if unready
+        else f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
+        f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
+        f"{result.seconds:.1f}s)"
+    )
     if record is not None:
         out.answer(f"{target} holds layers {record.layers}")
     return result
