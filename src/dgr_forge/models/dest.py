@@ -48,13 +48,12 @@ def _forbidden_ancestor(resolved: Path) -> str | None:
 
 def check_destination(dest: Path) -> Path:
     """The destination with symlinks resolved; BadInput if it is (or would be) under /home,
-    by path or by identity (a bind mount of /home elsewhere is /home too). The one gate
-    of every `--dest`: `provision` and `verify` (so `certify --dest`, which verifies or
-    provisions the model there) resolve theirs here and use only what it returns."""
+    by path or by identity (a bind mount of /home elsewhere is /home too). Every `--dest`
+    (provision, verify, map, certify) is resolved here and used only as returned."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
     for root in FORBIDDEN_ROOTS:
         for form in {Path(root), Path(os.path.realpath(root))}:
-            if resolved == form or resolved.is_relative_to(form):
+            if resolved.is_relative_to(form):
                 raise _under(dest, resolved, root, "")
     root_hit = _forbidden_ancestor(resolved)
     if root_hit is not None:
@@ -124,12 +123,9 @@ def kind(mode: int) -> str:
 
 
 class DestDir:
-    """The destination, held open: every file in it is reached by name from this descriptor.
-
-    Opening the directory once (and checking, on Linux, that the directory held is the one
-    that passed the /home rule) means a path component above it swapped for a symlink
-    later cannot redirect a write; the names inside are opened with O_NOFOLLOW.
-    """
+    """The destination, held open (on Linux, checked to be the one that passed the /home
+    rule): every file in it is opened by name from this descriptor, O_NOFOLLOW, so a path
+    component above it swapped for a symlink later cannot redirect a write."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -184,11 +180,8 @@ class DestDir:
             os.fsync(self.fd)
 
     def refuse_planted(self, files: tuple[ModelFile, ...]) -> None:
-        """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
-
-        Provision would otherwise read (and report as present) whatever the link points at,
-        a way to put model files under /home or to pass off another file as verified.
-        """
+        """BadInput when a final file's name is a symlink or other non-file: provision would
+        read (and report as present) whatever it points at, a way to pass off a file."""
         for f in files:
             st = self.lstat(f.name)
             if st is not None and not stat.S_ISREG(st.st_mode):
@@ -223,12 +216,9 @@ class DestDir:
         )
 
     def open_part(self, name: str, out: Reporter) -> int:
-        """`NAME.part` opened for append; a planted non-file there is removed, started over.
-
-        An existing part is opened without following a symlink and checked on its
-        descriptor; a new one is created with O_EXCL, so a link planted in between fails
-        instead of being followed. The caller hashes and appends through this descriptor.
-        """
+        """`NAME.part` opened for append, checked on its descriptor (a planted non-file there
+        is removed, started over); a new one is created O_EXCL, so a link planted in
+        between fails instead of being followed."""
         flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
         fd: int | None = None
         try:
@@ -300,10 +290,8 @@ def _open_lock(dest: DestDir) -> int:
 
 @contextmanager
 def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
-    """One provision per destination at a time: two writers on one NAME.part corrupt it.
-
-    Waits up to DGR_LOCK_TIMEOUT seconds (like the forge lock), naming the holder.
-    """
+    """One provision per destination at a time (two writers on one NAME.part corrupt it),
+    waiting up to DGR_LOCK_TIMEOUT seconds like the forge lock."""
     if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
         yield
         return

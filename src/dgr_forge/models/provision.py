@@ -74,8 +74,7 @@ def provision(
     selection: Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
-    """Bring the files of `m` (those `selection` needs, or all) into `dest`, exactly;
-    refusals raise BadInput before any write. `dry_run` says what would move, writes none."""
+    """Bring the files `selection` needs (or all) into `dest`; `dry_run` writes none."""
     started = time.monotonic()
     policy = policy or RetryPolicy.from_env()
     mirror = check_mirror(mirror)

@@ -1,9 +1,6 @@
-"""Where a model file comes from: the manifest's URL or the `--mirror` base, and the
-`file://` sources a manifest may name (only under a directory the operator allowed: the
---mirror directory or DGR_ARTIFACTS_FILE_ROOTS), each opened with no link followed; over
-HTTP, a requests session whose every response must finish its header phase within a
-deadline (`_HeaderDeadline`), after at most `MAX_INTERIM` interim responses.
-Shared by provisioning (`download`, `provision`) and `artifacts map` (`make_manifest`).
+"""Where a model file comes from: the manifest's URL or the `--mirror` base; a `file://`
+source only under a directory the operator allowed, opened with no link followed; over
+HTTP, a session whose every response must finish its header phase within a deadline.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ def file_source_path(url: str) -> Path:
 def check_file_sources(
     files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
 ) -> None:
-    """A `file://` URL reads this host's files with the rights of whoever provisions: the
-    manifest's author may name only files under a directory the operator allowed (the
-    --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
-    is looked at (not even its size) otherwise."""
+    """A `file://` URL reads this host's files with the rights of whoever provisions: one
+    outside `file_roots` is exit 2 before any file is looked at (not even its size)."""
     roots = file_roots(mirror)
     for f in files:
         url = source_url(f, mirror)

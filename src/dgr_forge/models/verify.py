@@ -1,14 +1,11 @@
 """`artifacts verify`: size + sha256 of every file, then the split headers of the good ones.
 
-With `--layers` only the files those layers need must be there (`subset.select`); without
-it, a destination that records the ranges it was provisioned for is checked for those,
-any other file present is checked too, and the answer says which layer ranges the files
-that verified can serve. With a layer map every verified header must say what the map
-says of its file (a file changed upstream is named).
-
-Files hash in parallel (8 MiB reads; hashlib releases the GIL). A file is never read
-through a symlink, and GGUF headers are parsed only for files whose size and sha256
-matched, so a planted file cannot make the parser do work the manifest did not vouch for.
+With `--layers` only the files those layers need must be there; without it, those of the
+ranges the destination records, and any other file present, are checked, and the answer
+says which ranges the verified files can serve. With a layer map every verified header must
+say what the map says of its file. No file is read through a symlink, and headers are
+parsed only for files whose size and sha256 matched: a planted file cannot make the parser
+do work the manifest did not vouch for.
 """
 
 from __future__ import annotations
