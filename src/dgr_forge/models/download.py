@@ -201,6 +201,7 @@ class Downloader:
         if fd is not None:
             try:
                 st = os.fstat(fd)
+                differs = f"{st.st_size} bytes, manifest says {f.size}"
                 if st.st_size == f.size:
                     sha = self.cache.lookup(f.name, st)
                     if sha is None:
@@ -211,15 +212,8 @@ class Downloader:
                         state.tick(f.size, f"{f.name} (present)")
                         outcome.status = "present"
                         return
-                    self.out.warn(
-                        f"{f.name}: on disk with sha256 {sha}, manifest says {f.sha256}; "
-                        "downloading it again"
-                    )
-                else:
-                    self.out.warn(
-                        f"{f.name}: on disk with {st.st_size} bytes, manifest says {f.size}; "
-                        "downloading it again"
-                    )
+                    differs = f"sha256 {sha}, manifest says {f.sha256}"
+                self.out.warn(f"{f.name}: on disk with {differs}; downloading it again")
             finally:
                 os.close(fd)
             self.cache.forget(f.name)
@@ -358,10 +352,8 @@ class Downloader:
                     self._restart(state, f"the server answered a different range ({start})")
                     return
             elif code == 200:
-                length = r.headers.get("Content-Length")
-                self._same_size(
-                    state, int(length) if length is not None and length.isdigit() else None
-                )
+                length = r.headers.get("Content-Length", "")
+                self._same_size(state, int(length) if length.isdigit() else None)
                 if state.have:
                     self._restart(state, "the server ignored the Range request (HTTP 200)")
                     state.again = False  # this response is the whole file: keep reading it

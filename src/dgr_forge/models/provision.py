@@ -17,13 +17,7 @@ from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.models import gguf_split, layermap, subset
-from dgr_forge.models.dest import (
-    DestDir,
-    check_destination,
-    check_space,
-    dest_lock,
-    missing_bytes,
-)
+from dgr_forge.models.dest import DestDir, check_destination, check_space, dest_lock, missing_bytes
 from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
 from dgr_forge.models.manifest import ModelManifest

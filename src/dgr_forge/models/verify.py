@@ -50,8 +50,7 @@ class ArtifactsVerify(Form, kw_only=True):
     model: Annotated[str, d("the model's name")]
     dest: Annotated[Path, d("the `--dest` directory")]
     files: Annotated[
-        list[FileCheck],
-        d("per file required (all, or those the layers checked need) or present"),
+        list[FileCheck], d("per file required (all, or those the layers checked need) or present")
     ]
     bad: Annotated[list[str], d("the files not `ok`")]
     bytes: Annotated[int, d("total size of the files listed")]
