@@ -256,13 +256,6 @@ class DestDir:
             ) from None
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
 def _open_lock(dest: DestDir) -> int:
     path = dest / LOCK_FILE
     try:

@@ -32,7 +32,7 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
-from dgr_forge.models.dest import DestDir, write_all
+from dgr_forge.models.dest import DestDir
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
 from dgr_forge.models.sources import (
@@ -441,7 +441,9 @@ class Downloader:
             )
         fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
         try:
-            write_all(state.fd, chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(state.fd, view) :]
         except OSError as err:
             err.filename = err.filename or str(self.dest / state.part)
             raise
