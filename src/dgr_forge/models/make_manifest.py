@@ -18,7 +18,6 @@ import io
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -39,7 +38,6 @@ from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
-from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import (
     check_file_sources,
@@ -50,14 +48,6 @@ from dgr_forge.models.sources import (
     open_file_source,
     source_url,
 )
-
-
-@dataclass
-class BuiltManifest:
-    name: str
-    files: list[ModelFile]
-    text: str
-    layer_map: LayerMap | None = None
 
 
 class ManifestFile(Struct, kw_only=True):
@@ -96,18 +86,18 @@ def save(target: Path, text: str) -> str:
     return "updated" if old else "written"
 
 
-def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
-    state = save(target, built.text)
+def write_manifest(m: ModelManifest, text: str, target: Path) -> ArtifactsManifest:
+    """`text` (`m`, as `build_manifest` made it) written at `target`."""
     return ArtifactsManifest(
-        model=built.name,
+        model=m.name,
         manifest=target,
-        state=state,
+        state=save(target, text),
         files=[
             ManifestFile(name=f.name, size=f.size, sha256=f.sha256, url=mask(f.url))
-            for f in built.files
+            for f in m.files
         ],
-        total_size=sum(f.size for f in built.files),
-        block_count=built.layer_map.block_count if built.layer_map else None,
+        total_size=m.total_size,
+        block_count=m.layer_map.block_count if m.layer_map else None,
     )
 
 
@@ -119,8 +109,8 @@ def build_manifest(
     *,
     source_revision: str | None = None,
     jobs: int | None = None,
-) -> BuiltManifest:
-    """Hash the files in `directory` into a model manifest (validated by the loader)."""
+) -> tuple[ModelManifest, str]:
+    """Hash the files in `directory` into a model manifest: as loaded, and its text."""
     if not directory.is_dir():
         raise BadInput(
             f"{directory}: not a directory",
@@ -183,8 +173,7 @@ def build_manifest(
         )
     layer_map, files = gguf_split.with_map(files, headers, str(directory), out)
     text = models.dumps(name, files, source_revision, layer_map)
-    models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
-    return BuiltManifest(name=name, files=files, text=text, layer_map=layer_map)
+    return models.loads(text.encode(), shown=f"manifest for {directory}"), text  # its rules
 
 
 FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
