@@ -253,10 +253,7 @@ class Downloader:
             while state.have < f.size:
                 before = state.have
                 try:
-                    if urlsplit(url).scheme == "file":
-                        self._copy_file(state)
-                    else:
-                        self._get_http(state)
+                    (self._copy_file if urlsplit(url).scheme == "file" else self._get_http)(state)
                     if state.again:  # started over on purpose: ask again at once
                         state.again = False
                         continue
@@ -279,11 +276,9 @@ class Downloader:
                         raise OperationFailed(
                             f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
                             f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                            hint=(
-                                "check that the host is reachable from here (network, proxy, DNS)"
-                                " or pass --mirror URL, then re-run provision: it resumes from"
-                                " the kept bytes"
-                            ),
+                            hint="check that the host is reachable from here (network, proxy, "
+                            "DNS) or pass --mirror URL, then re-run provision: it resumes from "
+                            "the kept bytes",
                         ) from None
                     state.outcome.retries += 1
                     delay = self.policy.delay(failures)
