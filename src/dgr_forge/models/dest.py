@@ -55,8 +55,7 @@ def check_destination(dest: Path) -> Path:
         for form in {Path(root), Path(os.path.realpath(root))}:
             if resolved.is_relative_to(form):
                 raise _under(dest, resolved, root, "")
-    root_hit = _forbidden_ancestor(resolved)
-    if root_hit is not None:
+    if (root_hit := _forbidden_ancestor(resolved)) is not None:
         raise _under(dest, resolved, root_hit, f" (the same directory as {root_hit}: a mount)")
     if resolved.exists() and not resolved.is_dir():
         raise BadInput(

@@ -203,8 +203,7 @@ class Downloader:
                 st = os.fstat(fd)
                 differs = f"{st.st_size} bytes, manifest says {f.size}"
                 if st.st_size == f.size:
-                    sha = self.cache.lookup(f.name, st)
-                    if sha is None:
+                    if (sha := self.cache.lookup(f.name, st)) is None:
                         sha = hash_fd(fd, stop=self.stop).hexdigest()
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
@@ -229,8 +228,7 @@ class Downloader:
         self.dest.replace(part, f.name)  # a planted link at the final name is replaced
         self.dest.fsync()
         fault.point("provision.renamed", f.name)
-        after = self.dest.lstat(f.name)
-        if after is not None:
+        if (after := self.dest.lstat(f.name)) is not None:
             self.cache.record(f.name, after, sha)
         outcome.status = "downloaded"
 

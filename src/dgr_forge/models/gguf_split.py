@@ -137,8 +137,7 @@ class _Reader:
 
     def value(self, vtype: int, what: str, depth: int = 0) -> int | float | bool | None:
         """Read (or skip) one value; scalars are returned, strings and arrays skipped."""
-        fmt = _SCALAR.get(vtype)
-        if fmt is not None:
+        if (fmt := _SCALAR.get(vtype)) is not None:
             return self.num(fmt, what)
         if vtype == _STRING:
             self.skip(self.count(f"{what} length", 1), what)
@@ -410,8 +409,7 @@ def build(
     arch = meta_header.strings.get(ARCH_KEY)
     if arch is None or layermap.check_group(arch) is not None:
         raise Unmappable({meta.name: [f"no usable {ARCH_KEY} in the metadata split"]})
-    count = meta_header.ints.get(f"{arch}.block_count")
-    if count is None:
+    if (count := meta_header.ints.get(f"{arch}.block_count")) is None:
         raise Unmappable({meta.name: [f"no integer {arch}.block_count in the metadata split"]})
     if not 1 <= count <= layermap.MAX_BLOCK_COUNT:
         raise MapError(

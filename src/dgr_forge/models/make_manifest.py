@@ -163,8 +163,7 @@ def build_manifest(
         models.dumps(name, files, source_revision).encode(), shown=f"manifest for {directory}"
     )
     headers = gguf_split.read_headers(directory, files, follow=True)
-    split_problems = gguf_split.check_headers(headers)
-    if split_problems:
+    if split_problems := gguf_split.check_headers(headers):
         listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in split_problems.items())
         raise BadInput(
             f"{directory}: the GGUF split set is inconsistent: {listed}",

@@ -347,8 +347,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
             )
         sets.setdefault(s.prefix, {})[s.no] = f.name
     for prefix, parts in sets.items():
-        missing = [n for n in range(1, counts[prefix] + 1) if n not in parts]
-        if missing:
+        if missing := [n for n in range(1, counts[prefix] + 1) if n not in parts]:
             listed = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
             raise fail(
                 shown,

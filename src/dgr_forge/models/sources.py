@@ -106,8 +106,7 @@ def check_mirror(mirror: str | None) -> str | None:
         if path.is_dir():
             return path.resolve().as_uri()
     check_url(mirror, "--mirror", schemes=models.URL_SCHEMES)
-    problem = models.check_url(mirror)
-    if problem:
+    if problem := models.check_url(mirror):
         raise BadInput(
             f"--mirror: {problem}",
             hint="pass a base URL (http://, https://, file://) or a directory holding the files",

@@ -117,8 +117,7 @@ def verify(
     matched = []
     for f in files:
         path = target / f.name
-        sha = shas.get(path)
-        if sha is None:
+        if (sha := shas.get(path)) is None:
             continue
         if sha != f.sha256:
             problems[f.name].append(f"wrong sha256: expected {f.sha256}, actual {sha}")
