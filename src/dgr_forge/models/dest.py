@@ -12,7 +12,7 @@ import shutil
 import stat
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -121,7 +121,7 @@ def kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "a device or other special file")
 
 
-class DestDir:
+class DestDir(AbstractContextManager["DestDir"]):
     """The destination, held open (on Linux, checked to be the one that passed the /home
     rule): every file in it is opened by name from this descriptor, O_NOFOLLOW, so a path
     component above it swapped for a symlink later cannot redirect a write."""
@@ -148,14 +148,8 @@ class DestDir:
                 details={"dest": str(path), "resolved": held},
             )
 
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def __enter__(self) -> DestDir:
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        os.close(self.fd)
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name  # for messages; the files are opened through self.fd
