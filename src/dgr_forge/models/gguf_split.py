@@ -80,11 +80,8 @@ class _Reader:
     """Reads a GGUF header, every count and length bounded by the bytes left in the file."""
 
     def __init__(self, f: BinaryIO, size: int, limit: int | None = None) -> None:
-        self.f = f
-        self.size = size
+        self.f, self.size, self.pos, self.order = f, size, 0, "<"
         self.limit = size if limit is None else min(size, limit)
-        self.pos = 0
-        self.order = "<"
 
     def left(self) -> int:
         return self.size - self.pos

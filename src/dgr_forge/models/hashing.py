@@ -107,7 +107,6 @@ class VerifiedCache:
     directory descriptor, so a directory swapped for a symlink meanwhile is not written."""
 
     def __init__(self, dest: Path, dir_fd: int | None = None) -> None:
-        self.path = dest / CACHE_FILE
         self._lock = threading.Lock()
         self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None

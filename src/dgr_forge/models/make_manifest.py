@@ -200,15 +200,11 @@ class RangeFile(io.RawIOBase):
         super().__init__()
         self.url, self.size, self.session, self.policy = url, size, session, policy
         self.limit = min(size, limit)  # never a byte past the header limit is asked for
-        self.pos = 0
-        self.received = 0
-        self.requests = 0
+        # cuts: answers cut below the minimum rate, all ranges together
+        self.pos = self.received = self.requests = self.cuts = self._start = 0
         self.deadline = time.monotonic() + policy.range_deadline
         self.floor = RateFloor(policy)  # across requests: a byte per quick 206 is slow too
-        self.cuts = 0  # answers cut below the minimum rate, all ranges together
-        self._start = 0
-        self._block = b""
-        self._want = FIRST_BLOCK
+        self._block, self._want = b"", FIRST_BLOCK
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self.pos, 2: self.size}[whence]
