@@ -278,13 +278,10 @@ def read_headers(
 
 
 def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
-    """Split consistency of headers read (from disk or over HTTP; a str: why unreadable).
-
-    Each part's `split.no` (0-based) and `split.count` must match its name
-    `P-0000K-of-0000N.gguf`; no two parts may claim one `split.no`; all parts of a set
-    must agree on `split.tensors.count`, and when all are present their tensors must add
-    up to it. A `.gguf` whose name is not a split must not claim to be one.
-    """
+    """Split consistency of headers read (a str: why unreadable): each part's `split.no`
+    and `split.count` match its name, no two parts claim one `split.no`, all parts of a set
+    agree on `split.tensors.count` and, all present, hold that many tensors; a `.gguf` whose
+    name is not a split does not claim to be one."""
     problems: dict[str, list[str]] = {}
     by_no: dict[str, dict[int, list[str]]] = {}
     tensor_totals: dict[str, dict[str, int]] = {}

@@ -216,13 +216,9 @@ def hash_many(
 def in_daemon_threads(
     fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
 ) -> list[_R]:
-    """fn over items, `jobs` at a time, in daemon threads.
-
-    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
-    worker blocked in recv() until its read timeout. Daemon workers just end with the
-    process; a NAME.part they were appending to is always a prefix of the file, which the
-    next run hashes and resumes from.
-    """
+    """fn over items (results in order), `jobs` at a time, in daemon threads: a
+    ThreadPoolExecutor's are joined at exit, so Ctrl-C would wait for a worker blocked in
+    recv(); a NAME.part a daemon was appending to is a prefix the next run resumes from."""
     pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
     for i, item in enumerate(items):
         pending.put((i, item))
