@@ -150,8 +150,7 @@ def _constraints(root: Path, rel: str) -> bool:
                 details={"file": rel, "line": number},
             )
         pinned.add(_canonical(body.split("==", 1)[0].split("[", 1)[0]))
-    missing = [tool for tool in TOOLCHAIN if tool not in pinned]
-    if missing:
+    if missing := [tool for tool in TOOLCHAIN if tool not in pinned]:
         raise BadInput(
             f"{rel}: does not pin {' or '.join(missing)}: the toolchain CI builds with",
             hint=f"add {'==<version> and '.join(missing)}==<version> (what a report names)",
@@ -345,8 +344,7 @@ def write_missing(root: Path, current: Install) -> list[str]:
         return []
     written: list[str] = []
     if CI_CONSTRAINTS in current.missing:
-        pins = runtime_pins()
-        if not pins:
+        if not (pins := runtime_pins()):
             raise OperationFailed(
                 f"{CI_CONSTRAINTS}: cannot tell this dgr-forge's runtime dependencies (it is "
                 "not installed as a distribution)",

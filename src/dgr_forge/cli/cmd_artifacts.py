@@ -164,10 +164,10 @@ def make_manifest(
                 f"no --out and no forge root to write {models.MODELS_DIR}/{name}.toml into",
                 hint="pass --out PATH, or run inside a dgr-forge checkout (or --root DIR)",
             ) from err
-    built = build_manifest(
+    built, text = build_manifest(
         directory, name, url_base, env.out, source_revision=source_revision, jobs=jobs
     )
-    result = write_manifest(built, target)
+    result = write_manifest(built, text, target)
     size = human(result.total_size)
     env.out.answer(f"{target}: {result.state} ({len(result.files)} files, {size})")
     if url_base.startswith("file:"):  # said now, not by the first provision or certify

@@ -208,8 +208,8 @@ def generate(root: Path) -> Demo:
     for name, data in sources.model_parts().items():  # the model's source, written no-follow
         write_new(root, f"{sources.MODEL_SOURCE_DIR}/{name}", data)
     served = root / sources.MODEL_SOURCE_DIR  # its manifest names the file:// URLs there
-    built = build_manifest(served, sources.MODEL, served.as_uri(), Reporter(quiet=True), jobs=1)
-    write_new(root, f"manifests/models/{sources.MODEL}.toml", built.text)
+    _, text = build_manifest(served, sources.MODEL, served.as_uri(), Reporter(quiet=True), jobs=1)
+    write_new(root, f"manifests/models/{sources.MODEL}.toml", text)
     write_new(root, ".gitignore", sources.GITIGNORE)
     key = root / sources.KEYS_DIR / sources.KEY_FILE
     keys.generate(key)

@@ -12,15 +12,14 @@ import shutil
 import stat
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.lock import LockWords, hold, holder_of
 from dgr_forge.core.output import Reporter
-from dgr_forge.models import manifest as models
 from dgr_forge.models.hashing import human
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
 
 LOCK_FILE = ".dgr-provision.lock"
 # Model files must not land on the home file system (small, quota'd, backed up).
@@ -49,16 +48,14 @@ def _forbidden_ancestor(resolved: Path) -> str | None:
 
 def check_destination(dest: Path) -> Path:
     """The destination with symlinks resolved; BadInput if it is (or would be) under /home,
-    by path or by identity (a bind mount of /home elsewhere is /home too). The one gate
-    of every `--dest`: `provision` and `verify` (so `certify --dest`, which verifies or
-    provisions the model there) resolve theirs here and use only what it returns."""
+    by path or by identity (a bind mount of /home elsewhere is /home too). Every `--dest`
+    (provision, verify, map, certify) is resolved here and used only as returned."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
     for root in FORBIDDEN_ROOTS:
         for form in {Path(root), Path(os.path.realpath(root))}:
-            if resolved == form or resolved.is_relative_to(form):
+            if resolved.is_relative_to(form):
                 raise _under(dest, resolved, root, "")
-    root_hit = _forbidden_ancestor(resolved)
-    if root_hit is not None:
+    if (root_hit := _forbidden_ancestor(resolved)) is not None:
         raise _under(dest, resolved, root_hit, f" (the same directory as {root_hit}: a mount)")
     if resolved.exists() and not resolved.is_dir():
         raise BadInput(
@@ -95,7 +92,7 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
     for f in files:
         if _regular_size(dest / f.name) == f.size:
             continue
-        have = _regular_size(dest / (f.name + models.PART_SUFFIX)) or 0
+        have = _regular_size(dest / (f.name + PART_SUFFIX)) or 0
         need += f.size - have if have <= f.size else f.size
     return need
 
@@ -124,13 +121,10 @@ def kind(mode: int) -> str:
     return _KINDS.get(stat.S_IFMT(mode), "a device or other special file")
 
 
-class DestDir:
-    """The destination, held open: every file in it is reached by name from this descriptor.
-
-    Opening the directory once (and checking, on Linux, that the directory held is the one
-    that passed the /home rule) means a path component above it swapped for a symlink
-    later cannot redirect a write; the names inside are opened with O_NOFOLLOW.
-    """
+class DestDir(AbstractContextManager["DestDir"]):
+    """The destination, held open (on Linux, checked to be the one that passed the /home
+    rule): every file in it is opened by name from this descriptor, O_NOFOLLOW, so a path
+    component above it swapped for a symlink later cannot redirect a write."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -154,14 +148,8 @@ class DestDir:
                 details={"dest": str(path), "resolved": held},
             )
 
-    def close(self) -> None:
-        os.close(self.fd)
-
-    def __enter__(self) -> DestDir:
-        return self
-
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        os.close(self.fd)
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name  # for messages; the files are opened through self.fd
@@ -185,11 +173,8 @@ class DestDir:
             os.fsync(self.fd)
 
     def refuse_planted(self, files: tuple[ModelFile, ...]) -> None:
-        """BadInput (exit 2) when a final file's name is taken by a symlink or other non-file.
-
-        Provision would otherwise read (and report as present) whatever the link points at,
-        a way to put model files under /home or to pass off another file as verified.
-        """
+        """BadInput when a final file's name is a symlink or other non-file: provision would
+        read (and report as present) whatever it points at, a way to pass off a file."""
         for f in files:
             st = self.lstat(f.name)
             if st is not None and not stat.S_ISREG(st.st_mode):
@@ -212,26 +197,21 @@ class DestDir:
             if st is None or stat.S_ISREG(st.st_mode):
                 err.filename = str(self / name)
                 raise  # a regular file we may not read: permissions, I/O
-            raise OperationFailed(
-                f"{self / name}: is {kind(st.st_mode)}, not a regular file ({err.strerror})",
-                hint=f"remove it (`rm {self / name}`) and re-run provision",
-            ) from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+            mode, why = st.st_mode, f" ({err.strerror})"
+        else:
+            mode, why = os.fstat(fd).st_mode, ""
+            if stat.S_ISREG(mode):
+                return fd
             os.close(fd)
-            raise OperationFailed(
-                f"{self / name}: is {kind(mode)}, not a regular file",
-                hint=f"remove it (`rm {self / name}`) and re-run provision",
-            )
-        return fd
+        raise OperationFailed(
+            f"{self / name}: is {kind(mode)}, not a regular file{why}",
+            hint=f"remove it (`rm {self / name}`) and re-run provision",
+        )
 
     def open_part(self, name: str, out: Reporter) -> int:
-        """`NAME.part` opened for append; a planted non-file there is removed, started over.
-
-        An existing part is opened without following a symlink and checked on its
-        descriptor; a new one is created with O_EXCL, so a link planted in between fails
-        instead of being followed. The caller hashes and appends through this descriptor.
-        """
+        """`NAME.part` opened for append, checked on its descriptor (a planted non-file there
+        is removed, started over); a new one is created O_EXCL, so a link planted in
+        between fails instead of being followed."""
         flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
         fd: int | None = None
         try:
@@ -269,16 +249,6 @@ class DestDir:
             ) from None
 
 
-def write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-# ----------------------------------------------------------------------------- provision lock
-
-
 def _open_lock(dest: DestDir) -> int:
     path = dest / LOCK_FILE
     try:
@@ -291,29 +261,23 @@ def _open_lock(dest: DestDir) -> int:
                 hint="provision as a user who may write into --dest, or pass another --dest",
                 details={"lock": str(path)},
             ) from None
-        raise BadInput(
-            f"{path}: the provision lock is {kind(st.st_mode)} ({err.strerror}); it is never "
-            "followed",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-            details={"lock": str(path)},
-        ) from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+        mode, why = st.st_mode, f" ({err.strerror}); it is never followed"
+    else:
+        mode, why = os.fstat(fd).st_mode, ", not a regular file"
+        if stat.S_ISREG(mode):
+            return fd
         os.close(fd)
-        raise BadInput(
-            f"{path}: the provision lock is {kind(st.st_mode)}, not a regular file",
-            hint=f"remove it (`rm {path}`) and re-run provision",
-            details={"lock": str(path)},
-        )
-    return fd
+    raise BadInput(
+        f"{path}: the provision lock is {kind(mode)}{why}",
+        hint=f"remove it (`rm {path}`) and re-run provision",
+        details={"lock": str(path)},
+    )
 
 
 @contextmanager
 def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
-    """One provision per destination at a time: two writers on one NAME.part corrupt it.
-
-    Waits up to DGR_LOCK_TIMEOUT seconds (like the forge lock), naming the holder.
-    """
+    """One provision per destination at a time (two writers on one NAME.part corrupt it),
+    waiting up to DGR_LOCK_TIMEOUT seconds like the forge lock."""
     if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
         yield
         return

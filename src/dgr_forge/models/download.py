@@ -32,10 +32,9 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
-from dgr_forge.models import manifest as models
-from dgr_forge.models.dest import DestDir, write_all
+from dgr_forge.models.dest import DestDir
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
 from dgr_forge.models.sources import (
     HEADER_PHASE,
     OutsideRoots,
@@ -171,7 +170,7 @@ class Downloader:
 
     def run(self, f: ModelFile, url: str) -> FileOutcome:
         outcome = FileOutcome(name=f.name, size=f.size, sha256=f.sha256)
-        part = f.name + models.PART_SUFFIX
+        part = f.name + PART_SUFFIX
         try:
             self._provision(
                 _Stream(f, url, mask(url), part, outcome, self.progress.add(f.name, f.size))
@@ -202,9 +201,9 @@ class Downloader:
         if fd is not None:
             try:
                 st = os.fstat(fd)
+                differs = f"{st.st_size} bytes, manifest says {f.size}"
                 if st.st_size == f.size:
-                    sha = self.cache.lookup(f.name, st)
-                    if sha is None:
+                    if (sha := self.cache.lookup(f.name, st)) is None:
                         sha = hash_fd(fd, stop=self.stop).hexdigest()
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
@@ -212,15 +211,8 @@ class Downloader:
                         state.tick(f.size, f"{f.name} (present)")
                         outcome.status = "present"
                         return
-                    self.out.warn(
-                        f"{f.name}: on disk with sha256 {sha}, manifest says {f.sha256}; "
-                        "downloading it again"
-                    )
-                else:
-                    self.out.warn(
-                        f"{f.name}: on disk with {st.st_size} bytes, manifest says {f.size}; "
-                        "downloading it again"
-                    )
+                    differs = f"sha256 {sha}, manifest says {f.sha256}"
+                self.out.warn(f"{f.name}: on disk with {differs}; downloading it again")
             finally:
                 os.close(fd)
             self.cache.forget(f.name)
@@ -236,8 +228,7 @@ class Downloader:
         self.dest.replace(part, f.name)  # a planted link at the final name is replaced
         self.dest.fsync()
         fault.point("provision.renamed", f.name)
-        after = self.dest.lstat(f.name)
-        if after is not None:
+        if (after := self.dest.lstat(f.name)) is not None:
             self.cache.record(f.name, after, sha)
         outcome.status = "downloaded"
 
@@ -260,10 +251,7 @@ class Downloader:
             while state.have < f.size:
                 before = state.have
                 try:
-                    if urlsplit(url).scheme == "file":
-                        self._copy_file(state)
-                    else:
-                        self._get_http(state)
+                    (self._copy_file if urlsplit(url).scheme == "file" else self._get_http)(state)
                     if state.again:  # started over on purpose: ask again at once
                         state.again = False
                         continue
@@ -286,11 +274,9 @@ class Downloader:
                         raise OperationFailed(
                             f"{f.name}: gave up after {failures} {what}: {_brief(err)} "
                             f"({shown}); {state.have} of {f.size} bytes are kept in {part}",
-                            hint=(
-                                "check that the host is reachable from here (network, proxy, DNS)"
-                                " or pass --mirror URL, then re-run provision: it resumes from"
-                                " the kept bytes"
-                            ),
+                            hint="check that the host is reachable from here (network, proxy, "
+                            "DNS) or pass --mirror URL, then re-run provision: it resumes from "
+                            "the kept bytes",
                         ) from None
                     state.outcome.retries += 1
                     delay = self.policy.delay(failures)
@@ -359,10 +345,8 @@ class Downloader:
                     self._restart(state, f"the server answered a different range ({start})")
                     return
             elif code == 200:
-                length = r.headers.get("Content-Length")
-                self._same_size(
-                    state, int(length) if length is not None and length.isdigit() else None
-                )
+                length = r.headers.get("Content-Length", "")
+                self._same_size(state, int(length) if length.isdigit() else None)
                 if state.have:
                     self._restart(state, "the server ignored the Range request (HTTP 200)")
                     state.again = False  # this response is the whole file: keep reading it
@@ -450,7 +434,9 @@ class Downloader:
             )
         fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
         try:
-            write_all(state.fd, chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(state.fd, view) :]
         except OSError as err:
             err.filename = err.filename or str(self.dest / state.part)
             raise

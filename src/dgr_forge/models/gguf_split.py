@@ -1,16 +1,11 @@
 """A GGUF model's split headers: read by a bounded reader, checked, made the layer map.
 
-llama.cpp splits a model into `P-00001-of-0000N.gguf` ... and writes `split.no` (0-based),
-`split.count` and `split.tensors.count` into every part's KV header.
-
-The reader checks every count and length against the bytes left in the file before it
-reads or skips anything, and keeps only integer KV values: a header claiming an array of
-10^12 items is refused at once instead of being materialized (the `gguf` package's reader
-builds Python lists of what the header claims, minutes and gigabytes for a 43-byte file).
-
-The layer map (`build`) is made from the headers of one model only after they agree with
-each other (`check_headers`), so a part of another model cannot slip into it; verify asks
-of each file it holds whether its header still says what the map says (`header_problems`).
+llama.cpp splits a model into `P-00001-of-0000N.gguf` ..., each part's KV header holding
+`split.no` (0-based), `split.count` and `split.tensors.count`. The reader checks every count
+and length against the bytes left before it reads or skips anything, and keeps only integer
+KV values (the `gguf` package's reader builds Python lists of whatever a header claims:
+minutes and gigabytes for a 43-byte file). The layer map (`build`) is made only from headers
+that agree with each other (`check_headers`), so a part of another model cannot slip in.
 """
 
 from __future__ import annotations
@@ -28,9 +23,8 @@ import msgspec
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import layermap
-from dgr_forge.models import manifest as models
 from dgr_forge.models.layermap import LayerMap, Ranges
-from dgr_forge.models.manifest import ModelFile
+from dgr_forge.models.manifest import ModelFile, split_name
 
 GGUF_MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # what llama.cpp writes today (and the gguf package reads)
@@ -86,11 +80,8 @@ class _Reader:
     """Reads a GGUF header, every count and length bounded by the bytes left in the file."""
 
     def __init__(self, f: BinaryIO, size: int, limit: int | None = None) -> None:
-        self.f = f
-        self.size = size
+        self.f, self.size, self.pos, self.order = f, size, 0, "<"
         self.limit = size if limit is None else min(size, limit)
-        self.pos = 0
-        self.order = "<"
 
     def left(self) -> int:
         return self.size - self.pos
@@ -143,8 +134,7 @@ class _Reader:
 
     def value(self, vtype: int, what: str, depth: int = 0) -> int | float | bool | None:
         """Read (or skip) one value; scalars are returned, strings and arrays skipped."""
-        fmt = _SCALAR.get(vtype)
-        if fmt is not None:
+        if (fmt := _SCALAR.get(vtype)) is not None:
             return self.num(fmt, what)
         if vtype == _STRING:
             self.skip(self.count(f"{what} length", 1), what)
@@ -154,10 +144,9 @@ class _Reader:
         if depth >= MAX_ARRAY_DEPTH:
             raise GGUFError(f"{what} nests arrays deeper than {MAX_ARRAY_DEPTH}")
         item = self.u32(f"{what} item type")
-        fmt = _SCALAR.get(item)
-        if fmt is not None:
-            n = self.count(what, struct.calcsize(fmt))
-            self.skip(n * struct.calcsize(fmt), what)
+        if (fmt := _SCALAR.get(item)) is not None:
+            size = struct.calcsize(fmt)
+            self.skip(self.count(what, size) * size, what)
             return None
         if item not in (_STRING, _ARRAY):
             raise GGUFError(f"{what} has unknown item type {item}")
@@ -192,10 +181,8 @@ class _Reader:
 
 
 def read_header(path: Path, *, follow: bool = False) -> Header:
-    """The GGUF header of `path`, read within the file's own size.
-
-    A symlink is not followed unless `follow` (a release engineer's own source directory).
-    """
+    """The GGUF header of `path`; a symlink is followed only with `follow` (a release
+    engineer's own source directory)."""
     flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW)
     return read_header_fd(os.open(path, flags))
 
@@ -278,9 +265,7 @@ def read_headers(
 ) -> dict[str, Header | str]:
     """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
     headers: dict[str, Header | str] = {}
-    for f in files:
-        if not f.name.endswith(".gguf"):
-            continue
+    for f in gguf_files(files):
         path = dest / f.name
         if not path.is_file():
             continue
@@ -293,13 +278,10 @@ def read_headers(
 
 
 def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
-    """Split consistency of headers read (from disk or over HTTP; a str: why unreadable).
-
-    Each part's `split.no` (0-based) and `split.count` must match its name
-    `P-0000K-of-0000N.gguf`; no two parts may claim one `split.no`; all parts of a set
-    must agree on `split.tensors.count`, and when all are present their tensors must add
-    up to it. A `.gguf` whose name is not a split must not claim to be one.
-    """
+    """Split consistency of headers read (a str: why unreadable): each part's `split.no`
+    and `split.count` match its name, no two parts claim one `split.no`, all parts of a set
+    agree on `split.tensors.count` and, all present, hold that many tensors; a `.gguf` whose
+    name is not a split does not claim to be one."""
     problems: dict[str, list[str]] = {}
     by_no: dict[str, dict[int, list[str]]] = {}
     tensor_totals: dict[str, dict[str, int]] = {}
@@ -311,7 +293,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
             continue
         no, count = header.ints.get("split.no"), header.ints.get("split.count")
         total = header.ints.get("split.tensors.count")
-        s = models.split_name(fname)
+        s = split_name(fname)
         if s is None:
             if count is not None and count > 1:
                 found.append(
@@ -353,7 +335,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                 )
         else:
             names = [n for ns in parts.values() for n in ns]
-            first = models.split_name(names[0])
+            first = split_name(names[0])
             complete = first is not None and len(names) == first.count
             if totals and complete and len(totals) == len(names):
                 declared = next(iter(totals.values()))
@@ -365,9 +347,6 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                             f"split.tensors.count says {declared}"
                         )
     return {k: v for k, v in problems.items() if v}
-
-
-# ----------------------------------------------------------------------------- the layer map
 
 
 class MapError(ValueError):
@@ -391,7 +370,7 @@ def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile |
     """The split that holds the model's KV metadata: part 1 (or the one .gguf file)."""
     ggufs = gguf_files(files)
     for f in ggufs:
-        s = models.split_name(f.name)
+        s = split_name(f.name)
         if s is not None and s.no == 1:
             return f
     return ggufs[0] if len(ggufs) == 1 else None
@@ -405,16 +384,14 @@ def build(
     if not ggufs:
         raise Unmappable({"(manifest)": ["lists no .gguf file"]})
     # a map is of one model: one split set, or one unsplit .gguf file
-    sets = {(s.prefix if s else f.name) for f in ggufs for s in [models.split_name(f.name)]}
+    sets = {(s.prefix if s else f.name) for f in ggufs for s in [split_name(f.name)]}
     if len(sets) > 1:
         names = ", ".join(sorted(sets)[:5])
         raise Unmappable(
             {"(manifest)": [f"holds {len(sets)} GGUF models ({names}); a map is of one"]}
         )
-    problems: dict[str, list[str]] = {}
-    for f in ggufs:
-        if f.name not in headers:
-            problems.setdefault(f.name, []).append("no header read (every part is needed)")
+    missing = "no header read (every part is needed)"
+    problems: dict[str, list[str]] = {f.name: [missing] for f in ggufs if f.name not in headers}
     for name, found in check_headers(headers).items():
         problems.setdefault(name, []).extend(found)
     if problems:
@@ -426,8 +403,7 @@ def build(
     arch = meta_header.strings.get(ARCH_KEY)
     if arch is None or layermap.check_group(arch) is not None:
         raise Unmappable({meta.name: [f"no usable {ARCH_KEY} in the metadata split"]})
-    count = meta_header.ints.get(f"{arch}.block_count")
-    if count is None:
+    if (count := meta_header.ints.get(f"{arch}.block_count")) is None:
         raise Unmappable({meta.name: [f"no integer {arch}.block_count in the metadata split"]})
     if not 1 <= count <= layermap.MAX_BLOCK_COUNT:
         raise MapError(

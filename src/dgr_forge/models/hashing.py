@@ -46,11 +46,8 @@ def hash_fd(
     on_bytes: Callable[[int], None] | None = None,
     stop: threading.Event | None = None,
 ) -> _Hash:
-    """Feed the open file `fd` from byte 0 into `h` (a new sha256 by default).
-
-    pread with 8 MiB reads into one buffer: the caller's descriptor is hashed (never a path
-    re-opened, which a planted symlink could redirect), and its offset is left alone.
-    """
+    """Feed the open file `fd` from byte 0 into `h` (a new sha256 by default): the caller's
+    descriptor, never a path re-opened (which a planted symlink could redirect)."""
     h = h if h is not None else hashlib.sha256()
     buf = bytearray(READ_BLOCK)
     view = memoryview(buf)
@@ -104,17 +101,12 @@ def _entry(st: os.stat_result, sha: str) -> _Entry:
 
 
 class VerifiedCache:
-    """`<dest>/.dgr-verified.json`: files this tool hashed, keyed by an exact stat signature.
-
-    Only a cache: one that is missing, not a regular file (a planted FIFO or symlink),
-    too big or not of its shape (msgspec decodes it typed: a hostile nesting fails at its
-    first bracket) is discarded, never fatal, never waited on. It is read and written by
-    name from the destination's held descriptor (`dir_fd`, or one opened here), so a
-    directory swapped for a symlink meanwhile is not written.
-    """
+    """`<dest>/.dgr-verified.json`, only a cache: one missing, not a regular file, too big or
+    not of its shape (decoded typed: a hostile nesting fails at its first bracket) is
+    discarded, never fatal, never waited on. Read and written by name from the held
+    directory descriptor, so a directory swapped for a symlink meanwhile is not written."""
 
     def __init__(self, dest: Path, dir_fd: int | None = None) -> None:
-        self.path = dest / CACHE_FILE
         self._lock = threading.Lock()
         self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None
@@ -180,11 +172,8 @@ class Progress:
     """Thread-safe wrapper over a ProgressSink: one bar per file plus a total."""
 
     def __init__(self, sink: ProgressSink, total: int, label: str) -> None:
-        self._sink = sink
-        self._lock = threading.Lock()
-        self._done = 0
-        self._total = total
-        self._label = label
+        self._sink, self._lock, self._done = sink, threading.Lock(), 0
+        self._total, self._label = total, label
         self._total_task = sink.add(label, total=total or None)
 
     def add(self, name: str, size: int) -> Callable[[int, str | None], None]:
@@ -227,13 +216,9 @@ def hash_many(
 def in_daemon_threads(
     fn: Callable[[_T], _R], items: list[_T], jobs: int, stop: threading.Event
 ) -> list[_R]:
-    """fn over items, `jobs` at a time, in daemon threads.
-
-    Not a ThreadPoolExecutor: its threads are joined at exit, so Ctrl-C would wait for a
-    worker blocked in recv() until its read timeout. Daemon workers just end with the
-    process; a NAME.part they were appending to is always a prefix of the file, which the
-    next run hashes and resumes from.
-    """
+    """fn over items (results in order), `jobs` at a time, in daemon threads: a
+    ThreadPoolExecutor's are joined at exit, so Ctrl-C would wait for a worker blocked in
+    recv(); a NAME.part a daemon was appending to is a prefix the next run resumes from."""
     pending: queue.SimpleQueue[tuple[int, _T]] = queue.SimpleQueue()
     for i, item in enumerate(items):
         pending.put((i, item))

@@ -62,8 +62,7 @@ def parse(text: str) -> Ranges:
         raise RangeError(f"more than {MAX_RANGE_ITEMS} ranges")
     found = []
     for n, item in enumerate(items, 1):
-        m = _ITEM.fullmatch(item)
-        if m is None:
+        if (m := _ITEM.fullmatch(item)) is None:
             shown = repr(item[:40]) if item else "an empty item"
             raise RangeError(f"item {n} is {shown}, not N or A-B (whole numbers from 0)")
         lo = int(m.group(1))
@@ -124,8 +123,7 @@ def groups(names: Iterable[bytes], block_count: int) -> tuple[Ranges, tuple[str,
             group = raw.decode("utf-8").split(".", 1)[0]
         except UnicodeDecodeError:
             raise RangeError(f"tensor name {raw[:80]!r} is not UTF-8") from None
-        problem = check_group(group)
-        if problem:
+        if problem := check_group(group):
             raise RangeError(f"tensor {raw[:80]!r}: {problem}")
         others.add(group)
     return merge((n, n) for n in held), tuple(sorted(others))

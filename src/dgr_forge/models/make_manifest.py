@@ -1,23 +1,14 @@
 """Writing model manifests: `artifacts manifest` (one from the files in a directory, for
 release engineers) and `artifacts map M` (the layer map added to one, from the headers).
 
-Files are hashed, then their GGUF split headers are read by the bounded parser in
-`gguf_split`, so a hostile header costs at most a read of its own bytes. For `artifacts
-map`, the headers come from the files on disk (`--dest DIR`: each must match the manifest's
-size and sha256 first, so the map describes exactly the pinned bytes) or, without
-`--dest`, from the manifest's URLs (or `--mirror`); a `file://` source is read in place
-under the header limit. Nothing else of a file is read.
-
-Over HTTP, `RangeFile` is the file object the bounded reader (`gguf_split.parse_header`)
-reads from: it asks for one closed range at a time (`bytes=A-B`: 4 KiB, then twice as much
-each time, up to 1 MiB), only for the bytes the reader needs (skipped arrays are never
-fetched), refuses a server that answers anything but 206 with a Content-Range inside the
-size the manifest pins, and stops at the header limit (`DGR_ARTIFACTS_HEADER_MAX`), so a
-header that never ends costs at most that. A server that answers each request with a
-byte, or drips its bytes, is bounded as downloads are: at most
-`DGR_ARTIFACTS_RANGE_REQUESTS` requests and `DGR_ARTIFACTS_RANGE_DEADLINE` seconds per
-header, and the downloads' minimum rate (`DGR_ARTIFACTS_MIN_RATE` over
-`DGR_ARTIFACTS_STALL_S`) over the whole read.
+Files are hashed, then only their GGUF split headers are read, by the bounded parser in
+`gguf_split`: a hostile header costs at most a read of its own bytes. `artifacts map
+--dest DIR` reads them from files that match the manifest's size and sha256 (the map
+describes exactly the pinned bytes); without `--dest`, from the manifest's URLs (or
+`--mirror`): a `file://` source in place under the header limit, http(s) by closed Range
+requests only (`RangeFile`), bounded as downloads are: the header limit
+(`DGR_ARTIFACTS_HEADER_MAX`), at most `DGR_ARTIFACTS_RANGE_REQUESTS` requests and
+`DGR_ARTIFACTS_RANGE_DEADLINE` seconds per header, and the downloads' minimum rate.
 """
 
 from __future__ import annotations
@@ -27,7 +18,6 @@ import io
 import os
 import stat
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -48,7 +38,6 @@ from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
-from dgr_forge.models.layermap import LayerMap
 from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import (
     check_file_sources,
@@ -59,14 +48,6 @@ from dgr_forge.models.sources import (
     open_file_source,
     source_url,
 )
-
-
-@dataclass
-class BuiltManifest:
-    name: str
-    files: list[ModelFile]
-    text: str
-    layer_map: LayerMap | None = None
 
 
 class ManifestFile(Struct, kw_only=True):
@@ -105,19 +86,18 @@ def save(target: Path, text: str) -> str:
     return "updated" if old else "written"
 
 
-def write_manifest(built: BuiltManifest, target: Path) -> ArtifactsManifest:
-    """Write `built` at `target` unless it holds exactly that text already."""
-    state = save(target, built.text)
+def write_manifest(m: ModelManifest, text: str, target: Path) -> ArtifactsManifest:
+    """`text` (`m`, as `build_manifest` made it) written at `target`."""
     return ArtifactsManifest(
-        model=built.name,
+        model=m.name,
         manifest=target,
-        state=state,
+        state=save(target, text),
         files=[
             ManifestFile(name=f.name, size=f.size, sha256=f.sha256, url=mask(f.url))
-            for f in built.files
+            for f in m.files
         ],
-        total_size=sum(f.size for f in built.files),
-        block_count=built.layer_map.block_count if built.layer_map else None,
+        total_size=m.total_size,
+        block_count=m.layer_map.block_count if m.layer_map else None,
     )
 
 
@@ -129,8 +109,8 @@ def build_manifest(
     *,
     source_revision: str | None = None,
     jobs: int | None = None,
-) -> BuiltManifest:
-    """Hash the files in `directory` into a model manifest (validated by the loader)."""
+) -> tuple[ModelManifest, str]:
+    """Hash the files in `directory` into a model manifest: as loaded, and its text."""
     if not directory.is_dir():
         raise BadInput(
             f"{directory}: not a directory",
@@ -144,8 +124,7 @@ def build_manifest(
             f"--source-revision: {problem}",
             hint="pass the checkpoint's full lowercase commit id (branch or tag names move)",
         )
-    problem = models.check_url(url_base)
-    if problem:
+    if problem := models.check_url(url_base):
         raise BadInput(
             f"--url-base: {problem}",
             hint="pass the base URL the files will be served from, e.g. https://host/models/NAME",
@@ -164,8 +143,7 @@ def build_manifest(
             details={"dir": str(directory)},
         )
     for p in entries:
-        bad = models.check_file_name(p.name)
-        if bad:
+        if bad := models.check_file_name(p.name):
             raise BadInput(
                 f"{directory}: {bad}",
                 hint="rename the file to letters, digits, '.', '_' and '-'",
@@ -185,8 +163,7 @@ def build_manifest(
         models.dumps(name, files, source_revision).encode(), shown=f"manifest for {directory}"
     )
     headers = gguf_split.read_headers(directory, files, follow=True)
-    split_problems = gguf_split.check_headers(headers)
-    if split_problems:
+    if split_problems := gguf_split.check_headers(headers):
         listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in split_problems.items())
         raise BadInput(
             f"{directory}: the GGUF split set is inconsistent: {listed}",
@@ -195,11 +172,8 @@ def build_manifest(
         )
     layer_map, files = gguf_split.with_map(files, headers, str(directory), out)
     text = models.dumps(name, files, source_revision, layer_map)
-    models.loads(text.encode(), shown=f"manifest for {directory}")  # same rules as on load
-    return BuiltManifest(name=name, files=files, text=text, layer_map=layer_map)
+    return models.loads(text.encode(), shown=f"manifest for {directory}"), text  # its rules
 
-
-# ----------------------------------------------------------------------------- artifacts map
 
 FIRST_BLOCK = 4 << 10  # most splits' headers are a few KiB (only part 1 holds a vocabulary)
 MAX_BLOCK = 1 << 20  # each further request asks for twice as much, up to this
@@ -216,7 +190,9 @@ class _TooSlow(requests.ConnectionError):
 
 
 class RangeFile(io.RawIOBase):
-    """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges."""
+    """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges
+    (`bytes=A-B`) of only the bytes the reader needs: skipped arrays are never fetched; a
+    server answering anything but 206 within the pinned size is refused."""
 
     def __init__(
         self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
@@ -224,15 +200,11 @@ class RangeFile(io.RawIOBase):
         super().__init__()
         self.url, self.size, self.session, self.policy = url, size, session, policy
         self.limit = min(size, limit)  # never a byte past the header limit is asked for
-        self.pos = 0
-        self.received = 0
-        self.requests = 0
+        # cuts: answers cut below the minimum rate, all ranges together
+        self.pos = self.received = self.requests = self.cuts = self._start = 0
         self.deadline = time.monotonic() + policy.range_deadline
         self.floor = RateFloor(policy)  # across requests: a byte per quick 206 is slow too
-        self.cuts = 0  # answers cut below the minimum rate, all ranges together
-        self._start = 0
-        self._block = b""
-        self._want = FIRST_BLOCK
+        self._block, self._want = b"", FIRST_BLOCK
 
     def seek(self, offset: int, whence: int = 0) -> int:
         base = {0: 0, 1: self.pos, 2: self.size}[whence]
@@ -367,7 +339,7 @@ class ArtifactsMap(Form, kw_only=True):
 
 def _from_dest(
     m: ModelManifest, dest: Path, out: Reporter, jobs: int | None
-) -> tuple[dict[str, Header | str], dict[str, int]]:
+) -> tuple[dict[str, Header | str], dict[str, int], int]:
     target = check_destination(dest)  # every --dest, read or written, under one rule
     if not target.is_dir():
         raise BadInput(
@@ -402,8 +374,7 @@ def _from_dest(
             f"{dest}`), or leave --dest out to read the headers over HTTP",
         )
     headers = gguf_split.read_headers(target, ggufs, follow=False)
-    sizes = {n: h.end for n, h in headers.items() if isinstance(h, Header)}
-    return headers, sizes
+    return headers, {n: h.end for n, h in headers.items() if isinstance(h, Header)}, 0
 
 
 def _from_urls(
@@ -454,9 +425,8 @@ def map_manifest(
     """Write `m` again with its layer map (from the headers); the rest of it unchanged."""
     if m.path is None:
         raise BadInput("the manifest has no file to write the map into", hint="pass a path")
-    requests = 0
     if dest is not None:
-        headers, read = _from_dest(m, dest, out, jobs)
+        headers, read, requests = _from_dest(m, dest, out, jobs)
     else:
         headers, read, requests = _from_urls(m, mirror, out)
     layer_map, files = gguf_split.with_map(list(m.files), headers, m.shown, out)
@@ -479,8 +449,8 @@ def map_manifest(
         manifest=m.path,
         state=state,
         source="dest" if dest is not None else "url",
-        arch=layer_map.arch if layer_map else None,
-        block_count=layer_map.block_count if layer_map else None,
+        arch=layer_map.arch,
+        block_count=layer_map.block_count,
         files=[
             MappedFile(
                 name=f.name,

@@ -155,17 +155,12 @@ def revision_problem(revision: str) -> str | None:
 def split_name(name: str) -> SplitName | None:
     """`x-00002-of-00009.gguf` -> SplitName("x", 2, 9); None for a name that is not a split."""
     m = SPLIT_NAME.fullmatch(name)
-    if not m:
-        return None
-    return SplitName(m.group("prefix"), int(m.group("no")), int(m.group("count")))
+    return SplitName(m["prefix"], int(m["no"]), int(m["count"])) if m else None
 
 
 def check_url(url: str) -> str | None:
-    """None when `url` is a usable http(s)/file URL, else what is wrong with it.
-
-    The shared validator (`core.urls.check_url`, which also refuses a leading `-`, control
-    characters and NUL) runs after this one; messages show the URL masked.
-    """
+    """None when `url` is a usable http(s)/file URL, else what is wrong with it (the URL
+    masked); `core.urls.check_url` (a leading `-`, control characters, NUL) runs after."""
     shown = mask(url)
     try:
         parts = urlsplit(url)
@@ -257,8 +252,14 @@ def loads(
     for i, f in enumerate(m.files):
         _check_file(shown, f, f"files[{i}]", seen, lmap)
     _check_split_sets(shown, m.files)
-    if lmap is not None:
-        _check_map_covers(shown, m.files, lmap)
+    held = (f.ranges or () for f in m.files)  # a map with a hole cannot serve the model
+    if lmap is not None and (holes := layermap.holes(held, lmap.block_count)):
+        raise fail(
+            shown,
+            "files",
+            f"the layer map holds no file for layers {holes} of {lmap.block_count}",
+            MAP_FIX,
+        )
     return m
 
 
@@ -287,20 +288,8 @@ def _check_layers(shown: str, entry: ModelFile, where: str, layer_map: LayerMap 
     if entry.tensors is None:
         raise fail(shown, f"{where}.tensors", "missing", MAP_FIX)
     for group in entry.tensors:
-        problem = layermap.check_group(group)
-        if problem:
+        if problem := layermap.check_group(group):
             raise fail(shown, f"{where}.tensors", problem, MAP_FIX)
-
-
-def _check_map_covers(shown: str, files: tuple[ModelFile, ...], layer_map: LayerMap) -> None:
-    """Every layer of the model is held by some file: a map with a hole cannot serve it."""
-    if holes := layermap.holes((f.ranges or () for f in files), layer_map.block_count):
-        raise fail(
-            shown,
-            "files",
-            f"the layer map holds no file for layers {holes} of {layer_map.block_count}",
-            MAP_FIX,
-        )
 
 
 def _check_file(
@@ -323,8 +312,7 @@ def _check_file(
             f"{sha!r} is not a 64-hex lowercase sha256",
             f"set it to the output of `sha256sum {name}`",
         )
-    url_problem = check_url(url)
-    if url_problem:
+    if url_problem := check_url(url):
         raise fail(shown, f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
     try:
         urls.check_url(url, f"{shown}: {where}.url", schemes=URL_SCHEMES)
@@ -359,8 +347,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
             )
         sets.setdefault(s.prefix, {})[s.no] = f.name
     for prefix, parts in sets.items():
-        missing = [n for n in range(1, counts[prefix] + 1) if n not in parts]
-        if missing:
+        if missing := [n for n in range(1, counts[prefix] + 1) if n not in parts]:
             listed = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
             raise fail(
                 shown,

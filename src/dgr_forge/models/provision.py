@@ -17,16 +17,10 @@ from dgr_forge.core import fault
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.models import gguf_split, layermap, subset
-from dgr_forge.models.dest import (
-    DestDir,
-    check_destination,
-    check_space,
-    dest_lock,
-    missing_bytes,
-)
+from dgr_forge.models.dest import DestDir, check_destination, check_space, dest_lock, missing_bytes
 from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
-from dgr_forge.models.manifest import ModelFile, ModelManifest
+from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
 from dgr_forge.models.subset import Layers, Provisioned, Selection
 
@@ -63,47 +57,6 @@ class ArtifactsProvision(Form, kw_only=True):
         return not self.failed and not self.split_problems
 
 
-def _result(
-    m: ModelManifest,
-    target: Path,
-    files: list[FileOutcome],
-    started: float,
-    selection: Selection | None,
-    need: int,
-    *,
-    split_problems: dict[str, list[str]] | None = None,
-    record: Provisioned | None = None,
-    dry_run: bool = False,
-) -> ArtifactsProvision:
-    return ArtifactsProvision(
-        model=m.name,
-        dest=target,
-        files=files,
-        downloaded_bytes=sum(f.downloaded_bytes for f in files),
-        seconds=round(time.monotonic() - started, 3),
-        failed=[f.name for f in files if f.status == "failed"],
-        split_problems=split_problems or {},
-        layers=selection.shown() if selection else None,
-        bytes=sum(f.size for f in files),
-        model_bytes=m.total_size,
-        missing_bytes=need,
-        dry_run=dry_run,
-        provisioned=record,
-    )
-
-
-def _what(m: ModelManifest, files: tuple[ModelFile, ...], sel: Selection | None) -> str:
-    size = sum(f.size for f in files)
-    if sel is None:
-        return f"{len(files)} files, {human(size)}"
-    layers = layermap.format_ranges(sel.ranges) or "none"
-    ends = "".join((" + embeddings" if sel.first else "", " + output head" if sel.last else ""))
-    return (
-        f"layers {layers}{ends}: {len(files)} of {len(m.files)} files, {human(size)} of "
-        f"{human(m.total_size)}"
-    )
-
-
 def provision(
     m: ModelManifest,
     dest: Path,
@@ -115,17 +68,23 @@ def provision(
     selection: Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
-    """Bring the files of `m` (those `selection` needs, or all) into `dest`, exactly;
-    refusals raise BadInput before any write. `dry_run` says what would move, writes none."""
+    """Bring the files `selection` needs (or all) into `dest`; `dry_run` writes none."""
     started = time.monotonic()
     policy = policy or RetryPolicy.from_env()
     mirror = check_mirror(mirror)
     chosen = selection.files if selection is not None else m.files
     check_file_sources(chosen, mirror, m.shown)
     target = check_destination(dest)
-    what = _what(m, chosen, selection)
+    size = sum(f.size for f in chosen)
+    what = f"{len(chosen)} files, {human(size)}"
+    if selection is not None:
+        layers = layermap.format_ranges(selection.ranges) or "none"
+        ends = " + embeddings" if selection.first else ""
+        ends += " + output head" if selection.last else ""
+        what = f"layers {layers}{ends}: {len(chosen)} of {len(m.files)} files, {human(size)} of "
+        what += human(m.total_size)
     if dry_run:  # which files, how many bytes against the whole model: nothing created or locked
-        need = missing_bytes(target, chosen) if target.is_dir() else sum(f.size for f in chosen)
+        need = missing_bytes(target, chosen) if target.is_dir() else size
         out.table(
             f"{m.name} (dry run): {what}, {human(need)} to download into {target}",
             ["file", "size", "layers", "tensors"],
@@ -139,53 +98,66 @@ def provision(
                 for f in chosen
             ],
         )
-        planned = [
+        files = [
             FileOutcome(name=f.name, size=f.size, status="planned", sha256=f.sha256) for f in chosen
         ]
-        return _result(m, target, planned, started, selection, need, dry_run=True)
-    need, _ = check_space(target, chosen)
-    target.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    size = sum(f.size for f in chosen)
-    with DestDir(target) as held, dest_lock(held, out):
-        held.refuse_planted(chosen)
-        out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")
-        cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
-        try:
-            with out.progress(transfer=True) as sink:
-                progress = Progress(sink, size, "total")
-                dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
-                todo = [(f, source_url(f, mirror)) for f in chosen]
-                files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
-        finally:
-            cache.save()
-        for o in files:
-            if o.status == "failed":
-                out.error(o.error or f"{o.name}: failed")
-        ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
-        split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
-        for name, problems in split_problems.items():
-            for problem in problems:
-                out.error(f"{name}: {problem}")
-        record = _record(m, held, selection, ok=len(ok_files) == len(chosen) and not split_problems)
-    result = _result(
-        m, target, files, started, selection, need, split_problems=split_problems, record=record
+        split_problems: dict[str, list[str]] = {}
+        record = None
+    else:
+        need, _ = check_space(target, chosen)
+        target.mkdir(parents=True, exist_ok=True)
+        stop = threading.Event()
+        with DestDir(target) as held, dest_lock(held, out):
+            held.refuse_planted(chosen)
+            out.step(f"provisioning {m.name}: {what}, {human(need)} to download, into {target}")
+            cache = VerifiedCache(target, held.fd)  # saved through the held descriptor
+            try:
+                with out.progress(transfer=True) as sink:
+                    progress = Progress(sink, size, "total")
+                    dl = Downloader(held, out, cache, progress, policy, stop, file_roots(mirror))
+                    todo = [(f, source_url(f, mirror)) for f in chosen]
+                    files = in_daemon_threads(lambda t: dl.run(*t), todo, jobs, stop)  # in order
+            finally:
+                cache.save()
+            for o in files:
+                if o.status == "failed":
+                    out.error(o.error or f"{o.name}: failed")
+            ok_files = [f for f, o in zip(chosen, files, strict=True) if o.status != "failed"]
+            split_problems = gguf_split.header_problems(target, ok_files, m.layer_map)
+            for name, problems in split_problems.items():
+                for problem in problems:
+                    out.error(f"{name}: {problem}")
+            ok = len(ok_files) == len(chosen) and not split_problems
+            record = _record(m, held, selection, ok=ok)
+    result = ArtifactsProvision(
+        model=m.name,
+        dest=target,
+        files=files,
+        downloaded_bytes=sum(f.downloaded_bytes for f in files),
+        seconds=round(time.monotonic() - started, 3),
+        failed=[f.name for f in files if f.status == "failed"],
+        split_problems=split_problems,
+        layers=selection.shown() if selection else None,
+        bytes=sum(f.size for f in files),
+        model_bytes=m.total_size,
+        missing_bytes=need,
+        dry_run=dry_run,
+        provisioned=record,
     )
+    if dry_run:
+        return result
     present = sum(1 for o in files if o.status == "present")
     # the verdict is the answer (stdout), as `report verify`'s: a pipe or `2>/dev/null`
     # still says whether the model is ready; each file's problem went to stderr above
     unready = sorted(set(result.failed) | set(split_problems))
-    if unready:
-        out.answer(
-            f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
-            f"({', '.join(unready)})"
-        )
-    else:
-        out.answer(
-            f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
-            f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
-            f"{result.seconds:.1f}s)"
-        )
+    out.answer(
+        f"{m.name}: FAILED: {len(unready)} of {len(files)} files not ready in {target} "
+        f"({', '.join(unready)})"
+        if unready
+        else f"{m.name}: {len(files)}/{len(files)} files ready in {target} "
+        f"({present} already present, {human(result.downloaded_bytes)} downloaded in "
+        f"{result.seconds:.1f}s)"
+    )
     if record is not None:
         out.answer(f"{target} holds layers {record.layers}")
     return result

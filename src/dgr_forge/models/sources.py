@@ -1,9 +1,6 @@
-"""Where a model file comes from: the manifest's URL or the `--mirror` base, and the
-`file://` sources a manifest may name (only under a directory the operator allowed: the
---mirror directory or DGR_ARTIFACTS_FILE_ROOTS), each opened with no link followed; over
-HTTP, a requests session whose every response must finish its header phase within a
-deadline (`_HeaderDeadline`), after at most `MAX_INTERIM` interim responses.
-Shared by provisioning (`download`, `provision`) and `artifacts map` (`make_manifest`).
+"""Where a model file comes from: the manifest's URL or the `--mirror` base; a `file://`
+source only under a directory the operator allowed, opened with no link followed; over
+HTTP, a session whose every response must finish its header phase within a deadline.
 """
 
 from __future__ import annotations
@@ -46,10 +43,8 @@ def file_source_path(url: str) -> Path:
 def check_file_sources(
     files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
 ) -> None:
-    """A `file://` URL reads this host's files with the rights of whoever provisions: the
-    manifest's author may name only files under a directory the operator allowed (the
-    --mirror directory, or DGR_ARTIFACTS_FILE_ROOTS, a path list). Exit 2 before any file
-    is looked at (not even its size) otherwise."""
+    """A `file://` URL reads this host's files with the rights of whoever provisions: one
+    outside `file_roots` is exit 2 before any file is looked at (not even its size)."""
     roots = file_roots(mirror)
     for f in files:
         url = source_url(f, mirror)
@@ -111,8 +106,7 @@ def check_mirror(mirror: str | None) -> str | None:
         if path.is_dir():
             return path.resolve().as_uri()
     check_url(mirror, "--mirror", schemes=models.URL_SCHEMES)
-    problem = models.check_url(mirror)
-    if problem:
+    if problem := models.check_url(mirror):
         raise BadInput(
             f"--mirror: {problem}",
             hint="pass a base URL (http://, https://, file://) or a directory holding the files",
@@ -120,8 +114,6 @@ def check_mirror(mirror: str | None) -> str | None:
         )
     return mirror
 
-
-# ----------------------------------------------------------------------------- HTTP
 
 # Interim responses (`100 Continue`) allowed before the real one: a server sending them
 # forever would otherwise hold the request before any timeout applies.
@@ -190,15 +182,12 @@ class _HeaderDeadlineTLS(_HeaderDeadline, urllib3.connection.HTTPSConnection):
 
 @functools.lru_cache(maxsize=8)
 def _pool_classes(deadline: float) -> dict[str, type[urllib3.connectionpool.HTTPConnectionPool]]:
+    pools = urllib3.connectionpool
     plain = type("_Conn", (_HeaderDeadline,), {"header_deadline": deadline})
     tls = type("_ConnTLS", (_HeaderDeadlineTLS,), {"header_deadline": deadline})
     return {
-        "http": type(
-            "_Pool", (urllib3.connectionpool.HTTPConnectionPool,), {"ConnectionCls": plain}
-        ),
-        "https": type(
-            "_PoolTLS", (urllib3.connectionpool.HTTPSConnectionPool,), {"ConnectionCls": tls}
-        ),
+        "http": type("_Pool", (pools.HTTPConnectionPool,), {"ConnectionCls": plain}),
+        "https": type("_PoolTLS", (pools.HTTPSConnectionPool,), {"ConnectionCls": tls}),
     }
 
 

@@ -124,8 +124,7 @@ def select(m: ModelManifest, ranges: Ranges, first: bool, last: bool) -> Selecti
     first = first or any(lo == 0 for lo, _ in ranges)
     last = last or any(hi == final for _, hi in ranges)
     groups = {EMBEDDINGS} if first or (last and _tied(m)) else set()
-    if last:
-        groups |= set(HEAD)
+    groups |= set(HEAD) if last else set()
     always = {f.name for f in _always(m)}
     chosen = tuple(
         f
@@ -171,9 +170,6 @@ def serves(m: ModelManifest, good: set[str]) -> Serves:
         first=groups_good({EMBEDDINGS}),
         last=groups_good(head),
     )
-
-
-# ----------------------------------------------------------------------------- the record
 
 
 def read_record(dir_fd: int, model: str) -> Provisioned | None:

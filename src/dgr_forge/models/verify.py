@@ -1,14 +1,11 @@
 """`artifacts verify`: size + sha256 of every file, then the split headers of the good ones.
 
-With `--layers` only the files those layers need must be there (`subset.select`); without
-it, a destination that records the ranges it was provisioned for is checked for those,
-any other file present is checked too, and the answer says which layer ranges the files
-that verified can serve. With a layer map every verified header must say what the map
-says of its file (a file changed upstream is named).
-
-Files hash in parallel (8 MiB reads; hashlib releases the GIL). A file is never read
-through a symlink, and GGUF headers are parsed only for files whose size and sha256
-matched, so a planted file cannot make the parser do work the manifest did not vouch for.
+With `--layers` only the files those layers need must be there; without it, those of the
+ranges the destination records, and any other file present, are checked, and the answer
+says which ranges the verified files can serve. With a layer map every verified header must
+say what the map says of its file. No file is read through a symlink, and headers are
+parsed only for files whose size and sha256 matched: a planted file cannot make the parser
+do work the manifest did not vouch for.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
@@ -25,10 +23,9 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.models import gguf_split, subset
-from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, hash_many, human
-from dgr_forge.models.manifest import ModelManifest
+from dgr_forge.models.manifest import ModelManifest, split_name
 from dgr_forge.models.subset import Layers, Provisioned, Selection, Serves
 
 
@@ -53,8 +50,7 @@ class ArtifactsVerify(Form, kw_only=True):
     model: Annotated[str, d("the model's name")]
     dest: Annotated[Path, d("the `--dest` directory")]
     files: Annotated[
-        list[FileCheck],
-        d("per file required (all, or those the layers checked need) or present"),
+        list[FileCheck], d("per file required (all, or those the layers checked need) or present")
     ]
     bad: Annotated[list[str], d("the files not `ok`")]
     bytes: Annotated[int, d("total size of the files listed")]
@@ -65,14 +61,13 @@ class ArtifactsVerify(Form, kw_only=True):
 
 
 def _record(target: Path, model: str) -> Provisioned | None:
-    try:
+    with suppress(OSError):
         fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        return subset.read_record(fd, model)
-    finally:
-        os.close(fd)
+        try:
+            return subset.read_record(fd, model)
+        finally:
+            os.close(fd)
+    return None
 
 
 def verify(
@@ -104,7 +99,7 @@ def verify(
     to_hash: list[Path] = []
     for f in files:
         path = target / f.name
-        s = models.split_name(f.name)
+        s = split_name(f.name)
         part = f" (split part {s.no} of {s.count})" if s else ""
         try:
             st = os.lstat(path)
@@ -122,8 +117,7 @@ def verify(
     matched = []
     for f in files:
         path = target / f.name
-        sha = shas.get(path)
-        if sha is None:
+        if (sha := shas.get(path)) is None:
             continue
         if sha != f.sha256:
             problems[f.name].append(f"wrong sha256: expected {f.sha256}, actual {sha}")
@@ -141,6 +135,8 @@ def verify(
         p = problems[f.name]
         status = ("missing" if p[0].startswith("missing") else "bad") if p else "ok"
         checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
+        for problem in p:
+            out.error(f"{f.name}: {problem}")
     good = {c.name for c in checks if c.ok}
     serves = subset.serves(m, good) if m.layer_map is not None else None
     result = ArtifactsVerify(
@@ -154,20 +150,13 @@ def verify(
         serves=serves,
         provisioned=record,
     )
-    for c in checks:
-        for problem in c.problems:
-            out.error(f"{c.name}: {problem}")
     # the verdict is the answer (stdout), as `report verify`'s; the problems are diagnostics
-    if result.bad:
-        names = ", ".join(result.bad)
-        out.answer(
-            f"{m.name}: FAILED verification: {len(result.bad)} of {len(checks)} files ({names})"
-        )
-    else:
-        rate = size / result.seconds if result.seconds > 0 else 0.0
-        out.answer(
-            f"{m.name}: OK: all {len(checks)} files verified ({human(size)} at {human(rate)}/s)"
-        )
+    n, rate = len(checks), size / result.seconds if result.seconds > 0 else 0.0
+    out.answer(
+        f"{m.name}: FAILED verification: {len(result.bad)} of {n} files ({', '.join(result.bad)})"
+        if result.bad
+        else f"{m.name}: OK: all {n} files verified ({human(size)} at {human(rate)}/s)"
+    )
     if serves is not None:
         ends = [w for w, on in (("embeddings", serves.first), ("output head", serves.last)) if on]
         out.answer(
