@@ -25,12 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dgr_forge.attest.keysource import PEM_MARKER as PEM_MARKER
 from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
@@ -53,12 +50,6 @@ def spki_der(public_key: Ed25519PublicKey) -> bytes:
     return public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-
-
-def spki_pem(public_key: Ed25519PublicKey) -> str:
-    return public_key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode("ascii")
 
 
 def keyid_of(public_key: Ed25519PublicKey) -> str:
@@ -85,17 +76,6 @@ class PublicKey:
     def keyid(self) -> str:
         return keyid_of(self.key)
 
-    @property
-    def pem(self) -> str:
-        return spki_pem(self.key)
-
-    def verify(self, signature: bytes, data: bytes) -> bool:
-        try:
-            self.key.verify(signature, data)
-        except InvalidSignature:
-            return False
-        return True
-
 
 @dataclass(frozen=True)
 class Signer:
@@ -111,9 +91,6 @@ class Signer:
     @property
     def keyid(self) -> str:
         return keyid_of(self.key.public_key())
-
-    def sign(self, data: bytes) -> bytes:
-        return self.key.sign(data)
 
 
 # ----------------------------------------------------------------------------- generate
@@ -172,9 +149,7 @@ def generate(path: Path, *, force: bool = False) -> Signer:
         raise BadInput(f"{path}: is a directory", hint="pass a file path to --out")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     try:
         created_dir = not path.parent.exists()
@@ -188,7 +163,9 @@ def generate(path: Path, *, force: bool = False) -> Signer:
                 f"{path}: a key already exists; refusing to overwrite it",
                 hint="pass --force to replace it",
             ) from None
-        atomic_write_bytes(pub, spki_pem(key.public_key()).encode("ascii"), 0o644)
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, spki)
+        atomic_write_bytes(pub, public_pem, 0o644)
     except OSError as err:
         raise BadInput(
             f"{path}: cannot write the key: {err.strerror}",
@@ -375,9 +352,7 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
         env = source.value
         if not _env_is_file(env):
             raise _env_refusal(SIGNING_KEY_ENV, env, "private")
-        path = Path(env).expanduser()
-        signer = load_signer(path)
-        return Signer(signer.key, f"{SIGNING_KEY_ENV}={env}")
+        return Signer(load_signer(Path(env).expanduser()).key, f"{SIGNING_KEY_ENV}={env}")
     path = default_key_path()
     if path.exists():
         return load_signer(path)
@@ -418,8 +393,7 @@ def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
             return load_public(env.encode("utf-8"), f"{VERIFY_KEY_ENV} (inline PEM)")
         if not _env_is_file(env):
             raise _env_refusal(VERIFY_KEY_ENV, env, "public")
-        pub = load_public_file(Path(env).expanduser())
-        return PublicKey(pub.key, f"{VERIFY_KEY_ENV}={env}")
+        return PublicKey(load_public_file(Path(env).expanduser()).key, f"{VERIFY_KEY_ENV}={env}")
     default = default_key_path()
     pub_path = public_path(default)
     if pub_path.exists():
