@@ -147,29 +147,6 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in STEP_ENV or k.startswith(STEP_ENV_PREFIXES)}
 
 
-def _keep_log(path: Path, raw: bytes) -> None:
-    """The step's log as kept (and uploaded by a CI job): masked as every other output is
-    (`core.urls.mask_text`); undecodable bytes kept as they were."""
-    text = mask_text(raw.decode("utf-8", "surrogateescape"))
-    with path.open("xb") as f:
-        f.write(text.encode("utf-8", "surrogateescape"))
-
-
-def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
-    """Each step's `text` file (`trust.step_text`) copied into the scratch directory, which the
-    program then reads: (the copy, its sha256) by step name."""
-    found: dict[str, tuple[Path, str]] = {}
-    for step in suite.steps:
-        if step.text is None:
-            continue
-        data = trust.step_text(forge, step, step.text)
-        copy = scratch / f"{step.name}.txt"
-        copy.unlink(missing_ok=True)
-        copy.write_bytes(data)
-        found[step.name] = (copy, sha256_bytes(data))
-    return found
-
-
 def run_steps(
     forge: Forge,
     lane: str,
@@ -188,7 +165,16 @@ def run_steps(
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
     scratch.mkdir(parents=True, exist_ok=True)
-    texts = _texts(forge, suite, scratch)
+    # each step's `text` file copied into the scratch directory, which the program then
+    # reads: (the copy, its sha256) by step name
+    texts: dict[str, tuple[Path, str]] = {}
+    for s in suite.steps:
+        if s.text is not None:
+            data = trust.step_text(forge, s, s.text)
+            copy = scratch / f"{s.name}.txt"
+            copy.unlink(missing_ok=True)
+            copy.write_bytes(data)
+            texts[s.name] = (copy, sha256_bytes(data))
     argvs = [  # exit 2 before anything runs
         substitute(s, {**values, "text": str(texts[s.name][0]) if s.name in texts else None})
         for s in suite.steps
@@ -202,7 +188,27 @@ def run_steps(
         gate = step.gate(model)
         run = _run_whole(program, argv, step, scratch, log)
         kept = StepLog(path=forge.rel(log), sha256=sha256_file(log))
-        result = _judge(step, gate, program, argv, run, kept, model_size)
+        (done, _), (figures, problems) = run, _read(step, run)
+        if figures is not None:
+            problems += parsers.judge(figures, gate, model_size).problems
+            # the program's own failure report is judged by the gate; any other exit fails
+            counted = parsers.failed_count(figures.figures)
+            if done.returncode != 0 and not (done.returncode == 1 and counted):
+                problems.append(f"exit code {done.returncode}")
+        result = CertStep(
+            name=step.name,
+            program=program.bound(),
+            args=list(argv),
+            parser=step.parser,
+            thresholds=gate,
+            figures=None if figures is None else figures.figures,
+            exit_code=done.returncode,
+            seconds=round(done.seconds, 3),
+            verdict="fail" if problems else "pass",
+            problems=tuple(problems),
+            log=kept,
+            failed_cases=[] if figures is None else list(figures.failing),
+        )
         reference = (references or {}).get(step.program) if step.reference else None
         if reference is not None:
             pin_log = logs / f"certify-{lane}-{stamp}-{step.name}-pin.log"
@@ -250,7 +256,11 @@ def _run_whole(
                 hint="rebuild the lane on this host",
                 details={"step": step.name},
             ) from None
-        _keep_log(log, raw.getvalue())
+        # as kept (and uploaded by a CI job): masked as every other output is; undecodable
+        # bytes kept as they were
+        text = mask_text(raw.getvalue().decode("utf-8", "surrogateescape"))
+        with log.open("xb") as f:
+            f.write(text.encode("utf-8", "surrogateescape"))
         run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
         if not left or done.returncode != 0 or _read(step, run)[0] is not None:
@@ -305,38 +315,4 @@ def _compare(
     all_problems = (*kept, *problems, *verdict.problems)
     return msgspec.structs.replace(
         result, figures=mine, problems=all_problems, verdict="fail" if all_problems else "pass"
-    )
-
-
-def _judge(
-    step: Step,
-    gate: Gate,
-    program: Program,
-    argv: tuple[str, ...],
-    run: tuple[Bounded, bytes],
-    log: StepLog,
-    model_size: int | str | None = None,
-) -> CertStep:
-    figures, problems = _read(step, run)
-    done = run[0]
-    if figures is not None:
-        verdict = parsers.judge(figures, gate, model_size)
-        problems += verdict.problems
-        # the program's own failure report is judged by the gate; any other exit fails
-        counted = parsers.failed_count(figures.figures)
-        if done.returncode != 0 and not (done.returncode == 1 and counted):
-            problems.append(f"exit code {done.returncode}")
-    return CertStep(
-        name=step.name,
-        program=program.bound(),
-        args=list(argv),
-        parser=step.parser,
-        thresholds=gate,
-        figures=None if figures is None else figures.figures,
-        exit_code=done.returncode,
-        seconds=round(done.seconds, 3),
-        verdict="fail" if problems else "pass",
-        problems=tuple(problems),
-        log=log,
-        failed_cases=[] if figures is None else list(figures.failing),
     )
