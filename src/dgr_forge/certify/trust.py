@@ -46,21 +46,12 @@ def bound_inputs(
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
     def digest(path: Path, what: str) -> str:
-        return sha256_regular(
-            path,
-            what=what,
-            hint="restore it from the repository",
-            limit=MAX_INPUT_BYTES,
-            shown=forge.rel(path),
-        )
+        hint, shown = "restore it from the repository", forge.rel(path)
+        return sha256_regular(path, what=what, hint=hint, limit=MAX_INPUT_BYTES, shown=shown)
 
+    sha = digest(tc, "toolchain file") if tc is not None and tc.exists() else None
     return BoundInputs(
-        toolchain=None
-        if tc is None
-        else {
-            "path": forge.rel(tc),
-            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
-        },
+        toolchain=None if tc is None else {"path": forge.rel(tc), "sha256": sha},
         cmakeModules={p.name: digest(p, "CMake module") for p in modules},
         worker=dict(worker) if worker is not None else None,
         tools=dict(sorted(tools.items())) if tools is not None else None,
@@ -157,14 +148,8 @@ def check_report(
     ]
     if (tc := current.toolchain) is not None:
         deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
-        got = next(
-            (
-                str((d.get("digest") or {}).get("sha256"))
-                for d in deps
-                if d.get("name") == tc["path"]
-            ),
-            "none",
-        )
+        named = [d for d in deps if d.get("name") == tc["path"]]
+        got = str((named[0].get("digest") or {}).get("sha256")) if named else "none"
         checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
     stale = [(what, got, want) for what, got, want in checks if got != want]
     if stale:
@@ -188,9 +173,7 @@ def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[Pub
         owners = {0, os.stat(forge.root).st_uid}
     except OSError:
         owners = {0, os.getuid()}
-    if _anchor_dir(forge, CERT_DIR, owners) is None:
-        return keys
-    if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
+    if any(_anchor_dir(forge, rel, owners) is None for rel in (CERT_DIR, TRUSTED_KEYS_DIR)):
         return keys
     directory = forge.root / TRUSTED_KEYS_DIR
     return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
