@@ -215,8 +215,7 @@ class Summary(Struct, kw_only=True):
     started_on: Annotated[str | None, d("when it started (RFC 3339)")]
     finished_on: Annotated[str | None, d("when it finished")]
     surface: Annotated[
-        Surface | None,
-        d("a worker build's surface of upstream (null without a worker)"),
+        Surface | None, d("a worker build's surface of upstream (null without a worker)")
     ]
 
 
@@ -254,9 +253,7 @@ def summary(report: Report) -> Summary:
         ],
         artifacts=[
             ArtifactShown(
-                _text(s, "name"),
-                _text(s, "digest", "sha256"),
-                _text(s, "annotations", "target"),
+                _text(s, "name"), _text(s, "digest", "sha256"), _text(s, "annotations", "target")
             )
             for s in stmt.get("subject") or []
             if isinstance(s, dict)

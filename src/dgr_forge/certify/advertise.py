@@ -88,8 +88,7 @@ def overview(
     """Every lane (`advertised`: only the certified ones, with the entries advertised)."""
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
-        doctor,
-        {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()},
+        doctor, {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()}
     )
     runs = records.entries(forge, recipes, m, trusted, to_builtins(worker_identity(spec)), tools)
     state = lane_states(forge)
@@ -122,9 +121,7 @@ def overview(
                 last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
                 certified=certified,
                 certification=LaneCertification(
-                    reason=reason,
-                    attested=attested.reason if attested else "none",
-                    record=attested,
+                    reason=reason, attested=attested.reason if attested else "none", record=attested
                 ),
                 certifications=mine,
             )
