@@ -45,14 +45,8 @@ KEEP_REPORTS = 5  # per lane, the newest, besides those a record names
 CERT_DIR = "certifications"  # under the root: the certifications, each naming its report
 MAX_CERT_FILES = 10_000  # certifications under one root: a lane's, per model and hardware
 MAX_CERT_BYTES = 1 << 20  # one certification: a few KiB of signed JSON
-# a name `report_name` writes (finishedOn to the second, an invocation id's hex prefix)
+# a name `write_report` writes (finishedOn to the second, an invocation id's hex prefix)
 _WRITTEN = re.compile(r".+-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}" + re.escape(SUFFIX))
-
-
-def report_name(lane: str, statement: dict[str, Any]) -> str:
-    meta = statement["predicate"]["runDetails"]["metadata"]
-    stamp = meta["finishedOn"].replace("-", "").replace(":", "")
-    return f"{lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
 
 
 def write_report(
@@ -68,7 +62,9 @@ def write_report(
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
-    path = forge.reports_dir / report_name(build.lane, stmt)
+    meta = stmt["predicate"]["runDetails"]["metadata"]
+    stamp = meta["finishedOn"].replace("-", "").replace(":", "")
+    path = forge.reports_dir / f"{build.lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
     refuse_shared(forge.reports_dir, "reports directory")
     atomic_write_text(path, msgspec.json.encode(envelope).decode("utf-8") + "\n")  # one line
     if signer is None:
