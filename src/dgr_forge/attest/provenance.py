@@ -109,18 +109,12 @@ def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
     """How the surface moved from report A to report B: headers and symbols added and
     removed (a symbol by its name and declaring header)."""
 
-    def names(facts: Surface | None, key: str) -> set[str]:
-        if facts is None:
-            return set()
-        if key == "headers":
-            return set(facts.headers)
-        return {f"{x.name} ({x.header})" for x in facts.symbols}
-
-    def moved(key: str) -> Moved:
-        na, nb = names(a, key), names(b, key)
+    def moved(na: set[str], nb: set[str]) -> Moved:
         return Moved(added=sorted(nb - na), removed=sorted(na - nb))
 
-    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+    headers = [set(s.headers) if s else set() for s in (a, b)]
+    symbols = [{f"{x.name} ({x.header})" for x in s.symbols} if s else set() for s in (a, b)]
+    return SurfaceMoves(headers=moved(*headers), symbols=moved(*symbols))
 
 
 class Builder(Struct):
@@ -393,12 +387,8 @@ def statement(
         if path.is_file()
     ]  # fmt: skip
     byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
-    worker_parameter = (
-        None
-        if build.worker is None
-        else WorkerParameter(paths.text(mask(build.worker.location)), build.worker.commit)
-    )
-    launcher = build.compiler_launcher
+    launcher, w = build.compiler_launcher, build.worker
+    worker_param = None if w is None else WorkerParameter(paths.text(mask(w.location)), w.commit)
     document = Statement(
         subject=subjects,
         predicate=Predicate(
@@ -408,7 +398,7 @@ def statement(
                     lane=build.lane,
                     recipe=FileRef(build.recipe_file, build.recipe_sha256),
                     manifest=FileRef(build.manifest_file, build.manifest_sha256),
-                    worker=worker_parameter,
+                    worker=worker_param,
                 ),
                 internalParameters=InternalParameters(
                     cmakeArgs=[paths.text(a) for a in build.cmake_args],
