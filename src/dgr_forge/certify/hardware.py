@@ -180,13 +180,10 @@ def probe(run: Runner = run_probe) -> Identity:
     """What this host is (the module doc); `run` answers each external probe."""
     salt = secrets.token_hex(16)
     query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
-    smi = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
-    rocm = run(["rocminfo"])
-    vk = run(["vulkaninfo", "--summary"])
     gpus: list[AnyGpu] = [
-        *nvidia_gpus(smi, salt),
-        *rocm_agents(rocm, salt),
-        *vulkan_devices(vk, salt),
+        *nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt),
+        *rocm_agents(run(["rocminfo"]), salt),
+        *vulkan_devices(run(["vulkaninfo", "--summary"]), salt),
     ]
     return Identity(
         cpu=cpu_info(),

@@ -130,7 +130,6 @@ def write(
 ) -> Certified:
     """Sign and write one record; what `certify` answers of it."""
     lane, recipe = checked.lane, checked.recipe
-    stmt = checked.check.report.statement or {}
     certified_on = provenance.rfc3339(datetime.now(UTC))
     body = CertRecord(
         record_type=RECORD_TYPE,
@@ -145,7 +144,7 @@ def write(
             report.name,
             checked.check.report.sha256,
             checked.check.verified_by,
-            stmt.get("subject", []),
+            (checked.check.report.statement or {}).get("subject", []),
         ),
         model=model,
         hardware=hardware,
@@ -156,8 +155,7 @@ def write(
         certified_on=certified_on,
     )
     trusted = {k.keyid for k in trust.trusted_keys(forge)}  # a hostile anchor: exit 2 first
-    document = msgspec.to_builtins(body)
-    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    payload = json.dumps(msgspec.to_builtins(body), sort_keys=True, separators=(",", ":")).encode()
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
     name = ATTESTED if kind == "attested" else model.name if model else NO_MODEL
     path = forge.root / trust.CERT_DIR / lane / name / f"{hardware.hardware_class}.json"
