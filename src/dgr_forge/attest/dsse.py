@@ -64,9 +64,6 @@ class Envelope(Struct, frozen=True):
     payload_type: str = field(name="payloadType")
     signatures: tuple[Signature, ...]
 
-    def pae(self) -> bytes:
-        return pae(self.payload_type, self.payload)
-
     @classmethod
     def from_dict(cls, data: Any) -> Envelope:
         if not isinstance(data, dict):
@@ -119,7 +116,7 @@ def verify(envelope: Envelope, keys: list[PublicKey]) -> PublicKey | None:
     from securesystemslib.signer import Signature as SslibSignature
     from securesystemslib.signer import SSlibKey
 
-    message = envelope.pae()
+    message = pae(envelope.payload_type, envelope.payload)
     # try the key the keyid names first (a hint only), then every other key
     for sig in envelope.signatures:
         for key in sorted(keys, key=lambda k: k.keyid != sig.keyid):
