@@ -173,13 +173,9 @@ def lane(
     finally:
         if prepared is not None:
             shutil.rmtree(prepared.private, ignore_errors=True)
-    bound_model = prepared.bound if prepared else None
     failed = [r for r in results if not r.passed]
     for r in results:
-        out.info(
-            f"  {r.name}: {'pass' if r.passed else 'FAIL'}"
-            + ("" if r.passed else " - " + "; ".join(r.problems))
-        )
+        out.info(f"  {r.name}: pass" if r.passed else f"  {r.name}: FAIL - {'; '.join(r.problems)}")
     if failed:
         raise OperationFailed(
             f"lane {lane}: certification failed, nothing written: "
@@ -194,6 +190,6 @@ def lane(
         )
     return records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
-        model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
-        device=the_device, steps=results, signer=signer, out=out,
+        model=prepared.bound if prepared else None, device=the_device, steps=results,
+        hardware=Hardware(hardware_class=cls, identity=identity), signer=signer, out=out,
     )  # fmt: skip
