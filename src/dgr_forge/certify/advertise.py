@@ -102,13 +102,8 @@ def overview(
         valid = [e for e in atts if e.reason == "attested, not checked"]
         attested = next(iter(valid or atts), None)
         certified = any(e.advertised for e in mine)
-        reason = (
-            "certified"
-            if certified
-            else "attested, not checked"
-            if valid
-            else next((e.reason for e in mine), attested.reason if attested else "none")
-        )
+        reason = next((e.reason for e in mine), attested.reason if attested else "none")
+        reason = "certified" if certified else "attested, not checked" if valid else reason
         rows.append(
             LaneRow(
                 lane=name,

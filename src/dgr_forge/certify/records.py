@@ -295,19 +295,14 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
             text = None
         if text is None or sha256_bytes(text) != s.text_sha256:
             moved.append(f"the step {s.name}'s text changed since certification")
+    reason = "certified" if kind == "checked" else "attested, not checked"
     return Entry(
         lane=lane,
         kind=kind,
         model=model,
         hardware_class=cls,
         advertised=not moved and kind == "checked",
-        reason=(
-            f"lapsed: {'; '.join(moved)}"
-            if moved
-            else "certified"
-            if kind == "checked"
-            else "attested, not checked"
-        ),
+        reason=f"lapsed: {'; '.join(moved)}" if moved else reason,
         file=forge.rel(path),
         keyid=keyid,
         certified_on=str(body.certified_on),
