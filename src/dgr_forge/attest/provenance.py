@@ -106,8 +106,7 @@ class SurfaceMoves(Struct, kw_only=True):
 
 
 def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
-    """How the surface moved from report A to report B: headers and symbols added and
-    removed (a symbol by its name and declaring header)."""
+    """How the surface moved from report A to report B (a symbol: name and header)."""
 
     def moved(na: set[str], nb: set[str]) -> Moved:
         return Moved(added=sorted(nb - na), removed=sorted(na - nb))
@@ -337,9 +336,7 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, build.surface)
 
 
-def statement(
-    forge: Forge, build: LaneBuild, *, invocation_id: str | None = None
-) -> dict[str, Any]:
+def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
     paths = _Paths(forge, build.placeholders)
     subjects = []
@@ -412,7 +409,7 @@ def statement(
             RunDetails(
                 builder(),
                 Metadata(
-                    invocationId=invocation_id or str(uuid.uuid4()),
+                    invocationId=str(uuid.uuid4()),
                     startedOn=rfc3339(build.started_on),
                     finishedOn=rfc3339(build.finished_on),
                 ),
