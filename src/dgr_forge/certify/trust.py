@@ -196,9 +196,8 @@ def _refusal(shown: str, problem: str, fix: str) -> BadInput:
 
 
 def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
-    """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
-    a real directory (no symlink out of the checkout), owned by the checkout's owner or
-    root, writable by nobody else. None when it does not exist; exit 2 naming it else."""
+    """`rel` (certifications/ or its trusted-keys/) checked as a trust anchor's directory:
+    None when it does not exist; exit 2 naming what is wrong."""
     try:
         st = (forge.root / rel).lstat()
     except FileNotFoundError:
@@ -233,9 +232,7 @@ def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | No
 
 
 def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
-    """One trust anchor: a regular file (no symlink), owned by the checkout's owner or
-    root, not group/world-writable, holding a public key only. Read through one
-    descriptor opened with O_NOFOLLOW."""
+    """One trust anchor, checked and read through one descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
     refuse = partial(_refusal, shown)
     try:
