@@ -242,28 +242,27 @@ def _refused(forge: Forge, lane: str, model: str, cls: str, reason: str, path: P
 
 def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     lane, model, cls = now.recipe.name, path.parent.name, path.stem
+    keyid = ""  # the trusted key's, once one verified the envelope
+
+    def no(reason: str) -> Entry:
+        return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
+
     try:
         raw = read_regular(
             path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
         )
         envelope = dsse.Envelope.from_json(raw)
     except BadInput as err:
-        return _refused(forge, lane, model, cls, f"invalid: {err.message}", path)
+        return no(f"invalid: {err.message}")
     except (OSError, dsse.EnvelopeError) as err:
-        return _refused(forge, lane, model, cls, f"invalid: not a DSSE envelope ({err})", path)
+        return no(f"invalid: not a DSSE envelope ({err})")
     if envelope.payload_type != CERT_PAYLOAD_TYPE:
-        why = f"invalid: payload type {envelope.payload_type[:80]!r}"
-        return _refused(forge, lane, model, cls, why, path)
+        return no(f"invalid: payload type {envelope.payload_type[:80]!r}")
     accepted = dsse.verify(envelope, now.keys) if now.keys else None
     if accepted is None:
         why = "no trusted keys" if not now.keys else "signature does not verify with a trusted key"
-        reason = f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)"
-        return _refused(forge, lane, model, cls, reason, path)
+        return no(f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)")
     keyid = accepted.keyid
-
-    def no(reason: str) -> Entry:
-        return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
-
     try:
         raw_body = json.loads(envelope.payload)
     except (ValueError, RecursionError):
