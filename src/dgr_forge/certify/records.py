@@ -1,13 +1,9 @@
 """The one certification record: `certifications/<lane>/<model>/<class>.json`, a DSSE
-envelope (payload type `CERT_PAYLOAD_TYPE`, `_type` `RECORD_TYPE`) binding the lane's
-inputs (recipe, pin, series, `trust.bound_inputs`, the build's input digest), the report
-and its subjects, the hardware (class; probed identity or a description) and what was
-measured. `kind` tells the two apart: `checked` (`certify --lane`: `<model>` the model
-manifest or `none`, its files and every step bound; written only when every step passed)
-and `attested` (`certify --attested`: `<model>` is `attested`, the evidence file bound by
-sha256; shown "attested, not checked", never advertised). A checked entry is advertised
-while a trusted key signed it and no bound input moved; a lapse names every one that
-did. The older one-file form, `certifications/<lane>.json`, is not read (`OLD_FORM`).
+envelope binding the lane's inputs, the report and its subjects, the hardware and what was
+measured. `checked` (`certify --lane`: `<model>` the model manifest or `none`; written only
+when every step passed) or `attested` (`certify --attested`: `<model>` is `attested`, the
+evidence bound by sha256; never advertised). A checked entry is advertised while a trusted
+key signed it and no bound input moved; a lapse names every one that did.
 """
 
 from __future__ import annotations
@@ -69,8 +65,6 @@ class ModelFile(Struct):
 
 
 class BoundModel(Struct, kw_only=True):
-    """What a checked record binds of the model: its manifest and every file."""
-
     name: str  # the manifest's: the record's <model> directory
     model_name: str
     manifest: str
@@ -102,7 +96,7 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
 
 
 def manifest_sha256(forge: Forge, model: str) -> str | None:
-    """The sha256 of `manifests/models/<model>.toml` as the checkout has it (None: gone)."""
+    """As the checkout has it (None: gone)."""
     path = forge.root / MODELS_DIR / f"{model}.toml"
     if not path.is_file():
         return None
@@ -128,7 +122,6 @@ def write(
     steps: list[CertStep] | None = None,
     evidence: Evidence | None = None,
 ) -> Certified:
-    """Sign and write one record; what `certify` answers of it."""
     lane, recipe = checked.lane, checked.recipe
     certified_on = provenance.rfc3339(datetime.now(UTC))
     body = CertRecord(
@@ -191,9 +184,7 @@ def write(
 
 
 @dataclass(frozen=True)
-class _Bound:
-    """What lapses a record: the checkout's inputs now."""
-
+class _Bound:  # what lapses a record: the checkout's inputs now
     recipe: Recipe
     m: UpstreamManifest
     keys: list[PublicKey]
@@ -311,7 +302,6 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
 
 
 def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:
-    """Every bound input that moved since the record was signed, each named."""
     moved = []
     if body.recipe is None or body.recipe.sha256 != now.recipe.sha256:
         moved.append("the recipe changed since certification")
