@@ -85,7 +85,6 @@ def overview(
     *,
     advertised: bool = False,
 ) -> Lanes:
-    """Every lane (`advertised`: only the certified ones, with the entries advertised)."""
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
         doctor, {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()}

@@ -1,11 +1,7 @@
-"""The host, probed exactly for a certification, and its *hardware class* (the rule and
-the probes: docs/build-and-reports.md, *Certification*, step 4; the identity's shape:
-`shapes.Identity`).
-
-Each probe is optional (a missing tool is no GPU of that kind) and runs through
-`core.proc.bounded` with a deadline and an output bound; a GPU's UUID is kept only as
-sha256(salt + UUID) with a random salt per probe: the record can be matched to a device by
-whoever holds its UUID, never read back to one.
+"""The host, probed for a certification, and its *hardware class* (docs/build-and-reports.md,
+*Certification*, step 4). Each probe is optional (a missing tool is no GPU of that kind)
+and bounded; a GPU's UUID is kept only as sha256(salt + UUID) with a random salt per probe:
+the record can be matched to a device by whoever holds its UUID, never read back to one.
 """
 
 from __future__ import annotations
@@ -177,7 +173,6 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
 
 
 def probe(run: Runner = run_probe) -> Identity:
-    """What this host is (the module doc); `run` answers each external probe."""
     salt = secrets.token_hex(16)
     query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
     gpus: list[AnyGpu] = [
@@ -211,7 +206,6 @@ def _cpu_level(machine: str, flags: set[str]) -> str:
 
 
 def hardware_class(identity: Identity, backend: str) -> str:
-    """The class of `identity` for a lane of `backend` (the rule in the module doc)."""
     gpus = identity.gpus
     kind = backend.lower()
     if kind == "cpu":
@@ -254,5 +248,5 @@ def hardware_class(identity: Identity, backend: str) -> str:
 
 
 def described_class(text: str) -> str:
-    """The class of hardware a person described (`certify --attested --hardware TEXT`)."""
+    """`certify --attested --hardware TEXT`"""
     return f"described-{_slug(text)}"

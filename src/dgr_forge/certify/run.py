@@ -1,7 +1,6 @@
-"""Run a lane's certification steps (`host.recipes.Suite`) on this host: the shipped
-binaries (a report subject each, re-hashed right before it runs), no shell, stdin closed,
-bounded in time and output, in an environment of `STEP_ENV` only (docs/build-and-reports.md,
-*Certification*, steps 5 and 6)."""
+"""Run a lane's certification steps on this host: the shipped binaries (a report subject
+each, re-hashed right before it runs), no shell, stdin closed, bounded in time and output,
+in an environment of `STEP_ENV` only (docs/build-and-reports.md, *Certification*)."""
 
 from __future__ import annotations
 
@@ -70,8 +69,8 @@ def check_device(device: str) -> str:
 def programs(
     forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
 ) -> dict[str, Program]:
-    """Each suite target's file, as the File API names it, checked to be a subject of the
-    report (`subjects`: name -> sha256) and to re-hash to it. Exit 1 naming the target."""
+    """Each suite target's file, checked to be a subject of the report (`subjects`: name ->
+    sha256) and to re-hash to it."""
     build_dir = forge.build_dir(lane)
     try:
         reply = cmake_api.read_reply(build_dir)
@@ -123,8 +122,7 @@ def programs(
 
 
 def substitute(step: Step, values: Mapping[str, str | None]) -> tuple[str, ...]:
-    """The step's argv: each placeholder replaced by its value (exit 2 when one is not
-    given); the values are checked by the caller and never start with '-'."""
+    """The values are checked by the caller and never start with '-'."""
     argv = []
     for arg in step.args:
         for key, value in values.items():
@@ -233,9 +231,8 @@ RUNS_FOR_A_LOST_ENTRY = 3
 def _run_whole(
     program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
 ) -> tuple[Bounded, bytes]:
-    """One run of a step's program, its whole output kept in `log`; the run and what its
-    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr). A parity run
-    that exits 0 with no final figure runs again (its log: the last)."""
+    """The run and what its parser reads (for `parsers.BOTH_STREAMS` stdout, then stderr);
+    a parity run that exits 0 with no final figure runs again (its log: the last)."""
     runs = RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1
     both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
     for left in reversed(range(runs)):
@@ -269,7 +266,6 @@ def _run_whole(
 
 
 def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | None, list[str]]:
-    """What the step's parser read of one run, or why nothing."""
     done, data = run
     if done.timed_out:
         return None, [f"stopped at its time limit ({step.timeout} s)"]
@@ -289,8 +285,7 @@ def _compare(
     pin: tuple[Bounded, bytes],
     log: StepLog,
 ) -> CertStep:
-    """A parity step's result with the pin's run: both figures, their relative difference,
-    the reference program bound by sha256, judged again."""
+    """A parity step's result with the pin's run, judged again."""
     figures, problems = _read(step, pin)
     problems = [f"the pin's build: {p}" for p in problems]
     if pin[0].returncode not in (0, None):

@@ -32,11 +32,8 @@ TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]
 
 
 def load(recipe: Recipe) -> Suite | None:
-    """`[certify]` of a recipe, checked (None when the recipe has none); exit 2 naming the key.
-
-    Whether the lane builds each target is the build's and certify's to say, not the
-    recipe's: a build never fails for its suite, and `certify` refuses (exit 1) a target
-    the build did not produce as a report subject (with `cmake.targets`, it must be one)."""
+    """Whether the lane builds each target is the build's and certify's to say, not the
+    recipe's: a build never fails for its suite."""
     table, shown = recipe.certify, f"recipes/{recipe.path.name}"
     if table is None:
         return None
@@ -168,8 +165,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
 
 
 def _gate(shown: str, raw: Step, where: str) -> None:
-    """The step's gate: its parser's own key and no other (a step without one would pass by
-    default and is refused)."""
+    """Its parser's own key and no other."""
     parser = raw.parser
     if (parser == "parity") != (raw.reference is not None):
         raise fail(

@@ -1,10 +1,6 @@
 """Trust: what a certification checks before it runs and binds (the report, the inputs as
-the checkout has them) and the trust anchors a record is verified with.
-
-A record is *advertised* only while it is signed by a trusted key
-(`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) and binds the
-current recipe, pin and series exactly, and the lane's other inputs (`bound_inputs`: the
-toolchain file, the forge's cmake/ modules, the worker's commit or tree, the host's tools):
+the checkout has them) and the trust anchors a record is verified with. A record is
+advertised only while a trusted key signed it and it binds the current inputs exactly:
 any change lapses it, with every reason, until renewed (`records.lapses`).
 """
 
@@ -39,9 +35,8 @@ def bound_inputs(
     worker: Mapping[str, str] | None,
     tools: Mapping[str, str] | None = None,
 ) -> BoundInputs:
-    """What a certification binds beyond recipe, pin and series, as the checkout has it;
-    `worker` and `tools` come from `lanes.inputs` (`worker_identity`, `tool_versions`:
-    None where the host was not probed): attest does not read lanes' inputs itself."""
+    """`worker` and `tools` come from `lanes.inputs` (None where the host was not probed):
+    attest does not read lanes' inputs itself."""
     tc = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake" if recipe.lane.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
@@ -59,8 +54,6 @@ def bound_inputs(
 
 
 def step_text(forge: Forge, step: Step, text: str) -> bytes:
-    """A step's `text` file as the forge root supplies it (a regular file, no link at any
-    component, bounded): exit 2 naming it."""
     return read_regular(
         forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
         root=forge.root,
@@ -74,7 +67,6 @@ def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> li
 
 
 def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
-    """Every bound input that is not the current one (empty: none moved)."""
     if bound is None:
         return ["the certification does not bind the toolchain file, cmake/ or the worker"]
     moved = []
@@ -96,9 +88,6 @@ def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
 
 @dataclass(frozen=True)
 class CheckedReport:
-    """A report `check_report` accepted: its lane, recipe, verification and the inputs a
-    certification binds as the checkout has them now."""
-
     lane: str
     recipe: Recipe
     check: reports_mod.Verification
@@ -116,9 +105,8 @@ def check_report(
     *,
     artifacts_base: Path | None = None,
 ) -> CheckedReport:
-    """Verify `report` (signature, statement; with `artifacts_base`, every subject re-hashed
-    there): exit 1 when it fails; check it was built from this checkout's recipe, pin,
-    series and toolchain file: exit 2 naming what differs."""
+    """Exit 1 when `report` fails verification (with `artifacts_base`, every subject
+    re-hashed there); exit 2 when this checkout did not build it."""
     check = reports_mod.verify_report(report, report_key, artifacts_base=artifacts_base)
     if not check.ok:
         raise OperationFailed(
@@ -166,8 +154,7 @@ def check_report(
 
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
-    """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (`_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming it."""
+    """`extra` plus `certifications/trusted-keys/*.pub`: any doubt is exit 2 naming it."""
     keys = list(extra or [])
     try:  # who may own a trust anchor: the checkout's owner, or root
         owners = {0, os.stat(forge.root).st_uid}
