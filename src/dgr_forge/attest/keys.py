@@ -1,16 +1,10 @@
 """Ed25519 signing keys: generate, find, load. A private key is never printed or logged.
 
-Files: the private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable
-by others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM.
-
-    keyid = securesystemslib's default for the key: `SSlibKey.from_crypto(pub).keyid`
-            (sha256 of the canonical JSON {"keytype","scheme","keyval":{"public"}})
-
-so any in-toto verifier holding only the `.pub` file computes the same id without being
-told one. Reports signed before that name `legacy_keyid_of` (sha256 of the public key's
-SubjectPublicKeyInfo DER); a key id is only a hint, so they verify all the same.
-
-Where a key comes from: `resolve_signer` (`keysource`'s lookup order) and `resolve_verifier`.
+The private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable by
+others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM. The key id
+is securesystemslib's default for the key, so any in-toto verifier holding only the `.pub`
+computes the same one; reports signed before name `legacy_keyid_of` (a key id is only a
+hint, so they verify all the same).
 """
 
 from __future__ import annotations
@@ -53,21 +47,20 @@ def spki_der(public_key: Ed25519PublicKey) -> bytes:
 
 
 def keyid_of(public_key: Ed25519PublicKey) -> str:
-    """The documented key id: the one securesystemslib computes by default (imported here,
-    ~20 ms, only where a key id is needed: signing, keygen, verifying)."""
+    """securesystemslib is imported here (~20 ms), only where a key id is needed."""
     from securesystemslib.signer import SSlibKey
 
     return str(SSlibKey.from_crypto(public_key).keyid)
 
 
 def legacy_keyid_of(public_key: Ed25519PublicKey) -> str:
-    """The key id reports named before 0.1 took securesystemslib's: sha256 of the DER."""
+    """The key id reports named before 0.1 took securesystemslib's."""
     return hashlib.sha256(spki_der(public_key)).hexdigest()
 
 
 @dataclass(frozen=True)
 class PublicKey:
-    """A verification key and where it came from (so messages can say which key was used)."""
+    """`source`: so messages can say which key was used."""
 
     key: Ed25519PublicKey = field(repr=False)
     source: str
@@ -79,7 +72,7 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class Signer:
-    """An Ed25519 private key. `repr`/`str` never show key material."""
+    """`repr`/`str` never show key material."""
 
     key: Ed25519PrivateKey = field(repr=False)
     source: str  # e.g. "--key ci.pem", "DGR_SIGNING_KEY (inline PEM)": never the PEM itself
@@ -97,7 +90,7 @@ class Signer:
 
 
 def _write_private(path: Path, pem: bytes, force: bool) -> None:
-    """Create the file 0600 from its first byte (O_EXCL temp + rename), never world-readable."""
+    """0600 from its first byte (O_EXCL temp + rename), never world-readable."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)  # mkstemp already creates 0600; say so explicitly
@@ -127,14 +120,12 @@ class Keygen(Form, kw_only=True):
 
 
 def keygen(path: Path | None, *, force: bool = False) -> Keygen:
-    """The `keygen` command: a new key at `path` (default: the user's config directory)."""
     path = (path or default_key_path()).expanduser()
     signer = generate(path, force=force)
     return Keygen(private_key=path, public_key=public_path(path), keyid=signer.keyid)
 
 
 def generate(path: Path, *, force: bool = False) -> Signer:
-    """Write a new Ed25519 key to `path` (0600) and `path.pub`; refuse to overwrite (exit 2)."""
     pub = public_path(path)
     if not force:
         for existing in (path, pub):
@@ -243,7 +234,7 @@ def load_signer(path: Path) -> Signer:
 
 
 def load_public(data: bytes, source: str) -> PublicKey:
-    """A SubjectPublicKeyInfo PEM; a private key PEM is accepted too (its public half)."""
+    """A private key PEM is accepted too (its public half)."""
     if b"PRIVATE KEY" in data:
         return _private_from_pem(data, source).public
     try:
@@ -337,10 +328,8 @@ def _env_is_file(env: str) -> bool:
 
 
 def resolve_signer(key: str | None, out: Reporter) -> Signer:
-    """`--key`, then `DGR_SIGNING_KEY` (path or PEM), then the default key.
-
-    Exit 2 instead of a throwaway key: an empty `DGR_SIGNING_KEY`, no key under CI, no key
-    without a terminal. The default key is created only interactively, with a warning."""
+    """Exit 2 instead of a throwaway key; the default key is created only interactively,
+    with a warning."""
     source = signing_key_source(key)
     if source.kind == "option":
         assert source.path is not None
@@ -382,8 +371,6 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
 
 
 def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
-    """`--key PUB` (the command's `option`), then `DGR_VERIFY_KEY` (path or PEM), then the
-    default key's `.pub`."""
     if key:
         _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())

@@ -1,10 +1,6 @@
-"""Where the signing key comes from: the one lookup, without the cryptography import.
-
-`--key PATH`, then `DGR_SIGNING_KEY` (a path, or the PEM text itself as CI secrets hold
-it), then the default key in the user's config directory. A set but empty value (an
-empty `--key`, or what CI passes when a secret is missing) is exit 2, never a fallback.
-`attest.keys.resolve_signer` loads what this names; `lanes.signing` fingerprints it
-cheaply for a no-op build.
+"""Where the signing key comes from: the one lookup, without the cryptography import
+(`lanes.signing` fingerprints what it names cheaply for a no-op build). A set but empty
+value (what CI passes when a secret is missing) is exit 2, never a fallback.
 """
 
 from __future__ import annotations
