@@ -322,9 +322,8 @@ SURFACE_MEDIA_TYPE = "application/vnd.dgr-forge.worker-surface+json"
 
 
 def surface_byproduct(build: LaneBuild) -> Descriptor | None:
-    """What the worker used of upstream (`lanes.boundary`): the boundary headers its
-    objects read, the symbols it imports with their declaring headers. A byproduct
-    ResourceDescriptor: the facts in `annotations`, their canonical JSON's sha256 as digest."""
+    """What the worker used of upstream (`lanes.boundary`), as a byproduct: the facts in
+    `annotations`, their canonical JSON's sha256 as digest."""
     if build.surface is None:
         return None
     import hashlib

@@ -1,14 +1,9 @@
 """Signed build reports: write one per lane build, show it, verify it.
 
-A report is one DSSE envelope on one line (the `.intoto.jsonl` convention), payload type
-`application/vnd.in-toto+json`, around the statement from `provenance.statement`:
-
-    <workspace>/reports/<lane>-<finishedOn as YYYYmmddTHHMMSSZ>-<invocation id[:8]>.intoto.jsonl
-
-Reports are never overwritten (each build gets its own file). `--no-sign` writes the same
-envelope with an empty `signatures` list; `report verify` then fails with "unsigned".
-Old reports are pruned when a lane writes a new one (`prune`); an up-to-date build writes
-none, so it prunes none.
+A report is one DSSE envelope on one line, never overwritten (each build gets its own
+file); `--no-sign` writes it with no signatures (`report verify` then fails with
+"unsigned"). Old reports are pruned when a lane writes a new one: an up-to-date build
+writes none, so it prunes none.
 """
 
 from __future__ import annotations
@@ -57,8 +52,7 @@ def write_report(
     *,
     unsigned_reason: str | None = None,
 ) -> Path:
-    """Write the report for `build` (unsigned when `signer` is None: `unsigned_reason`, the
-    build's own words, says why in the warning); return its path."""
+    """Unsigned when `signer` is None (`unsigned_reason`, the build's own words, says why)."""
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
@@ -91,7 +85,7 @@ class Report:
 
 
 def load(path: Path) -> Report:
-    """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
+    """A missing file or one that is not a DSSE envelope is exit 2."""
     raw = read_regular(
         path,
         what="report",
@@ -131,7 +125,7 @@ def _get(data: Any, *keys: str | int) -> Any:
 
 
 def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    """The upstream ResourceDescriptor (the first resolved dependency with a gitTree)."""
+    """The first resolved dependency with a gitTree."""
     for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
         if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
             return dep
@@ -139,7 +133,6 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
 
 
 def surface_of(stmt: dict[str, Any]) -> Surface | None:
-    """The worker surface a report records (`provenance.surface_byproduct`), or None."""
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
         if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
             try:
@@ -150,7 +143,7 @@ def surface_of(stmt: dict[str, Any]) -> Surface | None:
 
 
 def _text(data: Any, *keys: str) -> str | None:
-    """A statement's value as `report show` shows it: a string, else null (it is unverified)."""
+    """A string, else null (the statement is unverified)."""
     value = _get(data, *keys)
     return value if isinstance(value, str) else None
 
@@ -216,7 +209,6 @@ class Summary(Struct, kw_only=True):
 
 
 def summary(report: Report) -> Summary:
-    """What `report show` prints."""
     stmt = report.statement or {}
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
@@ -320,7 +312,6 @@ class Verification:
         return not self.failures
 
     def result(self) -> ReportVerify:
-        """What `report verify` answers of it."""
         return ReportVerify(
             report=str(self.report.path),
             verified=self.ok,
@@ -384,7 +375,6 @@ def _check_statement(v: Verification) -> None:
 
 
 def _subjects(report: Report) -> list[tuple[str, str]]:
-    """(name, sha256) of each subject that has both."""
     named = (
         (_get(s, "name"), _get(s, "digest", "sha256"))
         for s in (report.statement or {}).get("subject") or []
@@ -412,9 +402,7 @@ def _check_artifacts(v: Verification, base: Path) -> None:
 def verify_report(
     path: Path, key: PublicKey | None, *, artifacts_base: Path | None = None
 ) -> Verification:
-    """Check payload type, signature, statement and predicate types, and (given a base
-    directory, normally the workspace) every subject's sha256 on disk. Failures are listed,
-    not raised: the caller decides the exit code."""
+    """Failures are listed, not raised: the caller decides the exit code."""
     report = load(path)
     v = Verification(report, key)
     if report.envelope.payload_type != PAYLOAD_TYPE:
@@ -437,7 +425,6 @@ def verifier(key: str | None, *paths: Path) -> PublicKey | None:
 
 
 def parse_name(name: str) -> tuple[str, str, str] | None:
-    """(lane, stamp, invocation prefix) from a report file name, or None."""
     if not name.endswith(SUFFIX):
         return None
     parts = name[: -len(SUFFIX)].rsplit("-", 2)
@@ -445,7 +432,7 @@ def parse_name(name: str) -> tuple[str, str, str] | None:
 
 
 def latest_report(forge: Forge, lane: str) -> Path | None:
-    """The newest report of `lane` in the workspace (by finishedOn in the name, then mtime)."""
+    """By finishedOn in the name, then mtime."""
     candidates = [
         (parsed[1], path.stat().st_mtime, path)
         for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}")
@@ -456,9 +443,8 @@ def latest_report(forge: Forge, lane: str) -> Path | None:
 
 def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[Path]:
     """Remove `lane`'s reports older than its newest `KEEP_REPORTS`, except those a record
-    names (the lane's state, any certification), however old: by file name (`names`) or by
-    sha256 (`digests`). Returns what was removed; anything that is not a plain file, or
-    cannot be read or removed, is left alone."""
+    names by file name or sha256, however old; what is not a plain file, or cannot be read
+    or removed, is left alone."""
     mine = []
     for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
         parsed = parse_name(path.name)
@@ -484,10 +470,9 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
 
 
 def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
-    """The reports every certification under `<root>/certifications` names: their file
-    names and sha256s, read from each file's payload whether or not its signature holds
-    (a record is a record). None when one cannot be read, or there are too many: then
-    nothing may be pruned."""
+    """The file names and sha256s of the reports every certification names, whether or not
+    its signature holds (a record is a record); None (nothing may be pruned) when one cannot
+    be read, or there are too many."""
     names: set[str] = set()
     digests: set[str] = set()
     top = forge.root / CERT_DIR
@@ -544,8 +529,8 @@ def subject_digests(v: Verification) -> dict[str, str]:
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
-    """Verify both reports, then compare their subjects by name and sha256: the proof that
-    two builds of a lane (two runners, two workspaces, cache on and off) gave one output."""
+    """The proof that two builds of a lane (two runners, workspaces, cache on and off) gave
+    one output."""
     va, vb = verify_report(a, key), verify_report(b, key)
     sa, sb = subject_digests(va), subject_digests(vb)
     differences = []
