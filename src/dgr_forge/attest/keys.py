@@ -86,9 +86,6 @@ class Signer:
         return keyid_of(self.key.public_key())
 
 
-# ----------------------------------------------------------------------------- generate
-
-
 def _write_private(path: Path, pem: bytes, force: bool) -> None:
     """0600 from its first byte (O_EXCL temp + rename), never world-readable."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -164,9 +161,6 @@ def generate(path: Path, *, force: bool = False) -> Signer:
             details={"path": str(path)},
         ) from None
     return Signer(key, str(path))
-
-
-# ----------------------------------------------------------------------------- load
 
 
 def _private_from_pem(data: bytes, source: str) -> Signer:

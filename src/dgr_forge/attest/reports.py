@@ -69,9 +69,6 @@ def write_report(
     return path
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 @dataclass(frozen=True)
 class Report:
     path: Path
@@ -253,9 +250,6 @@ def summary(report: Report) -> Summary:
         finished_on=_text(run, "metadata", "finishedOn"),
         surface=surface_of(stmt),
     )
-
-
-# ----------------------------------------------------------------------------- verifying
 
 
 class ReportShow(Form, kw_only=True):
@@ -495,9 +489,6 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
             if isinstance(report.get("sha256"), str):
                 digests.add(report["sha256"])
     return names, digests
-
-
-# ----------------------------------------------------------------------------- comparing
 
 
 class SubjectDifference(Struct, kw_only=True):

@@ -58,9 +58,6 @@ def uuid_digest(salt: str, uuid: str) -> str:
     return hashlib.sha256(f"{salt}:{uuid.strip()}".encode()).hexdigest()
 
 
-# ----------------------------------------------------------------------------- probes
-
-
 def cpu_info(cpuinfo: str | None = None) -> Cpu:
     text = _read_proc("/proc/cpuinfo") if cpuinfo is None else cpuinfo
     model, flags = "", set[str]()
@@ -188,9 +185,6 @@ def probe(run: Runner = run_probe) -> Identity:
         uuid_salt=salt,
         probed=True,
     )
-
-
-# ----------------------------------------------------------------------------- class
 
 
 def _cpu_level(machine: str, flags: set[str]) -> str:

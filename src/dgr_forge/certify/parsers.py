@@ -83,8 +83,6 @@ def _text(data: bytes, parser: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-# ----------------------------------------------------------------------------- test-backend-ops
-
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _BACKEND_HEAD = r"^Backend (\d+)/(\d+): (\S.*)$"
 # a case's line: `  OP(params): verdict`, after what the compare found when it failed
@@ -191,8 +189,6 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
-# ----------------------------------------------------------------------------- llama-bench
-
 _BENCH_STRINGS = ("backends", "model_type")
 _BENCH_INTS = ("n_prompt", "n_gen", "model_size")
 _BENCH_FLOATS = ("avg_ts", "stddev_ts")
@@ -255,9 +251,6 @@ def parse_llama_bench(data: bytes) -> Figures:
     return Figures(figures)
 
 
-# ----------------------------------------------------------------------------- ctest (JUnit)
-
-
 def parse_ctest_junit(data: bytes) -> Figures:
     from xml.etree.ElementTree import ParseError
 
@@ -311,8 +304,6 @@ def parse_ctest_junit(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
-# ----------------------------------------------------------------------------- parity
-
 # after common/log.cpp's prefix where it is on (common/common.cpp:370-371 turn it on):
 # the timestamp `M.ss.mmm.uuu ` (log.cpp:97-105), then the level, `I ` for LOG_INF. Read
 # from stderr alone, an entry can follow another's start on one line: the ETA line's
@@ -343,9 +334,6 @@ PARSE: Mapping[str, Callable[[bytes], Figures]] = {
     "ctest": parse_ctest_junit,
     "parity": parse_perplexity,
 }
-
-
-# ----------------------------------------------------------------------------- judging
 
 
 def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> Verdict:

@@ -180,9 +180,6 @@ def write(
     )
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 @dataclass(frozen=True)
 class _Bound:  # what lapses a record: the checkout's inputs now
     recipe: Recipe
