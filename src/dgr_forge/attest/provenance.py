@@ -1,15 +1,8 @@
-"""A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate.
-
-Choices this project documents (docs/build-and-reports.md, "Signed reports"):
-
-* `buildType` is `BUILD_TYPE`, this project's own URI; the parameters below are its schema.
-* `subject[].name` is the artifact's path relative to the workspace (`build/<lane>/...`),
-  so `report verify --artifacts` finds it again; `annotations` give target and kind.
-* Absolute paths under the workspace or the forge root are written as `${DGR_WORKSPACE}/…`
-  and `${DGR_ROOT}/…`, so two builds of the same inputs in different checkouts give the same
-  `buildDefinition`. Only `runDetails` (builder, times, invocation id, byproducts) differ.
-* The upstream is `git+<url>@<commit>` with digest `gitCommit` and `gitTree`; its
-  annotations carry the patched result tree and the series digest that certifications bind.
+"""A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate (the choices:
+docs/build-and-reports.md, "Signed reports"). A subject is named by its path relative to
+the workspace, so `report verify --artifacts` finds it again; absolute paths under the
+workspace or the forge root are written `${DGR_WORKSPACE}/…` and `${DGR_ROOT}/…`, so two
+builds of the same inputs in different checkouts differ only in `runDetails`.
 """
 
 from __future__ import annotations
@@ -275,8 +268,7 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
         if local:
             annotations.location = "${DGR_WORKER}"
     else:
-        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w);
-        # the URI names it as the prefix maps do (/dgr/root/..., /dgr/worker), never by
+        # a path, root-relative or absolute: the URI names it as the prefix maps do, never by
         # the machine's path, which becomes a placeholder annotation
         rel = Path(w.location)
         location = paths.text(w.location) if rel.is_absolute() else f"{ROOT_VAR}/{w.location}"

@@ -29,10 +29,8 @@ DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 # the backend's first device as ggml names it, the default `{device}`
 DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "rocm/hip": "ROCm0", "rocm": "ROCm0",
                   "vulkan": "Vulkan0", "metal": "Metal"}  # fmt: skip
-# All a step's program sees of the forge's environment: the host's locale and paths, and
-# how each backend picks its device; never a key, token, CI credential, cache or mirror
-# URL (the program is the lane's build, and CI uploads its log). Documented in
-# docs/build-and-reports.md, *Certification*.
+# All a step's program sees of the forge's environment: never a key, token, CI credential,
+# cache or mirror URL (the program is the lane's build, and CI uploads its log).
 STEP_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH",
@@ -163,8 +161,7 @@ def run_steps(
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
     scratch.mkdir(parents=True, exist_ok=True)
-    # each step's `text` file copied into the scratch directory, which the program then
-    # reads: (the copy, its sha256) by step name
+    # each step's `text` copied where its program reads it: (the copy, its sha256)
     texts: dict[str, tuple[Path, str]] = {}
     for s in suite.steps:
         if s.text is not None:
@@ -220,11 +217,9 @@ def run_steps(
     return results
 
 
-# llama-perplexity logs through common/log's worker thread, and upstream leaks that logger
-# by design ("logs may be lost if not flushed before the program exits",
-# common/log.cpp:374-378 at the pin): on a busy host its final entries were lost from a run
-# that exited 0 (by hand, the real lane's `[2]...` and `Final estimate` once in four). Such
-# a run says nothing, so it is run again, at most this many times in all.
+# llama-perplexity logs through common/log's worker thread, which upstream leaks by design
+# (common/log.cpp:374-378 at the pin): on a busy host a run that exited 0 lost its final
+# entries (once in four, by hand) and says nothing, so it runs again, at most this often.
 RUNS_FOR_A_LOST_ENTRY = 3
 
 
@@ -253,8 +248,7 @@ def _run_whole(
                 hint="rebuild the lane on this host",
                 details={"step": step.name},
             ) from None
-        # as kept (and uploaded by a CI job): masked as every other output is; undecodable
-        # bytes kept as they were
+        # kept (and uploaded by a CI job) masked as every other output is
         text = mask_text(raw.getvalue().decode("utf-8", "surrogateescape"))
         with log.open("xb") as f:
             f.write(text.encode("utf-8", "surrogateescape"))

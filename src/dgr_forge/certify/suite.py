@@ -1,11 +1,7 @@
-"""A recipe's certification suite, `[certify]` (`host.recipes.Suite`), checked for what it
-means (docs/build-and-reports.md, *Certification*, has the table written out).
-
-Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
-just bytes); the only placeholders are `{model}`, `{device}`, `{threads}` and `{text}` (the
-step's `text` file, a path relative to the forge root), and any other brace is refused.
-Every step names its gate (`max_failed`, `min_avg_ts`, or `max_rel_diff` with
-`reference = "pin"`): a step without one would pass by default and is refused.
+"""A recipe's certification suite, `[certify]`, checked for what it means
+(docs/build-and-reports.md, *Certification*). Arguments are handed to the program as they
+are (no shell runs); any brace but a placeholder's is refused, and so is a step without a
+gate (it would pass by default).
 """
 
 from __future__ import annotations
