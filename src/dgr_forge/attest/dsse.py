@@ -1,19 +1,10 @@
 """DSSE v1 (Dead Simple Signing Envelope): the pre-authentication encoding, sign, verify.
 
-    PAE(type, body) = "DSSEv1" SP LEN(type) SP type SP LEN(body) SP body
-
-(LEN = decimal byte length, type as UTF-8). The envelope is the JSON form from the spec:
-``{"payload": b64(body), "payloadType": type, "signatures": [{"keyid", "sig": b64(sig)}]}``,
-msgspec's encoding of `Envelope`.
-Verifiers accept standard and URL-safe base64, as the spec requires. The keyid is only a
-hint: every signature is tried against every trusted key (a report signed under the old
-key id verifies as before).
-
-Signing and checking a signature are securesystemslib's (`CryptoSigner`, its DSSE
-`Envelope.sign`, `SSlibKey.verify_signature`), the in-toto ecosystem's own code, so a
-report carries exactly the key id and signature any in-toto verifier expects. It is
-imported inside `sign` and `verify` only (~21 ms over `cryptography`, measured with
-`python -c` medians): a no-op build signs nothing and never pays it.
+The keyid is only a hint: every signature is tried against every trusted key (a report
+signed under the old key id verifies as before). Signing and checking are securesystemslib's,
+so a report carries exactly the key id and signature any in-toto verifier expects; it is
+imported inside `sign` and `verify` only (~21 ms): a no-op build signs nothing and never
+pays it.
 """
 
 from __future__ import annotations
@@ -30,7 +21,7 @@ from dgr_forge.core.structs import repr_without
 
 
 class EnvelopeError(ValueError):
-    """The bytes are not a DSSE envelope (bad JSON, a missing field, bad base64)."""
+    """The bytes are not a DSSE envelope."""
 
 
 def pae(payload_type: str, body: bytes) -> bytes:
@@ -57,15 +48,11 @@ class Signature(Struct, frozen=True):
 
 
 class Envelope(Struct, frozen=True):
-    """The envelope; its JSON form is msgspec's encoding of it (`msgspec.json.encode`: one
-    line, the `.intoto.jsonl` convention)."""
+    """Its JSON form is msgspec's encoding of it (one line, the `.intoto.jsonl` convention)."""
 
     payload: bytes
     payload_type: str = field(name="payloadType")
     signatures: tuple[Signature, ...]
-
-    def pae(self) -> bytes:
-        return pae(self.payload_type, self.payload)
 
     @classmethod
     def from_dict(cls, data: Any) -> Envelope:
@@ -101,7 +88,7 @@ class Envelope(Struct, frozen=True):
 
 
 def sign(body: bytes, payload_type: str, signer: Signer | None) -> Envelope:
-    """An envelope over `body`; `signer=None` gives one with no signatures (unsigned)."""
+    """`signer=None` gives one with no signatures (unsigned)."""
     if signer is None:
         return Envelope(body, payload_type, ())
     from securesystemslib.dsse import Envelope as SslibEnvelope
@@ -114,12 +101,12 @@ def sign(body: bytes, payload_type: str, signer: Signer | None) -> Envelope:
 
 
 def verify(envelope: Envelope, keys: list[PublicKey]) -> PublicKey | None:
-    """The first trusted key that verifies some signature over the PAE, else None."""
+    """The first of `keys` that verifies some signature over the PAE, else None."""
     from securesystemslib.exceptions import UnverifiedSignatureError
     from securesystemslib.signer import Signature as SslibSignature
     from securesystemslib.signer import SSlibKey
 
-    message = envelope.pae()
+    message = pae(envelope.payload_type, envelope.payload)
     # try the key the keyid names first (a hint only), then every other key
     for sig in envelope.signatures:
         for key in sorted(keys, key=lambda k: k.keyid != sig.keyid):

@@ -1,16 +1,10 @@
 """Ed25519 signing keys: generate, find, load. A private key is never printed or logged.
 
-Files: the private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable
-by others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM.
-
-    keyid = securesystemslib's default for the key: `SSlibKey.from_crypto(pub).keyid`
-            (sha256 of the canonical JSON {"keytype","scheme","keyval":{"public"}})
-
-so any in-toto verifier holding only the `.pub` file computes the same id without being
-told one. Reports signed before that name `legacy_keyid_of` (sha256 of the public key's
-SubjectPublicKeyInfo DER); a key id is only a hint, so they verify all the same.
-
-Where a key comes from: `resolve_signer` (`keysource`'s lookup order) and `resolve_verifier`.
+The private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable by
+others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM. The key id
+is securesystemslib's default for the key, so any in-toto verifier holding only the `.pub`
+computes the same one; reports signed before name `legacy_keyid_of` (a key id is only a
+hint, so they verify all the same).
 """
 
 from __future__ import annotations
@@ -25,12 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
 
-from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import (
-    Ed25519PrivateKey,
-    Ed25519PublicKey,
-)
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dgr_forge.attest.keysource import PEM_MARKER as PEM_MARKER
 from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
@@ -55,28 +46,21 @@ def spki_der(public_key: Ed25519PublicKey) -> bytes:
     )
 
 
-def spki_pem(public_key: Ed25519PublicKey) -> str:
-    return public_key.public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    ).decode("ascii")
-
-
 def keyid_of(public_key: Ed25519PublicKey) -> str:
-    """The documented key id: the one securesystemslib computes by default (imported here,
-    ~20 ms, only where a key id is needed: signing, keygen, verifying)."""
+    """securesystemslib is imported here (~20 ms), only where a key id is needed."""
     from securesystemslib.signer import SSlibKey
 
     return str(SSlibKey.from_crypto(public_key).keyid)
 
 
 def legacy_keyid_of(public_key: Ed25519PublicKey) -> str:
-    """The key id reports named before 0.1 took securesystemslib's: sha256 of the DER."""
+    """The key id reports named before 0.1 took securesystemslib's."""
     return hashlib.sha256(spki_der(public_key)).hexdigest()
 
 
 @dataclass(frozen=True)
 class PublicKey:
-    """A verification key and where it came from (so messages can say which key was used)."""
+    """`source`: so messages can say which key was used."""
 
     key: Ed25519PublicKey = field(repr=False)
     source: str
@@ -85,21 +69,10 @@ class PublicKey:
     def keyid(self) -> str:
         return keyid_of(self.key)
 
-    @property
-    def pem(self) -> str:
-        return spki_pem(self.key)
-
-    def verify(self, signature: bytes, data: bytes) -> bool:
-        try:
-            self.key.verify(signature, data)
-        except InvalidSignature:
-            return False
-        return True
-
 
 @dataclass(frozen=True)
 class Signer:
-    """An Ed25519 private key. `repr`/`str` never show key material."""
+    """`repr`/`str` never show key material."""
 
     key: Ed25519PrivateKey = field(repr=False)
     source: str  # e.g. "--key ci.pem", "DGR_SIGNING_KEY (inline PEM)": never the PEM itself
@@ -112,15 +85,9 @@ class Signer:
     def keyid(self) -> str:
         return keyid_of(self.key.public_key())
 
-    def sign(self, data: bytes) -> bytes:
-        return self.key.sign(data)
-
-
-# ----------------------------------------------------------------------------- generate
-
 
 def _write_private(path: Path, pem: bytes, force: bool) -> None:
-    """Create the file 0600 from its first byte (O_EXCL temp + rename), never world-readable."""
+    """0600 from its first byte (O_EXCL temp + rename), never world-readable."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)  # mkstemp already creates 0600; say so explicitly
@@ -150,14 +117,12 @@ class Keygen(Form, kw_only=True):
 
 
 def keygen(path: Path | None, *, force: bool = False) -> Keygen:
-    """The `keygen` command: a new key at `path` (default: the user's config directory)."""
     path = (path or default_key_path()).expanduser()
     signer = generate(path, force=force)
     return Keygen(private_key=path, public_key=public_path(path), keyid=signer.keyid)
 
 
 def generate(path: Path, *, force: bool = False) -> Signer:
-    """Write a new Ed25519 key to `path` (0600) and `path.pub`; refuse to overwrite (exit 2)."""
     pub = public_path(path)
     if not force:
         for existing in (path, pub):
@@ -172,9 +137,7 @@ def generate(path: Path, *, force: bool = False) -> Signer:
         raise BadInput(f"{path}: is a directory", hint="pass a file path to --out")
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
     try:
         created_dir = not path.parent.exists()
@@ -188,7 +151,9 @@ def generate(path: Path, *, force: bool = False) -> Signer:
                 f"{path}: a key already exists; refusing to overwrite it",
                 hint="pass --force to replace it",
             ) from None
-        atomic_write_bytes(pub, spki_pem(key.public_key()).encode("ascii"), 0o644)
+        spki = serialization.PublicFormat.SubjectPublicKeyInfo
+        public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, spki)
+        atomic_write_bytes(pub, public_pem, 0o644)
     except OSError as err:
         raise BadInput(
             f"{path}: cannot write the key: {err.strerror}",
@@ -196,9 +161,6 @@ def generate(path: Path, *, force: bool = False) -> Signer:
             details={"path": str(path)},
         ) from None
     return Signer(key, str(path))
-
-
-# ----------------------------------------------------------------------------- load
 
 
 def _private_from_pem(data: bytes, source: str) -> Signer:
@@ -266,7 +228,7 @@ def load_signer(path: Path) -> Signer:
 
 
 def load_public(data: bytes, source: str) -> PublicKey:
-    """A SubjectPublicKeyInfo PEM; a private key PEM is accepted too (its public half)."""
+    """A private key PEM is accepted too (its public half)."""
     if b"PRIVATE KEY" in data:
         return _private_from_pem(data, source).public
     try:
@@ -360,10 +322,8 @@ def _env_is_file(env: str) -> bool:
 
 
 def resolve_signer(key: str | None, out: Reporter) -> Signer:
-    """`--key`, then `DGR_SIGNING_KEY` (path or PEM), then the default key.
-
-    Exit 2 instead of a throwaway key: an empty `DGR_SIGNING_KEY`, no key under CI, no key
-    without a terminal. The default key is created only interactively, with a warning."""
+    """Exit 2 instead of a throwaway key; the default key is created only interactively,
+    with a warning."""
     source = signing_key_source(key)
     if source.kind == "option":
         assert source.path is not None
@@ -375,9 +335,7 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
         env = source.value
         if not _env_is_file(env):
             raise _env_refusal(SIGNING_KEY_ENV, env, "private")
-        path = Path(env).expanduser()
-        signer = load_signer(path)
-        return Signer(signer.key, f"{SIGNING_KEY_ENV}={env}")
+        return Signer(load_signer(Path(env).expanduser()).key, f"{SIGNING_KEY_ENV}={env}")
     path = default_key_path()
     if path.exists():
         return load_signer(path)
@@ -407,8 +365,6 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
 
 
 def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
-    """`--key PUB` (the command's `option`), then `DGR_VERIFY_KEY` (path or PEM), then the
-    default key's `.pub`."""
     if key:
         _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())
@@ -418,8 +374,7 @@ def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
             return load_public(env.encode("utf-8"), f"{VERIFY_KEY_ENV} (inline PEM)")
         if not _env_is_file(env):
             raise _env_refusal(VERIFY_KEY_ENV, env, "public")
-        pub = load_public_file(Path(env).expanduser())
-        return PublicKey(pub.key, f"{VERIFY_KEY_ENV}={env}")
+        return PublicKey(load_public_file(Path(env).expanduser()).key, f"{VERIFY_KEY_ENV}={env}")
     default = default_key_path()
     pub_path = public_path(default)
     if pub_path.exists():

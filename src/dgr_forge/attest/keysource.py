@@ -1,16 +1,11 @@
-"""Where the signing key comes from: the one lookup, without the cryptography import.
-
-`--key PATH`, then `DGR_SIGNING_KEY` (a path, or the PEM text itself as CI secrets hold
-it), then the default key in the user's config directory. A set but empty value (an
-empty `--key`, or what CI passes when a secret is missing) is exit 2, never a fallback.
-`attest.keys.resolve_signer` loads what this names; `lanes.signing` fingerprints it
-cheaply for a no-op build.
+"""Where the signing key comes from: the one lookup, without the cryptography import
+(`lanes.signing` fingerprints what it names cheaply for a no-op build). A set but empty
+value (what CI passes when a secret is missing) is exit 2, never a fallback.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -22,10 +17,9 @@ SIGNING_KEY_ENV = "DGR_SIGNING_KEY"
 PEM_MARKER = "-----BEGIN"
 
 
-def default_key_path(environ: Mapping[str, str] | None = None) -> Path:
+def default_key_path() -> Path:
     """`$XDG_CONFIG_HOME/dgr-forge/signing-key.pem`, else `~/.config/dgr-forge/...`."""
-    env = os.environ if environ is None else environ
-    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "dgr-forge" / "signing-key.pem"
 
 
@@ -35,14 +29,13 @@ class KeySource(Struct, frozen=True):
     path: Path | None  # the key file (None for inline PEM)
 
 
-def signing_key_source(key: str | None, environ: Mapping[str, str] | None = None) -> KeySource:
-    env = os.environ if environ is None else environ
+def signing_key_source(key: str | None) -> KeySource:
     if key is not None:
         if not key.strip():
             raise BadInput("--key: empty", hint="pass the path of a private key (PEM)")
         return KeySource("option", key, Path(key).expanduser())
-    if SIGNING_KEY_ENV in env:
-        value = env[SIGNING_KEY_ENV]
+    if SIGNING_KEY_ENV in os.environ:
+        value = os.environ[SIGNING_KEY_ENV]
         if not value.strip():
             raise BadInput(
                 f"{SIGNING_KEY_ENV} is set but empty (a CI secret that is not available here?)",
@@ -53,5 +46,5 @@ def signing_key_source(key: str | None, environ: Mapping[str, str] | None = None
         if PEM_MARKER in value:
             return KeySource("env-pem", value, None)
         return KeySource("env-path", value, Path(value).expanduser())
-    path = default_key_path(env)
+    path = default_key_path()
     return KeySource("default", str(path), path)

@@ -1,15 +1,8 @@
-"""A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate.
-
-Choices this project documents (docs/build-and-reports.md, "Signed reports"):
-
-* `buildType` is `BUILD_TYPE`, this project's own URI; the parameters below are its schema.
-* `subject[].name` is the artifact's path relative to the workspace (`build/<lane>/...`),
-  so `report verify --artifacts` finds it again; `annotations` give target and kind.
-* Absolute paths under the workspace or the forge root are written as `${DGR_WORKSPACE}/…`
-  and `${DGR_ROOT}/…`, so two builds of the same inputs in different checkouts give the same
-  `buildDefinition`. Only `runDetails` (builder, times, invocation id, byproducts) differ.
-* The upstream is `git+<url>@<commit>` with digest `gitCommit` and `gitTree`; its
-  annotations carry the patched result tree and the series digest that certifications bind.
+"""A lane build as an in-toto Statement v1 with a SLSA Provenance v1 predicate (the choices:
+docs/build-and-reports.md, "Signed reports"). A subject is named by its path relative to
+the workspace, so `report verify --artifacts` finds it again; absolute paths under the
+workspace or the forge root are written `${DGR_WORKSPACE}/…` and `${DGR_ROOT}/…`, so two
+builds of the same inputs in different checkouts differ only in `runDetails`.
 """
 
 from __future__ import annotations
@@ -106,21 +99,14 @@ class SurfaceMoves(Struct, kw_only=True):
 
 
 def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
-    """How the surface moved from report A to report B: headers and symbols added and
-    removed (a symbol by its name and declaring header)."""
+    """How the surface moved from report A to report B (a symbol: name and header)."""
 
-    def names(facts: Surface | None, key: str) -> set[str]:
-        if facts is None:
-            return set()
-        if key == "headers":
-            return set(facts.headers)
-        return {f"{x.name} ({x.header})" for x in facts.symbols}
-
-    def moved(key: str) -> Moved:
-        na, nb = names(a, key), names(b, key)
+    def moved(na: set[str], nb: set[str]) -> Moved:
         return Moved(added=sorted(nb - na), removed=sorted(na - nb))
 
-    return SurfaceMoves(headers=moved("headers"), symbols=moved("symbols"))
+    headers = [set(s.headers) if s else set() for s in (a, b)]
+    symbols = [{f"{x.name} ({x.header})" for x in s.symbols} if s else set() for s in (a, b)]
+    return SurfaceMoves(headers=moved(*headers), symbols=moved(*symbols))
 
 
 class Builder(Struct):
@@ -282,8 +268,7 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
         if local:
             annotations.location = "${DGR_WORKER}"
     else:
-        # a path: root-relative as `build` records it, or absolute (e.g. --worker /src/w);
-        # the URI names it as the prefix maps do (/dgr/root/..., /dgr/worker), never by
+        # a path, root-relative or absolute: the URI names it as the prefix maps do, never by
         # the machine's path, which becomes a placeholder annotation
         rel = Path(w.location)
         location = paths.text(w.location) if rel.is_absolute() else f"{ROOT_VAR}/{w.location}"
@@ -329,9 +314,8 @@ SURFACE_MEDIA_TYPE = "application/vnd.dgr-forge.worker-surface+json"
 
 
 def surface_byproduct(build: LaneBuild) -> Descriptor | None:
-    """What the worker used of upstream (`lanes.boundary`): the boundary headers its
-    objects read, the symbols it imports with their declaring headers. A byproduct
-    ResourceDescriptor: the facts in `annotations`, their canonical JSON's sha256 as digest."""
+    """What the worker used of upstream (`lanes.boundary`), as a byproduct: the facts in
+    `annotations`, their canonical JSON's sha256 as digest."""
     if build.surface is None:
         return None
     import hashlib
@@ -343,9 +327,7 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, build.surface)
 
 
-def statement(
-    forge: Forge, build: LaneBuild, *, invocation_id: str | None = None
-) -> dict[str, Any]:
+def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
     paths = _Paths(forge, build.placeholders)
     subjects = []
@@ -393,12 +375,8 @@ def statement(
         if path.is_file()
     ]  # fmt: skip
     byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
-    worker_parameter = (
-        None
-        if build.worker is None
-        else WorkerParameter(paths.text(mask(build.worker.location)), build.worker.commit)
-    )
-    launcher = build.compiler_launcher
+    launcher, w = build.compiler_launcher, build.worker
+    worker_param = None if w is None else WorkerParameter(paths.text(mask(w.location)), w.commit)
     document = Statement(
         subject=subjects,
         predicate=Predicate(
@@ -408,7 +386,7 @@ def statement(
                     lane=build.lane,
                     recipe=FileRef(build.recipe_file, build.recipe_sha256),
                     manifest=FileRef(build.manifest_file, build.manifest_sha256),
-                    worker=worker_parameter,
+                    worker=worker_param,
                 ),
                 internalParameters=InternalParameters(
                     cmakeArgs=[paths.text(a) for a in build.cmake_args],
@@ -422,7 +400,7 @@ def statement(
             RunDetails(
                 builder(),
                 Metadata(
-                    invocationId=invocation_id or str(uuid.uuid4()),
+                    invocationId=str(uuid.uuid4()),
                     startedOn=rfc3339(build.started_on),
                     finishedOn=rfc3339(build.finished_on),
                 ),

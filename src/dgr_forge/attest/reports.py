@@ -1,14 +1,9 @@
 """Signed build reports: write one per lane build, show it, verify it.
 
-A report is one DSSE envelope on one line (the `.intoto.jsonl` convention), payload type
-`application/vnd.in-toto+json`, around the statement from `provenance.statement`:
-
-    <workspace>/reports/<lane>-<finishedOn as YYYYmmddTHHMMSSZ>-<invocation id[:8]>.intoto.jsonl
-
-Reports are never overwritten (each build gets its own file). `--no-sign` writes the same
-envelope with an empty `signatures` list; `report verify` then fails with "unsigned".
-Old reports are pruned when a lane writes a new one (`prune`); an up-to-date build writes
-none, so it prunes none.
+A report is one DSSE envelope on one line, never overwritten (each build gets its own
+file); `--no-sign` writes it with no signatures (`report verify` then fails with
+"unsigned"). Old reports are pruned when a lane writes a new one: an up-to-date build
+writes none, so it prunes none.
 """
 
 from __future__ import annotations
@@ -45,14 +40,8 @@ KEEP_REPORTS = 5  # per lane, the newest, besides those a record names
 CERT_DIR = "certifications"  # under the root: the certifications, each naming its report
 MAX_CERT_FILES = 10_000  # certifications under one root: a lane's, per model and hardware
 MAX_CERT_BYTES = 1 << 20  # one certification: a few KiB of signed JSON
-# a name `report_name` writes (finishedOn to the second, an invocation id's hex prefix)
+# a name `write_report` writes (finishedOn to the second, an invocation id's hex prefix)
 _WRITTEN = re.compile(r".+-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}" + re.escape(SUFFIX))
-
-
-def report_name(lane: str, statement: dict[str, Any]) -> str:
-    meta = statement["predicate"]["runDetails"]["metadata"]
-    stamp = meta["finishedOn"].replace("-", "").replace(":", "")
-    return f"{lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
 
 
 def write_report(
@@ -63,12 +52,13 @@ def write_report(
     *,
     unsigned_reason: str | None = None,
 ) -> Path:
-    """Write the report for `build` (unsigned when `signer` is None: `unsigned_reason`, the
-    build's own words, says why in the warning); return its path."""
+    """Unsigned when `signer` is None (`unsigned_reason`, the build's own words, says why)."""
     stmt = provenance.statement(forge, build)
     body = json.dumps(stmt, sort_keys=True, separators=(",", ":")).encode("utf-8")
     envelope = dsse.sign(body, PAYLOAD_TYPE, signer)
-    path = forge.reports_dir / report_name(build.lane, stmt)
+    meta = stmt["predicate"]["runDetails"]["metadata"]
+    stamp = meta["finishedOn"].replace("-", "").replace(":", "")
+    path = forge.reports_dir / f"{build.lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
     refuse_shared(forge.reports_dir, "reports directory")
     atomic_write_text(path, msgspec.json.encode(envelope).decode("utf-8") + "\n")  # one line
     if signer is None:
@@ -77,9 +67,6 @@ def write_report(
     else:
         out.info(f"report {forge.rel(path)} signed by keyid {signer.keyid[:16]} ({signer.source})")
     return path
-
-
-# ----------------------------------------------------------------------------- reading
 
 
 @dataclass(frozen=True)
@@ -95,7 +82,7 @@ class Report:
 
 
 def load(path: Path) -> Report:
-    """Read a report file; a missing file or one that is not a DSSE envelope is exit 2."""
+    """A missing file or one that is not a DSSE envelope is exit 2."""
     raw = read_regular(
         path,
         what="report",
@@ -135,7 +122,7 @@ def _get(data: Any, *keys: str | int) -> Any:
 
 
 def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    """The upstream ResourceDescriptor (the first resolved dependency with a gitTree)."""
+    """The first resolved dependency with a gitTree."""
     for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
         if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
             return dep
@@ -143,7 +130,6 @@ def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
 
 
 def surface_of(stmt: dict[str, Any]) -> Surface | None:
-    """The worker surface a report records (`provenance.surface_byproduct`), or None."""
     for b in _get(stmt, "predicate", "runDetails", "byproducts") or []:
         if isinstance(b, dict) and b.get("name") == provenance.SURFACE_NAME:
             try:
@@ -154,7 +140,7 @@ def surface_of(stmt: dict[str, Any]) -> Surface | None:
 
 
 def _text(data: Any, *keys: str) -> str | None:
-    """A statement's value as `report show` shows it: a string, else null (it is unverified)."""
+    """A string, else null (the statement is unverified)."""
     value = _get(data, *keys)
     return value if isinstance(value, str) else None
 
@@ -215,13 +201,11 @@ class Summary(Struct, kw_only=True):
     started_on: Annotated[str | None, d("when it started (RFC 3339)")]
     finished_on: Annotated[str | None, d("when it finished")]
     surface: Annotated[
-        Surface | None,
-        d("a worker build's surface of upstream (null without a worker)"),
+        Surface | None, d("a worker build's surface of upstream (null without a worker)")
     ]
 
 
 def summary(report: Report) -> Summary:
-    """What `report show` prints."""
     stmt = report.statement or {}
     build_def = _get(stmt, "predicate", "buildDefinition") or {}
     run = _get(stmt, "predicate", "runDetails") or {}
@@ -254,9 +238,7 @@ def summary(report: Report) -> Summary:
         ],
         artifacts=[
             ArtifactShown(
-                _text(s, "name"),
-                _text(s, "digest", "sha256"),
-                _text(s, "annotations", "target"),
+                _text(s, "name"), _text(s, "digest", "sha256"), _text(s, "annotations", "target")
             )
             for s in stmt.get("subject") or []
             if isinstance(s, dict)
@@ -268,9 +250,6 @@ def summary(report: Report) -> Summary:
         finished_on=_text(run, "metadata", "finishedOn"),
         surface=surface_of(stmt),
     )
-
-
-# ----------------------------------------------------------------------------- verifying
 
 
 class ReportShow(Form, kw_only=True):
@@ -327,7 +306,6 @@ class Verification:
         return not self.failures
 
     def result(self) -> ReportVerify:
-        """What `report verify` answers of it."""
         return ReportVerify(
             report=str(self.report.path),
             verified=self.ok,
@@ -391,7 +369,6 @@ def _check_statement(v: Verification) -> None:
 
 
 def _subjects(report: Report) -> list[tuple[str, str]]:
-    """(name, sha256) of each subject that has both."""
     named = (
         (_get(s, "name"), _get(s, "digest", "sha256"))
         for s in (report.statement or {}).get("subject") or []
@@ -419,9 +396,7 @@ def _check_artifacts(v: Verification, base: Path) -> None:
 def verify_report(
     path: Path, key: PublicKey | None, *, artifacts_base: Path | None = None
 ) -> Verification:
-    """Check payload type, signature, statement and predicate types, and (given a base
-    directory, normally the workspace) every subject's sha256 on disk. Failures are listed,
-    not raised: the caller decides the exit code."""
+    """Failures are listed, not raised: the caller decides the exit code."""
     report = load(path)
     v = Verification(report, key)
     if report.envelope.payload_type != PAYLOAD_TYPE:
@@ -444,7 +419,6 @@ def verifier(key: str | None, *paths: Path) -> PublicKey | None:
 
 
 def parse_name(name: str) -> tuple[str, str, str] | None:
-    """(lane, stamp, invocation prefix) from a report file name, or None."""
     if not name.endswith(SUFFIX):
         return None
     parts = name[: -len(SUFFIX)].rsplit("-", 2)
@@ -452,7 +426,7 @@ def parse_name(name: str) -> tuple[str, str, str] | None:
 
 
 def latest_report(forge: Forge, lane: str) -> Path | None:
-    """The newest report of `lane` in the workspace (by finishedOn in the name, then mtime)."""
+    """By finishedOn in the name, then mtime."""
     candidates = [
         (parsed[1], path.stat().st_mtime, path)
         for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}")
@@ -463,9 +437,8 @@ def latest_report(forge: Forge, lane: str) -> Path | None:
 
 def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[Path]:
     """Remove `lane`'s reports older than its newest `KEEP_REPORTS`, except those a record
-    names (the lane's state, any certification), however old: by file name (`names`) or by
-    sha256 (`digests`). Returns what was removed; anything that is not a plain file, or
-    cannot be read or removed, is left alone."""
+    names by file name or sha256, however old; what is not a plain file, or cannot be read
+    or removed, is left alone."""
     mine = []
     for path in forge.reports_dir.glob(f"{lane}-*{SUFFIX}"):
         parsed = parse_name(path.name)
@@ -491,10 +464,9 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
 
 
 def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
-    """The reports every certification under `<root>/certifications` names: their file
-    names and sha256s, read from each file's payload whether or not its signature holds
-    (a record is a record). None when one cannot be read, or there are too many: then
-    nothing may be pruned."""
+    """The file names and sha256s of the reports every certification names, whether or not
+    its signature holds (a record is a record); None (nothing may be pruned) when one cannot
+    be read, or there are too many."""
     names: set[str] = set()
     digests: set[str] = set()
     top = forge.root / CERT_DIR
@@ -517,9 +489,6 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
             if isinstance(report.get("sha256"), str):
                 digests.add(report["sha256"])
     return names, digests
-
-
-# ----------------------------------------------------------------------------- comparing
 
 
 class SubjectDifference(Struct, kw_only=True):
@@ -551,8 +520,8 @@ def subject_digests(v: Verification) -> dict[str, str]:
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
-    """Verify both reports, then compare their subjects by name and sha256: the proof that
-    two builds of a lane (two runners, two workspaces, cache on and off) gave one output."""
+    """The proof that two builds of a lane (two runners, workspaces, cache on and off) gave
+    one output."""
     va, vb = verify_report(a, key), verify_report(b, key)
     sa, sb = subject_digests(va), subject_digests(vb)
     differences = []

@@ -85,11 +85,9 @@ def overview(
     *,
     advertised: bool = False,
 ) -> Lanes:
-    """Every lane (`advertised`: only the certified ones, with the entries advertised)."""
     # the host's tool versions, asked only of lanes that have a certification to check
     tools = tool_versions(
-        doctor,
-        {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()},
+        doctor, {n: r for n, r in recipes.items() if (forge.root / CERT_DIR / n).is_dir()}
     )
     runs = records.entries(forge, recipes, m, trusted, to_builtins(worker_identity(spec)), tools)
     state = lane_states(forge)
@@ -103,13 +101,8 @@ def overview(
         valid = [e for e in atts if e.reason == "attested, not checked"]
         attested = next(iter(valid or atts), None)
         certified = any(e.advertised for e in mine)
-        reason = (
-            "certified"
-            if certified
-            else "attested, not checked"
-            if valid
-            else next((e.reason for e in mine), attested.reason if attested else "none")
-        )
+        reason = next((e.reason for e in mine), attested.reason if attested else "none")
+        reason = "certified" if certified else "attested, not checked" if valid else reason
         rows.append(
             LaneRow(
                 lane=name,
@@ -122,9 +115,7 @@ def overview(
                 last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
                 certified=certified,
                 certification=LaneCertification(
-                    reason=reason,
-                    attested=attested.reason if attested else "none",
-                    record=attested,
+                    reason=reason, attested=attested.reason if attested else "none", record=attested
                 ),
                 certifications=mine,
             )

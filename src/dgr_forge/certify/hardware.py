@@ -1,11 +1,7 @@
-"""The host, probed exactly for a certification, and its *hardware class* (the rule and
-the probes: docs/build-and-reports.md, *Certification*, step 4; the identity's shape:
-`shapes.Identity`).
-
-Each probe is optional (a missing tool is no GPU of that kind) and runs through
-`core.proc.bounded` with a deadline and an output bound; a GPU's UUID is kept only as
-sha256(salt + UUID) with a random salt per probe: the record can be matched to a device by
-whoever holds its UUID, never read back to one.
+"""The host, probed for a certification, and its *hardware class* (docs/build-and-reports.md,
+*Certification*, step 4). Each probe is optional (a missing tool is no GPU of that kind)
+and bounded; a GPU's UUID is kept only as sha256(salt + UUID) with a random salt per probe:
+the record can be matched to a device by whoever holds its UUID, never read back to one.
 """
 
 from __future__ import annotations
@@ -60,9 +56,6 @@ def _slug(text: str, drop: Sequence[str] = ()) -> str:
 
 def uuid_digest(salt: str, uuid: str) -> str:
     return hashlib.sha256(f"{salt}:{uuid.strip()}".encode()).hexdigest()
-
-
-# ----------------------------------------------------------------------------- probes
 
 
 def cpu_info(cpuinfo: str | None = None) -> Cpu:
@@ -177,16 +170,12 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
 
 
 def probe(run: Runner = run_probe) -> Identity:
-    """What this host is (the module doc); `run` answers each external probe."""
     salt = secrets.token_hex(16)
     query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
-    smi = run(["nvidia-smi", query, "--format=csv,noheader,nounits"])
-    rocm = run(["rocminfo"])
-    vk = run(["vulkaninfo", "--summary"])
     gpus: list[AnyGpu] = [
-        *nvidia_gpus(smi, salt),
-        *rocm_agents(rocm, salt),
-        *vulkan_devices(vk, salt),
+        *nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt),
+        *rocm_agents(run(["rocminfo"]), salt),
+        *vulkan_devices(run(["vulkaninfo", "--summary"]), salt),
     ]
     return Identity(
         cpu=cpu_info(),
@@ -196,9 +185,6 @@ def probe(run: Runner = run_probe) -> Identity:
         uuid_salt=salt,
         probed=True,
     )
-
-
-# ----------------------------------------------------------------------------- class
 
 
 def _cpu_level(machine: str, flags: set[str]) -> str:
@@ -214,7 +200,6 @@ def _cpu_level(machine: str, flags: set[str]) -> str:
 
 
 def hardware_class(identity: Identity, backend: str) -> str:
-    """The class of `identity` for a lane of `backend` (the rule in the module doc)."""
     gpus = identity.gpus
     kind = backend.lower()
     if kind == "cpu":
@@ -257,5 +242,5 @@ def hardware_class(identity: Identity, backend: str) -> str:
 
 
 def described_class(text: str) -> str:
-    """The class of hardware a person described (`certify --attested --hardware TEXT`)."""
+    """`certify --attested --hardware TEXT`"""
     return f"described-{_slug(text)}"

@@ -1,18 +1,11 @@
 """The model a certification measures is the model it binds.
 
-`prepare` verifies the manifest's files (provisioning them when missing) and hands the
-steps a private view of them: each file hard-linked (or, across file systems or for a
-file others may write, copied) into `<dest>/.dgr-certify-<lane>/`, a directory of mode
-0700 the forge made (on the destination's file system, so a link and not a copy), and
-verified there by size and sha256, so the bytes verified are the bytes read, whatever
-happens to the destination's names meanwhile.
-After the steps `check_after` verifies them again: a file changed in place while they
-ran fails the run (exit 1, naming it). `--dest` itself must be writable by its owner
-alone (group-writable for a user-private group): a directory others can write lets them
-swap a file between its verification and the program reading it, and is refused (exit 2,
-naming it and the rule) unless it is the sticky directory the model manifest declares
-(`[model] shared_dir`): there only a file's owner may rename or replace it, and the
-program reads the private link either way.
+`prepare` hands the steps a private view of the manifest's files: each hard-linked (or,
+for a file others may write, copied) into `<dest>/.dgr-certify-<lane>/` (mode 0700) and
+verified there, so the bytes verified are the bytes read whatever happens to the
+destination's names; `check_after` verifies them again after the steps. `--dest` must be
+writable by its owner alone (others could swap a file between its verification and the
+program reading it), unless it is the sticky `[model] shared_dir` the manifest declares.
 """
 
 from __future__ import annotations
@@ -47,7 +40,6 @@ class Prepared:
 
 
 def _refuse_shared(target: Path, declared: str | None) -> None:
-    """`target` is writable by its owner (us) alone, or the declared sticky directory."""
     try:
         st = target.stat()
     except FileNotFoundError:
@@ -81,7 +73,6 @@ def _refuse_shared(target: Path, declared: str | None) -> None:
 
 
 def _private_view(mm: models.ModelManifest, source: Path, private: Path) -> None:
-    """Each file of `source` linked (else copied) into a fresh `private` (mode 0700)."""
     if private.exists():
         shutil.rmtree(private)
     private.mkdir(mode=0o700, parents=True)
@@ -103,7 +94,6 @@ def _private_view(mm: models.ModelManifest, source: Path, private: Path) -> None
 def prepare(
     forge: Forge, out: Reporter, lane: str, name: str, dest: Path | None, mirror: str | None
 ) -> Prepared:
-    """The model's files verified in the steps' private view (provisioned when missing)."""
     if not NAME.match(name) or name.endswith(".toml"):
         raise BadInput(
             f"--model {name[:80]!r}: not a manifest name",
@@ -164,7 +154,7 @@ def prepare(
 
 
 def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
-    """The tensor data of every `.gguf` file (all splits), from their headers (verified)."""
+    """Of every `.gguf` file (all splits), from their headers."""
     headers = gguf_split.read_headers(private, list(mm.files))
     if not headers:
         return "the model has no .gguf file"
@@ -178,7 +168,6 @@ def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
 
 
 def check_after(prepared: Prepared, out: Reporter) -> None:
-    """The steps' view verified again: what they read is what the record binds."""
     result = verify(prepared.manifest, prepared.private, out)
     if result.bad:
         names = ", ".join(result.bad)

@@ -1,9 +1,7 @@
-"""A `parity` step's reference: the lane's program built from the pin without the series
-(docs/build-and-reports.md, *Certification*, step 5), by the same recipe and the lane's own
-machinery (`lanes.plan.plan_lane` on another tree, `lanes.steps`), so a rebuild is cheap.
-The pin's tree is exported through a scratch index, never the real one, into
-`<workspace>/tmp/certify-<lane>/pin/src` and kept while git finds it still the pin's. A
-failed reference build is exit 1 before any step runs, naming its log.
+"""A `parity` step's reference: the lane's program built from the pin without the series,
+by the same recipe and the lane's own machinery on another tree, so a rebuild is cheap. The
+pin's tree is exported through a scratch index, never the real one, and kept while git
+finds it still the pin's.
 """
 
 from __future__ import annotations
@@ -68,7 +66,6 @@ def references(
     suite: Suite,
     out: Reporter,
 ) -> dict[str, Program]:
-    """Each parity step's program, built from the pin's tree (none without a parity step)."""
     targets = sorted({s.program for s in suite.steps if s.reference == "pin"})
     if not targets:
         return {}

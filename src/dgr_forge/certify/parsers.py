@@ -1,31 +1,23 @@
 """Readers of the certification programs' own output, and the thresholds that judge it.
 
 Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BYTES`) to
-`Figures`, or `Unreadable`: output a parser cannot read fails its step, never passes.
+`Figures` (`shapes`' Structs, tagged by `parser`), or `Unreadable`: output a parser cannot
+read fails its step, never passes.
 
-* `test-backend-ops` (mode `test`, console output): per backend a section opened by
-  `Backend i/N: NAME`, one line per op case `  OP(params): ...` ending in `OK` or `FAIL`
-  or `not supported [NAME]`; a failing case's line starts with what the compare found
-  (`[ADD] ERR = 1.170000000 > 0.000000100 `, `[OP] NaN at index ...`: printed before the
-  case's own `  OP(params): `, tests/test-backend-ops.cpp at the pin, lines 1447 and
-  943), or (older forms) holds it before `FAIL` (`[MUL_MAT] NMSE = ... > ... `); then
-  `  P/T tests passed` and `  Backend NAME: OK|FAIL`; a skipped backend
-  prints one indented reason instead. Colour escapes are ignored.
-* `llama-bench` (`-o json`): a JSON array, one object per test with `n_prompt`, `n_gen`,
-  `avg_ts`, `stddev_ts`, `backends`, `model_type`, `model_size` (and more, ignored). A test
-  with `n_gen == 0` is a prompt test, one with `n_prompt == 0` a generation test.
-* `ctest` (JUnit XML, as `ctest --output-junit` writes it): `<testsuite tests= failures=>`
-  with a `<testcase status=...>` each, a failing one holding `<failure>`. No DOCTYPE or
-  entity declaration is accepted (nothing is expanded), and the size is bounded first.
+* `test-backend-ops` (mode `test`): per backend `Backend i/N: NAME`, one line per op case
+  `  OP(params): ...` ending in `OK`, `FAIL` or `not supported [NAME]`, a failing one led
+  by what the compare found (`[ADD] ERR = 1.17 > 1e-07 `, `[OP] NaN at index ...`:
+  tests/test-backend-ops.cpp at the pin, lines 1447 and 943) or (older forms) holding it
+  before `FAIL`; then `  P/T tests passed` and `  Backend NAME: OK|FAIL` (a skipped
+  backend: one indented reason instead). Colour escapes are ignored.
+* `llama-bench` (`-o json`): one object per test; `n_gen == 0` a prompt test,
+  `n_prompt == 0` a generation test.
+* `ctest` (`ctest --output-junit`): no DOCTYPE or entity declaration is accepted (nothing
+  is expanded), and the size is bounded first.
 * `parity` (llama-perplexity, stdout and stderr both read): its one line
-  `Final estimate: PPL = 266.1472 +/- 12.34567` (`%.4lf +/- %.5lf`,
-  tools/perplexity/perplexity.cpp:654 at the pin, on stderr through LOG_INF, which
-  prefixes `0.00.282.181 I `: common/log.cpp:96-110); the step
-  runs the pin's own build too and compares the two (`run`, `judge`).
-
-The figures are `shapes`' Structs (`OpsFigures`, `BenchFigures`, `CtestFigures`), a
-union tagged by `parser`: the record and the `--json` outputs (`certify`, `lanes`) write
-these types, each key and its meaning declared there once.
+  `Final estimate: PPL = 266.1472 +/- 12.34567` (tools/perplexity/perplexity.cpp:654 at
+  the pin, on stderr through LOG_INF, prefixed `0.00.282.181 I `: common/log.cpp:96-110);
+  the step runs the pin's own build too and compares the two (`run`, `judge`).
 """
 
 from __future__ import annotations
@@ -61,7 +53,7 @@ class Unreadable(Exception):
 
 
 class Figures(Struct, frozen=True):
-    """What a parser read: the figures the record keeps and the failing cases by name."""
+    """The figures the record keeps and the failing cases by name."""
 
     figures: StepFigures
     failing: tuple[FailedCase, ...] = ()
@@ -72,7 +64,7 @@ class Figures(Struct, frozen=True):
 
 
 def failed_count(figures: StepFigures) -> int | None:
-    """The failures a counting parser read (None: a parser that counts none)."""
+    """None: a parser that counts no failures."""
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
@@ -91,8 +83,6 @@ def _text(data: bytes, parser: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-# ----------------------------------------------------------------------------- test-backend-ops
-
 _ANSI = r"\x1b\[[0-9;]*[A-Za-z]"
 _BACKEND_HEAD = r"^Backend (\d+)/(\d+): (\S.*)$"
 # a case's line: `  OP(params): verdict`, after what the compare found when it failed
@@ -110,9 +100,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-class _Section(Struct):
-    """A backend's section as read so far."""
-
+class _Section(Struct):  # a backend's, as read so far
     name: str
     ok: int = 0
     failed: int = 0
@@ -123,7 +111,6 @@ class _Section(Struct):
 
 
 def parse_test_backend_ops(data: bytes) -> Figures:
-    """test-backend-ops mode `test` console output -> per backend ok/failed/unsupported."""
     text = re.sub(_ANSI, "", _text(data, "test-backend-ops"))
     backends: list[_Section] = []
     current: _Section | None = None
@@ -202,16 +189,13 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
-# ----------------------------------------------------------------------------- llama-bench
-
 _BENCH_STRINGS = ("backends", "model_type")
 _BENCH_INTS = ("n_prompt", "n_gen", "model_size")
 _BENCH_FLOATS = ("avg_ts", "stddev_ts")
 
 
 def parse_llama_bench(data: bytes) -> Figures:
-    """llama-bench `-o json` -> per test n_prompt, n_gen, avg_ts, stddev_ts; the slowest
-    prompt and generation speeds are the figures the gate compares."""
+    """The slowest prompt and generation speeds are the figures the gate compares."""
     text = _text(data, "llama-bench")
     try:
         doc = json.loads(text)
@@ -267,11 +251,7 @@ def parse_llama_bench(data: bytes) -> Figures:
     return Figures(figures)
 
 
-# ----------------------------------------------------------------------------- ctest (JUnit)
-
-
 def parse_ctest_junit(data: bytes) -> Figures:
-    """JUnit XML (`ctest --output-junit`) -> tests, failures, skipped, failing names."""
     from xml.etree.ElementTree import ParseError
 
     from defusedxml import DefusedXmlException
@@ -324,8 +304,6 @@ def parse_ctest_junit(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
-# ----------------------------------------------------------------------------- parity
-
 # after common/log.cpp's prefix where it is on (common/common.cpp:370-371 turn it on):
 # the timestamp `M.ss.mmm.uuu ` (log.cpp:97-105), then the level, `I ` for LOG_INF. Read
 # from stderr alone, an entry can follow another's start on one line: the ETA line's
@@ -336,7 +314,6 @@ _FINAL_PPL = rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t]){_TIMESTAMP}I {_E
 
 
 def parse_perplexity(data: bytes) -> Figures:
-    """llama-perplexity's output -> its one final estimate (the reference is the run's)."""
     lines = re.sub(_ANSI, "", _text(data, "llama-perplexity")).splitlines()
     found = [m for line in lines if (m := re.search(_FINAL_PPL, line.rstrip("\r")))]
     if len(found) != 1:
@@ -357,9 +334,6 @@ PARSE: Mapping[str, Callable[[bytes], Figures]] = {
     "ctest": parse_ctest_junit,
     "parity": parse_perplexity,
 }
-
-
-# ----------------------------------------------------------------------------- judging
 
 
 def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> Verdict:

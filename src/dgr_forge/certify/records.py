@@ -1,13 +1,9 @@
 """The one certification record: `certifications/<lane>/<model>/<class>.json`, a DSSE
-envelope (payload type `CERT_PAYLOAD_TYPE`, `_type` `RECORD_TYPE`) binding the lane's
-inputs (recipe, pin, series, `trust.bound_inputs`, the build's input digest), the report
-and its subjects, the hardware (class; probed identity or a description) and what was
-measured. `kind` tells the two apart: `checked` (`certify --lane`: `<model>` the model
-manifest or `none`, its files and every step bound; written only when every step passed)
-and `attested` (`certify --attested`: `<model>` is `attested`, the evidence file bound by
-sha256; shown "attested, not checked", never advertised). A checked entry is advertised
-while a trusted key signed it and no bound input moved; a lapse names every one that
-did. The older one-file form, `certifications/<lane>.json`, is not read (`OLD_FORM`).
+envelope binding the lane's inputs, the report and its subjects, the hardware and what was
+measured. `checked` (`certify --lane`: `<model>` the model manifest or `none`; written only
+when every step passed) or `attested` (`certify --attested`: `<model>` is `attested`, the
+evidence bound by sha256; never advertised). A checked entry is advertised while a trusted
+key signed it and no bound input moved; a lapse names every one that did.
 """
 
 from __future__ import annotations
@@ -69,8 +65,6 @@ class ModelFile(Struct):
 
 
 class BoundModel(Struct, kw_only=True):
-    """What a checked record binds of the model: its manifest and every file."""
-
     name: str  # the manifest's: the record's <model> directory
     model_name: str
     manifest: str
@@ -102,7 +96,7 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
 
 
 def manifest_sha256(forge: Forge, model: str) -> str | None:
-    """The sha256 of `manifests/models/<model>.toml` as the checkout has it (None: gone)."""
+    """As the checkout has it (None: gone)."""
     path = forge.root / MODELS_DIR / f"{model}.toml"
     if not path.is_file():
         return None
@@ -128,9 +122,7 @@ def write(
     steps: list[CertStep] | None = None,
     evidence: Evidence | None = None,
 ) -> Certified:
-    """Sign and write one record; what `certify` answers of it."""
     lane, recipe = checked.lane, checked.recipe
-    stmt = checked.check.report.statement or {}
     certified_on = provenance.rfc3339(datetime.now(UTC))
     body = CertRecord(
         record_type=RECORD_TYPE,
@@ -145,7 +137,7 @@ def write(
             report.name,
             checked.check.report.sha256,
             checked.check.verified_by,
-            stmt.get("subject", []),
+            (checked.check.report.statement or {}).get("subject", []),
         ),
         model=model,
         hardware=hardware,
@@ -156,8 +148,7 @@ def write(
         certified_on=certified_on,
     )
     trusted = {k.keyid for k in trust.trusted_keys(forge)}  # a hostile anchor: exit 2 first
-    document = msgspec.to_builtins(body)
-    payload = json.dumps(document, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    payload = json.dumps(msgspec.to_builtins(body), sort_keys=True, separators=(",", ":")).encode()
     envelope = dsse.sign(payload, CERT_PAYLOAD_TYPE, signer)
     name = ATTESTED if kind == "attested" else model.name if model else NO_MODEL
     path = forge.root / trust.CERT_DIR / lane / name / f"{hardware.hardware_class}.json"
@@ -189,13 +180,8 @@ def write(
     )
 
 
-# ----------------------------------------------------------------------------- reading
-
-
 @dataclass(frozen=True)
-class _Bound:
-    """What lapses a record: the checkout's inputs now."""
-
+class _Bound:  # what lapses a record: the checkout's inputs now
     recipe: Recipe
     m: UpstreamManifest
     keys: list[PublicKey]
@@ -244,28 +230,27 @@ def _refused(forge: Forge, lane: str, model: str, cls: str, reason: str, path: P
 
 def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     lane, model, cls = now.recipe.name, path.parent.name, path.stem
+    keyid = ""  # the trusted key's, once one verified the envelope
+
+    def no(reason: str) -> Entry:
+        return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
+
     try:
         raw = read_regular(
             path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
         )
         envelope = dsse.Envelope.from_json(raw)
     except BadInput as err:
-        return _refused(forge, lane, model, cls, f"invalid: {err.message}", path)
+        return no(f"invalid: {err.message}")
     except (OSError, dsse.EnvelopeError) as err:
-        return _refused(forge, lane, model, cls, f"invalid: not a DSSE envelope ({err})", path)
+        return no(f"invalid: not a DSSE envelope ({err})")
     if envelope.payload_type != CERT_PAYLOAD_TYPE:
-        why = f"invalid: payload type {envelope.payload_type[:80]!r}"
-        return _refused(forge, lane, model, cls, why, path)
+        return no(f"invalid: payload type {envelope.payload_type[:80]!r}")
     accepted = dsse.verify(envelope, now.keys) if now.keys else None
     if accepted is None:
         why = "no trusted keys" if not now.keys else "signature does not verify with a trusted key"
-        reason = f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)"
-        return _refused(forge, lane, model, cls, reason, path)
+        return no(f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)")
     keyid = accepted.keyid
-
-    def no(reason: str) -> Entry:
-        return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
-
     try:
         raw_body = json.loads(envelope.payload)
     except (ValueError, RecursionError):
@@ -297,19 +282,14 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
             text = None
         if text is None or sha256_bytes(text) != s.text_sha256:
             moved.append(f"the step {s.name}'s text changed since certification")
+    reason = "certified" if kind == "checked" else "attested, not checked"
     return Entry(
         lane=lane,
         kind=kind,
         model=model,
         hardware_class=cls,
         advertised=not moved and kind == "checked",
-        reason=(
-            f"lapsed: {'; '.join(moved)}"
-            if moved
-            else "certified"
-            if kind == "checked"
-            else "attested, not checked"
-        ),
+        reason=f"lapsed: {'; '.join(moved)}" if moved else reason,
         file=forge.rel(path),
         keyid=keyid,
         certified_on=str(body.certified_on),
@@ -319,7 +299,6 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
 
 
 def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:
-    """Every bound input that moved since the record was signed, each named."""
     moved = []
     if body.recipe is None or body.recipe.sha256 != now.recipe.sha256:
         moved.append("the recipe changed since certification")

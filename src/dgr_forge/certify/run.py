@@ -1,7 +1,6 @@
-"""Run a lane's certification steps (`host.recipes.Suite`) on this host: the shipped
-binaries (a report subject each, re-hashed right before it runs), no shell, stdin closed,
-bounded in time and output, in an environment of `STEP_ENV` only (docs/build-and-reports.md,
-*Certification*, steps 5 and 6)."""
+"""Run a lane's certification steps on this host: the shipped binaries (a report subject
+each, re-hashed right before it runs), no shell, stdin closed, bounded in time and output,
+in an environment of `STEP_ENV` only (docs/build-and-reports.md, *Certification*)."""
 
 from __future__ import annotations
 
@@ -30,10 +29,8 @@ DEVICE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}")
 # the backend's first device as ggml names it, the default `{device}`
 DEFAULT_DEVICE = {"cpu": "CPU", "cuda": "CUDA0", "rocm/hip": "ROCm0", "rocm": "ROCm0",
                   "vulkan": "Vulkan0", "metal": "Metal"}  # fmt: skip
-# All a step's program sees of the forge's environment: the host's locale and paths, and
-# how each backend picks its device; never a key, token, CI credential, cache or mirror
-# URL (the program is the lane's build, and CI uploads its log). Documented in
-# docs/build-and-reports.md, *Certification*.
+# All a step's program sees of the forge's environment: never a key, token, CI credential,
+# cache or mirror URL (the program is the lane's build, and CI uploads its log).
 STEP_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
     "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH",
@@ -70,8 +67,8 @@ def check_device(device: str) -> str:
 def programs(
     forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
 ) -> dict[str, Program]:
-    """Each suite target's file, as the File API names it, checked to be a subject of the
-    report (`subjects`: name -> sha256) and to re-hash to it. Exit 1 naming the target."""
+    """Each suite target's file, checked to be a subject of the report (`subjects`: name ->
+    sha256) and to re-hash to it."""
     build_dir = forge.build_dir(lane)
     try:
         reply = cmake_api.read_reply(build_dir)
@@ -123,8 +120,7 @@ def programs(
 
 
 def substitute(step: Step, values: Mapping[str, str | None]) -> tuple[str, ...]:
-    """The step's argv: each placeholder replaced by its value (exit 2 when one is not
-    given); the values are checked by the caller and never start with '-'."""
+    """The values are checked by the caller and never start with '-'."""
     argv = []
     for arg in step.args:
         for key, value in values.items():
@@ -147,29 +143,6 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in STEP_ENV or k.startswith(STEP_ENV_PREFIXES)}
 
 
-def _keep_log(path: Path, raw: bytes) -> None:
-    """The step's log as kept (and uploaded by a CI job): masked as every other output is
-    (`core.urls.mask_text`); undecodable bytes kept as they were."""
-    text = mask_text(raw.decode("utf-8", "surrogateescape"))
-    with path.open("xb") as f:
-        f.write(text.encode("utf-8", "surrogateescape"))
-
-
-def _texts(forge: Forge, suite: Suite, scratch: Path) -> dict[str, tuple[Path, str]]:
-    """Each step's `text` file (`trust.step_text`) copied into the scratch directory, which the
-    program then reads: (the copy, its sha256) by step name."""
-    found: dict[str, tuple[Path, str]] = {}
-    for step in suite.steps:
-        if step.text is None:
-            continue
-        data = trust.step_text(forge, step, step.text)
-        copy = scratch / f"{step.name}.txt"
-        copy.unlink(missing_ok=True)
-        copy.write_bytes(data)
-        found[step.name] = (copy, sha256_bytes(data))
-    return found
-
-
 def run_steps(
     forge: Forge,
     lane: str,
@@ -188,7 +161,15 @@ def run_steps(
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
     scratch.mkdir(parents=True, exist_ok=True)
-    texts = _texts(forge, suite, scratch)
+    # each step's `text` copied where its program reads it: (the copy, its sha256)
+    texts: dict[str, tuple[Path, str]] = {}
+    for s in suite.steps:
+        if s.text is not None:
+            data = trust.step_text(forge, s, s.text)
+            copy = scratch / f"{s.name}.txt"
+            copy.unlink(missing_ok=True)
+            copy.write_bytes(data)
+            texts[s.name] = (copy, sha256_bytes(data))
     argvs = [  # exit 2 before anything runs
         substitute(s, {**values, "text": str(texts[s.name][0]) if s.name in texts else None})
         for s in suite.steps
@@ -202,7 +183,27 @@ def run_steps(
         gate = step.gate(model)
         run = _run_whole(program, argv, step, scratch, log)
         kept = StepLog(path=forge.rel(log), sha256=sha256_file(log))
-        result = _judge(step, gate, program, argv, run, kept, model_size)
+        (done, _), (figures, problems) = run, _read(step, run)
+        if figures is not None:
+            problems += parsers.judge(figures, gate, model_size).problems
+            # the program's own failure report is judged by the gate; any other exit fails
+            counted = parsers.failed_count(figures.figures)
+            if done.returncode != 0 and not (done.returncode == 1 and counted):
+                problems.append(f"exit code {done.returncode}")
+        result = CertStep(
+            name=step.name,
+            program=program.bound(),
+            args=list(argv),
+            parser=step.parser,
+            thresholds=gate,
+            figures=None if figures is None else figures.figures,
+            exit_code=done.returncode,
+            seconds=round(done.seconds, 3),
+            verdict="fail" if problems else "pass",
+            problems=tuple(problems),
+            log=kept,
+            failed_cases=[] if figures is None else list(figures.failing),
+        )
         reference = (references or {}).get(step.program) if step.reference else None
         if reference is not None:
             pin_log = logs / f"certify-{lane}-{stamp}-{step.name}-pin.log"
@@ -216,20 +217,17 @@ def run_steps(
     return results
 
 
-# llama-perplexity logs through common/log's worker thread, and upstream leaks that logger
-# by design ("logs may be lost if not flushed before the program exits",
-# common/log.cpp:374-378 at the pin): on a busy host its final entries were lost from a run
-# that exited 0 (by hand, the real lane's `[2]...` and `Final estimate` once in four). Such
-# a run says nothing, so it is run again, at most this many times in all.
+# llama-perplexity logs through common/log's worker thread, which upstream leaks by design
+# (common/log.cpp:374-378 at the pin): on a busy host a run that exited 0 lost its final
+# entries (once in four, by hand) and says nothing, so it runs again, at most this often.
 RUNS_FOR_A_LOST_ENTRY = 3
 
 
 def _run_whole(
     program: Program, argv: tuple[str, ...], step: Step, scratch: Path, log: Path
 ) -> tuple[Bounded, bytes]:
-    """One run of a step's program, its whole output kept in `log`; the run and what its
-    parser reads (stdout; for `parsers.BOTH_STREAMS` stdout, then stderr). A parity run
-    that exits 0 with no final figure runs again (its log: the last)."""
+    """The run and what its parser reads (for `parsers.BOTH_STREAMS` stdout, then stderr);
+    a parity run that exits 0 with no final figure runs again (its log: the last)."""
     runs = RUNS_FOR_A_LOST_ENTRY if step.parser == "parity" else 1
     both = step.parser in parsers.BOTH_STREAMS  # each stream's lines whole, not interleaved
     for left in reversed(range(runs)):
@@ -250,7 +248,10 @@ def _run_whole(
                 hint="rebuild the lane on this host",
                 details={"step": step.name},
             ) from None
-        _keep_log(log, raw.getvalue())
+        # kept (and uploaded by a CI job) masked as every other output is
+        text = mask_text(raw.getvalue().decode("utf-8", "surrogateescape"))
+        with log.open("xb") as f:
+            f.write(text.encode("utf-8", "surrogateescape"))
         run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
         if not left or done.returncode != 0 or _read(step, run)[0] is not None:
@@ -259,7 +260,6 @@ def _run_whole(
 
 
 def _read(step: Step, run: tuple[Bounded, bytes]) -> tuple[parsers.Figures | None, list[str]]:
-    """What the step's parser read of one run, or why nothing."""
     done, data = run
     if done.timed_out:
         return None, [f"stopped at its time limit ({step.timeout} s)"]
@@ -279,8 +279,7 @@ def _compare(
     pin: tuple[Bounded, bytes],
     log: StepLog,
 ) -> CertStep:
-    """A parity step's result with the pin's run: both figures, their relative difference,
-    the reference program bound by sha256, judged again."""
+    """A parity step's result with the pin's run, judged again."""
     figures, problems = _read(step, pin)
     problems = [f"the pin's build: {p}" for p in problems]
     if pin[0].returncode not in (0, None):
@@ -305,38 +304,4 @@ def _compare(
     all_problems = (*kept, *problems, *verdict.problems)
     return msgspec.structs.replace(
         result, figures=mine, problems=all_problems, verdict="fail" if all_problems else "pass"
-    )
-
-
-def _judge(
-    step: Step,
-    gate: Gate,
-    program: Program,
-    argv: tuple[str, ...],
-    run: tuple[Bounded, bytes],
-    log: StepLog,
-    model_size: int | str | None = None,
-) -> CertStep:
-    figures, problems = _read(step, run)
-    done = run[0]
-    if figures is not None:
-        verdict = parsers.judge(figures, gate, model_size)
-        problems += verdict.problems
-        # the program's own failure report is judged by the gate; any other exit fails
-        counted = parsers.failed_count(figures.figures)
-        if done.returncode != 0 and not (done.returncode == 1 and counted):
-            problems.append(f"exit code {done.returncode}")
-    return CertStep(
-        name=step.name,
-        program=program.bound(),
-        args=list(argv),
-        parser=step.parser,
-        thresholds=gate,
-        figures=None if figures is None else figures.figures,
-        exit_code=done.returncode,
-        seconds=round(done.seconds, 3),
-        verdict="fail" if problems else "pass",
-        problems=tuple(problems),
-        log=log,
-        failed_cases=[] if figures is None else list(figures.failing),
     )

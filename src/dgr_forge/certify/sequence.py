@@ -1,11 +1,7 @@
-"""The order of a certification, composed from this package: `lane` (`certify --lane`) and
-`attested` (`certify --attested`), in the order docs/build-and-reports.md, *Certification*,
-numbers: the host can build the lane, its suite and model named; the signing key and trust
-anchors (exit 2 before anything runs); the report verified against this checkout; the model
-verified; the hardware probed; the programs matched to the report and run; only when every
-step passed, the record (else exit 1 naming each failing step, nothing written). `attested`
-records a person's evidence instead of running anything (the report is not re-hashed: it
-may come from another host).
+"""The order of a certification: `lane` (`certify --lane`) and `attested` (`certify
+--attested`), as docs/build-and-reports.md, *Certification*, numbers it; the key and trust
+anchors are exit 2 before anything runs, and the record is written only when every step
+passed. `attested` runs nothing (the report is not re-hashed: it may come from another host).
 """
 
 from __future__ import annotations
@@ -42,8 +38,6 @@ def _after_steps(private: Path) -> None:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the command context loaded, as a certification uses it."""
-
     forge: Forge
     m: UpstreamManifest
     recipes: dict[str, Recipe]
@@ -51,7 +45,6 @@ class Inputs:
     worker: WorkerSpec | None
 
     def bound(self) -> tuple[Mapping[str, str] | None, dict[str, dict[str, str]] | None]:
-        """The worker's identity and the host's tools per lane, as a record binds them."""
         tools = tool_versions(self.doctor, self.recipes) if self.doctor is not None else None
         return msgspec.to_builtins(worker_identity(self.worker)), tools
 
@@ -107,8 +100,7 @@ def lane(
     report_key: str | None,
     mirror: str | None = None,
 ) -> Certified:
-    """Run the lane's suite and, when every step passed, write its record (the module doc);
-    the caller holds the workspace lock for the whole run."""
+    """The caller holds the workspace lock for the whole run."""
     forge, m = got.forge, got.m
     (recipe,) = select(got.recipes, [lane])
     if got.doctor is not None:
@@ -173,13 +165,9 @@ def lane(
     finally:
         if prepared is not None:
             shutil.rmtree(prepared.private, ignore_errors=True)
-    bound_model = prepared.bound if prepared else None
     failed = [r for r in results if not r.passed]
     for r in results:
-        out.info(
-            f"  {r.name}: {'pass' if r.passed else 'FAIL'}"
-            + ("" if r.passed else " - " + "; ".join(r.problems))
-        )
+        out.info(f"  {r.name}: pass" if r.passed else f"  {r.name}: FAIL - {'; '.join(r.problems)}")
     if failed:
         raise OperationFailed(
             f"lane {lane}: certification failed, nothing written: "
@@ -194,6 +182,6 @@ def lane(
         )
     return records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
-        model=bound_model, hardware=Hardware(hardware_class=cls, identity=identity),
-        device=the_device, steps=results, signer=signer, out=out,
+        model=prepared.bound if prepared else None, device=the_device, steps=results,
+        hardware=Hardware(hardware_class=cls, identity=identity), signer=signer, out=out,
     )  # fmt: skip

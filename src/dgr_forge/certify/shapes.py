@@ -1,8 +1,6 @@
-"""The shapes of a checked certification, as its record and `--json` write them, each key
-declared once with its meaning: what a parser read (a union tagged by `parser`), the
-host's identity (GPUs tagged by `vendor`), a step as run (its gate: `host.recipes.Gate`)
-and the record written (`Certified`). Its own module, light to import: `lanes` and the
-schemas read these without the parsers' patterns, the probes or the signing code.
+"""The shapes of a certification, as its record and `--json` write them, each key declared
+once with its meaning. Its own module, light to import: `lanes` and the schemas read these
+without the parsers' patterns, the probes or the signing code.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""A recipe's certification suite, `[certify]` (`host.recipes.Suite`), checked for what it
-means (docs/build-and-reports.md, *Certification*, has the table written out).
-
-Arguments are handed to the program as they are (no shell runs: `;`, `|`, `$(...)` are
-just bytes); the only placeholders are `{model}`, `{device}`, `{threads}` and `{text}` (the
-step's `text` file, a path relative to the forge root), and any other brace is refused.
-Every step names its gate (`max_failed`, `min_avg_ts`, or `max_rel_diff` with
-`reference = "pin"`): a step without one would pass by default and is refused.
+"""A recipe's certification suite, `[certify]`, checked for what it means
+(docs/build-and-reports.md, *Certification*). Arguments are handed to the program as they
+are (no shell runs); any brace but a placeholder's is refused, and so is a step without a
+gate (it would pass by default).
 """
 
 from __future__ import annotations
@@ -32,11 +28,8 @@ TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]
 
 
 def load(recipe: Recipe) -> Suite | None:
-    """`[certify]` of a recipe, checked (None when the recipe has none); exit 2 naming the key.
-
-    Whether the lane builds each target is the build's and certify's to say, not the
-    recipe's: a build never fails for its suite, and `certify` refuses (exit 1) a target
-    the build did not produce as a report subject (with `cmake.targets`, it must be one)."""
+    """Whether the lane builds each target is the build's and certify's to say, not the
+    recipe's: a build never fails for its suite."""
     table, shown = recipe.certify, f"recipes/{recipe.path.name}"
     if table is None:
         return None
@@ -168,8 +161,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
 
 
 def _gate(shown: str, raw: Step, where: str) -> None:
-    """The step's gate: its parser's own key and no other (a step without one would pass by
-    default and is refused)."""
+    """Its parser's own key and no other."""
     parser = raw.parser
     if (parser == "parity") != (raw.reference is not None):
         raise fail(

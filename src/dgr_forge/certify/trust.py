@@ -1,10 +1,6 @@
 """Trust: what a certification checks before it runs and binds (the report, the inputs as
-the checkout has them) and the trust anchors a record is verified with.
-
-A record is *advertised* only while it is signed by a trusted key
-(`<root>/certifications/trusted-keys/*.pub`, or keys passed explicitly) and binds the
-current recipe, pin and series exactly, and the lane's other inputs (`bound_inputs`: the
-toolchain file, the forge's cmake/ modules, the worker's commit or tree, the host's tools):
+the checkout has them) and the trust anchors a record is verified with. A record is
+advertised only while a trusted key signed it and it binds the current inputs exactly:
 any change lapses it, with every reason, until renewed (`records.lapses`).
 """
 
@@ -39,28 +35,18 @@ def bound_inputs(
     worker: Mapping[str, str] | None,
     tools: Mapping[str, str] | None = None,
 ) -> BoundInputs:
-    """What a certification binds beyond recipe, pin and series, as the checkout has it;
-    `worker` and `tools` come from `lanes.inputs` (`worker_identity`, `tool_versions`:
-    None where the host was not probed): attest does not read lanes' inputs itself."""
+    """`worker` and `tools` come from `lanes.inputs` (None where the host was not probed):
+    attest does not read lanes' inputs itself."""
     tc = forge.toolchains_dir / f"{recipe.lane.toolchain}.cmake" if recipe.lane.toolchain else None
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
     def digest(path: Path, what: str) -> str:
-        return sha256_regular(
-            path,
-            what=what,
-            hint="restore it from the repository",
-            limit=MAX_INPUT_BYTES,
-            shown=forge.rel(path),
-        )
+        hint, shown = "restore it from the repository", forge.rel(path)
+        return sha256_regular(path, what=what, hint=hint, limit=MAX_INPUT_BYTES, shown=shown)
 
+    sha = digest(tc, "toolchain file") if tc is not None and tc.exists() else None
     return BoundInputs(
-        toolchain=None
-        if tc is None
-        else {
-            "path": forge.rel(tc),
-            "sha256": digest(tc, "toolchain file") if tc.exists() else None,
-        },
+        toolchain=None if tc is None else {"path": forge.rel(tc), "sha256": sha},
         cmakeModules={p.name: digest(p, "CMake module") for p in modules},
         worker=dict(worker) if worker is not None else None,
         tools=dict(sorted(tools.items())) if tools is not None else None,
@@ -68,8 +54,6 @@ def bound_inputs(
 
 
 def step_text(forge: Forge, step: Step, text: str) -> bytes:
-    """A step's `text` file as the forge root supplies it (a regular file, no link at any
-    component, bounded): exit 2 naming it."""
     return read_regular(
         forge.root / text, what="step text file", limit=MAX_TEXT_BYTES, shown=text,
         root=forge.root,
@@ -83,7 +67,6 @@ def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> li
 
 
 def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
-    """Every bound input that is not the current one (empty: none moved)."""
     if bound is None:
         return ["the certification does not bind the toolchain file, cmake/ or the worker"]
     moved = []
@@ -105,9 +88,6 @@ def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
 
 @dataclass(frozen=True)
 class CheckedReport:
-    """A report `check_report` accepted: its lane, recipe, verification and the inputs a
-    certification binds as the checkout has them now."""
-
     lane: str
     recipe: Recipe
     check: reports_mod.Verification
@@ -125,9 +105,8 @@ def check_report(
     *,
     artifacts_base: Path | None = None,
 ) -> CheckedReport:
-    """Verify `report` (signature, statement; with `artifacts_base`, every subject re-hashed
-    there): exit 1 when it fails; check it was built from this checkout's recipe, pin,
-    series and toolchain file: exit 2 naming what differs."""
+    """Exit 1 when `report` fails verification (with `artifacts_base`, every subject
+    re-hashed there); exit 2 when this checkout did not build it."""
     check = reports_mod.verify_report(report, report_key, artifacts_base=artifacts_base)
     if not check.ok:
         raise OperationFailed(
@@ -157,14 +136,8 @@ def check_report(
     ]
     if (tc := current.toolchain) is not None:
         deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
-        got = next(
-            (
-                str((d.get("digest") or {}).get("sha256"))
-                for d in deps
-                if d.get("name") == tc["path"]
-            ),
-            "none",
-        )
+        named = [d for d in deps if d.get("name") == tc["path"]]
+        got = str((named[0].get("digest") or {}).get("sha256")) if named else "none"
         checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
     stale = [(what, got, want) for what, got, want in checks if got != want]
     if stale:
@@ -181,16 +154,13 @@ def check_report(
 
 
 def trusted_keys(forge: Forge, extra: list[PublicKey] | None = None) -> list[PublicKey]:
-    """The explicitly passed keys plus `certifications/trusted-keys/*.pub`, each checked as a
-    trust anchor must be (`_anchor_dir`, `_trusted_key`): any doubt is exit 2 naming it."""
+    """`extra` plus `certifications/trusted-keys/*.pub`: any doubt is exit 2 naming it."""
     keys = list(extra or [])
     try:  # who may own a trust anchor: the checkout's owner, or root
         owners = {0, os.stat(forge.root).st_uid}
     except OSError:
         owners = {0, os.getuid()}
-    if _anchor_dir(forge, CERT_DIR, owners) is None:
-        return keys
-    if _anchor_dir(forge, TRUSTED_KEYS_DIR, owners) is None:
+    if any(_anchor_dir(forge, rel, owners) is None for rel in (CERT_DIR, TRUSTED_KEYS_DIR)):
         return keys
     directory = forge.root / TRUSTED_KEYS_DIR
     return keys + [_trusted_key(p, owners) for p in sorted(directory.glob("*.pub"))]
@@ -213,9 +183,8 @@ def _refusal(shown: str, problem: str, fix: str) -> BadInput:
 
 
 def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | None:
-    """`rel` (certifications/ or its trusted-keys/) as a trust anchor's directory must be:
-    a real directory (no symlink out of the checkout), owned by the checkout's owner or
-    root, writable by nobody else. None when it does not exist; exit 2 naming it else."""
+    """`rel` (certifications/ or its trusted-keys/) checked as a trust anchor's directory:
+    None when it does not exist; exit 2 naming what is wrong."""
     try:
         st = (forge.root / rel).lstat()
     except FileNotFoundError:
@@ -250,9 +219,7 @@ def _anchor_dir(forge: Forge, rel: str, owners: set[int]) -> os.stat_result | No
 
 
 def _trusted_key(path: Path, owners: set[int]) -> PublicKey:
-    """One trust anchor: a regular file (no symlink), owned by the checkout's owner or
-    root, not group/world-writable, holding a public key only. Read through one
-    descriptor opened with O_NOFOLLOW."""
+    """One trust anchor, checked and read through one descriptor opened with O_NOFOLLOW."""
     shown = f"{TRUSTED_KEYS_DIR}/{path.name}"
     refuse = partial(_refusal, shown)
     try:
