@@ -7,6 +7,7 @@ completes (`complete_*`, which never fail: no forge root, no lanes offered).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,19 +181,19 @@ def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:
     return [n for n in names if n.startswith(incomplete)]
 
 
-def complete_cache(incomplete: str) -> list[str]:
-    from dgr_forge.cache.select import CHOICES
+def _words(module: str, name: str) -> Callable[[str], list[str]]:
+    """The completer of a fixed set of words: `module.name`, imported when completing."""
 
-    return [v for v in CHOICES if v.startswith(incomplete)]
+    def complete(incomplete: str) -> list[str]:
+        import importlib
+
+        return [
+            v for v in getattr(importlib.import_module(module), name) if v.startswith(incomplete)
+        ]
+
+    return complete
 
 
-def complete_cache_mode(incomplete: str) -> list[str]:
-    from dgr_forge.cache.select import MODES
-
-    return [v for v in MODES if v.startswith(incomplete)]
-
-
-def complete_provider(incomplete: str) -> list[str]:
-    from dgr_forge.ci.render import PROVIDERS
-
-    return [v for v in PROVIDERS if v.startswith(incomplete)]
+complete_cache = _words("dgr_forge.cache.select", "CHOICES")
+complete_cache_mode = _words("dgr_forge.cache.select", "MODES")
+complete_provider = _words("dgr_forge.ci.render", "PROVIDERS")
