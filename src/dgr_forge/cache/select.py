@@ -52,6 +52,7 @@ _SCCACHE_RW_MODES = tuple(
     f"SCCACHE_{kind}_RW_MODE"
     for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
 )
+_FALSE = ("0", "false", "no", "disable")  # CCACHE_READONLY's values that are not set
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
 
@@ -201,8 +202,11 @@ def _setup(
 ) -> CacheSetup:
     version = doctor.version(name) or ""
     bases = _bases(workspace, root, worker)
-    if _readonly_in(name, environ):
-        mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
+    # the user's own read-only setting is never weakened, and is recorded
+    if name == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
+        mode = "ro"
+    if name == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
+        mode = "ro"
     if name == "ccache":
         env, backend = _ccache_env(path, mode, bases, environ)
         return CacheSetup(name, path, version, backend, mode, None, env)
@@ -251,13 +255,6 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
             hint=f"use a directory of your own (chmod o-w {path}), or unset DGR_CACHE_DIR",
         )
     return path
-
-
-def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
-    if name == "ccache":
-        value = environ.get("CCACHE_READONLY")
-        return value is not None and value.lower() not in ("0", "false", "no", "disable")
-    return environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY"
 
 
 def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
