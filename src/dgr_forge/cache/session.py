@@ -160,12 +160,8 @@ class CacheSession(Struct):
                 listener.bind(str(notify))
                 listener.listen(1)
                 listener.settimeout(_STARTUP)
-                env = {
-                    **self.env,
-                    "SCCACHE_START_SERVER": "1",
-                    "SCCACHE_NO_DAEMON": "1",
-                    "SCCACHE_STARTUP_NOTIFY": str(notify),
-                }
+                env = dict(self.env, SCCACHE_START_SERVER="1", SCCACHE_NO_DAEMON="1")
+                env["SCCACHE_STARTUP_NOTIFY"] = str(notify)
                 log = sock.with_suffix(".log")
                 self._server = proc.spawn([self.setup.launcher], env=env, log=log)
                 if not _await_either(listener, self._server.pid):
