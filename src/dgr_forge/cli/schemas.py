@@ -472,12 +472,9 @@ class Tables:
                     self.done[sub] = f"{where}.{key}{suffix}".lstrip(".")
                     nested.append((self.done[sub], sub))
             flag = "" if key in required or self.toml else " *(optional)*"
-            default = ""
-            if self.toml and key in required:
-                default = " *required* |"
-            elif self.toml:
-                shown = json.dumps(node["default"]) if "default" in node else None
-                default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            shown = json.dumps(node["default"]) if "default" in node else None
+            default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            default = "" if not self.toml else " *required* |" if key in required else default
             rows.append(f"| `{key}`{flag} | {cell(self.words(node))} |{default} {cell(meaning)} |")
         self.out += [*rows, ""]
         for sub_where, sub in nested:
