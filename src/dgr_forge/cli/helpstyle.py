@@ -138,11 +138,8 @@ def apply(root: Any) -> None:
     if plain and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
-        root.context_settings = {
-            **(root.context_settings or {}),
-            "terminal_width": UNWRAPPED,
-            "max_content_width": UNWRAPPED,
-        }
+        wide = dict.fromkeys(("terminal_width", "max_content_width"), UNWRAPPED)
+        root.context_settings = {**(root.context_settings or {}), **wide}
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         command, path = stack.pop()
