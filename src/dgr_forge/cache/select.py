@@ -253,9 +253,6 @@ def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None
     return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
-# ----------------------------------------------------------------------------- ccache
-
-
 def _ccache_env(
     path: str, mode: str, bases: list[Path], environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str]:
@@ -325,9 +322,6 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         return ""
     value = done.stdout.strip() if done.returncode == 0 else ""
     return _check_remote(value, "ccache.conf remote_storage") if value else ""
-
-
-# ----------------------------------------------------------------------------- sccache
 
 
 def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -412,9 +406,6 @@ def _private_dir(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-
-
-# ----------------------------------------------------------------------------- doctor
 
 
 class CacheTool(Struct):

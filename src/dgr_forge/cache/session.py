@@ -55,8 +55,6 @@ class CacheSession(Struct):
     def __repr__(self) -> str:
         return repr_without(self, frozenset({"env"}))
 
-    # -- per lane
-
     def begin(self, statslog: Path) -> dict[str, str]:
         """Start counting for one lane; what its processes need in their environment."""
         if self.setup.tool == "ccache":
@@ -96,8 +94,6 @@ class CacheSession(Struct):
                     f"({self.setup.distributed}); they ran locally"
                 )
         return used
-
-    # -- the server
 
     def _run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str] | None:
         assert self.setup.launcher
@@ -227,9 +223,6 @@ def open_cache_session(
         yield session
     finally:
         session.stop()
-
-
-# ----------------------------------------------------------------------------- reading
 
 
 Count = Annotated[int, Meta(ge=0)]
