@@ -135,8 +135,7 @@ def _interrupted(journals: frozenset[str], src: Path) -> str:
 
 
 def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
-    """Lanes built in this workspace and their last build: `{lane, last_build}` rows, the
-    shape `lanes` gives a lane too."""
+    """Lanes built in this workspace and their last build: rows shaped as `lanes` gives them."""
     from dgr_forge.lanes.status import built_lanes
 
     rows = built_lanes(env.forge, m)

@@ -97,8 +97,7 @@ USAGE: dict[str, tuple[str, str]] = {
 
 
 def _metavar(param: Any) -> str:
-    """The placeholder of a value an option declares none for (cli/options declares one
-    per option: `--lane LANE`, `--mirror URL`): by the value's type."""
+    """The placeholder, by the value's type, of an option that declares none (cli/options does)."""
     kind = type(param.type).__name__
     if "Path" in kind or "File" in kind:
         return "PATH"

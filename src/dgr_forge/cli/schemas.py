@@ -333,8 +333,7 @@ def _public(node: Any, *, defs: bool = False) -> Any:
 
 
 def toml_schema(name: str, files: str, what: str, shape: Any) -> Schema:
-    """One TOML input's JSON Schema, closed like its Record: a key the loader refuses is one
-    the editor flags."""
+    """A TOML input's JSON Schema, closed like its Record: editors flag what the loader refuses."""
     body = _public(msgspec.json.schema(shape, schema_hook=_schema_hook))
     top = body["$defs"][str(body["$ref"]).removeprefix("#/$defs/")]
     for key in getattr(shape, "LOADED", ()):  # the loader's, never the file's

@@ -63,8 +63,7 @@ class Forge:
         return cls(root=root, workspace=workspace, found_from=found_from)
 
     def picked(self, err: BadInput) -> BadInput:
-        """`err` naming the root, when the search upwards picked it (a directory that merely
-        holds an unrelated manifests/ is then visibly the wrong root)."""
+        """`err` naming the root when the search upwards picked it (visibly, if the wrong one)."""
         if self.found_from is None:
             return err
         how = (
