@@ -35,23 +35,18 @@ INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 # sccache's remote backends: the variable that turns each on (sccache's own names), and
 # whether its value names a place (shown masked; the others only say which backend is on)
 _SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
-    ("SCCACHE_REDIS_ENDPOINT", "redis", True),
-    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
-    ("SCCACHE_REDIS", "redis", True),
-    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
-    ("SCCACHE_MEMCACHED", "memcached", True),
-    ("SCCACHE_BUCKET", "s3", True),
-    ("SCCACHE_GCS_BUCKET", "gcs", True),
-    ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
-    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True),
-    ("SCCACHE_GHA_ENABLED", "gha", False),
-    ("SCCACHE_OSS_BUCKET", "oss", True),
-    ("SCCACHE_COS_BUCKET", "cos", True),
-)
+    ("SCCACHE_REDIS_ENDPOINT", "redis", True), ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
+    ("SCCACHE_REDIS", "redis", True), ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
+    ("SCCACHE_MEMCACHED", "memcached", True), ("SCCACHE_BUCKET", "s3", True),
+    ("SCCACHE_GCS_BUCKET", "gcs", True), ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True), ("SCCACHE_GHA_ENABLED", "gha", False),
+    ("SCCACHE_OSS_BUCKET", "oss", True), ("SCCACHE_COS_BUCKET", "cos", True),
+)  # fmt: skip
 _SCCACHE_RW_MODES = tuple(
     f"SCCACHE_{kind}_RW_MODE"
     for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
 )
+_FALSE = ("0", "false", "no", "disable")  # CCACHE_READONLY's values that are not set
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
 
@@ -108,13 +103,8 @@ class Cache(Struct, kw_only=True):
     @classmethod
     def of(cls, setup: CacheSetup) -> Cache:
         """What the report says of the cache before a compile: no credential, no path."""
-        return cls(
-            tool=setup.tool,
-            version=setup.version,
-            backend=setup.backend,
-            mode=setup.mode,
-            distributed=setup.distributed or UNSET,
-        )
+        shared = {k: getattr(setup, k) for k in ("tool", "version", "backend", "mode")}
+        return cls(**shared, distributed=setup.distributed or UNSET)
 
 
 OFF = CacheSetup()
@@ -201,8 +191,11 @@ def _setup(
 ) -> CacheSetup:
     version = doctor.version(name) or ""
     bases = _bases(workspace, root, worker)
-    if _readonly_in(name, environ):
-        mode = "ro"  # the user's own read-only setting is never weakened, and is recorded
+    # the user's own read-only setting is never weakened, and is recorded
+    if name == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
+        mode = "ro"
+    if name == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
+        mode = "ro"
     if name == "ccache":
         env, backend = _ccache_env(path, mode, bases, environ)
         return CacheSetup(name, path, version, backend, mode, None, env)
@@ -253,21 +246,11 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
     return path
 
 
-def _readonly_in(name: str, environ: Mapping[str, str]) -> bool:
-    if name == "ccache":
-        value = environ.get("CCACHE_READONLY")
-        return value is not None and value.lower() not in ("0", "false", "no", "disable")
-    return environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY"
-
-
 def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
     """Workspace, root and a path worker, resolved as `build` maps them; one that cannot be
     written in SCCACHE_BASEDIRS is left out (its hits then need the same path)."""
     found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
     return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
-
-
-# ----------------------------------------------------------------------------- ccache
 
 
 def _ccache_env(
@@ -339,9 +322,6 @@ def _ccache_remote(path: str, environ: Mapping[str, str]) -> str:
         return ""
     value = done.stdout.strip() if done.returncode == 0 else ""
     return _check_remote(value, "ccache.conf remote_storage") if value else ""
-
-
-# ----------------------------------------------------------------------------- sccache
 
 
 def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
@@ -426,9 +406,6 @@ def _private_dir(path: Path) -> bool:
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
-
-
-# ----------------------------------------------------------------------------- doctor
 
 
 class CacheTool(Struct):

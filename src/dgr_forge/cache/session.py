@@ -55,8 +55,6 @@ class CacheSession(Struct):
     def __repr__(self) -> str:
         return repr_without(self, frozenset({"env"}))
 
-    # -- per lane
-
     def begin(self, statslog: Path) -> dict[str, str]:
         """Start counting for one lane; what its processes need in their environment."""
         if self.setup.tool == "ccache":
@@ -96,8 +94,6 @@ class CacheSession(Struct):
                     f"({self.setup.distributed}); they ran locally"
                 )
         return used
-
-    # -- the server
 
     def _run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str] | None:
         assert self.setup.launcher
@@ -160,12 +156,8 @@ class CacheSession(Struct):
                 listener.bind(str(notify))
                 listener.listen(1)
                 listener.settimeout(_STARTUP)
-                env = {
-                    **self.env,
-                    "SCCACHE_START_SERVER": "1",
-                    "SCCACHE_NO_DAEMON": "1",
-                    "SCCACHE_STARTUP_NOTIFY": str(notify),
-                }
+                env = dict(self.env, SCCACHE_START_SERVER="1", SCCACHE_NO_DAEMON="1")
+                env["SCCACHE_STARTUP_NOTIFY"] = str(notify)
                 log = sock.with_suffix(".log")
                 self._server = proc.spawn([self.setup.launcher], env=env, log=log)
                 if not _await_either(listener, self._server.pid):
@@ -231,9 +223,6 @@ def open_cache_session(
         yield session
     finally:
         session.stop()
-
-
-# ----------------------------------------------------------------------------- reading
 
 
 Count = Annotated[int, Meta(ge=0)]

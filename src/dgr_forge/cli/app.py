@@ -45,8 +45,7 @@ app = typer.Typer(
 
 @dataclass(frozen=True)
 class Outcome:
-    """A command's result and its exit status, kept apart: the status is never a key of the
-    result (a command returns the bare Struct when it succeeded)."""
+    """A command's result and its exit status, kept apart: the status is never a result key."""
 
     fields: Struct
     exit_code: int = ExitCode.OK
@@ -152,8 +151,7 @@ CommandBody = Callable[..., "Struct | Outcome"]
 
 
 def run(ctx: typer.Context, command: str, body: Body) -> None:
-    """Run a command body and emit its JSON when asked; never returns. An error it raises
-    goes on to `fail` (through `cli.main`)."""
+    """Run a command body and emit its JSON when asked; never returns (errors: `fail`)."""
     from dgr_forge.core import proc
 
     obj = ctx.find_root().obj

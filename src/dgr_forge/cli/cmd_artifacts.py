@@ -7,15 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dgr_forge.cli import options as opt
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.options import (
-    DownloadJobs,
-    FileMirror,
-    HashJobs,
-    HeaderDest,
-    ManifestOut,
-    ModelDest,
-)
 from dgr_forge.core.errors import BadInput, ForgeError
 
 if TYPE_CHECKING:
@@ -83,9 +76,9 @@ def _selection(m: ModelManifest, layers: str | None, first: bool, last: bool) ->
 def provision(
     env: Env,
     manifest: ManifestArg,
-    dest: ModelDest,
-    mirror: FileMirror = None,
-    jobs: DownloadJobs = 4,
+    dest: opt.ModelDest,
+    mirror: opt.FileMirror = None,
+    jobs: opt.DownloadJobs = 4,
     layers: LayersOpt = None,
     first: FirstOpt = False,
     last: LastOpt = False,
@@ -112,8 +105,8 @@ def provision(
 def verify(
     env: Env,
     manifest: ManifestArg,
-    dest: ModelDest,
-    jobs: HashJobs = None,
+    dest: opt.ModelDest,
+    jobs: opt.HashJobs = None,
     layers: LayersOpt = None,
 ) -> ArtifactsVerify | Outcome:
     """Check size, sha256 and GGUF split headers of the files in DEST.
@@ -147,8 +140,8 @@ def make_manifest(
             "--source-revision", metavar="REV", help="The upstream checkpoint revision (40 hex)."
         ),
     ] = None,
-    out_path: ManifestOut = None,
-    jobs: HashJobs = None,
+    out_path: opt.ManifestOut = None,
+    jobs: opt.HashJobs = None,
 ) -> ArtifactsManifest:
     """Write a model manifest from the files in DIR (sizes and sha256 from disk)."""
     from dgr_forge.models import manifest as models
@@ -184,9 +177,9 @@ def make_manifest(
 def map_layers(
     env: Env,
     manifest: ManifestArg,
-    dest: HeaderDest = None,
-    mirror: FileMirror = None,
-    jobs: HashJobs = None,
+    dest: opt.HeaderDest = None,
+    mirror: opt.FileMirror = None,
+    jobs: opt.HashJobs = None,
 ) -> ArtifactsMap:
     """Add the layer map to manifest M, read from the GGUF split headers.
 

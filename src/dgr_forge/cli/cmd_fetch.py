@@ -33,14 +33,10 @@ def fetch(
     with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
         result = fetch(s.forge, s.manifest, env.out, mirror=url, offline=offline, force=force)
     where = s.forge.rel(result.src_dir)
-    if result.changed:
-        env.out.answer(
-            f"{result.upstream}: {where} at {result.commit} ({result.method}, {result.seconds} s)"
-        )
-    else:
-        env.out.answer(
-            f"{result.upstream}: {where} already at {result.commit} (verified, nothing to do)"
-        )
+    done = f"at {result.commit} ({result.method}, {result.seconds} s)"
+    if not result.changed:
+        done = f"already at {result.commit} (verified, nothing to do)"
+    env.out.answer(f"{result.upstream}: {where} {done}")
     return result
 
 
@@ -73,9 +69,8 @@ def status(env: Env) -> Status:
     st = workspace_status(forge, m, ws, rebasing=rebase is not None)
     out = env.out
     out.answer(f"upstream  {st.name}  {st.url}")
-    out.answer(
-        f"pin       {st.commit}" + (f"  tree {st.tree}" if st.tree else "  (no tree pinned)")
-    )
+    pinned = f"  tree {st.tree}" if st.tree else "  (no tree pinned)"
+    out.answer(f"pin       {st.commit}{pinned}")
     number = f"b{m.build_number}" if m.build_number else "unknown (run `dgr-forge fetch`)"
     out.answer(f"build     {number}  (the upstream's own build number at the pin)")
     if not st.present:
@@ -140,8 +135,7 @@ def _interrupted(journals: frozenset[str], src: Path) -> str:
 
 
 def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
-    """Lanes built in this workspace and their last build: `{lane, last_build}` rows, the
-    shape `lanes` gives a lane too."""
+    """Lanes built in this workspace and their last build: rows shaped as `lanes` gives them."""
     from dgr_forge.lanes.status import built_lanes
 
     rows = built_lanes(env.forge, m)

@@ -10,8 +10,6 @@ from dgr_forge.cli.app import Env, Outcome, app, command
 from dgr_forge.cli.options import MarkdownReport, Mirror, Offline
 from dgr_forge.core.errors import BadInput
 
-# Library modules are imported inside the commands: every CLI start registers all
-# commands, and each should pay only for what it uses.
 if TYPE_CHECKING:
     from dgr_forge.upstream.rebase.state import Rebase, RebaseAbort
 

@@ -10,19 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from dgr_forge.cli import options as opt
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.options import (
-    BuildReport,
-    BuildReportAsReport,
-    CertifyDest,
-    CertifyLane,
-    FileMirror,
-    KeygenForce,
-    KeygenOut,
-    ReportLane,
-    SigningKey,
-    VerifyKey,
-)
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -39,7 +28,7 @@ app.add_typer(report_app, name="report")
 
 
 @command(app)
-def keygen(env: Env, out: KeygenOut = None, force: KeygenForce = False) -> Keygen:
+def keygen(env: Env, out: opt.KeygenOut = None, force: opt.KeygenForce = False) -> Keygen:
     """Create an Ed25519 signing key (PKCS#8 PEM, mode 0600) and PATH.pub."""
     from dgr_forge.attest import keys
 
@@ -56,7 +45,7 @@ def show(
     report: Annotated[
         Path | None, typer.Argument(help="A .intoto.jsonl report (or --lane L).")
     ] = None,
-    lanes: ReportLane = None,
+    lanes: opt.ReportLane = None,
 ) -> ReportShow:
     """Print a readable summary of a report (--json: the statement too). Does not verify.
 
@@ -146,7 +135,7 @@ def _artifact_base(env: Env, report: Path) -> Path:
 def verify(
     env: Env,
     report: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
-    key: VerifyKey = None,
+    key: opt.VerifyKey = None,
     artifacts: Annotated[
         bool, typer.Option("--artifacts", help="Re-hash every subject on disk.")
     ] = False,
@@ -177,7 +166,7 @@ def compare(
     env: Env,
     a: Annotated[Path, typer.Argument(help="A .intoto.jsonl report.")],
     b: Annotated[Path, typer.Argument(help="Another report of the same lane.")],
-    key: VerifyKey = None,
+    key: opt.VerifyKey = None,
 ) -> ReportCompare | Outcome:
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
     from dgr_forge.attest import reports as reports_mod
@@ -205,18 +194,18 @@ def compare(
 @command(app, "certify")
 def certify_command(
     env: Env,
-    lanes: CertifyLane = None,
+    lanes: opt.CertifyLane = None,
     model: Annotated[
         str | None,
         typer.Option("--model", help="Model manifest name (manifests/models/NAME.toml)."),
     ] = None,
-    dest: CertifyDest = None,
+    dest: opt.CertifyDest = None,
     device: Annotated[
         str | None,
         typer.Option("--device", help="The {device} the steps test (default: the first)."),
     ] = None,
-    build_report: BuildReport = None,
-    report_: BuildReportAsReport = None,
+    build_report: opt.BuildReport = None,
+    report_: opt.BuildReportAsReport = None,
     attested: Annotated[
         Path | None,
         typer.Option(
@@ -229,14 +218,14 @@ def certify_command(
         str | None,
         typer.Option("--hardware", metavar="TEXT", help="With --attested: describe the hardware."),
     ] = None,
-    key: SigningKey = None,
+    key: opt.SigningKey = None,
     report_key: Annotated[
         str | None,
         typer.Option(
             "--report-key", metavar="PATH", help="Public key the report must verify with."
         ),
     ] = None,
-    mirror: FileMirror = None,
+    mirror: opt.FileMirror = None,
 ) -> Struct:
     """Run the lane's certification suite on this host; sign it when every step passes.
 

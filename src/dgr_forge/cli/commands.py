@@ -17,25 +17,12 @@ from dgr_forge.cli.argv import Argv
 # Which module defines each top-level command, in `dgr-forge --help`'s order
 # (tests/test_startup.py checks it against what the modules register).
 COMMAND_MODULES: dict[str, str] = {
-    "fetch": "fetch",
-    "status": "fetch",
-    "patch": "patch",
-    "export": "patch",
-    "rebase": "rebase",
-    "check": "rebase",
-    "bump": "bump",
-    "build": "build",
-    "doctor": "build",
-    "lanes": "build",
-    "presets": "build",
-    "keygen": "report",
-    "certify": "report",
-    "report": "report",
-    "artifacts": "artifacts",
-    "ci": "ci",
-    "toolchain": "toolchain",
-    "demo": "demo",
-}
+    "fetch": "fetch", "status": "fetch", "patch": "patch", "export": "patch",
+    "rebase": "rebase", "check": "rebase", "bump": "bump",
+    "build": "build", "doctor": "build", "lanes": "build", "presets": "build",
+    "keygen": "report", "certify": "report", "report": "report",
+    "artifacts": "artifacts", "ci": "ci", "toolchain": "toolchain", "demo": "demo",
+}  # fmt: skip
 
 MODULES = list(dict.fromkeys(COMMAND_MODULES.values()))
 

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.upstream.manifest import UpstreamManifest
 
-PROBES = "toolchains/probes.toml"
-
 
 @dataclass
 class GlobalOptions:
@@ -165,10 +163,10 @@ class Env:
 def load_doctor(forge: Forge) -> Doctor:
     """Host probes from toolchains/probes.toml: the one place they are read."""
     from dgr_forge.host.doctor import Doctor
-    from dgr_forge.host.probes import load_probes
+    from dgr_forge.host.probes import PROBES, load_probes
     from dgr_forge.host.toolkit import LOCK_NAME, installed_site
 
-    probes = load_probes(forge.toolchains_dir / "probes.toml", PROBES, root=forge.root)
+    probes = load_probes(forge.root / PROBES, PROBES, root=forge.root)
     lock = forge.toolchains_dir / LOCK_NAME
     site = installed_site(lock)  # the pinned toolkit, first
     fenced = (forge.root, forge.workspace)

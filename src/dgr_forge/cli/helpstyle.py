@@ -7,6 +7,7 @@ completes (`complete_*`, which never fail: no forge root, no lanes offered).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,7 @@ USAGE: dict[str, tuple[str, str]] = {
 
 
 def _metavar(param: Any) -> str:
-    """The placeholder of a value an option declares none for (cli/options declares one
-    per option: `--lane LANE`, `--mirror URL`): by the value's type."""
+    """The placeholder, by the value's type, of an option that declares none (cli/options does)."""
     kind = type(param.type).__name__
     if "Path" in kind or "File" in kind:
         return "PATH"
@@ -137,11 +137,8 @@ def apply(root: Any) -> None:
     if plain and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
-        root.context_settings = {
-            **(root.context_settings or {}),
-            "terminal_width": UNWRAPPED,
-            "max_content_width": UNWRAPPED,
-        }
+        wide = dict.fromkeys(("terminal_width", "max_content_width"), UNWRAPPED)
+        root.context_settings = {**(root.context_settings or {}), **wide}
     stack: list[tuple[Any, str]] = [(root, "")]
     while stack:
         command, path = stack.pop()
@@ -180,19 +177,19 @@ def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:
     return [n for n in names if n.startswith(incomplete)]
 
 
-def complete_cache(incomplete: str) -> list[str]:
-    from dgr_forge.cache.select import CHOICES
+def _words(module: str, name: str) -> Callable[[str], list[str]]:
+    """The completer of a fixed set of words: `module.name`, imported when completing."""
 
-    return [v for v in CHOICES if v.startswith(incomplete)]
+    def complete(incomplete: str) -> list[str]:
+        import importlib
+
+        return [
+            v for v in getattr(importlib.import_module(module), name) if v.startswith(incomplete)
+        ]
+
+    return complete
 
 
-def complete_cache_mode(incomplete: str) -> list[str]:
-    from dgr_forge.cache.select import MODES
-
-    return [v for v in MODES if v.startswith(incomplete)]
-
-
-def complete_provider(incomplete: str) -> list[str]:
-    from dgr_forge.ci.render import PROVIDERS
-
-    return [v for v in PROVIDERS if v.startswith(incomplete)]
+complete_cache = _words("dgr_forge.cache.select", "CHOICES")
+complete_cache_mode = _words("dgr_forge.cache.select", "MODES")
+complete_provider = _words("dgr_forge.ci.render", "PROVIDERS")

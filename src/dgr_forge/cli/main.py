@@ -21,19 +21,6 @@ from dgr_forge.cli.commands import register_for
 from dgr_forge.core.errors import BadInput, ExitCode
 
 
-def command_path(words: list[str], root: Any) -> str:
-    """The (sub)command the line's words name, e.g. "ci render"; "dgr-forge" if none."""
-    node = root
-    path: list[str] = []
-    for word in words:
-        subs = getattr(node, "commands", None)
-        if not isinstance(subs, Mapping) or word not in subs:
-            break
-        path.append(word)
-        node = subs[word]
-    return " ".join(path) or "dgr-forge"
-
-
 def _fileno(stream: TextIO) -> int | None:
     try:
         return stream.fileno()
@@ -91,20 +78,6 @@ class GuardedStream:
 
 
 @contextmanager
-def _guarded_streams() -> Iterator[list[GuardedStream]]:
-    """sys.stdout and sys.stderr guarded for one invocation (main may run in-process)."""
-    saved = sys.stdout, sys.stderr
-    guards = [GuardedStream(sys.stdout, "stdout"), GuardedStream(sys.stderr, "stderr")]
-    sys.stdout, sys.stderr = guards
-    try:
-        yield guards
-    finally:
-        for guard in guards:
-            guard.flush()
-        sys.stdout, sys.stderr = saved
-
-
-@contextmanager
 def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
     """With --json, keep stdout for the one JSON object only: Python's `sys.stdout` (Typer's
     help, stray prints) and file descriptor 1 (child processes) both go to stderr meanwhile."""
@@ -134,20 +107,6 @@ def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
             guards[0].error = guards[0].error or stream.error
 
 
-def _invoke(root: Any, args: list[str], command: str, as_json: bool) -> int:
-    """Run the app's Click command `root`; an error leaves through `app.fail`."""
-    try:
-        # `app(...)` would rebuild the Click command (~15 ms at every start); with pretty
-        # exceptions off, calling the built one is the same thing.
-        result = root(args=args, prog_name="dgr-forge", standalone_mode=False)
-        return result if isinstance(result, int) else 0
-    except (Exception, KeyboardInterrupt) as err:
-        code = fail(err, command, as_json)
-        if code is None:
-            raise
-        return code
-
-
 def _reopen_closed_std() -> set[int]:
     """Which of stdin/stdout/stderr were closed at start (`>&-`), each reopened on
     /dev/null: no file the forge opens later takes fd 1 or 2 (a report would get the
@@ -174,7 +133,11 @@ def main(argv: list[str] | None = None) -> None:
     # never group- or world-writable, whatever umask it was started with (SECURITY.md)
     os.umask(os.umask(0o022) | 0o022)
     closed = _reopen_closed_std()
-    with _guarded_streams() as guards:
+    # sys.stdout and sys.stderr guarded for this invocation (main may run in-process)
+    saved = sys.stdout, sys.stderr
+    guards = [GuardedStream(sys.stdout, "stdout"), GuardedStream(sys.stderr, "stderr")]
+    sys.stdout, sys.stderr = guards
+    try:
         code = _main(argv, closed, guards)
         failed = [g for g in guards if g.error is not None]
         if failed:
@@ -183,6 +146,10 @@ def main(argv: list[str] | None = None) -> None:
             what = err.strerror if isinstance(err, OSError) and err.strerror else "it is closed"
             guards[1].write(f"error: cannot write to {name}: {what}\n")
             code = code or ExitCode.FAILED
+    finally:
+        for guard in guards:
+            guard.flush()
+        sys.stdout, sys.stderr = saved
     sys.exit(code)
 
 
@@ -192,7 +159,14 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
     as_json = line.as_json
     root = typer.main.get_command(app)
     helpstyle.apply(root)
-    command = command_path(line.words, root)
+    node, path = root, []  # the (sub)command the words name, e.g. "ci render"
+    for word in line.words:
+        subs = getattr(node, "commands", None)
+        if not isinstance(subs, Mapping) or word not in subs:
+            break
+        path.append(word)
+        node = subs[word]
+    command = " ".join(path) or "dgr-forge"
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
     with _json_stdout(as_json, guards):
         if line.nul is not None:
@@ -204,8 +178,17 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
                 details={"argument": line.nul},
             )
             code = fail(nul, command, as_json) or ExitCode.BAD_INPUT
-        else:
-            code = _invoke(root, line.args, command, as_json)
+        else:  # an error leaves through `app.fail`
+            try:
+                # `app(...)` would rebuild the Click command (~15 ms at every start); with
+                # pretty exceptions off, calling the built one is the same thing.
+                result = root(args=line.args, prog_name="dgr-forge", standalone_mode=False)
+                code = result if isinstance(result, int) else 0
+            except (Exception, KeyboardInterrupt) as err:
+                failed = fail(err, command, as_json)
+                if failed is None:
+                    raise
+                code = failed
         if as_json and not JSON_CHANNEL.emitted:
             # --help, --version, a group's help, typer.Exit: still exactly one object
             fields: dict[str, str] = {}

@@ -7,6 +7,7 @@ the Markdown report a rebase or bump writes (`certify`'s build report: `--build-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,28 +27,17 @@ def _jobs(value: int | None) -> int | None:
 MAX_JOBS = 4096
 
 
-def _jobs_option(help: str) -> Any:
-    return typer.Option("--jobs", "-j", metavar="N", callback=_jobs, help=help)
+def _option(*names: str, **kw: Any) -> Callable[[str], Any]:
+    """An option's names, placeholder and check, awaiting each command's help."""
+    return lambda help: typer.Option(*names, help=help, **kw)
 
 
-def _lane_option(help: str) -> Any:
-    return typer.Option("--lane", "-l", metavar="LANE", help=help, autocompletion=complete_lanes)
-
-
-def _mirror_option(help: str) -> Any:
-    return typer.Option("--mirror", metavar="URL", help=help)
-
-
-def _force_option(help: str) -> Any:
-    return typer.Option("--force", help=help)
-
-
-def _key_option(help: str) -> Any:
-    return typer.Option("--key", metavar="PATH", help=help)
-
-
-def _out_option(help: str) -> Any:
-    return typer.Option("--out", metavar="PATH", help=help)
+_jobs_option = _option("--jobs", "-j", metavar="N", callback=_jobs)
+_lane_option = _option("--lane", "-l", metavar="LANE", autocompletion=complete_lanes)
+_mirror_option = _option("--mirror", metavar="URL")
+_force_option = _option("--force")
+_key_option = _option("--key", metavar="PATH")
+_out_option = _option("--out", metavar="PATH")
 
 
 Mirror = Annotated[

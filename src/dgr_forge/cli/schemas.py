@@ -118,13 +118,6 @@ def details() -> dict[str, str]:
     return {key: str(hint.__metadata__[0]) for key, hint in hints.items()}
 
 
-def _detail_types() -> dict[str, Schema]:
-    """Each failure detail's schema, from its type in `core.errors.Details`."""
-    _, defs = msgspec.json.schema_components([Details])
-    props: dict[str, Schema] = defs["Details"]["properties"]
-    return props
-
-
 def _envelope(ok: Schema, exit_code: Schema, command: Schema) -> dict[str, Schema]:
     kinds = {"ok": ok, "exit_code": exit_code, "command": command}
     return {key: {**kind, "description": ENVELOPE[key]} for key, kind in kinds.items()}
@@ -142,7 +135,7 @@ def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema
 
 def envelope_schema() -> Schema:
     """The failure object (the error, its hint, its details) and the `--help` object."""
-    types = _detail_types()
+    types = msgspec.json.schema_components([Details])[1]["Details"]["properties"]
     failure_env = _envelope({"const": False}, {"type": "integer", "minimum": 1}, {"type": "string"})
     failure = _closed(
         "failure",
@@ -174,11 +167,13 @@ def envelope_schema() -> Schema:
     }
 
 
-def _schema_hook(kind: type) -> Schema:
-    """A path in a result is its string (`cli.app` encodes it so)."""
-    if isinstance(kind, type) and issubclass(kind, PurePath):
+def _schema_hook(t: Any) -> Schema:
+    """A path is its string (`cli.app` encodes it so; a `LOADED` field, left out below)."""
+    if isinstance(t, type) and issubclass(t, CheckedStr):  # its check is the loader's
+        return {"type": "string", "description": (t.__doc__ or "").strip()}
+    if isinstance(t, type) and issubclass(t, PurePath):
         return {"type": "string"}
-    raise NotImplementedError(kind)
+    raise NotImplementedError(t)
 
 
 def command_schema(cmd: Command) -> Schema:
@@ -268,11 +263,10 @@ def _rows(props: dict[str, Schema], required: list[str], keys: tuple[str, ...]) 
     return "\n".join(tables.out).rstrip("\n")
 
 
-def render_doc(made: dict[str, Schema] | None = None, envelope: Schema | None = None) -> str:
-    """docs/json.md; `made`: each command's schema by name and `envelope`, when the caller
-    has them already (`rendered`), else made here."""
+def render_doc(made: dict[str, Schema], envelope: Schema) -> str:
+    """docs/json.md from each command's schema (by name) and the envelope's."""
     kinds = _envelope({"type": "boolean"}, {"type": "integer"}, {"type": "string"})
-    failure = (envelope or envelope_schema())["$defs"]["failure"]
+    failure = envelope["$defs"]["failure"]
     intro = INTRO.replace("{envelope}", _rows(kinds, list(kinds), tuple(kinds)))
     intro = intro.replace("{failure}", _rows(failure["properties"], ["error"], ("error", "hint")))
     out = [intro, "### Failure details", ""]
@@ -291,8 +285,7 @@ def render_doc(made: dict[str, Schema] | None = None, envelope: Schema | None = 
             f"{cmd.summary} Schema: `docs/json-schema/{cmd.name}.json`.",
             "",
         ]
-        schema = made[cmd.name] if made else command_schema(cmd)
-        tables = Tables(schema["$defs"], f"#### `{cmd.words}`: `{{where}}`", toml=False)
+        tables = Tables(made[cmd.name]["$defs"], f"#### `{cmd.words}`: `{{where}}`", toml=False)
         for form in cmd.forms:
             fails = " *(may fail: `ok` false with these keys)*" if form.may_fail else ""
             if len(cmd.forms) > 1 or fails:
@@ -323,14 +316,6 @@ def inputs() -> list[tuple[str, str, str, Any]]:
     ]  # fmt: skip
 
 
-def _checked_str(t: Any) -> Schema:
-    if isinstance(t, type) and issubclass(t, CheckedStr):  # its check is the loader's
-        return {"type": "string", "description": (t.__doc__ or "").strip()}
-    if t is Path:  # a `LOADED` field: left out below
-        return {"type": "string"}
-    raise NotImplementedError(t)
-
-
 def _public(node: Any, *, defs: bool = False) -> Any:
     """A Record's private name (`_Lane`) as the schema shows it (`Lane`)."""
     if isinstance(node, list):
@@ -348,9 +333,8 @@ def _public(node: Any, *, defs: bool = False) -> Any:
 
 
 def toml_schema(name: str, files: str, what: str, shape: Any) -> Schema:
-    """One TOML input's JSON Schema, closed like its Record: a key the loader refuses is one
-    the editor flags."""
-    body = _public(msgspec.json.schema(shape, schema_hook=_checked_str))
+    """A TOML input's JSON Schema, closed like its Record: editors flag what the loader refuses."""
+    body = _public(msgspec.json.schema(shape, schema_hook=_schema_hook))
     top = body["$defs"][str(body["$ref"]).removeprefix("#/$defs/")]
     for key in getattr(shape, "LOADED", ()):  # the loader's, never the file's
         del top["properties"][key]
@@ -487,12 +471,9 @@ class Tables:
                     self.done[sub] = f"{where}.{key}{suffix}".lstrip(".")
                     nested.append((self.done[sub], sub))
             flag = "" if key in required or self.toml else " *(optional)*"
-            default = ""
-            if self.toml and key in required:
-                default = " *required* |"
-            elif self.toml:
-                shown = json.dumps(node["default"]) if "default" in node else None
-                default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            shown = json.dumps(node["default"]) if "default" in node else None
+            default = {None: " optional |", "null": " none |"}.get(shown, f" `{shown}` |")
+            default = "" if not self.toml else " *required* |" if key in required else default
             rows.append(f"| `{key}`{flag} | {cell(self.words(node))} |{default} {cell(meaning)} |")
         self.out += [*rows, ""]
         for sub_where, sub in nested:

@@ -21,8 +21,7 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
 
 
 def env_number(name: str, default: float, minimum: float, maximum: float) -> float:
-    """`$name` in [minimum, maximum] (`default` when unset; an int `default` asks for a
-    whole number)."""
+    """`$name` in [minimum, maximum]; `default` when unset (an int `default`: a whole number)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default

@@ -164,14 +164,11 @@ class ForgeError(Exception):
         message: str,
         *,
         hint: str | None = None,
-        exit_code: ExitCode | None = None,
         details: "Details | None" = None,  # a string, as PEP 563 makes it elsewhere
     ) -> None:
         super().__init__(message)
         self.message = message
         self.hint = hint
-        if exit_code is not None:
-            self.exit_code = exit_code
         self.details: Details = details or {}
 
     def __str__(self) -> str:

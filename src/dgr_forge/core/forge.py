@@ -11,6 +11,16 @@ from dgr_forge.core.errors import BadInput
 UPSTREAM_MANIFEST = "manifests/llama.cpp.toml"
 
 
+class _Under:
+    """A fixed path under the forge root or the workspace (`Forge.recipes_dir`, ...)."""
+
+    def __init__(self, base: str, rel: str) -> None:
+        self.base, self.rel = base, rel
+
+    def __get__(self, forge: Forge, owner: type[Forge] | None = None) -> Path:
+        return Path(getattr(forge, self.base)) / self.rel
+
+
 @dataclass(frozen=True)
 class Forge:
     """The forge root a command works on and its workspace."""
@@ -53,8 +63,7 @@ class Forge:
         return cls(root=root, workspace=workspace, found_from=found_from)
 
     def picked(self, err: BadInput) -> BadInput:
-        """`err` naming the root, when the search upwards picked it (a directory that merely
-        holds an unrelated manifests/ is then visibly the wrong root)."""
+        """`err` naming the root when the search upwards picked it (visibly, if the wrong one)."""
         if self.found_from is None:
             return err
         how = (
@@ -73,51 +82,22 @@ class Forge:
         named.hint = f"{hint}--root DIR or DGR_ROOT chooses another root"
         return named
 
-    @property
-    def upstream_manifest(self) -> Path:
-        return self.root / UPSTREAM_MANIFEST
-
-    @property
-    def recipes_dir(self) -> Path:
-        return self.root / "recipes"
-
-    @property
-    def toolchains_dir(self) -> Path:
-        return self.root / "toolchains"
-
-    @property
-    def cmake_dir(self) -> Path:
-        return self.root / "cmake"
+    upstream_manifest = _Under("root", UPSTREAM_MANIFEST)
+    recipes_dir = _Under("root", "recipes")
+    toolchains_dir = _Under("root", "toolchains")
+    cmake_dir = _Under("root", "cmake")
+    reports_dir = _Under("workspace", "reports")
+    logs_dir = _Under("workspace", "logs")
+    state_file = _Under("workspace", "state.json")
+    tmp_dir = _Under("workspace", "tmp")  # every command's scratch; the next run cleans it
+    lock_file = _Under("workspace", "lock")
+    rebase_state = _Under("workspace", "rebase.json")  # while a rebase is stopped or interrupted
 
     def src_dir(self, name: str) -> Path:
         return self.workspace / "src" / name
 
     def build_dir(self, lane: str) -> Path:
         return self.workspace / "build" / lane
-
-    @property
-    def reports_dir(self) -> Path:
-        return self.workspace / "reports"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.workspace / "logs"
-
-    @property
-    def state_file(self) -> Path:
-        return self.workspace / "state.json"
-
-    @property
-    def tmp_dir(self) -> Path:  # every command's scratch; the next run cleans it
-        return self.workspace / "tmp"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.workspace / "lock"
-
-    @property
-    def rebase_state(self) -> Path:  # while a rebase is stopped on a conflict or interrupted
-        return self.workspace / "rebase.json"
 
     def rel(self, path: Path) -> str:
         try:

@@ -32,11 +32,8 @@ def sha256_file(path: Path) -> str:
             "remove it: the forge hashes regular files only",
         )
     os.set_blocking(fd, True)
-    h = hashlib.sha256()
     with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 # The documented read limits (SECURITY.md, "Parsing is bounded"): TOML inputs 4 MiB

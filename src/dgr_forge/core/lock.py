@@ -170,7 +170,6 @@ def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextMan
         open_failed="cannot open the workspace lock",
         open_hint="the lock must be a plain file the forge can write: remove whatever is "
         f"there (`rm -r {path}`; it holds no data) or choose another --workspace",
-        open_error=BadInput,
         busy=f"workspace {forge.workspace} is in use",
         still_busy=f"workspace {forge.workspace} still in use",
         label="workspace lock",

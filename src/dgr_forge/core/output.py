@@ -249,21 +249,14 @@ class Reporter:
         if self.quiet or self.json_mode or not _terminal() or os.environ.get("CI"):
             yield ProgressSink(self, None)
             return
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+        from rich import progress as bars
         from rich.table import Column
 
-        columns: list[Any] = [BarColumn()]
+        columns: list[Any] = [bars.BarColumn()]
         if transfer:
-            columns += [DownloadColumn(), TransferSpeedColumn()]
-        columns.append(TimeRemainingColumn())
+            columns += [bars.DownloadColumn(), bars.TransferSpeedColumn()]
+        columns.append(bars.TimeRemainingColumn())
         # the text last, folded onto the next line when long: a path in it is never cut
-        columns.append(TextColumn("{task.description}", table_column=Column(overflow="fold")))
-        with Progress(*columns, console=self.console, transient=False) as progress:
+        text = bars.TextColumn("{task.description}", table_column=Column(overflow="fold"))
+        with bars.Progress(*columns, text, console=self.console, transient=False) as progress:
             yield ProgressSink(self, progress)

@@ -64,8 +64,7 @@ PROBE_LIMIT = 1 << 20  # bytes a probe may print: a version or a device list, ne
 
 
 def probe(cmd: Sequence[str], *, timeout: float = 20.0) -> subprocess.CompletedProcess[str] | None:
-    """A host probe (`tool --version`): None when it is missing, broken, hangs past
-    `timeout` or prints more than `PROBE_LIMIT` bytes."""
+    """A host probe (`tool --version`); None: missing, broken, past `timeout` or `PROBE_LIMIT`."""
     starting(cmd, None)
     try:
         done = bounded(cmd, timeout=timeout, limit=PROBE_LIMIT)

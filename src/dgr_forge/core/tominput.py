@@ -69,47 +69,36 @@ class Checker:
         self.shown = shown
 
     def parse(self, raw: bytes, *, limit: int = MAX_BYTES) -> dict[str, Any]:
+        def refuse(problem: str, hint: str, where: str = "(file)") -> BadInput:
+            return fail(self.shown, where, problem, hint)
+
         if len(raw) > limit:
-            raise fail(
-                self.shown,
-                "(file)",
-                f"{len(raw)} bytes, over the {limit}-byte limit",
-                "this is not our input",
-            )
+            raise refuse(f"{len(raw)} bytes, over the {limit}-byte limit", "this is not our input")
         kept = _PARSED.get(raw)
         if kept is not None:
             return cast(dict[str, Any], marshal.loads(kept))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise fail(
-                self.shown,
-                "(file)",
-                f"not UTF-8 ({err.reason} at byte {err.start})",
-                "save as UTF-8",
-            ) from None
+            raise refuse(f"not UTF-8 ({err.reason} at byte {err.start})", "save as UTF-8") from None
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
-            raise fail(
-                self.shown, "(syntax)", f"invalid TOML: {err}", "fix the TOML syntax at that line"
+            raise refuse(
+                f"invalid TOML: {err}", "fix the TOML syntax at that line", "(syntax)"
             ) from None
         except RecursionError:  # tomllib recurses once per nested array / inline table
             data = None
         except ValueError:  # Python's own int limit: a number of thousands of digits
             m = re.search(r"[0-9_]{1000,}", text)
             line = text.count("\n", 0, m.start()) + 1 if m else 0
-            where = f"line {line}" if m else "(file)"
-            raise fail(
-                self.shown,
-                where,
+            raise refuse(
                 "a number with thousands of digits (over Python's limit)",
                 "no value the forge reads is that large: fix the number at that line",
+                f"line {line}" if m else "(file)",
             ) from None
         if data is None or _too_deep(data):
-            raise fail(
-                self.shown,
-                "(file)",
+            raise refuse(
                 f"tables or arrays nested more than {MAX_DEPTH} levels deep",
                 "this is not a schema the forge reads: restore the file from the repository",
             )

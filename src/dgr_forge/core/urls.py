@@ -71,10 +71,6 @@ def remember_secret(value: str) -> None:
     at any alignment, as in a Basic auth header): DESIGN, no secret in any encoding."""
     if len(value) < _MIN_SECRET:
         return
-    _KNOWN_SECRETS.update(f for f in secret_forms(value) if len(f) >= _MIN_ENCODED)
-
-
-def secret_forms(value: str) -> set[str]:
     import base64  # only when a secret is seen: most runs see none
 
     raw = value.encode("utf-8", "surrogateescape")
@@ -85,7 +81,7 @@ def secret_forms(value: str) -> set[str]:
         # before or after it in the echoed text changes the others
         core = enc[-(-4 * lead // 3) : 8 * (lead + len(raw)) // 6]
         forms |= {core, core.translate(_URLSAFE)}
-    return forms
+    _KNOWN_SECRETS.update(f for f in forms if len(f) >= _MIN_ENCODED)
 
 
 def secret_name(name: str) -> bool:

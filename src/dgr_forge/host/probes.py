@@ -13,7 +13,7 @@ from typing import Annotated
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.tominput import Checker, Record, Version1, about, decode, fail, shown_value
 
-SCHEMA = 1
+PROBES = "toolchains/probes.toml"  # under the forge root
 
 
 Strings = tuple[str, ...]

@@ -18,7 +18,6 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.tominput import Checker, NonEmpty, Record, Version1, about, decode, fail
 
-SCHEMA = 1
 LANE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
 CMAKE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Option values: one CMake word, never a list separator, generator expression, variable
@@ -287,25 +286,20 @@ def load(path: Path, shown: str | None = None, *, root: Path | None = None) -> R
     raw, data = Checker(shown).load(path, what="recipe", hint="check the path", root=root)
     recipe = decode(shown, data, Recipe, path=path, shown=shown, sha256=sha256_bytes(raw))
     _ = recipe.cmake_options  # checked first
-    toolchain, ci, digest = recipe.lane.toolchain, recipe.ci, recipe.ci.image_digest
-    if toolchain is not None and not TOOLCHAIN_NAME.fullmatch(toolchain):
-        raise fail(
-            shown,
-            "lane.toolchain",
-            f"{toolchain!r} is not a file name in toolchains/ (no path, no '..')",
-            'write toolchain = "gcc" for toolchains/gcc.cmake',
-        )
-    if digest is not None and not IMAGE_DIGEST.fullmatch(digest):
-        raise fail(
-            shown,
-            "ci.image_digest",
-            f"{digest!r} is not sha256:<64 hex>",
-            "copy it from the registry",
-        )
-    if digest is not None and ci.container is None:
-        raise fail(shown, "ci.image_digest", "without ci.container", "set ci.container too")
-    if ci.container is not None and not _CI_WORD.fullmatch(ci.container):
-        raise fail(shown, "ci.container", f"{ci.container!r} is not an image name", "fix it")
+    chain, ci, digest = recipe.lane.toolchain, recipe.ci, recipe.ci.image_digest
+    for bad, key, problem, fix in (
+        (chain is not None and not TOOLCHAIN_NAME.fullmatch(chain), "lane.toolchain",
+         f"{chain!r} is not a file name in toolchains/ (no path, no '..')",
+         'write toolchain = "gcc" for toolchains/gcc.cmake'),
+        (digest is not None and not IMAGE_DIGEST.fullmatch(digest), "ci.image_digest",
+         f"{digest!r} is not sha256:<64 hex>", "copy it from the registry"),
+        (digest is not None and ci.container is None, "ci.image_digest", "without ci.container",
+         "set ci.container too"),
+        (ci.container is not None and not _CI_WORD.fullmatch(ci.container), "ci.container",
+         f"{ci.container!r} is not an image name", "fix it"),
+    ):  # fmt: skip
+        if bad:
+            raise fail(shown, key, problem, fix)
     _words(shown, "runs_on", ci.runs_on, _CI_WORD)
     _words(shown, "certify_runs_on", ci.certify_runs_on, _CI_WORD)
     if ci.certify_runs_on and recipe.certify is None:
@@ -394,13 +388,8 @@ def _option_word(shown: str, key: str, value: str | int | bool, in_list: bool, f
         raise fail(shown, key, f"{text[:40]!r}: leading '-' (a CMake argument)", fix)
     if not _SAFE_VALUE.fullmatch(text):
         bad = next(ch for ch in text if not _SAFE_VALUE.fullmatch(ch))
-        what = (
-            "whitespace"
-            if bad.isspace()
-            else "a control character"
-            if ord(bad) < 32 or ord(bad) == 127
-            else repr(bad)
-        )
+        control = ord(bad) < 32 or ord(bad) == 127
+        what = "whitespace" if bad.isspace() else "a control character" if control else repr(bad)
         raise fail(shown, key, f"{text[:40]!r} contains {what}", fix)
     return text
 

@@ -130,8 +130,7 @@ def prefix_for(lock_sha256: str) -> Path:
 
 
 def installed_site(lock_path: Path) -> Path | None:
-    """The installed prefix's site directory for the root's lock (`doctor` searches it
-    first); None without a lock or an install. Cheap: one hash."""
+    """The site directory of the lock's installed prefix (`doctor` searches it first), or None."""
     if not lock_path.is_file():
         return None
     try:
