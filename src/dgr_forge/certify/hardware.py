@@ -153,20 +153,16 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
         if current is not None and "=" in line:
             key, _, value = line.partition("=")
             current.setdefault(key.strip(), value.strip()[:120])
-    out = []
-    for dev in devices[:MAX_DEVICES]:
-        if not dev.get("deviceName"):
-            continue
-        uuid = dev.get("deviceUUID")
-        out.append(
-            VulkanGpu(
-                name=dev["deviceName"],
-                type=dev.get("deviceType", ""),
-                driver=dev.get("driverInfo", dev.get("driverVersion", "")),
-                uuid_sha256=uuid_digest(salt, uuid) if uuid else UNSET,
-            )
+    return [
+        VulkanGpu(
+            name=dev["deviceName"],
+            type=dev.get("deviceType", ""),
+            driver=dev.get("driverInfo", dev.get("driverVersion", "")),
+            uuid_sha256=uuid_digest(salt, dev["deviceUUID"]) if dev.get("deviceUUID") else UNSET,
         )
-    return out
+        for dev in devices[:MAX_DEVICES]
+        if dev.get("deviceName")
+    ]
 
 
 def probe(run: Runner = run_probe) -> Identity:
