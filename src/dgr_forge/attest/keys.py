@@ -9,6 +9,7 @@ hint, so they verify all the same).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
@@ -268,13 +269,9 @@ def _env_refusal(variable: str, env: str, kind: str) -> BadInput:
     variable and the shapes expected, never the value (it may be the secret itself, e.g.
     base64-encoded PEM)."""
     encoded = ""
-    try:
-        import base64
-
+    with contextlib.suppress(ValueError):
         if PEM_MARKER.encode() in base64.b64decode(env.strip(), validate=True)[:64]:
             encoded = " (it looks base64-encoded: store the PEM text itself, or decode it)"
-    except ValueError:
-        pass
     if _path_shaped(env):
         shown = f" ({env})"
     else:
