@@ -141,8 +141,7 @@ def surface_of(stmt: dict[str, Any]) -> Surface | None:
 
 def _text(data: Any, *keys: str) -> str | None:
     """A string, else null (the statement is unverified)."""
-    value = _get(data, *keys)
-    return value if isinstance(value, str) else None
+    return value if isinstance(value := _get(data, *keys), str) else None
 
 
 class RecipeShown(Struct):
@@ -333,16 +332,13 @@ def _check_signature(v: Verification) -> None:
         v.verified_by = accepted.keyid
         return
     hinted = {s.keyid for s in env.signatures}
-    if v.key.keyid not in hinted:
-        v.failures.append(
-            f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
-            f"than the verification key {v.key.keyid} ({v.key.source})"
-        )
-    else:
-        v.failures.append(
-            f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
-            "payload (the report was changed after signing, or the signature is corrupt)"
-        )
+    v.failures.append(
+        f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
+        f"than the verification key {v.key.keyid} ({v.key.source})"
+        if v.key.keyid not in hinted
+        else f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
+        "payload (the report was changed after signing, or the signature is corrupt)"
+    )
 
 
 def _check_statement(v: Verification) -> None:
@@ -350,15 +346,12 @@ def _check_statement(v: Verification) -> None:
     if stmt is None:
         v.failures.append(f"bad statement: {v.report.payload_error}")
         return
-    if stmt.get("_type") != provenance.STATEMENT_TYPE:
-        v.failures.append(
-            f"wrong statement type: {stmt.get('_type')!r} (expected {provenance.STATEMENT_TYPE})"
-        )
-    if stmt.get("predicateType") != provenance.PREDICATE_TYPE:
-        v.failures.append(
-            f"wrong predicate type: {stmt.get('predicateType')!r} "
-            f"(expected {provenance.PREDICATE_TYPE})"
-        )
+    for what, got, want in (
+        ("statement", stmt.get("_type"), provenance.STATEMENT_TYPE),
+        ("predicate", stmt.get("predicateType"), provenance.PREDICATE_TYPE),
+    ):
+        if got != want:
+            v.failures.append(f"wrong {what} type: {got!r} (expected {want})")
     subjects = stmt.get("subject")
     if not isinstance(subjects, list) or not subjects:
         v.failures.append("bad statement: no subjects (a report must name its artifacts)")
