@@ -197,9 +197,8 @@ def _read(path: Path, what: str) -> bytes:
 
 
 def load_signer(path: Path) -> Signer:
-    """The private key at `path`; refused (exit 2) when others may read or write the file.
-    Its bytes and mode come from the one descriptor that is read (a swap between the check
-    and the read cannot slip another file in)."""
+    """Refused (exit 2) when others may read or write the file; its bytes and mode come from
+    one descriptor (a swap between the check and the read cannot slip another file in)."""
     shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))

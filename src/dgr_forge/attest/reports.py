@@ -404,9 +404,8 @@ def verify_report(
 
 
 def verifier(key: str | None, *paths: Path) -> PublicKey | None:
-    """The key to verify `paths` with (`--key`, or `keys.resolve_verifier`'s default); none
-    when no report is signed and no key given: an unsigned report then fails as unsigned
-    even where no key is set up."""
+    """None when no report is signed and no key given: an unsigned report then fails as
+    unsigned even where no key is set up."""
     signed = any(load(path).envelope.signatures for path in paths)
     return resolve_verifier(key) if signed or key else None
 
@@ -513,8 +512,7 @@ def subject_digests(v: Verification) -> dict[str, str]:
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
-    """The proof that two builds of a lane (two runners, workspaces, cache on and off) gave
-    one output."""
+    """The proof that two builds of a lane (two runners, cache on and off) gave one output."""
     va, vb = verify_report(a, key), verify_report(b, key)
     sa, sb = subject_digests(va), subject_digests(vb)
     differences = []

@@ -196,8 +196,7 @@ def entries(
     worker: Mapping[str, str] | None = None,
     tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Entry]:
-    """Every record under certifications/<lane>/ of a lane with a recipe, and each lane's
-    old-form `certifications/<lane>.json`, refused."""
+    """Every record of a lane with a recipe; a lane's old-form record is refused."""
     trusted = trust.trusted_keys(forge, keys)
     found: list[Entry] = []
     for lane, recipe in recipes.items():

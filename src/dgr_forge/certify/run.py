@@ -67,8 +67,7 @@ def check_device(device: str) -> str:
 def programs(
     forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
 ) -> dict[str, Program]:
-    """Each suite target's file, checked to be a subject of the report (`subjects`: name ->
-    sha256) and to re-hash to it."""
+    """Each suite target's file, checked to be a report subject and to re-hash to it."""
     build_dir = forge.build_dir(lane)
     try:
         reply = cmake_api.read_reply(build_dir)
@@ -154,9 +153,8 @@ def run_steps(
     references: Mapping[str, Program] | None = None,
     model_size: int | str | None = None,
 ) -> list[CertStep]:
-    """Run every step (all of them, so a failure report is complete); `model` picks a
-    step's per-model gate; a parity step runs `references`' program too (`parity`);
-    `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
+    """Every step runs, so a failure report is complete; `model` picks a step's per-model
+    gate; `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
     logs = forge.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
