@@ -44,7 +44,6 @@ from dgr_forge.host.recipes import Gate, Speeds
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
 MAX_CASES = 1000
-PARSERS = ("test-backend-ops", "llama-bench", "ctest", "parity")
 BOTH_STREAMS = ("parity",)  # parsers that read stderr too (after stdout, each stream whole)
 
 
