@@ -142,6 +142,13 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in STEP_ENV or k.startswith(STEP_ENV_PREFIXES)}
 
 
+def _keep_log(path: Path, raw: bytes) -> None:
+    """As kept (and uploaded by a CI job): masked as every other output is."""
+    text = mask_text(raw.decode("utf-8", "surrogateescape"))
+    with path.open("xb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
+
+
 def run_steps(
     forge: Forge,
     lane: str,
@@ -246,10 +253,7 @@ def _run_whole(
                 hint="rebuild the lane on this host",
                 details={"step": step.name},
             ) from None
-        # kept (and uploaded by a CI job) masked as every other output is
-        text = mask_text(raw.getvalue().decode("utf-8", "surrogateescape"))
-        with log.open("xb") as f:
-            f.write(text.encode("utf-8", "surrogateescape"))
+        _keep_log(log, raw.getvalue())
         run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
         if not left or done.returncode != 0 or _read(step, run)[0] is not None:
