@@ -322,9 +322,8 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
     with a warning."""
     source = signing_key_source(key)
     if source.kind == "option":
-        assert source.path is not None
-        _refuse_secret_shaped_option(key or "")
-        return load_signer(source.path)
+        _refuse_secret_shaped_option(source.value)
+        return load_signer(Path(source.value).expanduser())
     if source.kind == "env-pem":
         return _private_from_pem(source.value.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
     if source.kind == "env-path":
