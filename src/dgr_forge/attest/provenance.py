@@ -228,9 +228,8 @@ def builder() -> Builder:
 
 def purl(name: str, version: str) -> str:
     """A tool as a package URL (an RFC 3986 URI): `pkg:generic/<name>@<version>`."""
-    return f"pkg:generic/{quote(name, safe='')}" + (
-        f"@{quote(version, safe='')}" if version else ""
-    )
+    at = f"@{quote(version, safe='')}" if version else ""
+    return f"pkg:generic/{quote(name, safe='')}{at}"
 
 
 def _tool(tool: Tool) -> Descriptor:
