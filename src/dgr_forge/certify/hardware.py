@@ -130,12 +130,11 @@ def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
             )
 
     for line in (text or "").splitlines():
+        key, sep, value = line.strip().partition(":")
         if re.match(r"^\*+\s*$", line.strip()) or line.strip().startswith("Agent "):
             flush()
             block = {}
-            continue
-        key, sep, value = line.strip().partition(":")
-        if sep and key.strip().lower() not in block:
+        elif sep and key.strip().lower() not in block:
             block[key.strip().lower()] = value.strip()
     flush()
     return agents[:MAX_DEVICES]
@@ -149,8 +148,7 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
         if re.match(r"^GPU\d+:\s*$", line.strip()):
             current = {}
             devices.append(current)
-            continue
-        if current is not None and "=" in line:
+        elif current is not None and "=" in line:
             key, _, value = line.partition("=")
             current.setdefault(key.strip(), value.strip()[:120])
     return [
