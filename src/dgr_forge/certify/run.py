@@ -187,7 +187,6 @@ def run_steps(
         out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
         gate = step.gate(model)
         run = _run_whole(program, argv, step, scratch, log)
-        kept = StepLog(path=forge.rel(log), sha256=sha256_file(log))
         (done, _), (figures, problems) = run, _read(step, run)
         if figures is not None:
             problems += parsers.judge(figures, gate, model_size).problems
@@ -206,7 +205,7 @@ def run_steps(
             seconds=round(done.seconds, 3),
             verdict="fail" if problems else "pass",
             problems=tuple(problems),
-            log=kept,
+            log=StepLog(path=forge.rel(log), sha256=sha256_file(log)),
             failed_cases=[] if figures is None else list(figures.failing),
         )
         reference = (references or {}).get(step.program) if step.reference else None
@@ -301,9 +300,8 @@ def _compare(
         reference_libraries=list(reference.libraries),
         reference_log=log,
     )
-    verdict = parsers.judge(parsers.Figures(mine), gate)
     kept = [p for p in result.problems if p.startswith("exit code")]
-    all_problems = (*kept, *problems, *verdict.problems)
+    all_problems = (*kept, *problems, *parsers.judge(parsers.Figures(mine), gate).problems)
     return msgspec.structs.replace(
         result, figures=mine, problems=all_problems, verdict="fail" if all_problems else "pass"
     )

@@ -140,8 +140,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
         raise fail(
             shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
         )
-    bad = next((ch for ch in arg if ord(ch) < 32 or ord(ch) == 127), None)
-    if bad is not None:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in arg):
         raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
     for m in _PLACEHOLDER.finditer(arg):
         if m.group(1) not in PLACEHOLDERS:
