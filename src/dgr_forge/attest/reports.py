@@ -442,10 +442,8 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
             mine.append((parsed[1], st.st_mtime_ns, path))
     removed = []
     for _stamp, _mtime, path in sorted(mine)[:-KEEP_REPORTS]:
-        if path.name in names:
-            continue
         try:
-            if digests and sha256_file(path) in digests:
+            if path.name in names or (digests and sha256_file(path) in digests):
                 continue
             path.unlink()
         except (OSError, BadInput):

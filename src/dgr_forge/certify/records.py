@@ -271,9 +271,7 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         return no("invalid: not a passed certification")
     moved = lapses(forge, now, body, model)
     steps = {s.name: s for s in now.recipe.certify.steps} if now.recipe.certify else {}
-    for s in body.steps:
-        if not s.text_sha256:
-            continue
+    for s in [s for s in body.steps if s.text_sha256]:
         step = steps.get(s.name)
         try:  # the text as the checkout has it (gone or unreadable: moved)
             text = trust.step_text(forge, step, step.text) if step and step.text else None
