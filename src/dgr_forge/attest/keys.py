@@ -271,10 +271,8 @@ def _env_refusal(variable: str, env: str, kind: str) -> BadInput:
     with contextlib.suppress(ValueError):
         if PEM_MARKER.encode() in base64.b64decode(env.strip(), validate=True)[:64]:
             encoded = " (it looks base64-encoded: store the PEM text itself, or decode it)"
-    if _path_shaped(env):
-        shown = f" ({env})"
-    else:
-        shown = f"; its value ({len(env)} characters) is not shown: it may be a secret{encoded}"
+    shown = f"; its value ({len(env)} characters) is not shown: it may be a secret{encoded}"
+    shown = f" ({env})" if _path_shaped(env) else shown
     return BadInput(
         f"{variable} is neither PEM key text nor the path of a key file{shown}; expected "
         f"the {kind} key's PEM text (starting {PEM_MARKER}) or the path of that file",
