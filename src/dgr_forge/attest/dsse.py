@@ -95,8 +95,7 @@ def sign(body: bytes, payload_type: str, signer: Signer | None) -> Envelope:
     from securesystemslib.signer import CryptoSigner, SSlibKey
 
     public = SSlibKey.from_crypto(signer.key.public_key())
-    made = SslibEnvelope(body, payload_type, {})
-    sig = made.sign(CryptoSigner(signer.key, public))
+    sig = SslibEnvelope(body, payload_type, {}).sign(CryptoSigner(signer.key, public))
     return Envelope(body, payload_type, (Signature(sig.keyid, bytes.fromhex(sig.signature)),))
 
 

@@ -9,6 +9,7 @@ hint, so they verify all the same).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
@@ -196,9 +197,8 @@ def _read(path: Path, what: str) -> bytes:
 
 
 def load_signer(path: Path) -> Signer:
-    """The private key at `path`; refused (exit 2) when others may read or write the file.
-    Its bytes and mode come from the one descriptor that is read (a swap between the check
-    and the read cannot slip another file in)."""
+    """Refused (exit 2) when others may read or write the file; its bytes and mode come from
+    one descriptor (a swap between the check and the read cannot slip another file in)."""
     shown = str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -268,17 +268,11 @@ def _env_refusal(variable: str, env: str, kind: str) -> BadInput:
     variable and the shapes expected, never the value (it may be the secret itself, e.g.
     base64-encoded PEM)."""
     encoded = ""
-    try:
-        import base64
-
+    with contextlib.suppress(ValueError):
         if PEM_MARKER.encode() in base64.b64decode(env.strip(), validate=True)[:64]:
             encoded = " (it looks base64-encoded: store the PEM text itself, or decode it)"
-    except ValueError:
-        pass
-    if _path_shaped(env):
-        shown = f" ({env})"
-    else:
-        shown = f"; its value ({len(env)} characters) is not shown: it may be a secret{encoded}"
+    shown = f"; its value ({len(env)} characters) is not shown: it may be a secret{encoded}"
+    shown = f" ({env})" if _path_shaped(env) else shown
     return BadInput(
         f"{variable} is neither PEM key text nor the path of a key file{shown}; expected "
         f"the {kind} key's PEM text (starting {PEM_MARKER}) or the path of that file",
@@ -326,9 +320,8 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
     with a warning."""
     source = signing_key_source(key)
     if source.kind == "option":
-        assert source.path is not None
-        _refuse_secret_shaped_option(key or "")
-        return load_signer(source.path)
+        _refuse_secret_shaped_option(source.value)
+        return load_signer(Path(source.value).expanduser())
     if source.kind == "env-pem":
         return _private_from_pem(source.value.encode("utf-8"), f"{SIGNING_KEY_ENV} (inline PEM)")
     if source.kind == "env-path":

@@ -187,11 +187,9 @@ class _Paths:
         pairs += [(forge.workspace, WORKSPACE_VAR), (forge.root, ROOT_VAR)]
         found = {(str(p), v) for p, v in pairs}
         found |= {(p, v) for p, v in (extra or {}).items() if p and p != "/"}
-        # longest prefix first: the default workspace lies inside the root
-        ordered = sorted(found, key=lambda pv: len(pv[0]), reverse=True)
-        self._subs = [
+        self._subs = [  # longest prefix first: the default workspace lies inside the root
             (re.compile(re.escape(p) + r"(?=$|[/=;:\s\"'])"), v.replace("\\", "\\\\"))
-            for p, v in ordered
+            for p, v in sorted(found, key=lambda pv: len(pv[0]), reverse=True)
         ]
 
     def text(self, value: str) -> str:
@@ -230,9 +228,8 @@ def builder() -> Builder:
 
 def purl(name: str, version: str) -> str:
     """A tool as a package URL (an RFC 3986 URI): `pkg:generic/<name>@<version>`."""
-    return f"pkg:generic/{quote(name, safe='')}" + (
-        f"@{quote(version, safe='')}" if version else ""
-    )
+    at = f"@{quote(version, safe='')}" if version else ""
+    return f"pkg:generic/{quote(name, safe='')}{at}"
 
 
 def _tool(tool: Tool) -> Descriptor:
@@ -261,9 +258,8 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
     w = build.worker
     if w is None:
         return None
-    is_url = "://" in w.location or w.location.startswith("git@")
     annotations = WorkerNotes(w.dirty)
-    if is_url:
+    if "://" in w.location or w.location.startswith("git@"):
         uri, local = portable_git_uri(w.location, w.commit, "/dgr/worker")
         if local:
             annotations.location = "${DGR_WORKER}"

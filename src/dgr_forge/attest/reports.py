@@ -141,8 +141,7 @@ def surface_of(stmt: dict[str, Any]) -> Surface | None:
 
 def _text(data: Any, *keys: str) -> str | None:
     """A string, else null (the statement is unverified)."""
-    value = _get(data, *keys)
-    return value if isinstance(value, str) else None
+    return value if isinstance(value := _get(data, *keys), str) else None
 
 
 class RecipeShown(Struct):
@@ -333,16 +332,13 @@ def _check_signature(v: Verification) -> None:
         v.verified_by = accepted.keyid
         return
     hinted = {s.keyid for s in env.signatures}
-    if v.key.keyid not in hinted:
-        v.failures.append(
-            f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
-            f"than the verification key {v.key.keyid} ({v.key.source})"
-        )
-    else:
-        v.failures.append(
-            f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
-            "payload (the report was changed after signing, or the signature is corrupt)"
-        )
+    v.failures.append(
+        f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
+        f"than the verification key {v.key.keyid} ({v.key.source})"
+        if v.key.keyid not in hinted
+        else f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
+        "payload (the report was changed after signing, or the signature is corrupt)"
+    )
 
 
 def _check_statement(v: Verification) -> None:
@@ -350,15 +346,12 @@ def _check_statement(v: Verification) -> None:
     if stmt is None:
         v.failures.append(f"bad statement: {v.report.payload_error}")
         return
-    if stmt.get("_type") != provenance.STATEMENT_TYPE:
-        v.failures.append(
-            f"wrong statement type: {stmt.get('_type')!r} (expected {provenance.STATEMENT_TYPE})"
-        )
-    if stmt.get("predicateType") != provenance.PREDICATE_TYPE:
-        v.failures.append(
-            f"wrong predicate type: {stmt.get('predicateType')!r} "
-            f"(expected {provenance.PREDICATE_TYPE})"
-        )
+    for what, got, want in (
+        ("statement", stmt.get("_type"), provenance.STATEMENT_TYPE),
+        ("predicate", stmt.get("predicateType"), provenance.PREDICATE_TYPE),
+    ):
+        if got != want:
+            v.failures.append(f"wrong {what} type: {got!r} (expected {want})")
     subjects = stmt.get("subject")
     if not isinstance(subjects, list) or not subjects:
         v.failures.append("bad statement: no subjects (a report must name its artifacts)")
@@ -411,11 +404,9 @@ def verify_report(
 
 
 def verifier(key: str | None, *paths: Path) -> PublicKey | None:
-    """The key to verify `paths` with (`--key`, or `keys.resolve_verifier`'s default); none
-    when no report is signed and no key given: an unsigned report then fails as unsigned
-    even where no key is set up."""
-    signed = any(load(path).envelope.signatures for path in paths)
-    return resolve_verifier(key) if signed or key else None
+    """None when no report is signed and no key given: an unsigned report then fails as
+    unsigned even where no key is set up."""
+    return resolve_verifier(key) if any(load(p).envelope.signatures for p in paths) or key else None
 
 
 def parse_name(name: str) -> tuple[str, str, str] | None:
@@ -451,10 +442,8 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
             mine.append((parsed[1], st.st_mtime_ns, path))
     removed = []
     for _stamp, _mtime, path in sorted(mine)[:-KEEP_REPORTS]:
-        if path.name in names:
-            continue
         try:
-            if digests and sha256_file(path) in digests:
+            if path.name in names or (digests and sha256_file(path) in digests):
                 continue
             path.unlink()
         except (OSError, BadInput):
@@ -520,8 +509,7 @@ def subject_digests(v: Verification) -> dict[str, str]:
 
 
 def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
-    """The proof that two builds of a lane (two runners, workspaces, cache on and off) gave
-    one output."""
+    """The proof that two builds of a lane (two runners, cache on and off) gave one output."""
     va, vb = verify_report(a, key), verify_report(b, key)
     sa, sb = subject_digests(va), subject_digests(vb)
     differences = []

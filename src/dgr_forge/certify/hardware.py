@@ -130,12 +130,11 @@ def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
             )
 
     for line in (text or "").splitlines():
+        key, sep, value = line.strip().partition(":")
         if re.match(r"^\*+\s*$", line.strip()) or line.strip().startswith("Agent "):
             flush()
             block = {}
-            continue
-        key, sep, value = line.strip().partition(":")
-        if sep and key.strip().lower() not in block:
+        elif sep and key.strip().lower() not in block:
             block[key.strip().lower()] = value.strip()
     flush()
     return agents[:MAX_DEVICES]
@@ -149,24 +148,19 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
         if re.match(r"^GPU\d+:\s*$", line.strip()):
             current = {}
             devices.append(current)
-            continue
-        if current is not None and "=" in line:
+        elif current is not None and "=" in line:
             key, _, value = line.partition("=")
             current.setdefault(key.strip(), value.strip()[:120])
-    out = []
-    for dev in devices[:MAX_DEVICES]:
-        if not dev.get("deviceName"):
-            continue
-        uuid = dev.get("deviceUUID")
-        out.append(
-            VulkanGpu(
-                name=dev["deviceName"],
-                type=dev.get("deviceType", ""),
-                driver=dev.get("driverInfo", dev.get("driverVersion", "")),
-                uuid_sha256=uuid_digest(salt, uuid) if uuid else UNSET,
-            )
+    return [
+        VulkanGpu(
+            name=dev["deviceName"],
+            type=dev.get("deviceType", ""),
+            driver=dev.get("driverInfo", dev.get("driverVersion", "")),
+            uuid_sha256=uuid_digest(salt, dev["deviceUUID"]) if dev.get("deviceUUID") else UNSET,
         )
-    return out
+        for dev in devices[:MAX_DEVICES]
+        if dev.get("deviceName")
+    ]
 
 
 def probe(run: Runner = run_probe) -> Identity:

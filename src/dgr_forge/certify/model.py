@@ -121,8 +121,7 @@ def prepare(
                 details={"model": name, "bad": result.bad},
             )
     if not target.is_dir() or result.bad:
-        provisioned = provision(mm, target, out, mirror=mirror)
-        if not provisioned.ok:
+        if not provision(mm, target, out, mirror=mirror).ok:
             raise OperationFailed(
                 f"model {name}: provisioning into {target} failed",
                 hint="see the errors above; re-run to resume",
@@ -170,10 +169,9 @@ def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
 def check_after(prepared: Prepared, out: Reporter) -> None:
     result = verify(prepared.manifest, prepared.private, out)
     if result.bad:
-        names = ", ".join(result.bad)
         raise OperationFailed(
-            f"model {prepared.bound.name}: {names} changed while the steps ran: the "
-            "figures are not the verified model's, nothing written",
+            f"model {prepared.bound.name}: {', '.join(result.bad)} changed while the steps ran: "
+            "the figures are not the verified model's, nothing written",
             hint="find what writes the model's files, and run certify again",
             details={"model": prepared.bound.name, "bad": result.bad},
         )

@@ -44,7 +44,6 @@ from dgr_forge.host.recipes import Gate, Speeds
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
 MAX_SHOWN_CASES = 10  # failing cases named in a message; `failed_cases` keeps up to MAX_CASES
 MAX_CASES = 1000
-PARSERS = ("test-backend-ops", "llama-bench", "ctest", "parity")
 BOTH_STREAMS = ("parity",)  # parsers that read stderr too (after stdout, each stream whole)
 
 
@@ -116,24 +115,19 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     current: _Section | None = None
     failing: list[FailedCase] = []
     overall: tuple[int, int] | None = None
-    for line in text.splitlines():
-        line = line.rstrip("\r")
+    for line in text.splitlines():  # no "\r" is left in a line
         if m := re.match(_BACKEND_HEAD, line):
             current = _Section(m.group(3).strip())
             backends.append(current)
-            continue
-        if m := re.match(_BACKENDS_PASSED, line):
+        elif m := re.match(_BACKENDS_PASSED, line):
             overall = (_count(m.group(1)), _count(m.group(2)))
+        elif current is None:
             continue
-        if current is None:
-            continue
-        if m := re.match(_TESTS_PASSED, line):
+        elif m := re.match(_TESTS_PASSED, line):
             current.counted = (_count(m.group(1)), _count(m.group(2)))
-            continue
-        if m := re.match(_BACKEND_STATUS, line):
+        elif m := re.match(_BACKEND_STATUS, line):
             current.status, current.status_name = m.group(2), m.group(1)
-            continue
-        if (m := re.match(_CASE, line)) and (line.startswith("  ") or m.group(1)):
+        elif (m := re.match(_CASE, line)) and (line.startswith("  ") or m.group(1)):
             found, name, params = m.group(1), m.group(2), m.group(3)[:400]
             rest = m.group(4).rstrip()
             if rest.startswith("not supported"):
@@ -315,7 +309,7 @@ _FINAL_PPL = rf"^(?:(?:{_TIMESTAMP})?I )?{_ESTIMATE}|(?<=[ \t]){_TIMESTAMP}I {_E
 
 def parse_perplexity(data: bytes) -> Figures:
     lines = re.sub(_ANSI, "", _text(data, "llama-perplexity")).splitlines()
-    found = [m for line in lines if (m := re.search(_FINAL_PPL, line.rstrip("\r")))]
+    found = [m for line in lines if (m := re.search(_FINAL_PPL, line))]
     if len(found) != 1:
         raise Unreadable(
             f"{len(found)} `Final estimate: PPL = X +/- Y` lines, not one (a crash, too "

@@ -196,8 +196,7 @@ def entries(
     worker: Mapping[str, str] | None = None,
     tools: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Entry]:
-    """Every record under certifications/<lane>/ of a lane with a recipe, and each lane's
-    old-form `certifications/<lane>.json`, refused."""
+    """Every record of a lane with a recipe; a lane's old-form record is refused."""
     trusted = trust.trusted_keys(forge, keys)
     found: list[Entry] = []
     for lane, recipe in recipes.items():
@@ -272,9 +271,7 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         return no("invalid: not a passed certification")
     moved = lapses(forge, now, body, model)
     steps = {s.name: s for s in now.recipe.certify.steps} if now.recipe.certify else {}
-    for s in body.steps:
-        if not s.text_sha256:
-            continue
+    for s in [s for s in body.steps if s.text_sha256]:
         step = steps.get(s.name)
         try:  # the text as the checkout has it (gone or unreadable: moved)
             text = trust.step_text(forge, step, step.text) if step and step.text else None

@@ -67,8 +67,7 @@ def check_device(device: str) -> str:
 def programs(
     forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
 ) -> dict[str, Program]:
-    """Each suite target's file, checked to be a subject of the report (`subjects`: name ->
-    sha256) and to re-hash to it."""
+    """Each suite target's file, checked to be a report subject and to re-hash to it."""
     build_dir = forge.build_dir(lane)
     try:
         reply = cmake_api.read_reply(build_dir)
@@ -143,6 +142,13 @@ def child_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in STEP_ENV or k.startswith(STEP_ENV_PREFIXES)}
 
 
+def _keep_log(path: Path, raw: bytes) -> None:
+    """As kept (and uploaded by a CI job): masked as every other output is."""
+    text = mask_text(raw.decode("utf-8", "surrogateescape"))
+    with path.open("xb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
+
+
 def run_steps(
     forge: Forge,
     lane: str,
@@ -154,9 +160,8 @@ def run_steps(
     references: Mapping[str, Program] | None = None,
     model_size: int | str | None = None,
 ) -> list[CertStep]:
-    """Run every step (all of them, so a failure report is complete); `model` picks a
-    step's per-model gate; a parity step runs `references`' program too (`parity`);
-    `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
+    """Every step runs, so a failure report is complete; `model` picks a step's per-model
+    gate; `model_size` is the verified model's tensor bytes (`parsers.judge`)."""
     logs = forge.logs_dir
     logs.mkdir(parents=True, exist_ok=True)
     scratch = forge.tmp_dir / f"certify-{lane}"
@@ -182,7 +187,6 @@ def run_steps(
         out.step(f"certify {lane}: step {step.name}: {step.program} {' '.join(argv)}")
         gate = step.gate(model)
         run = _run_whole(program, argv, step, scratch, log)
-        kept = StepLog(path=forge.rel(log), sha256=sha256_file(log))
         (done, _), (figures, problems) = run, _read(step, run)
         if figures is not None:
             problems += parsers.judge(figures, gate, model_size).problems
@@ -201,7 +205,7 @@ def run_steps(
             seconds=round(done.seconds, 3),
             verdict="fail" if problems else "pass",
             problems=tuple(problems),
-            log=kept,
+            log=StepLog(path=forge.rel(log), sha256=sha256_file(log)),
             failed_cases=[] if figures is None else list(figures.failing),
         )
         reference = (references or {}).get(step.program) if step.reference else None
@@ -248,10 +252,7 @@ def _run_whole(
                 hint="rebuild the lane on this host",
                 details={"step": step.name},
             ) from None
-        # kept (and uploaded by a CI job) masked as every other output is
-        text = mask_text(raw.getvalue().decode("utf-8", "surrogateescape"))
-        with log.open("xb") as f:
-            f.write(text.encode("utf-8", "surrogateescape"))
+        _keep_log(log, raw.getvalue())
         run = done, done.stdout + b"\n" + done.stderr if both else done.stdout
         # read here only while another run may follow (the step's parser reads it after)
         if not left or done.returncode != 0 or _read(step, run)[0] is not None:
@@ -299,9 +300,8 @@ def _compare(
         reference_libraries=list(reference.libraries),
         reference_log=log,
     )
-    verdict = parsers.judge(parsers.Figures(mine), gate)
     kept = [p for p in result.problems if p.startswith("exit code")]
-    all_problems = (*kept, *problems, *verdict.problems)
+    all_problems = (*kept, *problems, *parsers.judge(parsers.Figures(mine), gate).problems)
     return msgspec.structs.replace(
         result, figures=mine, problems=all_problems, verdict="fail" if all_problems else "pass"
     )

@@ -71,8 +71,7 @@ def attested(
         f"(one regular file of at most {MAX_EVIDENCE_BYTES >> 30} GiB; tar a directory)",
         limit=MAX_EVIDENCE_BYTES,
     )
-    worker, tools = got.bound()
-    checked = trust.check_report(forge, got.recipes, m, report, public, worker, tools)
+    checked = trust.check_report(forge, got.recipes, m, report, public, *got.bound())
     if described is not None:
         hw = Hardware(hardware_class=hardware.described_class(described), description=described)
     else:

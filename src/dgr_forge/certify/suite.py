@@ -10,7 +10,7 @@ import re
 
 from msgspec import UNSET
 
-from dgr_forge.certify.parsers import PARSERS
+from dgr_forge.certify.parsers import PARSE
 from dgr_forge.core.tominput import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Step, Suite
 
@@ -86,12 +86,12 @@ def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
         )
     for arg in args:
         _check_arg(shown, f"{where}.args", arg)
-    if parser not in PARSERS:  # the names are the parsers's, read in their module
+    if parser not in PARSE:  # the names are the parsers's, read in their module
         raise fail(
             shown,
             f"{where}.parser",
             f"{shown_value(parser)} is not a parser",
-            f"one of {', '.join(PARSERS)}",
+            f"one of {', '.join(PARSE)}",
         )
     _gate(shown, raw, where)
     _by_model(shown, raw, where)
@@ -140,8 +140,7 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
         raise fail(
             shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
         )
-    bad = next((ch for ch in arg if ord(ch) < 32 or ord(ch) == 127), None)
-    if bad is not None:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in arg):
         raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
     for m in _PLACEHOLDER.finditer(arg):
         if m.group(1) not in PLACEHOLDERS:
