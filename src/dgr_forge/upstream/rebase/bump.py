@@ -38,9 +38,9 @@ from dgr_forge.upstream.rebase.commands import (
     scratch_forge,
     start,
 )
-from dgr_forge.upstream.rebase.conflicts import explain
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.replay import explain
 from dgr_forge.upstream.rebase.state import (
     Onto,
     PatchStep,
