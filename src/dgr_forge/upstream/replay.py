@@ -192,7 +192,15 @@ class CommitWriter:
         if self._broken:
             return None
         try:
-            proc = self._started()
+            if self._proc is None:
+                self._file.parent.mkdir(parents=True, exist_ok=True)
+                self._file.touch()
+                # GIT_FLUSH: each id is written as soon as its object is
+                self._proc = gitutil.start(
+                    self._repo, "hash-object", "-t", "commit", "-w", "--stdin-paths",
+                    env={"GIT_FLUSH": "1"},
+                )  # fmt: skip
+            proc = self._proc
             assert proc.stdin is not None and proc.stdout is not None
             with open(self._file, "r+b") as f:
                 f.write(raw)
@@ -207,17 +215,6 @@ class CommitWriter:
             self.close()
             return None
         return answer
-
-    def _started(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            self._file.parent.mkdir(parents=True, exist_ok=True)
-            self._file.touch()
-            # GIT_FLUSH: each id is written as soon as its object is
-            self._proc = gitutil.start(
-                self._repo, "hash-object", "-t", "commit", "-w", "--stdin-paths",
-                env={"GIT_FLUSH": "1"},
-            )  # fmt: skip
-        return self._proc
 
     def close(self) -> None:
         proc, self._proc = self._proc, None

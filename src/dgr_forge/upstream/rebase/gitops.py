@@ -90,8 +90,7 @@ _MAX_REV = 256
 
 
 def check_rev(rev: str, option: str = "--onto") -> str:
-    """`--onto`'s (or `option`'s) value as data: no option, no control character, bounded
-    (exit 2)."""
+    """`--onto`'s (or `option`'s) value as data: no option nor control character, bounded."""
     rev = rev.strip()
     bad = (
         not rev
@@ -134,17 +133,9 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
     if proc.returncode != 0:
         raise transfer.fetch_failed("the refs", url, proc.stderr)
     refs = {name: sha for sha, _, name in (ln.partition("\t") for ln in proc.stdout.splitlines())}
-    for name in (
-        f"{rev}^{{}}",
-        rev,
-        f"refs/tags/{rev}^{{}}",
-        f"refs/tags/{rev}",
-        f"refs/heads/{rev}",
-    ):
-        if name in refs:
-            return refs[name]
-    # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
-    found = _one(refs.items())
+    names = (f"{rev}^{{}}", rev, f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}")
+    # else ls-remote matches ref tails: take one unambiguous match (peeled tags first)
+    found = next((refs[n] for n in names if n in refs), None) or _one(refs.items())
     if found is not None:
         return found
     if not refs and _ABBREV.fullmatch(rev):
@@ -348,6 +339,4 @@ def ensure_history(
 
 # under the rebase's prefix: a run killed mid-fetch leaves them to the rebase's cleanup
 _RANGE_OLD, _RANGE_NEW = f"{REF_PREFIX}range-old", f"{REF_PREFIX}range-new"
-
-
 _DEPTH_ROUNDS = 6  # 2x..64x the range found by date, then everything
