@@ -101,7 +101,7 @@ class TreeReplay:
     are named only when asked (`explained`): the search needs the first's alone."""
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
-        self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
+        self.repo, self.pin, self.patches = repo, pin, patches
         self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
 
@@ -110,7 +110,6 @@ class TreeReplay:
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
-        self.runs += 1
         head = candidate
         for step in self.engine.onto(candidate):
             file = self.patches[step.index][0]
