@@ -183,10 +183,7 @@ class RebaseRow(Nested, kw_only=True):
         return RebaseRow(**{**msgspec.structs.asdict(step), "outcome": step.outcome or ""})
 
 
-COUNTS = d(
-    "patches per outcome: `unchanged`, `refreshed`, `merged`, `resolved`, `dropped`, "
-    "`dropped-by-hand`, `conflict`"
-)
+COUNTS = d("patches per outcome: " + ", ".join(f"`{o}`" for o in OUTCOMES))
 
 
 def counts_of(rows: list[RebaseRow]) -> dict[str, int]:
