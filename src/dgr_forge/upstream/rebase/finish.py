@@ -229,9 +229,8 @@ def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) ->
 def staged_patches_dir(forge: Forge) -> Path:
     # read from the staged old manifest: the live one may be half-written
     data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
-    return forge.root / (
-        data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
-    )
+    rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
+    return forge.root / rel
 
 
 def write_side(forge: Forge, side: str, out_: Reporter) -> None:

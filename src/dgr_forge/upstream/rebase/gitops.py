@@ -233,10 +233,7 @@ def _cut_fetch(
 
 
 def _fetch_all(src: Path, url: str, why: str) -> None:
-    refs = (
-        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
-        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
-    )
+    refs = [f"+refs/{kind}/*:{REF_PREFIX}remote/{kind}/*" for kind in ("heads", "tags")]
     proc = _cut_fetch(src, url, refs, None, _is_shallow(src), ())
     if proc.returncode != 0:
         raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
