@@ -261,7 +261,15 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
             return head
         st.stopped_at = gitutil.rev_parse(src, "HEAD")
         _save(src, st)
-        raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
+        shown = forge.rel(src)
+        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
+        raise NeedsHuman(
+            f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
+            f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
+            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
+            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
+            details={"commit": commit, "files": unmerged, "workspace": shown},
+        )
     head = gitutil.out(src, "rev-parse", "HEAD")
     _took(src, st, head, out)
     return head
@@ -347,20 +355,6 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
         f"`git -C {forge.rel(src)} cherry-pick --abort` if one is stopped, then "
         "`dgr-forge patch` again",
         details={"state": forge.rel(path), "ref": REPLAY_REF},
-    )
-
-
-def _conflict(
-    forge: Forge, src: Path, st: ReplayState, commit: str, files: list[str], stderr: str
-) -> NeedsHuman:
-    shown = forge.rel(src)
-    what = ", ".join(files) if files else stderr.strip()[-500:]
-    return NeedsHuman(
-        f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
-        f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
-        hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
-        "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
-        details={"commit": commit, "files": files, "workspace": shown},
     )
 
 
