@@ -97,8 +97,7 @@ def update(
 ) -> Patch:
     """`dgr-forge patch`: the series applied (under a person's commits, replayed on it)."""
     src = forge.src_dir(m.name)
-    st = _state(forge, src)
-    if st is not None:
+    if (st := _state(forge, src)) is not None:
         if st.stopped_at is not None:
             commit = st.commits[st.position] if st.position < len(st.commits) else st.orig_head
             raise NeedsHuman(
@@ -175,16 +174,14 @@ def resume(
         return update(forge, m, out, mirror=mirror, offline=offline)
     gd = git_dir(src)
     _head, changes, lines, _ignored = read_status(src)
-    unmerged = [c.path for c in changes if c.change == "unmerged"]
-    if unmerged:
+    if unmerged := [c.path for c in changes if c.change == "unmerged"]:
         raise NeedsHuman(
             f"{forge.rel(src)}: still unmerged: {', '.join(unmerged)}",
             hint="resolve them, `git add` them, then run `dgr-forge patch --continue` "
             "(or `dgr-forge patch --abort`)",
             details={"unmerged": unmerged},
         )
-    unstaged = [line[3:] for line in lines if line[1] not in " ?"]
-    if unstaged:
+    if unstaged := [line[3:] for line in lines if line[1] not in " ?"]:
         raise NeedsHuman(
             f"{forge.rel(src)}: changes not added: {', '.join(unstaged)}",
             hint="`git add` the resolution (or discard what is not part of it), then run "

@@ -405,8 +405,7 @@ def _canary(
         state = load_rebase_state(work)
         if state is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
-        bad = next((s for s in state.patches if s.outcome == "conflict"), None)
-        if bad is not None:
+        if (bad := next((s for s in state.patches if s.outcome == "conflict"), None)) is not None:
             return Break.of(commit, bad), None
         if not rows:
             return None, None
@@ -501,8 +500,7 @@ def summary_lines(b: Bump) -> list[str]:
         f"newest clean: {b.newest_clean[:12]} ({b.taken} of {b.candidates} "
         f"first-parent commit(s) after the pin {b.pin[:12]}; target {b.target[:12]})"
     ]
-    fb = b.first_breaking
-    if fb:
+    if fb := b.first_breaking:
         lines.append(
             f"first breaking: {fb.commit[:12]} {fb.subject}: {fb.patch} conflicts in "
             + ", ".join(fb.files)
@@ -551,8 +549,7 @@ def render(b: Bump, table: str) -> str:
         f"{b.taken} of {b.candidates} first-parent commit(s); the pin {verb}"
         + ("; **target reached**" if b.reached else "; **stopped short of the target**"),
     ]
-    fb = b.first_breaking
-    if fb:
+    if fb := b.first_breaking:
         md.append(
             f"- first breaking: `{fb.commit}` {fb.subject}: patch `{fb.patch}` "
             f"conflicts in {', '.join(f'`{f}`' for f in fb.files)}"

@@ -66,8 +66,7 @@ from dgr_forge.upstream.surface import Recorded, across
 
 def reject_in_progress(forge: Forge) -> None:
     """A rebase in progress refused (exit 3): commands that would move the workspace."""
-    state = load_rebase_state(forge)
-    if state is not None:
+    if (state := load_rebase_state(forge)) is not None:
         at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
             f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
@@ -215,8 +214,7 @@ def resume(
             replay(forge, state, out_, known)
         return finish(forge, state, out_, m, surface)
     # interrupted between automatic steps: redo the step from its recorded head
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         out_.warn("interrupted rebase step left: " + "; ".join(stale))
     clear_leftovers(src, out_, index_lock=True)
     # (detached: HEAD may still be on the branch the rebase started from)
@@ -232,14 +230,12 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     if state.phase == "write":
         out_.info("restoring the manifest and patches/ from the rebase journal")
         write_side(forge, "old", out_)
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         out_.warn("cleaning up: " + "; ".join(stale))
     fault.point("rebase.abort")
     clear_leftovers(src, out_, index_lock=True)
     by = "dgr-forge rebase --abort"  # its reset --hard loses nothing
-    saved = series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)
-    if saved is not None:
+    if (saved := series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)) is not None:
         out_.warn(
             f"what you changed during the stop is saved in {saved} "
             f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"

@@ -72,8 +72,7 @@ def check_manifest_untouched(
 
 def end(forge: Forge, src: Path) -> None:
     """The rebase's refs (REF_PREFIX, in one transaction), journal and state removed."""
-    refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
-    if refs:
+    if refs := out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX):
         lines = "".join(f"delete {r}\n" for r in refs.split())
         git(src, "update-ref", "--stdin", input=lines, check=False)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)

@@ -44,8 +44,7 @@ def refuse_stale(src: Path, out_: Reporter) -> None:
     if lock.exists():
         out_.warn(f"removing stale {lock} (no git command runs under the workspace lock)")
         lock.unlink()
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         raise NeedsHuman(
             f"{src}: unfinished git state: " + "; ".join(stale),
             hint=f"if you started it, finish it (e.g. `git -C {src} am --abort` or "

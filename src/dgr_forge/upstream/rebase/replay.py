@@ -62,8 +62,7 @@ def _ours_ranges(
         elif line.startswith(("||||||| ", "=======")) and region is not None:
             in_ours = False
         elif line.startswith(">>>>>>> ") and region is not None:
-            n = len(region)
-            if n:
+            if n := len(region):
                 for start in range(len(head_lines) - n + 1):
                     if head_lines[start : start + n] == region:
                         ranges.append((start + 1, start + n))
@@ -160,8 +159,7 @@ def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[Upstre
             theirs = _changed_lines(diff)
             if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
                 took.add(commit.strip())
-        exact = [c for c in touching if c.commit in took]
-        if exact:
+        if exact := [c for c in touching if c.commit in took]:
             return exact
     return touching
 
@@ -400,8 +398,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         git(src, "reset", "-q", "--soft", state.head)
     listed = out(src, "diff", "--name-status", "-z").split("\0")
     pairs = list(zip(listed[::2], listed[1::2], strict=False))
-    unmerged = sorted({path for status, path in pairs if status == "U"})
-    if unmerged:
+    if unmerged := sorted({path for status, path in pairs if status == "U"}):
         raise NeedsHuman(
             f"patch {step.file}: still unresolved: {', '.join(unmerged)}",
             hint=f"edit them in {src}, `git -C {src} add {' '.join(unmerged)}`, then "
@@ -416,8 +413,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "`dgr-forge rebase --continue`",
             details={"patch": step.file, "files": marked},
         )
-    unstaged = [path for status, path in pairs if status != "U"]
-    if unstaged:
+    if unstaged := [path for status, path in pairs if status != "U"]:
         raise NeedsHuman(
             f"patch {step.file}: changes not staged: {', '.join(unstaged)}",
             hint=f"`git -C {src} add` what belongs to the resolution (or `git -C {src} "
