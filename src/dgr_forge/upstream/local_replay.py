@@ -322,8 +322,7 @@ def _state(forge: Forge, src: Path) -> ReplayState | None:
 
 
 def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
-    st = _state(forge, src)
-    if st is None:
+    if (st := _state(forge, src)) is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
             hint="`dgr-forge patch` starts one when the series moved under commits of your own",
@@ -357,8 +356,7 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
 
 def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
     """Each commit of a replay: (commit, subject, replayed/skipped/conflict/pending)."""
-    st = load_replay_state(src)
-    if st is None:
+    if (st := load_replay_state(src)) is None:
         return None
     rows = []
     for n, c in enumerate(st.commits):

@@ -464,8 +464,7 @@ class Replay:
             if found.tree == head_tree:
                 yield Step(i, "dropped", None, head_tree)
             else:
-                new = self.rewrite(commit, found.tree, head)
-                if new is None:
+                if (new := self.rewrite(commit, found.tree, head)) is None:
                     yield Step(i, "worktree")
                     return
                 head, head_tree = new, found.tree

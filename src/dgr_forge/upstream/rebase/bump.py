@@ -402,8 +402,7 @@ def _canary(
     done = False
     try:
         start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
-        state = load_rebase_state(work)
-        if state is None:
+        if (state := load_rebase_state(work)) is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
         if (bad := next((s for s in state.patches if s.outcome == "conflict"), None)) is not None:
             return Break.of(commit, bad), None

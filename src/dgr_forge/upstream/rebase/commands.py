@@ -256,8 +256,7 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
 
 
 def require_state(forge: Forge) -> RebaseState:
-    state = load_rebase_state(forge)
-    if state is None:
+    if (state := load_rebase_state(forge)) is None:
         raise BadInput(
             f"no rebase in progress (no {forge.rebase_state})",
             hint="start one with `dgr-forge rebase --onto <commit>`",
@@ -344,8 +343,7 @@ def dry_run(
         scratch, sm = scratch_forge(forge, m, tmp, out_)
         out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
         start(scratch, out_, sm, req, canary=True)
-        state = load_rebase_state(scratch)
-        if state is None:  # already pinned there: nothing to replay
+        if (state := load_rebase_state(scratch)) is None:  # already pinned there: nothing to replay
             return _already_pinned(m, req.rev)
         stage(scratch, state, sm)
         # every patch not dropped keeps its place, named as `export` names it: the canary's

@@ -164,8 +164,7 @@ def pin_commit(
     if sha is not None:
         found = fetch_commit(src, url, sha, out_, since=since)
     else:
-        commit = gitutil.rev_parse(src, rev)
-        if commit is None:
+        if (commit := gitutil.rev_parse(src, rev)) is None:
             out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
             _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
             commit = gitutil.rev_parse(src, rev)
@@ -264,8 +263,7 @@ def fetch_commit(
         )
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
         _fetch_all(src, url, f"to find {commit[:12]}")
-    found = gitutil.commit_and_tree(src, commit)
-    if found is None:
+    if (found := gitutil.commit_and_tree(src, commit)) is None:
         raise BadInput(
             f"--onto: commit {commit} is not available from {mask(url)}",
             hint="check the commit id and that the URL is the repository that has it",
