@@ -137,10 +137,9 @@ def update(
                 "commit), then run `dgr-forge patch` again",
                 details={"commit": c},
             )
-    symbolic = gitutil.git(src, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
     st = ReplayState(
         orig_head=ws.head,
-        orig_ref=symbolic or None,
+        orig_ref=gitutil.git(src, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None,
         commits=mine,
         base_text=series_base.text_of(src),
     )

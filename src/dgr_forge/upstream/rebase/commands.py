@@ -348,8 +348,7 @@ def dry_run(
         stage(scratch, state, sm)
         # every patch not dropped keeps its place, named as `export` names it: the canary's
         # export goes on without a conflicting patch, which the real rebase keeps
-        kept = [s for s in state.patches if s.outcome != "dropped"]
-        for n, step in enumerate(kept, start=1):
+        for n, step in enumerate([s for s in state.patches if s.outcome != "dropped"], start=1):
             step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
         rows = rows_of(state)
         moved = None

@@ -160,8 +160,7 @@ def _outcomes_and_manifest(
         step.new_file = p.file
         if step.outcome == "resolved":
             continue
-        old_bytes = _patch_bytes(m, step.file)
-        if p.data == old_bytes:
+        if p.data == _patch_bytes(m, step.file):
             step.outcome = "unchanged"
         else:
             changed.append((step, p.commit))
@@ -240,14 +239,12 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     data = (jdir / "manifest.toml").read_bytes()
     with root_lock(forge.root, out_):
         series_journal.recover(forge.root, out_)
-        pdir = staged_patches_dir(forge)
-        live = manifest.read_raw(forge.upstream_manifest)
         series_journal.write(
             forge.root,
-            pdir,
+            staged_patches_dir(forge),
             wanted,
             forge.upstream_manifest,
-            data if live != data else None,
+            data if manifest.read_raw(forge.upstream_manifest) != data else None,
             points="rebase",
             out=out_,
             linked=jdir / "patches",

@@ -386,8 +386,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
     head, _, head_tree = out(src, "rev-parse", "HEAD", "HEAD^{tree}").partition("\n")
     known.head_tree = head_tree if head == state.head else None
     if head != state.head:
-        parent = gitutil.rev_parse(src, "HEAD^")
-        if parent != state.head:
+        if gitutil.rev_parse(src, "HEAD^") != state.head:
             raise NeedsHuman(
                 f"{src}: HEAD moved to {head[:12]} during the rebase (expected {state.head[:12]})",
                 hint=f"`git -C {src} reset --soft {state.head}` keeps your resolution "
