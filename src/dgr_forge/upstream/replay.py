@@ -122,9 +122,7 @@ def committable(raw: bytes) -> Meta | None:
         text = (authors[0] + b"\n" + message).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if _NONCHARS.search(text):
-        return None
-    return authors[0], date, message
+    return None if _NONCHARS.search(text) else (authors[0], date, message)
 
 
 def commit_tree(repo: Path, commit: str, tree: str, parent: str, raw: bytes | None = None) -> str:

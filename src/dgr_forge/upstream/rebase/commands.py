@@ -182,9 +182,8 @@ def start(
         if not canary:
             pool.submit(count_build_number, forge, state, m)
         replay(forge, state, out_)
-    if canary:  # the dry run reads the state; nothing is written
-        return noop_result(m, src, None, out_)
-    return finish(forge, state, out_, m, surface)
+    # a canary's caller reads the state; nothing is written
+    return noop_result(m, src, None, out_) if canary else finish(forge, state, out_, m, surface)
 
 
 def resume(
