@@ -191,16 +191,15 @@ def resume(
     if (gd / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
-        if proc.returncode != 0:
-            if _skipped_empty(src):  # the resolution left nothing of this commit
-                st.skipped.append(commit)
-            else:
-                raise OperationFailed(
-                    f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
-                    hint="fix what git names, then `dgr-forge patch --continue` again",
-                )
-        else:
+        if proc.returncode == 0:
             st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        elif _skipped_empty(src):  # the resolution left nothing of this commit
+            st.skipped.append(commit)
+        else:
+            raise OperationFailed(
+                f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
+                hint="fix what git names, then `dgr-forge patch --continue` again",
+            )
         st.position += 1
     elif gitutil.rev_parse(src, "HEAD") != st.stopped_at:
         # the person committed the resolution themselves
