@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -132,9 +132,7 @@ class TreeReplay:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
         found = explain(self.repo, self.pin, b.commit, head, b.files, merged)
-        return Break(
-            b.commit, b.patch, b.files, unique(c for f in b.files for c in found.upstream[f])
-        )
+        return replace(b, upstream_commits=unique(c for f in b.files for c in found.upstream[f]))
 
 
 @dataclass
