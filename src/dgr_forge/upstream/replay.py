@@ -311,9 +311,8 @@ def replay_batch(
     upstream = {c.path for c in diffs[0]}
     changes = diffs[1:]
     touched = Counter(c.path for cs in changes for c in cs)
-    if any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched):
-        return []
-    if _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
+    attributes = any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched)
+    if attributes or _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
         return []
     merged: dict[bytes, Change] = {}
     conflicted: set[bytes] = set()
