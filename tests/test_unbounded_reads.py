@@ -94,7 +94,6 @@ ALLOWED: dict[str, set[str]] = {
 # never: these read trees the forge did not write
 TREE_READERS = {
     "host/cmake_options.py",
-    "upstream/rebase/conflicts.py",
     "upstream/rebase/replay.py",
     "lanes/check.py",
     "lanes/inputs.py",

@@ -18,8 +18,7 @@ from support.git import Upstream, copy_upstream, sh_git
 from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.host.cmake_options import declared_options
-from dgr_forge.upstream.rebase.conflicts import _ours_ranges
-from dgr_forge.upstream.rebase.replay import has_markers
+from dgr_forge.upstream.rebase.replay import _ours_ranges, has_markers
 
 HANG = {"subprocess": True, "timeout": 60}
 

@@ -97,8 +97,7 @@ def update(
 ) -> Patch:
     """`dgr-forge patch`: the series applied (under a person's commits, replayed on it)."""
     src = forge.src_dir(m.name)
-    st = _state(forge, src)
-    if st is not None:
+    if (st := _state(forge, src)) is not None:
         if st.stopped_at is not None:
             commit = st.commits[st.position] if st.position < len(st.commits) else st.orig_head
             raise NeedsHuman(
@@ -138,10 +137,9 @@ def update(
                 "commit), then run `dgr-forge patch` again",
                 details={"commit": c},
             )
-    symbolic = gitutil.git(src, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip()
     st = ReplayState(
         orig_head=ws.head,
-        orig_ref=symbolic or None,
+        orig_ref=gitutil.git(src, "symbolic-ref", "-q", "HEAD", check=False).stdout.strip() or None,
         commits=mine,
         base_text=series_base.text_of(src),
     )
@@ -175,16 +173,14 @@ def resume(
         return update(forge, m, out, mirror=mirror, offline=offline)
     gd = git_dir(src)
     _head, changes, lines, _ignored = read_status(src)
-    unmerged = [c.path for c in changes if c.change == "unmerged"]
-    if unmerged:
+    if unmerged := [c.path for c in changes if c.change == "unmerged"]:
         raise NeedsHuman(
             f"{forge.rel(src)}: still unmerged: {', '.join(unmerged)}",
             hint="resolve them, `git add` them, then run `dgr-forge patch --continue` "
             "(or `dgr-forge patch --abort`)",
             details={"unmerged": unmerged},
         )
-    unstaged = [line[3:] for line in lines if line[1] not in " ?"]
-    if unstaged:
+    if unstaged := [line[3:] for line in lines if line[1] not in " ?"]:
         raise NeedsHuman(
             f"{forge.rel(src)}: changes not added: {', '.join(unstaged)}",
             hint="`git add` the resolution (or discard what is not part of it), then run "
@@ -195,16 +191,15 @@ def resume(
     if (gd / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
-        if proc.returncode != 0:
-            if _skipped_empty(src):  # the resolution left nothing of this commit
-                st.skipped.append(commit)
-            else:
-                raise OperationFailed(
-                    f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
-                    hint="fix what git names, then `dgr-forge patch --continue` again",
-                )
-        else:
+        if proc.returncode == 0:
             st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        elif _skipped_empty(src):  # the resolution left nothing of this commit
+            st.skipped.append(commit)
+        else:
+            raise OperationFailed(
+                f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
+                hint="fix what git names, then `dgr-forge patch --continue` again",
+            )
         st.position += 1
     elif gitutil.rev_parse(src, "HEAD") != st.stopped_at:
         # the person committed the resolution themselves
@@ -261,7 +256,15 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
             return head
         st.stopped_at = gitutil.rev_parse(src, "HEAD")
         _save(src, st)
-        raise _conflict(forge, src, st, commit, unmerged, proc.stderr)
+        shown = forge.rel(src)
+        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
+        raise NeedsHuman(
+            f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
+            f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
+            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
+            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
+            details={"commit": commit, "files": unmerged, "workspace": shown},
+        )
     head = gitutil.out(src, "rev-parse", "HEAD")
     _took(src, st, head, out)
     return head
@@ -317,8 +320,7 @@ def _state(forge: Forge, src: Path) -> ReplayState | None:
 
 
 def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
-    st = _state(forge, src)
-    if st is None:
+    if (st := _state(forge, src)) is None:
         raise BadInput(
             f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
             hint="`dgr-forge patch` starts one when the series moved under commits of your own",
@@ -350,24 +352,9 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
     )
 
 
-def _conflict(
-    forge: Forge, src: Path, st: ReplayState, commit: str, files: list[str], stderr: str
-) -> NeedsHuman:
-    shown = forge.rel(src)
-    what = ", ".join(files) if files else stderr.strip()[-500:]
-    return NeedsHuman(
-        f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
-        f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
-        hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
-        "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
-        details={"commit": commit, "files": files, "workspace": shown},
-    )
-
-
 def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
     """Each commit of a replay: (commit, subject, replayed/skipped/conflict/pending)."""
-    st = load_replay_state(src)
-    if st is None:
+    if (st := load_replay_state(src)) is None:
         return None
     rows = []
     for n, c in enumerate(st.commits):

@@ -122,9 +122,7 @@ def committable(raw: bytes) -> Meta | None:
         text = (authors[0] + b"\n" + message).decode("utf-8")
     except UnicodeDecodeError:
         return None
-    if _NONCHARS.search(text):
-        return None
-    return authors[0], date, message
+    return None if _NONCHARS.search(text) else (authors[0], date, message)
 
 
 def commit_tree(repo: Path, commit: str, tree: str, parent: str, raw: bytes | None = None) -> str:
@@ -192,7 +190,15 @@ class CommitWriter:
         if self._broken:
             return None
         try:
-            proc = self._started()
+            if self._proc is None:
+                self._file.parent.mkdir(parents=True, exist_ok=True)
+                self._file.touch()
+                # GIT_FLUSH: each id is written as soon as its object is
+                self._proc = gitutil.start(
+                    self._repo, "hash-object", "-t", "commit", "-w", "--stdin-paths",
+                    env={"GIT_FLUSH": "1"},
+                )  # fmt: skip
+            proc = self._proc
             assert proc.stdin is not None and proc.stdout is not None
             with open(self._file, "r+b") as f:
                 f.write(raw)
@@ -207,17 +213,6 @@ class CommitWriter:
             self.close()
             return None
         return answer
-
-    def _started(self) -> subprocess.Popen[bytes]:
-        if self._proc is None:
-            self._file.parent.mkdir(parents=True, exist_ok=True)
-            self._file.touch()
-            # GIT_FLUSH: each id is written as soon as its object is
-            self._proc = gitutil.start(
-                self._repo, "hash-object", "-t", "commit", "-w", "--stdin-paths",
-                env={"GIT_FLUSH": "1"},
-            )  # fmt: skip
-        return self._proc
 
     def close(self) -> None:
         proc, self._proc = self._proc, None
@@ -316,9 +311,8 @@ def replay_batch(
     upstream = {c.path for c in diffs[0]}
     changes = diffs[1:]
     touched = Counter(c.path for cs in changes for c in cs)
-    if any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched):
-        return []
-    if _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
+    attributes = any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched)
+    if attributes or _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
         return []
     merged: dict[bytes, Change] = {}
     conflicted: set[bytes] = set()
@@ -467,8 +461,7 @@ class Replay:
             if found.tree == head_tree:
                 yield Step(i, "dropped", None, head_tree)
             else:
-                new = self.rewrite(commit, found.tree, head)
-                if new is None:
+                if (new := self.rewrite(commit, found.tree, head)) is None:
                     yield Step(i, "worktree")
                     return
                 head, head_tree = new, found.tree

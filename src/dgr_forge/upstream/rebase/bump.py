@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
@@ -38,9 +38,9 @@ from dgr_forge.upstream.rebase.commands import (
     scratch_forge,
     start,
 )
-from dgr_forge.upstream.rebase.conflicts import explain
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.replay import explain
 from dgr_forge.upstream.rebase.state import (
     Onto,
     PatchStep,
@@ -101,7 +101,7 @@ class TreeReplay:
     are named only when asked (`explained`): the search needs the first's alone."""
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
-        self.repo, self.pin, self.patches, self.runs = repo, pin, patches, 0
+        self.repo, self.pin, self.patches = repo, pin, patches
         self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
 
@@ -110,7 +110,6 @@ class TreeReplay:
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
-        self.runs += 1
         head = candidate
         for step in self.engine.onto(candidate):
             file = self.patches[step.index][0]
@@ -133,9 +132,7 @@ class TreeReplay:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
         found = explain(self.repo, self.pin, b.commit, head, b.files, merged)
-        return Break(
-            b.commit, b.patch, b.files, unique(c for f in b.files for c in found.upstream[f])
-        )
+        return replace(b, upstream_commits=unique(c for f in b.files for c in found.upstream[f]))
 
 
 @dataclass
@@ -403,11 +400,9 @@ def _canary(
     done = False
     try:
         start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
-        state = load_rebase_state(work)
-        if state is None:
+        if (state := load_rebase_state(work)) is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
-        bad = next((s for s in state.patches if s.outcome == "conflict"), None)
-        if bad is not None:
+        if (bad := next((s for s in state.patches if s.outcome == "conflict"), None)) is not None:
             return Break.of(commit, bad), None
         if not rows:
             return None, None
@@ -502,8 +497,7 @@ def summary_lines(b: Bump) -> list[str]:
         f"newest clean: {b.newest_clean[:12]} ({b.taken} of {b.candidates} "
         f"first-parent commit(s) after the pin {b.pin[:12]}; target {b.target[:12]})"
     ]
-    fb = b.first_breaking
-    if fb:
+    if fb := b.first_breaking:
         lines.append(
             f"first breaking: {fb.commit[:12]} {fb.subject}: {fb.patch} conflicts in "
             + ", ".join(fb.files)
@@ -552,8 +546,7 @@ def render(b: Bump, table: str) -> str:
         f"{b.taken} of {b.candidates} first-parent commit(s); the pin {verb}"
         + ("; **target reached**" if b.reached else "; **stopped short of the target**"),
     ]
-    fb = b.first_breaking
-    if fb:
+    if fb := b.first_breaking:
         md.append(
             f"- first breaking: `{fb.commit}` {fb.subject}: patch `{fb.patch}` "
             f"conflicts in {', '.join(f'`{f}`' for f in fb.files)}"

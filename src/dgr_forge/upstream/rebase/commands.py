@@ -66,8 +66,7 @@ from dgr_forge.upstream.surface import Recorded, across
 
 def reject_in_progress(forge: Forge) -> None:
     """A rebase in progress refused (exit 3): commands that would move the workspace."""
-    state = load_rebase_state(forge)
-    if state is not None:
+    if (state := load_rebase_state(forge)) is not None:
         at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
             f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
@@ -183,9 +182,8 @@ def start(
         if not canary:
             pool.submit(count_build_number, forge, state, m)
         replay(forge, state, out_)
-    if canary:  # the dry run reads the state; nothing is written
-        return noop_result(m, src, None, out_)
-    return finish(forge, state, out_, m, surface)
+    # a canary's caller reads the state; nothing is written
+    return noop_result(m, src, None, out_) if canary else finish(forge, state, out_, m, surface)
 
 
 def resume(
@@ -215,8 +213,7 @@ def resume(
             replay(forge, state, out_, known)
         return finish(forge, state, out_, m, surface)
     # interrupted between automatic steps: redo the step from its recorded head
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         out_.warn("interrupted rebase step left: " + "; ".join(stale))
     clear_leftovers(src, out_, index_lock=True)
     # (detached: HEAD may still be on the branch the rebase started from)
@@ -232,14 +229,12 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     if state.phase == "write":
         out_.info("restoring the manifest and patches/ from the rebase journal")
         write_side(forge, "old", out_)
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         out_.warn("cleaning up: " + "; ".join(stale))
     fault.point("rebase.abort")
     clear_leftovers(src, out_, index_lock=True)
     by = "dgr-forge rebase --abort"  # its reset --hard loses nothing
-    saved = series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)
-    if saved is not None:
+    if (saved := series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)) is not None:
         out_.warn(
             f"what you changed during the stop is saved in {saved} "
             f"(`git -C {forge.rel(src)} apply {saved}` brings it back)"
@@ -260,8 +255,7 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
 
 
 def require_state(forge: Forge) -> RebaseState:
-    state = load_rebase_state(forge)
-    if state is None:
+    if (state := load_rebase_state(forge)) is None:
         raise BadInput(
             f"no rebase in progress (no {forge.rebase_state})",
             hint="start one with `dgr-forge rebase --onto <commit>`",
@@ -348,14 +342,12 @@ def dry_run(
         scratch, sm = scratch_forge(forge, m, tmp, out_)
         out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
         start(scratch, out_, sm, req, canary=True)
-        state = load_rebase_state(scratch)
-        if state is None:  # already pinned there: nothing to replay
+        if (state := load_rebase_state(scratch)) is None:  # already pinned there: nothing to replay
             return _already_pinned(m, req.rev)
         stage(scratch, state, sm)
         # every patch not dropped keeps its place, named as `export` names it: the canary's
         # export goes on without a conflicting patch, which the real rebase keeps
-        kept = [s for s in state.patches if s.outcome != "dropped"]
-        for n, step in enumerate(kept, start=1):
+        for n, step in enumerate([s for s in state.patches if s.outcome != "dropped"], start=1):
             step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
         rows = rows_of(state)
         moved = None

@@ -72,8 +72,7 @@ def check_manifest_untouched(
 
 def end(forge: Forge, src: Path) -> None:
     """The rebase's refs (REF_PREFIX, in one transaction), journal and state removed."""
-    refs = out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX)
-    if refs:
+    if refs := out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX):
         lines = "".join(f"delete {r}\n" for r in refs.split())
         git(src, "update-ref", "--stdin", input=lines, check=False)
     shutil.rmtree(journal_dir(forge), ignore_errors=True)
@@ -161,8 +160,7 @@ def _outcomes_and_manifest(
         step.new_file = p.file
         if step.outcome == "resolved":
             continue
-        old_bytes = _patch_bytes(m, step.file)
-        if p.data == old_bytes:
+        if p.data == _patch_bytes(m, step.file):
             step.outcome = "unchanged"
         else:
             changed.append((step, p.commit))
@@ -229,9 +227,8 @@ def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) ->
 def staged_patches_dir(forge: Forge) -> Path:
     # read from the staged old manifest: the live one may be half-written
     data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
-    return forge.root / (
-        data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
-    )
+    rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
+    return forge.root / rel
 
 
 def write_side(forge: Forge, side: str, out_: Reporter) -> None:
@@ -242,14 +239,12 @@ def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     data = (jdir / "manifest.toml").read_bytes()
     with root_lock(forge.root, out_):
         series_journal.recover(forge.root, out_)
-        pdir = staged_patches_dir(forge)
-        live = manifest.read_raw(forge.upstream_manifest)
         series_journal.write(
             forge.root,
-            pdir,
+            staged_patches_dir(forge),
             wanted,
             forge.upstream_manifest,
-            data if live != data else None,
+            data if manifest.read_raw(forge.upstream_manifest) != data else None,
             points="rebase",
             out=out_,
             linked=jdir / "patches",

@@ -44,8 +44,7 @@ def refuse_stale(src: Path, out_: Reporter) -> None:
     if lock.exists():
         out_.warn(f"removing stale {lock} (no git command runs under the workspace lock)")
         lock.unlink()
-    stale = stale_git_state(src)
-    if stale:
+    if stale := stale_git_state(src):
         raise NeedsHuman(
             f"{src}: unfinished git state: " + "; ".join(stale),
             hint=f"if you started it, finish it (e.g. `git -C {src} am --abort` or "
@@ -90,8 +89,7 @@ _MAX_REV = 256
 
 
 def check_rev(rev: str, option: str = "--onto") -> str:
-    """`--onto`'s (or `option`'s) value as data: no option, no control character, bounded
-    (exit 2)."""
+    """`--onto`'s (or `option`'s) value as data: no option nor control character, bounded."""
     rev = rev.strip()
     bad = (
         not rev
@@ -134,17 +132,9 @@ def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") ->
     if proc.returncode != 0:
         raise transfer.fetch_failed("the refs", url, proc.stderr)
     refs = {name: sha for sha, _, name in (ln.partition("\t") for ln in proc.stdout.splitlines())}
-    for name in (
-        f"{rev}^{{}}",
-        rev,
-        f"refs/tags/{rev}^{{}}",
-        f"refs/tags/{rev}",
-        f"refs/heads/{rev}",
-    ):
-        if name in refs:
-            return refs[name]
-    # ls-remote matches ref tails: take one unambiguous match (peeled tags first)
-    found = _one(refs.items())
+    names = (f"{rev}^{{}}", rev, f"refs/tags/{rev}^{{}}", f"refs/tags/{rev}", f"refs/heads/{rev}")
+    # else ls-remote matches ref tails: take one unambiguous match (peeled tags first)
+    found = next((refs[n] for n in names if n in refs), None) or _one(refs.items())
     if found is not None:
         return found
     if not refs and _ABBREV.fullmatch(rev):
@@ -174,8 +164,7 @@ def pin_commit(
     if sha is not None:
         found = fetch_commit(src, url, sha, out_, since=since)
     else:
-        commit = gitutil.rev_parse(src, rev)
-        if commit is None:
+        if (commit := gitutil.rev_parse(src, rev)) is None:
             out_.info(f"--onto {rev}: an abbreviated id; fetching the upstream's branches and tags")
             _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
             commit = gitutil.rev_parse(src, rev)
@@ -242,10 +231,7 @@ def _cut_fetch(
 
 
 def _fetch_all(src: Path, url: str, why: str) -> None:
-    refs = (
-        "+refs/heads/*:refs/dgr/rebase/remote/heads/*",
-        "+refs/tags/*:refs/dgr/rebase/remote/tags/*",
-    )
+    refs = [f"+refs/{kind}/*:{REF_PREFIX}remote/{kind}/*" for kind in ("heads", "tags")]
     proc = _cut_fetch(src, url, refs, None, _is_shallow(src), ())
     if proc.returncode != 0:
         raise transfer.fetch_failed(f"the branches and tags {why}", url, proc.stderr)
@@ -277,8 +263,7 @@ def fetch_commit(
         )
     if proc.returncode != 0 or not gitutil.has_object(src, commit):
         _fetch_all(src, url, f"to find {commit[:12]}")
-    found = gitutil.commit_and_tree(src, commit)
-    if found is None:
+    if (found := gitutil.commit_and_tree(src, commit)) is None:
         raise BadInput(
             f"--onto: commit {commit} is not available from {mask(url)}",
             hint="check the commit id and that the URL is the repository that has it",
@@ -348,6 +333,4 @@ def ensure_history(
 
 # under the rebase's prefix: a run killed mid-fetch leaves them to the rebase's cleanup
 _RANGE_OLD, _RANGE_NEW = f"{REF_PREFIX}range-old", f"{REF_PREFIX}range-new"
-
-
 _DEPTH_ROUNDS = 6  # 2x..64x the range found by date, then everything

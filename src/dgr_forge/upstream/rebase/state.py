@@ -183,10 +183,7 @@ class RebaseRow(Nested, kw_only=True):
         return RebaseRow(**{**msgspec.structs.asdict(step), "outcome": step.outcome or ""})
 
 
-COUNTS = d(
-    "patches per outcome: `unchanged`, `refreshed`, `merged`, `resolved`, `dropped`, "
-    "`dropped-by-hand`, `conflict`"
-)
+COUNTS = d("patches per outcome: " + ", ".join(f"`{o}`" for o in OUTCOMES))
 
 
 def counts_of(rows: list[RebaseRow]) -> dict[str, int]:
@@ -298,7 +295,6 @@ def render_markdown(
     title: str,
     surface: SurfaceReport | None = None,
 ) -> str:
-    counts = counts_of(rows)
     md = [
         f"### {title} {state.upstream}: `{state.old_commit[:12]}` → `{state.new_commit[:12]}`",
         "",
@@ -308,7 +304,7 @@ def render_markdown(
     ]
     if result_tree:
         md.append(f"- result tree: `{result_tree}`")
-    md += ["- " + summary(counts), "", "| patch | now | outcome |", "| --- | --- | --- |"]
+    md += ["- " + summary(counts_of(rows)), "", "| patch | now | outcome |", "| --- | --- | --- |"]
     for r in rows:
         now = f"`{r.new_file}`" if r.new_file else "—"
         md.append(f"| `{r.file}` | {now} | {OUTCOME_TEXT[r.outcome]}{_upstream_note(r)} |")
@@ -343,8 +339,7 @@ def write_report(
     """`reports/rebase-<old12>-<new12>.json` and `.md` (with `surface`'s moves)."""
     rows = rows_of(state)
     stem = f"rebase-{state.old_commit[:12]}-{state.new_commit[:12]}"
-    json_path = forge.reports_dir / f"{stem}.json"
-    md_path = forge.reports_dir / f"{stem}.md"
+    json_path, md_path = (forge.reports_dir / f"{stem}{ext}" for ext in (".json", ".md"))
     write_json(json_path, msgspec.to_builtins(report_of(RebaseReport, state, result_tree, rows)))
     text = render_markdown(state, result_tree, rows, "Rebase", surface)
     atomic_write_bytes(md_path, text.encode("utf-8"))
