@@ -458,8 +458,7 @@ def export_workspace(
             "every patch on purpose, delete the files and their [[patches.series]] entries",
         )
     base = series_base.load(src)
-    moved = series_base.drift(base, m) if base is not None else None
-    if moved is not None and moved.pin_moved is not None:
+    if base is not None and (moved := series_base.drift(base, m)).pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
     trees = [c.tree for c in ws.series]

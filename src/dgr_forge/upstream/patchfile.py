@@ -221,18 +221,12 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             hunk = Hunk(header=(header[0] + b" @@").decode("utf-8", "replace"), lines=[lines[i]])
             i += 1
             while i < len(lines) and (old_len > 0 or new_len > 0):
-                body = lines[i]
-                tag = body[:1]
-                if tag in (b" ", b"\n", b"\r"):
-                    old_len -= 1
-                    new_len -= 1
-                elif tag == b"-":
-                    old_len -= 1
-                elif tag == b"+":
-                    new_len -= 1
-                elif tag != b"\\":
+                tag = lines[i][:1]
+                if tag not in (b" ", b"\n", b"\r", b"-", b"+", b"\\"):
                     break  # a truncated hunk; git apply will refuse it
-                hunk.lines.append(body)
+                old_len -= tag in (b" ", b"\n", b"\r", b"-")
+                new_len -= tag in (b" ", b"\n", b"\r", b"+")
+                hunk.lines.append(lines[i])
                 i += 1
             while i < len(lines) and lines[i].startswith(b"\\"):
                 hunk.lines.append(lines[i])  # "\ No newline at end of file"
