@@ -80,9 +80,8 @@ class Workspace(Struct):
 
     def commits_on(self, pin: str) -> int | None:
         """How many of the forge's own commits (a linear chain) HEAD has on `pin`; None when
-        HEAD is not on it that way. Whether they are the right ones is patch's tree check."""
-        if self.head is None:
-            return None
+        HEAD is not on it that way (an unborn HEAD has no chain). Whether they are the right
+        ones is patch's tree check."""
         for n, c in enumerate(self.chain):
             if c.commit == pin:
                 return n
@@ -254,13 +253,10 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     j = 0
     while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
         j += 1
-    if j:
+    if rest:  # (no forge commits: a person's commits right on the base)
         ws.local_commits = [c.commit for c in top]
         ws.series = list(reversed(rest[:j]))
         ws.base = rest[j].commit if j < len(rest) else None
-    elif rest:
-        ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
-        ws.base = rest[0].commit
     else:
         ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
