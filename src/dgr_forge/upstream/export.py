@@ -313,10 +313,6 @@ class _CanonicalCache(ScratchCache):
     commits: dict[str, str]
 
 
-def _canonical_key(parent: str, p: ExportedPatch) -> str:
-    return sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
-
-
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
 ) -> tuple[str, ...]:
@@ -332,7 +328,7 @@ def canonical_commits(
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
-            key = _canonical_key(parent, p)
+            key = sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
             if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
                 parent = keys[key] = p.commit
                 made.append(parent)

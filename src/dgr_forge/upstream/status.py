@@ -235,15 +235,10 @@ def series_status(
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
-    return SeriesStatus(
-        series=states,
-        applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        # mid-rebase the commits above the old pin are the replay's, not a person's
-        local_edits=LocalEdits(ws.dirty, [] if rebasing else ws.local_commits),
-        operation_in_progress=ws.operation,
-        replay=replay,
-        moved_since_patched=moved or None,
-    )
+    applied = applied_prefix == len(m.series) and not ws.has_local_edits and have_pin
+    # mid-rebase the commits above the old pin are the replay's, not a person's
+    edits = LocalEdits(ws.dirty, [] if rebasing else ws.local_commits)
+    return SeriesStatus(states, applied, edits, ws.operation, replay, moved or None)
 
 
 def _rebase_state(forge: Forge) -> tuple[RebaseState | None, bool]:
@@ -294,13 +289,9 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     if state is None:
         return RebaseProgress(state=str(path))
     steps, nxt = state.patches, state.next
+    stop = steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET
     return RebaseProgress(
-        state=str(path),
-        onto=state.onto,
-        new_commit=state.new_commit,
-        old_commit=state.old_commit,
-        phase=state.phase,
-        patches_total=len(steps),
-        patches_done=min(nxt, len(steps)),
-        stopped_at=steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET,
-    )
+        state=str(path), onto=state.onto, new_commit=state.new_commit, old_commit=state.old_commit,
+        phase=state.phase, patches_total=len(steps), patches_done=min(nxt, len(steps)),
+        stopped_at=stop,
+    )  # fmt: skip
