@@ -89,9 +89,7 @@ def updated_text(
             chosen[pos] = old_tables[pos]
             used.add(pos)
 
-    unchanged = len(chosen) == len(old_tables) and all(
-        t is old_tables[i] for i, t in enumerate(chosen)
-    )
+    unchanged = [id(t) for t in chosen] == [id(t) for t in old_tables]
     tables: list[Table] = []
     for entry, maybe in zip(series, chosen, strict=True):
         table = maybe if maybe is not None else tomlkit.table()

@@ -156,10 +156,8 @@ def harmful(
         trees = [e.tree for e in m.series]
         if None not in trees and list(workspace_trees) == trees:
             base = SeriesBase.of(m)
-        elif new == disk:
-            return Drift((), (), (), None)
         else:
-            return Drift((), (), (), None, unknown=True)
+            return Drift((), (), (), None, unknown=new != disk)
     d = drift(base, m)
     return Drift(
         added=tuple(f for f in d.added if new.get(f) != disk[f]),

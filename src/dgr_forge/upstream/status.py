@@ -201,10 +201,17 @@ def series_status(
             commits = [ReplayCommit(*row) for row in rows]
             stopped = [c.commit for c in commits if c.state == "conflict"]
             replay = Replay(commits, stopped[0] if stopped else None)
-    if rebasing:
-        mid_rebase = _rebase_states(forge)
-        if mid_rebase is not None:
-            return SeriesStatus(mid_rebase, False, LocalEdits(ws.dirty, []), ws.operation, replay)
+    state, conflicted = _rebase_state(forge) if rebasing else (None, False)
+    if state is not None:
+        steps = []
+        for i, step in enumerate(state.patches):
+            if i < state.next:
+                steps.append(PatchState(step.file, "replayed", step.outcome or ""))
+            elif i == state.next and conflicted:
+                steps.append(PatchState(step.file, "conflict", ", ".join(step.files)))
+            else:
+                steps.append(PatchState(step.file, "pending"))
+        return SeriesStatus(steps, False, LocalEdits(ws.dirty, []), ws.operation, replay)
     base = series_base.load(ws.src) if ws.exists else None
     moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
@@ -251,21 +258,6 @@ def _rebase_state(forge: Forge) -> tuple[RebaseState | None, bool]:
     except BadInput:
         return None, False
     return state, state is not None and (state.phase == "conflict" or state.conflict is not None)
-
-
-def _rebase_states(forge: Forge) -> list[PatchState] | None:
-    state, stopped = _rebase_state(forge)
-    if state is None:
-        return None
-    states = []
-    for i, step in enumerate(state.patches):
-        if i < state.next:
-            states.append(PatchState(step.file, "replayed", step.outcome or ""))
-        elif i == state.next and stopped:
-            states.append(PatchState(step.file, "conflict", ", ".join(step.files)))
-        else:
-            states.append(PatchState(step.file, "pending"))
-    return states
 
 
 class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
