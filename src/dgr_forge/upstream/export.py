@@ -83,8 +83,8 @@ def slug(subject: str) -> str:
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
-def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
-    """(commit, tree, parent, subject, message) for base..head, oldest first; linear only.
+def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str]]:
+    """(commit, tree, subject, message) for base..head, oldest first; linear only.
     One `git log` when the series is a chain on `base`; the calls that name what is wrong
     run only when it is not."""
     proc = gitutil.git(
@@ -134,7 +134,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
                 details={"commit": commit},
             )
         prev_tree = tree
-    return [(c, tree, ps[0], subject, msg) for _, c, tree, ps, subject, msg in commits]
+    return [(c, tree, subject, msg) for _, c, tree, _, subject, msg in commits]
 
 
 # mailinfo's in-body headers: at the start of the body they replace the mail's own
@@ -173,7 +173,7 @@ def compute_series(
     """The canonical series for base..head of `repo` (written to `dest` when given); touches
     neither its work tree nor any patches/ directory."""
     commits = series_commits(repo, base, head)
-    refuse_unsafe_messages(repo, base, [(c[0], c[4]) for c in commits])
+    refuse_unsafe_messages(repo, base, [(c[0], c[3]) for c in commits])
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
@@ -182,9 +182,8 @@ def compute_series(
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"
                 )
-            for n, ((commit, tree, _parent, subject, _message), name) in enumerate(
-                zip(commits, names, strict=True), start=1
-            ):
+            for n, (found, name) in enumerate(zip(commits, names, strict=True), start=1):
+                commit, tree, subject, _ = found
                 data = Path(name).read_bytes()
                 file = f"{n:04d}-{slug(subject)}.patch"
                 if len(data) > patchfile.MAX_PATCH_BYTES:  # `patch` and `check` would refuse it

@@ -63,8 +63,7 @@ def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
     datas: list[bytes] = []
     for entry in m.series:
         data = read_patch(m, entry)
-        actual = sha256_bytes(data)
-        if actual != entry.sha256:
+        if (actual := sha256_bytes(data)) != entry.sha256:
             shown = forge.rel(m.patch_path(entry))
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
