@@ -97,8 +97,7 @@ def _tokens(text: str) -> list[str]:
     for line in text.splitlines():
         if skipping or line.lstrip().startswith("#"):
             skipping = line.rstrip().endswith("\\")
-            lines.append("")
-            continue
+            line = ""
         lines.append(line)
     found = [m for m in _token().finditer("\n".join(lines)) if m.lastgroup not in ("ws", "comment")]
     return ['"..."' if m.lastgroup == "str" else m.group() for m in found]
@@ -356,13 +355,11 @@ def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
     its header at `old` does not declare (the series adds it) is not compared."""
     if recorded.symbols is None:
         return SurfaceReport(False, 0, [])
-    cache: dict[tuple[str, str], dict[str, str]] = {}
 
+    @functools.cache
     def decls(commit: str, header: str) -> dict[str, str]:
-        if (commit, header) not in cache:
-            text = _show(src, commit, header)
-            cache[commit, header] = {} if text is None else declarations(text)
-        return cache[commit, header]
+        text = _show(src, commit, header)
+        return {} if text is None else declarations(text)
 
     found: list[SurfaceChange] = []
     for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
