@@ -48,10 +48,7 @@ _MARK = ".journal-"
 
 
 def _journal_glob(pdir: Path) -> list[Path]:
-    parent = pdir.parent
-    if not parent.is_dir():
-        return []
-    return sorted(parent.glob(f".{pdir.name}{_MARK}*"))
+    return sorted(pdir.parent.glob(f".{pdir.name}{_MARK}*"))  # none where there is no dir
 
 
 def owner_pid(path: Path) -> int | None:

@@ -295,8 +295,7 @@ def qualified_name(demangled: str) -> str:
         "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
         "non-virtual thunk to ", "virtual thunk to ", "guard variable for "
     ):  # fmt: skip
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
+        name = name.removeprefix(prefix)
     # template arguments out (they may hold parentheses and spaces)
     plain, depth = [], 0
     for i, c in enumerate(name):
