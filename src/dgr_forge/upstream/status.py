@@ -113,13 +113,8 @@ def workspace_status(
         from dgr_forge.upstream.fetch import local_commits
 
         st.local_commits = local_commits(ws.src, ws.head, m.commit if st.pin_present else None)
-    st.verified = (
-        st.commit_verified
-        and st.tree_verified is not False
-        and not st.interrupted
-        and not st.local_changes
-        and not st.ignored
-    )
+    clean = not (st.interrupted or st.local_changes or st.ignored)
+    st.verified = st.commit_verified and st.tree_verified is not False and clean
     return st
 
 

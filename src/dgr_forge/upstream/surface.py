@@ -163,13 +163,8 @@ def _unnamed(toks: list[str]) -> list[str]:
     params = _args(toks, i, end)
     kept: list[str] = []
     for n, p in enumerate(params):
-        if (
-            len(p) >= 2
-            and re.fullmatch(r"[A-Za-z_]\w*", p[-1])
-            and p[-1] not in _KEYWORDS
-            and p[-2] != "::"
-            and ")" not in p
-        ):
+        named = len(p) >= 2 and p[-2] != "::" and ")" not in p
+        if named and re.fullmatch(r"[A-Za-z_]\w*", p[-1]) and p[-1] not in _KEYWORDS:
             p = p[:-1]
         kept += ([","] if n else []) + p
     return [*toks[: i + 1], *kept, ")", *toks[end:]]
