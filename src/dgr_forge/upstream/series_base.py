@@ -198,9 +198,8 @@ def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "patches").mkdir(parents=True)
-    if m.patches_dir.is_dir():
-        for p in sorted(m.patches_dir.glob("*.patch")):
-            _save_copy(m.patches_dir, p.name, tmp / "patches" / p.name)
+    for p in sorted(m.patches_dir.glob("*.patch")):  # (none without the directory)
+        _save_copy(m.patches_dir, p.name, tmp / "patches" / p.name)
     _save_copy(m.path.parent, m.path.name, tmp / m.path.name)
     tmp.rename(target)  # complete or absent
     return target

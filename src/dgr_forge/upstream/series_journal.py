@@ -81,8 +81,6 @@ def owner_alive(pid: int | None) -> bool:
 
 
 def _digest(pdir: Path) -> dict[str, str]:
-    if not pdir.is_dir():
-        return {}
     return {
         p.name: hashlib.sha256(patch_bytes(pdir, p.name) or b"").hexdigest()
         for p in sorted(pdir.glob("*.patch"))
