@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from msgspec import Struct, field
+from msgspec import Struct
 
 # far above any real patch; a FIFO or /dev/zero is refused by it
 MAX_PATCH_BYTES = 64 << 20
@@ -25,8 +25,8 @@ class FileDiff(Struct):
     old_path: str | None  # None for a new file (/dev/null)
     new_path: str | None  # None for a deleted file
     new_mode: str | None  # "120000" when the patch creates a symlink, ...
-    header: list[bytes] = field(default_factory=list)  # "diff --git" .. "+++" lines
-    hunks: list[Hunk] = field(default_factory=list)
+    header: list[bytes] = []  # "diff --git" .. "+++" lines
+    hunks: list[Hunk] = []
 
     @property
     def path(self) -> str:
@@ -42,7 +42,7 @@ class ParsedPatch(Struct):
     files: list[FileDiff]
     # (line number, path) of each ---/+++ header naming an absolute path: refused, since
     # stripping the prefix would silently turn "/etc/x" into "etc/x"
-    absolute: list[tuple[int, str]] = field(default_factory=list)
+    absolute: list[tuple[int, str]] = []
 
     @property
     def paths(self) -> list[str]:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -63,19 +63,15 @@ class UpstreamStatus(Struct):
     interrupted: Annotated[
         bool, d("a fetch, checkout or patch was cut short; the next run ends it")
     ] = False
-    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = field(
-        default_factory=list
-    )
+    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = []
     ignored: Annotated[
         list[str],
         d(
             "ignored files in the tree, which `build` refuses (the forge's presets file left "
             "out); `verified` is false while there are any"
         ),
-    ] = field(default_factory=list)
-    local_commits: Annotated[list[str], d("commits not the forge's, as `<id> <subject>`")] = field(
-        default_factory=list
-    )
+    ] = []
+    local_commits: Annotated[list[str], d("commits not the forge's, as `<id> <subject>`")] = []
     verified: Annotated[
         bool, d("commit and tree verified, nothing interrupted, changed or ignored")
     ] = False

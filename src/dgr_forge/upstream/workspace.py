@@ -10,7 +10,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Struct
 from msgspec.structs import replace
 
 from dgr_forge.core import gitutil
@@ -60,16 +60,16 @@ class Workspace(Struct):
     src: Path
     exists: bool
     head: str | None = None  # None: unborn HEAD (or no repository)
-    changes: list[LocalChange] = field(default_factory=list)
-    dirty: list[str] = field(default_factory=list)  # the same changes as "XY path" lines
-    ignored: list[str] = field(default_factory=list)  # ignored files (paths), git's word
+    changes: list[LocalChange] = []
+    dirty: list[str] = []  # the same changes as "XY path" lines
+    ignored: list[str] = []  # ignored files (paths), git's word
     operation: str | None = None  # an am/rebase/merge/cherry-pick left in progress
     journals: frozenset[str] = frozenset()
     shallow: bool = False
-    chain: list[ChainCommit] = field(default_factory=list)  # first-parent, newest first
-    series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
+    chain: list[ChainCommit] = []  # first-parent, newest first
+    series: list[ChainCommit] = []  # forge commits, oldest first
     base: str | None = None  # the commit under them
-    local_commits: list[str] = field(default_factory=list)  # a person's commits on top
+    local_commits: list[str] = []  # a person's commits on top
 
     @property
     def has_local_edits(self) -> bool:
