@@ -94,13 +94,6 @@ def _server_count(git_dir: Path, commit: str) -> int | None:
     return int(counted.stdout)
 
 
-def _allows_filter(git_dir: Path) -> bool:
-    allowed = _server_git(
-        git_dir, "config", "--type=bool", "--get", "uploadpack.allowFilter", isolated=False
-    )
-    return allowed.stdout.strip() == "true"
-
-
 def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int | None, str]:
     """(the upstream's count at `commit`, how it was found or why not)."""
     if (src / ".git").exists() and _held(src, commit) == (True, False):
@@ -121,7 +114,8 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
             if there is not None:
                 return there, "counted in the local repository's full history (no transfer)"
         # a local server that does not allow filters would ignore the filter
-        if local is None or not _allows_filter(local[0]):
+        asked = ["config", "--type=bool", "--get", "uploadpack.allowFilter"]
+        if local is None or _server_git(local[0], *asked, isolated=False).stdout.strip() != "true":
             only_commits = []
     tmp_root.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))

@@ -83,8 +83,8 @@ def slug(subject: str) -> str:
     return text[:SLUG_MAX].rstrip("-") or "patch"
 
 
-def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str, str]]:
-    """(commit, tree, parent, subject, message) for base..head, oldest first; linear only.
+def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str, str]]:
+    """(commit, tree, subject, message) for base..head, oldest first; linear only.
     One `git log` when the series is a chain on `base`; the calls that name what is wrong
     run only when it is not."""
     proc = gitutil.git(
@@ -134,7 +134,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
                 details={"commit": commit},
             )
         prev_tree = tree
-    return [(c, tree, ps[0], subject, msg) for _, c, tree, ps, subject, msg in commits]
+    return [(c, tree, subject, msg) for _, c, tree, _, subject, msg in commits]
 
 
 # mailinfo's in-body headers: at the start of the body they replace the mail's own
@@ -173,7 +173,7 @@ def compute_series(
     """The canonical series for base..head of `repo` (written to `dest` when given); touches
     neither its work tree nor any patches/ directory."""
     commits = series_commits(repo, base, head)
-    refuse_unsafe_messages(repo, base, [(c[0], c[4]) for c in commits])
+    refuse_unsafe_messages(repo, base, [(c[0], c[3]) for c in commits])
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
@@ -182,9 +182,8 @@ def compute_series(
                 raise OperationFailed(
                     f"git format-patch wrote {len(names)} files for {len(commits)} commits"
                 )
-            for n, ((commit, tree, _parent, subject, _message), name) in enumerate(
-                zip(commits, names, strict=True), start=1
-            ):
+            for n, (found, name) in enumerate(zip(commits, names, strict=True), start=1):
+                commit, tree, subject, _ = found
                 data = Path(name).read_bytes()
                 file = f"{n:04d}-{slug(subject)}.patch"
                 if len(data) > patchfile.MAX_PATCH_BYTES:  # `patch` and `check` would refuse it
@@ -313,10 +312,6 @@ class _CanonicalCache(ScratchCache):
     commits: dict[str, str]
 
 
-def _canonical_key(parent: str, p: ExportedPatch) -> str:
-    return sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
-
-
 def canonical_commits(
     repo: Path, base: str, series: Sequence[ExportedPatch], tmp_root: Path | None = None
 ) -> tuple[str, ...]:
@@ -332,7 +327,7 @@ def canonical_commits(
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
-            key = _canonical_key(parent, p)
+            key = sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
             if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
                 parent = keys[key] = p.commit
                 made.append(parent)
@@ -458,8 +453,7 @@ def export_workspace(
             "every patch on purpose, delete the files and their [[patches.series]] entries",
         )
     base = series_base.load(src)
-    moved = series_base.drift(base, m) if base is not None else None
-    if moved is not None and moved.pin_moved is not None:
+    if base is not None and (moved := series_base.drift(base, m)).pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
     trees = [c.tree for c in ws.series]

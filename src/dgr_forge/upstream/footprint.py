@@ -64,10 +64,7 @@ def _count(text: bytes, own: set[str]) -> tuple[int, int, list[str], int]:
 
 def footprint(m: UpstreamManifest) -> Footprint:
     own: set[str] = set()
-    rows = []
-    for entry in m.series:
-        added, removed, created, new_lines = _count(read_patch(m, entry), own)
-        rows.append(PatchFootprint(entry.file, added, removed, created, new_lines))
+    rows = [PatchFootprint(e.file, *_count(read_patch(m, e), own)) for e in m.series]
     added = sum(r.added for r in rows)
     removed = sum(r.removed for r in rows)
     total = added + removed

@@ -174,11 +174,9 @@ def _object_id(shown: str, value: str | None, key: str) -> None:
     problem = f"{shown_value(value)} is not a full 40-hex {what} id"
     if what == "commit" and not re.fullmatch(r"[0-9a-fA-F]*", value):
         problem += " (branch and tag names are refused: a pin must not move)"
-    fix_text = (
-        "pin the full lowercase commit id, e.g. the output of `git rev-parse <ref>`"
-        if what == "commit"
-        else f"use the full tree id (`git rev-parse <commit>^{{tree}}`) or remove {key}"
-    )
+    fix_text = f"use the full tree id (`git rev-parse <commit>^{{tree}}`) or remove {key}"
+    if what == "commit":
+        fix_text = "pin the full lowercase commit id, e.g. the output of `git rev-parse <ref>`"
     raise fail(shown, key, problem, fix_text)
 
 

@@ -89,9 +89,7 @@ def updated_text(
             chosen[pos] = old_tables[pos]
             used.add(pos)
 
-    unchanged = len(chosen) == len(old_tables) and all(
-        t is old_tables[i] for i, t in enumerate(chosen)
-    )
+    unchanged = [id(t) for t in chosen] == [id(t) for t in old_tables]
     tables: list[Table] = []
     for entry, maybe in zip(series, chosen, strict=True):
         table = maybe if maybe is not None else tomlkit.table()
@@ -170,10 +168,8 @@ def _carry_comments(patches: Table, tables: Sequence[Table]) -> None:
         if any(isinstance(v, Comment) for _k, v in body[start:at]):
             lead = "".join(v.as_string() for _k, v in body[start:at])
             del body[start:at]
-            patches.value._map = {}  # indexes shifted: rebuild tomlkit's key map
-            for i, (k, _v) in enumerate(body):
-                if k is not None:
-                    patches.value._map[k] = i
+            # indexes shifted: rebuild tomlkit's key map
+            patches.value._map = {k: i for i, (k, _v) in enumerate(body) if k is not None}
             tables[0].trivia.indent = lead.lstrip("\n") + tables[0].trivia.indent
     for prev, table in itertools.pairwise(tables):
         body = prev.value.body

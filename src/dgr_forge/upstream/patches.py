@@ -202,8 +202,7 @@ def _am_failure(
             hint="fix what git names (free disk space, say), then run `dgr-forge patch` again",
         )
     conflicts = conflicting_hunks(src, parsed[index])  # index == HEAD: previous patches
-    entry = m.series[index]
-    shown = f"{m.patches_dir_rel}/{entry.file}"
+    shown = f"{m.patches_dir_rel}/{m.series[index].file}"
     if not conflicts:
         failed = re.findall(r"patch failed: (.+):(\d+)", output)
         conflicts = [Conflict(f, (f"hunk at line {line}",)) for f, line in dict(failed).items()]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from msgspec import Struct, field
+from msgspec import Struct
 
 # far above any real patch; a FIFO or /dev/zero is refused by it
 MAX_PATCH_BYTES = 64 << 20
@@ -25,8 +25,8 @@ class FileDiff(Struct):
     old_path: str | None  # None for a new file (/dev/null)
     new_path: str | None  # None for a deleted file
     new_mode: str | None  # "120000" when the patch creates a symlink, ...
-    header: list[bytes] = field(default_factory=list)  # "diff --git" .. "+++" lines
-    hunks: list[Hunk] = field(default_factory=list)
+    header: list[bytes] = []  # "diff --git" .. "+++" lines
+    hunks: list[Hunk] = []
 
     @property
     def path(self) -> str:
@@ -42,7 +42,7 @@ class ParsedPatch(Struct):
     files: list[FileDiff]
     # (line number, path) of each ---/+++ header naming an absolute path: refused, since
     # stripping the prefix would silently turn "/etc/x" into "etc/x"
-    absolute: list[tuple[int, str]] = field(default_factory=list)
+    absolute: list[tuple[int, str]] = []
 
     @property
     def paths(self) -> list[str]:
@@ -221,18 +221,12 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             hunk = Hunk(header=(header[0] + b" @@").decode("utf-8", "replace"), lines=[lines[i]])
             i += 1
             while i < len(lines) and (old_len > 0 or new_len > 0):
-                body = lines[i]
-                tag = body[:1]
-                if tag in (b" ", b"\n", b"\r"):
-                    old_len -= 1
-                    new_len -= 1
-                elif tag == b"-":
-                    old_len -= 1
-                elif tag == b"+":
-                    new_len -= 1
-                elif tag != b"\\":
+                tag = lines[i][:1]
+                if tag not in (b" ", b"\n", b"\r", b"-", b"+", b"\\"):
                     break  # a truncated hunk; git apply will refuse it
-                hunk.lines.append(body)
+                old_len -= tag in (b" ", b"\n", b"\r", b"-")
+                new_len -= tag in (b" ", b"\n", b"\r", b"+")
+                hunk.lines.append(lines[i])
                 i += 1
             while i < len(lines) and lines[i].startswith(b"\\"):
                 hunk.lines.append(lines[i])  # "\ No newline at end of file"

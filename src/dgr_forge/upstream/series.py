@@ -63,8 +63,7 @@ def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
     datas: list[bytes] = []
     for entry in m.series:
         data = read_patch(m, entry)
-        actual = sha256_bytes(data)
-        if actual != entry.sha256:
+        if (actual := sha256_bytes(data)) != entry.sha256:
             shown = forge.rel(m.patch_path(entry))
             raise BadInput(
                 f"{shown}: sha256 is {actual}, the manifest says {entry.sha256}",
@@ -79,14 +78,11 @@ def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
     """A patch file of the series, bounded; a link is exit 2, never followed (patches/ is a
     tree a pull request writes: a runner's file would be hashed and its sha256 printed)."""
+    hint = "restore the file, or remove its [[patches.series]] entry"
     return read_regular(
-        m.patch_path(entry),
-        what="patch file",
-        hint="restore the file, or remove its [[patches.series]] entry",
-        limit=patchfile.MAX_PATCH_BYTES,
-        shown=f"{m.patches_dir_rel}/{entry.file}",
-        follow=False,
-    )
+        m.patch_path(entry), what="patch file", hint=hint, limit=patchfile.MAX_PATCH_BYTES,
+        shown=f"{m.patches_dir_rel}/{entry.file}", follow=False,
+    )  # fmt: skip
 
 
 def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:

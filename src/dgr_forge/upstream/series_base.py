@@ -156,10 +156,8 @@ def harmful(
         trees = [e.tree for e in m.series]
         if None not in trees and list(workspace_trees) == trees:
             base = SeriesBase.of(m)
-        elif new == disk:
-            return Drift((), (), (), None)
         else:
-            return Drift((), (), (), None, unknown=True)
+            return Drift((), (), (), None, unknown=new != disk)
     d = drift(base, m)
     return Drift(
         added=tuple(f for f in d.added if new.get(f) != disk[f]),
@@ -200,9 +198,8 @@ def save_replaced(forge: Forge, m: UpstreamManifest) -> Path:
     tmp = target.with_name(target.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "patches").mkdir(parents=True)
-    if m.patches_dir.is_dir():
-        for p in sorted(m.patches_dir.glob("*.patch")):
-            _save_copy(m.patches_dir, p.name, tmp / "patches" / p.name)
+    for p in sorted(m.patches_dir.glob("*.patch")):  # (none without the directory)
+        _save_copy(m.patches_dir, p.name, tmp / "patches" / p.name)
     _save_copy(m.path.parent, m.path.name, tmp / m.path.name)
     tmp.rename(target)  # complete or absent
     return target

@@ -48,10 +48,7 @@ _MARK = ".journal-"
 
 
 def _journal_glob(pdir: Path) -> list[Path]:
-    parent = pdir.parent
-    if not parent.is_dir():
-        return []
-    return sorted(parent.glob(f".{pdir.name}{_MARK}*"))
+    return sorted(pdir.parent.glob(f".{pdir.name}{_MARK}*"))  # none where there is no dir
 
 
 def owner_pid(path: Path) -> int | None:
@@ -84,8 +81,6 @@ def owner_alive(pid: int | None) -> bool:
 
 
 def _digest(pdir: Path) -> dict[str, str]:
-    if not pdir.is_dir():
-        return {}
     return {
         p.name: hashlib.sha256(patch_bytes(pdir, p.name) or b"").hexdigest()
         for p in sorted(pdir.glob("*.patch"))

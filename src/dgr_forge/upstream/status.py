@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import UNSET, Struct, UnsetType
 
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
@@ -63,19 +63,15 @@ class UpstreamStatus(Struct):
     interrupted: Annotated[
         bool, d("a fetch, checkout or patch was cut short; the next run ends it")
     ] = False
-    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = field(
-        default_factory=list
-    )
+    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = []
     ignored: Annotated[
         list[str],
         d(
             "ignored files in the tree, which `build` refuses (the forge's presets file left "
             "out); `verified` is false while there are any"
         ),
-    ] = field(default_factory=list)
-    local_commits: Annotated[list[str], d("commits not the forge's, as `<id> <subject>`")] = field(
-        default_factory=list
-    )
+    ] = []
+    local_commits: Annotated[list[str], d("commits not the forge's, as `<id> <subject>`")] = []
     verified: Annotated[
         bool, d("commit and tree verified, nothing interrupted, changed or ignored")
     ] = False
@@ -113,13 +109,8 @@ def workspace_status(
         from dgr_forge.upstream.fetch import local_commits
 
         st.local_commits = local_commits(ws.src, ws.head, m.commit if st.pin_present else None)
-    st.verified = (
-        st.commit_verified
-        and st.tree_verified is not False
-        and not st.interrupted
-        and not st.local_changes
-        and not st.ignored
-    )
+    clean = not (st.interrupted or st.local_changes or st.ignored)
+    st.verified = st.commit_verified and st.tree_verified is not False and clean
     return st
 
 
@@ -201,10 +192,17 @@ def series_status(
             commits = [ReplayCommit(*row) for row in rows]
             stopped = [c.commit for c in commits if c.state == "conflict"]
             replay = Replay(commits, stopped[0] if stopped else None)
-    if rebasing:
-        mid_rebase = _rebase_states(forge)
-        if mid_rebase is not None:
-            return SeriesStatus(mid_rebase, False, LocalEdits(ws.dirty, []), ws.operation, replay)
+    state, conflicted = _rebase_state(forge) if rebasing else (None, False)
+    if state is not None:
+        steps = []
+        for i, step in enumerate(state.patches):
+            if i < state.next:
+                steps.append(PatchState(step.file, "replayed", step.outcome or ""))
+            elif i == state.next and conflicted:
+                steps.append(PatchState(step.file, "conflict", ", ".join(step.files)))
+            else:
+                steps.append(PatchState(step.file, "pending"))
+        return SeriesStatus(steps, False, LocalEdits(ws.dirty, []), ws.operation, replay)
     base = series_base.load(ws.src) if ws.exists else None
     moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
@@ -235,15 +233,10 @@ def series_status(
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
-    return SeriesStatus(
-        series=states,
-        applied=applied_prefix == len(m.series) and not ws.has_local_edits and have_pin,
-        # mid-rebase the commits above the old pin are the replay's, not a person's
-        local_edits=LocalEdits(ws.dirty, [] if rebasing else ws.local_commits),
-        operation_in_progress=ws.operation,
-        replay=replay,
-        moved_since_patched=moved or None,
-    )
+    applied = applied_prefix == len(m.series) and not ws.has_local_edits and have_pin
+    # mid-rebase the commits above the old pin are the replay's, not a person's
+    edits = LocalEdits(ws.dirty, [] if rebasing else ws.local_commits)
+    return SeriesStatus(states, applied, edits, ws.operation, replay, moved or None)
 
 
 def _rebase_state(forge: Forge) -> tuple[RebaseState | None, bool]:
@@ -256,21 +249,6 @@ def _rebase_state(forge: Forge) -> tuple[RebaseState | None, bool]:
     except BadInput:
         return None, False
     return state, state is not None and (state.phase == "conflict" or state.conflict is not None)
-
-
-def _rebase_states(forge: Forge) -> list[PatchState] | None:
-    state, stopped = _rebase_state(forge)
-    if state is None:
-        return None
-    states = []
-    for i, step in enumerate(state.patches):
-        if i < state.next:
-            states.append(PatchState(step.file, "replayed", step.outcome or ""))
-        elif i == state.next and stopped:
-            states.append(PatchState(step.file, "conflict", ", ".join(step.files)))
-        else:
-            states.append(PatchState(step.file, "pending"))
-    return states
 
 
 class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
@@ -294,13 +272,9 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     if state is None:
         return RebaseProgress(state=str(path))
     steps, nxt = state.patches, state.next
+    stop = steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET
     return RebaseProgress(
-        state=str(path),
-        onto=state.onto,
-        new_commit=state.new_commit,
-        old_commit=state.old_commit,
-        phase=state.phase,
-        patches_total=len(steps),
-        patches_done=min(nxt, len(steps)),
-        stopped_at=steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET,
-    )
+        state=str(path), onto=state.onto, new_commit=state.new_commit, old_commit=state.old_commit,
+        phase=state.phase, patches_total=len(steps), patches_done=min(nxt, len(steps)),
+        stopped_at=stop,
+    )  # fmt: skip

@@ -97,8 +97,7 @@ def _tokens(text: str) -> list[str]:
     for line in text.splitlines():
         if skipping or line.lstrip().startswith("#"):
             skipping = line.rstrip().endswith("\\")
-            lines.append("")
-            continue
+            line = ""
         lines.append(line)
     found = [m for m in _token().finditer("\n".join(lines)) if m.lastgroup not in ("ws", "comment")]
     return ['"..."' if m.lastgroup == "str" else m.group() for m in found]
@@ -164,13 +163,8 @@ def _unnamed(toks: list[str]) -> list[str]:
     params = _args(toks, i, end)
     kept: list[str] = []
     for n, p in enumerate(params):
-        if (
-            len(p) >= 2
-            and re.fullmatch(r"[A-Za-z_]\w*", p[-1])
-            and p[-1] not in _KEYWORDS
-            and p[-2] != "::"
-            and ")" not in p
-        ):
+        named = len(p) >= 2 and p[-2] != "::" and ")" not in p
+        if named and re.fullmatch(r"[A-Za-z_]\w*", p[-1]) and p[-1] not in _KEYWORDS:
             p = p[:-1]
         kept += ([","] if n else []) + p
     return [*toks[: i + 1], *kept, ")", *toks[end:]]
@@ -296,8 +290,7 @@ def qualified_name(demangled: str) -> str:
         "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ",
         "non-virtual thunk to ", "virtual thunk to ", "guard variable for "
     ):  # fmt: skip
-        if name.startswith(prefix):
-            name = name[len(prefix) :]
+        name = name.removeprefix(prefix)
     # template arguments out (they may hold parentheses and spaces)
     plain, depth = [], 0
     for i, c in enumerate(name):
@@ -356,13 +349,11 @@ def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
     its header at `old` does not declare (the series adds it) is not compared."""
     if recorded.symbols is None:
         return SurfaceReport(False, 0, [])
-    cache: dict[tuple[str, str], dict[str, str]] = {}
 
+    @functools.cache
     def decls(commit: str, header: str) -> dict[str, str]:
-        if (commit, header) not in cache:
-            text = _show(src, commit, header)
-            cache[commit, header] = {} if text is None else declarations(text)
-        return cache[commit, header]
+        text = _show(src, commit, header)
+        return {} if text is None else declarations(text)
 
     found: list[SurfaceChange] = []
     for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):

@@ -114,15 +114,6 @@ def diagnose(stderr: str) -> str:
     return "other"
 
 
-def server_words(stderr: str) -> str:
-    """The server's own error lines ("remote: fatal: unable to read …"), masked, each
-    control byte an escape (git 2.39 ends a server abort with a NUL)."""
-    lines = [ln.strip() for ln in shown(stderr).splitlines()]
-    said = [ln.removeprefix("remote:").strip() for ln in lines if ln.startswith("remote:")]
-    said = list(dict.fromkeys(ln for ln in said if ln))  # git repeats some lines
-    return "; ".join(said) or last_error(stderr)
-
-
 def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
     """Fetch `commit` from `url`: shallow when the server allows it, else everything."""
     out.step(f"fetching {name} {commit[:12]} from {mask(url)}")
@@ -159,7 +150,12 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
     details: Details = {"url": mask(url), "cause": cause, "git_stderr": shown(stderr[-4000:])}
     said = last_error(stderr)
     if cause == "server-abort":
-        words = details["server_said"] = server_words(stderr)
+        # the server's own error lines ("remote: fatal: unable to read …"), once each (git
+        # repeats some), masked, control bytes escaped (git 2.39 ends an abort with a NUL)
+        lines = [ln.strip() for ln in shown(stderr).splitlines()]
+        told = [ln.removeprefix("remote:").strip() for ln in lines if ln.startswith("remote:")]
+        words = "; ".join(dict.fromkeys(ln for ln in told if ln)) or said
+        details["server_said"] = words
         said = f"the server aborted the transfer (missing objects or corrupt on its side): {words}"
     hints = {"unreachable": _HINT_NETWORK, "policy": _HINT_POLICY, "server-abort": _HINT_SERVER}
     hint = hints.get(cause, _HINT_OTHER).format(url=mask(url))

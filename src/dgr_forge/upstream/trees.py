@@ -56,9 +56,7 @@ def forge_written(src: Path, rel: str) -> bool:
             data = fsutil.read_tree_file(src, rel, hint="", limit=_MAX_PRESETS, missing_ok=True)
         except (OSError, ForgeError):
             return False
-        return (
-            data is not None and not (src / rel).is_symlink() and data == USER_PRESETS_STUB.encode()
-        )
+        return data == USER_PRESETS_STUB.encode() and not (src / rel).is_symlink()
     return False
 
 

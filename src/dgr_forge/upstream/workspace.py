@@ -10,7 +10,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Struct
 from msgspec.structs import replace
 
 from dgr_forge.core import gitutil
@@ -60,16 +60,16 @@ class Workspace(Struct):
     src: Path
     exists: bool
     head: str | None = None  # None: unborn HEAD (or no repository)
-    changes: list[LocalChange] = field(default_factory=list)
-    dirty: list[str] = field(default_factory=list)  # the same changes as "XY path" lines
-    ignored: list[str] = field(default_factory=list)  # ignored files (paths), git's word
+    changes: list[LocalChange] = []
+    dirty: list[str] = []  # the same changes as "XY path" lines
+    ignored: list[str] = []  # ignored files (paths), git's word
     operation: str | None = None  # an am/rebase/merge/cherry-pick left in progress
     journals: frozenset[str] = frozenset()
     shallow: bool = False
-    chain: list[ChainCommit] = field(default_factory=list)  # first-parent, newest first
-    series: list[ChainCommit] = field(default_factory=list)  # forge commits, oldest first
+    chain: list[ChainCommit] = []  # first-parent, newest first
+    series: list[ChainCommit] = []  # forge commits, oldest first
     base: str | None = None  # the commit under them
-    local_commits: list[str] = field(default_factory=list)  # a person's commits on top
+    local_commits: list[str] = []  # a person's commits on top
 
     @property
     def has_local_edits(self) -> bool:
@@ -80,9 +80,8 @@ class Workspace(Struct):
 
     def commits_on(self, pin: str) -> int | None:
         """How many of the forge's own commits (a linear chain) HEAD has on `pin`; None when
-        HEAD is not on it that way. Whether they are the right ones is patch's tree check."""
-        if self.head is None:
-            return None
+        HEAD is not on it that way (an unborn HEAD has no chain). Whether they are the right
+        ones is patch's tree check."""
         for n, c in enumerate(self.chain):
             if c.commit == pin:
                 return n
@@ -254,13 +253,10 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     j = 0
     while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
         j += 1
-    if j:
+    if rest:  # (no forge commits: a person's commits right on the base)
         ws.local_commits = [c.commit for c in top]
         ws.series = list(reversed(rest[:j]))
         ws.base = rest[j].commit if j < len(rest) else None
-    elif rest:
-        ws.local_commits = [c.commit for c in top]  # a person's commits right on the base
-        ws.base = rest[0].commit
     else:
         ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
