@@ -401,7 +401,7 @@ class Downloader:
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
-        with os.fdopen(fd, "rb") as s:
+        with os.fdopen(fd, "rb"):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OperationFailed(
@@ -410,14 +410,10 @@ class Downloader:
                 )
             os.set_blocking(fd, True)
             self._same_size(state, st.st_size)
-            try:
-                s.seek(state.have)
-            except OSError as err:
-                raise _Retry(f"reading {src}: {err.strerror}") from None
             while True:
-                try:
-                    chunk = s.read(READ_BLOCK)
-                except OSError as err:  # the source's read; a write error is the dest's
+                try:  # from where the part ends; a write error is the dest's
+                    chunk = os.pread(fd, READ_BLOCK, state.have)
+                except OSError as err:
                     raise _Retry(f"reading {src}: {err.strerror}") from None
                 if not chunk:
                     return
