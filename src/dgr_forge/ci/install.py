@@ -138,8 +138,7 @@ TOOLCHAIN = ("cmake", "ninja")
 def _constraints(root: Path, rel: str) -> bool:
     """Whether it is there: exact `name==version` lines only (a constraint that floats pins
     nothing), cmake and ninja among them (a report names the exact ones it built with)."""
-    found = _read(root, rel)
-    if found is None:
+    if (found := _read(root, rel)) is None:
         return False
     pinned = set()
     for number, body in found:

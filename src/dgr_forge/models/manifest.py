@@ -323,8 +323,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
     for f in files:
-        s = split_name(f.name)
-        if s is None:
+        if (s := split_name(f.name)) is None:
             continue
         if s.count < 1 or not 1 <= s.no <= s.count:
             raise fail(
