@@ -60,9 +60,7 @@ class RetryPolicy:
     backoff: float = 1.0  # first delay in seconds, doubled per failure, capped at 30 s
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
-    # a transfer slower than min_rate bytes/s over a stall_s window is cut and retried,
-    # so a server trickling a byte at a time cannot hold a run forever
-    min_rate: float = 1024.0
+    min_rate: float = 1024.0  # bytes/s over every stall_s window (RateFloor), else retried
     stall_s: float = 60.0
     # a split's header read by HTTP Range requests (`artifacts map`): at most this many requests
     # and this many seconds in all, so a server answering a byte per 206 cannot hold a
