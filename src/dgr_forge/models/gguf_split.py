@@ -489,7 +489,7 @@ def header_problems(
                     f"layer map mismatch: the header holds tensors {list(tensors)}, the map "
                     f"says {list(f.tensors or ())} ({fix})"
                 )
-        if f is meta and f.name.endswith(".gguf"):
+        if f is meta:
             count = h.ints.get(f"{h.strings.get(ARCH_KEY)}.block_count")
             if count != lmap.block_count:
                 found.append(
