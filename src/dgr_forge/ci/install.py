@@ -138,8 +138,7 @@ TOOLCHAIN = ("cmake", "ninja")
 def _constraints(root: Path, rel: str) -> bool:
     """Whether it is there: exact `name==version` lines only (a constraint that floats pins
     nothing), cmake and ninja among them (a report names the exact ones it built with)."""
-    found = _read(root, rel)
-    if found is None:
+    if (found := _read(root, rel)) is None:
         return False
     pinned = set()
     for number, body in found:
@@ -319,20 +318,17 @@ CONSTRAINTS_HINT = (
 def missing_refusal(current: Install) -> BadInput:
     """Exit 2: the files the install step reads that are missing, every way to give each."""
     files = current.missing
-    ways = []
-    why = ""
-    if REQUIREMENTS in files:
-        why = unpublished()
-        ways.append(f"for {REQUIREMENTS}: {PIN_HINT}")
-    if CI_CONSTRAINTS in files:
-        ways.append(f"for {CI_CONSTRAINTS}: {CONSTRAINTS_HINT}")
-    if SELF_CONSTRAINTS in files:
-        ways.append(f"for {SELF_CONSTRAINTS}: restore it from git (the tool's own pins)")
+    ways = {
+        REQUIREMENTS: PIN_HINT,
+        CI_CONSTRAINTS: CONSTRAINTS_HINT,
+        SELF_CONSTRAINTS: "restore it from git (the tool's own pins)",
+    }
+    why = unpublished() if REQUIREMENTS in files else ""
     return BadInput(
         f"{', '.join(files)}: missing: every job's install step reads "
         f"{'it' if len(files) == 1 else 'them'}, so no job could install dgr-forge"
         + (f" ({why})" if why else ""),
-        hint="; ".join(ways),
+        hint="; ".join(f"for {f}: {way}" for f, way in ways.items() if f in files),
         details={"files": list(files)},
     )
 

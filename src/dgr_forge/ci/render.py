@@ -240,19 +240,12 @@ def _environment() -> jinja2.Environment:
     """One per process (a template compiles in ~20 ms): a compiled template is reused while
     its source reads the same (jinja's `uptodate`)."""
     env = jinja2.Environment(
-        loader=jinja2.FunctionLoader(_load_template),
-        undefined=jinja2.StrictUndefined,
-        block_start_string="[%",
-        block_end_string="%]",
-        variable_start_string="[[",
-        variable_end_string="]]",
-        comment_start_string="[#",
-        comment_end_string="#]",
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
-    )
+        loader=jinja2.FunctionLoader(_load_template), undefined=jinja2.StrictUndefined,
+        block_start_string="[%", block_end_string="%]",
+        variable_start_string="[[", variable_end_string="]]",
+        comment_start_string="[#", comment_end_string="#]",
+        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False,
+    )  # fmt: skip
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
     env.filters["variable"] = _gitlab_variable

@@ -12,7 +12,6 @@ from dgr_forge.demo.tour import run_tour
 
 
 def run(raw_dir: str, out: Reporter) -> Demo:
-    """Check DIR, write the demo root into it, run the tour."""
     product.require("the demo")  # an installation without the recipes: before DIR exists
     root = check_target(raw_dir)
     out.step(f"writing a demo forge root into {root}")

@@ -266,7 +266,6 @@ def steps(demo: Demo) -> list[tuple[Step, type[_Said]]]:
 
 
 def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
-    """Run every step; each prints one line on what it proved."""
     done: list[DemoStep] = []
     report: str | None = None
     for step, reads in steps(demo):

@@ -90,10 +90,9 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
     """Bytes still to download: a present file of the right size counts as done."""
     need = 0
     for f in files:
-        if _regular_size(dest / f.name) == f.size:
-            continue
-        have = _regular_size(dest / (f.name + PART_SUFFIX)) or 0
-        need += f.size - have if have <= f.size else f.size
+        if _regular_size(dest / f.name) != f.size:
+            have = _regular_size(dest / (f.name + PART_SUFFIX)) or 0
+            need += f.size - have if have <= f.size else f.size
     return need
 
 

@@ -60,9 +60,7 @@ class RetryPolicy:
     backoff: float = 1.0  # first delay in seconds, doubled per failure, capped at 30 s
     connect_timeout: float = 15.0
     read_timeout: float = 60.0
-    # a transfer slower than min_rate bytes/s over a stall_s window is cut and retried,
-    # so a server trickling a byte at a time cannot hold a run forever
-    min_rate: float = 1024.0
+    min_rate: float = 1024.0  # bytes/s over every stall_s window (RateFloor), else retried
     stall_s: float = 60.0
     # a split's header read by HTTP Range requests (`artifacts map`): at most this many requests
     # and this many seconds in all, so a server answering a byte per 206 cannot hold a
@@ -401,7 +399,7 @@ class Downloader:
                 f"{state.f.name}: cannot read {src} ({err.strerror})",
                 hint="provision as a user who may read the source, or fix the url",
             ) from None
-        with os.fdopen(fd, "rb") as s:
+        with os.fdopen(fd, "rb"):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise OperationFailed(
@@ -410,14 +408,10 @@ class Downloader:
                 )
             os.set_blocking(fd, True)
             self._same_size(state, st.st_size)
-            try:
-                s.seek(state.have)
-            except OSError as err:
-                raise _Retry(f"reading {src}: {err.strerror}") from None
             while True:
-                try:
-                    chunk = s.read(READ_BLOCK)
-                except OSError as err:  # the source's read; a write error is the dest's
+                try:  # from where the part ends; a write error is the dest's
+                    chunk = os.pread(fd, READ_BLOCK, state.have)
+                except OSError as err:
                     raise _Retry(f"reading {src}: {err.strerror}") from None
                 if not chunk:
                     return

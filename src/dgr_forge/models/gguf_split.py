@@ -293,8 +293,7 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
             continue
         no, count = header.ints.get("split.no"), header.ints.get("split.count")
         total = header.ints.get("split.tensors.count")
-        s = split_name(fname)
-        if s is None:
+        if (s := split_name(fname)) is None:
             if count is not None and count > 1:
                 found.append(
                     f"split mismatch: header says part {(no or 0) + 1} of {count} "
@@ -369,19 +368,15 @@ def gguf_files(files: tuple[ModelFile, ...] | list[ModelFile]) -> list[ModelFile
 def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile | None:
     """The split that holds the model's KV metadata: part 1 (or the one .gguf file)."""
     ggufs = gguf_files(files)
-    for f in ggufs:
-        s = split_name(f.name)
-        if s is not None and s.no == 1:
-            return f
-    return ggufs[0] if len(ggufs) == 1 else None
+    one = ggufs[0] if len(ggufs) == 1 else None
+    return next((f for f in ggufs if (s := split_name(f.name)) and s.no == 1), one)
 
 
 def build(
     files: tuple[ModelFile, ...] | list[ModelFile], headers: dict[str, Header | str]
 ) -> tuple[LayerMap, list[ModelFile]]:
     """The map and the files carrying their halves of it; MapError naming each bad file."""
-    ggufs = gguf_files(files)
-    if not ggufs:
+    if not (ggufs := gguf_files(files)):
         raise Unmappable({"(manifest)": ["lists no .gguf file"]})
     # a map is of one model: one split set, or one unsplit .gguf file
     sets = {(s.prefix if s else f.name) for f in ggufs for s in [split_name(f.name)]}
@@ -494,7 +489,7 @@ def header_problems(
                     f"layer map mismatch: the header holds tensors {list(tensors)}, the map "
                     f"says {list(f.tensors or ())} ({fix})"
                 )
-        if f is meta and f.name.endswith(".gguf"):
+        if f is meta:
             count = h.ints.get(f"{h.strings.get(ARCH_KEY)}.block_count")
             if count != lmap.block_count:
                 found.append(

@@ -87,7 +87,6 @@ def save(target: Path, text: str) -> str:
 
 
 def write_manifest(m: ModelManifest, text: str, target: Path) -> ArtifactsManifest:
-    """`text` (`m`, as `build_manifest` made it) written at `target`."""
     return ArtifactsManifest(
         model=m.name,
         manifest=target,

@@ -263,35 +263,6 @@ def loads(
     return m
 
 
-def _check_layers(shown: str, entry: ModelFile, where: str, layer_map: LayerMap | None) -> None:
-    """A file's half of the layer map: both keys on every .gguf file with a [map], none
-    anywhere without one."""
-    has = [k for k in ("layers", "tensors") if getattr(entry, k) is not None]
-    if layer_map is None or not entry.name.endswith(".gguf"):
-        if has:
-            why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
-            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", MAP_FIX)
-        return
-    if entry.layers is None:
-        raise fail(shown, f"{where}.layers", "missing", MAP_FIX)
-    try:
-        layers = entry.ranges or ()
-    except layermap.RangeError as err:
-        raise fail(shown, f"{where}.layers", str(err), MAP_FIX) from None
-    if layers and layers[-1][1] >= layer_map.block_count:
-        raise fail(
-            shown,
-            f"{where}.layers",
-            f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
-            MAP_FIX,
-        )
-    if entry.tensors is None:
-        raise fail(shown, f"{where}.tensors", "missing", MAP_FIX)
-    for group in entry.tensors:
-        if problem := layermap.check_group(group):
-            raise fail(shown, f"{where}.tensors", problem, MAP_FIX)
-
-
 def _check_file(
     shown: str, entry: ModelFile, where: str, seen: dict[str, str], layer_map: LayerMap | None
 ) -> None:
@@ -319,7 +290,32 @@ def _check_file(
     except BadInput as err:
         err.details = {"file": shown, "key": f"{where}.url"}
         raise
-    _check_layers(shown, entry, where, layer_map)
+    # a file's half of the layer map: both keys on every .gguf file with a [map], none
+    # anywhere without one
+    has = [k for k in ("layers", "tensors") if getattr(entry, k) is not None]
+    if layer_map is None or not entry.name.endswith(".gguf"):
+        if has:
+            why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
+            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", MAP_FIX)
+        return
+    if entry.layers is None:
+        raise fail(shown, f"{where}.layers", "missing", MAP_FIX)
+    try:
+        layers = entry.ranges or ()
+    except layermap.RangeError as err:
+        raise fail(shown, f"{where}.layers", str(err), MAP_FIX) from None
+    if layers and layers[-1][1] >= layer_map.block_count:
+        raise fail(
+            shown,
+            f"{where}.layers",
+            f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
+            MAP_FIX,
+        )
+    if entry.tensors is None:
+        raise fail(shown, f"{where}.tensors", "missing", MAP_FIX)
+    for group in entry.tensors:
+        if problem := layermap.check_group(group):
+            raise fail(shown, f"{where}.tensors", problem, MAP_FIX)
 
 
 def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
@@ -327,8 +323,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
     for f in files:
-        s = split_name(f.name)
-        if s is None:
+        if (s := split_name(f.name)) is None:
             continue
         if s.count < 1 or not 1 <= s.no <= s.count:
             raise fail(

@@ -56,12 +56,10 @@ def check_file_sources(
 
 def file_roots(mirror: str | None) -> tuple[str, ...]:
     """The directories file:// sources may come from, resolved: --mirror, FILE_ROOTS_ENV."""
-    roots: list[str] = []
+    listed = os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep)
+    roots = [os.path.realpath(Path(entry).expanduser()) for entry in listed if entry.strip()]
     if mirror is not None and urlsplit(mirror).scheme == "file":
-        roots.append(os.path.realpath(file_source_path(mirror)))
-    for entry in os.environ.get(FILE_ROOTS_ENV, "").split(os.pathsep):
-        if entry.strip():
-            roots.append(os.path.realpath(Path(entry).expanduser()))
+        roots.insert(0, os.path.realpath(file_source_path(mirror)))
     return tuple(roots)
 
 

@@ -60,16 +60,6 @@ class ArtifactsVerify(Form, kw_only=True):
     provisioned: Provisioned | None
 
 
-def _record(target: Path, model: str) -> Provisioned | None:
-    with suppress(OSError):
-        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            return subset.read_record(fd, model)
-        finally:
-            os.close(fd)
-    return None
-
-
 def verify(
     m: ModelManifest,
     dest: Path,
@@ -87,7 +77,14 @@ def verify(
             f"(`dgr-forge artifacts provision {m.shown} --dest DIR`)",
             details={"dest": str(dest)},
         )
-    record = _record(target, m.name) if m.layer_map is not None else None
+    record = None
+    if m.layer_map is not None:
+        with suppress(OSError):
+            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                record = subset.read_record(fd, m.name)
+            finally:
+                os.close(fd)
     checked = selection
     if checked is None and record is not None:
         checked = subset.select(m, record.ranges, record.first, record.last)
