@@ -126,9 +126,7 @@ def _artifact_base(env: Env, report: Path) -> Path:
     if os.environ.get("DGR_WORKSPACE"):
         return Path(os.environ["DGR_WORKSPACE"]).resolve()
     resolved = report.resolve()
-    if resolved.parent.name == "reports":
-        return resolved.parent.parent
-    return env.forge.workspace
+    return resolved.parent.parent if resolved.parent.name == "reports" else env.forge.workspace
 
 
 @command(report_app, "verify")
