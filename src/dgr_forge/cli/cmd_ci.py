@@ -112,8 +112,7 @@ def render_command(
     render = cast(Details, fields)
     fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
     if check is not None:
-        diff = ci.stale_diff(check, text)
-        if diff:
+        if diff := ci.stale_diff(check, text):
             # the diff itself is the message: what to commit, line by line
             sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
             sys.stderr.flush()

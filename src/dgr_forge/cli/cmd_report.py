@@ -74,8 +74,7 @@ def show(
     out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
     out.answer(f"builder    {s.builder}")
     out.answer(f"started    {s.started_on}  finished {s.finished_on}")
-    surface = s.surface
-    if surface is not None:
+    if (surface := s.surface) is not None:
         out.answer(f"surface    {len(surface.headers)} boundary header(s) read")
         for h in surface.headers:
             out.answer(f"  {h}")

@@ -160,8 +160,7 @@ def _dec_hook(t: type, value: Any) -> Any:
     if isinstance(t, type) and issubclass(t, CheckedStr):
         if not isinstance(value, str):
             raise TypeError(f"Expected `str`, got `{type(value).__name__}`")
-        problem = t.problem(value)
-        if problem is not None:
+        if (problem := t.problem(value)) is not None:
             raise ValueError(problem)
         return t(value)
     raise NotImplementedError(t)

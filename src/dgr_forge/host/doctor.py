@@ -318,8 +318,7 @@ class Doctor:
         templated = any("{cuda_series}" in n for names in packages.values() for n in names)
         if templated and probe != "nvcc":
             nvcc = self.tool("nvcc") if "nvcc" in self.probes.tools else None
-            version = self.version("nvcc") if nvcc and nvcc.found else None
-            if version:
+            if version := self.version("nvcc") if nvcc and nvcc.found else None:
                 series = "-".join(version.split(".")[:2])
         out: dict[str, list[str]] = {}
         for system, names in packages.items():

@@ -420,8 +420,7 @@ def select(recipes: dict[str, Recipe], lanes: list[str]) -> list[Recipe]:
     """The named lanes' recipes (none named: all); an unknown lane is exit 2."""
     if not lanes:
         return list(recipes.values())
-    unknown = [lane for lane in lanes if lane not in recipes]
-    if unknown:
+    if unknown := [lane for lane in lanes if lane not in recipes]:
         raise BadInput(
             f"unknown lane {unknown[0]!r}",
             hint="known lanes: " + ", ".join(recipes) + " (one recipes/<lane>.toml each)",

@@ -118,8 +118,7 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
 
 
 def home() -> Path:
-    given = os.environ.get("DGR_TOOLCHAINS_DIR")
-    if given:
+    if given := os.environ.get("DGR_TOOLCHAINS_DIR"):
         return Path(given).absolute()
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data).absolute() / "dgr-forge" / "toolchains"
