@@ -526,8 +526,7 @@ def main(argv: list[str]) -> int:
     stale = []
     for rel, text in rendered().items():
         path = root / rel
-        current = path.read_text(encoding="utf-8") if path.is_file() else None
-        if current == text:
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not check:
