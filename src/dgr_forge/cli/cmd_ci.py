@@ -78,8 +78,7 @@ def render_command(
         typer.Option(
             "--write-pins",
             help="Also write the missing ci/constraints.txt from this environment (and "
-            "ci/requirements.txt when this dgr-forge came from a git commit); never "
-            "overwrites.",
+            "ci/requirements.txt when this dgr-forge came from a git commit); never overwrites.",
         ),
     ] = False,
 ) -> Render:
