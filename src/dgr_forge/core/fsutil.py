@@ -1,7 +1,6 @@
-"""Atomic writes, hashing, and bounded reads of named files: every file a user or a
-repository names is opened non-blocking (a FIFO never hangs the open), checked on the
-descriptor to be a regular file under a documented size, then read through it; a refusal
-is exit 2 naming the file.
+"""Atomic writes, hashing, and bounded reads of named files: every file a user or a repository names
+is opened non-blocking (a FIFO never hangs the open), checked on the descriptor to be a regular file
+under a documented size, then read through it; a refusal is exit 2 naming the file.
 """
 
 from __future__ import annotations
