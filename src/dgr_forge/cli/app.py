@@ -288,9 +288,8 @@ def fail(err: BaseException, command: str, as_json: bool) -> int | None:
     `--json` the failure object (`error`, `hint`, every detail), and the exit code. None
     for a bug without `--json`: the caller re-raises it (its traceback is the report)."""
     fields: dict[str, Any]
-    interrupted = isinstance(err, KeyboardInterrupt) or isinstance(
-        err.__cause__, KeyboardInterrupt
-    )  # Click turns Ctrl-C in a command into Abort
+    # Click turns Ctrl-C in a command into Abort
+    interrupted = any(isinstance(e, KeyboardInterrupt) for e in (err, err.__cause__))
     known = err if isinstance(err, ForgeError) else as_forge_error(err)
     if interrupted:
         code = 130

@@ -176,10 +176,9 @@ def compare(
     for d in c.differences:
         env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
     for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
-        for name in moved.added:  # the worker surface growing or shrinking
-            env.out.answer(f"  surface  + {what} {name}")
-        for name in moved.removed:
-            env.out.answer(f"  surface  - {what} {name}")
+        for sign, names in (("+", moved.added), ("-", moved.removed)):  # growing or shrinking
+            for name in names:
+                env.out.answer(f"  surface  {sign} {what} {name}")
     if not c.identical:
         what = "differ" if c.a.verified and c.b.verified else "do not both verify"
         env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")
