@@ -283,27 +283,14 @@ class Doctor:
     ) -> ProbeResult:
         roots = self._roots(probe)
         for root in roots:
-            include = None
-            if probe.headers:
-                include = next(
-                    (
-                        root / d
-                        for d in probe.include_dirs
-                        if all((root / d / h).is_file() for h in probe.headers)
-                    ),
-                    None,
-                )
-                if include is None:
-                    continue
-            lib = None
-            if probe.names:
-                lib = next(
-                    (path for d in probe.lib_dirs for n in probe.names
-                     for path in _library_files(root / d, n)),
-                    None,
-                )  # fmt: skip
-                if lib is None:
-                    continue
+            dirs = [root / d for d in probe.include_dirs] if probe.headers else []
+            include = next((d for d in dirs if all((d / h).is_file() for h in probe.headers)), None)
+            if probe.headers and include is None:
+                continue
+            lib = next((path for d in probe.lib_dirs for n in probe.names
+                        for path in _library_files(root / d, n)), None)  # fmt: skip
+            if probe.names and lib is None:
+                continue
             shown = str(lib or include)
             return result(True, shown, shown, include_dir=str(include) if include else None)
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
