@@ -168,8 +168,7 @@ def compare(
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
     from dgr_forge.attest import reports as reports_mod
 
-    public = reports_mod.verifier(key, a, b)
-    c = reports_mod.compare_reports(a, b, public)
+    c = reports_mod.compare_reports(a, b, reports_mod.verifier(key, a, b))
     for name, v in (("A", c.a), ("B", c.b)):
         for failure in v.failures:
             env.out.error(f"{name} {v.report}: {failure}")

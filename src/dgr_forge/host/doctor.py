@@ -182,8 +182,7 @@ class Doctor:
     def _probe(self, kind: str, name: str) -> ProbeResult:  # once per process
         key = f"{kind}:{name}"
         if key not in self._results:
-            table = self.probes.tools if kind == "tool" else self.probes.libraries
-            probe = table.get(name)
+            probe = (self.probes.tools if kind == "tool" else self.probes.libraries).get(name)
             if probe is None:
                 raise BadInput(
                     f"unknown {kind} probe {name!r}",
