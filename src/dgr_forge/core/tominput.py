@@ -361,10 +361,9 @@ def _explain(
         allowed = sorted(
             f.encode_name for f in msgspec.structs.fields(spot.type) if f.name not in loaded
         )
-        unknown = next(k for k in spot.value if k not in allowed)
         return fail(
             shown,
-            _key(spot.key, unknown),
+            _key(spot.key, next(k for k in spot.value if k not in allowed)),
             "unknown key",
             f"remove it; allowed keys{' in ' + spot.key if spot.key else ''}: "
             + ", ".join(allowed),
