@@ -57,8 +57,7 @@ def show(
     if loaded.statement is None:
         raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
-    up = s.upstream
-    out = env.out
+    out, up = env.out, s.upstream
     out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
     out.answer(f"lane       {s.lane}")
     out.answer(f"upstream   {up.name} {up.commit} (tree {up.tree})")
