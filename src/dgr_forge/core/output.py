@@ -212,9 +212,7 @@ class Reporter:
             if title:
                 self.answer(f"{title}:")
             for row in [names, *cells]:
-                self.answer(
-                    "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                )
+                self.answer("  ".join(map(str.ljust, row, widths)).rstrip())
             return
         from rich.measure import Measurement
         from rich.table import Table
