@@ -333,9 +333,7 @@ def sccache_config(environ: Mapping[str, str]) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
             data = fh.read(_MAX_CONFIG + 1)
-        if len(data) > _MAX_CONFIG:
-            return {}
-        return tomllib.loads(data.decode("utf-8"))
+        return {} if len(data) > _MAX_CONFIG else tomllib.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return {}
 
@@ -345,9 +343,7 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     for var, kind, shown in _SCCACHE_BACKENDS:
         value = environ.get(var, "").strip()
         if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
-            if shown:
-                return f"{kind} {', '.join(mask(v) for v in value.split(','))}"
-            return kind
+            return f"{kind} {', '.join(mask(v) for v in value.split(','))}" if shown else kind
     caches = sccache_config(environ).get("cache")
     if isinstance(caches, dict):
         for kind, table in caches.items():

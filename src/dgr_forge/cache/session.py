@@ -139,8 +139,7 @@ class CacheSession(Struct):
         if os.path.lexists(sock):
             self._run("--stop-server")  # a server a killed build left: it holds old settings
             Path(sock).unlink(missing_ok=True)
-        refused = self._spawn(Path(sock))
-        if refused is not None:
+        if (refused := self._spawn(Path(sock))) is not None:
             self.stop()
             self._failed(refused)
 

@@ -139,8 +139,7 @@ def emit_json(command: str, code: int, fields: dict[str, Any] | Struct) -> None:
         return
     JSON_CHANNEL.emitted = True
     envelope = {"ok": code == 0, "exit_code": code, "command": command}
-    own = _plain(fields)
-    payload = {**envelope, **own, **envelope}  # first, and never a result's
+    payload = {**envelope, **_plain(fields), **envelope}  # first, and never a result's
     stream = JSON_CHANNEL.stream or sys.stdout
     stream.write(json.dumps(payload, indent=2) + "\n")
     stream.flush()
@@ -288,9 +287,8 @@ def fail(err: BaseException, command: str, as_json: bool) -> int | None:
     `--json` the failure object (`error`, `hint`, every detail), and the exit code. None
     for a bug without `--json`: the caller re-raises it (its traceback is the report)."""
     fields: dict[str, Any]
-    interrupted = isinstance(err, KeyboardInterrupt) or isinstance(
-        err.__cause__, KeyboardInterrupt
-    )  # Click turns Ctrl-C in a command into Abort
+    # Click turns Ctrl-C in a command into Abort
+    interrupted = any(isinstance(e, KeyboardInterrupt) for e in (err, err.__cause__))
     known = err if isinstance(err, ForgeError) else as_forge_error(err)
     if interrupted:
         code = 130
@@ -314,8 +312,7 @@ def fail(err: BaseException, command: str, as_json: bool) -> int | None:
         sys.stderr.write(shown(text.getvalue()))  # Click echoes the argument: escaped
         sys.stderr.flush()
         code = int(ExitCode.BAD_INPUT)
-        message = err.format_message()
-        fields = {"error": message or "missing command (usage printed on stderr)"}
+        fields = {"error": err.format_message() or "missing command (usage printed on stderr)"}
     elif type(err).__name__ == "Abort":
         code = 130
         fields = {"error": "aborted"}

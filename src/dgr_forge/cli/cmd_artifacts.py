@@ -116,8 +116,7 @@ def verify(
     from dgr_forge.models.verify import verify
 
     m = _load(env, manifest)
-    selection = _selection(m, layers, False, False)
-    result = verify(m, dest, env.out, jobs=jobs, selection=selection)
+    result = verify(m, dest, env.out, jobs=jobs, selection=_selection(m, layers, False, False))
     return Outcome.of(result, not result.bad)
 
 
@@ -187,5 +186,4 @@ def map_layers(
     only."""
     from dgr_forge.models.make_manifest import map_manifest
 
-    m = _load(env, manifest)
-    return map_manifest(m, env.out, dest=dest, mirror=mirror, jobs=jobs)
+    return map_manifest(_load(env, manifest), env.out, dest=dest, mirror=mirror, jobs=jobs)

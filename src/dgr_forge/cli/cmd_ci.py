@@ -78,8 +78,7 @@ def render_command(
         typer.Option(
             "--write-pins",
             help="Also write the missing ci/constraints.txt from this environment (and "
-            "ci/requirements.txt when this dgr-forge came from a git commit); never "
-            "overwrites.",
+            "ci/requirements.txt when this dgr-forge came from a git commit); never overwrites.",
         ),
     ] = False,
 ) -> Render:
@@ -107,20 +106,16 @@ def render_command(
         raise ci_install.missing_refusal(how)
     text = ci.render(which, lanes, pin, how, ci.bump_request(forge.root))
     # the rendering, also what a stale or incomplete `--check` reports as its details
-    base = ci.rendered(which, lanes, how, text)
-    fields = msgspec.structs.asdict(base)
-    render = cast(Details, fields)
-    fix = f"run: dgr-forge ci render --provider {which.name} --out {check or out}"
+    fields = msgspec.structs.asdict(ci.rendered(which, lanes, how, text))
     if check is not None:
-        diff = ci.stale_diff(check, text)
-        if diff:
+        if diff := ci.stale_diff(check, text):
             # the diff itself is the message: what to commit, line by line
             sys.stderr.write(shown(diff))  # the committed file's bytes: escaped
             sys.stderr.flush()
             raise OperationFailed(
                 f"{check}: stale: it differs from what recipes/ and the manifest render to",
-                hint=fix,
-                details=Details(**render, path=str(check), current=False, diff=diff),
+                hint=f"run: dgr-forge ci render --provider {which.name} --out {check}",
+                details=Details(**cast(Details, fields), path=str(check), current=False, diff=diff),
             )
         env.out.answer(f"{check}: up to date ({len(lanes)} lane(s))")
         return ci.CiRenderCheck(**fields, path=str(check), current=True)

@@ -163,8 +163,7 @@ def _series_section(
     from dgr_forge.upstream.status import series_status
 
     info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
-    rows = [(p.file, p.state, p.detail) for p in info.series]
-    if rows:
+    if rows := [(p.file, p.state, p.detail) for p in info.series]:
         env.out.table("patches", ["patch", "state", "detail"], rows)
     else:
         env.out.answer("patches: none (empty series)")

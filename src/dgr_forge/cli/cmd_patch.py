@@ -52,11 +52,10 @@ def patch(
     # under the lock from before the manifest is read: a patch started during an
     # export waits for it and then sees the new manifest and files
     with env.session(lock=True, recover=True) as s:
-        if not check:
-            # --continue/--abort are how a stopped replay ends; plain patch is refused
-            refuse_during_rebase(s.forge, replay=not (resume or abort))
         if check:
             return _check(env, s, url, offline)
+        # --continue/--abort are how a stopped replay ends; plain patch is refused
+        refuse_during_rebase(s.forge, replay=not (resume or abort))
         return _patch(env, s, url, offline, resume=resume, abort=abort)
 
 

@@ -57,8 +57,7 @@ def show(
     if loaded.statement is None:
         raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
-    up = s.upstream
-    out = env.out
+    out, up = env.out, s.upstream
     out.answer(f"report     {shown if report is not None else env.forge.rel(shown)}")
     out.answer(f"lane       {s.lane}")
     out.answer(f"upstream   {up.name} {up.commit} (tree {up.tree})")
@@ -74,8 +73,7 @@ def show(
     out.answer(f"signed by  {signed} (not checked here: run `dgr-forge report verify`)")
     out.answer(f"builder    {s.builder}")
     out.answer(f"started    {s.started_on}  finished {s.finished_on}")
-    surface = s.surface
-    if surface is not None:
+    if (surface := s.surface) is not None:
         out.answer(f"surface    {len(surface.headers)} boundary header(s) read")
         for h in surface.headers:
             out.answer(f"  {h}")
@@ -126,9 +124,7 @@ def _artifact_base(env: Env, report: Path) -> Path:
     if os.environ.get("DGR_WORKSPACE"):
         return Path(os.environ["DGR_WORKSPACE"]).resolve()
     resolved = report.resolve()
-    if resolved.parent.name == "reports":
-        return resolved.parent.parent
-    return env.forge.workspace
+    return resolved.parent.parent if resolved.parent.name == "reports" else env.forge.workspace
 
 
 @command(report_app, "verify")
@@ -171,18 +167,16 @@ def compare(
     """Verify two reports and compare their subjects; exit 1 listing any difference."""
     from dgr_forge.attest import reports as reports_mod
 
-    public = reports_mod.verifier(key, a, b)
-    c = reports_mod.compare_reports(a, b, public)
+    c = reports_mod.compare_reports(a, b, reports_mod.verifier(key, a, b))
     for name, v in (("A", c.a), ("B", c.b)):
         for failure in v.failures:
             env.out.error(f"{name} {v.report}: {failure}")
     for d in c.differences:
         env.out.answer(f"  {d.status:8} {d.name}  a={d.a}  b={d.b}")
     for what, moved in (("header", c.surface.headers), ("symbol", c.surface.symbols)):
-        for name in moved.added:  # the worker surface growing or shrinking
-            env.out.answer(f"  surface  + {what} {name}")
-        for name in moved.removed:
-            env.out.answer(f"  surface  - {what} {name}")
+        for sign, names in (("+", moved.added), ("-", moved.removed)):  # growing or shrinking
+            for name in names:
+                env.out.answer(f"  surface  {sign} {what} {name}")
     if not c.identical:
         what = "differ" if c.a.verified and c.b.verified else "do not both verify"
         env.out.answer(f"{a} and {b}: {what} ({len(c.differences)} subject difference(s))")

@@ -46,8 +46,7 @@ def install(
             hint="the forge installs: cuda",
             details={"argument": "toolkit"},
         )
-    with env.session(manifest=False) as s:
-        forge = s.forge
+    forge = env.forge  # reads no input of the root but the lock: no session to take
     path = forge.toolchains_dir / toolkit_mod.LOCK_NAME
     shown = forge.rel(path)
     lock = toolkit_mod.load_lock(path, shown, forge.root)

@@ -1,10 +1,9 @@
 """CLI commands, one module per concern; each module registers its commands on `app`.
 
-The modules stay thin: parse options, call the library, describe the result. A run that
-names one command imports only the module that defines it (`register_for`): building the
-Click command of every other one costs each start about 15 ms. Each command imports its
-library modules inside itself, so that a no-op start pays for none it does not use
-(crypto, jinja2, requests).
+The modules stay thin: parse options, call the library, describe the result. A run that names one
+command imports only the module that defines it (`register_for`): building the Click command of
+every other one costs each start about 15 ms. Each command imports its library modules inside
+itself, so that a no-op start pays for none it does not use (crypto, jinja2, requests).
 """
 
 from __future__ import annotations

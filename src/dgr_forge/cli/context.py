@@ -176,10 +176,9 @@ def load_doctor(forge: Forge) -> Doctor:
 def _load_manifest(
     forge: Forge, out: Reporter, recover: bool, may_fail: bool
 ) -> UpstreamManifest | None:
-    """The manifest, once. For a writer, after recovery: a series kept outside `patches/`
-    has its journal next to its own directory, known only once the manifest names it
-    (then it is finished and the manifest read again). A reader refuses a half-written
-    series instead."""
+    """The manifest, once. For a writer, after recovery: a series kept outside `patches/` has its
+    journal next to its own directory, known only once the manifest names it (then it is finished
+    and the manifest read again). A reader refuses a half-written series instead."""
     from dgr_forge.upstream import manifest, series_journal
 
     try:
@@ -207,9 +206,8 @@ def _load_manifest(
 
 
 def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) -> None:
-    """A command that does not write never finishes a killed export's or rebase's write
-    of patches/ and the manifest: it says so (exit 3) rather than read a half-written
-    series."""
+    """A command that does not write never finishes a killed export's or rebase's write of patches/
+    and the manifest: it says so (exit 3) rather than read a half-written series."""
     from dgr_forge.core.errors import NeedsHuman
     from dgr_forge.upstream import series_journal
 

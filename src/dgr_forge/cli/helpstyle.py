@@ -14,8 +14,7 @@ from typing import Any
 import typer
 
 GLOBAL_OPTIONS = (
-    "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge "
-    "root), "
+    "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge root), "
     "--workspace PATH, --json (one JSON object on stdout), --quiet (errors only), "
     "--verbose (the child commands run); see dgr-forge --help."
 )
@@ -51,8 +50,7 @@ USAGE: dict[str, tuple[str, str]] = {
               "0 built (or up to date) · 1 the build failed · 2 bad input, or the lane "
               "cannot build on this host · 3 the source tree is not the patched tree"),
     "doctor": ("dgr-forge doctor --lane cuda",
-               "0 probed · 2 with --lane: that lane cannot build here (as build), or bad "
-               "input"),
+               "0 probed · 2 with --lane: that lane cannot build here (as build), or bad input"),
     "toolchain install": ("dgr-forge toolchain install cuda --offline --wheelhouse wheels/",
                           "0 installed (or already there) · 1 a wheel does not match the lock, "
                           "or pip failed: nothing installed · 2 bad lock or argument"),

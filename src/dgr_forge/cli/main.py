@@ -64,8 +64,7 @@ class GuardedStream:
 
     def _failed(self, err: OSError | ValueError) -> None:
         self.error = err
-        fd = _fileno(self.stream)
-        if fd is not None:
+        if (fd := _fileno(self.stream)) is not None:
             with suppress(OSError):
                 null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, fd)
@@ -139,8 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout, sys.stderr = guards
     try:
         code = _main(argv, closed, guards)
-        failed = [g for g in guards if g.error is not None]
-        if failed:
+        if failed := [g for g in guards if g.error is not None]:
             # the answer (or what was said about it) did not arrive: never exit 0
             err, name = failed[0].error, failed[0].name
             what = err.strerror if isinstance(err, OSError) and err.strerror else "it is closed"

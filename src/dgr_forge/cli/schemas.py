@@ -136,11 +136,10 @@ def _closed(title: str, props: dict[str, Schema], required: list[str]) -> Schema
 def envelope_schema() -> Schema:
     """The failure object (the error, its hint, its details) and the `--help` object."""
     types = msgspec.json.schema_components([Details])[1]["Details"]["properties"]
-    failure_env = _envelope({"const": False}, {"type": "integer", "minimum": 1}, {"type": "string"})
     failure = _closed(
         "failure",
         {
-            **failure_env,
+            **_envelope({"const": False}, {"type": "integer", "minimum": 1}, {"type": "string"}),
             "error": {
                 "type": "string",
                 "description": "what went wrong, and where (file, key, patch, line)",
@@ -526,8 +525,7 @@ def main(argv: list[str]) -> int:
     stale = []
     for rel, text in rendered().items():
         path = root / rel
-        current = path.read_text(encoding="utf-8") if path.is_file() else None
-        if current == text:
+        if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not check:

@@ -1,6 +1,5 @@
-"""Numbers read from environment variables: finite, in range, or exit 2 naming the variable
-(a plain ``float()`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever": NaN compares false
-with everything).
+"""Numbers read from environment variables: finite, in range, or exit 2 naming the variable (a plain
+``float()`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever": NaN compares false with everything).
 """
 
 from __future__ import annotations

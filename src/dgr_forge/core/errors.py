@@ -167,8 +167,7 @@ class ForgeError(Exception):
         details: "Details | None" = None,  # a string, as PEP 563 makes it elsewhere
     ) -> None:
         super().__init__(message)
-        self.message = message
-        self.hint = hint
+        self.message, self.hint = message, hint
         self.details: Details = details or {}
 
     def __str__(self) -> str:

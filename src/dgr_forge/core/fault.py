@@ -75,9 +75,8 @@ def parse(raw: str) -> tuple[Spec, ...]:
 def point(name: str, detail: str = "") -> None:
     """A named state transition; acts only when DGR_FAULT names it (see module doc)."""
     global _parsed
-    if "DGR_FAULT" not in os.environ:
+    if (raw := os.environ.get("DGR_FAULT")) is None:
         return
-    raw = os.environ["DGR_FAULT"]
     if _parsed is None or _parsed[0] != raw:
         _parsed = (raw, parse(raw) if raw else ())
         _hits.clear()

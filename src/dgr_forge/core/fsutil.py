@@ -1,7 +1,6 @@
-"""Atomic writes, hashing, and bounded reads of named files: every file a user or a
-repository names is opened non-blocking (a FIFO never hangs the open), checked on the
-descriptor to be a regular file under a documented size, then read through it; a refusal
-is exit 2 naming the file.
+"""Atomic writes, hashing, and bounded reads of named files: every file a user or a repository names
+is opened non-blocking (a FIFO never hangs the open), checked on the descriptor to be a regular file
+under a documented size, then read through it; a refusal is exit 2 naming the file.
 """
 
 from __future__ import annotations
@@ -262,11 +261,9 @@ def refuse_shared(path: Path, what: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if (
-        hasattr(os, "getuid")
-        and not stat.S_ISLNK(st.st_mode)
-        and (st.st_uid != os.getuid() or others)
-    ):
+    if not hasattr(os, "getuid") or stat.S_ISLNK(st.st_mode):
+        return
+    if st.st_uid != os.getuid() or others:
         who = "writable by other users" if others else f"owned by another user (uid {st.st_uid})"
         raise BadInput(
             f"{path}: the forge's {what} is {who} (mode {stat.S_IMODE(st.st_mode):04o})",

@@ -59,8 +59,7 @@ class ProgressSink:
     """A Rich bar on a terminal, a few plain lines elsewhere."""
 
     def __init__(self, reporter: Reporter, progress: Progress | None) -> None:
-        self._reporter = reporter
-        self._progress = progress
+        self._reporter, self._progress = reporter, progress
         self._last_pct: dict[str, int] = {}
 
     def add(self, description: str, total: float | None = None) -> TaskID | str:
@@ -100,9 +99,7 @@ class Reporter:
     process the forge starts is logged on stderr (`running: git -C DIR fetch ...`)."""
 
     def __init__(self, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
-        self.json_mode = json_mode
-        self.quiet = quiet
-        self.verbose = verbose
+        self.json_mode, self.quiet, self.verbose = json_mode, quiet, verbose
         self._consoles: dict[bool, Console] = {}
 
     def _stream(self, answer: bool) -> TextIO:
@@ -212,9 +209,7 @@ class Reporter:
             if title:
                 self.answer(f"{title}:")
             for row in [names, *cells]:
-                self.answer(
-                    "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                )
+                self.answer("  ".join(map(str.ljust, row, widths)).rstrip())
             return
         from rich.measure import Measurement
         from rich.table import Table

@@ -160,8 +160,7 @@ def _dec_hook(t: type, value: Any) -> Any:
     if isinstance(t, type) and issubclass(t, CheckedStr):
         if not isinstance(value, str):
             raise TypeError(f"Expected `str`, got `{type(value).__name__}`")
-        problem = t.problem(value)
-        if problem is not None:
+        if (problem := t.problem(value)) is not None:
             raise ValueError(problem)
         return t(value)
     raise NotImplementedError(t)
@@ -362,10 +361,9 @@ def _explain(
         allowed = sorted(
             f.encode_name for f in msgspec.structs.fields(spot.type) if f.name not in loaded
         )
-        unknown = next(k for k in spot.value if k not in allowed)
         return fail(
             shown,
-            _key(spot.key, unknown),
+            _key(spot.key, next(k for k in spot.value if k not in allowed)),
             "unknown key",
             f"remove it; allowed keys{' in ' + spot.key if spot.key else ''}: "
             + ", ".join(allowed),

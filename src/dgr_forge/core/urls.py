@@ -92,9 +92,7 @@ def secret_name(name: str) -> bool:
 def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES) -> str:
     """`value` if it is a URL of `schemes` (for git also scp-like and absolute paths), else
     BadInput naming `where` (``"--mirror"``)."""
-    if isinstance(value, str):
-        remember_secrets(value)
-    shown = mask(value) if isinstance(value, str) else repr(value)
+    shown = mask(value) if isinstance(value, str) else repr(value)  # mask remembers its secrets
 
     def refuse(why: str, fix: str) -> BadInput:
         return BadInput(f"{where}: {shown!r} {why}", hint=fix)

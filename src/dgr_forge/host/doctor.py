@@ -182,8 +182,7 @@ class Doctor:
     def _probe(self, kind: str, name: str) -> ProbeResult:  # once per process
         key = f"{kind}:{name}"
         if key not in self._results:
-            table = self.probes.tools if kind == "tool" else self.probes.libraries
-            probe = table.get(name)
+            probe = (self.probes.tools if kind == "tool" else self.probes.libraries).get(name)
             if probe is None:
                 raise BadInput(
                     f"unknown {kind} probe {name!r}",
@@ -283,27 +282,14 @@ class Doctor:
     ) -> ProbeResult:
         roots = self._roots(probe)
         for root in roots:
-            include = None
-            if probe.headers:
-                include = next(
-                    (
-                        root / d
-                        for d in probe.include_dirs
-                        if all((root / d / h).is_file() for h in probe.headers)
-                    ),
-                    None,
-                )
-                if include is None:
-                    continue
-            lib = None
-            if probe.names:
-                lib = next(
-                    (path for d in probe.lib_dirs for n in probe.names
-                     for path in _library_files(root / d, n)),
-                    None,
-                )  # fmt: skip
-                if lib is None:
-                    continue
+            dirs = [root / d for d in probe.include_dirs] if probe.headers else []
+            include = next((d for d in dirs if all((d / h).is_file() for h in probe.headers)), None)
+            if probe.headers and include is None:
+                continue
+            lib = next((path for d in probe.lib_dirs for n in probe.names
+                        for path in _library_files(root / d, n)), None)  # fmt: skip
+            if probe.names and lib is None:
+                continue
             shown = str(lib or include)
             return result(True, shown, shown, include_dir=str(include) if include else None)
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
@@ -318,8 +304,7 @@ class Doctor:
         templated = any("{cuda_series}" in n for names in packages.values() for n in names)
         if templated and probe != "nvcc":
             nvcc = self.tool("nvcc") if "nvcc" in self.probes.tools else None
-            version = self.version("nvcc") if nvcc and nvcc.found else None
-            if version:
+            if version := self.version("nvcc") if nvcc and nvcc.found else None:
                 series = "-".join(version.split(".")[:2])
         out: dict[str, list[str]] = {}
         for system, names in packages.items():

@@ -123,9 +123,8 @@ PYTHON_MODULES = {"cmake", "ninja"}  # "module:ATTR" imports these wheels, nothi
 # literal hint directories: system install prefixes only (a "$VAR/..." hint is the
 # operator's own environment)
 HINT_PREFIXES = ("/opt/", "/usr/", "/Library/", "/Applications/", "/Developer/")
-# the variables a "$VAR/..." hint may name: each names a toolchain installation, never a
-# checkout ($PWD, $GITHUB_WORKSPACE, $CI_PROJECT_DIR, $HOME would run what a pull request
-# commits)
+# the variables a "$VAR/..." hint may name: each names a toolchain installation, never a checkout
+# ($PWD, $GITHUB_WORKSPACE, $CI_PROJECT_DIR, $HOME would run what a pull request commits)
 TOOLCHAIN_VARS = frozenset(
     {
         "CUDA_PATH", "CUDA_HOME", "ROCM_PATH", "HIP_PATH", "VULKAN_SDK", "ONEAPI_ROOT",

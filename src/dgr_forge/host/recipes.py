@@ -55,10 +55,10 @@ IMAGE_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _CI_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@+-]*")
 APT_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]*")
 # GitLab.com's hosted runners (never GitHub's labels): by the lane's host OS
-GITLAB_DEFAULT_TAGS = {
+GITLAB_DEFAULT_TAGS = {  # in the order a lane's host OS picks them
+    "linux": ("saas-linux-small-amd64",),
     "darwin": ("saas-macos-medium-m1",),
     "windows": ("saas-windows-medium-amd64",),
-    "linux": ("saas-linux-small-amd64",),
 }
 
 
@@ -261,10 +261,8 @@ class Recipe(Record, frozen=True):
         """`ci.gitlab_tags`, by default GitLab's hosted runners for the lane's host OS."""
         if self.ci.gitlab_tags is not None:
             return self.ci.gitlab_tags
-        system = next(
-            (o for o in ("linux", "darwin", "windows") if o in self.lane.host_os), "linux"
-        )
-        return GITLAB_DEFAULT_TAGS[system]
+        found = (tags for os_, tags in GITLAB_DEFAULT_TAGS.items() if os_ in self.lane.host_os)
+        return next(found, GITLAB_DEFAULT_TAGS["linux"])
 
     @property
     def image(self) -> str | None:
@@ -420,8 +418,7 @@ def select(recipes: dict[str, Recipe], lanes: list[str]) -> list[Recipe]:
     """The named lanes' recipes (none named: all); an unknown lane is exit 2."""
     if not lanes:
         return list(recipes.values())
-    unknown = [lane for lane in lanes if lane not in recipes]
-    if unknown:
+    if unknown := [lane for lane in lanes if lane not in recipes]:
         raise BadInput(
             f"unknown lane {unknown[0]!r}",
             hint="known lanes: " + ", ".join(recipes) + " (one recipes/<lane>.toml each)",

@@ -118,8 +118,7 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
 
 
 def home() -> Path:
-    given = os.environ.get("DGR_TOOLCHAINS_DIR")
-    if given:
+    if given := os.environ.get("DGR_TOOLCHAINS_DIR"):
         return Path(given).absolute()
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data).absolute() / "dgr-forge" / "toolchains"
@@ -242,11 +241,10 @@ def _pip(lock: Lock, scratch: Path, *, offline: bool, wheelhouse: Path | None) -
     if proc.returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         mismatch = any("DO NOT MATCH THE HASHES" in ln for ln in lines)
-        shown = "\n".join(lines[-12:])
         raise OperationFailed(
             ("a wheel does not match the lock's sha256; nothing was installed"
              if mismatch else "pip could not install the lock's wheels; nothing was installed")
-            + f"\n{shown}",
+            + "\n" + "\n".join(lines[-12:]),
             hint="check toolchains/cuda.lock against the index (or --wheelhouse), or fetch "
             "the wheels again",
         )  # fmt: skip

@@ -207,8 +207,7 @@ def _keep_local_work(
         out.info(f"saved the uncommitted edits of {shown} to {kept}")
     if own and head is not None:
         base = [] if gitutil.rev_parse(src, PIN_REF) else ["FETCH_HEAD"]
-        stem = f"worker-saved-commits-{WORKER_DIR}"
-        saved.append(save_commits(forge, stem, src, head, base))
+        saved.append(save_commits(forge, f"worker-saved-commits-{WORKER_DIR}", src, head, base))
         out.info(f"saved the worker's own commits to {saved[-1]} (`git am` re-applies them)")
     return saved
 
