@@ -115,11 +115,9 @@ DECODE_H = "#pragma once\nunsigned llama_test_decode(int n_tokens);\n"
 TEST_BACKEND_OPS = textwrap.dedent(
     r"""
     // test-backend-ops for the test upstream: llama.cpp's console format of mode `test`
-    #include <cmath>
+    // C-style C++: no <string>/<vector>, which cost most of its compile time
     #include <cstdio>
     #include <cstring>
-    #include <string>
-    #include <vector>
 
     #include "ggml-test-ops.h"
 
@@ -141,19 +139,18 @@ TEST_BACKEND_OPS = textwrap.dedent(
         if (filter == nullptr) {
             return true;
         }
-        std::string f(filter);
-        size_t start = 0;
-        while (start <= f.size()) {
-            size_t end = f.find(',', start);
-            if (end == std::string::npos) {
-                end = f.size();
-            }
-            if (f.compare(start, end - start, name) == 0) {
+        const size_t len = strlen(name);
+        for (const char * p = filter;; p++) {
+            const char * end = strchr(p, ',');
+            const size_t n = end ? (size_t) (end - p) : strlen(p);
+            if (n == len && strncmp(p, name, n) == 0) {
                 return true;
             }
-            start = end + 1;
+            if (end == nullptr) {
+                return false;
+            }
+            p = end;
         }
-        return false;
     }
 
     static void usage(char ** argv) {
@@ -197,7 +194,8 @@ TEST_BACKEND_OPS = textwrap.dedent(
         const int shapes[2][4] = { {10, 5, 4, 3}, {16, 1, 1, 1} };
         size_t n_ok = 0;
         size_t n_total = 0;
-        std::vector<std::string> failed;
+        char failed[GGML_TEST_OP_COUNT * 2][64];
+        size_t n_failed = 0;
         unsigned seed = 12345u;
         for (int op = 0; op < GGML_TEST_OP_COUNT; op++) {
             if (!wanted(ops, op_names[op])) {
@@ -214,14 +212,14 @@ TEST_BACKEND_OPS = textwrap.dedent(
                     continue;
                 }
                 const int n = ne[0] * ne[1] * ne[2] * ne[3];
-                std::vector<float> a(n), b(n), out(n);
+                float a[10 * 5 * 4 * 3], b[10 * 5 * 4 * 3], out[10 * 5 * 4 * 3];
                 for (int i = 0; i < n; i++) {
                     seed = seed * 1664525u + 1013904223u;
                     a[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
                     seed = seed * 1664525u + 1013904223u;
                     b[i] = (float) (seed >> 8) / (float) (1u << 24) * 2.0f - 1.0f;
                 }
-                ggml_test_op(op, a.data(), b.data(), out.data(), n);
+                ggml_test_op(op, a, b, out, n);
                 double mse_ab = 0.0, mse_a0 = 0.0;
                 for (int i = 0; i < n; i++) {
                     const double want = reference(op, a[i], b[i]);
@@ -238,10 +236,9 @@ TEST_BACKEND_OPS = textwrap.dedent(
                        ne[0], ne[1], ne[2], ne[3]);
                 if (!(err <= max_err)) {
                     printf("\033[1;31mFAIL\033[0m\n");
-                    char name[128];
-                    snprintf(name, sizeof name, "%s(type=f32,ne=[%d,%d,%d,%d])", op_names[op],
+                    snprintf(failed[n_failed++], sizeof failed[0],
+                             "%s(type=f32,ne=[%d,%d,%d,%d])", op_names[op],
                              ne[0], ne[1], ne[2], ne[3]);
-                    failed.push_back(name);
                 } else {
                     printf("\033[1;32mOK\033[0m\n");
                     n_ok++;
@@ -250,10 +247,10 @@ TEST_BACKEND_OPS = textwrap.dedent(
         }
         const bool ok = n_ok == n_total;
         printf("  %zu/%zu tests passed\n", n_ok, n_total);
-        if (!failed.empty()) {
+        if (n_failed > 0) {
             printf("\nFailing tests:\n");
-            for (const auto & name : failed) {
-                printf("  %s\n", name.c_str());
+            for (size_t i = 0; i < n_failed; i++) {
+                printf("  %s\n", failed[i]);
             }
         }
         printf("  Backend %s: ", dev);
@@ -269,14 +266,11 @@ TEST_BACKEND_OPS = textwrap.dedent(
 LLAMA_BENCH = textwrap.dedent(
     r"""
     // llama-bench for the test upstream: llama.cpp's `-o json` objects and markdown table
-    #include <chrono>
-    #include <cmath>
+    // C-style C++: no <chrono>/<cmath>/<string>/<vector>, which cost most of its compile time
     #include <cstdio>
     #include <cstdlib>
     #include <cstring>
     #include <ctime>
-    #include <string>
-    #include <vector>
 
     #include "gguf-size.h"
     #include "llama-test-decode.h"
@@ -287,24 +281,26 @@ LLAMA_BENCH = textwrap.dedent(
     struct result {
         int n_prompt;
         int n_gen;
-        std::vector<long long> samples_ns;
+        long long * samples_ns;
         double avg_ns = 0, stddev_ns = 0, avg_ts = 0, stddev_ts = 0;
         char test_time[32];
     };
 
-    static std::string escape(const std::string & s) {
-        std::string out;
-        for (char c : s) {
-            if (c == '"') { out += "\\\""; }
-            else if (c == '\\') { out += "\\\\"; }
-            else if ((unsigned char) c <= 0x1f) {
-                char buf[8];
-                snprintf(buf, sizeof(buf), "\\u%04x", c);
-                out += buf;
-            }
-            else { out += c; }
+    // a JSON string's characters, escaped
+    static void put_escaped(const char * s) {
+        for (; *s; s++) {
+            const char c = *s;
+            if (c == '"') { printf("\\\""); }
+            else if (c == '\\') { printf("\\\\"); }
+            else if ((unsigned char) c <= 0x1f) { printf("\\u%04x", c); }
+            else { putchar(c); }
         }
-        return out;
+    }
+
+    static long long now_ns() {
+        timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        return t.tv_sec * 1000000000LL + t.tv_nsec;
     }
 
     static void run(result & r, int reps) {
@@ -313,34 +309,30 @@ LLAMA_BENCH = textwrap.dedent(
         strftime(r.test_time, sizeof(r.test_time), "%FT%TZ", gmtime(&now));
         llama_test_decode(n);  // warmup, as llama-bench does
         for (int i = 0; i < reps; i++) {
-            auto t0 = std::chrono::steady_clock::now();
+            const long long t0 = now_ns();
             llama_test_decode(n);
-            auto t1 = std::chrono::steady_clock::now();
-            long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
-            r.samples_ns.push_back(ns > 0 ? ns : 1);
+            const long long ns = now_ns() - t0;
+            r.samples_ns[i] = ns > 0 ? ns : 1;
         }
-        std::vector<double> ts;
-        for (long long ns : r.samples_ns) {
-            r.avg_ns += ns;
-            ts.push_back(1e9 * n / ns);
+        for (int i = 0; i < reps; i++) {
+            r.avg_ns += r.samples_ns[i];
+            r.avg_ts += 1e9 * n / r.samples_ns[i];
         }
         r.avg_ns /= reps;
-        for (double t : ts) {
-            r.avg_ts += t;
-        }
         r.avg_ts /= reps;
-        for (size_t i = 0; i < ts.size(); i++) {
+        for (int i = 0; i < reps; i++) {
+            const double ts = 1e9 * n / r.samples_ns[i];
             r.stddev_ns += (r.samples_ns[i] - r.avg_ns) * (r.samples_ns[i] - r.avg_ns);
-            r.stddev_ts += (ts[i] - r.avg_ts) * (ts[i] - r.avg_ts);
+            r.stddev_ts += (ts - r.avg_ts) * (ts - r.avg_ts);
         }
-        r.stddev_ns = reps > 1 ? std::sqrt(r.stddev_ns / (reps - 1)) : 0;
-        r.stddev_ts = reps > 1 ? std::sqrt(r.stddev_ts / (reps - 1)) : 0;
+        r.stddev_ns = reps > 1 ? __builtin_sqrt(r.stddev_ns / (reps - 1)) : 0;
+        r.stddev_ts = reps > 1 ? __builtin_sqrt(r.stddev_ts / (reps - 1)) : 0;
     }
 
     int main(int argc, char ** argv) {
         const char * model = "models/7B/ggml-model-q4_0.gguf";
         int n_prompt = 512, n_gen = 128, n_threads = 4, reps = 5;
-        std::string output = "md";
+        const char * output = "md";
         for (int i = 1; i < argc; i++) {
             const bool more = i + 1 < argc;
             if (strcmp(argv[i], "-m") == 0 && more) { model = argv[++i]; }
@@ -364,28 +356,35 @@ LLAMA_BENCH = textwrap.dedent(
         fclose(f);
         // as llama_model_size(): the tensors' bytes of every split, not the files' sizes
         const long long model_size = llama_model_bytes(model);
-        const std::string model_type = "llama ?B all F32";
+        const char * model_type = "llama ?B all F32";
 
-        std::vector<result> results;
-        if (n_prompt > 0) { result r{}; r.n_prompt = n_prompt; r.n_gen = 0; results.push_back(r); }
-        if (n_gen > 0) { result r{}; r.n_prompt = 0; r.n_gen = n_gen; results.push_back(r); }
-        for (auto & r : results) {
-            run(r, reps);
+        result results[2] = {};
+        int n_results = 0;
+        if (n_prompt > 0) { results[n_results++].n_prompt = n_prompt; }
+        if (n_gen > 0) { results[n_results++].n_gen = n_gen; }
+        for (int k = 0; k < n_results; k++) {
+            results[k].samples_ns = (long long *) calloc(reps, sizeof(long long));
+            if (results[k].samples_ns == nullptr) { return 1; }
+            run(results[k], reps);
         }
 
-        if (output == "json") {
+        if (strcmp(output, "json") == 0) {
             printf("[\n");
-            for (size_t k = 0; k < results.size(); k++) {
+            for (int k = 0; k < n_results; k++) {
                 const result & r = results[k];
                 if (k > 0) { printf(",\n"); }
                 printf("  {\n");
-                printf("    \"build_commit\": \"%s\",\n", escape(LLAMA_COMMIT).c_str());
+                printf("    \"build_commit\": \"");
+                put_escaped(LLAMA_COMMIT);
+                printf("\",\n");
                 printf("    \"build_number\": %d,\n", LLAMA_BUILD_NUMBER);
                 printf("    \"cpu_info\": \"stand-in CPU\",\n");
                 printf("    \"gpu_info\": \"\",\n");
                 printf("    \"backends\": \"CPU\",\n");
-                printf("    \"model_filename\": \"%s\",\n", escape(model).c_str());
-                printf("    \"model_type\": \"%s\",\n", model_type.c_str());
+                printf("    \"model_filename\": \"");
+                put_escaped(model);
+                printf("\",\n");
+                printf("    \"model_type\": \"%s\",\n", model_type);
                 printf("    \"model_size\": %lld,\n", model_size);
                 printf("    \"model_n_params\": %lld,\n", model_size / 4);
                 printf("    \"n_batch\": 2048,\n");
@@ -413,12 +412,12 @@ LLAMA_BENCH = textwrap.dedent(
                 printf("    \"avg_ts\": %f,\n", r.avg_ts);
                 printf("    \"stddev_ts\": %f,\n", r.stddev_ts);
                 printf("    \"samples_ns\": [ ");
-                for (size_t i = 0; i < r.samples_ns.size(); i++) {
+                for (int i = 0; i < reps; i++) {
                     printf(i ? ", %lld" : "%lld", r.samples_ns[i]);
                 }
                 printf(" ],\n");
                 printf("    \"samples_ts\": [ ");
-                for (size_t i = 0; i < r.samples_ns.size(); i++) {
+                for (int i = 0; i < reps; i++) {
                     printf(i ? ", %f" : "%f", 1e9 * (r.n_prompt + r.n_gen) / r.samples_ns[i]);
                 }
                 printf(" ]\n");
@@ -430,12 +429,13 @@ LLAMA_BENCH = textwrap.dedent(
                    "| threads |            test |                  t/s |\n");
             printf("| ------------------------------ | ---------: | ---------: | ---------- "
                    "| ------: | --------------: | -------------------: |\n");
-            for (const result & r : results) {
+            for (int k = 0; k < n_results; k++) {
+                const result & r = results[k];
                 char test[32];
                 snprintf(test, sizeof(test), r.n_gen == 0 ? "pp%d" : "tg%d",
                          r.n_gen == 0 ? r.n_prompt : r.n_gen);
                 printf("| %-30s | %6.2f KiB | %8.2f K | %-10s | %7d | %15s | %12.2f ± %5.2f |\n",
-                       model_type.c_str(), model_size / 1024.0, model_size / 4 / 1000.0, "CPU",
+                       model_type, model_size / 1024.0, model_size / 4 / 1000.0, "CPU",
                        n_threads, test, r.avg_ts, r.stddev_ts);
             }
             printf("\nbuild: %s (%d)\n", LLAMA_COMMIT, LLAMA_BUILD_NUMBER);
@@ -513,11 +513,10 @@ SLOW_DECODE = Edit(
             _edit(
                 text,
                 '#include "llama-test-decode.h"\n',
-                '#include "llama-test-decode.h"\n#include <chrono>\n#include <thread>\n',
+                '#include "llama-test-decode.h"\n#include <unistd.h>\n',
             ),
             "    for (int t = 0; t < n_tokens; t++) {\n",
-            "    for (int t = 0; t < n_tokens; t++) {\n"
-            "        std::this_thread::sleep_for(std::chrono::milliseconds(5));\n",
+            "    for (int t = 0; t < n_tokens; t++) {\n        usleep(5000);\n",
         )
     },
     "llama: wait for the device each token",
@@ -543,8 +542,8 @@ NOISY_BENCH = Edit(
     {
         "tools/llama-bench/llama-bench.cpp": lambda text: _edit(
             text,
-            '    if (output == "json") {\n',
-            '    printf("warming up the device...\\n");\n    if (output == "json") {\n',
+            '    if (strcmp(output, "json") == 0) {\n',
+            '    printf("warming up the device...\\n");\n    if (strcmp(output, "json") == 0) {\n',
         )
     },
     "llama-bench: say when warming up",
