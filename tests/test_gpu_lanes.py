@@ -276,6 +276,24 @@ def test_cuda_lane_links_against_the_generated_stub(cuda_lane: Built) -> None:
     assert "-Wl,-rpath-link," in cache and "allow-shlib-undefined" not in cache
 
 
+def test_nvcc_compiles_cu_file_in_cuda_lane(cuda_lane: Built) -> None:
+    """The lane's nvcc compiled the .cu file (on this module's build: one CUDA configure
+    for the suite, not two)."""
+    commands = json.loads((cuda_lane.build_dir / "compile_commands.json").read_text())
+    cu = [c for c in commands if c["file"].endswith("ggml-cuda.cu")]
+    assert cu and "nvcc" in cu[0]["command"]
+    assert "ggml-cuda.cu.o" in (cuda_lane.root / ".dgr" / "logs" / "build-cuda.log").read_text()
+    objects = list(cuda_lane.build_dir.rglob("ggml-cuda.cu.o"))
+    assert objects and objects[0].stat().st_size > 0
+    cache = (cuda_lane.build_dir / "CMakeCache.txt").read_text()
+    # the lane's nvcc, by whatever path CMake recorded it (it may resolve a symlink)
+    entry = re.search(r"^CMAKE_CUDA_COMPILER:\w+=(.+)$", cache, re.MULTILINE)
+    assert entry is not None, cache
+    pinned = USER_TOOLCHAINS.glob("cuda-*/site/nvidia/cu*/bin/nvcc")
+    nvcc = nvcc_path() if cuda_lane.env is None else str(next(pinned))
+    assert nvcc is not None and Path(entry.group(1)).resolve() == Path(nvcc).resolve()
+
+
 def test_cuda_stub_answers_stub_library(cuda_lane: Built, tmp_path: Path) -> None:
     """Each function the stub exports returns CUDA_ERROR_STUB_LIBRARY (34), as NVIDIA's."""
     stub = cuda_lane.build_dir / "dgr-cuda" / "stubs" / "libcuda.so"
