@@ -110,19 +110,19 @@ class VerifiedCache:
         self._lock = threading.Lock()
         self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None
-        self._dir_fd: int | None = dir_fd
-        if self._dir_fd is None:
+        self.dir_fd: int | None = dir_fd
+        if self.dir_fd is None:
             with suppress(OSError):
-                self._dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = self._dir_fd
+                self.dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = self.dir_fd
         with suppress(OSError, msgspec.DecodeError, RecursionError):
             raw = None if fd is None else read_small(fd, CACHE_FILE, MAX_CACHE_BYTES)
             self.entries = {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
-        if self._own_fd and self._dir_fd is not None:
-            os.close(self._dir_fd)
-        self._dir_fd = None
+        if self._own_fd and self.dir_fd is not None:
+            os.close(self.dir_fd)
+        self.dir_fd = None
 
     def lookup(self, name: str, st: os.stat_result) -> str | None:
         with self._lock:
@@ -142,9 +142,9 @@ class VerifiedCache:
         with self._lock:
             data = msgspec.json.encode(_CacheDoc(files=dict(sorted(self.entries.items()))))
         try:
-            if self._dir_fd is not None:
+            if self.dir_fd is not None:
                 with suppress(OSError):  # only a speed-up; never fail a run over it
-                    write_in(self._dir_fd, CACHE_FILE, data + b"\n")
+                    write_in(self.dir_fd, CACHE_FILE, data + b"\n")
         finally:
             self.close()
 
