@@ -137,7 +137,7 @@ def provision(
         failed=[f.name for f in files if f.status == "failed"],
         split_problems=split_problems,
         layers=selection.shown() if selection else None,
-        bytes=sum(f.size for f in files),
+        bytes=size,
         model_bytes=m.total_size,
         missing_bytes=need,
         dry_run=dry_run,

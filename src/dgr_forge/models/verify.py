@@ -128,8 +128,7 @@ def verify(
         checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
         for problem in p:
             out.error(f"{f.name}: {problem}")
-    good = {c.name for c in checks if c.ok}
-    serves = subset.serves(m, good) if m.layer_map is not None else None
+    serves = subset.serves(m, {c.name for c in checks if c.ok})
     result = ArtifactsVerify(
         model=m.name,
         dest=target,
