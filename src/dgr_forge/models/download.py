@@ -203,7 +203,7 @@ class Downloader:
                 differs = f"{st.st_size} bytes, manifest says {f.size}"
                 if st.st_size == f.size:
                     if (sha := self.cache.lookup(f.name, st)) is None:
-                        sha = hash_fd(fd, stop=self.stop).hexdigest()
+                        sha = hash_fd(fd, self.stop).hexdigest()
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
                         self.dest.unlink(part)  # left by an older run; the file is done
@@ -242,7 +242,7 @@ class Downloader:
                 os.ftruncate(fd, 0)
                 have = 0
             if have:
-                hash_fd(fd, state.h, stop=self.stop)  # the descriptor we append to, not the path
+                hash_fd(fd, self.stop, state.h)  # the descriptor we append to, not the path
                 state.outcome.resumed_from = state.have = have
                 state.tick(have, None)
                 self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")

@@ -42,9 +42,9 @@ def human(n: float) -> str:
 
 def hash_fd(
     fd: int,
+    stop: threading.Event,
     h: _Hash | None = None,
     on_bytes: Callable[[int], None] | None = None,
-    stop: threading.Event | None = None,
 ) -> _Hash:
     """Feed the open file `fd` from byte 0 into `h` (a new sha256 by default): the caller's
     descriptor, never a path re-opened (which a planted symlink could redirect)."""
@@ -60,7 +60,7 @@ def hash_fd(
         h.update(view[:n])  # releases the GIL: other files hash at the same time
         if on_bytes is not None:
             on_bytes(n)
-        if stop is not None and stop.is_set():
+        if stop.is_set():
             raise KeyboardInterrupt
     return h
 
@@ -206,7 +206,7 @@ def hash_many(
             # follow=False: a symlink is an OSError (ELOOP), never read
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
             try:
-                return p, hash_fd(fd, on_bytes=lambda n: tick(n, None), stop=stop).hexdigest()
+                return p, hash_fd(fd, stop, on_bytes=lambda n: tick(n, None)).hexdigest()
             finally:
                 os.close(fd)
 

@@ -51,7 +51,7 @@ NAME_FIX = "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\""
 # here); its derived values are properties
 
 
-class _Model(Record, frozen=True):
+class _Model(Record, frozen=True, omit_defaults=True):
     """The model."""
 
     name: Annotated[str, about("a plain name, e.g. `deepseek-v4`")]
@@ -80,7 +80,7 @@ class FileName(CheckedStr):
         return check_file_name(value)
 
 
-class ModelFile(Record, frozen=True):
+class ModelFile(Record, frozen=True, omit_defaults=True):
     """One artifact."""
 
     name: FileName  # a plain `str` once decoded: encoders take no subclass
@@ -123,7 +123,7 @@ class SplitName:
     count: int
 
 
-class ModelManifest(Record, frozen=True):
+class ModelManifest(Record, frozen=True, omit_defaults=True):
     """`manifests/models/<name>.toml`: a model's artifacts, pinned by size and sha256."""
 
     LOADED = ("path", "shown")
@@ -362,14 +362,5 @@ def dumps(
     m = ModelManifest(
         schema=SCHEMA, model=_Model(name, source_revision), layer_map=layer_map, files=tuple(files)
     )
-    doc = msgspec.to_builtins(m)
-    return tomli_w.dumps(
-        {k: _no_nulls(v) for k, v in doc.items() if k not in m.LOADED and v is not None}
-    )
-
-
-def _no_nulls(value: object) -> object:
-    """TOML has no null: an absent optional key is left out."""
-    if isinstance(value, dict):
-        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
-    return [_no_nulls(v) for v in value] if isinstance(value, list | tuple) else value
+    # omit_defaults: TOML has no null, an absent optional key is left out
+    return tomli_w.dumps({k: v for k, v in msgspec.to_builtins(m).items() if k not in m.LOADED})
