@@ -14,7 +14,6 @@ requests only (`RangeFile`), bounded as downloads are: the header limit
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import stat
 import time
@@ -184,7 +183,7 @@ class _Unsupported(Exception):
     """The server cannot serve this header by ranges: not retried."""
 
 
-class RangeFile(io.RawIOBase):
+class RangeFile:
     """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges
     (`bytes=A-B`) of only the bytes the reader needs: skipped arrays are never fetched; a
     server answering anything but 206 within the pinned size is refused."""
@@ -192,7 +191,6 @@ class RangeFile(io.RawIOBase):
     def __init__(
         self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
     ) -> None:
-        super().__init__()
         self.url, self.size, self.session, self.policy = url, size, session, policy
         self.limit = min(size, limit)  # never a byte past the header limit is asked for
         # cuts: answers cut below the minimum rate, all ranges together
