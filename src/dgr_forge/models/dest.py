@@ -28,11 +28,13 @@ FORBIDDEN_ROOTS = ("/home",)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def _forbidden_ancestor(resolved: Path) -> str | None:
-    """The forbidden root that `resolved` (or the nearest existing directory above it) is
-    inside, compared by (device, inode): a path string can be a bind mount of /home."""
+def _forbidden(resolved: Path) -> tuple[str, str] | None:
+    """The forbidden root `resolved` is under, and how: by path, else by (device, inode) of
+    it or the nearest existing directory above it (a path string can be a bind mount)."""
     ids: dict[tuple[int, int], str] = {}
     for root in FORBIDDEN_ROOTS:
+        if any(resolved.is_relative_to(p) for p in {Path(root), Path(os.path.realpath(root))}):
+            return root, ""
         with suppress(OSError):
             st = os.stat(root)
             ids[(st.st_dev, st.st_ino)] = root
@@ -41,8 +43,8 @@ def _forbidden_ancestor(resolved: Path) -> str | None:
             st = os.stat(candidate)
         except OSError:
             continue  # not created yet: its parents decide
-        if (st.st_dev, st.st_ino) in ids:
-            return ids[(st.st_dev, st.st_ino)]
+        if (same := ids.get((st.st_dev, st.st_ino))) is not None:
+            return same, f" (the same directory as {same}: a mount)"
     return None
 
 
@@ -51,12 +53,16 @@ def check_destination(dest: Path) -> Path:
     by path or by identity (a bind mount of /home elsewhere is /home too). Every `--dest`
     (provision, verify, map, certify) is resolved here and used only as returned."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
-    for root in FORBIDDEN_ROOTS:
-        for form in {Path(root), Path(os.path.realpath(root))}:
-            if resolved.is_relative_to(form):
-                raise _under(dest, resolved, root, "")
-    if (root_hit := _forbidden_ancestor(resolved)) is not None:
-        raise _under(dest, resolved, root_hit, f" (the same directory as {root_hit}: a mount)")
+    if (hit := _forbidden(resolved)) is not None:
+        root, how = hit
+        raise BadInput(
+            f"--dest {dest}: resolves to {resolved}, under {root}{how}: model artifacts "
+            f"are never stored under {root}",
+            hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
+            "(symlinks and mounts are followed, so a link or a bind mount of /home is refused "
+            "too)",
+            details={"dest": str(dest), "resolved": str(resolved)},
+        )
     if resolved.exists() and not resolved.is_dir():
         raise BadInput(
             f"--dest {dest}: {resolved} exists and is not a directory",
@@ -64,17 +70,6 @@ def check_destination(dest: Path) -> Path:
             details={"dest": str(dest)},
         )
     return resolved
-
-
-def _under(dest: Path, resolved: Path, root: str, how: str) -> BadInput:
-    return BadInput(
-        f"--dest {dest}: resolves to {resolved}, under {root}{how}: model artifacts "
-        f"are never stored under {root}",
-        hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
-        "(symlinks and mounts are followed, so a link or a bind mount of /home is refused "
-        "too)",
-        details={"dest": str(dest), "resolved": str(resolved)},
-    )
 
 
 def _regular_size(path: Path) -> int | None:
