@@ -28,11 +28,13 @@ FORBIDDEN_ROOTS = ("/home",)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-def _forbidden_ancestor(resolved: Path) -> str | None:
-    """The forbidden root that `resolved` (or the nearest existing directory above it) is
-    inside, compared by (device, inode): a path string can be a bind mount of /home."""
+def _forbidden(resolved: Path) -> tuple[str, str] | None:
+    """The forbidden root `resolved` is under, and how: by path, else by (device, inode) of
+    it or the nearest existing directory above it (a path string can be a bind mount)."""
     ids: dict[tuple[int, int], str] = {}
     for root in FORBIDDEN_ROOTS:
+        if any(resolved.is_relative_to(p) for p in {Path(root), Path(os.path.realpath(root))}):
+            return root, ""
         with suppress(OSError):
             st = os.stat(root)
             ids[(st.st_dev, st.st_ino)] = root
@@ -41,8 +43,8 @@ def _forbidden_ancestor(resolved: Path) -> str | None:
             st = os.stat(candidate)
         except OSError:
             continue  # not created yet: its parents decide
-        if (st.st_dev, st.st_ino) in ids:
-            return ids[(st.st_dev, st.st_ino)]
+        if (same := ids.get((st.st_dev, st.st_ino))) is not None:
+            return same, f" (the same directory as {same}: a mount)"
     return None
 
 
@@ -51,12 +53,16 @@ def check_destination(dest: Path) -> Path:
     by path or by identity (a bind mount of /home elsewhere is /home too). Every `--dest`
     (provision, verify, map, certify) is resolved here and used only as returned."""
     resolved = Path(os.path.realpath(Path.cwd() / dest.expanduser()))
-    for root in FORBIDDEN_ROOTS:
-        for form in {Path(root), Path(os.path.realpath(root))}:
-            if resolved.is_relative_to(form):
-                raise _under(dest, resolved, root, "")
-    if (root_hit := _forbidden_ancestor(resolved)) is not None:
-        raise _under(dest, resolved, root_hit, f" (the same directory as {root_hit}: a mount)")
+    if (hit := _forbidden(resolved)) is not None:
+        root, how = hit
+        raise BadInput(
+            f"--dest {dest}: resolves to {resolved}, under {root}{how}: model artifacts "
+            f"are never stored under {root}",
+            hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
+            "(symlinks and mounts are followed, so a link or a bind mount of /home is refused "
+            "too)",
+            details={"dest": str(dest), "resolved": str(resolved)},
+        )
     if resolved.exists() and not resolved.is_dir():
         raise BadInput(
             f"--dest {dest}: {resolved} exists and is not a directory",
@@ -64,17 +70,6 @@ def check_destination(dest: Path) -> Path:
             details={"dest": str(dest)},
         )
     return resolved
-
-
-def _under(dest: Path, resolved: Path, root: str, how: str) -> BadInput:
-    return BadInput(
-        f"--dest {dest}: resolves to {resolved}, under {root}{how}: model artifacts "
-        f"are never stored under {root}",
-        hint="pass a directory on the data disk, e.g. --dest /srv/models/<name> "
-        "(symlinks and mounts are followed, so a link or a bind mount of /home is refused "
-        "too)",
-        details={"dest": str(dest), "resolved": str(resolved)},
-    )
 
 
 def _regular_size(path: Path) -> int | None:
@@ -185,62 +180,60 @@ class DestDir(AbstractContextManager["DestDir"]):
                     details={"dest": str(self.path), "file": f.name},
                 )
 
+    def _open(self, name: str, flags: int) -> int | tuple[int, OSError | None]:
+        """A descriptor of the regular file `name`, else (its mode, the error opening it); the
+        OSError when there is no `name`, or a regular file we may not open (permissions)."""
+        try:
+            fd = os.open(name, flags | _NOFOLLOW, 0o644, dir_fd=self.fd)
+        except OSError as err:
+            st = None if isinstance(err, FileNotFoundError) else self.lstat(name)
+            if st is None or stat.S_ISREG(st.st_mode):
+                err.filename = str(self / name)
+                raise
+            return st.st_mode, err  # ELOOP (a symlink), EISDIR, ENXIO (a socket)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return fd
+        os.close(fd)
+        return mode, None
+
     def open_final(self, name: str) -> int | None:
         """A read-only descriptor of a final file, None when absent; never through a link."""
         try:
-            fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=self.fd)
+            got = self._open(name, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        except OSError as err:
-            st = self.lstat(name)
-            if st is None or stat.S_ISREG(st.st_mode):
-                err.filename = str(self / name)
-                raise  # a regular file we may not read: permissions, I/O
-            mode, why = st.st_mode, f" ({err.strerror})"
-        else:
-            mode, why = os.fstat(fd).st_mode, ""
-            if stat.S_ISREG(mode):
-                return fd
-            os.close(fd)
+        if isinstance(got, int):
+            return got
+        why = f" ({got[1].strerror})" if got[1] else ""
         raise OperationFailed(
-            f"{self / name}: is {kind(mode)}, not a regular file{why}",
+            f"{self / name}: is {kind(got[0])}, not a regular file{why}",
             hint=f"remove it (`rm {self / name}`) and re-run provision",
         )
 
     def open_part(self, name: str, out: Reporter) -> int:
         """`NAME.part` opened for append, checked on its descriptor (a planted non-file there
-        is removed, started over); a new one is created O_EXCL, so a link planted in
-        between fails instead of being followed."""
-        flags = os.O_RDWR | os.O_APPEND | _NOFOLLOW
-        fd: int | None = None
+        is removed, started over; a part we may not write, another user's, is never deleted);
+        a new one is created O_EXCL, so a link planted in between fails, never followed."""
+        flags = os.O_RDWR | os.O_APPEND
         try:
-            fd = os.open(name, flags, dir_fd=self.fd)
+            got = self._open(name, flags)
         except FileNotFoundError:
-            pass
-        except OSError as err:
-            st = self.lstat(name)
-            if st is None or stat.S_ISREG(st.st_mode):
-                err.filename = str(self / name)
-                raise  # a part we may not write (another user's): never deleted
-            fd = -1  # ELOOP (a symlink), EISDIR, ENXIO (a socket): not a part we wrote
-        if fd is not None and fd >= 0 and stat.S_ISREG(os.fstat(fd).st_mode):
-            return fd
-        if fd is not None:
-            if fd >= 0:
-                os.close(fd)
-            st = self.lstat(name)
-            if st is not None and stat.S_ISDIR(st.st_mode):
+            got = None
+        if isinstance(got, int):
+            return got
+        if got is not None:  # not a part we wrote
+            if stat.S_ISDIR(got[0]):
                 raise OperationFailed(
                     f"{self / name}: is a directory, not a partial download",
                     hint=f"remove it (`rm -r {self / name}`) and re-run provision",
                 )
-            what = kind(st.st_mode) if st is not None else "unusable"
-            out.warn(f"{name} is {what}, not a partial download; removed it, starting over")
+            out.warn(f"{name} is {kind(got[0])}, not a partial download; removed it, starting over")
             self.unlink(name)
         try:
             # 0600 until verified: another user never reads bytes that came from a
             # source only this one may read
-            return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self.fd)
+            return os.open(name, flags | _NOFOLLOW | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=self.fd)
         except FileExistsError:
             raise OperationFailed(
                 f"{self / name}: appeared while provision was creating it (another writer?)",
@@ -251,23 +244,18 @@ class DestDir(AbstractContextManager["DestDir"]):
 def _open_lock(dest: DestDir) -> int:
     path = dest / LOCK_FILE
     try:
-        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o644, dir_fd=dest.fd)
-    except OSError as err:
-        st = dest.lstat(LOCK_FILE)
-        if st is None or stat.S_ISREG(st.st_mode):  # e.g. another user's, not writable
-            raise BadInput(
-                f"{path}: cannot open the provision lock ({err.strerror})",
-                hint="provision as a user who may write into --dest, or pass another --dest",
-                details={"lock": str(path)},
-            ) from None
-        mode, why = st.st_mode, f" ({err.strerror}); it is never followed"
-    else:
-        mode, why = os.fstat(fd).st_mode, ", not a regular file"
-        if stat.S_ISREG(mode):
-            return fd
-        os.close(fd)
+        got = dest._open(LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    except OSError as err:  # e.g. another user's, not writable
+        raise BadInput(
+            f"{path}: cannot open the provision lock ({err.strerror})",
+            hint="provision as a user who may write into --dest, or pass another --dest",
+            details={"lock": str(path)},
+        ) from None
+    if isinstance(got, int):
+        return got
+    why = f" ({got[1].strerror}); it is never followed" if got[1] else ", not a regular file"
     raise BadInput(
-        f"{path}: the provision lock is {kind(mode)}{why}",
+        f"{path}: the provision lock is {kind(got[0])}{why}",
         hint=f"remove it (`rm {path}`) and re-run provision",
         details={"lock": str(path)},
     )

@@ -135,8 +135,9 @@ class _Retry(Exception):
     """A transient failure: the bytes so far are kept and the next try resumes."""
 
 
-class _TooSlow(_Retry):
-    """Below the minimum rate: retried, but it counts as a try even though bytes arrived."""
+class TooSlow(_Retry):
+    """Below the minimum rate: retried, but it counts as a try even though bytes arrived
+    (for a header read by ranges, across all its requests)."""
 
 
 @dataclass
@@ -202,7 +203,7 @@ class Downloader:
                 differs = f"{st.st_size} bytes, manifest says {f.size}"
                 if st.st_size == f.size:
                     if (sha := self.cache.lookup(f.name, st)) is None:
-                        sha = hash_fd(fd, stop=self.stop).hexdigest()
+                        sha = hash_fd(fd, self.stop).hexdigest()
                         self.cache.record(f.name, os.fstat(fd), sha)
                     if sha == f.sha256:
                         self.dest.unlink(part)  # left by an older run; the file is done
@@ -241,7 +242,7 @@ class Downloader:
                 os.ftruncate(fd, 0)
                 have = 0
             if have:
-                hash_fd(fd, state.h, stop=self.stop)  # the descriptor we append to, not the path
+                hash_fd(fd, self.stop, state.h)  # the descriptor we append to, not the path
                 state.outcome.resumed_from = state.have = have
                 state.tick(have, None)
                 self.out.info(f"{f.name}: resuming at byte {have} of {f.size}")
@@ -265,7 +266,7 @@ class Downloader:
                 ) as err:
                     if self.stop.is_set():  # aborted: the error is ours, not the server's
                         raise KeyboardInterrupt from None
-                    slow = isinstance(err, _TooSlow)
+                    slow = isinstance(err, TooSlow)
                     failures = 1 if state.have > before and not slow else failures + 1
                     if failures >= self.policy.tries:
                         what = "slow tries" if slow else "tries without progress"
@@ -370,7 +371,7 @@ class Downloader:
             while chunk := r.raw.read1(NET_CHUNK, decode_content=False):
                 self._write(state, chunk)
                 if slow := floor.add(len(chunk)):
-                    raise _TooSlow(slow)
+                    raise TooSlow(slow)
 
     def _copy_file(self, state: _Stream) -> None:
         src = file_source_path(state.url)

@@ -282,56 +282,55 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
     and `split.count` match its name, no two parts claim one `split.no`, all parts of a set
     agree on `split.tensors.count` and, all present, hold that many tensors; a `.gguf` whose
     name is not a split does not claim to be one."""
-    problems: dict[str, list[str]] = {}
+    problems: dict[str, list[str]] = {name: [] for name in headers}
     by_no: dict[str, dict[int, list[str]]] = {}
     tensor_totals: dict[str, dict[str, int]] = {}
     tensor_counts: dict[str, int] = {}
+
+    def mismatch(name: str, text: str) -> None:
+        problems[name].append(f"split mismatch: {text}")
+
     for fname, header in headers.items():
-        found = problems.setdefault(fname, [])
         if isinstance(header, str):
-            found.append(header)
+            problems[fname].append(header)
             continue
         no, count = header.ints.get("split.no"), header.ints.get("split.count")
         total = header.ints.get("split.tensors.count")
         if (s := split_name(fname)) is None:
             if count is not None and count > 1:
-                found.append(
-                    f"split mismatch: header says part {(no or 0) + 1} of {count} "
-                    "(split.no/split.count) but the name is not P-0000K-of-0000N.gguf"
+                mismatch(
+                    fname,
+                    f"header says part {(no or 0) + 1} of {count} (split.no/split.count) but the "
+                    "name is not P-0000K-of-0000N.gguf",
                 )
             continue
         if count is None or no is None:
-            found.append(
-                f"split mismatch: no integer split.no/split.count in the header, the name says "
-                f"part {s.no} of {s.count}"
+            mismatch(
+                fname,
+                "no integer split.no/split.count in the header, the name says "
+                f"part {s.no} of {s.count}",
             )
             continue
         if count != s.count:
-            found.append(f"split mismatch: split.count is {count}, the name says {s.count} parts")
+            mismatch(fname, f"split.count is {count}, the name says {s.count} parts")
         if no != s.no - 1:
-            found.append(
-                f"split mismatch: split.no is {no} (part {no + 1}), the name says part {s.no}"
-            )
+            mismatch(fname, f"split.no is {no} (part {no + 1}), the name says part {s.no}")
         by_no.setdefault(s.prefix, {}).setdefault(no, []).append(fname)
         tensor_counts[fname] = header.n_tensors
         if total is not None:
             tensor_totals.setdefault(s.prefix, {})[fname] = total
         else:
-            found.append("split mismatch: no integer split.tensors.count in the header")
+            mismatch(fname, "no integer split.tensors.count in the header")
     for prefix, parts in by_no.items():
         for no, names in parts.items():
             if len(names) > 1:
                 for name in names:
                     others = ", ".join(n for n in names if n != name)
-                    problems[name].append(
-                        f"split mismatch: duplicate split.no {no} (also claimed by {others})"
-                    )
+                    mismatch(name, f"duplicate split.no {no} (also claimed by {others})")
         totals = tensor_totals.get(prefix, {})
         if len(set(totals.values())) > 1:
             for name, total in totals.items():
-                problems[name].append(
-                    f"split mismatch: split.tensors.count {total} differs between the parts"
-                )
+                mismatch(name, f"split.tensors.count {total} differs between the parts")
         else:
             names = [n for ns in parts.values() for n in ns]
             first = split_name(names[0])
@@ -341,10 +340,8 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
                 actual = sum(tensor_counts[n] for n in names)
                 if actual != declared:
                     for name in names:
-                        problems[name].append(
-                            f"split mismatch: the parts hold {actual} tensors, "
-                            f"split.tensors.count says {declared}"
-                        )
+                        said = f"split.tensors.count says {declared}"
+                        mismatch(name, f"the parts hold {actual} tensors, {said}")
     return {k: v for k, v in problems.items() if v}
 
 

@@ -42,9 +42,9 @@ def human(n: float) -> str:
 
 def hash_fd(
     fd: int,
+    stop: threading.Event,
     h: _Hash | None = None,
     on_bytes: Callable[[int], None] | None = None,
-    stop: threading.Event | None = None,
 ) -> _Hash:
     """Feed the open file `fd` from byte 0 into `h` (a new sha256 by default): the caller's
     descriptor, never a path re-opened (which a planted symlink could redirect)."""
@@ -60,7 +60,7 @@ def hash_fd(
         h.update(view[:n])  # releases the GIL: other files hash at the same time
         if on_bytes is not None:
             on_bytes(n)
-        if stop is not None and stop.is_set():
+        if stop.is_set():
             raise KeyboardInterrupt
     return h
 
@@ -110,19 +110,19 @@ class VerifiedCache:
         self._lock = threading.Lock()
         self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None
-        self._dir_fd: int | None = dir_fd
-        if self._dir_fd is None:
+        self.dir_fd: int | None = dir_fd
+        if self.dir_fd is None:
             with suppress(OSError):
-                self._dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = self._dir_fd
+                self.dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        fd = self.dir_fd
         with suppress(OSError, msgspec.DecodeError, RecursionError):
             raw = None if fd is None else read_small(fd, CACHE_FILE, MAX_CACHE_BYTES)
             self.entries = {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
-        if self._own_fd and self._dir_fd is not None:
-            os.close(self._dir_fd)
-        self._dir_fd = None
+        if self._own_fd and self.dir_fd is not None:
+            os.close(self.dir_fd)
+        self.dir_fd = None
 
     def lookup(self, name: str, st: os.stat_result) -> str | None:
         with self._lock:
@@ -142,9 +142,9 @@ class VerifiedCache:
         with self._lock:
             data = msgspec.json.encode(_CacheDoc(files=dict(sorted(self.entries.items()))))
         try:
-            if self._dir_fd is not None:
+            if self.dir_fd is not None:
                 with suppress(OSError):  # only a speed-up; never fail a run over it
-                    write_in(self._dir_fd, CACHE_FILE, data + b"\n")
+                    write_in(self.dir_fd, CACHE_FILE, data + b"\n")
         finally:
             self.close()
 
@@ -206,7 +206,7 @@ def hash_many(
             # follow=False: a symlink is an OSError (ELOOP), never read
             fd = os.open(p, os.O_RDONLY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
             try:
-                return p, hash_fd(fd, on_bytes=lambda n: tick(n, None), stop=stop).hexdigest()
+                return p, hash_fd(fd, stop, on_bytes=lambda n: tick(n, None)).hexdigest()
             finally:
                 os.close(fd)
 

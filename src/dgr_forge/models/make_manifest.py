@@ -14,7 +14,6 @@ requests only (`RangeFile`), bounded as downloads are: the header limit
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import stat
 import time
@@ -35,7 +34,7 @@ from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import gguf_split
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
-from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, content_range
+from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, TooSlow, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
@@ -184,11 +183,7 @@ class _Unsupported(Exception):
     """The server cannot serve this header by ranges: not retried."""
 
 
-class _TooSlow(requests.ConnectionError):
-    """Below the minimum rate: retried, and it counts as a try, as for downloads."""
-
-
-class RangeFile(io.RawIOBase):
+class RangeFile:
     """Read-only, seekable view of a remote file of `size` bytes, fetched by closed ranges
     (`bytes=A-B`) of only the bytes the reader needs: skipped arrays are never fetched; a
     server answering anything but 206 within the pinned size is refused."""
@@ -196,7 +191,6 @@ class RangeFile(io.RawIOBase):
     def __init__(
         self, url: str, size: int, session: requests.Session, policy: RetryPolicy, limit: int
     ) -> None:
-        super().__init__()
         self.url, self.size, self.session, self.policy = url, size, session, policy
         self.limit = min(size, limit)  # never a byte past the header limit is asked for
         # cuts: answers cut below the minimum rate, all ranges together
@@ -240,13 +234,13 @@ class RangeFile(io.RawIOBase):
                     hint="map from the files on disk instead (`--dest DIR`), or use a server "
                     "that answers Range requests (HTTP 206)",
                 ) from None
-            except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as err:
+            except (OSError, urllib3.exceptions.HTTPError, TooSlow) as err:  # requests': OSErrors
                 failures += 1
-                if isinstance(err, _TooSlow):  # a cut counts for the whole header read:
+                if isinstance(err, TooSlow):  # a cut counts for the whole header read:
                     self.cuts += 1  # the next range would start the count afresh
                     failures = max(failures, self.cuts)
                 if failures >= self.policy.tries:
-                    why = str(err) if isinstance(err, _TooSlow) else type(err).__name__
+                    why = str(err) if isinstance(err, TooSlow) else type(err).__name__
                     raise OperationFailed(
                         f"{mask(self.url)}: reading the header (bytes {start}-{end}) failed "
                         f"{failures} times: {why}",
@@ -302,12 +296,12 @@ class RangeFile(io.RawIOBase):
                 data += chunk
                 self.received += len(chunk)
                 if slow := self.floor.add(len(chunk)):
-                    raise _TooSlow(slow)
+                    raise TooSlow(slow)
                 self._left()
             if len(data) != want:
                 raise requests.ConnectionError(f"{len(data)} of {want} bytes arrived")
             if slow := self.floor.add(0):  # answers of a byte each, quickly: slow all the same
-                raise _TooSlow(slow)
+                raise TooSlow(slow)
             return bytes(data)
 
 
@@ -424,10 +418,8 @@ def map_manifest(
     """Write `m` again with its layer map (from the headers); the rest of it unchanged."""
     if m.path is None:
         raise BadInput("the manifest has no file to write the map into", hint="pass a path")
-    if dest is not None:
-        headers, read, requests = _from_dest(m, dest, out, jobs)
-    else:
-        headers, read, requests = _from_urls(m, mirror, out)
+    got = _from_dest(m, dest, out, jobs) if dest is not None else _from_urls(m, mirror, out)
+    headers, read, requests = got
     layer_map, files = gguf_split.with_map(list(m.files), headers, m.shown, out)
     if layer_map is None:
         raise BadInput(

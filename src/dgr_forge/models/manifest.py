@@ -51,7 +51,7 @@ NAME_FIX = "use letters, digits, '.', '_' or '-', e.g. \"deepseek-v4\""
 # here); its derived values are properties
 
 
-class _Model(Record, frozen=True):
+class _Model(Record, frozen=True, omit_defaults=True):
     """The model."""
 
     name: Annotated[str, about("a plain name, e.g. `deepseek-v4`")]
@@ -80,7 +80,7 @@ class FileName(CheckedStr):
         return check_file_name(value)
 
 
-class ModelFile(Record, frozen=True):
+class ModelFile(Record, frozen=True, omit_defaults=True):
     """One artifact."""
 
     name: FileName  # a plain `str` once decoded: encoders take no subclass
@@ -123,7 +123,7 @@ class SplitName:
     count: int
 
 
-class ModelManifest(Record, frozen=True):
+class ModelManifest(Record, frozen=True, omit_defaults=True):
     """`manifests/models/<name>.toml`: a model's artifacts, pinned by size and sha256."""
 
     LOADED = ("path", "shown")
@@ -267,24 +267,21 @@ def _check_file(
     shown: str, entry: ModelFile, where: str, seen: dict[str, str], layer_map: LayerMap | None
 ) -> None:
     name, sha, url = entry.name, entry.sha256, entry.url
+
+    def bad(key: str, problem: str, fix: str = MAP_FIX) -> BadInput:
+        return fail(shown, f"{where}.{key}", problem, fix)
+
     folded = name.casefold()  # "A.gguf" and "a.gguf" are one file on macOS/Windows
     if folded in seen:
-        raise fail(
-            shown,
-            f"{where}.name",
-            f"duplicate file name {name!r} (also {seen[folded]})",
-            "list each file once",
+        raise bad(
+            "name", f"duplicate file name {name!r} (also {seen[folded]})", "list each file once"
         )
     seen[folded] = where
     if not HEX64.fullmatch(sha):
-        raise fail(
-            shown,
-            f"{where}.sha256",
-            f"{sha!r} is not a 64-hex lowercase sha256",
-            f"set it to the output of `sha256sum {name}`",
-        )
+        fix = f"set it to the output of `sha256sum {name}`"
+        raise bad("sha256", f"{sha!r} is not a 64-hex lowercase sha256", fix)
     if url_problem := check_url(url):
-        raise fail(shown, f"{where}.url", url_problem, "use an http://, https:// or file:// URL")
+        raise bad("url", url_problem, "use an http://, https:// or file:// URL")
     try:
         urls.check_url(url, f"{shown}: {where}.url", schemes=URL_SCHEMES)
     except BadInput as err:
@@ -296,26 +293,23 @@ def _check_file(
     if layer_map is None or not entry.name.endswith(".gguf"):
         if has:
             why = "there is no [map]" if layer_map is None else "the file is not a .gguf"
-            raise fail(shown, f"{where}.{has[0]}", f"set, but {why}", MAP_FIX)
+            raise bad(has[0], f"set, but {why}")
         return
     if entry.layers is None:
-        raise fail(shown, f"{where}.layers", "missing", MAP_FIX)
+        raise bad("layers", "missing")
     try:
         layers = entry.ranges or ()
     except layermap.RangeError as err:
-        raise fail(shown, f"{where}.layers", str(err), MAP_FIX) from None
+        raise bad("layers", str(err)) from None
     if layers and layers[-1][1] >= layer_map.block_count:
-        raise fail(
-            shown,
-            f"{where}.layers",
-            f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}",
-            MAP_FIX,
+        raise bad(
+            "layers", f"layer {layers[-1][1]} is beyond map.block_count {layer_map.block_count}"
         )
     if entry.tensors is None:
-        raise fail(shown, f"{where}.tensors", "missing", MAP_FIX)
+        raise bad("tensors", "missing")
     for group in entry.tensors:
         if problem := layermap.check_group(group):
-            raise fail(shown, f"{where}.tensors", problem, MAP_FIX)
+            raise bad("tensors", problem)
 
 
 def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
@@ -362,14 +356,5 @@ def dumps(
     m = ModelManifest(
         schema=SCHEMA, model=_Model(name, source_revision), layer_map=layer_map, files=tuple(files)
     )
-    doc = msgspec.to_builtins(m)
-    return tomli_w.dumps(
-        {k: _no_nulls(v) for k, v in doc.items() if k not in m.LOADED and v is not None}
-    )
-
-
-def _no_nulls(value: object) -> object:
-    """TOML has no null: an absent optional key is left out."""
-    if isinstance(value, dict):
-        return {k: _no_nulls(v) for k, v in value.items() if v is not None}
-    return [_no_nulls(v) for v in value] if isinstance(value, list | tuple) else value
+    # omit_defaults: TOML has no null, an absent optional key is left out
+    return tomli_w.dumps({k: v for k, v in msgspec.to_builtins(m).items() if k not in m.LOADED})

@@ -64,13 +64,12 @@ def provision(
     *,
     mirror: str | None = None,
     jobs: int = 4,
-    policy: RetryPolicy | None = None,
     selection: Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
     """Bring the files `selection` needs (or all) into `dest`; `dry_run` writes none."""
     started = time.monotonic()
-    policy = policy or RetryPolicy.from_env()
+    policy = RetryPolicy.from_env()
     mirror = check_mirror(mirror)
     chosen = selection.files if selection is not None else m.files
     check_file_sources(chosen, mirror, m.shown)
@@ -138,7 +137,7 @@ def provision(
         failed=[f.name for f in files if f.status == "failed"],
         split_problems=split_problems,
         layers=selection.shown() if selection else None,
-        bytes=sum(f.size for f in files),
+        bytes=size,
         model_bytes=m.total_size,
         missing_bytes=need,
         dry_run=dry_run,

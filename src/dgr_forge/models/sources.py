@@ -174,15 +174,11 @@ class _HeaderDeadline(urllib3.connection.HTTPConnection):
         return TimeoutError(HEADER_PHASE.why)
 
 
-class _HeaderDeadlineTLS(_HeaderDeadline, urllib3.connection.HTTPSConnection):
-    pass
-
-
 @functools.lru_cache(maxsize=8)
 def _pool_classes(deadline: float) -> dict[str, type[urllib3.connectionpool.HTTPConnectionPool]]:
-    pools = urllib3.connectionpool
-    plain = type("_Conn", (_HeaderDeadline,), {"header_deadline": deadline})
-    tls = type("_ConnTLS", (_HeaderDeadlineTLS,), {"header_deadline": deadline})
+    pools, fields = urllib3.connectionpool, {"header_deadline": deadline}
+    plain = type("_Conn", (_HeaderDeadline,), fields)
+    tls = type("_ConnTLS", (_HeaderDeadline, urllib3.connection.HTTPSConnection), fields)
     return {
         "http": type("_Pool", (pools.HTTPConnectionPool,), {"ConnectionCls": plain}),
         "https": type("_PoolTLS", (pools.HTTPSConnectionPool,), {"ConnectionCls": tls}),

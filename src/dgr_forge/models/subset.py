@@ -152,10 +152,10 @@ def _tied(m: ModelManifest) -> bool:
     return not any("output" in (f.tensors or ()) for f in m.files)
 
 
-def serves(m: ModelManifest, good: set[str]) -> Serves:
+def serves(m: ModelManifest, good: set[str]) -> Serves | None:
     """What the files in `good` (verified) can serve: layer ranges, embeddings, head."""
     if m.layer_map is None:
-        return Serves(layers="", first=False, last=False)
+        return None
     base = all(f.name in good for f in _always(m))
 
     def groups_good(groups: set[str]) -> bool:
@@ -178,13 +178,11 @@ def read_record(dir_fd: int, model: str) -> Provisioned | None:
     with suppress(OSError, msgspec.DecodeError, layermap.RangeError):
         raw = read_small(dir_fd, RECORD_FILE, MAX_RECORD_BYTES)
         held = None if raw is None else msgspec.json.decode(raw, type=Provisioned)
-        if held is not None and held.model == model:
-            layers = layermap.format_ranges(held.ranges)  # merged as written
-            return msgspec.structs.replace(held, layers=layers)
+        if held is not None and held.model == model:  # its ranges merged, as written
+            return msgspec.structs.replace(held, layers=layermap.format_ranges(held.ranges))
     return None
 
 
 def write_record(dir_fd: int, record: Provisioned) -> None:
-    shown = msgspec.structs.asdict(record)
-    text = json.dumps({"version": 1, **shown}, indent=1, sort_keys=True) + "\n"
-    write_in(dir_fd, RECORD_FILE, text.encode())
+    text = json.dumps({"version": 1, **msgspec.structs.asdict(record)}, indent=1, sort_keys=True)
+    write_in(dir_fd, RECORD_FILE, text.encode() + b"\n")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import stat
 import time
-from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
@@ -77,14 +76,10 @@ def verify(
             f"(`dgr-forge artifacts provision {m.shown} --dest DIR`)",
             details={"dest": str(dest)},
         )
+    cache = VerifiedCache(target)
     record = None
-    if m.layer_map is not None:
-        with suppress(OSError):
-            fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                record = subset.read_record(fd, m.name)
-            finally:
-                os.close(fd)
+    if m.layer_map is not None and cache.dir_fd is not None:
+        record = subset.read_record(cache.dir_fd, m.name)
     checked = selection
     if checked is None and record is not None:
         checked = subset.select(m, record.ranges, record.first, record.last)
@@ -110,7 +105,6 @@ def verify(
         else:
             to_hash.append(path)
     shas = hash_many(to_hash, out, jobs, "verifying", follow=False)
-    cache = VerifiedCache(target)
     matched = []
     for f in files:
         path = target / f.name
@@ -134,8 +128,7 @@ def verify(
         checks.append(FileCheck(f.name, f.size, not p, p, shas.get(target / f.name), status))
         for problem in p:
             out.error(f"{f.name}: {problem}")
-    good = {c.name for c in checks if c.ok}
-    serves = subset.serves(m, good) if m.layer_map is not None else None
+    serves = subset.serves(m, {c.name for c in checks if c.ok})
     result = ArtifactsVerify(
         model=m.name,
         dest=target,
