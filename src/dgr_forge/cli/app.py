@@ -43,6 +43,13 @@ app = typer.Typer(
 )
 
 
+def group(name: str, help: str) -> typer.Typer:
+    """A command group, `dgr-forge NAME ...`, on `app`."""
+    sub = typer.Typer(name=name, help=help, no_args_is_help=True)
+    app.add_typer(sub, name=name)
+    return sub
+
+
 @dataclass(frozen=True)
 class Outcome:
     """A command's result and its exit status, kept apart: the status is never a result key."""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from dgr_forge.cli.app import Env, app, command
+from dgr_forge.cli.app import Env, command, group
 from dgr_forge.cli.helpstyle import complete_provider
 from dgr_forge.cli.options import WorkflowOut
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
@@ -18,12 +18,7 @@ from dgr_forge.core.urls import shown
 if TYPE_CHECKING:
     from dgr_forge.ci.render import CiMatrix, Render
 
-ci_app = typer.Typer(
-    name="ci",
-    help="CI generated from the recipes: the lane matrix and workflow files.",
-    no_args_is_help=True,
-)
-app.add_typer(ci_app, name="ci")
+ci_app = group("ci", "CI generated from the recipes: the lane matrix and workflow files.")
 
 
 @command(ci_app, "matrix")

@@ -7,17 +7,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, app, command
+from dgr_forge.cli.app import Env, command, group
 from dgr_forge.cli.options import Offline
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
     from dgr_forge.host.toolkit import InstallResult
 
-toolchain_app = typer.Typer(
-    name="toolchain", help="Install the toolkits the root pins.", no_args_is_help=True
-)
-app.add_typer(toolchain_app, name="toolchain")
+toolchain_app = group("toolchain", "Install the toolkits the root pins.")
 
 
 @command(toolchain_app, "install")
