@@ -20,8 +20,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from dgr_forge.core.envnum import env_number
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.errors import BadInput, OperationFailed, env_number
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
