@@ -77,7 +77,7 @@ def read(argv: list[str]) -> Argv:
 # (tests/test_startup.py checks it against what the modules register).
 COMMAND_MODULES: dict[str, str] = {
     "fetch": "fetch", "status": "fetch", "patch": "patch", "export": "patch",
-    "rebase": "rebase", "check": "rebase", "bump": "bump",
+    "rebase": "rebase", "check": "rebase", "bump": "rebase",
     "build": "build", "doctor": "build", "lanes": "build", "presets": "build",
     "keygen": "report", "certify": "report", "report": "report",
     "artifacts": "artifacts", "ci": "ci", "toolchain": "toolchain", "demo": "demo",
