@@ -80,7 +80,7 @@ COMMAND_MODULES: dict[str, str] = {
     "rebase": "rebase", "check": "rebase", "bump": "rebase",
     "build": "build", "doctor": "build", "lanes": "build", "presets": "build",
     "keygen": "report", "certify": "report", "report": "report",
-    "artifacts": "artifacts", "ci": "ci", "toolchain": "toolchain", "demo": "demo",
+    "artifacts": "artifacts", "ci": "ci", "toolchain": "toolchain", "demo": "toolchain",
 }  # fmt: skip
 
 MODULES = list(dict.fromkeys(COMMAND_MODULES.values()))
@@ -107,7 +107,7 @@ def register_all() -> None:
     rank = {f"dgr_forge.cli.cmd_{name}": i for i, name in enumerate(MODULES)}
     app.registered_commands.sort(key=lambda c: rank.get(getattr(c.callback, "__module__", ""), 0))
     app.registered_groups.sort(
-        key=lambda g: MODULES.index(COMMAND_MODULES.get(g.name or "", "demo"))
+        key=lambda g: MODULES.index(COMMAND_MODULES.get(g.name or "", MODULES[-1]))
     )
     _all = True
 
