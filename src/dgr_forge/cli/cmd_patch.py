@@ -6,8 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.context import Session
+from dgr_forge.cli.app import Env, Outcome, Session, app, command
 from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
 if TYPE_CHECKING:

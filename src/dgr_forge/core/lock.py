@@ -1,6 +1,6 @@
 """One run at a time per workspace: an advisory `flock` on `<workspace>/lock`, which the
 kernel drops when its holder dies; the file's content (pid, command, start time) only
-tells a waiting run who it waits for. `cli/context` takes it before any input is read.
+tells a waiting run who it waits for. `cli/app` (`Env.session`) takes it before any input is read.
 """
 
 from __future__ import annotations
