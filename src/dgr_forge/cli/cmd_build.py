@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import (
     BuildForce,
     BuildJobs,
@@ -21,6 +20,8 @@ from dgr_forge.cli.options import (
     SigningKey,
     TrustedKeys,
     Worker,
+    complete_cache,
+    complete_cache_mode,
 )
 from dgr_forge.core.errors import ExitCode
 

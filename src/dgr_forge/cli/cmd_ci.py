@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from dgr_forge.cli.app import Env, command, group
-from dgr_forge.cli.helpstyle import complete_provider
-from dgr_forge.cli.options import WorkflowOut
+from dgr_forge.cli.options import WorkflowOut, complete_provider
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
 
