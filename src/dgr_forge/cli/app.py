@@ -311,9 +311,7 @@ def _global(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print version.")
     ] = False,
 ) -> None:
-    ctx.obj = GlobalOptions(
-        root=root, workspace=workspace, json=json_, quiet=quiet, verbose=verbose
-    )
+    ctx.obj = GlobalOptions(root, workspace, json_, quiet, verbose)
 
 
 @dataclass

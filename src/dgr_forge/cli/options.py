@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import typer
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import is_tty
 
 GLOBAL_OPTIONS = (
     "Global options, accepted anywhere on the line: --root PATH or -C PATH (the forge root), "
@@ -136,10 +137,7 @@ def apply(root: Any) -> None:
     import os
     import sys
 
-    try:
-        plain = not sys.stdout.isatty()
-    except (AttributeError, OSError, ValueError):  # closed or not a real file
-        plain = True
+    plain = not is_tty(sys.stdout)
     if plain and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
