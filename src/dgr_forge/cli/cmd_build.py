@@ -234,15 +234,13 @@ def presets(
         )
     names = [p["name"] for p in data["configurePresets"]] if data else []
     if print_ and data is not None:
-        if not env.options.json:
-            env.out.document(json.dumps(data, indent=2) + "\n")
+        env.out.document(json.dumps(data, indent=2) + "\n")
         return presets_mod.Presets(path=None, presets=names, content=data)
     override = worker is not None
     change = presets_mod.plan_change(env.forge, data, out_path, m, spec, worker_override=override)
     diff = change.diff()
     if dry_run:
-        if not env.options.json:
-            env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
+        env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
     else:
         change.apply(env.forge)
         if remove:

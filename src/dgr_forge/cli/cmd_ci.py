@@ -29,9 +29,8 @@ def matrix_command(env: Env) -> CiMatrix:
 
     with env.session(manifest=False, recipes=True) as s:
         lanes = ci.matrix(s.recipes)
-    if not env.options.json:
-        # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
-        env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
+    # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
+    env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
     env.out.info(
         f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
     )
@@ -123,6 +122,5 @@ def render_command(
             written=written,
             requirements_written=ci_install.REQUIREMENTS in written,
         )
-    if not env.options.json:
-        env.out.document(text)
+    env.out.document(text)
     return ci.CiRender(**fields, workflow=text)

@@ -149,9 +149,10 @@ class Reporter:
             self._line(shown(message), answer=True)
 
     def document(self, text: str) -> None:
-        """A document the forge generated, as the answer byte for byte: nothing masked."""
-        if not self.quiet:
-            stream = self._stream(True)
+        """A document the forge generated, as the answer byte for byte: nothing masked; none
+        with --json (the JSON object holds it)."""
+        if not self.quiet and not self.json_mode:
+            stream = sys.stdout
             stream.write(text)
             stream.flush()
 
