@@ -1,5 +1,5 @@
 """One exit code per meaning (issue 44 point 2): each exit code a command's `--help`
-documents (cli/helpstyle.USAGE, the one table both come from) is one that command really
+documents (cli/options.USAGE, the one table both come from) is one that command really
 gives, in the situation the help names. Every command of the help has its scenes here, one
 per documented code (SCENES): a code added to a help without a scene fails.
 
@@ -33,7 +33,7 @@ from support.server import flip_byte, manifest_of, write_layered_gguf, write_spl
 from support.wheelhouse import make_wheel
 
 from dgr_forge.attest import keys, reports
-from dgr_forge.cli.helpstyle import USAGE
+from dgr_forge.cli.options import USAGE
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.demo import sources

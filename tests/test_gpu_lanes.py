@@ -213,7 +213,7 @@ def _dynamic(path: Path) -> dict[str, list[str]]:
 
 def _cuda_h() -> Path:
     """The toolkit's cuda.h, where doctor's cudart probe finds it on this host."""
-    from dgr_forge.cli.context import load_doctor
+    from dgr_forge.cli.app import load_doctor
     from dgr_forge.core.forge import Forge
 
     repo = Path(__file__).resolve().parent.parent

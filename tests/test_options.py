@@ -67,9 +67,9 @@ def test_each_option_name_means_one_thing() -> None:
 
 
 def test_the_line_is_read_once() -> None:
-    """`cli.argv.read`: the global options hoisted, the command's words, `--json`, a NUL
+    """`cli.commands.read`: the global options hoisted, the command's words, `--json`, a NUL
     byte found where it is; nothing after `--` is an option or a word."""
-    from dgr_forge.cli.argv import read
+    from dgr_forge.cli.commands import read
 
     line = read(["build", "--lane", "cuda", "--json", "--root", "r", "--", "--json", "x"])
     assert line.args == ["--json", "--root", "r", "build", "--lane", "cuda", "--", "--json", "x"]

@@ -118,8 +118,7 @@ def test_the_command_map_names_the_module_of_every_command() -> None:
 def test_a_run_imports_only_the_module_of_the_command_it_names(
     argv: list[str], module: str | None
 ) -> None:
-    from dgr_forge.cli.argv import read
-    from dgr_forge.cli.commands import command_module
+    from dgr_forge.cli.commands import command_module, read
 
     assert command_module(read(argv)) == module
 

@@ -169,7 +169,7 @@ def test_status_during_a_rebase_conflict_shows_progress_not_local_commits(
     res = run_forge("--root", str(s.root), "--json", "status")
     assert res.code == 0, res
     # and its help says so: 0 covers a stopped rebase, 3 is only a killed write (issue 44)
-    from dgr_forge.cli.helpstyle import USAGE
+    from dgr_forge.cli.options import USAGE
 
     zero, *_, three = USAGE["status"][1].split(" · ")
     assert zero.startswith("0 ") and "rebase" in zero and "conflict" in zero, zero

@@ -15,7 +15,7 @@ from support.roots import copy_product
 
 from dgr_forge.cli.app import app
 from dgr_forge.cli.commands import register_all
-from dgr_forge.cli.helpstyle import apply
+from dgr_forge.cli.options import apply
 from dgr_forge.core.output import Reporter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,9 +142,9 @@ def test_one_placeholder_style_and_the_global_options_in_every_help() -> None:
 
 
 def test_every_command_help_has_one_true_example_and_its_exit_codes() -> None:
-    """One table (helpstyle.USAGE) for every command: its help ends with an example that
+    """One table (options.USAGE) for every command: its help ends with an example that
     runs that command with options it has, and the exit codes it can give."""
-    from dgr_forge.cli.helpstyle import USAGE
+    from dgr_forge.cli.options import USAGE
 
     leaves = {" ".join(p): c for p, c in _commands() if p and not getattr(c, "commands", None)}
     assert set(USAGE) == set(leaves)

@@ -18,8 +18,7 @@ from support.patches import AUTHOR_ENV, commit_in, make_series, snapshot, src_di
 
 from dgr_forge.cli import main as cli
 from dgr_forge.cli.app import JSON_CHANNEL, app, as_forge_error, run
-from dgr_forge.core.envnum import env_number
-from dgr_forge.core.errors import BadInput, ExitCode
+from dgr_forge.core.errors import BadInput, ExitCode, env_number
 
 REPO = Path(__file__).resolve().parents[2]
 DEEP = "x = " + "[" * 5000 + "]" * 5000 + "\n"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli import options as opt
-from dgr_forge.cli.app import Env, Outcome, app, command
+from dgr_forge.cli.app import Env, Outcome, command, group
 from dgr_forge.core.errors import BadInput, ForgeError
 
 if TYPE_CHECKING:
@@ -18,12 +18,9 @@ if TYPE_CHECKING:
     from dgr_forge.models.subset import Selection
     from dgr_forge.models.verify import ArtifactsVerify
 
-artifacts_app = typer.Typer(
-    name="artifacts",
-    help="Exact model artifacts: provision (resumable download), verify, manifest, map.",
-    no_args_is_help=True,
+artifacts_app = group(
+    "artifacts", "Exact model artifacts: provision (resumable download), verify, manifest, map."
 )
-app.add_typer(artifacts_app, name="artifacts")
 
 ManifestArg = Annotated[
     str,

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.helpstyle import complete_cache, complete_cache_mode
 from dgr_forge.cli.options import (
     BuildForce,
     BuildJobs,
@@ -21,6 +20,8 @@ from dgr_forge.cli.options import (
     SigningKey,
     TrustedKeys,
     Worker,
+    complete_cache,
+    complete_cache_mode,
 )
 from dgr_forge.core.errors import ExitCode
 
@@ -233,15 +234,13 @@ def presets(
         )
     names = [p["name"] for p in data["configurePresets"]] if data else []
     if print_ and data is not None:
-        if not env.options.json:
-            env.out.document(json.dumps(data, indent=2) + "\n")
+        env.out.document(json.dumps(data, indent=2) + "\n")
         return presets_mod.Presets(path=None, presets=names, content=data)
     override = worker is not None
     change = presets_mod.plan_change(env.forge, data, out_path, m, spec, worker_override=override)
     diff = change.diff()
     if dry_run:
-        if not env.options.json:
-            env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
+        env.out.document(diff or f"{env.forge.rel(change.user)}: no change\n")
     else:
         change.apply(env.forge)
         if remove:

@@ -9,21 +9,15 @@ from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from dgr_forge.cli.app import Env, app, command
-from dgr_forge.cli.helpstyle import complete_provider
-from dgr_forge.cli.options import WorkflowOut
+from dgr_forge.cli.app import Env, command, group
+from dgr_forge.cli.options import WorkflowOut, complete_provider
 from dgr_forge.core.errors import BadInput, Details, OperationFailed
 from dgr_forge.core.urls import shown
 
 if TYPE_CHECKING:
     from dgr_forge.ci.render import CiMatrix, Render
 
-ci_app = typer.Typer(
-    name="ci",
-    help="CI generated from the recipes: the lane matrix and workflow files.",
-    no_args_is_help=True,
-)
-app.add_typer(ci_app, name="ci")
+ci_app = group("ci", "CI generated from the recipes: the lane matrix and workflow files.")
 
 
 @command(ci_app, "matrix")
@@ -35,9 +29,8 @@ def matrix_command(env: Env) -> CiMatrix:
 
     with env.session(manifest=False, recipes=True) as s:
         lanes = ci.matrix(s.recipes)
-    if not env.options.json:
-        # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
-        env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
+    # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
+    env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
     env.out.info(
         f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
     )
@@ -129,6 +122,5 @@ def render_command(
             written=written,
             requirements_written=ci_install.REQUIREMENTS in written,
         )
-    if not env.options.json:
-        env.out.document(text)
+    env.out.document(text)
     return ci.CiRender(**fields, workflow=text)

@@ -40,25 +40,13 @@ def fetch(
     return result
 
 
-def _footprint(env: Env, m: UpstreamManifest) -> Footprint | None:
-    """The series' footprint in upstream's files (None: a patch file cannot be read)."""
-    from dgr_forge.upstream import footprint
-
-    try:
-        fp = footprint.footprint(m)
-    except ForgeError:  # the series section above already says what is wrong with it
-        return None
-    for line in footprint.lines(fp):
-        env.out.answer(line)
-    return fp
-
-
 @command(app)
 def status(env: Env) -> Status:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
     import msgspec
 
     from dgr_forge.lanes.status import Status
+    from dgr_forge.upstream import footprint
     from dgr_forge.upstream.status import rebase_progress, workspace_status
     from dgr_forge.upstream.workspace import inspect
 
@@ -98,7 +86,13 @@ def status(env: Env) -> Status:
             for path in st.ignored:
                 out.answer(f"  {path}")
     patch_info = _series_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
-    patch_info = msgspec.structs.replace(patch_info, footprint=_footprint(env, m))
+    try:  # the series' footprint in upstream's files
+        fp: Footprint | None = footprint.footprint(m)
+    except ForgeError:  # the series section above already says what is wrong with it
+        fp = None
+    for line in footprint.lines(fp) if fp is not None else ():
+        out.answer(line)
+    patch_info = msgspec.structs.replace(patch_info, footprint=fp)
     lanes = _lanes_section(env, m)
     if rebase is not None:
         out.answer(

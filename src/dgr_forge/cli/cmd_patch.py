@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.context import Session
 from dgr_forge.cli.options import ExportForce, Mirror, Offline
 
 if TYPE_CHECKING:
@@ -41,6 +40,7 @@ def patch(
     Commits of your own on top are kept: when the series on disk moved, they are replayed
     on the new series (a conflict stops; `--continue` / `--abort`)."""
     from dgr_forge.core.errors import BadInput
+    from dgr_forge.upstream import local_replay, patches
     from dgr_forge.upstream.transfer import resolve_mirror
     from dgr_forge.upstream.workspace import refuse_during_rebase
 
@@ -52,58 +52,44 @@ def patch(
     # under the lock from before the manifest is read: a patch started during an
     # export waits for it and then sees the new manifest and files
     with env.session(lock=True, recover=True) as s:
+        forge, m = s.forge, s.manifest
         if check:
-            return _check(env, s, url, offline)
+            checked = patches.check_workspace(forge, m, env.out, mirror=url, offline=offline)
+            rows = []
+            for r in checked.patches:
+                detail = "; ".join(str(c) for c in r.conflicts)
+                if r.status == "tree-mismatch":
+                    detail = f"tree {r.tree} != manifest {r.expected_tree}"
+                if r.changed_on_disk:
+                    detail = ("changed on disk; " + detail).strip("; ")
+                rows.append((r.file, r.status, detail))
+            env.out.table("patch --check", ["patch", "result", "detail"], rows, empty="no patches")
+            if checked.applies:
+                env.out.answer(f"all {len(rows)} patches apply exactly on {m.commit[:12]}")
+            if changed := checked.changed_on_disk:
+                # applying is not enough: the files are not the series the manifest pins
+                env.out.answer(
+                    f"{len(changed)} patch file(s) differ from the manifest's sha256: "
+                    f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore "
+                    f"them (`git checkout -- {m.patches_dir_rel}`)"
+                )
+            return Outcome.of(checked, checked.ok)
         # --continue/--abort are how a stopped replay ends; plain patch is refused
-        refuse_during_rebase(s.forge, replay=not (resume or abort))
-        return _patch(env, s, url, offline, resume=resume, abort=abort)
-
-
-def _patch(
-    env: Env, s: Session, mirror: str | None, offline: bool, *, resume: bool, abort: bool
-) -> Patch | PatchAbort:
-    from dgr_forge.upstream.local_replay import Patch, patch
-
-    forge, m = s.forge, s.manifest
-    result = patch(forge, m, env.out, mirror=mirror, offline=offline, resume_=resume, abort_=abort)
-    if not isinstance(result, Patch):
+        refuse_during_rebase(forge, replay=not (resume or abort))
+        result = local_replay.patch(
+            forge, m, env.out, mirror=url, offline=offline, resume_=resume, abort_=abort
+        )
+        if not isinstance(result, local_replay.Patch):
+            return result
+        where = forge.rel(result.src_dir)
+        if result.changed:
+            env.out.answer(
+                f"{m.name}: {len(m.series)} patches applied in {where} (HEAD "
+                f"{result.head_commit[:12]}, tree {result.result_tree[:12]}, {result.seconds} s)"
+            )
+        else:
+            env.out.answer(f"{m.name}: series already applied in {where} (verified, nothing to do)")
         return result
-    where = forge.rel(result.src_dir)
-    if result.changed:
-        env.out.answer(
-            f"{m.name}: {len(m.series)} patches applied in {where} (HEAD "
-            f"{result.head_commit[:12]}, tree {result.result_tree[:12]}, {result.seconds} s)"
-        )
-    else:
-        env.out.answer(f"{m.name}: series already applied in {where} (verified, nothing to do)")
-    return result
-
-
-def _check(env: Env, s: Session, mirror: str | None, offline: bool) -> Outcome:
-    from dgr_forge.upstream import patches
-
-    m = s.manifest
-    result = patches.check_workspace(s.forge, m, env.out, mirror=mirror, offline=offline)
-    rows = []
-    for r in result.patches:
-        detail = "; ".join(str(c) for c in r.conflicts)
-        if r.status == "tree-mismatch":
-            detail = f"tree {r.tree} != manifest {r.expected_tree}"
-        if r.changed_on_disk:
-            detail = ("changed on disk; " + detail).strip("; ")
-        rows.append((r.file, r.status, detail))
-    env.out.table("patch --check", ["patch", "result", "detail"], rows, empty="no patches")
-    changed = result.changed_on_disk
-    if result.applies:
-        env.out.answer(f"all {len(rows)} patches apply exactly on {m.commit[:12]}")
-    if changed:
-        # applying is not enough: the files are not the series the manifest pins
-        env.out.answer(
-            f"{len(changed)} patch file(s) differ from the manifest's sha256: "
-            f"{', '.join(changed)}; run `dgr-forge export` to record them, or restore them "
-            f"(`git checkout -- {m.patches_dir_rel}`)"
-        )
-    return Outcome.of(result, result.ok)
 
 
 @command(app)

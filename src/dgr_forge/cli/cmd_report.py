@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from dgr_forge.cli import options as opt
-from dgr_forge.cli.app import Env, Outcome, app, command
+from dgr_forge.cli.app import Env, Outcome, app, command, group
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
@@ -21,10 +21,7 @@ if TYPE_CHECKING:
     from dgr_forge.attest.reports import ReportCompare, ReportShow, ReportVerify
     from dgr_forge.certify.sequence import Inputs
 
-report_app = typer.Typer(
-    name="report", help="Show and verify signed build reports.", no_args_is_help=True
-)
-app.add_typer(report_app, name="report")
+report_app = group("report", "Show and verify signed build reports.")
 
 
 @command(app)

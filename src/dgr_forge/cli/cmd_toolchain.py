@@ -1,4 +1,5 @@
-"""toolchain install: the pinned toolkit of the root (thin: parse, call, describe)."""
+"""`toolchain install` (the pinned toolkit of the root) and `demo DIR` (the tour without
+network): thin, parse, call, describe."""
 
 from __future__ import annotations
 
@@ -7,17 +8,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from dgr_forge.cli.app import Env, app, command
+from dgr_forge.cli.app import Env, app, command, group
 from dgr_forge.cli.options import Offline
 from dgr_forge.core.errors import BadInput
 
 if TYPE_CHECKING:
+    from dgr_forge.demo import Demo
     from dgr_forge.host.toolkit import InstallResult
 
-toolchain_app = typer.Typer(
-    name="toolchain", help="Install the toolkits the root pins.", no_args_is_help=True
-)
-app.add_typer(toolchain_app, name="toolchain")
+toolchain_app = group("toolchain", "Install the toolkits the root pins.")
 
 
 @command(toolchain_app, "install")
@@ -56,3 +55,22 @@ def install(
     verb = "installed" if done.installed else "already installed"
     env.out.answer(f"cuda {done.version} {verb} in {done.prefix} (lock sha256 {lock.sha256})")
     return done
+
+
+@command(app)
+def demo(
+    env: Env,
+    directory: Annotated[
+        str, typer.Argument(metavar="DIR", help="A new or empty directory for the demo root.")
+    ],
+) -> Demo:
+    """A tour without network: fetch, patch, build, verify, rebase --dry-run in a new DIR.
+
+    DIR gets a generated upstream, series and worker, and is then an ordinary forge root."""
+    from dgr_forge import demo as demo_mod
+
+    result = demo_mod.run(directory, env.out)
+    env.out.answer(
+        f"done: {result.root} is a forge root; try `cd {result.root} && dgr-forge status`"
+    )
+    return result

@@ -14,10 +14,9 @@ from typing import Any, TextIO
 import typer
 
 from dgr_forge import __version__
-from dgr_forge.cli import argv as argv_mod
-from dgr_forge.cli import helpstyle
+from dgr_forge.cli import options
 from dgr_forge.cli.app import JSON_CHANNEL, app, emit_json, fail
-from dgr_forge.cli.commands import register_for
+from dgr_forge.cli.commands import read, register_for
 from dgr_forge.core.errors import BadInput, ExitCode
 
 
@@ -152,11 +151,11 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream]) -> int:
-    line = argv_mod.read(list(sys.argv[1:] if argv is None else argv))
+    line = read(list(sys.argv[1:] if argv is None else argv))
     register_for(line)
     as_json = line.as_json
     root = typer.main.get_command(app)
-    helpstyle.apply(root)
+    options.apply(root)
     node, path = root, []  # the (sub)command the words name, e.g. "ci render"
     for word in line.words:
         subs = getattr(node, "commands", None)

@@ -1,6 +1,6 @@
 """One run at a time per workspace: an advisory `flock` on `<workspace>/lock`, which the
 kernel drops when its holder dies; the file's content (pid, command, start time) only
-tells a waiting run who it waits for. `cli/context` takes it before any input is read.
+tells a waiting run who it waits for. `cli/app` (`Env.session`) takes it before any input is read.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from pathlib import Path
 
 from msgspec import Struct
 
-from dgr_forge.core.envnum import env_number
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.errors import BadInput, OperationFailed, env_number
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text

@@ -42,7 +42,7 @@ def _terminal() -> bool:
     return sys.stdout.isatty() and sys.stderr.isatty()
 
 
-def _tty(stream: TextIO) -> bool:
+def is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, OSError, ValueError):  # closed or not a real file
@@ -109,7 +109,9 @@ class Reporter:
     def _plain_for(self, answer: bool) -> bool:
         # both streams on a terminal, or plain text on both (docs/json.md): `status | less`
         # and `build 2> log` are read as a log, not by a person at a terminal
-        return bool(os.environ.get("NO_COLOR")) or not _terminal() or not _tty(self._stream(answer))
+        return (
+            bool(os.environ.get("NO_COLOR")) or not _terminal() or not is_tty(self._stream(answer))
+        )
 
     def _console_for(self, answer: bool) -> Console:
         to_stdout = answer and not self.json_mode
@@ -147,9 +149,10 @@ class Reporter:
             self._line(shown(message), answer=True)
 
     def document(self, text: str) -> None:
-        """A document the forge generated, as the answer byte for byte: nothing masked."""
-        if not self.quiet:
-            stream = self._stream(True)
+        """A document the forge generated, as the answer byte for byte: nothing masked; none
+        with --json (the JSON object holds it)."""
+        if not self.quiet and not self.json_mode:
+            stream = sys.stdout
             stream.write(text)
             stream.flush()
 
@@ -204,7 +207,7 @@ class Reporter:
             return
         cells = [[_cell(c) for c in row] for row in rows]
         names = [str(c) for c in columns]
-        if not _terminal() or not _tty(self._stream(True)):
+        if not _terminal() or not is_tty(self._stream(True)):
             widths = [max(len(r[i]) for r in [names, *cells]) for i in range(len(names))]
             if title:
                 self.answer(f"{title}:")

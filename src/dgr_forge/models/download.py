@@ -27,8 +27,7 @@ import urllib3
 from msgspec import Struct
 
 from dgr_forge.core import fault
-from dgr_forge.core.envnum import env_number
-from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.errors import OperationFailed, env_number
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text

@@ -25,8 +25,7 @@ import requests
 import urllib3
 from msgspec import Struct
 
-from dgr_forge.core.envnum import env_number
-from dgr_forge.core.errors import BadInput, OperationFailed
+from dgr_forge.core.errors import BadInput, OperationFailed, env_number
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d

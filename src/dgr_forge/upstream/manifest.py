@@ -222,7 +222,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     try:
         _check_files_on_disk(shown, m.patches_dir, dir_rel, m.series)
     except BadInput as err:
-        # where the series lives: a half-written one there may be why (cli/context says so)
+        # where the series lives: a half-written one there may be why (cli/app says so)
         err.details.setdefault("patches_dir", str(m.patches_dir))
         raise
     check_url(m.url, f"{shown}: [upstream] url")  # data, never a git option

@@ -20,7 +20,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.errors import NeedsHuman
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes, atomic_write_text, read_tree_file
-from dgr_forge.core.structs import d, hash_without, values_without
+from dgr_forge.core.structs import d, values_without
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 BASE_FILE = "dgr/series.json"
@@ -43,7 +43,7 @@ class SeriesBase(Struct, frozen=True, omit_defaults=True):
         return values_without(self, _NOT_COMPARED) == values_without(other, _NOT_COMPARED)
 
     def __hash__(self) -> int:
-        return hash_without(self, _NOT_COMPARED)
+        return hash(values_without(self, _NOT_COMPARED))
 
     @staticmethod
     def of(m: UpstreamManifest, commits: Sequence[str] | None = None) -> SeriesBase:
