@@ -32,10 +32,6 @@ from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 
-def _after_steps(private: Path) -> None:
-    """Between the steps and the model's second verification (a test's hook)."""
-
-
 @dataclass(frozen=True)
 class Inputs:
     forge: Forge
@@ -159,7 +155,6 @@ def lane(
         size = prepared.bound.tensor_bytes if prepared else None
         results = run.run_steps(forge, lane, the_suite, found, values, out, model, pins, size)
         if prepared is not None:
-            _after_steps(prepared.private)
             model_mod.check_after(prepared, out)
     finally:
         if prepared is not None:
