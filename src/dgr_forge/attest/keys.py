@@ -23,10 +23,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from dgr_forge.attest.records import PEM_MARKER as PEM_MARKER
+from dgr_forge.attest.records import PEM_MARKER, signing_key_source
 from dgr_forge.attest.records import SIGNING_KEY_ENV as SIGNING_KEY_ENV
 from dgr_forge.attest.records import default_key_path as default_key_path
-from dgr_forge.attest.records import signing_key_source
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import atomic_write_bytes, read_regular
 from dgr_forge.core.output import Reporter

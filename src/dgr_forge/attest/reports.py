@@ -452,6 +452,11 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
     return removed
 
 
+def read_certification(path: Path) -> dsse.Envelope:
+    raw = read_regular(path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False)
+    return dsse.Envelope.from_json(raw)
+
+
 def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
     """The file names and sha256s of the reports every certification names, whether or not
     its signature holds (a record is a record); None (nothing may be pruned) when one cannot
@@ -465,10 +470,7 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
         if count > MAX_CERT_FILES:
             return None
         try:
-            raw = read_regular(
-                path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
-            )
-            body = json.loads(dsse.Envelope.from_json(raw).payload)
+            body = json.loads(read_certification(path).payload)
         except (BadInput, OSError, ValueError):
             return None
         report = body.get("report") if isinstance(body, dict) else None

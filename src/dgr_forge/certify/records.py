@@ -25,7 +25,7 @@ from dgr_forge.certify import trust
 from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
+from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes, sha256_regular
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.tominput import MAX_BYTES
@@ -235,10 +235,7 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
 
     try:
-        raw = read_regular(
-            path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
-        )
-        envelope = dsse.Envelope.from_json(raw)
+        envelope = reports_mod.read_certification(path)
     except BadInput as err:
         return no(f"invalid: {err.message}")
     except (OSError, dsse.EnvelopeError) as err:

@@ -18,7 +18,7 @@ from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
 from dgr_forge.certify import hardware, parity, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
-from dgr_forge.certify.shapes import Certified, Evidence, Hardware
+from dgr_forge.certify.shapes import Certified, Evidence
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
@@ -68,12 +68,7 @@ def attested(
         limit=MAX_EVIDENCE_BYTES,
     )
     checked = trust.check_report(forge, got.recipes, m, report, public, *got.bound())
-    if described is not None:
-        hw = Hardware(hardware_class=hardware.described_class(described), description=described)
-    else:
-        identity = hardware.probe()
-        cls = hardware.hardware_class(identity, checked.recipe.lane.backend)
-        hw = Hardware(hardware_class=cls, identity=identity)
+    hw = hardware.host(checked.recipe.lane.backend, described)
     result = records.write(
         forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
@@ -140,9 +135,8 @@ def lane(
     report_sha = checked.check.report.sha256
     # the whole input digest of the build that wrote this report, when it is the last one
     input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
-    identity = hardware.probe()
-    cls = hardware.hardware_class(identity, recipe.lane.backend)
-    out.info(f"hardware class {cls}")
+    hw = hardware.host(recipe.lane.backend)
+    out.info(f"hardware class {hw.hardware_class}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
     pins = parity.references(forge, m, recipe, got.doctor, the_suite, out)
     prepared = model_mod.prepare(forge, out, lane, model, dest, mirror) if model else None
@@ -177,5 +171,5 @@ def lane(
     return records.write(
         forge, checked, m, kind="checked", report=report, input_digest=input_digest,
         model=prepared.bound if prepared else None, device=the_device, steps=results,
-        hardware=Hardware(hardware_class=cls, identity=identity), signer=signer, out=out,
+        hardware=hw, signer=signer, out=out,
     )  # fmt: skip
