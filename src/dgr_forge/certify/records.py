@@ -112,7 +112,6 @@ def write(
     m: UpstreamManifest,
     *,
     kind: Kind,
-    report: Path,
     hardware: Hardware,
     signer: Signer,
     out: Reporter,
@@ -134,7 +133,7 @@ def write(
         inputs=checked.inputs,
         input_digest=input_digest,
         report=ReportBound(
-            report.name,
+            checked.check.report.path.name,
             checked.check.report.sha256,
             checked.check.verified_by,
             (checked.check.report.statement or {}).get("subject", []),

@@ -70,7 +70,7 @@ def attested(
     checked = trust.check_report(forge, got.recipes, m, report, public, *got.bound())
     hw = hardware.host(checked.recipe.lane.backend, described)
     result = records.write(
-        forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
+        forge, checked, m, kind="attested", hardware=hw, signer=signer, out=out,
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
     )  # fmt: skip
     out.info(f"{checked.lane}: attested, not checked (never advertised)")
@@ -169,7 +169,7 @@ def lane(
             },
         )
     return records.write(
-        forge, checked, m, kind="checked", report=report, input_digest=input_digest,
+        forge, checked, m, kind="checked", input_digest=input_digest,
         model=prepared.bound if prepared else None, device=the_device, steps=results,
         hardware=hw, signer=signer, out=out,
     )  # fmt: skip
