@@ -291,6 +291,10 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     )
 
 
+def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> list[str]:
+    return sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+
+
 def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:
     moved = []
     if body.recipe is None or body.recipe.sha256 != now.recipe.sha256:
@@ -299,7 +303,22 @@ def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]
         moved.append("the upstream pin moved since certification")
     if body.series_digest != now.m.series_digest:
         moved.append("the patch series changed since certification")
-    moved += trust.inputs_lapse(body.inputs, now.inputs)
+    bound, current = body.inputs or now.inputs, now.inputs  # unbound: that reason alone
+    if body.inputs is None:
+        moved.append("the certification does not bind the toolchain file, cmake/ or the worker")
+    if bound.toolchain != current.toolchain:
+        tc = current.toolchain or bound.toolchain or {}
+        moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
+    if names := _changed(bound.cmakeModules, current.cmakeModules):
+        moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
+    if bound.worker != current.worker:
+        moved.append("the worker changed since certification")
+    old, new = bound.tools, current.tools
+    if old is not None and new is not None and (names := _changed(old, new)):
+        changes = ", ".join(
+            f"{n} {old.get(n) or '(none)'} -> {new.get(n) or '(none)'}" for n in names
+        )
+        moved.append(f"tools changed since certification: {changes}")
     if body.model is not None:
         sha = manifest_sha256(forge, model)
         if sha is None:
