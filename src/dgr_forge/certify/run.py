@@ -53,17 +53,6 @@ class Program:
         return StepProgram(target=self.target, path=self.name, sha256=self.sha256)
 
 
-def check_device(device: str) -> str:
-    if not DEVICE.fullmatch(device):
-        raise BadInput(
-            f"--device {device[:80]!r}: not a ggml device name",
-            hint="name a device as ggml does (CPU, CUDA0, ROCm0, Vulkan0); no leading '-', "
-            "no spaces",
-            details={"device": device[:80]},
-        )
-    return device
-
-
 def programs(
     forge: Forge, lane: str, suite: Suite, subjects: Mapping[str, str]
 ) -> dict[str, Program]:

@@ -110,9 +110,14 @@ def lane(
             "writes one)",
             details={"lane": lane},
         )
-    the_device = run.check_device(
-        device or run.DEFAULT_DEVICE.get(recipe.lane.backend.lower(), "CPU")
-    )
+    the_device = device or run.DEFAULT_DEVICE.get(recipe.lane.backend.lower(), "CPU")
+    if not run.DEVICE.fullmatch(the_device):
+        raise BadInput(
+            f"--device {the_device[:80]!r}: not a ggml device name",
+            hint="name a device as ggml does (CPU, CUDA0, ROCm0, Vulkan0); no leading '-', "
+            "no spaces",
+            details={"device": the_device[:80]},
+        )
     signer = keys.resolve_signer(key, out)
     public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
