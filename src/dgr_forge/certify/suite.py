@@ -84,13 +84,42 @@ def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
             f"{shown_value(parser)} is not a parser",
             f"one of {', '.join(PARSE)}",
         )
-    _gate(shown, raw, where)
-    _by_model(shown, raw, where)
-    _text(shown, raw, where)
-
-
-def _text(shown: str, raw: Step, where: str) -> None:
-    uses = any("{text}" in a for a in raw.args)
+    # the gate: its parser's own key and no other
+    if (parser == "parity") != (raw.reference is not None):
+        raise fail(
+            shown,
+            f"{where}.reference",
+            "missing: a parity step compares with the pin's build"
+            if parser == "parity"
+            else f"not a {parser} key",
+            'reference = "pin"' if parser == "parity" else "remove it",
+        )
+    gate, fix = (
+        ("max_rel_diff", "add max_rel_diff = 0.001")
+        if parser == "parity"
+        else ("max_failed", "add max_failed = 0")
+        if parser in _COUNTING
+        else ("min_avg_ts", f"add {SPEEDS_FIX}")
+    )
+    for key in ("max_rel_diff", "min_avg_ts", "max_failed"):
+        if key == gate or getattr(raw, key) is UNSET:
+            continue
+        if parser == "parity":
+            raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
+        use = "remove it" if key == "max_rel_diff" else f"use {gate}"
+        raise fail(shown, f"{where}.{key}", f"not a {parser} figure", use)
+    if getattr(raw, gate) is UNSET:
+        raise fail(shown, f"{where}.{gate}", "missing: a step never passes by default", fix)
+    if raw.min_avg_ts is not UNSET:
+        _speeds(shown, raw.min_avg_ts, f"{where}.min_avg_ts")
+    if raw.by_model is not None and parser != "llama-bench":
+        raise fail(
+            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
+        )
+    for model, speeds in (raw.by_model or {}).items():
+        _named(shown, f"{where}.by_model", model, MODEL_NAME, "a model manifest name", "fix it")
+        _speeds(shown, speeds, f"{where}.by_model.{model}")
+    uses = any("{text}" in a for a in args)
     if raw.text is None:
         if uses:
             raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
@@ -101,18 +130,6 @@ def _text(shown: str, raw: Step, where: str) -> None:
     _named(shown, f"{where}.text", raw.text, TEXT_PATH, "a path inside the forge root", fix)
     if not uses:
         raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
-
-
-def _by_model(shown: str, raw: Step, where: str) -> None:
-    if raw.by_model is None:
-        return
-    if raw.parser != "llama-bench":
-        raise fail(
-            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
-        )
-    for name, speeds in raw.by_model.items():
-        _named(shown, f"{where}.by_model", name, MODEL_NAME, "a model manifest name", "fix it")
-        _speeds(shown, speeds, f"{where}.by_model.{name}")
 
 
 def _named(shown: str, key: str, value: str, name: re.Pattern[str], what: str, fix: str) -> None:
@@ -142,38 +159,6 @@ def _check_arg(shown: str, key: str, arg: str) -> None:
             f"{shown_value(arg)}: a brace outside a placeholder",
             "the placeholders are {model}, {device}, {threads} and {text}; no other braces",
         )
-
-
-def _gate(shown: str, raw: Step, where: str) -> None:
-    """Its parser's own key and no other."""
-    parser = raw.parser
-    if (parser == "parity") != (raw.reference is not None):
-        raise fail(
-            shown,
-            f"{where}.reference",
-            "missing: a parity step compares with the pin's build"
-            if parser == "parity"
-            else f"not a {parser} key",
-            'reference = "pin"' if parser == "parity" else "remove it",
-        )
-    gate, fix = (
-        ("max_rel_diff", "add max_rel_diff = 0.001")
-        if parser == "parity"
-        else ("max_failed", "add max_failed = 0")
-        if parser in _COUNTING
-        else ("min_avg_ts", f"add {SPEEDS_FIX}")
-    )
-    for key in ("max_rel_diff", "min_avg_ts", "max_failed"):
-        if key == gate or getattr(raw, key) is UNSET:
-            continue
-        if parser == "parity":
-            raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
-        use = "remove it" if key == "max_rel_diff" else f"use {gate}"
-        raise fail(shown, f"{where}.{key}", f"not a {parser} figure", use)
-    if getattr(raw, gate) is UNSET:
-        raise fail(shown, f"{where}.{gate}", "missing: a step never passes by default", fix)
-    if raw.min_avg_ts is not UNSET:
-        _speeds(shown, raw.min_avg_ts, f"{where}.min_avg_ts")
 
 
 def _speeds(shown: str, speeds: Speeds, where: str) -> None:
