@@ -16,7 +16,7 @@ import msgspec
 
 from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
-from dgr_forge.certify import hardware, parity, records, run, suite, trust
+from dgr_forge.certify import hardware, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
 from dgr_forge.certify.shapes import Certified, Evidence
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -143,7 +143,7 @@ def lane(
     hw = hardware.host(recipe.lane.backend)
     out.info(f"hardware class {hw.hardware_class}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
-    pins = parity.references(forge, m, recipe, got.doctor, the_suite, out)
+    pins = run.references(forge, m, recipe, got.doctor, the_suite, out)
     prepared = model_mod.prepare(forge, out, lane, model, dest, mirror) if model else None
     try:
         values = {
