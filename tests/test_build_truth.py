@@ -592,7 +592,7 @@ def test_empty_signing_key_is_exit_2_even_when_up_to_date(
     signed: BuiltLane, tmp_path: Path
 ) -> None:
     """What CI passes when a secret is missing: never a throwaway key (issue 13 #2).
-    The refusal lives in the one key lookup (attest/keysource.py); build must honour it
+    The refusal lives in the one key lookup (attest/records.py); build must honour it
     on an up-to-date lane too."""
     home = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "HOME": str(tmp_path / "home")}
     root, worker_dir = signed.root, signed.worker

@@ -780,18 +780,20 @@ def test_the_program_reads_a_private_link_of_the_verified_model(plain: Built) ->
 def test_a_model_swapped_during_the_steps_fails(plain: Built, tmp_path: Path) -> None:
     """A file changed in place while the steps ran (its owner, another process) is caught
     by the verification after them: exit 1 naming the file, nothing written."""
-    from dgr_forge.certify import sequence
+    from dgr_forge.certify import model
+    from dgr_forge.core.output import Reporter
 
-    real = sequence._after_steps
+    real = model.check_after
 
-    def swap(private: Path) -> None:
-        flip_byte(next(private.glob("*00002-of-*.gguf")), 100)
+    def swap(prepared: model.Prepared, out: Reporter) -> None:
+        flip_byte(next(prepared.private.glob("*00002-of-*.gguf")), 100)
+        real(prepared, out)
 
-    sequence._after_steps = swap
+    model.check_after = swap  # between the steps and the model's second verification
     try:
         r = plain.certify("--model", "tiny")
     finally:
-        sequence._after_steps = real
+        model.check_after = real
     assert r.code == ExitCode.FAILED, r
     assert "tiny-00002-of-00002.gguf" in r.stderr and "changed while" in r.stderr, r.stderr
     assert plain.written() == []

@@ -13,9 +13,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from securesystemslib import exceptions as sslib_exceptions
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import CryptoSigner, SSlibKey
+from support.reports import legacy_keyid_of, spki_der
 
 from dgr_forge.attest import dsse
-from dgr_forge.attest.keys import PublicKey, Signer, keyid_of, legacy_keyid_of, spki_der
+from dgr_forge.attest.keys import PublicKey, Signer, keyid_of
 
 # secure-systems-lab/dsse: protocol.md "Test Vectors" and testvectors/vectors.json (key "A"
 # is RFC 8032's first Ed25519 test key)

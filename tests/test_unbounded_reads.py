@@ -80,11 +80,10 @@ ALLOWED: dict[str, set[str]] = {
     # a report names (resolved inside the workspace): sha256_file opens non-blocking and
     # refuses what is not a regular file, with no size bound (an artifact may be GBs)
     "lanes/collect.py": {"collect_artifacts"},
-    "certify/run.py": {"programs", "run_steps", "_keep_log"},
+    # ...and the pin-tree stamp it wrote; the parity reference's log (written), program (built)
+    "certify/run.py": {"programs", "run_steps", "_keep_log", "_stamp", "references"},
     # a model file copied into the steps' view when it cannot be linked; verified after
     "certify/model.py": {"_private_view"},  # _keep_log writes the log
-    # the pin-tree stamp it wrote; the reference build's log (written) and program (built)
-    "certify/parity.py": {"_read", "references"},
     "attest/provenance.py": {"_tool", "_byproduct"},
     # prune: a report the forge wrote in its own reports/, lstat'ed as a plain file first
     "attest/reports.py": {"sha256", "_check_artifacts", "prune"},

@@ -17,7 +17,14 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import SSlibKey
 from support.cli import run_forge
 from support.git import Upstream
-from support.reports import keyid_from_pub, lane_build, payload_of, read_envelope, setup_root
+from support.reports import (
+    keyid_from_pub,
+    lane_build,
+    legacy_keyid_of,
+    payload_of,
+    read_envelope,
+    setup_root,
+)
 
 from dgr_forge.attest import keys, provenance, reports
 from dgr_forge.core.errors import ExitCode
@@ -200,7 +207,7 @@ def test_a_report_signed_with_the_old_key_id_still_verifies(
 ) -> None:
     """Reports written before the key id became securesystemslib's (sha256 of the public
     key's DER) name that id: `report verify` still accepts them, with the same key."""
-    legacy = keys.legacy_keyid_of(signer.key.public_key())
+    legacy = legacy_keyid_of(signer.key.public_key())
     assert legacy != signer.keyid
 
     def old_id(env: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ their real hashes."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from dgr_forge.attest.records import Artifact, LaneBuild, PatchInput, Tool, WorkerSource
 from dgr_forge.core.forge import Forge
@@ -156,6 +158,17 @@ def keyid_from_pub(pub_path: Path) -> str:
 
     key = serialization.load_pem_public_key(pub_path.read_bytes())
     return SSlibKey.from_crypto(key).keyid  # type: ignore[arg-type]
+
+
+def spki_der(public_key: Ed25519PublicKey) -> bytes:
+    return public_key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def legacy_keyid_of(public_key: Ed25519PublicKey) -> str:
+    """The key id reports named before 0.1 took securesystemslib's."""
+    return hashlib.sha256(spki_der(public_key)).hexdigest()
 
 
 def read_envelope(path: Path) -> dict[str, Any]:

@@ -3,15 +3,14 @@
 The private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable by
 others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM. The key id
 is securesystemslib's default for the key, so any in-toto verifier holding only the `.pub`
-computes the same one; reports signed before name `legacy_keyid_of` (a key id is only a
-hint, so they verify all the same).
+computes the same one; reports signed before 0.1 name sha256 of the key's DER (a key id is
+only a hint, so they verify all the same).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import os
 import stat
 import sys
@@ -24,10 +23,9 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from dgr_forge.attest.keysource import PEM_MARKER as PEM_MARKER
-from dgr_forge.attest.keysource import SIGNING_KEY_ENV as SIGNING_KEY_ENV
-from dgr_forge.attest.keysource import default_key_path as default_key_path
-from dgr_forge.attest.keysource import signing_key_source
+from dgr_forge.attest.records import PEM_MARKER, signing_key_source
+from dgr_forge.attest.records import SIGNING_KEY_ENV as SIGNING_KEY_ENV
+from dgr_forge.attest.records import default_key_path as default_key_path
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import atomic_write_bytes, read_regular
 from dgr_forge.core.output import Reporter
@@ -41,22 +39,11 @@ def public_path(private_path: Path) -> Path:
     return private_path.with_name(private_path.name + ".pub")
 
 
-def spki_der(public_key: Ed25519PublicKey) -> bytes:
-    return public_key.public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-
-
 def keyid_of(public_key: Ed25519PublicKey) -> str:
     """securesystemslib is imported here (~20 ms), only where a key id is needed."""
     from securesystemslib.signer import SSlibKey
 
     return str(SSlibKey.from_crypto(public_key).keyid)
-
-
-def legacy_keyid_of(public_key: Ed25519PublicKey) -> str:
-    """The key id reports named before 0.1 took securesystemslib's."""
-    return hashlib.sha256(spki_der(public_key)).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -315,32 +315,6 @@ class Verification:
         )
 
 
-def _check_signature(v: Verification) -> None:
-    env = v.report.envelope
-    if not env.signatures:
-        v.failures.append(
-            "unsigned: the report has no signatures (built with --no-sign, or with no key)"
-        )
-        return
-    if v.key is None:
-        raise BadInput(
-            "no public key to verify the report's signature with",
-            hint="pass --key PUB or set DGR_VERIFY_KEY",
-        )
-    accepted = dsse.verify(env, [v.key])
-    if accepted is not None:
-        v.verified_by = accepted.keyid
-        return
-    hinted = {s.keyid for s in env.signatures}
-    v.failures.append(
-        f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
-        f"than the verification key {v.key.keyid} ({v.key.source})"
-        if v.key.keyid not in hinted
-        else f"bad signature: the signature by keyid {v.key.keyid[:16]} does not match the "
-        "payload (the report was changed after signing, or the signature is corrupt)"
-    )
-
-
 def _check_statement(v: Verification) -> None:
     stmt = v.report.statement
     if stmt is None:
@@ -391,12 +365,29 @@ def verify_report(
 ) -> Verification:
     """Failures are listed, not raised: the caller decides the exit code."""
     report = load(path)
-    v = Verification(report, key)
-    if report.envelope.payload_type != PAYLOAD_TYPE:
+    v, env = Verification(report, key), report.envelope
+    if env.payload_type != PAYLOAD_TYPE:
+        v.failures.append(f"wrong payload type: {env.payload_type!r} (expected {PAYLOAD_TYPE})")
+    if not env.signatures:
         v.failures.append(
-            f"wrong payload type: {report.envelope.payload_type!r} (expected {PAYLOAD_TYPE})"
+            "unsigned: the report has no signatures (built with --no-sign, or with no key)"
         )
-    _check_signature(v)
+    elif key is None:
+        raise BadInput(
+            "no public key to verify the report's signature with",
+            hint="pass --key PUB or set DGR_VERIFY_KEY",
+        )
+    elif (accepted := dsse.verify(env, [key])) is not None:
+        v.verified_by = accepted.keyid
+    else:
+        hinted = {s.keyid for s in env.signatures}
+        v.failures.append(
+            f"bad signature: signed by a different key (keyid {', '.join(sorted(hinted))[:64]}) "
+            f"than the verification key {key.keyid} ({key.source})"
+            if key.keyid not in hinted
+            else f"bad signature: the signature by keyid {key.keyid[:16]} does not match the "
+            "payload (the report was changed after signing, or the signature is corrupt)"
+        )
     _check_statement(v)
     if artifacts_base is not None:
         _check_artifacts(v, artifacts_base)
@@ -452,6 +443,11 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
     return removed
 
 
+def read_certification(path: Path) -> dsse.Envelope:
+    raw = read_regular(path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False)
+    return dsse.Envelope.from_json(raw)
+
+
 def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
     """The file names and sha256s of the reports every certification names, whether or not
     its signature holds (a record is a record); None (nothing may be pruned) when one cannot
@@ -465,10 +461,7 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
         if count > MAX_CERT_FILES:
             return None
         try:
-            raw = read_regular(
-                path, what="certification", hint="", limit=MAX_CERT_BYTES, follow=False
-            )
-            body = json.loads(dsse.Envelope.from_json(raw).payload)
+            body = json.loads(read_certification(path).payload)
         except (BadInput, OSError, ValueError):
             return None
         report = body.get("report") if isinstance(body, dict) else None

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from msgspec import UNSET
 
-from dgr_forge.certify.shapes import AmdGpu, AnyGpu, Cpu, Identity, NvidiaGpu, OsInfo, VulkanGpu
+from dgr_forge.certify.shapes import AmdGpu, Cpu, Hardware, Identity, NvidiaGpu, OsInfo, VulkanGpu
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.proc import bounded
 
@@ -166,16 +166,15 @@ def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
 def probe(run: Runner = run_probe) -> Identity:
     salt = secrets.token_hex(16)
     query = "--query-gpu=name,driver_version,compute_cap,memory.total,uuid"
-    gpus: list[AnyGpu] = [
-        *nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt),
-        *rocm_agents(run(["rocminfo"]), salt),
-        *vulkan_devices(run(["vulkaninfo", "--summary"]), salt),
-    ]
     return Identity(
         cpu=cpu_info(),
         memory_bytes=memory_bytes(),
         os=os_info(),
-        gpus=gpus,
+        gpus=[
+            *nvidia_gpus(run(["nvidia-smi", query, "--format=csv,noheader,nounits"]), salt),
+            *rocm_agents(run(["rocminfo"]), salt),
+            *vulkan_devices(run(["vulkaninfo", "--summary"]), salt),
+        ],
         uuid_salt=salt,
         probed=True,
     )
@@ -235,6 +234,9 @@ def hardware_class(identity: Identity, backend: str) -> str:
     return "+".join(f"{n}-x{names.count(n)}" if names.count(n) > 1 else n for n in distinct)
 
 
-def described_class(text: str) -> str:
-    """`certify --attested --hardware TEXT`"""
-    return f"described-{_slug(text)}"
+def host(backend: str, described: str | None = None) -> Hardware:
+    """As `certify --attested --hardware TEXT` describes it, else this host, probed."""
+    if described is not None:
+        return Hardware(hardware_class=f"described-{_slug(described)}", description=described)
+    identity = probe()
+    return Hardware(hardware_class=hardware_class(identity, backend), identity=identity)

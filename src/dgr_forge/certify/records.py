@@ -3,7 +3,9 @@ envelope binding the lane's inputs, the report and its subjects, the hardware an
 measured. `checked` (`certify --lane`: `<model>` the model manifest or `none`; written only
 when every step passed) or `attested` (`certify --attested`: `<model>` is `attested`, the
 evidence bound by sha256; never advertised). A checked entry is advertised while a trusted
-key signed it and no bound input moved; a lapse names every one that did.
+key signed it and no bound input moved; a lapse names every one that did. `overview` is what
+`lanes` shows: every recipe, whether this host can build it, its last build, its
+certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import UNSET, Struct, UnsetType, field, to_builtins
 
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest import reports as reports_mod
@@ -25,11 +27,17 @@ from dgr_forge.certify import trust
 from dgr_forge.certify.shapes import BoundInputs, Certified, CertStep, Entry, Evidence, Hardware
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes, sha256_regular
+from dgr_forge.core.fsutil import atomic_write_text, sha256_bytes, sha256_regular
 from dgr_forge.core.gitutil import NAME
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form, d
 from dgr_forge.core.tominput import MAX_BYTES
+from dgr_forge.host.doctor import Doctor, ProbeResult
 from dgr_forge.host.recipes import Recipe
+from dgr_forge.host.worker import WorkerSpec
+from dgr_forge.lanes.inputs import report_inputs, tool_versions, worker_identity
+from dgr_forge.lanes.state import lane_states
+from dgr_forge.lanes.status import BuildShown
 from dgr_forge.models.manifest import MODELS_DIR
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -112,7 +120,6 @@ def write(
     m: UpstreamManifest,
     *,
     kind: Kind,
-    report: Path,
     hardware: Hardware,
     signer: Signer,
     out: Reporter,
@@ -134,7 +141,7 @@ def write(
         inputs=checked.inputs,
         input_digest=input_digest,
         report=ReportBound(
-            report.name,
+            checked.check.report.path.name,
             checked.check.report.sha256,
             checked.check.verified_by,
             (checked.check.report.statement or {}).get("subject", []),
@@ -235,10 +242,7 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
 
     try:
-        raw = read_regular(
-            path, what="certification", hint="", limit=reports_mod.MAX_CERT_BYTES, follow=False
-        )
-        envelope = dsse.Envelope.from_json(raw)
+        envelope = reports_mod.read_certification(path)
     except BadInput as err:
         return no(f"invalid: {err.message}")
     except (OSError, dsse.EnvelopeError) as err:
@@ -295,6 +299,10 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     )
 
 
+def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> list[str]:
+    return sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
+
+
 def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]:
     moved = []
     if body.recipe is None or body.recipe.sha256 != now.recipe.sha256:
@@ -303,7 +311,22 @@ def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]
         moved.append("the upstream pin moved since certification")
     if body.series_digest != now.m.series_digest:
         moved.append("the patch series changed since certification")
-    moved += trust.inputs_lapse(body.inputs, now.inputs)
+    bound, current = body.inputs or now.inputs, now.inputs  # unbound: that reason alone
+    if body.inputs is None:
+        moved.append("the certification does not bind the toolchain file, cmake/ or the worker")
+    if bound.toolchain != current.toolchain:
+        tc = current.toolchain or bound.toolchain or {}
+        moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
+    if names := _changed(bound.cmakeModules, current.cmakeModules):
+        moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
+    if bound.worker != current.worker:
+        moved.append("the worker changed since certification")
+    old, new = bound.tools, current.tools
+    if old is not None and new is not None and (names := _changed(old, new)):
+        changes = ", ".join(
+            f"{n} {old.get(n) or '(none)'} -> {new.get(n) or '(none)'}" for n in names
+        )
+        moved.append(f"tools changed since certification: {changes}")
     if body.model is not None:
         sha = manifest_sha256(forge, model)
         if sha is None:
@@ -311,3 +334,107 @@ def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]
         elif sha != body.model.manifest_sha256:
             moved.append(f"the model manifest {MODELS_DIR}/{model}.toml changed")
     return moved
+
+
+class LaneCertification(Struct, kw_only=True):
+    """the lane's certification status"""
+
+    reason: Annotated[
+        str,
+        d(
+            "`certified`, `attested, not checked` for a valid record of a person's evidence, "
+            "or why not: `none`, `untrusted: ...`, `lapsed: ...`: recipe, pin, series, "
+            "toolchain file, `cmake/` modules, worker, the host's tool versions, the model "
+            "manifest"
+        ),
+    ]
+    attested: Annotated[str, d("the `--attested` record's own status")]
+    record: Annotated[Entry | None, d("that record (null: none)")]
+
+
+class LaneRow(Struct, kw_only=True):
+    """a lane"""
+
+    lane: Annotated[str, d("the lane")]
+    backend: Annotated[str, d("the recipe's backend")]
+    host_os: Annotated[list[str], d("the OSes it builds on")]
+    buildable: Annotated[bool, d("it can build on this host")]
+    missing: Annotated[list[ProbeResult], d("what is missing (the same rows as `doctor`'s)")]
+    summary: Annotated[str, d("one line: `buildable`, or what is missing")]
+    last_build: BuildShown | None
+    certified: Annotated[
+        bool,
+        d(
+            "a certification the forge ran (`certify --lane`), signed by a trusted key and "
+            "matching every input"
+        ),
+    ]
+    certification: LaneCertification
+    certifications: Annotated[list[Entry], d("the lane's checked records")]
+
+
+class Lanes(Form, kw_only=True):
+    """`lanes`' result."""
+
+    title = "lanes [--advertised]"
+
+    lanes: Annotated[list[LaneRow], d("per lane")]
+    advertised: Annotated[
+        list[str] | UnsetType, d("with `--advertised`: the lanes of `entries`")
+    ] = UNSET
+    entries: Annotated[
+        list[Entry] | UnsetType,
+        d("with `--advertised`: the (lane, model, hardware class) entries advertised"),
+    ] = UNSET
+
+
+def overview(
+    forge: Forge,
+    m: UpstreamManifest,
+    recipes: dict[str, Recipe],
+    doctor: Doctor,
+    trusted: list[PublicKey] | None = None,
+    spec: WorkerSpec | None = None,
+    *,
+    advertised: bool = False,
+) -> Lanes:
+    # the host's tool versions, asked only of lanes that have a certification to check
+    tools = tool_versions(
+        doctor, {n: r for n, r in recipes.items() if (forge.root / trust.CERT_DIR / n).is_dir()}
+    )
+    runs = entries(forge, recipes, m, trusted, to_builtins(worker_identity(spec)), tools)
+    state = lane_states(forge)
+    rows: list[LaneRow] = []
+    for name, recipe in recipes.items():
+        check = doctor.check_lane(recipe)
+        entry = state.get(name)
+        last = entry.state.last_build if entry is not None else None  # this workspace's
+        mine = [e for e in runs if e.lane == name and e.kind == "checked"]
+        atts = [e for e in runs if e.lane == name and e.kind == "attested"]
+        valid = [e for e in atts if e.reason == "attested, not checked"]
+        attested = next(iter(valid or atts), None)
+        certified = any(e.advertised for e in mine)
+        reason = next((e.reason for e in mine), attested.reason if attested else "none")
+        reason = "certified" if certified else "attested, not checked" if valid else reason
+        rows.append(
+            LaneRow(
+                lane=name,
+                backend=recipe.lane.backend,
+                host_os=list(recipe.lane.host_os),
+                buildable=check.buildable,
+                # the same rows (and one-line summary) as `doctor`'s lanes
+                missing=list(check.missing),
+                summary=check.summary,
+                last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
+                certified=certified,
+                certification=LaneCertification(
+                    reason=reason, attested=attested.reason if attested else "none", record=attested
+                ),
+                certifications=mine,
+            )
+        )
+    if not advertised:
+        return Lanes(lanes=rows)
+    rows = [r for r in rows if r.certified]
+    listed = [e for r in rows for e in r.certifications if e.advertised]
+    return Lanes(lanes=rows, advertised=sorted({e.lane for e in listed}), entries=listed)

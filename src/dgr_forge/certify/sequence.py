@@ -16,9 +16,9 @@ import msgspec
 
 from dgr_forge.attest import keys
 from dgr_forge.attest import reports as reports_mod
-from dgr_forge.certify import hardware, parity, records, run, suite, trust
+from dgr_forge.certify import hardware, records, run, suite, trust
 from dgr_forge.certify import model as model_mod
-from dgr_forge.certify.shapes import Certified, Evidence, Hardware
+from dgr_forge.certify.shapes import Certified, Evidence
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import MAX_EVIDENCE_BYTES, sha256_regular
@@ -30,10 +30,6 @@ from dgr_forge.lanes.inputs import tool_versions, worker_identity
 from dgr_forge.lanes.plan import refuse_unbuildable
 from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest
-
-
-def _after_steps(private: Path) -> None:
-    """Between the steps and the model's second verification (a test's hook)."""
 
 
 @dataclass(frozen=True)
@@ -72,14 +68,9 @@ def attested(
         limit=MAX_EVIDENCE_BYTES,
     )
     checked = trust.check_report(forge, got.recipes, m, report, public, *got.bound())
-    if described is not None:
-        hw = Hardware(hardware_class=hardware.described_class(described), description=described)
-    else:
-        identity = hardware.probe()
-        cls = hardware.hardware_class(identity, checked.recipe.lane.backend)
-        hw = Hardware(hardware_class=cls, identity=identity)
+    hw = hardware.host(checked.recipe.lane.backend, described)
     result = records.write(
-        forge, checked, m, kind="attested", report=report, hardware=hw, signer=signer, out=out,
+        forge, checked, m, kind="attested", hardware=hw, signer=signer, out=out,
         evidence=Evidence(name=evidence.name, sha256=evidence_sha),
     )  # fmt: skip
     out.info(f"{checked.lane}: attested, not checked (never advertised)")
@@ -119,9 +110,14 @@ def lane(
             "writes one)",
             details={"lane": lane},
         )
-    the_device = run.check_device(
-        device or run.DEFAULT_DEVICE.get(recipe.lane.backend.lower(), "CPU")
-    )
+    the_device = device or run.DEFAULT_DEVICE.get(recipe.lane.backend.lower(), "CPU")
+    if not run.DEVICE.fullmatch(the_device):
+        raise BadInput(
+            f"--device {the_device[:80]!r}: not a ggml device name",
+            hint="name a device as ggml does (CPU, CUDA0, ROCm0, Vulkan0); no leading '-', "
+            "no spaces",
+            details={"device": the_device[:80]},
+        )
     signer = keys.resolve_signer(key, out)
     public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
@@ -144,11 +140,10 @@ def lane(
     report_sha = checked.check.report.sha256
     # the whole input digest of the build that wrote this report, when it is the last one
     input_digest = last.input_digest if last and last.report_sha256 == report_sha else None
-    identity = hardware.probe()
-    cls = hardware.hardware_class(identity, recipe.lane.backend)
-    out.info(f"hardware class {cls}")
+    hw = hardware.host(recipe.lane.backend)
+    out.info(f"hardware class {hw.hardware_class}")
     found = run.programs(forge, lane, the_suite, reports_mod.subject_digests(checked.check))
-    pins = parity.references(forge, m, recipe, got.doctor, the_suite, out)
+    pins = run.references(forge, m, recipe, got.doctor, the_suite, out)
     prepared = model_mod.prepare(forge, out, lane, model, dest, mirror) if model else None
     try:
         values = {
@@ -159,7 +154,6 @@ def lane(
         size = prepared.bound.tensor_bytes if prepared else None
         results = run.run_steps(forge, lane, the_suite, found, values, out, model, pins, size)
         if prepared is not None:
-            _after_steps(prepared.private)
             model_mod.check_after(prepared, out)
     finally:
         if prepared is not None:
@@ -180,7 +174,7 @@ def lane(
             },
         )
     return records.write(
-        forge, checked, m, kind="checked", report=report, input_digest=input_digest,
+        forge, checked, m, kind="checked", input_digest=input_digest,
         model=prepared.bound if prepared else None, device=the_device, steps=results,
-        hardware=Hardware(hardware_class=cls, identity=identity), signer=signer, out=out,
+        hardware=hw, signer=signer, out=out,
     )  # fmt: skip

@@ -28,9 +28,6 @@ class StepLog(Struct, kw_only=True):
     sha256: Annotated[str, SHA]
 
 
-# --- what a parser read (`parsers`) ----------------------------------------------------
-
-
 class Parsed(Struct, kw_only=True, tag_field="parser"):
     """what the parser read, tagged by the parser (`parser`)"""
 
@@ -118,8 +115,6 @@ class ParityFigures(Parsed, kw_only=True, tag="parity"):
 StepFigures = OpsFigures | BenchFigures | CtestFigures | ParityFigures
 
 
-# --- the host, probed (`hardware`) -----------------------------------------------------
-
 UUID_SHA = d("sha256 of `<uuid_salt>:<UUID>`: never the UUID itself")
 
 
@@ -200,9 +195,6 @@ class FailedCase(Struct, kw_only=True):
         return case if self.error is None else f"{case} {self.error}"
 
 
-# --- a step as run (`run`, `records`) ----------------------------------------
-
-
 class CertStep(Struct, kw_only=True):
     """one step as run"""
 
@@ -232,9 +224,6 @@ class CertStep(Struct, kw_only=True):
     @property
     def passed(self) -> bool:
         return self.verdict == "pass"
-
-
-# --- a record (`records`) and what `certify` and `lanes` show of it ------------------
 
 
 # what an entry and `certify`'s result both name, described once

@@ -16,13 +16,13 @@ from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Ste
 
 TEXT_FIX = 'name a file of the forge root: text = "recipes/parity.txt"'
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
-STEP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}")
+STEP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 MAX_STEPS = 32
 MAX_ARGS = 64
 MAX_ARG = 1024
 _COUNTING = ("test-backend-ops", "ctest")
-MODEL_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # `text`: root-relative, each component a plain name (no `..`, `/`-leading, `-`-leading)
 TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*")
 
@@ -39,13 +39,7 @@ def load(recipe: Recipe) -> Suite | None:
             shown, "certify.targets", "empty", 'name the programs: targets = ["llama-bench"]'
         )
     for t in targets:
-        if not TARGET_NAME.fullmatch(t) or len(t) > 200:
-            raise fail(
-                shown,
-                "certify.targets",
-                f"{shown_value(t)} is not a CMake target name",
-                "fix the name",
-            )
+        _named(shown, "certify.targets", t, TARGET_NAME, "a CMake target name", "fix the name")
     if not table.steps:
         raise fail(
             shown,
@@ -68,10 +62,7 @@ def load(recipe: Recipe) -> Suite | None:
 
 def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
     name, program, args, parser = raw.name, raw.program, raw.args, raw.parser
-    if not STEP_NAME.fullmatch(name) or len(name) > 64:
-        raise fail(
-            shown, f"{where}.name", f"{shown_value(name)} is not a step name", "use [a-z0-9_-]"
-        )
+    _named(shown, f"{where}.name", name, STEP_NAME, "a step name", "use [a-z0-9_-]")
     if program not in targets:
         raise fail(
             shown,
@@ -93,75 +84,7 @@ def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
             f"{shown_value(parser)} is not a parser",
             f"one of {', '.join(PARSE)}",
         )
-    _gate(shown, raw, where)
-    _by_model(shown, raw, where)
-    _text(shown, raw, where)
-
-
-def _text(shown: str, raw: Step, where: str) -> None:
-    uses = any("{text}" in a for a in raw.args)
-    if raw.text is None:
-        if uses:
-            raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
-        return
-    if len(raw.text) > MAX_ARG // 4:
-        raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
-    if not TEXT_PATH.fullmatch(raw.text):
-        raise fail(
-            shown,
-            f"{where}.text",
-            f"{shown_value(raw.text)} is not a path inside the forge root",
-            f"{TEXT_FIX} (relative, no '..', no leading '/' or '-')",
-        )
-    if not uses:
-        raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
-
-
-def _by_model(shown: str, raw: Step, where: str) -> None:
-    if raw.by_model is None:
-        return
-    if raw.parser != "llama-bench":
-        raise fail(
-            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
-        )
-    for name, speeds in raw.by_model.items():
-        if not re.fullmatch(MODEL_NAME, name):
-            raise fail(
-                shown,
-                f"{where}.by_model",
-                f"{shown_value(name)} is not a model manifest name",
-                "fix it",
-            )
-        _speeds(shown, speeds, f"{where}.by_model.{name}")
-
-
-def _check_arg(shown: str, key: str, arg: str) -> None:
-    if len(arg) > MAX_ARG:
-        raise fail(
-            shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
-        )
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in arg):
-        raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
-    for m in _PLACEHOLDER.finditer(arg):
-        if m.group(1) not in PLACEHOLDERS:
-            raise fail(
-                shown,
-                key,
-                f"{shown_value(arg)}: {{{m.group(1)[:40]}}} is not a placeholder",
-                "the placeholders are {model}, {device}, {threads} and {text}",
-            )
-    if "{" in _PLACEHOLDER.sub("", arg) or "}" in _PLACEHOLDER.sub("", arg):
-        raise fail(
-            shown,
-            key,
-            f"{shown_value(arg)}: a brace outside a placeholder",
-            "the placeholders are {model}, {device}, {threads} and {text}; no other braces",
-        )
-
-
-def _gate(shown: str, raw: Step, where: str) -> None:
-    """Its parser's own key and no other."""
-    parser = raw.parser
+    # the gate: its parser's own key and no other
     if (parser == "parity") != (raw.reference is not None):
         raise fail(
             shown,
@@ -189,6 +112,53 @@ def _gate(shown: str, raw: Step, where: str) -> None:
         raise fail(shown, f"{where}.{gate}", "missing: a step never passes by default", fix)
     if raw.min_avg_ts is not UNSET:
         _speeds(shown, raw.min_avg_ts, f"{where}.min_avg_ts")
+    if raw.by_model is not None and parser != "llama-bench":
+        raise fail(
+            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
+        )
+    for model, speeds in (raw.by_model or {}).items():
+        _named(shown, f"{where}.by_model", model, MODEL_NAME, "a model manifest name", "fix it")
+        _speeds(shown, speeds, f"{where}.by_model.{model}")
+    uses = any("{text}" in a for a in args)
+    if raw.text is None:
+        if uses:
+            raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
+        return
+    if len(raw.text) > MAX_ARG // 4:
+        raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
+    fix = f"{TEXT_FIX} (relative, no '..', no leading '/' or '-')"
+    _named(shown, f"{where}.text", raw.text, TEXT_PATH, "a path inside the forge root", fix)
+    if not uses:
+        raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
+
+
+def _named(shown: str, key: str, value: str, name: re.Pattern[str], what: str, fix: str) -> None:
+    if not name.fullmatch(value):
+        raise fail(shown, key, f"{shown_value(value)} is not {what}", fix)
+
+
+def _check_arg(shown: str, key: str, arg: str) -> None:
+    if len(arg) > MAX_ARG:
+        raise fail(
+            shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in arg):
+        raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
+    for m in _PLACEHOLDER.finditer(arg):
+        if m.group(1) not in PLACEHOLDERS:
+            raise fail(
+                shown,
+                key,
+                f"{shown_value(arg)}: {{{m.group(1)[:40]}}} is not a placeholder",
+                "the placeholders are {model}, {device}, {threads} and {text}",
+            )
+    if "{" in _PLACEHOLDER.sub("", arg) or "}" in _PLACEHOLDER.sub("", arg):
+        raise fail(
+            shown,
+            key,
+            f"{shown_value(arg)}: a brace outside a placeholder",
+            "the placeholders are {model}, {device}, {threads} and {text}; no other braces",
+        )
 
 
 def _speeds(shown: str, speeds: Speeds, where: str) -> None:

@@ -62,30 +62,6 @@ def step_text(forge: Forge, step: Step, text: str) -> bytes:
     )  # fmt: skip
 
 
-def _changed(old: Mapping[str, str | None], new: Mapping[str, str | None]) -> list[str]:
-    return sorted(n for n in set(old) | set(new) if old.get(n) != new.get(n))
-
-
-def inputs_lapse(bound: BoundInputs | None, current: BoundInputs) -> list[str]:
-    if bound is None:
-        return ["the certification does not bind the toolchain file, cmake/ or the worker"]
-    moved = []
-    if bound.toolchain != current.toolchain:
-        tc = current.toolchain or bound.toolchain or {}
-        moved.append(f"the toolchain file {tc.get('path', '(none)')} changed since certification")
-    if names := _changed(bound.cmakeModules, current.cmakeModules):
-        moved.append(f"cmake/ modules changed since certification: {', '.join(names)}")
-    if bound.worker != current.worker:
-        moved.append("the worker changed since certification")
-    old, new = bound.tools, current.tools
-    if old is not None and new is not None and (names := _changed(old, new)):
-        changes = ", ".join(
-            f"{n} {old.get(n) or '(none)'} -> {new.get(n) or '(none)'}" for n in names
-        )
-        moved.append(f"tools changed since certification: {changes}")
-    return moved
-
-
 @dataclass(frozen=True)
 class CheckedReport:
     lane: str

@@ -26,7 +26,7 @@ from dgr_forge.cli.options import (
 from dgr_forge.core.errors import ExitCode
 
 if TYPE_CHECKING:
-    from dgr_forge.certify.advertise import Lanes as LanesResult
+    from dgr_forge.certify.records import Lanes as LanesResult
     from dgr_forge.certify.shapes import StepFigures
     from dgr_forge.lanes.presets import Presets
 
@@ -135,7 +135,7 @@ def lanes(
 ) -> LanesResult:
     """The lane matrix: backend, buildable here, last build, certified."""
     from dgr_forge.attest import keys as keys_mod
-    from dgr_forge.certify.advertise import overview
+    from dgr_forge.certify.records import overview
 
     trusted = [keys_mod.load_public_file(Path(k).expanduser()) for k in key or []]
     with env.session(recipes=True, probes=True, worker=True) as s:  # read-only: no lock

@@ -26,7 +26,7 @@ import typer
 
 from dgr_forge import demo
 from dgr_forge.attest import keys, reports
-from dgr_forge.certify import advertise, shapes
+from dgr_forge.certify import records, shapes
 from dgr_forge.ci import render
 from dgr_forge.core.errors import Details
 from dgr_forge.core.structs import Form
@@ -74,7 +74,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("export", (export.Export,)),
     Command("check", (check.Check,)),
     Command("build", (build.BuildResult,)),
-    Command("lanes", (advertise.Lanes,)),
+    Command("lanes", (records.Lanes,)),
     Command("doctor", (plan.DoctorResult,)),
     Command("rebase", (state.Rebase, state.RebaseDryRun, state.RebaseAbort)),
     Command("bump", (bump.Bump,)),

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dgr_forge.attest.keysource import SIGNING_KEY_ENV, default_key_path, signing_key_source
+from dgr_forge.attest.records import SIGNING_KEY_ENV, default_key_path, signing_key_source
 from dgr_forge.core.output import Reporter
 
 if TYPE_CHECKING:
