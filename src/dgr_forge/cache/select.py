@@ -473,9 +473,8 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
         setup, problem = OFF, mask_text(str(err))
-    client = None
-    if setup.distributed:  # asks the scheduler, with the client's token
-        client = sccache_dist.client(sccache_config(environ))
+    # asks the scheduler, with the client's token
+    client = sccache_dist.client(sccache_config(environ)) if setup.distributed else None
     return DoctorCache(
         choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
         else None, path=UNSET if problem else setup.launcher, version=setup.version,
