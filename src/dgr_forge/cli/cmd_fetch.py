@@ -12,8 +12,8 @@ from dgr_forge.core.errors import ForgeError
 if TYPE_CHECKING:
     from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
-    from dgr_forge.upstream.footprint import Footprint
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.series import Footprint
     from dgr_forge.upstream.status import SeriesStatus
     from dgr_forge.upstream.workspace import Workspace
 
@@ -42,13 +42,13 @@ def fetch(
 
 def _footprint(env: Env, m: UpstreamManifest) -> Footprint | None:
     """The series' footprint in upstream's files (None: a patch file cannot be read)."""
-    from dgr_forge.upstream import footprint
+    from dgr_forge.upstream.series import footprint, footprint_lines
 
     try:
-        fp = footprint.footprint(m)
+        fp = footprint(m)
     except ForgeError:  # the series section above already says what is wrong with it
         return None
-    for line in footprint.lines(fp):
+    for line in footprint_lines(fp):
         env.out.answer(line)
     return fp
 

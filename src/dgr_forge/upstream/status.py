@@ -16,10 +16,10 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base
-from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
     CheckResult,
+    Footprint,
     cache_trees,
     cached_trees,
     check_series,
