@@ -149,10 +149,13 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
 
 
 def check_symlinks(
-    m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], symlinks: set[str]
+    m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], repo: Path
 ) -> None:
-    """Refuse a patch writing through a symlink (of the pinned tree or the series)."""
-    links = set(symlinks)
+    """Refuse a patch writing through a symlink (of the pinned tree in `repo`, or the series)."""
+    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", m.commit)
+    links = {
+        r.split("\t", 1)[1] for r in proc.stdout.split("\0") if r.startswith(SYMLINK_MODE + " ")
+    }
     for entry, p in zip(m.series, parsed, strict=True):
         for path in p.paths:
             parts = path.split("/")
@@ -171,17 +174,6 @@ def check_symlinks(
                 links.add(f.new_path)
             elif f.new_path is None and f.old_path:
                 links.discard(f.old_path)
-
-
-def symlinks_in(repo: Path, rev: str) -> set[str]:
-    proc = git(repo, "ls-tree", "-r", "-z", "--full-tree", "--end-of-options", rev)
-    records = proc.stdout.split("\0")
-    return {r.split("\t", 1)[1] for r in records if r.startswith(SYMLINK_MODE + " ")}
-
-
-def known_trees(m: UpstreamManifest) -> list[str] | None:
-    trees = [e.tree for e in m.series if e.tree is not None]
-    return trees if len(trees) == len(m.series) else None
 
 
 @contextmanager
