@@ -152,7 +152,7 @@ def apply_series(
         paths = [str(m.patch_path(e)) for e in m.series]
         proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
         if proc.returncode != 0:
-            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr, _am_stopped_at(src))
+            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
         fault.point("patch.applied", m.series[-1].file[:4])
         chain = list(reversed(read_chain(src, len(paths))))
         if check_trees:
@@ -184,16 +184,13 @@ def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
         )
 
 
-def _am_stopped_at(src: Path) -> int:
-    try:
-        return int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
-    except (OSError, ValueError):
-        return -1
-
-
 def _am_failure(
-    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str, index: int
+    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str
 ) -> Exception:
+    try:  # the patch am stopped at
+        index = int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
+    except (OSError, ValueError):
+        index = -1
     if not 0 <= index < len(m.series):  # am stopped before any patch (a full disk, say)
         return OperationFailed(
             f"git am failed: {mask_text(output.strip()[-2000:])}",
