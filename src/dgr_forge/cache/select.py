@@ -201,7 +201,9 @@ def _setup(
         return CacheSetup(name, path, version, backend, mode, None, env)
     env, backend, dist = _sccache_env(mode, bases, workspace, environ)
     server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
+    caches = sccache_config(environ).get("cache")  # its config may name the directory itself
+    disk = caches.get("disk") if isinstance(caches, dict) else None
+    if where and "SCCACHE_DIR" not in environ and not (isinstance(disk, dict) and disk.get("dir")):
         env["SCCACHE_DIR"] = str(where / "sccache")
     return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
 
@@ -352,13 +354,6 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
             where = table.get("url") or table.get("endpoint") or table.get("bucket")
             return f"{kind} {mask(where)}" if isinstance(where, str) else str(kind)
     return None
-
-
-def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
-    """The config file names sccache's local cache directory itself."""
-    caches = sccache_config(environ).get("cache")
-    disk = caches.get("disk") if isinstance(caches, dict) else None
-    return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
 def _sccache_env(
