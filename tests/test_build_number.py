@@ -16,7 +16,7 @@ from support.cli import run_forge
 from support.git import Upstream, sh_git
 from support.llamalike import make_llamalike_upstream
 
-from dgr_forge.upstream import build_number
+from dgr_forge.upstream import build_number, series_journal
 
 HISTORY = 300
 
@@ -69,7 +69,7 @@ def test_a_partial_local_server_that_allows_filters_sends_its_commits_only(
     kept: list[Path] = []
     # the scratch repository the count fetched into, kept to count what arrived
     monkeypatch.setattr(
-        build_number, "shutil", types.SimpleNamespace(rmtree=lambda p, **_: kept.append(p))
+        series_journal, "shutil", types.SimpleNamespace(rmtree=lambda p, **_: kept.append(p))
     )
     number, how = build_number.count(
         tmp_path / "ws", server.as_uri(), long_upstream.head, tmp_path / "tmp"

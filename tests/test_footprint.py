@@ -10,7 +10,7 @@ from support.git import Upstream, sh_git
 from support.rebase import make_series
 from support.roots import Series
 
-from dgr_forge.upstream.footprint import _count
+from dgr_forge.upstream.series import _count
 
 
 @pytest.fixture

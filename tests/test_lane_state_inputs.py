@@ -13,7 +13,7 @@ import pytest
 from dgr_forge.core.forge import Forge
 from dgr_forge.lanes import programs, stamps
 from dgr_forge.lanes.state import STATE_SCHEMA, LaneState, lane_state, loaded, save_lane_state
-from dgr_forge.upstream import trees
+from dgr_forge.upstream import workspace
 
 
 @pytest.mark.parametrize(
@@ -54,9 +54,9 @@ def test_program_changed_during_hashing_is_never_recorded_as_what_it_became() ->
 
 def test_forge_presets_by_content_only(tmp_path: Path) -> None:
     good = {"version": 3, "configurePresets": [{"name": "dgr-cpu", "generator": "Ninja"}]}
-    path = tmp_path / trees.OWN_PRESETS
+    path = tmp_path / workspace.OWN_PRESETS
     path.write_text(json.dumps(good))
-    assert trees.forge_presets(path)
+    assert workspace.forge_presets(path)
     for bad in (
         {**good, "include": ["/tmp/x.json"]},
         {"version": 3, "configurePresets": [{"name": "mine"}]},
@@ -64,14 +64,14 @@ def test_forge_presets_by_content_only(tmp_path: Path) -> None:
         [1, 2],
     ):
         path.write_text(json.dumps(bad))
-        assert not trees.forge_presets(path), bad
+        assert not workspace.forge_presets(path), bad
     path.write_text("\0 not json")
-    assert not trees.forge_presets(path)
+    assert not workspace.forge_presets(path)
     target = tmp_path / "real.json"
     target.write_text(json.dumps(good))
     path.unlink()
     path.symlink_to(target)
-    assert not trees.forge_presets(path)
+    assert not workspace.forge_presets(path)
 
 
 def _entry(report: str, artifact: str) -> dict[str, object]:

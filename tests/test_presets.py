@@ -170,7 +170,7 @@ def test_users_own_presets_are_kept_byte_for_byte_and_the_include_removed_again(
 def test_a_missing_user_file_is_created_and_removed_with_the_include(
     tmp_path: Path, upstream: Upstream
 ) -> None:
-    from dgr_forge.upstream.trees import USER_PRESETS_STUB
+    from dgr_forge.upstream.workspace import USER_PRESETS_STUB
 
     root = make_patched_root(tmp_path / "forge", upstream)
     out = tmp_path / "ide"

@@ -201,7 +201,9 @@ def _setup(
         return CacheSetup(name, path, version, backend, mode, None, env)
     env, backend, dist = _sccache_env(mode, bases, workspace, environ)
     server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
+    caches = sccache_config(environ).get("cache")  # its config may name the directory itself
+    disk = caches.get("disk") if isinstance(caches, dict) else None
+    if where and "SCCACHE_DIR" not in environ and not (isinstance(disk, dict) and disk.get("dir")):
         env["SCCACHE_DIR"] = str(where / "sccache")
     return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
 
@@ -354,13 +356,6 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
-    """The config file names sccache's local cache directory itself."""
-    caches = sccache_config(environ).get("cache")
-    disk = caches.get("disk") if isinstance(caches, dict) else None
-    return isinstance(disk, dict) and bool(disk.get("dir"))
-
-
 def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
@@ -473,9 +468,8 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
         setup = select(doctor, choice, mode, environ=environ)
     except BadInput as err:
         setup, problem = OFF, mask_text(str(err))
-    client = None
-    if setup.distributed:  # asks the scheduler, with the client's token
-        client = sccache_dist.client(sccache_config(environ))
+    # asks the scheduler, with the client's token
+    client = sccache_dist.client(sccache_config(environ)) if setup.distributed else None
     return DoctorCache(
         choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
         else None, path=UNSET if problem else setup.launcher, version=setup.version,

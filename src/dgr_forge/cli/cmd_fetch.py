@@ -12,8 +12,8 @@ from dgr_forge.core.errors import ForgeError
 if TYPE_CHECKING:
     from dgr_forge.lanes.status import LaneLastBuild, Status
     from dgr_forge.upstream.fetch import Fetch
-    from dgr_forge.upstream.footprint import Footprint
     from dgr_forge.upstream.manifest import UpstreamManifest
+    from dgr_forge.upstream.series import Footprint
     from dgr_forge.upstream.status import SeriesStatus
     from dgr_forge.upstream.workspace import Workspace
 
@@ -46,7 +46,7 @@ def status(env: Env) -> Status:
     import msgspec
 
     from dgr_forge.lanes.status import Status
-    from dgr_forge.upstream import footprint
+    from dgr_forge.upstream.series import footprint, footprint_lines
     from dgr_forge.upstream.status import rebase_progress, workspace_status
     from dgr_forge.upstream.workspace import inspect
 
@@ -87,10 +87,10 @@ def status(env: Env) -> Status:
                 out.answer(f"  {path}")
     patch_info = _series_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
     try:  # the series' footprint in upstream's files
-        fp: Footprint | None = footprint.footprint(m)
+        fp: Footprint | None = footprint(m)
     except ForgeError:  # the series section above already says what is wrong with it
         fp = None
-    for line in footprint.lines(fp) if fp is not None else ():
+    for line in footprint_lines(fp) if fp is not None else ():
         out.answer(line)
     patch_info = msgspec.structs.replace(patch_info, footprint=fp)
     lanes = _lanes_section(env, m)

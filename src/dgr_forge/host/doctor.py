@@ -107,18 +107,10 @@ def _expand(entry: str) -> str | None:
     return value + m.group(2) if value else None
 
 
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 def _inside(path: str, fenced: set[tuple[int, int]]) -> bool:
-    """`path`, resolved, is one of the `fenced` directories (device, inode) or beneath one."""
+    """`path`, resolved, is one of the `fenced` directories (inode, device) or beneath one."""
     here = Path(os.path.realpath(path))
-    return any(_identity(str(up)) in fenced for up in (here, *here.parents))
+    return any((i := file_identity(str(up))) and i[4:] in fenced for up in (here, *here.parents))
 
 
 def _python_dir(spec: str, sites: tuple[Path, ...] = ()) -> str | None:
@@ -175,7 +167,7 @@ class Doctor:
         places = list(fenced)
         places += [Path(os.environ[v]) for v in ("GITHUB_WORKSPACE", "CI_PROJECT_DIR")
                    if os.environ.get(v)]  # fmt: skip
-        self._fenced = {i for p in places if (i := _identity(str(p))) is not None}
+        self._fenced = {i[4:] for p in places if (i := file_identity(str(p)))}
         self._results: dict[str, ProbeResult] = {}
         self._versions: dict[str, str | None] = {}
 

@@ -21,11 +21,10 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.host.cmake_options import OptionProblem, check_options
 from dgr_forge.host.recipes import Recipe
-from dgr_forge.upstream import export, footprint, manifest, manifest_edit, series_journal
-from dgr_forge.upstream.footprint import Footprint
+from dgr_forge.upstream import export, manifest, manifest_edit, series, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.series import copy_inputs
+from dgr_forge.upstream.series import Footprint, copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 
 
@@ -115,9 +114,9 @@ def check(
     offline: bool = False,
 ) -> Check:
     """The CI gate on the loaded manifest `m` and the options `recipes` pass."""
-    fp = footprint.footprint(m)
+    fp = series.footprint(m)
     result = Check(commit=m.commit, footprint=fp)
-    for line in footprint.lines(fp):
+    for line in series.footprint_lines(fp):
         out.answer(line)
     if fp.over_budget:
         out.error(

@@ -20,7 +20,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
 from dgr_forge.lanes import stamps
-from dgr_forge.upstream import trees
+from dgr_forge.upstream.workspace import forge_written
 
 if TYPE_CHECKING:
     from dgr_forge.host.doctor import Doctor
@@ -39,7 +39,7 @@ def _worker_files(top: Path) -> Iterable[Path]:
     for dirpath, dirnames, filenames in os.walk(top):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         for name in sorted(filenames):
-            if dirpath == str(top) and trees.forge_written(top, name):  # for IDEs: inert
+            if dirpath == str(top) and forge_written(top, name):  # for IDEs: inert
                 continue
             count += 1
             if count > MAX_WORKER_FILES:

@@ -35,8 +35,8 @@ from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.plan import LanePlan, configure_args, inputs_digest, launcher_switches
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.lanes.state import Artifact, LaneState, LastBuild, lane_state, save_lane_state
-from dgr_forge.upstream import trees
 from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
+from dgr_forge.upstream.workspace import source_changes
 
 # steps, collect and cmake_options (~3 ms): imported where a build runs them, past the no-op
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class LaneResult(Struct, kw_only=True):
 
 def _changes(src: Path) -> list[str]:
     # under the workspace lock git keeps its index's stat records fresh for the next no-op
-    return trees.changes(src, refresh=True)
+    return source_changes(src, refresh=True)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:

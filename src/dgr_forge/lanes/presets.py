@@ -28,7 +28,7 @@ from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.trees import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
+from dgr_forge.upstream.workspace import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
 FILE_NAME = USER_PRESETS
 _MAX_USER = 1 << 20  # bytes of a CMakeUserPresets.json the forge reads

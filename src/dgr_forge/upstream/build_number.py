@@ -12,15 +12,14 @@ history is refused (its count would be short). Never a guess: None, and the call
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.urls import check_url, mask_text
+from dgr_forge.upstream.series_journal import scratch_dir
 
 # a commit-only fetch of llama.cpp's ~10k commits takes seconds; a stuck server, not forever
 FETCH_TIMEOUT = 900
@@ -117,9 +116,7 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         asked = ["config", "--type=bool", "--get", "uploadpack.allowFilter"]
         if local is None or _server_git(local[0], *asked, isolated=False).stdout.strip() != "true":
             only_commits = []
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="build-number-", dir=tmp_root))
-    try:
+    with scratch_dir(tmp_root, "build-number-") as scratch:
         gitutil.git(None, "init", "-q", "--bare", str(scratch))
         # commits only where the server filters; --update-shallow: a shallow server's
         # history is taken as shallow, and refused below, never counted short
@@ -151,8 +148,6 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
             )
         shown = "its commits only" if only_commits else "a server that sends whole history"
         return int(counted.stdout), f"counted from the pin's history ({shown})"
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def record(

@@ -73,8 +73,7 @@ class Export(Form, kw_only=True):
     manifest_changed: Annotated[bool, d("the manifest was rewritten")]
     changed: Annotated[bool, d("anything changed")]
     replaced_saved: Annotated[
-        str | None,
-        d("with `--force`: where the overwritten patch files and manifest were saved"),
+        str | None, d("with `--force`: where the overwritten patch files and manifest were saved")
     ] = None
 
 

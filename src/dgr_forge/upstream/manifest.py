@@ -42,10 +42,6 @@ class PatchEntry(Record, frozen=True):
         Annotated[str, about("the tree after applying it (40 hex), recorded by export")] | None
     ) = None
 
-    @property
-    def number(self) -> int:
-        return int(self.file[:4])
-
 
 class _Result(Record, frozen=True):
     """What the whole series gives."""
@@ -250,14 +246,14 @@ def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
             )
         _object_id(shown, entry.tree, f"{where}.tree")
         last = series[i - 1] if i else None
-        if last and int(m.group(1)) == last.number:
+        if last and int(m.group(1)) == int(last.file[:4]):
             raise fail(
                 shown,
                 f"{where}.file",
                 f"duplicate patch number {m.group(1)} ({last.file} and {file})",
                 "renumber the series (`dgr-forge export` does it)",
             )
-        if last and int(m.group(1)) < last.number:
+        if last and int(m.group(1)) < int(last.file[:4]):
             raise fail(
                 shown,
                 f"{where}.file",

@@ -24,15 +24,12 @@ def _parse(text: str) -> tomlkit.TOMLDocument:
         raise BadInput(f"manifest is not valid TOML: {err}") from None
 
 
-def with_build_number(text: str, number: int | None) -> str:
-    """The manifest text with `[upstream] build_number` set (None: removed)."""
+def with_build_number(text: str, number: int) -> str:
+    """The manifest text with `[upstream] build_number` set."""
     doc = _parse(text)
     upstream = doc["upstream"]
     assert isinstance(upstream, Table)
-    if number is None:
-        if "build_number" in upstream:
-            del upstream["build_number"]
-    elif upstream.get("build_number") != number:
+    if upstream.get("build_number") != number:
         upstream["build_number"] = number
     return tomlkit.dumps(doc)
 
@@ -110,8 +107,7 @@ def updated_text(
             del patches["series"]
         if tables:
             aot = tomlkit.aot()
-            for table in tables:
-                aot.append(table)
+            aot.extend(tables)
             # before [patches.result], for readability (tomlkit appends at the end)
             result = patches.get("result")
             if result is not None:
@@ -120,14 +116,10 @@ def updated_text(
             if result is not None:
                 patches["result"] = result
 
-    result = patches.get("result")
-    if isinstance(result, Table):
-        if result.get("tree") != result_tree:
-            result["tree"] = result_tree
-    else:
-        table = tomlkit.table()
-        table["tree"] = result_tree
-        patches["result"] = table
+    if not isinstance(result := patches.get("result"), Table):
+        patches["result"] = result = tomlkit.table()
+    if result.get("tree") != result_tree:
+        result["tree"] = result_tree
     return _drop_stale_comments(tomlkit.dumps(doc), has_series=bool(series))
 
 

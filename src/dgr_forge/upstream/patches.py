@@ -35,11 +35,9 @@ from dgr_forge.upstream.series import (
     check_series,
     check_symlinks,
     conflicting_hunks,
-    known_trees,
     parse_series,
     read_patch,
     read_series,
-    symlinks_in,
 )
 from dgr_forge.upstream.transfer import resolve_mirror
 from dgr_forge.upstream.workspace import (
@@ -154,7 +152,7 @@ def apply_series(
         paths = [str(m.patch_path(e)) for e in m.series]
         proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
         if proc.returncode != 0:
-            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr, _am_stopped_at(src))
+            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
         fault.point("patch.applied", m.series[-1].file[:4])
         chain = list(reversed(read_chain(src, len(paths))))
         if check_trees:
@@ -186,16 +184,13 @@ def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
         )
 
 
-def _am_stopped_at(src: Path) -> int:
-    try:
-        return int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
-    except (OSError, ValueError):
-        return -1
-
-
 def _am_failure(
-    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str, index: int
+    src: Path, m: UpstreamManifest, parsed: Sequence[patchfile.ParsedPatch], output: str
 ) -> Exception:
+    try:  # the patch am stopped at
+        index = int((git_dir(src) / "rebase-apply" / "next").read_text().strip()) - 1
+    except (OSError, ValueError):
+        index = -1
     if not 0 <= index < len(m.series):  # am stopped before any patch (a full disk, say)
         return OperationFailed(
             f"git am failed: {mask_text(output.strip()[-2000:])}",
@@ -240,7 +235,7 @@ def ensure_patched(
     datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
-    trees = None if trust_files else known_trees(m) or _cached_trees(src, m, datas)
+    trees = None if trust_files else _known_trees(src, m, datas)
 
     ws = measured or inspect(src, m.commit, n)  # the no-op: these 2 git calls, nothing else
     done = None if trees is None or ws.journals else _unchanged(m, ws, trees, m.result_tree)
@@ -272,7 +267,7 @@ def ensure_patched(
                 hint="delete the workspace (it is scratch space) and run `dgr-forge patch` again",
             )
 
-    check_symlinks(m, parsed, symlinks_in(src, m.commit))
+    check_symlinks(m, parsed, src)
     # computed trees can only show the series already applied when the workspace holds as
     # many forge commits as the series has patches (a fresh one at the pin holds none):
     # else `git am` below is the run, and it caches the trees it makes (two git calls a
@@ -311,9 +306,11 @@ def _unchanged(
     return PatchedTree(ws.src, m.commit, ws.head, result, changed=False)
 
 
-def _cached_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:
-    """The per-patch trees from the workspace's cache; None unless every one is known and
-    agrees with the manifest's."""
+def _known_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list[str] | None:
+    """The per-patch trees the manifest records, else the workspace cache's; None unless
+    every one is known and agrees with the manifest's."""
+    if len(recorded := [e.tree for e in m.series if e.tree is not None]) == len(m.series):
+        return recorded
     cached = cached_trees(src, m.commit, datas)
     trees = [t for t in cached if t is not None]
     if len(trees) != len(cached):
@@ -392,7 +389,7 @@ def check_workspace(
             f"{forge.rel(src)} does not have the pinned commit {m.commit[:12]}",
             hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
         )
-    check_symlinks(m, parsed, symlinks_in(src, m.commit))
+    check_symlinks(m, parsed, src)
     changed = [e.file for e, b in zip(m.series, datas, strict=True) if sha256_bytes(b) != e.sha256]
     rows = check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
     applies = all(r.status == "applies" for r in rows)

@@ -123,13 +123,6 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
     return _path(left), _path(b"b/" + right)
 
 
-def _absolute(raw: bytes) -> str | None:
-    value = _value(raw)
-    if value.startswith(b"/") and value != b"/dev/null":
-        return value.decode("utf-8", "surrogateescape")
-    return None
-
-
 def parse(data: bytes) -> ParsedPatch:
     lines = data.splitlines(keepends=True)
     at = [0]  # the line being read, for a PatchSyntaxError
@@ -144,10 +137,10 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
     files: list[FileDiff] = []
     absolute: list[tuple[int, str]] = []
 
-    def note(n: int) -> None:
-        found = _absolute(lines[n][4:])
-        if found is not None:
-            absolute.append((n + 1, found))
+    def note(n: int) -> None:  # a ---/+++ header naming an absolute path
+        value = _value(lines[n][4:])
+        if value.startswith(b"/") and value != b"/dev/null":
+            absolute.append((n + 1, value.decode("utf-8", "surrogateescape")))
 
     i = 0
     in_mail_header = True

@@ -154,10 +154,9 @@ def harmful(
     new = dict(rendered)
     if base is None:
         trees = [e.tree for e in m.series]
-        if None not in trees and list(workspace_trees) == trees:
-            base = SeriesBase.of(m)
-        else:
+        if None in trees or list(workspace_trees) != trees:
             return Drift((), (), (), None, unknown=new != disk)
+        base = SeriesBase.of(m)
     d = drift(base, m)
     return Drift(
         added=tuple(f for f in d.added if new.get(f) != disk[f]),

@@ -16,10 +16,10 @@ from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.upstream import series_base
-from dgr_forge.upstream.footprint import Footprint
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series import (
     CheckResult,
+    Footprint,
     cache_trees,
     cached_trees,
     check_series,
@@ -33,6 +33,7 @@ from dgr_forge.upstream.workspace import (
     LocalChange,
     Workspace,
     connected,
+    forge_written,
     pin_tree,
 )
 
@@ -87,9 +88,8 @@ def workspace_status(
     if not st.present:
         return st
     st.head, st.local_changes, st.shallow = ws.head, ws.changes, ws.shallow
-    from dgr_forge.upstream.trees import forge_written  # the presets `build` lets through
-
-    # what `build` refuses beyond git's changes, from the walk that measured the workspace
+    # what `build` refuses beyond git's changes (the presets it lets through left out), from
+    # the walk that measured the workspace
     st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
     st.interrupted = bool(ws.journals)
     st.pin_tree = pin_tree(ws, m.commit)

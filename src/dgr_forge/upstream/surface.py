@@ -307,15 +307,6 @@ def qualified_name(demangled: str) -> str:
     return name.rsplit(" ", 1)[-1] if " " in name and "operator" not in name else name.strip()
 
 
-def _show(src: Path, commit: str, header: str) -> str | None:
-    proc = gitutil.git(src, "cat-file", "-s", f"{commit}:{header}", check=False)
-    if proc.returncode != 0 or int(proc.stdout.strip() or 0) > MAX_HEADER_BYTES:
-        return None
-    shown = gitutil.git(src, "cat-file", "blob", f"{commit}:{header}", check=False, text=False)
-    data = shown.stdout if isinstance(shown.stdout, bytes) else b""
-    return data.decode("utf-8", "replace") if shown.returncode == 0 else None
-
-
 class SurfaceReport(Struct, frozen=True):
     """the worker surface across the pins: each recorded symbol whose declaration changed
     or vanished between the old and the new pin"""
@@ -352,8 +343,13 @@ def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
 
     @functools.cache
     def decls(commit: str, header: str) -> dict[str, str]:
-        text = _show(src, commit, header)
-        return {} if text is None else declarations(text)
+        blob = f"{commit}:{header}"
+        proc = gitutil.git(src, "cat-file", "-s", blob, check=False)
+        if proc.returncode != 0 or int(proc.stdout.strip() or 0) > MAX_HEADER_BYTES:
+            return {}
+        shown = gitutil.git(src, "cat-file", "blob", blob, check=False, text=False)
+        data = shown.stdout if isinstance(shown.stdout, bytes) else b""
+        return declarations(data.decode("utf-8", "replace")) if shown.returncode == 0 else {}
 
     found: list[SurfaceChange] = []
     for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
