@@ -267,15 +267,8 @@ def test_transitions_say_what_the_next_run_must_know() -> None:
     assert decide(failed, now()).action == "compile"
 
     # what is written is what is read back: the on-disk form round-trips
-    conf = decision.configured(
-        decision.unconfigured(st),
-        digest="c" * 64,
-        switches=("GGML_CCACHE",),
-        given=(),
-        head="b" * 40,
-        epoch=5,
-        at="t",
-    )
+    given = decision.Configuration("b" * 40, 5, ("GGML_CCACHE",), (), [], "c" * 64)
+    conf = decision.configured(decision.unconfigured(st), given, at="t")
     back = LaneState.from_dict(conf.stored())
     assert (back.inputs_digest, back.head_commit, back.source_date_epoch) == ("c" * 64, "b" * 40, 5)
     assert back.launcher_switches == ["GGML_CCACHE"]

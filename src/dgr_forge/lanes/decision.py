@@ -37,6 +37,17 @@ class Snapshot(Struct, frozen=True):
     key_id: str | None = None  # its keyid, loaded only when the fingerprint differs
 
 
+class Configuration(Struct, frozen=True):
+    """What configure is given; the switches and build-info variables found at `head`."""
+
+    head: str
+    epoch: int
+    switches: tuple[str, ...]
+    given: tuple[str, ...]
+    args: list[str]
+    digest: str
+
+
 class Decision(Struct, frozen=True):
     action: Action
     reason: str
@@ -152,23 +163,14 @@ def started(state: LaneState, decision: Decision) -> LaneState:
     )
 
 
-def configured(
-    state: LaneState,
-    *,
-    digest: str,
-    switches: tuple[str, ...],
-    given: tuple[str, ...],
-    head: str,
-    epoch: int,
-    at: str,
-) -> LaneState:
+def configured(state: LaneState, conf: Configuration, at: str) -> LaneState:
     return msgspec.structs.replace(
         state,
-        inputs_digest=digest,
-        launcher_switches=list(switches),
-        build_info=list(given),
-        head_commit=head,
-        source_date_epoch=epoch,
+        inputs_digest=conf.digest,
+        launcher_switches=list(conf.switches),
+        build_info=list(conf.given),
+        head_commit=conf.head,
+        source_date_epoch=conf.epoch,
         configured_at=at,
     )
 

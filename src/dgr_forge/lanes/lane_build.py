@@ -141,17 +141,6 @@ class BuildContext:
         return self.patched
 
 
-class Configuration(Struct, frozen=True):
-    """What configure is given; the switches and build-info variables found at `head`."""
-
-    head: str
-    epoch: int
-    switches: tuple[str, ...]
-    given: tuple[str, ...]
-    args: list[str]
-    digest: str
-
-
 class LaneBuilder:
     def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
         self.ctx, self.plan = ctx, plan
@@ -175,10 +164,10 @@ class LaneBuilder:
 
     def _configuration(
         self, head: str, epoch: int, switches: tuple[str, ...], given: tuple[str, ...]
-    ) -> Configuration:
+    ) -> decision.Configuration:
         args = configure_args(self.forge, self.m, self.plan, switches, given)
         digest = inputs_digest(self.forge, self.m, self.plan, args, self.snap)
-        return Configuration(head, epoch, switches, given, args, digest)
+        return decision.Configuration(head, epoch, switches, given, args, digest)
 
     def _record(self, state: LaneState) -> None:
         self.state = state
@@ -361,7 +350,7 @@ class LaneBuilder:
     def _configure(self, log: IO[str], env: dict[str, str]) -> bool:
         from dgr_forge.lanes import steps
 
-        plan, lane, conf = self.plan, self.plan.lane, self.conf
+        plan, lane = self.plan, self.plan.lane
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
         if plan.cuda is not None:  # the links and the driver stub configure links against
@@ -386,18 +375,7 @@ class LaneBuilder:
         host = base / "programs" if base is not None else None
         drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
         self.hashing = programs.start(plan.build_dir, plan.launcher, host, drivers)
-        at = datetime.now(UTC).isoformat()
-        self._record(
-            decision.configured(
-                self.state,
-                digest=conf.digest,
-                switches=conf.switches,
-                given=conf.given,
-                head=conf.head,
-                epoch=conf.epoch,
-                at=at,
-            )
-        )
+        self._record(decision.configured(self.state, self.conf, datetime.now(UTC).isoformat()))
         return True
 
     def _compile(self, log: IO[str], env: dict[str, str]) -> Ran | None:
