@@ -451,25 +451,20 @@ def _noop(
     m: UpstreamManifest, rev: str, dry_run: bool, target_md: Path | None, out_: Reporter
 ) -> Bump:
     out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+    none = ("target_subject", "newest_clean_subject", "first_breaking", "rebase_report")
     result = _bump(
         m,
         rev,
         dry_run,
         status="noop",
         target=m.commit,
-        target_subject=None,
         newest_clean=m.commit,
-        newest_clean_subject=None,
-        candidates=0,
-        taken=0,
-        first_breaking=None,
-        replays=0,
-        max_replays=0,
         moved=False,
         dropped=[],
         patches=[],
-        rebase_report=None,
         rebase_report_markdown=None,
+        **dict.fromkeys(none),
+        **dict.fromkeys(("candidates", "taken", "replays", "max_replays"), 0),
     )
     return _finish(result, "", target_md, out_)
 

@@ -218,14 +218,13 @@ class Known(Replay):
 def record(
     src: Path,
     state: RebaseState,
-    i: int,
     resolved: bool,
     known: Known | None = None,
     tree: str | None = None,
 ) -> None:
-    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch i on state.head;
-    drop it when it changes nothing."""
-    step = state.patches[i]
+    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch state.next on
+    state.head; drop it when it changes nothing."""
+    step = state.patches[state.next]
     move_head = tree is None
     if tree is None:
         tree = out(src, "write-tree")
@@ -246,7 +245,7 @@ def record(
         head_tree = tree
     if known is not None:
         known.head_tree = head_tree
-    state.next, state.phase, state.conflict = i + 1, "replay", None
+    state.next, state.phase, state.conflict = state.next + 1, "replay", None
 
 
 def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
@@ -296,8 +295,7 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
     resolved there). A conflict `known` already: its explaining range is fetched while the
     work tree moves."""
     src = Path(state.src_dir)
-    i = state.next
-    step = state.patches[i]
+    step = state.patches[state.next]
     with ThreadPoolExecutor(1) as pool:
         history = pool.submit(_history, state) if known else None
         git(src, "checkout", "-q", "-f", "--detach", state.head, config=PARALLEL_CHECKOUT)
@@ -309,7 +307,7 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
     if proc.returncode != 0:
         _conflict(forge, state, out_, proc, fetched)
         return
-    record(src, state, i, resolved=False)
+    record(src, state, resolved=False)
     clear_leftovers(src, out_, index_lock=False)
     _replayed(src, state, step, out_)
     save_state(forge, state, durable=False)
@@ -419,7 +417,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "checkout -- <file>` to drop it), then `dgr-forge rebase --continue`",
             details={"patch": step.file, "files": unstaged},
         )
-    record(src, state, state.next, resolved=True, known=known)
+    record(src, state, resolved=True, known=known)
     clear_leftovers(src, out_, index_lock=False)
     if step.outcome == "dropped-by-hand":
         out_.info(f"{step.file}: resolved to no change: dropped by hand")
