@@ -51,17 +51,10 @@ def changed_subjects(last: LastBuild | None) -> list[Path]:
     """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
     if last is None:
         return []
-    changed = []
-    for art in last.artifacts:
-        path = Path(art.path)
-        rec = last.subject_stats.get(str(path))
-        known = [art.sha256, *rec] if rec else None  # the record as a stamp
-        now = stamps.stamp(path, known)
-        if now is None or now[0] != art.sha256:
-            changed.append(path)
-        else:
-            last.subject_stats[str(path)] = now[1:]
-    return changed
+    known = {str(Path(a.path)): a.sha256 for a in last.artifacts}  # the records as stamps
+    now = stamps.restamp({p: [sha, *last.subject_stats.get(p, [])] for p, sha in known.items()})
+    last.subject_stats.update({p: s[1:] for p, s in now.items() if s[0] == known[p]})
+    return [Path(p) for p, sha in known.items() if now.get(p, [None])[0] != sha]
 
 
 def report_true(last: LastBuild) -> bool:
