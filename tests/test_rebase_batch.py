@@ -298,9 +298,8 @@ def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, n
         for step in state.patches:
             head_tree = gitutil.tree_of(repo, state.head)
             parent = commit_parents(known.objects[step.old_commit])[0]
-            scratch = known.writer.scratch_base(head_tree, parent)
-            assert scratch is not None
-            found = merge(repo, head_tree, parent, step.old_commit, scratch=scratch)
+            assert known.writer.scratch_base(head_tree, parent) is not None
+            found = merge(repo, head_tree, parent, step.old_commit, known.writer)
             tree = found.tree if not found.files else None
             if tree is None:
                 break
