@@ -49,8 +49,7 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/lane_build.py": {"run"},  # opens its own build log for writing
     "cache/select.py": {"sccache_config"},
     "cache/session.py": {"_tail"},
-    "lanes/cmake_api.py": {"_load", "write_query"},
-    "lanes/genbuild.py": {"_read"},
+    "lanes/cmake_api.py": {"_load", "write_query", "_read"},
     # the deps log's 12-byte signature; objects the build wrote, size-checked first
     "lanes/boundary.py": {"read_deps", "_elf_symbols"},
     "lanes/presets.py": {"exclude_from_git"},

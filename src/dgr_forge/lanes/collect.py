@@ -134,7 +134,7 @@ class BuildRun(Struct, frozen=True):
     cache: Cache  # the cache setup and this build's own figures (cache/session)
     snap: dict[str, Stamp]  # the input files' stamps, taken under the lock (lanes/inputs)
     programs: dict[str, Program]  # every program configure resolved (lanes/programs)
-    launcher: str | None  # read back from the generated rules (lanes/genbuild)
+    launcher: str | None  # read back from the generated rules (lanes/cmake_api)
 
 
 def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:

@@ -16,9 +16,9 @@ from dgr_forge.lanes.state import LastBuild
 
 def check_launchers(plan: LanePlan) -> str | None:
     """The launcher the generated rules run; exit 1 when it is not the forge's choice."""
-    from dgr_forge.lanes import genbuild  # after configure only
+    from dgr_forge.lanes import cmake_api  # after configure only
 
-    found = genbuild.read_launchers(plan.build_dir)
+    found = cmake_api.read_launchers(plan.build_dir)
     problems = found.problems(plan.launcher)
     if problems:
         raise OperationFailed(
