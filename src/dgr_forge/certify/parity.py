@@ -23,7 +23,7 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, Suite
 from dgr_forge.lanes import cmake_api, logs, steps
-from dgr_forge.lanes.build_options import BuildOptions
+from dgr_forge.lanes.lane_build import BuildOptions
 from dgr_forge.lanes.plan import configure_args, plan_lane
 from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -42,7 +42,6 @@ from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 if TYPE_CHECKING:
     from concurrent.futures import Future  # ~3 ms: the pool is lanes.programs', on a rebuild
 
-    from dgr_forge.lanes.build_options import BuildOptions
     from dgr_forge.lanes.steps import Ran
     from dgr_forge.upstream.patches import PatchedTree
 
@@ -99,6 +98,47 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
         "patch and `dgr-forge export`; build output belongs in the lane's build directory",
         details={"tree": str(src), "changes": changes},
     )
+
+
+class BuildOptions(Struct, frozen=True):
+    """What one `build` was asked, resolved once (`resolve`): defaults, then the
+    environment (DGR_CACHE, DGR_CACHE_MODE), then the command's options; validated."""
+
+    lanes: tuple[str, ...] = ("cpu",)
+    worker: Path | None = None
+    jobs: int | None = None
+    key: str | None = None
+    sign: bool = True
+    mirror: str | None = None
+    offline: bool = False
+    cache: str = "auto"  # auto | ccache | sccache | off
+    cache_mode: str = "rw"  # rw | ro
+    force: bool = False  # a git worker checkout holding a person's work: save it, then move
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        cache: str | None = None,
+        cache_mode: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **given: Any,
+    ) -> BuildOptions:
+        """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
+        env = os.environ if environ is None else environ
+        jobs = given.get("jobs")
+        if jobs is not None and not 1 <= jobs <= 4096:
+            raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
+        choice = cache or env.get("DGR_CACHE") or "auto"
+        mode = cache_mode or env.get("DGR_CACHE_MODE") or "rw"
+        cache_mod.check_choice(
+            choice,
+            mode,
+            "--cache" if cache is not None else "DGR_CACHE",
+            "--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
+        )
+        given["lanes"] = tuple(given.get("lanes") or ("cpu",))
+        return cls(cache=choice, cache_mode=mode, **given)
 
 
 @dataclass
