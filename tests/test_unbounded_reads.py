@@ -59,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/stamps.py": {"_load", "stamp"},
     # the report, build log and CMakeCache it wrote; the git view file it wrote
     "lanes/steps.py": {"last_build", "write_git_view"},
-    "lanes/truth.py": {"report_true"},  # the report and the byproducts it wrote
+    "lanes/decision.py": {"report_true"},  # the report and the byproducts it wrote
     "upstream/patches.py": {"_am_stopped_at", "recover_interrupted"},
     "upstream/local_replay.py": {"load_replay_state"},
     "upstream/series.py": {"scratch_index", "read_cache"},  # its caches: regular files only

@@ -30,7 +30,7 @@ from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, truth
+from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps
 from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.plan import LanePlan, configure_args, inputs_digest, launcher_switches
 from dgr_forge.lanes.signing import SigningKey
@@ -252,7 +252,7 @@ class LaneBuilder:
         if last is None:
             return now
         if decision.decide(state, now).configured:  # a configure's build relinks them anyway
-            changed = tuple(str(p) for p in truth.changed_subjects(last))
+            changed = tuple(str(p) for p in decision.changed_subjects(last))
             now = msgspec.structs.replace(now, subjects_changed=changed)
         # whatever runs, the last report is handed back only if signed by the key asked for
         fp = ctx.signing.fingerprint()
@@ -268,11 +268,12 @@ class LaneBuilder:
         if (
             last is not None
             and decision.skips_ninja(d, recorded, self._whole())
-            and truth.report_true(last)
+            and decision.report_true(last)
         ):
             return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
-            truth.changed_error(self.forge, lane, [Path(p) for p in d.moved], decision.BEFORE_LOCK)
+            moved = [Path(p) for p in d.moved]
+            decision.changed_error(self.forge, lane, moved, decision.BEFORE_LOCK)
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
@@ -302,7 +303,7 @@ class LaneBuilder:
             if ran is None:
                 return self.result
             whole = self._whole()
-            same = last is not None and not truth.changed_subjects(last)
+            same = last is not None and not decision.changed_subjects(last)
             outcome = decision.after_compile(d, ran.wrote, recorded, whole, same)
             if outcome == "rebuild":
                 self.out.warn(
@@ -320,8 +321,8 @@ class LaneBuilder:
             moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
             moved += [Path(progs[n].path) for n in programs.changed(progs)]
             if moved:
-                truth.changed_error(self.forge, lane, moved, "while the build ran")
-        if outcome == "reuse" and last is not None and truth.report_true(last):
+                decision.changed_error(self.forge, lane, moved, "while the build ran")
+        if outcome == "reuse" and last is not None and decision.report_true(last):
             return self._reuse(last)
         return self._collect(rebuilt, whole)
 
@@ -406,7 +407,7 @@ class LaneBuilder:
             return self._fail("configure", ran.lines)
         with self._failing("configure"):  # not configured: the next run re-checks
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
-            truth.check_launchers(plan)
+            decision.check_launchers(plan)
         # hashed while Ninja runs; stamps shared through the forge's cache directory
         try:
             base = cache_mod.cache_dir(os.environ, self.forge.workspace)
@@ -482,7 +483,7 @@ class LaneBuilder:
         with self._failing("report"):
             found = steps.collect(self.forge, plan, changed, self.out)
         with self._failing("configure"):
-            launcher = truth.check_launchers(plan)
+            launcher = decision.check_launchers(plan)
         run = BuildRun(
             forge=self.forge,
             m=self.m,
