@@ -24,7 +24,7 @@ from dgr_forge.cache.select import Cache
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
@@ -521,8 +521,27 @@ class LaneBuilder:
         report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
-        r.artifacts = steps.artifact_rows(found.artifacts)
-        last = steps.last_build(self.m, plan, record, found, report, signer, ctx.signing, whole)
+        r.artifacts = [
+            Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
+            for a in found.artifacts
+        ]
+        # what state.json keeps of the written report: what a later no-op re-checks
+        byproducts = (record.log_file, record.cmake_cache)
+        last = LastBuild(
+            time=record.finished_on.isoformat(),
+            result="ok",
+            log=str(plan.log_link),
+            log_file=str(record.log_file),
+            report=str(report),
+            report_sha256=sha256_file(report),
+            signed_by=signer.keyid if signer else None,
+            signer_fingerprint=ctx.signing.fingerprint(),
+            artifacts=list(r.artifacts),
+            subject_stats=found.stats,
+            input_digest=whole,
+            inputs=inputs.report_inputs(self.m, plan.recipe, plan.spec),
+            byproducts={str(p): sha256_file(p) for p in byproducts if p.is_file()},
+        )
         self._settled(last)  # the state names the new report before any old one goes
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         _prune_reports(self.forge, lane, report)
