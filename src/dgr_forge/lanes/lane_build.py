@@ -5,6 +5,8 @@ records the lane failed in that phase."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
@@ -359,7 +361,14 @@ class LaneBuilder:
             self._record(msgspec.structs.replace(self.state, programs=progs))
         spec, conf = self.plan.spec, self.conf
         commit = spec.commit if spec is not None and spec.url else None
-        return inputs.whole_digest(conf.digest, self.snap, conf.head, commit, self.state.programs)
+        data = {
+            "configure": conf.digest,
+            "files": {path: s[0] for path, s in sorted(self.snap.items())},
+            "head": conf.head,
+            "worker": commit,
+            "programs": {name: p.stamp[0] for name, p in sorted(self.state.programs.items())},
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def _wipe(self) -> None:
         self._record(decision.wiping(self.state))
