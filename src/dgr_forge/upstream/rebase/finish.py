@@ -12,7 +12,7 @@ from pathlib import Path
 from msgspec import UNSET
 
 from dgr_forge.core import fault, gitutil
-from dgr_forge.core.errors import NeedsHuman, OperationFailed
+from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import (
     atomic_write_bytes,
@@ -54,20 +54,6 @@ def inputs_digest(m: UpstreamManifest) -> str:
 
 def _patch_bytes(m: UpstreamManifest, name: str) -> bytes:
     return series_journal.patch_bytes(m.patches_dir, name) or b""
-
-
-def check_manifest_untouched(
-    forge: Forge, state: RebaseState, m: UpstreamManifest | None
-) -> UpstreamManifest:
-    """`m` (None: it did not load) is what the rebase started from, else exit 3."""
-    if m is None or inputs_digest(m) != state.inputs_sha256:
-        raise NeedsHuman(
-            f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
-            "rebase started; the rebase would overwrite those edits",
-            hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
-            "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
-        )
-    return m
 
 
 def end(forge: Forge, src: Path) -> None:
