@@ -1,7 +1,7 @@
 """A lane's build decision, reached without CMake: `lanes.decision` from constructed
 states (as state.json holds them, written by this forge, an older one, or by hand) and
 snapshots of what is there now. Each decision and its reason; the transitions the
-builder writes; the checks a reuse still makes on disk (`truth`, real files)."""
+builder writes; the checks a reuse still makes on disk (`decision`'s checks, real files)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from dgr_forge.core.fsutil import sha256_file
-from dgr_forge.lanes import decision, programs, stamps, truth
+from dgr_forge.lanes import decision, programs, stamps
 from dgr_forge.lanes.decision import Decision, Snapshot, after_compile, decide
 from dgr_forge.lanes.state import Artifact, LaneState, LastBuild
 
@@ -267,15 +267,8 @@ def test_transitions_say_what_the_next_run_must_know() -> None:
     assert decide(failed, now()).action == "compile"
 
     # what is written is what is read back: the on-disk form round-trips
-    conf = decision.configured(
-        decision.unconfigured(st),
-        digest="c" * 64,
-        switches=("GGML_CCACHE",),
-        given=(),
-        head="b" * 40,
-        epoch=5,
-        at="t",
-    )
+    given = decision.Configuration("b" * 40, 5, ("GGML_CCACHE",), (), [], "c" * 64)
+    conf = decision.configured(decision.unconfigured(st), given, at="t")
     back = LaneState.from_dict(conf.stored())
     assert (back.inputs_digest, back.head_commit, back.source_date_epoch) == ("c" * 64, "b" * 40, 5)
     assert back.launcher_switches == ["GGML_CCACHE"]
@@ -302,19 +295,19 @@ def _last_with_report(tmp_path: Path) -> LastBuild:
 
 def test_a_missing_or_edited_report_is_never_handed_back(tmp_path: Path) -> None:
     last = _last_with_report(tmp_path)
-    assert truth.report_true(last)
+    assert decision.report_true(last)
     report = Path(str(last.report))
     report.unlink()
-    assert not truth.report_true(last)  # a missing report
+    assert not decision.report_true(last)  # a missing report
     report.write_text('{"payloadType": "application/vnd.in-toto+json"}\n')
-    assert truth.report_true(last)
+    assert decision.report_true(last)
     report.write_text('{"payloadType": "application/vnd.in-toto+json"} \n')
-    assert not truth.report_true(last)  # other bytes
+    assert not decision.report_true(last)  # other bytes
     report.write_text('{"payloadType": "application/vnd.in-toto+json"}\n')
     Path(next(iter(last.byproducts))).write_text("edited log\n")
-    assert not truth.report_true(last)  # a byproduct it names changed
+    assert not decision.report_true(last)  # a byproduct it names changed
     last.report_sha256 = None
-    assert not truth.report_true(last)  # a state that recorded no digest
+    assert not decision.report_true(last)  # a state that recorded no digest
 
 
 def test_a_report_replaced_by_a_fifo_or_symlink_to_dev_zero_is_not_read(tmp_path: Path) -> None:
@@ -322,10 +315,10 @@ def test_a_report_replaced_by_a_fifo_or_symlink_to_dev_zero_is_not_read(tmp_path
     report = Path(str(last.report))
     report.unlink()
     os.mkfifo(report)
-    assert not truth.report_true(last)  # never blocks on the FIFO
+    assert not decision.report_true(last)  # never blocks on the FIFO
     report.unlink()
     report.symlink_to("/dev/zero")
-    assert not truth.report_true(last)
+    assert not decision.report_true(last)
 
 
 def test_an_artifact_changed_on_disk_is_found_by_its_bytes(tmp_path: Path) -> None:
@@ -339,11 +332,11 @@ def test_an_artifact_changed_on_disk_is_found_by_its_bytes(tmp_path: Path) -> No
             Artifact(name="worker", kind="EXECUTABLE", path=str(binary), sha256=sha256_file(binary))
         ],
     )
-    assert truth.changed_subjects(last) == []
+    assert decision.changed_subjects(last) == []
     binary.write_bytes(b"\x7fELF two")
-    changed = truth.changed_subjects(last)
+    changed = decision.changed_subjects(last)
     assert changed == [binary]
     d = decide(state(), now(subjects_changed=tuple(map(str, changed))))
     assert d.action == "compile" and d.rebuilt == (str(binary),)
     binary.unlink()
-    assert truth.changed_subjects(last) == [binary]  # a missing one too
+    assert decision.changed_subjects(last) == [binary]  # a missing one too

@@ -236,14 +236,14 @@ def _per_patch(repo: Path, state: RebaseState) -> list[str | None]:
     """The per-patch replay's commits (None: dropped) up to the first conflict."""
     objects = commit_objects(repo, [s.old_commit for s in state.patches])
     made: list[str | None] = []
-    for i, step in enumerate(state.patches):
+    for step in state.patches:
         head_tree = gitutil.tree_of(repo, state.head)
         parent = commit_parents(objects[step.old_commit])[0]
         found = merge(repo, head_tree, parent, step.old_commit)
         tree = found.tree if not found.files else None
         if tree is None:
             break
-        record(repo, state, i, resolved=False, tree=tree)
+        record(repo, state, resolved=False, tree=tree)
         made.append(step.new_commit)
     return made
 
@@ -295,16 +295,15 @@ def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, n
     known = Known(repo, state, state.new_tree)
     made: list[str | None] = []
     try:
-        for i, step in enumerate(state.patches):
+        for step in state.patches:
             head_tree = gitutil.tree_of(repo, state.head)
             parent = commit_parents(known.objects[step.old_commit])[0]
-            scratch = known.writer.scratch_base(head_tree, parent)
-            assert scratch is not None
-            found = merge(repo, head_tree, parent, step.old_commit, scratch=scratch)
+            assert known.writer.scratch_base(head_tree, parent) is not None
+            found = merge(repo, head_tree, parent, step.old_commit, known.writer)
             tree = found.tree if not found.files else None
             if tree is None:
                 break
-            record(repo, state, i, resolved=False, known=known, tree=tree)
+            record(repo, state, resolved=False, known=known, tree=tree)
             made.append(step.new_commit)
     finally:
         known.writer.close()

@@ -46,11 +46,11 @@ ALLOWED: dict[str, set[str]] = {
     "cli/schemas.py": {"main"},
     # files the forge wrote: workspace state, journals, stamps, logs, caches, its git dir
     "core/fsutil.py": {"read_json"},
-    "lanes/lane_build.py": {"run"},  # opens its own build log for writing
+    # opens its own build log for writing; hashes the report, log and CMakeCache it wrote
+    "lanes/lane_build.py": {"run", "_collect"},
     "cache/select.py": {"sccache_config"},
     "cache/session.py": {"_tail"},
-    "lanes/cmake_api.py": {"_load", "write_query"},
-    "lanes/genbuild.py": {"_read"},
+    "lanes/cmake_api.py": {"_load", "write_query", "_read"},
     # the deps log's 12-byte signature; objects the build wrote, size-checked first
     "lanes/boundary.py": {"read_deps", "_elf_symbols"},
     "lanes/presets.py": {"exclude_from_git"},
@@ -58,9 +58,9 @@ ALLOWED: dict[str, set[str]] = {
     # the host-program stamp cache; `stamp` hashes host programs, artifacts and the root's
     # files its loaders read bounded first (a worker's go through `input_stamp`)
     "lanes/stamps.py": {"_load", "stamp"},
-    # the report, build log and CMakeCache it wrote; the git view file it wrote
-    "lanes/steps.py": {"last_build", "write_git_view"},
-    "lanes/truth.py": {"report_true"},  # the report and the byproducts it wrote
+    # the git view file it wrote
+    "lanes/steps.py": {"write_git_view"},
+    "lanes/decision.py": {"report_true"},  # the report and the byproducts it wrote
     "upstream/patches.py": {"_am_failure", "recover_interrupted"},  # rebase-apply/next
     "upstream/local_replay.py": {"load_replay_state"},
     "upstream/series.py": {"scratch_index", "read_cache"},  # its caches: regular files only

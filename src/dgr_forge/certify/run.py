@@ -34,7 +34,7 @@ from dgr_forge.core.urls import mask_text
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Gate, Recipe, Step, Suite
 from dgr_forge.lanes import cmake_api, steps
-from dgr_forge.lanes.build_options import BuildOptions
+from dgr_forge.lanes.lane_build import BuildOptions
 from dgr_forge.lanes.logs import new_log
 from dgr_forge.lanes.plan import configure_args, plan_lane
 from dgr_forge.lanes.state import lane_state

@@ -65,7 +65,7 @@ def build(
 
     A lane this host cannot build is refused before anything runs (`doctor` says why)."""
     from dgr_forge.lanes import build as build_mod
-    from dgr_forge.lanes.build_options import BuildOptions
+    from dgr_forge.lanes.lane_build import BuildOptions
 
     opts = BuildOptions.resolve(
         lanes=lane, worker=worker, jobs=jobs, key=key, sign=not no_sign, mirror=mirror,

@@ -17,8 +17,7 @@ from dgr_forge.core.urls import mask
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe, select
-from dgr_forge.lanes.build_options import BuildOptions
-from dgr_forge.lanes.lane_build import BuildContext, LaneBuilder, LaneResult
+from dgr_forge.lanes.lane_build import BuildContext, BuildOptions, LaneBuilder, LaneResult
 from dgr_forge.lanes.plan import plan_lane, refuse_unbuildable
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.upstream.manifest import UpstreamManifest

@@ -63,53 +63,6 @@ def _placeholder(name: str) -> str:
     return "${" + "".join(c if c.isalnum() else "_" for c in name).upper() + "}"
 
 
-def tools(
-    plan: LanePlan,
-    doctor: Doctor,
-    reply: cmake_api.Reply,
-    launcher: str | None,
-    progs: dict[str, Program],
-) -> tuple[list[Tool], dict[str, str]]:
-    """Toolchain versions, and placeholders for their machine paths in the statement."""
-    found = [Tool("cmake", plan.cmake, reply.cmake_version)]
-    found.append(Tool("ninja", plan.ninja, doctor.version("ninja") or ""))
-    for comp in reply.compilers:
-        version = f"{comp.id} {comp.version}".strip() or _probed_version(comp.path)
-        found.append(Tool(f"{comp.language.lower()}-compiler", comp.path, version))
-    known = {t.path for t in found}
-    for name in plan.recipe.requires.tools:
-        probe = doctor.tool(name)
-        if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
-            found.append(Tool(name, probe.path, doctor.version(name) or ""))
-    if launcher and plan.cache.tool:
-        found.append(Tool(plan.cache.tool, launcher, plan.cache.version))
-    # every program configure resolved, with the sha256 stamped then
-    by_path = {p.named: p for p in progs.values()}
-    found = [
-        Tool(t.name, t.path, t.version, by_path[t.path].stamp[0]) if t.path in by_path else t
-        for t in found
-    ]
-    listed = {t.path for t in found}
-    compilers = {c.path: c for c in reply.compilers}
-    for name, p in sorted(progs.items()):
-        if p.named in listed or name == "launcher":
-            continue
-        driver = progs.get(name.split(":")[0])
-        owner = compilers.get(driver.named) if driver else None
-        version = (
-            p.version
-            or (f"{owner.id} {owner.version}".strip() if owner else "")
-            or _probed_version(p.named)  # never empty: the version, or why there is none
-        )
-        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
-        found.append(Tool(label, p.named, version, p.stamp[0]))
-    placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    tree = inputs.worker_tree(plan)
-    if tree is not None:
-        placeholders.setdefault(str(tree), "${DGR_WORKER}")
-    return found, placeholders
-
-
 def _probed_version(path: str) -> str:
     """Its own `--version`, else why there is none: a report never has an empty version."""
     from dgr_forge.lanes.programs import first_line
@@ -134,12 +87,48 @@ class BuildRun(Struct, frozen=True):
     cache: Cache  # the cache setup and this build's own figures (cache/session)
     snap: dict[str, Stamp]  # the input files' stamps, taken under the lock (lanes/inputs)
     programs: dict[str, Program]  # every program configure resolved (lanes/programs)
-    launcher: str | None  # read back from the generated rules (lanes/genbuild)
+    launcher: str | None  # read back from the generated rules (lanes/cmake_api)
 
 
 def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]) -> LaneBuild:
     forge, m, plan = run.forge, run.m, run.plan
-    found, placeholders = tools(plan, run.doctor, reply, run.launcher, run.programs)
+    # toolchain versions, and placeholders for their machine paths in the statement
+    found = [Tool("cmake", plan.cmake, reply.cmake_version)]
+    found.append(Tool("ninja", plan.ninja, run.doctor.version("ninja") or ""))
+    for comp in reply.compilers:
+        version = f"{comp.id} {comp.version}".strip() or _probed_version(comp.path)
+        found.append(Tool(f"{comp.language.lower()}-compiler", comp.path, version))
+    known = {t.path for t in found}
+    for name in plan.recipe.requires.tools:
+        probe = run.doctor.tool(name)
+        if probe.path and probe.path not in known and name not in ("cmake", "ninja"):
+            found.append(Tool(name, probe.path, run.doctor.version(name) or ""))
+    if run.launcher and plan.cache.tool:
+        found.append(Tool(plan.cache.tool, run.launcher, plan.cache.version))
+    # every program configure resolved, with the sha256 stamped then
+    by_path = {p.named: p for p in run.programs.values()}
+    found = [
+        Tool(t.name, t.path, t.version, by_path[t.path].stamp[0]) if t.path in by_path else t
+        for t in found
+    ]
+    listed = {t.path for t in found}
+    compilers = {c.path: c for c in reply.compilers}
+    for name, p in sorted(run.programs.items()):
+        if p.named in listed or name == "launcher":
+            continue
+        driver = run.programs.get(name.split(":")[0])
+        owner = compilers.get(driver.named) if driver else None
+        version = (
+            p.version
+            or (f"{owner.id} {owner.version}".strip() if owner else "")
+            or _probed_version(p.named)  # never empty: the version, or why there is none
+        )
+        label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
+        found.append(Tool(label, p.named, version, p.stamp[0]))
+    placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
+    tree = inputs.worker_tree(plan)
+    if tree is not None:
+        placeholders.setdefault(str(tree), "${DGR_WORKER}")
     toolchain = plan.toolchain_file
     # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`
     lock, nvcc = forge.toolchains_dir / toolkit.LOCK_NAME, plan.tool_paths.get("nvcc")

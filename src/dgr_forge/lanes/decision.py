@@ -1,19 +1,27 @@
-"""What one lane's build does, decided (purely) from the recorded state and what is there now.
+"""What one lane's build does, decided (purely) from the recorded state and what is there now;
+and the checks that keep its report true to what ran (issue 20).
 
 `decide()` returns one `Decision` with its reason; after Ninja, `after_compile()` decides
 by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs at every build).
+A refusal by one of the checks records the lane failed in the phase it ran in (the builder).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 import msgspec
 from msgspec import Struct
 
+from dgr_forge.core.errors import OperationFailed
+from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.lanes import stamps
 from dgr_forge.lanes.state import LaneState, LastBuild
 
 if TYPE_CHECKING:
+    from dgr_forge.core.forge import Forge
+    from dgr_forge.lanes.plan import LanePlan
     from dgr_forge.lanes.programs import Program
     from dgr_forge.lanes.stamps import Stamp
 
@@ -35,6 +43,17 @@ class Snapshot(Struct, frozen=True):
     subjects_changed: tuple[str, ...] = ()  # last report's artifacts changed on disk
     key_fingerprint: str | None = None  # `SigningKey.fingerprint()` of the key asked for
     key_id: str | None = None  # its keyid, loaded only when the fingerprint differs
+
+
+class Configuration(Struct, frozen=True):
+    """What configure is given; the switches and build-info variables found at `head`."""
+
+    head: str
+    epoch: int
+    switches: tuple[str, ...]
+    given: tuple[str, ...]
+    args: list[str]
+    digest: str
 
 
 class Decision(Struct, frozen=True):
@@ -152,23 +171,14 @@ def started(state: LaneState, decision: Decision) -> LaneState:
     )
 
 
-def configured(
-    state: LaneState,
-    *,
-    digest: str,
-    switches: tuple[str, ...],
-    given: tuple[str, ...],
-    head: str,
-    epoch: int,
-    at: str,
-) -> LaneState:
+def configured(state: LaneState, conf: Configuration, at: str) -> LaneState:
     return msgspec.structs.replace(
         state,
-        inputs_digest=digest,
-        launcher_switches=list(switches),
-        build_info=list(given),
-        head_commit=head,
-        source_date_epoch=epoch,
+        inputs_digest=conf.digest,
+        launcher_switches=list(conf.switches),
+        build_info=list(conf.given),
+        head_commit=conf.head,
+        source_date_epoch=conf.epoch,
         configured_at=at,
     )
 
@@ -200,3 +210,59 @@ def built(
     return msgspec.structs.replace(
         state, last_build=last, in_progress=None, input_stamps=stamps, programs=progs
     )
+
+
+# -- the checks that keep a report true to what ran
+
+
+def check_launchers(plan: LanePlan) -> str | None:
+    """The launcher the generated rules run; exit 1 when it is not the forge's choice."""
+    from dgr_forge.lanes import cmake_api  # after configure only
+
+    found = cmake_api.read_launchers(plan.build_dir)
+    problems = found.problems(plan.launcher)
+    if problems:
+        raise OperationFailed(
+            f"{plan.lane}: the generated build does not run what the forge chose: "
+            + "; ".join(problems),
+            hint="a launcher comes from the forge alone (--cache); remove the upstream's, "
+            "the toolchain file's or the recipe's (RULE_LAUNCH_*, *_LAUNCHER, *_CLANG_TIDY), "
+            "or report the upstream switch that sets it",
+            details={
+                "lane": plan.lane,
+                "compile": sorted(found.compile),
+                "link": sorted(found.link),
+                "code_check": sorted(found.code_check),
+                "chosen": plan.launcher,
+            },
+        )
+    return next(iter(found.compile)) if len(found.compile) == 1 else None
+
+
+def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
+    shown = ", ".join(forge.rel(p) for p in moved)
+    raise OperationFailed(
+        f"{lane}: {shown} changed {when}; no report: it would name digests the build did not read",
+        hint="let edits finish (or another workspace's export), then build again",
+        details={"lane": lane, "changed": [str(p) for p in moved]},
+    )
+
+
+def changed_subjects(last: LastBuild | None) -> list[Path]:
+    """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
+    if last is None:
+        return []
+    known = {str(Path(a.path)): a.sha256 for a in last.artifacts}  # the records as stamps
+    now = stamps.restamp({p: [sha, *last.subject_stats.get(p, [])] for p, sha in known.items()})
+    last.subject_stats.update({p: s[1:] for p, s in now.items() if s[0] == known[p]})
+    return [Path(p) for p, sha in known.items() if now.get(p, [None])[0] != sha]
+
+
+def report_true(last: LastBuild) -> bool:
+    """The report file and every byproduct it names are still the bytes recorded."""
+    named = {last.report or "": last.report_sha256 or "", **last.byproducts}
+    for path, digest in named.items():
+        p = Path(path)
+        if not digest or not p.is_file() or sha256_file(p) != digest:
+            return False
+    return True

@@ -6,8 +6,6 @@ report, never a digest configure did not read.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -27,7 +25,6 @@ if TYPE_CHECKING:
     from dgr_forge.host.recipes import Recipe
     from dgr_forge.host.worker import WorkerSpec
     from dgr_forge.lanes.plan import LanePlan
-    from dgr_forge.lanes.programs import Program
     from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_WORKER_FILES = 100_000  # a path worker's tree; beyond it, point --worker elsewhere
@@ -79,23 +76,6 @@ def digest_of(snap: dict[str, stamps.Stamp], path: Path | None) -> str | None:
         return None
     stamp = snap.get(str(path))
     return str(stamp[0]) if stamp else None
-
-
-def whole_digest(
-    configure_digest: str,
-    snap: dict[str, stamps.Stamp],
-    head: str,
-    worker_commit: str | None,
-    programs: dict[str, Program],
-) -> str:
-    data = {
-        "configure": configure_digest,
-        "files": {path: s[0] for path, s in sorted(snap.items())},
-        "head": head,
-        "worker": worker_commit,
-        "programs": {name: p.stamp[0] for name, p in sorted(programs.items())},
-    }
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 class WorkerIdentity(Struct):

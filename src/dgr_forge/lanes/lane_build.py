@@ -5,15 +5,17 @@ records the lane failed in that phase."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated
+from typing import IO, TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -24,13 +26,13 @@ from dgr_forge.cache.select import Cache
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor
-from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps, truth
+from dgr_forge.lanes import boundary, decision, inputs, logs, programs, stamps
 from dgr_forge.lanes.boundary import Leaks
 from dgr_forge.lanes.plan import LanePlan, configure_args, inputs_digest, launcher_switches
 from dgr_forge.lanes.signing import SigningKey
@@ -42,7 +44,6 @@ from dgr_forge.upstream.workspace import source_changes
 if TYPE_CHECKING:
     from concurrent.futures import Future  # ~3 ms: the pool is lanes.programs', on a rebuild
 
-    from dgr_forge.lanes.build_options import BuildOptions
     from dgr_forge.lanes.steps import Ran
     from dgr_forge.upstream.patches import PatchedTree
 
@@ -101,6 +102,47 @@ def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     )
 
 
+class BuildOptions(Struct, frozen=True):
+    """What one `build` was asked, resolved once (`resolve`): defaults, then the
+    environment (DGR_CACHE, DGR_CACHE_MODE), then the command's options; validated."""
+
+    lanes: tuple[str, ...] = ("cpu",)
+    worker: Path | None = None
+    jobs: int | None = None
+    key: str | None = None
+    sign: bool = True
+    mirror: str | None = None
+    offline: bool = False
+    cache: str = "auto"  # auto | ccache | sccache | off
+    cache_mode: str = "rw"  # rw | ro
+    force: bool = False  # a git worker checkout holding a person's work: save it, then move
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        cache: str | None = None,
+        cache_mode: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **given: Any,
+    ) -> BuildOptions:
+        """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
+        env = os.environ if environ is None else environ
+        jobs = given.get("jobs")
+        if jobs is not None and not 1 <= jobs <= 4096:
+            raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
+        choice = cache or env.get("DGR_CACHE") or "auto"
+        mode = cache_mode or env.get("DGR_CACHE_MODE") or "rw"
+        cache_mod.check_choice(
+            choice,
+            mode,
+            "--cache" if cache is not None else "DGR_CACHE",
+            "--cache-mode" if cache_mode is not None else "DGR_CACHE_MODE",
+        )
+        given["lanes"] = tuple(given.get("lanes") or ("cpu",))
+        return cls(cache=choice, cache_mode=mode, **given)
+
+
 @dataclass
 class BuildContext:
     """What every lane of one `build` shares: inputs, host, key, the patched tree."""
@@ -141,17 +183,6 @@ class BuildContext:
         return self.patched
 
 
-class Configuration(Struct, frozen=True):
-    """What configure is given; the switches and build-info variables found at `head`."""
-
-    head: str
-    epoch: int
-    switches: tuple[str, ...]
-    given: tuple[str, ...]
-    args: list[str]
-    digest: str
-
-
 class LaneBuilder:
     def __init__(self, ctx: BuildContext, plan: LanePlan) -> None:
         self.ctx, self.plan = ctx, plan
@@ -175,10 +206,10 @@ class LaneBuilder:
 
     def _configuration(
         self, head: str, epoch: int, switches: tuple[str, ...], given: tuple[str, ...]
-    ) -> Configuration:
+    ) -> decision.Configuration:
         args = configure_args(self.forge, self.m, self.plan, switches, given)
         digest = inputs_digest(self.forge, self.m, self.plan, args, self.snap)
-        return Configuration(head, epoch, switches, given, args, digest)
+        return decision.Configuration(head, epoch, switches, given, args, digest)
 
     def _record(self, state: LaneState) -> None:
         self.state = state
@@ -223,7 +254,7 @@ class LaneBuilder:
         if last is None:
             return now
         if decision.decide(state, now).configured:  # a configure's build relinks them anyway
-            changed = tuple(str(p) for p in truth.changed_subjects(last))
+            changed = tuple(str(p) for p in decision.changed_subjects(last))
             now = msgspec.structs.replace(now, subjects_changed=changed)
         # whatever runs, the last report is handed back only if signed by the key asked for
         fp = ctx.signing.fingerprint()
@@ -239,11 +270,12 @@ class LaneBuilder:
         if (
             last is not None
             and decision.skips_ninja(d, recorded, self._whole())
-            and truth.report_true(last)
+            and decision.report_true(last)
         ):
             return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
-            truth.changed_error(self.forge, lane, [Path(p) for p in d.moved], decision.BEFORE_LOCK)
+            moved = [Path(p) for p in d.moved]
+            decision.changed_error(self.forge, lane, moved, decision.BEFORE_LOCK)
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
@@ -273,7 +305,7 @@ class LaneBuilder:
             if ran is None:
                 return self.result
             whole = self._whole()
-            same = last is not None and not truth.changed_subjects(last)
+            same = last is not None and not decision.changed_subjects(last)
             outcome = decision.after_compile(d, ran.wrote, recorded, whole, same)
             if outcome == "rebuild":
                 self.out.warn(
@@ -291,8 +323,8 @@ class LaneBuilder:
             moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
             moved += [Path(progs[n].path) for n in programs.changed(progs)]
             if moved:
-                truth.changed_error(self.forge, lane, moved, "while the build ran")
-        if outcome == "reuse" and last is not None and truth.report_true(last):
+                decision.changed_error(self.forge, lane, moved, "while the build ran")
+        if outcome == "reuse" and last is not None and decision.report_true(last):
             return self._reuse(last)
         return self._collect(rebuilt, whole)
 
@@ -329,7 +361,14 @@ class LaneBuilder:
             self._record(msgspec.structs.replace(self.state, programs=progs))
         spec, conf = self.plan.spec, self.conf
         commit = spec.commit if spec is not None and spec.url else None
-        return inputs.whole_digest(conf.digest, self.snap, conf.head, commit, self.state.programs)
+        data = {
+            "configure": conf.digest,
+            "files": {path: s[0] for path, s in sorted(self.snap.items())},
+            "head": conf.head,
+            "worker": commit,
+            "programs": {name: p.stamp[0] for name, p in sorted(self.state.programs.items())},
+        }
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
     def _wipe(self) -> None:
         self._record(decision.wiping(self.state))
@@ -361,7 +400,7 @@ class LaneBuilder:
     def _configure(self, log: IO[str], env: dict[str, str]) -> bool:
         from dgr_forge.lanes import steps
 
-        plan, lane, conf = self.plan, self.plan.lane, self.conf
+        plan, lane = self.plan, self.plan.lane
         shown = "worker " + mask(plan.spec.location) if plan.spec else self.m.name
         self.out.step(f"{lane}: configure ({shown})")
         if plan.cuda is not None:  # the links and the driver stub configure links against
@@ -377,7 +416,7 @@ class LaneBuilder:
             return self._fail("configure", ran.lines)
         with self._failing("configure"):  # not configured: the next run re-checks
             steps.refuse_unused(self.forge, plan, ran.lines, self.log_path)
-            truth.check_launchers(plan)
+            decision.check_launchers(plan)
         # hashed while Ninja runs; stamps shared through the forge's cache directory
         try:
             base = cache_mod.cache_dir(os.environ, self.forge.workspace)
@@ -386,18 +425,7 @@ class LaneBuilder:
         host = base / "programs" if base is not None else None
         drivers = {"cmake": plan.cmake, "ninja": plan.ninja}
         self.hashing = programs.start(plan.build_dir, plan.launcher, host, drivers)
-        at = datetime.now(UTC).isoformat()
-        self._record(
-            decision.configured(
-                self.state,
-                digest=conf.digest,
-                switches=conf.switches,
-                given=conf.given,
-                head=conf.head,
-                epoch=conf.epoch,
-                at=at,
-            )
-        )
+        self._record(decision.configured(self.state, self.conf, datetime.now(UTC).isoformat()))
         return True
 
     def _compile(self, log: IO[str], env: dict[str, str]) -> Ran | None:
@@ -464,7 +492,7 @@ class LaneBuilder:
         with self._failing("report"):
             found = steps.collect(self.forge, plan, changed, self.out)
         with self._failing("configure"):
-            launcher = truth.check_launchers(plan)
+            launcher = decision.check_launchers(plan)
         run = BuildRun(
             forge=self.forge,
             m=self.m,
@@ -502,8 +530,27 @@ class LaneBuilder:
         report = reports.write_report(self.forge, record, signer, self.out, unsigned_reason=why)
         r.timings["report"] = time.monotonic() - t
         r.status, r.report = "built", str(report)
-        r.artifacts = steps.artifact_rows(found.artifacts)
-        last = steps.last_build(self.m, plan, record, found, report, signer, ctx.signing, whole)
+        r.artifacts = [
+            Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
+            for a in found.artifacts
+        ]
+        # what state.json keeps of the written report: what a later no-op re-checks
+        byproducts = (record.log_file, record.cmake_cache)
+        last = LastBuild(
+            time=record.finished_on.isoformat(),
+            result="ok",
+            log=str(plan.log_link),
+            log_file=str(record.log_file),
+            report=str(report),
+            report_sha256=sha256_file(report),
+            signed_by=signer.keyid if signer else None,
+            signer_fingerprint=ctx.signing.fingerprint(),
+            artifacts=list(r.artifacts),
+            subject_stats=found.stats,
+            input_digest=whole,
+            inputs=inputs.report_inputs(self.m, plan.recipe, plan.spec),
+            byproducts={str(p): sha256_file(p) for p in byproducts if p.is_file()},
+        )
         self._settled(last)  # the state names the new report before any old one goes
         logs.prune(plan.logs_dir, lane, keep={str(self.log_path)})
         _prune_reports(self.forge, lane, report)

@@ -215,12 +215,8 @@ def configure_args(
     # reproducible: build-tree RPATHs relative to the binary, not the machine's build dir
     args.append("-DCMAKE_BUILD_RPATH_USE_ORIGIN=ON")
     if plan.launcher:
-        languages = ["C", "CXX"]
-        if "GGML_CUDA" in plan.recipe.cmake_options:
-            languages.append("CUDA")
-        if "GGML_HIP" in plan.recipe.cmake_options:
-            languages.append("HIP")
-        args += [f"-DCMAKE_{lang}_COMPILER_LAUNCHER={plan.launcher}" for lang in languages]
+        gpu = [lang for lang in ("CUDA", "HIP") if f"GGML_{lang}" in plan.recipe.cmake_options]
+        args += [f"-DCMAKE_{x}_COMPILER_LAUNCHER={plan.launcher}" for x in (*FLAG_LANGS, *gpu)]
     args += [f"-D{name}=OFF" for name in switches]
     values = {"LLAMA_BUILD_NUMBER": m.build_number, "LLAMA_BUILD_COMMIT": m.build_commit}
     args += [f"-D{name}={values[name]}" for name in given if values.get(name) is not None]

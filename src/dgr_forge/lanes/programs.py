@@ -20,7 +20,7 @@ from dgr_forge.core import proc
 from dgr_forge.core.fsutil import file_identity
 from dgr_forge.lanes import stamps
 
-# concurrent.futures (~3 ms) and genbuild: imported where programs are hashed, past a no-op
+# concurrent.futures (~3 ms) and cmake_api: imported where programs are hashed, past a no-op
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
@@ -94,10 +94,10 @@ def start(
     """`snapshot()` on a worker thread, from stat records taken now; `host`: shared stamps."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dgr_forge.lanes import genbuild
+    from dgr_forge.lanes import cmake_api
 
     early = {}
-    for path in [*genbuild.programs(build_dir).values(), *(drivers or {}).values()]:
+    for path in [*cmake_api.programs(build_dir).values(), *(drivers or {}).values()]:
         real = os.path.realpath(path)
         try:
             early[real] = os.stat(real)
@@ -119,11 +119,11 @@ def snapshot(
     """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dgr_forge.lanes import genbuild
+    from dgr_forge.lanes import cmake_api
 
     _PROBES.update(stamps.load_host_probes(host_dir))
     # name -> (path as CMake has it, version) of every program the build runs
-    cache = genbuild.programs(build_dir)
+    cache = cmake_api.programs(build_dir)
     found: dict[str, tuple[str, str]] = {}
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
     with ThreadPoolExecutor(max_workers=4) as pool:

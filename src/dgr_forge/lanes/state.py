@@ -57,7 +57,7 @@ class LastBuild(Struct, omit_defaults=True):
     subject_stats: dict[str, Annotated[list[int], Meta(min_length=5, max_length=5)]] = field(
         default_factory=dict
     )
-    # the lane's whole input (`lanes.inputs.whole_digest`) this report was built from
+    # the lane's whole input (`LaneBuilder._whole`) this report was built from
     input_digest: str | None = None
     # the movable inputs the report was built from: what says a last build is stale
     inputs: ReportInputs | None = None

@@ -16,21 +16,16 @@ from msgspec import Struct
 from dgr_forge.attest.records import Artifact
 from dgr_forge.core.errors import BadInput, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import atomic_write_text, sha256_file
+from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.host import cmake_options as options
-from dgr_forge.lanes import inputs, logs, state
+from dgr_forge.lanes import logs
 from dgr_forge.lanes.collect import collect_artifacts
 from dgr_forge.lanes.plan import LanePlan
 from dgr_forge.lanes.stamps import RACY_NS
-from dgr_forge.lanes.state import LastBuild
 
 if TYPE_CHECKING:
-    from dgr_forge.attest.keys import Signer
-    from dgr_forge.attest.records import LaneBuild
     from dgr_forge.lanes.cmake_api import Reply
-    from dgr_forge.lanes.signing import SigningKey
-    from dgr_forge.upstream.manifest import UpstreamManifest
 
 NINJA_STATUS = r"^\[(\d+)/(\d+)\]\s*(.*)$"
 NO_WORK = "ninja: no work to do."
@@ -207,43 +202,6 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
             details={"lane": plan.lane, "artifacts": [str(p) for p in gone]},
         )
     return Found(reply, artifacts, stats)
-
-
-def artifact_rows(artifacts: list[Artifact]) -> list[state.Artifact]:
-    return [
-        state.Artifact(name=a.name, kind=a.kind, path=str(a.path), sha256=a.sha256)
-        for a in artifacts
-    ]
-
-
-def last_build(
-    m: UpstreamManifest,
-    plan: LanePlan,
-    record: LaneBuild,
-    found: Found,
-    report: Path,
-    signer: Signer | None,
-    signing: SigningKey,
-    whole: str,
-) -> LastBuild:
-    """What state.json keeps of a written report: what a later no-op re-checks."""
-    return LastBuild(
-        time=record.finished_on.isoformat(),
-        result="ok",
-        log=str(plan.log_link),
-        log_file=str(record.log_file),
-        report=str(report),
-        report_sha256=sha256_file(report),
-        signed_by=signer.keyid if signer else None,
-        signer_fingerprint=signing.fingerprint(),
-        artifacts=artifact_rows(found.artifacts),
-        subject_stats=found.stats,
-        input_digest=whole,
-        inputs=inputs.report_inputs(m, plan.recipe, plan.spec),
-        byproducts={
-            str(p): sha256_file(p) for p in (record.log_file, record.cmake_cache) if p.is_file()
-        },
-    )
 
 
 # ----------------------------------------------------------------------------- git's view

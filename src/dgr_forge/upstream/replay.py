@@ -250,11 +250,9 @@ def merge(
     base: str,
     commit: str,
     writer: CommitWriter | None = None,
-    scratch: str | None = None,
 ) -> Merged:
-    """The 3-way merge of base..commit onto `head_tree` in memory, markers in diff3 style;
-    `scratch`: the scratch base, when written already."""
-    ours = scratch or (writer.scratch_base(head_tree, base) if writer is not None else None)
+    """The 3-way merge of base..commit onto `head_tree` in memory, markers in diff3 style."""
+    ours = writer.scratch_base(head_tree, base) if writer is not None else None
     if ours is None:
         made = git_bytes(repo, "hash-object", "-t", "commit", "-w", "--stdin",
                          input=_scratch_object(head_tree, base))  # fmt: skip

@@ -320,58 +320,43 @@ def bump(
                 out_,
                 lambda i: _canary(work, wm, chain[i], mirror)[0],
             )
+            first = None
             if found.first_breaking is not None:
-                b = found.breaks[found.first_breaking]
-                found.breaks[found.first_breaking] = probe.explained(b)
+                b = probe.explained(found.breaks[found.first_breaking])
+                first = FirstBreaking(**vars(b), subject=subject_of(src, b.commit))
         finally:
             probe.close()
-        result = _result(m, rev, src, target, chain, found, dry_run)
+        newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
+        verified: Verified = found.verified or Verified([], "")
+        rows = verified.patches
+        result = _bump(
+            m,
+            rev,
+            dry_run,
+            status="dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
+            target=target,
+            target_subject=subject_of(src, target),
+            newest_clean=newest,
+            newest_clean_subject=subject_of(src, newest),
+            candidates=len(chain),
+            taken=found.newest_clean + 1,
+            first_breaking=first,
+            replays=found.replays,
+            max_replays=max_replays(len(chain)),
+            moved=newest != m.commit and not dry_run,
+            dropped=[
+                Dropped(file=r.file, upstream_commits=r.upstream_commits or [])
+                for r in rows
+                if r.outcome == "dropped"
+            ],
+            patches=rows,
+            rebase_report=verified.report,
+            rebase_report_markdown=verified.report_markdown,
+        )
         # the worker's recorded surface between the pin and where it moves (or would)
         if surface is not None:
             result.surface = across(src, m.commit, result.newest_clean, surface)
-    return _finish(result, (found.verified or Verified([], "")).table, target_md, out_)
-
-
-def _result(
-    m: UpstreamManifest,
-    rev: str,
-    src: Path,
-    target: str,
-    chain: list[str],
-    found: SearchResult,
-    dry_run: bool,
-) -> Bump:
-    newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
-    first = None
-    if found.first_breaking is not None:
-        b = found.breaks[found.first_breaking]
-        first = FirstBreaking(**vars(b), subject=subject_of(src, b.commit))
-    verified: Verified = found.verified or Verified([], "")
-    rows = verified.patches
-    return _bump(
-        m,
-        rev,
-        dry_run,
-        status="dry-run" if dry_run else ("bumped" if newest != m.commit else "stopped"),
-        target=target,
-        target_subject=subject_of(src, target),
-        newest_clean=newest,
-        newest_clean_subject=subject_of(src, newest),
-        candidates=len(chain),
-        taken=found.newest_clean + 1,
-        first_breaking=first,
-        replays=found.replays,
-        max_replays=max_replays(len(chain)),
-        moved=newest != m.commit and not dry_run,
-        dropped=[
-            Dropped(file=r.file, upstream_commits=r.upstream_commits or [])
-            for r in rows
-            if r.outcome == "dropped"
-        ],
-        patches=rows,
-        rebase_report=verified.report,
-        rebase_report_markdown=verified.report_markdown,
-    )
+    return _finish(result, verified.table, target_md, out_)
 
 
 def _abbreviated(src: Path, m: UpstreamManifest, head: str, rev: str) -> str:
@@ -451,25 +436,20 @@ def _noop(
     m: UpstreamManifest, rev: str, dry_run: bool, target_md: Path | None, out_: Reporter
 ) -> Bump:
     out_.answer(f"the pin {m.commit[:12]} already is {rev}: nothing to bump")
+    none = ("target_subject", "newest_clean_subject", "first_breaking", "rebase_report")
     result = _bump(
         m,
         rev,
         dry_run,
         status="noop",
         target=m.commit,
-        target_subject=None,
         newest_clean=m.commit,
-        newest_clean_subject=None,
-        candidates=0,
-        taken=0,
-        first_breaking=None,
-        replays=0,
-        max_replays=0,
         moved=False,
         dropped=[],
         patches=[],
-        rebase_report=None,
         rebase_report_markdown=None,
+        **dict.fromkeys(none),
+        **dict.fromkeys(("candidates", "taken", "replays", "max_replays"), 0),
     )
     return _finish(result, "", target_md, out_)
 

@@ -21,7 +21,6 @@ from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
 from dgr_forge.upstream.rebase.finish import (
-    check_manifest_untouched,
     count_build_number,
     end,
     finish,
@@ -205,7 +204,14 @@ def resume(
         # a kill in the final checkout leaves git's index.lock: ours, under our lock
         clear_leftovers(src, out_, index_lock=True)
         return finish(forge, state, out_, None, surface)
-    m = check_manifest_untouched(forge, state, m)
+    # `m` (None: it did not load) must be what the rebase started from
+    if m is None or inputs_digest(m) != state.inputs_sha256:
+        raise NeedsHuman(
+            f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
+            "rebase started; the rebase would overwrite those edits",
+            hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
+            "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
+        )
     if state.phase == "conflict":
         # one replay from the resolved patch on: its objects read once, one writer
         with Known(src, state) as known:

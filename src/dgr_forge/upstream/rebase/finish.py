@@ -6,13 +6,13 @@ import os
 import shutil
 import stat
 import tomllib
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from msgspec import UNSET
 
 from dgr_forge.core import fault, gitutil
-from dgr_forge.core.errors import NeedsHuman, OperationFailed
+from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import (
     atomic_write_bytes,
@@ -54,20 +54,6 @@ def inputs_digest(m: UpstreamManifest) -> str:
 
 def _patch_bytes(m: UpstreamManifest, name: str) -> bytes:
     return series_journal.patch_bytes(m.patches_dir, name) or b""
-
-
-def check_manifest_untouched(
-    forge: Forge, state: RebaseState, m: UpstreamManifest | None
-) -> UpstreamManifest:
-    """`m` (None: it did not load) is what the rebase started from, else exit 3."""
-    if m is None or inputs_digest(m) != state.inputs_sha256:
-        raise NeedsHuman(
-            f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
-            "rebase started; the rebase would overwrite those edits",
-            hint="restore them (e.g. `git checkout -- manifests/ patches/`), or "
-            "`dgr-forge rebase --abort` (it leaves your edits alone) and start again",
-        )
-    return m
 
 
 def end(forge: Forge, src: Path) -> None:
@@ -114,7 +100,35 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         kept = [s for s in state.patches if s.new_commit is not None]
         verified = pool.submit(export.verify_round_trip, src, state.new_commit, rendered)
         made = [p.commit for p in rendered] == [s.new_commit for s in kept]
-        new_manifest = _outcomes_and_manifest(state, m, rendered, kept, number) if made else ""
+        new_manifest = ""
+        if made:  # each kept patch's new file and outcome; the new manifest's text
+            changed: list[tuple[PatchStep, str]] = []
+            for step, p in zip(kept, rendered, strict=True):
+                step.new_file = p.file
+                if step.outcome == "resolved":
+                    continue
+                if p.data == _patch_bytes(m, step.file):
+                    step.outcome = "unchanged"
+                else:
+                    changed.append((step, p.commit))
+            # the same change on another base (refreshed) or not (merged)
+            ids = patch_ids(src, [c for s, made_as in changed for c in (s.old_commit, made_as)])
+            for step, made_as in changed:
+                step.outcome = "refreshed" if ids[step.old_commit] == ids[made_as] else "merged"
+            from dgr_forge.upstream import manifest_edit  # tomlkit: only when writing
+
+            # the patch helper's editor (comments and key order kept); the build number None: the
+            # old one dropped, `fetch` counts it later
+            new_manifest = manifest_edit.updated_text(
+                manifest.read_raw(m.path).decode("utf-8"),
+                rendered,
+                # the tree of state.head: the last exported commit's (none left: the new pin)
+                rendered[-1].tree if rendered else state.new_tree,
+                upstream_commit=state.new_commit,
+                upstream_tree=state.new_tree,
+                upstream_url=state.new_url if state.new_url != m.url else None,
+                upstream_build_number=number.result(),
+            )
         verified.result()
     if not made:
         raise OperationFailed(
@@ -143,44 +157,6 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
             *written,
             (jdir / "new" / "manifest.toml", new_manifest.encode("utf-8")),
         ]
-    )
-
-
-def _outcomes_and_manifest(
-    state: RebaseState,
-    m: UpstreamManifest,
-    rendered: list[export.ExportedPatch],
-    kept: list[PatchStep],
-    number: Future[int | None],
-) -> str:
-    """Each kept patch's new file and outcome; the new manifest's text."""
-    src = Path(state.src_dir)
-    changed: list[tuple[PatchStep, str]] = []
-    for step, p in zip(kept, rendered, strict=True):
-        step.new_file = p.file
-        if step.outcome == "resolved":
-            continue
-        if p.data == _patch_bytes(m, step.file):
-            step.outcome = "unchanged"
-        else:
-            changed.append((step, p.commit))
-    # the same change on another base (refreshed) or not (merged)
-    ids = patch_ids(src, [c for s, new in changed for c in (s.old_commit, new)])
-    for step, new in changed:
-        step.outcome = "refreshed" if ids[step.old_commit] == ids[new] else "merged"
-    from dgr_forge.upstream import manifest_edit  # tomlkit: only when writing
-
-    # the patch helper's editor (comments and key order kept); the build number None: the
-    # old one dropped, `fetch` counts it later
-    return manifest_edit.updated_text(
-        manifest.read_raw(m.path).decode("utf-8"),
-        rendered,
-        # the tree of state.head: the last exported commit's (none left: the new pin)
-        rendered[-1].tree if rendered else state.new_tree,
-        upstream_commit=state.new_commit,
-        upstream_tree=state.new_tree,
-        upstream_url=state.new_url if state.new_url != m.url else None,
-        upstream_build_number=number.result(),
     )
 
 

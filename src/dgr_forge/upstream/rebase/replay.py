@@ -6,7 +6,6 @@ explained: the files, the upstream commits on those lines, the next commands."""
 from __future__ import annotations
 
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
@@ -218,14 +217,13 @@ class Known(Replay):
 def record(
     src: Path,
     state: RebaseState,
-    i: int,
     resolved: bool,
     known: Known | None = None,
     tree: str | None = None,
 ) -> None:
-    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch i on state.head;
-    drop it when it changes nothing."""
-    step = state.patches[i]
+    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch state.next on
+    state.head; drop it when it changes nothing."""
+    step = state.patches[state.next]
     move_head = tree is None
     if tree is None:
         tree = out(src, "write-tree")
@@ -246,7 +244,7 @@ def record(
         head_tree = tree
     if known is not None:
         known.head_tree = head_tree
-    state.next, state.phase, state.conflict = i + 1, "replay", None
+    state.next, state.phase, state.conflict = state.next + 1, "replay", None
 
 
 def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
@@ -296,8 +294,7 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
     resolved there). A conflict `known` already: its explaining range is fetched while the
     work tree moves."""
     src = Path(state.src_dir)
-    i = state.next
-    step = state.patches[i]
+    step = state.patches[state.next]
     with ThreadPoolExecutor(1) as pool:
         history = pool.submit(_history, state) if known else None
         git(src, "checkout", "-q", "-f", "--detach", state.head, config=PARALLEL_CHECKOUT)
@@ -306,10 +303,34 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
             step.old_commit, check=False,
         )  # fmt: skip
         fetched = history.result() if history is not None else None
-    if proc.returncode != 0:
-        _conflict(forge, state, out_, proc, fetched)
-        return
-    record(src, state, i, resolved=False)
+    if proc.returncode != 0:  # a conflict, named, saved and raised (a --dry-run notes it)
+        # the index alone (`git diff` would stat the whole work tree)
+        listed = out(src, "ls-files", "-u").splitlines()
+        unmerged = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
+        if not unmerged:
+            raise OperationFailed(
+                f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
+                hint="`dgr-forge rebase --abort` restores the workspace",
+            )
+        out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
+        found = Conflict(files=unmerged)
+        if _history(state) if fetched is None else fetched:
+            found = explain(src, state.old_commit, state.new_commit, state.head, unmerged)
+        step.upstream_commits = unique(c for f in unmerged for c in found.upstream.get(f, []))
+        step.files = unmerged
+        if state.canary:
+            # a --dry-run: note it and go on without this patch
+            step.new_commit, step.outcome = None, "conflict"
+            git(src, "reset", "-q", "--hard", state.head)
+            clear_leftovers(src, out_, index_lock=False)
+            state.next += 1
+            save_state(forge, state, durable=False)
+            return
+        state.phase = "conflict"
+        state.conflict = found
+        save_state(forge, state)
+        raise conflict_error(forge, state)
+    record(src, state, resolved=False)
     clear_leftovers(src, out_, index_lock=False)
     _replayed(src, state, step, out_)
     save_state(forge, state, durable=False)
@@ -317,47 +338,6 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
 
 def _history(state: RebaseState) -> bool:
     return ensure_history(Path(state.src_dir), state.fetch_url, state.old_commit, state.new_commit)
-
-
-def _conflict(
-    forge: Forge,
-    state: RebaseState,
-    out_: Reporter,
-    proc: subprocess.CompletedProcess[str],
-    fetched: bool | None,
-) -> None:
-    """The cherry-pick of state.next stopped: a conflict, named, saved and raised (in a
-    --dry-run noted, and the replay goes on)."""
-    src = Path(state.src_dir)
-    i = state.next
-    step = state.patches[i]
-    # the index alone (`git diff` would stat the whole work tree)
-    listed = out(src, "ls-files", "-u").splitlines()
-    unmerged = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
-    if not unmerged:
-        raise OperationFailed(
-            f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
-            hint="`dgr-forge rebase --abort` restores the workspace",
-        )
-    out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
-    history = _history(state) if fetched is None else fetched
-    found = Conflict(files=unmerged)
-    if history:
-        found = explain(src, state.old_commit, state.new_commit, state.head, unmerged)
-    step.upstream_commits = unique(c for f in unmerged for c in found.upstream.get(f, []))
-    step.files = unmerged
-    if state.canary:
-        # a --dry-run: note it and go on without this patch
-        step.new_commit, step.outcome = None, "conflict"
-        git(src, "reset", "-q", "--hard", state.head)
-        clear_leftovers(src, out_, index_lock=False)
-        state.next = i + 1
-        save_state(forge, state, durable=False)
-        return
-    state.phase = "conflict"
-    state.conflict = found
-    save_state(forge, state)
-    raise conflict_error(forge, state)
 
 
 def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:
@@ -419,7 +399,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
             "checkout -- <file>` to drop it), then `dgr-forge rebase --continue`",
             details={"patch": step.file, "files": unstaged},
         )
-    record(src, state, state.next, resolved=True, known=known)
+    record(src, state, resolved=True, known=known)
     clear_leftovers(src, out_, index_lock=False)
     if step.outcome == "dropped-by-hand":
         out_.info(f"{step.file}: resolved to no change: dropped by hand")
