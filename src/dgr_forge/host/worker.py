@@ -159,25 +159,22 @@ def ensure_worker(
 
         discard_changes(src, gitutil.rev_parse(src, "HEAD"))
     gitutil.git(src, "checkout", "-q", "--detach", "--force", spec.commit)
-    # what the forge put there: commits above it are a person's (see _own_commits)
+    # what the forge put there: commits above it are a person's (see _keep_local_work)
     gitutil.git(src, "update-ref", PIN_REF, spec.commit)
     return saved
-
-
-def _own_commits(src: Path) -> list[str]:
-    """ "<id> <subject>" of the commits above the pin ref (FETCH_HEAD before it existed)."""
-    base = PIN_REF if gitutil.rev_parse(src, PIN_REF) else "FETCH_HEAD"
-    if gitutil.rev_parse(src, base) is None or gitutil.rev_parse(src, "HEAD") is None:
-        return []
-    proc = gitutil.git(src, "log", "--format=%h %s", "HEAD", "--not", base, "--", check=False)
-    return [line for line in proc.stdout.splitlines() if line]
 
 
 def _keep_local_work(
     spec: WorkerSpec, src: Path, out: Reporter, *, force: bool, forge: Forge | None
 ) -> list[Path]:
     dirty = gitutil.status_porcelain(src)
-    own = _own_commits(src)
+    head, pinned = gitutil.rev_parse(src, "HEAD"), gitutil.rev_parse(src, PIN_REF)
+    # "<id> <subject>" of the commits above the pin ref (FETCH_HEAD before it existed)
+    base = PIN_REF if pinned else "FETCH_HEAD"
+    own: list[str] = []
+    if head is not None and (pinned or gitutil.rev_parse(src, base) is not None):
+        proc = gitutil.git(src, "log", "--format=%h %s", "HEAD", "--not", base, "--", check=False)
+        own = [line for line in proc.stdout.splitlines() if line]
     if not dirty and not own:
         return []
     shown = forge.rel(src) if forge else str(src)
@@ -198,7 +195,6 @@ def _keep_local_work(
     from dgr_forge.upstream.fetch import save_commits
     from dgr_forge.upstream.series_base import save_changes
 
-    head = gitutil.rev_parse(src, "HEAD")
     saved: list[Path] = []
     if dirty:
         by = "dgr-forge build --force"
@@ -206,8 +202,8 @@ def _keep_local_work(
         saved += [kept] if kept else []
         out.info(f"saved the uncommitted edits of {shown} to {kept}")
     if own and head is not None:
-        base = [] if gitutil.rev_parse(src, PIN_REF) else ["FETCH_HEAD"]
-        saved.append(save_commits(forge, f"worker-saved-commits-{WORKER_DIR}", src, head, base))
+        exclude = [] if pinned else ["FETCH_HEAD"]
+        saved.append(save_commits(forge, f"worker-saved-commits-{WORKER_DIR}", src, head, exclude))
         out.info(f"saved the worker's own commits to {saved[-1]} (`git am` re-applies them)")
     return saved
 
