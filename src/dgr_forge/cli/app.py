@@ -70,7 +70,6 @@ class Session:
     """What a command works on once its boundary is passed: inputs loaded under the lock."""
 
     forge: Forge
-    out: Reporter
     _manifest: UpstreamManifest | None = None
     _recipes: dict[str, Recipe] | None = None
     _doctor: Doctor | None = None
@@ -179,7 +178,7 @@ class Env:
                     spec = worker_mod.resolve(forge, worker_override)
             except BadInput as err:  # read from a root the search upwards picked: named
                 raise forge.picked(err) from err
-            yield Session(forge, out, m, loaded, doctor, spec, before)
+            yield Session(forge, m, loaded, doctor, spec, before)
 
 
 def load_doctor(forge: Forge) -> Doctor:

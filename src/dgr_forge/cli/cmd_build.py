@@ -23,7 +23,7 @@ from dgr_forge.cli.options import (
     complete_cache,
     complete_cache_mode,
 )
-from dgr_forge.core.errors import ExitCode
+from dgr_forge.core.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
     from dgr_forge.certify.records import Lanes as LanesResult
@@ -219,7 +219,6 @@ def presets(
 
     The forge writes dgr-forge.presets.json and adds one include entry for it to
     CMakeUserPresets.json, every other byte kept; --remove takes it out again."""
-    from dgr_forge.core.errors import BadInput
     from dgr_forge.lanes import presets as presets_mod
 
     if remove and print_:

@@ -113,17 +113,6 @@ def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) ->
     return latest
 
 
-def _artifact_base(env: Env, report: Path) -> Path:
-    """Where subject names (workspace-relative) resolve: --workspace, the report's own
-    workspace (a report in <ws>/reports/), else the forge's workspace."""
-    if env.options.workspace is not None:
-        return env.options.workspace.resolve()
-    if os.environ.get("DGR_WORKSPACE"):
-        return Path(os.environ["DGR_WORKSPACE"]).resolve()
-    resolved = report.resolve()
-    return resolved.parent.parent if resolved.parent.name == "reports" else env.forge.workspace
-
-
 @command(report_app, "verify")
 def verify(
     env: Env,
@@ -137,7 +126,13 @@ def verify(
     from dgr_forge.attest import reports as reports_mod
 
     public = reports_mod.verifier(key, report)
-    base = _artifact_base(env, report) if artifacts else None
+    base = None  # where subject names (workspace-relative) resolve: --workspace, the
+    # report's own workspace (a report in <ws>/reports/), else the forge's workspace
+    if named := artifacts and (env.options.workspace or os.environ.get("DGR_WORKSPACE")):
+        base = Path(named).resolve()
+    elif artifacts:
+        up = report.resolve().parent
+        base = up.parent if up.name == "reports" else env.forge.workspace
     v = reports_mod.verify_report(report, public, artifacts_base=base)
     if public is not None:
         env.out.answer(f"key: keyid {public.keyid[:16]} from {public.source}")

@@ -85,14 +85,11 @@ COMMAND_MODULES: dict[str, str] = {
 
 MODULES = list(dict.fromkeys(COMMAND_MODULES.values()))
 
-_imported: set[str] = set()
 _all = False
 
 
-def _import(name: str) -> None:
-    if name not in _imported:
-        importlib.import_module(f"dgr_forge.cli.cmd_{name}")
-        _imported.add(name)
+def _import(name: str) -> None:  # once: a module imported again registers nothing again
+    importlib.import_module(f"dgr_forge.cli.cmd_{name}")
 
 
 def register_all() -> None:

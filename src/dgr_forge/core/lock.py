@@ -25,13 +25,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
 
-
-class _Held(Struct):
-    fd: int
-    depth: int
-
-
-_held: dict[Path, _Held] = {}
+_held: set[Path] = set()  # the locks this process holds: taking one again is a no-op
 _guard = threading.RLock()
 
 
@@ -115,15 +109,9 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
     """`hold` on `path`, re-entrant within this process."""
     key = path.absolute()
     with _guard:
-        held = _held.get(key)
-        if held is not None:
-            held.depth += 1
-    if held is not None:
-        try:
-            yield
-        finally:
-            with _guard:
-                held.depth -= 1
+        nested = key in _held
+    if nested:
+        yield
         return
 
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -144,12 +132,12 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
         os.set_blocking(fd, True)
         with hold(fd, path, words, say, lambda: holder_of(fd)):
             with _guard:
-                _held[key] = _Held(fd=fd, depth=1)
+                _held.add(key)
             try:
                 yield
             finally:
                 with _guard:
-                    del _held[key]
+                    _held.remove(key)
     finally:
         os.close(fd)
 
