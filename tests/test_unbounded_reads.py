@@ -56,7 +56,7 @@ ALLOWED: dict[str, set[str]] = {
     "lanes/presets.py": {"exclude_from_git"},
     "lanes/signing.py": {"_file_fingerprint"},
     # the host-program stamp cache; `stamp` hashes host programs, artifacts and the root's
-    # files its loaders read bounded first (a worker's go through `input_stamp`)
+    # files its loaders read bounded first (a worker's go through `worker_file`)
     "lanes/stamps.py": {"_load", "stamp"},
     # the git view file it wrote
     "lanes/steps.py": {"write_git_view"},

@@ -188,7 +188,9 @@ def _load(path: Path, kind: type[T]) -> T:
         ) from None
 
 
-def _codemodel(build_dir: Path) -> tuple[Path, _Index, dict[str, Path], _Codemodel]:
+def _codemodel(
+    build_dir: Path,
+) -> tuple[_Index, dict[str, Path], _Codemodel, list[tuple[_Ref, TargetDoc]]]:
     reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
     indexes = sorted(reply_dir.glob("index-*.json"))  # names sort by time: last is newest
     if not indexes:
@@ -205,21 +207,17 @@ def _codemodel(build_dir: Path) -> tuple[Path, _Index, dict[str, Path], _Codemod
             f"CMake File API reply lacks {', '.join(missing)}",
             hint="the CMake in use is too old (3.20+ needed for toolchains-v1)",
         )
-    return reply_dir, index, files, _load(files["codemodel"], _Codemodel)
-
-
-def _refs(model: _Codemodel) -> list[_Ref]:
-    return model.configurations[0].targets if model.configurations else []
+    model = _load(files["codemodel"], _Codemodel)
+    refs = model.configurations[0].targets if model.configurations else []
+    return index, files, model, [(ref, _load(reply_dir / ref.json_file, TargetDoc)) for ref in refs]
 
 
 def read_reply(build_dir: Path) -> Reply:
-    reply_dir, index, files, codemodel = _codemodel(build_dir)
+    index, files, codemodel, docs = _codemodel(build_dir)
     source_build = Path(codemodel.paths.build)
-    refs = _refs(codemodel)
-    names = {ref.id: ref.name for ref in refs}
+    names = {ref.id: ref.name for ref, _ in docs}
     targets: list[Target] = []
-    for ref in refs:
-        data = _load(reply_dir / ref.json_file, TargetDoc)
+    for _, data in docs:
         artifacts = [source_build / a.path for a in data.artifacts]  # an absolute one stays
         depends = tuple(names[d.id] for d in data.dependencies if d.id in names)
         installed = isinstance(data.install, dict)
@@ -231,9 +229,8 @@ def read_reply(build_dir: Path) -> Reply:
 
 
 def target_documents(build_dir: Path) -> tuple[Path, list[TargetDoc]]:
-    reply_dir, _, _, model = _codemodel(build_dir)
-    docs = [_load(reply_dir / ref.json_file, TargetDoc) for ref in _refs(model)]
-    return Path(model.paths.source), docs
+    _, _, model, docs = _codemodel(build_dir)
+    return Path(model.paths.source), [doc for _, doc in docs]
 
 
 def shipped_artifacts(

@@ -22,8 +22,6 @@ from dgr_forge.lanes.state import LaneState, LastBuild
 if TYPE_CHECKING:
     from dgr_forge.core.forge import Forge
     from dgr_forge.lanes.plan import LanePlan
-    from dgr_forge.lanes.programs import Program
-    from dgr_forge.lanes.stamps import Stamp
 
 BEFORE_LOCK = "between reading it and taking the workspace lock"  # a refusal's "when"
 Action = Literal["refuse", "rebuild", "reconfigure", "compile", "reuse"]
@@ -201,15 +199,6 @@ def failed(state: LaneState, *, phase: str, at: str, log: str, log_file: str) ->
         inputs=previous.inputs if previous else None,
     )
     return msgspec.structs.replace(state, last_build=last, in_progress=None)
-
-
-def built(
-    state: LaneState, last: LastBuild, stamps: dict[str, Stamp], progs: dict[str, Program]
-) -> LaneState:
-    """The report is written (or handed back)."""
-    return msgspec.structs.replace(
-        state, last_build=last, in_progress=None, input_stamps=stamps, programs=progs
-    )
 
 
 # -- the checks that keep a report true to what ran

@@ -457,7 +457,10 @@ class LaneBuilder:
         """The stamps re-taken make the next no-op cheap (written only when changed)."""
         programs.refresh(self.state.programs)
         restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
-        settled = decision.built(self.state, last, restamped, self.state.programs)
+        # the report is written (or handed back)
+        settled = msgspec.structs.replace(
+            self.state, last_build=last, in_progress=None, input_stamps=restamped
+        )
         if settled != self.state:
             self._record(settled)
 

@@ -34,27 +34,25 @@ def valid(stamp: Any) -> bool:
     )
 
 
-def stamp(path: Path, known: Stamp | None = None) -> Stamp | None:
-    """None when it is not a file; `known` is re-used while its stat record still holds."""
+def stamp(path: Path, known: Stamp | None = None, worker: Path | None = None) -> Stamp | None:
+    """None when it is not a file; `known` is re-used while its stat record still holds.
+    The root's own files by content; a path worker's (under `worker`) as `worker_file`."""
     taken = time.time_ns()
-    try:
-        st = os.stat(path)
+    tree = worker if worker is not None and path.is_relative_to(worker) else None
+    try:  # a worker file's before the read: a change after it moves ctime
+        st = os.stat(path) if tree is None else os.lstat(path)
     except OSError:
         return None
-    if not stat.S_ISREG(st.st_mode):  # the stat already taken: no second one
+    if tree is None and not stat.S_ISREG(st.st_mode):  # the stat already taken: no second one
         return None
-    seen, vouched = _recorded(st, known)
-    if vouched:
-        return known
-    digest = sha256_file(path)  # non-blocking: a FIFO swapped in is exit 2, never a wait
-    return [digest, *seen, taken]
-
-
-def _recorded(st: os.stat_result, known: Stamp | None) -> tuple[list[int], bool]:
-    """The stat record of `st`, and whether `known` (settled) still vouches for the file."""
     seen = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
     settled = known is not None and valid(known) and known[5] - st.st_ctime_ns > RACY_NS
-    return seen, settled and known is not None and known[1:5] == seen
+    if settled and known is not None and known[1:5] == seen:
+        return known
+    if tree is None:  # non-blocking: a FIFO swapped in is exit 2, never a wait
+        return [sha256_file(path), *seen, taken]
+    data = worker_file(tree, path.relative_to(tree).as_posix(), missing_ok=True)
+    return None if data is None else [sha256_bytes(data), *seen, taken]
 
 
 def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | None:
@@ -63,25 +61,9 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
     return read_tree_file(top, rel, what="worker file", hint=hint, missing_ok=missing_ok)
 
 
-def input_stamp(path: Path, known: Stamp | None, worker: Path | None) -> Stamp | None:
-    """The root's own files by `stamp`; a path worker's (under `worker`) as `worker_file`."""
-    if worker is None or not path.is_relative_to(worker):
-        return stamp(path, known)
-    taken = time.time_ns()
-    try:
-        st = os.lstat(path)  # before the read: a change after it moves ctime
-    except OSError:
-        return None
-    seen, vouched = _recorded(st, known)
-    if vouched:
-        return known
-    data = worker_file(worker, path.relative_to(worker).as_posix(), missing_ok=True)
-    return None if data is None else [sha256_bytes(data), *seen, taken]
-
-
 def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:
     """Every path of `stamps` stamped again (missing files left out)."""
-    new = {path: input_stamp(Path(path), known, worker) for path, known in stamps.items()}
+    new = {path: stamp(Path(path), known, worker) for path, known in stamps.items()}
     return {path: s for path, s in new.items() if s is not None}
 
 

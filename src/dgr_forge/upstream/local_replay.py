@@ -313,25 +313,12 @@ def _restore(src: Path, st: ReplayState) -> None:
 
 
 def _state(forge: Forge, src: Path) -> ReplayState | None:
-    st = load_replay_state(src) if (src / ".git").is_dir() else None
-    if st is None and (src / ".git" / REPLAY_STATE).exists():
-        raise _unreadable(forge, src)
-    return st
-
-
-def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
-    if (st := _state(forge, src)) is None:
-        raise BadInput(
-            f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
-            hint="`dgr-forge patch` starts one when the series moved under commits of your own",
-        )
-    return st
-
-
-def _unreadable(forge: Forge, src: Path) -> BadInput:
-    """A state the forge cannot act on, removed (it blocks nothing), naming the ref that
+    """A state the forge cannot act on is removed (it blocks nothing), naming the ref that
     holds the person's commits."""
+    st = load_replay_state(src) if (src / ".git").is_dir() else None
     path = src / ".git" / REPLAY_STATE
+    if st is not None or not path.exists():
+        return st
     try:
         path.unlink(missing_ok=True)
         removed = "removed it"
@@ -343,13 +330,22 @@ def _unreadable(forge: Forge, src: Path) -> BadInput:
         if held
         else f"no {REPLAY_REF} is left: your commits are in HEAD's history"
     )
-    return BadInput(
+    raise BadInput(
         f"{forge.rel(path)} is not a readable patch replay state; {removed}; {where}",
         hint=f"`git -C {forge.rel(src)} log {REPLAY_REF}` shows them; "
         f"`git -C {forge.rel(src)} cherry-pick --abort` if one is stopped, then "
         "`dgr-forge patch` again",
         details={"state": forge.rel(path), "ref": REPLAY_REF},
     )
+
+
+def _required(forge: Forge, src: Path, flag: str) -> ReplayState:
+    if (st := _state(forge, src)) is None:
+        raise BadInput(
+            f"{forge.rel(src)}: no patch replay in progress: nothing to {flag.lstrip('-')}",
+            hint="`dgr-forge patch` starts one when the series moved under commits of your own",
+        )
+    return st
 
 
 def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
