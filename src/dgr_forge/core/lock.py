@@ -25,7 +25,13 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
 
-_held: set[Path] = set()  # the locks this process holds: taking one again is a no-op
+
+class _Held(Struct):
+    fd: int
+    depth: int
+
+
+_held: dict[Path, _Held] = {}
 _guard = threading.RLock()
 
 
@@ -109,9 +115,15 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
     """`hold` on `path`, re-entrant within this process."""
     key = path.absolute()
     with _guard:
-        nested = key in _held
-    if nested:
-        yield
+        held = _held.get(key)
+        if held is not None:
+            held.depth += 1
+    if held is not None:
+        try:
+            yield
+        finally:
+            with _guard:
+                held.depth -= 1
         return
 
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -132,12 +144,12 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
         os.set_blocking(fd, True)
         with hold(fd, path, words, say, lambda: holder_of(fd)):
             with _guard:
-                _held.add(key)
+                _held[key] = _Held(fd=fd, depth=1)
             try:
                 yield
             finally:
                 with _guard:
-                    _held.remove(key)
+                    del _held[key]
     finally:
         os.close(fd)
 
