@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 import types
 from pathlib import Path
 
@@ -76,6 +77,7 @@ def test_a_partial_local_server_that_allows_filters_sends_its_commits_only(
     )
     assert number == _count(long_upstream), how
     assert len(kept) == 1
+    assert stat.S_IMODE(kept[0].stat().st_mode) == 0o700  # another user never reads it
     stats = dict(line.split(": ") for line in sh_git(kept[0], "count-objects", "-v").splitlines())
     # commits only: one object per commit (a whole fetch: their trees and blobs too)
     assert int(stats["in-pack"]) == number, stats

@@ -295,6 +295,7 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
 
 # Scratch directories, under the workspace's `tmp/`, are named `<prefix><pid>-<random>`: a
 # killed run's is recognised as orphaned (its owner is dead) and removed by the next run.
+# They are 0700, as a TemporaryDirectory is: another user never reads a scratch copy.
 
 
 @contextlib.contextmanager
@@ -311,7 +312,7 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
         if pid is not None and pid != os.getpid() and not owner_alive(pid):
             shutil.rmtree(entry, ignore_errors=True)
     path = tmp_root / f"{prefix}{os.getpid()}-{os.urandom(4).hex()}"
-    path.mkdir()
+    path.mkdir(mode=0o700)
     try:
         yield path
     finally:
