@@ -89,6 +89,12 @@ def test_no_rows_is_one_line_not_an_empty_table(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out == "lanes: none\n"
 
 
+def test_a_row_of_another_width_than_the_columns_is_a_bug_not_a_cut_row() -> None:
+    """Plain text: a row with a cell more (or fewer) than the columns raises; nothing is dropped."""
+    with pytest.raises(ValueError):
+        Reporter().table("lanes", ["lane"], [("cpu", "extra")])
+
+
 def test_empty_series_and_nothing_certified_say_so(forge_root: Path) -> None:
     checked = run_forge("--root", str(forge_root), "patch", "--check")
     assert checked.code == 0, checked

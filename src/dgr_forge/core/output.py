@@ -152,7 +152,7 @@ class Reporter:
         """A document the forge generated, as the answer byte for byte: nothing masked; none
         with --json (the JSON object holds it)."""
         if not self.quiet and not self.json_mode:
-            stream = sys.stdout
+            stream = self._stream(True)
             stream.write(text)
             stream.flush()
 
@@ -212,7 +212,9 @@ class Reporter:
             if title:
                 self.answer(f"{title}:")
             for row in [names, *cells]:
-                self.answer("  ".join(map(str.ljust, row, widths)).rstrip())
+                self.answer(
+                    "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                )
             return
         from rich.measure import Measurement
         from rich.table import Table
