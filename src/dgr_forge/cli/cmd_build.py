@@ -68,9 +68,17 @@ def build(
     from dgr_forge.lanes.lane_build import BuildOptions
 
     opts = BuildOptions.resolve(
-        lanes=lane, worker=worker, jobs=jobs, key=key, sign=not no_sign, mirror=mirror,
-        offline=offline, cache=cache, cache_mode=cache_mode, force=force,
-    )  # fmt: skip
+        lanes=lane,
+        worker=worker,
+        jobs=jobs,
+        key=key,
+        sign=not no_sign,
+        mirror=mirror,
+        offline=offline,
+        cache=cache,
+        cache_mode=cache_mode,
+        force=force,
+    )
     # the lock before any input is read: a waiting build builds (and signs) what the
     # build it waited for left, never a manifest read before
     with env.session(

@@ -37,9 +37,12 @@ _NAME = re.compile(r"cu[A-Za-z0-9_]{1,126}")
 _VERSIONED = re.compile(r"lib([A-Za-z0-9_+-]+)\.so\.[0-9]+")
 # where a driver's libcuda is installed (the distributions' and NVIDIA's packages)
 DRIVER_DIRS = (
-    "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
     "/usr/local/nvidia/lib64",
-)  # fmt: skip
+)
 
 
 class CudaLink(Struct, frozen=True):

@@ -195,8 +195,11 @@ def compute_series(
                         details={"commit": commit, "file": file},
                     )
                 sha = sha256_bytes(data)
-                result.append(ExportedPatch(file=file, sha256=sha, tree=tree, subject=subject,
-                                            data=data, commit=commit))  # fmt: skip
+                result.append(
+                    ExportedPatch(
+                        file=file, sha256=sha, tree=tree, subject=subject, data=data, commit=commit
+                    )
+                )
     if dest is not None:
         dest.mkdir(parents=True, exist_ok=True)
         for p in result:
@@ -393,10 +396,15 @@ def write_series(
         out.answer(f"updated {forge.rel(m.path)}")
     rows = [PatchFile(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject) for p in series]
     return Export(
-        upstream=m.name, patches=rows, result_tree=result_tree, written=list(written),
-        unchanged=list(unchanged), removed=list(removed), manifest_changed=manifest_changed,
-        changed=changed
-    )  # fmt: skip
+        upstream=m.name,
+        patches=rows,
+        result_tree=result_tree,
+        written=list(written),
+        unchanged=list(unchanged),
+        removed=list(removed),
+        manifest_changed=manifest_changed,
+        changed=changed,
+    )
 
 
 def export_workspace(

@@ -394,5 +394,6 @@ def check_workspace(
     rows = check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
     applies = all(r.status == "applies" for r in rows)
     flagged = [r.file for r in rows if r.changed_on_disk]
-    return PatchCheck(upstream=m.name, commit=m.commit, applies=applies, changed_on_disk=flagged,
-                      patches=rows)  # fmt: skip
+    return PatchCheck(
+        upstream=m.name, commit=m.commit, applies=applies, changed_on_disk=flagged, patches=rows
+    )

@@ -80,9 +80,13 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
     tree a pull request writes: a runner's file would be hashed and its sha256 printed)."""
     hint = "restore the file, or remove its [[patches.series]] entry"
     return read_regular(
-        m.patch_path(entry), what="patch file", hint=hint, limit=patchfile.MAX_PATCH_BYTES,
-        shown=f"{m.patches_dir_rel}/{entry.file}", follow=False,
-    )  # fmt: skip
+        m.patch_path(entry),
+        what="patch file",
+        hint=hint,
+        limit=patchfile.MAX_PATCH_BYTES,
+        shown=f"{m.patches_dir_rel}/{entry.file}",
+        follow=False,
+    )
 
 
 def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:
@@ -413,9 +417,16 @@ def footprint(m: UpstreamManifest) -> Footprint:
     grew = [r.file for r in rows if r.added or r.removed] if over else []
     new_files, new_lines = sum(len(r.new_files) for r in rows), sum(r.new_lines for r in rows)
     return Footprint(
-        patches=rows, added=added, removed=removed, upstream_lines=total, new_files=new_files,
-        new_lines=new_lines, budget=budget, over_budget=over, grew=grew,
-    )  # fmt: skip
+        patches=rows,
+        added=added,
+        removed=removed,
+        upstream_lines=total,
+        new_files=new_files,
+        new_lines=new_lines,
+        budget=budget,
+        over_budget=over,
+        grew=grew,
+    )
 
 
 def footprint_lines(fp: Footprint) -> list[str]:

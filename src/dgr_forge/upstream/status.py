@@ -82,9 +82,14 @@ def workspace_status(
     forge: Forge, m: UpstreamManifest, ws: Workspace, *, rebasing: bool = False
 ) -> UpstreamStatus:
     st = UpstreamStatus(
-        name=m.name, url=mask(m.url), commit=m.commit, tree=m.tree, src_dir=ws.src,
-        build_number=m.build_number, present=ws.exists
-    )  # fmt: skip
+        name=m.name,
+        url=mask(m.url),
+        commit=m.commit,
+        tree=m.tree,
+        src_dir=ws.src,
+        build_number=m.build_number,
+        present=ws.exists,
+    )
     if not st.present:
         return st
     st.head, st.local_changes, st.shallow = ws.head, ws.changes, ws.shallow
@@ -274,7 +279,12 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     steps, nxt = state.patches, state.next
     stop = steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET
     return RebaseProgress(
-        state=str(path), onto=state.onto, new_commit=state.new_commit, old_commit=state.old_commit,
-        phase=state.phase, patches_total=len(steps), patches_done=min(nxt, len(steps)),
+        state=str(path),
+        onto=state.onto,
+        new_commit=state.new_commit,
+        old_commit=state.old_commit,
+        phase=state.phase,
+        patches_total=len(steps),
+        patches_done=min(nxt, len(steps)),
         stopped_at=stop,
-    )  # fmt: skip
+    )

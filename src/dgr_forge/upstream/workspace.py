@@ -333,9 +333,14 @@ OWN_PRESETS = "dgr-forge.presets.json"  # the forge's presets; the user's file i
 USER_PRESETS_STUB = f'{{\n  "version": 4,\n  "include": ["{OWN_PRESETS}"]\n}}\n'
 _PRESET_KEYS = {"version", "cmakeMinimumRequired", "configurePresets", "buildPresets"}
 _CONFIGURE_KEYS = {
-    "name", "displayName", "description", "generator", "binaryDir", "cacheVariables",
-    "toolchainFile"
-}  # fmt: skip
+    "name",
+    "displayName",
+    "description",
+    "generator",
+    "binaryDir",
+    "cacheVariables",
+    "toolchainFile",
+}
 _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
 

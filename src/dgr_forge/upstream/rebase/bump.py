@@ -427,9 +427,14 @@ def _verify(
 
 def _bump(m: UpstreamManifest, rev: str, dry_run: bool, **fields: Any) -> Bump:
     return Bump(
-        upstream=m.name, url=mask(m.url), to=rev, pin=m.commit, dry_run=dry_run,
-        report_markdown=None, **fields,
-    )  # fmt: skip
+        upstream=m.name,
+        url=mask(m.url),
+        to=rev,
+        pin=m.commit,
+        dry_run=dry_run,
+        report_markdown=None,
+        **fields,
+    )
 
 
 def _noop(
