@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from msgspec import Struct
 
@@ -60,10 +60,6 @@ def capture(
     )
 
 
-def _child(cmd: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(list(cmd), stdin=subprocess.DEVNULL, **popen)
-
-
 PROBE_LIMIT = 1 << 20  # bytes a probe may print: a version or a device list, never more
 
 
@@ -91,10 +87,14 @@ def stream(
     """The exit code; `on_line` gets each line of stderr (and stdout when `merge_stdout`,
     else it is discarded) as it arrives, ended at \\n or \\r (progress that redraws)."""
     starting(cmd, cwd)
-    stdout, stderr = subprocess.PIPE, subprocess.STDOUT
-    if not merge_stdout:
-        stdout, stderr = subprocess.DEVNULL, subprocess.PIPE
-    with _child(cmd, cwd=cwd, env=env, stdout=stdout, stderr=stderr) as proc:
+    with subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE if merge_stdout else subprocess.DEVNULL,
+        stderr=subprocess.STDOUT if merge_stdout else subprocess.PIPE,
+    ) as proc:
         pipe = proc.stdout if merge_stdout else proc.stderr
         assert pipe is not None
         buf = b""
@@ -117,7 +117,14 @@ def spawn(
     starting(cmd, None)
     sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
     try:
-        return _child(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            list(cmd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     finally:
         if not isinstance(sink, int):
             sink.close()
@@ -145,8 +152,15 @@ def bounded(
     `limit` bytes (then its group is killed); what is read is also written to `log`."""
     started = time.monotonic()
     deadline = started + timeout
-    pipe = subprocess.PIPE
-    child = _child(cmd, cwd=cwd, env=env, stdout=pipe, stderr=pipe, start_new_session=True)
+    child = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     assert child.stdout is not None and child.stderr is not None
     out_fd, err_fd = child.stdout.fileno(), child.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray()}
