@@ -68,7 +68,7 @@ ALLOWED: dict[str, set[str]] = {
     # its journal files; `write` copytrees a subdirectory of patches/ by hard links
     # (copy_function: os.link): no byte of it is read
     # ...and `borrow_objects` copies the workspace's own .git/shallow
-    "upstream/series_journal.py": {"_fsync_write", "_recover_one", "write", "borrow_objects"},
+    "upstream/series_journal.py": {"_recover_one", "write", "borrow_objects"},
     "upstream/workspace.py": {"refuse_during_replay", "remove_git_leftovers"},
     "upstream/rebase/bump.py": {"_verify"},
     "upstream/replay.py": {"write"},

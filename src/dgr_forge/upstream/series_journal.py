@@ -29,7 +29,7 @@ import msgspec
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.fsutil import read_tree_file
+from dgr_forge.core.fsutil import read_tree_file, sync_all
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patchfile
@@ -112,12 +112,25 @@ def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
     return True
 
 
-def _fsync_write(path: Path, data: bytes, point: str) -> None:
+def _fsync_write(path: Path, data: bytes, point: str, batch: list[int] | None = None) -> None:
+    """`data` written to `path` and synced, or with `batch` left open there to be synced
+    with the rest of it (`fsutil.sync_all`)."""
     fault.point(point, path.name)
-    with path.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    if batch is None:
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    else:
+        batch.append(fd)
 
 
 def _no_space(err: OSError, where: Path) -> OperationFailed:
@@ -155,6 +168,7 @@ def write(
         parent.mkdir(parents=True, exist_ok=True)
         jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         stage = jdir / "series"
+        batch: list[int] = []  # the staged files, synced together before the record
         try:
             stage.mkdir(parents=True)
             if pdir.is_dir():
@@ -175,12 +189,13 @@ def write(
                 if old.is_file() and not old.is_symlink() and patch_bytes(pdir, name) == data:
                     os.link(old, stage / name, follow_symlinks=False)  # same bytes, inode, mtime
                 elif linked is None or not _link_same(linked / name, stage / name, data, points):
-                    _fsync_write(stage / name, data, f"{points}.write")
+                    _fsync_write(stage / name, data, f"{points}.write", batch)
             os.chmod(stage, pdir.stat().st_mode & 0o777 if pdir.is_dir() else 0o755)
             if manifest_bytes is not None:
                 staged = jdir / "manifest.toml"
-                _fsync_write(staged, manifest_bytes, f"{points}.write")
+                _fsync_write(staged, manifest_bytes, f"{points}.write", batch)
                 os.chmod(staged, manifest_path.stat().st_mode & 0o777)
+            sync_all(batch)
             record = _Record(os.getpid(), str(pdir), str(manifest_path), _digest(pdir))
             _fsync_write(jdir / JOURNAL_FILE, msgspec.json.encode(record), f"{points}.write")
             fault.point(f"{points}.staged")
@@ -189,6 +204,9 @@ def write(
             if isinstance(err, OSError):
                 raise _no_space(err, pdir) from None
             raise
+        finally:
+            for fd in batch:
+                os.close(fd)
         _swap(jdir, pdir, manifest_path, points)
 
 
