@@ -33,7 +33,7 @@ from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
-from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents
+from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents, subject_of
 from dgr_forge.upstream.workspace import (
     PATCH_JOURNAL,
     REPLAY_REF,
@@ -88,10 +88,6 @@ def _committer_env(src: Path, commit: str) -> dict[str, str]:
     return {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
 
 
-def _subject(src: Path, commit: str) -> str:
-    return gitutil.out(src, "log", "-1", "--format=%s", commit, "--")
-
-
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
 ) -> Patch:
@@ -131,7 +127,7 @@ def update(
     for c in mine:
         if len(commit_parents(objects.get(c, b""))) != 1:
             raise NeedsHuman(
-                f"{forge.rel(src)}: commit {c[:12]} ({_subject(src, c)}) is a merge; only a "
+                f"{forge.rel(src)}: commit {c[:12]} ({subject_of(src, c)}) is a merge; only a "
                 "linear chain of commits can be replayed on the new series",
                 hint=f"linearize it (`git -C {forge.rel(src)} rebase` onto the last patch "
                 "commit), then run `dgr-forge patch` again",
@@ -259,7 +255,7 @@ def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: 
         shown = forge.rel(src)
         what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
         raise NeedsHuman(
-            f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
+            f"your commit {commit[:12]} ({subject_of(src, commit)}) conflicts with the new series "
             f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
             hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
             "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
@@ -274,7 +270,7 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
     """The commit at st.position replayed as `new` (None: the new series holds it), saved."""
     commit = st.commits[st.position]
     if new is None:
-        out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+        out.info(f"{commit[:12]} ({subject_of(src, commit)}): already in the new series")
         st.skipped.append(commit)
     else:
         st.replayed.append(new)
@@ -360,7 +356,7 @@ def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
             state = "conflict"
         else:
             state = "pending"
-        rows.append((c, _subject(src, c), state))
+        rows.append((c, subject_of(src, c), state))
     return rows
 
 

@@ -79,6 +79,10 @@ def git_bytes(
     return cast(bytes, git(repo, *args, input=input, env=env, text=False).stdout)
 
 
+def subject_of(repo: Path, commit: str) -> str:
+    return gitutil.out(repo, "log", "-1", "--format=%s", commit, "--")
+
+
 def commit_objects(repo: Path, commits: list[str]) -> dict[str, bytes]:
     """The raw commit objects of `commits`, from one `git cat-file --batch`."""
     if not commits:

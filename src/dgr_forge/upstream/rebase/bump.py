@@ -39,7 +39,7 @@ from dgr_forge.upstream.rebase.commands import (
     start,
 )
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev
 from dgr_forge.upstream.rebase.replay import explain
 from dgr_forge.upstream.rebase.state import (
     Onto,
@@ -51,7 +51,7 @@ from dgr_forge.upstream.rebase.state import (
     rows_of,
     unique,
 )
-from dgr_forge.upstream.replay import Replay
+from dgr_forge.upstream.replay import Replay, subject_of
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 from dgr_forge.upstream.workspace import git_dir

@@ -80,10 +80,6 @@ def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     return ids
 
 
-def subject_of(src: Path, commit: str) -> str:
-    return out(src, "log", "-1", "--format=%s", commit)
-
-
 _ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
 _MAX_REV = 256
 

@@ -19,7 +19,7 @@ from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
-from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history, subject_of
+from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
 from dgr_forge.upstream.rebase.state import (
     REF_BATCH,
     Conflict,
@@ -29,7 +29,7 @@ from dgr_forge.upstream.rebase.state import (
     save_state,
     unique,
 )
-from dgr_forge.upstream.replay import Replay, Step, commit_tree
+from dgr_forge.upstream.replay import Replay, Step, commit_tree, subject_of
 from dgr_forge.upstream.workspace import git_dir
 
 CONFLICT_HINT = (
