@@ -221,11 +221,8 @@ class CommitWriter:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            if proc.stdout is not None:
-                proc.stdout.close()
-            proc.wait()
+            with proc:  # its pipes closed, then waited for
+                pass
         self._file.unlink(missing_ok=True)
 
 
@@ -383,8 +380,7 @@ def _fast_import(
         check=False,
         config=("core.ignoreCase=false",),  # paths compared as merge-tree compares them
     )
-    raw: bytes | str = proc.stdout
-    ids = (raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw).split()
+    ids = cast(bytes, proc.stdout).decode("ascii", "replace").split()
     if proc.returncode != 0 or len(ids) != len(plan) or not all(HEX40.match(i) for i in ids):
         return None
     return ids

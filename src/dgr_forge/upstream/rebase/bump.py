@@ -97,16 +97,13 @@ class Break:
 
 class TreeReplay:
     """Dry-run replays of the series (`patches`: (file, O_i) in order) onto candidates, in
-    a scratch repository `repo`; one engine for all (close it). A break's upstream commits
+    a scratch repository `repo`; one engine for all (`with` it). A break's upstream commits
     are named only when asked (`explained`): the search needs the first's alone."""
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
         self.repo, self.pin, self.patches = repo, pin, patches
         self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
-
-    def close(self) -> None:
-        self.engine.writer.close()
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
@@ -312,7 +309,7 @@ def bump(
             f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
             f"(at most {max_replays(len(chain))} replays of {len(m.series)} patch(es))"
         )
-        try:
+        with probe.engine:
             found = search(
                 len(chain),
                 lambda i: probe(chain[i]),
@@ -324,8 +321,6 @@ def bump(
             if found.first_breaking is not None:
                 b = probe.explained(found.breaks[found.first_breaking])
                 first = FirstBreaking(**vars(b), subject=subject_of(src, b.commit))
-        finally:
-            probe.close()
         newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
         verified: Verified = found.verified or Verified([], "")
         rows = verified.patches
