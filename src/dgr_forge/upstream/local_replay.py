@@ -217,8 +217,34 @@ def _replay_rest(
                     break
                 head = step.commit or head
                 _took(src, st, step.commit, out)
-        if st.position < len(st.commits):
-            head = _pick_in_worktree(forge, src, st, head, out)
+        if st.position == len(st.commits):
+            break
+        # the next commit cherry-picked in the work tree at `head`
+        commit = st.commits[st.position]
+        if gitutil.rev_parse(src, "HEAD") != head:
+            gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
+        env = _committer_env(src, commit)
+        pick = ("cherry-pick", "--allow-empty-message", commit)
+        proc = gitutil.git(src, *pick, env=env, check=False, config=_NO_SIGN)
+        if proc.returncode == 0:
+            head = gitutil.out(src, "rev-parse", "HEAD")
+            _took(src, st, head, out)
+            continue
+        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
+        if not unmerged and _skipped_empty(src):
+            _took(src, st, None, out)
+            continue
+        st.stopped_at = gitutil.rev_parse(src, "HEAD")
+        _save(src, st)
+        shown = forge.rel(src)
+        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
+        raise NeedsHuman(
+            f"your commit {commit[:12]} ({subject_of(src, commit)}) conflicts with the new "
+            f"series in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
+            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
+            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
+            details={"commit": commit, "files": unmerged, "workspace": shown},
+        )
     # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
@@ -235,35 +261,6 @@ def _replay_rest(
         "replayed on top (`dgr-forge export` appends them to the series)"
     )
     return _answer(m, PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), True), st, n)
-
-
-def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
-    """The commit at st.position cherry-picked in the work tree at `head`; the new head."""
-    commit = st.commits[st.position]
-    if gitutil.rev_parse(src, "HEAD") != head:
-        gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
-    env = _committer_env(src, commit)
-    pick = ("cherry-pick", "--allow-empty-message", commit)
-    proc = gitutil.git(src, *pick, env=env, check=False, config=_NO_SIGN)
-    if proc.returncode != 0:
-        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
-        if not unmerged and _skipped_empty(src):
-            _took(src, st, None, out)
-            return head
-        st.stopped_at = gitutil.rev_parse(src, "HEAD")
-        _save(src, st)
-        shown = forge.rel(src)
-        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
-        raise NeedsHuman(
-            f"your commit {commit[:12]} ({subject_of(src, commit)}) conflicts with the new series "
-            f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
-            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
-            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
-            details={"commit": commit, "files": unmerged, "workspace": shown},
-        )
-    head = gitutil.out(src, "rev-parse", "HEAD")
-    _took(src, st, head, out)
-    return head
 
 
 def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
