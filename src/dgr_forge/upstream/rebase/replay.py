@@ -201,21 +201,6 @@ def record(
     state.next, state.phase, state.conflict = state.next + 1, "replay", None
 
 
-def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
-    """A patch the engine replayed in memory, recorded (saved unless batched)."""
-    patch = state.patches[state.next]
-    if step.kind == "picked":
-        fault.point("rebase.commit", patch.file[:4])
-        patch.new_commit, patch.outcome = step.commit, "picked"
-        state.head = step.commit or state.head
-    else:
-        patch.new_commit, patch.outcome = None, "dropped"
-    state.next, state.phase, state.conflict = state.next + 1, "replay", None
-    _replayed(Path(state.src_dir), state, patch, out_)
-    if not step.batched:
-        save_state(forge, state, durable=False)
-
-
 def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
     """Replay the patches from state.next on (`known`: the replay a resolution was recorded
     with). HEAD and the work tree move only where a patch needs them; finish checks out."""
@@ -228,11 +213,20 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None
             unsaved = False
             stopped: Step | None = None
             for step in known.onto(state.head, known.head_tree, state.next - known.first):
-                fault.point("rebase.replay", state.patches[state.next].file[:4])
+                patch = state.patches[state.next]
+                fault.point("rebase.replay", patch.file[:4])
                 if step.kind in ("conflict", "worktree"):
                     stopped = step
                     break
-                _took(forge, state, step, out_)
+                # replayed in memory: recorded, saved unless batched
+                if step.kind == "picked":
+                    fault.point("rebase.commit", patch.file[:4])
+                    state.head = step.commit or state.head
+                patch.new_commit, patch.outcome = step.commit, step.kind
+                state.next, state.phase, state.conflict = state.next + 1, "replay", None
+                _replayed(Path(state.src_dir), state, patch, out_)
+                if not step.batched:
+                    save_state(forge, state, durable=False)
                 unsaved = step.batched
                 known.head_tree = step.tree
             if unsaved:
