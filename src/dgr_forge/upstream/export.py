@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 from msgspec.structs import replace
 
@@ -295,10 +295,9 @@ def _apply(
 ) -> str | None:
     if len(run) == 1:
         return index_tree(repo, env, "-", input=run[0].data)
-    files = []
-    for n, p in enumerate(run):
-        files.append(scratch / f"run-{n:06d}.patch")
-        files[-1].write_bytes(p.data)
+    files = [scratch / f"run-{n:06d}.patch" for n in range(len(run))]
+    for f, p in zip(files, run, strict=True):
+        f.write_bytes(p.data)
     return index_tree(repo, env, "--", *map(str, files))
 
 
@@ -338,8 +337,7 @@ def canonical_commits(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
                 input=p.data, text=False
             )  # fmt: skip
-            raw: bytes | str = proc.stdout
-            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            text = cast(bytes, proc.stdout).decode("utf-8")
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
             body = msg.read_text(encoding="utf-8")
             message = patchfile.stripspace(info.get("Subject", "") + "\n\n" + body)
