@@ -220,14 +220,9 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
     runs = _disjoint_runs(repo, series)
     parts = _parts(runs, _VERIFY_WORKERS)
     starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
-    if len(parts) == 1:
-        failure = _verify_runs(repo, base, runs)
-    else:
-        with ThreadPoolExecutor(len(parts)) as pool:
-            found = list(pool.map(lambda part, start: _verify_runs(repo, start, part),
-                                  parts, starts))  # fmt: skip
-        failure = next((f for f in found if f is not None), None)
-    if failure is not None:
+    with ThreadPoolExecutor(len(parts)) as pool:
+        found = list(pool.map(lambda part, start: _verify_runs(repo, start, part), parts, starts))
+    if failure := next((f for f in found if f is not None), None):
         raise failure
 
 
