@@ -128,9 +128,7 @@ def _changed_lines(diff: str) -> dict[str, set[str]]:
     """The lines a diff removes ("-") and adds ("+"), without context or positions."""
     lines: dict[str, set[str]] = {"-": set(), "+": set()}
     for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            continue
-        if line[:1] in lines and line[1:].strip():
+        if line[:1] in lines and line[1:].strip() and not line.startswith(("--- ", "+++ ")):
             lines[line[:1]].add(line[1:].strip())
     return lines
 
@@ -393,6 +391,5 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
 
 def has_markers(src: Path, rel: str) -> bool:
     data = read_tree_file(src, rel, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
-    if data is None:
-        return False
-    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", data.decode("utf-8", errors="replace"), re.M))
+    text = data.decode("utf-8", errors="replace") if data is not None else ""
+    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))
