@@ -246,11 +246,7 @@ class Merged(Struct, frozen=True):
 
 
 def merge(
-    repo: Path,
-    head_tree: str,
-    base: str,
-    commit: str,
-    writer: CommitWriter | None = None,
+    repo: Path, head_tree: str, base: str, commit: str, writer: CommitWriter | None = None
 ) -> Merged:
     """The 3-way merge of base..commit onto `head_tree` in memory, markers in diff3 style."""
     ours = writer.scratch_base(head_tree, base) if writer is not None else None
