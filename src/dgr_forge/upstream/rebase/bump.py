@@ -75,10 +75,9 @@ def candidates(src: Path, pin: str, target: str) -> list[str]:
             hint="use `dgr-forge rebase --onto REV` to move the pin anywhere else",
             details={"pin": pin, "target": target},
         )
-    listed = out(
+    return out(
         src, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{pin}..{target}"
-    )
-    return listed.split()
+    ).split()
 
 
 @dataclass(frozen=True)

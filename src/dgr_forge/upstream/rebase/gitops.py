@@ -165,8 +165,7 @@ def pin_commit(
             _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
             commit = gitutil.rev_parse(src, rev)
         if commit is None:
-            proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
-            many = proc.stdout.split()
+            many = git(src, "rev-parse", "--disambiguate=" + rev, check=False).stdout.split()
             raise BadInput(
                 f"--onto {rev} (an abbreviated commit id): "
                 + (

@@ -325,11 +325,8 @@ def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) ->
     verb = "replayed"
     if step.outcome == "dropped":
         step.upstream_commits = upstreamed_by(src, state, step)
-        verb = (
-            "dropped (already upstream"
-            + "".join(f", {c.commit[:12]} {c.subject}" for c in step.upstream_commits[:3])
-            + ")"
-        )
+        took = "".join(f", {c.commit[:12]} {c.subject}" for c in step.upstream_commits[:3])
+        verb = f"dropped (already upstream{took})"
     out_.info(f"{step.file}: {verb}")
 
 
@@ -382,10 +379,8 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         )
     record(src, state, resolved=True, known=known)
     clear_leftovers(src, out_, index_lock=False)
-    if step.outcome == "dropped-by-hand":
-        out_.info(f"{step.file}: resolved to no change: dropped by hand")
-    else:
-        out_.info(f"{step.file}: resolved by hand")
+    how = "to no change: dropped by hand" if step.outcome == "dropped-by-hand" else "by hand"
+    out_.info(f"{step.file}: resolved {how}")
     save_state(forge, state)
 
 
