@@ -148,8 +148,7 @@ def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, 
         first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
         for n, line in enumerate(lines[1:], start=2):
             why = patchfile.message_break(line)
-            at_start = first is not None and n == first + 1
-            if why is None and at_start and _INBODY_HEADER.match(line):
+            if why is None and n - 1 == first and _INBODY_HEADER.match(line):
                 why = "at the start of the body `git am` reads it as a mail header"
             if why is not None:
                 raise BadInput(

@@ -167,7 +167,6 @@ def resume(
     if st.stopped_at is None:  # an update that was killed, not stopped: start it over
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
-    gd = git_dir(src)
     _head, changes, lines, _ignored = read_status(src)
     if unmerged := [c.path for c in changes if c.change == "unmerged"]:
         raise NeedsHuman(
@@ -184,7 +183,7 @@ def resume(
             details={"unstaged": unstaged},
         )
     commit = st.commits[st.position]
-    if (gd / "CHERRY_PICK_HEAD").exists():
+    if (git_dir(src) / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
         if proc.returncode == 0:
