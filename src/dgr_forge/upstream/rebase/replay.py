@@ -216,7 +216,6 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None
                 if step.kind in ("conflict", "worktree"):
                     stopped = step
                     break
-                # replayed in memory: recorded, saved unless batched
                 if step.kind == "picked":
                     fault.point("rebase.commit", patch.file[:4])
                     state.head = step.commit or state.head
