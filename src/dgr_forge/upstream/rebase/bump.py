@@ -301,9 +301,8 @@ def bump(
         if target == m.commit:
             return _noop(m, rev, dry_run, target_md, out_)
         chain = candidates(src, m.commit, target)
-        replay_repo = tmp / "replay"
-        borrow_objects(src, replay_repo, Reporter(quiet=True))
-        probe = TreeReplay(replay_repo, m.commit, series)
+        borrow_objects(src, tmp / "replay", Reporter(quiet=True))
+        probe = TreeReplay(tmp / "replay", m.commit, series)
         out_.step(
             f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
             f"(at most {max_replays(len(chain))} replays of {len(m.series)} patch(es))"
