@@ -166,15 +166,11 @@ def search(
     hi: int | None = None if test(n - 1) else n - 1
     while True:
         lo = max(i for i, v in verdict.items() if v is None and (hi is None or i < hi))
-        if hi is not None:
-            # a clean verdict above a broken one contradicts monotonicity: ignore it (the
-            # oldest broken bounds the search, so the answer is never past a known break)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if test(mid):
-                    lo = mid
-                else:
-                    hi = mid
+        # a clean verdict above a broken one contradicts monotonicity: ignore it (the
+        # oldest broken bounds the search, so the answer is never past a known break)
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if test(mid) else (lo, mid)
         if lo < 0:
             return SearchResult(-1, hi, _breaks(verdict), replays)
         replays += 1
