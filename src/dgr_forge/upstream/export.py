@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 from msgspec.structs import replace
 
@@ -148,8 +148,7 @@ def refuse_unsafe_messages(repo: Path, base: str, messages: Sequence[tuple[str, 
         first = next((n for n in range(1, len(lines)) if lines[n].strip()), None)
         for n, line in enumerate(lines[1:], start=2):
             why = patchfile.message_break(line)
-            at_start = first is not None and n == first + 1
-            if why is None and at_start and _INBODY_HEADER.match(line):
+            if why is None and n - 1 == first and _INBODY_HEADER.match(line):
                 why = "at the start of the body `git am` reads it as a mail header"
             if why is not None:
                 raise BadInput(
@@ -220,14 +219,9 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
     runs = _disjoint_runs(repo, series)
     parts = _parts(runs, _VERIFY_WORKERS)
     starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
-    if len(parts) == 1:
-        failure = _verify_runs(repo, base, runs)
-    else:
-        with ThreadPoolExecutor(len(parts)) as pool:
-            found = list(pool.map(lambda part, start: _verify_runs(repo, start, part),
-                                  parts, starts))  # fmt: skip
-        failure = next((f for f in found if f is not None), None)
-    if failure is not None:
+    with ThreadPoolExecutor(len(parts)) as pool:
+        found = list(pool.map(lambda part, start: _verify_runs(repo, start, part), parts, starts))
+    if failure := next((f for f in found if f is not None), None):
         raise failure
 
 
@@ -295,10 +289,9 @@ def _apply(
 ) -> str | None:
     if len(run) == 1:
         return index_tree(repo, env, "-", input=run[0].data)
-    files = []
-    for n, p in enumerate(run):
-        files.append(scratch / f"run-{n:06d}.patch")
-        files[-1].write_bytes(p.data)
+    files = [scratch / f"run-{n:06d}.patch" for n in range(len(run))]
+    for f, p in zip(files, run, strict=True):
+        f.write_bytes(p.data)
     return index_tree(repo, env, "--", *map(str, files))
 
 
@@ -338,8 +331,7 @@ def canonical_commits(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
                 input=p.data, text=False
             )  # fmt: skip
-            raw: bytes | str = proc.stdout
-            text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+            text = cast(bytes, proc.stdout).decode("utf-8")
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
             body = msg.read_text(encoding="utf-8")
             message = patchfile.stripspace(info.get("Subject", "") + "\n\n" + body)

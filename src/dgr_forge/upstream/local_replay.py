@@ -33,7 +33,7 @@ from dgr_forge.upstream import series_base
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
-from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents
+from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents, subject_of
 from dgr_forge.upstream.workspace import (
     PATCH_JOURNAL,
     REPLAY_REF,
@@ -88,10 +88,6 @@ def _committer_env(src: Path, commit: str) -> dict[str, str]:
     return {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email, "GIT_COMMITTER_DATE": date}
 
 
-def _subject(src: Path, commit: str) -> str:
-    return gitutil.out(src, "log", "-1", "--format=%s", commit, "--")
-
-
 def update(
     forge: Forge, m: UpstreamManifest, out: Reporter, *, mirror: str | None, offline: bool
 ) -> Patch:
@@ -131,7 +127,7 @@ def update(
     for c in mine:
         if len(commit_parents(objects.get(c, b""))) != 1:
             raise NeedsHuman(
-                f"{forge.rel(src)}: commit {c[:12]} ({_subject(src, c)}) is a merge; only a "
+                f"{forge.rel(src)}: commit {c[:12]} ({subject_of(src, c)}) is a merge; only a "
                 "linear chain of commits can be replayed on the new series",
                 hint=f"linearize it (`git -C {forge.rel(src)} rebase` onto the last patch "
                 "commit), then run `dgr-forge patch` again",
@@ -171,7 +167,6 @@ def resume(
     if st.stopped_at is None:  # an update that was killed, not stopped: start it over
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
-    gd = git_dir(src)
     _head, changes, lines, _ignored = read_status(src)
     if unmerged := [c.path for c in changes if c.change == "unmerged"]:
         raise NeedsHuman(
@@ -188,7 +183,7 @@ def resume(
             details={"unstaged": unstaged},
         )
     commit = st.commits[st.position]
-    if (gd / "CHERRY_PICK_HEAD").exists():
+    if (git_dir(src) / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
         if proc.returncode == 0:
@@ -221,8 +216,34 @@ def _replay_rest(
                     break
                 head = step.commit or head
                 _took(src, st, step.commit, out)
-        if st.position < len(st.commits):
-            head = _pick_in_worktree(forge, src, st, head, out)
+        if st.position == len(st.commits):
+            break
+        # the next commit cherry-picked in the work tree at `head`
+        commit = st.commits[st.position]
+        if gitutil.rev_parse(src, "HEAD") != head:
+            gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
+        env = _committer_env(src, commit)
+        pick = ("cherry-pick", "--allow-empty-message", commit)
+        proc = gitutil.git(src, *pick, env=env, check=False, config=_NO_SIGN)
+        if proc.returncode == 0:
+            head = gitutil.out(src, "rev-parse", "HEAD")
+            _took(src, st, head, out)
+            continue
+        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
+        if not unmerged and _skipped_empty(src):
+            _took(src, st, None, out)
+            continue
+        st.stopped_at = gitutil.rev_parse(src, "HEAD")
+        _save(src, st)
+        shown = forge.rel(src)
+        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
+        raise NeedsHuman(
+            f"your commit {commit[:12]} ({subject_of(src, commit)}) conflicts with the new "
+            f"series in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
+            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
+            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
+            details={"commit": commit, "files": unmerged, "workspace": shown},
+        )
     # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
@@ -241,40 +262,11 @@ def _replay_rest(
     return _answer(m, PatchedTree(src, m.commit, head, gitutil.tree_of(src, head), True), st, n)
 
 
-def _pick_in_worktree(forge: Forge, src: Path, st: ReplayState, head: str, out: Reporter) -> str:
-    """The commit at st.position cherry-picked in the work tree at `head`; the new head."""
-    commit = st.commits[st.position]
-    if gitutil.rev_parse(src, "HEAD") != head:
-        gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
-    env = _committer_env(src, commit)
-    pick = ("cherry-pick", "--allow-empty-message", commit)
-    proc = gitutil.git(src, *pick, env=env, check=False, config=_NO_SIGN)
-    if proc.returncode != 0:
-        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
-        if not unmerged and _skipped_empty(src):
-            _took(src, st, None, out)
-            return head
-        st.stopped_at = gitutil.rev_parse(src, "HEAD")
-        _save(src, st)
-        shown = forge.rel(src)
-        what = ", ".join(unmerged) if unmerged else proc.stderr.strip()[-500:]
-        raise NeedsHuman(
-            f"your commit {commit[:12]} ({_subject(src, commit)}) conflicts with the new series "
-            f"in {what} (commit {st.position + 1} of {len(st.commits)} replayed on it)",
-            hint=f"resolve the files in {shown}, `git add` them, then run `dgr-forge patch "
-            "--continue`; or `dgr-forge patch --abort` to put the workspace back as it was",
-            details={"commit": commit, "files": unmerged, "workspace": shown},
-        )
-    head = gitutil.out(src, "rev-parse", "HEAD")
-    _took(src, st, head, out)
-    return head
-
-
 def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
     """The commit at st.position replayed as `new` (None: the new series holds it), saved."""
     commit = st.commits[st.position]
     if new is None:
-        out.info(f"{commit[:12]} ({_subject(src, commit)}): already in the new series")
+        out.info(f"{commit[:12]} ({subject_of(src, commit)}): already in the new series")
         st.skipped.append(commit)
     else:
         st.replayed.append(new)
@@ -360,7 +352,7 @@ def replay_rows(src: Path) -> list[tuple[str, str, str]] | None:
             state = "conflict"
         else:
             state = "pending"
-        rows.append((c, _subject(src, c), state))
+        rows.append((c, subject_of(src, c), state))
     return rows
 
 

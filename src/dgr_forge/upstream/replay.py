@@ -79,6 +79,10 @@ def git_bytes(
     return cast(bytes, git(repo, *args, input=input, env=env, text=False).stdout)
 
 
+def subject_of(repo: Path, commit: str) -> str:
+    return gitutil.out(repo, "log", "-1", "--format=%s", commit, "--")
+
+
 def commit_objects(repo: Path, commits: list[str]) -> dict[str, bytes]:
     """The raw commit objects of `commits`, from one `git cat-file --batch`."""
     if not commits:
@@ -217,11 +221,8 @@ class CommitWriter:
     def close(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
-            if proc.stdin is not None:
-                proc.stdin.close()
-            if proc.stdout is not None:
-                proc.stdout.close()
-            proc.wait()
+            with proc:  # its pipes closed, then waited for
+                pass
         self._file.unlink(missing_ok=True)
 
 
@@ -245,11 +246,7 @@ class Merged(Struct, frozen=True):
 
 
 def merge(
-    repo: Path,
-    head_tree: str,
-    base: str,
-    commit: str,
-    writer: CommitWriter | None = None,
+    repo: Path, head_tree: str, base: str, commit: str, writer: CommitWriter | None = None
 ) -> Merged:
     """The 3-way merge of base..commit onto `head_tree` in memory, markers in diff3 style."""
     ours = writer.scratch_base(head_tree, base) if writer is not None else None
@@ -379,8 +376,7 @@ def _fast_import(
         check=False,
         config=("core.ignoreCase=false",),  # paths compared as merge-tree compares them
     )
-    raw: bytes | str = proc.stdout
-    ids = (raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw).split()
+    ids = cast(bytes, proc.stdout).decode("ascii", "replace").split()
     if proc.returncode != 0 or len(ids) != len(plan) or not all(HEX40.match(i) for i in ids):
         return None
     return ids

@@ -39,7 +39,7 @@ from dgr_forge.upstream.rebase.commands import (
     start,
 )
 from dgr_forge.upstream.rebase.finish import stage
-from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev, subject_of
+from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev
 from dgr_forge.upstream.rebase.replay import explain
 from dgr_forge.upstream.rebase.state import (
     Onto,
@@ -51,7 +51,7 @@ from dgr_forge.upstream.rebase.state import (
     rows_of,
     unique,
 )
-from dgr_forge.upstream.replay import Replay
+from dgr_forge.upstream.replay import Replay, subject_of
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
 from dgr_forge.upstream.workspace import git_dir
@@ -75,10 +75,9 @@ def candidates(src: Path, pin: str, target: str) -> list[str]:
             hint="use `dgr-forge rebase --onto REV` to move the pin anywhere else",
             details={"pin": pin, "target": target},
         )
-    listed = out(
+    return out(
         src, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{pin}..{target}"
-    )
-    return listed.split()
+    ).split()
 
 
 @dataclass(frozen=True)
@@ -97,16 +96,13 @@ class Break:
 
 class TreeReplay:
     """Dry-run replays of the series (`patches`: (file, O_i) in order) onto candidates, in
-    a scratch repository `repo`; one engine for all (close it). A break's upstream commits
+    a scratch repository `repo`; one engine for all (`with` it). A break's upstream commits
     are named only when asked (`explained`): the search needs the first's alone."""
 
     def __init__(self, repo: Path, pin: str, patches: list[tuple[str, str]]) -> None:
         self.repo, self.pin, self.patches = repo, pin, patches
         self.engine = Replay(repo, [c for _, c in patches], git_dir(repo), batch_ref=BATCH_REF)
         self._merged: dict[str, tuple[str, str]] = {}  # candidate -> (merged tree, head)
-
-    def close(self) -> None:
-        self.engine.writer.close()
 
     def __call__(self, candidate: str) -> Break | None:
         """None when the whole series replays cleanly onto `candidate`."""
@@ -170,15 +166,11 @@ def search(
     hi: int | None = None if test(n - 1) else n - 1
     while True:
         lo = max(i for i, v in verdict.items() if v is None and (hi is None or i < hi))
-        if hi is not None:
-            # a clean verdict above a broken one contradicts monotonicity: ignore it (the
-            # oldest broken bounds the search, so the answer is never past a known break)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if test(mid):
-                    lo = mid
-                else:
-                    hi = mid
+        # a clean verdict above a broken one contradicts monotonicity: ignore it (the
+        # oldest broken bounds the search, so the answer is never past a known break)
+        while hi is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if test(mid) else (lo, mid)
         if lo < 0:
             return SearchResult(-1, hi, _breaks(verdict), replays)
         replays += 1
@@ -305,14 +297,13 @@ def bump(
         if target == m.commit:
             return _noop(m, rev, dry_run, target_md, out_)
         chain = candidates(src, m.commit, target)
-        replay_repo = tmp / "replay"
-        borrow_objects(src, replay_repo, Reporter(quiet=True))
-        probe = TreeReplay(replay_repo, m.commit, series)
+        borrow_objects(src, tmp / "replay", Reporter(quiet=True))
+        probe = TreeReplay(tmp / "replay", m.commit, series)
         out_.step(
             f"bisecting {len(chain)} first-parent commit(s) {m.commit[:12]}..{target[:12]} "
             f"(at most {max_replays(len(chain))} replays of {len(m.series)} patch(es))"
         )
-        try:
+        with probe.engine:
             found = search(
                 len(chain),
                 lambda i: probe(chain[i]),
@@ -324,8 +315,6 @@ def bump(
             if found.first_breaking is not None:
                 b = probe.explained(found.breaks[found.first_breaking])
                 first = FirstBreaking(**vars(b), subject=subject_of(src, b.commit))
-        finally:
-            probe.close()
         newest = chain[found.newest_clean] if found.newest_clean >= 0 else m.commit
         verified: Verified = found.verified or Verified([], "")
         rows = verified.patches

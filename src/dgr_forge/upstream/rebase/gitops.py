@@ -80,10 +80,6 @@ def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     return ids
 
 
-def subject_of(src: Path, commit: str) -> str:
-    return out(src, "log", "-1", "--format=%s", commit)
-
-
 _ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
 _MAX_REV = 256
 
@@ -169,8 +165,7 @@ def pin_commit(
             _fetch_all(src, url, f"to find the abbreviated commit id {rev}")
             commit = gitutil.rev_parse(src, rev)
         if commit is None:
-            proc = git(src, "rev-parse", "--disambiguate=" + rev, check=False)
-            many = proc.stdout.split()
+            many = git(src, "rev-parse", "--disambiguate=" + rev, check=False).stdout.split()
             raise BadInput(
                 f"--onto {rev} (an abbreviated commit id): "
                 + (

@@ -19,7 +19,7 @@ from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
-from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history, subject_of
+from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
 from dgr_forge.upstream.rebase.state import (
     REF_BATCH,
     Conflict,
@@ -29,7 +29,7 @@ from dgr_forge.upstream.rebase.state import (
     save_state,
     unique,
 )
-from dgr_forge.upstream.replay import Replay, Step, commit_tree
+from dgr_forge.upstream.replay import Replay, Step, commit_tree, subject_of
 from dgr_forge.upstream.workspace import git_dir
 
 CONFLICT_HINT = (
@@ -85,16 +85,13 @@ def upstream_commits_for(
     ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
     if not ranges:
         return file_commits, False
-    seen: list[str] = []
+    seen: dict[str, None] = {}  # in the order found
     for a, b in ranges:
         proc = git(
             src, "log", "--format=%x00%H", f"-L{a},{b}:{path}", f"{old}..{head}", check=False
         )
-        for line in proc.stdout.splitlines():
-            if line.startswith("\x00"):
-                sha = line[1:].strip()
-                if sha in upstream and sha not in seen:
-                    seen.append(sha)
+        shas = (ln[1:].strip() for ln in proc.stdout.splitlines() if ln.startswith("\x00"))
+        seen |= dict.fromkeys(sha for sha in shas if sha in upstream)
     if not seen:
         return file_commits, False
     subjects = {c.commit: c.subject for c in file_commits}
@@ -131,9 +128,7 @@ def _changed_lines(diff: str) -> dict[str, set[str]]:
     """The lines a diff removes ("-") and adds ("+"), without context or positions."""
     lines: dict[str, set[str]] = {"-": set(), "+": set()}
     for line in diff.splitlines():
-        if line.startswith(("--- ", "+++ ")):
-            continue
-        if line[:1] in lines and line[1:].strip():
+        if line[:1] in lines and line[1:].strip() and not line.startswith(("--- ", "+++ ")):
             lines[line[:1]].add(line[1:].strip())
     return lines
 
@@ -161,47 +156,6 @@ def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[Upstre
         if exact := [c for c in touching if c.commit in took]:
             return exact
     return touching
-
-
-def conflict_error(forge: Forge, state: RebaseState) -> NeedsHuman:
-    c = state.conflict or Conflict(files=[])
-    src = Path(state.src_dir)
-    files = c.files
-    step = state.patches[state.next]
-    lines = [f"patch {step.file} ({step.subject}) conflicts with {state.new_commit[:12]}:"]
-    for f in files:
-        lines.append(f"  conflict: {f}")
-        for uc in c.upstream.get(f, []):
-            lines.append(f"    upstream {uc.commit[:12]} {uc.subject}")
-    if not c.upstream:
-        lines.append(
-            f"  (the upstream history between {state.old_commit[:12]} and "
-            f"{state.new_commit[:12]} could not be fetched: see `git log` there yourself)"
-        )
-    lines += [
-        "next:",
-        f"  edit the files in {src} (conflict markers <<<<<<< ======= >>>>>>>),",
-        f"  git -C {src} add {' '.join(files)}",
-        "  dgr-forge rebase --continue",
-        "or give up: dgr-forge rebase --abort",
-    ]
-    return NeedsHuman(
-        "\n".join(lines),
-        hint=f"resolve in {src}, `git add` the files, then `dgr-forge rebase --continue` "
-        "(or `dgr-forge rebase --abort` to restore everything)",
-        details={
-            "patch": step.file,
-            "subject": step.subject,
-            "files": files,
-            "upstream_commits": msgspec.to_builtins(c.upstream),
-            "src_dir": str(src),
-            "next_commands": [
-                f"git -C {src} add {' '.join(files)}",
-                "dgr-forge rebase --continue",
-                "dgr-forge rebase --abort",
-            ],
-        },
-    )
 
 
 class Known(Replay):
@@ -232,10 +186,8 @@ def record(
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
         step.new_commit, step.outcome = None, "dropped-by-hand" if resolved else "dropped"
     else:
-        if known is not None:
-            commit = known.rewrite(step.old_commit, tree, state.head) or ""
-        else:
-            commit = commit_tree(src, step.old_commit, tree, state.head)
+        made = known.rewrite(step.old_commit, tree, state.head) if known else None
+        commit = made or commit_tree(src, step.old_commit, tree, state.head)
         fault.point("rebase.commit", step.file[:4])
         if move_head:
             git(src, "update-ref", "--no-deref", "HEAD", commit)
@@ -245,21 +197,6 @@ def record(
     if known is not None:
         known.head_tree = head_tree
     state.next, state.phase, state.conflict = state.next + 1, "replay", None
-
-
-def _took(forge: Forge, state: RebaseState, step: Step, out_: Reporter) -> None:
-    """A patch the engine replayed in memory, recorded (saved unless batched)."""
-    patch = state.patches[state.next]
-    if step.kind == "picked":
-        fault.point("rebase.commit", patch.file[:4])
-        patch.new_commit, patch.outcome = step.commit, "picked"
-        state.head = step.commit or state.head
-    else:
-        patch.new_commit, patch.outcome = None, "dropped"
-    state.next, state.phase, state.conflict = state.next + 1, "replay", None
-    _replayed(Path(state.src_dir), state, patch, out_)
-    if not step.batched:
-        save_state(forge, state, durable=False)
 
 
 def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
@@ -274,11 +211,19 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None
             unsaved = False
             stopped: Step | None = None
             for step in known.onto(state.head, known.head_tree, state.next - known.first):
-                fault.point("rebase.replay", state.patches[state.next].file[:4])
+                patch = state.patches[state.next]
+                fault.point("rebase.replay", patch.file[:4])
                 if step.kind in ("conflict", "worktree"):
                     stopped = step
                     break
-                _took(forge, state, step, out_)
+                if step.kind == "picked":
+                    fault.point("rebase.commit", patch.file[:4])
+                    state.head = step.commit or state.head
+                patch.new_commit, patch.outcome = step.commit, step.kind
+                state.next, state.phase, state.conflict = state.next + 1, "replay", None
+                _replayed(Path(state.src_dir), state, patch, out_)
+                if not step.batched:
+                    save_state(forge, state, durable=False)
                 unsaved = step.batched
                 known.head_tree = step.tree
             if unsaved:
@@ -303,37 +248,72 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
             step.old_commit, check=False,
         )  # fmt: skip
         fetched = history.result() if history is not None else None
-    if proc.returncode != 0:  # a conflict, named, saved and raised (a --dry-run notes it)
-        # the index alone (`git diff` would stat the whole work tree)
-        listed = out(src, "ls-files", "-u").splitlines()
-        unmerged = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
-        if not unmerged:
-            raise OperationFailed(
-                f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
-                hint="`dgr-forge rebase --abort` restores the workspace",
-            )
-        out_.info(f"{step.file}: conflict in {', '.join(unmerged)}")
-        found = Conflict(files=unmerged)
-        if _history(state) if fetched is None else fetched:
-            found = explain(src, state.old_commit, state.new_commit, state.head, unmerged)
-        step.upstream_commits = unique(c for f in unmerged for c in found.upstream.get(f, []))
-        step.files = unmerged
-        if state.canary:
-            # a --dry-run: note it and go on without this patch
-            step.new_commit, step.outcome = None, "conflict"
-            git(src, "reset", "-q", "--hard", state.head)
-            clear_leftovers(src, out_, index_lock=False)
-            state.next += 1
-            save_state(forge, state, durable=False)
-            return
-        state.phase = "conflict"
-        state.conflict = found
-        save_state(forge, state)
-        raise conflict_error(forge, state)
-    record(src, state, resolved=False)
-    clear_leftovers(src, out_, index_lock=False)
-    _replayed(src, state, step, out_)
-    save_state(forge, state, durable=False)
+    if proc.returncode == 0:
+        record(src, state, resolved=False)
+        clear_leftovers(src, out_, index_lock=False)
+        _replayed(src, state, step, out_)
+        save_state(forge, state, durable=False)
+        return
+    # a conflict, named, saved and raised (a --dry-run notes it); the index alone (`git
+    # diff` would stat the whole work tree)
+    listed = out(src, "ls-files", "-u").splitlines()
+    files = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
+    if not files:
+        raise OperationFailed(
+            f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
+            hint="`dgr-forge rebase --abort` restores the workspace",
+        )
+    out_.info(f"{step.file}: conflict in {', '.join(files)}")
+    c = Conflict(files=files)
+    if _history(state) if fetched is None else fetched:
+        c = explain(src, state.old_commit, state.new_commit, state.head, files)
+    step.upstream_commits = unique(uc for f in files for uc in c.upstream.get(f, []))
+    step.files = files
+    if state.canary:
+        # a --dry-run: note it and go on without this patch
+        step.new_commit, step.outcome = None, "conflict"
+        git(src, "reset", "-q", "--hard", state.head)
+        clear_leftovers(src, out_, index_lock=False)
+        state.next += 1
+        save_state(forge, state, durable=False)
+        return
+    state.phase = "conflict"
+    state.conflict = c
+    save_state(forge, state)
+    lines = [f"patch {step.file} ({step.subject}) conflicts with {state.new_commit[:12]}:"]
+    for f in files:
+        lines.append(f"  conflict: {f}")
+        for uc in c.upstream.get(f, []):
+            lines.append(f"    upstream {uc.commit[:12]} {uc.subject}")
+    if not c.upstream:
+        lines.append(
+            f"  (the upstream history between {state.old_commit[:12]} and "
+            f"{state.new_commit[:12]} could not be fetched: see `git log` there yourself)"
+        )
+    lines += [
+        "next:",
+        f"  edit the files in {src} (conflict markers <<<<<<< ======= >>>>>>>),",
+        f"  git -C {src} add {' '.join(files)}",
+        "  dgr-forge rebase --continue",
+        "or give up: dgr-forge rebase --abort",
+    ]
+    raise NeedsHuman(
+        "\n".join(lines),
+        hint=f"resolve in {src}, `git add` the files, then `dgr-forge rebase --continue` "
+        "(or `dgr-forge rebase --abort` to restore everything)",
+        details={
+            "patch": step.file,
+            "subject": step.subject,
+            "files": files,
+            "upstream_commits": msgspec.to_builtins(c.upstream),
+            "src_dir": str(src),
+            "next_commands": [
+                f"git -C {src} add {' '.join(files)}",
+                "dgr-forge rebase --continue",
+                "dgr-forge rebase --abort",
+            ],
+        },
+    )
 
 
 def _history(state: RebaseState) -> bool:
@@ -344,11 +324,8 @@ def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) ->
     verb = "replayed"
     if step.outcome == "dropped":
         step.upstream_commits = upstreamed_by(src, state, step)
-        verb = (
-            "dropped (already upstream"
-            + "".join(f", {c.commit[:12]} {c.subject}" for c in step.upstream_commits[:3])
-            + ")"
-        )
+        took = "".join(f", {c.commit[:12]} {c.subject}" for c in step.upstream_commits[:3])
+        verb = f"dropped (already upstream{took})"
     out_.info(f"{step.file}: {verb}")
 
 
@@ -401,15 +378,12 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
         )
     record(src, state, resolved=True, known=known)
     clear_leftovers(src, out_, index_lock=False)
-    if step.outcome == "dropped-by-hand":
-        out_.info(f"{step.file}: resolved to no change: dropped by hand")
-    else:
-        out_.info(f"{step.file}: resolved by hand")
+    how = "to no change: dropped by hand" if step.outcome == "dropped-by-hand" else "by hand"
+    out_.info(f"{step.file}: resolved {how}")
     save_state(forge, state)
 
 
 def has_markers(src: Path, rel: str) -> bool:
     data = read_tree_file(src, rel, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
-    if data is None:
-        return False
-    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", data.decode("utf-8", errors="replace"), re.M))
+    text = data.decode("utf-8", errors="replace") if data is not None else ""
+    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))
