@@ -69,8 +69,7 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S,RANGE_REQUESTS,
-        RANGE_DEADLINE}; a bad value is exit 2."""
+        """The DGR_ARTIFACTS_* variables read below; a bad value is exit 2."""
         return cls(
             tries=env_number("DGR_ARTIFACTS_TRIES", cls.tries, 1, 1000),
             backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, 0.0, 300.0),
@@ -181,12 +180,10 @@ class Downloader:
                 self.dest.unlink(part)  # nothing worth resuming
         except OSError as err:  # the destination, not the source: disk full, permissions
             outcome.status = "failed"
-            st = self.dest.lstat(part)
+            st, d = self.dest.lstat(part), self.dest.path
             kept = f"; {st.st_size} bytes are kept in {part}" if st and st.st_size else ""
-            where = err.filename or self.dest.path
-            outcome.error = f"{f.name}: {err.strerror or err} ({where}){kept}"
+            outcome.error = f"{f.name}: {err.strerror or err} ({err.filename or d}){kept}"
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                d = self.dest.path
                 outcome.error += (
                     f"\n  fix: free space on the file system of {d} (`df -h {d}`)"
                     " and re-run provision: it resumes from the kept bytes"
