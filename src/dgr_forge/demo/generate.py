@@ -168,15 +168,13 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
 
 def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
     """The series authored on the pin in a scratch clone, exported into patches/llama.cpp/."""
-    dest = root / "patches" / "llama.cpp"
     with scratch_dir(root, ".demo-series-") as tmp:
         clone = tmp / "clone"
         gitutil.git(None, "clone", "-q", "--no-checkout", "--", str(upstream), str(clone))
         gitutil.git(clone, "checkout", "-q", "--detach", pin)
-        base = len(sources.HISTORY)
-        for i, c in enumerate(sources.SERIES):
-            _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
-        return compute_series(clone, pin, dest, tmp_root=tmp)
+        for n, c in enumerate(sources.SERIES, len(sources.HISTORY)):
+            _commit(clone, c.files, c.subject, n, sources.IDENTITY)
+        return compute_series(clone, pin, root / "patches" / "llama.cpp", tmp_root=tmp)
 
 
 def generate(root: Path) -> Demo:

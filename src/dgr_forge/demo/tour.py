@@ -270,8 +270,7 @@ def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
     report: str | None = None
     for step, reads in steps(demo):
         if step.name == "report verify":
-            shown = _rel(demo, report) if report else "?"
-            step.args = ["report", "verify", shown, "--artifacts"]
+            step.args = ["report", "verify", _rel(demo, report) if report else "?", "--artifacts"]
             step.args += ["--key", f"{sources.KEYS_DIR}/{sources.KEY_FILE}.pub"]
         out.step(f"dgr-forge {' '.join(step.args)}")
         result = _run(demo, step, reads)
