@@ -215,9 +215,8 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         raise GGUFError(f"the header claims {n_tensors} tensors, more than the file can hold")
     header = Header(version=version, n_tensors=n_tensors)
     for i in range(n_kv):
-        key_raw = r.string(f"KV {i} key")
         try:
-            key = key_raw.decode("utf-8")
+            key = r.string(f"KV {i} key").decode("utf-8")
         except UnicodeDecodeError:
             raise GGUFError(f"KV {i} key is not UTF-8") from None
         if key in header.keys:
@@ -334,14 +333,12 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
         else:
             names = [n for ns in parts.values() for n in ns]
             first = split_name(names[0])
-            complete = first is not None and len(names) == first.count
-            if totals and complete and len(totals) == len(names):
-                declared = next(iter(totals.values()))
-                actual = sum(tensor_counts[n] for n in names)
-                if actual != declared:
-                    for name in names:
-                        said = f"split.tensors.count says {declared}"
-                        mismatch(name, f"the parts hold {actual} tensors, {said}")
+            complete = first is not None and len(names) == first.count == len(totals)
+            declared, actual = next(iter(totals.values()), 0), sum(tensor_counts[n] for n in names)
+            if complete and actual != declared:
+                for name in names:
+                    said = f"split.tensors.count says {declared}"
+                    mismatch(name, f"the parts hold {actual} tensors, {said}")
     return {k: v for k, v in problems.items() if v}
 
 
