@@ -8,6 +8,7 @@ the file, the key and the fix; no input makes the loader raise anything else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -314,23 +315,20 @@ def _check_file(
 
 def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
+    bad = functools.partial(fail, shown, "files")
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
     for f in files:
         if (s := split_name(f.name)) is None:
             continue
         if s.count < 1 or not 1 <= s.no <= s.count:
-            raise fail(
-                shown,
-                "files",
+            raise bad(
                 f"{f.name}: part {s.no} of {s.count} is not a valid split part",
                 "parts are numbered 00001 to N, e.g. model-00001-of-00003.gguf",
             )
         known = counts.setdefault(s.prefix, s.count)
         if known != s.count:
-            raise fail(
-                shown,
-                "files",
+            raise bad(
                 f"split set {s.prefix}: {f.name} says {s.count} parts, another part says {known}",
                 "list the parts of one split set only (same -of-NNNNN)",
             )
@@ -338,9 +336,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     for prefix, parts in sets.items():
         if missing := [n for n in range(1, counts[prefix] + 1) if n not in parts]:
             listed = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
-            raise fail(
-                shown,
-                "files",
+            raise bad(
                 f"split set {prefix} is incomplete: not listed: {listed}",
                 "list every part of the set (`dgr-forge artifacts manifest` does)",
             )
