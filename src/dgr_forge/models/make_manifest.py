@@ -199,8 +199,7 @@ class RangeFile:
         self._block, self._want = b"", FIRST_BLOCK
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.size}[whence]
-        self.pos = base + offset
+        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
         return self.pos
 
     def read(self, n: int = -1) -> bytes:

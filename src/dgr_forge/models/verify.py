@@ -91,8 +91,7 @@ def verify(
     to_hash: list[Path] = []
     for f in files:
         path = target / f.name
-        s = split_name(f.name)
-        part = f" (split part {s.no} of {s.count})" if s else ""
+        part = f" (split part {s.no} of {s.count})" if (s := split_name(f.name)) else ""
         try:
             st = os.lstat(path)
         except FileNotFoundError:
