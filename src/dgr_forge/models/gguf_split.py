@@ -147,15 +147,13 @@ class _Reader:
         if (fmt := _SCALAR.get(item)) is not None:
             size = struct.calcsize(fmt)
             self.skip(self.count(what, size) * size, what)
-            return None
-        if item not in (_STRING, _ARRAY):
+        elif item == _STRING:  # every item has a length (8 bytes) or a header (12)
+            self._skip_strings(self.count(what, 8), what)
+        elif item == _ARRAY:
+            for _ in range(self.count(what, 12)):
+                self.value(item, what, depth + 1)
+        else:
             raise GGUFError(f"{what} has unknown item type {item}")
-        n = self.count(what, 8 if item == _STRING else 12)  # every item has a length/header
-        if item == _STRING:
-            self._skip_strings(n, what)
-            return None
-        for _ in range(n):
-            self.value(item, what, depth + 1)
         return None
 
     def _skip_strings(self, n: int, what: str) -> None:
