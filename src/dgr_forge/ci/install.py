@@ -97,8 +97,7 @@ def is_tool_repository(root: Path) -> bool:
 
 
 def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
-    """(line number, requirement) pairs, continuations joined, comments dropped; None:
-    missing."""
+    """(line number, requirement) pairs, continuations joined, comments dropped; None: missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -183,7 +182,6 @@ def unpublished() -> str:
 
 
 def tool_source(raw: str) -> str:
-    """The pip requirement for --tool-source `raw`."""
     where = "--tool-source"
 
     def refused(problem: str) -> BadInput:

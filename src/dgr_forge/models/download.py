@@ -314,7 +314,6 @@ class Downloader:
         state.again = True
 
     def _same_size(self, state: _Stream, size: int | None) -> None:
-        """The size the source says (if it says one) is the manifest's."""
         if size is not None and size != state.f.size:
             raise OperationFailed(
                 f"{state.f.name}: the source has {size} bytes, the manifest says "

@@ -416,7 +416,7 @@ def build(
         problems[meta.name] = [f"no part holds a tensor of layers {holes} (block_count {count})"]
     if problems:
         raise MapError(problems)
-    mapped = [
+    return lmap, [
         msgspec.structs.replace(
             f, layers=layermap.format_ranges(held[f.name][0]), tensors=held[f.name][1]
         )
@@ -424,7 +424,6 @@ def build(
         else f
         for f in files
     ]
-    return lmap, mapped
 
 
 def with_map(

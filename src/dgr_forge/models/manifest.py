@@ -109,7 +109,6 @@ class ModelFile(Record, frozen=True, omit_defaults=True):
 
     @cached_property
     def ranges(self) -> Ranges | None:
-        """`layers` parsed: the layers it holds tensors of (with a layer map)."""
         return None if self.layers is None else layermap.parse(self.layers)
 
     @property

@@ -67,7 +67,6 @@ def provision(
     selection: Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
-    """Bring the files `selection` needs (or all) into `dest`; `dry_run` writes none."""
     started = time.monotonic()
     policy = RetryPolicy.from_env()
     mirror = check_mirror(mirror)
