@@ -65,8 +65,7 @@ def parse(text: str) -> Ranges:
         if (m := _ITEM.fullmatch(item)) is None:
             shown = repr(item[:40]) if item else "an empty item"
             raise RangeError(f"item {n} is {shown}, not N or A-B (whole numbers from 0)")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise RangeError(f"item {n} {item!r} runs backwards ({lo} > {hi})")
         found.append((lo, hi))
