@@ -29,7 +29,6 @@ def text(rel: str) -> str:
 
 
 def tree(top: str) -> dict[str, str]:
-    """The package's files under `top/`, by their path there."""
     found: dict[str, str] = {}
     for entry in sorted(_FILES.joinpath(top).iterdir(), key=lambda e: e.name):  # a stable order
         rel = f"{top}/{entry.name}"

@@ -73,7 +73,6 @@ def check_destination(dest: Path) -> Path:
 
 
 def _regular_size(path: Path) -> int | None:
-    """The size of `path` if it is a regular file itself (a symlink is not), else None."""
     try:
         st = os.lstat(path)
     except OSError:

@@ -164,8 +164,7 @@ def provision(
 def _record(
     m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool
 ) -> Provisioned | None:
-    """The destination's ranges after a run: the union with what it held (a failed run
-    adds nothing). Only with a layer map."""
+    """With a layer map: the destination's ranges after a run, its record's plus these if ok."""
     if m.layer_map is None:
         return None
     old = subset.read_record(held.fd, m.name)
