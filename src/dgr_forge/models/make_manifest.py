@@ -223,8 +223,7 @@ class RangeFile:
         failures = 0
         while True:
             try:
-                self._block = self._get(start, end)
-                self._start = start
+                self._block, self._start = self._get(start, end), start
                 return
             except _Unsupported as err:
                 raise OperationFailed(
