@@ -31,17 +31,10 @@ from dgr_forge.core.errors import OperationFailed, env_number
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.models import sources
 from dgr_forge.models.dest import DestDir
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
-from dgr_forge.models.sources import (
-    HEADER_PHASE,
-    OutsideRoots,
-    file_source_path,
-    http_session,
-    open_file_source,
-    outside_roots,
-)
 
 if TYPE_CHECKING:
     from hashlib import _Hash
@@ -326,9 +319,9 @@ class Downloader:
         if state.have:
             headers["Range"] = f"bytes={state.have}-"
         timeout = (self.policy.connect_timeout, self.policy.read_timeout)
-        HEADER_PHASE.why = None
+        sources.HEADER_PHASE.why = None
         with (
-            http_session(self.policy.read_timeout) as session,
+            sources.http_session(self.policy.read_timeout) as session,
             session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
         ):
             code = r.status_code
@@ -369,15 +362,15 @@ class Downloader:
                     raise TooSlow(slow)
 
     def _copy_file(self, state: _Stream) -> None:
-        src = file_source_path(state.url)
+        src = sources.file_source_path(state.url)
         # opened once, no link followed at any component, then checked on the descriptor
         # (where it is, what it is, its size) and read through it: a swap after the
         # up-front check reads nothing; nothing (not even the size) is told about a file
         # this user may not read; a FIFO or device never blocks or streams
         try:
-            fd = open_file_source(src, self.file_roots)
-        except OutsideRoots:  # this file fails, the others go on
-            refused = outside_roots(state.f.name, state.url, state.f.name)
+            fd = sources.open_file_source(src, self.file_roots)
+        except sources.OutsideRoots:  # this file fails, the others go on
+            refused = sources.outside_roots(state.f.name, state.url, state.f.name)
             raise OperationFailed(refused.message, hint=refused.hint) from None
         except FileNotFoundError:
             raise OperationFailed(
@@ -463,9 +456,9 @@ def _brief(err: BaseException) -> str:
     """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
     if isinstance(err, _Retry):
         return mask_text(str(err))
-    why = getattr(HEADER_PHASE, "why", None)
+    why = getattr(sources.HEADER_PHASE, "why", None)
     if why:  # cut in the header phase: say why, not requests' nested text
-        HEADER_PHASE.why = None
+        sources.HEADER_PHASE.why = None
         return str(why)
     if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
         return "timed out"

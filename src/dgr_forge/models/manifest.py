@@ -19,20 +19,11 @@ from urllib.parse import quote, urlsplit
 import msgspec
 import tomli_w
 
-from dgr_forge.core import urls
+from dgr_forge.core import tominput, urls
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import (
-    MAX_BYTES,
-    CheckedStr,
-    Checker,
-    Record,
-    Version1,
-    about,
-    decode,
-    fail,
-)
+from dgr_forge.core.tominput import CheckedStr, Record, Version1, about, decode, fail
 from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
@@ -214,7 +205,7 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     a writer comparing what is there now."""
     return read_regular(
         path,
-        limit=MAX_BYTES,
+        limit=tominput.MAX_BYTES,
         what="model manifest",
         shown=shown,
         root=root,
@@ -226,7 +217,7 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
 def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
-    m = decode(shown, Checker(shown).parse(raw), ModelManifest, path=path, shown=shown)
+    m = decode(shown, tominput.Checker(shown).parse(raw), ModelManifest, path=path, shown=shown)
     name, revision, shared_dir = m.name, m.model.source_revision, m.model.shared_dir
     if shared_dir is not None and not shared_dir.startswith("/"):
         raise fail(
