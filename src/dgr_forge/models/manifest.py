@@ -24,13 +24,12 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
 from dgr_forge.core.tominput import CheckedStr, Record, Version1, about, decode, fail
-from dgr_forge.core.urls import HTTP_SCHEMES, mask
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
 SCHEMA: Final = 1
 MODELS_DIR = "manifests/models"
-URL_SCHEMES = (*HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
+URL_SCHEMES = (*urls.HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
 PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -152,7 +151,7 @@ def split_name(name: str) -> SplitName | None:
 def check_url(url: str) -> str | None:
     """None when `url` is a usable http(s)/file URL, else what is wrong with it (the URL
     masked); `core.urls.check_url` (a leading `-`, control characters, NUL) runs after."""
-    shown = mask(url)
+    shown = urls.mask(url)
     try:
         parts = urlsplit(url)
     except ValueError as err:
