@@ -16,9 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
-import requests
 import requests.adapters
-import urllib3
 import urllib3.connection
 import urllib3.connectionpool
 
