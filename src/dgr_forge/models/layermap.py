@@ -95,9 +95,7 @@ def check_group(name: str) -> str | None:
     """None when `name` is a tensor group name the map may hold, else what is wrong."""
     if _GROUP.fullmatch(name) is None:
         return f"{name[:80]!r} is not a tensor group name (letters, digits, _; at most 64)"
-    if name == "blk":
-        return "'blk' is the layers' prefix, not a group"
-    return None
+    return "'blk' is the layers' prefix, not a group" if name == "blk" else None
 
 
 def groups(names: Iterable[bytes], block_count: int) -> tuple[Ranges, tuple[str, ...]]:
