@@ -80,21 +80,18 @@ class _Built(_Said):
         return (self.lanes or [_Lane()])[0]
 
     def proved(self, demo: Demo) -> str:
+        runs = ""  # what the built worker prints first
+        for path in (Path(art.path) for art in self.lane.artifacts):
+            if path.name == "shard-worker" and path.is_file():
+                ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
+                first = (ran.stdout.strip().splitlines() or [""])[0]
+                runs = f"; it runs: {first}" if ran.returncode == 0 and first else ""
+                break
         return (
             f"the worker was configured and built (CMake + Ninja) against the patched tree; "
             f"{len(self.lane.artifacts)} artifact(s) hashed into the signed report "
-            f"{_rel(demo, self.lane.report)}" + _worker_says(demo, self.lane)
+            f"{_rel(demo, self.lane.report)}{runs}"
         )
-
-
-def _worker_says(demo: Demo, lane: _Lane) -> str:
-    for art in lane.artifacts:
-        path = Path(art.path)
-        if path.name == "shard-worker" and path.is_file():
-            ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
-            first = (ran.stdout.strip().splitlines() or [""])[0]
-            return f"; it runs: {first}" if ran.returncode == 0 and first else ""
-    return ""
 
 
 class _Key(Struct):
