@@ -202,8 +202,7 @@ class _DeadlineAdapter(requests.adapters.HTTPAdapter):
 
 def http_session(deadline: float) -> requests.Session:
     """A requests session whose every request (redirects too) has a header deadline."""
-    session = requests.Session()
-    adapter = _DeadlineAdapter(deadline)
+    session, adapter = requests.Session(), _DeadlineAdapter(deadline)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
