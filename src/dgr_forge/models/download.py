@@ -41,7 +41,6 @@ if TYPE_CHECKING:
 
 NET_CHUNK = 1 << 20
 _SIZE_FIX = "fix size (and sha256) in the manifest, or point it at the right file"
-TickFn = Callable[[int, str | None], None]
 
 
 @dataclass(frozen=True)
@@ -138,11 +137,10 @@ class _Stream:
     shown: str  # the URL as messages show it: credentials masked
     part: str  # NAME.part
     outcome: FileOutcome
-    tick: TickFn
+    tick: Callable[[int, str | None], None]
     have: int = 0
     h: _Hash = field(default_factory=hashlib.sha256)
     fd: int = -1
-    said_restart: bool = False
     again: bool = False  # the last response made us start over; not a failure
 
 
@@ -295,9 +293,8 @@ class Downloader:
                 f"{state.f.name}: {why}, {state.outcome.restarts} times; giving up ({state.shown})",
                 hint="the server does not serve this file consistently; try a --mirror",
             )
-        if not state.said_restart:
+        if not state.outcome.restarts:
             self.out.warn(f"{state.f.name}: {why}; restarting this file from byte 0")
-            state.said_restart = True
         os.ftruncate(state.fd, 0)  # O_APPEND: the next write lands at byte 0
         state.tick(-state.have, None)
         state.have = 0
