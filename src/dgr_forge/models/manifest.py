@@ -200,8 +200,7 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
 
 def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
-    never waited on; under the forge `root`, never through a link): for `load`, and for
-    a writer comparing what is there now."""
+    never waited on; under the forge `root`, never through a link)."""
     return read_regular(
         path,
         limit=tominput.MAX_BYTES,
