@@ -130,8 +130,7 @@ class _Canary(_Said):
     def proved(self, demo: Demo) -> str:
         parts = []
         for row in self.patches:
-            first = row.upstream_commits[:1]
-            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in first)
+            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in row.upstream_commits[:1])
             if row.outcome == "conflict":
                 files = ", ".join(row.files)
                 parts.append(f"{row.file} would conflict in {files} with upstream{by}")
