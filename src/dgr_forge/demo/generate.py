@@ -155,8 +155,7 @@ def write_new(root: Path, rel: str, content: str | bytes) -> None:
 
 def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
     for rel, content in files.items():
-        target = repo / rel
-        if target.is_file() and not target.is_symlink():
+        if (target := repo / rel).is_file() and not target.is_symlink():
             target.unlink()  # a later commit's version: a new file, written no-follow
         write_new(repo, rel, content)
     gitutil.git(repo, "add", "-A")

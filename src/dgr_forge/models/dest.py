@@ -169,8 +169,7 @@ class DestDir(AbstractContextManager["DestDir"]):
         """BadInput when a final file's name is a symlink or other non-file: provision would
         read (and report as present) whatever it points at, a way to pass off a file."""
         for f in files:
-            st = self.lstat(f.name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
+            if (st := self.lstat(f.name)) is not None and not stat.S_ISREG(st.st_mode):
                 path = self / f.name
                 raise BadInput(
                     f"{path}: is {kind(st.st_mode)}, not a regular file; model files are never "

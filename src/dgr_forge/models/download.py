@@ -183,8 +183,7 @@ class Downloader:
 
     def _provision(self, state: _Stream) -> None:
         f, part, outcome = state.f, state.part, state.outcome
-        fd = self.dest.open_final(f.name)
-        if fd is not None:
+        if (fd := self.dest.open_final(f.name)) is not None:
             try:
                 st = os.fstat(fd)
                 differs = f"{st.st_size} bytes, manifest says {f.size}"
@@ -321,8 +320,7 @@ class Downloader:
             sources.http_session(self.policy.read_timeout) as session,
             session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
         ):
-            code = r.status_code
-            if code == 206:
+            if (code := r.status_code) == 206:
                 start, _, total = content_range(r.headers.get("Content-Range", ""))
                 self._same_size(state, total)
                 if start != state.have:

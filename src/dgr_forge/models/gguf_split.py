@@ -408,8 +408,7 @@ def build(
             problems.setdefault(f.name, []).append(str(err))
             continue
         for t in h.tensors:
-            other = seen.setdefault(t, f.name)
-            if other != f.name:
+            if (other := seen.setdefault(t, f.name)) != f.name:
                 problems.setdefault(f.name, []).append(f"tensor {t[:80]!r} is also in {other}")
                 break
     if not problems and (holes := layermap.holes((r for r, _ in held.values()), count)):

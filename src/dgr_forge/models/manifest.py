@@ -314,8 +314,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
                 f"{f.name}: part {s.no} of {s.count} is not a valid split part",
                 "parts are numbered 00001 to N, e.g. model-00001-of-00003.gguf",
             )
-        known = counts.setdefault(s.prefix, s.count)
-        if known != s.count:
+        if (known := counts.setdefault(s.prefix, s.count)) != s.count:
             raise bad(
                 f"split set {s.prefix}: {f.name} says {s.count} parts, another part says {known}",
                 "list the parts of one split set only (same -of-NNNNN)",
