@@ -263,8 +263,7 @@ def read_headers(
     """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
     headers: dict[str, Header | str] = {}
     for f in gguf_files(files):
-        path = dest / f.name
-        if not path.is_file():
+        if not (path := dest / f.name).is_file():
             continue
         try:
             headers[f.name] = read_header(path, follow=follow)

@@ -80,9 +80,7 @@ def read_small(dir_fd: int, name: str, limit: int) -> bytes | None:
     return raw if len(raw) <= limit else None
 
 
-class _Entry(Struct, frozen=True):
-    """A file this tool hashed: its exact stat signature and its sha256."""
-
+class _Entry(Struct, frozen=True):  # a file this tool hashed: its exact stat signature
     size: int
     mtime_ns: int
     ctime_ns: int
