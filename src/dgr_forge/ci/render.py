@@ -218,13 +218,11 @@ def _flow(value: Any) -> str:
 # the literal expression `${{ '${{' }}` (which evaluates to those three characters: the
 # job gets the same bytes); GitLab expands `$VAR`/`${VAR}` in variables, so a variable
 # holding a `$` is written with `expand: false`.
-_GITHUB_OPEN = "${{"
-_GITHUB_LITERAL = "${{ '${{' }}"
 
 
 def _github_inert(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace(_GITHUB_OPEN, _GITHUB_LITERAL)
+        return value.replace("${{", "${{ '${{' }}")
     if isinstance(value, list):
         return [_github_inert(v) for v in value]
     if isinstance(value, dict):
