@@ -305,7 +305,7 @@ def test_the_model_source_is_allowed_for_certify_alone_whatever_dirs_name(
         public_key=key.with_name("k.pem.pub"),
         steps=[],
     )
-    envs = {s.name: s.env for s, _ in steps(demo)}
+    envs = {s.name: s.env for s in steps(demo)}
     assert [n for n, env in envs.items() if env] == ["certify"]
     monkeypatch.chdir(root)  # the step's working directory: DIR
     monkeypatch.setenv(FILE_ROOTS_ENV, envs["certify"][FILE_ROOTS_ENV])

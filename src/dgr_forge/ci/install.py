@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-import msgspec
-
 from dgr_forge import __version__
 from dgr_forge.core import tominput
 from dgr_forge.core.errors import BadInput, OperationFailed
@@ -91,27 +89,15 @@ def is_tool_repository(root: Path) -> bool:
             return False
         raise
     try:  # bounded like every TOML input (depth, number size), then the one key we read
-        data = tominput.Checker("pyproject.toml").parse(raw)
-        name = msgspec.convert(data, _PyProject, strict=True).project.name
-    except (BadInput, msgspec.ValidationError):
+        project = tominput.Checker("pyproject.toml").parse(raw).get("project")
+    except BadInput:
         return False  # not a pyproject we can read: not the tool's
-    return name is not None and _canonical(name) == "dgr-forge"
-
-
-# -- pyproject.toml as far as this reads it: another tool's keys are that tool's business
-
-
-class _Project(msgspec.Struct):
-    name: str | None = None
-
-
-class _PyProject(msgspec.Struct):
-    project: _Project = msgspec.field(default_factory=_Project)
+    name = project.get("name") if isinstance(project, dict) else None
+    return isinstance(name, str) and _canonical(name) == "dgr-forge"
 
 
 def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
-    """(line number, requirement) pairs, continuations joined, comments dropped; None:
-    missing."""
+    """(line number, requirement) pairs, continuations joined, comments dropped; None: missing."""
     path = root / rel
     if path.parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
@@ -196,7 +182,6 @@ def unpublished() -> str:
 
 
 def tool_source(raw: str) -> str:
-    """The pip requirement for --tool-source `raw`."""
     where = "--tool-source"
 
     def refused(problem: str) -> BadInput:

@@ -6,6 +6,7 @@ rendered CI guarantees is docs/ci.md's and SECURITY.md's.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import json
@@ -217,13 +218,11 @@ def _flow(value: Any) -> str:
 # the literal expression `${{ '${{' }}` (which evaluates to those three characters: the
 # job gets the same bytes); GitLab expands `$VAR`/`${VAR}` in variables, so a variable
 # holding a `$` is written with `expand: false`.
-_GITHUB_OPEN = "${{"
-_GITHUB_LITERAL = "${{ '${{' }}"
 
 
 def _github_inert(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace(_GITHUB_OPEN, _GITHUB_LITERAL)
+        return value.replace("${{", "${{ '${{' }}")
     if isinstance(value, list):
         return [_github_inert(v) for v in value]
     if isinstance(value, dict):
@@ -392,12 +391,10 @@ def render(
 
 def write(path: Path, text: str) -> bool:
     """Write the workflow atomically; False when it is already up to date."""
-    try:  # never blocks on a FIFO planted at --out; anything but a regular file is replaced
+    with contextlib.suppress(BadInput, UnicodeDecodeError):  # missing, not a file or text
         old = read_regular(path, what="workflow file", hint="", limit=MAX_WORKFLOW_BYTES)
-        if old.decode("utf-8") == text:
+        if old.decode("utf-8") == text:  # never blocks on a FIFO planted at --out
             return False
-    except (BadInput, UnicodeDecodeError):
-        pass  # missing, unreadable, not a file or not text: replace it
     if path.is_dir():
         raise BadInput(f"{path}: is a directory", hint="pass --out a file path")
     try:

@@ -155,8 +155,7 @@ def write_new(root: Path, rel: str, content: str | bytes) -> None:
 
 def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict[str, str]) -> str:
     for rel, content in files.items():
-        target = repo / rel
-        if target.is_file() and not target.is_symlink():
+        if (target := repo / rel).is_file() and not target.is_symlink():
             target.unlink()  # a later commit's version: a new file, written no-follow
         write_new(repo, rel, content)
     gitutil.git(repo, "add", "-A")
@@ -168,22 +167,19 @@ def _commit(repo: Path, files: dict[str, str], subject: str, n: int, ident: dict
 
 def write_series(root: Path, upstream: Path, pin: str) -> list[ExportedPatch]:
     """The series authored on the pin in a scratch clone, exported into patches/llama.cpp/."""
-    dest = root / "patches" / "llama.cpp"
     with scratch_dir(root, ".demo-series-") as tmp:
         clone = tmp / "clone"
         gitutil.git(None, "clone", "-q", "--no-checkout", "--", str(upstream), str(clone))
         gitutil.git(clone, "checkout", "-q", "--detach", pin)
-        base = len(sources.HISTORY)
-        for i, c in enumerate(sources.SERIES):
-            _commit(clone, c.files, c.subject, base + i, sources.IDENTITY)
-        return compute_series(clone, pin, dest, tmp_root=tmp)
+        for n, c in enumerate(sources.SERIES, len(sources.HISTORY)):
+            _commit(clone, c.files, c.subject, n, sources.IDENTITY)
+        return compute_series(clone, pin, root / "patches" / "llama.cpp", tmp_root=tmp)
 
 
 def generate(root: Path) -> Demo:
     """Fill the (checked, empty) `root`: a forge root of one commit, as a team's would be."""
     from dgr_forge.attest import keys  # the cryptography import, only when a demo is made
 
-    product.require("the demo")  # refuse (exit 1) before writing anything
     upstream = root / sources.UPSTREAM_DIR
     upstream.mkdir(parents=True)
     gitutil.git(upstream, "init", "-q", "-b", sources.BRANCH)

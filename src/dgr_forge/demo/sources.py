@@ -29,7 +29,6 @@ def text(rel: str) -> str:
 
 
 def tree(top: str) -> dict[str, str]:
-    """The package's files under `top/`, by their path there."""
     found: dict[str, str] = {}
     for entry in sorted(_FILES.joinpath(top).iterdir(), key=lambda e: e.name):  # a stable order
         rel = f"{top}/{entry.name}"
@@ -132,8 +131,7 @@ def _part(no: int, count: int) -> bytes:
     tensor = _str(f"blk.{no}.weight") + struct.pack("<IQIQ", 1, _ELEMS, _F32, 0)
     head = b"GGUF" + struct.pack("<IQQ", 3, 1, len(kvs)) + b"".join(kvs) + tensor
     head += b"\0" * (-len(head) % _ALIGN)
-    data = b"".join(struct.pack("<f", (no * _ELEMS + i) / 1024.0) for i in range(_ELEMS))
-    return head + data
+    return head + b"".join(struct.pack("<f", (no * _ELEMS + i) / 1024.0) for i in range(_ELEMS))
 
 
 def model_parts() -> dict[str, bytes]:

@@ -24,14 +24,6 @@ from dgr_forge.models.sources import FILE_ROOTS_ENV
 KEEP_ENV = ("DGR_DEBUG", "DGR_LOCK_TIMEOUT")
 
 
-class Step(Struct):
-    name: str
-    args: list[str]
-    expect: tuple[int, ...] = (ExitCode.OK,)
-    env: dict[str, str] = {}  # this step's own settings
-    exit_code: int | None = None
-
-
 def _short(commit: object) -> str:
     return str(commit or "?")[:12]
 
@@ -88,21 +80,18 @@ class _Built(_Said):
         return (self.lanes or [_Lane()])[0]
 
     def proved(self, demo: Demo) -> str:
+        runs = ""  # what the built worker prints first
+        for path in (Path(art.path) for art in self.lane.artifacts):
+            if path.name == "shard-worker" and path.is_file():
+                ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
+                first = (ran.stdout.strip().splitlines() or [""])[0]
+                runs = f"; it runs: {first}" if ran.returncode == 0 and first else ""
+                break
         return (
             f"the worker was configured and built (CMake + Ninja) against the patched tree; "
             f"{len(self.lane.artifacts)} artifact(s) hashed into the signed report "
-            f"{_rel(demo, self.lane.report)}" + _worker_says(demo, self.lane)
+            f"{_rel(demo, self.lane.report)}{runs}"
         )
-
-
-def _worker_says(demo: Demo, lane: _Lane) -> str:
-    for art in lane.artifacts:
-        path = Path(art.path)
-        if path.name == "shard-worker" and path.is_file():
-            ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
-            first = (ran.stdout.strip().splitlines() or [""])[0]
-            return f"; it runs: {first}" if ran.returncode == 0 and first else ""
-    return ""
 
 
 class _Key(Struct):
@@ -141,8 +130,7 @@ class _Canary(_Said):
     def proved(self, demo: Demo) -> str:
         parts = []
         for row in self.patches:
-            first = row.upstream_commits[:1]
-            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in first)
+            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in row.upstream_commits[:1])
             if row.outcome == "conflict":
                 files = ", ".join(row.files)
                 parts.append(f"{row.file} would conflict in {files} with upstream{by}")
@@ -206,6 +194,15 @@ class _Advertised(_Said):
         return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
 
 
+class Step(Struct):
+    name: str
+    args: list[str]
+    reads: type[_Said] = _Said  # what the step's `--json` object is read as
+    expect: tuple[int, ...] = (ExitCode.OK,)
+    env: dict[str, str] = {}  # this step's own settings
+    exit_code: int | None = None
+
+
 def _decode(raw: str, reads: type[_Said]) -> _Said:
     try:
         return msgspec.json.decode(raw, type=reads)
@@ -213,10 +210,9 @@ def _decode(raw: str, reads: type[_Said]) -> _Said:
         return reads()
 
 
-def _run(demo: Demo, step: Step, reads: type[_Said] = _Said) -> _Said:
+def _run(demo: Demo, step: Step) -> _Said:
     # -P: nothing is imported from DIR, the child's working directory
-    cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json"]
-    cmd += step.args
+    cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json", *step.args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
     done = proc.capture(cmd, cwd=demo.root, env={**env, **step.env})
     step.exit_code = done.returncode
@@ -230,51 +226,46 @@ def _run(demo: Demo, step: Step, reads: type[_Said] = _Said) -> _Said:
             "`dgr-forge doctor` says what this host lacks",
             details={"step": step.name, "step_exit_code": done.returncode},
         )
-    return _decode(done.stdout, reads)
+    return _decode(done.stdout, step.reads)
 
 
-def steps(demo: Demo) -> list[tuple[Step, type[_Said]]]:
+def steps(demo: Demo) -> list[Step]:
     key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
     return [
-        (Step("fetch", ["fetch"]), _Fetched),
-        (Step("patch", ["patch"]), _Patched),
-        (Step("build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"]), _Built),
-        (Step("report verify", []), _Verified),
-        (
-            Step(
-                "rebase --dry-run",
-                ["rebase", "--onto", sources.BRANCH, "--dry-run"],
-                expect=(ExitCode.OK, ExitCode.NEEDS_HUMAN),
-            ),
+        Step("fetch", ["fetch"], _Fetched),
+        Step("patch", ["patch"], _Patched),
+        Step("build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"], _Built),
+        Step("report verify", [], _Verified),
+        Step(
+            "rebase --dry-run",
+            ["rebase", "--onto", sources.BRANCH, "--dry-run"],
             _Canary,
+            expect=(ExitCode.OK, ExitCode.NEEDS_HUMAN),
         ),
-        (
-            Step(
-                "certify",
-                [
-                    *("certify", "--lane", "cpu", "--model", sources.MODEL, "--key", key),
-                    *("--report-key", f"{key}.pub"),
-                ],
-                # the model's file:// source, allowed for this step only; relative to
-                # its working directory, DIR, so a `:` in DIR's name splits no path list
-                env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
-            ),
+        Step(
+            "certify",
+            [
+                *("certify", "--lane", "cpu", "--model", sources.MODEL, "--key", key),
+                *("--report-key", f"{key}.pub"),
+            ],
             _Certified,
+            # the model's file:// source, allowed for this step only; relative to
+            # its working directory, DIR, so a `:` in DIR's name splits no path list
+            env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
         ),
-        (Step("lanes --advertised", ["lanes", "--advertised"]), _Advertised),
+        Step("lanes --advertised", ["lanes", "--advertised"], _Advertised),
     ]
 
 
 def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
     done: list[DemoStep] = []
     report: str | None = None
-    for step, reads in steps(demo):
+    for step in steps(demo):
         if step.name == "report verify":
-            shown = _rel(demo, report) if report else "?"
-            step.args = ["report", "verify", shown, "--artifacts"]
+            step.args = ["report", "verify", _rel(demo, report) if report else "?", "--artifacts"]
             step.args += ["--key", f"{sources.KEYS_DIR}/{sources.KEY_FILE}.pub"]
         out.step(f"dgr-forge {' '.join(step.args)}")
-        result = _run(demo, step, reads)
+        result = _run(demo, step)
         proved = result.proved(demo)
         out.info(f"    proved: {proved}")
         if isinstance(result, _Built):

@@ -73,7 +73,6 @@ def check_destination(dest: Path) -> Path:
 
 
 def _regular_size(path: Path) -> int | None:
-    """The size of `path` if it is a regular file itself (a symlink is not), else None."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -170,8 +169,7 @@ class DestDir(AbstractContextManager["DestDir"]):
         """BadInput when a final file's name is a symlink or other non-file: provision would
         read (and report as present) whatever it points at, a way to pass off a file."""
         for f in files:
-            st = self.lstat(f.name)
-            if st is not None and not stat.S_ISREG(st.st_mode):
+            if (st := self.lstat(f.name)) is not None and not stat.S_ISREG(st.st_mode):
                 path = self / f.name
                 raise BadInput(
                     f"{path}: is {kind(st.st_mode)}, not a regular file; model files are never "
@@ -241,26 +239,6 @@ class DestDir(AbstractContextManager["DestDir"]):
             ) from None
 
 
-def _open_lock(dest: DestDir) -> int:
-    path = dest / LOCK_FILE
-    try:
-        got = dest._open(LOCK_FILE, os.O_RDWR | os.O_CREAT)
-    except OSError as err:  # e.g. another user's, not writable
-        raise BadInput(
-            f"{path}: cannot open the provision lock ({err.strerror})",
-            hint="provision as a user who may write into --dest, or pass another --dest",
-            details={"lock": str(path)},
-        ) from None
-    if isinstance(got, int):
-        return got
-    why = f" ({got[1].strerror}); it is never followed" if got[1] else ", not a regular file"
-    raise BadInput(
-        f"{path}: the provision lock is {kind(got[0])}{why}",
-        hint=f"remove it (`rm {path}`) and re-run provision",
-        details={"lock": str(path)},
-    )
-
-
 @contextmanager
 def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     """One provision per destination at a time (two writers on one NAME.part corrupt it),
@@ -268,14 +246,29 @@ def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
         yield
         return
+    path = dest / LOCK_FILE
+    try:
+        fd = dest._open(LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    except OSError as err:  # e.g. another user's, not writable
+        raise BadInput(
+            f"{path}: cannot open the provision lock ({err.strerror})",
+            hint="provision as a user who may write into --dest, or pass another --dest",
+            details={"lock": str(path)},
+        ) from None
+    if not isinstance(fd, int):
+        why = f" ({fd[1].strerror}); it is never followed" if fd[1] else ", not a regular file"
+        raise BadInput(
+            f"{path}: the provision lock is {kind(fd[0])}{why}",
+            hint=f"remove it (`rm {path}`) and re-run provision",
+            details={"lock": str(path)},
+        )
     words = LockWords(
         busy=f"{dest.path} is being provisioned",
         still_busy=f"{dest.path} still being provisioned",
         label="provision lock",
     )
-    fd = _open_lock(dest)
     try:
-        with hold(fd, dest / LOCK_FILE, words, out.info, lambda: holder_of(fd)):
+        with hold(fd, path, words, out.info, lambda: holder_of(fd)):
             yield
     finally:
         os.close(fd)

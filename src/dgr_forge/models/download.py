@@ -31,24 +31,16 @@ from dgr_forge.core.errors import OperationFailed, env_number
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask, mask_text
+from dgr_forge.models import sources
 from dgr_forge.models.dest import DestDir
 from dgr_forge.models.hashing import READ_BLOCK, Progress, VerifiedCache, hash_fd, human
 from dgr_forge.models.manifest import PART_SUFFIX, ModelFile
-from dgr_forge.models.sources import (
-    HEADER_PHASE,
-    OutsideRoots,
-    file_source_path,
-    http_session,
-    open_file_source,
-    outside_roots,
-)
 
 if TYPE_CHECKING:
     from hashlib import _Hash
 
 NET_CHUNK = 1 << 20
 _SIZE_FIX = "fix size (and sha256) in the manifest, or point it at the right file"
-TickFn = Callable[[int, str | None], None]
 
 
 @dataclass(frozen=True)
@@ -69,8 +61,7 @@ class RetryPolicy:
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """DGR_ARTIFACTS_{TRIES,BACKOFF,TIMEOUT,MIN_RATE,STALL_S,RANGE_REQUESTS,
-        RANGE_DEADLINE}; a bad value is exit 2."""
+        """The DGR_ARTIFACTS_* variables read below; a bad value is exit 2."""
         return cls(
             tries=env_number("DGR_ARTIFACTS_TRIES", cls.tries, 1, 1000),
             backoff=env_number("DGR_ARTIFACTS_BACKOFF", cls.backoff, 0.0, 300.0),
@@ -146,11 +137,10 @@ class _Stream:
     shown: str  # the URL as messages show it: credentials masked
     part: str  # NAME.part
     outcome: FileOutcome
-    tick: TickFn
+    tick: Callable[[int, str | None], None]
     have: int = 0
     h: _Hash = field(default_factory=hashlib.sha256)
     fd: int = -1
-    said_restart: bool = False
     again: bool = False  # the last response made us start over; not a failure
 
 
@@ -181,12 +171,10 @@ class Downloader:
                 self.dest.unlink(part)  # nothing worth resuming
         except OSError as err:  # the destination, not the source: disk full, permissions
             outcome.status = "failed"
-            st = self.dest.lstat(part)
+            st, d = self.dest.lstat(part), self.dest.path
             kept = f"; {st.st_size} bytes are kept in {part}" if st and st.st_size else ""
-            where = err.filename or self.dest.path
-            outcome.error = f"{f.name}: {err.strerror or err} ({where}){kept}"
+            outcome.error = f"{f.name}: {err.strerror or err} ({err.filename or d}){kept}"
             if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                d = self.dest.path
                 outcome.error += (
                     f"\n  fix: free space on the file system of {d} (`df -h {d}`)"
                     " and re-run provision: it resumes from the kept bytes"
@@ -195,8 +183,7 @@ class Downloader:
 
     def _provision(self, state: _Stream) -> None:
         f, part, outcome = state.f, state.part, state.outcome
-        fd = self.dest.open_final(f.name)
-        if fd is not None:
+        if (fd := self.dest.open_final(f.name)) is not None:
             try:
                 st = os.fstat(fd)
                 differs = f"{st.st_size} bytes, manifest says {f.size}"
@@ -305,9 +292,8 @@ class Downloader:
                 f"{state.f.name}: {why}, {state.outcome.restarts} times; giving up ({state.shown})",
                 hint="the server does not serve this file consistently; try a --mirror",
             )
-        if not state.said_restart:
+        if not state.outcome.restarts:
             self.out.warn(f"{state.f.name}: {why}; restarting this file from byte 0")
-            state.said_restart = True
         os.ftruncate(state.fd, 0)  # O_APPEND: the next write lands at byte 0
         state.tick(-state.have, None)
         state.have = 0
@@ -317,7 +303,6 @@ class Downloader:
         state.again = True
 
     def _same_size(self, state: _Stream, size: int | None) -> None:
-        """The size the source says (if it says one) is the manifest's."""
         if size is not None and size != state.f.size:
             raise OperationFailed(
                 f"{state.f.name}: the source has {size} bytes, the manifest says "
@@ -330,13 +315,12 @@ class Downloader:
         if state.have:
             headers["Range"] = f"bytes={state.have}-"
         timeout = (self.policy.connect_timeout, self.policy.read_timeout)
-        HEADER_PHASE.why = None
+        sources.HEADER_PHASE.why = None
         with (
-            http_session(self.policy.read_timeout) as session,
+            sources.http_session(self.policy.read_timeout) as session,
             session.get(state.url, headers=headers, stream=True, timeout=timeout) as r,
         ):
-            code = r.status_code
-            if code == 206:
+            if (code := r.status_code) == 206:
                 start, _, total = content_range(r.headers.get("Content-Range", ""))
                 self._same_size(state, total)
                 if start != state.have:
@@ -373,15 +357,15 @@ class Downloader:
                     raise TooSlow(slow)
 
     def _copy_file(self, state: _Stream) -> None:
-        src = file_source_path(state.url)
+        src = sources.file_source_path(state.url)
         # opened once, no link followed at any component, then checked on the descriptor
         # (where it is, what it is, its size) and read through it: a swap after the
         # up-front check reads nothing; nothing (not even the size) is told about a file
         # this user may not read; a FIFO or device never blocks or streams
         try:
-            fd = open_file_source(src, self.file_roots)
-        except OutsideRoots:  # this file fails, the others go on
-            refused = outside_roots(state.f.name, state.url, state.f.name)
+            fd = sources.open_file_source(src, self.file_roots)
+        except sources.OutsideRoots:  # this file fails, the others go on
+            refused = sources.outside_roots(state.f.name, state.url, state.f.name)
             raise OperationFailed(refused.message, hint=refused.hint) from None
         except FileNotFoundError:
             raise OperationFailed(
@@ -467,9 +451,9 @@ def _brief(err: BaseException) -> str:
     """A one-line reason for a transient failure (requests/urllib3 texts are nested tuples)."""
     if isinstance(err, _Retry):
         return mask_text(str(err))
-    why = getattr(HEADER_PHASE, "why", None)
+    why = getattr(sources.HEADER_PHASE, "why", None)
     if why:  # cut in the header phase: say why, not requests' nested text
-        HEADER_PHASE.why = None
+        sources.HEADER_PHASE.why = None
         return str(why)
     if isinstance(err, requests.Timeout | urllib3.exceptions.TimeoutError):
         return "timed out"

@@ -147,15 +147,13 @@ class _Reader:
         if (fmt := _SCALAR.get(item)) is not None:
             size = struct.calcsize(fmt)
             self.skip(self.count(what, size) * size, what)
-            return None
-        if item not in (_STRING, _ARRAY):
+        elif item == _STRING:  # every item has a length (8 bytes) or a header (12)
+            self._skip_strings(self.count(what, 8), what)
+        elif item == _ARRAY:
+            for _ in range(self.count(what, 12)):
+                self.value(item, what, depth + 1)
+        else:
             raise GGUFError(f"{what} has unknown item type {item}")
-        n = self.count(what, 8 if item == _STRING else 12)  # every item has a length/header
-        if item == _STRING:
-            self._skip_strings(n, what)
-            return None
-        for _ in range(n):
-            self.value(item, what, depth + 1)
         return None
 
     def _skip_strings(self, n: int, what: str) -> None:
@@ -215,9 +213,8 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         raise GGUFError(f"the header claims {n_tensors} tensors, more than the file can hold")
     header = Header(version=version, n_tensors=n_tensors)
     for i in range(n_kv):
-        key_raw = r.string(f"KV {i} key")
         try:
-            key = key_raw.decode("utf-8")
+            key = r.string(f"KV {i} key").decode("utf-8")
         except UnicodeDecodeError:
             raise GGUFError(f"KV {i} key is not UTF-8") from None
         if key in header.keys:
@@ -266,8 +263,7 @@ def read_headers(
     """The headers of the present `.gguf` files: name -> header, or why it is unreadable."""
     headers: dict[str, Header | str] = {}
     for f in gguf_files(files):
-        path = dest / f.name
-        if not path.is_file():
+        if not (path := dest / f.name).is_file():
             continue
         try:
             headers[f.name] = read_header(path, follow=follow)
@@ -334,14 +330,12 @@ def check_headers(headers: dict[str, Header | str]) -> dict[str, list[str]]:
         else:
             names = [n for ns in parts.values() for n in ns]
             first = split_name(names[0])
-            complete = first is not None and len(names) == first.count
-            if totals and complete and len(totals) == len(names):
-                declared = next(iter(totals.values()))
-                actual = sum(tensor_counts[n] for n in names)
-                if actual != declared:
-                    for name in names:
-                        said = f"split.tensors.count says {declared}"
-                        mismatch(name, f"the parts hold {actual} tensors, {said}")
+            complete = first is not None and len(names) == first.count == len(totals)
+            declared, actual = next(iter(totals.values()), 0), sum(tensor_counts[n] for n in names)
+            if complete and actual != declared:
+                for name in names:
+                    said = f"split.tensors.count says {declared}"
+                    mismatch(name, f"the parts hold {actual} tensors, {said}")
     return {k: v for k, v in problems.items() if v}
 
 
@@ -413,15 +407,14 @@ def build(
             problems.setdefault(f.name, []).append(str(err))
             continue
         for t in h.tensors:
-            other = seen.setdefault(t, f.name)
-            if other != f.name:
+            if (other := seen.setdefault(t, f.name)) != f.name:
                 problems.setdefault(f.name, []).append(f"tensor {t[:80]!r} is also in {other}")
                 break
     if not problems and (holes := layermap.holes((r for r, _ in held.values()), count)):
         problems[meta.name] = [f"no part holds a tensor of layers {holes} (block_count {count})"]
     if problems:
         raise MapError(problems)
-    mapped = [
+    return lmap, [
         msgspec.structs.replace(
             f, layers=layermap.format_ranges(held[f.name][0]), tensors=held[f.name][1]
         )
@@ -429,7 +422,6 @@ def build(
         else f
         for f in files
     ]
-    return lmap, mapped
 
 
 def with_map(

@@ -33,11 +33,11 @@ _R = TypeVar("_R")
 
 
 def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
-    raise AssertionError("unreachable")
+    return f"{n:.1f} TiB"
 
 
 def hash_fd(
@@ -80,9 +80,7 @@ def read_small(dir_fd: int, name: str, limit: int) -> bytes | None:
     return raw if len(raw) <= limit else None
 
 
-class _Entry(Struct, frozen=True):
-    """A file this tool hashed: its exact stat signature and its sha256."""
-
+class _Entry(Struct, frozen=True):  # a file this tool hashed: its exact stat signature
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -111,13 +109,11 @@ class VerifiedCache:
         self.entries: dict[str, _Entry] = {}
         self._own_fd = dir_fd is None
         self.dir_fd: int | None = dir_fd
-        if self.dir_fd is None:
-            with suppress(OSError):
-                self.dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        fd = self.dir_fd
         with suppress(OSError, msgspec.DecodeError, RecursionError):
-            raw = None if fd is None else read_small(fd, CACHE_FILE, MAX_CACHE_BYTES)
-            self.entries = {} if raw is None else msgspec.json.decode(raw, type=_CacheDoc).files
+            if self.dir_fd is None:
+                self.dir_fd = os.open(dest, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            if (raw := read_small(self.dir_fd, CACHE_FILE, MAX_CACHE_BYTES)) is not None:
+                self.entries = msgspec.json.decode(raw, type=_CacheDoc).files
 
     def close(self) -> None:
         if self._own_fd and self.dir_fd is not None:

@@ -65,8 +65,7 @@ def parse(text: str) -> Ranges:
         if (m := _ITEM.fullmatch(item)) is None:
             shown = repr(item[:40]) if item else "an empty item"
             raise RangeError(f"item {n} is {shown}, not N or A-B (whole numbers from 0)")
-        lo = int(m.group(1))
-        hi = int(m.group(2)) if m.group(2) is not None else lo
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise RangeError(f"item {n} {item!r} runs backwards ({lo} > {hi})")
         found.append((lo, hi))
@@ -96,9 +95,7 @@ def check_group(name: str) -> str | None:
     """None when `name` is a tensor group name the map may hold, else what is wrong."""
     if _GROUP.fullmatch(name) is None:
         return f"{name[:80]!r} is not a tensor group name (letters, digits, _; at most 64)"
-    if name == "blk":
-        return "'blk' is the layers' prefix, not a group"
-    return None
+    return "'blk' is the layers' prefix, not a group" if name == "blk" else None
 
 
 def groups(names: Iterable[bytes], block_count: int) -> tuple[Ranges, tuple[str, ...]]:

@@ -30,22 +30,14 @@ from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import SHA, Form, d
 from dgr_forge.core.urls import check_url, mask
-from dgr_forge.models import gguf_split
+from dgr_forge.models import gguf_split, sources
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, TooSlow, content_range
 from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
 from dgr_forge.models.manifest import ModelFile, ModelManifest
-from dgr_forge.models.sources import (
-    check_file_sources,
-    check_mirror,
-    file_roots,
-    file_source_path,
-    http_session,
-    open_file_source,
-    source_url,
-)
+from dgr_forge.models.sources import check_file_sources, http_session
 
 
 class ManifestFile(Struct, kw_only=True):
@@ -199,8 +191,7 @@ class RangeFile:
         self._block, self._want = b"", FIRST_BLOCK
 
     def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.size}[whence]
-        self.pos = base + offset
+        self.pos = {0: 0, 1: self.pos, 2: self.size}[whence] + offset
         return self.pos
 
     def read(self, n: int = -1) -> bytes:
@@ -224,8 +215,7 @@ class RangeFile:
         failures = 0
         while True:
             try:
-                self._block = self._get(start, end)
-                self._start = start
+                self._block, self._start = self._get(start, end), start
                 return
             except _Unsupported as err:
                 raise OperationFailed(
@@ -372,20 +362,20 @@ def _from_dest(
 def _from_urls(
     m: ModelManifest, mirror: str | None, out: Reporter
 ) -> tuple[dict[str, Header | str], dict[str, int], int]:
-    mirror = check_mirror(mirror)
+    mirror = sources.check_mirror(mirror)
     check_file_sources(m.files, mirror, m.shown)
-    roots = file_roots(mirror)
+    roots = sources.file_roots(mirror)
     policy = RetryPolicy.from_env()
     limit = env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)  # header bytes per split
     headers: dict[str, Header | str] = {}
     read: dict[str, int] = {}
     requests = 0
     for f in gguf_split.gguf_files(m.files):
-        url = source_url(f, mirror)
+        url = sources.source_url(f, mirror)
         try:
             if urlsplit(url).scheme == "file":
                 # opened once, no link followed, checked on the descriptor (issue 33 #5)
-                fd = open_file_source(file_source_path(url), roots)
+                fd = sources.open_file_source(sources.file_source_path(url), roots)
                 have = os.fstat(fd).st_size
                 h = gguf_split.read_header_fd(fd, limit=limit)
                 if have != f.size:

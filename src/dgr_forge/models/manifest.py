@@ -8,6 +8,7 @@ the file, the key and the fix; no input makes the loader raise anything else.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,27 +19,17 @@ from urllib.parse import quote, urlsplit
 import msgspec
 import tomli_w
 
-from dgr_forge.core import urls
+from dgr_forge.core import tominput, urls
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.gitutil import HEX40, HEX64, NAME
-from dgr_forge.core.tominput import (
-    MAX_BYTES,
-    CheckedStr,
-    Checker,
-    Record,
-    Version1,
-    about,
-    decode,
-    fail,
-)
-from dgr_forge.core.urls import HTTP_SCHEMES, mask
+from dgr_forge.core.tominput import CheckedStr, Record, Version1, about, decode, fail
 from dgr_forge.models import layermap
 from dgr_forge.models.layermap import MAP_FIX, LayerMap, Ranges
 
 SCHEMA: Final = 1
 MODELS_DIR = "manifests/models"
-URL_SCHEMES = (*HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
+URL_SCHEMES = (*urls.HTTP_SCHEMES, "file")  # file://: a local mirror or an air-gapped host
 PART_SUFFIX = ".part"  # reserved: partial downloads live next to the file as NAME.part
 # llama.cpp's split naming: `<prefix>-%05d-of-%05d.gguf`, parts numbered from 1
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -108,7 +99,6 @@ class ModelFile(Record, frozen=True, omit_defaults=True):
 
     @cached_property
     def ranges(self) -> Ranges | None:
-        """`layers` parsed: the layers it holds tensors of (with a layer map)."""
         return None if self.layers is None else layermap.parse(self.layers)
 
     @property
@@ -161,7 +151,7 @@ def split_name(name: str) -> SplitName | None:
 def check_url(url: str) -> str | None:
     """None when `url` is a usable http(s)/file URL, else what is wrong with it (the URL
     masked); `core.urls.check_url` (a leading `-`, control characters, NUL) runs after."""
-    shown = mask(url)
+    shown = urls.mask(url)
     try:
         parts = urlsplit(url)
     except ValueError as err:
@@ -210,11 +200,10 @@ def load(path: Path, root: Path | None = None) -> ModelManifest:
 
 def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
     """A model manifest's bytes, read bounded (a regular file of at most 4 MiB, a FIFO
-    never waited on; under the forge `root`, never through a link): for `load`, and for
-    a writer comparing what is there now."""
+    never waited on; under the forge `root`, never through a link)."""
     return read_regular(
         path,
-        limit=MAX_BYTES,
+        limit=tominput.MAX_BYTES,
         what="model manifest",
         shown=shown,
         root=root,
@@ -226,7 +215,7 @@ def read_raw(path: Path, shown: str, root: Path | None = None) -> bytes:
 def loads(
     raw: bytes, *, path: Path | None = None, shown: str = "(model manifest)"
 ) -> ModelManifest:
-    m = decode(shown, Checker(shown).parse(raw), ModelManifest, path=path, shown=shown)
+    m = decode(shown, tominput.Checker(shown).parse(raw), ModelManifest, path=path, shown=shown)
     name, revision, shared_dir = m.name, m.model.source_revision, m.model.shared_dir
     if shared_dir is not None and not shared_dir.startswith("/"):
         raise fail(
@@ -314,23 +303,19 @@ def _check_file(
 
 def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     """Every split set `P-K-of-N.gguf` lists all N parts, with one N."""
+    bad = functools.partial(fail, shown, "files")
     sets: dict[str, dict[int, str]] = {}
     counts: dict[str, int] = {}
     for f in files:
         if (s := split_name(f.name)) is None:
             continue
         if s.count < 1 or not 1 <= s.no <= s.count:
-            raise fail(
-                shown,
-                "files",
+            raise bad(
                 f"{f.name}: part {s.no} of {s.count} is not a valid split part",
                 "parts are numbered 00001 to N, e.g. model-00001-of-00003.gguf",
             )
-        known = counts.setdefault(s.prefix, s.count)
-        if known != s.count:
-            raise fail(
-                shown,
-                "files",
+        if (known := counts.setdefault(s.prefix, s.count)) != s.count:
+            raise bad(
                 f"split set {s.prefix}: {f.name} says {s.count} parts, another part says {known}",
                 "list the parts of one split set only (same -of-NNNNN)",
             )
@@ -338,9 +323,7 @@ def _check_split_sets(shown: str, files: tuple[ModelFile, ...]) -> None:
     for prefix, parts in sets.items():
         if missing := [n for n in range(1, counts[prefix] + 1) if n not in parts]:
             listed = ", ".join(f"{prefix}-{n:05d}-of-{counts[prefix]:05d}.gguf" for n in missing)
-            raise fail(
-                shown,
-                "files",
+            raise bad(
                 f"split set {prefix} is incomplete: not listed: {listed}",
                 "list every part of the set (`dgr-forge artifacts manifest` does)",
             )

@@ -67,7 +67,6 @@ def provision(
     selection: Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
-    """Bring the files `selection` needs (or all) into `dest`; `dry_run` writes none."""
     started = time.monotonic()
     policy = RetryPolicy.from_env()
     mirror = check_mirror(mirror)
@@ -126,8 +125,16 @@ def provision(
             for name, problems in split_problems.items():
                 for problem in problems:
                     out.error(f"{name}: {problem}")
-            ok = len(ok_files) == len(chosen) and not split_problems
-            record = _record(m, held, selection, ok=ok)
+            # with a layer map: the ranges the destination held, with these once all are ready
+            record = None if m.layer_map is None else subset.read_record(held.fd, m.name)
+            if m.layer_map is not None and len(ok_files) == len(chosen) and not split_problems:
+                every = ((0, m.layer_map.block_count - 1),)
+                sel = selection if selection is not None else subset.select(m, every, True, True)
+                empty = Provisioned(model=m.name, layers="", first=False, last=False)
+                record = (record or empty).union(sel)
+                fault.point("provision.record", m.name)  # every file in place, the record not yet
+                subset.write_record(held.fd, record)
+                held.fsync()
     result = ArtifactsProvision(
         model=m.name,
         dest=target,
@@ -160,22 +167,3 @@ def provision(
     if record is not None:
         out.answer(f"{target} holds layers {record.layers}")
     return result
-
-
-def _record(
-    m: ModelManifest, held: DestDir, sel: Selection | None, *, ok: bool
-) -> Provisioned | None:
-    """The destination's ranges after a run: the union with what it held (a failed run
-    adds nothing). Only with a layer map."""
-    if m.layer_map is None:
-        return None
-    old = subset.read_record(held.fd, m.name)
-    if not ok:
-        return old
-    if sel is None:
-        sel = subset.select(m, ((0, m.layer_map.block_count - 1),), True, True)
-    new = (old or Provisioned(model=m.name, layers="", first=False, last=False)).union(sel)
-    fault.point("provision.record", m.name)  # every file in place, the record not yet
-    subset.write_record(held.fd, new)
-    held.fsync()
-    return new

@@ -16,9 +16,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 from urllib.request import url2pathname
 
-import requests
 import requests.adapters
-import urllib3
 import urllib3.connection
 import urllib3.connectionpool
 
@@ -26,10 +24,9 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.fsutil import open_nofollow
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.models import manifest as models
-from dgr_forge.models.manifest import ModelFile
 
 
-def source_url(f: ModelFile, mirror: str | None) -> str:
+def source_url(f: models.ModelFile, mirror: str | None) -> str:
     return models.file_url(mirror, f.name) if mirror else f.url
 
 
@@ -41,7 +38,7 @@ def file_source_path(url: str) -> Path:
 
 
 def check_file_sources(
-    files: tuple[ModelFile, ...], mirror: str | None, shown_manifest: str
+    files: tuple[models.ModelFile, ...], mirror: str | None, shown_manifest: str
 ) -> None:
     """A `file://` URL reads this host's files with the rights of whoever provisions: one
     outside `file_roots` is exit 2 before any file is looked at (not even its size)."""
@@ -205,8 +202,7 @@ class _DeadlineAdapter(requests.adapters.HTTPAdapter):
 
 def http_session(deadline: float) -> requests.Session:
     """A requests session whose every request (redirects too) has a header deadline."""
-    session = requests.Session()
-    adapter = _DeadlineAdapter(deadline)
+    session, adapter = requests.Session(), _DeadlineAdapter(deadline)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session

@@ -25,7 +25,6 @@ from dgr_forge.models import gguf_split, subset
 from dgr_forge.models.dest import check_destination, kind
 from dgr_forge.models.hashing import VerifiedCache, hash_many, human
 from dgr_forge.models.manifest import ModelManifest, split_name
-from dgr_forge.models.subset import Layers, Provisioned, Selection, Serves
 
 
 class FileCheck(Struct):
@@ -54,9 +53,9 @@ class ArtifactsVerify(Form, kw_only=True):
     bad: Annotated[list[str], d("the files not `ok`")]
     bytes: Annotated[int, d("total size of the files listed")]
     seconds: Annotated[float, d("time taken")]
-    layers: Layers | None
-    serves: Serves | None
-    provisioned: Provisioned | None
+    layers: subset.Layers | None
+    serves: subset.Serves | None
+    provisioned: subset.Provisioned | None
 
 
 def verify(
@@ -65,7 +64,7 @@ def verify(
     out: Reporter,
     *,
     jobs: int | None = None,
-    selection: Selection | None = None,
+    selection: subset.Selection | None = None,
 ) -> ArtifactsVerify:
     started = time.monotonic()
     target = check_destination(dest)  # the /home rule: it writes .dgr-verified.json there
@@ -91,8 +90,7 @@ def verify(
     to_hash: list[Path] = []
     for f in files:
         path = target / f.name
-        s = split_name(f.name)
-        part = f" (split part {s.no} of {s.count})" if s else ""
+        part = f" (split part {s.no} of {s.count})" if (s := split_name(f.name)) else ""
         try:
             st = os.lstat(path)
         except FileNotFoundError:
