@@ -231,9 +231,14 @@ def test_a_conflict_after_patches_merged_in_memory_shows_in_the_work_tree(
 def test_upstreamed_patch_is_dropped_and_later_ones_renumbered(series: Series) -> None:
     s = series
     new = upstream_edit(s.upstream, "ggml/src/ggml.c", GGML_OLD, GGML_NEW, "ggml: count rpc")
+    banner = s.root / "patches" / "llama.cpp" / "0003-tools-print-a-build-banner.patch"
+    before = banner.stat()
     r = s.forge("rebase", "--onto", new, "--json")
     assert r.code == 0, r
     assert outcomes(r.json) == {"0001": "unchanged", "0002": "dropped", "0003": "unchanged"}
+    # renumbered with the same bytes: the old file itself (linked, not written and synced again)
+    after = (banner.parent / "0002-tools-print-a-build-banner.patch").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     rows = {row["file"][:4]: row for row in r.json["patches"]}
     assert rows["0002"]["new_file"] is None
     # the report says where it went

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import stat
@@ -91,7 +92,10 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     # beside the export: the new pin's build number (a commit-only fetch from a network
     # server), then the round trip's check while the outcomes and the manifest are made;
     # nothing is written before all are done
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
+        # tomlkit (~40 ms to import) loads while the export waits on git (the import
+        # below waits for this one)
+        pool.submit(importlib.import_module, "dgr_forge.upstream.manifest_edit")
         number = pool.submit(_build_number, forge, src, state, m)
         # (HEAD may be behind state.head: the replay merges in memory; finish checks out)
         rendered = export.compute_series(
@@ -145,10 +149,11 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     # are new ones with the same bytes; the rest in one batch, synced before any is in
     # place (a flush per file costs a long series more than its replay)
     olds = {p.name: _patch_bytes(m, p.name) for p in sorted(m.patches_dir.glob("*.patch"))}
-    linked = {name for name in olds if _link(m.patches_dir / name, old)}
+    linked = {name for name in olds if _link(m.patches_dir / name, old / name)}
+    same = {olds[name]: name for name in linked}  # a renumbered patch keeps its bytes
     for p in rendered:
-        if p.file in linked and olds[p.file] == p.data:
-            _link(m.patches_dir / p.file, new)
+        if (was := same.get(p.data)) is not None:
+            _link(m.patches_dir / was, new / p.file)
     written = [(old / n, d) for n, d in olds.items() if n not in linked]
     written += [(new / p.file, p.data) for p in rendered if not (new / p.file).exists()]
     atomic_write_many(
@@ -160,11 +165,11 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     )
 
 
-def _link(path: Path, into: Path) -> bool:
+def _link(path: Path, dest: Path) -> bool:
     try:
         if not stat.S_ISREG(path.lstat().st_mode):
             return False
-        os.link(path, into / path.name, follow_symlinks=False)
+        os.link(path, dest, follow_symlinks=False)
     except OSError:
         return False
     return True
