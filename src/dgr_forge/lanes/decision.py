@@ -1,9 +1,6 @@
 """What one lane's build does, decided (purely) from the recorded state and what is there now;
-and the checks that keep its report true to what ran (issue 20).
-
-`decide()` returns one `Decision` with its reason; after Ninja, `after_compile()` decides
-by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs at every build).
-A refusal by one of the checks records the lane failed in the phase it ran in (the builder).
+and the checks that keep its report true to what ran (issue 20). After Ninja, `after_compile`
+decides by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs every build).
 """
 
 from __future__ import annotations
@@ -68,7 +65,6 @@ class Decision(Struct, frozen=True):
 
 
 def last_ok(state: LaneState) -> LastBuild | None:
-    """The last build, when it completed."""
     last = state.last_build
     return last if last is not None and last.result == "ok" else None
 
@@ -95,9 +91,7 @@ def _not_configured(state: LaneState, now: Snapshot) -> str | None:
 def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
     """Whether `decide` needs the keyid (a full key load): the fingerprint does not say."""
     last = last_ok(state)
-    if last is None:
-        return False
-    return fingerprint is None or fingerprint != last.signer_fingerprint
+    return last is not None and (fingerprint is None or fingerprint != last.signer_fingerprint)
 
 
 def decide(state: LaneState, now: Snapshot) -> Decision:
@@ -237,10 +231,8 @@ def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoRe
     )
 
 
-def changed_subjects(last: LastBuild | None) -> list[Path]:
+def changed_subjects(last: LastBuild) -> list[Path]:
     """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
-    if last is None:
-        return []
     known = {str(Path(a.path)): a.sha256 for a in last.artifacts}  # the records as stamps
     now = stamps.restamp({p: [sha, *last.subject_stats.get(p, [])] for p, sha in known.items()})
     last.subject_stats.update({p: s[1:] for p, s in now.items() if s[0] == known[p]})
