@@ -71,13 +71,6 @@ def worker_tree(plan: LanePlan) -> Path | None:
     return spec.source_dir if spec is not None and spec.url is None else None
 
 
-def digest_of(snap: dict[str, stamps.Stamp], path: Path | None) -> str | None:
-    if path is None:
-        return None
-    stamp = snap.get(str(path))
-    return str(stamp[0]) if stamp else None
-
-
 class WorkerIdentity(Struct):
     """What a certification binds of the worker (a path worker: the digest of its files)."""
 
