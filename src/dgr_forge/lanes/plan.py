@@ -202,8 +202,8 @@ def configure_args(
     forge: Forge,
     m: UpstreamManifest,
     plan: LanePlan,
-    switches: tuple[str, ...] = (),
-    given: tuple[str, ...] = (),
+    switches: tuple[str, ...],
+    given: tuple[str, ...],
 ) -> list[str]:
     """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
     spec = plan.spec

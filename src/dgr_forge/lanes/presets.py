@@ -151,7 +151,7 @@ def _linked_out(forge: Forge, path: Path, spec: worker.WorkerSpec | None) -> boo
     )
 
 
-def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
+def exclude_from_git(path: Path, forge: Forge) -> None:
     """List `path` in its repository's `.git/info/exclude` (once), so `patch` and `build`
     do not count a file the forge wrote as a local change; never another repository's
     `.git/` (only one in the forge root or workspace, or the checkout holding the root)."""
@@ -159,9 +159,7 @@ def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
     if top.returncode != 0:
         return
     root = Path(top.stdout.strip())
-    if forge is not None and not (
-        _inside(root, forge.root, forge.workspace) or _inside(forge.root, root)
-    ):
+    if not (_inside(root, forge.root, forge.workspace) or _inside(forge.root, root)):
         return  # another repository: its .git/ is not ours to edit
     common = gitutil.git(root, "rev-parse", "--git-common-dir").stdout.strip()
     exclude = (root / common) / "info" / "exclude"
