@@ -181,68 +181,54 @@ def _ws(text: str, i: int) -> int:
     return i
 
 
-def _members(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]]]:
-    """The index of the top-level object's `{`, and per key where the key starts and its
-    value's span (start, end) in `text`; exit 2 on anything that is not a JSON object."""
-    decoder = json.JSONDecoder()
-    try:
-        decoder.decode(text)  # the whole file is JSON (raw_decode below walks its spans)
-    except ValueError as err:
-        raise _bad(path, f"is not valid JSON ({err})") from None
-    i = _ws(text, 0)
-    if text[i : i + 1] != "{":
-        raise _bad(path, "is not a JSON object")
-    start, members = i, {}
-    i = _ws(text, i + 1)
-    while text[i] != "}":
-        at = i
-        key, i = decoder.raw_decode(text, i)
-        i = _ws(text, _ws(text, i) + 1)  # past the ':'
-        _, end = decoder.raw_decode(text, i)
-        members[key] = (at, i, end)
-        i = _ws(text, end)
-        if text[i] == ",":
-            i = _ws(text, i + 1)
-    return start, members
-
-
-def _elements(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
-    """The (start, end) of each element of the JSON array at `span`."""
+def _spans(text: str, at: int) -> list[tuple[Any, int, int, int]]:
+    """(key, start, value start, value end) of each member of the JSON object or array
+    whose bracket is at `at` (an array's elements: no key, they start with their value)."""
     decoder, out = json.JSONDecoder(), []
-    i = _ws(text, span[0] + 1)
-    while text[i] != "]":
+    i = _ws(text, at + 1)
+    while text[i] not in "]}":
+        start, key = i, None
+        if text[at] == "{":
+            key, i = decoder.raw_decode(text, i)
+            i = _ws(text, _ws(text, i) + 1)  # past the ':'
         _, end = decoder.raw_decode(text, i)
-        out.append((i, end))
+        out.append((key, start, i, end))
         i = _ws(text, end)
         if text[i] == ",":
             i = _ws(text, i + 1)
     return out
 
 
-def _checked(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]], list[Any]]:
-    start, members = _members(path, text)
-    data = json.loads(text)
+def _checked(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]], list[Any], int]:
+    """The index of the top-level object's `{`, per key where the key starts and its value's
+    span (start, end), its `include` and `version`; exit 2 on anything CMake would not read."""
+    try:
+        data = json.loads(text)  # the whole file is JSON (_spans walks its spans)
+    except ValueError as err:
+        raise _bad(path, f"is not valid JSON ({err})") from None
+    start = _ws(text, 0)
+    if text[start : start + 1] != "{":
+        raise _bad(path, "is not a JSON object")
     include = data.get("include", [])
     if not isinstance(include, list) or not all(isinstance(e, str) for e in include):
         raise _bad(path, "its `include` is not a list of file names")
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _bad(path, "its `version` is not a presets format version (a number)")
-    return start, members, include
+    return start, {key: (at, lo, hi) for key, at, lo, hi in _spans(text, start)}, include, version
 
 
 def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
     """`text` with `entry` in its `include` list: inserted, every other byte kept."""
-    start, members, include = _checked(path, text)
+    start, members, include, version = _checked(path, text)
     if entry in include:
         return text
     edits: list[tuple[int, int, str]] = []  # (from, to, new text), applied back to front
-    if "version" in members and json.loads(text)["version"] < 4:
+    if version < 4:
         edits.append((*members["version"][1:], "4"))  # `include` needs presets version 4
     if "include" in members:
-        span = members["include"][1:]
-        elements = _elements(text, span)
-        at = elements[-1][1] if elements else span[0] + 1
+        elements = _spans(text, members["include"][1])
+        at = elements[-1][3] if elements else members["include"][1] + 1
         edits.append((at, at, f", {json.dumps(entry)}" if elements else json.dumps(entry)))
     elif not members:
         edits.append((start + 1, start + 1, f'"include": [{json.dumps(entry)}]'))
@@ -262,10 +248,10 @@ def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | No
     """`text` without `entry` in `include`; None when what is left is the forge's stub."""
     if text == USER_PRESETS_STUB:
         return None
-    _, members, include = _checked(path, text)
+    _, members, include, _ = _checked(path, text)
     if entry not in include:
         return text
-    elements = _elements(text, members["include"][1:])
+    elements = [(lo, hi) for _, lo, _, hi in _spans(text, members["include"][1])]
     if include == [entry]:  # the member the forge added: all of it goes
         key, _, end = members["include"]
         before = [e for _, _, e in members.values() if e <= key]
