@@ -106,9 +106,9 @@ def render(
     given = taken_as_given(src) if (src / ".git").exists() else ()
     for recipe in recipes:
         plan = plan_lane(forge, m, recipe, doctor, spec, setup)
-        args = configure_args(forge, m, plan, switches, given)
+        args, name = configure_args(forge, m, plan, switches, given), f"dgr-{recipe.name}"
         preset: dict[str, Any] = {
-            "name": f"dgr-{recipe.name}",
+            "name": name,
             "displayName": f"dgr-forge {recipe.name} ({recipe.lane.backend})",
             "description": recipe.lane.description or f"{recipe.lane.backend} lane",
             "generator": "Ninja",
@@ -120,10 +120,7 @@ def render(
         if doctor.tool("ninja").found:
             preset["cacheVariables"]["CMAKE_MAKE_PROGRAM"] = str(doctor.tool("ninja").path)
         configure.append(preset)
-        step: dict[str, Any] = {
-            "name": f"dgr-{recipe.name}",
-            "configurePreset": f"dgr-{recipe.name}",
-        }
+        step: dict[str, Any] = {"name": name, "configurePreset": name}
         if recipe.cmake.targets:
             step["targets"] = list(recipe.cmake.targets)
         build.append(step)
