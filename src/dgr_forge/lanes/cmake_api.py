@@ -1,11 +1,8 @@
 """What CMake says: the File API (cmake-file-api(7)) what it will build (the codemodel,
 the cache, the toolchains; artifacts come from here, never from globbing), and the
-generated rules which launchers the Ninja rules really run (issue 20).
-
-The report names the launcher found in the rules, never the one asked for: an upstream can
-set `RULE_LAUNCH_COMPILE` itself (ggml does, to ccache), a toolchain file a compiler
-launcher.
-"""
+generated rules which launchers the Ninja rules really run (issue 20): the report names
+those, never the one asked for (an upstream can set `RULE_LAUNCH_COMPILE` itself, as ggml
+does to ccache; a toolchain file a compiler launcher)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ decides by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn
 
@@ -222,12 +223,12 @@ def check_launchers(plan: LanePlan) -> str | None:
     return next(iter(found.compile)) if len(found.compile) == 1 else None
 
 
-def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
-    shown = ", ".join(forge.rel(p) for p in moved)
+def changed_error(forge: Forge, lane: str, moved: Sequence[str], when: str) -> NoReturn:
+    shown = ", ".join(forge.rel(Path(p)) for p in moved)
     raise OperationFailed(
         f"{lane}: {shown} changed {when}; no report: it would name digests the build did not read",
         hint="let edits finish (or another workspace's export), then build again",
-        details={"lane": lane, "changed": [str(p) for p in moved]},
+        details={"lane": lane, "changed": list(moved)},
     )
 
 

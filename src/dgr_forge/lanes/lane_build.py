@@ -274,8 +274,7 @@ class LaneBuilder:
         ):
             return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
-            moved = [Path(p) for p in d.moved]
-            decision.changed_error(self.forge, lane, moved, decision.BEFORE_LOCK)
+            decision.changed_error(self.forge, lane, d.moved, decision.BEFORE_LOCK)
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
@@ -320,8 +319,8 @@ class LaneBuilder:
         fault.point("build.linked", lane)
         with self._failing("build"):  # no report for inputs or programs changed meanwhile
             progs = self.state.programs
-            moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
-            moved += [Path(progs[n].path) for n in programs.changed(progs)]
+            moved = stamps.changed(self.snap, inputs.worker_tree(plan))
+            moved += [progs[n].path for n in programs.changed(progs)]
             if moved:
                 decision.changed_error(self.forge, lane, moved, "while the build ran")
         if outcome == "reuse" and last is not None and decision.report_true(last):
