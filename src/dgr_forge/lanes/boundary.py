@@ -75,17 +75,15 @@ class Checked(Struct, frozen=True):
         return not self.leaks.includes and not self.leaks.symbols
 
     def messages(self) -> list[str]:
-        out = [
+        return [
             f"{_one_line(leak.source)}: reads {_one_line(leak.header)}, outside the boundary "
             f"({', '.join(leak.boundary) or 'none'})"
             for leak in self.leaks.includes
-        ]
-        out += [
+        ] + [
             f"{leak.name} ({leak.library}): imported from upstream but declared in no "
             "boundary header the worker read"
             for leak in self.leaks.symbols
         ]
-        return out
 
 
 def _one_line(text: str) -> str:

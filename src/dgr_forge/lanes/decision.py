@@ -243,8 +243,4 @@ def changed_subjects(last: LastBuild) -> list[Path]:
 def report_true(last: LastBuild) -> bool:
     """The report file and every byproduct it names are still the bytes recorded."""
     named = {last.report or "": last.report_sha256 or "", **last.byproducts}
-    for path, digest in named.items():
-        p = Path(path)
-        if not digest or not p.is_file() or sha256_file(p) != digest:
-            return False
-    return True
+    return all(d and Path(p).is_file() and sha256_file(Path(p)) == d for p, d in named.items())
