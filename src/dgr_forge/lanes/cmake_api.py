@@ -248,9 +248,7 @@ def shipped_artifacts(
             todo += [d for d in by_name[name].depends if d in by_name]
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
-        if target.kind not in SHIPPED:
-            continue
-        if roots and target.name not in wanted:
+        if target.kind not in SHIPPED or (roots and target.name not in wanted):
             continue
         if roots and target.name not in roots and target.kind == "EXECUTABLE":
             continue  # a tool its build runs (llama.cpp's llama-ui-embed) is not shipped
