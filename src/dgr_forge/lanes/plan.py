@@ -206,7 +206,6 @@ def configure_args(
     given: tuple[str, ...],
 ) -> list[str]:
     """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
-    spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
     if plan.toolchain_file:
@@ -239,7 +238,7 @@ def configure_args(
             args.append(_flag(plan, "CMAKE_CUDA_FLAGS", plan.cuda.cuda_flags()))
         # the link path only
         args += [_flag(plan, f"CMAKE_{k}_LINKER_FLAGS", plan.cuda.link_flags()) for k in LINK_KINDS]
-    if spec is not None:
+    if plan.spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",
             f"-DCMAKE_MODULE_PATH={forge.cmake_dir}",
