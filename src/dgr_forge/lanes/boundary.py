@@ -324,11 +324,9 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
             shown_source = _shown(Path(source), worker_dir)
             for dep in files:
                 real = Path(os.path.realpath(build_dir / dep))
-                if not real.is_relative_to(up):
-                    continue
-                if any(real.is_relative_to(b) for b in boundary):
+                if any(real.is_relative_to(b) for b in boundary):  # each inside `up`
                     read.add(real)
-                else:
+                elif real.is_relative_to(up):
                     leak = IncludeLeak(shown_source, str(real.relative_to(up)), shown_boundary)
                     if leak not in include_leaks:
                         include_leaks.append(leak)
