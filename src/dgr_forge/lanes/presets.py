@@ -30,7 +30,6 @@ from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.workspace import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
-FILE_NAME = USER_PRESETS
 _MAX_USER = 1 << 20  # bytes of a CMakeUserPresets.json the forge reads
 _FIX = (
     "fix or remove the file by hand (CMake would not read it either), or pass --out DIR to "
@@ -327,7 +326,7 @@ def plan_change(
     path = dest or (spec.source_dir if spec is not None else forge.src_dir(m.name))
     if dest is None and spec is None and not (path / "CMakeLists.txt").is_file():
         raise BadInput(
-            f"{forge.rel(path)}: no upstream tree to write {FILE_NAME} into",
+            f"{forge.rel(path)}: no upstream tree to write {USER_PRESETS} into",
             hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
         )
     if dest is None and not worker_override and _linked_out(forge, path, spec):
@@ -340,7 +339,7 @@ def plan_change(
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
         )
-    user = path / FILE_NAME if path.is_dir() and not path.is_symlink() else path
+    user = path / USER_PRESETS if path.is_dir() and not path.is_symlink() else path
     own = user.parent / OWN_PRESETS
     if os.path.lexists(own) and (own.is_symlink() or not own.is_file()):
         raise _bad(own, "is a symlink or not a regular file; the forge does not write through it")
