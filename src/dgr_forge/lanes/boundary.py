@@ -75,17 +75,15 @@ class Checked(Struct, frozen=True):
         return not self.leaks.includes and not self.leaks.symbols
 
     def messages(self) -> list[str]:
-        out = [
+        return [
             f"{_one_line(leak.source)}: reads {_one_line(leak.header)}, outside the boundary "
             f"({', '.join(leak.boundary) or 'none'})"
             for leak in self.leaks.includes
-        ]
-        out += [
+        ] + [
             f"{leak.name} ({leak.library}): imported from upstream but declared in no "
             "boundary header the worker read"
             for leak in self.leaks.symbols
         ]
-        return out
 
 
 def _one_line(text: str) -> str:
@@ -130,10 +128,6 @@ def _targets(build_dir: Path) -> list[_Target]:
             )
         )
     return out
-
-
-def _inside(path: Path, base: Path) -> bool:
-    return path == base or base in path.parents
 
 
 def _bad_log(log: Path, problem: str) -> OperationFailed:
@@ -235,9 +229,8 @@ def _elf_symbols(path: Path) -> _Symbols | None:
             elf = ELFFile(f)
             found = _Symbols(set(), set(), set())
             for sec in elf.iter_sections():
-                if sec["sh_type"] != "SHT_SYMTAB":
-                    continue
-                _read_table(path, elf, sec, size, found)
+                if sec["sh_type"] == "SHT_SYMTAB":
+                    _read_table(path, elf, sec, size, found)
             return found
         except (ELFError, struct.error, ValueError, IndexError) as err:
             problem = f"unreadable ELF object ({err}): its symbols cannot be checked"
@@ -302,12 +295,12 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     up = Path(os.path.realpath(upstream_dir))
     targets = _targets(build_dir)
     by_name = {t.name: t for t in targets}
-    upstream = [t for t in targets if _inside(t.source, up)]
-    own = [t for t in targets if not _inside(t.source, up)]
+    upstream = [t for t in targets if t.source.is_relative_to(up)]
+    own = [t for t in targets if not t.source.is_relative_to(up)]
     linked = {n for t in own for n in t.depends if n in by_name and by_name[n] in upstream}
-    upstream_dirs = {p for n in linked for p, _ in by_name[n].includes if _inside(p, up)}
+    upstream_dirs = {p for n in linked for p, _ in by_name[n].includes if p.is_relative_to(up)}
     via_link = {p for t in own for p, by in t.includes if by == "target_link_libraries"}
-    boundary = sorted(p for p in via_link if _inside(p, up) and p in upstream_dirs)
+    boundary = sorted(p for p in via_link if p.is_relative_to(up) and p in upstream_dirs)
     shown_boundary = [str(p.relative_to(up)) for p in boundary]
     deps = read_deps(ninja, build_dir)
 
@@ -331,11 +324,9 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
             shown_source = _shown(Path(source), worker_dir)
             for dep in files:
                 real = Path(os.path.realpath(build_dir / dep))
-                if not _inside(real, up):
-                    continue
-                if any(_inside(real, b) for b in boundary):
+                if any(real.is_relative_to(b) for b in boundary):  # each inside `up`
                     read.add(real)
-                else:
+                elif real.is_relative_to(up):
                     leak = IncludeLeak(shown_source, str(real.relative_to(up)), shown_boundary)
                     if leak not in include_leaks:
                         include_leaks.append(leak)
@@ -354,9 +345,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
         defined |= syms.defined
     wanted -= defined
     if checked:
-        for t in upstream:
-            if t.name not in linked:
-                continue
+        for t in [t for t in upstream if t.name in linked]:
             for obj in sorted(o for o in deps if o.startswith(t.objects)):
                 syms = _elf_symbols(build_dir / obj)
                 if syms is None:

@@ -86,10 +86,8 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     if patches is not None:
         for item, data in zip(patches.get("series", []), datas, strict=True):
             item["sha256"] = sha256_bytes(data)
-            if "tree" in item:
-                del item["tree"]
-        if "result" in patches:
-            del patches["result"]
+            item.pop("tree", None)
+        patches.pop("result", None)
     (root / UPSTREAM_MANIFEST).write_text(tomlkit.dumps(doc), encoding="utf-8")
     return root
 

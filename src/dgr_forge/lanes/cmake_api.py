@@ -1,11 +1,8 @@
 """What CMake says: the File API (cmake-file-api(7)) what it will build (the codemodel,
 the cache, the toolchains; artifacts come from here, never from globbing), and the
-generated rules which launchers the Ninja rules really run (issue 20).
-
-The report names the launcher found in the rules, never the one asked for: an upstream can
-set `RULE_LAUNCH_COMPILE` itself (ggml does, to ccache), a toolchain file a compiler
-launcher.
-"""
+generated rules which launchers the Ninja rules really run (issue 20): the report names
+those, never the one asked for (an upstream can set `RULE_LAUNCH_COMPILE` itself, as ggml
+does to ccache; a toolchain file a compiler launcher)."""
 
 from __future__ import annotations
 
@@ -251,9 +248,7 @@ def shipped_artifacts(
             todo += [d for d in by_name[name].depends if d in by_name]
     out: list[tuple[Target, Path]] = []
     for target in reply.targets:
-        if target.kind not in SHIPPED:
-            continue
-        if roots and target.name not in wanted:
+        if target.kind not in SHIPPED or (roots and target.name not in wanted):
             continue
         if roots and target.name not in roots and target.kind == "EXECUTABLE":
             continue  # a tool its build runs (llama.cpp's llama-ui-embed) is not shipped

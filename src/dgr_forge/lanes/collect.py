@@ -17,7 +17,7 @@ from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, toolkit, worker
 from dgr_forge.lanes import cmake_api, inputs
-from dgr_forge.lanes.stamps import RACY_NS
+from dgr_forge.lanes.stamps import RACY_NS, digest_of
 from dgr_forge.upstream.manifest import read_raw
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         recipe_file=forge.rel(plan.recipe.path),
         recipe_sha256=plan.recipe.sha256,
         manifest_file=forge.rel(m.path),
-        manifest_sha256=inputs.digest_of(run.snap, m.path) or sha256_bytes(read_raw(m.path)),
+        manifest_sha256=digest_of(run.snap, m.path) or sha256_bytes(read_raw(m.path)),
         upstream_name=m.name,
         upstream_url=mask(m.url),
         upstream_commit=m.commit,
@@ -160,7 +160,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         finished_on=datetime.now(UTC),
         artifacts=artifacts,
         toolchain_file=forge.rel(toolchain) if toolchain else None,
-        toolchain_sha256=inputs.digest_of(run.snap, toolchain),
+        toolchain_sha256=digest_of(run.snap, toolchain),
         cache=to_builtins(run.cache),
         placeholders=placeholders,
         # nvcc has no prefix map for its device code: a CUDA lane's bytes may carry paths

@@ -1,13 +1,11 @@
 """What one lane's build does, decided (purely) from the recorded state and what is there now;
-and the checks that keep its report true to what ran (issue 20).
-
-`decide()` returns one `Decision` with its reason; after Ninja, `after_compile()` decides
-by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs at every build).
-A refusal by one of the checks records the lane failed in the phase it ran in (the builder).
+and the checks that keep its report true to what ran (issue 20). After Ninja, `after_compile`
+decides by content, never by what Ninja ran (llama.cpp's `llama-ui-assets` runs every build).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NoReturn
 
@@ -68,7 +66,6 @@ class Decision(Struct, frozen=True):
 
 
 def last_ok(state: LaneState) -> LastBuild | None:
-    """The last build, when it completed."""
     last = state.last_build
     return last if last is not None and last.result == "ok" else None
 
@@ -95,9 +92,7 @@ def _not_configured(state: LaneState, now: Snapshot) -> str | None:
 def needs_key_id(state: LaneState, fingerprint: str | None) -> bool:
     """Whether `decide` needs the keyid (a full key load): the fingerprint does not say."""
     last = last_ok(state)
-    if last is None:
-        return False
-    return fingerprint is None or fingerprint != last.signer_fingerprint
+    return last is not None and (fingerprint is None or fingerprint != last.signer_fingerprint)
 
 
 def decide(state: LaneState, now: Snapshot) -> Decision:
@@ -228,19 +223,17 @@ def check_launchers(plan: LanePlan) -> str | None:
     return next(iter(found.compile)) if len(found.compile) == 1 else None
 
 
-def changed_error(forge: Forge, lane: str, moved: list[Path], when: str) -> NoReturn:
-    shown = ", ".join(forge.rel(p) for p in moved)
+def changed_error(forge: Forge, lane: str, moved: Sequence[str], when: str) -> NoReturn:
+    shown = ", ".join(forge.rel(Path(p)) for p in moved)
     raise OperationFailed(
         f"{lane}: {shown} changed {when}; no report: it would name digests the build did not read",
         hint="let edits finish (or another workspace's export), then build again",
-        details={"lane": lane, "changed": [str(p) for p in moved]},
+        details={"lane": lane, "changed": list(moved)},
     )
 
 
-def changed_subjects(last: LastBuild | None) -> list[Path]:
+def changed_subjects(last: LastBuild) -> list[Path]:
     """Subjects no longer the bytes reported; re-hashed only when their stat record moved."""
-    if last is None:
-        return []
     known = {str(Path(a.path)): a.sha256 for a in last.artifacts}  # the records as stamps
     now = stamps.restamp({p: [sha, *last.subject_stats.get(p, [])] for p, sha in known.items()})
     last.subject_stats.update({p: s[1:] for p, s in now.items() if s[0] == known[p]})
@@ -250,8 +243,4 @@ def changed_subjects(last: LastBuild | None) -> list[Path]:
 def report_true(last: LastBuild) -> bool:
     """The report file and every byproduct it names are still the bytes recorded."""
     named = {last.report or "": last.report_sha256 or "", **last.byproducts}
-    for path, digest in named.items():
-        p = Path(path)
-        if not digest or not p.is_file() or sha256_file(p) != digest:
-            return False
-    return True
+    return all(d and Path(p).is_file() and sha256_file(Path(p)) == d for p, d in named.items())

@@ -59,23 +59,14 @@ def snapshot(
     files.append(forge.toolchains_dir / "probes.toml")
     if forge.cmake_dir.is_dir():
         files += sorted(forge.cmake_dir.glob("*.cmake"))
-    tree = worker_tree(plan)
-    if tree is not None:
-        files += list(_worker_files(tree))
+    if (tree := worker_tree(plan)) is not None:
+        files += _worker_files(tree)
     return stamps.restamp({str(p): known.get(str(p), []) for p in files}, tree)
 
 
 def worker_tree(plan: LanePlan) -> Path | None:
     """A path worker's directory, whose files are stamped as git stores them."""
-    spec = plan.spec
-    return spec.source_dir if spec is not None and spec.url is None else None
-
-
-def digest_of(snap: dict[str, stamps.Stamp], path: Path | None) -> str | None:
-    if path is None:
-        return None
-    stamp = snap.get(str(path))
-    return str(stamp[0]) if stamp else None
+    return plan.spec.source_dir if plan.spec is not None and plan.spec.url is None else None
 
 
 class WorkerIdentity(Struct):

@@ -238,7 +238,7 @@ class LaneBuilder:
         )
         # the recipe and manifest this run parsed, unless the bytes stamped under the lock
         parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
-        moved = [p for p, sha in parsed if inputs.digest_of(self.snap, p) != sha]
+        moved = [p for p, sha in parsed if stamps.digest_of(self.snap, p) != sha]
         now = decision.Snapshot(
             configure_digest=self.conf.digest,
             build_files=all(
@@ -274,8 +274,7 @@ class LaneBuilder:
         ):
             return self._reuse(last, ran=False)  # nothing moved: nothing is asked
         if d.action == "refuse":
-            moved = [Path(p) for p in d.moved]
-            decision.changed_error(self.forge, lane, moved, decision.BEFORE_LOCK)
+            decision.changed_error(self.forge, lane, d.moved, decision.BEFORE_LOCK)
         if d.action == "rebuild":
             if self.state.in_progress != "wipe":  # never objects of two compilers in one binary
                 progs = self.state.programs
@@ -320,8 +319,8 @@ class LaneBuilder:
         fault.point("build.linked", lane)
         with self._failing("build"):  # no report for inputs or programs changed meanwhile
             progs = self.state.programs
-            moved = [Path(p) for p in stamps.changed(self.snap, inputs.worker_tree(plan))]
-            moved += [Path(progs[n].path) for n in programs.changed(progs)]
+            moved = stamps.changed(self.snap, inputs.worker_tree(plan))
+            moved += [progs[n].path for n in programs.changed(progs)]
             if moved:
                 decision.changed_error(self.forge, lane, moved, "while the build ran")
         if outcome == "reuse" and last is not None and decision.report_true(last):
@@ -457,7 +456,6 @@ class LaneBuilder:
         """The stamps re-taken make the next no-op cheap (written only when changed)."""
         programs.refresh(self.state.programs)
         restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
-        # the report is written (or handed back)
         settled = msgspec.structs.replace(
             self.state, last_build=last, in_progress=None, input_stamps=restamped
         )
@@ -570,10 +568,9 @@ class LaneBuilder:
         self._record(decision.failed(self.state, phase=phase, at=at, log=log, log_file=log_file))
 
     def _fail(self, phase: str, lines: list[str]) -> bool:
-        r = self.result
-        r.status = "failed"
         from dgr_forge.lanes import steps
 
+        r = self.result  # "failed" since it was made
         r.error_lines = errors = steps.error_lines(lines)
         self.out.error(f"{self.plan.lane}: {phase} failed")
         for line in errors:

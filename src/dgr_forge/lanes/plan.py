@@ -13,9 +13,8 @@ import os
 import platform
 import re
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 from msgspec import UNSET, Struct, UnsetType, field
@@ -29,6 +28,7 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor, LaneCheck, ProbeResult, host_os
 from dgr_forge.host.recipes import Recipe
+from dgr_forge.lanes.stamps import Stamp, digest_of
 from dgr_forge.upstream.manifest import UpstreamManifest
 
 MAX_MODULE_BYTES = 4 << 20  # our modules are a few KiB
@@ -202,11 +202,10 @@ def configure_args(
     forge: Forge,
     m: UpstreamManifest,
     plan: LanePlan,
-    switches: tuple[str, ...] = (),
-    given: tuple[str, ...] = (),
+    switches: tuple[str, ...],
+    given: tuple[str, ...],
 ) -> list[str]:
     """Everything after `cmake` for configure, minus the per-run DGR_UPSTREAM_HEAD."""
-    spec = plan.spec
     args = ["-G", "Ninja", "-S", str(plan.source_dir), "-B", str(plan.build_dir)]
     args.append(f"-DCMAKE_MAKE_PROGRAM={plan.ninja}")
     if plan.toolchain_file:
@@ -239,7 +238,7 @@ def configure_args(
             args.append(_flag(plan, "CMAKE_CUDA_FLAGS", plan.cuda.cuda_flags()))
         # the link path only
         args += [_flag(plan, f"CMAKE_{k}_LINKER_FLAGS", plan.cuda.link_flags()) for k in LINK_KINDS]
-    if spec is not None:
+    if plan.spec is not None:
         args += [
             f"-DDGR_UPSTREAM_SOURCE_DIR={plan.upstream_dir}",
             f"-DCMAKE_MODULE_PATH={forge.cmake_dir}",
@@ -254,42 +253,30 @@ def configure_args(
 
 
 def inputs_digest(
-    forge: Forge,
-    m: UpstreamManifest,
-    plan: LanePlan,
-    args: list[str],
-    snap: Mapping[str, list[Any]] | None = None,
+    forge: Forge, m: UpstreamManifest, plan: LanePlan, args: list[str], snap: dict[str, Stamp]
 ) -> str:
     """Everything configure depends on (worker sources are Ninja's business); file digests
-    from `snap` (taken under the lock) when given."""
+    from `snap` (taken under the lock)."""
     modules = sorted(forge.cmake_dir.glob("*.cmake")) if forge.cmake_dir.is_dir() else []
 
-    def checked(path: Path, what: str, hint: str) -> str:
-        shown = forge.rel(path)  # a regular file, bounded: a FIFO is never waited on
-        return sha256_regular(path, what=what, hint=hint, limit=MAX_MODULE_BYTES, shown=shown)
-
-    def digest(path: Path | None) -> str | None:
-        if snap is not None and path is not None:
-            stamp = snap.get(str(path))
-            return str(stamp[0]) if stamp else None
-        if not path or not path.is_file():
-            return None
-        hint = "restore it from git: the root holds regular files there"
-        return checked(path, "input file", hint)
+    def module(path: Path) -> str | None:
+        if str(path) in snap:
+            return digest_of(snap, path)
+        # not in the snapshot (not a regular file): this checked read refuses it, bounded (a
+        # FIFO is never waited on)
+        hint = "keep only the forge's .cmake files in cmake/"
+        shown = forge.rel(path)
+        return sha256_regular(
+            path, what="CMake module", hint=hint, limit=MAX_MODULE_BYTES, shown=shown
+        )
 
     data = {
         "forge": __version__,
-        "manifest": digest(m.path),
+        "manifest": digest_of(snap, m.path),
         "series": m.series_digest,
         "recipe": plan.recipe.sha256,
-        "toolchain": digest(plan.toolchain_file),
-        # a module not in the snapshot (not a regular file): main's checked read refuses it
-        "cmake_modules": {
-            p.name: digest(p)
-            if snap is not None and str(p) in snap
-            else checked(p, "CMake module", "keep only the forge's .cmake files in cmake/")
-            for p in modules
-        },
+        "toolchain": digest_of(snap, plan.toolchain_file),
+        "cmake_modules": {p.name: module(p) for p in modules},
         "worker": plan.spec.identity if plan.spec else None,
         "cmake": plan.cmake,
         "tools": plan.tool_paths,

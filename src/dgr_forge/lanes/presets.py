@@ -30,7 +30,6 @@ from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.workspace import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
-FILE_NAME = USER_PRESETS
 _MAX_USER = 1 << 20  # bytes of a CMakeUserPresets.json the forge reads
 _FIX = (
     "fix or remove the file by hand (CMake would not read it either), or pass --out DIR to "
@@ -106,9 +105,9 @@ def render(
     given = taken_as_given(src) if (src / ".git").exists() else ()
     for recipe in recipes:
         plan = plan_lane(forge, m, recipe, doctor, spec, setup)
-        args = configure_args(forge, m, plan, switches, given)
+        args, name = configure_args(forge, m, plan, switches, given), f"dgr-{recipe.name}"
         preset: dict[str, Any] = {
-            "name": f"dgr-{recipe.name}",
+            "name": name,
             "displayName": f"dgr-forge {recipe.name} ({recipe.lane.backend})",
             "description": recipe.lane.description or f"{recipe.lane.backend} lane",
             "generator": "Ninja",
@@ -120,10 +119,7 @@ def render(
         if doctor.tool("ninja").found:
             preset["cacheVariables"]["CMAKE_MAKE_PROGRAM"] = str(doctor.tool("ninja").path)
         configure.append(preset)
-        step: dict[str, Any] = {
-            "name": f"dgr-{recipe.name}",
-            "configurePreset": f"dgr-{recipe.name}",
-        }
+        step: dict[str, Any] = {"name": name, "configurePreset": name}
         if recipe.cmake.targets:
             step["targets"] = list(recipe.cmake.targets)
         build.append(step)
@@ -151,7 +147,7 @@ def _linked_out(forge: Forge, path: Path, spec: worker.WorkerSpec | None) -> boo
     )
 
 
-def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
+def exclude_from_git(path: Path, forge: Forge) -> None:
     """List `path` in its repository's `.git/info/exclude` (once), so `patch` and `build`
     do not count a file the forge wrote as a local change; never another repository's
     `.git/` (only one in the forge root or workspace, or the checkout holding the root)."""
@@ -159,9 +155,7 @@ def exclude_from_git(path: Path, forge: Forge | None = None) -> None:
     if top.returncode != 0:
         return
     root = Path(top.stdout.strip())
-    if forge is not None and not (
-        _inside(root, forge.root, forge.workspace) or _inside(forge.root, root)
-    ):
+    if not (_inside(root, forge.root, forge.workspace) or _inside(forge.root, root)):
         return  # another repository: its .git/ is not ours to edit
     common = gitutil.git(root, "rev-parse", "--git-common-dir").stdout.strip()
     exclude = (root / common) / "info" / "exclude"
@@ -183,68 +177,54 @@ def _ws(text: str, i: int) -> int:
     return i
 
 
-def _members(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]]]:
-    """The index of the top-level object's `{`, and per key where the key starts and its
-    value's span (start, end) in `text`; exit 2 on anything that is not a JSON object."""
-    decoder = json.JSONDecoder()
-    try:
-        decoder.decode(text)  # the whole file is JSON (raw_decode below walks its spans)
-    except ValueError as err:
-        raise _bad(path, f"is not valid JSON ({err})") from None
-    i = _ws(text, 0)
-    if text[i : i + 1] != "{":
-        raise _bad(path, "is not a JSON object")
-    start, members = i, {}
-    i = _ws(text, i + 1)
-    while text[i] != "}":
-        at = i
-        key, i = decoder.raw_decode(text, i)
-        i = _ws(text, _ws(text, i) + 1)  # past the ':'
-        _, end = decoder.raw_decode(text, i)
-        members[key] = (at, i, end)
-        i = _ws(text, end)
-        if text[i] == ",":
-            i = _ws(text, i + 1)
-    return start, members
-
-
-def _elements(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
-    """The (start, end) of each element of the JSON array at `span`."""
+def _spans(text: str, at: int) -> list[tuple[Any, int, int, int]]:
+    """(key, start, value start, value end) of each member of the JSON object or array
+    whose bracket is at `at` (an array's elements: no key, they start with their value)."""
     decoder, out = json.JSONDecoder(), []
-    i = _ws(text, span[0] + 1)
-    while text[i] != "]":
+    i = _ws(text, at + 1)
+    while text[i] not in "]}":
+        start, key = i, None
+        if text[at] == "{":
+            key, i = decoder.raw_decode(text, i)
+            i = _ws(text, _ws(text, i) + 1)  # past the ':'
         _, end = decoder.raw_decode(text, i)
-        out.append((i, end))
+        out.append((key, start, i, end))
         i = _ws(text, end)
         if text[i] == ",":
             i = _ws(text, i + 1)
     return out
 
 
-def _checked(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]], list[Any]]:
-    start, members = _members(path, text)
-    data = json.loads(text)
+def _checked(path: Path, text: str) -> tuple[int, dict[str, tuple[int, int, int]], list[Any], int]:
+    """The index of the top-level object's `{`, per key where the key starts and its value's
+    span (start, end), its `include` and `version`; exit 2 on anything CMake would not read."""
+    try:
+        data = json.loads(text)  # the whole file is JSON (_spans walks its spans)
+    except ValueError as err:
+        raise _bad(path, f"is not valid JSON ({err})") from None
+    start = _ws(text, 0)
+    if text[start : start + 1] != "{":
+        raise _bad(path, "is not a JSON object")
     include = data.get("include", [])
     if not isinstance(include, list) or not all(isinstance(e, str) for e in include):
         raise _bad(path, "its `include` is not a list of file names")
     version = data.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise _bad(path, "its `version` is not a presets format version (a number)")
-    return start, members, include
+    return start, {key: (at, lo, hi) for key, at, lo, hi in _spans(text, start)}, include, version
 
 
 def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
     """`text` with `entry` in its `include` list: inserted, every other byte kept."""
-    start, members, include = _checked(path, text)
+    start, members, include, version = _checked(path, text)
     if entry in include:
         return text
     edits: list[tuple[int, int, str]] = []  # (from, to, new text), applied back to front
-    if "version" in members and json.loads(text)["version"] < 4:
+    if version < 4:
         edits.append((*members["version"][1:], "4"))  # `include` needs presets version 4
     if "include" in members:
-        span = members["include"][1:]
-        elements = _elements(text, span)
-        at = elements[-1][1] if elements else span[0] + 1
+        elements = _spans(text, members["include"][1])
+        at = elements[-1][3] if elements else members["include"][1] + 1
         edits.append((at, at, f", {json.dumps(entry)}" if elements else json.dumps(entry)))
     elif not members:
         edits.append((start + 1, start + 1, f'"include": [{json.dumps(entry)}]'))
@@ -264,10 +244,10 @@ def without_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str | No
     """`text` without `entry` in `include`; None when what is left is the forge's stub."""
     if text == USER_PRESETS_STUB:
         return None
-    _, members, include = _checked(path, text)
+    _, members, include, _ = _checked(path, text)
     if entry not in include:
         return text
-    elements = _elements(text, members["include"][1:])
+    elements = [(lo, hi) for _, lo, _, hi in _spans(text, members["include"][1])]
     if include == [entry]:  # the member the forge added: all of it goes
         key, _, end = members["include"]
         before = [e for _, _, e in members.values() if e <= key]
@@ -346,7 +326,7 @@ def plan_change(
     path = dest or (spec.source_dir if spec is not None else forge.src_dir(m.name))
     if dest is None and spec is None and not (path / "CMakeLists.txt").is_file():
         raise BadInput(
-            f"{forge.rel(path)}: no upstream tree to write {FILE_NAME} into",
+            f"{forge.rel(path)}: no upstream tree to write {USER_PRESETS} into",
             hint="run `dgr-forge patch` (or `build`) first, configure a worker, or pass --out",
         )
     if dest is None and not worker_override and _linked_out(forge, path, spec):
@@ -359,7 +339,7 @@ def plan_change(
             "[worker] path at a directory inside the root",
             details={"path": str(path)},
         )
-    user = path / FILE_NAME if path.is_dir() and not path.is_symlink() else path
+    user = path / USER_PRESETS if path.is_dir() and not path.is_symlink() else path
     own = user.parent / OWN_PRESETS
     if os.path.lexists(own) and (own.is_symlink() or not own.is_file()):
         raise _bad(own, "is a symlink or not a regular file; the forge does not write through it")

@@ -86,10 +86,7 @@ def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
 
 
 def start(
-    build_dir: Path,
-    launcher: str | None,
-    host: Path | None = None,
-    drivers: dict[str, str] | None = None,
+    build_dir: Path, launcher: str | None, host: Path | None, drivers: dict[str, str]
 ) -> Future[dict[str, Program]]:
     """`snapshot()` on a worker thread, from stat records taken now; `host`: shared stamps."""
     from concurrent.futures import ThreadPoolExecutor
@@ -97,7 +94,7 @@ def start(
     from dgr_forge.lanes import cmake_api
 
     early = {}
-    for path in [*cmake_api.programs(build_dir).values(), *(drivers or {}).values()]:
+    for path in [*cmake_api.programs(build_dir).values(), *drivers.values()]:
         real = os.path.realpath(path)
         try:
             early[real] = os.stat(real)
@@ -112,9 +109,9 @@ def start(
 def snapshot(
     build_dir: Path,
     launcher: str | None,
-    early: dict[str, os.stat_result] | None = None,
-    host_dir: Path | None = None,
-    drivers: dict[str, str] | None = None,
+    early: dict[str, os.stat_result],
+    host_dir: Path | None,
+    drivers: dict[str, str],
 ) -> dict[str, Program]:
     """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
@@ -142,7 +139,7 @@ def snapshot(
                 found.setdefault(f"{var}:{name}", entry)
     if launcher:
         found["launcher"] = (launcher, "")
-    for name, path in sorted((drivers or {}).items()):
+    for name, path in sorted(drivers.items()):
         if os.path.isabs(path):
             found[name] = (path, "")
     stamps.save_host_probes(host_dir, dict(_PROBES))
@@ -160,7 +157,7 @@ def snapshot(
         stamp = done[real[name]]
         if stamp is None:
             continue
-        before = (early or {}).get(real[name])
+        before = early.get(real[name])
         if before is not None:
             seen = [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
             if seen != stamp[1:5]:

@@ -73,6 +73,11 @@ def changed(stamps: dict[str, Stamp], worker: Path | None = None) -> list[str]:
     return [path for path, known in stamps.items() if new.get(path, [None])[0] != known[0]]
 
 
+def digest_of(snap: dict[str, Stamp], path: Path | None) -> str | None:
+    stamp = snap.get(str(path)) if path is not None else None
+    return str(stamp[0]) if stamp else None
+
+
 def valid_map(data: Any) -> dict[str, Stamp]:
     """Anything malformed is dropped."""
     if not isinstance(data, dict):

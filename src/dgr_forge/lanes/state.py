@@ -70,13 +70,12 @@ class LastBuild(Struct, omit_defaults=True):
             moved[path] = new = moved[path] if path in moved else move(path)
             return new if new is not None else path
 
-        arts = [msgspec.structs.replace(a, path=to(a.path)) for a in self.artifacts]
         last = msgspec.structs.replace(
             self,
             log=to(self.log),
             report=to(self.report) if self.report is not None else None,
             log_file=to(self.log_file) if self.log_file is not None else None,
-            artifacts=arts,
+            artifacts=[msgspec.structs.replace(a, path=to(a.path)) for a in self.artifacts],
             byproducts={to(p): v for p, v in self.byproducts.items()},
             subject_stats={to(p): v for p, v in self.subject_stats.items()},
         )

@@ -64,9 +64,8 @@ def configure(cmd: list[str], build_dir: Path, log: IO[str], env: dict[str, str]
 
     t = time.monotonic()
     cmake_api.write_query(build_dir)
-    full = list(cmd)
-    if (build_dir / "CMakeCache.txt").exists():
-        full.insert(1, "--fresh")
+    fresh = (build_dir / "CMakeCache.txt").exists()
+    full = [cmd[0], "--fresh", *cmd[1:]] if fresh else cmd
     code, lines = logs.run_logged(full, log, env)
     return Ran(code, lines, time.monotonic() - t)
 
@@ -185,8 +184,7 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
     from dgr_forge.lanes import cmake_api
 
     reply = cmake_api.read_reply(plan.build_dir)
-    suite = plan.recipe.certify.targets if plan.recipe.certify else ()
-    extra = tuple(suite)
+    extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
     for path in cmake_api.stale_siblings(
         reply, cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
     ):
@@ -206,20 +204,14 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
 
 # ----------------------------------------------------------------------------- git's view
 # The view of git a lane build's own processes get (issue 20): canonical, and still true.
-#
-# Upstreams compile git into the binary (llama.cpp's build-info: `git rev-parse --short
-# HEAD`, `git rev-list --count HEAD`, `git describe`). Left alone, the answers depend on the
-# workspace, not the source: `--short` grows with the object count (a workspace deepened by
-# a rebase gets 8 characters, a fresh depth-1 fetch 7) or with a user's `core.abbrev`, and
-# `--count` counts whatever history was fetched. The build therefore sees:
-#
-# * `core.abbrev` pinned (ABBREV) on the command-line scope, above any user config;
-# * the history cut at the pinned commit (and a git worker's commit), as a depth-1 fetch
-#   has it, through `GIT_SHALLOW_FILE`: `--count` is 1 + the patches in every workspace,
-#   `describe` sees the same commits;
-# * replace refs off, and none of the user's GIT_DIR-style redirections.
-#
-# The commit ids themselves are untouched: the binary embeds the real commit.
+# Upstreams compile git's answers in (llama.cpp's build-info: `rev-parse --short HEAD`,
+# `rev-list --count HEAD`, `describe`), which depend on the workspace, not the source:
+# `--short` grows with the object count (8 characters after a rebase, 7 on a depth-1 fetch)
+# or a user's `core.abbrev`; `--count` counts whatever history was fetched. So the build
+# sees `core.abbrev` pinned (ABBREV, on the command-line scope), the history cut at the
+# pinned commit (and a git worker's) as a depth-1 fetch has it (`GIT_SHALLOW_FILE`: `--count`
+# is 1 + the patches everywhere), replace refs off and no GIT_DIR-style redirection. The
+# commit ids are untouched: the binary embeds the real commit.
 
 ABBREV = 12
 VIEW_FILE = "dgr-git-shallow"
