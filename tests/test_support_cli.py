@@ -212,3 +212,16 @@ def test_the_harness_keeps_only_the_caches_it_names_between_runs() -> None:
     cli._reset_module_state()
     assert surface._token.cache_info().currsize == 0
     assert render._environment() is env
+
+
+def test_the_zygotes_two_reply_lines_read_apart_when_they_arrive_together() -> None:
+    """A child that ends at once: its pid and its exit code reach the socket in one segment;
+    each read takes its own line (the pid was once read as b"4299\\n2\\n")."""
+    import socket
+
+    from support.zygote import _line
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b"4299\n2\n")
+        assert (_line(ours), _line(ours)) == (b"4299\n", b"2\n")

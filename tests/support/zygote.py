@@ -273,10 +273,11 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
 
 
 def _line(conn: socket.socket) -> bytes:
-    """One reply line from the zygote (its pid, then its exit code)."""
+    """One reply line from the zygote (its pid, then its exit code), byte by byte: a child
+    that ends at once has both lines in one segment, and the second is the next call's."""
     got = b""
     while not got.endswith(b"\n"):
-        more = conn.recv(64)
+        more = conn.recv(1)
         if not more:
             raise OSError("the zygote closed the connection")
         got += more
