@@ -164,7 +164,24 @@ def select(
             hint=f"{INSTALL_HINT}, or install {choice} on PATH, or build with --cache auto|off",
             details={"cache": choice},
         )
-    return _setup(doctor, choice, path, mode, workspace, root, environ, worker)
+    version = doctor.version(choice) or ""
+    # workspace, root and a path worker, resolved as `build` maps them; one that cannot be
+    # written in SCCACHE_BASEDIRS is left out (its hits then need the same path)
+    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
+    bases = [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
+    # the user's own read-only setting is never weakened, and is recorded
+    if choice == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
+        mode = "ro"
+    if choice == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
+        mode = "ro"
+    if choice == "ccache":
+        env, backend = _ccache_env(path, mode, bases, environ)
+        return CacheSetup(choice, path, version, backend, mode, None, env)
+    env, backend, scheduler = _sccache_env(mode, bases, workspace, environ)
+    server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
+    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
+        env["SCCACHE_DIR"] = str(where / "sccache")
+    return CacheSetup(choice, path, version, backend, mode, scheduler, env, server_env)
 
 
 def locate(doctor: Doctor, name: str) -> str | None:
@@ -183,33 +200,6 @@ def locate(doctor: Doctor, name: str) -> str | None:
             result.detail = f"{candidate} (the 'cache' extra's wheel)"
             return result.path
     return None
-
-
-def _setup(
-    doctor: Doctor,
-    name: str,
-    path: str,
-    mode: str,
-    workspace: Path | None,
-    root: Path | None,
-    environ: Mapping[str, str],
-    worker: Path | None = None,
-) -> CacheSetup:
-    version = doctor.version(name) or ""
-    bases = _bases(workspace, root, worker)
-    # the user's own read-only setting is never weakened, and is recorded
-    if name == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
-        mode = "ro"
-    if name == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
-        mode = "ro"
-    if name == "ccache":
-        env, backend = _ccache_env(path, mode, bases, environ)
-        return CacheSetup(name, path, version, backend, mode, None, env)
-    env, backend, dist = _sccache_env(mode, bases, workspace, environ)
-    server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
-        env["SCCACHE_DIR"] = str(where / "sccache")
-    return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
 
 
 def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None:
@@ -250,13 +240,6 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
             hint=f"use a directory of your own (chmod o-w {path}), or unset DGR_CACHE_DIR",
         )
     return path
-
-
-def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
-    """Workspace, root and a path worker, resolved as `build` maps them; one that cannot be
-    written in SCCACHE_BASEDIRS is left out (its hits then need the same path)."""
-    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
-    return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
 def _ccache_env(
