@@ -115,18 +115,6 @@ def _metavar(param: Any) -> str:
     return "TEXT"
 
 
-def _argument(param: Any) -> None:
-    """An argument keeps its name in the usage line (REPORT, DIR) and shows its kind in the
-    same style as options (PATH), not Typer's `<path>`: the type is this argument's own
-    copy, so a shared type object (Click's STRING) is never changed."""
-    if param.metavar is None:
-        param.metavar = (param.name or "value").upper()
-    shown = _metavar(param)
-    kind = copy.copy(param.type)
-    kind.get_metavar = lambda *args, **kwargs: shown
-    param.type = kind
-
-
 UNWRAPPED = 1 << 20  # Click's help width in a pipe: no line is wrapped (or broken)
 
 
@@ -150,7 +138,13 @@ def apply(root: Any) -> None:
             command.rich_markup_mode = None
         for param in command.params:
             if param.param_type_name == "argument":
-                _argument(param)
+                # keeps its name in the usage line (REPORT, DIR), its kind shown as an
+                # option's (PATH), not Typer's `<path>`: on its own copy of the type, so a
+                # shared type object (Click's STRING) is never changed
+                if param.metavar is None:
+                    param.metavar = (param.name or "value").upper()
+                shown, param.type = _metavar(param), copy.copy(param.type)
+                param.type.get_metavar = lambda *args, shown=shown, **kwargs: shown
                 continue
             if param.param_type_name != "option" or getattr(param, "is_flag", False):
                 continue
