@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -111,13 +111,9 @@ def doctor(env: Env, lane: Lanes = None) -> Outcome:
     result = doctor_mod.diagnose(doc, all_recipes, cache_info)
     if lane:
         result = doctor_mod.gate(result, list(lane))
-    rows = [
-        (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
-        for t in result.tools
-    ]
-    rows += [
-        (lib.name, "found" if lib.found else "missing", "", lib.path or "")
-        for lib in result.libraries
+    rows = [  # a library has no version
+        (p.name, "found" if p.found else "missing", p.version or "", p.path or "")
+        for p in (*result.tools, *result.libraries)
     ]
     env.out.table(f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows)
     env.out.answer(cache_mod.summary(cache_info))
@@ -234,11 +230,9 @@ def presets(
                        hint="give one of them")  # fmt: skip
     with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
         m, spec = s.manifest, s.worker
-        data = (
-            None
-            if remove
-            else presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
-        )
+        data: dict[str, Any] | None = None
+        if not remove:
+            data = presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
     names = [p["name"] for p in data["configurePresets"]] if data else []
     if print_ and data is not None:
         env.out.document(json.dumps(data, indent=2) + "\n")
