@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 
 @dataclass
 class GlobalOptions:
-    """The options of the whole tool (`--root`, `--json`, ...), wherever they were given."""
-
     root: Path | None = None
     workspace: Path | None = None
     json: bool = False
@@ -100,8 +98,6 @@ class Session:
 
 @dataclass
 class Env:
-    """What a command body gets: the output channel and (lazily) the forge it works on."""
-
     options: GlobalOptions
     out: Reporter
     _forge: Forge | None = field(default=None, repr=False)
@@ -257,7 +253,6 @@ app = typer.Typer(
 
 
 def group(name: str, help: str) -> typer.Typer:
-    """A command group, `dgr-forge NAME ...`, on `app`."""
     sub = typer.Typer(name=name, help=help, no_args_is_help=True)
     app.add_typer(sub, name=name)
     return sub
@@ -272,7 +267,6 @@ class Outcome:
 
     @staticmethod
     def of(fields: Struct, ok: bool) -> Outcome:
-        """Exit 1 (the operation failed, e.g. a verification found problems) unless `ok`."""
         return Outcome(fields, ExitCode.OK if ok else ExitCode.FAILED)
 
 
@@ -325,8 +319,7 @@ class JsonChannel:
 JSON_CHANNEL = JsonChannel()
 
 
-def _builtin(value: Any) -> Any:
-    """What a result holds beyond msgspec's own types: a path is its string."""
+def _builtin(value: Any) -> Any:  # beyond msgspec's own types: a path is its string
     if isinstance(value, PurePath):
         return str(value)
     raise TypeError(f"not encodable in --json: {type(value).__name__}")
