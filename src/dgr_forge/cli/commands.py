@@ -22,9 +22,7 @@ ATTACHED = "-C"  # `-CDIR`, the short option's value attached as make takes it
 
 
 @dataclass(frozen=True)
-class Argv:
-    """The command line as `read` found it."""
-
+class Argv:  # the command line as `read` found it
     args: list[str]  # what Click parses: the global options first, then the rest as given
     words: list[str]  # the words before `--` that are not options: the command path's start
     first: str | None  # the first token after the global options (`--version`, a command)
@@ -121,12 +119,8 @@ def command_module(line: Argv) -> str | None:
     return COMMAND_MODULES.get(line.first)
 
 
-def register_for(line: Argv) -> None:
-    """Register what the line runs: one module, none, or all."""
-    if _all:
-        return
-    name = command_module(line)
-    if name is None:
+def register_for(line: Argv) -> None:  # one module, none, or all
+    if (name := command_module(line)) is None:
         register_all()
     elif name:
         _import(name)
