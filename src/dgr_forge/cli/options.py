@@ -146,9 +146,8 @@ def apply(root: Any) -> None:
                 shown, param.type = _metavar(param), copy.copy(param.type)
                 param.type.get_metavar = lambda *args, shown=shown, **kwargs: shown
                 continue
-            if param.param_type_name != "option" or getattr(param, "is_flag", False):
-                continue
-            if param.metavar is None or param.metavar.startswith("<"):
+            option = param.param_type_name == "option" and not getattr(param, "is_flag", False)
+            if option and (param.metavar is None or param.metavar.startswith("<")):
                 param.metavar = _metavar(param)
         subs = getattr(command, "commands", None) or {}
         if path and not command.epilog:
@@ -158,8 +157,7 @@ def apply(root: Any) -> None:
             if not subs and path in USAGE:
                 example, exits = USAGE[path]
                 command.epilog = f"Example: {example}\n\nExit codes: {exits}\n\n{GLOBAL_OPTIONS}"
-        for name, sub in subs.items():
-            stack.append((sub, f"{path} {name}".strip()))
+        stack += [(sub, f"{path} {name}".strip()) for name, sub in subs.items()]
 
 
 def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:
