@@ -254,25 +254,22 @@ class Doctor:
         result.version = version
         return version
 
-    def _roots(self, probe: LibraryProbe) -> list[Path]:
-        roots: list[Path] = []
+    def _probe_library(
+        self, probe: LibraryProbe, result: Callable[..., ProbeResult]
+    ) -> ProbeResult:
+        found: list[Path] = []
         for entry in probe.roots:
             if entry.startswith("tool:"):
                 tool = self.tool(entry[5:])
                 if tool.found and tool.path:
-                    roots.append(Path(tool.path).resolve().parent.parent)
+                    found.append(Path(tool.path).resolve().parent.parent)
             elif entry.startswith("python:"):
                 if wheel := _python_dir(entry[7:], self.sites):
-                    roots.append(Path(wheel))
+                    found.append(Path(wheel))
             elif expanded := _expand(entry):
-                roots.append(Path(expanded))
+                found.append(Path(expanded))
         # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
-        return [r for r in dict.fromkeys(roots) if not _inside(str(r), self._fenced)]
-
-    def _probe_library(
-        self, probe: LibraryProbe, result: Callable[..., ProbeResult]
-    ) -> ProbeResult:
-        roots = self._roots(probe)
+        roots = [r for r in dict.fromkeys(found) if not _inside(str(r), self._fenced)]
         for root in roots:
             dirs = [root / d for d in probe.include_dirs] if probe.headers else []
             include = next((d for d in dirs if all((d / h).is_file() for h in probe.headers)), None)
