@@ -388,11 +388,6 @@ tables; a key without a default is required.
 """
 
 
-def _plural(words: str) -> str:
-    """`strings`, `tables`; `(string or integer)` for an alternative."""
-    return f"{words}s" if words.isalpha() else f"({words})"
-
-
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -438,7 +433,9 @@ class Tables:
             text = words[0] if kind == "array" else words[1]
             if not isinstance(inner, dict) or not inner:
                 return text
-            return f"{words[2] if kind == 'object' else text} of {_plural(self.words(inner))}"
+            of = self.words(inner)  # `strings`, `tables`; `(string or integer)`
+            of = f"{of}s" if of.isalpha() else f"({of})"
+            return f"{words[2] if kind == 'object' else text} of {of}"
         text = {"number": "float" if self.toml else "number"}.get(str(kind), str(kind or "any"))
         bounds = [
             f"{sign} {node[k]}"
