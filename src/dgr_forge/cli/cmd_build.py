@@ -125,8 +125,7 @@ def doctor(env: Env, lane: Lanes = None) -> Outcome:
         for line in check.reasons():
             env.out.answer(f"    {line}")
     # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
-    bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
-    return Outcome(result, bad)
+    return Outcome(result, ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK)
 
 
 @command(app)

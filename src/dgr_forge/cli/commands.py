@@ -67,8 +67,7 @@ def read(argv: list[str]) -> Argv:
                 words.append(arg)
         head.append(arg)
         i += 1
-    first = rest[0] if rest and rest[0] != "--" else None
-    return Argv(front + rest, words, first, head, nul)
+    return Argv(front + rest, words, rest[0] if rest and rest[0] != "--" else None, head, nul)
 
 
 # Which module defines each top-level command, in `dgr-forge --help`'s order
