@@ -71,8 +71,16 @@ class CacheSession(Struct):
         pool and here); None without a cache or for a count the tool would not give."""
         base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
-            hits, misses = self._ccache_counts(self._statslog)
-            return msgspec.structs.replace(base, hits=hits, misses=misses)
+            done = self._run("--print-log-stats", CCACHE_STATSLOG=str(self._statslog))
+            if done is None or done.returncode != 0:
+                return msgspec.structs.replace(base, hits=None, misses=None)
+            counters: dict[str, int] = {}
+            for line in done.stdout.splitlines():
+                key, _, value = line.partition("\t")
+                if value.strip().isdigit():
+                    counters[key] = int(value)
+            hit = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
+            return msgspec.structs.replace(base, hits=hit, misses=counters.get("cache_miss", 0))
         if self.setup.tool != "sccache":
             return None
         after = self._sccache_counts()
@@ -103,18 +111,6 @@ class CacheSession(Struct):
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
-
-    def _ccache_counts(self, log: Path) -> tuple[int | None, int | None]:
-        done = self._run("--print-log-stats", CCACHE_STATSLOG=str(log))
-        if done is None or done.returncode != 0:
-            return None, None
-        counters: dict[str, int] = {}
-        for line in done.stdout.splitlines():
-            key, _, value = line.partition("\t")
-            if value.strip().isdigit():
-                counters[key] = int(value)
-        hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
-        return hits, counters.get("cache_miss", 0)
 
     def _sccache_counts(self) -> tuple[int, int, int, int] | None:
         """Hits, misses, pool compiles, compiles."""
