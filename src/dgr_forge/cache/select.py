@@ -179,8 +179,12 @@ def select(
         return CacheSetup(choice, path, version, backend, mode, None, env)
     env, backend, scheduler = _sccache_env(mode, bases, workspace, environ)
     server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
-        env["SCCACHE_DIR"] = str(where / "sccache")
+    if where is not None and "SCCACHE_DIR" not in environ:
+        # unless the config file names sccache's local cache directory itself (read only now)
+        caches = sccache_config(environ).get("cache")
+        disk = caches.get("disk") if isinstance(caches, dict) else None
+        if not (isinstance(disk, dict) and disk.get("dir")):
+            env["SCCACHE_DIR"] = str(where / "sccache")
     return CacheSetup(choice, path, version, backend, mode, scheduler, env, server_env)
 
 
@@ -341,13 +345,6 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
             where = table.get("url") or table.get("endpoint") or table.get("bucket")
             return f"{kind} {mask(where)}" if isinstance(where, str) else str(kind)
     return None
-
-
-def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
-    """The config file names sccache's local cache directory itself (read only when asked)."""
-    caches = sccache_config(environ).get("cache")
-    disk = caches.get("disk") if isinstance(caches, dict) else None
-    return isinstance(disk, dict) and bool(disk.get("dir"))
 
 
 def _sccache_env(
