@@ -147,10 +147,8 @@ def unused_variables(lines: list[str]) -> list[str]:
         if UNUSED_HEADER in line:
             for follow in lines[i + 1 :]:
                 word = follow.strip()
-                if not word and names:
-                    break
                 if word and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.+-]*", word):
                     names.append(word)
-                elif word:
+                elif word or names:  # another line, or the blank one after the names
                     break
     return names
