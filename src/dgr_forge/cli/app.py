@@ -366,9 +366,8 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
 
     obj = ctx.find_root().obj
     opts = obj if isinstance(obj, GlobalOptions) else GlobalOptions()
-    out = Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose)
-    env = Env(options=opts, out=out)
-    before = proc.observe(out.child if opts.verbose else None)
+    env = Env(opts, Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose))
+    before = proc.observe(env.out.child if opts.verbose else None)
     try:
         result = body(env)
     except KeyboardInterrupt as err:
