@@ -177,8 +177,7 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
                 result = root(args=line.args, prog_name="dgr-forge", standalone_mode=False)
                 code = result if isinstance(result, int) else 0
             except (Exception, KeyboardInterrupt) as err:
-                failed = fail(err, command, as_json)
-                if failed is None:
+                if (failed := fail(err, command, as_json)) is None:
                     raise
                 code = failed
         if as_json and not JSON_CHANNEL.emitted:
