@@ -88,9 +88,7 @@ class CudaLink(Struct, frozen=True):
 
     @property
     def link_dirs(self) -> list[str]:  # the link path, never a RUNPATH
-        return list(
-            dict.fromkeys([*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs])
-        )
+        return list(dict.fromkeys((*(str(d) for d in [self.stub_dir] if d), *self.lib_dirs)))
 
     def link_flags(self) -> str:
         return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in self.link_dirs)
