@@ -117,15 +117,11 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
     return lock
 
 
-def home() -> Path:
-    if given := os.environ.get("DGR_TOOLCHAINS_DIR"):
-        return Path(given).absolute()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).absolute() / "dgr-forge" / "toolchains"
-
-
 def prefix_for(lock_sha256: str) -> Path:
-    return home() / f"cuda-{lock_sha256[:16]}"
+    if not (home := os.environ.get("DGR_TOOLCHAINS_DIR")):
+        data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        home = str(Path(data) / "dgr-forge" / "toolchains")
+    return Path(home).absolute() / f"cuda-{lock_sha256[:16]}"
 
 
 def installed_site(lock_path: Path) -> Path | None:
