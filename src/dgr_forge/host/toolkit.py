@@ -195,8 +195,7 @@ def install(
         if (prefix / MARKER).is_file():
             return result
         scratch = prefix.parent / f".{prefix.name}.tmp-{os.getpid()}"
-        shutil.rmtree(scratch, ignore_errors=True)
-        for stale in prefix.parent.glob(f".{prefix.name}.tmp-*"):
+        for stale in prefix.parent.glob(f".{prefix.name}.tmp-*"):  # scratch's name too
             shutil.rmtree(stale, ignore_errors=True)  # a killed install's (we hold the lock)
         scratch.mkdir()
         try:
