@@ -181,10 +181,18 @@ class Doctor:
                     hint=f"add [{kind}s.{name}] to toolchains/probes.toml or fix the recipe",
                     details={"probe": name},
                 )
-            result = partial(
-                ProbeResult, name, kind, probe.description or name,
-                packages=self._packages(probe.packages, name),
-            )  # fmt: skip
+            # the package names; {cuda_series} becomes nvcc's "13-0" when nvcc is found
+            series = None
+            templated = any("{cuda_series}" in n for ns in probe.packages.values() for n in ns)
+            if templated and name != "nvcc" and "nvcc" in self.probes.tools:
+                version = self.version("nvcc")
+                series = "-".join(version.split(".")[:2]) if version else None
+            packages = {  # "forge" without toolchains/cuda.lock: nothing to install from
+                system: [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
+                for system, names in probe.packages.items()
+                if system != "forge" or self.pinned
+            }
+            result = partial(ProbeResult, name, kind, probe.description or name, packages=packages)
             if isinstance(probe, LibraryProbe):
                 self._results[key] = self._probe_library(probe, result)
             else:
@@ -284,23 +292,6 @@ class Doctor:
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
         return result(False, None, f"{wanted} not found under {looked}")
-
-    def _packages(
-        self, packages: dict[str, tuple[str, ...]], probe: str = ""
-    ) -> dict[str, list[str]]:
-        """Package names; {cuda_series} becomes nvcc's "13-0" when nvcc is found."""
-        series = None
-        templated = any("{cuda_series}" in n for names in packages.values() for n in names)
-        if templated and probe != "nvcc":
-            nvcc = self.tool("nvcc") if "nvcc" in self.probes.tools else None
-            if version := self.version("nvcc") if nvcc and nvcc.found else None:
-                series = "-".join(version.split(".")[:2])
-        out: dict[str, list[str]] = {}
-        for system, names in packages.items():
-            if system == "forge" and not self.pinned:
-                continue  # no toolchains/cuda.lock in this root: nothing to install from
-            out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
-        return out
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:
         host_ok = host_os() in recipe.lane.host_os
