@@ -129,7 +129,6 @@ class _CI(Record, frozen=True):
 # -- `[certify]`: the lane's certification suite, one type, its keys, types and bounds
 # declared once here; `certify.suite.load` checks what they mean (gates, placeholders, parsers)
 
-Strings = tuple[str, ...]
 PLACEHOLDERS = ("model", "device", "threads", "text")
 DEFAULT_TIMEOUT = 600
 MAX_TIMEOUT = 7200  # two hours: a whole op suite on a slow device, never unbounded
@@ -185,7 +184,7 @@ class Step(Gate, frozen=True, kw_only=True):
     program: Annotated[NonEmpty, about("one of `certify.targets`: a program the build made")]
     parser: Annotated[NonEmpty, about("how its output is read: a parser of `certify.parsers`")]
     args: Annotated[
-        Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
+        Words, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
     ] = ()
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
     text: Annotated[str, about("a file of the forge root the step reads (`{text}`)")] | None = None
@@ -214,7 +213,7 @@ class Suite(Record, frozen=True):
     """`[certify]`: the lane's certification suite."""
 
     targets: Annotated[
-        Strings,
+        Words,
         about("the programs it runs, built with the lane", fix='targets = ["test-backend-ops"]'),
     ] = ()
     steps: Annotated[
