@@ -351,10 +351,9 @@ def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
     env: dict[str, str] = {}
-    if bases and "SCCACHE_BASEDIRS" not in environ:
-        env["SCCACHE_BASEDIRS"] = os.pathsep.join(str(b) for b in bases if b.is_dir())
-        if not env["SCCACHE_BASEDIRS"]:
-            del env["SCCACHE_BASEDIRS"]  # sccache refuses to start on a missing directory
+    # only directories that exist: sccache refuses to start on a missing one
+    if "SCCACHE_BASEDIRS" not in environ and (found := [str(b) for b in bases if b.is_dir()]):
+        env["SCCACHE_BASEDIRS"] = os.pathsep.join(found)
     if mode == "ro":
         env.update(dict.fromkeys(_SCCACHE_RW_MODES, "READ_ONLY"))
     # A server reads its configuration when it starts: one per configuration, on a socket
