@@ -38,7 +38,6 @@ def read(argv: list[str]) -> Argv:
     front: list[str] = []
     rest: list[str] = []
     words: list[str] = []
-    head: list[str] = []
     nul: str | None = None
     i = 0
     while i < len(argv):
@@ -56,7 +55,6 @@ def read(argv: list[str]) -> Argv:
             front.append(arg)
         elif arg in GLOBAL_VALUED and i + 1 < len(argv):
             front.extend(argv[i : i + 2])
-            head.extend(argv[i : i + 2])
             if nul is None and "\x00" in argv[i + 1]:
                 nul = arg
             i += 2
@@ -65,9 +63,9 @@ def read(argv: list[str]) -> Argv:
             rest.append(arg)
             if not arg.startswith("-"):
                 words.append(arg)
-        head.append(arg)
         i += 1
-    return Argv(front + rest, words, rest[0] if rest and rest[0] != "--" else None, head, nul)
+    first = rest[0] if rest and rest[0] != "--" else None
+    return Argv(front + rest, words, first, argv[:i], nul)  # head: what came before `--`
 
 
 # Which module defines each top-level command, in `dgr-forge --help`'s order
