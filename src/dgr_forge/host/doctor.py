@@ -311,12 +311,8 @@ class Doctor:
 
     def launcher(self) -> ProbeResult | None:
         """ccache, else sccache: the compiler launcher builds use."""
-        for name in ("ccache", "sccache"):
-            if name in self.probes.tools:
-                result = self.tool(name)
-                if result.found:
-                    return result
-        return None
+        probed = (self.tool(n) for n in ("ccache", "sccache") if n in self.probes.tools)
+        return next((result for result in probed if result.found), None)
 
 
 def _library_files(directory: Path, name: str) -> list[Path]:
