@@ -228,8 +228,7 @@ def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) 
     from dgr_forge.core.errors import NeedsHuman
     from dgr_forge.upstream import series_journal
 
-    journals = series_journal.interrupted(forge.root, pdir)
-    if not journals:
+    if not (journals := series_journal.interrupted(forge.root, pdir)):
         return
     raise NeedsHuman(
         "an export or rebase was interrupted while writing patches/ and the manifest "
