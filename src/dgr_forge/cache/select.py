@@ -193,13 +193,11 @@ def locate(doctor: Doctor, name: str) -> str | None:
     this Python (on PATH only in an activated venv), recorded in the doctor's result."""
     if name not in doctor.probes.tools:
         return None
-    result = doctor.tool(name)
-    if result.found and result.path:
+    if (result := doctor.tool(name)).found and result.path:
         return result.path
     scripts = Path(sysconfig.get_path("scripts"))
     for exe in doctor.probes.tools[name].executables:
-        candidate = scripts / exe
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        if (candidate := scripts / exe).is_file() and os.access(candidate, os.X_OK):
             result.found, result.path = True, str(candidate)
             result.detail = f"{candidate} (the 'cache' extra's wheel)"
             return result.path
@@ -209,8 +207,7 @@ def locate(doctor: Doctor, name: str) -> str | None:
 def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None:
     """Where sccache's local cache and the sccache-dist client's packages go: DGR_CACHE_DIR,
     else `<workspace>/cache` (never the home directory of whoever runs the build)."""
-    raw = environ.get("DGR_CACHE_DIR", "")
-    if not raw:
+    if not (raw := environ.get("DGR_CACHE_DIR", "")):
         if workspace is None:
             return None
         path = workspace.absolute() / "cache"
@@ -337,8 +334,7 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
         value = environ.get(var, "").strip()
         if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
             return f"{kind} {', '.join(mask(v) for v in value.split(','))}" if shown else kind
-    caches = sccache_config(environ).get("cache")
-    if isinstance(caches, dict):
+    if isinstance(caches := sccache_config(environ).get("cache"), dict):
         for kind, table in caches.items():
             if kind == "disk" or not isinstance(table, dict):
                 continue

@@ -203,8 +203,7 @@ def open_cache_session(
         return
     client = sccache_dist.client(sccache_config(env)) if setup.distributed else None
     if client is not None:
-        check = sccache_dist.check(client)
-        if check.status == "unauthorized":
+        if (check := sccache_dist.check(client)).status == "unauthorized":
             raise OperationFailed(
                 check.line().split("\n", 1)[0],
                 hint=check.fix,
@@ -266,8 +265,7 @@ def _tail(log: Path) -> str:
 
 def _clean(text: str, env: Mapping[str, str]) -> str:
     """A tool's error text for a person: short, URL user info masked, no token."""
-    client = sccache_dist.client(sccache_config(env))
-    if client is not None and client.token:
+    if (client := sccache_dist.client(sccache_config(env))) is not None and client.token:
         text = text.replace(client.token, "***")
     return mask_text(" ".join(text.split()))[:400]
 
@@ -275,8 +273,7 @@ def _clean(text: str, env: Mapping[str, str]) -> str:
 def describe(used: Cache) -> str:
     """What the cache did in this lane's build, in one line."""
     line = f"compiler cache {used.tool}: {used.hits} hit(s), {used.misses} miss(es)"
-    dist = used.distributed
-    if isinstance(dist, Distributed):
+    if isinstance(dist := used.distributed, Distributed):
         line += (
             f"; {dist.remote_compiles} compile(s) on the pool ({dist.scheduler}), "
             f"{dist.local_compiles} here"

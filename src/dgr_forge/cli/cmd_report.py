@@ -73,8 +73,7 @@ def show(
                 hint=f"build it first: dgr-forge build --lane {lane}",
                 details={"lane": lane},
             )
-    loaded = reports_mod.load(shown)
-    if loaded.statement is None:
+    if (loaded := reports_mod.load(shown)).statement is None:
         raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
     out, up = env.out, s.upstream

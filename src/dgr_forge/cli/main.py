@@ -117,8 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
+            if (null := os.open(os.devnull, os.O_RDWR)) != fd:
                 os.dup2(null, fd)
                 os.close(null)
             closed.add(fd)

@@ -105,8 +105,7 @@ USAGE: dict[str, tuple[str, str]] = {
 
 def _metavar(param: Any) -> str:
     """The placeholder, by the value's type, of an option that declares none (cli/options does)."""
-    kind = type(param.type).__name__
-    if "Path" in kind or "File" in kind:
+    if "Path" in (kind := type(param.type).__name__) or "File" in kind:
         return "PATH"
     if "Int" in kind:
         return "N"

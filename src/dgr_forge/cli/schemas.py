@@ -424,8 +424,7 @@ class Tables:
         if "anyOf" in node:  # TOML has no null: an absent key is one
             branches = [b for b in node["anyOf"] if not self.toml or b.get("type") != "null"]
             return " or ".join(dict.fromkeys(self.words(b) for b in branches))
-        kind = node.get("type")
-        if isinstance(kind, list):
+        if isinstance(kind := node.get("type"), list):
             return " or ".join(self.words({**node, "type": k}) for k in kind)
         inner = node.get({"array": "items", "object": "additionalProperties"}.get(str(kind), ""))
         if kind in ("array", "object"):
@@ -521,8 +520,7 @@ def main(argv: list[str]) -> int:
     root = Path(rest[0]) if rest else Path.cwd()
     stale = []
     for rel, text in rendered().items():
-        path = root / rel
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
+        if (path := root / rel).is_file() and path.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not check:

@@ -100,8 +100,7 @@ INSTALL_COMMANDS = {
 
 def _expand(entry: str) -> str | None:
     """ "$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
-    m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)
-    if not m:
+    if not (m := re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)):
         return entry
     value = os.environ.get(m.group(1))
     return value + m.group(2) if value else None
@@ -210,8 +209,7 @@ class Doctor:
             return result(False, None, f"only on {', '.join(probe.host_os)}")
         dirs: list[str] = []
         for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
-            wheel = _python_dir(spec, self.sites)
-            if wheel and not _inside(wheel, self._fenced):
+            if (wheel := _python_dir(spec, self.sites)) and not _inside(wheel, self._fenced):
                 dirs.append(wheel)
                 found = next(
                     (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
@@ -250,10 +248,8 @@ class Doctor:
             ident = file_identity(result.path)
             args = (*probe.version_args, probe.version_regex)
             key = (result.path, ident, args, tuple(sorted(os.environ.items())))
-            version = _READ_VERSIONS.get(key)
-            if version is None:
-                proc = run_probe([result.path, *probe.version_args], timeout=30)
-                if proc is not None:
+            if (version := _READ_VERSIONS.get(key)) is None:
+                if (proc := run_probe([result.path, *probe.version_args], timeout=30)) is not None:
                     m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
                     version = m.group(1) if m else None
                 if version is not None and ident is not None:
@@ -268,8 +264,7 @@ class Doctor:
         found: list[Path] = []
         for entry in probe.roots:
             if entry.startswith("tool:"):
-                tool = self.tool(entry[5:])
-                if tool.found and tool.path:
+                if (tool := self.tool(entry[5:])).found and tool.path:
                     found.append(Path(tool.path).resolve().parent.parent)
             elif entry.startswith("python:"):
                 if wheel := _python_dir(entry[7:], self.sites):
@@ -320,8 +315,7 @@ def _library_files(directory: Path, name: str) -> list[Path]:
         return []
     candidates = [directory / f"lib{name}{suffix}" for suffix in _LIB_SUFFIXES]
     candidates.append(directory / f"{name}.lib")
-    found = [c for c in candidates if c.exists()]
-    if not found:
+    if not (found := [c for c in candidates if c.exists()]):
         # a wheel ships only the versioned file (libcudart.so.13): the lane makes the
         # unversioned link in its own build directory (host/cudakit)
         found = sorted(directory.glob(f"lib{glob.escape(name)}.so.[0-9]*"))[:1]

@@ -376,8 +376,7 @@ def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> None
 def _option_word(shown: str, key: str, value: str | int | bool, in_list: bool, fix: str) -> str:
     if isinstance(value, bool):
         return "ON" if value else "OFF"
-    text = str(value)
-    if len(text) > _MAX_VALUE:
+    if len(text := str(value)) > _MAX_VALUE:
         raise fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
     if in_list and not text:
         raise fail(shown, key, "empty list element", fix)

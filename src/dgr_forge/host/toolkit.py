@@ -142,8 +142,7 @@ def identity(lock_path: Path, nvcc: str | None) -> dict[str, object] | None:
     site = installed_site(lock_path)
     if site is None or nvcc is None or not Path(nvcc).absolute().is_relative_to(site):
         return None
-    marker = read_json(site.parent / MARKER)
-    if not isinstance(marker, dict):
+    if not isinstance(marker := read_json(site.parent / MARKER), dict):
         return None
     return {k: marker.get(k) for k in ("toolkit", "version", "lock_sha256", "wheels")}
 
@@ -232,8 +231,7 @@ def _pip(lock: Lock, scratch: Path, *, offline: bool, wheelhouse: Path | None) -
         cmd += ["--find-links", str(wheelhouse.absolute())]
     # the lock is the whole truth: no constraints file of the host's pip configuration
     env = {**os.environ, "PIP_CONSTRAINT": "", "PIP_REQUIRE_VIRTUALENV": "0"}
-    proc = capture(cmd, env=env, timeout=PIP_TIMEOUT)
-    if proc.returncode != 0:
+    if (proc := capture(cmd, env=env, timeout=PIP_TIMEOUT)).returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         mismatch = any("DO NOT MATCH THE HASHES" in ln for ln in lines)
         raise OperationFailed(

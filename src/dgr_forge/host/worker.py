@@ -74,8 +74,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
         path = override.resolve()
         _check_dir(path, str(override))
         return WorkerSpec(path=forge.rel(path), source_dir=path)
-    manifest = forge.root / MANIFEST
-    if not manifest.is_file():
+    if not (manifest := forge.root / MANIFEST).is_file():
         return None
     _, data = Checker(MANIFEST).load(
         manifest, what="worker manifest", hint="restore it or remove it", root=forge.root
