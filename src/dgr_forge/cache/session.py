@@ -74,11 +74,8 @@ class CacheSession(Struct):
             done = self._run("--print-log-stats", CCACHE_STATSLOG=str(self._statslog))
             if done is None or done.returncode != 0:
                 return msgspec.structs.replace(base, hits=None, misses=None)
-            counters: dict[str, int] = {}
-            for line in done.stdout.splitlines():
-                key, _, value = line.partition("\t")
-                if value.strip().isdigit():
-                    counters[key] = int(value)
+            pairs = (line.partition("\t") for line in done.stdout.splitlines())
+            counters = {key: int(value) for key, _, value in pairs if value.strip().isdigit()}
             hit = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
             return msgspec.structs.replace(base, hits=hit, misses=counters.get("cache_miss", 0))
         if self.setup.tool != "sccache":
