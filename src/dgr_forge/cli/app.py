@@ -482,8 +482,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
             hint="check the files and values given: no real input nests this deep",
         )
     if isinstance(err, ValueError):
-        text = mask_text(str(err))
-        if "null byte" in text or "NUL" in text:
+        if "null byte" in (text := mask_text(str(err))) or "NUL" in text:
             return BadInput(
                 "a path or value contains a NUL byte", hint="remove the NUL byte from the argument"
             )

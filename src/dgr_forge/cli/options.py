@@ -124,8 +124,7 @@ def apply(root: Any) -> None:
     import os
     import sys
 
-    plain = not is_tty(sys.stdout)
-    if plain and not os.environ.get("COLUMNS", "").strip():
+    if (plain := not is_tty(sys.stdout)) and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
         wide = dict.fromkeys(("terminal_width", "max_content_width"), UNWRAPPED)

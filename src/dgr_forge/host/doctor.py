@@ -171,8 +171,7 @@ class Doctor:
         self._versions: dict[str, str | None] = {}
 
     def _probe(self, kind: str, name: str) -> ProbeResult:  # once per process
-        key = f"{kind}:{name}"
-        if key not in self._results:
+        if (key := f"{kind}:{name}") not in self._results:
             probe = (self.probes.tools if kind == "tool" else self.probes.libraries).get(name)
             if probe is None:
                 raise BadInput(

@@ -121,8 +121,7 @@ def ensure_worker(
     if spec.url is None or spec.commit is None:
         return []
     src = spec.source_dir
-    cloned = (src / ".git").exists()
-    if cloned and gitutil.rev_parse(src, "HEAD") == spec.commit:
+    if (cloned := (src / ".git").exists()) and gitutil.rev_parse(src, "HEAD") == spec.commit:
         return []
     saved = _keep_local_work(spec, src, out, force=force, forge=forge) if cloned else []
     if offline and not (cloned and gitutil.has_object(src, spec.commit)):
