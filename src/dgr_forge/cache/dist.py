@@ -91,10 +91,8 @@ def _request(client: DistClient, method: str, path: str, timeout: float) -> tupl
     import http.client
 
     parts = urlsplit(client.url)
-    https = parts.scheme == "https"
-    conn = (http.client.HTTPSConnection if https else http.client.HTTPConnection)(
-        parts.hostname or "", parts.port, timeout=timeout
-    )
+    connect = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = connect(parts.hostname or "", parts.port, timeout=timeout)
     headers = {"Content-Length": "0"}
     if client.token is not None and path == _ALLOC:
         headers["Authorization"] = f"Bearer {client.token}"

@@ -164,7 +164,28 @@ def select(
             hint=f"{INSTALL_HINT}, or install {choice} on PATH, or build with --cache auto|off",
             details={"cache": choice},
         )
-    return _setup(doctor, choice, path, mode, workspace, root, environ, worker)
+    version = doctor.version(choice) or ""
+    # workspace, root and a path worker, resolved as `build` maps them; one that cannot be
+    # written in SCCACHE_BASEDIRS is left out (its hits then need the same path)
+    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
+    bases = [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
+    # the user's own read-only setting is never weakened, and is recorded
+    if choice == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
+        mode = "ro"
+    if choice == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
+        mode = "ro"
+    if choice == "ccache":
+        env, backend = _ccache_env(path, mode, bases, environ)
+        return CacheSetup(choice, path, version, backend, mode, None, env)
+    env, backend, scheduler = _sccache_env(mode, bases, workspace, environ)
+    server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
+    if where is not None and "SCCACHE_DIR" not in environ:
+        # unless the config file names sccache's local cache directory itself (read only now)
+        caches = sccache_config(environ).get("cache")
+        disk = caches.get("disk") if isinstance(caches, dict) else None
+        if not (isinstance(disk, dict) and disk.get("dir")):
+            env["SCCACHE_DIR"] = str(where / "sccache")
+    return CacheSetup(choice, path, version, backend, mode, scheduler, env, server_env)
 
 
 def locate(doctor: Doctor, name: str) -> str | None:
@@ -172,51 +193,21 @@ def locate(doctor: Doctor, name: str) -> str | None:
     this Python (on PATH only in an activated venv), recorded in the doctor's result."""
     if name not in doctor.probes.tools:
         return None
-    result = doctor.tool(name)
-    if result.found and result.path:
+    if (result := doctor.tool(name)).found and result.path:
         return result.path
     scripts = Path(sysconfig.get_path("scripts"))
     for exe in doctor.probes.tools[name].executables:
-        candidate = scripts / exe
-        if candidate.is_file() and os.access(candidate, os.X_OK):
+        if (candidate := scripts / exe).is_file() and os.access(candidate, os.X_OK):
             result.found, result.path = True, str(candidate)
             result.detail = f"{candidate} (the 'cache' extra's wheel)"
             return result.path
     return None
 
 
-def _setup(
-    doctor: Doctor,
-    name: str,
-    path: str,
-    mode: str,
-    workspace: Path | None,
-    root: Path | None,
-    environ: Mapping[str, str],
-    worker: Path | None = None,
-) -> CacheSetup:
-    version = doctor.version(name) or ""
-    bases = _bases(workspace, root, worker)
-    # the user's own read-only setting is never weakened, and is recorded
-    if name == "ccache" and environ.get("CCACHE_READONLY", "0").lower() not in _FALSE:
-        mode = "ro"
-    if name == "sccache" and environ.get("SCCACHE_LOCAL_RW_MODE", "").upper() == "READ_ONLY":
-        mode = "ro"
-    if name == "ccache":
-        env, backend = _ccache_env(path, mode, bases, environ)
-        return CacheSetup(name, path, version, backend, mode, None, env)
-    env, backend, dist = _sccache_env(mode, bases, workspace, environ)
-    server_env = {"XDG_CACHE_HOME": str(where)} if (where := cache_dir(environ, workspace)) else {}
-    if where is not None and "SCCACHE_DIR" not in environ and not _sccache_disk_dir(environ):
-        env["SCCACHE_DIR"] = str(where / "sccache")
-    return CacheSetup(name, path, version, backend, mode, dist, env, server_env)
-
-
 def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None:
     """Where sccache's local cache and the sccache-dist client's packages go: DGR_CACHE_DIR,
     else `<workspace>/cache` (never the home directory of whoever runs the build)."""
-    raw = environ.get("DGR_CACHE_DIR", "")
-    if not raw:
+    if not (raw := environ.get("DGR_CACHE_DIR", "")):
         if workspace is None:
             return None
         path = workspace.absolute() / "cache"
@@ -250,13 +241,6 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
             hint=f"use a directory of your own (chmod o-w {path}), or unset DGR_CACHE_DIR",
         )
     return path
-
-
-def _bases(workspace: Path | None, root: Path | None, worker: Path | None = None) -> list[Path]:
-    """Workspace, root and a path worker, resolved as `build` maps them; one that cannot be
-    written in SCCACHE_BASEDIRS is left out (its hits then need the same path)."""
-    found = dict.fromkeys(p.resolve() for p in (workspace, root, worker) if p is not None)
-    return [p for p in found if not {os.pathsep, "\0", "\n"} & set(str(p))]
 
 
 def _ccache_env(
@@ -350,8 +334,7 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
         value = environ.get(var, "").strip()
         if value and not (kind == "gha" and value.lower() in ("0", "false", "off")):
             return f"{kind} {', '.join(mask(v) for v in value.split(','))}" if shown else kind
-    caches = sccache_config(environ).get("cache")
-    if isinstance(caches, dict):
+    if isinstance(caches := sccache_config(environ).get("cache"), dict):
         for kind, table in caches.items():
             if kind == "disk" or not isinstance(table, dict):
                 continue
@@ -360,21 +343,13 @@ def _sccache_backend(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _sccache_disk_dir(environ: Mapping[str, str]) -> bool:
-    """The config file names sccache's local cache directory itself (read only when asked)."""
-    caches = sccache_config(environ).get("cache")
-    disk = caches.get("disk") if isinstance(caches, dict) else None
-    return isinstance(disk, dict) and bool(disk.get("dir"))
-
-
 def _sccache_env(
     mode: str, bases: list[Path], workspace: Path | None, environ: Mapping[str, str]
 ) -> tuple[dict[str, str], str, str | None]:
     env: dict[str, str] = {}
-    if bases and "SCCACHE_BASEDIRS" not in environ:
-        env["SCCACHE_BASEDIRS"] = os.pathsep.join(str(b) for b in bases if b.is_dir())
-        if not env["SCCACHE_BASEDIRS"]:
-            del env["SCCACHE_BASEDIRS"]  # sccache refuses to start on a missing directory
+    # only directories that exist: sccache refuses to start on a missing one
+    if "SCCACHE_BASEDIRS" not in environ and (found := [str(b) for b in bases if b.is_dir()]):
+        env["SCCACHE_BASEDIRS"] = os.pathsep.join(found)
     if mode == "ro":
         env.update(dict.fromkeys(_SCCACHE_RW_MODES, "READ_ONLY"))
     # A server reads its configuration when it starts: one per configuration, on a socket

@@ -71,8 +71,13 @@ class CacheSession(Struct):
         pool and here); None without a cache or for a count the tool would not give."""
         base = Cache.of(self.setup)
         if self.setup.tool == "ccache" and self._statslog is not None:
-            hits, misses = self._ccache_counts(self._statslog)
-            return msgspec.structs.replace(base, hits=hits, misses=misses)
+            done = self._run("--print-log-stats", CCACHE_STATSLOG=str(self._statslog))
+            if done is None or done.returncode != 0:
+                return msgspec.structs.replace(base, hits=None, misses=None)
+            pairs = (line.partition("\t") for line in done.stdout.splitlines())
+            counters = {key: int(value) for key, _, value in pairs if value.strip().isdigit()}
+            hit = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
+            return msgspec.structs.replace(base, hits=hit, misses=counters.get("cache_miss", 0))
         if self.setup.tool != "sccache":
             return None
         after = self._sccache_counts()
@@ -103,18 +108,6 @@ class CacheSession(Struct):
             )
         except (OSError, subprocess.TimeoutExpired):
             return None
-
-    def _ccache_counts(self, log: Path) -> tuple[int | None, int | None]:
-        done = self._run("--print-log-stats", CCACHE_STATSLOG=str(log))
-        if done is None or done.returncode != 0:
-            return None, None
-        counters: dict[str, int] = {}
-        for line in done.stdout.splitlines():
-            key, _, value = line.partition("\t")
-            if value.strip().isdigit():
-                counters[key] = int(value)
-        hits = counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0)
-        return hits, counters.get("cache_miss", 0)
 
     def _sccache_counts(self) -> tuple[int, int, int, int] | None:
         """Hits, misses, pool compiles, compiles."""
@@ -207,8 +200,7 @@ def open_cache_session(
         return
     client = sccache_dist.client(sccache_config(env)) if setup.distributed else None
     if client is not None:
-        check = sccache_dist.check(client)
-        if check.status == "unauthorized":
+        if (check := sccache_dist.check(client)).status == "unauthorized":
             raise OperationFailed(
                 check.line().split("\n", 1)[0],
                 hint=check.fix,
@@ -270,8 +262,7 @@ def _tail(log: Path) -> str:
 
 def _clean(text: str, env: Mapping[str, str]) -> str:
     """A tool's error text for a person: short, URL user info masked, no token."""
-    client = sccache_dist.client(sccache_config(env))
-    if client is not None and client.token:
+    if (client := sccache_dist.client(sccache_config(env))) is not None and client.token:
         text = text.replace(client.token, "***")
     return mask_text(" ".join(text.split()))[:400]
 
@@ -279,8 +270,7 @@ def _clean(text: str, env: Mapping[str, str]) -> str:
 def describe(used: Cache) -> str:
     """What the cache did in this lane's build, in one line."""
     line = f"compiler cache {used.tool}: {used.hits} hit(s), {used.misses} miss(es)"
-    dist = used.distributed
-    if isinstance(dist, Distributed):
+    if isinstance(dist := used.distributed, Distributed):
         line += (
             f"; {dist.remote_compiles} compile(s) on the pool ({dist.scheduler}), "
             f"{dist.local_compiles} here"

@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 
 @dataclass
 class GlobalOptions:
-    """The options of the whole tool (`--root`, `--json`, ...), wherever they were given."""
-
     root: Path | None = None
     workspace: Path | None = None
     json: bool = False
@@ -100,8 +98,6 @@ class Session:
 
 @dataclass
 class Env:
-    """What a command body gets: the output channel and (lazily) the forge it works on."""
-
     options: GlobalOptions
     out: Reporter
     _forge: Forge | None = field(default=None, repr=False)
@@ -232,8 +228,7 @@ def _refuse_interrupted(forge: Forge, pdir: Path | None, err: Exception | None) 
     from dgr_forge.core.errors import NeedsHuman
     from dgr_forge.upstream import series_journal
 
-    journals = series_journal.interrupted(forge.root, pdir)
-    if not journals:
+    if not (journals := series_journal.interrupted(forge.root, pdir)):
         return
     raise NeedsHuman(
         "an export or rebase was interrupted while writing patches/ and the manifest "
@@ -257,7 +252,6 @@ app = typer.Typer(
 
 
 def group(name: str, help: str) -> typer.Typer:
-    """A command group, `dgr-forge NAME ...`, on `app`."""
     sub = typer.Typer(name=name, help=help, no_args_is_help=True)
     app.add_typer(sub, name=name)
     return sub
@@ -272,7 +266,6 @@ class Outcome:
 
     @staticmethod
     def of(fields: Struct, ok: bool) -> Outcome:
-        """Exit 1 (the operation failed, e.g. a verification found problems) unless `ok`."""
         return Outcome(fields, ExitCode.OK if ok else ExitCode.FAILED)
 
 
@@ -325,8 +318,7 @@ class JsonChannel:
 JSON_CHANNEL = JsonChannel()
 
 
-def _builtin(value: Any) -> Any:
-    """What a result holds beyond msgspec's own types: a path is its string."""
+def _builtin(value: Any) -> Any:  # beyond msgspec's own types: a path is its string
     if isinstance(value, PurePath):
         return str(value)
     raise TypeError(f"not encodable in --json: {type(value).__name__}")
@@ -373,9 +365,8 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
 
     obj = ctx.find_root().obj
     opts = obj if isinstance(obj, GlobalOptions) else GlobalOptions()
-    out = Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose)
-    env = Env(options=opts, out=out)
-    before = proc.observe(out.child if opts.verbose else None)
+    env = Env(opts, Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose))
+    before = proc.observe(env.out.child if opts.verbose else None)
     try:
         result = body(env)
     except KeyboardInterrupt as err:
@@ -491,8 +482,7 @@ def as_forge_error(err: BaseException) -> ForgeError | None:
             hint="check the files and values given: no real input nests this deep",
         )
     if isinstance(err, ValueError):
-        text = mask_text(str(err))
-        if "null byte" in text or "NUL" in text:
+        if "null byte" in (text := mask_text(str(err))) or "NUL" in text:
             return BadInput(
                 "a path or value contains a NUL byte", hint="remove the NUL byte from the argument"
             )

@@ -48,14 +48,12 @@ LastOpt = Annotated[
 def _load(env: Env, spec: str) -> ModelManifest:
     from dgr_forge.models import manifest as models
 
-    path = Path(spec)
-    if spec.endswith(".toml") or "/" in spec or path.exists():
-        try:
-            root: Path | None = env.forge.root
-        except ForgeError:
-            root = None  # a manifest path works outside a forge checkout too
-        return models.load(path, root)
-    root = env.forge.root
+    try:
+        root: Path | None = env.forge.root
+    except ForgeError:
+        if not (spec.endswith(".toml") or "/" in spec or Path(spec).exists()):
+            raise
+        root = None  # a manifest path works outside a forge checkout too
     return models.load(models.resolve_path(spec, root), root)
 
 

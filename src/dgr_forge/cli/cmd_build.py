@@ -4,25 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from dgr_forge.cli import options as opt
 from dgr_forge.cli.app import Env, Outcome, app, command
-from dgr_forge.cli.options import (
-    BuildForce,
-    BuildJobs,
-    BuildLanes,
-    Lanes,
-    Mirror,
-    Offline,
-    PresetsOut,
-    SigningKey,
-    TrustedKeys,
-    Worker,
-    complete_cache,
-    complete_cache_mode,
-)
 from dgr_forge.core.errors import BadInput, ExitCode
 
 if TYPE_CHECKING:
@@ -34,20 +21,20 @@ if TYPE_CHECKING:
 @command(app)
 def build(
     env: Env,
-    lane: BuildLanes = None,
-    worker: Worker = None,
-    jobs: BuildJobs = None,
-    key: SigningKey = None,
+    lane: opt.BuildLanes = None,
+    worker: opt.Worker = None,
+    jobs: opt.BuildJobs = None,
+    key: opt.SigningKey = None,
     no_sign: Annotated[bool, typer.Option("--no-sign", help="Write the report unsigned.")] = False,
-    mirror: Mirror = None,
-    offline: Offline = False,
+    mirror: opt.Mirror = None,
+    offline: opt.Offline = False,
     cache: Annotated[
         str | None,
         typer.Option(
             "--cache",
             metavar="CACHE",
             help="Compiler cache: auto|ccache|sccache|off (or DGR_CACHE).",
-            autocompletion=complete_cache,
+            autocompletion=opt.complete_cache,
         ),
     ] = None,
     cache_mode: Annotated[
@@ -56,10 +43,10 @@ def build(
             "--cache-mode",
             metavar="MODE",
             help="Cache mode: rw|ro (or DGR_CACHE_MODE).",
-            autocompletion=complete_cache_mode,
+            autocompletion=opt.complete_cache_mode,
         ),
     ] = None,
-    force: BuildForce = False,
+    force: opt.BuildForce = False,
 ) -> Outcome:
     """Fetch + patch as needed, then configure (Ninja) and build each lane; signed reports.
 
@@ -95,7 +82,7 @@ def build(
 
 
 @command(app)
-def doctor(env: Env, lane: Lanes = None) -> Outcome:
+def doctor(env: Env, lane: opt.Lanes = None) -> Outcome:
     """Probe this host: build tools, compilers, GPU toolkits; which lanes can build here.
 
     With `--lane`: exit 2 unless every lane named can build here (as `build`)."""
@@ -111,13 +98,9 @@ def doctor(env: Env, lane: Lanes = None) -> Outcome:
     result = doctor_mod.diagnose(doc, all_recipes, cache_info)
     if lane:
         result = doctor_mod.gate(result, list(lane))
-    rows = [
-        (t.name, "found" if t.found else "missing", t.version or "", t.path or "")
-        for t in result.tools
-    ]
-    rows += [
-        (lib.name, "found" if lib.found else "missing", "", lib.path or "")
-        for lib in result.libraries
+    rows = [  # a library has no version
+        (p.name, "found" if p.found else "missing", p.version or "", p.path or "")
+        for p in (*result.tools, *result.libraries)
     ]
     env.out.table(f"host {result.host_os}/{result.machine}", ["probe", "", "version", "path"], rows)
     env.out.answer(cache_mod.summary(cache_info))
@@ -129,8 +112,7 @@ def doctor(env: Env, lane: Lanes = None) -> Outcome:
         for line in check.reasons():
             env.out.answer(f"    {line}")
     # a lane that cannot build here: exit 2, as `build` (and `certify`) refuse it
-    bad = ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK
-    return Outcome(result, bad)
+    return Outcome(result, ExitCode.BAD_INPUT if result.unbuildable else ExitCode.OK)
 
 
 @command(app)
@@ -139,7 +121,7 @@ def lanes(
     advertised: Annotated[
         bool, typer.Option("--advertised", help="Only lanes with a valid hardware certification.")
     ] = False,
-    key: TrustedKeys = None,
+    key: opt.TrustedKeys = None,
 ) -> LanesResult:
     """The lane matrix: backend, buildable here, last build, certified."""
     from dgr_forge.attest import keys as keys_mod
@@ -204,8 +186,8 @@ def _figures(figures: dict[str, StepFigures | None]) -> str:
 @command(app)
 def presets(
     env: Env,
-    lane: Lanes = None,
-    worker: Worker = None,
+    lane: opt.Lanes = None,
+    worker: opt.Worker = None,
     print_: Annotated[
         bool, typer.Option("--print", help="Print the forge's presets; write nothing.")
     ] = False,
@@ -221,7 +203,7 @@ def presets(
             "presets file.",
         ),
     ] = False,
-    out_path: PresetsOut = None,
+    out_path: opt.PresetsOut = None,
 ) -> Presets:
     """The lanes' CMake presets, included from CMakeUserPresets.json (yours stay yours).
 
@@ -234,11 +216,9 @@ def presets(
                        hint="give one of them")  # fmt: skip
     with env.session(recipes=True, probes=True, worker=True, worker_override=worker) as s:
         m, spec = s.manifest, s.worker
-        data = (
-            None
-            if remove
-            else presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
-        )
+        data: dict[str, Any] | None = None
+        if not remove:
+            data = presets_mod.render(s.forge, m, s.recipes, s.doctor, spec, list(lane or []))
     names = [p["name"] for p in data["configurePresets"]] if data else []
     if print_ and data is not None:
         env.out.document(json.dumps(data, indent=2) + "\n")

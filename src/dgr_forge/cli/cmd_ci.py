@@ -31,9 +31,7 @@ def matrix_command(env: Env) -> CiMatrix:
         lanes = ci.matrix(s.recipes)
     # the bare matrix on stdout: `matrix: ${{ fromJSON(...) }}` and jq read it as is
     env.out.document(json.dumps(msgspec.to_builtins(lanes), indent=2) + "\n")
-    env.out.info(
-        f"{len(lanes.include)} lane(s): " + ", ".join(entry.lane for entry in lanes.include)
-    )
+    env.out.info(f"{len(lanes.include)} lane(s): " + ", ".join(e.lane for e in lanes.include))
     return ci.CiMatrix(matrix=lanes)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dgr_forge.cli.app import Env, app, command
@@ -10,12 +9,9 @@ from dgr_forge.cli.options import FetchForce, Mirror, Offline
 from dgr_forge.core.errors import ForgeError
 
 if TYPE_CHECKING:
-    from dgr_forge.lanes.status import LaneLastBuild, Status
+    from dgr_forge.lanes.status import Status
     from dgr_forge.upstream.fetch import Fetch
-    from dgr_forge.upstream.manifest import UpstreamManifest
     from dgr_forge.upstream.series import Footprint
-    from dgr_forge.upstream.status import SeriesStatus
-    from dgr_forge.upstream.workspace import Workspace
 
 
 @command(app)
@@ -45,10 +41,10 @@ def status(env: Env) -> Status:
     """The upstream pin, the workspace commit, whether it is verified, and local changes."""
     import msgspec
 
-    from dgr_forge.lanes.status import Status
+    from dgr_forge.lanes.status import Status, built_lanes
     from dgr_forge.upstream.series import footprint, footprint_lines
-    from dgr_forge.upstream.status import rebase_progress, workspace_status
-    from dgr_forge.upstream.workspace import inspect
+    from dgr_forge.upstream.status import rebase_progress, series_status, workspace_status
+    from dgr_forge.upstream.workspace import CHECKOUT_JOURNAL, FETCH_JOURNAL, fetch_failure, inspect
 
     with env.session() as s:  # read-only: no lock, no recovery; never waits on a build
         forge, m = s.forge, s.manifest
@@ -74,7 +70,16 @@ def status(env: Env) -> Status:
             f"{', shallow' if st.shallow else ''})"
         )
         if st.interrupted:
-            out.answer(f"note      {_interrupted(ws.journals, st.src_dir)}")
+            note = (
+                "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
+            )
+            if CHECKOUT_JOURNAL in ws.journals:
+                note = "an interrupted checkout; `dgr-forge fetch` completes it"
+            if FETCH_JOURNAL in ws.journals:
+                note = "an interrupted fetch; `dgr-forge fetch` completes it"
+                if (cause := fetch_failure(st.src_dir)) is not None:  # a killed one recorded none
+                    note = f"the last fetch failed: {cause}; `dgr-forge fetch` tries again"
+            out.answer(f"note      {note}")
         if st.local_changes:
             out.answer(f"local changes ({len(st.local_changes)}):")
             for change in st.local_changes:
@@ -85,15 +90,45 @@ def status(env: Env) -> Status:
             out.answer(f"ignored files ({len(st.ignored)}), which `build` refuses:")
             for path in st.ignored:
                 out.answer(f"  {path}")
-    patch_info = _series_section(env, m, ws, have_pin=st.pin_present, rebasing=bool(rebase))
+    info = series_status(forge, m, ws, have_pin=st.pin_present, rebasing=rebase is not None)
+    if rows := [(p.file, p.state, p.detail) for p in info.series]:
+        out.table("patches", ["patch", "state", "detail"], rows)
+    else:
+        out.answer("patches: none (empty series)")
+    if info.local_edits.local_commits:
+        out.answer(
+            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
+            "(`dgr-forge export` turns them into patches)"
+        )
+    if info.moved_since_patched:
+        out.answer(
+            "the series on disk moved since this workspace was patched "
+            f"({info.moved_since_patched.describe()}): `dgr-forge patch` brings it up to date"
+        )
+    if info.operation_in_progress:
+        out.answer(f"in progress in the workspace: {info.operation_in_progress}")
     try:  # the series' footprint in upstream's files
         fp: Footprint | None = footprint(m)
     except ForgeError:  # the series section above already says what is wrong with it
         fp = None
     for line in footprint_lines(fp) if fp is not None else ():
         out.answer(line)
-    patch_info = msgspec.structs.replace(patch_info, footprint=fp)
-    lanes = _lanes_section(env, m)
+    # the lanes built in this workspace and their last build, as `lanes` gives them
+    lanes = built_lanes(forge, m)
+    for row, elsewhere in lanes:
+        if elsewhere:  # never its paths: they are another root's
+            out.answer(
+                f"lane {row.lane:<8} not built in this workspace (its state names another "
+                "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
+            )
+        else:
+            last = row.last_build
+            out.answer(
+                f"lane {row.lane:<8} last build {last.time if last else '?'}: "
+                f"{last.line() if last else 'never'}  report {(last and last.report) or '(none)'}"
+            )
+    if not lanes:
+        out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
     if rebase is not None:
         out.answer(
             f"rebase    in progress (state in {forge.rel(forge.rebase_state)}): "
@@ -108,70 +143,8 @@ def status(env: Env) -> Status:
             )
     return Status(
         upstream=st,
-        patches=patch_info,
-        lanes=lanes,
+        patches=msgspec.structs.replace(info, footprint=fp),
+        lanes=[row for row, _ in lanes],
         rebase_in_progress=rebase is not None,
         rebase=rebase,
     )
-
-
-def _interrupted(journals: frozenset[str], src: Path) -> str:
-    from dgr_forge.upstream.workspace import CHECKOUT_JOURNAL, FETCH_JOURNAL, fetch_failure
-
-    if FETCH_JOURNAL in journals:
-        cause = fetch_failure(src)
-        if cause is not None:  # it failed and said why; a killed one recorded nothing
-            return f"the last fetch failed: {cause}; `dgr-forge fetch` tries again"
-        return "an interrupted fetch; `dgr-forge fetch` completes it"
-    if CHECKOUT_JOURNAL in journals:
-        return "an interrupted checkout; `dgr-forge fetch` completes it"
-    return "an interrupted patch run; `dgr-forge patch` rolls it back and applies the series"
-
-
-def _lanes_section(env: Env, m: UpstreamManifest) -> list[LaneLastBuild]:
-    """Lanes built in this workspace and their last build: rows shaped as `lanes` gives them."""
-    from dgr_forge.lanes.status import built_lanes
-
-    rows = built_lanes(env.forge, m)
-    for row, elsewhere in rows:
-        if elsewhere:  # never its paths: they are another root's
-            env.out.answer(
-                f"lane {row.lane:<8} not built in this workspace (its state names another "
-                "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
-            )
-        else:
-            last = row.last_build
-            env.out.answer(
-                f"lane {row.lane:<8} last build {last.time if last else '?'}: "
-                f"{last.line() if last else 'never'}  report {(last and last.report) or '(none)'}"
-            )
-    if not rows:
-        env.out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
-    return [row for row, _ in rows]
-
-
-def _series_section(
-    env: Env, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
-) -> SeriesStatus:
-    """The `patches` part of `status`: one row per patch."""
-    from dgr_forge.upstream.status import series_status
-
-    info = series_status(env.forge, m, ws, have_pin=have_pin, rebasing=rebasing)
-    if rows := [(p.file, p.state, p.detail) for p in info.series]:
-        env.out.table("patches", ["patch", "state", "detail"], rows)
-    else:
-        env.out.answer("patches: none (empty series)")
-    if info.local_edits.local_commits:
-        env.out.answer(
-            f"local commits on top of the series: {len(info.local_edits.local_commits)} "
-            "(`dgr-forge export` turns them into patches)"
-        )
-    if info.moved_since_patched:
-        env.out.answer(
-            "the series on disk moved since this workspace was patched "
-            f"({info.moved_since_patched.describe()}): "
-            "`dgr-forge patch` brings it up to date"
-        )
-    if info.operation_in_progress:
-        env.out.answer(f"in progress in the workspace: {info.operation_in_progress}")
-    return info

@@ -48,10 +48,32 @@ def show(
 
     `--lane L` shows lane L's latest report in the workspace."""
     from dgr_forge.attest import reports as reports_mod
+    from dgr_forge.core.gitutil import NAME
 
-    shown = _report_or_latest(env, report, lanes)
-    loaded = reports_mod.load(shown)
-    if loaded.statement is None:
+    shown = report  # or `--lane L`'s latest in the workspace: exactly one of them
+    if report is not None and lanes:
+        raise BadInput(
+            "name a report or --lane L, not both", hint="dgr-forge report show --lane cpu"
+        )
+    if shown is None:
+        if not lanes or len(lanes) > 1:
+            raise BadInput(
+                "report show needs a report R or one --lane L (that lane's latest report)",
+                hint="dgr-forge report show --lane cpu",
+            )
+        if not NAME.fullmatch(lane := lanes[0]):
+            raise BadInput(
+                f"--lane {lane!r} is not a lane name (letters, digits, '.', '_', '-')",
+                hint="a lane is the name of a recipes/LANE.toml",
+                details={"lane": lane},
+            )
+        if (shown := reports_mod.latest_report(env.forge, lane)) is None:
+            raise BadInput(
+                f"no report of lane {lane} in {env.forge.rel(env.forge.reports_dir)}",
+                hint=f"build it first: dgr-forge build --lane {lane}",
+                details={"lane": lane},
+            )
+    if (loaded := reports_mod.load(shown)).statement is None:
         raise BadInput(f"{shown}: {loaded.payload_error}", hint="the report is damaged")
     s = reports_mod.summary(loaded)
     out, up = env.out, s.upstream
@@ -78,39 +100,6 @@ def show(
         for sym in surface.symbols:
             out.answer(f"  {sym.name}  {sym.header}  ({sym.library})")
     return reports_mod.ReportShow(summary=s, statement=loaded.statement)
-
-
-def _report_or_latest(env: Env, report: Path | None, lanes: list[str] | None) -> Path:
-    """The report named, or `--lane L`'s latest in the workspace: exactly one of them."""
-    if report is not None and lanes:
-        raise BadInput(
-            "name a report or --lane L, not both", hint="dgr-forge report show --lane cpu"
-        )
-    if report is not None:
-        return report
-    if not lanes or len(lanes) > 1:
-        raise BadInput(
-            "report show needs a report R or one --lane L (that lane's latest report)",
-            hint="dgr-forge report show --lane cpu",
-        )
-    from dgr_forge.attest import reports as reports_mod
-    from dgr_forge.core.gitutil import NAME
-
-    lane = lanes[0]
-    if not NAME.fullmatch(lane):
-        raise BadInput(
-            f"--lane {lane!r} is not a lane name (letters, digits, '.', '_', '-')",
-            hint="a lane is the name of a recipes/LANE.toml",
-            details={"lane": lane},
-        )
-    latest = reports_mod.latest_report(env.forge, lane)
-    if latest is None:
-        raise BadInput(
-            f"no report of lane {lane} in {env.forge.rel(env.forge.reports_dir)}",
-            hint=f"build it first: dgr-forge build --lane {lane}",
-            details={"lane": lane},
-        )
-    return latest
 
 
 @command(report_app, "verify")

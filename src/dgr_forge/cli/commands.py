@@ -22,9 +22,7 @@ ATTACHED = "-C"  # `-CDIR`, the short option's value attached as make takes it
 
 
 @dataclass(frozen=True)
-class Argv:
-    """The command line as `read` found it."""
-
+class Argv:  # the command line as `read` found it
     args: list[str]  # what Click parses: the global options first, then the rest as given
     words: list[str]  # the words before `--` that are not options: the command path's start
     first: str | None  # the first token after the global options (`--version`, a command)
@@ -40,7 +38,6 @@ def read(argv: list[str]) -> Argv:
     front: list[str] = []
     rest: list[str] = []
     words: list[str] = []
-    head: list[str] = []
     nul: str | None = None
     i = 0
     while i < len(argv):
@@ -58,7 +55,6 @@ def read(argv: list[str]) -> Argv:
             front.append(arg)
         elif arg in GLOBAL_VALUED and i + 1 < len(argv):
             front.extend(argv[i : i + 2])
-            head.extend(argv[i : i + 2])
             if nul is None and "\x00" in argv[i + 1]:
                 nul = arg
             i += 2
@@ -67,10 +63,9 @@ def read(argv: list[str]) -> Argv:
             rest.append(arg)
             if not arg.startswith("-"):
                 words.append(arg)
-        head.append(arg)
         i += 1
     first = rest[0] if rest and rest[0] != "--" else None
-    return Argv(front + rest, words, first, head, nul)
+    return Argv(front + rest, words, first, argv[:i], nul)  # head: what came before `--`
 
 
 # Which module defines each top-level command, in `dgr-forge --help`'s order
@@ -121,12 +116,8 @@ def command_module(line: Argv) -> str | None:
     return COMMAND_MODULES.get(line.first)
 
 
-def register_for(line: Argv) -> None:
-    """Register what the line runs: one module, none, or all."""
-    if _all:
-        return
-    name = command_module(line)
-    if name is None:
+def register_for(line: Argv) -> None:  # one module, none, or all
+    if (name := command_module(line)) is None:
         register_all()
     elif name:
         _import(name)

@@ -105,17 +105,19 @@ def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
             guards[0].error = guards[0].error or stream.error
 
 
-def _reopen_closed_std() -> set[int]:
-    """Which of stdin/stdout/stderr were closed at start (`>&-`), each reopened on
-    /dev/null: no file the forge opens later takes fd 1 or 2 (a report would get the
-    table printed into it), and every write goes somewhere instead of a traceback."""
+def main(argv: list[str] | None = None) -> None:
+    # what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is
+    # never group- or world-writable, whatever umask it was started with (SECURITY.md)
+    os.umask(os.umask(0o022) | 0o022)
+    # stdin/stdout/stderr closed at start (`>&-`) are reopened on /dev/null: no file the
+    # forge opens later takes fd 1 or 2 (a report would get the table printed into it),
+    # and every write goes somewhere instead of a traceback
     closed: set[int] = set()
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
         except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
+            if (null := os.open(os.devnull, os.O_RDWR)) != fd:
                 os.dup2(null, fd)
                 os.close(null)
             closed.add(fd)
@@ -123,14 +125,6 @@ def _reopen_closed_std() -> set[int]:
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
     if 2 in closed or sys.stderr is None:
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
-    return closed
-
-
-def main(argv: list[str] | None = None) -> None:
-    # what the forge makes for itself (workspace, cache, stamps, state, logs, reports) is
-    # never group- or world-writable, whatever umask it was started with (SECURITY.md)
-    os.umask(os.umask(0o022) | 0o022)
-    closed = _reopen_closed_std()
     # sys.stdout and sys.stderr guarded for this invocation (main may run in-process)
     saved = sys.stdout, sys.stderr
     guards = [GuardedStream(sys.stdout, "stdout"), GuardedStream(sys.stderr, "stderr")]
@@ -182,8 +176,7 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
                 result = root(args=line.args, prog_name="dgr-forge", standalone_mode=False)
                 code = result if isinstance(result, int) else 0
             except (Exception, KeyboardInterrupt) as err:
-                failed = fail(err, command, as_json)
-                if failed is None:
+                if (failed := fail(err, command, as_json)) is None:
                     raise
                 code = failed
         if as_json and not JSON_CHANNEL.emitted:

@@ -105,26 +105,13 @@ USAGE: dict[str, tuple[str, str]] = {
 
 def _metavar(param: Any) -> str:
     """The placeholder, by the value's type, of an option that declares none (cli/options does)."""
-    kind = type(param.type).__name__
-    if "Path" in kind or "File" in kind:
+    if "Path" in (kind := type(param.type).__name__) or "File" in kind:
         return "PATH"
     if "Int" in kind:
         return "N"
     if "Float" in kind:
         return "SECONDS"
     return "TEXT"
-
-
-def _argument(param: Any) -> None:
-    """An argument keeps its name in the usage line (REPORT, DIR) and shows its kind in the
-    same style as options (PATH), not Typer's `<path>`: the type is this argument's own
-    copy, so a shared type object (Click's STRING) is never changed."""
-    if param.metavar is None:
-        param.metavar = (param.name or "value").upper()
-    shown = _metavar(param)
-    kind = copy.copy(param.type)
-    kind.get_metavar = lambda *args, **kwargs: shown
-    param.type = kind
 
 
 UNWRAPPED = 1 << 20  # Click's help width in a pipe: no line is wrapped (or broken)
@@ -137,8 +124,7 @@ def apply(root: Any) -> None:
     import os
     import sys
 
-    plain = not is_tty(sys.stdout)
-    if plain and not os.environ.get("COLUMNS", "").strip():
+    if (plain := not is_tty(sys.stdout)) and not os.environ.get("COLUMNS", "").strip():
         # one line per paragraph: Click would break a URL or path at its hyphens to fit 80
         # (a copy: the dict may be the Typer app's own, kept across in-process runs)
         wide = dict.fromkeys(("terminal_width", "max_content_width"), UNWRAPPED)
@@ -150,11 +136,16 @@ def apply(root: Any) -> None:
             command.rich_markup_mode = None
         for param in command.params:
             if param.param_type_name == "argument":
-                _argument(param)
+                # keeps its name in the usage line (REPORT, DIR), its kind shown as an
+                # option's (PATH), not Typer's `<path>`: on its own copy of the type, so a
+                # shared type object (Click's STRING) is never changed
+                if param.metavar is None:
+                    param.metavar = (param.name or "value").upper()
+                shown, param.type = _metavar(param), copy.copy(param.type)
+                param.type.get_metavar = lambda *args, shown=shown, **kwargs: shown
                 continue
-            if param.param_type_name != "option" or getattr(param, "is_flag", False):
-                continue
-            if param.metavar is None or param.metavar.startswith("<"):
+            option = param.param_type_name == "option" and not getattr(param, "is_flag", False)
+            if option and (param.metavar is None or param.metavar.startswith("<")):
                 param.metavar = _metavar(param)
         subs = getattr(command, "commands", None) or {}
         if path and not command.epilog:
@@ -164,8 +155,7 @@ def apply(root: Any) -> None:
             if not subs and path in USAGE:
                 example, exits = USAGE[path]
                 command.epilog = f"Example: {example}\n\nExit codes: {exits}\n\n{GLOBAL_OPTIONS}"
-        for name, sub in subs.items():
-            stack.append((sub, f"{path} {name}".strip()))
+        stack += [(sub, f"{path} {name}".strip()) for name, sub in subs.items()]
 
 
 def complete_lanes(ctx: typer.Context, incomplete: str) -> list[str]:

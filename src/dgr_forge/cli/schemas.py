@@ -388,11 +388,6 @@ tables; a key without a default is required.
 """
 
 
-def _plural(words: str) -> str:
-    """`strings`, `tables`; `(string or integer)` for an alternative."""
-    return f"{words}s" if words.isalpha() else f"({words})"
-
-
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -429,8 +424,7 @@ class Tables:
         if "anyOf" in node:  # TOML has no null: an absent key is one
             branches = [b for b in node["anyOf"] if not self.toml or b.get("type") != "null"]
             return " or ".join(dict.fromkeys(self.words(b) for b in branches))
-        kind = node.get("type")
-        if isinstance(kind, list):
+        if isinstance(kind := node.get("type"), list):
             return " or ".join(self.words({**node, "type": k}) for k in kind)
         inner = node.get({"array": "items", "object": "additionalProperties"}.get(str(kind), ""))
         if kind in ("array", "object"):
@@ -438,7 +432,9 @@ class Tables:
             text = words[0] if kind == "array" else words[1]
             if not isinstance(inner, dict) or not inner:
                 return text
-            return f"{words[2] if kind == 'object' else text} of {_plural(self.words(inner))}"
+            of = self.words(inner)  # `strings`, `tables`; `(string or integer)`
+            of = f"{of}s" if of.isalpha() else f"({of})"
+            return f"{words[2] if kind == 'object' else text} of {of}"
         text = {"number": "float" if self.toml else "number"}.get(str(kind), str(kind or "any"))
         bounds = [
             f"{sign} {node[k]}"
@@ -524,8 +520,7 @@ def main(argv: list[str]) -> int:
     root = Path(rest[0]) if rest else Path.cwd()
     stale = []
     for rel, text in rendered().items():
-        path = root / rel
-        if path.is_file() and path.read_text(encoding="utf-8") == text:
+        if (path := root / rel).is_file() and path.read_text(encoding="utf-8") == text:
             continue
         stale.append(str(rel))
         if not check:

@@ -56,8 +56,7 @@ _TREE_HINT = "a CMake file of the tree is a regular file of sane size: fix the p
 
 def _cmake_texts(src: Path) -> Iterator[str]:  # tracked, comments removed
     for rel in gitutil.out(src, "ls-files", "-z").split("\0"):
-        base = rel.rsplit("/", 1)[-1]
-        if base != "CMakeLists.txt" and not base.endswith(".cmake"):
+        if (base := rel.rsplit("/", 1)[-1]) != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue
         data = read_tree_file(src, rel, what="CMake file", hint=_TREE_HINT, missing_ok=True)
         if data is None:
@@ -147,10 +146,8 @@ def unused_variables(lines: list[str]) -> list[str]:
         if UNUSED_HEADER in line:
             for follow in lines[i + 1 :]:
                 word = follow.strip()
-                if not word and names:
-                    break
                 if word and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.+-]*", word):
                     names.append(word)
-                elif word:
+                elif word or names:  # another line, or the blank one after the names
                     break
     return names

@@ -71,15 +71,13 @@ class CudaLink(Struct, frozen=True):
 
     def cmake_args(self) -> tuple[str, ...]:
         args: list[str] = []
-        library = self.stub or (Path(self.driver) if self.driver else None)
-        if library is not None:
+        if (library := self.stub or (Path(self.driver) if self.driver else None)) is not None:
             args.append(f"-DCUDA_cuda_driver_LIBRARY={library}")
         if self.links:
             args.append(f"-DCMAKE_LIBRARY_PATH={self.links_dir}")
         # CMake puts the directory of every library linked by path into the build RPATH
         # unless it is an implicit link directory: these are the link path only
-        link_only = [*self.link_dirs, *([str(self.links_dir)] if self.links else [])]
-        if link_only:
+        if link_only := [*self.link_dirs, *([str(self.links_dir)] if self.links else [])]:
             args.append(f"-DCMAKE_PLATFORM_IMPLICIT_LINK_DIRECTORIES={';'.join(link_only)}")
         return tuple(args)
 
@@ -88,9 +86,7 @@ class CudaLink(Struct, frozen=True):
 
     @property
     def link_dirs(self) -> list[str]:  # the link path, never a RUNPATH
-        return list(
-            dict.fromkeys([*([str(self.stub_dir)] if self.stub_dir else []), *self.lib_dirs])
-        )
+        return list(dict.fromkeys((*(str(d) for d in [self.stub_dir] if d), *self.lib_dirs)))
 
     def link_flags(self) -> str:
         return " ".join(shlex.quote(f"-Wl,-rpath-link,{d}") for d in self.link_dirs)
@@ -100,8 +96,7 @@ def find_driver(lib_dirs: tuple[str, ...], system: tuple[str, ...] = DRIVER_DIRS
     """A real driver library (or a toolkit's own `stubs/libcuda.so`), else None."""
     for d in (*lib_dirs, *(f"{d}/stubs" for d in lib_dirs), *system):
         for name in ("libcuda.so", STUB_SONAME):
-            path = Path(d) / name
-            if path.is_file():
+            if (path := Path(d) / name).is_file():
                 return str(path)
     return None
 
@@ -120,8 +115,7 @@ def plan(
         with contextlib.suppress(OSError), os.scandir(d) as it:
             names = {entry.name for entry in itertools.islice(it, MAX_DIR_ENTRIES + 1)}
         for name in sorted(names):
-            m = _VERSIONED.fullmatch(name)
-            if m and f"lib{m.group(1)}.so" not in names:
+            if (m := _VERSIONED.fullmatch(name)) and f"lib{m.group(1)}.so" not in names:
                 links.setdefault(f"lib{m.group(1)}.so", str(Path(d) / name))
     # nvcc.profile's $(TOP), unresolved: only beside a real nvcc (not a wrapper script)
     real = nvcc is not None and (Path(nvcc).parent / "nvcc.profile").is_file()
@@ -149,8 +143,7 @@ def stub_functions(text: bytes, shown: str) -> list[str]:
 
     names: set[str] = set()
     for m in _DECL.finditer(text):
-        raw = m.group(1).decode("utf-8", "replace")
-        if not _NAME.fullmatch(raw):
+        if not _NAME.fullmatch(raw := m.group(1).decode("utf-8", "replace")):
             raise refused(f"declares a function named {raw[:60]!r}, not a CUDA identifier")
         names.add(raw)
         if len(names) > MAX_FUNCTIONS:
@@ -194,8 +187,7 @@ def prepare(link: CudaLink, cc: str) -> None:
     tmp = stub_dir / "libcuda.so.tmp"
     # relative names, run in its directory: the same bytes in every workspace
     cmd = [cc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{STUB_SONAME}", "-o", tmp.name, source.name]
-    proc = capture(cmd, cwd=stub_dir, timeout=300)
-    if proc.returncode != 0:
+    if (proc := capture(cmd, cwd=stub_dir, timeout=300)).returncode != 0:
         raise BadInput(
             f"the CUDA link stub did not compile: {(proc.stderr or proc.stdout).strip()[:400]}",
             hint="check the lane's C compiler (`dgr-forge doctor`)",

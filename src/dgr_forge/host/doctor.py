@@ -100,8 +100,7 @@ INSTALL_COMMANDS = {
 
 def _expand(entry: str) -> str | None:
     """ "$VAR/sub" -> value of VAR + "/sub"; None when VAR is unset or empty."""
-    m = re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)
-    if not m:
+    if not (m := re.match(r"^\$([A-Za-z_][A-Za-z0-9_]*)(.*)$", entry)):
         return entry
     value = os.environ.get(m.group(1))
     return value + m.group(2) if value else None
@@ -172,8 +171,7 @@ class Doctor:
         self._versions: dict[str, str | None] = {}
 
     def _probe(self, kind: str, name: str) -> ProbeResult:  # once per process
-        key = f"{kind}:{name}"
-        if key not in self._results:
+        if (key := f"{kind}:{name}") not in self._results:
             probe = (self.probes.tools if kind == "tool" else self.probes.libraries).get(name)
             if probe is None:
                 raise BadInput(
@@ -181,10 +179,18 @@ class Doctor:
                     hint=f"add [{kind}s.{name}] to toolchains/probes.toml or fix the recipe",
                     details={"probe": name},
                 )
-            result = partial(
-                ProbeResult, name, kind, probe.description or name,
-                packages=self._packages(probe.packages, name),
-            )  # fmt: skip
+            # the package names; {cuda_series} becomes nvcc's "13-0" when nvcc is found
+            series = None
+            templated = any("{cuda_series}" in n for ns in probe.packages.values() for n in ns)
+            if templated and name != "nvcc" and "nvcc" in self.probes.tools:
+                version = self.version("nvcc")
+                series = "-".join(version.split(".")[:2]) if version else None
+            packages = {  # "forge" without toolchains/cuda.lock: nothing to install from
+                system: [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
+                for system, names in probe.packages.items()
+                if system != "forge" or self.pinned
+            }
+            result = partial(ProbeResult, name, kind, probe.description or name, packages=packages)
             if isinstance(probe, LibraryProbe):
                 self._results[key] = self._probe_library(probe, result)
             else:
@@ -202,8 +208,7 @@ class Doctor:
             return result(False, None, f"only on {', '.join(probe.host_os)}")
         dirs: list[str] = []
         for spec in probe.python_dirs:  # lazily: the first wheel directory that has it wins
-            wheel = _python_dir(spec, self.sites)
-            if wheel and not _inside(wheel, self._fenced):
+            if (wheel := _python_dir(spec, self.sites)) and not _inside(wheel, self._fenced):
                 dirs.append(wheel)
                 found = next(
                     (f for exe in probe.executables if (f := shutil.which(exe, path=wheel))), None
@@ -242,10 +247,8 @@ class Doctor:
             ident = file_identity(result.path)
             args = (*probe.version_args, probe.version_regex)
             key = (result.path, ident, args, tuple(sorted(os.environ.items())))
-            version = _READ_VERSIONS.get(key)
-            if version is None:
-                proc = run_probe([result.path, *probe.version_args], timeout=30)
-                if proc is not None:
+            if (version := _READ_VERSIONS.get(key)) is None:
+                if (proc := run_probe([result.path, *probe.version_args], timeout=30)) is not None:
                     m = re.search(probe.version_regex, proc.stdout + proc.stderr, re.MULTILINE)
                     version = m.group(1) if m else None
                 if version is not None and ident is not None:
@@ -254,25 +257,21 @@ class Doctor:
         result.version = version
         return version
 
-    def _roots(self, probe: LibraryProbe) -> list[Path]:
-        roots: list[Path] = []
-        for entry in probe.roots:
-            if entry.startswith("tool:"):
-                tool = self.tool(entry[5:])
-                if tool.found and tool.path:
-                    roots.append(Path(tool.path).resolve().parent.parent)
-            elif entry.startswith("python:"):
-                if wheel := _python_dir(entry[7:], self.sites):
-                    roots.append(Path(wheel))
-            elif expanded := _expand(entry):
-                roots.append(Path(expanded))
-        # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
-        return [r for r in dict.fromkeys(roots) if not _inside(str(r), self._fenced)]
-
     def _probe_library(
         self, probe: LibraryProbe, result: Callable[..., ProbeResult]
     ) -> ProbeResult:
-        roots = self._roots(probe)
+        found: list[Path] = []
+        for entry in probe.roots:
+            if entry.startswith("tool:"):
+                if (tool := self.tool(entry[5:])).found and tool.path:
+                    found.append(Path(tool.path).resolve().parent.parent)
+            elif entry.startswith("python:"):
+                if wheel := _python_dir(entry[7:], self.sites):
+                    found.append(Path(wheel))
+            elif expanded := _expand(entry):
+                found.append(Path(expanded))
+        # a root inside the checkout (a $CUDA_PATH linked into it) is never searched
+        roots = [r for r in dict.fromkeys(found) if not _inside(str(r), self._fenced)]
         for root in roots:
             dirs = [root / d for d in probe.include_dirs] if probe.headers else []
             include = next((d for d in dirs if all((d / h).is_file() for h in probe.headers)), None)
@@ -287,23 +286,6 @@ class Doctor:
         wanted = ", ".join([*probe.headers, *(f"lib{n}" for n in probe.names)])
         looked = ", ".join(str(r) for r in roots) or "(no search roots exist)"
         return result(False, None, f"{wanted} not found under {looked}")
-
-    def _packages(
-        self, packages: dict[str, tuple[str, ...]], probe: str = ""
-    ) -> dict[str, list[str]]:
-        """Package names; {cuda_series} becomes nvcc's "13-0" when nvcc is found."""
-        series = None
-        templated = any("{cuda_series}" in n for names in packages.values() for n in names)
-        if templated and probe != "nvcc":
-            nvcc = self.tool("nvcc") if "nvcc" in self.probes.tools else None
-            if version := self.version("nvcc") if nvcc and nvcc.found else None:
-                series = "-".join(version.split(".")[:2])
-        out: dict[str, list[str]] = {}
-        for system, names in packages.items():
-            if system == "forge" and not self.pinned:
-                continue  # no toolchains/cuda.lock in this root: nothing to install from
-            out[system] = [n.replace("{cuda_series}", series or "<cuda-version>") for n in names]
-        return out
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:
         host_ok = host_os() in recipe.lane.host_os
@@ -323,12 +305,8 @@ class Doctor:
 
     def launcher(self) -> ProbeResult | None:
         """ccache, else sccache: the compiler launcher builds use."""
-        for name in ("ccache", "sccache"):
-            if name in self.probes.tools:
-                result = self.tool(name)
-                if result.found:
-                    return result
-        return None
+        probed = (self.tool(n) for n in ("ccache", "sccache") if n in self.probes.tools)
+        return next((result for result in probed if result.found), None)
 
 
 def _library_files(directory: Path, name: str) -> list[Path]:
@@ -336,8 +314,7 @@ def _library_files(directory: Path, name: str) -> list[Path]:
         return []
     candidates = [directory / f"lib{name}{suffix}" for suffix in _LIB_SUFFIXES]
     candidates.append(directory / f"{name}.lib")
-    found = [c for c in candidates if c.exists()]
-    if not found:
+    if not (found := [c for c in candidates if c.exists()]):
         # a wheel ships only the versioned file (libcudart.so.13): the lane makes the
         # unversioned link in its own build directory (host/cudakit)
         found = sorted(directory.glob(f"lib{glob.escape(name)}.so.[0-9]*"))[:1]

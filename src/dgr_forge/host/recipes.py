@@ -129,7 +129,6 @@ class _CI(Record, frozen=True):
 # -- `[certify]`: the lane's certification suite, one type, its keys, types and bounds
 # declared once here; `certify.suite.load` checks what they mean (gates, placeholders, parsers)
 
-Strings = tuple[str, ...]
 PLACEHOLDERS = ("model", "device", "threads", "text")
 DEFAULT_TIMEOUT = 600
 MAX_TIMEOUT = 7200  # two hours: a whole op suite on a slow device, never unbounded
@@ -185,7 +184,7 @@ class Step(Gate, frozen=True, kw_only=True):
     program: Annotated[NonEmpty, about("one of `certify.targets`: a program the build made")]
     parser: Annotated[NonEmpty, about("how its output is read: a parser of `certify.parsers`")]
     args: Annotated[
-        Strings, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
+        Words, about("its arguments, no shell; placeholders `{model}` `{device}` `{threads}`")
     ] = ()
     timeout: Annotated[int, about("seconds", ge=1, le=MAX_TIMEOUT)] = DEFAULT_TIMEOUT
     text: Annotated[str, about("a file of the forge root the step reads (`{text}`)")] | None = None
@@ -214,7 +213,7 @@ class Suite(Record, frozen=True):
     """`[certify]`: the lane's certification suite."""
 
     targets: Annotated[
-        Strings,
+        Words,
         about("the programs it runs, built with the lane", fix='targets = ["test-backend-ops"]'),
     ] = ()
     steps: Annotated[
@@ -377,8 +376,7 @@ def _words(shown: str, key: str, words: Words, pattern: re.Pattern[str]) -> None
 def _option_word(shown: str, key: str, value: str | int | bool, in_list: bool, fix: str) -> str:
     if isinstance(value, bool):
         return "ON" if value else "OFF"
-    text = str(value)
-    if len(text) > _MAX_VALUE:
+    if len(text := str(value)) > _MAX_VALUE:
         raise fail(shown, key, f"value too long ({len(text)} > {_MAX_VALUE})", fix)
     if in_list and not text:
         raise fail(shown, key, "empty list element", fix)

@@ -117,15 +117,11 @@ def load_lock(path: Path, shown: str, root: Path | None) -> Lock:
     return lock
 
 
-def home() -> Path:
-    if given := os.environ.get("DGR_TOOLCHAINS_DIR"):
-        return Path(given).absolute()
-    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data).absolute() / "dgr-forge" / "toolchains"
-
-
 def prefix_for(lock_sha256: str) -> Path:
-    return home() / f"cuda-{lock_sha256[:16]}"
+    if not (home := os.environ.get("DGR_TOOLCHAINS_DIR")):
+        data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        home = str(Path(data) / "dgr-forge" / "toolchains")
+    return Path(home).absolute() / f"cuda-{lock_sha256[:16]}"
 
 
 def installed_site(lock_path: Path) -> Path | None:
@@ -146,8 +142,7 @@ def identity(lock_path: Path, nvcc: str | None) -> dict[str, object] | None:
     site = installed_site(lock_path)
     if site is None or nvcc is None or not Path(nvcc).absolute().is_relative_to(site):
         return None
-    marker = read_json(site.parent / MARKER)
-    if not isinstance(marker, dict):
+    if not isinstance(marker := read_json(site.parent / MARKER), dict):
         return None
     return {k: marker.get(k) for k in ("toolkit", "version", "lock_sha256", "wheels")}
 
@@ -199,8 +194,7 @@ def install(
         if (prefix / MARKER).is_file():
             return result
         scratch = prefix.parent / f".{prefix.name}.tmp-{os.getpid()}"
-        shutil.rmtree(scratch, ignore_errors=True)
-        for stale in prefix.parent.glob(f".{prefix.name}.tmp-*"):
+        for stale in prefix.parent.glob(f".{prefix.name}.tmp-*"):  # scratch's name too
             shutil.rmtree(stale, ignore_errors=True)  # a killed install's (we hold the lock)
         scratch.mkdir()
         try:
@@ -237,8 +231,7 @@ def _pip(lock: Lock, scratch: Path, *, offline: bool, wheelhouse: Path | None) -
         cmd += ["--find-links", str(wheelhouse.absolute())]
     # the lock is the whole truth: no constraints file of the host's pip configuration
     env = {**os.environ, "PIP_CONSTRAINT": "", "PIP_REQUIRE_VIRTUALENV": "0"}
-    proc = capture(cmd, env=env, timeout=PIP_TIMEOUT)
-    if proc.returncode != 0:
+    if (proc := capture(cmd, env=env, timeout=PIP_TIMEOUT)).returncode != 0:
         lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
         mismatch = any("DO NOT MATCH THE HASHES" in ln for ln in lines)
         raise OperationFailed(

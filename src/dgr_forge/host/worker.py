@@ -74,8 +74,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
         path = override.resolve()
         _check_dir(path, str(override))
         return WorkerSpec(path=forge.rel(path), source_dir=path)
-    manifest = forge.root / MANIFEST
-    if not manifest.is_file():
+    if not (manifest := forge.root / MANIFEST).is_file():
         return None
     _, data = Checker(MANIFEST).load(
         manifest, what="worker manifest", hint="restore it or remove it", root=forge.root
@@ -122,8 +121,7 @@ def ensure_worker(
     if spec.url is None or spec.commit is None:
         return []
     src = spec.source_dir
-    cloned = (src / ".git").exists()
-    if cloned and gitutil.rev_parse(src, "HEAD") == spec.commit:
+    if (cloned := (src / ".git").exists()) and gitutil.rev_parse(src, "HEAD") == spec.commit:
         return []
     saved = _keep_local_work(spec, src, out, force=force, forge=forge) if cloned else []
     if offline and not (cloned and gitutil.has_object(src, spec.commit)):
