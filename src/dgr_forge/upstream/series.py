@@ -10,7 +10,7 @@ import stat
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, TypeVar, cast
 
 import msgspec
 from msgspec import Struct
@@ -78,11 +78,10 @@ def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
     """A patch file of the series, bounded; a link is exit 2, never followed (patches/ is a
     tree a pull request writes: a runner's file would be hashed and its sha256 printed)."""
-    hint = "restore the file, or remove its [[patches.series]] entry"
     return read_regular(
         m.patch_path(entry),
         what="patch file",
-        hint=hint,
+        hint="restore the file, or remove its [[patches.series]] entry",
         limit=patchfile.MAX_PATCH_BYTES,
         shown=f"{m.patches_dir_rel}/{entry.file}",
         follow=False,
@@ -140,8 +139,7 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
                     details={"file": shown, "header": header},
                 )
         for path in p.paths:
-            reason = patchfile.unsafe_reason(path)
-            if reason:
+            if reason := patchfile.unsafe_reason(path):
                 raise BadInput(
                     f"{shown}: refuses to touch {path!r}: {reason}",
                     hint="a patch may only change files inside the upstream tree; fix the "
@@ -243,8 +241,7 @@ def conflicting_hunks(
             )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:
-                    err: bytes | str = proc.stderr
-                    msg = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+                    msg = cast(bytes, proc.stderr).decode("utf-8", "replace")
                     bad.append((msg.strip().splitlines() or ["does not apply"])[-1])
                 else:
                     bad.append(f"hunk {i + 1}/{len(f.hunks)} {f.hunks[i].header}")
@@ -265,9 +262,8 @@ def check_series(
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
     with scratch_index(repo, m.commit, tmp_root) as env:
-        blocked = False  # a patch failed: the ones after it are not tried
         for entry, data, p in zip(m.series, datas, parsed, strict=True):
-            if blocked:
+            if results and results[-1].status != "applies":  # the ones after a failure
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
             flagged = entry.file in changed  # edited since the manifest was written
@@ -281,7 +277,6 @@ def check_series(
             elif compare_trees and entry.tree is not None and tree != entry.tree:
                 status = "tree-mismatch"
             results.append(CheckResult(entry.file, status, tree, conflicts, entry.tree, flagged))
-            blocked = status != "applies"
     return results
 
 
@@ -317,7 +312,6 @@ def read_cache(
 
 
 def write_cache(src: Path, name: str, cache: ScratchCache) -> None:
-    """Keep `cache` as `name` where the workspace's `.git` is its git dir."""
     if not (src / ".git").is_dir():
         return
     path = src / ".git" / name
