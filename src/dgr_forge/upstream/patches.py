@@ -126,45 +126,6 @@ def recover_interrupted(src: Path, pin: str) -> bool:
     return True
 
 
-def apply_series(
-    src: Path,
-    m: UpstreamManifest,
-    parsed: Sequence[patchfile.ParsedPatch],
-    datas: Sequence[bytes],
-    *,
-    head: str | None,
-    check_trees: bool,
-) -> tuple[str, str]:
-    """The new HEAD and its tree after `git am` of the files onto the pin in the clean work
-    tree at `head` (`datas`: their bytes, for the tree cache). A conflict is NeedsHuman
-    naming the patch and hunks; with `check_trees` each tree must be the manifest's (else
-    exit 1); either way the work tree is back at the pin."""
-    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
-    with _journal(src, m.commit):
-        fault.point("patch.journal")
-        if head != m.commit:
-            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
-        if not m.series:
-            series_base.record(src, series_base.SeriesBase.of(m, ()))
-            return m.commit, gitutil.tree_of(src, m.commit)
-        # one am for the whole series: a process per patch costs ~4x on a large tree (each
-        # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
-        paths = [str(m.patch_path(e)) for e in m.series]
-        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
-        if proc.returncode != 0:
-            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
-        fault.point("patch.applied", m.series[-1].file[:4])
-        chain = list(reversed(read_chain(src, len(paths))))
-        if check_trees:
-            _check_trees(m, chain)
-        cache_trees(src, m.commit, datas, [c.tree for c in chain])
-        # inside the journal: a run killed after it, before the record, is rolled back to
-        # the pin, never left with commits of the forge's that the record does not name
-        series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
-        fault.point("patch.verified")
-    return chain[-1].commit, chain[-1].tree
-
-
 def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
     for entry, commit in zip(m.series, chain, strict=True):
         if entry.tree is not None and commit.tree != entry.tree:
@@ -283,10 +244,34 @@ def ensure_patched(
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
-    head, tree = apply_series(  # it records the commits it made
-        src, m, parsed, datas, head=ws.head, check_trees=not trust_files
-    )
-    return PatchedTree(src, m.commit, head, tree, changed=True)
+    # a conflict is NeedsHuman naming the patch and hunks, a tree not the manifest's exit 1:
+    # either way the work tree is back at the pin
+    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
+    with _journal(src, m.commit):
+        fault.point("patch.journal")
+        if ws.head != m.commit:
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
+        if not n:
+            series_base.record(src, series_base.SeriesBase.of(m, ()))
+            return PatchedTree(
+                src, m.commit, m.commit, gitutil.tree_of(src, m.commit), changed=True
+            )
+        # one am for the whole series: a process per patch costs ~4x on a large tree (each
+        # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
+        paths = [str(m.patch_path(e)) for e in m.series]
+        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
+        if proc.returncode != 0:
+            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
+        fault.point("patch.applied", m.series[-1].file[:4])
+        chain = list(reversed(read_chain(src, n)))
+        if not trust_files:
+            _check_trees(m, chain)
+        cache_trees(src, m.commit, datas, [c.tree for c in chain])
+        # inside the journal: a run killed after it, before the record, is rolled back to
+        # the pin, never left with commits of the forge's that the record does not name
+        series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
+        fault.point("patch.verified")
+    return PatchedTree(src, m.commit, chain[-1].commit, chain[-1].tree, changed=True)
 
 
 def _unchanged(
