@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import suppress
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -248,17 +249,13 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    i = 0
-    while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
-        i += 1
-    top, rest = chain[:i], chain[i:]
-    j = 0
-    while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
-        j += 1
+    top = list(takewhile(lambda c: not c.forge_made and c.commit not in bases, chain))
+    rest = chain[len(top) :]
+    made = list(takewhile(lambda c: c.forge_made and c.commit not in bases, rest))
     if rest:  # (no forge commits: a person's commits right on the base)
         ws.local_commits = [c.commit for c in top]
-        ws.series = list(reversed(rest[:j]))
-        ws.base = rest[j].commit if j < len(rest) else None
+        ws.series = made[::-1]
+        ws.base = rest[len(made)].commit if len(made) < len(rest) else None
     else:
         ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
@@ -310,16 +307,12 @@ def remove_git_leftovers(gitdir: Path) -> None:
 def remove_partial_objects(gitdir: Path) -> None:
     """A failed or killed fetch's temporary packs and objects (never part of the repository).
     Call after a failed fetch, or under the workspace lock."""
-    objects = gitdir / "objects"
-    for tmp in [
-        *objects.glob("incoming-*"),
-        *objects.glob("pack/tmp_*"),
-        *objects.glob("*/tmp_obj_*"),
-    ]:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+    for pattern in ("incoming-*", "pack/tmp_*", "*/tmp_obj_*"):
+        for tmp in (gitdir / "objects").glob(pattern):
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
 
 
 # The source trees a build compiles hold exactly the patched tree and the worker's commit:
@@ -345,14 +338,13 @@ _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
 
 
-def source_changes(src: Path, *, refresh: bool = False) -> list[str]:
+def source_changes(src: Path) -> list[str]:
     """Porcelain v1 lines ("XY path", "!! path") of everything in `src` beyond its commit.
-    `refresh` (under the workspace lock): git may write the refreshed index back, else
-    racily clean files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
+    Under the workspace lock: git may write the refreshed index back, else racily clean
+    files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
     proc = gitutil.git(
         src, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored=matching",
-        "--ignore-submodules",
-        env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
+        "--ignore-submodules"
     )  # fmt: skip
     out = []
     fields = iter(proc.stdout.split("\0"))
