@@ -167,22 +167,6 @@ class SeriesStatus(Struct, frozen=True):
     footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
 
 
-def _applied_prefix(
-    m: UpstreamManifest,
-    ws: Workspace,
-    changed: list[bool],
-    checks: list[CheckResult | None],
-    cached: Sequence[str | None],
-) -> int:
-    if ws.base != m.commit:
-        return 0
-    for i, commit in enumerate(ws.series[: len(m.series)]):
-        computed = check.tree if (check := checks[i]) else cached[i]
-        if commit.tree != (m.series[i].tree or (None if changed[i] else computed)):
-            return i
-    return min(len(ws.series), len(m.series))
-
-
 def series_status(
     forge: Forge, m: UpstreamManifest, ws: Workspace, *, have_pin: bool, rebasing: bool = False
 ) -> SeriesStatus:
@@ -212,29 +196,37 @@ def series_status(
     moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
-    checks: list[CheckResult | None] = [None] * len(m.series)
+    checks: list[CheckResult] = []
     problem = ""
+
+    def prefix(trees: Sequence[str | None]) -> int:  # how many of the series ws holds
+        if ws.base != m.commit:
+            return 0
+        for i, commit in enumerate(ws.series[: len(m.series)]):
+            if commit.tree != (m.series[i].tree or (None if changed[i] else trees[i])):
+                return i
+        return min(len(ws.series), len(m.series))
+
     cached = cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
-    applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
+    applied_prefix = prefix(cached)
     if have_pin and applied_prefix < len(m.series):
         try:
             parsed = parse_series(m, datas)
-            checks = list(
-                check_series(ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir)
+            checks = check_series(
+                ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir
             )
-            cache_trees(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
+            cache_trees(ws.src, m.commit, datas, [c.tree for c in checks])
+            applied_prefix = prefix([c.tree for c in checks])
         except BadInput as err:
             problem = err.message
-        applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     states: list[PatchState] = []
     for i, entry in enumerate(m.series):
-        check = checks[i]
         if changed[i]:
             note = "; the workspace has the manifest's version" if i < applied_prefix else ""
             states.append(PatchState(entry.file, "changed on disk", "sha256 differs" + note))
         elif i < applied_prefix:
             states.append(PatchState(entry.file, "applied"))
-        elif check is not None and check.status == "conflict":
+        elif checks and (check := checks[i]).status == "conflict":
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
