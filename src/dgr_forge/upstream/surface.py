@@ -170,13 +170,6 @@ def _unnamed(toks: list[str]) -> list[str]:
     return [*toks[: i + 1], *kept, ")", *toks[end:]]
 
 
-def _text(toks: list[str]) -> str:
-    text = " ".join(_unnamed(toks))
-    for a, b in ((" ,", ","), ("( ", "("), (" )", ")"), (" ::", "::"), (":: ", "::")):
-        text = text.replace(a, b)
-    return text
-
-
 def _declared_name(stmt: list[str]) -> str | None:
     """The (qualified) name a declaration declares; None for a type, typedef, `using`."""
     while stmt[:2] == ["template", "<"]:  # a template's declaration names the template
@@ -231,9 +224,10 @@ def declarations(text: str) -> dict[str, str]:
         name = _declared_name(s)
         if name is None:
             return
-        prefix = "::".join(n for n in scopes if n)
-        qual = f"{prefix}::{name}" if prefix else name
-        found.setdefault(qual, set()).add(_text(s))
+        text = " ".join(_unnamed(s))
+        for a, b in ((" ,", ","), ("( ", "("), (" )", ")"), (" ::", "::"), (":: ", "::")):
+            text = text.replace(a, b)
+        found.setdefault("::".join(n for n in (*scopes, name) if n), set()).add(text)
 
     while i < len(toks):
         t = toks[i]
@@ -249,8 +243,7 @@ def declarations(text: str) -> dict[str, str]:
                 names = [x for x in head[kw + 1 :] if re.fullmatch(r"[A-Za-z_]\w*", x)]
                 scopes.append(names[0] if names else None)
                 if names:
-                    prefix = "::".join(n for n in scopes[:-1] if n)
-                    found.setdefault(f"{prefix}::{names[0]}" if prefix else names[0], set())
+                    found.setdefault("::".join(n for n in scopes if n), set())
             else:
                 if "(" in head and "=" not in head:
                     record(head)  # an inline function's definition declares it
