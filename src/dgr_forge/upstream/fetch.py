@@ -267,7 +267,6 @@ def abort_am(src: Path) -> None:
 
 
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
-    """Commits on `head` not under refs/dgr/* nor `exclude`, as one mbox in logs/."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
     args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)

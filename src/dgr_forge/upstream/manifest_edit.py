@@ -25,7 +25,6 @@ def _parse(text: str) -> tomlkit.TOMLDocument:
 
 
 def with_build_number(text: str, number: int) -> str:
-    """The manifest text with `[upstream] build_number` set."""
     doc = _parse(text)
     upstream = doc["upstream"]
     assert isinstance(upstream, Table)

@@ -101,7 +101,6 @@ def load(src: Path) -> SeriesBase | None:
 
 
 def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
-    """The `n` first-parent commits ending at `head`, oldest first."""
     if n == 0:
         return ()
     listed = gitutil.out(src, "rev-list", "--first-parent", f"--max-count={n}", head, "--")
@@ -181,7 +180,6 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
 
 
 def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
-    """A new name under logs/ for `stem`, stamped with the time."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
     target = forge.logs_dir / f"{stem}-{stamp}{suffix}"

@@ -98,7 +98,6 @@ def patch_bytes(pdir: Path, name: str) -> bytes | None:
 
 
 def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
-    """`dst` made a hard link of `src` when that is a regular file holding exactly `data`."""
     try:
         if not stat.S_ISREG(src.lstat().st_mode) or patch_bytes(src.parent, src.name) != data:
             return False

@@ -165,7 +165,6 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
 
 
 def last_error(stderr: str) -> str:
-    """git's last error line (masked, controls escaped), else its last line."""
     stderr = shown(stderr)
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
