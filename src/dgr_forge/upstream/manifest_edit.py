@@ -70,20 +70,17 @@ def updated_text(
     old = patches.get("series")
     old_tables: list[Table] = list(old) if isinstance(old, AoT) else []
 
-    by_slug: dict[str, list[int]] = {}
-    for i, t in enumerate(old_tables):
-        by_slug.setdefault(_NUMBER.sub("", str(t.get("file", ""))), []).append(i)
-    used: set[int] = set()
+    by_slug: dict[str, list[Table]] = {}
+    for t in old_tables:
+        by_slug.setdefault(_NUMBER.sub("", str(t.get("file", ""))), []).append(t)
     chosen: list[Table | None] = []
     for entry in series:
-        candidates = [i for i in by_slug.get(_NUMBER.sub("", entry.file), []) if i not in used]
-        chosen.append(old_tables[candidates[0]] if candidates else None)
-        if candidates:
-            used.add(candidates[0])
+        free = by_slug.get(_NUMBER.sub("", entry.file))
+        chosen.append(free.pop(0) if free else None)
+    taken = {id(t) for t in chosen}
     for pos, table in enumerate(chosen):
-        if table is None and pos < len(old_tables) and pos not in used:
+        if table is None and pos < len(old_tables) and id(old_tables[pos]) not in taken:
             chosen[pos] = old_tables[pos]
-            used.add(pos)
 
     unchanged = [id(t) for t in chosen] == [id(t) for t in old_tables]
     tables: list[Table] = []
@@ -108,9 +105,7 @@ def updated_text(
             aot = tomlkit.aot()
             aot.extend(tables)
             # before [patches.result], for readability (tomlkit appends at the end)
-            result = patches.get("result")
-            if result is not None:
-                del patches["result"]
+            result = patches.pop("result", None)
             patches["series"] = aot
             if result is not None:
                 patches["result"] = result
