@@ -155,15 +155,14 @@ def fetch_locked(
                 build_number=m.build_number, seconds=0.0
             )  # fmt: skip
 
-    fresh = not ws.exists
-    if fresh:
+    if not ws.exists:
         _init(src)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
     if PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
-    if not fresh:
+    if ws.exists:
         ws = inspect(src, m.commit, len(m.series))
 
     # refused before any transfer; --force saves and discards only after the pin is verified

@@ -267,9 +267,8 @@ def _say(out: Reporter | None, text: str) -> None:
 
 
 def _recover_one(jdir: Path, out: Reporter | None) -> None:
-    record_path = jdir / JOURNAL_FILE
     try:
-        record = msgspec.json.decode(record_path.read_bytes(), type=_Record)
+        record = msgspec.json.decode((jdir / JOURNAL_FILE).read_bytes(), type=_Record)
     except (OSError, ValueError):  # msgspec's DecodeError is one
         # incomplete: the run died while staging, before any swap: roll back
         _say(out, f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
