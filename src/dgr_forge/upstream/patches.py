@@ -296,13 +296,9 @@ def _known_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list
     every one is known and agrees with the manifest's."""
     if len(recorded := [e.tree for e in m.series if e.tree is not None]) == len(m.series):
         return recorded
-    cached = cached_trees(src, m.commit, datas)
-    trees = [t for t in cached if t is not None]
-    if len(trees) != len(cached):
-        return None
-    if any(e.tree is not None and e.tree != t for e, t in zip(m.series, trees, strict=True)):
-        return None
-    return trees
+    trees = [t for t in cached_trees(src, m.commit, datas) if t is not None]
+    agree = all(e.tree in (None, t) for e, t in zip(m.series, trees, strict=False))
+    return trees if len(trees) == len(m.series) and agree else None
 
 
 def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
