@@ -408,18 +408,16 @@ def footprint(m: UpstreamManifest) -> Footprint:
     total = added + removed
     budget = m.patches.budget.upstream_lines if m.patches.budget else None
     over = budget is not None and total > budget
-    grew = [r.file for r in rows if r.added or r.removed] if over else []
-    new_files, new_lines = sum(len(r.new_files) for r in rows), sum(r.new_lines for r in rows)
     return Footprint(
         patches=rows,
         added=added,
         removed=removed,
         upstream_lines=total,
-        new_files=new_files,
-        new_lines=new_lines,
+        new_files=sum(len(r.new_files) for r in rows),
+        new_lines=sum(r.new_lines for r in rows),
         budget=budget,
         over_budget=over,
-        grew=grew,
+        grew=[r.file for r in rows if r.added or r.removed] if over else [],
     )
 
 
