@@ -160,9 +160,8 @@ def _unnamed(toks: list[str]) -> list[str]:
     if toks[i - 1 : i] == ["operator"]:
         i = toks.index("(", i + 2) if "(" in toks[i + 2 :] else i
     end = _balanced(toks, i)
-    params = _args(toks, i, end)
     kept: list[str] = []
-    for n, p in enumerate(params):
+    for n, p in enumerate(_args(toks, i, end)):
         named = len(p) >= 2 and p[-2] != "::" and ")" not in p
         if named and re.fullmatch(r"[A-Za-z_]\w*", p[-1]) and p[-1] not in _KEYWORDS:
             p = p[:-1]
