@@ -231,9 +231,8 @@ def conflicting_hunks(
 ) -> list[Conflict]:
     result: list[Conflict] = []
     for f in p.files:
-        units = range(len(f.hunks)) if f.hunks else [None]
         bad: list[str] = []
-        for i in units:
+        for i in range(len(f.hunks)) if f.hunks else [None]:  # a hunkless diff: as a whole
             text = b"".join(f.header) + (b"".join(f.hunks[i].lines) if i is not None else b"")
             proc = git(
                 repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
