@@ -53,15 +53,13 @@ def updated_text(
         "url": upstream_url,
         "build_number": upstream_build_number,
     }
-    if any(v is not None for v in pin.values()):
+    if given := {key: value for key, value in pin.items() if value is not None}:
         upstream = doc["upstream"]
         assert isinstance(upstream, Table)
         moved = upstream_commit is not None and upstream.get("commit") != upstream_commit
         if moved and upstream_build_number is None and "build_number" in upstream:
             del upstream["build_number"]  # the old pin's number: never a wrong one
-        for key, value in pin.items():
-            if value is not None:
-                upstream[key] = value
+        upstream.update(given)
 
     if "patches" not in doc:
         doc["patches"] = tomlkit.table()
