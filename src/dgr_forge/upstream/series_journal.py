@@ -147,9 +147,8 @@ def write(
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
             return  # already there (e.g. a write finished by recovery)
-        parent = pdir.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
+        pdir.parent.mkdir(parents=True, exist_ok=True)
+        jdir = pdir.parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         stage = jdir / "series"
         try:
             stage.mkdir(parents=True)
