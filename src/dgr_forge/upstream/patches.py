@@ -357,9 +357,8 @@ def check_workspace(
     mirror: str | None = None,
     offline: bool = False,
 ) -> PatchCheck:
-    """`patch --check`: the files as they are, applied on a scratch index (only a missing
-    workspace is fetched, for the pin's objects); changed ones are flagged. Call under the
-    workspace lock."""
+    """`patch --check` (under the workspace lock): the files as they are, changed ones flagged,
+    on a scratch index (only a missing workspace is fetched, for the pin's objects)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
     parsed = parse_series(m, datas)

@@ -89,9 +89,8 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
 
 
 def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:
-    """The manifest and the patch files copied into the scratch root `root`, read as the
-    loaders read them (bounded: shutil.copyfile copied a link to /dev/zero until the disk
-    ran out); their bytes."""
+    """The manifest and patch files copied into `root`, and their bytes, read bounded as the
+    loaders read them (shutil.copyfile copied a link to /dev/zero until the disk ran out)."""
     pdir = root / m.patches_dir_rel
     pdir.mkdir(parents=True)
     datas = [read_patch(m, entry) for entry in m.series]

@@ -82,9 +82,8 @@ class Workspace(Struct):
         return next((c.tree for c in self.chain if c.commit == commit), None)
 
     def commits_on(self, pin: str) -> int | None:
-        """How many of the forge's own commits (a linear chain) HEAD has on `pin`; None when
-        HEAD is not on it that way (an unborn HEAD has no chain). Whether they are the right
-        ones is patch's tree check."""
+        """How many forge commits (a linear chain) HEAD has on `pin`; None when it is not on it
+        so (an unborn HEAD has no chain). Whether they are right is patch's tree check."""
         for n, c in enumerate(self.chain):
             if c.commit == pin:
                 return n
