@@ -260,9 +260,7 @@ def declarations(text: str) -> dict[str, str]:
             if scopes:
                 scopes.pop()
             stmt = []
-            i += 1
-            continue
-        if t == ";":
+        elif t == ";":
             record(stmt)
             stmt = []
         elif t in ("public", "private", "protected") and i + 1 < len(toks) and toks[i + 1] == ":":
