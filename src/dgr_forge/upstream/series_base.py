@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import msgspec
 from msgspec import Struct
@@ -232,8 +232,7 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
         )  # fmt: skip
     finally:
         tmp_index.unlink(missing_ok=True)
-    data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
-    if not data.strip():
+    if not (data := cast(bytes, diff.stdout)).strip():
         return None
     target = log_path(forge, stem, ".patch")
     header = (
