@@ -70,8 +70,11 @@ def owner_alive(pid: int | None) -> bool:
     # a killed run whose parent has not waited for it yet still answers kill(0); its
     # locks are already released, so a waiter may be running before the parent reaps it
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            line = f.read(4096)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            line = os.read(fd, 4096)
+        finally:
+            os.close(fd)
     except OSError:  # no procfs (macOS): kill(0) is the only sign
         return True
     return line[line.rfind(b")") + 2 :][:1] != b"Z"
