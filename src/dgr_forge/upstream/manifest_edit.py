@@ -97,8 +97,7 @@ def updated_text(
                 body = prev.value.body
                 while body and body[-1][0] is None and isinstance(body[-1][1], Whitespace):
                     body.pop()
-        if "series" in patches:
-            del patches["series"]
+        patches.pop("series", None)
         if tables:
             aot = tomlkit.aot()
             aot.extend(tables)

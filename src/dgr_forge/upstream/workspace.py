@@ -287,8 +287,7 @@ def remove_git_leftovers(gitdir: Path) -> None:
     for entry in gitdir.iterdir():
         if entry.name == "objects":
             continue
-        locks = entry.rglob("*.lock") if entry.is_dir() else [entry]
-        for lock in locks:
+        for lock in entry.rglob("*.lock") if entry.is_dir() else [entry]:
             if lock.name.endswith(".lock"):
                 lock.unlink(missing_ok=True)
     objects = gitdir / "objects"
