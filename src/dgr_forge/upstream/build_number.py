@@ -104,13 +104,11 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     check_url(url, "upstream url")  # data, never an option
     only_commits = ["--filter=tree:0"]
     if gitutil.is_local_url(url):
-        local = _local_git_dir(url)
-        if local is not None:
+        if (local := _local_git_dir(url)) is not None:
             git_dir, shallow = local
             if shallow or (git_dir / "shallow").exists():
                 return None, "the server's own history is shallow: its count would be short"
-            there = _server_count(git_dir, commit)
-            if there is not None:
+            if (there := _server_count(git_dir, commit)) is not None:
                 return there, "counted in the local repository's full history (no transfer)"
         # a local server that does not allow filters would ignore the filter
         asked = ["config", "--type=bool", "--get", "uploadpack.allowFilter"]

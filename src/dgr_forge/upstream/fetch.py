@@ -115,8 +115,7 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
 
 def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
     """The pin's tree, checked before the work tree moves (a wrong pin leaves it as it was)."""
-    found = gitutil.commit_and_tree(src, m.commit)
-    if found is None or found[0] != m.commit:
+    if (found := gitutil.commit_and_tree(src, m.commit)) is None or found[0] != m.commit:
         raise OperationFailed(
             f"commit {m.commit} not found at {mask(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
@@ -276,8 +275,7 @@ def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[st
 
 def _init(src: Path) -> None:
     if src.exists():
-        leftovers = [p for p in src.iterdir() if p.name != ".git"]
-        if leftovers:
+        if leftovers := [p for p in src.iterdir() if p.name != ".git"]:
             raise NeedsHuman(
                 f"{src} exists but is not a git work tree (it holds {leftovers[0].name}"
                 f"{' and more' if len(leftovers) > 1 else ''})",

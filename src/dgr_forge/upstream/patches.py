@@ -92,8 +92,7 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
     try:
         yield
     except BaseException as err:
-        reason = _rollback(src, pin)
-        if reason is None:
+        if (reason := _rollback(src, pin)) is None:
             path.unlink(missing_ok=True)
             raise
         raise OperationFailed(
@@ -115,8 +114,7 @@ def recover_interrupted(src: Path, pin: str) -> bool:
     if gitutil.HEX40.fullmatch(recorded) and gitutil.has_object(src, recorded):
         pin = recorded
     remove_git_leftovers(git_dir(src))
-    reason = _rollback(src, pin)
-    if reason is not None:
+    if (reason := _rollback(src, pin)) is not None:
         raise OperationFailed(
             f"{src}: rolling back an interrupted `dgr-forge patch` failed: {reason}",
             hint="free disk space (or fix what git names), then run `dgr-forge patch` again",

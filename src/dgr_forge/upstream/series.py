@@ -341,8 +341,7 @@ def cached_trees(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None
 def cache_trees(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
     """Keep the known trees of this series (`trees[i]` after patch i; None: unknown)."""
     keys = _cache_keys(pin, datas)
-    entries = {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}
-    if entries:
+    if entries := {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}:
         write_cache(src, TREE_CACHE, _TreeCache(1, entries))
 
 

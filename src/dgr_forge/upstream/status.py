@@ -176,8 +176,7 @@ def series_status(
     if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
         from dgr_forge.upstream.local_replay import replay_rows
 
-        rows = replay_rows(ws.src)
-        if rows is not None:
+        if (rows := replay_rows(ws.src)) is not None:
             commits = [ReplayCommit(*row) for row in rows]
             stopped = [c.commit for c in commits if c.state == "conflict"]
             replay = Replay(commits, stopped[0] if stopped else None)

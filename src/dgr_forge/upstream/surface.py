@@ -220,8 +220,7 @@ def declarations(text: str) -> dict[str, str]:
     i = 0
 
     def record(s: list[str]) -> None:
-        name = _declared_name(s)
-        if name is None:
+        if (name := _declared_name(s)) is None:
             return
         text = " ".join(_unnamed(s))
         for a, b in ((" ,", ","), ("( ", "("), (" )", ")"), (" ::", "::"), (":: ", "::")):
@@ -343,11 +342,9 @@ def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
 
     found: list[SurfaceChange] = []
     for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
-        before = decls(old, header).get(name)
-        if before is None:
+        if (before := decls(old, header).get(name)) is None:
             continue
-        after = decls(new, header).get(name)
-        if after is None:
+        if (after := decls(new, header).get(name)) is None:
             found.append(SurfaceChange(name, header, "removed", before, None))
         elif after != before:
             found.append(SurfaceChange(name, header, "declaration changed", before, after))

@@ -189,8 +189,7 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int
         def on_line(raw: str) -> None:
             if not (line := mask_text(raw.strip())):
                 return
-            match = _PROGRESS.match(line)
-            if match is None:
+            if (match := _PROGRESS.match(line)) is None:
                 # the server's own error lines are kept: they say why a transfer died
                 if not line.startswith("remote: ") or any(
                     word in line.lower() for word in ("error", "fatal", "abort", "unable")

@@ -261,8 +261,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
 
 
 def pin_tree(ws: Workspace, pin: str) -> str | None:
-    found = ws.tree_of(pin)
-    if found is not None or not ws.exists:
+    if (found := ws.tree_of(pin)) is not None or not ws.exists:
         return found
     proc = gitutil.git(
         ws.src, "rev-parse", "--verify", "--quiet", f"{pin}^{{tree}}", check=False,
