@@ -209,8 +209,7 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
         os.symlink(os.readlink(top / name), to)
         return
     hint = "remove it from patches/ (only patch files and the manifest belong there)"
-    data = read_tree_file(top, name, what="file to save before --force", hint=hint)
-    to.write_bytes(data or b"")
+    to.write_bytes(read_tree_file(top, name, what="file to save before --force", hint=hint) or b"")
 
 
 def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:

@@ -104,8 +104,7 @@ def _tokens(text: str) -> list[str]:
 
 
 def _balanced(toks: list[str], i: int) -> int:
-    pairs = {"(": ")", "[[": "]]", "[": "]", "{": "}", "<": ">"}
-    close, depth = pairs[toks[i]], 0
+    close, depth = {"(": ")", "[[": "]]", "[": "]", "{": "}", "<": ">"}[toks[i]], 0
     for j in range(i, len(toks)):
         if toks[j] == toks[i]:
             depth += 1
