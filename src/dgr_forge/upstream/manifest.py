@@ -245,8 +245,7 @@ def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
     for i, entry in enumerate(series):
         where = f"patches.series[{i}]"
         file = entry.file
-        m = PATCH_NAME.fullmatch(file)
-        if not m:
+        if not (m := PATCH_NAME.fullmatch(file)):
             raise fail(
                 shown,
                 f"{where}.file",
