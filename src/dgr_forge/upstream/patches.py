@@ -107,8 +107,7 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
 def recover_interrupted(src: Path, pin: str) -> bool:
     """Roll back what a killed `dgr-forge patch` left; True if there was anything. Call
     under the workspace lock."""
-    path = git_dir(src) / PATCH_JOURNAL
-    if not path.exists():
+    if not (path := git_dir(src) / PATCH_JOURNAL).exists():
         return False
     recorded = path.read_text().strip()
     if gitutil.HEX40.fullmatch(recorded) and gitutil.has_object(src, recorded):

@@ -187,8 +187,7 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
     )  # fmt: skip
     objects = common / "objects"
     alternates = [str(objects)]
-    info = objects / "info" / "alternates"
-    if info.is_file():
+    if (info := objects / "info" / "alternates").is_file():
         for line in info.read_bytes().splitlines():
             if line.strip() and not line.startswith(b"#"):
                 # C-quoted when it starts with `"` (else, or when the quoting is bad, as it is)

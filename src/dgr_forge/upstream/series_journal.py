@@ -319,14 +319,12 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
 def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
     """A scratch repository reads this root's own workspace's objects (alternates): no
     network for what it has; ids are still verified by fetch."""
-    objects = own / ".git" / "objects"
-    if not objects.is_dir():
+    if not (objects := own / ".git" / "objects").is_dir():
         return
     gitutil.git(None, "init", "-q", str(scratch_src))
     info = scratch_src / ".git" / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
-    shallow = own / ".git" / "shallow"
-    if shallow.is_file():
+    if (shallow := own / ".git" / "shallow").is_file():
         shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
     out.info(f"scratch workspace: reading objects from {own}")

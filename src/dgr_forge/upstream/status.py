@@ -261,8 +261,7 @@ class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
 
 
 def rebase_progress(forge: Forge) -> RebaseProgress | None:
-    path = forge.rebase_state
-    if not path.exists():
+    if not (path := forge.rebase_state).exists():
         return None
     state, stopped = _rebase_state(forge)
     if state is None:
