@@ -43,8 +43,7 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     """The repository a local URL names, exactly that one (never one above it), and whether
     it is shallow."""
     if url.startswith("file://"):
-        parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
+        if (parts := urlsplit(url)).netloc not in ("", "localhost"):
             return None
         path = Path(unquote(parts.path))
     elif url.startswith("/"):
@@ -60,8 +59,7 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     lines = found.stdout.splitlines()
     if found.returncode != 0 or len(lines) != 2:
         return None
-    git_dir = Path(lines[0])
-    if git_dir not in (path.resolve(), (path / ".git").resolve()):
+    if (git_dir := Path(lines[0])) not in (path.resolve(), (path / ".git").resolve()):
         return None
     return git_dir, lines[1] == "true"
 

@@ -380,8 +380,7 @@ def forge_presets(path: Path) -> bool:
     if not isinstance(data, dict) or set(data) - _PRESET_KEYS:
         return False
     for key, allowed in (("configurePresets", _CONFIGURE_KEYS), ("buildPresets", _BUILD_KEYS)):
-        presets = data.get(key, [])
-        if not isinstance(presets, list):
+        if not isinstance(presets := data.get(key, []), list):
             return False
         for preset in presets:
             if not isinstance(preset, dict) or set(preset) - allowed:
