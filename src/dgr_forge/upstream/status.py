@@ -26,7 +26,6 @@ from dgr_forge.upstream.series import (
     parse_series,
     read_patch,
 )
-from dgr_forge.upstream.series_base import Drift
 from dgr_forge.upstream.workspace import (
     FETCH_JOURNAL,
     REPLAY_STATE,
@@ -163,7 +162,7 @@ class SeriesStatus(Struct, frozen=True):
     local_edits: LocalEdits
     operation_in_progress: Annotated[str | None, d("a git operation in the workspace")]
     replay: Replay | None = None
-    moved_since_patched: Drift | None = None
+    moved_since_patched: series_base.Drift | None = None
     footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
 
 
