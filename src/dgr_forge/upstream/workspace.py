@@ -19,7 +19,6 @@ from msgspec.structs import replace
 from dgr_forge.core import fsutil, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import series_base
 
@@ -102,7 +101,7 @@ def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
 def fetch_failure(src: Path) -> str | None:
     journal = git_dir(src) / FETCH_JOURNAL
     try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
-        data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
+        data = fsutil.read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
     except (ForgeError, OSError):
         return None
     for line in data.decode("utf-8", "replace").splitlines()[1:]:
