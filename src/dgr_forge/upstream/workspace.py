@@ -230,8 +230,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     bases = {pin}
     if len(chain) < limit or chain[series_len].commit != pin:
         if len(chain) == limit:  # a shorter walk met the root (or a shallow graft): all
-            limit = series_len + 1 + _LONG_WALK
-            chain = read_chain(src, limit)
+            chain = read_chain(src, limit + _LONG_WALK)
         # HEAD at the pin (fetched, not patched): the walk stops there, at no other base
         fetched = None if chain and chain[0].commit == pin else gitutil.rev_parse(src, PIN_REF)
         if fetched:
