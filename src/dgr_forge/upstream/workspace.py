@@ -210,9 +210,8 @@ def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
 
 
 def inspect(src: Path, pin: str, series_len: int) -> Workspace:
-    """The workspace measured. The base is the pin, or the pin fetch last checked out
-    (`refs/dgr/pin`) when the manifest moved since; commits above it the forge did not make
-    are a person's."""
+    """The workspace measured: its base is the pin, or the pin fetch last checked out
+    (`refs/dgr/pin`) after the manifest moved; commits above it not the forge's are a person's."""
     ws = Workspace(
         src=src, exists=(src / ".git/HEAD").is_file() and (src / ".git/objects").is_dir()
     )
