@@ -84,7 +84,7 @@ class LaneResult(Struct, kw_only=True):
 
 def _changes(src: Path) -> list[str]:
     # under the workspace lock git keeps its index's stat records fresh for the next no-op
-    return source_changes(src, refresh=True)
+    return source_changes(src)
 
 
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:

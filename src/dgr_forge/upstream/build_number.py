@@ -43,8 +43,7 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     """The repository a local URL names, exactly that one (never one above it), and whether
     it is shallow."""
     if url.startswith("file://"):
-        parts = urlsplit(url)
-        if parts.netloc not in ("", "localhost"):
+        if (parts := urlsplit(url)).netloc not in ("", "localhost"):
             return None
         path = Path(unquote(parts.path))
     elif url.startswith("/"):
@@ -60,8 +59,7 @@ def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     lines = found.stdout.splitlines()
     if found.returncode != 0 or len(lines) != 2:
         return None
-    git_dir = Path(lines[0])
-    if git_dir not in (path.resolve(), (path / ".git").resolve()):
+    if (git_dir := Path(lines[0])) not in (path.resolve(), (path / ".git").resolve()):
         return None
     return git_dir, lines[1] == "true"
 
@@ -104,13 +102,11 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
     check_url(url, "upstream url")  # data, never an option
     only_commits = ["--filter=tree:0"]
     if gitutil.is_local_url(url):
-        local = _local_git_dir(url)
-        if local is not None:
+        if (local := _local_git_dir(url)) is not None:
             git_dir, shallow = local
             if shallow or (git_dir / "shallow").exists():
                 return None, "the server's own history is shallow: its count would be short"
-            there = _server_count(git_dir, commit)
-            if there is not None:
+            if (there := _server_count(git_dir, commit)) is not None:
                 return there, "counted in the local repository's full history (no transfer)"
         # a local server that does not allow filters would ignore the filter
         asked = ["config", "--type=bool", "--get", "uploadpack.allowFilter"]

@@ -115,8 +115,7 @@ def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> Operati
 
 def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> str:
     """The pin's tree, checked before the work tree moves (a wrong pin leaves it as it was)."""
-    found = gitutil.commit_and_tree(src, m.commit)
-    if found is None or found[0] != m.commit:
+    if (found := gitutil.commit_and_tree(src, m.commit)) is None or found[0] != m.commit:
         raise OperationFailed(
             f"commit {m.commit} not found at {mask(url)}",
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
@@ -155,15 +154,14 @@ def fetch_locked(
                 build_number=m.build_number, seconds=0.0
             )  # fmt: skip
 
-    fresh = not ws.exists
-    if fresh:
+    if not ws.exists:
         _init(src)
     remove_git_leftovers(gitdir)
     journals = {j for j in JOURNALS if (gitdir / j).exists()}
     recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
     if PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
-    if not fresh:
+    if ws.exists:
         ws = inspect(src, m.commit, len(m.series))
 
     # refused before any transfer; --force saves and discards only after the pin is verified
@@ -267,7 +265,6 @@ def abort_am(src: Path) -> None:
 
 
 def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[str]) -> Path:
-    """Commits on `head` not under refs/dgr/* nor `exclude`, as one mbox in logs/."""
     args = ["format-patch", "--stdout", "--binary", "--no-signature", head, "--not"]
     args += ["--glob=refs/dgr/*", *exclude, "--"]
     proc = gitutil.git(src, *args, text=False)
@@ -278,8 +275,7 @@ def save_commits(forge: Forge, stem: str, src: Path, head: str, exclude: list[st
 
 def _init(src: Path) -> None:
     if src.exists():
-        leftovers = [p for p in src.iterdir() if p.name != ".git"]
-        if leftovers:
+        if leftovers := [p for p in src.iterdir() if p.name != ".git"]:
             raise NeedsHuman(
                 f"{src} exists but is not a git work tree (it holds {leftovers[0].name}"
                 f"{' and more' if len(leftovers) > 1 else ''})",

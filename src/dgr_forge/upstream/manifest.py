@@ -216,7 +216,23 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     _series(shown, m.series, dir_rel)
     _object_id(shown, m.result_tree, "patches.result.tree")
     try:
-        _check_files_on_disk(shown, m.patches_dir, dir_rel, m.series)
+        for i, entry in enumerate(m.series):
+            if not (m.patches_dir / entry.file).is_file():
+                raise fail(
+                    shown,
+                    f"patches.series[{i}].file",
+                    f"{dir_rel}/{entry.file} does not exist",
+                    "restore the file, or remove its [[patches.series]] entry",
+                )
+        listed = {e.file for e in m.series}
+        for name in sorted(p.name for p in m.patches_dir.glob("*.patch")):  # (none: no dir)
+            if name not in listed:
+                raise fail(
+                    shown,
+                    "patches.series",
+                    f"{dir_rel}/{name} is on disk but not listed in the series",
+                    "add a [[patches.series]] entry for it (`dgr-forge export` does), or delete it",
+                )
     except BadInput as err:
         # where the series lives: a half-written one there may be why (cli/app says so)
         err.details.setdefault("patches_dir", str(m.patches_dir))
@@ -229,8 +245,7 @@ def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
     for i, entry in enumerate(series):
         where = f"patches.series[{i}]"
         file = entry.file
-        m = PATCH_NAME.fullmatch(file)
-        if not m:
+        if not (m := PATCH_NAME.fullmatch(file)):
             raise fail(
                 shown,
                 f"{where}.file",
@@ -259,27 +274,4 @@ def _series(shown: str, series: tuple[PatchEntry, ...], dir_rel: str) -> None:
                 f"{where}.file",
                 f"{file} is listed after {last.file}: series out of numeric order",
                 "list [[patches.series]] in ascending NNNN order",
-            )
-
-
-def _check_files_on_disk(
-    shown: str, patches_dir: Path, dir_rel: str, series: tuple[PatchEntry, ...]
-) -> None:
-    listed = {e.file for e in series}
-    for i, entry in enumerate(series):
-        if not (patches_dir / entry.file).is_file():
-            raise fail(
-                shown,
-                f"patches.series[{i}].file",
-                f"{dir_rel}/{entry.file} does not exist",
-                "restore the file, or remove its [[patches.series]] entry",
-            )
-    on_disk = sorted(p.name for p in patches_dir.glob("*.patch")) if patches_dir.is_dir() else []
-    for name in on_disk:
-        if name not in listed:
-            raise fail(
-                shown,
-                "patches.series",
-                f"{dir_rel}/{name} is on disk but not listed in the series",
-                "add a [[patches.series]] entry for it (`dgr-forge export` does), or delete it",
             )

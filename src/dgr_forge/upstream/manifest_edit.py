@@ -25,7 +25,6 @@ def _parse(text: str) -> tomlkit.TOMLDocument:
 
 
 def with_build_number(text: str, number: int) -> str:
-    """The manifest text with `[upstream] build_number` set."""
     doc = _parse(text)
     upstream = doc["upstream"]
     assert isinstance(upstream, Table)
@@ -54,15 +53,13 @@ def updated_text(
         "url": upstream_url,
         "build_number": upstream_build_number,
     }
-    if any(v is not None for v in pin.values()):
+    if given := {key: value for key, value in pin.items() if value is not None}:
         upstream = doc["upstream"]
         assert isinstance(upstream, Table)
         moved = upstream_commit is not None and upstream.get("commit") != upstream_commit
         if moved and upstream_build_number is None and "build_number" in upstream:
             del upstream["build_number"]  # the old pin's number: never a wrong one
-        for key, value in pin.items():
-            if value is not None:
-                upstream[key] = value
+        upstream.update(given)
 
     if "patches" not in doc:
         doc["patches"] = tomlkit.table()
@@ -71,20 +68,17 @@ def updated_text(
     old = patches.get("series")
     old_tables: list[Table] = list(old) if isinstance(old, AoT) else []
 
-    by_slug: dict[str, list[int]] = {}
-    for i, t in enumerate(old_tables):
-        by_slug.setdefault(_NUMBER.sub("", str(t.get("file", ""))), []).append(i)
-    used: set[int] = set()
+    by_slug: dict[str, list[Table]] = {}
+    for t in old_tables:
+        by_slug.setdefault(_NUMBER.sub("", str(t.get("file", ""))), []).append(t)
     chosen: list[Table | None] = []
     for entry in series:
-        candidates = [i for i in by_slug.get(_NUMBER.sub("", entry.file), []) if i not in used]
-        chosen.append(old_tables[candidates[0]] if candidates else None)
-        if candidates:
-            used.add(candidates[0])
+        free = by_slug.get(_NUMBER.sub("", entry.file))
+        chosen.append(free.pop(0) if free else None)
+    taken = {id(t) for t in chosen}
     for pos, table in enumerate(chosen):
-        if table is None and pos < len(old_tables) and pos not in used:
+        if table is None and pos < len(old_tables) and id(old_tables[pos]) not in taken:
             chosen[pos] = old_tables[pos]
-            used.add(pos)
 
     unchanged = [id(t) for t in chosen] == [id(t) for t in old_tables]
     tables: list[Table] = []
@@ -103,15 +97,12 @@ def updated_text(
                 body = prev.value.body
                 while body and body[-1][0] is None and isinstance(body[-1][1], Whitespace):
                     body.pop()
-        if "series" in patches:
-            del patches["series"]
+        patches.pop("series", None)
         if tables:
             aot = tomlkit.aot()
             aot.extend(tables)
             # before [patches.result], for readability (tomlkit appends at the end)
-            result = patches.get("result")
-            if result is not None:
-                del patches["result"]
+            result = patches.pop("result", None)
             patches["series"] = aot
             if result is not None:
                 patches["result"] = result

@@ -92,8 +92,7 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
     try:
         yield
     except BaseException as err:
-        reason = _rollback(src, pin)
-        if reason is None:
+        if (reason := _rollback(src, pin)) is None:
             path.unlink(missing_ok=True)
             raise
         raise OperationFailed(
@@ -108,15 +107,13 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
 def recover_interrupted(src: Path, pin: str) -> bool:
     """Roll back what a killed `dgr-forge patch` left; True if there was anything. Call
     under the workspace lock."""
-    path = git_dir(src) / PATCH_JOURNAL
-    if not path.exists():
+    if not (path := git_dir(src) / PATCH_JOURNAL).exists():
         return False
     recorded = path.read_text().strip()
     if gitutil.HEX40.fullmatch(recorded) and gitutil.has_object(src, recorded):
         pin = recorded
     remove_git_leftovers(git_dir(src))
-    reason = _rollback(src, pin)
-    if reason is not None:
+    if (reason := _rollback(src, pin)) is not None:
         raise OperationFailed(
             f"{src}: rolling back an interrupted `dgr-forge patch` failed: {reason}",
             hint="free disk space (or fix what git names), then run `dgr-forge patch` again",
@@ -124,45 +121,6 @@ def recover_interrupted(src: Path, pin: str) -> bool:
         )
     path.unlink()
     return True
-
-
-def apply_series(
-    src: Path,
-    m: UpstreamManifest,
-    parsed: Sequence[patchfile.ParsedPatch],
-    datas: Sequence[bytes],
-    *,
-    head: str | None,
-    check_trees: bool,
-) -> tuple[str, str]:
-    """The new HEAD and its tree after `git am` of the files onto the pin in the clean work
-    tree at `head` (`datas`: their bytes, for the tree cache). A conflict is NeedsHuman
-    naming the patch and hunks; with `check_trees` each tree must be the manifest's (else
-    exit 1); either way the work tree is back at the pin."""
-    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
-    with _journal(src, m.commit):
-        fault.point("patch.journal")
-        if head != m.commit:
-            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
-        if not m.series:
-            series_base.record(src, series_base.SeriesBase.of(m, ()))
-            return m.commit, gitutil.tree_of(src, m.commit)
-        # one am for the whole series: a process per patch costs ~4x on a large tree (each
-        # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
-        paths = [str(m.patch_path(e)) for e in m.series]
-        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
-        if proc.returncode != 0:
-            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
-        fault.point("patch.applied", m.series[-1].file[:4])
-        chain = list(reversed(read_chain(src, len(paths))))
-        if check_trees:
-            _check_trees(m, chain)
-        cache_trees(src, m.commit, datas, [c.tree for c in chain])
-        # inside the journal: a run killed after it, before the record, is rolled back to
-        # the pin, never left with commits of the forge's that the record does not name
-        series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
-        fault.point("patch.verified")
-    return chain[-1].commit, chain[-1].tree
 
 
 def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
@@ -283,10 +241,34 @@ def ensure_patched(
 
     if n:
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
-    head, tree = apply_series(  # it records the commits it made
-        src, m, parsed, datas, head=ws.head, check_trees=not trust_files
-    )
-    return PatchedTree(src, m.commit, head, tree, changed=True)
+    # a conflict is NeedsHuman naming the patch and hunks, a tree not the manifest's exit 1:
+    # either way the work tree is back at the pin
+    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
+    with _journal(src, m.commit):
+        fault.point("patch.journal")
+        if ws.head != m.commit:
+            git(src, "checkout", "--quiet", "--detach", "--force", m.commit)
+        if not n:
+            series_base.record(src, series_base.SeriesBase.of(m, ()))
+            return PatchedTree(
+                src, m.commit, m.commit, gitutil.tree_of(src, m.commit), changed=True
+            )
+        # one am for the whole series: a process per patch costs ~4x on a large tree (each
+        # reloads the index); a kill inside it leaves rebase-apply/, which the journal undoes
+        paths = [str(m.patch_path(e)) for e in m.series]
+        proc = git(src, *AM_FLAGS, "--", *paths, env=FORGE_IDENTITY, check=False)
+        if proc.returncode != 0:
+            raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
+        fault.point("patch.applied", m.series[-1].file[:4])
+        chain = list(reversed(read_chain(src, n)))
+        if not trust_files:
+            _check_trees(m, chain)
+        cache_trees(src, m.commit, datas, [c.tree for c in chain])
+        # inside the journal: a run killed after it, before the record, is rolled back to
+        # the pin, never left with commits of the forge's that the record does not name
+        series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
+        fault.point("patch.verified")
+    return PatchedTree(src, m.commit, chain[-1].commit, chain[-1].tree, changed=True)
 
 
 def _unchanged(
@@ -311,13 +293,9 @@ def _known_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list
     every one is known and agrees with the manifest's."""
     if len(recorded := [e.tree for e in m.series if e.tree is not None]) == len(m.series):
         return recorded
-    cached = cached_trees(src, m.commit, datas)
-    trees = [t for t in cached if t is not None]
-    if len(trees) != len(cached):
-        return None
-    if any(e.tree is not None and e.tree != t for e, t in zip(m.series, trees, strict=True)):
-        return None
-    return trees
+    trees = [t for t in cached_trees(src, m.commit, datas) if t is not None]
+    agree = all(e.tree in (None, t) for e, t in zip(m.series, trees, strict=False))
+    return trees if len(trees) == len(m.series) and agree else None
 
 
 def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
@@ -376,9 +354,8 @@ def check_workspace(
     mirror: str | None = None,
     offline: bool = False,
 ) -> PatchCheck:
-    """`patch --check`: the files as they are, applied on a scratch index (only a missing
-    workspace is fetched, for the pin's objects); changed ones are flagged. Call under the
-    workspace lock."""
+    """`patch --check` (under the workspace lock): the files as they are, changed ones flagged,
+    on a scratch index (only a missing workspace is fetched, for the pin's objects)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
     parsed = parse_series(m, datas)

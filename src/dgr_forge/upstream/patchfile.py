@@ -150,10 +150,8 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
         if in_mail_header:
             if line.strip() == b"":
                 in_mail_header = False
-            else:
-                m = re.match(rb"^(From|Date|Subject): ?(.*)", line)
-                if m:
-                    headers.setdefault(m.group(1).decode(), m.group(2).decode("utf-8", "replace"))
+            elif m := re.match(rb"^(From|Date|Subject): ?(.*)", line):
+                headers.setdefault(m.group(1).decode(), m.group(2).decode("utf-8", "replace"))
         starts_git = line.startswith(b"diff --git ")
         starts_trad = (
             line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")

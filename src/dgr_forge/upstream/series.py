@@ -10,7 +10,7 @@ import stat
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, TypeVar, cast
 
 import msgspec
 from msgspec import Struct
@@ -78,11 +78,10 @@ def read_series(m: UpstreamManifest, forge: Forge) -> list[bytes]:
 def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
     """A patch file of the series, bounded; a link is exit 2, never followed (patches/ is a
     tree a pull request writes: a runner's file would be hashed and its sha256 printed)."""
-    hint = "restore the file, or remove its [[patches.series]] entry"
     return read_regular(
         m.patch_path(entry),
         what="patch file",
-        hint=hint,
+        hint="restore the file, or remove its [[patches.series]] entry",
         limit=patchfile.MAX_PATCH_BYTES,
         shown=f"{m.patches_dir_rel}/{entry.file}",
         follow=False,
@@ -90,9 +89,8 @@ def read_patch(m: UpstreamManifest, entry: PatchEntry) -> bytes:
 
 
 def copy_inputs(m: UpstreamManifest, root: Path, manifest_rel: str) -> tuple[bytes, list[bytes]]:
-    """The manifest and the patch files copied into the scratch root `root`, read as the
-    loaders read them (bounded: shutil.copyfile copied a link to /dev/zero until the disk
-    ran out); their bytes."""
+    """The manifest and patch files copied into `root`, and their bytes, read bounded as the
+    loaders read them (shutil.copyfile copied a link to /dev/zero until the disk ran out)."""
     pdir = root / m.patches_dir_rel
     pdir.mkdir(parents=True)
     datas = [read_patch(m, entry) for entry in m.series]
@@ -140,8 +138,7 @@ def parse_series(m: UpstreamManifest, datas: Sequence[bytes]) -> list[patchfile.
                     details={"file": shown, "header": header},
                 )
         for path in p.paths:
-            reason = patchfile.unsafe_reason(path)
-            if reason:
+            if reason := patchfile.unsafe_reason(path):
                 raise BadInput(
                     f"{shown}: refuses to touch {path!r}: {reason}",
                     hint="a patch may only change files inside the upstream tree; fix the "
@@ -190,8 +187,7 @@ def scratch_index(repo: Path, rev: str, tmp_root: Path | None = None) -> Iterato
     )  # fmt: skip
     objects = common / "objects"
     alternates = [str(objects)]
-    info = objects / "info" / "alternates"
-    if info.is_file():
+    if (info := objects / "info" / "alternates").is_file():
         for line in info.read_bytes().splitlines():
             if line.strip() and not line.startswith(b"#"):
                 # C-quoted when it starts with `"` (else, or when the quoting is bad, as it is)
@@ -233,9 +229,8 @@ def conflicting_hunks(
 ) -> list[Conflict]:
     result: list[Conflict] = []
     for f in p.files:
-        units = range(len(f.hunks)) if f.hunks else [None]
         bad: list[str] = []
-        for i in units:
+        for i in range(len(f.hunks)) if f.hunks else [None]:  # a hunkless diff: as a whole
             text = b"".join(f.header) + (b"".join(f.hunks[i].lines) if i is not None else b"")
             proc = git(
                 repo, "apply", "--cached", "--check", "-", input=text, env=env, text=False,
@@ -243,8 +238,7 @@ def conflicting_hunks(
             )  # fmt: skip
             if proc.returncode != 0:
                 if i is None:
-                    err: bytes | str = proc.stderr
-                    msg = err.decode("utf-8", "replace") if isinstance(err, bytes) else err
+                    msg = cast(bytes, proc.stderr).decode("utf-8", "replace")
                     bad.append((msg.strip().splitlines() or ["does not apply"])[-1])
                 else:
                     bad.append(f"hunk {i + 1}/{len(f.hunks)} {f.hunks[i].header}")
@@ -265,9 +259,8 @@ def check_series(
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
     with scratch_index(repo, m.commit, tmp_root) as env:
-        blocked = False  # a patch failed: the ones after it are not tried
         for entry, data, p in zip(m.series, datas, parsed, strict=True):
-            if blocked:
+            if results and results[-1].status != "applies":  # the ones after a failure
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
             flagged = entry.file in changed  # edited since the manifest was written
@@ -281,7 +274,6 @@ def check_series(
             elif compare_trees and entry.tree is not None and tree != entry.tree:
                 status = "tree-mismatch"
             results.append(CheckResult(entry.file, status, tree, conflicts, entry.tree, flagged))
-            blocked = status != "applies"
     return results
 
 
@@ -317,7 +309,6 @@ def read_cache(
 
 
 def write_cache(src: Path, name: str, cache: ScratchCache) -> None:
-    """Keep `cache` as `name` where the workspace's `.git` is its git dir."""
     if not (src / ".git").is_dir():
         return
     path = src / ".git" / name
@@ -349,8 +340,7 @@ def cached_trees(src: Path, pin: str, datas: Sequence[bytes]) -> list[str | None
 def cache_trees(src: Path, pin: str, datas: Sequence[bytes], trees: Sequence[str | None]) -> None:
     """Keep the known trees of this series (`trees[i]` after patch i; None: unknown)."""
     keys = _cache_keys(pin, datas)
-    entries = {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}
-    if entries:
+    if entries := {k: t for k, t in zip(keys, trees, strict=False) if t and HEX40.fullmatch(t)}:
         write_cache(src, TREE_CACHE, _TreeCache(1, entries))
 
 
@@ -414,18 +404,16 @@ def footprint(m: UpstreamManifest) -> Footprint:
     total = added + removed
     budget = m.patches.budget.upstream_lines if m.patches.budget else None
     over = budget is not None and total > budget
-    grew = [r.file for r in rows if r.added or r.removed] if over else []
-    new_files, new_lines = sum(len(r.new_files) for r in rows), sum(r.new_lines for r in rows)
     return Footprint(
         patches=rows,
         added=added,
         removed=removed,
         upstream_lines=total,
-        new_files=new_files,
-        new_lines=new_lines,
+        new_files=sum(len(r.new_files) for r in rows),
+        new_lines=sum(r.new_lines for r in rows),
         budget=budget,
         over_budget=over,
-        grew=grew,
+        grew=[r.file for r in rows if r.added or r.removed] if over else [],
     )
 
 

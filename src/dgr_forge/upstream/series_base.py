@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast
 
 import msgspec
 from msgspec import Struct
@@ -101,7 +101,6 @@ def load(src: Path) -> SeriesBase | None:
 
 
 def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
-    """The `n` first-parent commits ending at `head`, oldest first."""
     if n == 0:
         return ()
     listed = gitutil.out(src, "rev-list", "--first-parent", f"--max-count={n}", head, "--")
@@ -181,7 +180,6 @@ def stale_error(forge: Forge, m: UpstreamManifest, d: Drift, *, waited: bool) ->
 
 
 def log_path(forge: Forge, stem: str, suffix: str = "") -> Path:
-    """A new name under logs/ for `stem`, stamped with the time."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     forge.logs_dir.mkdir(parents=True, exist_ok=True)
     target = forge.logs_dir / f"{stem}-{stamp}{suffix}"
@@ -211,8 +209,7 @@ def _save_copy(top: Path, name: str, to: Path) -> None:
         os.symlink(os.readlink(top / name), to)
         return
     hint = "remove it from patches/ (only patch files and the manifest belong there)"
-    data = read_tree_file(top, name, what="file to save before --force", hint=hint)
-    to.write_bytes(data or b"")
+    to.write_bytes(read_tree_file(top, name, what="file to save before --force", hint=hint) or b"")
 
 
 def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) -> Path | None:
@@ -234,8 +231,7 @@ def save_changes(forge: Forge, stem: str, src: Path, head: str | None, by: str) 
         )  # fmt: skip
     finally:
         tmp_index.unlink(missing_ok=True)
-    data: bytes = diff.stdout if isinstance(diff.stdout, bytes) else diff.stdout.encode()
-    if not data.strip():
+    if not (data := cast(bytes, diff.stdout)).strip():
         return None
     target = log_path(forge, stem, ".patch")
     header = (

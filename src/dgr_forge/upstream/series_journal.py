@@ -98,7 +98,6 @@ def patch_bytes(pdir: Path, name: str) -> bytes | None:
 
 
 def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
-    """`dst` made a hard link of `src` when that is a regular file holding exactly `data`."""
     try:
         if not stat.S_ISREG(src.lstat().st_mode) or patch_bytes(src.parent, src.name) != data:
             return False
@@ -164,9 +163,8 @@ def write(
         same = on_disk == set(files) and all(patch_bytes(pdir, n) == d for n, d in files.items())
         if same and manifest_bytes is None:
             return  # already there (e.g. a write finished by recovery)
-        parent = pdir.parent
-        parent.mkdir(parents=True, exist_ok=True)
-        jdir = parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
+        pdir.parent.mkdir(parents=True, exist_ok=True)
+        jdir = pdir.parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         stage = jdir / "series"
         batch: list[int] = []  # the staged files, synced together before the record
         try:
@@ -286,9 +284,8 @@ def _say(out: Reporter | None, text: str) -> None:
 
 
 def _recover_one(jdir: Path, out: Reporter | None) -> None:
-    record_path = jdir / JOURNAL_FILE
     try:
-        record = msgspec.json.decode(record_path.read_bytes(), type=_Record)
+        record = msgspec.json.decode((jdir / JOURNAL_FILE).read_bytes(), type=_Record)
     except (OSError, ValueError):  # msgspec's DecodeError is one
         # incomplete: the run died while staging, before any swap: roll back
         _say(out, f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
@@ -340,14 +337,12 @@ def scratch_dir(tmp_root: Path | None, prefix: str) -> Iterator[Path]:
 def borrow_objects(own: Path, scratch_src: Path, out: Reporter) -> None:
     """A scratch repository reads this root's own workspace's objects (alternates): no
     network for what it has; ids are still verified by fetch."""
-    objects = own / ".git" / "objects"
-    if not objects.is_dir():
+    if not (objects := own / ".git" / "objects").is_dir():
         return
     gitutil.git(None, "init", "-q", str(scratch_src))
     info = scratch_src / ".git" / "objects" / "info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "alternates").write_text(f"{objects.resolve()}\n", encoding="utf-8")
-    shallow = own / ".git" / "shallow"
-    if shallow.is_file():
+    if (shallow := own / ".git" / "shallow").is_file():
         shutil.copyfile(shallow, scratch_src / ".git" / "shallow")
     out.info(f"scratch workspace: reading objects from {own}")

@@ -26,7 +26,6 @@ from dgr_forge.upstream.series import (
     parse_series,
     read_patch,
 )
-from dgr_forge.upstream.series_base import Drift
 from dgr_forge.upstream.workspace import (
     FETCH_JOURNAL,
     REPLAY_STATE,
@@ -163,24 +162,8 @@ class SeriesStatus(Struct, frozen=True):
     local_edits: LocalEdits
     operation_in_progress: Annotated[str | None, d("a git operation in the workspace")]
     replay: Replay | None = None
-    moved_since_patched: Drift | None = None
+    moved_since_patched: series_base.Drift | None = None
     footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
-
-
-def _applied_prefix(
-    m: UpstreamManifest,
-    ws: Workspace,
-    changed: list[bool],
-    checks: list[CheckResult | None],
-    cached: Sequence[str | None],
-) -> int:
-    if ws.base != m.commit:
-        return 0
-    for i, commit in enumerate(ws.series[: len(m.series)]):
-        computed = check.tree if (check := checks[i]) else cached[i]
-        if commit.tree != (m.series[i].tree or (None if changed[i] else computed)):
-            return i
-    return min(len(ws.series), len(m.series))
 
 
 def series_status(
@@ -192,8 +175,7 @@ def series_status(
     if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
         from dgr_forge.upstream.local_replay import replay_rows
 
-        rows = replay_rows(ws.src)
-        if rows is not None:
+        if (rows := replay_rows(ws.src)) is not None:
             commits = [ReplayCommit(*row) for row in rows]
             stopped = [c.commit for c in commits if c.state == "conflict"]
             replay = Replay(commits, stopped[0] if stopped else None)
@@ -212,29 +194,37 @@ def series_status(
     moved = series_base.drift(base, m) if base is not None else None
     datas = [read_patch(m, e) for e in m.series]
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
-    checks: list[CheckResult | None] = [None] * len(m.series)
+    checks: list[CheckResult] = []
     problem = ""
+
+    def prefix(trees: Sequence[str | None]) -> int:  # how many of the series ws holds
+        if ws.base != m.commit:
+            return 0
+        for i, commit in enumerate(ws.series[: len(m.series)]):
+            if commit.tree != (m.series[i].tree or (None if changed[i] else trees[i])):
+                return i
+        return min(len(ws.series), len(m.series))
+
     cached = cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
-    applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
+    applied_prefix = prefix(cached)
     if have_pin and applied_prefix < len(m.series):
         try:
             parsed = parse_series(m, datas)
-            checks = list(
-                check_series(ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir)
+            checks = check_series(
+                ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir
             )
-            cache_trees(ws.src, m.commit, datas, [c.tree if c else None for c in checks])
+            cache_trees(ws.src, m.commit, datas, [c.tree for c in checks])
+            applied_prefix = prefix([c.tree for c in checks])
         except BadInput as err:
             problem = err.message
-        applied_prefix = _applied_prefix(m, ws, changed, checks, cached)
     states: list[PatchState] = []
     for i, entry in enumerate(m.series):
-        check = checks[i]
         if changed[i]:
             note = "; the workspace has the manifest's version" if i < applied_prefix else ""
             states.append(PatchState(entry.file, "changed on disk", "sha256 differs" + note))
         elif i < applied_prefix:
             states.append(PatchState(entry.file, "applied"))
-        elif check is not None and check.status == "conflict":
+        elif checks and (check := checks[i]).status == "conflict":
             states.append(PatchState(entry.file, "conflict", "; ".join(map(str, check.conflicts))))
         else:
             states.append(PatchState(entry.file, "pending", problem))
@@ -270,8 +260,7 @@ class RebaseProgress(Struct, kw_only=True, omit_defaults=True):
 
 
 def rebase_progress(forge: Forge) -> RebaseProgress | None:
-    path = forge.rebase_state
-    if not path.exists():
+    if not (path := forge.rebase_state).exists():
         return None
     state, stopped = _rebase_state(forge)
     if state is None:

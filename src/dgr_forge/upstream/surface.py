@@ -104,8 +104,7 @@ def _tokens(text: str) -> list[str]:
 
 
 def _balanced(toks: list[str], i: int) -> int:
-    pairs = {"(": ")", "[[": "]]", "[": "]", "{": "}", "<": ">"}
-    close, depth = pairs[toks[i]], 0
+    close, depth = {"(": ")", "[[": "]]", "[": "]", "{": "}", "<": ">"}[toks[i]], 0
     for j in range(i, len(toks)):
         if toks[j] == toks[i]:
             depth += 1
@@ -160,21 +159,13 @@ def _unnamed(toks: list[str]) -> list[str]:
     if toks[i - 1 : i] == ["operator"]:
         i = toks.index("(", i + 2) if "(" in toks[i + 2 :] else i
     end = _balanced(toks, i)
-    params = _args(toks, i, end)
     kept: list[str] = []
-    for n, p in enumerate(params):
+    for n, p in enumerate(_args(toks, i, end)):
         named = len(p) >= 2 and p[-2] != "::" and ")" not in p
         if named and re.fullmatch(r"[A-Za-z_]\w*", p[-1]) and p[-1] not in _KEYWORDS:
             p = p[:-1]
         kept += ([","] if n else []) + p
     return [*toks[: i + 1], *kept, ")", *toks[end:]]
-
-
-def _text(toks: list[str]) -> str:
-    text = " ".join(_unnamed(toks))
-    for a, b in ((" ,", ","), ("( ", "("), (" )", ")"), (" ::", "::"), (":: ", "::")):
-        text = text.replace(a, b)
-    return text
 
 
 def _declared_name(stmt: list[str]) -> str | None:
@@ -228,12 +219,12 @@ def declarations(text: str) -> dict[str, str]:
     i = 0
 
     def record(s: list[str]) -> None:
-        name = _declared_name(s)
-        if name is None:
+        if (name := _declared_name(s)) is None:
             return
-        prefix = "::".join(n for n in scopes if n)
-        qual = f"{prefix}::{name}" if prefix else name
-        found.setdefault(qual, set()).add(_text(s))
+        text = " ".join(_unnamed(s))
+        for a, b in ((" ,", ","), ("( ", "("), (" )", ")"), (" ::", "::"), (":: ", "::")):
+            text = text.replace(a, b)
+        found.setdefault("::".join(n for n in (*scopes, name) if n), set()).add(text)
 
     while i < len(toks):
         t = toks[i]
@@ -249,8 +240,7 @@ def declarations(text: str) -> dict[str, str]:
                 names = [x for x in head[kw + 1 :] if re.fullmatch(r"[A-Za-z_]\w*", x)]
                 scopes.append(names[0] if names else None)
                 if names:
-                    prefix = "::".join(n for n in scopes[:-1] if n)
-                    found.setdefault(f"{prefix}::{names[0]}" if prefix else names[0], set())
+                    found.setdefault("::".join(n for n in scopes if n), set())
             else:
                 if "(" in head and "=" not in head:
                     record(head)  # an inline function's definition declares it
@@ -268,9 +258,7 @@ def declarations(text: str) -> dict[str, str]:
             if scopes:
                 scopes.pop()
             stmt = []
-            i += 1
-            continue
-        if t == ";":
+        elif t == ";":
             record(stmt)
             stmt = []
         elif t in ("public", "private", "protected") and i + 1 < len(toks) and toks[i + 1] == ":":
@@ -353,11 +341,9 @@ def across(src: Path, old: str, new: str, recorded: Recorded) -> SurfaceReport:
 
     found: list[SurfaceChange] = []
     for name, header in sorted({(s.name, s.header) for s in recorded.symbols}):
-        before = decls(old, header).get(name)
-        if before is None:
+        if (before := decls(old, header).get(name)) is None:
             continue
-        after = decls(new, header).get(name)
-        if after is None:
+        if (after := decls(new, header).get(name)) is None:
             found.append(SurfaceChange(name, header, "removed", before, None))
         elif after != before:
             found.append(SurfaceChange(name, header, "declaration changed", before, after))

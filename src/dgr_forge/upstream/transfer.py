@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from dgr_forge.core import gitutil, proc
 from dgr_forge.core.errors import Details, OperationFailed
-from dgr_forge.core.output import ProgressSink, Reporter
+from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import check_url, mask, mask_text, shown
 from dgr_forge.upstream.workspace import remove_partial_objects
 
@@ -165,7 +165,6 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
 
 
 def last_error(stderr: str) -> str:
-    """git's last error line (masked, controls escaped), else its last line."""
     stderr = shown(stderr)
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
@@ -187,8 +186,26 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int
     started = time.monotonic()
     with out.progress(transfer=False) as sink:
 
-        def on_line(line: str) -> None:
-            _progress_line(mask_text(line.strip()), sink, tasks, kept)
+        def on_line(raw: str) -> None:
+            if not (line := mask_text(raw.strip())):
+                return
+            if (match := _PROGRESS.match(line)) is None:
+                # the server's own error lines are kept: they say why a transfer died
+                if not line.startswith("remote: ") or any(
+                    word in line.lower() for word in ("error", "fatal", "abort", "unable")
+                ):
+                    kept.append(line)
+                return
+            phase, _pct, done, total, rest = match.groups()
+            detail = rest.split(", done")[0].strip(", ")
+            if phase == "Receiving objects" and detail:
+                tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
+            description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
+            if phase not in tasks:
+                tasks[phase] = sink.add(phase.lower(), total=float(total))
+            sink.update(
+                tasks[phase], completed=float(done), total=float(total), description=description
+            )
 
         rc = proc.stream(cmd, on_line, cwd=src, env=env, merge_stdout=False)
     if rc != 0:
@@ -199,26 +216,3 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int
         amount = f"{size.split(' |')[0]} " if size else ""
         out.info(f"fetched {amount}in {time.monotonic() - started:.1f} s")
     return rc, "\n".join(kept[-50:])
-
-
-def _progress_line(
-    line: str, sink: ProgressSink, tasks: dict[str, TaskID | str], kept: list[str]
-) -> None:
-    if not line:
-        return
-    match = _PROGRESS.match(line)
-    if match is None:
-        # the server's own error lines are kept: they say why a transfer died
-        if not line.startswith("remote: ") or any(
-            word in line.lower() for word in ("error", "fatal", "abort", "unable")
-        ):
-            kept.append(line)
-        return
-    phase, _pct, done, total, rest = match.groups()
-    detail = rest.split(", done")[0].strip(", ")
-    if phase == "Receiving objects" and detail:
-        tasks["size"] = detail  # "12.5 MiB | 3.1 MiB/s": the last one is the total
-    description = f"{phase.lower()}" + (f" ({detail})" if detail else "")
-    if phase not in tasks:
-        tasks[phase] = sink.add(phase.lower(), total=float(total))
-    sink.update(tasks[phase], completed=float(done), total=float(total), description=description)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import shutil
 from contextlib import suppress
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,6 @@ from msgspec.structs import replace
 from dgr_forge.core import fsutil, gitutil
 from dgr_forge.core.errors import BadInput, ForgeError, NeedsHuman
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.urls import mask_text
 from dgr_forge.upstream import series_base
 
@@ -81,9 +81,8 @@ class Workspace(Struct):
         return next((c.tree for c in self.chain if c.commit == commit), None)
 
     def commits_on(self, pin: str) -> int | None:
-        """How many of the forge's own commits (a linear chain) HEAD has on `pin`; None when
-        HEAD is not on it that way (an unborn HEAD has no chain). Whether they are the right
-        ones is patch's tree check."""
+        """How many forge commits (a linear chain) HEAD has on `pin`; None when it is not on it
+        so (an unborn HEAD has no chain). Whether they are right is patch's tree check."""
         for n, c in enumerate(self.chain):
             if c.commit == pin:
                 return n
@@ -102,7 +101,7 @@ def record_fetch_failure(gitdir: Path, commit: str, cause: str) -> None:
 def fetch_failure(src: Path) -> str | None:
     journal = git_dir(src) / FETCH_JOURNAL
     try:  # the forge's own small file: anything else there (a link, a FIFO) tells nothing
-        data = read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
+        data = fsutil.read_regular(journal, what="fetch journal", hint="", limit=8192, follow=False)
     except (ForgeError, OSError):
         return None
     for line in data.decode("utf-8", "replace").splitlines()[1:]:
@@ -211,9 +210,8 @@ def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
 
 
 def inspect(src: Path, pin: str, series_len: int) -> Workspace:
-    """The workspace measured. The base is the pin, or the pin fetch last checked out
-    (`refs/dgr/pin`) when the manifest moved since; commits above it the forge did not make
-    are a person's."""
+    """The workspace measured: its base is the pin, or the pin fetch last checked out
+    (`refs/dgr/pin`) after the manifest moved; commits above it not the forge's are a person's."""
     ws = Workspace(
         src=src, exists=(src / ".git/HEAD").is_file() and (src / ".git/objects").is_dir()
     )
@@ -231,8 +229,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
     bases = {pin}
     if len(chain) < limit or chain[series_len].commit != pin:
         if len(chain) == limit:  # a shorter walk met the root (or a shallow graft): all
-            limit = series_len + 1 + _LONG_WALK
-            chain = read_chain(src, limit)
+            chain = read_chain(src, limit + _LONG_WALK)
         # HEAD at the pin (fetched, not patched): the walk stops there, at no other base
         fetched = None if chain and chain[0].commit == pin else gitutil.rev_parse(src, PIN_REF)
         if fetched:
@@ -248,25 +245,20 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         trees = set(recorded.trees)
         chain = [replace(c, forge_made=c.forge_made and c.tree in trees) for c in chain]
     ws.chain = chain
-    i = 0
-    while i < len(chain) and not chain[i].forge_made and chain[i].commit not in bases:
-        i += 1
-    top, rest = chain[:i], chain[i:]
-    j = 0
-    while j < len(rest) and rest[j].forge_made and rest[j].commit not in bases:
-        j += 1
+    top = list(takewhile(lambda c: not c.forge_made and c.commit not in bases, chain))
+    rest = chain[len(top) :]
+    made = list(takewhile(lambda c: c.forge_made and c.commit not in bases, rest))
     if rest:  # (no forge commits: a person's commits right on the base)
         ws.local_commits = [c.commit for c in top]
-        ws.series = list(reversed(rest[:j]))
-        ws.base = rest[j].commit if j < len(rest) else None
+        ws.series = made[::-1]
+        ws.base = rest[len(made)].commit if len(made) < len(rest) else None
     else:
         ws.base = ws.head  # unknown history (no fetch recorded it): fetch decides
     return ws
 
 
 def pin_tree(ws: Workspace, pin: str) -> str | None:
-    found = ws.tree_of(pin)
-    if found is not None or not ws.exists:
+    if (found := ws.tree_of(pin)) is not None or not ws.exists:
         return found
     proc = gitutil.git(
         ws.src, "rev-parse", "--verify", "--quiet", f"{pin}^{{tree}}", check=False,
@@ -291,8 +283,7 @@ def remove_git_leftovers(gitdir: Path) -> None:
     for entry in gitdir.iterdir():
         if entry.name == "objects":
             continue
-        locks = entry.rglob("*.lock") if entry.is_dir() else [entry]
-        for lock in locks:
+        for lock in entry.rglob("*.lock") if entry.is_dir() else [entry]:
             if lock.name.endswith(".lock"):
                 lock.unlink(missing_ok=True)
     objects = gitdir / "objects"
@@ -310,16 +301,12 @@ def remove_git_leftovers(gitdir: Path) -> None:
 def remove_partial_objects(gitdir: Path) -> None:
     """A failed or killed fetch's temporary packs and objects (never part of the repository).
     Call after a failed fetch, or under the workspace lock."""
-    objects = gitdir / "objects"
-    for tmp in [
-        *objects.glob("incoming-*"),
-        *objects.glob("pack/tmp_*"),
-        *objects.glob("*/tmp_obj_*"),
-    ]:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
+    for pattern in ("incoming-*", "pack/tmp_*", "*/tmp_obj_*"):
+        for tmp in (gitdir / "objects").glob(pattern):
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                tmp.unlink(missing_ok=True)
 
 
 # The source trees a build compiles hold exactly the patched tree and the worker's commit:
@@ -345,14 +332,13 @@ _BUILD_KEYS = {"name", "configurePreset", "targets"}
 _MAX_PRESETS = 1 << 20
 
 
-def source_changes(src: Path, *, refresh: bool = False) -> list[str]:
+def source_changes(src: Path) -> list[str]:
     """Porcelain v1 lines ("XY path", "!! path") of everything in `src` beyond its commit.
-    `refresh` (under the workspace lock): git may write the refreshed index back, else
-    racily clean files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
+    Under the workspace lock: git may write the refreshed index back, else racily clean
+    files are re-hashed at every call (~1 s on llama.cpp's 3,000 files)."""
     proc = gitutil.git(
         src, "status", "--porcelain", "-z", "--untracked-files=all", "--ignored=matching",
-        "--ignore-submodules",
-        env={} if refresh else {"GIT_OPTIONAL_LOCKS": "0"},  # else: never even the index
+        "--ignore-submodules"
     )  # fmt: skip
     out = []
     fields = iter(proc.stdout.split("\0"))
@@ -391,8 +377,7 @@ def forge_presets(path: Path) -> bool:
     if not isinstance(data, dict) or set(data) - _PRESET_KEYS:
         return False
     for key, allowed in (("configurePresets", _CONFIGURE_KEYS), ("buildPresets", _BUILD_KEYS)):
-        presets = data.get(key, [])
-        if not isinstance(presets, list):
+        if not isinstance(presets := data.get(key, []), list):
             return False
         for preset in presets:
             if not isinstance(preset, dict) or set(preset) - allowed:
