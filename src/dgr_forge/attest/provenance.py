@@ -22,7 +22,7 @@ from msgspec import UNSET, Struct, UnsetType, field
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.gitutil import is_local_url
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
@@ -43,7 +43,7 @@ class Descriptor(Struct, omit_defaults=True):
     uri: str | None = None
     digest: Mapping[str, str | None] | None = None
     media_type: str | None = field(default=None, name="mediaType")
-    annotations: Struct | None = None
+    annotations: Struct | dict[str, str] | None = None
 
 
 class SubjectNotes(Struct, omit_defaults=True):
@@ -66,21 +66,9 @@ class WorkerNotes(Struct, omit_defaults=True):
     location: str | None = None
 
 
-class Version(Struct):
-    version: str
-
-
 class ToolkitNotes(Struct):
     lock: str | None  # the lock file, root-relative
     wheels: dict[str, str] | None  # name -> version, as installed from it
-
-
-class Note(Struct):
-    note: str
-
-
-class Image(Struct):
-    image: str
 
 
 class Moved(Struct, kw_only=True):
@@ -240,7 +228,7 @@ def _tool(tool: Tool) -> Descriptor:
         tool.name,
         purl(tool.name, tool.version),
         {"sha256": digest} if digest else None,
-        annotations=Version(tool.version),
+        annotations={"version": tool.version},
     )
 
 
@@ -281,7 +269,6 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
 
 
 def container_image() -> Descriptor | None:
-    """The CI container image the build ran in, when the environment says so."""
     ref = os.environ.get("DGR_CONTAINER_IMAGE") or os.environ.get("CI_JOB_IMAGE") or ""
     if not ref or any(c.isspace() or ord(c) < 32 for c in ref) or len(ref) > 512:
         return None
@@ -295,7 +282,7 @@ def container_image() -> Descriptor | None:
         "container-image",
         "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
         {"sha256": value} if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None,
-        annotations=Image(mask(ref)),
+        annotations={"image": mask(ref)},
     )
 
 
@@ -314,12 +301,11 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     `annotations`, their canonical JSON's sha256 as digest."""
     if build.surface is None:
         return None
-    import hashlib
     import json
 
     facts = msgspec.to_builtins(build.surface)
     canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
-    digest = {"sha256": hashlib.sha256(canonical).hexdigest()}
+    digest = {"sha256": sha256_bytes(canonical)}
     return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, build.surface)
 
 
@@ -362,7 +348,7 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
         )
     resolved += [
         Descriptor(workspace_relative(forge, li.path), digest={"sha256": li.sha256},
-                   annotations=Note(li.note))
+                   annotations={"note": li.note})
         for li in build.link_inputs
     ]  # fmt: skip
     resolved += [image] if (image := container_image()) is not None else []
