@@ -310,7 +310,6 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
 
 
 def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
-    """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
     paths = _Paths(forge, build.placeholders)
     subjects = []
     for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path)):

@@ -122,7 +122,6 @@ def _get(data: Any, *keys: str | int) -> Any:
 
 
 def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    """The first resolved dependency with a gitTree."""
     for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
         if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
             return dep

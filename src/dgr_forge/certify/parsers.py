@@ -52,8 +52,6 @@ class Unreadable(Exception):
 
 
 class Figures(Struct, frozen=True):
-    """The figures the record keeps and the failing cases by name."""
-
     figures: StepFigures
     failing: tuple[FailedCase, ...] = ()
 
@@ -63,7 +61,6 @@ class Figures(Struct, frozen=True):
 
 
 def failed_count(figures: StepFigures) -> int | None:
-    """None: a parser that counts no failures."""
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
