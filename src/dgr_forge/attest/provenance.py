@@ -97,65 +97,9 @@ def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
     return SurfaceMoves(headers=moved(*headers), symbols=moved(*symbols))
 
 
-class Builder(Struct):
-    id: str
-    version: dict[str, str]
-
-
-class Metadata(Struct):
-    invocationId: str
-    startedOn: str
-    finishedOn: str
-
-
-class RunDetails(Struct):
-    builder: Builder
-    metadata: Metadata
-    byproducts: list[Descriptor]
-
-
 class FileRef(Struct):
     path: str
     sha256: str
-
-
-class WorkerParameter(Struct):
-    location: str
-    commit: str | None
-
-
-class ExternalParameters(Struct):
-    lane: str
-    recipe: FileRef
-    manifest: FileRef
-    worker: WorkerParameter | None
-
-
-class InternalParameters(Struct):
-    cmakeArgs: list[str]
-    compilerLauncher: str | None
-    compilerCache: dict[str, Any] | None  # `cache.select.CacheSetup.record()`
-    SOURCE_DATE_EPOCH: int
-    reproducible: bool
-
-
-class BuildDefinition(Struct):
-    buildType: str
-    externalParameters: ExternalParameters
-    internalParameters: InternalParameters
-    resolvedDependencies: list[Descriptor]
-
-
-class Predicate(Struct):
-    buildDefinition: BuildDefinition
-    runDetails: RunDetails
-
-
-class Statement(Struct):
-    subject: list[Descriptor]
-    predicate: Predicate
-    statement_type: str = field(default=STATEMENT_TYPE, name="_type")
-    predicateType: str = PREDICATE_TYPE
 
 
 ROOT_VAR = "${DGR_ROOT}"
@@ -195,7 +139,7 @@ def workspace_relative(forge: Forge, path: Path) -> str:
     return path.resolve().as_posix()
 
 
-def builder() -> Builder:
+def builder() -> dict[str, Any]:
     """Distinct ids for local and CI runs; on GitHub Actions the run URL is recorded too."""
     version = {"dgr-forge": __version__}
     if os.environ.get("GITHUB_ACTIONS") == "true":
@@ -205,13 +149,13 @@ def builder() -> Builder:
         if repo and run_id:
             attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
             version["runUrl"] = f"{server}/{repo}/actions/runs/{run_id}/attempts/{attempt}"
-        return Builder(BUILDER_GITHUB, version)
+        return {"id": BUILDER_GITHUB, "version": version}
     if os.environ.get("CI"):
         for var in ("CI_JOB_URL", "BUILD_URL"):  # GitLab, Jenkins
             if os.environ.get(var):
                 version["runUrl"] = os.environ[var]
-        return Builder(BUILDER_CI, version)
-    return Builder(BUILDER_LOCAL, version)
+        return {"id": BUILDER_CI, "version": version}
+    return {"id": BUILDER_LOCAL, "version": version}
 
 
 def purl(name: str, version: str) -> str:
@@ -357,36 +301,40 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     ]  # fmt: skip
     byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
     launcher, w = build.compiler_launcher, build.worker
-    worker_param = None if w is None else WorkerParameter(paths.text(mask(w.location)), w.commit)
-    document = Statement(
-        subject=subjects,
-        predicate=Predicate(
-            BuildDefinition(
-                buildType=BUILD_TYPE,
-                externalParameters=ExternalParameters(
-                    lane=build.lane,
-                    recipe=FileRef(build.recipe_file, build.recipe_sha256),
-                    manifest=FileRef(build.manifest_file, build.manifest_sha256),
-                    worker=worker_param,
-                ),
-                internalParameters=InternalParameters(
-                    cmakeArgs=[paths.text(a) for a in build.cmake_args],
-                    compilerLauncher=paths.text(launcher) if launcher else None,
-                    compilerCache=build.cache,
-                    SOURCE_DATE_EPOCH=build.source_date_epoch,
-                    reproducible=build.reproducible,
-                ),
-                resolvedDependencies=resolved,
-            ),
-            RunDetails(
-                builder(),
-                Metadata(
-                    invocationId=str(uuid.uuid4()),
-                    startedOn=rfc3339(build.started_on),
-                    finishedOn=rfc3339(build.finished_on),
-                ),
-                byproducts,
-            ),
-        ),
+    worker_param = (
+        None if w is None else {"location": paths.text(mask(w.location)), "commit": w.commit}
     )
+    document = {
+        "subject": subjects,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "lane": build.lane,
+                    "recipe": FileRef(build.recipe_file, build.recipe_sha256),
+                    "manifest": FileRef(build.manifest_file, build.manifest_sha256),
+                    "worker": worker_param,
+                },
+                "internalParameters": {
+                    "cmakeArgs": [paths.text(a) for a in build.cmake_args],
+                    "compilerLauncher": paths.text(launcher) if launcher else None,
+                    "compilerCache": build.cache,  # `cache.select.CacheSetup.record()`
+                    "SOURCE_DATE_EPOCH": build.source_date_epoch,
+                    "reproducible": build.reproducible,
+                },
+                "resolvedDependencies": resolved,
+            },
+            "runDetails": {
+                "builder": builder(),
+                "metadata": {
+                    "invocationId": str(uuid.uuid4()),
+                    "startedOn": rfc3339(build.started_on),
+                    "finishedOn": rfc3339(build.finished_on),
+                },
+                "byproducts": byproducts,
+            },
+        },
+        "_type": STATEMENT_TYPE,
+        "predicateType": PREDICATE_TYPE,
+    }
     return cast(dict[str, Any], msgspec.to_builtins(document))
