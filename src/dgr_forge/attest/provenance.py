@@ -43,7 +43,7 @@ class Descriptor(Struct, omit_defaults=True):
     uri: str | None = None
     digest: Mapping[str, str | None] | None = None
     media_type: str | None = field(default=None, name="mediaType")
-    annotations: Struct | dict[str, str] | None = None
+    annotations: Struct | dict[str, Any] | None = None
 
 
 class SubjectNotes(Struct, omit_defaults=True):
@@ -64,11 +64,6 @@ class PinNotes(Struct, kw_only=True, omit_defaults=True):
 class WorkerNotes(Struct, omit_defaults=True):
     dirty: bool
     location: str | None = None
-
-
-class ToolkitNotes(Struct):
-    lock: str | None  # the lock file, root-relative
-    wheels: dict[str, str] | None  # name -> version, as installed from it
 
 
 class Moved(Struct, kw_only=True):
@@ -286,7 +281,8 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
                 name,
                 purl(name, str(lock.get("version") or "")),
                 {"sha256": lock.get("lock_sha256")},
-                annotations=ToolkitNotes(lock.get("lock"), lock.get("wheels")),
+                # the lock file (root-relative), each wheel's version as installed from it
+                annotations={"lock": lock.get("lock"), "wheels": lock.get("wheels")},
             )
         )
     resolved += [
