@@ -255,7 +255,6 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
         notes = SubjectNotes(a.name, a.kind, list(a.aliases) if a.aliases else None)
         name = workspace_relative(forge, a.path)
         subjects.append(Descriptor(name, digest={"sha256": a.sha256}, annotations=notes))
-    worker = _worker(build, paths)
     uri, local = portable_git_uri(
         build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
     )
@@ -270,7 +269,7 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     digest = {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree}
     resolved = [Descriptor(build.upstream_name, uri, digest, annotations=pin)]
     resolved += [Descriptor(p.file, digest={"sha256": p.sha256}) for p in build.patches]
-    resolved += [worker] if worker is not None else []
+    resolved += [worker] if (worker := _worker(build, paths)) is not None else []
     if build.toolchain_file and build.toolchain_sha256:
         resolved.append(Descriptor(build.toolchain_file, digest={"sha256": build.toolchain_sha256}))
     resolved += [_tool(t) for t in build.tools]
