@@ -61,11 +61,6 @@ class PinNotes(Struct, kw_only=True, omit_defaults=True):
     buildCommit: str | UnsetType | None = UNSET
 
 
-class WorkerNotes(Struct, omit_defaults=True):
-    dirty: bool
-    location: str | None = None
-
-
 class Moved(Struct, kw_only=True):
     """entries in B and not in A (`added`), in A and not in B (`removed`)"""
 
@@ -185,11 +180,11 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
     w = build.worker
     if w is None:
         return None
-    annotations = WorkerNotes(w.dirty)
+    annotations: dict[str, Any] = {"dirty": w.dirty}  # and where a local one lies
     if "://" in w.location or w.location.startswith("git@"):
         uri, local = portable_git_uri(w.location, w.commit, "/dgr/worker")
         if local:
-            annotations.location = "${DGR_WORKER}"
+            annotations["location"] = "${DGR_WORKER}"
     else:
         # a path, root-relative or absolute: the URI names it as the prefix maps do, never by
         # the machine's path, which becomes a placeholder annotation
@@ -202,7 +197,7 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
         if not location.startswith("${"):
             location = "${DGR_WORKER}"
         uri = "file://" + quote(mapped)
-        annotations.location = location
+        annotations["location"] = location
     digest = {"gitCommit": w.commit} if w.commit else None
     return Descriptor("worker", uri, digest, annotations=annotations)
 
