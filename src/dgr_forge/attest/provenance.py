@@ -17,7 +17,7 @@ from typing import Annotated, Any, cast
 from urllib.parse import quote
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import Struct, field
 
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
@@ -50,15 +50,6 @@ class SubjectNotes(Struct, omit_defaults=True):
     target: str
     kind: str
     aliases: list[str] | None = None
-
-
-class PinNotes(Struct, kw_only=True, omit_defaults=True):
-    resultTree: str
-    seriesDigest: str
-    location: str | None = None  # a repository of the building machine
-    # what the binaries carry as their version: llama.cpp's b<N> and commit string
-    buildNumber: int | None = None
-    buildCommit: str | UnsetType | None = UNSET
 
 
 class Moved(Struct, kw_only=True):
@@ -253,14 +244,12 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     uri, local = portable_git_uri(
         build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
     )
-    pin = PinNotes(
-        resultTree=build.result_tree,
-        seriesDigest=build.series_digest,
-        location="${DGR_UPSTREAM}" if local else None,
-    )
-    if build.upstream_build_number is not None:
-        pin.buildNumber = build.upstream_build_number
-        pin.buildCommit = build.upstream_build_commit
+    pin: dict[str, Any] = {"resultTree": build.result_tree, "seriesDigest": build.series_digest}
+    if local:  # a repository of the building machine
+        pin["location"] = "${DGR_UPSTREAM}"
+    if build.upstream_build_number is not None:  # the binaries' version: llama.cpp's b<N>
+        pin["buildNumber"] = build.upstream_build_number
+        pin["buildCommit"] = build.upstream_build_commit  # and commit string (null: none)
     digest = {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree}
     resolved = [Descriptor(build.upstream_name, uri, digest, annotations=pin)]
     resolved += [Descriptor(p.file, digest={"sha256": p.sha256}) for p in build.patches]
