@@ -46,12 +46,6 @@ class Descriptor(Struct, omit_defaults=True):
     annotations: Struct | dict[str, Any] | None = None
 
 
-class SubjectNotes(Struct, omit_defaults=True):
-    target: str
-    kind: str
-    aliases: list[str] | None = None
-
-
 class Moved(Struct, kw_only=True):
     """entries in B and not in A (`added`), in A and not in B (`removed`)"""
 
@@ -238,7 +232,9 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     paths = _Paths(forge, build.placeholders)
     subjects = []
     for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path)):
-        notes = SubjectNotes(a.name, a.kind, list(a.aliases) if a.aliases else None)
+        notes: dict[str, Any] = {"target": a.name, "kind": a.kind}
+        if a.aliases:
+            notes["aliases"] = list(a.aliases)
         name = workspace_relative(forge, a.path)
         subjects.append(Descriptor(name, digest={"sha256": a.sha256}, annotations=notes))
     uri, local = portable_git_uri(
