@@ -88,7 +88,6 @@ class Envelope(Struct, frozen=True):
 
 
 def sign(body: bytes, payload_type: str, signer: Signer | None) -> Envelope:
-    """`signer=None` gives one with no signatures (unsigned)."""
     if signer is None:
         return Envelope(body, payload_type, ())
     from securesystemslib.dsse import Envelope as SslibEnvelope

@@ -238,7 +238,6 @@ def load_public_file(path: Path) -> PublicKey:
 
 
 def in_ci() -> bool:
-    """True under a CI system (they set `CI`; `CI=false` or `0` says no)."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 

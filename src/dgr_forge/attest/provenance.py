@@ -17,12 +17,12 @@ from typing import Annotated, Any, cast
 from urllib.parse import quote
 
 import msgspec
-from msgspec import UNSET, Struct, UnsetType, field
+from msgspec import Struct, field
 
 from dgr_forge import __version__
 from dgr_forge.attest.records import LaneBuild, Tool
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_file
+from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.gitutil import is_local_url
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
@@ -43,44 +43,7 @@ class Descriptor(Struct, omit_defaults=True):
     uri: str | None = None
     digest: Mapping[str, str | None] | None = None
     media_type: str | None = field(default=None, name="mediaType")
-    annotations: Struct | None = None
-
-
-class SubjectNotes(Struct, omit_defaults=True):
-    target: str
-    kind: str
-    aliases: list[str] | None = None
-
-
-class PinNotes(Struct, kw_only=True, omit_defaults=True):
-    resultTree: str
-    seriesDigest: str
-    location: str | None = None  # a repository of the building machine
-    # what the binaries carry as their version: llama.cpp's b<N> and commit string
-    buildNumber: int | None = None
-    buildCommit: str | UnsetType | None = UNSET
-
-
-class WorkerNotes(Struct, omit_defaults=True):
-    dirty: bool
-    location: str | None = None
-
-
-class Version(Struct):
-    version: str
-
-
-class ToolkitNotes(Struct):
-    lock: str | None  # the lock file, root-relative
-    wheels: dict[str, str] | None  # name -> version, as installed from it
-
-
-class Note(Struct):
-    note: str
-
-
-class Image(Struct):
-    image: str
+    annotations: Struct | dict[str, Any] | None = None
 
 
 class Moved(Struct, kw_only=True):
@@ -109,65 +72,9 @@ def surface_changes(a: Surface | None, b: Surface | None) -> SurfaceMoves:
     return SurfaceMoves(headers=moved(*headers), symbols=moved(*symbols))
 
 
-class Builder(Struct):
-    id: str
-    version: dict[str, str]
-
-
-class Metadata(Struct):
-    invocationId: str
-    startedOn: str
-    finishedOn: str
-
-
-class RunDetails(Struct):
-    builder: Builder
-    metadata: Metadata
-    byproducts: list[Descriptor]
-
-
 class FileRef(Struct):
     path: str
     sha256: str
-
-
-class WorkerParameter(Struct):
-    location: str
-    commit: str | None
-
-
-class ExternalParameters(Struct):
-    lane: str
-    recipe: FileRef
-    manifest: FileRef
-    worker: WorkerParameter | None
-
-
-class InternalParameters(Struct):
-    cmakeArgs: list[str]
-    compilerLauncher: str | None
-    compilerCache: dict[str, Any] | None  # `cache.select.CacheSetup.record()`
-    SOURCE_DATE_EPOCH: int
-    reproducible: bool
-
-
-class BuildDefinition(Struct):
-    buildType: str
-    externalParameters: ExternalParameters
-    internalParameters: InternalParameters
-    resolvedDependencies: list[Descriptor]
-
-
-class Predicate(Struct):
-    buildDefinition: BuildDefinition
-    runDetails: RunDetails
-
-
-class Statement(Struct):
-    subject: list[Descriptor]
-    predicate: Predicate
-    statement_type: str = field(default=STATEMENT_TYPE, name="_type")
-    predicateType: str = PREDICATE_TYPE
 
 
 ROOT_VAR = "${DGR_ROOT}"
@@ -207,7 +114,7 @@ def workspace_relative(forge: Forge, path: Path) -> str:
     return path.resolve().as_posix()
 
 
-def builder() -> Builder:
+def builder() -> dict[str, Any]:
     """Distinct ids for local and CI runs; on GitHub Actions the run URL is recorded too."""
     version = {"dgr-forge": __version__}
     if os.environ.get("GITHUB_ACTIONS") == "true":
@@ -217,13 +124,13 @@ def builder() -> Builder:
         if repo and run_id:
             attempt = os.environ.get("GITHUB_RUN_ATTEMPT", "1")
             version["runUrl"] = f"{server}/{repo}/actions/runs/{run_id}/attempts/{attempt}"
-        return Builder(BUILDER_GITHUB, version)
+        return {"id": BUILDER_GITHUB, "version": version}
     if os.environ.get("CI"):
         for var in ("CI_JOB_URL", "BUILD_URL"):  # GitLab, Jenkins
             if os.environ.get(var):
                 version["runUrl"] = os.environ[var]
-        return Builder(BUILDER_CI, version)
-    return Builder(BUILDER_LOCAL, version)
+        return {"id": BUILDER_CI, "version": version}
+    return {"id": BUILDER_LOCAL, "version": version}
 
 
 def purl(name: str, version: str) -> str:
@@ -240,7 +147,7 @@ def _tool(tool: Tool) -> Descriptor:
         tool.name,
         purl(tool.name, tool.version),
         {"sha256": digest} if digest else None,
-        annotations=Version(tool.version),
+        annotations={"version": tool.version},
     )
 
 
@@ -258,11 +165,11 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
     w = build.worker
     if w is None:
         return None
-    annotations = WorkerNotes(w.dirty)
+    annotations: dict[str, Any] = {"dirty": w.dirty}  # and where a local one lies
     if "://" in w.location or w.location.startswith("git@"):
         uri, local = portable_git_uri(w.location, w.commit, "/dgr/worker")
         if local:
-            annotations.location = "${DGR_WORKER}"
+            annotations["location"] = "${DGR_WORKER}"
     else:
         # a path, root-relative or absolute: the URI names it as the prefix maps do, never by
         # the machine's path, which becomes a placeholder annotation
@@ -275,13 +182,12 @@ def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
         if not location.startswith("${"):
             location = "${DGR_WORKER}"
         uri = "file://" + quote(mapped)
-        annotations.location = location
+        annotations["location"] = location
     digest = {"gitCommit": w.commit} if w.commit else None
     return Descriptor("worker", uri, digest, annotations=annotations)
 
 
 def container_image() -> Descriptor | None:
-    """The CI container image the build ran in, when the environment says so."""
     ref = os.environ.get("DGR_CONTAINER_IMAGE") or os.environ.get("CI_JOB_IMAGE") or ""
     if not ref or any(c.isspace() or ord(c) < 32 for c in ref) or len(ref) > 512:
         return None
@@ -295,7 +201,7 @@ def container_image() -> Descriptor | None:
         "container-image",
         "pkg:docker/" + quote(name, safe="/") + (f"@{quote(tag, safe='')}" if tag else ""),
         {"sha256": value} if algo == "sha256" and re.fullmatch(r"[0-9a-f]{64}", value) else None,
-        annotations=Image(mask(ref)),
+        annotations={"image": mask(ref)},
     )
 
 
@@ -314,39 +220,36 @@ def surface_byproduct(build: LaneBuild) -> Descriptor | None:
     `annotations`, their canonical JSON's sha256 as digest."""
     if build.surface is None:
         return None
-    import hashlib
     import json
 
     facts = msgspec.to_builtins(build.surface)
     canonical = json.dumps(facts, sort_keys=True, separators=(",", ":")).encode()
-    digest = {"sha256": hashlib.sha256(canonical).hexdigest()}
+    digest = {"sha256": sha256_bytes(canonical)}
     return Descriptor(SURFACE_NAME, None, digest, SURFACE_MEDIA_TYPE, build.surface)
 
 
 def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
-    """The in-toto Statement v1 for `build` (a plain dict, ready for JSON)."""
     paths = _Paths(forge, build.placeholders)
     subjects = []
     for a in sorted(build.artifacts, key=lambda a: workspace_relative(forge, a.path)):
-        notes = SubjectNotes(a.name, a.kind, list(a.aliases) if a.aliases else None)
+        notes: dict[str, Any] = {"target": a.name, "kind": a.kind}
+        if a.aliases:
+            notes["aliases"] = list(a.aliases)
         name = workspace_relative(forge, a.path)
         subjects.append(Descriptor(name, digest={"sha256": a.sha256}, annotations=notes))
-    worker = _worker(build, paths)
     uri, local = portable_git_uri(
         build.upstream_url, build.upstream_commit, f"/dgr/upstream/{build.upstream_name}"
     )
-    pin = PinNotes(
-        resultTree=build.result_tree,
-        seriesDigest=build.series_digest,
-        location="${DGR_UPSTREAM}" if local else None,
-    )
-    if build.upstream_build_number is not None:
-        pin.buildNumber = build.upstream_build_number
-        pin.buildCommit = build.upstream_build_commit
+    pin: dict[str, Any] = {"resultTree": build.result_tree, "seriesDigest": build.series_digest}
+    if local:  # a repository of the building machine
+        pin["location"] = "${DGR_UPSTREAM}"
+    if build.upstream_build_number is not None:  # the binaries' version: llama.cpp's b<N>
+        pin["buildNumber"] = build.upstream_build_number
+        pin["buildCommit"] = build.upstream_build_commit  # and commit string (null: none)
     digest = {"gitCommit": build.upstream_commit, "gitTree": build.upstream_tree}
     resolved = [Descriptor(build.upstream_name, uri, digest, annotations=pin)]
     resolved += [Descriptor(p.file, digest={"sha256": p.sha256}) for p in build.patches]
-    resolved += [worker] if worker is not None else []
+    resolved += [worker] if (worker := _worker(build, paths)) is not None else []
     if build.toolchain_file and build.toolchain_sha256:
         resolved.append(Descriptor(build.toolchain_file, digest={"sha256": build.toolchain_sha256}))
     resolved += [_tool(t) for t in build.tools]
@@ -357,12 +260,13 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
                 name,
                 purl(name, str(lock.get("version") or "")),
                 {"sha256": lock.get("lock_sha256")},
-                annotations=ToolkitNotes(lock.get("lock"), lock.get("wheels")),
+                # the lock file (root-relative), each wheel's version as installed from it
+                annotations={"lock": lock.get("lock"), "wheels": lock.get("wheels")},
             )
         )
     resolved += [
         Descriptor(workspace_relative(forge, li.path), digest={"sha256": li.sha256},
-                   annotations=Note(li.note))
+                   annotations={"note": li.note})
         for li in build.link_inputs
     ]  # fmt: skip
     resolved += [image] if (image := container_image()) is not None else []
@@ -372,36 +276,40 @@ def statement(forge: Forge, build: LaneBuild) -> dict[str, Any]:
     ]  # fmt: skip
     byproducts += [surface] if (surface := surface_byproduct(build)) is not None else []
     launcher, w = build.compiler_launcher, build.worker
-    worker_param = None if w is None else WorkerParameter(paths.text(mask(w.location)), w.commit)
-    document = Statement(
-        subject=subjects,
-        predicate=Predicate(
-            BuildDefinition(
-                buildType=BUILD_TYPE,
-                externalParameters=ExternalParameters(
-                    lane=build.lane,
-                    recipe=FileRef(build.recipe_file, build.recipe_sha256),
-                    manifest=FileRef(build.manifest_file, build.manifest_sha256),
-                    worker=worker_param,
-                ),
-                internalParameters=InternalParameters(
-                    cmakeArgs=[paths.text(a) for a in build.cmake_args],
-                    compilerLauncher=paths.text(launcher) if launcher else None,
-                    compilerCache=build.cache,
-                    SOURCE_DATE_EPOCH=build.source_date_epoch,
-                    reproducible=build.reproducible,
-                ),
-                resolvedDependencies=resolved,
-            ),
-            RunDetails(
-                builder(),
-                Metadata(
-                    invocationId=str(uuid.uuid4()),
-                    startedOn=rfc3339(build.started_on),
-                    finishedOn=rfc3339(build.finished_on),
-                ),
-                byproducts,
-            ),
-        ),
+    worker_param = (
+        None if w is None else {"location": paths.text(mask(w.location)), "commit": w.commit}
     )
+    document = {
+        "subject": subjects,
+        "predicate": {
+            "buildDefinition": {
+                "buildType": BUILD_TYPE,
+                "externalParameters": {
+                    "lane": build.lane,
+                    "recipe": FileRef(build.recipe_file, build.recipe_sha256),
+                    "manifest": FileRef(build.manifest_file, build.manifest_sha256),
+                    "worker": worker_param,
+                },
+                "internalParameters": {
+                    "cmakeArgs": [paths.text(a) for a in build.cmake_args],
+                    "compilerLauncher": paths.text(launcher) if launcher else None,
+                    "compilerCache": build.cache,  # `cache.select.CacheSetup.record()`
+                    "SOURCE_DATE_EPOCH": build.source_date_epoch,
+                    "reproducible": build.reproducible,
+                },
+                "resolvedDependencies": resolved,
+            },
+            "runDetails": {
+                "builder": builder(),
+                "metadata": {
+                    "invocationId": str(uuid.uuid4()),
+                    "startedOn": rfc3339(build.started_on),
+                    "finishedOn": rfc3339(build.finished_on),
+                },
+                "byproducts": byproducts,
+            },
+        },
+        "_type": STATEMENT_TYPE,
+        "predicateType": PREDICATE_TYPE,
+    }
     return cast(dict[str, Any], msgspec.to_builtins(document))

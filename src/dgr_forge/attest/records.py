@@ -97,7 +97,6 @@ PEM_MARKER = "-----BEGIN"
 
 
 def default_key_path() -> Path:
-    """`$XDG_CONFIG_HOME/dgr-forge/signing-key.pem`, else `~/.config/dgr-forge/...`."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "dgr-forge" / "signing-key.pem"
 

@@ -122,7 +122,6 @@ def _get(data: Any, *keys: str | int) -> Any:
 
 
 def upstream_of(stmt: dict[str, Any]) -> dict[str, Any]:
-    """The first resolved dependency with a gitTree."""
     for dep in _get(stmt, "predicate", "buildDefinition", "resolvedDependencies") or []:
         if isinstance(dep, dict) and "gitTree" in (dep.get("digest") or {}):
             return dep
@@ -464,12 +463,10 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
             body = json.loads(read_certification(path).payload)
         except (BadInput, OSError, ValueError):
             return None
-        report = body.get("report") if isinstance(body, dict) else None
-        if isinstance(report, dict):
-            if isinstance(report.get("name"), str):
-                names.add(report["name"])
-            if isinstance(report.get("sha256"), str):
-                digests.add(report["sha256"])
+        if isinstance(name := _get(body, "report", "name"), str):
+            names.add(name)
+        if isinstance(sha := _get(body, "report", "sha256"), str):
+            digests.add(sha)
     return names, digests
 
 
@@ -506,14 +503,10 @@ def compare_reports(a: Path, b: Path, key: PublicKey | None) -> ReportCompare:
     va, vb = verify_report(a, key), verify_report(b, key)
     sa, sb = subject_digests(va), subject_digests(vb)
     differences = []
-    for name in sorted(set(sa) | set(sb)):
-        if sa.get(name) != sb.get(name):
-            status = (
-                "changed" if name in sa and name in sb else ("only_a" if name in sa else "only_b")
-            )
-            differences.append(
-                SubjectDifference(name=name, status=status, a=sa.get(name), b=sb.get(name))
-            )
+    for n in sorted(set(sa) | set(sb)):
+        if sa.get(n) != sb.get(n):
+            status = "only_b" if n not in sa else "only_a" if n not in sb else "changed"
+            differences.append(SubjectDifference(name=n, status=status, a=sa.get(n), b=sb.get(n)))
     return ReportCompare(
         identical=va.ok and vb.ok and not differences,
         a=va.result(),

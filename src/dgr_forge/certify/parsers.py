@@ -52,8 +52,6 @@ class Unreadable(Exception):
 
 
 class Figures(Struct, frozen=True):
-    """The figures the record keeps and the failing cases by name."""
-
     figures: StepFigures
     failing: tuple[FailedCase, ...] = ()
 
@@ -63,7 +61,6 @@ class Figures(Struct, frozen=True):
 
 
 def failed_count(figures: StepFigures) -> int | None:
-    """None: a parser that counts no failures."""
     if isinstance(figures, OpsFigures):
         return figures.ops_failed
     return figures.failed if isinstance(figures, CtestFigures) else None
@@ -183,16 +180,10 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     return Figures(figures, tuple(failing))
 
 
-_BENCH_STRINGS = ("backends", "model_type")
-_BENCH_INTS = ("n_prompt", "n_gen", "model_size")
-_BENCH_FLOATS = ("avg_ts", "stddev_ts")
-
-
 def parse_llama_bench(data: bytes) -> Figures:
     """The slowest prompt and generation speeds are the figures the gate compares."""
-    text = _text(data, "llama-bench")
     try:
-        doc = json.loads(text)
+        doc = json.loads(_text(data, "llama-bench"))
     except (ValueError, RecursionError) as err:
         raise Unreadable(f"not JSON ({str(err)[:120]})") from None
     if not isinstance(doc, list) or not doc:
@@ -203,14 +194,14 @@ def parse_llama_bench(data: bytes) -> Figures:
     for i, item in enumerate(doc):
         if not isinstance(item, dict):
             raise Unreadable(f"test {i}: not an object")
-        for key in _BENCH_STRINGS:
+        for key in ("backends", "model_type"):
             if not isinstance(item.get(key), str):
                 raise Unreadable(f"test {i}: {key} is not a string")
-        for key in _BENCH_INTS:
+        for key in ("n_prompt", "n_gen", "model_size"):
             count = item.get(key)
-            if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            if type(count) is not int or count < 0:  # a bool is no count
                 raise Unreadable(f"test {i}: {key} is not a whole number")
-        for key in _BENCH_FLOATS:
+        for key in ("avg_ts", "stddev_ts"):
             number = item.get(key)
             if (
                 not isinstance(number, int | float)

@@ -2,10 +2,8 @@
 envelope binding the lane's inputs, the report and its subjects, the hardware and what was
 measured. `checked` (`certify --lane`: `<model>` the model manifest or `none`; written only
 when every step passed) or `attested` (`certify --attested`: `<model>` is `attested`, the
-evidence bound by sha256; never advertised). A checked entry is advertised while a trusted
-key signed it and no bound input moved; a lapse names every one that did. `overview` is what
-`lanes` shows: every recipe, whether this host can build it, its last build, its
-certification. (The CI matrix, one job per recipe, is `ci.render.matrix`.)
+evidence bound by sha256; never advertised). `overview` is what `lanes` shows: every
+recipe, whether this host can build it, its last build, its certification.
 """
 
 from __future__ import annotations
@@ -214,15 +212,15 @@ def entries(
         lane_dir = forge.root / trust.CERT_DIR / lane
         if lane_dir.is_symlink() or not lane_dir.is_dir():
             continue
-        current: _Bound | None = None
-        for model_dir in sorted(lane_dir.iterdir()):
-            if model_dir.is_symlink() or not model_dir.is_dir() or not NAME.match(model_dir.name):
-                continue
-            for path in sorted(model_dir.glob("*.json")):
-                if current is None:
-                    inputs = trust.bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
-                    current = _Bound(recipe, m, trusted, inputs)
-                found.append(_entry(forge, current, path))
+        paths = [
+            path
+            for model_dir in sorted(lane_dir.iterdir())
+            if not model_dir.is_symlink() and model_dir.is_dir() and NAME.match(model_dir.name)
+            for path in sorted(model_dir.glob("*.json"))
+        ]
+        if paths:  # the checkout's inputs, read only for a lane with a record
+            inputs = trust.bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
+            found += [_entry(forge, _Bound(recipe, m, trusted, inputs), path) for path in paths]
     return found
 
 
@@ -238,41 +236,41 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
     lane, model, cls = now.recipe.name, path.parent.name, path.stem
     keyid = ""  # the trusted key's, once one verified the envelope
 
-    def no(reason: str) -> Entry:
+    def entry(reason: str) -> Entry:  # the path's, not advertised
         return msgspec.structs.replace(_refused(forge, lane, model, cls, reason, path), keyid=keyid)
 
     try:
         envelope = reports_mod.read_certification(path)
     except BadInput as err:
-        return no(f"invalid: {err.message}")
+        return entry(f"invalid: {err.message}")
     except (OSError, dsse.EnvelopeError) as err:
-        return no(f"invalid: not a DSSE envelope ({err})")
+        return entry(f"invalid: not a DSSE envelope ({err})")
     if envelope.payload_type != CERT_PAYLOAD_TYPE:
-        return no(f"invalid: payload type {envelope.payload_type[:80]!r}")
+        return entry(f"invalid: payload type {envelope.payload_type[:80]!r}")
     accepted = dsse.verify(envelope, now.keys) if now.keys else None
     if accepted is None:
         why = "no trusted keys" if not now.keys else "signature does not verify with a trusted key"
-        return no(f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)")
+        return entry(f"untrusted: {why} ({trust.TRUSTED_KEYS_DIR}/*.pub)")
     keyid = accepted.keyid
     try:
         raw_body = json.loads(envelope.payload)
     except (ValueError, RecursionError):
-        return no("invalid: payload is not JSON")
+        return entry("invalid: payload is not JSON")
     if not isinstance(raw_body, dict) or raw_body.get("_type") != RECORD_TYPE:
-        return no("invalid: not a dgr-forge certification record")
+        return entry("invalid: not a dgr-forge certification record")
     try:  # the figures `lanes` shows are the shapes `certify` wrote, or the record is invalid
         body = msgspec.convert(raw_body, CertRecord)
     except msgspec.ValidationError as err:
         what = "its steps are not a certification's"
         what = what if "steps" in str(err) else "not a certification record's shape"
-        return no(f"invalid: {what} ({str(err)[:200]})")
+        return entry(f"invalid: {what} ({str(err)[:200]})")
     kind, hw, evidence = body.kind, body.hardware, body.evidence
     name = ATTESTED if kind == "attested" else body.model.name if body.model else NO_MODEL
     claims = (body.lane, name, hw.hardware_class)
     if kind not in ("checked", "attested") or claims != (lane, model, cls):
-        return no(f"invalid: the record certifies {claims!r}, not its path")
+        return entry(f"invalid: the record certifies {claims!r}, not its path")
     if body.verdict != "pass" or (kind == "attested") != (evidence is not None):
-        return no("invalid: not a passed certification")
+        return entry("invalid: not a passed certification")
     moved = lapses(forge, now, body, model)
     steps = {s.name: s for s in now.recipe.certify.steps} if now.recipe.certify else {}
     for s in [s for s in body.steps if s.text_sha256]:
@@ -284,15 +282,10 @@ def _entry(forge: Forge, now: _Bound, path: Path) -> Entry:
         if text is None or sha256_bytes(text) != s.text_sha256:
             moved.append(f"the step {s.name}'s text changed since certification")
     reason = "certified" if kind == "checked" else "attested, not checked"
-    return Entry(
-        lane=lane,
+    return msgspec.structs.replace(
+        entry(f"lapsed: {'; '.join(moved)}" if moved else reason),
         kind=kind,
-        model=model,
-        hardware_class=cls,
         advertised=not moved and kind == "checked",
-        reason=f"lapsed: {'; '.join(moved)}" if moved else reason,
-        file=forge.rel(path),
-        keyid=keyid,
         certified_on=str(body.certified_on),
         figures={s.name: s.figures for s in body.steps},
         evidence_sha256=evidence.sha256 if evidence else None,
@@ -422,7 +415,6 @@ def overview(
                 backend=recipe.lane.backend,
                 host_os=list(recipe.lane.host_os),
                 buildable=check.buildable,
-                # the same rows (and one-line summary) as `doctor`'s lanes
                 missing=list(check.missing),
                 summary=check.summary,
                 last_build=(BuildShown.of(last, report_inputs(m, recipe, spec)) if last else None),
