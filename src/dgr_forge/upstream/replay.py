@@ -39,16 +39,7 @@ from msgspec import Struct
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.gitutil import (
-    DELETED,
-    FORGE_IDENTITY,
-    HEX40,
-    Change,
-    changes_between,
-    git,
-    tree_changes,
-    tree_of,
-)
+from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git
 
 Meta = tuple[bytes, bytes, bytes]  # (author line, date, message) of a restamped commit
 
@@ -302,17 +293,17 @@ def replay_batch(
     if len(parents[0]) != 1 or parents[1:] != [[c] for c in commits[:-1]]:
         return []
     base = parents[0][0]
-    diffs = tree_changes(repo, [f"{base} {head}", *commits])
+    diffs = gitutil.tree_changes(repo, [f"{base} {head}", *commits])
     upstream = {c.path for c in diffs[0]}
     changes = diffs[1:]
     touched = Counter(c.path for cs in changes for c in cs)
     attributes = any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched)
     if attributes or _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
         return []
-    merged: dict[bytes, Change] = {}
+    merged: dict[bytes, gitutil.Change] = {}
     conflicted: set[bytes] = set()
     if upstream & touched.keys():
-        head_tree = head_tree or tree_of(repo, head)
+        head_tree = head_tree or gitutil.tree_of(repo, head)
         whole = merge(repo, head_tree, base, commits[-1], writer)
         if whole.tree is None:
             return []
@@ -321,8 +312,8 @@ def replay_batch(
         conflicted = {f.encode() for f in whole.files}
         if not conflicted <= touched.keys():
             return []  # a name not read back as git wrote it: no batch, never a wrong one
-        merged = {c.path: c for c in changes_between(repo, head_tree, whole.tree)}
-    plan: list[tuple[Meta, list[Change]] | None] = []
+        merged = {c.path: c for c in gitutil.changes_between(repo, head_tree, whole.tree)}
+    plan: list[tuple[Meta, list[gitutil.Change]] | None] = []
     for commit, cs in zip(commits, changes, strict=True):
         meta = committable(objects[commit])
         if meta is None or any(
@@ -341,7 +332,7 @@ def replay_batch(
 
 
 def _fast_import(
-    repo: Path, head: str, plan: list[tuple[Meta, list[Change]]], ref: str
+    repo: Path, head: str, plan: list[tuple[Meta, list[gitutil.Change]]], ref: str
 ) -> list[str] | None:
     """Commit each (meta, changes) on the one before, the first on `head`, in one
     fast-import; None when it refuses (the per-commit replay then makes them)."""
@@ -356,8 +347,8 @@ def _fast_import(
             stream += b"from %s\n" % head.encode()
         # deletions first: a file that gives way to a directory of the same name goes
         # before the directory's files arrive
-        for c in sorted(changes, key=lambda c: c.mode != DELETED):
-            if c.mode == DELETED:
+        for c in sorted(changes, key=lambda c: c.mode != gitutil.DELETED):
+            if c.mode == gitutil.DELETED:
                 stream += b"D " + _quote(c.path) + b"\n"
             else:
                 stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + _quote(c.path) + b"\n"
@@ -444,7 +435,7 @@ class Replay:
             if len(parents) != 1:
                 yield Step(i, "worktree")
                 return
-            head_tree = head_tree or tree_of(self.repo, head)
+            head_tree = head_tree or gitutil.tree_of(self.repo, head)
             found = merge(self.repo, head_tree, parents[0], commit, self.writer)
             if found.tree is None:
                 yield Step(i, "worktree", error=found.error)
