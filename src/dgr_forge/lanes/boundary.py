@@ -1,13 +1,7 @@
-"""The worker boundary, proven after each worker build (DESIGN: "The worker boundary").
-
-* The boundary: the include directories of the upstream targets the worker links (CMake
-  File API) that reached a worker target through `target_link_libraries`.
-* Includes: every upstream file a worker object read (ninja's deps log, links resolved)
-  lies in the boundary; no deps log, a damaged or stale one is an error, never a pass.
-* Symbols: each upstream symbol the worker's objects (not the binaries: a static build
-  links everything in) import is declared in a boundary header the worker read.
-
-A leak fails the lane (exit 1) before anything is signed; the surface goes into the report.
+"""The worker boundary, proven after each worker build (docs/build-and-reports.md, 'The worker
+boundary'): every upstream file a worker object read and every upstream symbol it imports
+lies in the boundary; a missing or stale deps log is an error, never a pass. A leak fails
+the lane (exit 1) before anything is signed; the surface goes into the report.
 """
 
 from __future__ import annotations

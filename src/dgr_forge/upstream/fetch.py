@@ -1,13 +1,6 @@
-"""Put the upstream at exactly the pinned commit in `<workspace>/src/<name>` (DESIGN.md, fetch).
-
-Only the pin is fetched (`--depth 1`, falling back to all branches and tags: `transfer.py`);
-its commit and tree are verified before the work tree moves. Already there (HEAD is the pin
-or the forge's commits on it, clean) is a no-op of two git calls. An edit is never lost:
-changes are exit 3, or with `--force` saved as a patch under logs/ first. Crash-safe: runs
-are serialized by the workspace lock (so any git leftover is a dead run's), `git init`
-happens in a temporary directory renamed into place, and the transfer and the checkout
-are journaled (`.git/dgr-fetching`, `.git/dgr-checkout`): a pin found under the fetch
-journal counts only with its whole tree connected.
+"""Put the upstream at exactly the pinned commit in `<workspace>/src/<name>`: the commit and
+tree verified before the work tree moves, an edit never lost, the transfer and the checkout
+journaled (docs/architecture.md, 'Fetch').
 """
 
 from __future__ import annotations

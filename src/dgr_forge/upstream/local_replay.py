@@ -1,16 +1,7 @@
 """`patch` on a workspace with commits of its own: new series underneath, own commits kept.
 
-When the series moved under commits a person made on top of the forge's patch commits,
-`dgr-forge patch` applies the new series on the pin and replays those commits on top (the
-replay engine, in memory; `git cherry-pick` in the work tree only for a conflict), each
-commit's author, committer and message kept. A conflict stops with exit 3; `patch
---continue` resumes once it is resolved and added, `patch --abort` puts the workspace back
-exactly as it was (HEAD, branch, commits, files, the record of the series).
-
-Crash safety: before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old
-HEAD (`refs/dgr/replay-orig`: the commits stay reachable) are written. A run killed before
-a conflict stop (`stopped_at`) is undone by the next `patch`, then done again. Fault
-points: `patch.replay-saved`, `patch.replayed`.
+Before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old HEAD
+(`refs/dgr/replay-orig`) are written (docs/architecture.md, 'The local replay').
 """
 
 from __future__ import annotations

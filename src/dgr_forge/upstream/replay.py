@@ -1,28 +1,8 @@
 """The one three-way replay engine: a chain of commits merged onto a new head, in memory.
 
-Each commit O_i (its parent O_(i-1)) is cherry-pick's 3-way merge onto the replayed head
-N_(i-1) with O_(i-1) as the base, run by `git merge-tree --write-tree` (git 2.39 has no
---merge-base: the head's tree is wrapped in a scratch commit whose parent is O_(i-1)). A
-result equal to the head is dropped; a conflict stops the chain, with its files and the
-merged tree (markers in it). What only a work tree can do is the caller's ("worktree").
-Users: `rebase` (its replay, `--dry-run` and bump's verifying replay), bump's probes
-(`rebase/bump`) and `patch` replaying a person's commits (`local_replay`).
-
-A replayed commit is restamped (the patch's author and message, the forge's committer on
-the patch's date: reproducible ids) or kept (a person's commits as they are). Where
-commit-tree would write the same bytes (`committable`), the object is written through one
-`git hash-object --stdin-paths` for the whole replay (`CommitWriter`).
-
-One merge for many. Rename detection is off (`diff.renames=false`), so a merge decides
-each path from its three versions alone, unless a path one side changes is a directory of
-a path the other changes. With B = O_(start-1), H = the head and U = the paths B..H
-changes: a path outside U that patch i changes still holds O_(i-1)'s version in N_(i-1)
-(by induction), so the merge takes O_i's; a path in U only patch i changes sees the same
-three versions the one merge of B..O_last onto H sees. So one `merge-tree` gives every
-patch's tree and one `fast-import` writes the commits, the same bytes (`replay_batch`).
-Where that does not hold (a path in U two patches change, a `.gitattributes`, a directory
-crossing, metadata commit-tree would rewrite, a path the one merge leaves in conflict) the
-batch stops before that patch and the per-commit replay goes on.
+Each commit is cherry-pick's 3-way merge by `git merge-tree`, restamped or kept as it is; one
+merge and one `fast-import` stand for many only where that gives every patch's exact tree
+(docs/architecture.md, 'The replay engine').
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV,
-default the upstream's default branch head) onto which the whole series replays cleanly:
-the first-parent candidates after the pin come in one fetch (`gitops.ensure_history`),
-dry-run replays bisect them, and the answer is verified by a real replay (with
-`--dry-run` the canary's, else `rebase --onto <answer>` itself). Exit 3 when a patch
-stopped it short, the first breaking commit named as `rebase` names a conflict.
+"""`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV) onto
+which the whole series replays cleanly; exit 3 when a patch stopped it short.
 
-`TreeReplay` probes a candidate by the replay engine in a scratch repository (the
-workspace's objects through alternates); `search` bisects, verified by a real replay,
-narrowed again when one contradicts "once broken, stays broken".
+`TreeReplay` probes a candidate by the replay engine in a scratch repository; `search`
+bisects, verified by a real replay (docs/bump.md, 'What it does').
 """
 
 from __future__ import annotations
