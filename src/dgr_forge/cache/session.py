@@ -1,14 +1,7 @@
 """The compiler cache while one `build` runs: its sccache server, and what it did.
 
-Left to itself, each sccache compile that finds no server starts one: with `-j N` up to N
-start at once on the same socket, all but the last run unreachable, and their compiles are
-missing from the statistics. So the forge owns the server: `open_cache_session` stops what
-a killed build left on this build's socket, starts one with the build's environment and
-stops it when the build ends, whatever happened.
-
-Per lane, `begin` and `figures` give the lane's own counters: sccache's statistics read
-before and after, ccache's from a stats log of this lane alone (`CCACHE_STATSLOG`: the
-shared counters are neither zeroed nor trusted).
+The forge owns the server (docs/distributed-compilation.md, 'One sccache server per
+build'); per lane, `begin` and `figures` give the lane's own counters (docs/compiler-cache.md).
 """
 
 from __future__ import annotations

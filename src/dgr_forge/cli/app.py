@@ -1,10 +1,6 @@
-"""The Typer application, its global options, and the one way a command runs and ends.
-
-Every command body is a plain library call wrapped by `run`, which prints the single JSON
-object that `--json` promises: ``{"ok": bool, "exit_code": int, "command": str, ...the
-command's own fields}``. An error raised anywhere (a body, an option callback, Click's
-parsing) leaves through `fail`, the one error boundary `cli.main` calls: its message on
-stderr, with `--json` the failure object with every detail, and its exit code.
+"""The Typer application, its global options, and the one way a command runs and ends: `run`
+prints the one JSON object `--json` promises, and every error leaves through `fail`, the one
+error boundary `cli.main` calls.
 """
 
 from __future__ import annotations

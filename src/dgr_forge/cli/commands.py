@@ -1,11 +1,7 @@
 """CLI commands, one module per concern; each module registers its commands on `app`.
-The command line is read once (`read`): the global options hoisted to the front, the words
-that may name a command, whether `--json` was asked, and a NUL byte refused up front.
 
-The modules stay thin: parse options, call the library, describe the result. A run that names one
-command imports only the module that defines it (`register_for`): building the Click command of
-every other one costs each start about 15 ms. Each command imports its library modules inside
-itself, so that a no-op start pays for none it does not use (crypto, jinja2, requests).
+The command line is read once (`read`); a run imports only the module of the command it
+names (`register_for`; docs/architecture.md, 'Start-up cost').
 """
 
 from __future__ import annotations

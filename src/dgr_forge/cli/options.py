@@ -1,13 +1,6 @@
-"""Every option several commands take, declared once: its names, placeholder and check.
-A name that does a different thing in different commands has a declaration per command,
-each with the help for that command only (`build --help` says what `--jobs` counts in a
-build, nothing about downloads). `--out` is always the file a command writes, `--report`
-the Markdown report a rebase or bump writes (`certify`'s build report: `--build-report`).
-
-And one help style for every command (`apply`, on the built Click tree: one kind of
-placeholder, `PATH`, `URL`, `N`, never Typer's `<path>`; an epilog with the command's
-example and exit codes, `USAGE`, and the global options), and the values the shell
-completes (`complete_*`, which never fail: no forge root, no lanes offered).
+"""Every option several commands take, declared once: its names, placeholder and check; one
+help style for every command (`apply`), and the values the shell completes (`complete_*`,
+which never fail) (docs/architecture.md, `cli/`).
 """
 
 from __future__ import annotations

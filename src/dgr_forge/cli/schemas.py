@@ -1,16 +1,8 @@
-"""Generate the published `--json` contract: `docs/json-schema/<command>.json` (JSON Schema
-2020-12), `docs/json-schema/envelope.json` (the failure and `--help` objects every command
-shares, referenced by `$ref`) and `docs/json.md`, all from `COMMANDS` (each command's
-result types, the `core.structs.Form` Structs `--json` prints, and its help's first
-paragraph) and `core.errors.Details` (msgspec writes the schemas; this module adds the
-envelope and the pages' prose, cli/prose/); and from each TOML loader's `Record` (`core.tominput`)
-the TOML inputs' schemas, for editors (taplo, Even Better TOML), and their page of every key's type,
-default and meaning (`docs/json-schema/toml/<input>.json`, `docs/inputs.md`).
+"""Generate the `--json` contract (docs/json-schema/, docs/json.md) from `COMMANDS` and
+`core.errors.Details`, and the TOML inputs' schemas and page (docs/inputs.md) from each
+loader's `Record` (docs/architecture.md, `cli/`).
 
-    python -m dgr_forge.cli.schemas [--check] [ROOT]
-
-writes them under ROOT (default: the current directory); `--check` writes nothing and
-exits 1 naming the files that differ from what it would write (the suite runs this).
+    python -m dgr_forge.cli.schemas [--check] [ROOT]   # --check: exit 1 naming what differs
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""The one fault-injection hook: ``DGR_FAULT=<point>[:<action>][@<n>][,...]``.
-
-Crash-safety tests name a point the code passes at a state transition (``fault.point(
-"export.swapped")``) and what happens there:
-
-* ``kill`` (the default): SIGKILL this process, as ``kill -9`` or a power cut would;
-* ``enospc``: raise ``OSError(ENOSPC)``, as a full disk would at a write;
-* ``fail``: raise ``OperationFailed``, an ordinary failure;
-* ``pause``: print ``DGR_FAULT: paused at <point>`` on stderr and sleep, so a test can
-  kill the process or race a second run while it sits there.
-
-``@n`` fires on the n-th time the point is reached (default: the first). Points are named
-``<command>.<transition>``; a point may carry a detail (``patch.applied:0002``) that a
-spec can name exactly or leave off to match every detail. Unset, a point costs one
-environment lookup. The hook is for tests; it never weakens a check.
+"""The one fault-injection hook, for the crash tests:
+``DGR_FAULT=<point>[:<action>][@<n>][,...]``. Unset, a point costs one environment lookup; it
+never weakens a check (docs/architecture.md, 'Fault injection').
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """What `dgr-forge demo` writes: the demo upstream's history, its patch series and a worker.
 
-The texts are this package's files, each at the path it lands at: `upstream/` (the
-upstream's first commit), `upstream-head/` (the files its later commits change, as its
-head has them), `patched/` (as the series leaves them; its `include/llama.h` is
-upstream's), `worker/` and `manifests/` (the demo root's).
-
-The upstream is a one-file CMake C++ library shaped like llama.cpp (its option names, its
-`llama` target), so the real recipes, toolchain files and CMake modules build it. Its
-history shows each outcome of a rebase: after the pin, upstream rewrites the lines patch
-0001 changes (a conflict) and makes exactly the change of patch 0002 (dropped); patch 0003
-replays unchanged. Its small `test-backend-ops`, `llama-bench` and `llama-perplexity`
-print llama.cpp's real output formats, the forms `certify/parsers.py` reads; the ops run
-in the upstream's library and the speeds are measured.
+The texts are this package's files, each at the path it lands at (docs/architecture.md,
+`demo/`).
 """
 
 from __future__ import annotations

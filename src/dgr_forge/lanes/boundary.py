@@ -1,13 +1,7 @@
-"""The worker boundary, proven after each worker build (DESIGN: "The worker boundary").
-
-* The boundary: the include directories of the upstream targets the worker links (CMake
-  File API) that reached a worker target through `target_link_libraries`.
-* Includes: every upstream file a worker object read (ninja's deps log, links resolved)
-  lies in the boundary; no deps log, a damaged or stale one is an error, never a pass.
-* Symbols: each upstream symbol the worker's objects (not the binaries: a static build
-  links everything in) import is declared in a boundary header the worker read.
-
-A leak fails the lane (exit 1) before anything is signed; the surface goes into the report.
+"""The worker boundary, proven after each worker build (docs/build-and-reports.md, 'The worker
+boundary'): every upstream file a worker object read and every upstream symbol it imports
+lies in the boundary; a missing or stale deps log is an error, never a pass. A leak fails
+the lane (exit 1) before anything is signed; the surface goes into the report.
 """
 
 from __future__ import annotations
@@ -27,14 +21,8 @@ from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.structs import d
 from dgr_forge.core.tominput import shown_value
 from dgr_forge.core.urls import escape_controls
-from dgr_forge.upstream.surface import (
-    MAX_HEADER_BYTES,
-    Recorded,
-    Surface,
-    SurfaceSymbol,
-    declarations,
-    qualified_name,
-)
+from dgr_forge.upstream import surface as surface_mod
+from dgr_forge.upstream.surface import MAX_HEADER_BYTES, Surface
 
 MAX_DEPS_OUTPUT = 256 * 1024 * 1024  # `ninja -t deps` of llama.cpp's cpu lane: ~9 MB
 MAX_OBJECT_BYTES = 1024 * 1024 * 1024
@@ -359,7 +347,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
         rel = str(h.relative_to(up))
         hint = "a header is not this large"
         data = read_tree_file(up, rel, what="boundary header", hint=hint, limit=MAX_HEADER_BYTES)
-        for name in declarations((data or b"").decode("utf-8", "replace")):
+        for name in surface_mod.declarations((data or b"").decode("utf-8", "replace")):
             decls.setdefault(name, rel)
     # mangled C++ name -> demangled, by one bounded c++filt call
     names: dict[str, str] = {}
@@ -382,12 +370,12 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     symbols, symbol_leaks = [], []
     for sym in sorted(libs):
         shown_name = names.get(sym, sym)
-        qual = qualified_name(shown_name) if sym in names else sym
+        qual = surface_mod.qualified_name(shown_name) if sym in names else sym
         header = decls.get(qual)
         if header is None:
             symbol_leaks.append(SymbolLeak(shown_name, sym, libs[sym]))
         else:
-            symbols.append(SurfaceSymbol(qual, header, sym, libs[sym]))
+            symbols.append(surface_mod.SurfaceSymbol(qual, header, sym, libs[sym]))
     surface = Surface(tuple(str(h.relative_to(up)) for h in headers), tuple(symbols), checked)
     return Checked(Leaks(include_leaks, symbol_leaks, shown_boundary), surface)
 
@@ -400,11 +388,11 @@ def _shown(path: Path, worker_dir: Path) -> str:
     return str(path)
 
 
-def recorded_surface(forge: Forge) -> Recorded:
+def recorded_surface(forge: Forge) -> surface_mod.Recorded:
     """The worker's surface all lanes' last reports recorded; None when none records one."""
     from dgr_forge.lanes.state import lane_states
 
-    found: dict[tuple[str, str], SurfaceSymbol] = {}
+    found: dict[tuple[str, str], surface_mod.SurfaceSymbol] = {}
     known = False
     for loaded in lane_states(forge).values():
         last = loaded.state.last_build
@@ -421,4 +409,4 @@ def recorded_surface(forge: Forge) -> Recorded:
         known = True
         for sym in facts.symbols:
             found.setdefault((sym.name, sym.header), sym)
-    return Recorded(tuple(found[k] for k in sorted(found)) if known else None)
+    return surface_mod.Recorded(tuple(found[k] for k in sorted(found)) if known else None)

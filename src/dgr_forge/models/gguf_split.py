@@ -1,11 +1,9 @@
 """A GGUF model's split headers: read by a bounded reader, checked, made the layer map.
 
 llama.cpp splits a model into `P-00001-of-0000N.gguf` ..., each part's KV header holding
-`split.no` (0-based), `split.count` and `split.tensors.count`. The reader checks every count
-and length against the bytes left before it reads or skips anything, and keeps only integer
-KV values (the `gguf` package's reader builds Python lists of whatever a header claims:
-minutes and gigabytes for a 43-byte file). The layer map (`build`) is made only from headers
-that agree with each other (`check_headers`), so a part of another model cannot slip in.
+`split.no` (0-based), `split.count` and `split.tensors.count`. Every count and length is
+checked against the bytes left before anything is read or skipped (the `gguf` package's
+reader builds Python lists of whatever a header claims: minutes and gigabytes for a 43-byte file).
 """
 
 from __future__ import annotations

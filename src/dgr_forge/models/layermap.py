@@ -1,10 +1,6 @@
-"""Layer ranges and tensor groups: the vocabulary of a model manifest's layer map.
-
-A split GGUF names each tensor `blk.N.<what>` (layer N, 0-based, below `<arch>.block_count`)
-or `<group>.<what>` for the tensors outside the layers (`token_embd`, `output_norm`,
-`output`, `rope_freqs`, ...). The map records per file the layers it holds (as ranges,
-`"0-4,7"`) and the other groups by name; this module parses and prints those ranges (the
-same syntax as `--layers`) and turns a header's tensor names into them, bounded.
+"""Layer ranges and tensor groups: the vocabulary of a model manifest's layer map, parsed and
+printed (`"0-4,7"`, the syntax of `--layers`) and made from a header's tensor names, bounded
+(docs/model-artifacts.md, 'Layer ranges').
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""Writing model manifests: `artifacts manifest` (one from the files in a directory, for
-release engineers) and `artifacts map M` (the layer map added to one, from the headers).
+"""Writing model manifests: `artifacts manifest` (one from the files in a directory) and
+`artifacts map M` (the layer map added to one, from the split headers).
 
-Files are hashed, then only their GGUF split headers are read, by the bounded parser in
-`gguf_split`: a hostile header costs at most a read of its own bytes. `artifacts map
---dest DIR` reads them from files that match the manifest's size and sha256 (the map
-describes exactly the pinned bytes); without `--dest`, from the manifest's URLs (or
-`--mirror`): a `file://` source in place under the header limit, http(s) by closed Range
-requests only (`RangeFile`), bounded as downloads are: the header limit
-(`DGR_ARTIFACTS_HEADER_MAX`), at most `DGR_ARTIFACTS_RANGE_REQUESTS` requests and
-`DGR_ARTIFACTS_RANGE_DEADLINE` seconds per header, and the downloads' minimum rate.
+Headers are read only by the bounded parser in `gguf_split`, from files that match the
+manifest's size and sha256 or by bounded, closed Range requests (docs/model-artifacts.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""Which files a layer range needs, and what a destination was provisioned for.
-
-`--layers A-B[,C-D]` selects the files holding a tensor of those layers, plus the
-metadata split (part 1: the model's KV data), every file outside the map (a tokenizer,
-a README), every file holding a tensor group that is neither the embeddings nor the
-output head (`rope_freqs`: every layer reads it), the embeddings' files with `--first`
-and the output head's with `--last` (each implied when a range starts at layer 0 or ends
-at the last layer). Whole files only: the sha256 in the manifest covers them.
-
-`<dest>/.dgr-layers.json` records the union of the ranges provisioned into a destination;
-`verify` without `--layers` checks that, and says which ranges the files there can serve.
+"""Which files a layer range needs (whole files only: the manifest's sha256 covers them), and
+what a destination was provisioned for (docs/model-artifacts.md, 'Layer ranges').
 """
 
 from __future__ import annotations

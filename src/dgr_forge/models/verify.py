@@ -1,11 +1,7 @@
 """`artifacts verify`: size + sha256 of every file, then the split headers of the good ones.
 
-With `--layers` only the files those layers need must be there; without it, those of the
-ranges the destination records, and any other file present, are checked, and the answer
-says which ranges the verified files can serve. With a layer map every verified header must
-say what the map says of its file. No file is read through a symlink, and headers are
-parsed only for files whose size and sha256 matched: a planted file cannot make the parser
-do work the manifest did not vouch for.
+No file is read through a symlink, and headers are parsed only for files whose size and
+sha256 matched: a planted file cannot make the parser do work the manifest did not vouch for.
 """
 
 from __future__ import annotations

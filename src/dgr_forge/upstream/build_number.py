@@ -1,13 +1,7 @@
 """The upstream's own build number at the pin (issue 29): llama.cpp's `b<N>`, its
 `git rev-list --count` at the commit, which its CMake compiles in as LLAMA_BUILD_NUMBER.
-
-A depth-1 workspace cannot count it, so it is counted once where the history is and
-recorded in the manifest: in the workspace when it is not shallow; in a local upstream or
-mirror that is a full repository (not shallow, not partial, no grafts); else by a
-commit-only fetch (`--filter=tree:0`) into a scratch repository. A local server gets the
-filter only when it allows filters (it would send everything), a shallow one is refused
-before any fetch (git 2.39 loops on a filtered fetch from one), and a shallow or partial
-history is refused (its count would be short). Never a guess: None, and the caller says so.
+Counted once where the history is; never a guess: None, and the caller says so
+(docs/architecture.md, 'The build number').
 """
 
 from __future__ import annotations

@@ -22,15 +22,8 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
+from dgr_forge.upstream import series as series_mod
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
-from dgr_forge.upstream.series import (
-    ScratchCache,
-    index_tree,
-    read_cache,
-    read_patch,
-    scratch_index,
-    write_cache,
-)
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
@@ -240,7 +233,7 @@ def _verify_runs(
     repo: Path, start: str, runs: Sequence[Sequence[ExportedPatch]]
 ) -> OperationFailed | None:
     """The error for the first patch of `runs` not giving its commit's tree from `start`."""
-    with scratch_index(repo, start) as env:
+    with series_mod.scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
         for run in runs:
             if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
@@ -288,11 +281,11 @@ def _apply(
     repo: Path, env: dict[str, str], run: Sequence[ExportedPatch], scratch: Path
 ) -> str | None:
     if len(run) == 1:
-        return index_tree(repo, env, "-", input=run[0].data)
+        return series_mod.index_tree(repo, env, "-", input=run[0].data)
     files = [scratch / f"run-{n:06d}.patch" for n in range(len(run))]
     for f, p in zip(files, run, strict=True):
         f.write_bytes(p.data)
-    return index_tree(repo, env, "--", *map(str, files))
+    return series_mod.index_tree(repo, env, "--", *map(str, files))
 
 
 # The commits canonical_commits made, each keyed by its parent, tree and patch bytes (what
@@ -303,7 +296,7 @@ CANONICAL_CACHE = "dgr/canonical.json"
 _CANONICAL_CACHE_MAX = 4 << 20
 
 
-class _CanonicalCache(ScratchCache):
+class _CanonicalCache(series_mod.ScratchCache):
     commits: dict[str, str]
 
 
@@ -314,7 +307,7 @@ def canonical_commits(
     (the forge's own commits of the series, as a first-parent `rev-list` of the last would
     list them), built from the known trees (mailinfo + commit-tree): nothing in the work
     tree moves. A commit HEAD already has is taken from CANONICAL_CACHE."""
-    cache = read_cache(repo, CANONICAL_CACHE, _CanonicalCache, _CANONICAL_CACHE_MAX)
+    cache = series_mod.read_cache(repo, CANONICAL_CACHE, _CanonicalCache, _CANONICAL_CACHE_MAX)
     known = cache.commits if cache else {}
     parent = base
     made: list[str] = []
@@ -348,7 +341,7 @@ def canonical_commits(
             )
             made.append(parent)
     if keys != known:  # the current chain's only: the cache never grows past the series
-        write_cache(repo, CANONICAL_CACHE, _CanonicalCache(1, keys))
+        series_mod.write_cache(repo, CANONICAL_CACHE, _CanonicalCache(1, keys))
     return tuple(made)
 
 
@@ -422,7 +415,7 @@ def export_workspace(
         raise NeedsHuman(
             f"{forge.rel(src)}: a {op} is in progress", hint="finish or abort it before exporting"
         )
-    edited = [e.file for e in m.series if sha256_bytes(read_patch(m, e)) != e.sha256]
+    edited = [e.file for e in m.series if sha256_bytes(series_mod.read_patch(m, e)) != e.sha256]
     if edited:
         # patch files edited by hand: they are the intended series, unless the
         # workspace has its own new commits too (then a person must choose)

@@ -1,13 +1,6 @@
-"""Put the upstream at exactly the pinned commit in `<workspace>/src/<name>` (DESIGN.md, fetch).
-
-Only the pin is fetched (`--depth 1`, falling back to all branches and tags: `transfer.py`);
-its commit and tree are verified before the work tree moves. Already there (HEAD is the pin
-or the forge's commits on it, clean) is a no-op of two git calls. An edit is never lost:
-changes are exit 3, or with `--force` saved as a patch under logs/ first. Crash-safe: runs
-are serialized by the workspace lock (so any git leftover is a dead run's), `git init`
-happens in a temporary directory renamed into place, and the transfer and the checkout
-are journaled (`.git/dgr-fetching`, `.git/dgr-checkout`): a pin found under the fetch
-journal counts only with its whole tree connected.
+"""Put the upstream at exactly the pinned commit in `<workspace>/src/<name>`: the commit and
+tree verified before the work tree moves, an edit never lost, the transfer and the checkout
+journaled (docs/architecture.md, 'Fetch').
 """
 
 from __future__ import annotations
@@ -27,24 +20,12 @@ from dgr_forge.core.fsutil import atomic_write_bytes
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import check_url, mask
+from dgr_forge.upstream import workspace
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.series_base import log_path, save_changes
 from dgr_forge.upstream.transfer import resolve_mirror as resolve_mirror  # the commands' way in
 from dgr_forge.upstream.transfer import transfer
-from dgr_forge.upstream.workspace import (
-    CHECKOUT_JOURNAL,
-    FETCH_JOURNAL,
-    FORGE_EMAIL,
-    JOURNALS,
-    PATCH_JOURNAL,
-    PIN_REF,
-    READ_ONLY_ENV,
-    connected,
-    inspect,
-    pin_tree,
-    record_fetch_failure,
-    remove_git_leftovers,
-)
+from dgr_forge.upstream.workspace import FORGE_EMAIL
 
 # a checkout of a whole tree writes its files from parallel workers (one a core): on the
 # real llama.cpp tree (3,004 files at the pin) it is most of a fetch's time after the transfer
@@ -97,7 +78,7 @@ def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
     args = ["log", "--format=%H%x00%ce%x00%s", head, "--not", "--glob=refs/dgr/*"]
     if pin is not None:
         args.append(pin)
-    proc = gitutil.git(src, *args, "--", check=False, env=READ_ONLY_ENV)
+    proc = gitutil.git(src, *args, "--", check=False, env=workspace.READ_ONLY_ENV)
     rows = [[*line.split("\0"), "", ""][:3] for line in proc.stdout.splitlines()]
     return [f"{commit[:12]} {subject}" for commit, email, subject in rows if email != FORGE_EMAIL]
 
@@ -142,7 +123,7 @@ def fetch_locked(
     src = forge.src_dir(m.name)
     gitdir = src / ".git"
 
-    ws = inspect(src, m.commit, len(m.series))
+    ws = workspace.inspect(src, m.commit, len(m.series))
     if ws.exists and not ws.journals and ws.head is not None and not ws.changes:
         tree = ws.tree_of(m.commit)
         if tree is not None and ws.commits_on(m.commit) is not None:
@@ -156,13 +137,13 @@ def fetch_locked(
 
     if not ws.exists:
         _init(src)
-    remove_git_leftovers(gitdir)
-    journals = {j for j in JOURNALS if (gitdir / j).exists()}
-    recovering = bool(journals & {CHECKOUT_JOURNAL, PATCH_JOURNAL})
-    if PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
+    workspace.remove_git_leftovers(gitdir)
+    journals = {j for j in workspace.JOURNALS if (gitdir / j).exists()}
+    recovering = bool(journals & {workspace.CHECKOUT_JOURNAL, workspace.PATCH_JOURNAL})
+    if workspace.PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
     if ws.exists:
-        ws = inspect(src, m.commit, len(m.series))
+        ws = workspace.inspect(src, m.commit, len(m.series))
 
     # refused before any transfer; --force saves and discards only after the pin is verified
     dirty = bool(ws.changes) and not recovering
@@ -176,7 +157,7 @@ def fetch_locked(
             f"--force to save them as a patch under {forge.rel(forge.logs_dir)} and continue",
             details={"local_changes": [asdict(c) for c in ws.changes]},
         )
-    tree_here = pin_tree(ws, m.commit)
+    tree_here = workspace.pin_tree(ws, m.commit)
     moving = ws.head is None or ws.commits_on(m.commit) is None
     commits: list[str] = []
     if moving and ws.head is not None and not recovering:
@@ -192,8 +173,8 @@ def fetch_locked(
                 details={"local_commits": commits},
             )
     # a pin not fetched now, or left by a killed transfer, counts only with its whole tree
-    unsure = moving or recovering or FETCH_JOURNAL in journals
-    pin_here = tree_here is not None and (not unsure or connected(src, m.commit))
+    unsure = moving or recovering or workspace.FETCH_JOURNAL in journals
+    pin_here = tree_here is not None and (not unsure or workspace.connected(src, m.commit))
 
     url = mirror or m.url
     method = "local"
@@ -207,18 +188,18 @@ def fetch_locked(
                 "to this host",
                 details={"commit": m.commit},
             )
-        (gitdir / FETCH_JOURNAL).write_text(m.commit + "\n")
+        (gitdir / workspace.FETCH_JOURNAL).write_text(m.commit + "\n")
         fault.point("fetch.journal")
         try:
             method = transfer(src, url, m.commit, out, m.name)
             fault.point("fetch.objects")
             tree = _verify_fetched(src, m, url, method)
         except Exception as err:  # a failure, not a kill: `status` tells its cause
-            record_fetch_failure(gitdir, m.commit, str(err))
+            workspace.record_fetch_failure(gitdir, m.commit, str(err))
             raise
     else:
         tree = _verify_fetched(src, m, url, method)
-    (gitdir / FETCH_JOURNAL).unlink(missing_ok=True)  # complete: git checked connectivity
+    (gitdir / workspace.FETCH_JOURNAL).unlink(missing_ok=True)  # complete: git checked connectivity
     fault.point("fetch.verified")
 
     saved: Path | None = None
@@ -236,17 +217,17 @@ def fetch_locked(
         out.info(f"saved the workspace's own commits to {saved_commits}")
         out.info(f"  re-apply them with: git -C {src} am {saved_commits}")
 
-    journal = gitdir / CHECKOUT_JOURNAL
+    journal = gitdir / workspace.CHECKOUT_JOURNAL
     if recovering or moving:  # journaled: a killed checkout is finished next time
         journal.write_text(m.commit + "\n")
         fault.point("fetch.checkout")
         gitutil.git(src, "checkout", "-q", "-f", "--detach", m.commit, config=PARALLEL_CHECKOUT)
         fault.point("fetch.checked-out")
     # the ref first: a crash after the journal is gone must leave the pin marked as upstream
-    gitutil.git(src, "update-ref", PIN_REF, m.commit)
+    gitutil.git(src, "update-ref", workspace.PIN_REF, m.commit)
     if recovering or moving:
         journal.unlink()
-        (gitdir / PATCH_JOURNAL).unlink(missing_ok=True)
+        (gitdir / workspace.PATCH_JOURNAL).unlink(missing_ok=True)
     if method in ("shallow", "full"):
         out.info(f"{m.name} at {m.commit} (tree {tree}) verified")
     return Fetch(

@@ -1,16 +1,7 @@
 """`patch` on a workspace with commits of its own: new series underneath, own commits kept.
 
-When the series moved under commits a person made on top of the forge's patch commits,
-`dgr-forge patch` applies the new series on the pin and replays those commits on top (the
-replay engine, in memory; `git cherry-pick` in the work tree only for a conflict), each
-commit's author, committer and message kept. A conflict stops with exit 3; `patch
---continue` resumes once it is resolved and added, `patch --abort` puts the workspace back
-exactly as it was (HEAD, branch, commits, files, the record of the series).
-
-Crash safety: before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old
-HEAD (`refs/dgr/replay-orig`: the commits stay reachable) are written. A run killed before
-a conflict stop (`stopped_at`) is undone by the next `patch`, then done again. Fault
-points: `patch.replay-saved`, `patch.replayed`.
+Before HEAD moves, the state (`.git/dgr-replay.json`) and a ref to the old HEAD
+(`refs/dgr/replay-orig`) are written (docs/architecture.md, 'The local replay').
 """
 
 from __future__ import annotations
@@ -29,20 +20,12 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
-from dgr_forge.upstream import series_base
+from dgr_forge.upstream import series_base, workspace
 from dgr_forge.upstream.fetch import abort_am
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import PatchedTree, ensure_patched
 from dgr_forge.upstream.replay import Replay, commit_objects, commit_parents, subject_of
-from dgr_forge.upstream.workspace import (
-    PATCH_JOURNAL,
-    REPLAY_REF,
-    REPLAY_STATE,
-    git_dir,
-    inspect,
-    read_status,
-    remove_git_leftovers,
-)
+from dgr_forge.upstream.workspace import REPLAY_STATE
 
 _NO_SIGN = ("commit.gpgSign=false",)
 # its ids go to git, so nothing but exact ids and a refs/heads/ branch is trusted
@@ -65,7 +48,7 @@ class ReplayState(Struct, forbid_unknown_fields=True):
 
 
 def _path(src: Path) -> Path:
-    return git_dir(src) / REPLAY_STATE
+    return workspace.git_dir(src) / REPLAY_STATE
 
 
 def load_replay_state(src: Path) -> ReplayState | None:
@@ -106,7 +89,7 @@ def update(
         # killed before it stopped anywhere: undo it and start over (deterministic)
         out.info(f"{forge.rel(src)}: undoing an interrupted update, then updating again")
         _restore(src, st)
-    ws = inspect(src, m.commit, len(m.series))
+    ws = workspace.inspect(src, m.commit, len(m.series))
     if not ws.exists or ws.dirty or ws.operation or ws.journals or not ws.local_commits:
         # nothing of a person's to carry: the plain path (it refuses edits, exit 3)
         done = ensure_patched(forge, m, out, mirror=mirror, offline=offline, measured=ws)
@@ -139,7 +122,7 @@ def update(
         commits=mine,
         base_text=series_base.text_of(src),
     )
-    gitutil.git(src, "update-ref", REPLAY_REF, ws.head)
+    gitutil.git(src, "update-ref", workspace.REPLAY_REF, ws.head)
     _save(src, st)
     fault.point("patch.replay-saved")
     out.info(
@@ -167,7 +150,7 @@ def resume(
     if st.stopped_at is None:  # an update that was killed, not stopped: start it over
         _restore(src, st)
         return update(forge, m, out, mirror=mirror, offline=offline)
-    _head, changes, lines, _ignored = read_status(src)
+    _head, changes, lines, _ignored = workspace.read_status(src)
     if unmerged := [c.path for c in changes if c.change == "unmerged"]:
         raise NeedsHuman(
             f"{forge.rel(src)}: still unmerged: {', '.join(unmerged)}",
@@ -183,7 +166,7 @@ def resume(
             details={"unstaged": unstaged},
         )
     commit = st.commits[st.position]
-    if (git_dir(src) / "CHERRY_PICK_HEAD").exists():
+    if (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
         if proc.returncode == 0:
@@ -210,7 +193,7 @@ def _replay_rest(
 ) -> Patch:
     head = gitutil.out(src, "rev-parse", "HEAD")
     while st.position < len(st.commits):
-        with Replay(src, st.commits[st.position :], git_dir(src), stamp="keep") as engine:
+        with Replay(src, st.commits[st.position :], workspace.git_dir(src), stamp="keep") as engine:
             for step in engine.onto(head):
                 if step.kind in ("conflict", "worktree"):
                     break
@@ -229,7 +212,7 @@ def _replay_rest(
             head = gitutil.out(src, "rev-parse", "HEAD")
             _took(src, st, head, out)
             continue
-        unmerged = [c.path for c in read_status(src)[1] if c.change == "unmerged"]
+        unmerged = [c.path for c in workspace.read_status(src)[1] if c.change == "unmerged"]
         if not unmerged and _skipped_empty(src):
             _took(src, st, None, out)
             continue
@@ -252,7 +235,7 @@ def _replay_rest(
         # the branch the person was on follows its commits, as after a `git rebase`
         gitutil.git(src, "update-ref", "-m", "dgr-forge patch", st.orig_ref, head)
         gitutil.git(src, "symbolic-ref", "HEAD", st.orig_ref)
-    gitutil.git(src, "update-ref", "-d", REPLAY_REF, check=False)
+    gitutil.git(src, "update-ref", "-d", workspace.REPLAY_REF, check=False)
     _path(src).unlink(missing_ok=True)
     n = len(st.commits) - len(st.skipped)
     out.info(
@@ -277,7 +260,7 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
 
 def _skipped_empty(src: Path) -> bool:
     """A stopped cherry-pick with nothing staged (the series has the change) skipped."""
-    if not (git_dir(src) / "CHERRY_PICK_HEAD").exists():
+    if not (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
         return False
     if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
         return False
@@ -287,8 +270,8 @@ def _skipped_empty(src: Path) -> bool:
 
 def _restore(src: Path, st: ReplayState) -> None:
     """Back to the state before the update: HEAD, branch, files, the series record."""
-    gd = git_dir(src)
-    remove_git_leftovers(gd)
+    gd = workspace.git_dir(src)
+    workspace.remove_git_leftovers(gd)
     if (gd / "CHERRY_PICK_HEAD").exists() or (gd / "sequencer").exists():
         gitutil.git(src, "cherry-pick", "--quit", check=False)
     if (gd / "rebase-apply").exists():
@@ -298,9 +281,9 @@ def _restore(src: Path, st: ReplayState) -> None:
     if st.orig_ref:
         gitutil.git(src, "update-ref", st.orig_ref, st.orig_head)
         gitutil.git(src, "symbolic-ref", "HEAD", st.orig_ref)
-    (gd / PATCH_JOURNAL).unlink(missing_ok=True)
+    (gd / workspace.PATCH_JOURNAL).unlink(missing_ok=True)
     series_base.restore_text(src, st.base_text)
-    gitutil.git(src, "update-ref", "-d", REPLAY_REF, check=False)
+    gitutil.git(src, "update-ref", "-d", workspace.REPLAY_REF, check=False)
     _path(src).unlink(missing_ok=True)
 
 
@@ -316,18 +299,18 @@ def _state(forge: Forge, src: Path) -> ReplayState | None:
         removed = "removed it"
     except OSError:  # a directory where the file goes: not the forge's to delete
         removed = "remove it"
-    held = gitutil.rev_parse(src, REPLAY_REF)
+    held = gitutil.rev_parse(src, workspace.REPLAY_REF)
     where = (
-        f"your commits from before the update are at {REPLAY_REF} ({held[:12]})"
+        f"your commits from before the update are at {workspace.REPLAY_REF} ({held[:12]})"
         if held
-        else f"no {REPLAY_REF} is left: your commits are in HEAD's history"
+        else f"no {workspace.REPLAY_REF} is left: your commits are in HEAD's history"
     )
     raise BadInput(
         f"{forge.rel(path)} is not a readable patch replay state; {removed}; {where}",
-        hint=f"`git -C {forge.rel(src)} log {REPLAY_REF}` shows them; "
+        hint=f"`git -C {forge.rel(src)} log {workspace.REPLAY_REF}` shows them; "
         f"`git -C {forge.rel(src)} cherry-pick --abort` if one is stopped, then "
         "`dgr-forge patch` again",
-        details={"state": forge.rel(path), "ref": REPLAY_REF},
+        details={"state": forge.rel(path), "ref": workspace.REPLAY_REF},
     )
 
 

@@ -24,33 +24,12 @@ from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.core.urls import mask_text
-from dgr_forge.upstream import patchfile, series_base
+from dgr_forge.upstream import patchfile, series, series_base, workspace
 from dgr_forge.upstream.fetch import abort_am, fetch_locked
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.series import (
-    CheckResult,
-    Conflict,
-    cache_trees,
-    cached_trees,
-    check_series,
-    check_symlinks,
-    conflicting_hunks,
-    parse_series,
-    read_patch,
-    read_series,
-)
+from dgr_forge.upstream.series import Conflict, read_patch
 from dgr_forge.upstream.transfer import resolve_mirror
-from dgr_forge.upstream.workspace import (
-    FETCH_JOURNAL,
-    PATCH_JOURNAL,
-    ChainCommit,
-    Workspace,
-    fetch_failure,
-    git_dir,
-    inspect,
-    read_chain,
-    remove_git_leftovers,
-)
+from dgr_forge.upstream.workspace import FETCH_JOURNAL, git_dir, inspect
 
 AM_FLAGS = (
     "am", "--no-3way", "--keep-non-patch", "--committer-date-is-author-date",
@@ -87,7 +66,7 @@ def _rollback(src: Path, pin: str) -> str | None:
 def _journal(src: Path, pin: str) -> Iterator[None]:
     """The work tree marked "being patched": a killed run is rolled back, not blamed on the
     user; the journal goes only once a roll-back worked (else the next run finishes it)."""
-    path = git_dir(src) / PATCH_JOURNAL
+    path = git_dir(src) / workspace.PATCH_JOURNAL
     path.write_text(pin + "\n")
     try:
         yield
@@ -107,12 +86,12 @@ def _journal(src: Path, pin: str) -> Iterator[None]:
 def recover_interrupted(src: Path, pin: str) -> bool:
     """Roll back what a killed `dgr-forge patch` left; True if there was anything. Call
     under the workspace lock."""
-    if not (path := git_dir(src) / PATCH_JOURNAL).exists():
+    if not (path := git_dir(src) / workspace.PATCH_JOURNAL).exists():
         return False
     recorded = path.read_text().strip()
     if gitutil.HEX40.fullmatch(recorded) and gitutil.has_object(src, recorded):
         pin = recorded
-    remove_git_leftovers(git_dir(src))
+    workspace.remove_git_leftovers(git_dir(src))
     if (reason := _rollback(src, pin)) is not None:
         raise OperationFailed(
             f"{src}: rolling back an interrupted `dgr-forge patch` failed: {reason}",
@@ -123,7 +102,7 @@ def recover_interrupted(src: Path, pin: str) -> bool:
     return True
 
 
-def _check_trees(m: UpstreamManifest, chain: list[ChainCommit]) -> None:
+def _check_trees(m: UpstreamManifest, chain: list[workspace.ChainCommit]) -> None:
     for entry, commit in zip(m.series, chain, strict=True):
         if entry.tree is not None and commit.tree != entry.tree:
             raise OperationFailed(
@@ -154,7 +133,7 @@ def _am_failure(
             f"git am failed: {mask_text(output.strip()[-2000:])}",
             hint="fix what git names (free disk space, say), then run `dgr-forge patch` again",
         )
-    conflicts = conflicting_hunks(src, parsed[index])  # index == HEAD: previous patches
+    conflicts = series.conflicting_hunks(src, parsed[index])  # index == HEAD: previous patches
     shown = f"{m.patches_dir_rel}/{m.series[index].file}"
     if not conflicts:
         failed = re.findall(r"patch failed: (.+):(\d+)", output)
@@ -184,13 +163,13 @@ def ensure_patched(
     mirror: str | None = None,
     offline: bool = False,
     trust_files: bool = False,
-    measured: Workspace | None = None,
+    measured: workspace.Workspace | None = None,
 ) -> PatchedTree:
     """Fetch if needed, apply the series, verify; a no-op when it is already applied (the
     caller holds the workspace lock). `trust_files`: apply the files on disk even where
     they differ from the manifest (export's "edited on purpose"), its trees unchecked.
     `measured`: the workspace as the caller just inspected it."""
-    datas = [read_patch(m, e) for e in m.series] if trust_files else read_series(m, forge)
+    datas = [read_patch(m, e) for e in m.series] if trust_files else series.read_series(m, forge)
     src = forge.src_dir(m.name)
     n = len(m.series)
     trees = None if trust_files else _known_trees(src, m, datas)
@@ -200,14 +179,14 @@ def ensure_patched(
     if done is not None:
         return done
 
-    def refetch() -> Workspace:
+    def refetch() -> workspace.Workspace:
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
         return inspect(src, m.commit, n)
 
-    parsed = parse_series(m, datas)  # unsafe paths are refused before anything is written
+    parsed = series.parse_series(m, datas)  # unsafe paths are refused before anything is written
     if ws.exists and (recover_interrupted(src, m.commit) or ws.journals):
         # a fetch that failed (its cause kept in the journal) was not interrupted
-        failed = ws.journals == {FETCH_JOURNAL} and fetch_failure(src) is not None
+        failed = ws.journals == {FETCH_JOURNAL} and workspace.fetch_failure(src) is not None
         said = "the last fetch failed; fetching again" if failed else "finishing an interrupted run"
         out_.info(f"{forge.rel(src)}: {said}")
         ws = refetch()
@@ -225,16 +204,16 @@ def ensure_patched(
                 hint="delete the workspace (it is scratch space) and run `dgr-forge patch` again",
             )
 
-    check_symlinks(m, parsed, src)
+    series.check_symlinks(m, parsed, src)
     # computed trees can only show the series already applied when the workspace holds as
     # many forge commits as the series has patches (a fresh one at the pin holds none):
     # else `git am` below is the run, and it caches the trees it makes (two git calls a
     # patch saved)
     if trees is None and len(ws.series) == n:  # (then the manifest's trees are not all known)
-        rows = check_series(src, m, datas, parsed, compare_trees=not trust_files)
+        rows = series.check_series(src, m, datas, parsed, compare_trees=not trust_files)
         applied = [r.tree for r in rows if r.tree is not None and r.status == "applies"]
         if len(applied) == n:  # else a conflict
-            cache_trees(src, m.commit, datas, applied)
+            series.cache_trees(src, m.commit, datas, applied)
             done = _unchanged(m, ws, applied, None if trust_files else m.result_tree)
             if done is not None:
                 return done
@@ -243,7 +222,7 @@ def ensure_patched(
         out_.step(f"applying {n} patch{'es' if n != 1 else ''} on {m.commit[:12]}")
     # a conflict is NeedsHuman naming the patch and hunks, a tree not the manifest's exit 1:
     # either way the work tree is back at the pin
-    remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
+    workspace.remove_git_leftovers(git_dir(src))  # a dead run's index.lock must not stop this one
     with _journal(src, m.commit):
         fault.point("patch.journal")
         if ws.head != m.commit:
@@ -260,10 +239,10 @@ def ensure_patched(
         if proc.returncode != 0:
             raise _am_failure(src, m, parsed, proc.stdout + proc.stderr)
         fault.point("patch.applied", m.series[-1].file[:4])
-        chain = list(reversed(read_chain(src, n)))
+        chain = list(reversed(workspace.read_chain(src, n)))
         if not trust_files:
             _check_trees(m, chain)
-        cache_trees(src, m.commit, datas, [c.tree for c in chain])
+        series.cache_trees(src, m.commit, datas, [c.tree for c in chain])
         # inside the journal: a run killed after it, before the record, is rolled back to
         # the pin, never left with commits of the forge's that the record does not name
         series_base.record(src, series_base.SeriesBase.of(m, [c.commit for c in chain]))
@@ -272,7 +251,7 @@ def ensure_patched(
 
 
 def _unchanged(
-    m: UpstreamManifest, ws: Workspace, trees: Sequence[str], result_tree: str | None
+    m: UpstreamManifest, ws: workspace.Workspace, trees: Sequence[str], result_tree: str | None
 ) -> PatchedTree | None:
     """The workspace as it is, when its forge commits on the pin carry exactly `trees`."""
     if not ws.exists or ws.operation or ws.has_local_edits or ws.base != m.commit:
@@ -293,12 +272,12 @@ def _known_trees(src: Path, m: UpstreamManifest, datas: Sequence[bytes]) -> list
     every one is known and agrees with the manifest's."""
     if len(recorded := [e.tree for e in m.series if e.tree is not None]) == len(m.series):
         return recorded
-    trees = [t for t in cached_trees(src, m.commit, datas) if t is not None]
+    trees = [t for t in series.cached_trees(src, m.commit, datas) if t is not None]
     agree = all(e.tree in (None, t) for e, t in zip(m.series, trees, strict=False))
     return trees if len(trees) == len(m.series) and agree else None
 
 
-def _refuse_local_edits(ws: Workspace, forge: Forge) -> None:
+def _refuse_local_edits(ws: workspace.Workspace, forge: Forge) -> None:
     shown = forge.rel(ws.src)
     if ws.operation:
         # not the forge's (its own `am` is journaled and rolled back; a `dgr-forge rebase`
@@ -339,7 +318,7 @@ class PatchCheck(Form, kw_only=True):
     commit: Annotated[str, d("the pin")]
     applies: Annotated[bool, d("every patch applies and every file matches the manifest")]
     changed_on_disk: Annotated[list[str], d("files whose sha256 differs from the manifest")]
-    patches: Annotated[list[CheckResult], d("per patch")]
+    patches: Annotated[list[series.CheckResult], d("per patch")]
 
     @property
     def ok(self) -> bool:
@@ -358,7 +337,7 @@ def check_workspace(
     on a scratch index (only a missing workspace is fetched, for the pin's objects)."""
     src = forge.src_dir(m.name)
     datas = [read_patch(m, e) for e in m.series]
-    parsed = parse_series(m, datas)
+    parsed = series.parse_series(m, datas)
     if not (src / ".git").exists():
         fetch_locked(forge, m, out_, mirror=resolve_mirror(mirror), offline=offline, force=False)
     elif not gitutil.has_object(src, m.commit):
@@ -366,9 +345,9 @@ def check_workspace(
             f"{forge.rel(src)} does not have the pinned commit {m.commit[:12]}",
             hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
         )
-    check_symlinks(m, parsed, src)
+    series.check_symlinks(m, parsed, src)
     changed = [e.file for e, b in zip(m.series, datas, strict=True) if sha256_bytes(b) != e.sha256]
-    rows = check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
+    rows = series.check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
     applies = all(r.status == "applies" for r in rows)
     flagged = [r.file for r in rows if r.changed_on_disk]
     return PatchCheck(

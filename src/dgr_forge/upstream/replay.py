@@ -1,28 +1,8 @@
 """The one three-way replay engine: a chain of commits merged onto a new head, in memory.
 
-Each commit O_i (its parent O_(i-1)) is cherry-pick's 3-way merge onto the replayed head
-N_(i-1) with O_(i-1) as the base, run by `git merge-tree --write-tree` (git 2.39 has no
---merge-base: the head's tree is wrapped in a scratch commit whose parent is O_(i-1)). A
-result equal to the head is dropped; a conflict stops the chain, with its files and the
-merged tree (markers in it). What only a work tree can do is the caller's ("worktree").
-Users: `rebase` (its replay, `--dry-run` and bump's verifying replay), bump's probes
-(`rebase/bump`) and `patch` replaying a person's commits (`local_replay`).
-
-A replayed commit is restamped (the patch's author and message, the forge's committer on
-the patch's date: reproducible ids) or kept (a person's commits as they are). Where
-commit-tree would write the same bytes (`committable`), the object is written through one
-`git hash-object --stdin-paths` for the whole replay (`CommitWriter`).
-
-One merge for many. Rename detection is off (`diff.renames=false`), so a merge decides
-each path from its three versions alone, unless a path one side changes is a directory of
-a path the other changes. With B = O_(start-1), H = the head and U = the paths B..H
-changes: a path outside U that patch i changes still holds O_(i-1)'s version in N_(i-1)
-(by induction), so the merge takes O_i's; a path in U only patch i changes sees the same
-three versions the one merge of B..O_last onto H sees. So one `merge-tree` gives every
-patch's tree and one `fast-import` writes the commits, the same bytes (`replay_batch`).
-Where that does not hold (a path in U two patches change, a `.gitattributes`, a directory
-crossing, metadata commit-tree would rewrite, a path the one merge leaves in conflict) the
-batch stops before that patch and the per-commit replay goes on.
+Each commit is cherry-pick's 3-way merge by `git merge-tree`, restamped or kept as it is; one
+merge and one `fast-import` stand for many only where that gives every patch's exact tree
+(docs/architecture.md, 'The replay engine').
 """
 
 from __future__ import annotations
@@ -39,16 +19,7 @@ from msgspec import Struct
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.gitutil import (
-    DELETED,
-    FORGE_IDENTITY,
-    HEX40,
-    Change,
-    changes_between,
-    git,
-    tree_changes,
-    tree_of,
-)
+from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git
 
 Meta = tuple[bytes, bytes, bytes]  # (author line, date, message) of a restamped commit
 
@@ -302,17 +273,17 @@ def replay_batch(
     if len(parents[0]) != 1 or parents[1:] != [[c] for c in commits[:-1]]:
         return []
     base = parents[0][0]
-    diffs = tree_changes(repo, [f"{base} {head}", *commits])
+    diffs = gitutil.tree_changes(repo, [f"{base} {head}", *commits])
     upstream = {c.path for c in diffs[0]}
     changes = diffs[1:]
     touched = Counter(c.path for cs in changes for c in cs)
     attributes = any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched)
     if attributes or _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:
         return []
-    merged: dict[bytes, Change] = {}
+    merged: dict[bytes, gitutil.Change] = {}
     conflicted: set[bytes] = set()
     if upstream & touched.keys():
-        head_tree = head_tree or tree_of(repo, head)
+        head_tree = head_tree or gitutil.tree_of(repo, head)
         whole = merge(repo, head_tree, base, commits[-1], writer)
         if whole.tree is None:
             return []
@@ -321,8 +292,8 @@ def replay_batch(
         conflicted = {f.encode() for f in whole.files}
         if not conflicted <= touched.keys():
             return []  # a name not read back as git wrote it: no batch, never a wrong one
-        merged = {c.path: c for c in changes_between(repo, head_tree, whole.tree)}
-    plan: list[tuple[Meta, list[Change]] | None] = []
+        merged = {c.path: c for c in gitutil.changes_between(repo, head_tree, whole.tree)}
+    plan: list[tuple[Meta, list[gitutil.Change]] | None] = []
     for commit, cs in zip(commits, changes, strict=True):
         meta = committable(objects[commit])
         if meta is None or any(
@@ -341,7 +312,7 @@ def replay_batch(
 
 
 def _fast_import(
-    repo: Path, head: str, plan: list[tuple[Meta, list[Change]]], ref: str
+    repo: Path, head: str, plan: list[tuple[Meta, list[gitutil.Change]]], ref: str
 ) -> list[str] | None:
     """Commit each (meta, changes) on the one before, the first on `head`, in one
     fast-import; None when it refuses (the per-commit replay then makes them)."""
@@ -356,8 +327,8 @@ def _fast_import(
             stream += b"from %s\n" % head.encode()
         # deletions first: a file that gives way to a directory of the same name goes
         # before the directory's files arrive
-        for c in sorted(changes, key=lambda c: c.mode != DELETED):
-            if c.mode == DELETED:
+        for c in sorted(changes, key=lambda c: c.mode != gitutil.DELETED):
+            if c.mode == gitutil.DELETED:
                 stream += b"D " + _quote(c.path) + b"\n"
             else:
                 stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + _quote(c.path) + b"\n"
@@ -444,7 +415,7 @@ class Replay:
             if len(parents) != 1:
                 yield Step(i, "worktree")
                 return
-            head_tree = head_tree or tree_of(self.repo, head)
+            head_tree = head_tree or gitutil.tree_of(self.repo, head)
             found = merge(self.repo, head_tree, parents[0], commit, self.writer)
             if found.tree is None:
                 yield Step(i, "worktree", error=found.error)

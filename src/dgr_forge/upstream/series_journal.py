@@ -1,16 +1,6 @@
-"""patches/ and the manifest written together through one crash-safe journal: a directory
-next to the patches directory, named for its owner (`.<name>.journal-<pid>-<random>`):
-
-    series/         the complete new patches directory (unchanged files hard-linked)
-    manifest.toml   the new manifest bytes (absent when the manifest does not change)
-    old/            the old patches directory, once it has been swapped out
-    journal.json    written last, when all of the above is staged: the journal is complete
-
-The swap is: `patches/<name>` -> `old/`, `series/` -> `patches/<name>`, `manifest.toml`
--> the manifest, then the journal is removed. A failure in this process rolls back; after
-a kill, `recover` (under the root lock) rolls a complete journal forward and removes an
-incomplete one; the old series is never deleted before the manifest is replaced, and a
-patches directory edited by hand after the kill is kept (the journal goes instead).
+"""patches/ and the manifest written together through one crash-safe journal: rolled back on
+a failure, after a kill rolled forward or removed by `recover`; the old series is never
+deleted before the manifest is replaced (docs/architecture.md, 'The series journal').
 """
 
 from __future__ import annotations

@@ -15,26 +15,10 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.structs import d
 from dgr_forge.core.urls import mask
-from dgr_forge.upstream import series_base
+from dgr_forge.upstream import series as series_mod
+from dgr_forge.upstream import series_base, workspace
 from dgr_forge.upstream.manifest import UpstreamManifest
-from dgr_forge.upstream.series import (
-    CheckResult,
-    Footprint,
-    cache_trees,
-    cached_trees,
-    check_series,
-    parse_series,
-    read_patch,
-)
-from dgr_forge.upstream.workspace import (
-    FETCH_JOURNAL,
-    REPLAY_STATE,
-    LocalChange,
-    Workspace,
-    connected,
-    forge_written,
-    pin_tree,
-)
+from dgr_forge.upstream.workspace import Workspace, pin_tree
 
 if TYPE_CHECKING:
     from dgr_forge.upstream.rebase.state import RebaseState
@@ -63,7 +47,7 @@ class UpstreamStatus(Struct):
     interrupted: Annotated[
         bool, d("a fetch, checkout or patch was cut short; the next run ends it")
     ] = False
-    local_changes: Annotated[list[LocalChange], d("uncommitted changes")] = []
+    local_changes: Annotated[list[workspace.LocalChange], d("uncommitted changes")] = []
     ignored: Annotated[
         list[str],
         d(
@@ -94,12 +78,12 @@ def workspace_status(
     st.head, st.local_changes, st.shallow = ws.head, ws.changes, ws.shallow
     # what `build` refuses beyond git's changes (the presets it lets through left out), from
     # the walk that measured the workspace
-    st.ignored = [rel for rel in ws.ignored if not forge_written(ws.src, rel)]
+    st.ignored = [rel for rel in ws.ignored if not workspace.forge_written(ws.src, rel)]
     st.interrupted = bool(ws.journals)
     st.pin_tree = pin_tree(ws, m.commit)
-    if st.pin_tree is not None and FETCH_JOURNAL in ws.journals:
+    if st.pin_tree is not None and workspace.FETCH_JOURNAL in ws.journals:
         # a killed transfer can leave the commit without its trees: check them all
-        st.pin_tree = st.pin_tree if connected(ws.src, m.commit) else None
+        st.pin_tree = st.pin_tree if workspace.connected(ws.src, m.commit) else None
     st.pin_present = st.pin_tree is not None
     if st.pin_tree is not None and m.tree is not None:
         st.tree_verified = st.pin_tree == m.tree
@@ -163,7 +147,7 @@ class SeriesStatus(Struct, frozen=True):
     operation_in_progress: Annotated[str | None, d("a git operation in the workspace")]
     replay: Replay | None = None
     moved_since_patched: series_base.Drift | None = None
-    footprint: Annotated[Footprint | None, d("null: a patch file cannot be read")] = None
+    footprint: Annotated[series_mod.Footprint | None, d("null: a patch file cannot be read")] = None
 
 
 def series_status(
@@ -172,7 +156,7 @@ def series_status(
     """Per-patch state; the series is tried on a scratch index only when it is not all
     applied (pending or conflicting?). Mid-rebase, as the rebase's own state says."""
     replay = None
-    if ws.exists and (ws.src / ".git" / REPLAY_STATE).exists():
+    if ws.exists and (ws.src / ".git" / workspace.REPLAY_STATE).exists():
         from dgr_forge.upstream.local_replay import replay_rows
 
         if (rows := replay_rows(ws.src)) is not None:
@@ -192,9 +176,9 @@ def series_status(
         return SeriesStatus(steps, False, LocalEdits(ws.dirty, []), ws.operation, replay)
     base = series_base.load(ws.src) if ws.exists else None
     moved = series_base.drift(base, m) if base is not None else None
-    datas = [read_patch(m, e) for e in m.series]
+    datas = [series_mod.read_patch(m, e) for e in m.series]
     changed = [sha256_bytes(d) != e.sha256 for e, d in zip(m.series, datas, strict=True)]
-    checks: list[CheckResult] = []
+    checks: list[series_mod.CheckResult] = []
     problem = ""
 
     def prefix(trees: Sequence[str | None]) -> int:  # how many of the series ws holds
@@ -205,15 +189,15 @@ def series_status(
                 return i
         return min(len(ws.series), len(m.series))
 
-    cached = cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
+    cached = series_mod.cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
     applied_prefix = prefix(cached)
     if have_pin and applied_prefix < len(m.series):
         try:
-            parsed = parse_series(m, datas)
-            checks = check_series(
+            parsed = series_mod.parse_series(m, datas)
+            checks = series_mod.check_series(
                 ws.src, m, datas, parsed, compare_trees=False, tmp_root=forge.tmp_dir
             )
-            cache_trees(ws.src, m.commit, datas, [c.tree for c in checks])
+            series_mod.cache_trees(ws.src, m.commit, datas, [c.tree for c in checks])
             applied_prefix = prefix([c.tree for c in checks])
         except BadInput as err:
             problem = err.message

@@ -1,12 +1,9 @@
 """The worker's surface of upstream: the declarations of its public headers, and how the
 surface a build recorded moves between two pins.
 
-A small tokenizer, not a C parser: pycparser needs a real preprocessor run, and
-llama.cpp's headers hold C++ (`llama-cpp.h`, the `extern "C"` guards). It drops comments,
-preprocessor lines and literals' contents, defines the API macros away (any `<WORD>_API`,
-any all-caps macro call, `__attribute__((...))`, `[[...]]`, ...), unwraps the deprecation
-wrappers, follows namespace, class and `extern "C"` scopes, and keeps each function or
-variable declaration: its qualified name and its text (overloads together, sorted).
+A small tokenizer, not a C parser: pycparser needs a real preprocessor run, and llama.cpp's
+headers hold C++ (`llama-cpp.h`, the `extern "C"` guards) (docs/build-and-reports.md,
+'The worker boundary').
 """
 
 from __future__ import annotations

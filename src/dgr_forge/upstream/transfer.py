@@ -1,10 +1,7 @@
 """Getting the pinned commit's objects from the upstream or a mirror (`fetch`'s transfer).
 
-The URL is validated data (`core.urls.check_url`) before git sees it, it follows `--` on
-git's command line, and git runs with a protocol policy (`gitutil.protocol_policy`): no
-command-running transports, the local one only for a local URL. Anything shown to a
-person (progress, errors, `--json`) passes `core.urls.mask`/`mask_text`; git's and the
-server's words `core.urls.shown` too (controls escaped: a NUL never reaches a person).
+The URL is validated data before git sees it and follows `--`; git runs with a protocol
+policy; what a person is shown is masked (docs/architecture.md, 'Fetch').
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV,
-default the upstream's default branch head) onto which the whole series replays cleanly:
-the first-parent candidates after the pin come in one fetch (`gitops.ensure_history`),
-dry-run replays bisect them, and the answer is verified by a real replay (with
-`--dry-run` the canary's, else `rebase --onto <answer>` itself). Exit 3 when a patch
-stopped it short, the first breaking commit named as `rebase` names a conflict.
+"""`dgr-forge bump`: the roller. Move the pin to the newest upstream commit (up to REV) onto
+which the whole series replays cleanly; exit 3 when a patch stopped it short.
 
-`TreeReplay` probes a candidate by the replay engine in a scratch repository (the
-workspace's objects through alternates); `search` bisects, verified by a real replay,
-narrowed again when one contradicts "once broken, stays broken".
+`TreeReplay` probes a candidate by the replay engine in a scratch repository; `search`
+bisects, verified by a real replay (docs/bump.md, 'What it does').
 """
 
 from __future__ import annotations
@@ -30,27 +25,12 @@ from dgr_forge.core.structs import COMMIT, Form, Nested, d
 from dgr_forge.core.urls import check_url, mask
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.rebase.commands import (
-    abort,
-    check_report_path,
-    patch_commits,
-    reject_in_progress,
-    scratch_forge,
-    start,
-)
+from dgr_forge.upstream.rebase import commands
+from dgr_forge.upstream.rebase import state as rs
+from dgr_forge.upstream.rebase.commands import start
 from dgr_forge.upstream.rebase.finish import stage
 from dgr_forge.upstream.rebase.gitops import check_rev, ensure_history, resolve_rev
 from dgr_forge.upstream.rebase.replay import explain
-from dgr_forge.upstream.rebase.state import (
-    Onto,
-    PatchStep,
-    RebaseRow,
-    UpstreamCommit,
-    load_rebase_state,
-    render_markdown,
-    rows_of,
-    unique,
-)
 from dgr_forge.upstream.replay import Replay, subject_of
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, SurfaceReport, across
@@ -87,11 +67,11 @@ class Break:
     commit: str
     patch: str
     files: list[str]
-    upstream_commits: list[UpstreamCommit]
+    upstream_commits: list[rs.UpstreamCommit]
 
     @staticmethod
-    def of(commit: str, step: PatchStep) -> Break:
-        return Break(commit, step.file, list(step.files), unique(step.upstream_commits))
+    def of(commit: str, step: rs.PatchStep) -> Break:
+        return Break(commit, step.file, list(step.files), rs.unique(step.upstream_commits))
 
 
 class TreeReplay:
@@ -128,7 +108,7 @@ class TreeReplay:
             return b  # a real replay's break: named already
         merged, head = self._merged[b.commit]
         found = explain(self.repo, self.pin, b.commit, head, b.files, merged)
-        return replace(b, upstream_commits=unique(c for f in b.files for c in found.upstream[f]))
+        return replace(b, upstream_commits=rs.unique(c for f in b.files for c in found.upstream[f]))
 
 
 @dataclass
@@ -200,7 +180,7 @@ class FirstBreaking(Nested, kw_only=True):
     patch: Annotated[str, d("the patch it breaks")]
     files: Annotated[list[str], d("the conflicted files")]
     upstream_commits: Annotated[
-        list[UpstreamCommit], d("the upstream commits that touched their conflicted lines")
+        list[rs.UpstreamCommit], d("the upstream commits that touched their conflicted lines")
     ]
     subject: Annotated[str | None, d("its subject")]
 
@@ -209,7 +189,7 @@ class Dropped(Nested, kw_only=True):
     """a patch upstreamed on the way"""
 
     file: Annotated[str, d("the patch file")]
-    upstream_commits: Annotated[list[UpstreamCommit], d("the upstream commits that took it")]
+    upstream_commits: Annotated[list[rs.UpstreamCommit], d("the upstream commits that took it")]
 
 
 class Bump(Form, kw_only=True):
@@ -236,7 +216,7 @@ class Bump(Form, kw_only=True):
     moved: Annotated[bool, d("the pin moved (false with `--dry-run`)")]
     dry_run: Annotated[bool, d("`--dry-run`")]
     dropped: Annotated[list[Dropped], d("upstreamed on the way")]
-    patches: Annotated[list[RebaseRow], d("the verifying replay's rows")]
+    patches: Annotated[list[rs.RebaseRow], d("the verifying replay's rows")]
     rebase_report: Annotated[str | None, d("the rebase report written")]
     rebase_report_markdown: Annotated[str | None, d("its Markdown")]
     surface: SurfaceReport | UnsetType = UNSET  # the worker surface, pin -> newest clean
@@ -254,7 +234,7 @@ class Bump(Form, kw_only=True):
 class Verified(NamedTuple):
     """What the verifying replay gave: its rows, reports and Markdown table."""
 
-    patches: list[RebaseRow]
+    patches: list[rs.RebaseRow]
     table: str
     report: str | None = None
     report_markdown: str | None = None
@@ -271,9 +251,9 @@ def bump(
     mirror: str | None = None,
     surface: Recorded | None = None,  # asked by the command: the worker surface's moves
 ) -> Bump:
-    target_md = check_report_path(report, forge) if report is not None else None
+    target_md = commands.check_report_path(report, forge) if report is not None else None
     rev = check_rev(to, "--to") if to is not None else "HEAD"
-    reject_in_progress(forge)
+    commands.reject_in_progress(forge)
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
     url = mirror or m.url
     own_src = forge.src_dir(m.name)
@@ -283,10 +263,10 @@ def bump(
         return _noop(m, rev, dry_run, target_md, out_)
     with scratch_dir(forge.tmp_dir, "dgr-bump-") as tmp:
         # a scratch forge loads the copy it made (the caller loaded this forge's, under the lock)
-        work, wm = scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
+        work, wm = commands.scratch_forge(forge, m, tmp, out_) if dry_run else (forge, m)
         patched = ensure_patched(work, wm, out_, mirror=mirror)
         src = patched.src_dir
-        commits = patch_commits(src, m, patched.head_commit)
+        commits = commands.patch_commits(src, m, patched.head_commit)
         series = [(e.file, c) for e, (c, _) in zip(m.series, commits, strict=True)]
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
@@ -373,20 +353,20 @@ def _canary(
     (the search ends there, the scratch forge is removed whole)."""
     done = False
     try:
-        start(work, Reporter(quiet=True), wm, Onto(rev=commit, mirror=mirror), canary=True)
-        if (state := load_rebase_state(work)) is None:
+        start(work, Reporter(quiet=True), wm, rs.Onto(rev=commit, mirror=mirror), canary=True)
+        if (state := rs.load_rebase_state(work)) is None:
             raise OperationFailed(f"the replay onto {commit[:12]} left no rebase state")
         if (bad := next((s for s in state.patches if s.outcome == "conflict"), None)) is not None:
             return Break.of(commit, bad), None
         if not rows:
             return None, None
         stage(work, state, wm)
-        table = render_markdown(state, None, rows_of(state), "Replay (dry run)")
+        table = rs.render_markdown(state, None, rs.rows_of(state), "Replay (dry run)")
         done = True
-        return None, Verified(rows_of(state), table)
+        return None, Verified(rs.rows_of(state), table)
     finally:
-        if not done and load_rebase_state(work) is not None:  # ready for the next replay
-            abort(work, Reporter(quiet=True))
+        if not done and rs.load_rebase_state(work) is not None:  # ready for the next replay
+            commands.abort(work, Reporter(quiet=True))
 
 
 def _verify(
@@ -402,12 +382,12 @@ def _verify(
     if dry_run:
         return _canary(work, wm, commit, mirror, rows=True)
     try:
-        result = start(work, out_, wm, Onto(rev=commit, mirror=mirror))
+        result = start(work, out_, wm, rs.Onto(rev=commit, mirror=mirror))
     except NeedsHuman:
-        state = load_rebase_state(work)
+        state = rs.load_rebase_state(work)
         if state is None or state.phase != "conflict":
             raise
-        abort(work, out_)
+        commands.abort(work, out_)
         return Break.of(commit, state.patches[state.next]), None
     md = Path(result.report_markdown) if result.report_markdown else None
     table = md.read_text(encoding="utf-8") if md and md.is_file() else ""

@@ -20,44 +20,9 @@ from dgr_forge.upstream import manifest, series_base
 from dgr_forge.upstream.export import slug
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.patches import ensure_patched
-from dgr_forge.upstream.rebase.finish import (
-    count_build_number,
-    end,
-    finish,
-    inputs_digest,
-    noop_result,
-    stage,
-    write_side,
-)
-from dgr_forge.upstream.rebase.gitops import (
-    check_rev,
-    clear_leftovers,
-    pin_commit,
-    refuse_stale,
-    resolve_rev,
-    stale_git_state,
-)
+from dgr_forge.upstream.rebase import finish, gitops
+from dgr_forge.upstream.rebase import state as rs
 from dgr_forge.upstream.rebase.replay import Known, replay, take_resolution
-from dgr_forge.upstream.rebase.state import (
-    REF_NEW,
-    REF_OLD,
-    REPORT_KIND,
-    Onto,
-    PatchStep,
-    PinSide,
-    Rebase,
-    RebaseAbort,
-    RebaseDryRun,
-    RebaseRow,
-    RebaseState,
-    counts_of,
-    load_rebase_state,
-    render_markdown,
-    report_of,
-    rows_of,
-    save_state,
-    summary,
-)
 from dgr_forge.upstream.series import copy_inputs
 from dgr_forge.upstream.series_journal import borrow_objects, scratch_dir
 from dgr_forge.upstream.surface import Recorded, across
@@ -65,7 +30,7 @@ from dgr_forge.upstream.surface import Recorded, across
 
 def reject_in_progress(forge: Forge) -> None:
     """A rebase in progress refused (exit 3): commands that would move the workspace."""
-    if (state := load_rebase_state(forge)) is not None:
+    if (state := rs.load_rebase_state(forge)) is not None:
         at = state.patches[state.next].file if state.next < len(state.patches) else "the end"
         raise NeedsHuman(
             f"a rebase from {state.old_commit[:12]} onto {state.new_commit[:12]} is in "
@@ -91,8 +56,8 @@ def patch_commits(src: Path, m: UpstreamManifest, head: str) -> list[tuple[str, 
 
 
 def onto(
-    forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
-) -> Rebase | RebaseDryRun:
+    forge: Forge, out_: Reporter, m: UpstreamManifest, req: rs.Onto, surface: Recorded | None
+) -> rs.Rebase | rs.RebaseDryRun:
     """`rebase --onto REV` (`--dry-run`: the canary); `surface`: the worker's recorded one
     (the result carries its moves). The caller holds the workspace lock."""
     if req.url is not None:
@@ -106,19 +71,19 @@ def start(
     forge: Forge,
     out_: Reporter,
     m: UpstreamManifest,
-    req: Onto,
+    req: rs.Onto,
     *,
     canary: bool = False,
     surface: Recorded | None = None,
-) -> Rebase:
+) -> rs.Rebase:
     """The replay onto `req.rev`. With `canary` (a --dry-run's scratch forge, bump's
     probes) a conflict is recorded and the replay goes on without that patch."""
     new_url = check_url(req.url, "--url") if req.url is not None else m.url
     mirror, offline = req.mirror, req.offline
-    onto = check_rev(req.rev)
+    onto = gitops.check_rev(req.rev)
     reject_in_progress(forge)
     src = forge.src_dir(m.name)
-    refuse_stale(src, out_)
+    gitops.refuse_stale(src, out_)
     # the manifest's URL is data as much as --url is (`--` comes before it as well)
     check_url(m.url, f"{forge.rel(m.path)}: [upstream] url")
     fetch_url = mirror or new_url
@@ -127,12 +92,12 @@ def start(
             f"--onto {onto}: --offline cannot resolve a ref name",
             hint="pass the commit id (it must already be in the workspace)",
         )
-    sha = None if offline else resolve_rev(fetch_url, onto, src if src.is_dir() else None)
+    sha = None if offline else gitops.resolve_rev(fetch_url, onto, src if src.is_dir() else None)
     if offline and HEX40.match(onto.lower()):
         sha = onto.lower()
     if sha == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {sha}: nothing to rebase")
-        return noop_result(m, src, surface, out_)
+        return finish.noop_result(m, src, surface, out_)
     if offline and not (src.is_dir() and gitutil.rev_parse(src, sha or onto)):
         raise BadInput(
             f"--offline: {onto} is not in the workspace",
@@ -143,20 +108,20 @@ def start(
     src = patched.src_dir
     old_head = patched.head_commit
     # the range after the old pin comes with the new one (what explains a conflict)
-    commit, new_tree = pin_commit(src, fetch_url, onto, sha, out_, since=m.commit)
+    commit, new_tree = gitops.pin_commit(src, fetch_url, onto, sha, out_, since=m.commit)
     if commit != onto.lower():
         out_.info(f"--onto {onto} resolves to {commit}: that is what will be pinned")
     if commit == m.commit and new_url == m.url:
         out_.answer(f"already pinned at {commit}: nothing to rebase")
-        return noop_result(m, src, surface, out_)
+        return finish.noop_result(m, src, surface, out_)
     steps = [
-        PatchStep(file=e.file, subject=subject, old_commit=c)
+        rs.PatchStep(file=e.file, subject=subject, old_commit=c)
         for e, (c, subject) in zip(m.series, patch_commits(src, m, old_head), strict=True)
     ]
     # keep the fetched commit and the old series from any gc (one transaction)
-    refs = f"update {REF_NEW} {commit}\nupdate {REF_OLD} {old_head}\n"
+    refs = f"update {rs.REF_NEW} {commit}\nupdate {rs.REF_OLD} {old_head}\n"
     git(src, "update-ref", "--stdin", input=refs)
-    state = RebaseState(
+    state = rs.RebaseState(
         upstream=m.name,
         src_dir=str(src),
         old_url=m.url,
@@ -167,27 +132,28 @@ def start(
         new_commit=commit,
         new_tree=new_tree,
         onto=onto,
-        inputs_sha256=inputs_digest(m),
+        inputs_sha256=finish.inputs_digest(m),
         fetch_url=fetch_url,
         patches=steps,
         head=commit,
         canary=canary,
     )
-    save_state(forge, state)
+    rs.save_state(forge, state)
     out_.step(f"rebasing {len(steps)} patch(es) from {m.commit[:12]} onto {commit[:12]}")
     # the new pin's build number is counted beside the replay (a commit-only fetch where
     # the workspace cannot), kept for the finish, also one after a `--continue`
     with ThreadPoolExecutor(1) as pool:
         if not canary:
-            pool.submit(count_build_number, forge, state, m)
+            pool.submit(finish.count_build_number, forge, state, m)
         replay(forge, state, out_)
-    # a canary's caller reads the state; nothing is written
-    return noop_result(m, src, None, out_) if canary else finish(forge, state, out_, m, surface)
+    if canary:  # its caller reads the state; nothing is written
+        return finish.noop_result(m, src, None, out_)
+    return finish.finish(forge, state, out_, m, surface)
 
 
 def resume(
     forge: Forge, out_: Reporter, m: UpstreamManifest | None, surface: Recorded | None = None
-) -> Rebase:
+) -> rs.Rebase:
     """`--continue`: after a resolved conflict, or a crash at any step (`m`: None when the
     manifest does not load: it changed since); the caller holds the workspace lock."""
     state = require_state(forge)
@@ -202,10 +168,10 @@ def resume(
     if state.phase == "write":
         out_.info("finishing the interrupted write of the manifest and patches/")
         # a kill in the final checkout leaves git's index.lock: ours, under our lock
-        clear_leftovers(src, out_, index_lock=True)
-        return finish(forge, state, out_, None, surface)
+        gitops.clear_leftovers(src, out_, index_lock=True)
+        return finish.finish(forge, state, out_, None, surface)
     # `m` (None: it did not load) must be what the rebase started from
-    if m is None or inputs_digest(m) != state.inputs_sha256:
+    if m is None or finish.inputs_digest(m) != state.inputs_sha256:
         raise NeedsHuman(
             f"{forge.rel(forge.upstream_manifest)} or the patch files changed since the "
             "rebase started; the rebase would overwrite those edits",
@@ -217,28 +183,28 @@ def resume(
         with Known(src, state) as known:
             take_resolution(forge, state, out_, known)
             replay(forge, state, out_, known)
-        return finish(forge, state, out_, m, surface)
+        return finish.finish(forge, state, out_, m, surface)
     # interrupted between automatic steps: redo the step from its recorded head
-    if stale := stale_git_state(src):
+    if stale := gitops.stale_git_state(src):
         out_.warn("interrupted rebase step left: " + "; ".join(stale))
-    clear_leftovers(src, out_, index_lock=True)
+    gitops.clear_leftovers(src, out_, index_lock=True)
     # (detached: HEAD may still be on the branch the rebase started from)
     git(src, "checkout", "-q", "-f", "--detach", state.head)
     replay(forge, state, out_)
-    return finish(forge, state, out_, m, surface)
+    return finish.finish(forge, state, out_, m, surface)
 
 
-def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
+def abort(forge: Forge, out_: Reporter) -> rs.RebaseAbort:
     """`--abort`: the workspace back at old pin + series; manifest and patches/ as before."""
     state = require_state(forge)
     src = Path(state.src_dir)
     if state.phase == "write":
         out_.info("restoring the manifest and patches/ from the rebase journal")
-        write_side(forge, "old", out_)
-    if stale := stale_git_state(src):
+        finish.write_side(forge, "old", out_)
+    if stale := gitops.stale_git_state(src):
         out_.warn("cleaning up: " + "; ".join(stale))
     fault.point("rebase.abort")
-    clear_leftovers(src, out_, index_lock=True)
+    gitops.clear_leftovers(src, out_, index_lock=True)
     by = "dgr-forge rebase --abort"  # its reset --hard loses nothing
     if (saved := series_base.save_changes(forge, "rebase-abort", src, "HEAD", by)) is not None:
         out_.warn(
@@ -247,12 +213,12 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
         )
     git(src, "reset", "-q", "--hard")
     git(src, "checkout", "-q", "-f", "--detach", state.old_head)
-    end(forge, src)
+    finish.end(forge, src)
     out_.answer(
         f"rebase aborted: workspace back at {state.old_commit[:12]} + "
         f"{len(state.patches)} patch(es); manifest and patches/ unchanged"
     )
-    return RebaseAbort(
+    return rs.RebaseAbort(
         status="aborted",
         old_commit=state.old_commit,
         new_commit=state.new_commit,
@@ -260,8 +226,8 @@ def abort(forge: Forge, out_: Reporter) -> RebaseAbort:
     )
 
 
-def require_state(forge: Forge) -> RebaseState:
-    if (state := load_rebase_state(forge)) is None:
+def require_state(forge: Forge) -> rs.RebaseState:
+    if (state := rs.load_rebase_state(forge)) is None:
         raise BadInput(
             f"no rebase in progress (no {forge.rebase_state})",
             hint="start one with `dgr-forge rebase --onto <commit>`",
@@ -309,26 +275,26 @@ def scratch_forge(
     return scratch, manifest.load(scratch.upstream_manifest, scratch.root)
 
 
-def _already_pinned(m: UpstreamManifest, onto: str) -> RebaseDryRun:
+def _already_pinned(m: UpstreamManifest, onto: str) -> rs.RebaseDryRun:
     """Onto the current pin: every patch unchanged."""
     none = {"subject": None, "old_commit": None, "new_commit": None}
     rows = [
-        RebaseRow(
+        rs.RebaseRow(
             file=e.file, new_file=e.file, outcome="unchanged", upstream_commits=[], files=[], **none
         )
         for e in m.series
     ]
-    pin = PinSide(url=mask(m.url), commit=m.commit, tree=m.tree)
-    return RebaseDryRun(
+    pin = rs.PinSide(url=mask(m.url), commit=m.commit, tree=m.tree)
+    return rs.RebaseDryRun(
         status="dry-run",
-        kind=REPORT_KIND,
+        kind=rs.REPORT_KIND,
         version=1,
         upstream=m.name,
         onto=onto,
         old=pin,
         new=pin,
         result_tree=m.result_tree,
-        counts=counts_of(rows),
+        counts=rs.counts_of(rows),
         patches=rows,
         old_commit=m.commit,
         new_commit=m.commit,
@@ -338,8 +304,8 @@ def _already_pinned(m: UpstreamManifest, onto: str) -> RebaseDryRun:
 
 
 def dry_run(
-    forge: Forge, out_: Reporter, m: UpstreamManifest, req: Onto, surface: Recorded | None
-) -> RebaseDryRun:
+    forge: Forge, out_: Reporter, m: UpstreamManifest, req: rs.Onto, surface: Recorded | None
+) -> rs.RebaseDryRun:
     """`--onto REV --dry-run`, the upstream canary: the same replay in a scratch forge
     (`scratch_forge`), a conflicting patch recorded and left out; exit 3 on one."""
     target = check_report_path(req.report, forge) if req.report is not None else None
@@ -348,18 +314,18 @@ def dry_run(
         scratch, sm = scratch_forge(forge, m, tmp, out_)
         out_.step(f"dry run: replaying {len(m.series)} patch(es) in a scratch workspace")
         start(scratch, out_, sm, req, canary=True)
-        if (state := load_rebase_state(scratch)) is None:  # already pinned there: nothing to replay
+        if (state := rs.load_rebase_state(scratch)) is None:  # already pinned: nothing to replay
             return _already_pinned(m, req.rev)
-        stage(scratch, state, sm)
+        finish.stage(scratch, state, sm)
         # every patch not dropped keeps its place, named as `export` names it: the canary's
         # export goes on without a conflicting patch, which the real rebase keeps
         for n, step in enumerate([s for s in state.patches if s.outcome != "dropped"], start=1):
             step.new_file = f"{n:04d}-{slug(step.subject)}.patch"
-        rows = rows_of(state)
+        rows = rs.rows_of(state)
         moved = None
         if surface is not None:
             moved = across(scratch.src_dir(m.name), state.old_commit, state.new_commit, surface)
-        text = render_markdown(state, None, rows, "Upstream canary (dry run)", moved)
+        text = rs.render_markdown(state, None, rows, "Upstream canary (dry run)", moved)
     out_.table(
         f"dry run {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "would be", "outcome"],
@@ -376,12 +342,12 @@ def dry_run(
             out_.answer(f"{r.file}: upstreamed by {taken}")
     for line in moved.lines() if moved is not None else []:
         out_.answer(line)
-    out_.answer(summary(counts_of(rows)) + "; nothing was changed (dry run)")
+    out_.answer(rs.summary(rs.counts_of(rows)) + "; nothing was changed (dry run)")
     if target is not None:
         atomic_write_bytes(target, text.encode("utf-8"))
         out_.answer(f"report: {target}")
-    return report_of(
-        RebaseDryRun,
+    return rs.report_of(
+        rs.RebaseDryRun,
         state,
         None,
         rows,

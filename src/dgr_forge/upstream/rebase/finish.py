@@ -12,34 +12,18 @@ from pathlib import Path
 
 from msgspec import UNSET
 
-from dgr_forge.core import fault, gitutil
+from dgr_forge.core import fault, fsutil, gitutil
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import (
-    atomic_write_bytes,
-    atomic_write_many,
-    read_tree_file,
-    sha256_bytes,
-)
+from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import export, manifest, series_base, series_journal
 from dgr_forge.upstream.manifest import UpstreamManifest
+from dgr_forge.upstream.rebase import state as rs
 from dgr_forge.upstream.rebase.gitops import patch_ids
-from dgr_forge.upstream.rebase.state import (
-    REF_PREFIX,
-    PatchStep,
-    Rebase,
-    RebaseRow,
-    RebaseState,
-    counts_of,
-    journal_dir,
-    rows_of,
-    save_state,
-    summary,
-    write_report,
-)
+from dgr_forge.upstream.rebase.state import Rebase, RebaseState
 from dgr_forge.upstream.surface import Recorded, across
 
 
@@ -49,8 +33,8 @@ def inputs_digest(m: UpstreamManifest) -> str:
     parts = [manifest.read_raw(m.path)]
     if m.patches_dir.is_dir():
         for p in sorted(m.patches_dir.glob("*.patch")):
-            parts += [p.name.encode(), sha256_bytes(_patch_bytes(m, p.name)).encode()]
-    return sha256_bytes(b"\0".join(parts))
+            parts += [p.name.encode(), fsutil.sha256_bytes(_patch_bytes(m, p.name)).encode()]
+    return fsutil.sha256_bytes(b"\0".join(parts))
 
 
 def _patch_bytes(m: UpstreamManifest, name: str) -> bytes:
@@ -59,16 +43,16 @@ def _patch_bytes(m: UpstreamManifest, name: str) -> bytes:
 
 def end(forge: Forge, src: Path) -> None:
     """The rebase's refs (REF_PREFIX, in one transaction), journal and state removed."""
-    if refs := out(src, "for-each-ref", "--format=%(refname)", REF_PREFIX):
+    if refs := out(src, "for-each-ref", "--format=%(refname)", rs.REF_PREFIX):
         lines = "".join(f"delete {r}\n" for r in refs.split())
         git(src, "update-ref", "--stdin", input=lines, check=False)
-    shutil.rmtree(journal_dir(forge), ignore_errors=True)
+    shutil.rmtree(rs.journal_dir(forge), ignore_errors=True)
     forge.rebase_state.unlink()
 
 
 def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: Reporter) -> Rebase:
     """Already pinned there: every patch unchanged."""
-    rows = [RebaseRow(file=e.file, new_file=e.file, outcome="unchanged") for e in m.series]
+    rows = [rs.RebaseRow(file=e.file, new_file=e.file, outcome="unchanged") for e in m.series]
     moved = None if surface is None else across(src, m.commit, m.commit, surface)
     for line in moved.lines() if moved is not None else []:
         out_.answer(line)
@@ -79,7 +63,7 @@ def noop_result(m: UpstreamManifest, src: Path, surface: Recorded | None, out_: 
         new_tree=m.tree or "",
         result_tree=m.result_tree,
         patches=rows,
-        counts=counts_of(rows),
+        counts=rs.counts_of(rows),
         report=None,
         report_markdown=None,
         surface=UNSET if moved is None else moved,
@@ -106,7 +90,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
         made = [p.commit for p in rendered] == [s.new_commit for s in kept]
         new_manifest = ""
         if made:  # each kept patch's new file and outcome; the new manifest's text
-            changed: list[tuple[PatchStep, str]] = []
+            changed: list[tuple[rs.PatchStep, str]] = []
             for step, p in zip(kept, rendered, strict=True):
                 step.new_file = p.file
                 if step.outcome == "resolved":
@@ -140,7 +124,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
             f"made {len(kept)}",
             hint="`dgr-forge rebase --abort` restores the workspace; then retry",
         )
-    jdir = journal_dir(forge)
+    jdir = rs.journal_dir(forge)
     old, new = jdir / "old" / "patches", jdir / "new" / "patches"
     shutil.rmtree(jdir, ignore_errors=True)
     old.mkdir(parents=True)
@@ -156,7 +140,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
             _link(m.patches_dir / was, new / p.file)
     written = [(old / n, d) for n, d in olds.items() if n not in linked]
     written += [(new / p.file, p.data) for p in rendered if not (new / p.file).exists()]
-    atomic_write_many(
+    fsutil.atomic_write_many(
         [
             (jdir / "old" / "manifest.toml", manifest.read_raw(m.path)),
             *written,
@@ -181,7 +165,7 @@ def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManife
         return m.build_number
     if state.canary:  # a dry run's scratch forge writes no manifest anyone keeps
         return None
-    cache = journal_dir(forge) / _NUMBER
+    cache = rs.journal_dir(forge) / _NUMBER
     held = read_tree_file(cache.parent, cache.name, hint=_NUMBER_HINT, limit=128, missing_ok=True)
     commit, _, number = (held or b"").decode("ascii", "replace").strip().partition(" ")
     if commit == state.new_commit and number.isdigit():
@@ -200,14 +184,14 @@ def count_build_number(forge: Forge, state: RebaseState, m: UpstreamManifest) ->
     journal: a `--continue` does not count it again."""
     number = _build_number(forge, Path(state.src_dir), state, m)
     if number is not None and number != m.build_number:
-        cache = journal_dir(forge) / _NUMBER
+        cache = rs.journal_dir(forge) / _NUMBER
         cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(cache, f"{state.new_commit} {number}\n".encode(), durable=False)
+        fsutil.atomic_write_bytes(cache, f"{state.new_commit} {number}\n".encode(), durable=False)
 
 
 def staged_patches_dir(forge: Forge) -> Path:
     # read from the staged old manifest: the live one may be half-written
-    data = tomllib.loads((journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
+    data = tomllib.loads((rs.journal_dir(forge) / "old" / "manifest.toml").read_text("utf-8"))
     rel = data.get("patches", {}).get("dir") or f"patches/{data['upstream']['name']}"
     return forge.root / rel
 
@@ -215,7 +199,7 @@ def staged_patches_dir(forge: Forge) -> Path:
 def write_side(forge: Forge, side: str, out_: Reporter) -> None:
     """Make patches/ and the manifest equal to the journal's `side` (old or new) through
     the series journal, under the root lock; idempotent (a killed write rolled forward)."""
-    jdir = journal_dir(forge) / side
+    jdir = rs.journal_dir(forge) / side
     wanted = {p.name: p.read_bytes() for p in sorted((jdir / "patches").glob("*.patch"))}
     data = (jdir / "manifest.toml").read_bytes()
     with root_lock(forge.root, out_):
@@ -248,7 +232,7 @@ def finish(
         # crash is finished (or undone) from the staged copies
         stage(forge, state, m)
         state.phase = "write"
-        save_state(forge, state)
+        rs.save_state(forge, state)
     pdir = staged_patches_dir(forge)  # the series' directory, which a rebase never moves
     write_side(forge, "new", out_)
     fault.point("rebase.checkout")
@@ -262,16 +246,16 @@ def finish(
     series_base.record(src, series_base.SeriesBase.of(pinned, own))
     result_tree = pinned.result_tree or gitutil.tree_of(src, state.head)
     moved = None if surface is None else across(src, state.old_commit, state.new_commit, surface)
-    report_json, report_md = write_report(forge, state, result_tree, moved)
+    report_json, report_md = rs.write_report(forge, state, result_tree, moved)
     end(forge, src)
-    rows = rows_of(state)
+    rows = rs.rows_of(state)
     out_.table(
         f"rebase {state.old_commit[:12]} -> {state.new_commit[:12]}",
         ["patch", "now", "outcome"],
         [(r.file, r.new_file or "-", r.outcome) for r in rows],
         empty="no patches replayed",
     )
-    out_.answer(summary(counts_of(rows)))
+    out_.answer(rs.summary(rs.counts_of(rows)))
     out_.answer(f"report: {report_md}")
     out_.answer(
         f"manifest re-pinned to {state.new_commit}; commit "
@@ -286,7 +270,7 @@ def finish(
         new_tree=state.new_tree,
         result_tree=result_tree,
         patches=rows,
-        counts=counts_of(rows),
+        counts=rs.counts_of(rows),
         report=str(report_json),
         report_markdown=str(report_md),
         surface=UNSET if moved is None else moved,

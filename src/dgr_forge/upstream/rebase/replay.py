@@ -19,16 +19,9 @@ from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.gitutil import git, out
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream.fetch import PARALLEL_CHECKOUT
+from dgr_forge.upstream.rebase import state as rs
 from dgr_forge.upstream.rebase.gitops import clear_leftovers, ensure_history
-from dgr_forge.upstream.rebase.state import (
-    REF_BATCH,
-    Conflict,
-    PatchStep,
-    RebaseState,
-    UpstreamCommit,
-    save_state,
-    unique,
-)
+from dgr_forge.upstream.rebase.state import UpstreamCommit
 from dgr_forge.upstream.replay import Replay, Step, commit_tree, subject_of
 from dgr_forge.upstream.workspace import git_dir
 
@@ -102,10 +95,10 @@ def upstream_commits_for(
 
 def explain(
     src: Path, old: str, new: str, head: str, files: list[str], merged: str | None = None
-) -> Conflict:
+) -> rs.Conflict:
     """The conflict in `files`, each named with its upstream commits (`upstream_commits_for`;
     the markers from the `merged` tree when given, else the work tree's files)."""
-    found = Conflict(files=files)
+    found = rs.Conflict(files=files)
     for path in files:
         data: bytes | None = None
         if merged is not None:
@@ -133,7 +126,7 @@ def _changed_lines(diff: str) -> dict[str, set[str]]:
     return lines
 
 
-def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[UpstreamCommit]:
+def upstreamed_by(src: Path, state: rs.RebaseState, step: rs.PatchStep) -> list[UpstreamCommit]:
     """The upstream commits (old..new pin) that took a dropped patch: those whose diff
     removes and adds every line the patch does (context and positions aside), else every
     one that touched its files. Empty when the history cannot be fetched."""
@@ -161,16 +154,16 @@ def upstreamed_by(src: Path, state: RebaseState, step: PatchStep) -> list[Upstre
 class Known(Replay):
     """The engine's replay of the patches from state.next on, plus state.head's tree if known."""
 
-    def __init__(self, src: Path, state: RebaseState, head_tree: str | None = None) -> None:
+    def __init__(self, src: Path, state: rs.RebaseState, head_tree: str | None = None) -> None:
         commits = [s.old_commit for s in state.patches[state.next :]]
-        super().__init__(src, commits, git_dir(src), batch_ref=REF_BATCH)
+        super().__init__(src, commits, git_dir(src), batch_ref=rs.REF_BATCH)
         self.first = state.next  # the patch the chain starts at
         self.head_tree = head_tree
 
 
 def record(
     src: Path,
-    state: RebaseState,
+    state: rs.RebaseState,
     resolved: bool,
     known: Known | None = None,
     tree: str | None = None,
@@ -199,7 +192,7 @@ def record(
     state.next, state.phase, state.conflict = state.next + 1, "replay", None
 
 
-def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None = None) -> None:
+def replay(forge: Forge, state: rs.RebaseState, out_: Reporter, known: Known | None = None) -> None:
     """Replay the patches from state.next on (`known`: the replay a resolution was recorded
     with). HEAD and the work tree move only where a patch needs them; finish checks out."""
     if known is None:
@@ -223,18 +216,18 @@ def replay(forge: Forge, state: RebaseState, out_: Reporter, known: Known | None
                 state.next, state.phase, state.conflict = state.next + 1, "replay", None
                 _replayed(Path(state.src_dir), state, patch, out_)
                 if not step.batched:
-                    save_state(forge, state, durable=False)
+                    rs.save_state(forge, state, durable=False)
                 unsaved = step.batched
                 known.head_tree = step.tree
             if unsaved:
-                save_state(forge, state, durable=False)
+                rs.save_state(forge, state, durable=False)
             if stopped is None:
                 return
             _in_worktree(forge, state, out_, known=stopped.kind == "conflict")
             known.head_tree = None
 
 
-def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: bool) -> None:
+def _in_worktree(forge: Forge, state: rs.RebaseState, out_: Reporter, *, known: bool) -> None:
     """Patch state.next by cherry-pick in the work tree at state.head (a conflict is
     resolved there). A conflict `known` already: its explaining range is fetched while the
     work tree moves."""
@@ -252,7 +245,7 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
         record(src, state, resolved=False)
         clear_leftovers(src, out_, index_lock=False)
         _replayed(src, state, step, out_)
-        save_state(forge, state, durable=False)
+        rs.save_state(forge, state, durable=False)
         return
     # a conflict, named, saved and raised (a --dry-run notes it); the index alone (`git
     # diff` would stat the whole work tree)
@@ -264,10 +257,10 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
             hint="`dgr-forge rebase --abort` restores the workspace",
         )
     out_.info(f"{step.file}: conflict in {', '.join(files)}")
-    c = Conflict(files=files)
+    c = rs.Conflict(files=files)
     if _history(state) if fetched is None else fetched:
         c = explain(src, state.old_commit, state.new_commit, state.head, files)
-    step.upstream_commits = unique(uc for f in files for uc in c.upstream.get(f, []))
+    step.upstream_commits = rs.unique(uc for f in files for uc in c.upstream.get(f, []))
     step.files = files
     if state.canary:
         # a --dry-run: note it and go on without this patch
@@ -275,11 +268,11 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
         git(src, "reset", "-q", "--hard", state.head)
         clear_leftovers(src, out_, index_lock=False)
         state.next += 1
-        save_state(forge, state, durable=False)
+        rs.save_state(forge, state, durable=False)
         return
     state.phase = "conflict"
     state.conflict = c
-    save_state(forge, state)
+    rs.save_state(forge, state)
     lines = [f"patch {step.file} ({step.subject}) conflicts with {state.new_commit[:12]}:"]
     for f in files:
         lines.append(f"  conflict: {f}")
@@ -316,11 +309,11 @@ def _in_worktree(forge: Forge, state: RebaseState, out_: Reporter, *, known: boo
     )
 
 
-def _history(state: RebaseState) -> bool:
+def _history(state: rs.RebaseState) -> bool:
     return ensure_history(Path(state.src_dir), state.fetch_url, state.old_commit, state.new_commit)
 
 
-def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) -> None:
+def _replayed(src: Path, state: rs.RebaseState, step: rs.PatchStep, out_: Reporter) -> None:
     verb = "replayed"
     if step.outcome == "dropped":
         step.upstream_commits = upstreamed_by(src, state, step)
@@ -329,7 +322,7 @@ def _replayed(src: Path, state: RebaseState, step: PatchStep, out_: Reporter) ->
     out_.info(f"{step.file}: {verb}")
 
 
-def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Known) -> None:
+def take_resolution(forge: Forge, state: rs.RebaseState, out_: Reporter, known: Known) -> None:
     """Record the person's resolution of patch state.next, written by `known` (the replay
     of the rest goes on from it)."""
     src = Path(state.src_dir)
@@ -380,7 +373,7 @@ def take_resolution(forge: Forge, state: RebaseState, out_: Reporter, known: Kno
     clear_leftovers(src, out_, index_lock=False)
     how = "to no change: dropped by hand" if step.outcome == "dropped-by-hand" else "by hand"
     out_.info(f"{step.file}: resolved {how}")
-    save_state(forge, state)
+    rs.save_state(forge, state)
 
 
 def has_markers(src: Path, rel: str) -> bool:
