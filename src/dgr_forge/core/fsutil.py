@@ -261,7 +261,7 @@ def refuse_shared(path: Path, what: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if not hasattr(os, "getuid") or stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode):
         return
     if st.st_uid != os.getuid() or others:
         who = "writable by other users" if others else f"owned by another user (uid {st.st_uid})"
