@@ -440,22 +440,21 @@ class DoctorCache(Struct, kw_only=True):
     ]
 
 
-def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> DoctorCache:
+def describe(doctor: Doctor) -> DoctorCache:
     """What `doctor` says about the cache: every tool found, and what `build` would use."""
-    environ = os.environ if environ is None else environ
     tools = {}
     for name in ("ccache", "sccache"):
         path = locate(doctor, name)
         tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
-    choice = environ.get("DGR_CACHE") or "auto"
-    mode = environ.get("DGR_CACHE_MODE") or "rw"
+    choice = os.environ.get("DGR_CACHE") or "auto"
+    mode = os.environ.get("DGR_CACHE_MODE") or "rw"
     problem = None
     try:
-        setup = select(doctor, choice, mode, environ=environ)
+        setup = select(doctor, choice, mode, environ=os.environ)
     except BadInput as err:
         setup, problem = OFF, mask_text(str(err))
     # asks the scheduler, with the client's token
-    client = sccache_dist.client(sccache_config(environ)) if setup.distributed else None
+    client = sccache_dist.client(sccache_config(os.environ)) if setup.distributed else None
     return DoctorCache(
         choice=choice,
         tool=setup.tool,
