@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -119,20 +119,14 @@ class BuildOptions(Struct, frozen=True):
 
     @classmethod
     def resolve(
-        cls,
-        *,
-        cache: str | None = None,
-        cache_mode: str | None = None,
-        environ: Mapping[str, str] | None = None,
-        **given: Any,
+        cls, *, cache: str | None = None, cache_mode: str | None = None, **given: Any
     ) -> BuildOptions:
         """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
-        env = os.environ if environ is None else environ
         jobs = given.get("jobs")
         if jobs is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
-        choice = cache or env.get("DGR_CACHE") or "auto"
-        mode = cache_mode or env.get("DGR_CACHE_MODE") or "rw"
+        choice = cache or os.environ.get("DGR_CACHE") or "auto"
+        mode = cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw"
         cache_mod.check_choice(
             choice,
             mode,
