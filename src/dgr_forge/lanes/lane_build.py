@@ -82,14 +82,10 @@ class LaneResult(Struct, kw_only=True):
     ] = UNSET
 
 
-def _changes(src: Path) -> list[str]:
-    # under the workspace lock git keeps its index's stat records fresh for the next no-op
-    return source_changes(src)
-
-
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     """Exit 3: the tree built must be exactly the tree pinned (nothing untracked either)."""
-    changes = _changes(src)
+    # under the workspace lock git keeps its index's stat records fresh for the next no-op
+    changes = source_changes(src)
     if not changes:
         return
     shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
@@ -228,7 +224,7 @@ class LaneBuilder:
         worker_at = not (spec and spec.url) or (
             (src / ".git").exists()
             and gitutil.rev_parse(src, "HEAD") == spec.commit
-            and not _changes(src)
+            and not source_changes(src)
         )
         # the recipe and manifest this run parsed, unless the bytes stamped under the lock
         parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
@@ -239,7 +235,9 @@ class LaneBuilder:
                 (plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")
             ),
             upstream_head=head,
-            upstream_clean=head is not None and head == state.head_commit and not _changes(up),
+            upstream_clean=head is not None
+            and head == state.head_commit
+            and not source_changes(up),
             worker_at=worker_at,
             moved=tuple(str(p) for p in moved),
             programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
