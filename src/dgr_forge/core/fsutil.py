@@ -41,7 +41,7 @@ MAX_REPORT_BYTES = 16 << 20
 MAX_EVIDENCE_BYTES = 1 << 30
 MAX_WORKFLOW_BYTES = 1 << 20
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 
 
 def _link_on(root: Path, rel: Path) -> str | None:
