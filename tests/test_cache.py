@@ -5,10 +5,12 @@ read from the tools' own statistics."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import msgspec
 import pytest
@@ -534,23 +536,27 @@ def test_build_options_resolve_once_from_defaults_environment_and_options() -> N
     its source (exit 2), and the result cannot change afterwards."""
     from dgr_forge.lanes.build import BuildOptions
 
-    plain = BuildOptions.resolve(environ={})
+    with patch.dict(os.environ, clear=True):
+        plain = BuildOptions.resolve()
     assert (plain.lanes, plain.cache, plain.cache_mode) == (("cpu",), "auto", "rw")
-    env = {"DGR_CACHE": "off", "DGR_CACHE_MODE": "ro"}
-    from_env = BuildOptions.resolve(environ=env)
+    with patch.dict(os.environ, {"DGR_CACHE": "off", "DGR_CACHE_MODE": "ro"}, clear=True):
+        from_env = BuildOptions.resolve()
+        given = BuildOptions.resolve(cache="ccache", cache_mode="rw")
     assert (from_env.cache, from_env.cache_mode) == ("off", "ro")
-    given = BuildOptions.resolve(cache="ccache", cache_mode="rw", environ=env)
     assert (given.cache, given.cache_mode) == ("ccache", "rw")
     with pytest.raises(AttributeError, match="immutable"):
         given.cache = "off"  # type: ignore[misc]
-    for kwargs, named in (
-        ({"environ": {"DGR_CACHE": "bogus"}}, "DGR_CACHE 'bogus'"),
-        ({"cache": "bogus", "environ": {}}, "--cache 'bogus'"),
-        ({"environ": {"DGR_CACHE_MODE": "write"}}, "DGR_CACHE_MODE 'write'"),
-        ({"cache_mode": "-x", "environ": {}}, "--cache-mode '-x'"),
-        ({"jobs": 0, "environ": {}}, "--jobs 0"),
+    for env, kwargs, named in (
+        ({"DGR_CACHE": "bogus"}, {}, "DGR_CACHE 'bogus'"),
+        ({}, {"cache": "bogus"}, "--cache 'bogus'"),
+        ({"DGR_CACHE_MODE": "write"}, {}, "DGR_CACHE_MODE 'write'"),
+        ({}, {"cache_mode": "-x"}, "--cache-mode '-x'"),
+        ({}, {"jobs": 0}, "--jobs 0"),
     ):
-        with pytest.raises(BadInput, match=re.escape(named)):
+        with (
+            patch.dict(os.environ, env, clear=True),
+            pytest.raises(BadInput, match=re.escape(named)),
+        ):
             BuildOptions.resolve(**kwargs)  # type: ignore[arg-type]
 
 

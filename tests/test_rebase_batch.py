@@ -243,7 +243,8 @@ def _per_patch(repo: Path, state: RebaseState) -> list[str | None]:
         tree = found.tree if not found.files else None
         if tree is None:
             break
-        record(repo, state, resolved=False, tree=tree)
+        gitutil.git(repo, "read-tree", tree)
+        record(repo, state, resolved=False)
         made.append(step.new_commit)
     return made
 
@@ -303,7 +304,8 @@ def test_the_commit_writer_makes_the_commits_commit_tree_makes(tmp_path: Path, n
             tree = found.tree if not found.files else None
             if tree is None:
                 break
-            record(repo, state, resolved=False, known=known, tree=tree)
+            gitutil.git(repo, "read-tree", tree)
+            record(repo, state, resolved=False, known=known)
             made.append(step.new_commit)
     finally:
         known.writer.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import series_journal
 
 FILES = {
@@ -40,7 +41,14 @@ def test_only_a_regular_file_with_the_same_bytes_is_linked(tmp_path: Path) -> No
     (staged / "0004-other.patch").write_bytes(b"not what is wanted\n")
 
     series_journal.write(
-        root, pdir, FILES, manifest, b"schema = 1\n# new\n", points="test", linked=staged
+        root,
+        pdir,
+        FILES,
+        manifest,
+        b"schema = 1\n# new\n",
+        points="test",
+        out=Reporter(quiet=True),
+        linked=staged,
     )
 
     assert {p.name: p.read_bytes() for p in pdir.glob("*.patch")} == FILES

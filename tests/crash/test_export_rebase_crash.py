@@ -19,6 +19,7 @@ from support.rebase import LLAMA_OWNER_OLD, kill, make_series, start_paused_cmd,
 from support.roots import Series
 
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import manifest, series_journal
 
 KILLED = (-9, 137)
@@ -375,8 +376,9 @@ def test_journal_recovery_rolls_forward_only_a_complete_journal(
     before = {**_files(pdir), "manifest": manifest.read_bytes()}
     script = (
         "import sys; from pathlib import Path; from dgr_forge.upstream import series_journal as j;"
+        "from dgr_forge.core.output import Reporter;"
         f"j.write(Path({str(root)!r}), Path({str(pdir)!r}), {NEW!r}, "
-        f"Path({str(manifest)!r}), b'new manifest\\n', points='j')"
+        f"Path({str(manifest)!r}), b'new manifest\\n', points='j', out=Reporter(quiet=True))"
     )
     from support.cli import forge_env
 
@@ -391,7 +393,7 @@ def test_journal_recovery_rolls_forward_only_a_complete_journal(
     if manifest.read_bytes() == b"old manifest\n":
         journals = list(pdir.parent.glob(".up.journal-*"))
         assert pdir.is_dir() or any((j / "old").is_dir() for j in journals)
-    series_journal.recover(root)
+    series_journal.recover(root, Reporter(quiet=True))
     after = {**_files(pdir), "manifest": manifest.read_bytes()}
     if finished:
         assert after == {**NEW, "README": b"kept\n", "manifest": b"new manifest\n"}
@@ -404,13 +406,13 @@ def test_journal_of_a_live_owner_is_left_alone(tmp_path: Path) -> None:
     root, pdir, _manifest = _journal_root(tmp_path)
     live = pdir.parent / f".up.journal-{os.getppid()}-abcd"
     (live / "series").mkdir(parents=True)
-    series_journal.recover(root)
+    series_journal.recover(root, Reporter(quiet=True))
     assert live.is_dir()
     dead_pid = subprocess.Popen(["true"])
     dead_pid.wait()
     dead = pdir.parent / f".up.journal-{dead_pid.pid}-abcd"
     (dead / "series").mkdir(parents=True)
-    series_journal.recover(root)
+    series_journal.recover(root, Reporter(quiet=True))
     assert not dead.exists() and live.is_dir()
 
 

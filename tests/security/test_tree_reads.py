@@ -17,6 +17,7 @@ from support.git import Upstream, copy_upstream, sh_git
 
 from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput
+from dgr_forge.core.output import Reporter
 from dgr_forge.host.cmake_options import declared_options
 from dgr_forge.upstream.rebase.replay import _ours_ranges, has_markers
 
@@ -347,7 +348,9 @@ def test_the_series_journal_carries_a_subdirectory_over_without_reading_it(
     (notes / "big.bin").write_bytes(b"x" * 1000)
     files = {name: (s.patches_dir / name).read_bytes() for name in s.files}
     files[s.files[0]] += b"\n"  # a change: the directory is staged and swapped
-    series_journal.write(s.root, s.patches_dir, files, s.manifest, None, points="test")
+    series_journal.write(
+        s.root, s.patches_dir, files, s.manifest, None, points="test", out=Reporter(quiet=True)
+    )
     assert (s.patches_dir / s.files[0]).read_bytes() == files[s.files[0]]
     assert stat.S_ISFIFO(os.lstat(notes / "pipe").st_mode)
     assert (notes / "big.bin").read_bytes() == b"x" * 1000

@@ -234,7 +234,7 @@ def cache_dir(environ: Mapping[str, str], workspace: Path | None) -> Path | None
         raise BadInput(f"DGR_CACHE_DIR {raw!r}: {err.strerror}", hint="fix DGR_CACHE_DIR") from None
     if not stat.S_ISDIR(st.st_mode):
         raise BadInput(f"DGR_CACHE_DIR {raw!r}: not a directory", hint="name a directory")
-    if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o002):
+    if st.st_uid != os.getuid() or st.st_mode & 0o002:
         # whoever can write the cache chooses the object files this build links
         raise BadInput(
             f"DGR_CACHE_DIR {raw!r}: owned by another user or writable by everyone",
@@ -354,7 +354,7 @@ def _sccache_env(
         env.update(dict.fromkeys(_SCCACHE_RW_MODES, "READ_ONLY"))
     # A server reads its configuration when it starts: one per configuration, on a socket
     # in the workspace, makes the settings above the ones used.
-    if workspace is not None and "SCCACHE_SERVER_UDS" not in environ and hasattr(os, "getuid"):
+    if workspace is not None and "SCCACHE_SERVER_UDS" not in environ:
         import tempfile  # not on a no-op's path
 
         own = {k: v for k, v in environ.items() if k.startswith("SCCACHE_")}
@@ -440,22 +440,21 @@ class DoctorCache(Struct, kw_only=True):
     ]
 
 
-def describe(doctor: Doctor, environ: Mapping[str, str] | None = None) -> DoctorCache:
+def describe(doctor: Doctor) -> DoctorCache:
     """What `doctor` says about the cache: every tool found, and what `build` would use."""
-    environ = os.environ if environ is None else environ
     tools = {}
     for name in ("ccache", "sccache"):
         path = locate(doctor, name)
         tools[name] = CacheTool(path is not None, path, doctor.version(name) if path else None)
-    choice = environ.get("DGR_CACHE") or "auto"
-    mode = environ.get("DGR_CACHE_MODE") or "rw"
+    choice = os.environ.get("DGR_CACHE") or "auto"
+    mode = os.environ.get("DGR_CACHE_MODE") or "rw"
     problem = None
     try:
-        setup = select(doctor, choice, mode, environ=environ)
+        setup = select(doctor, choice, mode, environ=os.environ)
     except BadInput as err:
         setup, problem = OFF, mask_text(str(err))
     # asks the scheduler, with the client's token
-    client = sccache_dist.client(sccache_config(environ)) if setup.distributed else None
+    client = sccache_dist.client(sccache_config(os.environ)) if setup.distributed else None
     return DoctorCache(
         choice=choice,
         tool=setup.tool,

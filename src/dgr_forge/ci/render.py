@@ -230,10 +230,6 @@ def _github_inert(value: Any) -> Any:
     return value
 
 
-def _gitlab_variable(value: str) -> str:
-    return _flow({"value": value, "expand": False} if "$" in value else value)
-
-
 @functools.cache
 def _environment() -> jinja2.Environment:
     """One per process (a template compiles in ~20 ms): a compiled template is reused while
@@ -247,7 +243,7 @@ def _environment() -> jinja2.Environment:
     )  # fmt: skip
     env.filters["flow"] = _flow
     env.filters["github"] = lambda value: _flow(_github_inert(value))
-    env.filters["variable"] = _gitlab_variable
+    env.filters["variable"] = lambda v: _flow({"value": v, "expand": False} if "$" in v else v)
     return env
 
 

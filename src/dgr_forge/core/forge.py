@@ -32,11 +32,9 @@ class Forge:
     found_from: Path | None = None
 
     @classmethod
-    def locate(
-        cls, root: Path | None = None, workspace: Path | None = None, cwd: Path | None = None
-    ) -> Forge:
+    def locate(cls, root: Path | None = None, workspace: Path | None = None) -> Forge:
         """Resolve --root/DGR_ROOT (else search upwards) and --workspace/DGR_WORKSPACE."""
-        cwd = cwd or Path.cwd()
+        cwd = Path.cwd()
         found_from: Path | None = None
         if root is None and os.environ.get("DGR_ROOT"):
             root = Path(os.environ["DGR_ROOT"])

@@ -41,7 +41,7 @@ MAX_REPORT_BYTES = 16 << 20
 MAX_EVIDENCE_BYTES = 1 << 30
 MAX_WORKFLOW_BYTES = 1 << 20
 
-_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0) | os.O_NONBLOCK
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
 
 
 def _link_on(root: Path, rel: Path) -> str | None:
@@ -261,7 +261,7 @@ def refuse_shared(path: Path, what: str) -> None:
     except (FileNotFoundError, NotADirectoryError):
         return
     others = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if not hasattr(os, "getuid") or stat.S_ISLNK(st.st_mode):
+    if stat.S_ISLNK(st.st_mode):
         return
     if st.st_uid != os.getuid() or others:
         who = "writable by other users" if others else f"owned by another user (uid {st.st_uid})"

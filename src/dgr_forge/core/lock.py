@@ -177,7 +177,7 @@ def workspace_lock(forge: Forge, out: Reporter) -> contextlib.AbstractContextMan
 
 
 def root_lock(
-    root: Path, out: Reporter | None = None, on_wait: Callable[[], None] | None = None
+    root: Path, out: Reporter, on_wait: Callable[[], None] | None = None
 ) -> contextlib.AbstractContextManager[None]:
     """`<root>/.dgr-root.lock`, taken by writers of patches/ and the manifest, so two
     workspaces on one root serialize; `on_wait` is called before this run waits."""
@@ -189,11 +189,10 @@ def root_lock(
         still_busy=f"forge root {root} still being written",
         label="root lock",
     )
-    tell = out.info if out is not None else (lambda msg: print(msg, file=sys.stderr))
 
     def say(msg: str) -> None:
         if on_wait is not None:
             on_wait()
-        tell(msg)
+        out.info(msg)
 
     return _flock_held((root / ".dgr-root.lock").absolute(), words, say)

@@ -109,14 +109,11 @@ def stream(
         return proc.wait()
 
 
-def spawn(
-    cmd: Sequence[str], *, env: Mapping[str, str] | None = None, log: Path | None = None
-) -> subprocess.Popen[bytes]:
+def spawn(cmd: Sequence[str], *, env: Mapping[str, str], log: Path) -> subprocess.Popen[bytes]:
     """A long-running child the caller stops (a server for one build), output to `log`, in
     its own session so a terminal's Ctrl-C reaches only the forge, which stops it in order."""
     starting(cmd, None)
-    sink = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
-    try:
+    with open(log, "wb") as sink:  # the child has its own copy of the descriptor
         return subprocess.Popen(
             list(cmd),
             env=env,
@@ -125,9 +122,6 @@ def spawn(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    finally:
-        if not isinstance(sink, int):
-            sink.close()
 
 
 class Bounded(Struct, frozen=True):

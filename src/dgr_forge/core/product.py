@@ -49,7 +49,7 @@ def _copy(source: Traversable, target: Path) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         # exclusive: a new forge root gets them, nothing of someone's is overwritten
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW)
         with os.fdopen(fd, "wb") as f:
             f.write(source.read_bytes())
 

@@ -113,11 +113,11 @@ class Checker:
         return data
 
     def load(
-        self, path: Path, *, what: str, hint: str, root: Path | None, limit: int = MAX_BYTES
+        self, path: Path, *, what: str, hint: str, root: Path | None
     ) -> tuple[bytes, dict[str, Any]]:
         """Its bytes (to hash) and the document; under `root` no link is followed."""
-        raw = read_regular(path, what=what, hint=hint, shown=self.shown, limit=limit, root=root)
-        return raw, self.parse(raw, limit=limit)
+        raw = read_regular(path, what=what, hint=hint, shown=self.shown, limit=MAX_BYTES, root=root)
+        return raw, self.parse(raw)
 
 
 class Record(msgspec.Struct, forbid_unknown_fields=True, frozen=True, dict=True):

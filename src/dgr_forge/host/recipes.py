@@ -243,9 +243,6 @@ class Recipe(Record, frozen=True):
     shown: str = ""  # how messages name the file
     sha256: str = ""  # of the file's bytes: reports and certifications bind to it
 
-    def __hash__(self) -> int:
-        return hash((self.path, self.sha256))
-
     @property
     def name(self) -> str:
         return self.path.stem

@@ -115,14 +115,14 @@ def ensure_worker(
     offline: bool = False,
     force: bool = False,
     forge: Forge | None = None,
-) -> list[Path]:
-    """Put a git worker at its exact commit; the files saved. A person's edits or commits
-    there stop it (exit 3); with `force` they are saved under `forge`'s logs/ first."""
+) -> None:
+    """Put a git worker at its exact commit. A person's edits or commits there stop it
+    (exit 3); with `force` they are saved under `forge`'s logs/ first."""
     if spec.url is None or spec.commit is None:
-        return []
+        return
     src = spec.source_dir
     if (cloned := (src / ".git").exists()) and gitutil.rev_parse(src, "HEAD") == spec.commit:
-        return []
+        return
     saved = _keep_local_work(spec, src, out, force=force, forge=forge) if cloned else []
     if offline and not (cloned and gitutil.has_object(src, spec.commit)):
         raise OperationFailed(
@@ -159,7 +159,6 @@ def ensure_worker(
     gitutil.git(src, "checkout", "-q", "--detach", "--force", spec.commit)
     # what the forge put there: commits above it are a person's (see _keep_local_work)
     gitutil.git(src, "update-ref", PIN_REF, spec.commit)
-    return saved
 
 
 def _keep_local_work(

@@ -17,8 +17,8 @@ from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, toolkit, worker
 from dgr_forge.lanes import cmake_api, inputs
-from dgr_forge.lanes.stamps import RACY_NS, digest_of
-from dgr_forge.upstream.manifest import read_raw
+from dgr_forge.lanes.stamps import RACY_NS, Stamp, digest_of
+from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
 if TYPE_CHECKING:
     from dgr_forge.cache.select import Cache
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from dgr_forge.host.doctor import Doctor
     from dgr_forge.lanes.plan import LanePlan
     from dgr_forge.lanes.programs import Program
-    from dgr_forge.lanes.stamps import Stamp
-    from dgr_forge.upstream.manifest import UpstreamManifest
 
 
 def collect_artifacts(

@@ -10,7 +10,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -82,14 +82,10 @@ class LaneResult(Struct, kw_only=True):
     ] = UNSET
 
 
-def _changes(src: Path) -> list[str]:
-    # under the workspace lock git keeps its index's stat records fresh for the next no-op
-    return source_changes(src)
-
-
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     """Exit 3: the tree built must be exactly the tree pinned (nothing untracked either)."""
-    changes = _changes(src)
+    # under the workspace lock git keeps its index's stat records fresh for the next no-op
+    changes = source_changes(src)
     if not changes:
         return
     shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
@@ -119,20 +115,14 @@ class BuildOptions(Struct, frozen=True):
 
     @classmethod
     def resolve(
-        cls,
-        *,
-        cache: str | None = None,
-        cache_mode: str | None = None,
-        environ: Mapping[str, str] | None = None,
-        **given: Any,
+        cls, *, cache: str | None = None, cache_mode: str | None = None, **given: Any
     ) -> BuildOptions:
         """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
-        env = os.environ if environ is None else environ
         jobs = given.get("jobs")
         if jobs is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
-        choice = cache or env.get("DGR_CACHE") or "auto"
-        mode = cache_mode or env.get("DGR_CACHE_MODE") or "rw"
+        choice = cache or os.environ.get("DGR_CACHE") or "auto"
+        mode = cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw"
         cache_mod.check_choice(
             choice,
             mode,
@@ -234,7 +224,7 @@ class LaneBuilder:
         worker_at = not (spec and spec.url) or (
             (src / ".git").exists()
             and gitutil.rev_parse(src, "HEAD") == spec.commit
-            and not _changes(src)
+            and not source_changes(src)
         )
         # the recipe and manifest this run parsed, unless the bytes stamped under the lock
         parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
@@ -245,7 +235,9 @@ class LaneBuilder:
                 (plan.build_dir / n).is_file() for n in ("CMakeCache.txt", "build.ninja")
             ),
             upstream_head=head,
-            upstream_clean=head is not None and head == state.head_commit and not _changes(up),
+            upstream_clean=head is not None
+            and head == state.head_commit
+            and not source_changes(up),
             worker_at=worker_at,
             moved=tuple(str(p) for p in moved),
             programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
@@ -243,9 +242,6 @@ class DestDir(AbstractContextManager["DestDir"]):
 def dest_lock(dest: DestDir, out: Reporter) -> Iterator[None]:
     """One provision per destination at a time (two writers on one NAME.part corrupt it),
     waiting up to DGR_LOCK_TIMEOUT seconds like the forge lock."""
-    if sys.platform == "win32":  # pragma: no cover - the runtime hosts are POSIX
-        yield
-        return
     path = dest / LOCK_FILE
     try:
         fd = dest._open(LOCK_FILE, os.O_RDWR | os.O_CREAT)

@@ -139,7 +139,7 @@ def write(
     manifest_bytes: bytes | None,
     *,
     points: str,
-    out: Reporter | None = None,
+    out: Reporter,
     linked: Path | None = None,
 ) -> None:
     """`pdir`'s `*.patch` files made exactly `files` and the manifest `manifest_bytes` (None:
@@ -242,7 +242,7 @@ def interrupted(root: Path, pdir: Path | None = None) -> list[Path]:
     return found
 
 
-def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None) -> None:
+def recover(root: Path, out: Reporter, *, pdir: Path | None = None) -> None:
     """Finish or undo what a killed writer left under `root`/patches (and next to `pdir`)."""
     patches_root = root / "patches"
     found = interrupted(root, pdir)
@@ -268,17 +268,12 @@ def recover(root: Path, out: Reporter | None = None, *, pdir: Path | None = None
                 orphan.unlink()
 
 
-def _say(out: Reporter | None, text: str) -> None:
-    if out is not None:
-        out.warn(text)
-
-
-def _recover_one(jdir: Path, out: Reporter | None) -> None:
+def _recover_one(jdir: Path, out: Reporter) -> None:
     try:
         record = msgspec.json.decode((jdir / JOURNAL_FILE).read_bytes(), type=_Record)
     except (OSError, ValueError):  # msgspec's DecodeError is one
         # incomplete: the run died while staging, before any swap: roll back
-        _say(out, f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
+        out.warn(f"removing {jdir.name}: an export/rebase killed while staging (nothing swapped)")
         shutil.rmtree(jdir, ignore_errors=True)
         return
     pdir, manifest_path = Path(record.patches_dir), Path(record.manifest)
@@ -286,7 +281,7 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
     if stage.exists() and not old.exists() and pdir.exists():
         if _digest(pdir) != record.old:
             # edited by hand since the kill: the person's files win, the journal goes
-            _say(out, f"{pdir} changed since an interrupted write; dropping {jdir.name}")
+            out.warn(f"{pdir} changed since an interrupted write; dropping {jdir.name}")
             shutil.rmtree(jdir, ignore_errors=True)
             return
         os.rename(pdir, old)
@@ -294,7 +289,7 @@ def _recover_one(jdir: Path, out: Reporter | None) -> None:
         os.rename(stage, pdir)
     if staged.exists():
         os.replace(staged, manifest_path)
-    _say(out, f"finished an interrupted write of {pdir.name} and the manifest ({jdir.name})")
+    out.warn(f"finished an interrupted write of {pdir.name} and the manifest ({jdir.name})")
     shutil.rmtree(jdir, ignore_errors=True)
 
 

@@ -195,10 +195,10 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
     return head, changes, lines, ignored
 
 
-def read_chain(src: Path, limit: int, rev: str = "HEAD") -> list[ChainCommit]:
+def read_chain(src: Path, limit: int) -> list[ChainCommit]:
     proc = gitutil.git(
         src, "log", "--first-parent", "--no-show-signature", f"--max-count={limit}",
-        "--format=%H %T %ce%x00%P", rev, "--",
+        "--format=%H %T %ce%x00%P", "HEAD", "--",
         check=False, env=READ_ONLY_ENV,  # an unborn HEAD is an empty chain
     )  # fmt: skip
     chain: list[ChainCommit] = []

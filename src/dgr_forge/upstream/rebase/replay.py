@@ -161,19 +161,10 @@ class Known(Replay):
         self.head_tree = head_tree
 
 
-def record(
-    src: Path,
-    state: rs.RebaseState,
-    resolved: bool,
-    known: Known | None = None,
-    tree: str | None = None,
-) -> None:
-    """Commit the index (or `tree`, merged in memory: HEAD stays) as patch state.next on
-    state.head; drop it when it changes nothing."""
+def record(src: Path, state: rs.RebaseState, resolved: bool, known: Known | None = None) -> None:
+    """Commit the index as patch state.next on state.head; drop it when it changes nothing."""
     step = state.patches[state.next]
-    move_head = tree is None
-    if tree is None:
-        tree = out(src, "write-tree")
+    tree = out(src, "write-tree")
     head_tree = known.head_tree if known and known.head_tree else gitutil.tree_of(src, state.head)
     if tree == head_tree:
         # by itself: the change is upstream; after a conflict: a person chose upstream's side
@@ -182,8 +173,7 @@ def record(
         made = known.rewrite(step.old_commit, tree, state.head) if known else None
         commit = made or commit_tree(src, step.old_commit, tree, state.head)
         fault.point("rebase.commit", step.file[:4])
-        if move_head:
-            git(src, "update-ref", "--no-deref", "HEAD", commit)
+        git(src, "update-ref", "--no-deref", "HEAD", commit)
         step.new_commit, step.outcome = commit, "resolved" if resolved else "picked"
         state.head = commit
         head_tree = tree
