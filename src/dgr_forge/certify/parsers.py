@@ -1,23 +1,8 @@
 """Readers of the certification programs' own output, and the thresholds that judge it.
 
 Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BYTES`) to
-`Figures` (`shapes`' Structs, tagged by `parser`), or `Unreadable`: output a parser cannot
-read fails its step, never passes.
-
-* `test-backend-ops` (mode `test`): per backend `Backend i/N: NAME`, one line per op case
-  `  OP(params): ...` ending in `OK`, `FAIL` or `not supported [NAME]`, a failing one led
-  by what the compare found (`[ADD] ERR = 1.17 > 1e-07 `, `[OP] NaN at index ...`:
-  tests/test-backend-ops.cpp at the pin, lines 1447 and 943) or (older forms) holding it
-  before `FAIL`; then `  P/T tests passed` and `  Backend NAME: OK|FAIL` (a skipped
-  backend: one indented reason instead). Colour escapes are ignored.
-* `llama-bench` (`-o json`): one object per test; `n_gen == 0` a prompt test,
-  `n_prompt == 0` a generation test.
-* `ctest` (`ctest --output-junit`): no DOCTYPE or entity declaration is accepted (nothing
-  is expanded), and the size is bounded first.
-* `parity` (llama-perplexity, stdout and stderr both read): its one line
-  `Final estimate: PPL = 266.1472 +/- 12.34567` (tools/perplexity/perplexity.cpp:654 at
-  the pin, on stderr through LOG_INF, prefixed `0.00.282.181 I `: common/log.cpp:96-110);
-  the step runs the pin's own build too and compares the two (`run`, `judge`).
+`Figures`, or `Unreadable`: output a parser cannot read fails its step, never passes. The
+formats read: docs/build-and-reports.md, "Certification", step 6.
 """
 
 from __future__ import annotations
