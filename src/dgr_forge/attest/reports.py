@@ -1,9 +1,6 @@
-"""Signed build reports: write one per lane build, show it, verify it.
-
-A report is one DSSE envelope on one line, never overwritten (each build gets its own
-file); `--no-sign` writes it with no signatures (`report verify` then fails with
-"unsigned"). Old reports are pruned when a lane writes a new one: an up-to-date build
-writes none, so it prunes none.
+"""Signed build reports: write one per lane build, show it, verify it. A report is never
+overwritten, and an up-to-date build writes none, so it prunes none (docs/build-and-reports.md,
+"Signed reports").
 """
 
 from __future__ import annotations
