@@ -1,10 +1,7 @@
 """DSSE v1 (Dead Simple Signing Envelope): the pre-authentication encoding, sign, verify.
 
-The keyid is only a hint: every signature is tried against every trusted key (a report
-signed under the old key id verifies as before). Signing and checking are securesystemslib's,
-so a report carries exactly the key id and signature any in-toto verifier expects; it is
-imported inside `sign` and `verify` only (~21 ms): a no-op build signs nothing and never
-pays it.
+The keyid is only a hint: every signature is tried against every trusted key
+(docs/build-and-reports.md, "Signed reports", the envelope).
 """
 
 from __future__ import annotations

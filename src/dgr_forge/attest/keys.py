@@ -1,10 +1,7 @@
 """Ed25519 signing keys: generate, find, load. A private key is never printed or logged.
 
-The private key is unencrypted PKCS#8 PEM, created with mode 0600 (never readable by
-others, not even for an instant); `<path>.pub` is the SubjectPublicKeyInfo PEM. The key id
-is securesystemslib's default for the key, so any in-toto verifier holding only the `.pub`
-computes the same one; reports signed before 0.1 name sha256 of the key's DER (a key id is
-only a hint, so they verify all the same).
+It is created with mode 0600 (never readable by others, not even for an instant); the key
+id is securesystemslib's default (docs/build-and-reports.md, "Signed reports", Keys).
 """
 
 from __future__ import annotations

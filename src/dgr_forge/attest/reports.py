@@ -1,9 +1,6 @@
-"""Signed build reports: write one per lane build, show it, verify it.
-
-A report is one DSSE envelope on one line, never overwritten (each build gets its own
-file); `--no-sign` writes it with no signatures (`report verify` then fails with
-"unsigned"). Old reports are pruned when a lane writes a new one: an up-to-date build
-writes none, so it prunes none.
+"""Signed build reports: write one per lane build, show it, verify it. A report is never
+overwritten, and an up-to-date build writes none, so it prunes none (docs/build-and-reports.md,
+"Signed reports").
 """
 
 from __future__ import annotations
@@ -21,15 +18,10 @@ from msgspec import Struct
 from dgr_forge.attest import dsse, provenance
 from dgr_forge.attest.keys import PublicKey, Signer, resolve_verifier
 from dgr_forge.attest.records import LaneBuild
+from dgr_forge.core import fsutil
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import (
-    MAX_REPORT_BYTES,
-    atomic_write_text,
-    read_regular,
-    refuse_shared,
-    sha256_file,
-)
+from dgr_forge.core.fsutil import read_regular
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream.surface import Surface
@@ -59,8 +51,8 @@ def write_report(
     meta = stmt["predicate"]["runDetails"]["metadata"]
     stamp = meta["finishedOn"].replace("-", "").replace(":", "")
     path = forge.reports_dir / f"{build.lane}-{stamp}-{meta['invocationId'][:8]}{SUFFIX}"
-    refuse_shared(forge.reports_dir, "reports directory")
-    atomic_write_text(path, msgspec.json.encode(envelope).decode("utf-8") + "\n")  # one line
+    fsutil.refuse_shared(forge.reports_dir, "reports directory")
+    fsutil.atomic_write_text(path, msgspec.json.encode(envelope).decode("utf-8") + "\n")  # one line
     if signer is None:
         why = f" ({unsigned_reason})" if unsigned_reason else ""
         out.warn(f"report {forge.rel(path)} is UNSIGNED{why}: it cannot be verified")
@@ -78,7 +70,7 @@ class Report:
 
     @property
     def sha256(self) -> str:
-        return sha256_file(self.path)
+        return fsutil.sha256_file(self.path)
 
 
 def load(path: Path) -> Report:
@@ -87,8 +79,8 @@ def load(path: Path) -> Report:
         path,
         what="report",
         hint="reports are written to <workspace>/reports/ by `dgr-forge build` (a report is "
-        f"a regular file of at most {MAX_REPORT_BYTES >> 20} MiB)",
-        limit=MAX_REPORT_BYTES,
+        f"a regular file of at most {fsutil.MAX_REPORT_BYTES >> 20} MiB)",
+        limit=fsutil.MAX_REPORT_BYTES,
     )
     lines = [line for line in raw.splitlines() if line.strip()]
     try:
@@ -351,7 +343,7 @@ def _check_artifacts(v: Verification, base: Path) -> None:
         elif not path.is_file():
             status, failure = "missing", f"artifact {name} missing: expected at {path}"
         else:
-            actual = sha256_file(path)
+            actual = fsutil.sha256_file(path)
             status = "ok" if actual == expected else "changed"
             failure = f"artifact {name} changed: expected sha256 {expected}, actual {actual}"
         v.artifacts.append(ArtifactCheck(name, str(path), expected, actual, status))
@@ -433,7 +425,7 @@ def prune(forge: Forge, lane: str, names: set[str], digests: set[str]) -> list[P
     removed = []
     for _stamp, _mtime, path in sorted(mine)[:-KEEP_REPORTS]:
         try:
-            if path.name in names or (digests and sha256_file(path) in digests):
+            if path.name in names or (digests and fsutil.sha256_file(path) in digests):
                 continue
             path.unlink()
         except (OSError, BadInput):

@@ -1,11 +1,6 @@
-"""The model a certification measures is the model it binds.
-
-`prepare` hands the steps a private view of the manifest's files: each hard-linked (or,
-for a file others may write, copied) into `<dest>/.dgr-certify-<lane>/` (mode 0700) and
-verified there, so the bytes verified are the bytes read whatever happens to the
-destination's names; `check_after` verifies them again after the steps. `--dest` must be
-writable by its owner alone (others could swap a file between its verification and the
-program reading it), unless it is the sticky `[model] shared_dir` the manifest declares.
+"""The model a certification measures is the model it binds: the steps read a private view
+of the verified files, verified again after them (docs/build-and-reports.md,
+"Certification", step 3: why `--dest` must be writable by its owner alone).
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Readers of the certification programs' own output, and the thresholds that judge it.
 
 Each parser is a pure function of the program's bytes (bounded by `MAX_OUTPUT_BYTES`) to
-`Figures` (`shapes`' Structs, tagged by `parser`), or `Unreadable`: output a parser cannot
-read fails its step, never passes.
-
-* `test-backend-ops` (mode `test`): per backend `Backend i/N: NAME`, one line per op case
-  `  OP(params): ...` ending in `OK`, `FAIL` or `not supported [NAME]`, a failing one led
-  by what the compare found (`[ADD] ERR = 1.17 > 1e-07 `, `[OP] NaN at index ...`:
-  tests/test-backend-ops.cpp at the pin, lines 1447 and 943) or (older forms) holding it
-  before `FAIL`; then `  P/T tests passed` and `  Backend NAME: OK|FAIL` (a skipped
-  backend: one indented reason instead). Colour escapes are ignored.
-* `llama-bench` (`-o json`): one object per test; `n_gen == 0` a prompt test,
-  `n_prompt == 0` a generation test.
-* `ctest` (`ctest --output-junit`): no DOCTYPE or entity declaration is accepted (nothing
-  is expanded), and the size is bounded first.
-* `parity` (llama-perplexity, stdout and stderr both read): its one line
-  `Final estimate: PPL = 266.1472 +/- 12.34567` (tools/perplexity/perplexity.cpp:654 at
-  the pin, on stderr through LOG_INF, prefixed `0.00.282.181 I `: common/log.cpp:96-110);
-  the step runs the pin's own build too and compares the two (`run`, `judge`).
+`Figures`, or `Unreadable`: output a parser cannot read fails its step, never passes. The
+formats read: docs/build-and-reports.md, "Certification", step 6.
 """
 
 from __future__ import annotations
@@ -29,16 +14,7 @@ from collections.abc import Callable, Mapping
 
 from msgspec import UNSET, Struct
 
-from dgr_forge.certify.shapes import (
-    BenchFigures,
-    BenchTest,
-    CtestFigures,
-    FailedCase,
-    OpsBackend,
-    OpsFigures,
-    ParityFigures,
-    StepFigures,
-)
+from dgr_forge.certify import shapes
 from dgr_forge.host.recipes import Gate, Speeds
 
 MAX_OUTPUT_BYTES = 16 << 20  # the most of a step's output a parser reads (and a step keeps)
@@ -52,18 +28,18 @@ class Unreadable(Exception):
 
 
 class Figures(Struct, frozen=True):
-    figures: StepFigures
-    failing: tuple[FailedCase, ...] = ()
+    figures: shapes.StepFigures
+    failing: tuple[shapes.FailedCase, ...] = ()
 
     @property
     def parser(self) -> str:
         return str(type(self.figures).__struct_config__.tag)
 
 
-def failed_count(figures: StepFigures) -> int | None:
-    if isinstance(figures, OpsFigures):
+def failed_count(figures: shapes.StepFigures) -> int | None:
+    if isinstance(figures, shapes.OpsFigures):
         return figures.ops_failed
-    return figures.failed if isinstance(figures, CtestFigures) else None
+    return figures.failed if isinstance(figures, shapes.CtestFigures) else None
 
 
 class Verdict(Struct, frozen=True):
@@ -110,7 +86,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
     text = re.sub(_ANSI, "", _text(data, "test-backend-ops"))
     backends: list[_Section] = []
     current: _Section | None = None
-    failing: list[FailedCase] = []
+    failing: list[shapes.FailedCase] = []
     overall: tuple[int, int] | None = None
     for line in text.splitlines():  # no "\r" is left in a line
         if m := re.match(_BACKEND_HEAD, line):
@@ -136,14 +112,14 @@ def parse_test_backend_ops(data: bytes) -> Figures:
                 why = rest[: -len("FAIL")] if rest.endswith("FAIL") else rest
                 why = " ".join(p.strip() for p in (found or "", why) if p.strip())[:300]
                 if len(failing) < MAX_CASES:
-                    failing.append(FailedCase(name=name, params=params, error=why or None))
+                    failing.append(shapes.FailedCase(name=name, params=params, error=why or None))
     tested = [b for b in backends if b.status is not None]
     if not tested:
         raise Unreadable(
             "no `Backend NAME: OK|FAIL` line: no backend was tested (a wrong -b name, a "
             "crash, or not test-backend-ops output)"
         )
-    out: list[OpsBackend] = []
+    out: list[shapes.OpsBackend] = []
     for b in tested:
         if b.counted is None:
             raise Unreadable(f"backend {b.name}: no `N/M tests passed` line before its status")
@@ -158,7 +134,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
         if b.status == "OK" and failed:
             raise Unreadable(f"backend {b.name}: OK with {failed} failed test(s)")
         out.append(
-            OpsBackend(
+            shapes.OpsBackend(
                 name=b.name,
                 status=b.status or "",
                 passed=passed,
@@ -168,7 +144,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
                 unsupported=b.unsupported,
             )
         )
-    figures = OpsFigures(
+    figures = shapes.OpsFigures(
         backends=out,
         ops_passed=sum(b.passed for b in out),
         ops_failed=sum(b.failed for b in out),
@@ -190,7 +166,7 @@ def parse_llama_bench(data: bytes) -> Figures:
         raise Unreadable("not a JSON array of tests (run llama-bench with -o json)")
     if len(doc) > MAX_CASES:
         raise Unreadable(f"{len(doc)} tests, over {MAX_CASES}")
-    tests: list[BenchTest] = []
+    tests: list[shapes.BenchTest] = []
     for i, item in enumerate(doc):
         if not isinstance(item, dict):
             raise Unreadable(f"test {i}: not an object")
@@ -213,7 +189,7 @@ def parse_llama_bench(data: bytes) -> Figures:
         if item["n_prompt"] == 0 and item["n_gen"] == 0:
             raise Unreadable(f"test {i}: neither prompt nor generation tokens")
         tests.append(
-            BenchTest(
+            shapes.BenchTest(
                 n_prompt=item["n_prompt"],
                 n_gen=item["n_gen"],
                 avg_ts=float(item["avg_ts"]),
@@ -225,7 +201,7 @@ def parse_llama_bench(data: bytes) -> Figures:
         )
     prompt = [t.avg_ts for t in tests if t.n_prompt > 0 and t.n_gen == 0]
     gen = [t.avg_ts for t in tests if t.n_gen > 0 and t.n_prompt == 0]
-    figures = BenchFigures(
+    figures = shapes.BenchFigures(
         tests=tests,
         prompt_ts=min(prompt) if prompt else None,
         gen_ts=min(gen) if gen else None,
@@ -256,7 +232,7 @@ def parse_ctest_junit(data: bytes) -> Figures:
     if root.tag not in ("testsuite", "testsuites") or not suites:
         raise Unreadable(f"root element <{root.tag[:40]}>, not <testsuite>")
     tests = failures = skipped = 0
-    failing: list[FailedCase] = []
+    failing: list[shapes.FailedCase] = []
     for suite in suites:
         cases = suite.findall("testcase")
         suite_failed = 0
@@ -269,7 +245,7 @@ def parse_ctest_junit(data: bytes) -> Figures:
                 suite_failed += 1
                 if len(failing) < MAX_CASES:
                     message = (bad.get("message") or "").strip()[:300] or None
-                    failing.append(FailedCase(name=name, params=None, error=message))
+                    failing.append(shapes.FailedCase(name=name, params=None, error=message))
             elif case.find("skipped") is not None or status in ("notrun", "disabled"):
                 skipped += 1
             tests += 1
@@ -283,7 +259,7 @@ def parse_ctest_junit(data: bytes) -> Figures:
         failures += suite_failed
     if tests == 0:
         raise Unreadable("no <testcase>: no test ran")
-    figures = CtestFigures(
+    figures = shapes.CtestFigures(
         tests=tests, failed=failures, skipped=skipped, passed=tests - failures - skipped
     )
     return Figures(figures, tuple(failing))
@@ -310,7 +286,7 @@ def parse_perplexity(data: bytes) -> Figures:
     ppl = float(figure)
     if ppl < 1:  # exp of a mean negative log-likelihood (>= 0)
         raise Unreadable(f"PPL = {figure}: a perplexity is at least 1")
-    return Figures(ParityFigures(ppl=ppl))
+    return Figures(shapes.ParityFigures(ppl=ppl))
 
 
 PARSE: Mapping[str, Callable[[bytes], Figures]] = {
@@ -340,7 +316,7 @@ def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> 
                 + (": " + "; ".join(shown) if shown else "")
                 + (f"; and {more} more" if more > 0 else "")
             )
-    bench = f if isinstance(f, BenchFigures) else None
+    bench = f if isinstance(f, shapes.BenchFigures) else None
     speeds = Speeds() if gate.min_avg_ts is UNSET else gate.min_avg_ts
     for got, want, what in (
         (bench.prompt_ts if bench else None, speeds.prompt, "prompt"),
@@ -362,7 +338,7 @@ def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> 
                 f"verified model's tensor data is {model_size} bytes: not the model certified"
             )
     if gate.max_rel_diff is not UNSET:
-        parity = f if isinstance(f, ParityFigures) else None
+        parity = f if isinstance(f, shapes.ParityFigures) else None
         if parity is None or parity.rel_diff is None:
             problems.append("max_rel_diff: no figure of the pin's build to compare with")
         elif parity.rel_diff > gate.max_rel_diff:

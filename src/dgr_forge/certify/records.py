@@ -1,9 +1,6 @@
-"""The one certification record: `certifications/<lane>/<model>/<class>.json`, a DSSE
-envelope binding the lane's inputs, the report and its subjects, the hardware and what was
-measured. `checked` (`certify --lane`: `<model>` the model manifest or `none`; written only
-when every step passed) or `attested` (`certify --attested`: `<model>` is `attested`, the
-evidence bound by sha256; never advertised). `overview` is what `lanes` shows: every
-recipe, whether this host can build it, its last build, its certification.
+"""The one certification record, `certifications/<lane>/<model>/<class>.json`, `checked` or
+`attested` (never advertised), and `overview`, what `lanes` shows (docs/build-and-reports.md,
+"Certification", step 7 and "Attested, not checked").
 """
 
 from __future__ import annotations

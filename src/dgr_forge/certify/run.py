@@ -1,10 +1,7 @@
 """Run a lane's certification steps on this host: the shipped binaries (a report subject
 each, re-hashed right before it runs), no shell, stdin closed, bounded in time and output,
-in an environment of `STEP_ENV` only (docs/build-and-reports.md, *Certification*). A
-`parity` step's reference (`references`): the lane's program built from the pin without the
-series, by the same recipe and the lane's own machinery on another tree, so a rebuild is
-cheap; the pin's tree is exported through a scratch index, never the real one, and kept
-while git finds it still the pin's."""
+in an environment of `STEP_ENV` only; a `parity` step's reference built from the pin
+without the series (docs/build-and-reports.md, *Certification*, steps 5 and 6)."""
 
 from __future__ import annotations
 

@@ -21,11 +21,9 @@ class ExitCode(IntEnum):
 
 class Details(TypedDict, total=False):
     """An error's machine-readable fields for `--json` (the failure envelope's keys), each
-    with its type and the meaning docs/json.md shows. Declared here, once: mypy refuses a
-    `details` key that is not, or a value of another type (a list where the key is a
-    list, the same meaning wherever it is raised), and `cli.schemas` generates the failure
-    schema from this class. Only `expected`, `value` and `drift` stay untyped: what was
-    expected and the bad value are whatever the input held."""
+    with its type and the meaning docs/json.md shows. Declared once (one meaning wherever it
+    is raised): mypy refuses an undeclared key or a value of another type, and `cli.schemas`
+    generates the failure schema from it. Only `expected`, `value` and `drift` are untyped."""
 
     actual_tree: Annotated[str | None, "the tree found"]
     argument: Annotated[str | None, "the argument at fault"]

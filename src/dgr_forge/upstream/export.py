@@ -201,12 +201,8 @@ def compute_series(
 
 def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) -> None:
     """Each exported file, applied on a scratch index, must give its commit's tree exactly,
-    or `dgr-forge patch` could never reproduce the series (exit 1).
-
-    One `git apply` per run of patches that touch disjoint paths (in the file and in the
-    commit): a wrong patch then leaves a wrong path nothing later in the run writes, so the
-    run's tree is wrong too, and the run is applied again patch by patch to name it. Many
-    short runs are checked in parts side by side, each from its first commit's parent."""
+    or `dgr-forge patch` could never reproduce the series (exit 1). One `git apply` per run
+    of disjoint patches: docs/architecture.md, "The export's round trip"."""
     if not series:
         return
     runs = _disjoint_runs(repo, series)

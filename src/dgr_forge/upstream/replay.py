@@ -140,12 +140,9 @@ def kept(raw: bytes, tree: str, parent: str) -> bytes | None:
 
 
 class CommitWriter:
-    """Commit objects written through one `git hash-object -t commit -w --stdin-paths`,
-    each through one file in `.git/dgr/` rewritten in place (no path of the user's reaches
-    the process; on a slow disk a new file per object costs more than the process saves).
-    `write` answers None when it cannot (git refused, or is gone): the caller then runs
-    commit-tree, which says why. The objects are loose: the next merge-tree sees them.
-    `git_dir`: the repository's (its user's `workspace.git_dir`)."""
+    """Commit objects written through one `git hash-object -t commit -w --stdin-paths`;
+    `write` answers None when it cannot, and the caller runs commit-tree (docs/architecture.md,
+    "The replay engine"). `git_dir`: the repository's (its user's `workspace.git_dir`)."""
 
     def __init__(self, repo: Path, git_dir: Path) -> None:
         self._repo = repo

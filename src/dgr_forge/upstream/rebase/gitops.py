@@ -270,11 +270,8 @@ def ensure_history(
     src: Path, url: str, old: str, new: str, out_: Reporter | None = None, *, to: str = ""
 ) -> bool:
     """Make old..new walkable (`new` fetched by id when not here), fetching that range only;
-    True when it is. One fetch cut at the old pin's date (uncut from a server without
-    shallow support); a commit of the range dated before the pin (a rebased pull request)
-    is missed by it: then depth from the new pin, sized from what arrived and doubled, and
-    everything last (never a fixed deepening, which deepens the old pin's boundary too).
-    A failed fetch answers False, or with `to` (bump's --to) is the error naming it."""
+    True when it is (docs/architecture.md, "The range fetch"). A failed fetch answers
+    False, or with `to` (bump's --to) is the error naming it."""
 
     def connected() -> bool:
         return git(src, "merge-base", old, new, check=False).returncode == 0
