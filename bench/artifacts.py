@@ -119,8 +119,8 @@ def main() -> None:
     total = sum(p.stat().st_size for p in paths)
     mib = total / (1 << 20)
     quiet = Reporter(quiet=True)
-    built = build_manifest(data_dir, "bench", data_dir.as_uri(), quiet, jobs=args.jobs)
-    m = models.loads(built.text.encode())
+    _, text = build_manifest(data_dir, "bench", data_dir.as_uri(), quiet, jobs=args.jobs)
+    m = models.loads(text.encode())
     names = [str(p) for p in paths]
     print(f"data: {len(paths)} files, {mib:.0f} MiB in {data_dir}; jobs={args.jobs}")
 

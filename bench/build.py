@@ -235,7 +235,10 @@ def cache_ratios(runs: int, jobs: int, sources: int, weight: int) -> None:
         return wall
 
     cpu_last: list[float] = []
-    raw, cold, warm, remote = [], [], [], []
+    raw: list[float] = []
+    cold: list[float] = []
+    warm: list[float] = []
+    remote: list[float] = []
     try:
         with loopback_server() as (host, _store):
             for run in range(runs):

@@ -160,10 +160,13 @@ def naive_replays(root: Path, after: list[str]) -> tuple[int, float]:
     series = [(e.file, o) for e, o in zip(m.series, olds, strict=True)]
     probe = TreeReplay(replay_repo, m.commit, series)
     started = time.perf_counter()
-    for commit in after:
-        if probe(commit) is not None:
-            break
-    return probe.runs, time.perf_counter() - started
+    runs = 0
+    with probe.engine:
+        for commit in after:
+            runs += 1
+            if probe(commit) is not None:
+                break
+    return runs, time.perf_counter() - started
 
 
 def raw_bisect(root: Path, url: str, pin: str, after: list[str], work: Path) -> tuple[int, float]:

@@ -61,9 +61,9 @@ def main() -> None:
             src, "bench", layers=args.layers, splits=args.splits, elems=args.tensor_kib * 256
         )
         with FaultyServer(src) as server:
-            built = build_manifest(src, "bench", server.base_url, out)
+            _, text = build_manifest(src, "bench", server.base_url, out)
             mpath = work / "bench.toml"
-            mpath.write_text(built.text)
+            mpath.write_text(text)
             m = models.load(mpath)
             whole = m.total_size
             print(f"model: {args.layers} layers in {len(m.files)} files, {mib(whole)}")
@@ -77,7 +77,7 @@ def main() -> None:
             took = time.perf_counter() - started
             sent = sum(r.sent for r in server.log)
             print(
-                f"map over HTTP Range: {sum(mapped.header_bytes.values())} header bytes in "
+                f"map over HTTP Range: {mapped.header_bytes} header bytes in "
                 f"{mapped.requests} requests ({sent} sent, {100 * sent / whole:.4f}% of the "
                 f"model, {took:.2f}s)"
             )

@@ -157,7 +157,7 @@ def keyid_from_pub(pub_path: Path) -> str:
     from securesystemslib.signer import SSlibKey
 
     key = serialization.load_pem_public_key(pub_path.read_bytes())
-    return SSlibKey.from_crypto(key).keyid  # type: ignore[arg-type]
+    return SSlibKey.from_crypto(key).keyid
 
 
 def spki_der(public_key: Ed25519PublicKey) -> bytes:

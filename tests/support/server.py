@@ -325,7 +325,9 @@ def manifest_of(source: Path, base_url: str, out: Path, name: str) -> Path:
     from dgr_forge.models import manifest as models
 
     files = [
-        models.ModelFile(p.name, p.stat().st_size, sha(p), models.file_url(base_url, p.name))
+        models.ModelFile(
+            models.FileName(p.name), p.stat().st_size, sha(p), models.file_url(base_url, p.name)
+        )
         for p in sorted(source.iterdir())
     ]
     out.write_text(models.dumps(name, files))

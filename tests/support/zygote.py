@@ -222,10 +222,11 @@ class ForkedPopen(subprocess.Popen):  # type: ignore[type-arg]
     code comes from the zygote, which is the child's parent)."""
 
     def __init__(self, zygote: Zygote, argv: list[str], **kwargs: Any) -> None:
-        self._zygote, self._argv, self._conn = zygote, argv, None
+        self._zygote, self._argv = zygote, argv
+        self._conn: socket.socket | None = None
         super().__init__(["dgr-forge", *argv], **kwargs)
 
-    def _execute_child(  # type: ignore[override]
+    def _execute_child(
         self, args: Any, executable: Any, preexec_fn: Any, close_fds: Any, pass_fds: Any,
         cwd: Any, env: Any, startupinfo: Any, creationflags: Any, shell: Any,
         p2cread: int, p2cwrite: int, c2pread: int, c2pwrite: int, errread: int,
