@@ -1,4 +1,4 @@
-"""Exit codes and the one exception type every command raises (DESIGN.md, "Commands"), and
+"""Exit codes and the one exception type every command raises (docs/design.md, "Commands"), and
 `env_number`: a number read from an environment variable, finite, in range, or exit 2 naming
 the variable (a plain ``float()`` turns ``DGR_LOCK_TIMEOUT=nan`` into "wait forever": NaN
 compares false with everything)."""

@@ -36,7 +36,7 @@ CONFIG: tuple[str, ...] = (
     "init.defaultBranch=main",
     "user.name=dgr-forge",
     "user.email=dgr-forge@invalid",
-    # transports that run commands or read descriptors are never used (DESIGN.md, trust)
+    # transports that run commands or read descriptors are never used (docs/design.md, trust)
     "protocol.ext.allow=never",
     "protocol.fd.allow=never",
 )

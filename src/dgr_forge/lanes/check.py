@@ -1,4 +1,4 @@
-"""`check`: the CI gate for changes to the pin or the series (DESIGN.md, `check`).
+"""`check`: the CI gate for changes to the pin or the series (docs/design.md, `check`).
 
 A fresh apply + re-export must give `patches/` and the manifest byte for byte, so a
 hand-edited patch or a stale hash cannot be merged; every option a recipe passes must

@@ -1,5 +1,5 @@
 """`export`: the workspace's commits on top of the pin become the canonical patch series
-(DESIGN.md, "Patch files are canonical"), written through the one crash-safe journal
+(docs/design.md, "Patch files are canonical"), written through the one crash-safe journal
 (`series_journal`) under the root lock; unchanged patches keep their bytes, inode and mtime.
 """
 

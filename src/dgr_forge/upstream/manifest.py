@@ -1,4 +1,4 @@
-"""The upstream pin: `manifests/llama.cpp.toml`, loaded and validated (DESIGN.md, "Manifest");
+"""The upstream pin: `manifests/llama.cpp.toml`, loaded and validated (docs/design.md, "Manifest");
 every malformed input is a `BadInput` (exit 2) naming the file, the key and the fix.
 """
 

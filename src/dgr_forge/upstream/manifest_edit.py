@@ -1,5 +1,5 @@
 """Rewriting the upstream manifest in place with tomlkit: values change, the user's
-comments, blank lines and key order stay (DESIGN.md, "Manifest").
+comments, blank lines and key order stay (docs/design.md, "Manifest").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The patch series applied on the pin: `git am` without 3-way merge or fuzz, a fixed
 committer and each patch's own date, so the same inputs give the same commit ids anywhere;
 "already applied" is an exact comparison of the commits' trees with the manifest's
-(DESIGN.md, "Patch files are canonical"). Crash safety: the run is journaled
+(docs/design.md, "Patch files are canonical"). Crash safety: the run is journaled
 (`.git/dgr-patching`); a failed run rolls back to the pin before the journal goes, a
 killed one is rolled back by the next run under the workspace lock.
 """

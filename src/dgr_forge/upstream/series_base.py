@@ -1,6 +1,6 @@
 """Which series a workspace was patched from (`.git/dgr/series.json`, written by patch,
 export and rebase), and whether the series on disk moved since: `export` is a fast-forward
-of that base (DESIGN.md: "a stale workspace cannot export over a teammate's patches").
+of that base (docs/design.md: "a stale workspace cannot export over a teammate's patches").
 The record lives in the work tree's repository so that deleting the workspace deletes it.
 """
 
