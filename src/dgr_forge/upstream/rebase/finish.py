@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import stat
@@ -76,10 +75,7 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
     # beside the export: the new pin's build number (a commit-only fetch from a network
     # server), then the round trip's check while the outcomes and the manifest are made;
     # nothing is written before all are done
-    with ThreadPoolExecutor(3) as pool:
-        # tomlkit (~40 ms to import) loads while the export waits on git (the import
-        # below waits for this one)
-        pool.submit(importlib.import_module, "dgr_forge.upstream.manifest_edit")
+    with ThreadPoolExecutor(2) as pool:
         number = pool.submit(_build_number, forge, src, state, m)
         # (HEAD may be behind state.head: the replay merges in memory; finish checks out)
         rendered = export.compute_series(
