@@ -101,25 +101,14 @@ def _link_same(src: Path, dst: Path, data: bytes, points: str) -> bool:
     return True
 
 
-def _fsync_write(path: Path, data: bytes, point: str, batch: list[int] | None = None) -> None:
-    """`data` written to `path` and synced, or with `batch` left open there to be synced
-    with the rest of it (`fsutil.sync_all`)."""
+def _write(path: Path, data: bytes, point: str, opened: list[int]) -> None:
+    """`data` written to `path`; its descriptor left in `opened`, which the caller syncs
+    (`fsutil.sync_all`) and closes."""
     fault.point(point, path.name)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        raise
-    if batch is None:
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    else:
-        batch.append(fd)
+    opened.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666))
+    view = memoryview(data)
+    while view:
+        view = view[os.write(opened[-1], view) :]
 
 
 def _no_space(err: OSError, where: Path) -> OperationFailed:
@@ -156,7 +145,7 @@ def write(
         pdir.parent.mkdir(parents=True, exist_ok=True)
         jdir = pdir.parent / f".{pdir.name}{_MARK}{os.getpid()}-{os.urandom(4).hex()}"
         stage = jdir / "series"
-        batch: list[int] = []  # the staged files, synced together before the record
+        opened: list[int] = []  # the staged files, synced together, then the record
         try:
             stage.mkdir(parents=True)
             if pdir.is_dir():
@@ -177,15 +166,16 @@ def write(
                 if old.is_file() and not old.is_symlink() and patch_bytes(pdir, name) == data:
                     os.link(old, stage / name, follow_symlinks=False)  # same bytes, inode, mtime
                 elif linked is None or not _link_same(linked / name, stage / name, data, points):
-                    _fsync_write(stage / name, data, f"{points}.write", batch)
+                    _write(stage / name, data, f"{points}.write", opened)
             os.chmod(stage, pdir.stat().st_mode & 0o777 if pdir.is_dir() else 0o755)
             if manifest_bytes is not None:
                 staged = jdir / "manifest.toml"
-                _fsync_write(staged, manifest_bytes, f"{points}.write", batch)
+                _write(staged, manifest_bytes, f"{points}.write", opened)
                 os.chmod(staged, manifest_path.stat().st_mode & 0o777)
-            sync_all(batch)
+            sync_all(opened)
             record = _Record(os.getpid(), str(pdir), str(manifest_path), _digest(pdir))
-            _fsync_write(jdir / JOURNAL_FILE, msgspec.json.encode(record), f"{points}.write")
+            _write(jdir / JOURNAL_FILE, msgspec.json.encode(record), f"{points}.write", opened)
+            sync_all(opened[-1:])
             fault.point(f"{points}.staged")
         except BaseException as err:
             shutil.rmtree(jdir, ignore_errors=True)
@@ -193,7 +183,7 @@ def write(
                 raise _no_space(err, pdir) from None
             raise
         finally:
-            for fd in batch:
+            for fd in opened:
                 os.close(fd)
         _swap(jdir, pdir, manifest_path, points)
 
