@@ -309,9 +309,7 @@ def atomic_write_many(
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             open_fds.append(fd)
             staged.append((path, tmp))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             # mkstemp makes 0600 files: keep the mode of the file we replace, else the
             # umask default, so a rewritten manifest or patch stays readable as before
             os.chmod(tmp, mode if mode is not None else _mode_for(path))
@@ -329,6 +327,13 @@ def atomic_write_many(
         for _, tmp in staged:
             Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd` (os.write may take part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def sync_all(fds: Sequence[int]) -> None:

@@ -26,7 +26,7 @@ import requests
 import urllib3
 from msgspec import Struct
 
-from dgr_forge.core import fault
+from dgr_forge.core import fault, fsutil
 from dgr_forge.core.errors import OperationFailed, env_number
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import d
@@ -412,9 +412,7 @@ class Downloader:
             )
         fault.point("provision.part", state.f.name)  # kill / ENOSPC at the write
         try:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(state.fd, view) :]
+            fsutil.write_all(state.fd, chunk)
         except OSError as err:
             err.filename = err.filename or str(self.dest / state.part)
             raise

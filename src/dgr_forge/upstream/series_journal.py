@@ -19,7 +19,7 @@ import msgspec
 
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.fsutil import read_tree_file, sync_all
+from dgr_forge.core.fsutil import read_tree_file, sync_all, write_all
 from dgr_forge.core.lock import root_lock
 from dgr_forge.core.output import Reporter
 from dgr_forge.upstream import patchfile
@@ -106,9 +106,7 @@ def _write(path: Path, data: bytes, point: str, opened: list[int]) -> None:
     (`fsutil.sync_all`) and closes."""
     fault.point(point, path.name)
     opened.append(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666))
-    view = memoryview(data)
-    while view:
-        view = view[os.write(opened[-1], view) :]
+    write_all(opened[-1], data)
 
 
 def _no_space(err: OSError, where: Path) -> OperationFailed:
