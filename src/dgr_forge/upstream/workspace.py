@@ -198,15 +198,11 @@ def read_status(src: Path) -> tuple[str | None, list[LocalChange], list[str], li
 def read_chain(src: Path, limit: int) -> list[ChainCommit]:
     proc = gitutil.git(
         src, "log", "--first-parent", "--no-show-signature", f"--max-count={limit}",
-        "--format=%H %T %ce%x00%P", "HEAD", "--",
+        "--format=%H%x00%T%x00%ce%x00%P", "HEAD", "--",
         check=False, env=READ_ONLY_ENV,  # an unborn HEAD is an empty chain
     )  # fmt: skip
-    chain: list[ChainCommit] = []
-    for line in proc.stdout.splitlines():
-        left, _, parents = line.partition("\0")
-        commit, tree, email = left.split(" ", 2)
-        chain.append(ChainCommit(commit, tree, tuple(parents.split()), email == FORGE_EMAIL))
-    return chain
+    rows = [line.split("\0") for line in proc.stdout.splitlines()]
+    return [ChainCommit(c, tree, tuple(ps.split()), e == FORGE_EMAIL) for c, tree, e, ps in rows]
 
 
 def inspect(src: Path, pin: str, series_len: int) -> Workspace:
