@@ -19,7 +19,6 @@ from msgspec import Struct
 from dgr_forge.core import fault, gitutil
 from dgr_forge.core.errors import BadInput, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
-from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.gitutil import FORGE_IDENTITY, git
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import Form, d
@@ -346,8 +345,7 @@ def check_workspace(
             hint="run `dgr-forge fetch` (it moves the workspace to the pin), then check",
         )
     series.check_symlinks(m, parsed, src)
-    changed = [e.file for e, b in zip(m.series, datas, strict=True) if sha256_bytes(b) != e.sha256]
-    rows = series.check_series(src, m, datas, parsed, changed=changed, tmp_root=forge.tmp_dir)
+    rows = series.check_series(src, m, datas, parsed, tmp_root=forge.tmp_dir)
     applies = all(r.status == "applies" for r in rows)
     flagged = [r.file for r in rows if r.changed_on_disk]
     return PatchCheck(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, TypeVar, cast
@@ -254,7 +254,6 @@ def check_series(
     parsed: Sequence[patchfile.ParsedPatch],
     *,
     compare_trees: bool = True,
-    changed: Collection[str] = (),
     tmp_root: Path | None = None,
 ) -> list[CheckResult]:
     results: list[CheckResult] = []
@@ -263,7 +262,7 @@ def check_series(
             if results and results[-1].status != "applies":  # the ones after a failure
                 results.append(CheckResult(entry.file, "skipped"))
                 continue
-            flagged = entry.file in changed  # edited since the manifest was written
+            flagged = sha256_bytes(data) != entry.sha256  # edited since the manifest was written
             tree = index_tree(repo, env, "-", input=data)
             conflicts: tuple[Conflict, ...] = ()
             status = "applies"
