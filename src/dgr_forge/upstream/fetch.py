@@ -138,9 +138,8 @@ def fetch_locked(
     if not ws.exists:
         _init(src)
     workspace.remove_git_leftovers(gitdir)
-    journals = {j for j in workspace.JOURNALS if (gitdir / j).exists()}
-    recovering = bool(journals & {workspace.CHECKOUT_JOURNAL, workspace.PATCH_JOURNAL})
-    if workspace.PATCH_JOURNAL in journals and (gitdir / "rebase-apply").exists():
+    recovering = bool(ws.journals & {workspace.CHECKOUT_JOURNAL, workspace.PATCH_JOURNAL})
+    if workspace.PATCH_JOURNAL in ws.journals and (gitdir / "rebase-apply").exists():
         abort_am(src)
     if ws.exists:
         ws = workspace.inspect(src, m.commit, len(m.series))
@@ -173,7 +172,7 @@ def fetch_locked(
                 details={"local_commits": commits},
             )
     # a pin not fetched now, or left by a killed transfer, counts only with its whole tree
-    unsure = moving or recovering or workspace.FETCH_JOURNAL in journals
+    unsure = moving or recovering or workspace.FETCH_JOURNAL in ws.journals
     pin_here = tree_here is not None and (not unsure or workspace.connected(src, m.commit))
 
     url = mirror or m.url
