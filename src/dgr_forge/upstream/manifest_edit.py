@@ -61,9 +61,7 @@ def updated_text(
             del upstream["build_number"]  # the old pin's number: never a wrong one
         upstream.update(given)
 
-    if "patches" not in doc:
-        doc["patches"] = tomlkit.table()
-    patches = doc["patches"]
+    patches = doc.setdefault("patches", tomlkit.table())
     assert isinstance(patches, Table)
     old = patches.get("series")
     old_tables: list[Table] = list(old) if isinstance(old, AoT) else []
