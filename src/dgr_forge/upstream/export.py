@@ -306,15 +306,13 @@ def canonical_commits(
     cache = series_mod.read_cache(repo, CANONICAL_CACHE, _CanonicalCache, _CANONICAL_CACHE_MAX)
     known = cache.commits if cache else {}
     parent = base
-    made: list[str] = []
-    keys: dict[str, str] = {}
+    keys: dict[str, str] = {}  # in series order: each key names its parent, so none repeats
     with scratch_dir(tmp_root, "dgr-canon-") as tmp:
         msg, diff = tmp / "msg", tmp / "patch"
         for p in series:
             key = sha256_bytes(f"dgr-canonical\0{parent}\0{p.tree}\0".encode() + p.data)
             if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
                 parent = keys[key] = p.commit
-                made.append(parent)
                 continue
             proc = gitutil.git(
                 repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
@@ -335,10 +333,9 @@ def canonical_commits(
             parent = keys[key] = gitutil.out(
                 repo, "commit-tree", "--no-gpg-sign", p.tree, "-p", parent, input=message, env=env
             )
-            made.append(parent)
     if keys != known:  # the current chain's only: the cache never grows past the series
         series_mod.write_cache(repo, CANONICAL_CACHE, _CanonicalCache(1, keys))
-    return tuple(made)
+    return tuple(keys.values())
 
 
 def write_series(
