@@ -137,10 +137,11 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
     files: list[FileDiff] = []
     absolute: list[tuple[int, str]] = []
 
-    def note(n: int) -> None:  # a ---/+++ header naming an absolute path
+    def header_path(n: int) -> str | None:  # a ---/+++ header's; an absolute one noted
         value = _value(lines[n][4:])
         if value.startswith(b"/") and value != b"/dev/null":
             absolute.append((n + 1, value.decode("utf-8", "surrogateescape")))
+        return _path(lines[n][4:])
 
     i = 0
     in_mail_header = True
@@ -168,12 +169,10 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             while i < len(lines) and not lines[i].startswith((b"diff --git ", b"@@ ")):
                 h = lines[i]
                 at[0] = i
-                if h.startswith(b"--- ") and not starts_trad:
-                    note(i)
-                    fd.old_path = _path(h[4:])
+                if h.startswith(b"--- "):
+                    fd.old_path = header_path(i)
                 elif h.startswith(b"+++ "):
-                    note(i)
-                    fd.new_path = _path(h[4:])
+                    fd.new_path = header_path(i)
                 elif h.startswith((b"rename from ", b"copy from ")):
                     fd.old_path = _path(h.split(b" ", 2)[2], strip_prefix=False)
                 elif h.startswith((b"rename to ", b"copy to ")):
@@ -198,11 +197,9 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
                     break
                 i += 1
         else:
-            note(i)
-            fd.old_path = _path(line[4:])
+            fd.old_path = header_path(i)
             at[0] = i + 1
-            note(i + 1)
-            fd.new_path = _path(lines[i + 1][4:])
+            fd.new_path = header_path(i + 1)
             fd.header += [line, lines[i + 1]]
             i += 2
         while i < len(lines) and (m := _HUNK.match(lines[i])):
