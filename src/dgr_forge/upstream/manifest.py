@@ -190,10 +190,8 @@ def read_raw(path: Path) -> bytes:
 def load(path: Path, root: Path) -> UpstreamManifest:
     """The manifest at `path`, validated; paths resolve against `root`. Pure: a write a
     kill interrupted is finished by the command context before this runs."""
-    try:
-        shown = str(path.resolve().relative_to(root.resolve()))
-    except ValueError:
-        shown = str(path)
+    resolved, top = path.resolve(), root.resolve()
+    shown = str(resolved.relative_to(top) if resolved.is_relative_to(top) else path)
     _, data = Checker(shown).load(path, what="manifest", hint=_HINT, root=root)
     m = decode(shown, data, UpstreamManifest, path=path, root=root)
     if not NAME.fullmatch(m.name):
@@ -206,7 +204,7 @@ def load(path: Path, root: Path) -> UpstreamManifest:
     _object_id(shown, m.commit, "upstream.commit")
     _object_id(shown, m.tree, "upstream.tree")
     dir_rel = m.patches_dir_rel
-    if Path(dir_rel).is_absolute() or not m.patches_dir.is_relative_to(root.resolve()):
+    if Path(dir_rel).is_absolute() or not m.patches_dir.is_relative_to(top):
         raise fail(
             shown,
             "patches.dir",
