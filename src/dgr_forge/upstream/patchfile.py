@@ -203,8 +203,7 @@ def _parse(lines: list[bytes], at: list[int]) -> ParsedPatch:
             fd.header += [line, lines[i + 1]]
             i += 2
         while i < len(lines) and (m := _HUNK.match(lines[i])):
-            old_len = int(m.group(2)) if m.group(2) is not None else 1
-            new_len = int(m.group(4)) if m.group(4) is not None else 1
+            old_len, new_len = int(m.group(2) or 1), int(m.group(4) or 1)  # no count: 1
             header = lines[i].split(b" @@", 2)
             hunk = Hunk(header=(header[0] + b" @@").decode("utf-8", "replace"), lines=[lines[i]])
             i += 1
