@@ -146,19 +146,16 @@ def write(
         opened: list[int] = []  # the staged files, synced together, then the record
         try:
             stage.mkdir(parents=True)
-            if pdir.is_dir():
-                for entry in pdir.iterdir():
-                    if entry.name.endswith(".patch"):
-                        continue
-                    if entry.is_dir() and not entry.is_symlink():
-                        # each file hard-linked: no byte read (a FIFO or a huge file kept in
-                        # a subdirectory of patches/ is carried over, never opened)
-                        link = functools.partial(os.link, follow_symlinks=False)
-                        shutil.copytree(
-                            entry, stage / entry.name, symlinks=True, copy_function=link
-                        )
-                    else:
-                        os.link(entry, stage / entry.name, follow_symlinks=False)
+            for entry in pdir.iterdir() if pdir.is_dir() else ():
+                if entry.name.endswith(".patch"):
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    # each file hard-linked: no byte read (a FIFO or a huge file kept in
+                    # a subdirectory of patches/ is carried over, never opened)
+                    link = functools.partial(os.link, follow_symlinks=False)
+                    shutil.copytree(entry, stage / entry.name, symlinks=True, copy_function=link)
+                else:
+                    os.link(entry, stage / entry.name, follow_symlinks=False)
             for name, data in files.items():
                 old = pdir / name
                 if old.is_file() and not old.is_symlink() and patch_bytes(pdir, name) == data:
