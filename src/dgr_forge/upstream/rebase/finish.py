@@ -30,9 +30,8 @@ def inputs_digest(m: UpstreamManifest) -> str:
     """One sha256 over the manifest and every patch file: the rebase's inputs."""
     # the root's files (a tree a pull request writes): bounded, a patch link its text
     parts = [manifest.read_raw(m.path)]
-    if m.patches_dir.is_dir():
-        for p in sorted(m.patches_dir.glob("*.patch")):
-            parts += [p.name.encode(), fsutil.sha256_bytes(_patch_bytes(m, p.name)).encode()]
+    for p in sorted(m.patches_dir.glob("*.patch")):  # none where the directory is not
+        parts += [p.name.encode(), fsutil.sha256_bytes(_patch_bytes(m, p.name)).encode()]
     return fsutil.sha256_bytes(b"\0".join(parts))
 
 
