@@ -230,7 +230,6 @@ def _replay_rest(
     # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
-    head = gitutil.out(src, "rev-parse", "HEAD")
     if st.orig_ref:
         # the branch the person was on follows its commits, as after a `git rebase`
         gitutil.git(src, "update-ref", "-m", "dgr-forge patch", st.orig_ref, head)
