@@ -7,6 +7,7 @@ import shutil
 import stat
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 
 from msgspec import UNSET
@@ -145,13 +146,11 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
 
 
 def _link(path: Path, dest: Path) -> bool:
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode):
-            return False
-        os.link(path, dest, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
+    with suppress(OSError):
+        if stat.S_ISREG(path.lstat().st_mode):
+            os.link(path, dest, follow_symlinks=False)
+            return True
+    return False
 
 
 def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManifest) -> int | None:
