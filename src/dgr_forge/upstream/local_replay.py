@@ -248,9 +248,8 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
 
 def _skipped_empty(src: Path) -> bool:
     """A stopped cherry-pick with nothing staged (the series has the change) skipped."""
-    if not (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
-        return False
-    if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
+    picking = (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists()
+    if not picking or gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode:
         return False
     gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
     return True
