@@ -87,14 +87,13 @@ _MAX_REV = 256
 def check_rev(rev: str, option: str = "--onto") -> str:
     """`--onto`'s (or `option`'s) value as data: no option nor control character, bounded."""
     rev = rev.strip()
-    bad = (
+    if (
         not rev
         or rev.startswith("-")
         or len(rev) > _MAX_REV
         or any(ord(c) < 33 or ord(c) == 127 for c in rev)
         or ".." in rev
-    )
-    if bad:
+    ):
         raise BadInput(
             f"{option} {rev[:80]!r}: not a commit id, tag or branch name",
             hint="pass a commit id (full or abbreviated), a tag or a branch of the upstream",
