@@ -140,8 +140,7 @@ def upstreamed_by(src: Path, state: rs.RebaseState, step: rs.PatchStep) -> list[
         mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
         log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
         took: set[str] = set()
-        for chunk in log.split("\0")[1:]:
-            commit, _, diff = chunk.partition("\n")
+        for commit, _, diff in (chunk.partition("\n") for chunk in log.split("\0")[1:]):
             theirs = _changed_lines(diff)
             if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
                 took.add(commit.strip())
