@@ -73,8 +73,7 @@ def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     diffs = git_bytes(src, "diff-tree", "--stdin", "-p", "--full-index", input=listed)
     text = git_bytes(src, "patch-id", "--stable", input=diffs).decode("ascii", "replace")
     ids = dict.fromkeys(commits, "")
-    for line in text.splitlines():
-        pid, _, commit = line.partition(" ")
+    for pid, _, commit in (line.partition(" ") for line in text.splitlines()):
         if commit in ids:
             ids[commit] = pid
     return ids
