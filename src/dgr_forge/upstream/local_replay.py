@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from msgspec import Meta, Struct, field
@@ -39,9 +39,6 @@ class ReplayState(Struct, forbid_unknown_fields=True):
     orig_ref: _Branch | None  # the branch HEAD was on (None: detached)
     commits: list[_Id]  # a person's commits, oldest first
     position: Annotated[int, Meta(ge=0)] = 0  # the next one to replay (in conflict: stopped)
-    # series: applying the new series; replay: cherry-picking
-    phase: Literal["series", "replay"] = "series"
-    replayed: list[_Id] = field(default_factory=list)  # new ids, in order
     skipped: list[_Id] = field(default_factory=list)  # already in the new series
     stopped_at: _Id | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
@@ -136,8 +133,6 @@ def update(
     except BaseException:
         _restore(src, st)
         raise
-    st.phase = "replay"
-    _save(src, st)
     return _replay_rest(forge, m, src, st, out)
 
 
@@ -169,20 +164,16 @@ def resume(
     if (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
-        if proc.returncode == 0:
-            st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
-        elif _skipped_empty(src):  # the resolution left nothing of this commit
-            st.skipped.append(commit)
-        else:
-            raise OperationFailed(
-                f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
-                hint="fix what git names, then `dgr-forge patch --continue` again",
-            )
+        if proc.returncode != 0:
+            if not _skipped_empty(src):
+                raise OperationFailed(
+                    f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
+                    hint="fix what git names, then `dgr-forge patch --continue` again",
+                )
+            st.skipped.append(commit)  # the resolution left nothing of this commit
         st.position += 1
     elif gitutil.rev_parse(src, "HEAD") != st.stopped_at:
-        # the person committed the resolution themselves
-        st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
-        st.position += 1
+        st.position += 1  # the person committed the resolution themselves
     st.stopped_at = None
     _save(src, st)
     return _replay_rest(forge, m, src, st, out)
@@ -230,7 +221,6 @@ def _replay_rest(
     # the work tree follows the replayed commits once (HEAD moves to them: a branch below)
     if gitutil.rev_parse(src, "HEAD") != head:
         gitutil.git(src, "checkout", "-q", "--detach", "--force", head)
-    head = gitutil.out(src, "rev-parse", "HEAD")
     if st.orig_ref:
         # the branch the person was on follows its commits, as after a `git rebase`
         gitutil.git(src, "update-ref", "-m", "dgr-forge patch", st.orig_ref, head)
@@ -251,8 +241,6 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
     if new is None:
         out.info(f"{commit[:12]} ({subject_of(src, commit)}): already in the new series")
         st.skipped.append(commit)
-    else:
-        st.replayed.append(new)
     st.position += 1
     _save(src, st)
     fault.point("patch.replayed", str(st.position))
@@ -260,9 +248,8 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
 
 def _skipped_empty(src: Path) -> bool:
     """A stopped cherry-pick with nothing staged (the series has the change) skipped."""
-    if not (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
-        return False
-    if gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode != 0:
+    picking = (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists()
+    if not picking or gitutil.git(src, "diff", "--cached", "--quiet", check=False).returncode:
         return False
     gitutil.git(src, "cherry-pick", "--skip", check=False, config=_NO_SIGN)
     return True

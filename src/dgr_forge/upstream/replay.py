@@ -270,9 +270,8 @@ def replay_batch(
     if len(parents[0]) != 1 or parents[1:] != [[c] for c in commits[:-1]]:
         return []
     base = parents[0][0]
-    diffs = gitutil.tree_changes(repo, [f"{base} {head}", *commits])
-    upstream = {c.path for c in diffs[0]}
-    changes = diffs[1:]
+    by_upstream, *changes = gitutil.tree_changes(repo, [f"{base} {head}", *commits])
+    upstream = {c.path for c in by_upstream}
     touched = Counter(c.path for cs in changes for c in cs)
     attributes = any(p.rsplit(b"/", 1)[-1] == b".gitattributes" for p in touched)
     if attributes or _dirs(upstream) & touched.keys() or _dirs(set(touched)) & upstream:

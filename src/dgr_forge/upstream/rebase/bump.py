@@ -431,11 +431,10 @@ def _noop(
 def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) -> Bump:
     for line in summary_lines(result):
         out_.answer(line)
-    if target_md is None:
-        return result
-    atomic_write_bytes(target_md, render(result, table).encode("utf-8"))
-    out_.answer(f"report: {target_md}")
-    result.report_markdown = str(target_md)
+    if target_md is not None:
+        atomic_write_bytes(target_md, render(result, table).encode("utf-8"))
+        out_.answer(f"report: {target_md}")
+        result.report_markdown = str(target_md)
     return result
 
 

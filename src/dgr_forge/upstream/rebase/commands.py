@@ -183,14 +183,13 @@ def resume(
         with Known(src, state) as known:
             take_resolution(forge, state, out_, known)
             replay(forge, state, out_, known)
-        return finish.finish(forge, state, out_, m, surface)
-    # interrupted between automatic steps: redo the step from its recorded head
-    if stale := gitops.stale_git_state(src):
-        out_.warn("interrupted rebase step left: " + "; ".join(stale))
-    gitops.clear_leftovers(src, out_, index_lock=True)
-    # (detached: HEAD may still be on the branch the rebase started from)
-    git(src, "checkout", "-q", "-f", "--detach", state.head)
-    replay(forge, state, out_)
+    else:  # interrupted between automatic steps: redo the step from its recorded head
+        if stale := gitops.stale_git_state(src):
+            out_.warn("interrupted rebase step left: " + "; ".join(stale))
+        gitops.clear_leftovers(src, out_, index_lock=True)
+        # (detached: HEAD may still be on the branch the rebase started from)
+        git(src, "checkout", "-q", "-f", "--detach", state.head)
+        replay(forge, state, out_)
     return finish.finish(forge, state, out_, m, surface)
 
 

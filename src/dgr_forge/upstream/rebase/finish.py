@@ -7,6 +7,7 @@ import shutil
 import stat
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 
 from msgspec import UNSET
@@ -30,9 +31,8 @@ def inputs_digest(m: UpstreamManifest) -> str:
     """One sha256 over the manifest and every patch file: the rebase's inputs."""
     # the root's files (a tree a pull request writes): bounded, a patch link its text
     parts = [manifest.read_raw(m.path)]
-    if m.patches_dir.is_dir():
-        for p in sorted(m.patches_dir.glob("*.patch")):
-            parts += [p.name.encode(), fsutil.sha256_bytes(_patch_bytes(m, p.name)).encode()]
+    for p in sorted(m.patches_dir.glob("*.patch")):  # none where the directory is not
+        parts += [p.name.encode(), fsutil.sha256_bytes(_patch_bytes(m, p.name)).encode()]
     return fsutil.sha256_bytes(b"\0".join(parts))
 
 
@@ -146,13 +146,11 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
 
 
 def _link(path: Path, dest: Path) -> bool:
-    try:
-        if not stat.S_ISREG(path.lstat().st_mode):
-            return False
-        os.link(path, dest, follow_symlinks=False)
-    except OSError:
-        return False
-    return True
+    with suppress(OSError):
+        if stat.S_ISREG(path.lstat().st_mode):
+            os.link(path, dest, follow_symlinks=False)
+            return True
+    return False
 
 
 def _build_number(forge: Forge, src: Path, state: RebaseState, m: UpstreamManifest) -> int | None:

@@ -73,8 +73,7 @@ def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     diffs = git_bytes(src, "diff-tree", "--stdin", "-p", "--full-index", input=listed)
     text = git_bytes(src, "patch-id", "--stable", input=diffs).decode("ascii", "replace")
     ids = dict.fromkeys(commits, "")
-    for line in text.splitlines():
-        pid, _, commit = line.partition(" ")
+    for pid, _, commit in (line.partition(" ") for line in text.splitlines()):
         if commit in ids:
             ids[commit] = pid
     return ids
@@ -87,14 +86,13 @@ _MAX_REV = 256
 def check_rev(rev: str, option: str = "--onto") -> str:
     """`--onto`'s (or `option`'s) value as data: no option nor control character, bounded."""
     rev = rev.strip()
-    bad = (
+    if (
         not rev
         or rev.startswith("-")
         or len(rev) > _MAX_REV
         or any(ord(c) < 33 or ord(c) == 127 for c in rev)
         or ".." in rev
-    )
-    if bad:
+    ):
         raise BadInput(
             f"{option} {rev[:80]!r}: not a commit id, tag or branch name",
             hint="pass a commit id (full or abbreviated), a tag or a branch of the upstream",

@@ -72,8 +72,7 @@ def upstream_commits_for(
     bytes `merged`, else the work tree's), else every one that touched it; and whether
     they were found by line."""
     upstream = set(out(src, "rev-list", f"{old}..{new}").split())
-    by_file = git(src, "log", "--format=%H%x09%s", f"{old}..{new}", "--", path, check=False)
-    file_commits = _commits(by_file.stdout)
+    file_commits = _touching(src, f"{old}..{new}", [path])
     blob = git(src, "show", f"{head}:{path}", check=False)
     ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
     if not ranges:
@@ -110,7 +109,8 @@ def explain(
     return found
 
 
-def _commits(log: str) -> list[UpstreamCommit]:  # `git log --format=%H%x09%s`'s
+def _touching(src: Path, span: str, paths: list[str]) -> list[UpstreamCommit]:
+    log = git(src, "log", "--format=%H%x09%s", span, "--", *paths, check=False).stdout
     return [
         UpstreamCommit(commit=c, subject=s)
         for c, _, s in (ln.partition("\t") for ln in log.splitlines() if ln)
@@ -130,19 +130,17 @@ def upstreamed_by(src: Path, state: rs.RebaseState, step: rs.PatchStep) -> list[
     """The upstream commits (old..new pin) that took a dropped patch: those whose diff
     removes and adds every line the patch does (context and positions aside), else every
     one that touched its files. Empty when the history cannot be fetched."""
-    if not ensure_history(src, state.fetch_url, state.old_commit, state.new_commit):
+    if not _history(state):
         return []
     files = out(src, "diff-tree", "--no-commit-id", "--name-only", "-r", step.old_commit)
     span = f"{state.old_commit}..{state.new_commit}"
     paths = files.splitlines()
-    proc = git(src, "log", "--format=%H%x09%s", span, "--", *paths, check=False)
-    touching = _commits(proc.stdout)
+    touching = _touching(src, span, paths)
     if len(touching) > 1:
         mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
         log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
         took: set[str] = set()
-        for chunk in log.split("\0")[1:]:
-            commit, _, diff = chunk.partition("\n")
+        for commit, _, diff in (chunk.partition("\n") for chunk in log.split("\0")[1:]):
             theirs = _changed_lines(diff)
             if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
                 took.add(commit.strip())
