@@ -243,16 +243,6 @@ def install(root: Path, source: str | None = None) -> Install:
     return Install("requirements", REQUIREMENTS, CI_CONSTRAINTS, not missing, hashes, missing)
 
 
-def _write(root: Path, rel: str, text: str) -> None:
-    try:
-        (root / "ci").mkdir(exist_ok=True)
-        atomic_write_text(root / rel, text, mode=0o644)
-    except OSError as err:
-        raise BadInput(
-            f"{rel}: cannot write: {err.strerror}", hint="check the forge root"
-        ) from None
-
-
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -323,7 +313,7 @@ def write_missing(root: Path, current: Install) -> list[str]:
     came from a git commit, ci/requirements.txt, written; never overwrites."""
     if current.mode not in ("requirements", "source"):
         return []
-    written: list[str] = []
+    todo: dict[str, str] = {}
     if CI_CONSTRAINTS in current.missing:
         if not (pins := runtime_pins()):
             raise OperationFailed(
@@ -332,21 +322,25 @@ def write_missing(root: Path, current: Install) -> list[str]:
                 hint=f"install dgr-forge with pip and re-run, or write {CI_CONSTRAINTS} "
                 "(name==version lines, cmake and ninja among them)",
             )
-        text = (
+        todo[CI_CONSTRAINTS] = (
             f"# The toolchain CI installs dgr-forge with (written by dgr-forge {__version__}'s\n"
             "# `ci render` from the environment it ran in): exact versions only; a report\n"
             "# names the cmake and ninja it built with. Change it deliberately.\n"
             + "".join(f"{pin}\n" for pin in pins)
         )
-        _write(root, CI_CONSTRAINTS, text)
-        written.append(CI_CONSTRAINTS)
     pin = _direct_pin()
     if current.mode == "requirements" and REQUIREMENTS in current.missing and pin is not None:
-        text = (
+        todo[REQUIREMENTS] = (
             "# dgr-forge for CI, pinned by content: an exact commit of the tool's repository\n"
             "# (or a lock with --hash=sha256:... on every line). Change it deliberately.\n"
             f"{pin}\n"
         )
-        _write(root, REQUIREMENTS, text)
-        written.append(REQUIREMENTS)
-    return written
+    for rel, text in todo.items():
+        try:
+            (root / "ci").mkdir(exist_ok=True)
+            atomic_write_text(root / rel, text, mode=0o644)
+        except OSError as err:
+            raise BadInput(
+                f"{rel}: cannot write: {err.strerror}", hint="check the forge root"
+            ) from None
+    return list(todo)

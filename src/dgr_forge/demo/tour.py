@@ -155,12 +155,6 @@ class _CertStep(Struct):
     figures: _Figures | None = None
 
 
-class _Entry(Struct):
-    lane: str | None = None
-    model: str | None = None
-    hardware_class: str | None = None
-
-
 class _Certified(_Said):
     kind: str | None = None
     lane: str | None = None
@@ -187,7 +181,7 @@ class _Certified(_Said):
 
 
 class _Advertised(_Said):
-    entries: list[_Entry] = []
+    entries: list[_Certified] = []  # records: a certification's lane, model, hardware_class
 
     def proved(self, demo: Demo) -> str:
         shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in self.entries]

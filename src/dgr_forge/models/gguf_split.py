@@ -21,7 +21,6 @@ import msgspec
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.output import Reporter
 from dgr_forge.models import layermap
-from dgr_forge.models.layermap import LayerMap, Ranges
 from dgr_forge.models.manifest import ModelFile, split_name
 
 GGUF_MAGIC = b"GGUF"
@@ -363,7 +362,7 @@ def metadata_file(files: tuple[ModelFile, ...] | list[ModelFile]) -> ModelFile |
 
 def build(
     files: tuple[ModelFile, ...] | list[ModelFile], headers: dict[str, Header | str]
-) -> tuple[LayerMap, list[ModelFile]]:
+) -> tuple[layermap.LayerMap, list[ModelFile]]:
     """The map and the files carrying their halves of it; MapError naming each bad file."""
     if not (ggufs := gguf_files(files)):
         raise Unmappable({"(manifest)": ["lists no .gguf file"]})
@@ -393,9 +392,9 @@ def build(
         raise MapError(
             {meta.name: [f"{arch}.block_count is {count} (1 to {layermap.MAX_BLOCK_COUNT})"]}
         )
-    lmap = LayerMap(arch=arch, block_count=count)
+    lmap = layermap.LayerMap(arch=arch, block_count=count)
     seen: dict[bytes, str] = {}
-    held: dict[str, tuple[Ranges, tuple[str, ...]]] = {}
+    held: dict[str, tuple[layermap.Ranges, tuple[str, ...]]] = {}
     for f in ggufs:
         h = headers[f.name]
         assert isinstance(h, Header)
@@ -424,7 +423,7 @@ def build(
 
 def with_map(
     files: list[ModelFile], headers: dict[str, Header | str], shown: str, out: Reporter
-) -> tuple[LayerMap | None, list[ModelFile]]:
+) -> tuple[layermap.LayerMap | None, list[ModelFile]]:
     """The files with the layer map from their headers; a model the map cannot describe
     (no `<arch>.block_count`, several models) is said and left without one; headers that
     contradict each other (a hostile or foreign part) are exit 2 naming the files."""
@@ -445,7 +444,7 @@ def with_map(
 
 
 def header_problems(
-    dest: Path, files: list[ModelFile], lmap: LayerMap | None
+    dest: Path, files: list[ModelFile], lmap: layermap.LayerMap | None
 ) -> dict[str, list[str]]:
     """Split consistency of the present `.gguf` files, and with a map, every header
     against what the map says of its file (a file changed upstream is named here)."""

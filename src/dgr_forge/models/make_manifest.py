@@ -28,9 +28,7 @@ from dgr_forge.models import gguf_split, sources
 from dgr_forge.models import manifest as models
 from dgr_forge.models.dest import check_destination
 from dgr_forge.models.download import NET_CHUNK, RateFloor, RetryPolicy, TooSlow, content_range
-from dgr_forge.models.gguf_split import GGUFError, Header
 from dgr_forge.models.hashing import hash_many, human
-from dgr_forge.models.manifest import ModelFile, ModelManifest
 from dgr_forge.models.sources import check_file_sources, http_session
 
 
@@ -70,7 +68,7 @@ def save(target: Path, text: str) -> str:
     return "updated" if old else "written"
 
 
-def write_manifest(m: ModelManifest, text: str, target: Path) -> ArtifactsManifest:
+def write_manifest(m: models.ModelManifest, text: str, target: Path) -> ArtifactsManifest:
     return ArtifactsManifest(
         model=m.name,
         manifest=target,
@@ -92,7 +90,7 @@ def build_manifest(
     *,
     source_revision: str | None = None,
     jobs: int | None = None,
-) -> tuple[ModelManifest, str]:
+) -> tuple[models.ModelManifest, str]:
     """Hash the files in `directory` into a model manifest: as loaded, and its text."""
     if not directory.is_dir():
         raise BadInput(
@@ -134,7 +132,7 @@ def build_manifest(
             )
     shas = hash_many(entries, out, jobs, "hashing")
     files = [
-        ModelFile(
+        models.ModelFile(
             name=models.FileName(p.name),
             size=p.stat().st_size,
             sha256=shas[p],
@@ -314,8 +312,8 @@ class ArtifactsMap(Form, kw_only=True):
 
 
 def _from_dest(
-    m: ModelManifest, dest: Path, out: Reporter, jobs: int | None
-) -> tuple[dict[str, Header | str], dict[str, int], int]:
+    m: models.ModelManifest, dest: Path, out: Reporter, jobs: int | None
+) -> tuple[dict[str, gguf_split.Header | str], dict[str, int], int]:
     target = check_destination(dest)  # every --dest, read or written, under one rule
     if not target.is_dir():
         raise BadInput(
@@ -350,18 +348,18 @@ def _from_dest(
             f"{dest}`), or leave --dest out to read the headers over HTTP",
         )
     headers = gguf_split.read_headers(target, ggufs, follow=False)
-    return headers, {n: h.end for n, h in headers.items() if isinstance(h, Header)}, 0
+    return headers, {n: h.end for n, h in headers.items() if isinstance(h, gguf_split.Header)}, 0
 
 
 def _from_urls(
-    m: ModelManifest, mirror: str | None, out: Reporter
-) -> tuple[dict[str, Header | str], dict[str, int], int]:
+    m: models.ModelManifest, mirror: str | None, out: Reporter
+) -> tuple[dict[str, gguf_split.Header | str], dict[str, int], int]:
     mirror = sources.check_mirror(mirror)
     check_file_sources(m.files, mirror, m.shown)
     roots = sources.file_roots(mirror)
     policy = RetryPolicy.from_env()
     limit = env_number(HEADER_MAX_ENV, HEADER_MAX, 64, 1 << 40)  # header bytes per split
-    headers: dict[str, Header | str] = {}
+    headers: dict[str, gguf_split.Header | str] = {}
     read: dict[str, int] = {}
     requests = 0
     for f in gguf_split.gguf_files(m.files):
@@ -382,7 +380,7 @@ def _from_urls(
                     h = gguf_split.parse_header(rf, f.size, limit)  # type: ignore[arg-type]
                 headers[f.name], read[f.name] = h, rf.received
                 requests += rf.requests
-        except GGUFError as err:
+        except gguf_split.GGUFError as err:
             headers[f.name] = f"unreadable GGUF header: {str(err)[:200]} ({mask(url)})"
         except OSError as err:
             headers[f.name] = f"cannot read {mask(url)}: {err.strerror or err}"
@@ -391,7 +389,7 @@ def _from_urls(
 
 
 def map_manifest(
-    m: ModelManifest,
+    m: models.ModelManifest,
     out: Reporter,
     *,
     dest: Path | None = None,

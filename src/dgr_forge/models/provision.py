@@ -22,7 +22,6 @@ from dgr_forge.models.download import Downloader, FileOutcome, RetryPolicy
 from dgr_forge.models.hashing import Progress, VerifiedCache, human, in_daemon_threads
 from dgr_forge.models.manifest import ModelManifest
 from dgr_forge.models.sources import check_file_sources, check_mirror, file_roots, source_url
-from dgr_forge.models.subset import Layers, Provisioned, Selection
 
 
 class ArtifactsProvision(Form, kw_only=True):
@@ -45,12 +44,12 @@ class ArtifactsProvision(Form, kw_only=True):
         dict[str, list[str]],
         d("GGUF split problems per file, and headers contradicting the layer map"),
     ]
-    layers: Layers | None
+    layers: subset.Layers | None
     bytes: Annotated[int, d("the size of the files listed (the subset with `--layers`)")]
     model_bytes: Annotated[int, d("the size of the whole model")]
     missing_bytes: Annotated[int, d("what was still to download when the run began")]
     dry_run: Annotated[bool, d("`--dry-run`: nothing was written, every file is `planned`")]
-    provisioned: Provisioned | None
+    provisioned: subset.Provisioned | None
 
     @property
     def ok(self) -> bool:
@@ -64,7 +63,7 @@ def provision(
     *,
     mirror: str | None = None,
     jobs: int = 4,
-    selection: Selection | None = None,
+    selection: subset.Selection | None = None,
     dry_run: bool = False,
 ) -> ArtifactsProvision:
     started = time.monotonic()
@@ -130,7 +129,7 @@ def provision(
             if m.layer_map is not None and len(ok_files) == len(chosen) and not split_problems:
                 every = ((0, m.layer_map.block_count - 1),)
                 sel = selection if selection is not None else subset.select(m, every, True, True)
-                empty = Provisioned(model=m.name, layers="", first=False, last=False)
+                empty = subset.Provisioned(model=m.name, layers="", first=False, last=False)
                 record = (record or empty).union(sel)
                 fault.point("provision.record", m.name)  # every file in place, the record not yet
                 subset.write_record(held.fd, record)
