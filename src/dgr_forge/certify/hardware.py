@@ -113,52 +113,46 @@ def nvidia_gpus(text: str | None, salt: str) -> list[NvidiaGpu]:
     return gpus
 
 
+def _blocks(text: str | None, head: str, sep: str, lower: bool = False) -> list[dict[str, str]]:
+    """`key<sep>value` lines by block, each line matching `head` starting one (the first
+    block: the lines before any); a key's first value is kept."""
+    blocks: list[dict[str, str]] = [{}]
+    for line in (text or "").splitlines():
+        if re.match(head, line.strip()):
+            blocks.append({})
+        elif sep in line:
+            key, _, value = line.partition(sep)
+            key = key.strip().lower() if lower else key.strip()
+            blocks[-1].setdefault(key, value.strip())
+    return blocks
+
+
 def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
     """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
-    agents: list[AmdGpu] = []
-    block: dict[str, str] = {}
-
-    def flush() -> None:
-        if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx"):
-            uuid = block.get("uuid")
-            agents.append(
-                AmdGpu(
-                    name=block.get("marketing name", "")[:120],
-                    gfx=block["name"][:20],
-                    uuid_sha256=uuid_digest(salt, uuid) if uuid else UNSET,
-                )
-            )
-
-    for line in (text or "").splitlines():
-        key, sep, value = line.strip().partition(":")
-        if re.match(r"^\*+\s*$", line.strip()) or line.strip().startswith("Agent "):
-            flush()
-            block = {}
-        elif sep and key.strip().lower() not in block:
-            block[key.strip().lower()] = value.strip()
-    flush()
+    agents = [
+        AmdGpu(
+            name=block.get("marketing name", "")[:120],
+            gfx=block["name"][:20],
+            uuid_sha256=uuid_digest(salt, block["uuid"]) if block.get("uuid") else UNSET,
+        )
+        for block in _blocks(text, r"\*+\s*$|Agent ", ":", lower=True)
+        if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx")
+    ]
     return agents[:MAX_DEVICES]
 
 
 def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
     """vulkaninfo --summary: `GPUn:` blocks with `deviceName = ...`, `deviceType = ...`."""
-    devices: list[dict[str, str]] = []
-    current: dict[str, str] | None = None
-    for line in (text or "").splitlines():
-        if re.match(r"^GPU\d+:\s*$", line.strip()):
-            current = {}
-            devices.append(current)
-        elif current is not None and "=" in line:
-            key, _, value = line.partition("=")
-            current.setdefault(key.strip(), value.strip()[:120])
     return [
         VulkanGpu(
-            name=dev["deviceName"],
-            type=dev.get("deviceType", ""),
-            driver=dev.get("driverInfo", dev.get("driverVersion", "")),
-            uuid_sha256=uuid_digest(salt, dev["deviceUUID"]) if dev.get("deviceUUID") else UNSET,
+            name=dev["deviceName"][:120],
+            type=dev.get("deviceType", "")[:120],
+            driver=dev.get("driverInfo", dev.get("driverVersion", ""))[:120],
+            uuid_sha256=uuid_digest(salt, dev["deviceUUID"][:120])
+            if dev.get("deviceUUID")
+            else UNSET,
         )
-        for dev in devices[:MAX_DEVICES]
+        for dev in _blocks(text, r"GPU\d+:\s*$", "=")[1 : MAX_DEVICES + 1]
         if dev.get("deviceName")
     ]
 

@@ -7,10 +7,13 @@ gate (it would pass by default).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 
 from msgspec import UNSET
 
 from dgr_forge.certify.parsers import PARSE
+from dgr_forge.core.errors import BadInput
 from dgr_forge.core.tominput import fail, shown_value
 from dgr_forge.host.recipes import PLACEHOLDERS, SPEEDS_FIX, Recipe, Speeds, Step, Suite
 
@@ -18,6 +21,7 @@ TEXT_FIX = 'name a file of the forge root: text = "recipes/parity.txt"'
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 TARGET_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,199}")
 STEP_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+Refuse = Callable[[str, str, str], BadInput]  # `tominput.fail` for one recipe: key, problem, fix
 MAX_STEPS = 32
 MAX_ARGS = 64
 MAX_ARG = 1024
@@ -30,64 +34,52 @@ TEXT_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]
 def load(recipe: Recipe) -> Suite | None:
     """Whether the lane builds each target is the build's and certify's to say, not the
     recipe's: a build never fails for its suite."""
-    table, shown = recipe.certify, f"recipes/{recipe.path.name}"
+    table, refuse = recipe.certify, partial(fail, f"recipes/{recipe.path.name}")
     if table is None:
         return None
     targets = table.targets
     if not targets:
-        raise fail(
-            shown, "certify.targets", "empty", 'name the programs: targets = ["llama-bench"]'
-        )
+        raise refuse("certify.targets", "empty", 'name the programs: targets = ["llama-bench"]')
     for t in targets:
-        _named(shown, "certify.targets", t, TARGET_NAME, "a CMake target name", "fix the name")
+        _named(refuse, "certify.targets", t, TARGET_NAME, "a CMake target name", "fix the name")
     if not table.steps:
-        raise fail(
-            shown,
+        raise refuse(
             "certify.steps",
             "missing or not an array of tables",
             "add one [[certify.steps]] table per program run",
         )
     if len(table.steps) > MAX_STEPS:
-        raise fail(
-            shown, "certify.steps", f"{len(table.steps)} steps, over {MAX_STEPS}", "fewer steps"
-        )
+        raise refuse("certify.steps", f"{len(table.steps)} steps, over {MAX_STEPS}", "fewer steps")
     for i, step in enumerate(table.steps):
-        _step(shown, step, f"certify.steps[{i}]", targets)
+        _step(refuse, step, f"certify.steps[{i}]", targets)
         if any(s.name == step.name for s in table.steps[:i]):
-            raise fail(
-                shown, f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely"
-            )
+            raise refuse(f"certify.steps[{i}].name", f"{step.name!r} twice", "name steps uniquely")
     return table
 
 
-def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
+def _step(refuse: Refuse, raw: Step, where: str, targets: tuple[str, ...]) -> None:
     name, program, args, parser = raw.name, raw.program, raw.args, raw.parser
-    _named(shown, f"{where}.name", name, STEP_NAME, "a step name", "use [a-z0-9_-]")
+    _named(refuse, f"{where}.name", name, STEP_NAME, "a step name", "use [a-z0-9_-]")
     if program not in targets:
-        raise fail(
-            shown,
+        raise refuse(
             f"{where}.program",
             f"{shown_value(program)} is not one of certify.targets ({', '.join(targets)}): "
             "only a program the lane's build produced runs",
             "name a target listed in certify.targets (no path, no program from outside the build)",
         )
     if len(args) > MAX_ARGS:
-        raise fail(
-            shown, f"{where}.args", f"{len(args)} arguments, over {MAX_ARGS}", "fewer arguments"
-        )
+        raise refuse(f"{where}.args", f"{len(args)} arguments, over {MAX_ARGS}", "fewer arguments")
     for arg in args:
-        _check_arg(shown, f"{where}.args", arg)
+        _check_arg(refuse, f"{where}.args", arg)
     if parser not in PARSE:  # the names are the parsers's, read in their module
-        raise fail(
-            shown,
+        raise refuse(
             f"{where}.parser",
             f"{shown_value(parser)} is not a parser",
             f"one of {', '.join(PARSE)}",
         )
     # the gate: its parser's own key and no other
     if (parser == "parity") != (raw.reference is not None):
-        raise fail(
-            shown,
+        raise refuse(
             f"{where}.reference",
             "missing: a parity step compares with the pin's build"
             if parser == "parity"
@@ -105,62 +97,60 @@ def _step(shown: str, raw: Step, where: str, targets: tuple[str, ...]) -> None:
         if key == gate or getattr(raw, key) is UNSET:
             continue
         if parser == "parity":
-            raise fail(shown, where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
+            raise refuse(where, "a parity step's gate is max_rel_diff", "use max_rel_diff")
         use = "remove it" if key == "max_rel_diff" else f"use {gate}"
-        raise fail(shown, f"{where}.{key}", f"not a {parser} figure", use)
+        raise refuse(f"{where}.{key}", f"not a {parser} figure", use)
     if getattr(raw, gate) is UNSET:
-        raise fail(shown, f"{where}.{gate}", "missing: a step never passes by default", fix)
+        raise refuse(f"{where}.{gate}", "missing: a step never passes by default", fix)
     if raw.min_avg_ts is not UNSET:
-        _speeds(shown, raw.min_avg_ts, f"{where}.min_avg_ts")
+        _speeds(refuse, raw.min_avg_ts, f"{where}.min_avg_ts")
     if raw.by_model is not None and parser != "llama-bench":
-        raise fail(
-            shown, f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
+        raise refuse(
+            f"{where}.by_model", "only a llama-bench step has a per-model gate", "remove it"
         )
     for model, speeds in (raw.by_model or {}).items():
-        _named(shown, f"{where}.by_model", model, MODEL_NAME, "a model manifest name", "fix it")
-        _speeds(shown, speeds, f"{where}.by_model.{model}")
+        _named(refuse, f"{where}.by_model", model, MODEL_NAME, "a model manifest name", "fix it")
+        _speeds(refuse, speeds, f"{where}.by_model.{model}")
     uses = any("{text}" in a for a in args)
     if raw.text is None:
         if uses:
-            raise fail(shown, f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
+            raise refuse(f"{where}.text", "missing: an argument has {text}", TEXT_FIX)
         return
     if len(raw.text) > MAX_ARG // 4:
-        raise fail(shown, f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
+        raise refuse(f"{where}.text", f"over {MAX_ARG // 4} characters", "shorten it")
     fix = f"{TEXT_FIX} (relative, no '..', no leading '/' or '-')"
-    _named(shown, f"{where}.text", raw.text, TEXT_PATH, "a path inside the forge root", fix)
+    _named(refuse, f"{where}.text", raw.text, TEXT_PATH, "a path inside the forge root", fix)
     if not uses:
-        raise fail(shown, f"{where}.text", "no argument reads it", 'pass it: "{text}"')
+        raise refuse(f"{where}.text", "no argument reads it", 'pass it: "{text}"')
 
 
-def _named(shown: str, key: str, value: str, name: re.Pattern[str], what: str, fix: str) -> None:
+def _named(
+    refuse: Refuse, key: str, value: str, name: re.Pattern[str], what: str, fix: str
+) -> None:
     if not name.fullmatch(value):
-        raise fail(shown, key, f"{shown_value(value)} is not {what}", fix)
+        raise refuse(key, f"{shown_value(value)} is not {what}", fix)
 
 
-def _check_arg(shown: str, key: str, arg: str) -> None:
+def _check_arg(refuse: Refuse, key: str, arg: str) -> None:
     if len(arg) > MAX_ARG:
-        raise fail(
-            shown, key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it"
-        )
+        raise refuse(key, f"an argument of {len(arg)} characters, over {MAX_ARG}", "shorten it")
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in arg):
-        raise fail(shown, key, f"{shown_value(arg)} contains a control character", "remove it")
+        raise refuse(key, f"{shown_value(arg)} contains a control character", "remove it")
     for m in _PLACEHOLDER.finditer(arg):
         if m.group(1) not in PLACEHOLDERS:
-            raise fail(
-                shown,
+            raise refuse(
                 key,
                 f"{shown_value(arg)}: {{{m.group(1)[:40]}}} is not a placeholder",
                 "the placeholders are {model}, {device}, {threads} and {text}",
             )
     if "{" in _PLACEHOLDER.sub("", arg) or "}" in _PLACEHOLDER.sub("", arg):
-        raise fail(
-            shown,
+        raise refuse(
             key,
             f"{shown_value(arg)}: a brace outside a placeholder",
             "the placeholders are {model}, {device}, {threads} and {text}; no other braces",
         )
 
 
-def _speeds(shown: str, speeds: Speeds, where: str) -> None:
+def _speeds(refuse: Refuse, speeds: Speeds, where: str) -> None:
     if speeds == Speeds():
-        raise fail(shown, where, "empty", "give prompt and/or gen tokens per second")
+        raise refuse(where, "empty", "give prompt and/or gen tokens per second")
