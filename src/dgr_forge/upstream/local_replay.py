@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta, Struct, field
@@ -39,6 +39,8 @@ class ReplayState(Struct, forbid_unknown_fields=True):
     orig_ref: _Branch | None  # the branch HEAD was on (None: detached)
     commits: list[_Id]  # a person's commits, oldest first
     position: Annotated[int, Meta(ge=0)] = 0  # the next one to replay (in conflict: stopped)
+    # series: applying the new series; replay: cherry-picking
+    phase: Literal["series", "replay"] = "series"
     skipped: list[_Id] = field(default_factory=list)  # already in the new series
     stopped_at: _Id | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
@@ -133,6 +135,8 @@ def update(
     except BaseException:
         _restore(src, st)
         raise
+    st.phase = "replay"
+    _save(src, st)
     return _replay_rest(forge, m, src, st, out)
 
 
