@@ -41,6 +41,7 @@ class ReplayState(Struct, forbid_unknown_fields=True):
     position: Annotated[int, Meta(ge=0)] = 0  # the next one to replay (in conflict: stopped)
     # series: applying the new series; replay: cherry-picking
     phase: Literal["series", "replay"] = "series"
+    replayed: list[_Id] = field(default_factory=list)  # new ids, in order
     skipped: list[_Id] = field(default_factory=list)  # already in the new series
     stopped_at: _Id | None = None  # HEAD when a conflict stopped the replay (else: killed)
     base_text: str | None = None  # the series record before (restored by --abort)
@@ -168,16 +169,20 @@ def resume(
     if (workspace.git_dir(src) / "CHERRY_PICK_HEAD").exists():
         env = {**_committer_env(src, commit), "GIT_EDITOR": "true"}
         proc = gitutil.git(src, "cherry-pick", "--continue", env=env, check=False, config=_NO_SIGN)
-        if proc.returncode != 0:
-            if not _skipped_empty(src):
-                raise OperationFailed(
-                    f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
-                    hint="fix what git names, then `dgr-forge patch --continue` again",
-                )
-            st.skipped.append(commit)  # the resolution left nothing of this commit
+        if proc.returncode == 0:
+            st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        elif _skipped_empty(src):  # the resolution left nothing of this commit
+            st.skipped.append(commit)
+        else:
+            raise OperationFailed(
+                f"git cherry-pick --continue failed: {proc.stderr.strip()[-1500:]}",
+                hint="fix what git names, then `dgr-forge patch --continue` again",
+            )
         st.position += 1
     elif gitutil.rev_parse(src, "HEAD") != st.stopped_at:
-        st.position += 1  # the person committed the resolution themselves
+        # the person committed the resolution themselves
+        st.replayed.append(gitutil.out(src, "rev-parse", "HEAD"))
+        st.position += 1
     st.stopped_at = None
     _save(src, st)
     return _replay_rest(forge, m, src, st, out)
@@ -245,6 +250,8 @@ def _took(src: Path, st: ReplayState, new: str | None, out: Reporter) -> None:
     if new is None:
         out.info(f"{commit[:12]} ({subject_of(src, commit)}): already in the new series")
         st.skipped.append(commit)
+    else:
+        st.replayed.append(new)
     st.position += 1
     _save(src, st)
     fault.point("patch.replayed", str(st.position))
