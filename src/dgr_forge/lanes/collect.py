@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 
 
 def collect_artifacts(
-    reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
+    shipped: list[tuple[cmake_api.Target, Path]],
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts by their real file (links: aliases), and their stat records."""
+    """`shipped` by their real file (links: aliases), and their stat records."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
-    for target, path in cmake_api.shipped_artifacts(reply, only, extra):
+    for target, path in shipped:
         real = path.resolve()
         aliases = found.setdefault(real, (target.name, target.kind, set()))[2]
         if path.is_symlink():

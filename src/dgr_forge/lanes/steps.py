@@ -183,12 +183,11 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
 
     reply = cmake_api.read_reply(plan.build_dir)
     extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
-    for path in cmake_api.stale_siblings(
-        reply, cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
-    ):
+    shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
+    for path in cmake_api.stale_siblings(reply, shipped):
         path.unlink()
         out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
-    artifacts, stats = collect_artifacts(reply, plan.recipe.cmake.targets, extra)
+    artifacts, stats = collect_artifacts(shipped)
     gone = [p for p in changed if not p.is_file()]
     if gone:
         raise OperationFailed(
