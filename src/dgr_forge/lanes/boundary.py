@@ -288,6 +288,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     include_leaks: list[IncludeLeak] = []
     read: set[Path] = set()
     worker_objects: list[Path] = []
+    worker_bases = (worker_dir, Path(os.path.realpath(worker_dir)))
     for t in own:
         objects = sorted(o for o in deps if o.startswith(t.objects))
         if len(objects) < t.compiled:
@@ -300,8 +301,10 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
         for obj in objects:
             worker_objects.append(build_dir / obj)
             files = deps[obj]
-            source = os.path.normpath(build_dir / files[0]) if files else obj
-            shown_source = _shown(Path(source), worker_dir)
+            source = Path(os.path.normpath(build_dir / files[0]) if files else obj)
+            # named by its path in the worker's tree
+            base = next((b for b in worker_bases if source.is_relative_to(b)), None)
+            shown_source = str(source if base is None else source.relative_to(base))
             for dep in files:
                 real = Path(os.path.realpath(build_dir / dep))
                 if any(real.is_relative_to(b) for b in boundary):  # each inside `up`
@@ -370,14 +373,6 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
             symbols.append(surface_mod.SurfaceSymbol(qual, header, sym, libs[sym]))
     surface = Surface(tuple(str(h.relative_to(up)) for h in headers), tuple(symbols), checked)
     return Checked(Leaks(include_leaks, symbol_leaks, shown_boundary), surface)
-
-
-def _shown(path: Path, worker_dir: Path) -> str:
-    """A worker source as the message names it: its path in the worker's tree."""
-    for base in (worker_dir, Path(os.path.realpath(worker_dir))):
-        if path.is_relative_to(base):
-            return str(path.relative_to(base))
-    return str(path)
 
 
 def recorded_surface(forge: Forge) -> surface_mod.Recorded:
