@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,11 +52,8 @@ def first_line(cmd: list[str]) -> str:
     key = None if found is None else "|".join(str(x) for x in (*found[:5], cmd[1], "v"))
     if key is not None and key in _PROBES:
         return _PROBES[key]
-    try:
-        done = proc.capture(cmd, timeout=30)
-        text = (done.stdout or done.stderr or "").strip() if done.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        text = ""
+    done = proc.probe(cmd, timeout=30)
+    text = (done.stdout or done.stderr or "").strip() if done and done.returncode == 0 else ""
     lines = text.splitlines()
     # the first line naming a version: nvcc's first is its banner, its release comes 4th
     line = next((x for x in lines if re.search(_VERSION, x)), lines[0])[:200] if lines else ""
