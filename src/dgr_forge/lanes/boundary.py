@@ -383,14 +383,11 @@ def recorded_surface(forge: Forge) -> surface_mod.Recorded:
     known = False
     for loaded in lane_states(forge).values():
         last = loaded.state.last_build
-        if loaded.elsewhere or last is None or not last.report:
-            continue
-        path = Path(last.report)
-        if not path.is_file():
+        if loaded.elsewhere or last is None or not last.report or not Path(last.report).is_file():
             continue
         from dgr_forge.attest import reports  # (signed reports: only when there is one)
 
-        facts = reports.surface_of(reports.load(path).statement or {})
+        facts = reports.surface_of(reports.load(Path(last.report)).statement or {})
         if facts is None:
             continue
         known = True
