@@ -430,11 +430,10 @@ class LaneBuilder:
         jobs = self.ctx.opts.jobs
         ran = steps.compile_lane(self.plan, self.out, jobs, log, env, boundary.preload)
         self.result.timings["build"] = ran.seconds
-        if self.ctx.cache is not None:  # what the cache did in this build, for the report
-            used = self.ctx.cache.figures()
-            if used is not None:
-                self.result.cache = used
-                self.out.info(f"{lane}: {cache_session.describe(used)}")
+        # what the cache did in this build, for the report
+        if self.ctx.cache is not None and (used := self.ctx.cache.figures()) is not None:
+            self.result.cache = used
+            self.out.info(f"{lane}: {cache_session.describe(used)}")
         self.result.ninja_steps = ran.steps
         if ran.code != 0:
             self._fail("build", ran.lines)
