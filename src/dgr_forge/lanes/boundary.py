@@ -6,6 +6,7 @@ the lane (exit 1) before anything is signed; the surface goes into the report.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import struct
@@ -28,6 +29,7 @@ MAX_DEPS_OUTPUT = 256 * 1024 * 1024  # `ninja -t deps` of llama.cpp's cpu lane: 
 MAX_OBJECT_BYTES = 1024 * 1024 * 1024
 MAX_SYMBOLS = 1_000_000  # per object; llama.cpp's largest cpu-lane object has ~20,000
 DEPS_SIGNATURE = b"# ninjadeps\n"
+_REBUILD = "delete the lane's build directory and build again"
 
 
 class IncludeLeak(Struct, frozen=True):
@@ -118,9 +120,13 @@ def _targets(build_dir: Path) -> list[_Target]:
     return out
 
 
+def _failed(path: Path, problem: str, hint: str = _REBUILD) -> OperationFailed:
+    return OperationFailed(f"{path}: {problem}", hint=hint, details={"file": str(path)})
+
+
 def _bad_log(log: Path, problem: str) -> OperationFailed:
     fix = f"delete {log.parent} and build again: Ninja writes the log as it compiles"
-    return OperationFailed(f"{log}: {problem}", hint=fix, details={"file": str(log)})
+    return _failed(log, problem, fix)
 
 
 def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
@@ -151,11 +157,8 @@ def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
             f"{ran.stderr.strip()[-500:] or 'output too large'}",
         )
     deps: dict[str, list[str]] = {}
-    lines = text.split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        i += 1
+    lines = enumerate(text.split("\n"), 1)
+    for i, line in lines:
         if not line:
             continue
         head, sep, rest = line.rpartition(": #deps ")
@@ -171,7 +174,7 @@ def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
                 "ninja recorded it read)",
             )
         n = int(count)
-        block = lines[i : i + n]
+        block = [x for _, x in itertools.islice(lines, n)]
         if len(block) != n or not all(x.startswith("    ") for x in block):
             raise _bad_log(
                 log,
@@ -179,7 +182,6 @@ def read_deps(ninja: str, build_dir: Path) -> dict[str, list[str]]:
                 "(a path with a newline?)",
             )
         deps[head] = [x[4:] for x in block]
-        i += n
     return deps
 
 
@@ -222,7 +224,7 @@ def _elf_symbols(path: Path) -> _Symbols | None:
             return found
         except (ELFError, struct.error, ValueError, IndexError) as err:
             problem = f"unreadable ELF object ({err}): its symbols cannot be checked"
-            raise _damaged(path, problem) from None
+            raise _failed(path, problem) from None
 
 
 def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> None:
@@ -230,7 +232,7 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
     off, length = sec["sh_offset"], sec["sh_size"]
     count = length // entsize if sec["sh_entsize"] == entsize else -1
     if count < 0 or off + length > size:
-        raise _damaged(
+        raise _failed(
             path,
             f"damaged symbol table (entries of {sec['sh_entsize']} bytes, {length} bytes at "
             f"{off} of a {size}-byte file)",
@@ -264,18 +266,9 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
                 found.strong.add(name)
 
 
-def _damaged(path: Path, problem: str) -> OperationFailed:
-    hint = "delete the lane's build directory and build again"
-    return OperationFailed(f"{path}: {problem}", hint=hint, details={"file": str(path)})
-
-
 def _too_big(path: Path, what: str) -> OperationFailed:
-    return OperationFailed(
-        f"{path}: {what}: too large to check its symbols",
-        hint="a worker object this large is not a build output; delete the lane's build "
-        "directory and build again",
-        details={"file": str(path)},
-    )
+    hint = f"a worker object this large is not a build output; {_REBUILD}"
+    return _failed(path, f"{what}: too large to check its symbols", hint)
 
 
 def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> Checked:
@@ -295,21 +288,23 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     include_leaks: list[IncludeLeak] = []
     read: set[Path] = set()
     worker_objects: list[Path] = []
+    worker_bases = (worker_dir, Path(os.path.realpath(worker_dir)))
     for t in own:
         objects = sorted(o for o in deps if o.startswith(t.objects))
         if len(objects) < t.compiled:
-            raise OperationFailed(
-                f"{build_dir / '.ninja_deps'}: no record of {t.compiled - len(objects)} of "
-                f"the {t.compiled} object(s) of worker target {t.name}: the log is damaged or "
-                "was replaced",
-                hint=f"delete {build_dir} and build again",
-                details={"file": str(build_dir / ".ninja_deps")},
+            raise _failed(
+                build_dir / ".ninja_deps",
+                f"no record of {t.compiled - len(objects)} of the {t.compiled} object(s) of "
+                f"worker target {t.name}: the log is damaged or was replaced",
+                f"delete {build_dir} and build again",
             )
         for obj in objects:
             worker_objects.append(build_dir / obj)
             files = deps[obj]
-            source = os.path.normpath(build_dir / files[0]) if files else obj
-            shown_source = _shown(Path(source), worker_dir)
+            source = Path(os.path.normpath(build_dir / files[0]) if files else obj)
+            # named by its path in the worker's tree
+            base = next((b for b in worker_bases if source.is_relative_to(b)), None)
+            shown_source = str(source if base is None else source.relative_to(base))
             for dep in files:
                 real = Path(os.path.realpath(build_dir / dep))
                 if any(real.is_relative_to(b) for b in boundary):  # each inside `up`
@@ -380,14 +375,6 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     return Checked(Leaks(include_leaks, symbol_leaks, shown_boundary), surface)
 
 
-def _shown(path: Path, worker_dir: Path) -> str:
-    """A worker source as the message names it: its path in the worker's tree."""
-    for base in (worker_dir, Path(os.path.realpath(worker_dir))):
-        if path.is_relative_to(base):
-            return str(path.relative_to(base))
-    return str(path)
-
-
 def recorded_surface(forge: Forge) -> surface_mod.Recorded:
     """The worker's surface all lanes' last reports recorded; None when none records one."""
     from dgr_forge.lanes.state import lane_states
@@ -396,14 +383,11 @@ def recorded_surface(forge: Forge) -> surface_mod.Recorded:
     known = False
     for loaded in lane_states(forge).values():
         last = loaded.state.last_build
-        if loaded.elsewhere or last is None or not last.report:
-            continue
-        path = Path(last.report)
-        if not path.is_file():
+        if loaded.elsewhere or last is None or not last.report or not Path(last.report).is_file():
             continue
         from dgr_forge.attest import reports  # (signed reports: only when there is one)
 
-        facts = reports.surface_of(reports.load(path).statement or {})
+        facts = reports.surface_of(reports.load(Path(last.report)).statement or {})
         if facts is None:
             continue
         known = True

@@ -92,14 +92,15 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     return root
 
 
-def _diff(path: str, old: bytes, new: bytes) -> str:
+def _difference(path: str, old: bytes, new: bytes, what: str) -> Difference:
     lines = difflib.unified_diff(
         old.decode("utf-8", "replace").splitlines(keepends=True),
         new.decode("utf-8", "replace").splitlines(keepends=True),
         fromfile=f"a/{path} (committed)",
         tofile=f"b/{path} (fresh re-export)",
     )
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
+    diff = "".join(line if line.endswith("\n") else line + "\n\\ No newline\n" for line in lines)
+    return Difference(path=path, diff=diff, what=what)
 
 
 def check(
@@ -154,9 +155,7 @@ def check(
                 # the commit message is not what the file says); "file" for a missing one
                 heads = {data.split(b"\ndiff --git ", 1)[0] for data in (old, new)}
                 what = "file" if not old or not new else "message" if len(heads) > 1 else "diff"
-                result.differences.append(
-                    Difference(path=rel, diff=_diff(rel, old, new), what=what)
-                )
+                result.differences.append(_difference(rel, old, new, what))
 
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = manifest.read_raw(m.path)  # bounded, as it was loaded
@@ -164,8 +163,7 @@ def check(
         regenerated = text.encode("utf-8")
         if regenerated != committed:
             rel = forge.rel(m.path)
-            diff = _diff(rel, committed, regenerated)
-            result.differences.append(Difference(path=rel, diff=diff, what="manifest"))
+            result.differences.append(_difference(rel, committed, regenerated, "manifest"))
 
         result.options_checked, result.option_problems = check_options(
             forge, src, m.commit, recipes

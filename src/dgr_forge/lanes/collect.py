@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 
 
 def collect_artifacts(
-    reply: cmake_api.Reply, only: tuple[str, ...], extra: tuple[str, ...] = ()
+    shipped: list[tuple[cmake_api.Target, Path]],
 ) -> tuple[list[Artifact], dict[str, list[int]]]:
-    """Shipped artifacts by their real file (links: aliases), and their stat records."""
+    """`shipped` by their real file (links: aliases), and their stat records."""
     found: dict[Path, tuple[str, str, set[str]]] = {}
-    for target, path in cmake_api.shipped_artifacts(reply, only, extra):
+    for target, path in shipped:
         real = path.resolve()
         aliases = found.setdefault(real, (target.name, target.kind, set()))[2]
         if path.is_symlink():
@@ -216,17 +216,13 @@ def strip_empty_runpath(path: Path) -> bool:
                 names += [sym["st_name"] for sym in dynsym.iter_symbols()]
         except (ELFError, ValueError, KeyError):
             return False  # not a linked ELF file: nothing the loader reads a RUNPATH of
-        changed = False
-        for at, old in padded:
-            inside = range(at + 1, at + len(old) + 1)
-            if any(n in inside for n in names):
-                continue
+        free = [(at, old) for at, old in padded if not any(at < n <= at + len(old) for n in names)]
+        for at, old in free:
             new = b":".join(e for e in old.split(b":") if e)
             os.pwrite(fd, new.ljust(len(old), b"\0"), base + at)
-            changed = True
-        if changed:  # Ninja's mtime kept: a newer one would relink everything linking it
+        if free:  # Ninja's mtime kept: a newer one would relink everything linking it
             os.utime(fd, ns=(before.st_atime_ns, before.st_mtime_ns))
-        return changed
+        return bool(free)
 
 
 # the dynamic entries whose value is an offset into .dynstr

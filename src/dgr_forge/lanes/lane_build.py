@@ -220,11 +220,10 @@ class LaneBuilder:
         up, spec = plan.upstream_dir, plan.spec
         head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
         # a git worker checkout at its commit, clean
-        src = spec.source_dir if spec else up
         worker_at = not (spec and spec.url) or (
-            (src / ".git").exists()
-            and gitutil.rev_parse(src, "HEAD") == spec.commit
-            and not source_changes(src)
+            (spec.source_dir / ".git").exists()
+            and gitutil.rev_parse(spec.source_dir, "HEAD") == spec.commit
+            and not source_changes(spec.source_dir)
         )
         # the recipe and manifest this run parsed, unless the bytes stamped under the lock
         parsed = ((plan.recipe.path, plan.recipe.sha256), (ctx.m.path, ctx.manifest_sha256))
@@ -430,11 +429,10 @@ class LaneBuilder:
         jobs = self.ctx.opts.jobs
         ran = steps.compile_lane(self.plan, self.out, jobs, log, env, boundary.preload)
         self.result.timings["build"] = ran.seconds
-        if self.ctx.cache is not None:  # what the cache did in this build, for the report
-            used = self.ctx.cache.figures()
-            if used is not None:
-                self.result.cache = used
-                self.out.info(f"{lane}: {cache_session.describe(used)}")
+        # what the cache did in this build, for the report
+        if self.ctx.cache is not None and (used := self.ctx.cache.figures()) is not None:
+            self.result.cache = used
+            self.out.info(f"{lane}: {cache_session.describe(used)}")
         self.result.ninja_steps = ran.steps
         if ran.code != 0:
             self._fail("build", ran.lines)

@@ -67,13 +67,8 @@ class Presets(Form, kw_only=True):
 
 
 def _cache_variables(args: list[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for arg in args:
-        if arg.startswith("-D") and "=" in arg:
-            name, value = arg[2:].split("=", 1)
-            if name not in ("CMAKE_TOOLCHAIN_FILE", "CMAKE_MAKE_PROGRAM"):
-                out[name] = value
-    return out
+    pairs = (a[2:].split("=", 1) for a in args if a.startswith("-D") and "=" in a)
+    return {n: v for n, v in pairs if n not in ("CMAKE_TOOLCHAIN_FILE", "CMAKE_MAKE_PROGRAM")}
 
 
 def render(

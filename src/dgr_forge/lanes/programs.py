@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,11 +52,8 @@ def first_line(cmd: list[str]) -> str:
     key = None if found is None else "|".join(str(x) for x in (*found[:5], cmd[1], "v"))
     if key is not None and key in _PROBES:
         return _PROBES[key]
-    try:
-        done = proc.capture(cmd, timeout=30)
-        text = (done.stdout or done.stderr or "").strip() if done.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        text = ""
+    done = proc.probe(cmd, timeout=30)
+    text = (done.stdout or done.stderr or "").strip() if done and done.returncode == 0 else ""
     lines = text.splitlines()
     # the first line naming a version: nvcc's first is its banner, its release comes 4th
     line = next((x for x in lines if re.search(_VERSION, x)), lines[0])[:200] if lines else ""
@@ -93,21 +89,22 @@ def start(
 
     from dgr_forge.lanes import cmake_api
 
+    cache = cmake_api.programs(build_dir)
     early = {}
-    for path in [*cmake_api.programs(build_dir).values(), *drivers.values()]:
+    for path in [*cache.values(), *drivers.values()]:
         real = os.path.realpath(path)
         try:
             early[real] = os.stat(real)
         except OSError:
             continue
     pool = ThreadPoolExecutor(max_workers=1)
-    future = pool.submit(snapshot, build_dir, launcher, early, host, drivers)
+    future = pool.submit(snapshot, cache, launcher, early, host, drivers)
     pool.shutdown(wait=False)
     return future
 
 
 def snapshot(
-    build_dir: Path,
+    cache: dict[str, str],  # CMakeCache.txt's programs (`cmake_api.programs`)
     launcher: str | None,
     early: dict[str, os.stat_result],
     host_dir: Path | None,
@@ -116,11 +113,8 @@ def snapshot(
     """With `early` (stat records taken before), a file whose stat differs is CHANGED."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dgr_forge.lanes import cmake_api
-
     _PROBES.update(stamps.load_host_probes(host_dir))
     # name -> (path as CMake has it, version) of every program the build runs
-    cache = cmake_api.programs(build_dir)
     found: dict[str, tuple[str, str]] = {}
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
     with ThreadPoolExecutor(max_workers=4) as pool:
@@ -128,7 +122,7 @@ def snapshot(
             v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
         }
         internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
-        for var, path in sorted(compilers.items()):
+        for var, path in sorted({**compilers, **drivers}.items()):
             if os.path.isabs(path):
                 found[var] = (path, "")
         for var, future in sorted(versions.items()):
@@ -139,9 +133,6 @@ def snapshot(
                 found.setdefault(f"{var}:{name}", entry)
     if launcher:
         found["launcher"] = (launcher, "")
-    for name, path in sorted(drivers.items()):
-        if os.path.isabs(path):
-            found[name] = (path, "")
     stamps.save_host_probes(host_dir, dict(_PROBES))
     real = {name: os.path.realpath(path) for name, (path, _) in found.items()}
     host = stamps.load_host(host_dir)  # settled stamps of this user's programs: a stat, no hash

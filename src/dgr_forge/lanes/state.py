@@ -83,10 +83,8 @@ class LastBuild(Struct, omit_defaults=True):
 
 
 def stored_path(workspace: Path, path: str) -> str:
-    try:
-        return PurePosixPath(Path(path).relative_to(workspace)).as_posix()
-    except ValueError:
-        return path
+    full = Path(path)
+    return full.relative_to(workspace).as_posix() if full.is_relative_to(workspace) else path
 
 
 def loaded_path(workspace: Path, path: str) -> str | None:

@@ -48,11 +48,9 @@ class Ran(Struct, frozen=True):
 
 def error_lines(lines: list[str], limit: int = 40) -> list[str]:
     """The part of a failed build worth showing: Ninja's FAILED block(s) or CMake Errors."""
-    start = next((i for i, line in enumerate(lines) if line.startswith("FAILED:")), None)
-    if start is None:
-        start = next((i for i, line in enumerate(lines) if "CMake Error" in line), None)
-    if start is None:
-        start = max(0, len(lines) - limit)
+    failed = (i for i, line in enumerate(lines) if line.startswith("FAILED:"))
+    errors = (i for i, line in enumerate(lines) if "CMake Error" in line)
+    start = next(failed, next(errors, max(0, len(lines) - limit)))  # else the last lines
     picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
     return picked[:limit]
 
@@ -185,12 +183,11 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
 
     reply = cmake_api.read_reply(plan.build_dir)
     extra = tuple(plan.recipe.certify.targets) if plan.recipe.certify else ()
-    for path in cmake_api.stale_siblings(
-        reply, cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
-    ):
+    shipped = cmake_api.shipped_artifacts(reply, plan.recipe.cmake.targets, extra)
+    for path in cmake_api.stale_siblings(reply, shipped):
         path.unlink()
         out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
-    artifacts, stats = collect_artifacts(reply, plan.recipe.cmake.targets, extra)
+    artifacts, stats = collect_artifacts(shipped)
     gone = [p for p in changed if not p.is_file()]
     if gone:
         raise OperationFailed(
