@@ -80,11 +80,11 @@ _FIX_UNREACHABLE = (
 )
 
 
-def _clean(text: str, client: DistClient) -> str:
-    """A scheduler's own words, short, with the token (and any URL user info) masked."""
-    if client.token:
+def clean(text: str, client: DistClient | None, limit: int = 200) -> str:
+    """A scheduler's or sccache's own words, short, the token (and any URL user info) masked."""
+    if client is not None and client.token:
         remember_secret(client.token)  # and its encodings, in every later message too
-    return mask_text(" ".join(text.split()))[:200]
+    return mask_text(" ".join(text.split()))[:limit]
 
 
 def _request(client: DistClient, method: str, path: str, timeout: float) -> tuple[int, bytes, str]:
@@ -138,14 +138,14 @@ def check(client: DistClient, timeout: float = TIMEOUT) -> DistCheck:
         if isinstance(err, ssl.SSLError) or (
             isinstance(err, TimeoutError) and "handshake" in str(err)
         ):
-            why = _clean(str(getattr(err, "reason", None) or err), client)
+            why = clean(str(getattr(err, "reason", None) or err), client)
             what = f"TLS handshake failed ({why})"
         else:
-            what = f"cannot be reached ({_clean(str(err) or type(err).__name__, client)})"
+            what = f"cannot be reached ({clean(str(err) or type(err).__name__, client)})"
         return DistCheck(
             shown, "unreachable", f"{what}; compiles will run locally", fix=_FIX_UNREACHABLE
         )
-    said = _clean(body.decode("utf-8", "replace"), client) or reason
+    said = clean(body.decode("utf-8", "replace"), client) or reason
     if code in (401, 403):
         if client.auth in ("oauth2_code_grant_pkce", "oauth2_implicit"):
             return DistCheck(

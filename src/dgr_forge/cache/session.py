@@ -25,7 +25,6 @@ from dgr_forge.core import proc
 from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import repr_without
-from dgr_forge.core.urls import mask_text
 
 if TYPE_CHECKING:
     import socket  # ~3 ms: imported where a server is started (`_spawn`), never on a no-op
@@ -162,8 +161,9 @@ class CacheSession(Struct):
         return data[8:].decode("utf-8", "replace") or _tail(log) or "it refused to start"
 
     def _failed(self, said: str) -> None:
+        client = sccache_dist.client(sccache_config(self.env))
         raise OperationFailed(
-            "sccache: its server did not start: " + _clean(said, self.env),
+            "sccache: its server did not start: " + sccache_dist.clean(said, client, 400),
             hint="run `SCCACHE_LOG=debug sccache --start-server` with the same settings to see "
             "why, or build with --cache ccache|off",
         )
@@ -251,13 +251,6 @@ def _tail(log: Path) -> str:
             return fh.read().decode("utf-8", "replace").strip()
     except OSError:
         return ""
-
-
-def _clean(text: str, env: Mapping[str, str]) -> str:
-    """A tool's error text for a person: short, URL user info masked, no token."""
-    if (client := sccache_dist.client(sccache_config(env))) is not None and client.token:
-        text = text.replace(client.token, "***")
-    return mask_text(" ".join(text.split()))[:400]
 
 
 def describe(used: Cache) -> str:

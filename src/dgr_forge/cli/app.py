@@ -361,7 +361,7 @@ def run(ctx: typer.Context, command: str, body: Body) -> None:
 
     obj = ctx.find_root().obj
     opts = obj if isinstance(obj, GlobalOptions) else GlobalOptions()
-    env = Env(opts, Reporter(json_mode=opts.json, quiet=opts.quiet, verbose=opts.verbose))
+    env = Env(opts, Reporter(json_mode=opts.json, quiet=opts.quiet))
     before = proc.observe(env.out.child if opts.verbose else None)
     try:
         result = body(env)

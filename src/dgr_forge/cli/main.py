@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from typing import Any, TextIO
 
 import typer
@@ -76,12 +76,9 @@ class GuardedStream:
 
 
 @contextmanager
-def _json_stdout(enabled: bool, guards: list[GuardedStream]) -> Iterator[None]:
-    """With --json, keep stdout for the one JSON object only: Python's `sys.stdout` (Typer's
+def _json_stdout(guards: list[GuardedStream]) -> Iterator[None]:
+    """For --json, keep stdout for the one JSON object only: Python's `sys.stdout` (Typer's
     help, stray prints) and file descriptor 1 (child processes) both go to stderr meanwhile."""
-    if not enabled:
-        yield
-        return
     sys.stdout.flush()
     saved_stdout = sys.stdout
     out_fd = _fileno(saved_stdout)
@@ -159,7 +156,7 @@ def _main(argv: list[str] | None, closed: set[int], guards: list[GuardedStream])
         node = subs[word]
     command = " ".join(path) or "dgr-forge"
     JSON_CHANNEL.emitted = False  # one invocation, one object (main may run in-process)
-    with _json_stdout(as_json, guards):
+    with _json_stdout(guards) if as_json else nullcontext():
         if line.nul is not None:
             # exec cannot pass a NUL byte, an in-process caller can: refused before
             # anything is read or created

@@ -196,7 +196,7 @@ def command_schema(cmd: Command) -> Schema:
 # --- docs/json.md ---------------------------------------------------------------------------
 
 
-INTRO = (_HERE / "json.md").read_text(encoding="utf-8")  # with {envelope}, {failure}
+INTRO = (_HERE / "json.md").read_text(encoding="utf-8")  # with {envelope}, {failure}, {details}
 
 
 def _rows(props: dict[str, Schema], required: list[str], keys: tuple[str, ...]) -> str:
@@ -211,15 +211,8 @@ def render_doc(made: dict[str, Schema], envelope: Schema) -> str:
     failure = envelope["$defs"]["failure"]
     intro = INTRO.replace("{envelope}", _rows(kinds, list(kinds), tuple(kinds)))
     intro = intro.replace("{failure}", _rows(failure["properties"], ["error"], ("error", "hint")))
-    out = [intro, "### Failure details", ""]
-    out.append(
-        "An error's own fields, by key (each present only when it applies); any of them "
-        "may appear in a command's failure object:"
-    )
-    out.append("")
-    out += ["| key | meaning |", "| --- | --- |"]
-    out += [f"| `{k}` | {cell(v)} |" for k, v in details().items()]
-    out += ["", "## Per command", ""]
+    rows = "\n".join(f"| `{k}` | {cell(v)} |" for k, v in details().items())
+    out = [intro.replace("{details}", rows)]
     for cmd in COMMANDS:
         out += [
             f"### `{cmd.words}`",

@@ -12,7 +12,6 @@ import json
 import os
 import stat
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -26,13 +25,11 @@ from dgr_forge.core.output import Reporter
 from dgr_forge.core.urls import mask_text
 
 
-class _Held(Struct):
+class _Held(Struct):  # a lock this process holds (tests/support/cli.py closes a leaked one)
     fd: int
-    depth: int
 
 
-_held: dict[Path, _Held] = {}
-_guard = threading.RLock()
+_held: dict[Path, _Held] = {}  # by path (one dict operation at a time: atomic)
 
 
 def holder_of(fd: int) -> str:
@@ -113,17 +110,8 @@ def hold(
 @contextlib.contextmanager
 def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Iterator[None]:
     """`hold` on `path`, re-entrant within this process."""
-    key = path.absolute()
-    with _guard:
-        held = _held.get(key)
-        if held is not None:
-            held.depth += 1
-    if held is not None:
-        try:
-            yield
-        finally:
-            with _guard:
-                held.depth -= 1
+    if (key := path.absolute()) in _held:  # the outer holder releases it
+        yield
         return
 
     flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
@@ -143,13 +131,11 @@ def _flock_held(path: Path, words: LockWords, say: Callable[[str], None]) -> Ite
             raise _not_a_file(path)
         os.set_blocking(fd, True)
         with hold(fd, path, words, say, lambda: holder_of(fd)):
-            with _guard:
-                _held[key] = _Held(fd=fd, depth=1)
+            _held[key] = _Held(fd)
             try:
                 yield
             finally:
-                with _guard:
-                    del _held[key]
+                del _held[key]
     finally:
         os.close(fd)
 

@@ -95,11 +95,10 @@ def _cell(value: Any) -> str:
 
 class Reporter:
     """`json_mode`: the answer goes to stderr too (stdout holds the JSON object only).
-    `quiet`: errors only (no answer, no progress, no warnings). `verbose`: each child
-    process the forge starts is logged on stderr (`running: git -C DIR fetch ...`)."""
+    `quiet`: errors only (no answer, no progress, no warnings)."""
 
-    def __init__(self, json_mode: bool = False, quiet: bool = False, verbose: bool = False) -> None:
-        self.json_mode, self.quiet, self.verbose = json_mode, quiet, verbose
+    def __init__(self, json_mode: bool = False, quiet: bool = False) -> None:
+        self.json_mode, self.quiet = json_mode, quiet
         self._consoles: dict[bool, Console] = {}
 
     def _stream(self, answer: bool) -> TextIO:
@@ -172,9 +171,8 @@ class Reporter:
         self._line(f"error: {shown(message)}")
 
     def child(self, cmd: Sequence[str], cwd: Path | None) -> None:
-        """With --verbose, a child process about to start."""
-        if not self.verbose:
-            return
+        """A child process about to start, on stderr (`running: git -C DIR fetch ...`):
+        `cli.app.run` has `proc` tell it of each one with --verbose."""
         import shlex
 
         words = list(cmd)
