@@ -136,3 +136,55 @@ def test_a_bad_key_is_refused_before_the_count_and_the_manifest_edit(
     assert "key" in res.stderr.lower(), res.stderr
     assert manifest.read_bytes() == before
     assert not [a for a in _git_commands(trace) if "fetch" in a]
+
+
+class _Steps:
+    """The progress lines a count says (a Reporter's `step`)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def step(self, message: str) -> None:
+        self.lines.append(message)
+
+
+def test_a_count_that_fetches_history_says_so_first_and_one_in_place_says_nothing(
+    tmp_path: Path, long_upstream: Upstream
+) -> None:
+    """Fetching the pin's history (seconds on llama.cpp's ~10k commits) is a step the user
+    sees before it starts, naming the server (masked); a count in place fetches nothing."""
+    steps = _Steps()
+    number, how = build_number.count(
+        tmp_path / "ws", long_upstream.url, long_upstream.head, tmp_path / "tmp", steps
+    )
+    assert number == _count(long_upstream) and "no transfer" in how, how
+    assert steps.lines == []
+
+    sh_git(long_upstream.path, "config", "uploadpack.allowFilter", "true")
+    server = tmp_path / "partial.git"
+    sh_git(
+        tmp_path, "clone", "-q", "--bare", "--no-local", "--filter=blob:none",
+        long_upstream.url, str(server),
+    )  # fmt: skip
+    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    number, how = build_number.count(
+        tmp_path / "ws", server.as_uri(), long_upstream.head, tmp_path / "tmp", steps
+    )
+    assert number == _count(long_upstream), how
+    (line,) = steps.lines
+    assert long_upstream.head[:12] in line and "commits only" in line, line
+    assert str(server) in line, line
+
+
+def test_a_counts_step_line_never_shows_a_credential(
+    tmp_path: Path, long_upstream: Upstream
+) -> None:
+    steps = _Steps()
+    url = f"file://dgr:s3cret-token@localhost{long_upstream.path}"
+    number, how = build_number.count(
+        tmp_path / "ws", url, long_upstream.head, tmp_path / "tmp", steps
+    )
+    assert number == _count(long_upstream), how  # git's file:// takes no user info
+    (line,) = steps.lines
+    assert "s3cret-token" not in line and "***@" in line, line
+    assert "s3cret-token" not in how, how

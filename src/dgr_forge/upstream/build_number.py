@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from dgr_forge.core import gitutil
-from dgr_forge.core.urls import check_url, mask_text
+from dgr_forge.core.urls import check_url, mask, mask_text
 from dgr_forge.upstream.series_journal import scratch_dir
 
 # a commit-only fetch of llama.cpp's ~10k commits takes seconds; a stuck server, not forever
@@ -85,8 +85,11 @@ def _server_count(git_dir: Path, commit: str) -> int | None:
     return int(counted.stdout)
 
 
-def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int | None, str]:
-    """(the upstream's count at `commit`, how it was found or why not)."""
+def count(
+    src: Path, url: str | None, commit: str, tmp_root: Path, out: Reporter | None = None
+) -> tuple[int | None, str]:
+    """(the upstream's count at `commit`, how it was found or why not); a fetch of the
+    history is a step `out` says first."""
     if (src / ".git").exists() and _held(src, commit) == (True, False):
         return int(gitutil.out(src, "rev-list", "--count", commit, "--")), (
             "counted in the workspace's full history"
@@ -106,6 +109,10 @@ def count(src: Path, url: str | None, commit: str, tmp_root: Path) -> tuple[int 
         asked = ["config", "--type=bool", "--get", "uploadpack.allowFilter"]
         if local is None or _server_git(local[0], *asked, isolated=False).stdout.strip() != "true":
             only_commits = []
+    if out is not None:
+        sent = "commits only" if only_commits else "whole"
+        where = f"{commit[:12]}: fetching its history ({sent}) from {mask(url)}"
+        out.step(f"counting the build number at {where}")
     with scratch_dir(tmp_root, "build-number-") as scratch:
         gitutil.git(None, "init", "-q", "--bare", str(scratch))
         # commits only where the server filters; --update-shallow: a shallow server's
@@ -155,7 +162,7 @@ def record(
     from dgr_forge.core.fsutil import atomic_write_text
     from dgr_forge.upstream import manifest, manifest_edit
 
-    number, how = count(forge.src_dir(m.name), url, m.commit, forge.tmp_dir)
+    number, how = count(forge.src_dir(m.name), url, m.commit, forge.tmp_dir, out)
     if number is None:
         (deferred.append if deferred is not None else out.warn)(
             f"{m.name}: the upstream's build number at {m.commit[:12]} is unknown ({how}); "
