@@ -358,3 +358,24 @@ def test_a_hostile_workspace_cache_is_a_miss(
     assert res.code == 0 and "Traceback" not in res.stderr, (what, res)
     res = run_forge("--json", "status", cwd=forge_root)  # HEAD is the series' own commits
     assert res.code == 0 and res.json["patches"]["applied"] is True, (what, res)
+
+
+def test_a_bump_dry_run_asks_whether_the_range_arrived_once(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """The shallow workspace lacks old..new: the range is fetched, then one `merge-base
+    OLD NEW` says it is walkable (not one to decide and another to answer)."""
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({"docs/bump.md": "ours\n"}, "docs: a note of ours")
+    ]
+    make_series(forge_root, upstream, edits)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    old = json.loads(run_forge("--json", "status", cwd=forge_root).stdout)["upstream"]["commit"]
+    for n in range(3):
+        upstream.commit({f"docs/later-{n}.md": f"later {n}\n"}, f"docs: later {n}")
+    env, log = _shim(tmp_path)
+    res = run_forge("--json", "bump", "--dry-run", "--to", upstream.head, cwd=forge_root, env=env)
+    assert res.code == 0, res
+    asked = [c for c in _count(log) if _subcommand(c) == "merge-base" and old in c]
+    ranged = [c for c in asked if c.split()[-1] == upstream.head and "--is-ancestor" not in c]
+    assert len(ranged) == 1, [c.split("merge-base")[-1] for c in asked]

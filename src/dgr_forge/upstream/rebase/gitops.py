@@ -302,8 +302,8 @@ def ensure_history(
                 "or branch name",
                 details={"target": to},
             )
-        if connected() or not shallow:
-            return connected()
+        if (walkable := connected()) or not shallow:
+            return walkable
         if not here and proc.returncode == 0:  # what arrived is a "have" of the next rounds
             git(src, "update-ref", _RANGE_NEW, new)
         depth = 2 * max(1, int(out(src, "rev-list", "--count", new)))
