@@ -604,3 +604,28 @@ def test_empty_signing_key_is_exit_2_even_when_up_to_date(
         assert not (tmp_path / "config" / "dgr-forge").exists()  # no key was created
     ok = forge_build(root, "--worker", str(worker_dir), "--no-sign", env={**home, "CI": "true"})
     assert ok.code == 0, ok
+
+
+def test_the_same_key_given_another_way_is_loaded_once_then_known_by_its_fingerprint(
+    signed: BuiltLane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built with --key, then the same file named by DGR_SIGNING_KEY: the keyid proves the
+    report is that key's (one full load, the report reused), and the next no-op knows the
+    key by its cheap fingerprint: the key is not loaded again (the real tree's no-op paid
+    ~60 ms a run for that load)."""
+    root, worker_dir, key = signed.root, signed.worker, signed.key
+    assert key is not None
+    env = {"DGR_SIGNING_KEY": str(key)}
+    other_way = forge_build(root, "--worker", str(worker_dir), env=env)
+    assert other_way.code == 0 and lane(other_way)["report_reused"], other_way
+    assert lane(other_way)["report"] == lane(signed.first)["report"]
+
+    from dgr_forge.attest import keys
+
+    def never(*_: object, **__: object) -> None:
+        raise AssertionError("the signing key was loaded on a no-op")
+
+    monkeypatch.setattr(keys, "resolve_signer", never)
+    again = forge_build(root, "--worker", str(worker_dir), env=env)
+    assert again.code == 0 and lane(again)["report_reused"], again
+    assert lane(again)["report"] == lane(signed.first)["report"]

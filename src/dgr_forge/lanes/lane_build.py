@@ -464,6 +464,9 @@ class LaneBuilder:
             # (`input_digest` matched), so its movable inputs are today's
             now = inputs.report_inputs(self.m, self.plan.recipe, self.plan.spec)
             last = msgspec.structs.replace(last, inputs=now)
+        if (fp := self.ctx.signing.fingerprint()) is not None and fp != last.signer_fingerprint:
+            # handed back: the key asked for, told by its keyid; the next no-op by this
+            last = msgspec.structs.replace(last, signer_fingerprint=fp)
         self._settled(last)
         if last.signed_by is None:
             self.ctx.signing.warn_unsigned()  # the report handed back is unsigned: said
