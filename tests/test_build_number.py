@@ -39,6 +39,17 @@ def _git_commands(trace: Path) -> list[list[str]]:
     return [e["argv"] for e in events if e.get("event") == "start"]
 
 
+def _partial_server(tmp_path: Path, up: Upstream) -> Path:
+    """A blob-less clone of `up` that, as `up`, allows filters (as GitHub does)."""
+    sh_git(up.path, "config", "uploadpack.allowFilter", "true")
+    server = tmp_path / "partial.git"
+    sh_git(
+        tmp_path, "clone", "-q", "--bare", "--no-local", "--filter=blob:none", up.url, str(server)
+    )
+    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    return server
+
+
 @pytest.mark.parametrize("form", ["file-url", "path"])
 def test_a_full_local_upstream_is_counted_in_place_with_no_transfer(
     tmp_path: Path, long_upstream: Upstream, monkeypatch: pytest.MonkeyPatch, form: str
@@ -60,13 +71,7 @@ def test_a_partial_local_server_that_allows_filters_sends_its_commits_only(
 ) -> None:
     """Not counted in place (a partial clone may lack history), so fetched: with
     uploadpack.allowFilter the server sends commits only, no tree, no blob."""
-    sh_git(long_upstream.path, "config", "uploadpack.allowFilter", "true")
-    server = tmp_path / "partial.git"
-    sh_git(
-        tmp_path, "clone", "-q", "--bare", "--no-local", "--filter=blob:none",
-        long_upstream.url, str(server),
-    )  # fmt: skip
-    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    server = _partial_server(tmp_path, long_upstream)
     kept: list[Path] = []
     # the scratch repository the count fetched into, kept to count what arrived
     monkeypatch.setattr(
@@ -160,13 +165,7 @@ def test_a_count_that_fetches_history_says_so_first_and_one_in_place_says_nothin
     assert number == _count(long_upstream) and "no transfer" in how, how
     assert steps.lines == []
 
-    sh_git(long_upstream.path, "config", "uploadpack.allowFilter", "true")
-    server = tmp_path / "partial.git"
-    sh_git(
-        tmp_path, "clone", "-q", "--bare", "--no-local", "--filter=blob:none",
-        long_upstream.url, str(server),
-    )  # fmt: skip
-    sh_git(server, "config", "uploadpack.allowFilter", "true")
+    server = _partial_server(tmp_path, long_upstream)
     number, how = build_number.count(
         tmp_path / "ws", server.as_uri(), long_upstream.head, tmp_path / "tmp", steps
     )
