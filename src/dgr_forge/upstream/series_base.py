@@ -100,13 +100,6 @@ def load(src: Path) -> SeriesBase | None:
     return base
 
 
-def own_commits(src: Path, head: str, n: int) -> tuple[str, ...]:
-    if n == 0:
-        return ()
-    listed = gitutil.out(src, "rev-list", "--first-parent", f"--max-count={n}", head, "--")
-    return tuple(reversed(listed.split()))
-
-
 def record(src: Path, base: SeriesBase) -> None:
     """`base` recorded for `src`, written only when it differs (a no-op `patch` stays cheap)."""
     text = msgspec.json.format(msgspec.json.encode(base), indent=1).decode() + "\n"

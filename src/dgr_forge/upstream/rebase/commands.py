@@ -104,9 +104,7 @@ def start(
             hint="run without --offline, or pass --mirror with a reachable mirror",
         )
 
-    patched = ensure_patched(forge, m, out_, mirror=mirror, offline=offline)
-    src = patched.src_dir
-    old_head = patched.head_commit
+    old_head = ensure_patched(forge, m, out_, mirror=mirror, offline=offline).head_commit
     # the range after the old pin comes with the new one (what explains a conflict)
     commit, new_tree = gitops.pin_commit(src, fetch_url, onto, sha, out_, since=m.commit)
     if commit != onto.lower():
@@ -232,9 +230,6 @@ def require_state(forge: Forge) -> rs.RebaseState:
             hint="start one with `dgr-forge rebase --onto <commit>`",
         )
     return state
-
-
-# ----------------------------------------------------------------------------- --dry-run
 
 
 def check_report_path(path: Path, forge: Forge) -> Path:

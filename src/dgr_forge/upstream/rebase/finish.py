@@ -235,8 +235,9 @@ def finish(
     pinned = manifest.load(forge.upstream_manifest, forge.root)
     # the replay's commits and the tree the manifest records for the last: no git asked
     own = tuple(s.new_commit for s in state.patches if s.new_commit is not None)
-    if len(own) != len(pinned.series):
-        own = series_base.own_commits(src, state.head, len(pinned.series))
+    if len(own) != (n := len(pinned.series)):
+        listed = out(src, "rev-list", "--first-parent", f"--max-count={n}", state.head, "--")
+        own = tuple(reversed(listed.split()))
     series_base.record(src, series_base.SeriesBase.of(pinned, own))
     result_tree = pinned.result_tree or gitutil.tree_of(src, state.head)
     moved = None if surface is None else across(src, state.old_commit, state.new_commit, surface)
