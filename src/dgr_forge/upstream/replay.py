@@ -41,6 +41,9 @@ _NONCHARS = re.compile(
 )  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- objects
+
+
 def git_bytes(
     repo: Path, *args: str, input: bytes | None = None, env: dict[str, str] | None = None
 ) -> bytes:
@@ -198,6 +201,9 @@ def _scratch_object(tree: str, parent: str) -> bytes:
     )  # fmt: skip
 
 
+# ----------------------------------------------------------------------------- merges
+
+
 class Merged(Struct, frozen=True):
     """A merge-tree result: its tree (markers in it when `files`); tree None when git could
     not merge at all (a work tree must)."""
@@ -224,6 +230,9 @@ def merge(
     if proc.returncode not in (0, 1) or not HEX40.fullmatch(tree):
         return Merged(None, [], (proc.stderr or "").strip()[-500:])
     return Merged(tree, sorted({f for f in rest if f}) if proc.returncode == 1 else [])
+
+
+# ----------------------------------------------------------------------------- one merge for many
 
 
 def _dirs(paths: set[bytes]) -> set[bytes]:
@@ -338,6 +347,9 @@ def _fast_import(
     if proc.returncode != 0 or len(ids) != len(plan) or not all(HEX40.match(i) for i in ids):
         return None
     return ids
+
+
+# ----------------------------------------------------------------------------- the replay
 
 
 class Step(Struct, frozen=True):

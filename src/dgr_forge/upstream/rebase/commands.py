@@ -232,6 +232,9 @@ def require_state(forge: Forge) -> rs.RebaseState:
     return state
 
 
+# ----------------------------------------------------------------------------- --dry-run
+
+
 def check_report_path(path: Path, forge: Forge) -> Path:
     """`--report PATH`: a file we may write, never one of the inputs (exit 2)."""
     if "\0" in str(path):

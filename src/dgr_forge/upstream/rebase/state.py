@@ -50,6 +50,9 @@ STALE_GIT_STATE = {
 }
 
 
+# ----------------------------------------------------------------------------- state
+
+
 class UpstreamCommit(Nested, kw_only=True):
     """an upstream commit"""
 
@@ -143,6 +146,9 @@ class Onto(Struct, frozen=True, kw_only=True):
     offline: bool = False
     dry_run: bool = False  # the upstream canary
     report: Path | None = None  # --dry-run's Markdown
+
+
+# ----------------------------------------------------------------------------- results
 
 
 class RebaseRow(Nested, kw_only=True):
@@ -257,6 +263,9 @@ class RebaseAbort(Form, kw_only=True):
     old_commit: Annotated[str, d("the pin kept")]
     new_commit: Annotated[str, d("the commit that was the target")]
     head: Annotated[str, d("the HEAD restored")]
+
+
+# ----------------------------------------------------------------------------- the report
 
 
 def rows_of(state: RebaseState) -> list[RebaseRow]:
