@@ -379,3 +379,33 @@ def test_a_bump_dry_run_asks_whether_the_range_arrived_once(
     asked = [c for c in _count(log) if _subcommand(c) == "merge-base" and old in c]
     ranged = [c for c in asked if c.split()[-1] == upstream.head and "--is-ancestor" not in c]
     assert len(ranged) == 1, [c.split("merge-base")[-1] for c in asked]
+
+
+def test_a_continue_that_stops_at_the_next_patch_merges_it_once_and_no_tree_diff_more(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """Patches 2 and 3 of 4 both conflict: after 2's resolution, the one merge for 3..4
+    conflicts in 3's own file, so nothing can be batched: it stops there, without the diff
+    of that merge's tree (only 3's own merge and its cherry-pick follow)."""
+    text = "".join(f"line {n}\n" for n in range(1, 21))
+    files = {f"docs/c-{i}.md": text for i in range(4)}
+    pin = upstream.commit(dict(files), "docs: four files")
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
+        for name, body in files.items()
+    ]
+    make_series(forge_root, upstream, edits, pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    moved = {f"docs/c-{i}.md": text.replace("line 10\n", "line 10 (up)\n") for i in (1, 2)}
+    new = upstream.commit(moved, "docs: upstream's line 10")
+    assert run_forge("rebase", "--onto", new, cwd=forge_root).code == 3
+    src = forge_root / ".dgr" / "src" / "llama.cpp"
+    (src / "docs" / "c-1.md").write_text(text.replace("line 10\n", "line 10 (both)\n"))
+    sh_git(src, "add", "docs/c-1.md")
+    env, log = _shim(tmp_path)
+    res = run_forge("--json", "rebase", "--continue", cwd=forge_root, env=env)
+    assert res.code == 3 and "docs/c-2.md" in res.stderr, res
+    commands = [_subcommand(c) for c in _count(log)]
+    assert commands.count("merge-tree") == 2, commands  # the one for 3..4, then 3's own
+    assert commands.count("diff-tree") == 1, commands  # what 3 and 4 change, once
+    assert commands.count("cherry-pick") == 1, commands

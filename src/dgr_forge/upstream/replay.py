@@ -288,6 +288,8 @@ def replay_batch(
         conflicted = {f.encode() for f in whole.files}
         if not conflicted <= touched.keys():
             return []  # a name not read back as git wrote it: no batch, never a wrong one
+        if conflicted & {c.path for c in changes[0]}:
+            return []  # the first commit is the one in conflict: nothing before it to batch
         merged = {c.path: c for c in gitutil.changes_between(repo, head_tree, whole.tree)}
     plan: list[tuple[Meta, list[gitutil.Change]] | None] = []
     for commit, cs in zip(commits, changes, strict=True):
