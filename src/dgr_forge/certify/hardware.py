@@ -129,7 +129,7 @@ def _blocks(text: str | None, head: str, sep: str, lower: bool = False) -> list[
 
 def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
     """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
-    agents = [
+    return [
         AmdGpu(
             name=block.get("marketing name", "")[:120],
             gfx=block["name"][:20],
@@ -137,8 +137,7 @@ def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
         )
         for block in _blocks(text, r"\*+\s*$|Agent ", ":", lower=True)
         if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx")
-    ]
-    return agents[:MAX_DEVICES]
+    ][:MAX_DEVICES]
 
 
 def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:
