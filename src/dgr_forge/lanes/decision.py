@@ -140,9 +140,7 @@ def after_compile(
     lost state) built nothing of them: a fresh build directory."""
     if not wrote and recorded != whole:
         return "rebuild"
-    if decision.handback and recorded == whole and subjects_same:
-        return "reuse"
-    return "report"
+    return "reuse" if decision.handback and recorded == whole and subjects_same else "report"
 
 
 # -- the transitions of a lane's state (each written once, by the builder)

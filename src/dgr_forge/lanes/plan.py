@@ -188,8 +188,7 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
     found = [doctor.library(n) for n in names]
     lib_dirs = tuple(dict.fromkeys(str(Path(r.path).parent) for r in found if r.found and r.path))
     driver = cudakit.find_driver(lib_dirs)
-    nvcc = doctor.tool("nvcc").path
-    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
+    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, doctor.tool("nvcc").path)
 
 
 def _flag(plan: LanePlan, var: str, *more: str) -> str:
@@ -265,9 +264,8 @@ def inputs_digest(
         # not in the snapshot (not a regular file): this checked read refuses it, bounded (a
         # FIFO is never waited on)
         hint = "keep only the forge's .cmake files in cmake/"
-        shown = forge.rel(path)
         return sha256_regular(
-            path, what="CMake module", hint=hint, limit=MAX_MODULE_BYTES, shown=shown
+            path, what="CMake module", hint=hint, limit=MAX_MODULE_BYTES, shown=forge.rel(path)
         )
 
     data = {

@@ -3,6 +3,7 @@ state.json (the builder, `lanes.lane_build.LaneBuilder`, does)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -234,18 +235,15 @@ def write_git_view(build_dir: Path, commits: Iterable[str]) -> Path:
     only when it changes (a no-op build writes nothing)."""
     path = build_dir / VIEW_FILE
     text = "".join(f"{c}\n" for c in sorted(set(commits)))
-    try:
+    with contextlib.suppress(OSError):
         if path.read_text() == text:
             return path
-    except OSError:
-        pass
     build_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, text)
     return path
 
 
 def see_git_through(env: MutableMapping[str, str], view: Path) -> None:
-    """Make `env` (a build's process environment) see git through the view."""
     for name in list(env):
         if name in _DROPPED or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")):
             del env[name]
