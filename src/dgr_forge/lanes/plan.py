@@ -109,9 +109,7 @@ def _prefix_maps(
             absolute.append((src, MAPPED_WORKER))
     build = build_dir.resolve()
     maps = {(str(path), name) for path, name in absolute}
-    for path, name in absolute:
-        if path == path.resolve():
-            maps.add((os.path.relpath(path, build), name))
+    maps |= {(os.path.relpath(p, build), name) for p, name in absolute if p == p.resolve()}
     # a bare name: under the build directory's mapped name; `/` keeps system headers as is
     best = max((p for p in absolute if build.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
     rest = build.relative_to(best[0])
