@@ -124,8 +124,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
         found.append(Tool(label, p.named, version, p.stamp[0]))
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    tree = inputs.worker_tree(plan)
-    if tree is not None:
+    if (tree := inputs.worker_tree(plan)) is not None:
         placeholders.setdefault(str(tree), "${DGR_WORKER}")
     toolchain = plan.toolchain_file
     # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`

@@ -109,8 +109,7 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
         )
     if now.programs_changed:
         return Decision("rebuild", f"changed since configure: {', '.join(now.programs_changed)}")
-    why = _not_configured(state, now)
-    if why is not None:
+    if (why := _not_configured(state, now)) is not None:
         return Decision("reconfigure", why, handback=handback)
     rebuilt = now.subjects_changed
     if last is None:
@@ -202,8 +201,7 @@ def check_launchers(plan: LanePlan) -> str | None:
     from dgr_forge.lanes import cmake_api  # after configure only
 
     found = cmake_api.read_launchers(plan.build_dir)
-    problems = found.problems(plan.launcher)
-    if problems:
+    if problems := found.problems(plan.launcher):
         raise OperationFailed(
             f"{plan.lane}: the generated build does not run what the forge chose: "
             + "; ".join(problems),

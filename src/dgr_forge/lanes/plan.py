@@ -80,8 +80,7 @@ class LanePlan(Struct, frozen=True):
 
 def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     """Exit 2 naming everything missing, before anything is created."""
-    bad = [c for c in checks if not c.buildable]
-    if not bad:
+    if not (bad := [c for c in checks if not c.buildable]):
         return
     lines = []
     for check in bad:

@@ -146,8 +146,7 @@ class LaneState(Struct, omit_defaults=True):
     def stored(self) -> dict[str, Any]:
         """The last build's public keys apart from the evidence a reuse checks."""
         data = dict(msgspec.to_builtins(self))
-        last = data.pop("last_build", None)
-        if last is not None:
+        if (last := data.pop("last_build", None)) is not None:
             data["last_build"] = {k: last[k] for k in PUBLIC if k in last}
             data["evidence"] = {k: v for k, v in last.items() if k not in PUBLIC}
         return data

@@ -74,8 +74,7 @@ def refuse_unused(forge: Forge, plan: LanePlan, lines: list[str], log: Path) -> 
     the forge set itself (CMAKE_C_FLAGS on a project without C, the toolchain's settings)
     is not the user's to act on: CMake's list stays in the log, no warning is printed."""
     own = set(plan.recipe.cmake_options)
-    unused = [n for n in options.unused_variables(lines) if n in own]
-    if unused:
+    if unused := [n for n in options.unused_variables(lines) if n in own]:
         raise BadInput(
             f"{plan.lane}: CMake did not use recipe option(s) {', '.join(unused)}: "
             "the project never reads them, so they would change nothing",
@@ -127,8 +126,7 @@ def compile_lane(
         task = sink.add(f"{lane}: compile", total=None)
 
         def on_line(line: str) -> None:
-            match = re.match(NINJA_STATUS, line)
-            if match:
+            if match := re.match(NINJA_STATUS, line):
                 done, total = int(match.group(1)), int(match.group(2))
                 if on_work is not None and not started:
                     started.append(True)
@@ -189,8 +187,7 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
         path.unlink()
         out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
     artifacts, stats = collect_artifacts(shipped)
-    gone = [p for p in changed if not p.is_file()]
-    if gone:
+    if gone := [p for p in changed if not p.is_file()]:
         raise OperationFailed(
             f"{plan.lane}: {', '.join(forge.rel(p) for p in gone)} changed on disk and "
             "Ninja did not rebuild it: no report can say what it is",
