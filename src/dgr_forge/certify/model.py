@@ -105,8 +105,7 @@ def prepare(
     if target.is_dir():
         _private_view(mm, target, private)
         result = verify(mm, private, out)
-        wrong = [f for f in result.files if f.status == "bad"]
-        if wrong:
+        if wrong := [f for f in result.files if f.status == "bad"]:
             bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
             shutil.rmtree(private, ignore_errors=True)
             raise OperationFailed(
@@ -149,8 +148,7 @@ def prepare(
 
 def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
     """Of every `.gguf` file (all splits), from their headers."""
-    headers = gguf_split.read_headers(private, list(mm.files))
-    if not headers:
+    if not (headers := gguf_split.read_headers(private, list(mm.files))):
         return "the model has no .gguf file"
     total = 0
     for name, header in sorted(headers.items()):

@@ -318,8 +318,7 @@ def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]
         )
         moved.append(f"tools changed since certification: {changes}")
     if body.model is not None:
-        sha = manifest_sha256(forge, model)
-        if sha is None:
+        if (sha := manifest_sha256(forge, model)) is None:
             moved.append(f"{MODELS_DIR}/{model}.toml is gone")
         elif sha != body.model.manifest_sha256:
             moved.append(f"the model manifest {MODELS_DIR}/{model}.toml changed")
