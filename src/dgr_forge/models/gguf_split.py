@@ -232,13 +232,11 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         raise GGUFError(f"general.alignment {alignment} is not a power of two")
     names: set[bytes] = set()
     for i in range(n_tensors):
-        name = r.string(f"tensor {i} name")
-        if name in names:
+        if (name := r.string(f"tensor {i} name")) in names:
             raise GGUFError(f"duplicate tensor name {name[:100]!r}")
         names.add(name)
         header.tensors.append(name)
-        n_dims = r.u32(f"tensor {i} dimension count")
-        if n_dims > MAX_DIMS:
+        if (n_dims := r.u32(f"tensor {i} dimension count")) > MAX_DIMS:
             raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
         dims = [r.u64(f"tensor {i} shape") for _ in range(n_dims)] or [1]
         block = GGML_BLOCKS.get(r.u32(f"tensor {i} type"))
