@@ -307,8 +307,7 @@ class Verification:
 
 
 def _check_statement(v: Verification) -> None:
-    stmt = v.report.statement
-    if stmt is None:
+    if (stmt := v.report.statement) is None:
         v.failures.append(f"bad statement: {v.report.payload_error}")
         return
     for what, got, want in (
