@@ -351,8 +351,7 @@ def read_launchers(build_dir: Path) -> Launchers:
                 head = step[: min(at)].strip() if at else step.split(" ", 1)[0]
                 if head:
                     found.link.add(head)
-    build = _read(build_dir / "build.ninja")
-    for match in re.finditer(_VAR, build):
+    for match in re.finditer(_VAR, _read(build_dir / "build.ninja")):
         if value := match.group(2).strip():
             (found.compile if match.group(1) == "LAUNCHER" else found.code_check).add(value)
     return found
