@@ -340,8 +340,7 @@ def read_launchers(build_dir: Path) -> Launchers:
             continue
         text = command.group(1)
         if "_COMPILER__" in name:
-            head = text.split("${LAUNCHER}", 1)[0].strip() if "${LAUNCHER}" in text else ""
-            if head:
+            if "${LAUNCHER}" in text and (head := text.split("${LAUNCHER}", 1)[0].strip()):
                 found.compile.add(head)
         elif "_LINKER__" in name:
             for step in text.split(" && "):
