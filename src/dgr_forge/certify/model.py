@@ -123,8 +123,7 @@ def prepare(
             )
         _refuse_shared(target, mm.model.shared_dir)
         _private_view(mm, target, private)
-        result = verify(mm, private, out)
-        if result.bad:
+        if (result := verify(mm, private, out)).bad:
             shutil.rmtree(private, ignore_errors=True)
             raise OperationFailed(
                 f"model {name}: {', '.join(result.bad)} do not verify",
@@ -160,8 +159,7 @@ def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
 
 
 def check_after(prepared: Prepared, out: Reporter) -> None:
-    result = verify(prepared.manifest, prepared.private, out)
-    if result.bad:
+    if (result := verify(prepared.manifest, prepared.private, out)).bad:
         raise OperationFailed(
             f"model {prepared.bound.name}: {', '.join(result.bad)} changed while the steps ran: "
             "the figures are not the verified model's, nothing written",

@@ -100,8 +100,7 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
 
 def manifest_sha256(forge: Forge, model: str) -> str | None:
     """As the checkout has it (None: gone)."""
-    path = forge.root / MODELS_DIR / f"{model}.toml"
-    if not path.is_file():
+    if not (path := forge.root / MODELS_DIR / f"{model}.toml").is_file():
         return None
     return sha256_regular(
         path, what="model manifest", hint="restore it", limit=MAX_BYTES,
