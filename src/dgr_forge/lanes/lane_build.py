@@ -117,8 +117,7 @@ class BuildOptions(Struct, frozen=True):
         cls, *, cache: str | None = None, cache_mode: str | None = None, **given: Any
     ) -> BuildOptions:
         """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
-        jobs = given.get("jobs")
-        if jobs is not None and not 1 <= jobs <= 4096:
+        if (jobs := given.get("jobs")) is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
         choice = cache or os.environ.get("DGR_CACHE") or "auto"
         mode = cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw"

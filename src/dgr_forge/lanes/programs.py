@@ -163,6 +163,5 @@ def changed(programs: dict[str, Program]) -> list[str]:
 def refresh(programs: dict[str, Program]) -> None:
     """Re-stamp in place (a settled, non-racy stamp makes the next check cheap)."""
     for p in programs.values():
-        new = stamps.stamp(Path(p.path), p.stamp)
-        if new is not None and new[0] == p.stamp[0]:
+        if (new := stamps.stamp(Path(p.path), p.stamp)) is not None and new[0] == p.stamp[0]:
             p.stamp = new
