@@ -119,8 +119,7 @@ class _Reader:
 
     def count(self, what: str, each: int) -> int:
         """A count of items of at least `each` bytes: refused when they cannot fit."""
-        n = self.u64(what)
-        if n * each > self.left():
+        if (n := self.u64(what)) * each > self.left():
             raise GGUFError(
                 f"{what} claims {n} items, more than the {self.left()} bytes left can hold"
             )
