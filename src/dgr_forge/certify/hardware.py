@@ -95,8 +95,7 @@ def nvidia_gpus(text: str | None, salt: str) -> list[NvidiaGpu]:
     --format=csv,noheader,nounits: one line per GPU."""
     gpus: list[NvidiaGpu] = []
     for line in (text or "").splitlines()[:MAX_DEVICES]:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5 or not parts[0]:
+        if len(parts := [p.strip() for p in line.split(",")]) != 5 or not parts[0]:
             continue
         name, driver, cap, mem, uuid = parts
         if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cap) or not mem.isdigit() or len(mem) > 9:

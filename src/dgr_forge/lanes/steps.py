@@ -155,8 +155,7 @@ def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
         fh.seek(offset if st.st_size >= offset else 0)  # recompacted: all of it again
         data = fh.read(_LOG_TAIL)
     for line in data.splitlines():
-        fields = line.split(b"\t")
-        if len(fields) != 5 or line.startswith(b"#"):
+        if len(fields := line.split(b"\t")) != 5 or line.startswith(b"#"):
             continue
         out = Path(os.fsdecode(fields[3]))
         try:

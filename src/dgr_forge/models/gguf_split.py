@@ -95,8 +95,7 @@ class _Reader:
 
     def take(self, n: int, what: str) -> bytes:
         self._bounded(n, what)
-        data = self.f.read(n)
-        if len(data) != n:
+        if len(data := self.f.read(n)) != n:
             raise GGUFError(f"the file ended while reading {what} at offset {self.pos}")
         self.pos += n
         return data
@@ -159,8 +158,7 @@ class _Reader:
         if pos + 8 * n > size:
             raise GGUFError(f"{what}: {n} strings at offset {pos} run past {size} bytes")
         for _ in range(n):
-            raw = f.read(8)
-            if len(raw) != 8:
+            if len(raw := f.read(8)) != 8:
                 raise GGUFError(f"the file ended inside {what} at offset {pos}")
             length = unpack(fmt, raw)[0]
             pos += 8
@@ -218,8 +216,7 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         header.keys.add(key)
         vtype = r.u32(f"KV {key[:100]!r} type")
         if key in KEPT_STRINGS and vtype == _STRING:
-            kept = r.string(f"KV {key!r}")
-            if len(kept) > MAX_KEPT_STRING:
+            if len(kept := r.string(f"KV {key!r}")) > MAX_KEPT_STRING:
                 raise GGUFError(f"KV {key!r} is longer than {MAX_KEPT_STRING} bytes")
             header.strings[key] = kept.decode("utf-8", "replace")
             continue
