@@ -312,8 +312,7 @@ def resolve_signer(key: str | None, out: Reporter) -> Signer:
         if not _env_is_file(env):
             raise _env_refusal(SIGNING_KEY_ENV, env, "private")
         return Signer(load_signer(Path(env).expanduser()).key, f"{SIGNING_KEY_ENV}={env}")
-    path = default_key_path()
-    if path.exists():
+    if (path := default_key_path()).exists():
         return load_signer(path)
     how = (
         f"pass --key PATH, set {SIGNING_KEY_ENV} (PEM text or path), "
@@ -344,16 +343,14 @@ def resolve_verifier(key: str | None, option: str = "--key") -> PublicKey:
     if key:
         _refuse_secret_shaped_option(key)
         return load_public_file(Path(key).expanduser())
-    env = os.environ.get(VERIFY_KEY_ENV, "")
-    if env.strip():
+    if (env := os.environ.get(VERIFY_KEY_ENV, "")).strip():
         if PEM_MARKER in env:
             return load_public(env.encode("utf-8"), f"{VERIFY_KEY_ENV} (inline PEM)")
         if not _env_is_file(env):
             raise _env_refusal(VERIFY_KEY_ENV, env, "public")
         return PublicKey(load_public_file(Path(env).expanduser()).key, f"{VERIFY_KEY_ENV}={env}")
     default = default_key_path()
-    pub_path = public_path(default)
-    if pub_path.exists():
+    if (pub_path := public_path(default)).exists():
         return load_public_file(pub_path)
     if default.exists():
         return load_signer(default).public

@@ -162,8 +162,7 @@ def portable_git_uri(location: str, commit: str | None, mapped: str) -> tuple[st
 
 
 def _worker(build: LaneBuild, paths: _Paths) -> Descriptor | None:
-    w = build.worker
-    if w is None:
+    if (w := build.worker) is None:
         return None
     annotations: dict[str, Any] = {"dirty": w.dirty}  # and where a local one lies
     if "://" in w.location or w.location.startswith("git@"):

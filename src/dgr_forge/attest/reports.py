@@ -307,8 +307,7 @@ class Verification:
 
 
 def _check_statement(v: Verification) -> None:
-    stmt = v.report.statement
-    if stmt is None:
+    if (stmt := v.report.statement) is None:
         v.failures.append(f"bad statement: {v.report.payload_error}")
         return
     for what, got, want in (
@@ -445,8 +444,7 @@ def named_reports(forge: Forge) -> tuple[set[str], set[str]] | None:
     be read, or there are too many."""
     names: set[str] = set()
     digests: set[str] = set()
-    top = forge.root / CERT_DIR
-    if not top.is_dir():
+    if not (top := forge.root / CERT_DIR).is_dir():
         return names, digests
     for count, path in enumerate(sorted(top.rglob("*.json")), 1):
         if count > MAX_CERT_FILES:

@@ -95,8 +95,7 @@ def nvidia_gpus(text: str | None, salt: str) -> list[NvidiaGpu]:
     --format=csv,noheader,nounits: one line per GPU."""
     gpus: list[NvidiaGpu] = []
     for line in (text or "").splitlines()[:MAX_DEVICES]:
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 5 or not parts[0]:
+        if len(parts := [p.strip() for p in line.split(",")]) != 5 or not parts[0]:
             continue
         name, driver, cap, mem, uuid = parts
         if not re.fullmatch(r"\d{1,2}\.\d{1,2}", cap) or not mem.isdigit() or len(mem) > 9:
@@ -129,7 +128,7 @@ def _blocks(text: str | None, head: str, sep: str, lower: bool = False) -> list[
 
 def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
     """rocminfo: `Agent N` blocks; GPU agents by `Device Type: GPU`."""
-    agents = [
+    return [
         AmdGpu(
             name=block.get("marketing name", "")[:120],
             gfx=block["name"][:20],
@@ -137,8 +136,7 @@ def rocm_agents(text: str | None, salt: str) -> list[AmdGpu]:
         )
         for block in _blocks(text, r"\*+\s*$|Agent ", ":", lower=True)
         if block.get("device type") == "GPU" and block.get("name", "").startswith("gfx")
-    ]
-    return agents[:MAX_DEVICES]
+    ][:MAX_DEVICES]
 
 
 def vulkan_devices(text: str | None, salt: str) -> list[VulkanGpu]:

@@ -105,8 +105,7 @@ def prepare(
     if target.is_dir():
         _private_view(mm, target, private)
         result = verify(mm, private, out)
-        wrong = [f for f in result.files if f.status == "bad"]
-        if wrong:
+        if wrong := [f for f in result.files if f.status == "bad"]:
             bad = [f"{f.name}: {'; '.join(f.problems)}" for f in wrong]
             shutil.rmtree(private, ignore_errors=True)
             raise OperationFailed(
@@ -124,8 +123,7 @@ def prepare(
             )
         _refuse_shared(target, mm.model.shared_dir)
         _private_view(mm, target, private)
-        result = verify(mm, private, out)
-        if result.bad:
+        if (result := verify(mm, private, out)).bad:
             shutil.rmtree(private, ignore_errors=True)
             raise OperationFailed(
                 f"model {name}: {', '.join(result.bad)} do not verify",
@@ -149,8 +147,7 @@ def prepare(
 
 def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
     """Of every `.gguf` file (all splits), from their headers."""
-    headers = gguf_split.read_headers(private, list(mm.files))
-    if not headers:
+    if not (headers := gguf_split.read_headers(private, list(mm.files))):
         return "the model has no .gguf file"
     total = 0
     for name, header in sorted(headers.items()):
@@ -162,8 +159,7 @@ def tensor_bytes(mm: models.ModelManifest, private: Path) -> int | str:
 
 
 def check_after(prepared: Prepared, out: Reporter) -> None:
-    result = verify(prepared.manifest, prepared.private, out)
-    if result.bad:
+    if (result := verify(prepared.manifest, prepared.private, out)).bad:
         raise OperationFailed(
             f"model {prepared.bound.name}: {', '.join(result.bad)} changed while the steps ran: "
             "the figures are not the verified model's, nothing written",

@@ -113,8 +113,7 @@ def parse_test_backend_ops(data: bytes) -> Figures:
                 why = " ".join(p.strip() for p in (found or "", why) if p.strip())[:300]
                 if len(failing) < MAX_CASES:
                     failing.append(shapes.FailedCase(name=name, params=params, error=why or None))
-    tested = [b for b in backends if b.status is not None]
-    if not tested:
+    if not (tested := [b for b in backends if b.status is not None]):
         raise Unreadable(
             "no `Backend NAME: OK|FAIL` line: no backend was tested (a wrong -b name, a "
             "crash, or not test-backend-ops output)"
@@ -283,8 +282,7 @@ def parse_perplexity(data: bytes) -> Figures:
             "little text for the context, a nan figure, or not llama-perplexity output)"
         )
     figure = found[0].group(1) or found[0].group(3)
-    ppl = float(figure)
-    if ppl < 1:  # exp of a mean negative log-likelihood (>= 0)
+    if (ppl := float(figure)) < 1:  # exp of a mean negative log-likelihood (>= 0)
         raise Unreadable(f"PPL = {figure}: a perplexity is at least 1")
     return Figures(shapes.ParityFigures(ppl=ppl))
 
@@ -304,8 +302,7 @@ def judge(figures: Figures, gate: Gate, model_size: int | str | None = None) -> 
     problems: list[str] = []
     f = figures.figures
     if gate.max_failed is not UNSET:
-        failed = failed_count(f)
-        if failed is None:
+        if (failed := failed_count(f)) is None:
             problems.append("max_failed: the output has no failure count")
         elif failed > gate.max_failed:
             shown = [c.shown() for c in figures.failing[:MAX_SHOWN_CASES]]

@@ -100,8 +100,7 @@ class CertRecord(Struct, kw_only=True, rename="camel"):
 
 def manifest_sha256(forge: Forge, model: str) -> str | None:
     """As the checkout has it (None: gone)."""
-    path = forge.root / MODELS_DIR / f"{model}.toml"
-    if not path.is_file():
+    if not (path := forge.root / MODELS_DIR / f"{model}.toml").is_file():
         return None
     return sha256_regular(
         path, what="model manifest", hint="restore it", limit=MAX_BYTES,
@@ -318,8 +317,7 @@ def lapses(forge: Forge, now: _Bound, body: CertRecord, model: str) -> list[str]
         )
         moved.append(f"tools changed since certification: {changes}")
     if body.model is not None:
-        sha = manifest_sha256(forge, model)
-        if sha is None:
+        if (sha := manifest_sha256(forge, model)) is None:
             moved.append(f"{MODELS_DIR}/{model}.toml is gone")
         elif sha != body.model.manifest_sha256:
             moved.append(f"the model manifest {MODELS_DIR}/{model}.toml changed")

@@ -88,8 +88,7 @@ def programs(
                 hint="name a program the upstream builds (with its option on in the recipe)",
                 details={"target": target},
             )
-        files = [p for p in t.artifacts if p.is_file()]
-        if not files:
+        if not (files := [p for p in t.artifacts if p.is_file()]):
             raise OperationFailed(
                 f"certify target {target!r} of lane {lane} was not built: it is not a subject "
                 "of the report",
@@ -98,8 +97,7 @@ def programs(
             )
         real = files[0].resolve()
         name = real.relative_to(base).as_posix() if real.is_relative_to(base) else str(real)
-        want = subjects.get(name)
-        if want is None:
+        if (want := subjects.get(name)) is None:
             raise OperationFailed(
                 f"certify target {target!r} ({name}) is not a subject of the report: only "
                 "the shipped binary is certified",
@@ -107,8 +105,7 @@ def programs(
                 f"(`dgr-forge build --lane {lane}` writes one)",
                 details={"target": target, "file": name},
             )
-        got = sha256_file(real)
-        if got != want:
+        if (got := sha256_file(real)) != want:
             raise OperationFailed(
                 f"certify target {target!r} ({name}) changed since the report: sha256 {got}, "
                 f"the report says {want}",
@@ -124,8 +121,7 @@ def substitute(step: Step, values: Mapping[str, str | None]) -> tuple[str, ...]:
     argv = []
     for arg in step.args:
         for key, value in values.items():
-            token = "{" + key + "}"
-            if token in arg:
+            if (token := "{" + key + "}") in arg:
                 if value is None:
                     raise BadInput(
                         f"certify step {step.name!r} needs {token}",

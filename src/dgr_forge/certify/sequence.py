@@ -96,8 +96,7 @@ def lane(
     if got.doctor is not None:
         refuse_unbuildable([got.doctor.check_lane(recipe)])
     worker, tools = got.bound()
-    the_suite = suite.load(recipe)
-    if the_suite is None:
+    if (the_suite := suite.load(recipe)) is None:
         raise BadInput(
             f"{forge.rel(recipe.path)}: no [certify] suite: lane {lane} has nothing to run",
             hint="add a [certify] table with its steps (docs/build-and-reports.md, Certification)",
@@ -121,8 +120,7 @@ def lane(
     signer = keys.resolve_signer(key, out)
     public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
-    report = report or reports_mod.latest_report(forge, lane)
-    if report is None:
+    if (report := report or reports_mod.latest_report(forge, lane)) is None:
         raise BadInput(
             f"lane {lane} has no report in {forge.rel(forge.reports_dir)}",
             hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --build-report R",

@@ -37,8 +37,7 @@ def load(recipe: Recipe) -> Suite | None:
     table, refuse = recipe.certify, partial(fail, f"recipes/{recipe.path.name}")
     if table is None:
         return None
-    targets = table.targets
-    if not targets:
+    if not (targets := table.targets):
         raise refuse("certify.targets", "empty", 'name the programs: targets = ["llama-bench"]')
     for t in targets:
         _named(refuse, "certify.targets", t, TARGET_NAME, "a CMake target name", "fix the name")

@@ -93,8 +93,7 @@ def check_report(
         )
     stmt = check.report.statement or {}
     ext = stmt["predicate"]["buildDefinition"]["externalParameters"]
-    lane = str(ext.get("lane"))
-    if lane not in recipes:
+    if (lane := str(ext.get("lane"))) not in recipes:
         raise BadInput(
             f"{report}: lane {lane!r} has no recipe in this forge root",
             hint="certify in the checkout whose recipes/ built the report",
@@ -115,8 +114,7 @@ def check_report(
         named = [d for d in deps if d.get("name") == tc["path"]]
         got = str((named[0].get("digest") or {}).get("sha256")) if named else "none"
         checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
-    stale = [(what, got, want) for what, got, want in checks if got != want]
-    if stale:
+    if stale := [(what, got, want) for what, got, want in checks if got != want]:
         raise BadInput(
             f"{report}: the report does not match this checkout: "
             + "; ".join(

@@ -98,8 +98,7 @@ def is_tool_repository(root: Path) -> bool:
 
 def _read(root: Path, rel: str) -> list[tuple[int, str]] | None:
     """(line number, requirement) pairs, continuations joined, comments dropped; None: missing."""
-    path = root / rel
-    if path.parent.is_symlink() or path.is_symlink():
+    if (path := root / rel).parent.is_symlink() or path.is_symlink():
         # read or written through a planted link, it would pin whatever the link points at
         raise BadInput(f"{rel}: not a regular file", hint="commit a plain file")
     if not os.path.lexists(path):

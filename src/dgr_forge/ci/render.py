@@ -301,8 +301,7 @@ BUMP_SETTINGS = "ci/bump.toml"
 
 def bump_request(root: Path) -> bool:
     """`ci/bump.toml`'s `[bump] open_request`, default true (docs/bump.md)."""
-    path = root / BUMP_SETTINGS
-    if not path.exists() and not path.is_symlink():
+    if not (path := root / BUMP_SETTINGS).exists() and not path.is_symlink():
         return True
     _, data = Checker(BUMP_SETTINGS).load(
         path, what="CI bump settings", hint="see docs/bump.md", root=root

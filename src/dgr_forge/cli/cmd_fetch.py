@@ -116,17 +116,14 @@ def status(env: Env) -> Status:
     # the lanes built in this workspace and their last build, as `lanes` gives them
     lanes = built_lanes(forge, m)
     for row, elsewhere in lanes:
-        if elsewhere:  # never its paths: they are another root's
-            out.answer(
-                f"lane {row.lane:<8} not built in this workspace (its state names another "
-                "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
-            )
-        else:
-            last = row.last_build
-            out.answer(
-                f"lane {row.lane:<8} last build {last.time if last else '?'}: "
-                f"{last.line() if last else 'never'}  report {(last and last.report) or '(none)'}"
-            )
+        last = row.last_build
+        out.answer(
+            f"lane {row.lane:<8} not built in this workspace (its state names another "
+            "workspace's files: a copied or moved root); `dgr-forge build` builds it here"
+            if elsewhere  # never its paths: they are another root's
+            else f"lane {row.lane:<8} last build {last.time if last else '?'}: "
+            f"{last.line() if last else 'never'}  report {(last and last.report) or '(none)'}"
+        )
     if not lanes:
         out.answer("lanes: none built in this workspace (run `dgr-forge build`)")
     if rebase is not None:

@@ -82,13 +82,12 @@ def patch(
         if not isinstance(result, local_replay.Patch):
             return result
         where = forge.rel(result.src_dir)
-        if result.changed:
-            env.out.answer(
-                f"{m.name}: {len(m.series)} patches applied in {where} (HEAD "
-                f"{result.head_commit[:12]}, tree {result.result_tree[:12]}, {result.seconds} s)"
-            )
-        else:
-            env.out.answer(f"{m.name}: series already applied in {where} (verified, nothing to do)")
+        env.out.answer(
+            f"{m.name}: {len(m.series)} patches applied in {where} (HEAD "
+            f"{result.head_commit[:12]}, tree {result.result_tree[:12]}, {result.seconds} s)"
+            if result.changed
+            else f"{m.name}: series already applied in {where} (verified, nothing to do)"
+        )
         return result
 
 
@@ -105,12 +104,11 @@ def export(env: Env, force: ExportForce = False) -> Export:
     with env.session(lock=True, root_lock=True, recover=True, refuse_rebase=True) as s:
         forge, m = s.forge, s.manifest
         result = export_workspace(forge, m, env.out, before=s.manifest_before, force=force)
-    if not result.changed:
-        env.out.answer(f"{len(result.patches)} patches, nothing changed")
-    else:
-        env.out.answer(
-            f"{len(result.patches)} patches: {len(result.written)} written, "
-            f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
-            f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
-        )
+    env.out.answer(
+        f"{len(result.patches)} patches: {len(result.written)} written, "
+        f"{len(result.unchanged)} unchanged, {len(result.removed)} removed; commit "
+        f"{m.patches_dir_rel}/ and {forge.rel(m.path)}"
+        if result.changed
+        else f"{len(result.patches)} patches, nothing changed"
+    )
     return result

@@ -200,8 +200,7 @@ def env_number(name: str, default: float, minimum: float, maximum: float) -> flo
 
 def env_number(name: str, default: float, minimum: float, maximum: float) -> float:
     """`$name` in [minimum, maximum]; `default` when unset (an int `default`: a whole number)."""
-    raw = os.environ.get(name, "").strip()
-    if not raw:
+    if not (raw := os.environ.get(name, "").strip()):
         return default
     whole = isinstance(default, int)
     kind = "a whole number" if whole else "a number"

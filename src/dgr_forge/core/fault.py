@@ -33,8 +33,7 @@ def parse(raw: str) -> tuple[Spec, ...]:
     """A malformed `DGR_FAULT` is bad input, not a silent no-op."""
     specs: list[Spec] = []
     for item in raw.split(",")[: _MAX_SPECS + 1]:
-        item = item.strip()
-        if not item:
+        if not (item := item.strip()):
             continue
         nth = 1
         if "@" in item:

@@ -226,8 +226,7 @@ def _link_text(root: Path, rel: str, *, what: str, hint: str, limit: int) -> byt
         except OSError as err:
             problem = f"cannot read the {what}: {err.strerror}"
         else:
-            data = os.fsencode(target)
-            if len(data) <= limit:
+            if len(data := os.fsencode(target)) <= limit:
                 return data
             problem = f"is over the {limit}-byte limit for a {what}"
         finally:

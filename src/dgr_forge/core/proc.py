@@ -164,13 +164,11 @@ def bounded(
         for fd in bufs:
             sel.register(fd, selectors.EVENT_READ)
         while sel.get_map() and not over:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            if (left := deadline - time.monotonic()) <= 0:
                 timed_out = True
                 break
             for key, _ in sel.select(min(left, 1.0)):
-                chunk = os.read(key.fd, 65536)
-                if not chunk:
+                if not (chunk := os.read(key.fd, 65536)):
                     sel.unregister(key.fd)
                     continue
                 room = limit - total

@@ -19,8 +19,7 @@ DIRS = ("recipes", "toolchains", "cmake")
 
 def source() -> Traversable | None:
     """The package data, else the checkout this package runs from, else None."""
-    shipped = resources.files("dgr_forge").joinpath(PACKAGE_DIR)
-    if shipped.is_dir():
+    if (shipped := resources.files("dgr_forge").joinpath(PACKAGE_DIR)).is_dir():
         return shipped
     checkout = Path(__file__).resolve().parents[3]  # src/dgr_forge/core/ -> the checkout
     if (checkout / "pyproject.toml").is_file() and all((checkout / d).is_dir() for d in DIRS):

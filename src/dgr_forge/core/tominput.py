@@ -74,8 +74,7 @@ class Checker:
 
         if len(raw) > limit:
             raise refuse(f"{len(raw)} bytes, over the {limit}-byte limit", "this is not our input")
-        kept = _PARSED.get(raw)
-        if kept is not None:
+        if (kept := _PARSED.get(raw)) is not None:
             return cast(dict[str, Any], marshal.loads(kept))
         try:
             text = raw.decode("utf-8")
@@ -241,8 +240,7 @@ def _unwrap(t: Any, value: Any, metas: list[msgspec.Meta]) -> Any:
     """`t` without Annotated (its Meta kept), None and UNSET; a union narrowed to the one
     member of the value's kind, if one."""
     while True:
-        origin = get_origin(t)
-        if origin is Annotated:
+        if (origin := get_origin(t)) is Annotated:
             base, *extra = get_args(t)
             metas.extend(m for m in extra if isinstance(m, msgspec.Meta))
             t = base
@@ -430,8 +428,7 @@ def _problem(spot: _Spot, what: str) -> tuple[str, str]:
         )
     kind = _kind(t)
     if kind == "array":
-        elem = _unwrap(get_args(t)[0], _ABSENT, [])
-        if elem is str:
+        if (elem := _unwrap(get_args(t)[0], _ABSENT, [])) is str:
             return "must be an array of strings", _fix(spot, f'write {name} = ["..."]')
         if _is_struct(elem):
             return "must be an array of tables", _fix(spot, f"write [[{spot.key}]]")

@@ -98,8 +98,7 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
         return BadInput(f"{where}: {shown!r} {why}", hint=fix)
 
     allowed = ", ".join(f"{s}://" for s in schemes)
-    git = schemes == GIT_SCHEMES
-    if git:
+    if git := schemes == GIT_SCHEMES:
         allowed += ", user@host:path, or an absolute path"
     if not isinstance(value, str) or not value:
         raise refuse("is not a URL", f"give a URL ({allowed})")
@@ -115,8 +114,7 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
             f"give a URL ({allowed})",
         )
     if m := _SCHEME.match(value):
-        scheme = m.group(1).lower()
-        if scheme not in schemes:
+        if (scheme := m.group(1).lower()) not in schemes:
             raise refuse(f"uses the scheme {scheme}://, which is not allowed", f"use {allowed}")
         try:
             parts = urlsplit(value)
@@ -146,8 +144,7 @@ def mask(url: str) -> str:
     netloc = parts.netloc
     if credentials := "@" in netloc:
         netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
+    if query := parts.query:
         pairs = parse_qsl(query, keep_blank_values=True)
         if credentials or any(secret_name(k) for k, _ in pairs):
             masked = [(k, "***" if credentials or secret_name(k) else v) for k, v in pairs]

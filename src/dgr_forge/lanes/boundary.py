@@ -320,8 +320,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     wanted: set[str] = set()
     defined: set[str] = set()
     for path in worker_objects:
-        syms = _elf_symbols(path)
-        if syms is None:
+        if (syms := _elf_symbols(path)) is None:
             checked = False
             break
         wanted |= syms.undefined
@@ -330,8 +329,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     if checked:
         for t in [t for t in upstream if t.name in linked]:
             for obj in sorted(o for o in deps if o.startswith(t.objects)):
-                syms = _elf_symbols(build_dir / obj)
-                if syms is None:
+                if (syms := _elf_symbols(build_dir / obj)) is None:
                     checked = False
                     break
                 for name in syms.strong & wanted:
@@ -348,8 +346,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     names: dict[str, str] = {}
     todo = sorted(n for n in libs if n.startswith("_Z") and n.isprintable() and " " not in n)
     if checked and todo:
-        tool = shutil.which("c++filt")
-        if tool is None:
+        if (tool := shutil.which("c++filt")) is None:
             raise OperationFailed(
                 "c++filt (binutils) not found: the worker's C++ symbols cannot be checked",
                 hint="install binutils (Debian: apt-get install binutils)",
@@ -366,8 +363,7 @@ def check(ninja: str, build_dir: Path, upstream_dir: Path, worker_dir: Path) -> 
     for sym in sorted(libs):
         shown_name = names.get(sym, sym)
         qual = surface_mod.qualified_name(shown_name) if sym in names else sym
-        header = decls.get(qual)
-        if header is None:
+        if (header := decls.get(qual)) is None:
             symbol_leaks.append(SymbolLeak(shown_name, sym, libs[sym]))
         else:
             symbols.append(surface_mod.SurfaceSymbol(qual, header, sym, libs[sym]))

@@ -82,8 +82,7 @@ def _scratch_root(forge: Forge, m: UpstreamManifest, tmp: Path) -> Path:
     # read bounded, each once: the hashes written are of the bytes copied
     raw, datas = copy_inputs(m, root, UPSTREAM_MANIFEST)
     doc = tomlkit.parse(raw.decode("utf-8"))
-    patches = doc.get("patches")
-    if patches is not None:
+    if (patches := doc.get("patches")) is not None:
         for item, data in zip(patches.get("series", []), datas, strict=True):
             item["sha256"] = sha256_bytes(data)
             item.pop("tree", None)
@@ -160,8 +159,7 @@ def check(
         # exactly what `dgr-forge export` would write over the committed manifest
         committed = manifest.read_raw(m.path)  # bounded, as it was loaded
         text = manifest_edit.updated_text(committed.decode("utf-8"), rendered, patched.result_tree)
-        regenerated = text.encode("utf-8")
-        if regenerated != committed:
+        if (regenerated := text.encode("utf-8")) != committed:
             rel = forge.rel(m.path)
             result.differences.append(_difference(rel, committed, regenerated, "manifest"))
 

@@ -198,8 +198,7 @@ def _codemodel(
     index = _load(indexes[-1], _Index)
     responses = index.reply.client.query.responses
     files = {r.kind: reply_dir / r.json_file for r in responses if r.json_file is not None}
-    missing = [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]
-    if missing:
+    if missing := [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]:
         raise OperationFailed(
             f"CMake File API reply lacks {', '.join(missing)}",
             hint="the CMake in use is too old (3.20+ needed for toolchains-v1)",
@@ -242,8 +241,7 @@ def shipped_artifacts(
     wanted: set[str] = set()
     todo = [n for n in sorted(roots) if n in by_name]
     while todo:
-        name = todo.pop()
-        if name not in wanted:
+        if (name := todo.pop()) not in wanted:
             wanted.add(name)
             todo += [d for d in by_name[name].depends if d in by_name]
     out: list[tuple[Target, Path]] = []
@@ -338,26 +336,21 @@ def read_launchers(build_dir: Path) -> Launchers:
     known = {p for p in programs(build_dir).values() if p.startswith("/")}
     for match in re.finditer(_RULE, rules):
         name, body = match.group(1), match.group(2)
-        command = re.search(_COMMAND, body)
-        if command is None:
+        if (command := re.search(_COMMAND, body)) is None:
             continue
         text = command.group(1)
         if "_COMPILER__" in name:
-            head = text.split("${LAUNCHER}", 1)[0].strip() if "${LAUNCHER}" in text else ""
-            if head:
+            if "${LAUNCHER}" in text and (head := text.split("${LAUNCHER}", 1)[0].strip()):
                 found.compile.add(head)
         elif "_LINKER__" in name:
             for step in text.split(" && "):
-                step = step.replace("${LAUNCHER}", "").strip()
-                if step in _SKIP:
+                if (step := step.replace("${LAUNCHER}", "").strip()) in _SKIP:
                     continue
                 at = [step.find(p) for p in known if step.find(p) >= 0]
                 head = step[: min(at)].strip() if at else step.split(" ", 1)[0]
                 if head:
                     found.link.add(head)
-    build = _read(build_dir / "build.ninja")
-    for match in re.finditer(_VAR, build):
-        value = match.group(2).strip()
-        if value:
+    for match in re.finditer(_VAR, _read(build_dir / "build.ninja")):
+        if value := match.group(2).strip():
             (found.compile if match.group(1) == "LAUNCHER" else found.code_check).add(value)
     return found

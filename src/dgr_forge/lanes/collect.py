@@ -45,8 +45,7 @@ def collect_artifacts(
     # a stat taken right after the link is racy (re-hashed by the next no-op): wait out
     # the rest of the window once, a few ms of a cold build, so the next no-op is cheap
     newest = max((os.stat(p).st_ctime_ns for p in found), default=0)
-    wait = RACY_NS - (time.time_ns() - newest)
-    if 0 < wait <= RACY_NS:
+    if 0 < (wait := RACY_NS - (time.time_ns() - newest)) <= RACY_NS:
         time.sleep(wait / 1e9 + 0.002)
     artifacts, stats = [], {}
     for real, (name, kind, a) in sorted(found.items()):
@@ -124,8 +123,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
         found.append(Tool(label, p.named, version, p.stamp[0]))
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    tree = inputs.worker_tree(plan)
-    if tree is not None:
+    if (tree := inputs.worker_tree(plan)) is not None:
         placeholders.setdefault(str(tree), "${DGR_WORKER}")
     toolchain = plan.toolchain_file
     # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`

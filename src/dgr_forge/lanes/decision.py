@@ -109,8 +109,7 @@ def decide(state: LaneState, now: Snapshot) -> Decision:
         )
     if now.programs_changed:
         return Decision("rebuild", f"changed since configure: {', '.join(now.programs_changed)}")
-    why = _not_configured(state, now)
-    if why is not None:
+    if (why := _not_configured(state, now)) is not None:
         return Decision("reconfigure", why, handback=handback)
     rebuilt = now.subjects_changed
     if last is None:
@@ -140,9 +139,7 @@ def after_compile(
     lost state) built nothing of them: a fresh build directory."""
     if not wrote and recorded != whole:
         return "rebuild"
-    if decision.handback and recorded == whole and subjects_same:
-        return "reuse"
-    return "report"
+    return "reuse" if decision.handback and recorded == whole and subjects_same else "report"
 
 
 # -- the transitions of a lane's state (each written once, by the builder)
@@ -204,8 +201,7 @@ def check_launchers(plan: LanePlan) -> str | None:
     from dgr_forge.lanes import cmake_api  # after configure only
 
     found = cmake_api.read_launchers(plan.build_dir)
-    problems = found.problems(plan.launcher)
-    if problems:
+    if problems := found.problems(plan.launcher):
         raise OperationFailed(
             f"{plan.lane}: the generated build does not run what the forge chose: "
             + "; ".join(problems),

@@ -85,8 +85,7 @@ class LaneResult(Struct, kw_only=True):
 def refuse_unclean(src: Path, what: str, forge: Forge) -> None:
     """Exit 3: the tree built must be exactly the tree pinned (nothing untracked either)."""
     # under the workspace lock git keeps its index's stat records fresh for the next no-op
-    changes = source_changes(src)
-    if not changes:
+    if not (changes := source_changes(src)):
         return
     shown = [c[3:] for c in changes[:10]] + (["..."] if len(changes) > 10 else [])
     raise NeedsHuman(
@@ -118,8 +117,7 @@ class BuildOptions(Struct, frozen=True):
         cls, *, cache: str | None = None, cache_mode: str | None = None, **given: Any
     ) -> BuildOptions:
         """`given`: the other fields; a bad value is exit 2 naming its option or variable."""
-        jobs = given.get("jobs")
-        if jobs is not None and not 1 <= jobs <= 4096:
+        if (jobs := given.get("jobs")) is not None and not 1 <= jobs <= 4096:
             raise BadInput(f"--jobs {jobs}: must be 1 to 4096", hint="e.g. --jobs 2")
         choice = cache or os.environ.get("DGR_CACHE") or "auto"
         mode = cache_mode or os.environ.get("DGR_CACHE_MODE") or "rw"
@@ -241,8 +239,7 @@ class LaneBuilder:
             moved=tuple(str(p) for p in moved),
             programs_changed=tuple(programs.changed(state.programs)) if state.programs else (),
         )
-        last = decision.last_ok(state)
-        if last is None:
+        if (last := decision.last_ok(state)) is None:
             return now
         if decision.decide(state, now).configured:  # a configure's build relinks them anyway
             changed = tuple(str(p) for p in decision.changed_subjects(last))
@@ -291,8 +288,7 @@ class LaneBuilder:
             env = self._env()
             if not d.configured and not self._configure(log, env):
                 return self.result
-            ran = self._compile(log, env)
-            if ran is None:
+            if (ran := self._compile(log, env)) is None:
                 return self.result
             whole = self._whole()
             same = last is not None and not decision.changed_subjects(last)

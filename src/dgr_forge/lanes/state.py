@@ -146,8 +146,7 @@ class LaneState(Struct, omit_defaults=True):
     def stored(self) -> dict[str, Any]:
         """The last build's public keys apart from the evidence a reuse checks."""
         data = dict(msgspec.to_builtins(self))
-        last = data.pop("last_build", None)
-        if last is not None:
+        if (last := data.pop("last_build", None)) is not None:
             data["last_build"] = {k: last[k] for k in PUBLIC if k in last}
             data["evidence"] = {k: v for k, v in last.items() if k not in PUBLIC}
         return data
@@ -170,8 +169,7 @@ def load_lanes_state(forge: Forge) -> dict[str, Any]:
 
 def loaded(forge: Forge, entry: Any) -> Loaded:
     state = LaneState.from_dict(entry)
-    last = state.last_build
-    if last is None:
+    if (last := state.last_build) is None:
         return Loaded(state, False)
     here = last.relocated(lambda p: loaded_path(forge.workspace, p))
     return Loaded(msgspec.structs.replace(state, last_build=here), here is None)
@@ -187,8 +185,7 @@ def lane_state(forge: Forge, lane: str) -> LaneState:
 
 def save_lane_state(forge: Forge, lane: str, state: LaneState) -> None:
     data = load_lanes_state(forge)  # re-read: another lane of this run may have written
-    last = state.last_build
-    if last is not None:
+    if (last := state.last_build) is not None:
         kept = last.relocated(lambda p: stored_path(forge.workspace, p))
         state = msgspec.structs.replace(state, last_build=kept)
     data["schema"] = STATE_SCHEMA  # every lane's paths are read the same way

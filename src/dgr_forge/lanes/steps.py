@@ -3,6 +3,7 @@ state.json (the builder, `lanes.lane_build.LaneBuilder`, does)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -73,8 +74,7 @@ def refuse_unused(forge: Forge, plan: LanePlan, lines: list[str], log: Path) -> 
     the forge set itself (CMAKE_C_FLAGS on a project without C, the toolchain's settings)
     is not the user's to act on: CMake's list stays in the log, no warning is printed."""
     own = set(plan.recipe.cmake_options)
-    unused = [n for n in options.unused_variables(lines) if n in own]
-    if unused:
+    if unused := [n for n in options.unused_variables(lines) if n in own]:
         raise BadInput(
             f"{plan.lane}: CMake did not use recipe option(s) {', '.join(unused)}: "
             "the project never reads them, so they would change nothing",
@@ -126,8 +126,7 @@ def compile_lane(
         task = sink.add(f"{lane}: compile", total=None)
 
         def on_line(line: str) -> None:
-            match = re.match(NINJA_STATUS, line)
-            if match:
+            if match := re.match(NINJA_STATUS, line):
                 done, total = int(match.group(1)), int(match.group(2))
                 if on_work is not None and not started:
                     started.append(True)
@@ -156,8 +155,7 @@ def wrote_since(build_dir: Path, offset: int, since_ns: int) -> bool:
         fh.seek(offset if st.st_size >= offset else 0)  # recompacted: all of it again
         data = fh.read(_LOG_TAIL)
     for line in data.splitlines():
-        fields = line.split(b"\t")
-        if len(fields) != 5 or line.startswith(b"#"):
+        if len(fields := line.split(b"\t")) != 5 or line.startswith(b"#"):
             continue
         out = Path(os.fsdecode(fields[3]))
         try:
@@ -188,8 +186,7 @@ def collect(forge: Forge, plan: LanePlan, changed: list[Path], out: Reporter) ->
         path.unlink()
         out.info(f"{plan.lane}: removed {forge.rel(path)}: an earlier build's, not this one's")
     artifacts, stats = collect_artifacts(shipped)
-    gone = [p for p in changed if not p.is_file()]
-    if gone:
+    if gone := [p for p in changed if not p.is_file()]:
         raise OperationFailed(
             f"{plan.lane}: {', '.join(forge.rel(p) for p in gone)} changed on disk and "
             "Ninja did not rebuild it: no report can say what it is",
@@ -234,18 +231,15 @@ def write_git_view(build_dir: Path, commits: Iterable[str]) -> Path:
     only when it changes (a no-op build writes nothing)."""
     path = build_dir / VIEW_FILE
     text = "".join(f"{c}\n" for c in sorted(set(commits)))
-    try:
+    with contextlib.suppress(OSError):
         if path.read_text() == text:
             return path
-    except OSError:
-        pass
     build_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, text)
     return path
 
 
 def see_git_through(env: MutableMapping[str, str], view: Path) -> None:
-    """Make `env` (a build's process environment) see git through the view."""
     for name in list(env):
         if name in _DROPPED or name.startswith(("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")):
             del env[name]

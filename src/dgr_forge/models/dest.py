@@ -92,8 +92,7 @@ def missing_bytes(dest: Path, files: tuple[ModelFile, ...]) -> int:
 def check_space(dest: Path, files: tuple[ModelFile, ...]) -> tuple[int, int]:
     need = missing_bytes(dest, files)
     anchor = next((p for p in (dest, *dest.parents) if p.exists()), Path(dest.anchor or "/"))
-    free = shutil.disk_usage(anchor).free
-    if need > free:
+    if need > (free := shutil.disk_usage(anchor).free):
         raise BadInput(
             f"--dest {dest}: not enough free space: {human(need)} ({need} bytes) still to "
             f"download, {human(free)} ({free} bytes) free on the file system of {anchor}",

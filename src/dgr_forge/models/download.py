@@ -93,8 +93,7 @@ class RateFloor:
     def add(self, n: int) -> str | None:
         """Count `n` bytes that arrived; the problem when the window closed below the rate."""
         self._bytes += n
-        elapsed = time.monotonic() - self._start
-        if elapsed < self.window:
+        if (elapsed := time.monotonic() - self._start) < self.window:
             return None
         if self._bytes < self.min_rate * elapsed:
             return (
@@ -201,8 +200,7 @@ class Downloader:
             finally:
                 os.close(fd)
             self.cache.forget(f.name)
-        sha = self._download(state)
-        if sha != f.sha256:
+        if (sha := self._download(state)) != f.sha256:
             self.dest.unlink(part)
             raise OperationFailed(
                 f"{f.name}: sha256 mismatch after download: expected {f.sha256}, got {sha} "
@@ -222,8 +220,7 @@ class Downloader:
         f, url, shown, part = state.f, state.url, state.shown, state.part
         fd = state.fd = self.dest.open_part(part, self.out)  # created 0600: nobody else reads it
         try:
-            have = os.fstat(fd).st_size
-            if have > f.size:
+            if (have := os.fstat(fd).st_size) > f.size:
                 self.out.warn(f"{part} is larger than the manifest's size; starting over")
                 os.ftruncate(fd, 0)
                 have = 0

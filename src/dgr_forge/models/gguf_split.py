@@ -95,8 +95,7 @@ class _Reader:
 
     def take(self, n: int, what: str) -> bytes:
         self._bounded(n, what)
-        data = self.f.read(n)
-        if len(data) != n:
+        if len(data := self.f.read(n)) != n:
             raise GGUFError(f"the file ended while reading {what} at offset {self.pos}")
         self.pos += n
         return data
@@ -119,8 +118,7 @@ class _Reader:
 
     def count(self, what: str, each: int) -> int:
         """A count of items of at least `each` bytes: refused when they cannot fit."""
-        n = self.u64(what)
-        if n * each > self.left():
+        if (n := self.u64(what)) * each > self.left():
             raise GGUFError(
                 f"{what} claims {n} items, more than the {self.left()} bytes left can hold"
             )
@@ -160,8 +158,7 @@ class _Reader:
         if pos + 8 * n > size:
             raise GGUFError(f"{what}: {n} strings at offset {pos} run past {size} bytes")
         for _ in range(n):
-            raw = f.read(8)
-            if len(raw) != 8:
+            if len(raw := f.read(8)) != 8:
                 raise GGUFError(f"the file ended inside {what} at offset {pos}")
             length = unpack(fmt, raw)[0]
             pos += 8
@@ -219,8 +216,7 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         header.keys.add(key)
         vtype = r.u32(f"KV {key[:100]!r} type")
         if key in KEPT_STRINGS and vtype == _STRING:
-            kept = r.string(f"KV {key!r}")
-            if len(kept) > MAX_KEPT_STRING:
+            if len(kept := r.string(f"KV {key!r}")) > MAX_KEPT_STRING:
                 raise GGUFError(f"KV {key!r} is longer than {MAX_KEPT_STRING} bytes")
             header.strings[key] = kept.decode("utf-8", "replace")
             continue
@@ -232,13 +228,11 @@ def parse_header(f: BinaryIO, size: int, limit: int | None = None) -> Header:
         raise GGUFError(f"general.alignment {alignment} is not a power of two")
     names: set[bytes] = set()
     for i in range(n_tensors):
-        name = r.string(f"tensor {i} name")
-        if name in names:
+        if (name := r.string(f"tensor {i} name")) in names:
             raise GGUFError(f"duplicate tensor name {name[:100]!r}")
         names.add(name)
         header.tensors.append(name)
-        n_dims = r.u32(f"tensor {i} dimension count")
-        if n_dims > MAX_DIMS:
+        if (n_dims := r.u32(f"tensor {i} dimension count")) > MAX_DIMS:
             raise GGUFError(f"tensor {i} has {n_dims} dimensions (at most {MAX_DIMS})")
         dims = [r.u64(f"tensor {i} shape") for _ in range(n_dims)] or [1]
         block = GGML_BLOCKS.get(r.u32(f"tensor {i} type"))

@@ -104,8 +104,7 @@ def groups(names: Iterable[bytes], block_count: int) -> tuple[Ranges, tuple[str,
             m = _LAYER.match(raw)
             if m is None or (len(m.group(1)) > 1 and m.group(1).startswith(b"0")):
                 raise RangeError(f"tensor {raw[:80]!r} is not blk.N.<name>")
-            n = int(m.group(1))
-            if n >= block_count:
+            if (n := int(m.group(1))) >= block_count:
                 raise RangeError(
                     f"tensor {raw[:80]!r} claims layer {n}, the model has {block_count} "
                     f"(block_count: layers 0-{block_count - 1})"

@@ -232,8 +232,7 @@ class RangeFile:
 
     def _left(self) -> float:
         """Seconds left of the header's deadline; exit 1 when none are."""
-        left = self.deadline - time.monotonic()
-        if left <= 0:
+        if (left := self.deadline - time.monotonic()) <= 0:
             raise OperationFailed(
                 f"{mask(self.url)}: the header was not read within "
                 f"{self.policy.range_deadline:g}s ({self.received} bytes in {self.requests} "
