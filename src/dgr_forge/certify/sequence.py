@@ -120,7 +120,8 @@ def lane(
     signer = keys.resolve_signer(key, out)
     public = keys.resolve_verifier(report_key, "--report-key")
     trust.trusted_keys(forge)  # a hostile trust anchor is exit 2 before anything runs
-    if (report := report or reports_mod.latest_report(forge, lane)) is None:
+    report = report or reports_mod.latest_report(forge, lane)
+    if report is None:
         raise BadInput(
             f"lane {lane} has no report in {forge.rel(forge.reports_dir)}",
             hint=f"build it first (`dgr-forge build --lane {lane}`) or pass --build-report R",

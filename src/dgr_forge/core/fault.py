@@ -33,7 +33,8 @@ def parse(raw: str) -> tuple[Spec, ...]:
     """A malformed `DGR_FAULT` is bad input, not a silent no-op."""
     specs: list[Spec] = []
     for item in raw.split(",")[: _MAX_SPECS + 1]:
-        if not (item := item.strip()):
+        item = item.strip()
+        if not item:
             continue
         nth = 1
         if "@" in item:

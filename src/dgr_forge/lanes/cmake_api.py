@@ -344,7 +344,8 @@ def read_launchers(build_dir: Path) -> Launchers:
                 found.compile.add(head)
         elif "_LINKER__" in name:
             for step in text.split(" && "):
-                if (step := step.replace("${LAUNCHER}", "").strip()) in _SKIP:
+                step = step.replace("${LAUNCHER}", "").strip()
+                if step in _SKIP:
                     continue
                 at = [step.find(p) for p in known if step.find(p) >= 0]
                 head = step[: min(at)].strip() if at else step.split(" ", 1)[0]
