@@ -31,6 +31,21 @@ def _shim(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}, log
 
 
+def _one_file_patches(forge_root: Path, upstream: Upstream, prefix: str, n: int) -> dict[str, str]:
+    """n files of 20 lines at a new pin (PREFIX00.md ...), a patch each on its line 10,
+    applied; the files as pinned."""
+    text = "".join(f"line {k}\n" for k in range(1, 21))
+    files = {f"{prefix}{i:02d}.md": text for i in range(n)}
+    pin = upstream.commit(dict(files), f"docs: {n} files")
+    edits: list[tuple[dict[str, str | None], str]] = [
+        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
+        for name, body in files.items()
+    ]
+    make_series(forge_root, upstream, edits, pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    return files
+
+
 def _count(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
@@ -156,15 +171,7 @@ def test_a_rebase_asks_git_a_fixed_number_of_times_whatever_the_series_length(
     # 16 patches, one file each; upstream then moves the lines of every other patched file
     # (the shape of bench.rebase): the replay, the export and its round trip are batched,
     # so the count does not grow with the series (it was five git processes a patch)
-    text = "".join(f"line {n}\n" for n in range(1, 21))
-    files = {f"docs/r-{i:02d}.md": text for i in range(16)}
-    pin = upstream.commit(dict(files), "docs: sixteen files")
-    edits: list[tuple[dict[str, str | None], str]] = [
-        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
-        for name, body in files.items()
-    ]
-    make_series(forge_root, upstream, edits, pin=pin)
-    assert run_forge("patch", cwd=forge_root).code == 0
+    files = _one_file_patches(forge_root, upstream, "docs/r-", 16)
     assert run_forge("export", cwd=forge_root).code == 0  # the canonical bytes, as in use
     new = upstream.commit(
         {name: "moved\n\n" + body for name, body in list(files.items())[::2]}, "docs: headers"
@@ -194,15 +201,7 @@ def test_a_rebase_to_a_conflict_and_its_continue_ask_git_a_fixed_number_of_times
     writes the resolution with the writer the rest of the replay uses (no cat-file, no
     commit-tree of its own), the rest is one merge again, and the build number the start
     counted is not counted again (issue 46)."""
-    text = "".join(f"line {n}\n" for n in range(1, 21))
-    files = {f"docs/r-{i:02d}.md": text for i in range(16)}
-    pin = upstream.commit(dict(files), "docs: sixteen files")
-    edits: list[tuple[dict[str, str | None], str]] = [
-        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
-        for name, body in files.items()
-    ]
-    make_series(forge_root, upstream, edits, pin=pin)
-    assert run_forge("patch", cwd=forge_root).code == 0
+    files = _one_file_patches(forge_root, upstream, "docs/r-", 16)
     assert run_forge("export", cwd=forge_root).code == 0
     moved = {name: "moved\n\n" + body for name, body in list(files.items())[::2]}
     moved["docs/r-08.md"] = moved["docs/r-08.md"].replace("line 10\n", "line 10 (up)\n")
@@ -387,24 +386,17 @@ def test_a_continue_that_stops_at_the_next_patch_merges_it_once_and_no_tree_diff
     """Patches 2 and 3 of 4 both conflict: after 2's resolution, the one merge for 3..4
     conflicts in 3's own file, so nothing can be batched: it stops there, without the diff
     of that merge's tree (only 3's own merge and its cherry-pick follow)."""
-    text = "".join(f"line {n}\n" for n in range(1, 21))
-    files = {f"docs/c-{i}.md": text for i in range(4)}
-    pin = upstream.commit(dict(files), "docs: four files")
-    edits: list[tuple[dict[str, str | None], str]] = [
-        ({name: body.replace("line 10\n", "line 10 (dgr)\n")}, f"docs: patch {name}")
-        for name, body in files.items()
-    ]
-    make_series(forge_root, upstream, edits, pin=pin)
-    assert run_forge("patch", cwd=forge_root).code == 0
-    moved = {f"docs/c-{i}.md": text.replace("line 10\n", "line 10 (up)\n") for i in (1, 2)}
+    files = _one_file_patches(forge_root, upstream, "docs/c-", 4)
+    text = files["docs/c-00.md"]
+    moved = {f"docs/c-{i:02d}.md": text.replace("line 10\n", "line 10 (up)\n") for i in (1, 2)}
     new = upstream.commit(moved, "docs: upstream's line 10")
     assert run_forge("rebase", "--onto", new, cwd=forge_root).code == 3
     src = forge_root / ".dgr" / "src" / "llama.cpp"
-    (src / "docs" / "c-1.md").write_text(text.replace("line 10\n", "line 10 (both)\n"))
-    sh_git(src, "add", "docs/c-1.md")
+    (src / "docs" / "c-01.md").write_text(text.replace("line 10\n", "line 10 (both)\n"))
+    sh_git(src, "add", "docs/c-01.md")
     env, log = _shim(tmp_path)
     res = run_forge("--json", "rebase", "--continue", cwd=forge_root, env=env)
-    assert res.code == 3 and "docs/c-2.md" in res.stderr, res
+    assert res.code == 3 and "docs/c-02.md" in res.stderr, res
     commands = [_subcommand(c) for c in _count(log)]
     assert commands.count("merge-tree") == 2, commands  # the one for 3..4, then 3's own
     assert commands.count("diff-tree") == 1, commands  # what 3 and 4 change, once
