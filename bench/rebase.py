@@ -13,6 +13,9 @@ line the first patch changes. Times, runs interleaved (load hits both alike):
 * dgr-forge: `dgr-forge rebase --onto NEW` (replay + re-export + verify round trip +
   manifest + report; with `--conflict` up to its stop, then `rebase --continue`), the
   workspace already patched at the old pin, as in real use. Target: <= 1.5x raw.
+* floor (with `--conflict`): `python -c "import typer"` beside the raw `--continue`: what
+  any Python CLI pays before it does anything (a raw `--continue` on a small series costs
+  about as much, so no Python tool reaches 1.5x of it there)
 
 Run from the repository root (dgr-forge importable: `pip install -e .[test]`, or
 PYTHONPATH=src):
@@ -228,6 +231,7 @@ def main() -> None:
         ours: dict[str, list[float]] = {name: [] for name in forges}
         our_cont: dict[str, list[float]] = {name: [] for name in forges}
         noops: dict[str, list[float]] = {name: [] for name in forges}
+        floors: list[float] = []  # the interpreter start every dgr-forge run pays
         patches = ["git", "format-patch", "-q", "-o", "out", f"{new}..HEAD"]
         for run in range(args.runs):
             raw_repo = tmp / f"raw-{run}"
@@ -254,6 +258,7 @@ def main() -> None:
             if args.conflict:
                 resolve(raw_repo, first)
                 raw_cont.append(timed(raw_repo, ["git", "rebase", "--continue"], patches))
+                floors.append(timed(tmp, [sys.executable, "-c", "import typer"]))
                 for name, code in forges.items():
                     resolve(srcs[name], first)
                     our_cont[name].append(forge(roots[name], "rebase", "--continue", src=code))
@@ -289,6 +294,10 @@ def main() -> None:
                     f"{name} rebase --continue: {oc:7.3f} s  [{min(our_cont[name]):.3f}]  "
                     f"ratio {paired(our_cont[name], raw_cont)} (target <= 1.5)"
                 )
+            print(
+                f"floor, python -c 'import typer': {statistics.median(floors):7.3f} s  "
+                f"ratio {paired(floors, raw_cont)} (what any run of a Python CLI costs)"
+            )
         for name in forges:
             print(f"{name} rebase (no-op):   {statistics.median(noops[name]):7.3f} s")
         if args.keep:
