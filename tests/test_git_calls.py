@@ -401,3 +401,27 @@ def test_a_continue_that_stops_at_the_next_patch_merges_it_once_and_no_tree_diff
     assert commands.count("merge-tree") == 2, commands  # the one for 3..4, then 3's own
     assert commands.count("diff-tree") == 1, commands  # what 3 and 4 change, once
     assert commands.count("cherry-pick") == 1, commands
+
+
+def test_a_conflict_in_two_files_lists_the_upstream_range_once(
+    tmp_path: Path, upstream: Upstream, forge_root: Path
+) -> None:
+    """One patch conflicts in two files: the upstream commits of old..new are listed once
+    for the explanation, not once per file."""
+    text = "".join(f"line {k}\n" for k in range(1, 21))
+    files = {"docs/a.md": text, "docs/b.md": text}
+    pin = upstream.commit(dict(files), "docs: two files")
+    ours = {name: text.replace("line 10\n", "line 10 (dgr)\n") for name in files}
+    make_series(forge_root, upstream, [(dict(ours), "docs: both files")], pin=pin)
+    assert run_forge("patch", cwd=forge_root).code == 0
+    theirs = {name: text.replace("line 10\n", "line 10 (up)\n") for name in files}
+    new = upstream.commit(dict(theirs), "docs: upstream's line 10")
+    env, log = _shim(tmp_path)
+    res = run_forge("--json", "rebase", "--onto", new, cwd=forge_root, env=env)
+    assert res.code == 3, res
+    details = res.json
+    assert details["files"] == ["docs/a.md", "docs/b.md"], details
+    assert [c["commit"] for c in details["upstream_commits"]["docs/a.md"]] == [new], details
+    assert [c["commit"] for c in details["upstream_commits"]["docs/b.md"]] == [new], details
+    listed = [c for c in _count(log) if _subcommand(c) == "rev-list" and "--count" not in c]
+    assert len(listed) == 1, listed

@@ -5,7 +5,9 @@ explained: the files, the upstream commits on those lines, the next commands."""
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
@@ -66,12 +68,17 @@ def _ours_ranges(
 
 
 def upstream_commits_for(
-    src: Path, old: str, new: str, head: str, path: str, merged: bytes | None = None
+    src: Path,
+    old: str,
+    new: str,
+    head: str,
+    path: str,
+    merged: bytes | None,
+    upstream: Callable[[], set[str]],
 ) -> tuple[list[UpstreamCommit], bool]:
-    """Upstream commits in old..new on the conflicted lines of `path` (`git log -L`; its
-    bytes `merged`, else the work tree's), else every one that touched it; and whether
-    they were found by line."""
-    upstream = set(out(src, "rev-list", f"{old}..{new}").split())
+    """Upstream commits in old..new (`upstream()` lists them) on the conflicted lines of
+    `path` (`git log -L`; its bytes `merged`, else the work tree's), else every one that
+    touched it; and whether they were found by line."""
     file_commits = _touching(src, f"{old}..{new}", [path])
     blob = git(src, "show", f"{head}:{path}", check=False)
     ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
@@ -83,7 +90,7 @@ def upstream_commits_for(
             src, "log", "--format=%x00%H", f"-L{a},{b}:{path}", f"{old}..{head}", check=False
         )
         shas = (ln[1:].strip() for ln in proc.stdout.splitlines() if ln.startswith("\x00"))
-        seen |= dict.fromkeys(sha for sha in shas if sha in upstream)
+        seen |= dict.fromkeys(sha for sha in shas if sha in upstream())
     if not seen:
         return file_commits, False
     subjects = {c.commit: c.subject for c in file_commits}
@@ -98,13 +105,18 @@ def explain(
     """The conflict in `files`, each named with its upstream commits (`upstream_commits_for`;
     the markers from the `merged` tree when given, else the work tree's files)."""
     found = rs.Conflict(files=files)
+
+    @functools.cache
+    def upstream() -> set[str]:  # once for all the files, and only if a line asks
+        return set(out(src, "rev-list", f"{old}..{new}").split())
+
     for path in files:
         data: bytes | None = None
         if merged is not None:
             blob = git(src, "cat-file", "blob", f"{merged}:{path}", check=False, text=False)
             data = cast(bytes, blob.stdout) if blob.returncode == 0 else None
         found.upstream[path], found.line_level[path] = upstream_commits_for(
-            src, old, new, head, path, data
+            src, old, new, head, path, data, upstream
         )
     return found
 
