@@ -98,7 +98,8 @@ def check_url(value: str, where: str, *, schemes: tuple[str, ...] = GIT_SCHEMES)
         return BadInput(f"{where}: {shown!r} {why}", hint=fix)
 
     allowed = ", ".join(f"{s}://" for s in schemes)
-    if git := schemes == GIT_SCHEMES:
+    git = schemes == GIT_SCHEMES
+    if git:
         allowed += ", user@host:path, or an absolute path"
     if not isinstance(value, str) or not value:
         raise refuse("is not a URL", f"give a URL ({allowed})")
