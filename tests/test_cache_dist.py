@@ -253,3 +253,16 @@ def test_a_server_that_cannot_start_is_exit_1_with_sccaches_words_and_no_secret(
     assert secret not in result.stdout + result.stderr
     assert dist.sccache_servers(root / ".dgr") == []
     assert not (root / ".dgr" / "build").exists()  # refused before any lane
+
+
+@pytest.mark.parametrize("token", ["k9", "tok-" + "7" * 28])
+def test_sccaches_words_never_carry_the_client_token_however_short(token: str) -> None:
+    """What a scheduler or sccache says is shown with the client's token masked, a short
+    token too (the masking of remembered secrets starts at 6 characters)."""
+    from dgr_forge.cache import dist as sccache_dist
+
+    client = sccache_dist.DistClient("http://127.0.0.1:1", "http://127.0.0.1:1", "token", token)
+    said = f"error: token {token} refused by\n  the scheduler"
+    shown = sccache_dist.clean(said, client, 400)
+    assert token not in shown and "***" in shown, shown
+    assert shown.startswith("error: token") and "refused by the scheduler" in shown, shown

@@ -84,6 +84,7 @@ def clean(text: str, client: DistClient | None, limit: int = 200) -> str:
     """A scheduler's or sccache's own words, short, the token (and any URL user info) masked."""
     if client is not None and client.token:
         remember_secret(client.token)  # and its encodings, in every later message too
+        text = text.replace(client.token, "***")  # as is, however short
     return mask_text(" ".join(text.split()))[:limit]
 
 
