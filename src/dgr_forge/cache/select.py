@@ -457,12 +457,16 @@ def describe(doctor: Doctor) -> DoctorCache:
     client = sccache_dist.client(sccache_config(os.environ)) if setup.distributed else None
     return DoctorCache(
         choice=choice,
+        tool=setup.tool,
         launcher=Path(setup.launcher).name if setup.launcher else None,
         path=UNSET if problem else setup.launcher,
+        version=setup.version,
+        backend=setup.backend,
+        mode=setup.mode,
+        distributed=setup.distributed,
         tools=tools,
         problem=problem,
         dist=UNSET if problem else sccache_dist.check(client) if client else None,
-        **{k: getattr(setup, k) for k in ("tool", "version", "backend", "mode", "distributed")},
     )
 
 

@@ -49,9 +49,10 @@ class Ran(Struct, frozen=True):
 
 def error_lines(lines: list[str], limit: int = 40) -> list[str]:
     """The part of a failed build worth showing: Ninja's FAILED block(s) or CMake Errors."""
-    failed = (i for i, line in enumerate(lines) if line.startswith("FAILED:"))
-    errors = (i for i, line in enumerate(lines) if "CMake Error" in line)
-    start = next(failed, next(errors, max(0, len(lines) - limit)))  # else the last lines
+    start = next((i for i, line in enumerate(lines) if line.startswith("FAILED:")), None)
+    if start is None:  # else CMake's first error, else the last lines
+        last = max(0, len(lines) - limit)
+        start = next((i for i, line in enumerate(lines) if "CMake Error" in line), last)
     picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
     return picked[:limit]
 

@@ -253,7 +253,10 @@ def rebase_progress(forge: Forge) -> RebaseProgress | None:
     stop = steps[nxt].file if stopped and 0 <= nxt < len(steps) else UNSET
     return RebaseProgress(
         state=str(path),
-        **{key: getattr(state, key) for key in ("onto", "new_commit", "old_commit", "phase")},
+        onto=state.onto,
+        new_commit=state.new_commit,
+        old_commit=state.old_commit,
+        phase=state.phase,
         patches_total=len(steps),
         patches_done=min(nxt, len(steps)),
         stopped_at=stop,
