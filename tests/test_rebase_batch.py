@@ -120,11 +120,11 @@ CASES: dict[str, Case] = {
         covered=3,
     ),
     # a file only the series changes, changed by several patches; adds, deletes, modes,
-    # symlinks, a file that becomes a directory, an awkward path
+    # symlinks, a file that becomes a directory, awkward paths (non-ASCII, a control byte)
     "many-kinds": Case(
         {"src/a.c": "/* up */\n" + LINES},
         [
-            {"src/b.c": _edit(3), "new/file.txt": "n\n"},
+            {"src/b.c": _edit(3), "new/file.txt": "n\n", "src/café ✓\x01.c": "c\n"},
             {"src/b.c": _edit(3, _edit(9)), "docs/x.md": None},
             {"tool.sh": "echo\n", "link": "->src/b.c"},
             {"new/file.txt": None, "new": "now a file\n"},

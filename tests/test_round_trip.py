@@ -156,3 +156,22 @@ def test_a_quoted_alternates_line_is_read_unquoted(tmp_path: Path) -> None:
     with scratch_index(repo, commit) as env:
         listed = env["GIT_ALTERNATE_OBJECT_DIRECTORIES"].split(os.pathsep)
     assert listed == [str(repo / ".git" / "objects"), str(objects)]
+
+
+@pytest.mark.parametrize("name", ["ws:a\u200bb", "ws:a\udcffb", 'ws:"q"\u00e9'])
+def test_a_scratch_index_reads_objects_from_a_path_with_a_colon_and_any_byte(
+    tmp_path: Path, name: str
+) -> None:
+    # git splits its alternates list at `:` and C-unquotes an entry that starts with `"`,
+    # three octal digits a byte: a zero-width space (not printable) or a byte of a
+    # non-UTF-8 name must reach git as the path's own bytes
+    repo = tmp_path / name
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    sh_git(repo, "add", "f")
+    sh_git(repo, "commit", "-q", "-m", "x")
+    commit = sh_git(repo, "rev-parse", "HEAD")
+    with scratch_index(repo, commit) as env:
+        listed = sh_git(repo, "ls-files", env=env)
+    assert listed == "f"

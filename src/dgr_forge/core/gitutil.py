@@ -51,6 +51,20 @@ HEX64 = re.compile(r"^[0-9a-f]{64}$")  # a sha256 digest
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # a plain directory or file name
 
 
+def c_quote(path: bytes) -> bytes:
+    """`path` C-style quoted, as git reads it back (a fast-import path, an alternates entry):
+    every byte outside printable ASCII as three octal digits, so any name is ASCII text."""
+    quoted = bytearray(b'"')
+    for c in path:
+        if c in (0x22, 0x5C):
+            quoted += b"\\" + bytes([c])
+        elif c < 0x20 or c >= 0x7F:
+            quoted += b"\\%03o" % c
+        else:
+            quoted.append(c)
+    return bytes(quoted + b'"')
+
+
 def is_local_url(url: str) -> bool:
     return url.startswith(("file://", "/"))
 

@@ -19,7 +19,7 @@ from msgspec import Struct
 
 from dgr_forge.core import gitutil
 from dgr_forge.core.errors import OperationFailed
-from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, git
+from dgr_forge.core.gitutil import FORGE_IDENTITY, HEX40, c_quote, git
 
 Meta = tuple[bytes, bytes, bytes]  # (author line, date, message) of a restamped commit
 
@@ -239,19 +239,6 @@ def _dirs(paths: set[bytes]) -> set[bytes]:
     return {p[:i] for p in paths for i, c in enumerate(p) if c == 0x2F}
 
 
-def _quote(path: bytes) -> bytes:
-    """C-style quoted, as fast-import reads it."""
-    quoted = bytearray(b'"')
-    for c in path:
-        if c in (0x22, 0x5C):
-            quoted += b"\\" + bytes([c])
-        elif c < 0x20 or c == 0x7F:
-            quoted += b"\\%03o" % c
-        else:
-            quoted.append(c)
-    return bytes(quoted + b'"')
-
-
 def replay_batch(
     repo: Path,
     commits: list[str],
@@ -327,9 +314,9 @@ def _fast_import(
         # before the directory's files arrive
         for c in sorted(changes, key=lambda c: c.mode != gitutil.DELETED):
             if c.mode == gitutil.DELETED:
-                stream += b"D " + _quote(c.path) + b"\n"
+                stream += b"D " + c_quote(c.path) + b"\n"
             else:
-                stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + _quote(c.path) + b"\n"
+                stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + c_quote(c.path) + b"\n"
         stream += b"\n"
     stream += b"".join(b"get-mark :%d\n" % n for n in range(1, len(plan) + 1)) + b"done\n"
     proc = git(

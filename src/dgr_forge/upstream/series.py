@@ -18,7 +18,7 @@ from msgspec import Struct
 from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_text, read_regular, sha256_bytes
-from dgr_forge.core.gitutil import HEX40, git, out
+from dgr_forge.core.gitutil import HEX40, c_quote, git, out
 from dgr_forge.core.structs import d
 from dgr_forge.upstream import patchfile
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest, read_raw
@@ -212,10 +212,7 @@ def _c_quoted(path: str) -> str:
     entry that starts with `"` C-quoted, so a path with a colon (or a quote) is quoted."""
     if os.pathsep not in path and not path.startswith('"'):
         return path
-    escaped = "".join(
-        f"\\{c}" if c in '"\\' else c if c.isprintable() else f"\\{ord(c):03o}" for c in path
-    )
-    return f'"{escaped}"'
+    return c_quote(os.fsencode(path)).decode("ascii")
 
 
 def index_tree(repo: Path, env: dict[str, str], *args: str, input: bytes = b"") -> str | None:
