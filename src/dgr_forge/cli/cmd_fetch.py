@@ -50,7 +50,7 @@ def status(env: Env) -> Status:
         forge, m = s.forge, s.manifest
     rebase = rebase_progress(forge)
     ws = inspect(forge.src_dir(m.name), m.commit, len(m.series))
-    st = workspace_status(forge, m, ws, rebasing=rebase is not None)
+    st = workspace_status(m, ws, rebasing=rebase is not None)
     out = env.out
     out.answer(f"upstream  {st.name}  {st.url}")
     pinned = f"  tree {st.tree}" if st.tree else "  (no tree pinned)"

@@ -62,7 +62,7 @@ class UpstreamStatus(Struct):
 
 
 def workspace_status(
-    forge: Forge, m: UpstreamManifest, ws: Workspace, *, rebasing: bool = False
+    m: UpstreamManifest, ws: Workspace, *, rebasing: bool = False
 ) -> UpstreamStatus:
     st = UpstreamStatus(
         name=m.name,
