@@ -175,3 +175,13 @@ def test_a_scratch_index_reads_objects_from_a_path_with_a_colon_and_any_byte(
     with scratch_index(repo, commit) as env:
         listed = sh_git(repo, "ls-files", env=env)
     assert listed == "f"
+
+
+def test_the_series_is_the_same_from_a_scratch_directory_with_a_newline_in_its_path(
+    tmp_path: Path, series: tuple[Path, str, list[ExportedPatch]]
+) -> None:
+    # format-patch prints the files it writes one a line: under a root whose path holds
+    # a newline, that listing splits in two (`wrote 10 files for 5 commits`)
+    repo, base, patches = series
+    again = compute_series(repo, base, tmp_root=tmp_path / "scratch\nline")
+    assert [(p.file, p.data) for p in again] == [(p.file, p.data) for p in patches]

@@ -168,14 +168,14 @@ def compute_series(
     result: list[ExportedPatch] = []
     if commits:
         with scratch_dir(tmp_root, "dgr-export-") as tmp:
-            names = gitutil.out(repo, *FORMAT_PATCH, "-o", str(tmp), f"{base}..{head}").splitlines()
-            if len(names) != len(commits):
+            # files 1, 2, ...: not the names it prints, a line each (a path may hold a newline)
+            gitutil.git(repo, *FORMAT_PATCH, "--numbered-files", "-o", str(tmp), f"{base}..{head}")
+            if (wrote := len(list(tmp.iterdir()))) != len(commits):
                 raise OperationFailed(
-                    f"git format-patch wrote {len(names)} files for {len(commits)} commits"
+                    f"git format-patch wrote {wrote} files for {len(commits)} commits"
                 )
-            for n, (found, name) in enumerate(zip(commits, names, strict=True), start=1):
-                commit, tree, subject, _ = found
-                data = Path(name).read_bytes()
+            for n, (commit, tree, subject, _) in enumerate(commits, start=1):
+                data = (tmp / str(n)).read_bytes()
                 file = f"{n:04d}-{slug(subject)}.patch"
                 if len(data) > patchfile.MAX_PATCH_BYTES:  # `patch` and `check` would refuse it
                     raise BadInput(
