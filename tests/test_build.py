@@ -288,6 +288,42 @@ def test_bad_inputs_exit_2_nothing_created(root: Path, tmp_path: Path) -> None:
     assert nothing_but_the_lock(root)
 
 
+# what CMake or Ninja cannot take in a path: a list separator, a quote, a backslash, a
+# pipe (`ninja: error: build.ninja: expected newline, got '|'`), a line break
+UNBUILDABLE_PATHS = {
+    "semicolon": ";",
+    "quote": '"',
+    "backslash": "\\",
+    "pipe": "|",
+    "newline": "\n",
+    "carriage-return": "\r",
+}
+
+
+@pytest.mark.parametrize("where", ["root", "workspace", "worker"])
+@pytest.mark.parametrize("name", sorted(UNBUILDABLE_PATHS))
+def test_a_path_cmake_cannot_build_in_is_exit_2_before_anything_is_made(
+    tmp_path: Path, upstream: Upstream, where: str, name: str
+) -> None:
+    bad = f"in{UNBUILDABLE_PATHS[name]}here"
+    root = make_patched_root(tmp_path / (bad if where == "root" else "forge"), upstream)
+    args = ["--root", str(root)]
+    if where == "workspace":
+        args += ["--workspace", str(tmp_path / bad / "ws")]
+    build = ["build", "--lane", "cpu"]
+    if where == "worker":
+        build += ["--worker", str(make_worker(tmp_path / bad / "worker"))]
+    manifest_before = (root / "manifests" / "llama.cpp.toml").read_bytes()
+    res = run_forge(*args, "--json", *build)
+    assert res.code == 2, res
+    assert f"{UNBUILDABLE_PATHS[name]!r}" in res.json["error"], res.json["error"]
+    assert "fix:" in res.stderr and "move" in res.json["hint"]
+    assert res.json["path"].startswith(str(tmp_path / bad))
+    assert (root / "manifests" / "llama.cpp.toml").read_bytes() == manifest_before
+    ws = tmp_path / bad / "ws" if where == "workspace" else root / ".dgr"
+    assert not ws.exists() or [p.name for p in ws.iterdir()] == ["lock"]  # nothing made
+
+
 def test_ccache_is_the_compiler_launcher_when_present(
     root: Path, worker_dir: Path, tmp_path: Path
 ) -> None:

@@ -141,6 +141,16 @@ def test_a_leading_dash_and_a_nul_byte_are_refused(tmp_path: Path) -> None:
     assert list(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("char", [";", '"', "\\", "|", "\n", "\r"])
+def test_a_dir_a_build_cannot_run_in_is_refused_before_anything_is_written(
+    tmp_path: Path, char: str
+) -> None:
+    # the tour builds in DIR: refused up front, not at its build step after a fetch
+    err = _refused(tmp_path, str(tmp_path / f"in{char}here" / "demo"))
+    assert f"holds {char!r}" in err and "give a demo DIR" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_dangling_symlink_is_refused(tmp_path: Path) -> None:
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     assert "symbolic link" in _refused(tmp_path, str(tmp_path / "dangling"))

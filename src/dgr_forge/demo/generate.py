@@ -21,6 +21,7 @@ from dgr_forge.core.forge import UPSTREAM_MANIFEST
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import COMMIT, Form, d
 from dgr_forge.demo import sources
+from dgr_forge.lanes.plan import refuse_unbuildable_paths
 from dgr_forge.models.make_manifest import build_manifest
 from dgr_forge.upstream.export import ExportedPatch, compute_series
 from dgr_forge.upstream.manifest_edit import updated_text
@@ -110,6 +111,7 @@ def check_target(raw: str) -> Path:
     # `..` as the kernel reads it (through the parents, never a stray `new/` for
     # `new/../demo`); the last component stays as checked above, never followed
     target = path.resolve() if path.name in ("", ".", "..") else path.parent.resolve() / path.name
+    refuse_unbuildable_paths(target, fix="give a demo DIR")  # the tour builds in it
     try:
         for d in (*reversed(target.parents), target):
             if not d.exists():

@@ -93,6 +93,25 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     )
 
 
+# what CMake or Ninja cannot take in a path: `;` splits a CMake list, `"` and `\\` end or
+# escape a quoted argument, `|` is Ninja's order-only separator, a line break ends a line
+UNBUILDABLE_IN_PATHS = ';"\\|\n\r'
+
+
+def refuse_unbuildable_paths(*paths: Path, fix: str) -> None:
+    """Exit 2 before anything is made when a path a build runs in holds what CMake or
+    Ninja cannot take: the build would fail deep inside them."""
+    for path in paths:
+        if bad := next((c for c in str(path) if c in UNBUILDABLE_IN_PATHS), None):
+            shown = str(path).replace("\n", "\\n").replace("\r", "\\r")
+            raise BadInput(
+                f"{shown}: a build cannot run under this path: it holds {bad!r}, which CMake "
+                "or Ninja cannot take in a path",
+                hint=f'{fix} to a path without `;`, `"`, `\\`, `|` or a line break',
+                details={"path": str(path)},
+            )
+
+
 def _prefix_maps(
     forge: Forge, spec: worker.WorkerSpec | None, build_dir: Path
 ) -> tuple[tuple[str, str], ...]:
