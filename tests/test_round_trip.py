@@ -133,17 +133,22 @@ def test_a_long_series_checked_in_parts_names_its_first_wrong_patch(
     assert all(patches[k].file not in str(err.value) for k in wrong_at if k != min(wrong_at))
 
 
+def _one_commit(repo: Path) -> str:
+    """A new repository at `repo` with one commit of one file `f`: that commit."""
+    repo.mkdir()
+    sh_git(repo, "init", "-q")
+    (repo / "f").write_text("x\n")
+    sh_git(repo, "add", "f")
+    sh_git(repo, "commit", "-q", "-m", "x")
+    return sh_git(repo, "rev-parse", "HEAD")
+
+
 def test_a_quoted_alternates_line_is_read_unquoted(tmp_path: Path) -> None:
     # git reads an `objects/info/alternates` line that starts with `"` C-quoted (a path
     # with a quote or a non-ASCII byte, as git quotes it): the scratch index must list
     # the path itself, not the quoted text taken as a path under objects/
     upstream = tmp_path / 'up "q" str\u00e9am'
-    upstream.mkdir()
-    sh_git(upstream, "init", "-q")
-    (upstream / "f").write_text("x\n")
-    sh_git(upstream, "add", "f")
-    sh_git(upstream, "commit", "-q", "-m", "x")
-    commit = sh_git(upstream, "rev-parse", "HEAD")
+    commit = _one_commit(upstream)
     repo = tmp_path / "ws"
     repo.mkdir()
     sh_git(repo, "init", "-q")
@@ -166,13 +171,7 @@ def test_a_scratch_index_reads_objects_from_a_path_with_a_colon_and_any_byte(
     # three octal digits a byte: a zero-width space (not printable) or a byte of a
     # non-UTF-8 name must reach git as the path's own bytes
     repo = tmp_path / name
-    repo.mkdir()
-    sh_git(repo, "init", "-q")
-    (repo / "f").write_text("x\n")
-    sh_git(repo, "add", "f")
-    sh_git(repo, "commit", "-q", "-m", "x")
-    commit = sh_git(repo, "rev-parse", "HEAD")
-    with scratch_index(repo, commit) as env:
+    with scratch_index(repo, _one_commit(repo)) as env:
         listed = sh_git(repo, "ls-files", env=env)
     assert listed == "f"
 
