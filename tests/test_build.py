@@ -288,20 +288,33 @@ def test_bad_inputs_exit_2_nothing_created(root: Path, tmp_path: Path) -> None:
     assert nothing_but_the_lock(root)
 
 
-# what CMake or Ninja cannot take in a path: a list separator, a quote, a backslash, a
-# pipe (`ninja: error: build.ninja: expected newline, got '|'`), a line break
+# what a build cannot take in a path: a CMake list separator, a quote, a backslash, a
+# pipe (`ninja: error: build.ninja: expected newline, got '|'`), a `$` (Ninja's variables,
+# ccache's base_dir: `environment variable "x" not set`), a line break, and what ends a
+# path in Ninja's deps log (`*`, `` ` ``, a control character: the boundary check then
+# read other headers)
 UNBUILDABLE_PATHS = {
     "semicolon": ";",
     "quote": '"',
     "backslash": "\\",
     "pipe": "|",
+    "dollar": "$",
+    "star": "*",
+    "backtick": "`",
+    "caret": "^",
+    "angle": "<",
+    "tab": "\t",
+    "escape": "\x1b",
     "newline": "\n",
     "carriage-return": "\r",
 }
 
 
-@pytest.mark.parametrize("where", ["root", "workspace", "worker"])
-@pytest.mark.parametrize("name", sorted(UNBUILDABLE_PATHS))
+@pytest.mark.parametrize(
+    ("where", "name"),
+    [("root", name) for name in sorted(UNBUILDABLE_PATHS)]
+    + [("workspace", "semicolon"), ("worker", "star"), ("worker", "newline")],
+)
 def test_a_path_cmake_cannot_build_in_is_exit_2_before_anything_is_made(
     tmp_path: Path, upstream: Upstream, where: str, name: str
 ) -> None:

@@ -141,7 +141,7 @@ def test_a_leading_dash_and_a_nul_byte_are_refused(tmp_path: Path) -> None:
     assert list(p.name for p in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("char", [";", '"', "\\", "|", "\n", "\r"])
+@pytest.mark.parametrize("char", [";", "$", "*", "\n"])
 def test_a_dir_a_build_cannot_run_in_is_refused_before_anything_is_written(
     tmp_path: Path, char: str
 ) -> None:

@@ -183,6 +183,11 @@ def escape_controls(text: str) -> str:
     return "".join(f"\\x{ord(c):02x}" if _unsafe(c) else c for c in text)
 
 
+def one_line(text: str) -> str:
+    """A newline or tab in a path shown, never a second line."""
+    return escape_controls(text.replace("\n", "\\n").replace("\t", "\\t"))
+
+
 def _unsafe(c: str) -> bool:
     o = ord(c)
     return (o < 32 and c not in "\n\t") or 127 <= o <= 159

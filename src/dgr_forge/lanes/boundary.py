@@ -21,7 +21,7 @@ from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import read_tree_file
 from dgr_forge.core.structs import d
 from dgr_forge.core.tominput import shown_value
-from dgr_forge.core.urls import escape_controls
+from dgr_forge.core.urls import one_line
 from dgr_forge.upstream import surface as surface_mod
 from dgr_forge.upstream.surface import MAX_HEADER_BYTES, Surface
 
@@ -66,7 +66,7 @@ class Checked(Struct, frozen=True):
 
     def messages(self) -> list[str]:
         return [
-            f"{_one_line(leak.source)}: reads {_one_line(leak.header)}, outside the boundary "
+            f"{one_line(leak.source)}: reads {one_line(leak.header)}, outside the boundary "
             f"({', '.join(leak.boundary) or 'none'})"
             for leak in self.leaks.includes
         ] + [
@@ -74,11 +74,6 @@ class Checked(Struct, frozen=True):
             "boundary header the worker read"
             for leak in self.leaks.symbols
         ]
-
-
-def _one_line(text: str) -> str:
-    """A newline or tab in a path shown, never a second line."""
-    return escape_controls(text.replace("\n", "\\n").replace("\t", "\\t"))
 
 
 class _Target(Struct, frozen=True):

@@ -25,6 +25,7 @@ from dgr_forge.core.errors import BadInput
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_regular
 from dgr_forge.core.structs import Form, d
+from dgr_forge.core.urls import one_line
 from dgr_forge.host import cudakit, worker
 from dgr_forge.host.doctor import Doctor, LaneCheck, ProbeResult, host_os
 from dgr_forge.host.recipes import Recipe
@@ -93,21 +94,24 @@ def refuse_unbuildable(checks: list[LaneCheck]) -> None:
     )
 
 
-# what CMake or Ninja cannot take in a path: `;` splits a CMake list, `"` and `\\` end or
-# escape a quoted argument, `|` is Ninja's order-only separator, a line break ends a line
-UNBUILDABLE_IN_PATHS = ';"\\|\n\r'
+# what a build cannot take in a path (each tried with CMake 4.4, Ninja 1.13 and ccache):
+# `;` splits a CMake list, `"` and `\\` end or escape a quoted argument, `|` is Ninja's
+# order-only separator, `$` starts a variable for Ninja and in ccache's base_dir, and
+# `*<>^`` ` and a control character end a path in Ninja's deps log (the boundary check
+# would read other headers than the ones the worker read)
+_SPECIAL = ';"\\|$*<>^`'
+UNBUILDABLE_IN_PATHS = frozenset(_SPECIAL + "\x7f" + "".join(map(chr, range(32))))
 
 
 def refuse_unbuildable_paths(*paths: Path, fix: str) -> None:
-    """Exit 2 before anything is made when a path a build runs in holds what CMake or
-    Ninja cannot take: the build would fail deep inside them."""
+    """Exit 2 before anything is made when a path a build runs in holds what CMake, Ninja
+    or ccache cannot take: the build would fail deep inside them, or check the wrong files."""
     for path in paths:
         if bad := next((c for c in str(path) if c in UNBUILDABLE_IN_PATHS), None):
-            shown = str(path).replace("\n", "\\n").replace("\r", "\\r")
             raise BadInput(
-                f"{shown}: a build cannot run under this path: it holds {bad!r}, which CMake "
-                "or Ninja cannot take in a path",
-                hint=f'{fix} to a path without `;`, `"`, `\\`, `|` or a line break',
+                f"{one_line(str(path))}: a build cannot run under this path: it holds "
+                f"{bad!r}, which CMake, Ninja or ccache cannot take in a path",
+                hint=f"{fix} to a path without {' '.join(_SPECIAL)} or a control character",
                 details={"path": str(path)},
             )
 
