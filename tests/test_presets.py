@@ -51,6 +51,19 @@ def test_presets_write_root_file(tmp_path: Path, upstream: Upstream) -> None:
     assert [p["name"] for p in json.loads(path.read_text())["configurePresets"]] == ["dgr-cpu"]
 
 
+def test_presets_under_a_path_a_build_cannot_run_in_are_refused(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    # presets that could never configure there (the rule `build` keeps): exit 2, none written
+    root = make_patched_root(tmp_path / "in;here", upstream)
+    for args in (["--print"], ["--out", str(root)]):
+        res = run_forge("--root", str(root), "--json", "presets", "--lane", "cpu", *args)
+        assert res.code == 2, res
+        assert "holds ';'" in res.json["error"] and res.json["path"] == str(root)
+    assert not (root / "CMakeUserPresets.json").exists()
+    assert not (root / "dgr-forge.presets.json").exists()
+
+
 @pytest.mark.slow
 def test_ide_preset_builds_the_same_tree(tmp_path: Path, upstream: Upstream) -> None:
     """An IDE configuring with the preset reuses the forge's build: the forge stays a no-op."""

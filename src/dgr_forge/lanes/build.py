@@ -18,7 +18,7 @@ from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor, LaneCheck
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.lanes.lane_build import BuildContext, BuildOptions, LaneBuilder, LaneResult
-from dgr_forge.lanes.plan import plan_lane, refuse_unbuildable, refuse_unbuildable_paths
+from dgr_forge.lanes.plan import plan_lane, refuse_unbuildable, refuse_unbuildable_tree
 from dgr_forge.lanes.signing import SigningKey
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -70,9 +70,7 @@ def build(
 ) -> BuildResult:
     """The caller loaded every input under the workspace lock: what is built is signed."""
     selected = select(recipes, list(opts.lanes))
-    outside = [spec.source_dir] if spec is not None and spec.url is None else []
-    fix = "move the forge root (or pass --workspace, --worker)"
-    refuse_unbuildable_paths(forge.root, forge.workspace, *outside, fix=fix)
+    refuse_unbuildable_tree(forge, spec)
     refuse_unbuildable([doctor.check_lane(r) for r in selected])
     for t in (doctor.tool("cmake"), doctor.tool("ninja")):
         if not t.found:

@@ -116,6 +116,14 @@ def refuse_unbuildable_paths(*paths: Path, fix: str) -> None:
             )
 
 
+def refuse_unbuildable_tree(forge: Forge, spec: worker.WorkerSpec | None) -> None:
+    """`refuse_unbuildable_paths` for a lane's paths: the root, the workspace and a worker
+    checkout outside them."""
+    outside = [spec.source_dir] if spec is not None and spec.url is None else []
+    fix = "move the forge root (or pass --workspace, --worker)"
+    refuse_unbuildable_paths(forge.root, forge.workspace, *outside, fix=fix)
+
+
 def _prefix_maps(
     forge: Forge, spec: worker.WorkerSpec | None, build_dir: Path
 ) -> tuple[tuple[str, str], ...]:

@@ -26,7 +26,12 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.host import worker
 from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
-from dgr_forge.lanes.plan import configure_args, launcher_switches, plan_lane
+from dgr_forge.lanes.plan import (
+    configure_args,
+    launcher_switches,
+    plan_lane,
+    refuse_unbuildable_tree,
+)
 from dgr_forge.upstream.manifest import UpstreamManifest
 from dgr_forge.upstream.workspace import OWN_PRESETS, USER_PRESETS, USER_PRESETS_STUB
 
@@ -81,6 +86,7 @@ def render(
 ) -> dict[str, Any]:
     """The presets of `lanes` (all when empty), with the cache DGR_CACHE names, else auto."""
     recipes = select(all_recipes, lanes)
+    refuse_unbuildable_tree(forge, spec)  # presets that could never build
     cache = os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
     tree = spec.source_dir if spec is not None and spec.url is None else None
