@@ -59,6 +59,12 @@ class WorkerSpec(_Worker, frozen=True):
         return f"{self.location}@{self.commit}" if self.commit else self.location
 
 
+def path_tree(spec: WorkerSpec | None) -> Path | None:
+    """A path worker's own directory (None: no worker, or a git one, checked out in the
+    workspace)."""
+    return spec.source_dir if spec is not None and spec.url is None else None
+
+
 def _check_dir(path: Path, shown: str) -> None:
     if not (path / "CMakeLists.txt").is_file():
         raise BadInput(

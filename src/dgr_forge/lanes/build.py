@@ -80,7 +80,7 @@ def build(
                     for r in selected
                 ]
             )
-    tree = spec.source_dir if spec is not None and spec.url is None else None
+    tree = worker.path_tree(spec)
     cache = cache_mod.select(
         doctor, opts.cache, opts.cache_mode, workspace=forge.workspace, root=forge.root, worker=tree
     )

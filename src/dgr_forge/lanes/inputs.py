@@ -17,6 +17,7 @@ from dgr_forge.core.errors import OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import sha256_bytes
 from dgr_forge.core.urls import mask
+from dgr_forge.host import worker
 from dgr_forge.lanes import stamps
 from dgr_forge.upstream.workspace import forge_written
 
@@ -66,7 +67,7 @@ def snapshot(
 
 def worker_tree(plan: LanePlan) -> Path | None:
     """A path worker's directory, whose files are stamped as git stores them."""
-    return plan.spec.source_dir if plan.spec is not None and plan.spec.url is None else None
+    return worker.path_tree(plan.spec)
 
 
 class WorkerIdentity(Struct):

@@ -119,7 +119,7 @@ def refuse_unbuildable_paths(*paths: Path, fix: str) -> None:
 def refuse_unbuildable_tree(forge: Forge, spec: worker.WorkerSpec | None) -> None:
     """`refuse_unbuildable_paths` for a lane's paths: the root, the workspace and a worker
     checkout outside them."""
-    outside = [spec.source_dir] if spec is not None and spec.url is None else []
+    outside = [tree] if (tree := worker.path_tree(spec)) else []
     fix = "move the forge root (or pass --workspace, --worker)"
     refuse_unbuildable_paths(forge.root, forge.workspace, *outside, fix=fix)
 
@@ -133,8 +133,8 @@ def _prefix_maps(
     root, ws = forge.root.resolve(), forge.workspace.resolve()
     absolute: list[tuple[Path, str]] = [(root, MAPPED_ROOT), (forge.root.absolute(), MAPPED_ROOT)]
     absolute += [(ws, MAPPED_WORKSPACE), (forge.workspace.absolute(), MAPPED_WORKSPACE)]
-    if spec is not None and spec.url is None:
-        src = spec.source_dir.resolve()
+    if (tree := worker.path_tree(spec)) is not None:
+        src = tree.resolve()
         if not src.is_relative_to(root) and not src.is_relative_to(ws):
             absolute.append((src, MAPPED_WORKER))
     build = build_dir.resolve()

@@ -89,7 +89,7 @@ def render(
     refuse_unbuildable_tree(forge, spec)  # presets that could never build
     cache = os.environ.get("DGR_CACHE") or "auto"
     choice = cache if cache in cache_mod.CHOICES else "auto"
-    tree = spec.source_dir if spec is not None and spec.url is None else None
+    tree = worker.path_tree(spec)
     try:
         setup = cache_mod.select(
             doctor, choice, "rw", workspace=forge.workspace, root=forge.root, worker=tree
