@@ -11,6 +11,7 @@ import os
 import tomllib
 from pathlib import Path
 
+import msgspec
 import pytest
 from support.cli import run_forge, run_python
 from support.demo import DemoTour
@@ -178,7 +179,8 @@ def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
 ) -> None:
     from dgr_forge.core.errors import ExitCode, OperationFailed
     from dgr_forge.demo.generate import Demo
-    from dgr_forge.demo.tour import Step, _run
+    from dgr_forge.demo.tour import _run, steps
+    from dgr_forge.upstream.fetch import Fetch
 
     root = demo_tour.fresh()
     data = demo_tour.result.json
@@ -192,8 +194,9 @@ def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
         public_key=Path(data["public_key"]),
         steps=[],
     )
+    step = {s.name: s for s in steps(demo)}
     with pytest.raises(OperationFailed) as info:
-        _run(demo, Step("patch", ["patch", "--no-such-flag"]))
+        _run(demo, msgspec.structs.replace(step["patch"], args=["patch", "--no-such-flag"]))
     err = info.value
     assert err.exit_code == ExitCode.FAILED
     assert "demo step patch (`dgr-forge patch --no-such-flag`) exited 2" in str(err)
@@ -201,7 +204,15 @@ def test_a_step_that_does_not_end_as_expected_stops_the_tour_naming_it(
     assert err.hint and "dgr-forge doctor" in err.hint
     # the dry run's exit 3 is expected, anything else is not
     with pytest.raises(OperationFailed, match="exited 3"):
-        _run(demo, Step("rebase --dry-run", ["rebase", "--onto", "master", "--dry-run"]))
+        _run(demo, msgspec.structs.replace(step["rebase --dry-run"], expect=(ExitCode.OK,)))
+    # an expected exit whose --json object is not the command's own result stops it too
+    with pytest.raises(OperationFailed) as info:
+        _run(demo, msgspec.structs.replace(step["patch"], reads=Fetch))
+    assert "demo step patch (`dgr-forge patch`) exited 0: its --json object is not " in str(
+        info.value
+    )
+    assert "`fetch`'s: Object missing required field `url`" in str(info.value)
+    assert info.value.details == {"step": "patch", "step_exit_code": 0}
 
 
 @pytest.mark.slow  # the demo's real CMake build (shared, once per session)

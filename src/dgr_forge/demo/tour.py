@@ -5,19 +5,30 @@ end as expected stops the tour (exit 1), naming the step, its exit code and its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from msgspec import Struct
 
+from dgr_forge.attest.reports import ReportVerify
+from dgr_forge.certify.records import Lanes
+from dgr_forge.certify.shapes import BenchFigures, Certified, OpsFigures, ParityFigures
 from dgr_forge.core import proc
 from dgr_forge.core.errors import ExitCode, OperationFailed
 from dgr_forge.core.output import Reporter
+from dgr_forge.core.structs import Form
 from dgr_forge.demo import sources
 from dgr_forge.demo.generate import Demo, DemoStep
+from dgr_forge.lanes.build import BuildResult
 from dgr_forge.models.sources import FILE_ROOTS_ENV
+from dgr_forge.upstream.fetch import Fetch
+from dgr_forge.upstream.local_replay import Patch
+from dgr_forge.upstream.rebase.state import RebaseDryRun
 
 # what a child inherits of the caller's DGR_* settings: none that would point it elsewhere
 # (DGR_ROOT, DGR_MIRROR, DGR_SIGNING_KEY, DGR_FAULT ...); these only change how it reports
@@ -33,207 +44,144 @@ def _rel(demo: Demo, path: object) -> str:
     return str(p.relative_to(demo.root)) if p.is_relative_to(demo.root) else str(p)
 
 
-class _Said(Struct):  # what the tour reads of a step's `--json` object
+def _fetched(demo: Demo, r: Fetch) -> str:
+    return (
+        f"the upstream is at exactly the pinned commit {_short(r.commit)}, its tree "
+        f"{_short(r.tree)} verified before checkout ({r.method})"
+    )
+
+
+def _patched(demo: Demo, r: Patch) -> str:
+    return (
+        f"{len(r.patches)} patches applied in order, one commit each, every sha256 "
+        f"checked; the result tree {_short(r.result_tree)} is the one the manifest pins"
+    )
+
+
+def _built(demo: Demo, r: BuildResult) -> str:
+    lane = r.lanes[0]
+    runs = ""  # what the built worker prints first
+    for path in (Path(art.path) for art in lane.artifacts):
+        if path.name == "shard-worker" and path.is_file():
+            ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
+            first = (ran.stdout.strip().splitlines() or [""])[0]
+            runs = f"; it runs: {first}" if ran.returncode == 0 and first else ""
+            break
+    return (
+        f"the worker was configured and built (CMake + Ninja) against the patched tree; "
+        f"{len(lane.artifacts)} artifact(s) hashed into the signed report "
+        f"{_rel(demo, lane.report)}{runs}"
+    )
+
+
+def _verified(demo: Demo, r: ReportVerify) -> str:
+    return (
+        f"the report's DSSE signature verifies with the demo key {_short(r.key and r.key.keyid)} "
+        f"({sources.KEYS_DIR}/{sources.KEY_FILE}.pub), and all {len(r.artifacts)} "
+        "artifact(s) re-hash to the digests it names"
+    )
+
+
+def _canary(demo: Demo, r: RebaseDryRun) -> str:
+    parts = []
+    for row in r.patches:
+        by = "".join(f" {_short(c.commit)} ({c.subject})" for c in (row.upstream_commits or [])[:1])
+        if row.outcome == "conflict":
+            parts.append(
+                f"{row.file} would conflict in {', '.join(row.files or [])} with upstream{by}"
+            )
+        elif row.outcome == "dropped":
+            parts.append(f"{row.file} is upstreamed by{by or ' upstream'}")
+        else:
+            parts.append(f"{row.file} {row.outcome}")
+    return f"onto {_short(r.new_commit)}: " + "; ".join(parts) + "; nothing was changed"
+
+
+def _certified(demo: Demo, r: Certified) -> str:
+    parts = []
+    for f in (s.figures for s in r.steps):
+        if isinstance(f, OpsFigures):
+            parts.append(f"{f.ops_passed}/{f.ops_total} op cases match the reference")
+        elif isinstance(f, BenchFigures):
+            parts.append(f"pp {f.prompt_ts or 0:.0f} t/s, tg {f.gen_ts or 0:.0f} t/s")
+        elif isinstance(f, ParityFigures):
+            parts.append(f"PPL {f.ppl}, the unpatched pin's {f.reference_ppl}")
+    return (
+        f"a {r.kind} certification of lane {r.lane} with model {r.model} on "
+        f"{r.hardware_class}: " + "; ".join(parts) + f", signed by "
+        f"{_short(r.keyid)} into {_rel(demo, r.certification)}"
+    )
+
+
+def _advertised(demo: Demo, r: Lanes) -> str:
+    entries = r.entries or []
+    shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in entries]
+    return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
+
+
+def _path(kind: type, value: Any) -> Any:  # `--json` writes a path as its string
+    if kind is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(kind)
+
+
+class _Failure(Struct):  # what the tour reads of a step that failed: its error, if any
     error: str | None = None
-
-    def proved(self, demo: Demo) -> str:
-        raise NotImplementedError
-
-
-class _Fetched(_Said):
-    commit: str | None = None
-    tree: str | None = None
-    method: str | None = None
-
-    def proved(self, demo: Demo) -> str:
-        return (
-            f"the upstream is at exactly the pinned commit {_short(self.commit)}, its tree "
-            f"{_short(self.tree)} verified before checkout ({self.method})"
-        )
-
-
-class _Patched(_Said):
-    patches: list[str] = []
-    result_tree: str | None = None
-
-    def proved(self, demo: Demo) -> str:
-        return (
-            f"{len(self.patches)} patches applied in order, one commit each, every sha256 "
-            f"checked; the result tree {_short(self.result_tree)} is the one the manifest pins"
-        )
-
-
-class _Artifact(Struct):
-    path: str = ""
-
-
-class _Lane(Struct):
-    artifacts: list[_Artifact] = []
-    report: str | None = None
-
-
-class _Built(_Said):
-    lanes: list[_Lane] = []
-
-    @property
-    def lane(self) -> _Lane:
-        return (self.lanes or [_Lane()])[0]
-
-    def proved(self, demo: Demo) -> str:
-        runs = ""  # what the built worker prints first
-        for path in (Path(art.path) for art in self.lane.artifacts):
-            if path.name == "shard-worker" and path.is_file():
-                ran = proc.capture([str(path)], cwd=demo.root, timeout=30)
-                first = (ran.stdout.strip().splitlines() or [""])[0]
-                runs = f"; it runs: {first}" if ran.returncode == 0 and first else ""
-                break
-        return (
-            f"the worker was configured and built (CMake + Ninja) against the patched tree; "
-            f"{len(self.lane.artifacts)} artifact(s) hashed into the signed report "
-            f"{_rel(demo, self.lane.report)}{runs}"
-        )
-
-
-class _Key(Struct):
-    keyid: str | None = None
-
-
-class _Verified(_Said):
-    artifacts: list[_Artifact] = []
-    key: _Key | None = None
-
-    def proved(self, demo: Demo) -> str:
-        keyid = self.key.keyid if self.key else None
-        return (
-            f"the report's DSSE signature verifies with the demo key {_short(keyid)} "
-            f"({sources.KEYS_DIR}/{sources.KEY_FILE}.pub), and all {len(self.artifacts)} "
-            "artifact(s) re-hash to the digests it names"
-        )
-
-
-class _Upstreamed(Struct):
-    commit: str | None = None
-    subject: str | None = None
-
-
-class _Row(Struct):
-    file: str = "?"
-    outcome: str = "?"
-    upstream_commits: list[_Upstreamed] = []
-    files: list[str] = []
-
-
-class _Canary(_Said):
-    patches: list[_Row] = []
-    new_commit: str | None = None
-
-    def proved(self, demo: Demo) -> str:
-        parts = []
-        for row in self.patches:
-            by = "".join(f" {_short(c.commit)} ({c.subject})" for c in row.upstream_commits[:1])
-            if row.outcome == "conflict":
-                files = ", ".join(row.files)
-                parts.append(f"{row.file} would conflict in {files} with upstream{by}")
-            elif row.outcome == "dropped":
-                parts.append(f"{row.file} is upstreamed by{by or ' upstream'}")
-            else:
-                parts.append(f"{row.file} {row.outcome}")
-        return f"onto {_short(self.new_commit)}: " + "; ".join(parts) + "; nothing was changed"
-
-
-class _Figures(Struct):
-    parser: str | None = None
-    ops_passed: int | None = None
-    ops_total: int | None = None
-    prompt_ts: float | None = None
-    gen_ts: float | None = None
-    ppl: float | None = None
-    reference_ppl: float | None = None
-
-
-class _CertStep(Struct):
-    figures: _Figures | None = None
-
-
-class _Certified(_Said):
-    kind: str | None = None
-    lane: str | None = None
-    model: str | None = None
-    hardware_class: str | None = None
-    keyid: str | None = None
-    certification: str | None = None
-    steps: list[_CertStep] = []
-
-    def proved(self, demo: Demo) -> str:
-        parts = []
-        for f in (s.figures or _Figures() for s in self.steps):
-            if f.parser == "test-backend-ops":
-                parts.append(f"{f.ops_passed}/{f.ops_total} op cases match the reference")
-            elif f.parser == "llama-bench":
-                parts.append(f"pp {f.prompt_ts or 0:.0f} t/s, tg {f.gen_ts or 0:.0f} t/s")
-            elif f.parser == "parity":
-                parts.append(f"PPL {f.ppl}, the unpatched pin's {f.reference_ppl}")
-        return (
-            f"a {self.kind} certification of lane {self.lane} with model {self.model} on "
-            f"{self.hardware_class}: " + "; ".join(parts) + f", signed by "
-            f"{_short(self.keyid)} into {_rel(demo, self.certification)}"
-        )
-
-
-class _Advertised(_Said):
-    entries: list[_Certified] = []  # records: a certification's lane, model, hardware_class
-
-    def proved(self, demo: Demo) -> str:
-        shown = [f"{e.lane} / {e.model} / {e.hardware_class}" for e in self.entries]
-        return "advertised (a trusted key's valid certification): " + (", ".join(shown) or "none")
 
 
 class Step(Struct):
     name: str
     args: list[str]
-    reads: type[_Said] = _Said  # what the step's `--json` object is read as
+    # the step's `--json` object as its command's own result type, and what it proved
+    proved: Callable[[Demo, Any], str]
+    reads: type[Form]
     expect: tuple[int, ...] = (ExitCode.OK,)
     env: dict[str, str] = {}  # this step's own settings
     exit_code: int | None = None
 
 
-def _decode(raw: str, reads: type[_Said]) -> _Said:
-    try:
-        return msgspec.json.decode(raw, type=reads)
-    except msgspec.DecodeError:  # no JSON, or not of its shape
-        return reads()
-
-
-def _run(demo: Demo, step: Step) -> _Said:
+def _run(demo: Demo, step: Step) -> Form:
     # -P: nothing is imported from DIR, the child's working directory
     cmd = [sys.executable, "-P", "-m", "dgr_forge", "--root", str(demo.root), "--json", *step.args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGR_") or k in KEEP_ENV}
     done = proc.capture(cmd, cwd=demo.root, env={**env, **step.env})
     step.exit_code = done.returncode
-    if done.returncode not in step.expect:
-        said = _decode(done.stdout, _Said).error
-        said = said or (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise OperationFailed(
-            f"demo step {step.name} (`dgr-forge {' '.join(step.args)}`) exited "
-            f"{done.returncode}: {said}",
-            hint=f"run it yourself in {demo.root} to see all of its output; "
-            "`dgr-forge doctor` says what this host lacks",
-            details={"step": step.name, "step_exit_code": done.returncode},
-        )
-    return _decode(done.stdout, step.reads)
+    said: str | None = None
+    if done.returncode in step.expect:
+        keys = step.reads.__struct_encode_fields__  # the result's own: not the envelope's
+        try:
+            data = msgspec.json.decode(done.stdout)
+            mine = {k: v for k, v in data.items() if k in keys}
+            return msgspec.convert(mine, step.reads, dec_hook=_path)
+        except (msgspec.DecodeError, AttributeError) as err:  # no JSON, or not of its shape
+            said = f"its --json object is not `{step.reads.title}`'s: {err}"
+    else:
+        with contextlib.suppress(msgspec.DecodeError):
+            said = msgspec.json.decode(done.stdout, type=_Failure).error
+    said = said or (done.stderr.strip().splitlines() or ["no output"])[-1]
+    raise OperationFailed(
+        f"demo step {step.name} (`dgr-forge {' '.join(step.args)}`) exited "
+        f"{done.returncode}: {said}",
+        hint=f"run it yourself in {demo.root} to see all of its output; "
+        "`dgr-forge doctor` says what this host lacks",
+        details={"step": step.name, "step_exit_code": done.returncode},
+    )
 
 
 def steps(demo: Demo) -> list[Step]:
     key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
     return [
-        Step("fetch", ["fetch"], _Fetched),
-        Step("patch", ["patch"], _Patched),
-        Step("build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"], _Built),
-        Step("report verify", [], _Verified),
+        Step("fetch", ["fetch"], _fetched, Fetch),
+        Step("patch", ["patch"], _patched, Patch),
+        Step(
+            "build", ["build", "--lane", "cpu", "--key", key, "--cache", "off"], _built, BuildResult
+        ),
+        Step("report verify", [], _verified, ReportVerify),
         Step(
             "rebase --dry-run",
             ["rebase", "--onto", sources.BRANCH, "--dry-run"],
-            _Canary,
+            _canary,
+            RebaseDryRun,
             expect=(ExitCode.OK, ExitCode.NEEDS_HUMAN),
         ),
         Step(
@@ -242,12 +190,13 @@ def steps(demo: Demo) -> list[Step]:
                 *("certify", "--lane", "cpu", "--model", sources.MODEL, "--key", key),
                 *("--report-key", f"{key}.pub"),
             ],
-            _Certified,
+            _certified,
+            Certified,
             # the model's file:// source, allowed for this step only; relative to
             # its working directory, DIR, so a `:` in DIR's name splits no path list
             env={FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
         ),
-        Step("lanes --advertised", ["lanes", "--advertised"], _Advertised),
+        Step("lanes --advertised", ["lanes", "--advertised"], _advertised, Lanes),
     ]
 
 
@@ -260,10 +209,10 @@ def run_tour(demo: Demo, out: Reporter) -> list[DemoStep]:
             step.args += ["--key", f"{sources.KEYS_DIR}/{sources.KEY_FILE}.pub"]
         out.step(f"dgr-forge {' '.join(step.args)}")
         result = _run(demo, step)
-        proved = result.proved(demo)
+        proved = step.proved(demo, result)
         out.info(f"    proved: {proved}")
-        if isinstance(result, _Built):
-            report = result.lane.report
+        if isinstance(result, BuildResult):
+            report = result.lanes[0].report
         argv = ["dgr-forge", *step.args]
         done.append(DemoStep(step=step.name, command=argv, exit_code=step.exit_code, proved=proved))
     return done
