@@ -335,8 +335,7 @@ class MapError(ValueError):
 
     def __init__(self, problems: dict[str, list[str]]) -> None:
         self.problems = problems
-        listed = "; ".join(f"{n}: {', '.join(ps)}" for n, ps in problems.items())
-        super().__init__(listed[:2000])
+        super().__init__("; ".join(f"{n}: {', '.join(ps)}" for n, ps in problems.items())[:2000])
 
 
 class Unmappable(MapError):

@@ -155,11 +155,10 @@ def serves(m: ModelManifest, good: set[str]) -> Serves | None:
 
     missing = {n for f in m.files if f.name not in good for n in layermap.layers(f.ranges or ())}
     layers = [] if not base else [n for n in range(m.layer_map.block_count) if n not in missing]
-    head = {*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)
     return Serves(
         layers=layermap.format_ranges((n, n) for n in layers),
         first=groups_good({EMBEDDINGS}),
-        last=groups_good(head),
+        last=groups_good({*HEAD, EMBEDDINGS} if _tied(m) else set(HEAD)),
     )
 
 
