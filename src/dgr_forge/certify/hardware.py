@@ -50,8 +50,7 @@ def _read_proc(path: str) -> str:
 
 
 def _slug(text: str, drop: Sequence[str] = ()) -> str:
-    words = [w for w in _WORD.split(text.lower()) if w and w not in drop]
-    return "-".join(words)[:48] or "unknown"
+    return "-".join(w for w in _WORD.split(text.lower()) if w and w not in drop)[:48] or "unknown"
 
 
 def uuid_digest(salt: str, uuid: str) -> str:

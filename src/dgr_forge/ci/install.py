@@ -251,9 +251,8 @@ def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
     seen: dict[str, str] = {}
     todo = list(of)
     while todo:
-        name = todo.pop()
         try:
-            dist = metadata.distribution(name)
+            dist = metadata.distribution(todo.pop())
         except metadata.PackageNotFoundError:
             continue  # not installed here: its marker excluded it
         for req in dist.requires or []:
@@ -271,8 +270,7 @@ def runtime_pins(of: tuple[str, ...] = ("dgr-forge",)) -> list[str]:
 def _direct_pin() -> str | None:
     """`dgr-forge @ git+URL@COMMIT` when this dgr-forge was installed from a git commit."""
     try:
-        text = metadata.distribution("dgr-forge").read_text("direct_url.json")
-        data = json.loads(text or "null")
+        data = json.loads(metadata.distribution("dgr-forge").read_text("direct_url.json") or "null")
     except (metadata.PackageNotFoundError, ValueError):
         return None
     vcs = data.get("vcs_info") if isinstance(data, dict) else None
