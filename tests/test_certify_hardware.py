@@ -13,6 +13,7 @@ import pytest
 
 from dgr_forge.certify import hardware
 from dgr_forge.certify import shapes as certshapes
+from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
 
 SMI = "NVIDIA H200, 560.35.03, 9.0, 143771, GPU-4b1f2c3d-1111-2222-3333-444455556666\n"
@@ -120,7 +121,7 @@ def test_a_hanging_or_flooding_probe_is_no_answer(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(hardware, "PROBE_TIMEOUT", 0.5)
-    monkeypatch.setattr(hardware, "PROBE_LIMIT", 1000)
+    monkeypatch.setattr(proc, "PROBE_LIMIT", 1000)
     hang = [sys.executable, "-c", "import time; time.sleep(30)"]
     flood = [sys.executable, "-c", "import sys\nwhile True: sys.stdout.write('x' * 4096)"]
     assert hardware.run_probe(hang) is None

@@ -12,17 +12,15 @@ import os
 import platform
 import re
 import secrets
-import shutil
 from collections.abc import Callable, Sequence
 
 from msgspec import UNSET
 
 from dgr_forge.certify.shapes import AmdGpu, Cpu, Hardware, Identity, NvidiaGpu, OsInfo, VulkanGpu
+from dgr_forge.core import proc
 from dgr_forge.core.errors import BadInput
-from dgr_forge.core.proc import bounded
 
 PROBE_TIMEOUT = 20.0  # seconds per probe: a hung driver query is no answer, not a hang
-PROBE_LIMIT = 1 << 20  # bytes of a probe's output
 PROC_LIMIT = 4 << 20  # bytes read of /proc/cpuinfo (hundreds of cores stay far below)
 MAX_DEVICES = 64
 _WORD = re.compile(r"[^a-z0-9]+")
@@ -32,13 +30,8 @@ Runner = Callable[[Sequence[str]], str | None]
 
 
 def run_probe(cmd: Sequence[str]) -> str | None:
-    if shutil.which(cmd[0]) is None:
-        return None
-    try:
-        done = bounded(cmd, timeout=PROBE_TIMEOUT, limit=PROBE_LIMIT)
-    except (OSError, ValueError):
-        return None
-    return done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+    done = proc.probe(cmd, timeout=PROBE_TIMEOUT)  # bounded by `proc.PROBE_LIMIT`
+    return done.stdout if done is not None and done.returncode == 0 else None
 
 
 def _read_proc(path: str) -> str:
