@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -331,3 +332,29 @@ def test_the_model_source_is_allowed_for_certify_alone_whatever_dirs_name(
     monkeypatch.chdir(root)  # the step's working directory: DIR
     monkeypatch.setenv(FILE_ROOTS_ENV, envs["certify"][FILE_ROOTS_ENV])
     assert file_roots(None) == (str(root / "model-source"),)
+
+
+@pytest.mark.slow  # the demo's real CMake build (shared, once per session)
+def test_certify_refuses_a_moved_root_its_pin_build_cannot_run_in(
+    demo_tour: DemoTour, tmp_path: Path
+) -> None:
+    """The lane was built elsewhere; the root then moved under a `$`. certify's own build
+    of the unpatched pin could not run there: exit 2 before any step, nothing written."""
+    from dgr_forge.demo import sources
+    from dgr_forge.models.sources import FILE_ROOTS_ENV
+
+    moved = tmp_path / "a$x" / "demo"
+    shutil.copytree(demo_tour.fresh(), moved, symlinks=True)
+    certs = {p: p.read_bytes() for p in (moved / "certifications").rglob("*") if p.is_file()}
+    logs = sorted((moved / ".dgr" / "logs").iterdir())
+    key = f"{sources.KEYS_DIR}/{sources.KEY_FILE}"
+    r = run_forge(
+        "-C", str(moved), "--json", "certify", "--lane", "cpu", "--model", sources.MODEL,
+        "--key", key, "--report-key", f"{key}.pub", cwd=moved,
+        env={**demo_tour.env(), FILE_ROOTS_ENV: sources.MODEL_SOURCE_DIR},
+    )  # fmt: skip
+    assert r.code == 2, r
+    assert "a build cannot run under this path: it holds '$'" in r.json["error"], r.json
+    assert r.json["path"] == str(moved)
+    assert {p: p.read_bytes() for p in certs} == certs
+    assert sorted((moved / ".dgr" / "logs").iterdir()) == logs

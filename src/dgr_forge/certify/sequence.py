@@ -27,7 +27,7 @@ from dgr_forge.host.doctor import Doctor
 from dgr_forge.host.recipes import Recipe, select
 from dgr_forge.host.worker import WorkerSpec
 from dgr_forge.lanes.inputs import tool_versions, worker_identity
-from dgr_forge.lanes.plan import refuse_unbuildable
+from dgr_forge.lanes.plan import refuse_unbuildable, refuse_unbuildable_tree
 from dgr_forge.lanes.state import lane_state
 from dgr_forge.upstream.manifest import UpstreamManifest
 
@@ -95,6 +95,7 @@ def lane(
     (recipe,) = select(got.recipes, [lane])
     if got.doctor is not None:
         refuse_unbuildable([got.doctor.check_lane(recipe)])
+    refuse_unbuildable_tree(forge, got.worker)  # the pin's own build runs here too
     worker, tools = got.bound()
     if (the_suite := suite.load(recipe)) is None:
         raise BadInput(
