@@ -91,27 +91,23 @@ def check_report(
             hint="certify a report that `dgr-forge report verify` accepts",
             details={"failures": check.failures},
         )
-    stmt = check.report.statement or {}
-    ext = stmt["predicate"]["buildDefinition"]["externalParameters"]
-    if (lane := str(ext.get("lane"))) not in recipes:
+    shown = reports_mod.summary(check.report)  # a verified statement, read as `report show`
+    if (lane := str(shown.lane)) not in recipes:
         raise BadInput(
             f"{report}: lane {lane!r} has no recipe in this forge root",
             hint="certify in the checkout whose recipes/ built the report",
         )
     recipe = recipes[lane]
-    up = reports_mod.upstream_of(stmt)
-    rep_recipe = str((ext.get("recipe") or {}).get("sha256"))
-    rep_commit = str((up.get("digest") or {}).get("gitCommit"))
-    rep_series = str((up.get("annotations") or {}).get("seriesDigest"))
     current = bound_inputs(forge, recipe, worker, (tools or {}).get(lane))
+    rep_recipe = str(shown.recipe and shown.recipe.sha256)
     checks = [
         (f"recipe {forge.rel(recipe.path)} sha256", rep_recipe, recipe.sha256),
-        ("upstream commit", rep_commit, m.commit),
-        ("patch series digest", rep_series, m.series_digest),
+        ("upstream commit", str(shown.upstream.commit), m.commit),
+        ("patch series digest", str(shown.upstream.series_digest), m.series_digest),
     ]
     if (tc := current.toolchain) is not None:
-        deps = stmt["predicate"]["buildDefinition"].get("resolvedDependencies", [])
-        named = [d for d in deps if d.get("name") == tc["path"]]
+        deps = (check.report.statement or {})["predicate"]["buildDefinition"]
+        named = [d for d in deps.get("resolvedDependencies", []) if d.get("name") == tc["path"]]
         got = str((named[0].get("digest") or {}).get("sha256")) if named else "none"
         checks.append((f"toolchain file {tc['path']} sha256", got, str(tc["sha256"])))
     if stale := [(what, got, want) for what, got, want in checks if got != want]:
