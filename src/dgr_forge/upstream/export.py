@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, cast
+from typing import Annotated
 
 from msgspec.structs import replace
 
@@ -24,6 +24,7 @@ from dgr_forge.core.structs import Form, d
 from dgr_forge.upstream import manifest, patches, patchfile, series_base, series_journal
 from dgr_forge.upstream import series as series_mod
 from dgr_forge.upstream.manifest import PatchEntry, UpstreamManifest
+from dgr_forge.upstream.replay import git_bytes
 from dgr_forge.upstream.series_journal import scratch_dir
 from dgr_forge.upstream.workspace import inspect, operation_in_progress, read_status
 
@@ -314,11 +315,9 @@ def canonical_commits(
             if known.get(key) == p.commit:  # HEAD's own commit k, made from these inputs
                 parent = keys[key] = p.commit
                 continue
-            proc = gitutil.git(
-                repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff),
-                input=p.data, text=False
-            )  # fmt: skip
-            text = cast(bytes, proc.stdout).decode("utf-8")
+            text = git_bytes(
+                repo, "mailinfo", "-b", "-u", "--no-scissors", str(msg), str(diff), input=p.data
+            ).decode("utf-8")
             info = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
             body = msg.read_text(encoding="utf-8")
             message = patchfile.stripspace(info.get("Subject", "") + "\n\n" + body)
