@@ -440,7 +440,6 @@ def export_workspace(
     if base is not None and (moved := series_base.drift(base, m)).pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
-    trees = [c.tree for c in ws.series]
     dirty = ws.dirty if ws.exists else read_status(src)[2]  # "XY path" lines
     if dirty:
         raise NeedsHuman(
@@ -454,7 +453,8 @@ def export_workspace(
     series = compute_series(src, m.commit, tmp_root=forge.tmp_dir)
     verify_round_trip(src, m.commit, series)
     # compared and written under the one root lock the caller holds
-    harm = series_base.harmful(base, m, [(p.file, p.sha256) for p in series], trees)
+    entries = tuple((p.file, p.sha256) for p in series)
+    harm = series_base.harmful(base, m, entries, [c.tree for c in ws.series])
     saved = None
     if harm:
         if not force:
@@ -468,7 +468,6 @@ def export_workspace(
     # "already applied" holds and a person's next commit stands out as a local edit
     own = canonical_commits(src, m.commit, series, forge.tmp_dir)
     canonical = own[-1] if own else m.commit
-    entries = tuple((p.file, p.sha256) for p in series)
     record = series_base.SeriesBase(m.commit, entries, tuple(p.tree for p in series), own)
     series_base.record(src, record)
     if head != canonical:
