@@ -36,14 +36,12 @@ def _held(repo: Path, commit: str) -> tuple[bool, bool]:
 def _local_git_dir(url: str) -> tuple[Path, bool] | None:
     """The repository a local URL names, exactly that one (never one above it), and whether
     it is shallow."""
-    if url.startswith("file://"):
-        if (parts := urlsplit(url)).netloc not in ("", "localhost"):
-            return None
-        path = Path(unquote(parts.path))
-    elif url.startswith("/"):
-        path = Path(url)
-    else:
+    if not url.startswith("file://"):
+        path = Path(url)  # a "/" path: the caller asked is_local_url
+    elif (parts := urlsplit(url)).netloc not in ("", "localhost"):
         return None
+    else:
+        path = Path(unquote(parts.path))
     if not path.is_dir():
         return None  # a missing path, a file, a device: no repository
     found = gitutil.git(
