@@ -233,21 +233,18 @@ def _verify_runs(
     with series_mod.scratch_index(repo, start) as env:
         scratch = Path(env["GIT_INDEX_FILE"]).parent
         for run in runs:
-            if len(run) > 1 and _apply(repo, env, run, scratch) == run[-1].tree:
-                start = run[-1].tree
-                continue
-            if len(run) > 1:  # the index may hold what the run made: back to its start
-                gitutil.git(repo, "read-tree", "--end-of-options", start, env=env)
-            for p in run:
-                tree = _apply(repo, env, [p], scratch)
-                if tree != p.tree:
-                    return OperationFailed(
-                        f"{p.file} (from commit {p.commit[:12]}) does not reproduce its "
-                        f"commit when applied (tree {tree or 'conflict'}, commit has {p.tree})",
-                        hint="git cannot represent this change as a patch exactly (e.g. a "
-                        "file mode or submodule change); split or simplify the commit",
-                        details={"file": p.file, "commit": p.commit},
-                    )
+            if len(run) == 1 or _apply(repo, env, run, scratch) != run[-1].tree:
+                if len(run) > 1:  # the index may hold what the run made: back to its start
+                    gitutil.git(repo, "read-tree", "--end-of-options", start, env=env)
+                for p in run:
+                    if (tree := _apply(repo, env, [p], scratch)) != p.tree:
+                        return OperationFailed(
+                            f"{p.file} (from commit {p.commit[:12]}) does not reproduce its "
+                            f"commit when applied (tree {tree or 'conflict'}, commit has {p.tree})",
+                            hint="git cannot represent this change as a patch exactly (e.g. a "
+                            "file mode or submodule change); split or simplify the commit",
+                            details={"file": p.file, "commit": p.commit},
+                        )
             start = run[-1].tree
     return None
 
