@@ -92,8 +92,7 @@ def series_commits(repo: Path, base: str, head: str) -> list[tuple[str, str, str
             commit, tree, *parents = ids[1:].split()
             listed.append((ids[0], commit, tree, parents, subject, message))
     commits = [e for e in listed if e[0] != "-"]
-    chain = bool(commits) and all(len(e[3]) == 1 for e in commits) and commits[0][3][0] == base
-    if not chain:
+    if not (commits and all(len(e[3]) == 1 for e in commits) and commits[0][3][0] == base):
         if gitutil.rev_parse(repo, head) is None:
             raise BadInput(f"{repo}: nothing checked out", hint="run `dgr-forge patch` first")
         if gitutil.git(repo, "merge-base", "--is-ancestor", base, head, check=False).returncode:
@@ -206,8 +205,7 @@ def verify_round_trip(repo: Path, base: str, series: Sequence[ExportedPatch]) ->
     of disjoint patches: docs/architecture.md, "The export's round trip"."""
     if not series:
         return
-    runs = _disjoint_runs(repo, series)
-    parts = _parts(runs, _VERIFY_WORKERS)
+    parts = _parts(_disjoint_runs(repo, series), _VERIFY_WORKERS)
     starts = [base] + [part[-1][-1].tree for part in parts[:-1]]
     with ThreadPoolExecutor(len(parts)) as pool:
         found = list(pool.map(lambda part, start: _verify_runs(repo, start, part), parts, starts))
@@ -437,8 +435,7 @@ def export_workspace(
     if base is not None and (moved := series_base.drift(base, m)).pin_moved is not None:
         # a teammate's rebase moved the pin: the commits here sit on the old one
         raise series_base.stale_error(forge, m, moved, waited=waited)
-    dirty = ws.dirty if ws.exists else read_status(src)[2]  # "XY path" lines
-    if dirty:
+    if dirty := ws.dirty if ws.exists else read_status(src)[2]:  # "XY path" lines
         raise NeedsHuman(
             f"{forge.rel(src)} has uncommitted edits ({len(dirty)} paths: "
             + ", ".join(line[3:] for line in dirty[:10])
