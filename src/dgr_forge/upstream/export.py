@@ -360,10 +360,9 @@ def write_series(
         new_bytes = new_text.encode("utf-8") if manifest_changed else None
         files = {p.file: p.data for p in series}
         series_journal.write(forge.root, pdir, files, m.path, new_bytes, points="export", out=out)
-    for name in written:
-        out.answer(f"wrote   {m.patches_dir_rel}/{name}")
-    for name in removed:
-        out.answer(f"removed {m.patches_dir_rel}/{name}")
+    for verb, names in (("wrote  ", written), ("removed", removed)):
+        for name in names:
+            out.answer(f"{verb} {m.patches_dir_rel}/{name}")
     if manifest_changed:
         out.answer(f"updated {forge.rel(m.path)}")
     rows = [PatchFile(file=p.file, sha256=p.sha256, tree=p.tree, subject=p.subject) for p in series]
