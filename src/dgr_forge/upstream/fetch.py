@@ -83,9 +83,11 @@ def local_commits(src: Path, head: str, pin: str | None) -> list[str]:
     return [f"{commit[:12]} {subject}" for commit, email, subject in rows if email != FORGE_EMAIL]
 
 
-def _tree_mismatch(m: UpstreamManifest, actual: str, url: str | None) -> OperationFailed:
+def _checked_tree(m: UpstreamManifest, actual: str, url: str | None) -> str:
+    if m.tree is None or actual == m.tree:
+        return actual
     where = f" fetched from {mask(url)}" if url else ""
-    return OperationFailed(
+    raise OperationFailed(
         f"tree mismatch for {m.name} commit {m.commit}{where}: the manifest pins tree "
         f"{m.tree}, the commit has tree {actual}",
         hint=f"check `tree` in {m.path.name}: `git rev-parse {m.commit}^{{tree}}` in a "
@@ -102,10 +104,7 @@ def _verify_fetched(src: Path, m: UpstreamManifest, url: str, method: str) -> st
             hint="check `commit` in the manifest (is it pushed to that repository?) and the URL",
             details={"commit": m.commit, "url": mask(url)},
         )
-    tree = found[1]
-    if m.tree is not None and tree != m.tree:
-        raise _tree_mismatch(m, tree, url if method != "local" else None)
-    return tree
+    return _checked_tree(m, found[1], url if method != "local" else None)
 
 
 def fetch_locked(
@@ -127,8 +126,7 @@ def fetch_locked(
     if ws.exists and not ws.journals and ws.head is not None and not ws.changes:
         tree = ws.tree_of(m.commit)
         if tree is not None and ws.commits_on(m.commit) is not None:
-            if m.tree is not None and tree != m.tree:
-                raise _tree_mismatch(m, tree, None)
+            _checked_tree(m, tree, None)
             return Fetch(
                 upstream=m.name, url=mask(m.url), src_dir=src, commit=m.commit, tree=tree,
                 changed=False, method="none", shallow=ws.shallow, saved_patch=None,
