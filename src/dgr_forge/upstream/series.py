@@ -161,8 +161,7 @@ def check_symlinks(
         for path in p.paths:
             parts = path.split("/")
             for n in range(1, len(parts)):
-                parent = "/".join(parts[:n])
-                if parent in links:
+                if (parent := "/".join(parts[:n])) in links:
                     shown = f"{m.patches_dir_rel}/{entry.file}"
                     raise BadInput(
                         f"{shown}: refuses to touch {path!r}: {parent!r} is a symlink, the "

@@ -72,8 +72,7 @@ class Drift(Struct, frozen=True):
     def describe(self) -> str:
         parts = []
         if self.pin_moved:
-            old, new = self.pin_moved
-            parts.append(f"the pin moved from {old[:12]} to {new[:12]}")
+            parts.append(f"the pin moved from {self.pin_moved[0][:12]} to {self.pin_moved[1][:12]}")
         for label in ("added", "changed", "removed"):
             if files := getattr(self, label):
                 parts.append(f"{label}: {', '.join(files)}")

@@ -227,8 +227,7 @@ def inspect(src: Path, pin: str, series_len: int) -> Workspace:
         if len(chain) == limit:  # a shorter walk met the root (or a shallow graft): all
             chain = read_chain(src, limit + _LONG_WALK)
         # HEAD at the pin (fetched, not patched): the walk stops there, at no other base
-        fetched = None if chain and chain[0].commit == pin else gitutil.rev_parse(src, PIN_REF)
-        if fetched:
+        if not (chain and chain[0].commit == pin) and (fetched := gitutil.rev_parse(src, PIN_REF)):
             bases.add(fetched)
     # the forge's commits are those it recorded making, by id: not whatever a person
     # committed with the forge's email and a tree of the series (an empty commit or a
