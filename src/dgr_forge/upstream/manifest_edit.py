@@ -124,14 +124,13 @@ def _drop_stale_comments(text: str, *, has_series: bool) -> str:
     if has_series:
         text = _EMPTY_SERIES_NOTE.sub("", text)
     heads = list(_SECTION.finditer(text))
-    for i, head in enumerate(heads):
-        if head.group(1) != "upstream":
-            continue
-        start, end = head.end(), heads[i + 1].start() if i + 1 < len(heads) else len(text)
-        body = text[start:end]
-        if _TREE_KEY.search(body):
-            text = text[:start] + _TREE_PLACEHOLDER.sub("", body) + text[end:]
-        break
+    for head, after in zip(heads, [*heads[1:], None], strict=True):
+        if head.group(1) == "upstream":
+            start, end = head.end(), after.start() if after else len(text)
+            body = text[start:end]
+            if _TREE_KEY.search(body):
+                text = text[:start] + _TREE_PLACEHOLDER.sub("", body) + text[end:]
+            break
     return text
 
 
