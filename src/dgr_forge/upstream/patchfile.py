@@ -113,9 +113,8 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
         if end < 0:
             raise PatchSyntaxError("a quoted path without its closing quote")
         return _path(rest[: end + 1]), _path(rest[end + 2 :])
-    n = len(rest)
-    if (n - 5) % 2 == 0 and rest.startswith(b"a/"):
-        half = (n - 5) // 2
+    half, odd = divmod(len(rest) - 5, 2)  # "a/" name " b/" name
+    if not odd and rest.startswith(b"a/"):
         name = rest[2 : 2 + half]
         if rest[2 + half :] == b" b/" + name:
             return _path(b"a/" + name), _path(b"b/" + name)
@@ -124,10 +123,9 @@ def _git_line_paths(rest: bytes) -> tuple[str | None, str | None]:
 
 
 def parse(data: bytes) -> ParsedPatch:
-    lines = data.splitlines(keepends=True)
     at = [0]  # the line being read, for a PatchSyntaxError
     try:
-        return _parse(lines, at)
+        return _parse(data.splitlines(keepends=True), at)
     except PatchSyntaxError as err:
         raise PatchSyntaxError(err.problem, at[0] + 1) from None
 
