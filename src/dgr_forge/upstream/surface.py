@@ -168,12 +168,7 @@ def _unnamed(toks: list[str]) -> list[str]:
 def _declared_name(stmt: list[str]) -> str | None:
     """The (qualified) name a declaration declares; None for a type, typedef, `using`."""
     while stmt[:2] == ["template", "<"]:  # a template's declaration names the template
-        depth, j = 0, 1
-        for j in range(1, len(stmt)):
-            depth += {"<": 1, ">": -1, ">>": -2}.get(stmt[j], 0)
-            if depth <= 0:
-                break
-        stmt = stmt[j + 1 :]
+        stmt = stmt[_balanced(stmt, 1) :]
     if not stmt or stmt[0] in ("typedef", "using", "friend", "template", "static_assert"):
         return None
     if "(" in stmt:
