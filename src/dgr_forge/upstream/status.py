@@ -189,8 +189,7 @@ def series_status(
                 return i
         return min(len(ws.series), len(m.series))
 
-    cached = series_mod.cached_trees(ws.src, m.commit, datas) if ws.exists else [None] * len(datas)
-    applied_prefix = prefix(cached)
+    applied_prefix = prefix(series_mod.cached_trees(ws.src, m.commit, datas))
     if have_pin and applied_prefix < len(m.series):
         try:
             parsed = series_mod.parse_series(m, datas)
