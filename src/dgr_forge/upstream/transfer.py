@@ -102,13 +102,8 @@ def diagnose(stderr: str) -> str:
     "server-abort" (wins over what the client said after it), "refused" or "other"."""
     if re.search(r"transport '[^']*' not allowed", stderr):
         return "policy"
-    if any(marker in stderr for marker in _SERVER_ABORT):
-        return "server-abort"
-    if any(marker in stderr for marker in _UNREACHABLE):
-        return "unreachable"
-    if any(marker in stderr for marker in _REFUSAL):
-        return "refused"
-    return "other"
+    causes = (("server-abort", _SERVER_ABORT), ("unreachable", _UNREACHABLE), ("refused", _REFUSAL))
+    return next((cause for cause, words in causes if any(w in stderr for w in words)), "other")
 
 
 def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
