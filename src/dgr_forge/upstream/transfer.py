@@ -157,20 +157,17 @@ def fetch_failed(what: str, url: str, stderr: str, cause: str | None = None) -> 
 
 
 def last_error(stderr: str) -> str:
-    stderr = shown(stderr)
-    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    lines = [ln.strip() for ln in shown(stderr).splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
     return (errors or lines or ["no output"])[-1]
 
 
 def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int, str]:
     """`git fetch --progress ...`'s exit code and kept lines, its progress shown as `out`'s."""
-    cmd = ["git"]
+    fetch = ("fetch", "--no-tags", "--no-write-fetch-head", "--progress", *args)
     # fetch.unpackLimit=1: objects always arrive as one pack, which git publishes (its
     # .idx) only when complete, so a killed fetch never leaves a commit without its trees
-    for setting in (*gitutil.CONFIG, *gitutil.protocol_policy(url), "fetch.unpackLimit=1"):
-        cmd += ["-c", setting]
-    cmd += ["fetch", "--no-tags", "--no-write-fetch-head", "--progress", *args]
+    cmd = gitutil._command(fetch, (*gitutil.protocol_policy(url), "fetch.unpackLimit=1"))
     # network calls keep the user's git config: credentials, proxies, insteadOf mirrors
     env = gitutil.base_env(isolated=False)
     kept: list[str] = []
