@@ -119,7 +119,6 @@ def _one(refs: Iterable[tuple[str, str]]) -> str | None:
 def resolve_rev(url: str, rev: str, src: Path | None, option: str = "--onto") -> str | None:
     """REV as the remote names it: a full id (of a commit or of an annotated tag: `rev_parse`
     turns it into the commit), None for an abbreviated id (found locally after a fetch)."""
-    rev = check_rev(rev, option)
     if HEX40.match(rev.lower()):
         return rev.lower()
     proc = _remote(src, url, "ls-remote", "--", url, rev)
