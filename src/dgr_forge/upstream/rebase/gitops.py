@@ -239,8 +239,7 @@ def fetch_commit(
         return gitutil.commit_and_tree(src, commit)
     out_.step(f"fetching {commit[:12]} from {mask(url)}")
     proc = _cut_fetch(src, url, [commit], since, _is_shallow(src), ("--depth=1",))
-    found = gitutil.commit_and_tree(src, commit) if proc.returncode == 0 else None
-    if found is not None:
+    if proc.returncode == 0 and (found := gitutil.commit_and_tree(src, commit)) is not None:
         return found
     if proc.returncode != 0:
         cause = transfer.diagnose(proc.stderr)
