@@ -278,10 +278,9 @@ def summary(counts: dict[str, int]) -> str:
 
 
 def _upstream_note(row: RebaseRow) -> str:
-    commits = row.upstream_commits or []
-    if not commits:
+    if not row.upstream_commits:
         return ""
-    listed = ", ".join(f"`{c.commit[:12]}` {c.subject}" for c in commits)
+    listed = ", ".join(f"`{c.commit[:12]}` {c.subject}" for c in row.upstream_commits)
     if row.outcome == "dropped":
         return f" (upstream: {listed})"
     files = ", ".join(f"`{f}`" for f in row.files or [])
