@@ -14,6 +14,7 @@ import shutil
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import NoReturn
 
 import msgspec
 
@@ -109,13 +110,17 @@ def _write(path: Path, data: bytes, point: str, opened: list[int]) -> None:
     write_all(opened[-1], data)
 
 
-def _no_space(err: OSError, where: Path) -> OperationFailed:
+def _failed(err: BaseException, jdir: Path, where: Path) -> NoReturn:
+    """A failed write's journal `jdir` removed; `err` raised again, an OSError as what it is."""
+    shutil.rmtree(jdir, ignore_errors=True)
+    if not isinstance(err, OSError):
+        raise err
     why = "the disk is full" if err.errno == errno.ENOSPC else (err.strerror or str(err))
-    return OperationFailed(
+    raise OperationFailed(
         f"writing {where} failed: {why}; patches/ and the manifest are unchanged",
         hint="free some space (or fix the permissions) and run the command again",
         details={"path": str(where)},
-    )
+    ) from None
 
 
 def write(
@@ -173,10 +178,7 @@ def write(
             sync_all(opened[-1:])
             fault.point(f"{points}.staged")
         except BaseException as err:
-            shutil.rmtree(jdir, ignore_errors=True)
-            if isinstance(err, OSError):
-                raise _no_space(err, pdir) from None
-            raise
+            _failed(err, jdir, pdir)
         finally:
             for fd in opened:
                 os.close(fd)
@@ -199,10 +201,7 @@ def _swap(jdir: Path, pdir: Path, manifest_path: Path, points: str) -> None:
             if pdir.exists():
                 os.rename(pdir, stage)
             os.rename(old, pdir)
-        shutil.rmtree(jdir, ignore_errors=True)
-        if isinstance(err, OSError):
-            raise _no_space(err, pdir) from None
-        raise
+        _failed(err, jdir, pdir)
     try:
         fault.point(f"{points}.manifest")
     finally:  # the write is complete either way: only the journal is left to remove
