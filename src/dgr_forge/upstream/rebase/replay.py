@@ -129,13 +129,13 @@ def _touching(src: Path, span: str, paths: list[str]) -> list[UpstreamCommit]:
     ]
 
 
-def _changed_lines(diff: str) -> dict[str, set[str]]:
-    """The lines a diff removes ("-") and adds ("+"), without context or positions."""
-    lines: dict[str, set[str]] = {"-": set(), "+": set()}
-    for line in diff.splitlines():
-        if line[:1] in lines and line[1:].strip() and not line.startswith(("--- ", "+++ ")):
-            lines[line[:1]].add(line[1:].strip())
-    return lines
+def _changed_lines(diff: str) -> set[str]:
+    """The lines a diff removes ("-...") and adds ("+..."), without context or positions."""
+    return {
+        line[0] + line[1:].strip()
+        for line in diff.splitlines()
+        if line[:1] in ("-", "+") and line[1:].strip() and not line.startswith(("--- ", "+++ "))
+    }
 
 
 def upstreamed_by(src: Path, state: rs.RebaseState, step: rs.PatchStep) -> list[UpstreamCommit]:
@@ -151,11 +151,8 @@ def upstreamed_by(src: Path, state: rs.RebaseState, step: rs.PatchStep) -> list[
     if len(touching) > 1:
         mine = _changed_lines(git(src, "show", "--format=", step.old_commit).stdout)
         log = git(src, "log", "-p", "--format=%x00%H", span, "--", *paths, check=False).stdout
-        took: set[str] = set()
-        for commit, _, diff in (chunk.partition("\n") for chunk in log.split("\0")[1:]):
-            theirs = _changed_lines(diff)
-            if mine["-"] <= theirs["-"] and mine["+"] <= theirs["+"]:
-                took.add(commit.strip())
+        chunks = (chunk.partition("\n") for chunk in log.split("\0")[1:])
+        took = {commit.strip() for commit, _, diff in chunks if mine <= _changed_lines(diff)}
         if exact := [c for c in touching if c.commit in took]:
             return exact
     return touching
