@@ -72,11 +72,8 @@ def patch_ids(src: Path, commits: list[str]) -> dict[str, str]:
     listed = "".join(f"{c}\n" for c in commits).encode()
     diffs = git_bytes(src, "diff-tree", "--stdin", "-p", "--full-index", input=listed)
     text = git_bytes(src, "patch-id", "--stable", input=diffs).decode("ascii", "replace")
-    ids = dict.fromkeys(commits, "")
-    for pid, _, commit in (line.partition(" ") for line in text.splitlines()):
-        if commit in ids:
-            ids[commit] = pid
-    return ids
+    found = {commit: pid for pid, _, commit in (line.partition(" ") for line in text.splitlines())}
+    return {commit: found.get(commit, "") for commit in commits}
 
 
 _ABBREV = re.compile(r"[0-9a-fA-F]{4,39}")
