@@ -246,8 +246,7 @@ def _in_worktree(forge: Forge, state: rs.RebaseState, out_: Reporter, *, known: 
         return
     # a conflict, named, saved and raised (a --dry-run notes it); the index alone (`git
     # diff` would stat the whole work tree)
-    listed = out(src, "ls-files", "-u").splitlines()
-    files = sorted({ln.split("\t", 1)[1] for ln in listed if ln})
+    files = sorted({ln.split("\t", 1)[1] for ln in out(src, "ls-files", "-u").splitlines() if ln})
     if not files:
         raise OperationFailed(
             f"replaying {step.file} failed: {(proc.stderr or proc.stdout).strip()}",
