@@ -123,9 +123,8 @@ def transfer(src: Path, url: str, commit: str, out: Reporter, name: str) -> str:
         if (src / ".git" / "shallow").exists():
             args.insert(0, "--unshallow")
         rc, stderr = _run_fetch(src, out, url, args)
-        cause = diagnose(stderr)
     if rc != 0:
-        raise fetch_failed(name, url, stderr, cause)
+        raise fetch_failed(name, url, stderr)
     if gitutil.rev_parse(src, commit) != commit:
         raise OperationFailed(
             f"commit {commit} not found at {mask(url)}",
