@@ -313,10 +313,8 @@ def _fast_import(
         # deletions first: a file that gives way to a directory of the same name goes
         # before the directory's files arrive
         for c in sorted(changes, key=lambda c: c.mode != gitutil.DELETED):
-            if c.mode == gitutil.DELETED:
-                stream += b"D " + c_quote(c.path) + b"\n"
-            else:
-                stream += b"M %s %s " % (c.mode.encode(), c.oid.encode()) + c_quote(c.path) + b"\n"
+            op = b"D " if c.mode == gitutil.DELETED else f"M {c.mode} {c.oid} ".encode()
+            stream += op + c_quote(c.path) + b"\n"
         stream += b"\n"
     stream += b"".join(b"get-mark :%d\n" % n for n in range(1, len(plan) + 1)) + b"done\n"
     proc = git(
