@@ -132,11 +132,7 @@ def kept(raw: bytes, tree: str, parent: str) -> bytes | None:
     if not sep or [ln.split(b" ", 1)[0] for ln in lines] != [b"tree", b"parent", b"author",
                                                               b"committer"]:  # fmt: skip
         return None
-    return (
-        b"tree %s\nparent %s\n" % (tree.encode(), parent.encode())
-        + b"\n".join(lines[2:])
-        + (b"\n\n" + message)
-    )
+    return f"tree {tree}\nparent {parent}\n".encode() + b"\n".join(lines[2:]) + b"\n\n" + message
 
 
 class CommitWriter:
