@@ -178,10 +178,6 @@ class RebaseRow(Nested, kw_only=True):
     ] = UNSET
     files: Annotated[list[str] | UnsetType, d("the conflicted files")] = UNSET
 
-    @staticmethod
-    def of(step: PatchStep) -> RebaseRow:
-        return RebaseRow(**{**msgspec.structs.asdict(step), "outcome": step.outcome or ""})
-
 
 COUNTS = d("patches per outcome: " + ", ".join(f"`{o}`" for o in OUTCOMES))
 
@@ -269,7 +265,10 @@ class RebaseAbort(Form, kw_only=True):
 
 
 def rows_of(state: RebaseState) -> list[RebaseRow]:
-    return [RebaseRow.of(s) for s in state.patches]
+    return [
+        RebaseRow(**{**msgspec.structs.asdict(s), "outcome": s.outcome or ""})
+        for s in state.patches
+    ]
 
 
 def summary(counts: dict[str, int]) -> str:
