@@ -28,8 +28,8 @@ COMMITTER = (
 ).encode()
 # the identity and date of the merge's scratch base: fixed, so the same merge writes the
 # same object (git's own commit-tree would stamp it with the clock)
-_SCRATCH_IDENT = b"dgr-forge <dgr-forge@invalid> 0 +0000"
-_SCRATCH_MESSAGE = b"dgr-forge replay base\n"
+_SCRATCH_IDENT = "dgr-forge <dgr-forge@invalid> 0 +0000"
+_SCRATCH_TAIL = f"author {_SCRATCH_IDENT}\ncommitter {_SCRATCH_IDENT}\n\ndgr-forge replay base\n"
 
 # what git's ident code strips from the ends of a name or email ('.' too: older gits did)
 _CRUD = frozenset(range(33)) | frozenset(b",:;<>\"\\'.")
@@ -191,10 +191,7 @@ class CommitWriter:
 
 
 def _scratch_object(tree: str, parent: str) -> bytes:
-    who = _SCRATCH_IDENT
-    return b"tree %s\nparent %s\nauthor %s\ncommitter %s\n\n%s" % (
-        tree.encode(), parent.encode(), who, who, _SCRATCH_MESSAGE,
-    )  # fmt: skip
+    return f"tree {tree}\nparent {parent}\n{_SCRATCH_TAIL}".encode()
 
 
 # ----------------------------------------------------------------------------- merges
