@@ -374,5 +374,4 @@ def take_resolution(forge: Forge, state: rs.RebaseState, out_: Reporter, known: 
 
 def has_markers(src: Path, rel: str) -> bool:
     data = read_tree_file(src, rel, what="conflicted file", hint=CONFLICT_HINT, missing_ok=True)
-    text = data.decode("utf-8", errors="replace") if data is not None else ""
-    return bool(re.search(r"^(<<<<<<< |>>>>>>> )", text, re.M))
+    return data is not None and re.search(rb"^(<<<<<<< |>>>>>>> )", data, re.M) is not None
