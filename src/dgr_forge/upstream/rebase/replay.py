@@ -82,8 +82,6 @@ def upstream_commits_for(
     file_commits = _touching(src, f"{old}..{new}", [path])
     blob = git(src, "show", f"{head}:{path}", check=False)
     ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
-    if not ranges:
-        return file_commits, False
     seen: dict[str, None] = {}  # in the order found
     for a, b in ranges:
         proc = git(
