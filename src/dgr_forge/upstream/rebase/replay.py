@@ -81,9 +81,8 @@ def upstream_commits_for(
     touched it; and whether they were found by line."""
     file_commits = _touching(src, f"{old}..{new}", [path])
     blob = git(src, "show", f"{head}:{path}", check=False)
-    ranges = _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []
     seen: dict[str, None] = {}  # in the order found
-    for a, b in ranges:
+    for a, b in _ours_ranges(src, path, blob.stdout, merged) if blob.returncode == 0 else []:
         proc = git(
             src, "log", "--format=%x00%H", f"-L{a},{b}:{path}", f"{old}..{head}", check=False
         )
