@@ -438,10 +438,6 @@ def _finish(result: Bump, table: str, target_md: Path | None, out_: Reporter) ->
     return result
 
 
-def _c(commit: str | None) -> str:
-    return f"`{commit[:12]}`" if commit else "—"
-
-
 def summary_lines(b: Bump) -> list[str]:
     """The console's words (`render` says the same)."""
     if b.status == "noop":
@@ -504,9 +500,9 @@ def render(b: Bump, table: str) -> str:
             f"- first breaking: `{fb.commit}` {fb.subject}: patch `{fb.patch}` "
             f"conflicts in {', '.join(f'`{f}`' for f in fb.files)}"
         )
-        md += [f"  - upstream {_c(c.commit)} {c.subject}" for c in fb.upstream_commits]
+        md += [f"  - upstream `{c.commit[:12]}` {c.subject}" for c in fb.upstream_commits]
     for drop in b.dropped:
-        by = ", ".join(f"{_c(c.commit)} {c.subject}" for c in drop.upstream_commits)
+        by = ", ".join(f"`{c.commit[:12]}` {c.subject}" for c in drop.upstream_commits)
         md.append(f"- dropped (upstreamed): `{drop.file}`" + (f" by {by}" if by else ""))
     md.append(
         f"- replays: {b.replays} (bisection; at most ⌈log2 {b.candidates}⌉ + 2 = {b.max_replays})"
