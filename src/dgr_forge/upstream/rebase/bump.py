@@ -15,11 +15,10 @@ from typing import Annotated, Any, NamedTuple
 
 from msgspec import UNSET, UnsetType
 
-from dgr_forge.core import gitutil
 from dgr_forge.core.errors import BadInput, ExitCode, NeedsHuman, OperationFailed
 from dgr_forge.core.forge import Forge
 from dgr_forge.core.fsutil import atomic_write_bytes
-from dgr_forge.core.gitutil import git, out
+from dgr_forge.core.gitutil import git, out, rev_parse
 from dgr_forge.core.output import Reporter
 from dgr_forge.core.structs import COMMIT, Form, Nested, d
 from dgr_forge.core.urls import check_url, mask
@@ -271,7 +270,7 @@ def bump(
         # an abbreviated id names a commit of the default branch's history after the pin
         want = sha or resolve_rev(url, "HEAD", src, "--to") or ""
         ensure_history(src, url, m.commit, want, out_, to=want)
-        target = gitutil.rev_parse(src, want) if sha else _abbreviated(src, m, want, rev)
+        target = rev_parse(src, want) if sha else _abbreviated(src, m, want, rev)
         if target is None:
             raise BadInput(f"--to {rev}: {sha} is not a commit (nor a tag of one)")
         if target == m.commit:
