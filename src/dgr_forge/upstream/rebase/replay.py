@@ -45,12 +45,11 @@ def _ours_ranges(
         )
     if data is None:
         return []
-    merged = data.decode("utf-8", errors="replace").splitlines()
     head_lines = head_blob.splitlines()
     ranges: list[tuple[int, int]] = []
     region: list[str] | None = None
     in_ours = False
-    for line in merged:
+    for line in data.decode("utf-8", errors="replace").splitlines():
         if line.startswith("<<<<<<< "):
             region, in_ours = [], True
         elif line.startswith(("||||||| ", "=======")) and region is not None:
