@@ -113,7 +113,7 @@ def git(
     """`git <args>` in `cwd`; OperationFailed with git's stderr when `check`. Callers put
     `--` before repositories, refs and paths: a value starting with `-` is data."""
     proc = capture(
-        _command(args, config),
+        git_command(args, config),
         cwd=cwd,
         env={**base_env(isolated), **(env or {})},
         input=input,
@@ -136,7 +136,8 @@ def git(
     return proc
 
 
-def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
+def git_command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
+    """The argv of `git <args>` with the forge's settings (`CONFIG`) and `config` first."""
     cmd = ["git"]
     for setting in (*CONFIG, *config):
         cmd += ["-c", setting]
@@ -146,7 +147,7 @@ def _command(args: Sequence[str], config: Sequence[str] = ()) -> list[str]:
 def start(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
     """A `git <args>` batch command kept open over stdin and stdout (stderr discarded: the
     caller checks every answer)."""
-    cmd = _command(args)
+    cmd = git_command(args)
     starting(cmd, cwd)
     return subprocess.Popen(
         cmd,

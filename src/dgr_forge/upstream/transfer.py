@@ -166,7 +166,7 @@ def _run_fetch(src: Path, out: Reporter, url: str, args: list[str]) -> tuple[int
     fetch = ("fetch", "--no-tags", "--no-write-fetch-head", "--progress", *args)
     # fetch.unpackLimit=1: objects always arrive as one pack, which git publishes (its
     # .idx) only when complete, so a killed fetch never leaves a commit without its trees
-    cmd = gitutil._command(fetch, (*gitutil.protocol_policy(url), "fetch.unpackLimit=1"))
+    cmd = gitutil.git_command(fetch, (*gitutil.protocol_policy(url), "fetch.unpackLimit=1"))
     # network calls keep the user's git config: credentials, proxies, insteadOf mirrors
     env = gitutil.base_env(isolated=False)
     kept: list[str] = []
