@@ -101,8 +101,8 @@ def stage(forge: Forge, state: RebaseState, m: UpstreamManifest) -> None:
                 step.outcome = "refreshed" if ids[step.old_commit] == ids[made_as] else "merged"
             from dgr_forge.upstream import manifest_edit  # tomlkit: only when writing
 
-            # the patch helper's editor (comments and key order kept); the build number None: the
-            # old one dropped, `fetch` counts it later
+            # the patch helper's editor (comments and key order kept); the new pin's build number
+            # as counted (None: not countable here; the old one dropped, `fetch` counts it)
             new_manifest = manifest_edit.updated_text(
                 manifest.read_raw(m.path).decode("utf-8"),
                 rendered,
