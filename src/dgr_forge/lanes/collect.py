@@ -16,7 +16,7 @@ from dgr_forge.core import gitutil
 from dgr_forge.core.fsutil import sha256_bytes, sha256_file
 from dgr_forge.core.urls import mask
 from dgr_forge.host import cudakit, toolkit, worker
-from dgr_forge.lanes import cmake_api, inputs
+from dgr_forge.lanes import cmake_api
 from dgr_forge.lanes.stamps import RACY_NS, Stamp, digest_of
 from dgr_forge.upstream.manifest import UpstreamManifest, read_raw
 
@@ -123,7 +123,7 @@ def make_record(run: BuildRun, reply: cmake_api.Reply, artifacts: list[Artifact]
         label = name.replace("CMAKE_", "").lower().replace("_", "-").replace(":", " ")
         found.append(Tool(label, p.named, version, p.stamp[0]))
     placeholders = {t.path: _placeholder(t.name) for t in found if Path(t.path).is_absolute()}
-    if (tree := inputs.worker_tree(plan)) is not None:
+    if (tree := worker.path_tree(plan.spec)) is not None:
         placeholders.setdefault(str(tree), "${DGR_WORKER}")
     toolchain = plan.toolchain_file
     # the pinned toolkit's identity when the lane's nvcc came from `toolchain install`

@@ -60,14 +60,9 @@ def snapshot(
     files.append(forge.toolchains_dir / "probes.toml")
     if forge.cmake_dir.is_dir():
         files += sorted(forge.cmake_dir.glob("*.cmake"))
-    if (tree := worker_tree(plan)) is not None:
+    if (tree := worker.path_tree(plan.spec)) is not None:
         files += _worker_files(tree)
     return stamps.restamp({str(p): known.get(str(p), []) for p in files}, tree)
-
-
-def worker_tree(plan: LanePlan) -> Path | None:
-    """A path worker's directory, whose files are stamped as git stores them."""
-    return worker.path_tree(plan.spec)
 
 
 class WorkerIdentity(Struct):

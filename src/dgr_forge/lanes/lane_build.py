@@ -306,7 +306,7 @@ class LaneBuilder:
         fault.point("build.linked", lane)
         with self._failing("build"):  # no report for inputs or programs changed meanwhile
             progs = self.state.programs
-            moved = stamps.changed(self.snap, inputs.worker_tree(plan))
+            moved = stamps.changed(self.snap, worker.path_tree(plan.spec))
             moved += [progs[n].path for n in programs.changed(progs)]
             if moved:
                 decision.changed_error(self.forge, lane, moved, "while the build ran")
@@ -441,7 +441,7 @@ class LaneBuilder:
     def _settled(self, last: LastBuild) -> None:
         """The stamps re-taken make the next no-op cheap (written only when changed)."""
         programs.refresh(self.state.programs)
-        restamped = stamps.restamp(self.snap, inputs.worker_tree(self.plan))
+        restamped = stamps.restamp(self.snap, worker.path_tree(self.plan.spec))
         settled = msgspec.structs.replace(
             self.state, last_build=last, in_progress=None, input_stamps=restamped
         )
