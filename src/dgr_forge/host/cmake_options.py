@@ -67,13 +67,9 @@ def _cmake_texts(src: Path) -> Iterator[str]:  # tracked, comments removed
 def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
     """CMake cache variables the tree declares, and its deprecated names (old -> the
     replacement upstream names, None when it names none)."""
-    names: set[str] = set()
-    renames: dict[str, str | None] = {}
-    for text in _cmake_texts(src):
-        for m in re.finditer(_DECL, text):
-            names.add(m.group(1) or m.group(2))
-        for m in re.finditer(_DEPR, text):
-            renames[m.group(1)] = m.group(2) or None
+    texts = list(_cmake_texts(src))
+    names = {m.group(1) or m.group(2) for text in texts for m in re.finditer(_DECL, text)}
+    renames = {m.group(1): m.group(2) or None for text in texts for m in re.finditer(_DEPR, text)}
     return names, renames
 
 
