@@ -113,17 +113,14 @@ def snapshot(
     from concurrent.futures import ThreadPoolExecutor
 
     _PROBES.update(stamps.load_host_probes(host_dir))
-    # name -> (path as CMake has it, version) of every program the build runs
-    found: dict[str, tuple[str, str]] = {}
     compilers = {v: p for v, p in cache.items() if v.endswith("_COMPILER") and v.count("_") == 2}
     with ThreadPoolExecutor(max_workers=4) as pool:
         versions = {
             v: pool.submit(first_line, [cache[v], "--version"]) for v in _VERSIONED if v in cache
         }
         internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
-        for var, path in sorted({**compilers, **drivers}.items()):
-            if os.path.isabs(path):
-                found[var] = (path, "")
+        # name -> (path as CMake has it, version) of every program the build runs
+        found = {v: (p, "") for v, p in {**compilers, **drivers}.items() if os.path.isabs(p)}
         for var, future in sorted(versions.items()):
             if os.path.isabs(cache[var]):
                 found[var] = (cache[var], future.result())
