@@ -234,8 +234,7 @@ def _read_table(path: Path, elf: Any, sec: Any, size: int, found: _Symbols) -> N
         )
     if count > MAX_SYMBOLS:
         raise _too_big(path, f"a symbol table of {count} entries (limit {MAX_SYMBOLS})")
-    strtab = elf.get_section(sec["sh_link"])
-    names = strtab.data()
+    names = elf.get_section(sec["sh_link"]).data()
     elf.stream.seek(off)
     data = elf.stream.read(length)
     end = "<" if elf.little_endian else ">"

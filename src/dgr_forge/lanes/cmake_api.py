@@ -301,8 +301,7 @@ class Launchers(Struct):
     def problems(self, chosen: str | None) -> list[str]:
         """How this differs from the forge's choice (`chosen`, or None for no launcher)."""
         out = []
-        want = {chosen} if chosen else set()
-        if self.compile != want:
+        if self.compile != ({chosen} if chosen else set()):
             found = ", ".join(sorted(self.compile)) or "none"
             out.append(f"compiles run through {found}, the forge chose {chosen or 'none'}")
         if self.link:

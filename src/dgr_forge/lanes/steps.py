@@ -53,8 +53,7 @@ def error_lines(lines: list[str], limit: int = 40) -> list[str]:
     if start is None:  # else CMake's first error, else the last lines
         last = max(0, len(lines) - limit)
         start = next((i for i, line in enumerate(lines) if "CMake Error" in line), last)
-    picked = [line for line in lines[start:] if not line.startswith("ninja: build stopped")]
-    return picked[:limit]
+    return [line for line in lines[start:] if not line.startswith("ninja: build stopped")][:limit]
 
 
 def configure(cmd: list[str], build_dir: Path, log: IO[str], env: dict[str, str]) -> Ran:
@@ -64,8 +63,7 @@ def configure(cmd: list[str], build_dir: Path, log: IO[str], env: dict[str, str]
 
     t = time.monotonic()
     cmake_api.write_query(build_dir)
-    fresh = (build_dir / "CMakeCache.txt").exists()
-    full = [cmd[0], "--fresh", *cmd[1:]] if fresh else cmd
+    full = [cmd[0], "--fresh", *cmd[1:]] if (build_dir / "CMakeCache.txt").exists() else cmd
     code, lines = logs.run_logged(full, log, env)
     return Ran(code, lines, time.monotonic() - t)
 
