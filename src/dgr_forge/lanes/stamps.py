@@ -13,7 +13,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,11 @@ def digest_of(snap: dict[str, Stamp], path: Path | None) -> str | None:
     return str(stamp[0]) if stamp else None
 
 
-def valid_map(data: Any) -> dict[str, Stamp]:
-    """Anything malformed is dropped."""
+def valid_map(data: Any, ok: Callable[[Any], bool] = valid) -> dict[str, Any]:
+    """A map of stamps (or of values `ok` takes); anything malformed is dropped."""
     if not isinstance(data, dict):
         return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and valid(v)}
+    return {k: v for k, v in data.items() if isinstance(k, str) and ok(v)}
 
 
 # ----------------------------------------------------------------------------- host cache
@@ -124,10 +124,7 @@ def save_host(base: Path | None, new: dict[str, Stamp]) -> None:
 
 
 def load_host_probes(base: Path | None) -> dict[str, str]:
-    data = _load(base, PROBES_FILE)
-    if not isinstance(data, dict):
-        return {}
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+    return valid_map(_load(base, PROBES_FILE), lambda v: isinstance(v, str))
 
 
 def save_host_probes(base: Path | None, probes: dict[str, str]) -> None:
