@@ -227,8 +227,6 @@ def with_include(path: Path, text: str, entry: str = OWN_PRESETS) -> str:
         elements = _spans(text, members["include"][1])
         at = elements[-1][3] if elements else members["include"][1] + 1
         edits.append((at, at, f", {json.dumps(entry)}" if elements else json.dumps(entry)))
-    elif not members:
-        edits.append((start + 1, start + 1, f'"include": [{json.dumps(entry)}]'))
     else:  # a member after the last one, on a line of its own when the first has one
         first = min(k for k, _, _ in members.values())
         last = max(e for _, _, e in members.values())
