@@ -232,9 +232,7 @@ class Doctor:
             if path and Path(path).exists():
                 return result(True, path, path)
         where = " or ".join(probe.executables) or " ".join(probe.find_command)
-        looked = "PATH" if probe.path_search else ""
-        if dirs:
-            looked = ", ".join(dirs) + (" and PATH" if probe.path_search else "")
+        looked = " and ".join(filter(None, [", ".join(dirs), "PATH" if probe.path_search else ""]))
         return result(False, None, f"{where} not found in {looked}")
 
     def version(self, name: str) -> str | None:  # runs it once
@@ -289,11 +287,9 @@ class Doctor:
 
     def check_lane(self, recipe: Recipe) -> LaneCheck:
         host_ok = host_os() in recipe.lane.host_os
-        missing: list[ProbeResult] = []
-        if host_ok:
-            probed = [*map(self.tool, recipe.requires.tools)]
-            probed += map(self.library, recipe.requires.libraries)
-            missing = [r for r in probed if not r.found]
+        req = recipe.requires  # probed only on a host the lane builds on
+        probed = [*map(self.tool, req.tools), *map(self.library, req.libraries)] if host_ok else []
+        missing = [r for r in probed if not r.found]
         return LaneCheck(
             lane=recipe.name,
             backend=recipe.lane.backend,
