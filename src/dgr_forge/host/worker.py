@@ -65,21 +65,22 @@ def path_tree(spec: WorkerSpec | None) -> Path | None:
     return spec.source_dir if spec is not None and spec.url is None else None
 
 
-def _check_dir(path: Path, shown: str) -> None:
+def _path_worker(path: Path, shown: str, rel: str) -> WorkerSpec:
+    """The worker at the resolved `path` (`rel` as reports name it), a CMake project."""
     if not (path / "CMakeLists.txt").is_file():
         raise BadInput(
             f"worker {shown}: no CMakeLists.txt in {path}",
             hint="point --worker (or [worker] path) at the worker's CMake project directory",
             details={"worker": str(path)},
         )
+    return WorkerSpec(path=rel, source_dir=path)
 
 
 def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     """None: build the upstream's own targets."""
     if override is not None:
         path = override.resolve()
-        _check_dir(path, str(override))
-        return WorkerSpec(path=forge.rel(path), source_dir=path)
+        return _path_worker(path, str(override), forge.rel(path))
     if not (manifest := forge.root / MANIFEST).is_file():
         return None
     _, data = Checker(MANIFEST).load(
@@ -92,9 +93,7 @@ def resolve(forge: Forge, override: Path | None) -> WorkerSpec | None:
     if raw_path is not None:
         if not raw_path:
             raise fail(MANIFEST, "worker.path", "must be a non-empty string", 'path = "worker"')
-        full = (forge.root / raw_path).resolve()
-        _check_dir(full, raw_path)
-        return WorkerSpec(path=raw_path, source_dir=full)
+        return _path_worker((forge.root / raw_path).resolve(), raw_path, raw_path)
     if url is not None:
         if not url:
             raise fail(MANIFEST, "worker.url", "must be a non-empty string", "quote the URL")
