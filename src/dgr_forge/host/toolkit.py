@@ -126,12 +126,10 @@ def prefix_for(lock_sha256: str) -> Path:
 
 def installed_site(lock_path: Path) -> Path | None:
     """The site directory of the lock's installed prefix (`doctor` searches it first), or None."""
-    if not lock_path.is_file():
-        return None
-    try:
+    try:  # none, or not a regular file of sane size: `toolchain install` says what is wrong
         raw = read_regular(lock_path, what="toolkit lock", hint="", limit=MAX_LOCK_BYTES)
     except BadInput:
-        return None  # `toolchain install` says what is wrong with it
+        return None
     prefix = prefix_for(sha256_bytes(raw))
     return prefix / "site" if (prefix / MARKER).is_file() else None
 
