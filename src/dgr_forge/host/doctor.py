@@ -306,8 +306,6 @@ class Doctor:
 
 
 def _library_files(directory: Path, name: str) -> list[Path]:
-    if not directory.is_dir():
-        return []
     candidates = [*(directory / f"lib{name}{s}" for s in _LIB_SUFFIXES), directory / f"{name}.lib"]
     if not (found := [c for c in candidates if c.exists()]):
         # a wheel ships only the versioned file (libcudart.so.13): the lane makes the

@@ -58,8 +58,7 @@ def snapshot(
     if plan.toolchain_file is not None:
         files.append(plan.toolchain_file)
     files.append(forge.toolchains_dir / "probes.toml")
-    if forge.cmake_dir.is_dir():
-        files += sorted(forge.cmake_dir.glob("*.cmake"))
+    files += sorted(forge.cmake_dir.glob("*.cmake"))  # none when there is no cmake/
     if (tree := worker.path_tree(plan.spec)) is not None:
         files += _worker_files(tree)
     return stamps.restamp({str(p): known.get(str(p), []) for p in files}, tree)
