@@ -290,9 +290,7 @@ class Change:
     def kind(self) -> str:
         if self.before == self.after:
             return "unchanged"
-        if self.before is None:
-            return "created"
-        return "deleted" if self.after is None else "changed"
+        return "created" if self.before is None else "deleted" if self.after is None else "changed"
 
     def apply(self, forge: Forge) -> None:
         if self.own_content is None:
