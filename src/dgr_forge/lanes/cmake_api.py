@@ -189,13 +189,12 @@ def _codemodel(
     build_dir: Path,
 ) -> tuple[_Index, dict[str, Path], _Codemodel, list[tuple[_Ref, TargetDoc]]]:
     reply_dir = build_dir / ".cmake" / "api" / "v1" / "reply"
-    indexes = sorted(reply_dir.glob("index-*.json"))  # names sort by time: last is newest
-    if not indexes:
+    if not (indexes := sorted(reply_dir.glob("index-*.json"))):
         raise OperationFailed(
             f"{reply_dir}: no CMake File API reply",
             hint="CMake 3.14+ writes it during configure; re-run the build",
         )
-    index = _load(indexes[-1], _Index)
+    index = _load(indexes[-1], _Index)  # names sort by time: the last is the newest
     responses = index.reply.client.query.responses
     files = {r.kind: reply_dir / r.json_file for r in responses if r.json_file is not None}
     if missing := [str(r["kind"]) for r in REQUESTS if r["kind"] not in files]:

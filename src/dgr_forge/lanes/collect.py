@@ -198,8 +198,7 @@ def strip_empty_runpath(path: Path) -> bool:
             return False
         try:
             elf = ELFFile(fh)
-            dynamic = elf.get_section_by_name(".dynamic")
-            if not isinstance(dynamic, DynamicSection):
+            if not isinstance(dynamic := elf.get_section_by_name(".dynamic"), DynamicSection):
                 return False
             base = elf.get_section(dynamic["sh_link"])["sh_offset"]
             tags = list(dynamic.iter_tags())
