@@ -48,10 +48,8 @@ _SCCACHE_BACKENDS: tuple[tuple[str, str, bool], ...] = (
     ("SCCACHE_OSS_BUCKET", "oss", True),
     ("SCCACHE_COS_BUCKET", "cos", True),
 )
-_SCCACHE_RW_MODES = tuple(
-    f"SCCACHE_{kind}_RW_MODE"
-    for kind in ("LOCAL", "REDIS", "MEMCACHED", "S3", "GCS", "AZURE", "WEBDAV", "GHA", "OSS", "COS")
-)
+_KINDS = ("local", *dict.fromkeys(kind for _, kind, _ in _SCCACHE_BACKENDS))
+_SCCACHE_RW_MODES = tuple(f"SCCACHE_{kind.upper()}_RW_MODE" for kind in _KINDS)
 _FALSE = ("0", "false", "no", "disable")  # CCACHE_READONLY's values that are not set
 _MAX_CONFIG = 1 << 20  # bytes of an sccache config file we read
 _MAX_UDS = 107  # a unix socket path longer than this does not fit sockaddr_un
