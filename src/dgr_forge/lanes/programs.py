@@ -121,12 +121,8 @@ def snapshot(
         internal = {v: pool.submit(_internal, p, v.split("_")[1]) for v, p in compilers.items()}
         # name -> (path as CMake has it, version) of every program the build runs
         found = {v: (p, "") for v, p in {**compilers, **drivers}.items() if os.path.isabs(p)}
-        for var, future in sorted(versions.items()):
-            if os.path.isabs(cache[var]):
-                found[var] = (cache[var], future.result())
-        for var, pending in sorted(internal.items()):
-            for name, entry in pending.result().items():
-                found.setdefault(f"{var}:{name}", entry)
+        found |= {v: (cache[v], f.result()) for v, f in versions.items() if os.path.isabs(cache[v])}
+        found |= {f"{v}:{n}": e for v, f in internal.items() for n, e in f.result().items()}
     if launcher:
         found["launcher"] = (launcher, "")
     stamps.save_host_probes(host_dir, dict(_PROBES))
