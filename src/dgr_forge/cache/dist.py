@@ -46,7 +46,6 @@ class DistCheck(Struct):
     cpus: int | None = None
 
     def line(self) -> str:
-        """The verdict and, when something is wrong, the fix."""
         text = f"sccache-dist scheduler {self.scheduler}: {self.detail}"
         return text + (f"\n  fix: {self.fix}" if self.fix else "")
 

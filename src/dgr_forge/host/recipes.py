@@ -388,7 +388,6 @@ def _option_word(shown: str, key: str, value: str | int | bool, in_list: bool, f
 
 
 def load_all(recipes_dir: Path, root: Path | None = None) -> dict[str, Recipe]:
-    """By lane name, sorted."""
     if not recipes_dir.is_dir():
         raise BadInput(f"{recipes_dir}: no recipes directory", hint="create recipes/<lane>.toml")
     recipes: dict[str, Recipe] = {}

@@ -62,7 +62,6 @@ def worker_file(top: Path, rel: str, *, missing_ok: bool = False) -> bytes | Non
 
 
 def restamp(stamps: dict[str, Stamp], worker: Path | None = None) -> dict[str, Stamp]:
-    """Every path of `stamps` stamped again (missing files left out)."""
     new = {path: stamp(Path(path), known, worker) for path, known in stamps.items()}
     return {path: s for path, s in new.items() if s is not None}
 

@@ -35,8 +35,6 @@ _LOG_TAIL = 64 << 20  # bytes of Ninja's log read after a run (its own, in the b
 
 
 class Ran(Struct, frozen=True):
-    """A child the step ran: its exit code, its output lines, how long it took."""
-
     code: int
     lines: list[str]
     seconds: float
