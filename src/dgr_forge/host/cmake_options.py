@@ -59,9 +59,8 @@ def _cmake_texts(src: Path) -> Iterator[str]:  # tracked, comments removed
         if (base := rel.rsplit("/", 1)[-1]) != "CMakeLists.txt" and not base.endswith(".cmake"):
             continue
         data = read_tree_file(src, rel, what="CMake file", hint=_TREE_HINT, missing_ok=True)
-        if data is None:
-            continue
-        yield re.sub(_COMMENT, "", data.decode("utf-8", errors="replace"))
+        if data is not None:  # None: tracked, but deleted in the work tree
+            yield re.sub(_COMMENT, "", data.decode("utf-8", errors="replace"))
 
 
 def declared_options(src: Path) -> tuple[set[str], dict[str, str | None]]:
