@@ -217,7 +217,6 @@ class LaneBuilder:
         ctx, plan, state = self.ctx, self.plan, self.state
         up, spec = plan.upstream_dir, plan.spec
         head = gitutil.rev_parse(up, "HEAD") if (up / ".git").exists() else None
-        # a git worker checkout at its commit, clean
         worker_at = not (spec and spec.url) or (
             (spec.source_dir / ".git").exists()
             and gitutil.rev_parse(spec.source_dir, "HEAD") == spec.commit
@@ -425,7 +424,6 @@ class LaneBuilder:
         jobs = self.ctx.opts.jobs
         ran = steps.compile_lane(self.plan, self.out, jobs, log, env, boundary.preload)
         self.result.timings["build"] = ran.seconds
-        # what the cache did in this build, for the report
         if self.ctx.cache is not None and (used := self.ctx.cache.figures()) is not None:
             self.result.cache = used
             self.out.info(f"{lane}: {cache_session.describe(used)}")
