@@ -270,11 +270,10 @@ def stale_siblings(reply: Reply, shipped: list[tuple[Target, Path]]) -> list[Pat
             p = Path(entry.path)
             if not entry.name.startswith(stem) or p in produced or p == real:
                 continue
-            if entry.is_symlink():
-                if not p.exists() or p.resolve() not in current:
-                    stale.add(p)  # a link to an old version (or dangling)
-            elif entry.is_file(follow_symlinks=False) and p.resolve() not in current:
-                stale.add(p)
+            if (entry.is_symlink() or entry.is_file(follow_symlinks=False)) and (
+                not p.exists() or p.resolve() not in current
+            ):
+                stale.add(p)  # an old version, or a link to one (or dangling)
     return sorted(stale)
 
 
