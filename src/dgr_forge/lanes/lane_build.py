@@ -345,12 +345,11 @@ class LaneBuilder:
             progs, self.hashing = self.hashing.result(), None
             self._record(msgspec.structs.replace(self.state, programs=progs))
         spec, conf = self.plan.spec, self.conf
-        commit = spec.commit if spec is not None and spec.url else None
         data = {
             "configure": conf.digest,
             "files": {path: s[0] for path, s in sorted(self.snap.items())},
             "head": conf.head,
-            "worker": commit,
+            "worker": spec.commit if spec is not None and spec.url else None,
             "programs": {name: p.stamp[0] for name, p in sorted(self.state.programs.items())},
         }
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
